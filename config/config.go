@@ -1,0 +1,95 @@
+// Package config reads ratelimitd's TOML configuration file: strict decoding
+// (an unknown key is an error), every error reported with its key, and the
+// embedded default (configs/ratelimitd.toml) when no file is given.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/ratelimitd/ratelimitd/configs"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// File is the whole configuration file.
+type File struct {
+	// Policy is the [policy] table: stages, subnets, exemptions.
+	Policy policy.Config `toml:"policy"`
+	// Limits are the [[limit]] tables, the stack in order.
+	Limits []policy.LimitConfig `toml:"limit"`
+
+	// Source names where the configuration came from (a path, or
+	// "(embedded default)").
+	Source string `toml:"-"`
+}
+
+// EmbeddedSource is File.Source for the embedded default configuration.
+const EmbeddedSource = "(embedded default)"
+
+// ErrInvalid wraps every error Load and Parse return for a configuration
+// that was read but is not valid.
+var ErrInvalid = errors.New("config: invalid")
+
+// Load reads and validates the file at path; path "" means the embedded
+// default. The error joins every problem found, each naming its key.
+func Load(path string) (*File, error) {
+	if path == "" {
+		return Parse(configs.Default, EmbeddedSource)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(b, path)
+}
+
+// Parse decodes and validates a configuration. source is used in error
+// messages.
+func Parse(data []byte, source string) (*File, error) {
+	f := &File{Source: source}
+	md, err := toml.Decode(string(data), f)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, source, strings.TrimSpace(perr.ErrorWithPosition()))
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
+	}
+	var errs []error
+	for _, k := range md.Undecoded() {
+		errs = append(errs, fmt.Errorf("%w: %s: unknown key %s", ErrInvalid, source, k))
+	}
+	if err := policy.Check(f.PolicyConfig()); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, e))
+		}
+	}
+	for _, e := range f.validate() {
+		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, e))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return f, nil
+}
+
+// PolicyConfig returns the policy configuration with its limit stack.
+func (f *File) PolicyConfig() policy.Config {
+	c := f.Policy
+	c.Limits = f.Limits
+	return c
+}
+
+// validate checks the non-policy sections; it grows with them.
+func (f *File) validate() []error { return nil }
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

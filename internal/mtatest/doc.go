@@ -1,0 +1,78 @@
+// Package mtatest runs a real, private Postfix instance and an in-memory SMTP
+// sink inside Go tests, and speaks SMTP (with XCLIENT) to either of them.
+//
+// Integration tests use it like this:
+//
+//	sink := mtatest.StartSink(t)
+//	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{
+//		SinkAddr:      sink.Addr(),
+//		PolicyService: "inet:" + policyListener.Addr().String(),
+//	})
+//	err := mtatest.Send(t, pf.Addr(), mtatest.Mail{
+//		Login: "alice", ClientAddr: "192.0.2.7",
+//		From: "alice@example.org", To: []string{"bob@example.net"},
+//		Data: mtatest.BuildMessage("alice@example.org", "bob@example.net", "hi", "hello\n"),
+//	})
+//	msgs := sink.WaitCount(t, 1, 10*time.Second)
+//
+// Everything is torn down at t.Cleanup; on a failed test the tail of the
+// Postfix log is written to the test log.
+//
+// # The Postfix facts this package relies on
+//
+// Checked with Debian's postfix 3.7 package (see shared/POSTFIX-TESTING.md):
+//
+//   - A private instance needs no change to the system configuration in
+//     /etc/postfix. Every command takes "-c DIR" (sendmail: "-C DIR"), and
+//     when the caller is root Postfix accepts any DIR. Only a non-root caller
+//     of the set-gid commands (postqueue, postdrop) would need DIR listed in
+//     alternate_config_directories of /etc/postfix/main.cf. MAIL_CONFIG and
+//     import_environment are not needed. StartPostfix therefore requires
+//     root and fails the test otherwise.
+//   - The instance lives in a fresh temporary directory ROOT (mode 0755, with
+//     every ancestor searchable by the postfix user) laid out as ROOT/etc
+//     (main.cf, master.cf), ROOT/queue (queue_directory), ROOT/data
+//     (data_directory, owned by the postfix user, or master cannot take its
+//     lock) and ROOT/maillog. The configuration directory must not contain the
+//     queue or data directories: "postfix check" walks it and warns about
+//     every file not owned by root.
+//   - maillog_file must start with one of maillog_file_prefixes (default
+//     "/var, /dev/stdout"), so the prefix is set to ROOT. Without
+//     maillog_file Postfix logs to a syslog that does not exist here.
+//   - master.cf is /etc/postfix/master.cf with the "smtp inet" service renamed
+//     to 127.0.0.1:PORT, every other inet service removed (so that concurrent
+//     instances cannot collide on a port) and every chroot column set to "n"
+//     (a chroot would need copies of /etc files inside the queue directory).
+//   - The check_policy_service per-service syntax
+//     "check_policy_service { inet:HOST:PORT, timeout=10s, default_action=DUNNO }"
+//     (Postfix 3.0 and later) works in both smtpd_recipient_restrictions and
+//     smtpd_end_of_data_restrictions. The policy check comes before
+//     permit_sasl_authenticated so that authenticated senders are rate
+//     limited too. Postfix keeps a policy connection open for several
+//     requests (smtpd_policy_service_max_idle) and retries a failed one once
+//     after a second before it applies default_action.
+//   - XCLIENT is honoured for clients in smtpd_authorized_xclient_hosts
+//     (127.0.0.0/8 here) and, with smtpd_sasl_auth_enable = yes,
+//     "XCLIENT LOGIN=alice ADDR=192.0.2.7" makes Postfix treat the session
+//     as SASL-authenticated user alice from 192.0.2.7; Postfix answers it with
+//     a fresh 220 greeting and the client must send EHLO again.
+//   - "HOLD text" from a policy service at END-OF-MESSAGE puts the message in
+//     the hold queue; "postsuper -H ID" moves it to the deferred queue, from
+//     which the next queue run (queue_run_delay = 1s here) delivers it.
+//   - "postfix start-fg" runs master in the foreground but as a grandchild
+//     (under the postfix-script shell). This package instead runs
+//     "postfix -c DIR check" (creates the queue directories, checks
+//     permissions) and then "master -c DIR -s" as its own child, so that
+//     the master dies with the test binary (Pdeathsig). Stopping sends
+//     SIGTERM to the master, exactly what "postfix stop" does.
+//   - The master makes itself a session and process group leader and, on
+//     SIGTERM, signals its process group and exits without waiting, so its
+//     children outlive it. Where PID 1 does not reap orphans (as in this
+//     container) they would linger as zombies; the package makes the test
+//     binary a child subreaper (Linux) and reaps exactly the master's process
+//     group, killing it if any member is still alive after a few seconds.
+//
+// The Sink is an emersion/go-smtp server; the client side uses the
+// emersion/go-smtp client after a raw EHLO/XCLIENT exchange (the go-smtp
+// client has no XCLIENT support).
+package mtatest

@@ -1,0 +1,247 @@
+package mtatest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/mail"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+)
+
+// Message is one message a Sink accepted.
+type Message struct {
+	From     string    // envelope sender (MAIL FROM), "" for the null sender
+	To       []string  // envelope recipients (RCPT TO) in order
+	Data     []byte    // the message exactly as received, CRLF line ends, dot-stuffing removed
+	Received time.Time // when the end of data was read
+}
+
+// Header returns the first value of the named header field of m, decoded
+// as net/mail does, or "" if there is none or the header does not parse.
+func (m Message) Header(key string) string {
+	msg, err := mail.ReadMessage(bytes.NewReader(m.Data))
+	if err != nil {
+		return ""
+	}
+	v := msg.Header.Get(key)
+	if d, err := mailDecoder.DecodeHeader(v); err == nil {
+		return d
+	}
+	return v
+}
+
+// Body returns the part of m after the first empty line (the header/body
+// separator), or nil if there is none.
+func (m Message) Body() []byte {
+	if i := bytes.Index(m.Data, []byte("\r\n\r\n")); i >= 0 {
+		return m.Data[i+4:]
+	}
+	if i := bytes.Index(m.Data, []byte("\n\n")); i >= 0 {
+		return m.Data[i+2:]
+	}
+	return nil
+}
+
+// Sink is an SMTP server on 127.0.0.1 that accepts every message and keeps
+// it in memory, the final destination of a test Postfix's relayhost.
+// Its methods are safe for concurrent use. It is closed at t.Cleanup.
+type Sink struct {
+	srv *smtp.Server
+	ln  net.Listener
+
+	mu       sync.Mutex
+	msgs     []Message
+	replies  map[Stage]*smtp.SMTPError
+	rejected int
+	closed   bool
+	t        testing.TB
+}
+
+// StartSink starts a Sink on 127.0.0.1 and a free port and closes it at
+// t.Cleanup.
+func StartSink(t testing.TB) *Sink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("mtatest: sink listen: %v", err)
+	}
+	s := &Sink{ln: ln, replies: make(map[Stage]*smtp.SMTPError), t: t}
+	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
+		return &sinkSession{sink: s}, nil
+	}))
+	srv.Domain = "sink.mtatest.invalid"
+	srv.ReadTimeout = 30 * time.Second
+	srv.WriteTimeout = 30 * time.Second
+	srv.MaxMessageBytes = 64 << 20
+	srv.ErrorLog = sinkLogger{s}
+	s.srv = srv
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		_ = srv.Close()
+	})
+	return s
+}
+
+// Addr returns the sink's address as "127.0.0.1:PORT".
+func (s *Sink) Addr() string { return s.ln.Addr().String() }
+
+// Port returns the sink's TCP port.
+func (s *Sink) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
+
+// Messages returns a copy of the messages accepted so far, in order of
+// arrival.
+func (s *Sink) Messages() []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Message(nil), s.msgs...)
+}
+
+// Count returns the number of messages accepted so far.
+func (s *Sink) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.msgs)
+}
+
+// Rejected returns how many transactions were failed because of SetReply.
+func (s *Sink) Rejected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rejected
+}
+
+// Reset forgets the messages accepted so far and the Rejected count.
+func (s *Sink) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.msgs = nil
+	s.rejected = 0
+}
+
+// WaitCount polls until the sink has accepted at least n messages and returns
+// them; if that does not happen within timeout it fails the test.
+func (s *Sink) WaitCount(t testing.TB, n int, timeout time.Duration) []Message {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if msgs := s.Messages(); len(msgs) >= n {
+			return msgs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mtatest: sink %s has %d messages after %v, want %d", s.Addr(), s.Count(), timeout, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// SetReply makes the sink answer every later transaction with err at the
+// given stage: StageMail (MAIL FROM), StageRcpt (each RCPT TO) or
+// StageEndOfData (the reply after the message content; StageData means the
+// same, since go-smtp answers the DATA command with 354 itself). A nil err
+// restores the default of accepting. Use it to make a relay or a thaw fail,
+// e.g. SetReply(StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode:
+// smtp.EnhancedCode{4, 3, 0}, Message: "try later"}).
+func (s *Sink) SetReply(stage Stage, err *smtp.SMTPError) {
+	if stage == StageData {
+		stage = StageEndOfData
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.replies, stage)
+		return
+	}
+	s.replies[stage] = err
+}
+
+func (s *Sink) reply(stage Stage) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err, ok := s.replies[stage]; ok {
+		s.rejected++
+		return err
+	}
+	return nil
+}
+
+type sinkSession struct {
+	sink *Sink
+	from string
+	to   []string
+}
+
+func (ss *sinkSession) Reset() {
+	ss.from = ""
+	ss.to = nil
+}
+
+func (ss *sinkSession) Logout() error { return nil }
+
+func (ss *sinkSession) Mail(from string, _ *smtp.MailOptions) error {
+	if err := ss.sink.reply(StageMail); err != nil {
+		return err
+	}
+	ss.from = from
+	ss.to = nil
+	return nil
+}
+
+func (ss *sinkSession) Rcpt(to string, _ *smtp.RcptOptions) error {
+	if err := ss.sink.reply(StageRcpt); err != nil {
+		return err
+	}
+	ss.to = append(ss.to, to)
+	return nil
+}
+
+func (ss *sinkSession) Data(r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		var smtpErr *smtp.SMTPError
+		if errors.As(err, &smtpErr) {
+			return smtpErr
+		}
+		return fmt.Errorf("mtatest: sink read data: %w", err)
+	}
+	if err := ss.sink.reply(StageEndOfData); err != nil {
+		return err
+	}
+	ss.sink.mu.Lock()
+	ss.sink.msgs = append(ss.sink.msgs, Message{
+		From:     ss.from,
+		To:       append([]string(nil), ss.to...),
+		Data:     data,
+		Received: time.Now(),
+	})
+	ss.sink.mu.Unlock()
+	return nil
+}
+
+// sinkLogger sends go-smtp's internal errors to the test log while the test
+// runs (t.Log after the test has finished would panic).
+type sinkLogger struct{ s *Sink }
+
+func (l sinkLogger) Printf(format string, v ...any) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if !l.s.closed {
+		l.s.t.Logf("mtatest: sink: "+format, v...)
+	}
+}
+
+func (l sinkLogger) Println(v ...any) {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	if !l.s.closed {
+		l.s.t.Log(append([]any{"mtatest: sink:"}, v...)...)
+	}
+}

@@ -1,0 +1,155 @@
+package policy
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// LimitInfo describes one configured limit, for `ratelimitd config check`
+// and the admin API.
+type LimitInfo struct {
+	Name      string        `json:"name"`
+	Key       []string      `json:"key"`
+	Limit     float64       `json:"limit"`
+	Period    time.Duration `json:"period"`
+	Per       string        `json:"per"`
+	Mode      string        `json:"mode"`
+	Action    string        `json:"action"`
+	Algorithm string        `json:"algorithm"`
+	// CountAt is the protocol state where the cost is charged.
+	CountAt string `json:"count_at"`
+	// ProbeAtRcpt reports a read-only check at RCPT that refuses a sender
+	// already over before the message data is sent.
+	ProbeAtRcpt bool               `json:"probe_at_rcpt"`
+	Overrides   map[string]float64 `json:"overrides,omitempty"`
+	Message     string             `json:"message"`
+}
+
+// Limits returns the configured stack, in order.
+func (e *Engine) Limits() []LimitInfo {
+	c := e.cfg.Load()
+	out := make([]LimitInfo, len(c.limits))
+	for i, l := range c.limits {
+		out[i] = LimitInfo{Name: l.name, Key: l.key, Limit: l.rl.Limit, Period: l.rl.Period, Per: perNames[l.per],
+			Mode: l.rl.Mode.String(), Action: l.action.String(), Algorithm: l.rl.Algorithm.String(),
+			CountAt: l.countAt, ProbeAtRcpt: l.probeAtRcpt, Overrides: l.overrides, Message: l.message}
+		if l.firstOnly {
+			out[i].CountAt += " (first of each instance)"
+		}
+	}
+	return out
+}
+
+// Stages returns the protocol states the configuration says are hooked.
+func (e *Engine) Stages() []string { return e.cfg.Load().stages }
+
+// KeyRate is one limit's view of one key at a given time.
+type KeyRate struct {
+	Limit string `json:"limit"`
+	Key   string `json:"key"`
+	// Rate is the stored rate decayed to now, in cost per period.
+	Rate float64 `json:"rate"`
+	// Max is the limit in force for this key (after overrides).
+	Max    float64       `json:"max"`
+	Period time.Duration `json:"period"`
+	// Over reports Rate > Max; RetryAfter is then the wait until the key
+	// would be allowed a request of cost 1 (0 otherwise).
+	Over       bool            `json:"over"`
+	RetryAfter time.Duration   `json:"retry_after"`
+	State      ratelimit.State `json:"state"`
+}
+
+// Lookup returns, for every limit with state for key, the key's rate decayed
+// to now. key is a rate key value as logged ("alice", "192.0.2.0/24"). An
+// error is the store's.
+func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRate, error) {
+	c := e.cfg.Load()
+	key = strings.ToLower(key)
+	var out []KeyRate
+	for i := range c.limits {
+		l := &c.limits[i]
+		s, err := e.store.Get(ctx, l.name, key)
+		if err != nil {
+			return nil, err
+		}
+		if s.IsZero() {
+			continue
+		}
+		out = append(out, l.view(key, s, now))
+	}
+	return out, nil
+}
+
+func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
+	rl := l.rl
+	if v, ok := l.overrides[key]; ok {
+		rl.Limit = v
+	}
+	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, State: s}
+	kr.Rate = rl.Rate(s, now)
+	if r := rl.Check(s, now, 1); r.Over {
+		kr.Over, kr.RetryAfter = kr.Rate > rl.Limit, r.RetryAfter
+	}
+	return kr
+}
+
+// All returns every stored key's rate decayed to now, for `rate list`.
+// States of limits no longer configured are skipped.
+func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
+	c := e.cfg.Load()
+	byName := make(map[string]*limit, len(c.limits))
+	for i := range c.limits {
+		byName[c.limits[i].name] = &c.limits[i]
+	}
+	var out []KeyRate
+	err := e.store.Range(ctx, func(name, key string, s ratelimit.State) bool {
+		if l := byName[name]; l != nil {
+			out = append(out, l.view(key, s, now))
+		}
+		return true
+	})
+	return out, err
+}
+
+// Reset forgets the rate of key under the named limit, or under every limit
+// when limit is "". It returns how many states were removed; ErrUnknownLimit
+// when limit names no configured limit.
+func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
+	c := e.cfg.Load()
+	key = strings.ToLower(key)
+	n, found := 0, false
+	for i := range c.limits {
+		l := &c.limits[i]
+		if limit != "" && l.name != limit {
+			continue
+		}
+		found = true
+		ok, err := e.store.Delete(ctx, l.name, key)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	if !found {
+		return 0, ErrUnknownLimit
+	}
+	return n, nil
+}
+
+// Negligible reports whether s, stored under the named limit, has decayed
+// to the point of being equivalent to no state (ratelimit.Limit.Negligible),
+// so stores may drop it. States of unknown limits are negligible.
+func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool {
+	c := e.cfg.Load()
+	for i := range c.limits {
+		if c.limits[i].name == limit {
+			return c.limits[i].rl.Negligible(s, now)
+		}
+	}
+	return true
+}

@@ -1,0 +1,338 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// Duration is a time.Duration that decodes from TOML text such as "90s",
+// "1h", "1h30m" or, beyond time.ParseDuration, "2d" and "1w".
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(FormatDuration(time.Duration(d))), nil }
+
+// ParseDuration parses time.ParseDuration syntax plus the units "d" (24h)
+// and "w" (7d), alone or as the leading term ("1d12h").
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	var total time.Duration
+	for _, u := range []struct {
+		suffix string
+		unit   time.Duration
+	}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}} {
+		if i := strings.Index(s, u.suffix); i > 0 {
+			n, err := strconv.ParseFloat(s[:i], 64)
+			if err != nil {
+				return 0, fmt.Errorf("invalid duration %q", s)
+			}
+			total += time.Duration(n * float64(u.unit))
+			s = s[i+1:]
+		}
+	}
+	if s == "" {
+		if total == 0 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return total, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (use e.g. 90s, 1h, 24h, 7d)", s)
+	}
+	return total + d, nil
+}
+
+// FormatDuration prints d the way operators write periods: "1h", "24h",
+// "7d", "90s"; whole days above 48h.
+func FormatDuration(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d%time.Hour == 0 && d != 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0 && d != 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d >= time.Second:
+		return d.Round(time.Second).String()
+	default:
+		return d.String()
+	}
+}
+
+// Size is a byte count that decodes from TOML as an integer or as text with
+// a binary suffix: "512K", "10M", "1G" (powers of 1024).
+type Size int64
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *Size) UnmarshalText(b []byte) error {
+	v, err := ParseSize(string(b))
+	*s = Size(v)
+	return err
+}
+
+// UnmarshalTOML accepts a bare integer as well as text.
+func (s *Size) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		*s = Size(x)
+		return nil
+	case string:
+		return s.UnmarshalText([]byte(x))
+	}
+	return fmt.Errorf("invalid size %v (use e.g. 10M)", v)
+}
+
+// ParseSize parses "123", "512K", "10M", "1G", "2T" (K = 1024 bytes).
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			s = s[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f*float64(mult) > math.MaxInt64/2 {
+		return 0, fmt.Errorf("invalid size %q (use e.g. 10M)", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// Config is the policy part of the configuration file: what is limited and
+// how. It is decoded from TOML (tables [policy], [policy.exempt] and
+// [[limit]]) and turned into an Engine by NewEngine, which validates it.
+type Config struct {
+	// Stages lists the protocol states the MTA asks about (Postfix
+	// check_policy_service placements). Default ["RCPT", "END-OF-MESSAGE"].
+	// It decides where per_mail, per_rcpt and per_byte costs are counted.
+	Stages []string `toml:"stages"`
+	// SubnetV4 and SubnetV6 are the prefix lengths of the client_subnet
+	// key; defaults 24 and 64.
+	SubnetV4 int `toml:"subnet_v4"`
+	SubnetV6 int `toml:"subnet_v6"`
+	// WarnHeader is the header name a warn limit prepends; empty means
+	// warn only logs. Default "X-Ratelimitd-Warning".
+	WarnHeader *string `toml:"warn_header"`
+	// Exempt lists clients never limited.
+	Exempt Exempt `toml:"exempt"`
+	// Limits is the stack, in order.
+	Limits []LimitConfig `toml:"-"`
+}
+
+// Exempt lists who is never limited.
+type Exempt struct {
+	// Networks are client_address prefixes ("127.0.0.0/8", "2001:db8::/32").
+	Networks []string `toml:"networks"`
+	// Users are SASL user names (compared case-insensitively).
+	Users []string `toml:"users"`
+	// Senders are envelope senders ("news@example.org") or whole domains
+	// ("@example.org"), compared case-insensitively.
+	Senders []string `toml:"senders"`
+}
+
+// LimitConfig is one [[limit]] table.
+type LimitConfig struct {
+	// Name identifies the limit in logs, metrics and the CLI
+	// ([a-z0-9_-], unique).
+	Name string `toml:"name"`
+	// Key lists the request attributes whose values, joined by "|", form
+	// the rate key: sasl_username, sender, sender_domain, client_address,
+	// client_subnet, client_name, helo_name, recipient, recipient_domain.
+	Key []string `toml:"key"`
+	// Limit is the permitted cost per Period and the burst size.
+	Limit float64 `toml:"limit"`
+	// Period is the averaging period, e.g. "1h", "24h".
+	Period Duration `toml:"period"`
+	// Per is the cost unit: "mail" (default), "rcpt", "byte", "conn".
+	Per string `toml:"per"`
+	// Mode is "leaky" (default), "strict", "forgiving" or "readonly".
+	Mode string `toml:"mode"`
+	// Action when over: "defer" (default), "reject", "warn", "hold",
+	// "freeze".
+	Action string `toml:"action"`
+	// Algorithm is "exponential" (default), "gcra", "cooldown", "earrrl".
+	Algorithm string `toml:"algorithm"`
+	// HalfLife is EARRRL's half-life; default Period*ln 2.
+	HalfLife Duration `toml:"half_life"`
+	// Message is the client text template; placeholders {name}, {key},
+	// {rate}, {limit}, {period}, {retry}.
+	Message string `toml:"message"`
+	// Overrides maps key values to their own limit (cost per Period), e.g.
+	// a newsletter sender allowed 5000/day.
+	Overrides map[string]float64 `toml:"overrides"`
+}
+
+// DefaultMessage is the client text when a limit has none.
+const DefaultMessage = "rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// keyAttrs are the attributes a limit key may name.
+var keyAttrs = []string{"sasl_username", "sender", "sender_domain", "client_address", "client_subnet",
+	"client_name", "helo_name", "recipient", "recipient_domain"}
+
+var perNames = []string{"mail", "rcpt", "byte", "conn"}
+
+// compile validates c and returns the engine's internal form, or every error
+// found, each prefixed with its TOML key (joined with errors.Join).
+func compile(c Config) (*compiled, error) {
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, key, fmt.Sprintf(format, a...)))
+	}
+	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning"}
+	if c.SubnetV4 != 0 {
+		if c.SubnetV4 < 1 || c.SubnetV4 > 32 {
+			bad("policy.subnet_v4", "must be 1..32, got %d", c.SubnetV4)
+		}
+		out.subnet4 = c.SubnetV4
+	}
+	if c.SubnetV6 != 0 {
+		if c.SubnetV6 < 1 || c.SubnetV6 > 128 {
+			bad("policy.subnet_v6", "must be 1..128, got %d", c.SubnetV6)
+		}
+		out.subnet6 = c.SubnetV6
+	}
+	if c.WarnHeader != nil {
+		out.warnHeader = *c.WarnHeader
+		if out.warnHeader != "" && !headerNameRE.MatchString(out.warnHeader) {
+			bad("policy.warn_header", "%q is not a header field name", out.warnHeader)
+		}
+	}
+	stages := c.Stages
+	if stages == nil {
+		stages = []string{StateRcpt, StateEndOfMessage}
+	}
+	for i, s := range stages {
+		switch strings.ToUpper(s) {
+		case StateConnect, StateRcpt, StateData, StateEndOfMessage:
+			out.stages = append(out.stages, strings.ToUpper(s))
+		default:
+			bad(fmt.Sprintf("policy.stages[%d]", i), "%q is not CONNECT, RCPT, DATA or END-OF-MESSAGE", s)
+		}
+	}
+	for i, n := range c.Exempt.Networks {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			a, aerr := netip.ParseAddr(n)
+			if aerr != nil {
+				bad(fmt.Sprintf("policy.exempt.networks[%d]", i), "%q is not an address or prefix", n)
+				continue
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out.exemptNets = append(out.exemptNets, p.Masked())
+	}
+	out.exemptUsers = make(map[string]bool)
+	for _, u := range c.Exempt.Users {
+		out.exemptUsers[strings.ToLower(u)] = true
+	}
+	out.exemptSenders = make(map[string]bool)
+	for _, s := range c.Exempt.Senders {
+		out.exemptSenders[strings.ToLower(s)] = true
+	}
+	seen := map[string]bool{}
+	for i, lc := range c.Limits {
+		at := fmt.Sprintf("limit[%d]", i)
+		if lc.Name != "" {
+			at = fmt.Sprintf("limit[%d] (%s)", i, lc.Name)
+		}
+		l := limit{name: lc.Name, message: lc.Message, overrides: lc.Overrides}
+		if !nameRE.MatchString(lc.Name) {
+			bad(at+".name", "%q must be 1-64 of a-z, 0-9, _ and -", lc.Name)
+		} else if seen[lc.Name] {
+			bad(at+".name", "%q is used twice", lc.Name)
+		}
+		seen[lc.Name] = true
+		if len(lc.Key) == 0 {
+			bad(at+".key", "missing (e.g. key = [\"sasl_username\"])")
+		}
+		for _, k := range lc.Key {
+			if !slices.Contains(keyAttrs, k) {
+				bad(at+".key", "%v %q (want one of %s)", ErrUnknownKey, k, strings.Join(keyAttrs, ", "))
+			}
+		}
+		l.key = lc.Key
+		per := lc.Per
+		if per == "" {
+			per = "mail"
+		}
+		l.per = slices.Index(perNames, per)
+		if l.per < 0 {
+			bad(at+".per", "%v %q (want mail, rcpt, byte or conn)", ErrUnknownPer, lc.Per)
+		}
+		var err error
+		if lc.Mode != "" {
+			if l.rl.Mode, err = ratelimit.ParseMode(lc.Mode); err != nil {
+				bad(at+".mode", "%v", err)
+			}
+		}
+		if lc.Algorithm != "" {
+			if l.rl.Algorithm, err = ratelimit.ParseAlgorithm(lc.Algorithm); err != nil {
+				bad(at+".algorithm", "%v", err)
+			}
+		}
+		l.action = Defer
+		if lc.Action != "" {
+			if l.action, err = ParseAction(lc.Action); err != nil {
+				bad(at+".action", "%v", err)
+			}
+		}
+		l.rl.Limit = lc.Limit
+		l.rl.Period = time.Duration(lc.Period)
+		l.rl.HalfLife = time.Duration(lc.HalfLife)
+		if err := l.rl.Validate(); err != nil {
+			bad(at, "%v", err)
+		}
+		for k, v := range lc.Overrides {
+			if !(v > 0) {
+				bad(at+".overrides."+k, "must be a positive limit, got %v", v)
+			}
+		}
+		if len(lc.Overrides) > 0 {
+			l.overrides = make(map[string]float64, len(lc.Overrides))
+			for k, v := range lc.Overrides {
+				l.overrides[strings.ToLower(k)] = v
+			}
+		}
+		if l.message == "" {
+			l.message = DefaultMessage
+		}
+		out.limits = append(out.limits, l)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	out.plan()
+	return out, nil
+}
+
+var headerNameRE = regexp.MustCompile(`^[!-9;-~]+$`)

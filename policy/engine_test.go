@@ -1,0 +1,330 @@
+package policy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+var t0 = time.Date(2026, 11, 20, 18, 0, 0, 0, time.UTC) // a Friday evening
+
+func hourlyDaily() policy.Config {
+	return policy.Config{Limits: []policy.LimitConfig{
+		{Name: "hourly", Key: []string{"sasl_username"}, Limit: 200, Period: policy.Duration(time.Hour), Mode: "leaky", Action: "defer"},
+		{Name: "daily", Key: []string{"sasl_username"}, Limit: 1000, Period: policy.Duration(24 * time.Hour), Mode: "strict", Action: "defer"},
+	}}
+}
+
+func newEngine(t testing.TB, c policy.Config) *policy.Engine {
+	t.Helper()
+	e, err := policy.NewEngine(c, store.NewMemory(store.MemoryOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func eom(user string) *policy.Request {
+	return &policy.Request{ProtocolState: policy.StateEndOfMessage, SASLUsername: user, Sender: user + "@example.org",
+		RecipientCount: 1, ClientAddress: "192.0.2.7", Size: 2048}
+}
+
+// The seed-002 scenario: a compromised account sending 150/hour, under the
+// hourly limit, all weekend is stopped by the strict daily limit.
+func TestWeekendSpamStoppedByDailyLimit(t *testing.T) {
+	e := newEngine(t, hourlyDaily())
+	ctx := context.Background()
+	interval := time.Hour / 150
+	admitted, firstRefused := 0, time.Duration(-1)
+	for i := 0; i < 150*60; i++ { // Friday 18:00 to Monday 06:00
+		now := t0.Add(time.Duration(i) * interval)
+		d := e.Evaluate(ctx, now, eom("alice"))
+		if d.Fault != nil {
+			t.Fatal(d.Fault)
+		}
+		switch d.Action {
+		case policy.Pass:
+			admitted++
+		case policy.Defer:
+			if firstRefused < 0 {
+				firstRefused = now.Sub(t0)
+				if d.Limit != "daily" {
+					t.Fatalf("first refusal by %q, want daily: %s", d.Limit, d.Reason)
+				}
+			}
+		default:
+			t.Fatalf("unexpected action %v", d.Action)
+		}
+	}
+	t.Logf("first refused after %v, %d admitted over the weekend", firstRefused, admitted)
+	if firstRefused < 0 || firstRefused > 8*time.Hour {
+		t.Fatalf("daily limit first refused after %v, want within 8h", firstRefused)
+	}
+	if admitted < 1100 || admitted > 1250 {
+		t.Fatalf("admitted %d messages, want about 1,170", admitted)
+	}
+}
+
+func TestHourlyBurstThenDefer(t *testing.T) {
+	e := newEngine(t, hourlyDaily())
+	ctx := context.Background()
+	for i := 1; i <= 200; i++ {
+		if d := e.Evaluate(ctx, t0, eom("bob")); d.Action != policy.Pass {
+			t.Fatalf("message %d: %v %s", i, d.Action, d.Reason)
+		}
+	}
+	d := e.Evaluate(ctx, t0, eom("bob"))
+	if d.Action != policy.Defer || d.Code != 450 || d.Enhanced != "4.7.1" || d.Limit != "hourly" {
+		t.Fatalf("201st: %+v", d)
+	}
+	if !strings.Contains(d.Text, "201 per 1h (limit 200)") || d.RetryAfter <= 0 {
+		t.Fatalf("text %q retry %v", d.Text, d.RetryAfter)
+	}
+	// Another user is unaffected.
+	if d := e.Evaluate(ctx, t0, eom("carol")); d.Action != policy.Pass {
+		t.Fatalf("carol: %+v", d)
+	}
+	// At RCPT the read-only probe defers bob before the data is sent, and
+	// does not count anything.
+	rcpt := &policy.Request{ProtocolState: policy.StateRcpt, SASLUsername: "bob", Recipient: "x@example.net"}
+	for range 3 {
+		if d := e.Evaluate(ctx, t0, rcpt); d.Action != policy.Defer {
+			t.Fatalf("RCPT probe: %+v", d)
+		}
+	}
+	kr, err := e.Lookup(ctx, t0, "bob")
+	if err != nil || len(kr) != 2 {
+		t.Fatalf("lookup %v %v", kr, err)
+	}
+	if kr[0].Rate > 200.001 {
+		t.Fatalf("leaky hourly counted refused requests: %v", kr[0].Rate)
+	}
+	if kr[1].Rate < 200.9 || kr[1].Rate > 201.1 {
+		t.Fatalf("strict daily should count the refused EOM attempt (201), got %v", kr[1].Rate)
+	}
+	// Reset forgets bob at once.
+	if n, err := e.Reset(ctx, "bob", ""); err != nil || n != 2 {
+		t.Fatalf("reset: %d %v", n, err)
+	}
+	if d := e.Evaluate(ctx, t0, eom("bob")); d.Action != policy.Pass {
+		t.Fatalf("after reset: %+v", d)
+	}
+	if _, err := e.Reset(ctx, "bob", "nosuch"); !errors.Is(err, policy.ErrUnknownLimit) {
+		t.Fatalf("reset unknown limit: %v", err)
+	}
+}
+
+func TestUnauthenticatedNotCounted(t *testing.T) {
+	e := newEngine(t, hourlyDaily())
+	for range 500 {
+		if d := e.Evaluate(context.Background(), t0, eom("")); d.Action != policy.Pass || len(d.Measures) != 0 {
+			t.Fatalf("empty user was measured: %+v", d)
+		}
+	}
+}
+
+func TestStrictestActionWins(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "warn", Key: []string{"sender"}, Limit: 1, Period: policy.Duration(time.Hour), Action: "warn"},
+		{Name: "hold", Key: []string{"sender"}, Limit: 2, Period: policy.Duration(time.Hour), Action: "hold", Mode: "strict"},
+		{Name: "reject", Key: []string{"sender_domain"}, Limit: 3, Period: policy.Duration(time.Hour), Action: "reject", Mode: "strict"},
+	}}
+	e := newEngine(t, c)
+	want := []policy.Action{policy.Pass, policy.Warn, policy.Hold, policy.Reject, policy.Reject}
+	for i, w := range want {
+		d := e.Evaluate(context.Background(), t0, eom("dave"))
+		if d.Action != w {
+			t.Fatalf("message %d: %v, want %v (%s)", i+1, d.Action, w, d.Reason)
+		}
+		if w == policy.Warn && !strings.HasPrefix(d.Header, "X-Ratelimitd-Warning: limit=warn") {
+			t.Fatalf("warn header %q", d.Header)
+		}
+		if w == policy.Reject && (d.Code != 550 || d.Enhanced != "5.7.1") {
+			t.Fatalf("reject codes %+v", d)
+		}
+	}
+}
+
+// A leaky limit counts a request only if the whole stack admitted it.
+func TestLeakyCountsOnlyAdmitted(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "tight", Key: []string{"sasl_username"}, Limit: 2, Period: policy.Duration(time.Hour), Mode: "strict"},
+		{Name: "loose", Key: []string{"sasl_username"}, Limit: 100, Period: policy.Duration(time.Hour), Mode: "leaky"},
+	}}
+	e := newEngine(t, c)
+	for range 10 {
+		e.Evaluate(context.Background(), t0, eom("erin"))
+	}
+	kr, _ := e.Lookup(context.Background(), t0, "erin")
+	if len(kr) != 2 || kr[0].Rate < 9.9 || kr[1].Rate > 2.001 {
+		t.Fatalf("strict should count 10, leaky 2: %+v", kr)
+	}
+}
+
+func TestCostUnits(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "rcpts", Key: []string{"sasl_username"}, Limit: 5, Period: policy.Duration(time.Hour), Per: "rcpt"},
+		{Name: "bytes", Key: []string{"sasl_username"}, Limit: 10 << 20, Period: policy.Duration(time.Hour), Per: "byte"},
+	}}
+	e := newEngine(t, c)
+	ctx := context.Background()
+	rcpt := &policy.Request{ProtocolState: policy.StateRcpt, SASLUsername: "fay", Recipient: "a@example.net", Instance: "i1"}
+	for i := 1; i <= 6; i++ {
+		d := e.Evaluate(ctx, t0, rcpt)
+		if (i <= 5) != (d.Action == policy.Pass) {
+			t.Fatalf("rcpt %d: %v", i, d.Action)
+		}
+	}
+	big := &policy.Request{ProtocolState: policy.StateEndOfMessage, SASLUsername: "gus", RecipientCount: 3, Size: 4 << 20}
+	for i := 1; i <= 3; i++ {
+		d := e.Evaluate(ctx, t0, big)
+		if (i <= 2) != (d.Action == policy.Pass) {
+			t.Fatalf("4 MiB message %d against 10 MiB/h: %v %s", i, d.Action, d.Reason)
+		}
+	}
+}
+
+func TestPerMailAtFirstRcptWhenOnlyRcptHooked(t *testing.T) {
+	c := policy.Config{Stages: []string{"RCPT"}, Limits: []policy.LimitConfig{
+		{Name: "mails", Key: []string{"sender"}, Limit: 2, Period: policy.Duration(time.Hour)},
+	}}
+	e := newEngine(t, c)
+	ctx := context.Background()
+	send := func(inst string, rcpts int) policy.Action {
+		var last policy.Action
+		for range rcpts {
+			last = e.Evaluate(ctx, t0, &policy.Request{ProtocolState: policy.StateRcpt, Sender: "h@example.org", Instance: inst}).Action
+		}
+		return last
+	}
+	if send("m1", 5) != policy.Pass || send("m2", 5) != policy.Pass {
+		t.Fatal("two messages with five recipients each must count as two mails")
+	}
+	if send("m3", 1) != policy.Defer {
+		t.Fatal("third message must be deferred")
+	}
+}
+
+func TestExemptionsAndOverrides(t *testing.T) {
+	c := hourlyDaily()
+	c.Exempt = policy.Exempt{Networks: []string{"10.0.0.0/8"}, Users: []string{"Monitor"}, Senders: []string{"@lists.example.org"}}
+	c.Limits[0].Overrides = map[string]float64{"newsletter": 5000}
+	e := newEngine(t, c)
+	ctx := context.Background()
+	for _, r := range []*policy.Request{
+		{ProtocolState: policy.StateEndOfMessage, SASLUsername: "x", ClientAddress: "10.1.2.3"},
+		{ProtocolState: policy.StateEndOfMessage, SASLUsername: "monitor"},
+		{ProtocolState: policy.StateEndOfMessage, SASLUsername: "y", Sender: "bounce@Lists.Example.org"},
+	} {
+		for range 300 {
+			if d := e.Evaluate(ctx, t0, r); d.Action != policy.Pass || len(d.Measures) != 0 {
+				t.Fatalf("exempt request measured: %+v", d)
+			}
+		}
+	}
+	for i := range 900 {
+		if d := e.Evaluate(ctx, t0, eom("newsletter")); d.Action != policy.Pass {
+			t.Fatalf("override: message %d %v %s", i+1, d.Action, d.Reason)
+		}
+	}
+}
+
+func TestClientSubnetKey(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "net", Key: []string{"client_subnet"}, Limit: 3, Period: policy.Duration(time.Hour)},
+	}}
+	e := newEngine(t, c)
+	for i, addr := range []string{"192.0.2.1", "192.0.2.77", "192.0.2.200", "192.0.2.9", "2001:db8:1:2::1", "::ffff:198.51.100.1"} {
+		d := e.Evaluate(context.Background(), t0, &policy.Request{ProtocolState: policy.StateEndOfMessage, ClientAddress: addr})
+		want := policy.Pass
+		if i == 3 {
+			want = policy.Defer
+		}
+		if d.Action != want {
+			t.Fatalf("%s: %v", addr, d.Action)
+		}
+		if i == 4 && d.Measures[0].Key != "2001:db8:1:2::/64" {
+			t.Fatalf("v6 key %q", d.Measures[0].Key)
+		}
+		if i == 5 && d.Measures[0].Key != "198.51.100.0/24" {
+			t.Fatalf("mapped v4 key %q", d.Measures[0].Key)
+		}
+	}
+}
+
+// faultyStore fails every call, to show the engine fails open.
+type faultyStore struct{ policy.Store }
+
+func (faultyStore) Get(context.Context, string, string) (ratelimit.State, error) {
+	return ratelimit.State{}, errors.New("disk on fire")
+}
+
+type panickyStore struct{ policy.Store }
+
+func (panickyStore) Get(context.Context, string, string) (ratelimit.State, error) { panic("boom") }
+
+func TestFaultsFailOpen(t *testing.T) {
+	for _, st := range []policy.Store{faultyStore{}, panickyStore{}} {
+		e, err := policy.NewEngine(hourlyDaily(), st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := e.Evaluate(context.Background(), t0, eom("ivy"))
+		if d.Action != policy.Pass || d.Fault == nil {
+			t.Fatalf("%T: %+v", st, d)
+		}
+	}
+}
+
+func TestMessageTemplateSanitised(t *testing.T) {
+	c := hourlyDaily()
+	c.Limits[0].Limit = 1
+	c.Limits[0].Message = "slow down {key}\r\n550 injected\x00 {rate}/{period} max {limit} retry {retry} " + strings.Repeat("é", 400)
+	e := newEngine(t, c)
+	e.Evaluate(context.Background(), t0, eom("jo"))
+	d := e.Evaluate(context.Background(), t0, eom("jo"))
+	if d.Action != policy.Defer {
+		t.Fatalf("%+v", d)
+	}
+	if strings.ContainsAny(d.Text, "\r\n\x00") || len(d.Text) > policy.MaxTextLen {
+		t.Fatalf("unsafe text %q (%d bytes)", d.Text, len(d.Text))
+	}
+	if !strings.HasPrefix(d.Text, "slow down jo 550 injected 2.0/1h max 1 retry 41m35s") {
+		t.Fatalf("text %q", d.Text[:80])
+	}
+}
+
+func TestReloadKeepsOldOnError(t *testing.T) {
+	e := newEngine(t, hourlyDaily())
+	bad := hourlyDaily()
+	bad.Limits[0].Mode = "sloppy"
+	if err := e.Reload(bad); !errors.Is(err, policy.ErrInvalidConfig) {
+		t.Fatalf("reload of invalid config: %v", err)
+	}
+	if got := e.Limits()[0].Mode; got != "leaky" {
+		t.Fatalf("old config replaced: %s", got)
+	}
+}
+
+func BenchmarkEvaluateTwoLimits(b *testing.B) {
+	e := newEngine(b, hourlyDaily())
+	ctx := context.Background()
+	reqs := make([]*policy.Request, 1000)
+	for i := range reqs {
+		reqs[i] = eom(fmt.Sprintf("user%d", i))
+	}
+	now := t0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Second)
+		e.Evaluate(ctx, now, reqs[i%len(reqs)])
+	}
+}

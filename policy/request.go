@@ -1,0 +1,64 @@
+// Package policy is ratelimitd's MTA-neutral policy engine: a Request built
+// from Postfix policy-delegation attributes (SMTPD_POLICY_README, "Policy
+// protocol description") or milter macros, a stack of configured limits
+// (exponential, GCRA or EARRRL rate arithmetic from package ratelimit), and
+// Engine.Evaluate, which measures every limit that applies and returns the
+// strictest Decision.
+//
+// The stacked hourly-plus-daily limits, per_mail/per_rcpt/per_byte cost and
+// the strict/leaky/forgiving modes follow shared/seeds/002_06ceeb019362f8a1.txt.
+package policy
+
+// Protocol states as Postfix sends them in the protocol_state attribute
+// (SMTPD_POLICY_README). Milter front ends use the same values.
+const (
+	StateConnect      = "CONNECT"
+	StateEHLO         = "EHLO"
+	StateHELO         = "HELO"
+	StateMail         = "MAIL"
+	StateRcpt         = "RCPT"
+	StateData         = "DATA"
+	StateEndOfMessage = "END-OF-MESSAGE"
+	StateVrfy         = "VRFY"
+	StateEtrn         = "ETRN"
+)
+
+// Request is one policy query, independent of the MTA that asked. Field
+// names follow the Postfix policy-delegation attributes; the milter front end
+// fills the same fields from its macros. The zero value is a valid, empty
+// request. A Request is not modified by the engine.
+type Request struct {
+	// ProtocolState is protocol_state: RCPT, DATA, END-OF-MESSAGE, ...
+	ProtocolState string
+	// ProtocolName is protocol_name: SMTP, ESMTP, LMTP.
+	ProtocolName string
+	// HeloName is helo_name.
+	HeloName string
+	// QueueID is queue_id; empty at RCPT in Postfix before the queue file
+	// exists.
+	QueueID string
+	// Sender is the envelope sender (sender), "" for the null sender.
+	Sender string
+	// Recipient is the envelope recipient of this RCPT (recipient).
+	Recipient string
+	// RecipientCount is recipient_count: 0 at RCPT, the number of accepted
+	// recipients at DATA and END-OF-MESSAGE.
+	RecipientCount int
+	// ClientAddress is client_address (IPv4 or IPv6 text).
+	ClientAddress string
+	// ClientName is client_name, the verified reverse name or "unknown".
+	ClientName string
+	// ReverseClientName is reverse_client_name.
+	ReverseClientName string
+	// Instance is instance: the same for every request of one message.
+	Instance string
+	// SASLMethod, SASLUsername and SASLSender are sasl_method,
+	// sasl_username and sasl_sender; SASLUsername is empty for an
+	// unauthenticated client.
+	SASLMethod, SASLUsername, SASLSender string
+	// Size is size: the message size in bytes, known at END-OF-MESSAGE
+	// (or as declared with MAIL FROM SIZE=).
+	Size int64
+	// Stage is the MTA hook that asked ("policy", "milter", "exim"), for logs.
+	Stage string
+}

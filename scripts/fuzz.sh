@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs every Fuzz target in the module for a short time each ($1, default 15s).
+set -euo pipefail
+t=${1:-15s}
+for pkg in $(go list ./...); do
+	dir=$(go list -f '{{.Dir}}' "$pkg")
+	for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | awk '{print $2}'); do
+		echo "fuzz $pkg $f ($t)"
+		go test -run '^$' -fuzz "^$f\$" -fuzztime "$t" "$pkg"
+	done
+done
