@@ -21,6 +21,9 @@ type File struct {
 	Policy policy.Config `toml:"policy"`
 	// Limits are the [[limit]] tables, the stack in order.
 	Limits []policy.LimitConfig `toml:"limit"`
+	// Server is the [server] table: listeners, state directory, admin
+	// socket, metrics.
+	Server Server `toml:"server"`
 
 	// Source names where the configuration came from (a path, or
 	// "(embedded default)").
@@ -84,8 +87,11 @@ func (f *File) PolicyConfig() policy.Config {
 	return c
 }
 
-// validate checks the non-policy sections; it grows with them.
-func (f *File) validate() []error { return nil }
+// validate fills defaults and checks the non-policy sections.
+func (f *File) validate() []error {
+	f.Server.withDefaults()
+	return f.Server.validate()
+}
 
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {

@@ -90,7 +90,11 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
 	}
 	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, State: s}
 	kr.Rate = rl.Rate(s, now)
-	if r := rl.Check(s, now, 1); r.Over {
+	// Probe as a leaky limit: the wait until a request of cost 1 is let
+	// through without counting the probe itself.
+	probe := rl
+	probe.Mode = ratelimit.Leaky
+	if r := probe.Check(s, now, 1); r.Over {
 		kr.Over, kr.RetryAfter = kr.Rate > rl.Limit, r.RetryAfter
 	}
 	return kr

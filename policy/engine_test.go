@@ -296,7 +296,7 @@ func TestMessageTemplateSanitised(t *testing.T) {
 	if strings.ContainsAny(d.Text, "\r\n\x00") || len(d.Text) > policy.MaxTextLen {
 		t.Fatalf("unsafe text %q (%d bytes)", d.Text, len(d.Text))
 	}
-	if !strings.HasPrefix(d.Text, "slow down jo 550 injected 2.0/1h max 1 retry 41m35s") {
+	if !strings.HasPrefix(d.Text, "slow down jo 550 injected 2.0/1h max 1 retry 1h") {
 		t.Fatalf("text %q", d.Text[:80])
 	}
 }

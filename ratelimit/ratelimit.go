@@ -55,9 +55,11 @@ const (
 	// GCRA is the generic cell rate algorithm (seed 002):
 	// tat = max(tat, now) + cost*period/limit, allowed while tat-now <= period.
 	GCRA
-	// Cooldown is seed 003's single-score variant of GCRA: a score that has
-	// fallen behind the clock is reset to now+cost*period/limit rather than
-	// credited, and a refusal never changes the score.
+	// Cooldown is seed 003's single-score variant of GCRA: the score S
+	// advances by cost*period/limit from where it was, even if that is in
+	// the past, and is reset to now+cost*period/limit only when the advanced
+	// score is still behind the clock; in leaky mode a refusal never changes
+	// the score.
 	Cooldown
 	// EARRRL is the half-life estimator of seed 004, evaluated before it is
 	// updated: the decision uses the estimate without the current request.
@@ -176,9 +178,16 @@ type Result struct {
 	Before float64
 	// Rate is the measured rate including this request, in cost per period
 	// (for EARRRL, the estimate it decides on, which excludes the request).
+	// It is finite for finite input: an overflow saturates at
+	// math.MaxFloat64.
 	Rate float64
 	// RetryAfter is how long the client must pause before a request of the
-	// same cost would be allowed; 0 when not Over.
+	// same cost would be allowed, counted from the state that Mode stores
+	// when this request is refused (Strict: Counted; Forgiving: Denied;
+	// Leaky and Readonly: the previous state): with that state stored,
+	// Check(state, now+RetryAfter, cost) is not Over. It is 0 when not
+	// Over, and the maximum Duration when the cost alone exceeds the limit
+	// (a request that can never be allowed).
 	RetryAfter time.Duration
 	// Counted is the state to store if this request is counted.
 	Counted State
@@ -205,6 +214,15 @@ func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	}
 }
 
+// deniedState is the state stored after r is refused: Next's choice, or
+// prev when Next stores nothing.
+func (l Limit) deniedState(prev State, r *Result) State {
+	if s, ok := l.Next(*r, false); ok {
+		return s
+	}
+	return prev
+}
+
 // Check measures a request of the given cost at time now against the stored
 // state prev (the zero State for a key with no history). It does not decide
 // what to store; pass the Result to Next with the stack's verdict. cost must
@@ -223,81 +241,174 @@ func (l Limit) Check(prev State, now time.Time, cost float64) Result {
 // minInterval clamps the interval (in periods) away from zero (seed 001).
 const minInterval = 1e-10
 
+// never is the RetryAfter of a request that can never be allowed.
+const never = time.Duration(math.MaxInt64)
+
 // checkExp is the exponential algorithm of seed 001:
 //
 //	interval = max((now - t_prev) / period, 1e-10)
 //	alpha    = exp(-interval)
 //	r_now    = (1 - alpha) * cost / interval + alpha * r_prev
 //	r_now    = max(r_now, cost)
-//	t_next   = now + period * ln(r_now / limit)
 //
-// 1-alpha is computed as -expm1(-interval): the naive 1-exp(-x) keeps only
-// about 6 significant digits at x = 1e-10, enough to cut a 200-request burst
-// at 199.
+// 1-alpha is computed as -expm1(-interval): the naive 1-exp(-x) at
+// x = 1e-10 is 8.3e-8 too large relative to x, enough to cut a 200-request
+// burst at 199. RetryAfter is expWait's, not seed 001's
+// t_next = now + period*ln(r_now/limit), which is only its lower bound.
 func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	period := float64(l.Period)
 	interval := math.Inf(1)
 	if prev.Time != 0 {
-		interval = float64(now-prev.Time) / period
+		interval = nsBetween(now, prev.Time) / period
 	}
 	interval = math.Max(interval, minInterval)
-	alpha := math.Exp(-interval)
-	oneMinusAlpha := -math.Expm1(-interval)
-	before := alpha * prev.Rate
-	r := oneMinusAlpha*cost/interval + before
-	r = math.Max(r, cost)
-	res := Result{Before: before, Rate: r, Counted: State{Time: now, Rate: r}}
-	if r > l.Limit {
-		res.Over = true
-		res.RetryAfter = durationOf(period * math.Log(r/l.Limit))
-	}
+	r := expRate(prev.Rate, cost, interval)
+	res := Result{Before: math.Exp(-interval) * prev.Rate, Rate: r, Counted: State{Time: now, Rate: r}}
 	switch l.Mode {
 	case Forgiving:
 		res.Denied, res.Keep = State{Time: now, Rate: math.Min(r, l.Limit)}, true
 	default:
 		res.Denied, res.Keep = prev, false
 	}
+	if r > l.Limit {
+		res.Over = true
+		res.RetryAfter = l.expWait(l.deniedState(prev, &res), now, cost)
+	}
 	return res
 }
 
+// expRate is r_now of seed 001 for a request of the given cost after
+// interval periods (already clamped) since a stored rate; it saturates at
+// math.MaxFloat64 instead of overflowing.
+func expRate(rate, cost, interval float64) float64 {
+	r := -math.Expm1(-interval)*cost/interval + math.Exp(-interval)*rate
+	return math.Min(math.Max(r, cost), math.MaxFloat64)
+}
+
+// expWait returns how long after now a request of the given cost is first
+// allowed against the stored exponential state s: with w the interval in
+// periods since s.Time, the least w with
+//
+//	f(w) = r_s*exp(-w) + cost*(1-exp(-w))/w <= limit.
+//
+// Seed 001's penalty time ln(r_s/limit) solves r_s*exp(-w) = limit, the
+// moment the stored rate has decayed to the limit; it leaves out the
+// retried request's own contribution (close to its cost), so a client that
+// retried then would be refused again, and in strict mode counted again.
+// The root lies between ln(r_s/limit) and ln(r_s/(limit-cost)); f is convex
+// and decreasing, so Newton's method started below the root climbs to it
+// without overshooting. The result is rounded up to the nanosecond and
+// confirmed with Check's own arithmetic.
+func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
+	if cost > l.Limit {
+		return never
+	}
+	if s.Time == 0 {
+		return 0 // a fresh key measures exactly cost
+	}
+	period := float64(l.Period)
+	over := func(d time.Duration) bool {
+		t := now + int64(d)
+		if t < now {
+			return false // beyond the end of time
+		}
+		return expRate(s.Rate, cost, math.Max(nsBetween(t, s.Time)/period, minInterval)) > l.Limit
+	}
+	if !over(0) {
+		return 0
+	}
+	elapsed := nsBetween(now, s.Time)
+	w := math.Max(elapsed/period, minInterval)
+	if s.Rate > l.Limit {
+		w = math.Max(w, math.Log(s.Rate/l.Limit))
+	}
+	for range 40 {
+		e := math.Exp(-w)
+		g := -math.Expm1(-w) / w // (1-exp(-w))/w
+		f := s.Rate*e + cost*g - l.Limit
+		df := -s.Rate*e + cost*(e-g)/w
+		if !(f > 0) || !(df < 0) {
+			break
+		}
+		step := -f / df
+		w += step
+		if !(step > w*1e-15) {
+			break
+		}
+	}
+	return settle(durationOf(w*period-elapsed), over)
+}
+
 // checkGCRA is GCRA (seed 002) and the cooldown variant (seed 003). The
-// theoretical arrival time advances by cost*period/limit per request; the
+// theoretical arrival time advances by cost*period/limit per request and
+// is stored rounded down to the nanosecond; the arithmetic is done relative
+// to now so that Unix nanoseconds lose no precision in a float64. The
 // reported rate is the budget in use, (tat-now)/period*limit.
 func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 	period := float64(l.Period)
 	spend := cost * period / l.Limit
-	tat := prev.Time
 	var before float64
-	if tat > now {
-		before = float64(tat-now) / period * l.Limit
+	if prev.Time != 0 {
+		before = math.Max(nsBetween(prev.Time, now), 0) / period * l.Limit
 	}
-	var next float64
-	if l.Algorithm == Cooldown {
-		// Seed 003: Sn = (S == 0 ? now : S) + T/n; reset to now+T/n when Sn < now.
-		base := float64(tat)
-		if tat == 0 {
-			base = float64(now)
-		}
-		next = base + spend
-		if next < float64(now) {
-			next = float64(now) + spend
-		}
-	} else {
-		next = math.Max(float64(tat), float64(now)) + spend
+	ahead := l.gcraAhead(prev, now, spend)
+	res := Result{
+		Before:  math.Min(before, math.MaxFloat64),
+		Rate:    math.Min(ahead/period*l.Limit, math.MaxFloat64),
+		Counted: State{Time: addNs(now, ahead)},
 	}
-	ahead := next - float64(now)
-	res := Result{Before: before, Rate: ahead / period * l.Limit, Counted: State{Time: int64(next)}}
-	if ahead > period*(1+1e-12) {
-		res.Over = true
-		res.RetryAfter = durationOf(ahead - period)
-	}
-	switch {
-	case l.Mode == Forgiving && l.Algorithm == GCRA:
-		res.Denied, res.Keep = State{Time: now + int64(period)}, true
+	switch l.Mode {
+	case Forgiving:
+		res.Denied, res.Keep = State{Time: addNs(now, period)}, true
 	default:
 		res.Denied, res.Keep = prev, false
 	}
+	if l.gcraOver(ahead) {
+		res.Over = true
+		res.RetryAfter = l.gcraWait(l.deniedState(prev, &res), now, spend)
+	}
 	return res
+}
+
+// gcraAhead returns how far (ns) ahead of now the arrival time stands after
+// a request that spends spend ns against stored state s.
+func (l Limit) gcraAhead(s State, now int64, spend float64) float64 {
+	if s.Time == 0 {
+		return spend
+	}
+	backlog := nsBetween(s.Time, now)
+	if l.Algorithm == Cooldown {
+		// Seed 003: Sn = S + T/n; reset to now + T/n when Sn < now.
+		if a := backlog + spend; a >= 0 {
+			return a
+		}
+		return spend
+	}
+	return math.Max(backlog, 0) + spend
+}
+
+// gcraOver reports whether an arrival time ahead ns after now is beyond the
+// period (with a relative slack of 1e-12 for rounding, so a burst of
+// exactly limit requests fits).
+func (l Limit) gcraOver(ahead float64) bool {
+	return ahead > float64(l.Period)*(1+1e-12)
+}
+
+// gcraWait returns how long after now a request spending spend ns is first
+// allowed against stored state s: when the arrival time has come within
+// period - spend of the clock.
+func (l Limit) gcraWait(s State, now int64, spend float64) time.Duration {
+	if l.gcraOver(spend) {
+		return never
+	}
+	if s.Time == 0 {
+		return 0
+	}
+	over := func(d time.Duration) bool {
+		t := now + int64(d)
+		return t >= now && l.gcraOver(l.gcraAhead(s, t, spend))
+	}
+	return settle(durationOf(nsBetween(s.Time, now)+spend-float64(l.Period)), over)
 }
 
 // lambda is EARRRL's decay constant in 1/ns: ln 2 / half-life.
@@ -311,28 +422,55 @@ func (l Limit) lambda() float64 {
 // checkEARRRL is seed 004's estimator: with N the decayed count and
 // lambda = ln2/half-life, the rate estimate is N*lambda*exp(-lambda*dt)
 // (per unit time; reported here per period), evaluated before the update
-// N = cost + N*exp(-lambda*dt).
+// N = cost + N*exp(-lambda*dt). A clock that went backwards counts as no
+// time passed.
 func (l Limit) checkEARRRL(prev State, now int64, cost float64) Result {
-	lambda := l.lambda()
-	period := float64(l.Period)
-	decay := 0.0
-	if prev.Time != 0 {
-		decay = math.Exp(-lambda * float64(now-prev.Time))
-	}
-	n := prev.Rate * decay
-	est := n * lambda * period // cost per period
-	res := Result{Before: est, Rate: est, Counted: State{Time: now, Rate: cost + n}}
-	if est > l.Limit {
-		res.Over = true
-		res.RetryAfter = durationOf(math.Log(est/l.Limit) / lambda)
-	}
+	n := l.earrrlCount(prev, now)
+	est := l.earrrlEstimate(n)
+	res := Result{Before: est, Rate: est, Counted: State{Time: now, Rate: math.Min(cost+n, math.MaxFloat64)}}
 	switch l.Mode {
 	case Forgiving:
-		res.Denied, res.Keep = State{Time: now, Rate: math.Min(cost+n, l.Limit/(lambda*period))}, true
+		// The count whose estimate decays to exactly the limit in
+		// cost*period/limit, the spacing of a client at the limit.
+		lp := l.lambda() * float64(l.Period)
+		nmax := l.Limit / lp * math.Exp(lp*cost/l.Limit)
+		res.Denied, res.Keep = State{Time: now, Rate: math.Min(res.Counted.Rate, nmax)}, true
 	default:
 		res.Denied, res.Keep = prev, false
 	}
+	if est > l.Limit {
+		res.Over = true
+		res.RetryAfter = l.earrrlWait(l.deniedState(prev, &res), now)
+	}
 	return res
+}
+
+// earrrlCount is the stored count N of s decayed to now.
+func (l Limit) earrrlCount(s State, now int64) float64 {
+	if s.Time == 0 {
+		return 0
+	}
+	return s.Rate * math.Exp(-l.lambda()*math.Max(nsBetween(now, s.Time), 0))
+}
+
+// earrrlEstimate is the rate estimate N*lambda in cost per period.
+func (l Limit) earrrlEstimate(n float64) float64 {
+	return math.Min(n*l.lambda()*float64(l.Period), math.MaxFloat64)
+}
+
+// earrrlWait returns how long after now the estimate of stored state s
+// decays to the limit: ln(estimate/limit)/lambda. The estimate excludes the
+// request, so the cost plays no part.
+func (l Limit) earrrlWait(s State, now int64) time.Duration {
+	est := l.earrrlEstimate(l.earrrlCount(s, now))
+	if !(est > l.Limit) {
+		return 0
+	}
+	over := func(d time.Duration) bool {
+		t := now + int64(d)
+		return t >= now && l.earrrlEstimate(l.earrrlCount(s, t)) > l.Limit
+	}
+	return settle(durationOf(math.Log(est/l.Limit)/l.lambda()), over)
 }
 
 // Negligible reports whether the stored state s has decayed, by time now, to
@@ -340,26 +478,28 @@ func (l Limit) checkEARRRL(prev State, now int64, cost float64) Result {
 // so a store may drop it without forgiving anybody. For the exponential
 // algorithm that holds when alpha*r_prev + (1-alpha)/interval <= 1 (then
 // max(r_now, cost) = cost, exactly as for a fresh key); for GCRA when the
-// arrival time has passed; for EARRRL when the estimate is below a
-// millionth of the limit.
+// arrival time has passed; for Cooldown when the score is more than a
+// period old (then any cost up to the limit resets it, as for a fresh key);
+// for EARRRL, whose estimate never reaches zero, when it is below a
+// millionth of the limit (dropping it forgives at most that much).
 func (l Limit) Negligible(s State, now time.Time) bool {
 	if s.IsZero() {
 		return true
 	}
 	n := now.UnixNano()
 	switch l.Algorithm {
-	case GCRA, Cooldown:
+	case GCRA:
 		return s.Time <= n
+	case Cooldown:
+		return nsBetween(n, s.Time) > float64(l.Period)
 	case EARRRL:
-		r := l.checkEARRRL(s, n, 0)
-		return r.Rate < l.Limit*1e-6
+		return l.earrrlEstimate(l.earrrlCount(s, n)) < l.Limit*1e-6
 	default:
-		interval := float64(n-s.Time) / float64(l.Period)
+		interval := nsBetween(n, s.Time) / float64(l.Period)
 		if interval <= 0 {
 			return false
 		}
-		interval = math.Max(interval, minInterval)
-		return math.Exp(-interval)*s.Rate+(-math.Expm1(-interval))/interval <= 1
+		return expRate(s.Rate, 1, math.Max(interval, minInterval)) <= 1
 	}
 }
 
@@ -376,10 +516,54 @@ func (l Limit) Rate(s State, now time.Time) float64 {
 // waits RetryAfter is allowed, and saturating instead of overflowing.
 func durationOf(ns float64) time.Duration {
 	if ns >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
+		return never
 	}
-	if ns <= 0 {
+	if !(ns > 0) {
 		return 0
 	}
 	return time.Duration(math.Ceil(ns))
+}
+
+// settle returns d, or if over(d) a later duration for which over is false,
+// found by steps that double from 1ns; never when there is none. It guards
+// the float arithmetic of the wait computations: the returned wait is
+// checked with the same arithmetic as Check.
+func settle(d time.Duration, over func(time.Duration) bool) time.Duration {
+	for step := time.Duration(1); over(d); step *= 2 {
+		if step > never/2 || d > never-step {
+			return never
+		}
+		d += step
+	}
+	return d
+}
+
+// nsBetween returns a-b in nanoseconds as a float64, exact while the
+// difference is below 2^53 ns (104 days) and free of integer overflow.
+func nsBetween(a, b int64) float64 {
+	d := a - b
+	if (b > 0 && d > a) || (b < 0 && d < a) {
+		return float64(a) - float64(b)
+	}
+	return float64(d)
+}
+
+// addNs returns t+ns, rounding ns toward zero and saturating at the int64
+// range.
+func addNs(t int64, ns float64) int64 {
+	switch {
+	case ns >= math.MaxInt64:
+		return math.MaxInt64
+	case ns <= math.MinInt64:
+		return math.MinInt64
+	}
+	d := int64(ns)
+	s := t + d
+	switch {
+	case d > 0 && s < t:
+		return math.MaxInt64
+	case d < 0 && s > t:
+		return math.MinInt64
+	}
+	return s
 }

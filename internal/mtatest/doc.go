@@ -56,21 +56,48 @@
 //     "XCLIENT LOGIN=alice ADDR=192.0.2.7" makes Postfix treat the session
 //     as SASL-authenticated user alice from 192.0.2.7; Postfix answers it with
 //     a fresh 220 greeting and the client must send EHLO again.
+//   - main.cf: mydestination is empty and relayhost = [127.0.0.1]:SINKPORT,
+//     so every recipient is relayed to the sink; queue_run_delay = 1s and
+//     minimal/maximal_backoff_time = 1s/2s make retries fast;
+//     smtpd_error_sleep_time = 0 and high error limits stop smtpd from
+//     slowing down or disconnecting a test client that has collected many
+//     4xx replies (by default it sleeps a second per reply after 10 errors
+//     and hangs up after 20); smtpd_peername_lookup = no and
+//     smtp_dns_support_level = disabled keep DNS out of it.
+//   - "postqueue -c DIR -j" is the JSON form of "postqueue -p" (where held
+//     messages have "!" after the queue ID); Queue and QueueIDs parse it.
 //   - "HOLD text" from a policy service at END-OF-MESSAGE puts the message in
 //     the hold queue; "postsuper -H ID" moves it to the deferred queue, from
 //     which the next queue run (queue_run_delay = 1s here) delivers it.
-//   - "postfix start-fg" runs master in the foreground but as a grandchild
-//     (under the postfix-script shell). This package instead runs
-//     "postfix -c DIR check" (creates the queue directories, checks
-//     permissions) and then "master -c DIR -s" as its own child, so that
-//     the master dies with the test binary (Pdeathsig). Stopping sends
-//     SIGTERM to the master, exactly what "postfix stop" does.
+//   - "postfix start" and "postfix start-fg" both run "postfix check" first,
+//     which takes one to several seconds here (dozens of postconf, find
+//     and shell runs), and start-fg leaves the master a grandchild (under the
+//     postfix-script shell). This package creates the queue directories
+//     itself, with the owners, groups and modes that /etc/postfix/postfix-files
+//     lists (falling back to "postfix -c DIR check" if it cannot), and runs
+//     "master -c DIR -s" as its own child, so that the master dies with the
+//     test binary (Pdeathsig) and an instance is up in about half a second. The
+//     self-test runs "postfix -c DIR check" on a live instance and asserts it
+//     logs no warning. Stopping sends SIGTERM to the master, exactly what
+//     "postfix stop" does (without its one-second polling); "postfix -c DIR
+//     stop" from a test works too. A master that cannot bind a port exits
+//     silently (stderr is /dev/null, postlogd is not up yet), so a start
+//     whose freshly picked port was taken meanwhile is retried.
+//   - Postfix refuses to read a main.cf modified in the last second or so
+//     (it may be half-written) and polls every 300 ms until it is older, so
+//     every command run against a freshly written configuration directory
+//     stalls for about two seconds. The harness backdates main.cf and
+//     master.cf by a minute.
 //   - The master makes itself a session and process group leader and, on
 //     SIGTERM, signals its process group and exits without waiting, so its
-//     children outlive it. Where PID 1 does not reap orphans (as in this
-//     container) they would linger as zombies; the package makes the test
-//     binary a child subreaper (Linux) and reaps exactly the master's process
-//     group, killing it if any member is still alive after a few seconds.
+//     children outlive it, reparented to PID 1 (which in this container
+//     reaps them only lazily). The package makes the test binary a child
+//     subreaper (Linux) and waits for and reaps exactly the master's process
+//     group, killing it if any member is still alive after a few seconds,
+//     and then checks "master -c DIR -t".
+//   - Concurrent instances only need distinct directories and ports: the
+//     master lock, the pid file, the public and private sockets and the log
+//     are all below ROOT.
 //
 // The Sink is an emersion/go-smtp server; the client side uses the
 // emersion/go-smtp client after a raw EHLO/XCLIENT exchange (the go-smtp

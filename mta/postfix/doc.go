@@ -19,7 +19,10 @@
 // same protocol: it writes one request, shuts down its write side, and reads
 // the reply until end of file. The Decoder accepts end of file after at least
 // one complete attribute line as the end of such a request, and the Server
-// answers it and closes the connection.
+// answers it and closes the connection. Every attribute line, the last one
+// included, must end in "\n" ("\r\n" is accepted too): input that ends
+// inside a line is treated as truncated and not answered. The ACL then
+// matches the "action=..." text itself; Exim does not interpret it.
 //
 // # Reply mapping
 //
@@ -40,8 +43,14 @@
 // enhanced status code; DEFER_IF_PERMIT is only remembered and takes effect
 // if the rest of the restriction lists ends in a permit, so its outcome
 // depends on what follows check_policy_service in main.cf (a later reject
-// turns it into a 5xx). A rate limit is a verdict of its own; operators who
-// want DEFER_IF_PERMIT semantics can order their restrictions accordingly.
+// turns it into a 5xx). A rate limit is a verdict of its own; where
+// check_policy_service sits in the restriction list decides which checks
+// run before it.
+//
+// Defer and Reject always carry text (DefaultDeferText, DefaultRejectText
+// when the Decision has none): Postfix reads an all-numeric action as OK.
+// HOLD and WARN text is only logged by Postfix, never shown to the client;
+// it is Decision.Text, else Decision.Reason.
 //
 // HOLD is delegated by Postfix to the cleanup server and is ignored (with a
 // warning in the Postfix log) before MAIL FROM and in VRFY or ETRN; PREPEND is

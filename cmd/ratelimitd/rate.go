@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+// rateBackend answers the rate commands, from the running daemon (admin
+// socket) or, when none runs, from the BoltDB file opened directly.
+type rateBackend interface {
+	lookup(key string) ([]policy.KeyRate, error)
+	list(top int, over bool) ([]policy.KeyRate, error)
+	reset(key, limit string) (resetResult, error)
+	close() error
+}
+
+type onlineRates struct{ c *adminClient }
+
+func (o onlineRates) lookup(key string) ([]policy.KeyRate, error) {
+	var out []policy.KeyRate
+	err := o.c.do("GET", "/v1/rate?key="+url.QueryEscape(key), nil, &out)
+	return out, err
+}
+
+func (o onlineRates) list(top int, over bool) ([]policy.KeyRate, error) {
+	q := url.Values{"top": {strconv.Itoa(top)}}
+	if over {
+		q.Set("over", "1")
+	}
+	var out []policy.KeyRate
+	err := o.c.do("GET", "/v1/rates?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+func (o onlineRates) reset(key, limit string) (resetResult, error) {
+	var out resetResult
+	err := o.c.do("POST", "/v1/rate/reset?"+url.Values{"key": {key}, "limit": {limit}}.Encode(), nil, &out)
+	return out, err
+}
+
+func (onlineRates) close() error { return nil }
+
+// offlineRates opens the daemon's BoltDB file itself (no daemon running).
+type offlineRates struct {
+	eng    *policy.Engine
+	state  *store.Persistent
+	close_ func() error
+}
+
+func (o *offlineRates) lookup(key string) ([]policy.KeyRate, error) {
+	return o.eng.Lookup(context.Background(), time.Now(), key)
+}
+
+func (o *offlineRates) list(top int, over bool) ([]policy.KeyRate, error) {
+	all, err := o.eng.All(context.Background(), time.Now())
+	return topRates(all, top, over), err
+}
+
+func (o *offlineRates) reset(key, limit string) (resetResult, error) {
+	n, err := o.eng.Reset(context.Background(), key, limit)
+	if errors.Is(err, policy.ErrUnknownLimit) {
+		err = fmt.Errorf("no limit named %q", limit)
+	}
+	return resetResult{Key: key, Limit: limit, Removed: n}, err
+}
+
+func (o *offlineRates) close() error { return o.close_() }
+
+// openRates connects to the daemon, or opens its state file when it is not
+// running.
+func openRates(opts *rootOptions) (rateBackend, *config.File, error) {
+	f, err := config.Load(opts.configPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := newAdminClient(f.Server.AdminSocket)
+	var st Status
+	err = c.do("GET", "/v1/status", nil, &st)
+	if err == nil {
+		return onlineRates{c}, f, nil
+	}
+	if !errors.Is(err, errNoDaemon) {
+		return nil, nil, err
+	}
+	db, err := openDB(f.Server.DBPath())
+	if err != nil {
+		return nil, nil, err
+	}
+	mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+	probe, err := policy.NewEngine(f.PolicyConfig(), mem)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	state, err := openState(db, mem, 0, probe.Negligible)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	eng, err := policy.NewEngine(f.PolicyConfig(), state)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return &offlineRates{eng: eng, state: state, close_: func() error {
+		return errors.Join(state.Close(), db.Close())
+	}}, f, nil
+}
+
+func newRateCmd(opts *rootOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rate",
+		Short: "Show, list and reset senders' measured rates",
+		Long: `Inspect and reset the rates ratelimitd has measured. KEY is a rate key
+value as it appears in the logs: a SASL user name ("alice"), a sender
+address, a client address or subnet ("192.0.2.0/24"), or several values
+joined by "|" for combined keys.
+
+The commands talk to the running daemon through its admin socket
+(server.admin_socket); when no daemon runs they open the state file
+(STATE_DIR/ratelimitd.db) directly.`,
+	}
+	show := &cobra.Command{
+		Use:   "show KEY",
+		Short: "Print each limit's current rate for KEY and when it is allowed again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, _, err := openRates(opts)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			kr, err := b.lookup(args[0])
+			if err != nil {
+				return err
+			}
+			if len(kr) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: no rate recorded (never seen, reset, or decayed away)\n", args[0])
+				return nil
+			}
+			printRates(cmd.OutOrStdout(), kr)
+			return nil
+		},
+	}
+	var top int
+	var over bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the keys closest to or over their limits",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, _, err := openRates(opts)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			kr, err := b.list(top, over)
+			if err != nil {
+				return err
+			}
+			printRates(cmd.OutOrStdout(), kr)
+			return nil
+		},
+	}
+	list.Flags().IntVar(&top, "top", 20, "show at most N keys (0 = all)")
+	list.Flags().BoolVar(&over, "over", false, "show only keys over their limit")
+	var limit string
+	reset := &cobra.Command{
+		Use:   "reset KEY",
+		Short: "Forget KEY's rate (e.g. after a legitimate newsletter)",
+		Long: `Forget the measured rate of KEY under every limit, or only under
+--limit NAME, so the sender may send again at once. The daemon logs the
+reset with the local user who asked.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, _, err := openRates(opts)
+			if err != nil {
+				return err
+			}
+			res, err := b.reset(args[0], limit)
+			if cerr := b.close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: rate reset (%d limit states removed)\n", args[0], res.Removed)
+			return nil
+		},
+	}
+	reset.Flags().StringVar(&limit, "limit", "", "reset only this limit")
+	cmd.AddCommand(show, list, reset)
+	return cmd
+}
+
+func printRates(w io.Writer, kr []policy.KeyRate) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tLIMIT\tRATE\tMAX\tPERIOD\tSTATUS")
+	for _, k := range kr {
+		status := "ok"
+		if k.Over {
+			status = "over: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%g\t%s\t%s\n", k.Key, k.Limit, k.Rate, k.Max, policy.FormatDuration(k.Period), status)
+	}
+	tw.Flush()
+}
+
+func newStatusCmd(opts *rootOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Print the running daemon's uptime, listeners, keys and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := config.Load(opts.configPath)
+			if err != nil {
+				return err
+			}
+			var st Status
+			if err := newAdminClient(f.Server.AdminSocket).do("GET", "/v1/status", nil, &st); err != nil {
+				if errors.Is(err, errNoDaemon) {
+					return fmt.Errorf("%w (no answer on %s)", err, f.Server.AdminSocket)
+				}
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "ratelimitd %s, up %s (since %s)\n", st.Version, st.Uptime, st.Started.Format(time.RFC3339))
+			fmt.Fprintf(w, "config: %s\n", st.Config)
+			for _, l := range st.Listeners {
+				fmt.Fprintf(w, "listening: %s\n", l)
+			}
+			for _, l := range st.Limits {
+				fmt.Fprintf(w, "limit %s\n", l)
+			}
+			fmt.Fprintf(w, "tracked keys: %d\nrequests: %d\n", st.TrackedKeys, st.Requests)
+			for a := range numActions {
+				name := policy.Action(a).String()
+				fmt.Fprintf(w, "  %-7s %d\n", name, st.ByAction[name])
+			}
+			fmt.Fprintf(w, "faults (answered DUNNO): %d\nbad input (connections closed): %d\n", st.Faults, st.BadInput)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/mta/postfix"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func newServeCmd(opts *rootOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "Run the policy daemon",
+		Long: `Run the policy daemon: the Postfix policy delegation service (and Exim
+${readsocket} service) on every server.policy_listen address, the admin
+socket the CLI talks to, and Prometheus metrics on server.metrics_listen.
+
+With no --config the embedded default is used: policy service on
+127.0.0.1:10031, state (BoltDB file and admin socket) in ./ratelimitd-state,
+metrics on 127.0.0.1:9731, limits 200/hour + 1000/day per SASL user.
+
+Rate state is kept in memory and written to STATE_DIR/ratelimitd.db every
+server.flush_interval (1s): a crash loses at most that much counting, a
+restart or upgrade forgives nobody.
+
+Signals: SIGHUP reloads the configuration file (an invalid file is
+refused, logged, and the running configuration kept; listener changes need
+a restart). SIGTERM and SIGINT stop accepting connections, let requests in
+progress finish (up to 10s), flush the rate state and exit 0.
+
+Postfix main.cf:
+  smtpd_recipient_restrictions = ...,
+      check_policy_service { inet:127.0.0.1:10031, timeout=10s, default_action=DUNNO },
+      permit_sasl_authenticated, ...
+  smtpd_end_of_data_restrictions =
+      check_policy_service { inet:127.0.0.1:10031, timeout=10s, default_action=DUNNO }`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := config.Load(opts.configPath)
+			if err != nil {
+				return reportConfigErrors(cmd.ErrOrStderr(), err)
+			}
+			d, err := startDaemon(f, opts.configPath, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			sig := make(chan os.Signal, 4)
+			signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sig)
+			for s := range sig {
+				if s == syscall.SIGHUP {
+					d.reload()
+					continue
+				}
+				d.log.Info("shutting down", "signal", s.String())
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := d.shutdown(ctx)
+				cancel()
+				return err
+			}
+			return nil
+		},
+	}
+}
+
+// daemon is a running ratelimitd: engine, stores, listeners.
+type daemon struct {
+	cfg        *config.File
+	configPath string
+	log        *slog.Logger
+	started    time.Time
+	db         *bolt.DB
+	mem        *store.Memory
+	state      *store.Persistent
+	engine     *policy.Engine
+	metrics    *metrics
+	policy     *postfix.Server
+	admin      *http.Server
+	metricsSrv *http.Server
+	listeners  []string
+	q          *quarantineState
+	wg         sync.WaitGroup
+}
+
+func newLogger(s config.Server, w interface{ Write([]byte) (int, error) }) *slog.Logger {
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(s.LogLevel))
+	o := &slog.HandlerOptions{Level: lvl}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// startDaemon opens the state, starts every listener and returns; errors
+// leave nothing running.
+func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte) (int, error) }) (_ *daemon, err error) {
+	s := f.Server
+	d := &daemon{cfg: f, configPath: configPath, log: newLogger(s, logw), started: time.Now()}
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	d.db, err = openDB(s.DBPath())
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { d.db.Close() })
+	d.mem = store.NewMemory(store.MemoryOptions{MaxKeys: s.MaxKeys})
+	// Restoring drops states that have decayed away under the configured
+	// limits; a first engine on the bare memory store answers that, the
+	// daemon's engine counts through the persistent store.
+	restoreEngine, err := policy.NewEngine(f.PolicyConfig(), d.mem)
+	if err != nil {
+		return nil, err
+	}
+	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), func(l string, st ratelimit.State, now time.Time) bool {
+		if e := d.engine; e != nil {
+			return e.Negligible(l, st, now)
+		}
+		return restoreEngine.Negligible(l, st, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { d.state.Close() })
+	d.engine, err = policy.NewEngine(f.PolicyConfig(), d.state)
+	if err != nil {
+		return nil, err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.state.Run(context.Background())
+	}()
+	d.metrics = newMetrics(func() float64 { return float64(d.mem.Len()) })
+	if err := d.openQuarantine(); err != nil {
+		return nil, err
+	}
+	d.policy = &postfix.Server{
+		Decider:         postfix.DeciderFunc(d.decide),
+		Logger:          d.log,
+		Metrics:         serverMetrics{d.metrics},
+		IdleTimeout:     time.Duration(s.IdleTimeout),
+		RequestTimeout:  time.Duration(s.RequestTimeout),
+		AllowedNetworks: s.Networks(),
+	}
+	var ls []net.Listener
+	cleanup = append(cleanup, func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	})
+	for _, addr := range s.PolicyListen {
+		var l net.Listener
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			l, err = postfix.ListenUnix(path, os.FileMode(s.Mode()), s.SocketGroup)
+		} else {
+			l, err = postfix.ListenTCP(addr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy listener %s: %w", addr, err)
+		}
+		ls = append(ls, l)
+		d.listeners = append(d.listeners, "policy "+listenerName(l))
+	}
+	al, err := listenAdmin(s.AdminSocket)
+	if err != nil {
+		return nil, err
+	}
+	ls = append(ls, al)
+	d.listeners = append(d.listeners, "admin unix:"+s.AdminSocket)
+	var ml net.Listener
+	if *s.MetricsListen != "" {
+		if ml, err = net.Listen("tcp", *s.MetricsListen); err != nil {
+			return nil, fmt.Errorf("metrics listener: %w", err)
+		}
+		ls = append(ls, ml)
+		d.listeners = append(d.listeners, "metrics http://"+ml.Addr().String()+"/metrics")
+	}
+	if err := d.startMilter(&ls); err != nil {
+		return nil, err
+	}
+	// Everything is open: start serving.
+	for _, l := range ls[:len(s.PolicyListen)] {
+		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
+	}
+	d.admin = (&adminServer{d: d, log: d.log}).httpServer()
+	d.goServe("admin", func() error { return d.admin.Serve(al) }, http.ErrServerClosed)
+	if ml != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+		d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		d.goServe("metrics", func() error { return d.metricsSrv.Serve(ml) }, http.ErrServerClosed)
+	}
+	d.serveMilter()
+	d.log.Info("ratelimitd started", "version", version, "config", f.Source, "listeners", d.listeners,
+		"state", s.DBPath(), "restored_keys", d.mem.Len())
+	return d, nil
+}
+
+func listenerName(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix:" + l.Addr().String()
+	}
+	return l.Addr().String()
+}
+
+func (d *daemon) goServe(name string, serve func() error, closed error) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := serve(); err != nil && !errors.Is(err, closed) {
+			d.log.Error("listener failed", "listener", name, "err", err)
+		}
+	}()
+}
+
+// openDB opens the daemon's BoltDB file, failing after 1 s if another
+// process holds its lock.
+func openDB(path string) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%s is locked by another process (is ratelimitd already running?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// decide is the policy server's Decider: evaluate, measure, log faults.
+func (d *daemon) decide(ctx context.Context, req *policy.Request) policy.Decision {
+	start := time.Now()
+	dec := d.engine.Evaluate(ctx, start, req)
+	d.metrics.observe(req, &dec, time.Since(start))
+	if dec.Fault != nil {
+		d.log.Warn("rate check failed open", "err", dec.Fault, "protocol_state", req.ProtocolState,
+			"queue_id", req.QueueID, "client", req.ClientAddress)
+	}
+	if dec.Action == policy.Hold || dec.Action == policy.Freeze {
+		d.recordHold(ctx, req, &dec)
+	}
+	return dec
+}
+
+// reload re-reads the configuration file; an invalid one is refused.
+func (d *daemon) reload() {
+	f, err := config.Load(d.configPath)
+	if err == nil {
+		err = d.engine.Reload(f.PolicyConfig())
+	}
+	if err != nil {
+		d.log.Error("reload refused, keeping the running configuration", "config", d.cfg.Source, "err", err)
+		d.metrics.fault("reload")
+		return
+	}
+	d.cfg = f
+	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
+}
+
+func (d *daemon) status() Status {
+	st := Status{Version: version, Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
+		Config: d.cfg.Source, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
+		Faults: d.metrics.nFaults.Load(), BadInput: d.metrics.nBad.Load()}
+	for a := range numActions {
+		n := d.metrics.byAction[a].Load()
+		st.Requests += n
+		st.ByAction[policy.Action(a).String()] = n
+	}
+	for _, l := range d.engine.Limits() {
+		st.Limits = append(st.Limits, fmt.Sprintf("%s: %g/%s per %s by %s, %s, %s", l.Name, l.Limit,
+			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
+	}
+	return st
+}
+
+// shutdown drains connections, flushes rate state and closes the database.
+func (d *daemon) shutdown(ctx context.Context) error {
+	var errs []error
+	if err := d.policy.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("policy server: %w", err))
+	}
+	d.stopMilter(ctx)
+	if d.metricsSrv != nil {
+		d.metricsSrv.Shutdown(ctx)
+	}
+	d.admin.Shutdown(ctx)
+	d.wg.Wait()
+	if err := d.state.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
+	}
+	if err := d.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	os.Remove(d.cfg.Server.AdminSocket)
+	d.log.Info("ratelimitd stopped")
+	return errors.Join(errs...)
+}
+
+// serverMetrics feeds the policy server's counts into the daemon metrics.
+type serverMetrics struct{ m *metrics }
+
+func (serverMetrics) Conn(bool)                            {}
+func (serverMetrics) ConnDone()                            {}
+func (serverMetrics) Request(policy.Action, time.Duration) {}
+func (s serverMetrics) BadInput(reason string)             { s.m.bad(reason) }
+func (s serverMetrics) Fault(kind string)                  { s.m.fault(kind) }
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

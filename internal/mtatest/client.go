@@ -1,0 +1,400 @@
+package mtatest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/textproto"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+)
+
+// Stage names the step of an SMTP transaction a reply belongs to.
+type Stage string
+
+// The stages of an SMTP transaction, in order.
+const (
+	StageConnect   Stage = "connect"     // TCP connect
+	StageGreeting  Stage = "greeting"    // the server's 220 banner
+	StageHello     Stage = "ehlo"        // EHLO (before and after XCLIENT)
+	StageXCLIENT   Stage = "xclient"     // XCLIENT
+	StageMail      Stage = "mail"        // MAIL FROM
+	StageRcpt      Stage = "rcpt"        // RCPT TO, one per recipient
+	StageData      Stage = "data"        // the DATA command (354 expected)
+	StageEndOfData Stage = "end-of-data" // the reply after the message content
+)
+
+// Mail is one message to send with Send.
+type Mail struct {
+	// Login, ClientAddr and ClientName, when any is set, are sent with
+	// XCLIENT (LOGIN=, ADDR=, NAME=) after a first EHLO, so that Postfix
+	// treats the session as coming from that SASL user and client. An
+	// IPv6 ClientAddr gets its "IPV6:" prefix added.
+	Login      string
+	ClientAddr string
+	ClientName string
+	// Helo is the EHLO name; "" means "client.mtatest.invalid".
+	Helo string
+	// From is the envelope sender; "" is the null sender <>.
+	From string
+	// To are the envelope recipients.
+	To []string
+	// Data is the message (header, empty line, body). Bare LF line ends
+	// are sent as CRLF.
+	Data []byte
+}
+
+// SendError is the failure of one stage of a transaction. Err is a
+// *smtp.SMTPError when the server replied with an error, so
+// errors.As(err, &smtpErr) yields the code (e.g. 450) and enhanced code
+// (e.g. 4.7.1); otherwise it is a network or protocol error.
+type SendError struct {
+	Stage Stage
+	Rcpt  string // the recipient, for StageRcpt
+	Err   error
+}
+
+func (e *SendError) Error() string {
+	if e.Stage == StageRcpt {
+		return fmt.Sprintf("mtatest: %s <%s>: %v", e.Stage, e.Rcpt, e.Err)
+	}
+	return fmt.Sprintf("mtatest: %s: %v", e.Stage, e.Err)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
+// Code returns the SMTP reply code of the failure, or 0 if the server did
+// not reply with one.
+func (e *SendError) Code() int {
+	var se *smtp.SMTPError
+	if errors.As(e.Err, &se) {
+		return se.Code
+	}
+	return 0
+}
+
+// Result is the outcome of a transaction.
+type Result struct {
+	// Accepted are the recipients the server accepted at RCPT.
+	Accepted []string
+	// Errors are the failures, in order: at most one per stage except
+	// StageRcpt, which has one per rejected recipient. When some
+	// recipients were accepted the message was still sent to them.
+	Errors []*SendError
+	// Reply is the server's final reply text after the message content,
+	// e.g. "2.0.0 Ok: queued as 4F3A21C0A2", and QueueID the ID parsed
+	// from it ("" if none).
+	Reply   string
+	QueueID string
+	// Transcript is the whole SMTP conversation (C: and S: lines).
+	Transcript string
+}
+
+// Err returns nil if the message was accepted for every recipient, the
+// only *SendError if there was one, or errors.Join of all of them.
+func (r *Result) Err() error {
+	switch len(r.Errors) {
+	case 0:
+		return nil
+	case 1:
+		return r.Errors[0]
+	}
+	errs := make([]error, len(r.Errors))
+	for i, e := range r.Errors {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// Send sends m to the SMTP server at addr and returns nil if it was
+// accepted for every recipient; see SendResult for the details. A 450
+// at RCPT comes back as a *SendError with Stage StageRcpt wrapping a
+// *smtp.SMTPError with Code 450.
+func Send(t testing.TB, addr string, m Mail) error {
+	t.Helper()
+	return SendResult(t, addr, m).Err()
+}
+
+// SendResult sends m to the SMTP server at addr: EHLO, XCLIENT and EHLO
+// again if m asks for it, MAIL FROM, one RCPT TO per recipient (going on
+// after a rejected one), and DATA if any recipient was accepted. Every
+// command has a 30-second deadline. It never fails the test itself.
+func SendResult(t testing.TB, addr string, m Mail) *Result {
+	t.Helper()
+	var tr transcript
+	res := &Result{}
+	defer func() { res.Transcript = tr.String() }()
+	fail := func(stage Stage, rcpt string, err error) *Result {
+		res.Errors = append(res.Errors, &SendError{Stage: stage, Rcpt: rcpt, Err: err})
+		return res
+	}
+
+	if len(m.To) == 0 {
+		return fail(StageRcpt, "", errors.New("no recipients (Mail.To is empty)"))
+	}
+	raw, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return fail(StageConnect, "", err)
+	}
+	conn := &recordingConn{Conn: raw, tr: &tr}
+	defer conn.Close()
+
+	helo := m.Helo
+	if helo == "" {
+		helo = "client.mtatest.invalid"
+	}
+
+	// The greeting and the optional XCLIENT exchange are done by hand;
+	// the go-smtp client then gets the connection with the last 220
+	// greeting replayed to it.
+	tp := textproto.NewConn(conn)
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, _, err := tp.ReadResponse(220); err != nil {
+		return fail(StageGreeting, "", toSMTPError(err))
+	}
+	if m.Login != "" || m.ClientAddr != "" || m.ClientName != "" {
+		if err := tp.PrintfLine("EHLO %s", helo); err != nil {
+			return fail(StageHello, "", err)
+		}
+		_, ext, err := tp.ReadResponse(250)
+		if err != nil {
+			return fail(StageHello, "", toSMTPError(err))
+		}
+		if !hasExtension(ext, "XCLIENT") {
+			return fail(StageXCLIENT, "", errors.New("server does not offer XCLIENT to this client (smtpd_authorized_xclient_hosts)"))
+		}
+		if err := tp.PrintfLine("XCLIENT %s", xclientArgs(m)); err != nil {
+			return fail(StageXCLIENT, "", err)
+		}
+		if _, _, err := tp.ReadResponse(220); err != nil {
+			return fail(StageXCLIENT, "", toSMTPError(err))
+		}
+	}
+	_ = conn.SetDeadline(time.Time{})
+	c := smtp.NewClient(&replayConn{
+		Conn: conn,
+		r:    io.MultiReader(strings.NewReader("220 mtatest replayed greeting\r\n"), tp.R),
+	})
+	c.CommandTimeout = 30 * time.Second
+	c.SubmissionTimeout = 30 * time.Second
+	defer c.Close()
+	// After an error reply the server is still talking: say goodbye
+	// properly, so that its log shows no "lost connection".
+	fail = func(stage Stage, rcpt string, err error) *Result {
+		res.Errors = append(res.Errors, &SendError{Stage: stage, Rcpt: rcpt, Err: err})
+		if errors.As(err, new(*smtp.SMTPError)) {
+			_ = c.Quit()
+		}
+		return res
+	}
+
+	if err := c.Hello(helo); err != nil {
+		return fail(StageHello, "", err)
+	}
+	if err := c.Mail(m.From, nil); err != nil {
+		return fail(StageMail, "", err)
+	}
+	for _, rcpt := range m.To {
+		if err := c.Rcpt(rcpt, nil); err != nil {
+			res.Errors = append(res.Errors, &SendError{Stage: StageRcpt, Rcpt: rcpt, Err: err})
+			continue
+		}
+		res.Accepted = append(res.Accepted, rcpt)
+	}
+	if len(res.Accepted) == 0 {
+		_ = c.Reset()
+		_ = c.Quit()
+		return res
+	}
+	w, err := c.Data()
+	if err != nil {
+		return fail(StageData, "", err)
+	}
+	if _, err := w.Write(m.Data); err != nil {
+		return fail(StageEndOfData, "", err)
+	}
+	resp, err := w.CloseWithResponse()
+	if err != nil {
+		return fail(StageEndOfData, "", err)
+	}
+	res.Reply = resp.StatusText
+	if mm := queuedAsRE.FindStringSubmatch(resp.StatusText); mm != nil {
+		res.QueueID = mm[1]
+	}
+	_ = c.Quit()
+	return res
+}
+
+var queuedAsRE = regexp.MustCompile(`queued as ([0-9A-Za-z]+)`)
+
+func hasExtension(ehlo, name string) bool {
+	for _, line := range strings.Split(ehlo, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.EqualFold(f[0], name) {
+			return true
+		}
+	}
+	return false
+}
+
+// xclientArgs builds the XCLIENT attribute list; values are xtext (RFC
+// 3461) as the Postfix XCLIENT_README requires.
+func xclientArgs(m Mail) string {
+	var args []string
+	if m.Login != "" {
+		args = append(args, "LOGIN="+xtext(m.Login))
+	}
+	if m.ClientAddr != "" {
+		addr := m.ClientAddr
+		if ip := net.ParseIP(addr); ip != nil && ip.To4() == nil {
+			addr = "IPV6:" + addr
+		}
+		args = append(args, "ADDR="+xtext(addr))
+	}
+	if m.ClientName != "" {
+		args = append(args, "NAME="+xtext(m.ClientName))
+	}
+	return strings.Join(args, " ")
+}
+
+func xtext(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '!' || c > '~' || c == '+' || c == '=' {
+			fmt.Fprintf(&b, "+%02X", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// toSMTPError turns a textproto reply error into a *smtp.SMTPError with its
+// enhanced code parsed, as the go-smtp client does.
+func toSMTPError(err error) error {
+	var pe *textproto.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	se := &smtp.SMTPError{Code: pe.Code, Message: pe.Msg}
+	code, msg, ok := strings.Cut(pe.Msg, " ")
+	if !ok {
+		return se
+	}
+	parts := strings.Split(code, ".")
+	if len(parts) != 3 {
+		return se
+	}
+	var ec smtp.EnhancedCode
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return se
+		}
+		ec[i] = n
+	}
+	se.EnhancedCode = ec
+	se.Message = msg
+	return se
+}
+
+// replayConn is a net.Conn whose reads come from r (a replayed greeting
+// followed by whatever the textproto reader had buffered, then the
+// connection).
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// transcript collects an SMTP conversation.
+type transcript struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (t *transcript) add(prefix string, p []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line != "" {
+			t.buf.WriteString(prefix + strings.TrimRight(line, "\r\n") + "\n")
+		}
+	}
+}
+
+func (t *transcript) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.buf.String()
+}
+
+type recordingConn struct {
+	net.Conn
+	tr *transcript
+}
+
+func (c *recordingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.tr.add("S: ", p[:n])
+	return n, err
+}
+
+func (c *recordingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.tr.add("C: ", p[:n])
+	return n, err
+}
+
+var mailDecoder mime.WordDecoder
+
+// BuildMessage returns a simple RFC 5322 text/plain message with From, To,
+// Subject (RFC 2047-encoded if not ASCII), Date, a fresh Message-ID, and
+// body with its line ends turned into CRLF and a final CRLF added if
+// missing.
+func BuildMessage(from, to, subject, body string) []byte {
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	body = strings.ReplaceAll(body, "\r\n", "\n")
+	body = strings.ReplaceAll(body, "\n", "\r\n")
+	if !strings.HasSuffix(body, "\r\n") {
+		body += "\r\n"
+	}
+	cte := "7bit"
+	if !isASCII(body) {
+		cte = "8bit"
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "From: <%s>\r\n", from)
+	fmt.Fprintf(&b, "To: <%s>\r\n", to)
+	fmt.Fprintf(&b, "Subject: %s\r\n", mime.QEncoding.Encode("utf-8", subject))
+	fmt.Fprintf(&b, "Date: %s\r\n", time.Now().Format(time.RFC1123Z))
+	fmt.Fprintf(&b, "Message-ID: <%s@mtatest.invalid>\r\n", hex.EncodeToString(id[:]))
+	b.WriteString("MIME-Version: 1.0\r\n")
+	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
+	fmt.Fprintf(&b, "Content-Transfer-Encoding: %s\r\n", cte)
+	b.WriteString("\r\n")
+	b.WriteString(body)
+	return b.Bytes()
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,312 @@
+package postfix
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Limits on a request. Postfix's own requests are about 30 lines of well
+// under 1 KiB in total; the limits only bound what a broken or hostile client
+// can make the server buffer.
+const (
+	// MaxLineLen is the longest request line accepted, in bytes, not
+	// counting the "\n" or "\r\n" terminator.
+	MaxLineLen = 64 << 10
+	// MaxAttributes is the largest number of attribute lines accepted in
+	// one request.
+	MaxAttributes = 1024
+)
+
+// RequestType is the only value of the request attribute this package
+// answers (SMTPD_POLICY_README, "Protocol description").
+const RequestType = "smtpd_access_policy"
+
+// StagePolicy is the policy.Request.Stage set by Decode.
+const StagePolicy = "policy"
+
+// Indexes of the string attributes Decode keeps.
+const (
+	fProtocolState = iota
+	fProtocolName
+	fHeloName
+	fQueueID
+	fSender
+	fRecipient
+	fClientAddress
+	fClientName
+	fReverseClientName
+	fInstance
+	fSASLMethod
+	fSASLUsername
+	fSASLSender
+	nStringFields
+)
+
+// Bits in Decoder.seen for the numeric attributes.
+const (
+	seenRecipientCount = 1 << (nStringFields + iota)
+	seenSize
+)
+
+// span locates one value in Decoder.vals.
+type span struct{ off, n int32 }
+
+// A Decoder reads policy requests from a buffered reader, reusing its
+// buffers from one request to the next: decoding a request costs one
+// allocation (the backing store of all its string fields) once the buffers
+// have grown. Use one Decoder per connection. A Decoder is not safe for
+// concurrent use.
+//
+// The string fields of a decoded Request share one backing array. A consumer
+// that keeps one field for long (a map key, say) while discarding the rest
+// should copy it with strings.Clone to let the others be collected.
+type Decoder struct {
+	r     *bufio.Reader
+	long  []byte // reassembly of a line longer than r's buffer
+	vals  []byte // values of the current request's known attributes
+	spans [nStringFields]span
+	seen  uint32
+}
+
+// NewDecoder returns a Decoder reading from r. For the allocation figures
+// above r's buffer should hold a typical line (the bufio default of 4 KiB
+// is plenty); longer lines, up to MaxLineLen, are reassembled.
+func NewDecoder(r *bufio.Reader) *Decoder {
+	return &Decoder{r: r}
+}
+
+// Reset makes d read from r, keeping its buffers.
+func (d *Decoder) Reset(r *bufio.Reader) {
+	d.r = r
+}
+
+// ReadRequest reads one request from r into req, like Decode on a new
+// Decoder; prefer a Decoder to read many requests from one connection.
+func ReadRequest(r *bufio.Reader, req *policy.Request) error {
+	d := Decoder{r: r}
+	return d.Decode(req)
+}
+
+// Decode reads the next request (SMTPD_POLICY_README, "Protocol
+// description") into req, overwriting all of its fields, and sets req.Stage
+// to StagePolicy.
+//
+// A request is a sequence of name=value lines ended by an empty line. A line
+// may end in "\r\n" (the "\r" is removed); a request whose input ends after
+// at least one complete line, without the empty line, is complete too (Exim
+// readsocket with its write side shut down). Attributes the policy.Request
+// has no field for are ignored, as Postfix adds attributes over time. When an
+// attribute occurs more than once, the first value is kept. Empty numeric
+// values count as 0.
+//
+// Decode returns io.EOF when the input ends before the first byte of a
+// request, io.ErrUnexpectedEOF when it ends inside a line, an error wrapping
+// ErrLineTooLong, ErrTooManyAttributes, ErrMalformed or ErrUnknownRequest for
+// bad input, and errors of the underlying reader unchanged. After an error
+// the position in the input is undefined: close the connection. req is
+// only valid when Decode returns nil.
+func (d *Decoder) Decode(req *policy.Request) error {
+	// Do not keep the memory of an exceptionally large request for the
+	// rest of a long-lived connection.
+	const keep = 16 << 10
+	if cap(d.vals) > keep {
+		d.vals = nil
+	}
+	if cap(d.long) > keep {
+		d.long = nil
+	}
+	d.vals = d.vals[:0]
+	d.seen = 0
+	var (
+		rcptCount, size int64
+		nattr           int
+		sawRequest      bool
+	)
+	for {
+		line, err := d.readLine()
+		if err != nil {
+			if err == io.EOF {
+				if nattr == 0 {
+					return io.EOF
+				}
+				break // Exim readsocket: end of input ends the request.
+			}
+			return err
+		}
+		if len(line) == 0 {
+			if nattr == 0 {
+				return fmt.Errorf("%w: empty request", ErrMalformed)
+			}
+			break
+		}
+		nattr++
+		if nattr > MaxAttributes {
+			return fmt.Errorf("%w: more than %d", ErrTooManyAttributes, MaxAttributes)
+		}
+		eq := bytes.IndexByte(line, '=')
+		if eq < 0 {
+			return fmt.Errorf("%w: line %d: no '=' in %.40q", ErrMalformed, nattr, line)
+		}
+		if eq == 0 {
+			return fmt.Errorf("%w: line %d: empty attribute name", ErrMalformed, nattr)
+		}
+		if bytes.IndexByte(line, 0) >= 0 {
+			return fmt.Errorf("%w: line %d: NUL byte", ErrMalformed, nattr)
+		}
+		name, value := line[:eq], line[eq+1:]
+		f := -1
+		switch string(name) {
+		case "request":
+			if string(value) != RequestType {
+				return fmt.Errorf("%w: %.40q", ErrUnknownRequest, value)
+			}
+			sawRequest = true
+			continue
+		case "protocol_state":
+			f = fProtocolState
+		case "protocol_name":
+			f = fProtocolName
+		case "helo_name":
+			f = fHeloName
+		case "queue_id":
+			f = fQueueID
+		case "sender":
+			f = fSender
+		case "recipient":
+			f = fRecipient
+		case "client_address":
+			f = fClientAddress
+		case "client_name":
+			f = fClientName
+		case "reverse_client_name":
+			f = fReverseClientName
+		case "instance":
+			f = fInstance
+		case "sasl_method":
+			f = fSASLMethod
+		case "sasl_username":
+			f = fSASLUsername
+		case "sasl_sender":
+			f = fSASLSender
+		case "recipient_count":
+			n, ok := parseUint(value)
+			if !ok || n > math.MaxInt32 {
+				return fmt.Errorf("%w: line %d: recipient_count %.40q", ErrMalformed, nattr, value)
+			}
+			if d.seen&seenRecipientCount == 0 {
+				d.seen |= seenRecipientCount
+				rcptCount = n
+			}
+			continue
+		case "size":
+			n, ok := parseUint(value)
+			if !ok {
+				return fmt.Errorf("%w: line %d: size %.40q", ErrMalformed, nattr, value)
+			}
+			if d.seen&seenSize == 0 {
+				d.seen |= seenSize
+				size = n
+			}
+			continue
+		default:
+			continue
+		}
+		if d.seen&(1<<f) != 0 {
+			continue // keep the first value
+		}
+		d.seen |= 1 << f
+		d.spans[f] = span{int32(len(d.vals)), int32(len(value))}
+		d.vals = append(d.vals, value...)
+	}
+	if !sawRequest {
+		return fmt.Errorf("%w: no request attribute", ErrUnknownRequest)
+	}
+
+	*req = policy.Request{
+		RecipientCount: int(rcptCount),
+		Size:           size,
+		Stage:          StagePolicy,
+	}
+	if len(d.vals) == 0 {
+		return nil
+	}
+	s := string(d.vals) // the request's one allocation
+	get := func(f int) string {
+		if d.seen&(1<<f) == 0 {
+			return ""
+		}
+		sp := d.spans[f]
+		return s[sp.off : sp.off+sp.n]
+	}
+	req.ProtocolState = get(fProtocolState)
+	req.ProtocolName = get(fProtocolName)
+	req.HeloName = get(fHeloName)
+	req.QueueID = get(fQueueID)
+	req.Sender = get(fSender)
+	req.Recipient = get(fRecipient)
+	req.ClientAddress = get(fClientAddress)
+	req.ClientName = get(fClientName)
+	req.ReverseClientName = get(fReverseClientName)
+	req.Instance = get(fInstance)
+	req.SASLMethod = get(fSASLMethod)
+	req.SASLUsername = get(fSASLUsername)
+	req.SASLSender = get(fSASLSender)
+	return nil
+}
+
+// readLine returns the next line without its "\n" or "\r\n" terminator. The
+// slice is valid until the next call. It returns io.EOF at a clean end of
+// input and io.ErrUnexpectedEOF when the input ends inside a line.
+func (d *Decoder) readLine() ([]byte, error) {
+	line, err := d.r.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		// Longer than the reader's buffer: reassemble, within the limit.
+		d.long = append(d.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			if len(d.long) > MaxLineLen+2 {
+				return nil, fmt.Errorf("%w: more than %d bytes", ErrLineTooLong, MaxLineLen)
+			}
+			line, err = d.r.ReadSlice('\n')
+			d.long = append(d.long, line...)
+		}
+		line = d.long
+	}
+	if err != nil {
+		if err == io.EOF {
+			if len(line) == 0 {
+				return nil, io.EOF
+			}
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	if len(line) > MaxLineLen {
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrLineTooLong, MaxLineLen)
+	}
+	return line, nil
+}
+
+// parseUint parses an unsigned decimal integer without allocating. The empty
+// string is 0 (SMTPD_POLICY_README: an unavailable value may be sent empty).
+func parseUint(b []byte) (int64, bool) {
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n > (math.MaxInt64-9)/10 {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}

@@ -1,0 +1,111 @@
+package postfix
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/user"
+	"strconv"
+	"time"
+)
+
+// DefaultSocketMode is the file mode ListenUnix gives a socket when asked
+// for mode 0: read and write for the owner and the group (Postfix connects
+// as a member of the socket's group, typically "postfix").
+const DefaultSocketMode os.FileMode = 0o660
+
+// ListenUnix listens on the unix-domain socket path, for
+// "check_policy_service unix:/path" (SMTPD_POLICY_README, "Simple policy
+// client/server configuration"). For Postfix's chroot the socket usually
+// lives below the queue directory, e.g. /var/spool/postfix/private/ratelimitd,
+// named "unix:private/ratelimitd" in main.cf.
+//
+// A stale socket left by a previous run is removed first. ListenUnix returns
+// an error wrapping ErrSocketInUse if another server accepts connections on
+// path, and ErrNotSocket if path exists and is not a socket. The socket is
+// given mode (0 means DefaultSocketMode) and, if group is not empty, group
+// ownership of group (a name, or a numeric id); on failure the socket is
+// removed again. Closing the listener removes the socket.
+//
+// Between its creation and the chmod the socket has the mode the process
+// umask gives it; keep it in a directory that only the daemon and the MTA can
+// reach (as Postfix's private/ is).
+func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, error) {
+	if mode == 0 {
+		mode = DefaultSocketMode
+	}
+	gid := -1
+	if group != "" {
+		var err error
+		if gid, err = lookupGroup(group); err != nil {
+			return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
+		}
+	}
+	if err := removeStaleSocket(path); err != nil {
+		return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("postfix: %w", err)
+	}
+	l.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, mode.Perm()); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
+	}
+	if gid >= 0 {
+		if err := os.Lchown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
+		}
+	}
+	return l, nil
+}
+
+// removeStaleSocket removes path if it is a socket nobody accepts on.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return ErrNotSocket
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return ErrSocketInUse
+	}
+	return os.Remove(path)
+}
+
+// lookupGroup resolves a group name or numeric id.
+func lookupGroup(group string) (int, error) {
+	if gid, err := strconv.Atoi(group); err == nil && gid >= 0 {
+		return gid, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(g.Gid)
+}
+
+// ListenTCP listens on the TCP address addr ("127.0.0.1:10031", "[::1]:10031"),
+// for "check_policy_service inet:host:port" and Exim readsocket
+// (SMTPD_POLICY_README, "Simple policy client/server configuration"). It
+// only listens: the Server's AllowedNetworks decides who may talk to it,
+// loopback only by default. Prefer a loopback or unix socket where the MTA
+// runs on the same host.
+func ListenTCP(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("postfix: %w", err)
+	}
+	return l, nil
+}

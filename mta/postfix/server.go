@@ -1,0 +1,559 @@
+package postfix
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Default timeouts of a Server.
+const (
+	// DefaultIdleTimeout is longer than Postfix's
+	// smtpd_policy_service_max_idle (300 s), so that Postfix, not the
+	// server, normally closes an idle connection.
+	DefaultIdleTimeout = 330 * time.Second
+	// DefaultRequestTimeout is far below Postfix's
+	// smtpd_policy_service_timeout (100 s), so that a fail-open DUNNO after
+	// a slow Decide reaches Postfix before it gives up and applies
+	// smtpd_policy_service_default_action (451 4.3.5, a temporary failure
+	// of the mail).
+	DefaultRequestTimeout = 10 * time.Second
+)
+
+// Reasons passed to Metrics.BadInput and logged when a connection is closed
+// without a reply.
+const (
+	ReasonLineTooLong       = "line_too_long"       // ErrLineTooLong
+	ReasonTooManyAttributes = "too_many_attributes" // ErrTooManyAttributes
+	ReasonMalformed         = "malformed"           // ErrMalformed
+	ReasonUnknownRequest    = "unknown_request"     // ErrUnknownRequest
+	ReasonUnexpectedEOF     = "unexpected_eof"      // io.ErrUnexpectedEOF
+	ReasonTimeout           = "timeout"             // request not complete within RequestTimeout
+	ReasonReadError         = "read_error"          // connection error inside a request
+)
+
+// Kinds passed to Metrics.Fault.
+const (
+	// FaultPanic: Decide (or the server itself) panicked; a panic in
+	// Decide is answered with DUNNO.
+	FaultPanic = "panic"
+	// FaultDecision: Decide returned a Decision with Fault set (normally
+	// a fail-open Pass); its action is sent as usual.
+	FaultDecision = "decision"
+)
+
+// A Decider decides one policy request. It is the seam between the protocol
+// and the rate limits: a small adapter around policy's Engine.Evaluate,
+// passing the current time, satisfies it.
+//
+// Decide is called concurrently from the connection goroutines, so it must
+// be safe for concurrent use. ctx carries the request's deadline (its first
+// byte plus Server.RequestTimeout) and is cancelled by Server.Close; Decide
+// should return a fail-open Pass with Decision.Fault set when it cannot
+// decide in time. The Server reuses *req for the connection's next request:
+// keep a copy or its strings, not the pointer. A panic in Decide is
+// recovered and answered with DUNNO.
+type Decider interface {
+	Decide(ctx context.Context, req *policy.Request) policy.Decision
+}
+
+// DeciderFunc adapts an ordinary function to the Decider interface.
+type DeciderFunc func(ctx context.Context, req *policy.Request) policy.Decision
+
+// Decide calls f(ctx, req).
+func (f DeciderFunc) Decide(ctx context.Context, req *policy.Request) policy.Decision {
+	return f(ctx, req)
+}
+
+// Metrics receives a Server's counts. Methods are called from the accept
+// and connection goroutines, concurrently: they must be safe for concurrent
+// use and must not block.
+type Metrics interface {
+	// Conn is called once per accepted connection; allowed is false when
+	// the connection was refused by the allow-list and closed unread.
+	Conn(allowed bool)
+	// ConnDone is called when an allowed connection has been closed.
+	ConnDone()
+	// Request is called once per answered request with the Decision's
+	// action and the time from the request's first byte to its reply
+	// being written.
+	Request(action policy.Action, elapsed time.Duration)
+	// BadInput is called when a connection is closed without a reply
+	// because of its input; reason is one of the Reason constants.
+	BadInput(reason string)
+	// Fault is called for every panic and every Decision with Fault set;
+	// kind is FaultPanic or FaultDecision.
+	Fault(kind string)
+}
+
+// Server answers Postfix policy delegation requests (and Exim readsocket
+// queries) with the verdicts of a Decider, in the shape of net/http's
+// Server: configure the exported fields, call Serve for each listener, and
+// Shutdown or Close to stop.
+//
+// Each connection carries any number of requests, answered in order. A
+// connection that sends bad input, or does not complete a request within
+// RequestTimeout, is logged (one line with its connection id and the
+// reason), counted and closed without a reply, which makes Postfix retry;
+// other connections are not affected. A Decide that panics or returns a
+// fault is answered with DUNNO (fail open), logged and counted, and the
+// connection carries on.
+//
+// The exported fields must not be changed once Serve has been called. The
+// methods are safe for concurrent use.
+type Server struct {
+	// Decider decides every request. Required.
+	Decider Decider
+	// Logger receives the connection log: every line carries the
+	// connection id ("conn"). Non-Pass decisions and faults are logged at
+	// Info and Warn, passes at Debug. Nil means slog.Default().
+	Logger *slog.Logger
+	// Metrics, if non-nil, receives the server's counts.
+	Metrics Metrics
+	// IdleTimeout is how long a connection may wait for the first byte
+	// of its next request before the server closes it. Zero means
+	// DefaultIdleTimeout (330 s).
+	IdleTimeout time.Duration
+	// RequestTimeout bounds one request from its first byte: reading the
+	// rest of it, Decide (through the ctx deadline) and, separately, the
+	// write of the reply. Zero means DefaultRequestTimeout (10 s).
+	RequestTimeout time.Duration
+	// AllowedNetworks lists the client networks a TCP connection may
+	// come from; a connection from elsewhere is closed before anything
+	// is read from it. Empty means loopback only (127.0.0.0/8, ::1).
+	// IPv4-mapped IPv6 addresses are matched as IPv4. Unix-socket
+	// connections are not checked (the socket's file mode and group
+	// control them); connections of any other kind are refused.
+	AllowedNetworks []netip.Prefix
+
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+	initOnce   sync.Once
+	nextID     atomic.Uint64
+
+	mu         sync.Mutex
+	closed     bool          // Shutdown or Close called
+	hardClosed bool          // Close called
+	done       chan struct{} // closed with closed
+	listeners  map[*net.Listener]struct{}
+	conns      map[*conn]struct{}
+	serveGroup sync.WaitGroup
+}
+
+// conn is one accepted connection.
+type conn struct {
+	rwc net.Conn
+	id  uint64
+	log *slog.Logger
+	// Under Server.mu: active is set while a request is handled;
+	// closing once the server has closed rwc.
+	active, closing bool
+}
+
+func (s *Server) init() {
+	s.initOnce.Do(func() {
+		s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+		s.listeners = make(map[*net.Listener]struct{})
+		s.conns = make(map[*conn]struct{})
+		s.done = make(chan struct{})
+	})
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func (s *Server) metrics() Metrics {
+	if s.Metrics != nil {
+		return s.Metrics
+	}
+	return noMetrics{}
+}
+
+func (s *Server) idleTimeout() time.Duration {
+	if s.IdleTimeout > 0 {
+		return s.IdleTimeout
+	}
+	return DefaultIdleTimeout
+}
+
+func (s *Server) requestTimeout() time.Duration {
+	if s.RequestTimeout > 0 {
+		return s.RequestTimeout
+	}
+	return DefaultRequestTimeout
+}
+
+// Serve accepts connections on l and serves each on its own goroutine until
+// l fails or the server is shut down. It backs off (5 ms doubling to 1 s) on
+// temporary accept errors such as running out of file descriptors.
+//
+// Serve always returns a non-nil error and closes l: ErrServerClosed after
+// Shutdown or Close, ErrNoDecider when Decider is nil, else the accept
+// error. Serve may be called for several listeners at once.
+func (s *Server) Serve(l net.Listener) error {
+	s.init()
+	if s.Decider == nil {
+		l.Close()
+		return ErrNoDecider
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[&l] = struct{}{}
+	s.serveGroup.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, &l)
+		s.mu.Unlock()
+		l.Close()
+		s.serveGroup.Done()
+	}()
+
+	log := s.logger()
+	_, unixListener := l.Addr().(*net.UnixAddr)
+	var tempDelay time.Duration
+	for {
+		rwc, err := l.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return ErrServerClosed
+			}
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
+				if tempDelay == 0 {
+					tempDelay = 5 * time.Millisecond
+				} else {
+					tempDelay *= 2
+				}
+				tempDelay = min(tempDelay, time.Second)
+				log.Warn("accept error; retrying", "listener", l.Addr().String(), "err", err, "delay", tempDelay)
+				select {
+				case <-time.After(tempDelay):
+				case <-s.done:
+				}
+				continue
+			}
+			return fmt.Errorf("postfix: accept on %s: %w", l.Addr(), err)
+		}
+		tempDelay = 0
+
+		c := &conn{rwc: rwc, id: s.nextID.Add(1)}
+		c.log = log.With("conn", c.id, "remote", remoteString(rwc))
+		if !s.allowed(rwc, unixListener) {
+			s.metrics().Conn(false)
+			c.log.Warn("connection refused by allow-list")
+			rwc.Close()
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			rwc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.metrics().Conn(true)
+		go s.serveConn(c)
+	}
+}
+
+// allowed applies AllowedNetworks to a new connection.
+func (s *Server) allowed(rwc net.Conn, unixListener bool) bool {
+	switch ra := rwc.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		addr, ok := netip.AddrFromSlice(ra.IP)
+		if !ok {
+			return false
+		}
+		addr = addr.Unmap().WithZone("")
+		if len(s.AllowedNetworks) == 0 {
+			return addr.IsLoopback()
+		}
+		for _, p := range s.AllowedNetworks {
+			if p.Contains(addr) {
+				return true
+			}
+		}
+		return false
+	case *net.UnixAddr:
+		return true
+	default:
+		return unixListener
+	}
+}
+
+func remoteString(rwc net.Conn) string {
+	ra := rwc.RemoteAddr()
+	if ra == nil {
+		return ""
+	}
+	if s := ra.String(); s != "" {
+		return s
+	}
+	return ra.Network()
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// setActive marks c as handling a request, or as idle; it reports false
+// when c must stop: the server has closed c, or c would become idle while
+// the server shuts down. A request whose first byte arrived before shutdown
+// is still answered.
+func (s *Server) setActive(c *conn, active bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.closing || (!active && s.closed) {
+		return false
+	}
+	c.active = active
+	return true
+}
+
+// serveConn answers the requests of one connection until it ends.
+func (s *Server) serveConn(c *conn) {
+	m := s.metrics()
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("panic serving connection", "panic", r, "stack", string(debug.Stack()))
+			m.Fault(FaultPanic)
+		}
+		c.rwc.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		m.ConnDone()
+	}()
+
+	c.log.Debug("connection opened")
+	br := bufio.NewReader(c.rwc)
+	bw := bufio.NewWriterSize(c.rwc, MaxReplyLen+2)
+	dec := NewDecoder(br)
+	idle, reqTimeout := s.idleTimeout(), s.requestTimeout()
+	var req policy.Request
+	for n := 0; ; n++ {
+		c.rwc.SetReadDeadline(time.Now().Add(idle))
+		if _, err := br.Peek(1); err != nil {
+			switch {
+			case err == io.EOF:
+				c.log.Debug("connection closed by client", "requests", n)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				c.log.Debug("idle timeout", "requests", n, "idle", idle)
+			case s.isClosed():
+				c.log.Debug("connection closed by shutdown", "requests", n)
+			default:
+				c.log.Debug("read error", "requests", n, "err", err)
+			}
+			return
+		}
+		if !s.setActive(c, true) {
+			return
+		}
+		start := time.Now()
+		deadline := start.Add(reqTimeout)
+		c.rwc.SetReadDeadline(deadline)
+		if err := dec.Decode(&req); err != nil {
+			reason := badInputReason(err)
+			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", n)
+			m.BadInput(reason)
+			return
+		}
+
+		d := s.decide(c, &req, deadline)
+
+		c.rwc.SetWriteDeadline(time.Now().Add(reqTimeout))
+		if err := WriteReply(bw, d, req.ProtocolState); err != nil {
+			c.log.Info("write error", "err", err)
+			return
+		}
+		m.Request(d.Action, time.Since(start))
+		if !s.setActive(c, false) {
+			return // shutting down: the in-flight request is answered
+		}
+	}
+}
+
+// decide calls the Decider, recovers a panic, and logs the decision.
+func (s *Server) decide(c *conn, req *policy.Request, deadline time.Time) (d policy.Decision) {
+	ctx, cancel := context.WithDeadline(s.baseCtx, deadline)
+	defer cancel()
+	panicked := false
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				panicked = true
+				d = policy.Decision{Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
+				c.log.Error("panic in Decide; answering DUNNO", "panic", r,
+					"stack", string(debug.Stack()), requestAttrs(req))
+				s.metrics().Fault(FaultPanic)
+			}
+		}()
+		d = s.Decider.Decide(ctx, req)
+	}()
+	if d.Fault != nil && !panicked {
+		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), requestAttrs(req))
+		s.metrics().Fault(FaultDecision)
+	}
+	if d.Action != policy.Pass {
+		c.log.Info("decision", "action", d.Action.String(), "limit", d.Limit, "key", d.Key,
+			"rate", d.Rate, "max", d.Max, "retry_after", d.RetryAfter, "reason", d.Reason,
+			requestAttrs(req))
+	} else if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug("decision", "action", d.Action.String(), requestAttrs(req))
+	}
+	return d
+}
+
+// requestAttrs is the request part of a log line.
+func requestAttrs(req *policy.Request) slog.Attr {
+	return slog.Group("req",
+		"state", req.ProtocolState,
+		"client", req.ClientAddress,
+		"sasl_username", req.SASLUsername,
+		"sender", req.Sender,
+		"recipient", req.Recipient,
+		"rcpt_count", req.RecipientCount,
+		"size", req.Size,
+		"queue_id", req.QueueID,
+		"instance", req.Instance,
+	)
+}
+
+// badInputReason maps a Decode error to a Reason constant.
+func badInputReason(err error) string {
+	switch {
+	case errors.Is(err, ErrLineTooLong):
+		return ReasonLineTooLong
+	case errors.Is(err, ErrTooManyAttributes):
+		return ReasonTooManyAttributes
+	case errors.Is(err, ErrMalformed):
+		return ReasonMalformed
+	case errors.Is(err, ErrUnknownRequest):
+		return ReasonUnknownRequest
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return ReasonUnexpectedEOF
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return ReasonTimeout
+	default:
+		return ReasonReadError
+	}
+}
+
+// Shutdown shuts the server down gracefully: it closes the listeners (Serve
+// returns ErrServerClosed), closes connections waiting for a request, lets
+// every request in progress finish and be answered, closing its connection
+// afterwards, and returns when all connections are closed. If ctx ends first,
+// Shutdown returns ctx.Err() and leaves the remaining connections to Close.
+// It returns ErrServerClosed if the server was already shut down or closed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.init()
+	if err := s.beginClose(); err != nil {
+		return err
+	}
+	wait := time.Millisecond
+	for {
+		if s.closeIdle() == 0 {
+			s.serveGroup.Wait()
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// Close closes the listeners and every connection at once, including those
+// with a request in progress (whose Decide sees its ctx cancelled), without
+// waiting for them. For a graceful stop use Shutdown; Close after a
+// Shutdown that ran out of time stops what is left. It returns
+// ErrServerClosed if Close was already called, else the first error from
+// closing a listener.
+func (s *Server) Close() error {
+	s.init()
+	err := s.beginClose()
+	if errors.Is(err, ErrServerClosed) {
+		err = nil
+	}
+	s.cancelBase()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hardClosed {
+		return ErrServerClosed
+	}
+	s.hardClosed = true
+	for c := range s.conns {
+		c.closing = true
+		c.rwc.Close()
+	}
+	return err
+}
+
+// beginClose marks the server closed and closes its listeners. Calling it
+// after Shutdown lets Close still close the connections.
+func (s *Server) beginClose() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	s.closed = true
+	close(s.done)
+	var err error
+	for l := range s.listeners {
+		if cerr := (*l).Close(); cerr != nil && err == nil && !errors.Is(cerr, net.ErrClosed) {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// closeIdle closes the connections not handling a request and returns the
+// number of connections left.
+func (s *Server) closeIdle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if !c.active && !c.closing {
+			c.closing = true
+			c.rwc.Close()
+		}
+	}
+	return len(s.conns)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) Conn(bool)                            {}
+func (noMetrics) ConnDone()                            {}
+func (noMetrics) Request(policy.Action, time.Duration) {}
+func (noMetrics) BadInput(string)                      {}
+func (noMetrics) Fault(string)                         {}

@@ -1,0 +1,148 @@
+package quarantine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// testClock is a settable clock for Options.Now.
+type testClock struct{ t time.Time }
+
+func (c *testClock) Now() time.Time { return c.t }
+
+func (c *testClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+
+var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// openDB opens (creating) a BoltDB file. When the test ends the handle is
+// closed and the file reopened and checked: bbolt's own consistency check
+// plus the quarantine's invariants.
+func openDB(t testing.TB, path string) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.Close() // closing twice is harmless
+		checkFile(t, path)
+	})
+	return db
+}
+
+// newStore returns a Store on a fresh database in t.TempDir().
+func newStore(t testing.TB, opts Options) (*Store, *bolt.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db := openDB(t, path)
+	s, err := New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, db, path
+}
+
+// checkFile reopens path and checks it.
+func checkFile(t testing.TB, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if err != nil {
+		t.Errorf("reopen %s for check: %v", path, err)
+		return
+	}
+	defer db.Close()
+	checkDB(t, db)
+}
+
+// checkDB runs bbolt's consistency check and verifies the quarantine's
+// invariants: every body belongs to a frozen entry and matches its hash
+// and size, every frozen entry has a body, the byte total is right, the
+// instance index matches the entries, IDs match their keys.
+func checkDB(t testing.TB, db *bolt.DB) {
+	t.Helper()
+	err := db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			t.Errorf("bbolt check: %v", err)
+		}
+		b := bucketsOf(tx)
+		if !b.ok() {
+			return nil // never initialised
+		}
+		var total int64
+		err := b.body.ForEach(func(k, v []byte) error {
+			total += int64(len(v))
+			e, err := b.get(string(k))
+			if err != nil {
+				return fmt.Errorf("body %s without entry: %w", k, err)
+			}
+			if e.State != Frozen {
+				return fmt.Errorf("body %s kept for %s entry", k, e.State)
+			}
+			sum := sha256.Sum256(v)
+			if hex.EncodeToString(sum[:]) != e.Hash || int64(len(v)) != e.Size {
+				return fmt.Errorf("body %s: hash/size mismatch", k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if got := getBytes(b.info); got != total {
+			t.Errorf("byte counter %d, bodies total %d", got, total)
+		}
+		indexed := map[string]bool{}
+		err = b.inst.ForEach(func(k, _ []byte) error {
+			i := bytes.IndexByte(k, 0)
+			inst, id := string(k[:i]), string(k[i+1:])
+			e, err := b.get(id)
+			if err != nil {
+				return fmt.Errorf("index %q -> %s: %w", inst, id, err)
+			}
+			if e.Instance != inst {
+				return fmt.Errorf("index %q -> %s has instance %q", inst, id, e.Instance)
+			}
+			indexed[id] = true
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return b.meta.ForEach(func(k, v []byte) error {
+			var e Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("entry %s: %w", k, err)
+			}
+			if e.ID != string(k) {
+				return fmt.Errorf("entry under %s has ID %s", k, e.ID)
+			}
+			if e.State == Frozen && b.body.Get(k) == nil {
+				return fmt.Errorf("frozen entry %s has no body", k)
+			}
+			if e.Instance != "" && !indexed[e.ID] {
+				return fmt.Errorf("entry %s not in the instance index", k)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// testMessage returns a small RFC 5322 message.
+func testMessage(subject, body string) []byte {
+	return []byte("From: Alice <alice@example.com>\r\n" +
+		"To: bob@example.org\r\n" +
+		"Subject: " + subject + "\r\n" +
+		"Message-ID: <" + subject + "@example.com>\r\n" +
+		"Date: Sun, 01 Mar 2026 12:00:00 +0000\r\n" +
+		"\r\n" + body + "\r\n")
+}

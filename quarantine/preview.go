@@ -1,0 +1,315 @@
+package quarantine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"mime"
+	"strconv"
+	"strings"
+
+	"github.com/emersion/go-message"
+	"github.com/emersion/go-message/mail"
+)
+
+// DefaultPreviewBytes is the text preview size PreviewMessage uses when
+// maxBytes is not positive.
+const DefaultPreviewBytes = 4096
+
+// maxPreviewHeaders bounds Preview.Header.
+const maxPreviewHeaders = 500
+
+// HeaderField is one decoded header field.
+type HeaderField struct {
+	Key   string // canonical form, e.g. "Message-Id"
+	Value string // RFC 2047 decoded, unfolded, control characters replaced
+}
+
+// Part describes one MIME part of a message.
+type Part struct {
+	// Path is the IMAP section number ("1", "2.1"); the root of a
+	// multipart message has "".
+	Path string
+	// Depth is the nesting level (0 for the root).
+	Depth       int
+	ContentType string // media type, lower case; "" if absent or unparsable
+	Charset     string // the charset parameter, if any
+	Disposition string // "inline", "attachment" or ""
+	Filename    string // decoded (RFC 2231 and RFC 2047)
+	// Size is the decoded size in bytes: after undoing base64 or
+	// quoted-printable and, for text parts with a charset, after
+	// conversion to UTF-8. 0 for multipart containers.
+	Size int64
+	// Err describes a problem with this part (unknown charset or transfer
+	// encoding, undecodable body); the part was read as well as possible.
+	Err string
+}
+
+// Preview is what "quarantine show" displays of a message: its header,
+// its MIME structure, and the start of its text.
+type Preview struct {
+	Header []HeaderField
+	Parts  []Part
+	// Text is the start of the first text/plain part that is not an
+	// attachment, decoded to UTF-8, or failing that of the first text/html
+	// part with tags removed. TextPath and TextType say which part.
+	Text     string
+	TextPath string
+	TextType string
+	// Truncated reports that the part has more text than Text.
+	Truncated bool
+}
+
+// PreviewMessage parses msg (an RFC 5322 message, CRLF or LF line ends)
+// and returns its header fields in order, its MIME parts, and up to
+// maxBytes bytes (DefaultPreviewBytes if maxBytes <= 0) of decoded text:
+// transfer encodings are undone and charsets converted by go-message.
+//
+// It is tolerant: header lines that are not fields are skipped, parts
+// with unknown charsets are shown raw and flagged in Part.Err. If the
+// MIME structure itself is broken, PreviewMessage returns what it read so
+// far together with an error; the Preview is never nil.
+func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultPreviewBytes
+	}
+	h, bodyStart := readHeader(msg)
+	p := &Preview{}
+	for f := h.Fields(); f.Next() && len(p.Header) < maxPreviewHeaders; {
+		v, _ := f.Text() // on a decoding error: the raw value
+		p.Header = append(p.Header, HeaderField{Key: cleanLine(f.Key()), Value: cleanLine(v)})
+	}
+
+	// An unknown charset or transfer encoding of the root is reported by
+	// New, of the other parts by Walk.
+	ent, rootErr := message.New(h, bytes.NewReader(msg[bodyStart:]))
+	if ent == nil {
+		return p, fmt.Errorf("quarantine: preview: %w", rootErr)
+	}
+	var plain, htm *capture
+	walkErr := ent.Walk(func(path []int, part *message.Entity, err error) error {
+		pt := Part{Path: sectionPath(path, part), Depth: len(path)}
+		if len(path) == 0 {
+			err = rootErr
+		}
+		if err != nil {
+			pt.Err = err.Error()
+		}
+		mt, params, _ := part.Header.ContentType()
+		pt.ContentType = strings.ToLower(mt)
+		pt.Charset = params["charset"]
+		if disp, _, derr := part.Header.ContentDisposition(); derr == nil {
+			pt.Disposition = strings.ToLower(disp)
+		}
+		ah := mail.AttachmentHeader{Header: part.Header}
+		if fn, _ := ah.Filename(); fn != "" {
+			pt.Filename = cleanLine(decodeWords(fn))
+		}
+		if part.MultipartReader() != nil {
+			p.Parts = append(p.Parts, pt)
+			return nil
+		}
+		var w io.Writer = io.Discard
+		// Text for the preview: a part not marked (or named) as an attachment.
+		if (pt.Disposition != "attachment" && pt.Filename == "") || pt.Disposition == "inline" {
+			switch {
+			case plain == nil && (pt.ContentType == "text/plain" || pt.ContentType == ""):
+				plain = &capture{limit: maxBytes + 1, path: pt.Path, typ: "text/plain"}
+				w = plain
+			case htm == nil && pt.ContentType == "text/html":
+				// Tags take room: keep more, strip, then cut.
+				htm = &capture{limit: 8*maxBytes + 1, path: pt.Path, typ: "text/html"}
+				w = htm
+			}
+		}
+		n, rerr := io.Copy(w, part.Body)
+		pt.Size = n
+		if rerr != nil {
+			if pt.Err != "" {
+				pt.Err += "; "
+			}
+			pt.Err += "reading body: " + rerr.Error()
+		}
+		p.Parts = append(p.Parts, pt)
+		return nil
+	})
+
+	switch {
+	case plain != nil:
+		p.Text, p.Truncated = plain.text(maxBytes, false)
+		p.TextPath, p.TextType = plain.path, plain.typ
+	case htm != nil:
+		p.Text, p.Truncated = htm.text(maxBytes, true)
+		p.TextPath, p.TextType = htm.path, htm.typ
+	}
+	if walkErr != nil {
+		return p, fmt.Errorf("quarantine: preview: malformed MIME structure: %w", walkErr)
+	}
+	return p, nil
+}
+
+// sectionPath turns go-message's 0-based part path into an IMAP section
+// number.
+func sectionPath(path []int, part *message.Entity) string {
+	if len(path) == 0 {
+		if part.MultipartReader() != nil {
+			return ""
+		}
+		return "1"
+	}
+	s := make([]string, len(path))
+	for i, n := range path {
+		s[i] = strconv.Itoa(n + 1)
+	}
+	return strings.Join(s, ".")
+}
+
+// capture keeps the first limit bytes written and counts the rest.
+type capture struct {
+	buf       []byte
+	limit     int
+	total     int64
+	path, typ string
+}
+
+func (c *capture) Write(b []byte) (int, error) {
+	c.total += int64(len(b))
+	if room := c.limit - len(c.buf); room > 0 {
+		c.buf = append(c.buf, b[:min(room, len(b))]...)
+	}
+	return len(b), nil
+}
+
+// text returns the captured text cleaned for a terminal and cut to max
+// bytes, and whether anything was cut.
+func (c *capture) text(max int, isHTML bool) (string, bool) {
+	s := string(c.buf)
+	cut := c.total > int64(len(c.buf))
+	if isHTML {
+		s = stripHTML(s)
+	}
+	s = clean(strings.ReplaceAll(s, "\r\n", "\n"), true)
+	if len(s) > max {
+		s, cut = truncate(s, max), true
+	}
+	return s, cut
+}
+
+// stripHTML removes tags, comments and the content of script and style
+// elements, and unescapes entities: enough to read an HTML-only message,
+// not a renderer.
+func stripHTML(s string) string {
+	var b strings.Builder
+	lower := strings.ToLower(s)
+	for i := 0; i < len(s); {
+		if s[i] != '<' {
+			j := strings.IndexByte(s[i:], '<')
+			if j < 0 {
+				j = len(s) - i
+			}
+			b.WriteString(s[i : i+j])
+			i += j
+			continue
+		}
+		var skipTo string
+		switch {
+		case strings.HasPrefix(lower[i:], "<!--"):
+			skipTo = "-->"
+		case strings.HasPrefix(lower[i:], "<script"):
+			skipTo = "</script>"
+		case strings.HasPrefix(lower[i:], "<style"):
+			skipTo = "</style>"
+		default:
+			skipTo = ">"
+			tag := lower[i:]
+			if strings.HasPrefix(tag, "<br") || strings.HasPrefix(tag, "<p") || strings.HasPrefix(tag, "</p") ||
+				strings.HasPrefix(tag, "<div") || strings.HasPrefix(tag, "</div") || strings.HasPrefix(tag, "<tr") {
+				b.WriteByte('\n')
+			}
+		}
+		j := strings.Index(lower[i:], skipTo)
+		if j < 0 {
+			break
+		}
+		i += j + len(skipTo)
+	}
+	return html.UnescapeString(b.String())
+}
+
+// decodeWords decodes RFC 2047 encoded words (some mailers put them in
+// filename parameters), using go-message's charset support.
+func decodeWords(s string) string {
+	d := mime.WordDecoder{CharsetReader: func(cs string, r io.Reader) (io.Reader, error) {
+		switch cs = strings.ToLower(cs); cs {
+		case "utf-8", "us-ascii":
+			return r, nil
+		}
+		if message.CharsetReader == nil {
+			return nil, errors.New("no charset support")
+		}
+		return message.CharsetReader(cs, r)
+	}}
+	if out, err := d.DecodeHeader(s); err == nil {
+		return out
+	}
+	return s
+}
+
+// WriteTo writes the preview for an operator: header fields, the part
+// list, then the text. Everything is cleaned of control characters. It
+// implements io.WriterTo.
+func (p *Preview) WriteTo(w io.Writer) (int64, error) {
+	var b strings.Builder
+	for _, f := range p.Header {
+		fmt.Fprintf(&b, "%s: %s\n", f.Key, f.Value)
+	}
+	if len(p.Parts) > 0 {
+		b.WriteString("\nParts:\n")
+		for _, pt := range p.Parts {
+			path := pt.Path
+			if path == "" {
+				path = "-"
+			}
+			ct := pt.ContentType
+			if ct == "" {
+				ct = "(none)"
+			}
+			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), cleanLine(ct))
+			if pt.Charset != "" {
+				fmt.Fprintf(&b, "; charset=%s", cleanLine(pt.Charset))
+			}
+			if pt.Filename != "" {
+				fmt.Fprintf(&b, " %q", pt.Filename)
+			}
+			if !strings.HasPrefix(pt.ContentType, "multipart/") {
+				fmt.Fprintf(&b, " (%d bytes)", pt.Size)
+			}
+			if pt.Err != "" {
+				fmt.Fprintf(&b, " [%s]", cleanLine(pt.Err))
+			}
+			b.WriteByte('\n')
+		}
+	}
+	if p.TextType != "" {
+		note := ""
+		if p.Truncated {
+			note = ", truncated"
+		}
+		fmt.Fprintf(&b, "\n--- part %s (%s%s) ---\n", p.TextPath, p.TextType, note)
+		b.WriteString(p.Text)
+		if !strings.HasSuffix(p.Text, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	n, err := io.WriteString(w, b.String())
+	return int64(n), err
+}
+
+// String returns the preview as WriteTo writes it.
+func (p *Preview) String() string {
+	var b strings.Builder
+	p.WriteTo(&b)
+	return b.String()
+}

@@ -1,0 +1,714 @@
+package quarantine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func TestFreezeRoundTrip(t *testing.T) {
+	clk := &testClock{t: epoch}
+	s, _, _ := newStore(t, Options{Now: clk.Now})
+	msg := testMessage("hello", "body text\r\nwith\x00binary\xff bytes")
+	e := &Entry{
+		Limit: "user-hour", Key: "alice", Rate: 250.5, Max: 200,
+		Sender: "alice@example.com", Recipients: []string{"bob@example.org", "carol@example.net"},
+		ClientAddress: "192.0.2.7", ClientName: "mua.example.com", SASLUsername: "alice",
+		Instance: "1a2b.3c4d.1",
+	}
+	id, err := s.Freeze(e, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
+		t.Errorf("ID %q: want 16 lower-case hex digits", id)
+	}
+	if e.ID != id || e.State != Frozen || e.Action != ActionFreeze || e.Size != int64(len(msg)) {
+		t.Errorf("entry not completed: %+v", e)
+	}
+	sum := sha256.Sum256(msg)
+	if e.Hash != hex.EncodeToString(sum[:]) {
+		t.Errorf("Hash %s", e.Hash)
+	}
+	if e.Subject != "hello" || e.MessageID != "hello@example.com" {
+		t.Errorf("Subject %q MessageID %q", e.Subject, e.MessageID)
+	}
+	if !e.Created.Equal(epoch) || !e.Updated.Equal(epoch) {
+		t.Errorf("times %v %v", e.Created, e.Updated)
+	}
+
+	got, err := s.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Created.Equal(e.Created) || !got.Updated.Equal(e.Updated) {
+		t.Errorf("times changed: %v %v", got.Created, got.Updated)
+	}
+	got.Created, got.Updated = e.Created, e.Updated
+	if !equalEntry(got, *e) {
+		t.Errorf("Get:\n got %+v\nwant %+v", got, *e)
+	}
+	m, err := s.Message(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m, msg) {
+		t.Error("message not byte-identical")
+	}
+	m[0] = 'X' // a copy: must not change what is stored
+	var buf bytes.Buffer
+	if n, err := s.WriteMessage(id, &buf); err != nil || n != int64(len(msg)) || !bytes.Equal(buf.Bytes(), msg) {
+		t.Errorf("WriteMessage: %d %v", n, err)
+	}
+
+	if _, err := s.Get("0000000000000000"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get missing: %v", err)
+	}
+	if _, err := s.Message("nonsense"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Message missing: %v", err)
+	}
+	if _, err := s.Freeze(nil, msg); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Freeze(nil): %v", err)
+	}
+}
+
+func equalEntry(a, b Entry) bool {
+	a.Created, a.Updated, b.Created, b.Updated = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	return reflect.DeepEqual(a, b)
+}
+
+func TestFreezeEmptyAndNonFinite(t *testing.T) {
+	s, _, _ := newStore(t, Options{})
+	id, err := s.Freeze(&Entry{Rate: math.Inf(1), Max: math.NaN()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Message(id)
+	if err != nil || len(m) != 0 {
+		t.Fatalf("empty message: %q %v", m, err)
+	}
+	e, _ := s.Get(id)
+	if e.Rate != math.MaxFloat64 || e.Max != 0 {
+		t.Errorf("Rate %v Max %v", e.Rate, e.Max)
+	}
+}
+
+func TestFreezeLarge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 MB")
+	}
+	s, db, path := newStore(t, Options{MaxSize: 60 << 20})
+	msg := make([]byte, 50<<20)
+	rand.NewChaCha8([32]byte{1}).Read(msg)
+	copy(msg, "Subject: big\r\n\r\n")
+	id, err := s.Freeze(&Entry{Sender: "big@example.com"}, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The limit counts it: another 20 MB does not fit.
+	if _, err := s.Freeze(&Entry{}, msg[:20<<20]); !errors.Is(err, ErrFull) {
+		t.Fatalf("second freeze: %v", err)
+	}
+	db.Close()
+
+	s, err = New(openDB(t, path), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Message(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Fatal("50 MB message changed")
+	}
+	e, _ := s.Get(id)
+	if e.Subject != "big" || e.Size != 50<<20 {
+		t.Errorf("entry %+v", e)
+	}
+	if err := s.MarkThawed(id); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(); st.Bytes != 0 {
+		t.Errorf("bytes after thaw: %d", st.Bytes)
+	}
+}
+
+func TestFull(t *testing.T) {
+	s, _, _ := newStore(t, Options{MaxSize: 1000})
+	a, err := s.Freeze(&Entry{Key: "a"}, bytes.Repeat([]byte("a"), 600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Entry{Key: "b"}
+	_, err = s.Freeze(e, bytes.Repeat([]byte("b"), 500))
+	if !errors.Is(err, ErrFull) {
+		t.Fatalf("want ErrFull, got %v", err)
+	}
+	if e.ID != "" || e.State != 0 {
+		t.Errorf("caller's entry changed on failure: %+v", e)
+	}
+	all, _ := s.List(Filter{States: []State{Held, Frozen, Thawed, Deleted}})
+	st, _ := s.Stats()
+	if len(all) != 1 || st.Bytes != 600 || st.Frozen != 1 {
+		t.Fatalf("half-stored: %d entries, %+v", len(all), st)
+	}
+	// A message larger than the whole limit never fits.
+	if _, err := s.Freeze(&Entry{}, make([]byte, 1001)); !errors.Is(err, ErrFull) {
+		t.Errorf("oversize: %v", err)
+	}
+	// Held entries take no room.
+	if _, err := s.Hold(&Entry{Key: "h"}); err != nil {
+		t.Errorf("Hold when full: %v", err)
+	}
+	// Thawing frees the room.
+	if err := s.MarkThawed(a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Freeze(&Entry{Key: "b"}, bytes.Repeat([]byte("b"), 500)); err != nil {
+		t.Fatalf("after thaw: %v", err)
+	}
+	if st, _ := s.Stats(); st.Bytes != 500 {
+		t.Errorf("bytes %d", st.Bytes)
+	}
+}
+
+func TestList(t *testing.T) {
+	clk := &testClock{t: epoch}
+	s, _, _ := newStore(t, Options{Now: clk.Now})
+	type rec struct {
+		sender, key, limit string
+		hold               bool
+	}
+	recs := []rec{
+		{"alice@example.com", "alice", "hour", false},
+		{"bob@example.com", "bob", "hour", true},
+		{"Alice@Example.com", "alice", "day", false},
+		{"carol@example.com", "carol", "day", false},
+		{"alice@example.com", "alice", "hour", true},
+	}
+	var ids []string
+	for _, r := range recs {
+		e := &Entry{Sender: r.sender, Key: r.key, Limit: r.limit}
+		var id string
+		var err error
+		if r.hold {
+			id, err = s.Hold(e)
+		} else {
+			id, err = s.Freeze(e, testMessage("m", "x"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		clk.Advance(time.Minute)
+	}
+	if !slices.IsSorted(ids) {
+		t.Errorf("IDs not in creation order: %v", ids)
+	}
+	// ids[3] thawed, ids[1] deleted: no longer pending.
+	if err := s.MarkThawed(ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ids[1]); err != nil {
+		t.Fatal(err)
+	}
+
+	list := func(f Filter) []string {
+		t.Helper()
+		es, err := s.List(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		f    Filter
+		want []string
+	}{
+		{"default pending newest first", Filter{}, []string{ids[4], ids[2], ids[0]}},
+		{"oldest first", Filter{OldestFirst: true}, []string{ids[0], ids[2], ids[4]}},
+		{"sender case-insensitive", Filter{Sender: "ALICE@example.com"}, []string{ids[4], ids[2], ids[0]}},
+		{"key", Filter{Key: "alice", States: []State{Frozen}}, []string{ids[2], ids[0]}},
+		{"limit", Filter{Limit: "hour"}, []string{ids[4], ids[0]}},
+		{"state thawed", Filter{States: []State{Thawed}}, []string{ids[3]}},
+		{"state deleted+held", Filter{States: []State{Deleted, Held}}, []string{ids[4], ids[1]}},
+		{"all states", Filter{States: []State{Held, Frozen, Thawed, Deleted}}, []string{ids[4], ids[3], ids[2], ids[1], ids[0]}},
+		{"since", Filter{Since: epoch.Add(2 * time.Minute)}, []string{ids[4], ids[2]}},
+		{"since mid-minute", Filter{Since: epoch.Add(90 * time.Second), OldestFirst: true}, []string{ids[2], ids[4]}},
+		{"before", Filter{Before: epoch.Add(2 * time.Minute)}, []string{ids[0]}},
+		{"before is exclusive", Filter{Before: epoch.Add(2*time.Minute + time.Nanosecond), OldestFirst: true}, []string{ids[0], ids[2]}},
+		{"since+before", Filter{Since: epoch.Add(time.Minute), Before: epoch.Add(5 * time.Minute), States: []State{Held, Frozen, Thawed, Deleted}}, []string{ids[4], ids[3], ids[2], ids[1]}},
+		{"max", Filter{Max: 2}, []string{ids[4], ids[2]}},
+		{"max oldest", Filter{Max: 1, OldestFirst: true}, []string{ids[0]}},
+		{"no match", Filter{Key: "nobody"}, nil},
+		{"far future since", Filter{Since: epoch.Add(time.Hour)}, nil},
+		{"far past before", Filter{Before: epoch.Add(-time.Hour)}, nil},
+	} {
+		if got := list(tc.f); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestStateTransitions(t *testing.T) {
+	clk := &testClock{t: epoch}
+	s, _, _ := newStore(t, Options{Now: clk.Now})
+	msg := testMessage("t", "body")
+	f1, _ := s.Freeze(&Entry{Key: "k"}, msg)
+	f2, _ := s.Freeze(&Entry{Key: "k"}, msg)
+	h1, _ := s.Hold(&Entry{Key: "k", QueueID: "4ABC123"})
+
+	clk.Advance(time.Minute)
+	if err := s.RecordThawError(f1, "451 4.3.0 try later"); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := s.Get(f1)
+	if e.State != Frozen || e.Attempts != 1 || e.Error != "451 4.3.0 try later" || !e.Updated.Equal(epoch.Add(time.Minute)) {
+		t.Errorf("after thaw error: %+v", e)
+	}
+	if _, err := s.Message(f1); err != nil {
+		t.Errorf("content gone after a thaw error: %v", err)
+	}
+	if err := s.MarkThawed(f1); err != nil {
+		t.Fatal(err)
+	}
+	e, _ = s.Get(f1)
+	if e.State != Thawed || e.Attempts != 2 || e.Hash == "" {
+		t.Errorf("after thaw: %+v", e)
+	}
+	if _, err := s.Message(f1); !errors.Is(err, ErrNoContent) {
+		t.Errorf("thawed content: %v", err)
+	}
+	if err := s.Delete(f2); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ = s.Get(f2); e.State != Deleted {
+		t.Errorf("after delete: %v", e.State)
+	}
+	if _, err := s.Message(f2); !errors.Is(err, ErrNoContent) {
+		t.Errorf("deleted content: %v", err)
+	}
+	if _, err := s.Message(h1); !errors.Is(err, ErrNoContent) {
+		t.Errorf("held content: %v", err)
+	}
+	if _, err := s.Preview(h1, 0); !errors.Is(err, ErrNoContent) {
+		t.Errorf("held preview: %v", err)
+	}
+	if err := s.MarkThawed(h1); err != nil {
+		t.Errorf("thaw held: %v", err)
+	}
+
+	// No transitions out of thawed or deleted.
+	for _, id := range []string{f1, f2, h1} {
+		if err := s.MarkThawed(id); !errors.Is(err, ErrState) {
+			t.Errorf("MarkThawed(%s): %v", id, err)
+		}
+		if err := s.Delete(id); !errors.Is(err, ErrState) {
+			t.Errorf("Delete(%s): %v", id, err)
+		}
+		if err := s.RecordThawError(id, "x"); !errors.Is(err, ErrState) {
+			t.Errorf("RecordThawError(%s): %v", id, err)
+		}
+	}
+	for _, err := range []error{s.MarkThawed("ffffffffffffffff"), s.Delete("x"), s.RecordThawError("x", ""), s.Purge("x")} {
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("missing entry: %v", err)
+		}
+	}
+
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Frozen != 0 || st.Thawed != 2 || st.Deleted != 1 || st.Held != 0 || st.Bytes != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if err := s.Purge(f1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(f1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after purge: %v", err)
+	}
+}
+
+func TestHoldAndQueueID(t *testing.T) {
+	s, _, _ := newStore(t, Options{})
+	// RCPT stage: two recipients of one message over the limit.
+	a, _ := s.Hold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"x@example.org"}})
+	b, _ := s.Hold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"y@example.org"}})
+	other, _ := s.Hold(&Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
+	// END-OF-MESSAGE: the queue ID is known.
+	n, err := s.SetQueueID("8f1.6a3c2b.1", "4F2Q12345")
+	if err != nil || n != 2 {
+		t.Fatalf("SetQueueID: %d %v", n, err)
+	}
+	for _, id := range []string{a, b} {
+		if e, _ := s.Get(id); e.QueueID != "4F2Q12345" {
+			t.Errorf("%s: queue ID %q", id, e.QueueID)
+		}
+	}
+	if e, _ := s.Get(other); e.QueueID != "" {
+		t.Errorf("other instance got queue ID %q", e.QueueID)
+	}
+	// Set once: a later reuse of the instance does not overwrite it.
+	if n, _ := s.SetQueueID("8f1.6a3c2b.1", "OTHER"); n != 0 {
+		t.Errorf("second SetQueueID changed %d", n)
+	}
+	if n, _ := s.SetQueueID("unknown", "Q"); n != 0 {
+		t.Errorf("unknown instance changed %d", n)
+	}
+	// UpdateByInstance cannot change the protected fields, and re-indexes
+	// a changed instance.
+	n, err = s.UpdateByInstance("8f1.6a3c2b.2", func(e *Entry) bool {
+		e.State = Thawed
+		e.ID = "0"
+		e.Instance = "moved"
+		e.Subject = "set"
+		return true
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("UpdateByInstance: %d %v", n, err)
+	}
+	e, _ := s.Get(other)
+	if e.State != Held || e.ID != other || e.Instance != "moved" || e.Subject != "set" {
+		t.Errorf("after UpdateByInstance: %+v", e)
+	}
+	if n, _ := s.UpdateByInstance("moved", func(*Entry) bool { return true }); n != 1 {
+		t.Errorf("re-indexed instance: %d", n)
+	}
+	if n, _ := s.UpdateByInstance("8f1.6a3c2b.2", func(*Entry) bool { return true }); n != 0 {
+		t.Errorf("old instance still indexed: %d", n)
+	}
+	// Purge removes the index entry.
+	if err := s.Purge(a); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	s.UpdateByInstance("8f1.6a3c2b.1", func(e *Entry) bool { seen = append(seen, e.ID); return false })
+	if !slices.Equal(seen, []string{b}) {
+		t.Errorf("after purge: %v", seen)
+	}
+}
+
+func TestExpire(t *testing.T) {
+	clk := &testClock{t: epoch}
+	s, _, _ := newStore(t, Options{Now: clk.Now})
+	var ids []string
+	var sizes []int64
+	for i := range 6 {
+		msg := bytes.Repeat([]byte{'x'}, 100*(i+1))
+		id, err := s.Freeze(&Entry{}, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, sizes = append(ids, id), append(sizes, int64(len(msg)))
+		clk.Advance(time.Hour)
+	}
+	h, _ := s.Hold(&Entry{Instance: "i1"}) // created at epoch+6h
+	s.MarkThawed(ids[1])                   // its bytes are already gone
+	s.Delete(ids[2])
+
+	// Entries created at epoch, +1h, +2h, +3h are at least 3h old at +6h.
+	n, freed, err := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 || freed != sizes[0]+sizes[3] {
+		t.Errorf("Expire: n=%d freed=%d, want 4 and %d", n, freed, sizes[0]+sizes[3])
+	}
+	all, _ := s.List(Filter{States: []State{Held, Frozen, Thawed, Deleted}, OldestFirst: true})
+	var left []string
+	for _, e := range all {
+		left = append(left, e.ID)
+	}
+	if want := []string{ids[4], ids[5], h}; !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+	st, _ := s.Stats()
+	if st.Bytes != sizes[4]+sizes[5] {
+		t.Errorf("bytes %d", st.Bytes)
+	}
+	if n, _, _ := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour); n != 0 {
+		t.Errorf("second Expire removed %d", n)
+	}
+	if _, _, err := s.Expire(epoch, 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("zero age: %v", err)
+	}
+	n, _, _ = s.Expire(epoch.Add(100*time.Hour), time.Hour)
+	if n != 3 {
+		t.Errorf("expire all: %d", n)
+	}
+}
+
+func TestStats(t *testing.T) {
+	clk := &testClock{t: epoch}
+	s, _, _ := newStore(t, Options{Now: clk.Now})
+	for range 3 {
+		s.Freeze(&Entry{Key: "alice"}, []byte("12345"))
+		clk.Advance(time.Second)
+	}
+	s.Hold(&Entry{Key: "alice"})
+	s.Hold(&Entry{Key: "bob"})
+	id, _ := s.Freeze(&Entry{Key: "carol"}, []byte("1"))
+	s.Delete(id)
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Frozen != 3 || st.Held != 2 || st.Deleted != 1 || st.Thawed != 0 || st.Bytes != 15 {
+		t.Errorf("stats %+v", st)
+	}
+	if st.ByKey["alice"] != 4 || st.ByKey["bob"] != 1 || len(st.ByKey) != 2 {
+		t.Errorf("ByKey %v", st.ByKey)
+	}
+	if !st.Oldest.Equal(epoch) {
+		t.Errorf("Oldest %v", st.Oldest)
+	}
+}
+
+func TestReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := map[string][]byte{}
+	for i := range 5 {
+		msg := testMessage("m"+strings.Repeat("x", i), strings.Repeat("line\r\n", 100*i))
+		id, err := s.Freeze(&Entry{Key: "k", Instance: "inst"}, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[id] = msg
+	}
+	held, _ := s.Hold(&Entry{Key: "h"})
+
+	// While open, a second Open times out with ErrLocked.
+	start := time.Now()
+	if _, err := Open(path, Options{LockTimeout: 200 * time.Millisecond}); !errors.Is(err, ErrLocked) || !errors.Is(err, bolt.ErrTimeout) {
+		t.Errorf("second Open: %v", err)
+	} else if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("second Open took %v", d)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, ro := range []bool{false, true} {
+		s, err = Open(path, Options{ReadOnly: ro})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, msg := range msgs {
+			got, err := s.Message(id)
+			if err != nil || !bytes.Equal(got, msg) {
+				t.Errorf("ro=%v %s: %v", ro, id, err)
+			}
+		}
+		if e, err := s.Get(held); err != nil || e.State != Held {
+			t.Errorf("ro=%v held: %+v %v", ro, e, err)
+		}
+		if es, _ := s.List(Filter{}); len(es) != 6 {
+			t.Errorf("ro=%v list: %d", ro, len(es))
+		}
+		if ro {
+			if err := s.Delete(held); err == nil {
+				t.Error("Delete on a read-only store succeeded")
+			}
+		}
+		s.Close()
+	}
+	checkFile(t, path)
+}
+
+func TestReadOnlyEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "q.db")
+	db := openDB(t, path) // a daemon file that never had a quarantine
+	db.Close()
+	s, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if es, err := s.List(Filter{}); err != nil || len(es) != 0 {
+		t.Errorf("List: %v %v", es, err)
+	}
+	if _, err := s.Get("0123456789abcdef"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get: %v", err)
+	}
+	if st, err := s.Stats(); err != nil || st.Frozen != 0 {
+		t.Errorf("Stats: %+v %v", st, err)
+	}
+}
+
+func TestNoSyncRefused(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "q.db"))
+	db.NoSync = true
+	if _, err := New(db, Options{}); !errors.Is(err, ErrNoSync) {
+		t.Errorf("New with NoSync: %v", err)
+	}
+	db.NoSync = false
+}
+
+func TestRepairByteCounter(t *testing.T) {
+	s, db, _ := newStore(t, Options{})
+	s.Freeze(&Entry{}, []byte("0123456789"))
+	db.Update(func(tx *bolt.Tx) error { return putBytes(tx.Bucket(bucketInfo), 12345) })
+	s, err := New(db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(); st.Bytes != 10 {
+		t.Errorf("counter not repaired: %d", st.Bytes)
+	}
+}
+
+func TestCorruptMessage(t *testing.T) {
+	s, db, _ := newStore(t, Options{})
+	id, _ := s.Freeze(&Entry{}, []byte("original"))
+	db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBody).Put([]byte(id), []byte("tampered")) })
+	if _, err := s.Message(id); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Message of a tampered body: %v", err)
+	}
+	// Restore for the cleanup check.
+	db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBody).Put([]byte(id), []byte("original")) })
+}
+
+func TestConcurrentFreeze(t *testing.T) {
+	s, _, _ := newStore(t, Options{})
+	const workers, each = 8, 15
+	var mu sync.Mutex
+	ids := map[string][]byte{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				msg := testMessage("w", strings.Repeat(string(rune('a'+w)), 100+i))
+				id, err := s.Freeze(&Entry{Key: string(rune('a' + w))}, msg)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if _, dup := ids[id]; dup {
+					t.Errorf("duplicate ID %s", id)
+				}
+				ids[id] = msg
+				mu.Unlock()
+				if i%5 == 0 {
+					if _, err := s.List(Filter{Max: 3}); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(ids) != workers*each {
+		t.Fatalf("%d IDs", len(ids))
+	}
+	for id, msg := range ids {
+		got, err := s.Message(id)
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+	st, _ := s.Stats()
+	if st.Frozen != workers*each || len(st.ByKey) != workers {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestSubjectDecoding(t *testing.T) {
+	for _, tc := range []struct {
+		name, header, subject string
+	}{
+		{"plain", "Subject: Hello world\r\n", "Hello world"},
+		{"utf-8 Q", "Subject: =?UTF-8?Q?Gr=C3=BC=C3=9Fe_aus_K=C3=B6ln?=\r\n", "Grüße aus Köln"},
+		{"utf-8 B", "Subject: =?utf-8?B?0J/RgNC40LLQtdGC?=\r\n", "Привет"},
+		{"iso-8859-1 folded", "Subject: =?ISO-8859-1?Q?Caf=E9?=\r\n =?ISO-8859-1?Q?_cr=E8me?=\r\n", "Café crème"},
+		{"koi8-r via go-message/charset", "Subject: =?koi8-r?B?8NLJ18XU?=\r\n", "Привет"},
+		{"mixed", "Subject: Re: =?utf-8?q?=E2=82=AC?= 100\r\n", "Re: € 100"},
+		{"unknown charset kept raw", "Subject: =?x-unknown?Q?abc?=\r\n", "=?x-unknown?Q?abc?="},
+		{"escape sequences removed", "Subject: \x1b[31mred\x1b[0m\r\n", "\uFFFD[31mred\uFFFD[0m"},
+		{"LF only", "Subject: lf\n", "lf"},
+		{"garbage before", "From alice@example.com Sun Mar  1 12:00:00 2026\r\nnot a header\r\n bogus continuation\r\nSubject: still found\r\n", "still found"},
+		{"no subject", "From: a@example.com\r\n", ""},
+	} {
+		msg := []byte(tc.header + "X-Other: y\r\n\r\nSubject: not this, it is the body\r\n")
+		subject, _ := headerInfo(msg)
+		if subject != tc.subject {
+			t.Errorf("%s: subject %q, want %q", tc.name, subject, tc.subject)
+		}
+	}
+
+	// Broken and binary input still freezes.
+	s, _, _ := newStore(t, Options{})
+	for _, msg := range [][]byte{
+		[]byte("\x00\x01\x02 garbage without header"),
+		[]byte(":\r\n: :\r\n\r\n"),
+		[]byte("Subject: " + strings.Repeat("long ", 2000) + "\r\n\r\n"),
+		bytes.Repeat([]byte("X-Long: a\r\n"), 200000), // header > 1 MB, no body
+	} {
+		e := &Entry{}
+		if _, err := s.Freeze(e, msg); err != nil {
+			t.Errorf("Freeze garbage: %v", err)
+		}
+		if len(e.Subject) > maxSubjectBytes {
+			t.Errorf("subject of %d bytes", len(e.Subject))
+		}
+	}
+}
+
+func TestParseState(t *testing.T) {
+	for s := Held; s <= Deleted; s++ {
+		got, err := ParseState(strings.ToUpper(s.String()))
+		if err != nil || got != s {
+			t.Errorf("ParseState(%s): %v %v", s, got, err)
+		}
+	}
+	if _, err := ParseState("thawing"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("unknown state: %v", err)
+	}
+	if State(9).String() != "state(9)" {
+		t.Error(State(9).String())
+	}
+}
+
+func TestEntryWriteTo(t *testing.T) {
+	e := Entry{
+		ID: "0123456789abcdef", State: Frozen, Created: epoch, Key: "alice", Rate: 250, Max: 200,
+		Sender: "alice@example.com", Recipients: []string{"b@example.org"}, ClientAddress: "192.0.2.1",
+		ClientName: "mua", Subject: "hi\x1b[2J", Attempts: 1, Error: "451 busy",
+	}
+	var b strings.Builder
+	e.WriteTo(&b)
+	out := b.String()
+	for _, want := range []string{"ID:             0123456789abcdef\n", "State:          frozen\n", "Rate:           250 / 200\n",
+		"Client:         mua[192.0.2.1]\n", "Subject:        hi\uFFFD[2J\n", "Last error:     451 busy\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("escape character written")
+	}
+}

@@ -1,0 +1,726 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// openDB opens a BoltDB file for a test. The returned close function (also
+// run at cleanup, once) checks the file's consistency first.
+func openDB(t testing.TB, path string) (*bbolt.DB, func()) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	closeDB := func() {
+		once.Do(func() {
+			checkDB(t, db)
+			if err := db.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+	}
+	t.Cleanup(closeDB)
+	return db, closeDB
+}
+
+// checkDB runs BoltDB's consistency check.
+func checkDB(t testing.TB, db *bbolt.DB) {
+	t.Helper()
+	err := db.View(func(tx *bbolt.Tx) error {
+		for err := range tx.Check() {
+			t.Errorf("bolt check: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// stored returns every state in the ratestate bucket.
+func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
+	t.Helper()
+	out := map[pair]ratelimit.State{}
+	err := db.View(func(tx *bbolt.Tx) error {
+		root := tx.Bucket(bucketName)
+		if root == nil {
+			return nil
+		}
+		return root.ForEachBucket(func(name []byte) error {
+			return root.Bucket(name).ForEach(func(k, v []byte) error {
+				s, ok := decodeState(v)
+				if !ok {
+					t.Errorf("%s/%q: malformed value %x", name, k, v)
+				}
+				out[pair{string(name), string(k)}] = s
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func newPersistent(t testing.TB, db *bbolt.DB, mopts MemoryOptions, popts PersistOptions) *Persistent {
+	t.Helper()
+	p, err := NewPersistent(db, NewMemory(mopts), popts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPersistentRestore(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	// The quarantine shares the file; its buckets are left alone.
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("quarantine/meta"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("id1"), []byte("{}"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := range 5000 {
+		k := fmt.Sprintf("user%07d", i)
+		p.Update(ctx, "hourly", k, set(ratelimit.State{Time: rng.Int64(), Rate: rng.Float64() * 1000}))
+		if i%3 == 0 {
+			p.Update(ctx, "daily", k, set(ratelimit.State{Time: rng.Int64(), Rate: rng.NormFloat64()}))
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 { // changed after a flush, written by Close
+		p.Update(ctx, "hourly", fmt.Sprintf("user%07d", i), set(ratelimit.State{Time: int64(i), Rate: 0.5}))
+	}
+	want := contents(t, p)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Flush after Close = %v, want ErrClosed", err)
+	}
+	equalStates(t, "stored", stored(t, db), want)
+	closeDB()
+
+	db, _ = openDB(t, path)
+	p2 := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	equalStates(t, "restored", contents(t, p2), want)
+	if st := p2.Stats(); st.Restored != int64(len(want)) || st.Dropped != 0 {
+		t.Errorf("stats after restore: %+v, want Restored %d", st, len(want))
+	}
+	// Restoring writes nothing back.
+	n := 0
+	p2.Memory().TakeDirty(func(string, string, ratelimit.State) { n++ }, func(string, string) { n++ })
+	if n != 0 {
+		t.Errorf("restore left %d changes to flush", n)
+	}
+	if err := db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket([]byte("quarantine/meta")).Get([]byte("id1")); string(v) != "{}" {
+			t.Errorf("quarantine bucket changed: %q", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPersistentDelete(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	for _, k := range []string{"alice", "bob", "carol", "dave"} {
+		p.Update(ctx, "hourly", k, set(ratelimit.State{Time: 10, Rate: 50}))
+		p.Update(ctx, "daily", k, set(ratelimit.State{Time: 10, Rate: 60}))
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// An operator's reset is on disk when Delete returns.
+	if ok, err := p.Delete(ctx, "hourly", "alice"); !ok || err != nil {
+		t.Fatalf("Delete = %v, %v", ok, err)
+	}
+	if _, ok := stored(t, db)[pair{"hourly", "alice"}]; ok {
+		t.Error("hourly/alice still stored after Delete returned")
+	}
+	if ok, _ := p.Delete(ctx, "hourly", "nobody"); ok {
+		t.Error("Delete of an unknown key reported state")
+	}
+	// Deleted and re-created between flushes: the re-created state wins.
+	p.mem.Delete(ctx, "hourly", "bob")
+	p.Update(ctx, "hourly", "bob", set(ratelimit.State{Time: 20, Rate: 1}))
+	// Re-created and deleted again: gone.
+	p.mem.Delete(ctx, "daily", "carol")
+	p.Update(ctx, "daily", "carol", set(ratelimit.State{Time: 20, Rate: 1}))
+	p.mem.Delete(ctx, "daily", "carol")
+	// Deleted before ever being flushed.
+	p.Update(ctx, "daily", "erin", set(ratelimit.State{Time: 20, Rate: 1}))
+	p.mem.Delete(ctx, "daily", "erin")
+	// Every key of a limit deleted.
+	for _, k := range []string{"alice", "bob", "carol", "dave"} {
+		p.mem.Delete(ctx, "weekly", k)
+	}
+	want := contents(t, p)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closeDB()
+
+	db, _ = openDB(t, path)
+	p2 := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	got := contents(t, p2)
+	equalStates(t, "restored", got, want)
+	for _, k := range []pair{{"hourly", "alice"}, {"daily", "carol"}, {"daily", "erin"}} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s/%s came back after reopen", k[0], k[1])
+		}
+	}
+	if s := got[pair{"hourly", "bob"}]; s.Time != 20 {
+		t.Errorf("hourly/bob = %v, want the re-created state", s)
+	}
+}
+
+func TestPersistentNegligible(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	// States are negligible once now is past their Time, as GCRA's are.
+	var now atomic.Int64
+	now.Store(1000)
+	opts := PersistOptions{
+		Now: func() time.Time { return time.Unix(0, now.Load()) },
+		Negligible: func(limit string, s ratelimit.State, at time.Time) bool {
+			return s.Time <= at.UnixNano()
+		},
+	}
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, opts)
+	for i := range 1000 {
+		p.Update(ctx, "gcra", fmt.Sprint("k", i), set(ratelimit.State{Time: int64(1000 + i)}))
+	}
+	for i := range 10 { // a limit whose states all decay
+		p.Update(ctx, "fast", fmt.Sprint("k", i), set(ratelimit.State{Time: 1001}))
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(stored(t, db)); n != 1010 {
+		t.Fatalf("%d states stored, want 1010", n)
+	}
+	closeDB()
+
+	// Restart later: states with Time <= 1500 are not restored and are
+	// deleted from the file (more than restoreChunk of them would not fit
+	// here, so use a smaller world and check the count).
+	now.Store(1500)
+	db, closeDB = openDB(t, path)
+	p = newPersistent(t, db, MemoryOptions{}, opts)
+	if got, want := p.Memory().Len(), 499; got != want {
+		t.Errorf("restored %d states, want %d", got, want)
+	}
+	if st := p.Stats(); st.Dropped != 511 {
+		t.Errorf("Dropped = %d, want 511", st.Dropped)
+	}
+	if got := stored(t, db); len(got) != 499 {
+		t.Errorf("%d states stored after restore, want 499", len(got))
+	}
+	if err := db.View(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketName).Bucket([]byte("fast")) != nil {
+			t.Error("emptied bucket of limit fast kept")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Sweep later still: dropped from memory, and from the file at the
+	// next flush.
+	now.Store(1900)
+	if n := p.Sweep(); n != 400 {
+		t.Errorf("Sweep = %d, want 400", n)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := contents(t, p)
+	if len(want) != 99 {
+		t.Errorf("%d states after sweep, want 99", len(want))
+	}
+	equalStates(t, "stored after sweep", stored(t, db), want)
+	p.Close()
+	closeDB()
+}
+
+// TestPersistentRestoreManyDropped drops more states at restore than are
+// deleted in one chunk.
+func TestPersistentRestoreManyDropped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	const n = 3*restoreChunk + 17
+	for i := range n {
+		p.Update(context.Background(), "hourly", fmt.Sprintf("k%06d", i), set(ratelimit.State{Time: 1, Rate: float64(i % 3)}))
+	}
+	p.Close()
+	closeDB()
+	db, _ = openDB(t, path)
+	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{
+		Negligible: func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate != 1 },
+	})
+	want := contents(t, p)
+	if len(want) != (n+1)/3 { // i%3 == 1
+		t.Errorf("restored %d, want %d", len(want), (n+1)/3)
+	}
+	equalStates(t, "stored", stored(t, db), want)
+}
+
+func TestPersistentEvictionPersisted(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{MaxKeys: 64 * 4}, PersistOptions{})
+	for i := range 5000 {
+		p.Update(ctx, "hourly", fmt.Sprint("random", i), set(ratelimit.State{Time: int64(i + 1), Rate: 1}))
+		if i%100 == 0 {
+			if err := p.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Memory().Evicted() == 0 {
+		t.Fatal("nothing evicted")
+	}
+	want := contents(t, p)
+	equalStates(t, "stored", stored(t, db), want)
+	p.Close()
+	closeDB()
+
+	// Restoring into a smaller store respects its bound, and the
+	// evictions are persisted too.
+	db, _ = openDB(t, path)
+	p = newPersistent(t, db, MemoryOptions{MaxKeys: 64}, PersistOptions{})
+	if n := p.Memory().Len(); n > 64 {
+		t.Errorf("restored %d states into MaxKeys 64", n)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	equalStates(t, "stored after restore", stored(t, db), contents(t, p))
+}
+
+// TestPersistentConcurrent updates from many goroutines while Run flushes
+// and sweeps and callers flush and delete; run it with -race.
+func TestPersistentConcurrent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{MaxKeys: 64 * 16}, PersistOptions{
+		FlushInterval: time.Millisecond,
+		SweepInterval: 3 * time.Millisecond,
+		Negligible:    func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate == 7 },
+	})
+	runErr := make(chan error, 1)
+	go func() { runErr <- p.Run(ctx) }()
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 2000 {
+				k := fmt.Sprint("u", (g*31+i)%1500)
+				switch i % 50 {
+				case 0:
+					if _, err := p.Delete(ctx, "hourly", k); err != nil {
+						t.Error(err)
+					}
+				case 1:
+					if err := p.Flush(); err != nil {
+						t.Error(err)
+					}
+				default:
+					err := p.Update(ctx, []string{"hourly", "daily"}[i%2], k, func(s ratelimit.State) (ratelimit.State, bool) {
+						return ratelimit.State{Time: s.Time + 1, Rate: float64(i % 10)}, true
+					})
+					if err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	want := contents(t, p)
+	equalStates(t, "stored", stored(t, db), want)
+	if st := p.Stats(); st.Flushes == 0 || st.Failures != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closeDB()
+	// A new Memory shards keys differently, so restore without a bound.
+	db, _ = openDB(t, path)
+	equalStates(t, "restored", contents(t, newPersistent(t, db, MemoryOptions{}, PersistOptions{})), want)
+}
+
+func TestPersistentUnpersistable(t *testing.T) {
+	ctx := context.Background()
+	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	s := ratelimit.State{Time: 1, Rate: 1}
+	p.Update(ctx, "hourly", "", set(s))           // empty key
+	p.Update(ctx, "", "alice", set(s))            // empty limit name
+	p.Update(ctx, "\x00version", "alice", set(s)) // would clash with the version key
+	p.Update(ctx, "hourly", "alice", set(s))
+	if err := p.Update(ctx, "hourly", strings.Repeat("x", MaxKeyLen+1), set(s)); !errors.Is(err, ErrKeyTooLong) {
+		t.Errorf("Update of a long key = %v, want ErrKeyTooLong", err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.Skipped != 3 || st.Written != 1 {
+		t.Errorf("stats %+v, want 3 skipped, 1 written", st)
+	}
+	equalStates(t, "stored", stored(t, db), map[pair]ratelimit.State{{"hourly", "alice"}: s})
+	if len(contents(t, p)) != 4 {
+		t.Error("unpersistable states not kept in memory")
+	}
+}
+
+func TestPersistentVersion(t *testing.T) {
+	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		b, err := tx.CreateBucket(bucketName)
+		if err != nil {
+			return err
+		}
+		return b.Put(versionKey, []byte("99"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{}); !errors.Is(err, ErrVersion) {
+		t.Errorf("NewPersistent = %v, want ErrVersion", err)
+	}
+}
+
+func TestBatchCompact(t *testing.T) {
+	var b batch
+	st := func(i int) ratelimit.State { return ratelimit.State{Time: int64(i)} }
+	b.add(1, []byte("b"), st(1), false)
+	b.add(0, []byte("z"), st(2), false)
+	b.add(1, []byte("a"), st(3), false)
+	b.add(1, []byte("b"), ratelimit.State{}, true)
+	b.add(1, []byte("a"), ratelimit.State{}, true)
+	b.add(1, []byte("a"), st(4), false)
+	b.compact()
+	var got []string
+	for _, r := range b.recs {
+		got = append(got, fmt.Sprintf("%d/%s=%d,%v", r.lim, b.key(r), r.state.Time, r.del))
+	}
+	if want := "0/z=2,false 1/a=4,false 1/b=0,true"; strings.Join(got, " ") != want {
+		t.Errorf("compact = %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+const crashEnv = "RATELIMITD_STORE_CRASH_CHILD"
+
+// TestPersistentCrashBound checks the crash bound: a child process updates
+// keys with increasing values while Run flushes every few milliseconds,
+// and reports on stdout each committed flush with the value every key had
+// reached when that flush took the changes. It is killed with SIGKILL at a
+// random moment; after reopening, every key's state must be at least as
+// new as the last flush reported. Three rounds run on the same file, each
+// child continuing from what it restored.
+func TestPersistentCrashBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts subprocesses")
+	}
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	last := int64(0)
+	for round := range 3 {
+		reported := runCrashChild(t, path, 10+round*7)
+		if reported < last {
+			t.Fatalf("round %d: child reported %d after restoring %d", round, reported, last)
+		}
+		db, closeDB := openDB(t, path)
+		got := stored(t, db)
+		if len(got) != 2*crashKeys {
+			t.Errorf("round %d: %d states stored, want %d", round, len(got), 2*crashKeys)
+		}
+		minV := int64(-1)
+		for k, s := range got {
+			if s.Time < reported || s.Rate != float64(s.Time) {
+				t.Errorf("round %d: %s/%s = %v, older than the last reported flush %d", round, k[0], k[1], s, reported)
+			}
+			if minV < 0 || s.Time < minV {
+				minV = s.Time
+			}
+		}
+		t.Logf("round %d: last reported flush %d, oldest stored value %d", round, reported, minV)
+		closeDB()
+		last = reported
+	}
+}
+
+const crashKeys = 300
+
+// runCrashChild starts the child on path, kills it with SIGKILL after it
+// reported flushes flushes (and a random pause), and returns the last value
+// it reported.
+func runCrashChild(t *testing.T, path string, flushes int) int64 {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), crashEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
+	defer timeout.Stop()
+	var reported int64 = -1
+	seen := 0
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "flushed ")
+		if !ok {
+			continue // the test framework's own output
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("child: %q", sc.Text())
+		}
+		reported = n
+		if seen++; seen == flushes {
+			go func() {
+				time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+				cmd.Process.Kill() // SIGKILL
+			}()
+		}
+	}
+	err = cmd.Wait()
+	if seen < flushes {
+		t.Fatalf("child exited after %d flushes: %v", seen, err)
+	}
+	if err == nil {
+		t.Fatal("child exited normally; want killed")
+	}
+	return reported
+}
+
+// crashChild is the child of TestPersistentCrashBound, started by TestMain.
+// It never returns.
+func crashChild(path string) {
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(2)
+	}
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		fail(err)
+	}
+	p, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{FlushInterval: 2 * time.Millisecond})
+	if err != nil {
+		fail(err)
+	}
+	start := int64(0)
+	p.Range(context.Background(), func(_, _ string, s ratelimit.State) bool {
+		start = max(start, s.Time)
+		return true
+	})
+	// applied is the value every key has reached in memory.
+	var applied atomic.Int64
+	applied.Store(start)
+	var taken int64
+	p.beforeTake = func() { taken = applied.Load() }
+	p.afterFlush = func(int) { fmt.Printf("flushed %d\n", taken) }
+	go func() {
+		if err := p.Run(context.Background()); err != nil {
+			fail(err)
+		}
+	}()
+	ctx := context.Background()
+	keys := benchKeys(crashKeys)
+	for v := start + 1; ; v++ {
+		s := ratelimit.State{Time: v, Rate: float64(v)}
+		for _, k := range keys {
+			if err := p.Update(ctx, "hourly", k, set(s)); err != nil {
+				fail(err)
+			}
+			if err := p.Update(ctx, "daily", k, set(s)); err != nil {
+				fail(err)
+			}
+		}
+		applied.Store(v)
+	}
+}
+
+// BenchmarkFlush10k flushes 10,000 changed keys (5,000 users under two
+// limits) of a store of 200,000 pairs, with an fsync'd commit.
+func BenchmarkFlush10k(b *testing.B) {
+	ctx := context.Background()
+	db, _ := openDB(b, filepath.Join(b.TempDir(), "ratelimitd.db"))
+	p := newPersistent(b, db, MemoryOptions{}, PersistOptions{})
+	keys := benchKeys(100_000)
+	for _, k := range keys {
+		p.Update(ctx, "hourly", k, set(ratelimit.State{Time: 1, Rate: 1}))
+		p.Update(ctx, "daily", k, set(ratelimit.State{Time: 1, Rate: 1}))
+	}
+	if err := p.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	v := int64(1)
+	for b.Loop() {
+		b.StopTimer()
+		v++
+		for i := range 5000 {
+			k := keys[(int(v)*5000+i*7919)%len(keys)]
+			p.Update(ctx, "hourly", k, set(ratelimit.State{Time: v, Rate: 1}))
+			p.Update(ctx, "daily", k, set(ratelimit.State{Time: v, Rate: 1}))
+		}
+		b.StartTimer()
+		if err := p.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPersist2M writes 1,000,000 users under two limits to BoltDB
+// (in random order, 20 flushes), then restores them in a fresh process, as
+// a restarted daemon would, and reports the file's bytes per pair, the
+// restore time and that process's resident memory after the restore
+// (Linux): Go heap (RssAnon) and BoltDB's mapping (RssFile).
+func BenchmarkPersist2M(b *testing.B) {
+	const users = 1_000_000
+	ctx := context.Background()
+	for b.Loop() {
+		path := filepath.Join(b.TempDir(), "ratelimitd.db")
+		db, closeDB := openDB(b, path)
+		db.NoSync = true // the file is measured, not fsync
+		p := newPersistent(b, db, MemoryOptions{}, PersistOptions{})
+		keys := benchKeys(users)
+		for n, i := range rand.Perm(users) {
+			s := ratelimit.State{Time: int64(i), Rate: 1}
+			p.Update(ctx, "hourly", keys[i], set(s))
+			p.Update(ctx, "daily", keys[i], set(s))
+			if n%(users/20) == 0 {
+				if err := p.Flush(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if err := p.Close(); err != nil {
+			b.Fatal(err)
+		}
+		closeDB()
+		fi, err := os.Stat(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(fi.Size())/(2*users), "file-B/pair")
+
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), rssEnv+"="+path)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("restore child: %v", err)
+		}
+		var r rssReport
+		if _, err := fmt.Sscan(string(out), &r.pairs, &r.restore, &r.heap, &r.anon, &r.file); err != nil {
+			b.Fatalf("restore child: %q: %v", out, err)
+		}
+		if r.pairs != 2*users {
+			b.Fatalf("restored %d pairs", r.pairs)
+		}
+		b.ReportMetric(r.restore.Seconds()*1000, "restore-ms")
+		b.ReportMetric(float64(r.heap)/(1<<20), "heap-MiB")
+		b.ReportMetric(float64(r.anon+r.file)/(1<<20), "rss-MiB")
+		b.ReportMetric(float64(r.file)/(1<<20), "rss-file-MiB")
+	}
+}
+
+const rssEnv = "RATELIMITD_STORE_RSS_CHILD"
+
+type rssReport struct {
+	pairs      int
+	restore    time.Duration
+	heap       uint64
+	anon, file uint64 // bytes
+}
+
+// rssChild restores the file at path into a new Persistent and prints an
+// rssReport.
+func rssChild(path string) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	start := time.Now()
+	p, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	restore := time.Since(start)
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var anon, file uint64
+	if status, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(status), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 3 && f[2] == "kB" {
+				n, _ := strconv.ParseUint(f[1], 10, 64)
+				switch f[0] {
+				case "RssAnon:":
+					anon = n << 10
+				case "RssFile:":
+					file = n << 10
+				}
+			}
+		}
+	}
+	fmt.Println(p.Memory().Len(), int64(restore), ms.HeapAlloc, anon, file)
+	runtime.KeepAlive(p)
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package store
+
+import "go.etcd.io/bbolt"
+
+// releaseMapped does nothing outside Linux.
+func releaseMapped(*bbolt.DB) error { return nil }

@@ -1,0 +1,6 @@
+//go:build race
+
+package store
+
+// raceEnabled reports a -race build, where big tests shrink.
+const raceEnabled = true

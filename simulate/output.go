@@ -1,0 +1,373 @@
+package simulate
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Output formats of decisions and summaries.
+const (
+	// OutputTable is aligned text for people (text/tabwriter).
+	OutputTable = "table"
+	// OutputCSV is CSV with a header row, one row per request (or key).
+	OutputCSV = "csv"
+	// OutputJSONL is JSON Lines, one object per request (or key).
+	OutputJSONL = "jsonl"
+)
+
+// Writer writes decisions in one output format. Close flushes; it does not
+// close the underlying io.Writer.
+type Writer interface {
+	Write(r *Result) error
+	Close() error
+}
+
+// NewWriter returns a Writer of the given format (OutputTable, OutputCSV or
+// OutputJSONL) to w. limits is the engine's stack (Engine.Limits), which
+// names the per-limit columns; start is the trace's first time, from which
+// elapsed time is counted.
+func NewWriter(w io.Writer, format string, limits []policy.LimitInfo, start time.Time) (Writer, error) {
+	cols := newColumns(limits)
+	switch format {
+	case OutputTable, "":
+		return newTableWriter(w, cols, start), nil
+	case OutputCSV:
+		c := &csvWriter{w: csv.NewWriter(w), cols: cols, start: start}
+		return c, c.header()
+	case OutputJSONL:
+		bw := bufio.NewWriter(w)
+		return &jsonlWriter{bw: bw, enc: json.NewEncoder(bw), start: start}, nil
+	}
+	return nil, fmt.Errorf("%w: output format %q (want table, csv or jsonl)", ErrFormat, format)
+}
+
+// columns maps limit names to their column, in configuration order.
+type columns struct {
+	limits []policy.LimitInfo
+	index  map[string]int
+}
+
+func newColumns(limits []policy.LimitInfo) columns {
+	c := columns{limits: limits, index: make(map[string]int, len(limits))}
+	for i, l := range limits {
+		c.index[l.Name] = i
+	}
+	return c
+}
+
+// byLimit returns the measures of r in column order (nil where the limit
+// did not apply).
+func (c columns) byLimit(r *Result) []*policy.Measure {
+	out := make([]*policy.Measure, len(c.limits))
+	for i := range r.Decision.Measures {
+		m := &r.Decision.Measures[i]
+		if j, ok := c.index[m.Limit]; ok {
+			out[j] = m
+		}
+	}
+	return out
+}
+
+// FormatElapsed prints a duration as hours:minutes:seconds ("7:48:00",
+// "55:12:00", "0:00:01.5"), the way the simulator shows time since the
+// start of a trace.
+func FormatElapsed(d time.Duration) string {
+	sign := ""
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	h, m, s := d/time.Hour, (d%time.Hour)/time.Minute, d%time.Minute
+	out := fmt.Sprintf("%s%d:%02d:%02d", sign, h, m, s/time.Second)
+	if frac := s % time.Second; frac != 0 {
+		f := strconv.FormatFloat(float64(frac)/1e9, 'f', 3, 64) // "0.500"
+		out += strings.TrimRight(strings.TrimPrefix(f, "0"), "0")
+	}
+	return out
+}
+
+// formatRate prints a rate in cost per period compactly.
+func formatRate(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e12:
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	case a >= 1e5:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// formatLimit prints a configured limit as written ("200", "1e+07" stays
+// "10000000").
+func formatLimit(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// formatRetry prints a retry-after duration; "never" for a request whose
+// cost alone exceeds the limit.
+func formatRetry(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return ""
+	case d == time.Duration(math.MaxInt64):
+		return "never"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return policy.FormatDuration(d.Round(time.Second))
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// tableSample is how many rows the table writer reads to size its
+// columns; later rows are printed as they come, and a wider cell widens its
+// column from that row on.
+const tableSample = 1000
+
+// tableWriter prints aligned columns (two spaces apart) without holding a
+// whole trace's output in memory as text/tabwriter would.
+type tableWriter struct {
+	bw      *bufio.Writer
+	cols    columns
+	start   time.Time
+	header  []string
+	widths  []int
+	pending [][]string
+}
+
+func newTableWriter(w io.Writer, cols columns, start time.Time) *tableWriter {
+	t := &tableWriter{bw: bufio.NewWriter(w), cols: cols, start: start}
+	t.header = []string{"TIME", "ELAPSED", "LINE", "KEY"}
+	for _, l := range cols.limits {
+		t.header = append(t.header, l.Name+" /"+policy.FormatDuration(l.Period))
+	}
+	t.header = append(t.header, "ACTION", "BY", "RETRY")
+	return t
+}
+
+// Write prints one row: for each limit "before→after ≤ max" (or "> max"
+// when over), prefixed with the key when it differs from the KEY column.
+func (t *tableWriter) Write(r *Result) error {
+	cells := make([]string, 0, len(t.header))
+	key := "-"
+	if keys := r.Keys(); len(keys) > 0 {
+		key = keys[0]
+	} else if r.Decision.Reason == "exempt" {
+		key = "(exempt)"
+	}
+	cells = append(cells, formatTime(r.Time), "+"+FormatElapsed(r.Time.Sub(t.start)), strconv.Itoa(r.Line), key)
+	for _, m := range t.cols.byLimit(r) {
+		if m == nil {
+			cells = append(cells, "-")
+			continue
+		}
+		prefix := ""
+		if m.Key != key {
+			prefix = m.Key + ": "
+		}
+		cmp := "≤"
+		if m.Over {
+			cmp = ">"
+		}
+		cells = append(cells, fmt.Sprintf("%s%s→%s %s %s", prefix, formatRate(m.Before), formatRate(m.After), cmp, formatLimit(m.Max)))
+	}
+	action := r.Decision.Action.String()
+	if r.Decision.Fault != nil {
+		action += " (fault: " + r.Decision.Fault.Error() + ")"
+	}
+	cells = append(cells, action, r.Decision.Limit, formatRetry(r.Decision.RetryAfter))
+	if t.widths == nil {
+		t.pending = append(t.pending, cells)
+		if len(t.pending) >= tableSample {
+			return t.fix()
+		}
+		return nil
+	}
+	return t.row(cells)
+}
+
+// fix sizes the columns from the header and the rows read so far and
+// prints them.
+func (t *tableWriter) fix() error {
+	t.widths = make([]int, len(t.header))
+	for _, row := range append([][]string{t.header}, t.pending...) {
+		for i, c := range row {
+			t.widths[i] = max(t.widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	if err := t.row(t.header); err != nil {
+		return err
+	}
+	for _, row := range t.pending {
+		if err := t.row(row); err != nil {
+			return err
+		}
+	}
+	t.pending = nil
+	return nil
+}
+
+func (t *tableWriter) row(cells []string) error {
+	last := len(cells) - 1
+	for last > 0 && cells[last] == "" {
+		last--
+	}
+	for i, c := range cells[:last+1] {
+		t.bw.WriteString(c)
+		if i < last {
+			n := utf8.RuneCountInString(c)
+			t.widths[i] = max(t.widths[i], n) // a wider cell widens the column from here on
+			t.bw.WriteString(strings.Repeat(" ", t.widths[i]-n+2))
+		}
+	}
+	return t.bw.WriteByte('\n')
+}
+
+func (t *tableWriter) Close() error {
+	if t.widths == nil {
+		if err := t.fix(); err != nil {
+			return err
+		}
+	}
+	return t.bw.Flush()
+}
+
+type csvWriter struct {
+	w     *csv.Writer
+	cols  columns
+	start time.Time
+	rec   []string
+}
+
+func (c *csvWriter) header() error {
+	h := []string{"seq", "line", "time", "elapsed_s", "protocol_state", "action", "limit", "key",
+		"retry_after_s", "code", "fault"}
+	for _, l := range c.cols.limits {
+		for _, s := range []string{"key", "before", "after", "max", "over", "stored"} {
+			h = append(h, l.Name+"_"+s)
+		}
+	}
+	return c.w.Write(h)
+}
+
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+func seconds(d time.Duration) string {
+	if d == time.Duration(math.MaxInt64) {
+		return "inf"
+	}
+	return ftoa(d.Seconds())
+}
+
+func (c *csvWriter) Write(r *Result) error {
+	d := &r.Decision
+	code, fault := "", ""
+	if d.Code != 0 {
+		code = strconv.Itoa(d.Code)
+	}
+	if d.Fault != nil {
+		fault = d.Fault.Error()
+	}
+	c.rec = append(c.rec[:0], strconv.Itoa(r.Seq), strconv.Itoa(r.Line), formatTime(r.Time),
+		seconds(r.Time.Sub(c.start)), r.Request.ProtocolState, d.Action.String(), d.Limit, d.Key,
+		seconds(d.RetryAfter), code, fault)
+	for _, m := range c.cols.byLimit(r) {
+		if m == nil {
+			c.rec = append(c.rec, "", "", "", "", "", "")
+			continue
+		}
+		c.rec = append(c.rec, m.Key, ftoa(m.Before), ftoa(m.After), ftoa(m.Max),
+			strconv.FormatBool(m.Over), strconv.FormatBool(m.Stored))
+	}
+	return c.w.Write(c.rec)
+}
+
+func (c *csvWriter) Close() error {
+	c.w.Flush()
+	return c.w.Error()
+}
+
+// DecisionRecord is the JSON Lines form of one decision.
+type DecisionRecord struct {
+	Seq         int             `json:"seq"`
+	Line        int             `json:"line"`
+	Time        time.Time       `json:"time"`
+	ElapsedS    float64         `json:"elapsed_s"`
+	State       string          `json:"protocol_state"`
+	Action      string          `json:"action"`
+	Limit       string          `json:"limit,omitempty"`
+	Key         string          `json:"key,omitempty"`
+	RetryAfterS float64         `json:"retry_after_s,omitempty"`
+	Code        int             `json:"code,omitempty"`
+	Enhanced    string          `json:"enhanced,omitempty"`
+	Text        string          `json:"text,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+	Fault       string          `json:"fault,omitempty"`
+	Measures    []MeasureRecord `json:"measures"`
+}
+
+// MeasureRecord is the JSON Lines form of one limit's measurement.
+type MeasureRecord struct {
+	Limit       string  `json:"limit"`
+	Key         string  `json:"key"`
+	Cost        float64 `json:"cost"`
+	Before      float64 `json:"before"`
+	After       float64 `json:"after"`
+	Max         float64 `json:"max"`
+	Over        bool    `json:"over"`
+	Action      string  `json:"action"`
+	RetryAfterS float64 `json:"retry_after_s,omitempty"`
+	Stored      bool    `json:"stored"`
+}
+
+// jsonSeconds is d in seconds, with "never" as -1 (JSON has no infinity).
+func jsonSeconds(d time.Duration) float64 {
+	if d == time.Duration(math.MaxInt64) {
+		return -1
+	}
+	return d.Seconds()
+}
+
+type jsonlWriter struct {
+	bw    *bufio.Writer
+	enc   *json.Encoder
+	start time.Time
+}
+
+func (j *jsonlWriter) Write(r *Result) error {
+	d := &r.Decision
+	rec := DecisionRecord{Seq: r.Seq, Line: r.Line, Time: r.Time, ElapsedS: r.Time.Sub(j.start).Seconds(),
+		State: r.Request.ProtocolState, Action: d.Action.String(), Limit: d.Limit, Key: d.Key,
+		RetryAfterS: jsonSeconds(d.RetryAfter), Code: d.Code, Enhanced: d.Enhanced, Text: d.Text,
+		Reason: d.Reason, Measures: make([]MeasureRecord, len(d.Measures))}
+	if d.Fault != nil {
+		rec.Fault = d.Fault.Error()
+	}
+	for i, m := range d.Measures {
+		rec.Measures[i] = MeasureRecord{Limit: m.Limit, Key: m.Key, Cost: m.Cost, Before: finite(m.Before),
+			After: finite(m.After), Max: m.Max, Over: m.Over, Action: m.Action.String(),
+			RetryAfterS: jsonSeconds(m.RetryAfter), Stored: m.Stored}
+	}
+	return j.enc.Encode(&rec)
+}
+
+// finite keeps JSON encodable: the engine saturates at MaxFloat64, but be
+// safe against an infinity.
+func finite(v float64) float64 {
+	if math.IsInf(v, 1) {
+		return math.MaxFloat64
+	}
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
+}
+
+func (j *jsonlWriter) Close() error { return j.bw.Flush() }

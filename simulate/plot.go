@@ -1,0 +1,552 @@
+package simulate
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"image/color"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// DefaultPlotKeys is how many keys a plot shows per limit when no keys are
+// named: those that came closest to (or went furthest over) the limit.
+const DefaultPlotKeys = 6
+
+// PlotOptions tunes Recorder.Save.
+type PlotOptions struct {
+	// Keys names the rate keys to draw; empty means the MaxKeys keys with
+	// the highest peak rate relative to their limit, per limit.
+	Keys []string
+	// MaxKeys bounds the keys drawn per limit when Keys is empty; 0 means
+	// DefaultPlotKeys.
+	MaxKeys int
+	// Title is put in front of the first panel's title (e.g. the trace
+	// file name).
+	Title string
+}
+
+// sample is one request's effect on one key under one limit.
+type sample struct {
+	x       float64 // hours since the start of the trace
+	before  float64 // rate decayed to the request, without it
+	after   float64 // measured rate with the request
+	post    float64 // rate stored after the request (after if counted, else before)
+	max     float64 // the limit in force for the key
+	refused bool
+}
+
+type series struct {
+	key     string
+	samples []sample
+	peak    float64 // highest after/max
+	refused int
+}
+
+// Recorder keeps, for each limit and key, the rate at every request, to
+// plot it. It keeps every request of the keys its Filter selects in memory
+// (about 50 bytes per request and limit). It is not safe for concurrent
+// use.
+type Recorder struct {
+	cols   columns
+	filter Filter
+	series []map[string]*series // per limit, by key
+	start  time.Time
+	endX   float64
+	n      int
+}
+
+// NewRecorder returns a Recorder for an engine with the given limits,
+// recording the keys f selects (f.RefusedOnly is ignored).
+func NewRecorder(limits []policy.LimitInfo, f Filter) *Recorder {
+	r := &Recorder{cols: newColumns(limits), filter: Filter{Keys: f.Keys}}
+	r.series = make([]map[string]*series, len(limits))
+	for i := range r.series {
+		r.series[i] = make(map[string]*series)
+	}
+	return r
+}
+
+// Add records one result. Results must come in replay order.
+func (rec *Recorder) Add(r *Result) {
+	if rec.n == 0 {
+		rec.start = r.Time
+	}
+	rec.n++
+	x := hoursSince(rec.start, r.Time)
+	rec.endX = x
+	for i := range r.Decision.Measures {
+		m := &r.Decision.Measures[i]
+		j, ok := rec.cols.index[m.Limit]
+		if !ok || !rec.filter.Key(m.Key) {
+			continue
+		}
+		s := rec.series[j][m.Key]
+		if s == nil {
+			s = &series{key: m.Key}
+			rec.series[j][m.Key] = s
+		}
+		post := m.Before
+		if m.Stored {
+			post = m.After
+		}
+		sm := sample{x: x, before: finite(m.Before), after: finite(m.After), post: finite(post), max: m.Max,
+			refused: r.Refused()}
+		s.samples = append(s.samples, sm)
+		if ratio := sm.after / m.Max; ratio > s.peak {
+			s.peak = ratio
+		}
+		if sm.refused {
+			s.refused++
+		}
+	}
+}
+
+func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
+
+// Save draws the recorded rates into path, an .svg or .png file: one panel
+// per limit, one line per key (rate in cost per period against hours since
+// the start of the trace), the limit as a dashed horizontal line, and a red
+// cross at requests that were refused.
+func (rec *Recorder) Save(path string, o PlotOptions) error {
+	var buf bytes.Buffer
+	if err := rec.WriteTo(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), "."), o); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// Plot image formats for WriteTo.
+const (
+	PlotSVG = "svg"
+	PlotPNG = "png"
+)
+
+// Panel geometry.
+const (
+	plotWidth   = 10 * vg.Inch
+	panelHeight = 3.6 * vg.Inch
+	pngDPI      = 120
+)
+
+// WriteTo draws the plot (see Save) in format PlotSVG or PlotPNG to w.
+func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
+	if format != PlotSVG && format != PlotPNG {
+		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
+	}
+	if len(rec.cols.limits) == 0 {
+		return fmt.Errorf("%w: the configuration has no limits to plot", ErrFormat)
+	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultPlotKeys
+	}
+	order := rec.order(o)
+	plots := make([][]*plot.Plot, len(rec.cols.limits))
+	legends := make([]plot.Legend, len(rec.cols.limits))
+	legendW := 1.5 * vg.Inch
+	for i := range rec.cols.limits {
+		p, lg, err := rec.panel(i, order, o)
+		if err != nil {
+			return err
+		}
+		plots[i], legends[i] = []*plot.Plot{p}, lg
+		var c draw.Canvas
+		legendW = max(legendW, lg.Rectangle(c).Size().X+0.3*vg.Inch)
+	}
+	legendW = min(legendW, 3.5*vg.Inch)
+	width, height := plotWidth+legendW, panelHeight*vg.Length(len(plots))
+	var canvas io.WriterTo
+	var dc draw.Canvas
+	switch format {
+	case PlotSVG:
+		c := vgsvg.New(width, height)
+		canvas, dc = c, draw.New(c)
+	case PlotPNG:
+		c := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(pngDPI),
+			vgimg.UseBackgroundColor(color.White))
+		canvas, dc = vgimg.PngCanvas{Canvas: c}, draw.New(c)
+	}
+	dc.FillPolygon(color.White, []vg.Point{dc.Min, {X: dc.Max.X, Y: dc.Min.Y}, dc.Max, {X: dc.Min.X, Y: dc.Max.Y}})
+	// The panels, aligned, on the left; each panel's legend beside it.
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
+		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.15 * vg.Inch}
+	canvases := plot.Align(plots, tiles, draw.Crop(dc, 0, -legendW, 0, 0))
+	for i := range plots {
+		pc := canvases[i][0]
+		plots[i][0].Draw(pc)
+		lc := pc
+		lc.Min.X, lc.Max.X = pc.Max.X+0.1*vg.Inch, dc.Max.X-0.1*vg.Inch
+		lc.Max.Y -= 0.3 * vg.Inch // below the title
+		legends[i].Draw(lc)
+	}
+	_, err := canvas.WriteTo(w)
+	return err
+}
+
+// palette avoids red (refusals) and grey (the limit line).
+var palette = []color.Color{
+	color.RGBA{31, 119, 180, 255},  // blue
+	color.RGBA{255, 127, 14, 255},  // orange
+	color.RGBA{44, 160, 44, 255},   // green
+	color.RGBA{148, 103, 189, 255}, // purple
+	color.RGBA{140, 86, 75, 255},   // brown
+	color.RGBA{23, 190, 207, 255},  // cyan
+	color.RGBA{188, 189, 34, 255},  // olive
+	color.RGBA{227, 119, 194, 255}, // pink
+}
+
+var (
+	refusedColor = color.RGBA{214, 39, 40, 255}
+	limitColor   = color.RGBA{90, 90, 90, 255}
+)
+
+// order ranks every recorded key, most interesting first: the keys named in
+// o.Keys in that order, else by the highest peak rate relative to the limit
+// under any limit. A key keeps its rank, and so its colour, in every panel.
+func (rec *Recorder) order(o PlotOptions) []string {
+	score := map[string]float64{}
+	count := map[string]int{}
+	for _, m := range rec.series {
+		for k, s := range m {
+			score[k] = max(score[k], s.peak)
+			count[k] += len(s.samples)
+		}
+	}
+	if len(o.Keys) > 0 {
+		var out []string
+		for _, want := range o.Keys {
+			for k := range score {
+				if strings.EqualFold(k, want) && !slices.Contains(out, k) {
+					out = append(out, k)
+				}
+			}
+		}
+		return out
+	}
+	keys := slices.Collect(maps.Keys(score))
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := cmp.Compare(score[b], score[a]); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(count[b], count[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
+}
+
+// legendName shortens a key for the legend.
+func legendName(k string) string {
+	const maxLen = 32
+	if r := []rune(k); len(r) > maxLen {
+		return string(r[:maxLen-1]) + "…"
+	}
+	return k
+}
+
+func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, plot.Legend, error) {
+	l := rec.cols.limits[i]
+	p := plot.New()
+	lg := plot.NewLegend()
+	lg.Top, lg.Left = true, true
+	lg.ThumbnailWidth = vg.Points(22)
+	lg.Padding = vg.Points(3)
+	lg.TextStyle.Font.Size = vg.Points(10)
+
+	var shown []*series
+	var colors []color.Color
+	for j, k := range order {
+		if s := rec.series[i][k]; s != nil && (len(o.Keys) > 0 || len(shown) < o.MaxKeys) {
+			shown = append(shown, s)
+			colors = append(colors, palette[j%len(palette)])
+		}
+	}
+	total := len(rec.series[i])
+	period := policy.FormatDuration(l.Period)
+	title := fmt.Sprintf("limit %q: %g %s per %s per %s (%s, %s)", l.Name, l.Limit, l.Per, period,
+		strings.Join(l.Key, "+"), l.Mode, l.Action)
+	if i == 0 && o.Title != "" {
+		title = o.Title + " — " + title
+	}
+	switch {
+	case total == 0:
+		title += " — no requests measured"
+	case len(shown) < total:
+		title += fmt.Sprintf(" — %d of %d keys shown", len(shown), total)
+	}
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(12)
+	p.Title.Padding = vg.Points(6)
+	endX := rec.xEnd()
+	p.X.Label.Text = "hours since " + rec.start.UTC().Format("Mon 2006-01-02 15:04:05 MST")
+	if (hourTicks{}).step(endX) < 1 {
+		p.X.Label.Text = "time since " + rec.start.UTC().Format("Mon 2006-01-02 15:04:05 MST") + " (h:mm)"
+	}
+	p.Y.Label.Text = fmt.Sprintf("rate (%s per %s)", l.Per, period)
+	p.X.Min, p.Y.Min = 0, 0
+	p.X.Max = endX
+	p.X.Tick.Marker = hourTicks{}
+	p.Y.Tick.Marker = rateTicks{}
+	p.Add(plotter.NewGrid())
+
+	ymax := l.Limit
+	decays := l.Algorithm == "exponential"
+	var refusedXY plotter.XYs
+	var overrides []float64
+	for j, s := range shown {
+		xys := s.line(endX, l.Period.Hours(), decays)
+		xys = decimate(xys, 3000)
+		for _, pt := range xys {
+			ymax = max(ymax, pt.Y)
+		}
+		ln, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, lg, fmt.Errorf("simulate: plot %s/%s: %w", l.Name, s.key, err)
+		}
+		ln.Color = colors[j]
+		ln.Width = vg.Points(1.5)
+		p.Add(ln)
+		label := legendName(s.key)
+		if s.refused > 0 {
+			label += fmt.Sprintf(" (%d refused)", s.refused)
+		}
+		lg.Add(label, ln)
+		refusedXY = append(refusedXY, s.refusals(endX)...)
+		if m := s.samples[len(s.samples)-1].max; m != l.Limit && !slices.Contains(overrides, m) {
+			overrides = append(overrides, m)
+			ymax = max(ymax, m)
+		}
+	}
+	for _, pt := range refusedXY {
+		ymax = max(ymax, pt.Y)
+	}
+	p.Y.Max = ymax * 1.08
+	lim := hline(l.Limit, endX)
+	lim.Color, lim.Width, lim.Dashes = limitColor, vg.Points(1.2), []vg.Length{vg.Points(6), vg.Points(3)}
+	p.Add(lim)
+	lg.Add(fmt.Sprintf("limit %g per %s", l.Limit, period), lim)
+	for _, m := range overrides {
+		ov := hline(m, endX)
+		ov.Color, ov.Width, ov.Dashes = limitColor, vg.Points(1), []vg.Length{vg.Points(2), vg.Points(2)}
+		p.Add(ov)
+		lg.Add(fmt.Sprintf("override %g per %s", m, period), ov)
+	}
+	if len(refusedXY) > 0 {
+		sc, err := plotter.NewScatter(refusedXY)
+		if err != nil {
+			return nil, lg, err
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: refusedColor, Radius: vg.Points(2.2), Shape: draw.CrossGlyph{}}
+		p.Add(sc)
+		lg.Add("refused request", sc)
+	}
+	return p, lg, nil
+}
+
+// xEnd is the right end of the time axis in hours: the last request, or
+// for a trace of one instant (a burst) the shortest period, so the decay
+// after the burst shows.
+func (rec *Recorder) xEnd() float64 {
+	if rec.endX > 0 {
+		return rec.endX
+	}
+	end := math.Inf(1)
+	for _, l := range rec.cols.limits {
+		end = min(end, l.Period.Hours())
+	}
+	if !(end > 0) || math.IsInf(end, 1) {
+		end = 1
+	}
+	return end
+}
+
+func hline(y, endX float64) *plotter.Line {
+	ln, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: endX, Y: y}})
+	return ln
+}
+
+// line returns the key's rate curve: at each request a vertical step from
+// the rate before it to the rate stored after it, and between requests the
+// decay, interpolated geometrically (exact for the exponential algorithm)
+// when the gap is wide enough to show. After the last request the rate
+// decays to the end of the trace when decays is true (exponential).
+func (s *series) line(endX, periodH float64, decays bool) plotter.XYs {
+	const minGapSteps = 1.0 / 300 // of the x range
+	xys := make(plotter.XYs, 0, 2*len(s.samples)+32)
+	gap := endX * minGapSteps
+	for i, sm := range s.samples {
+		if i > 0 {
+			prev := s.samples[i-1]
+			if dx := sm.x - prev.x; dx > gap && prev.post > 0 && sm.before > 0 {
+				steps := min(int(dx/gap), 40)
+				ratio := sm.before / prev.post
+				for k := 1; k < steps; k++ {
+					f := float64(k) / float64(steps)
+					xys = append(xys, plotter.XY{X: prev.x + f*dx, Y: prev.post * math.Pow(ratio, f)})
+				}
+			}
+		}
+		xys = append(xys, plotter.XY{X: sm.x, Y: sm.before}, plotter.XY{X: sm.x, Y: sm.post})
+	}
+	if last := s.samples[len(s.samples)-1]; decays && endX > last.x && periodH > 0 {
+		const steps = 40
+		for k := 1; k <= steps; k++ {
+			x := last.x + (endX-last.x)*float64(k)/steps
+			xys = append(xys, plotter.XY{X: x, Y: last.post * math.Exp(-(x-last.x)/periodH)})
+		}
+	}
+	return xys
+}
+
+// refusals returns one marker per refused request, at most one per 1/150
+// of the x range (a steady refused stream would otherwise be a smear).
+func (s *series) refusals(endX float64) plotter.XYs {
+	var out plotter.XYs
+	bucket := endX / 150
+	lastB := math.Inf(-1)
+	for _, sm := range s.samples {
+		if !sm.refused {
+			continue
+		}
+		b := math.Floor(sm.x / bucket)
+		if bucket > 0 && b == lastB {
+			continue
+		}
+		lastB = b
+		out = append(out, plotter.XY{X: sm.x, Y: sm.after})
+	}
+	return out
+}
+
+// decimate bounds the points of a line to about 4*buckets by keeping, per
+// bucket of x, the first, lowest, highest and last point: the envelope of
+// a sawtooth survives.
+func decimate(xys plotter.XYs, buckets int) plotter.XYs {
+	if len(xys) <= 4*buckets {
+		return xys
+	}
+	x0, x1 := xys[0].X, xys[len(xys)-1].X
+	width := (x1 - x0) / float64(buckets)
+	if width <= 0 {
+		return xys
+	}
+	out := make(plotter.XYs, 0, 4*buckets+4)
+	for i := 0; i < len(xys); {
+		b := math.Floor((xys[i].X - x0) / width)
+		j := i
+		lo, hi := i, i
+		for j < len(xys) && math.Floor((xys[j].X-x0)/width) == b {
+			if xys[j].Y < xys[lo].Y {
+				lo = j
+			}
+			if xys[j].Y > xys[hi].Y {
+				hi = j
+			}
+			j++
+		}
+		idx := []int{i, lo, hi, j - 1}
+		slices.Sort(idx)
+		for k, v := range idx {
+			if k == 0 || v != idx[k-1] {
+				out = append(out, xys[v])
+			}
+		}
+		i = j
+	}
+	return out
+}
+
+// hourTicks marks the x axis in whole hours, minutes for short traces, at a
+// step that gives 6 to 14 labelled ticks (1, 2, 3, 6, 12, 24 hours, ...).
+type hourTicks struct{}
+
+// step returns the labelled tick spacing in hours for a span of hours.
+func (hourTicks) step(span float64) float64 {
+	steps := []float64{1.0 / 60, 2.0 / 60, 5.0 / 60, 10.0 / 60, 15.0 / 60, 0.5, 1, 2, 3, 4, 6, 12, 24, 48, 168}
+	for _, s := range steps {
+		if span/s <= 14 {
+			return s
+		}
+	}
+	return steps[len(steps)-1] * math.Ceil(span/168/14)
+}
+
+// Ticks implements plot.Ticker.
+func (h hourTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := h.step(hi - lo)
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+1e-9; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: hourLabel(v, step)})
+		if minor := step / 2; minor >= 1.0/60 {
+			if mv := v + minor; mv <= hi {
+				ticks = append(ticks, plot.Tick{Value: mv})
+			}
+		}
+	}
+	return ticks
+}
+
+func hourLabel(v, step float64) string {
+	if step < 1 {
+		m := int(math.Round(v * 60))
+		return fmt.Sprintf("%d:%02d", m/60, m%60)
+	}
+	return fmt.Sprintf("%g", math.Round(v))
+}
+
+// rateTicks labels the rate axis at 1, 2, 2.5 or 5 times a power of ten,
+// four to eight labels, with k and M for thousands and millions.
+type rateTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (rateTicks) Ticks(lo, hi float64) []plot.Tick {
+	span := hi - lo
+	if !(span > 0) {
+		span = 1
+	}
+	raw := span / 6
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * mag
+	for _, m := range []float64{1, 2, 2.5, 5} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
+		v = math.Round(v/step*1e6) / 1e6 * step
+		ticks = append(ticks, plot.Tick{Value: v, Label: rateLabel(v)})
+		if mv := v + step/2; mv <= hi {
+			ticks = append(ticks, plot.Tick{Value: mv})
+		}
+	}
+	return ticks
+}
+
+func rateLabel(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'g', 4, 64) + "M"
+	case a >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'g', 4, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}

@@ -1,0 +1,315 @@
+package simulate
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// NotMeasured is the KeySummary.Key of requests no limit measured (exempt,
+// unauthenticated under a sasl_username limit, a protocol state no limit
+// counts at).
+const NotMeasured = "(not measured)"
+
+// KeySummary is what happened to one rate key over a trace. A request
+// measured under several keys (limits keyed differently) counts for each.
+type KeySummary struct {
+	// Key is the rate key value, or NotMeasured.
+	Key string `json:"key"`
+	// Requests is Admitted + Deferred + Rejected + Held + Frozen.
+	Requests int `json:"requests"`
+	// Admitted counts pass and warn decisions; Warned counts warn alone.
+	Admitted int `json:"admitted"`
+	Deferred int `json:"deferred"`
+	Rejected int `json:"rejected"`
+	Held     int `json:"held"`
+	Frozen   int `json:"frozen"`
+	Warned   int `json:"warned"`
+	// First and Last are the times of the key's first and last request.
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
+	// FirstRefused is the time of the first defer, reject, hold or freeze
+	// (zero if none), RefusedBy the limit that decided it and
+	// RefusedAfter the time since First.
+	FirstRefused time.Time     `json:"first_refused,omitzero"`
+	RefusedBy    string        `json:"refused_by,omitempty"`
+	RefusedAfter time.Duration `json:"-"`
+	// Peaks is, per limit in configuration order, the highest rate
+	// measured for the key (Measure.After) and the limit in force;
+	// Measured is false for a limit that never measured the key.
+	Peaks []Peak `json:"peaks"`
+}
+
+// Peak is the highest rate one limit measured for one key.
+type Peak struct {
+	Limit    string  `json:"limit"`
+	Measured bool    `json:"measured"`
+	Rate     float64 `json:"rate"`
+	Max      float64 `json:"max"`
+}
+
+// Refused returns Deferred + Rejected + Held + Frozen.
+func (k *KeySummary) Refused() int { return k.Deferred + k.Rejected + k.Held + k.Frozen }
+
+// Summary is the per-key account of a replayed trace.
+type Summary struct {
+	// Start and End are the first and last request times; Requests the
+	// number of requests replayed.
+	Start, End time.Time
+	Requests   int
+	// Limits is the configured stack.
+	Limits []policy.LimitInfo
+	// Keys lists refused keys first, by first refusal, then the others by
+	// number of requests (most first), then NotMeasured.
+	Keys []KeySummary
+}
+
+// Summarizer accumulates a Summary from replay results. It is not safe for
+// concurrent use.
+type Summarizer struct {
+	cols   columns
+	filter Filter
+	keys   map[string]*KeySummary
+	s      Summary
+}
+
+// NewSummarizer returns a Summarizer for an engine with the given limits,
+// keeping only keys the filter selects (Filter.Keys; RefusedOnly is
+// ignored).
+func NewSummarizer(limits []policy.LimitInfo, f Filter) *Summarizer {
+	return &Summarizer{cols: newColumns(limits), filter: f, keys: make(map[string]*KeySummary),
+		s: Summary{Limits: limits}}
+}
+
+// Add accounts for one result.
+func (s *Summarizer) Add(r *Result) {
+	if s.s.Requests == 0 {
+		s.s.Start = r.Time
+	}
+	s.s.Requests++
+	s.s.End = r.Time
+	keys := r.Keys()
+	if len(keys) == 0 {
+		if len(s.filter.Keys) == 0 {
+			s.add(NotMeasured, r)
+		}
+		return
+	}
+	for _, k := range keys {
+		if s.filter.Key(k) {
+			s.add(k, r)
+		}
+	}
+}
+
+func (s *Summarizer) add(key string, r *Result) {
+	ks := s.keys[key]
+	if ks == nil {
+		ks = &KeySummary{Key: key, First: r.Time, Peaks: make([]Peak, len(s.cols.limits))}
+		for i, l := range s.cols.limits {
+			ks.Peaks[i] = Peak{Limit: l.Name, Max: l.Limit}
+		}
+		s.keys[key] = ks
+	}
+	ks.Requests++
+	ks.Last = r.Time
+	d := &r.Decision
+	switch d.Action {
+	case policy.Pass:
+		ks.Admitted++
+	case policy.Warn:
+		ks.Admitted++
+		ks.Warned++
+	case policy.Defer:
+		ks.Deferred++
+	case policy.Reject:
+		ks.Rejected++
+	case policy.Hold:
+		ks.Held++
+	case policy.Freeze:
+		ks.Frozen++
+	}
+	if r.Refused() && ks.FirstRefused.IsZero() {
+		ks.FirstRefused, ks.RefusedBy, ks.RefusedAfter = r.Time, d.Limit, r.Time.Sub(ks.First)
+	}
+	for i := range d.Measures {
+		m := &d.Measures[i]
+		j, ok := s.cols.index[m.Limit]
+		if !ok || m.Key != key {
+			continue
+		}
+		p := &ks.Peaks[j]
+		if !p.Measured || m.After > p.Rate {
+			p.Rate = m.After
+		}
+		p.Measured, p.Max = true, m.Max
+	}
+}
+
+// Summary returns the account so far.
+func (s *Summarizer) Summary() *Summary {
+	out := s.s
+	out.Keys = make([]KeySummary, 0, len(s.keys))
+	for _, k := range s.keys {
+		out.Keys = append(out.Keys, *k)
+	}
+	slices.SortFunc(out.Keys, func(a, b KeySummary) int {
+		if (a.Key == NotMeasured) != (b.Key == NotMeasured) {
+			if a.Key == NotMeasured {
+				return 1
+			}
+			return -1
+		}
+		ar, br := !a.FirstRefused.IsZero(), !b.FirstRefused.IsZero()
+		switch {
+		case ar && !br:
+			return -1
+		case br && !ar:
+			return 1
+		case ar && br:
+			if c := a.FirstRefused.Compare(b.FirstRefused); c != 0 {
+				return c
+			}
+		}
+		if c := cmp.Compare(b.Requests, a.Requests); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return &out
+}
+
+// Key returns the summary of one key (compared case-insensitively), or nil.
+func (s *Summary) Key(key string) *KeySummary {
+	for i := range s.Keys {
+		if strings.EqualFold(s.Keys[i].Key, key) {
+			return &s.Keys[i]
+		}
+	}
+	return nil
+}
+
+// Write prints the summary in the given output format: a heading and an
+// aligned table (OutputTable), CSV with a header row, or one JSON object
+// per key.
+func (s *Summary) Write(w io.Writer, format string) error {
+	switch format {
+	case OutputTable, "":
+		return s.writeTable(w)
+	case OutputCSV:
+		return s.writeCSV(w)
+	case OutputJSONL:
+		return s.writeJSONL(w)
+	}
+	return fmt.Errorf("%w: output format %q (want table, csv or jsonl)", ErrFormat, format)
+}
+
+func (s *Summary) writeTable(w io.Writer) error {
+	refused := 0
+	for i := range s.Keys {
+		if s.Keys[i].Refused() > 0 {
+			refused++
+		}
+	}
+	bw := bufio.NewWriter(w)
+	if s.Requests == 0 {
+		fmt.Fprintln(bw, "the trace has no requests")
+		return bw.Flush()
+	}
+	fmt.Fprintf(bw, "%d requests from %s to %s (%s h), %d keys, %d refused\n\n", s.Requests,
+		formatTime(s.Start), formatTime(s.End), FormatElapsed(s.End.Sub(s.Start)), len(s.Keys), refused)
+	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
+	var b strings.Builder
+	b.WriteString("KEY\tREQUESTS\tADMITTED\tDEFERRED\tREJECTED\tHELD\tFROZEN\tWARNED\tFIRST REFUSED\tAFTER\tBY")
+	for _, l := range s.Limits {
+		fmt.Fprintf(&b, "\tPEAK %s /%s", l.Name, policy.FormatDuration(l.Period))
+	}
+	b.WriteByte('\n')
+	io.WriteString(tw, b.String())
+	for i := range s.Keys {
+		k := &s.Keys[i]
+		b.Reset()
+		first, after := "-", ""
+		if !k.FirstRefused.IsZero() {
+			first, after = formatTime(k.FirstRefused), "+"+FormatElapsed(k.RefusedAfter)
+		}
+		fmt.Fprintf(&b, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", k.Key, k.Requests, k.Admitted, k.Deferred,
+			k.Rejected, k.Held, k.Frozen, k.Warned, first, after, k.RefusedBy)
+		for _, p := range k.Peaks {
+			if !p.Measured {
+				b.WriteString("\t-")
+				continue
+			}
+			fmt.Fprintf(&b, "\t%s / %s", formatRate(p.Rate), formatLimit(p.Max))
+		}
+		b.WriteByte('\n')
+		io.WriteString(tw, b.String())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func (s *Summary) writeCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	h := []string{"key", "requests", "admitted", "deferred", "rejected", "held", "frozen", "warned",
+		"first", "last", "first_refused", "refused_after_s", "refused_by"}
+	for _, l := range s.Limits {
+		h = append(h, l.Name+"_peak", l.Name+"_max")
+	}
+	cw.Write(h)
+	for i := range s.Keys {
+		k := &s.Keys[i]
+		first, after := "", ""
+		if !k.FirstRefused.IsZero() {
+			first, after = formatTime(k.FirstRefused), ftoa(k.RefusedAfter.Seconds())
+		}
+		rec := []string{k.Key, strconv.Itoa(k.Requests), strconv.Itoa(k.Admitted), strconv.Itoa(k.Deferred),
+			strconv.Itoa(k.Rejected), strconv.Itoa(k.Held), strconv.Itoa(k.Frozen), strconv.Itoa(k.Warned),
+			formatTime(k.First), formatTime(k.Last), first, after, k.RefusedBy}
+		for _, p := range k.Peaks {
+			if !p.Measured {
+				rec = append(rec, "", "")
+				continue
+			}
+			rec = append(rec, ftoa(p.Rate), ftoa(p.Max))
+		}
+		cw.Write(rec)
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// keyRecord is the JSON Lines form of a KeySummary.
+type keyRecord struct {
+	*KeySummary
+	RefusedAfterS *float64 `json:"refused_after_s,omitempty"`
+}
+
+func (s *Summary) writeJSONL(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for i := range s.Keys {
+		k := &s.Keys[i]
+		rec := keyRecord{KeySummary: k}
+		if !k.FirstRefused.IsZero() {
+			v := k.RefusedAfter.Seconds()
+			rec.RefusedAfterS = &v
+		}
+		if err := enc.Encode(rec); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}

@@ -1,0 +1,619 @@
+package simulate
+
+import (
+	"bufio"
+	"bytes"
+	"container/heap"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Trace input formats.
+const (
+	// FormatJSONL is JSON Lines: one JSON object per line.
+	FormatJSONL = "jsonl"
+	// FormatCSV is comma-separated values with a header row naming the
+	// fields.
+	FormatCSV = "csv"
+)
+
+// MaxRequests bounds the number of requests a trace may expand to with
+// count, every and until (about 2 GB of output as a table).
+const MaxRequests = 20_000_000
+
+// maxErrors is how many line errors Read collects before giving up.
+const maxErrors = 20
+
+// Entry is one line of a trace: a request made Count times, Every apart,
+// starting at Time (all at once when Every is 0).
+type Entry struct {
+	// Line is the 1-based line number in the trace.
+	Line int
+	// Time is the first request's time, in UTC.
+	Time time.Time
+	// Count is the number of requests, at least 1.
+	Count int
+	// Every is the spacing of the repeats; 0 means all at Time.
+	Every time.Duration
+	// Request is the policy request, the same for every repeat.
+	Request policy.Request
+}
+
+// last returns the time of the entry's last request.
+func (e *Entry) last() time.Time { return e.Time.Add(time.Duration(e.Count-1) * e.Every) }
+
+// Trace is a parsed trace: its entries in file order. The zero value is an
+// empty trace.
+type Trace struct {
+	Entries []Entry
+}
+
+// Len returns the number of requests the trace expands to.
+func (t *Trace) Len() int {
+	n := 0
+	for i := range t.Entries {
+		n += t.Entries[i].Count
+	}
+	return n
+}
+
+// Span returns the times of the first and last request; zero times for an
+// empty trace.
+func (t *Trace) Span() (start, end time.Time) {
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		if i == 0 || e.Time.Before(start) {
+			start = e.Time
+		}
+		if l := e.last(); i == 0 || l.After(end) {
+			end = l
+		}
+	}
+	return start, end
+}
+
+// Event is one request of an expanded trace.
+type Event struct {
+	// Seq is the 1-based position in replay order.
+	Seq int
+	// Line is the trace line the request comes from.
+	Line int
+	// Time is when the request is made, in UTC.
+	Time time.Time
+	// Request is shared by every repeat of one line and must not be
+	// modified.
+	Request *policy.Request
+}
+
+// Events returns the trace's requests in replay order: by time, and at
+// equal times in file order (every repeat of a line before the next line).
+// Overlapping streams are merged, so the trace need not be sorted.
+func (t *Trace) Events() iter.Seq[Event] {
+	return func(yield func(Event) bool) {
+		h := make(cursorHeap, 0, len(t.Entries))
+		for i := range t.Entries {
+			h = append(h, cursor{entry: i, t: t.Entries[i].Time})
+		}
+		heap.Init(&h)
+		seq := 0
+		for len(h) > 0 {
+			c := &h[0]
+			e := &t.Entries[c.entry]
+			seq++
+			if !yield(Event{Seq: seq, Line: e.Line, Time: c.t, Request: &e.Request}) {
+				return
+			}
+			c.k++
+			if c.k >= e.Count {
+				heap.Pop(&h)
+				continue
+			}
+			c.t = e.Time.Add(time.Duration(c.k) * e.Every)
+			heap.Fix(&h, 0)
+		}
+	}
+}
+
+// cursor is the next request of one entry during the merge.
+type cursor struct {
+	entry int // index in Trace.Entries: the tie-break, file order
+	k     int // repeat number
+	t     time.Time
+}
+
+type cursorHeap []cursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	if c := h[i].t.Compare(h[j].t); c != 0 {
+		return c < 0
+	}
+	return h[i].entry < h[j].entry
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(cursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// DetectFormat returns the trace format implied by path's extension:
+// FormatJSONL for .jsonl, .ndjson and .json, FormatCSV for .csv. Otherwise
+// it returns an error wrapping ErrFormat.
+func DetectFormat(path string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jsonl", ".ndjson", ".json":
+		return FormatJSONL, nil
+	case ".csv":
+		return FormatCSV, nil
+	}
+	return "", fmt.Errorf("%w: cannot tell the format of %q from its extension (want .jsonl, .json or .csv, or name it with --input-format)", ErrFormat, path)
+}
+
+// ReadFile reads the trace at path. format is FormatJSONL, FormatCSV or ""
+// to detect it from the extension. Errors are prefixed with path.
+func ReadFile(path, format string) (*Trace, error) {
+	if format == "" {
+		var err error
+		if format, err = DetectFormat(path); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := Read(f, format)
+	if err != nil {
+		return nil, prefixErrors(path, err)
+	}
+	return t, nil
+}
+
+// prefixErrors puts "path: " in front of every joined error.
+func prefixErrors(path string, err error) error {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok && !isLineError(err) {
+		errs = j.Unwrap()
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = fmt.Errorf("%s: %w", path, e)
+	}
+	return errors.Join(out...)
+}
+
+func isLineError(err error) bool {
+	_, ok := err.(*LineError)
+	return ok
+}
+
+// Read parses a trace in the given format (FormatJSONL or FormatCSV). The
+// error joins up to 20 *LineError values, each naming its line.
+func Read(r io.Reader, format string) (*Trace, error) {
+	switch format {
+	case FormatJSONL:
+		return readJSONL(r)
+	case FormatCSV:
+		return readCSV(r)
+	}
+	return nil, fmt.Errorf("%w: trace format %q (want jsonl or csv)", ErrFormat, format)
+}
+
+// errList collects line errors and the running request total.
+type errList struct {
+	errs  []error
+	total int
+}
+
+func (l *errList) add(line int, err error) bool {
+	l.errs = append(l.errs, &LineError{Line: line, Err: err})
+	return len(l.errs) < maxErrors
+}
+
+func (l *errList) entry(t *Trace, e Entry) bool {
+	l.total += e.Count
+	if l.total > MaxRequests {
+		l.errs = append(l.errs, &LineError{Line: e.Line,
+			Err: fmt.Errorf("%w: more than %d requests", ErrTooLarge, MaxRequests)})
+		return false
+	}
+	t.Entries = append(t.Entries, e)
+	return true
+}
+
+func (l *errList) err() error {
+	if len(l.errs) >= maxErrors {
+		l.errs = append(l.errs, fmt.Errorf("%w: too many errors, stopped", ErrTrace))
+	}
+	return errors.Join(l.errs...)
+}
+
+var bom = []byte("\ufeff")
+
+func readJSONL(r io.Reader) (*Trace, error) {
+	t := &Trace{}
+	var el errList
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Bytes()
+		if n == 1 {
+			line = bytes.TrimPrefix(line, bom)
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		e, err := parseJSONLine(n, line)
+		if err != nil {
+			if !el.add(n, err) {
+				break
+			}
+			continue
+		}
+		if !el.entry(t, e) {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTrace, err)
+	}
+	if err := el.err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func parseJSONLine(n int, line []byte) (Entry, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return Entry{}, fmt.Errorf("not a JSON object: %v", jsonErr(err))
+	}
+	if m == nil {
+		return Entry{}, errors.New("not a JSON object: null")
+	}
+	if dec.More() {
+		return Entry{}, errors.New("more than one JSON value on the line")
+	}
+	b := builder{e: Entry{Line: n, Count: 1}}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		var v string
+		switch x := m[k].(type) {
+		case nil:
+			continue
+		case string:
+			v = x
+		case json.Number:
+			v = x.String()
+		default:
+			return Entry{}, fmt.Errorf("field %q: want a string or a number, got %s", k, jsonType(x))
+		}
+		if err := b.set(k, v); err != nil {
+			return Entry{}, err
+		}
+	}
+	return b.finish()
+}
+
+func jsonErr(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%v (at column %d)", se, se.Offset)
+	}
+	return err.Error()
+}
+
+func jsonType(v any) string {
+	switch v.(type) {
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func readCSV(r io.Reader) (*Trace, error) {
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
+		br.Discard(len(bom))
+	}
+	cr := csv.NewReader(br)
+	cr.Comment = '#'
+	cr.TrimLeadingSpace = true
+	cr.FieldsPerRecord = -1
+	t := &Trace{}
+	var el errList
+	var header []string
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				el.add(pe.Line, pe.Err)
+			} else {
+				el.errs = append(el.errs, fmt.Errorf("%w: %v", ErrTrace, err))
+			}
+			break
+		}
+		n, _ := cr.FieldPos(0)
+		if header == nil {
+			header, err = csvHeader(rec)
+			if err != nil {
+				el.add(n, err)
+				break
+			}
+			continue
+		}
+		if len(rec) != len(header) {
+			if !el.add(n, fmt.Errorf("%d fields, but the header has %d", len(rec), len(header))) {
+				break
+			}
+			continue
+		}
+		b := builder{e: Entry{Line: n, Count: 1}}
+		var ferr error
+		for i, v := range rec {
+			if ferr = b.set(header[i], v); ferr != nil {
+				break
+			}
+		}
+		var e Entry
+		if ferr == nil {
+			e, ferr = b.finish()
+		}
+		if ferr != nil {
+			if !el.add(n, ferr) {
+				break
+			}
+			continue
+		}
+		if !el.entry(t, e) {
+			break
+		}
+	}
+	if header == nil && len(el.errs) == 0 {
+		return t, nil // empty file
+	}
+	if err := el.err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func csvHeader(rec []string) ([]string, error) {
+	h := make([]string, len(rec))
+	var errs []error
+	seen := map[string]bool{}
+	for i, name := range rec {
+		name = strings.ToLower(strings.TrimSpace(name))
+		h[i] = name
+		switch {
+		case !known(name):
+			errs = append(errs, fmt.Errorf("unknown field %q in the header", name))
+		case seen[name]:
+			errs = append(errs, fmt.Errorf("field %q appears twice in the header", name))
+		}
+		seen[name] = true
+	}
+	if !seen["time"] && len(errs) == 0 {
+		errs = append(errs, errors.New(`the header has no "time" column`))
+	}
+	return h, errors.Join(errs...)
+}
+
+// ignored are Postfix policy attributes accepted in a trace but not used by
+// the engine (SMTPD_POLICY_README), so traces made from policy logs load.
+var ignored = map[string]bool{
+	"request": true, "client_port": true, "server_address": true, "server_port": true,
+	"encryption_protocol": true, "encryption_cipher": true, "encryption_keysize": true,
+	"etrn_domain": true, "stress": true, "ccert_subject": true, "ccert_issuer": true,
+	"ccert_fingerprint": true, "ccert_pubkey_fingerprint": true, "policy_context": true,
+	"compatibility_level": true, "mail_version": true,
+}
+
+var fields = []string{
+	"time", "count", "every", "until",
+	"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
+	"recipient_count", "client_address", "client_name", "reverse_client_name", "instance",
+	"sasl_method", "sasl_username", "sasl_sender", "size",
+}
+
+func known(name string) bool { return slices.Contains(fields, name) || ignored[name] }
+
+var states = []string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
+	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
+
+// builder assembles an Entry from field values in any order.
+type builder struct {
+	e             Entry
+	haveTime      bool
+	haveCount     bool
+	haveRcptCount bool
+	haveUntil     bool
+	until         time.Time
+}
+
+func (b *builder) set(name, v string) error {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil
+	}
+	r := &b.e.Request
+	var err error
+	switch name {
+	case "time":
+		b.e.Time, err = ParseTime(v)
+		b.haveTime = true
+	case "until":
+		b.until, err = ParseTime(v)
+		b.haveUntil = true
+	case "count":
+		var n int
+		n, err = strconv.Atoi(v)
+		if err == nil && (n < 1 || n > MaxRequests) {
+			err = fmt.Errorf("must be 1 to %d", MaxRequests)
+		}
+		b.e.Count, b.haveCount = n, true
+	case "every":
+		b.e.Every, err = parseEvery(v)
+	case "protocol_state":
+		s := strings.ToUpper(v)
+		if !slices.Contains(states, s) {
+			err = fmt.Errorf("unknown protocol state %q (want RCPT, DATA, END-OF-MESSAGE, ...)", v)
+		}
+		r.ProtocolState = s
+	case "recipient_count":
+		r.RecipientCount, err = strconv.Atoi(v)
+		if err == nil && r.RecipientCount < 0 {
+			err = errors.New("must not be negative")
+		}
+		b.haveRcptCount = true
+	case "size":
+		r.Size, err = policy.ParseSize(v)
+	case "protocol_name":
+		r.ProtocolName = v
+	case "helo_name":
+		r.HeloName = v
+	case "queue_id":
+		r.QueueID = v
+	case "sender":
+		r.Sender = v
+	case "recipient":
+		r.Recipient = v
+	case "client_address":
+		r.ClientAddress = v
+	case "client_name":
+		r.ClientName = v
+	case "reverse_client_name":
+		r.ReverseClientName = v
+	case "instance":
+		r.Instance = v
+	case "sasl_method":
+		r.SASLMethod = v
+	case "sasl_username":
+		r.SASLUsername = v
+	case "sasl_sender":
+		r.SASLSender = v
+	default:
+		if ignored[name] {
+			return nil
+		}
+		return fmt.Errorf("unknown field %q", name)
+	}
+	if err != nil {
+		return fmt.Errorf("field %q: %v", name, err)
+	}
+	return nil
+}
+
+func (b *builder) finish() (Entry, error) {
+	e := b.e
+	if !b.haveTime {
+		return e, errors.New(`missing "time"`)
+	}
+	switch {
+	case b.haveUntil && b.haveCount:
+		return e, errors.New(`give "count" or "until", not both`)
+	case b.haveUntil && e.Every == 0:
+		return e, errors.New(`"until" needs "every"`)
+	case b.haveUntil:
+		d := b.until.Sub(e.Time)
+		if d <= 0 {
+			return e, errors.New(`"until" is not after "time"`)
+		}
+		n := (d + e.Every - 1) / e.Every
+		if n > MaxRequests {
+			return e, fmt.Errorf("%w: \"until\" and \"every\" make %d requests, more than %d", ErrTooLarge, n, MaxRequests)
+		}
+		e.Count = int(n)
+	case e.Every != 0 && !b.haveCount:
+		return e, errors.New(`"every" needs "count" or "until"`)
+	}
+	if e.Every > 0 && e.Count > 1 {
+		if _, over := mulOverflows(e.Every, e.Count-1); over {
+			return e, errors.New(`"count" times "every" is too long`)
+		}
+	}
+	r := &e.Request
+	if r.ProtocolState == "" {
+		r.ProtocolState = policy.StateEndOfMessage
+	}
+	if !b.haveRcptCount && (r.ProtocolState == policy.StateEndOfMessage || r.ProtocolState == policy.StateData) {
+		r.RecipientCount = 1
+	}
+	r.Stage = "simulate"
+	return e, nil
+}
+
+func mulOverflows(d time.Duration, n int) (time.Duration, bool) {
+	if n == 0 {
+		return 0, false
+	}
+	p := d * time.Duration(n)
+	return p, p/time.Duration(n) != d
+}
+
+// ParseTime parses a trace time: RFC 3339 with optional fractional seconds
+// ("2026-11-20T18:00:00Z", a space instead of T is accepted) or Unix
+// seconds, fractional allowed ("1795197600.5"). The result is in UTC.
+func ParseTime(s string) (time.Time, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1<<40 {
+			return time.Time{}, fmt.Errorf("%q is not a plausible Unix time", s)
+		}
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(math.Round(frac*1e9))).UTC(), nil
+	}
+	if len(s) > 10 && s[10] == ' ' {
+		s = s[:10] + "T" + s[11:]
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2026-11-20T18:00:00Z) nor Unix seconds", s)
+	}
+	return t.UTC(), nil
+}
+
+// parseEvery parses a repeat spacing: a duration ("24s", "1.5s", "1h",
+// "2d") or a number of seconds.
+func parseEvery(s string) (time.Duration, error) {
+	var d time.Duration
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if !(f > 0) || f > 1e9 {
+			return 0, fmt.Errorf("%q must be a positive number of seconds", s)
+		}
+		d = time.Duration(math.Round(f * 1e9))
+	} else if d, err = policy.ParseDuration(s); err != nil {
+		return 0, fmt.Errorf("%q is not a duration (use e.g. 24s, 1.5s, 10m, 1h)", s)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q must be positive", s)
+	}
+	return d, nil
+}
