@@ -55,9 +55,12 @@ type KeyRate struct {
 	// Max is the limit in force for this key (after overrides).
 	Max    float64       `json:"max"`
 	Period time.Duration `json:"period"`
-	// Over reports Rate > Max; RetryAfter is then the wait until the key
-	// would be allowed a request of cost 1 (0 otherwise).
+	// Over reports Rate > Max. Refusing reports that a request of cost 1
+	// made now would be refused (true too for a leaky key sitting exactly
+	// at its limit); RetryAfter is then the wait until it would be
+	// allowed (0 otherwise).
 	Over       bool            `json:"over"`
+	Refusing   bool            `json:"refusing"`
 	RetryAfter time.Duration   `json:"retry_after"`
 	State      ratelimit.State `json:"state"`
 }
@@ -94,8 +97,9 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
 	// through without counting the probe itself.
 	probe := rl
 	probe.Mode = ratelimit.Leaky
+	kr.Over = kr.Rate > rl.Limit
 	if r := probe.Check(s, now, 1); r.Over {
-		kr.Over, kr.RetryAfter = kr.Rate > rl.Limit, r.RetryAfter
+		kr.Refusing, kr.RetryAfter = true, r.RetryAfter
 	}
 	return kr
 }

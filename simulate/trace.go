@@ -253,7 +253,9 @@ func readJSONL(r io.Reader) (*Trace, error) {
 	var el errList
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for n := 1; sc.Scan(); n++ {
+	n := 0
+	for sc.Scan() {
+		n++
 		line := sc.Bytes()
 		if n == 1 {
 			line = bytes.TrimPrefix(line, bom)
@@ -274,7 +276,7 @@ func readJSONL(r io.Reader) (*Trace, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTrace, err)
+		el.add(n+1, err) // e.g. a line longer than 4 MB
 	}
 	if err := el.err(); err != nil {
 		return nil, err

@@ -220,3 +220,11 @@ func TestFormatElapsed(t *testing.T) {
 		}
 	}
 }
+
+func TestLongLine(t *testing.T) {
+	in := "{\"time\":1}\n{\"time\":1,\"sender\":\"" + strings.Repeat("x", 5<<20) + "\"}\n"
+	_, err := simulate.Read(strings.NewReader(in), simulate.FormatJSONL)
+	if err == nil || !strings.Contains(err.Error(), "line 2: bufio.Scanner: token too long") {
+		t.Fatal(err)
+	}
+}

@@ -183,11 +183,11 @@ func (a *adminServer) rates(w http.ResponseWriter, r *http.Request) {
 }
 
 // topRates sorts by closeness to the limit (rate/max, descending) and keeps
-// the first top (0 = all), only those over the limit when over is set.
+// the first top (0 = all), only those refused now when over is set.
 func topRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
 	out := all[:0]
 	for _, k := range all {
-		if !over || k.Over {
+		if !over || k.Refusing {
 			out = append(out, k)
 		}
 	}

@@ -188,7 +188,7 @@ func TestIntegrationPostfixPolicy(t *testing.T) {
 	sink.WaitCount(t, 205, 60*time.Second)
 
 	out, err := cli(t, "--config", cfgPath, "rate", "show", "alice")
-	if err != nil || !strings.Contains(out, "hourly") || !strings.Contains(out, "over") {
+	if err != nil || !strings.Contains(out, "hourly") || !strings.Contains(out, "at limit: allowed again in") {
 		t.Fatalf("rate show alice: %v\n%s", err, out)
 	}
 	out, err = cli(t, "--config", cfgPath, "rate", "list", "--over")

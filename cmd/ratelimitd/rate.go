@@ -175,7 +175,7 @@ The commands talk to the running daemon through its admin socket
 		},
 	}
 	list.Flags().IntVar(&top, "top", 20, "show at most N keys (0 = all)")
-	list.Flags().BoolVar(&over, "over", false, "show only keys over their limit")
+	list.Flags().BoolVar(&over, "over", false, "show only keys whose next message would be refused")
 	var limit string
 	reset := &cobra.Command{
 		Use:   "reset KEY",
@@ -210,8 +210,11 @@ func printRates(w io.Writer, kr []policy.KeyRate) {
 	fmt.Fprintln(tw, "KEY\tLIMIT\tRATE\tMAX\tPERIOD\tSTATUS")
 	for _, k := range kr {
 		status := "ok"
-		if k.Over {
+		switch {
+		case k.Over:
 			status = "over: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
+		case k.Refusing:
+			status = "at limit: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%g\t%s\t%s\n", k.Key, k.Limit, k.Rate, k.Max, policy.FormatDuration(k.Period), status)
 	}

@@ -314,10 +314,11 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		d.metricsSrv.Shutdown(ctx)
 	}
 	d.admin.Shutdown(ctx)
-	d.wg.Wait()
+	// Close flushes the rate state a last time and stops its Run loop.
 	if err := d.state.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
 	}
+	d.wg.Wait()
 	if err := d.db.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -86,7 +86,16 @@ OUTPUT
   --plot FILE.svg or FILE.png draws one panel per limit: each key's rate
   against hours since the start, the limit as a dashed line, refused
   requests as red crosses. Without --key it draws the keys that came
-  closest to their limit (--plot-keys of them).`,
+  closest to their limit (--plot-keys of them).
+
+  --key KEY (repeatable) restricts the listing, the summary and the plot
+  to requests measured under those rate keys; --refused restricts the
+  listing to refused requests.
+
+EXIT STATUS
+  0 when the trace was replayed, whatever was refused; 1 when the
+  configuration or the trace is not valid (every bad trace line is
+  reported, up to 20, as FILE: line N: problem).`,
 		Example: `  # What does the default configuration do to a compromised account?
   ratelimitd simulate --summary testdata/traces/compromised-weekend.jsonl
 
