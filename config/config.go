@@ -24,6 +24,10 @@ type File struct {
 	// Server is the [server] table: listeners, state directory, admin
 	// socket, metrics.
 	Server Server `toml:"server"`
+	// Quarantine is the [quarantine] table: hold/freeze storage and release.
+	Quarantine Quarantine `toml:"quarantine"`
+	// Milter is the [milter] table: the milter front end.
+	Milter Milter `toml:"milter"`
 
 	// Source names where the configuration came from (a path, or
 	// "(embedded default)").
@@ -90,7 +94,11 @@ func (f *File) PolicyConfig() policy.Config {
 // validate fills defaults and checks the non-policy sections.
 func (f *File) validate() []error {
 	f.Server.withDefaults()
-	return f.Server.validate()
+	f.Quarantine.withDefaults()
+	f.Milter.withDefaults()
+	errs := f.Server.validate()
+	errs = append(errs, f.Quarantine.validate()...)
+	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 
 func unjoin(err error) []error {

@@ -26,6 +26,7 @@ type LimitInfo struct {
 	ProbeAtRcpt bool               `json:"probe_at_rcpt"`
 	Overrides   map[string]float64 `json:"overrides,omitempty"`
 	Message     string             `json:"message"`
+	Via         []string           `json:"via,omitempty"`
 }
 
 // Limits returns the configured stack, in order.
@@ -35,7 +36,7 @@ func (e *Engine) Limits() []LimitInfo {
 	for i, l := range c.limits {
 		out[i] = LimitInfo{Name: l.name, Key: l.key, Limit: l.rl.Limit, Period: l.rl.Period, Per: perNames[l.per],
 			Mode: l.rl.Mode.String(), Action: l.action.String(), Algorithm: l.rl.Algorithm.String(),
-			CountAt: l.countAt, ProbeAtRcpt: l.probeAtRcpt, Overrides: l.overrides, Message: l.message}
+			CountAt: l.countAt, ProbeAtRcpt: l.probeAtRcpt, Overrides: l.overrides, Message: l.message, Via: l.via}
 		if l.firstOnly {
 			out[i].CountAt += " (first of each instance)"
 		}

@@ -188,7 +188,20 @@ type LimitConfig struct {
 	// Overrides maps key values to their own limit (cost per Period), e.g.
 	// a newsletter sender allowed 5000/day.
 	Overrides map[string]float64 `toml:"overrides"`
+	// Via lists the front ends whose requests this limit measures:
+	// "policy" (Postfix policy delegation, Exim readsocket) and/or
+	// "milter". Empty means both. When an MTA asks through both front
+	// ends, give each limit one, or it counts every message twice; a
+	// freeze limit belongs on the milter (only it can keep the message).
+	Via []string `toml:"via"`
 }
+
+// Front ends a limit may be restricted to (LimitConfig.Via); the values of
+// Request.Stage.
+const (
+	ViaPolicy = "policy"
+	ViaMilter = "milter"
+)
 
 // DefaultMessage is the client text when a limit has none.
 const DefaultMessage = "rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"
@@ -321,6 +334,14 @@ func compile(c Config) (*compiled, error) {
 			l.overrides = make(map[string]float64, len(lc.Overrides))
 			for k, v := range lc.Overrides {
 				l.overrides[strings.ToLower(k)] = v
+			}
+		}
+		for _, v := range lc.Via {
+			switch v {
+			case ViaPolicy, ViaMilter:
+				l.via = append(l.via, v)
+			default:
+				bad(at+".via", "%q is not policy or milter", v)
 			}
 		}
 		if l.message == "" {

@@ -31,6 +31,9 @@ type limit struct {
 	action    Action
 	message   string
 	overrides map[string]float64
+	// via restricts the limit to requests of these front ends
+	// (Request.Stage); empty means all.
+	via []string
 	// countAt is the protocol state at which this limit charges its cost;
 	// firstOnly means only at the first request of each instance.
 	countAt   string
@@ -168,6 +171,9 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	first, firstKnown := false, false
 	for i := range c.limits {
 		l := &c.limits[i]
+		if len(l.via) > 0 && !slices.Contains(l.via, req.Stage) {
+			continue
+		}
 		p := probe{l: l, rl: l.rl}
 		switch {
 		case state == l.countAt:

@@ -328,3 +328,26 @@ func BenchmarkEvaluateTwoLimits(b *testing.B) {
 		e.Evaluate(ctx, now, reqs[i%len(reqs)])
 	}
 }
+
+func TestViaRestrictsFrontEnd(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "m", Key: []string{"sasl_username"}, Limit: 1, Period: policy.Duration(time.Hour), Action: "freeze", Via: []string{"milter"}},
+	}}
+	e := newEngine(t, c)
+	r := eom("kim")
+	r.Stage = policy.ViaPolicy
+	for range 5 {
+		if d := e.Evaluate(context.Background(), t0, r); d.Action != policy.Pass || len(d.Measures) != 0 {
+			t.Fatalf("policy request measured by a milter-only limit: %+v", d)
+		}
+	}
+	r.Stage = policy.ViaMilter
+	e.Evaluate(context.Background(), t0, r)
+	if d := e.Evaluate(context.Background(), t0, r); d.Action != policy.Freeze {
+		t.Fatalf("milter request: %+v", d)
+	}
+	c.Limits[0].Via = []string{"smtp"}
+	if _, err := policy.NewEngine(c, store.NewMemory(store.MemoryOptions{})); err == nil {
+		t.Fatal("via = smtp accepted")
+	}
+}

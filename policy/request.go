@@ -59,6 +59,8 @@ type Request struct {
 	// Size is size: the message size in bytes, known at END-OF-MESSAGE
 	// (or as declared with MAIL FROM SIZE=).
 	Size int64
-	// Stage is the MTA hook that asked ("policy", "milter", "exim"), for logs.
+	// Stage is the front end that asked: ViaPolicy ("policy": Postfix
+	// policy delegation or Exim readsocket) or ViaMilter ("milter"). Limits
+	// with a Via list only measure requests of those front ends.
 	Stage string
 }

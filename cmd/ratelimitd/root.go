@@ -32,6 +32,6 @@ Without --config the embedded default configuration is used: 200/hour
 	}
 	cmd.PersistentFlags().StringVarP(&opts.configPath, "config", "c", "",
 		"configuration file (TOML); empty means the embedded default")
-	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts))
+	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts), newQuarantineCmd(opts))
 	return cmd
 }

@@ -266,8 +266,12 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) policy.Decisio
 		d.log.Warn("rate check failed open", "err", dec.Fault, "protocol_state", req.ProtocolState,
 			"queue_id", req.QueueID, "client", req.ClientAddress)
 	}
-	if dec.Action == policy.Hold || dec.Action == policy.Freeze {
-		d.recordHold(ctx, req, &dec)
+	if req.Stage != policy.ViaMilter {
+		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
+			d.recordHold(ctx, req, &dec)
+		} else if req.ProtocolState == policy.StateEndOfMessage {
+			d.q.svc.endOfMessage(req)
+		}
 	}
 	return dec
 }

@@ -1,0 +1,84 @@
+//go:build milter
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/mta/milter"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Freeze implements milter.Quarantine: the message is committed (fsync)
+// before Freeze returns.
+func (s *quarantineService) Freeze(_ context.Context, m *milter.Message, d policy.Decision) (string, error) {
+	e := entryFor(&m.Request, &d, m.Recipients)
+	id, err := s.q.Freeze(e, m.Data)
+	if err != nil {
+		return "", err
+	}
+	s.recorded(e, "freeze")
+	return id, nil
+}
+
+// Hold implements milter.Quarantine for messages put on hold by the milter.
+func (s *quarantineService) Hold(_ context.Context, m *milter.Message, d policy.Decision) (string, error) {
+	e := entryFor(&m.Request, &d, m.Recipients)
+	id, err := s.q.Hold(e)
+	if err != nil {
+		return "", err
+	}
+	s.recorded(e, "hold")
+	return id, nil
+}
+
+func (d *daemon) startMilter(ls *[]net.Listener) error {
+	m := d.cfg.Milter
+	if m.Listen == "" {
+		return nil
+	}
+	var l net.Listener
+	var err error
+	if path, ok := strings.CutPrefix(m.Listen, "unix:"); ok {
+		os.Remove(path)
+		l, err = net.Listen("unix", path)
+		if err == nil {
+			err = os.Chmod(path, os.FileMode(d.cfg.Server.Mode()))
+		}
+	} else {
+		l, err = net.Listen("tcp", m.Listen)
+	}
+	if err != nil {
+		return fmt.Errorf("milter listener %s: %w", m.Listen, err)
+	}
+	*ls = append(*ls, l)
+	d.q.milterL = l
+	d.listeners = append(d.listeners, "milter "+listenerName(l))
+	d.q.milter = &milter.Server{
+		Decider:        milter.DeciderFunc(d.decide),
+		Quarantine:     d.q.svc,
+		Logger:         d.log,
+		ReadTimeout:    time.Duration(m.ReadTimeout),
+		MaxMessageSize: int64(m.MaxMessageSize),
+	}
+	return nil
+}
+
+func (d *daemon) serveMilter() {
+	if d.q.milter != nil {
+		d.goServe("milter", func() error { return d.q.milter.Serve(d.q.milterL) }, milter.ErrServerClosed)
+	}
+}
+
+func (d *daemon) stopMilter(ctx context.Context) {
+	if d.q.milter != nil {
+		d.q.milter.Shutdown(ctx)
+	}
+	d.q.stopExpire()
+}
+

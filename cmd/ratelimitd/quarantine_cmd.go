@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+// listQuery is the filter of `quarantine list` and GET /v1/quarantine.
+type listQuery struct {
+	Sender string
+	Key    string
+	Limit  string
+	State  string
+	Since  time.Duration
+}
+
+func (lq listQuery) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"sender": lq.Sender, "key": lq.Key, "limit": lq.Limit, "state": lq.State} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if lq.Since > 0 {
+		v.Set("since", lq.Since.String())
+	}
+	return v
+}
+
+func parseListQuery(v url.Values) (listQuery, error) {
+	lq := listQuery{Sender: v.Get("sender"), Key: v.Get("key"), Limit: v.Get("limit"), State: v.Get("state")}
+	if s := v.Get("since"); s != "" {
+		d, err := policy.ParseDuration(s)
+		if err != nil {
+			return lq, err
+		}
+		lq.Since = d
+	}
+	return lq, nil
+}
+
+func (lq listQuery) filter() (quarantine.Filter, error) {
+	f := quarantine.Filter{Sender: lq.Sender, Key: lq.Key, Limit: lq.Limit}
+	if lq.State != "" && lq.State != "pending" {
+		for _, name := range strings.Split(lq.State, ",") {
+			st, err := quarantine.ParseState(name)
+			if err != nil {
+				return f, err
+			}
+			f.States = append(f.States, st)
+		}
+	}
+	if lq.Since > 0 {
+		f.Since = time.Now().Add(-lq.Since)
+	}
+	return f, nil
+}
+
+// showResult is the answer to GET /v1/quarantine/{id}.
+type showResult struct {
+	Entry quarantine.Entry `json:"entry"`
+	Body  string           `json:"body"`
+	Error string           `json:"error,omitempty"`
+}
+
+func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService) {
+	mux.HandleFunc("GET /v1/quarantine", func(w http.ResponseWriter, r *http.Request) {
+		lq, err := parseListQuery(r.URL.Query())
+		if err != nil {
+			fail(w, http.StatusBadRequest, err)
+			return
+		}
+		f, err := lq.filter()
+		if err != nil {
+			fail(w, http.StatusBadRequest, err)
+			return
+		}
+		es, err := svc().q.List(f)
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, es)
+	})
+	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
+		raw := r.URL.Query().Get("raw") == "1"
+		e, body, err := svc().show(r.Context(), r.PathValue("id"), raw)
+		if errors.Is(err, quarantine.ErrNotFound) {
+			fail(w, http.StatusNotFound, err)
+			return
+		}
+		res := showResult{Entry: e, Body: string(body)}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	action := func(do func(*quarantineService, context.Context, selection) ([]outcome, error)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var sel selection
+			if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&sel); err != nil {
+				fail(w, http.StatusBadRequest, err)
+				return
+			}
+			sel.By = who(r)
+			out, err := do(svc(), r.Context(), sel)
+			if err != nil {
+				fail(w, http.StatusBadRequest, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, out)
+		}
+	}
+	mux.HandleFunc("POST /v1/quarantine/thaw", action((*quarantineService).thaw))
+	mux.HandleFunc("POST /v1/quarantine/delete", action((*quarantineService).remove))
+}
+
+// quarantineBackend answers the quarantine commands from the running
+// daemon, or from the BoltDB file when no daemon runs.
+type quarantineBackend struct {
+	client *adminClient       // online
+	svc    *quarantineService // offline
+	close  func() error
+}
+
+func openQuarantineBackend(opts *rootOptions) (*quarantineBackend, error) {
+	f, err := config.Load(opts.configPath)
+	if err != nil {
+		return nil, err
+	}
+	c := newAdminClient(f.Server.AdminSocket)
+	var st Status
+	if err := c.do("GET", "/v1/status", nil, &st); err == nil {
+		return &quarantineBackend{client: c, close: func() error { return nil }}, nil
+	} else if !errors.Is(err, errNoDaemon) {
+		return nil, err
+	}
+	db, err := openDB(f.Server.DBPath())
+	if err != nil {
+		return nil, err
+	}
+	q, err := quarantine.New(db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+	probe, err := policy.NewEngine(f.PolicyConfig(), mem)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	state, err := openState(db, mem, 0, probe.Negligible)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	eng, err := policy.NewEngine(f.PolicyConfig(), state)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	svc, err := newQuarantineService(q, f.Quarantine, eng, newLogger(f.Server, io.Discard))
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &quarantineBackend{svc: svc, close: func() error { return errors.Join(state.Close(), db.Close()) }}, nil
+}
+
+func (b *quarantineBackend) list(lq listQuery) ([]quarantine.Entry, error) {
+	if b.client != nil {
+		var out []quarantine.Entry
+		err := b.client.do("GET", "/v1/quarantine?"+lq.values().Encode(), nil, &out)
+		return out, err
+	}
+	f, err := lq.filter()
+	if err != nil {
+		return nil, err
+	}
+	return b.svc.q.List(f)
+}
+
+func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
+	if b.client != nil {
+		var out showResult
+		q := ""
+		if raw {
+			q = "?raw=1"
+		}
+		err := b.client.do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
+		return out, err
+	}
+	e, body, err := b.svc.show(context.Background(), id, raw)
+	if errors.Is(err, quarantine.ErrNotFound) {
+		return showResult{}, err
+	}
+	res := showResult{Entry: e, Body: string(body)}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res, nil
+}
+
+func (b *quarantineBackend) act(op string, sel selection) ([]outcome, error) {
+	if b.client != nil {
+		var out []outcome
+		err := b.client.do("POST", "/v1/quarantine/"+op, sel, &out)
+		return out, err
+	}
+	sel.By = "offline CLI"
+	if op == "thaw" {
+		return b.svc.thaw(context.Background(), sel)
+	}
+	return b.svc.remove(context.Background(), sel)
+}
+
+func newQuarantineCmd(opts *rootOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "quarantine",
+		Aliases: []string{"q"},
+		Short:   "Review, thaw and delete held and frozen mail",
+		Long: `Review the messages ratelimitd held or froze.
+
+A "hold" limit leaves the message in the MTA's hold queue (Postfix: HOLD,
+released with postsuper -H); a "freeze" limit (milter) keeps the whole
+message in ratelimitd's BoltDB quarantine and has the MTA discard its copy;
+thawing re-injects it over SMTP to quarantine.reinject_addr with its
+original envelope and an X-Ratelimitd-Thawed header.
+
+The typical newsletter case: list what alice's account sent, look at a
+sample, then release everything and forget her rate in one step:
+
+  ratelimitd quarantine list --sender alice@example.org
+  ratelimitd quarantine show 0195F3A2B4C00001
+  ratelimitd quarantine thaw --sender alice@example.org --reset-rate
+
+and for a spam run from a compromised account:
+
+  ratelimitd quarantine delete --sender alice@example.org`,
+	}
+	var lq listQuery
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List quarantined messages (newest first)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openQuarantineBackend(opts)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			es, err := b.list(lq)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				for _, e := range es {
+					if err := enc.Encode(e); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			printEntries(cmd.OutOrStdout(), es)
+			return nil
+		},
+	}
+	list.Flags().StringVar(&lq.Sender, "sender", "", "only this envelope sender")
+	list.Flags().StringVar(&lq.Key, "key", "", "only this rate key (e.g. the SASL user)")
+	list.Flags().StringVar(&lq.Limit, "limit", "", "only messages stopped by this limit")
+	list.Flags().StringVar(&lq.State, "state", "", "held, frozen, thawed, deleted (comma-separated); default held and frozen")
+	list.Flags().DurationVar(&lq.Since, "since", 0, "only messages quarantined within this long (e.g. 2h)")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON Lines")
+
+	var raw bool
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a message: envelope, decision, headers and a text preview",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := openQuarantineBackend(opts)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			res, err := b.show(args[0], raw)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if raw {
+				io.WriteString(w, res.Body)
+				return nil
+			}
+			res.Entry.WriteTo(w)
+			fmt.Fprintln(w)
+			io.WriteString(w, res.Body)
+			if res.Error != "" {
+				fmt.Fprintf(w, "\n(content unavailable: %s)\n", res.Error)
+			}
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&raw, "raw", false, "print the stored message bytes (frozen) or the MTA's queue file (held)")
+
+	var sel selection
+	thaw := &cobra.Command{
+		Use:   "thaw [ID...] [--sender S | --key K] [--reset-rate]",
+		Short: "Release held or frozen messages for delivery",
+		Long: `Release messages: held ones with quarantine.release_command
+(postsuper -H QUEUEID), frozen ones by SMTP re-injection to
+quarantine.reinject_addr. A message whose re-injection fails stays frozen
+with the error recorded (see list --json). --reset-rate also forgets the
+rate of every key involved, so the sender may send again at once.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sel.IDs = args
+			return runAction(cmd, opts, "thaw", sel)
+		},
+	}
+	thaw.Flags().StringVar(&sel.Sender, "sender", "", "every held/frozen message from this envelope sender")
+	thaw.Flags().StringVar(&sel.Key, "key", "", "every held/frozen message of this rate key")
+	thaw.Flags().BoolVar(&sel.ResetRate, "reset-rate", false, "also reset the rate of the keys involved")
+
+	var dsel selection
+	del := &cobra.Command{
+		Use:   "delete [ID...] [--sender S | --key K | --older-than D]",
+		Short: "Delete held or frozen messages (held ones from the MTA too)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dsel.IDs = args
+			return runAction(cmd, opts, "delete", dsel)
+		},
+	}
+	del.Flags().StringVar(&dsel.Sender, "sender", "", "every held/frozen message from this envelope sender")
+	del.Flags().StringVar(&dsel.Key, "key", "", "every held/frozen message of this rate key")
+	del.Flags().DurationVar(&dsel.OlderThan, "older-than", 0, "every held/frozen message quarantined longer ago than this")
+	cmd.AddCommand(list, show, thaw, del)
+	return cmd
+}
+
+func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) error {
+	b, err := openQuarantineBackend(opts)
+	if err != nil {
+		return err
+	}
+	out, err := b.act(op, sel)
+	if cerr := b.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, o := range out {
+		if o.OK {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed\n", o.ID, o.Sender, strings.TrimSuffix(op, "e"))
+		} else {
+			failed++
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", o.ID, o.Sender, o.Error)
+		}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, map[string]string{"thaw": "thawed", "delete": "deleted"}[op], failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), map[string]string{"thaw": "thawed", "delete": "deleted"}[op])
+	}
+	return nil
+}
+
+func printEntries(w io.Writer, es []quarantine.Entry) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
+	now := time.Now()
+	for _, e := range es {
+		subj := e.Subject
+		if len(subj) > 60 {
+			subj = subj[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.State, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
+			e.Sender, len(e.Recipients), e.Size, e.Limit, subj)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d messages\n", len(es))
+}

@@ -1,0 +1,96 @@
+// Package smtp re-injects thawed messages into the MTA over SMTP with the
+// emersion/go-smtp client: the original envelope sender and recipients,
+// the stored message bytes, and a trace header naming the thaw.
+//
+// The re-injection address is an MTA listener that neither rate-limits nor
+// runs milters, e.g. a second Postfix smtpd on 127.0.0.1:10026 with
+// "-o smtpd_milters= -o smtpd_recipient_restrictions=permit_mynetworks,reject"
+// in master.cf (configs/postfix-master.cf).
+package smtp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	gosmtp "github.com/emersion/go-smtp"
+)
+
+// Reinjector delivers messages to one SMTP address. The zero value is not
+// usable; fields must not change while Reinject runs. Reinject is safe for
+// concurrent use.
+type Reinjector struct {
+	// Addr is host:port of the re-injection listener.
+	Addr string
+	// Helo is the EHLO name; "" means "localhost".
+	Helo string
+	// Timeout bounds the whole transaction; 0 means 60 s.
+	Timeout time.Duration
+}
+
+// ErrNoRecipients is returned by Reinject for an envelope without
+// recipients.
+var ErrNoRecipients = errors.New("smtp: no recipients")
+
+// Reinject sends msg from sender to rcpts, with header (a complete
+// "Name: value" line without line end, or "") prepended. It returns nil only
+// when the server accepted the message for every recipient (250 after the
+// data); otherwise the error wraps the *gosmtp.SMTPError (4xx or 5xx) or the
+// network error, and the caller keeps the message.
+func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string, header string, msg []byte) error {
+	if len(rcpts) == 0 {
+		return ErrNoRecipients
+	}
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", r.Addr)
+	if err != nil {
+		return fmt.Errorf("smtp: re-inject to %s: %w", r.Addr, err)
+	}
+	deadline, _ := ctx.Deadline()
+	conn.SetDeadline(deadline)
+	c := gosmtp.NewClient(conn)
+	defer c.Close()
+	helo := r.Helo
+	if helo == "" {
+		helo = "localhost"
+	}
+	if err := c.Hello(helo); err != nil {
+		return fmt.Errorf("smtp: re-inject EHLO: %w", err)
+	}
+	if err := c.Mail(sender, nil); err != nil {
+		return fmt.Errorf("smtp: re-inject MAIL FROM:<%s>: %w", sender, err)
+	}
+	for _, rc := range rcpts {
+		if err := c.Rcpt(rc, nil); err != nil {
+			return fmt.Errorf("smtp: re-inject RCPT TO:<%s>: %w", rc, err)
+		}
+	}
+	w, err := c.Data()
+	if err != nil {
+		return fmt.Errorf("smtp: re-inject DATA: %w", err)
+	}
+	if header != "" {
+		if _, err := w.Write([]byte(header + "\r\n")); err != nil {
+			return fmt.Errorf("smtp: re-inject: %w", err)
+		}
+	}
+	if _, err := w.Write(msg); err != nil {
+		return fmt.Errorf("smtp: re-inject: %w", err)
+	}
+	if !bytes.HasSuffix(msg, []byte("\n")) {
+		w.Write([]byte("\r\n"))
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("smtp: re-inject end of data: %w", err)
+	}
+	return c.Quit()
+}
