@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets tests run the real ratelimitd main in a subprocess (the
+// test binary re-executed with RATELIMITD_RUN_MAIN=1).
+func TestMain(m *testing.M) {
+	if os.Getenv("RATELIMITD_RUN_MAIN") == "1" {
+		os.Args = append([]string{"ratelimitd"}, strings.Fields(os.Getenv("RATELIMITD_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// policyQuery sends one policy request over a new connection and returns
+// the action line.
+func policyQuery(t testing.TB, addr, user, state string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=%s\nsasl_username=%s\nsender=%s@example.org\nrecipient_count=1\nclient_address=192.0.2.9\n\n", state, user, user)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(line)
+}
+
+func TestReloadRefusesInvalidConfig(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "")
+	td := startTestDaemon(t, cfgPath)
+	good, _ := os.ReadFile(cfgPath)
+	if err := os.WriteFile(cfgPath, append(good, []byte("\n[[limit]]\nname = \"broken\"\nmode = \"sloppy\"\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td.d.reload()
+	if n := len(td.d.engine.Limits()); n != 2 {
+		t.Fatalf("invalid reload changed the limits: %d", n)
+	}
+	if !strings.Contains(td.logs.String(), "reload refused") {
+		t.Fatalf("refusal not logged:\n%s", td.logs.String())
+	}
+	lower := strings.Replace(string(good), "limit = 200", "limit = 2", 1)
+	os.WriteFile(cfgPath, []byte(lower), 0o644)
+	td.d.reload()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := 0; i < 2; i++ {
+		if got := policyQuery(t, addr, "rex", "END-OF-MESSAGE"); got != "action=DUNNO" {
+			t.Fatalf("message %d: %s", i+1, got)
+		}
+	}
+	if got := policyQuery(t, addr, "rex", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
+		t.Fatalf("after reload to 2/hour, third message: %s", got)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	dir := t.TempDir()
+	port, mport := freePort(t), freePort(t)
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "")
+	text, _ := os.ReadFile(cfgPath)
+	text = []byte(strings.Replace(string(text), `metrics_listen = ""`, fmt.Sprintf(`metrics_listen = "127.0.0.1:%d"`, mport), 1))
+	os.WriteFile(cfgPath, text, 0o644)
+	startTestDaemon(t, cfgPath)
+	policyQuery(t, fmt.Sprintf("127.0.0.1:%d", port), "sue", "RCPT")
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`ratelimitd_requests_total{action="pass",protocol_state="RCPT"} 1`,
+		"ratelimitd_decision_seconds_bucket", "ratelimitd_tracked_keys", "ratelimitd_quarantine_frozen_messages 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+func TestAdminSocketRefusesWorldWritableDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "open")
+	os.Mkdir(dir, 0o777)
+	os.Chmod(dir, 0o777)
+	if _, err := listenAdmin(filepath.Join(dir, "admin.sock")); err == nil || !strings.Contains(err.Error(), "world-writable") {
+		t.Fatalf("admin socket in a 0777 directory: %v", err)
+	}
+}
+
+// With the daemon running but its admin socket gone, the CLI must not hang
+// on the locked BoltDB file: it fails within about a second.
+func TestCLILockedDatabase(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+	td := startTestDaemon(t, cfgPath)
+	os.Remove(td.d.cfg.Server.AdminSocket)
+	start := time.Now()
+	_, err := cli(t, "--config", cfgPath, "rate", "show", "alice")
+	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("rate show against a locked database: %v", err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("CLI took %v", time.Since(start))
+	}
+}
+
+// TestServeSignals runs the real binary: SIGHUP reloads, SIGTERM drains and
+// flushes, and after a restart the offender is still refused.
+func TestServeSignals(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfgPath := writeConfig(t, dir, addr, "")
+	run := func() (*exec.Cmd, *syncBuffer) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfgPath)
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(out.String(), "ratelimitd started") {
+			if time.Now().After(deadline) {
+				t.Fatalf("daemon did not start:\n%s", out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return cmd, out
+	}
+	cmd, out := run()
+	for i := 0; i < 200; i++ {
+		if got := policyQuery(t, addr, "ursula", "END-OF-MESSAGE"); got != "action=DUNNO" {
+			t.Fatalf("message %d: %s", i+1, got)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "configuration reloaded") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "configuration reloaded") {
+		t.Fatalf("SIGHUP did not reload:\n%s", out.String())
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon exit after SIGTERM: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "ratelimitd stopped") {
+		t.Fatalf("no clean stop:\n%s", out.String())
+	}
+	cmd, _ = run()
+	if got := policyQuery(t, addr, "ursula", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
+		t.Fatalf("after restart the 201st message got %s", got)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+}
