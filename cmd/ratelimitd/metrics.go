@@ -91,9 +91,6 @@ func (m *metrics) observe(req *policy.Request, d *policy.Decision, took time.Dur
 	if d.Action != policy.Pass {
 		m.decisions.WithLabelValues(d.Limit, d.Action.String()).Inc()
 	}
-	if d.Fault != nil {
-		m.fault("decide")
-	}
 }
 
 func (m *metrics) fault(kind string) {

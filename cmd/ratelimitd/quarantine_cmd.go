@@ -17,7 +17,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
 )
 
 // listQuery is the filter of `quarantine list` and GET /v1/quarantine.
@@ -150,37 +149,19 @@ func openQuarantineBackend(opts *rootOptions) (*quarantineBackend, error) {
 	} else if !errors.Is(err, errNoDaemon) {
 		return nil, err
 	}
-	db, err := openDB(f.Server.DBPath())
+	o, err := openOffline(f)
 	if err != nil {
 		return nil, err
 	}
-	q, err := quarantine.New(db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
-	if err != nil {
-		db.Close()
-		return nil, err
+	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
+	if err == nil {
+		var svc *quarantineService
+		if svc, err = newQuarantineService(q, f.Quarantine, o.engine, newLogger(f.Server, io.Discard)); err == nil {
+			return &quarantineBackend{svc: svc, close: o.close}, nil
+		}
 	}
-	mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
-	probe, err := policy.NewEngine(f.PolicyConfig(), mem)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	state, err := openState(db, mem, 0, probe.Negligible)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	eng, err := policy.NewEngine(f.PolicyConfig(), state)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	svc, err := newQuarantineService(q, f.Quarantine, eng, newLogger(f.Server, io.Discard))
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return &quarantineBackend{svc: svc, close: func() error { return errors.Join(state.Close(), db.Close()) }}, nil
+	o.close()
+	return nil, err
 }
 
 func (b *quarantineBackend) list(lq listQuery) ([]quarantine.Entry, error) {

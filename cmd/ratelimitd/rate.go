@@ -14,7 +14,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
 )
 
 // rateBackend answers the rate commands, from the running daemon (admin
@@ -55,7 +54,6 @@ func (onlineRates) close() error { return nil }
 // offlineRates opens the daemon's BoltDB file itself (no daemon running).
 type offlineRates struct {
 	eng    *policy.Engine
-	state  *store.Persistent
 	close_ func() error
 }
 
@@ -94,29 +92,11 @@ func openRates(opts *rootOptions) (rateBackend, *config.File, error) {
 	if !errors.Is(err, errNoDaemon) {
 		return nil, nil, err
 	}
-	db, err := openDB(f.Server.DBPath())
+	o, err := openOffline(f)
 	if err != nil {
 		return nil, nil, err
 	}
-	mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
-	probe, err := policy.NewEngine(f.PolicyConfig(), mem)
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	state, err := openState(db, mem, 0, probe.Negligible)
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	eng, err := policy.NewEngine(f.PolicyConfig(), state)
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return &offlineRates{eng: eng, state: state, close_: func() error {
-		return errors.Join(state.Close(), db.Close())
-	}}, f, nil
+	return &offlineRates{eng: o.engine, close_: o.close}, f, nil
 }
 
 func newRateCmd(opts *rootOptions) *cobra.Command {

@@ -257,15 +257,12 @@ func openDB(path string) (*bolt.DB, error) {
 	return db, nil
 }
 
-// decide is the policy server's Decider: evaluate, measure, log faults.
+// decide is the front ends' Decider: evaluate, measure, record holds.
 func (d *daemon) decide(ctx context.Context, req *policy.Request) policy.Decision {
 	start := time.Now()
 	dec := d.engine.Evaluate(ctx, start, req)
+	// Faults are logged and counted by the front end's server.
 	d.metrics.observe(req, &dec, time.Since(start))
-	if dec.Fault != nil {
-		d.log.Warn("rate check failed open", "err", dec.Fault, "protocol_state", req.ProtocolState,
-			"queue_id", req.QueueID, "client", req.ClientAddress)
-	}
 	if req.Stage != policy.ViaMilter {
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, &dec)
