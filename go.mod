@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/emersion/go-message v0.18.2
+	github.com/emersion/go-milter v0.5.0
 	github.com/emersion/go-smtp v0.25.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2

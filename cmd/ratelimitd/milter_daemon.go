@@ -1,5 +1,3 @@
-//go:build milter
-
 package main
 
 import (
@@ -60,11 +58,13 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 	d.q.milterL = l
 	d.listeners = append(d.listeners, "milter "+listenerName(l))
 	d.q.milter = &milter.Server{
-		Decider:        milter.DeciderFunc(d.decide),
-		Quarantine:     d.q.svc,
-		Logger:         d.log,
-		ReadTimeout:    time.Duration(m.ReadTimeout),
-		MaxMessageSize: int64(m.MaxMessageSize),
+		Decider:         milter.DeciderFunc(d.decide),
+		Quarantine:      d.q.svc,
+		Logger:          d.log,
+		Metrics:         milterMetrics{d.metrics},
+		AllowedNetworks: d.cfg.Server.Networks(),
+		ReadTimeout:     time.Duration(m.ReadTimeout),
+		MaxMessageSize:  int64(m.MaxMessageSize),
 	}
 	return nil
 }
@@ -82,3 +82,13 @@ func (d *daemon) stopMilter(ctx context.Context) {
 	d.q.stopExpire()
 }
 
+// milterMetrics feeds the milter server's counts into the daemon metrics
+// (decisions are observed by daemon.decide).
+type milterMetrics struct{ m *metrics }
+
+func (milterMetrics) Conn(bool)                                     {}
+func (milterMetrics) ConnDone()                                     {}
+func (milterMetrics) Decision(string, policy.Action, time.Duration) {}
+func (milterMetrics) Message(policy.Action)                         {}
+func (x milterMetrics) BadInput(reason string)                      { x.m.bad("milter " + reason) }
+func (x milterMetrics) Fault(kind string)                           { x.m.fault("milter " + kind) }

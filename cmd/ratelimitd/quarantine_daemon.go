@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/mta/milter"
 	"github.com/ratelimitd/ratelimitd/mta/smtp"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -417,7 +419,8 @@ func (s *quarantineService) show(ctx context.Context, id string, raw bool) (quar
 // quarantineState is the daemon's quarantine and milter front end.
 type quarantineState struct {
 	svc        *quarantineService
-	milter     milterFrontEnd
+	milter     *milter.Server
+	milterL    net.Listener
 	stopExpire context.CancelFunc
 }
 

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/emersion/go-smtp"
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
@@ -101,5 +104,162 @@ via = ["policy"]
 	}
 	if !strings.Contains(td.logs.String(), "alice has 1 quarantined messages") || !strings.Contains(td.logs.String(), "alice has 20 quarantined messages") {
 		t.Fatalf("no alert lines in the log:\n%s", td.logs.String())
+	}
+}
+
+// bodyOf returns the body of a message (after the first empty line), with
+// CRLF line ends.
+func bodyOf(msg []byte) []byte {
+	msg = bytes.ReplaceAll(bytes.ReplaceAll(msg, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
+	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
+		return msg[i+4:]
+	}
+	return nil
+}
+
+// TestIntegrationFreezeThroughMilter: Postfix with both the policy service
+// and the milter; 30 messages from one SASL user against a strict 10/hour
+// freeze limit: 10 delivered, 20 frozen; thaw --sender --reset-rate
+// re-injects all 20 (30 in total, each once, byte-identical bodies) and the
+// user can send again.
+func TestIntegrationFreezeThroughMilter(t *testing.T) {
+	dir := t.TempDir()
+	port, mport := freePort(t), freePort(t)
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(),
+		PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port), Milter: fmt.Sprintf("inet:127.0.0.1:%d", mport), ReinjectPort: true})
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+[milter]
+listen = "127.0.0.1:%d"
+
+[quarantine]
+reinject_addr = %q
+
+[[limit]]
+name = "tenfreeze"
+key = ["sasl_username"]
+limit = 10
+period = "1h"
+mode = "strict"
+action = "freeze"
+via = ["milter"]
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 200
+period = "1h"
+via = ["policy"]
+`, mport, pf.ReinjectAddr))
+	td := startTestDaemon(t, cfgPath)
+	logFrom := len(pf.Log()) // before the daemon, Postfix's start-up probe found no milter
+
+	sent := map[string][]byte{}
+	for i := 1; i <= 30; i++ {
+		subj := fmt.Sprintf("newsletter part %02d", i)
+		data := mtatest.BuildMessage("alice@example.org", "rcpt@example.net", subj,
+			fmt.Sprintf("Dear reader,\nthis is part %d of the newsletter.\n=?utf-8?q?not_a_header?= \xc3\xa9\n", i))
+		sent[subj] = bodyOf(data)
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7",
+			From: "alice@example.org", To: []string{"rcpt@example.net"}, Data: data}); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	sink.WaitCount(t, 10, 30*time.Second)
+	time.Sleep(time.Second)
+	if n := sink.Count(); n != 10 {
+		t.Fatalf("sink has %d before thaw, want 10", n)
+	}
+	pf.WaitQueueEmpty(t, 30*time.Second) // frozen mail was discarded by Postfix
+	out, err := cli(t, "--config", cfgPath, "quarantine", "list")
+	if err != nil || !strings.Contains(out, "20 messages") || strings.Count(out, " frozen ") != 20 {
+		t.Fatalf("quarantine list: %v\n%s", err, out)
+	}
+	for i := 11; i <= 30; i++ {
+		if !strings.Contains(out, fmt.Sprintf("newsletter part %02d", i)) {
+			t.Fatalf("list lacks the subject of message %d:\n%s", i, out)
+		}
+	}
+	first := strings.Fields(strings.Split(out, "\n")[1])[0]
+	out, err = cli(t, "--config", cfgPath, "quarantine", "show", first)
+	if err != nil || !strings.Contains(out, "Dear reader") || !strings.Contains(out, "tenfreeze") {
+		t.Fatalf("quarantine show: %v\n%s", err, out)
+	}
+	out, err = cli(t, "--config", cfgPath, "quarantine", "thaw", "--sender", "alice@example.org", "--reset-rate")
+	if err != nil || !strings.Contains(out, "20 thawed, 0 failed") {
+		t.Fatalf("thaw: %v\n%s", err, out)
+	}
+	msgs := sink.WaitCount(t, 30, 60*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	msgs = sink.Messages()
+	if len(msgs) != 30 {
+		t.Fatalf("sink has %d messages after thaw, want 30", len(msgs))
+	}
+	seen := map[string]int{}
+	thawed := 0
+	for _, m := range msgs {
+		subj := m.Header("Subject")
+		seen[subj]++
+		if !bytes.Equal(bodyOf(m.Data), sent[subj]) {
+			t.Errorf("%s: body differs:\n%q\nwant\n%q", subj, bodyOf(m.Data), sent[subj])
+		}
+		if m.Header("X-Ratelimitd-Thawed") != "" {
+			thawed++
+			if m.From != "alice@example.org" || len(m.To) != 1 || m.To[0] != "rcpt@example.net" {
+				t.Errorf("%s: envelope %s -> %v", subj, m.From, m.To)
+			}
+		}
+	}
+	if len(seen) != 30 || thawed != 20 {
+		t.Fatalf("%d distinct subjects, %d thawed; want 30 and 20", len(seen), thawed)
+	}
+	// The rate was reset: alice sends again and is delivered, not frozen.
+	if err := sendNumbered(t, pf.Addr(), "alice", 31); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitCount(t, 31, 30*time.Second)
+	if log := pf.Log()[logFrom:]; strings.Contains(log, "451 4.3.5") || strings.Contains(log, "warning:") {
+		t.Fatalf("Postfix warnings:\n%s", log)
+	}
+	if !strings.Contains(td.logs.String(), "alice has 20 quarantined messages") {
+		t.Fatalf("no alert line:\n%s", td.logs.String())
+	}
+}
+
+// TestIntegrationThawFailureKeepsFrozen: a re-injection refused by the
+// MTA leaves the message frozen with the error recorded.
+func TestIntegrationThawFailureKeepsFrozen(t *testing.T) {
+	dir := t.TempDir()
+	port, mport := freePort(t), freePort(t)
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), Milter: fmt.Sprintf("inet:127.0.0.1:%d", mport)})
+	// Re-inject straight into the sink, which refuses the data.
+	sink.SetReply(mtatest.StageEndOfData, &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 3, 1}, Message: "disk full"})
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+[milter]
+listen = "127.0.0.1:%d"
+[quarantine]
+reinject_addr = %q
+[[limit]]
+name = "one"
+key = ["sasl_username"]
+limit = 1
+period = "1h"
+mode = "strict"
+action = "freeze"
+`, mport, sink.Addr()))
+	startTestDaemon(t, cfgPath)
+	for i := 1; i <= 2; i++ {
+		if err := sendNumbered(t, pf.Addr(), "bert", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := cli(t, "--config", cfgPath, "quarantine", "thaw", "--sender", "bert@example.org")
+	if err == nil || !strings.Contains(out, "452") {
+		t.Fatalf("thaw into a refusing server: %v\n%s", err, out)
+	}
+	out, _ = cli(t, "--config", cfgPath, "quarantine", "list", "--json")
+	if !strings.Contains(out, `"state":"frozen"`) || !strings.Contains(out, "disk full") || !strings.Contains(out, `"attempts":1`) {
+		t.Fatalf("entry after failed thaw:\n%s", out)
 	}
 }

@@ -258,9 +258,16 @@ func openDB(path string) (*bolt.DB, error) {
 }
 
 // decide is the front ends' Decider: evaluate, measure, record holds.
-func (d *daemon) decide(ctx context.Context, req *policy.Request) policy.Decision {
+func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.Decision) {
+	defer func() {
+		if r := recover(); r != nil {
+			// Fail open (DUNNO) on our own faults; the front end logs
+			// and counts Decision.Fault.
+			dec = policy.Decision{Reason: "internal error, failing open", Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
+		}
+	}()
 	start := time.Now()
-	dec := d.engine.Evaluate(ctx, start, req)
+	dec = d.engine.Evaluate(ctx, start, req)
 	// Faults are logged and counted by the front end's server.
 	d.metrics.observe(req, &dec, time.Since(start))
 	if req.Stage != policy.ViaMilter {

@@ -1,0 +1,117 @@
+package milter
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
+// MaxPacketSize is the largest milter packet payload (command byte and
+// data), in bytes, that the Server accepts: 1 MiB. MTAs send body chunks of
+// at most 65535 bytes (MILTER_CHUNK_SIZE), but a single header field may be
+// longer (Postfix header_size_limit is 102400 bytes), so the limit is
+// generous. It equals go-milter's own limit, so the library never sees a
+// packet it would refuse.
+const MaxPacketSize = 1 << 20
+
+// frameHooks lets a frameReader consult its connection. A nil frameHooks is
+// allowed (fuzzing).
+type frameHooks interface {
+	// beforeHeader is called before the reader waits for the next packet;
+	// a non-nil error ends the stream with that error (shutdown, or a
+	// session that must be closed after a panic).
+	beforeHeader() error
+	// afterHeader is called once a valid length header has been read.
+	afterHeader()
+	// command is called with the command byte (the first payload byte)
+	// of every packet passed through, and up to the first 12 data bytes
+	// that followed it in the same read (enough for SMFIC_OPTNEG).
+	command(code byte, data []byte)
+}
+
+// frameReader passes the milter packet stream read from r through
+// unchanged, but checks every packet's 4-byte big-endian length before
+// returning any byte of it: a length of 0 (a packet without even a command
+// byte) or above max ends the stream with ErrEmptyPacket or
+// ErrPacketTooLarge, so that the reader behind it never sees such a packet.
+// Errors are sticky. It is not safe for concurrent use.
+type frameReader struct {
+	r     io.Reader
+	max   uint32
+	hooks frameHooks
+
+	hdr    [4]byte
+	hdrOff int    // bytes of hdr already returned; 4 when none are pending
+	size   uint32 // payload length of the current packet
+	left   uint32 // payload bytes of the current packet not yet returned
+	err    error
+}
+
+func newFrameReader(r io.Reader, max uint32, hooks frameHooks) *frameReader {
+	return &frameReader{r: r, max: max, hooks: hooks, hdrOff: len(frameReader{}.hdr)}
+}
+
+// Read implements io.Reader.
+func (f *frameReader) Read(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if f.hdrOff < len(f.hdr) {
+		n := copy(p, f.hdr[f.hdrOff:])
+		f.hdrOff += n
+		return n, nil
+	}
+	if f.left == 0 {
+		if err := f.readHeader(); err != nil {
+			f.err = err
+			return 0, err
+		}
+		n := copy(p, f.hdr[:])
+		f.hdrOff = n
+		return n, nil
+	}
+	if uint32(len(p)) > f.left {
+		p = p[:f.left]
+	}
+	n, err := f.r.Read(p)
+	if n > 0 {
+		if f.left == f.size && f.hooks != nil {
+			f.hooks.command(p[0], p[1:min(n, 13)])
+		}
+		f.left -= uint32(n)
+	}
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // inside a packet
+		}
+		f.err = err
+	}
+	return n, err
+}
+
+// readHeader reads and checks the next length header.
+func (f *frameReader) readHeader() error {
+	if f.hooks != nil {
+		if err := f.hooks.beforeHeader(); err != nil {
+			return err
+		}
+	}
+	if _, err := io.ReadFull(f.r, f.hdr[:]); err != nil {
+		return err // io.EOF between packets, io.ErrUnexpectedEOF inside the header
+	}
+	size := binary.BigEndian.Uint32(f.hdr[:])
+	switch {
+	case size == 0:
+		return ErrEmptyPacket
+	case size > f.max:
+		return fmt.Errorf("%w: %d bytes (limit %d)", ErrPacketTooLarge, size, f.max)
+	}
+	f.size, f.left = size, size
+	if f.hooks != nil {
+		f.hooks.afterHeader()
+	}
+	return nil
+}

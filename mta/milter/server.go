@@ -1,0 +1,699 @@
+package milter
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gomilter "github.com/emersion/go-milter"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Defaults of a Server.
+const (
+	// DefaultReadTimeout bounds every read from the MTA, waiting for the
+	// next command included. It is longer than Postfix's smtpd_timeout
+	// (300 s), during which the milter connection sits idle while Postfix
+	// waits for its SMTP client, so that Postfix, not the server, normally
+	// ends a quiet connection.
+	DefaultReadTimeout = 330 * time.Second
+	// DefaultDecideTimeout is the deadline of the ctx passed to
+	// Decider.Decide: far below Postfix's milter_command_timeout (30 s).
+	DefaultDecideTimeout = 10 * time.Second
+	// DefaultQuarantineTimeout is the deadline of the ctx passed to
+	// Quarantine.Freeze and Quarantine.Hold: below Postfix's
+	// milter_content_timeout (300 s), which covers the end-of-message
+	// reply.
+	DefaultQuarantineTimeout = 120 * time.Second
+	// DefaultMaxMessageSize is the largest message, in bytes, the server
+	// buffers in memory for freezing: 64 MiB.
+	DefaultMaxMessageSize = 64 << 20
+)
+
+// Reasons passed to Metrics.BadInput and logged when a connection is closed
+// without a reply because of its input.
+const (
+	ReasonEmptyPacket    = "empty_packet"     // ErrEmptyPacket
+	ReasonPacketTooLarge = "packet_too_large" // ErrPacketTooLarge
+	ReasonTimeout        = "timeout"          // no byte within ReadTimeout
+)
+
+// Kinds passed to Metrics.Fault.
+const (
+	// FaultPanic: Decide, or the server's own code, panicked. The
+	// command is temp-failed and the connection closed.
+	FaultPanic = "panic"
+	// FaultDecision: Decide returned a Decision with Fault set (normally
+	// a fail-open Pass); it is applied as usual.
+	FaultDecision = "decision"
+	// FaultHoldRecord: Quarantine.Hold failed. The message is held by the
+	// MTA all the same, without a quarantine record.
+	FaultHoldRecord = "hold_record"
+	// FaultFreeze: the message could not be frozen (Quarantine.Freeze
+	// failed, no Quarantine, or the message is larger than
+	// MaxMessageSize); it was temp-failed, never discarded.
+	FaultFreeze = "freeze"
+	// FaultNoQuarantineAction: a Hold was decided but the MTA did not
+	// offer the quarantine action (SMFIF_QUARANTINE) in the option
+	// negotiation; the message was temp-failed instead.
+	FaultNoQuarantineAction = "no_quarantine_action"
+)
+
+// A Decider decides one policy request. It is the seam between the milter
+// protocol and the rate limits: the daemon's adapter around policy's
+// Engine.Evaluate satisfies it (mta/postfix declares the same interface).
+//
+// Decide is called concurrently from the connection goroutines, so it must
+// be safe for concurrent use. ctx carries a deadline (Server.DecideTimeout)
+// and is cancelled by Server.Close. req is a fresh value for every call;
+// the Decider may keep it. Decide should recover its own faults and return
+// a fail-open Pass with Decision.Fault set; a panic that escapes Decide is
+// recovered by the Server, which temp-fails the command and closes the
+// connection.
+type Decider interface {
+	Decide(ctx context.Context, req *policy.Request) policy.Decision
+}
+
+// DeciderFunc adapts an ordinary function to the Decider interface.
+type DeciderFunc func(ctx context.Context, req *policy.Request) policy.Decision
+
+// Decide calls f(ctx, req).
+func (f DeciderFunc) Decide(ctx context.Context, req *policy.Request) policy.Decision {
+	return f(ctx, req)
+}
+
+// Quarantine stores frozen messages durably and records held ones. The
+// daemon implements it with package quarantine's BoltDB store.
+//
+// Methods are called concurrently from the connection goroutines and must
+// be safe for concurrent use. ctx carries a deadline
+// (DefaultQuarantineTimeout) and is cancelled by Server.Close. The Server
+// does not touch m after a call returns, so an implementation may keep it.
+// d is the decision that applies (its Limit, Key, Rate, Max, Text and
+// Reason describe why).
+type Quarantine interface {
+	// Freeze stores the whole message m.Data and must return only after
+	// it is durably committed (fsync'd): the Server then tells the MTA to
+	// discard its copy. An error means the message is temp-failed
+	// (451 4.3.0), never discarded. id is the quarantine entry's ID, for
+	// the log.
+	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
+	// Hold records a message the MTA keeps in its own hold queue (queue
+	// ID in m.Request.QueueID; m.Data is set too but need not be
+	// stored). If it fails the MTA holds the message all the same; the
+	// Server logs and counts the fault (FaultHoldRecord).
+	Hold(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
+}
+
+// Message is one message at the end of the milter transaction, as given to
+// Quarantine.
+type Message struct {
+	// Request is the END-OF-MESSAGE request: client, HELO name, SASL
+	// login, sender, queue ID, size and recipient count (Recipient is set
+	// only when there is exactly one recipient).
+	Request policy.Request
+	// Recipients lists the envelope recipients the server accepted, in
+	// RCPT order.
+	Recipients []string
+	// Data is the message as the MTA would deliver it: the header fields
+	// as received, each "Name: value" ending in CRLF with its continuation
+	// lines preserved (CRLF-terminated), an empty line, and the body bytes
+	// exactly as received. Two details follow from the milter protocol:
+	// the MTA's own topmost Received: field is not shown to milters by
+	// Postfix and is absent, and a field written without a space after the
+	// colon gains one (the MTA strips one space, Postfix and Sendmail
+	// alike). Data is nil for Hold when the message exceeded
+	// MaxMessageSize.
+	Data []byte
+}
+
+// Metrics receives a Server's counts. Methods are called from the accept
+// and connection goroutines, concurrently: they must be safe for concurrent
+// use and must not block.
+type Metrics interface {
+	// Conn is called once per accepted connection; allowed is false when
+	// the connection was refused by the allow-list and closed unread.
+	Conn(allowed bool)
+	// ConnDone is called when an allowed connection has ended.
+	ConnDone()
+	// Decision is called for every Decide, with the protocol state
+	// (policy.StateRcpt or policy.StateEndOfMessage), the decided action
+	// and how long Decide took.
+	Decision(state string, action policy.Action, elapsed time.Duration)
+	// Message is called once per message that reached its end, with the
+	// action applied (the strictest of the RCPT and END-OF-MESSAGE
+	// decisions; Defer also when a freeze failed).
+	Message(action policy.Action)
+	// BadInput is called when a connection is closed because of its
+	// input; reason is one of the Reason constants.
+	BadInput(reason string)
+	// Fault is called for every panic, Decision with Fault set and
+	// quarantine failure; kind is one of the Fault constants.
+	Fault(kind string)
+}
+
+// Server is a milter (Sendmail 8 mail filter protocol) front end for
+// ratelimitd, for Postfix smtpd_milters and Sendmail INPUT_MAIL_FILTER, in
+// the shape of net/http's Server: configure the exported fields, call Serve
+// for each listener, and Shutdown or Close to stop. The protocol itself is
+// spoken by github.com/emersion/go-milter; see the package documentation
+// for what happens at each stage.
+//
+// The exported fields must not be changed once Serve has been called. The
+// methods are safe for concurrent use.
+type Server struct {
+	// Decider decides every RCPT and END-OF-MESSAGE. Required.
+	Decider Decider
+	// Quarantine freezes and records held messages. If nil, holds are
+	// not recorded and freezes are temp-failed (451 4.3.0).
+	Quarantine Quarantine
+	// Logger receives the connection log; every line carries the
+	// connection id ("conn"). Non-Pass decisions are logged at Info,
+	// faults at Warn or Error, the rest at Debug. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Metrics, if non-nil, receives the server's counts.
+	Metrics Metrics
+	// ReadTimeout bounds every read from the MTA, including the wait for
+	// its next command, and every write to it. A connection that stays
+	// silent longer is closed. Zero means DefaultReadTimeout (330 s).
+	ReadTimeout time.Duration
+	// DecideTimeout is the deadline of each Decide's ctx. Zero means
+	// DefaultDecideTimeout (10 s).
+	DecideTimeout time.Duration
+	// MaxMessageSize is how many bytes of each message (header and body)
+	// are kept in memory for freezing. A larger message is counted in
+	// full (Request.Size) but no longer buffered; if it must be frozen it
+	// is temp-failed with 452 4.3.4. Zero or negative means
+	// DefaultMaxMessageSize (64 MiB). Memory use is bounded by this times
+	// the number of messages in progress.
+	MaxMessageSize int64
+	// AllowedNetworks lists the client networks a TCP connection may come
+	// from; a connection from elsewhere is closed unread. Empty means
+	// loopback only (127.0.0.0/8, ::1). Unix-socket connections are not
+	// checked (the socket's file mode controls them).
+	AllowedNetworks []netip.Prefix
+
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+	initOnce   sync.Once
+	nextID     atomic.Uint64
+	instance   string // prefix of Request.Instance, random per Server
+
+	mu         sync.Mutex
+	closed     bool          // Shutdown or Close called
+	hardClosed bool          // Close called
+	done       chan struct{} // closed with closed
+	listeners  map[*net.Listener]struct{}
+	conns      map[*conn]struct{}
+	serveGroup sync.WaitGroup
+}
+
+func (s *Server) init() {
+	s.initOnce.Do(func() {
+		s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+		s.listeners = make(map[*net.Listener]struct{})
+		s.conns = make(map[*conn]struct{})
+		s.done = make(chan struct{})
+		s.instance = fmt.Sprintf("milter.%08x", rand.Uint32())
+	})
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func (s *Server) metrics() Metrics {
+	if s.Metrics != nil {
+		return s.Metrics
+	}
+	return noMetrics{}
+}
+
+func (s *Server) readTimeout() time.Duration {
+	if s.ReadTimeout > 0 {
+		return s.ReadTimeout
+	}
+	return DefaultReadTimeout
+}
+
+func (s *Server) decideTimeout() time.Duration {
+	if s.DecideTimeout > 0 {
+		return s.DecideTimeout
+	}
+	return DefaultDecideTimeout
+}
+
+func (s *Server) maxMessageSize() int64 {
+	if s.MaxMessageSize > 0 {
+		return s.MaxMessageSize
+	}
+	return DefaultMaxMessageSize
+}
+
+// Serve accepts connections on l and serves each on its own goroutine until
+// l fails or the server is shut down. It backs off (5 ms doubling to 1 s) on
+// temporary accept errors such as running out of file descriptors.
+//
+// Serve always returns a non-nil error and closes l: ErrServerClosed after
+// Shutdown or Close, ErrNoDecider when Decider is nil, else the accept
+// error. Serve may be called for several listeners at once.
+func (s *Server) Serve(l net.Listener) error {
+	s.init()
+	if s.Decider == nil {
+		l.Close()
+		return ErrNoDecider
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return ErrServerClosed
+	}
+	s.listeners[&l] = struct{}{}
+	s.serveGroup.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, &l)
+		s.mu.Unlock()
+		l.Close()
+		s.serveGroup.Done()
+	}()
+
+	log := s.logger()
+	_, unixListener := l.Addr().(*net.UnixAddr)
+	var tempDelay time.Duration
+	for {
+		rwc, err := l.Accept()
+		if err != nil {
+			if s.isClosed() {
+				return ErrServerClosed
+			}
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
+				if tempDelay == 0 {
+					tempDelay = 5 * time.Millisecond
+				} else {
+					tempDelay *= 2
+				}
+				tempDelay = min(tempDelay, time.Second)
+				log.Warn("accept error; retrying", "listener", l.Addr().String(), "err", err, "delay", tempDelay)
+				select {
+				case <-time.After(tempDelay):
+				case <-s.done:
+				}
+				continue
+			}
+			return fmt.Errorf("milter: accept on %s: %w", l.Addr(), err)
+		}
+		tempDelay = 0
+
+		c := s.newConn(rwc)
+		if !s.allowed(rwc, unixListener) {
+			s.metrics().Conn(false)
+			c.log.Warn("connection refused by allow-list")
+			rwc.Close()
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			rwc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.metrics().Conn(true)
+		c.log.Debug("connection opened")
+		s.startSession(c)
+	}
+}
+
+// startSession hands c to go-milter, which runs the protocol on its own
+// goroutine and calls c.sess for every event. A go-milter Server is made per
+// connection so that its NewMilter knows the connection: go-milter calls
+// NewMilter again after every final reply, and it must return the same
+// connection's session.
+func (s *Server) startSession(c *conn) {
+	lib := &gomilter.Server{
+		NewMilter: func() gomilter.Milter { return c.sess },
+		// The only modifications ever sent: AddHeader (Warn) and
+		// quarantine (Hold). Both are milter protocol 2 actions.
+		Actions: gomilter.OptAddHeader | gomilter.OptQuarantine,
+		// go-milter does not know SMFIC_UNKNOWN and would close the
+		// connection on it.
+		Protocol: gomilter.OptNoUnknown,
+	}
+	// Serve accepts c, starts the session goroutine and returns at the
+	// listener's second Accept.
+	_ = lib.Serve(&oneConnListener{c: c.guard()})
+}
+
+// allowed applies AllowedNetworks to a new connection.
+func (s *Server) allowed(rwc net.Conn, unixListener bool) bool {
+	switch ra := rwc.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		addr, ok := netip.AddrFromSlice(ra.IP)
+		if !ok {
+			return false
+		}
+		addr = addr.Unmap().WithZone("")
+		if len(s.AllowedNetworks) == 0 {
+			return addr.IsLoopback()
+		}
+		for _, p := range s.AllowedNetworks {
+			if p.Contains(addr) {
+				return true
+			}
+		}
+		return false
+	case *net.UnixAddr:
+		return true
+	default:
+		return unixListener
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Shutdown shuts the server down gracefully: it closes the listeners (Serve
+// returns ErrServerClosed) and the connections that are between messages,
+// lets every message in progress run to its end-of-message reply, closing
+// its connection afterwards, and returns when all connections are closed.
+// The MTA applies its milter_default_action to the rest of an SMTP session
+// whose milter connection was closed (Postfix default: tempfail). If ctx
+// ends first, Shutdown returns ctx.Err() and leaves the remaining
+// connections to Close. It returns ErrServerClosed if the server was already
+// shut down or closed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.init()
+	if err := s.beginClose(); err != nil {
+		return err
+	}
+	wait := time.Millisecond
+	for {
+		if s.closeIdle() == 0 {
+			s.serveGroup.Wait()
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// Close closes the listeners and every connection at once, including those
+// with a message in progress (whose Decide or Quarantine call sees its ctx
+// cancelled), without waiting for them. For a graceful stop use Shutdown;
+// Close after a Shutdown that ran out of time stops what is left. It
+// returns ErrServerClosed if Close was already called, else the first error
+// from closing a listener.
+func (s *Server) Close() error {
+	s.init()
+	err := s.beginClose()
+	if errors.Is(err, ErrServerClosed) {
+		err = nil
+	}
+	s.cancelBase()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hardClosed {
+		return ErrServerClosed
+	}
+	s.hardClosed = true
+	for c := range s.conns {
+		c.closing = true
+		c.rwc.Close()
+	}
+	return err
+}
+
+// beginClose marks the server closed and closes its listeners.
+func (s *Server) beginClose() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	s.closed = true
+	close(s.done)
+	var err error
+	for l := range s.listeners {
+		if cerr := (*l).Close(); cerr != nil && err == nil && !errors.Is(cerr, net.ErrClosed) {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// closeIdle closes the connections waiting for a command between messages
+// and returns the number of connections left.
+func (s *Server) closeIdle() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.waiting && !c.inMessage && !c.closing {
+			c.closing = true
+			c.rwc.Close()
+		}
+	}
+	return len(s.conns)
+}
+
+// conn is one accepted MTA connection.
+type conn struct {
+	srv  *Server
+	rwc  net.Conn
+	id   uint64
+	log  *slog.Logger
+	sess *session
+
+	// Under srv.mu.
+	waiting   bool // blocked on the next packet's length header
+	inMessage bool // between MAIL and the end-of-message reply or abort
+	closing   bool // the server closed rwc
+	ended     bool // the session has ended
+
+	// Used by the session goroutine only.
+	frame      *frameReader
+	lastCode   byte               // command byte of the last packet
+	mtaActions gomilter.OptAction // actions the MTA offered (SMFIC_OPTNEG)
+	optneg     bool               // mtaActions is known
+	readErr    error              // why reading stopped
+	poisoned   bool               // close after the current reply (panic)
+}
+
+func (s *Server) newConn(rwc net.Conn) *conn {
+	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1)}
+	c.log = s.logger().With("conn", c.id, "remote", remoteString(rwc))
+	c.sess = &session{c: c}
+	c.frame = newFrameReader(deadlineReader{c}, MaxPacketSize, c)
+	return c
+}
+
+func remoteString(rwc net.Conn) string {
+	ra := rwc.RemoteAddr()
+	if ra == nil {
+		return ""
+	}
+	if s := ra.String(); s != "" {
+		return s
+	}
+	return ra.Network()
+}
+
+// beforeHeader implements frameHooks: the previous packet has been answered
+// and the library waits for the next one.
+func (c *conn) beforeHeader() error {
+	if c.poisoned {
+		return errSessionPoisoned
+	}
+	s := c.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch c.lastCode {
+	case byte(gomilter.CodeEOB), byte(gomilter.CodeAbort):
+		// The end-of-message reply has been written (go-milter writes
+		// it before reading on), or the message was aborted.
+		c.inMessage = false
+	}
+	if s.closed && !c.inMessage {
+		return ErrServerClosed
+	}
+	c.waiting = true
+	return nil
+}
+
+// afterHeader implements frameHooks.
+func (c *conn) afterHeader() {
+	s := c.srv
+	s.mu.Lock()
+	c.waiting = false
+	s.mu.Unlock()
+}
+
+// command implements frameHooks.
+func (c *conn) command(code byte, data []byte) {
+	c.lastCode = code
+	switch gomilter.Code(code) {
+	case gomilter.CodeMail:
+		s := c.srv
+		s.mu.Lock()
+		c.inMessage = true
+		s.mu.Unlock()
+	case gomilter.CodeOptNeg:
+		// version, actions, protocol: the actions the MTA allows.
+		if len(data) >= 8 && !c.optneg {
+			c.mtaActions = gomilter.OptAction(binary.BigEndian.Uint32(data[4:8]))
+			c.optneg = true
+		}
+	}
+}
+
+// canDo reports whether the MTA offered action a. Before (or without) an
+// option negotiation seen in full, it assumes yes.
+func (c *conn) canDo(a gomilter.OptAction) bool {
+	return !c.optneg || c.mtaActions&a != 0
+}
+
+// guard returns the net.Conn given to go-milter: reads go through the
+// framing guard with a deadline on each, writes get a deadline, and Close
+// marks the end of the session.
+func (c *conn) guard() net.Conn { return guardConn{c} }
+
+// guardConn is the connection as go-milter sees it.
+type guardConn struct{ c *conn }
+
+func (g guardConn) Read(p []byte) (int, error) {
+	c := g.c
+	n, err := c.frame.Read(p)
+	if err != nil && c.readErr == nil {
+		c.readErr = err
+		c.noteReadError(err)
+	}
+	if err != nil {
+		// go-milter logs every error but io.EOF on the standard logger;
+		// the reason has been logged here, with the connection id.
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (g guardConn) Write(p []byte) (int, error) {
+	c := g.c
+	c.rwc.SetWriteDeadline(time.Now().Add(c.srv.readTimeout()))
+	return c.rwc.Write(p)
+}
+
+// Close is called by go-milter when the session ends.
+func (g guardConn) Close() error {
+	c := g.c
+	err := c.rwc.Close()
+	s := c.srv
+	s.mu.Lock()
+	first := !c.ended
+	c.ended = true
+	delete(s.conns, c)
+	s.mu.Unlock()
+	if first {
+		c.sess.end()
+		c.log.Debug("connection closed")
+		s.metrics().ConnDone()
+	}
+	return err
+}
+
+func (g guardConn) LocalAddr() net.Addr                { return g.c.rwc.LocalAddr() }
+func (g guardConn) RemoteAddr() net.Addr               { return g.c.rwc.RemoteAddr() }
+func (g guardConn) SetDeadline(t time.Time) error      { return g.c.rwc.SetDeadline(t) }
+func (g guardConn) SetReadDeadline(t time.Time) error  { return g.c.rwc.SetReadDeadline(t) }
+func (g guardConn) SetWriteDeadline(t time.Time) error { return g.c.rwc.SetWriteDeadline(t) }
+
+// noteReadError logs and counts why a connection stopped reading, and
+// closes it at once for bad input.
+func (c *conn) noteReadError(err error) {
+	m := c.srv.metrics()
+	switch {
+	case errors.Is(err, ErrEmptyPacket):
+		c.log.Warn("closing connection: zero-length packet", "err", err)
+		m.BadInput(ReasonEmptyPacket)
+		c.rwc.Close()
+	case errors.Is(err, ErrPacketTooLarge):
+		c.log.Warn("closing connection: packet too large", "err", err)
+		m.BadInput(ReasonPacketTooLarge)
+		c.rwc.Close()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Info("closing connection: read timeout", "timeout", c.srv.readTimeout())
+		m.BadInput(ReasonTimeout)
+	case errors.Is(err, errSessionPoisoned):
+		c.log.Warn("closing connection after a panic")
+	case errors.Is(err, ErrServerClosed):
+		c.log.Debug("closing connection: server shutting down")
+	case err == io.EOF:
+		c.log.Debug("connection closed by MTA")
+	default:
+		if c.srv.isClosed() {
+			c.log.Debug("connection closed by server", "err", err)
+		} else {
+			c.log.Info("read error", "err", err)
+		}
+	}
+}
+
+// deadlineReader sets the read deadline before every read.
+type deadlineReader struct{ c *conn }
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	d.c.rwc.SetReadDeadline(time.Now().Add(d.c.srv.readTimeout()))
+	return d.c.rwc.Read(p)
+}
+
+// oneConnListener hands one connection to go-milter's Server.Serve.
+type oneConnListener struct {
+	c    net.Conn
+	used bool
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if l.used {
+		return nil, net.ErrClosed
+	}
+	l.used = true
+	return l.c, nil
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+type noMetrics struct{}
+
+func (noMetrics) Conn(bool)                                     {}
+func (noMetrics) ConnDone()                                     {}
+func (noMetrics) Decision(string, policy.Action, time.Duration) {}
+func (noMetrics) Message(policy.Action)                         {}
+func (noMetrics) BadInput(string)                               {}
+func (noMetrics) Fault(string)                                  {}

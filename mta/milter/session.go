@@ -1,0 +1,540 @@
+package milter
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/textproto"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	gomilter "github.com/emersion/go-milter"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// session implements go-milter's Milter for one connection. go-milter calls
+// it from the connection's goroutine only, one event at a time; it asks
+// for a "new" Milter after every final reply and gets this same session
+// back, so message state is reset here explicitly (MAIL, abort, end of
+// message).
+type session struct {
+	c *conn
+
+	// Connection: from SMFIC_CONNECT and SMFIC_HELO, overridden by the
+	// {client_addr}, {client_name} and {client_ptr} macros when sent.
+	clientAddr, clientName, clientPtr string
+	helo                              string
+	messages                          int // messages begun (MAIL) on this connection
+
+	msg *message // nil outside a transaction
+}
+
+// message is the state of one transaction, from MAIL to end of message or
+// abort.
+type message struct {
+	instance string
+	sender   string
+	// SASL login from {auth_type}, {auth_authen}, {auth_author}.
+	saslMethod, saslUser, saslSender string
+	queueID                          string // {i}
+
+	recipients []string // accepted
+	// rcpt is the strictest non-Pass decision of an accepted recipient,
+	// applied at end of message together with the END-OF-MESSAGE one.
+	rcpt        policy.Decision
+	warnHeaders []string // Decision.Header of every Warn, deduplicated
+
+	data      []byte // header and body as received, until truncated
+	size      int64  // bytes of the whole message, buffered or not
+	truncated bool   // data exceeded MaxMessageSize and was dropped
+	eoh       bool   // the empty line after the header has been added
+}
+
+// Default reply texts.
+const (
+	textDefer       = "Rate limit exceeded, try again later"
+	textReject      = "Rate limit exceeded"
+	textFault       = "Temporary rate limit failure, try again later"
+	textFreezeFault = "Temporary quarantine failure, try again later"
+	textTooLarge    = "Message too large to quarantine, try again later"
+	textNoHold      = "Message cannot be held, try again later"
+)
+
+// recoverTo turns a panic in an event handler into a temp-fail reply and
+// marks the connection to be closed once the reply is written. It must be
+// deferred directly.
+func (s *session) recoverTo(event string, resp *gomilter.Response, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.c.log.Error("panic in milter session; temp-failing and closing the connection",
+		"event", event, "panic", r, "stack", string(debug.Stack()))
+	s.c.srv.metrics().Fault(FaultPanic)
+	s.c.poisoned = true
+	if resp != nil {
+		*resp = reply(451, "4.3.0", textFault)
+	}
+	if err != nil {
+		*err = nil
+	}
+}
+
+// absorb takes the macros of the latest SMFIC_MACRO packet. go-milter keeps
+// only the latest packet's macros, so every event reads what it needs.
+// Names are looked up with and without braces ("{i}" and "i"), because
+// MTAs differ.
+func (s *session) absorb(macros map[string]string) {
+	if len(macros) == 0 {
+		return
+	}
+	if v, ok := macro(macros, "client_addr"); ok && v != "" {
+		s.clientAddr = v
+	}
+	if v, ok := macro(macros, "client_name"); ok && v != "" {
+		s.clientName = v
+	}
+	if v, ok := macro(macros, "client_ptr"); ok && v != "" {
+		s.clientPtr = v
+	}
+	m := s.msg
+	if m == nil {
+		return
+	}
+	if v, ok := macro(macros, "i"); ok && v != "" {
+		m.queueID = v
+	}
+	if v, ok := macro(macros, "auth_type"); ok {
+		m.saslMethod = v
+	}
+	if v, ok := macro(macros, "auth_authen"); ok {
+		m.saslUser = v
+	}
+	if v, ok := macro(macros, "auth_author"); ok {
+		m.saslSender = v
+	}
+}
+
+func macro(macros map[string]string, name string) (string, bool) {
+	if v, ok := macros["{"+name+"}"]; ok {
+		return v, true
+	}
+	v, ok := macros[name]
+	return v, ok
+}
+
+// Connect implements go-milter's Milter (SMFIC_CONNECT).
+func (s *session) Connect(host string, family string, port uint16, addr net.IP, m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("connect", &resp, &err)
+	if addr != nil {
+		s.clientAddr = addr.String()
+	}
+	// Postfix and Sendmail send "[address]" for a client without a
+	// verified name; policy delegation calls that "unknown".
+	if host != "" && !strings.HasPrefix(host, "[") {
+		s.clientName = host
+	} else {
+		s.clientName = "unknown"
+	}
+	s.absorb(m.Macros)
+	s.c.log.Debug("milter connect", "client", s.clientName, "client_addr", s.clientAddr, "family", family)
+	return gomilter.RespContinue, nil
+}
+
+// Helo implements go-milter's Milter (SMFIC_HELO).
+func (s *session) Helo(name string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("helo", &resp, &err)
+	s.helo = name
+	s.absorb(m.Macros)
+	return gomilter.RespContinue, nil
+}
+
+// MailFrom implements go-milter's Milter (SMFIC_MAIL): a new transaction.
+// from is the MAIL FROM address without angle brackets.
+func (s *session) MailFrom(from string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("mail", &resp, &err)
+	s.begin()
+	s.msg.sender = from
+	s.absorb(m.Macros)
+	if v, ok := macro(m.Macros, "mail_addr"); ok {
+		s.msg.sender = v
+	}
+	return gomilter.RespContinue, nil
+}
+
+// begin starts a new transaction.
+func (s *session) begin() {
+	s.messages++
+	s.msg = &message{instance: s.c.srv.instance + "." + strconv.FormatUint(s.c.id, 10) + "." + strconv.Itoa(s.messages)}
+}
+
+// RcptTo implements go-milter's Milter (SMFIC_RCPT): decide with
+// ProtocolState RCPT. Defer and Reject refuse this recipient only (reply
+// code); any other action accepts it and is remembered for the end of the
+// message.
+func (s *session) RcptTo(rcpt string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("rcpt", &resp, &err)
+	if s.msg == nil { // RCPT without MAIL: not from a sane MTA
+		s.begin()
+	}
+	s.absorb(m.Macros)
+	if v, ok := macro(m.Macros, "rcpt_addr"); ok && v != "" {
+		rcpt = v
+	}
+	req := s.request(policy.StateRcpt)
+	req.Recipient = rcpt
+	d, ok := s.decide(&req)
+	if !ok {
+		return reply(451, "4.3.0", textFault), nil
+	}
+	switch d.Action {
+	case policy.Defer:
+		return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
+	case policy.Reject:
+		return decisionReply(d, 550, "5.7.1", '5', textReject), nil
+	}
+	msg := s.msg
+	msg.recipients = append(msg.recipients, rcpt)
+	if d.Action > msg.rcpt.Action {
+		msg.rcpt = d
+	}
+	msg.noteWarn(d)
+	return gomilter.RespContinue, nil
+}
+
+// noteWarn remembers the header of a Warn decision.
+func (m *message) noteWarn(d policy.Decision) {
+	if d.Action != policy.Warn || d.Header == "" {
+		return
+	}
+	for _, h := range m.warnHeaders {
+		if h == d.Header {
+			return
+		}
+	}
+	m.warnHeaders = append(m.warnHeaders, d.Header)
+}
+
+// Header implements go-milter's Milter (SMFIC_HEADER): one header field,
+// name without the colon, value without the one space the MTA strips and
+// with continuation lines separated by "\n" (Postfix) or "\r\n".
+func (s *session) Header(name string, value string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("header", &resp, &err)
+	s.absorb(m.Macros)
+	if s.msg == nil {
+		return gomilter.RespContinue, nil
+	}
+	line := make([]byte, 0, len(name)+len(value)+8)
+	line = append(line, name...)
+	line = append(line, ':', ' ')
+	line = appendCRLF(line, value)
+	line = append(line, '\r', '\n')
+	s.msg.add(line, s.c.srv.maxMessageSize())
+	return gomilter.RespContinue, nil
+}
+
+// appendCRLF appends v with every line break made CRLF.
+func appendCRLF(dst []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\n' && (i == 0 || v[i-1] != '\r') {
+			dst = append(dst, '\r')
+		}
+		dst = append(dst, v[i])
+	}
+	return dst
+}
+
+// Headers implements go-milter's Milter (SMFIC_EOH).
+func (s *session) Headers(_ textproto.MIMEHeader, m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("eoh", &resp, &err)
+	s.absorb(m.Macros)
+	if s.msg != nil {
+		s.msg.endHeader(s.c.srv.maxMessageSize())
+	}
+	return gomilter.RespContinue, nil
+}
+
+// BodyChunk implements go-milter's Milter (SMFIC_BODY): body bytes as
+// received, CRLF line endings.
+func (s *session) BodyChunk(chunk []byte, m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("body", &resp, &err)
+	s.absorb(m.Macros)
+	if s.msg != nil {
+		max := s.c.srv.maxMessageSize()
+		s.msg.endHeader(max)
+		s.msg.add(chunk, max)
+	}
+	return gomilter.RespContinue, nil
+}
+
+// add appends p to the message, or only counts it once the message is too
+// large to buffer.
+func (m *message) add(p []byte, max int64) {
+	m.size += int64(len(p))
+	if m.truncated {
+		return
+	}
+	if int64(len(m.data))+int64(len(p)) > max {
+		m.truncated, m.data = true, nil
+		return
+	}
+	m.data = append(m.data, p...)
+}
+
+// endHeader adds the empty line between header and body, once.
+func (m *message) endHeader(max int64) {
+	if !m.eoh {
+		m.eoh = true
+		m.add([]byte("\r\n"), max)
+	}
+}
+
+// Abort implements go-milter's Milter (SMFIC_ABORT): the transaction is
+// over (RSET, HELO after MAIL, client gone); connection data stays.
+func (s *session) Abort(_ *gomilter.Modifier) (err error) {
+	defer s.recoverTo("abort", nil, &err)
+	s.msg = nil
+	return nil
+}
+
+// end is called when the connection has ended.
+func (s *session) end() { s.msg = nil }
+
+// Body implements go-milter's Milter (SMFIC_BODYEOB): decide with
+// ProtocolState END-OF-MESSAGE and apply the strictest of that decision
+// and those made at RCPT.
+func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error) {
+	defer s.recoverTo("eom", &resp, &err)
+	s.absorb(m.Macros)
+	msg := s.msg
+	if msg == nil { // end of message without MAIL: nothing to decide
+		return gomilter.RespAccept, nil
+	}
+	defer func() { s.msg = nil }()
+	msg.endHeader(s.c.srv.maxMessageSize())
+
+	req := s.request(policy.StateEndOfMessage)
+	req.RecipientCount = len(msg.recipients)
+	if len(msg.recipients) == 1 {
+		req.Recipient = msg.recipients[0]
+	}
+	req.Size = msg.size
+	d, ok := s.decide(&req)
+	if !ok {
+		s.c.srv.metrics().Message(policy.Defer)
+		return reply(451, "4.3.0", textFault), nil
+	}
+	msg.noteWarn(d)
+	if msg.rcpt.Action > d.Action {
+		d = msg.rcpt
+	}
+	return s.apply(m, msg, req, d)
+}
+
+// apply carries out the final decision d on the message.
+func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, d policy.Decision) (gomilter.Response, error) {
+	c, srv := s.c, s.c.srv
+	qm := &Message{Request: req, Recipients: msg.recipients, Data: msg.data}
+	log := c.log.With("queue_id", req.QueueID, "action", d.Action.String(), "limit", d.Limit, "key", d.Key)
+	// applied is what the MTA is told in the end: a temporary failure
+	// unless a branch below completes (a panic on the way temp-fails).
+	applied := policy.Defer
+	defer func() { srv.metrics().Message(applied) }()
+
+	switch d.Action {
+	case policy.Pass:
+		applied = policy.Pass
+		return gomilter.RespAccept, nil
+
+	case policy.Warn:
+		if err := s.addHeaders(m, msg); err != nil {
+			return nil, err
+		}
+		applied = policy.Warn
+		return gomilter.RespAccept, nil
+
+	case policy.Defer:
+		return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
+
+	case policy.Reject:
+		applied = policy.Reject
+		return decisionReply(d, 550, "5.7.1", '5', textReject), nil
+
+	case policy.Hold:
+		if !c.canDo(gomilter.OptQuarantine) {
+			log.Error("cannot hold: the MTA did not offer the quarantine action; temp-failing")
+			srv.metrics().Fault(FaultNoQuarantineAction)
+			return reply(451, "4.3.0", textNoHold), nil
+		}
+		id := ""
+		if srv.Quarantine != nil {
+			ctx, cancel := context.WithTimeout(srv.baseCtx, DefaultQuarantineTimeout)
+			var err error
+			id, err = srv.Quarantine.Hold(ctx, qm, d)
+			cancel()
+			if err != nil {
+				log.Error("recording a held message failed; the MTA holds it all the same", "err", err)
+				srv.metrics().Fault(FaultHoldRecord)
+			}
+		} else {
+			log.Warn("no quarantine configured: held message not recorded")
+			srv.metrics().Fault(FaultHoldRecord)
+		}
+		if err := m.Quarantine(quarantineReason(d)); err != nil {
+			return nil, err
+		}
+		if err := s.addHeaders(m, msg); err != nil {
+			return nil, err
+		}
+		applied = policy.Hold
+		log.Info("message held", "quarantine_id", id)
+		return gomilter.RespAccept, nil
+
+	case policy.Freeze:
+		switch {
+		case srv.Quarantine == nil:
+			log.Error("cannot freeze; temp-failing", "err", ErrNoQuarantine)
+			srv.metrics().Fault(FaultFreeze)
+			return reply(451, "4.3.0", textFreezeFault), nil
+		case msg.truncated:
+			log.Error("cannot freeze; temp-failing", "err", ErrMessageTooLarge,
+				"size", msg.size, "max_message_size", srv.maxMessageSize())
+			srv.metrics().Fault(FaultFreeze)
+			return reply(452, "4.3.4", textTooLarge), nil
+		}
+		ctx, cancel := context.WithTimeout(srv.baseCtx, DefaultQuarantineTimeout)
+		id, err := srv.Quarantine.Freeze(ctx, qm, d)
+		cancel()
+		if err != nil {
+			log.Error("freezing failed; temp-failing the message", "err", err)
+			srv.metrics().Fault(FaultFreeze)
+			return reply(451, "4.3.0", textFreezeFault), nil
+		}
+		// Durable in the quarantine: only now may the MTA drop its copy.
+		applied = policy.Freeze
+		log.Info("message frozen; MTA told to discard its copy", "quarantine_id", id, "size", msg.size)
+		return gomilter.RespDiscard, nil
+	}
+	// An Action outside the policy package's range: fail open.
+	log.Warn("unknown action; accepting")
+	applied = policy.Pass
+	return gomilter.RespAccept, nil
+}
+
+// addHeaders adds the headers of the message's Warn decisions, if the MTA
+// allows header additions.
+func (s *session) addHeaders(m *gomilter.Modifier, msg *message) error {
+	for _, h := range msg.warnHeaders {
+		name, value, ok := splitHeader(h)
+		if !ok {
+			s.c.log.Warn("not adding malformed warn header", "header", h)
+			continue
+		}
+		if !s.c.canDo(gomilter.OptAddHeader) {
+			s.c.log.Warn("not adding warn header: the MTA did not offer header additions", "header", name)
+			continue
+		}
+		if err := m.AddHeader(name, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// request returns the policy request for the current transaction.
+func (s *session) request(state string) policy.Request {
+	msg := s.msg
+	return policy.Request{
+		ProtocolState:     state,
+		HeloName:          s.helo,
+		QueueID:           msg.queueID,
+		Sender:            msg.sender,
+		ClientAddress:     s.clientAddr,
+		ClientName:        s.clientName,
+		ReverseClientName: s.clientPtr,
+		Instance:          msg.instance,
+		SASLMethod:        msg.saslMethod,
+		SASLUsername:      msg.saslUser,
+		SASLSender:        msg.saslSender,
+		Stage:             policy.ViaMilter,
+	}
+}
+
+// decide calls the Decider, recovering a panic (ok false), and logs and
+// counts the decision.
+func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
+	c, srv := s.c, s.c.srv
+	ctx, cancel := context.WithTimeout(srv.baseCtx, srv.decideTimeout())
+	defer cancel()
+	start := time.Now()
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				c.log.Error("panic in Decide; temp-failing and closing the connection", "panic", r,
+					"stack", string(debug.Stack()), requestAttrs(req))
+				srv.metrics().Fault(FaultPanic)
+				c.poisoned = true
+			}
+		}()
+		d = srv.Decider.Decide(ctx, req)
+		ok = true
+	}()
+	if !ok {
+		return policy.Decision{}, false
+	}
+	srv.metrics().Decision(req.ProtocolState, d.Action, time.Since(start))
+	if d.Fault != nil {
+		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), requestAttrs(req))
+		srv.metrics().Fault(FaultDecision)
+	}
+	if d.Action != policy.Pass {
+		c.log.Info("decision", "action", d.Action.String(), "limit", d.Limit, "key", d.Key,
+			"rate", d.Rate, "max", d.Max, "retry_after", d.RetryAfter, "reason", d.Reason,
+			requestAttrs(req))
+	} else if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug("decision", "action", d.Action.String(), requestAttrs(req))
+	}
+	return d, true
+}
+
+// requestAttrs is the request part of a log line.
+func requestAttrs(req *policy.Request) slog.Attr {
+	return slog.Group("req",
+		"state", req.ProtocolState,
+		"client", req.ClientAddress,
+		"sasl_username", req.SASLUsername,
+		"sender", req.Sender,
+		"recipient", req.Recipient,
+		"rcpt_count", req.RecipientCount,
+		"size", req.Size,
+		"queue_id", req.QueueID,
+		"instance", req.Instance,
+	)
+}
+
+// quarantineReason is the SMFIR_QUARANTINE reason: never empty (Sendmail
+// refuses an empty one), no control characters.
+func quarantineReason(d policy.Decision) string {
+	r := "ratelimitd"
+	if d.Limit != "" {
+		r += " limit " + d.Limit
+	}
+	if t := firstNonEmpty(d.Reason, d.Text); t != "" {
+		r += ": " + t
+	}
+	return policy.SanitizeText(r, policy.MaxTextLen)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+var _ gomilter.Milter = (*session)(nil)
