@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -387,15 +388,47 @@ func formatRate(r float64) string {
 	return strconv.FormatFloat(r, 'f', 1, 64)
 }
 
+// expand fills a message template in one pass: {name}, {key}, {rate},
+// {limit}, {period}, {retry}; any other {word} is kept as it is. A request
+// that no wait can let through (larger than the whole limit) has retry
+// "never (message larger than the limit)".
 func expand(tmpl, name, key string, rate, lim float64, period, retry time.Duration) string {
-	return strings.NewReplacer(
-		"{name}", name,
-		"{key}", key,
-		"{rate}", formatRate(rate),
-		"{limit}", strconv.FormatFloat(lim, 'g', -1, 64),
-		"{period}", FormatDuration(period),
-		"{retry}", FormatDuration(retry.Round(time.Second)),
-	).Replace(tmpl)
+	var b strings.Builder
+	b.Grow(len(tmpl) + 32)
+	for {
+		i := strings.IndexByte(tmpl, '{')
+		if i < 0 {
+			b.WriteString(tmpl)
+			return b.String()
+		}
+		j := strings.IndexByte(tmpl[i:], '}')
+		if j < 0 {
+			b.WriteString(tmpl)
+			return b.String()
+		}
+		b.WriteString(tmpl[:i])
+		switch word := tmpl[i+1 : i+j]; word {
+		case "name":
+			b.WriteString(name)
+		case "key":
+			b.WriteString(key)
+		case "rate":
+			b.WriteString(formatRate(rate))
+		case "limit":
+			b.WriteString(strconv.FormatFloat(lim, 'g', -1, 64))
+		case "period":
+			b.WriteString(FormatDuration(period))
+		case "retry":
+			if retry >= time.Duration(math.MaxInt64) {
+				b.WriteString("never (message larger than the limit)")
+			} else {
+				b.WriteString(FormatDuration(retry.Round(time.Second)))
+			}
+		default:
+			b.WriteString(tmpl[i : i+j+1])
+		}
+		tmpl = tmpl[i+j+1:]
+	}
 }
 
 // instanceSet remembers recently seen Postfix instance values (two

@@ -351,3 +351,17 @@ func TestViaRestrictsFrontEnd(t *testing.T) {
 		t.Fatal("via = smtp accepted")
 	}
 }
+
+func TestMessageLargerThanLimit(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "bytes", Key: []string{"sasl_username"}, Limit: 1 << 20, Period: policy.Duration(time.Hour), Per: "byte",
+			Message: "{unknown} {name}: retry {retry}"},
+	}}
+	e := newEngine(t, c)
+	r := eom("lea")
+	r.Size = 2 << 20
+	d := e.Evaluate(context.Background(), t0, r)
+	if d.Action != policy.Defer || d.Text != "{unknown} bytes: retry never (message larger than the limit)" {
+		t.Fatalf("%+v", d)
+	}
+}
