@@ -100,8 +100,8 @@ func (s *Size) UnmarshalTOML(v any) error {
 }
 
 // ParseSize parses "123", "512K", "10M", "1G", "2T" (K = 1024 bytes).
-func ParseSize(s string) (int64, error) {
-	s = strings.TrimSpace(strings.ToUpper(s))
+func ParseSize(text string) (int64, error) {
+	s := strings.TrimSpace(strings.ToUpper(text))
 	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
 	mult := int64(1)
 	if n := len(s); n > 0 {
@@ -121,7 +121,7 @@ func ParseSize(s string) (int64, error) {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f < 0 || f*float64(mult) > math.MaxInt64/2 {
-		return 0, fmt.Errorf("invalid size %q (use e.g. 10M)", s)
+		return 0, fmt.Errorf("invalid size %q (use e.g. 10M)", text)
 	}
 	return int64(f * float64(mult)), nil
 }

@@ -262,4 +262,17 @@ action = "freeze"
 	if !strings.Contains(out, `"state":"frozen"`) || !strings.Contains(out, "disk full") || !strings.Contains(out, `"attempts":1`) {
 		t.Fatalf("entry after failed thaw:\n%s", out)
 	}
+	// The postmaster gives up on it: delete drops it from the quarantine.
+	out, err = cli(t, "--config", cfgPath, "quarantine", "delete", "--sender", "bert@example.org")
+	if err != nil || !strings.Contains(out, "1 deleted, 0 failed") {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	out, _ = cli(t, "--config", cfgPath, "quarantine", "list")
+	if !strings.Contains(out, "0 messages") {
+		t.Fatalf("list after delete:\n%s", out)
+	}
+	out, _ = cli(t, "--config", cfgPath, "quarantine", "list", "--state", "deleted", "--json")
+	if !strings.Contains(out, `"state":"deleted"`) {
+		t.Fatalf("deleted entry not kept for audit:\n%s", out)
+	}
 }

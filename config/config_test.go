@@ -1,0 +1,128 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+func TestEmbeddedDefault(t *testing.T) {
+	f, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Source != config.EmbeddedSource || len(f.Limits) != 2 || f.Limits[0].Limit != 200 || f.Limits[1].Limit != 1000 {
+		t.Fatalf("default: %+v", f)
+	}
+	if f.Server.PolicyListen[0] != "127.0.0.1:10031" || f.Server.DBPath() != "ratelimitd-state/ratelimitd.db" {
+		t.Fatalf("server defaults: %+v", f.Server)
+	}
+	if time.Duration(f.Server.FlushInterval) != time.Second || f.Quarantine.MaxSize != 2<<30 {
+		t.Fatalf("defaults: flush %v max_size %d", f.Server.FlushInterval, f.Quarantine.MaxSize)
+	}
+}
+
+// Every problem is reported, each with its key.
+func TestEveryErrorWithItsKey(t *testing.T) {
+	_, err := config.Parse([]byte(`
+[server]
+policy_listen = ["0.0.0.0:10031"]
+socket_mode = "0666"
+flush_interval = "2m"
+colour = "blue"
+
+[quarantine]
+max_size = "lots"
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 200
+period = "1h"
+per = "envelope"
+`), "test.toml")
+	if !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("want ErrInvalid, got %v", err)
+	}
+	for _, want := range []string{
+		"test.toml",
+		`invalid size "lots"`,
+		"line 9",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	// A decoding error stops before validation; fix it and see the rest.
+	_, err = config.Parse([]byte(`
+[server]
+policy_listen = ["0.0.0.0:10031"]
+socket_mode = "0666"
+flush_interval = "2m"
+colour = "blue"
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 200
+period = "1h"
+per = "envelope"
+`), "test.toml")
+	for _, want := range []string{
+		"unknown key server.colour",
+		"server.policy_listen[0]",
+		"server.socket_mode",
+		"server.flush_interval",
+		"limit[0] (hourly).per",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestSizesAndDurations(t *testing.T) {
+	f, err := config.Parse([]byte(`
+[quarantine]
+max_size = "10M"
+max_age = "7d"
+[milter]
+max_message_size = 1048576
+[[limit]]
+name = "bytes"
+key = ["sender_domain", "client_subnet"]
+limit = 52428800
+period = "1d12h"
+per = "byte"
+`), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Quarantine.MaxSize != 10<<20 || time.Duration(*f.Quarantine.MaxAge) != 7*24*time.Hour || f.Milter.MaxMessageSize != 1<<20 {
+		t.Fatalf("%+v %+v", f.Quarantine, f.Milter)
+	}
+	if time.Duration(f.Limits[0].Period) != 36*time.Hour {
+		t.Fatalf("period %v", f.Limits[0].Period)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := config.Load(filepath.Join(t.TempDir(), "nope.toml"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// The shipped example configurations are valid.
+func TestShippedConfigs(t *testing.T) {
+	for _, p := range []string{"../configs/ratelimitd.toml", "../testdata/traces/relay.toml"} {
+		if _, err := config.Load(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
