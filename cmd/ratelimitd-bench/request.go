@@ -15,11 +15,11 @@ import "strconv"
 type fieldKind uint8
 
 const (
-	fieldUser     fieldKind = iota // decimal, userDigits wide
-	fieldConn                      // lower-case hex, connDigits wide
-	fieldSeq                       // lower-case hex, seqDigits wide
-	fieldConnUp                    // upper-case hex, connDigits wide (queue_id)
-	fieldSeqUp                     // upper-case hex, seqDigits wide (queue_id)
+	fieldUser   fieldKind = iota // decimal, userDigits wide
+	fieldConn                    // lower-case hex, connDigits wide
+	fieldSeq                     // lower-case hex, seqDigits wide
+	fieldConnUp                  // upper-case hex, connDigits wide (queue_id)
+	fieldSeqUp                   // upper-case hex, seqDigits wide (queue_id)
 	numFieldKinds
 )
 

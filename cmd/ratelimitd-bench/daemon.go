@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/configs"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// daemonPkg is the package `go build` builds when no --daemon is given.
+const daemonPkg = "github.com/ratelimitd/ratelimitd/cmd/ratelimitd"
+
+// buildDaemon builds ratelimitd into dir and returns the binary's path.
+// It must run inside the module (make bench and go run do).
+func buildDaemon(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "ratelimitd")
+	goCmd := os.Getenv("GO")
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, daemonPkg)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", daemonPkg, err, out.Bytes())
+	}
+	return bin, nil
+}
+
+// daemonConfig is the configuration the program gives the daemon: the
+// embedded default's [policy] table and [[limit]] stack (200/1h leaky
+// defer + 1000/24h strict defer per sasl_username) behind a [server] table
+// of its own: a loopback port, a temporary state directory, no metrics
+// listener, the given flush_interval (1 s in make bench).
+func daemonConfig(addr, stateDir, logLevel string, flush time.Duration) ([]byte, *config.File, error) {
+	def := configs.Default
+	i := bytes.Index(def, []byte("\n[policy]"))
+	if i < 0 {
+		return nil, nil, errors.New("embedded default configuration has no [policy] table")
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `# Written by ratelimitd-bench.
+[server]
+policy_listen = [%s]
+state_dir = %s
+metrics_listen = ""
+flush_interval = %s
+log_level = %s
+`, strconv.Quote(addr), strconv.Quote(stateDir), strconv.Quote(flush.String()), strconv.Quote(logLevel))
+	b.Write(def[i:])
+	f, err := config.Parse(b.Bytes(), "ratelimitd-bench config")
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.Bytes(), f, nil
+}
+
+// describeLimits is the limit stack of f, one line.
+func describeLimits(f *config.File) string {
+	var parts []string
+	for _, l := range f.Limits {
+		per, mode, action := l.Per, l.Mode, l.Action
+		if per == "" {
+			per = "mail"
+		}
+		if mode == "" {
+			mode = "leaky"
+		}
+		if action == "" {
+			action = "defer"
+		}
+		parts = append(parts, fmt.Sprintf("%s %g/%s per %s by %s (%s, %s)", l.Name, l.Limit,
+			policy.FormatDuration(time.Duration(l.Period)), per, strings.Join(l.Key, "+"), mode, action))
+	}
+	return strings.Join(parts, " + ")
+}
+
+// daemon is the ratelimitd this program runs.
+type daemon struct {
+	bin, cfgPath, addr, logPath string
+	f                           *config.File
+	env                         []string // added to the environment
+	*child
+}
+
+// newDaemon writes the configuration into dir for a daemon listening on a
+// free loopback port.
+func newDaemon(bin, dir, logLevel string, flush time.Duration) (*daemon, error) {
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	cfg, f, err := daemonConfig(addr, filepath.Join(dir, "state"), logLevel, flush)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{bin: bin, cfgPath: filepath.Join(dir, "ratelimitd.toml"), addr: addr,
+		logPath: filepath.Join(dir, "daemon.log"), f: f}
+	if err := os.WriteFile(d.cfgPath, cfg, 0o600); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// start runs `ratelimitd serve --config FILE` and returns once it answers
+// on its policy port, reporting how long that took (restoring the rate
+// state comes first).
+func (d *daemon) start(ctx context.Context) (time.Duration, error) {
+	logf, err := os.OpenFile(d.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(d.bin, "serve", "--config", d.cfgPath)
+	cmd.Dir = filepath.Dir(d.cfgPath)
+	cmd.Env = append(os.Environ(), d.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	c, err := startChild("ratelimitd", cmd, d.logPath)
+	logf.Close()
+	if err != nil {
+		return 0, err
+	}
+	c.addr = d.addr
+	d.child = c
+	if err := waitListening(ctx, c, d.addr, 2*time.Minute); err != nil {
+		c.stop(15 * time.Second)
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// dbPath is the daemon's BoltDB file.
+func (d *daemon) dbPath() string { return d.f.Server.DBPath() }
+
+// adminSocket is the daemon's admin socket.
+func (d *daemon) adminSocket() string { return d.f.Server.AdminSocket }

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/mta/postfix"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+var inuseProfile = flag.String("inuse", "", "BenchmarkInProcessDaemon: write a heap profile of the running daemon parts (after the final flush and a GC) to this file, prefixed with the sub-benchmark name")
+
+// BenchmarkInProcessDaemon runs the load generator against ratelimitd's
+// parts wired in this process the way cmd/ratelimitd's startDaemon wires
+// them (default limit stack, sharded memory store with BoltDB write-behind
+// every second, mta/postfix.Server; without the daemon's Prometheus
+// metrics and log lines), so that the profiling flags of go test show
+// where the daemon's time and memory go:
+//
+//	go test -run '^$' -bench InProcess -benchtime 1x -cpuprofile cpu.out -memprofile mem.out ./cmd/ratelimitd-bench
+//
+// The client shares the process (and its profile: the connection
+// goroutines of runLoad are main.(*worker) frames). Each sub-benchmark is
+// one run whatever b.N; it reports requests/s, the heap the process held
+// at the end of the load, and the live heap after a final flush and a GC
+// (-inuse FILE writes its profile, with the daemon still running).
+func BenchmarkInProcessDaemon(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		spec loadSpec
+	}{
+		{"C64-K100000", loadSpec{Conns: 64, Keys: 100_000, Pick: pickRandom, Rcpts: 1, Warmup: time.Second, Duration: 5 * time.Second}},
+		{"users1M", loadSpec{Conns: 64, Distinct: 1_000_000, Duration: 5 * time.Minute}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				addr, p, stop := startInProcessDaemon(b)
+				spec := bc.spec
+				spec.Addr = addr
+				res, err := runLoad(context.Background(), spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				peak := ms.HeapSys - ms.HeapReleased
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				if *inuseProfile != "" {
+					writeHeapProfile(b, filepath.Join(filepath.Dir(*inuseProfile), bc.name+"-"+filepath.Base(*inuseProfile)))
+				}
+				b.ReportMetric(res.Rate(), "req/s")
+				b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
+				b.ReportMetric(float64(peak)/(1<<20), "heap-held-MiB")
+				b.ReportMetric(float64(p.Memory().Len()), "states")
+				stop()
+			}
+		})
+	}
+}
+
+// startInProcessDaemon starts the daemon's parts on 127.0.0.1:0.
+func startInProcessDaemon(b *testing.B) (string, *store.Persistent, func()) {
+	b.Helper()
+	_, f, err := daemonConfig("127.0.0.1:0", b.TempDir(), "info", time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := bolt.Open(filepath.Join(b.TempDir(), "ratelimitd.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+	var engine *policy.Engine
+	p, err := store.NewPersistent(db, mem, store.PersistOptions{
+		FlushInterval: time.Duration(f.Server.FlushInterval),
+		Negligible: func(l string, s ratelimit.State, now time.Time) bool {
+			return engine.Negligible(l, s, now)
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if engine, err = policy.NewEngine(f.PolicyConfig(), p); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		p.Run(ctx)
+		close(ran)
+	}()
+	srv := newFloorServer(io.Discard)
+	srv.Decider = postfix.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
+		return engine.Evaluate(ctx, time.Now(), req)
+	})
+	l, err := postfix.ListenTCP("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(l)
+	return l.Addr().String(), p, func() {
+		srv.Close()
+		cancel()
+		<-ran
+		p.Close()
+		db.Close()
+	}
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
