@@ -29,7 +29,7 @@ const (
 	userDigits = 7
 	connDigits = 4
 	seqDigits  = 8
-	// MaxUsers is the number of distinct users the templates can name.
+	// maxUsers is the number of distinct users the templates can name.
 	maxUsers = 10_000_000
 )
 
@@ -141,11 +141,6 @@ func newTemplate(state string, rcpts int) *template {
 	tb.attr("mail_version", "3.8.6")
 	tb.lit("\n")
 	return &tb.t
-}
-
-// clone returns a copy of t that can be patched independently.
-func (t *template) clone() *template {
-	return &template{b: append([]byte(nil), t.b...), fields: t.fields}
 }
 
 // set writes v into every field of kind k (v is taken modulo the field's

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +44,10 @@ metrics on 127.0.0.1:9731, limits 200/hour + 1000/day per SASL user.
 Rate state is kept in memory and written to STATE_DIR/ratelimitd.db every
 server.flush_interval (1s): a crash loses at most that much counting, a
 restart or upgrade forgives nobody.
+
+Memory: unless GOMEMLIMIT is set, the Go soft memory limit follows the
+rate store's size (plus 32 MiB, at least 128 MiB), so garbage is collected
+before the heap doubles.
 
 Signals: SIGHUP reloads the configuration file (an invalid file is
 refused, logged, and the running configuration kept; listener changes need
@@ -101,6 +106,8 @@ type daemon struct {
 	listeners  []string
 	q          *quarantineState
 	wg         sync.WaitGroup
+	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
+	stopMemLimit func()
 }
 
 func newLogger(s config.Server, w interface{ Write([]byte) (int, error) }) *slog.Logger {
@@ -161,6 +168,9 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		defer d.wg.Done()
 		d.state.Run(context.Background())
 	}()
+	if os.Getenv("GOMEMLIMIT") == "" {
+		d.startMemoryLimit()
+	}
 	d.metrics = newMetrics(func() float64 { return float64(d.mem.Len()) })
 	if err := d.openQuarantine(); err != nil {
 		return nil, err
@@ -322,6 +332,9 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		d.metricsSrv.Shutdown(ctx)
 	}
 	d.admin.Shutdown(ctx)
+	if d.stopMemLimit != nil {
+		d.stopMemLimit()
+	}
 	// Close flushes the rate state a last time and stops its Run loop.
 	if err := d.state.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
@@ -346,4 +359,30 @@ func (s serverMetrics) Fault(kind string)                  { s.m.fault(kind) }
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// startMemoryLimit keeps the Go heap near what the rate store needs: every
+// second the soft memory limit is set to the store's footprint plus 32 MiB
+// (at least 128 MiB), so garbage from flushes is collected before the heap
+// doubles (GOGC's default). Setting GOMEMLIMIT in the environment turns
+// this off.
+func (d *daemon) startMemoryLimit() {
+	set := func() { debug.SetMemoryLimit(max(d.mem.Footprint()+32<<20, 128<<20)) }
+	set()
+	stop := make(chan struct{})
+	d.stopMemLimit = func() { close(stop) }
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				set()
+			}
+		}
+	}()
 }

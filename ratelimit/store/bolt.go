@@ -279,6 +279,7 @@ func (p *Persistent) Run(ctx context.Context) error {
 			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
 				p.log.Error("rate state flush failed, will retry", "err", err)
 			}
+			p.release()
 		case <-sweepC:
 			if n := p.Sweep(); n > 0 {
 				p.log.Debug("swept negligible rate states", "count", n)
@@ -289,8 +290,8 @@ func (p *Persistent) Run(ctx context.Context) error {
 }
 
 // release drops BoltDB's mapped pages from the process's resident memory
-// (Linux): after the restore has read them all, and after each sweep, so
-// the file counts in RSS only with the pages flushes touched since.
+// (Linux): after the restore has read them all, and after each flush and
+// sweep, so the file counts in RSS only with the pages read since.
 func (p *Persistent) release() {
 	if err := releaseMapped(p.db); err != nil {
 		p.log.Debug("madvise of the BoltDB mapping failed", "err", err)
