@@ -16,6 +16,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 func TestFreezeRoundTrip(t *testing.T) {
@@ -503,7 +504,7 @@ func TestReopen(t *testing.T) {
 
 	// While open, a second Open times out with ErrLocked.
 	start := time.Now()
-	if _, err := Open(path, Options{LockTimeout: 200 * time.Millisecond}); !errors.Is(err, ErrLocked) || !errors.Is(err, bolt.ErrTimeout) {
+	if _, err := Open(path, Options{LockTimeout: 200 * time.Millisecond}); !errors.Is(err, ErrLocked) || !errors.Is(err, berrors.ErrTimeout) {
 		t.Errorf("second Open: %v", err)
 	} else if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("second Open took %v", d)

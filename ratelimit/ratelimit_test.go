@@ -327,7 +327,6 @@ func TestExpSteadyRate(t *testing.T) {
 // number admitted of the slow hour's requests.
 type hammerResult struct {
 	perHour        [24]int
-	firstHour      int
 	slowAdmitted   int
 	slowFirstAdmit int // index of the first admitted slow request, -1 if none
 }

@@ -99,22 +99,6 @@ func encodeRequest(req *policy.Request) []byte {
 	return append(b, "\r\n"...)
 }
 
-func decodeAll(tb testing.TB, in []byte) ([]policy.Request, error) {
-	tb.Helper()
-	dec := NewDecoder(bufio.NewReader(bytes.NewReader(in)))
-	var out []policy.Request
-	for {
-		var req policy.Request
-		if err := dec.Decode(&req); err != nil {
-			if err == io.EOF {
-				return out, nil
-			}
-			return out, err
-		}
-		out = append(out, req)
-	}
-}
-
 func TestDecodeTranscripts(t *testing.T) {
 	for _, tc := range []struct {
 		file string
