@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,31 +18,78 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// Bucket layout. Rate state lives in one top-level bucket of the daemon's
+// Bucket layout. Rate state lives in two top-level buckets of the daemon's
 // BoltDB file (which the quarantine package shares with its own
-// "quarantine/..." buckets):
+// "quarantine/..." buckets): a snapshot, and a journal of the changes
+// flushed since the snapshot was last compacted.
 //
-//	ratestate                 top-level bucket
-//	  "\x00version" -> "1"    format version (limit names never start with NUL)
+//	ratestate                 top-level bucket: the snapshot
+//	  "\x00version" -> "2"    format version (limit names never start with NUL)
 //	  <limit name>            one nested bucket per limit, named as in [[limit]]
 //	    <key> -> 16 bytes     Time (Unix ns, int64) then Rate (IEEE 754
 //	                          float64 bits), both big-endian
+//	ratejournal               top-level bucket: the journal
+//	  <seq> -> record         seq a big-endian uint64 (NextSequence); each
+//	                          flush appends one record, or several of about
+//	                          journalValueMax bytes
 //
-// Keys are the rate keys verbatim, so `bbolt keys DB ratestate hourly`
-// lists an operator's senders. Buckets keep BoltDB's default FillPercent:
-// new keys arrive in random order, and a higher one splits full pages into
-// a full and a nearly empty one (measured: 0.9 doubles the file).
+// A record is a format byte (1) then groups of entries, one group per limit
+// (a limit may have several groups in a flush split into several records):
+//
+//	group = uvarint(len(name)) name count(uint32, big-endian) entry...
+//	entry = uvarint(len(key)<<1 | deleted) key [16-byte state, unless deleted]
+//
+// The stored state is the snapshot with the journal's records applied in
+// sequence order: an entry replaces the key's state, a deleted entry removes
+// it. NewPersistent restores exactly that, reading both in one read-only
+// transaction: it merges each limit's snapshot bucket (in key order) with
+// the last journal entry of each key (sorted by key), and writes nothing
+// proportional to the store. A compaction (see Persistent.compact) applies
+// the journal to the snapshot piece by piece, then deletes the records it
+// applied, so `bbolt keys DB ratestate hourly` lists an operator's senders
+// as of the last compaction. Format 1, written before the journal, is a
+// snapshot without journal: NewPersistent reads it and marks the file 2,
+// which an older ratelimitd refuses (ErrVersion) rather than ignore the
+// journal.
+//
+// Keys are the rate keys verbatim. Snapshot buckets keep BoltDB's default
+// FillPercent: new keys arrive in random order, and a higher one splits
+// full pages into a full and a nearly empty one (measured: 0.9 doubles the
+// file).
 var (
-	bucketName = []byte("ratestate")
-	versionKey = []byte("\x00version")
+	bucketName  = []byte("ratestate")
+	journalName = []byte("ratejournal")
+	versionKey  = []byte("\x00version")
 )
 
 const (
-	formatVersion = "1"
+	formatVersion = "2"
+	formatV1      = "1" // snapshot only: read, and marked formatVersion
+	recordFormat  = 1   // first byte of a journal record
 	valueLen      = 16
-	// restoreChunk is how many dropped keys restore collects before it
-	// deletes them (a cursor must not delete while it iterates).
-	restoreChunk = 4096
+	// releaseEvery is how many states restore merges between two releases
+	// of BoltDB's mapping from resident memory (releaseMappedTx).
+	releaseEvery = 1 << 18
+	// journalValueMax is the size past which a flush starts a new journal
+	// record: records are BoltDB overflow pages, which need a run of free
+	// pages as long as the record.
+	journalValueMax = 1 << 20
+	// A flush compacts when the journal holds at least
+	// max(compactMinBytes, compactPairBytes per state held) bytes of
+	// records: about half the snapshot, whose pages take 85 to 130 bytes
+	// per state (see Persistent). Each compaction rewrites the snapshot's
+	// pages holding a journaled key, nearly all of them under random keys,
+	// so it is paid for by at least half a snapshot of cheap appends.
+	compactMinBytes  = 16 << 20
+	compactPairBytes = 48
+	// compactPiece is how many keys one write transaction of a compaction
+	// puts or deletes: a contiguous range of the sorted keys, so that it
+	// touches only the snapshot's leaf pages of that range, which BoltDB
+	// keeps in memory until commit.
+	compactPiece = 20_000
+	// compactDeleteMax is how many journal records one transaction of a
+	// compaction deletes at most.
+	compactDeleteMax = 1024
 )
 
 // Defaults of PersistOptions.
@@ -73,12 +121,15 @@ type PersistOptions struct {
 // PersistStats are counters of a Persistent since NewPersistent.
 type PersistStats struct {
 	// Restored is how many states NewPersistent loaded; Dropped how many
-	// stored states it deleted instead (negligible, malformed, or of a
-	// limit beyond MaxLimits).
+	// stored states it did not load and deleted instead (negligible,
+	// malformed, or of a limit beyond MaxLimits).
 	Restored, Dropped int64
 	// Flushes is how many flushes committed; Failures how many failed
 	// (their changes are retried at the next flush).
 	Flushes, Failures int64
+	// Compactions is how many compactions of the journal into the snapshot
+	// completed; Journal is the bytes of records in the journal now.
+	Compactions, Journal int64
 	// Written and Deleted count keys put and deleted by flushes; Skipped
 	// counts changes that cannot be stored in BoltDB (an empty key or limit
 	// name, or a limit name starting with NUL) and stay in memory only.
@@ -91,35 +142,47 @@ type PersistStats struct {
 }
 
 // Persistent is a Memory whose state is kept in BoltDB by write-behind:
-// every change is made in memory, and a flush writes all states changed or
-// deleted since the previous flush in one read-write transaction (fsync'd
-// on commit unless the DB was opened with NoSync). Run flushes every
-// FlushInterval and sweeps negligible states every SweepInterval; Close
-// flushes a last time.
+// every change is made in memory, and a flush appends all states changed or
+// deleted since the previous flush to the journal in one read-write
+// transaction (fsync'd on commit unless the DB was opened with NoSync).
+// Run flushes every FlushInterval and sweeps negligible states every
+// SweepInterval; Close flushes a last time. When the journal has grown
+// past about half the snapshot (at least 16 MiB), Run compacts it into the
+// snapshot in the background, in pieces of at most 20,000 keys, while its
+// flushes go on between the pieces (see compact).
 //
 // Crash bound: a crash (SIGKILL, power loss) loses at most the changes
 // made since the last committed flush began collecting them: FlushInterval
-// plus the duration of one flush. Every key's stored state is then one it
-// really had, no older than that (TestPersistentCrashBound kills a writer
-// with SIGKILL and checks this); a flush takes the changes shard by shard,
-// so the file is not a snapshot of one instant across keys. BoltDB's
-// copy-on-write commit keeps the file consistent whenever the process
-// dies. A failed flush (disk full) keeps its changes and the next flush
-// retries them.
+// plus the duration of one flush (and of one compaction piece, which a
+// flush may wait for). Every key's stored state is then one it really had,
+// no older than that (TestPersistentCrashBound kills a writer with SIGKILL
+// and checks this); a flush takes the changes shard by shard, so the file
+// is not a snapshot of one instant across keys. BoltDB's copy-on-write
+// commit keeps the file consistent whenever the process dies, and a
+// compaction does not change the stored state, only where it is kept, so
+// a crash during one loses nothing (TestPersistentCrashBound also kills a
+// writer that compacts every few flushes). A failed flush (disk full)
+// keeps its changes and the next flush retries them; a failed compaction
+// is logged and retried after the next flush.
 //
 // Delete (an operator's rate reset) is made durable at once: it flushes
 // before it returns. Evictions (MaxKeys) and sweeps are persisted as
 // deletions by the next flush.
 //
-// Cost: a flush rewrites each BoltDB leaf page holding a changed key
-// (copy-on-write), so its cost follows the number of changes, and a file
-// grows to hold the pages of the largest flush twice. NewPersistent, which
-// reads every page, and each sweep madvise BoltDB's read-only mapping out
-// of the process's resident memory (Linux; the pages stay in the page
-// cache). Measured with 1,000,000 users under two limits
-// (BenchmarkPersist2M): restore in 1.2 s to 96 MiB RSS, of which 91 MiB Go
-// heap; a file of 85 (small flushes) to 130 (flushes of 100,000 keys)
-// bytes per pair.
+// Cost: a flush writes its record, about 20 bytes plus the key per
+// change, so its cost follows the number of changes, not the number of
+// snapshot pages they fall in (BenchmarkFlushRandom100k). A compaction
+// rewrites each snapshot leaf page holding a journaled key (copy-on-write),
+// nearly all of them under random keys, deduplicated and in key order; its
+// memory is 16 bytes per journal entry, as keys and states are read from
+// the mapping, plus the pages of one piece. The file holds the snapshot,
+// the journal, and the pages of the largest compaction piece twice.
+// NewPersistent reads every page without writing them, and it, each flush,
+// sweep and compaction piece madvise BoltDB's read-only mapping out of the
+// process's resident memory (Linux; the pages stay in the page cache).
+// Measured with 1,000,000 users under two limits (BenchmarkPersist2M):
+// restore in 1.2 s to 96 MiB RSS, of which 91 MiB Go heap; a snapshot of
+// 85 (small flushes) to 130 (flushes of 100,000 keys) bytes per pair.
 //
 // Persistent implements policy.Store; its methods are safe for concurrent
 // use. Create it with NewPersistent.
@@ -133,24 +196,37 @@ type Persistent struct {
 	mu      sync.Mutex // serialises flushes; guards the fields below
 	closed  bool
 	pending batch
-	vals    []byte
+	rbuf    []byte // the records of a flush, encoded
+	rends   []int  // where each record ends in rbuf
+	journal int64  // bytes of records in the journal
 	stats   PersistStats
+	// The compaction threshold: max(compactMin, compactPerPair * states).
+	compactMin, compactPerPair int64
 
-	// Test hooks, called under mu: before a flush takes the changes, and
-	// after it committed n records.
+	// cmu serialises compactions (which take mu only briefly); pieceKeys
+	// is the number of keys of one compaction piece.
+	cmu       sync.Mutex
+	pieceKeys int
+
+	// Test hooks. beforeTake and afterFlush are called under mu: before a
+	// flush takes the changes, and after it committed n records.
+	// afterPiece is called after compaction piece i committed; when it
+	// returns false the compaction stops there (as if the process died).
 	beforeTake func()
 	afterFlush func(n int)
+	afterPiece func(i int) bool
 }
 
 // NewPersistent restores the state stored in db into mem and returns a
 // Persistent that keeps mem's changes in db. db is open and stays owned by
 // the caller (Close does not close it); mem should be empty (states it
 // already holds win over stored ones, and are written at the first flush).
-// Restoring skips, and deletes from db, the states opts.Negligible reports
-// negligible now; mem's MaxKeys bound applies, and a state evicted while
-// restoring is deleted by the first flush. It returns an error wrapping
-// ErrVersion for a bucket written in an unknown format, or BoltDB's error.
-// Start Run to flush periodically.
+// Restoring skips the states opts.Negligible reports negligible now, and
+// appends their deletion to the journal before it returns; mem's MaxKeys
+// bound applies, and a state evicted while restoring is deleted by the
+// first flush. It returns an error wrapping ErrVersion for a bucket or a
+// journal record written in an unknown format, or BoltDB's error. Start
+// Run to flush periodically.
 func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent, error) {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval
@@ -161,7 +237,8 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent,
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{})}
+	p := &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
+		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -177,86 +254,171 @@ func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) 
 	return p.opts.Negligible != nil && p.opts.Negligible(limit, s, now)
 }
 
-// restore loads every stored state into memory, in one read-write
-// transaction that also deletes what is not loaded.
+// restore checks the format version, loads every stored state into memory
+// in one read-only transaction (restoreTx), then deletes the buckets of
+// limits beyond MaxLimits and appends the deletion of the states it
+// dropped to the journal (a flush). A failure of that flush is logged: its
+// deletions stay pending for the next flush.
 func (p *Persistent) restore() error {
-	now := p.opts.Now()
-	return p.db.Update(func(tx *bbolt.Tx) error {
+	err := p.db.Update(func(tx *bbolt.Tx) error {
 		root, err := tx.CreateBucketIfNotExists(bucketName)
 		if err != nil {
 			return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
 		}
 		switch v := root.Get(versionKey); {
-		case v == nil:
+		case v == nil || string(v) == formatV1:
 			if err := root.Put(versionKey, []byte(formatVersion)); err != nil {
 				return fmt.Errorf("store: write format version: %w", err)
 			}
 		case string(v) != formatVersion:
-			return fmt.Errorf("%w: %q (want %s)", ErrVersion, v, formatVersion)
+			return fmt.Errorf("%w: %q (want %s or %s)", ErrVersion, v, formatV1, formatVersion)
 		}
-		var names []string
-		err = root.ForEachBucket(func(k []byte) error {
-			names = append(names, string(k))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var bad []string // limits beyond MaxLimits with a snapshot bucket
+	if err := p.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		bad, err = p.restoreTx(tx)
+		return err
+	}); err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		err := p.db.Update(func(tx *bbolt.Tx) error {
+			root := tx.Bucket(bucketName)
+			for _, name := range bad {
+				if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+					return fmt.Errorf("store: delete bucket %s/%s: %w", bucketName, name, err)
+				}
+			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, name := range names {
-			if err := p.restoreLimit(root, name, now); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-func (p *Persistent) restoreLimit(root *bbolt.Bucket, name string, now time.Time) error {
-	b := root.Bucket([]byte(name))
-	lim, err := p.mem.limits.intern(name)
-	if err != nil {
-		p.log.Warn("rate state of limit dropped", "limit", name, "err", err)
-		p.stats.Dropped += int64(b.Stats().KeyN)
-		return root.DeleteBucket([]byte(name))
 	}
-	var drop [][]byte
-	c := b.Cursor()
-	for k, v := c.First(); k != nil; {
-		s, ok := decodeState(v)
-		if !ok || p.negligible(name, s, now) {
-			drop = append(drop, bytes.Clone(k))
-		} else if load(p.mem, lim, k, s, false) {
-			p.stats.Restored++
+	if len(p.pending.recs) > 0 {
+		if err := p.flushLocked(); err != nil {
+			p.log.Error("deletion of dropped rate states failed, will retry", "err", err)
 		}
-		if len(drop) < restoreChunk {
-			k, v = c.Next()
-			continue
-		}
-		for _, d := range drop {
-			if err := b.Delete(d); err != nil {
-				return fmt.Errorf("store: delete %s/%q: %w", name, d, err)
-			}
-		}
-		p.stats.Dropped += int64(len(drop))
-		k, v = c.Seek(drop[len(drop)-1]) // the key after the last deleted
-		drop = drop[:0]
-	}
-	for _, d := range drop {
-		if err := b.Delete(d); err != nil {
-			return fmt.Errorf("store: delete %s/%q: %w", name, d, err)
-		}
-	}
-	p.stats.Dropped += int64(len(drop))
-	if k, _ := b.Cursor().First(); k == nil {
-		return root.DeleteBucket([]byte(name))
 	}
 	return nil
+}
+
+// restoreTx loads the stored states into memory: for each limit, it merges
+// the snapshot bucket, in key order, with the journal's last entry of each
+// key, sorted by key; a journal entry wins over the snapshot, and a
+// deleted one removes the key. A state that is malformed or negligible is
+// dropped: its deletion is added to the pending batch. It returns the
+// names of the snapshot buckets of limits mem cannot intern (beyond
+// MaxLimits), whose states are dropped.
+func (p *Persistent) restoreTx(tx *bbolt.Tx) (bad []string, err error) {
+	var c compaction
+	if err := p.collect(tx, &c); err != nil {
+		return nil, err
+	}
+	p.journal = c.bytes
+	p.stats.Journal = c.bytes
+	releaseMappedTx(p.db, tx) // collect read every record
+	// The entries of each journal limit: c.ents[first[i]:first[i+1]].
+	first := make([]int, len(c.names)+1)
+	for _, e := range c.ents {
+		first[e.lim+1]++
+	}
+	for i := 1; i < len(first); i++ {
+		first[i] += first[i-1]
+	}
+	root := tx.Bucket(bucketName)
+	var names []string
+	if err := root.ForEachBucket(func(k []byte) error {
+		names = append(names, string(k))
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	inJournal := make(map[string]int, len(c.names))
+	for i, name := range c.names {
+		inJournal[name] = i
+	}
+	for _, name := range c.names {
+		if root.Bucket([]byte(name)) == nil {
+			names = append(names, name)
+		}
+	}
+	now := p.opts.Now()
+	merged := 0
+	for _, name := range names {
+		var ents []jentry
+		if i, ok := inJournal[name]; ok {
+			ents = c.ents[first[i]:first[i+1]]
+		}
+		b := root.Bucket([]byte(name))
+		lim, err := p.mem.limits.intern(name)
+		if err != nil {
+			p.log.Warn("rate state of limit dropped", "limit", name, "err", err)
+			if b != nil {
+				p.stats.Dropped += int64(b.Stats().KeyN)
+				bad = append(bad, name)
+			}
+			for _, e := range ents {
+				if !e.del {
+					p.stats.Dropped++
+				}
+			}
+			continue
+		}
+		restore := func(k, v []byte) {
+			s, ok := decodeState(v)
+			if !ok || p.negligible(name, s, now) {
+				p.pending.add(lim, k, ratelimit.State{}, true)
+				p.stats.Dropped++
+			} else if load(p.mem, lim, k, s, false) {
+				p.stats.Restored++
+			}
+			if merged++; merged%releaseEvery == 0 {
+				releaseMappedTx(p.db, tx)
+			}
+		}
+		var cur *bbolt.Cursor
+		var k, v []byte
+		if b != nil {
+			cur = b.Cursor()
+			k, v = cur.First()
+		}
+		for i := 0; k != nil || i < len(ents); {
+			var jk []byte
+			if i < len(ents) {
+				jk = c.key(ents[i])
+			}
+			if k != nil && (jk == nil || bytes.Compare(k, jk) < 0) {
+				if v != nil { // not a nested bucket, which is not ours
+					restore(k, v)
+				}
+				k, v = cur.Next()
+				continue
+			}
+			if k != nil && bytes.Equal(k, jk) {
+				k, v = cur.Next() // the journal wins
+			}
+			if e := ents[i]; !e.del {
+				restore(jk, c.state(e))
+			}
+			i++
+		}
+	}
+	return bad, nil
 }
 
 // Run flushes every FlushInterval and sweeps every SweepInterval until ctx
 // is done, then flushes a last time and returns that flush's error; it
 // returns nil at once after Close. A failed periodic flush is logged and
-// retried at the next one. Call Run once, in its own goroutine.
+// retried at the next one. After a flush, when the journal has grown past
+// the threshold, Run starts a compaction in another goroutine and goes on
+// flushing meanwhile; it stops that compaction (between two pieces) and
+// waits for it before it returns. Call Run once, in its own goroutine.
 func (p *Persistent) Run(ctx context.Context) error {
 	flush := time.NewTicker(p.opts.FlushInterval)
 	defer flush.Stop()
@@ -266,6 +428,14 @@ func (p *Persistent) Run(ctx context.Context) error {
 		defer sweep.Stop()
 		sweepC = sweep.C
 	}
+	stop := make(chan struct{})
+	var compacting chan struct{} // closed when the compaction returns
+	defer func() {
+		close(stop)
+		if compacting != nil {
+			<-compacting
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -279,6 +449,18 @@ func (p *Persistent) Run(ctx context.Context) error {
 			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
 				p.log.Error("rate state flush failed, will retry", "err", err)
 			}
+			if compacting == nil && p.compactDue() {
+				compacting = make(chan struct{})
+				go func(done chan struct{}) {
+					defer close(done)
+					if err := p.compact(stop); err != nil && !errors.Is(err, errCompactionStopped) {
+						p.log.Error("rate journal compaction failed, will retry", "err", err)
+					}
+				}(compacting)
+			}
+			p.release()
+		case <-compacting: // nil, never ready, when none runs
+			compacting = nil
 			p.release()
 		case <-sweepC:
 			if n := p.Sweep(); n > 0 {
@@ -328,113 +510,499 @@ func (p *Persistent) flushLocked() error {
 	if p.beforeTake != nil {
 		p.beforeTake()
 	}
+	retry := len(p.pending.recs) > 0 // the changes of a failed flush
 	p.mem.takeDirty(p.pending.add)
 	if len(p.pending.recs) == 0 {
 		return nil
 	}
-	p.pending.compact()
+	// The journal keeps the order of a key's changes, so records need only
+	// be grouped by limit; failed flushes, whose changes pile up, keep one
+	// per key.
+	if retry {
+		p.pending.compact()
+	} else {
+		p.pending.group()
+	}
 	start := time.Now()
-	var written, deleted, skipped int64
-	err := p.db.Update(func(tx *bbolt.Tx) error {
-		var err error
-		written, deleted, skipped, err = p.write(tx)
-		return err
-	})
+	written, deleted, skipped := p.encode()
+	var err error
+	if len(p.rends) > 0 {
+		err = p.db.Update(p.appendJournal)
+	}
 	if err != nil {
 		p.stats.Failures++
 		p.stats.Pending = len(p.pending.recs)
 		return fmt.Errorf("store: flush of %d rate states: %w", len(p.pending.recs), err)
 	}
 	n := len(p.pending.recs)
+	p.journal += int64(len(p.rbuf))
 	p.stats.Flushes++
 	p.stats.Written += written
 	p.stats.Deleted += deleted
 	p.stats.Skipped += skipped
 	p.stats.Pending = 0
+	p.stats.Journal = p.journal
 	p.stats.LastFlush = time.Since(start)
 	p.pending.reset()
+	if cap(p.rbuf) > 4*journalValueMax {
+		p.rbuf = nil
+	}
 	if p.afterFlush != nil {
 		p.afterFlush(n)
 	}
 	return nil
 }
 
-// write stores the pending batch, sorted and with one record per key.
-func (p *Persistent) write(tx *bbolt.Tx) (written, deleted, skipped int64, err error) {
-	root, err := tx.CreateBucketIfNotExists(bucketName)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("store: create bucket %s: %w", bucketName, err)
-	}
-	if root.Get(versionKey) == nil {
-		if err := root.Put(versionKey, []byte(formatVersion)); err != nil {
-			return 0, 0, 0, err
-		}
-	}
+// encode writes the pending batch (grouped by limit) as journal
+// records into p.rbuf, the end of each in p.rends, and counts its changes.
+func (p *Persistent) encode() (written, deleted, skipped int64) {
+	buf, ends := p.rbuf[:0], p.rends[:0]
 	var names []string
 	recs := p.pending.recs
-	if need := len(recs) * valueLen; cap(p.vals) < need {
-		p.vals = make([]byte, need)
-	}
-	vals := p.vals[:len(recs)*valueLen] // Put keeps values until commit
-	var b *bbolt.Bucket                 // the bucket of the current limit, once looked up
-	looked := false
-	for i, r := range recs {
-		if i == 0 || r.lim != recs[i-1].lim {
-			b, looked = nil, false
+	start := 0 // of the current record in buf
+	for i := 0; i < len(recs); {
+		j := i + 1
+		for j < len(recs) && recs[j].lim == recs[i].lim {
+			j++
 		}
-		name := p.mem.limits.name(r.lim, &names)
-		key := p.pending.key(r)
-		if !persistable(name, key) {
-			skipped++
+		name := p.mem.limits.name(recs[i].lim, &names)
+		if !persistableName(name) {
+			skipped += int64(j - i)
+			i = j
 			continue
 		}
-		if r.del {
+		group, count := -1, 0 // where the open group's count goes
+		for _, r := range recs[i:j] {
+			key := p.pending.key(r)
+			if !persistableKey(key) {
+				skipped++
+				continue
+			}
+			if group >= 0 && len(buf)-start >= journalValueMax {
+				binary.BigEndian.PutUint32(buf[group:], uint32(count))
+				group = -1
+				ends = append(ends, len(buf))
+				start = len(buf)
+			}
+			if len(buf) == start {
+				buf = append(buf, recordFormat)
+			}
+			if group < 0 {
+				buf = binary.AppendUvarint(buf, uint64(len(name)))
+				buf = append(buf, name...)
+				group, count = len(buf), 0
+				buf = append(buf, 0, 0, 0, 0)
+			}
+			h := uint64(len(key)) << 1
+			if r.del {
+				h |= 1
+			}
+			buf = binary.AppendUvarint(buf, h)
+			buf = append(buf, key...)
+			if r.del {
+				deleted++
+			} else {
+				buf = binary.BigEndian.AppendUint64(buf, uint64(r.state.Time))
+				buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(r.state.Rate))
+				written++
+			}
+			count++
+		}
+		if group >= 0 {
+			binary.BigEndian.PutUint32(buf[group:], uint32(count))
+		}
+		i = j
+	}
+	if len(buf) > start {
+		ends = append(ends, len(buf))
+	}
+	p.rbuf, p.rends = buf, ends
+	return written, deleted, skipped
+}
+
+// appendJournal puts the records encoded in p.rbuf (which BoltDB keeps
+// until commit) at the end of the journal.
+func (p *Persistent) appendJournal(tx *bbolt.Tx) error {
+	j, err := tx.CreateBucketIfNotExists(journalName)
+	if err != nil {
+		return fmt.Errorf("store: create bucket %s: %w", journalName, err)
+	}
+	prev := 0
+	for _, end := range p.rends {
+		seq, err := j.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := j.Put(binary.BigEndian.AppendUint64(nil, seq), p.rbuf[prev:end]); err != nil {
+			return fmt.Errorf("store: append to %s: %w", journalName, err)
+		}
+		prev = end
+	}
+	return nil
+}
+
+// compactDue reports whether the journal has grown past the compaction
+// threshold.
+func (p *Persistent) compactDue() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.journal > 0 && p.journal >= max(p.compactMin, p.compactPerPair*int64(p.mem.Len()))
+}
+
+// errCompactionStopped is returned by compact when it was stopped between
+// two pieces.
+var errCompactionStopped = errors.New("store: rate journal compaction stopped")
+
+// compact applies the journal to the snapshot and deletes the records it
+// applied, in several small transactions:
+//
+//  1. In a read-only transaction, it reads every record of the journal (up
+//     to the last one, of sequence S), keeps the last entry of each
+//     (limit, key) and sorts them by limit and key (collect).
+//  2. It puts or deletes these entries in the snapshot, pieceKeys
+//     (20,000) at a time in key order, one write transaction per piece, so
+//     that each touches only the snapshot's leaf pages of one key range
+//     and BoltDB keeps little in memory until its commit. A piece reads
+//     the keys and states from the records (BoltDB's mapping), which it
+//     looks up again, as a mapping may move between transactions.
+//  3. It deletes the records it read, sequences up to S, oldest first, in
+//     one transaction (or a few, past compactDeleteMax records).
+//
+// Flushes run between these transactions and append records of sequence
+// above S, which compact never touches. The stored state (the snapshot
+// with the whole journal replayed) stays the same throughout, so a crash
+// at any moment leaves it restorable and correct: journal records hold
+// absolute states, not differences, so replaying the journal over a
+// snapshot that already holds some pieces, whose states are those of the
+// last entry up to S of their keys, gives each key the state of its last
+// entry in the journal, or its snapshot state if it has none; and deleting
+// the oldest records, whose last entries are all in the snapshot, leaves
+// the journal's last entry of every key it still has unchanged. A crash
+// between pieces leaves the journal whole; the next compaction does the
+// work again.
+//
+// compact stops between two transactions, returning
+// errCompactionStopped, when stop is closed or (if stop is not nil) after
+// Close. Entries of a limit mem does not know (beyond MaxLimits at
+// restore) are dropped. A malformed record is logged and dropped; one of
+// an unknown format fails with ErrVersion.
+func (p *Persistent) compact(stop <-chan struct{}) error {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	stopped := func() bool {
+		if stop == nil {
+			return false
+		}
+		select {
+		case <-stop:
+			return true
+		case <-p.done:
+			return true
+		default:
+			return false
+		}
+	}
+	if stopped() {
+		return errCompactionStopped
+	}
+	start := time.Now()
+	var c compaction
+	if err := p.db.View(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
+		return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+	}
+	c.recs = nil // the mapping of that transaction
+	if len(c.seqs) == 0 {
+		return nil
+	}
+	skip := make([]bool, len(c.names))
+	for i, name := range c.names {
+		_, ok := p.mem.limits.lookup(name)
+		skip[i] = !ok
+	}
+	c.recs = make([][]byte, len(c.seqs))
+	pieces := 0
+	for i := 0; i < len(c.ents); i += p.pieceKeys {
+		if stopped() {
+			return errCompactionStopped
+		}
+		piece := c.ents[i:min(i+p.pieceKeys, len(c.ents))]
+		if err := p.db.Update(func(tx *bbolt.Tx) error { return c.apply(tx, piece, skip) }); err != nil {
+			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+		}
+		p.release()
+		if p.afterPiece != nil && !p.afterPiece(pieces) {
+			return errCompactionStopped
+		}
+		pieces++
+	}
+	for i := 0; i < len(c.seqs); i += compactDeleteMax {
+		if stopped() {
+			return errCompactionStopped
+		}
+		seqs := c.seqs[i:min(i+compactDeleteMax, len(c.seqs))]
+		err := p.db.Update(func(tx *bbolt.Tx) error {
+			j := tx.Bucket(journalName)
+			for _, seq := range seqs {
+				if err := j.Delete(seq); err != nil {
+					return fmt.Errorf("store: delete %s/%x: %w", journalName, seq, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+		}
+		var n int64
+		for _, size := range c.sizes[i : i+len(seqs)] {
+			n += int64(size)
+		}
+		p.mu.Lock()
+		p.journal -= n
+		p.stats.Journal = p.journal
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	p.stats.Compactions++
+	p.mu.Unlock()
+	p.log.Debug("compacted rate journal", "entries", len(c.ents), "records", len(c.seqs),
+		"pieces", pieces, "duration", time.Since(start))
+	return nil
+}
+
+// compaction is the journal read by collect.
+type compaction struct {
+	seqs  [][]byte // the records' keys (sequences), in order
+	sizes []int    // and their lengths
+	recs  [][]byte // the records, valid during a transaction
+	bytes int64    // the sum of sizes
+	names []string // limit names, indexed by jentry.lim
+	// The last entry of each (limit, key), sorted by limit index and key.
+	ents []jentry
+}
+
+// jentry is a journal entry: the key is recs[rec][off:off+n] and, unless
+// del, its state the valueLen bytes after.
+type jentry struct {
+	rec, off uint32
+	n        uint16
+	lim      uint16 // index in names
+	del      bool
+}
+
+func (c *compaction) key(e jentry) []byte {
+	return c.recs[e.rec][e.off : e.off+uint32(e.n) : e.off+uint32(e.n)]
+}
+
+func (c *compaction) state(e jentry) []byte {
+	end := e.off + uint32(e.n)
+	return c.recs[e.rec][end : end+valueLen : end+valueLen]
+}
+
+// collect reads every record of the journal in tx into c, and sorts and
+// deduplicates its entries. c.recs are slices of BoltDB's mapping, valid
+// until tx ends. A malformed record is logged, and its entries dropped;
+// it counts in c.seqs (and is deleted by a compaction). A record of an
+// unknown format fails with ErrVersion.
+func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
+	j := tx.Bucket(journalName)
+	if j == nil {
+		return nil
+	}
+	ids := map[string]uint16{}
+	cur := j.Cursor()
+	for k, v := cur.First(); k != nil; k, v = cur.Next() {
+		if v == nil {
+			continue // a bucket: not written by this package
+		}
+		rec, mark := uint32(len(c.recs)), len(c.ents)
+		err := decodeRecord(v, func(name []byte, off, n int, del bool) error {
+			lim, ok := ids[string(name)]
+			if !ok {
+				if len(c.names) > math.MaxUint16 {
+					return errMalformedRecord
+				}
+				lim = uint16(len(c.names))
+				ids[string(name)] = lim
+				c.names = append(c.names, string(name))
+			}
+			c.ents = append(c.ents, jentry{rec: rec, off: uint32(off), n: uint16(n), lim: lim, del: del})
+			return nil
+		})
+		if errors.Is(err, ErrVersion) {
+			return err
+		}
+		if err != nil {
+			p.log.Warn("malformed rate journal record dropped", "key", fmt.Sprintf("%x", k), "err", err)
+			c.ents = c.ents[:mark]
+		}
+		c.seqs = append(c.seqs, bytes.Clone(k))
+		c.sizes = append(c.sizes, len(v))
+		c.recs = append(c.recs, v)
+		c.bytes += int64(len(v))
+	}
+	ents := c.ents
+	slices.SortFunc(ents, func(x, y jentry) int {
+		if x.lim != y.lim {
+			return int(x.lim) - int(y.lim)
+		}
+		if r := bytes.Compare(c.key(x), c.key(y)); r != 0 {
+			return r
+		}
+		return cmp.Or(cmp.Compare(x.rec, y.rec), cmp.Compare(x.off, y.off))
+	})
+	out := ents[:0]
+	for i, e := range ents {
+		if i+1 < len(ents) && ents[i+1].lim == e.lim && bytes.Equal(c.key(ents[i+1]), c.key(e)) {
+			continue // a later entry of the same key wins
+		}
+		out = append(out, e)
+	}
+	if cap(out) > 2*len(out)+1024 {
+		out = slices.Clone(out)
+	}
+	c.ents = out
+	return nil
+}
+
+// apply puts or deletes the entries of piece in the snapshot, in tx,
+// reading them from the journal's records, and deletes the buckets its
+// deletions emptied. Entries of a limit whose skip is set are dropped.
+func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
+	root, j := tx.Bucket(bucketName), tx.Bucket(journalName)
+	if root == nil || j == nil {
+		return errors.New("bucket missing")
+	}
+	clear(c.recs)
+	defer clear(c.recs) // slices of this transaction's mapping
+	var b *bbolt.Bucket // the bucket of limit lim, once looked up
+	var emptied []string
+	looked, lim, del := false, -1, false
+	check := func() { // whether the deletions emptied bucket lim
+		if del && b != nil {
+			if k, _ := b.Cursor().First(); k == nil {
+				emptied = append(emptied, c.names[lim])
+			}
+		}
+	}
+	for _, e := range piece {
+		if skip[e.lim] {
+			continue
+		}
+		if int(e.lim) != lim {
+			check()
+			b, looked, lim, del = nil, false, int(e.lim), false
+		}
+		if c.recs[e.rec] == nil {
+			if c.recs[e.rec] = j.Get(c.seqs[e.rec]); len(c.recs[e.rec]) != c.sizes[e.rec] {
+				return fmt.Errorf("record %x changed", c.seqs[e.rec])
+			}
+		}
+		name, k := c.names[e.lim], c.key(e)
+		if e.del {
 			if !looked {
 				b, looked = root.Bucket([]byte(name)), true
 			}
 			if b != nil {
-				if err := b.Delete(key); err != nil {
-					return 0, 0, 0, fmt.Errorf("store: delete %s/%q: %w", name, key, err)
+				if err := b.Delete(k); err != nil {
+					return fmt.Errorf("delete %s/%q: %w", name, k, err)
 				}
+				del = true
 			}
-			deleted++
 			continue
 		}
 		if b == nil {
+			var err error
 			if b, err = root.CreateBucketIfNotExists([]byte(name)); err != nil {
-				return 0, 0, 0, fmt.Errorf("store: create bucket %s/%s: %w", bucketName, name, err)
+				return fmt.Errorf("create bucket %s/%s: %w", bucketName, name, err)
 			}
 			looked = true
 		}
-		v := vals[i*valueLen : (i+1)*valueLen : (i+1)*valueLen]
-		encodeState(v, r.state)
-		if err := b.Put(key, v); err != nil {
-			return 0, 0, 0, fmt.Errorf("store: put %s/%q: %w", name, key, err)
+		if err := b.Put(k, c.state(e)); err != nil {
+			return fmt.Errorf("put %s/%q: %w", name, k, err)
 		}
-		written++
 	}
-	return written, deleted, skipped, nil
+	check()
+	for _, name := range emptied {
+		if err := root.DeleteBucket([]byte(name)); err != nil {
+			return fmt.Errorf("delete bucket %s/%s: %w", bucketName, name, err)
+		}
+	}
+	return nil
 }
 
-// persistable reports whether a state of key under the limit name can be
-// stored in the layout above.
-func persistable(name string, key []byte) bool {
-	return name != "" && name[0] != 0 && len(name) <= bbolt.MaxKeySize &&
-		len(key) > 0 && len(key) <= bbolt.MaxKeySize
+// decodeRecord calls fn for every entry of the journal record v, in order,
+// with the limit name, where the key starts in v, its length, and whether
+// the entry is a deletion (if not, the state is the valueLen bytes after
+// the key). It returns fn's error, errMalformedRecord, or an error
+// wrapping ErrVersion for a record of an unknown format, possibly after
+// calling fn for some of the entries.
+func decodeRecord(v []byte, fn func(name []byte, off, n int, del bool) error) error {
+	if len(v) == 0 {
+		return errMalformedRecord
+	}
+	if v[0] != recordFormat {
+		return fmt.Errorf("%w: journal record format %d (want %d)", ErrVersion, v[0], recordFormat)
+	}
+	for i := 1; i < len(v); {
+		l, w := binary.Uvarint(v[i:])
+		if w <= 0 || l == 0 || l > bbolt.MaxKeySize || uint64(len(v)-i-w) < l+4 {
+			return errMalformedRecord
+		}
+		i += w
+		name := v[i : i+int(l) : i+int(l)]
+		i += int(l)
+		count := binary.BigEndian.Uint32(v[i:])
+		i += 4
+		for range count {
+			h, w := binary.Uvarint(v[i:])
+			if w <= 0 {
+				return errMalformedRecord
+			}
+			i += w
+			n, del := h>>1, h&1 == 1
+			need := n
+			if !del {
+				need += valueLen
+			}
+			if n == 0 || n > bbolt.MaxKeySize || uint64(len(v)-i) < need {
+				return errMalformedRecord
+			}
+			if err := fn(name, i, int(n), del); err != nil {
+				return err
+			}
+			i += int(need)
+		}
+	}
+	return nil
 }
 
-// Close flushes a last time and stops Run. Changes made after Close stay
-// in memory only, and Flush returns ErrClosed. Close does not close the
-// BoltDB file. It returns the last flush's error.
+// persistableName reports whether states under the limit name can be
+// stored in the layout above, and persistableKey whether key can.
+func persistableName(name string) bool {
+	return name != "" && name[0] != 0 && len(name) <= bbolt.MaxKeySize
+}
+
+func persistableKey(key []byte) bool {
+	return len(key) > 0 && len(key) <= bbolt.MaxKeySize
+}
+
+// Close flushes a last time and stops Run, and a compaction it runs (after
+// its current transaction). Changes made after Close stay in memory only,
+// and Flush returns ErrClosed. Close does not close the BoltDB file. It returns the last flush's error.
 func (p *Persistent) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
 	err := p.flushLocked()
 	p.closed = true
 	close(p.done)
+	p.mu.Unlock()
+	// Wait for a compaction Run started: it stops after its current
+	// transaction.
+	p.cmu.Lock()
+	p.cmu.Unlock() //nolint:staticcheck // an empty critical section: a wait
 	return err
 }
 
@@ -507,8 +1075,9 @@ type rec struct {
 
 // batch is the changes of one flush (and of failed earlier ones).
 type batch struct {
-	recs []rec
-	keys []byte
+	recs  []rec
+	keys  []byte
+	spare []rec // for group
 }
 
 func (b *batch) add(lim uint16, key []byte, s ratelimit.State, del bool) {
@@ -519,14 +1088,14 @@ func (b *batch) add(lim uint16, key []byte, s ratelimit.State, del bool) {
 func (b *batch) key(r rec) []byte { return b.keys[r.off : r.off+r.n : r.off+r.n] }
 
 // compact sorts the records by limit and key and keeps the last record of
-// each key (records were added in the order the changes happened), then
-// packs the key bytes.
+// each key (records were added in the order the changes happened, which
+// is the order of their key bytes), then packs the key bytes.
 func (b *batch) compact() {
-	slices.SortStableFunc(b.recs, func(x, y rec) int {
+	slices.SortFunc(b.recs, func(x, y rec) int {
 		if x.lim != y.lim {
 			return int(x.lim) - int(y.lim)
 		}
-		return bytes.Compare(b.key(x), b.key(y))
+		return cmp.Or(bytes.Compare(b.key(x), b.key(y)), cmp.Compare(x.off, y.off))
 	})
 	out := b.recs[:0]
 	for i, r := range b.recs {
@@ -544,9 +1113,35 @@ func (b *batch) compact() {
 	b.recs, b.keys = out, keys
 }
 
+// group orders the records by limit, keeping the order of each limit's
+// records (the order the changes happened): a counting sort.
+func (b *batch) group() {
+	top, grouped := 0, true
+	for i, r := range b.recs {
+		top = max(top, int(r.lim))
+		grouped = grouped && (i == 0 || r.lim >= b.recs[i-1].lim)
+	}
+	if grouped {
+		return
+	}
+	next := make([]int, top+2) // where the next record of each limit goes
+	for _, r := range b.recs {
+		next[r.lim+1]++
+	}
+	for i := 1; i < len(next); i++ {
+		next[i] += next[i-1]
+	}
+	out := slices.Grow(b.spare[:0], len(b.recs))[:len(b.recs)]
+	for _, r := range b.recs {
+		out[next[r.lim]] = r
+		next[r.lim]++
+	}
+	b.recs, b.spare = out, b.recs
+}
+
 func (b *batch) reset() {
-	if cap(b.recs) > 1<<16 {
-		b.recs, b.keys = nil, nil
+	if cap(b.recs) > 1<<16 || cap(b.spare) > 1<<16 {
+		b.recs, b.keys, b.spare = nil, nil, nil
 		return
 	}
 	b.recs, b.keys = b.recs[:0], b.keys[:0]

@@ -3,6 +3,7 @@ package store
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -58,22 +59,43 @@ func checkDB(t testing.TB, db *bbolt.DB) {
 	}
 }
 
-// stored returns every state in the ratestate bucket.
+// stored returns every state stored: the snapshot with the journal
+// applied (decoded here independently of compaction).
 func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 	t.Helper()
 	out := map[pair]ratelimit.State{}
 	err := db.View(func(tx *bbolt.Tx) error {
-		root := tx.Bucket(bucketName)
-		if root == nil {
+		if root := tx.Bucket(bucketName); root != nil {
+			err := root.ForEachBucket(func(name []byte) error {
+				return root.Bucket(name).ForEach(func(k, v []byte) error {
+					s, ok := decodeState(v)
+					if !ok {
+						t.Errorf("%s/%q: malformed value %x", name, k, v)
+					}
+					out[pair{string(name), string(k)}] = s
+					return nil
+				})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		j := tx.Bucket(journalName)
+		if j == nil {
 			return nil
 		}
-		return root.ForEachBucket(func(name []byte) error {
-			return root.Bucket(name).ForEach(func(k, v []byte) error {
-				s, ok := decodeState(v)
-				if !ok {
-					t.Errorf("%s/%q: malformed value %x", name, k, v)
+		return j.ForEach(func(seq, v []byte) error {
+			return decodeRecord(v, func(name []byte, off, n int, del bool) error {
+				k := pair{string(name), string(v[off : off+n])}
+				if del {
+					delete(out, k)
+					return nil
 				}
-				out[pair{string(name), string(k)}] = s
+				s, ok := decodeState(v[off+n : off+n+valueLen])
+				if !ok {
+					t.Errorf("journal %x: %s/%q: malformed state", seq, k[0], k[1])
+				}
+				out[k] = s
 				return nil
 			})
 		})
@@ -82,6 +104,35 @@ func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// journalLen returns the number of records in the journal.
+func journalLen(t testing.TB, db *bbolt.DB) int {
+	t.Helper()
+	n := 0
+	if err := db.View(func(tx *bbolt.Tx) error {
+		if j := tx.Bucket(journalName); j != nil {
+			n = j.Stats().KeyN
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// compactCheck compacts the journal of db with p and checks that the
+// stored state did not change and the journal is empty.
+func compactCheck(t *testing.T, p *Persistent, db *bbolt.DB) {
+	t.Helper()
+	before := stored(t, db)
+	if err := p.compact(nil); err != nil {
+		t.Fatal(err)
+	}
+	equalStates(t, "after compaction", stored(t, db), before)
+	if n := journalLen(t, db); n != 0 {
+		t.Errorf("%d journal records after compaction", n)
+	}
 }
 
 func newPersistent(t testing.TB, db *bbolt.DB, mopts MemoryOptions, popts PersistOptions) *Persistent {
@@ -210,6 +261,257 @@ func TestPersistentDelete(t *testing.T) {
 	}
 }
 
+// TestPersistentJournal restores from a journal alone, then from a
+// compacted snapshot, then from both, with deletions in the journal of
+// keys in the snapshot.
+func TestPersistentJournal(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	rng := rand.New(rand.NewPCG(1, 1))
+	update := func(prefix string, n int) {
+		for range n {
+			k := fmt.Sprint(prefix, rng.IntN(3000))
+			p.Update(ctx, []string{"hourly", "daily"}[rng.IntN(2)], k, set(ratelimit.State{Time: rng.Int64(), Rate: rng.Float64()}))
+		}
+	}
+	for range 5 {
+		update("user", 2000)
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopen := func(what string, wantJournal bool) {
+		t.Helper()
+		want := contents(t, p)
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		n := journalLen(t, db)
+		if (n > 0) != wantJournal {
+			t.Errorf("%s: %d journal records", what, n)
+		}
+		equalStates(t, what+": stored", stored(t, db), want)
+		closeDB()
+		db, closeDB = openDB(t, path)
+		p = newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+		equalStates(t, what+": restored", contents(t, p), want)
+		// Restoring writes nothing: the journal is compacted later.
+		if m := journalLen(t, db); m != n {
+			t.Errorf("%s: %d journal records after restore, want %d", what, m, n)
+		}
+		if st := p.Stats(); (st.Journal > 0) != wantJournal || st.Compactions != 0 {
+			t.Errorf("%s: stats after restore %+v", what, st)
+		}
+		compactCheck(t, p, db)
+		equalStates(t, what+": compacted", stored(t, db), want)
+		if st := p.Stats(); st.Journal != 0 || st.Compactions != int64(min(n, 1)) {
+			t.Errorf("%s: stats after compaction %+v", what, st)
+		}
+		p.stats.Compactions = 0
+	}
+	if st := p.Stats(); st.Compactions != 0 || st.Journal == 0 || st.Flushes != 5 {
+		t.Errorf("stats %+v, want 5 flushes, a journal, no compaction", st)
+	}
+	reopen("journal only", true)
+
+	// Compacting at every flush, in pieces of 100 keys.
+	p.compactMin, p.compactPerPair, p.pieceKeys = 0, 0, 100
+	for range 3 {
+		update("user", 2000)
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if !p.compactDue() {
+			t.Error("compaction not due")
+		}
+		if err := p.compact(nil); err != nil {
+			t.Fatal(err)
+		}
+		if p.compactDue() {
+			t.Error("compaction due after a compaction")
+		}
+	}
+	if st := p.Stats(); st.Compactions != 3 || st.Journal != 0 {
+		t.Errorf("stats %+v, want 3 compactions, no journal", st)
+	}
+	reopen("compacted", false)
+
+	// Deletions in the journal of keys in the snapshot, among changes.
+	var deleted []pair
+	p.Range(ctx, func(limit, key string, _ ratelimit.State) bool {
+		if len(deleted) < 100 {
+			deleted = append(deleted, pair{limit, key})
+		}
+		return true
+	})
+	for i, k := range deleted {
+		if i%2 == 0 {
+			if ok, err := p.Delete(ctx, k[0], k[1]); !ok || err != nil {
+				t.Fatalf("Delete(%s) = %v, %v", k, ok, err)
+			}
+		} else {
+			p.mem.Delete(ctx, k[0], k[1])
+		}
+		update("other", 10)
+	}
+	update("user", 500)
+	reopen("snapshot and journal", true)
+	got := contents(t, p)
+	n := 0
+	for _, k := range deleted {
+		if _, ok := got[k]; !ok {
+			n++
+		}
+	}
+	if n < len(deleted)*3/4 { // update("user") re-creates about 1 in 12
+		t.Errorf("%d of %d deleted keys stayed deleted", n, len(deleted))
+	}
+}
+
+// TestPersistentCompactionInterrupted stops compactions after some of
+// their pieces, as a crash would, with flushes between the pieces, and
+// checks that the file restores the exact state and compacts again.
+func TestPersistentCompactionInterrupted(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	rng := rand.New(rand.NewPCG(3, 3))
+	v := int64(0)
+	update := func(n int) {
+		for range n {
+			v++
+			k := fmt.Sprint("user", rng.IntN(2000))
+			p.Update(ctx, []string{"hourly", "daily", "weekly"}[rng.IntN(3)], k, set(ratelimit.State{Time: v, Rate: float64(v)}))
+		}
+	}
+	flush := func() {
+		t.Helper()
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(3000)
+	flush()
+	compactCheck(t, p, db) // a snapshot
+	for round, k := range []int{1, 3, 7} {
+		for range 4 {
+			update(1500)
+			for range 20 { // deletions in the journal of keys in the snapshot
+				p.mem.Delete(ctx, "daily", fmt.Sprint("user", rng.IntN(2000)))
+			}
+			flush()
+		}
+		before := journalLen(t, db)
+		p.pieceKeys = 100
+		pieces := 0
+		p.afterPiece = func(i int) bool {
+			pieces++
+			// A flush between two pieces appends records the
+			// compaction must keep.
+			update(50)
+			p.mem.Delete(ctx, "hourly", fmt.Sprint("user", rng.IntN(2000)))
+			flush()
+			return i+1 < k
+		}
+		if err := p.compact(nil); !errors.Is(err, errCompactionStopped) {
+			t.Fatalf("round %d: compact = %v, want stopped", round, err)
+		}
+		if pieces != k {
+			t.Errorf("round %d: %d pieces applied, want %d", round, pieces, k)
+		}
+		want := contents(t, p)
+		equalStates(t, "stored after an interrupted compaction", stored(t, db), want)
+		if n := journalLen(t, db); n != before+k {
+			t.Errorf("round %d: %d journal records, want %d", round, n, before+k)
+		}
+		if st := p.Stats(); st.Compactions != 1 {
+			t.Errorf("round %d: %d compactions, want 1", round, st.Compactions)
+		}
+		p.afterPiece = nil
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		closeDB()
+
+		db, closeDB = openDB(t, path)
+		p = newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+		equalStates(t, "restored after an interrupted compaction", contents(t, p), want)
+		if round == 2 {
+			compactCheck(t, p, db)
+			equalStates(t, "compacted", stored(t, db), want)
+		}
+		p.stats.Compactions = 1
+	}
+}
+
+// TestPersistentVersion1 reads a snapshot written before the journal.
+func TestPersistentVersion1(t *testing.T) {
+	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
+	s := ratelimit.State{Time: 5, Rate: 2}
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		root, err := tx.CreateBucket(bucketName)
+		if err != nil {
+			return err
+		}
+		if err := root.Put(versionKey, []byte(formatV1)); err != nil {
+			return err
+		}
+		b, err := root.CreateBucket([]byte("hourly"))
+		if err != nil {
+			return err
+		}
+		v := make([]byte, valueLen)
+		encodeState(v, s)
+		return b.Put([]byte("alice"), v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	equalStates(t, "restored", contents(t, p), map[pair]ratelimit.State{{"hourly", "alice"}: s})
+	if err := db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketName).Get(versionKey); string(v) != formatVersion {
+			t.Errorf("version %q after restore, want %s", v, formatVersion)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPersistentJournalMalformed drops a malformed journal record and
+// refuses one of an unknown format.
+func TestPersistentJournalMalformed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	p.Update(ctx, "hourly", "alice", set(ratelimit.State{Time: 1, Rate: 1}))
+	p.Close()
+	put := func(seq uint64, v []byte) {
+		t.Helper()
+		if err := db.Update(func(tx *bbolt.Tx) error {
+			return tx.Bucket(journalName).Put(binary.BigEndian.AppendUint64(nil, seq), v)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1000, []byte{recordFormat, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 10, 'b'}) // truncated
+	closeDB()
+	db, closeDB = openDB(t, path)
+	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	equalStates(t, "restored", contents(t, p), map[pair]ratelimit.State{{"hourly", "alice"}: {Time: 1, Rate: 1}})
+	p.Close()
+	put(1001, []byte{recordFormat + 1})
+	closeDB()
+	db, _ = openDB(t, path)
+	if _, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{}); !errors.Is(err, ErrVersion) {
+		t.Errorf("NewPersistent with a record of format %d = %v, want ErrVersion", recordFormat+1, err)
+	}
+}
+
 func TestPersistentNegligible(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
@@ -239,7 +541,7 @@ func TestPersistentNegligible(t *testing.T) {
 	closeDB()
 
 	// Restart later: states with Time <= 1500 are not restored and are
-	// deleted from the file (more than restoreChunk of them would not fit
+	// deleted from the file (more than 4096 of them would not fit
 	// here, so use a smaller world and check the count).
 	now.Store(1500)
 	db, closeDB = openDB(t, path)
@@ -286,7 +588,7 @@ func TestPersistentRestoreManyDropped(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
 	db, closeDB := openDB(t, path)
 	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
-	const n = 3*restoreChunk + 17
+	const n = 3*4096 + 17
 	for i := range n {
 		p.Update(context.Background(), "hourly", fmt.Sprintf("k%06d", i), set(ratelimit.State{Time: 1, Rate: float64(i % 3)}))
 	}
@@ -392,6 +694,7 @@ func TestPersistentConcurrent(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
+	compactCheck(t, p, db)
 	closeDB()
 	// A new Memory shards keys differently, so restore without a bound.
 	db, _ = openDB(t, path)
@@ -457,6 +760,25 @@ func TestBatchCompact(t *testing.T) {
 	}
 }
 
+func TestBatchGroup(t *testing.T) {
+	var b batch
+	st := func(i int) ratelimit.State { return ratelimit.State{Time: int64(i)} }
+	b.add(1, []byte("b"), st(1), false)
+	b.add(0, []byte("z"), st(2), false)
+	b.add(1, []byte("a"), st(3), false)
+	b.add(2, []byte("b"), ratelimit.State{}, true)
+	b.add(1, []byte("b"), ratelimit.State{}, true)
+	b.add(0, []byte("a"), st(4), false)
+	b.group()
+	var got []string
+	for _, r := range b.recs {
+		got = append(got, fmt.Sprintf("%d/%s=%d,%v", r.lim, b.key(r), r.state.Time, r.del))
+	}
+	if want := "0/z=2,false 0/a=4,false 1/b=1,false 1/a=3,false 1/b=0,true 2/b=0,true"; strings.Join(got, " ") != want {
+		t.Errorf("group = %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
 const crashEnv = "RATELIMITD_STORE_CRASH_CHILD"
 
 // TestPersistentCrashBound checks the crash bound: a child process updates
@@ -470,10 +792,26 @@ func TestPersistentCrashBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts subprocesses")
 	}
+	t.Run("journal", func(t *testing.T) { testCrashBound(t, false) })
+	// A journal of 32 KiB at most, compacted in pieces of 150 keys: the
+	// child starts a compaction every few flushes, which runs beside
+	// them, so the kill often lands in a compaction, between two pieces.
+	t.Run("compacting", func(t *testing.T) { testCrashBound(t, true) })
+}
+
+func testCrashBound(t *testing.T, compacting bool) {
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
 	last := int64(0)
 	for round := range 3 {
-		reported := runCrashChild(t, path, 10+round*7)
+		flushes := 10 + round*7
+		if compacting {
+			// A compaction runs beside the flushes for several of them.
+			flushes *= 3
+		}
+		reported, compactions := runCrashChild(t, path, flushes, compacting)
+		if compacting && compactions < 3 {
+			t.Errorf("round %d: child compacted %d times, want several", round, compactions)
+		}
 		if reported < last {
 			t.Fatalf("round %d: child reported %d after restoring %d", round, reported, last)
 		}
@@ -491,21 +829,28 @@ func TestPersistentCrashBound(t *testing.T) {
 				minV = s.Time
 			}
 		}
-		t.Logf("round %d: last reported flush %d, oldest stored value %d", round, reported, minV)
+		t.Logf("round %d: last reported flush %d, oldest stored value %d, %d compactions", round, reported, minV, compactions)
 		closeDB()
 		last = reported
 	}
 }
 
-const crashKeys = 300
+const (
+	crashKeys       = 300
+	crashCompactEnv = "RATELIMITD_STORE_CRASH_COMPACT"
+)
 
 // runCrashChild starts the child on path, kills it with SIGKILL after it
 // reported flushes flushes (and a random pause), and returns the last value
-// it reported.
-func runCrashChild(t *testing.T, path string, flushes int) int64 {
+// it reported and the compactions it reported; compacting makes it compact
+// every few flushes.
+func runCrashChild(t *testing.T, path string, flushes int, compacting bool) (reported int64, compactions int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), crashEnv+"="+path)
+	if compacting {
+		cmd.Env = append(cmd.Env, crashCompactEnv+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -516,17 +861,16 @@ func runCrashChild(t *testing.T, path string, flushes int) int64 {
 	}
 	timeout := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
 	defer timeout.Stop()
-	var reported int64 = -1
+	reported = -1
 	seen := 0
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "flushed ")
-		if !ok {
+		if !strings.HasPrefix(sc.Text(), "flushed ") {
 			continue // the test framework's own output
 		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			t.Fatalf("child: %q", sc.Text())
+		var n int64
+		if _, err := fmt.Sscanf(sc.Text(), "flushed %d %d", &n, &compactions); err != nil {
+			t.Fatalf("child: %q: %v", sc.Text(), err)
 		}
 		reported = n
 		if seen++; seen == flushes {
@@ -543,7 +887,7 @@ func runCrashChild(t *testing.T, path string, flushes int) int64 {
 	if err == nil {
 		t.Fatal("child exited normally; want killed")
 	}
-	return reported
+	return reported, compactions
 }
 
 // crashChild is the child of TestPersistentCrashBound, started by TestMain.
@@ -561,6 +905,9 @@ func crashChild(path string) {
 	if err != nil {
 		fail(err)
 	}
+	if os.Getenv(crashCompactEnv) != "" {
+		p.compactMin, p.compactPerPair, p.pieceKeys = 32<<10, 0, 150
+	}
 	start := int64(0)
 	p.Range(context.Background(), func(_, _ string, s ratelimit.State) bool {
 		start = max(start, s.Time)
@@ -571,7 +918,7 @@ func crashChild(path string) {
 	applied.Store(start)
 	var taken int64
 	p.beforeTake = func() { taken = applied.Load() }
-	p.afterFlush = func(int) { fmt.Printf("flushed %d\n", taken) }
+	p.afterFlush = func(int) { fmt.Printf("flushed %d %d\n", taken, p.stats.Compactions) }
 	go func() {
 		if err := p.Run(context.Background()); err != nil {
 			fail(err)
@@ -619,6 +966,48 @@ func BenchmarkFlush10k(b *testing.B) {
 		b.StartTimer()
 		if err := p.Flush(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFlushRandom100k flushes the changes of 20,000 users chosen at
+// random out of 100,000 stored ones, under two limits (40,000 changed keys
+// of 200,000 pairs), with an fsync'd commit: a daemon's flush under load.
+// Compactions, when due, run after the flush (as Run starts them) and count
+// in its time; run it with enough iterations (-benchtime 60x) to amortise
+// them.
+func BenchmarkFlushRandom100k(b *testing.B) {
+	const users, changed = 100_000, 20_000
+	ctx := context.Background()
+	db, _ := openDB(b, filepath.Join(b.TempDir(), "ratelimitd.db"))
+	p := newPersistent(b, db, MemoryOptions{}, PersistOptions{})
+	keys := benchKeys(users)
+	for _, k := range keys {
+		p.Update(ctx, "hourly", k, set(ratelimit.State{Time: 1, Rate: 1}))
+		p.Update(ctx, "daily", k, set(ratelimit.State{Time: 1, Rate: 1}))
+	}
+	if err := p.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	v := int64(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		v++
+		for range changed {
+			k := keys[rng.IntN(users)]
+			p.Update(ctx, "hourly", k, set(ratelimit.State{Time: v, Rate: 1}))
+			p.Update(ctx, "daily", k, set(ratelimit.State{Time: v, Rate: 2}))
+		}
+		b.StartTimer()
+		if err := p.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		if p.compactDue() {
+			if err := p.compact(nil); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

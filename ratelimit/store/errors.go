@@ -22,3 +22,7 @@ var (
 	// was written in a format this version does not understand.
 	ErrVersion = errors.New("store: unknown ratestate format version")
 )
+
+// errMalformedRecord is returned by decodeRecord for a journal record it
+// cannot parse; compaction logs and drops such a record.
+var errMalformedRecord = errors.New("store: malformed rate journal record")

@@ -14,11 +14,16 @@ import (
 // which keeps BoltDB from remapping meanwhile. BoltDB writes through the
 // file, never through the mapping, so no page of it is dirty.
 func releaseMapped(db *bbolt.DB) error {
-	return db.View(func(tx *bbolt.Tx) error {
-		_, _, errno := syscall.Syscall(syscall.SYS_MADVISE, db.Info().Data, uintptr(tx.Size()), syscall.MADV_DONTNEED)
-		if errno != 0 {
-			return errno
-		}
-		return nil
-	})
+	return db.View(func(tx *bbolt.Tx) error { return releaseMappedTx(db, tx) })
+}
+
+// releaseMappedTx is releaseMapped within tx, a transaction of db that
+// stays open: slices of the mapping it holds stay valid (their pages are
+// read again from the page cache).
+func releaseMappedTx(db *bbolt.DB, tx *bbolt.Tx) error {
+	_, _, errno := syscall.Syscall(syscall.SYS_MADVISE, db.Info().Data, uintptr(tx.Size()), syscall.MADV_DONTNEED)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
