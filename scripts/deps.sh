@@ -16,6 +16,27 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# An Exim binary for the Exim ${readsocket} test: Debian's exim4 conflicts
+# with postfix, so the packages are unpacked into EXIM_DIR instead of
+# installed (shared/POSTFIX-TESTING.md, "Exim in a test").
+EXIM_DIR=${RATELIMITD_EXIM_DIR:-/opt/ratelimitd-test/exim}
+if [ ! -x "$EXIM_DIR/usr/sbin/exim4" ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: need root to fetch an Exim binary into $EXIM_DIR" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	dpkg -s libidn12 >/dev/null 2>&1 || apt-get install -y -qq libidn12 >/dev/null || { apt-get update -qq; apt-get install -y -qq libidn12 >/dev/null; }
+	tmp=$(mktemp -d)
+	chmod 755 "$tmp"
+	(cd "$tmp" && apt-get download -qq exim4-daemon-light exim4-base 2>/dev/null) ||
+		{ apt-get update -qq && (cd "$tmp" && apt-get download -qq exim4-daemon-light exim4-base); }
+	mkdir -p "$EXIM_DIR"
+	for f in "$tmp"/*.deb; do dpkg -x "$f" "$EXIM_DIR"; done
+	rm -rf "$tmp"
+fi
+id Debian-exim >/dev/null 2>&1 || useradd --system --no-create-home Debian-exim
+
 # The Debian postinst may start nothing here (no systemd); make sure no
 # system Postfix holds the ports the tests use.
-echo "deps: postfix $(postconf -h mail_version 2>/dev/null), $(redis-server --version | awk '{print $3}')"
+echo "deps: postfix $(postconf -h mail_version 2>/dev/null), $(redis-server --version | awk '{print $3}'), $("$EXIM_DIR/usr/sbin/exim4" -bV 2>/dev/null | sed -n 's/^Exim version \([^ ]*\).*/exim \1/p')"

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// eximBinary is the Exim that scripts/deps.sh unpacks (Debian's exim4
+// conflicts with postfix, so it is not installed).
+func eximBinary(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("RATELIMITD_EXIM_DIR")
+	if dir == "" {
+		dir = "/opt/ratelimitd-test/exim"
+	}
+	bin := filepath.Join(dir, "usr/sbin/exim4")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no Exim binary at %s: run scripts/deps.sh (make deps) as root", bin)
+	}
+	return bin
+}
+
+// runExim plays an SMTP session through Exim's ACLs with -bh (no
+// delivery) and returns Exim's replies.
+func runExim(t *testing.T, bin, conf, socket, session string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "-C", conf, "-DRATELIMITD_SOCKET="+socket, "-bh", "192.0.2.1")
+	cmd.Stdin = strings.NewReader(session)
+	out, _ := cmd.CombinedOutput() // -bh exits non-zero after refused commands
+	var replies []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if len(l) > 3 && l[0] >= '2' && l[0] <= '5' && (l[3] == ' ' || l[3] == '-') {
+			replies = append(replies, strings.TrimRight(l, "\r"))
+		}
+	}
+	return strings.Join(replies, "\n")
+}
+
+// TestIntegrationEximReadsocket runs a real Exim whose ACLs include the
+// shipped configs/exim-acl.conf: the third message of a 2/hour sender gets
+// the daemon's "450 4.7.1 ..." at RCPT, and with the daemon gone mail flows
+// (fail open).
+func TestIntegrationEximReadsocket(t *testing.T) {
+	bin := eximBinary(t)
+	dir := t.TempDir()
+	acl, err := filepath.Abs("../../configs/exim-acl.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"spool", "log"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
+	conf := filepath.Join(dir, "exim.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf(`exim_user = root
+exim_group = root
+never_users =
+spool_directory = %s/spool
+log_file_path = %s/log/%%slog
+primary_hostname = mx.example.net
+acl_smtp_rcpt = acl_check_rcpt
+acl_smtp_data = acl_check_data
+begin acl
+.include %s
+acl_check_rcpt:
+  require acl = acl_ratelimitd_rcpt
+  accept
+acl_check_data:
+  require acl = acl_ratelimitd_data
+  accept
+begin routers
+begin transports
+`, dir, dir, acl)), 0o644)
+
+	port := freePort(t)
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), `
+[[limit]]
+name = "sender"
+key = ["sender"]
+limit = 2
+period = "1h"
+`)
+	td := startTestDaemon(t, cfgPath)
+	var session strings.Builder
+	session.WriteString("EHLO client.example.com\r\n")
+	for i := 1; i <= 3; i++ {
+		fmt.Fprintf(&session, "MAIL FROM:<bob@example.org>\r\nRCPT TO:<x@example.net>\r\nDATA\r\nSubject: %d\r\n\r\nhello\r\n.\r\n", i)
+	}
+	session.WriteString("QUIT\r\n")
+	socket := fmt.Sprintf("inet:127.0.0.1:%d", port)
+	out := runExim(t, bin, conf, socket, session.String())
+	if n := strings.Count(out, "250 OK id="); n != 2 {
+		t.Fatalf("%d messages accepted, want 2:\n%s", n, out)
+	}
+	if !strings.Contains(out, "450 4.7.1 rate limit exceeded: 3.0 per 1h (limit 2)") {
+		t.Fatalf("third message not deferred with the daemon's reply:\n%s", out)
+	}
+	if !strings.Contains(td.logs.String(), "req.instance=") || !strings.Contains(td.logs.String(), "action=defer") {
+		t.Fatalf("daemon log:\n%s", td.logs.String())
+	}
+	// Without the daemon, Exim's readsocket fails and mail flows.
+	td.stop()
+	out = runExim(t, bin, conf, socket, session.String())
+	if n := strings.Count(out, "250 OK id="); n != 3 {
+		t.Fatalf("daemon down: %d accepted, want 3 (fail open):\n%s", n, out)
+	}
+}
