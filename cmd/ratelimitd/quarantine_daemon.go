@@ -280,21 +280,26 @@ func (s *quarantineService) thaw(ctx context.Context, sel selection) ([]outcome,
 			s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 		}
 	}
+	return s.apply("quarantine thaw", entries, sel.By, func(e quarantine.Entry) error { return s.thawOne(ctx, e, sel.By) }), nil
+}
+
+// apply runs op on each entry, logs each result as what, and forgets the
+// entries it succeeded on for alerting.
+func (s *quarantineService) apply(what string, entries []quarantine.Entry, by string, op func(quarantine.Entry) error) []outcome {
 	out := make([]outcome, 0, len(entries))
 	for _, e := range entries {
 		o := outcome{ID: e.ID, Sender: e.Sender, Key: e.Key}
-		err := s.thawOne(ctx, e, sel.By)
-		if err != nil {
+		if err := op(e); err != nil {
 			o.Error = err.Error()
 		} else {
 			o.OK = true
 			s.released(e.Key)
 		}
-		s.log.Info("quarantine thaw", "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
-			"queue_id", e.QueueID, "ok", o.OK, "err", o.Error, "by", sel.By)
+		s.log.Info(what, "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
+			"queue_id", e.QueueID, "ok", o.OK, "err", o.Error, "by", by)
 		out = append(out, o)
 	}
-	return out, nil
+	return out
 }
 
 func (s *quarantineService) thawOne(ctx context.Context, e quarantine.Entry, by string) error {
@@ -337,27 +342,14 @@ func (s *quarantineService) remove(ctx context.Context, sel selection) ([]outcom
 	if err != nil {
 		return nil, err
 	}
-	out := make([]outcome, 0, len(entries))
-	for _, e := range entries {
-		o := outcome{ID: e.ID, Sender: e.Sender, Key: e.Key}
-		var err error
+	return s.apply("quarantine delete", entries, sel.By, func(e quarantine.Entry) error {
 		if e.State == quarantine.Held {
-			_, err = runMTA(ctx, s.cfg.DeleteCommand, e.QueueID)
+			if _, err := runMTA(ctx, s.cfg.DeleteCommand, e.QueueID); err != nil {
+				return err
+			}
 		}
-		if err == nil {
-			err = s.q.Delete(e.ID)
-		}
-		if err != nil {
-			o.Error = err.Error()
-		} else {
-			o.OK = true
-			s.released(e.Key)
-		}
-		s.log.Info("quarantine delete", "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
-			"queue_id", e.QueueID, "ok", o.OK, "err", o.Error, "by", sel.By)
-		out = append(out, o)
-	}
-	return out, nil
+		return s.q.Delete(e.ID)
+	}), nil
 }
 
 // expire deletes entries older than max_age, held ones from the MTA too.
