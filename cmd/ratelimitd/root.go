@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 )
 
@@ -25,12 +27,15 @@ It speaks Postfix's policy delegation protocol (check_policy_service in
 smtpd_recipient_restrictions and smtpd_end_of_data_restrictions), which
 Exim can use through ${readsocket}, and the milter protocol.
 
-Without --config the embedded default configuration is used: 200/hour
-(leaky) and 1000/day (strict) per SASL user, deferring with 450.`,
+Without --config the file named by $RATELIMITD_CONFIG is used, and without
+either the embedded default configuration: 200/hour (leaky) and 1000/day
+(strict) per SASL user, deferring with 450. The CLI commands (status, rate,
+quarantine) read the configuration only to find the daemon's admin socket
+and state directory, so give them the same file as "serve".`,
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	cmd.PersistentFlags().StringVarP(&opts.configPath, "config", "c", "",
+	cmd.PersistentFlags().StringVarP(&opts.configPath, "config", "c", os.Getenv("RATELIMITD_CONFIG"),
 		"configuration file (TOML); empty means the embedded default")
 	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts), newQuarantineCmd(opts))
 	return cmd
