@@ -17,6 +17,7 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -205,27 +206,17 @@ type Server struct {
 	// checked (the socket's file mode controls them).
 	AllowedNetworks []netip.Prefix
 
-	baseCtx    context.Context
-	cancelBase context.CancelFunc
-	initOnce   sync.Once
-	nextID     atomic.Uint64
-	instance   string // prefix of Request.Instance, random per Server
-
-	mu         sync.Mutex
-	closed     bool          // Shutdown or Close called
-	hardClosed bool          // Close called
-	done       chan struct{} // closed with closed
-	listeners  map[*net.Listener]struct{}
-	conns      map[*conn]struct{}
-	serveGroup sync.WaitGroup
+	initOnce sync.Once
+	nextID   atomic.Uint64
+	instance string // prefix of Request.Instance, random per Server
+	// life tracks the listeners and connections; its mutex guards the
+	// connections' waiting, inMessage and ended.
+	life *srvconn.Tracker[*conn]
 }
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
-		s.listeners = make(map[*net.Listener]struct{})
-		s.conns = make(map[*conn]struct{})
-		s.done = make(chan struct{})
+		s.life = srvconn.New[*conn](ErrServerClosed, "milter")
 		s.instance = fmt.Sprintf("milter.%08x", rand.Uint32())
 	})
 }
@@ -278,70 +269,20 @@ func (s *Server) Serve(l net.Listener) error {
 		l.Close()
 		return ErrNoDecider
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		l.Close()
-		return ErrServerClosed
-	}
-	s.listeners[&l] = struct{}{}
-	s.serveGroup.Add(1)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, &l)
-		s.mu.Unlock()
-		l.Close()
-		s.serveGroup.Done()
-	}()
-
-	log := s.logger()
-	_, unixListener := l.Addr().(*net.UnixAddr)
-	var tempDelay time.Duration
-	for {
-		rwc, err := l.Accept()
-		if err != nil {
-			if s.isClosed() {
-				return ErrServerClosed
-			}
-			var te interface{ Temporary() bool }
-			if errors.As(err, &te) && te.Temporary() {
-				if tempDelay == 0 {
-					tempDelay = 5 * time.Millisecond
-				} else {
-					tempDelay *= 2
-				}
-				tempDelay = min(tempDelay, time.Second)
-				log.Warn("accept error; retrying", "listener", l.Addr().String(), "err", err, "delay", tempDelay)
-				select {
-				case <-time.After(tempDelay):
-				case <-s.done:
-				}
-				continue
-			}
-			return fmt.Errorf("milter: accept on %s: %w", l.Addr(), err)
-		}
-		tempDelay = 0
-
-		c := s.newConn(rwc)
-		if !s.allowed(rwc, unixListener) {
+	return s.life.Serve(l, srvconn.Accept[*conn]{
+		Logger:  s.logger(),
+		Allowed: s.AllowedNetworks,
+		New:     s.newConn,
+		Refused: func(c *conn) {
 			s.metrics().Conn(false)
 			c.log.Warn("connection refused by allow-list")
-			rwc.Close()
-			continue
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			rwc.Close()
-			return ErrServerClosed
-		}
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		s.metrics().Conn(true)
-		c.log.Debug("connection opened")
-		s.startSession(c)
-	}
+		},
+		Start: func(c *conn) {
+			s.metrics().Conn(true)
+			c.log.Debug("connection opened")
+			s.startSession(c)
+		},
+	})
 }
 
 // startSession hands c to go-milter, which runs the protocol on its own
@@ -364,37 +305,6 @@ func (s *Server) startSession(c *conn) {
 	_ = lib.Serve(&oneConnListener{c: c.guard()})
 }
 
-// allowed applies AllowedNetworks to a new connection.
-func (s *Server) allowed(rwc net.Conn, unixListener bool) bool {
-	switch ra := rwc.RemoteAddr().(type) {
-	case *net.TCPAddr:
-		addr, ok := netip.AddrFromSlice(ra.IP)
-		if !ok {
-			return false
-		}
-		addr = addr.Unmap().WithZone("")
-		if len(s.AllowedNetworks) == 0 {
-			return addr.IsLoopback()
-		}
-		for _, p := range s.AllowedNetworks {
-			if p.Contains(addr) {
-				return true
-			}
-		}
-		return false
-	case *net.UnixAddr:
-		return true
-	default:
-		return unixListener
-	}
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // Shutdown shuts the server down gracefully: it closes the listeners (Serve
 // returns ErrServerClosed) and the connections that are between messages,
 // lets every message in progress run to its end-of-message reply, closing
@@ -406,24 +316,7 @@ func (s *Server) isClosed() bool {
 // shut down or closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
-	if err := s.beginClose(); err != nil {
-		return err
-	}
-	wait := time.Millisecond
-	for {
-		if s.closeIdle() == 0 {
-			s.serveGroup.Wait()
-			return nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-	}
+	return s.life.Shutdown(ctx, func(c *conn) bool { return c.waiting && !c.inMessage })
 }
 
 // Close closes the listeners and every connection at once, including those
@@ -434,54 +327,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // from closing a listener.
 func (s *Server) Close() error {
 	s.init()
-	err := s.beginClose()
-	if errors.Is(err, ErrServerClosed) {
-		err = nil
-	}
-	s.cancelBase()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.hardClosed {
-		return ErrServerClosed
-	}
-	s.hardClosed = true
-	for c := range s.conns {
-		c.closing = true
-		c.rwc.Close()
-	}
-	return err
-}
-
-// beginClose marks the server closed and closes its listeners.
-func (s *Server) beginClose() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrServerClosed
-	}
-	s.closed = true
-	close(s.done)
-	var err error
-	for l := range s.listeners {
-		if cerr := (*l).Close(); cerr != nil && err == nil && !errors.Is(cerr, net.ErrClosed) {
-			err = cerr
-		}
-	}
-	return err
-}
-
-// closeIdle closes the connections waiting for a command between messages
-// and returns the number of connections left.
-func (s *Server) closeIdle() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		if c.waiting && !c.inMessage && !c.closing {
-			c.closing = true
-			c.rwc.Close()
-		}
-	}
-	return len(s.conns)
+	return s.life.Close()
 }
 
 // conn is one accepted MTA connection.
@@ -492,10 +338,9 @@ type conn struct {
 	log  *slog.Logger
 	sess *session
 
-	// Under srv.mu.
+	// Under srv.life's mutex.
 	waiting   bool // blocked on the next packet's length header
 	inMessage bool // between MAIL and the end-of-message reply or abort
-	closing   bool // the server closed rwc
 	ended     bool // the session has ended
 
 	// Used by the session goroutine only.
@@ -509,21 +354,10 @@ type conn struct {
 
 func (s *Server) newConn(rwc net.Conn) *conn {
 	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1)}
-	c.log = s.logger().With("conn", c.id, "remote", remoteString(rwc))
+	c.log = s.logger().With("conn", c.id, "remote", srvconn.RemoteString(rwc))
 	c.sess = &session{c: c}
 	c.frame = newFrameReader(deadlineReader{c}, MaxPacketSize, c)
 	return c
-}
-
-func remoteString(rwc net.Conn) string {
-	ra := rwc.RemoteAddr()
-	if ra == nil {
-		return ""
-	}
-	if s := ra.String(); s != "" {
-		return s
-	}
-	return ra.Network()
 }
 
 // beforeHeader implements frameHooks: the previous packet has been answered
@@ -533,15 +367,15 @@ func (c *conn) beforeHeader() error {
 		return errSessionPoisoned
 	}
 	s := c.srv
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.life.Lock()
+	defer s.life.Unlock()
 	switch c.lastCode {
 	case byte(gomilter.CodeEOB), byte(gomilter.CodeAbort):
 		// The end-of-message reply has been written (go-milter writes
 		// it before reading on), or the message was aborted.
 		c.inMessage = false
 	}
-	if s.closed && !c.inMessage {
+	if s.life.ClosedLocked() && !c.inMessage {
 		return ErrServerClosed
 	}
 	c.waiting = true
@@ -551,9 +385,9 @@ func (c *conn) beforeHeader() error {
 // afterHeader implements frameHooks.
 func (c *conn) afterHeader() {
 	s := c.srv
-	s.mu.Lock()
+	s.life.Lock()
 	c.waiting = false
-	s.mu.Unlock()
+	s.life.Unlock()
 }
 
 // command implements frameHooks.
@@ -562,9 +396,9 @@ func (c *conn) command(code byte, data []byte) {
 	switch gomilter.Code(code) {
 	case gomilter.CodeMail:
 		s := c.srv
-		s.mu.Lock()
+		s.life.Lock()
 		c.inMessage = true
-		s.mu.Unlock()
+		s.life.Unlock()
 	case gomilter.CodeOptNeg:
 		// version, actions, protocol: the actions the MTA allows.
 		if len(data) >= 8 && !c.optneg {
@@ -614,11 +448,11 @@ func (g guardConn) Close() error {
 	c := g.c
 	err := c.rwc.Close()
 	s := c.srv
-	s.mu.Lock()
+	s.life.Lock()
 	first := !c.ended
 	c.ended = true
-	delete(s.conns, c)
-	s.mu.Unlock()
+	s.life.RemoveLocked(c)
+	s.life.Unlock()
 	if first {
 		c.sess.end()
 		c.log.Debug("connection closed")
@@ -656,7 +490,7 @@ func (c *conn) noteReadError(err error) {
 	case err == io.EOF:
 		c.log.Debug("connection closed by MTA")
 	default:
-		if c.srv.isClosed() {
+		if c.srv.life.IsClosed() {
 			c.log.Debug("connection closed by server", "err", err)
 		} else {
 			c.log.Info("read error", "err", err)

@@ -371,7 +371,7 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 		}
 		id := ""
 		if srv.Quarantine != nil {
-			ctx, cancel := context.WithTimeout(srv.baseCtx, DefaultQuarantineTimeout)
+			ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
 			var err error
 			id, err = srv.Quarantine.Hold(ctx, qm, d)
 			cancel()
@@ -405,7 +405,7 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 			srv.metrics().Fault(FaultFreeze)
 			return reply(452, "4.3.4", textTooLarge), nil
 		}
-		ctx, cancel := context.WithTimeout(srv.baseCtx, DefaultQuarantineTimeout)
+		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
 		id, err := srv.Quarantine.Freeze(ctx, qm, d)
 		cancel()
 		if err != nil {
@@ -467,7 +467,7 @@ func (s *session) request(state string) policy.Request {
 // counts the decision.
 func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
 	c, srv := s.c, s.c.srv
-	ctx, cancel := context.WithTimeout(srv.baseCtx, srv.decideTimeout())
+	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
 	defer cancel()
 	start := time.Now()
 	func() {

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -138,18 +139,11 @@ type Server struct {
 	// control them); connections of any other kind are refused.
 	AllowedNetworks []netip.Prefix
 
-	baseCtx    context.Context
-	cancelBase context.CancelFunc
-	initOnce   sync.Once
-	nextID     atomic.Uint64
-
-	mu         sync.Mutex
-	closed     bool          // Shutdown or Close called
-	hardClosed bool          // Close called
-	done       chan struct{} // closed with closed
-	listeners  map[*net.Listener]struct{}
-	conns      map[*conn]struct{}
-	serveGroup sync.WaitGroup
+	initOnce sync.Once
+	nextID   atomic.Uint64
+	// life tracks the listeners and connections; its mutex guards
+	// conn.active.
+	life *srvconn.Tracker[*conn]
 }
 
 // conn is one accepted connection.
@@ -157,17 +151,14 @@ type conn struct {
 	rwc net.Conn
 	id  uint64
 	log *slog.Logger
-	// Under Server.mu: active is set while a request is handled;
-	// closing once the server has closed rwc.
-	active, closing bool
+	// Under Server.life's mutex: active is set while a request is
+	// handled.
+	active bool
 }
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
-		s.listeners = make(map[*net.Listener]struct{})
-		s.conns = make(map[*conn]struct{})
-		s.done = make(chan struct{})
+		s.life = srvconn.New[*conn](ErrServerClosed, "postfix")
 	})
 }
 
@@ -212,112 +203,24 @@ func (s *Server) Serve(l net.Listener) error {
 		l.Close()
 		return ErrNoDecider
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		l.Close()
-		return ErrServerClosed
-	}
-	s.listeners[&l] = struct{}{}
-	s.serveGroup.Add(1)
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.listeners, &l)
-		s.mu.Unlock()
-		l.Close()
-		s.serveGroup.Done()
-	}()
-
 	log := s.logger()
-	_, unixListener := l.Addr().(*net.UnixAddr)
-	var tempDelay time.Duration
-	for {
-		rwc, err := l.Accept()
-		if err != nil {
-			if s.isClosed() {
-				return ErrServerClosed
-			}
-			var te interface{ Temporary() bool }
-			if errors.As(err, &te) && te.Temporary() {
-				if tempDelay == 0 {
-					tempDelay = 5 * time.Millisecond
-				} else {
-					tempDelay *= 2
-				}
-				tempDelay = min(tempDelay, time.Second)
-				log.Warn("accept error; retrying", "listener", l.Addr().String(), "err", err, "delay", tempDelay)
-				select {
-				case <-time.After(tempDelay):
-				case <-s.done:
-				}
-				continue
-			}
-			return fmt.Errorf("postfix: accept on %s: %w", l.Addr(), err)
-		}
-		tempDelay = 0
-
-		c := &conn{rwc: rwc, id: s.nextID.Add(1)}
-		c.log = log.With("conn", c.id, "remote", remoteString(rwc))
-		if !s.allowed(rwc, unixListener) {
+	return s.life.Serve(l, srvconn.Accept[*conn]{
+		Logger:  log,
+		Allowed: s.AllowedNetworks,
+		New: func(rwc net.Conn) *conn {
+			c := &conn{rwc: rwc, id: s.nextID.Add(1)}
+			c.log = log.With("conn", c.id, "remote", srvconn.RemoteString(rwc))
+			return c
+		},
+		Refused: func(c *conn) {
 			s.metrics().Conn(false)
 			c.log.Warn("connection refused by allow-list")
-			rwc.Close()
-			continue
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			rwc.Close()
-			return ErrServerClosed
-		}
-		s.conns[c] = struct{}{}
-		s.mu.Unlock()
-		s.metrics().Conn(true)
-		go s.serveConn(c)
-	}
-}
-
-// allowed applies AllowedNetworks to a new connection.
-func (s *Server) allowed(rwc net.Conn, unixListener bool) bool {
-	switch ra := rwc.RemoteAddr().(type) {
-	case *net.TCPAddr:
-		addr, ok := netip.AddrFromSlice(ra.IP)
-		if !ok {
-			return false
-		}
-		addr = addr.Unmap().WithZone("")
-		if len(s.AllowedNetworks) == 0 {
-			return addr.IsLoopback()
-		}
-		for _, p := range s.AllowedNetworks {
-			if p.Contains(addr) {
-				return true
-			}
-		}
-		return false
-	case *net.UnixAddr:
-		return true
-	default:
-		return unixListener
-	}
-}
-
-func remoteString(rwc net.Conn) string {
-	ra := rwc.RemoteAddr()
-	if ra == nil {
-		return ""
-	}
-	if s := ra.String(); s != "" {
-		return s
-	}
-	return ra.Network()
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+		},
+		Start: func(c *conn) {
+			s.metrics().Conn(true)
+			go s.serveConn(c)
+		},
+	})
 }
 
 // setActive marks c as handling a request, or as idle; it reports false
@@ -325,9 +228,9 @@ func (s *Server) isClosed() bool {
 // the server shuts down. A request whose first byte arrived before shutdown
 // is still answered.
 func (s *Server) setActive(c *conn, active bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c.closing || (!active && s.closed) {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.life.ClosingLocked(c) || (!active && s.life.ClosedLocked()) {
 		return false
 	}
 	c.active = active
@@ -343,9 +246,7 @@ func (s *Server) serveConn(c *conn) {
 			m.Fault(FaultPanic)
 		}
 		c.rwc.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
+		s.life.Remove(c)
 		m.ConnDone()
 	}()
 
@@ -363,7 +264,7 @@ func (s *Server) serveConn(c *conn) {
 				c.log.Debug("connection closed by client", "requests", n)
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				c.log.Debug("idle timeout", "requests", n, "idle", idle)
-			case s.isClosed():
+			case s.life.IsClosed():
 				c.log.Debug("connection closed by shutdown", "requests", n)
 			default:
 				c.log.Debug("read error", "requests", n, "err", err)
@@ -399,7 +300,7 @@ func (s *Server) serveConn(c *conn) {
 
 // decide calls the Decider, recovers a panic, and logs the decision.
 func (s *Server) decide(c *conn, req *policy.Request, deadline time.Time) (d policy.Decision) {
-	ctx, cancel := context.WithDeadline(s.baseCtx, deadline)
+	ctx, cancel := context.WithDeadline(s.life.BaseContext(), deadline)
 	defer cancel()
 	panicked := false
 	func() {
@@ -471,24 +372,7 @@ func badInputReason(err error) string {
 // It returns ErrServerClosed if the server was already shut down or closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
-	if err := s.beginClose(); err != nil {
-		return err
-	}
-	wait := time.Millisecond
-	for {
-		if s.closeIdle() == 0 {
-			s.serveGroup.Wait()
-			return nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-	}
+	return s.life.Shutdown(ctx, func(c *conn) bool { return !c.active })
 }
 
 // Close closes the listeners and every connection at once, including those
@@ -499,55 +383,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // closing a listener.
 func (s *Server) Close() error {
 	s.init()
-	err := s.beginClose()
-	if errors.Is(err, ErrServerClosed) {
-		err = nil
-	}
-	s.cancelBase()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.hardClosed {
-		return ErrServerClosed
-	}
-	s.hardClosed = true
-	for c := range s.conns {
-		c.closing = true
-		c.rwc.Close()
-	}
-	return err
-}
-
-// beginClose marks the server closed and closes its listeners. Calling it
-// after Shutdown lets Close still close the connections.
-func (s *Server) beginClose() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrServerClosed
-	}
-	s.closed = true
-	close(s.done)
-	var err error
-	for l := range s.listeners {
-		if cerr := (*l).Close(); cerr != nil && err == nil && !errors.Is(cerr, net.ErrClosed) {
-			err = cerr
-		}
-	}
-	return err
-}
-
-// closeIdle closes the connections not handling a request and returns the
-// number of connections left.
-func (s *Server) closeIdle() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		if !c.active && !c.closing {
-			c.closing = true
-			c.rwc.Close()
-		}
-	}
-	return len(s.conns)
+	return s.life.Close()
 }
 
 type noMetrics struct{}
