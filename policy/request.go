@@ -9,6 +9,8 @@
 // the strict/leaky/forgiving modes follow shared/seeds/002_06ceeb019362f8a1.txt.
 package policy
 
+import "log/slog"
+
 // Protocol states as Postfix sends them in the protocol_state attribute
 // (SMTPD_POLICY_README). Milter front ends use the same values.
 const (
@@ -63,4 +65,21 @@ type Request struct {
 	// policy delegation or Exim readsocket) or ViaMilter ("milter"). Limits
 	// with a Via list only measure requests of those front ends.
 	Stage string
+}
+
+// LogValue implements slog.LogValuer: the attributes a log line about a
+// decision carries (state, client, SASL user, envelope, counts, queue ID,
+// instance), so every front end logs requests the same way.
+func (r *Request) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("state", r.ProtocolState),
+		slog.String("client", r.ClientAddress),
+		slog.String("sasl_username", r.SASLUsername),
+		slog.String("sender", r.Sender),
+		slog.String("recipient", r.Recipient),
+		slog.Int("rcpt_count", r.RecipientCount),
+		slog.Int64("size", r.Size),
+		slog.String("queue_id", r.QueueID),
+		slog.String("instance", r.Instance),
+	)
 }

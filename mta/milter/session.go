@@ -474,7 +474,7 @@ func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
 		defer func() {
 			if r := recover(); r != nil {
 				c.log.Error("panic in Decide; temp-failing and closing the connection", "panic", r,
-					"stack", string(debug.Stack()), requestAttrs(req))
+					"stack", string(debug.Stack()), slog.Any("req", req))
 				srv.metrics().Fault(FaultPanic)
 				c.poisoned = true
 			}
@@ -487,32 +487,17 @@ func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
 	}
 	srv.metrics().Decision(req.ProtocolState, d.Action, time.Since(start))
 	if d.Fault != nil {
-		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), requestAttrs(req))
+		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), slog.Any("req", req))
 		srv.metrics().Fault(FaultDecision)
 	}
 	if d.Action != policy.Pass {
 		c.log.Info("decision", "action", d.Action.String(), "limit", d.Limit, "key", d.Key,
 			"rate", d.Rate, "max", d.Max, "retry_after", d.RetryAfter, "reason", d.Reason,
-			requestAttrs(req))
+			slog.Any("req", req))
 	} else if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.log.Debug("decision", "action", d.Action.String(), requestAttrs(req))
+		c.log.Debug("decision", "action", d.Action.String(), slog.Any("req", req))
 	}
 	return d, true
-}
-
-// requestAttrs is the request part of a log line.
-func requestAttrs(req *policy.Request) slog.Attr {
-	return slog.Group("req",
-		"state", req.ProtocolState,
-		"client", req.ClientAddress,
-		"sasl_username", req.SASLUsername,
-		"sender", req.Sender,
-		"recipient", req.Recipient,
-		"rcpt_count", req.RecipientCount,
-		"size", req.Size,
-		"queue_id", req.QueueID,
-		"instance", req.Instance,
-	)
 }
 
 // quarantineReason is the SMFIR_QUARANTINE reason: never empty (Sendmail

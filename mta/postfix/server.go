@@ -309,39 +309,24 @@ func (s *Server) decide(c *conn, req *policy.Request, deadline time.Time) (d pol
 				panicked = true
 				d = policy.Decision{Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
 				c.log.Error("panic in Decide; answering DUNNO", "panic", r,
-					"stack", string(debug.Stack()), requestAttrs(req))
+					"stack", string(debug.Stack()), slog.Any("req", req))
 				s.metrics().Fault(FaultPanic)
 			}
 		}()
 		d = s.Decider.Decide(ctx, req)
 	}()
 	if d.Fault != nil && !panicked {
-		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), requestAttrs(req))
+		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), slog.Any("req", req))
 		s.metrics().Fault(FaultDecision)
 	}
 	if d.Action != policy.Pass {
 		c.log.Info("decision", "action", d.Action.String(), "limit", d.Limit, "key", d.Key,
 			"rate", d.Rate, "max", d.Max, "retry_after", d.RetryAfter, "reason", d.Reason,
-			requestAttrs(req))
+			slog.Any("req", req))
 	} else if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.log.Debug("decision", "action", d.Action.String(), requestAttrs(req))
+		c.log.Debug("decision", "action", d.Action.String(), slog.Any("req", req))
 	}
 	return d
-}
-
-// requestAttrs is the request part of a log line.
-func requestAttrs(req *policy.Request) slog.Attr {
-	return slog.Group("req",
-		"state", req.ProtocolState,
-		"client", req.ClientAddress,
-		"sasl_username", req.SASLUsername,
-		"sender", req.Sender,
-		"recipient", req.Recipient,
-		"rcpt_count", req.RecipientCount,
-		"size", req.Size,
-		"queue_id", req.QueueID,
-		"instance", req.Instance,
-	)
 }
 
 // badInputReason maps a Decode error to a Reason constant.
