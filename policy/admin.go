@@ -19,14 +19,12 @@ type LimitInfo struct {
 	Mode      string        `json:"mode"`
 	Action    string        `json:"action"`
 	Algorithm string        `json:"algorithm"`
-	// CountAt is the protocol state where the cost is charged.
-	CountAt string `json:"count_at"`
-	// ProbeAtRcpt reports a read-only check at RCPT that refuses a sender
-	// already over before the message data is sent.
-	ProbeAtRcpt bool               `json:"probe_at_rcpt"`
-	Overrides   map[string]float64 `json:"overrides,omitempty"`
-	Message     string             `json:"message"`
-	Via         []string           `json:"via,omitempty"`
+	// CountAt says when the cost is charged (at the first request of each
+	// message that the limit sees, whatever the hook layout).
+	CountAt   string             `json:"count_at"`
+	Overrides map[string]float64 `json:"overrides,omitempty"`
+	Message   string             `json:"message"`
+	Via       []string           `json:"via,omitempty"`
 }
 
 // Limits returns the configured stack, in order.
@@ -36,16 +34,18 @@ func (e *Engine) Limits() []LimitInfo {
 	for i, l := range c.limits {
 		out[i] = LimitInfo{Name: l.name, Key: l.key, Limit: l.rl.Limit, Period: l.rl.Period, Per: perNames[l.per],
 			Mode: l.rl.Mode.String(), Action: l.action.String(), Algorithm: l.rl.Algorithm.String(),
-			CountAt: l.countAt, ProbeAtRcpt: l.probeAtRcpt, Overrides: l.overrides, Message: l.message, Via: l.via}
-		if l.firstOnly {
-			out[i].CountAt += " (first of each instance)"
-		}
+			CountAt: countAtText[l.per], Overrides: l.overrides, Message: l.message, Via: l.via}
 	}
 	return out
 }
 
-// Stages returns the protocol states the configuration says are hooked.
-func (e *Engine) Stages() []string { return e.cfg.Load().stages }
+// countAtText describes, per cost unit, when a message is charged.
+var countAtText = [...]string{
+	perMail: "once per message, at its first request",
+	perRcpt: "once per recipient (RCPT, else recipient_count)",
+	perByte: "size at the first request, topped up at END-OF-MESSAGE",
+	perConn: "at CONNECT (else once per message)",
+}
 
 // KeyRate is one limit's view of one key at a given time.
 type KeyRate struct {

@@ -130,9 +130,9 @@ func ParseSize(text string) (int64, error) {
 // how. It is decoded from TOML (tables [policy], [policy.exempt] and
 // [[limit]]) and turned into an Engine by NewEngine, which validates it.
 type Config struct {
-	// Stages lists the protocol states the MTA asks about (Postfix
-	// check_policy_service placements). Default ["RCPT", "END-OF-MESSAGE"].
-	// It decides where per_mail, per_rcpt and per_byte costs are counted.
+	// Stages is obsolete and ignored (ConfigAdvice says so): the engine
+	// learns the protocol states it is asked at and counts each message
+	// once whatever they are. Kept so that old files still load.
 	Stages []string `toml:"stages"`
 	// SubnetV4 and SubnetV6 are the prefix lengths of the client_subnet
 	// key; defaults 24 and 64.
@@ -240,18 +240,6 @@ func compile(c Config) (*compiled, error) {
 			bad("policy.warn_header", "%q is not a header field name", out.warnHeader)
 		}
 	}
-	stages := c.Stages
-	if stages == nil {
-		stages = []string{StateRcpt, StateEndOfMessage}
-	}
-	for i, s := range stages {
-		switch strings.ToUpper(s) {
-		case StateConnect, StateRcpt, StateData, StateEndOfMessage:
-			out.stages = append(out.stages, strings.ToUpper(s))
-		default:
-			bad(fmt.Sprintf("policy.stages[%d]", i), "%q is not CONNECT, RCPT, DATA or END-OF-MESSAGE", s)
-		}
-	}
 	for i, n := range c.Exempt.Networks {
 		p, err := netip.ParsePrefix(n)
 		if err != nil {
@@ -352,7 +340,6 @@ func compile(c Config) (*compiled, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	out.plan()
 	return out, nil
 }
 

@@ -103,6 +103,12 @@ type Decision struct {
 	// Measures lists every limit that applied, in configuration order.
 	Measures []Measure
 	// Fault is set when the decision is a fail-open Pass after an internal
-	// error (store failure, panic); it is logged and counted.
+	// error (store failure, panic), or when some limits could not be
+	// measured and the verdict comes from the others; it is logged and
+	// counted.
 	Fault error
+	// Repeated reports that the verdict was decided at an earlier request
+	// of the same message (an earlier RCPT) and is given again without
+	// counting the message again.
+	Repeated bool
 }

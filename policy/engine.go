@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,18 +34,10 @@ type limit struct {
 	// via restricts the limit to requests of these front ends
 	// (Request.Stage); empty means all.
 	via []string
-	// countAt is the protocol state at which this limit charges its cost;
-	// firstOnly means only at the first request of each instance.
-	countAt   string
-	firstOnly bool
-	// probeAtRcpt means that at RCPT, before the cost is charged later, a
-	// read-only check refuses a sender already over a defer/reject limit.
-	probeAtRcpt bool
 }
 
 type compiled struct {
 	limits        []limit
-	stages        []string
 	subnet4       int
 	subnet6       int
 	warnHeader    string
@@ -55,57 +46,20 @@ type compiled struct {
 	exemptSenders map[string]bool
 }
 
-func (c *compiled) hooked(s string) bool { return slices.Contains(c.stages, s) }
-
-// plan decides, from the hooked stages, where each limit charges its cost:
-// per_mail once per message at END-OF-MESSAGE (else DATA, else the first
-// RCPT of each instance); per_rcpt at each RCPT (else recipient_count at
-// DATA or END-OF-MESSAGE); per_byte from size at END-OF-MESSAGE (else DATA,
-// else the declared size at the first RCPT); per_conn at CONNECT (else the
-// first RCPT of each instance).
-func (c *compiled) plan() {
-	later := func() (string, bool) {
-		switch {
-		case c.hooked(StateEndOfMessage):
-			return StateEndOfMessage, false
-		case c.hooked(StateData):
-			return StateData, false
-		}
-		return StateRcpt, true
-	}
-	for i := range c.limits {
-		l := &c.limits[i]
-		switch l.per {
-		case perMail, perByte:
-			l.countAt, l.firstOnly = later()
-		case perRcpt:
-			if c.hooked(StateRcpt) {
-				l.countAt = StateRcpt
-			} else {
-				l.countAt, _ = later()
-			}
-		case perConn:
-			if c.hooked(StateConnect) {
-				l.countAt = StateConnect
-			} else {
-				l.countAt, l.firstOnly = StateRcpt, true
-			}
-		}
-		l.probeAtRcpt = l.countAt != StateRcpt && c.hooked(StateRcpt) && (l.action == Defer || l.action == Reject)
-	}
-}
-
 // Engine evaluates requests against a stack of limits. It is safe for
 // concurrent use; Reload swaps the configuration atomically.
 type Engine struct {
-	cfg       atomic.Pointer[compiled]
-	store     Store
-	instances instanceSet
+	cfg   atomic.Pointer[compiled]
+	store Store
+	msgs  msgTable
+	seen  stageCounts
 }
 
 // NewEngine validates c and returns an Engine keeping rate state in st. The
 // error joins every configuration problem found, each wrapping
-// ErrInvalidConfig and naming its TOML key.
+// ErrInvalidConfig and naming its TOML key. When st implements
+// StackEvaluator (the Redis store), each request's limits are decided by
+// it in one step; otherwise by EvaluateStack over st.
 func NewEngine(c Config, st Store) (*Engine, error) {
 	cc, err := compile(c)
 	if err != nil {
@@ -139,23 +93,38 @@ func (e *Engine) Store() Store { return e.store }
 
 // probe is the per-limit scratch of one evaluation.
 type probe struct {
-	l       *limit
-	rl      ratelimit.Limit
-	key     string
-	cost    float64
-	prev    ratelimit.State
-	res     ratelimit.Result
-	counted bool
+	l   *limit
+	ch  *charge // the message's charge record of l; nil without a message
+	per int
+	// size is the message size this request knows (per_byte bookkeeping).
+	size float64
 }
 
 // maxStack bounds the stack size handled without allocation.
 const maxStack = 8
 
-// Evaluate measures req against every limit that applies at its protocol
-// state, at time now, updates the rate state according to each limit's mode
-// and the stack's verdict, and returns the strictest action. It never
-// returns an error: a store failure or a panic yields a Pass decision with
-// Fault set (fail open), which the caller logs and counts.
+// messageState reports whether protocol state s belongs to a mail
+// transaction (MAIL FROM to end of data).
+func messageState(s string) bool {
+	switch s {
+	case StateMail, StateRcpt, StateData, StateEndOfMessage:
+		return true
+	}
+	return false
+}
+
+// Evaluate measures req against every limit that applies to it at time now,
+// charges each message once per limit whatever stages the MTA asks at (see
+// "How messages are counted" in the README, and the per-message bookkeeping
+// described in this package's message.go), updates the rate state according
+// to each limit's mode and the stack's verdict, and returns the strictest
+// action. Every request of a message gets the message's verdict (per_mail,
+// per_byte and per_conn limits), combined with its own per_rcpt verdict.
+//
+// It never returns an error: a store failure or a panic yields a Pass
+// decision with Fault set (fail open), which the caller logs and counts. A
+// failure of some limits only leaves the verdict of the others, with Fault
+// set.
 func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d Decision) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -163,107 +132,255 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		}
 	}()
 	c := e.cfg.Load()
+	state := req.ProtocolState
+	front := frontIndex(req.Stage)
+	e.seen.add(front, state)
 	if c.exempt(req) {
 		return Decision{Reason: "exempt"}
 	}
-	state := req.ProtocolState
-	var buf [maxStack]probe
-	probes := buf[:0]
-	first, firstKnown := false, false
+	inMessage := messageState(state)
+	if !inMessage && state != StateConnect {
+		return Decision{}
+	}
+	var m *msgEntry
+	if inMessage {
+		if m = e.msgs.get(req); m != nil {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+		}
+	}
+	var prev Decision
+	if m != nil {
+		prev = m.verdict[front]
+		if n := len(m.charges) + len(c.limits); cap(m.charges) < n {
+			// Room for every limit: the charge pointers taken below
+			// stay valid while this request appends.
+			m.charges = slices.Grow(m.charges, n-len(m.charges))
+		}
+	}
+	refused := !prev.Action.Admits()
+	connectSeen := e.seen.get(front, StateConnect) > 0
+
+	var pbuf [maxStack]probe
+	var ibuf [maxStack]StackItem
+	probes, items := pbuf[:0], ibuf[:0]
 	for i := range c.limits {
 		l := &c.limits[i]
 		if len(l.via) > 0 && !slices.Contains(l.via, req.Stage) {
 			continue
 		}
-		p := probe{l: l, rl: l.rl}
-		switch {
-		case state == l.countAt:
-			if l.firstOnly {
-				if !firstKnown {
-					first, firstKnown = e.instances.first(req.Instance), true
-				}
-				if !first {
-					continue
-				}
-			}
-			p.counted = true
-		case state == StateRcpt && l.probeAtRcpt:
-		default:
+		var ch *charge
+		if m != nil {
+			ch = m.chargeOf(l.name)
+		}
+		p := probe{l: l, ch: ch, per: l.per, size: float64(max(req.Size, 0))}
+		cost, count, ok := l.cost(req, state, ch, front, connectSeen, p.size)
+		if !ok {
 			continue
 		}
-		p.cost = l.costOf(req, state)
-		if p.counted && p.cost <= 0 && l.per != perByte {
+		key := c.keyOf(l, req)
+		if key == "" {
 			continue
 		}
-		p.key = c.keyOf(l, req)
-		if p.key == "" {
-			continue
+		it := StackItem{Limit: l.name, Key: key, Params: l.rl, Cost: cost, Count: count, Refuses: !l.action.Admits()}
+		if v, ok := l.overrides[key]; ok {
+			it.Params.Limit = v
 		}
-		if v, ok := l.overrides[p.key]; ok {
-			p.rl.Limit = v
-		}
-		var err error
-		if p.prev, err = e.store.Get(ctx, l.name, p.key); err != nil {
-			return Decision{Reason: "rate store error, failing open", Fault: err}
-		}
-		p.res = p.rl.Check(p.prev, now, p.cost)
 		probes = append(probes, p)
+		items = append(items, it)
 	}
-	if len(probes) == 0 {
-		return Decision{}
-	}
-	verdict, decisive := Pass, -1
-	for i := range probes {
-		p := &probes[i]
-		if !p.res.Over {
-			continue
+	if len(items) == 0 {
+		if prev.Action != Pass {
+			d = prev
+			d.Repeated = true
 		}
-		if p.l.action > verdict || (decisive >= 0 && p.l.action == verdict && p.res.RetryAfter > probes[decisive].res.RetryAfter) {
-			verdict, decisive = p.l.action, i
-		}
-	}
-	admitted := verdict.Admits()
-	d.Measures = make([]Measure, len(probes))
-	for i := range probes {
-		p := &probes[i]
-		m := &d.Measures[i]
-		*m = Measure{Limit: p.l.name, Key: p.key, Cost: p.cost, Before: p.res.Before, After: p.res.Rate,
-			Max: p.rl.Limit, Over: p.res.Over, RetryAfter: p.res.RetryAfter}
-		if p.res.Over {
-			m.Action = p.l.action
-		}
-		if !p.counted {
-			continue
-		}
-		next, store := p.rl.Next(p.res, admitted)
-		if !store {
-			continue
-		}
-		rl, prev, cost := p.rl, p.prev, p.cost
-		err := e.store.Update(ctx, p.l.name, p.key, func(old ratelimit.State) (ratelimit.State, bool) {
-			if old == prev {
-				return next, true
-			}
-			// Another request for this key was counted since Get:
-			// apply this one on top of it so neither is lost.
-			return rl.Next(rl.Check(old, now, cost), admitted)
-		})
-		if err != nil {
-			return Decision{Reason: "rate store error, failing open", Fault: err, Measures: d.Measures}
-		}
-		m.Stored = true
-	}
-	if decisive < 0 {
+		e.finish(m, req, d.Action)
 		return d
 	}
-	p := &probes[decisive]
-	d.Action = verdict
-	d.Limit, d.Key, d.Rate, d.Max, d.RetryAfter = p.l.name, p.key, p.res.Rate, p.rl.Limit, p.res.RetryAfter
-	text := expand(p.l.message, p.l.name, p.key, p.res.Rate, p.rl.Limit, p.rl.Period, p.res.RetryAfter)
+	var obuf [maxStack]StackResult
+	out := obuf[:len(items)]
+	if len(items) > maxStack {
+		out = make([]StackResult, len(items))
+	}
+	var err error
+	if se, ok := e.store.(StackEvaluator); ok {
+		err = se.EvaluateStack(ctx, now, items, refused, out)
+	} else {
+		err = EvaluateStack(ctx, e.store, now, items, refused, out)
+	}
+	if err != nil {
+		// Nothing was decided: fail open, and leave the message's
+		// bookkeeping as it was so a later request measures it.
+		d = Decision{Reason: "rate store error, failing open", Fault: err}
+		if prev.Action != Pass {
+			d = prev
+			d.Repeated, d.Fault = true, err
+		}
+		return d
+	}
+
+	// The verdicts: the message's (per_mail, per_byte, per_conn, and the
+	// one it already had) and this request's per_rcpt.
+	msgDecisive, rcptDecisive := -1, -1
+	msgAction, rcptAction := Pass, Pass
+	d.Measures = make([]Measure, len(items))
+	for i := range items {
+		it, r, p := &items[i], &out[i], &probes[i]
+		ms := &d.Measures[i]
+		*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
+			Max: it.Params.Limit, Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
+		if r.Err != nil {
+			if d.Fault == nil {
+				d.Fault = r.Err
+			}
+			ms.Over, ms.RetryAfter = false, 0
+			continue
+		}
+		if !r.Result.Over {
+			continue
+		}
+		ms.Action = p.l.action
+		act, dec := &msgAction, &msgDecisive
+		if p.per == perRcpt {
+			act, dec = &rcptAction, &rcptDecisive
+		}
+		if p.l.action > *act || (*dec >= 0 && p.l.action == *act && r.Result.RetryAfter > out[*dec].Result.RetryAfter) {
+			*act, *dec = p.l.action, i
+		}
+	}
+	var msgVerdict Decision
+	switch {
+	case prev.Action != Pass && prev.Action >= msgAction:
+		msgVerdict = prev
+		msgVerdict.Repeated = true
+	case msgDecisive >= 0:
+		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result)
+	}
+	final := msgVerdict
+	if rcptDecisive >= 0 && rcptAction > msgVerdict.Action {
+		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result)
+	}
+	admitted := final.Action.Admits()
+	for i := range items {
+		if out[i].Err == nil {
+			probes[i].commit(state, &items[i], admitted)
+		}
+	}
+	if m != nil && msgVerdict.Action != prev.Action {
+		mv := msgVerdict
+		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
+		m.verdict[front] = mv
+	}
+	final.Measures, final.Fault = d.Measures, d.Fault
+	if final.Fault != nil && final.Action == Pass && final.Reason == "" {
+		final.Reason = "rate store error for some limits"
+	}
+	e.finish(m, req, final.Action)
+	return final
+}
+
+// finish ends the bookkeeping of one request of message m: a refused
+// message is no longer joinable (the other front end never sees it), and
+// END-OF-MESSAGE forgets the message.
+func (e *Engine) finish(m *msgEntry, req *Request, a Action) {
+	if m == nil {
+		return
+	}
+	if !a.Admits() {
+		e.msgs.unpend(m)
+	}
+	if req.ProtocolState == StateEndOfMessage {
+		e.msgs.done(req)
+	}
+}
+
+// cost decides what req charges l at protocol state state, given what the
+// message has already been charged (ch; nil for a request without a
+// message): the cost, whether it is counted (false: a read-only measure,
+// e.g. a size not known yet), and whether l applies at all.
+func (l *limit) cost(req *Request, state string, ch *charge, front int, connectSeen bool, size float64) (float64, bool, bool) {
+	switch l.per {
+	case perMail:
+		if state == StateConnect || (ch != nil && ch.mail) {
+			return 0, false, false
+		}
+		return 1, true, true
+	case perConn:
+		if state == StateConnect {
+			return 1, true, true
+		}
+		if connectSeen || (ch != nil && ch.mail) {
+			return 0, false, false
+		}
+		return 1, true, true
+	case perByte:
+		if state == StateConnect {
+			return 0, false, false
+		}
+		if ch == nil || !ch.byteSeen {
+			return size, size > 0, true
+		}
+		if size > ch.bytes {
+			return size - ch.bytes, true, true
+		}
+		return 0, false, false
+	case perRcpt:
+		switch state {
+		case StateRcpt:
+			if ch == nil {
+				return 1, true, true
+			}
+			ch.rcptsSeen[front]++
+			if ch.rcptsSeen[front] <= ch.rcpts {
+				return 0, false, false // charged through the other front end
+			}
+			return 1, true, true
+		case StateData, StateEndOfMessage:
+			n := req.RecipientCount
+			if ch != nil {
+				n -= ch.rcptsOK
+			}
+			if n <= 0 {
+				return 0, false, false
+			}
+			return float64(n), true, true
+		}
+	}
+	return 0, false, false
+}
+
+// commit records in the message's charge record what this request charged.
+func (p *probe) commit(state string, it *StackItem, admitted bool) {
+	ch := p.ch
+	if ch == nil {
+		return
+	}
+	switch p.per {
+	case perMail, perConn:
+		ch.mail = true
+	case perByte:
+		ch.byteSeen = true
+		ch.bytes = max(ch.bytes, p.size)
+	case perRcpt:
+		if state == StateRcpt {
+			ch.rcpts++
+			if admitted {
+				ch.rcptsOK++
+			}
+		} else if admitted {
+			ch.rcptsOK += int(it.Cost)
+		}
+	}
+}
+
+// verdict is the Decision of limit l being over with result r.
+func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decision {
+	d := Decision{Action: l.action, Limit: l.name, Key: it.Key, Rate: r.Rate, Max: it.Params.Limit, RetryAfter: r.RetryAfter}
+	text := expand(l.message, l.name, it.Key, r.Rate, it.Params.Limit, it.Params.Period, r.RetryAfter)
 	d.Text = SanitizeText(text, MaxTextLen)
-	d.Reason = fmt.Sprintf("limit %s key %q rate %.2f > %g per %s (%s, %s)", p.l.name, p.key, p.res.Rate,
-		p.rl.Limit, FormatDuration(p.rl.Period), p.rl.Mode, p.rl.Algorithm)
-	switch verdict {
+	d.Reason = fmt.Sprintf("limit %s key %q rate %.2f > %g per %s (%s, %s)", l.name, it.Key, r.Rate,
+		it.Params.Limit, FormatDuration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
+	switch l.action {
 	case Defer:
 		d.Code, d.Enhanced = 450, "4.7.1"
 	case Reject:
@@ -271,25 +388,10 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	case Warn:
 		if c.warnHeader != "" {
 			d.Header = SanitizeText(fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
-				p.l.name, p.key, formatRate(p.res.Rate), p.rl.Limit, FormatDuration(p.rl.Period)), MaxTextLen)
+				l.name, it.Key, formatRate(r.Rate), it.Params.Limit, FormatDuration(it.Params.Period)), MaxTextLen)
 		}
 	}
 	return d
-}
-
-// costOf is the cost a request charges to l at protocol state state: 1 per
-// mail or connection, 1 per RCPT or recipient_count later, size in bytes.
-func (l *limit) costOf(req *Request, state string) float64 {
-	switch l.per {
-	case perRcpt:
-		if state == StateRcpt {
-			return 1
-		}
-		return float64(req.RecipientCount)
-	case perByte:
-		return float64(max(req.Size, 0))
-	}
-	return 1
 }
 
 // keyOf builds the rate key of l for req: the attribute values joined with
@@ -429,35 +531,4 @@ func expand(tmpl, name, key string, rate, lim float64, period, retry time.Durati
 		}
 		tmpl = tmpl[i+j+1:]
 	}
-}
-
-// instanceSet remembers recently seen Postfix instance values (two
-// generations of at most instanceGen entries each) to count per_mail once
-// per message when only RCPT is hooked.
-type instanceSet struct {
-	mu       sync.Mutex
-	cur, old map[string]struct{}
-}
-
-const instanceGen = 1 << 16
-
-// first reports whether inst is seen for the first time. An empty instance
-// is always first.
-func (s *instanceSet) first(inst string) bool {
-	if inst == "" {
-		return true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.cur[inst]; ok {
-		return false
-	}
-	if _, ok := s.old[inst]; ok {
-		return false
-	}
-	if s.cur == nil || len(s.cur) >= instanceGen {
-		s.old, s.cur = s.cur, make(map[string]struct{})
-	}
-	s.cur[inst] = struct{}{}
-	return true
 }

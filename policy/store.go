@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
@@ -23,4 +24,113 @@ type Store interface {
 	// Range calls fn for every stored state, in no particular order, until
 	// fn returns false. fn must not call the Store.
 	Range(ctx context.Context, fn func(limit, key string, s ratelimit.State) bool) error
+}
+
+// StackItem is one limit's share of one request, as handed to a
+// StackEvaluator: the (limit, key) pair, its parameters after per-key
+// overrides, the cost in the limit's unit (mails, recipients or bytes), and
+// how the stack's verdict applies to it.
+type StackItem struct {
+	// Limit is the limit's name (the store's namespace) and Key the rate
+	// key value.
+	Limit, Key string
+	// Params are the limit's arithmetic: limit (cost per period, also the
+	// burst), period, algorithm and mode, after overrides.
+	Params ratelimit.Limit
+	// Cost is the request's cost in the limit's unit; >= 0.
+	Cost float64
+	// Count reports whether the cost is charged (stored according to the
+	// mode and the verdict). False is a read-only probe: measured, never
+	// stored.
+	Count bool
+	// Refuses reports whether this limit's action, when it is over, keeps
+	// the message from delivery (hold, freeze, defer, reject; not warn).
+	// If any over item refuses, the stack did not admit the request and
+	// leaky limits are not charged (Exim specification, chapter "Rate
+	// limiting": leaky mode).
+	Refuses bool
+}
+
+// StackResult is the outcome for one StackItem.
+type StackResult struct {
+	// Prev is the stored state before the request (zero if none).
+	Prev ratelimit.State
+	// Result is the measurement (ratelimit.Limit.Check of Prev).
+	Result ratelimit.Result
+	// Stored reports whether the item's new state was stored.
+	Stored bool
+	// Err is set when this item alone could not be measured or stored
+	// (for example ErrKeyTooLong or a full store); its Result is then
+	// not used, and the other items' verdicts stand.
+	Err error
+}
+
+// StackEvaluator is implemented by stores that decide a whole stack of
+// limits in one atomic step (the Redis store: one server-side script per
+// request, on the server's clock). EvaluateStack measures every item at
+// time now (a store with its own clock may use that instead), computes
+//
+//	admitted = !refused && no item is both Over and Refuses
+//
+// (refused: an earlier request of the same message was already refused,
+// so leaky limits are not charged), stores Params.Next(result, admitted)
+// for every item with Count, and writes out[i] for items[i]; len(out) must
+// be len(items). An item that fails alone gets out[i].Err. It returns an
+// error only when it could decide nothing (the engine then fails open).
+// Implementations must be safe for concurrent use.
+type StackEvaluator interface {
+	EvaluateStack(ctx context.Context, now time.Time, items []StackItem, refused bool, out []StackResult) error
+}
+
+// EvaluateStack is the reference StackEvaluator over any Store: Get every
+// item, decide, then Update each counted item, re-applying the request on
+// top of a state that changed since Get so concurrent requests are never
+// lost. It is atomic per key, not per stack: two concurrent requests of one
+// key can both see room for one more. An item whose Get or Update fails
+// gets out[i].Err and takes no part in the verdict. Every store must give
+// the same results as this function for a sequential history (the store
+// conformance tests hold the Redis store to it). It returns an error only
+// when every item failed.
+func EvaluateStack(ctx context.Context, st Store, now time.Time, items []StackItem, refused bool, out []StackResult) error {
+	admitted := !refused
+	failed := 0
+	for i := range items {
+		it := &items[i]
+		prev, err := st.Get(ctx, it.Limit, it.Key)
+		if err != nil {
+			out[i] = StackResult{Err: err}
+			failed++
+			continue
+		}
+		out[i] = StackResult{Prev: prev, Result: it.Params.Check(prev, now, it.Cost)}
+		if out[i].Result.Over && it.Refuses {
+			admitted = false
+		}
+	}
+	if failed == len(items) && failed > 0 {
+		return out[0].Err
+	}
+	for i := range items {
+		it := &items[i]
+		if !it.Count || out[i].Err != nil {
+			continue
+		}
+		next, store := it.Params.Next(out[i].Result, admitted)
+		if !store {
+			continue
+		}
+		rl, prev, cost := it.Params, out[i].Prev, it.Cost
+		err := st.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
+			if old == prev {
+				return next, true
+			}
+			return rl.Next(rl.Check(old, now, cost), admitted)
+		})
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Stored = true
+	}
+	return nil
 }

@@ -41,6 +41,9 @@ cost. On error, print every problem found with its TOML key and exit 1.`,
 				return reportConfigErrors(cmd.ErrOrStderr(), err)
 			}
 			printLimits(cmd.OutOrStdout(), f.Source, eng)
+			for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
+				fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", a)
+			}
 			return nil
 		},
 	}
@@ -63,14 +66,11 @@ func reportConfigErrors(w io.Writer, err error) error {
 
 func printLimits(w io.Writer, source string, eng *policy.Engine) {
 	fmt.Fprintf(w, "configuration %s is valid\n", source)
-	fmt.Fprintf(w, "hooked protocol states: %s\n\n", strings.Join(eng.Stages(), ", "))
+	fmt.Fprintf(w, "each message is counted once per limit, whichever protocol states the MTA asks at\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LIMIT\tKEY\tRATE\tPER\tMODE\tALGORITHM\tACTION\tCOUNTED AT")
 	for _, l := range eng.Limits() {
 		at := l.CountAt
-		if l.ProbeAtRcpt {
-			at += "; checked read-only at RCPT"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%g/%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), l.Limit,
 			policy.FormatDuration(l.Period), l.Per, l.Mode, l.Algorithm, l.Action, at)
 		for k, v := range l.Overrides {

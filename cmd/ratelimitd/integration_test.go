@@ -177,7 +177,7 @@ func TestIntegrationPostfixPolicy(t *testing.T) {
 		deferred++
 	}
 	if accepted != 200 || deferred != 50 {
-		t.Fatalf("alice: %d accepted, %d deferred; want 200 and 50", accepted, deferred)
+		t.Fatalf("alice: %d accepted, %d deferred; want 200 and 50\n%s", accepted, deferred, td.logs.String())
 	}
 	// Another user is unaffected.
 	for i := 1; i <= 5; i++ {

@@ -256,6 +256,7 @@ func (s *Server) serveConn(c *conn) {
 	dec := NewDecoder(br)
 	idle, reqTimeout := s.idleTimeout(), s.requestTimeout()
 	var req policy.Request
+	tracker := messageTracker{conn: c.id}
 	for n := 0; ; n++ {
 		c.rwc.SetReadDeadline(time.Now().Add(idle))
 		if _, err := br.Peek(1); err != nil {
@@ -284,6 +285,7 @@ func (s *Server) serveConn(c *conn) {
 			return
 		}
 
+		tracker.fill(&req)
 		d := s.decide(c, &req, deadline)
 
 		c.rwc.SetWriteDeadline(time.Now().Add(reqTimeout))

@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// stateNames are the protocol states counted by stageCounts, in the order
+// of an SMTP session.
+var stateNames = [...]string{StateConnect, StateEHLO, StateHELO, StateMail, StateRcpt, StateData,
+	StateEndOfMessage, StateVrfy, StateEtrn}
+
+func stateIndex(s string) int {
+	for i, n := range stateNames {
+		if n == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// stageCounts counts the requests seen per front end and protocol state:
+// how the daemon learns where the MTA asks, instead of being told.
+type stageCounts struct {
+	n [2][len(stateNames)]atomic.Uint64
+}
+
+func (s *stageCounts) add(front int, state string) {
+	if i := stateIndex(state); i >= 0 {
+		s.n[front][i].Add(1)
+	}
+}
+
+func (s *stageCounts) get(front int, state string) uint64 {
+	if i := stateIndex(state); i >= 0 {
+		return s.n[front][i].Load()
+	}
+	return 0
+}
+
+// StageCount is how many requests one front end has sent at one protocol
+// state since the daemon started.
+type StageCount struct {
+	// Via is the front end: "policy" (policy delegation, Exim readsocket)
+	// or "milter".
+	Via string `json:"via"`
+	// State is the protocol_state (RCPT, END-OF-MESSAGE, ...).
+	State string `json:"state"`
+	// Requests is the number of requests seen.
+	Requests uint64 `json:"requests"`
+}
+
+// Stages returns the protocol states at which each front end has asked
+// since start, in session order, with their request counts: the hook
+// layout the daemon has learned (no configuration declares it).
+func (e *Engine) Stages() []StageCount {
+	var out []StageCount
+	for f, via := range []string{ViaPolicy, ViaMilter} {
+		for i, st := range stateNames {
+			if n := e.seen.n[f][i].Load(); n > 0 {
+				out = append(out, StageCount{Via: via, State: st, Requests: n})
+			}
+		}
+	}
+	return out
+}
+
+// InFlight returns the number of messages whose bookkeeping (what each limit
+// has charged them, their verdict) is remembered; it is bounded.
+func (e *Engine) InFlight() int { return e.msgs.len() }
+
+// Advice returns plain-word warnings about limits that cannot count as
+// configured: from the configuration alone, and, once requests have been
+// seen, from the stages the MTA actually asks at. Each names the Postfix
+// (or Exim) line to add. An empty result means every limit counts.
+func (e *Engine) Advice() []string {
+	c := e.cfg.Load()
+	var out []string
+	policyMsgs := e.seen.get(0, StateRcpt) + e.seen.get(0, StateData) + e.seen.get(0, StateEndOfMessage) + e.seen.get(0, StateMail)
+	policySize := e.seen.get(0, StateData) + e.seen.get(0, StateEndOfMessage)
+	milterMsgs := e.seen.get(1, StateRcpt) + e.seen.get(1, StateEndOfMessage)
+	for i := range c.limits {
+		l := &c.limits[i]
+		if l.per == perByte && policyMsgs > 0 && policySize == 0 && milterMsgs == 0 {
+			out = append(out, fmt.Sprintf("limit %s counts bytes, but the MTA asks only before the message data, "+
+				"where the size is the SIZE= a client may declare at MAIL FROM (often none): add "+
+				"\"smtpd_end_of_data_restrictions = check_policy_service ...\" to Postfix's main.cf "+
+				"(Exim: \"acl_smtp_data\" calling acl_ratelimitd_data), or use the milter", l.name))
+		}
+		if l.action == Freeze && len(l.via) == 0 && policyMsgs > 0 && milterMsgs > 0 {
+			out = append(out, fmt.Sprintf("limit %s freezes, and the MTA asks through both policy delegation and the milter: "+
+				"each message is charged once, by whichever asks first (policy delegation, which can only hold); "+
+				"add via = [\"milter\"] to the limit so the milter freezes", l.name))
+		}
+		if l.per == perConn && policyMsgs > 0 && e.seen.get(0, StateConnect) == 0 && (len(l.via) == 0 || l.via[0] == ViaPolicy) {
+			out = append(out, fmt.Sprintf("limit %s counts connections, but the MTA does not ask at CONNECT: it counts "+
+				"messages instead; add \"smtpd_client_restrictions = check_policy_service ...\" to Postfix's main.cf", l.name))
+		}
+	}
+	return out
+}
+
+// ConfigAdvice returns the warnings about c that do not depend on how the MTA
+// is hooked up: what each cost unit needs the MTA to ask. `config check` and
+// the daemon's start-up log print them.
+func ConfigAdvice(c Config) []string {
+	var out []string
+	if len(c.Stages) > 0 {
+		out = append(out, "policy.stages is no longer used and is ignored: the daemon learns the protocol states "+
+			"it is asked at and counts each message once whatever they are; remove it")
+	}
+	for _, l := range c.Limits {
+		switch l.Per {
+		case "byte":
+			out = append(out, fmt.Sprintf("limit %s counts bytes: it needs the message size, known at END-OF-MESSAGE "+
+				"(Postfix: \"smtpd_end_of_data_restrictions = check_policy_service ...\"; Exim: acl_ratelimitd_data; or "+
+				"the milter); asked only at RCPT it counts the SIZE= declared at MAIL FROM", l.Name))
+		case "conn":
+			out = append(out, fmt.Sprintf("limit %s counts connections: it needs the MTA to ask at CONNECT "+
+				"(Postfix: \"smtpd_client_restrictions = check_policy_service ...\"); otherwise each message counts as one", l.Name))
+		}
+	}
+	return out
+}
