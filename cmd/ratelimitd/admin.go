@@ -40,6 +40,15 @@ type Status struct {
 	Faults      int64            `json:"faults"`
 	BadInput    int64            `json:"bad_input"`
 	Limits      []string         `json:"limits"`
+	// Stages are the protocol states each front end has asked at since
+	// start (the hook layout the daemon learned), with request counts.
+	Stages []policy.StageCount `json:"stages"`
+	// MessagesInFlight is the number of messages whose per-message
+	// bookkeeping is remembered (bounded).
+	MessagesInFlight int `json:"messages_in_flight"`
+	// Advice lists limits that cannot count as the MTA is hooked up, in
+	// plain words with the line to add.
+	Advice []string `json:"advice,omitempty"`
 }
 
 // resetResult is the answer to POST /v1/rate/reset.

@@ -57,18 +57,9 @@ func (s *syncBuffer) String() string {
 
 // writeConfig writes a configuration whose [server] points into dir, with
 // the embedded default limits unless limits is given.
-func writeConfig(t testing.TB, dir, policyAddr, extra string) string {
-	t.Helper()
-	text := fmt.Sprintf(`
-[server]
-policy_listen = [%q]
-state_dir = %q
-metrics_listen = ""
-flush_interval = "200ms"
-log_level = "debug"
-%s`, policyAddr, filepath.Join(dir, "state"), extra)
-	if !strings.Contains(extra, "[[limit]]") {
-		text += `
+// defaultTestLimits are the embedded default's limits: 200/h leaky plus
+// 1000/day strict per SASL user.
+const defaultTestLimits = `
 [[limit]]
 name = "hourly"
 key = ["sasl_username"]
@@ -85,6 +76,19 @@ period = "24h"
 mode = "strict"
 action = "defer"
 `
+
+func writeConfig(t testing.TB, dir, policyAddr, extra string) string {
+	t.Helper()
+	text := fmt.Sprintf(`
+[server]
+policy_listen = [%q]
+state_dir = %q
+metrics_listen = ""
+flush_interval = "200ms"
+log_level = "debug"
+%s`, policyAddr, filepath.Join(dir, "state"), extra)
+	if !strings.Contains(extra, "[[limit]]") {
+		text += defaultTestLimits
 	}
 	path := filepath.Join(dir, "ratelimitd.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {

@@ -233,6 +233,16 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 				fmt.Fprintf(w, "  %-7s %d\n", name, st.ByAction[name])
 			}
 			fmt.Fprintf(w, "faults (answered DUNNO): %d\nbad input (connections closed): %d\n", st.Faults, st.BadInput)
+			if len(st.Stages) == 0 {
+				fmt.Fprintf(w, "asked at: nothing yet\n")
+			}
+			for _, sc := range st.Stages {
+				fmt.Fprintf(w, "asked at: %s %s (%d requests)\n", sc.Via, sc.State, sc.Requests)
+			}
+			fmt.Fprintf(w, "messages in flight: %d\n", st.MessagesInFlight)
+			for _, a := range st.Advice {
+				fmt.Fprintf(w, "warning: %s\n", a)
+			}
 			return nil
 		},
 	}

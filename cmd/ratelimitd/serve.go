@@ -235,6 +235,9 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 	d.serveMilter()
 	d.log.Info("ratelimitd started", "version", version, "config", f.Source, "listeners", d.listeners,
 		"state", s.DBPath(), "restored_keys", d.mem.Len())
+	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
+		d.log.Warn("configuration note: " + a)
+	}
 	return d, nil
 }
 
@@ -304,12 +307,16 @@ func (d *daemon) reload() {
 	}
 	d.cfg = f
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
+	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
+		d.log.Warn("configuration note: " + a)
+	}
 }
 
 func (d *daemon) status() Status {
 	st := Status{Version: version, Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
 		Config: d.cfg.Source, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
-		Faults: d.metrics.nFaults.Load(), BadInput: d.metrics.nBad.Load()}
+		Faults: d.metrics.nFaults.Load(), BadInput: d.metrics.nBad.Load(),
+		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice()}
 	for a := range numActions {
 		n := d.metrics.byAction[a].Load()
 		st.Requests += n

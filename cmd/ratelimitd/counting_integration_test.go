@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+)
+
+// rateFromCLI returns the RATE column of `rate show KEY` for limit.
+func rateFromCLI(t *testing.T, cfgPath, key, limit string) float64 {
+	t.Helper()
+	out, err := cli(t, "--config", cfgPath, "rate", "show", key)
+	if err != nil {
+		t.Fatalf("rate show %s: %v\n%s", key, err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 3 && f[0] == key && f[1] == limit {
+			r, err := strconv.ParseFloat(f[2], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
+	t.Fatalf("rate show %s has no %s line:\n%s", key, limit, out)
+	return 0
+}
+
+// TestIntegrationHookLayouts runs the default limits (200/h leaky + 1000/day
+// strict per SASL user, plus a per_rcpt limit) behind a real Postfix hooked
+// in each layout postmasters use: check_policy_service in
+// smtpd_recipient_restrictions only (the most common), in it and
+// smtpd_end_of_data_restrictions, in smtpd_end_of_data_restrictions only,
+// and in smtpd_data_restrictions only. In each, a 205-message burst of
+// single-recipient messages from one XCLIENT user delivers exactly 200 and
+// the client is told 450 4.7.1 five times, and a 60-message run of
+// 5-recipient messages from another counts 60 messages and 300 recipients.
+func TestIntegrationHookLayouts(t *testing.T) {
+	const plain = "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
+	layouts := []struct {
+		name        string
+		rcpt, data  bool // policy service in smtpd_recipient_restrictions / smtpd_data_restrictions
+		eod         bool // ... in smtpd_end_of_data_restrictions
+		refusedStep mtatest.Stage
+	}{
+		{"rcpt-only", true, false, false, mtatest.StageRcpt},
+		{"rcpt+end-of-data", true, false, true, mtatest.StageRcpt},
+		{"end-of-data-only", false, false, true, mtatest.StageEndOfData},
+		{"data-only", false, true, false, mtatest.StageData},
+	}
+	for _, lay := range layouts {
+		t.Run(lay.name, func(t *testing.T) {
+			dir := t.TempDir()
+			port := freePort(t)
+			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), defaultTestLimits+`
+[[limit]]
+name = "rcpts"
+key = ["sasl_username"]
+limit = 5000
+period = "1h"
+per = "rcpt"
+`)
+			td := startTestDaemon(t, cfgPath)
+			sink := mtatest.StartSink(t)
+			svc := fmt.Sprintf("check_policy_service { inet:127.0.0.1:%d, timeout=10s, default_action=DUNNO }", port)
+			main := map[string]string{"smtpd_recipient_restrictions": plain, "smtpd_end_of_data_restrictions": ""}
+			if lay.rcpt {
+				main["smtpd_recipient_restrictions"] = svc + ", " + plain
+			}
+			if lay.eod {
+				main["smtpd_end_of_data_restrictions"] = svc
+			}
+			if lay.data {
+				main["smtpd_data_restrictions"] = svc
+			}
+			pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ExtraMainCF: main})
+
+			deferred := 0
+			for i := 1; i <= 205; i++ {
+				res := mtatest.SendResult(t, pf.Addr(), mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7",
+					From: "alice@example.org", To: []string{"rcpt@example.net"},
+					Data: mtatest.BuildMessage("alice@example.org", "rcpt@example.net", fmt.Sprintf("burst %d", i), "hello\n")})
+				if err := res.Err(); err != nil {
+					code, enh := smtpCode(err)
+					if i <= 200 || code != 450 || enh != "4.7.1" || len(res.Errors) == 0 || res.Errors[0].Stage != lay.refusedStep {
+						t.Fatalf("message %d: %v (stage %v)\n%s", i, err, res.Errors[0].Stage, res.Transcript)
+					}
+					deferred++
+				} else if i > 200 {
+					t.Fatalf("message %d accepted, want 450 4.7.1", i)
+				}
+			}
+			if deferred != 5 {
+				t.Fatalf("%d deferred, want 5", deferred)
+			}
+			rcpts := []string{"r1@example.net", "r2@example.net", "r3@example.net", "r4@example.net", "r5@example.net"}
+			for i := 1; i <= 60; i++ {
+				res := mtatest.SendResult(t, pf.Addr(), mtatest.Mail{Login: "bob", ClientAddr: "192.0.2.8",
+					From: "bob@example.org", To: rcpts,
+					Data: mtatest.BuildMessage("bob@example.org", "r1@example.net", fmt.Sprintf("run %d", i), "hello\n")})
+				if err := res.Err(); err != nil || len(res.Accepted) != 5 {
+					t.Fatalf("bob message %d: %v, %d accepted", i, err, len(res.Accepted))
+				}
+			}
+			msgs := sink.WaitCount(t, 260, 60*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			if n := sink.Count(); n != 260 {
+				t.Fatalf("sink received %d messages, want 260 (200 + 60)", n)
+			}
+			nrcpt := 0
+			for _, m := range msgs {
+				if m.From == "bob@example.org" {
+					nrcpt += len(m.To)
+				}
+			}
+			if nrcpt != 300 {
+				t.Fatalf("sink received %d recipients of bob, want 300", nrcpt)
+			}
+			for _, c := range []struct {
+				key, limit string
+				want       float64
+			}{{"alice", "hourly", 200}, {"alice", "daily", 205}, {"bob", "hourly", 60}, {"bob", "daily", 60}, {"bob", "rcpts", 300}} {
+				if r := rateFromCLI(t, cfgPath, c.key, c.limit); r < c.want-0.1 || r > c.want+0.1 {
+					t.Errorf("%s %s: rate %.1f, want %.0f", c.key, c.limit, r, c.want)
+				}
+			}
+			out, err := cli(t, "--config", cfgPath, "status")
+			if err != nil || strings.Contains(out, "warning:") {
+				t.Fatalf("status: %v\n%s", err, out)
+			}
+			for _, want := range []string{map[bool]string{true: "asked at: policy RCPT", false: "asked at: policy END-OF-MESSAGE"}[lay.rcpt || !lay.eod]} {
+				if lay.data {
+					want = "asked at: policy DATA"
+				}
+				if !strings.Contains(out, want) {
+					t.Fatalf("status lacks %q:\n%s", want, out)
+				}
+			}
+			if !strings.Contains(td.logs.String(), "action=defer") {
+				t.Fatalf("no defer logged:\n%s", td.logs.String())
+			}
+		})
+	}
+}
+
+// TestIntegrationPolicyAndMilterCountOnce: a Postfix that asks through
+// policy delegation (RCPT and END-OF-MESSAGE) and the milter, with limits
+// that name no front end, counts each message once: 25 messages against
+// 20/hour deliver 20 and the stored rate is 20, not 40.
+func TestIntegrationPolicyAndMilterCountOnce(t *testing.T) {
+	dir := t.TempDir()
+	port, mport := freePort(t), freePort(t)
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(),
+		PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port), Milter: fmt.Sprintf("inet:127.0.0.1:%d", mport)})
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+[milter]
+listen = "127.0.0.1:%d"
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 20
+period = "1h"
+
+[[limit]]
+name = "rcpts"
+key = ["sasl_username"]
+limit = 1000
+period = "1h"
+per = "rcpt"
+`, mport))
+	startTestDaemon(t, cfgPath)
+	deferred := 0
+	for i := 1; i <= 25; i++ {
+		err := mtatest.Send(t, pf.Addr(), mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7",
+			From: "alice@example.org", To: []string{"a@example.net", "b@example.net"},
+			Data: mtatest.BuildMessage("alice@example.org", "a@example.net", fmt.Sprintf("m %d", i), "hello\n")})
+		if err != nil {
+			if code, _ := smtpCode(err); code != 450 || i <= 20 {
+				t.Fatalf("message %d: %v", i, err)
+			}
+			deferred++
+		}
+	}
+	sink.WaitCount(t, 20, 30*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	if sink.Count() != 20 || deferred != 5 {
+		t.Fatalf("%d delivered, %d deferred; want 20 and 5", sink.Count(), deferred)
+	}
+	if r := rateFromCLI(t, cfgPath, "alice", "hourly"); r < 19.9 || r > 20.1 {
+		t.Fatalf("hourly rate %.2f, want 20 (each message once across both front ends)", r)
+	}
+	if r := rateFromCLI(t, cfgPath, "alice", "rcpts"); r < 39.9 || r > 40.1 {
+		t.Fatalf("rcpts rate %.2f, want 40 (each accepted recipient once)", r)
+	}
+	out, _ := cli(t, "--config", cfgPath, "status")
+	if !strings.Contains(out, "asked at: milter RCPT") || !strings.Contains(out, "asked at: policy RCPT") {
+		t.Fatalf("status:\n%s", out)
+	}
+}
