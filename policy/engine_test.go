@@ -373,3 +373,39 @@ func TestMessageLargerThanLimit(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 }
+
+// oneLimitFails fails Get and Update for one limit only, as a store does
+// for a key that is too long or when it is full.
+type oneLimitFails struct {
+	policy.Store
+	limit string
+}
+
+func (s oneLimitFails) Get(ctx context.Context, limit, key string) (ratelimit.State, error) {
+	if limit == s.limit {
+		return ratelimit.State{}, store.ErrKeyTooLong
+	}
+	return s.Store.Get(ctx, limit, key)
+}
+
+// A store error in one limit leaves the other limits' verdict standing
+// (issue: one ErrKeyTooLong threw away another limit's Defer).
+func TestStoreErrorInOneLimitKeepsOthersVerdict(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "broken", Key: []string{"sender"}, Limit: 1000, Period: policy.Duration(time.Hour)},
+		{Name: "tight", Key: []string{"sasl_username"}, Limit: 1, Period: policy.Duration(time.Hour)},
+	}}
+	e, err := policy.NewEngine(c, oneLimitFails{Store: store.NewMemory(store.MemoryOptions{}), limit: "broken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e.Evaluate(ctx, t0, eom("mo"))
+	d := e.Evaluate(ctx, t0, eom("mo"))
+	if d.Action != policy.Defer || d.Limit != "tight" {
+		t.Fatalf("second message: %v by %q, want defer by tight", d.Action, d.Limit)
+	}
+	if !errors.Is(d.Fault, store.ErrKeyTooLong) {
+		t.Fatalf("fault %v, want the broken limit's error reported", d.Fault)
+	}
+}
