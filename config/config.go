@@ -29,9 +29,27 @@ type File struct {
 	// Milter is the [milter] table: the milter front end.
 	Milter Milter `toml:"milter"`
 
+	// NoLimits is set by [policy] limits = "none": the file deliberately
+	// has no [[limit]] table and the daemon limits nobody. Without it a
+	// file with no [[limit]] is refused, so that an empty or truncated
+	// file cannot silently turn every limit off.
+	NoLimits bool `toml:"-"`
+
 	// Source names where the configuration came from (a path, or
 	// "(embedded default)").
 	Source string `toml:"-"`
+}
+
+// NoLimitsValue is the value of [policy] limits that allows a
+// configuration without any [[limit]] table.
+const NoLimitsValue = "none"
+
+// limitsSwitch is the one key of the [policy] table that belongs to the
+// file rather than to policy.Config: [policy] limits = "none".
+type limitsSwitch struct {
+	Policy struct {
+		Limits *string `toml:"limits"`
+	} `toml:"policy"`
 }
 
 // EmbeddedSource is File.Source for the embedded default configuration.
@@ -68,7 +86,13 @@ func Parse(data []byte, source string) (*File, error) {
 	}
 	var errs []error
 	for _, k := range md.Undecoded() {
+		if k.String() == "policy.limits" {
+			continue // limitsSwitch
+		}
 		errs = append(errs, fmt.Errorf("%w: %s: unknown key %s", ErrInvalid, source, k))
+	}
+	if err := f.checkLimitsSwitch(data); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err))
 	}
 	if err := policy.Check(f.PolicyConfig()); err != nil {
 		for _, e := range unjoin(err) {
@@ -82,6 +106,26 @@ func Parse(data []byte, source string) (*File, error) {
 		return nil, errors.Join(errs...)
 	}
 	return f, nil
+}
+
+// checkLimitsSwitch reads [policy] limits and refuses a file without
+// [[limit]] tables unless it says limits = "none".
+func (f *File) checkLimitsSwitch(data []byte) error {
+	var sw limitsSwitch
+	if _, err := toml.Decode(string(data), &sw); err != nil {
+		return fmt.Errorf("policy.limits: %v", err)
+	}
+	switch v := sw.Policy.Limits; {
+	case v != nil && *v != NoLimitsValue:
+		return fmt.Errorf("policy.limits: %q is not a valid value: the only one is %q (run without any limit)", *v, NoLimitsValue)
+	case v != nil && len(f.Limits) > 0:
+		return fmt.Errorf("policy.limits: %q but the file has %d [[limit]] tables: remove one or the other", *v, len(f.Limits))
+	case v != nil:
+		f.NoLimits = true
+	case len(f.Limits) == 0:
+		return fmt.Errorf("no [[limit]] table: every sender would be unlimited; add limits, or set [policy] limits = %q to run without any on purpose", NoLimitsValue)
+	}
+	return nil
 }
 
 // PolicyConfig returns the policy configuration with its limit stack.

@@ -126,3 +126,60 @@ func TestShippedConfigs(t *testing.T) {
 		}
 	}
 }
+
+// An empty or limit-less configuration would run the daemon with every
+// sender unlimited: it is refused unless it says so with
+// [policy] limits = "none" (issue 8, item 9).
+func TestNoLimitsMustBeExplicit(t *testing.T) {
+	for name, text := range map[string]string{
+		"empty file":   "",
+		"only comment": "# nothing here\n",
+		"server only":  "[server]\nstate_dir = \"/tmp/x\"\n",
+		"policy only":  "[policy]\nstages = [\"RCPT\"]\n",
+	} {
+		_, err := config.Parse([]byte(text), "empty.toml")
+		if !errors.Is(err, config.ErrInvalid) {
+			t.Errorf("%s: want ErrInvalid, got %v", name, err)
+			continue
+		}
+		for _, want := range []string{"empty.toml", "no [[limit]]", `limits = "none"`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error lacks %q: %v", name, want, err)
+			}
+		}
+	}
+	f, err := config.Parse([]byte("[policy]\nlimits = \"none\"\n"), "none.toml")
+	if err != nil {
+		t.Fatalf("explicit limits = \"none\": %v", err)
+	}
+	if !f.NoLimits || len(f.Limits) != 0 {
+		t.Fatalf("limits = none: NoLimits %v, %d limits", f.NoLimits, len(f.Limits))
+	}
+	for name, text := range map[string]string{
+		"unknown value":     "[policy]\nlimits = \"all\"\n",
+		"none with a limit": "[policy]\nlimits = \"none\"\n[[limit]]\nname = \"h\"\nkey = [\"sender\"]\nlimit = 5\nperiod = \"1h\"\n",
+	} {
+		if _, err := config.Parse([]byte(text), "t.toml"); !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "policy.limits") {
+			t.Errorf("%s: want an error naming policy.limits, got %v", name, err)
+		}
+	}
+}
+
+func TestRestartKeys(t *testing.T) {
+	base := "[[limit]]\nname = \"h\"\nkey = [\"sender\"]\nlimit = 5\nperiod = \"1h\"\n"
+	a, err := config.Parse([]byte(base), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := config.Parse([]byte(base+"[server]\nadmin_socket = \"/run/x.sock\"\nmetrics_listen = \"\"\n[quarantine]\nmax_age = \"1d\"\n[milter]\nlisten = \"unix:/run/m.sock\"\n"), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := config.RestartKeys(a, a); k != nil {
+		t.Fatalf("same file: %v", k)
+	}
+	got := strings.Join(config.RestartKeys(a, b), " ")
+	if got != "server.admin_socket server.metrics_listen quarantine.max_age milter.listen" {
+		t.Fatalf("RestartKeys = %q", got)
+	}
+}
