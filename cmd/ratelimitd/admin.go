@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -49,6 +50,11 @@ type Status struct {
 	// Advice lists limits that cannot count as the MTA is hooked up, in
 	// plain words with the line to add.
 	Advice []string `json:"advice,omitempty"`
+	// RestartNeeded lists the settings (TOML keys) of the configuration
+	// file that differ from the running ones and take effect only after a
+	// restart (listeners, state, quarantine, milter); empty when the
+	// running daemon matches its file.
+	RestartNeeded []string `json:"restart_needed,omitempty"`
 }
 
 // resetResult is the answer to POST /v1/rate/reset.
@@ -68,7 +74,9 @@ type adminServer struct {
 
 // listenAdmin creates the admin socket at path with mode 0660. It refuses a
 // path whose directory is writable by every user (anyone could replace the
-// socket).
+// socket), a path where something other than a socket exists, and a socket
+// another daemon answers on (srvconn.ListenUnix); closing the listener
+// removes the socket only if it is still ours.
 func listenAdmin(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -81,17 +89,8 @@ func listenAdmin(path string) (net.Listener, error) {
 	if fi.Mode().Perm()&0o002 != 0 {
 		return nil, fmt.Errorf("admin socket: directory %s is world-writable (mode %v); choose another admin_socket", dir, fi.Mode().Perm())
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("admin socket %s: another ratelimitd is running", path)
-	}
-	_ = os.Remove(path)
-	l, err := net.Listen("unix", path)
+	l, err := srvconn.ListenUnix(path, 0o660)
 	if err != nil {
-		return nil, fmt.Errorf("admin socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		l.Close()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	return l, nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta/milter"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -43,11 +44,7 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 	var l net.Listener
 	var err error
 	if path, ok := strings.CutPrefix(m.Listen, "unix:"); ok {
-		os.Remove(path)
-		l, err = net.Listen("unix", path)
-		if err == nil {
-			err = os.Chmod(path, os.FileMode(d.cfg.Server.Mode()))
-		}
+		l, err = srvconn.ListenUnix(path, os.FileMode(d.cfg.Server.Mode()))
 	} else {
 		l, err = net.Listen("tcp", m.Listen)
 	}

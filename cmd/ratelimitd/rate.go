@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -221,6 +222,9 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "ratelimitd %s, up %s (since %s)\n", st.Version, st.Uptime, st.Started.Format(time.RFC3339))
 			fmt.Fprintf(w, "config: %s\n", st.Config)
+			if len(st.RestartNeeded) > 0 {
+				fmt.Fprintf(w, "restart needed to apply: %s\n", strings.Join(st.RestartNeeded, ", "))
+			}
 			for _, l := range st.Listeners {
 				fmt.Fprintf(w, "listening: %s\n", l)
 			}

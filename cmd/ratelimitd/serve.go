@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,6 +93,9 @@ Postfix main.cf:
 
 // daemon is a running ratelimitd: engine, stores, listeners.
 type daemon struct {
+	// cfg is the configuration the daemon started with: its listeners,
+	// state, quarantine and milter run on it. It is never replaced (a
+	// reload applies the limits only), so it is read without a lock.
 	cfg        *config.File
 	configPath string
 	log        *slog.Logger
@@ -109,6 +113,12 @@ type daemon struct {
 	wg         sync.WaitGroup
 	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
 	stopMemLimit func()
+
+	// reloadMu serialises reloads and guards loaded and restartNeeded,
+	// which the admin status handler reads concurrently.
+	reloadMu      sync.Mutex
+	loaded        *config.File // the last file accepted (cfg until a reload)
+	restartNeeded []string     // config.RestartKeys(cfg, loaded)
 }
 
 func newLogger(s config.Server, w interface{ Write([]byte) (int, error) }) *slog.Logger {
@@ -125,7 +135,7 @@ func newLogger(s config.Server, w interface{ Write([]byte) (int, error) }) *slog
 // leave nothing running.
 func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte) (int, error) }) (_ *daemon, err error) {
 	s := f.Server
-	d := &daemon{cfg: f, configPath: configPath, log: newLogger(s, logw), started: time.Now()}
+	d := &daemon{cfg: f, loaded: f, configPath: configPath, log: newLogger(s, logw), started: time.Now()}
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -294,27 +304,40 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.De
 	return dec
 }
 
-// reload re-reads the configuration file; an invalid one is refused.
+// reload re-reads the configuration file; an invalid one is refused. The
+// policy and limits are applied at once; settings that need a restart
+// (config.RestartKeys) are logged at WARN and shown by status until the
+// file matches the running daemon again.
 func (d *daemon) reload() {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
 	f, err := config.Load(d.configPath)
 	if err == nil {
 		err = d.engine.Reload(f.PolicyConfig())
 	}
 	if err != nil {
-		d.log.Error("reload refused, keeping the running configuration", "config", d.cfg.Source, "err", err)
+		d.log.Error("reload refused, keeping the running configuration", "config", d.loaded.Source, "err", err)
 		d.metrics.fault("reload")
 		return
 	}
-	d.cfg = f
+	d.loaded = f
+	d.restartNeeded = config.RestartKeys(d.cfg, f)
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
 		d.log.Warn("configuration note: " + a)
 	}
+	if len(d.restartNeeded) > 0 {
+		d.log.Warn("configuration reloaded: limits applied, but these settings keep their running values until a restart",
+			"restart_needed", d.restartNeeded)
+	}
 }
 
 func (d *daemon) status() Status {
+	d.reloadMu.Lock()
+	source, restart := d.loaded.Source, slices.Clone(d.restartNeeded)
+	d.reloadMu.Unlock()
 	st := Status{Version: version, Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
-		Config: d.cfg.Source, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
+		Config: source, RestartNeeded: restart, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
 		Faults: d.metrics.nFaults.Load(), BadInput: d.metrics.nBad.Load(),
 		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice()}
 	for a := range numActions {
@@ -351,7 +374,8 @@ func (d *daemon) shutdown(ctx context.Context) error {
 	if err := d.db.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	os.Remove(d.cfg.Server.AdminSocket)
+	// The admin listener removed its socket when Shutdown closed it, if
+	// the file there was still the one it created.
 	d.log.Info("ratelimitd stopped")
 	return errors.Join(errs...)
 }

@@ -3,12 +3,12 @@ package postfix
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/user"
 	"strconv"
-	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 )
 
 // DefaultSocketMode is the file mode ListenUnix gives a socket when asked
@@ -27,7 +27,8 @@ const DefaultSocketMode os.FileMode = 0o660
 // path, and ErrNotSocket if path exists and is not a socket. The socket is
 // given mode (0 means DefaultSocketMode) and, if group is not empty, group
 // ownership of group (a name, or a numeric id); on failure the socket is
-// removed again. Closing the listener removes the socket.
+// removed again. Closing the listener removes the socket if it is still
+// the one ListenUnix created (srvconn.ListenUnix).
 //
 // Between its creation and the chmod the socket has the mode the process
 // umask gives it; keep it in a directory that only the daemon and the MTA can
@@ -43,17 +44,14 @@ func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, erro
 			return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
 		}
 	}
-	if err := removeStaleSocket(path); err != nil {
-		return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
+	l, err := srvconn.ListenUnix(path, mode)
+	switch {
+	case errors.Is(err, srvconn.ErrNotSocket):
+		return nil, fmt.Errorf("postfix: %w: %w", ErrNotSocket, err)
+	case errors.Is(err, srvconn.ErrSocketInUse):
+		return nil, fmt.Errorf("postfix: %w: %w", ErrSocketInUse, err)
+	case err != nil:
 		return nil, fmt.Errorf("postfix: %w", err)
-	}
-	l.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, mode.Perm()); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
 	}
 	if gid >= 0 {
 		if err := os.Lchown(path, -1, gid); err != nil {
@@ -62,26 +60,6 @@ func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, erro
 		}
 	}
 	return l, nil
-}
-
-// removeStaleSocket removes path if it is a socket nobody accepts on.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return ErrNotSocket
-	}
-	c, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		c.Close()
-		return ErrSocketInUse
-	}
-	return os.Remove(path)
 }
 
 // lookupGroup resolves a group name or numeric id.

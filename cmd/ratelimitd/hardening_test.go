@@ -1,0 +1,219 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+)
+
+// adminStatus asks the running daemon for its status over the admin socket.
+func adminStatus(t testing.TB, td *testDaemon) Status {
+	t.Helper()
+	var st Status
+	if err := newAdminClient(td.d.cfg.Server.AdminSocket).do("GET", "/v1/status", nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// A SIGHUP with an empty file (or one without limits) is refused: the
+// running limits stay (issue 8, item 9).
+func TestReloadRefusesLimitlessConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+	td := startTestDaemon(t, cfgPath)
+	for _, text := range []string{"", "[server]\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\n"} {
+		os.WriteFile(cfgPath, []byte(text), 0o644)
+		td.d.reload()
+		if n := len(td.d.engine.Limits()); n != 2 {
+			t.Fatalf("reload with %q left %d limits, want the running 2", text, n)
+		}
+	}
+	logs := td.logs.String()
+	if !strings.Contains(logs, "reload refused") || !strings.Contains(logs, "no [[limit]] table") {
+		t.Fatalf("refusal not logged with its cause:\n%s", logs)
+	}
+	if strings.Contains(logs, "configuration reloaded") {
+		t.Fatalf("a limit-less file was reported as reloaded:\n%s", logs)
+	}
+	out, err := cli(t, "config", "check", cfgPath)
+	if err == nil || !strings.Contains(out, `limits = "none"`) {
+		t.Fatalf("config check of a limit-less file: %v\n%s", err, out)
+	}
+}
+
+// Reload and the admin status handler run concurrently without a data race
+// on the configuration (run with -race; issue 8, item 11).
+func TestReloadAndStatusRace(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+	td := startTestDaemon(t, cfgPath)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for range 20 {
+			td.d.reload()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range 20 {
+			if st := adminStatus(t, td); st.Config != cfgPath {
+				t.Errorf("status config %q, want %q", st.Config, cfgPath)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+}
+
+// A reload that changes settings only a restart applies says so in the log
+// and in status, instead of silently keeping the old ones (issue 8,
+// item 11).
+func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+	td := startTestDaemon(t, cfgPath)
+	if st := adminStatus(t, td); len(st.RestartNeeded) != 0 {
+		t.Fatalf("fresh daemon needs a restart: %v", st.RestartNeeded)
+	}
+	text, _ := os.ReadFile(cfgPath)
+	os.WriteFile(cfgPath, append(text, []byte("\n[quarantine]\nalert_every = 3\nmax_age = \"2d\"\n")...), 0o644)
+	td.d.reload()
+	st := adminStatus(t, td)
+	for _, k := range []string{"quarantine.alert_every", "quarantine.max_age"} {
+		if !slices.Contains(st.RestartNeeded, k) {
+			t.Errorf("status restart_needed %v lacks %s", st.RestartNeeded, k)
+		}
+		if !strings.Contains(td.logs.String(), k) {
+			t.Errorf("log does not name %s:\n%s", k, td.logs.String())
+		}
+	}
+	if !strings.Contains(td.logs.String(), "restart") {
+		t.Errorf("log does not say a restart is needed:\n%s", td.logs.String())
+	}
+	out, err := cli(t, "--config", cfgPath, "status")
+	if err != nil || !strings.Contains(out, "quarantine.alert_every") {
+		t.Errorf("ratelimitd status does not show the pending settings: %v\n%s", err, out)
+	}
+	// Back to the running values: nothing pending.
+	os.WriteFile(cfgPath, text, 0o644)
+	td.d.reload()
+	if st := adminStatus(t, td); len(st.RestartNeeded) != 0 {
+		t.Fatalf("after reverting, restart_needed = %v", st.RestartNeeded)
+	}
+}
+
+// After a reload that changes admin_socket, shutdown removes only the
+// socket it created, never what is at the new path (issue 8, item 11).
+func TestShutdownKeepsFileAtReloadedAdminSocket(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+	td := startTestDaemon(t, cfgPath)
+	running := td.d.cfg.Server.AdminSocket
+	other := filepath.Join(dir, "precious")
+	os.WriteFile(other, []byte("not ours"), 0o600)
+	text, _ := os.ReadFile(cfgPath)
+	os.WriteFile(cfgPath, []byte(strings.Replace(string(text), "[server]\n", fmt.Sprintf("[server]\nadmin_socket = %q\n", other), 1)), 0o644)
+	td.d.reload()
+	td.stop()
+	if b, err := os.ReadFile(other); err != nil || string(b) != "not ours" {
+		t.Fatalf("shutdown removed the file at the reloaded admin_socket: %q %v", b, err)
+	}
+	if _, err := os.Lstat(running); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("shutdown left its own admin socket: %v", err)
+	}
+}
+
+// The admin, milter and unix policy listeners refuse to remove a file that
+// is not a socket, and a live socket means another daemon is running
+// (issue 8, item 11).
+func TestListenersNeverRemoveNonSockets(t *testing.T) {
+	for _, tc := range []struct{ name, extra string }{
+		{"admin", "admin_socket = %q\n"},
+		{"milter", "\n[milter]\nlisten = \"unix:%s\"\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "precious")
+			os.WriteFile(file, []byte("keep"), 0o600)
+			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+			text, _ := os.ReadFile(cfgPath)
+			extra := fmt.Sprintf(tc.extra, file)
+			if tc.name == "admin" {
+				text = []byte(strings.Replace(string(text), "[server]\n", "[server]\n"+extra, 1))
+			} else {
+				text = append(text, extra...)
+			}
+			os.WriteFile(cfgPath, text, 0o644)
+			f, err := config.Load(cfgPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := startDaemon(f, cfgPath, &syncBuffer{})
+			if err == nil {
+				ctx, cancel := contextWithTimeout(5e9)
+				d.shutdown(ctx)
+				cancel()
+			}
+			if !errors.Is(err, srvconn.ErrNotSocket) {
+				t.Errorf("start with a regular file at the %s socket path: %v, want ErrNotSocket", tc.name, err)
+			}
+			if b, rerr := os.ReadFile(file); rerr != nil || string(b) != "keep" {
+				t.Fatalf("the file at the %s socket path was removed: %q %v", tc.name, b, rerr)
+			}
+		})
+	}
+	t.Run("policy", func(t *testing.T) {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "precious")
+		os.WriteFile(file, []byte("keep"), 0o600)
+		f, err := config.Load(writeConfig(t, dir, "unix:"+file, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := startDaemon(f, "", &syncBuffer{}); err == nil {
+			ctx, cancel := contextWithTimeout(5e9)
+			d.shutdown(ctx)
+			cancel()
+			t.Errorf("started over a regular file at the policy socket path")
+		}
+		if b, rerr := os.ReadFile(file); rerr != nil || string(b) != "keep" {
+			t.Fatalf("the file at the policy socket path was removed: %q %v", b, rerr)
+		}
+	})
+}
+
+// A second daemon on the same milter socket is refused as "already
+// running" and leaves the first one's socket working.
+func TestMilterSocketOfRunningDaemon(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "milter.sock")
+	extra := fmt.Sprintf("\n[milter]\nlisten = \"unix:%s\"\n", sock)
+	startTestDaemon(t, writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), extra))
+	cfgB := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), extra)
+	fB, err := config.Load(cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := startDaemon(fB, cfgB, &syncBuffer{})
+	if err == nil {
+		ctx, cancel := contextWithTimeout(5e9)
+		d.shutdown(ctx)
+		cancel()
+	}
+	if !errors.Is(err, srvconn.ErrSocketInUse) || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("second daemon on a live milter socket: %v", err)
+	}
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("the running daemon's milter socket is gone: %v", err)
+	}
+}

@@ -1,0 +1,124 @@
+package srvconn
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Errors of ListenUnix.
+var (
+	// ErrNotSocket is returned (wrapped) by ListenUnix when something
+	// other than a socket exists at the path: it is never removed.
+	ErrNotSocket = errors.New("srvconn: path exists and is not a socket (refusing to remove it)")
+	// ErrSocketInUse is returned (wrapped) by ListenUnix when a server
+	// accepts connections on the socket at the path: another daemon is
+	// already running there.
+	ErrSocketInUse = errors.New("srvconn: socket in use: another daemon is already running on it")
+)
+
+// ListenUnix listens on a unix stream socket at path with file mode mode
+// (the mode is set after the socket is created, so keep the socket in a
+// directory only the daemon and its clients can reach).
+//
+// What exists at path first is handled this way: nothing, fine; a socket
+// nobody accepts on (left by a crash), removed; a socket a server answers
+// on, an error wrapping ErrSocketInUse; anything else (a file, a
+// directory, a symbolic link), an error wrapping ErrNotSocket and left in
+// place.
+//
+// Closing the returned listener removes the socket file only if the file
+// at path is still the socket ListenUnix created (same device and inode):
+// a socket another process put there in the meantime, or a file an
+// operator replaced it with, is left alone. Close is safe to call more than
+// once and from several goroutines.
+func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
+	if err := removeStale(path); err != nil {
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// net's own unlink on close removes whatever is at path by then.
+	l.SetUnlinkOnClose(false)
+	fail := func(err error) (net.Listener, error) {
+		l.Close()
+		os.Remove(path) // just created, nobody else's yet
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	if err := os.Chmod(path, mode.Perm()); err != nil {
+		return fail(err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fail(err)
+	}
+	return &unixListener{UnixListener: l, path: path, created: fi}, nil
+}
+
+// removeStale removes path if it is a socket nobody accepts on.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%w: %s is a %s", ErrNotSocket, path, fileKind(fi))
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return ErrSocketInUse
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("probing the existing socket: %w", err)
+	}
+	return os.Remove(path)
+}
+
+func fileKind(fi fs.FileInfo) string {
+	switch t := fi.Mode().Type(); {
+	case t == 0:
+		return "regular file"
+	case t&fs.ModeDir != 0:
+		return "directory"
+	case t&fs.ModeSymlink != 0:
+		return "symbolic link"
+	default:
+		return "file of mode " + t.String()
+	}
+}
+
+// unixListener is a unix listener that removes only its own socket file.
+type unixListener struct {
+	*net.UnixListener
+	path    string
+	created fs.FileInfo
+	once    sync.Once
+	err     error
+}
+
+// Close closes the listener and removes the socket file if it is still
+// the one the listener created.
+func (l *unixListener) Close() error {
+	l.once.Do(func() {
+		l.err = l.UnixListener.Close()
+		if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.created) {
+			os.Remove(l.path)
+		}
+	})
+	return l.err
+}
+
+// Accept returns the next connection (net.Listener); it is the embedded
+// listener's, named here so the type is a net.Listener with our Close.
+func (l *unixListener) Accept() (net.Conn, error) { return l.UnixListener.Accept() }
