@@ -183,3 +183,14 @@ func TestRestartKeys(t *testing.T) {
 		t.Fatalf("RestartKeys = %q", got)
 	}
 }
+
+func TestMaxConnections(t *testing.T) {
+	base := "[[limit]]\nname = \"h\"\nkey = [\"sender\"]\nlimit = 5\nperiod = \"1h\"\n[server]\n"
+	f, err := config.Parse([]byte(base+"max_connections = 500\n"), "t")
+	if err != nil || f.Server.MaxConnections != 500 {
+		t.Fatalf("max_connections = 500: %v %+v", err, f)
+	}
+	if _, err := config.Parse([]byte(base+"max_connections = -1\n"), "t"); err == nil || !strings.Contains(err.Error(), "server.max_connections") {
+		t.Fatalf("negative max_connections: %v", err)
+	}
+}

@@ -49,6 +49,12 @@ type Server struct {
 	// RequestTimeout bounds reading and answering one request, from its
 	// first byte; default 10s.
 	RequestTimeout policy.Duration `toml:"request_timeout"`
+	// MaxConnections caps the policy and milter connections open at once
+	// (all their listeners together); a connection over the cap is closed
+	// at once, counted and logged, so the admin socket and metrics keep
+	// answering when the process nears its file-descriptor limit. 0
+	// (default) means min(1024, RLIMIT_NOFILE/2).
+	MaxConnections int `toml:"max_connections"`
 	// LogLevel is debug, info (default), warn or error; LogFormat is text
 	// (default) or json.
 	LogLevel  string `toml:"log_level"`
@@ -172,6 +178,9 @@ func (s *Server) validate() []error {
 	}
 	if s.MaxKeys < 0 {
 		bad("max_keys", "must not be negative")
+	}
+	if s.MaxConnections < 0 {
+		bad("max_connections", "must not be negative (0 means min(1024, RLIMIT_NOFILE/2))")
 	}
 	switch s.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -55,6 +55,17 @@ type Status struct {
 	// restart (listeners, state, quarantine, milter); empty when the
 	// running daemon matches its file.
 	RestartNeeded []string `json:"restart_needed,omitempty"`
+	// Connections are the policy and milter connections against their
+	// cap (server.max_connections).
+	Connections ConnStatus `json:"connections"`
+}
+
+// ConnStatus is the connection cap's state in Status: connections open
+// now, the cap, and how many were closed at once because it was reached.
+type ConnStatus struct {
+	Open    int   `json:"open"`
+	Max     int   `json:"max"`
+	Refused int64 `json:"refused"`
 }
 
 // resetResult is the answer to POST /v1/rate/reset.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +20,13 @@ import (
 // test binary re-executed with RATELIMITD_RUN_MAIN=1).
 func TestMain(m *testing.M) {
 	if os.Getenv("RATELIMITD_RUN_MAIN") == "1" {
+		if n, err := strconv.ParseUint(os.Getenv("RATELIMITD_TEST_NOFILE"), 10, 64); err == nil {
+			// A daemon at a low file-descriptor limit (soft and hard).
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				fmt.Fprintln(os.Stderr, "setrlimit:", err)
+				os.Exit(3)
+			}
+		}
 		os.Args = append([]string{"ratelimitd"}, strings.Fields(os.Getenv("RATELIMITD_ARGS"))...)
 		main()
 		os.Exit(0)

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
@@ -215,5 +222,117 @@ func TestMilterSocketOfRunningDaemon(t *testing.T) {
 	}
 	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
 		t.Fatalf("the running daemon's milter socket is gone: %v", err)
+	}
+}
+
+// startSubprocessDaemon runs the real ratelimitd serve in a re-executed test
+// binary with the environment env added, and waits for it to start.
+func startSubprocessDaemon(t *testing.T, cfgPath string, env ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfgPath), env...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; !strings.Contains(out.String(), "ratelimitd started"); i++ {
+		if i == 500 {
+			t.Fatalf("daemon did not start:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, out
+}
+
+// statusWithin asks the daemon's admin socket for its status, failing
+// after limit instead of the CLI's 30 s.
+func statusWithin(sock string, limit time.Duration) (Status, error) {
+	c := newAdminClient(sock)
+	c.hc.Timeout = limit
+	var st Status
+	err := c.do("GET", "/v1/status", nil, &st)
+	return st, err
+}
+
+// At a low file-descriptor limit, a flood of policy and milter connections
+// is capped (max_connections defaults to RLIMIT_NOFILE/2): the ones over
+// the cap are closed at once and counted, and the admin socket, /metrics
+// and the connections already open keep answering (issue 8, item 14).
+func TestConnectionCapKeepsAdminAlive(t *testing.T) {
+	dir := t.TempDir()
+	port, mport, milterPort := freePort(t), freePort(t), freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfgPath := writeConfig(t, dir, addr, fmt.Sprintf("\n[milter]\nlisten = \"127.0.0.1:%d\"\n", milterPort))
+	text, _ := os.ReadFile(cfgPath)
+	text = []byte(strings.Replace(string(text), `metrics_listen = ""`, fmt.Sprintf(`metrics_listen = "127.0.0.1:%d"`, mport), 1))
+	if v := os.Getenv("RATELIMITD_TEST_MAX_CONNECTIONS"); v != "" { // to see the test fail without a cap
+		text = []byte(strings.Replace(string(text), "[server]\n", "[server]\nmax_connections = "+v+"\n", 1))
+	}
+	os.WriteFile(cfgPath, text, 0o644)
+	const nofile, policyConns, milterConns = 64, 60, 8
+	const want = nofile / 2 // the default cap
+	startSubprocessDaemon(t, cfgPath, fmt.Sprintf("RATELIMITD_TEST_NOFILE=%d", nofile))
+	f, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	for i := range policyConns + milterConns {
+		a := addr
+		if i >= policyConns {
+			a = fmt.Sprintf("127.0.0.1:%d", milterPort)
+		}
+		c, err := net.DialTimeout("tcp", a, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	var st Status
+	for i := 0; ; i++ {
+		st, err = statusWithin(f.Server.AdminSocket, 5*time.Second)
+		if err != nil {
+			t.Fatalf("admin status with %d connections open: %v", len(conns), err)
+		}
+		if st.Connections.Open+int(st.Connections.Refused) == len(conns) {
+			break
+		}
+		if i == 250 {
+			t.Fatalf("connections not all accepted or refused: %+v", st.Connections)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.Connections.Max != want || st.Connections.Open != want || st.Connections.Refused != int64(len(conns)-want) {
+		t.Fatalf("connections %+v; want %d open of max %d, %d refused", st.Connections, want, want, len(conns)-want)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport))
+	if err != nil {
+		t.Fatalf("metrics with the cap reached: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// Which listener's connections were refused depends on the order the
+	// two accept loops ran in; the total does not.
+	refused := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ratelimitd_connections_refused_total{listener="); ok {
+			_, v, _ := strings.Cut(rest, " ")
+			n, _ := strconv.Atoi(v)
+			refused += n
+		}
+	}
+	if refused != len(conns)-want || !strings.Contains(string(body), fmt.Sprintf("ratelimitd_connections_open %d", want)) {
+		t.Errorf("metrics: %d refused (want %d) or open gauge not %d:\n%s", refused, len(conns)-want, want, body)
+	}
+	// A connection under the cap is still served.
+	c := conns[0]
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=RCPT\nsasl_username=cap\nclient_address=192.0.2.9\n\n")
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "action=DUNNO") {
+		t.Fatalf("policy request on an accepted connection: %q %v", line, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -26,6 +27,9 @@ type metrics struct {
 	faults    *prometheus.CounterVec           // kind
 	badInput  *prometheus.CounterVec           // reason
 	latency   prometheus.Histogram
+	// connRefused counts connections closed over max_connections, by
+	// listener (policy, milter).
+	connRefused *prometheus.CounterVec
 
 	byAction [numActions]atomic.Int64
 	nFaults  atomic.Int64
@@ -65,9 +69,27 @@ func newMetrics(trackedKeys func() float64) *metrics {
 		Name: "ratelimitd_tracked_keys",
 		Help: "Rate states (limit, key pairs) held in memory.",
 	}, trackedKeys)
+	m.connRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimitd_connections_refused_total",
+		Help: "Connections closed at once because server.max_connections were open, by listener.",
+	}, []string{"listener"})
+	m.reg.MustRegister(m.connRefused)
 	m.reg.MustRegister(reqs, m.decisions, m.faults, m.badInput, m.latency, tracked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// watchConns exports the connection cap's gauges.
+func (m *metrics) watchConns(lim *srvconn.Limiter) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimitd_connections_open",
+			Help: "Policy and milter connections open now.",
+		}, func() float64 { return float64(lim.Open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ratelimitd_connections_max",
+			Help: "The cap on open policy and milter connections (server.max_connections).",
+		}, func() float64 { return float64(lim.Max()) }))
 }
 
 func stateIndex(s string) int {

@@ -68,7 +68,7 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 
 func (d *daemon) serveMilter() {
 	if d.q.milter != nil {
-		d.goServe("milter", func() error { return d.q.milter.Serve(d.q.milterL) }, milter.ErrServerClosed)
+		d.goServe("milter", func() error { return d.q.milter.Serve(d.conns.Listener(d.q.milterL, "milter")) }, milter.ErrServerClosed)
 	}
 }
 

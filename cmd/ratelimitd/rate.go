@@ -247,6 +247,7 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 			for _, a := range st.Advice {
 				fmt.Fprintf(w, "warning: %s\n", a)
 			}
+			fmt.Fprintf(w, "connections: %d open of max %d, %d closed at the cap\n", st.Connections.Open, st.Connections.Max, st.Connections.Refused)
 			return nil
 		},
 	}

@@ -22,6 +22,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -109,8 +110,10 @@ type daemon struct {
 	admin      *http.Server
 	metricsSrv *http.Server
 	listeners  []string
-	q          *quarantineState
-	wg         sync.WaitGroup
+	// conns caps the policy and milter connections (server.max_connections).
+	conns *srvconn.Limiter
+	q     *quarantineState
+	wg    sync.WaitGroup
 	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
 	stopMemLimit func()
 
@@ -183,6 +186,10 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		d.startMemoryLimit()
 	}
 	d.metrics = newMetrics(func() float64 { return float64(d.mem.Len()) })
+	d.conns = srvconn.NewLimiter(s.MaxConnections, d.log, func(listener string) {
+		d.metrics.connRefused.WithLabelValues(listener).Inc()
+	})
+	d.metrics.watchConns(d.conns)
 	if err := d.openQuarantine(); err != nil {
 		return nil, err
 	}
@@ -232,6 +239,7 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 	}
 	// Everything is open: start serving.
 	for _, l := range ls[:len(s.PolicyListen)] {
+		l := d.conns.Listener(l, "policy")
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
 	d.admin = (&adminServer{d: d, log: d.log}).httpServer()
@@ -339,7 +347,8 @@ func (d *daemon) status() Status {
 	st := Status{Version: version, Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
 		Config: source, RestartNeeded: restart, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
 		Faults: d.metrics.nFaults.Load(), BadInput: d.metrics.nBad.Load(),
-		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice()}
+		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice(),
+		Connections: ConnStatus{Open: d.conns.Open(), Max: d.conns.Max(), Refused: d.conns.Refused()}}
 	for a := range numActions {
 		n := d.metrics.byAction[a].Load()
 		st.Requests += n
