@@ -43,9 +43,10 @@ type Milter struct {
 	// ReadTimeout closes a milter connection silent for that long;
 	// default 330s.
 	ReadTimeout policy.Duration `toml:"read_timeout"`
-	// MaxMessageSize is the largest message the milter keeps in memory to
-	// freeze; a bigger one that must be frozen is temp-failed. Default
-	// "64M".
+	// MaxMessageSize is the largest message the milter keeps to freeze
+	// (kept only when a freeze limit could apply: the first 256 KiB in
+	// memory, the rest in an unlinked temporary file in server.state_dir);
+	// a bigger one that must be frozen is temp-failed. Default "64M".
 	MaxMessageSize policy.Size `toml:"max_message_size"`
 }
 

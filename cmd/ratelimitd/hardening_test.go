@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // adminStatus asks the running daemon for its status over the admin socket.
@@ -334,5 +336,129 @@ func TestConnectionCapKeepsAdminAlive(t *testing.T) {
 	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=RCPT\nsasl_username=cap\nclient_address=192.0.2.9\n\n")
 	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "action=DUNNO") {
 		t.Fatalf("policy request on an accepted connection: %q %v", line, err)
+	}
+}
+
+// procStatus returns a "kB" field of /proc/PID/status (VmRSS, VmHWM) in
+// bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// The milter keeps a message only when a freeze limit could apply, and
+// then spools it to the state directory: concurrent large messages do not
+// grow the daemon's memory by their size (issue 8, item 15; the issue saw
+// 411 MB RSS for 8 concurrent 50 MB messages). RATELIMITD_TEST_MILTER_N and
+// RATELIMITD_TEST_MILTER_MB scale it up for a measurement.
+func TestMilterMemoryBounded(t *testing.T) {
+	n, mb := 4, 16
+	if v, err := strconv.Atoi(os.Getenv("RATELIMITD_TEST_MILTER_N")); err == nil {
+		n = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("RATELIMITD_TEST_MILTER_MB")); err == nil {
+		mb = v
+	}
+	line := []byte(strings.Repeat("0123456789abcdef", 4) + "\r\n")
+	body := bytes.Repeat(line, mb<<20/len(line))
+	for _, tc := range []struct{ name, limits string }{
+		{"no freeze limit", ""},
+		{"freeze limit, spooled", `
+[[limit]]
+name = "mua"
+key = ["sasl_username"]
+limit = 1000
+period = "1h"
+mode = "strict"
+action = "freeze"
+via = ["milter"]
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			milterAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("\n[milter]\nlisten = %q\n", milterAddr))
+			text, _ := os.ReadFile(cfgPath)
+			os.WriteFile(cfgPath, append(text, tc.limits...), 0o644)
+			cmd, out := startSubprocessDaemon(t, cfgPath)
+			base := procStatus(t, cmd.Process.Pid, "VmRSS")
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					discarded, err := deliverOne(milterAddr, i, body)
+					if err == nil && discarded {
+						err = errors.New("message discarded")
+					}
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatalf("delivery: %v\n%s", err, out.String())
+				}
+			}
+			peak := procStatus(t, cmd.Process.Pid, "VmHWM")
+			t.Logf("%d concurrent %d MB messages: RSS %d MB at start, peak %d MB", n, mb, base>>20, peak>>20)
+			if grown, bound := peak-base, int64(n*mb)<<20/2; grown > bound {
+				t.Fatalf("peak RSS grew by %d MB for %d concurrent %d MB messages (bound %d MB)", grown>>20, n, mb, bound>>20)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(dir, "state")); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".spool") }) {
+				t.Fatalf("spool files left in the state directory: %v", ents)
+			}
+		})
+	}
+}
+
+// MayFreeze is true only when a freeze limit measured through the milter
+// has its key in the request.
+func TestMilterMayFreeze(t *testing.T) {
+	freeze := `
+[[limit]]
+name = "mua"
+key = ["sasl_username"]
+limit = 10
+period = "1h"
+mode = "strict"
+action = "freeze"
+via = ["milter"]
+`
+	user := &policy.Request{Stage: policy.ViaMilter, SASLUsername: "alice", Sender: "alice@example.org", RecipientCount: 1}
+	anon := &policy.Request{Stage: policy.ViaMilter, Sender: "bob@example.org", ClientAddress: "192.0.2.1", RecipientCount: 1}
+	for _, tc := range []struct {
+		name, limits string
+		req          *policy.Request
+		want         bool
+	}{
+		{"no freeze limit", "", user, false},
+		{"freeze limit, key present", freeze, user, true},
+		{"freeze limit, key missing", freeze, anon, false},
+		{"freeze limit for policy only", strings.Replace(freeze, `via = ["milter"]`, `via = ["policy"]`, 1), user, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			td := startTestDaemon(t, writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), tc.limits))
+			if got := (milterDecider{td.d}).MayFreeze(t.Context(), tc.req); got != tc.want {
+				t.Fatalf("MayFreeze = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

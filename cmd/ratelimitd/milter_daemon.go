@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,15 +56,64 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 	d.q.milterL = l
 	d.listeners = append(d.listeners, "milter "+listenerName(l))
 	d.q.milter = &milter.Server{
-		Decider:         milter.DeciderFunc(d.decide),
+		Decider:         milterDecider{d},
 		Quarantine:      d.q.svc,
 		Logger:          d.log,
 		Metrics:         milterMetrics{d.metrics},
 		AllowedNetworks: d.cfg.Server.Networks(),
 		ReadTimeout:     time.Duration(m.ReadTimeout),
 		MaxMessageSize:  int64(m.MaxMessageSize),
+		// Messages kept for freezing spill from memory to files here.
+		SpoolDir: d.cfg.Server.StateDir,
 	}
 	return nil
+}
+
+// milterDecider is the milter's Decider: daemon.decide, plus MayFreeze so
+// that the milter keeps a message only when a freeze limit could apply.
+type milterDecider struct{ d *daemon }
+
+// Decide implements milter.Decider.
+func (m milterDecider) Decide(ctx context.Context, req *policy.Request) policy.Decision {
+	return m.d.decide(ctx, req)
+}
+
+// MayFreeze implements milter.FreezeAdvisor. It reports true when some
+// limit with action freeze measures milter requests and every attribute
+// of its key is present in req (a limit whose key is missing is not
+// applied); it errs towards true (exemptions and overrides are not
+// consulted, and a recipient key counts as present once any recipient was
+// accepted).
+func (m milterDecider) MayFreeze(_ context.Context, req *policy.Request) bool {
+	for _, l := range m.d.engine.Limits() {
+		if l.Action != policy.Freeze.String() || (len(l.Via) > 0 && !slices.Contains(l.Via, policy.ViaMilter)) {
+			continue
+		}
+		if !slices.ContainsFunc(l.Key, func(attr string) bool { return !hasAttr(attr, req) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasAttr reports whether req may carry the key attribute attr (see
+// LimitConfig.Key); an attribute it does not know counts as present.
+func hasAttr(attr string, req *policy.Request) bool {
+	switch attr {
+	case "sasl_username":
+		return req.SASLUsername != ""
+	case "sender", "sender_domain":
+		return req.Sender != ""
+	case "recipient", "recipient_domain":
+		return req.Recipient != "" || req.RecipientCount > 0
+	case "client_address", "client_subnet":
+		return req.ClientAddress != ""
+	case "client_name":
+		return req.ClientName != "" && req.ClientName != "unknown"
+	case "helo_name":
+		return req.HeloName != ""
+	}
+	return true
 }
 
 func (d *daemon) serveMilter() {

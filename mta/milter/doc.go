@@ -23,8 +23,13 @@
 //	         code (450 4.7.1 by default) and Reject with 550 5.7.1; the
 //	         other recipients are unaffected. Any other action accepts the
 //	         recipient and is remembered for the end of the message.
-//	header,  buffered, up to Server.MaxMessageSize bytes, exactly as the
-//	body     MTA would deliver them (see Message.Data)
+//	header,  kept for freezing only if a freeze could apply (a RCPT
+//	body     decision was Freeze, or the Decider is no FreezeAdvisor, or
+//	         its MayFreeze says so), exactly as the MTA would deliver
+//	         them (see Message.Data), up to Server.MaxMessageSize bytes:
+//	         the first Server.SpoolThreshold bytes in memory, the rest in
+//	         an unlinked temporary file in Server.SpoolDir; otherwise only
+//	         counted (Request.Size)
 //	EOM      Decide(ProtocolState END-OF-MESSAGE, RecipientCount = the
 //	         accepted recipients, Size = bytes of the message, QueueID =
 //	         {i}); the strictest of this decision and the RCPT ones applies:
@@ -40,7 +45,9 @@
 //	Freeze   Quarantine.Freeze first; only once it returned without error
 //	         (the message is fsync'd) reply discard: the MTA accepts the
 //	         message and drops its copy. If freezing fails: 451 4.3.0; if the
-//	         message exceeded MaxMessageSize: 452 4.3.4. Never discard.
+//	         message exceeded MaxMessageSize: 452 4.3.4; if it was not
+//	         kept (ErrNotKept) or its spool failed: 451 4.3.0. Never
+//	         discard.
 //
 // # Macros
 //

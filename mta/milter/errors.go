@@ -24,6 +24,11 @@ var (
 	// ErrNoQuarantine is logged when a message must be frozen but
 	// Server.Quarantine is nil; the message is temp-failed (451 4.3.0).
 	ErrNoQuarantine = errors.New("milter: no quarantine configured")
+	// ErrNotKept is logged when a message must be frozen but was not kept
+	// because the Decider's FreezeAdvisor said, when the message began, that
+	// no freeze could apply (a reload in between, or an advisor that was
+	// wrong); the message is temp-failed (451 4.3.0), never discarded.
+	ErrNotKept = errors.New("milter: message not kept for freezing")
 	// errSessionPoisoned ends a session after a recovered panic, once its
 	// temp-fail reply has been written.
 	errSessionPoisoned = errors.New("milter: session closed after a panic")

@@ -38,8 +38,12 @@ const (
 	// reply.
 	DefaultQuarantineTimeout = 120 * time.Second
 	// DefaultMaxMessageSize is the largest message, in bytes, the server
-	// buffers in memory for freezing: 64 MiB.
+	// keeps for freezing: 64 MiB.
 	DefaultMaxMessageSize = 64 << 20
+	// DefaultSpoolThreshold is how many bytes of a message kept for
+	// freezing stay in memory before the message moves to a spool file:
+	// 256 KiB.
+	DefaultSpoolThreshold = 256 << 10
 )
 
 // Reasons passed to Metrics.BadInput and logged when a connection is closed
@@ -69,6 +73,10 @@ const (
 	// offer the quarantine action (SMFIF_QUARANTINE) in the option
 	// negotiation; the message was temp-failed instead.
 	FaultNoQuarantineAction = "no_quarantine_action"
+	// FaultSpool: a message kept for freezing could not be written to its
+	// spool file (Server.SpoolDir full or unwritable). The message goes on;
+	// if it must be frozen it is temp-failed.
+	FaultSpool = "spool"
 )
 
 // A Decider decides one policy request. It is the seam between the milter
@@ -94,6 +102,23 @@ func (f DeciderFunc) Decide(ctx context.Context, req *policy.Request) policy.Dec
 	return f(ctx, req)
 }
 
+// FreezeAdvisor is an optional interface of a Decider that saves the
+// Server from keeping messages no limit could freeze. When a message's
+// header begins (every recipient known), the Server asks MayFreeze once;
+// only if it reports true (or the Decider does not implement
+// FreezeAdvisor, or a RCPT decision already was Freeze) is the message
+// kept, header and body, for Quarantine.Freeze.
+//
+// req has ProtocolState DATA, the connection's client and HELO name, the
+// sender, SASL login, queue ID if known, RecipientCount and, with exactly
+// one recipient, Recipient. MayFreeze must err towards true: a message
+// that was not kept and is then decided Freeze is temp-failed (451 4.3.0,
+// ErrNotKept), never discarded. It is called concurrently and must be safe
+// for concurrent use; ctx carries the DecideTimeout deadline.
+type FreezeAdvisor interface {
+	MayFreeze(ctx context.Context, req *policy.Request) bool
+}
+
 // Quarantine stores frozen messages durably and records held ones. The
 // daemon implements it with package quarantine's BoltDB store.
 //
@@ -111,8 +136,7 @@ type Quarantine interface {
 	// the log.
 	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 	// Hold records a message the MTA keeps in its own hold queue (queue
-	// ID in m.Request.QueueID; m.Data is set too but need not be
-	// stored). If it fails the MTA holds the message all the same; the
+	// ID in m.Request.QueueID; m.Data is nil: the MTA has the message). If it fails the MTA holds the message all the same; the
 	// Server logs and counts the fault (FaultHoldRecord).
 	Hold(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 }
@@ -134,8 +158,7 @@ type Message struct {
 	// the MTA's own topmost Received: field is not shown to milters by
 	// Postfix and is absent, and a field written without a space after the
 	// colon gains one (the MTA strips one space, Postfix and Sendmail
-	// alike). Data is nil for Hold when the message exceeded
-	// MaxMessageSize.
+	// alike). Data is set for Freeze only (nil for Hold).
 	Data []byte
 }
 
@@ -194,12 +217,25 @@ type Server struct {
 	// DefaultDecideTimeout (10 s).
 	DecideTimeout time.Duration
 	// MaxMessageSize is how many bytes of each message (header and body)
-	// are kept in memory for freezing. A larger message is counted in
-	// full (Request.Size) but no longer buffered; if it must be frozen it
-	// is temp-failed with 452 4.3.4. Zero or negative means
-	// DefaultMaxMessageSize (64 MiB). Memory use is bounded by this times
-	// the number of messages in progress.
+	// are kept for freezing. A larger message is counted in full
+	// (Request.Size) but no longer kept; if it must be frozen it is
+	// temp-failed with 452 4.3.4. Zero or negative means
+	// DefaultMaxMessageSize (64 MiB).
+	//
+	// Only messages a freeze could apply to are kept (see FreezeAdvisor):
+	// the first SpoolThreshold bytes in memory, the rest in an unlinked
+	// temporary file in SpoolDir, so memory per message in progress is
+	// bounded by SpoolThreshold; a message is read back into memory whole
+	// only when it is frozen.
 	MaxMessageSize int64
+	// SpoolThreshold is how many bytes of a kept message stay in memory
+	// before it moves to a file in SpoolDir. Zero or negative means
+	// DefaultSpoolThreshold (256 KiB).
+	SpoolThreshold int64
+	// SpoolDir is the directory of the spool files ("" means
+	// os.TempDir()); the daemon uses its state directory. Files are
+	// unlinked as soon as they are created, so a crash leaves none.
+	SpoolDir string
 	// AllowedNetworks lists the client networks a TCP connection may come
 	// from; a connection from elsewhere is closed unread. Empty means
 	// loopback only (127.0.0.0/8, ::1). Unix-socket connections are not
@@ -247,6 +283,13 @@ func (s *Server) decideTimeout() time.Duration {
 		return s.DecideTimeout
 	}
 	return DefaultDecideTimeout
+}
+
+func (s *Server) spoolThreshold() int64 {
+	if s.SpoolThreshold > 0 {
+		return s.SpoolThreshold
+	}
+	return DefaultSpoolThreshold
 }
 
 func (s *Server) maxMessageSize() int64 {

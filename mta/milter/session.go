@@ -47,10 +47,36 @@ type message struct {
 	rcpt        policy.Decision
 	warnHeaders []string // Decision.Header of every Warn, deduplicated
 
-	data      []byte // header and body as received, until truncated
-	size      int64  // bytes of the whole message, buffered or not
-	truncated bool   // data exceeded MaxMessageSize and was dropped
-	eoh       bool   // the empty line after the header has been added
+	// keep says whether the message is kept for freezing (decided at its
+	// first header or body byte); buf holds it when kept.
+	keep      keepState
+	buf       *spool
+	size      int64 // bytes of the whole message, kept or not
+	truncated bool  // the message exceeded MaxMessageSize and was dropped
+	eoh       bool  // the empty line after the header has been added
+}
+
+// keepState says whether a message is kept for freezing.
+type keepState uint8
+
+const (
+	keepUndecided keepState = iota
+	keepYes                 // kept: a freeze could apply
+	keepNo                  // not kept: the FreezeAdvisor ruled a freeze out
+)
+
+// release frees the message's buffer (memory and spool file).
+func (m *message) release() {
+	if m != nil && m.buf != nil {
+		m.buf.close()
+		m.buf = nil
+	}
+}
+
+// dropMsg ends the current transaction's state.
+func (s *session) dropMsg() {
+	s.msg.release()
+	s.msg = nil
 }
 
 // Default reply texts.
@@ -167,6 +193,7 @@ func (s *session) MailFrom(from string, m *gomilter.Modifier) (resp gomilter.Res
 
 // begin starts a new transaction.
 func (s *session) begin() {
+	s.dropMsg()
 	s.messages++
 	s.msg = &message{instance: s.c.srv.instance + "." + strconv.FormatUint(s.c.id, 10) + "." + strconv.Itoa(s.messages)}
 }
@@ -232,7 +259,7 @@ func (s *session) Header(name string, value string, m *gomilter.Modifier) (resp 
 	line = append(line, ':', ' ')
 	line = appendCRLF(line, value)
 	line = append(line, '\r', '\n')
-	s.msg.add(line, s.c.srv.maxMessageSize())
+	s.add(line)
 	return gomilter.RespContinue, nil
 }
 
@@ -252,7 +279,7 @@ func (s *session) Headers(_ textproto.MIMEHeader, m *gomilter.Modifier) (resp go
 	defer s.recoverTo("eoh", &resp, &err)
 	s.absorb(m.Macros)
 	if s.msg != nil {
-		s.msg.endHeader(s.c.srv.maxMessageSize())
+		s.endHeader()
 	}
 	return gomilter.RespContinue, nil
 }
@@ -263,32 +290,75 @@ func (s *session) BodyChunk(chunk []byte, m *gomilter.Modifier) (resp gomilter.R
 	defer s.recoverTo("body", &resp, &err)
 	s.absorb(m.Macros)
 	if s.msg != nil {
-		max := s.c.srv.maxMessageSize()
-		s.msg.endHeader(max)
-		s.msg.add(chunk, max)
+		s.endHeader()
+		s.add(chunk)
 	}
 	return gomilter.RespContinue, nil
 }
 
-// add appends p to the message, or only counts it once the message is too
-// large to buffer.
-func (m *message) add(p []byte, max int64) {
+// add counts p in the message's size and, if the message is kept for
+// freezing, appends it (in memory, then in the spool file), up to
+// MaxMessageSize: beyond that the message is only counted.
+func (s *session) add(p []byte) {
+	m := s.msg
 	m.size += int64(len(p))
-	if m.truncated {
+	if m.keep == keepUndecided {
+		s.decideKeep()
+	}
+	if m.keep != keepYes || m.truncated {
 		return
 	}
-	if int64(len(m.data))+int64(len(p)) > max {
-		m.truncated, m.data = true, nil
+	if m.buf.n+int64(len(p)) > s.c.srv.maxMessageSize() {
+		m.truncated = true
+		m.release()
 		return
 	}
-	m.data = append(m.data, p...)
+	if err := m.buf.write(p); err != nil {
+		s.c.log.Error("cannot keep the message for freezing; it will be temp-failed if it must be frozen",
+			"err", err, "spool_dir", m.buf.dir)
+		s.c.srv.metrics().Fault(FaultSpool)
+	}
+}
+
+// decideKeep decides, at the message's first header or body byte (every
+// recipient known), whether to keep it for freezing: yes if a RCPT
+// decision already was Freeze, if the Decider is no FreezeAdvisor, or if
+// its MayFreeze says a freeze could apply (or panics).
+func (s *session) decideKeep() {
+	m, srv := s.msg, s.c.srv
+	m.keep = keepYes
+	adv, ok := srv.Decider.(FreezeAdvisor)
+	if ok && m.rcpt.Action != policy.Freeze {
+		req := s.request(policy.StateData)
+		req.RecipientCount = len(m.recipients)
+		if len(m.recipients) == 1 {
+			req.Recipient = m.recipients[0]
+		}
+		may := true
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					s.c.log.Error("panic in MayFreeze; keeping the message", "panic", r, "stack", string(debug.Stack()))
+					srv.metrics().Fault(FaultPanic)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
+			defer cancel()
+			may = adv.MayFreeze(ctx, &req)
+		}()
+		if !may {
+			m.keep = keepNo
+			return
+		}
+	}
+	m.buf = &spool{dir: srv.SpoolDir, threshold: srv.spoolThreshold()}
 }
 
 // endHeader adds the empty line between header and body, once.
-func (m *message) endHeader(max int64) {
-	if !m.eoh {
-		m.eoh = true
-		m.add([]byte("\r\n"), max)
+func (s *session) endHeader() {
+	if !s.msg.eoh {
+		s.msg.eoh = true
+		s.add([]byte("\r\n"))
 	}
 }
 
@@ -296,12 +366,12 @@ func (m *message) endHeader(max int64) {
 // over (RSET, HELO after MAIL, client gone); connection data stays.
 func (s *session) Abort(_ *gomilter.Modifier) (err error) {
 	defer s.recoverTo("abort", nil, &err)
-	s.msg = nil
+	s.dropMsg()
 	return nil
 }
 
 // end is called when the connection has ended.
-func (s *session) end() { s.msg = nil }
+func (s *session) end() { s.dropMsg() }
 
 // Body implements go-milter's Milter (SMFIC_BODYEOB): decide with
 // ProtocolState END-OF-MESSAGE and apply the strictest of that decision
@@ -313,8 +383,8 @@ func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error)
 	if msg == nil { // end of message without MAIL: nothing to decide
 		return gomilter.RespAccept, nil
 	}
-	defer func() { s.msg = nil }()
-	msg.endHeader(s.c.srv.maxMessageSize())
+	defer s.dropMsg()
+	s.endHeader()
 
 	req := s.request(policy.StateEndOfMessage)
 	req.RecipientCount = len(msg.recipients)
@@ -337,7 +407,7 @@ func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error)
 // apply carries out the final decision d on the message.
 func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, d policy.Decision) (gomilter.Response, error) {
 	c, srv := s.c, s.c.srv
-	qm := &Message{Request: req, Recipients: msg.recipients, Data: msg.data}
+	qm := &Message{Request: req, Recipients: msg.recipients}
 	log := c.log.With("queue_id", req.QueueID, "action", d.Action.String(), "limit", d.Limit, "key", d.Key)
 	// applied is what the MTA is told in the end: a temporary failure
 	// unless a branch below completes (a panic on the way temp-fails).
@@ -404,7 +474,18 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 				"size", msg.size, "max_message_size", srv.maxMessageSize())
 			srv.metrics().Fault(FaultFreeze)
 			return reply(452, "4.3.4", textTooLarge), nil
+		case msg.keep != keepYes:
+			log.Error("cannot freeze; temp-failing", "err", ErrNotKept)
+			srv.metrics().Fault(FaultFreeze)
+			return reply(451, "4.3.0", textFreezeFault), nil
 		}
+		data, err := msg.buf.bytes()
+		if err != nil {
+			log.Error("cannot freeze; temp-failing", "err", err)
+			srv.metrics().Fault(FaultFreeze)
+			return reply(451, "4.3.0", textFreezeFault), nil
+		}
+		qm.Data = data
 		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
 		id, err := srv.Quarantine.Freeze(ctx, qm, d)
 		cancel()

@@ -1,0 +1,91 @@
+package milter
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// spool keeps one message's bytes for freezing: in memory up to threshold
+// bytes, then in a temporary file in dir. The file is unlinked as soon as
+// it is created, so nothing is left behind by a crash; it disappears when
+// closed. A spool is used by one goroutine (the connection's session).
+type spool struct {
+	dir       string
+	threshold int64
+
+	mem []byte
+	f   *os.File // nil until the message outgrows threshold
+	n   int64    // bytes written
+	err error    // first failure; the spool then keeps nothing more
+}
+
+// write appends p. A failure to create or write the file is kept in s.err
+// (and returned the first time), after which writes are dropped.
+func (s *spool) write(p []byte) error {
+	if s.err != nil {
+		return nil
+	}
+	if s.f == nil && int64(len(s.mem))+int64(len(p)) <= s.threshold {
+		s.mem = append(s.mem, p...)
+		s.n += int64(len(p))
+		return nil
+	}
+	if s.f == nil {
+		f, err := os.CreateTemp(s.dir, "ratelimitd-milter-*.spool")
+		if err != nil {
+			return s.fail(err)
+		}
+		// Unlinked at once: the open file is all there is.
+		os.Remove(f.Name())
+		s.f = f
+		if _, err := f.Write(s.mem); err != nil {
+			return s.fail(err)
+		}
+		s.mem = nil
+	}
+	if _, err := s.f.Write(p); err != nil {
+		return s.fail(err)
+	}
+	s.n += int64(len(p))
+	return nil
+}
+
+func (s *spool) fail(err error) error {
+	s.err = fmt.Errorf("milter: spooling the message: %w", err)
+	s.mem = nil
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+	return s.err
+}
+
+// spooled reports whether the message is in a file rather than memory.
+func (s *spool) spooled() bool { return s.f != nil }
+
+// bytes returns the whole message, read back from the file if it was
+// spooled (a frozen message is stored in one BoltDB value, so it is read
+// into memory once, at freeze time only).
+func (s *spool) bytes() ([]byte, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if s.f == nil {
+		return s.mem, nil
+	}
+	b := make([]byte, s.n)
+	if _, err := io.ReadFull(io.NewSectionReader(s.f, 0, s.n), b); err != nil {
+		return nil, fmt.Errorf("milter: reading the spooled message back: %w", err)
+	}
+	return b, nil
+}
+
+// close releases the memory and the file.
+func (s *spool) close() {
+	s.mem = nil
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+}
