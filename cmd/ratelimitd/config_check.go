@@ -44,6 +44,9 @@ cost. On error, print every problem found with its TOML key and exit 1.`,
 			for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
 				fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", a)
 			}
+			if f.NoLimits {
+				fmt.Fprintln(cmd.OutOrStdout(), `no limits ([policy] limits = "none"): every sender is unlimited`)
+			}
 			return nil
 		},
 	}

@@ -57,6 +57,15 @@ func TestReloadRefusesLimitlessConfig(t *testing.T) {
 	if err == nil || !strings.Contains(out, `limits = "none"`) {
 		t.Fatalf("config check of a limit-less file: %v\n%s", err, out)
 	}
+	// Said explicitly, it is accepted, and loud.
+	os.WriteFile(cfgPath, []byte("[policy]\nlimits = \"none\"\n[server]\nstate_dir = \""+filepath.Join(dir, "state")+"\"\n"), 0o644)
+	if out, err := cli(t, "config", "check", cfgPath); err != nil || !strings.Contains(out, "every sender is unlimited") {
+		t.Fatalf("config check with limits = \"none\": %v\n%s", err, out)
+	}
+	td.d.reload()
+	if n := len(td.d.engine.Limits()); n != 0 || !strings.Contains(td.logs.String(), "running without limits") {
+		t.Fatalf("reload to limits = \"none\": %d limits; log:\n%s", n, td.logs.String())
+	}
 }
 
 // Reload and the admin status handler run concurrently without a data race

@@ -251,6 +251,9 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		d.goServe("metrics", func() error { return d.metricsSrv.Serve(ml) }, http.ErrServerClosed)
 	}
 	d.serveMilter()
+	if f.NoLimits {
+		d.log.Warn(`running without limits ([policy] limits = "none"): every sender is unlimited`)
+	}
 	d.log.Info("ratelimitd started", "version", version, "config", f.Source, "listeners", d.listeners,
 		"state", s.DBPath(), "restored_keys", d.mem.Len())
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
@@ -333,6 +336,9 @@ func (d *daemon) reload() {
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
 		d.log.Warn("configuration note: " + a)
+	}
+	if f.NoLimits {
+		d.log.Warn(`running without limits ([policy] limits = "none"): every sender is unlimited`)
 	}
 	if len(d.restartNeeded) > 0 {
 		d.log.Warn("configuration reloaded: limits applied, but these settings keep their running values until a restart",
