@@ -7,6 +7,11 @@
 // What a connection does, and when it counts as idle, stays with each
 // protocol: the Tracker only knows its connections by their key C and
 // net.Conn.
+//
+// Two listener helpers go with it: ListenUnix, a unix socket that never
+// removes what it did not create, and Limiter, a cap on the connections open
+// at once over several listeners, so that a flood cannot use up the file
+// descriptors the daemon's admin socket and metrics need.
 package srvconn
 
 import (
