@@ -249,7 +249,7 @@ func startSubprocessDaemon(t *testing.T, cfgPath string, env ...string) (*exec.C
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	for i := 0; !strings.Contains(out.String(), "ratelimitd started"); i++ {
-		if i == 500 {
+		if i == 1500 {
 			t.Fatalf("daemon did not start:\n%s", out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -311,7 +311,7 @@ func TestConnectionCapKeepsAdminAlive(t *testing.T) {
 		if st.Connections.Open+int(st.Connections.Refused) == len(conns) {
 			break
 		}
-		if i == 250 {
+		if i == 1000 {
 			t.Fatalf("connections not all accepted or refused: %+v", st.Connections)
 		}
 		time.Sleep(20 * time.Millisecond)
