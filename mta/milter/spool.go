@@ -61,9 +61,6 @@ func (s *spool) fail(err error) error {
 	return s.err
 }
 
-// spooled reports whether the message is in a file rather than memory.
-func (s *spool) spooled() bool { return s.f != nil }
-
 // bytes returns the whole message, read back from the file if it was
 // spooled (a frozen message is stored in one BoltDB value, so it is read
 // into memory once, at freeze time only).
