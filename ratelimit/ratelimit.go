@@ -31,6 +31,8 @@ import (
 //   - GCRA and Cooldown: Time is the theoretical arrival time (the earliest
 //     time the client's budget is whole again); Rate is unused (0).
 //   - EARRRL: Time is the last update, Rate the decayed request count N.
+//   - Baseline: Time is the last update; Rate packs two float32, the
+//     exponential rate and the learned peak (see Limit.Baseline).
 //
 // The zero State means "no state": a key never seen, or one whose history has
 // decayed away (see Limit.Negligible).
@@ -64,9 +66,14 @@ const (
 	// EARRRL is the half-life estimator of seed 004, evaluated before it is
 	// updated: the decision uses the estimate without the current request.
 	EARRRL
+	// Baseline limits a key relative to its own history: the exponential
+	// rate (as Exponential) is refused above Factor times the key's
+	// learned typical peak, kept between Floor and Limit (the cap). See
+	// baseline.go for the arithmetic and the state it stores.
+	Baseline
 )
 
-var algorithmNames = [...]string{"exponential", "gcra", "cooldown", "earrrl"}
+var algorithmNames = [...]string{"exponential", "gcra", "cooldown", "earrrl", "baseline"}
 
 // String returns the configuration name of a ("exponential", "gcra",
 // "cooldown", "earrrl").
@@ -85,7 +92,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q (want exponential, gcra, cooldown or earrrl)", ErrUnknownAlgorithm, s)
+	return 0, fmt.Errorf("%w: %q (want exponential, gcra, cooldown, earrrl or baseline)", ErrUnknownAlgorithm, s)
 }
 
 // Mode says how a Limit updates the stored state of a key (seeds 001, 002).
@@ -150,6 +157,19 @@ type Limit struct {
 	// HalfLife is EARRRL's half-life; zero means Period*ln 2, which gives
 	// the same time constant as the exponential algorithm.
 	HalfLife time.Duration
+	// Factor, Floor and LearnPeriod configure Baseline and are ignored by
+	// the other algorithms. For Baseline, Limit is the cap: the most a
+	// key is ever allowed, whatever its history.
+	//
+	// Factor is how many times its learned typical peak rate a key may
+	// reach; zero means DefaultFactor. Floor (cost per Period, > 0,
+	// <= Limit) is the least a key is allowed, so a key with no history
+	// (a new user) is limited to Floor. LearnPeriod is the time constant
+	// (1/e forgetfulness) of the learned peak; zero means
+	// DefaultLearnPeriod; it must not be shorter than Period.
+	Factor      float64
+	Floor       float64
+	LearnPeriod time.Duration
 }
 
 // Validate returns an error wrapping ErrInvalidLimit when l cannot be used.
@@ -165,6 +185,8 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: %v", ErrUnknownAlgorithm, l.Algorithm)
 	case int(l.Mode) >= len(modeNames):
 		return fmt.Errorf("%w: %v", ErrUnknownMode, l.Mode)
+	case l.Algorithm == Baseline:
+		return l.validateBaseline()
 	}
 	return nil
 }
@@ -197,6 +219,11 @@ type Result struct {
 	Denied State
 	// Keep reports whether Denied should be stored.
 	Keep bool
+	// Limit is the limit this request was measured against, in cost per
+	// period: the Limit's Limit, except for Baseline, where it is the
+	// key's learned allowance (Factor times its peak, within Floor and
+	// the cap).
+	Limit float64
 }
 
 // Next returns the state to store after the request measured in r, and
@@ -228,14 +255,19 @@ func (l Limit) deniedState(prev State, r *Result) State {
 // what to store; pass the Result to Next with the stack's verdict. cost must
 // be >= 0; a cost of 0 measures without adding (a read-only probe).
 func (l Limit) Check(prev State, now time.Time, cost float64) Result {
+	var r Result
 	switch l.Algorithm {
 	case GCRA, Cooldown:
-		return l.checkGCRA(prev, now.UnixNano(), cost)
+		r = l.checkGCRA(prev, now.UnixNano(), cost)
 	case EARRRL:
-		return l.checkEARRRL(prev, now.UnixNano(), cost)
+		r = l.checkEARRRL(prev, now.UnixNano(), cost)
+	case Baseline:
+		return l.checkBaseline(prev, now.UnixNano(), cost)
 	default:
-		return l.checkExp(prev, now.UnixNano(), cost)
+		r = l.checkExp(prev, now.UnixNano(), cost)
 	}
+	r.Limit = l.Limit
+	return r
 }
 
 // minInterval clamps the interval (in periods) away from zero (seed 001).
@@ -494,6 +526,8 @@ func (l Limit) Negligible(s State, now time.Time) bool {
 		return nsBetween(n, s.Time) > float64(l.Period)
 	case EARRRL:
 		return l.earrrlEstimate(l.earrrlCount(s, n)) < l.Limit*1e-6
+	case Baseline:
+		return l.baselineNegligible(s, n)
 	default:
 		interval := nsBetween(n, s.Time) / float64(l.Period)
 		if interval <= 0 {
