@@ -12,4 +12,7 @@ var (
 	// ErrInvalidLimit is returned by Limit.Validate for a non-positive limit
 	// or period.
 	ErrInvalidLimit = errors.New("ratelimit: invalid limit")
+	// ErrAddrSetFormat is returned by AddrSet.UnmarshalBinary for data
+	// that AddrSet.MarshalBinary did not write.
+	ErrAddrSetFormat = errors.New("ratelimit: malformed recipient set")
 )
