@@ -1,0 +1,371 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// Recipients keeps the recent recipients of every (limit, key) pair of the
+// per = "addr" limits: one ratelimit.AddrSet per pair, which says whether
+// the key has sent to an address in the current or previous period (an
+// exact set, then a Bloom filter of about 1% false positives; see
+// ratelimit.AddrSet). It implements policy.RecipientSets.
+//
+// Memory is bounded: at most MaxKeys pairs, each at most
+// 2*ratelimit.AddrMaxFilterBytes (128 KiB; a pair that never wrote to more
+// than 64 addresses in a period holds 8 bytes an address). When full, a
+// pair taken at random from the shard is dropped; its key's recipients
+// then count as new again (over-counting, never under-counting). A pair
+// whose two generations have both expired is dropped by Sweep.
+//
+// Persistence is write-behind, like the rate state (Persistent): changes
+// are made in memory and Flush writes the pairs changed since the last
+// flush to BoltDB bucket "rcptsets" (key: limit name, NUL, rate key;
+// value: the period in ns, 8 bytes little-endian, then the AddrSet's
+// MarshalBinary) in one transaction. A crash loses at most the recipients
+// added since the last flush: they count as new once more.
+//
+// Its methods are safe for concurrent use.
+type Recipients struct {
+	opts   RecipientOptions
+	db     *bbolt.DB
+	seed   maphash.Seed
+	shards [recipientShards]rcptShard
+	flushM sync.Mutex // serialises flushes
+	closed chan struct{}
+	once   sync.Once
+}
+
+const recipientShards = 32
+
+// rcptBucket is the BoltDB bucket of the recipient sets.
+var rcptBucket = []byte("rcptsets")
+
+type rcptEntry struct {
+	set    ratelimit.AddrSet
+	period time.Duration
+}
+
+type rcptShard struct {
+	mu    sync.Mutex
+	m     map[string]*rcptEntry
+	dirty map[string]struct{}
+}
+
+// RecipientOptions configures NewRecipients and OpenRecipients. The zero
+// value is usable.
+type RecipientOptions struct {
+	// MaxKeys bounds the (limit, key) pairs kept; default 100,000.
+	MaxKeys int
+	// FlushInterval is how often Run flushes; default 1s.
+	FlushInterval time.Duration
+	// SweepInterval is how often Run drops expired sets; default 1m.
+	SweepInterval time.Duration
+	// Logger receives flush failures; default slog.Default().
+	Logger *slog.Logger
+}
+
+// NewRecipients returns an in-memory Recipients (no persistence), for the
+// simulator and tests.
+func NewRecipients(opts RecipientOptions) *Recipients {
+	if opts.MaxKeys <= 0 {
+		opts.MaxKeys = 100_000
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = time.Second
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{})}
+	for i := range r.shards {
+		r.shards[i].m = make(map[string]*rcptEntry)
+		r.shards[i].dirty = make(map[string]struct{})
+	}
+	return r
+}
+
+// OpenRecipients returns a Recipients kept in db (bucket "rcptsets"),
+// restoring what it holds: sets whose generations have expired by now, and
+// entries it cannot decode, are dropped (and deleted by the first flush);
+// beyond MaxKeys the rest are skipped. db stays owned by the caller. It
+// returns BoltDB's error. Start Run to flush periodically; Close flushes a
+// last time.
+func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
+	r := NewRecipients(opts)
+	r.db = db
+	n := 0
+	err := db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(rcptBucket)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			id := string(k)
+			sh := r.shard(id)
+			var e rcptEntry
+			if len(v) < 8 || e.set.UnmarshalBinary(v[8:]) != nil || n >= r.opts.MaxKeys {
+				sh.dirty[id] = struct{}{}
+				return nil
+			}
+			e.period = time.Duration(binary.LittleEndian.Uint64(v))
+			if e.period <= 0 || e.set.Empty(now, e.period) {
+				sh.dirty[id] = struct{}{}
+				return nil
+			}
+			sh.m[id] = &e
+			n++
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: restore %s: %w", rcptBucket, err)
+	}
+	return r, nil
+}
+
+func pairID(limit, key string) string { return limit + "\x00" + key }
+
+func (r *Recipients) shard(id string) *rcptShard {
+	return &r.shards[maphash.String(r.seed, id)%recipientShards]
+}
+
+// Seen reports whether key sent to the address of hash h (see
+// ratelimit.HashAddr) under limit in the current or previous generation
+// of length period at now. It never fails; the error is for the
+// interface.
+func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration) (bool, error) {
+	id := pairID(limit, key)
+	sh := r.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[id]
+	if e == nil {
+		return false, nil
+	}
+	return e.set.Seen(h, now, period), nil
+}
+
+// Add records that key sent to the address of hash h under limit at now;
+// capacity sizes the set's filter (see ratelimit.AddrSet.Add). A key
+// longer than MaxKeyLen returns ErrKeyTooLong and is not recorded.
+func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration, capacity int) error {
+	if len(key) > MaxKeyLen {
+		return ErrKeyTooLong
+	}
+	id := pairID(limit, key)
+	sh := r.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[id]
+	if e == nil {
+		if len(sh.m) >= (r.opts.MaxKeys+recipientShards-1)/recipientShards {
+			for victim := range sh.m { // a random pair: map order
+				delete(sh.m, victim)
+				sh.dirty[victim] = struct{}{}
+				break
+			}
+		}
+		e = &rcptEntry{}
+		sh.m[id] = e
+	}
+	e.period = period
+	e.set.Add(h, now, period, capacity)
+	sh.dirty[id] = struct{}{}
+	return nil
+}
+
+// Forget drops key's set under limit (an operator's rate reset) and
+// reports whether there was one. The deletion is written by the next
+// flush.
+func (r *Recipients) Forget(_ context.Context, limit, key string) (bool, error) {
+	id := pairID(limit, key)
+	sh := r.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.m[id]
+	if ok {
+		delete(sh.m, id)
+		sh.dirty[id] = struct{}{}
+	}
+	return ok, nil
+}
+
+// Len returns the number of (limit, key) pairs held.
+func (r *Recipients) Len() int {
+	n := 0
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Bytes returns the memory the sets hold for addresses, in bytes.
+func (r *Recipients) Bytes() int {
+	n := 0
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			n += e.set.Bytes()
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops the sets that remember nothing at now and returns how many.
+func (r *Recipients) Sweep(now time.Time) int {
+	n := 0
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for id, e := range sh.m {
+			if e.set.Empty(now, e.period) {
+				delete(sh.m, id)
+				sh.dirty[id] = struct{}{}
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Flush writes the sets changed since the last flush to BoltDB in one
+// transaction. On failure the changes are kept for the next flush. It does
+// nothing for an in-memory Recipients, and returns ErrClosed after Close.
+func (r *Recipients) Flush() error {
+	select {
+	case <-r.closed:
+		return ErrClosed
+	default:
+	}
+	return r.flush()
+}
+
+func (r *Recipients) flush() error {
+	if r.db == nil {
+		return nil
+	}
+	r.flushM.Lock()
+	defer r.flushM.Unlock()
+	type change struct {
+		id  string
+		val []byte // nil: delete
+	}
+	var changes []change
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for id := range sh.dirty {
+			c := change{id: id}
+			if e := sh.m[id]; e != nil {
+				b, _ := e.set.MarshalBinary()
+				c.val = binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(b)), uint64(e.period))
+				c.val = append(c.val, b...)
+			}
+			changes = append(changes, c)
+		}
+		clear(sh.dirty)
+		sh.mu.Unlock()
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	err := r.db.Update(func(tx *bbolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(rcptBucket)
+		if err != nil {
+			return err
+		}
+		for _, c := range changes {
+			if c.val == nil {
+				err = b.Delete([]byte(c.id))
+			} else {
+				err = b.Put([]byte(c.id), c.val)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		// Keep the changes: mark them dirty again.
+		for _, c := range changes {
+			sh := r.shard(c.id)
+			sh.mu.Lock()
+			sh.dirty[c.id] = struct{}{}
+			sh.mu.Unlock()
+		}
+		return fmt.Errorf("store: flush %s: %w", rcptBucket, err)
+	}
+	return nil
+}
+
+// Run flushes every FlushInterval and sweeps every SweepInterval until ctx
+// is done or Close is called; a failed flush is logged and retried at the
+// next one. Call Run once, in its own goroutine.
+func (r *Recipients) Run(ctx context.Context) {
+	ft := time.NewTicker(r.opts.FlushInterval)
+	defer ft.Stop()
+	st := time.NewTicker(r.opts.SweepInterval)
+	defer st.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.closed:
+			return
+		case now := <-st.C:
+			r.Sweep(now)
+		case <-ft.C:
+			if err := r.flush(); err != nil {
+				r.opts.Logger.Error("recipient sets not written, retrying at the next flush", "err", err)
+			}
+		}
+	}
+}
+
+// Close flushes a last time and stops Run. Later Flush calls return
+// ErrClosed.
+func (r *Recipients) Close() error {
+	err := r.flush()
+	r.once.Do(func() { close(r.closed) })
+	return err
+}
+
+// StoredRecipientPairs lists the (limit, key) pairs held in db's
+// "rcptsets" bucket as "limit|key" strings, in key order, for tests and
+// diagnostics. It returns BoltDB's error.
+func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
+	var out []string
+	err := db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(rcptBucket)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			out = append(out, strings.Replace(string(k), "\x00", "|", 1))
+			return nil
+		})
+	})
+	return out, err
+}
+

@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+var rt0 = time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
+
+// Recipients survive a restart through the "rcptsets" bucket; expired
+// sets are not restored and their entries are deleted by the next flush.
+func TestRecipientsPersist(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	db, closeDB := openDB(t, path)
+	ctx := context.Background()
+	r, err := OpenRecipients(db, rt0, RecipientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 { // past AddrExactMax: a filter
+		r.Add(ctx, "uniq", "alice", ratelimit.HashAddr(fmt.Sprintf("r%d@example.org", i)), rt0, time.Hour, 400)
+	}
+	r.Add(ctx, "uniq", "bob", ratelimit.HashAddr("x@example.org"), rt0, time.Hour, 400)
+	r.Add(ctx, "daily", "carol", ratelimit.HashAddr("y@example.org"), rt0, 24*time.Hour, 400)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Flush(); err != ErrClosed {
+		t.Errorf("Flush after Close: %v", err)
+	}
+	pairs, _ := StoredRecipientPairs(db)
+	if want := []string{"daily|carol", "uniq|alice", "uniq|bob"}; !slices.Equal(pairs, want) {
+		t.Fatalf("stored %v, want %v", pairs, want)
+	}
+	closeDB()
+
+	db, _ = openDB(t, path)
+	later := rt0.Add(3 * time.Hour) // the hourly sets have expired
+	r2, err := OpenRecipients(db, later, RecipientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Len() != 1 {
+		t.Errorf("restored %d pairs, want 1 (carol's daily set)", r2.Len())
+	}
+	if ok, _ := r2.Seen(ctx, "daily", "carol", ratelimit.HashAddr("y@example.org"), later, 24*time.Hour); !ok {
+		t.Error("carol's recipient lost across the restart")
+	}
+	r2.Close()
+	pairs, _ = StoredRecipientPairs(db)
+	if want := []string{"daily|carol"}; !slices.Equal(pairs, want) {
+		t.Errorf("after restore and flush: %v, want %v", pairs, want)
+	}
+}
+
+// A restored filter knows what it knew.
+func TestRecipientsRestoreFilter(t *testing.T) {
+	db, closeDB := openDB(t, filepath.Join(t.TempDir(), "r.db"))
+	ctx := context.Background()
+	r, _ := OpenRecipients(db, rt0, RecipientOptions{})
+	for i := range 500 {
+		r.Add(ctx, "uniq", "alice", ratelimit.HashAddr(fmt.Sprint(i)), rt0, time.Hour, 1000)
+	}
+	r.Close()
+	r2, err := OpenRecipients(db, rt0.Add(30*time.Minute), RecipientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		if ok, _ := r2.Seen(ctx, "uniq", "alice", ratelimit.HashAddr(fmt.Sprint(i)), rt0.Add(30*time.Minute), time.Hour); !ok {
+			t.Fatalf("address %d forgotten", i)
+		}
+	}
+	if r2.Bytes() != ratelimit.AddrFilterBits(1000)/8 {
+		t.Errorf("bytes %d, want one filter of %d", r2.Bytes(), ratelimit.AddrFilterBits(1000)/8)
+	}
+	closeDB()
+}
+
+// MaxKeys bounds the pairs; Forget and Sweep drop them.
+func TestRecipientsBounds(t *testing.T) {
+	ctx := context.Background()
+	r := NewRecipients(RecipientOptions{MaxKeys: 320})
+	for i := range 5000 {
+		r.Add(ctx, "uniq", fmt.Sprintf("user%d", i), 1, rt0, time.Hour, 10)
+	}
+	if n := r.Len(); n > 320 || n < 200 {
+		t.Errorf("%d pairs held, want at most 320 (and most of them)", n)
+	}
+	if err := r.Add(ctx, "uniq", string(make([]byte, MaxKeyLen+1)), 1, rt0, time.Hour, 10); err != ErrKeyTooLong {
+		t.Errorf("long key: %v", err)
+	}
+	r.Add(ctx, "uniq", "alice", 1, rt0, time.Hour, 10)
+	if ok, _ := r.Forget(ctx, "uniq", "alice"); !ok {
+		t.Error("Forget found nothing")
+	}
+	if ok, _ := r.Seen(ctx, "uniq", "alice", 1, rt0, time.Hour); ok {
+		t.Error("forgotten recipient still seen")
+	}
+	if n := r.Sweep(rt0.Add(2 * time.Hour)); n == 0 || r.Len() != 0 {
+		t.Errorf("sweep dropped %d, %d left", n, r.Len())
+	}
+}
+
+func TestRecipientsConcurrent(t *testing.T) {
+	db, _ := openDB(t, filepath.Join(t.TempDir(), "r.db"))
+	r, _ := OpenRecipients(db, rt0, RecipientOptions{FlushInterval: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				key := fmt.Sprintf("u%d", i%50)
+				h := ratelimit.HashAddr(fmt.Sprintf("%d-%d", g, i))
+				r.Add(ctx, "uniq", key, h, rt0, time.Hour, 100)
+				if ok, _ := r.Seen(ctx, "uniq", key, h, rt0, time.Hour); !ok {
+					t.Error("added and not seen")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	<-done
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pairs, _ := StoredRecipientPairs(db)
+	if len(pairs) != 50 {
+		t.Errorf("%d pairs stored, want 50", len(pairs))
+	}
+}
