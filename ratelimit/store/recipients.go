@@ -368,4 +368,3 @@ func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 	})
 	return out, err
 }
-
