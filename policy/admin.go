@@ -25,6 +25,11 @@ type LimitInfo struct {
 	Overrides map[string]float64 `json:"overrides,omitempty"`
 	Message   string             `json:"message"`
 	Via       []string           `json:"via,omitempty"`
+	// Factor, Floor and LearnPeriod are a baseline limit's (Limit is then
+	// its cap); zero otherwise.
+	Factor      float64       `json:"factor,omitempty"`
+	Floor       float64       `json:"floor,omitempty"`
+	LearnPeriod time.Duration `json:"learn_period,omitempty"`
 }
 
 // Limits returns the configured stack, in order.
@@ -35,6 +40,15 @@ func (e *Engine) Limits() []LimitInfo {
 		out[i] = LimitInfo{Name: l.name, Key: l.key, Limit: l.rl.Limit, Period: l.rl.Period, Per: perNames[l.per],
 			Mode: l.rl.Mode.String(), Action: l.action.String(), Algorithm: l.rl.Algorithm.String(),
 			CountAt: countAtText[l.per], Overrides: l.overrides, Message: l.message, Via: l.via}
+		if l.rl.Algorithm == ratelimit.Baseline {
+			out[i].Factor, out[i].Floor, out[i].LearnPeriod = l.rl.Factor, l.rl.Floor, l.rl.LearnPeriod
+			if out[i].Factor == 0 {
+				out[i].Factor = ratelimit.DefaultFactor
+			}
+			if out[i].LearnPeriod == 0 {
+				out[i].LearnPeriod = ratelimit.DefaultLearnPeriod
+			}
+		}
 	}
 	return out
 }
@@ -45,6 +59,7 @@ var countAtText = [...]string{
 	perRcpt: "once per recipient (RCPT, else recipient_count)",
 	perByte: "size at the first request, topped up at END-OF-MESSAGE",
 	perConn: "at CONNECT (else once per message)",
+	perAddr: "once per recipient not sent to within the period (RCPT; else the only recipient, or recipient_count as an upper bound)",
 }
 
 // KeyRate is one limit's view of one key at a given time.
@@ -64,6 +79,12 @@ type KeyRate struct {
 	Refusing   bool            `json:"refusing"`
 	RetryAfter time.Duration   `json:"retry_after"`
 	State      ratelimit.State `json:"state"`
+	// Baseline is set for an algorithm = "baseline" limit: Max is then
+	// the key's learned allowance, Peak its learned typical peak and Cap
+	// the configured cap, all in cost per period.
+	Baseline bool    `json:"baseline,omitempty"`
+	Peak     float64 `json:"peak,omitempty"`
+	Cap      float64 `json:"cap,omitempty"`
 }
 
 // Lookup returns, for every limit with state for key, the key's rate decayed
@@ -90,15 +111,19 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
 	rl := l.rl
 	if v, ok := l.overrides[key]; ok {
-		rl.Limit = v
+		rl = overridden(rl, v)
 	}
 	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, State: s}
 	kr.Rate = rl.Rate(s, now)
+	if rl.Algorithm == ratelimit.Baseline {
+		b := rl.Baseline(s, now)
+		kr.Baseline, kr.Peak, kr.Cap, kr.Max = true, b.Peak, rl.Limit, b.Allowed
+	}
 	// Probe as a leaky limit: the wait until a request of cost 1 is let
 	// through without counting the probe itself.
 	probe := rl
 	probe.Mode = ratelimit.Leaky
-	kr.Over = kr.Rate > rl.Limit
+	kr.Over = kr.Rate > kr.Max
 	if r := probe.Check(s, now, 1); r.Over {
 		kr.Refusing, kr.RetryAfter = true, r.RetryAfter
 	}
@@ -136,6 +161,11 @@ func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 			continue
 		}
 		found = true
+		if l.per == perAddr && e.rcpts != nil {
+			if _, err := e.rcpts.Forget(ctx, l.name, key); err != nil {
+				return n, err
+			}
+		}
 		ok, err := e.store.Delete(ctx, l.name, key)
 		if err != nil {
 			return n, err

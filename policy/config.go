@@ -171,22 +171,36 @@ type LimitConfig struct {
 	Limit float64 `toml:"limit"`
 	// Period is the averaging period, e.g. "1h", "24h".
 	Period Duration `toml:"period"`
-	// Per is the cost unit: "mail" (default), "rcpt", "byte", "conn".
+	// Per is the cost unit: "mail" (default), "rcpt", "byte", "conn",
+	// or "addr": 1 per recipient address the key has not sent to within
+	// the period (Exim's per_addr with unique=; see RecipientSets).
 	Per string `toml:"per"`
 	// Mode is "leaky" (default), "strict", "forgiving" or "readonly".
 	Mode string `toml:"mode"`
 	// Action when over: "defer" (default), "reject", "warn", "hold",
 	// "freeze".
 	Action string `toml:"action"`
-	// Algorithm is "exponential" (default), "gcra", "cooldown", "earrrl".
+	// Algorithm is "exponential" (default), "gcra", "cooldown", "earrrl"
+	// or "baseline" (relative to the key's own learned peak).
 	Algorithm string `toml:"algorithm"`
+	// Factor, Floor, Cap and LearnPeriod configure algorithm "baseline"
+	// (ratelimit.Baseline) and are refused with any other: a key is
+	// refused above Factor (default 3) times its learned typical peak,
+	// learned over LearnPeriod (default "4w"), but allowed at least Floor
+	// (required; what a key with no history gets) and at most Cap (cost
+	// per Period; defaults to Limit, which may then be left out).
+	Factor      float64  `toml:"factor"`
+	Floor       float64  `toml:"floor"`
+	Cap         float64  `toml:"cap"`
+	LearnPeriod Duration `toml:"learn_period"`
 	// HalfLife is EARRRL's half-life; default Period*ln 2.
 	HalfLife Duration `toml:"half_life"`
 	// Message is the client text template; placeholders {name}, {key},
 	// {rate}, {limit}, {period}, {retry}.
 	Message string `toml:"message"`
 	// Overrides maps key values to their own limit (cost per Period), e.g.
-	// a newsletter sender allowed 5000/day.
+	// a newsletter sender allowed 5000/day. With algorithm "baseline" an
+	// override is the key's fixed allowance (its floor and cap).
 	Overrides map[string]float64 `toml:"overrides"`
 	// Via lists the front ends whose requests this limit measures:
 	// "policy" (Postfix policy delegation, Exim readsocket) and/or
@@ -212,7 +226,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 var keyAttrs = []string{"sasl_username", "sender", "sender_domain", "client_address", "client_subnet",
 	"client_name", "helo_name", "recipient", "recipient_domain"}
 
-var perNames = []string{"mail", "rcpt", "byte", "conn"}
+var perNames = []string{"mail", "rcpt", "byte", "conn", "addr"}
 
 // compile validates c and returns the engine's internal form, or every error
 // found, each prefixed with its TOML key (joined with errors.Join).
@@ -288,7 +302,7 @@ func compile(c Config) (*compiled, error) {
 		}
 		l.per = slices.Index(perNames, per)
 		if l.per < 0 {
-			bad(at+".per", "%v %q (want mail, rcpt, byte or conn)", ErrUnknownPer, lc.Per)
+			bad(at+".per", "%v %q (want mail, rcpt, byte, conn or addr)", ErrUnknownPer, lc.Per)
 		}
 		var err error
 		if lc.Mode != "" {
@@ -310,6 +324,7 @@ func compile(c Config) (*compiled, error) {
 		l.rl.Limit = lc.Limit
 		l.rl.Period = time.Duration(lc.Period)
 		l.rl.HalfLife = time.Duration(lc.HalfLife)
+		compileBaseline(&l.rl, lc, at, bad)
 		if err := l.rl.Validate(); err != nil {
 			bad(at, "%v", err)
 		}
@@ -344,3 +359,32 @@ func compile(c Config) (*compiled, error) {
 }
 
 var headerNameRE = regexp.MustCompile(`^[!-9;-~]+$`)
+
+// compileBaseline sets the baseline parameters of rl from lc: the cap is
+// the limit; they are refused with any other algorithm.
+func compileBaseline(rl *ratelimit.Limit, lc LimitConfig, at string, bad func(key, format string, a ...any)) {
+	if rl.Algorithm != ratelimit.Baseline {
+		if lc.Factor != 0 || lc.Floor != 0 || lc.Cap != 0 || lc.LearnPeriod != 0 {
+			bad(at, "factor, floor, cap and learn_period need algorithm = \"baseline\"")
+		}
+		return
+	}
+	if lc.Cap != 0 {
+		if lc.Limit != 0 && lc.Limit != lc.Cap {
+			bad(at+".cap", "cap %g and limit %g differ (with baseline, limit is the cap: give one)", lc.Cap, lc.Limit)
+		}
+		rl.Limit = lc.Cap
+	}
+	rl.Factor, rl.Floor, rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
+}
+
+// overridden is rl with a per-key override v: the limit, and for a
+// baseline limit a fixed allowance (floor and cap v), so a big sender
+// named in overrides is held to v whatever its history.
+func overridden(rl ratelimit.Limit, v float64) ratelimit.Limit {
+	rl.Limit = v
+	if rl.Algorithm == ratelimit.Baseline {
+		rl.Floor = v
+	}
+	return rl
+}

@@ -20,6 +20,7 @@ const (
 	perRcpt
 	perByte
 	perConn
+	perAddr
 )
 
 // limit is one compiled [[limit]].
@@ -53,6 +54,7 @@ type Engine struct {
 	store Store
 	msgs  msgTable
 	seen  stageCounts
+	rcpts RecipientSets // per = "addr" memory; nil: every recipient is new
 }
 
 // NewEngine validates c and returns an Engine keeping rate state in st. The
@@ -98,6 +100,10 @@ type probe struct {
 	per int
 	// size is the message size this request knows (per_byte bookkeeping).
 	size float64
+	// addr is the hash of the recipient a per = "addr" limit measured
+	// (hasAddr), recorded by recordAddrs once the verdict is known.
+	addr    uint64
+	hasAddr bool
 }
 
 // maxStack bounds the stack size handled without allocation.
@@ -182,9 +188,12 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		if key == "" {
 			continue
 		}
+		if l.per == perAddr {
+			cost = e.addrCost(ctx, now, l, key, req, cost, &p)
+		}
 		it := StackItem{Limit: l.name, Key: key, Params: l.rl, Cost: cost, Count: count, Refuses: !l.action.Admits()}
 		if v, ok := l.overrides[key]; ok {
-			it.Params.Limit = v
+			it.Params = overridden(it.Params, v)
 		}
 		probes = append(probes, p)
 		items = append(items, it)
@@ -228,7 +237,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		it, r, p := &items[i], &out[i], &probes[i]
 		ms := &d.Measures[i]
 		*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
-			Max: it.Params.Limit, Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
+			Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
 		if r.Err != nil {
 			if d.Fault == nil {
 				d.Fault = r.Err
@@ -270,6 +279,9 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		mv := msgVerdict
 		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
 		m.verdict[front] = mv
+	}
+	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && d.Fault == nil {
+		d.Fault = err
 	}
 	final.Measures, final.Fault = d.Measures, d.Fault
 	if final.Fault != nil && final.Action == Pass && final.Reason == "" {
@@ -324,6 +336,20 @@ func (l *limit) cost(req *Request, state string, ch *charge, front int, connectS
 			return size - ch.bytes, true, true
 		}
 		return 0, false, false
+	case perAddr:
+		// The cost at RCPT is 1 for a new recipient, 0 for a known one
+		// (Engine.addrCost); at DATA or END-OF-MESSAGE only for a message
+		// the limit has not charged, and recipient_count as an upper
+		// bound unless it is 1.
+		switch state {
+		case StateRcpt:
+			return 1, true, true
+		case StateData, StateEndOfMessage:
+			if (ch != nil && (ch.rcpts > 0 || ch.mail)) || req.RecipientCount <= 0 {
+				return 0, false, false
+			}
+			return float64(req.RecipientCount), true, true
+		}
 	case perRcpt:
 		switch state {
 		case StateRcpt:
@@ -361,6 +387,12 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 	case perByte:
 		ch.byteSeen = true
 		ch.bytes = max(ch.bytes, p.size)
+	case perAddr:
+		if state == StateRcpt {
+			ch.rcpts++
+		} else {
+			ch.mail = true
+		}
 	case perRcpt:
 		if state == StateRcpt {
 			ch.rcpts++
@@ -375,11 +407,12 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 
 // verdict is the Decision of limit l being over with result r.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decision {
-	d := Decision{Action: l.action, Limit: l.name, Key: it.Key, Rate: r.Rate, Max: it.Params.Limit, RetryAfter: r.RetryAfter}
-	text := expand(l.message, l.name, it.Key, r.Rate, it.Params.Limit, it.Params.Period, r.RetryAfter)
+	lim := limitOf(it, r)
+	d := Decision{Action: l.action, Limit: l.name, Key: it.Key, Rate: r.Rate, Max: lim, RetryAfter: r.RetryAfter}
+	text := expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Text = SanitizeText(text, MaxTextLen)
 	d.Reason = fmt.Sprintf("limit %s key %q rate %.2f > %g per %s (%s, %s)", l.name, it.Key, r.Rate,
-		it.Params.Limit, FormatDuration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
+		lim, FormatDuration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	switch l.action {
 	case Defer:
 		d.Code, d.Enhanced = 450, "4.7.1"
@@ -388,7 +421,7 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	case Warn:
 		if c.warnHeader != "" {
 			d.Header = SanitizeText(fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
-				l.name, it.Key, formatRate(r.Rate), it.Params.Limit, FormatDuration(it.Params.Period)), MaxTextLen)
+				l.name, it.Key, formatRate(r.Rate), lim, FormatDuration(it.Params.Period)), MaxTextLen)
 		}
 	}
 	return d

@@ -115,6 +115,10 @@ func ConfigAdvice(c Config) []string {
 			out = append(out, fmt.Sprintf("limit %s counts bytes: it needs the message size, known at END-OF-MESSAGE "+
 				"(Postfix: \"smtpd_end_of_data_restrictions = check_policy_service ...\"; Exim: acl_ratelimitd_data; or "+
 				"the milter); asked only at RCPT it counts the SIZE= declared at MAIL FROM", l.Name))
+		case "addr":
+			out = append(out, fmt.Sprintf("limit %s counts unique recipients: it needs the MTA to ask at RCPT "+
+				"(Postfix: smtpd_recipient_restrictions; Exim: the RCPT ACL); asked only at DATA or END-OF-MESSAGE, "+
+				"a message with several recipients is charged recipient_count, every recipient as new", l.Name))
 		case "conn":
 			out = append(out, fmt.Sprintf("limit %s counts connections: it needs the MTA to ask at CONNECT "+
 				"(Postfix: \"smtpd_client_restrictions = check_policy_service ...\"); otherwise each message counts as one", l.Name))

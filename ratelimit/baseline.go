@@ -29,7 +29,8 @@ import (
 //
 // P falls by 1/e per LearnPeriod of quiet and rises while r is above it;
 // it is stationary when r is above P for a fraction 1-q of the time. P
-// starts (and is never taken below) Floor/Factor when it grows, and never
+// stays 0 (nothing learned) until r first passes Floor/Factor, grows from
+// there (below it, P only decays), and never
 // rises above B. Time spent above B (a key held at its allowance by a
 // leaky limit, or refused and counted in strict mode) teaches nothing, so
 // an attacker cannot raise its own allowance by being refused; one that
@@ -121,6 +122,10 @@ func (l Limit) learn(rate, peak, dt float64) float64 {
 		return math.Min(dt, period*math.Log(rate/x))
 	}
 	a := above(base) - above(lim)
+	if a <= 0 && peak < base {
+		// Nothing learned yet (below where a fresh key starts): decay.
+		return peak * math.Exp(-dt/float64(l.learnPeriod()))
+	}
 	p := base * math.Exp((a/(1-BaselineQuantile)-dt)/float64(l.learnPeriod()))
 	return math.Min(p, math.Max(base, math.Min(rate, lim)))
 }
