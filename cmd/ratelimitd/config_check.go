@@ -76,6 +76,10 @@ func printLimits(w io.Writer, source string, eng *policy.Engine) {
 		at := l.CountAt
 		fmt.Fprintf(tw, "%s\t%s\t%g/%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), l.Limit,
 			policy.FormatDuration(l.Period), l.Per, l.Mode, l.Algorithm, l.Action, at)
+		if l.Algorithm == "baseline" {
+			fmt.Fprintf(tw, "  baseline\t\t%g-%g/%s\t\t\t\t\t%g x the key's peak, learned over %s\n",
+				l.Floor, l.Limit, policy.FormatDuration(l.Period), l.Factor, policy.FormatDuration(l.LearnPeriod))
+		}
 		for k, v := range l.Overrides {
 			fmt.Fprintf(tw, "  override\t%s\t%g/%s\t\t\t\t\t\n", k, v, policy.FormatDuration(l.Period))
 		}

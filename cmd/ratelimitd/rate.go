@@ -197,7 +197,12 @@ func printRates(w io.Writer, kr []policy.KeyRate) {
 		case k.Refusing:
 			status = "at limit: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%g\t%s\t%s\n", k.Key, k.Limit, k.Rate, k.Max, policy.FormatDuration(k.Period), status)
+		maxText := strconv.FormatFloat(k.Max, 'g', -1, 64)
+		if k.Baseline {
+			maxText = strconv.FormatFloat(k.Max, 'f', 1, 64)
+			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %g)", k.Peak, k.Cap)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%s\t%s\t%s\n", k.Key, k.Limit, k.Rate, maxText, policy.FormatDuration(k.Period), status)
 	}
 	tw.Flush()
 }

@@ -104,6 +104,7 @@ type daemon struct {
 	db         *bolt.DB
 	mem        *store.Memory
 	state      *store.Persistent
+	rcpts      *store.Recipients // per = "addr" recipient sets
 	engine     *policy.Engine
 	metrics    *metrics
 	policy     *postfix.Server
@@ -181,6 +182,17 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 	go func() {
 		defer d.wg.Done()
 		d.state.Run(context.Background())
+	}()
+	d.rcpts, err = store.OpenRecipients(d.db, time.Now(), store.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log})
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { d.rcpts.Close() })
+	d.engine.UseRecipientSets(d.rcpts)
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.rcpts.Run(context.Background())
 	}()
 	if os.Getenv("GOMEMLIMIT") == "" {
 		d.startMemoryLimit()
@@ -384,6 +396,9 @@ func (d *daemon) shutdown(ctx context.Context) error {
 	// Close flushes the rate state a last time and stops its Run loop.
 	if err := d.state.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
+	}
+	if err := d.rcpts.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("flush recipient sets: %w", err))
 	}
 	d.wg.Wait()
 	if err := d.db.Close(); err != nil {

@@ -147,6 +147,7 @@ func runSimulate(cmd *cobra.Command, opts *rootOptions, so *simulateOptions, pat
 	if err != nil {
 		return reportConfigErrors(cmd.ErrOrStderr(), err)
 	}
+	eng.UseRecipientSets(store.NewRecipients(store.RecipientOptions{}))
 	tr, err := simulate.ReadFile(path, so.inputFormat)
 	if err != nil {
 		return err

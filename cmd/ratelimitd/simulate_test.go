@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"image/png"
 	"io"
 	"math"
@@ -407,4 +408,62 @@ func TestSimulateHelp(t *testing.T) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
+}
+
+// testdata/traces/unique-baseline.toml through simulate: five weeks of an
+// ordinary user's mornings, then on day 35 a newsletter to the same 80
+// readers every 30 minutes, the ordinary user compromised (100 messages
+// an hour to new addresses), and a spammer writing 5 messages an hour to
+// 40 new recipients each. The newsletter is never refused; the baseline
+// limit stops the compromised user within half an hour of the first
+// spam and the unique-recipient limit stops the spammer.
+func TestSimulateUniqueAndBaseline(t *testing.T) {
+	var b strings.Builder
+	start := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	line := func(at time.Time, format string, a ...any) {
+		fmt.Fprintf(&b, `{"time":%d,`+format+"}\n", append([]any{at.Unix()}, a...)...)
+	}
+	for d := range 35 {
+		for i := range 6 {
+			line(start.Add(time.Duration(d)*24*time.Hour+9*time.Hour+time.Duration(i)*2*time.Minute),
+				`"sasl_username":"carol","recipient":"friend%d@example.net"`, d*6+i)
+		}
+	}
+	day35 := start.Add(35 * 24 * time.Hour)
+	for round := range 9 {
+		for i := range 80 {
+			line(day35.Add(8*time.Hour+time.Duration(round)*30*time.Minute+time.Duration(i)*time.Second),
+				`"sasl_username":"news","recipient":"reader%d@example.org"`, i)
+		}
+	}
+	compromise := day35.Add(9 * time.Hour)
+	for i := range 300 {
+		line(compromise.Add(time.Duration(i)*36*time.Second), `"sasl_username":"carol","recipient":"victim%d@example.com"`, i)
+	}
+	for m := range 10 {
+		at := day35.Add(10*time.Hour + time.Duration(m)*12*time.Minute)
+		inst := fmt.Sprintf("mal%d", m)
+		for r := range 40 {
+			line(at, `"protocol_state":"RCPT","instance":"%s","sasl_username":"mallory","recipient":"target%d@example.com"`, inst, m*40+r)
+		}
+		line(at, `"instance":"%s","sasl_username":"mallory","recipient_count":40`, inst)
+	}
+	path := filepath.Join(t.TempDir(), "unique-baseline.jsonl")
+	writeFile(t, path, b.String())
+	sum := summaries(t, "-c", trace("unique-baseline.toml"), path)
+
+	if n := sum["news"]; n.Requests != 720 || n.refused() != 0 {
+		t.Errorf("newsletter: %+v, want 720 messages, none refused", n)
+	}
+	c := sum["carol"]
+	after := c.FirstRefused.Sub(compromise)
+	if c.RefusedBy != "usual" || after < 0 || after > 30*time.Minute {
+		t.Errorf("carol: first refused by %q %v after the compromise, want by usual within 30m: %+v", c.RefusedBy, after, c)
+	}
+	m := sum["mallory"]
+	if m.RefusedBy != "new-recipients" || m.FirstRefused.Sub(day35.Add(10*time.Hour)) > time.Hour {
+		t.Errorf("mallory: %+v, want refused by new-recipients within the hour", m)
+	}
+	t.Logf("carol refused %v after the compromise (%d of %d admitted); mallory refused at %v, %d of %d recipients admitted",
+		after, c.Admitted, c.Requests, m.FirstRefused.Format(time.TimeOnly), m.Admitted, m.Requests)
 }
