@@ -183,7 +183,12 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		defer d.wg.Done()
 		d.state.Run(context.Background())
 	}()
-	d.rcpts, err = store.OpenRecipients(d.db, time.Now(), store.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log})
+	if os.Getenv("GOMEMLIMIT") == "" {
+		d.startMemoryLimit()
+	}
+	d.metrics = newMetrics(func() float64 { return float64(d.mem.Len()) })
+	d.rcpts, err = store.OpenRecipients(d.db, time.Now(), store.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log,
+		OnFlushError: func(error) { d.metrics.fault("rcptsets flush") }})
 	if err != nil {
 		return nil, err
 	}
@@ -194,10 +199,6 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		defer d.wg.Done()
 		d.rcpts.Run(context.Background())
 	}()
-	if os.Getenv("GOMEMLIMIT") == "" {
-		d.startMemoryLimit()
-	}
-	d.metrics = newMetrics(func() float64 { return float64(d.mem.Len()) })
 	d.conns = srvconn.NewLimiter(s.MaxConnections, d.log, func(listener string) {
 		d.metrics.connRefused.WithLabelValues(listener).Inc()
 	})

@@ -73,6 +73,9 @@ type RecipientOptions struct {
 	SweepInterval time.Duration
 	// Logger receives flush failures; default slog.Default().
 	Logger *slog.Logger
+	// OnFlushError, if set, is called by Run after logging a failed
+	// flush (the daemon counts it as a fault).
+	OnFlushError func(error)
 }
 
 // NewRecipients returns an in-memory Recipients (no persistence), for the
@@ -338,6 +341,9 @@ func (r *Recipients) Run(ctx context.Context) {
 		case <-ft.C:
 			if err := r.flush(); err != nil {
 				r.opts.Logger.Error("recipient sets not written, retrying at the next flush", "err", err)
+				if r.opts.OnFlushError != nil {
+					r.opts.OnFlushError(err)
+				}
 			}
 		}
 	}

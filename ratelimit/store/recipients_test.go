@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/bbolt"
+
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
@@ -140,5 +142,46 @@ func TestRecipientsConcurrent(t *testing.T) {
 	pairs, _ := StoredRecipientPairs(db)
 	if len(pairs) != 50 {
 		t.Errorf("%d pairs stored, want 50", len(pairs))
+	}
+}
+
+// A failed flush (here: a read-only database) is reported to OnFlushError
+// and its changes are kept for the next flush.
+func TestRecipientsFlushFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	_, closeDB := openDB(t, path)
+	closeDB()
+	ro, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	failed := make(chan error, 16)
+	r, err := OpenRecipients(ro, rt0, RecipientOptions{FlushInterval: time.Millisecond,
+		OnFlushError: func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	r.Add(ctx, "uniq", "alice", 1, rt0, time.Hour, 10)
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("nil error reported")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no flush failure reported")
+	}
+	cancel()
+	<-done
+	if err := r.Flush(); err == nil {
+		t.Error("the failed change was dropped: the next flush had nothing to write")
 	}
 }
