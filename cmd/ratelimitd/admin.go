@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -239,6 +240,7 @@ func (a *adminServer) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.log.Info("rate reset", "key", key, "limit", limit, "removed", n, "by", who(r))
+	a.d.notifier.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: n, By: who(r)})
 	writeJSON(w, http.StatusOK, resetResult{Key: key, Limit: limit, Removed: n})
 }
 

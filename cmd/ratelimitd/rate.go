@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -166,7 +167,7 @@ The commands talk to the running daemon through its admin socket
 reset with the local user who asked.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, _, err := openRates(opts)
+			b, f, err := openRates(opts)
 			if err != nil {
 				return err
 			}
@@ -176,6 +177,13 @@ reset with the local user who asked.`,
 			}
 			if err != nil {
 				return err
+			}
+			if _, offline := b.(*offlineRates); offline {
+				// No daemon to send the audit event: send it from here.
+				e := notify.Event{Kind: notify.RateReset, Key: args[0], Limit: limit, Count: res.Removed, By: cliUser()}
+				if err := notifyOffline(f.Notify, e); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: rate_reset notification not sent: %v\n", err)
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: rate reset (%d limit states removed)\n", args[0], res.Removed)
 			return nil

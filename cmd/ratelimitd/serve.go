@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratelimit/store"
@@ -111,9 +112,10 @@ type daemon struct {
 	metricsSrv *http.Server
 	listeners  []string
 	// conns caps the policy and milter connections (server.max_connections).
-	conns *srvconn.Limiter
-	q     *quarantineState
-	wg    sync.WaitGroup
+	conns    *srvconn.Limiter
+	q        *quarantineState
+	wg       sync.WaitGroup
+	notifier *notify.Notifier
 	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
 	stopMemLimit func()
 
@@ -193,6 +195,10 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 	if err := d.openQuarantine(); err != nil {
 		return nil, err
 	}
+	if err := d.startNotify(); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { d.notifier.Close(context.Background()) })
 	d.policy = &postfix.Server{
 		Decider:         postfix.DeciderFunc(d.decide),
 		Logger:          d.log,
@@ -305,6 +311,7 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.De
 	dec = d.engine.Evaluate(ctx, start, req)
 	// Faults are logged and counted by the front end's server.
 	d.metrics.observe(req, &dec, time.Since(start))
+	d.notifyRefusal(req, &dec)
 	if req.Stage != policy.ViaMilter {
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, &dec)
@@ -378,6 +385,9 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		d.metricsSrv.Shutdown(ctx)
 	}
 	d.admin.Shutdown(ctx)
+	if err := d.notifier.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("notifications: %w", err))
+	}
 	if d.stopMemLimit != nil {
 		d.stopMemLimit()
 	}
