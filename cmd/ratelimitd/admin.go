@@ -51,6 +51,8 @@ type Status struct {
 	// Advice lists limits that cannot count as the MTA is hooked up, in
 	// plain words with the line to add.
 	Advice []string `json:"advice,omitempty"`
+	// Notify counts notifications; nil when none are configured.
+	Notify *notify.Stats `json:"notify,omitempty"`
 	// RestartNeeded lists the settings (TOML keys) of the configuration
 	// file that differ from the running ones and take effect only after a
 	// restart (listeners, state, quarantine, milter); empty when the

@@ -367,8 +367,12 @@ func (d *daemon) status() Status {
 		st.Requests += n
 		st.ByAction[policy.Action(a).String()] = n
 	}
+	if d.notifier.Enabled() {
+		ns := d.notifier.Stats()
+		st.Notify = &ns
+	}
 	for _, l := range d.engine.Limits() {
-		st.Limits = append(st.Limits, fmt.Sprintf("%s: %g/%s per %s by %s, %s, %s", l.Name, l.Limit,
+		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, formatRate(l.Limit),
 			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
 	}
 	return st
