@@ -254,3 +254,30 @@ func shape(v any) any {
 	}
 	return "null"
 }
+
+// TestManPages: `ratelimitd man DIR` writes a section-8 page per command,
+// from the commands' own help.
+func TestManPages(t *testing.T) {
+	dir := t.TempDir()
+	if status, _, stderr := runCLI(t, "", "man", dir); status != 0 {
+		t.Fatalf("man: %d %s", status, stderr)
+	}
+	for page, want := range map[string]string{
+		"ratelimitd.8":                   "Exit status: 0 success, 1 error, 2 usage error",
+		"ratelimitd-rate-list.8":         "\\fB--domain\\fP",
+		"ratelimitd-quarantine-delete.8": "\\fB--yes\\fP",
+		"ratelimitd-serve.8":             "SIGHUP",
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil {
+			t.Errorf("%s: %v", page, err)
+			continue
+		}
+		if !strings.Contains(string(b), `.TH "RATELIMITD" "8"`) || !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks the section-8 header or %q:\n%.400s", page, want, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ratelimitd-man.8")); err == nil {
+		t.Error("the hidden man command has a page")
+	}
+}

@@ -65,9 +65,14 @@ Exit status: 0 success, 1 error, 2 usage error.`,
 		SilenceErrors: true,
 	}
 	cmd.SetVersionTemplate("ratelimitd {{.Version}}\n")
-	cmd.PersistentFlags().StringVarP(&opts.configPath, "config", "c", defaultConfig(),
-		"configuration file (TOML); empty means the embedded default")
-	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts), newQuarantineCmd(opts))
+	cmd.PersistentFlags().StringVarP(&opts.configPath, "config", "c", "",
+		"configuration file (TOML); default $RATELIMITD_CONFIG, else "+DefaultConfigPath+" if it exists, else the embedded default")
+	cmd.PersistentPreRun = func(c *cobra.Command, _ []string) {
+		if f := c.Flag("config"); f == nil || !f.Changed {
+			opts.configPath = defaultConfig()
+		}
+	}
+	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts), newQuarantineCmd(opts), newManCmd())
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
