@@ -60,7 +60,8 @@ type Mail struct {
 	// To are the postmaster addresses; empty disables mail.
 	To []string `toml:"to"`
 	// Subject and Body are text/template templates executed with the Event
-	// (fields and the methods Summary and PeriodText). Defaults:
+	// (fields and the methods Summary, PeriodText, RateText and MaxText).
+	// Defaults:
 	// DefaultSubject and DefaultBody.
 	Subject string `toml:"subject"`
 	Body    string `toml:"body"`
@@ -101,7 +102,7 @@ key:    {{.}}{{end}}
 {{- with .Limit}}
 limit:  {{.}}{{end}}
 {{- if .Max}}
-rate:   {{printf "%.1f" .Rate}} per {{.PeriodText}} (limit {{.Max}}){{end}}
+rate:   {{.RateText}} per {{.PeriodText}} (limit {{.MaxText}}){{end}}
 {{- with .Action}}
 action: {{.}}{{end}}
 {{- with .Sender}}
@@ -119,7 +120,7 @@ Review:  ratelimitd rate show '{{.Key}}'
 Forgive: ratelimitd rate reset '{{.Key}}'
 {{end}}`
 	DefaultSenderSubject = `Your outgoing mail is being limited`
-	DefaultSenderBody    = `Your account ({{.Key}}) sent {{printf "%.0f" .Rate}} messages per {{.PeriodText}}; the limit is {{.Max}}.
+	DefaultSenderBody    = `Your account ({{.Key}}) sent {{.RateText}} messages per {{.PeriodText}}; the limit is {{.MaxText}}.
 Further mail is {{if eq .Action "defer"}}deferred and retried later by your mail program{{else if eq .Action "reject"}}refused{{else}}held for review by the postmaster{{end}}.
 
 If you did not send this mail, your password may be known to someone

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -80,13 +81,20 @@ func (e Event) PeriodText() string {
 	return policy.FormatDuration(e.Period)
 }
 
+// RateText and MaxText are Rate and Max rounded for people ("201",
+// "12.3").
+func (e Event) RateText() string { return round(e.Rate) }
+
+// MaxText: see RateText.
+func (e Event) MaxText() string { return round(e.Max) }
+
 // Summary is a one-line description of e, the default mail subject and
 // the webhook payload's "summary".
 func (e Event) Summary() string {
 	switch e.Kind {
 	case LimitRefused:
 		return fmt.Sprintf("%s is over limit %s: %s per %s (limit %s), action %s",
-			orNone(e.Key), e.Limit, round(e.Rate), e.PeriodText(), round(e.Max), e.Action)
+			orNone(e.Key), e.Limit, e.RateText(), e.PeriodText(), e.MaxText(), e.Action)
 	case QuarantineThreshold:
 		return fmt.Sprintf("%s has %d quarantined messages", orNone(e.Key), e.Count)
 	case Thawed, Deleted, Expired, Released:
@@ -131,11 +139,12 @@ func orNone(s string) string {
 	return s
 }
 
-// round prints a rate the way the CLI does: whole numbers without
-// decimals, others with one.
+// round prints a rate the way the CLI does: rounded to one decimal, and
+// without it when that is whole (200.97 is "201", 12.34 is "12.3").
 func round(f float64) string {
-	if f == float64(int64(f)) {
-		return strconv.FormatInt(int64(f), 10)
+	r := math.Round(f*10) / 10
+	if r == math.Trunc(r) {
+		return strconv.FormatFloat(r, 'f', 0, 64)
 	}
-	return strconv.FormatFloat(f, 'f', 1, 64)
+	return strconv.FormatFloat(r, 'f', 1, 64)
 }

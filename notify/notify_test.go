@@ -88,7 +88,7 @@ func closeAndWait(t *testing.T, n *Notifier) {
 }
 
 var refusal = Event{Kind: LimitRefused, Time: time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC), Key: "alice",
-	Limit: "hourly", Period: time.Hour, Action: "defer", Rate: 201, Max: 200, Sender: "alice@example.org", Client: "192.0.2.7"}
+	Limit: "hourly", Period: time.Hour, Action: "defer", Rate: 200.97038961731997, Max: 200, Sender: "alice@example.org", Client: "192.0.2.7"}
 
 func TestWebhookSignedAndRetried(t *testing.T) {
 	h := startHook(t, 503, 502, 200)
@@ -117,7 +117,7 @@ func TestWebhookSignedAndRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]any{"event": "limit_refused", "key": "alice", "limit": "hourly", "period": "1h",
-		"rate": 201.0, "max": 200.0, "action": "defer", "sender": "alice@example.org", "time": "2026-11-23T09:00:00Z",
+		"rate": 200.97, "max": 200.0, "action": "defer", "sender": "alice@example.org", "time": "2026-11-23T09:00:00Z",
 		"summary": "alice is over limit hourly: 201 per 1h (limit 200), action defer"} {
 		if p[k] != want {
 			t.Errorf("payload %s = %#v, want %#v", k, p[k], want)
@@ -340,7 +340,7 @@ func TestMailToPostmasterAndSender(t *testing.T) {
 	}
 	body := string(pm.Body())
 	for _, want := range []string{"alice is over limit hourly: 201 per 1h (limit 200), action defer", "key:    alice",
-		"client: 192.0.2.7", "ratelimitd rate reset 'alice'"} {
+		"client: 192.0.2.7", "rate:   201 per 1h (limit 200)", "ratelimitd rate reset 'alice'"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("postmaster body lacks %q:\n%s", want, body)
 		}

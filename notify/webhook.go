@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 )
@@ -31,9 +32,11 @@ type Payload struct {
 	Summary string `json:"summary"`
 }
 
-// NewPayload returns e's webhook payload (Time in UTC).
+// NewPayload returns e's webhook payload: Time in UTC, Rate rounded to
+// two decimals.
 func NewPayload(e Event) Payload {
 	e.Time = e.Time.UTC()
+	e.Rate = math.Round(e.Rate*100) / 100
 	return Payload{Event: e, Period: e.PeriodText(), Summary: e.Summary()}
 }
 
