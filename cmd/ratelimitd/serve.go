@@ -41,8 +41,9 @@ func newServeCmd(opts *rootOptions) *cobra.Command {
 ${readsocket} service) on every server.policy_listen address, the admin
 socket the CLI talks to, and Prometheus metrics on server.metrics_listen.
 
-With no --config the embedded default is used: policy service on
-127.0.0.1:10031, state (BoltDB file and admin socket) in ./ratelimitd-state,
+With no --config ($RATELIMITD_CONFIG, /etc/ratelimitd/ratelimitd.toml) the
+embedded default is used: policy service on 127.0.0.1:10031, state (BoltDB
+file and admin socket) in /var/lib/ratelimitd (root) or ./ratelimitd-state,
 metrics on 127.0.0.1:9731, limits 200/hour + 1000/day per SASL user.
 
 Rate state is kept in memory and written to STATE_DIR/ratelimitd.db every
