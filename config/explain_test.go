@@ -65,6 +65,12 @@ backoff = "2s"
 [notify.mail]
 to = ["postmaster@example.org"]
 from = "ratelimitd@example.org"
+
+[[limit]]
+name = "hourly"
+key = "sasl_username"
+limit = 200
+period = "1h"
 `), "n.toml")
 	if err != nil {
 		t.Fatal(err)
