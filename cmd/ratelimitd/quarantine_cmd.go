@@ -205,7 +205,7 @@ func (b *quarantineBackend) act(op string, sel selection) ([]outcome, error) {
 		err := b.client.do("POST", "/v1/quarantine/"+op, sel, &out)
 		return out, err
 	}
-	sel.By = "offline CLI"
+	sel.By = cliUser() + ", offline CLI"
 	if op == "thaw" {
 		return b.svc.thaw(context.Background(), sel)
 	}
