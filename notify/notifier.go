@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"log/slog"
@@ -31,12 +32,10 @@ type Notifier struct {
 	closeMu sync.RWMutex
 	closed  bool
 
-	mu   sync.Mutex // guards seen, order, closing
-	seen map[seenKey]time.Time
-	// order holds seen's keys oldest first, to prune expired ones; its
-	// head index avoids reslicing on every prune.
-	order []seenKey
-	head  int
+	mu sync.Mutex // guards seen
+	// seen remembers each (limit, key) refused within its period, with a
+	// min-heap on the window's end to forget expired ones.
+	seen windows
 
 	queued, dropped, sent, failed, suppressed atomic.Int64
 
@@ -47,6 +46,37 @@ type Notifier struct {
 }
 
 type seenKey struct{ limit, key string }
+
+// windows is a set of (limit, key) with the time each one's window ends,
+// ordered as a min-heap (container/heap) on that time.
+type windows struct {
+	index map[seenKey]int // position in heap
+	heap  []window
+}
+
+type window struct {
+	k     seenKey
+	until time.Time
+}
+
+func (w *windows) Len() int           { return len(w.heap) }
+func (w *windows) Less(i, j int) bool { return w.heap[i].until.Before(w.heap[j].until) }
+func (w *windows) Swap(i, j int) {
+	w.heap[i], w.heap[j] = w.heap[j], w.heap[i]
+	w.index[w.heap[i].k] = i
+	w.index[w.heap[j].k] = j
+}
+func (w *windows) Push(x any) {
+	e := x.(window)
+	w.index[e.k] = len(w.heap)
+	w.heap = append(w.heap, e)
+}
+func (w *windows) Pop() any {
+	e := w.heap[len(w.heap)-1]
+	w.heap = w.heap[:len(w.heap)-1]
+	delete(w.index, e.k)
+	return e
+}
 
 type templates struct{ subject, body, senderSubject, senderBody *template.Template }
 
@@ -89,7 +119,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 		return nil, errors.Join(errs...)
 	}
 	n := &Notifier{cfg: cfg, log: o.Logger, hc: o.HTTPClient, now: o.Now,
-		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: map[seenKey]time.Time{},
+		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{index: map[seenKey]int{}},
 		mEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_events_total",
 			Help: "Events accepted into the notification queue, by kind."}, []string{"kind"}),
 		mDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_dropped_total",
@@ -165,7 +195,8 @@ func (n *Notifier) drop(reason string) {
 
 // first reports whether e is the first refusal of its key by its limit
 // within e.Period, and remembers it. Memory is bounded by notify.max_keys:
-// when full and nothing has expired the event is suppressed and counted.
+// expired windows are forgotten first (a heap on their end), and when the
+// set is still full the event is suppressed and counted.
 func (n *Notifier) first(e Event) bool {
 	period := e.Period
 	if period <= 0 {
@@ -174,41 +205,26 @@ func (n *Notifier) first(e Event) bool {
 	k := seenKey{e.Limit, e.Key}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if until, ok := n.seen[k]; ok && e.Time.Before(until) {
-		n.suppressed.Add(1)
-		return false
+	w := &n.seen
+	for w.Len() > 0 && !e.Time.Before(w.heap[0].until) {
+		heap.Pop(w)
 	}
-	if _, ok := n.seen[k]; !ok {
-		n.prune(e.Time)
-		if len(n.seen) >= n.cfg.MaxKeys {
+	if i, ok := w.index[k]; ok {
+		if e.Time.Before(w.heap[i].until) {
 			n.suppressed.Add(1)
-			n.mDropped.WithLabelValues("dedup_full").Inc()
 			return false
 		}
-		n.order = append(n.order, k)
+		w.heap[i].until = e.Time.Add(period)
+		heap.Fix(w, i)
+		return true
 	}
-	n.seen[k] = e.Time.Add(period)
+	if w.Len() >= n.cfg.MaxKeys {
+		n.suppressed.Add(1)
+		n.mDropped.WithLabelValues("dedup_full").Inc()
+		return false
+	}
+	heap.Push(w, window{k, e.Time.Add(period)})
 	return true
-}
-
-// prune forgets expired refusals from the oldest end while the map is at
-// least half full (amortised O(1) per insertion). An entry whose window
-// was renewed stays and moves to the back.
-func (n *Notifier) prune(now time.Time) {
-	for n.head < len(n.order) && len(n.seen) >= n.cfg.MaxKeys/2 {
-		k := n.order[n.head]
-		until := n.seen[k]
-		if now.Before(until) {
-			break
-		}
-		delete(n.seen, k)
-		n.order[n.head] = seenKey{}
-		n.head++
-	}
-	if n.head > len(n.order)/2 && n.head > 64 {
-		n.order = append(n.order[:0:0], n.order[n.head:]...)
-		n.head = 0
-	}
 }
 
 // Stats returns the counts so far. Safe for concurrent use.

@@ -224,7 +224,7 @@ func TestRefusalMemoryBounded(t *testing.T) {
 		t.Errorf("%d distinct keys notified, want the first 100 (max_keys)", ok)
 	}
 	n.mu.Lock()
-	size := len(n.seen)
+	size := n.seen.Len()
 	n.mu.Unlock()
 	if size > 100 {
 		t.Errorf("dedup map holds %d keys, more than max_keys 100", size)
@@ -236,7 +236,7 @@ func TestRefusalMemoryBounded(t *testing.T) {
 		t.Error("a new key after every window expired was suppressed")
 	}
 	n.mu.Lock()
-	size = len(n.seen)
+	size = n.seen.Len()
 	n.mu.Unlock()
 	if size > 100 {
 		t.Errorf("dedup map holds %d keys after pruning", size)
