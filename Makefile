@@ -6,12 +6,43 @@ PKGS    ?= ./...
 # end with a spurious "context deadline exceeded" on a loaded machine.
 FUZZTIME ?= 300000x
 
-.PHONY: all build test deps check fmt vet bench fuzz integration clean
+# Installation layout (DESTDIR for staging, e.g. a package build).
+PREFIX  ?= /usr/local
+SBINDIR ?= $(PREFIX)/sbin
+MANDIR  ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR ?= /etc/systemd/system
+# VERSION is linked into the binary (ratelimitd --version, status); the VCS
+# revision is stamped by go build itself.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: all build man install test deps check fmt vet bench fuzz integration clean
 
 all: build
 
 build:
-	$(GO) build -o bin/ratelimitd ./cmd/ratelimitd
+	GOFLAGS="$(GOFLAGS) -buildvcs=auto" $(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ratelimitd ./cmd/ratelimitd
+
+# man: section-8 pages generated from the commands' help (cobra/doc).
+man: build
+	rm -rf bin/man
+	bin/ratelimitd man bin/man
+
+# install: the binary, its manual pages, the systemd unit and the example
+# configuration (an existing /etc/ratelimitd/ratelimitd.toml is kept; the
+# new example goes beside it as ratelimitd.toml.dist).
+install: build man
+	install -D -m 0755 bin/ratelimitd $(DESTDIR)$(SBINDIR)/ratelimitd
+	install -d $(DESTDIR)$(MANDIR)/man8
+	install -m 0644 bin/man/*.8 $(DESTDIR)$(MANDIR)/man8/
+	install -D -m 0644 configs/ratelimitd.service $(DESTDIR)$(UNITDIR)/ratelimitd.service
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/ratelimitd
+	if [ -e $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml ]; then \
+		install -m 0644 configs/ratelimitd.toml $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml.dist; \
+	else \
+		install -m 0644 configs/ratelimitd.toml $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml; \
+	fi
+	install -d -m 0750 $(DESTDIR)/var/lib/ratelimitd
 
 # deps installs what the integration tests start for real (Debian packages).
 deps:

@@ -4,14 +4,18 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/ratelimitd/ratelimitd/configs"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -28,6 +32,8 @@ type File struct {
 	Quarantine Quarantine `toml:"quarantine"`
 	// Milter is the [milter] table: the milter front end.
 	Milter Milter `toml:"milter"`
+	// Notify is the [notify] table: webhook and mail notifications.
+	Notify notify.Config `toml:"notify"`
 
 	// NoLimits is set by [policy] limits = "none": the file deliberately
 	// has no [[limit]] table and the daemon limits nobody. Without it a
@@ -78,11 +84,7 @@ func Parse(data []byte, source string) (*File, error) {
 	f := &File{Source: source}
 	md, err := toml.Decode(string(data), f)
 	if err != nil {
-		var perr toml.ParseError
-		if errors.As(err, &perr) {
-			return nil, fmt.Errorf("%w: %s: %s", ErrInvalid, source, strings.TrimSpace(perr.ErrorWithPosition()))
-		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err)
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, describeTOMLError(data, source, err))
 	}
 	var errs []error
 	for _, k := range md.Undecoded() {
@@ -142,6 +144,8 @@ func (f *File) validate() []error {
 	f.Milter.withDefaults()
 	errs := f.Server.validate()
 	errs = append(errs, f.Quarantine.validate()...)
+	f.Notify.WithDefaults()
+	errs = append(errs, f.Notify.Validate()...)
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 
@@ -150,4 +154,51 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+
+// describeTOMLError formats a decoding error as "FILE:LINE:COL: message"
+// followed by the offending line and the one before it, with a caret under
+// the column. The line and column come from the error's byte offset
+// (toml.ParseError.Position.Start), which stays right where the library's
+// own column does not (an error found at the start of a line is reported
+// with the previous line's length as its column).
+func describeTOMLError(data []byte, source string, err error) string {
+	var perr toml.ParseError
+	if !errors.As(err, &perr) {
+		// Type mismatches come as "toml: line N (last key "K"): ...".
+		m := typeErr.FindStringSubmatch(err.Error())
+		if m == nil {
+			return source + ": " + strings.TrimPrefix(err.Error(), "toml: ")
+		}
+		perr.Position.Line, _ = strconv.Atoi(m[1])
+		perr.Position.Col = 1
+		perr.LastKey, perr.Message = m[2], m[3]
+	}
+	msg := perr.Message
+	if perr.LastKey != "" {
+		msg += " (after key " + perr.LastKey + ")"
+	}
+	if perr.Usage != "" {
+		msg += "\n" + strings.TrimSpace(perr.Usage)
+	}
+	line, col := perr.Position.Line, perr.Position.Col
+	if start := perr.Position.Start; start > 0 && start <= len(data) {
+		before := data[:start]
+		line = bytes.Count(before, []byte("\n")) + 1
+		col = start - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	}
+	if line <= 0 {
+		return fmt.Sprintf("%s: %s", source, msg)
+	}
+	out := fmt.Sprintf("%s:%d:%d: %s", source, line, col, msg)
+	lines := strings.Split(string(data), "\n")
+	for l := max(line-1, 1); l <= line && l <= len(lines); l++ {
+		out += fmt.Sprintf("\n  %4d | %s", l, lines[l-1])
+	}
+	if line <= len(lines) {
+		out += "\n       | " + strings.Repeat(" ", max(col-1, 0)) + "^"
+	}
+	return out
 }

@@ -19,7 +19,7 @@ func TestEmbeddedDefault(t *testing.T) {
 	if f.Source != config.EmbeddedSource || len(f.Limits) != 2 || f.Limits[0].Limit != 200 || f.Limits[1].Limit != 1000 {
 		t.Fatalf("default: %+v", f)
 	}
-	if f.Server.PolicyListen[0] != "127.0.0.1:10031" || f.Server.DBPath() != "ratelimitd-state/ratelimitd.db" {
+	if f.Server.PolicyListen[0] != "127.0.0.1:10031" || f.Server.DBPath() != filepath.Join(config.DefaultStateDir(), "ratelimitd.db") {
 		t.Fatalf("server defaults: %+v", f.Server)
 	}
 	if time.Duration(f.Server.FlushInterval) != time.Second || f.Quarantine.MaxSize != 2<<30 {
@@ -52,7 +52,7 @@ per = "envelope"
 	for _, want := range []string{
 		"test.toml",
 		`invalid size "lots"`,
-		"line 9",
+		"test.toml:9:13:",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,7 +30,9 @@ type Server struct {
 	// means loopback only.
 	AllowNetworks []string `toml:"allow_networks"`
 	// StateDir holds the BoltDB file (rate state and quarantine) and, by
-	// default, the admin socket. Default "./ratelimitd-state".
+	// default, the admin socket. Default DefaultStateDir(): the
+	// Filesystem Hierarchy Standard's /var/lib/ratelimitd when run as
+	// root, "./ratelimitd-state" otherwise.
 	StateDir string `toml:"state_dir"`
 	// AdminSocket is the admin unix socket the CLI talks to; default
 	// STATE_DIR/admin.sock. Its directory must not be world-writable.
@@ -63,13 +66,26 @@ type Server struct {
 
 // Defaults for Server.
 const (
-	DefaultPolicyListen  = "127.0.0.1:10031"
-	DefaultStateDir      = "./ratelimitd-state"
+	DefaultPolicyListen = "127.0.0.1:10031"
+	// RootStateDir and UserStateDir are DefaultStateDir's answers.
+	RootStateDir         = "/var/lib/ratelimitd"
+	UserStateDir         = "./ratelimitd-state"
 	DefaultMetricsListen = "127.0.0.1:9731"
 	DefaultFlushInterval = time.Second
 	DefaultIdleTimeout   = 330 * time.Second
 	DefaultRequestTimout = 10 * time.Second
 )
+
+// DefaultStateDir is server.state_dir when the configuration leaves it
+// out: RootStateDir for root (the daemon as installed, and the CLI run by
+// the postmaster, meet at RootStateDir/admin.sock), UserStateDir for
+// anyone else.
+func DefaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return RootStateDir
+	}
+	return UserStateDir
+}
 
 // withDefaults fills unset fields.
 func (s *Server) withDefaults() {
@@ -80,7 +96,7 @@ func (s *Server) withDefaults() {
 		s.SocketMode = "0660"
 	}
 	if s.StateDir == "" {
-		s.StateDir = DefaultStateDir
+		s.StateDir = DefaultStateDir()
 	}
 	if s.AdminSocket == "" {
 		s.AdminSocket = filepath.Join(s.StateDir, "admin.sock")

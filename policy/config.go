@@ -166,7 +166,8 @@ type LimitConfig struct {
 	// Key lists the request attributes whose values, joined by "|", form
 	// the rate key: sasl_username, sender, sender_domain, client_address,
 	// client_subnet, client_name, helo_name, recipient, recipient_domain.
-	Key []string `toml:"key"`
+	// In TOML a list, or one name as a string.
+	Key KeyList `toml:"key"`
 	// Limit is the permitted cost per Period and the burst size.
 	Limit float64 `toml:"limit"`
 	// Period is the averaging period, e.g. "1h", "24h".
@@ -208,6 +209,32 @@ type LimitConfig struct {
 	// ends, give each limit one, or it counts every message twice; a
 	// freeze limit belongs on the milter (only it can keep the message).
 	Via []string `toml:"via"`
+}
+
+// KeyList is LimitConfig.Key. It decodes from a TOML array of strings
+// (key = ["sasl_username", "client_address"]) or from one string
+// (key = "sasl_username").
+type KeyList []string
+
+// UnmarshalTOML implements BurntSushi/toml's Unmarshaler.
+func (k *KeyList) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case string:
+		*k = KeyList{x}
+		return nil
+	case []any:
+		out := make(KeyList, len(x))
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("key[%d] must be a string like \"sasl_username\", not %T", i, e)
+			}
+			out[i] = s
+		}
+		*k = out
+		return nil
+	}
+	return fmt.Errorf("key must be a string or a list of strings, e.g. key = \"sasl_username\", not %T", v)
 }
 
 // Front ends a limit may be restricted to (LimitConfig.Via); the values of

@@ -6,7 +6,9 @@
 // strictest Decision.
 //
 // The stacked hourly-plus-daily limits, per_mail/per_rcpt/per_byte cost and
-// the strict/leaky/forgiving modes follow shared/seeds/002_06ceeb019362f8a1.txt.
+// the strict/leaky/forgiving modes follow Tony Finch's "ratelimit
+// clarifications" and Exim's ratelimit ACL condition (Exim specification,
+// "Rate limiting incoming messages").
 package policy
 
 import "log/slog"

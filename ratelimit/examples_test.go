@@ -30,8 +30,8 @@ func ExampleLimit_Check() {
 	// after the wait: over=false rate 200.00/h
 }
 
-// What each mode stores when a sender over its limit is refused (seeds 001
-// and 002): leaky leaves the state alone, strict counts the refused
+// What each mode stores when a sender over its limit is refused (Exim's
+// modes and Finch's forgiving one): leaky leaves the state alone, strict counts the refused
 // message, forgiving counts it but clamps the rate to the limit.
 func ExampleLimit_Next() {
 	now := time.Date(2025, 1, 6, 9, 0, 0, 0, time.UTC)
@@ -53,7 +53,7 @@ func ExampleLimit_Next() {
 	// readonly  over=true store=false kept rate 250.00 at +0s; retry after 12m39s
 }
 
-// A per-byte limit (seed 002, variable cost): 10 MiB per hour admits ten
+// A per-byte limit (variable cost, as Exim's per_byte): 10 MiB per hour admits ten
 // 1 MiB messages back to back; a message larger than the whole limit can
 // never be admitted.
 func Example_perByte() {

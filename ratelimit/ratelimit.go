@@ -8,13 +8,17 @@
 // store, so the same code serves the daemon, the simulator and the tests.
 // The package imports only the standard library.
 //
-// Sources (in shared/seeds): the exponential algorithm, its burst and recovery
-// properties and the strict/leaky modes from 001_90f8a24e418d2883.txt and
-// 000_ca3732220ba1f8b8.txt; the limit/period parameters, variable cost, GCRA's
-// "time += cost*period/limit" and the forgiving mode from
-// 002_06ceeb019362f8a1.txt; the cooldown limiter from 003_21b9a04af8d9ae57.txt;
-// the half-life estimator (evaluate before update) from
-// 004_801e290009f212ab.txt.
+// Sources: the exponential algorithm, its burst and recovery properties and
+// the strict/leaky modes are Exim's (Exim specification, chapter "Access
+// control lists", section "Rate limiting incoming messages") as written up
+// in Tony Finch's "Exponential rate limiting" and his Exim ratelimit demo
+// notes; the limit/period parameters, variable cost, GCRA's
+// "time += cost*period/limit" and the forgiving mode from Tony Finch's
+// "GCRA: leaky buckets without the buckets" and "ratelimit
+// clarifications"; the cooldown limiter from the "Simple Cooldown and Rate
+// Control Algorithm" write-up; the half-life estimator (evaluate before
+// update) from John Berryman's "EARRRL - the Estimated Average Recent
+// Request Rate Limiter".
 package ratelimit
 
 import (
@@ -51,19 +55,19 @@ func (s State) IsZero() bool { return s.Time == 0 && s.Rate == 0 }
 type Algorithm uint8
 
 const (
-	// Exponential is Exim's EWMA limiter (seed 001): the measured rate is a
+	// Exponential is Exim's EWMA limiter (Finch, "Exponential rate limiting"): the measured rate is a
 	// concrete number in cost per period; the limit is also the burst size.
 	Exponential Algorithm = iota
-	// GCRA is the generic cell rate algorithm (seed 002):
+	// GCRA is the generic cell rate algorithm (ITU-T I.371; Finch, "GCRA"):
 	// tat = max(tat, now) + cost*period/limit, allowed while tat-now <= period.
 	GCRA
-	// Cooldown is seed 003's single-score variant of GCRA: the score S
+	// Cooldown is the cooldown write-up's single-score variant of GCRA: the score S
 	// advances by cost*period/limit from where it was, even if that is in
 	// the past, and is reset to now+cost*period/limit only when the advanced
 	// score is still behind the clock; in leaky mode a refusal never changes
 	// the score.
 	Cooldown
-	// EARRRL is the half-life estimator of seed 004, evaluated before it is
+	// EARRRL is the half-life estimator of the EARRRL write-up, evaluated before it is
 	// updated: the decision uses the estimate without the current request.
 	EARRRL
 	// Baseline limits a key relative to its own history: the exponential
@@ -95,7 +99,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("%w: %q (want exponential, gcra, cooldown, earrrl or baseline)", ErrUnknownAlgorithm, s)
 }
 
-// Mode says how a Limit updates the stored state of a key (seeds 001, 002).
+// Mode says how a Limit updates the stored state of a key (Finch, "Exponential rate limiting" and "ratelimit clarifications").
 // The zero value is Leaky.
 type Mode uint8
 
@@ -108,7 +112,7 @@ const (
 	// sending while refused stays refused. Right with freeze for MUAs.
 	Strict
 	// Forgiving counts a denied request but clamps the stored state to that
-	// of a client sending at exactly the limit (seed 002): the client stays
+	// of a client sending at exactly the limit ("ratelimit clarifications"): the client stays
 	// refused while it sends at or above the permitted rate and is let in as
 	// soon as it slows to one request of its cost per cost*Period/Limit.
 	// Exponential stores time=now, rate=min(r, limit); GCRA and Cooldown
@@ -229,7 +233,7 @@ type Result struct {
 // Next returns the state to store after the request measured in r, and
 // whether to store it at all. admitted is the verdict of the whole stack of
 // limits, not only this one: a leaky limit counts a request only if every
-// limit let it through (seed 001, "leaky"; DESIGN "stacked limits").
+// limit let it through (Exim's "leaky"; stacked limits as in "ratelimit clarifications").
 func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	switch {
 	case l.Mode == Readonly:
@@ -270,13 +274,13 @@ func (l Limit) Check(prev State, now time.Time, cost float64) Result {
 	return r
 }
 
-// minInterval clamps the interval (in periods) away from zero (seed 001).
+// minInterval clamps the interval (in periods) away from zero, as Exim does.
 const minInterval = 1e-10
 
 // never is the RetryAfter of a request that can never be allowed.
 const never = time.Duration(math.MaxInt64)
 
-// checkExp is the exponential algorithm of seed 001:
+// checkExp is the exponential algorithm of Exim (Finch, "Exponential rate limiting"):
 //
 //	interval = max((now - t_prev) / period, 1e-10)
 //	alpha    = exp(-interval)
@@ -285,7 +289,7 @@ const never = time.Duration(math.MaxInt64)
 //
 // 1-alpha is computed as -expm1(-interval): the naive 1-exp(-x) at
 // x = 1e-10 is 8.3e-8 too large relative to x, enough to cut a 200-request
-// burst at 199. RetryAfter is expWait's, not seed 001's
+// burst at 199. RetryAfter is expWait's, not the write-up's
 // t_next = now + period*ln(r_now/limit), which is only its lower bound.
 func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	period := float64(l.Period)
@@ -309,7 +313,7 @@ func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	return res
 }
 
-// expRate is r_now of seed 001 for a request of the given cost after
+// expRate is r_now of Exim's algorithm for a request of the given cost after
 // interval periods (already clamped) since a stored rate; it saturates at
 // math.MaxFloat64 instead of overflowing.
 func expRate(rate, cost, interval float64) float64 {
@@ -371,7 +375,7 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 	return settle(durationOf(w*period-elapsed), over)
 }
 
-// checkGCRA is GCRA (seed 002) and the cooldown variant (seed 003). The
+// checkGCRA is GCRA and the cooldown variant. The
 // theoretical arrival time advances by cost*period/limit per request and
 // is stored rounded down to the nanosecond; the arithmetic is done relative
 // to now so that Unix nanoseconds lose no precision in a float64. The
@@ -451,7 +455,7 @@ func (l Limit) lambda() float64 {
 	return 1 / float64(l.Period)
 }
 
-// checkEARRRL is seed 004's estimator: with N the decayed count and
+// checkEARRRL is the EARRRL estimator: with N the decayed count and
 // lambda = ln2/half-life, the rate estimate is N*lambda*exp(-lambda*dt)
 // (per unit time; reported here per period), evaluated before the update
 // N = cost + N*exp(-lambda*dt). A clock that went backwards counts as no

@@ -173,11 +173,11 @@ func TestExpRecovery(t *testing.T) {
 			t.Errorf("RetryAfter %v outside [%v, %v]", r.RetryAfter, seed, upper)
 		}
 		// With cost/limit = 1/200 the request's own contribution makes the
-		// true wait 1.01% longer than the seed's formula, not within 0.1%.
+		// true wait 1.01% longer than the write-up's formula, not within 0.1%.
 		if ratio := float64(r.RetryAfter) / float64(seed); math.Abs(ratio-1.0101) > 0.0005 {
 			t.Errorf("RetryAfter/seed = %.5f, want 1.0101", ratio)
 		}
-		// At the seed's t_next the stored rate has decayed to the limit...
+		// At the write-up's t_next the stored rate has decayed to the limit...
 		at := k.l.Check(k.s, t0.Add(seed), 1)
 		if math.Abs(at.Before-200) > 1e-6 || !at.Over {
 			t.Errorf("at now+period*ln(r/limit): before %.9f over %v, want 200 and refused", at.Before, at.Over)
@@ -208,7 +208,7 @@ func TestExpRecovery(t *testing.T) {
 		}
 		// Leaky keeps the previous state, r=200: the wait is about one
 		// request's worth, period/200.5.
-		t.Logf("201st: RetryAfter %v (seed formula %v)", r.RetryAfter, time.Duration(float64(time.Hour)*math.Log(r.Rate/200)))
+		t.Logf("201st: RetryAfter %v (write-up formula %v)", r.RetryAfter, time.Duration(float64(time.Hour)*math.Log(r.Rate/200)))
 		assertRetry(t, k.l, k.s, t0, 1, r.RetryAfter)
 	})
 	t.Run("forgiving", func(t *testing.T) {
@@ -513,7 +513,7 @@ func TestCooldownSeedTranscript(t *testing.T) {
 	}
 }
 
-// Where seed 003 differs from GCRA: a score that has fallen behind the
+// Where the cooldown write-up differs from GCRA: a score that has fallen behind the
 // clock by less than T/n is advanced from where it was, not from now.
 func TestCooldownVersusGCRA(t *testing.T) {
 	s := State{Time: t0.Add(-5 * time.Second).UnixNano()}
@@ -542,7 +542,7 @@ var earrrlSeed = []float64{
 	0.44628146174133, 0.48060100760135, 0.51262461170605,
 }
 
-// The seed's requests were not exactly 1s apart: its shell loop ran
+// The EARRRL write-up's requests were not exactly 1s apart: its shell loop ran
 // "sleep 1" and then started redis-cli, and the script read Redis TIME with
 // microseconds. From consecutive estimates e_{k-1}, e_k the gap is
 // recoverable, since N after request k-1 is 1 + e_{k-1}/lambda:
@@ -579,7 +579,7 @@ func TestEARRRLSeedTranscript(t *testing.T) {
 			if r.Over && first < 0 {
 				first = i
 			}
-			// Strict in effect: the seed's script updates on every call.
+			// Strict in effect: the write-up's Lua script updates on every call.
 			k.s = r.Counted
 		}
 		if first != 11 {
@@ -595,9 +595,9 @@ func TestEARRRLSeedTranscript(t *testing.T) {
 	}, 0.006)
 }
 
-// EARRRL's later seed figures: at steady 1 request/s the estimate, taken
+// The EARRRL write-up's later figures: at steady 1 request/s the estimate, taken
 // a second after the last update, is lambda/(e^lambda - 1) = 0.966 (the
-// seed's 0.945 at #70 implies its loop had slowed to 1.02s), and it halves
+// write-up's 0.945 at #70 implies its loop had slowed to 1.02s), and it halves
 // in one half-life.
 func TestEARRRLConvergence(t *testing.T) {
 	l := Limit{Limit: 0.5, Period: time.Second, HalfLife: 10 * time.Second, Algorithm: EARRRL, Mode: Strict}

@@ -18,7 +18,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # An Exim binary for the Exim ${readsocket} test: Debian's exim4 conflicts
 # with postfix, so the packages are unpacked into EXIM_DIR instead of
-# installed (shared/POSTFIX-TESTING.md, "Exim in a test").
+# installed (exim4 -bh / -bs run a test session with a private configuration).
 EXIM_DIR=${RATELIMITD_EXIM_DIR:-/opt/ratelimitd-test/exim}
 if [ ! -x "$EXIM_DIR/usr/sbin/exim4" ]; then
 	if [ "$(id -u)" != 0 ]; then

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -50,6 +51,8 @@ type Status struct {
 	// Advice lists limits that cannot count as the MTA is hooked up, in
 	// plain words with the line to add.
 	Advice []string `json:"advice,omitempty"`
+	// Notify counts notifications; nil when none are configured.
+	Notify *notify.Stats `json:"notify,omitempty"`
 	// RestartNeeded lists the settings (TOML keys) of the configuration
 	// file that differ from the running ones and take effect only after a
 	// restart (listeners, state, quarantine, milter); empty when the
@@ -239,6 +242,7 @@ func (a *adminServer) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.log.Info("rate reset", "key", key, "limit", limit, "removed", n, "by", who(r))
+	a.d.notifier.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: n, By: who(r)})
 	writeJSON(w, http.StatusOK, resetResult{Key: key, Limit: limit, Removed: n})
 }
 

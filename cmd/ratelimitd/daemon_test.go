@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,26 +36,8 @@ func TestMain(m *testing.M) {
 // the action line.
 func policyQuery(t testing.TB, addr, user, state string) string {
 	t.Helper()
-	return policyAsk(t, addr, fmt.Sprintf("protocol_state=%s\nsasl_username=%s\nsender=%s@example.org\nrecipient_count=1\n"+
-		"client_address=192.0.2.9\n", state, user, user))
-}
-
-// policyAsk sends one policy request with the given attribute lines and
-// returns the reply line.
-func policyAsk(t testing.TB, addr, attrs string) string {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n", attrs)
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(line)
+	return policyAsk(t, addr, "protocol_state="+state, "sasl_username="+user, "sender="+user+"@example.org",
+		"recipient_count=1", "client_address=192.0.2.9")
 }
 
 func TestReloadRefusesInvalidConfig(t *testing.T) {

@@ -1,12 +1,24 @@
 // Command ratelimitd is a mail policy daemon for Postfix, Exim and milter
 // MTAs that measures each sender's rate with exponential moving averages and
-// defers, rejects, warns, holds or freezes over-limit mail. See README.md.
+// defers, rejects, warns, holds or freezes over-limit mail. See README.md
+// and ratelimitd(8).
 package main
 
-import "os"
+import (
+	"io"
+	"os"
+)
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line and returns the exit status: 0, 1 for an
+// error, 2 for a usage error (unknown command or flag, wrong arguments).
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := newRootCmd()
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	return exitStatus(cmd.Execute(), stderr)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -204,7 +205,7 @@ func (b *quarantineBackend) act(op string, sel selection) ([]outcome, error) {
 		err := b.client.do("POST", "/v1/quarantine/"+op, sel, &out)
 		return out, err
 	}
-	sel.By = "offline CLI"
+	sel.By = cliUser() + ", offline CLI"
 	if op == "thaw" {
 		return b.svc.thaw(context.Background(), sel)
 	}
@@ -271,7 +272,7 @@ and for a spam run from a compromised account:
 	list.Flags().DurationVar(&lq.Since, "since", 0, "only messages quarantined within this long (e.g. 2h)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON Lines")
 
-	var raw bool
+	var raw, showJSON bool
 	show := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a message: envelope, decision, headers and a text preview",
@@ -287,6 +288,9 @@ and for a spam run from a compromised account:
 				return err
 			}
 			w := cmd.OutOrStdout()
+			if showJSON {
+				return printJSON(w, res)
+			}
 			if raw {
 				io.WriteString(w, res.Body)
 				return nil
@@ -301,6 +305,7 @@ and for a spam run from a compromised account:
 		},
 	}
 	show.Flags().BoolVar(&raw, "raw", false, "print the stored message bytes (frozen) or the MTA's queue file (held)")
+	show.Flags().BoolVar(&showJSON, "json", false, "print a JSON object: the entry, the preview (or --raw bytes) as body, and any error")
 
 	var sel selection
 	thaw := &cobra.Command{
@@ -313,6 +318,9 @@ with the error recorded (see list --json). --reset-rate also forgets the
 rate of every key involved, so the sender may send again at once.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel.IDs = args
+			if err := needSelection(cmd, sel); err != nil {
+				return err
+			}
 			return runAction(cmd, opts, "thaw", sel)
 		},
 	}
@@ -321,17 +329,32 @@ rate of every key involved, so the sender may send again at once.`,
 	thaw.Flags().BoolVar(&sel.ResetRate, "reset-rate", false, "also reset the rate of the keys involved")
 
 	var dsel selection
+	var yes bool
 	del := &cobra.Command{
-		Use:   "delete [ID...] [--sender S | --key K | --older-than D]",
+		Use:   "delete [ID...] [--sender S | --key K | --older-than D] [--yes]",
 		Short: "Delete held or frozen messages (held ones from the MTA too)",
+		Long: `Delete held or frozen messages; held ones are deleted from the MTA's
+queue too (quarantine.delete_command, postsuper -d QUEUEID). When the
+selection holds more than one message the command asks for confirmation
+on standard input, and deletes nothing unless the answer is "y"; --yes
+skips the question (for scripts).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dsel.IDs = args
+			if err := needSelection(cmd, dsel); err != nil {
+				return err
+			}
+			if !yes {
+				if err := confirmDelete(cmd, opts, dsel); err != nil {
+					return err
+				}
+			}
 			return runAction(cmd, opts, "delete", dsel)
 		},
 	}
 	del.Flags().StringVar(&dsel.Sender, "sender", "", "every held/frozen message from this envelope sender")
 	del.Flags().StringVar(&dsel.Key, "key", "", "every held/frozen message of this rate key")
 	del.Flags().DurationVar(&dsel.OlderThan, "older-than", 0, "every held/frozen message quarantined longer ago than this")
+	del.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.AddCommand(list, show, thaw, del)
 	return cmd
 }
@@ -362,6 +385,54 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) 
 		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), map[string]string{"thaw": "thawed", "delete": "deleted"}[op])
 	}
 	return nil
+}
+
+// needSelection refuses a thaw or delete that names nothing, naming the
+// selection flags the command has.
+func needSelection(cmd *cobra.Command, sel selection) error {
+	if len(sel.IDs) > 0 || sel.Sender != "" || sel.Key != "" || sel.OlderThan > 0 {
+		return nil
+	}
+	var flags []string
+	for _, f := range []string{"sender ADDRESS", "key KEY", "older-than DURATION"} {
+		if cmd.Flags().Lookup(strings.Fields(f)[0]) != nil {
+			flags = append(flags, "--"+f)
+		}
+	}
+	return usageError{fmt.Errorf("name the messages to %s: IDs (see ratelimitd quarantine list) or %s", cmd.Name(), strings.Join(flags, ", "))}
+}
+
+// confirmDelete counts the messages a delete would select and, when there
+// is more than one, asks on standard input; anything but "y" or "yes"
+// (including end of input) cancels.
+func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel selection) error {
+	n := len(sel.IDs)
+	if n == 0 {
+		b, err := openQuarantineBackend(opts)
+		if err != nil {
+			return err
+		}
+		es, err := b.list(listQuery{Sender: sel.Sender, Key: sel.Key})
+		b.close()
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			if sel.OlderThan <= 0 || time.Since(e.Created) > sel.OlderThan {
+				n++
+			}
+		}
+	}
+	if n <= 1 {
+		return nil
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Delete %d messages? [y/N] ", n)
+	answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(answer)); a == "y" || a == "yes" {
+		return nil
+	}
+	fmt.Fprintln(cmd.OutOrStdout())
+	return fmt.Errorf("nothing deleted: %d messages selected and not confirmed (answer y, or add --yes)", n)
 }
 
 func printEntries(w io.Writer, es []quarantine.Entry) {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -113,6 +116,7 @@ The commands talk to the running daemon through its admin socket
 (server.admin_socket); when no daemon runs they open the state file
 (STATE_DIR/ratelimitd.db) directly.`,
 	}
+	var asJSON bool
 	show := &cobra.Command{
 		Use:   "show KEY",
 		Short: "Print each limit's current rate for KEY and when it is allowed again",
@@ -127,6 +131,9 @@ The commands talk to the running daemon through its admin socket
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), rateRows(kr))
+			}
 			if len(kr) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: no rate recorded (never seen, reset, or decayed away)\n", args[0])
 				return nil
@@ -135,21 +142,40 @@ The commands talk to the running daemon through its admin socket
 			return nil
 		},
 	}
+	show.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, one object per limit")
 	var top int
 	var over bool
+	var domain string
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the keys closest to or over their limits",
-		Args:  cobra.NoArgs,
+		Long: `List the keys closest to or over their limits, nearest first. With
+--domain D only keys of that mail domain: SASL user names and addresses
+ending in "@D" (also as the first part of a combined key), and sender or
+recipient domain keys equal to D.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, _, err := openRates(opts)
 			if err != nil {
 				return err
 			}
 			defer b.close()
-			kr, err := b.list(top, over)
+			n := top
+			if domain != "" {
+				n = 0 // filter first, then keep the top
+			}
+			kr, err := b.list(n, over)
 			if err != nil {
 				return err
+			}
+			if domain != "" {
+				kr = ofDomain(kr, domain)
+				if top > 0 && len(kr) > top {
+					kr = kr[:top]
+				}
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), rateRows(kr))
 			}
 			printRates(cmd.OutOrStdout(), kr)
 			return nil
@@ -157,6 +183,8 @@ The commands talk to the running daemon through its admin socket
 	}
 	list.Flags().IntVar(&top, "top", 20, "show at most N keys (0 = all)")
 	list.Flags().BoolVar(&over, "over", false, "show only keys whose next message would be refused")
+	list.Flags().StringVar(&domain, "domain", "", "show only the users and addresses of this domain (e.g. example.org)")
+	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, one object per key and limit")
 	var limit string
 	reset := &cobra.Command{
 		Use:   "reset KEY",
@@ -166,7 +194,7 @@ The commands talk to the running daemon through its admin socket
 reset with the local user who asked.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, _, err := openRates(opts)
+			b, f, err := openRates(opts)
 			if err != nil {
 				return err
 			}
@@ -176,6 +204,13 @@ reset with the local user who asked.`,
 			}
 			if err != nil {
 				return err
+			}
+			if _, offline := b.(*offlineRates); offline {
+				// No daemon to send the audit event: send it from here.
+				e := notify.Event{Kind: notify.RateReset, Key: args[0], Limit: limit, Count: res.Removed, By: cliUser()}
+				if err := notifyOffline(f.Notify, e); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: rate_reset notification not sent: %v\n", err)
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: rate reset (%d limit states removed)\n", args[0], res.Removed)
 			return nil
@@ -197,18 +232,72 @@ func printRates(w io.Writer, kr []policy.KeyRate) {
 		case k.Refusing:
 			status = "at limit: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
 		}
-		maxText := strconv.FormatFloat(k.Max, 'g', -1, 64)
+		maxText := formatRate(k.Max)
 		if k.Baseline {
 			maxText = strconv.FormatFloat(k.Max, 'f', 1, 64)
-			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %g)", k.Peak, k.Cap)
+			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %s)", k.Peak, formatRate(k.Cap))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%s\t%s\t%s\n", k.Key, k.Limit, k.Rate, maxText, policy.FormatDuration(k.Period), status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, formatRate(k.Rate), maxText, policy.FormatDuration(k.Period), status)
 	}
 	tw.Flush()
 }
 
+// formatRate prints a rate for people: whole numbers without decimals
+// (199.97 is "200"), others with one ("12.3"), never an exponent.
+func formatRate(f float64) string {
+	r := math.Round(f*10) / 10
+	if r == math.Trunc(r) {
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(r, 'f', 1, 64)
+}
+
+// rateRow is one line of `rate show/list --json`.
+type rateRow struct {
+	Key               string  `json:"key"`
+	Limit             string  `json:"limit"`
+	Rate              float64 `json:"rate"`
+	Max               float64 `json:"max"`
+	Period            string  `json:"period"`
+	PeriodSeconds     float64 `json:"period_seconds"`
+	Over              bool    `json:"over"`
+	Refusing          bool    `json:"refusing"`
+	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+}
+
+func rateRows(kr []policy.KeyRate) []rateRow {
+	out := make([]rateRow, len(kr))
+	for i, k := range kr {
+		out[i] = rateRow{Key: k.Key, Limit: k.Limit, Rate: math.Round(k.Rate*100) / 100, Max: k.Max,
+			Period: policy.FormatDuration(k.Period), PeriodSeconds: k.Period.Seconds(), Over: k.Over, Refusing: k.Refusing,
+			RetryAfterSeconds: math.Ceil(k.RetryAfter.Seconds())}
+	}
+	return out
+}
+
+// ofDomain keeps the keys of mail domain d (see `rate list --help`).
+func ofDomain(kr []policy.KeyRate, d string) []policy.KeyRate {
+	d = strings.ToLower(strings.TrimPrefix(d, "@"))
+	out := kr[:0:0]
+	for _, k := range kr {
+		first, _, _ := strings.Cut(strings.ToLower(k.Key), "|")
+		if strings.HasSuffix(first, "@"+d) || first == d {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// printJSON writes v as indented JSON and a newline.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 func newStatusCmd(opts *rootOptions) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the running daemon's uptime, listeners, keys and counters",
 		Args:  cobra.NoArgs,
@@ -225,6 +314,9 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(w, st)
+			}
 			fmt.Fprintf(w, "ratelimitd %s, up %s (since %s)\n", st.Version, st.Uptime, st.Started.Format(time.RFC3339))
 			fmt.Fprintf(w, "config: %s\n", st.Config)
 			if len(st.RestartNeeded) > 0 {
@@ -253,7 +345,12 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 				fmt.Fprintf(w, "warning: %s\n", a)
 			}
 			fmt.Fprintf(w, "connections: %d open of max %d, %d closed at the cap\n", st.Connections.Open, st.Connections.Max, st.Connections.Refused)
+			if n := st.Notify; n != nil {
+				fmt.Fprintf(w, "notifications: %d sent, %d failed, %d dropped (queue full), %d waiting\n", n.Sent, n.Failed, n.Dropped, n.Waiting)
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as a JSON object")
+	return cmd
 }

@@ -12,8 +12,8 @@ import (
 
 func rcptQuery(t testing.TB, addr, user, rcpt string) string {
 	t.Helper()
-	return policyAsk(t, addr, fmt.Sprintf("protocol_state=RCPT\nsasl_username=%s\nsender=%s@example.org\n"+
-		"recipient=%s\nclient_address=192.0.2.9\n", user, user, rcpt))
+	return policyAsk(t, addr, "protocol_state=RCPT", "sasl_username="+user, "sender="+user+"@example.org",
+		"recipient="+rcpt, "client_address=192.0.2.9")
 }
 
 const uniqueBaselineLimits = `

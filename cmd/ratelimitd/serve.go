@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratelimit/store"
@@ -40,8 +41,9 @@ func newServeCmd(opts *rootOptions) *cobra.Command {
 ${readsocket} service) on every server.policy_listen address, the admin
 socket the CLI talks to, and Prometheus metrics on server.metrics_listen.
 
-With no --config the embedded default is used: policy service on
-127.0.0.1:10031, state (BoltDB file and admin socket) in ./ratelimitd-state,
+With no --config ($RATELIMITD_CONFIG, /etc/ratelimitd/ratelimitd.toml) the
+embedded default is used: policy service on 127.0.0.1:10031, state (BoltDB
+file and admin socket) in /var/lib/ratelimitd (root) or ./ratelimitd-state,
 metrics on 127.0.0.1:9731, limits 200/hour + 1000/day per SASL user.
 
 Rate state is kept in memory and written to STATE_DIR/ratelimitd.db every
@@ -112,9 +114,10 @@ type daemon struct {
 	metricsSrv *http.Server
 	listeners  []string
 	// conns caps the policy and milter connections (server.max_connections).
-	conns *srvconn.Limiter
-	q     *quarantineState
-	wg    sync.WaitGroup
+	conns    *srvconn.Limiter
+	q        *quarantineState
+	wg       sync.WaitGroup
+	notifier *notify.Notifier
 	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
 	stopMemLimit func()
 
@@ -206,6 +209,10 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 	if err := d.openQuarantine(); err != nil {
 		return nil, err
 	}
+	if err := d.startNotify(); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() { d.notifier.Close(context.Background()) })
 	d.policy = &postfix.Server{
 		Decider:         postfix.DeciderFunc(d.decide),
 		Logger:          d.log,
@@ -318,6 +325,7 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.De
 	dec = d.engine.Evaluate(ctx, start, req)
 	// Faults are logged and counted by the front end's server.
 	d.metrics.observe(req, &dec, time.Since(start))
+	d.notifyRefusal(req, &dec)
 	if req.Stage != policy.ViaMilter {
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, &dec)
@@ -373,8 +381,12 @@ func (d *daemon) status() Status {
 		st.Requests += n
 		st.ByAction[policy.Action(a).String()] = n
 	}
+	if d.notifier.Enabled() {
+		ns := d.notifier.Stats()
+		st.Notify = &ns
+	}
 	for _, l := range d.engine.Limits() {
-		st.Limits = append(st.Limits, fmt.Sprintf("%s: %g/%s per %s by %s, %s, %s", l.Name, l.Limit,
+		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, formatRate(l.Limit),
 			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
 	}
 	return st
@@ -391,6 +403,9 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		d.metricsSrv.Shutdown(ctx)
 	}
 	d.admin.Shutdown(ctx)
+	if err := d.notifier.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("notifications: %w", err))
+	}
 	if d.stopMemLimit != nil {
 		d.stopMemLimit()
 	}

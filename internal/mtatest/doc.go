@@ -20,7 +20,7 @@
 //
 // # The Postfix facts this package relies on
 //
-// Checked with Debian's postfix 3.7 package (see shared/POSTFIX-TESTING.md):
+// Checked with Debian's postfix 3.7 package (Postfix SMTPD_POLICY_README, XCLIENT_README and postsuper(1)):
 //
 //   - A private instance needs no change to the system configuration in
 //     /etc/postfix. Every command takes "-c DIR" (sendmail: "-C DIR"), and

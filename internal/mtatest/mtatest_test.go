@@ -149,7 +149,7 @@ func TestPolicyDeferAndHold(t *testing.T) {
 	}
 	pf.WaitQueueEmpty(t, 10*time.Second)
 
-	// What the policy service saw (shared/POSTFIX-TESTING.md).
+	// What the policy service saw (Postfix SMTPD_POLICY_README, "Policy protocol description").
 	reqs := policy.requests()
 	var rcpt, eod map[string]string
 	for _, r := range reqs {

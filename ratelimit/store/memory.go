@@ -4,7 +4,7 @@
 // write-behind so a restart, crash or upgrade does not forgive an offender.
 // Both implement policy.Store without importing it.
 //
-// Bounded memory (seed 004_801e290009f212ab.txt, "LRU, not TTL"): when a
+// Bounded memory (as the EARRRL write-up advises: LRU, not TTL): when a
 // shard is full the least recently seen of a random sample of its keys is
 // evicted, so random senders cannot exhaust memory, while an offender that
 // keeps sending stays recent and is never forgiven by a timer. Keys whose

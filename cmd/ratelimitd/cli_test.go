@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/json")
+
+// runCLI runs the command line as main does, with stdin, and returns the
+// exit status, standard output and standard error.
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out, errb bytes.Buffer
+	cmd.SetArgs(args)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	return exitStatus(cmd.Execute(), &errb), out.String(), errb.String()
+}
+
+func TestExitStatusAndMessages(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("[[limit]]\nname = \"x\"\nkey = [\"sasl_username\"\nlimit = 5\n"), 0o644)
+	for _, tc := range []struct {
+		args   []string
+		status int
+		want   []string // in stderr
+		not    []string
+	}{
+		{[]string{"bogus"}, 2, []string{`unknown command "bogus" for "ratelimitd"`, "commands: "}, nil},
+		{[]string{"qurantine"}, 2, []string{"did you mean quarantine?"}, nil},
+		{[]string{"rate", "bogus"}, 2, []string{`unknown command "bogus" for "ratelimitd rate"`, "list, reset, show"}, nil},
+		{[]string{"rate", "show"}, 2, []string{"accepts 1 arg(s), received 0", "usage: ratelimitd rate show KEY"}, nil},
+		{[]string{"status", "--nope"}, 2, []string{"unknown flag: --nope"}, nil},
+		{[]string{"--config", cfg, "quarantine", "thaw"}, 2, []string{"name the messages to thaw", "--sender ADDRESS, --key KEY"}, []string{"older-than"}},
+		{[]string{"--config", cfg, "quarantine", "delete"}, 2, []string{"--sender ADDRESS, --key KEY, --older-than DURATION"}, nil},
+		{[]string{"--config", cfg, "status"}, 1, []string{"ratelimitd is not running", "start it (systemctl start ratelimitd"}, nil},
+		{[]string{"config", "check", bad}, 1, []string{bad + ":4:1: expected a comma", "configuration is not valid (1 problems)"}, []string{"config: ", "toml: "}},
+		{[]string{"--config", filepath.Join(dir, "missing.toml"), "status"}, 1, []string{"no such file", "check the path"}, []string{"config: "}},
+	} {
+		status, _, stderr := runCLI(t, "", tc.args...)
+		if status != tc.status {
+			t.Errorf("%q: exit %d, want %d\n%s", tc.args, status, tc.status, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%q: stderr lacks %q:\n%s", tc.args, w, stderr)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(stderr, w) {
+				t.Errorf("%q: stderr has %q:\n%s", tc.args, w, stderr)
+			}
+		}
+	}
+	status, out, _ := runCLI(t, "", "--version")
+	if status != 0 || !strings.HasPrefix(out, "ratelimitd ") || !strings.Contains(out, "go1.") {
+		t.Errorf("--version: %d %q", status, out)
+	}
+}
+
+func TestDescribeBuild(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/ratelimitd/ratelimitd", Version: "v1.4.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-23T10:00:00Z"},
+			{Key: "vcs.modified", Value: "true"}}}
+	if got, want := describeBuild("dev", bi), "v1.4.0 (revision 0123456789ab+dirty 2026-11-23T10:00:00Z, go1.26.8)"; got != want {
+		t.Errorf("module version: %q, want %q", got, want)
+	}
+	if got, want := describeBuild("v1.4.0-3-gabc", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}}), "v1.4.0-3-gabc (go1.26.8)"; got != want {
+		t.Errorf("linked version: %q, want %q", got, want)
+	}
+}
+
+func TestFormatRate(t *testing.T) {
+	for in, want := range map[float64]string{200: "200", 199.97: "200", 12.34: "12.3", 0.04: "0", 1e6: "1000000", 2.25: "2.3"} {
+		if got := formatRate(in); got != want {
+			t.Errorf("formatRate(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// policyAsk sends one policy request with the given attributes and
+// returns the action line.
+func policyAsk(t testing.TB, addr string, attrs ...string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n\n", strings.Join(attrs, "\n"))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// TestCLIOperations drives the operator commands against a running
+// daemon: rate list --domain, delete confirmation, and the --json shapes
+// (golden files in testdata/json; go test -run CLIOperations -update
+// rewrites them).
+func TestCLIOperations(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), `
+[quarantine]
+delete_command = ["true", "{queue_id}"]
+show_command = ["echo", "queue file {queue_id}"]
+
+[[limit]]
+name = "hourly"
+key = "sasl_username"
+limit = 2
+period = "1h"
+action = "hold"
+via = ["policy"]
+`)
+	td := startTestDaemon(t, cfg)
+	for _, u := range []string{"alice@example.org", "bob@example.org", "carol@example.net", "dave"} {
+		policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username="+u, "sender="+u, "queue_id=3F2A1B4C5D")
+	}
+	for i := range 4 {
+		ans := policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username=holly@example.org",
+			"sender=holly@example.org", "recipient=r@example.net", fmt.Sprintf("queue_id=3F2A1B4C5%X", 10+i), fmt.Sprintf("instance=i%d", i))
+		if held := strings.HasPrefix(ans, "action=HOLD"); held != (i >= 2) {
+			t.Fatalf("holly message %d: %s", i+1, ans)
+		}
+	}
+	cli := func(stdin string, args ...string) (int, string, string) {
+		return runCLI(t, stdin, append([]string{"--config", cfg}, args...)...)
+	}
+
+	_, out, _ := cli("", "rate", "list", "--domain", "example.org")
+	if !strings.Contains(out, "alice@example.org") || !strings.Contains(out, "bob@example.org") || !strings.Contains(out, "holly@example.org") ||
+		strings.Contains(out, "carol") || strings.Contains(out, "dave") {
+		t.Errorf("rate list --domain example.org:\n%s", out)
+	}
+	_, out, _ = cli("", "rate", "show", "holly@example.org")
+	if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[2] != "2" || f[3] != "2" {
+		t.Errorf("rate show: want holly's rate and max printed rounded: 2 and 2:\n%s", out)
+	}
+
+	// Two held messages: delete asks, and "n" or no answer deletes nothing.
+	for _, stdin := range []string{"n\n", ""} {
+		status, out, stderr := cli(stdin, "quarantine", "delete", "--key", "holly@example.org")
+		if status != 1 || !strings.Contains(out, "Delete 2 messages? [y/N]") || !strings.Contains(stderr, "nothing deleted") {
+			t.Fatalf("delete answered %q: %d\n%s%s", stdin, status, out, stderr)
+		}
+	}
+	_, out, _ = cli("", "quarantine", "list", "--json")
+	if n := strings.Count(out, `"state":"held"`); n != 2 {
+		t.Fatalf("after refused deletes %d held entries, want 2:\n%s", n, out)
+	}
+	var first struct{ ID string }
+	json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &first)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"status", []string{"status", "--json"}},
+		{"rate-show", []string{"rate", "show", "--json", "holly@example.org"}},
+		{"rate-list", []string{"rate", "list", "--json"}},
+		{"config-check", []string{"config", "check", "--json"}},
+		{"quarantine-show", []string{"quarantine", "show", "--json", first.ID}},
+	} {
+		status, out, stderr := cli("", tc.args...)
+		if status != 0 {
+			t.Errorf("%s: exit %d: %s", tc.name, status, stderr)
+			continue
+		}
+		checkShape(t, tc.name, out)
+	}
+
+	status, out, stderr := cli("y\n", "quarantine", "delete", "--key", "holly@example.org")
+	if status != 0 || !strings.Contains(out, "2 deleted, 0 failed") {
+		t.Fatalf("delete confirmed with y: %d\n%s%s", status, out, stderr)
+	}
+	policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username=holly@example.org", "sender=holly@example.org", "queue_id=3F2A1B4C5FF")
+	status, out, _ = cli("", "quarantine", "delete", "--yes", "--sender", "holly@example.org")
+	if status != 0 || !strings.Contains(out, "1 deleted") || strings.Contains(out, "[y/N]") {
+		t.Fatalf("delete --yes: %d\n%s", status, out)
+	}
+}
+
+// checkShape compares the shape of a JSON document (keys and value types,
+// arrays by their first element) with testdata/json/NAME.json.
+func checkShape(t *testing.T, name, doc string) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		t.Errorf("%s: not JSON: %v\n%s", name, err, doc)
+		return
+	}
+	got, _ := json.MarshalIndent(shape(v), "", "  ")
+	got = append(got, '\n')
+	path := filepath.Join("testdata", "json", name+".json")
+	if *update {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Errorf("%s: %v (run with -update to create it)", name, err)
+		return
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s --json shape changed; got:\n%s\nwant (%s):\n%s\noutput was:\n%s", name, got, path, want, doc)
+	}
+}
+
+func shape(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			out[k] = shape(x[k])
+		}
+		return out
+	case []any:
+		if len(x) == 0 {
+			return []any{}
+		}
+		return []any{shape(x[0])}
+	case string:
+		return "string"
+	case float64:
+		return "number"
+	case bool:
+		return "bool"
+	}
+	return "null"
+}
+
+// TestManPages: `ratelimitd man DIR` writes a section-8 page per command,
+// from the commands' own help.
+func TestManPages(t *testing.T) {
+	dir := t.TempDir()
+	if status, _, stderr := runCLI(t, "", "man", dir); status != 0 {
+		t.Fatalf("man: %d %s", status, stderr)
+	}
+	for page, want := range map[string]string{
+		"ratelimitd.8":                   "Exit status: 0 success, 1 error, 2 usage error",
+		"ratelimitd-rate-list.8":         "\\fB--domain\\fP",
+		"ratelimitd-quarantine-delete.8": "\\fB--yes\\fP",
+		"ratelimitd-serve.8":             "SIGHUP",
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil {
+			t.Errorf("%s: %v", page, err)
+			continue
+		}
+		if !strings.Contains(string(b), `.TH "RATELIMITD" "8"`) || !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks the section-8 header or %q:\n%.400s", page, want, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ratelimitd-man.8")); err == nil {
+		t.Error("the hidden man command has a page")
+	}
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+)
+
+// newManCmd is the hidden `ratelimitd man DIR` that `make man` and
+// `make install` run: one roff page per command, generated from the
+// commands' own help (spf13/cobra/doc), in section 8 (system
+// administration), e.g. ratelimitd.8 and ratelimitd-quarantine-thaw.8.
+func newManCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "Write the manual pages (section 8) into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return err
+			}
+			root := cmd.Root()
+			root.DisableAutoGenTag = true // reproducible pages
+			err := doc.GenManTree(root, &doc.GenManHeader{Title: "RATELIMITD", Section: "8", Source: "ratelimitd " + version,
+				Manual: "ratelimitd manual"}, args[0])
+			if err != nil {
+				return fmt.Errorf("writing manual pages: %w", err)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+)
+
+// TestNotifyFirstRefusalAndReset runs the daemon with [notify] pointed at a
+// real webhook receiver and the SMTP sink: ten refused messages give one
+// limit_refused event (webhook and mail), a rate reset through the admin
+// socket gives a rate_reset naming the local user (SO_PEERCRED), and a
+// reset by the CLI with no daemon running is sent by the CLI itself.
+func TestNotifyFirstRefusalAndReset(t *testing.T) {
+	var mu sync.Mutex
+	var events []map[string]any
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var e map[string]any
+		if err := json.Unmarshal(b, &e); err != nil {
+			t.Errorf("webhook body %q: %v", b, err)
+		}
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}))
+	defer hook.Close()
+	got := func() []map[string]any {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]map[string]any(nil), events...)
+	}
+	sink := mtatest.StartSink(t)
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+[notify]
+[notify.webhook]
+url = %q
+secret = "k"
+[notify.mail]
+relay = %q
+from = "ratelimitd@mx.example.org"
+to = ["postmaster@example.org"]
+
+[[limit]]
+name = "hourly"
+key = "sasl_username"
+limit = 2
+period = "1h"
+action = "defer"
+`, hook.URL, sink.Addr()))
+	td := startTestDaemon(t, cfgPath)
+	for i := range 10 {
+		ans := policyQuery(t, td.policyAddr, "rex", "END-OF-MESSAGE")
+		if refused := strings.HasPrefix(ans, "action=450 4.7.1"); refused != (i >= 2) {
+			t.Fatalf("message %d: %s", i+1, ans)
+		}
+	}
+	if _, err := cli(t, "--config", cfgPath, "rate", "reset", "rex"); err != nil {
+		t.Fatal(err)
+	}
+	td.stop() // drains the notification queue
+	ev := got()
+	if len(ev) != 2 {
+		t.Fatalf("webhook got %d events, want limit_refused and rate_reset: %v", len(ev), ev)
+	}
+	if ev[0]["event"] != "limit_refused" || ev[0]["key"] != "rex" || ev[0]["limit"] != "hourly" || ev[0]["period"] != "1h" ||
+		ev[0]["sender"] != "rex@example.org" || ev[0]["action"] != "defer" {
+		t.Errorf("first event %v", ev[0])
+	}
+	if by, _ := ev[1]["by"].(string); ev[1]["event"] != "rate_reset" || !strings.Contains(by, "uid 0") {
+		t.Errorf("second event %v, want rate_reset by uid 0", ev[1])
+	}
+	msgs := sink.WaitCount(t, 2, 10*time.Second)
+	if s := msgs[0].Header("Subject"); !strings.Contains(s, "rex is over limit hourly") {
+		t.Errorf("first mail subject %q", s)
+	}
+
+	out, err := cli(t, "--config", cfgPath, "rate", "reset", "rex")
+	if err != nil || strings.Contains(out, "warning") {
+		t.Fatalf("offline reset: %v\n%s", err, out)
+	}
+	ev = got()
+	if len(ev) != 3 || ev[2]["event"] != "rate_reset" || ev[2]["by"] != cliUser() {
+		t.Fatalf("offline reset events %v, want a third, rate_reset by %q", ev, cliUser())
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"strings"
+)
+
+// buildVersion describes this binary for --version and `status`: the
+// version set at link time (main.version, `make build` sets it from git
+// describe) or else the module version, then the VCS revision and commit
+// time that `go build` stamped (runtime/debug.ReadBuildInfo), "+dirty"
+// for uncommitted changes, and the Go version.
+func buildVersion() string {
+	return describeBuild(version, readBuildInfo())
+}
+
+func readBuildInfo() *debug.BuildInfo {
+	bi, _ := debug.ReadBuildInfo()
+	return bi
+}
+
+func describeBuild(linked string, bi *debug.BuildInfo) string {
+	v := linked
+	goVersion := runtime.Version()
+	var rev, when string
+	dirty := false
+	if bi != nil {
+		goVersion = bi.GoVersion
+		if (v == "" || v == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				when = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	if v == "" {
+		v = "dev"
+	}
+	var extra []string
+	if rev != "" {
+		r := rev[:min(12, len(rev))]
+		if dirty {
+			r += "+dirty"
+		}
+		if when != "" {
+			r += " " + when
+		}
+		extra = append(extra, "revision "+r)
+	}
+	extra = append(extra, goVersion)
+	return v + " (" + strings.Join(extra, ", ") + ")"
+}

@@ -1,0 +1,328 @@
+package notify
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"text/template"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Notifier sends events to the configured webhook and mail recipients from
+// one goroutine. Create it with New; Notify is safe for concurrent use and
+// never blocks; Close stops it.
+type Notifier struct {
+	cfg    Config
+	log    *slog.Logger
+	hc     *http.Client
+	kinds  map[Kind]bool
+	tmpl   templates
+	now    func() time.Time
+	queue  chan Event
+	ctx    context.Context // cancelled by Close when its deadline passes
+	cancel context.CancelFunc
+	done   chan struct{}
+	// closeMu orders Notify's send before Close's close of queue.
+	closeMu sync.RWMutex
+	closed  bool
+
+	mu sync.Mutex // guards seen
+	// seen remembers each (limit, key) refused within its period, with a
+	// min-heap on the window's end to forget expired ones.
+	seen windows
+
+	queued, dropped, sent, failed, suppressed atomic.Int64
+
+	mEvents  *prometheus.CounterVec // kind
+	mDropped *prometheus.CounterVec // reason
+	mSent    *prometheus.CounterVec // channel
+	mFailed  *prometheus.CounterVec // channel
+}
+
+type seenKey struct{ limit, key string }
+
+// windows is a set of (limit, key) with the time each one's window ends,
+// ordered as a min-heap (container/heap) on that time.
+type windows struct {
+	index map[seenKey]int // position in heap
+	heap  []window
+}
+
+type window struct {
+	k     seenKey
+	until time.Time
+}
+
+func (w *windows) Len() int           { return len(w.heap) }
+func (w *windows) Less(i, j int) bool { return w.heap[i].until.Before(w.heap[j].until) }
+func (w *windows) Swap(i, j int) {
+	w.heap[i], w.heap[j] = w.heap[j], w.heap[i]
+	w.index[w.heap[i].k] = i
+	w.index[w.heap[j].k] = j
+}
+func (w *windows) Push(x any) {
+	e := x.(window)
+	w.index[e.k] = len(w.heap)
+	w.heap = append(w.heap, e)
+}
+func (w *windows) Pop() any {
+	e := w.heap[len(w.heap)-1]
+	w.heap = w.heap[:len(w.heap)-1]
+	delete(w.index, e.k)
+	return e
+}
+
+type templates struct{ subject, body, senderSubject, senderBody *template.Template }
+
+// Options are New's optional collaborators.
+type Options struct {
+	// Logger receives one line per failed delivery; nil discards.
+	Logger *slog.Logger
+	// HTTPClient sends webhooks; nil means a client with
+	// webhook.timeout.
+	HTTPClient *http.Client
+	// Now is the clock for event times and the refusal dedup; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Stats are a Notifier's counts since New, for `ratelimitd status`.
+type Stats struct {
+	// Queued events were accepted by Notify; Dropped did not fit the
+	// queue (or came after Close); Suppressed were repeat refusals of a
+	// key within its limit's period (or could not be remembered because
+	// notify.max_keys was reached).
+	Queued     int64 `json:"queued"`
+	Dropped    int64 `json:"dropped"`
+	Suppressed int64 `json:"suppressed"`
+	// Sent and Failed count deliveries (one per channel and recipient
+	// set) after their last attempt.
+	Sent   int64 `json:"sent"`
+	Failed int64 `json:"failed"`
+	// Waiting is the queue's current length.
+	Waiting int `json:"waiting"`
+}
+
+// New validates cfg (WithDefaults is applied to a copy) and starts the
+// sending goroutine. With neither webhook.url nor mail.to set it returns a
+// Notifier that accepts and discards every event. Errors are cfg's, each
+// naming its key, joined.
+func New(cfg Config, o Options) (*Notifier, error) {
+	cfg.WithDefaults()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	n := &Notifier{cfg: cfg, log: o.Logger, hc: o.HTTPClient, now: o.Now,
+		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{index: map[seenKey]int{}},
+		mEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_events_total",
+			Help: "Events accepted into the notification queue, by kind."}, []string{"kind"}),
+		mDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_dropped_total",
+			Help: "Events not sent: queue_full, closed, or dedup_full (notify.max_keys reached)."}, []string{"reason"}),
+		mSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_sent_total",
+			Help: "Notifications delivered, by channel (webhook, mail)."}, []string{"channel"}),
+		mFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_failed_total",
+			Help: "Notifications given up after their last attempt, by channel (webhook, mail)."}, []string{"channel"}),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	if n.now == nil {
+		n.now = time.Now
+	}
+	if n.hc == nil {
+		n.hc = &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}
+	}
+	if len(cfg.Events) > 0 {
+		n.kinds = map[Kind]bool{}
+		for _, k := range cfg.Events {
+			n.kinds[Kind(k)] = true
+		}
+	}
+	m := cfg.Mail
+	n.tmpl.subject, _ = parseTemplate("subject", m.Subject)
+	n.tmpl.body, _ = parseTemplate("body", m.Body)
+	n.tmpl.senderSubject, _ = parseTemplate("sender_subject", m.SenderSubject)
+	n.tmpl.senderBody, _ = parseTemplate("sender_body", m.SenderBody)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	go n.run()
+	return n, nil
+}
+
+// Enabled reports whether a webhook or mail recipient is configured.
+func (n *Notifier) Enabled() bool { return n != nil && n.cfg.enabled() }
+
+// Notify queues e and returns at once: true if it was queued, false if it
+// was not wanted (a kind not in notify.events, notifications off, a repeat
+// refusal within its period) or dropped (queue full, Close called). It
+// never blocks and is safe for concurrent use; a nil Notifier discards.
+func (n *Notifier) Notify(e Event) bool {
+	if !n.Enabled() || (n.kinds != nil && !n.kinds[e.Kind]) {
+		return false
+	}
+	if e.Time.IsZero() {
+		e.Time = n.now()
+	}
+	if e.Kind == LimitRefused && !n.first(e) {
+		return false
+	}
+	n.closeMu.RLock()
+	defer n.closeMu.RUnlock()
+	if n.closed {
+		n.drop("closed")
+		return false
+	}
+	select {
+	case n.queue <- e:
+		n.queued.Add(1)
+		n.mEvents.WithLabelValues(string(e.Kind)).Inc()
+		return true
+	default:
+		n.drop("queue_full")
+		return false
+	}
+}
+
+func (n *Notifier) drop(reason string) {
+	n.dropped.Add(1)
+	n.mDropped.WithLabelValues(reason).Inc()
+}
+
+// first reports whether e is the first refusal of its key by its limit
+// within e.Period, and remembers it. Memory is bounded by notify.max_keys:
+// expired windows are forgotten first (a heap on their end), and when the
+// set is still full the event is suppressed and counted.
+func (n *Notifier) first(e Event) bool {
+	period := e.Period
+	if period <= 0 {
+		period = time.Hour
+	}
+	k := seenKey{e.Limit, e.Key}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	w := &n.seen
+	for w.Len() > 0 && !e.Time.Before(w.heap[0].until) {
+		heap.Pop(w)
+	}
+	if i, ok := w.index[k]; ok {
+		if e.Time.Before(w.heap[i].until) {
+			n.suppressed.Add(1)
+			return false
+		}
+		w.heap[i].until = e.Time.Add(period)
+		heap.Fix(w, i)
+		return true
+	}
+	if w.Len() >= n.cfg.MaxKeys {
+		n.suppressed.Add(1)
+		n.mDropped.WithLabelValues("dedup_full").Inc()
+		return false
+	}
+	heap.Push(w, window{k, e.Time.Add(period)})
+	return true
+}
+
+// Stats returns the counts so far. Safe for concurrent use.
+func (n *Notifier) Stats() Stats {
+	if n == nil {
+		return Stats{}
+	}
+	return Stats{Queued: n.queued.Load(), Dropped: n.dropped.Load(), Suppressed: n.suppressed.Load(),
+		Sent: n.sent.Load(), Failed: n.failed.Load(), Waiting: len(n.queue)}
+}
+
+// Collectors returns the Prometheus metrics: ratelimitd_notify_events_total,
+// _dropped_total, _sent_total, _failed_total and the gauge
+// ratelimitd_notify_queue_length.
+func (n *Notifier) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{n.mEvents, n.mDropped, n.mSent, n.mFailed,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_notify_queue_length",
+			Help: "Events waiting to be sent."}, func() float64 { return float64(len(n.queue)) })}
+}
+
+// Close stops accepting events, sends those already queued until ctx is
+// done, then abandons the rest (counted as failed, logged) and returns
+// ctx's error if it had to. A second Close returns ErrClosed.
+func (n *Notifier) Close(ctx context.Context) error {
+	n.closeMu.Lock()
+	if n.closed {
+		n.closeMu.Unlock()
+		return ErrClosed
+	}
+	n.closed = true
+	close(n.queue)
+	n.closeMu.Unlock()
+	select {
+	case <-n.done:
+		return nil
+	case <-ctx.Done():
+		n.cancel() // ends retries and in-flight sends
+		<-n.done
+		return ctx.Err()
+	}
+}
+
+func (n *Notifier) run() {
+	defer close(n.done)
+	defer n.cancel()
+	for e := range n.queue {
+		if n.ctx.Err() != nil {
+			n.failed.Add(1)
+			n.log.Error("notification abandoned at shutdown", "event", e.Kind, "key", e.Key)
+			continue
+		}
+		n.deliver(e)
+	}
+}
+
+// deliver sends e on every configured channel, each with its retries.
+func (n *Notifier) deliver(e Event) {
+	if n.cfg.Webhook.URL != "" {
+		n.result("webhook", e, n.retry(n.cfg.Webhook.Retry, func() (bool, error) { return n.postWebhook(n.ctx, e) }))
+	}
+	if len(n.cfg.Mail.To) > 0 {
+		n.result("mail", e, n.retry(n.cfg.Mail.Retry, func() (bool, error) { return n.sendMail(n.ctx, e, false) }))
+		if n.cfg.Mail.NotifySender && e.Kind == LimitRefused && e.Sender != "" {
+			n.result("mail", e, n.retry(n.cfg.Mail.Retry, func() (bool, error) { return n.sendMail(n.ctx, e, true) }))
+		}
+	}
+}
+
+func (n *Notifier) result(channel string, e Event, err error) {
+	if err == nil {
+		n.sent.Add(1)
+		n.mSent.WithLabelValues(channel).Inc()
+		return
+	}
+	n.failed.Add(1)
+	n.mFailed.WithLabelValues(channel).Inc()
+	n.log.Error("notification failed", "channel", channel, "event", e.Kind, "key", e.Key, "err", err)
+}
+
+// retry calls try up to r.Attempts times while it reports a temporary
+// failure, waiting r.Backoff, twice that, ... (at most r.MaxBackoff)
+// between attempts. Close's deadline ends the wait.
+func (n *Notifier) retry(r Retry, try func() (temporary bool, err error)) error {
+	var err error
+	attempts, backoff := r.Attempts, time.Duration(r.Backoff)
+	for i := range attempts {
+		var temporary bool
+		if temporary, err = try(); err == nil || !temporary || i == attempts-1 {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-n.ctx.Done():
+			t.Stop()
+			return errors.Join(err, n.ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Duration(r.MaxBackoff))
+	}
+	return err
+}
