@@ -49,7 +49,7 @@ func TestDaemonRecipientSetsPersist(t *testing.T) {
 	}
 	out, err := cli(t, "-c", cfg, "rate", "show", "uma")
 	if err != nil || !strings.Contains(out, "baseline: learned peak 0.0, max is the allowance, cap 100") ||
-		!strings.Contains(out, "usual  2.0   50.0") {
+		!strings.Contains(out, "usual  2     50.0") {
 		t.Errorf("rate show: %v\n%s", err, out)
 	}
 	td.stop()
