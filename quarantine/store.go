@@ -344,6 +344,16 @@ func (b buckets) newID(t time.Time) (string, error) {
 	return fmt.Sprintf("%s%05x", prefix, seq), nil
 }
 
+// checkQueueID returns ErrInvalid for a queue ID that is set but not in
+// an MTA's syntax (see ValidQueueID): such a value must never be stored,
+// since release and delete pass it to postsuper or exim.
+func checkQueueID(id string) error {
+	if id != "" && !ValidQueueID(id) {
+		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, id)
+	}
+	return nil
+}
+
 // prepare fills in what Hold and Freeze set on a new entry.
 func (s *Store) prepare(e *Entry, state State, action string) Entry {
 	now := s.now()
@@ -376,12 +386,15 @@ func (s *Store) prepare(e *Entry, state State, action string) Entry {
 // are empty; a message whose header cannot be parsed is still frozen. On
 // success the completed entry is copied back into *e.
 //
-// Errors: ErrInvalid (nil e), ErrFull (Options.MaxSize would be exceeded),
-// or a wrapped bbolt error (e.g. a message above bbolt's 2 GiB value
-// limit, a full disk).
+// Errors: ErrInvalid (nil e, or a QueueID that ValidQueueID refuses),
+// ErrFull (Options.MaxSize would be exceeded), or a wrapped bbolt error
+// (e.g. a message above bbolt's 2 GiB value limit, a full disk).
 func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 	if e == nil {
 		return "", fmt.Errorf("%w: nil entry", ErrInvalid)
+	}
+	if err := checkQueueID(e.QueueID); err != nil {
+		return "", err
 	}
 	ent := s.prepare(e, Frozen, ActionFreeze)
 	ent.Size = int64(len(msg))
@@ -457,10 +470,14 @@ func wrap(op string, err error) error {
 // A hold decided at Postfix's RCPT stage has no queue ID yet; record the
 // Instance and add the queue ID later with SetQueueID.
 //
-// Errors: ErrInvalid (nil e) or a wrapped bbolt error.
+// Errors: ErrInvalid (nil e, or a QueueID that ValidQueueID refuses) or
+// a wrapped bbolt error.
 func (s *Store) Hold(e *Entry) (string, error) {
 	if e == nil {
 		return "", fmt.Errorf("%w: nil entry", ErrInvalid)
+	}
+	if err := checkQueueID(e.QueueID); err != nil {
+		return "", err
 	}
 	ent := s.prepare(e, Held, ActionHold)
 	ent.Hash = ""
@@ -809,7 +826,8 @@ func (b buckets) remove(id string) (int64, error) {
 // SetQueueID sets the MTA queue ID on the pending entries recorded for the
 // Postfix policy instance that have none yet (a hold decided at RCPT stage
 // learns the queue ID at END-OF-MESSAGE). It returns the number of entries
-// changed; zero is not an error.
+// changed; zero is not an error. An invalid queueID (see ValidQueueID)
+// is refused with ErrInvalid.
 func (s *Store) SetQueueID(instance, queueID string) (int, error) {
 	return s.UpdateByInstance(instance, func(e *Entry) bool {
 		if !e.State.pending() || e.QueueID != "" {
@@ -825,7 +843,9 @@ func (s *Store) SetQueueID(instance, queueID string) (int, error) {
 // returns true. fn must not call the Store (it would deadlock). It may
 // change the descriptive fields; changes to ID, State, Created, Size and
 // Hash are ignored (those follow the stored message and the state
-// methods). It returns the number of entries stored.
+// methods). It returns the number of entries stored. A QueueID that
+// ValidQueueID refuses fails the whole call with ErrInvalid (nothing is
+// stored).
 func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, error) {
 	if !indexable(instance) {
 		return 0, nil
@@ -861,6 +881,9 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 				continue
 			}
 			e.ID, e.State, e.Created, e.Size, e.Hash = orig.ID, orig.State, orig.Created, orig.Size, orig.Hash
+			if err := checkQueueID(e.QueueID); err != nil {
+				return err
+			}
 			e.Updated = s.now().Round(0)
 			if e.Instance != orig.Instance {
 				if err := b.unindex(&orig); err != nil {

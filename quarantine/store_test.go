@@ -357,12 +357,12 @@ func TestHoldAndQueueID(t *testing.T) {
 	b, _ := s.Hold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"y@example.org"}})
 	other, _ := s.Hold(&Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
 	// END-OF-MESSAGE: the queue ID is known.
-	n, err := s.SetQueueID("8f1.6a3c2b.1", "4F2Q12345")
+	n, err := s.SetQueueID("8f1.6a3c2b.1", "4F2A12345")
 	if err != nil || n != 2 {
 		t.Fatalf("SetQueueID: %d %v", n, err)
 	}
 	for _, id := range []string{a, b} {
-		if e, _ := s.Get(id); e.QueueID != "4F2Q12345" {
+		if e, _ := s.Get(id); e.QueueID != "4F2A12345" {
 			t.Errorf("%s: queue ID %q", id, e.QueueID)
 		}
 	}

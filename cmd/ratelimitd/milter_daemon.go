@@ -17,7 +17,7 @@ import (
 // Freeze implements milter.Quarantine: the message is committed (fsync)
 // before Freeze returns.
 func (s *quarantineService) Freeze(_ context.Context, m *milter.Message, d policy.Decision) (string, error) {
-	e := entryFor(&m.Request, &d, m.Recipients)
+	e := s.entryFor(&m.Request, &d, m.Recipients)
 	id, err := s.q.Freeze(e, m.Data)
 	if err != nil {
 		return "", err
@@ -28,7 +28,7 @@ func (s *quarantineService) Freeze(_ context.Context, m *milter.Message, d polic
 
 // Hold implements milter.Quarantine for messages put on hold by the milter.
 func (s *quarantineService) Hold(_ context.Context, m *milter.Message, d policy.Decision) (string, error) {
-	e := entryFor(&m.Request, &d, m.Recipients)
+	e := s.entryFor(&m.Request, &d, m.Recipients)
 	id, err := s.q.Hold(e)
 	if err != nil {
 		return "", err

@@ -40,6 +40,7 @@ type quarantineService struct {
 
 	quarantined *prometheus.CounterVec // limit, action
 	keyAlerts   prometheus.Counter
+	badQueueIDs prometheus.Counter
 }
 
 func newQuarantineService(q *quarantine.Store, cfg config.Quarantine, eng *policy.Engine, log *slog.Logger) (*quarantineService, error) {
@@ -53,6 +54,10 @@ func newQuarantineService(q *quarantine.Store, cfg config.Quarantine, eng *polic
 		keyAlerts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimitd_quarantine_key_alerts_total",
 			Help: "Times a key started being held/frozen, or its quarantined count reached another multiple of quarantine.alert_every.",
+		}),
+		badQueueIDs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_quarantine_invalid_queue_ids_total",
+			Help: "Queue IDs refused because they are not in Postfix's or Exim's syntax (forged policy requests); the entry is recorded without one.",
 		}),
 	}
 	st, err := q.Stats()
@@ -78,7 +83,7 @@ func (s *quarantineService) collectors() []prometheus.Collector {
 			return f(st)
 		}
 	}
-	return []prometheus.Collector{s.quarantined, s.keyAlerts,
+	return []prometheus.Collector{s.quarantined, s.keyAlerts, s.badQueueIDs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_frozen_messages", Help: "Frozen messages waiting for review."},
 			stat(func(st quarantine.Stats) float64 { return float64(st.Frozen) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_held_messages", Help: "Messages in the MTA hold queue recorded for review."},
@@ -98,14 +103,28 @@ func (s *quarantineService) collectors() []prometheus.Collector {
 	}
 }
 
-// entryFor builds a quarantine entry from a request and its decision.
-func entryFor(req *policy.Request, d *policy.Decision, rcpts []string) *quarantine.Entry {
+// entryFor builds a quarantine entry from a request and its decision. A
+// queue ID that is not in an MTA's syntax is left out (and logged and
+// counted): it is client data and must never reach postsuper.
+func (s *quarantineService) entryFor(req *policy.Request, d *policy.Decision, rcpts []string) *quarantine.Entry {
 	if len(rcpts) == 0 && req.Recipient != "" {
 		rcpts = []string{req.Recipient}
 	}
 	return &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
-		QueueID: req.QueueID, Instance: req.Instance, Size: req.Size}
+		QueueID: s.queueID(req), Instance: req.Instance, Size: req.Size}
+}
+
+// queueID returns req.QueueID if it is valid, else "" after logging and
+// counting it.
+func (s *quarantineService) queueID(req *policy.Request) string {
+	if req.QueueID == "" || quarantine.ValidQueueID(req.QueueID) {
+		return req.QueueID
+	}
+	s.badQueueIDs.Inc()
+	s.log.Warn("refusing a queue ID that is not in Postfix or Exim syntax (forged policy request?); the hold is recorded without one",
+		"queue_id", policy.SanitizeText(req.QueueID, 64), "client_address", req.ClientAddress, "sasl_username", req.SASLUsername, "instance", req.Instance)
+	return ""
 }
 
 // recorded counts a new hold/freeze for alerting.
@@ -137,7 +156,7 @@ func (s *quarantineService) policyHold(req *policy.Request, d *policy.Decision) 
 			return
 		}
 	}
-	e := entryFor(req, d, nil)
+	e := s.entryFor(req, d, nil)
 	if _, err := s.q.Hold(e); err != nil {
 		s.log.Error("recording a held message failed (it stays in the MTA hold queue)", "err", err, "queue_id", req.QueueID)
 		return
@@ -164,6 +183,7 @@ func (s *quarantineService) endOfMessage(req *policy.Request) {
 	if req.Instance == "" || req.QueueID == "" {
 		return
 	}
+	qid := s.queueID(req)
 	s.mu.Lock()
 	_, ok := s.awaitingQueueID[req.Instance]
 	delete(s.awaitingQueueID, req.Instance)
@@ -175,7 +195,10 @@ func (s *quarantineService) endOfMessage(req *policy.Request) {
 		if e.QueueID != "" {
 			return false
 		}
-		e.QueueID, e.Size = req.QueueID, req.Size
+		if qid == "" {
+			return false
+		}
+		e.QueueID, e.Size = qid, req.Size
 		if req.RecipientCount > len(e.Recipients) && req.Recipient != "" {
 			e.Recipients = append(e.Recipients, req.Recipient)
 		}
@@ -238,10 +261,18 @@ func (s *quarantineService) selectEntries(sel selection) ([]quarantine.Entry, er
 	return s.q.List(f)
 }
 
+// errNoQueueID: a held entry without a queue ID cannot be released or
+// deleted in the MTA.
+var errNoQueueID = errors.New("no MTA queue ID recorded for this held message")
+
 // runMTA runs a hold-queue command with {queue_id} replaced.
 func runMTA(ctx context.Context, tmpl []string, queueID string) ([]byte, error) {
 	if queueID == "" {
-		return nil, errors.New("no MTA queue ID recorded for this held message")
+		return nil, errNoQueueID
+	}
+	if !quarantine.ValidQueueID(queueID) {
+		// Recorded before queue IDs were checked: never pass it on.
+		return nil, fmt.Errorf("refusing to run %s with %q: not a Postfix or Exim queue ID", tmpl[0], policy.SanitizeText(queueID, 64))
 	}
 	args := make([]string, len(tmpl))
 	for i, a := range tmpl {
@@ -343,11 +374,14 @@ func (s *quarantineService) remove(ctx context.Context, sel selection) ([]outcom
 		return nil, err
 	}
 	return s.apply("quarantine delete", entries, sel.By, func(e quarantine.Entry) error {
-		if e.State == quarantine.Held {
+		if e.State == quarantine.Held && e.QueueID != "" {
 			if _, err := runMTA(ctx, s.cfg.DeleteCommand, e.QueueID); err != nil {
 				return err
 			}
 		}
+		// A held entry without a queue ID (a forged request, or a
+		// client that never reached END-OF-MESSAGE) names nothing the
+		// MTA could delete: the operator's delete forgets the record.
 		return s.q.Delete(e.ID)
 	}), nil
 }
