@@ -293,9 +293,11 @@ and for a spam run from a compromised account:
 			}
 			res.Entry.WriteTo(w)
 			fmt.Fprintln(w)
-			io.WriteString(w, res.Body)
+			// Held mail is shown by the MTA (postcat): its output is
+			// message content and is cleaned like our own preview.
+			io.WriteString(w, quarantine.CleanText(res.Body))
 			if res.Error != "" {
-				fmt.Fprintf(w, "\n(content unavailable: %s)\n", res.Error)
+				fmt.Fprintf(w, "\n(content unavailable: %s)\n", quarantine.CleanLine(res.Error))
 			}
 			return nil
 		},
@@ -350,11 +352,12 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) 
 	}
 	failed := 0
 	for _, o := range out {
+		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
 		if o.OK {
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed\n", o.ID, o.Sender, strings.TrimSuffix(op, "e"))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed\n", id, sender, strings.TrimSuffix(op, "e"))
 		} else {
 			failed++
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", o.ID, o.Sender, o.Error)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))
 		}
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, map[string]string{"thaw": "thawed", "delete": "deleted"}[op], failed)
@@ -369,12 +372,16 @@ func printEntries(w io.Writer, es []quarantine.Entry) {
 	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
 	now := time.Now()
 	for _, e := range es {
-		subj := e.Subject
+		subj := []rune(quarantine.CleanLine(e.Subject))
 		if len(subj) > 60 {
-			subj = subj[:57] + "..."
+			subj = append(subj[:57], []rune("...")...)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.State, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
-			e.Sender, len(e.Recipients), e.Size, e.Limit, subj)
+		sender := quarantine.CleanLine(e.Sender)
+		if sender == "" {
+			sender = "<>"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), e.State, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
+			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d messages\n", len(es))

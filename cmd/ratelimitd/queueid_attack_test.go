@@ -18,15 +18,22 @@ import (
 // returns the action line.
 func forgedEndOfMessage(t testing.TB, addr, user, queueID string) string {
 	t.Helper()
+	return sendPolicy(t, addr, fmt.Sprintf("protocol_state=END-OF-MESSAGE\nsasl_username=%s\nsender=%s@example.org\n"+
+		"recipient=victim@example.net\nrecipient_count=1\nclient_address=192.0.2.66\nqueue_id=%s\ninstance=forged.%s\nsize=100\n",
+		user, user, queueID, queueID))
+}
+
+// sendPolicy sends one policy request (attrs: "name=value\n" lines after
+// the request attribute) over a new connection and returns the action line.
+func sendPolicy(t testing.TB, addr, attrs string) string {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=END-OF-MESSAGE\nsasl_username=%s\nsender=%s@example.org\n"+
-		"recipient=victim@example.net\nrecipient_count=1\nclient_address=192.0.2.66\nqueue_id=%s\ninstance=forged.%s\nsize=100\n\n",
-		user, user, queueID, queueID)
+	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n", attrs)
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
