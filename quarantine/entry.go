@@ -137,6 +137,12 @@ type Entry struct {
 	// thaw attempts, failed (RecordThawError) and successful (MarkThawed).
 	Error    string `json:"error,omitempty"`
 	Attempts int    `json:"attempts,omitempty"`
+
+	// Claim is the token of the process acting on the entry right now
+	// (Store.Claim), ClaimedAt when it started; both are cleared by
+	// MarkThawed, RecordThawError, Delete and Unclaim.
+	Claim     string    `json:"claim,omitempty"`
+	ClaimedAt time.Time `json:"claimed_at,omitzero"`
 }
 
 // finite replaces NaN and infinities, which encoding/json refuses (and a
