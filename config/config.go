@@ -142,6 +142,7 @@ func (f *File) validate() []error {
 	f.Milter.withDefaults()
 	errs := f.Server.validate()
 	errs = append(errs, f.Quarantine.validate()...)
+	errs = append(errs, validateAutoRelease(f.Limits)...)
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 

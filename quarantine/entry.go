@@ -42,6 +42,10 @@ func (s State) String() string {
 // pending reports whether the entry still waits for an operator.
 func (s State) pending() bool { return s == Held || s == Frozen }
 
+// Pending reports whether an entry in state s still waits for an operator
+// (held or frozen).
+func (s State) Pending() bool { return s.pending() }
+
 // ParseState returns the State named name (case-insensitive). It returns
 // an error wrapping ErrInvalid for an unknown name.
 func ParseState(name string) (State, error) {

@@ -994,7 +994,8 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 }
 
 // Expire removes entirely (record, message, index) every thawed or
-// deleted entry (an audit record) created at or before now-maxAge. Held
+// deleted entry (an audit record) whose last change (the thaw or delete,
+// Updated) was at or before now-maxAge. Held
 // and frozen entries are never removed here, however old: a held entry
 // names a message that may still be in the MTA's queue and a frozen one
 // is the only copy of a message, so their expiry is the caller's (see
@@ -1019,13 +1020,15 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 		c := b.meta.Cursor()
 		for k, v := c.First(); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
 			var e struct {
-				Created time.Time `json:"created"`
+				Updated time.Time `json:"updated"`
 				State   State     `json:"state"`
 			}
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("%w: entry %s: %v", ErrCorrupt, k, err)
 			}
-			if !e.Created.After(cutoff) && !e.State.pending() {
+			// Updated >= Created, so scanning by creation time finds
+			// every record last changed before the cutoff.
+			if !e.Updated.After(cutoff) && !e.State.pending() {
 				ids = append(ids, string(k))
 			}
 		}

@@ -427,10 +427,14 @@ func TestExpire(t *testing.T) {
 	s.MarkThawed(ids[1])                   // its bytes are already gone
 	s.Delete(ids[2])
 
-	// Entries created at epoch, +1h, +2h, +3h are at least 3h old at +6h;
-	// only the audit records among them (thawed ids[1], deleted ids[2])
-	// go: pending mail is never forgotten by Expire.
-	n, freed, err := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour)
+	// Entries created at epoch, +1h, +2h, +3h are at least 3h old at +6h,
+	// but only audit records go (thawed ids[1], deleted ids[2]: pending
+	// mail is never forgotten by Expire), and only 3h after their thaw or
+	// delete (at +6h).
+	if n, _, _ := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour); n != 0 {
+		t.Errorf("Expire removed %d audit records changed just now", n)
+	}
+	n, freed, err := s.Expire(epoch.Add(9*time.Hour), 3*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +453,7 @@ func TestExpire(t *testing.T) {
 	if st.Bytes != sizes[0]+sizes[3]+sizes[4]+sizes[5] {
 		t.Errorf("bytes %d", st.Bytes)
 	}
-	if n, _, _ := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour); n != 0 {
+	if n, _, _ := s.Expire(epoch.Add(9*time.Hour), 3*time.Hour); n != 0 {
 		t.Errorf("second Expire removed %d", n)
 	}
 	if _, _, err := s.Expire(epoch, 0); !errors.Is(err, ErrInvalid) {

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
 // listQuery is the filter of `quarantine list` and GET /v1/quarantine.
@@ -77,7 +78,7 @@ type showResult struct {
 	Error string           `json:"error,omitempty"`
 }
 
-func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService) {
+func registerQuarantineRoutes(mux *http.ServeMux, svc func() *lifecycle.Service) {
 	mux.HandleFunc("GET /v1/quarantine", func(w http.ResponseWriter, r *http.Request) {
 		lq, err := parseListQuery(r.URL.Query())
 		if err != nil {
@@ -89,7 +90,7 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
-		es, err := svc().q.List(f)
+		es, err := svc().List(f)
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err)
 			return
@@ -98,7 +99,7 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 	})
 	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
 		raw := r.URL.Query().Get("raw") == "1"
-		e, body, err := svc().show(r.Context(), r.PathValue("id"), raw)
+		e, body, err := svc().Show(r.Context(), r.PathValue("id"), raw)
 		if errors.Is(err, quarantine.ErrNotFound) {
 			fail(w, http.StatusNotFound, err)
 			return
@@ -109,9 +110,9 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
-	action := func(do func(*quarantineService, context.Context, selection) ([]outcome, error)) http.HandlerFunc {
+	action := func(do func(*lifecycle.Service, context.Context, lifecycle.Selection) ([]lifecycle.Outcome, error)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			var sel selection
+			var sel lifecycle.Selection
 			if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&sel); err != nil {
 				fail(w, http.StatusBadRequest, err)
 				return
@@ -125,15 +126,34 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 			writeJSON(w, http.StatusOK, out)
 		}
 	}
-	mux.HandleFunc("POST /v1/quarantine/thaw", action((*quarantineService).thaw))
-	mux.HandleFunc("POST /v1/quarantine/delete", action((*quarantineService).remove))
+	mux.HandleFunc("POST /v1/quarantine/thaw", action((*lifecycle.Service).Thaw))
+	mux.HandleFunc("POST /v1/quarantine/delete", action((*lifecycle.Service).Delete))
+	mux.HandleFunc("POST /v1/quarantine/suspend", func(w http.ResponseWriter, r *http.Request) {
+		var req suspendRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.Key == "" {
+			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
+			return
+		}
+		res := suspendResult{Key: req.Key, Suspended: !req.Resume}
+		var err error
+		if req.Resume {
+			res.Was, err = svc().Resume(req.Key, who(r))
+		} else {
+			err = svc().Suspend(req.Key, who(r))
+		}
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
 }
 
 // quarantineBackend answers the quarantine commands from the running
 // daemon, or from the BoltDB file when no daemon runs.
 type quarantineBackend struct {
 	client *adminClient       // online
-	svc    *quarantineService // offline
+	svc    *lifecycle.Service // offline
 	close  func() error
 }
 
@@ -155,8 +175,8 @@ func openQuarantineBackend(opts *rootOptions) (*quarantineBackend, error) {
 	}
 	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
 	if err == nil {
-		var svc *quarantineService
-		if svc, err = newQuarantineService(q, f.Quarantine, o.engine, newLogger(f.Server, io.Discard)); err == nil {
+		var svc *lifecycle.Service
+		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard)); err == nil {
 			return &quarantineBackend{svc: svc, close: o.close}, nil
 		}
 	}
@@ -174,7 +194,7 @@ func (b *quarantineBackend) list(lq listQuery) ([]quarantine.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.svc.q.List(f)
+	return b.svc.List(f)
 }
 
 func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
@@ -187,7 +207,7 @@ func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
 		err := b.client.do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
 		return out, err
 	}
-	e, body, err := b.svc.show(context.Background(), id, raw)
+	e, body, err := b.svc.Show(context.Background(), id, raw)
 	if errors.Is(err, quarantine.ErrNotFound) {
 		return showResult{}, err
 	}
@@ -198,17 +218,46 @@ func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
 	return res, nil
 }
 
-func (b *quarantineBackend) act(op string, sel selection) ([]outcome, error) {
+func (b *quarantineBackend) act(op string, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
 	if b.client != nil {
-		var out []outcome
+		var out []lifecycle.Outcome
 		err := b.client.do("POST", "/v1/quarantine/"+op, sel, &out)
 		return out, err
 	}
 	sel.By = "offline CLI"
 	if op == "thaw" {
-		return b.svc.thaw(context.Background(), sel)
+		return b.svc.Thaw(context.Background(), sel)
 	}
-	return b.svc.remove(context.Background(), sel)
+	return b.svc.Delete(context.Background(), sel)
+}
+
+// suspendRequest and suspendResult are POST /v1/quarantine/suspend.
+type suspendRequest struct {
+	Key    string `json:"key"`
+	Resume bool   `json:"resume,omitempty"`
+}
+
+type suspendResult struct {
+	Key       string `json:"key"`
+	Suspended bool   `json:"suspended"`
+	Was       bool   `json:"was_suspended,omitempty"`
+}
+
+func (b *quarantineBackend) suspend(key string, resume bool) (suspendResult, error) {
+	req := suspendRequest{Key: key, Resume: resume}
+	if b.client != nil {
+		var out suspendResult
+		err := b.client.do("POST", "/v1/quarantine/suspend", req, &out)
+		return out, err
+	}
+	res := suspendResult{Key: key, Suspended: !resume}
+	var err error
+	if resume {
+		res.Was, err = b.svc.Resume(key, "offline CLI")
+	} else {
+		err = b.svc.Suspend(key, "offline CLI")
+	}
+	return res, err
 }
 
 func newQuarantineCmd(opts *rootOptions) *cobra.Command {
@@ -304,7 +353,7 @@ and for a spam run from a compromised account:
 	}
 	show.Flags().BoolVar(&raw, "raw", false, "print the stored message bytes (frozen) or the MTA's queue file (held)")
 
-	var sel selection
+	var sel lifecycle.Selection
 	thaw := &cobra.Command{
 		Use:   "thaw [ID...] [--sender S | --key K] [--reset-rate]",
 		Short: "Release held or frozen messages for delivery",
@@ -321,8 +370,9 @@ rate of every key involved, so the sender may send again at once.`,
 	thaw.Flags().StringVar(&sel.Sender, "sender", "", "every held/frozen message from this envelope sender")
 	thaw.Flags().StringVar(&sel.Key, "key", "", "every held/frozen message of this rate key")
 	thaw.Flags().BoolVar(&sel.ResetRate, "reset-rate", false, "also reset the rate of the keys involved")
+	thaw.Flags().BoolVar(&sel.Force, "force", false, "also re-inject frozen messages whose last thaw was interrupted (they may be delivered twice)")
 
-	var dsel selection
+	var dsel lifecycle.Selection
 	del := &cobra.Command{
 		Use:   "delete [ID...] [--sender S | --key K | --older-than D]",
 		Short: "Delete held or frozen messages (held ones from the MTA too)",
@@ -334,11 +384,44 @@ rate of every key involved, so the sender may send again at once.`,
 	del.Flags().StringVar(&dsel.Sender, "sender", "", "every held/frozen message from this envelope sender")
 	del.Flags().StringVar(&dsel.Key, "key", "", "every held/frozen message of this rate key")
 	del.Flags().DurationVar(&dsel.OlderThan, "older-than", 0, "every held/frozen message quarantined longer ago than this")
-	cmd.AddCommand(list, show, thaw, del)
+	del.Flags().BoolVar(&dsel.Force, "force", false, "also delete frozen messages whose last thaw was interrupted")
+	suspendCmd := func(resume bool) *cobra.Command {
+		use, short := "suspend KEY", "Stop automatic release (auto_release = \"drip\") of a key's held and frozen mail"
+		if resume {
+			use, short = "resume KEY", "Allow automatic release of a key's held and frozen mail again"
+		}
+		return &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				b, err := openQuarantineBackend(opts)
+				if err != nil {
+					return err
+				}
+				defer b.close()
+				res, err := b.suspend(args[0], resume)
+				if err != nil {
+					return err
+				}
+				key := quarantine.CleanLine(res.Key)
+				switch {
+				case !resume:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: automatic release suspended\n", key)
+				case res.Was:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: automatic release resumed\n", key)
+				default:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: was not suspended\n", key)
+				}
+				return nil
+			},
+		}
+	}
+	cmd.AddCommand(list, show, thaw, del, suspendCmd(false), suspendCmd(true))
 	return cmd
 }
 
-func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) error {
+func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.Selection) error {
 	b, err := openQuarantineBackend(opts)
 	if err != nil {
 		return err
@@ -354,7 +437,11 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) 
 	for _, o := range out {
 		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
 		if o.OK {
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed\n", id, sender, strings.TrimSuffix(op, "e"))
+			note := ""
+			if o.Note != "" {
+				note = " (" + quarantine.CleanLine(o.Note) + ")"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed%s\n", id, sender, strings.TrimSuffix(op, "e"), note)
 		} else {
 			failed++
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))

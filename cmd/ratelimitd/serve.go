@@ -309,7 +309,7 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.De
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, &dec)
 		} else if req.ProtocolState == policy.StateEndOfMessage {
-			d.q.svc.endOfMessage(req)
+			d.q.svc.EndOfMessage(req)
 		}
 	}
 	return dec
