@@ -355,13 +355,15 @@ and for a spam run from a compromised account:
 
 	var sel lifecycle.Selection
 	thaw := &cobra.Command{
-		Use:   "thaw [ID...] [--sender S | --key K] [--reset-rate]",
+		Use:   "thaw [ID...] [--sender S | --key K] [--reset-rate] [--force]",
 		Short: "Release held or frozen messages for delivery",
 		Long: `Release messages: held ones with quarantine.release_command
-(postsuper -H QUEUEID), frozen ones by SMTP re-injection to
-quarantine.reinject_addr. A message whose re-injection fails stays frozen
-with the error recorded (see list --json). --reset-rate also forgets the
-rate of every key involved, so the sender may send again at once.`,
+(postsuper -H QUEUEID, then postqueue -i QUEUEID), frozen ones by SMTP
+re-injection to quarantine.reinject_addr. A message whose re-injection
+fails stays frozen with the error recorded (see list --json). Each message
+is claimed first, so concurrent thaws send it once. --reset-rate also
+forgets the rate of every key involved, so the sender may send again at
+once; --force re-injects frozen messages whose last thaw was interrupted.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel.IDs = args
 			return runAction(cmd, opts, "thaw", sel)
