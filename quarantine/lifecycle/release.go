@@ -36,7 +36,9 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	released := 0
 	seen := map[string]bool{} // limit+key considered in this pass
 	for _, e := range pending {
-		if !s.drip[e.Limit] || e.Key == "" || e.Claim != "" {
+		if !s.drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
+			// A claimed frozen message is being thawed, or its last
+			// thaw was interrupted: that needs an operator (--force).
 			continue
 		}
 		lk := e.Limit + "\x00" + e.Key
