@@ -54,4 +54,9 @@ action = "hold"
 	if !strings.Contains(td.logs.String(), "level=ERROR") {
 		t.Fatalf("kept entry not logged as an error:\n%s", td.logs.String())
 	}
+	out, err = cli(t, "--config", cfgPath, "status")
+	if err != nil || !strings.Contains(out, "quarantine: 1 held, 0 frozen, 1 kept past max_age") ||
+		!strings.Contains(out, "quarantine last error") || !strings.Contains(out, "no MTA queue ID") {
+		t.Fatalf("status does not show the kept message:\n%s %v", out, err)
+	}
 }

@@ -364,6 +364,10 @@ func (d *daemon) status() Status {
 		st.Limits = append(st.Limits, fmt.Sprintf("%s: %g/%s per %s by %s, %s, %s", l.Name, l.Limit,
 			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
 	}
+	if d.q != nil {
+		h := d.q.svc.Health()
+		st.Quarantine = &h
+	}
 	return st
 }
 

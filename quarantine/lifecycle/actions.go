@@ -145,7 +145,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		// Released, but the record says otherwise: loud. A later thaw
 		// in this process gets ErrBusy; after a restart a held entry is
 		// released again (harmless), a frozen one needs --force.
-		s.m.failures.WithLabelValues("store").Inc()
+		s.fail("store", err)
 		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
 		return "", fmt.Errorf("released, but recording it failed: %w", err)
 	}
@@ -157,7 +157,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 
 func (s *Service) recordError(id string, err error) {
 	if rerr := s.q.RecordThawError(id, quarantine.CleanLine(err.Error())); rerr != nil {
-		s.m.failures.WithLabelValues("store").Inc()
+		s.fail("store", rerr)
 		s.log.Error("recording a failed release failed", "id", id, "err", rerr, "release_err", err)
 	}
 }
@@ -174,7 +174,7 @@ func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) e
 	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; limit=%s; key=%s; frozen=%s; thawed=%s; by=%s", e.ID,
 		e.Limit, e.Key, e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339), headerSafe(by))
 	if err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, policy.SanitizeText(hdr, 900), msg); err != nil {
-		s.m.failures.WithLabelValues("reinject").Inc()
+		s.fail("reinject", err)
 		return err
 	}
 	return nil
@@ -209,13 +209,13 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 			if e.QueueID == "" {
 				note = "no queue ID was recorded: the MTA's queue was not touched"
 			} else if _, err := s.runCommand(ctx, s.opts.DeleteCommand, e.QueueID); err != nil {
-				s.m.failures.WithLabelValues("delete").Inc()
+				s.fail("delete", err)
 				s.q.Unclaim(e.ID, s.token, quarantine.CleanLine(err.Error()))
 				return "", err
 			}
 		}
 		if err := s.q.Delete(e.ID); err != nil {
-			s.m.failures.WithLabelValues("store").Inc()
+			s.fail("store", err)
 			return "", err
 		}
 		s.forget(e.Key)
@@ -278,13 +278,13 @@ func (s *Service) runSequence(ctx context.Context, op string, cmds [][]string, q
 		return nil, fmt.Errorf("lifecycle: no %s command configured", op)
 	}
 	if _, err := s.runCommand(ctx, cmds[0], queueID); err != nil {
-		s.m.failures.WithLabelValues(op).Inc()
+		s.fail(op, err)
 		return nil, err
 	}
 	var warns []error
 	for _, c := range cmds[1:] {
 		if _, err := s.runCommand(ctx, c, queueID); err != nil {
-			s.m.failures.WithLabelValues("schedule").Inc()
+			s.fail("schedule", err)
 			s.log.Warn("a follow-up command failed; the message was released and waits for the MTA's next queue run",
 				"queue_id", queueID, "err", err)
 			warns = append(warns, err)

@@ -41,7 +41,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	}
 	old, err := s.q.List(quarantine.Filter{Before: now.Add(-maxAge), OldestFirst: true})
 	if err != nil {
-		s.m.failures.WithLabelValues("expire").Inc()
+		s.fail("expire", err)
 		s.log.Error("quarantine expiry: listing failed", "err", err)
 		return r
 	}
@@ -54,7 +54,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 		case err != nil:
 			r.Kept++
 			s.m.expired.WithLabelValues("failed").Inc()
-			s.m.failures.WithLabelValues("expire").Inc()
+			s.fail("expire", err)
 			note := "past max_age, kept: " + quarantine.CleanLine(err.Error())
 			if nerr := s.q.Note(e.ID, note); nerr != nil {
 				s.log.Error("quarantine expiry: flagging an entry failed", "id", e.ID, "err", nerr)
@@ -82,9 +82,12 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 		}
 	}
 	s.m.keptPastAge.Set(float64(r.Kept))
+	s.mu.Lock()
+	s.health.KeptPastMaxAge = r.Kept
+	s.mu.Unlock()
 	n, bytes, err := s.q.Expire(now, maxAge)
 	if err != nil {
-		s.m.failures.WithLabelValues("expire").Inc()
+		s.fail("expire", err)
 		s.log.Error("quarantine expiry of audit records failed", "err", err)
 	} else if n > 0 {
 		r.Purged = n
@@ -151,7 +154,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 		return err
 	}
 	if err := s.opts.Reinjector.Reinject(ctx, "", []string{e.Sender}, "", dsn); err != nil {
-		s.m.failures.WithLabelValues("dsn").Inc()
+		s.fail("dsn", err)
 		return fmt.Errorf("sending the DSN to <%s>: %w", e.Sender, err)
 	}
 	return nil

@@ -140,6 +140,8 @@ type Service struct {
 	pending         map[string]int
 	awaitingQueueID map[string]struct{}
 	lastDrip        map[string]time.Time
+	// health is what Health reports besides the store's counts.
+	health Health
 
 	m metrics
 }
@@ -265,7 +267,7 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 	}
 	e := s.entryFor(req, d, nil)
 	if _, err := s.q.Hold(e); err != nil {
-		s.m.failures.WithLabelValues("record").Inc()
+		s.fail("record", err)
 		s.log.Error("recording a held message failed (it stays in the MTA hold queue)", "err", err, "queue_id", e.QueueID)
 		return
 	}
@@ -309,7 +311,7 @@ func (s *Service) EndOfMessage(req *policy.Request) {
 		}
 		return true
 	}); err != nil {
-		s.m.failures.WithLabelValues("record").Inc()
+		s.fail("record", err)
 		s.log.Error("linking a held message to its queue ID failed", "err", err, "queue_id", qid)
 	}
 }
@@ -338,6 +340,50 @@ func (s *Service) Hold(ctx context.Context, req *policy.Request, rcpts []string,
 	}
 	s.recorded(ctx, e, "hold")
 	return id, nil
+}
+
+// Health is the quarantine's part of "ratelimitd status": the loud
+// summary of its faults.
+type Health struct {
+	Held   int `json:"held"`
+	Frozen int `json:"frozen"`
+	// Failures counts failed operations since start (the sum of
+	// ratelimitd_quarantine_failures_total); LastError is the latest, at
+	// LastErrorAt.
+	Failures    int64     `json:"failures"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// KeptPastMaxAge is how many messages the last expiry run kept past
+	// max_age; Suspended how many keys have automatic release suspended.
+	KeptPastMaxAge int `json:"kept_past_max_age"`
+	Suspended      int `json:"suspended_keys"`
+}
+
+// Health returns the quarantine's counts and faults. It is safe for
+// concurrent use.
+func (s *Service) Health() Health {
+	s.mu.Lock()
+	h := s.health
+	s.mu.Unlock()
+	if st, err := s.q.Stats(); err == nil {
+		h.Held, h.Frozen = st.Held, st.Frozen
+	}
+	if sp, err := s.q.Suspended(); err == nil {
+		h.Suspended = len(sp)
+	}
+	return h
+}
+
+// fail counts a failed operation (metric and Health); the caller logs it.
+func (s *Service) fail(op string, err error) {
+	s.m.failures.WithLabelValues(op).Inc()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health.Failures++
+	if err != nil {
+		s.health.LastError = op + ": " + quarantine.CleanLine(err.Error())
+		s.health.LastErrorAt = s.now()
+	}
 }
 
 // errNoQueueID: a held entry without a queue ID cannot be released in the

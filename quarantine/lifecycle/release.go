@@ -23,13 +23,13 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	}
 	pending, err := s.q.List(quarantine.Filter{OldestFirst: true})
 	if err != nil {
-		s.m.failures.WithLabelValues("auto-release").Inc()
+		s.fail("auto-release", err)
 		s.log.Error("automatic release: listing failed", "err", err)
 		return 0
 	}
 	suspended, err := s.q.Suspended()
 	if err != nil {
-		s.m.failures.WithLabelValues("auto-release").Inc()
+		s.fail("auto-release", err)
 		s.log.Error("automatic release: reading suspended keys failed", "err", err)
 		return 0
 	}
@@ -71,7 +71,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		}
 		s.mu.Unlock()
 		if err != nil {
-			s.m.failures.WithLabelValues("auto-release").Inc()
+			s.fail("auto-release", err)
 			s.log.Error("automatic release failed; the message stays quarantined", "id", e.ID, "key", e.Key,
 				"limit", e.Limit, "err", err)
 			continue
@@ -90,7 +90,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key string) (time.Duration, bool) {
 	rates, err := s.opts.Rates.Lookup(ctx, now, key)
 	if err != nil {
-		s.m.failures.WithLabelValues("auto-release").Inc()
+		s.fail("auto-release", err)
 		s.log.Error("automatic release: reading the rate failed", "key", key, "err", err)
 		return 0, false
 	}
