@@ -35,12 +35,19 @@ func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *
 	if eng != nil {
 		opts.Rates = eng
 	}
+	opts.DripLimits = dripLimits(f)
+	return lifecycle.New(q, opts)
+}
+
+// dripLimits names the limits with auto_release = "drip".
+func dripLimits(f *config.File) []string {
+	var names []string
 	for _, l := range f.Limits {
 		if l.AutoRelease == "drip" {
-			opts.DripLimits = append(opts.DripLimits, l.Name)
+			names = append(names, l.Name)
 		}
 	}
-	return lifecycle.New(q, opts)
+	return names
 }
 
 // milterQuarantine adapts the life cycle to milter.Quarantine.

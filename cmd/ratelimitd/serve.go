@@ -332,6 +332,7 @@ func (d *daemon) reload() {
 		return
 	}
 	d.loaded = f
+	d.q.svc.SetDripLimits(dripLimits(f)) // auto_release belongs to the [[limit]] stack
 	d.restartNeeded = config.RestartKeys(d.cfg, f)
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {

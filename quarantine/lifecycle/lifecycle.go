@@ -130,7 +130,6 @@ type Service struct {
 	ev    Events
 	now   func() time.Time
 	token string // this process's claim token
-	drip  map[string]bool
 
 	mu sync.Mutex
 	// pending counts held/frozen entries per key (alerting);
@@ -140,6 +139,8 @@ type Service struct {
 	pending         map[string]int
 	awaitingQueueID map[string]struct{}
 	lastDrip        map[string]time.Time
+	// drip is the set of limits with auto_release = "drip".
+	drip map[string]bool
 	// health is what Health reports besides the store's counts.
 	health Health
 
@@ -176,9 +177,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	for _, l := range opts.DripLimits {
-		s.drip[l] = true
-	}
+	s.SetDripLimits(opts.DripLimits)
 	st, err := q.Stats()
 	if err != nil {
 		return nil, err
@@ -188,6 +187,18 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 		s.pending = map[string]int{}
 	}
 	return s, nil
+}
+
+// SetDripLimits replaces the set of limits whose mail is released
+// automatically (a configuration reload); it is safe for concurrent use.
+func (s *Service) SetDripLimits(names []string) {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	s.mu.Lock()
+	s.drip = m
+	s.mu.Unlock()
 }
 
 // Store returns the quarantine store the Service acts on.

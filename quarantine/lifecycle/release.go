@@ -18,7 +18,10 @@ import (
 // refused again. It returns how many messages it released. Errors are
 // logged and counted, never returned: the next call tries again.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
-	if len(s.drip) == 0 || s.opts.Rates == nil {
+	s.mu.Lock()
+	drip := s.drip
+	s.mu.Unlock()
+	if len(drip) == 0 || s.opts.Rates == nil {
 		return 0
 	}
 	pending, err := s.q.List(quarantine.Filter{OldestFirst: true})
@@ -36,7 +39,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	released := 0
 	seen := map[string]bool{} // limit+key considered in this pass
 	for _, e := range pending {
-		if !s.drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
+		if !drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
 			// A claimed frozen message is being thawed, or its last
 			// thaw was interrupted: that needs an operator (--force).
 			continue

@@ -37,7 +37,12 @@ func TestAutoReleaseFrozenDrip(t *testing.T) {
 	if n := e.svc.AutoRelease(ctx, t0); n != 0 {
 		t.Fatalf("released %d while refused", n)
 	}
-	rates.rates = nil // decayed away: 4/hour for alice, one per 15 minutes
+	rates.rates = nil        // decayed away: 4/hour for alice, one per 15 minutes
+	e.svc.SetDripLimits(nil) // a reload that drops auto_release
+	if n := e.svc.AutoRelease(ctx, t0); n != 0 {
+		t.Fatalf("released %d with no drip limit", n)
+	}
+	e.svc.SetDripLimits([]string{"tenfreeze"})
 	for _, c := range []struct {
 		at   time.Duration
 		want int
