@@ -17,7 +17,9 @@
 // user who can reach the policy port can write one, so a queue ID is
 // checked against the MTAs' syntax (quarantine.ValidQueueID) before it is
 // stored or put, as one argv element, into a command; commands never run
-// through a shell.
+// through a shell. postsuper, postqueue, postcat and exim take the queue
+// ID as an option's argument, where "--" does not apply; a valid ID never
+// starts with '-', so it cannot be read as an option.
 //
 // The Service reports what it does to an Events implementation (a
 // notification component); the default does nothing. cmd/ratelimitd

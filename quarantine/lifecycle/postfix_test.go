@@ -81,3 +81,26 @@ func TestThawHeldSchedulesDelivery(t *testing.T) {
 	}
 	pf.WaitQueueEmpty(t, 30*time.Second)
 }
+
+// TestExpireHeldReturnsToSender (issue 8 item 6): held mail past max_age
+// is returned to its sender by the default expire commands (postsuper -f,
+// postqueue -i) in a real Postfix: Postfix's own bounce from <> reaches
+// the sender (relayed to the sink) and the message leaves the hold queue.
+func TestExpireHeldReturnsToSender(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	pf := startHoldingPostfix(t, sink)
+	ids := sendHeld(t, pf, "alice", 1)
+	clk := &clock{t0}
+	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, ExpireCommands: [][]string{
+		{"postsuper", "-c", pf.ConfigDir(), "-f", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}})
+	e.hold(t, ids[0])
+	clk.t = t0.Add(2 * time.Hour)
+	if r := e.svc.Expire(context.Background(), clk.t); r.Bounced != 1 || r.Kept != 0 {
+		t.Fatalf("expire: %+v\n%s", r, e.logs.String())
+	}
+	msgs := sink.WaitCount(t, 1, 30*time.Second)
+	if msgs[0].From != "" || len(msgs[0].To) != 1 || msgs[0].To[0] != "alice@example.org" {
+		t.Fatalf("bounce envelope %q -> %v", msgs[0].From, msgs[0].To)
+	}
+	pf.WaitQueueEmpty(t, 30*time.Second)
+}
