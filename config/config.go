@@ -146,6 +146,7 @@ func (f *File) validate() []error {
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()
 	errs = append(errs, f.Notify.Validate()...)
+	errs = append(errs, validateAutoRelease(f.Limits)...)
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 

@@ -24,12 +24,25 @@ type Quarantine struct {
 	// ReinjectHelo is the EHLO name used for re-injection.
 	ReinjectHelo string `toml:"reinject_helo"`
 	// ReleaseCommand, DeleteCommand and ShowCommand act on mail in the
-	// MTA's hold queue; "{queue_id}" is replaced by the queue ID. Defaults
-	// postsuper -H, postsuper -d and postcat -q; for Exim use
+	// MTA's hold queue; "{queue_id}" is replaced by the queue ID, which is
+	// always a valid Postfix or Exim queue ID, and commands run without a
+	// shell. ReleaseCommand may be one command or a list of commands run
+	// in order (the first decides success). Defaults: postsuper -H then
+	// postqueue -i (schedule delivery now rather than within
+	// queue_run_delay), postsuper -d and postcat -q; for Exim use
 	// ["exim", "-Mt", "{queue_id}"] and ["exim", "-Mrm", "{queue_id}"].
-	ReleaseCommand []string `toml:"release_command"`
+	ReleaseCommand Commands `toml:"release_command"`
 	DeleteCommand  []string `toml:"delete_command"`
 	ShowCommand    []string `toml:"show_command"`
+	// ExpireAction is what happens to held and frozen mail older than
+	// MaxAge: "bounce" (default: frozen mail gets a DSN to its envelope
+	// sender, held mail is returned by the MTA with ExpireCommand; mail
+	// from the null sender is deleted without a DSN) or "keep" (kept and
+	// flagged until an operator acts).
+	ExpireAction string `toml:"expire_action"`
+	// ExpireCommand returns held mail past MaxAge to its sender; one
+	// command or a list. Default postsuper -f then postqueue -i.
+	ExpireCommand Commands `toml:"expire_command"`
 	// AlertEvery logs "KEY has N quarantined messages" each time a key's
 	// count of held/frozen messages reaches a multiple of it; default 10.
 	AlertEvery int `toml:"alert_every"`
@@ -65,7 +78,13 @@ func (q *Quarantine) withDefaults() {
 		q.ReinjectHelo = "ratelimitd.localhost"
 	}
 	if len(q.ReleaseCommand) == 0 {
-		q.ReleaseCommand = []string{"postsuper", "-H", "{queue_id}"}
+		q.ReleaseCommand = Commands{{"postsuper", "-H", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}}
+	}
+	if len(q.ExpireCommand) == 0 {
+		q.ExpireCommand = Commands{{"postsuper", "-f", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}}
+	}
+	if q.ExpireAction == "" {
+		q.ExpireAction = "bounce"
 	}
 	if len(q.DeleteCommand) == 0 {
 		q.DeleteCommand = []string{"postsuper", "-d", "{queue_id}"}
@@ -89,10 +108,16 @@ func (q *Quarantine) validate() []error {
 	if _, err := netip.ParseAddrPort(q.ReinjectAddr); err != nil {
 		errs = append(errs, fmt.Errorf("quarantine.reinject_addr: %q is not a numeric host:port", q.ReinjectAddr))
 	}
-	for name, c := range map[string][]string{"release_command": q.ReleaseCommand, "delete_command": q.DeleteCommand, "show_command": q.ShowCommand} {
-		if !strings.Contains(strings.Join(c, " "), "{queue_id}") {
-			errs = append(errs, fmt.Errorf("quarantine.%s: %q does not contain {queue_id}", name, c))
+	for name, cs := range map[string]Commands{"release_command": q.ReleaseCommand, "delete_command": {q.DeleteCommand},
+		"show_command": {q.ShowCommand}, "expire_command": q.ExpireCommand} {
+		for _, c := range cs {
+			if len(c) == 0 || !strings.Contains(strings.Join(c, " "), "{queue_id}") {
+				errs = append(errs, fmt.Errorf("quarantine.%s: %q does not contain {queue_id}", name, c))
+			}
 		}
+	}
+	if q.ExpireAction != "bounce" && q.ExpireAction != "keep" {
+		errs = append(errs, fmt.Errorf("quarantine.expire_action: %q is neither \"bounce\" nor \"keep\"", q.ExpireAction))
 	}
 	if q.AlertEvery < 0 {
 		errs = append(errs, fmt.Errorf("quarantine.alert_every: must not be negative"))
@@ -121,4 +146,62 @@ func (m *Milter) validate(allowNetworks []string) []error {
 		return []error{fmt.Errorf("milter.listen: %q is not loopback: set server.allow_networks", m.Listen)}
 	}
 	return nil
+}
+
+// Commands is one command (["postsuper", "-H", "{queue_id}"]) or a list
+// of commands run in order ([["postsuper", "-H", "{queue_id}"],
+// ["postqueue", "-i", "{queue_id}"]]); either TOML form decodes to a list.
+type Commands [][]string
+
+// UnmarshalTOML implements toml.Unmarshaler for both forms.
+func (c *Commands) UnmarshalTOML(v any) error {
+	list, ok := v.([]any)
+	if !ok {
+		return fmt.Errorf("a command must be an array of strings or an array of such arrays")
+	}
+	var one []string
+	var many Commands
+	for _, x := range list {
+		switch x := x.(type) {
+		case string:
+			one = append(one, x)
+		case []any:
+			var cmd []string
+			for _, a := range x {
+				s, ok := a.(string)
+				if !ok {
+					return fmt.Errorf("a command's arguments must be strings")
+				}
+				cmd = append(cmd, s)
+			}
+			many = append(many, cmd)
+		default:
+			return fmt.Errorf("a command must be an array of strings or an array of such arrays")
+		}
+	}
+	if len(one) > 0 && len(many) > 0 {
+		return fmt.Errorf("mixes strings and arrays")
+	}
+	if len(one) > 0 {
+		many = Commands{one}
+	}
+	*c = many
+	return nil
+}
+
+// validateAutoRelease checks each [[limit]]'s auto_release.
+func validateAutoRelease(limits []policy.LimitConfig) []error {
+	var errs []error
+	for i, l := range limits {
+		switch l.AutoRelease {
+		case "", "none":
+		case "drip":
+			if l.Action != "hold" && l.Action != "freeze" {
+				errs = append(errs, fmt.Errorf("limit[%d] (%s).auto_release: \"drip\" needs action \"hold\" or \"freeze\"", i, l.Name))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("limit[%d] (%s).auto_release: %q is neither \"drip\" nor \"none\"", i, l.Name, l.AutoRelease))
+		}
+	}
+	return errs
 }

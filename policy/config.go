@@ -209,6 +209,12 @@ type LimitConfig struct {
 	// ends, give each limit one, or it counts every message twice; a
 	// freeze limit belongs on the milter (only it can keep the message).
 	Via []string `toml:"via"`
+	// AutoRelease is "drip" to release a key's held/frozen mail
+	// automatically, oldest first at this limit's rate, once the key is
+	// back under the limit (unless suspended: ratelimitd quarantine
+	// suspend KEY); "" or "none" (default) waits for an operator. Checked
+	// and used by the quarantine life cycle, not by the Engine.
+	AutoRelease string `toml:"auto_release"`
 }
 
 // KeyList is LimitConfig.Key. It decodes from a TOML array of strings

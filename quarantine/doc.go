@@ -17,8 +17,13 @@
 // The Store lives in the daemon's single BoltDB file (go.etcd.io/bbolt),
 // in its own top-level buckets: quarantine/meta (ID -> JSON Entry),
 // quarantine/body (ID -> message bytes, frozen entries only),
-// quarantine/index-instance (instance NUL ID -> "") and quarantine/info
-// (format version; running total of stored message bytes).
+// quarantine/index-instance (instance NUL ID -> ""), quarantine/info
+// (format version; running total of stored message bytes) and
+// quarantine/suspended (rate key -> Suspension).
+//
+// What happens to the entries over time (release commands, re-injection,
+// expiry with a DSN, automatic release, exactly-once claims) is package
+// quarantine/lifecycle's.
 //
 // Freeze writes the record and the message in one transaction and returns
 // only after BoltDB has committed and fsync'd it: per DESIGN.md ("Rules

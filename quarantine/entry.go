@@ -42,6 +42,10 @@ func (s State) String() string {
 // pending reports whether the entry still waits for an operator.
 func (s State) pending() bool { return s == Held || s == Frozen }
 
+// Pending reports whether an entry in state s still waits for an operator
+// (held or frozen).
+func (s State) Pending() bool { return s.pending() }
+
 // ParseState returns the State named name (case-insensitive). It returns
 // an error wrapping ErrInvalid for an unknown name.
 func ParseState(name string) (State, error) {
@@ -137,6 +141,12 @@ type Entry struct {
 	// thaw attempts, failed (RecordThawError) and successful (MarkThawed).
 	Error    string `json:"error,omitempty"`
 	Attempts int    `json:"attempts,omitempty"`
+
+	// Claim is the token of the process acting on the entry right now
+	// (Store.Claim), ClaimedAt when it started; both are cleared by
+	// MarkThawed, RecordThawError, Delete and Unclaim.
+	Claim     string    `json:"claim,omitempty"`
+	ClaimedAt time.Time `json:"claimed_at,omitzero"`
 }
 
 // finite replaces NaN and infinities, which encoding/json refuses (and a

@@ -28,6 +28,15 @@ var (
 	// deleted).
 	ErrState = errors.New("quarantine: entry is not in a state that allows this")
 
+	// ErrBusy is returned by Claim for an entry this process is acting on
+	// already (two concurrent thaws of one message: one of them gets it).
+	ErrBusy = errors.New("quarantine: entry is being released or deleted right now")
+
+	// ErrInterrupted is returned by Claim for a frozen entry whose last
+	// re-injection was interrupted (the process stopped between claiming
+	// and recording the outcome): it may have been delivered already.
+	ErrInterrupted = errors.New("quarantine: an earlier action on this entry was interrupted")
+
 	// ErrCorrupt is returned when stored data cannot be decoded, or when a
 	// stored message's SHA-256 no longer matches the entry's Hash. A corrupt
 	// message is never handed out for re-injection.

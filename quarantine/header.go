@@ -105,6 +105,21 @@ func headerInfo(msg []byte) (subject, messageID string) {
 	return subject, messageID
 }
 
+// CleanLine returns s made safe to print on one line of an operator's
+// terminal: valid UTF-8, tabs turned into spaces, every other control
+// character (C0 including ESC and NUL, DEL, C1 including CSI U+009B) and
+// line break replaced by U+FFFD, surrounding space trimmed. It is the one
+// sanitizer for operator-facing output ("quarantine list", result lines
+// of thaw and delete, Entry.WriteTo): envelope senders, subjects and MTA
+// output are client data that could otherwise drive the terminal
+// (terminal escape injection). It is safe for concurrent use.
+func CleanLine(s string) string { return cleanLine(s) }
+
+// CleanText is CleanLine for multi-line text (a message preview, the
+// output of postcat): it keeps newlines and tabs, drops carriage returns
+// and replaces every other control character by U+FFFD, and does not trim.
+func CleanText(s string) string { return clean(s, true) }
+
 // cleanLine makes s safe to print on one line: valid UTF-8, tabs turned
 // into spaces, other control characters (C0, DEL, C1, including ESC) and
 // line breaks replaced by U+FFFD, surrounding space trimmed.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"html"
 	"io"
 	"mime"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/mail"
+	"golang.org/x/net/html"
 )
 
 // DefaultPreviewBytes is the text preview size PreviewMessage uses when
@@ -197,45 +197,43 @@ func (c *capture) text(max int, isHTML bool) (string, bool) {
 	return s, cut
 }
 
-// stripHTML removes tags, comments and the content of script and style
-// elements, and unescapes entities: enough to read an HTML-only message,
-// not a renderer.
+// stripHTML returns the text of an HTML document: tags, comments,
+// doctypes and the content of script and style elements are dropped,
+// entities unescaped, and block elements (p, div, br, tr, li, headings)
+// start a new line. It uses golang.org/x/net/html's tokenizer (the HTML
+// Living Standard's tokenization), so malformed markup never makes it
+// fail: enough to read an HTML-only message, not a renderer.
 func stripHTML(s string) string {
 	var b strings.Builder
-	lower := strings.ToLower(s)
-	for i := 0; i < len(s); {
-		if s[i] != '<' {
-			j := strings.IndexByte(s[i:], '<')
-			if j < 0 {
-				j = len(s) - i
+	z := html.NewTokenizer(strings.NewReader(s))
+	skip := "" // inside <script> or <style>: the element's name
+	for {
+		switch z.Next() {
+		case html.ErrorToken:
+			// io.EOF, or the tokenizer's own buffer limit (none set).
+			return b.String()
+		case html.TextToken:
+			if skip == "" {
+				b.Write(z.Text())
 			}
-			b.WriteString(s[i : i+j])
-			i += j
-			continue
-		}
-		var skipTo string
-		switch {
-		case strings.HasPrefix(lower[i:], "<!--"):
-			skipTo = "-->"
-		case strings.HasPrefix(lower[i:], "<script"):
-			skipTo = "</script>"
-		case strings.HasPrefix(lower[i:], "<style"):
-			skipTo = "</style>"
-		default:
-			skipTo = ">"
-			tag := lower[i:]
-			if strings.HasPrefix(tag, "<br") || strings.HasPrefix(tag, "<p") || strings.HasPrefix(tag, "</p") ||
-				strings.HasPrefix(tag, "<div") || strings.HasPrefix(tag, "</div") || strings.HasPrefix(tag, "<tr") {
+		case html.StartTagToken, html.SelfClosingTagToken:
+			name, _ := z.TagName()
+			switch n := string(name); n {
+			case "script", "style":
+				skip = n
+			case "br", "p", "div", "tr", "li", "h1", "h2", "h3", "h4", "h5", "h6":
+				b.WriteByte('\n')
+			}
+		case html.EndTagToken:
+			name, _ := z.TagName()
+			switch n := string(name); n {
+			case skip:
+				skip = ""
+			case "p", "div":
 				b.WriteByte('\n')
 			}
 		}
-		j := strings.Index(lower[i:], skipTo)
-		if j < 0 {
-			break
-		}
-		i += j + len(skipTo)
 	}
-	return html.UnescapeString(b.String())
 }
 
 // decodeWords decodes RFC 2047 encoded words (some mailers put them in

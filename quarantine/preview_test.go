@@ -173,3 +173,37 @@ func FuzzPreview(f *testing.F) {
 		_ = p.String()
 	})
 }
+
+// TestPreviewHTMLLowercaseChangesLength is issue 8 item 7: U+212A KELVIN
+// SIGN (3 bytes) lower-cases to "k" (1 byte), so an HTML stripper that
+// indexed the original text with offsets found in its lower-cased copy
+// sliced out of range and panicked, crashing "quarantine show".
+func TestPreviewHTMLLowercaseChangesLength(t *testing.T) {
+	kelvin := strings.Repeat("\u212a", 6)
+	msg := "Content-Type: text/html; charset=utf-8\r\n\r\n" + kelvin + "<b>bold</b> <SCRIPT>evil()</SCRIPT>after" + kelvin + "<p>end"
+	p, err := PreviewMessage([]byte(msg), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kelvin + "bold after" + kelvin + "\nend"
+	if p.Text != want {
+		t.Fatalf("text %q, want %q", p.Text, want)
+	}
+}
+
+// FuzzStripHTML: any text, HTML or not, is stripped without a panic and
+// cleans to text without control characters other than newline and tab.
+func FuzzStripHTML(f *testing.F) {
+	f.Add(strings.Repeat("\u212a", 6) + "<b>x</b>")
+	f.Add("<html><head><style>p{}</style></head><body><!-- c --><p>a &amp; b<br>c</p><script>x</script>")
+	f.Add("<a href='x'>unclosed <")
+	f.Fuzz(func(t *testing.T, s string) {
+		out := stripHTML(s)
+		c := clean(out, true)
+		for _, r := range c {
+			if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
+				t.Fatalf("control character %q in %q", r, c)
+			}
+		}
+	})
+}

@@ -118,7 +118,7 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 		return s, nil
 	}
 	err := db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo} {
+		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo, bucketSuspended} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("quarantine: create bucket %s: %w", name, err)
 			}
@@ -344,6 +344,16 @@ func (b buckets) newID(t time.Time) (string, error) {
 	return fmt.Sprintf("%s%05x", prefix, seq), nil
 }
 
+// checkQueueID returns ErrInvalid for a queue ID that is set but not in
+// an MTA's syntax (see ValidQueueID): such a value must never be stored,
+// since release and delete pass it to postsuper or exim.
+func checkQueueID(id string) error {
+	if id != "" && !ValidQueueID(id) {
+		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, id)
+	}
+	return nil
+}
+
 // prepare fills in what Hold and Freeze set on a new entry.
 func (s *Store) prepare(e *Entry, state State, action string) Entry {
 	now := s.now()
@@ -361,6 +371,7 @@ func (s *Store) prepare(e *Entry, state State, action string) Entry {
 	ent.Updated = now.Round(0)
 	ent.Error = ""
 	ent.Attempts = 0
+	ent.Claim, ent.ClaimedAt = "", time.Time{}
 	return ent
 }
 
@@ -376,12 +387,15 @@ func (s *Store) prepare(e *Entry, state State, action string) Entry {
 // are empty; a message whose header cannot be parsed is still frozen. On
 // success the completed entry is copied back into *e.
 //
-// Errors: ErrInvalid (nil e), ErrFull (Options.MaxSize would be exceeded),
-// or a wrapped bbolt error (e.g. a message above bbolt's 2 GiB value
-// limit, a full disk).
+// Errors: ErrInvalid (nil e, or a QueueID that ValidQueueID refuses),
+// ErrFull (Options.MaxSize would be exceeded), or a wrapped bbolt error
+// (e.g. a message above bbolt's 2 GiB value limit, a full disk).
 func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 	if e == nil {
 		return "", fmt.Errorf("%w: nil entry", ErrInvalid)
+	}
+	if err := checkQueueID(e.QueueID); err != nil {
+		return "", err
 	}
 	ent := s.prepare(e, Frozen, ActionFreeze)
 	ent.Size = int64(len(msg))
@@ -457,10 +471,14 @@ func wrap(op string, err error) error {
 // A hold decided at Postfix's RCPT stage has no queue ID yet; record the
 // Instance and add the queue ID later with SetQueueID.
 //
-// Errors: ErrInvalid (nil e) or a wrapped bbolt error.
+// Errors: ErrInvalid (nil e, or a QueueID that ValidQueueID refuses) or
+// a wrapped bbolt error.
 func (s *Store) Hold(e *Entry) (string, error) {
 	if e == nil {
 		return "", fmt.Errorf("%w: nil entry", ErrInvalid)
+	}
+	if err := checkQueueID(e.QueueID); err != nil {
+		return "", err
 	}
 	ent := s.prepare(e, Held, ActionHold)
 	ent.Hash = ""
@@ -733,6 +751,7 @@ func (s *Store) MarkThawed(id string) error {
 		}
 		e.State = Thawed
 		e.Attempts++
+		e.Claim, e.ClaimedAt = "", time.Time{}
 		return nil
 	})
 }
@@ -748,6 +767,7 @@ func (s *Store) RecordThawError(id string, msg string) error {
 		}
 		e.Attempts++
 		e.Error = msg
+		e.Claim, e.ClaimedAt = "", time.Time{}
 		return nil
 	})
 }
@@ -766,6 +786,84 @@ func (s *Store) Delete(id string) error {
 			return err
 		}
 		e.State = Deleted
+		e.Claim, e.ClaimedAt = "", time.Time{}
+		return nil
+	})
+}
+
+// Claim marks a held or frozen entry as being acted on (released,
+// re-injected, deleted, expired) by the process that owns token, so that
+// each action happens once: claim, act, then MarkThawed, Delete or
+// RecordThawError (which drop the claim), or Unclaim after a failure.
+// The claim is committed (fsync'd) before Claim returns.
+//
+// Only one process can open the database at a time (BoltDB's file lock),
+// so a claim under another token was left by a process that stopped in
+// the middle of an action. Claim takes such a claim over for a held entry
+// (repeating postsuper -H or -d is harmless); for a frozen entry the
+// re-injection may or may not have been accepted, so Claim refuses with
+// ErrInterrupted unless force is set.
+//
+// Errors: ErrNotFound, ErrState (not held or frozen), ErrBusy (claimed
+// under token: an action of this process is in progress), ErrInterrupted,
+// bbolt errors. It returns the entry as claimed.
+func (s *Store) Claim(id, token string, force bool) (Entry, error) {
+	var out Entry
+	err := s.update("claim", id, func(_ buckets, e *Entry) error {
+		if err := needPending("claim", e); err != nil {
+			return err
+		}
+		switch {
+		case e.Claim == "":
+		case e.Claim == token:
+			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
+		case e.State == Frozen && !force:
+			return fmt.Errorf("%w: %s: an earlier thaw or delete stopped at %s, after it may have re-injected the message",
+				ErrInterrupted, id, e.ClaimedAt.Format(time.RFC3339))
+		}
+		e.Claim, e.ClaimedAt = token, s.now().Round(0)
+		out = *e
+		return nil
+	})
+	if err != nil {
+		return Entry{}, err
+	}
+	return out, nil
+}
+
+// Unclaim drops token's claim on id (after an action failed without
+// changing anything), recording note in Error when it is not empty. It
+// is not an error if the entry is not claimed by token.
+// Errors: ErrNotFound, bbolt errors.
+func (s *Store) Unclaim(id, token, note string) error {
+	return s.update("unclaim", id, func(_ buckets, e *Entry) error {
+		if e.Claim == token {
+			e.Claim, e.ClaimedAt = "", time.Time{}
+		}
+		if note != "" {
+			e.Error = note
+		}
+		return nil
+	})
+}
+
+// Note records msg as the Error of a pending entry without counting an
+// attempt (e.g. "kept past max_age: no queue ID recorded"); it does
+// nothing if Error is already msg. Errors: ErrNotFound, ErrState, bbolt
+// errors.
+func (s *Store) Note(id, msg string) error {
+	e, err := s.Get(id)
+	if err != nil {
+		return err
+	}
+	if e.Error == msg {
+		return nil
+	}
+	return s.update("note", id, func(_ buckets, e *Entry) error {
+		if err := needPending("annotate", e); err != nil {
+			return err
+		}
+		e.Error = msg
 		return nil
 	})
 }
@@ -809,7 +907,8 @@ func (b buckets) remove(id string) (int64, error) {
 // SetQueueID sets the MTA queue ID on the pending entries recorded for the
 // Postfix policy instance that have none yet (a hold decided at RCPT stage
 // learns the queue ID at END-OF-MESSAGE). It returns the number of entries
-// changed; zero is not an error.
+// changed; zero is not an error. An invalid queueID (see ValidQueueID)
+// is refused with ErrInvalid.
 func (s *Store) SetQueueID(instance, queueID string) (int, error) {
 	return s.UpdateByInstance(instance, func(e *Entry) bool {
 		if !e.State.pending() || e.QueueID != "" {
@@ -825,7 +924,9 @@ func (s *Store) SetQueueID(instance, queueID string) (int, error) {
 // returns true. fn must not call the Store (it would deadlock). It may
 // change the descriptive fields; changes to ID, State, Created, Size and
 // Hash are ignored (those follow the stored message and the state
-// methods). It returns the number of entries stored.
+// methods). It returns the number of entries stored. A QueueID that
+// ValidQueueID refuses fails the whole call with ErrInvalid (nothing is
+// stored).
 func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, error) {
 	if !indexable(instance) {
 		return 0, nil
@@ -861,6 +962,10 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 				continue
 			}
 			e.ID, e.State, e.Created, e.Size, e.Hash = orig.ID, orig.State, orig.Created, orig.Size, orig.Hash
+			e.Claim, e.ClaimedAt = orig.Claim, orig.ClaimedAt
+			if err := checkQueueID(e.QueueID); err != nil {
+				return err
+			}
 			e.Updated = s.now().Round(0)
 			if e.Instance != orig.Instance {
 				if err := b.unindex(&orig); err != nil {
@@ -888,10 +993,13 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 	return n, nil
 }
 
-// Expire removes entirely (record, message, index) every entry created
-// at or before now-maxAge, whatever its state: audit records of thawed and
-// deleted mail, and also held or frozen mail nobody reviewed in time (like
-// Exim's timeout_frozen_after; the daemon should log what it expires). It
+// Expire removes entirely (record, message, index) every thawed or
+// deleted entry (an audit record) whose last change (the thaw or delete,
+// Updated) was at or before now-maxAge. Held
+// and frozen entries are never removed here, however old: a held entry
+// names a message that may still be in the MTA's queue and a frozen one
+// is the only copy of a message, so their expiry is the caller's (see
+// package quarantine/lifecycle: a DSN, postsuper -f, or keeping them). It
 // returns the number of entries removed and the message bytes freed, all
 // in one transaction. Errors: ErrInvalid (maxAge <= 0), bbolt errors.
 func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) {
@@ -912,12 +1020,15 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 		c := b.meta.Cursor()
 		for k, v := c.First(); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
 			var e struct {
-				Created time.Time `json:"created"`
+				Updated time.Time `json:"updated"`
+				State   State     `json:"state"`
 			}
 			if err := json.Unmarshal(v, &e); err != nil {
 				return fmt.Errorf("%w: entry %s: %v", ErrCorrupt, k, err)
 			}
-			if !e.Created.After(cutoff) {
+			// Updated >= Created, so scanning by creation time finds
+			// every record last changed before the cutoff.
+			if !e.Updated.After(cutoff) && !e.State.pending() {
 				ids = append(ids, string(k))
 			}
 		}

@@ -357,12 +357,12 @@ func TestHoldAndQueueID(t *testing.T) {
 	b, _ := s.Hold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"y@example.org"}})
 	other, _ := s.Hold(&Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
 	// END-OF-MESSAGE: the queue ID is known.
-	n, err := s.SetQueueID("8f1.6a3c2b.1", "4F2Q12345")
+	n, err := s.SetQueueID("8f1.6a3c2b.1", "4F2A12345")
 	if err != nil || n != 2 {
 		t.Fatalf("SetQueueID: %d %v", n, err)
 	}
 	for _, id := range []string{a, b} {
-		if e, _ := s.Get(id); e.QueueID != "4F2Q12345" {
+		if e, _ := s.Get(id); e.QueueID != "4F2A12345" {
 			t.Errorf("%s: queue ID %q", id, e.QueueID)
 		}
 	}
@@ -427,35 +427,110 @@ func TestExpire(t *testing.T) {
 	s.MarkThawed(ids[1])                   // its bytes are already gone
 	s.Delete(ids[2])
 
-	// Entries created at epoch, +1h, +2h, +3h are at least 3h old at +6h.
-	n, freed, err := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour)
+	// Entries created at epoch, +1h, +2h, +3h are at least 3h old at +6h,
+	// but only audit records go (thawed ids[1], deleted ids[2]: pending
+	// mail is never forgotten by Expire), and only 3h after their thaw or
+	// delete (at +6h).
+	if n, _, _ := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour); n != 0 {
+		t.Errorf("Expire removed %d audit records changed just now", n)
+	}
+	n, freed, err := s.Expire(epoch.Add(9*time.Hour), 3*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 4 || freed != sizes[0]+sizes[3] {
-		t.Errorf("Expire: n=%d freed=%d, want 4 and %d", n, freed, sizes[0]+sizes[3])
+	if n != 2 || freed != 0 {
+		t.Errorf("Expire: n=%d freed=%d, want 2 and 0", n, freed)
 	}
 	all, _ := s.List(Filter{States: []State{Held, Frozen, Thawed, Deleted}, OldestFirst: true})
 	var left []string
 	for _, e := range all {
 		left = append(left, e.ID)
 	}
-	if want := []string{ids[4], ids[5], h}; !slices.Equal(left, want) {
+	if want := []string{ids[0], ids[3], ids[4], ids[5], h}; !slices.Equal(left, want) {
 		t.Errorf("left %v, want %v", left, want)
 	}
 	st, _ := s.Stats()
-	if st.Bytes != sizes[4]+sizes[5] {
+	if st.Bytes != sizes[0]+sizes[3]+sizes[4]+sizes[5] {
 		t.Errorf("bytes %d", st.Bytes)
 	}
-	if n, _, _ := s.Expire(epoch.Add(6*time.Hour), 3*time.Hour); n != 0 {
+	if n, _, _ := s.Expire(epoch.Add(9*time.Hour), 3*time.Hour); n != 0 {
 		t.Errorf("second Expire removed %d", n)
 	}
 	if _, _, err := s.Expire(epoch, 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("zero age: %v", err)
 	}
-	n, _, _ = s.Expire(epoch.Add(100*time.Hour), time.Hour)
-	if n != 3 {
-		t.Errorf("expire all: %d", n)
+	if n, _, _ = s.Expire(epoch.Add(100*time.Hour), time.Hour); n != 0 {
+		t.Errorf("expire removed %d pending entries", n)
+	}
+}
+
+// TestClaim: one claim per entry and process; a claim left by a stopped
+// process is taken over for held mail and refused for frozen mail unless
+// forced; the state transitions drop the claim.
+func TestClaim(t *testing.T) {
+	s, _, _ := newStore(t, Options{})
+	f, _ := s.Freeze(&Entry{Key: "k"}, []byte("x"))
+	h, _ := s.Hold(&Entry{Key: "k", QueueID: "4F2A12345"})
+	if e, err := s.Claim(f, "p1", false); err != nil || e.Claim != "p1" {
+		t.Fatalf("first claim: %+v %v", e, err)
+	}
+	if _, err := s.Claim(f, "p1", false); !errors.Is(err, ErrBusy) {
+		t.Fatalf("second claim by the same process: %v, want ErrBusy", err)
+	}
+	if _, err := s.Claim(f, "p2", false); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("claim of an interrupted frozen entry: %v, want ErrInterrupted", err)
+	}
+	if e, err := s.Claim(f, "p2", true); err != nil || e.Claim != "p2" {
+		t.Fatalf("forced claim: %+v %v", e, err)
+	}
+	if err := s.RecordThawError(f, "451 later"); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := s.Get(f); e.Claim != "" || e.Error != "451 later" {
+		t.Fatalf("after RecordThawError: %+v", e)
+	}
+	if _, err := s.Claim(h, "p1", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(h, "p2", false); err != nil {
+		t.Fatalf("held entry claimed by a stopped process: %v, want taken over", err)
+	}
+	if err := s.Unclaim(h, "p2", "postsuper failed"); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := s.Get(h); e.Claim != "" || e.Error != "postsuper failed" {
+		t.Fatalf("after Unclaim: %+v", e)
+	}
+	s.Claim(h, "p1", false)
+	if err := s.MarkThawed(h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(h, "p1", false); !errors.Is(err, ErrState) {
+		t.Fatalf("claim of a thawed entry: %v", err)
+	}
+}
+
+func TestSuspend(t *testing.T) {
+	s, _, path := newStore(t, Options{})
+	if err := s.Suspend("alice", "root"); err != nil {
+		t.Fatal(err)
+	}
+	s.Suspend("bob", "root")
+	if ok, err := s.Resume("bob"); !ok || err != nil {
+		t.Fatalf("resume bob: %v %v", ok, err)
+	}
+	if ok, _ := s.Resume("carol"); ok {
+		t.Fatal("resumed a key never suspended")
+	}
+	s.db.Close()
+	s2, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	sp, err := s2.Suspended()
+	if err != nil || len(sp) != 1 || sp["alice"].By != "root" {
+		t.Fatalf("suspended after reopen: %v %v", sp, err)
 	}
 }
 

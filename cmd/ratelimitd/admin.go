@@ -23,6 +23,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
 // The admin API is JSON over HTTP on a unix socket (0660, refused in a
@@ -61,6 +62,8 @@ type Status struct {
 	// Connections are the policy and milter connections against their
 	// cap (server.max_connections).
 	Connections ConnStatus `json:"connections"`
+	// Quarantine: held/frozen counts and the quarantine's faults.
+	Quarantine *lifecycle.Health `json:"quarantine,omitempty"`
 }
 
 // ConnStatus is the connection cap's state in Status: connections open

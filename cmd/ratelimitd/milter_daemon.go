@@ -14,29 +14,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Freeze implements milter.Quarantine: the message is committed (fsync)
-// before Freeze returns.
-func (s *quarantineService) Freeze(_ context.Context, m *milter.Message, d policy.Decision) (string, error) {
-	e := entryFor(&m.Request, &d, m.Recipients)
-	id, err := s.q.Freeze(e, m.Data)
-	if err != nil {
-		return "", err
-	}
-	s.recorded(e, "freeze")
-	return id, nil
-}
-
-// Hold implements milter.Quarantine for messages put on hold by the milter.
-func (s *quarantineService) Hold(_ context.Context, m *milter.Message, d policy.Decision) (string, error) {
-	e := entryFor(&m.Request, &d, m.Recipients)
-	id, err := s.q.Hold(e)
-	if err != nil {
-		return "", err
-	}
-	s.recorded(e, "hold")
-	return id, nil
-}
-
 func (d *daemon) startMilter(ls *[]net.Listener) error {
 	m := d.cfg.Milter
 	if m.Listen == "" {
@@ -57,7 +34,7 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 	d.listeners = append(d.listeners, "milter "+listenerName(l))
 	d.q.milter = &milter.Server{
 		Decider:         milterDecider{d},
-		Quarantine:      d.q.svc,
+		Quarantine:      milterQuarantine{d.q.svc},
 		Logger:          d.log,
 		Metrics:         milterMetrics{d.metrics},
 		AllowedNetworks: d.cfg.Server.Networks(),
@@ -126,7 +103,7 @@ func (d *daemon) stopMilter(ctx context.Context) {
 	if d.q.milter != nil {
 		d.q.milter.Shutdown(ctx)
 	}
-	d.q.stopExpire()
+	d.q.stopRun()
 }
 
 // milterMetrics feeds the milter server's counts into the daemon metrics

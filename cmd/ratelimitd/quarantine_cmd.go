@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
 // listQuery is the filter of `quarantine list` and GET /v1/quarantine.
@@ -78,7 +79,7 @@ type showResult struct {
 	Error string           `json:"error,omitempty"`
 }
 
-func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService) {
+func registerQuarantineRoutes(mux *http.ServeMux, svc func() *lifecycle.Service) {
 	mux.HandleFunc("GET /v1/quarantine", func(w http.ResponseWriter, r *http.Request) {
 		lq, err := parseListQuery(r.URL.Query())
 		if err != nil {
@@ -90,7 +91,7 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
-		es, err := svc().q.List(f)
+		es, err := svc().List(f)
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err)
 			return
@@ -99,7 +100,7 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 	})
 	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
 		raw := r.URL.Query().Get("raw") == "1"
-		e, body, err := svc().show(r.Context(), r.PathValue("id"), raw)
+		e, body, err := svc().Show(r.Context(), r.PathValue("id"), raw)
 		if errors.Is(err, quarantine.ErrNotFound) {
 			fail(w, http.StatusNotFound, err)
 			return
@@ -110,9 +111,9 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
-	action := func(do func(*quarantineService, context.Context, selection) ([]outcome, error)) http.HandlerFunc {
+	action := func(do func(*lifecycle.Service, context.Context, lifecycle.Selection) ([]lifecycle.Outcome, error)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			var sel selection
+			var sel lifecycle.Selection
 			if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&sel); err != nil {
 				fail(w, http.StatusBadRequest, err)
 				return
@@ -126,15 +127,34 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *quarantineService)
 			writeJSON(w, http.StatusOK, out)
 		}
 	}
-	mux.HandleFunc("POST /v1/quarantine/thaw", action((*quarantineService).thaw))
-	mux.HandleFunc("POST /v1/quarantine/delete", action((*quarantineService).remove))
+	mux.HandleFunc("POST /v1/quarantine/thaw", action((*lifecycle.Service).Thaw))
+	mux.HandleFunc("POST /v1/quarantine/delete", action((*lifecycle.Service).Delete))
+	mux.HandleFunc("POST /v1/quarantine/suspend", func(w http.ResponseWriter, r *http.Request) {
+		var req suspendRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil || req.Key == "" {
+			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
+			return
+		}
+		res := suspendResult{Key: req.Key, Suspended: !req.Resume}
+		var err error
+		if req.Resume {
+			res.Was, err = svc().Resume(req.Key, who(r))
+		} else {
+			err = svc().Suspend(req.Key, who(r))
+		}
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
 }
 
 // quarantineBackend answers the quarantine commands from the running
 // daemon, or from the BoltDB file when no daemon runs.
 type quarantineBackend struct {
 	client *adminClient       // online
-	svc    *quarantineService // offline
+	svc    *lifecycle.Service // offline
 	close  func() error
 }
 
@@ -156,8 +176,8 @@ func openQuarantineBackend(opts *rootOptions) (*quarantineBackend, error) {
 	}
 	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
 	if err == nil {
-		var svc *quarantineService
-		if svc, err = newQuarantineService(q, f.Quarantine, o.engine, newLogger(f.Server, io.Discard)); err == nil {
+		var svc *lifecycle.Service
+		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard)); err == nil {
 			return &quarantineBackend{svc: svc, close: o.close}, nil
 		}
 	}
@@ -175,7 +195,7 @@ func (b *quarantineBackend) list(lq listQuery) ([]quarantine.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.svc.q.List(f)
+	return b.svc.List(f)
 }
 
 func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
@@ -188,7 +208,7 @@ func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
 		err := b.client.do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
 		return out, err
 	}
-	e, body, err := b.svc.show(context.Background(), id, raw)
+	e, body, err := b.svc.Show(context.Background(), id, raw)
 	if errors.Is(err, quarantine.ErrNotFound) {
 		return showResult{}, err
 	}
@@ -199,17 +219,46 @@ func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
 	return res, nil
 }
 
-func (b *quarantineBackend) act(op string, sel selection) ([]outcome, error) {
+func (b *quarantineBackend) act(op string, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
 	if b.client != nil {
-		var out []outcome
+		var out []lifecycle.Outcome
 		err := b.client.do("POST", "/v1/quarantine/"+op, sel, &out)
 		return out, err
 	}
 	sel.By = cliUser() + ", offline CLI"
 	if op == "thaw" {
-		return b.svc.thaw(context.Background(), sel)
+		return b.svc.Thaw(context.Background(), sel)
 	}
-	return b.svc.remove(context.Background(), sel)
+	return b.svc.Delete(context.Background(), sel)
+}
+
+// suspendRequest and suspendResult are POST /v1/quarantine/suspend.
+type suspendRequest struct {
+	Key    string `json:"key"`
+	Resume bool   `json:"resume,omitempty"`
+}
+
+type suspendResult struct {
+	Key       string `json:"key"`
+	Suspended bool   `json:"suspended"`
+	Was       bool   `json:"was_suspended,omitempty"`
+}
+
+func (b *quarantineBackend) suspend(key string, resume bool) (suspendResult, error) {
+	req := suspendRequest{Key: key, Resume: resume}
+	if b.client != nil {
+		var out suspendResult
+		err := b.client.do("POST", "/v1/quarantine/suspend", req, &out)
+		return out, err
+	}
+	res := suspendResult{Key: key, Suspended: !resume}
+	var err error
+	if resume {
+		res.Was, err = b.svc.Resume(key, "offline CLI")
+	} else {
+		err = b.svc.Suspend(key, "offline CLI")
+	}
+	return res, err
 }
 
 func newQuarantineCmd(opts *rootOptions) *cobra.Command {
@@ -297,9 +346,11 @@ and for a spam run from a compromised account:
 			}
 			res.Entry.WriteTo(w)
 			fmt.Fprintln(w)
-			io.WriteString(w, res.Body)
+			// Held mail is shown by the MTA (postcat): its output is
+			// message content and is cleaned like our own preview.
+			io.WriteString(w, quarantine.CleanText(res.Body))
 			if res.Error != "" {
-				fmt.Fprintf(w, "\n(content unavailable: %s)\n", res.Error)
+				fmt.Fprintf(w, "\n(content unavailable: %s)\n", quarantine.CleanLine(res.Error))
 			}
 			return nil
 		},
@@ -307,15 +358,17 @@ and for a spam run from a compromised account:
 	show.Flags().BoolVar(&raw, "raw", false, "print the stored message bytes (frozen) or the MTA's queue file (held)")
 	show.Flags().BoolVar(&showJSON, "json", false, "print a JSON object: the entry, the preview (or --raw bytes) as body, and any error")
 
-	var sel selection
+	var sel lifecycle.Selection
 	thaw := &cobra.Command{
-		Use:   "thaw [ID...] [--sender S | --key K] [--reset-rate]",
+		Use:   "thaw [ID...] [--sender S | --key K] [--reset-rate] [--force]",
 		Short: "Release held or frozen messages for delivery",
 		Long: `Release messages: held ones with quarantine.release_command
-(postsuper -H QUEUEID), frozen ones by SMTP re-injection to
-quarantine.reinject_addr. A message whose re-injection fails stays frozen
-with the error recorded (see list --json). --reset-rate also forgets the
-rate of every key involved, so the sender may send again at once.`,
+(postsuper -H QUEUEID, then postqueue -i QUEUEID), frozen ones by SMTP
+re-injection to quarantine.reinject_addr. A message whose re-injection
+fails stays frozen with the error recorded (see list --json). Each message
+is claimed first, so concurrent thaws send it once. --reset-rate also
+forgets the rate of every key involved, so the sender may send again at
+once; --force re-injects frozen messages whose last thaw was interrupted.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sel.IDs = args
 			if err := needSelection(cmd, sel); err != nil {
@@ -327,8 +380,9 @@ rate of every key involved, so the sender may send again at once.`,
 	thaw.Flags().StringVar(&sel.Sender, "sender", "", "every held/frozen message from this envelope sender")
 	thaw.Flags().StringVar(&sel.Key, "key", "", "every held/frozen message of this rate key")
 	thaw.Flags().BoolVar(&sel.ResetRate, "reset-rate", false, "also reset the rate of the keys involved")
+	thaw.Flags().BoolVar(&sel.Force, "force", false, "also re-inject frozen messages whose last thaw was interrupted (they may be delivered twice)")
 
-	var dsel selection
+	var dsel lifecycle.Selection
 	var yes bool
 	del := &cobra.Command{
 		Use:   "delete [ID...] [--sender S | --key K | --older-than D] [--yes]",
@@ -355,11 +409,44 @@ skips the question (for scripts).`,
 	del.Flags().StringVar(&dsel.Key, "key", "", "every held/frozen message of this rate key")
 	del.Flags().DurationVar(&dsel.OlderThan, "older-than", 0, "every held/frozen message quarantined longer ago than this")
 	del.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
-	cmd.AddCommand(list, show, thaw, del)
+	del.Flags().BoolVar(&dsel.Force, "force", false, "also delete frozen messages whose last thaw was interrupted")
+	suspendCmd := func(resume bool) *cobra.Command {
+		use, short := "suspend KEY", "Stop automatic release (auto_release = \"drip\") of a key's held and frozen mail"
+		if resume {
+			use, short = "resume KEY", "Allow automatic release of a key's held and frozen mail again"
+		}
+		return &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				b, err := openQuarantineBackend(opts)
+				if err != nil {
+					return err
+				}
+				defer b.close()
+				res, err := b.suspend(args[0], resume)
+				if err != nil {
+					return err
+				}
+				key := quarantine.CleanLine(res.Key)
+				switch {
+				case !resume:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: automatic release suspended\n", key)
+				case res.Was:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: automatic release resumed\n", key)
+				default:
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: was not suspended\n", key)
+				}
+				return nil
+			},
+		}
+	}
+	cmd.AddCommand(list, show, thaw, del, suspendCmd(false), suspendCmd(true))
 	return cmd
 }
 
-func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) error {
+func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.Selection) error {
 	b, err := openQuarantineBackend(opts)
 	if err != nil {
 		return err
@@ -373,11 +460,16 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) 
 	}
 	failed := 0
 	for _, o := range out {
+		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
 		if o.OK {
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed\n", o.ID, o.Sender, strings.TrimSuffix(op, "e"))
+			note := ""
+			if o.Note != "" {
+				note = " (" + quarantine.CleanLine(o.Note) + ")"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed%s\n", id, sender, strings.TrimSuffix(op, "e"), note)
 		} else {
 			failed++
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", o.ID, o.Sender, o.Error)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))
 		}
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, map[string]string{"thaw": "thawed", "delete": "deleted"}[op], failed)
@@ -389,7 +481,7 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel selection) 
 
 // needSelection refuses a thaw or delete that names nothing, naming the
 // selection flags the command has.
-func needSelection(cmd *cobra.Command, sel selection) error {
+func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 	if len(sel.IDs) > 0 || sel.Sender != "" || sel.Key != "" || sel.OlderThan > 0 {
 		return nil
 	}
@@ -405,7 +497,7 @@ func needSelection(cmd *cobra.Command, sel selection) error {
 // confirmDelete counts the messages a delete would select and, when there
 // is more than one, asks on standard input; anything but "y" or "yes"
 // (including end of input) cancels.
-func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel selection) error {
+func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selection) error {
 	n := len(sel.IDs)
 	if n == 0 {
 		b, err := openQuarantineBackend(opts)
@@ -440,12 +532,16 @@ func printEntries(w io.Writer, es []quarantine.Entry) {
 	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
 	now := time.Now()
 	for _, e := range es {
-		subj := e.Subject
+		subj := []rune(quarantine.CleanLine(e.Subject))
 		if len(subj) > 60 {
-			subj = subj[:57] + "..."
+			subj = append(subj[:57], []rune("...")...)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.State, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
-			e.Sender, len(e.Recipients), e.Size, e.Limit, subj)
+		sender := quarantine.CleanLine(e.Sender)
+		if sender == "" {
+			sender = "<>"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), e.State, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
+			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d messages\n", len(es))

@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
 // rateBackend answers the rate commands, from the running daemon (admin
@@ -347,6 +348,13 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 			fmt.Fprintf(w, "connections: %d open of max %d, %d closed at the cap\n", st.Connections.Open, st.Connections.Max, st.Connections.Refused)
 			if n := st.Notify; n != nil {
 				fmt.Fprintf(w, "notifications: %d sent, %d failed, %d dropped (queue full), %d waiting\n", n.Sent, n.Failed, n.Dropped, n.Waiting)
+			}
+			if q := st.Quarantine; q != nil {
+				fmt.Fprintf(w, "quarantine: %d held, %d frozen, %d kept past max_age, %d keys suspended, %d failures\n",
+					q.Held, q.Frozen, q.KeptPastMaxAge, q.Suspended, q.Failures)
+				if q.LastError != "" {
+					fmt.Fprintf(w, "quarantine last error (%s): %s\n", q.LastErrorAt.Format(time.RFC3339), quarantine.CleanLine(q.LastError))
+				}
 			}
 			return nil
 		},

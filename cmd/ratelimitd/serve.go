@@ -330,7 +330,7 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.De
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, &dec)
 		} else if req.ProtocolState == policy.StateEndOfMessage {
-			d.q.svc.endOfMessage(req)
+			d.q.svc.EndOfMessage(req)
 		}
 	}
 	return dec
@@ -353,6 +353,7 @@ func (d *daemon) reload() {
 		return
 	}
 	d.loaded = f
+	d.q.svc.SetDripLimits(dripLimits(f)) // auto_release belongs to the [[limit]] stack
 	d.restartNeeded = config.RestartKeys(d.cfg, f)
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
@@ -388,6 +389,10 @@ func (d *daemon) status() Status {
 	for _, l := range d.engine.Limits() {
 		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, formatRate(l.Limit),
 			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
+	}
+	if d.q != nil {
+		h := d.q.svc.Health()
+		st.Quarantine = &h
 	}
 	return st
 }

@@ -60,6 +60,7 @@ type Sink struct {
 	replies  map[Stage]*smtp.SMTPError
 	rejected int
 	closed   bool
+	failQuit bool
 	t        testing.TB
 }
 
@@ -81,7 +82,7 @@ func StartSink(t testing.TB) *Sink {
 	srv.MaxMessageBytes = 64 << 20
 	srv.ErrorLog = sinkLogger{s}
 	s.srv = srv
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = srv.Serve(quitListener{ln, s}) }()
 	t.Cleanup(func() {
 		s.mu.Lock()
 		s.closed = true
@@ -117,6 +118,49 @@ func (s *Sink) Rejected() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rejected
+}
+
+// FailQuit makes the sink drop the connection, without a reply, when a
+// client sends QUIT (on), as a server that crashes or times out after
+// accepting the data would; off restores the 221 reply. A message whose
+// data was accepted with 250 is kept either way.
+func (s *Sink) FailQuit(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failQuit = on
+}
+
+// quitListener wraps the sink's connections for FailQuit.
+type quitListener struct {
+	net.Listener
+	s *Sink
+}
+
+func (l quitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &quitConn{Conn: c, s: l.s}, nil
+}
+
+type quitConn struct {
+	net.Conn
+	s *Sink
+}
+
+// Read closes the connection instead of passing on a QUIT command when
+// FailQuit is on (a client sends QUIT alone, after the reply to the data).
+func (c *quitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.s.mu.Lock()
+	fail := c.s.failQuit
+	c.s.mu.Unlock()
+	if fail && n >= 4 && bytes.EqualFold(p[:4], []byte("QUIT")) {
+		c.Conn.Close()
+		return 0, io.EOF
+	}
+	return n, err
 }
 
 // Reset forgets the messages accepted so far and the Rejected count.

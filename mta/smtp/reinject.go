@@ -36,10 +36,11 @@ type Reinjector struct {
 var ErrNoRecipients = errors.New("smtp: no recipients")
 
 // Reinject sends msg from sender to rcpts, with header (a complete
-// "Name: value" line without line end, or "") prepended. It returns nil only
-// when the server accepted the message for every recipient (250 after the
-// data); otherwise the error wraps the *gosmtp.SMTPError (4xx or 5xx) or the
-// network error, and the caller keeps the message.
+// "Name: value" line without line end, or "") prepended. It returns nil
+// only when the server accepted the message for every recipient (250
+// after the data), even if QUIT then fails; otherwise the error wraps the
+// *gosmtp.SMTPError (4xx or 5xx) or the network error, and the caller
+// keeps the message. An empty sender is the null reverse-path (DSNs).
 func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string, header string, msg []byte) error {
 	if len(rcpts) == 0 {
 		return ErrNoRecipients
@@ -92,5 +93,10 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("smtp: re-inject end of data: %w", err)
 	}
-	return c.Quit()
+	// 250 after the data: the server has taken responsibility for the
+	// message (RFC 5321 section 4.1.1.4), so it is delivered whatever
+	// QUIT says; reporting a QUIT error would make the caller send it
+	// again.
+	_ = c.Quit()
+	return nil
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+)
+
+// TestIntegrationAutoReleaseDrip (issue 11 item 2): a strict 3/hour hold
+// limit with auto_release = "drip" holds messages 4-6 of a burst in a real
+// Postfix's hold queue. While the sender is over the limit nothing is
+// released; once the rate has decayed (the life cycle is driven with a
+// clock hours ahead), the held messages leave the hold queue oldest first,
+// one per period/limit (20 minutes), and never while the key is suspended.
+func TestIntegrationAutoReleaseDrip(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+[quarantine]
+release_command = [["postsuper", "-c", %q, "-H", "{queue_id}"], ["postqueue", "-c", %q, "-i", "{queue_id}"]]
+delete_command = ["postsuper", "-c", %q, "-d", "{queue_id}"]
+
+[[limit]]
+name = "threehold"
+key = ["sasl_username"]
+limit = 3
+period = "1h"
+mode = "strict"
+action = "hold"
+via = ["policy"]
+auto_release = "drip"
+`, pf.ConfigDir(), pf.ConfigDir(), pf.ConfigDir()))
+	td := startTestDaemon(t, cfgPath)
+	for i := 1; i <= 6; i++ {
+		if err := sendAs(t, pf, "alice", i); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	sink.WaitCount(t, 3, 30*time.Second)
+	if _, held := pf.WaitQueue(t, 30*time.Second, func(_, held []string) bool { return len(held) == 3 }); len(held) != 3 {
+		t.Fatalf("%d held, want 3", len(held))
+	}
+	svc := td.d.q.svc
+	ctx := context.Background()
+	now := time.Now()
+	step := func(at time.Duration, want int) {
+		t.Helper()
+		if n := svc.AutoRelease(ctx, now.Add(at)); n != want {
+			t.Fatalf("AutoRelease at +%v released %d, want %d\n%s", at, n, want, td.logs.String())
+		}
+	}
+	heldNow := func() int { _, held := pf.QueueIDs(t); return len(held) }
+
+	step(0, 0) // alice is over her limit
+	if out, err := cli(t, "--config", cfgPath, "quarantine", "suspend", "alice"); err != nil || !strings.Contains(out, "suspended") {
+		t.Fatalf("suspend: %v %s", err, out)
+	}
+	step(5*time.Hour, 0) // under the limit, but suspended
+	if out, err := cli(t, "--config", cfgPath, "quarantine", "resume", "alice"); err != nil || !strings.Contains(out, "resumed") {
+		t.Fatalf("resume: %v %s", err, out)
+	}
+	if n := heldNow(); n != 3 {
+		t.Fatalf("%d held before the release, want 3", n)
+	}
+	step(5*time.Hour, 1)
+	msgs := sink.WaitCount(t, 4, 30*time.Second)
+	if s := msgs[3].Header("Subject"); s != "message 4 from alice" {
+		t.Fatalf("first released %q, want the oldest held (message 4)", s)
+	}
+	if n := heldNow(); n != 2 {
+		t.Fatalf("%d held after one release, want 2", n)
+	}
+	step(5*time.Hour+time.Minute, 0) // 20 minutes between releases at 3/hour
+	step(5*time.Hour+20*time.Minute, 1)
+	step(5*time.Hour+40*time.Minute, 1)
+	step(6*time.Hour, 0) // nothing left
+	msgs = sink.WaitCount(t, 6, 30*time.Second)
+	pf.WaitQueueEmpty(t, 30*time.Second)
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.Header("Subject")]++
+	}
+	for i := 1; i <= 6; i++ {
+		if s := fmt.Sprintf("message %d from alice", i); seen[s] != 1 {
+			t.Fatalf("%q delivered %d times", s, seen[s])
+		}
+	}
+	out, _ := cli(t, "--config", cfgPath, "quarantine", "list", "--state", "thawed")
+	if !strings.Contains(out, "3 messages") {
+		t.Fatalf("thawed entries:\n%s", out)
+	}
+}

@@ -1,0 +1,322 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// Selection is what Thaw and Delete act on: IDs, or every held/frozen
+// entry matching the filters (oldest first).
+type Selection struct {
+	IDs       []string      `json:"ids,omitempty"`
+	Sender    string        `json:"sender,omitempty"`
+	Key       string        `json:"key,omitempty"`
+	OlderThan time.Duration `json:"older_than,omitempty"`
+	// ResetRate (Thaw) forgets the rate of every key involved first.
+	ResetRate bool `json:"reset_rate,omitempty"`
+	// Force (Thaw, Delete) acts on frozen entries whose last action was
+	// interrupted by a crash (quarantine.ErrInterrupted): they may have
+	// been delivered already.
+	Force bool `json:"force,omitempty"`
+	// By names who asked, for the log and Events.
+	By string `json:"-"`
+}
+
+// Outcome is the result for one entry of a Thaw or Delete.
+type Outcome struct {
+	ID     string `json:"id"`
+	Sender string `json:"sender"`
+	Key    string `json:"key"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error,omitempty"`
+	// Note qualifies a success (e.g. "released, but postqueue -i failed").
+	Note string `json:"note,omitempty"`
+}
+
+func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
+	if len(sel.IDs) > 0 {
+		out := make([]quarantine.Entry, 0, len(sel.IDs))
+		for _, id := range sel.IDs {
+			e, err := s.q.Get(id)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", quarantine.CleanLine(id), err)
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
+	if sel.Sender == "" && sel.Key == "" && sel.OlderThan <= 0 {
+		return nil, errors.New("name IDs, --sender, --key or --older-than")
+	}
+	f := quarantine.Filter{Sender: sel.Sender, Key: sel.Key, OldestFirst: true}
+	if sel.OlderThan > 0 {
+		f.Before = s.now().Add(-sel.OlderThan)
+	}
+	return s.q.List(f)
+}
+
+// List returns the entries f selects (quarantine.Store.List).
+func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) { return s.q.List(f) }
+
+// Thaw releases the selected entries: held mail with ReleaseCommands
+// (postsuper -H, postqueue -i), frozen mail by SMTP re-injection with its
+// original envelope and an X-Ratelimitd-Thawed header. Each entry is
+// claimed first, so a concurrent Thaw (or automatic release) of the same
+// entry fails with quarantine.ErrBusy instead of sending it twice. A
+// failed release leaves the entry held or frozen with the error recorded.
+// With ResetRate the keys' rates are forgotten first, so the sender may
+// send again at once. The error is for the selection (no entry matched
+// the IDs, a rate reset failed); per-entry failures are in the Outcomes.
+func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
+	entries, err := s.selectEntries(sel)
+	if err != nil {
+		return nil, err
+	}
+	if sel.ResetRate && s.opts.Rates != nil {
+		done := map[string]bool{}
+		for _, e := range entries {
+			if e.Key == "" || done[e.Key] {
+				continue
+			}
+			done[e.Key] = true
+			n, err := s.opts.Rates.Reset(ctx, e.Key, "")
+			if err != nil {
+				return nil, fmt.Errorf("reset rate of %s: %w", e.Key, err)
+			}
+			s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
+		}
+	}
+	return s.apply(ctx, "quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
+		return s.release(ctx, e, sel.By, sel.Force, Thawed)
+	}), nil
+}
+
+// apply runs op on each entry, logs each result as what, and forgets the
+// entries it succeeded on for alerting.
+func (s *Service) apply(_ context.Context, what string, entries []quarantine.Entry, sel Selection, op func(quarantine.Entry) (string, error)) []Outcome {
+	out := make([]Outcome, 0, len(entries))
+	for _, e := range entries {
+		o := Outcome{ID: e.ID, Sender: e.Sender, Key: e.Key}
+		note, err := op(e)
+		o.Note = note
+		if err != nil {
+			o.Error = err.Error()
+		} else {
+			o.OK = true
+		}
+		s.log.Info(what, "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
+			"queue_id", e.QueueID, "ok", o.OK, "err", o.Error, "note", o.Note, "by", sel.By)
+		out = append(out, o)
+	}
+	return out
+}
+
+// release claims e, releases it (held: ReleaseCommands; frozen:
+// re-injection) and marks it thawed; kind is the event to report
+// (Thawed, or Released for automatic release). It returns a note for a
+// success with a warning.
+func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force bool, kind Kind) (string, error) {
+	e, err := s.q.Claim(e.ID, s.token, force)
+	if err != nil {
+		return "", err
+	}
+	note := ""
+	switch e.State {
+	case quarantine.Held:
+		var warn error
+		if warn, err = s.runSequence(ctx, "release", s.opts.ReleaseCommands, e.QueueID); err == nil && warn != nil {
+			note = "released, but: " + warn.Error()
+		}
+	case quarantine.Frozen:
+		err = s.reinject(ctx, e, by)
+	}
+	if err != nil {
+		s.recordError(e.ID, err)
+		return "", err
+	}
+	if err := s.q.MarkThawed(e.ID); err != nil {
+		// Released, but the record says otherwise: loud. A later thaw
+		// in this process gets ErrBusy; after a restart a held entry is
+		// released again (harmless), a frozen one needs --force.
+		s.fail("store", err)
+		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
+		return "", fmt.Errorf("released, but recording it failed: %w", err)
+	}
+	s.forget(e.Key)
+	e.State = quarantine.Thawed
+	s.emit(ctx, kind, e, by, note)
+	return note, nil
+}
+
+func (s *Service) recordError(id string, err error) {
+	if rerr := s.q.RecordThawError(id, quarantine.CleanLine(err.Error())); rerr != nil {
+		s.fail("store", rerr)
+		s.log.Error("recording a failed release failed", "id", id, "err", rerr, "release_err", err)
+	}
+}
+
+// reinject sends a frozen message to the re-injection listener.
+func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) error {
+	if s.opts.Reinjector == nil {
+		return errors.New("lifecycle: no re-injection listener configured")
+	}
+	msg, err := s.q.Message(e.ID)
+	if err != nil {
+		return err
+	}
+	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; limit=%s; key=%s; frozen=%s; thawed=%s; by=%s", e.ID,
+		e.Limit, e.Key, e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339), headerSafe(by))
+	if err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, policy.SanitizeText(hdr, 900), msg); err != nil {
+		s.fail("reinject", err)
+		return err
+	}
+	return nil
+}
+
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == ';' || r < 0x20 || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+// Delete deletes the selected entries: held mail from the MTA too
+// (DeleteCommand, postsuper -d), frozen mail from the store. Each entry
+// is claimed first (see Thaw). A held entry without a queue ID names
+// nothing the MTA could delete: the operator's delete forgets the record
+// and says so in the Outcome's Note.
+func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) {
+	entries, err := s.selectEntries(sel)
+	if err != nil {
+		return nil, err
+	}
+	return s.apply(ctx, "quarantine delete", entries, sel, func(e quarantine.Entry) (string, error) {
+		e, err := s.q.Claim(e.ID, s.token, sel.Force)
+		if err != nil {
+			return "", err
+		}
+		note := ""
+		if e.State == quarantine.Held {
+			if e.QueueID == "" {
+				note = "no queue ID was recorded: the MTA's queue was not touched"
+			} else if _, err := s.runCommand(ctx, s.opts.DeleteCommand, e.QueueID); err != nil {
+				s.fail("delete", err)
+				s.q.Unclaim(e.ID, s.token, quarantine.CleanLine(err.Error()))
+				return "", err
+			}
+		}
+		if err := s.q.Delete(e.ID); err != nil {
+			s.fail("store", err)
+			return "", err
+		}
+		s.forget(e.Key)
+		e.State = quarantine.Deleted
+		s.emit(ctx, Deleted, e, sel.By, note)
+		return note, nil
+	}), nil
+}
+
+// Show returns the entry and the message preview: ours for frozen mail
+// (quarantine.Preview; the stored bytes with raw), the MTA's (ShowCommand,
+// postcat -q) for held mail. The caller cleans MTA output before
+// printing it (quarantine.CleanText). Errors: quarantine.ErrNotFound, or
+// the reason the content is unavailable (with the entry).
+func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Entry, []byte, error) {
+	e, err := s.q.Get(id)
+	if err != nil {
+		return e, nil, err
+	}
+	var body []byte
+	switch {
+	case e.State == quarantine.Frozen && raw:
+		body, err = s.q.Message(id)
+	case e.State == quarantine.Frozen:
+		var p *quarantine.Preview
+		if p, err = s.q.Preview(id, 4096); err == nil {
+			body = []byte(p.String())
+		}
+	case e.State == quarantine.Held:
+		body, err = s.runCommand(ctx, s.opts.ShowCommand, e.QueueID)
+	}
+	return e, body, err
+}
+
+// Suspend stops automatic release for key (persisted) and Resume allows
+// it again; by names who, for the log.
+func (s *Service) Suspend(key, by string) error {
+	if err := s.q.Suspend(key, by); err != nil {
+		return err
+	}
+	s.log.Info("automatic release suspended", "key", key, "by", by)
+	return nil
+}
+
+// Resume allows automatic release for key again and reports whether it
+// was suspended.
+func (s *Service) Resume(key, by string) (bool, error) {
+	ok, err := s.q.Resume(key)
+	if err == nil && ok {
+		s.log.Info("automatic release resumed", "key", key, "by", by)
+	}
+	return ok, err
+}
+
+// runSequence runs cmds in order for queueID: the first decides success
+// (its error is returned as err), the failures of later ones are joined
+// in warn (logged and counted as "schedule").
+func (s *Service) runSequence(ctx context.Context, op string, cmds [][]string, queueID string) (warn, err error) {
+	if len(cmds) == 0 {
+		return nil, fmt.Errorf("lifecycle: no %s command configured", op)
+	}
+	if _, err := s.runCommand(ctx, cmds[0], queueID); err != nil {
+		s.fail(op, err)
+		return nil, err
+	}
+	var warns []error
+	for _, c := range cmds[1:] {
+		if _, err := s.runCommand(ctx, c, queueID); err != nil {
+			s.fail("schedule", err)
+			s.log.Warn("a follow-up command failed; the message was released and waits for the MTA's next queue run",
+				"queue_id", queueID, "err", err)
+			warns = append(warns, err)
+		}
+	}
+	return errors.Join(warns...), nil
+}
+
+// runCommand runs one command template with {queue_id} replaced, without a
+// shell, and returns its combined output. A queue ID that is not valid is
+// never substituted.
+func (s *Service) runCommand(ctx context.Context, tmpl []string, queueID string) ([]byte, error) {
+	if queueID == "" {
+		return nil, errNoQueueID
+	}
+	if !quarantine.ValidQueueID(queueID) {
+		// Recorded before queue IDs were checked: never pass it on.
+		return nil, fmt.Errorf("lifecycle: refusing to run a command with %q: not a Postfix or Exim queue ID",
+			quarantine.CleanLine(policy.SanitizeText(queueID, 64)))
+	}
+	if len(tmpl) == 0 {
+		return nil, errors.New("lifecycle: empty command")
+	}
+	args := make([]string, len(tmpl))
+	for i, a := range tmpl {
+		args[i] = strings.ReplaceAll(a, "{queue_id}", queueID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CommandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}

@@ -1,0 +1,56 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// Kind names what happened to a quarantined message.
+type Kind string
+
+// The kinds of Event.
+const (
+	// Quarantined: a message was held or frozen (Detail "hold" or
+	// "freeze").
+	Quarantined Kind = "quarantined"
+	// Thawed: an operator released a message (By names who).
+	Thawed Kind = "thawed"
+	// Deleted: an operator deleted a message (By names who).
+	Deleted Kind = "deleted"
+	// Expired: a message passed max_age; Detail says what was done
+	// ("bounced", "kept", "deleted: null sender").
+	Expired Kind = "expired"
+	// Released: automatic release ("drip") sent a message on.
+	Released Kind = "released"
+)
+
+// Event is one thing that happened to one quarantined message.
+type Event struct {
+	Kind Kind
+	Time time.Time
+	// Entry is the entry as it was when the event happened (a copy).
+	Entry quarantine.Entry
+	// By is who ran it: the operator's Unix user as the admin socket saw
+	// it, "offline CLI", "expiry", "auto-release"; "" for Quarantined.
+	By string
+	// Detail is a short free text (see the kinds).
+	Detail string
+}
+
+// Events receives the Service's events, e.g. to notify the postmaster.
+// QuarantineEvent is called synchronously on the path that caused the
+// event (a policy or milter decision, an admin request, the expiry or
+// release loop) and possibly concurrently: it must be safe for
+// concurrent use and must not block (queue and return; drop and count
+// when full).
+type Events interface {
+	QuarantineEvent(ctx context.Context, ev Event)
+}
+
+// NopEvents is the default Events: it does nothing.
+type NopEvents struct{}
+
+// QuarantineEvent does nothing.
+func (NopEvents) QuarantineEvent(context.Context, Event) {}

@@ -1,0 +1,119 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/mta/smtp"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// recorder is an Events that keeps every event.
+type recorder struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (r *recorder) QuarantineEvent(_ context.Context, ev Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, ev)
+}
+
+func (r *recorder) kinds() map[Kind]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[Kind]int{}
+	for _, e := range r.evs {
+		m[e.Kind]++
+	}
+	return m
+}
+
+type env struct {
+	svc  *Service
+	q    *quarantine.Store
+	ev   *recorder
+	logs *syncBuffer
+}
+
+// newEnv returns a Service on a fresh BoltDB file, checked with bbolt's
+// consistency check when the test ends.
+func newEnv(t *testing.T, opts Options) *env {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.View(func(tx *bolt.Tx) error {
+			for err := range tx.Check() {
+				return err
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("bbolt check: %v", err)
+		}
+		db.Close()
+	})
+	q, err := quarantine.New(db, quarantine.Options{Now: opts.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{q: q, ev: &recorder{}, logs: &syncBuffer{}}
+	opts.Events = e.ev
+	opts.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
+	if e.svc, err = New(q, opts); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// freeze stores n frozen messages from sender and returns their IDs.
+func (e *env) freeze(t *testing.T, sender string, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		msg := mtatest.BuildMessage(sender, "rcpt@example.net", fmt.Sprintf("message %02d", i), "hello\n")
+		id, err := e.svc.Freeze(context.Background(), &policy.Request{Sender: sender, SASLUsername: "alice"},
+			[]string{"rcpt@example.net"}, msg, policy.Decision{Limit: "tenfreeze", Key: "alice", Rate: 11, Max: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func reinjector(addr string) *smtp.Reinjector {
+	return &smtp.Reinjector{Addr: addr, Helo: "lifecycle.test", Timeout: 10 * time.Second}
+}

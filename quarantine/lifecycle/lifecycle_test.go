@@ -1,0 +1,170 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// TestConcurrentThawDeliversOnce is issue 8 item 5: two thaws of the same
+// entries running at once (two operators, or an operator and automatic
+// release) re-inject each message exactly once into a real SMTP sink.
+func TestConcurrentThawDeliversOnce(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr())})
+	ids := e.freeze(t, "alice@example.org", 20)
+	var wg sync.WaitGroup
+	results := make([][]Outcome, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			results[i], err = e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "operator"})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	ok, busy := 0, 0
+	for _, r := range results {
+		for _, o := range r {
+			switch {
+			case o.OK:
+				ok++
+			case strings.Contains(o.Error, "being released or deleted right now") || strings.Contains(o.Error, "cannot claim"):
+				busy++
+			default:
+				t.Errorf("unexpected outcome %+v", o)
+			}
+		}
+	}
+	msgs := sink.Messages()
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.Header("Subject")]++
+	}
+	for subj, n := range seen {
+		if n != 1 {
+			t.Errorf("%q re-injected %d times", subj, n)
+		}
+	}
+	if ok != 20 || busy != 20 || len(msgs) != 20 {
+		t.Fatalf("ok %d, refused %d, delivered %d; want 20, 20, 20", ok, busy, len(msgs))
+	}
+	if n := e.ev.kinds()[Thawed]; n != 20 {
+		t.Fatalf("%d thawed events, want 20", n)
+	}
+}
+
+// TestThawQuitFailureCountsAsDelivered is issue 8 item 5: once the server
+// answered 250 to the data, the message is delivered whatever happens to
+// QUIT; the entry must be thawed, and a second thaw must not send it again.
+func TestThawQuitFailureCountsAsDelivered(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	sink.FailQuit(true)
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr())})
+	ids := e.freeze(t, "alice@example.org", 1)
+	out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "operator"})
+	if err != nil || len(out) != 1 || !out[0].OK {
+		t.Fatalf("thaw with a failing QUIT: %+v %v", out, err)
+	}
+	sink.WaitCount(t, 1, 10*time.Second)
+	out, _ = e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "operator"})
+	if len(out) != 1 || out[0].OK {
+		t.Fatalf("second thaw: %+v", out)
+	}
+	if ent, _ := e.q.Get(ids[0]); ent.State != quarantine.Thawed {
+		t.Fatalf("entry %s after thaw", ent.State)
+	}
+	if n := sink.Count(); n != 1 {
+		t.Fatalf("sink has %d messages, want 1", n)
+	}
+}
+
+// TestInterruptedThawNeedsForce: a claim left by a process that stopped
+// mid-thaw means the message may have been delivered; a frozen entry is
+// then sent again only with Force.
+func TestInterruptedThawNeedsForce(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr())})
+	ids := e.freeze(t, "alice@example.org", 1)
+	if _, err := e.q.Claim(ids[0], "a-process-that-crashed", false); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids})
+	if len(out) != 1 || out[0].OK || !strings.Contains(out[0].Error, "interrupted") {
+		t.Fatalf("thaw of an interrupted entry: %+v", out)
+	}
+	out, _ = e.svc.Thaw(context.Background(), Selection{IDs: ids, Force: true})
+	if len(out) != 1 || !out[0].OK {
+		t.Fatalf("forced thaw: %+v", out)
+	}
+	sink.WaitCount(t, 1, 10*time.Second)
+}
+
+// TestPolicyHoldRefusesForgedQueueID: a queue ID not in MTA syntax is
+// never stored; the hold is recorded without it, logged and counted,
+// and a delete of such an entry runs no command.
+func TestPolicyHoldRefusesForgedQueueID(t *testing.T) {
+	e := newEnv(t, Options{DeleteCommand: []string{"false", "{queue_id}"}})
+	for _, qid := range []string{"ALL", "-", "4F2A1; reboot"} {
+		e.svc.PolicyHold(context.Background(), &policy.Request{QueueID: qid, Instance: "i-" + qid, Sender: "m@example.org"},
+			&policy.Decision{Limit: "hold", Key: "mallory"})
+	}
+	es, err := e.q.List(quarantine.Filter{Key: "mallory"})
+	if err != nil || len(es) != 3 {
+		t.Fatalf("entries: %v %v", es, err)
+	}
+	for _, ent := range es {
+		if ent.QueueID != "" {
+			t.Fatalf("forged queue ID stored: %+v", ent)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "refusing a queue ID") {
+		t.Fatalf("no log line:\n%s", e.logs.String())
+	}
+	out, err := e.svc.Delete(context.Background(), Selection{Key: "mallory", By: "root"})
+	if err != nil || len(out) != 3 || !out[0].OK || !strings.Contains(out[0].Note, "no queue ID") {
+		t.Fatalf("delete: %+v %v", out, err)
+	}
+	if _, err := e.svc.runCommand(context.Background(), []string{"echo", "{queue_id}"}, "ALL"); err == nil {
+		t.Fatal("runCommand substituted ALL")
+	}
+}
+
+func TestEventsAndSuspend(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.freeze(t, "a@example.org", 2)
+	if _, err := e.svc.Delete(context.Background(), Selection{Key: "alice", By: "root"}); err != nil {
+		t.Fatal(err)
+	}
+	if k := e.ev.kinds(); k[Quarantined] != 2 || k[Deleted] != 2 {
+		t.Fatalf("events %v", k)
+	}
+	e.ev.mu.Lock()
+	by := e.ev.evs[len(e.ev.evs)-1].By
+	e.ev.mu.Unlock()
+	if by != "root" {
+		t.Fatalf("event by %q", by)
+	}
+	if err := e.svc.Suspend("alice", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.svc.Resume("alice", "root"); !ok || err != nil {
+		t.Fatalf("resume: %v %v", ok, err)
+	}
+	var nop Events = NopEvents{}
+	nop.QuarantineEvent(context.Background(), Event{})
+	if _, err := New(e.q, Options{ExpireAction: "shred"}); err == nil || errors.Is(err, nil) {
+		t.Fatal("unknown expire action accepted")
+	}
+}

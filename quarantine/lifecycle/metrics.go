@@ -1,0 +1,84 @@
+package lifecycle
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+type metrics struct {
+	quarantined  *prometheus.CounterVec // limit, action
+	keyAlerts    prometheus.Counter
+	badQueueIDs  prometheus.Counter
+	failures     *prometheus.CounterVec // what
+	expired      *prometheus.CounterVec // outcome
+	keptPastAge  prometheus.Gauge
+	autoReleased prometheus.Counter
+}
+
+func newMetrics() metrics {
+	return metrics{
+		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_quarantined_total",
+			Help: "Messages held or frozen, by limit and action.",
+		}, []string{"limit", "action"}),
+		keyAlerts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_quarantine_key_alerts_total",
+			Help: "Times a key started being held/frozen, or its quarantined count reached another multiple of quarantine.alert_every.",
+		}),
+		badQueueIDs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_quarantine_invalid_queue_ids_total",
+			Help: "Queue IDs refused because they are not in Postfix's or Exim's syntax (forged policy requests); the entry is recorded without one.",
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_quarantine_failures_total",
+			Help: "Failed quarantine operations: record, release, schedule (postqueue -i), reinject, delete, expire, dsn, store.",
+		}, []string{"operation"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimitd_quarantine_expired_total",
+			Help: "Held or frozen messages past quarantine.max_age, by outcome: bounced, deleted_null_sender, kept, failed.",
+		}, []string{"outcome"}),
+		keptPastAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ratelimitd_quarantine_kept_past_max_age",
+			Help: "Held or frozen messages past quarantine.max_age still kept at the last expiry run (expire_action keep, no queue ID, or a failed bounce).",
+		}),
+		autoReleased: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimitd_quarantine_auto_released_total",
+			Help: "Messages released automatically (auto_release = \"drip\").",
+		}),
+	}
+}
+
+// Collectors returns the quarantine metrics for a Prometheus registry:
+// counters, and gauges of quarantined messages and bytes read at scrape
+// time.
+func (s *Service) Collectors() []prometheus.Collector {
+	stat := func(f func(quarantine.Stats) float64) func() float64 {
+		return func() float64 {
+			st, err := s.q.Stats()
+			if err != nil {
+				return -1
+			}
+			return f(st)
+		}
+	}
+	m := s.m
+	return []prometheus.Collector{m.quarantined, m.keyAlerts, m.badQueueIDs, m.failures, m.expired, m.keptPastAge, m.autoReleased,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_frozen_messages", Help: "Frozen messages waiting for review."},
+			stat(func(st quarantine.Stats) float64 { return float64(st.Frozen) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_held_messages", Help: "Messages in the MTA hold queue recorded for review."},
+			stat(func(st quarantine.Stats) float64 { return float64(st.Held) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_bytes", Help: "Bytes of frozen messages stored."},
+			stat(func(st quarantine.Stats) float64 { return float64(st.Bytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_max_key_messages", Help: "Quarantined messages of the key with the most."},
+			func() float64 {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				n := 0
+				for _, c := range s.pending {
+					n = max(n, c)
+				}
+				return float64(n)
+			}),
+	}
+}

@@ -1,0 +1,106 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// startHoldingPostfix starts a real private Postfix that puts every
+// message on hold (check_sender_access static:HOLD) and relays to sink,
+// with queue runs an hour apart: a message released from the hold queue
+// is delivered soon only if someone schedules it (postqueue -i).
+func startHoldingPostfix(t *testing.T, sink *mtatest.Sink) *mtatest.Postfix {
+	t.Helper()
+	return mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ExtraMainCF: map[string]string{
+		"smtpd_end_of_data_restrictions": "check_sender_access static:HOLD",
+		"queue_run_delay":                "3600s",
+		"minimal_backoff_time":           "3600s",
+		"maximal_backoff_time":           "3600s",
+	}})
+}
+
+// sendHeld sends n messages from user through pf and waits until all are
+// in the hold queue; it returns their queue IDs, oldest first.
+func sendHeld(t *testing.T, pf *mtatest.Postfix, user string, n int) []string {
+	t.Helper()
+	for i := range n {
+		from := user + "@example.org"
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Mail{Login: user, ClientAddr: "192.0.2.7", From: from, To: []string{"rcpt@example.net"},
+			Data: mtatest.BuildMessage(from, "rcpt@example.net", fmt.Sprintf("held %02d", i), "hello\n")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, held := pf.WaitQueue(t, 30*time.Second, func(_, held []string) bool { return len(held) == n })
+	if len(held) != n {
+		t.Fatalf("%d held, want %d", len(held), n)
+	}
+	byArrival := map[string]int64{}
+	for _, q := range pf.Queue(t) {
+		byArrival[q.QueueID] = q.ArrivalTime
+	}
+	out := append([]string(nil), held...)
+	for i := range out { // insertion sort by arrival, then ID: n is small
+		for j := i; j > 0 && (byArrival[out[j]] < byArrival[out[j-1]] || byArrival[out[j]] == byArrival[out[j-1]] && out[j] < out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// postfixCommands are the default release commands (postsuper -H, then
+// postqueue -i) pointed at a private instance.
+func postfixCommands(pf *mtatest.Postfix) [][]string {
+	return [][]string{{"postsuper", "-c", pf.ConfigDir(), "-H", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}
+}
+
+// TestThawHeldSchedulesDelivery (issue 11 item 4): the default release of
+// held mail is postsuper -H followed by postqueue -i, so a thawed message
+// is delivered now rather than at the next queue run (an hour here).
+func TestThawHeldSchedulesDelivery(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	pf := startHoldingPostfix(t, sink)
+	ids := sendHeld(t, pf, "alice", 1)
+	e := newEnv(t, Options{ReleaseCommands: postfixCommands(pf)})
+	id, err := e.svc.Hold(context.Background(), &policy.Request{Sender: "alice@example.org", QueueID: ids[0]},
+		[]string{"rcpt@example.net"}, policy.Decision{Limit: "tenhold", Key: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.svc.Thaw(context.Background(), Selection{IDs: []string{id}, By: "root"})
+	if err != nil || len(out) != 1 || !out[0].OK || out[0].Note != "" {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	msgs := sink.WaitCount(t, 1, 30*time.Second)
+	if msgs[0].Header("Subject") != "held 00" {
+		t.Fatalf("delivered %q", msgs[0].Header("Subject"))
+	}
+	pf.WaitQueueEmpty(t, 30*time.Second)
+}
+
+// TestExpireHeldReturnsToSender (issue 8 item 6): held mail past max_age
+// is returned to its sender by the default expire commands (postsuper -f,
+// postqueue -i) in a real Postfix: Postfix's own bounce from <> reaches
+// the sender (relayed to the sink) and the message leaves the hold queue.
+func TestExpireHeldReturnsToSender(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	pf := startHoldingPostfix(t, sink)
+	ids := sendHeld(t, pf, "alice", 1)
+	clk := &clock{t0}
+	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, ExpireCommands: [][]string{
+		{"postsuper", "-c", pf.ConfigDir(), "-f", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}})
+	e.hold(t, ids[0])
+	clk.t = t0.Add(2 * time.Hour)
+	if r := e.svc.Expire(context.Background(), clk.t); r.Bounced != 1 || r.Kept != 0 {
+		t.Fatalf("expire: %+v\n%s", r, e.logs.String())
+	}
+	msgs := sink.WaitCount(t, 1, 30*time.Second)
+	if msgs[0].From != "" || len(msgs[0].To) != 1 || msgs[0].To[0] != "alice@example.org" {
+		t.Fatalf("bounce envelope %q -> %v", msgs[0].From, msgs[0].To)
+	}
+	pf.WaitQueueEmpty(t, 30*time.Second)
+}
