@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/user"
+	"sync"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
 // startNotify starts the [notify] sender and registers its metrics.
@@ -67,4 +70,99 @@ func notifyOffline(cfg notify.Config, e notify.Event) error {
 		return fmt.Errorf("%d notifications failed", st.Failed)
 	}
 	return nil
+}
+
+// quarantineNotify turns the quarantine life cycle's events into
+// notifications: a key crossing an alert threshold (its first quarantined
+// message, then every quarantine.alert_every) becomes quarantine_threshold;
+// thaw, delete, expiry and automatic release become one event per kind,
+// key and actor with the number of messages, gathered over coalesceWindow
+// so that thawing 500 messages sends one notification, not 500.
+type quarantineNotify struct {
+	d *daemon
+
+	mu      sync.Mutex
+	pending map[coalesceKey]*notify.Event
+}
+
+type coalesceKey struct {
+	kind     notify.Kind
+	key, by  string
+	failures bool
+}
+
+// coalesceWindow is how long operator-action events are gathered; the
+// bound on the number of groups waiting is maxCoalesce (beyond it an event
+// is sent on its own).
+const (
+	coalesceWindow = 2 * time.Second
+	maxCoalesce    = 1024
+)
+
+var lifecycleKinds = map[lifecycle.Kind]notify.Kind{
+	lifecycle.Thawed: notify.Thawed, lifecycle.Deleted: notify.Deleted,
+	lifecycle.Expired: notify.Expired, lifecycle.Released: notify.Released,
+}
+
+// QuarantineEvent implements lifecycle.Events. It never blocks.
+func (q *quarantineNotify) QuarantineEvent(_ context.Context, ev lifecycle.Event) {
+	n := q.d.notifier
+	if !n.Enabled() {
+		return
+	}
+	e := notify.Event{Time: ev.Time, Key: ev.Entry.Key, Limit: ev.Entry.Limit, Sender: ev.Entry.Sender,
+		Client: ev.Entry.ClientAddress, By: ev.By, Detail: ev.Detail, Count: 1}
+	if ev.Kind == lifecycle.Quarantined {
+		if !ev.Alert {
+			return
+		}
+		e.Kind, e.Count, e.Action, e.Rate, e.Max = notify.QuarantineThreshold, ev.Pending, ev.Detail, ev.Entry.Rate, ev.Entry.Max
+		n.Notify(e)
+		return
+	}
+	kind, ok := lifecycleKinds[ev.Kind]
+	if !ok {
+		return
+	}
+	e.Kind, e.Sender = kind, "" // a group may span senders
+	ck := coalesceKey{kind: kind, key: e.Key, by: e.By}
+	q.mu.Lock()
+	if q.pending == nil {
+		q.pending = make(map[coalesceKey]*notify.Event)
+	}
+	if g, ok := q.pending[ck]; ok {
+		g.Count++
+		q.mu.Unlock()
+		return
+	}
+	if len(q.pending) >= maxCoalesce {
+		q.mu.Unlock()
+		n.Notify(e)
+		return
+	}
+	q.pending[ck] = &e
+	q.mu.Unlock()
+	time.AfterFunc(coalesceWindow, func() { q.flush(ck) })
+}
+
+func (q *quarantineNotify) flush(ck coalesceKey) {
+	q.mu.Lock()
+	e, ok := q.pending[ck]
+	delete(q.pending, ck)
+	q.mu.Unlock()
+	if ok {
+		q.d.notifier.Notify(*e)
+	}
+}
+
+// flushAll sends every gathered event now (at shutdown, before the
+// notifier drains its queue).
+func (q *quarantineNotify) flushAll() {
+	q.mu.Lock()
+	groups := q.pending
+	q.pending = nil
+	q.mu.Unlock()
+	for _, e := range groups {
+		q.d.notifier.Notify(*e)
+	}
 }

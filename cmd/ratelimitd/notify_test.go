@@ -93,3 +93,70 @@ action = "defer"
 		t.Fatalf("offline reset events %v, want a third, rate_reset by %q", ev, cliUser())
 	}
 }
+
+// TestNotifyQuarantineEvents: a key's first held message is announced as
+// quarantine_threshold, and deleting its held messages sends one "deleted"
+// event with their number and who ran it, not one per message.
+func TestNotifyQuarantineEvents(t *testing.T) {
+	var mu sync.Mutex
+	var events []map[string]any
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var e map[string]any
+		json.NewDecoder(r.Body).Decode(&e)
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}))
+	defer hook.Close()
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+[notify]
+events = ["quarantine_threshold", "deleted"]
+[notify.webhook]
+url = %q
+
+[quarantine]
+delete_command = ["true", "{queue_id}"]
+
+[[limit]]
+name = "hold"
+key = "sasl_username"
+limit = 1
+period = "1h"
+mode = "strict"
+action = "hold"
+`, hook.URL))
+	td := startTestDaemon(t, cfgPath)
+	for i := range 4 {
+		ans := policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username=ned", "sender=ned@example.org",
+			fmt.Sprintf("queue_id=4A2B1C3D%X", 10+i), fmt.Sprintf("instance=n%d", i))
+		if held := strings.HasPrefix(ans, "action=HOLD"); held != (i >= 1) {
+			t.Fatalf("message %d: %s", i+1, ans)
+		}
+	}
+	if status, out, stderr := runCLI(t, "", "--config", cfgPath, "quarantine", "delete", "--key", "ned", "--yes"); status != 0 {
+		t.Fatalf("delete: %d\n%s%s", status, out, stderr)
+	}
+	td.stop() // sends the gathered events, then drains the queue
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(events)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 2 {
+		t.Fatalf("got %d events, want quarantine_threshold and one deleted: %v", len(events), events)
+	}
+	if e := events[0]; e["event"] != "quarantine_threshold" || e["key"] != "ned" || e["count"] != 1.0 {
+		t.Errorf("first event %v", e)
+	}
+	if e := events[1]; e["event"] != "deleted" || e["key"] != "ned" || e["count"] != 3.0 || !strings.Contains(fmt.Sprint(e["by"]), "uid 0") {
+		t.Errorf("second event %v, want deleted, count 3, by uid 0", e)
+	}
+}

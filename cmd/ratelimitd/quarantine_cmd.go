@@ -177,7 +177,7 @@ func openQuarantineBackend(opts *rootOptions) (*quarantineBackend, error) {
 	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
 	if err == nil {
 		var svc *lifecycle.Service
-		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard)); err == nil {
+		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), nil); err == nil {
 			return &quarantineBackend{svc: svc, close: o.close}, nil
 		}
 	}

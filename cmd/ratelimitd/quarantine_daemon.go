@@ -19,7 +19,9 @@ import (
 // newLifecycle wires the quarantine life cycle (package
 // quarantine/lifecycle) to a store, the configuration and the engine; the
 // daemon and the offline CLI share it.
-func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger) (*lifecycle.Service, error) {
+//
+// events receives the life cycle's events (nil: none).
+func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
 	opts := lifecycle.Options{
 		ReleaseCommands: c.ReleaseCommand,
@@ -31,6 +33,7 @@ func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *
 		ExpireAction:    lifecycle.ExpireAction(c.ExpireAction),
 		AlertEvery:      c.AlertEvery,
 		Logger:          log,
+		Events:          events,
 	}
 	if eng != nil {
 		opts.Rates = eng
@@ -77,7 +80,8 @@ func (d *daemon) openQuarantine() error {
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
-	svc, err := newLifecycle(q, d.cfg, d.engine, d.log)
+	d.qnotify = &quarantineNotify{d: d}
+	svc, err := newLifecycle(q, d.cfg, d.engine, d.log, d.qnotify)
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}

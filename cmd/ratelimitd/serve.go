@@ -118,6 +118,8 @@ type daemon struct {
 	q        *quarantineState
 	wg       sync.WaitGroup
 	notifier *notify.Notifier
+	// qnotify turns quarantine events into notifications.
+	qnotify *quarantineNotify
 	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
 	stopMemLimit func()
 
@@ -206,13 +208,14 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		d.metrics.connRefused.WithLabelValues(listener).Inc()
 	})
 	d.metrics.watchConns(d.conns)
-	if err := d.openQuarantine(); err != nil {
-		return nil, err
-	}
+	// The notifier first: the quarantine's expiry loop may notify at once.
 	if err := d.startNotify(); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { d.notifier.Close(context.Background()) })
+	if err := d.openQuarantine(); err != nil {
+		return nil, err
+	}
 	d.policy = &postfix.Server{
 		Decider:         postfix.DeciderFunc(d.decide),
 		Logger:          d.log,
@@ -408,6 +411,9 @@ func (d *daemon) shutdown(ctx context.Context) error {
 		d.metricsSrv.Shutdown(ctx)
 	}
 	d.admin.Shutdown(ctx)
+	if d.qnotify != nil {
+		d.qnotify.flushAll()
+	}
 	if err := d.notifier.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("notifications: %w", err))
 	}

@@ -37,6 +37,11 @@ type Event struct {
 	By string
 	// Detail is a short free text (see the kinds).
 	Detail string
+	// Pending is, for Quarantined, the number of the key's messages now
+	// held or frozen; Alert reports that it has just crossed an alert
+	// threshold (the first message, then every quarantine.alert_every).
+	Pending int
+	Alert   bool
 }
 
 // Events receives the Service's events, e.g. to notify the postmaster.

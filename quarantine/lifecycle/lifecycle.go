@@ -243,12 +243,13 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, action stri
 	s.pending[e.Key]++
 	n := s.pending[e.Key]
 	s.mu.Unlock()
-	if n == 1 || (s.opts.AlertEvery > 0 && n%s.opts.AlertEvery == 0) {
+	alert := n == 1 || (s.opts.AlertEvery > 0 && n%s.opts.AlertEvery == 0)
+	if alert {
 		s.m.keyAlerts.Inc()
 		s.log.Warn(fmt.Sprintf("%s has %d quarantined messages", quarantine.CleanLine(e.Key), n), "key", e.Key, "count", n,
 			"limit", e.Limit, "action", action, "rate", e.Rate, "max", e.Max)
 	}
-	s.emit(ctx, Quarantined, *e, "", action)
+	s.ev.QuarantineEvent(ctx, Event{Kind: Quarantined, Time: s.now(), Entry: *e, Detail: action, Pending: n, Alert: alert})
 }
 
 // forget drops a key's entry from the alert count.
