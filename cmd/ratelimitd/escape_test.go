@@ -59,7 +59,7 @@ action = "hold"
 		t.Fatalf("thaw: %v\n%s", err, out)
 	}
 	check("thaw", out)
-	out, err = cli(t, "--config", cfgPath, "quarantine", "delete", "--key", "mallory")
+	out, err = cli(t, "--config", cfgPath, "quarantine", "delete", "--key", "mallory", "--yes")
 	if err == nil || !strings.Contains(out, "delete failed") {
 		t.Fatalf("delete: %v\n%s", err, out)
 	}

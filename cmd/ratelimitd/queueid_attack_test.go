@@ -93,7 +93,7 @@ action = "hold"
 	if n := strings.Count(out, `"key":"mallory"`); n != holds {
 		t.Fatalf("%d entries for %d HOLDs:\n%s", n, holds, out)
 	}
-	out, err := cli(t, "--config", cfgPath, "quarantine", "delete", "--key", "mallory")
+	out, err := cli(t, "--config", cfgPath, "quarantine", "delete", "--key", "mallory", "--yes")
 	if err != nil || !strings.Contains(out, fmt.Sprintf("%d deleted, 0 failed", holds)) {
 		t.Fatalf("quarantine delete --key mallory: %v\n%s", err, out)
 	}
