@@ -1,0 +1,264 @@
+package maillog
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrNotExim is returned by ParseExim for a mainlog line that is not about
+// a message (no message ID after the timestamp): daemon starts, SMTP
+// connection notes, rejections before a message existed.
+var ErrNotExim = errors.New("maillog: not an Exim line about a message")
+
+// isEximID reports whether s is an Exim message ID: the classic
+// "1qXyZa-0001Ab-Cd" (6-6-2) or Exim 4.97's "1qXyZa-000000001Ab-Cdef"
+// (6-11-4) form, base-62 characters.
+func isEximID(s string) bool {
+	parts := strings.Split(s, "-")
+	if len(parts) != 3 || len(parts[0]) != 6 {
+		return false
+	}
+	if !(len(parts[1]) == 6 && len(parts[2]) == 2) && !(len(parts[1]) == 11 && len(parts[2]) == 4) {
+		return false
+	}
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			c := p[i]
+			if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// IsEximLine reports whether s starts like an Exim mainlog line
+// ("2026-11-20 18:00:00 ..."), as opposed to an RFC 3339 syslog line.
+func IsEximLine(s string) bool {
+	return len(s) > 20 && s[4] == '-' && s[7] == '-' && s[10] == ' ' && s[13] == ':' && s[16] == ':'
+}
+
+// ParseExim parses one line of Exim's mainlog (the Exim specification,
+// chapter "Log files": "Reception and delivery"): a timestamp
+// "2026-11-20 18:00:00", optionally with ".mmm" (log_selector +millisec)
+// and a "+hhmm" offset (log_timezone), an optional "[pid]", then the
+// message ID and a flag: "<=" arrival, "=>" delivery, "->" additional
+// address, "*>" suppressed delivery, "**" failure, "==" deferral, or
+// "Completed". Times without an offset are in loc. It returns ErrNotExim
+// for lines that are not about a message.
+func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
+	var r Record
+	if !IsEximLine(s) {
+		return time.Time{}, r, fmt.Errorf("not an Exim mainlog line")
+	}
+	t, rest, err := parseEximStamp(s, loc)
+	if err != nil {
+		return time.Time{}, r, err
+	}
+	if strings.HasPrefix(rest, "[") {
+		i := strings.IndexByte(rest, ']')
+		if i < 0 {
+			return t, r, fmt.Errorf("malformed [pid]")
+		}
+		rest = strings.TrimLeft(rest[i+1:], " ")
+	}
+	id, rest, _ := strings.Cut(rest, " ")
+	if !isEximID(id) {
+		return t, r, ErrNotExim
+	}
+	r.QueueID = id
+	flag, rest, _ := strings.Cut(rest, " ")
+	switch flag {
+	case "<=":
+		r.Kind = KindArrival
+		err = parseArrival(&r, rest)
+	case "=>", "->", "*>", "**", "==":
+		r.Kind = KindTo
+		err = parseEximRecipient(&r, rest)
+	case "Completed":
+		r.Kind = KindCompleted
+	default:
+		r.Kind = KindOther
+	}
+	return t, r, err
+}
+
+func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
+	y, err1 := strconv.Atoi(s[0:4])
+	mo, err2 := strconv.Atoi(s[5:7])
+	d, err3 := strconv.Atoi(s[8:10])
+	if err1 != nil || err2 != nil || err3 != nil || mo < 1 || mo > 12 || d < 1 || d > 31 {
+		return time.Time{}, "", fmt.Errorf("bad date %q", s[:10])
+	}
+	hh, mm, ss, ns, n, err := parseClock(s[11:])
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	rest := s[11+n:]
+	zone := loc
+	if len(rest) >= 6 && rest[0] == ' ' && (rest[1] == '+' || rest[1] == '-') {
+		off, err := strconv.Atoi(rest[2:6])
+		if err == nil && len(strings.TrimLeft(rest[2:6], "0123456789")) == 0 {
+			sec := (off/100)*3600 + (off%100)*60
+			if rest[1] == '-' {
+				sec = -sec
+			}
+			zone = time.FixedZone("", sec)
+			rest = rest[6:]
+		}
+	}
+	t := time.Date(y, time.Month(mo), d, hh, mm, ss, ns, zone)
+	if t.Day() != d {
+		return time.Time{}, "", fmt.Errorf("no day %d in month %d", d, mo)
+	}
+	if !strings.HasPrefix(rest, " ") {
+		return time.Time{}, "", fmt.Errorf("no space after the timestamp")
+	}
+	return t, strings.TrimLeft(rest, " "), nil
+}
+
+// eximTokens splits the rest of an Exim line into space-separated tokens;
+// a double-quoted part (T="a subject") stays in one token, with \"
+// escapes.
+func eximTokens(s string) ([]string, error) {
+	var toks []string
+	for s != "" {
+		s = strings.TrimLeft(s, " ")
+		if s == "" {
+			break
+		}
+		i, inQuote := 0, false
+		for ; i < len(s); i++ {
+			c := s[i]
+			if inQuote {
+				if c == '\\' {
+					i++
+				} else if c == '"' {
+					inQuote = false
+				}
+				continue
+			}
+			if c == '"' {
+				inQuote = true
+			} else if c == ' ' {
+				break
+			}
+		}
+		if inQuote {
+			return toks, fmt.Errorf("unterminated quoted string")
+		}
+		if i > len(s) {
+			i = len(s)
+		}
+		toks = append(toks, s[:i])
+		s = s[i:]
+	}
+	return toks, nil
+}
+
+// isTag reports whether tok is "X=..." with X a log field name (letters).
+func isTag(tok string) (string, string, bool) {
+	eq := strings.IndexByte(tok, '=')
+	if eq <= 0 || eq > 12 {
+		return "", "", false
+	}
+	for i := 0; i < eq; i++ {
+		c := tok[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
+			return "", "", false
+		}
+	}
+	return tok[:eq], tok[eq+1:], true
+}
+
+func parseArrival(r *Record, rest string) error {
+	toks, err := eximTokens(rest)
+	if err != nil {
+		return err
+	}
+	if len(toks) == 0 {
+		return fmt.Errorf("<= without a sender")
+	}
+	r.Sender = strings.Trim(toks[0], "<>")
+	smtp := false
+	for i := 1; i < len(toks); i++ {
+		tok := toks[i]
+		if tok == "for" {
+			for _, a := range toks[i+1:] {
+				r.Recipients = append(r.Recipients, strings.Trim(a, "<>"))
+			}
+			break
+		}
+		name, v, ok := isTag(tok)
+		if !ok {
+			continue
+		}
+		switch name {
+		case "H":
+			// H=name (helo) [addr]:port, over several tokens.
+			smtp = true
+			hostToks := []string{v}
+			for i+1 < len(toks) {
+				if _, _, ok := isTag(toks[i+1]); ok || toks[i+1] == "for" {
+					break
+				}
+				i++
+				hostToks = append(hostToks, toks[i])
+			}
+			for _, h := range hostToks {
+				if strings.HasPrefix(h, "[") {
+					if j := strings.IndexByte(h, ']'); j > 1 {
+						r.ClientAddress = strings.TrimPrefix(h[1:j], "IPv6:")
+					}
+				} else if !strings.HasPrefix(h, "(") && r.ClientName == "" && !strings.HasSuffix(h, ")") {
+					r.ClientName = h
+				}
+			}
+		case "A":
+			method, id, _ := strings.Cut(v, ":")
+			r.SASLMethod, r.SASLUsername = method, id
+		case "U":
+			if r.SASLUsername == "" && !smtp {
+				r.SASLUsername = v
+			}
+		case "S":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("bad S=%q", trunc(v, 20))
+			}
+			r.Size = n
+		case "id":
+			r.MessageID = v
+		case "R":
+			r.Bounce = true
+		}
+	}
+	r.Local = !smtp
+	if smtp && r.SASLMethod == "" {
+		// U= on an SMTP arrival is the ident (RFC 1413) answer, not a login.
+		r.SASLUsername = ""
+	}
+	return nil
+}
+
+func parseEximRecipient(r *Record, rest string) error {
+	toks, err := eximTokens(rest)
+	if err != nil {
+		return err
+	}
+	if len(toks) == 0 {
+		return fmt.Errorf("recipient line without an address")
+	}
+	r.Recipient = strings.Trim(toks[0], "<>")
+	// "=> local-part <original@address>": the address the client gave.
+	if len(toks) > 1 && strings.HasPrefix(toks[1], "<") && strings.HasSuffix(toks[1], ">") {
+		r.Recipient = toks[1][1 : len(toks[1])-1]
+	}
+	if r.Recipient == "" {
+		return fmt.Errorf("recipient line without an address")
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package maillog
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParsePostfix(t *testing.T) {
+	for _, c := range []struct {
+		msg  string
+		want Record
+		err  string
+	}{
+		{"ABCDEF1234: from=<>, status=expired, returned to sender", Record{Kind: KindOther, QueueID: "ABCDEF1234"}, ""},
+		{`ABCDEF1234: to=<"odd>, name"@example.net>, orig_to=<>, relay=x, status=sent (250 a, b)`,
+			Record{Kind: KindTo, QueueID: "ABCDEF1234", Recipient: `"odd>, name"@example.net`}, ""},
+		{"ABCDEF1234: client=host[IPv6:2001:db8::1]:25", Record{Kind: KindClient, QueueID: "ABCDEF1234",
+			ClientName: "host", ClientAddress: "2001:db8::1"}, ""},
+		{"ABCDEF1234: from=<a@b>, size=-1, nrcpt=1 (queue active)", Record{}, "bad size"},
+		{"ABCDEF1234: client=nobrackets", Record{}, "malformed client"},
+		{"warning: hostname does not resolve", Record{}, "not a line about a queued message"},
+		{"ABCDEF1234: reject: DATA from x[1.2.3.4]: 550 no", Record{Kind: KindReject, QueueID: "ABCDEF1234", Reject: "DATA"}, ""},
+	} {
+		got, err := ParsePostfix(c.msg)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want %q", c.msg, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%q:\n got %+v, %v\nwant %+v", c.msg, got, err, c.want)
+		}
+	}
+}
+
+// TestYearlessOutOfOrder: a late line of the old year after New Year (two
+// hosts logging to one file) stays in the old year and does not start a
+// new one.
+func TestYearlessOutOfOrder(t *testing.T) {
+	log := strings.Join([]string{
+		"Dec 31 23:59:59 a postfix/smtpd[1]: AAAAA1: client=x[192.0.2.1], sasl_username=u1",
+		"Jan  1 00:00:01 a postfix/smtpd[1]: AAAAA2: client=x[192.0.2.1], sasl_username=u2",
+		"Dec 31 23:59:58 b postfix/smtpd[1]: AAAAA3: client=x[192.0.2.1], sasl_username=u3",
+		"Jan  1 00:00:02 a postfix/smtpd[1]: AAAAA4: client=x[192.0.2.1], sasl_username=u4",
+	}, "\n") + "\n"
+	r := NewReader(Options{Location: time.UTC})
+	if err := r.Read("t", strings.NewReader(log), time.Date(2030, 1, 1, 1, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	var years []int
+	for _, tr := range r.recs {
+		years = append(years, tr.t.Year())
+	}
+	if want := []int{2029, 2030, 2029, 2030}; !reflect.DeepEqual(years, want) {
+		t.Fatalf("years %v, want %v", years, want)
+	}
+}
+
+func TestParseSyslogLine(t *testing.T) {
+	l, err := ParseSyslogLine("<22>Nov  3 01:02:03.5 mx postfix/submission/smtpd[77]: ABCDE: removed", time.UTC)
+	if err != nil || l.Host != "mx" || l.Program != "postfix/submission/smtpd" || l.Msg != "ABCDE: removed" ||
+		!l.Stamp.YearLess || l.Stamp.Time != time.Date(2000, 11, 3, 1, 2, 3, 5e8, time.UTC) {
+		t.Fatalf("%+v %v", l, err)
+	}
+	for _, bad := range []string{"Nov 31 01:02:03 mx p[1]: x", "Foo  3 01:02:03 mx p[1]: x", "Nov  3 01:02:03 mx", "Nov  3 25:02:03 mx p[1]: x", "Nov  3 01:02:03 mx p[x]: y"} {
+		if _, err := ParseSyslogLine(bad, time.UTC); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,276 @@
+package maillog
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Kind says what a log line tells about a message.
+type Kind uint8
+
+// The kinds of Record.
+const (
+	// KindOther is a line about a queued message that says nothing the
+	// trace needs (e.g. a milter or DKIM note).
+	KindOther Kind = iota
+	// KindClient is Postfix smtpd's "client=name[addr], sasl_username=":
+	// the message arrived over SMTP.
+	KindClient
+	// KindPickup is Postfix pickup's "uid=N from=<...>": local submission.
+	KindPickup
+	// KindMessageID is cleanup's "message-id=<...>".
+	KindMessageID
+	// KindFrom is qmgr's "from=<...>, size=N, nrcpt=N (queue active)".
+	KindFrom
+	// KindTo is a delivery agent's "to=<...>, orig_to=<...>, status=...",
+	// or an Exim recipient line (=>, ->, **, ==, *>).
+	KindTo
+	// KindRemoved is qmgr's "removed": the queue file is gone.
+	KindRemoved
+	// KindReject is smtpd's or cleanup's "reject:" (or "discard:") of a
+	// message that had a queue ID.
+	KindReject
+	// KindNoQueue is smtpd's "NOQUEUE: reject: ...": refused before a
+	// queue file existed; not a message.
+	KindNoQueue
+	// KindArrival is Exim's "<=" line: the message was received.
+	KindArrival
+	// KindCompleted is Exim's "Completed".
+	KindCompleted
+)
+
+// Record is what one log line says about one message.
+type Record struct {
+	Kind Kind
+	// QueueID is the Postfix queue ID or Exim message ID.
+	QueueID string
+	// ClientName and ClientAddress are from smtpd's client= or Exim's H=.
+	ClientName, ClientAddress string
+	// SASLMethod and SASLUsername are from smtpd (sasl_method=,
+	// sasl_username=) or Exim's A= (authenticator:id) or U=.
+	SASLMethod, SASLUsername string
+	// Sender is the envelope sender ("" for <>), from qmgr or Exim's <=.
+	Sender string
+	// Size is the message size in bytes (qmgr size=, Exim S=).
+	Size int64
+	// NRcpt is qmgr's nrcpt=; 0 when not logged.
+	NRcpt int
+	// Recipient is the envelope recipient of a KindTo line: orig_to= when
+	// Postfix logged one (the address the client gave, before aliases),
+	// else to=. Recipients are extra recipients (Exim's "for a b c").
+	Recipient  string
+	Recipients []string
+	// Reject is the rejected stage for KindReject: "RCPT", "DATA",
+	// "END-OF-MESSAGE", "CONNECT", ...
+	Reject string
+	// MessageID is cleanup's message-id= or Exim's id=.
+	MessageID string
+	// Local marks an Exim arrival without H= (a local submission, keyed
+	// by U=), Bounce one of Exim's own bounce messages (R= parent).
+	Local, Bounce bool
+}
+
+// ErrNotPostfix is returned by ParsePostfix for a message that is not
+// about a queued message (no "QUEUEID: " prefix): daemon start/stop lines,
+// connect/disconnect, warnings. It is not a parse failure.
+var ErrNotPostfix = errors.New("maillog: not a line about a queued message")
+
+// isQueueID reports whether s has the syntax of a Postfix queue ID: short
+// (upper-case hexadecimal) or long (enable_long_queue_ids: letters and
+// digits without vowels), 5 to 32 characters. Words such as "warning" or
+// "statistics" are not queue IDs.
+func isQueueID(s string) bool {
+	if len(s) < 5 || len(s) > 32 {
+		return false
+	}
+	hex, long := true, true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+		case c >= 'A' && c <= 'F':
+			long = long && c != 'A' && c != 'E'
+		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z':
+			hex = false
+			long = long && !strings.ContainsRune("AEIOUaeiou", rune(c))
+		default:
+			return false
+		}
+	}
+	return hex || long
+}
+
+// ParsePostfix parses the message part of a Postfix log line (after
+// "postfix/daemon[pid]: "), as written by Postfix 2.x and 3.x (see
+// Postfix's README_FILES/… and the logging of smtpd(8), cleanup(8),
+// qmgr(8), pickup(8) and the delivery agents). It returns ErrNotPostfix for
+// lines that are not about a queued message, and another error for a
+// line that starts like one but cannot be parsed.
+func ParsePostfix(msg string) (Record, error) {
+	var r Record
+	if strings.HasPrefix(msg, "NOQUEUE: ") {
+		rest := msg[len("NOQUEUE: "):]
+		if strings.HasPrefix(rest, "reject: ") || strings.HasPrefix(rest, "discard: ") {
+			r.Kind = KindNoQueue
+			return r, nil
+		}
+		return r, ErrNotPostfix
+	}
+	colon := strings.Index(msg, ": ")
+	if colon < 0 || !isQueueID(msg[:colon]) {
+		return r, ErrNotPostfix
+	}
+	r.QueueID = msg[:colon]
+	rest := msg[colon+2:]
+	switch {
+	case strings.HasPrefix(rest, "client="):
+		r.Kind = KindClient
+		f, err := fields(rest)
+		if err != nil {
+			return r, err
+		}
+		name, addr, err := splitClient(f["client"])
+		if err != nil {
+			return r, err
+		}
+		r.ClientName, r.ClientAddress = name, addr
+		r.SASLMethod, r.SASLUsername = f["sasl_method"], f["sasl_username"]
+	case strings.HasPrefix(rest, "uid=") && strings.Contains(rest, " from=<"):
+		r.Kind = KindPickup
+		i := strings.Index(rest, " from=<")
+		addr, _, ok := angle(rest[i+len(" from="):])
+		if !ok {
+			return r, fmt.Errorf("pickup: malformed from=")
+		}
+		r.Sender = addr
+	case strings.HasPrefix(rest, "message-id="):
+		r.Kind = KindMessageID
+		r.MessageID = strings.Trim(strings.TrimSpace(rest[len("message-id="):]), "<>")
+	case strings.HasPrefix(rest, "from=<"):
+		f, err := fields(rest)
+		if err != nil {
+			return r, err
+		}
+		if _, ok := f["size"]; !ok {
+			// "from=<>, status=expired, returned to sender" and the like.
+			r.Kind = KindOther
+			return r, nil
+		}
+		r.Kind = KindFrom
+		r.Sender = f["from"]
+		if r.Size, err = strconv.ParseInt(f["size"], 10, 64); err != nil || r.Size < 0 {
+			return r, fmt.Errorf("qmgr: bad size=%q", f["size"])
+		}
+		if v, ok := f["nrcpt"]; ok {
+			v, _, _ = strings.Cut(v, " ")
+			if r.NRcpt, err = strconv.Atoi(v); err != nil || r.NRcpt < 0 {
+				return r, fmt.Errorf("qmgr: bad nrcpt=%q", v)
+			}
+		}
+	case strings.HasPrefix(rest, "to=<"):
+		r.Kind = KindTo
+		f, err := fields(rest)
+		if err != nil {
+			return r, err
+		}
+		r.Recipient = f["to"]
+		if o, ok := f["orig_to"]; ok && o != "" {
+			r.Recipient = o
+		}
+	case rest == "removed":
+		r.Kind = KindRemoved
+	case strings.HasPrefix(rest, "reject: ") || strings.HasPrefix(rest, "discard: "):
+		r.Kind = KindReject
+		_, after, _ := strings.Cut(rest, ": ")
+		stage, _, _ := strings.Cut(after, " ")
+		r.Reject = stage
+	default:
+		r.Kind = KindOther
+	}
+	return r, nil
+}
+
+// fields parses Postfix's "name=value, name=value, ..." list. A value in
+// angle brackets runs to its closing '>'; status= and everything after it
+// is taken whole (its text may contain commas).
+func fields(s string) (map[string]string, error) {
+	f := make(map[string]string, 8)
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 {
+			return nil, fmt.Errorf("malformed field list near %q", trunc(s, 30))
+		}
+		name := s[:eq]
+		if strings.ContainsAny(name, " ,<>") {
+			return nil, fmt.Errorf("malformed field name %q", trunc(name, 30))
+		}
+		s = s[eq+1:]
+		var v string
+		switch {
+		case name == "status":
+			v, s = s, ""
+		case strings.HasPrefix(s, "<"):
+			a, rest, ok := angle(s)
+			if !ok {
+				return nil, fmt.Errorf("%s=: no closing '>'", name)
+			}
+			v, s = a, rest
+		default:
+			i := strings.Index(s, ", ")
+			if i < 0 {
+				v, s = s, ""
+			} else {
+				v, s = s[:i], s[i:]
+			}
+		}
+		f[name] = v
+		if s == "" {
+			break
+		}
+		if !strings.HasPrefix(s, ", ") {
+			// Text after the list, e.g. "nrcpt=2 (queue active)" is
+			// handled by the caller; anything else ends the list.
+			break
+		}
+		s = s[2:]
+	}
+	return f, nil
+}
+
+// angle returns the address inside a leading "<...>" and what follows it.
+// The closing bracket is the first '>' outside a quoted local part that is
+// followed by ',', ' ' or the end.
+func angle(s string) (addr, rest string, ok bool) {
+	if !strings.HasPrefix(s, "<") {
+		return "", s, false
+	}
+	inQuote := false
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case inQuote && c == '\\':
+			i++
+		case c == '"':
+			inQuote = !inQuote
+		case !inQuote && c == '>' && (i+1 == len(s) || s[i+1] == ',' || s[i+1] == ' '):
+			return s[1:i], s[i+1:], true
+		}
+	}
+	return "", s, false
+}
+
+// splitClient splits smtpd's "name[address]" or "name[address]:port".
+func splitClient(s string) (name, addr string, err error) {
+	open := strings.IndexByte(s, '[')
+	closing := strings.LastIndexByte(s, ']')
+	if open <= 0 || closing < open {
+		return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
+	}
+	name, addr = s[:open], s[open+1:closing]
+	addr = strings.TrimPrefix(strings.TrimPrefix(addr, "IPv6:"), "ipv6:")
+	if addr == "" {
+		return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
+	}
+	return name, addr, nil
+}

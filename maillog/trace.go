@@ -1,0 +1,136 @@
+package maillog
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/simulate"
+)
+
+// Entries returns the policy requests an MTA would have made for the
+// message, as simulate trace entries: one RCPT request per recipient at
+// the time the client was accepted (recipient_count 0, as Postfix sends
+// it at RCPT), then one END-OF-MESSAGE request at the time the message was
+// queued with queue_id, size and recipient_count (and recipient, when
+// there is exactly one, as Postfix sends it; SMTPD_POLICY_README). Every
+// request carries the SASL user, sender and client, and instance
+// "host/queueid" (the queue ID alone for Exim), the same for all requests
+// of the message.
+func (m *Message) Entries() []simulate.Entry {
+	base := policy.Request{
+		Sender:        m.Sender,
+		ClientAddress: m.ClientAddress,
+		ClientName:    m.ClientName,
+		Instance:      instanceOf(m),
+		SASLMethod:    m.SASLMethod,
+		SASLUsername:  m.SASLUsername,
+		Stage:         "simulate",
+	}
+	out := make([]simulate.Entry, 0, len(m.Recipients)+1)
+	for _, rc := range m.Recipients {
+		r := base
+		r.ProtocolState = policy.StateRcpt
+		r.Recipient = rc
+		out = append(out, simulate.Entry{Time: m.Received, Count: 1, Request: r})
+	}
+	r := base
+	r.ProtocolState = policy.StateEndOfMessage
+	r.QueueID = m.QueueID
+	r.Size = m.Size
+	r.RecipientCount = m.RecipientCount()
+	if len(m.Recipients) == 1 {
+		r.Recipient = m.Recipients[0]
+	}
+	out = append(out, simulate.Entry{Time: m.Queued, Count: 1, Request: r})
+	return out
+}
+
+// Trace returns the trace of msgs: every message's Entries, in time order
+// (the requests of one message stay together at equal times), numbered
+// as lines 1, 2, ... in that order.
+func Trace(msgs []Message) *simulate.Trace {
+	t := &simulate.Trace{}
+	for i := range msgs {
+		t.Entries = append(t.Entries, msgs[i].Entries()...)
+	}
+	slices.SortStableFunc(t.Entries, func(a, b simulate.Entry) int { return a.Time.Compare(b.Time) })
+	for i := range t.Entries {
+		t.Entries[i].Line = i + 1
+	}
+	return t
+}
+
+// traceLine is one JSON Lines trace line, in the field order of the trace
+// format of package simulate.
+type traceLine struct {
+	Time           string `json:"time"`
+	ProtocolState  string `json:"protocol_state"`
+	SASLUsername   string `json:"sasl_username,omitempty"`
+	SASLMethod     string `json:"sasl_method,omitempty"`
+	Sender         string `json:"sender"`
+	Recipient      string `json:"recipient,omitempty"`
+	RecipientCount string `json:"recipient_count,omitempty"`
+	Size           string `json:"size,omitempty"`
+	ClientAddress  string `json:"client_address,omitempty"`
+	ClientName     string `json:"client_name,omitempty"`
+	QueueID        string `json:"queue_id,omitempty"`
+	Instance       string `json:"instance,omitempty"`
+	Count          int    `json:"count,omitempty"`
+	Every          string `json:"every,omitempty"`
+}
+
+// WriteTrace writes t as a JSON Lines trace that simulate.Read reads back
+// to the same requests, after a comment line of header text (which may
+// be empty). Times are RFC 3339 in UTC.
+func WriteTrace(w io.Writer, t *simulate.Trace, header string) error {
+	bw := bufio.NewWriter(w)
+	if header != "" {
+		bw.WriteString("# " + header + "\n")
+	}
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		r := &e.Request
+		l := traceLine{
+			Time:          e.Time.UTC().Format(time.RFC3339Nano),
+			ProtocolState: r.ProtocolState,
+			SASLUsername:  r.SASLUsername,
+			SASLMethod:    r.SASLMethod,
+			Sender:        r.Sender,
+			Recipient:     r.Recipient,
+			ClientAddress: r.ClientAddress,
+			ClientName:    r.ClientName,
+			QueueID:       r.QueueID,
+			Instance:      r.Instance,
+		}
+		if r.ProtocolState != policy.StateRcpt {
+			l.RecipientCount = strconv.Itoa(r.RecipientCount)
+			l.Size = strconv.FormatInt(r.Size, 10)
+		}
+		if e.Count > 1 {
+			l.Count = e.Count
+			if e.Every > 0 {
+				l.Every = e.Every.String()
+			}
+		}
+		if err := enc.Encode(&l); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// instanceOf is the message's policy instance: "host/queueid", or the
+// queue ID alone when the log names no host (Exim's mainlog).
+func instanceOf(m *Message) string {
+	if m.Host == "" {
+		return m.QueueID
+	}
+	return m.Host + "/" + m.QueueID
+}
