@@ -57,4 +57,13 @@
 // exactly as the daemon would have at that instant with the same
 // configuration and an empty rate store. It does not model the client's
 // reaction: a deferred message is not retried unless the trace says so.
+//
+// # Suggest
+//
+// Suggest, for `ratelimitd suggest`, turns a trace of a site's own mail
+// (see package maillog for making one from Postfix or Exim logs) into
+// proposed limits: each key's peak rate under each configured limit, a
+// limit from a percentile of the peaks with headroom, per-key overrides for
+// recurring bulk senders, the outliers it refuses to accommodate, and who
+// the proposal would have refused, when and for how long.
 package simulate

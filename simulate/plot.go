@@ -118,6 +118,24 @@ func (rec *Recorder) Add(r *Result) {
 	}
 }
 
+// newCanvas returns a white canvas of the given size in format PlotSVG or
+// PlotPNG, and the writer that encodes it.
+func newCanvas(format string, width, height vg.Length) (io.WriterTo, draw.Canvas) {
+	var canvas io.WriterTo
+	var dc draw.Canvas
+	switch format {
+	case PlotSVG:
+		c := vgsvg.New(width, height)
+		canvas, dc = c, draw.New(c)
+	default:
+		c := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(pngDPI),
+			vgimg.UseBackgroundColor(color.White))
+		canvas, dc = vgimg.PngCanvas{Canvas: c}, draw.New(c)
+	}
+	dc.FillPolygon(color.White, []vg.Point{dc.Min, {X: dc.Max.X, Y: dc.Min.Y}, dc.Max, {X: dc.Min.X, Y: dc.Max.Y}})
+	return canvas, dc
+}
+
 func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
 
 // Save draws the recorded rates into path, an .svg or .png file: one panel
@@ -171,18 +189,7 @@ func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
 	}
 	legendW = min(legendW, 3.5*vg.Inch)
 	width, height := plotWidth+legendW, panelHeight*vg.Length(len(plots))
-	var canvas io.WriterTo
-	var dc draw.Canvas
-	switch format {
-	case PlotSVG:
-		c := vgsvg.New(width, height)
-		canvas, dc = c, draw.New(c)
-	case PlotPNG:
-		c := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(pngDPI),
-			vgimg.UseBackgroundColor(color.White))
-		canvas, dc = vgimg.PngCanvas{Canvas: c}, draw.New(c)
-	}
-	dc.FillPolygon(color.White, []vg.Point{dc.Min, {X: dc.Max.X, Y: dc.Min.Y}, dc.Max, {X: dc.Min.X, Y: dc.Max.Y}})
+	canvas, dc := newCanvas(format, width, height)
 	// The panels, aligned, on the left; each panel's legend beside it.
 	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
 		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.15 * vg.Inch}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -132,12 +131,8 @@ func runSimulate(cmd *cobra.Command, opts *rootOptions, so *simulateOptions, pat
 	if so.inputFormat != "" && so.inputFormat != simulate.FormatJSONL && so.inputFormat != simulate.FormatCSV {
 		return fmt.Errorf("--input-format %q: want jsonl or csv", so.inputFormat)
 	}
-	if so.plot != "" {
-		switch strings.ToLower(filepath.Ext(so.plot)) {
-		case ".svg", ".png":
-		default:
-			return fmt.Errorf("--plot %q: the file name must end in .svg or .png", so.plot)
-		}
+	if err := checkPlotPath(so.plot); err != nil {
+		return err
 	}
 	f, err := config.Load(opts.configPath)
 	if err != nil {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/maillog"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/simulate"
+)
+
+type suggestOptions struct {
+	maillog     []string
+	inputFormat string
+	headroom    float64
+	percentile  float64
+	allow       []string
+	plot        string
+	toml        string
+	mo          maillogOptions
+}
+
+func newSuggestCmd(opts *rootOptions) *cobra.Command {
+	so := &suggestOptions{}
+	cmd := &cobra.Command{
+		Use:   "suggest TRACE | --maillog FILE...",
+		Short: "Propose limits from your own mail: peak rates, outliers, bulk senders",
+		Long: `Propose values for the configured limits (--config, or the embedded
+default: per SASL user, 1h and 24h) from a trace of your own traffic, or
+straight from mail logs with --maillog (read as "trace from-maillog" does).
+
+For each limit, every key's peak rate is measured as ratelimitd measures
+it (Exim's EWMA over the limit's period, package ratelimit) with no limit
+in the way. The proposed limit is the --percentile of the ordinary keys'
+peaks times --headroom, rounded up to two significant digits: those keys
+stay under it with that margin. Keys above the proposal are named as
+outliers instead of raising everyone's limit for them — a compromised
+account, or a legitimate sender to confirm with --allow KEY.
+
+Legitimate bulk senders get a per-key override (listed for you to
+confirm): keys named with --allow, keys the configuration already
+overrides, and recurring bulk senders found in the trace — at least 3
+sends of 20 or more recipients each, starting at the same time of day
+(within 75 minutes), with consecutive sends going mostly to the same
+recipients (Jaccard similarity of at least 0.5), like a newsletter. A spam
+run writes to new addresses and is not mistaken for one.
+
+The trace is then replayed through the proposal with the configured modes
+and actions, and every key it would have refused is listed: when first
+and last, how long after its first request, how often. Last comes a
+ready-to-paste [[limit]] block (--toml FILE writes it to a file too) that
+"ratelimitd config check" accepts. --plot FILE.svg (or .png) draws the
+distribution of peaks with the proposed limit and the overrides.`,
+		Example: `  ratelimitd trace from-maillog /var/log/mail.log* > month.jsonl
+  ratelimitd suggest month.jsonl
+  ratelimitd suggest --headroom 2 --allow newsletter@example.org --plot peaks.svg month.jsonl
+  ratelimitd -c /etc/ratelimitd/ratelimitd.toml suggest --maillog /var/log/mail.log --maillog /var/log/mail.log.1.gz`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSuggest(cmd, opts, so, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&so.maillog, "maillog", nil, "read this Postfix or Exim mail log `FILE` instead of a trace (repeatable)")
+	fl.StringVar(&so.inputFormat, "input-format", "", "trace format: jsonl or csv (default: from the file extension)")
+	fl.Float64Var(&so.headroom, "headroom", simulate.DefaultHeadroom, "factor between the percentile peak and the proposed limit")
+	fl.Float64Var(&so.percentile, "percentile", simulate.DefaultPercentile, "percentile of the keys' peaks the limit is based on (100: every key fits)")
+	fl.StringArrayVar(&so.allow, "allow", nil, "`KEY` is a legitimate bulk sender: give it an override (repeatable)")
+	fl.StringVar(&so.plot, "plot", "", "draw the distribution of peaks into `FILE` (.svg or .png)")
+	fl.StringVar(&so.toml, "toml", "", "also write the proposed [[limit]] tables to `FILE`")
+	so.mo.addFlags(cmd)
+	return cmd
+}
+
+func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args []string) error {
+	if (len(args) == 1) == (len(so.maillog) > 0) {
+		return errors.New("give either a TRACE or --maillog FILE")
+	}
+	if err := checkPlotPath(so.plot); err != nil {
+		return err
+	}
+	f, err := config.Load(opts.configPath)
+	if err != nil {
+		return reportConfigErrors(cmd.ErrOrStderr(), err)
+	}
+	var tr *simulate.Trace
+	if len(args) == 1 {
+		if tr, err = simulate.ReadFile(args[0], so.inputFormat); err != nil {
+			return err
+		}
+	} else {
+		msgs, st, err := so.mo.read(so.maillog)
+		if err != nil {
+			return err
+		}
+		if err := st.WriteSummary(cmd.ErrOrStderr()); err != nil {
+			return err
+		}
+		tr = maillog.Trace(msgs)
+	}
+	if tr.Len() == 0 {
+		return errors.New("the trace has no requests: nothing to base limits on")
+	}
+	s, err := simulate.Suggest(cmd.Context(), f.PolicyConfig(), tr, simulate.SuggestOptions{
+		Headroom: so.headroom, Percentile: so.percentile, Allow: so.allow,
+		NewStore: func() policy.Store { return store.NewMemory(store.MemoryOptions{}) },
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.WriteText(cmd.OutOrStdout()); err != nil {
+		return err
+	}
+	if so.toml != "" {
+		text, err := s.TOML()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(so.toml, []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	if so.plot != "" {
+		if err := s.SavePlot(so.plot); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "plot written to %s\n", so.plot)
+	}
+	return nil
+}
+
+// checkPlotPath checks a --plot file name: empty (no plot), or ending in
+// .svg or .png.
+func checkPlotPath(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg", ".png":
+	default:
+		if path != "" {
+			return fmt.Errorf("--plot %q: the file name must end in .svg or .png", path)
+		}
+	}
+	return nil
+}

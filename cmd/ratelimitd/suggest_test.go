@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/maillog"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/simulate"
+)
+
+// month is the synthetic month of TestSuggestSyntheticMonth.
+var (
+	monthStart = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC) // a Sunday
+	// The compromised account starts spamming on day 20 at 02:00.
+	compromiseStart = time.Date(2026, 11, 20, 2, 0, 0, 0, time.UTC)
+	compromiseEnd   = compromiseStart.Add(48 * time.Hour)
+)
+
+// syntheticMonth writes a month of submission traffic as a trace, in the
+// form "trace from-maillog" writes (RCPT per recipient, then
+// END-OF-MESSAGE): 40 ordinary users (u01..u40, and dave) sending 2 to 12
+// messages of 1 to 3 recipients on workdays between 08:00 and 18:00,
+// sometimes 5 in a few minutes; "news", a newsletter to about 300
+// subscribers every Monday at 09:00 (one message every 2 s, a few
+// subscribers changing each week); and dave, whose account is compromised
+// on day 20 at 02:00 and sends 150 messages an hour to new addresses for
+// two days.
+func syntheticMonth(t *testing.T, path string) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(20261101, 12))
+	var msgs []maillog.Message
+	n := 0
+	add := func(user string, at time.Time, rcpts ...string) {
+		n++
+		msgs = append(msgs, maillog.Message{Host: "mx", QueueID: fmt.Sprintf("Q%07X", n), Received: at, Queued: at.Add(time.Second),
+			ClientAddress: "192.0.2.10", SASLMethod: "PLAIN", SASLUsername: user, Sender: user + "@example.org",
+			Size: int64(2000 + rng.IntN(50000)), Recipients: rcpts})
+	}
+	users := []string{"dave"}
+	for i := 1; i <= 40; i++ {
+		users = append(users, fmt.Sprintf("u%02d", i))
+	}
+	for day := 0; day < 30; day++ {
+		d := monthStart.AddDate(0, 0, day)
+		if wd := d.Weekday(); wd == time.Saturday || wd == time.Sunday {
+			continue
+		}
+		for _, u := range users {
+			k := 2 + rng.IntN(11)
+			for j := 0; j < k; j++ {
+				at := d.Add(8*time.Hour + time.Duration(rng.Int64N(int64(10*time.Hour))))
+				burst := 1
+				if rng.IntN(20) == 0 {
+					burst = 5
+				}
+				for b := 0; b < burst; b++ {
+					var rc []string
+					for r := 0; r < 1+rng.IntN(3); r++ {
+						rc = append(rc, fmt.Sprintf("contact%d.%s@example.net", rng.IntN(40), u))
+					}
+					add(u, at.Add(time.Duration(b)*90*time.Second), rc...)
+				}
+			}
+		}
+		if d.Weekday() == time.Monday {
+			week := day / 7
+			at := d.Add(9 * time.Hour)
+			for s := 0; s < 300; s++ {
+				sub := s
+				if s < 10 {
+					sub = 1000 + 10*week + s // a few subscribers change each week
+				}
+				add("news", at.Add(time.Duration(s)*2*time.Second), fmt.Sprintf("subscriber%d@example.com", sub))
+			}
+		}
+	}
+	for at, i := compromiseStart, 0; at.Before(compromiseEnd); at, i = at.Add(24*time.Second), i+1 {
+		add("dave", at, fmt.Sprintf("victim%d@example.%d.test", i, i%97))
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := maillog.WriteTrace(f, maillog.Trace(msgs), "synthetic month: 40 users, a weekly newsletter, dave compromised on day 20"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSuggestSyntheticMonth runs "suggest" with its defaults on the
+// synthetic month: the proposal refuses the compromised account within an
+// hour of the compromise and never before it, never refuses the
+// newsletter or the other users, gives the newsletter overrides as a
+// recurring bulk sender, names dave as an outlier, and its [[limit]]
+// tables pass "config check". Set RATELIMITD_KEEP_MONTH=FILE to keep the
+// trace (the README's example).
+func TestSuggestSyntheticMonth(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "month.jsonl")
+	if keep := os.Getenv("RATELIMITD_KEEP_MONTH"); keep != "" {
+		trace = keep
+	}
+	syntheticMonth(t, trace)
+	tomlPath := filepath.Join(dir, "limits.toml")
+	plot := filepath.Join(dir, "peaks.svg")
+	out, err := cli(t, "suggest", "--toml", tomlPath, "--plot", plot, trace)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("suggest output:\n%s", out)
+
+	// The same proposal through the API, to check the refusals exactly.
+	tr, err := simulate.ReadFile(trace, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := loadDefault(t)
+	s, err := simulate.Suggest(t.Context(), f, tr, simulate.SuggestOptions{NewStore: newMemStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Refusals) != 1 || s.Refusals[0].Key != "dave" {
+		t.Fatalf("refused %+v; want dave only", s.Refusals)
+	}
+	rf := s.Refusals[0]
+	if rf.First.Before(compromiseStart) || rf.First.Sub(compromiseStart) > time.Hour {
+		t.Fatalf("dave first refused at %v; want within an hour after %v", rf.First, compromiseStart)
+	}
+	if rf.Last.Before(compromiseEnd.Add(-time.Hour)) {
+		t.Fatalf("dave last refused at %v; the spam ran until %v", rf.Last, compromiseEnd)
+	}
+	for _, lp := range s.Limits {
+		if len(lp.Overrides) != 1 || lp.Overrides[0].Key != "news" || lp.Overrides[0].Bulk == nil || lp.Overrides[0].Bulk.Sends < 4 {
+			t.Fatalf("limit %s overrides %+v; want news as a recurring bulk sender", lp.Config.Name, lp.Overrides)
+		}
+		if len(lp.Outliers) != 1 || lp.Outliers[0].Key != "dave" {
+			t.Fatalf("limit %s outliers %+v; want dave", lp.Config.Name, lp.Outliers)
+		}
+		if lp.Proposed >= 100 || lp.Proposed <= lp.Median {
+			t.Fatalf("limit %s proposed %v (median %v)", lp.Config.Name, lp.Proposed, lp.Median)
+		}
+	}
+	for _, want := range []string{"override (confirm): news = ", "weekly on Mondays at 09:00 UTC", "outlier: dave peaked at",
+		"--allow dave", "[[limit]]", "nobody", "dave"} {
+		if want == "nobody" {
+			if strings.Contains(out, "nobody would have been refused") {
+				t.Errorf("output claims nobody was refused")
+			}
+			continue
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  dave\s+hourly`).MatchString(out) {
+		t.Errorf("the refusal table does not show dave refused by hourly")
+	}
+	// The TOML block is a valid configuration with these limits.
+	chk, err := cli(t, "config", "check", tomlPath)
+	if err != nil || !strings.Contains(chk, "hourly") || !strings.Contains(chk, "daily") {
+		t.Fatalf("config check of the proposal: %v\n%s", err, chk)
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !strings.Contains(string(svg), "<svg") || !strings.Contains(string(svg), "proposed limit") {
+		t.Fatalf("plot: %v", err)
+	}
+	// With dave allowed, he gets an override and nobody is refused.
+	out, err = cli(t, "suggest", "--allow", "dave", trace)
+	if err != nil || !strings.Contains(out, "nobody would have been refused") || !strings.Contains(out, "override (confirm): dave = ") {
+		t.Fatalf("--allow dave: %v\n%s", err, out)
+	}
+}
+
+func loadDefault(t *testing.T) policy.Config {
+	t.Helper()
+	f, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.PolicyConfig()
+}
+
+func newMemStore() policy.Store { return store.NewMemory(store.MemoryOptions{}) }

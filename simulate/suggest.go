@@ -1,0 +1,522 @@
+package simulate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Defaults of SuggestOptions.
+const (
+	// DefaultHeadroom is the factor between the highest ordinary peak and
+	// the proposed limit.
+	DefaultHeadroom = 1.5
+	// DefaultPercentile is the percentile of the keys' peaks the limit
+	// is based on; keys above the limit it gives are named as outliers.
+	DefaultPercentile = 95.0
+)
+
+// Bulk sender recognition (see BulkSender).
+const (
+	// bulkGap separates the bursts of one key.
+	bulkGap = 30 * time.Minute
+	// bulkMinRecipients is the number of distinct recipients that makes a
+	// burst a bulk send.
+	bulkMinRecipients = 20
+	// bulkMinSends is how many bulk sends make a recurring sender.
+	bulkMinSends = 3
+	// bulkClockSlack is how far from the first send's time of day the
+	// others may start (75 minutes: a daylight saving change and a late
+	// cron job).
+	bulkClockSlack = 75 * time.Minute
+	// bulkMinSimilarity is the lowest Jaccard similarity of the recipient
+	// lists of consecutive sends.
+	bulkMinSimilarity = 0.5
+)
+
+// measureLimit is the limit of the measuring replay: never reached.
+const measureLimit = 1e300
+
+// SuggestOptions tunes Suggest. The zero value uses the defaults.
+type SuggestOptions struct {
+	// Headroom multiplies the base peak to give the proposed limit
+	// (default DefaultHeadroom); must be >= 1.
+	Headroom float64
+	// Percentile (0 < p <= 100, nearest rank; default DefaultPercentile)
+	// of the ordinary keys' peaks is the base of the limit. 100 means
+	// every key stays under the limit.
+	Percentile float64
+	// Allow names keys the operator says are legitimate bulk senders: they
+	// get an override instead of raising the limit (compared
+	// case-insensitively).
+	Allow []string
+	// NewStore returns an empty rate store; Suggest replays the trace
+	// twice, each time with a new one. Required.
+	NewStore func() policy.Store
+}
+
+// Suggestion is Suggest's proposal and the evidence behind it.
+type Suggestion struct {
+	// Start and End are the times of the trace's first and last request;
+	// Requests how many it has.
+	Start, End time.Time
+	Requests   int
+	// Headroom and Percentile are the options in effect.
+	Headroom, Percentile float64
+	// Limits has one proposal per configured limit, in order.
+	Limits []LimitProposal
+	// Refusals lists the keys the proposed configuration refused at least
+	// once when the trace was replayed through it, most refused first.
+	Refusals []Refusal
+	// Config is the proposed policy configuration: the given one with
+	// each limit's Limit and Overrides replaced.
+	Config policy.Config
+}
+
+// LimitProposal is the proposal for one configured limit.
+type LimitProposal struct {
+	// Config is the limit as configured.
+	Config policy.LimitConfig
+	// Proposed is the proposed limit in cost per period. Base is the
+	// percentile peak it comes from (Proposed = Base × headroom, rounded
+	// up to two significant digits); 0 when no key was measured, and then
+	// Proposed is the configured limit.
+	Proposed, Base float64
+	// Peaks has every measured key's peak, highest first. Ordinary counts
+	// the keys that are neither allowed, configured overrides, nor
+	// recurring bulk senders: those the percentile is taken over.
+	Peaks    []KeyPeak
+	Ordinary int
+	// Median is the median of the ordinary peaks.
+	Median float64
+	// Overrides are the per-key limits proposed for bulk senders and
+	// allowed keys, for the operator to confirm.
+	Overrides []Override
+	// Outliers are the ordinary keys whose peak is above Proposed: named,
+	// not accommodated.
+	Outliers []KeyPeak
+}
+
+// KeyPeak is one key's highest measured rate under one limit.
+type KeyPeak struct {
+	Key string
+	// Peak is the highest rate (cost per period) the key reached, as
+	// ratelimitd measures it (ratelimit package, exponential algorithm),
+	// with no limit in the way; At is when.
+	Peak float64
+	At   time.Time
+	// First is the key's first counted request; Requests how many were
+	// counted.
+	First    time.Time
+	Requests int
+}
+
+// Override is a proposed per-key limit.
+type Override struct {
+	Key string
+	// Limit is the proposed override (cost per period); Peak the key's.
+	Limit, Peak float64
+	// Reason says why: "--allow", "configured override", or the
+	// recurring bulk pattern found (Bulk is then set).
+	Reason string
+	Bulk   *BulkSender
+}
+
+// BulkSender describes a key recognised as a legitimate bulk sender: at
+// least three sends to 20 or more distinct recipients each, all starting
+// at the same time of day (within 75 minutes), with consecutive sends
+// going mostly to the same recipients (Jaccard similarity >= 0.5) — a
+// newsletter or a report, not a spam run, which writes to new addresses.
+type BulkSender struct {
+	// Sends is the number of bulk sends; Recipients their mean number of
+	// distinct recipients; Similarity the mean Jaccard similarity of
+	// consecutive sends' recipient lists.
+	Sends      int
+	Recipients float64
+	Similarity float64
+	// Interval is the median time between sends, rounded to whole days
+	// (at least one day); Clock the first send's time of day (UTC).
+	Interval time.Duration
+	Clock    time.Duration
+	// First is the first send's start.
+	First time.Time
+}
+
+// Refusal is a key the proposed configuration refused.
+type Refusal struct {
+	Key string
+	// Limits are the limits that decided the refusals.
+	Limits []string
+	// First and Last are the first and last refused request; Refused
+	// their number, Requests the key's requests in the trace.
+	First, Last       time.Time
+	Refused, Requests int
+	// KeyFirst is the key's first request in the trace.
+	KeyFirst time.Time
+}
+
+// ErrSuggest wraps Suggest's errors about its options.
+var ErrSuggest = errors.New("simulate: cannot suggest limits")
+
+// Suggest proposes limits for the stack of cfg from the traffic in tr.
+//
+// For each configured limit (its key, period and cost unit) it replays the
+// trace with no limit in the way and takes each key's peak rate, as
+// ratelimitd measures it (the exponential algorithm of package ratelimit,
+// the Exim ratelimit EWMA). The proposed limit is the Percentile of the
+// ordinary keys' peaks times Headroom, rounded up to two significant
+// digits: every ordinary key at or below that percentile stays under it
+// with that headroom, and the keys above the limit are named as outliers
+// rather than accommodated. Recurring bulk senders (see BulkSender), keys
+// named in Allow and keys the configuration already overrides are left
+// out of the percentile and get a per-key override of their own peak
+// times Headroom. Finally the trace is replayed through the proposed
+// configuration (configured modes and actions) to list who would have
+// been refused, when and for how long.
+//
+// It returns an error wrapping ErrSuggest for bad options, a
+// configuration error from policy.NewEngine, or ctx's error.
+func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) (*Suggestion, error) {
+	if o.Headroom == 0 {
+		o.Headroom = DefaultHeadroom
+	}
+	if o.Percentile == 0 {
+		o.Percentile = DefaultPercentile
+	}
+	switch {
+	case !(o.Headroom >= 1) || math.IsInf(o.Headroom, 0):
+		return nil, fmt.Errorf("%w: headroom must be a number >= 1, got %v", ErrSuggest, o.Headroom)
+	case !(o.Percentile > 0 && o.Percentile <= 100):
+		return nil, fmt.Errorf("%w: percentile must be in (0, 100], got %v", ErrSuggest, o.Percentile)
+	case o.NewStore == nil:
+		return nil, fmt.Errorf("%w: no store", ErrSuggest)
+	case len(cfg.Limits) == 0:
+		return nil, fmt.Errorf("%w: the configuration has no limits", ErrSuggest)
+	}
+	s := &Suggestion{Headroom: o.Headroom, Percentile: o.Percentile, Requests: tr.Len()}
+	s.Start, s.End = tr.Span()
+
+	stats, err := measure(ctx, cfg, tr, o.NewStore())
+	if err != nil {
+		return nil, err
+	}
+	s.Config = cfg
+	s.Config.Limits = slices.Clone(cfg.Limits)
+	for i, lc := range cfg.Limits {
+		lp := propose(lc, stats[i], o)
+		s.Limits = append(s.Limits, lp)
+		pl := &s.Config.Limits[i]
+		pl.Limit = lp.Proposed
+		pl.Overrides = nil
+		for _, ov := range lp.Overrides {
+			if pl.Overrides == nil {
+				pl.Overrides = map[string]float64{}
+			}
+			pl.Overrides[ov.Key] = ov.Limit
+		}
+	}
+	if s.Refusals, err = refusals(ctx, s.Config, tr, o.NewStore()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// keyStat is what the measuring replay keeps per limit and key.
+type keyStat struct {
+	KeyPeak
+	sends []send
+}
+
+// send is one counted request: when, and the recipients of its message.
+type send struct {
+	t     time.Time
+	rcpts []string
+}
+
+// measure replays tr through cfg's limits made unreachable and returns,
+// per limit, every key's statistics.
+func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store) ([]map[string]*keyStat, error) {
+	mc := cfg
+	mc.Limits = slices.Clone(cfg.Limits)
+	index := map[string]int{}
+	for i := range mc.Limits {
+		l := &mc.Limits[i]
+		l.Limit, l.Mode, l.Action, l.Algorithm, l.HalfLife, l.Overrides = measureLimit, "strict", "warn", "", 0, nil
+		index[l.Name] = i
+	}
+	eng, err := policy.NewEngine(mc, st)
+	if err != nil {
+		return nil, err
+	}
+	stats := make([]map[string]*keyStat, len(mc.Limits))
+	for i := range stats {
+		stats[i] = map[string]*keyStat{}
+	}
+	// Recipients of messages in progress, by instance, from RCPT requests.
+	pending := map[string][]string{}
+	err = Replay(ctx, eng, tr.Events(), func(r *Result) error {
+		if r.Decision.Fault != nil {
+			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
+		}
+		req := r.Request
+		var rcpts []string
+		switch {
+		case req.ProtocolState == policy.StateRcpt && req.Instance != "":
+			if req.Recipient != "" {
+				pending[req.Instance] = append(pending[req.Instance], strings.ToLower(req.Recipient))
+			}
+			rcpts = []string{strings.ToLower(req.Recipient)}
+		case req.Instance != "" && pending[req.Instance] != nil:
+			rcpts = pending[req.Instance]
+			delete(pending, req.Instance)
+		case req.Recipient != "":
+			rcpts = []string{strings.ToLower(req.Recipient)}
+		}
+		for _, m := range r.Decision.Measures {
+			if !m.Stored {
+				continue
+			}
+			i, ok := index[m.Limit]
+			if !ok {
+				continue
+			}
+			ks := stats[i][m.Key]
+			if ks == nil {
+				ks = &keyStat{KeyPeak: KeyPeak{Key: m.Key, First: r.Time}}
+				stats[i][m.Key] = ks
+			}
+			ks.Requests++
+			if m.After > ks.Peak {
+				ks.Peak, ks.At = m.After, r.Time
+			}
+			ks.sends = append(ks.sends, send{t: r.Time, rcpts: rcpts})
+		}
+		return nil
+	})
+	return stats, err
+}
+
+// propose computes one limit's proposal from its keys' statistics.
+func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions) LimitProposal {
+	lp := LimitProposal{Config: lc, Proposed: lc.Limit}
+	keys := slices.SortedFunc(maps.Values(stats), func(a, b *keyStat) int {
+		if c := cmp.Compare(b.Peak, a.Peak); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	special := map[string]Override{}
+	configured := map[string]float64{}
+	for k, v := range lc.Overrides {
+		configured[strings.ToLower(k)] = v
+	}
+	var ordinary []float64
+	for _, ks := range keys {
+		lp.Peaks = append(lp.Peaks, ks.KeyPeak)
+		lk := strings.ToLower(ks.Key)
+		switch {
+		case slices.ContainsFunc(o.Allow, func(a string) bool { return strings.EqualFold(a, ks.Key) }):
+			special[ks.Key] = Override{Key: ks.Key, Peak: ks.Peak, Reason: "--allow"}
+		case configured[lk] > 0:
+			special[ks.Key] = Override{Key: ks.Key, Peak: ks.Peak, Limit: configured[lk], Reason: "configured override"}
+		default:
+			if b, ok := recurringBulk(ks.sends); ok {
+				special[ks.Key] = Override{Key: ks.Key, Peak: ks.Peak, Reason: "recurring bulk sender", Bulk: &b}
+				continue
+			}
+			ordinary = append(ordinary, ks.Peak)
+		}
+	}
+	lp.Ordinary = len(ordinary)
+	if len(ordinary) > 0 {
+		slices.Sort(ordinary)
+		lp.Base = percentile(ordinary, o.Percentile)
+		lp.Median = percentile(ordinary, 50)
+		lp.Proposed = roundUp(lp.Base * o.Headroom)
+	}
+	for _, ks := range keys {
+		ov, ok := special[ks.Key]
+		if !ok {
+			if ks.Peak > lp.Proposed {
+				lp.Outliers = append(lp.Outliers, ks.KeyPeak)
+			}
+			continue
+		}
+		need := roundUp(ks.Peak * o.Headroom)
+		switch {
+		case ov.Reason == "configured override" && ov.Limit >= need:
+			// The operator's own override is enough: keep it.
+		case need > lp.Proposed:
+			ov.Limit = max(need, ov.Limit)
+		default:
+			continue // the ordinary limit is enough
+		}
+		lp.Overrides = append(lp.Overrides, ov)
+	}
+	// Configured overrides of keys the trace never saw are kept.
+	for _, k := range slices.Sorted(maps.Keys(lc.Overrides)) {
+		if _, seen := stats[strings.ToLower(k)]; !seen {
+			if _, seen := stats[k]; !seen {
+				lp.Overrides = append(lp.Overrides, Override{Key: k, Limit: lc.Overrides[k], Reason: "configured override (not in the trace)"})
+			}
+		}
+	}
+	return lp
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted v.
+func percentile(sorted []float64, p float64) float64 {
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// roundUp rounds x up to two significant digits, and to a whole number
+// (at least 1): 14.1 → 15, 152 → 160, 0.4 → 1.
+func roundUp(x float64) float64 {
+	if !(x > 1) {
+		return 1
+	}
+	step := math.Max(1, math.Pow(10, math.Floor(math.Log10(x))-1))
+	// Guard against 15.000000001 becoming 16.
+	return math.Ceil(x/step-1e-9) * step
+}
+
+// recurringBulk reports whether sends (one key's counted requests, in
+// time order) look like a recurring bulk sender; see BulkSender.
+func recurringBulk(sends []send) (BulkSender, bool) {
+	type burst struct {
+		start time.Time
+		rcpts map[string]bool
+	}
+	var bursts []burst
+	var cur *burst
+	var last time.Time
+	for _, s := range sends {
+		if cur == nil || s.t.Sub(last) > bulkGap {
+			if cur != nil && len(cur.rcpts) >= bulkMinRecipients {
+				bursts = append(bursts, *cur)
+			}
+			cur = &burst{start: s.t, rcpts: map[string]bool{}}
+		}
+		last = s.t
+		for _, r := range s.rcpts {
+			if r != "" {
+				cur.rcpts[r] = true
+			}
+		}
+	}
+	if cur != nil && len(cur.rcpts) >= bulkMinRecipients {
+		bursts = append(bursts, *cur)
+	}
+	if len(bursts) < bulkMinSends {
+		return BulkSender{}, false
+	}
+	day := 24 * time.Hour
+	clock := func(t time.Time) time.Duration { return t.UTC().Sub(t.UTC().Truncate(day)) }
+	first := clock(bursts[0].start)
+	b := BulkSender{Sends: len(bursts), Clock: first, First: bursts[0].start}
+	var gaps []time.Duration
+	for i, bu := range bursts {
+		d := clock(bu.start) - first
+		if d < 0 {
+			d = -d
+		}
+		if min(d, day-d) > bulkClockSlack {
+			return BulkSender{}, false
+		}
+		b.Recipients += float64(len(bu.rcpts))
+		if i == 0 {
+			continue
+		}
+		prev := bursts[i-1]
+		inter := 0
+		for r := range bu.rcpts {
+			if prev.rcpts[r] {
+				inter++
+			}
+		}
+		j := float64(inter) / float64(len(bu.rcpts)+len(prev.rcpts)-inter)
+		if j < bulkMinSimilarity {
+			return BulkSender{}, false
+		}
+		b.Similarity += j
+		gaps = append(gaps, bu.start.Sub(prev.start))
+	}
+	b.Recipients /= float64(len(bursts))
+	b.Similarity /= float64(len(bursts) - 1)
+	slices.Sort(gaps)
+	b.Interval = max(day, gaps[len(gaps)/2].Round(day))
+	return b, true
+}
+
+// refusals replays tr through the proposed configuration and returns who
+// was refused.
+func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store) ([]Refusal, error) {
+	eng, err := policy.NewEngine(cfg, st)
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]*Refusal{}
+	seen := map[string]time.Time{}
+	requests := map[string]int{}
+	err = Replay(ctx, eng, tr.Events(), func(r *Result) error {
+		if r.Decision.Fault != nil {
+			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
+		}
+		for _, k := range r.Keys() {
+			if _, ok := seen[k]; !ok {
+				seen[k] = r.Time
+			}
+			requests[k]++
+		}
+		if !r.Refused() {
+			return nil
+		}
+		k := r.Decision.Key
+		rf := byKey[k]
+		if rf == nil {
+			rf = &Refusal{Key: k, First: r.Time}
+			byKey[k] = rf
+		}
+		rf.Last = r.Time
+		rf.Refused++
+		if !slices.Contains(rf.Limits, r.Decision.Limit) {
+			rf.Limits = append(rf.Limits, r.Decision.Limit)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Refusal, 0, len(byKey))
+	for k, rf := range byKey {
+		rf.KeyFirst, rf.Requests = seen[k], requests[k]
+		out = append(out, *rf)
+	}
+	slices.SortFunc(out, func(a, b Refusal) int {
+		if c := cmp.Compare(b.Refused, a.Refused); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return out, nil
+}
+
+// Refusal returns the refusal of key (compared case-insensitively), or
+// nil if the proposal never refused it.
+func (s *Suggestion) Refusal(key string) *Refusal {
+	for i := range s.Refusals {
+		if strings.EqualFold(s.Refusals[i].Key, key) {
+			return &s.Refusals[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package simulate
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// shortTrace is the trace span below which WriteText warns that the
+// proposal rests on too little traffic.
+const shortTrace = 14 * 24 * time.Hour
+
+// maxListed bounds the outliers and refusals WriteText lists per section.
+const maxListed = 20
+
+// unit names a limit's cost unit for the text output.
+func unit(lc policy.LimitConfig) string {
+	switch lc.Per {
+	case "rcpt":
+		return "recipients"
+	case "byte":
+		return "bytes"
+	case "conn":
+		return "connections"
+	}
+	return "messages"
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") }
+
+// WriteText writes the proposal with its reasoning: the method, per limit
+// the distribution of peaks, the proposed limit and how it was reached, the
+// overrides to confirm and the outliers, then who the proposal would have
+// refused, when and for how long, and the TOML to paste.
+func (s *Suggestion) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Trace: %d requests from %s to %s (%s).\n", s.Requests, stamp(s.Start), stamp(s.End), humanSpan(s.End.Sub(s.Start)))
+	fmt.Fprintf(&b, "Method: every key's peak rate under each limit, as ratelimitd measures it (Exim's EWMA over\n"+
+		"the limit's period) with no limit in the way; the proposed limit is the %gth percentile of the\n"+
+		"ordinary keys' peaks × headroom %g, rounded up. Keys above it are named as outliers, not\n"+
+		"accommodated; recurring bulk senders (3+ sends of 20+ recipients at the same time of day to\n"+
+		"mostly the same recipients) and --allow keys get an override of their own.\n",
+		s.Percentile, s.Headroom)
+	if d := s.End.Sub(s.Start); d < shortTrace {
+		fmt.Fprintf(&b, "Note: the trace covers only %s; base limits on a few weeks of mail, or a weekly\n"+
+			"newsletter or a month-end run will be missing from it.\n", humanSpan(d))
+	}
+	for i := range s.Limits {
+		lp := &s.Limits[i]
+		lc := lp.Config
+		period := policy.FormatDuration(time.Duration(lc.Period))
+		u := unit(lc)
+		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, formatNum(lc.Limit))
+		if len(lp.Peaks) == 0 {
+			fmt.Fprintf(&b, "  no key of this limit is in the trace: keeping %s.\n", formatNum(lc.Limit))
+			continue
+		}
+		top := lp.Peaks[0]
+		fmt.Fprintf(&b, "  %d keys measured (%d ordinary); ordinary peaks: median %s, p%g %s; highest %s (%s at %s)\n",
+			len(lp.Peaks), lp.Ordinary, formatNum(lp.Median), s.Percentile, formatNum(lp.Base), formatNum(top.Peak), top.Key, stamp(top.At))
+		if lp.Ordinary > 0 {
+			fmt.Fprintf(&b, "  proposed: %s %s per %s = p%g %s × %g = %s, rounded up\n", formatNum(lp.Proposed), u, period,
+				s.Percentile, formatNum(lp.Base), s.Headroom, formatNum(lp.Base*s.Headroom))
+		} else {
+			fmt.Fprintf(&b, "  no ordinary keys: keeping %s\n", formatNum(lp.Proposed))
+		}
+		for _, ov := range lp.Overrides {
+			why := ov.Reason
+			if bs := ov.Bulk; bs != nil {
+				why = fmt.Sprintf("recurring bulk sender: %d sends of about %.0f recipients, %s at %s UTC, %.0f%% the same recipients",
+					bs.Sends, bs.Recipients, every(bs.Interval, bs.First), clockText(bs.Clock), 100*bs.Similarity)
+			}
+			if ov.Peak > 0 {
+				fmt.Fprintf(&b, "  override (confirm): %s = %s (peak %s × %g) — %s\n", ov.Key, formatNum(ov.Limit), formatNum(ov.Peak), s.Headroom, why)
+			} else {
+				fmt.Fprintf(&b, "  override: %s = %s — %s\n", ov.Key, formatNum(ov.Limit), why)
+			}
+		}
+		for j, o := range lp.Outliers {
+			if j == maxListed {
+				fmt.Fprintf(&b, "  ... and %d more outliers\n", len(lp.Outliers)-j)
+				break
+			}
+			fmt.Fprintf(&b, "  outlier: %s peaked at %s (%.1f× the proposal) at %s — not accommodated; if it is legitimate, --allow %s\n",
+				o.Key, formatNum(o.Peak), o.Peak/lp.Proposed, stamp(o.At), o.Key)
+		}
+	}
+	b.WriteString("\nReplayed through the proposal (configured modes and actions):\n")
+	if len(s.Refusals) == 0 {
+		b.WriteString("  nobody would have been refused.\n")
+	} else {
+		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KEY\tLIMIT\tFIRST REFUSED\tAFTER KEY'S FIRST REQUEST\tLAST REFUSED\tFOR\tREFUSED REQUESTS")
+		for j, rf := range s.Refusals {
+			if j == maxListed {
+				fmt.Fprintf(tw, "  ... and %d more keys\n", len(s.Refusals)-j)
+				break
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d of %d\n", rf.Key, strings.Join(rf.Limits, ","), stamp(rf.First),
+				humanSpan(rf.First.Sub(rf.KeyFirst)), stamp(rf.Last), humanSpan(rf.Last.Sub(rf.First)), rf.Refused, rf.Requests)
+		}
+		tw.Flush()
+	}
+	toml, err := s.TOML()
+	if err != nil {
+		return err
+	}
+	b.WriteString("\nPaste into the configuration (replacing the [[limit]] tables; check with \"ratelimitd config check\"):\n\n")
+	b.WriteString(toml)
+	_, err = w.Write(b.Bytes())
+	return err
+}
+
+func every(d time.Duration, first time.Time) string {
+	days := int(d / (24 * time.Hour))
+	switch {
+	case days == 1:
+		return "daily"
+	case days == 7:
+		return "weekly on " + first.UTC().Weekday().String() + "s"
+	}
+	return fmt.Sprintf("every %d days", days)
+}
+
+func clockText(d time.Duration) string {
+	return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// humanSpan prints a duration for operators: "0s", "12m", "3h05m", "4.5 days".
+func humanSpan(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%.1f days", d.Hours()/24)
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	}
+	return d.Round(time.Second).String()
+}
+
+// formatNum prints a rate or limit: whole numbers without decimals.
+func formatNum(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// tomlLimit is a [[limit]] table as TOML writes it, empty settings left
+// out.
+type tomlLimit struct {
+	Name      string             `toml:"name"`
+	Key       []string           `toml:"key"`
+	Limit     float64            `toml:"limit"`
+	Period    string             `toml:"period"`
+	Per       string             `toml:"per,omitempty"`
+	Mode      string             `toml:"mode,omitempty"`
+	Action    string             `toml:"action,omitempty"`
+	Algorithm string             `toml:"algorithm,omitempty"`
+	HalfLife  string             `toml:"half_life,omitempty"`
+	Message   string             `toml:"message,omitempty"`
+	Via       []string           `toml:"via,omitempty"`
+	Overrides map[string]float64 `toml:"overrides,omitempty"`
+}
+
+// TOML returns the proposed stack as [[limit]] tables, ready to paste
+// into a configuration file in place of the old ones.
+func (s *Suggestion) TOML() (string, error) {
+	var doc struct {
+		Limit []tomlLimit `toml:"limit"`
+	}
+	for _, l := range s.Config.Limits {
+		t := tomlLimit{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: policy.FormatDuration(time.Duration(l.Period)),
+			Per: l.Per, Mode: l.Mode, Action: l.Action, Algorithm: l.Algorithm, Message: l.Message, Via: l.Via,
+			Overrides: l.Overrides}
+		if l.HalfLife != 0 {
+			t.HalfLife = policy.FormatDuration(time.Duration(l.HalfLife))
+		}
+		doc.Limit = append(doc.Limit, t)
+	}
+	var b bytes.Buffer
+	if err := toml.NewEncoder(&b).Encode(doc); err != nil {
+		return "", fmt.Errorf("simulate: encoding the proposal: %w", err)
+	}
+	return b.String(), nil
+}

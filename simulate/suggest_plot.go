@@ -1,0 +1,145 @@
+package simulate
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// binsPerDecade is the resolution of the peak histogram (log scale).
+const binsPerDecade = 8
+
+// SavePlot draws the distribution of peaks into path (.svg or .png): one
+// panel per limit, a histogram of the keys' peak rates on a logarithmic
+// axis, the proposed limit as a red dashed line and each override as a
+// green dotted one.
+func (s *Suggestion) SavePlot(path string) error {
+	var buf bytes.Buffer
+	if err := s.WritePlot(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// WritePlot draws the plot of SavePlot in format PlotSVG or PlotPNG to w.
+func (s *Suggestion) WritePlot(w io.Writer, format string) error {
+	if format != PlotSVG && format != PlotPNG {
+		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
+	}
+	plots := make([][]*plot.Plot, len(s.Limits))
+	for i := range s.Limits {
+		p, err := s.peakPanel(&s.Limits[i])
+		if err != nil {
+			return err
+		}
+		plots[i] = []*plot.Plot{p}
+	}
+	width, height := plotWidth, panelHeight*vg.Length(len(plots))
+	canvas, dc := newCanvas(format, width, height)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
+		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.2 * vg.Inch}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	_, err := canvas.WriteTo(w)
+	return err
+}
+
+func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
+	lc := lp.Config
+	period := policy.FormatDuration(time.Duration(lc.Period))
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("limit %q: peak %s per %s of %d keys (%s) — proposed %s", lc.Name, unit(lc), period,
+		len(lp.Peaks), strings.Join(lc.Key, "+"), formatNum(lp.Proposed))
+	p.Title.TextStyle.Font.Size = vg.Points(12)
+	p.X.Label.Text = fmt.Sprintf("peak rate (%s per %s, log scale)", unit(lc), period)
+	p.Y.Label.Text = "keys"
+	p.X.Tick.Marker = logTicks{}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	if len(lp.Peaks) == 0 {
+		p.Title.Text += " — no keys measured"
+		return p, nil
+	}
+	lo, hi := math.Inf(1), math.Log10(lp.Proposed)
+	for _, k := range lp.Peaks {
+		x := math.Log10(math.Max(k.Peak, 1e-3))
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	for _, ov := range lp.Overrides {
+		hi = math.Max(hi, math.Log10(ov.Limit))
+	}
+	const width = 1.0 / binsPerDecade
+	lo = math.Floor(lo/width) * width
+	n := int(math.Floor((hi-lo)/width)) + 1
+	bins := make([]plotter.HistogramBin, n)
+	for i := range bins {
+		bins[i].Min, bins[i].Max = lo+float64(i)*width, lo+float64(i+1)*width
+	}
+	ymax := 1.0
+	for _, k := range lp.Peaks {
+		i := min(max(int((math.Log10(math.Max(k.Peak, 1e-3))-lo)/width), 0), n-1)
+		bins[i].Weight++
+		ymax = math.Max(ymax, bins[i].Weight)
+	}
+	h := &plotter.Histogram{Bins: bins, Width: width, FillColor: color.RGBA{R: 0x4c, G: 0x72, B: 0xb0, A: 0xff},
+		LineStyle: plotter.DefaultLineStyle}
+	p.Add(h)
+	p.Legend.Add("keys by peak", h)
+	vline := func(x float64, c color.Color, dashes []vg.Length) (*plotter.Line, error) {
+		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax * 1.05}})
+		if err != nil {
+			return nil, err
+		}
+		l.Color, l.Width, l.Dashes = c, vg.Points(2), dashes
+		return l, nil
+	}
+	l, err := vline(math.Log10(lp.Proposed), color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, []vg.Length{vg.Points(6), vg.Points(4)})
+	if err != nil {
+		return nil, err
+	}
+	p.Add(l)
+	p.Legend.Add(fmt.Sprintf("proposed limit %s", formatNum(lp.Proposed)), l)
+	for _, ov := range lp.Overrides {
+		l, err := vline(math.Log10(ov.Limit), color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, []vg.Length{vg.Points(2), vg.Points(3)})
+		if err != nil {
+			return nil, err
+		}
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("override %s = %s", legendName(ov.Key), formatNum(ov.Limit)), l)
+	}
+	p.X.Min, p.X.Max = lo, math.Ceil(hi/width)*width+width
+	p.Y.Min, p.Y.Max = 0, ymax*1.1
+	return p, nil
+}
+
+// logTicks labels an axis of log10 values with the values themselves.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for d := math.Floor(lo); d <= math.Ceil(hi); d++ {
+		for _, m := range []float64{1, 2, 5} {
+			x := d + math.Log10(m)
+			if x < lo || x > hi {
+				continue
+			}
+			ticks = append(ticks, plot.Tick{Value: x, Label: rateLabel(math.Pow(10, x))})
+		}
+	}
+	return ticks
+}
