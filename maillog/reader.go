@@ -84,7 +84,8 @@ type Message struct {
 	SASLMethod, SASLUsername  string
 	// Sender is the envelope sender, "" for the null sender.
 	Sender string
-	// Size in bytes.
+	// Size in bytes: qmgr's size= (the message with CRLF line ends and the
+	// headers Postfix added, e.g. Received:), or Exim's S=.
 	Size int64
 	// NRcpt is the recipient count qmgr logged (0 for Exim).
 	NRcpt int
