@@ -98,7 +98,7 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 		b.WriteString("  nobody would have been refused.\n")
 	} else {
 		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "  KEY\tLIMIT\tFIRST REFUSED\tAFTER KEY'S FIRST REQUEST\tLAST REFUSED\tFOR\tREFUSED REQUESTS")
+		fmt.Fprintln(tw, "  KEY\tLIMIT\tFIRST REFUSED\tSINCE KEY'S FIRST REQUEST\tLAST REFUSED\tFOR\tREFUSED REQUESTS")
 		for j, rf := range s.Refusals {
 			if j == maxListed {
 				fmt.Fprintf(tw, "  ... and %d more keys\n", len(s.Refusals)-j)
