@@ -22,5 +22,7 @@
 //
 // Lines that cannot be parsed are counted and sampled in Stats, never
 // fatal. Mail that did not arrive over SMTP (Postfix pickup, bounces) is
-// left out and counted: the policy service never sees it.
+// left out and counted: the policy service never sees it; so is mail
+// rejected after it had a queue ID (reject:, milter-reject:). Mail put on
+// hold (hold:) and never released is kept: it was sent.
 package maillog

@@ -29,9 +29,14 @@ const (
 	KindTo
 	// KindRemoved is qmgr's "removed": the queue file is gone.
 	KindRemoved
-	// KindReject is smtpd's or cleanup's "reject:" (or "discard:") of a
-	// message that had a queue ID.
+	// KindReject is smtpd's or cleanup's "reject:", "discard:",
+	// "milter-reject:" or "milter-discard:" about a message that had a
+	// queue ID (at RCPT only that recipient was refused).
 	KindReject
+	// KindHold is "hold:" or "milter-hold:": the message went to the hold
+	// queue (e.g. a policy service's HOLD); qmgr logs it only once
+	// released.
+	KindHold
 	// KindNoQueue is smtpd's "NOQUEUE: reject: ...": refused before a
 	// queue file existed; not a message.
 	KindNoQueue
@@ -62,8 +67,9 @@ type Record struct {
 	// else to=. Recipients are extra recipients (Exim's "for a b c").
 	Recipient  string
 	Recipients []string
-	// Reject is the rejected stage for KindReject: "RCPT", "DATA",
-	// "END-OF-MESSAGE", "CONNECT", ...
+	// Reject is the stage of a KindReject or KindHold line: "RCPT",
+	// "DATA", "END-OF-MESSAGE", "CONNECT", ... (Sender and Recipient are
+	// then from its "from=<...> to=<...>" part).
 	Reject string
 	// MessageID is cleanup's message-id= or Exim's id=.
 	MessageID string
@@ -181,15 +187,45 @@ func ParsePostfix(msg string) (Record, error) {
 		}
 	case rest == "removed":
 		r.Kind = KindRemoved
-	case strings.HasPrefix(rest, "reject: ") || strings.HasPrefix(rest, "discard: "):
+	case hasAnyPrefix(rest, "reject: ", "discard: ", "milter-reject: ", "milter-discard: "):
 		r.Kind = KindReject
-		_, after, _ := strings.Cut(rest, ": ")
-		stage, _, _ := strings.Cut(after, " ")
-		r.Reject = stage
+		parseAction(&r, rest)
+	case hasAnyPrefix(rest, "hold: ", "milter-hold: "):
+		r.Kind = KindHold
+		parseAction(&r, rest)
 	default:
 		r.Kind = KindOther
 	}
 	return r, nil
+}
+
+func hasAnyPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseAction reads smtpd's and cleanup's "ACTION: STAGE from CLIENT: TEXT;
+// from=<s> to=<r> proto=ESMTP helo=<h>": the stage, sender and recipient.
+func parseAction(r *Record, rest string) {
+	_, after, _ := strings.Cut(rest, ": ")
+	r.Reject, _, _ = strings.Cut(after, " ")
+	semi := strings.LastIndex(after, "; from=<")
+	if semi < 0 {
+		return
+	}
+	tail := after[semi+len("; from="):]
+	if a, more, ok := angle(tail); ok {
+		r.Sender = a
+		if strings.HasPrefix(more, " to=") {
+			if a, _, ok := angle(more[len(" to="):]); ok {
+				r.Recipient = a
+			}
+		}
+	}
 }
 
 // fields parses Postfix's "name=value, name=value, ..." list. A value in

@@ -62,6 +62,11 @@ type Stats struct {
 	// rejected; NoQueue counts "NOQUEUE: reject" lines. None are in the
 	// trace.
 	Incomplete, Rejected, NoQueue int
+	// Held counts messages put on hold (a policy service's HOLD, a
+	// header_checks HOLD) and not released within the logs; they are in
+	// the trace, with the sender and recipient of the hold line and no
+	// size.
+	Held int
 	// Start and End are the times of the first and last message.
 	Start, End time.Time
 }
@@ -95,8 +100,8 @@ type Message struct {
 	Recipients []string
 	MessageID  string
 
-	smtp, queued, rejected, local bool
-	seq                           int
+	smtp, queued, rejected, local, held bool
+	seq                                 int
 }
 
 // RecipientCount is the message's number of recipients: qmgr's nrcpt or
@@ -424,6 +429,17 @@ func (r *Reader) Messages() []Message {
 			if rec.Reject != "RCPT" {
 				m.rejected = true
 			}
+		case KindHold:
+			// Held before qmgr saw it: the sender and one recipient are
+			// on this line; qmgr's from= follows if it is released.
+			m.held = true
+			if m.Sender == "" {
+				m.Sender = rec.Sender
+			}
+			m.addRecipient(rec.Recipient)
+			if m.Queued.IsZero() {
+				m.Queued = tr.t
+			}
 		case KindRemoved, KindCompleted:
 			finish(k)
 		}
@@ -438,6 +454,8 @@ func (r *Reader) Messages() []Message {
 	for _, m := range done {
 		switch {
 		case m.smtp && m.queued:
+		case m.smtp && m.held && !m.rejected:
+			st.Held++ // on hold, never released in these logs: still sent
 		case m.rejected:
 			st.Rejected++
 			continue
@@ -503,6 +521,9 @@ func (s Stats) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(&b, "; %d lines unparsable (not counted), e.g.:\n  %s", s.Unparsable, strings.Join(s.Samples, "\n  "))
 	}
 	b.WriteByte('\n')
+	if s.Held > 0 {
+		fmt.Fprintf(&b, "%d messages on hold and never released are in the trace without a size\n", s.Held)
+	}
 	var left []string
 	for _, c := range []struct {
 		n    int

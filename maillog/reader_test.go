@@ -64,31 +64,35 @@ var classicWant = []brief{
 		[]string{"frank@example.net"}, 1, "2026-12-31T23:59:30Z"},
 	{"mx1", "4Tq9Wb1XyzzJk3L", "alice", "alice@example.org", "2001:db8::7", 2048,
 		[]string{"grace@example.net"}, 1, "2027-01-01T00:03:02Z"},
+	{"mx1", "9F0A1B2C3D", "henry", "henry@example.org", "192.0.2.11", 0,
+		[]string{"ivy@example.net"}, 1, "2027-01-01T00:10:01Z"},
 }
 
 // TestClassicSyslog reads year-less timestamps across New Year, two hosts
 // sharing a queue ID, a deferred message retried by qmgr (one message), a
-// pickup message, an END-OF-MESSAGE reject and unparsable lines.
+// pickup message, END-OF-MESSAGE rejects (smtpd, milter), a message put
+// on hold and never released (it was sent: in the trace) and unparsable
+// lines.
 func TestClassicSyslog(t *testing.T) {
 	msgs, st := readFixture(t, Options{Location: time.UTC, End: mustTime(t, "2027-01-02T12:00:00Z")}, "postfix-classic.log")
 	if got := briefs(msgs); !reflect.DeepEqual(got, classicWant) {
 		t.Fatalf("messages:\n got %+v\nwant %+v", got, classicWant)
 	}
-	if st.Messages != 4 || st.Senders != 3 || st.NotSMTP != 1 || st.Rejected != 1 || st.NoQueue != 1 || st.Unparsable != 2 {
+	if st.Messages != 5 || st.Senders != 4 || st.NotSMTP != 1 || st.Rejected != 2 || st.NoQueue != 1 || st.Unparsable != 2 || st.Held != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	if !strings.Contains(st.Samples[0], "postfix-classic.log:19:") || !strings.Contains(st.Samples[1], ":35: ") {
 		t.Fatalf("samples %q", st.Samples)
 	}
-	if st.Start != mustTime(t, "2026-12-31T23:58:01Z") || st.End != mustTime(t, "2027-01-01T00:03:02Z") {
+	if st.Start != mustTime(t, "2026-12-31T23:58:01Z") || st.End != mustTime(t, "2027-01-01T00:10:01Z") {
 		t.Fatalf("span %v .. %v", st.Start, st.End)
 	}
 	var b bytes.Buffer
 	if err := st.WriteSummary(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"4 messages (6 recipients) from 3 senders", "2026-12-31T23:58:01Z to 2027-01-01T00:03:02Z",
-		"2 lines unparsable", "1 not received over SMTP", "1 rejected after", "1 NOQUEUE"} {
+	for _, want := range []string{"5 messages (7 recipients) from 4 senders", "2026-12-31T23:58:01Z to 2027-01-01T00:10:01Z",
+		"2 lines unparsable", "1 not received over SMTP", "2 rejected after", "1 NOQUEUE", "1 messages on hold"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, b.String())
 		}
@@ -117,7 +121,7 @@ func TestYearFromModTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := r.Messages()
-	if len(msgs) != 4 || msgs[0].Queued.Year() != 2030 || msgs[3].Queued.Year() != 2031 {
+	if len(msgs) != 5 || msgs[0].Queued.Year() != 2030 || msgs[3].Queued.Year() != 2031 {
 		t.Fatalf("years: %v", briefs(msgs))
 	}
 }
@@ -211,8 +215,8 @@ func TestEximMainlog(t *testing.T) {
 func TestTraceRoundTrip(t *testing.T) {
 	msgs, _ := readFixture(t, Options{Location: time.UTC, End: mustTime(t, "2027-01-02T12:00:00Z")}, "postfix-classic.log")
 	tr := Trace(msgs)
-	if len(tr.Entries) != 6+4 {
-		t.Fatalf("%d entries, want 10", len(tr.Entries))
+	if len(tr.Entries) != 7+5 {
+		t.Fatalf("%d entries, want 12", len(tr.Entries))
 	}
 	var b bytes.Buffer
 	if err := WriteTrace(&b, tr, "from postfix-classic.log"); err != nil {

@@ -91,7 +91,8 @@ For every message the trace has one RCPT request per recipient, at the
 time smtpd accepted the client, and one END-OF-MESSAGE request with
 queue_id, size and recipient_count when it was queued. Mail that did not
 arrive over SMTP (Postfix pickup, bounces) is left out: no smtpd asked a
-policy service about it.
+policy service about it; so are messages rejected after they had a queue
+ID. Messages put on hold and never released are kept (without a size).
 
 Unparsable lines are counted, never fatal. A summary on standard error
 says how many messages, recipients and senders were found, over what time
