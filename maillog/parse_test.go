@@ -44,19 +44,24 @@ func TestParsePostfix(t *testing.T) {
 func TestYearlessOutOfOrder(t *testing.T) {
 	log := strings.Join([]string{
 		"Dec 31 23:59:59 a postfix/smtpd[1]: AAAAA1: client=x[192.0.2.1], sasl_username=u1",
-		"Jan  1 00:00:01 a postfix/smtpd[1]: AAAAA2: client=x[192.0.2.1], sasl_username=u2",
-		"Dec 31 23:59:58 b postfix/smtpd[1]: AAAAA3: client=x[192.0.2.1], sasl_username=u3",
-		"Jan  1 00:00:02 a postfix/smtpd[1]: AAAAA4: client=x[192.0.2.1], sasl_username=u4",
+		"Dec 31 23:59:59 a postfix/qmgr[1]: AAAAA1: from=<>, size=1, nrcpt=1 (queue active)",
+		"Jan  1 00:00:01 a postfix/smtpd[1]: BBBBB2: client=x[192.0.2.1], sasl_username=u2",
+		"Jan  1 00:00:01 a postfix/qmgr[1]: BBBBB2: from=<>, size=1, nrcpt=1 (queue active)",
+		"Dec 31 23:59:58 b postfix/smtpd[1]: CCCCC3: client=x[192.0.2.1], sasl_username=u3",
+		"Dec 31 23:59:58 b postfix/qmgr[1]: CCCCC3: from=<>, size=1, nrcpt=1 (queue active)",
+		"Jan  1 00:00:02 a postfix/smtpd[1]: DDDDD4: client=x[192.0.2.1], sasl_username=u4",
+		"Jan  1 00:00:02 a postfix/qmgr[1]: DDDDD4: from=<>, size=1, nrcpt=1 (queue active)",
 	}, "\n") + "\n"
 	r := NewReader(Options{Location: time.UTC})
 	if err := r.Read("t", strings.NewReader(log), time.Date(2030, 1, 1, 1, 0, 0, 0, time.UTC)); err != nil {
 		t.Fatal(err)
 	}
 	var years []int
-	for _, tr := range r.recs {
-		years = append(years, tr.t.Year())
+	for _, m := range r.Messages() {
+		years = append(years, m.Received.Year())
 	}
-	if want := []int{2029, 2030, 2029, 2030}; !reflect.DeepEqual(years, want) {
+	// Messages come in Queued order: u3 (Dec 31 23:59:58), u1, u2, u4.
+	if want := []int{2029, 2029, 2030, 2030}; !reflect.DeepEqual(years, want) {
 		t.Fatalf("years %v, want %v", years, want)
 	}
 }

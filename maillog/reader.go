@@ -108,20 +108,32 @@ type Message struct {
 // the distinct recipients seen, whichever is larger.
 func (m *Message) RecipientCount() int { return max(m.NRcpt, len(m.Recipients)) }
 
-// Reader reads mail logs and joins their lines into messages. Read the
-// files in any order (rotated, .gz); the lines are put in time order before
-// they are joined. A Reader is not safe for concurrent use.
+// Reader reads mail logs and joins their lines into messages. Give it the
+// files in any order (rotated, .gz): Messages reads them again in time
+// order, joining as it goes, so memory grows with the messages, not the
+// lines. A Reader is not safe for concurrent use.
 type Reader struct {
 	opts    Options
-	recs    []timedRecord
+	sources []*source
 	stats   Stats
-	fileSeq int
+}
+
+// source is one log: a file read twice (dating, then joining), or data
+// held in memory (standard input).
+type source struct {
+	name  string
+	path  string // "" when data holds the log
+	data  []byte
+	order int
+	// From the dating pass: lines to read, the year of relative year 0 of
+	// year-less stamps, and the first line's time (zero if none).
+	lines    int
+	baseYear int
+	first    time.Time
 }
 
 type timedRecord struct {
 	t    time.Time
-	file int
-	line int
 	host string
 	rec  Record
 }
@@ -137,66 +149,139 @@ func NewReader(opts Options) *Reader {
 	return &Reader{opts: opts}
 }
 
-// ReadFile reads the log at path ("-" is standard input); a gzip file
-// (rotated logs, .gz) is recognised by its magic bytes. Only I/O errors are
+// ReadFile reads the log at path ("-" is standard input, held in memory);
+// a gzip file (rotated logs, .gz) is recognised by its magic bytes. It
+// dates the file's lines now and joins them in Messages, which reads the
+// file again (lines appended meanwhile are ignored). Only I/O errors are
 // returned: unparsable lines are counted in Stats.
 func (r *Reader) ReadFile(path string) error {
-	end := r.opts.End
-	var in io.Reader
 	if path == "-" {
-		in = os.Stdin
-		if end.IsZero() {
-			end = time.Now()
-		}
-	} else {
-		f, err := os.Open(path)
+		return r.Read(path, os.Stdin, r.opts.End)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	end := r.opts.End
+	if end.IsZero() {
+		fi, err := f.Stat()
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if end.IsZero() {
-			fi, err := f.Stat()
-			if err != nil {
-				return err
-			}
-			end = fi.ModTime()
-		}
-		in = f
+		end = fi.ModTime()
 	}
-	return r.Read(path, in, end)
+	return r.add(&source{name: path, path: path}, f, end)
 }
 
-// Read reads one log from in; name is used in Stats.Samples, end dates
-// year-less timestamps (see Options.End). A gzip stream is decompressed.
+// Read reads one log from in, held in memory; name is used in
+// Stats.Samples, end dates year-less timestamps (see Options.End; zero
+// means now). A gzip stream is decompressed.
 func (r *Reader) Read(name string, in io.Reader, end time.Time) error {
+	data, err := io.ReadAll(in)
+	if err != nil {
+		return fmt.Errorf("maillog: %s: %w", name, err)
+	}
+	if end.IsZero() {
+		end = time.Now()
+	}
+	return r.add(&source{name: name, data: data}, bytes.NewReader(data), end)
+}
+
+// add runs the dating pass over src and registers it.
+func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
+	src.order = len(r.sources)
+	var d dater
+	firstRel, lastRel := 0, 0
+	var firstP, lastP time.Time
+	n, dated := 0, 0
+	err := eachLine(in, func(s string, long bool) bool {
+		n++
+		if long {
+			return true
+		}
+		st, ok := stampOf(s, r.opts.Location)
+		if !ok {
+			return true
+		}
+		dated++
+		if !st.YearLess {
+			if dated == 1 {
+				src.first = st.Time
+			}
+			return true
+		}
+		rel := d.rel(st.Time)
+		if dated == 1 {
+			firstRel, firstP = rel, st.Time
+		}
+		lastRel, lastP = rel, st.Time
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("maillog: %s: %w", src.name, err)
+	}
+	src.lines = n
+	if !lastP.IsZero() {
+		// The last year-less line gets the latest year that puts it no
+		// later than end plus a day.
+		limit := end.Add(24 * time.Hour)
+		year := end.In(lastP.Location()).Year() + 1
+		for ; year > 1970 && withYear(lastP, year).After(limit); year-- {
+		}
+		src.baseYear = year - lastRel
+		if !firstP.IsZero() {
+			src.first = withYear(firstP, src.baseYear+firstRel)
+		}
+	}
+	r.stats.Files++
+	r.stats.Lines += n
+	r.sources = append(r.sources, src)
+	return nil
+}
+
+// stampOf returns the timestamp of a syslog or Exim line.
+func stampOf(s string, loc *time.Location) (Stamp, bool) {
+	if IsEximLine(s) {
+		t, _, err := parseEximStamp(s, loc)
+		return Stamp{Time: t}, err == nil
+	}
+	if strings.HasPrefix(s, "<") {
+		if i := strings.IndexByte(s, '>'); i > 0 && i <= 4 {
+			s = s[i+1:]
+		}
+	}
+	st, _, err := parseStamp(s, loc)
+	return st, err == nil
+}
+
+// eachLine calls fn with every line of in (gzip is decompressed), without
+// its line end, until fn returns false; long reports a line longer than
+// maxLine, skipped.
+func eachLine(in io.Reader, fn func(s string, long bool) bool) error {
 	br := bufio.NewReaderSize(in, 64<<10)
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
 		if err != nil {
-			return fmt.Errorf("maillog: %s: %w", name, err)
+			return err
 		}
 		defer gz.Close()
 		br = bufio.NewReaderSize(gz, 64<<10)
 	}
-	r.stats.Files++
-	r.fileSeq++
-	fr := fileReader{r: r, name: name, file: r.fileSeq}
-	n := 0
 	for {
 		line, err := readLine(br)
-		if len(line) > 0 || err == nil {
-			n++
-			fr.line(n, line, err == errLong)
+		if len(line) > 0 || err == nil || err == errLong {
+			if !fn(line, err == errLong) {
+				return nil
+			}
 		}
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil && err != errLong {
-			return fmt.Errorf("maillog: %s: %w", name, err)
+			return err
 		}
 	}
-	fr.resolveYears(end)
-	return nil
 }
 
 var errLong = errors.New("line too long")
@@ -230,227 +315,88 @@ func readLine(br *bufio.Reader) (string, error) {
 	}
 }
 
-// fileReader parses the lines of one file and dates them.
-type fileReader struct {
-	r    *Reader
-	name string
-	file int
-	// Year-less records of this file: index into r.recs and relative year.
-	yearless []int
-	rels     []int
-	rel      int
-	prev     time.Time // last year-less placeholder time
-}
-
-func (fr *fileReader) unparsable(n int, problem, text string) {
-	st := &fr.r.stats
-	st.Unparsable++
-	if len(st.Samples) < fr.r.opts.MaxSamples {
-		st.Samples = append(st.Samples, fmt.Sprintf("%s:%d: %s: %q", fr.name, n, problem, trunc(text, 120)))
-	}
-}
-
-func (fr *fileReader) line(n int, s string, long bool) {
-	r := fr.r
-	r.stats.Lines++
-	if long {
-		fr.unparsable(n, "line longer than 64 KiB", "")
-		return
-	}
-	if n == 1 {
-		s = strings.TrimPrefix(s, "\ufeff")
-	}
-	if strings.TrimSpace(s) == "" {
-		return
-	}
-	if IsEximLine(s) {
-		t, rec, err := ParseExim(s, r.opts.Location)
-		switch {
-		case errors.Is(err, ErrNotExim):
-		case err != nil:
-			fr.unparsable(n, err.Error(), s)
-		default:
-			r.recs = append(r.recs, timedRecord{t: t.UTC(), file: fr.file, line: n, rec: rec})
-		}
-		return
-	}
-	l, err := ParseSyslogLine(s, r.opts.Location)
-	if err != nil {
-		fr.unparsable(n, err.Error(), s)
-		return
-	}
-	rec, err := ParsePostfix(l.Msg)
-	if errors.Is(err, ErrNotPostfix) || err == nil && rec.Kind == KindOther {
-		return
-	}
-	if !strings.Contains(l.Program, "postfix") && rec.Kind != KindNoQueue {
-		// Another program's note about a queue ID (amavis, opendkim).
-		return
-	}
-	if err != nil {
-		fr.unparsable(n, err.Error(), s)
-		return
-	}
-	tr := timedRecord{t: l.Stamp.Time, file: fr.file, line: n, host: strings.ToLower(l.Host), rec: rec}
-	if l.Stamp.YearLess {
-		fr.dateYearless(l.Stamp.Time)
-		fr.yearless = append(fr.yearless, len(r.recs))
-	} else {
-		tr.t = tr.t.UTC()
-	}
-	r.recs = append(r.recs, tr)
-}
-
 // halfYear is how far a year-less timestamp may go backwards before it is
 // taken to be in the next year (or forwards, to be a late line of the
 // previous one).
 const halfYear = 183 * 24 * time.Hour
 
-// dateYearless records the relative year of the next year-less line.
-func (fr *fileReader) dateYearless(p time.Time) {
-	rel := fr.rel
-	switch {
-	case fr.prev.IsZero():
-		fr.prev = p
-	case p.Before(fr.prev.Add(-halfYear)):
-		fr.rel++ // e.g. Dec 31 → Jan 1
-		rel = fr.rel
-		fr.prev = p
-	case p.After(fr.prev.Add(halfYear)):
-		rel = fr.rel - 1 // a late line of the previous year
-	default:
-		fr.prev = p
-	}
-	fr.rels = append(fr.rels, rel)
+// dater gives year-less timestamps, in file order, their year relative to
+// the file's first: a new year starts where the time goes back by more
+// than half a year (December → January); a line more than half a year
+// ahead is a late line of the previous year.
+type dater struct {
+	cur  int
+	prev time.Time
 }
 
-// resolveYears gives this file's year-less records their year: the last
-// one's is the latest year that puts it no later than end plus a day.
-func (fr *fileReader) resolveYears(end time.Time) {
-	if len(fr.yearless) == 0 {
-		return
+func (d *dater) rel(p time.Time) int {
+	switch {
+	case d.prev.IsZero():
+		d.prev = p
+	case p.Before(d.prev.Add(-halfYear)):
+		d.cur++
+		d.prev = p
+	case p.After(d.prev.Add(halfYear)):
+		return d.cur - 1
+	default:
+		d.prev = p
 	}
-	recs := fr.r.recs
-	lastRel := fr.rels[len(fr.rels)-1]
-	last := recs[fr.yearless[len(fr.yearless)-1]].t
-	limit := end.Add(24 * time.Hour)
-	year := end.In(last.Location()).Year() + 1
-	for ; year > 1970; year-- {
-		if !withYear(last, year).After(limit) {
-			break
-		}
-	}
-	for i, idx := range fr.yearless {
-		recs[idx].t = withYear(recs[idx].t, year-(lastRel-fr.rels[i])).UTC()
-	}
+	return d.cur
 }
 
 func withYear(t time.Time, year int) time.Time {
 	return time.Date(year, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
 }
 
-// Messages joins the records read so far and returns the messages that
-// arrived over SMTP and were queued, in order of Queued time; it fills
-// Stats. Call it once, after the last Read.
+// joiner assembles messages from records fed in time order per host.
+type joiner struct {
+	open map[qkey]*Message
+	done []*Message
+	seq  int
+	st   *Stats
+}
+
+type qkey struct{ host, id string }
+
+func (j *joiner) finish(k qkey) {
+	if m := j.open[k]; m != nil {
+		j.done = append(j.done, m)
+		delete(j.open, k)
+	}
+}
+
+// Messages reads the logs again, oldest first, joins their lines and
+// returns the messages that arrived over SMTP and were queued (or put on
+// hold), in order of Queued time; it fills Stats. Call it once, after the
+// last ReadFile or Read; it returns nil and counts an I/O error as an
+// unparsable line should a file have become unreadable.
 func (r *Reader) Messages() []Message {
-	slices.SortStableFunc(r.recs, func(a, b timedRecord) int {
-		return a.t.Compare(b.t)
+	slices.SortStableFunc(r.sources, func(a, b *source) int {
+		switch {
+		case a.first.IsZero() || b.first.IsZero():
+			return cmp.Compare(btoi(a.first.IsZero()), btoi(b.first.IsZero()))
+		}
+		return a.first.Compare(b.first)
 	})
-	type qkey struct{ host, id string }
-	open := map[qkey]*Message{}
-	var done []*Message
-	seq := 0
-	finish := func(k qkey) {
-		if m := open[k]; m != nil {
-			done = append(done, m)
-			delete(open, k)
+	j := &joiner{open: map[qkey]*Message{}, st: &r.stats}
+	for _, src := range r.sources {
+		if err := r.join(src, j); err != nil {
+			r.stats.Unparsable++
+			if len(r.stats.Samples) < r.opts.MaxSamples {
+				r.stats.Samples = append(r.stats.Samples, fmt.Sprintf("%s: %v", src.name, err))
+			}
 		}
+		src.data = nil
 	}
-	get := func(k qkey) *Message {
-		m := open[k]
-		if m == nil {
-			seq++
-			m = &Message{Host: k.host, QueueID: k.id, seq: seq}
-			open[k] = m
-		}
-		return m
+	for k := range j.open {
+		j.finish(k)
 	}
-	for i := range r.recs {
-		tr := &r.recs[i]
-		rec := &tr.rec
-		k := qkey{tr.host, rec.QueueID}
-		switch rec.Kind {
-		case KindNoQueue:
-			r.stats.NoQueue++
-			continue
-		case KindClient, KindPickup, KindArrival:
-			// The first line of a message: whatever is open under this
-			// queue ID belongs to an earlier message (a queue ID reused,
-			// a "removed" line not in the logs).
-			finish(k)
-		}
-		m := get(k)
-		switch rec.Kind {
-		case KindClient:
-			m.smtp = true
-			m.Received = tr.t
-			m.ClientName, m.ClientAddress = rec.ClientName, rec.ClientAddress
-			m.SASLMethod, m.SASLUsername = rec.SASLMethod, rec.SASLUsername
-		case KindPickup:
-			m.local = true
-			m.Received = tr.t
-			m.Sender = rec.Sender
-		case KindArrival:
-			// Exim's own bounces are not submissions; local ones are
-			// (acl_not_smtp may ask the policy service), keyed by U=.
-			m.smtp, m.queued, m.local = !rec.Bounce, true, rec.Bounce
-			m.Received, m.Queued = tr.t, tr.t
-			m.ClientName, m.ClientAddress = rec.ClientName, rec.ClientAddress
-			m.SASLMethod, m.SASLUsername = rec.SASLMethod, rec.SASLUsername
-			m.Sender, m.Size, m.MessageID = rec.Sender, rec.Size, rec.MessageID
-			for _, a := range rec.Recipients {
-				m.addRecipient(a)
-			}
-		case KindMessageID:
-			m.MessageID = rec.MessageID
-			if m.Queued.IsZero() {
-				m.Queued = tr.t
-			}
-		case KindFrom:
-			m.queued = true
-			m.Sender, m.Size = rec.Sender, rec.Size
-			m.NRcpt = max(m.NRcpt, rec.NRcpt)
-			if m.Queued.IsZero() {
-				m.Queued = tr.t
-			}
-		case KindTo:
-			m.addRecipient(rec.Recipient)
-		case KindReject:
-			if rec.Reject != "RCPT" {
-				m.rejected = true
-			}
-		case KindHold:
-			// Held before qmgr saw it: the sender and one recipient are
-			// on this line; qmgr's from= follows if it is released.
-			m.held = true
-			if m.Sender == "" {
-				m.Sender = rec.Sender
-			}
-			m.addRecipient(rec.Recipient)
-			if m.Queued.IsZero() {
-				m.Queued = tr.t
-			}
-		case KindRemoved, KindCompleted:
-			finish(k)
-		}
-	}
-	for k := range open {
-		finish(k)
-	}
+	done := j.done
 	slices.SortFunc(done, func(a, b *Message) int { return cmp.Compare(a.seq, b.seq) })
 	var out []Message
 	senders := map[string]bool{}
 	st := &r.stats
+	r.sources = nil
 	for _, m := range done {
 		switch {
 		case m.smtp && m.queued:
@@ -481,8 +427,169 @@ func (r *Reader) Messages() []Message {
 	}
 	slices.SortStableFunc(out, func(a, b Message) int { return a.Queued.Compare(b.Queued) })
 	st.Messages, st.Senders = len(out), len(senders)
-	r.recs = nil
 	return out
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// join reads src's lines, dates them and feeds them to j.
+func (r *Reader) join(src *source, j *joiner) error {
+	var in io.Reader
+	if src.path == "" {
+		in = bytes.NewReader(src.data)
+	} else {
+		f, err := os.Open(src.path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	var d dater
+	n := 0
+	sample := func(problem, text string) {
+		r.stats.Unparsable++
+		if len(r.stats.Samples) < r.opts.MaxSamples {
+			r.stats.Samples = append(r.stats.Samples, fmt.Sprintf("%s:%d: %s: %q", src.name, n, problem, trunc(text, 120)))
+		}
+	}
+	return eachLine(in, func(s string, long bool) bool {
+		n++
+		if n > src.lines {
+			return false // appended after the dating pass
+		}
+		if long {
+			sample("line longer than 64 KiB", "")
+			return true
+		}
+		if n == 1 {
+			s = strings.TrimPrefix(s, "\ufeff")
+		}
+		if strings.TrimSpace(s) == "" {
+			return true
+		}
+		if IsEximLine(s) {
+			t, rec, err := ParseExim(s, r.opts.Location)
+			switch {
+			case errors.Is(err, ErrNotExim):
+			case err != nil:
+				sample(err.Error(), s)
+			default:
+				j.add(timedRecord{t: t.UTC(), rec: rec})
+			}
+			return true
+		}
+		l, err := ParseSyslogLine(s, r.opts.Location)
+		if err != nil {
+			sample(err.Error(), s)
+			return true
+		}
+		t := l.Stamp.Time
+		if l.Stamp.YearLess {
+			// The same sequence of stamps as the dating pass: the same
+			// relative years.
+			t = withYear(t, src.baseYear+d.rel(t))
+		}
+		rec, err := ParsePostfix(l.Msg)
+		if errors.Is(err, ErrNotPostfix) || err == nil && rec.Kind == KindOther {
+			return true
+		}
+		if !strings.Contains(l.Program, "postfix") && rec.Kind != KindNoQueue {
+			// Another program's note about a queue ID (amavis, opendkim).
+			return true
+		}
+		if err != nil {
+			sample(err.Error(), s)
+			return true
+		}
+		j.add(timedRecord{t: t.UTC(), host: strings.ToLower(l.Host), rec: rec})
+		return true
+	})
+}
+
+// add applies one record to its message.
+func (j *joiner) add(tr timedRecord) {
+	rec := &tr.rec
+	k := qkey{tr.host, rec.QueueID}
+	switch rec.Kind {
+	case KindNoQueue:
+		j.st.NoQueue++
+		return
+	case KindClient, KindPickup, KindArrival:
+		// The first line of a message: whatever is open under this
+		// queue ID belongs to an earlier message (a queue ID reused,
+		// a "removed" line not in the logs).
+		j.finish(k)
+	}
+	m := j.open[k]
+	if m == nil {
+		j.seq++
+		k.host, k.id = strings.Clone(k.host), strings.Clone(k.id)
+		m = &Message{Host: k.host, QueueID: k.id, seq: j.seq}
+		j.open[k] = m
+	}
+	c := strings.Clone
+	switch rec.Kind {
+	case KindClient:
+		m.smtp = true
+		m.Received = tr.t
+		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
+		m.SASLMethod, m.SASLUsername = c(rec.SASLMethod), c(rec.SASLUsername)
+	case KindPickup:
+		m.local = true
+		m.Received = tr.t
+		m.Sender = c(rec.Sender)
+	case KindArrival:
+		// Exim's own bounces are not submissions; local ones are
+		// (acl_not_smtp may ask the policy service), keyed by U=.
+		m.smtp, m.queued, m.local = !rec.Bounce, true, rec.Bounce
+		m.Received, m.Queued = tr.t, tr.t
+		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
+		m.SASLMethod, m.SASLUsername = c(rec.SASLMethod), c(rec.SASLUsername)
+		m.Sender, m.Size, m.MessageID = c(rec.Sender), rec.Size, c(rec.MessageID)
+		for _, a := range rec.Recipients {
+			m.addRecipient(a)
+		}
+	case KindMessageID:
+		m.MessageID = c(rec.MessageID)
+		if m.Queued.IsZero() {
+			m.Queued = tr.t
+		}
+	case KindFrom:
+		m.queued = true
+		if m.Sender != rec.Sender {
+			m.Sender = c(rec.Sender)
+		}
+		m.Size = rec.Size
+		m.NRcpt = max(m.NRcpt, rec.NRcpt)
+		if m.Queued.IsZero() {
+			m.Queued = tr.t
+		}
+	case KindTo:
+		m.addRecipient(rec.Recipient)
+	case KindReject:
+		if rec.Reject != "RCPT" {
+			m.rejected = true
+		}
+	case KindHold:
+		// Held before qmgr saw it: the sender and one recipient are
+		// on this line; qmgr's from= follows if it is released.
+		m.held = true
+		if m.Sender == "" {
+			m.Sender = c(rec.Sender)
+		}
+		m.addRecipient(rec.Recipient)
+		if m.Queued.IsZero() {
+			m.Queued = tr.t
+		}
+	case KindRemoved, KindCompleted:
+		j.finish(k)
+	}
 }
 
 func senderOf(m *Message) string {
@@ -501,7 +608,7 @@ func (m *Message) addRecipient(a string) {
 			return
 		}
 	}
-	m.Recipients = append(m.Recipients, a)
+	m.Recipients = append(m.Recipients, strings.Clone(a))
 }
 
 // Stats returns the counts so far; Messages, Senders, Start and End are

@@ -235,6 +235,25 @@ func TestTraceRoundTrip(t *testing.T) {
 			t.Fatalf("entry %d:\n wrote %+v\n  read %+v", i, a, b)
 		}
 	}
+	// WriteMessages writes the same requests, replayed in the same order.
+	var bm bytes.Buffer
+	if err := WriteMessages(&bm, msgs, ""); err != nil {
+		t.Fatal(err)
+	}
+	streamed, err := simulate.Read(&bm, simulate.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, z []string
+	for e := range back.Events() {
+		a = append(a, e.Time.String()+" "+e.Request.ProtocolState+" "+e.Request.Instance+" "+e.Request.Recipient)
+	}
+	for e := range streamed.Events() {
+		z = append(z, e.Time.String()+" "+e.Request.ProtocolState+" "+e.Request.Instance+" "+e.Request.Recipient)
+	}
+	if !reflect.DeepEqual(a, z) {
+		t.Fatalf("WriteMessages replays\n%s\nWriteTrace replays\n%s", strings.Join(z, "\n"), strings.Join(a, "\n"))
+	}
 	eom := tr.Entries[3]
 	if eom.Request.ProtocolState != policy.StateEndOfMessage || eom.Request.RecipientCount != 3 ||
 		eom.Request.Size != 1234 || eom.Request.Instance != "mx1/4A1B2C3D4E" || eom.Request.Recipient != "" {

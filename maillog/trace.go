@@ -88,42 +88,79 @@ type traceLine struct {
 // to the same requests, after a comment line of header text (which may
 // be empty). Times are RFC 3339 in UTC.
 func WriteTrace(w io.Writer, t *simulate.Trace, header string) error {
+	tw := newTraceWriter(w, header)
+	for i := range t.Entries {
+		tw.entry(&t.Entries[i])
+	}
+	return tw.flush()
+}
+
+// WriteMessages writes the trace of msgs like WriteTrace(w, Trace(msgs),
+// header), message by message in the order given, without holding the
+// whole trace in memory: the RCPT requests of a message may come after a
+// later-queued message's END-OF-MESSAGE, which simulate.Read accepts
+// (it replays in time order).
+func WriteMessages(w io.Writer, msgs []Message, header string) error {
+	tw := newTraceWriter(w, header)
+	for i := range msgs {
+		for _, e := range msgs[i].Entries() {
+			tw.entry(&e)
+		}
+	}
+	return tw.flush()
+}
+
+type traceWriter struct {
+	bw  *bufio.Writer
+	enc *json.Encoder
+	err error
+}
+
+func newTraceWriter(w io.Writer, header string) *traceWriter {
 	bw := bufio.NewWriter(w)
 	if header != "" {
 		bw.WriteString("# " + header + "\n")
 	}
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
-	for i := range t.Entries {
-		e := &t.Entries[i]
-		r := &e.Request
-		l := traceLine{
-			Time:          e.Time.UTC().Format(time.RFC3339Nano),
-			ProtocolState: r.ProtocolState,
-			SASLUsername:  r.SASLUsername,
-			SASLMethod:    r.SASLMethod,
-			Sender:        r.Sender,
-			Recipient:     r.Recipient,
-			ClientAddress: r.ClientAddress,
-			ClientName:    r.ClientName,
-			QueueID:       r.QueueID,
-			Instance:      r.Instance,
-		}
-		if r.ProtocolState != policy.StateRcpt {
-			l.RecipientCount = strconv.Itoa(r.RecipientCount)
-			l.Size = strconv.FormatInt(r.Size, 10)
-		}
-		if e.Count > 1 {
-			l.Count = e.Count
-			if e.Every > 0 {
-				l.Every = e.Every.String()
-			}
-		}
-		if err := enc.Encode(&l); err != nil {
-			return err
+	return &traceWriter{bw: bw, enc: enc}
+}
+
+func (tw *traceWriter) entry(e *simulate.Entry) {
+	if tw.err != nil {
+		return
+	}
+	r := &e.Request
+	l := traceLine{
+		Time:          e.Time.UTC().Format(time.RFC3339Nano),
+		ProtocolState: r.ProtocolState,
+		SASLUsername:  r.SASLUsername,
+		SASLMethod:    r.SASLMethod,
+		Sender:        r.Sender,
+		Recipient:     r.Recipient,
+		ClientAddress: r.ClientAddress,
+		ClientName:    r.ClientName,
+		QueueID:       r.QueueID,
+		Instance:      r.Instance,
+	}
+	if r.ProtocolState != policy.StateRcpt {
+		l.RecipientCount = strconv.Itoa(r.RecipientCount)
+		l.Size = strconv.FormatInt(r.Size, 10)
+	}
+	if e.Count > 1 {
+		l.Count = e.Count
+		if e.Every > 0 {
+			l.Every = e.Every.String()
 		}
 	}
-	return bw.Flush()
+	tw.err = tw.enc.Encode(&l)
+}
+
+func (tw *traceWriter) flush() error {
+	if tw.err != nil {
+		return tw.err
+	}
+	return tw.bw.Flush()
 }
 
 // instanceOf is the message's policy instance: "host/queueid", or the

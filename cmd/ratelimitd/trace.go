@@ -115,7 +115,7 @@ out.`,
 				}
 				w = f
 			}
-			err = maillog.WriteTrace(w, maillog.Trace(msgs), "ratelimitd trace from-maillog "+strings.Join(args, " "))
+			err = maillog.WriteMessages(w, msgs, "ratelimitd trace from-maillog "+strings.Join(args, " "))
 			if f != nil {
 				err = errors.Join(err, f.Close())
 			}
