@@ -180,7 +180,8 @@ var ErrSuggest = errors.New("simulate: cannot suggest limits")
 // out of the percentile and get a per-key override of their own peak
 // times Headroom. Finally the trace is replayed through the proposed
 // configuration (configured modes and actions) to list who would have
-// been refused, when and for how long.
+// been refused, when and for how long. Both replays ignore the limits' via
+// lists: every request of the trace is measured by every limit.
 //
 // It returns an error wrapping ErrSuggest for bad options, a
 // configuration error from policy.NewEngine, or ctx's error.
@@ -223,7 +224,12 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 			pl.Overrides[ov.Key] = ov.Limit
 		}
 	}
-	if s.Refusals, err = refusals(ctx, s.Config, tr, o.NewStore()); err != nil {
+	replay := s.Config
+	replay.Limits = slices.Clone(s.Config.Limits)
+	for i := range replay.Limits {
+		replay.Limits[i].Via = nil
+	}
+	if s.Refusals, err = refusals(ctx, replay, tr, o.NewStore()); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -250,6 +256,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store)
 	for i := range mc.Limits {
 		l := &mc.Limits[i]
 		l.Limit, l.Mode, l.Action, l.Algorithm, l.HalfLife, l.Overrides = measureLimit, "strict", "warn", "", 0, nil
+		l.Via = nil // a trace's requests come from no front end
 		index[l.Name] = i
 	}
 	eng, err := policy.NewEngine(mc, st)
