@@ -191,3 +191,28 @@ func loadDefault(t *testing.T) policy.Config {
 }
 
 func newMemStore() policy.Store { return store.NewMemory(store.MemoryOptions{}) }
+
+// TestSuggestMaillog runs suggest straight from mail logs: the log summary,
+// a warning that a few minutes of mail are too little to go on, and
+// errors for a missing input or both inputs.
+func TestSuggestMaillog(t *testing.T) {
+	out, err := cli(t, "suggest", "--tz", "UTC", "--log-end", "2027-01-02T00:00:00Z",
+		"--maillog", "../../testdata/maillog/postfix-classic.log")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"5 messages (7 recipients) from 4 senders", "Note: the trace covers only", `limit "hourly"`, "[[limit]]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := cli(t, "suggest"); err == nil {
+		t.Error("suggest without input succeeded")
+	}
+	if _, err := cli(t, "suggest", "--maillog", "../../testdata/maillog/exim-mainlog", "x.jsonl"); err == nil {
+		t.Error("suggest with a trace and --maillog succeeded")
+	}
+	if _, err := cli(t, "suggest", "--headroom", "0.5", "../../testdata/traces/newsletter.jsonl"); err == nil || !strings.Contains(err.Error(), "headroom") {
+		t.Errorf("--headroom 0.5: %v", err)
+	}
+}
