@@ -78,3 +78,31 @@ func TestParseSyslogLine(t *testing.T) {
 		}
 	}
 }
+
+// TestYearlessMalformedLine: a line with a valid year-less timestamp but
+// no program tag takes part in dating in both passes alike. Before, the
+// dating pass counted its new year and the joining pass did not, and the
+// last message landed a year early.
+func TestYearlessMalformedLine(t *testing.T) {
+	line := func(stamp, id, user string) string {
+		return stamp + " a postfix/smtpd[1]: " + id + ": client=x[192.0.2.1], sasl_username=" + user + "\n" +
+			stamp + " a postfix/qmgr[1]: " + id + ": from=<>, size=1, nrcpt=1 (queue active)"
+	}
+	log := strings.Join([]string{
+		line("Aug  1 10:00:00", "AAAAA1", "u1"),
+		"Jan 10 00:00:00 a", // starts a new year, then a late line of the old one
+		line("Jul 20 10:00:00", "BBBBB2", "u2"),
+		line("Jan 20 10:00:00", "CCCCC3", "u3"),
+	}, "\n") + "\n"
+	r := NewReader(Options{Location: time.UTC})
+	if err := r.Read("t", strings.NewReader(log), time.Date(2030, 2, 1, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range r.Messages() {
+		got = append(got, m.SASLUsername+" "+m.Queued.Format(time.DateOnly))
+	}
+	if want := []string{"u2 2029-07-20", "u1 2029-08-01", "u3 2030-01-20"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("messages %v, want %v", got, want)
+	}
+}

@@ -484,6 +484,12 @@ func (r *Reader) join(src *source, j *joiner) error {
 			}
 			return true
 		}
+		// Date exactly the lines the dating pass dated, in the same
+		// order, so each gets the same relative year.
+		rel := 0
+		if st, ok := stampOf(s, r.opts.Location); ok && st.YearLess {
+			rel = d.rel(st.Time)
+		}
 		l, err := ParseSyslogLine(s, r.opts.Location)
 		if err != nil {
 			sample(err.Error(), s)
@@ -491,9 +497,7 @@ func (r *Reader) join(src *source, j *joiner) error {
 		}
 		t := l.Stamp.Time
 		if l.Stamp.YearLess {
-			// The same sequence of stamps as the dating pass: the same
-			// relative years.
-			t = withYear(t, src.baseYear+d.rel(t))
+			t = withYear(t, src.baseYear+rel)
 		}
 		rec, err := ParsePostfix(l.Msg)
 		if errors.Is(err, ErrNotPostfix) || err == nil && rec.Kind == KindOther {
