@@ -155,10 +155,12 @@ type Refusal struct {
 	Key string
 	// Limits are the limits that decided the refusals.
 	Limits []string
-	// First and Last are the first and last refused request; Refused
-	// their number, Requests the key's requests in the trace.
+	// First and Last are the first and last refused request. Refused is
+	// the number of messages refused (at any of their requests), Messages
+	// the key's messages in the trace (distinct policy instances; a
+	// request without one counts as a message).
 	First, Last       time.Time
-	Refused, Requests int
+	Refused, Messages int
 	// KeyFirst is the key's first request in the trace.
 	KeyFirst time.Time
 }
@@ -473,16 +475,35 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store
 	}
 	byKey := map[string]*Refusal{}
 	seen := map[string]time.Time{}
-	requests := map[string]int{}
+	// Messages per key, and refused ones, by instance (a request without
+	// one is a message of its own).
+	msgs := map[string]map[string]bool{}
+	refused := map[string]map[string]bool{}
+	mark := func(m map[string]map[string]bool, k, inst string) {
+		if m[k] == nil {
+			m[k] = map[string]bool{}
+		}
+		m[k][inst] = true
+	}
 	err = Replay(ctx, eng, tr.Events(), func(r *Result) error {
 		if r.Decision.Fault != nil {
 			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
 		}
-		for _, k := range r.Keys() {
+		inst := r.Request.Instance
+		if inst == "" {
+			inst = fmt.Sprintf("#%d", r.Seq)
+		}
+		keys := r.Keys()
+		if k := r.Decision.Key; k != "" && !slices.Contains(keys, k) {
+			// A later request of a refused message gets the message's
+			// verdict without being measured again.
+			keys = append(keys, k)
+		}
+		for _, k := range keys {
 			if _, ok := seen[k]; !ok {
 				seen[k] = r.Time
 			}
-			requests[k]++
+			mark(msgs, k, inst)
 		}
 		if !r.Refused() {
 			return nil
@@ -494,7 +515,7 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store
 			byKey[k] = rf
 		}
 		rf.Last = r.Time
-		rf.Refused++
+		mark(refused, k, inst)
 		if !slices.Contains(rf.Limits, r.Decision.Limit) {
 			rf.Limits = append(rf.Limits, r.Decision.Limit)
 		}
@@ -505,7 +526,7 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store
 	}
 	out := make([]Refusal, 0, len(byKey))
 	for k, rf := range byKey {
-		rf.KeyFirst, rf.Requests = seen[k], requests[k]
+		rf.KeyFirst, rf.Refused, rf.Messages = seen[k], len(refused[k]), len(msgs[k])
 		out = append(out, *rf)
 	}
 	slices.SortFunc(out, func(a, b Refusal) int {

@@ -98,14 +98,14 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 		b.WriteString("  nobody would have been refused.\n")
 	} else {
 		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "  KEY\tLIMIT\tFIRST REFUSED\tSINCE KEY'S FIRST REQUEST\tLAST REFUSED\tFOR\tREFUSED REQUESTS")
+		fmt.Fprintln(tw, "  KEY\tLIMIT\tFIRST REFUSED\tSINCE KEY'S FIRST REQUEST\tLAST REFUSED\tFOR\tREFUSED MESSAGES")
 		for j, rf := range s.Refusals {
 			if j == maxListed {
 				fmt.Fprintf(tw, "  ... and %d more keys\n", len(s.Refusals)-j)
 				break
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d of %d\n", rf.Key, strings.Join(rf.Limits, ","), stamp(rf.First),
-				humanSpan(rf.First.Sub(rf.KeyFirst)), stamp(rf.Last), humanSpan(rf.Last.Sub(rf.First)), rf.Refused, rf.Requests)
+				humanSpan(rf.First.Sub(rf.KeyFirst)), stamp(rf.Last), humanSpan(rf.Last.Sub(rf.First)), rf.Refused, rf.Messages)
 		}
 		tw.Flush()
 	}

@@ -134,6 +134,9 @@ func TestSuggestSyntheticMonth(t *testing.T) {
 		t.Fatalf("refused %+v; want dave only", s.Refusals)
 	}
 	rf := s.Refusals[0]
+	if rf.Messages < 7200 || rf.Refused > rf.Messages || rf.Refused < 7000 {
+		t.Fatalf("dave: %d of %d messages refused; he sent 7200 spam messages and more", rf.Refused, rf.Messages)
+	}
 	if rf.First.Before(compromiseStart) || rf.First.Sub(compromiseStart) > time.Hour {
 		t.Fatalf("dave first refused at %v; want within an hour after %v", rf.First, compromiseStart)
 	}
