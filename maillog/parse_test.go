@@ -106,3 +106,20 @@ func TestYearlessMalformedLine(t *testing.T) {
 		t.Fatalf("messages %v, want %v", got, want)
 	}
 }
+
+// TestLongLine: a line over 64 KiB is counted as unparsable and skipped;
+// the lines after it are read.
+func TestLongLine(t *testing.T) {
+	log := "Nov  1 10:00:00 a postfix/smtpd[1]: AAAAA1: client=x[192.0.2.1], sasl_username=" + strings.Repeat("x", 100<<10) + "\n" +
+		"Nov  1 10:00:01 a postfix/smtpd[1]: BBBBB2: client=x[192.0.2.1], sasl_username=u2\n" +
+		"Nov  1 10:00:01 a postfix/qmgr[1]: BBBBB2: from=<>, size=1, nrcpt=1 (queue active)\n"
+	r := NewReader(Options{Location: time.UTC})
+	if err := r.Read("t", strings.NewReader(log), time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := r.Messages()
+	if st := r.Stats(); len(msgs) != 1 || msgs[0].SASLUsername != "u2" || st.Unparsable != 1 || st.Lines != 3 ||
+		!strings.Contains(st.Samples[0], "t:1: line longer than 64 KiB") {
+		t.Fatalf("messages %+v, stats %+v", msgs, st)
+	}
+}

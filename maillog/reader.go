@@ -295,7 +295,6 @@ func readLine(br *bufio.Reader) (string, error) {
 		if len(buf)+len(chunk) <= maxLine {
 			buf = append(buf, chunk...)
 		} else {
-			buf = buf[:0]
 			for err == bufio.ErrBufferFull {
 				_, err = br.ReadSlice('\n')
 			}
