@@ -84,9 +84,15 @@ type Message struct {
 	// Received is when the client was accepted (smtpd client= line; Exim
 	// <=), and Queued when the message was complete (cleanup message-id=
 	// or the first qmgr from=; Exim <=); both in UTC.
-	Received, Queued          time.Time
+	Received, Queued time.Time
+	// ClientName and ClientAddress are the SMTP client as smtpd logged it
+	// (after XCLIENT: the address given there; "unknown" for a name that
+	// did not resolve), or Exim's H=.
 	ClientName, ClientAddress string
-	SASLMethod, SASLUsername  string
+	// SASLMethod and SASLUsername are smtpd's sasl_method= and
+	// sasl_username= (empty when the client did not authenticate), or
+	// Exim's A= authenticator and id (U= for a local submission).
+	SASLMethod, SASLUsername string
 	// Sender is the envelope sender, "" for the null sender.
 	Sender string
 	// Size in bytes: qmgr's size= (the message with CRLF line ends and the
@@ -98,7 +104,9 @@ type Message struct {
 	// lines (Postfix's orig_to= when present, Exim's <original>), in
 	// order of first appearance.
 	Recipients []string
-	MessageID  string
+	// MessageID is the Message-ID header's value without angle brackets
+	// (cleanup's message-id=, Exim's id=).
+	MessageID string
 
 	smtp, queued, rejected, local, held bool
 	seq                                 int

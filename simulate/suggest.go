@@ -107,6 +107,7 @@ type LimitProposal struct {
 
 // KeyPeak is one key's highest measured rate under one limit.
 type KeyPeak struct {
+	// Key is the rate key (e.g. a SASL user name).
 	Key string
 	// Peak is the highest rate (cost per period) the key reached, as
 	// ratelimitd measures it (ratelimit package, exponential algorithm),
@@ -121,6 +122,7 @@ type KeyPeak struct {
 
 // Override is a proposed per-key limit.
 type Override struct {
+	// Key is the rate key the override is for.
 	Key string
 	// Limit is the proposed override (cost per period); Peak the key's.
 	Limit, Peak float64
@@ -152,6 +154,7 @@ type BulkSender struct {
 
 // Refusal is a key the proposed configuration refused.
 type Refusal struct {
+	// Key is the refused rate key.
 	Key string
 	// Limits are the limits that decided the refusals.
 	Limits []string
@@ -186,7 +189,10 @@ var ErrSuggest = errors.New("simulate: cannot suggest limits")
 // lists: every request of the trace is measured by every limit.
 //
 // It returns an error wrapping ErrSuggest for bad options, a
-// configuration error from policy.NewEngine, or ctx's error.
+// configuration error from policy.NewEngine, or ctx's error. It keeps
+// every counted request's time and recipients in memory (about 50 bytes
+// each, plus the recipient lists) to recognise bulk senders. It
+// is safe to call concurrently with separate stores.
 func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) (*Suggestion, error) {
 	if o.Headroom == 0 {
 		o.Headroom = DefaultHeadroom

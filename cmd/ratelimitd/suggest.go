@@ -71,7 +71,7 @@ distribution of peaks with the proposed limit and the overrides.`,
 	fl.StringArrayVar(&so.maillog, "maillog", nil, "read this Postfix or Exim mail log `FILE` instead of a trace (repeatable)")
 	fl.StringVar(&so.inputFormat, "input-format", "", "trace format: jsonl or csv (default: from the file extension)")
 	fl.Float64Var(&so.headroom, "headroom", simulate.DefaultHeadroom, "factor between the percentile peak and the proposed limit")
-	fl.Float64Var(&so.percentile, "percentile", simulate.DefaultPercentile, "percentile of the keys' peaks the limit is based on (100: every key fits)")
+	fl.Float64Var(&so.percentile, "percentile", simulate.DefaultPercentile, "percentile of the keys' peaks the limit is based on (100: every key fits; with fewer than 20 keys, 95 is the highest peak)")
 	fl.StringArrayVar(&so.allow, "allow", nil, "`KEY` is a legitimate bulk sender: give it an override (repeatable)")
 	fl.StringVar(&so.plot, "plot", "", "draw the distribution of peaks into `FILE` (.svg or .png)")
 	fl.StringVar(&so.toml, "toml", "", "also write the proposed [[limit]] tables to `FILE`")
