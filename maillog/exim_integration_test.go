@@ -20,14 +20,7 @@ import (
 // parses, and every message is found once with the user, client, sender,
 // recipients and Exim's own S= size.
 func TestIntegrationEximMainlog(t *testing.T) {
-	dir := os.Getenv("RATELIMITD_EXIM_DIR")
-	if dir == "" {
-		dir = "/opt/ratelimitd-test/exim"
-	}
-	bin := filepath.Join(dir, "usr/sbin/exim4")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("no Exim binary at %s: run scripts/deps.sh (make deps) as root", bin)
-	}
+	bin := mtatest.EximBinary(t)
 	sink := mtatest.StartSink(t)
 	work := t.TempDir()
 	// The transport runs as nobody: it must reach the spool.

@@ -7,22 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // eximBinary is the Exim that scripts/deps.sh unpacks (Debian's exim4
 // conflicts with postfix, so it is not installed).
-func eximBinary(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("RATELIMITD_EXIM_DIR")
-	if dir == "" {
-		dir = "/opt/ratelimitd-test/exim"
-	}
-	bin := filepath.Join(dir, "usr/sbin/exim4")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("no Exim binary at %s: run scripts/deps.sh (make deps) as root", bin)
-	}
-	return bin
-}
+func eximBinary(t *testing.T) string { return mtatest.EximBinary(t) }
 
 // runExim plays an SMTP session through Exim's ACLs with -bh (no
 // delivery) and returns Exim's replies.
