@@ -443,7 +443,7 @@ var fields = []string{
 	"time", "count", "every", "until",
 	"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
 	"recipient_count", "client_address", "client_name", "reverse_client_name", "instance",
-	"sasl_method", "sasl_username", "sasl_sender", "size",
+	"sasl_method", "sasl_username", "sasl_sender", "size", "via",
 }
 
 func known(name string) bool { return slices.Contains(fields, name) || ignored[name] }
@@ -522,6 +522,11 @@ func (b *builder) set(name, v string) error {
 		r.SASLUsername = v
 	case "sasl_sender":
 		r.SASLSender = v
+	case "via":
+		if v != policy.ViaPolicy && v != policy.ViaMilter {
+			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
+		}
+		r.Stage = v
 	default:
 		if ignored[name] {
 			return nil
@@ -569,7 +574,11 @@ func (b *builder) finish() (Entry, error) {
 	if !b.haveRcptCount && (r.ProtocolState == policy.StateEndOfMessage || r.ProtocolState == policy.StateData) {
 		r.RecipientCount = 1
 	}
-	r.Stage = "simulate"
+	if r.Stage == "" {
+		// As if asked through policy delegation, so limits with
+		// via = ["policy"] measure the trace; "via" picks the milter.
+		r.Stage = policy.ViaPolicy
+	}
 	return e, nil
 }
 

@@ -228,3 +228,19 @@ func TestLongLine(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Trace requests are asked as through policy delegation unless "via" says
+// milter, so limits bound to a front end measure them (they measured
+// nothing when every request carried the front end "simulate").
+func TestViaField(t *testing.T) {
+	tr := read(t, simulate.FormatJSONL, `{"time":"2026-11-20T18:00:00Z","sasl_username":"a"}
+{"time":"2026-11-20T18:00:01Z","sasl_username":"a","via":"milter"}
+`)
+	ev := events(tr)
+	if len(ev) != 2 || ev[0].Request.Stage != policy.ViaPolicy || ev[1].Request.Stage != policy.ViaMilter {
+		t.Fatalf("stages %q %q, want policy and milter", ev[0].Request.Stage, ev[1].Request.Stage)
+	}
+	if _, err := simulate.Read(strings.NewReader(`{"time":"2026-11-20T18:00:00Z","via":"smtp"}`+"\n"), simulate.FormatJSONL); err == nil {
+		t.Fatal(`via "smtp" accepted`)
+	}
+}
