@@ -34,6 +34,12 @@ type Quarantine struct {
 	ReleaseCommand Commands `toml:"release_command"`
 	DeleteCommand  []string `toml:"delete_command"`
 	ShowCommand    []string `toml:"show_command"`
+	// QueueListCommand lists the MTA's queue as JSON lines, to find the
+	// queue ID of a message held at its first RCPT (Postfix asks before it
+	// has one). Default postqueue -j (Postfix 3.1 and later); set it to []
+	// to disable (Exim has no equivalent; its ACLs pass the message ID at
+	// DATA).
+	QueueListCommand *[]string `toml:"queue_list_command"`
 	// ExpireAction is what happens to held and frozen mail older than
 	// MaxAge: "bounce" (default: frozen mail gets a DSN to its envelope
 	// sender, held mail is returned by the MTA with ExpireCommand; mail
@@ -88,6 +94,9 @@ func (q *Quarantine) withDefaults() {
 	}
 	if len(q.DeleteCommand) == 0 {
 		q.DeleteCommand = []string{"postsuper", "-d", "{queue_id}"}
+	}
+	if q.QueueListCommand == nil {
+		q.QueueListCommand = &[]string{"postqueue", "-j"}
 	}
 	if len(q.ShowCommand) == 0 {
 		q.ShowCommand = []string{"postcat", "-q", "{queue_id}"}

@@ -919,6 +919,34 @@ func (s *Store) SetQueueID(instance, queueID string) (int, error) {
 	})
 }
 
+// LinkQueueID sets the queue ID of the held entry id, which has none
+// (a message held at its first RCPT, before Postfix had a queue file). It
+// refuses an invalid queueID (ErrInvalid), an entry that is not held or
+// already has a queue ID (ErrState), and a queue ID another pending entry
+// already names (ErrState): one queued message is never two entries.
+func (s *Store) LinkQueueID(id, queueID string) error {
+	if !ValidQueueID(queueID) {
+		return fmt.Errorf("%w: queue ID %q", ErrInvalid, CleanLine(queueID))
+	}
+	return s.update("link", id, func(b buckets, e *Entry) error {
+		if e.State != Held || e.QueueID != "" {
+			return fmt.Errorf("%w: %s is %s with queue ID %q", ErrState, id, e.State, e.QueueID)
+		}
+		err := b.meta.ForEach(func(_, v []byte) error {
+			var o Entry
+			if json.Unmarshal(v, &o) == nil && o.QueueID == queueID && o.State.pending() {
+				return fmt.Errorf("%w: queue ID %s already belongs to entry %s", ErrState, queueID, o.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		e.QueueID = queueID
+		return nil
+	})
+}
+
 // UpdateByInstance calls fn, inside one write transaction, for every entry
 // whose Instance is instance (oldest first), and stores those for which fn
 // returns true. fn must not call the Store (it would deadlock). It may

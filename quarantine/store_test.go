@@ -788,3 +788,26 @@ func TestEntryWriteTo(t *testing.T) {
 		t.Error("escape character written")
 	}
 }
+
+// LinkQueueID gives a held entry without a queue ID the one found in the
+// MTA's queue, once, and never a queue ID another pending entry names.
+func TestLinkQueueID(t *testing.T) {
+	s, _, _ := newStore(t, Options{})
+	a, _ := s.Hold(&Entry{Key: "k", Sender: "a@example.org"})
+	b, _ := s.Hold(&Entry{Key: "k", Sender: "a@example.org"})
+	if err := s.LinkQueueID(a, "ALL"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("invalid queue ID: %v", err)
+	}
+	if err := s.LinkQueueID(a, "4ABC123DEF"); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := s.Get(a); e.QueueID != "4ABC123DEF" {
+		t.Fatalf("queue ID %q", e.QueueID)
+	}
+	if err := s.LinkQueueID(b, "4ABC123DEF"); !errors.Is(err, ErrState) {
+		t.Fatalf("a queue ID taken by another entry: %v", err)
+	}
+	if err := s.LinkQueueID(a, "5ABC123DEF"); !errors.Is(err, ErrState) {
+		t.Fatalf("relinking an entry: %v", err)
+	}
+}

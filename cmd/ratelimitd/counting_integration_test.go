@@ -212,3 +212,74 @@ per = "rcpt"
 		t.Fatalf("status:\n%s", out)
 	}
 }
+
+// TestIntegrationHoldAtRcptOnly: with check_policy_service in
+// smtpd_recipient_restrictions only, a hold limit puts messages in
+// Postfix's hold queue at RCPT (where HOLD acts), single-recipient messages
+// included, although Postfix has no queue ID yet when it asks about the
+// first RCPT; the quarantine finds each one's queue ID (postqueue -j) and
+// thaw releases every one exactly once.
+func TestIntegrationHoldAtRcptOnly(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	sink := mtatest.StartSink(t)
+	const plain = "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
+	svc := fmt.Sprintf("check_policy_service { inet:127.0.0.1:%d, timeout=10s, default_action=DUNNO }", port)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ExtraMainCF: map[string]string{
+		"smtpd_recipient_restrictions": svc + ", " + plain, "smtpd_end_of_data_restrictions": ""}})
+	c := pf.ConfigDir()
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+[quarantine]
+release_command = [["postsuper", "-c", %q, "-H", "{queue_id}"], ["postqueue", "-c", %q, "-i", "{queue_id}"]]
+delete_command = ["postsuper", "-c", %q, "-d", "{queue_id}"]
+show_command = ["postcat", "-c", %q, "-q", "{queue_id}"]
+queue_list_command = ["postqueue", "-c", %q, "-j"]
+
+[[limit]]
+name = "fivehold"
+key = ["sasl_username"]
+limit = 5
+period = "1h"
+mode = "strict"
+action = "hold"
+`, c, c, c, c, c))
+	startTestDaemon(t, cfgPath)
+	for i := 1; i <= 12; i++ {
+		to := []string{"rcpt@example.net"}
+		if i%2 == 0 {
+			to = append(to, "other@example.net")
+		}
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7",
+			From: "alice@example.org", To: to,
+			Data: mtatest.BuildMessage("alice@example.org", to[0], fmt.Sprintf("part %02d", i), "hello\n")}); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	sink.WaitCount(t, 5, 30*time.Second)
+	_, held := pf.WaitQueue(t, 30*time.Second, func(all, held []string) bool { return len(held) == 7 })
+	if len(held) != 7 {
+		t.Fatalf("%d held, want 7", len(held))
+	}
+	out, err := cli(t, "--config", cfgPath, "quarantine", "list")
+	if err != nil || strings.Count(out, " held ") != 7 {
+		t.Fatalf("quarantine list: %v\n%s", err, out)
+	}
+	out, err = cli(t, "--config", cfgPath, "quarantine", "thaw", "--key", "alice", "--reset-rate")
+	if err != nil || !strings.Contains(out, "7 thawed, 0 failed") {
+		t.Fatalf("thaw: %v\n%s", err, out)
+	}
+	msgs := sink.WaitCount(t, 12, 60*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.Header("Subject")]++
+	}
+	for i := 1; i <= 12; i++ {
+		if s := fmt.Sprintf("part %02d", i); seen[s] != 1 {
+			t.Fatalf("%q delivered %d times", s, seen[s])
+		}
+	}
+	if all, held := pf.QueueIDs(t); len(all) != 0 || len(held) != 0 {
+		t.Fatalf("queue not empty: %v held %v", all, held)
+	}
+}

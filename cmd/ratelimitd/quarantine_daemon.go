@@ -24,16 +24,17 @@ import (
 func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
 	opts := lifecycle.Options{
-		ReleaseCommands: c.ReleaseCommand,
-		DeleteCommand:   c.DeleteCommand,
-		ShowCommand:     c.ShowCommand,
-		ExpireCommands:  c.ExpireCommand,
-		Reinjector:      &smtp.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
-		MaxAge:          time.Duration(*c.MaxAge),
-		ExpireAction:    lifecycle.ExpireAction(c.ExpireAction),
-		AlertEvery:      c.AlertEvery,
-		Logger:          log,
-		Events:          events,
+		ReleaseCommands:  c.ReleaseCommand,
+		DeleteCommand:    c.DeleteCommand,
+		ShowCommand:      c.ShowCommand,
+		QueueListCommand: *c.QueueListCommand,
+		ExpireCommands:   c.ExpireCommand,
+		Reinjector:       &smtp.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
+		MaxAge:           time.Duration(*c.MaxAge),
+		ExpireAction:     lifecycle.ExpireAction(c.ExpireAction),
+		AlertEvery:       c.AlertEvery,
+		Logger:           log,
+		Events:           events,
 	}
 	if eng != nil {
 		opts.Rates = eng

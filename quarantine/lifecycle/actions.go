@@ -127,6 +127,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 	if err != nil {
 		return "", err
 	}
+	e = s.findQueueID(ctx, e)
 	note := ""
 	switch e.State {
 	case quarantine.Held:
@@ -204,6 +205,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		if err != nil {
 			return "", err
 		}
+		e = s.findQueueID(ctx, e)
 		note := ""
 		if e.State == quarantine.Held {
 			if e.QueueID == "" {
@@ -245,6 +247,12 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 			body = []byte(p.String())
 		}
 	case e.State == quarantine.Held:
+		if e.QueueID == "" {
+			if e, err = s.q.Claim(id, s.token, false); err == nil {
+				e = s.findQueueID(ctx, e)
+				s.q.Unclaim(id, s.token, "")
+			}
+		}
 		body, err = s.runCommand(ctx, s.opts.ShowCommand, e.QueueID)
 	}
 	return e, body, err

@@ -102,12 +102,13 @@ func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Ti
 	if s.opts.ExpireAction == ExpireKeep {
 		return "kept", "kept", nil
 	}
-	if e.State == quarantine.Held && e.QueueID == "" {
-		return "", "", errNoQueueID
-	}
 	e, err := s.q.Claim(e.ID, s.token, false)
 	if err != nil {
 		return "", "", err
+	}
+	if e = s.findQueueID(ctx, e); e.State == quarantine.Held && e.QueueID == "" {
+		s.q.Unclaim(e.ID, s.token, "")
+		return "", "", errNoQueueID
 	}
 	outcome, detail := "bounced", "returned to the sender"
 	switch e.State {

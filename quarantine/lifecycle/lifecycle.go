@@ -85,6 +85,10 @@ type Options struct {
 	DeleteCommand []string
 	// ShowCommand prints a held message (postcat -q).
 	ShowCommand []string
+	// QueueListCommand lists the MTA's queue as JSON lines (Postfix:
+	// postqueue -j); it finds the queue ID of a message held at its first
+	// RCPT, before Postfix had one. Empty disables the search.
+	QueueListCommand []string
 	// ExpireCommands return a held message past MaxAge to its sender
 	// (postsuper -f, then postqueue -i); the first decides success.
 	ExpireCommands [][]string
