@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +19,8 @@ import (
 // TestMain lets the test binary serve as the floor process that run
 // starts (it re-executes itself with floorServeFlag, like the program).
 func TestMain(m *testing.M) {
-	if len(os.Args) == 3 && os.Args[1] == floorServeFlag {
-		os.Exit(serveFloor(os.Args[2]))
+	if len(os.Args) >= 3 && os.Args[1] == floorServeFlag {
+		os.Exit(serveFloor(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -154,19 +155,44 @@ func TestRunAgainstFloor(t *testing.T) {
 func TestRunProgram(t *testing.T) {
 	addr := startTestFloor(t)
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"--addr", addr, "--conns", "2", "--keys", "10",
+	code := run(context.Background(), []string{"--addr", addr, "--conns", "2,64", "--keys", "10,100000",
 		"--duration", "400ms", "--warmup", "0s", "--rounds", "2"}, &out, &errOut)
 	t.Log(out.String())
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"floor           2       10", "ratelimitd      2       10", "ratelimitd/floor"} {
+	for _, want := range []string{"tcp  floor           2       10", "tcp  ratelimitd      2       10", "ratelimitd/floor", "target tcp C=64"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	if strings.Contains(out.String(), " 0.00x") || strings.Contains(out.String(), " 0ns ") {
 		t.Errorf("a cell measured nothing")
+	}
+}
+
+// A run over a unix socket measures the server's CPU time from /proc.
+func TestRunOverUnixSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floor.sock")
+	l, err := postfix.ListenUnix(path, 0o600, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newFloorServer(io.Discard)
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	res, err := runLoad(context.Background(), loadSpec{Addr: "unix:" + path, ServerPID: os.Getpid(), Conns: 2,
+		Keys: 100, Pick: pickRandom, Rcpts: 1, Duration: time.Second, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests == 0 || res.Errors != 0 {
+		t.Fatalf("%d requests, %d errors (%v)", res.Requests, res.Errors, res.FirstErr)
+	}
+	cpu, ok := res.CPUPerRequest()
+	t.Logf("%d requests, %s CPU each (client and server)", res.Requests, cpu)
+	if !ok || cpu <= 0 {
+		t.Errorf("CPU per request %s, measured %v", cpu, ok)
 	}
 }
 
@@ -194,11 +220,12 @@ func TestHistogramQuantiles(t *testing.T) {
 // The daemon's configuration is valid and carries the default limit
 // stack on the given port.
 func TestDaemonConfig(t *testing.T) {
-	_, f, err := daemonConfig("127.0.0.1:12345", t.TempDir(), "info", time.Second)
+	_, f, err := daemonConfig("127.0.0.1:12345", "/tmp/x/policy.sock", t.TempDir(), "info", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Limits) != 2 || f.Server.PolicyListen[0] != "127.0.0.1:12345" || *f.Server.MetricsListen != "" {
+	if len(f.Limits) != 2 || len(f.Server.PolicyListen) != 2 || f.Server.PolicyListen[0] != "127.0.0.1:12345" ||
+		f.Server.PolicyListen[1] != "unix:/tmp/x/policy.sock" || *f.Server.MetricsListen != "" {
 		t.Errorf("limits %d, listen %q, metrics %q", len(f.Limits), f.Server.PolicyListen, *f.Server.MetricsListen)
 	}
 	t.Log(describeLimits(f))
@@ -212,7 +239,7 @@ func TestParseFlags(t *testing.T) {
 	if len(o.conns) != 2 || o.conns[1] != 4 || o.keys[0] != 100000 {
 		t.Errorf("conns %v keys %v", o.conns, o.keys)
 	}
-	for _, bad := range [][]string{{"--conns", "0"}, {"--rss-restart"}, {"--pick", "x"}, {"--addr", "x:1", "--rss-users", "5"}} {
+	for _, bad := range [][]string{{"--conns", "0"}, {"--listeners", "udp"}, {"--rss-restart"}, {"--pick", "x"}, {"--addr", "x:1", "--rss-users", "5"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

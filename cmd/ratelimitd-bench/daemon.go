@@ -40,13 +40,18 @@ func buildDaemon(ctx context.Context, dir string) (string, error) {
 // daemonConfig is the configuration the program gives the daemon: the
 // embedded default's [policy] table and [[limit]] stack (200/1h leaky
 // defer + 1000/24h strict defer per sasl_username) behind a [server] table
-// of its own: a loopback port, a temporary state directory, no metrics
-// listener, the given flush_interval (1 s in make bench).
-func daemonConfig(addr, stateDir, logLevel string, flush time.Duration) ([]byte, *config.File, error) {
+// of its own: a loopback port and, if unixPath is not "", a unix socket,
+// a temporary state directory, no metrics listener, the given
+// flush_interval (1 s in make bench).
+func daemonConfig(addr, unixPath, stateDir, logLevel string, flush time.Duration) ([]byte, *config.File, error) {
 	def := configs.Default
 	i := bytes.Index(def, []byte("\n[policy]"))
 	if i < 0 {
 		return nil, nil, errors.New("embedded default configuration has no [policy] table")
+	}
+	listen := strconv.Quote(addr)
+	if unixPath != "" {
+		listen += ", " + strconv.Quote("unix:"+unixPath)
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `# Written by ratelimitd-bench.
@@ -56,7 +61,7 @@ state_dir = %s
 metrics_listen = ""
 flush_interval = %s
 log_level = %s
-`, strconv.Quote(addr), strconv.Quote(stateDir), strconv.Quote(flush.String()), strconv.Quote(logLevel))
+`, listen, strconv.Quote(stateDir), strconv.Quote(flush.String()), strconv.Quote(logLevel))
 	b.Write(def[i:])
 	f, err := config.Parse(b.Bytes(), "ratelimitd-bench config")
 	if err != nil {
@@ -88,23 +93,25 @@ func describeLimits(f *config.File) string {
 // daemon is the ratelimitd this program runs.
 type daemon struct {
 	bin, cfgPath, addr, logPath string
+	unixAddr                    string // "unix:PATH"
 	f                           *config.File
 	env                         []string // added to the environment
 	*child
 }
 
 // newDaemon writes the configuration into dir for a daemon listening on a
-// free loopback port.
+// free loopback port and on the unix socket dir/policy.sock.
 func newDaemon(bin, dir, logLevel string, flush time.Duration) (*daemon, error) {
 	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	cfg, f, err := daemonConfig(addr, filepath.Join(dir, "state"), logLevel, flush)
+	unixPath := filepath.Join(dir, "policy.sock")
+	cfg, f, err := daemonConfig(addr, unixPath, filepath.Join(dir, "state"), logLevel, flush)
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{bin: bin, cfgPath: filepath.Join(dir, "ratelimitd.toml"), addr: addr,
+	d := &daemon{bin: bin, cfgPath: filepath.Join(dir, "ratelimitd.toml"), addr: addr, unixAddr: "unix:" + unixPath,
 		logPath: filepath.Join(dir, "daemon.log"), f: f}
 	if err := os.WriteFile(d.cfgPath, cfg, 0o600); err != nil {
 		return nil, err
@@ -130,7 +137,7 @@ func (d *daemon) start(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.addr = d.addr
+	c.addr, c.unixAddr = d.addr, d.unixAddr
 	d.child = c
 	if err := waitListening(ctx, c, d.addr, 2*time.Minute); err != nil {
 		c.stop(15 * time.Second)

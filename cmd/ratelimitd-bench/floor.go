@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -39,18 +40,40 @@ func newFloorServer(logw io.Writer) *postfix.Server {
 	}
 }
 
-// serveFloor is the floor process: it listens on addr, prints "listening
-// ADDR" on stdout, and serves until SIGTERM/SIGINT or until its stdin ends
-// (the parent went away).
-func serveFloor(addr string) int {
-	l, err := postfix.ListenTCP(addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "floor:", err)
-		return 1
-	}
+// serveFloor is the floor process: it listens on each of addrs (host:port
+// or unix:/path), prints "listening ADDR..." (the TCP addresses with their
+// ports) on stdout, and serves until SIGTERM/SIGINT or until its stdin
+// ends (the parent went away).
+func serveFloor(addrs []string) int {
 	srv := newFloorServer(os.Stderr)
-	fmt.Printf("listening %s\n", l.Addr())
-	go srv.Serve(l)
+	var ls []net.Listener
+	var names []string
+	for _, addr := range addrs {
+		var l net.Listener
+		var err error
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			l, err = postfix.ListenUnix(path, 0o600, "")
+		} else {
+			l, err = postfix.ListenTCP(addr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "floor:", err)
+			for _, l := range ls {
+				l.Close()
+			}
+			return 1
+		}
+		ls = append(ls, l)
+		if l.Addr().Network() == "unix" {
+			names = append(names, "unix:"+l.Addr().String())
+		} else {
+			names = append(names, l.Addr().String())
+		}
+	}
+	fmt.Printf("listening %s\n", strings.Join(names, " "))
+	for _, l := range ls {
+		go srv.Serve(l)
+	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	eof := make(chan struct{})
@@ -71,13 +94,19 @@ func serveFloor(addr string) int {
 }
 
 // startFloor starts the floor process (this program with floorServeFlag)
-// on a free loopback port and returns it once it listens.
-func startFloor(ctx context.Context, logPath string) (*child, error) {
+// on a free loopback port and, if unixPath is not "", on that unix socket
+// too, and returns it once it listens (child.addr is the TCP address,
+// child.unixAddr "unix:PATH" or "").
+func startFloor(ctx context.Context, logPath, unixPath string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, floorServeFlag, "127.0.0.1:0")
+	args := []string{floorServeFlag, "127.0.0.1:0"}
+	if unixPath != "" {
+		args = append(args, "unix:"+unixPath)
+	}
+	cmd := exec.Command(exe, args...)
 	stdin, err := cmd.StdinPipe() // closed when we exit: the floor then stops
 	if err != nil {
 		return nil, err
@@ -110,12 +139,16 @@ func startFloor(ctx context.Context, logPath string) (*child, error) {
 	}()
 	select {
 	case s := <-line:
-		addr, ok := strings.CutPrefix(strings.TrimSpace(s), "listening ")
-		if !ok {
+		addrs, ok := strings.CutPrefix(strings.TrimSpace(s), "listening ")
+		f := strings.Fields(addrs)
+		if !ok || len(f) != len(args)-1 {
 			c.stop(5 * time.Second)
 			return nil, fmt.Errorf("floor did not start: %q%s", s, c.logTail())
 		}
-		c.addr = addr
+		c.addr = f[0]
+		if len(f) > 1 {
+			c.unixAddr = f[1]
+		}
 		return c, nil
 	case <-time.After(30 * time.Second):
 		c.stop(5 * time.Second)

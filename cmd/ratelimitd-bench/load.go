@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,8 +22,11 @@ const (
 
 // loadSpec is one measured run against one policy server.
 type loadSpec struct {
-	// Addr is the policy server (host:port).
+	// Addr is the policy server: host:port (TCP) or unix:/path.
 	Addr string
+	// ServerPID, if > 0, is the server's process id: its CPU time over
+	// the measured window is read from /proc (result.CPUTicks).
+	ServerPID int
 	// Conns is the number of persistent connections, each synchronous
 	// like a Postfix smtpd process: one request, wait for its reply.
 	Conns int
@@ -58,6 +62,12 @@ type result struct {
 	Refused  int64         // replies other than DUNNO among them
 	Errors   int64         // connections that failed
 	FirstErr error
+	// CPUTicks is the server's user+system CPU time over the measured
+	// window, in clock ticks (/proc/PID/stat); CPUOK is false when it
+	// could not be read.
+	CPUTicks int64
+	CPUOK    bool
+	runs     int // runs added (add)
 }
 
 // add accumulates o into r (runs of one cell).
@@ -70,6 +80,18 @@ func (r *result) add(o *result) {
 	if r.FirstErr == nil {
 		r.FirstErr = o.FirstErr
 	}
+	r.CPUTicks += o.CPUTicks
+	r.CPUOK = o.CPUOK && (r.runs == 0 || r.CPUOK)
+	r.runs++
+}
+
+// CPUPerRequest is the server's CPU time per measured request; ok is false
+// when it was not measured.
+func (r *result) CPUPerRequest() (time.Duration, bool) {
+	if !r.CPUOK || r.Requests == 0 {
+		return 0, false
+	}
+	return time.Duration(r.CPUTicks) * tickDuration / time.Duration(r.Requests), true
 }
 
 // Rate is the throughput in requests per second.
@@ -132,8 +154,12 @@ func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
 	ioDeadline := time.Now().Add(spec.Warmup + spec.Duration + spec.IOTimeout + 5*time.Second)
+	network, addr := "tcp", spec.Addr
+	if path, ok := strings.CutPrefix(spec.Addr, "unix:"); ok {
+		network, addr = "unix", path
+	}
 	for i := range ws {
-		c, err := d.DialContext(ctx, "tcp", spec.Addr)
+		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			closeAll()
 			return nil, fmt.Errorf("connect %s: %w", spec.Addr, err)
@@ -189,14 +215,28 @@ func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
 			}
 		}
 	}
+	cpu := func() int64 { return -1 }
+	if spec.ServerPID > 0 {
+		cpu = func() int64 {
+			if t, ok := cpuTicks(spec.ServerPID); ok {
+				return t
+			}
+			return -1
+		}
+	}
+	var cpu0 int64
 	if spec.Warmup > 0 {
 		wait(spec.Warmup, 0)
+		cpu0 = cpu()
 		phase.Store(phaseMeasure)
 		start = time.Now()
+	} else {
+		cpu0 = cpu()
 	}
 	wait(spec.Duration, spec.MaxRequests)
 	phase.Store(phaseStop)
 	elapsed := time.Since(start)
+	cpu1 := cpu()
 
 	// The workers finish the request in flight; a server that does not
 	// answer is cut off.
@@ -213,6 +253,9 @@ func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
 		return nil, err
 	}
 	r := &result{Elapsed: elapsed}
+	if cpu0 >= 0 && cpu1 >= cpu0 {
+		r.CPUTicks, r.CPUOK = cpu1-cpu0, true
+	}
 	for _, w := range ws {
 		r.Requests += w.n
 		r.Refused += w.refused

@@ -1,9 +1,10 @@
 // Command ratelimitd-bench is the load generator of `make bench`. It speaks
 // the Postfix policy delegation protocol (SMTPD_POLICY_README) to a policy
-// server over C persistent connections, each synchronous like a Postfix
-// smtpd process, with realistic 31-attribute RCPT and END-OF-MESSAGE
-// requests from K distinct SASL users, and prints requests/s and p50/p99
-// latency for every (C, K).
+// server over C persistent connections (TCP and a unix socket), each
+// synchronous like a Postfix smtpd process, with realistic 31-attribute
+// RCPT and END-OF-MESSAGE requests from K distinct SASL users, and prints
+// requests/s, p50/p99 latency and the server's CPU time per request (from
+// /proc/PID/stat) for every (listener, C, K).
 //
 // Each cell is measured on two servers, in alternating runs (--rounds) so
 // that both see the same background load: ratelimitd (started by the
@@ -35,6 +36,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,8 +44,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == floorServeFlag {
-		os.Exit(serveFloor(os.Args[2]))
+	if len(os.Args) >= 3 && os.Args[1] == floorServeFlag {
+		os.Exit(serveFloor(os.Args[2:]))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -61,16 +63,23 @@ const (
 )
 
 // Done-when targets of the benchmark issue, checked at C=64, K=100,000
-// and after --rss-users 1,000,000.
+// on each listener and after --rss-users 1,000,000.
 const (
 	targetConns     = 64
 	targetKeys      = 100_000
-	targetRate      = 0.80      // ratelimitd throughput / floor throughput, at least
-	targetP99       = 1.5       // ratelimitd p99 / floor p99, at most
+	targetRate      = 0.90      // ratelimitd throughput / floor throughput, at least
+	targetP99       = 1.2       // ratelimitd p99 / floor p99, at most
+	targetCPU       = 1.2       // ratelimitd CPU per request / floor's, at most
 	targetRSS       = 150 << 20 // daemon VmRSS after 1,000,000 users, at most
 	targetRSSUsers  = 1_000_000
 	rssConns        = 64
-	defaultDuration = 5 * time.Second
+	defaultDuration = 2 * time.Second
+)
+
+// Listeners measured (--listeners).
+const (
+	listenTCP  = "tcp"
+	listenUnix = "unix"
 )
 
 // options are the command-line flags.
@@ -79,6 +88,7 @@ type options struct {
 	pid        int
 	daemonBin  string
 	noFloor    bool
+	listeners  []string
 	conns      []int
 	keys       []int
 	duration   time.Duration
@@ -101,15 +111,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("ratelimitd-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	conns, keys, denv := "1,8,64", "10,100000", ""
+	conns, keys, denv, listeners := "1,8,64", "10000,100000,1000000", "", "tcp,unix"
 	fs.StringVar(&o.addr, "addr", "", "policy server to measure (host:port); empty: build and start ratelimitd with the default limits")
 	fs.IntVar(&o.pid, "pid", 0, "process id of the --addr server, to report its RSS")
 	fs.StringVar(&o.daemonBin, "daemon", "", "ratelimitd binary to start; empty: go build it into a temporary directory")
 	fs.BoolVar(&o.noFloor, "no-floor", false, "do not measure the DUNNO floor server")
+	fs.StringVar(&listeners, "listeners", listeners, "comma-separated listeners to measure: tcp, unix (the daemon and the floor listen on both; ignored with --addr, which is TCP)")
 	fs.StringVar(&conns, "conns", conns, "comma-separated connection counts C")
 	fs.StringVar(&keys, "keys", keys, "comma-separated distinct-user counts K")
 	fs.DurationVar(&o.duration, "duration", defaultDuration, "measured time per cell (and the cap of --requests)")
-	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured load before each run")
+	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured load before each run")
 	fs.Int64Var(&o.requests, "requests", 0, "end a cell after this many measured requests (0: by --duration only)")
 	fs.IntVar(&o.rounds, "rounds", 2, "runs per cell and target, alternating floor and ratelimitd, each --duration/rounds long")
 	fs.IntVar(&o.rcpts, "rcpts", 1, "RCPT requests before each message's END-OF-MESSAGE request")
@@ -147,6 +158,19 @@ Flags:
 			return nil, fmt.Errorf("--daemon-env: %q is not VAR=value", kv)
 		}
 		o.daemonEnv = append(o.daemonEnv, kv)
+	}
+	for l := range strings.SplitSeq(listeners, ",") {
+		switch l = strings.TrimSpace(l); l {
+		case listenTCP, listenUnix:
+			if !slices.Contains(o.listeners, l) {
+				o.listeners = append(o.listeners, l)
+			}
+		default:
+			return nil, fmt.Errorf("--listeners: %q is neither %s nor %s", l, listenTCP, listenUnix)
+		}
+	}
+	if o.addr != "" {
+		o.listeners = []string{listenTCP}
 	}
 	var err error
 	if o.conns, err = parseList(conns, 1, 1<<16); err != nil {
@@ -229,12 +253,13 @@ type bench struct {
 
 // row is one measured cell of one target.
 type row struct {
-	target string
-	conns  int
-	keys   int
-	res    *result
-	mem    memStatus
-	memOK  bool
+	target   string
+	listener string
+	conns    int
+	keys     int
+	res      *result
+	mem      memStatus
+	memOK    bool
 }
 
 func (b *bench) printf(format string, a ...any) { fmt.Fprintf(b.out, format, a...) }
@@ -274,8 +299,8 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 			return 0, err
 		}
 		target, targetPID = b.daemon.addr, b.daemon.pid()
-		b.printf("ratelimitd: pid %d on %s, limits %s, state %s (flush_interval %s), log_level %s; ready in %s\n",
-			targetPID, target, describeLimits(b.daemon.f), b.daemon.dbPath(), o.flush, o.logLevel, round(took))
+		b.printf("ratelimitd: pid %d on %s and %s, limits %s, state %s (flush_interval %s), log_level %s; ready in %s\n",
+			targetPID, target, b.daemon.unixAddr, describeLimits(b.daemon.f), b.daemon.dbPath(), o.flush, o.logLevel, round(took))
 		if len(o.daemonEnv) > 0 {
 			b.printf("ratelimitd environment: %s\n", strings.Join(o.daemonEnv, " "))
 		}
@@ -283,10 +308,15 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		b.printf("target: %s (pid %d)\n", target, targetPID)
 	}
 	if !o.noFloor {
-		if b.floor, err = startFloor(ctx, b.dir+"/floor.log"); err != nil {
+		unixPath := ""
+		if slices.Contains(o.listeners, listenUnix) {
+			unixPath = b.dir + "/floor.sock"
+		}
+		if b.floor, err = startFloor(ctx, b.dir+"/floor.log", unixPath); err != nil {
 			return 0, err
 		}
-		b.printf("floor: pid %d on %s (mta/postfix.Server answering DUNNO without deciding)\n", b.floor.pid(), b.floor.addr)
+		b.printf("floor: pid %d on %s %s (mta/postfix.Server answering DUNNO without deciding)\n", b.floor.pid(),
+			b.floor.addr, b.floor.unixAddr)
 	}
 	limit := "duration " + o.duration.String()
 	if o.requests > 0 {
@@ -296,12 +326,14 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		o.rcpts, o.pick, limit)
 	b.printf("      in %d alternating runs, each after %s of warmup on fresh connections\n\n", o.rounds, o.warmup)
 
-	b.printf("%-11s %5s %8s %10s %9s %9s %9s %8s %6s %10s\n",
-		"target", "C", "K", "req/s", "p50", "p99", "p99.9", "refused", "errors", "RSS")
+	b.printf("%-4s %-11s %5s %8s %10s %9s %9s %9s %9s %8s %6s %10s\n",
+		"via", "target", "C", "K", "req/s", "p50", "p99", "p99.9", "CPU/req", "refused", "errors", "RSS")
 	for _, k := range o.keys {
-		for _, c := range o.conns {
-			if err := b.cell(ctx, c, k, target, targetPID); err != nil {
-				return 0, err
+		for _, l := range o.listeners {
+			for _, c := range o.conns {
+				if err := b.cell(ctx, l, c, k, target, targetPID); err != nil {
+					return 0, err
+				}
 			}
 		}
 	}
@@ -328,10 +360,10 @@ func (b *bench) waitQuiet(ctx context.Context, pid int) {
 	}
 }
 
-// cell measures the floor and the target at one (C, K), alternating
-// between them for --rounds rounds so that both see the same background
-// load, and prints a row for each.
-func (b *bench) cell(ctx context.Context, conns, keys int, target string, targetPID int) error {
+// cell measures the floor and the target at one (listener, C, K),
+// alternating between them for --rounds rounds so that both see the same
+// background load, and prints a row for each.
+func (b *bench) cell(ctx context.Context, listener string, conns, keys int, target string, targetPID int) error {
 	o := b.o
 	type side struct {
 		name string
@@ -339,9 +371,16 @@ func (b *bench) cell(ctx context.Context, conns, keys int, target string, target
 		pid  int
 		res  result
 	}
+	if listener == listenUnix {
+		target = b.daemon.unixAddr
+	}
 	sides := []*side{{name: "ratelimitd", addr: target, pid: targetPID}}
 	if b.floor != nil {
-		sides = []*side{{name: "floor", addr: b.floor.addr, pid: b.floor.pid()}, sides[0]}
+		floorAddr := b.floor.addr
+		if listener == listenUnix {
+			floorAddr = b.floor.unixAddr
+		}
+		sides = []*side{{name: "floor", addr: floorAddr, pid: b.floor.pid()}, sides[0]}
 	}
 	per := o.duration / time.Duration(o.rounds)
 	perReq := (o.requests + int64(o.rounds) - 1) / int64(o.rounds)
@@ -355,7 +394,7 @@ func (b *bench) cell(ctx context.Context, conns, keys int, target string, target
 				// its run must not steal the floor's CPU.
 				b.waitQuiet(ctx, targetPID)
 			}
-			spec := loadSpec{Addr: sd.addr, Conns: conns, Keys: keys, Pick: o.pick, Rcpts: o.rcpts,
+			spec := loadSpec{Addr: sd.addr, ServerPID: sd.pid, Conns: conns, Keys: keys, Pick: o.pick, Rcpts: o.rcpts,
 				Warmup: o.warmup, Duration: per, MaxRequests: perReq, Seed: o.seed + uint64(round)}
 			res, err := runLoad(ctx, spec)
 			if err != nil {
@@ -365,7 +404,7 @@ func (b *bench) cell(ctx context.Context, conns, keys int, target string, target
 		}
 	}
 	for _, sd := range sides {
-		r := row{target: sd.name, conns: conns, keys: keys, res: &sd.res}
+		r := row{target: sd.name, listener: listener, conns: conns, keys: keys, res: &sd.res}
 		r.mem, r.memOK = readMem(sd.pid)
 		b.rows = append(b.rows, r)
 		res := r.res
@@ -377,9 +416,13 @@ func (b *bench) cell(ctx context.Context, conns, keys int, target string, target
 		if res.Requests > 0 {
 			refused = 100 * float64(res.Refused) / float64(res.Requests)
 		}
-		b.printf("%-11s %5d %8d %10s %9s %9s %9s %7.1f%% %6d %10s\n", sd.name, conns, keys,
+		cpu := "-"
+		if d, ok := res.CPUPerRequest(); ok {
+			cpu = latency(d)
+		}
+		b.printf("%-4s %-11s %5d %8d %10s %9s %9s %9s %9s %7.1f%% %6d %10s\n", listener, sd.name, conns, keys,
 			thousands(int64(res.Rate()+0.5)), latency(res.Hist.quantile(0.50)), latency(res.Hist.quantile(0.99)),
-			latency(res.Hist.quantile(0.999)), refused, res.Errors, rss)
+			latency(res.Hist.quantile(0.999)), cpu, refused, res.Errors, rss)
 		if res.FirstErr != nil {
 			b.printf("  first error: %v\n", res.FirstErr)
 		}
@@ -388,41 +431,54 @@ func (b *bench) cell(ctx context.Context, conns, keys int, target string, target
 }
 
 func (b *bench) serverOf(addr string) *child {
-	if b.floor != nil && addr == b.floor.addr {
+	if b.floor != nil && (addr == b.floor.addr || addr == b.floor.unixAddr) {
 		return b.floor
 	}
-	if b.daemon != nil && b.daemon.child != nil && addr == b.daemon.addr {
+	if b.daemon != nil && b.daemon.child != nil && (addr == b.daemon.addr || addr == b.daemon.unixAddr) {
 		return b.daemon.child
 	}
 	return nil
 }
 
-// printRatios prints ratelimitd/floor per cell and checks the targets at
-// C=64, K=100,000; it reports whether a target was missed.
+// printRatios prints ratelimitd/floor per cell (throughput, p99 and
+// server CPU per request) and checks the targets at C=64, K=100,000 on
+// each listener; it reports whether a target was missed.
 func (b *bench) printRatios() (missed bool) {
 	if b.floor == nil {
 		return false
 	}
-	b.printf("\n%-18s %5s %8s %11s %7s\n", "ratelimitd/floor", "C", "K", "throughput", "p99")
+	b.printf("\n%-18s %-4s %5s %8s %11s %7s %8s\n", "ratelimitd/floor", "via", "C", "K", "throughput", "p99", "CPU/req")
 	var floor *row
+	var checks []string
 	for i := range b.rows {
 		r := &b.rows[i]
 		if r.target == "floor" {
 			floor = r
 			continue
 		}
-		if floor == nil || floor.conns != r.conns || floor.keys != r.keys {
+		if floor == nil || floor.listener != r.listener || floor.conns != r.conns || floor.keys != r.keys {
 			continue
 		}
 		tp := ratio(r.res.Rate(), floor.res.Rate())
 		p99 := ratio(float64(r.res.Hist.quantile(0.99)), float64(floor.res.Hist.quantile(0.99)))
-		b.printf("%-18s %5d %8d %10.2fx %6.2fx\n", "", r.conns, r.keys, tp, p99)
-		if r.conns == targetConns && r.keys == targetKeys {
-			okTP, okP99 := tp >= targetRate, p99 <= targetP99
-			b.printf("target at C=%d K=%d: throughput %.2f >= %.2f %s; p99 %.2fx <= %.1fx %s\n",
-				targetConns, targetKeys, tp, targetRate, verdict(okTP), p99, targetP99, verdict(okP99))
-			missed = missed || !okTP || !okP99
+		rc, okR := r.res.CPUPerRequest()
+		fc, okF := floor.res.CPUPerRequest()
+		cpu, cpuText := 0.0, "-"
+		if okR && okF && fc > 0 {
+			cpu = float64(rc) / float64(fc)
+			cpuText = fmt.Sprintf("%.2fx", cpu)
 		}
+		b.printf("%-18s %-4s %5d %8d %10.2fx %6.2fx %8s\n", "", r.listener, r.conns, r.keys, tp, p99, cpuText)
+		if r.conns == targetConns && r.keys == targetKeys {
+			okTP, okP99, okCPU := tp >= targetRate, p99 <= targetP99, cpu > 0 && cpu <= targetCPU
+			checks = append(checks, fmt.Sprintf("target %s C=%d K=%d: throughput %.2f >= %.2f %s; p99 %.2fx <= %.1fx %s; CPU/req %s <= %.1fx %s",
+				r.listener, targetConns, targetKeys, tp, targetRate, verdict(okTP), p99, targetP99, verdict(okP99),
+				cpuText, targetCPU, verdict(okCPU)))
+			missed = missed || !okTP || !okP99 || !okCPU
+		}
+	}
+	for _, c := range checks {
+		b.printf("%s\n", c)
 	}
 	return missed
 }

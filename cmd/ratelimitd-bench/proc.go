@@ -22,13 +22,16 @@ import (
 // daemon. It is stopped (SIGTERM, then SIGKILL) when the program ends,
 // and on Linux also if the program dies (parent-death signal).
 type child struct {
-	name    string
-	cmd     *exec.Cmd
-	addr    string
-	logPath string
-	stdin   io.Closer     // closed by stop, if set
-	done    chan struct{} // closed when the process has exited
-	err     error         // Wait's result, once done is closed
+	name string
+	cmd  *exec.Cmd
+	addr string // TCP host:port
+	// unixAddr is "unix:PATH" when the server listens on a unix socket
+	// too, else "".
+	unixAddr string
+	logPath  string
+	stdin    io.Closer     // closed by stop, if set
+	done     chan struct{} // closed when the process has exited
+	err      error         // Wait's result, once done is closed
 }
 
 // startChild starts cmd and watches for its exit.
@@ -168,6 +171,10 @@ func readMem(pid int) (m memStatus, ok bool) {
 	}
 	return m, ok
 }
+
+// tickDuration is the clock tick of /proc/PID/stat's CPU times: USER_HZ,
+// 100 on every Linux architecture Go supports.
+const tickDuration = 10 * time.Millisecond
 
 // cpuTicks returns the user+system CPU time of a process in clock ticks,
 // from /proc/PID/stat (Linux).

@@ -76,7 +76,7 @@ func BenchmarkInProcessDaemon(b *testing.B) {
 // startInProcessDaemon starts the daemon's parts on 127.0.0.1:0.
 func startInProcessDaemon(b *testing.B) (string, *store.Persistent, func()) {
 	b.Helper()
-	_, f, err := daemonConfig("127.0.0.1:0", b.TempDir(), "info", time.Second)
+	_, f, err := daemonConfig("127.0.0.1:0", "", b.TempDir(), "info", time.Second)
 	if err != nil {
 		b.Fatal(err)
 	}
