@@ -423,6 +423,53 @@ func TestCountingMemoryBounded(t *testing.T) {
 // requests interleaved at random; every message is counted exactly once
 // (strict limit: the rate is the number of messages) and answered the same
 // at each of its RCPTs.
+// Per-message memory stays bounded when many senders' messages wait to be
+// joined by a milter that never asks: each (client, user, sender) keeps
+// up to 16 such messages, but the generations bound them all (issue: the
+// waiting messages were not counted against the bound and grew with the
+// number of senders, 16 per sender).
+func TestCountingMemoryBoundedManySenders(t *testing.T) {
+	users, perUser := 6000, 17
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "mails", Key: []string{"sasl_username"}, Limit: 1e9, Period: policy.Duration(time.Hour)},
+	}}
+	e := newEngine(t, c)
+	ctx := context.Background()
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	start := heap()
+	names := make([]string, users)
+	for u := range names {
+		names[u] = fmt.Sprintf("user%d", u)
+	}
+	req := &policy.Request{ClientAddress: "192.0.2.7", Recipient: "x@example.net", RecipientCount: 1}
+	for i := range perUser {
+		for u, name := range names {
+			req.SASLUsername, req.Sender = name, name+"@example.org"
+			req.Instance = fmt.Sprintf("%d.%d", u, i)
+			req.ProtocolState = policy.StateRcpt
+			e.Evaluate(ctx, t0, req)
+			req.ProtocolState = policy.StateEndOfMessage
+			e.Evaluate(ctx, t0, req)
+		}
+		if f := e.InFlight(); f > 2<<15 {
+			t.Fatalf("%d messages remembered after %d", f, (i+1)*users)
+		}
+	}
+	grown := int64(heap()) - int64(start)
+	t.Logf("%d messages of %d senders: heap grew %d KiB, %d in flight", users*perUser, users, grown>>10, e.InFlight())
+	if grown > 32<<20 {
+		t.Fatalf("heap grew %d MiB for %d messages (bound: 2 generations of 32768)", grown>>20, users*perUser)
+	}
+	if r := rateOf(t, e, t0, "user1", "mails"); !near(r, float64(perUser)) {
+		t.Fatalf("rate %v, want %d", r, perUser)
+	}
+}
+
 func TestCountingRandomInterleavings(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		c := policy.Config{Limits: []policy.LimitConfig{

@@ -131,7 +131,19 @@ func messageState(s string) bool {
 // decision with Fault set (fail open), which the caller logs and counts. A
 // failure of some limits only leaves the verdict of the others, with Fault
 // set.
-func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d Decision) {
+func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) Decision {
+	return e.evaluate(ctx, now, req, true)
+}
+
+// Decide is Evaluate without Decision.Measures (nil): the same verdict,
+// counting and bookkeeping, for callers that only answer the MTA (the
+// daemon's front ends). It does not allocate in the common case (no limit
+// over), which Evaluate does for the Measures. Safe for concurrent use.
+func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) Decision {
+	return e.evaluate(ctx, now, req, false)
+}
+
+func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, withMeasures bool) (d Decision) {
 	defer func() {
 		if r := recover(); r != nil {
 			d = Decision{Reason: "internal error, failing open", Fault: fmt.Errorf("%w: %v", ErrPanic, r)}
@@ -149,15 +161,19 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		return Decision{}
 	}
 	var m *msgEntry
+	var refusedMsg, doneMsg bool // set by finish
 	if inMessage {
 		if m = e.msgs.get(req); m != nil {
 			m.mu.Lock()
-			defer m.mu.Unlock()
+			defer func() {
+				m.mu.Unlock()
+				e.msgs.end(m, req, refusedMsg, doneMsg)
+			}()
 		}
 	}
 	var prev Decision
 	if m != nil {
-		prev = m.verdict[front]
+		prev = m.prev(front)
 		if n := len(m.charges) + len(c.limits); cap(m.charges) < n {
 			// Room for every limit: the charge pointers taken below
 			// stay valid while this request appends.
@@ -203,7 +219,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			d = prev
 			d.Repeated = true
 		}
-		e.finish(m, req, d.Action)
+		refusedMsg, doneMsg = finish(m, req, d.Action)
 		return d
 	}
 	var obuf [maxStack]StackResult
@@ -232,23 +248,33 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	// one it already had) and this request's per_rcpt.
 	msgDecisive, rcptDecisive := -1, -1
 	msgAction, rcptAction := Pass, Pass
-	d.Measures = make([]Measure, len(items))
+	var measures []Measure
+	if withMeasures {
+		measures = make([]Measure, len(items))
+	}
 	for i := range items {
 		it, r, p := &items[i], &out[i], &probes[i]
-		ms := &d.Measures[i]
-		*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
-			Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
+		var ms *Measure
+		if measures != nil {
+			ms = &measures[i]
+			*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
+				Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
+		}
 		if r.Err != nil {
 			if d.Fault == nil {
 				d.Fault = r.Err
 			}
-			ms.Over, ms.RetryAfter = false, 0
+			if ms != nil {
+				ms.Over, ms.RetryAfter = false, 0
+			}
 			continue
 		}
 		if !r.Result.Over {
 			continue
 		}
-		ms.Action = p.l.action
+		if ms != nil {
+			ms.Action = p.l.action
+		}
 		act, dec := &msgAction, &msgDecisive
 		if p.per == perRcpt {
 			act, dec = &rcptAction, &rcptDecisive
@@ -278,32 +304,31 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	if m != nil && msgVerdict.Action != prev.Action {
 		mv := msgVerdict
 		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
-		m.verdict[front] = mv
+		m.setVerdict(front, mv)
 	}
 	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && d.Fault == nil {
 		d.Fault = err
 	}
-	final.Measures, final.Fault = d.Measures, d.Fault
+	if withMeasures {
+		final.Measures = measures
+	}
+	final.Fault = d.Fault
 	if final.Fault != nil && final.Action == Pass && final.Reason == "" {
 		final.Reason = "rate store error for some limits"
 	}
-	e.finish(m, req, final.Action)
+	refusedMsg, doneMsg = finish(m, req, final.Action)
 	return final
 }
 
-// finish ends the bookkeeping of one request of message m: a refused
-// message is no longer joinable (the other front end never sees it), and
+// finish decides how one decided request ends the bookkeeping of its
+// message m (msgTable.end, once m's lock is released): a refused message
+// is no longer joinable (the other front end never sees it), and
 // END-OF-MESSAGE forgets the message.
-func (e *Engine) finish(m *msgEntry, req *Request, a Action) {
+func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 	if m == nil {
-		return
+		return false, false
 	}
-	if !a.Admits() {
-		e.msgs.unpend(m)
-	}
-	if req.ProtocolState == StateEndOfMessage {
-		e.msgs.done(req)
-	}
+	return !a.Admits(), req.ProtocolState == StateEndOfMessage
 }
 
 // cost decides what req charges l at protocol state state, given what the

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,9 +35,16 @@ import (
 // first joined, so the message is charged once.
 //
 // Memory is bounded: messages live in two generations of at most
-// msgGenSize entries each; a message is forgotten at END-OF-MESSAGE or when
-// its generation is dropped. A forgotten message that is asked about again
-// is charged again, as a new message: over-counting, never under-counting.
+// msgGenSize entries each (a message counts once for each front end's view
+// of it and once while it waits to be joined); a message is forgotten at
+// END-OF-MESSAGE or when its generation is dropped. A forgotten message
+// that is asked about again is charged again, as a new message:
+// over-counting, never under-counting.
+//
+// Cost: the table is keyed by 64-bit hashes of the message key and of the
+// join fingerprint, each checked against the bytes the entry keeps, so a
+// request builds no key string; the entries of forgotten messages are
+// reused, so a message costs no allocation once the table has warmed up.
 
 // msgGenSize bounds one generation of the message table.
 const msgGenSize = 1 << 15
@@ -43,6 +52,9 @@ const msgGenSize = 1 << 15
 // pendMax bounds the messages of one (client, user, sender) waiting to be
 // joined by the other front end.
 const pendMax = 16
+
+// freeMax bounds the entries kept for reuse.
+const freeMax = 4096
 
 // frontIndex maps Request.Stage to 0 (policy delegation, the default) or 1
 // (milter).
@@ -64,20 +76,52 @@ type charge struct {
 	rcptsSeen [2]int  // RCPT requests seen per front end under this limit
 }
 
-// msgEntry is one message in flight.
+// msgEntry is one message in flight. mu guards verdict and charges; the
+// other fields are the table's, under msgTable.mu.
 type msgEntry struct {
 	mu sync.Mutex
 	// verdict is the message's verdict (per_mail, per_byte, per_conn),
 	// without Measures, per front end (a joined message is judged by each
 	// front end's own limits: the milter's freeze is not the policy
-	// service's); zero while admitted with no warning.
-	verdict [2]Decision
+	// service's); nil while admitted with no warning.
+	verdict [2]*Decision
 	charges []charge
-	// pendFP is the join fingerprint while the message waits for the
-	// other front end; pendFront the front end that registered it.
-	pendFP    string
-	pendFront int
-	joined    bool
+
+	// id is the message key (stage, client address, instance) under
+	// which each front end's view is stored; empty when that front end
+	// has no view of it.
+	id [2][]byte
+	// refs counts the table slots and pending list holding the entry and
+	// the requests using it; at 0 the entry is reused.
+	refs int32
+	// While the message waits for the other front end: fp is its join
+	// fingerprint, fpHash its hash, pendFront the front end that
+	// registered it, pendGen the generation whose list holds it, and
+	// pendPrev/pendNext its neighbours in that list (oldest first).
+	pending            bool
+	fp                 []byte
+	fpHash             uint64
+	pendFront          int
+	pendGen            uint64
+	pendPrev, pendNext *msgEntry
+	joined             bool
+}
+
+// prev returns the message's verdict for front end front (zero: Pass).
+func (m *msgEntry) prev(front int) Decision {
+	if v := m.verdict[front]; v != nil {
+		return *v
+	}
+	return Decision{}
+}
+
+// setVerdict records the message's verdict for front end front.
+func (m *msgEntry) setVerdict(front int, d Decision) {
+	if v := m.verdict[front]; v != nil {
+		*v = d
+		return
+	}
+	m.verdict[front] = &d
 }
 
 // chargeOf returns the charge record of limit name, adding one if needed.
@@ -91,137 +135,302 @@ func (m *msgEntry) chargeOf(name string) *charge {
 	return &m.charges[len(m.charges)-1]
 }
 
+// msgGen is one generation of the table.
 type msgGen struct {
-	msgs map[string]*msgEntry
-	pend map[string][]*msgEntry
+	msgs map[uint64]*msgEntry // by hash of the message key
+	pend map[uint64]*msgEntry // oldest waiting message, by fingerprint hash
+	// npend is the number of entries in pend's lists.
+	npend int
 }
 
-func newMsgGen() msgGen {
-	return msgGen{msgs: make(map[string]*msgEntry), pend: make(map[string][]*msgEntry)}
-}
+func (g *msgGen) size() int { return len(g.msgs) + g.npend }
 
 // msgTable holds the messages in flight. Safe for concurrent use.
 type msgTable struct {
 	mu       sync.Mutex
+	seed     maphash.Seed
 	cur, old msgGen
-	live     atomic.Int64 // entries in cur + old, for status
+	gen      uint64 // number of cur; old is gen-1
+	free     []*msgEntry
+	inUse    int          // entries not in free
+	live     atomic.Int64 // inUse, for status
 }
 
-func msgKey(req *Request) string {
-	return req.Stage + "\x00" + req.ClientAddress + "\x00" + req.Instance
+// maxIDLen bounds the key bytes built on the stack; longer keys (a hostile
+// instance attribute) cost an allocation.
+const maxIDLen = 256
+
+// appendID appends req's message key: stage, client address, instance.
+func appendID(b []byte, req *Request) []byte {
+	b = append(b, req.Stage...)
+	b = append(b, 0)
+	b = append(b, req.ClientAddress...)
+	b = append(b, 0)
+	return append(b, req.Instance...)
 }
 
-func joinFingerprint(req *Request) string {
-	return req.ClientAddress + "\x00" + strings.ToLower(req.SASLUsername) + "\x00" + strings.ToLower(req.Sender)
+// appendFP appends req's join fingerprint: client address, SASL user and
+// sender, the latter two lower-cased (ASCII, as the engine's keys).
+func appendFP(b []byte, req *Request) []byte {
+	b = append(b, req.ClientAddress...)
+	b = append(b, 0)
+	b = appendLower(b, req.SASLUsername)
+	b = append(b, 0)
+	return appendLower(b, req.Sender)
+}
+
+// appendLower appends s lower-cased like strings.ToLower: byte for byte for
+// ASCII, through strings.ToLower (allocating) otherwise.
+func appendLower(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 {
+			// s[i:] starts a rune: ToLower maps rune by rune.
+			return append(b, strings.ToLower(s[i:])...)
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+func (t *msgTable) init() {
+	if t.cur.msgs == nil {
+		t.seed = maphash.MakeSeed()
+		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
+		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
+		t.gen = 1
+	}
+}
+
+// hashID hashes a message key with the front end index.
+func (t *msgTable) hashID(front int, id []byte) uint64 {
+	return maphash.Bytes(t.seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
 }
 
 // get returns the entry of req's message, creating it (and joining it to
 // the other front end's view of the same message, if one waits) when it is
 // new. It returns nil for a request without an instance: such a request is
-// a message of its own.
+// a message of its own. A non-nil entry must be given back with end.
 func (t *msgTable) get(req *Request) *msgEntry {
 	if req.Instance == "" {
 		return nil
 	}
-	k := msgKey(req)
+	var buf [maxIDLen]byte
+	id := appendID(buf[:0], req)
+	front := frontIndex(req.Stage)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.cur.msgs == nil {
-		t.cur, t.old = newMsgGen(), newMsgGen()
-	}
-	if m, ok := t.cur.msgs[k]; ok {
+	t.init()
+	h := t.hashID(front, id)
+	if m, ok := t.cur.msgs[h]; ok && bytes.Equal(m.id[front], id) {
+		m.refs++
 		return m
 	}
-	if m, ok := t.old.msgs[k]; ok {
-		delete(t.old.msgs, k)
-		t.put(k, m)
+	if m, ok := t.old.msgs[h]; ok && bytes.Equal(m.id[front], id) {
+		m.refs++ // this request, first: put may rotate
+		delete(t.old.msgs, h)
+		m.refs-- // the old slot, replaced by put's
+		t.put(h, m)
 		return m
 	}
-	front := frontIndex(req.Stage)
-	fp := joinFingerprint(req)
-	if m := t.takePending(fp, 1-front); m != nil {
+	var fbuf [maxIDLen]byte
+	fp := appendFP(fbuf[:0], req)
+	fh := maphash.Bytes(t.seed, fp)
+	if m := t.takePending(fp, fh, 1-front); m != nil {
+		m.refs++ // this request, first: put may rotate
 		m.joined = true
-		t.put(k, m)
+		m.id[front] = append(m.id[front][:0], id...)
+		t.put(h, m)
 		return m
 	}
-	m := &msgEntry{pendFP: fp, pendFront: front}
-	t.put(k, m)
-	t.cur.pend[fp] = append(t.cur.pend[fp], m)
-	if p := t.cur.pend[fp]; len(p) > pendMax {
-		p[0].pendFP = ""
-		t.cur.pend[fp] = p[1:]
-	}
+	m := t.alloc()
+	m.refs++ // this request
+	m.id[front] = append(m.id[front][:0], id...)
+	t.put(h, m)
+	t.addPending(m, fp, fh, front)
 	return m
 }
 
-// put stores m under k in the current generation, rotating when it is full.
-func (t *msgTable) put(k string, m *msgEntry) {
-	if len(t.cur.msgs)+len(t.cur.pend) >= msgGenSize {
-		for _, p := range t.old.pend {
-			for _, e := range p {
-				e.pendFP = ""
-			}
-		}
-		t.old, t.cur = t.cur, newMsgGen()
+// alloc returns a cleared entry, reused if one is free.
+func (t *msgTable) alloc() *msgEntry {
+	t.inUse++
+	t.live.Store(int64(t.inUse))
+	if n := len(t.free); n > 0 {
+		m := t.free[n-1]
+		t.free[n-1] = nil
+		t.free = t.free[:n-1]
+		return m
 	}
-	t.cur.msgs[k] = m
-	t.live.Store(int64(len(t.cur.msgs) + len(t.old.msgs)))
+	return &msgEntry{}
+}
+
+// unref drops one reference to m, reusing it when none is left.
+func (t *msgTable) unref(m *msgEntry) {
+	m.refs--
+	if m.refs > 0 {
+		return
+	}
+	t.inUse--
+	t.live.Store(int64(t.inUse))
+	if len(t.free) >= freeMax {
+		return
+	}
+	m.verdict = [2]*Decision{}
+	m.charges = m.charges[:0]
+	m.id[0], m.id[1] = m.id[0][:0], m.id[1][:0]
+	m.fp = m.fp[:0]
+	m.pending, m.joined, m.pendPrev, m.pendNext = false, false, nil, nil
+	t.free = append(t.free, m)
+}
+
+// put stores m under h in the current generation, rotating when it is
+// full, and takes a reference for the slot. A different message under the
+// same hash (a collision) is forgotten.
+func (t *msgTable) put(h uint64, m *msgEntry) {
+	if t.cur.size() >= msgGenSize {
+		t.rotate()
+	}
+	if o, ok := t.cur.msgs[h]; ok {
+		t.unref(o)
+	}
+	t.cur.msgs[h] = m
+	m.refs++
+}
+
+// rotate drops the old generation (its messages are forgotten, its waiting
+// messages no longer joinable) and starts a new current one.
+func (t *msgTable) rotate() {
+	for _, m := range t.old.msgs {
+		t.unref(m)
+	}
+	for _, head := range t.old.pend {
+		for m := head; m != nil; {
+			next := m.pendNext
+			m.pending, m.pendPrev, m.pendNext = false, nil, nil
+			t.unref(m)
+			m = next
+		}
+	}
+	clear(t.old.msgs)
+	clear(t.old.pend)
+	t.old.npend = 0
+	t.old, t.cur = t.cur, t.old
+	t.gen++
+}
+
+// genOf returns the generation numbered n, or nil if it is gone.
+func (t *msgTable) genOf(n uint64) *msgGen {
+	switch n {
+	case t.gen:
+		return &t.cur
+	case t.gen - 1:
+		return &t.old
+	}
+	return nil
+}
+
+// addPending registers m, just created by front end front, as waiting to
+// be joined under fingerprint fp (hash fh); the oldest of more than
+// pendMax messages of one fingerprint is no longer joinable.
+func (t *msgTable) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
+	m.fp = append(m.fp[:0], fp...)
+	m.fpHash, m.pendFront, m.pendGen, m.pending = fh, front, t.gen, true
+	m.refs++
+	g := &t.cur
+	g.npend++
+	head := g.pend[fh]
+	if head == nil {
+		g.pend[fh] = m
+		return
+	}
+	n, last := 0, head
+	var oldest *msgEntry
+	for e := head; e != nil; e = e.pendNext {
+		if bytes.Equal(e.fp, fp) {
+			if oldest == nil {
+				oldest = e
+			}
+			n++
+		}
+		last = e
+	}
+	last.pendNext, m.pendPrev = m, last
+	if n+1 > pendMax {
+		t.unlinkPending(oldest)
+	}
+}
+
+// unlinkPending removes m from its generation's pending list and drops the
+// list's reference.
+func (t *msgTable) unlinkPending(m *msgEntry) {
+	if !m.pending {
+		return
+	}
+	if g := t.genOf(m.pendGen); g != nil {
+		if m.pendPrev != nil {
+			m.pendPrev.pendNext = m.pendNext
+		} else if m.pendNext != nil {
+			g.pend[m.fpHash] = m.pendNext
+		} else {
+			delete(g.pend, m.fpHash)
+		}
+		if m.pendNext != nil {
+			m.pendNext.pendPrev = m.pendPrev
+		}
+		g.npend--
+	}
+	m.pending, m.pendPrev, m.pendNext = false, nil, nil
+	t.unref(m)
 }
 
 // takePending removes and returns the oldest message of fingerprint fp
-// registered by front end front, or nil.
-func (t *msgTable) takePending(fp string, front int) *msgEntry {
-	for _, g := range []*msgGen{&t.old, &t.cur} {
-		p := g.pend[fp]
-		for i, m := range p {
-			if m.pendFront != front || m.pendFP == "" {
+// (hash fh) registered by front end front, or nil. The returned entry
+// carries no reference of the list: the caller stores it.
+func (t *msgTable) takePending(fp []byte, fh uint64, front int) *msgEntry {
+	for _, g := range [2]*msgGen{&t.old, &t.cur} {
+		for m := g.pend[fh]; m != nil; m = m.pendNext {
+			if m.pendFront != front || !bytes.Equal(m.fp, fp) {
 				continue
 			}
-			g.pend[fp] = append(p[:i:i], p[i+1:]...)
-			if len(g.pend[fp]) == 0 {
-				delete(g.pend, fp)
-			}
-			m.pendFP = ""
+			m.refs++ // kept across the unlink
+			t.unlinkPending(m)
+			m.refs--
 			return m
 		}
 	}
 	return nil
 }
 
-// unpend withdraws m from joining (it was refused: the other front end
-// never sees a refused message).
-func (t *msgTable) unpend(m *msgEntry) {
+// end gives back the entry of one request of its message (from get): a
+// refused message (refused set) is no longer joinable (the other front
+// end never sees it), and END-OF-MESSAGE (done set) forgets req's view of
+// it. A message still waiting for the other front end stays joinable
+// until its generation goes.
+func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
+	var buf [maxIDLen]byte
+	var id []byte
+	front := frontIndex(req.Stage)
+	if done {
+		id = appendID(buf[:0], req)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if m.pendFP == "" {
-		return
+	if refused {
+		t.unlinkPending(m)
 	}
-	for _, g := range []*msgGen{&t.cur, &t.old} {
-		p := g.pend[m.pendFP]
-		for i, e := range p {
-			if e == m {
-				g.pend[m.pendFP] = append(p[:i:i], p[i+1:]...)
-				if len(g.pend[m.pendFP]) == 0 {
-					delete(g.pend, m.pendFP)
-				}
+	if done {
+		h := t.hashID(front, id)
+		for _, g := range [2]*msgGen{&t.cur, &t.old} {
+			if o, ok := g.msgs[h]; ok && bytes.Equal(o.id[front], id) {
+				delete(g.msgs, h)
+				t.unref(o)
 			}
 		}
 	}
-	m.pendFP = ""
-}
-
-// done forgets req's view of its message (END-OF-MESSAGE). A message still
-// waiting for the other front end stays joinable until its generation goes.
-func (t *msgTable) done(req *Request) {
-	if req.Instance == "" {
-		return
-	}
-	k := msgKey(req)
-	t.mu.Lock()
-	delete(t.cur.msgs, k)
-	delete(t.old.msgs, k)
-	t.live.Store(int64(len(t.cur.msgs) + len(t.old.msgs)))
-	t.mu.Unlock()
+	t.unref(m)
 }
 
 // len returns the number of messages remembered.
