@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,6 +56,8 @@ type Engine struct {
 	msgs  msgTable
 	seen  stageCounts
 	rcpts RecipientSets // per = "addr" memory; nil: every recipient is new
+	// scratch holds *scratch values.
+	scratch sync.Pool
 }
 
 // NewEngine validates c and returns an Engine keeping rate state in st. The
@@ -68,6 +71,7 @@ func NewEngine(c Config, st Store) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{store: st}
+	e.scratch.New = func() any { return new(scratch) }
 	e.cfg.Store(cc)
 	return e, nil
 }
@@ -108,6 +112,14 @@ type probe struct {
 
 // maxStack bounds the stack size handled without allocation.
 const maxStack = 8
+
+// scratch is the per-evaluation memory that the store is handed (so it
+// would escape from a stack frame): reused through Engine.scratch.
+type scratch struct {
+	items [maxStack]StackItem
+	out   [maxStack]StackResult
+	upd   stackUpdate
+}
 
 // messageState reports whether protocol state s belongs to a mail
 // transaction (MAIL FROM to end of data).
@@ -184,8 +196,9 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 	connectSeen := e.seen.get(front, StateConnect) > 0
 
 	var pbuf [maxStack]probe
-	var ibuf [maxStack]StackItem
-	probes, items := pbuf[:0], ibuf[:0]
+	sc := e.scratch.Get().(*scratch)
+	defer e.scratch.Put(sc)
+	probes, items := pbuf[:0], sc.items[:0]
 	for i := range c.limits {
 		l := &c.limits[i]
 		if len(l.via) > 0 && !slices.Contains(l.via, req.Stage) {
@@ -222,16 +235,16 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 		refusedMsg, doneMsg = finish(m, req, d.Action)
 		return d
 	}
-	var obuf [maxStack]StackResult
-	out := obuf[:len(items)]
+	out := sc.out[:]
 	if len(items) > maxStack {
 		out = make([]StackResult, len(items))
 	}
+	out = out[:len(items)]
 	var err error
 	if se, ok := e.store.(StackEvaluator); ok {
 		err = se.EvaluateStack(ctx, now, items, refused, out)
 	} else {
-		err = EvaluateStack(ctx, e.store, now, items, refused, out)
+		err = evaluateStack(ctx, e.store, now, items, refused, out, &sc.upd)
 	}
 	if err != nil {
 		// Nothing was decided: fail open, and leave the message's

@@ -53,8 +53,10 @@ const msgGenSize = 1 << 15
 // joined by the other front end.
 const pendMax = 16
 
-// freeMax bounds the entries kept for reuse.
-const freeMax = 4096
+// freeMax bounds the entries kept for reuse: a generation's worth, as a
+// rotation frees up to that many (messages that waited to be joined in
+// vain) for the next generation.
+const freeMax = msgGenSize
 
 // frontIndex maps Request.Stage to 0 (policy delegation, the default) or 1
 // (milter).

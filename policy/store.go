@@ -92,6 +92,34 @@ type StackEvaluator interface {
 // conformance tests hold the Redis store to it). It returns an error only
 // when every item failed.
 func EvaluateStack(ctx context.Context, st Store, now time.Time, items []StackItem, refused bool, out []StackResult) error {
+	return evaluateStack(ctx, st, now, items, refused, out, new(stackUpdate))
+}
+
+// stackUpdate is the Store.Update function of one item of EvaluateStack:
+// the new state next if the stored state is still prev, else the request
+// re-applied to the stored state. fn is bound once (a reused stackUpdate
+// costs no allocation per Update).
+type stackUpdate struct {
+	rl         ratelimit.Limit
+	prev, next ratelimit.State
+	now        time.Time
+	cost       float64
+	admitted   bool
+	fn         func(ratelimit.State) (ratelimit.State, bool)
+}
+
+func (u *stackUpdate) apply(old ratelimit.State) (ratelimit.State, bool) {
+	if old == u.prev {
+		return u.next, true
+	}
+	return u.rl.Next(u.rl.Check(old, u.now, u.cost), u.admitted)
+}
+
+// evaluateStack is EvaluateStack with the caller's stackUpdate.
+func evaluateStack(ctx context.Context, st Store, now time.Time, items []StackItem, refused bool, out []StackResult, u *stackUpdate) error {
+	if u.fn == nil {
+		u.fn = u.apply
+	}
 	admitted := !refused
 	failed := 0
 	for i := range items {
@@ -119,13 +147,8 @@ func EvaluateStack(ctx context.Context, st Store, now time.Time, items []StackIt
 		if !store {
 			continue
 		}
-		rl, prev, cost := it.Params, out[i].Prev, it.Cost
-		err := st.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
-			if old == prev {
-				return next, true
-			}
-			return rl.Next(rl.Check(old, now, cost), admitted)
-		})
+		u.rl, u.prev, u.next, u.now, u.cost, u.admitted = it.Params, out[i].Prev, next, now, it.Cost, admitted
+		err := st.Update(ctx, it.Limit, it.Key, u.fn)
 		if err != nil {
 			out[i].Err = err
 			continue

@@ -57,20 +57,28 @@ const (
 type span struct{ off, n int32 }
 
 // A Decoder reads policy requests from a buffered reader, reusing its
-// buffers from one request to the next: decoding a request costs one
-// allocation (the backing store of all its string fields) once the buffers
-// have grown. Use one Decoder per connection. A Decoder is not safe for
-// concurrent use.
+// buffers from one request to the next. A string field equal to the same
+// field of the previous request (the client, the user, the instance of the
+// same message: every request of one message after its first, but for the
+// recipient) reuses that request's string; the other string fields share
+// one new backing array. So decoding costs at most one allocation once the
+// buffers have grown, and none for a request whose strings all repeat the
+// previous request's. Use one Decoder per connection. A Decoder is not safe
+// for concurrent use.
 //
-// The string fields of a decoded Request share one backing array. A consumer
-// that keeps one field for long (a map key, say) while discarding the rest
-// should copy it with strings.Clone to let the others be collected.
+// The string fields of a decoded Request are ordinary immutable strings.
+// Several fields may share a backing array: a consumer that keeps one field
+// for long (a map key, say) while discarding the rest should copy it with
+// strings.Clone to let the others be collected.
 type Decoder struct {
 	r     *bufio.Reader
 	long  []byte // reassembly of a line longer than r's buffer
 	vals  []byte // values of the current request's known attributes
+	fresh []byte // the values not found in prev
 	spans [nStringFields]span
 	seen  uint32
+	// prev holds the string fields of the previous request.
+	prev [nStringFields]string
 }
 
 // NewDecoder returns a Decoder reading from r. For the allocation figures
@@ -232,17 +240,40 @@ func (d *Decoder) Decode(req *policy.Request) error {
 		Size:           size,
 		Stage:          StagePolicy,
 	}
-	if len(d.vals) == 0 {
-		return nil
-	}
-	s := string(d.vals) // the request's one allocation
-	get := func(f int) string {
+	// Fields equal to the previous request's keep its strings; the others
+	// are cut from one new string (the request's one allocation, if any).
+	var changed uint32
+	d.fresh = d.fresh[:0]
+	for f := range nStringFields {
 		if d.seen&(1<<f) == 0 {
-			return ""
+			continue
 		}
 		sp := d.spans[f]
-		return s[sp.off : sp.off+sp.n]
+		v := d.vals[sp.off : sp.off+sp.n]
+		if string(v) == d.prev[f] {
+			continue
+		}
+		changed |= 1 << f
+		d.spans[f].off = int32(len(d.fresh))
+		d.fresh = append(d.fresh, v...)
 	}
+	var s string
+	if len(d.fresh) > 0 {
+		s = string(d.fresh)
+	}
+	if cap(d.fresh) > keep {
+		d.fresh = nil
+	}
+	for f := range nStringFields {
+		switch {
+		case d.seen&(1<<f) == 0:
+			d.prev[f] = ""
+		case changed&(1<<f) != 0:
+			sp := d.spans[f]
+			d.prev[f] = s[sp.off : sp.off+sp.n]
+		}
+	}
+	get := func(f int) string { return d.prev[f] }
 	req.ProtocolState = get(fProtocolState)
 	req.ProtocolName = get(fProtocolName)
 	req.HeloName = get(fHeloName)

@@ -272,8 +272,45 @@ func TestDecodeErrors(t *testing.T) {
 	}
 }
 
-// TestDecodeAllocs pins the allocation budget of the hot path: one
-// allocation per request once the Decoder's buffers have grown.
+// A Decoder that reuses the previous request's strings decodes every
+// request of a stream exactly as a fresh Decoder would, whether its fields
+// repeat, change, vanish or come back.
+func TestDecodeReusesPreviousStrings(t *testing.T) {
+	a := policy.Request{ProtocolState: policy.StateRcpt, ProtocolName: "ESMTP", HeloName: "mx.example.org",
+		Sender: "alice@example.org", Recipient: "bob@example.net", RecipientCount: 0, ClientAddress: "192.0.2.7",
+		ClientName: "mx.example.org", Instance: "1a2b.3c4d.0", SASLMethod: "PLAIN", SASLUsername: "alice", Stage: StagePolicy}
+	b := a
+	b.Recipient = "carol@example.net" // a second RCPT
+	c := b
+	c.ProtocolState, c.QueueID, c.Recipient, c.RecipientCount, c.Size = policy.StateEndOfMessage, "4F3A2B1C", "", 2, 1234
+	d := a
+	d.Instance, d.Sender, d.SASLUsername, d.SASLMethod = "1a2b.3c4d.1", "", "", "" // next message, not authenticated
+	e := d
+	e.Sender, e.HeloName = "ALICE@example.org", "mx.example.org" // a value back, another case
+	seq := []policy.Request{a, b, c, d, e, e, a, {ProtocolState: policy.StateRcpt, Stage: StagePolicy}, a}
+	var in []byte
+	for i := range seq {
+		if seq[i].Instance == "" { // attributes absent, not empty
+			in = append(in, "request=smtpd_access_policy\nprotocol_state=RCPT\n\n"...)
+			continue
+		}
+		in = append(in, encodeRequest(&seq[i])...)
+	}
+	dec := NewDecoder(bufio.NewReaderSize(bytes.NewReader(in), 16))
+	for i, want := range seq {
+		var got policy.Request
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if got != want {
+			t.Fatalf("request %d:\n got %+v\nwant %+v", i, got, want)
+		}
+	}
+}
+
+// TestDecodeAllocs pins the allocation budget of the hot path: none for a
+// request whose strings repeat the previous request's, at most one per
+// request, once the Decoder's buffers have grown.
 func TestDecodeAllocs(t *testing.T) {
 	in := transcript(t, "rcpt.txt")
 	r := bytes.NewReader(in)
@@ -282,6 +319,23 @@ func TestDecodeAllocs(t *testing.T) {
 	var req policy.Request
 	allocs := testing.AllocsPerRun(100, func() {
 		r.Reset(in)
+		br.Reset(r)
+		if err := dec.Decode(&req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Decode of a repeated request: %v allocations, want 0", allocs)
+	}
+	other := transcript(t, "eom.txt")
+	n := 0
+	allocs = testing.AllocsPerRun(100, func() {
+		n++
+		cur := in
+		if n%2 == 0 {
+			cur = other
+		}
+		r.Reset(cur)
 		br.Reset(r)
 		if err := dec.Decode(&req); err != nil {
 			t.Fatal(err)
