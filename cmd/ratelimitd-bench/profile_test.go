@@ -109,60 +109,89 @@ func writeHeapProfile(b *testing.B, path string) {
 // path without the socket: decode (mta/postfix.Decoder, reused as on a
 // connection), decide (policy.Engine.Decide with the default limit stack
 // over the persistent store, as cmd/ratelimitd wires it; the write-behind
-// flush runs every second) and the reply (mta/postfix.WriteReply into a
-// reused buffered writer). Each message is one RCPT and one
-// END-OF-MESSAGE request of a user taken round robin from 100,000.
+// flush runs every second in the background) and the reply
+// (mta/postfix.WriteReply into a reused buffered writer). Each message is
+// one RCPT and one END-OF-MESSAGE request, with a new instance and queue
+// ID, of a user taken round robin from 100,000.
 //
-// Sub-benchmarks: "message" sends a new message (new instance, queue ID,
-// user) for every RCPT + END-OF-MESSAGE pair, as the load generator does;
-// "same-message" repeats one message's requests (an END-OF-MESSAGE after
-// many RCPTs of one transaction), where every string of the request is the
-// connection's previous one.
+// "decide+reply" starts from decoded requests; "decode+decide+reply"
+// decodes each. allocs/req counts every allocation of the process during
+// the run divided by the requests, background flushes included, with
+// decimals (allocs/op rounds down).
 func BenchmarkRequestPath(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		same bool
-	}{{"message", false}, {"same-message", true}} {
-		b.Run(bc.name, func(b *testing.B) {
+	const users = 100_000
+	for _, decode := range []bool{false, true} {
+		name := "decide+reply"
+		if decode {
+			name = "decode+decide+reply"
+		}
+		b.Run(name, func(b *testing.B) {
 			engine, _, stop := newInProcessEngine(b)
 			defer stop()
-			const users = 100_000
 			m := newMessage(1, 1)
 			in := bytes.NewReader(nil)
 			br := bufio.NewReader(in)
 			dec := postfix.NewDecoder(br)
 			bw := bufio.NewWriterSize(io.Discard, postfix.MaxReplyLen+2)
 			ctx := context.Background()
+			decodeReq := func(raw []byte, req *policy.Request) {
+				in.Reset(raw)
+				br.Reset(in)
+				if err := dec.Decode(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// Without decoding: 4096 messages decoded up front, each
+			// sent again (a new message: its END-OF-MESSAGE forgot it)
+			// by another user every 4096 messages.
+			var pre [][2]policy.Request
+			if !decode {
+				pre = make([][2]policy.Request, 4096)
+				for i := range pre {
+					m.next(i, uint64(i))
+					decodeReq(m.rcpt.b, &pre[i][0])
+					decodeReq(m.eom.b, &pre[i][1])
+				}
+			}
 			var req policy.Request
 			now := time.Now()
 			seq := uint64(0)
 			step := func(i int) {
-				reqBytes := m.rcpt.b
-				if i%2 == 1 {
-					reqBytes = m.eom.b
-				} else if !bc.same {
+				var r *policy.Request
+				switch {
+				case decode && i%2 == 0:
 					seq++
 					m.next(int(seq%users), seq)
+					decodeReq(m.rcpt.b, &req)
+					r = &req
+				case decode:
+					decodeReq(m.eom.b, &req)
+					r = &req
+				default:
+					p := &pre[(i/2)%len(pre)][i%2]
+					r = p
 				}
-				in.Reset(reqBytes)
-				br.Reset(in)
-				if err := dec.Decode(&req); err != nil {
-					b.Fatal(err)
-				}
-				d := engine.Decide(ctx, now, &req)
-				if err := postfix.WriteReply(bw, d, req.ProtocolState); err != nil {
+				d := engine.Decide(ctx, now, r)
+				if err := postfix.WriteReply(bw, d, r.ProtocolState); err != nil {
 					b.Fatal(err)
 				}
 			}
-			m.next(0, 0)
-			for i := range 4 * users { // every user's state exists
+			for i := range 4 * users {
 				step(i)
 			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			mallocs := ms.Mallocs
 			b.ReportAllocs()
 			b.ResetTimer()
+			n := 0
 			for i := 0; b.Loop(); i++ {
 				step(i)
+				n++
 			}
+			b.StopTimer()
+			runtime.ReadMemStats(&ms)
+			b.ReportMetric(float64(ms.Mallocs-mallocs)/float64(n), "allocs/req")
 		})
 	}
 }

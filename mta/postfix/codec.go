@@ -253,6 +253,10 @@ func (d *Decoder) Decode(req *policy.Request) error {
 		if string(v) == d.prev[f] {
 			continue
 		}
+		if c, ok := constant(f, v); ok {
+			d.prev[f] = c
+			continue
+		}
 		changed |= 1 << f
 		d.spans[f].off = int32(len(d.fresh))
 		d.fresh = append(d.fresh, v...)
@@ -288,6 +292,34 @@ func (d *Decoder) Decode(req *policy.Request) error {
 	req.SASLUsername = get(fSASLUsername)
 	req.SASLSender = get(fSASLSender)
 	return nil
+}
+
+// knownStates are the protocol_state values decoded without allocating.
+var knownStates = [...]string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
+	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
+
+// constant returns the constant string equal to v for field f, if there is
+// one (empty, a protocol_state, protocol_name SMTP or ESMTP).
+func constant(f int, v []byte) (string, bool) {
+	if len(v) == 0 {
+		return "", true
+	}
+	switch f {
+	case fProtocolState:
+		for _, s := range knownStates {
+			if string(v) == s {
+				return s, true
+			}
+		}
+	case fProtocolName:
+		switch string(v) {
+		case "ESMTP":
+			return "ESMTP", true
+		case "SMTP":
+			return "SMTP", true
+		}
+	}
+	return "", false
 }
 
 // readLine returns the next line without its "\n" or "\r\n" terminator. The

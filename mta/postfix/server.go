@@ -2,6 +2,7 @@ package postfix
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,9 @@ const (
 //
 // Decide is called concurrently from the connection goroutines, so it must
 // be safe for concurrent use. ctx carries the request's deadline (its first
-// byte plus Server.RequestTimeout) and is cancelled by Server.Close; Decide
+// byte plus Server.RequestTimeout, up to a tenth of that, at most a second,
+// earlier: a connection's requests within a second share one context) and
+// is cancelled by Server.Close; Decide
 // should return a fail-open Pass with Decision.Fault set when it cannot
 // decide in time. The Server reuses *req for the connection's next request:
 // keep a copy or its strings, not the pointer. A panic in Decide is
@@ -124,12 +127,14 @@ type Server struct {
 	// Metrics, if non-nil, receives the server's counts.
 	Metrics Metrics
 	// IdleTimeout is how long a connection may wait for the first byte
-	// of its next request before the server closes it. Zero means
-	// DefaultIdleTimeout (330 s).
+	// of its next request before the server closes it (up to a tenth of
+	// it, at most a second, less: deadlines are renewed about once a
+	// second, not per request). Zero means DefaultIdleTimeout (330 s).
 	IdleTimeout time.Duration
 	// RequestTimeout bounds one request from its first byte: reading the
 	// rest of it, Decide (through the ctx deadline) and, separately, the
-	// write of the reply. Zero means DefaultRequestTimeout (10 s).
+	// write of the reply, each to within a tenth of it (at most a second)
+	// less. Zero means DefaultRequestTimeout (10 s).
 	RequestTimeout time.Duration
 	// AllowedNetworks lists the client networks a TCP connection may
 	// come from; a connection from elsewhere is closed before anything
@@ -257,8 +262,10 @@ func (s *Server) serveConn(c *conn) {
 	idle, reqTimeout := s.idleTimeout(), s.requestTimeout()
 	var req policy.Request
 	tracker := messageTracker{conn: c.id}
+	dl := deadlines{idle: idle, request: reqTimeout}
+	defer dl.release()
 	for n := 0; ; n++ {
-		c.rwc.SetReadDeadline(time.Now().Add(idle))
+		dl.waitRequest(c.rwc, time.Now())
 		if _, err := br.Peek(1); err != nil {
 			switch {
 			case err == io.EOF:
@@ -276,8 +283,7 @@ func (s *Server) serveConn(c *conn) {
 			return
 		}
 		start := time.Now()
-		deadline := start.Add(reqTimeout)
-		c.rwc.SetReadDeadline(deadline)
+		ctx := dl.readRequest(c.rwc, br, start, s.life.BaseContext())
 		if err := dec.Decode(&req); err != nil {
 			reason := badInputReason(err)
 			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", n)
@@ -286,9 +292,9 @@ func (s *Server) serveConn(c *conn) {
 		}
 
 		tracker.fill(&req)
-		d := s.decide(c, &req, deadline)
+		d := s.decide(c, &req, ctx)
 
-		c.rwc.SetWriteDeadline(time.Now().Add(reqTimeout))
+		dl.writeReply(c.rwc, time.Now())
 		if err := WriteReply(bw, d, req.ProtocolState); err != nil {
 			c.log.Info("write error", "err", err)
 			return
@@ -300,10 +306,83 @@ func (s *Server) serveConn(c *conn) {
 	}
 }
 
+// deadlines sets a connection's read and write deadlines and the context of
+// its requests without a timer per request: a deadline is moved only when
+// it is more than a tenth of its timeout (at most a second) short of where
+// a new one would be, so a connection busy with many requests a second
+// renews each about once a second. A timeout therefore ends between 0.9 and
+// 1.0 times its configured length (at most a second early). The read
+// deadline of a request already wholly received is not set at all: its
+// decoding does not read from the connection.
+type deadlines struct {
+	idle, request time.Duration
+	read          time.Time // the read deadline set
+	readIdle      bool      // read is an idle deadline (else a request's)
+	write         time.Time // the write deadline set
+	ctx           context.Context
+	ctxDeadline   time.Time
+	cancel        context.CancelFunc
+}
+
+// slack is how far a deadline for timeout d may fall short.
+func slack(d time.Duration) time.Duration { return min(d/10, time.Second) }
+
+// waitRequest makes the connection wait at most the idle timeout for the
+// first byte of the next request.
+func (dl *deadlines) waitRequest(rwc net.Conn, now time.Time) {
+	want := now.Add(dl.idle)
+	if dl.readIdle && dl.read.After(want.Add(-slack(dl.idle))) {
+		return
+	}
+	dl.read, dl.readIdle = want, true
+	rwc.SetReadDeadline(want)
+}
+
+// readRequest bounds the reading of the request whose first byte arrived
+// at start, unless it is wholly buffered in br, and returns the context of
+// its decision: a child of base ending at about start + the request
+// timeout.
+func (dl *deadlines) readRequest(rwc net.Conn, br *bufio.Reader, start time.Time, base context.Context) context.Context {
+	want := start.Add(dl.request)
+	if !requestBuffered(br) {
+		dl.read, dl.readIdle = want, false
+		rwc.SetReadDeadline(want)
+	}
+	if dl.ctx == nil || dl.ctx.Err() != nil || dl.ctxDeadline.Before(want.Add(-slack(dl.request))) {
+		dl.release()
+		dl.ctx, dl.cancel = context.WithDeadline(base, want)
+		dl.ctxDeadline = want
+	}
+	return dl.ctx
+}
+
+// writeReply bounds the write of a reply starting now.
+func (dl *deadlines) writeReply(rwc net.Conn, now time.Time) {
+	want := now.Add(dl.request)
+	if dl.write.After(want.Add(-slack(dl.request))) {
+		return
+	}
+	dl.write = want
+	rwc.SetWriteDeadline(want)
+}
+
+// release cancels the requests' context.
+func (dl *deadlines) release() {
+	if dl.cancel != nil {
+		dl.cancel()
+		dl.ctx, dl.cancel = nil, nil
+	}
+}
+
+// requestBuffered reports whether br holds a whole request: an empty line
+// ("\n\n" or "\n\r\n") among its buffered bytes.
+func requestBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
+
 // decide calls the Decider, recovers a panic, and logs the decision.
-func (s *Server) decide(c *conn, req *policy.Request, deadline time.Time) (d policy.Decision) {
-	ctx, cancel := context.WithDeadline(s.life.BaseContext(), deadline)
-	defer cancel()
+func (s *Server) decide(c *conn, req *policy.Request, ctx context.Context) (d policy.Decision) {
 	panicked := false
 	func() {
 		defer func() {

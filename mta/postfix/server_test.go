@@ -695,6 +695,56 @@ func TestServerDecideDeadline(t *testing.T) {
 	}
 }
 
+// A connection's requests share a Decide context only while it is fresh:
+// a request after a pause gets a deadline a whole RequestTimeout (less the
+// documented tenth) from its first byte, not what was left of an earlier
+// request's; and a request sent in two pieces is still answered.
+func TestServerDeadlinesRenewed(t *testing.T) {
+	const timeout = 2 * time.Second
+	var mu sync.Mutex
+	var deadlines []time.Time
+	dec := DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			t.Error("Decide ctx without deadline")
+		}
+		mu.Lock()
+		deadlines = append(deadlines, dl)
+		mu.Unlock()
+		return policy.Decision{}
+	})
+	ts := startServer(t, &Server{Decider: dec, RequestTimeout: timeout}, nil)
+	c := ts.dial(t)
+	for range 5 {
+		if got := c.ask(t, request("alice")); got != "action=DUNNO" {
+			t.Fatal(got)
+		}
+	}
+	time.Sleep(timeout / 2)
+	sent := time.Now()
+	if got := c.ask(t, request("alice")); got != "action=DUNNO" {
+		t.Fatal(got)
+	}
+	// In two pieces: the rest of the request comes after its first byte.
+	req := request("bob")
+	if _, err := c.Write(req[:10]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := c.ask(t, req[10:]); got != "action=DUNNO" {
+		t.Fatal(got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(deadlines) != 7 {
+		t.Fatalf("%d decisions", len(deadlines))
+	}
+	if min := sent.Add(timeout - timeout/10); deadlines[5].Before(min) {
+		t.Fatalf("request after a pause: deadline %s, want at least %s (first byte + 0.9 RequestTimeout)",
+			deadlines[5].Format(time.StampMicro), min.Format(time.StampMicro))
+	}
+}
+
 func mustListen(t *testing.T) net.Listener {
 	t.Helper()
 	l, err := ListenTCP("127.0.0.1:0")
