@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -407,5 +408,31 @@ func TestStoreErrorInOneLimitKeepsOthersVerdict(t *testing.T) {
 	}
 	if !errors.Is(d.Fault, store.ErrKeyTooLong) {
 		t.Fatalf("fault %v, want the broken limit's error reported", d.Fault)
+	}
+}
+
+// Decide gives Evaluate's verdicts, counts and bookkeeping, without the
+// Measures: two engines fed the same messages (RCPT then END-OF-MESSAGE,
+// past the hourly limit) agree request by request.
+func TestDecideIsEvaluateWithoutMeasures(t *testing.T) {
+	ev, de := newEngine(t, hourlyDaily()), newEngine(t, hourlyDaily())
+	ctx := context.Background()
+	for i := range 205 {
+		for _, state := range []string{policy.StateRcpt, policy.StateEndOfMessage} {
+			r := eom("ann")
+			r.ProtocolState, r.Instance = state, fmt.Sprintf("m%d", i)
+			a := ev.Evaluate(ctx, t0, r)
+			b := de.Decide(ctx, t0, r)
+			if (state == policy.StateRcpt && len(a.Measures) != 2) || b.Measures != nil {
+				t.Fatalf("message %d %s: Evaluate %d measures, Decide %d", i, state, len(a.Measures), len(b.Measures))
+			}
+			a.Measures = nil
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("message %d %s:\nEvaluate %+v\nDecide   %+v", i, state, a, b)
+			}
+		}
+	}
+	if d := de.Decide(ctx, t0, eom("ann")); d.Action != policy.Defer {
+		t.Fatalf("after 205 messages: %v, want defer", d.Action)
 	}
 }

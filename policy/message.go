@@ -437,3 +437,17 @@ func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
 
 // len returns the number of messages remembered.
 func (t *msgTable) len() int { return int(t.live.Load()) }
+
+// entryBytes is about what one remembered message costs in memory: the
+// entry, its charges for two limits, its key and fingerprint bytes, and
+// its share of the generation maps.
+const entryBytes = 512
+
+// footprint estimates the table's memory in bytes: its entries in use and
+// kept for reuse.
+func (t *msgTable) footprint() int64 {
+	t.mu.Lock()
+	n := t.inUse + len(t.free)
+	t.mu.Unlock()
+	return int64(n) * entryBytes
+}

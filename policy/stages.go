@@ -69,6 +69,12 @@ func (e *Engine) Stages() []StageCount {
 // has charged them, their verdict) is remembered; it is bounded.
 func (e *Engine) InFlight() int { return e.msgs.len() }
 
+// Footprint estimates the memory of the engine's per-message bookkeeping,
+// in bytes (bounded: two generations of 32,768 messages and as many kept
+// for reuse, about 50 MiB at most). The daemon adds it to the rate store's
+// when it sets the Go memory limit. Safe for concurrent use.
+func (e *Engine) Footprint() int64 { return e.msgs.footprint() }
+
 // Advice returns plain-word warnings about limits that cannot count as
 // configured: from the configuration alone, and, once requests have been
 // seen, from the stages the MTA actually asks at. Each names the Postfix

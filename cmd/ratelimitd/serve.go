@@ -51,8 +51,8 @@ server.flush_interval (1s): a crash loses at most that much counting, a
 restart or upgrade forgives nobody.
 
 Memory: unless GOMEMLIMIT is set, the Go soft memory limit follows the
-rate store's size (plus 32 MiB, at least 128 MiB), so garbage is collected
-before the heap doubles.
+rate store's size and the per-message bookkeeping's (plus 32 MiB, at least
+128 MiB), so garbage is collected before the heap doubles.
 
 Signals: SIGHUP reloads the configuration file (an invalid file is
 refused, logged, and the running configuration kept; listener changes need
@@ -451,12 +451,14 @@ func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 }
 
 // startMemoryLimit keeps the Go heap near what the rate store needs: every
-// second the soft memory limit is set to the store's footprint plus 32 MiB
-// (at least 128 MiB), so garbage from flushes is collected before the heap
-// doubles (GOGC's default). Setting GOMEMLIMIT in the environment turns
-// this off.
+// second the soft memory limit is set to the store's footprint plus the
+// engine's per-message bookkeeping plus 32 MiB (at least 128 MiB), so
+// garbage from flushes is collected before the heap doubles (GOGC's
+// default), while the limit stays above the live heap (below it the
+// collector runs back to back). Setting GOMEMLIMIT in the environment
+// turns this off.
 func (d *daemon) startMemoryLimit() {
-	set := func() { debug.SetMemoryLimit(max(d.mem.Footprint()+32<<20, 128<<20)) }
+	set := func() { debug.SetMemoryLimit(max(d.mem.Footprint()+d.engine.Footprint()+32<<20, 128<<20)) }
 	set()
 	stop := make(chan struct{})
 	d.stopMemLimit = func() { close(stop) }
