@@ -41,9 +41,16 @@ func FuzzReadRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		// A small reader buffer exercises the long-line reassembly.
 		dec := NewDecoder(bufio.NewReaderSize(bytes.NewReader(in), 16))
+		// fresh decodes the same stream without reusing the previous
+		// request's strings: the reuse must not change a request.
+		fresh := NewDecoder(bufio.NewReaderSize(bytes.NewReader(in), 16))
 		for range 4 {
-			var req policy.Request
+			var req, want policy.Request
 			err := dec.Decode(&req)
+			fresh.prev = [nStringFields]string{}
+			if ferr := fresh.Decode(&want); (ferr == nil) != (err == nil) || (err == nil && req != want) {
+				t.Fatalf("with reuse %+v (%v), without %+v (%v)", req, err, want, ferr)
+			}
 			if err != nil {
 				if !documented(err) {
 					t.Fatalf("undocumented error %T: %v", err, err)

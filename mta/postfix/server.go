@@ -374,11 +374,13 @@ func (dl *deadlines) release() {
 	}
 }
 
-// requestBuffered reports whether br holds a whole request: an empty line
-// ("\n\n" or "\n\r\n") among its buffered bytes.
+// requestBuffered reports whether br's buffered bytes end with a whole
+// request: an empty line ("\n\n" or "\n\r\n") at their end, as when an
+// MTA has written one request and waits for its reply. (A client that
+// sends more at once gets the read deadline set: correct, only slower.)
 func requestBuffered(br *bufio.Reader) bool {
 	b, _ := br.Peek(br.Buffered())
-	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+	return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n"))
 }
 
 // decide calls the Decider, recovers a panic, and logs the decision.

@@ -836,3 +836,21 @@ func ExampleServer() {
 	// action=DUNNO
 	// action=450 4.7.1 Sending rate exceeded
 }
+
+// requestBuffered finds a whole request at the end of what was read, and
+// nothing else.
+func TestRequestBuffered(t *testing.T) {
+	for in, want := range map[string]bool{
+		"":                                    false,
+		"request=smtpd_access_policy\n":       false,
+		"request=smtpd_access_policy\n\n":     true,
+		"request=smtpd_access_policy\r\n\r\n": true,
+		"a=b\n\nc=d\n":                        false, // the second request is not whole
+	} {
+		br := bufio.NewReader(strings.NewReader(in))
+		br.Peek(1)
+		if got := requestBuffered(br); got != want {
+			t.Errorf("%q: %v, want %v", in, got, want)
+		}
+	}
+}
