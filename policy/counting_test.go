@@ -532,3 +532,19 @@ func TestCountingRandomInterleavings(t *testing.T) {
 		}
 	}
 }
+
+// With policy delegation alone, messages stop waiting to be joined by a
+// milter once the warm-up is over: a Postfix that asks at RCPT and
+// END-OF-MESSAGE keeps almost nothing per message.
+func TestCountingPolicyOnlyKeepsNoWaitingMessages(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "mails", Key: []string{"sasl_username"}, Limit: 1e9, Period: policy.Duration(time.Hour)},
+	}}
+	e := newEngine(t, c)
+	for i := range 40_000 {
+		msg{user: fmt.Sprintf("u%d", i%500), inst: fmt.Sprintf("p%d", i), rcpts: 1}.send(e, t0, true, true)
+	}
+	if n := e.InFlight(); n > 4096 {
+		t.Fatalf("%d messages remembered after 40,000 finished ones, want at most the warm-up's", n)
+	}
+}

@@ -175,7 +175,7 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 	var m *msgEntry
 	var refusedMsg, doneMsg bool // set by finish
 	if inMessage {
-		if m = e.msgs.get(req); m != nil {
+		if m = e.msgs.get(req, e.seen.joinable(front)); m != nil {
 			m.mu.Lock()
 			defer func() {
 				m.mu.Unlock()

@@ -216,7 +216,10 @@ func (t *msgTable) hashID(front int, id []byte) uint64 {
 // the other front end's view of the same message, if one waits) when it is
 // new. It returns nil for a request without an instance: such a request is
 // a message of its own. A non-nil entry must be given back with end.
-func (t *msgTable) get(req *Request) *msgEntry {
+// joinable reports that the other front end has asked about messages since
+// start: only then can a new message be joined to it or wait for it (a
+// Postfix with policy delegation alone keeps no waiting messages).
+func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	if req.Instance == "" {
 		return nil
 	}
@@ -235,6 +238,13 @@ func (t *msgTable) get(req *Request) *msgEntry {
 		m.refs++ // this request, first: put may rotate
 		delete(t.old.msgs, h)
 		m.refs-- // the old slot, replaced by put's
+		t.put(h, m)
+		return m
+	}
+	if !joinable {
+		m := t.alloc()
+		m.refs++ // this request
+		m.id[front] = append(m.id[front][:0], id...)
 		t.put(h, m)
 		return m
 	}

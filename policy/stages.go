@@ -38,6 +38,29 @@ func (s *stageCounts) get(front int, state string) uint64 {
 	return 0
 }
 
+// messageRequests returns the number of requests front end front has sent
+// about mail transactions (MAIL, RCPT, DATA, END-OF-MESSAGE).
+func (s *stageCounts) messageRequests(front int) uint64 {
+	var n uint64
+	for _, st := range [...]string{StateRcpt, StateEndOfMessage, StateMail, StateData} {
+		n += s.get(front, st)
+	}
+	return n
+}
+
+// joinWarmUp is how many message requests a front end sends after start
+// before its messages stop waiting to be joined by a front end that has
+// not asked anything yet: a Postfix with both front ends shows the milter
+// at its first message, one with policy delegation alone then stops
+// keeping waiting messages (memory and time).
+const joinWarmUp = 4096
+
+// joinable reports whether a new message of front end front may wait for,
+// or be joined by, the other front end's view of it.
+func (s *stageCounts) joinable(front int) bool {
+	return s.messageRequests(1-front) > 0 || s.messageRequests(front) < joinWarmUp
+}
+
 // StageCount is how many requests one front end has sent at one protocol
 // state since the daemon started.
 type StageCount struct {
