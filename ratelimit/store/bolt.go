@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -284,6 +285,7 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persisten
 	if opts.Retention <= 0 {
 		opts.Retention = DefaultRetention
 	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			p, err = nil, fmt.Errorf("%w: %s: %v", ErrDamaged, db.Path(), r)
@@ -779,8 +781,10 @@ func (p *Persistent) flushLocked() error {
 }
 
 // update runs fn in a read-write transaction, turning a panic of BoltDB
-// (on a damaged page) into an error wrapping ErrDamaged.
+// (on a damaged page), or a fault on its mapping, into an error wrapping
+// ErrDamaged.
 func (p *Persistent) update(fn func(*bbolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %s: %v", ErrDamaged, p.db.Path(), r)
@@ -791,6 +795,7 @@ func (p *Persistent) update(fn func(*bbolt.Tx) error) (err error) {
 
 // view is update's read-only counterpart.
 func (p *Persistent) view(fn func(*bbolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %s: %v", ErrDamaged, p.db.Path(), r)

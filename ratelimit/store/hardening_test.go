@@ -17,6 +17,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/ratelimitd/ratelimitd/internal/boltcorrupt"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
@@ -393,33 +394,14 @@ func TestPersistentZeroedPages(t *testing.T) {
 	}
 }
 
-// zeroDataPages zeroes every page of a BoltDB file but the two meta pages
-// and the free list (whose damage bbolt.Open itself panics on): the pages
-// of the buckets.
+// zeroDataPages zeroes the bucket pages of the BoltDB file at path.
 func zeroDataPages(t testing.TB, path string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := os.Getpagesize()
-	// The meta of the latest transaction: page header (16 bytes), then
-	// magic, version, page size, flags (4 bytes each), the root bucket
-	// (16), the free list's page id (8), the high water mark (8), txid (8).
-	meta := func(i int) (freelist, txid uint64) {
-		m := b[i*ps+16:]
-		return binary.LittleEndian.Uint64(m[32:]), binary.LittleEndian.Uint64(m[48:])
-	}
-	fl, tx0 := meta(0)
-	if fl1, tx1 := meta(1); tx1 > tx0 {
-		fl = fl1
-	}
-	overflow := uint64(binary.LittleEndian.Uint32(b[int(fl)*ps+12:]))
-	for pg := uint64(2); pg < uint64(len(b)/ps); pg++ {
-		if pg < fl || pg > fl+overflow {
-			clear(b[int(pg)*ps : int(pg+1)*ps])
-		}
-	}
+	boltcorrupt.ZeroBucketPages(b)
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
