@@ -53,6 +53,11 @@ func openStateDB(path string, readOnly bool) (db *bolt.DB, err error) {
 		return nil, damaged(path, "the file is empty (0 bytes)")
 	case errors.Is(err, fs.ErrNotExist) && readOnly:
 		return nil, errNoStateFile
+	case err == nil:
+		// BoltDB trusts page references: a cycle would hang or crash it.
+		if err := store.CheckPages(path); err != nil {
+			return nil, damaged(path, err)
+		}
 	}
 	db, err = boltOpen(path, readOnly)
 	switch {
@@ -264,6 +269,11 @@ func stateCheck(w io.Writer, f *config.File) (err error) {
 		fmt.Fprintln(w, "DAMAGED: the file is empty (0 bytes)")
 		return damaged(path, "the file is empty (0 bytes)")
 	}
+	if err := store.CheckPages(path); err != nil {
+		fmt.Fprintf(w, "DAMAGED: page structure: %v\n", err)
+		return damaged(path, err)
+	}
+	fmt.Fprintln(w, "page structure: ok")
 	db, err := boltOpen(path, true)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("%s is locked by another process (is ratelimitd running? stop it first)", path)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/boltcorrupt"
 	"github.com/ratelimitd/ratelimitd/ratelimit/store"
@@ -209,6 +211,21 @@ func TestDamagedStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := f.Server.DBPath()
+	// A bucket large enough for branch pages, whatever the journal holds.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("scratch"))
+		for i := 0; err == nil && i < 2000; i++ {
+			err = b.Put(fmt.Appendf(nil, "key%05d", i), []byte("value"))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
 	image, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -230,6 +247,12 @@ func TestDamagedStateFile(t *testing.T) {
 			return b
 		},
 		"zeroed pages": func(b []byte) []byte { clear(b[2*ps:]); return b },
+		"cycle": func(b []byte) []byte {
+			if !boltcorrupt.SelfReference(b) {
+				t.Fatal("no branch page")
+			}
+			return b
+		},
 		"zeroed bucket pages": func(b []byte) []byte {
 			boltcorrupt.ZeroBucketPages(b)
 			return b

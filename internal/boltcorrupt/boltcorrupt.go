@@ -35,3 +35,20 @@ func ZeroBucketPages(b []byte) {
 		}
 	}
 }
+
+// SelfReference makes the first branch page of the BoltDB file image b
+// refer to itself as its first child, the cycle a cursor descends forever,
+// and reports whether b has a branch page.
+func SelfReference(b []byte) bool {
+	ps := os.Getpagesize()
+	for pg := 2; pg < len(b)/ps; pg++ {
+		// Page header: id (8), flags (2; branch 0x01), count (2),
+		// overflow (4); then branch elements: pos (4), ksize (4), pgid (8).
+		p := b[pg*ps:]
+		if binary.LittleEndian.Uint64(p) == uint64(pg) && binary.LittleEndian.Uint16(p[8:]) == 0x01 {
+			binary.LittleEndian.PutUint64(p[16+8:], uint64(pg))
+			return true
+		}
+	}
+	return false
+}
