@@ -31,6 +31,8 @@ import (
 //	  <limit name>            one nested bucket per limit, named as in [[limit]]
 //	    <key> -> 16 bytes     Time (Unix ns, int64) then Rate (IEEE 754
 //	                          float64 bits), both big-endian
+//	ratemeta                  top-level bucket: each limit's parameters
+//	                          (see meta.go)
 //	ratejournal               top-level bucket: the journal
 //	  <seq> -> record         seq a big-endian uint64 (NextSequence); each
 //	                          flush appends one record, or several of about
