@@ -302,9 +302,6 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persisten
 	if err := p.restore(); err != nil {
 		return nil, err
 	}
-	if opts.Limits != nil {
-		mem.SetProtect(p.protected)
-	}
 	p.release()
 	return p, nil
 }
@@ -485,6 +482,11 @@ func (p *Persistent) restore() error {
 		params[name] = l
 	}
 	p.params.Store(&params)
+	if p.opts.Limits != nil {
+		// Before the states are loaded: a restore into a smaller
+		// max_keys evicts no offender either.
+		p.mem.SetProtect(p.protected)
+	}
 	var bad []string // limits beyond MaxLimits with a snapshot bucket
 	if err := p.db.View(func(tx *bbolt.Tx) error {
 		var err error
