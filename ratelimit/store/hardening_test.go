@@ -657,3 +657,30 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// BenchmarkReconfigureConvert measures a reload from exponential to gcra
+// over 100,000 states, half of them refused (each of which takes a
+// bisection): every request waits for it.
+func BenchmarkReconfigureConvert(b *testing.B) {
+	db, _ := openDB(b, filepath.Join(b.TempDir(), "ratelimitd.db"))
+	now := func() time.Time { return t0.Add(time.Minute) }
+	exp := map[string]ratelimit.Limit{"hourly": hourlyExp}
+	p := newPersistent(b, db, MemoryOptions{}, PersistOptions{Limits: exp, Now: now})
+	defer p.Close()
+	const n = 100_000
+	states := make([]ratelimit.State, 20)
+	for i := range states {
+		states[i] = burst(hourlyExp, ratelimit.State{}, t0, i+1) // 11 and more are refused
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		p.Reconfigure(exp, func() error { return nil })
+		for i := range n {
+			p.Update(context.Background(), "hourly", fmt.Sprintf("user%06d", i), set(states[i%20]))
+		}
+		b.StartTimer()
+		p.Reconfigure(map[string]ratelimit.Limit{"hourly": hourlyGCRA}, func() error { return nil })
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/state")
+}
