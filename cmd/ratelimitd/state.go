@@ -152,8 +152,15 @@ func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 	out := make(map[string]ratelimit.Limit, len(c.Limits))
 	for _, lc := range c.Limits {
 		alg, _ := ratelimit.ParseAlgorithm(cmpOr(lc.Algorithm, "exponential"))
-		out[lc.Name] = ratelimit.Limit{Limit: lc.Limit, Period: time.Duration(lc.Period), Algorithm: alg,
+		l := ratelimit.Limit{Limit: lc.Limit, Period: time.Duration(lc.Period), Algorithm: alg,
 			HalfLife: time.Duration(lc.HalfLife)}
+		if alg == ratelimit.Baseline { // as policy compiles it: the limit is the cap
+			if lc.Cap != 0 {
+				l.Limit = lc.Cap
+			}
+			l.Factor, l.Floor, l.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
+		}
+		out[lc.Name] = l
 	}
 	return out
 }

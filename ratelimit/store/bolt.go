@@ -319,11 +319,16 @@ func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) 
 }
 
 // protected reports whether the rate of s, under its limit's parameters,
-// is at or above ProtectFraction of the limit (Memory.SetProtect). States
+// is at or above ProtectFraction of the limit in force for it (for a
+// baseline limit, the key's learned allowance) (Memory.SetProtect). States
 // of limits with unknown parameters are not protected.
 func (p *Persistent) protected(limit string, s ratelimit.State) bool {
 	l, ok := (*p.params.Load())[limit]
-	return ok && l.Rate(s, p.opts.Now()) >= ProtectFraction*l.Limit
+	if !ok || s.IsZero() {
+		return false
+	}
+	r := l.Check(s, p.opts.Now(), 0)
+	return r.Before >= ProtectFraction*r.Limit
 }
 
 // Params returns the parameters of the states held under limit (the

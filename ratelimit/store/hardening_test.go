@@ -170,6 +170,8 @@ func TestConvertNeverShortensRefusal(t *testing.T) {
 		{Limit: 10, Period: time.Hour, Algorithm: ratelimit.EARRRL},
 		{Limit: 10, Period: 24 * time.Hour},
 		{Limit: 10, Period: 10 * time.Minute, Algorithm: ratelimit.GCRA},
+		{Limit: 10, Period: time.Hour, Algorithm: ratelimit.Baseline, Floor: 5},
+		{Limit: 10, Period: 24 * time.Hour, Algorithm: ratelimit.Baseline, Floor: 5},
 	}
 	for _, from := range limits {
 		for _, to := range limits {
@@ -683,4 +685,26 @@ func BenchmarkReconfigureConvert(b *testing.B) {
 		p.Reconfigure(map[string]ratelimit.Limit{"hourly": hourlyGCRA}, func() error { return nil })
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/state")
+}
+
+// The stored parameters of a baseline limit (factor, floor, learning
+// period) survive a restart: nothing is converted or rewritten.
+func TestPersistentBaselineParamsRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	base := ratelimit.Limit{Limit: 100, Period: time.Hour, Algorithm: ratelimit.Baseline, Factor: 4, Floor: 5, LearnPeriod: 7 * 24 * time.Hour}
+	limits := map[string]ratelimit.Limit{"usual": base}
+	var logs bytes.Buffer
+	for range 2 {
+		db, closeDB := openDB(t, path)
+		p := newPersistent(t, db, MemoryOptions{}, PersistOptions{Limits: limits, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		p.Update(context.Background(), "usual", "uma", set(ratelimit.State{Time: time.Now().UnixNano(), Rate: packBaseline(3, 2)}))
+		if l, ok := p.Params("usual"); !ok || l != base || p.Stats().Converted != 0 {
+			t.Fatalf("Params = %v, %v; converted %d", l, ok, p.Stats().Converted)
+		}
+		p.Close()
+		closeDB()
+	}
+	if strings.Contains(logs.String(), "malformed") || strings.Contains(logs.String(), "converted") {
+		t.Errorf("logs: %s", logs.String())
+	}
 }
