@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,11 +33,14 @@ var errNoStateFile = errors.New("no state file")
 // damaged returns the error that stops the daemon and the CLI on a damaged
 // state file: it names the file, the cause and the way out.
 func damaged(path string, cause any) error {
+	// A cause from the store names the file already.
+	text := strings.TrimPrefix(fmt.Sprint(cause), store.ErrDamaged.Error()+": ")
+	cause = strings.TrimPrefix(text, path+": ")
 	return fmt.Errorf("%w: %s: %v\n"+
-		"ratelimitd will not run on this file. See what is readable with\n"+
-		"    ratelimitd state check --config CONFIG\n"+
-		"then move the file aside and start again (rate state and the quarantine index start empty;\n"+
-		"the moved file keeps what could be read, and frozen messages, for recovery):\n"+
+		"ratelimitd will not run on this file. See what is readable, and copy it to a new file, with\n"+
+		"    ratelimitd state check --config CONFIG --salvage NEW.db\n"+
+		"then move the file aside and start again, on NEW.db moved into its place or on an empty state\n"+
+		"(rate state and the quarantine index start empty; keep the moved file for recovery):\n"+
 		"    mv %s %s.damaged-%s", store.ErrDamaged, path, cause, path, path, time.Now().UTC().Format("20060102T150405"))
 }
 
@@ -234,6 +238,7 @@ func newStateCmd(opts *rootOptions) *cobra.Command {
 		Use:   "state",
 		Short: "Inspect the daemon's state file (BoltDB)",
 	}
+	var salvage string
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Check the state file and report what is readable",
@@ -247,17 +252,32 @@ A damaged file stops "ratelimitd serve". To start again, move it aside
 
     mv STATE_DIR/ratelimitd.db STATE_DIR/ratelimitd.db.damaged
 
-and keep the moved file for recovery: "bbolt" (go.etcd.io/bbolt/cmd/bbolt)
-can dump the buckets that are still readable.`,
+and keep the moved file for recovery. --salvage NEW copies every bucket
+that can still be read (each limit's rate states, each quarantine bucket)
+into a new state file NEW, which you can then move into place:
+
+    ratelimitd state check --salvage STATE_DIR/salvaged.db
+    mv STATE_DIR/ratelimitd.db STATE_DIR/ratelimitd.db.damaged
+    mv STATE_DIR/salvaged.db STATE_DIR/ratelimitd.db
+
+A file whose page tree has a cycle cannot be read safely and is not
+salvaged.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := config.Load(opts.configPath)
 			if err != nil {
 				return err
 			}
-			return stateCheck(cmd.OutOrStdout(), f)
+			err = stateCheck(cmd.OutOrStdout(), f)
+			if salvage != "" && (err == nil || errors.Is(err, store.ErrDamaged)) {
+				if serr := salvageState(cmd.OutOrStdout(), f.Server.DBPath(), salvage); serr != nil {
+					return errors.Join(err, serr)
+				}
+			}
+			return err
 		},
 	}
+	check.Flags().StringVar(&salvage, "salvage", "", "copy every readable bucket into a new state file at this path")
 	cmd.AddCommand(check)
 	return cmd
 }
@@ -276,11 +296,17 @@ func stateCheck(w io.Writer, f *config.File) (err error) {
 		fmt.Fprintln(w, "DAMAGED: the file is empty (0 bytes)")
 		return damaged(path, "the file is empty (0 bytes)")
 	}
-	if err := store.CheckPages(path); err != nil {
-		fmt.Fprintf(w, "DAMAGED: page structure: %v\n", err)
+	var bad []string
+	switch err := store.CheckPages(path); {
+	case errors.Is(err, store.ErrUnreadable):
+		fmt.Fprintf(w, "DAMAGED: page structure: %v\nnothing can be read safely\n", err)
 		return damaged(path, err)
+	case err != nil:
+		fmt.Fprintf(w, "page structure: %v\n", err)
+		bad = append(bad, "damaged pages")
+	default:
+		fmt.Fprintln(w, "page structure: ok")
 	}
-	fmt.Fprintln(w, "page structure: ok")
 	db, err := boltOpen(path, true)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("%s is locked by another process (is ratelimitd running? stop it first)", path)
@@ -290,7 +316,6 @@ func stateCheck(w io.Writer, f *config.File) (err error) {
 		return damaged(path, err)
 	}
 	defer db.Close()
-	var bad []string
 	if size := fileSize(db); size < highWater(db) {
 		fmt.Fprintf(w, "DAMAGED: truncated: %d bytes, its pages need %d\n", size, highWater(db))
 		return damaged(path, "truncated")
@@ -380,4 +405,161 @@ func guard(bad *[]string, what string, fn func() error) {
 	if err := fn(); err != nil {
 		*bad = append(*bad, fmt.Sprintf("%s: %v", what, err))
 	}
+}
+
+// node is a bucket read into memory for salvageState: its keys and values
+// and its nested buckets.
+type node struct {
+	seq     uint64 // the bucket's sequence (the journal's record keys)
+	kvs     [][2][]byte
+	buckets map[string]*node
+}
+
+// readNode copies bucket b (and its nested buckets) out of BoltDB's mapping.
+func readNode(b *bolt.Bucket) (*node, error) {
+	n := &node{seq: b.Sequence(), buckets: map[string]*node{}}
+	err := b.ForEach(func(k, v []byte) error {
+		if v != nil {
+			n.kvs = append(n.kvs, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
+			return nil
+		}
+		child, err := readNode(b.Bucket(k))
+		n.buckets[string(k)] = child
+		return err
+	})
+	return n, err
+}
+
+// write puts n into b.
+func (n *node) write(b *bolt.Bucket) (keys int, err error) {
+	if err := b.SetSequence(n.seq); err != nil {
+		return 0, err
+	}
+	for _, kv := range n.kvs {
+		if err := b.Put(kv[0], kv[1]); err != nil {
+			return keys, err
+		}
+		keys++
+	}
+	for name, child := range n.buckets {
+		cb, err := b.CreateBucketIfNotExists([]byte(name))
+		if err != nil {
+			return keys, err
+		}
+		k, err := child.write(cb)
+		if keys += k; err != nil {
+			return keys, err
+		}
+	}
+	return keys, nil
+}
+
+// salvageState copies every bucket of the state file src that can be read
+// into a new BoltDB file dst (which must not exist): each top-level bucket,
+// and for a top-level bucket that cannot be read whole, each of its nested
+// buckets (a limit's rate states, a quarantine bucket) that can. It reports
+// what it copied and skipped to w. It refuses a file whose page tree
+// CheckPages rejects (BoltDB cannot read it without hanging).
+func salvageState(w io.Writer, src, dst string) error {
+	if err := store.CheckPages(src); errors.Is(err, store.ErrUnreadable) {
+		return fmt.Errorf("salvage: %w (nothing copied)", err)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		return fmt.Errorf("salvage: %s exists; give a new file", dst)
+	}
+	in, err := boltOpen(src, true)
+	if err != nil {
+		return fmt.Errorf("salvage: %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := bolt.Open(dst, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("salvage: %w", err)
+	}
+	defer out.Close()
+	// read runs fn on src in a read-only transaction, recovering a panic or
+	// fault on a damaged page.
+	read := func(fn func(*bolt.Tx) error) (err error) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("reading panicked: %v", r)
+			}
+		}()
+		return in.View(fn)
+	}
+	var tops []string
+	if err := read(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			tops = append(tops, string(name))
+			return nil
+		})
+	}); err != nil {
+		return fmt.Errorf("salvage: the list of buckets cannot be read: %w", err)
+	}
+	copied, skipped := 0, 0
+	save := func(path []string, n *node) error {
+		return out.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte(path[0]))
+			for _, p := range path[1:] {
+				if err == nil {
+					b, err = b.CreateBucketIfNotExists([]byte(p))
+				}
+			}
+			if err != nil {
+				return err
+			}
+			k, err := n.write(b)
+			fmt.Fprintf(w, "salvaged %s: %d keys\n", strings.Join(path, "/"), k)
+			copied += k
+			return err
+		})
+	}
+	for _, top := range tops {
+		var n *node
+		err := read(func(tx *bolt.Tx) error {
+			var err error
+			n, err = readNode(tx.Bucket([]byte(top)))
+			return err
+		})
+		if err == nil {
+			if err := save([]string{top}, n); err != nil {
+				return fmt.Errorf("salvage: write %s: %w", dst, err)
+			}
+			continue
+		}
+		// The bucket cannot be read whole: try its nested buckets and
+		// its keys one by one.
+		fmt.Fprintf(w, "bucket %s cannot be read whole (%v); trying its parts\n", top, err)
+		var children []string
+		top := top
+		if err := read(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte(top)).ForEachBucket(func(k []byte) error {
+				children = append(children, string(k))
+				return nil
+			})
+		}); err != nil {
+			fmt.Fprintf(w, "skipped %s: %v\n", top, err)
+			skipped++
+			continue
+		}
+		for _, child := range children {
+			var n *node
+			err := read(func(tx *bolt.Tx) error {
+				var err error
+				n, err = readNode(tx.Bucket([]byte(top)).Bucket([]byte(child)))
+				return err
+			})
+			if err != nil {
+				fmt.Fprintf(w, "skipped %s/%s: %v\n", top, child, err)
+				skipped++
+				continue
+			}
+			if err := save([]string{top, child}, n); err != nil {
+				return fmt.Errorf("salvage: write %s: %w", dst, err)
+			}
+		}
+	}
+	fmt.Fprintf(w, "salvage: %d keys copied to %s, %d buckets skipped\n", copied, dst, skipped)
+	return nil
 }

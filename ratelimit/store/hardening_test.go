@@ -558,8 +558,8 @@ func TestCheckPagesRefusesCycles(t *testing.T) {
 			t.Fatalf("%s: no page to damage", what)
 		}
 		os.WriteFile(path, b, 0o600)
-		if err := CheckPages(path); !errors.Is(err, ErrDamaged) {
-			t.Errorf("%s: CheckPages = %v", what, err)
+		if err := CheckPages(path); !errors.Is(err, ErrDamaged) || !errors.Is(err, ErrUnreadable) {
+			t.Errorf("%s: CheckPages = %v, want ErrDamaged and ErrUnreadable", what, err)
 		}
 	}
 	damage("branch page referring to itself", func(b []byte) bool {
@@ -706,5 +706,22 @@ func TestPersistentBaselineParamsRoundTrip(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "malformed") || strings.Contains(logs.String(), "converted") {
 		t.Errorf("logs: %s", logs.String())
+	}
+}
+
+// Zeroed pages are damage BoltDB panics on (recoverably): CheckPages
+// reports them without ErrUnreadable, so what remains may be salvaged.
+func TestCheckPagesZeroedIsReadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	for i := range 500 {
+		p.Update(context.Background(), "hourly", fmt.Sprintf("user%05d", i), set(ratelimit.State{Time: 1, Rate: 1}))
+	}
+	p.Close()
+	closeDB()
+	zeroDataPages(t, path)
+	if err := CheckPages(path); !errors.Is(err, ErrDamaged) || errors.Is(err, ErrUnreadable) {
+		t.Fatalf("CheckPages = %v, want ErrDamaged only", err)
 	}
 }

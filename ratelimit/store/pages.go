@@ -23,7 +23,13 @@ import (
 // page, and is referenced once. Run it before bbolt.Open on a file that may
 // be damaged; then bbolt.Tx.Check finds what remains (key order, free and
 // unreachable pages). The file is read with ReadAt, one page at a time.
-// A missing or unreadable file is returned as the os error.
+// It walks past a damaged page to the rest of the tree, and returns the
+// first problem; the error also wraps ErrUnreadable when some structure
+// would hang or crash BoltDB (a cycle, a page referenced twice or out of
+// range, an inline bucket page BoltDB would read as a branch, a free list
+// past its page) rather than make it panic, which a caller can recover:
+// only then must nothing be read from the file with BoltDB (state check
+// --salvage). A missing or unreadable file is returned as the os error.
 func CheckPages(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -35,10 +41,23 @@ func CheckPages(path string) error {
 		return err
 	}
 	w := &pageWalker{f: f, size: fi.Size(), seen: map[uint64]bool{}}
-	if err := w.walk(); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrDamaged, path, err)
+	w.walk()
+	switch {
+	case w.first == nil:
+		return nil
+	case w.unsafe != nil && w.unsafe != w.first:
+		return fmt.Errorf("%w: %s: %v (and %w)", ErrDamaged, path, w.first, w.unsafe)
 	}
-	return nil
+	return fmt.Errorf("%w: %s: %w", ErrDamaged, path, w.first)
+}
+
+// ErrUnreadable is wrapped by CheckPages' error when the file holds a
+// structure BoltDB cannot read without hanging or crashing.
+var ErrUnreadable = errors.New("a structure BoltDB cannot read safely")
+
+// unsafeErr returns an error wrapping ErrUnreadable.
+func unsafeErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnreadable, fmt.Sprintf(format, a...))
 }
 
 // BoltDB's on-disk format (go.etcd.io/bbolt internal/common), little-endian.
@@ -63,20 +82,35 @@ type pageWalker struct {
 	pageSize int64
 	hwm      uint64 // pages in use (the meta's pgid)
 	seen     map[uint64]bool
+	// first is the first problem found, unsafe the first that wraps
+	// ErrUnreadable.
+	first, unsafe error
 }
 
-func (w *pageWalker) walk() error {
+// record notes a problem and goes on.
+func (w *pageWalker) record(err error) {
+	if w.first == nil {
+		w.first = err
+	}
+	if w.unsafe == nil && errors.Is(err, ErrUnreadable) {
+		w.unsafe = err
+	}
+}
+
+func (w *pageWalker) walk() {
 	root, freelist, err := w.meta()
 	if err != nil {
-		return err
+		w.record(unsafeErr("%v", err)) // BoltDB cannot open it: nothing to read
+		return
 	}
 	if err := w.freelist(freelist); err != nil {
-		return err
+		w.record(unsafeErr("%v", err))
 	}
 	if root == 0 {
-		return errors.New("root bucket has no page")
+		w.record(errors.New("root bucket has no page"))
+		return
 	}
-	return w.visit(root, 0)
+	w.visit(root, 0)
 }
 
 // meta picks the valid meta page of the latest transaction, as BoltDB
@@ -160,7 +194,7 @@ func (w *pageWalker) freelist(id uint64) error {
 // page reads page id with its overflow pages, checking its extent.
 func (w *pageWalker) page(id uint64) ([]byte, error) {
 	if id < 2 || id >= w.hwm {
-		return nil, fmt.Errorf("page %d out of range [2, %d)", id, w.hwm)
+		return nil, unsafeErr("page %d out of range [2, %d)", id, w.hwm)
 	}
 	hdr := make([]byte, pageHeaderSize)
 	if _, err := w.f.ReadAt(hdr, int64(id)*w.pageSize); err != nil {
@@ -171,7 +205,7 @@ func (w *pageWalker) page(id uint64) ([]byte, error) {
 	}
 	overflow := uint64(binary.LittleEndian.Uint32(hdr[12:]))
 	if id+overflow >= w.hwm {
-		return nil, fmt.Errorf("page %d: %d overflow pages run past page %d", id, overflow, w.hwm)
+		return nil, unsafeErr("page %d: %d overflow pages run past page %d", id, overflow, w.hwm)
 	}
 	p := make([]byte, int64(overflow+1)*w.pageSize)
 	if _, err := w.f.ReadAt(p, int64(id)*w.pageSize); err != nil {
@@ -180,80 +214,91 @@ func (w *pageWalker) page(id uint64) ([]byte, error) {
 	return p, nil
 }
 
-// visit checks the page tree rooted at page id.
-func (w *pageWalker) visit(id uint64, depth int) error {
+// visit checks the page tree rooted at page id, recording its problems.
+func (w *pageWalker) visit(id uint64, depth int) {
 	if depth > maxTreeDepth {
-		return fmt.Errorf("page %d: tree deeper than %d", id, maxTreeDepth)
+		w.record(unsafeErr("page %d: tree deeper than %d", id, maxTreeDepth))
+		return
 	}
 	if w.seen[id] {
-		return fmt.Errorf("page %d: referenced twice (a cycle or a shared page)", id)
+		w.record(unsafeErr("page %d: referenced twice (a cycle or a shared page)", id))
+		return
 	}
 	p, err := w.page(id)
 	if err != nil {
-		return err
+		w.record(err) // BoltDB asserts a page's id and type when it reads it
+		return
 	}
 	for i := range uint64(binary.LittleEndian.Uint32(p[12:])) + 1 {
 		if w.seen[id+i] {
-			return fmt.Errorf("page %d: referenced twice (a cycle or a shared page)", id+i)
+			w.record(unsafeErr("page %d: referenced twice (a cycle or a shared page)", id+i))
+			return
 		}
 		w.seen[id+i] = true
 	}
-	return w.elements(p, id, depth)
+	w.elements(p, id, depth)
 }
 
 // elements checks the elements of page p (id, or 0 for an inline bucket's
-// page) and visits the pages they refer to.
-func (w *pageWalker) elements(p []byte, id uint64, depth int) error {
+// page, which BoltDB reads without checking its type) and visits the pages
+// they refer to.
+func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 	flags, count := binary.LittleEndian.Uint16(p[8:]), int(binary.LittleEndian.Uint16(p[10:]))
+	inline := id == 0
+	fail := func(unsafe bool, format string, a ...any) {
+		if err := fmt.Errorf("page %d: %s", id, fmt.Sprintf(format, a...)); unsafe || inline {
+			w.record(unsafeErr("%v", err))
+		} else {
+			w.record(err)
+		}
+	}
 	if pageHeaderSize+count*leafElemSize > len(p) {
-		return fmt.Errorf("page %d: %d elements do not fit", id, count)
+		fail(false, "%d elements do not fit", count)
+		return
 	}
 	switch {
 	case flags == branchPageFlag: // BoltDB compares the flags exactly
 		for i := range count {
 			e := p[pageHeaderSize+i*branchElemSize:]
 			if err := w.span(p, pageHeaderSize+i*branchElemSize, e[0:], e[4:], nil); err != nil {
-				return fmt.Errorf("page %d element %d: %v", id, i, err)
+				fail(false, "element %d: %v", i, err)
 			}
-			if err := w.visit(binary.LittleEndian.Uint64(e[8:]), depth+1); err != nil {
-				return err
-			}
+			w.visit(binary.LittleEndian.Uint64(e[8:]), depth+1)
 		}
 	case flags == leafPageFlag:
 		for i := range count {
 			at := pageHeaderSize + i*leafElemSize
 			e := p[at:]
+			bucket := binary.LittleEndian.Uint32(e)&bucketLeafFlag != 0
 			if err := w.span(p, at, e[4:], e[8:], e[12:]); err != nil {
-				return fmt.Errorf("page %d element %d: %v", id, i, err)
+				fail(bucket, "element %d: %v", i, err) // a bucket's root would be garbage
+				continue
 			}
-			if binary.LittleEndian.Uint32(e)&bucketLeafFlag == 0 {
+			if !bucket {
 				continue
 			}
 			pos, ksize := binary.LittleEndian.Uint32(e[4:]), binary.LittleEndian.Uint32(e[8:])
 			vsize := binary.LittleEndian.Uint32(e[12:])
 			if vsize < bucketValueSize {
-				return fmt.Errorf("page %d element %d: bucket value of %d bytes", id, i, vsize)
+				fail(true, "element %d: bucket value of %d bytes", i, vsize)
+				continue
 			}
 			v := p[at+int(pos)+int(ksize) : at+int(pos)+int(ksize)+int(vsize)]
 			if root := binary.LittleEndian.Uint64(v); root != 0 {
-				if err := w.visit(root, depth+1); err != nil {
-					return err
-				}
-			} else if inline := v[bucketValueSize:]; len(inline) >= pageHeaderSize {
+				w.visit(root, depth+1)
+			} else if in := v[bucketValueSize:]; len(in) >= pageHeaderSize {
 				if depth > maxTreeDepth {
-					return fmt.Errorf("page %d: buckets nested deeper than %d", id, maxTreeDepth)
+					fail(true, "buckets nested deeper than %d", maxTreeDepth)
+					continue
 				}
-				if err := w.elements(inline, 0, depth+1); err != nil {
-					return fmt.Errorf("inline bucket in page %d: %v", id, err)
-				}
-			} else if len(inline) > 0 {
-				return fmt.Errorf("page %d element %d: inline bucket of %d bytes", id, i, len(inline))
+				w.elements(in, 0, depth+1)
+			} else if len(in) > 0 {
+				fail(true, "element %d: inline bucket of %d bytes", i, len(in))
 			}
 		}
 	default:
-		return fmt.Errorf("page %d: not a branch or leaf page (flags %#x)", id, flags)
+		fail(false, "not a branch or leaf page (flags %#x)", flags)
 	}
-	return nil
 }
 
 // span checks that the key (and value) of the element at offset at of p,
