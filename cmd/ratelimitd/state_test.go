@@ -193,6 +193,27 @@ func TestKeyFloodKeepsOffender(t *testing.T) {
 	}
 }
 
+// addScratch adds to the BoltDB file at path a bucket "scratch" of 2,000
+// keys ("scratchkey00000"...): large enough for branch pages, whatever the
+// rate journal holds.
+func addScratch(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("scratch"))
+		for i := 0; err == nil && i < 2000; i++ {
+			err = b.Put(fmt.Appendf(nil, "scratchkey%05d", i), []byte("value"))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Issue 8 item 4: a damaged state file made the daemon and the offline
 // CLI panic (exit 2), and a 0-byte one started silently empty. Each is
 // now refused with a message naming the file and the way out.
@@ -211,21 +232,7 @@ func TestDamagedStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := f.Server.DBPath()
-	// A bucket large enough for branch pages, whatever the journal holds.
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucket([]byte("scratch"))
-		for i := 0; err == nil && i < 2000; i++ {
-			err = b.Put(fmt.Appendf(nil, "key%05d", i), []byte("value"))
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	addScratch(t, path)
 	image, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -425,21 +432,7 @@ func TestStateSalvage(t *testing.T) {
 	refuse(t, addr, "mallory", 200)
 	td.stop()
 	path := filepath.Join(dir, "state", "ratelimitd.db")
-	// A bucket of its own pages, to damage apart from the rate state.
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucket([]byte("scratch"))
-		for i := 0; err == nil && i < 2000; i++ {
-			err = b.Put(fmt.Appendf(nil, "scratchkey%05d", i), []byte("value"))
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	addScratch(t, path) // pages of its own, to damage apart from the rate state
 	image, _ := os.ReadFile(path)
 	salvage := func(what string) (string, error) {
 		t.Helper()
