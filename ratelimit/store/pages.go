@@ -68,6 +68,7 @@ const (
 	bucketValueSize = 16 // root pgid u64, sequence u64
 	branchPageFlag  = 0x01
 	leafPageFlag    = 0x02
+	metaPageFlag    = 0x04
 	freelistFlag    = 0x10
 	bucketLeafFlag  = 0x01
 	boltMagic       = 0xED0CDAED
@@ -253,7 +254,8 @@ func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 		}
 	}
 	if pageHeaderSize+count*leafElemSize > len(p) {
-		fail(false, "%d elements do not fit", count)
+		// BoltDB would read elements, and children, past the page.
+		fail(true, "%d elements do not fit", count)
 		return
 	}
 	switch {
@@ -296,8 +298,12 @@ func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 				fail(true, "element %d: inline bucket of %d bytes", i, len(in))
 			}
 		}
+	case flags == metaPageFlag || flags == freelistFlag:
+		// BoltDB's page check lets these through, and its cursor
+		// then reads the page as a branch.
+		fail(true, "a meta or free list page in a bucket (flags %#x)", flags)
 	default:
-		fail(false, "not a branch or leaf page (flags %#x)", flags)
+		fail(false, "not a branch or leaf page (flags %#x)", flags) // BoltDB panics on it
 	}
 }
 
