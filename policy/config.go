@@ -39,7 +39,8 @@ func ParseDuration(s string) (time.Duration, error) {
 	}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}} {
 		if i := strings.Index(s, u.suffix); i > 0 {
 			n, err := strconv.ParseFloat(s[:i], 64)
-			if err != nil {
+			// NaN, ±Inf and values past ±292 years do not fit a Duration.
+			if err != nil || !(math.Abs(n*float64(u.unit)) < math.MaxInt64/2) {
 				return 0, fmt.Errorf("invalid duration %q", s)
 			}
 			total += time.Duration(n * float64(u.unit))
@@ -120,7 +121,7 @@ func ParseSize(text string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f*float64(mult) > math.MaxInt64/2 {
+	if err != nil || !(f >= 0) || !(f*float64(mult) <= math.MaxInt64/2) { // NaN fails both
 		return 0, fmt.Errorf("invalid size %q (use e.g. 10M)", text)
 	}
 	return int64(f * float64(mult)), nil
@@ -362,8 +363,8 @@ func compile(c Config) (*compiled, error) {
 			bad(at, "%v", err)
 		}
 		for k, v := range lc.Overrides {
-			if !(v > 0) {
-				bad(at+".overrides."+k, "must be a positive limit, got %v", v)
+			if !(v > 0) || math.IsInf(v, 1) {
+				bad(at+".overrides."+k, "must be a positive finite limit, got %v", v)
 			}
 		}
 		if len(lc.Overrides) > 0 {

@@ -64,6 +64,8 @@ type Status struct {
 	Connections ConnStatus `json:"connections"`
 	// Quarantine: held/frozen counts and the quarantine's faults.
 	Quarantine *lifecycle.Health `json:"quarantine,omitempty"`
+	// State is the rate state's flush health and key pressure.
+	State *StateStatus `json:"state,omitempty"`
 }
 
 // ConnStatus is the connection cap's state in Status: connections open

@@ -82,8 +82,9 @@ func (o *offlineRates) reset(key, limit string) (resetResult, error) {
 func (o *offlineRates) close() error { return o.close_() }
 
 // openRates connects to the daemon, or opens its state file when it is not
-// running.
-func openRates(opts *rootOptions) (rateBackend, *config.File, error) {
+// running: read-only (shared lock, nothing written, not even decayed
+// states deleted) unless write is set (rate reset).
+func openRates(opts *rootOptions, write bool) (rateBackend, *config.File, error) {
 	f, err := config.Load(opts.configPath)
 	if err != nil {
 		return nil, nil, err
@@ -97,7 +98,7 @@ func openRates(opts *rootOptions) (rateBackend, *config.File, error) {
 	if !errors.Is(err, errNoDaemon) {
 		return nil, nil, err
 	}
-	o, err := openOffline(f)
+	o, err := openOfflineMode(f, !write)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -123,7 +124,7 @@ The commands talk to the running daemon through its admin socket
 		Short: "Print each limit's current rate for KEY and when it is allowed again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, _, err := openRates(opts)
+			b, _, err := openRates(opts, false)
 			if err != nil {
 				return err
 			}
@@ -156,7 +157,7 @@ ending in "@D" (also as the first part of a combined key), and sender or
 recipient domain keys equal to D.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, _, err := openRates(opts)
+			b, _, err := openRates(opts, false)
 			if err != nil {
 				return err
 			}
@@ -195,7 +196,7 @@ recipient domain keys equal to D.`,
 reset with the local user who asked.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, f, err := openRates(opts)
+			b, f, err := openRates(opts, true)
 			if err != nil {
 				return err
 			}
@@ -355,6 +356,9 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 				if q.LastError != "" {
 					fmt.Fprintf(w, "quarantine last error (%s): %s\n", q.LastErrorAt.Format(time.RFC3339), quarantine.CleanLine(q.LastError))
 				}
+			}
+			if st.State != nil {
+				st.State.print(w)
 			}
 			return nil
 		},

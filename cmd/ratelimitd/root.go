@@ -72,7 +72,7 @@ Exit status: 0 success, 1 error, 2 usage error.`,
 			opts.configPath = defaultConfig()
 		}
 	}
-	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts), newQuarantineCmd(opts), newManCmd())
+	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts), newQuarantineCmd(opts), newManCmd(), newStateCmd(opts))
 	cmd.AddCommand(newTraceCmd(), newSuggestCmd(opts))
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}

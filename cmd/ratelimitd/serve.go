@@ -19,14 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratelimit/store"
 )
 
@@ -156,27 +154,21 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
 		return nil, fmt.Errorf("state_dir: %w", err)
 	}
-	d.db, err = openDB(s.DBPath())
+	d.db, err = openStateDB(s.DBPath(), false)
 	if err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { d.db.Close() })
 	d.mem = store.NewMemory(store.MemoryOptions{MaxKeys: s.MaxKeys})
-	// Restoring drops states that have decayed away under the configured
-	// limits; a first engine on the bare memory store answers that, the
-	// daemon's engine counts through the persistent store.
-	restoreEngine, err := policy.NewEngine(f.PolicyConfig(), d.mem)
+	// Restoring drops states that have decayed away under the parameters
+	// they were written with, and converts those of limits whose
+	// parameters changed.
+	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), storeLimits(f.PolicyConfig()), false, d.log)
 	if err != nil {
-		return nil, err
-	}
-	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), func(l string, st ratelimit.State, now time.Time) bool {
-		if e := d.engine; e != nil {
-			return e.Negligible(l, st, now)
+		if errors.Is(err, store.ErrDamaged) {
+			return nil, damaged(s.DBPath(), err)
 		}
-		return restoreEngine.Negligible(l, st, now)
-	})
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", s.DBPath(), err)
 	}
 	cleanup = append(cleanup, func() { d.state.Close() })
 	d.engine, err = policy.NewEngine(f.PolicyConfig(), d.state)
@@ -208,6 +200,7 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		d.metrics.connRefused.WithLabelValues(listener).Inc()
 	})
 	d.metrics.watchConns(d.conns)
+	d.metrics.reg.MustRegister(stateCollectors(d.state)...)
 	// The notifier first: the quarantine's expiry loop may notify at once.
 	if err := d.startNotify(); err != nil {
 		return nil, err
@@ -302,19 +295,6 @@ func (d *daemon) goServe(name string, serve func() error, closed error) {
 	}()
 }
 
-// openDB opens the daemon's BoltDB file, failing after 1 s if another
-// process holds its lock.
-func openDB(path string) (*bolt.DB, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%s is locked by another process (is ratelimitd already running?)", path)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	return db, nil
-}
-
 // decide is the front ends' Decider: evaluate, measure, record holds.
 func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.Decision) {
 	defer func() {
@@ -348,7 +328,10 @@ func (d *daemon) reload() {
 	defer d.reloadMu.Unlock()
 	f, err := config.Load(d.configPath)
 	if err == nil {
-		err = d.engine.Reload(f.PolicyConfig())
+		// The engine's new configuration is installed while the rate
+		// states of limits whose parameters changed are converted.
+		pc := f.PolicyConfig()
+		err = d.state.Reconfigure(storeLimits(pc), func() error { return d.engine.Reload(pc) })
 	}
 	if err != nil {
 		d.log.Error("reload refused, keeping the running configuration", "config", d.loaded.Source, "err", err)
@@ -389,6 +372,7 @@ func (d *daemon) status() Status {
 		ns := d.notifier.Stats()
 		st.Notify = &ns
 	}
+	st.State = stateStatus(d.state)
 	for _, l := range d.engine.Limits() {
 		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, formatRate(l.Limit),
 			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))

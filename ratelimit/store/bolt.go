@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -28,6 +31,8 @@ import (
 //	  <limit name>            one nested bucket per limit, named as in [[limit]]
 //	    <key> -> 16 bytes     Time (Unix ns, int64) then Rate (IEEE 754
 //	                          float64 bits), both big-endian
+//	ratemeta                  top-level bucket: each limit's parameters
+//	                          (see meta.go)
 //	ratejournal               top-level bucket: the journal
 //	  <seq> -> record         seq a big-endian uint64 (NextSequence); each
 //	                          flush appends one record, or several of about
@@ -107,11 +112,32 @@ type PersistOptions struct {
 	// (and, at the next flush, from BoltDB); 0 means
 	// DefaultSweepInterval.
 	SweepInterval time.Duration
+	// Limits are the parameters of the configured limits, by name (Mode
+	// is ignored). When set, each limit's parameters are stored with its
+	// states (bucket ratemeta), and the stored parameters decide: a state
+	// is negligible when ratelimit.Limit.Negligible says so under the
+	// parameters it was written with, so states of a limit the
+	// configuration no longer names are kept until they have decayed under
+	// their own parameters (or, with no stored parameters, for Retention
+	// after their Time); states of a limit whose algorithm, period or
+	// half-life changed are converted (see Reconfigure); and keys at or
+	// above ProtectFraction of their limit are never evicted
+	// (Memory.SetProtect). Negligible is then not used.
+	Limits map[string]ratelimit.Limit
+	// Retention is how long states of a limit with unknown parameters are
+	// kept after their Time when Limits is set; 0 means DefaultRetention.
+	Retention time.Duration
 	// Negligible reports whether the state of key under limit is, at now,
-	// equivalent to no state (policy.Engine.Negligible). Such states are
-	// not restored and are swept. nil means no state is negligible: nothing
+	// equivalent to no state, when Limits is nil. Such states are not
+	// restored and are swept. nil means no state is negligible: nothing
 	// is swept, which is only safe with a bound on keys (MaxKeys).
 	Negligible func(limit string, s ratelimit.State, now time.Time) bool
+	// ReadOnly restores without writing anything: nothing negligible or
+	// malformed is deleted, no parameters or converted states are stored,
+	// Update, Delete and Flush return ErrReadOnly and Close does not
+	// flush. For a BoltDB file opened with bbolt.Options.ReadOnly (the
+	// offline CLI's rate list and show).
+	ReadOnly bool
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 	// Logger receives flush failures and sweep counts; nil discards.
@@ -122,11 +148,24 @@ type PersistOptions struct {
 type PersistStats struct {
 	// Restored is how many states NewPersistent loaded; Dropped how many
 	// stored states it did not load and deleted instead (negligible,
-	// malformed, or of a limit beyond MaxLimits).
-	Restored, Dropped int64
+	// malformed, or of a limit beyond MaxLimits). Malformed counts the
+	// dropped states whose value was not a state (wrong length, NaN or
+	// infinite rate). Unconfigured counts restored states of limits not
+	// in PersistOptions.Limits (kept until they decay); Converted the
+	// states converted to a limit's changed parameters, at restore and by
+	// Reconfigure.
+	Restored, Dropped, Malformed, Unconfigured, Converted int64
 	// Flushes is how many flushes committed; Failures how many failed
 	// (their changes are retried at the next flush).
 	Flushes, Failures int64
+	// CompactionFailures is how many compactions failed (retried after
+	// the next flush).
+	CompactionFailures int64
+	// LastError is the error of the last failed flush or compaction, at
+	// LastErrorAt; LastFlushAt is when the last flush succeeded (a flush
+	// with nothing to write succeeds). Zero times mean never.
+	LastError                string
+	LastErrorAt, LastFlushAt time.Time
 	// Compactions is how many compactions of the journal into the snapshot
 	// completed; Journal is the bytes of records in the journal now.
 	Compactions, Journal int64
@@ -196,12 +235,19 @@ type Persistent struct {
 	mu      sync.Mutex // serialises flushes; guards the fields below
 	closed  bool
 	pending batch
-	rbuf    []byte // the records of a flush, encoded
-	rends   []int  // where each record ends in rbuf
-	journal int64  // bytes of records in the journal
-	stats   PersistStats
+	// metaDirty holds the parameters to store at the next flush.
+	metaDirty map[string]ratelimit.Limit
+	rbuf      []byte // the records of a flush, encoded
+	rends     []int  // where each record ends in rbuf
+	journal   int64  // bytes of records in the journal
+	stats     PersistStats
 	// The compaction threshold: max(compactMin, compactPerPair * states).
 	compactMin, compactPerPair int64
+
+	// params are the parameters of the states held, by limit name: those
+	// of the configuration (Limits) and, for limits it does not name, the
+	// stored ones. Replaced whole, never modified.
+	params atomic.Pointer[map[string]ratelimit.Limit]
 
 	// cmu serialises compactions (which take mu only briefly); pieceKeys
 	// is the number of keys of one compaction piece.
@@ -225,9 +271,10 @@ type Persistent struct {
 // appends their deletion to the journal before it returns; mem's MaxKeys
 // bound applies, and a state evicted while restoring is deleted by the
 // first flush. It returns an error wrapping ErrVersion for a bucket or a
-// journal record written in an unknown format, or BoltDB's error. Start
-// Run to flush periodically.
-func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent, error) {
+// journal record written in an unknown format, one wrapping ErrDamaged when
+// reading the file panicked (BoltDB panics on corrupt pages; the panic is
+// recovered), or BoltDB's error. Start Run to flush periodically.
+func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persistent, err error) {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
@@ -237,7 +284,16 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent,
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p := &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
+	if opts.Retention <= 0 {
+		opts.Retention = DefaultRetention
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			p, err = nil, fmt.Errorf("%w: %s: %v", ErrDamaged, db.Path(), r)
+		}
+	}()
+	p = &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
 		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -250,23 +306,136 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent,
 	return p, nil
 }
 
+// negligible reports whether s, stored under limit, is equivalent to no
+// state at now (see PersistOptions.Limits and Negligible).
 func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) bool {
-	return p.opts.Negligible != nil && p.opts.Negligible(limit, s, now)
+	if p.opts.Limits == nil {
+		return p.opts.Negligible != nil && p.opts.Negligible(limit, s, now)
+	}
+	if l, ok := (*p.params.Load())[limit]; ok {
+		return l.Negligible(s, now)
+	}
+	return now.UnixNano()-s.Time > int64(p.opts.Retention)
 }
 
-// restore checks the format version, loads every stored state into memory
-// in one read-only transaction (restoreTx), then deletes the buckets of
-// limits beyond MaxLimits and appends the deletion of the states it
-// dropped to the journal (a flush). A failure of that flush is logged: its
-// deletions stay pending for the next flush.
+// protected reports whether the rate of s, under its limit's parameters,
+// is at or above ProtectFraction of the limit in force for it (for a
+// baseline limit, the key's learned allowance) (Memory.SetProtect). States
+// of limits with unknown parameters are not protected.
+func (p *Persistent) protected(limit string, s ratelimit.State) bool {
+	l, ok := (*p.params.Load())[limit]
+	if !ok || s.IsZero() {
+		return false
+	}
+	r := l.Check(s, p.opts.Now(), 0)
+	return r.Before >= ProtectFraction*r.Limit
+}
+
+// Params returns the parameters of the states held under limit (the
+// configured ones, or for a limit the configuration does not name, the
+// stored ones), and whether they are known.
+func (p *Persistent) Params(limit string) (ratelimit.Limit, bool) {
+	if m := p.params.Load(); m != nil {
+		l, ok := (*m)[limit]
+		return l, ok
+	}
+	return ratelimit.Limit{}, false
+}
+
+// Reconfigure makes limits (as PersistOptions.Limits) the parameters of
+// the states held, and calls swap, which installs the configuration that
+// uses them (policy.Engine.Reload), while every shard of the memory store
+// is locked, so no request reads a state under parameters other than its
+// own. States of a limit whose algorithm, period or half-life changed are
+// converted so that a sender refused under the old parameters stays
+// refused at least as long under the new ones, and a sender who was not
+// refused is not refused for it (see convert); they and the new parameters
+// are stored by the next flush, in one transaction. Limits no longer named
+// keep their states and parameters. If swap fails nothing changes and its
+// error is returned. It does nothing but call swap when
+// PersistOptions.Limits was nil.
+func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() error) error {
+	if p.opts.Limits == nil {
+		return swap()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := *p.params.Load()
+	next := maps.Clone(old)
+	conv := map[string][2]ratelimit.Limit{}
+	for name, l := range limits {
+		l = meaning(l)
+		if o, ok := old[name]; ok && !sameMeaning(o, l) {
+			conv[name] = [2]ratelimit.Limit{o, l}
+		}
+		next[name] = l
+	}
+	var err error
+	now := p.opts.Now()
+	n := p.mem.withAllLocked(func() bool {
+		if err = swap(); err != nil {
+			return false
+		}
+		return true
+	}, func(limit string, s ratelimit.State) (ratelimit.State, bool) {
+		c, ok := conv[limit]
+		if !ok {
+			return s, false
+		}
+		return convert(s, c[0], c[1], now), true
+	})
+	if err != nil {
+		return err
+	}
+	p.params.Store(&next)
+	for name, l := range limits {
+		if o, ok := old[name]; !ok || o != meaning(l) {
+			p.setMeta(name, meaning(l))
+		}
+	}
+	p.stats.Converted += int64(n)
+	if len(conv) > 0 {
+		p.log.Warn("rate states converted to changed limit parameters", "limits", slices.Sorted(maps.Keys(conv)), "states", n)
+	}
+	return nil
+}
+
+// setMeta records, under mu, that the parameters of limit are to be
+// stored at the next flush.
+func (p *Persistent) setMeta(limit string, l ratelimit.Limit) {
+	if p.opts.ReadOnly || !persistableName(limit) {
+		return
+	}
+	if p.metaDirty == nil {
+		p.metaDirty = map[string]ratelimit.Limit{}
+	}
+	p.metaDirty[limit] = l
+}
+
+// restore checks the format version, reads the stored limit parameters,
+// loads every stored state into memory in one read-only transaction
+// (restoreTx), then deletes the buckets of limits beyond MaxLimits and
+// appends the deletion of the states it dropped, the states it converted
+// and the changed parameters to the journal (a flush). A failure of that
+// flush is logged: its changes stay pending for the next flush. In
+// read-only mode it writes nothing.
 func (p *Persistent) restore() error {
-	err := p.db.Update(func(tx *bbolt.Tx) error {
-		root, err := tx.CreateBucketIfNotExists(bucketName)
-		if err != nil {
-			return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
+	version := func(tx *bbolt.Tx) error {
+		root := tx.Bucket(bucketName)
+		if root == nil && p.opts.ReadOnly {
+			return nil
+		}
+		if root == nil {
+			var err error
+			if root, err = tx.CreateBucket(bucketName); err != nil {
+				return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
+			}
 		}
 		switch v := root.Get(versionKey); {
 		case v == nil || string(v) == formatV1:
+			if p.opts.ReadOnly {
+				return nil
+			}
 			if err := root.Put(versionKey, []byte(formatVersion)); err != nil {
 				return fmt.Errorf("store: write format version: %w", err)
 			}
@@ -274,17 +443,76 @@ func (p *Persistent) restore() error {
 			return fmt.Errorf("%w: %q (want %s or %s)", ErrVersion, v, formatV1, formatVersion)
 		}
 		return nil
-	})
+	}
+	var err error
+	if p.opts.ReadOnly {
+		err = p.db.View(version)
+	} else {
+		err = p.db.Update(version)
+	}
 	if err != nil {
 		return err
+	}
+	// The parameters the stored states were written with; where the
+	// configuration changed a limit's meaning, states are converted as
+	// they are loaded.
+	stored := map[string]ratelimit.Limit{}
+	if err := p.db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(metaName)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if l, ok := decodeParams(v); ok {
+				stored[string(k)] = l
+			} else {
+				p.log.Warn("malformed stored limit parameters ignored", "limit", string(k))
+			}
+			return nil
+		})
+	}); err != nil {
+		return err
+	}
+	params := maps.Clone(stored)
+	conv := map[string][2]ratelimit.Limit{}
+	for name, l := range p.opts.Limits {
+		l = meaning(l)
+		if o, ok := stored[name]; !ok || o != l {
+			p.setMeta(name, l)
+			if ok && !sameMeaning(o, l) {
+				conv[name] = [2]ratelimit.Limit{o, l}
+				continue // judged under o while restoring
+			}
+		}
+		params[name] = l
+	}
+	p.params.Store(&params)
+	if p.opts.Limits != nil {
+		// Before the states are loaded: a restore into a smaller
+		// max_keys evicts no offender either.
+		p.mem.SetProtect(p.protected)
 	}
 	var bad []string // limits beyond MaxLimits with a snapshot bucket
 	if err := p.db.View(func(tx *bbolt.Tx) error {
 		var err error
-		bad, err = p.restoreTx(tx)
+		bad, err = p.restoreTx(tx, conv)
 		return err
 	}); err != nil {
 		return err
+	}
+	for name, c := range conv {
+		params[name] = c[1]
+	}
+	if len(conv) > 0 {
+		p.log.Warn("stored rate states converted to changed limit parameters",
+			"limits", slices.Sorted(maps.Keys(conv)), "states", p.stats.Converted)
+	}
+	if p.stats.Malformed > 0 {
+		p.log.Error("malformed rate states dropped at restore (not a state, or a NaN or infinite rate)",
+			"count", p.stats.Malformed, "file", p.db.Path())
+	}
+	if p.opts.ReadOnly {
+		return nil
 	}
 	if len(bad) > 0 {
 		err := p.db.Update(func(tx *bbolt.Tx) error {
@@ -300,9 +528,9 @@ func (p *Persistent) restore() error {
 			return err
 		}
 	}
-	if len(p.pending.recs) > 0 {
+	if len(p.pending.recs) > 0 || len(p.metaDirty) > 0 {
 		if err := p.flushLocked(); err != nil {
-			p.log.Error("deletion of dropped rate states failed, will retry", "err", err)
+			p.log.Error("writing the rate state changes of the restore failed, will retry", "err", err)
 		}
 	}
 	return nil
@@ -312,10 +540,12 @@ func (p *Persistent) restore() error {
 // the snapshot bucket, in key order, with the journal's last entry of each
 // key, sorted by key; a journal entry wins over the snapshot, and a
 // deleted one removes the key. A state that is malformed or negligible is
-// dropped: its deletion is added to the pending batch. It returns the
+// dropped: its deletion is added to the pending batch. States of a limit
+// in conv are judged under conv's old parameters and converted to its new
+// ones; the converted state is added to the pending batch. It returns the
 // names of the snapshot buckets of limits mem cannot intern (beyond
 // MaxLimits), whose states are dropped.
-func (p *Persistent) restoreTx(tx *bbolt.Tx) (bad []string, err error) {
+func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit) (bad []string, err error) {
 	var c compaction
 	if err := p.collect(tx, &c); err != nil {
 		return nil, err
@@ -333,18 +563,20 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx) (bad []string, err error) {
 	}
 	root := tx.Bucket(bucketName)
 	var names []string
-	if err := root.ForEachBucket(func(k []byte) error {
-		names = append(names, string(k))
-		return nil
-	}); err != nil {
-		return nil, err
+	if root != nil {
+		if err := root.ForEachBucket(func(k []byte) error {
+			names = append(names, string(k))
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	inJournal := make(map[string]int, len(c.names))
 	for i, name := range c.names {
 		inJournal[name] = i
 	}
 	for _, name := range c.names {
-		if root.Bucket([]byte(name)) == nil {
+		if root == nil || root.Bucket([]byte(name)) == nil {
 			names = append(names, name)
 		}
 	}
@@ -355,7 +587,12 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx) (bad []string, err error) {
 		if i, ok := inJournal[name]; ok {
 			ents = c.ents[first[i]:first[i+1]]
 		}
-		b := root.Bucket([]byte(name))
+		var b *bbolt.Bucket
+		if root != nil {
+			b = root.Bucket([]byte(name))
+		}
+		cv, converting := conv[name]
+		_, configured := p.opts.Limits[name]
 		lim, err := p.mem.limits.intern(name)
 		if err != nil {
 			p.log.Warn("rate state of limit dropped", "limit", name, "err", err)
@@ -371,15 +608,36 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx) (bad []string, err error) {
 			continue
 		}
 		restore := func(k, v []byte) {
+			if merged++; merged%releaseEvery == 0 {
+				releaseMappedTx(p.db, tx)
+			}
 			s, ok := decodeState(v)
-			if !ok || p.negligible(name, s, now) {
-				p.pending.add(lim, k, ratelimit.State{}, true)
+			if !ok {
+				p.stats.Malformed++
+			}
+			if converting && ok {
+				// Judged under the parameters it was written with.
+				if s = convert(s, cv[0], cv[1], now); !s.IsZero() {
+					p.stats.Converted++
+					if load(p.mem, lim, k, s, false) {
+						p.stats.Restored++
+						if !p.opts.ReadOnly {
+							p.pending.add(lim, k, s, false)
+						}
+					}
+					return
+				}
+			}
+			if !ok || converting || p.negligible(name, s, now) {
+				if !p.opts.ReadOnly {
+					p.pending.add(lim, k, ratelimit.State{}, true)
+				}
 				p.stats.Dropped++
 			} else if load(p.mem, lim, k, s, false) {
 				p.stats.Restored++
-			}
-			if merged++; merged%releaseEvery == 0 {
-				releaseMappedTx(p.db, tx)
+				if !configured && p.opts.Limits != nil {
+					p.stats.Unconfigured++
+				}
 			}
 		}
 		var cur *bbolt.Cursor
@@ -423,7 +681,7 @@ func (p *Persistent) Run(ctx context.Context) error {
 	flush := time.NewTicker(p.opts.FlushInterval)
 	defer flush.Stop()
 	var sweepC <-chan time.Time
-	if p.opts.Negligible != nil {
+	if p.sweeps() {
 		sweep := time.NewTicker(p.opts.SweepInterval)
 		defer sweep.Stop()
 		sweepC = sweep.C
@@ -447,13 +705,17 @@ func (p *Persistent) Run(ctx context.Context) error {
 			return nil
 		case <-flush.C:
 			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
-				p.log.Error("rate state flush failed, will retry", "err", err)
+				p.log.Error("rate state flush failed, will retry", "err", err, "pending", p.Stats().Pending)
 			}
 			if compacting == nil && p.compactDue() {
 				compacting = make(chan struct{})
 				go func(done chan struct{}) {
 					defer close(done)
 					if err := p.compact(stop); err != nil && !errors.Is(err, errCompactionStopped) {
+						p.mu.Lock()
+						p.stats.CompactionFailures++
+						p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
+						p.mu.Unlock()
 						p.log.Error("rate journal compaction failed, will retry", "err", err)
 					}
 				}(compacting)
@@ -480,39 +742,84 @@ func (p *Persistent) release() {
 	}
 }
 
-// Sweep drops from memory the states Negligible reports negligible now and
+// Sweep drops from memory the states that are negligible now (under the
+// parameters they were written with, see PersistOptions.Limits) and
 // returns how many; the next flush deletes them from BoltDB. It does
-// nothing when Negligible is nil.
+// nothing when neither Limits nor Negligible is set, or in read-only mode.
 func (p *Persistent) Sweep() int {
-	if p.opts.Negligible == nil {
+	if !p.sweeps() {
 		return 0
 	}
 	now := p.opts.Now()
 	return p.mem.Sweep(func(limit string, s ratelimit.State) bool {
-		return p.opts.Negligible(limit, s, now)
+		return p.negligible(limit, s, now)
 	})
+}
+
+func (p *Persistent) sweeps() bool {
+	return !p.opts.ReadOnly && (p.opts.Limits != nil || p.opts.Negligible != nil)
 }
 
 // Flush writes every state changed or deleted since the last flush to
 // BoltDB in one transaction and returns when it is committed. On failure
-// the changes are kept and written by the next flush. It returns
-// ErrClosed after Close.
+// the changes are kept and written by the next flush, and the failure is
+// counted (PersistStats.Failures, LastError). It returns ErrClosed after
+// Close and ErrReadOnly in read-only mode.
 func (p *Persistent) Flush() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed
 	}
+	if p.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	return p.flushLocked()
 }
 
 func (p *Persistent) flushLocked() error {
+	err := p.flushChanges()
+	if err != nil {
+		p.stats.Failures++
+		p.stats.Pending = len(p.pending.recs)
+		p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
+		return err
+	}
+	p.stats.LastFlushAt = p.opts.Now()
+	return nil
+}
+
+// update runs fn in a read-write transaction, turning a panic of BoltDB
+// (on a damaged page), or a fault on its mapping, into an error wrapping
+// ErrDamaged.
+func (p *Persistent) update(fn func(*bbolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: %v", ErrDamaged, p.db.Path(), r)
+		}
+	}()
+	return p.db.Update(fn)
+}
+
+// view is update's read-only counterpart.
+func (p *Persistent) view(fn func(*bbolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: %v", ErrDamaged, p.db.Path(), r)
+		}
+	}()
+	return p.db.View(fn)
+}
+
+func (p *Persistent) flushChanges() error {
 	if p.beforeTake != nil {
 		p.beforeTake()
 	}
 	retry := len(p.pending.recs) > 0 // the changes of a failed flush
 	p.mem.takeDirty(p.pending.add)
-	if len(p.pending.recs) == 0 {
+	if len(p.pending.recs) == 0 && len(p.metaDirty) == 0 {
 		return nil
 	}
 	// The journal keeps the order of a key's changes, so records need only
@@ -526,14 +833,18 @@ func (p *Persistent) flushLocked() error {
 	start := time.Now()
 	written, deleted, skipped := p.encode()
 	var err error
-	if len(p.rends) > 0 {
-		err = p.db.Update(p.appendJournal)
+	if len(p.rends) > 0 || len(p.metaDirty) > 0 {
+		err = p.update(func(tx *bbolt.Tx) error {
+			if err := p.putMeta(tx); err != nil {
+				return err
+			}
+			return p.appendJournal(tx)
+		})
 	}
 	if err != nil {
-		p.stats.Failures++
-		p.stats.Pending = len(p.pending.recs)
 		return fmt.Errorf("store: flush of %d rate states: %w", len(p.pending.recs), err)
 	}
+	p.metaDirty = nil
 	n := len(p.pending.recs)
 	p.journal += int64(len(p.rbuf))
 	p.stats.Flushes++
@@ -618,6 +929,23 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 	}
 	p.rbuf, p.rends = buf, ends
 	return written, deleted, skipped
+}
+
+// putMeta stores the parameters in p.metaDirty.
+func (p *Persistent) putMeta(tx *bbolt.Tx) error {
+	if len(p.metaDirty) == 0 {
+		return nil
+	}
+	b, err := tx.CreateBucketIfNotExists(metaName)
+	if err != nil {
+		return fmt.Errorf("store: create bucket %s: %w", metaName, err)
+	}
+	for name, l := range p.metaDirty {
+		if err := b.Put([]byte(name), encodeParams(l)); err != nil {
+			return fmt.Errorf("store: put %s/%s: %w", metaName, name, err)
+		}
+	}
+	return nil
 }
 
 // appendJournal puts the records encoded in p.rbuf (which BoltDB keeps
@@ -707,7 +1035,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 	}
 	start := time.Now()
 	var c compaction
-	if err := p.db.View(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
+	if err := p.view(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
 		return fmt.Errorf("store: compaction of %s: %w", journalName, err)
 	}
 	c.recs = nil // the mapping of that transaction
@@ -726,7 +1054,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 			return errCompactionStopped
 		}
 		piece := c.ents[i:min(i+p.pieceKeys, len(c.ents))]
-		if err := p.db.Update(func(tx *bbolt.Tx) error { return c.apply(tx, piece, skip) }); err != nil {
+		if err := p.update(func(tx *bbolt.Tx) error { return c.apply(tx, piece, skip) }); err != nil {
 			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
 		}
 		p.release()
@@ -995,7 +1323,10 @@ func (p *Persistent) Close() error {
 		p.mu.Unlock()
 		return nil
 	}
-	err := p.flushLocked()
+	var err error
+	if !p.opts.ReadOnly {
+		err = p.flushLocked()
+	}
 	p.closed = true
 	close(p.done)
 	p.mu.Unlock()
@@ -1021,8 +1352,12 @@ func (p *Persistent) Get(ctx context.Context, limit, key string) (ratelimit.Stat
 	return p.mem.Get(ctx, limit, key)
 }
 
-// Update is Memory.Update; the change is written by the next flush.
+// Update is Memory.Update; the change is written by the next flush. It
+// returns ErrReadOnly in read-only mode.
 func (p *Persistent) Update(ctx context.Context, limit, key string, fn func(ratelimit.State) (ratelimit.State, bool)) error {
+	if p.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	return p.mem.Update(ctx, limit, key, fn)
 }
 
@@ -1031,6 +1366,9 @@ func (p *Persistent) Update(ctx context.Context, limit, key string, fn func(rate
 // the state is gone from memory, the deletion is retried by the next
 // flush, and the error is returned.
 func (p *Persistent) Delete(ctx context.Context, limit, key string) (bool, error) {
+	if p.opts.ReadOnly {
+		return false, ErrReadOnly
+	}
 	ok, err := p.mem.Delete(ctx, limit, key)
 	if err != nil || !ok {
 		return ok, err
@@ -1052,7 +1390,9 @@ func encodeState(v []byte, s ratelimit.State) {
 	binary.BigEndian.PutUint64(v[8:16], math.Float64bits(s.Rate))
 }
 
-// decodeState reads a stored value; ok is false for a malformed one.
+// decodeState reads a stored value; ok is false for a malformed one: not
+// 16 bytes, or a NaN or infinite rate (which no algorithm writes: rates
+// saturate at math.MaxFloat64).
 func decodeState(v []byte) (ratelimit.State, bool) {
 	if len(v) != valueLen {
 		return ratelimit.State{}, false
@@ -1061,7 +1401,7 @@ func decodeState(v []byte) (ratelimit.State, bool) {
 		Time: int64(binary.BigEndian.Uint64(v[0:8])),
 		Rate: math.Float64frombits(binary.BigEndian.Uint64(v[8:16])),
 	}
-	return s, !math.IsNaN(s.Rate)
+	return s, !math.IsNaN(s.Rate) && !math.IsInf(s.Rate, 0)
 }
 
 // rec is one change taken from memory.

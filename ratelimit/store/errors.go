@@ -15,6 +15,19 @@ var (
 	// (4 GiB of key bytes in one shard): nothing is stored.
 	ErrFull = errors.New("store: shard full")
 
+	// ErrKeyPressure is returned by Update when a new key cannot be stored
+	// because its shard is full (MaxKeys) of keys over or near their limit,
+	// which are never evicted. Nothing is stored; the engine fails open.
+	ErrKeyPressure = errors.New("store: key limit reached, every evictable key is over or near its limit")
+
+	// ErrReadOnly is returned by Update, Delete and Flush of a Persistent
+	// opened with PersistOptions.ReadOnly.
+	ErrReadOnly = errors.New("store: rate state opened read-only")
+
+	// ErrDamaged is wrapped by NewPersistent's error when the BoltDB file
+	// cannot be read (a page BoltDB panics on, or an inconsistency).
+	ErrDamaged = errors.New("store: damaged state file")
+
 	// ErrClosed is returned by Persistent.Flush after Close.
 	ErrClosed = errors.New("store: persistent store closed")
 

@@ -7,8 +7,12 @@
 // Bounded memory (as the EARRRL write-up advises: LRU, not TTL): when a
 // shard is full the least recently seen of a random sample of its keys is
 // evicted, so random senders cannot exhaust memory, while an offender that
-// keeps sending stays recent and is never forgiven by a timer. Keys whose
-// rate has decayed to nothing are dropped by Sweep.
+// keeps sending stays recent and is never forgiven by a timer. A key flood
+// does not evict offenders either: keys the Protect predicate (SetProtect)
+// reports over or near their limit are never evicted, and when a sample
+// holds only such keys the new key is refused (ErrKeyPressure, counted by
+// Refused), which the engine answers fail-open. Keys whose rate has decayed
+// to nothing are dropped by Sweep.
 //
 // # Memory layout
 //
@@ -52,9 +56,12 @@ import (
 const (
 	shardShift = 58                     // the top 6 bits of a key's hash pick its shard
 	numShards  = 1 << (64 - shardShift) // 64
-	// evictSample is how many keys are looked at to pick the least recently
-	// seen one to evict (approximate LRU, as Redis does).
+	// evictSample is how many evictable keys are looked at to pick the
+	// least recently seen one to evict (approximate LRU, as Redis does);
+	// evictScan is how many keys are looked at in all before a full shard
+	// refuses a new key because every one of them is protected.
 	evictSample = 8
+	evictScan   = 64
 
 	chunkBits = 10
 	chunkSize = 1 << chunkBits // entries per slab chunk (32 KiB)
@@ -138,8 +145,12 @@ type Memory struct {
 	now         func() int64
 	limits      registry
 	evicted     atomic.Int64
+	refused     atomic.Int64
 	count       atomic.Int64
 	lostDeletes atomic.Int64
+	// protect reports keys that must not be evicted (SetProtect); nil
+	// protects none.
+	protect atomic.Pointer[func(limit string, s ratelimit.State) bool]
 }
 
 // NewMemory returns an empty store.
@@ -195,10 +206,13 @@ func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, err
 }
 
 // Update applies fn to the state of key under limit under the shard lock.
-// Storing a state into a full shard first evicts the least recently seen of
-// a sample of its keys. It fails only for a key longer than MaxKeyLen
-// (ErrKeyTooLong), beyond MaxLimits limit names (ErrTooManyLimits) or when
-// a shard's key arena is exhausted (ErrFull), without calling fn.
+// Storing a new key's state into a full shard first evicts the least
+// recently seen unprotected key of a sample of its keys (see SetProtect).
+// It fails for a key longer than MaxKeyLen (ErrKeyTooLong), beyond
+// MaxLimits limit names (ErrTooManyLimits) or when a shard's key arena is
+// exhausted (ErrFull), without calling fn; and with ErrKeyPressure, after
+// calling fn, when a new key's state cannot be stored because the shard is
+// full of protected keys (nothing is stored; Refused counts it).
 func (m *Memory) Update(_ context.Context, limit, key string, fn func(ratelimit.State) (ratelimit.State, bool)) error {
 	if len(key) > MaxKeyLen {
 		return ErrKeyTooLong
@@ -226,8 +240,9 @@ func (m *Memory) Update(_ context.Context, limit, key string, fn func(ratelimit.
 		return ErrFull
 	}
 	s, store := fn(ratelimit.State{})
-	if store {
-		insert(m, sh, lim, key, h, s, true)
+	if store && !insert(m, sh, lim, key, h, s, true) {
+		m.refused.Add(1)
+		return ErrKeyPressure
 	}
 	return nil
 }
@@ -278,6 +293,29 @@ func (m *Memory) Len() int { return int(m.count.Load()) }
 
 // Evicted returns how many keys have been evicted to respect MaxKeys.
 func (m *Memory) Evicted() int64 { return m.evicted.Load() }
+
+// Refused returns how many new keys were not stored because their shard
+// was full of protected keys (Update's ErrKeyPressure, and states dropped
+// at restore for that reason).
+func (m *Memory) Refused() int64 { return m.refused.Load() }
+
+// Cap returns the number of (limit, key) pairs m holds at most: MaxKeys
+// rounded down to a multiple of the shard count (64).
+func (m *Memory) Cap() int { return m.perShard * numShards }
+
+// SetProtect installs the predicate that protects keys from eviction:
+// protect(limit, state) reports a state that must not be evicted to make
+// room for a new key (Persistent installs one that protects rates at or
+// above ProtectFraction of their limit). It is called under a shard lock
+// and must not call the store. nil protects nothing. Safe for concurrent
+// use.
+func (m *Memory) SetProtect(protect func(limit string, s ratelimit.State) bool) {
+	if protect == nil {
+		m.protect.Store(nil)
+		return
+	}
+	m.protect.Store(&protect)
+}
 
 // Footprint returns the bytes allocated by m's tables, entry slabs, key
 // arenas and change lists: the store's share of the heap, without Go's
@@ -426,7 +464,10 @@ func load[K keyBytes](m *Memory, lim uint16, key K, s ratelimit.State, replace b
 	if !sh.canAppend(len(key)) {
 		return false
 	}
-	insert(m, sh, lim, key, h, s, false)
+	if !insert(m, sh, lim, key, h, s, false) {
+		m.refused.Add(1)
+		return false
+	}
 	return true
 }
 
@@ -489,10 +530,13 @@ func findKey[K keyBytes](sh *shard, key K, h uint64) (uint32, bool) {
 }
 
 // insert adds a new entry, evicting first if the shard is full. The caller
-// has checked that the key is absent and that canAppend holds.
-func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s ratelimit.State, dirty bool) {
+// has checked that the key is absent and that canAppend holds. It returns
+// false, storing nothing, when the shard is full and no key may be evicted.
+func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s ratelimit.State, dirty bool) bool {
 	if sh.live >= m.perShard {
-		m.evict(sh)
+		if !m.evict(sh) {
+			return false
+		}
 		sh.maybeCompact()
 	}
 	if (sh.live+1)*4 > len(sh.table)*3 {
@@ -523,32 +567,49 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 	}
 	sh.live++
 	m.count.Add(1)
+	return true
 }
 
-// evict removes the least recently seen of evictSample entries found from
-// a random table position.
-func (m *Memory) evict(sh *shard) {
+// evict removes the least recently seen of evictSample unprotected entries
+// found from a random table position, looking at evictScan entries at
+// most. It reports false, removing nothing, when all it looked at are
+// protected (SetProtect).
+func (m *Memory) evict(sh *shard) bool {
 	if sh.live == 0 {
-		return
+		return true
 	}
+	var protect func(string, ratelimit.State) bool
+	if p := m.protect.Load(); p != nil {
+		protect = *p
+	}
+	var names []string
 	now := m.current(sh)
 	mask := uint32(len(sh.table) - 1)
 	var bestPos uint32
 	var bestAge uint32
-	found := 0
-	for i, n := rand.Uint32()&mask, 0; n < len(sh.table) && found < evictSample; i, n = (i+1)&mask, n+1 {
+	found, looked := 0, 0
+	for i, n := rand.Uint32()&mask, 0; n < len(sh.table) && found < evictSample && looked < evictScan; i, n = (i+1)&mask, n+1 {
 		s := sh.table[i]
 		if s == 0 {
 			continue
 		}
-		if age := now - sh.at(s&idxMask-1).seen; found == 0 || age > bestAge {
+		looked++
+		e := sh.at(s&idxMask - 1)
+		if protect != nil && protect(m.limits.name(e.lim, &names), e.state) {
+			continue
+		}
+		if age := now - e.seen; found == 0 || age > bestAge {
 			bestPos, bestAge = i, age
 		}
 		found++
 	}
+	if found == 0 {
+		return false
+	}
 	x := sh.table[bestPos]&idxMask - 1
 	m.remove(sh, bestPos, x, maphash.Bytes(sh.seed, sh.key(sh.at(x))))
 	m.evicted.Add(1)
+	return true
 }
 
 // remove takes entry x, at table position pos, out of the table: it is
@@ -808,4 +869,51 @@ func (r *registry) all() []string {
 		return *p
 	}
 	return nil
+}
+
+// withAllLocked locks every shard, calls swap, and if it returns true
+// replaces every state for which conv reports a change with the state conv
+// returns (removing it if that is the zero State), marking it changed. It
+// returns how many states conv changed. No other operation of m runs in
+// between: swap can install what gives the converted states their meaning.
+func (m *Memory) withAllLocked(swap func() bool, conv func(limit string, s ratelimit.State) (ratelimit.State, bool)) int {
+	for i := range m.shards {
+		m.shards[i].mu.Lock()
+	}
+	defer func() {
+		for i := range m.shards {
+			m.shards[i].mu.Unlock()
+		}
+	}()
+	if !swap() {
+		return 0
+	}
+	names := m.limits.all()
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		for x := range sh.slots {
+			e := sh.at(x)
+			if e.flags&fLive == 0 {
+				continue
+			}
+			s, ok := conv(m.limits.name(e.lim, &names), e.state)
+			if !ok {
+				continue
+			}
+			n++
+			if !s.IsZero() {
+				e.state = s
+				sh.markDirty(x, e)
+				continue
+			}
+			key := sh.key(e)
+			h := maphash.Bytes(sh.seed, key)
+			if pos, idx, ok := find(sh, e.lim, key, h); ok && idx == x {
+				m.remove(sh, pos, idx, h)
+			}
+		}
+		sh.maybeCompact()
+	}
+	return n
 }

@@ -1,0 +1,481 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/boltcorrupt"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+// Tests of issue 8 items 2, 3, 4 and 10 through the daemon and the CLI.
+
+// refuse sends n messages of user that must pass, then one that must be
+// deferred.
+func refuse(t *testing.T, addr, user string, n int) {
+	t.Helper()
+	for i := range n {
+		if got := policyQuery(t, addr, user, "END-OF-MESSAGE"); got != "action=DUNNO" {
+			t.Fatalf("%s message %d: %s", user, i+1, got)
+		}
+	}
+	mustDefer(t, addr, user)
+}
+
+func mustDefer(t *testing.T, addr, user string) {
+	t.Helper()
+	if got := policyQuery(t, addr, user, "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
+		t.Fatalf("%s is let through: %s", user, got)
+	}
+}
+
+// rewriteLimits writes, next to cfgPath, a configuration with the same
+// [server] table and the given [[limit]] tables.
+func rewriteLimits(t *testing.T, cfgPath, name, limits string) string {
+	t.Helper()
+	text, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, _, _ := strings.Cut(string(text), "[[limit]]")
+	path := filepath.Join(filepath.Dir(cfgPath), name)
+	if err := os.WriteFile(path, []byte(server+limits), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const dailyLimit = `
+[[limit]]
+name = "daily"
+key = ["sasl_username"]
+limit = 1000
+period = "24h"
+mode = "strict"
+action = "defer"
+`
+
+// Issue 8 item 2, the reproduction: with the daemon stopped, `--config
+// other.toml rate list` deleted every state of the limits other.toml does
+// not name. Offline reads now open the file read-only.
+func TestOfflineReadWithOtherConfigKeepsState(t *testing.T) {
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, dir, addr, "")
+	td := startTestDaemon(t, cfg)
+	refuse(t, addr, "mallory", 200)
+	td.stop()
+	other := rewriteLimits(t, cfg, "other.toml", `
+[[limit]]
+name = "weekly"
+key = ["sender"]
+limit = 5000
+period = "7d"
+`)
+	dbPath := filepath.Join(dir, "state", "ratelimitd.db")
+	before, err := os.ReadFile(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"rate", "list"}, {"rate", "show", "mallory"}, {"rate", "list", "--over"}} {
+		if out, err := cli(t, append([]string{"--config", other}, args...)...); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+	}
+	if after, _ := os.ReadFile(dbPath); !bytes.Equal(before, after) {
+		t.Fatal("an offline read with another configuration changed the state file")
+	}
+	out, err := cli(t, "--config", cfg, "rate", "show", "mallory")
+	if err != nil || !strings.Contains(out, "hourly") {
+		t.Fatalf("rate show with the daemon's configuration: %v\n%s", err, out)
+	}
+	startTestDaemon(t, cfg)
+	mustDefer(t, addr, "mallory")
+}
+
+// Issue 8 item 2: neither a reload that drops a limit (and the periodic
+// sweep after it) nor a start-up without it forgets its states.
+func TestDroppedLimitKeepsState(t *testing.T) {
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, dir, addr, "")
+	full, _ := os.ReadFile(cfg)
+	td := startTestDaemon(t, cfg)
+	refuse(t, addr, "mallory", 200)
+	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit) // cfg itself: it now names daily only
+	td.d.reload()
+	if n := len(td.d.engine.Limits()); n != 1 {
+		t.Fatalf("reload to one limit: %d limits", n)
+	}
+	if n := td.d.state.Sweep(); n != 0 {
+		t.Errorf("the sweep after the reload dropped %d states", n)
+	}
+	if err := td.d.state.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(cfg, full, 0o644)
+	td.d.reload()
+	mustDefer(t, addr, "mallory")
+
+	// A start-up with the limit commented out, then one with it back.
+	td.stop()
+	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit)
+	td = startTestDaemon(t, cfg)
+	if n := td.d.state.Sweep(); n != 0 {
+		t.Errorf("the sweep after a start-up without the limit dropped %d states", n)
+	}
+	td.stop()
+	os.WriteFile(cfg, full, 0o644)
+	startTestDaemon(t, cfg)
+	mustDefer(t, addr, "mallory")
+}
+
+// Issue 8 item 2: a reload from exponential to gcra kept the stored
+// {time, rate} and read it as an arrival time long past, letting a
+// deferred sender through. Its state is converted instead.
+func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, dir, addr, "")
+	td := startTestDaemon(t, cfg)
+	refuse(t, addr, "mallory", 200)
+	text, _ := os.ReadFile(cfg)
+	gcra := strings.Replace(string(text), `period = "1h"`, "period = \"1h\"\nalgorithm = \"gcra\"", 1)
+	os.WriteFile(cfg, []byte(gcra), 0o644)
+	td.d.reload()
+	if a := td.d.engine.Limits()[0].Algorithm; a != "gcra" {
+		t.Fatalf("reload: hourly is %s", a)
+	}
+	mustDefer(t, addr, "mallory")
+	if got := policyQuery(t, addr, "carol", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Fatalf("a new sender after the reload: %s", got)
+	}
+	// And after a restart with the gcra configuration.
+	td.stop()
+	startTestDaemon(t, cfg)
+	mustDefer(t, addr, "mallory")
+}
+
+// Issue 8 item 10, the reproduction at a small scale: max_keys 1,000
+// flooded with 1,500 distinct senders evicted an over-limit sender.
+func TestKeyFloodKeepsOffender(t *testing.T) {
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, dir, addr, "max_keys = 1000\n")
+	td := startTestDaemon(t, cfg)
+	refuse(t, addr, "mallory", 200)
+	for i := range 1500 {
+		policyQuery(t, addr, fmt.Sprintf("flood%04d", i), "END-OF-MESSAGE")
+	}
+	mustDefer(t, addr, "mallory")
+	st := td.d.status().State
+	if st.Evicted == 0 || st.MaxKeys != 960 {
+		t.Errorf("status after the flood: %+v", st)
+	}
+	out, err := cli(t, "--config", cfg, "status")
+	if err != nil || !strings.Contains(out, "rate keys: max 960, evicted ") {
+		t.Errorf("status: %v\n%s", err, out)
+	}
+}
+
+// addScratch adds to the BoltDB file at path a bucket "scratch" of 2,000
+// keys ("scratchkey00000"...): large enough for branch pages, whatever the
+// rate journal holds.
+func addScratch(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("scratch"))
+		for i := 0; err == nil && i < 2000; i++ {
+			err = b.Put(fmt.Appendf(nil, "scratchkey%05d", i), []byte("value"))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 8 item 4: a damaged state file made the daemon and the offline
+// CLI panic (exit 2), and a 0-byte one started silently empty. Each is
+// now refused with a message naming the file and the way out.
+func TestDamagedStateFile(t *testing.T) {
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, dir, addr, "")
+	td := startTestDaemon(t, cfg)
+	refuse(t, addr, "mallory", 200)
+	for i := range 300 {
+		policyQuery(t, addr, fmt.Sprintf("user%03d", i), "END-OF-MESSAGE")
+	}
+	td.stop()
+	f, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := f.Server.DBPath()
+	addScratch(t, path)
+	image, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cli(t, "--config", cfg, "state", "check")
+	if err != nil || !strings.Contains(out, "OK") || !strings.Contains(out, "limit hourly: 301 states (exponential 200 per 1h)") {
+		t.Fatalf("state check of a sound file: %v\n%s", err, out)
+	}
+	ps := os.Getpagesize()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for name, damage := range map[string]func([]byte) []byte{
+		"empty":     func([]byte) []byte { return nil },
+		"truncated": func(b []byte) []byte { return b[:len(b)/2] },
+		"meta only": func(b []byte) []byte { return b[:2*ps] },
+		"random": func(b []byte) []byte {
+			for i := range b {
+				b[i] = byte(rnd.Uint32())
+			}
+			return b
+		},
+		"zeroed pages": func(b []byte) []byte { clear(b[2*ps:]); return b },
+		"cycle": func(b []byte) []byte {
+			if !boltcorrupt.SelfReference(b) {
+				t.Fatal("no branch page")
+			}
+			return b
+		},
+		"zeroed bucket pages": func(b []byte) []byte {
+			boltcorrupt.ZeroBucketPages(b)
+			return b
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := os.WriteFile(path, damage(bytes.Clone(image)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, store.ErrDamaged) {
+					t.Fatalf("%s: %v, want ErrDamaged", what, err)
+				}
+				for _, want := range []string{path, "ratelimitd state check", "mv " + path} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("%s: the message lacks %q:\n%v", what, want, err)
+					}
+				}
+			}
+			_, err := startDaemon(f, cfg, io.Discard)
+			check("serve", err)
+			_, err = openOfflineMode(f, true)
+			check("rate list", err)
+			out, err := cli(t, "--config", cfg, "rate", "list")
+			if err == nil {
+				t.Errorf("rate list on a damaged file: no error\n%s", out)
+			}
+			out, err = cli(t, "--config", cfg, "state", "check")
+			if !errors.Is(err, store.ErrDamaged) || !strings.Contains(out, "DAMAGED") {
+				t.Errorf("state check: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// metricValue returns the value of the sample named name (with its
+// labels) in a Prometheus text exposition, or -1.
+func metricValue(body, name string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return -1
+}
+
+// Issue 8 item 3: with the state directory's file system full, flushes
+// failed with no log line and no metric. The test mounts a 1 MiB tmpfs as
+// the state directory (it needs root), fills it while the daemon counts,
+// checks the log, metric and status, frees space, checks the recovery,
+// then kills the daemon with SIGKILL and checks that the restart forgives
+// nobody counted while the disk was full.
+func TestDiskFullIsLoud(t *testing.T) {
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	if err := os.MkdirAll(stateDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "tmpfs", stateDir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs (this test runs as root): %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", stateDir).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v %s", err, out)
+		}
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	mport := freePort(t)
+	cfg := writeConfig(t, dir, addr, "")
+	text, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, []byte(strings.Replace(string(text), `metrics_listen = ""`, fmt.Sprintf(`metrics_listen = "127.0.0.1:%d"`, mport), 1)), 0o644)
+	metrics := func() string {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	run := func() (*exec.Cmd, *syncBuffer) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfg)
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		waitFor("the daemon to start", func() bool { return strings.Contains(out.String(), "ratelimitd started") })
+		return cmd, out
+	}
+	cmd, logs := run()
+	refuse(t, addr, "mallory", 200)
+	waitFor("a flush", func() bool { return metricValue(metrics(), "ratelimitd_state_flushes_total") > 0 })
+
+	filler, err := os.Create(filepath.Join(stateDir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	filler.Close()
+	// Counting goes on with the disk full: rex is refused, and new keys
+	// make the file grow, which fails.
+	refuse(t, addr, "rex", 200)
+	for i := range 600 {
+		policyQuery(t, addr, fmt.Sprintf("newcomer-with-a-long-name-%04d", i), "END-OF-MESSAGE")
+	}
+	waitFor("a failed flush counted", func() bool { return metricValue(metrics(), "ratelimitd_state_flush_failures_total") > 0 })
+	if m := metrics(); metricValue(m, "ratelimitd_state_pending_changes") <= 0 || metricValue(m, "ratelimitd_state_last_error_timestamp_seconds") <= 0 {
+		t.Errorf("metrics during the failure:\n%s", m)
+	}
+	if l := logs.String(); !strings.Contains(l, "rate state flush failed") || !strings.Contains(l, "no space left on device") {
+		t.Fatalf("the failed flush is not logged with its cause:\n%s", l)
+	}
+	out, err := cli(t, "--config", cfg, "status")
+	if err != nil || !strings.Contains(out, "no space left on device") || !strings.Contains(out, "rate state: last flush") {
+		t.Fatalf("status during the failure: %v\n%s", err, out)
+	}
+
+	if err := os.Remove(filler.Name()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the recovery", func() bool {
+		m := metrics()
+		return metricValue(m, "ratelimitd_state_pending_changes") == 0 &&
+			metricValue(m, "ratelimitd_state_last_flush_timestamp_seconds") > metricValue(m, "ratelimitd_state_last_error_timestamp_seconds")
+	})
+	out, _ = cli(t, "--config", cfg, "status")
+	if !strings.Contains(out, "0 changes pending") {
+		t.Errorf("status after the recovery:\n%s", out)
+	}
+	cmd.Process.Kill() // SIGKILL: no final flush
+	cmd.Wait()
+	run()
+	mustDefer(t, addr, "mallory")
+	mustDefer(t, addr, "rex")
+	if got := policyQuery(t, addr, "newcomer-with-a-long-name-0599", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Errorf("a newcomer's second message: %s", got)
+	}
+}
+
+// state check --salvage copies what is readable into a new state file:
+// from a sound file everything, from a file with a damaged bucket every
+// other bucket (the offender is still refused once it is moved into
+// place), without panicking; a file with a cycle is refused.
+func TestStateSalvage(t *testing.T) {
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, dir, addr, "")
+	td := startTestDaemon(t, cfg)
+	refuse(t, addr, "mallory", 200)
+	td.stop()
+	path := filepath.Join(dir, "state", "ratelimitd.db")
+	addScratch(t, path) // pages of its own, to damage apart from the rate state
+	image, _ := os.ReadFile(path)
+	salvage := func(what string) (string, error) {
+		t.Helper()
+		salvaged := filepath.Join(dir, "salvaged.db")
+		os.Remove(salvaged)
+		out, err := cli(t, "--config", cfg, "state", "check", "--salvage", salvaged)
+		if _, serr := os.Stat(salvaged); serr == nil {
+			if err := os.Rename(salvaged, path); err != nil {
+				t.Fatal(err)
+			}
+			td = startTestDaemon(t, cfg)
+			mustDefer(t, addr, "mallory")
+			td.stop()
+		}
+		return out, err
+	}
+	out, err := salvage("sound")
+	if err != nil || !strings.Contains(out, "OK") || !strings.Contains(out, "salvaged ratestate: ") || !strings.Contains(out, "salvaged scratch: 2000 keys") {
+		t.Fatalf("salvage of a sound file: %v\n%s", err, out)
+	}
+
+	// One leaf page of scratch zeroed: everything else is salvaged.
+	b := bytes.Clone(image)
+	ps := os.Getpagesize()
+	for pg := len(b)/ps - 1; pg >= 2; pg-- {
+		if p := b[pg*ps : (pg+1)*ps]; bytes.Contains(p, []byte("scratchkey01")) && p[8] == 0x02 { // a leaf
+			clear(p)
+			break
+		}
+	}
+	os.WriteFile(path, b, 0o600)
+	out, err = salvage("one bucket damaged")
+	if !errors.Is(err, store.ErrDamaged) || !strings.Contains(out, "salvaged ratestate: ") || !strings.Contains(out, "skipped scratch") {
+		t.Errorf("salvage with scratch damaged: %v\n%s", err, out)
+	}
+
+	b = bytes.Clone(image)
+	if !boltcorrupt.SelfReference(b) {
+		t.Fatal("no branch page")
+	}
+	os.WriteFile(path, b, 0o600)
+	out, err = salvage("cycle")
+	if !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), "nothing copied") {
+		t.Errorf("salvage of a file with a cycle: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,321 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+)
+
+// CheckPages walks the page tree of the BoltDB file at path without BoltDB
+// and returns an error wrapping ErrDamaged for a structure BoltDB itself
+// cannot survive: BoltDB follows page references without checking them, so
+// a branch page that refers to itself or an ancestor sends its cursor and
+// its own consistency check (bbolt.Tx.Check) into an endless descent (a
+// fatal stack overflow, not a panic), and a free list whose count exceeds
+// its page makes bbolt.Open read or allocate past the file. CheckPages
+// reads the meta page of the latest valid transaction, checks the free
+// list's extent, then visits every page reachable from the root bucket and
+// its nested buckets once, checking that each is within the transaction's
+// high-water mark and the file, carries its own id, is a branch or leaf
+// page, and is referenced once. Run it before bbolt.Open on a file that may
+// be damaged; then bbolt.Tx.Check finds what remains (key order, free and
+// unreachable pages). The file is read with ReadAt, one page at a time.
+// It walks past a damaged page to the rest of the tree, and returns the
+// first problem; the error also wraps ErrUnreadable when some structure
+// would hang or crash BoltDB (a cycle, a page referenced twice or out of
+// range, an inline bucket page BoltDB would read as a branch, a free list
+// past its page) rather than make it panic, which a caller can recover:
+// only then must nothing be read from the file with BoltDB (state check
+// --salvage). A missing or unreadable file is returned as the os error.
+func CheckPages(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	w := &pageWalker{f: f, size: fi.Size(), seen: map[uint64]bool{}}
+	w.walk()
+	switch {
+	case w.first == nil:
+		return nil
+	case w.unsafe != nil && w.unsafe != w.first:
+		return fmt.Errorf("%w: %s: %v (and %w)", ErrDamaged, path, w.first, w.unsafe)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrDamaged, path, w.first)
+}
+
+// ErrUnreadable is wrapped by CheckPages' error when the file holds a
+// structure BoltDB cannot read without hanging or crashing.
+var ErrUnreadable = errors.New("a structure BoltDB cannot read safely")
+
+// unsafeErr returns an error wrapping ErrUnreadable.
+func unsafeErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnreadable, fmt.Sprintf(format, a...))
+}
+
+// BoltDB's on-disk format (go.etcd.io/bbolt internal/common), little-endian.
+const (
+	pageHeaderSize  = 16 // id u64, flags u16, count u16, overflow u32
+	branchElemSize  = 16 // pos u32, ksize u32, pgid u64
+	leafElemSize    = 16 // flags u32, pos u32, ksize u32, vsize u32
+	bucketValueSize = 16 // root pgid u64, sequence u64
+	branchPageFlag  = 0x01
+	leafPageFlag    = 0x02
+	metaPageFlag    = 0x04
+	freelistFlag    = 0x10
+	bucketLeafFlag  = 0x01
+	boltMagic       = 0xED0CDAED
+	boltVersion     = 2
+	metaChecksumAt  = 56 // bytes of the meta summed (FNV-64a) before its checksum
+	maxTreeDepth    = 64
+)
+
+type pageWalker struct {
+	f        io.ReaderAt
+	size     int64
+	pageSize int64
+	hwm      uint64 // pages in use (the meta's pgid)
+	seen     map[uint64]bool
+	// first is the first problem found, unsafe the first that wraps
+	// ErrUnreadable.
+	first, unsafe error
+}
+
+// record notes a problem and goes on.
+func (w *pageWalker) record(err error) {
+	if w.first == nil {
+		w.first = err
+	}
+	if w.unsafe == nil && errors.Is(err, ErrUnreadable) {
+		w.unsafe = err
+	}
+}
+
+func (w *pageWalker) walk() {
+	root, freelist, err := w.meta()
+	if err != nil {
+		w.record(unsafeErr("%v", err)) // BoltDB cannot open it: nothing to read
+		return
+	}
+	if err := w.freelist(freelist); err != nil {
+		w.record(unsafeErr("%v", err))
+	}
+	if root == 0 {
+		w.record(errors.New("root bucket has no page"))
+		return
+	}
+	w.visit(root, 0)
+}
+
+// meta picks the valid meta page of the latest transaction, as BoltDB
+// does, and returns the root bucket's page and the free list's.
+func (w *pageWalker) meta() (root, freelist uint64, err error) {
+	var best struct {
+		ok                        bool
+		txid, root, freelist, hwm uint64
+		pageSize                  int64
+	}
+	buf := make([]byte, 4096)
+	for i := range 2 {
+		// Meta page 1 is one page size after page 0, which the meta
+		// itself gives; read page 0 first.
+		off := int64(0)
+		if i == 1 {
+			if !best.ok {
+				// Page 0 is bad: BoltDB falls back on the OS page size.
+				off = int64(os.Getpagesize())
+			} else {
+				off = best.pageSize
+			}
+		}
+		n, _ := w.f.ReadAt(buf, off)
+		if n < pageHeaderSize+metaChecksumAt+8 {
+			continue
+		}
+		m := buf[pageHeaderSize:]
+		h := fnv.New64a()
+		h.Write(m[:metaChecksumAt])
+		if binary.LittleEndian.Uint32(m) != boltMagic || binary.LittleEndian.Uint32(m[4:]) != boltVersion ||
+			h.Sum64() != binary.LittleEndian.Uint64(m[metaChecksumAt:]) {
+			continue
+		}
+		ps := int64(binary.LittleEndian.Uint32(m[8:]))
+		txid := binary.LittleEndian.Uint64(m[48:])
+		if ps < 1024 || ps > 1<<20 || (best.ok && txid <= best.txid) {
+			continue
+		}
+		best.ok, best.txid, best.pageSize = true, txid, ps
+		best.root = binary.LittleEndian.Uint64(m[16:])
+		best.freelist = binary.LittleEndian.Uint64(m[32:])
+		best.hwm = binary.LittleEndian.Uint64(m[40:])
+	}
+	if !best.ok {
+		return 0, 0, errors.New("no valid meta page")
+	}
+	w.pageSize, w.hwm = best.pageSize, best.hwm
+	if need := int64(w.hwm) * w.pageSize; w.hwm > uint64(w.size/w.pageSize) || need > w.size {
+		return 0, 0, fmt.Errorf("truncated: %d bytes, its %d pages need %d", w.size, w.hwm, need)
+	}
+	return best.root, best.freelist, nil
+}
+
+// freelist checks that the free list page's ids fit in it (a count of
+// 0xFFFF means the real count is the first id).
+func (w *pageWalker) freelist(id uint64) error {
+	const noFreelist = ^uint64(0)
+	if id == noFreelist {
+		return nil
+	}
+	p, err := w.page(id)
+	if err != nil {
+		return fmt.Errorf("free list: %v", err)
+	}
+	flags, count := binary.LittleEndian.Uint16(p[8:]), uint64(binary.LittleEndian.Uint16(p[10:]))
+	if flags != freelistFlag {
+		return fmt.Errorf("free list: page %d is not a free list page (flags %#x)", id, flags)
+	}
+	start := uint64(pageHeaderSize)
+	if count == 0xFFFF {
+		count = binary.LittleEndian.Uint64(p[pageHeaderSize:])
+		start += 8
+	}
+	if count > (uint64(len(p))-start)/8 {
+		return fmt.Errorf("free list: page %d claims %d ids, room for %d", id, count, (uint64(len(p))-start)/8)
+	}
+	return nil
+}
+
+// page reads page id with its overflow pages, checking its extent.
+func (w *pageWalker) page(id uint64) ([]byte, error) {
+	if id < 2 || id >= w.hwm {
+		return nil, unsafeErr("page %d out of range [2, %d)", id, w.hwm)
+	}
+	hdr := make([]byte, pageHeaderSize)
+	if _, err := w.f.ReadAt(hdr, int64(id)*w.pageSize); err != nil {
+		return nil, fmt.Errorf("page %d: %v", id, err)
+	}
+	if got := binary.LittleEndian.Uint64(hdr); got != id {
+		return nil, fmt.Errorf("page %d identifies itself as %d", id, got)
+	}
+	overflow := uint64(binary.LittleEndian.Uint32(hdr[12:]))
+	if id+overflow >= w.hwm {
+		return nil, unsafeErr("page %d: %d overflow pages run past page %d", id, overflow, w.hwm)
+	}
+	p := make([]byte, int64(overflow+1)*w.pageSize)
+	if _, err := w.f.ReadAt(p, int64(id)*w.pageSize); err != nil {
+		return nil, fmt.Errorf("page %d: %v", id, err)
+	}
+	return p, nil
+}
+
+// visit checks the page tree rooted at page id, recording its problems.
+func (w *pageWalker) visit(id uint64, depth int) {
+	if depth > maxTreeDepth {
+		w.record(unsafeErr("page %d: tree deeper than %d", id, maxTreeDepth))
+		return
+	}
+	if w.seen[id] {
+		w.record(unsafeErr("page %d: referenced twice (a cycle or a shared page)", id))
+		return
+	}
+	p, err := w.page(id)
+	if err != nil {
+		w.record(err) // BoltDB asserts a page's id and type when it reads it
+		return
+	}
+	for i := range uint64(binary.LittleEndian.Uint32(p[12:])) + 1 {
+		if w.seen[id+i] {
+			w.record(unsafeErr("page %d: referenced twice (a cycle or a shared page)", id+i))
+			return
+		}
+		w.seen[id+i] = true
+	}
+	w.elements(p, id, depth)
+}
+
+// elements checks the elements of page p (id, or 0 for an inline bucket's
+// page, which BoltDB reads without checking its type) and visits the pages
+// they refer to.
+func (w *pageWalker) elements(p []byte, id uint64, depth int) {
+	flags, count := binary.LittleEndian.Uint16(p[8:]), int(binary.LittleEndian.Uint16(p[10:]))
+	inline := id == 0
+	fail := func(unsafe bool, format string, a ...any) {
+		if err := fmt.Errorf("page %d: %s", id, fmt.Sprintf(format, a...)); unsafe || inline {
+			w.record(unsafeErr("%v", err))
+		} else {
+			w.record(err)
+		}
+	}
+	if pageHeaderSize+count*leafElemSize > len(p) {
+		// BoltDB would read elements, and children, past the page.
+		fail(true, "%d elements do not fit", count)
+		return
+	}
+	switch {
+	case flags == branchPageFlag: // BoltDB compares the flags exactly
+		for i := range count {
+			e := p[pageHeaderSize+i*branchElemSize:]
+			if err := w.span(p, pageHeaderSize+i*branchElemSize, e[0:], e[4:], nil); err != nil {
+				fail(false, "element %d: %v", i, err)
+			}
+			w.visit(binary.LittleEndian.Uint64(e[8:]), depth+1)
+		}
+	case flags == leafPageFlag:
+		for i := range count {
+			at := pageHeaderSize + i*leafElemSize
+			e := p[at:]
+			bucket := binary.LittleEndian.Uint32(e)&bucketLeafFlag != 0
+			if err := w.span(p, at, e[4:], e[8:], e[12:]); err != nil {
+				fail(bucket, "element %d: %v", i, err) // a bucket's root would be garbage
+				continue
+			}
+			if !bucket {
+				continue
+			}
+			pos, ksize := binary.LittleEndian.Uint32(e[4:]), binary.LittleEndian.Uint32(e[8:])
+			vsize := binary.LittleEndian.Uint32(e[12:])
+			if vsize < bucketValueSize {
+				fail(true, "element %d: bucket value of %d bytes", i, vsize)
+				continue
+			}
+			v := p[at+int(pos)+int(ksize) : at+int(pos)+int(ksize)+int(vsize)]
+			if root := binary.LittleEndian.Uint64(v); root != 0 {
+				w.visit(root, depth+1)
+			} else if in := v[bucketValueSize:]; len(in) >= pageHeaderSize {
+				if depth > maxTreeDepth {
+					fail(true, "buckets nested deeper than %d", maxTreeDepth)
+					continue
+				}
+				w.elements(in, 0, depth+1)
+			} else if len(in) > 0 {
+				fail(true, "element %d: inline bucket of %d bytes", i, len(in))
+			}
+		}
+	case flags == metaPageFlag || flags == freelistFlag:
+		// BoltDB's page check lets these through, and its cursor
+		// then reads the page as a branch.
+		fail(true, "a meta or free list page in a bucket (flags %#x)", flags)
+	default:
+		fail(false, "not a branch or leaf page (flags %#x)", flags) // BoltDB panics on it
+	}
+}
+
+// span checks that the key (and value) of the element at offset at of p,
+// at at+pos for ksize (then vsize) bytes, lie within p.
+func (w *pageWalker) span(p []byte, at int, pos, ksize, vsize []byte) error {
+	end := uint64(at) + uint64(binary.LittleEndian.Uint32(pos)) + uint64(binary.LittleEndian.Uint32(ksize))
+	if vsize != nil {
+		end += uint64(binary.LittleEndian.Uint32(vsize))
+	}
+	if end > uint64(len(p)) {
+		return fmt.Errorf("key or value past the end of the page (%d > %d)", end, len(p))
+	}
+	return nil
+}
