@@ -29,7 +29,7 @@ func (m *Message) Entries() []simulate.Entry {
 		Instance:      instanceOf(m),
 		SASLMethod:    m.SASLMethod,
 		SASLUsername:  m.SASLUsername,
-		Stage:         "simulate",
+		Stage:         policy.ViaPolicy,
 	}
 	out := make([]simulate.Entry, 0, len(m.Recipients)+1)
 	for _, rc := range m.Recipients {
