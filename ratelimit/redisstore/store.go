@@ -53,6 +53,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -123,6 +124,8 @@ type Store struct {
 	stack   *rueidis.Lua
 	merge   *rueidis.Lua
 	cas     *rueidis.Lua
+	// offset is Redis's clock minus this host's (ns), as last seen.
+	offset atomic.Int64
 }
 
 // New connects to Redis (standalone, Sentinel or Cluster) and returns the
@@ -183,6 +186,11 @@ func (s *Store) Cluster() bool { return s.cluster }
 
 // Timeout is the bound on every call (Options.Timeout).
 func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
+
+// ClockOffset is Redis's clock minus this host's, as last measured by
+// EvaluateStack (zero before the first request): Failover decides locally
+// on the host's clock plus this offset.
+func (s *Store) ClockOffset() time.Duration { return time.Duration(s.offset.Load()) }
 
 // Ping checks that Redis answers within the timeout and returns its clock.
 func (s *Store) Ping(ctx context.Context) (time.Time, error) {
@@ -586,6 +594,9 @@ func (s *Store) read(v []rueidis.RedisMessage, g *group, items []policy.StackIte
 		return fmt.Errorf("%w: script time: %v", ErrProtocol, errors.Join(err1, err2))
 	}
 	now := time.Unix(sec, nsec)
+	if !s.opts.UseCallerTime {
+		s.offset.Store(int64(time.Until(now)))
+	}
 	for j, i := range g.idx {
 		raw, err := v[2+3*j].ToString()
 		if err != nil {
