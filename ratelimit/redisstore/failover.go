@@ -214,6 +214,7 @@ func (f *Failover) probe() {
 		if _, err := f.redis.Ping(context.Background()); err != nil {
 			continue
 		}
+		began := time.Unix(0, f.since.Load())
 		pushed, err := f.recover()
 		if err != nil {
 			msg := err.Error()
@@ -221,7 +222,7 @@ func (f *Failover) probe() {
 			continue
 		}
 		f.log.Info("redis available again: rate state shared", "pushed_local_states", pushed,
-			"outage", time.Since(time.Unix(0, f.since.Load())).Round(time.Millisecond).String())
+			"outage", time.Since(began).Round(time.Millisecond).String())
 		return
 	}
 }
