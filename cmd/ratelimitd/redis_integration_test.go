@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+)
+
+// redisConfig is the [store] table and a leaky 20/hour limit per SASL user.
+func redisConfig(addr, onError string) string {
+	return fmt.Sprintf(`
+[store]
+backend = "redis"
+redis_addrs = [%q]
+redis_timeout = "150ms"
+on_redis_error = %q
+key_prefix = "it:"
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 20
+period = "1h"
+mode = "leaky"
+action = "defer"
+`, addr, onError)
+}
+
+// startServe runs `ratelimitd serve` (this test binary re-executed) and
+// waits for it to start.
+func startServe(t *testing.T, cfgPath string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfgPath)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("daemon %s log:\n%s", cfgPath, out.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "ratelimitd started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not start:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd
+}
+
+// TestRedisTwoDaemons: two `ratelimitd serve` processes share one Redis.
+// One user's 60 messages alternate between them and exactly the limit (20)
+// is admitted; `rate reset` on one host lets the user through on the
+// other at once; `rate show` and `status` on either report the shared
+// state.
+func TestRedisTwoDaemons(t *testing.T) {
+	srv := redistest.Start(t)
+	var cfgs, addrs []string
+	for range 2 {
+		dir := t.TempDir()
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfgs = append(cfgs, writeConfig(t, dir, addr, redisConfig(srv.Addr, "local")))
+		addrs = append(addrs, addr)
+		startServe(t, cfgs[len(cfgs)-1])
+	}
+	admitted := 0
+	for i := range 60 {
+		got := policyQuery(t, addrs[i%2], "walter", "END-OF-MESSAGE")
+		switch {
+		case got == "action=DUNNO":
+			admitted++
+		case !strings.HasPrefix(got, "action=450 4.7.1"):
+			t.Fatalf("message %d: %s", i+1, got)
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("60 messages alternating between two hosts: %d admitted, want 20", admitted)
+	}
+	out, err := cli(t, "--config", cfgs[1], "rate", "show", "walter")
+	if err != nil || !strings.Contains(out, "hourly") {
+		t.Fatalf("rate show on the second host: %v\n%s", err, out)
+	}
+	out, err = cli(t, "--config", cfgs[1], "status")
+	if err != nil || !strings.Contains(out, "store: redis, shared") {
+		t.Fatalf("status on the second host: %v\n%s", err, out)
+	}
+	if out, err := cli(t, "--config", cfgs[0], "rate", "reset", "walter"); err != nil {
+		t.Fatalf("rate reset on the first host: %v\n%s", err, out)
+	}
+	if got := policyQuery(t, addrs[1], "walter", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Fatalf("after a reset on the first host the second answers %s", got)
+	}
+	// The offline CLI (no daemon behind the config's admin socket) reads
+	// Redis directly.
+	off := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), redisConfig(srv.Addr, "local"))
+	out, err = cli(t, "--config", off, "rate", "list")
+	if err != nil || !strings.Contains(out, "walter") {
+		t.Fatalf("offline rate list: %v\n%s", err, out)
+	}
+}
+
+// TestRedisDownDefer: with on_redis_error = "defer" a request Redis cannot
+// answer gets 450 4.7.1; with "dunno", DUNNO; both are counted as faults.
+func TestRedisDownDefer(t *testing.T) {
+	for _, c := range []struct{ policy, want string }{{"defer", "action=450 4.7.1"}, {"dunno", "action=DUNNO"}} {
+		srv := redistest.Start(t)
+		dir := t.TempDir()
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		td := startTestDaemon(t, writeConfig(t, dir, addr, redisConfig(srv.Addr, c.policy)))
+		if got := policyQuery(t, addr, "vera", "RCPT"); got != "action=DUNNO" {
+			t.Fatalf("%s: with Redis up: %s", c.policy, got)
+		}
+		srv.Kill()
+		if got := policyQuery(t, addr, "vera", "RCPT"); !strings.HasPrefix(got, c.want) {
+			t.Errorf("on_redis_error=%s, Redis down: %s, want %s", c.policy, got, c.want)
+		}
+		st := td.d.status()
+		if st.Store == nil || !st.Store.Degraded || st.Faults == 0 {
+			t.Errorf("on_redis_error=%s: status %+v, store %+v", c.policy, st, st.Store)
+		}
+	}
+}
