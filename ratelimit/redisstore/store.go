@@ -154,6 +154,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		ConnWriteTimeout: max(o.Timeout, time.Second),
 		Dialer:           netDialer(o.Timeout),
 		DisableRetry:     true,
+		MaxFlushDelay:    20 * time.Microsecond,
 	}
 	if o.SentinelMaster != "" {
 		co.Sentinel = rueidis.SentinelOption{MasterSet: o.SentinelMaster, Username: o.Username, Password: o.Password,

@@ -1,0 +1,71 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+func TestStoreDefaults(t *testing.T) {
+	f, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Store
+	if s.Backend != "local" || s.Redis() || s.OnRedisError != "local" || time.Duration(s.RedisTimeout) != 200*time.Millisecond ||
+		s.KeyPrefix != "ratelimitd:" || len(s.RedisAddrs) != 1 || s.RedisAddrs[0] != "127.0.0.1:6379" {
+		t.Fatalf("store defaults: %+v", s)
+	}
+	f, err = config.Parse([]byte(`
+[store]
+backend = "redis"
+redis_addrs = ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"]
+redis_sentinel_master = "mymaster"
+redis_timeout = "150ms"
+on_redis_error = "defer"
+`), "ok.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Store.Redis() || f.Store.RedisSentinelMaster != "mymaster" || time.Duration(f.Store.RedisTimeout) != 150*time.Millisecond {
+		t.Fatalf("parsed: %+v", f.Store)
+	}
+}
+
+// The Redis backend's constraints are reported with their keys, including
+// a limit whose algorithm the Redis script does not implement.
+func TestStoreErrors(t *testing.T) {
+	_, err := config.Parse([]byte(`
+[store]
+backend = "redis"
+redis_addrs = ["localhost"]
+on_redis_error = "panic"
+key_prefix = "rl{x}:"
+
+[[limit]]
+name = "burst"
+key = ["sasl_username"]
+limit = 10
+period = "1m"
+algorithm = "gcra"
+`), "bad.toml")
+	if err == nil {
+		t.Fatal("invalid [store] accepted")
+	}
+	for _, want := range []string{`store.redis_addrs: "localhost" is not host:port`, `store.on_redis_error: "panic"`,
+		"store.key_prefix", `limit burst: algorithm "gcra" is not available with store.backend = "redis"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := config.Parse([]byte("[store]\nbackend = \"memcached\"\n"), "b.toml"); err == nil ||
+		!strings.Contains(err.Error(), `store.backend: "memcached" is not a backend`) {
+		t.Errorf("unknown backend: %v", err)
+	}
+	// The same GCRA limit is fine with the local backend.
+	if _, err := config.Parse([]byte("[[limit]]\nname = \"burst\"\nkey = [\"sasl_username\"]\nlimit = 10\nperiod = \"1m\"\nalgorithm = \"gcra\"\n"), "l.toml"); err != nil {
+		t.Errorf("gcra with the local backend: %v", err)
+	}
+}
