@@ -67,9 +67,8 @@ func (s *Store) withDefaults() {
 	}
 }
 
-// validate checks the table; limits are the configured stack (the Redis
-// script implements the exponential algorithm only).
-func (s *Store) validate(limits []policy.LimitConfig) []error {
+// validate checks the table.
+func (s *Store) validate() []error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("store.%s: %s", key, fmt.Sprintf(format, a...)))
@@ -96,11 +95,6 @@ func (s *Store) validate(limits []policy.LimitConfig) []error {
 	for _, a := range s.RedisAddrs {
 		if !strings.Contains(a, ":") {
 			bad("redis_addrs", "%q is not host:port", a)
-		}
-	}
-	for _, l := range limits {
-		if l.Algorithm != "" && l.Algorithm != "exponential" {
-			errs = append(errs, fmt.Errorf("limit %s: algorithm %q is not available with store.backend = \"redis\" (only exponential is)", l.Name, l.Algorithm))
 		}
 	}
 	return errs

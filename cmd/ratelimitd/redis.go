@@ -37,7 +37,8 @@ func engineLimits(eng func() *policy.Engine) func(string) (ratelimit.Limit, bool
 		}
 		for _, l := range e.Limits() {
 			if l.Name == name {
-				return ratelimit.Limit{Limit: l.Limit, Period: l.Period}, true
+				alg, _ := ratelimit.ParseAlgorithm(l.Algorithm)
+				return ratelimit.Limit{Limit: l.Limit, Period: l.Period, Algorithm: alg, HalfLife: l.HalfLife}, true
 			}
 		}
 		return ratelimit.Limit{}, false

@@ -16,7 +16,7 @@ var (
 	ErrProtocol = errors.New("redisstore: unexpected answer from redis")
 
 	// ErrAlgorithm is set as StackResult.Err for an item whose algorithm
-	// the Redis script does not implement (only exponential is).
+	// the Redis script does not know.
 	ErrAlgorithm = errors.New("redisstore: algorithm not supported by the redis backend")
 
 	// ErrConfig is returned by New for unusable Options.

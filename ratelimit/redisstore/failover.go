@@ -93,13 +93,18 @@ type Failover struct {
 	touched map[[2]string]struct{}
 	probing bool
 	stop    chan struct{}
-	wg      sync.WaitGroup
+	// ctx is cancelled by Close, ending a recovery in progress.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // NewFailover returns a Failover over the Redis store r and the host's own
 // store local, with policy p. log receives the switch and recovery lines.
 func NewFailover(r *Store, local policy.Store, p OnError, log *slog.Logger) *Failover {
-	return &Failover{redis: r, local: local, policy: p, log: log, touched: map[[2]string]struct{}{}, stop: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Failover{redis: r, local: local, policy: p, log: log, touched: map[[2]string]struct{}{}, stop: make(chan struct{}),
+		ctx: ctx, cancel: cancel}
 }
 
 // FailoverStatus is the backend's state for `ratelimitd status`.
@@ -140,6 +145,7 @@ func (f *Failover) Close() {
 		close(f.stop)
 	}
 	f.mu.Unlock()
+	f.cancel()
 	f.wg.Wait()
 }
 
@@ -211,7 +217,7 @@ func (f *Failover) probe() {
 			return
 		case <-t.C:
 		}
-		if _, err := f.redis.Ping(context.Background()); err != nil {
+		if _, err := f.redis.Ping(f.ctx); err != nil {
 			continue
 		}
 		began := time.Unix(0, f.since.Load())
@@ -265,7 +271,7 @@ func (f *Failover) push(batch map[[2]string]struct{}) (int, error) {
 	for k := range batch {
 		byLimit[k[0]] = append(byLimit[k[0]], k[1])
 	}
-	ctx := context.Background()
+	ctx := f.ctx
 	n := 0
 	for limit, keys := range byLimit {
 		sts := make([]ratelimit.State, len(keys))

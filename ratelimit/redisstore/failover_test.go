@@ -211,3 +211,53 @@ func TestSentinelFailover(t *testing.T) {
 		t.Errorf("state written before the failover: %+v, %v", st, err)
 	}
 }
+
+// TestMerge: after an outage the stricter state wins, per algorithm: the
+// higher decayed rate (exponential), the later arrival time (GCRA); and
+// the merged key gets an expiry.
+func TestMerge(t *testing.T) {
+	srv := redistest.Start(t)
+	limits := map[string]ratelimit.Limit{
+		"exp":  {Limit: 10, Period: time.Hour},
+		"gcra": {Limit: 10, Period: time.Hour, Algorithm: ratelimit.GCRA},
+	}
+	r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Limits: func(n string) (ratelimit.Limit, bool) {
+		l, ok := limits[n]
+		return l, ok
+	}})
+	ctx := context.Background()
+	now, _ := r.Ping(ctx)
+	ns := now.UnixNano()
+	set := func(limit, key string, st ratelimit.State) {
+		if err := r.Update(ctx, limit, key, func(ratelimit.State) (ratelimit.State, bool) { return st, true }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("exp", "a", ratelimit.State{Time: ns, Rate: 5})
+	set("exp", "b", ratelimit.State{Time: ns, Rate: 5})
+	set("gcra", "a", ratelimit.State{Time: ns + int64(30*time.Minute)})
+	set("gcra", "b", ratelimit.State{Time: ns + int64(30*time.Minute)})
+	// a: the local state is stricter; b: the shared one is.
+	n, err := r.Merge(ctx, "exp", []string{"a", "b"}, []ratelimit.State{{Time: ns, Rate: 9}, {Time: ns - int64(time.Hour), Rate: 9}})
+	if err != nil || n != 1 {
+		t.Fatalf("exp merge pushed %d (%v), want 1", n, err)
+	}
+	n, err = r.Merge(ctx, "gcra", []string{"a", "b"}, []ratelimit.State{{Time: ns + int64(50*time.Minute)}, {Time: ns + int64(10*time.Minute)}})
+	if err != nil || n != 1 {
+		t.Fatalf("gcra merge pushed %d (%v), want 1", n, err)
+	}
+	for _, c := range []struct {
+		limit, key string
+		want       ratelimit.State
+	}{
+		{"exp", "a", ratelimit.State{Time: ns, Rate: 9}}, {"exp", "b", ratelimit.State{Time: ns, Rate: 5}},
+		{"gcra", "a", ratelimit.State{Time: ns + int64(50*time.Minute)}}, {"gcra", "b", ratelimit.State{Time: ns + int64(30*time.Minute)}},
+	} {
+		if got, _ := r.Get(ctx, c.limit, c.key); got != c.want {
+			t.Errorf("%s %s after merge: %+v, want %+v", c.limit, c.key, got, c.want)
+		}
+		if ttl := srv.Must("PTTL", r.Key(c.limit, c.key)); strings.HasPrefix(ttl, "-") {
+			t.Errorf("%s %s has no expiry (PTTL %s)", c.limit, c.key, ttl)
+		}
+	}
+}

@@ -1,6 +1,7 @@
--- ratelimitd: decide a stack of exponential rate limits atomically, on the
--- server's clock (Exim specification, chapter "Rate limiting"; the same
--- arithmetic as Go package ratelimit, checkExp and Limit.Next).
+-- ratelimitd: decide a stack of rate limits atomically, on the server's
+-- clock, with the arithmetic of Go package ratelimit (Check and Next):
+-- Exim's exponential rate (Exim specification, chapter "Rate limiting"),
+-- GCRA, its cooldown variant and the EARRRL half-life estimator.
 --
 -- KEYS[i]  state key of item i (all in one hash slot)
 -- ARGV[1]  phase: "d" decide and commit, "c" check only (no writes),
@@ -9,12 +10,13 @@
 --          not charged); "w": "1" if the stack admitted the request
 -- ARGV[3], ARGV[4]  "" "" to use Redis TIME, or the caller's now as
 --          Unix seconds and nanoseconds (tests and simulation)
--- then 6 values per item: limit, period (ns), mode (0 leaky, 1 strict,
---          2 forgiving, 3 readonly), cost, count (0/1), refuses (0/1)
+-- then 8 values per item: limit, period (ns), mode (0 leaky, 1 strict,
+--          2 forgiving, 3 readonly), cost, count (0/1), refuses (0/1),
+--          algorithm (0 exponential, 1 gcra, 2 cooldown, 3 earrrl),
+--          half-life (ns; 0: the period's time constant)
 --
 -- A state is the 20-byte string struct.pack('<i8I4d', sec, nsec, rate):
--- the time of the last counted update and the rate, in cost per period,
--- at that time. Unix nanoseconds do not fit a Lua number (a double) exactly,
+-- a time and a rate whose meaning is the algorithm's (ratelimit.State). Unix nanoseconds do not fit a Lua number (a double) exactly,
 -- so times are kept as seconds and nanoseconds and subtracted in parts.
 --
 -- Returns {sec, nsec, then per item: prev state ("" if none), over (0/1),
@@ -44,30 +46,126 @@ else
   nows, nowns = tonumber(ARGV[3]), tonumber(ARGV[4])
 end
 
-local n = #KEYS
-local out = {nows, nowns}
-local rates, counts, modes, lims, periods = {}, {}, {}, {}, {}
-local admitted = true
-if phase == 'd' then admitted = not flag end
-for i = 1, n do
-  local b = 4 + (i - 1) * 6
-  local lim, period, mode = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  local cost = tonumber(ARGV[b + 4])
-  local raw = redis.call('GET', KEYS[i])
+-- addns returns the time (sec, nsec) ns nanoseconds (>= 0, rounded toward
+-- zero as ratelimit's addNs does) after now.
+local function addns(ns)
+  local t = nowns + math.floor(ns)
+  local carry = math.floor(t / 1e9)
+  return nows + carry, t - carry * 1e9
+end
+
+-- since returns the nanoseconds from (s, ns) to now, computed in parts so
+-- that it is exact while below 2^53.
+local function since(s, ns)
+  return (nows - s) * 1e9 + (nowns - ns)
+end
+
+-- measure applies ratelimit.Limit.Check to the stored state (ps, pns, pr;
+-- ps nil for none). It returns over, the counted state, the denied state
+-- (nil when a denial keeps the stored state) and for each of those the
+-- expiry in ms: when the state is negligible (ratelimit.Limit.Negligible).
+local function measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
+  if alg == 1 or alg == 2 then
+    -- GCRA and cooldown: the arrival time advances by cost*period/limit.
+    local spend = cost * period / lim
+    local ahead = spend
+    if ps then
+      local backlog = -since(ps, pns)
+      if alg == 2 then
+        ahead = backlog + spend
+        if ahead < 0 then ahead = spend end
+      else
+        if backlog < 0 then backlog = 0 end
+        ahead = backlog + spend
+      end
+    end
+    -- A GCRA state is negligible once its arrival time has passed, a
+    -- cooldown state a period after it.
+    local extra = 0
+    if alg == 2 then extra = period end
+    local cs, cns = addns(ahead)
+    local counted = {cs, cns, 0, math.floor((ahead + extra) / 1e6) + 1}
+    local denied
+    if mode == 2 then
+      local ds, dns = addns(period)
+      denied = {ds, dns, 0, math.floor((period + extra) / 1e6) + 1}
+    end
+    return ahead > period * (1 + 1e-12), counted, denied
+  elseif alg == 3 then
+    -- EARRRL: the decayed count N, the estimate N*lambda before the update.
+    local lambda
+    if hl > 0 then lambda = math.log(2) / hl else lambda = 1 / period end
+    local n = 0
+    if ps then
+      local dt = since(ps, pns)
+      if dt < 0 then dt = 0 end
+      n = pr * math.exp(-lambda * dt)
+    end
+    local est = n * lambda * period
+    if est > MAXF then est = MAXF end
+    -- Negligible once the estimate is below a millionth of the limit.
+    local function ttl(c)
+      local d = math.log(c * lambda * period / (lim * 1e-6)) / lambda
+      if not (d > 0) then d = 0 end
+      return math.floor(d / 1e6) + 1
+    end
+    local c = cost + n
+    if c > MAXF then c = MAXF end
+    local counted = {nows, nowns, c, ttl(c)}
+    local denied
+    if mode == 2 then
+      local lp = lambda * period
+      local nmax = lim / lp * math.exp(lp * cost / lim)
+      if c < nmax then nmax = c end
+      denied = {nows, nowns, nmax, ttl(nmax)}
+    end
+    return est > lim, counted, denied
+  end
+  -- Exponential (seed 001): r = (1-exp(-w))*cost/w + exp(-w)*r_prev.
   local r = 0
-  if raw then
-    local ps, pns, prate = struct.unpack('<i8I4d', raw)
-    local w = ((nows - ps) * 1e9 + (nowns - pns)) / period
+  if ps then
+    local w = since(ps, pns) / period
     if w < MININTERVAL then w = MININTERVAL end
-    r = -expm1(-w) * cost / w + math.exp(-w) * prate
-  else
-    raw = ''
+    r = -expm1(-w) * cost / w + math.exp(-w) * pr
   end
   if r < cost then r = cost end
   if r > MAXF then r = MAXF end
-  local over = r > lim
+  -- Negligible after w periods with r*exp(-w) <= 1/2 and 1/w <= 1/2:
+  -- then a request of cost >= 1 measures exactly its cost.
+  local function ttl(x)
+    local w = math.log(2 * x)
+    if not (w > 2) then w = 2 end
+    return math.floor(w * period / 1e6) + 1
+  end
+  local counted = {nows, nowns, r, ttl(r)}
+  local denied
+  if mode == 2 then
+    local d = r
+    if d > lim then d = lim end
+    denied = {nows, nowns, d, ttl(d)}
+  end
+  return r > lim, counted, denied
+end
+
+local n = #KEYS
+local out = {nows, nowns}
+local counteds, denieds, counts, modes = {}, {}, {}, {}
+local admitted = true
+if phase == 'd' then admitted = not flag end
+for i = 1, n do
+  local b = 4 + (i - 1) * 8
+  local lim, period, mode = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local cost, alg, hl = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8])
+  local raw = redis.call('GET', KEYS[i])
+  local ps, pns, pr
+  if raw then
+    ps, pns, pr = struct.unpack('<i8I4d', raw)
+  else
+    raw = ''
+  end
+  local over, counted, denied = measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
   if over and ARGV[b + 6] == '1' then admitted = false end
-  rates[i], lims[i], periods[i], modes[i] = r, lim, period, mode
+  counteds[i], denieds[i], modes[i] = counted, denied, mode
   counts[i] = ARGV[b + 5] == '1'
   out[3 * i] = raw
   out[3 * i + 1] = over and 1 or 0
@@ -76,24 +174,23 @@ end
 if phase == 'w' then admitted = flag end
 if phase ~= 'c' then
   for i = 1, n do
-    local mode, r = modes[i], rates[i]
-    local store = false
+    -- ratelimit.Limit.Next: readonly stores nothing; an admitted request
+    -- (or any in strict mode) stores the counted state; a denied one the
+    -- denied state (forgiving) or nothing.
+    local mode, st = modes[i], nil
     if counts[i] and mode ~= 3 then
       if admitted or mode == 1 then
-        store = true
-      elseif mode == 2 then
-        store = true
-        if r > lims[i] then r = lims[i] end
+        st = counteds[i]
+      else
+        st = denieds[i]
       end
     end
-    if store then
-      -- Expire once the state is negligible (ratelimit.Limit.Negligible):
-      -- after w periods with r*exp(-w) <= 1/2 and 1/w <= 1/2 a request of
-      -- cost >= 1 measures exactly its cost, as on a fresh key.
-      local w = math.log(2 * r)
-      if not (w > 2) then w = 2 end
-      local ttl = math.floor(w * periods[i] / 1e6) + 1
-      redis.call('SET', KEYS[i], struct.pack('<i8I4d', nows, nowns, r), 'PX', ttl)
+    if st then
+      local ttl = st[4]
+      -- Expiries count on Redis's clock: with the caller's time (tests,
+      -- replays) they are made at least an hour long.
+      if ARGV[3] ~= '' and ttl < 3600000 then ttl = 3600000 end
+      redis.call('SET', KEYS[i], struct.pack('<i8I4d', st[1], st[2], st[3]), 'PX', ttl)
       out[3 * i + 2] = 1
     end
   end

@@ -6,9 +6,9 @@
 // A Store implements policy.Store (Get, Update, Delete, Range: the `rate`
 // commands) and policy.StackEvaluator: each policy request's stack of
 // limits is decided by one server-side Lua script (EVALSHA, loaded once)
-// that applies the arithmetic of package ratelimit's exponential algorithm
-// (Exim specification, chapter "Rate limiting"; expm1 written out for Lua
-// 5.1) on the server's clock (Redis TIME), so MTAs whose clocks differ get
+// that applies the arithmetic of package ratelimit (Exim specification,
+// chapter "Rate limiting", for the exponential algorithm, with expm1
+// written out for Lua 5.1; GCRA, cooldown and EARRRL) on the server's clock (Redis TIME), so MTAs whose clocks differ get
 // the same answers. The script measures every limit, decides the stack's
 // verdict (a leaky limit counts only when the whole stack admits), stores
 // each counted limit's new state and gives it an expiry computed from the
@@ -16,9 +16,8 @@
 // ratelimit.Limit.Negligible), so Redis memory follows the active senders
 // and no timer forgives an offender early.
 //
-// Only the exponential algorithm is implemented in the script; items of
-// other algorithms get ErrAlgorithm (`config check` refuses such a
-// configuration with backend "redis").
+// The script implements every algorithm of package ratelimit
+// (exponential, GCRA, cooldown, EARRRL) and every mode.
 //
 // # Keys and Redis Cluster
 //
@@ -343,8 +342,8 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		if !ok {
 			return nil
 		}
-		ttl := s.ttl(limit, next)
-		done, err := s.cas.Exec(ctx, s.c, []string{k}, []string{raw, encode(next), strconv.FormatInt(ttl, 10)}).AsInt64()
+		at := s.expiry(limit, next)
+		done, err := s.cas.Exec(ctx, s.c, []string{k}, []string{raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
 		if err != nil {
 			return unavailable(err)
 		}
@@ -355,16 +354,45 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 	return fmt.Errorf("%w: update of %s kept racing", ErrUnavailable, k)
 }
 
-// ttl is the expiry, in milliseconds from the state's own time, of st
-// stored under the named limit: when it has decayed to negligible.
-func (s *Store) ttl(limit string, st ratelimit.State) int64 {
+// expiry is when st, stored under the named limit, has decayed to
+// negligible (ratelimit.Limit.Negligible), in Unix milliseconds on Redis's
+// clock; DefaultTTL from now for a limit Options.Limits does not know. It
+// is never earlier than a millisecond from now.
+func (s *Store) expiry(limit string, st ratelimit.State) int64 {
+	now := time.Now().Add(s.ClockOffset())
+	at := now.Add(DefaultTTL).UnixMilli()
 	if s.opts.Limits != nil {
 		if l, ok := s.opts.Limits(limit); ok {
-			w := math.Max(math.Log(2*st.Rate), 2)
-			return int64(w*float64(l.Period)/1e6) + 1
+			at = expiryOf(l, st)
 		}
 	}
-	return DefaultTTL.Milliseconds()
+	return max(at, now.UnixMilli()+1)
+}
+
+// expiryOf is the Unix millisecond at which st is negligible under l (at
+// or after; rounded up).
+func expiryOf(l ratelimit.Limit, st ratelimit.State) int64 {
+	period := float64(l.Period)
+	var ns float64 // after st.Time
+	switch l.Algorithm {
+	case ratelimit.GCRA:
+	case ratelimit.Cooldown:
+		ns = period
+	case ratelimit.EARRRL:
+		lambda := earrrlLambda(l)
+		ns = math.Max(math.Log(st.Rate*lambda*period/(l.Limit*1e-6))/lambda, 0)
+	default:
+		ns = math.Max(math.Log(2*st.Rate), 2) * period
+	}
+	return (st.Time+int64(math.Min(ns, float64(math.MaxInt64/2))))/1e6 + 1
+}
+
+// earrrlLambda is EARRRL's decay constant in 1/ns (ratelimit's lambda).
+func earrrlLambda(l ratelimit.Limit) float64 {
+	if l.HalfLife > 0 {
+		return math.Ln2 / float64(l.HalfLife)
+	}
+	return 1 / float64(l.Period)
 }
 
 // Range calls fn for every stored state, found with SCAN on every master,
@@ -460,8 +488,8 @@ type group struct {
 // EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
 // with one script call per hash slot (one in all, unless the store talks to
 // a Redis Cluster and the keys fall in several slots), on Redis's clock
-// (the caller's now only with Options.UseCallerTime). Items of an algorithm
-// other than exponential get ErrAlgorithm and take no part. It returns an
+// (the caller's now only with Options.UseCallerTime). Items of an unknown
+// algorithm get ErrAlgorithm and take no part. It returns an
 // error wrapping ErrUnavailable when Redis did not answer within the
 // timeout (nothing was decided; with several slots, some may have
 // committed), or ErrProtocol for an answer it cannot read.
@@ -474,7 +502,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	for i := range items {
 		it := &items[i]
 		out[i] = policy.StackResult{}
-		if it.Params.Algorithm != ratelimit.Exponential {
+		if it.Params.Algorithm > ratelimit.EARRRL {
 			out[i].Err = fmt.Errorf("%w: %s (limit %s)", ErrAlgorithm, it.Params.Algorithm, it.Limit)
 			continue
 		}
@@ -502,7 +530,9 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 			strconv.FormatInt(int64(it.Params.Period), 10),
 			strconv.Itoa(int(it.Params.Mode)),
 			strconv.FormatFloat(it.Cost, 'g', -1, 64),
-			bit(it.Count), bit(it.Refuses))
+			bit(it.Count), bit(it.Refuses),
+			strconv.Itoa(int(it.Params.Algorithm)),
+			strconv.FormatInt(int64(it.Params.HalfLife), 10))
 	}
 	if len(groups) == 0 {
 		return out[0].Err
@@ -632,32 +662,54 @@ func (s *Store) read(v []rueidis.RedisMessage, g *group, items []policy.StackIte
 }
 
 // Merge pushes locally decided states into Redis after an outage: for each
-// (limit, key) the stricter of the Redis state and st — the one with the
-// higher rate decayed to Redis's now — is kept. It returns how many states
-// were pushed. Used by Failover on recovery.
+// (limit, key) the stricter of the Redis state and st is kept — the later
+// arrival time for GCRA and cooldown, else the higher rate (count) decayed
+// to Redis's now. It returns how many states were pushed. Used by Failover
+// on recovery; a limit Options.Limits does not know is compared as an
+// exponential one with a period of half DefaultTTL.
 func (s *Store) Merge(ctx context.Context, limit string, keys []string, sts []ratelimit.State) (int, error) {
 	l, ok := ratelimit.Limit{}, false
 	if s.opts.Limits != nil {
 		l, ok = s.opts.Limits(limit)
 	}
-	period := int64(DefaultTTL / 2)
+	kind, tau := "r", float64(DefaultTTL/2)
 	if ok {
-		period = int64(l.Period)
+		switch l.Algorithm {
+		case ratelimit.GCRA, ratelimit.Cooldown:
+			kind = "t"
+		case ratelimit.EARRRL:
+			tau = 1 / earrrlLambda(l)
+		default:
+			tau = float64(l.Period)
+		}
 	}
+	// Pipelined in chunks: an outage may leave a million states to push.
+	const chunk = 512
 	n := 0
-	for i, key := range keys {
-		if sts[i].IsZero() {
+	for lo := 0; lo < len(keys); lo += chunk {
+		var execs []rueidis.LuaExec
+		for i := lo; i < min(lo+chunk, len(keys)); i++ {
+			if sts[i].IsZero() {
+				continue
+			}
+			sec, nsec := splitNs(sts[i].Time)
+			execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(limit, keys[i])}, Args: []string{kind,
+				strconv.FormatFloat(tau, 'g', -1, 64), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
+				strconv.FormatFloat(sts[i].Rate, 'g', -1, 64), strconv.FormatInt(s.expiry(limit, sts[i]), 10)}})
+		}
+		if len(execs) == 0 {
 			continue
 		}
-		sec, nsec := splitNs(sts[i].Time)
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		v, err := s.merge.Exec(cctx, s.c, []string{s.Key(limit, key)}, []string{strconv.FormatInt(period, 10),
-			strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10), strconv.FormatFloat(sts[i].Rate, 'g', -1, 64)}).AsInt64()
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout+time.Second)
+		res := s.merge.ExecMulti(cctx, s.c, execs...)
 		cancel()
-		if err != nil {
-			return n, unavailable(err)
+		for _, r := range res {
+			v, err := r.AsInt64()
+			if err != nil {
+				return n, unavailable(err)
+			}
+			n += int(v)
 		}
-		n += int(v)
 	}
 	return n, nil
 }

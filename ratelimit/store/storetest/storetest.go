@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every rate-state store passes
 // (the in-memory store of package store, the Redis store): the
 // policy.Store contract, and random traces of stacked requests in every
-// mode whose results must agree, to 1e-12 relative, with the reference
+// mode and algorithm whose results must agree, to 1e-12 relative, with the reference
 // policy.EvaluateStack over a fresh in-memory store.
 //
 // A store that implements policy.StackEvaluator is driven through it and
@@ -35,11 +35,21 @@ type Opener func(t *testing.T) policy.Store
 func Run(t *testing.T, open Opener) {
 	t.Run("Contract", func(t *testing.T) { testContract(t, open(t)) })
 	t.Run("Burst", func(t *testing.T) { testBurst(t, open(t)) })
-	for _, m := range []ratelimit.Mode{ratelimit.Leaky, ratelimit.Strict, ratelimit.Forgiving, ratelimit.Readonly} {
-		t.Run("Trace/"+m.String(), func(t *testing.T) { testTrace(t, open(t), []ratelimit.Mode{m}, uint64(m)+1) })
+	all := []ratelimit.Mode{ratelimit.Leaky, ratelimit.Strict, ratelimit.Forgiving, ratelimit.Readonly}
+	exp := []ratelimit.Algorithm{ratelimit.Exponential}
+	for _, m := range all {
+		t.Run("Trace/"+m.String(), func(t *testing.T) { testTrace(t, open(t), []ratelimit.Mode{m}, exp, uint64(m)+1) })
 	}
-	t.Run("Trace/mixed", func(t *testing.T) {
-		testTrace(t, open(t), []ratelimit.Mode{ratelimit.Leaky, ratelimit.Strict, ratelimit.Forgiving, ratelimit.Readonly}, 99)
+	t.Run("Trace/mixed", func(t *testing.T) { testTrace(t, open(t), all, exp, 99) })
+	for _, a := range []ratelimit.Algorithm{ratelimit.GCRA, ratelimit.Cooldown, ratelimit.EARRRL} {
+		for _, m := range all {
+			t.Run("Trace/"+a.String()+"/"+m.String(), func(t *testing.T) {
+				testTrace(t, open(t), []ratelimit.Mode{m}, []ratelimit.Algorithm{a}, 100+uint64(a)*10+uint64(m))
+			})
+		}
+	}
+	t.Run("Trace/every-algorithm", func(t *testing.T) {
+		testTrace(t, open(t), all, []ratelimit.Algorithm{ratelimit.Exponential, ratelimit.GCRA, ratelimit.Cooldown, ratelimit.EARRRL}, 7)
 	})
 }
 
@@ -152,28 +162,32 @@ func testBurst(t *testing.T, st policy.Store) {
 	}
 }
 
-// limitSet is the stack of a trace: distinct names, one mode each.
-func limitSet(r *rand.Rand, modes []ratelimit.Mode) []policy.StackItem {
+// limitSet is the stack of a trace: distinct names, one mode and
+// algorithm each.
+func limitSet(r *rand.Rand, modes []ratelimit.Mode, algs []ratelimit.Algorithm) []policy.StackItem {
 	periods := []time.Duration{time.Minute, time.Hour, 24 * time.Hour, 1500 * time.Millisecond}
 	var out []policy.StackItem
 	for i := range 4 {
 		out = append(out, policy.StackItem{
 			Limit: fmt.Sprintf("l%d", i),
 			Params: ratelimit.Limit{Limit: []float64{3, 10, 200, 2.5}[i], Period: periods[i],
-				Mode: modes[r.IntN(len(modes))]},
+				Mode: modes[r.IntN(len(modes))], Algorithm: algs[r.IntN(len(algs))]},
 			Refuses: i != 3 || r.IntN(2) == 0,
 		})
+		if i == 1 && out[i].Params.Algorithm == ratelimit.EARRRL {
+			out[i].Params.HalfLife = 10 * time.Minute
+		}
 	}
 	return out
 }
 
 // testTrace replays a random trace of stacked requests on st and on the
 // reference, comparing every result and the final states.
-func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, seed uint64) {
+func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, algs []ratelimit.Algorithm, seed uint64) {
 	ctx := context.Background()
 	ref := store.NewMemory(store.MemoryOptions{})
 	r := rand.New(rand.NewPCG(seed, 7))
-	limits := limitSet(r, modes)
+	limits := limitSet(r, modes, algs)
 	now := time.Unix(1_790_000_000, r.Int64N(1e9))
 	users := keys[:5]
 	overs, stored := 0, 0
@@ -210,8 +224,9 @@ func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, seed uint6
 		}
 		for i := range items {
 			if msg := diff(&got[i], &want[i]); msg != "" {
-				t.Fatalf("step %d at %v, item %d (%s %q %v cost %g count %v refused %v): %s", step, now.UnixNano(), i,
-					items[i].Limit, items[i].Key, items[i].Params.Mode, items[i].Cost, items[i].Count, refused, msg)
+				t.Fatalf("step %d at %v, item %d (%s %q %v %v cost %g count %v refused %v): %s", step, now.UnixNano(), i,
+					items[i].Limit, items[i].Key, items[i].Params.Algorithm, items[i].Params.Mode, items[i].Cost, items[i].Count,
+					refused, msg)
 			}
 			if got[i].Result.Over {
 				overs++
@@ -221,8 +236,10 @@ func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, seed uint6
 			}
 		}
 	}
-	// The trace must exercise both verdicts, and store unless readonly.
-	if overs == 0 || (modes[0] != ratelimit.Readonly && stored == 0) {
+	// The trace must exercise both verdicts, and store, unless readonly
+	// (which stores nothing, so EARRRL, measuring before the request,
+	// never goes over).
+	if modes[0] != ratelimit.Readonly && (overs == 0 || stored == 0) {
 		t.Errorf("trace too tame: %d over, %d stored", overs, stored)
 	}
 	for _, l := range limits {
