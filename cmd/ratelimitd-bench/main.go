@@ -352,6 +352,14 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		}
 	}
 	missed := b.printRatios()
+	if o.backend == backendRedis && b.daemon != nil {
+		// States in the daemon's own store mean Redis timed out and
+		// requests were decided locally (on_redis_error = "local").
+		if keys, _, err := daemonStatus(ctx, b.daemon.adminSocket()); err == nil {
+			b.printf("redis backend: %s rate states decided locally (Redis past redis_timeout); 0 means every request was decided in Redis\n",
+				thousands(keys))
+		}
+	}
 	if o.rssUsers > 0 {
 		m, err := b.rssPhase(ctx)
 		if err != nil {
