@@ -178,3 +178,49 @@ func TestSkewedClocks(t *testing.T) {
 		t.Errorf("with the hosts' skewed clocks the trace also admitted exactly 10: the test cannot tell the clocks apart")
 	}
 }
+
+// TestSkewedEngines: two policy engines (two hosts) sharing one Redis,
+// one whose clock runs 10 minutes slow and one 7 minutes fast: one
+// sender's 30 messages alternating between them get the answers of one
+// clock, exactly the limit admitted, and both hosts announce the same
+// retry time for the same state.
+func TestSkewedEngines(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "hourly", Key: []string{"sasl_username"}, Limit: 10, Period: policy.Duration(time.Hour), Mode: "leaky", Action: "defer"},
+	}}
+	prefix := fmt.Sprintf("eng%d:", prefixes.Add(1))
+	var engines []*policy.Engine
+	for range 2 {
+		e, err := policy.NewEngine(cfg, open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	skews := []time.Duration{-10 * time.Minute, 7 * time.Minute}
+	req := &policy.Request{ProtocolState: policy.StateEndOfMessage, SASLUsername: "carol", RecipientCount: 1}
+	passed := 0
+	var retries []time.Duration
+	for i := range 30 {
+		d := engines[i%2].Evaluate(context.Background(), time.Now().Add(skews[i%2]), req)
+		if d.Fault != nil {
+			t.Fatal(d.Fault)
+		}
+		if d.Action == policy.Pass {
+			passed++
+		} else {
+			retries = append(retries, d.RetryAfter)
+		}
+	}
+	if passed != 10 {
+		t.Fatalf("30 messages over two skewed hosts: %d passed, want 10", passed)
+	}
+	// The leaky state does not change while refused: consecutive
+	// refusals from the two hosts differ only by the time between them.
+	for i := 1; i < len(retries); i++ {
+		if d := retries[i-1] - retries[i]; d < 0 || d > time.Second {
+			t.Errorf("retry times %v then %v from the other host", retries[i-1], retries[i])
+		}
+	}
+}
