@@ -127,8 +127,36 @@ func TestRedisDownDefer(t *testing.T) {
 			t.Errorf("on_redis_error=%s, Redis down: %s, want %s", c.policy, got, c.want)
 		}
 		st := td.d.status()
-		if st.Store == nil || !st.Store.Degraded || st.Faults == 0 {
+		if st.Store == nil || !st.Store.Degraded || st.Store.Switches != 1 || st.Faults == 0 {
 			t.Errorf("on_redis_error=%s: status %+v, store %+v", c.policy, st, st.Store)
 		}
+		if v := gauge(t, td, "ratelimitd_redis_degraded"); v != 1 {
+			t.Errorf("on_redis_error=%s: ratelimitd_redis_degraded = %v, want 1", c.policy, v)
+		}
+		if v := gauge(t, td, "ratelimitd_redis_outages_total"); v != 1 {
+			t.Errorf("on_redis_error=%s: ratelimitd_redis_outages_total = %v, want 1", c.policy, v)
+		}
 	}
+}
+
+// gauge returns the value of the daemon's metric name (a gauge or counter
+// without labels).
+func gauge(t *testing.T, td *testDaemon, name string) float64 {
+	t.Helper()
+	mfs, err := td.d.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if m.GetGauge() != nil {
+			return m.GetGauge().GetValue()
+		}
+		return m.GetCounter().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
