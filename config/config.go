@@ -147,7 +147,7 @@ func (f *File) validate() []error {
 	f.Milter.withDefaults()
 	f.Store.withDefaults()
 	errs := f.Server.validate()
-	errs = append(errs, f.Store.validate()...)
+	errs = append(errs, f.Store.validate(f.Limits)...)
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()
 	errs = append(errs, f.Notify.Validate()...)

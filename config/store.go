@@ -67,8 +67,9 @@ func (s *Store) withDefaults() {
 	}
 }
 
-// validate checks the table.
-func (s *Store) validate() []error {
+// validate checks the table; limits are the configured stack (the Redis
+// script implements every algorithm but baseline).
+func (s *Store) validate(limits []policy.LimitConfig) []error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("store.%s: %s", key, fmt.Sprintf(format, a...)))
@@ -95,6 +96,11 @@ func (s *Store) validate() []error {
 	for _, a := range s.RedisAddrs {
 		if !strings.Contains(a, ":") {
 			bad("redis_addrs", "%q is not host:port", a)
+		}
+	}
+	for _, l := range limits {
+		if l.Algorithm == "baseline" {
+			errs = append(errs, fmt.Errorf("limit %s: algorithm \"baseline\" is not available with store.backend = \"redis\" (exponential, gcra, cooldown and earrrl are)", l.Name))
 		}
 	}
 	return errs

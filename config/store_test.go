@@ -25,6 +25,12 @@ redis_addrs = ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"]
 redis_sentinel_master = "mymaster"
 redis_timeout = "150ms"
 on_redis_error = "defer"
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 200
+period = "1h"
 `), "ok.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +41,7 @@ on_redis_error = "defer"
 }
 
 // The Redis backend's constraints are reported with their keys; every
-// algorithm is available with it.
+// algorithm but baseline is available with it.
 func TestStoreErrors(t *testing.T) {
 	_, err := config.Parse([]byte(`
 [store]
@@ -62,6 +68,20 @@ algorithm = "gcra"
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+	_, err = config.Parse([]byte(`
+[store]
+backend = "redis"
+
+[[limit]]
+name = "usual"
+key = ["sasl_username"]
+limit = 500
+period = "1h"
+algorithm = "baseline"
+`), "baseline.toml")
+	if err == nil || !strings.Contains(err.Error(), `limit usual: algorithm "baseline" is not available with store.backend = "redis"`) {
+		t.Errorf("baseline with the redis backend: %v", err)
 	}
 	if _, err := config.Parse([]byte("[store]\nbackend = \"memcached\"\n"), "b.toml"); err == nil ||
 		!strings.Contains(err.Error(), `store.backend: "memcached" is not a backend`) {
