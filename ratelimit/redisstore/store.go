@@ -535,7 +535,10 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 			strconv.FormatInt(int64(it.Params.HalfLife), 10))
 	}
 	if len(groups) == 0 {
-		return out[0].Err
+		if len(items) == 0 {
+			return nil
+		}
+		return out[0].Err // every item failed alone
 	}
 	var ts, tns string
 	if s.opts.UseCallerTime {
