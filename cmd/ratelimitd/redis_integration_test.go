@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -18,7 +20,7 @@ func redisConfig(addr, onError string) string {
 [store]
 backend = "redis"
 redis_addrs = [%q]
-redis_timeout = "150ms"
+redis_timeout = "2s"
 on_redis_error = %q
 key_prefix = "it:"
 
@@ -159,4 +161,93 @@ func gauge(t *testing.T, td *testDaemon, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestRedisPausedUnderLoad: two daemons share one Redis, which is
+// SIGSTOPped under load. Every request is answered (on_redis_error =
+// "local"); a user refused on one host during the outage is refused on
+// the other host once Redis is back (SIGCONT): shared again, with the
+// stricter outage state pushed.
+func TestRedisPausedUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	var tds []*testDaemon
+	for range 2 {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfg := strings.Replace(redisConfig(srv.Addr, "local"), `redis_timeout = "2s"`, `redis_timeout = "500ms"`, 1)
+		tds = append(tds, startTestDaemon(t, writeConfig(t, t.TempDir(), addr, cfg)))
+	}
+	stop := make(chan struct{})
+	done := make(chan int)
+	for g := range 4 {
+		go func() {
+			n := 0
+			for i := range 5000 {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				if got, err := tryPolicyQuery(tds[g%2].policyAddr, fmt.Sprintf("load%d-%d", g, i%20)); err != nil || !strings.HasPrefix(got, "action=") {
+					t.Errorf("load request: %q, %v", got, err)
+				}
+				n++
+			}
+			done <- n
+		}()
+	}
+	policyQuery(t, tds[0].policyAddr, "warm", "RCPT")
+	srv.Stop()
+	for !tds[0].d.redis.Degraded() {
+		policyQuery(t, tds[0].policyAddr, "probe", "RCPT")
+	}
+	// xavier sends 21 messages through the first host during the outage.
+	for i := range 21 {
+		got := policyQuery(t, tds[0].policyAddr, "xavier", "END-OF-MESSAGE")
+		if want := i < 20; (got == "action=DUNNO") != want {
+			t.Fatalf("outage: xavier's message %d: %s", i+1, got)
+		}
+	}
+	srv.Resume()
+	deadline := time.Now().Add(20 * time.Second)
+	for tds[0].d.redis.Degraded() {
+		if time.Now().After(deadline) {
+			t.Fatal("the first host did not switch back to Redis")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	answered := 0
+	for range 4 {
+		answered += <-done
+	}
+	if answered == 0 {
+		t.Fatal("no load request answered")
+	}
+	// The second host knew nothing of xavier; Redis now does.
+	if got := policyQuery(t, tds[1].policyAddr, "xavier", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
+		t.Errorf("after the outage the second host answers xavier %s", got)
+	}
+	st := tds[0].d.status()
+	if st.Store == nil || st.Store.Degraded || st.Store.Switches != 1 || st.Store.Recoveries != 1 {
+		t.Errorf("first host's store status after the outage: %+v", st.Store)
+	}
+	logs := tds[0].logs.String()
+	if strings.Count(logs, `msg="redis unavailable`) != 1 || strings.Count(logs, `msg="redis available again`) != 1 {
+		t.Errorf("switch and recovery not logged once each:\n%s", logs)
+	}
+}
+
+// tryPolicyQuery is policyQuery (RCPT) for goroutines other than the
+// test's: it returns errors instead of failing the test.
+func tryPolicyQuery(addr, user string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=RCPT\nsasl_username=%s\nsender=%s@example.org\nrecipient_count=1\nclient_address=192.0.2.9\n\n", user, user)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
 }

@@ -94,10 +94,12 @@ func load(f policy.StackEvaluator, n int, stop <-chan struct{}) (wait func() (an
 	}
 }
 
-// waitUntil polls cond every 20ms for up to 20s.
+// waitUntil polls cond every 20ms for up to a minute (a Sentinel election
+// that fails is retried after twice the failover timeout; a loaded machine
+// may need several).
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
@@ -120,7 +122,7 @@ func decide(t *testing.T, f policy.StackEvaluator, key string) policy.StackResul
 // was pushed).
 func TestFailoverPausedRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 100 * time.Millisecond})
+	r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
 	f, logs := newFailover(t, r)
 	decide(t, f, "warmup")
 	stop := make(chan struct{})
@@ -168,7 +170,7 @@ func TestFailoverPausedRedis(t *testing.T) {
 func TestFailoverPolicies(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, p := range []redisstore.OnError{redisstore.Dunno, redisstore.Defer} {
-		r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 100 * time.Millisecond})
+		r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
 		f := redisstore.NewFailover(r, store.NewMemory(store.MemoryOptions{}), p, slog.New(slog.DiscardHandler))
 		t.Cleanup(f.Close)
 		decide(t, f, "x")
