@@ -82,7 +82,7 @@ func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
 		args = append(args, "--sentinel")
 	}
 	s.cmd = exec.Command(bin, args...)
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s.cmd.SysProcAttr = procAttr()
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("redistest: start %s: %v", bin, err)
 	}
