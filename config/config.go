@@ -34,6 +34,9 @@ type File struct {
 	Milter Milter `toml:"milter"`
 	// Notify is the [notify] table: webhook and mail notifications.
 	Notify notify.Config `toml:"notify"`
+	// Store is the [store] table: local (memory + BoltDB) or Redis rate
+	// state.
+	Store Store `toml:"store"`
 
 	// NoLimits is set by [policy] limits = "none": the file deliberately
 	// has no [[limit]] table and the daemon limits nobody. Without it a
@@ -142,7 +145,9 @@ func (f *File) validate() []error {
 	f.Server.withDefaults()
 	f.Quarantine.withDefaults()
 	f.Milter.withDefaults()
+	f.Store.withDefaults()
 	errs := f.Server.validate()
+	errs = append(errs, f.Store.validate(f.Limits)...)
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()
 	errs = append(errs, f.Notify.Validate()...)

@@ -19,6 +19,8 @@ type LimitInfo struct {
 	Mode      string        `json:"mode"`
 	Action    string        `json:"action"`
 	Algorithm string        `json:"algorithm"`
+	// HalfLife is EARRRL's half-life (0: the default, Period*ln 2).
+	HalfLife time.Duration `json:"half_life,omitempty"`
 	// CountAt says when the cost is charged (at the first request of each
 	// message that the limit sees, whatever the hook layout).
 	CountAt   string             `json:"count_at"`
@@ -39,7 +41,7 @@ func (e *Engine) Limits() []LimitInfo {
 	for i, l := range c.limits {
 		out[i] = LimitInfo{Name: l.name, Key: l.key, Limit: l.rl.Limit, Period: l.rl.Period, Per: perNames[l.per],
 			Mode: l.rl.Mode.String(), Action: l.action.String(), Algorithm: l.rl.Algorithm.String(),
-			CountAt: countAtText[l.per], Overrides: l.overrides, Message: l.message, Via: l.via}
+			CountAt: countAtText[l.per], Overrides: l.overrides, Message: l.message, Via: l.via, HalfLife: l.rl.HalfLife}
 		if l.rl.Algorithm == ratelimit.Baseline {
 			out[i].Factor, out[i].Floor, out[i].LearnPeriod = l.rl.Factor, l.rl.Floor, l.rl.LearnPeriod
 			if out[i].Factor == 0 {

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests run for real: Postfix (integration
-# tests start a private instance) and redis-server. Needs root on Debian.
+# tests start a private instance), redis-server, redis-sentinel and redis-tools
+# (the Redis backend's tests start standalone, Sentinel and Cluster servers).
+# Needs root on Debian.
 set -euo pipefail
 need=()
 command -v postfix >/dev/null 2>&1 || need+=(postfix)
 command -v postsuper >/dev/null 2>&1 || need+=(postfix)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v swaks >/dev/null 2>&1 || need+=(swaks)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

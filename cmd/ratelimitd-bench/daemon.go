@@ -42,8 +42,9 @@ func buildDaemon(ctx context.Context, dir string) (string, error) {
 // defer + 1000/24h strict defer per sasl_username) behind a [server] table
 // of its own: a loopback port and, if unixPath is not "", a unix socket,
 // a temporary state directory, no metrics listener, the given
-// flush_interval (1 s in make bench).
-func daemonConfig(addr, unixPath, stateDir, logLevel string, flush time.Duration) ([]byte, *config.File, error) {
+// flush_interval (1 s in make bench) and the [store] table store (""
+// for the local backend).
+func daemonConfig(addr, unixPath, stateDir, logLevel string, flush time.Duration, store string) ([]byte, *config.File, error) {
 	def := configs.Default
 	i := bytes.Index(def, []byte("\n[policy]"))
 	if i < 0 {
@@ -63,6 +64,7 @@ flush_interval = %s
 log_level = %s
 `, listen, strconv.Quote(stateDir), strconv.Quote(flush.String()), strconv.Quote(logLevel))
 	b.Write(def[i:])
+	b.WriteString(store)
 	f, err := config.Parse(b.Bytes(), "ratelimitd-bench config")
 	if err != nil {
 		return nil, nil, err
@@ -101,13 +103,13 @@ type daemon struct {
 
 // newDaemon writes the configuration into dir for a daemon listening on a
 // free loopback port and on the unix socket dir/policy.sock.
-func newDaemon(bin, dir, logLevel string, flush time.Duration) (*daemon, error) {
+func newDaemon(bin, dir, logLevel string, flush time.Duration, store string) (*daemon, error) {
 	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
 	unixPath := filepath.Join(dir, "policy.sock")
-	cfg, f, err := daemonConfig(addr, unixPath, filepath.Join(dir, "state"), logLevel, flush)
+	cfg, f, err := daemonConfig(addr, unixPath, filepath.Join(dir, "state"), logLevel, flush, store)
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,8 @@ type options struct {
 	daemonEnv  []string
 	keep       bool
 	check      bool
+	backend    string
+	redisAddr  string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -133,6 +135,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&denv, "daemon-env", "", "comma-separated VAR=value added to the daemon's environment (e.g. GOGC=50,GOMEMLIMIT=140MiB)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (config, state, logs)")
 	fs.BoolVar(&o.check, "check", false, "exit 3 if a done-when target is missed")
+	fs.StringVar(&o.backend, "backend", backendLocal, "the daemon's rate store: local (memory + BoltDB) or redis")
+	fs.StringVar(&o.redisAddr, "redis-addr", "", "with --backend redis: the Redis to use; empty: start a redis-server on a free port")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: ratelimitd-bench [flags]
 
@@ -200,6 +204,8 @@ Flags:
 		return nil, errors.New("--rss-users needs the daemon this program starts (no --addr)")
 	case o.rssRestart && o.rssUsers == 0:
 		return nil, errors.New("--rss-restart needs --rss-users")
+	case o.backend != backendLocal && o.backend != backendRedis:
+		return nil, fmt.Errorf("--backend must be %s or %s", backendLocal, backendRedis)
 	}
 	return o, nil
 }
@@ -248,6 +254,7 @@ type bench struct {
 	dir    string
 	floor  *child
 	daemon *daemon
+	redis  *child // the redis-server this program started, if any
 	rows   []row
 }
 
@@ -290,7 +297,14 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 				return 0, err
 			}
 		}
-		if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush); err != nil {
+		if o.backend == backendRedis && o.redisAddr == "" {
+			if b.redis, err = startRedis(ctx, b.dir); err != nil {
+				return 0, err
+			}
+			o.redisAddr = b.redis.addr
+			b.printf("redis-server: pid %d on %s (no persistence)\n", b.redis.pid(), o.redisAddr)
+		}
+		if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush, storeTable(o.backend, o.redisAddr)); err != nil {
 			return 0, err
 		}
 		b.daemon.env = o.daemonEnv
@@ -299,8 +313,8 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 			return 0, err
 		}
 		target, targetPID = b.daemon.addr, b.daemon.pid()
-		b.printf("ratelimitd: pid %d on %s and %s, limits %s, state %s (flush_interval %s), log_level %s; ready in %s\n",
-			targetPID, target, b.daemon.unixAddr, describeLimits(b.daemon.f), b.daemon.dbPath(), o.flush, o.logLevel, round(took))
+		b.printf("ratelimitd: pid %d on %s and %s, limits %s, state %s (flush_interval %s), log_level %s, store %s; ready in %s\n",
+			targetPID, target, b.daemon.unixAddr, describeLimits(b.daemon.f), b.daemon.dbPath(), o.flush, o.logLevel, o.backend, round(took))
 		if len(o.daemonEnv) > 0 {
 			b.printf("ratelimitd environment: %s\n", strings.Join(o.daemonEnv, " "))
 		}
@@ -338,6 +352,14 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		}
 	}
 	missed := b.printRatios()
+	if o.backend == backendRedis && b.daemon != nil {
+		// States in the daemon's own store mean Redis timed out and
+		// requests were decided locally (on_redis_error = "local").
+		if keys, _, err := daemonStatus(ctx, b.daemon.adminSocket()); err == nil {
+			b.printf("redis backend: %s rate states decided locally (Redis past redis_timeout); 0 means every request was decided in Redis\n",
+				thousands(keys))
+		}
+	}
 	if o.rssUsers > 0 {
 		m, err := b.rssPhase(ctx)
 		if err != nil {
@@ -469,7 +491,13 @@ func (b *bench) printRatios() (missed bool) {
 			cpuText = fmt.Sprintf("%.2fx", cpu)
 		}
 		b.printf("%-18s %-4s %5d %8d %10.2fx %6.2fx %8s\n", "", r.listener, r.conns, r.keys, tp, p99, cpuText)
-		if r.conns == targetConns && r.keys == targetKeys {
+		if r.conns == targetConns && r.keys == targetKeys && b.o.backend == backendRedis {
+			okTP, okP99 := tp >= targetRateRedis, r.res.Hist.quantile(0.99) <= targetP99Redis
+			checks = append(checks, fmt.Sprintf("redis target %s C=%d K=%d: throughput %.2f >= %.2f %s; p99 %s <= %s %s",
+				r.listener, targetConns, targetKeys, tp, targetRateRedis, verdict(okTP), latency(r.res.Hist.quantile(0.99)),
+				targetP99Redis, verdict(okP99)))
+			missed = missed || !okTP || !okP99
+		} else if r.conns == targetConns && r.keys == targetKeys {
 			okTP, okP99, okCPU := tp >= targetRate, p99 <= targetP99, cpu > 0 && cpu <= targetCPU
 			checks = append(checks, fmt.Sprintf("target %s C=%d K=%d: throughput %.2f >= %.2f %s; p99 %.2fx <= %.1fx %s; CPU/req %s <= %.1fx %s",
 				r.listener, targetConns, targetKeys, tp, targetRate, verdict(okTP), p99, targetP99, verdict(okP99),
@@ -489,6 +517,12 @@ func (b *bench) rssPhase(ctx context.Context) (missed bool, err error) {
 	o, d := b.o, b.daemon
 	b.printf("\nRSS: %d distinct users, one END-OF-MESSAGE request each, C=%d, %d limits\n",
 		o.rssUsers, rssConns, len(d.f.Limits))
+	var redisBefore int64
+	if o.backend == backendRedis {
+		if redisBefore, _, err = redisMemory(o.redisAddr); err != nil {
+			return false, fmt.Errorf("redis INFO: %w", err)
+		}
+	}
 	// Bounded: even at 2,000 requests/s 1,000,000 users take 500 s.
 	capDur := time.Duration(o.rssUsers/2000+60) * time.Second
 	res, err := runLoad(ctx, loadSpec{Addr: d.addr, Conns: rssConns, Distinct: o.rssUsers, Duration: capDur, Seed: o.seed})
@@ -517,6 +551,15 @@ func (b *bench) rssPhase(ctx context.Context) (missed bool, err error) {
 		b.printf("  daemon status: %s rate states tracked, %s requests answered since start\n", thousands(keys), thousands(reqs))
 	}
 	missed = b.printMem("after load", d)
+	if o.backend == backendRedis {
+		used, keys, err := redisMemory(o.redisAddr)
+		if err != nil {
+			return missed, fmt.Errorf("redis INFO: %w", err)
+		}
+		b.printf("  redis: used_memory %s (+%s), %s keys; %.0f bytes per user (%d limits), %.0f bytes per key\n",
+			mib(used), mib(used-redisBefore), thousands(keys), float64(used-redisBefore)/float64(o.rssUsers),
+			len(d.f.Limits), float64(used-redisBefore)/float64(max(keys, 1)))
+	}
 	if !o.rssRestart {
 		return missed, nil
 	}
@@ -567,6 +610,9 @@ func (b *bench) stopServers() {
 		if _, err := b.daemon.stop(30 * time.Second); err != nil {
 			fmt.Fprintln(os.Stderr, "ratelimitd-bench:", err)
 		}
+	}
+	if b.redis != nil {
+		b.redis.stop(5 * time.Second)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
 )
 
 // The admin API is JSON over HTTP on a unix socket (0660, refused in a
@@ -66,6 +67,8 @@ type Status struct {
 	Quarantine *lifecycle.Health `json:"quarantine,omitempty"`
 	// State is the rate state's flush health and key pressure.
 	State *StateStatus `json:"state,omitempty"`
+	// Store is the Redis backend's state (nil with the local backend).
+	Store *redisstore.FailoverStatus `json:"store,omitempty"`
 }
 
 // ConnStatus is the connection cap's state in Status: connections open

@@ -98,6 +98,10 @@ func openRates(opts *rootOptions, write bool) (rateBackend, *config.File, error)
 	if !errors.Is(err, errNoDaemon) {
 		return nil, nil, err
 	}
+	if f.Store.Redis() {
+		b, err := openRedisRates(f)
+		return b, f, err
+	}
 	o, err := openOfflineMode(f, !write)
 	if err != nil {
 		return nil, nil, err
@@ -330,6 +334,7 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 			for _, l := range st.Limits {
 				fmt.Fprintf(w, "limit %s\n", l)
 			}
+			printStoreStatus(w, st.Store)
 			fmt.Fprintf(w, "tracked keys: %d\nrequests: %d\n", st.TrackedKeys, st.Requests)
 			for a := range numActions {
 				name := policy.Action(a).String()

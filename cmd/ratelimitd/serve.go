@@ -25,6 +25,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
 	"github.com/ratelimitd/ratelimitd/ratelimit/store"
 )
 
@@ -126,6 +127,11 @@ type daemon struct {
 	reloadMu      sync.Mutex
 	loaded        *config.File // the last file accepted (cfg until a reload)
 	restartNeeded []string     // config.RestartKeys(cfg, loaded)
+
+	// redis is the shared rate store when [store] backend = "redis"
+	// (nil otherwise); redisClient its Redis connection.
+	redis       *redisstore.Failover
+	redisClient *redisstore.Store
 }
 
 func newLogger(s config.Server, w interface{ Write([]byte) (int, error) }) *slog.Logger {
@@ -171,7 +177,15 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		return nil, fmt.Errorf("%s: %w", s.DBPath(), err)
 	}
 	cleanup = append(cleanup, func() { d.state.Close() })
-	d.engine, err = policy.NewEngine(f.PolicyConfig(), d.state)
+	var rates policy.Store = d.state
+	if f.Store.Redis() {
+		if d.redis, err = d.openRedis(f.Store, d.state); err != nil {
+			return nil, err
+		}
+		cleanup = append(cleanup, func() { d.redis.Close(); d.redisClient.Close() })
+		rates = d.redis
+	}
+	d.engine, err = policy.NewEngine(f.PolicyConfig(), rates)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +220,9 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { d.notifier.Close(context.Background()) })
+	if d.redis != nil {
+		d.metrics.registerRedisMetrics(d.redis)
+	}
 	if err := d.openQuarantine(); err != nil {
 		return nil, err
 	}
@@ -306,6 +323,7 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.De
 	}()
 	start := time.Now()
 	dec = d.engine.Decide(ctx, start, req)
+	dec = d.redisDecision(dec)
 	// Faults are logged and counted by the front end's server.
 	d.metrics.observe(req, &dec, time.Since(start))
 	d.notifyRefusal(req, &dec)
@@ -373,6 +391,10 @@ func (d *daemon) status() Status {
 		st.Notify = &ns
 	}
 	st.State = stateStatus(d.state)
+	if d.redis != nil {
+		rs := d.redis.Status()
+		st.Store = &rs
+	}
 	for _, l := range d.engine.Limits() {
 		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, formatRate(l.Limit),
 			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
@@ -403,6 +425,10 @@ func (d *daemon) shutdown(ctx context.Context) error {
 	}
 	if d.stopMemLimit != nil {
 		d.stopMemLimit()
+	}
+	if d.redis != nil {
+		d.redis.Close()
+		d.redisClient.Close()
 	}
 	// Close flushes the rate state a last time and stops its Run loop.
 	if err := d.state.Close(); err != nil {

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+)
+
+// redisConfig is the [store] table and a leaky 20/hour limit per SASL user.
+func redisConfig(addr, onError string) string {
+	return fmt.Sprintf(`
+[store]
+backend = "redis"
+redis_addrs = [%q]
+redis_timeout = "2s"
+on_redis_error = %q
+key_prefix = "it:"
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 20
+period = "1h"
+mode = "leaky"
+action = "defer"
+`, addr, onError)
+}
+
+// startServe runs `ratelimitd serve` (this test binary re-executed) and
+// waits for it to start.
+func startServe(t *testing.T, cfgPath string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfgPath)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("daemon %s log:\n%s", cfgPath, out.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "ratelimitd started") {
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not start:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd
+}
+
+// TestRedisTwoDaemons: two `ratelimitd serve` processes share one Redis.
+// One user's 60 messages alternate between them and exactly the limit (20)
+// is admitted; `rate reset` on one host lets the user through on the
+// other at once; `rate show` and `status` on either report the shared
+// state.
+func TestRedisTwoDaemons(t *testing.T) {
+	srv := redistest.Start(t)
+	var cfgs, addrs []string
+	for range 2 {
+		dir := t.TempDir()
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfgs = append(cfgs, writeConfig(t, dir, addr, redisConfig(srv.Addr, "local")))
+		addrs = append(addrs, addr)
+		startServe(t, cfgs[len(cfgs)-1])
+	}
+	admitted := 0
+	for i := range 60 {
+		got := policyQuery(t, addrs[i%2], "walter", "END-OF-MESSAGE")
+		switch {
+		case got == "action=DUNNO":
+			admitted++
+		case !strings.HasPrefix(got, "action=450 4.7.1"):
+			t.Fatalf("message %d: %s", i+1, got)
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("60 messages alternating between two hosts: %d admitted, want 20", admitted)
+	}
+	out, err := cli(t, "--config", cfgs[1], "rate", "show", "walter")
+	if err != nil || !strings.Contains(out, "hourly") {
+		t.Fatalf("rate show on the second host: %v\n%s", err, out)
+	}
+	out, err = cli(t, "--config", cfgs[1], "status")
+	if err != nil || !strings.Contains(out, "store: redis, shared") {
+		t.Fatalf("status on the second host: %v\n%s", err, out)
+	}
+	if out, err := cli(t, "--config", cfgs[0], "rate", "reset", "walter"); err != nil {
+		t.Fatalf("rate reset on the first host: %v\n%s", err, out)
+	}
+	if got := policyQuery(t, addrs[1], "walter", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Fatalf("after a reset on the first host the second answers %s", got)
+	}
+	// The offline CLI (no daemon behind the config's admin socket) reads
+	// Redis directly.
+	off := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), redisConfig(srv.Addr, "local"))
+	out, err = cli(t, "--config", off, "rate", "list")
+	if err != nil || !strings.Contains(out, "walter") {
+		t.Fatalf("offline rate list: %v\n%s", err, out)
+	}
+}
+
+// TestRedisDownDefer: with on_redis_error = "defer" a request Redis cannot
+// answer gets 450 4.7.1; with "dunno", DUNNO; both are counted as faults.
+func TestRedisDownDefer(t *testing.T) {
+	for _, c := range []struct{ policy, want string }{{"defer", "action=450 4.7.1"}, {"dunno", "action=DUNNO"}} {
+		srv := redistest.Start(t)
+		dir := t.TempDir()
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		td := startTestDaemon(t, writeConfig(t, dir, addr, redisConfig(srv.Addr, c.policy)))
+		if got := policyQuery(t, addr, "vera", "RCPT"); got != "action=DUNNO" {
+			t.Fatalf("%s: with Redis up: %s", c.policy, got)
+		}
+		srv.Kill()
+		if got := policyQuery(t, addr, "vera", "RCPT"); !strings.HasPrefix(got, c.want) {
+			t.Errorf("on_redis_error=%s, Redis down: %s, want %s", c.policy, got, c.want)
+		}
+		st := td.d.status()
+		if st.Store == nil || !st.Store.Degraded || st.Store.Switches != 1 || st.Faults == 0 {
+			t.Errorf("on_redis_error=%s: status %+v, store %+v", c.policy, st, st.Store)
+		}
+		if v := gauge(t, td, "ratelimitd_redis_degraded"); v != 1 {
+			t.Errorf("on_redis_error=%s: ratelimitd_redis_degraded = %v, want 1", c.policy, v)
+		}
+		if v := gauge(t, td, "ratelimitd_redis_outages_total"); v != 1 {
+			t.Errorf("on_redis_error=%s: ratelimitd_redis_outages_total = %v, want 1", c.policy, v)
+		}
+	}
+}
+
+// gauge returns the value of the daemon's metric name (a gauge or counter
+// without labels).
+func gauge(t *testing.T, td *testDaemon, name string) float64 {
+	t.Helper()
+	mfs, err := td.d.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if m.GetGauge() != nil {
+			return m.GetGauge().GetValue()
+		}
+		return m.GetCounter().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestRedisPausedUnderLoad: two daemons share one Redis, which is
+// SIGSTOPped under load. Every request is answered (on_redis_error =
+// "local"); a user refused on one host during the outage is refused on
+// the other host once Redis is back (SIGCONT): shared again, with the
+// stricter outage state pushed.
+func TestRedisPausedUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	var tds []*testDaemon
+	for range 2 {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfg := strings.Replace(redisConfig(srv.Addr, "local"), `redis_timeout = "2s"`, `redis_timeout = "500ms"`, 1)
+		tds = append(tds, startTestDaemon(t, writeConfig(t, t.TempDir(), addr, cfg)))
+	}
+	stop := make(chan struct{})
+	done := make(chan int)
+	for g := range 4 {
+		go func() {
+			n := 0
+			for i := range 5000 {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				if got, err := tryPolicyQuery(tds[g%2].policyAddr, fmt.Sprintf("load%d-%d", g, i%20)); err != nil || !strings.HasPrefix(got, "action=") {
+					t.Errorf("load request: %q, %v", got, err)
+				}
+				n++
+			}
+			done <- n
+		}()
+	}
+	policyQuery(t, tds[0].policyAddr, "warm", "RCPT")
+	srv.Stop()
+	for !tds[0].d.redis.Degraded() {
+		policyQuery(t, tds[0].policyAddr, "probe", "RCPT")
+	}
+	// xavier sends 21 messages through the first host during the outage.
+	for i := range 21 {
+		got := policyQuery(t, tds[0].policyAddr, "xavier", "END-OF-MESSAGE")
+		if want := i < 20; (got == "action=DUNNO") != want {
+			t.Fatalf("outage: xavier's message %d: %s", i+1, got)
+		}
+	}
+	srv.Resume()
+	// Both hosts switch back (the second one, under load too, may have
+	// switched to local state as well; it probes on its own).
+	deadline := time.Now().Add(20 * time.Second)
+	for tds[0].d.redis.Degraded() || tds[1].d.redis.Degraded() {
+		if time.Now().After(deadline) {
+			t.Fatal("the hosts did not switch back to Redis")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	answered := 0
+	for range 4 {
+		answered += <-done
+	}
+	if answered == 0 {
+		t.Fatal("no load request answered")
+	}
+	// The second host knew nothing of xavier; Redis now does.
+	if got := policyQuery(t, tds[1].policyAddr, "xavier", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
+		t.Errorf("after the outage the second host answers xavier %s", got)
+	}
+	st := tds[0].d.status()
+	if st.Store == nil || st.Store.Degraded || st.Store.Switches != 1 || st.Store.Recoveries != 1 {
+		t.Errorf("first host's store status after the outage: %+v", st.Store)
+	}
+	logs := tds[0].logs.String()
+	if strings.Count(logs, `msg="redis unavailable`) != 1 || strings.Count(logs, `msg="redis available again`) != 1 {
+		t.Errorf("switch and recovery not logged once each:\n%s", logs)
+	}
+}
+
+// tryPolicyQuery is policyQuery (RCPT) for goroutines other than the
+// test's: it returns errors instead of failing the test.
+func tryPolicyQuery(addr, user string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=RCPT\nsasl_username=%s\nsender=%s@example.org\nrecipient_count=1\nclient_address=192.0.2.9\n\n", user, user)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}

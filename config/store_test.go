@@ -1,0 +1,107 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+func TestStoreDefaults(t *testing.T) {
+	f, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Store
+	if s.Backend != "local" || s.Redis() || s.OnRedisError != "local" || time.Duration(s.RedisTimeout) != 200*time.Millisecond ||
+		s.KeyPrefix != "ratelimitd:" || len(s.RedisAddrs) != 1 || s.RedisAddrs[0] != "127.0.0.1:6379" {
+		t.Fatalf("store defaults: %+v", s)
+	}
+	f, err = config.Parse([]byte(`
+[store]
+backend = "redis"
+redis_addrs = ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"]
+redis_sentinel_master = "mymaster"
+redis_timeout = "150ms"
+on_redis_error = "defer"
+
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 200
+period = "1h"
+`), "ok.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Store.Redis() || f.Store.RedisSentinelMaster != "mymaster" || time.Duration(f.Store.RedisTimeout) != 150*time.Millisecond {
+		t.Fatalf("parsed: %+v", f.Store)
+	}
+}
+
+// The Redis backend's constraints are reported with their keys; every
+// algorithm but baseline is available with it.
+func TestStoreErrors(t *testing.T) {
+	_, err := config.Parse([]byte(`
+[store]
+backend = "redis"
+redis_addrs = ["localhost"]
+on_redis_error = "panic"
+key_prefix = "rl{x}:"
+
+[[limit]]
+name = "burst"
+key = ["sasl_username"]
+limit = 10
+period = "1m"
+algorithm = "gcra"
+`), "bad.toml")
+	if err == nil {
+		t.Fatal("invalid [store] accepted")
+	}
+	if strings.Contains(err.Error(), "gcra") {
+		t.Errorf("a gcra limit refused with the redis backend: %v", err)
+	}
+	for _, want := range []string{`store.redis_addrs: "localhost" is not host:port`, `store.on_redis_error: "panic"`,
+		"store.key_prefix"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	_, err = config.Parse([]byte(`
+[store]
+backend = "redis"
+
+[[limit]]
+name = "usual"
+key = ["sasl_username"]
+limit = 500
+period = "1h"
+algorithm = "baseline"
+`), "baseline.toml")
+	if err == nil || !strings.Contains(err.Error(), `limit usual: algorithm "baseline" is not available with store.backend = "redis"`) {
+		t.Errorf("baseline with the redis backend: %v", err)
+	}
+	if _, err := config.Parse([]byte("[store]\nbackend = \"memcached\"\n"), "b.toml"); err == nil ||
+		!strings.Contains(err.Error(), `store.backend: "memcached" is not a backend`) {
+		t.Errorf("unknown backend: %v", err)
+	}
+}
+
+// A reload does not switch the rate store: [store] changes wait for a
+// restart and are listed as such.
+func TestStoreNeedsRestart(t *testing.T) {
+	base := "[[limit]]\nname = \"h\"\nkey = [\"sender\"]\nlimit = 5\nperiod = \"1h\"\n"
+	a, err := config.Parse([]byte(base), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := config.Parse([]byte(base+"[store]\nbackend = \"redis\"\nredis_timeout = \"1s\"\n"), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(config.RestartKeys(a, b), " "); got != "store.backend store.redis_timeout" {
+		t.Fatalf("RestartKeys = %q", got)
+	}
+}

@@ -1,0 +1,220 @@
+// Package redistest runs real Redis servers inside Go tests: a standalone
+// server, a master with a replica watched by Sentinels, and a Redis
+// Cluster of masters, each on free 127.0.0.1 ports with its files in a
+// temporary directory, all stopped at t.Cleanup. The binaries come from
+// Debian's redis-server, redis-sentinel and redis-tools packages
+// (scripts/deps.sh); a missing binary fails the test.
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is one running redis-server (or Sentinel) process.
+type Server struct {
+	// Addr is its 127.0.0.1:PORT address.
+	Addr string
+	// Port is the port of Addr.
+	Port int
+	// Dir holds its configuration, data and log.
+	Dir string
+	cmd *exec.Cmd
+	t   testing.TB
+}
+
+// binary returns the path of name or fails the test.
+func binary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("redistest: %s not found (run scripts/deps.sh): %v", name, err)
+	}
+	return p
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// start runs bin with the configuration lines conf (port, dir, logfile
+// added) and waits until it answers PING.
+func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	port := FreePort(t)
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, t: t}
+	lines := append([]string{
+		"bind 127.0.0.1",
+		"port " + strconv.Itoa(port),
+		"dir " + dir,
+		"logfile " + filepath.Join(dir, "log"),
+		"daemonize no",
+		"protected-mode no",
+	}, conf...)
+	if !sentinel {
+		lines = append(lines, `save ""`, "appendonly no")
+	}
+	cf := filepath.Join(dir, "redis.conf")
+	if err := os.WriteFile(cf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{cf}
+	if sentinel {
+		args = append(args, "--sentinel")
+	}
+	s.cmd = exec.Command(bin, args...)
+	s.cmd.SysProcAttr = procAttr()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("redistest: start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		s.Kill()
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(dir, "log")); err == nil {
+				if len(b) > 3000 {
+					b = b[len(b)-3000:]
+				}
+				t.Logf("redistest: tail of %s log:\n%s", s.Addr, b)
+			}
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := s.Do("PING"); err == nil {
+			return s
+		} else if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s on %s does not answer: %v", bin, s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Start runs a standalone redis-server; extra are more configuration
+// lines ("maxmemory 10mb").
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	return start(t, binary(t, "redis-server"), false, extra...)
+}
+
+// Do sends one command with a plain RESP client (2s deadline) and returns
+// the reply as text: a simple string, integer or bulk string as is, an
+// array one element per line. An error reply is returned as an error.
+func (s *Server) Do(args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write(b.Bytes()); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	var out []string
+	if err := readReply(r, &out); err != nil {
+		return "", err
+	}
+	return strings.Join(out, "\n"), nil
+}
+
+func readReply(r *bufio.Reader, out *[]string) error {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return fmt.Errorf("redistest: empty reply line")
+	}
+	switch line[0] {
+	case '+', ':':
+		*out = append(*out, line[1:])
+	case '-':
+		return fmt.Errorf("redistest: %s", line[1:])
+	case '$':
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			*out = append(*out, "")
+			return nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return err
+		}
+		*out = append(*out, string(buf[:n]))
+	case '*':
+		n, _ := strconv.Atoi(line[1:])
+		for range max(n, 0) {
+			if err := readReply(r, out); err != nil {
+				return err
+			}
+		}
+	default:
+		return fmt.Errorf("redistest: unexpected reply %q", line)
+	}
+	return nil
+}
+
+// Must is Do that fails the test on error.
+func (s *Server) Must(args ...string) string {
+	s.t.Helper()
+	v, err := s.Do(args...)
+	if err != nil {
+		s.t.Fatalf("redistest: %s %v: %v", s.Addr, args, err)
+	}
+	return v
+}
+
+// Kill ends the server with SIGKILL (as a crash would) and waits for it;
+// calling it again is harmless.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil || s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGCONT)
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// Stop pauses the server with SIGSTOP: connections stay open and nothing
+// is answered, as with a hung host. Resume undoes it.
+func (s *Server) Stop() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a server paused by Stop.
+func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Info returns the value of field in INFO section (for example
+// "used_memory" in "memory").
+func (s *Server) Info(section, field string) string {
+	s.t.Helper()
+	for _, l := range strings.Split(s.Must("INFO", section), "\r\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,126 @@
+package redistest
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Sentinels is a master, its replica and three Sentinels watching them
+// under the master set name Name, with a quick failover (the master is
+// considered down after 500ms).
+type Sentinels struct {
+	Name      string
+	Master    *Server
+	Replica   *Server
+	Sentinels []*Server
+}
+
+// Addrs are the Sentinels' addresses.
+func (s *Sentinels) Addrs() []string {
+	var a []string
+	for _, x := range s.Sentinels {
+		a = append(a, x.Addr)
+	}
+	return a
+}
+
+// StartSentinels runs a master, a replica of it and three Sentinels.
+func StartSentinels(t testing.TB) *Sentinels {
+	t.Helper()
+	ss := &Sentinels{Name: "rlmaster"}
+	ss.Master = Start(t)
+	ss.Replica = Start(t, "replicaof 127.0.0.1 "+strconv.Itoa(ss.Master.Port))
+	bin := binary(t, "redis-sentinel")
+	for range 3 {
+		ss.Sentinels = append(ss.Sentinels, start(t, bin, true,
+			"sentinel monitor "+ss.Name+" 127.0.0.1 "+strconv.Itoa(ss.Master.Port)+" 2",
+			"sentinel down-after-milliseconds "+ss.Name+" 500",
+			"sentinel failover-timeout "+ss.Name+" 3000",
+			"sentinel parallel-syncs "+ss.Name+" 1"))
+	}
+	// Wait until the replica is in sync and every Sentinel knows it and
+	// the other Sentinels, so a failover can be elected.
+	waitFor(t, 20*time.Second, "replica in sync and sentinels ready", func() bool {
+		if !strings.Contains(ss.Replica.Info("replication", "master_link_status"), "up") {
+			return false
+		}
+		for _, s := range ss.Sentinels {
+			v, err := s.Do("SENTINEL", "MASTER", ss.Name)
+			if err != nil {
+				return false
+			}
+			f := strings.Split(v, "\n")
+			got := map[string]string{}
+			for i := 0; i+1 < len(f); i += 2 {
+				got[f[i]] = f[i+1]
+			}
+			if got["num-slaves"] != "1" || got["num-other-sentinels"] != "2" {
+				return false
+			}
+		}
+		return true
+	})
+	return ss
+}
+
+// MasterAddr asks the first answering Sentinel for the current master.
+func (s *Sentinels) MasterAddr() string {
+	for _, x := range s.Sentinels {
+		if v, err := x.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.Name); err == nil {
+			f := strings.Split(v, "\n")
+			if len(f) == 2 {
+				return f[0] + ":" + f[1]
+			}
+		}
+	}
+	return ""
+}
+
+// StartCluster runs n masters (no replicas) joined into a Redis Cluster
+// with `redis-cli --cluster create`, and waits until it is ok.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	cli := binary(t, "redis-cli")
+	var nodes []*Server
+	args := []string{"--cluster", "create"}
+	for range n {
+		bus := FreePort(t)
+		s := Start(t, "cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000",
+			"cluster-port "+strconv.Itoa(bus))
+		nodes = append(nodes, s)
+		args = append(args, s.Addr)
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	waitFor(t, 20*time.Second, "cluster state ok on every node", func() bool {
+		for _, s := range nodes {
+			if s.Info("cluster", "cluster_enabled") != "1" {
+				return false
+			}
+			v, err := s.Do("CLUSTER", "INFO")
+			if err != nil || !strings.Contains(v, "cluster_state:ok") {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+// waitFor polls cond every 50ms until it holds, or fails the test after
+// limit.
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

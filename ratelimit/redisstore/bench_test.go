@@ -1,0 +1,107 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+)
+
+// BenchmarkEvaluateStack decides the default stack (200/hour leaky +
+// 1000/day strict) for 100,000 users from 64 goroutines on a local
+// redis-server: the Redis share of a policy request.
+func BenchmarkEvaluateStack(b *testing.B) {
+	srv := redistest.Start(b)
+	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var n atomic.Int64
+	b.SetParallelism(32) // 64 goroutines on 2 CPUs
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]policy.StackResult, 2)
+		for pb.Next() {
+			key := "user" + strconv.FormatInt(n.Add(1)%100000, 10)
+			items := []policy.StackItem{
+				{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 200, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+				{Limit: "daily", Key: key, Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},
+			}
+			if err := s.EvaluateStack(context.Background(), time.Now(), items, false, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.StopTimer()
+	// Redis's own time per script call, independent of the load on the
+	// machine: calls=N,usec=N,usec_per_call=N,...
+	for f := range strings.SplitSeq(srv.Info("commandstats", "cmdstat_evalsha"), ",") {
+		if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+			if us, err := strconv.ParseFloat(v, 64); err == nil {
+				b.ReportMetric(us, "redis-µs/op")
+			}
+		}
+	}
+}
+
+// BenchmarkMemory1M stores the default stack's two states (hourly, daily)
+// for 1,000,000 users named like the load generator's
+// ("user0000001@example.org") on a fresh redis-server and reports Redis's
+// used_memory growth (INFO memory) per user and per key. It runs once
+// whatever b.N; about half a minute.
+func BenchmarkMemory1M(b *testing.B) {
+	const users = 1_000_000
+	srv := redistest.Start(b)
+	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	used := func() float64 {
+		v, err := strconv.ParseFloat(srv.Info("memory", "used_memory"), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	before := used()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]policy.StackResult, 2)
+			for u := next.Add(1); u <= users; u = next.Add(1) {
+				key := fmt.Sprintf("user%07d@example.org", u)
+				items := []policy.StackItem{
+					{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 200, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+					{Limit: "daily", Key: key, Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},
+				}
+				if err := s.EvaluateStack(context.Background(), time.Now(), items, false, out); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	keys, _ := strconv.ParseFloat(srv.Must("DBSIZE"), 64)
+	if keys != 2*users {
+		b.Fatalf("%v keys in Redis, want %d", keys, 2*users)
+	}
+	grown := used() - before
+	b.ReportMetric(grown/users, "bytes/user")
+	b.ReportMetric(grown/keys, "bytes/key")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,265 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// hourly is a leaky 10/hour limit refusing over it.
+func hourly(key string) []policy.StackItem {
+	return []policy.StackItem{{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 10, Period: time.Hour},
+		Cost: 1, Count: true, Refuses: true}}
+}
+
+// newFailover is a Failover with local fallback over r, with a fast probe.
+func newFailover(t *testing.T, r *redisstore.Store) (*redisstore.Failover, *logBuf) {
+	logs := &logBuf{}
+	f := redisstore.NewFailover(r, store.NewMemory(store.MemoryOptions{}), redisstore.Local,
+		slog.New(slog.NewTextHandler(logs, nil)))
+	f.ProbeInterval = 50 * time.Millisecond
+	t.Cleanup(f.Close)
+	return f, logs
+}
+
+// load runs n goroutines deciding requests of their own users on f until
+// stop is closed (at most 100,000 requests each) and returns how many
+// were answered and how many failed.
+func load(f policy.StackEvaluator, n int, stop <-chan struct{}) (wait func() (answered, failed int64, slowest time.Duration)) {
+	var ok, bad, slow atomic.Int64
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100000 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				out := make([]policy.StackResult, 1)
+				start := time.Now()
+				err := f.EvaluateStack(context.Background(), time.Now(), hourly(fmt.Sprintf("load%d-%d", g, i%50)), false, out)
+				if d := int64(time.Since(start)); d > slow.Load() {
+					slow.Store(d)
+				}
+				if err != nil {
+					bad.Add(1)
+				} else {
+					ok.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	return func() (int64, int64, time.Duration) {
+		wg.Wait()
+		return ok.Load(), bad.Load(), time.Duration(slow.Load())
+	}
+}
+
+// waitUntil polls cond every 20ms for up to a minute (a Sentinel election
+// that fails is retried after twice the failover timeout; a loaded machine
+// may need several).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func decide(t *testing.T, f policy.StackEvaluator, key string) policy.StackResult {
+	t.Helper()
+	out := make([]policy.StackResult, 1)
+	if err := f.EvaluateStack(context.Background(), time.Now(), hourly(key), false, out); err != nil {
+		t.Fatalf("request of %s: %v", key, err)
+	}
+	return out[0]
+}
+
+// TestFailoverPausedRedis: Redis SIGSTOPped under load. Every request is
+// answered (from local state, after at most one timeout), the switch and
+// the recovery are logged once each, and a sender refused during the
+// outage is still refused once Redis is back (the stricter local state
+// was pushed).
+func TestFailoverPausedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
+	f, logs := newFailover(t, r)
+	decide(t, f, "warmup")
+	stop := make(chan struct{})
+	wait := load(f, 8, stop)
+	time.Sleep(100 * time.Millisecond)
+	srv.Stop()
+	waitUntil(t, "the switch to local state", f.Degraded)
+	// zed sends 11 messages during the outage: the 11th is refused.
+	for i := range 11 {
+		if over := decide(t, f, "zed").Result.Over; over != (i == 10) {
+			t.Fatalf("outage: zed's message %d over=%v", i+1, over)
+		}
+	}
+	if st := f.Status(); !st.Degraded || st.Switches != 1 || st.LastError == "" {
+		t.Errorf("status during the outage: %+v", st)
+	}
+	srv.Resume()
+	waitUntil(t, "the recovery", func() bool { return !f.Degraded() })
+	close(stop)
+	answered, failed, slowest := wait()
+	t.Logf("%d requests answered, %d failed; slowest %v", answered, failed, slowest)
+	if failed != 0 || answered == 0 {
+		t.Errorf("under load across the outage: %d answered, %d failed", answered, failed)
+	}
+	if n := logs.count(`msg="redis unavailable`); n != 1 {
+		t.Errorf("switch logged %d times, want once:\n%s", n, logs)
+	}
+	if n := logs.count(`msg="redis available again`); n != 1 {
+		t.Errorf("recovery logged %d times, want once:\n%s", n, logs)
+	}
+	if st := f.Status(); st.Degraded || st.Recoveries != 1 {
+		t.Errorf("status after recovery: %+v", st)
+	}
+	// Shared again: zed's state is in Redis, and zed is still refused.
+	if st, err := r.Get(context.Background(), "hourly", "zed"); err != nil || st.Rate < 9.9 {
+		t.Errorf("zed's outage state in Redis after recovery: %+v, %v", st, err)
+	}
+	if res := decide(t, f, "zed"); !res.Result.Over {
+		t.Errorf("after the outage zed is admitted again (rate %v): the local state was not pushed", res.Result.Rate)
+	}
+}
+
+// TestFailoverPolicies: with dunno or defer, a request Redis cannot answer
+// returns ErrUnavailable (the daemon answers DUNNO or 450).
+func TestFailoverPolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, p := range []redisstore.OnError{redisstore.Dunno, redisstore.Defer} {
+		r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
+		f := redisstore.NewFailover(r, store.NewMemory(store.MemoryOptions{}), p, slog.New(slog.DiscardHandler))
+		t.Cleanup(f.Close)
+		decide(t, f, "x")
+		srv.Stop()
+		out := make([]policy.StackResult, 1)
+		err := f.EvaluateStack(context.Background(), time.Now(), hourly("x"), false, out)
+		srv.Resume()
+		if err == nil || !strings.Contains(err.Error(), "redis unavailable") {
+			t.Errorf("%v: request during the outage: %v", p, err)
+		}
+	}
+}
+
+// TestSentinelFailover: master + replica + 3 Sentinels; the master is
+// SIGKILLed under load. No request is left unanswered (local state during
+// the failover), and the store follows the new master.
+func TestSentinelFailover(t *testing.T) {
+	ss := redistest.StartSentinels(t)
+	r := open(t, redisstore.Options{Addrs: ss.Addrs(), SentinelMaster: ss.Name, Timeout: 200 * time.Millisecond})
+	f, logs := newFailover(t, r)
+	decide(t, f, "before")
+	stop := make(chan struct{})
+	wait := load(f, 8, stop)
+	time.Sleep(100 * time.Millisecond)
+	ss.Master.Kill()
+	waitUntil(t, "the sentinels to promote the replica", func() bool { return ss.MasterAddr() == ss.Replica.Addr })
+	waitUntil(t, "the store to follow the new master", func() bool {
+		out := make([]policy.StackResult, 1)
+		return f.EvaluateStack(context.Background(), time.Now(), hourly("after"), false, out) == nil && !f.Degraded() &&
+			ss.Replica.Must("EXISTS", r.Key("hourly", "after")) == "1"
+	})
+	close(stop)
+	answered, failed, slowest := wait()
+	t.Logf("%d requests answered, %d failed; slowest %v; log:\n%s", answered, failed, slowest, logs)
+	if failed != 0 || answered == 0 {
+		t.Errorf("across the failover: %d answered, %d failed", answered, failed)
+	}
+	// The state written before the failover was replicated.
+	if st, err := r.Get(context.Background(), "hourly", "before"); err != nil || st.IsZero() {
+		t.Errorf("state written before the failover: %+v, %v", st, err)
+	}
+}
+
+// TestMerge: after an outage the stricter state wins, per algorithm: the
+// higher decayed rate (exponential), the later arrival time (GCRA); and
+// the merged key gets an expiry.
+func TestMerge(t *testing.T) {
+	srv := redistest.Start(t)
+	limits := map[string]ratelimit.Limit{
+		"exp":  {Limit: 10, Period: time.Hour},
+		"gcra": {Limit: 10, Period: time.Hour, Algorithm: ratelimit.GCRA},
+	}
+	r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Limits: func(n string) (ratelimit.Limit, bool) {
+		l, ok := limits[n]
+		return l, ok
+	}})
+	ctx := context.Background()
+	now, _ := r.Ping(ctx)
+	ns := now.UnixNano()
+	set := func(limit, key string, st ratelimit.State) {
+		if err := r.Update(ctx, limit, key, func(ratelimit.State) (ratelimit.State, bool) { return st, true }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set("exp", "a", ratelimit.State{Time: ns, Rate: 5})
+	set("exp", "b", ratelimit.State{Time: ns, Rate: 5})
+	set("gcra", "a", ratelimit.State{Time: ns + int64(30*time.Minute)})
+	set("gcra", "b", ratelimit.State{Time: ns + int64(30*time.Minute)})
+	// a: the local state is stricter; b: the shared one is.
+	n, err := r.Merge(ctx, "exp", []string{"a", "b"}, []ratelimit.State{{Time: ns, Rate: 9}, {Time: ns - int64(time.Hour), Rate: 9}})
+	if err != nil || n != 1 {
+		t.Fatalf("exp merge pushed %d (%v), want 1", n, err)
+	}
+	n, err = r.Merge(ctx, "gcra", []string{"a", "b"}, []ratelimit.State{{Time: ns + int64(50*time.Minute)}, {Time: ns + int64(10*time.Minute)}})
+	if err != nil || n != 1 {
+		t.Fatalf("gcra merge pushed %d (%v), want 1", n, err)
+	}
+	for _, c := range []struct {
+		limit, key string
+		want       ratelimit.State
+	}{
+		{"exp", "a", ratelimit.State{Time: ns, Rate: 9}}, {"exp", "b", ratelimit.State{Time: ns, Rate: 5}},
+		{"gcra", "a", ratelimit.State{Time: ns + int64(50*time.Minute)}}, {"gcra", "b", ratelimit.State{Time: ns + int64(30*time.Minute)}},
+	} {
+		if got, _ := r.Get(ctx, c.limit, c.key); got != c.want {
+			t.Errorf("%s %s after merge: %+v, want %+v", c.limit, c.key, got, c.want)
+		}
+		if ttl := srv.Must("PTTL", r.Key(c.limit, c.key)); strings.HasPrefix(ttl, "-") {
+			t.Errorf("%s %s has no expiry (PTTL %s)", c.limit, c.key, ttl)
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store/storetest"
+)
+
+// open connects a store to addrs with a key prefix of its own.
+func open(t *testing.T, o redisstore.Options) *redisstore.Store {
+	t.Helper()
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = fmt.Sprintf("t%d:", prefixes.Add(1))
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Second
+	}
+	s, err := redisstore.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+var prefixes atomic.Int64
+
+// TestConformance holds the Redis store to the store conformance suite:
+// random traces in every mode agree with policy.EvaluateStack over the
+// in-memory store to 1e-12.
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T) policy.Store {
+		return open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true})
+	})
+}
+
+// TestClusterConformance runs the conformance suite on a real 3-master
+// Redis Cluster: the traces' stacks mix keys of several slots, which are
+// checked on every slot, then committed.
+func TestClusterConformance(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	s := open(t, redisstore.Options{Addrs: addrs, UseCallerTime: true})
+	if !s.Cluster() {
+		t.Fatal("store did not detect the cluster")
+	}
+	// The keys of the suite must span several slots and nodes for the
+	// test to mean anything.
+	if a, b := redisstore.Slot(s.Key("l", "alice")), redisstore.Slot(s.Key("l", "bob@example.org")); a == b {
+		t.Fatalf("test keys share slot %d", a)
+	}
+	storetest.Run(t, func(t *testing.T) policy.Store {
+		return open(t, redisstore.Options{Addrs: addrs, UseCallerTime: true})
+	})
+	// Range found the states on every master: each master holds some.
+	for _, n := range nodes {
+		if v := n.Must("DBSIZE"); v == "0" {
+			t.Errorf("master %s holds no key: the suite did not spread over the cluster", n.Addr)
+		}
+	}
+}
+
+// TestSlot checks the hash slot function against Redis Cluster's own
+// CLUSTER KEYSLOT.
+func TestSlot(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	for _, k := range []string{"", "a", "ratelimitd:{alice}hourly", "x{}y", "{user1000}.following", "foo{bar}{zap}", "ratelimitd:{a%7Db}l"} {
+		want := nodes[0].Must("CLUSTER", "KEYSLOT", k)
+		if got := fmt.Sprint(redisstore.Slot(k)); got != want {
+			t.Errorf("Slot(%q) = %s, CLUSTER KEYSLOT says %s", k, got, want)
+		}
+	}
+}
+
+// TestAtomicStack: 64 concurrent requests of one key on Redis's clock
+// admit exactly the limit (one script decides each request whole; the
+// reference EvaluateStack over a Store can over-admit under concurrency).
+func TestAtomicStack(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	items := []policy.StackItem{
+		{Limit: "hourly", Key: "mallory", Params: ratelimit.Limit{Limit: 50, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+		{Limit: "daily", Key: "mallory", Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},
+	}
+	var admitted, errs atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				out := make([]policy.StackResult, 2)
+				if err := s.EvaluateStack(context.Background(), time.Now(), items, false, out); err != nil {
+					errs.Add(1)
+					continue
+				}
+				if !out[0].Result.Over && !out[1].Result.Over {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if errs.Load() != 0 || admitted.Load() != 50 {
+		t.Fatalf("256 concurrent requests: %d admitted, %d errors; want 50, 0", admitted.Load(), errs.Load())
+	}
+	// The strict daily limit counted every request; the leaky hourly one
+	// only the admitted.
+	d, _ := s.Get(context.Background(), "daily", "mallory")
+	h, _ := s.Get(context.Background(), "hourly", "mallory")
+	if d.Rate < 255 || h.Rate > 50 {
+		t.Errorf("stored rates: daily %v (want ~256), hourly %v (want <= 50)", d.Rate, h.Rate)
+	}
+	// Keys expire: the TTL follows the arithmetic (about ln(2*rate)
+	// periods), never none.
+	ttl := srv.Must("PTTL", s.Key("hourly", "mallory"))
+	if ms, _ := strconv.ParseInt(ttl, 10, 64); ms < int64(2*time.Hour/time.Millisecond) || ms > int64(5*time.Hour/time.Millisecond) {
+		t.Errorf("PTTL of a 50/hour state at rate ~50 = %s ms, want ln(100) h ≈ 4.6 h", ttl)
+	}
+}
+
+// TestSkewedClocks: two hosts whose clocks differ by 17 minutes share one
+// sender; the answers are those of one clock (Redis TIME). With the hosts'
+// own clocks (UseCallerTime) the same traffic is measured differently,
+// which is what the test would catch.
+func TestSkewedClocks(t *testing.T) {
+	srv := redistest.Start(t)
+	run := func(callerTime bool) (admitted int, retries []time.Duration) {
+		prefix := fmt.Sprintf("skew%v%d:", callerTime, prefixes.Add(1))
+		a := open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix, UseCallerTime: callerTime})
+		b := open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix, UseCallerTime: callerTime})
+		items := []policy.StackItem{{Limit: "hourly", Key: "carol", Params: ratelimit.Limit{Limit: 10, Period: time.Hour},
+			Cost: 1, Count: true, Refuses: true}}
+		for i := range 30 {
+			st, skew := a, -10*time.Minute
+			if i%2 == 1 {
+				st, skew = b, 7*time.Minute
+			}
+			out := make([]policy.StackResult, 1)
+			if err := st.EvaluateStack(context.Background(), time.Now().Add(skew), items, false, out); err != nil {
+				t.Fatal(err)
+			}
+			if out[0].Result.Over {
+				retries = append(retries, out[0].Result.RetryAfter)
+			} else {
+				admitted++
+			}
+		}
+		return admitted, retries
+	}
+	admitted, retries := run(false)
+	if admitted != 10 {
+		t.Errorf("on Redis's clock: %d of 30 admitted, want 10", admitted)
+	}
+	for _, r := range retries {
+		// One clock: every refusal waits about the same (a few
+		// minutes at 10/hour), whichever host answered.
+		if r < time.Minute || r > 10*time.Minute {
+			t.Errorf("retry after %v on Redis's clock, want a few minutes", r)
+		}
+	}
+	skewed, _ := run(true)
+	if skewed == 10 {
+		t.Errorf("with the hosts' skewed clocks the trace also admitted exactly 10: the test cannot tell the clocks apart")
+	}
+}
+
+// TestSkewedEngines: two policy engines (two hosts) sharing one Redis,
+// one whose clock runs 10 minutes slow and one 7 minutes fast: one
+// sender's 30 messages alternating between them get the answers of one
+// clock, exactly the limit admitted, and both hosts announce the same
+// retry time for the same state.
+func TestSkewedEngines(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "hourly", Key: []string{"sasl_username"}, Limit: 10, Period: policy.Duration(time.Hour), Mode: "leaky", Action: "defer"},
+	}}
+	prefix := fmt.Sprintf("eng%d:", prefixes.Add(1))
+	var engines []*policy.Engine
+	for range 2 {
+		e, err := policy.NewEngine(cfg, open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	skews := []time.Duration{-10 * time.Minute, 7 * time.Minute}
+	req := &policy.Request{ProtocolState: policy.StateEndOfMessage, SASLUsername: "carol", RecipientCount: 1}
+	passed := 0
+	var retries []time.Duration
+	for i := range 30 {
+		d := engines[i%2].Evaluate(context.Background(), time.Now().Add(skews[i%2]), req)
+		if d.Fault != nil {
+			t.Fatal(d.Fault)
+		}
+		if d.Action == policy.Pass {
+			passed++
+		} else {
+			retries = append(retries, d.RetryAfter)
+		}
+	}
+	if passed != 10 {
+		t.Fatalf("30 messages over two skewed hosts: %d passed, want 10", passed)
+	}
+	// The leaky state does not change while refused: consecutive
+	// refusals from the two hosts differ only by the time between them.
+	for i := 1; i < len(retries); i++ {
+		if d := retries[i-1] - retries[i]; d < 0 || d > time.Second {
+			t.Errorf("retry times %v then %v from the other host", retries[i-1], retries[i])
+		}
+	}
+}
