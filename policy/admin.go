@@ -112,7 +112,7 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 
 func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
 	rl := l.rl
-	if v, ok := l.overrides[key]; ok {
+	if v, ok := l.override(key); ok {
 		rl = overridden(rl, v)
 	}
 	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, State: s}

@@ -200,8 +200,11 @@ type LimitConfig struct {
 	// Message is the client text template; placeholders {name}, {key},
 	// {rate}, {limit}, {period}, {retry}.
 	Message string `toml:"message"`
-	// Overrides maps key values to their own limit (cost per Period), e.g.
-	// a newsletter sender allowed 5000/day. With algorithm "baseline" an
+	// Overrides maps key values to their own limit (cost per Period); a
+	// key "@example.org" is the default of every address key (a
+	// sasl_username or sender such as "alice@example.org") of that domain
+	// that has no entry of its own. E.g. a newsletter sender allowed
+	// 5000/day, or "@partner.example" = 500. With algorithm "baseline" an
 	// override is the key's fixed allowance (its floor and cap).
 	Overrides map[string]float64 `toml:"overrides"`
 	// Via lists the front ends whose requests this limit measures:
@@ -371,6 +374,9 @@ func compile(c Config) (*compiled, error) {
 			l.overrides = make(map[string]float64, len(lc.Overrides))
 			for k, v := range lc.Overrides {
 				l.overrides[strings.ToLower(k)] = v
+				if strings.HasPrefix(k, "@") {
+					l.domainOverrides = true
+				}
 			}
 		}
 		for _, v := range lc.Via {
@@ -410,6 +416,27 @@ func compileBaseline(rl *ratelimit.Limit, lc LimitConfig, at string, bad func(ke
 		rl.Limit = lc.Cap
 	}
 	rl.Factor, rl.Floor, rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
+}
+
+// override returns the per-key limit of key: its own entry in overrides,
+// else, for a key that is an address (a sasl_username or sender such as
+// "alice@example.org"), the entry of its domain ("@example.org"), so a
+// domain's users get the domain's default without listing each.
+func (l *limit) override(key string) (float64, bool) {
+	if len(l.overrides) == 0 {
+		return 0, false
+	}
+	if v, ok := l.overrides[key]; ok {
+		return v, true
+	}
+	if !l.domainOverrides {
+		return 0, false
+	}
+	if i := strings.LastIndexByte(key, '@'); i > 0 && !strings.ContainsRune(key, '|') {
+		v, ok := l.overrides[key[i:]]
+		return v, ok
+	}
+	return 0, false
 }
 
 // overridden is rl with a per-key override v: the limit, and for a

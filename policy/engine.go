@@ -33,6 +33,8 @@ type limit struct {
 	action    Action
 	message   string
 	overrides map[string]float64
+	// domainOverrides reports an "@domain" entry in overrides.
+	domainOverrides bool
 	// via restricts the limit to requests of these front ends
 	// (Request.Stage); empty means all.
 	via []string
@@ -221,7 +223,7 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 			cost = e.addrCost(ctx, now, l, key, req, cost, &p)
 		}
 		it := StackItem{Limit: l.name, Key: key, Params: l.rl, Cost: cost, Count: count, Refuses: !l.action.Admits()}
-		if v, ok := l.overrides[key]; ok {
+		if v, ok := l.override(key); ok {
 			it.Params = overridden(it.Params, v)
 		}
 		probes = append(probes, p)

@@ -436,3 +436,36 @@ func TestDecideIsEvaluateWithoutMeasures(t *testing.T) {
 		t.Fatalf("after 205 messages: %v, want defer", d.Action)
 	}
 }
+
+// A domain's default: overrides "@example.org" applies to every user of
+// the domain without an entry of its own (issue: per-domain defaults).
+func TestDomainOverrides(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "hourly", Key: []string{"sasl_username"}, Limit: 2, Period: policy.Duration(time.Hour),
+			Overrides: map[string]float64{"@Big.example": 5, "boss@big.example": 8}},
+	}}
+	e := newEngine(t, c)
+	ctx := context.Background()
+	admitted := func(user string) int {
+		n := 0
+		for range 12 {
+			if e.Evaluate(ctx, t0, eom(user)).Action == policy.Pass {
+				n++
+			}
+		}
+		return n
+	}
+	for user, want := range map[string]int{"ann@big.example": 5, "boss@big.example": 8, "ann@small.example": 2, "ann": 2} {
+		if got := admitted(user); got != want {
+			t.Errorf("%s: %d admitted, want %d", user, got, want)
+		}
+	}
+	kr, err := e.Lookup(ctx, t0, "bob@big.example")
+	if err != nil || len(kr) != 0 {
+		t.Fatalf("lookup: %v %v", kr, err)
+	}
+	e.Evaluate(ctx, t0, eom("bob@big.example"))
+	if kr, _ := e.Lookup(ctx, t0, "bob@big.example"); len(kr) != 1 || kr[0].Max != 5 {
+		t.Fatalf("rate show of a domain user: %+v, want max 5", kr)
+	}
+}
