@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,15 +17,10 @@ import (
 )
 
 // freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t testing.TB) int { return mtatest.FreePort(t) }
+
+// syncBuffer collects a daemon's log lines (mtatest.SyncBuffer).
+type syncBuffer = mtatest.SyncBuffer
 
 // testDaemon is an in-process daemon on a private state directory.
 type testDaemon struct {
@@ -38,25 +31,6 @@ type testDaemon struct {
 	logs       *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// writeConfig writes a configuration whose [server] points into dir, with
-// the embedded default limits unless limits is given.
 // defaultTestLimits are the embedded default's limits: 200/h leaky plus
 // 1000/day strict per SASL user.
 const defaultTestLimits = `
@@ -77,6 +51,8 @@ mode = "strict"
 action = "defer"
 `
 
+// writeConfig writes a configuration whose [server] points into dir, with
+// the embedded default limits unless extra has [[limit]] tables.
 func writeConfig(t testing.TB, dir, policyAddr, extra string) string {
 	t.Helper()
 	text := fmt.Sprintf(`

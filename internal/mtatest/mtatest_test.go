@@ -234,7 +234,7 @@ func TestReinjectPort(t *testing.T) {
 // Postfix answer 451 4.7.1.
 func TestMilterUnavailableTempfails(t *testing.T) {
 	t.Parallel()
-	pf := StartPostfix(t, PostfixOptions{Milter: "inet:127.0.0.1:" + strconv.Itoa(freePort(t))})
+	pf := StartPostfix(t, PostfixOptions{Milter: "inet:127.0.0.1:" + strconv.Itoa(FreePort(t))})
 	res := SendResult(t, pf.Addr(), Mail{
 		From: "a@example.org",
 		To:   []string{"b@example.net"},

@@ -194,11 +194,11 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	// /dev/null and postlogd is not up yet), so try again with new ports.
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		ports := []int{freePort(t)}
+		ports := []int{FreePort(t)}
 		p.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 		reinjectPort := 0
 		if opts.ReinjectPort {
-			reinjectPort = freePort(t)
+			reinjectPort = FreePort(t)
 			ports = append(ports, reinjectPort)
 			p.ReinjectAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(reinjectPort))
 		}
@@ -811,8 +811,9 @@ func checkSearchable(dir string) error {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t testing.TB) int {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago
+// (another process may take it before the caller binds it).
+func FreePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // Server is one running redis-server (or Sentinel) process.
@@ -44,16 +46,9 @@ func binary(t testing.TB, name string) string {
 	return p
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago
+// (mtatest.FreePort).
+func FreePort(t testing.TB) int { return mtatest.FreePort(t) }
 
 // start runs bin with the configuration lines conf (port, dir, logfile
 // added) and waits until it answers PING.

@@ -23,25 +23,12 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
-// syncBuffer is a log sink shared by the connection goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writes (mtatest.SyncBuffer).
+type syncBuffer = mtatest.SyncBuffer
 
 // testMetrics records a Server's counts.
 type testMetrics struct {

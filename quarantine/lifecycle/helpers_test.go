@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,23 +17,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writes (mtatest.SyncBuffer).
+type syncBuffer = mtatest.SyncBuffer
 
 // recorder is an Events that keeps every event.
 type recorder struct {
