@@ -86,9 +86,8 @@ type quarantineNotify struct {
 }
 
 type coalesceKey struct {
-	kind     notify.Kind
-	key, by  string
-	failures bool
+	kind    notify.Kind
+	key, by string
 }
 
 // coalesceWindow is how long operator-action events are gathered; the

@@ -66,9 +66,10 @@ func TestExpireBounceAndKeep(t *testing.T) {
 	if !strings.Contains(e.logs.String(), "level=ERROR msg=\"quarantine expiry: message past max_age kept") {
 		t.Errorf("no error logged:\n%s", e.logs.String())
 	}
-	msgs := sink.WaitCount(t, 1, 10*time.Second)
+	sink.WaitCount(t, 1, 10*time.Second)
 	time.Sleep(200 * time.Millisecond)
-	if msgs = sink.Messages(); len(msgs) != 1 {
+	msgs := sink.Messages()
+	if len(msgs) != 1 {
 		t.Fatalf("sink has %d messages, want one DSN", len(msgs))
 	}
 	dsn := msgs[0]

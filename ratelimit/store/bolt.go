@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
@@ -518,7 +519,7 @@ func (p *Persistent) restore() error {
 		err := p.db.Update(func(tx *bbolt.Tx) error {
 			root := tx.Bucket(bucketName)
 			for _, name := range bad {
-				if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, bbolt.ErrBucketNotFound) {
+				if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 					return fmt.Errorf("store: delete bucket %s/%s: %w", bucketName, name, err)
 				}
 			}
@@ -1333,7 +1334,7 @@ func (p *Persistent) Close() error {
 	// Wait for a compaction Run started: it stops after its current
 	// transaction.
 	p.cmu.Lock()
-	p.cmu.Unlock() //nolint:staticcheck // an empty critical section: a wait
+	p.cmu.Unlock() //lint:ignore SA2001 an empty critical section: waits for a running compaction
 	return err
 }
 
