@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -193,4 +194,32 @@ func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool
 		}
 	}
 	return true
+}
+
+// MayFreeze reports whether a limit with action freeze could refuse req:
+// one that measures req's front end (Request.Stage) and finds its key in
+// req, for a request that is not exempt. A recipient key counts as found
+// once any recipient was accepted (RecipientCount > 0). The milter asks it
+// when a message's header begins, to keep the message's content only when
+// a freeze could need it. Safe for concurrent use; it does not touch the
+// rate state.
+func (e *Engine) MayFreeze(req *Request) bool {
+	c := e.cfg.Load()
+	if c.exempt(req) {
+		return false
+	}
+	r := *req
+	if r.Recipient == "" && r.RecipientCount > 0 {
+		r.Recipient = "recipient@invalid" // any one of them: only presence matters
+	}
+	for i := range c.limits {
+		l := &c.limits[i]
+		if l.action != Freeze || (len(l.via) > 0 && !slices.Contains(l.via, r.Stage)) {
+			continue
+		}
+		if c.keyOf(l, &r) != "" {
+			return true
+		}
+	}
+	return false
 }

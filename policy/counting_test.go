@@ -548,3 +548,21 @@ func TestCountingPolicyOnlyKeepsNoWaitingMessages(t *testing.T) {
 		t.Fatalf("%d messages remembered after 40,000 finished ones, want at most the warm-up's", n)
 	}
 }
+
+// A hostile client of the policy port that sends a request with the
+// instance of someone else's message (Postfix instances are predictable)
+// does not make that message look already counted.
+func TestCountingForgedInstanceDoesNotExempt(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "mails", Key: []string{"sasl_username"}, Limit: 100, Period: policy.Duration(time.Hour)},
+	}}
+	e := newEngine(t, c)
+	for i := range 5 {
+		inst := fmt.Sprintf("7f3.6a1b%d.0", i)
+		msg{user: "mallory", inst: inst, rcpts: 1}.rcpt(e, t0, 0) // forged first
+		msg{user: "alice", inst: inst, rcpts: 2}.send(e, t0, true, true)
+	}
+	if r := rateOf(t, e, t0, "alice", "mails"); !near(r, 5) {
+		t.Fatalf("alice's rate %v after 5 messages whose instances were used first by forged requests, want 5", r)
+	}
+}

@@ -92,13 +92,14 @@ type Decision struct {
 	Header string
 	// Reason is the log reason; never sent to the client.
 	Reason string
-	// Limit, Key, Rate, Max and RetryAfter describe the limit that decided
-	// (empty for Pass): name, key value, measured rate and limit in cost
-	// per period, and the wait before the key is allowed again.
+	// Limit, Key, Rate, Max, Period and RetryAfter describe the limit that
+	// decided (empty for Pass): name, key value, measured rate and limit
+	// in cost per Period, and the wait before the key is allowed again.
 	Limit      string
 	Key        string
 	Rate       float64
 	Max        float64
+	Period     time.Duration
 	RetryAfter time.Duration
 	// Measures lists every limit that applied, in configuration order.
 	Measures []Measure

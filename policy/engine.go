@@ -448,7 +448,8 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 // verdict is the Decision of limit l being over with result r.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decision {
 	lim := limitOf(it, r)
-	d := Decision{Action: l.action, Limit: l.name, Key: it.Key, Rate: r.Rate, Max: lim, RetryAfter: r.RetryAfter}
+	d := Decision{Action: l.action, Limit: l.name, Key: it.Key, Rate: r.Rate, Max: lim, Period: it.Params.Period,
+		RetryAfter: r.RetryAfter}
 	text := expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Text = SanitizeText(text, MaxTextLen)
 	d.Reason = fmt.Sprintf("limit %s key %q rate %.2f > %g per %s (%s, %s)", l.name, it.Key, r.Rate,

@@ -469,3 +469,28 @@ func TestDomainOverrides(t *testing.T) {
 		t.Fatalf("rate show of a domain user: %+v, want max 5", kr)
 	}
 }
+
+// MayFreeze: only a freeze limit of the request's front end whose key the
+// request carries, and never for an exempt sender.
+func TestMayFreeze(t *testing.T) {
+	c := policy.Config{Exempt: policy.Exempt{Users: []string{"monitor"}}, Limits: []policy.LimitConfig{
+		{Name: "f", Key: []string{"sasl_username", "recipient_domain"}, Limit: 1, Period: policy.Duration(time.Hour),
+			Action: "freeze", Via: []string{policy.ViaMilter}},
+		{Name: "d", Key: []string{"sender"}, Limit: 1, Period: policy.Duration(time.Hour)},
+	}}
+	e := newEngine(t, c)
+	for _, tc := range []struct {
+		req  policy.Request
+		want bool
+	}{
+		{policy.Request{Stage: policy.ViaMilter, SASLUsername: "al", RecipientCount: 2}, true},
+		{policy.Request{Stage: policy.ViaMilter, SASLUsername: "al"}, false},               // no recipient yet
+		{policy.Request{Stage: policy.ViaMilter, Sender: "x@y", RecipientCount: 1}, false}, // no SASL user
+		{policy.Request{Stage: policy.ViaPolicy, SASLUsername: "al", RecipientCount: 1}, false},
+		{policy.Request{Stage: policy.ViaMilter, SASLUsername: "Monitor", RecipientCount: 1}, false}, // exempt
+	} {
+		if got := e.MayFreeze(&tc.req); got != tc.want {
+			t.Errorf("MayFreeze(%+v) = %v, want %v", tc.req, got, tc.want)
+		}
+	}
+}

@@ -26,8 +26,8 @@ import (
 // being counted again (Exim's specification, chapter "Rate limiting", gives
 // every RCPT of a message the message's answer in the same way).
 //
-// A message is identified by its front end, client address and the MTA's
-// instance value (Postfix's policy-delegation "instance" attribute; the
+// A message is identified by its front end, client address, SASL user,
+// sender and the MTA's instance value (Postfix's policy-delegation "instance" attribute; the
 // milter front end makes one per transaction; Exim's ACLs in configs/ send
 // an acl_m variable). When one Postfix asks through both front ends, the
 // milter's view of a message is joined to the policy service's view of the
@@ -89,7 +89,7 @@ type msgEntry struct {
 	verdict [2]*Decision
 	charges []charge
 
-	// id is the message key (stage, client address, instance) under
+	// id is the message key (appendID) under
 	// which each front end's view is stored; empty when that front end
 	// has no view of it.
 	id [2][]byte
@@ -106,7 +106,6 @@ type msgEntry struct {
 	pendFront          int
 	pendGen            uint64
 	pendPrev, pendNext *msgEntry
-	joined             bool
 }
 
 // prev returns the message's verdict for front end front (zero: Pass).
@@ -162,11 +161,16 @@ type msgTable struct {
 // instance attribute) cost an allocation.
 const maxIDLen = 256
 
-// appendID appends req's message key: stage, client address, instance.
+// appendID appends req's message key: stage, the join fingerprint (client
+// address, SASL user, sender) and instance. The identity is part of the
+// key so that a forged request reusing a real message's instance (the
+// policy port is reachable by local users, and Postfix instances are
+// predictable) makes a message of its own instead of marking the real one
+// as already charged.
 func appendID(b []byte, req *Request) []byte {
 	b = append(b, req.Stage...)
 	b = append(b, 0)
-	b = append(b, req.ClientAddress...)
+	b = appendFP(b, req)
 	b = append(b, 0)
 	return append(b, req.Instance...)
 }
@@ -253,7 +257,6 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	fh := maphash.Bytes(t.seed, fp)
 	if m := t.takePending(fp, fh, 1-front); m != nil {
 		m.refs++ // this request, first: put may rotate
-		m.joined = true
 		m.id[front] = append(m.id[front][:0], id...)
 		t.put(h, m)
 		return m
@@ -294,7 +297,7 @@ func (t *msgTable) unref(m *msgEntry) {
 	m.charges = m.charges[:0]
 	m.id[0], m.id[1] = m.id[0][:0], m.id[1][:0]
 	m.fp = m.fp[:0]
-	m.pending, m.joined, m.pendPrev, m.pendNext = false, false, nil, nil
+	m.pending, m.pendPrev, m.pendNext = false, nil, nil
 	t.free = append(t.free, m)
 }
 

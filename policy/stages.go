@@ -10,11 +10,28 @@ import (
 var stateNames = [...]string{StateConnect, StateEHLO, StateHELO, StateMail, StateRcpt, StateData,
 	StateEndOfMessage, StateVrfy, StateEtrn}
 
+// stateIndex is s's index in stateNames, or -1. It is on every request's
+// path: a switch, not a search.
 func stateIndex(s string) int {
-	for i, n := range stateNames {
-		if n == s {
-			return i
-		}
+	switch s {
+	case StateConnect:
+		return 0
+	case StateEHLO:
+		return 1
+	case StateHELO:
+		return 2
+	case StateMail:
+		return 3
+	case StateRcpt:
+		return 4
+	case StateData:
+		return 5
+	case StateEndOfMessage:
+		return 6
+	case StateVrfy:
+		return 7
+	case StateEtrn:
+		return 8
 	}
 	return -1
 }
@@ -41,11 +58,8 @@ func (s *stageCounts) get(front int, state string) uint64 {
 // messageRequests returns the number of requests front end front has sent
 // about mail transactions (MAIL, RCPT, DATA, END-OF-MESSAGE).
 func (s *stageCounts) messageRequests(front int) uint64 {
-	var n uint64
-	for _, st := range [...]string{StateRcpt, StateEndOfMessage, StateMail, StateData} {
-		n += s.get(front, st)
-	}
-	return n
+	c := &s.n[front]
+	return c[3].Load() + c[4].Load() + c[5].Load() + c[6].Load() // MAIL, RCPT, DATA, END-OF-MESSAGE
 }
 
 // joinWarmUp is how many message requests a front end sends after start
@@ -105,9 +119,8 @@ func (e *Engine) Footprint() int64 { return e.msgs.footprint() }
 func (e *Engine) Advice() []string {
 	c := e.cfg.Load()
 	var out []string
-	policyMsgs := e.seen.get(0, StateRcpt) + e.seen.get(0, StateData) + e.seen.get(0, StateEndOfMessage) + e.seen.get(0, StateMail)
+	policyMsgs, milterMsgs := e.seen.messageRequests(0), e.seen.messageRequests(1)
 	policySize := e.seen.get(0, StateData) + e.seen.get(0, StateEndOfMessage)
-	milterMsgs := e.seen.get(1, StateRcpt) + e.seen.get(1, StateEndOfMessage)
 	for i := range c.limits {
 		l := &c.limits[i]
 		if l.per == perByte && policyMsgs > 0 && policySize == 0 && milterMsgs == 0 {

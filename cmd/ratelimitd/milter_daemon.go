@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -55,42 +54,9 @@ func (m milterDecider) Decide(ctx context.Context, req *policy.Request) policy.D
 	return m.d.decide(ctx, req)
 }
 
-// MayFreeze implements milter.FreezeAdvisor. It reports true when some
-// limit with action freeze measures milter requests and every attribute
-// of its key is present in req (a limit whose key is missing is not
-// applied); it errs towards true (exemptions and overrides are not
-// consulted, and a recipient key counts as present once any recipient was
-// accepted).
+// MayFreeze implements milter.FreezeAdvisor (policy.Engine.MayFreeze).
 func (m milterDecider) MayFreeze(_ context.Context, req *policy.Request) bool {
-	for _, l := range m.d.engine.Limits() {
-		if l.Action != policy.Freeze.String() || (len(l.Via) > 0 && !slices.Contains(l.Via, policy.ViaMilter)) {
-			continue
-		}
-		if !slices.ContainsFunc(l.Key, func(attr string) bool { return !hasAttr(attr, req) }) {
-			return true
-		}
-	}
-	return false
-}
-
-// hasAttr reports whether req may carry the key attribute attr (see
-// LimitConfig.Key); an attribute it does not know counts as present.
-func hasAttr(attr string, req *policy.Request) bool {
-	switch attr {
-	case "sasl_username":
-		return req.SASLUsername != ""
-	case "sender", "sender_domain":
-		return req.Sender != ""
-	case "recipient", "recipient_domain":
-		return req.Recipient != "" || req.RecipientCount > 0
-	case "client_address", "client_subnet":
-		return req.ClientAddress != ""
-	case "client_name":
-		return req.ClientName != "" && req.ClientName != "unknown"
-	case "helo_name":
-		return req.HeloName != ""
-	}
-	return true
+	return m.d.engine.MayFreeze(req)
 }
 
 func (d *daemon) serveMilter() {

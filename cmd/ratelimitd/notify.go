@@ -32,14 +32,9 @@ func (d *daemon) notifyRefusal(req *policy.Request, dec *policy.Decision) {
 	if !d.notifier.Enabled() || dec.Fault != nil || dec.Limit == "" || dec.Action == policy.Pass || dec.Action == policy.Warn {
 		return
 	}
-	e := notify.Event{Kind: notify.LimitRefused, Key: dec.Key, Limit: dec.Limit, Action: dec.Action.String(),
-		Rate: dec.Rate, Max: dec.Max, Sender: req.Sender, Client: req.ClientAddress, Detail: dec.Text}
-	for _, l := range d.engine.Limits() {
-		if l.Name == dec.Limit {
-			e.Period = l.Period
-		}
-	}
-	d.notifier.Notify(e)
+	d.notifier.Notify(notify.Event{Kind: notify.LimitRefused, Key: dec.Key, Limit: dec.Limit, Period: dec.Period,
+		Action: dec.Action.String(), Rate: dec.Rate, Max: dec.Max, Sender: req.Sender, Client: req.ClientAddress,
+		Detail: dec.Text})
 }
 
 // cliUser names the user running the CLI, for the audit trail of commands

@@ -284,15 +284,23 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		d.goServe("metrics", func() error { return d.metricsSrv.Serve(ml) }, http.ErrServerClosed)
 	}
 	d.serveMilter()
+	d.log.Info("ratelimitd started", "version", version, "config", f.Source, "listeners", d.listeners,
+		"state", s.DBPath(), "restored_keys", d.mem.Len())
+	d.logConfigNotes(f)
+	return d, nil
+}
+
+// logConfigNotes logs, at start and after a reload, what the configuration
+// needs of the MTA (policy.ConfigAdvice: informational; status warns when
+// the MTA is seen not to ask where a limit needs it) and, loudly, a
+// configuration without limits.
+func (d *daemon) logConfigNotes(f *config.File) {
+	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
+		d.log.Info("configuration note: " + a)
+	}
 	if f.NoLimits {
 		d.log.Warn(`running without limits ([policy] limits = "none"): every sender is unlimited`)
 	}
-	d.log.Info("ratelimitd started", "version", version, "config", f.Source, "listeners", d.listeners,
-		"state", s.DBPath(), "restored_keys", d.mem.Len())
-	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
-		d.log.Warn("configuration note: " + a)
-	}
-	return d, nil
 }
 
 func listenerName(l net.Listener) string {
@@ -360,12 +368,7 @@ func (d *daemon) reload() {
 	d.q.svc.SetDripLimits(dripLimits(f)) // auto_release belongs to the [[limit]] stack
 	d.restartNeeded = config.RestartKeys(d.cfg, f)
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
-	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
-		d.log.Warn("configuration note: " + a)
-	}
-	if f.NoLimits {
-		d.log.Warn(`running without limits ([policy] limits = "none"): every sender is unlimited`)
-	}
+	d.logConfigNotes(f)
 	if len(d.restartNeeded) > 0 {
 		d.log.Warn("configuration reloaded: limits applied, but these settings keep their running values until a restart",
 			"restart_needed", d.restartNeeded)
