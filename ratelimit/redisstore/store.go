@@ -342,7 +342,8 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		if !ok {
 			return nil
 		}
-		at := s.expiry(limit, next)
+		l, known := s.limit(limit)
+		at := s.expiry(l, known, next)
 		done, err := s.cas.Exec(ctx, s.c, []string{k}, []string{raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
 		if err != nil {
 			return unavailable(err)
@@ -354,17 +355,24 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 	return fmt.Errorf("%w: update of %s kept racing", ErrUnavailable, k)
 }
 
-// expiry is when st, stored under the named limit, has decayed to
-// negligible (ratelimit.Limit.Negligible), in Unix milliseconds on Redis's
-// clock; DefaultTTL from now for a limit Options.Limits does not know. It
-// is never earlier than a millisecond from now.
-func (s *Store) expiry(limit string, st ratelimit.State) int64 {
+// limit returns the parameters of the named limit (Options.Limits); known
+// is false when the store does not know them.
+func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
+	if s.opts.Limits == nil {
+		return ratelimit.Limit{}, false
+	}
+	return s.opts.Limits(name)
+}
+
+// expiry is when st, stored under the limit l, has decayed to negligible
+// (ratelimit.Limit.Negligible), in Unix milliseconds on Redis's clock;
+// DefaultTTL from now when l is not known. It is never earlier than a
+// millisecond from now.
+func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 {
 	now := time.Now().Add(s.ClockOffset())
 	at := now.Add(DefaultTTL).UnixMilli()
-	if s.opts.Limits != nil {
-		if l, ok := s.opts.Limits(limit); ok {
-			at = expiryOf(l, st)
-		}
+	if known {
+		at = expiryOf(l, st)
 	}
 	return max(at, now.UnixMilli()+1)
 }
@@ -671,10 +679,7 @@ func (s *Store) read(v []rueidis.RedisMessage, g *group, items []policy.StackIte
 // on recovery; a limit Options.Limits does not know is compared as an
 // exponential one with a period of half DefaultTTL.
 func (s *Store) Merge(ctx context.Context, limit string, keys []string, sts []ratelimit.State) (int, error) {
-	l, ok := ratelimit.Limit{}, false
-	if s.opts.Limits != nil {
-		l, ok = s.opts.Limits(limit)
-	}
+	l, ok := s.limit(limit)
 	kind, tau := "r", float64(DefaultTTL/2)
 	if ok {
 		switch l.Algorithm {
@@ -698,7 +703,7 @@ func (s *Store) Merge(ctx context.Context, limit string, keys []string, sts []ra
 			sec, nsec := splitNs(sts[i].Time)
 			execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(limit, keys[i])}, Args: []string{kind,
 				strconv.FormatFloat(tau, 'g', -1, 64), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
-				strconv.FormatFloat(sts[i].Rate, 'g', -1, 64), strconv.FormatInt(s.expiry(limit, sts[i]), 10)}})
+				strconv.FormatFloat(sts[i].Rate, 'g', -1, 64), strconv.FormatInt(s.expiry(l, ok, sts[i]), 10)}})
 		}
 		if len(execs) == 0 {
 			continue
