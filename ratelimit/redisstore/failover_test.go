@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,35 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
 	"github.com/ratelimitd/ratelimitd/ratelimit/store"
 )
-
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // hourly is a leaky 10/hour limit refusing over it.
 func hourly(key string) []policy.StackItem {
@@ -48,8 +25,8 @@ func hourly(key string) []policy.StackItem {
 }
 
 // newFailover is a Failover with local fallback over r, with a fast probe.
-func newFailover(t *testing.T, r *redisstore.Store) (*redisstore.Failover, *logBuf) {
-	logs := &logBuf{}
+func newFailover(t *testing.T, r *redisstore.Store) (*redisstore.Failover, *mtatest.SyncBuffer) {
+	logs := &mtatest.SyncBuffer{}
 	f := redisstore.NewFailover(r, store.NewMemory(store.MemoryOptions{}), redisstore.Local,
 		slog.New(slog.NewTextHandler(logs, nil)))
 	f.ProbeInterval = 50 * time.Millisecond
@@ -147,10 +124,10 @@ func TestFailoverPausedRedis(t *testing.T) {
 	if failed != 0 || answered == 0 {
 		t.Errorf("under load across the outage: %d answered, %d failed", answered, failed)
 	}
-	if n := logs.count(`msg="redis unavailable`); n != 1 {
+	if n := strings.Count(logs.String(), `msg="redis unavailable`); n != 1 {
 		t.Errorf("switch logged %d times, want once:\n%s", n, logs)
 	}
-	if n := logs.count(`msg="redis available again`); n != 1 {
+	if n := strings.Count(logs.String(), `msg="redis available again`); n != 1 {
 		t.Errorf("recovery logged %d times, want once:\n%s", n, logs)
 	}
 	if st := f.Status(); st.Degraded || st.Recoveries != 1 {
