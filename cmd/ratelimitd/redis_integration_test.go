@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,32 +31,16 @@ action = "defer"
 `, addr, onError)
 }
 
-// startServe runs `ratelimitd serve` (this test binary re-executed) and
-// waits for it to start.
-func startServe(t *testing.T, cfgPath string) *exec.Cmd {
+// startServe runs `ratelimitd serve` (startSubprocessDaemon) and logs
+// its output if the test fails.
+func startServe(t *testing.T, cfgPath string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfgPath)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	_, out := startSubprocessDaemon(t, cfgPath)
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
 		if t.Failed() {
 			t.Logf("daemon %s log:\n%s", cfgPath, out.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "ratelimitd started") {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon did not start:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return cmd
 }
 
 // TestRedisTwoDaemons: two `ratelimitd serve` processes share one Redis.

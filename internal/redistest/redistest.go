@@ -46,16 +46,12 @@ func binary(t testing.TB, name string) string {
 	return p
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago
-// (mtatest.FreePort).
-func FreePort(t testing.TB) int { return mtatest.FreePort(t) }
-
 // start runs bin with the configuration lines conf (port, dir, logfile
 // added) and waits until it answers PING.
 func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	port := FreePort(t)
+	port := mtatest.FreePort(t)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, t: t}
 	lines := append([]string{
 		"bind 127.0.0.1",

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // Sentinels is a master, its replica and three Sentinels watching them
@@ -87,7 +89,7 @@ func StartCluster(t testing.TB, n int) []*Server {
 	var nodes []*Server
 	args := []string{"--cluster", "create"}
 	for range n {
-		bus := FreePort(t)
+		bus := mtatest.FreePort(t)
 		s := Start(t, "cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000",
 			"cluster-port "+strconv.Itoa(bus))
 		nodes = append(nodes, s)

@@ -16,16 +16,21 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
 )
 
+// defaultStack is the default stack of key: 200/hour leaky and 1000/day
+// strict, both counted and refusing.
+func defaultStack(key string) []policy.StackItem {
+	return []policy.StackItem{
+		{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 200, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+		{Limit: "daily", Key: key, Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},
+	}
+}
+
 // BenchmarkEvaluateStack decides the default stack (200/hour leaky +
 // 1000/day strict) for 100,000 users from 64 goroutines on a local
 // redis-server: the Redis share of a policy request.
 func BenchmarkEvaluateStack(b *testing.B) {
 	srv := redistest.Start(b)
-	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := open(b, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix})
 	var n atomic.Int64
 	b.SetParallelism(32) // 64 goroutines on 2 CPUs
 	b.ReportAllocs()
@@ -33,11 +38,7 @@ func BenchmarkEvaluateStack(b *testing.B) {
 		out := make([]policy.StackResult, 2)
 		for pb.Next() {
 			key := "user" + strconv.FormatInt(n.Add(1)%100000, 10)
-			items := []policy.StackItem{
-				{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 200, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
-				{Limit: "daily", Key: key, Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},
-			}
-			if err := s.EvaluateStack(context.Background(), time.Now(), items, false, out); err != nil {
+			if err := s.EvaluateStack(context.Background(), time.Now(), defaultStack(key), false, out); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -62,11 +63,7 @@ func BenchmarkEvaluateStack(b *testing.B) {
 func BenchmarkMemory1M(b *testing.B) {
 	const users = 1_000_000
 	srv := redistest.Start(b)
-	s, err := redisstore.New(context.Background(), redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := open(b, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix})
 	used := func() float64 {
 		v, err := strconv.ParseFloat(srv.Info("memory", "used_memory"), 64)
 		if err != nil {
@@ -84,11 +81,7 @@ func BenchmarkMemory1M(b *testing.B) {
 			out := make([]policy.StackResult, 2)
 			for u := next.Add(1); u <= users; u = next.Add(1) {
 				key := fmt.Sprintf("user%07d@example.org", u)
-				items := []policy.StackItem{
-					{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 200, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
-					{Limit: "daily", Key: key, Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},
-				}
-				if err := s.EvaluateStack(context.Background(), time.Now(), items, false, out); err != nil {
+				if err := s.EvaluateStack(context.Background(), time.Now(), defaultStack(key), false, out); err != nil {
 					b.Error(err)
 					return
 				}

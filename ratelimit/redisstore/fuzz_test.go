@@ -11,7 +11,7 @@ import (
 // is written back in a form that reads the same.
 func FuzzDecode(f *testing.F) {
 	f.Add("")
-	f.Add(encode(mkState(1_790_000_000_123_456_789, 199.5)))
+	f.Add(encode(ratelimit.State{Time: 1_790_000_000_123_456_789, Rate: 199.5}))
 	f.Add("short")
 	f.Fuzz(func(t *testing.T, v string) {
 		st, err := decode(v)
@@ -46,6 +46,3 @@ func FuzzKey(f *testing.F) {
 		}
 	})
 }
-
-// mkState builds a ratelimit.State for the seeds.
-func mkState(t int64, r float64) ratelimit.State { return ratelimit.State{Time: t, Rate: r} }

@@ -128,7 +128,8 @@ type Store struct {
 }
 
 // New connects to Redis (standalone, Sentinel or Cluster) and returns the
-// store. It fails when no address answers within the timeout.
+// store. It returns an error wrapping ErrConfig for unusable Options, or
+// ErrUnavailable when no address answers within the timeout.
 func New(ctx context.Context, o Options) (*Store, error) {
 	if len(o.Addrs) == 0 {
 		return nil, fmt.Errorf("%w: no address", ErrConfig)
@@ -193,6 +194,8 @@ func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
 func (s *Store) ClockOffset() time.Duration { return time.Duration(s.offset.Load()) }
 
 // Ping checks that Redis answers within the timeout and returns its clock.
+// Errors wrap ErrUnavailable, or ErrProtocol for a TIME answer it cannot
+// read.
 func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -306,7 +309,7 @@ func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, er
 }
 
 // Delete forgets key under limit and reports whether it had state: `rate
-// reset`, seen by every host at once.
+// reset`, seen by every host at once. Errors wrap ErrUnavailable.
 func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -321,7 +324,8 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 // result with a compare-and-set script, retrying (up to 16 times) when
 // another writer changed the state in between. The state expires as
 // Options.Limits says. It is not on the daemon's request path
-// (EvaluateStack is).
+// (EvaluateStack is). Errors wrap ErrProtocol (the stored state cannot
+// be read) or ErrUnavailable (also when all 16 attempts raced).
 func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratelimit.State) (ratelimit.State, bool)) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -342,7 +346,8 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		if !ok {
 			return nil
 		}
-		at := s.expiry(limit, next)
+		l, known := s.limit(limit)
+		at := s.expiry(l, known, next)
 		done, err := s.cas.Exec(ctx, s.c, []string{k}, []string{raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
 		if err != nil {
 			return unavailable(err)
@@ -354,17 +359,24 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 	return fmt.Errorf("%w: update of %s kept racing", ErrUnavailable, k)
 }
 
-// expiry is when st, stored under the named limit, has decayed to
-// negligible (ratelimit.Limit.Negligible), in Unix milliseconds on Redis's
-// clock; DefaultTTL from now for a limit Options.Limits does not know. It
-// is never earlier than a millisecond from now.
-func (s *Store) expiry(limit string, st ratelimit.State) int64 {
+// limit returns the parameters of the named limit (Options.Limits); known
+// is false when the store does not know them.
+func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
+	if s.opts.Limits == nil {
+		return ratelimit.Limit{}, false
+	}
+	return s.opts.Limits(name)
+}
+
+// expiry is when st, stored under the limit l, has decayed to negligible
+// (ratelimit.Limit.Negligible), in Unix milliseconds on Redis's clock;
+// DefaultTTL from now when l is not known. It is never earlier than a
+// millisecond from now.
+func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 {
 	now := time.Now().Add(s.ClockOffset())
 	at := now.Add(DefaultTTL).UnixMilli()
-	if s.opts.Limits != nil {
-		if l, ok := s.opts.Limits(limit); ok {
-			at = expiryOf(l, st)
-		}
+	if known {
+		at = expiryOf(l, st)
 	}
 	return max(at, now.UnixMilli()+1)
 }
@@ -397,8 +409,9 @@ func earrrlLambda(l ratelimit.Limit) float64 {
 
 // Range calls fn for every stored state, found with SCAN on every master,
 // until fn returns false. Keys of other shapes under the prefix are
-// skipped. The view is not a snapshot: states written during the scan may
-// or may not be seen.
+// skipped, and so are values of the wrong length. The view is not a
+// snapshot: states written during the scan may or may not be seen. Errors
+// wrap ErrUnavailable.
 func (s *Store) Range(ctx context.Context, fn func(limit, key string, st ratelimit.State) bool) error {
 	nodes, err := s.masters(ctx)
 	if err != nil {
@@ -667,14 +680,12 @@ func (s *Store) read(v []rueidis.RedisMessage, g *group, items []policy.StackIte
 // Merge pushes locally decided states into Redis after an outage: for each
 // (limit, key) the stricter of the Redis state and st is kept — the later
 // arrival time for GCRA and cooldown, else the higher rate (count) decayed
-// to Redis's now. It returns how many states were pushed. Used by Failover
+// to Redis's now. It returns how many states were pushed, and with it an
+// error wrapping ErrUnavailable if a chunk failed. Used by Failover
 // on recovery; a limit Options.Limits does not know is compared as an
 // exponential one with a period of half DefaultTTL.
 func (s *Store) Merge(ctx context.Context, limit string, keys []string, sts []ratelimit.State) (int, error) {
-	l, ok := ratelimit.Limit{}, false
-	if s.opts.Limits != nil {
-		l, ok = s.opts.Limits(limit)
-	}
+	l, ok := s.limit(limit)
 	kind, tau := "r", float64(DefaultTTL/2)
 	if ok {
 		switch l.Algorithm {
@@ -698,7 +709,7 @@ func (s *Store) Merge(ctx context.Context, limit string, keys []string, sts []ra
 			sec, nsec := splitNs(sts[i].Time)
 			execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(limit, keys[i])}, Args: []string{kind,
 				strconv.FormatFloat(tau, 'g', -1, 64), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
-				strconv.FormatFloat(sts[i].Rate, 'g', -1, 64), strconv.FormatInt(s.expiry(limit, sts[i]), 10)}})
+				strconv.FormatFloat(sts[i].Rate, 'g', -1, 64), strconv.FormatInt(s.expiry(l, ok, sts[i]), 10)}})
 		}
 		if len(execs) == 0 {
 			continue

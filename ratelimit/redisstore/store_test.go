@@ -16,8 +16,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit/store/storetest"
 )
 
-// open connects a store to addrs with a key prefix of its own.
-func open(t *testing.T, o redisstore.Options) *redisstore.Store {
+// open connects a store to o.Addrs, with a key prefix of its own and a 2s
+// timeout unless o sets them.
+func open(t testing.TB, o redisstore.Options) *redisstore.Store {
 	t.Helper()
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = fmt.Sprintf("t%d:", prefixes.Add(1))
