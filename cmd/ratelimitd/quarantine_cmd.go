@@ -185,6 +185,20 @@ func openQuarantineBackend(opts *rootOptions) (*quarantineBackend, error) {
 	return nil, err
 }
 
+// withQuarantineBackend opens the backend, runs fn on it and closes it; it
+// returns fn's error, else the error of closing.
+func withQuarantineBackend(opts *rootOptions, fn func(*quarantineBackend) error) error {
+	b, err := openQuarantineBackend(opts)
+	if err != nil {
+		return err
+	}
+	err = fn(b)
+	if cerr := b.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 func (b *quarantineBackend) list(lq listQuery) ([]quarantine.Entry, error) {
 	if b.client != nil {
 		var out []quarantine.Entry
@@ -292,13 +306,11 @@ and for a spam run from a compromised account:
 		Short: "List quarantined messages (newest first)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openQuarantineBackend(opts)
-			if err != nil {
+			var es []quarantine.Entry
+			if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+				es, err = b.list(lq)
 				return err
-			}
-			defer b.close()
-			es, err := b.list(lq)
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			if asJSON {
@@ -327,13 +339,11 @@ and for a spam run from a compromised account:
 		Short: "Show a message: envelope, decision, headers and a text preview",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openQuarantineBackend(opts)
-			if err != nil {
+			var res showResult
+			if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+				res, err = b.show(args[0], raw)
 				return err
-			}
-			defer b.close()
-			res, err := b.show(args[0], raw)
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
@@ -420,13 +430,11 @@ skips the question (for scripts).`,
 			Short: short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				b, err := openQuarantineBackend(opts)
-				if err != nil {
+				var res suspendResult
+				if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+					res, err = b.suspend(args[0], resume)
 					return err
-				}
-				defer b.close()
-				res, err := b.suspend(args[0], resume)
-				if err != nil {
+				}); err != nil {
 					return err
 				}
 				key := quarantine.CleanLine(res.Key)
@@ -447,17 +455,14 @@ skips the question (for scripts).`,
 }
 
 func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.Selection) error {
-	b, err := openQuarantineBackend(opts)
-	if err != nil {
+	var out []lifecycle.Outcome
+	if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+		out, err = b.act(op, sel)
+		return err
+	}); err != nil {
 		return err
 	}
-	out, err := b.act(op, sel)
-	if cerr := b.close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
+	done := strings.TrimSuffix(op, "e") + "ed" // thawed, deleted
 	failed := 0
 	for _, o := range out {
 		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
@@ -466,15 +471,15 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 			if o.Note != "" {
 				note = " (" + quarantine.CleanLine(o.Note) + ")"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed%s\n", id, sender, strings.TrimSuffix(op, "e"), note)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s%s\n", id, sender, done, note)
 		} else {
 			failed++
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))
 		}
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, map[string]string{"thaw": "thawed", "delete": "deleted"}[op], failed)
+	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, done, failed)
 	if failed > 0 {
-		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), map[string]string{"thaw": "thawed", "delete": "deleted"}[op])
+		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), done)
 	}
 	return nil
 }
@@ -500,13 +505,11 @@ func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selection) error {
 	n := len(sel.IDs)
 	if n == 0 {
-		b, err := openQuarantineBackend(opts)
-		if err != nil {
+		var es []quarantine.Entry
+		if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+			es, err = b.list(listQuery{Sender: sel.Sender, Key: sel.Key})
 			return err
-		}
-		es, err := b.list(listQuery{Sender: sel.Sender, Key: sel.Key})
-		b.close()
-		if err != nil {
+		}); err != nil {
 			return err
 		}
 		for _, e := range es {
