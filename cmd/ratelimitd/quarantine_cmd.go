@@ -99,15 +99,10 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *lifecycle.Service)
 		writeJSON(w, http.StatusOK, es)
 	})
 	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
-		raw := r.URL.Query().Get("raw") == "1"
-		e, body, err := svc().Show(r.Context(), r.PathValue("id"), raw)
-		if errors.Is(err, quarantine.ErrNotFound) {
+		res, err := showEntry(r.Context(), svc(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
+		if err != nil {
 			fail(w, http.StatusNotFound, err)
 			return
-		}
-		res := showResult{Entry: e, Body: string(body)}
-		if err != nil {
-			res.Error = err.Error()
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
@@ -135,13 +130,7 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *lifecycle.Service)
 			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
 			return
 		}
-		res := suspendResult{Key: req.Key, Suspended: !req.Resume}
-		var err error
-		if req.Resume {
-			res.Was, err = svc().Resume(req.Key, who(r))
-		} else {
-			err = svc().Suspend(req.Key, who(r))
-		}
+		res, err := suspendKey(svc(), req, who(r))
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err)
 			return
@@ -222,7 +211,14 @@ func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
 		err := b.client.do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
 		return out, err
 	}
-	e, body, err := b.svc.Show(context.Background(), id, raw)
+	return showEntry(context.Background(), b.svc, id, raw)
+}
+
+// showEntry is svc.Show as the admin API and the offline CLI answer it:
+// quarantine.ErrNotFound is the only error; content that is unavailable
+// (postcat failed, no queue ID) is the result's Error, next to the entry.
+func showEntry(ctx context.Context, svc *lifecycle.Service, id string, raw bool) (showResult, error) {
+	e, body, err := svc.Show(ctx, id, raw)
 	if errors.Is(err, quarantine.ErrNotFound) {
 		return showResult{}, err
 	}
@@ -265,12 +261,18 @@ func (b *quarantineBackend) suspend(key string, resume bool) (suspendResult, err
 		err := b.client.do("POST", "/v1/quarantine/suspend", req, &out)
 		return out, err
 	}
-	res := suspendResult{Key: key, Suspended: !resume}
+	return suspendKey(b.svc, req, "offline CLI")
+}
+
+// suspendKey suspends or resumes req.Key's automatic release; by names
+// who, for the log. Errors: those of the store.
+func suspendKey(svc *lifecycle.Service, req suspendRequest, by string) (suspendResult, error) {
+	res := suspendResult{Key: req.Key, Suspended: !req.Resume}
 	var err error
-	if resume {
-		res.Was, err = b.svc.Resume(key, "offline CLI")
+	if req.Resume {
+		res.Was, err = svc.Resume(req.Key, by)
 	} else {
-		err = b.svc.Suspend(key, "offline CLI")
+		err = svc.Suspend(req.Key, by)
 	}
 	return res, err
 }
