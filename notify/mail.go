@@ -3,16 +3,16 @@ package notify
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"text/template"
 	"time"
 
 	"github.com/emersion/go-message/mail"
 	gosmtp "github.com/emersion/go-smtp"
+
+	"github.com/ratelimitd/ratelimitd/mta/smtp"
 )
 
 // BuildMail returns the RFC 5322 message for e: From from, To to, Subject
@@ -73,62 +73,11 @@ func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (tempor
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(m.Timeout))
-	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", m.Relay)
-	if err != nil {
-		return true, fmt.Errorf("mail relay %s: %w", m.Relay, err)
-	}
-	deadline, _ := ctx.Deadline()
-	conn.SetDeadline(deadline)
-	// Closing the connection when ctx ends (Close's deadline) interrupts
-	// a stuck relay.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	step := func(what string, err error) (bool, error) {
+	r := smtp.Reinjector{Addr: m.Relay, Helo: m.Helo, Timeout: time.Duration(m.Timeout), StartTLS: m.StartTLS}
+	if err := r.Reinject(ctx, envelope(m.From), to, "", msg); err != nil {
 		var se *gosmtp.SMTPError
-		if errors.As(err, &se) {
-			return se.Code/100 == 4, fmt.Errorf("mail relay %s: %s: %w", m.Relay, what, err)
-		}
-		return true, fmt.Errorf("mail relay %s: %s: %w", m.Relay, what, err)
+		return !errors.As(err, &se) || se.Code/100 == 4, fmt.Errorf("mail relay %s: %w", m.Relay, err)
 	}
-	var c *gosmtp.Client
-	if m.StartTLS {
-		host, _, _ := net.SplitHostPort(m.Relay)
-		if c, err = gosmtp.NewClientStartTLS(conn, &tls.Config{ServerName: host}); err != nil {
-			conn.Close()
-			return step("STARTTLS", err)
-		}
-	} else {
-		c = gosmtp.NewClient(conn)
-		if err := c.Hello(m.Helo); err != nil {
-			c.Close()
-			return step("EHLO", err)
-		}
-	}
-	defer c.Close()
-	if err := c.Mail(envelope(m.From), nil); err != nil {
-		return step("MAIL FROM", err)
-	}
-	for _, r := range to {
-		if err := c.Rcpt(r, nil); err != nil {
-			return step("RCPT TO:<"+r+">", err)
-		}
-	}
-	w, err := c.Data()
-	if err != nil {
-		return step("DATA", err)
-	}
-	if _, err := w.Write(msg); err != nil {
-		return step("DATA", err)
-	}
-	if err := w.Close(); err != nil {
-		return step("end of DATA", err)
-	}
-	// The relay has the message (250 after DATA); a failed QUIT changes
-	// nothing.
-	c.Quit()
 	return false, nil
 }
 

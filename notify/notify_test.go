@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -143,6 +144,30 @@ func TestWebhookGivesUp(t *testing.T) {
 		}
 		if st := n.Stats(); st.Failed != 1 || st.Sent != 0 {
 			t.Errorf("HTTP %d: stats %+v, want 1 failed", tc.code, st)
+		}
+	}
+}
+
+// TestWebhookFailureLogHidesCredentials: the log line of a webhook that
+// cannot be reached names its host and path, never the user information
+// or query of its URL (they may hold tokens).
+func TestWebhookFailureLogHidesCredentials(t *testing.T) {
+	h := startHook(t)
+	addr := h.srv.Listener.Addr().String()
+	h.srv.Close() // nothing listens there now
+	var logs mtatest.SyncBuffer
+	c := Config{Webhook: Webhook{URL: "http://hookuser:hookpass@" + addr + "/hook?token=s3cret", Retry: Retry{Attempts: 1}}}
+	fast(&c)
+	n := newNotifier(t, c, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	n.Notify(Event{Kind: RateReset, Key: "bob"})
+	closeAndWait(t, n)
+	out := logs.String()
+	if !strings.Contains(out, "notification failed") || !strings.Contains(out, addr+"/hook?…") {
+		t.Fatalf("no failure logged with the redacted URL:\n%s", out)
+	}
+	for _, secret := range []string{"hookuser", "hookpass", "s3cret"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("log shows %q:\n%s", secret, out)
 		}
 	}
 }

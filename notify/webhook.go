@@ -7,10 +7,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -68,6 +70,12 @@ func (n *Notifier) postWebhook(ctx context.Context, e Event) (temporary bool, er
 	}
 	resp, err := n.hc.Do(req)
 	if err != nil {
+		// The *url.Error names the whole URL, query included: keep only
+		// its cause behind the redacted URL.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return true, fmt.Errorf("webhook %s: %w", redact(n.cfg.Webhook.URL), err)
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -81,11 +89,14 @@ func (n *Notifier) postWebhook(ctx context.Context, e Event) (temporary bool, er
 
 // redact drops a URL's user information and query (they may hold tokens)
 // for logging.
-func redact(u string) string {
-	for i := range len(u) {
-		if u[i] == '?' {
-			return u[:i] + "?…"
-		}
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
 	}
-	return u
+	u.User = nil
+	if u.RawQuery != "" || u.ForceQuery {
+		u.RawQuery, u.ForceQuery = "…", false
+	}
+	return u.String()
 }

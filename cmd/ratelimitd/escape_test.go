@@ -20,15 +20,7 @@ func TestOperatorOutputStripsControlCharacters(t *testing.T) {
 release_command = ["sh", "-c", "printf '\\033]0;pwned\\007release failed'; exit 1", "sh", "{queue_id}"]
 delete_command = ["sh", "-c", "printf '\\033[2Jdelete failed'; exit 1", "sh", "{queue_id}"]
 show_command = ["sh", "-c", "printf 'Subject: \\033[31mred\\033[0m\\r\\n\\r\\nbody of %s\\233\\n' \"$1\"", "sh", "{queue_id}"]
-
-[[limit]]
-name = "hold0"
-key = ["sasl_username"]
-limit = 1
-period = "1h"
-mode = "strict"
-action = "hold"
-`)
+`+oneHoldLimit)
 	td := startTestDaemon(t, cfgPath)
 	sender := "\x1b]0;owned\x07\x1b[2Jevil\x9b6n@example.org"
 	for i := range 3 { // the first is within the limit

@@ -99,15 +99,10 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *lifecycle.Service)
 		writeJSON(w, http.StatusOK, es)
 	})
 	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
-		raw := r.URL.Query().Get("raw") == "1"
-		e, body, err := svc().Show(r.Context(), r.PathValue("id"), raw)
-		if errors.Is(err, quarantine.ErrNotFound) {
+		res, err := showEntry(r.Context(), svc(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
+		if err != nil {
 			fail(w, http.StatusNotFound, err)
 			return
-		}
-		res := showResult{Entry: e, Body: string(body)}
-		if err != nil {
-			res.Error = err.Error()
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
@@ -135,13 +130,7 @@ func registerQuarantineRoutes(mux *http.ServeMux, svc func() *lifecycle.Service)
 			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
 			return
 		}
-		res := suspendResult{Key: req.Key, Suspended: !req.Resume}
-		var err error
-		if req.Resume {
-			res.Was, err = svc().Resume(req.Key, who(r))
-		} else {
-			err = svc().Suspend(req.Key, who(r))
-		}
+		res, err := suspendKey(svc(), req, who(r))
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err)
 			return
@@ -185,6 +174,20 @@ func openQuarantineBackend(opts *rootOptions) (*quarantineBackend, error) {
 	return nil, err
 }
 
+// withQuarantineBackend opens the backend, runs fn on it and closes it; it
+// returns fn's error, else the error of closing.
+func withQuarantineBackend(opts *rootOptions, fn func(*quarantineBackend) error) error {
+	b, err := openQuarantineBackend(opts)
+	if err != nil {
+		return err
+	}
+	err = fn(b)
+	if cerr := b.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 func (b *quarantineBackend) list(lq listQuery) ([]quarantine.Entry, error) {
 	if b.client != nil {
 		var out []quarantine.Entry
@@ -208,7 +211,14 @@ func (b *quarantineBackend) show(id string, raw bool) (showResult, error) {
 		err := b.client.do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
 		return out, err
 	}
-	e, body, err := b.svc.Show(context.Background(), id, raw)
+	return showEntry(context.Background(), b.svc, id, raw)
+}
+
+// showEntry is svc.Show as the admin API and the offline CLI answer it:
+// quarantine.ErrNotFound is the only error; content that is unavailable
+// (postcat failed, no queue ID) is the result's Error, next to the entry.
+func showEntry(ctx context.Context, svc *lifecycle.Service, id string, raw bool) (showResult, error) {
+	e, body, err := svc.Show(ctx, id, raw)
 	if errors.Is(err, quarantine.ErrNotFound) {
 		return showResult{}, err
 	}
@@ -251,12 +261,18 @@ func (b *quarantineBackend) suspend(key string, resume bool) (suspendResult, err
 		err := b.client.do("POST", "/v1/quarantine/suspend", req, &out)
 		return out, err
 	}
-	res := suspendResult{Key: key, Suspended: !resume}
+	return suspendKey(b.svc, req, "offline CLI")
+}
+
+// suspendKey suspends or resumes req.Key's automatic release; by names
+// who, for the log. Errors: those of the store.
+func suspendKey(svc *lifecycle.Service, req suspendRequest, by string) (suspendResult, error) {
+	res := suspendResult{Key: req.Key, Suspended: !req.Resume}
 	var err error
-	if resume {
-		res.Was, err = b.svc.Resume(key, "offline CLI")
+	if req.Resume {
+		res.Was, err = svc.Resume(req.Key, by)
 	} else {
-		err = b.svc.Suspend(key, "offline CLI")
+		err = svc.Suspend(req.Key, by)
 	}
 	return res, err
 }
@@ -292,13 +308,11 @@ and for a spam run from a compromised account:
 		Short: "List quarantined messages (newest first)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openQuarantineBackend(opts)
-			if err != nil {
+			var es []quarantine.Entry
+			if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+				es, err = b.list(lq)
 				return err
-			}
-			defer b.close()
-			es, err := b.list(lq)
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			if asJSON {
@@ -327,13 +341,11 @@ and for a spam run from a compromised account:
 		Short: "Show a message: envelope, decision, headers and a text preview",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := openQuarantineBackend(opts)
-			if err != nil {
+			var res showResult
+			if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+				res, err = b.show(args[0], raw)
 				return err
-			}
-			defer b.close()
-			res, err := b.show(args[0], raw)
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
@@ -420,13 +432,11 @@ skips the question (for scripts).`,
 			Short: short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				b, err := openQuarantineBackend(opts)
-				if err != nil {
+				var res suspendResult
+				if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+					res, err = b.suspend(args[0], resume)
 					return err
-				}
-				defer b.close()
-				res, err := b.suspend(args[0], resume)
-				if err != nil {
+				}); err != nil {
 					return err
 				}
 				key := quarantine.CleanLine(res.Key)
@@ -447,17 +457,14 @@ skips the question (for scripts).`,
 }
 
 func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.Selection) error {
-	b, err := openQuarantineBackend(opts)
-	if err != nil {
+	var out []lifecycle.Outcome
+	if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+		out, err = b.act(op, sel)
+		return err
+	}); err != nil {
 		return err
 	}
-	out, err := b.act(op, sel)
-	if cerr := b.close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
+	done := strings.TrimSuffix(op, "e") + "ed" // thawed, deleted
 	failed := 0
 	for _, o := range out {
 		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
@@ -466,15 +473,15 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 			if o.Note != "" {
 				note = " (" + quarantine.CleanLine(o.Note) + ")"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %sed%s\n", id, sender, strings.TrimSuffix(op, "e"), note)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s%s\n", id, sender, done, note)
 		} else {
 			failed++
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))
 		}
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, map[string]string{"thaw": "thawed", "delete": "deleted"}[op], failed)
+	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, done, failed)
 	if failed > 0 {
-		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), map[string]string{"thaw": "thawed", "delete": "deleted"}[op])
+		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), done)
 	}
 	return nil
 }
@@ -500,13 +507,11 @@ func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selection) error {
 	n := len(sel.IDs)
 	if n == 0 {
-		b, err := openQuarantineBackend(opts)
-		if err != nil {
+		var es []quarantine.Entry
+		if err := withQuarantineBackend(opts, func(b *quarantineBackend) (err error) {
+			es, err = b.list(listQuery{Sender: sel.Sender, Key: sel.Key})
 			return err
-		}
-		es, err := b.list(listQuery{Sender: sel.Sender, Key: sel.Key})
-		b.close()
-		if err != nil {
+		}); err != nil {
 			return err
 		}
 		for _, e := range es {

@@ -20,15 +20,7 @@ func TestExpiryKeepsHeldWithoutQueueID(t *testing.T) {
 max_age = "1s"
 delete_command = ["false", "{queue_id}"]
 expire_command = ["false", "{queue_id}"]
-
-[[limit]]
-name = "onehold"
-key = ["sasl_username"]
-limit = 1
-period = "1h"
-mode = "strict"
-action = "hold"
-`)
+`+oneHoldLimit)
 	td := startTestDaemon(t, cfgPath)
 	for i := range 2 { // the first is within the limit
 		forgedEndOfMessage(t, td.policyAddr, "mallory", fmt.Sprintf("ALL%d", i))

@@ -29,12 +29,7 @@ func TestIntegrationHoldThroughPolicy(t *testing.T) {
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
-[quarantine]
-release_command = ["postsuper", "-c", %q, "-H", "{queue_id}"]
-delete_command = ["postsuper", "-c", %q, "-d", "{queue_id}"]
-show_command = ["postcat", "-c", %q, "-q", "{queue_id}"]
-
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+`
 [[limit]]
 name = "tenhold"
 key = ["sasl_username"]
@@ -43,7 +38,7 @@ period = "1h"
 mode = "strict"
 action = "hold"
 via = ["policy"]
-`, pf.ConfigDir(), pf.ConfigDir(), pf.ConfigDir()))
+`)
 	td := startTestDaemon(t, cfgPath)
 
 	for i := 1; i <= 30; i++ {

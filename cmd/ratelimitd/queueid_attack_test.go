@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -27,18 +25,28 @@ func forgedEndOfMessage(t testing.TB, addr, user, queueID string) string {
 // the request attribute) over a new connection and returns the action line.
 func sendPolicy(t testing.TB, addr, attrs string) string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n", attrs)
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(line)
+	return policyAsk(t, addr, strings.TrimSuffix(attrs, "\n"))
+}
+
+// oneHoldLimit is a strict limit that holds every message of a SASL user
+// after the first in an hour.
+const oneHoldLimit = `
+[[limit]]
+name = "onehold"
+key = ["sasl_username"]
+limit = 1
+period = "1h"
+mode = "strict"
+action = "hold"
+`
+
+// postfixHoldCommands is the quarantine release, delete and show commands
+// for mail held in the test Postfix pf.
+func postfixHoldCommands(pf *mtatest.Postfix) string {
+	return fmt.Sprintf(`release_command = ["postsuper", "-c", %[1]q, "-H", "{queue_id}"]
+delete_command = ["postsuper", "-c", %[1]q, "-d", "{queue_id}"]
+show_command = ["postcat", "-c", %[1]q, "-q", "{queue_id}"]
+`, pf.ConfigDir())
 }
 
 // TestIntegrationForgedQueueIDNeverReachesPostsuper reproduces issue 8
@@ -54,20 +62,7 @@ func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {
 	// The sink defers everything: bob's message stays in Postfix's queue.
 	sink.SetReply(mtatest.StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"})
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr()})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
-[quarantine]
-release_command = ["postsuper", "-c", %q, "-H", "{queue_id}"]
-delete_command = ["postsuper", "-c", %q, "-d", "{queue_id}"]
-show_command = ["postcat", "-c", %q, "-q", "{queue_id}"]
-
-[[limit]]
-name = "onehold"
-key = ["sasl_username"]
-limit = 1
-period = "1h"
-mode = "strict"
-action = "hold"
-`, pf.ConfigDir(), pf.ConfigDir(), pf.ConfigDir()))
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit)
 	td := startTestDaemon(t, cfgPath)
 
 	if err := sendAs(t, pf, "bob", 1); err != nil {

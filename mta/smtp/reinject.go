@@ -1,6 +1,7 @@
 // Package smtp re-injects thawed messages into the MTA over SMTP with the
 // emersion/go-smtp client: the original envelope sender and recipients,
-// the stored message bytes, and a trace header naming the thaw.
+// the stored message bytes, and a trace header naming the thaw. The same
+// client sends the quarantine's DSNs and package notify's mail.
 //
 // The re-injection address is an MTA listener that neither rate-limits nor
 // runs milters, e.g. a second Postfix smtpd on 127.0.0.1:10026 with
@@ -11,6 +12,7 @@ package smtp
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -29,6 +31,10 @@ type Reinjector struct {
 	Helo string
 	// Timeout bounds the whole transaction; 0 means 60 s.
 	Timeout time.Duration
+	// StartTLS requires STARTTLS (RFC 3207), verifying the server's
+	// certificate for Addr's host name; the EHLO before it says
+	// "localhost" (go-smtp's NewClientStartTLS), Helo is not used.
+	StartTLS bool
 }
 
 // ErrNoRecipients is returned by Reinject for an envelope without
@@ -41,6 +47,7 @@ var ErrNoRecipients = errors.New("smtp: no recipients")
 // after the data), even if QUIT then fails; otherwise the error wraps the
 // *gosmtp.SMTPError (4xx or 5xx) or the network error, and the caller
 // keeps the message. An empty sender is the null reverse-path (DSNs).
+// When ctx ends the connection is closed, interrupting a stuck server.
 func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string, header string, msg []byte) error {
 	if len(rcpts) == 0 {
 		return ErrNoRecipients
@@ -58,15 +65,27 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	}
 	deadline, _ := ctx.Deadline()
 	conn.SetDeadline(deadline)
-	c := gosmtp.NewClient(conn)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	var c *gosmtp.Client
+	if r.StartTLS {
+		host, _, _ := net.SplitHostPort(r.Addr)
+		if c, err = gosmtp.NewClientStartTLS(conn, &tls.Config{ServerName: host}); err != nil {
+			conn.Close()
+			return fmt.Errorf("smtp: re-inject STARTTLS: %w", err)
+		}
+	} else {
+		c = gosmtp.NewClient(conn)
+		helo := r.Helo
+		if helo == "" {
+			helo = "localhost"
+		}
+		if err := c.Hello(helo); err != nil {
+			c.Close()
+			return fmt.Errorf("smtp: re-inject EHLO: %w", err)
+		}
+	}
 	defer c.Close()
-	helo := r.Helo
-	if helo == "" {
-		helo = "localhost"
-	}
-	if err := c.Hello(helo); err != nil {
-		return fmt.Errorf("smtp: re-inject EHLO: %w", err)
-	}
 	if err := c.Mail(sender, nil); err != nil {
 		return fmt.Errorf("smtp: re-inject MAIL FROM:<%s>: %w", sender, err)
 	}

@@ -93,14 +93,14 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 			s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 		}
 	}
-	return s.apply(ctx, "quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
+	return s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
 		return s.release(ctx, e, sel.By, sel.Force, Thawed)
 	}), nil
 }
 
 // apply runs op on each entry, logs each result as what, and forgets the
 // entries it succeeded on for alerting.
-func (s *Service) apply(_ context.Context, what string, entries []quarantine.Entry, sel Selection, op func(quarantine.Entry) (string, error)) []Outcome {
+func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, op func(quarantine.Entry) (string, error)) []Outcome {
 	out := make([]Outcome, 0, len(entries))
 	for _, e := range entries {
 		o := Outcome{ID: e.ID, Sender: e.Sender, Key: e.Key}
@@ -200,7 +200,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 	if err != nil {
 		return nil, err
 	}
-	return s.apply(ctx, "quarantine delete", entries, sel, func(e quarantine.Entry) (string, error) {
+	return s.apply("quarantine delete", entries, sel, func(e quarantine.Entry) (string, error) {
 		e, err := s.q.Claim(e.ID, s.token, sel.Force)
 		if err != nil {
 			return "", err

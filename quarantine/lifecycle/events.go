@@ -19,8 +19,10 @@ const (
 	Thawed Kind = "thawed"
 	// Deleted: an operator deleted a message (By names who).
 	Deleted Kind = "deleted"
-	// Expired: a message passed max_age; Detail says what was done
-	// ("bounced", "kept", "deleted: null sender").
+	// Expired: a message past max_age was returned to its sender or,
+	// from the null sender, deleted; Detail says which ("returned to the
+	// sender with a DSN", "deleted: null sender, no DSN", ...). A message
+	// kept past max_age sends no event.
 	Expired Kind = "expired"
 	// Released: automatic release ("drip") sent a message on.
 	Released Kind = "released"

@@ -1,8 +1,11 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,13 +46,10 @@ func sendHeld(t *testing.T, pf *mtatest.Postfix, user string, n int) []string {
 	for _, q := range pf.Queue(t) {
 		byArrival[q.QueueID] = q.ArrivalTime
 	}
-	out := append([]string(nil), held...)
-	for i := range out { // insertion sort by arrival, then ID: n is small
-		for j := i; j > 0 && (byArrival[out[j]] < byArrival[out[j-1]] || byArrival[out[j]] == byArrival[out[j-1]] && out[j] < out[j-1]); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
+	slices.SortFunc(held, func(a, b string) int { // by arrival, then ID
+		return cmp.Or(cmp.Compare(byArrival[a], byArrival[b]), strings.Compare(a, b))
+	})
+	return held
 }
 
 // postfixCommands are the default release commands (postsuper -H, then
