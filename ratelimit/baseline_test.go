@@ -128,6 +128,29 @@ func TestBaselineDecayAndBounds(t *testing.T) {
 	}
 }
 
+// Usage is Check's Before and Limit at cost 0, for every algorithm.
+func TestUsageIsCheckAtCostZero(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	limits := []Limit{baselineLimit(Leaky), {Limit: 10, Period: time.Hour},
+		{Algorithm: GCRA, Limit: 10, Period: time.Hour}, {Algorithm: EARRRL, Limit: 10, Period: time.Hour}}
+	for _, l := range limits {
+		for range 200 {
+			s := State{Time: t0.UnixNano(), Rate: PackBaseline(100*rng.Float64(), 30*rng.Float64())}
+			if l.Algorithm != Baseline {
+				s = State{}
+				for range rng.IntN(40) {
+					s = l.Check(s, t0, 1).Counted
+				}
+			}
+			now := t0.Add(time.Duration(rng.Float64() * float64(2*time.Hour)))
+			want := l.Check(s, now, 0)
+			if rate, limit := l.Usage(s, now); rate != want.Before || limit != want.Limit {
+				t.Fatalf("%v: Usage = %v, %v; Check = %v, %v", l.Algorithm, rate, limit, want.Before, want.Limit)
+			}
+		}
+	}
+}
+
 // RetryAfter is honoured for Baseline in every mode.
 func TestBaselineRetryAfter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))

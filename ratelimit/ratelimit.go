@@ -553,7 +553,23 @@ func (l Limit) Rate(s State, now time.Time) float64 {
 	if s.IsZero() {
 		return 0
 	}
-	return l.Check(s, now, 0).Before
+	r, _ := l.Usage(s, now)
+	return r
+}
+
+// Usage returns the rate of stored state s decayed to now without a new
+// request and the limit it is measured against, both in cost per period
+// (for Baseline, the key's learned allowance): the Before and Limit of
+// Check(s, now, 0), without the RetryAfter an over state would compute
+// (for Baseline, a bisection of microseconds; Usage is for probing many
+// keys, such as the store's eviction).
+func (l Limit) Usage(s State, now time.Time) (rate, limit float64) {
+	if l.Algorithm == Baseline {
+		r := l.measureBaseline(s, now.UnixNano(), 0)
+		return r.Before, r.Limit
+	}
+	r := l.Check(s, now, 0)
+	return r.Before, r.Limit
 }
 
 // durationOf converts nanoseconds to a Duration, rounding up so a client that

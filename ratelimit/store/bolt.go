@@ -328,8 +328,8 @@ func (p *Persistent) protected(limit string, s ratelimit.State) bool {
 	if !ok || s.IsZero() {
 		return false
 	}
-	r := l.Check(s, p.opts.Now(), 0)
-	return r.Before >= ProtectFraction*r.Limit
+	rate, allowed := l.Usage(s, p.opts.Now())
+	return rate >= ProtectFraction*allowed
 }
 
 // Params returns the parameters of the states held under limit (the
