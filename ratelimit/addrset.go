@@ -27,10 +27,10 @@ import (
 // with Kirsch and Mitzenmacher's double hashing, k = 8 probes) sized for
 // capacity addresses at 11.03 bits each, so that each generation's false
 // positive rate is about 0.5% (AddrFalsePositive gives 0.50%;
-// TestAddrSetFalsePositiveRate measures 0.53%) while it holds no more than
-// capacity addresses, and a lookup, which asks both generations, about 1%. A false positive
-// charges 0 for a new recipient: the count errs low by that rate, never
-// high. A filter is at most AddrMaxFilterBytes; beyond capacity (or that
+// TestAddrSetFalsePositiveRate measures 0.53%) while it holds no more
+// than capacity addresses, and a lookup, which asks both generations,
+// about 1%. A false positive charges 0 for a new recipient: the count errs
+// low by that rate, never high. A filter is at most AddrMaxFilterBytes; beyond capacity (or that
 // size) its rate rises as AddrFalsePositive says. Callers pass a capacity
 // of twice the limit: a key that has written to more new addresses than
 // that in a period is far over its limit anyway. An exact set costs 8

@@ -83,8 +83,12 @@ func (l Limit) validateBaseline() error {
 	return nil
 }
 
-// packBaseline stores rate (rounded toward zero) and peak in one float64.
-func packBaseline(rate, peak float64) float64 {
+// PackBaseline returns the State.Rate of a Baseline state whose
+// exponential rate is rate and learned peak is peak (both in cost per
+// Period): rate rounded toward zero to a float32 in the high 32 bits, peak
+// as a float32 in the low 32 bits (see the layout above). Values beyond
+// the float32 range are clipped to math.MaxFloat32.
+func PackBaseline(rate, peak float64) float64 {
 	r := float32(math.Min(rate, math.MaxFloat32))
 	if float64(r) > rate {
 		r = math.Nextafter32(r, 0)
@@ -93,8 +97,10 @@ func packBaseline(rate, peak float64) float64 {
 	return math.Float64frombits(uint64(math.Float32bits(r))<<32 | uint64(math.Float32bits(p)))
 }
 
-// unpackBaseline is the inverse of packBaseline.
-func unpackBaseline(v float64) (rate, peak float64) {
+// UnpackBaseline is the inverse of PackBaseline: the rate and learned peak
+// (cost per Period) held in the State.Rate v of a Baseline state, as last
+// stored (not decayed to any time; see Limit.Baseline for that).
+func UnpackBaseline(v float64) (rate, peak float64) {
 	b := math.Float64bits(v)
 	return float64(math.Float32frombits(uint32(b >> 32))), float64(math.Float32frombits(uint32(b)))
 }
@@ -142,7 +148,7 @@ func (l Limit) checkBaseline(prev State, now int64, cost float64) Result {
 
 // measureBaseline is checkBaseline without RetryAfter.
 func (l Limit) measureBaseline(prev State, now int64, cost float64) Result {
-	rate, peak := unpackBaseline(prev.Rate)
+	rate, peak := UnpackBaseline(prev.Rate)
 	interval := math.Inf(1)
 	if prev.Time != 0 {
 		dt := math.Max(nsBetween(now, prev.Time), 0)
@@ -153,10 +159,10 @@ func (l Limit) measureBaseline(prev State, now int64, cost float64) Result {
 	interval = math.Max(interval, minInterval)
 	r := expRate(rate, cost, interval)
 	res := Result{Before: math.Exp(-interval) * rate, Rate: r, Limit: lim,
-		Counted: State{Time: now, Rate: packBaseline(r, peak)}}
+		Counted: State{Time: now, Rate: PackBaseline(r, peak)}}
 	switch l.Mode {
 	case Forgiving:
-		res.Denied, res.Keep = State{Time: now, Rate: packBaseline(math.Min(r, lim), peak)}, true
+		res.Denied, res.Keep = State{Time: now, Rate: PackBaseline(math.Min(r, lim), peak)}, true
 	default:
 		res.Denied, res.Keep = prev, false
 	}
@@ -173,7 +179,7 @@ func (l Limit) baselineWait(s State, now int64, cost float64) time.Duration {
 	if s.Time == 0 && cost <= l.Floor {
 		return 0
 	}
-	rate, peak := unpackBaseline(s.Rate)
+	rate, peak := UnpackBaseline(s.Rate)
 	e := l
 	e.Algorithm = Exponential
 	e.Limit = l.allowed(l.learn(rate, peak, math.Max(nsBetween(now, s.Time), 0)))
@@ -216,7 +222,7 @@ func (l Limit) baselineWait(s State, now int64, cost float64) time.Duration {
 // its rate is negligible as an exponential rate's and its peak has decayed
 // to at most Floor/Factor, where a fresh key starts.
 func (l Limit) baselineNegligible(s State, now int64) bool {
-	rate, peak := unpackBaseline(s.Rate)
+	rate, peak := UnpackBaseline(s.Rate)
 	dt := nsBetween(now, s.Time)
 	if dt <= 0 {
 		return false
@@ -253,6 +259,6 @@ func (l Limit) Baseline(s State, now time.Time) BaselineView {
 		return BaselineView{Allowed: l.allowed(0)}
 	}
 	r := l.measureBaseline(s, now.UnixNano(), 0)
-	_, peak := unpackBaseline(r.Counted.Rate)
+	_, peak := UnpackBaseline(r.Counted.Rate)
 	return BaselineView{Rate: r.Before, Peak: peak, Allowed: r.Limit}
 }

@@ -29,12 +29,12 @@ func TestBaselinePack(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 1000 {
 		r, p := rng.Float64()*1e6, rng.Float64()*1e3
-		gr, gp := unpackBaseline(packBaseline(r, p))
+		gr, gp := UnpackBaseline(PackBaseline(r, p))
 		if gr > r || r-gr > r*1.2e-7 || math.Abs(gp-p) > p*6e-8 {
 			t.Fatalf("pack(%v, %v) -> (%v, %v)", r, p, gr, gp)
 		}
 	}
-	if r, p := unpackBaseline(packBaseline(1e300, math.Inf(1))); r != math.MaxFloat32 || p != math.MaxFloat32 {
+	if r, p := UnpackBaseline(PackBaseline(1e300, math.Inf(1))); r != math.MaxFloat32 || p != math.MaxFloat32 {
 		t.Fatalf("saturation: %v %v", r, p)
 	}
 }
@@ -105,7 +105,7 @@ func TestBaselineLearnsAndCatches(t *testing.T) {
 // never leaves [Floor, cap].
 func TestBaselineDecayAndBounds(t *testing.T) {
 	l := baselineLimit(Leaky)
-	s := State{Time: t0.UnixNano(), Rate: packBaseline(0, 100)}
+	s := State{Time: t0.UnixNano(), Rate: PackBaseline(0, 100)}
 	v := l.Baseline(s, t0.Add(28*24*time.Hour))
 	if math.Abs(v.Peak-100/math.E) > 0.01 {
 		t.Errorf("peak after one learn period %v, want %v", v.Peak, 100/math.E)
@@ -113,18 +113,41 @@ func TestBaselineDecayAndBounds(t *testing.T) {
 	if math.Abs(v.Allowed-3*v.Peak) > 1e-4 {
 		t.Errorf("allowed %v, want 3*peak", v.Allowed)
 	}
-	s.Rate = packBaseline(0, 1e6)
+	s.Rate = PackBaseline(0, 1e6)
 	if v := l.Baseline(s, t0.Add(time.Hour)); v.Allowed != 500 {
 		t.Errorf("allowed %v, want the cap 500", v.Allowed)
 	}
 	if v := l.Baseline(State{}, t0); v.Allowed != 2 || v.Peak != 0 {
 		t.Errorf("fresh key %+v, want allowed = floor", v)
 	}
-	if !l.Negligible(State{Time: t0.UnixNano(), Rate: packBaseline(5, 100)}, t0.Add(200*24*time.Hour)) {
+	if !l.Negligible(State{Time: t0.UnixNano(), Rate: PackBaseline(5, 100)}, t0.Add(200*24*time.Hour)) {
 		t.Error("a state quiet for 200 days is not negligible")
 	}
-	if l.Negligible(State{Time: t0.UnixNano(), Rate: packBaseline(0.1, 100)}, t0.Add(2*24*time.Hour)) {
+	if l.Negligible(State{Time: t0.UnixNano(), Rate: PackBaseline(0.1, 100)}, t0.Add(2*24*time.Hour)) {
 		t.Error("a learned peak of 100 is negligible after 2 days")
+	}
+}
+
+// Usage is Check's Before and Limit at cost 0, for every algorithm.
+func TestUsageIsCheckAtCostZero(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	limits := []Limit{baselineLimit(Leaky), {Limit: 10, Period: time.Hour},
+		{Algorithm: GCRA, Limit: 10, Period: time.Hour}, {Algorithm: EARRRL, Limit: 10, Period: time.Hour}}
+	for _, l := range limits {
+		for range 200 {
+			s := State{Time: t0.UnixNano(), Rate: PackBaseline(100*rng.Float64(), 30*rng.Float64())}
+			if l.Algorithm != Baseline {
+				s = State{}
+				for range rng.IntN(40) {
+					s = l.Check(s, t0, 1).Counted
+				}
+			}
+			now := t0.Add(time.Duration(rng.Float64() * float64(2*time.Hour)))
+			want := l.Check(s, now, 0)
+			if rate, limit := l.Usage(s, now); rate != want.Before || limit != want.Limit {
+				t.Fatalf("%v: Usage = %v, %v; Check = %v, %v", l.Algorithm, rate, limit, want.Before, want.Limit)
+			}
+		}
 	}
 }
 
@@ -136,7 +159,7 @@ func TestBaselineRetryAfter(t *testing.T) {
 		l.Floor = 10 // above every cost: each refusal has an end
 		over := 0
 		for range 500 {
-			s := State{Time: t0.UnixNano(), Rate: packBaseline(100*rng.Float64(), 30*rng.Float64())}
+			s := State{Time: t0.UnixNano(), Rate: PackBaseline(100*rng.Float64(), 30*rng.Float64())}
 			now := t0.Add(time.Duration(rng.Float64() * float64(10*time.Minute)))
 			cost := 1 + 5*rng.Float64()
 			r := l.Check(s, now, cost)
@@ -201,7 +224,7 @@ func FuzzBaseline(f *testing.F) {
 			math.IsInf(rate, 0) || math.IsInf(peak, 0) {
 			return
 		}
-		prev := State{Time: prevTime, Rate: packBaseline(rate, peak)}
+		prev := State{Time: prevTime, Rate: PackBaseline(rate, peak)}
 		at := time.Unix(0, now)
 		r := l.Check(prev, at, cost)
 		v := l.Baseline(prev, at)

@@ -55,20 +55,22 @@ func (s State) IsZero() bool { return s.Time == 0 && s.Rate == 0 }
 type Algorithm uint8
 
 const (
-	// Exponential is Exim's EWMA limiter (Finch, "Exponential rate limiting"): the measured rate is a
-	// concrete number in cost per period; the limit is also the burst size.
+	// Exponential is Exim's EWMA limiter (Finch, "Exponential rate
+	// limiting"): the measured rate is a concrete number in cost per
+	// period; the limit is also the burst size.
 	Exponential Algorithm = iota
 	// GCRA is the generic cell rate algorithm (ITU-T I.371; Finch, "GCRA"):
 	// tat = max(tat, now) + cost*period/limit, allowed while tat-now <= period.
 	GCRA
-	// Cooldown is the cooldown write-up's single-score variant of GCRA: the score S
-	// advances by cost*period/limit from where it was, even if that is in
-	// the past, and is reset to now+cost*period/limit only when the advanced
-	// score is still behind the clock; in leaky mode a refusal never changes
-	// the score.
+	// Cooldown is the cooldown write-up's single-score variant of GCRA:
+	// the score S advances by cost*period/limit from where it was, even if
+	// that is in the past, and is reset to now+cost*period/limit only when
+	// the advanced score is still behind the clock; in leaky mode a
+	// refusal never changes the score.
 	Cooldown
-	// EARRRL is the half-life estimator of the EARRRL write-up, evaluated before it is
-	// updated: the decision uses the estimate without the current request.
+	// EARRRL is the half-life estimator of the EARRRL write-up, evaluated
+	// before it is updated: the decision uses the estimate without the
+	// current request.
 	EARRRL
 	// Baseline limits a key relative to its own history: the exponential
 	// rate (as Exponential) is refused above Factor times the key's
@@ -80,7 +82,7 @@ const (
 var algorithmNames = [...]string{"exponential", "gcra", "cooldown", "earrrl", "baseline"}
 
 // String returns the configuration name of a ("exponential", "gcra",
-// "cooldown", "earrrl").
+// "cooldown", "earrrl", "baseline").
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
 		return algorithmNames[a]
@@ -99,8 +101,9 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("%w: %q (want exponential, gcra, cooldown, earrrl or baseline)", ErrUnknownAlgorithm, s)
 }
 
-// Mode says how a Limit updates the stored state of a key (Finch, "Exponential rate limiting" and "ratelimit clarifications").
-// The zero value is Leaky.
+// Mode says how a Limit updates the stored state of a key (Finch,
+// "Exponential rate limiting" and "ratelimit clarifications"). The zero
+// value is Leaky.
 type Mode uint8
 
 const (
@@ -112,9 +115,10 @@ const (
 	// sending while refused stays refused. Right with freeze for MUAs.
 	Strict
 	// Forgiving counts a denied request but clamps the stored state to that
-	// of a client sending at exactly the limit ("ratelimit clarifications"): the client stays
-	// refused while it sends at or above the permitted rate and is let in as
-	// soon as it slows to one request of its cost per cost*Period/Limit.
+	// of a client sending at exactly the limit ("ratelimit
+	// clarifications"): the client stays refused while it sends at or above
+	// the permitted rate and is let in as soon as it slows to one request
+	// of its cost per cost*Period/Limit.
 	// Exponential stores time=now, rate=min(r, limit); GCRA and Cooldown
 	// store an arrival time of now+Period; EARRRL stores the count whose
 	// estimate has decayed to the limit cost*Period/Limit later.
@@ -233,7 +237,8 @@ type Result struct {
 // Next returns the state to store after the request measured in r, and
 // whether to store it at all. admitted is the verdict of the whole stack of
 // limits, not only this one: a leaky limit counts a request only if every
-// limit let it through (Exim's "leaky"; stacked limits as in "ratelimit clarifications").
+// limit let it through (Exim's "leaky"; stacked limits as in "ratelimit
+// clarifications").
 func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	switch {
 	case l.Mode == Readonly:
@@ -280,7 +285,8 @@ const minInterval = 1e-10
 // never is the RetryAfter of a request that can never be allowed.
 const never = time.Duration(math.MaxInt64)
 
-// checkExp is the exponential algorithm of Exim (Finch, "Exponential rate limiting"):
+// checkExp is the exponential algorithm of Exim (Finch, "Exponential rate
+// limiting"):
 //
 //	interval = max((now - t_prev) / period, 1e-10)
 //	alpha    = exp(-interval)
@@ -547,7 +553,23 @@ func (l Limit) Rate(s State, now time.Time) float64 {
 	if s.IsZero() {
 		return 0
 	}
-	return l.Check(s, now, 0).Before
+	r, _ := l.Usage(s, now)
+	return r
+}
+
+// Usage returns the rate of stored state s decayed to now without a new
+// request and the limit it is measured against, both in cost per period
+// (for Baseline, the key's learned allowance): the Before and Limit of
+// Check(s, now, 0), without the RetryAfter an over state would compute
+// (for Baseline, a bisection of microseconds; Usage is for probing many
+// keys, such as the store's eviction).
+func (l Limit) Usage(s State, now time.Time) (rate, limit float64) {
+	if l.Algorithm == Baseline {
+		r := l.measureBaseline(s, now.UnixNano(), 0)
+		return r.Before, r.Limit
+	}
+	r := l.Check(s, now, 0)
+	return r.Before, r.Limit
 }
 
 // durationOf converts nanoseconds to a Duration, rounding up so a client that

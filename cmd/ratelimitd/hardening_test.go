@@ -173,17 +173,7 @@ func TestListenersNeverRemoveNonSockets(t *testing.T) {
 				text = append(text, extra...)
 			}
 			os.WriteFile(cfgPath, text, 0o644)
-			f, err := config.Load(cfgPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := startDaemon(f, cfgPath, &syncBuffer{})
-			if err == nil {
-				ctx, cancel := contextWithTimeout(5e9)
-				d.shutdown(ctx)
-				cancel()
-			}
-			if !errors.Is(err, srvconn.ErrNotSocket) {
+			if err := tryStart(t, cfgPath); !errors.Is(err, srvconn.ErrNotSocket) {
 				t.Errorf("start with a regular file at the %s socket path: %v, want ErrNotSocket", tc.name, err)
 			}
 			if b, rerr := os.ReadFile(file); rerr != nil || string(b) != "keep" {
@@ -195,14 +185,7 @@ func TestListenersNeverRemoveNonSockets(t *testing.T) {
 		dir := t.TempDir()
 		file := filepath.Join(dir, "precious")
 		os.WriteFile(file, []byte("keep"), 0o600)
-		f, err := config.Load(writeConfig(t, dir, "unix:"+file, ""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d, err := startDaemon(f, "", &syncBuffer{}); err == nil {
-			ctx, cancel := contextWithTimeout(5e9)
-			d.shutdown(ctx)
-			cancel()
+		if err := tryStart(t, writeConfig(t, dir, "unix:"+file, "")); err == nil {
 			t.Errorf("started over a regular file at the policy socket path")
 		}
 		if b, rerr := os.ReadFile(file); rerr != nil || string(b) != "keep" {
@@ -211,23 +194,30 @@ func TestListenersNeverRemoveNonSockets(t *testing.T) {
 	})
 }
 
+// tryStart starts a daemon on the configuration at cfgPath and returns
+// startDaemon's error; a daemon that did start is shut down at once.
+func tryStart(t *testing.T, cfgPath string) error {
+	t.Helper()
+	f, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := startDaemon(f, cfgPath, &syncBuffer{})
+	if err == nil {
+		ctx, cancel := contextWithTimeout(5e9)
+		d.shutdown(ctx)
+		cancel()
+	}
+	return err
+}
+
 // A second daemon on the same milter socket is refused as "already
 // running" and leaves the first one's socket working.
 func TestMilterSocketOfRunningDaemon(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "milter.sock")
 	extra := fmt.Sprintf("\n[milter]\nlisten = \"unix:%s\"\n", sock)
 	startTestDaemon(t, writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), extra))
-	cfgB := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), extra)
-	fB, err := config.Load(cfgB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := startDaemon(fB, cfgB, &syncBuffer{})
-	if err == nil {
-		ctx, cancel := contextWithTimeout(5e9)
-		d.shutdown(ctx)
-		cancel()
-	}
+	err := tryStart(t, writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), extra))
 	if !errors.Is(err, srvconn.ErrSocketInUse) || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second daemon on a live milter socket: %v", err)
 	}

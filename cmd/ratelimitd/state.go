@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,7 +79,6 @@ func openStateDB(path string, readOnly bool) (db *bolt.DB, err error) {
 	}
 	if problems := checkDB(db, 5); len(problems) > 0 {
 		db.Close()
-		db = nil
 		return nil, damaged(path, "consistency check failed: "+strings.Join(problems, "; "))
 	}
 	return db, nil
@@ -155,7 +155,7 @@ func checkDB(db *bolt.DB, max int) (problems []string) {
 func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 	out := make(map[string]ratelimit.Limit, len(c.Limits))
 	for _, lc := range c.Limits {
-		alg, _ := ratelimit.ParseAlgorithm(cmpOr(lc.Algorithm, "exponential"))
+		alg, _ := ratelimit.ParseAlgorithm(cmp.Or(lc.Algorithm, "exponential"))
 		l := ratelimit.Limit{Limit: lc.Limit, Period: time.Duration(lc.Period), Algorithm: alg,
 			HalfLife: time.Duration(lc.HalfLife)}
 		if alg == ratelimit.Baseline { // as policy compiles it: the limit is the cap
@@ -167,13 +167,6 @@ func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 		out[lc.Name] = l
 	}
 	return out
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // openState restores the rate state kept in db into mem, with the
@@ -394,17 +387,24 @@ func stateCheck(w io.Writer, f *config.File) (err error) {
 	return nil
 }
 
-// guard runs fn, recording its error, panic or fault in bad under what.
+// guard runs fn, recording its error, panic or fault (recovered) in bad
+// under what.
 func guard(bad *[]string, what string, fn func() error) {
+	if err := recovered(fn); err != nil {
+		*bad = append(*bad, fmt.Sprintf("%s: %v", what, err))
+	}
+}
+
+// recovered runs fn, which reads a BoltDB file that may be damaged, turning
+// a panic, or a fault on the file's mapping, into an error.
+func recovered(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			*bad = append(*bad, fmt.Sprintf("%s: reading panicked: %v", what, r))
+			err = fmt.Errorf("reading panicked: %v", r)
 		}
 	}()
-	if err := fn(); err != nil {
-		*bad = append(*bad, fmt.Sprintf("%s: %v", what, err))
-	}
+	return fn()
 }
 
 // node is a bucket read into memory for salvageState: its keys and values
@@ -479,14 +479,8 @@ func salvageState(w io.Writer, src, dst string) error {
 	defer out.Close()
 	// read runs fn on src in a read-only transaction, recovering a panic or
 	// fault on a damaged page.
-	read := func(fn func(*bolt.Tx) error) (err error) {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("reading panicked: %v", r)
-			}
-		}()
-		return in.View(fn)
+	read := func(fn func(*bolt.Tx) error) error {
+		return recovered(func() error { return in.View(fn) })
 	}
 	var tops []string
 	if err := read(func(tx *bolt.Tx) error {
@@ -532,7 +526,6 @@ func salvageState(w io.Writer, src, dst string) error {
 		// its keys one by one.
 		fmt.Fprintf(w, "bucket %s cannot be read whole (%v); trying its parts\n", top, err)
 		var children []string
-		top := top
 		if err := read(func(tx *bolt.Tx) error {
 			return tx.Bucket([]byte(top)).ForEachBucket(func(k []byte) error {
 				children = append(children, string(k))

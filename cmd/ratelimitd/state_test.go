@@ -25,6 +25,19 @@ import (
 
 // Tests of issue 8 items 2, 3, 4 and 10 through the daemon and the CLI.
 
+// startRefusing starts a daemon on a new configuration (writeConfig with
+// extra, in a temporary directory) and has it refuse mallory (refuse, 200
+// messages); it returns the daemon, its policy address and the
+// configuration's path.
+func startRefusing(t *testing.T, extra string) (td *testDaemon, addr, cfg string) {
+	t.Helper()
+	addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg = writeConfig(t, t.TempDir(), addr, extra)
+	td = startTestDaemon(t, cfg)
+	refuse(t, addr, "mallory", 200)
+	return td, addr, cfg
+}
+
 // refuse sends n messages of user that must pass, then one that must be
 // deferred.
 func refuse(t *testing.T, addr, user string, n int) {
@@ -74,11 +87,7 @@ action = "defer"
 // other.toml rate list` deleted every state of the limits other.toml does
 // not name. Offline reads now open the file read-only.
 func TestOfflineReadWithOtherConfigKeepsState(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, "")
-	td := startTestDaemon(t, cfg)
-	refuse(t, addr, "mallory", 200)
+	td, addr, cfg := startRefusing(t, "")
 	td.stop()
 	other := rewriteLimits(t, cfg, "other.toml", `
 [[limit]]
@@ -87,7 +96,7 @@ key = ["sender"]
 limit = 5000
 period = "7d"
 `)
-	dbPath := filepath.Join(dir, "state", "ratelimitd.db")
+	dbPath := filepath.Join(filepath.Dir(cfg), "state", "ratelimitd.db")
 	before, err := os.ReadFile(dbPath)
 	if err != nil {
 		t.Fatal(err)
@@ -149,11 +158,7 @@ func TestDroppedLimitKeepsState(t *testing.T) {
 // {time, rate} and read it as an arrival time long past, letting a
 // deferred sender through. Its state is converted instead.
 func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, "")
-	td := startTestDaemon(t, cfg)
-	refuse(t, addr, "mallory", 200)
+	td, addr, cfg := startRefusing(t, "")
 	text, _ := os.ReadFile(cfg)
 	gcra := strings.Replace(string(text), `period = "1h"`, "period = \"1h\"\nalgorithm = \"gcra\"", 1)
 	os.WriteFile(cfg, []byte(gcra), 0o644)
@@ -174,11 +179,7 @@ func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
 // Issue 8 item 10, the reproduction at a small scale: max_keys 1,000
 // flooded with 1,500 distinct senders evicted an over-limit sender.
 func TestKeyFloodKeepsOffender(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, "max_keys = 1000\n")
-	td := startTestDaemon(t, cfg)
-	refuse(t, addr, "mallory", 200)
+	td, addr, cfg := startRefusing(t, "max_keys = 1000\n")
 	for i := range 1500 {
 		policyQuery(t, addr, fmt.Sprintf("flood%04d", i), "END-OF-MESSAGE")
 	}
@@ -218,11 +219,7 @@ func addScratch(t *testing.T, path string) {
 // CLI panic (exit 2), and a 0-byte one started silently empty. Each is
 // now refused with a message naming the file and the way out.
 func TestDamagedStateFile(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, "")
-	td := startTestDaemon(t, cfg)
-	refuse(t, addr, "mallory", 200)
+	td, addr, cfg := startRefusing(t, "")
 	for i := range 300 {
 		policyQuery(t, addr, fmt.Sprintf("user%03d", i), "END-OF-MESSAGE")
 	}
@@ -425,12 +422,9 @@ func TestDiskFullIsLoud(t *testing.T) {
 // other bucket (the offender is still refused once it is moved into
 // place), without panicking; a file with a cycle is refused.
 func TestStateSalvage(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, "")
-	td := startTestDaemon(t, cfg)
-	refuse(t, addr, "mallory", 200)
+	td, addr, cfg := startRefusing(t, "")
 	td.stop()
+	dir := filepath.Dir(cfg)
 	path := filepath.Join(dir, "state", "ratelimitd.db")
 	addScratch(t, path) // pages of its own, to damage apart from the rate state
 	image, _ := os.ReadFile(path)

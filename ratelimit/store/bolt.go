@@ -288,22 +288,22 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persisten
 	if opts.Retention <= 0 {
 		opts.Retention = DefaultRetention
 	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			p, err = nil, fmt.Errorf("%w: %s: %v", ErrDamaged, db.Path(), r)
-		}
-	}()
 	p = &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
 		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	mem.startTracking()
-	if err := p.restore(); err != nil {
+	err = damageSafe(db, func() error {
+		if err := p.restore(); err != nil {
+			return err
+		}
+		p.release()
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	p.release()
 	return p, nil
 }
 
@@ -328,8 +328,8 @@ func (p *Persistent) protected(limit string, s ratelimit.State) bool {
 	if !ok || s.IsZero() {
 		return false
 	}
-	r := l.Check(s, p.opts.Now(), 0)
-	return r.Before >= ProtectFraction*r.Limit
+	rate, allowed := l.Usage(s, p.opts.Now())
+	return rate >= ProtectFraction*allowed
 }
 
 // Params returns the parameters of the states held under limit (the
@@ -790,28 +790,27 @@ func (p *Persistent) flushLocked() error {
 	return nil
 }
 
-// update runs fn in a read-write transaction, turning a panic of BoltDB
+// damageSafe runs fn, which reads or writes db, turning a panic of BoltDB
 // (on a damaged page), or a fault on its mapping, into an error wrapping
 // ErrDamaged.
-func (p *Persistent) update(fn func(*bbolt.Tx) error) (err error) {
+func damageSafe(db *bbolt.DB, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %s: %v", ErrDamaged, p.db.Path(), r)
+			err = fmt.Errorf("%w: %s: %v", ErrDamaged, db.Path(), r)
 		}
 	}()
-	return p.db.Update(fn)
+	return fn()
+}
+
+// update runs fn in a read-write transaction (damageSafe).
+func (p *Persistent) update(fn func(*bbolt.Tx) error) error {
+	return damageSafe(p.db, func() error { return p.db.Update(fn) })
 }
 
 // view is update's read-only counterpart.
-func (p *Persistent) view(fn func(*bbolt.Tx) error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %s: %v", ErrDamaged, p.db.Path(), r)
-		}
-	}()
-	return p.db.View(fn)
+func (p *Persistent) view(fn func(*bbolt.Tx) error) error {
+	return damageSafe(p.db, func() error { return p.db.View(fn) })
 }
 
 func (p *Persistent) flushChanges() error {
@@ -1069,7 +1068,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 			return errCompactionStopped
 		}
 		seqs := c.seqs[i:min(i+compactDeleteMax, len(c.seqs))]
-		err := p.db.Update(func(tx *bbolt.Tx) error {
+		err := p.update(func(tx *bbolt.Tx) error {
 			j := tx.Bucket(journalName)
 			for _, seq := range seqs {
 				if err := j.Delete(seq); err != nil {

@@ -24,9 +24,15 @@ var (
 	// opened with PersistOptions.ReadOnly.
 	ErrReadOnly = errors.New("store: rate state opened read-only")
 
-	// ErrDamaged is wrapped by NewPersistent's error when the BoltDB file
-	// cannot be read (a page BoltDB panics on, or an inconsistency).
+	// ErrDamaged is wrapped by the error of NewPersistent, of a
+	// Persistent's flush or compaction, and of OpenRecipients and
+	// Recipients.Flush, when the BoltDB file cannot be read (a page BoltDB
+	// panics on, or an inconsistency), and by CheckPages' error.
 	ErrDamaged = errors.New("store: damaged state file")
+
+	// ErrUnreadable is wrapped by CheckPages' error when the file holds a
+	// structure BoltDB cannot read without hanging or crashing.
+	ErrUnreadable = errors.New("a structure BoltDB cannot read safely")
 
 	// ErrClosed is returned by Persistent.Flush after Close.
 	ErrClosed = errors.New("store: persistent store closed")

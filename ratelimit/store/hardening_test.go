@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/internal/boltcorrupt"
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
@@ -632,7 +632,7 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
-	var logs syncBuf
+	var logs mtatest.SyncBuffer
 	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{FlushInterval: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limits: map[string]ratelimit.Limit{"hourly": hourlyExp}})
 	p.mu.Lock()
@@ -672,24 +672,6 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 	p.Close()
 }
 
-// syncBuf is a bytes.Buffer safe for concurrent writes (a log sink).
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // BenchmarkReconfigureConvert measures a reload from exponential to gcra
 // over 100,000 states, half of them refused (each of which takes a
 // bisection): every request waits for it.
@@ -727,7 +709,7 @@ func TestPersistentBaselineParamsRoundTrip(t *testing.T) {
 	for range 2 {
 		db, closeDB := openDB(t, path)
 		p := newPersistent(t, db, MemoryOptions{}, PersistOptions{Limits: limits, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		p.Update(context.Background(), "usual", "uma", set(ratelimit.State{Time: time.Now().UnixNano(), Rate: packBaseline(3, 2)}))
+		p.Update(context.Background(), "usual", "uma", set(ratelimit.State{Time: time.Now().UnixNano(), Rate: ratelimit.PackBaseline(3, 2)}))
 		if l, ok := p.Params("usual"); !ok || l != base || p.Stats().Converted != 0 {
 			t.Fatalf("Params = %v, %v; converted %d", l, ok, p.Stats().Converted)
 		}

@@ -108,23 +108,6 @@ func retryWait(l ratelimit.Limit, s ratelimit.State, now time.Time) time.Duratio
 	return 0
 }
 
-// packBaseline is the Rate of a Baseline state: the rate (rounded toward
-// zero) in the high 32 bits and the learned peak in the low 32 bits, as
-// float32 (the layout ratelimit documents for Baseline).
-func packBaseline(rate, peak float64) float64 {
-	r := float32(math.Min(rate, math.MaxFloat32))
-	if float64(r) > rate {
-		r = math.Nextafter32(r, 0)
-	}
-	p := float32(math.Min(peak, math.MaxFloat32))
-	return math.Float64frombits(uint64(math.Float32bits(r))<<32 | uint64(math.Float32bits(p)))
-}
-
-// baselinePeak is the learned peak held in a Baseline state.
-func baselinePeak(s ratelimit.State) float64 {
-	return float64(math.Float32frombits(uint32(math.Float64bits(s.Rate))))
-}
-
 // stateAt returns the state under l of a key whose measured rate at now is
 // x (cost per l.Period), as if it had been measured under l all along; for
 // Baseline, with the learned peak peak.
@@ -149,7 +132,7 @@ func stateAt(l ratelimit.Limit, x, peak float64, now time.Time) ratelimit.State 
 		}
 		return ratelimit.State{Time: n, Rate: math.Min(x/lp, math.MaxFloat64)}
 	case ratelimit.Baseline:
-		return ratelimit.State{Time: n, Rate: packBaseline(x, peak)}
+		return ratelimit.State{Time: n, Rate: ratelimit.PackBaseline(x, peak)}
 	default:
 		return ratelimit.State{Time: n, Rate: x}
 	}
@@ -183,7 +166,8 @@ func convert(s ratelimit.State, from, to ratelimit.Limit, now time.Time) ratelim
 	}
 	var peak float64
 	if from.Algorithm == ratelimit.Baseline {
-		peak = baselinePeak(s) * scale
+		_, peak = ratelimit.UnpackBaseline(s.Rate)
+		peak *= scale
 	}
 	wait := retryWait(from, s, now)
 	if wait == 0 || wait == math.MaxInt64 { // nothing, or no state, is let through

@@ -51,10 +51,6 @@ func CheckPages(path string) error {
 	return fmt.Errorf("%w: %s: %w", ErrDamaged, path, w.first)
 }
 
-// ErrUnreadable is wrapped by CheckPages' error when the file holds a
-// structure BoltDB cannot read without hanging or crashing.
-var ErrUnreadable = errors.New("a structure BoltDB cannot read safely")
-
 // unsafeErr returns an error wrapping ErrUnreadable.
 func unsafeErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnreadable, fmt.Sprintf(format, a...))

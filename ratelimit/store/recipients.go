@@ -105,13 +105,13 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 // restoring what it holds: sets whose generations have expired by now, and
 // entries it cannot decode, are dropped (and deleted by the first flush);
 // beyond MaxKeys the rest are skipped. db stays owned by the caller. It
-// returns BoltDB's error. Start Run to flush periodically; Close flushes a
-// last time.
+// returns BoltDB's error, wrapping ErrDamaged for a page BoltDB panics on.
+// Start Run to flush periodically; Close flushes a last time.
 func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
 	r := NewRecipients(opts)
 	r.db = db
 	n := 0
-	err := db.View(func(tx *bbolt.Tx) error {
+	restore := func(tx *bbolt.Tx) error {
 		b := tx.Bucket(rcptBucket)
 		if b == nil {
 			return nil
@@ -133,8 +133,8 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 			n++
 			return nil
 		})
-	})
-	if err != nil {
+	}
+	if err := damageSafe(db, func() error { return db.View(restore) }); err != nil {
 		return nil, fmt.Errorf("store: restore %s: %w", rcptBucket, err)
 	}
 	return r, nil
@@ -252,7 +252,8 @@ func (r *Recipients) Sweep(now time.Time) int {
 }
 
 // Flush writes the sets changed since the last flush to BoltDB in one
-// transaction. On failure the changes are kept for the next flush. It does
+// transaction. On failure the changes are kept for the next flush (a page
+// BoltDB panics on is an error wrapping ErrDamaged). It does
 // nothing for an in-memory Recipients, and returns ErrClosed after Close.
 func (r *Recipients) Flush() error {
 	select {
@@ -292,7 +293,7 @@ func (r *Recipients) flush() error {
 	if len(changes) == 0 {
 		return nil
 	}
-	err := r.db.Update(func(tx *bbolt.Tx) error {
+	write := func(tx *bbolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(rcptBucket)
 		if err != nil {
 			return err
@@ -308,8 +309,8 @@ func (r *Recipients) flush() error {
 			}
 		}
 		return nil
-	})
-	if err != nil {
+	}
+	if err := damageSafe(r.db, func() error { return r.db.Update(write) }); err != nil {
 		// Keep the changes: mark them dirty again.
 		for _, c := range changes {
 			sh := r.shard(c.id)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -183,5 +184,32 @@ func TestRecipientsFlushFailure(t *testing.T) {
 	<-done
 	if err := r.Flush(); err == nil {
 		t.Error("the failed change was dropped: the next flush had nothing to write")
+	}
+}
+
+// OpenRecipients on a file whose data pages are zeroed returns ErrDamaged
+// instead of panicking (as NewPersistent does).
+func TestRecipientsZeroedPages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	db, closeDB := openDB(t, path)
+	r, err := OpenRecipients(db, rt0, RecipientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		r.Add(context.Background(), "uniq", fmt.Sprintf("user%05d", i), ratelimit.HashAddr("x@example.org"), rt0, time.Hour, 400)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closeDB()
+	zeroDataPages(t, path)
+	db, err = bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err) // the meta pages are intact
+	}
+	defer db.Close()
+	if _, err := OpenRecipients(db, rt0, RecipientOptions{}); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("OpenRecipients on zeroed pages: %v", err)
 	}
 }
