@@ -223,3 +223,32 @@ func (e *Engine) MayFreeze(req *Request) bool {
 	}
 	return false
 }
+
+// LimitParams returns the arithmetic of every limit of c by name, as the
+// engine compiles it (for a baseline limit the cap is its Limit), without
+// per-key overrides: what a rate store keeps with its states to decay and
+// convert them. The error is Check's.
+func LimitParams(c Config) (map[string]ratelimit.Limit, error) {
+	cc, err := compile(c)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]ratelimit.Limit, len(cc.limits))
+	for i := range cc.limits {
+		out[cc.limits[i].name] = cc.limits[i].rl
+	}
+	return out, nil
+}
+
+// LimitParams returns the arithmetic of the running limit named name (see
+// the function LimitParams), and whether there is one. Safe for concurrent
+// use; it does not allocate.
+func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
+	c := e.cfg.Load()
+	for i := range c.limits {
+		if c.limits[i].name == name {
+			return c.limits[i].rl, true
+		}
+	}
+	return ratelimit.Limit{}, false
+}

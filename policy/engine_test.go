@@ -494,3 +494,30 @@ func TestMayFreeze(t *testing.T) {
 		}
 	}
 }
+
+// LimitParams gives the stores the limits as compiled: a baseline limit's
+// cap is its Limit, and the engine's lookup agrees with the function.
+func TestLimitParams(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "h", Key: []string{"sender"}, Limit: 5, Period: policy.Duration(time.Hour), Algorithm: "gcra"},
+		{Name: "b", Key: []string{"sender"}, Period: policy.Duration(time.Hour), Algorithm: "baseline", Floor: 2, Cap: 50},
+	}}
+	m, err := policy.LimitParams(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["h"].Algorithm != ratelimit.GCRA || m["h"].Limit != 5 || m["b"].Limit != 50 || m["b"].Floor != 2 {
+		t.Fatalf("params %+v", m)
+	}
+	e := newEngine(t, c)
+	if l, ok := e.LimitParams("b"); !ok || l != m["b"] {
+		t.Fatalf("engine params %+v %v, want %+v", l, ok, m["b"])
+	}
+	if _, ok := e.LimitParams("nosuch"); ok {
+		t.Fatal("unknown limit found")
+	}
+	c.Limits[0].Mode = "sloppy"
+	if _, err := policy.LimitParams(c); !errors.Is(err, policy.ErrInvalidConfig) {
+		t.Fatalf("invalid config: %v", err)
+	}
+}

@@ -35,13 +35,7 @@ func engineLimits(eng func() *policy.Engine) func(string) (ratelimit.Limit, bool
 		if e == nil {
 			return ratelimit.Limit{}, false
 		}
-		for _, l := range e.Limits() {
-			if l.Name == name {
-				alg, _ := ratelimit.ParseAlgorithm(l.Algorithm)
-				return ratelimit.Limit{Limit: l.Limit, Period: l.Period, Algorithm: alg, HalfLife: l.HalfLife}, true
-			}
-		}
-		return ratelimit.Limit{}, false
+		return e.LimitParams(name)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,22 +150,13 @@ func checkDB(db *bolt.DB, max int) (problems []string) {
 }
 
 // storeLimits returns the parameters of c's limits that give their stored
-// states a meaning (store.PersistOptions.Limits). c has been validated.
+// states a meaning (store.PersistOptions.Limits), as the engine compiles
+// them (policy.LimitParams). c has been validated by config.Load; a
+// configuration the engine refuses gives nil, and the engine's own check
+// reports it.
 func storeLimits(c policy.Config) map[string]ratelimit.Limit {
-	out := make(map[string]ratelimit.Limit, len(c.Limits))
-	for _, lc := range c.Limits {
-		alg, _ := ratelimit.ParseAlgorithm(cmp.Or(lc.Algorithm, "exponential"))
-		l := ratelimit.Limit{Limit: lc.Limit, Period: time.Duration(lc.Period), Algorithm: alg,
-			HalfLife: time.Duration(lc.HalfLife)}
-		if alg == ratelimit.Baseline { // as policy compiles it: the limit is the cap
-			if lc.Cap != 0 {
-				l.Limit = lc.Cap
-			}
-			l.Factor, l.Floor, l.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
-		}
-		out[lc.Name] = l
-	}
-	return out
+	m, _ := policy.LimitParams(c)
+	return m
 }
 
 // openState restores the rate state kept in db into mem, with the
