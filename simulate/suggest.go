@@ -243,6 +243,17 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	return s, nil
 }
 
+// replayChecked replays tr through eng like Replay, and stops with an
+// error at the first request the engine could not decide.
+func replayChecked(ctx context.Context, eng Evaluator, tr *Trace, fn func(*Result) error) error {
+	return Replay(ctx, eng, tr.Events(), func(r *Result) error {
+		if r.Decision.Fault != nil {
+			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
+		}
+		return fn(r)
+	})
+}
+
 // keyStat is what the measuring replay keeps per limit and key.
 type keyStat struct {
 	KeyPeak
@@ -264,7 +275,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store)
 	for i := range mc.Limits {
 		l := &mc.Limits[i]
 		l.Limit, l.Mode, l.Action, l.Algorithm, l.HalfLife, l.Overrides = measureLimit, "strict", "warn", "", 0, nil
-		l.Via = nil // a trace's requests come from no front end
+		l.Via = nil // every request is measured, whichever front end asked
 		index[l.Name] = i
 	}
 	eng, err := policy.NewEngine(mc, st)
@@ -277,10 +288,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store)
 	}
 	// Recipients of messages in progress, by instance, from RCPT requests.
 	pending := map[string][]string{}
-	err = Replay(ctx, eng, tr.Events(), func(r *Result) error {
-		if r.Decision.Fault != nil {
-			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
-		}
+	err = replayChecked(ctx, eng, tr, func(r *Result) error {
 		req := r.Request
 		var rcpts []string
 		switch {
@@ -491,10 +499,7 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store
 		}
 		m[k][inst] = true
 	}
-	err = Replay(ctx, eng, tr.Events(), func(r *Result) error {
-		if r.Decision.Fault != nil {
-			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
-		}
+	err = replayChecked(ctx, eng, tr, func(r *Result) error {
 		inst := r.Request.Instance
 		if inst == "" {
 			inst = fmt.Sprintf("#%d", r.Seq)
