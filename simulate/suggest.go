@@ -61,6 +61,10 @@ type SuggestOptions struct {
 	// NewStore returns an empty rate store; Suggest replays the trace
 	// twice, each time with a new one. Required.
 	NewStore func() policy.Store
+	// NewRecipientSets returns an empty memory of recipients for the
+	// per = "addr" limits, one per replay, as the daemon has; nil counts
+	// every recipient as new (as per = "rcpt").
+	NewRecipientSets func() policy.RecipientSets
 }
 
 // Suggestion is Suggest's proposal and the evidence behind it.
@@ -213,7 +217,7 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	s := &Suggestion{Headroom: o.Headroom, Percentile: o.Percentile, Requests: tr.Len()}
 	s.Start, s.End = tr.Span()
 
-	stats, err := measure(ctx, cfg, tr, o.NewStore())
+	stats, err := measure(ctx, cfg, tr, o)
 	if err != nil {
 		return nil, err
 	}
@@ -237,10 +241,23 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	for i := range replay.Limits {
 		replay.Limits[i].Via = nil
 	}
-	if s.Refusals, err = refusals(ctx, replay, tr, o.NewStore()); err != nil {
+	if s.Refusals, err = refusals(ctx, replay, tr, o); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newEngine returns an engine for one replay of cfg, with a new store and
+// recipient memory from o.
+func newEngine(cfg policy.Config, o SuggestOptions) (*policy.Engine, error) {
+	eng, err := policy.NewEngine(cfg, o.NewStore())
+	if err != nil {
+		return nil, err
+	}
+	if o.NewRecipientSets != nil {
+		eng.UseRecipientSets(o.NewRecipientSets())
+	}
+	return eng, nil
 }
 
 // replayChecked replays tr through eng like Replay, and stops with an
@@ -268,7 +285,7 @@ type send struct {
 
 // measure replays tr through cfg's limits made unreachable and returns,
 // per limit, every key's statistics.
-func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store) ([]map[string]*keyStat, error) {
+func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) ([]map[string]*keyStat, error) {
 	mc := cfg
 	mc.Limits = slices.Clone(cfg.Limits)
 	index := map[string]int{}
@@ -278,7 +295,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store)
 		l.Via = nil // every request is measured, whichever front end asked
 		index[l.Name] = i
 	}
-	eng, err := policy.NewEngine(mc, st)
+	eng, err := newEngine(mc, o)
 	if err != nil {
 		return nil, err
 	}
@@ -482,8 +499,8 @@ func recurringBulk(sends []send) (BulkSender, bool) {
 
 // refusals replays tr through the proposed configuration and returns who
 // was refused.
-func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store) ([]Refusal, error) {
-	eng, err := policy.NewEngine(cfg, st)
+func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) ([]Refusal, error) {
+	eng, err := newEngine(cfg, o)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package simulate_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -42,5 +43,38 @@ func TestSuggestVia(t *testing.T) {
 	toml, err := s.TOML()
 	if err != nil || !strings.Contains(toml, `via = ["milter"]`) {
 		t.Fatalf("TOML %v:\n%s", err, toml)
+	}
+}
+
+// TestSuggestPerAddr: a per = "addr" limit measures unique recipients
+// when Suggest has recipient memory, as the daemon does: sixty messages to
+// one address peak at one recipient, sixty to new addresses near sixty.
+func TestSuggestPerAddr(t *testing.T) {
+	cfg := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "addr", Key: []string{"sasl_username"}, Per: "addr", Limit: 500, Period: policy.Duration(time.Hour)},
+	}}
+	var b strings.Builder
+	for i := range 60 {
+		at := time.Date(2026, 11, 2, 9, i, 0, 0, time.UTC).Format(time.RFC3339)
+		fmt.Fprintf(&b, `{"time":%q,"sasl_username":"alice","recipient":"boss@example.net"}`+"\n", at)
+		fmt.Fprintf(&b, `{"time":%q,"sasl_username":"bob","recipient":"r%d@example.net"}`+"\n", at, i)
+	}
+	tr, err := simulate.Read(strings.NewReader(b.String()), simulate.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{
+		NewStore:         func() policy.Store { return store.NewMemory(store.MemoryOptions{}) },
+		NewRecipientSets: func() policy.RecipientSets { return store.NewRecipients(store.RecipientOptions{}) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peaks := map[string]float64{}
+	for _, p := range s.Limits[0].Peaks {
+		peaks[p.Key] = p.Peak
+	}
+	if peaks["alice"] > 1.5 || peaks["bob"] < 30 {
+		t.Fatalf("peaks %v: want alice about 1 (one recipient), bob tens", peaks)
 	}
 }
