@@ -89,10 +89,11 @@ type Suggestion struct {
 type LimitProposal struct {
 	// Config is the limit as configured.
 	Config policy.LimitConfig
-	// Proposed is the proposed limit in cost per period. Base is the
-	// percentile peak it comes from (Proposed = Base × headroom, rounded
-	// up to two significant digits); 0 when no key was measured, and then
-	// Proposed is the configured limit.
+	// Proposed is the proposed limit in cost per period (with algorithm
+	// baseline: the cap, at least the floor). Base is the percentile peak
+	// it comes from (Proposed = Base × headroom, rounded up to two
+	// significant digits); 0 when no key was measured, and then Proposed
+	// is the configured limit.
 	Proposed, Base float64
 	// Peaks has every measured key's peak, highest first. Ordinary counts
 	// the keys that are neither allowed, configured overrides, nor
@@ -227,7 +228,7 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 		lp := propose(lc, stats[i], o)
 		s.Limits = append(s.Limits, lp)
 		pl := &s.Config.Limits[i]
-		pl.Limit = lp.Proposed
+		pl.Limit, pl.Cap = lp.Proposed, 0 // with baseline, the limit is the cap
 		pl.Overrides = nil
 		for _, ov := range lp.Overrides {
 			if pl.Overrides == nil {
@@ -287,12 +288,14 @@ type send struct {
 // per limit, every key's statistics.
 func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) ([]map[string]*keyStat, error) {
 	mc := cfg
-	mc.Limits = slices.Clone(cfg.Limits)
+	mc.Limits = make([]policy.LimitConfig, len(cfg.Limits))
 	index := map[string]int{}
-	for i := range mc.Limits {
-		l := &mc.Limits[i]
-		l.Limit, l.Mode, l.Action, l.Algorithm, l.HalfLife, l.Overrides = measureLimit, "strict", "warn", "", 0, nil
-		l.Via = nil // every request is measured, whichever front end asked
+	for i, l := range cfg.Limits {
+		// Only what is measured (key, period, cost unit) is kept: the
+		// exponential algorithm, no overrides, and no via, so every
+		// request is measured, whichever front end asked.
+		mc.Limits[i] = policy.LimitConfig{Name: l.Name, Key: l.Key, Period: l.Period, Per: l.Per,
+			Limit: measureLimit, Mode: "strict", Action: "warn"}
 		index[l.Name] = i
 	}
 	eng, err := newEngine(mc, o)
@@ -347,6 +350,9 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 // propose computes one limit's proposal from its keys' statistics.
 func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions) LimitProposal {
 	lp := LimitProposal{Config: lc, Proposed: lc.Limit}
+	if lc.Cap != 0 {
+		lp.Proposed = lc.Cap // baseline: the cap is the limit
+	}
 	keys := slices.SortedFunc(maps.Values(stats), func(a, b *keyStat) int {
 		if c := cmp.Compare(b.Peak, a.Peak); c != 0 {
 			return c
@@ -381,6 +387,9 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions)
 		lp.Base = percentile(ordinary, o.Percentile)
 		lp.Median = percentile(ordinary, 50)
 		lp.Proposed = roundUp(lp.Base * o.Headroom)
+		if lc.Algorithm == "baseline" {
+			lp.Proposed = max(lp.Proposed, lc.Floor) // a cap below the floor is refused
+		}
 	}
 	for _, ks := range keys {
 		ov, ok := special[ks.Key]

@@ -78,3 +78,38 @@ func TestSuggestPerAddr(t *testing.T) {
 		t.Fatalf("peaks %v: want alice about 1 (one recipient), bob tens", peaks)
 	}
 }
+
+// TestSuggestTOMLKeepsSettings: a baseline limit is measured (the
+// measuring replay used to keep its floor and cap with the exponential
+// algorithm, and Suggest failed), and the proposed [[limit]] tables keep
+// every setting Suggest does not propose (baseline parameters,
+// auto_release), so pasting them does not silently drop any.
+func TestSuggestTOMLKeepsSettings(t *testing.T) {
+	cfg := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "held", Key: []string{"sasl_username"}, Limit: 100, Period: policy.Duration(time.Hour), Action: "hold", AutoRelease: "drip"},
+		{Name: "learned", Key: []string{"sasl_username"}, Limit: 1000, Period: policy.Duration(24 * time.Hour), Algorithm: "baseline",
+			Factor: 4, Floor: 50, Cap: 2000, LearnPeriod: policy.Duration(14 * 24 * time.Hour)},
+	}}
+	tr, err := simulate.Read(strings.NewReader(`{"time":"2026-11-02T09:00:00Z","sasl_username":"alice","count":10,"every":"1m"}`+"\n"), simulate.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{
+		NewStore: func() policy.Store { return store.NewMemory(store.MemoryOptions{}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := s.TOML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`auto_release = "drip"`, "factor = 4.0", "floor = 50.0", `learn_period = "14d"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("TOML lacks %s:\n%s", want, text)
+		}
+	}
+	// With baseline the limit is the cap, and at least the floor.
+	if l := s.Config.Limits[1]; l.Cap != 0 || l.Limit != 50 || strings.Contains(text, "cap =") {
+		t.Errorf("baseline proposal: limit %v, cap %v; want limit 50 (the floor) and no cap:\n%s", l.Limit, l.Cap, text)
+	}
+}
