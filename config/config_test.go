@@ -165,22 +165,31 @@ func TestNoLimitsMustBeExplicit(t *testing.T) {
 	}
 }
 
+// TestRestartKeys: the settings a reload does not apply ([server],
+// [quarantine], [milter], [notify], [store]) are listed, by table and field
+// order.
 func TestRestartKeys(t *testing.T) {
 	base := "[[limit]]\nname = \"h\"\nkey = [\"sender\"]\nlimit = 5\nperiod = \"1h\"\n"
 	a, err := config.Parse([]byte(base), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := config.Parse([]byte(base+"[server]\nadmin_socket = \"/run/x.sock\"\nmetrics_listen = \"\"\n[quarantine]\nmax_age = \"1d\"\n[milter]\nlisten = \"unix:/run/m.sock\"\n"), "b")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if k := config.RestartKeys(a, a); k != nil {
 		t.Fatalf("same file: %v", k)
 	}
-	got := strings.Join(config.RestartKeys(a, b), " ")
-	if got != "server.admin_socket server.metrics_listen quarantine.max_age milter.listen" {
-		t.Fatalf("RestartKeys = %q", got)
+	for _, tc := range []struct{ changed, want string }{
+		{"[server]\nadmin_socket = \"/run/x.sock\"\nmetrics_listen = \"\"\n[quarantine]\nmax_age = \"1d\"\n[milter]\nlisten = \"unix:/run/m.sock\"\n",
+			"server.admin_socket server.metrics_listen quarantine.max_age milter.listen"},
+		{"[notify.webhook]\nurl = \"http://127.0.0.1:1/x\"\n", "notify.webhook"},
+		{"[store]\nbackend = \"redis\"\nredis_timeout = \"1s\"\n", "store.backend store.redis_timeout"},
+	} {
+		b, err := config.Parse([]byte(base+tc.changed), "b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(config.RestartKeys(a, b), " "); got != tc.want {
+			t.Errorf("RestartKeys after\n%s= %q, want %q", tc.changed, got, tc.want)
+		}
 	}
 }
 

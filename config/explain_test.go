@@ -158,20 +158,3 @@ func TestExampleConfigShowsEverySection(t *testing.T) {
 		t.Errorf("examples not applied: %+v %+v", f.Notify, f.Milter)
 	}
 }
-
-// A changed [notify] table is applied at the next restart, and status says
-// so.
-func TestNotifyNeedsRestart(t *testing.T) {
-	base := "[[limit]]\nname = \"h\"\nkey = \"sender\"\nlimit = 5\nperiod = \"1h\"\n"
-	a, err := config.Parse([]byte(base), "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := config.Parse([]byte(base+"[notify.webhook]\nurl = \"http://127.0.0.1:1/x\"\n"), "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(config.RestartKeys(a, b), " "); got != "notify.webhook" {
-		t.Errorf("RestartKeys = %q, want notify.webhook", got)
-	}
-}

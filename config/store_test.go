@@ -88,20 +88,3 @@ algorithm = "baseline"
 		t.Errorf("unknown backend: %v", err)
 	}
 }
-
-// A reload does not switch the rate store: [store] changes wait for a
-// restart and are listed as such.
-func TestStoreNeedsRestart(t *testing.T) {
-	base := "[[limit]]\nname = \"h\"\nkey = [\"sender\"]\nlimit = 5\nperiod = \"1h\"\n"
-	a, err := config.Parse([]byte(base), "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := config.Parse([]byte(base+"[store]\nbackend = \"redis\"\nredis_timeout = \"1s\"\n"), "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(config.RestartKeys(a, b), " "); got != "store.backend store.redis_timeout" {
-		t.Fatalf("RestartKeys = %q", got)
-	}
-}

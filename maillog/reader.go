@@ -379,8 +379,7 @@ func (j *joiner) finish(k qkey) {
 // unparsable line should a file have become unreadable.
 func (r *Reader) Messages() []Message {
 	slices.SortStableFunc(r.sources, func(a, b *source) int {
-		switch {
-		case a.first.IsZero() || b.first.IsZero():
+		if a.first.IsZero() || b.first.IsZero() {
 			return cmp.Compare(btoi(a.first.IsZero()), btoi(b.first.IsZero()))
 		}
 		return a.first.Compare(b.first)
@@ -491,13 +490,14 @@ func (r *Reader) join(src *source, j *joiner) error {
 			}
 			return true
 		}
-		// Date exactly the lines the dating pass dated, in the same
-		// order, so each gets the same relative year.
-		rel := 0
-		if st, ok := stampOf(s, r.opts.Location); ok && st.YearLess {
-			rel = d.rel(st.Time)
-		}
 		l, err := ParseSyslogLine(s, r.opts.Location)
+		// Date exactly the lines the dating pass dated (stampOf: every
+		// line with a timestamp, parsable or not), in the same order, so
+		// each gets the same relative year.
+		rel := 0
+		if l.Stamp.YearLess {
+			rel = d.rel(l.Stamp.Time)
+		}
 		if err != nil {
 			sample(err.Error(), s)
 			return true

@@ -46,7 +46,8 @@ const placeholderYear = 2000
 // ParseSyslogLine parses one syslog line; loc is the time zone of classic
 // timestamps (RFC 3339 ones carry their own offset). An optional "<PRI>"
 // prefix is skipped. It returns an error for anything that is not a syslog
-// line with a program tag.
+// line with a program tag; the returned line's Stamp is set even then when
+// the line starts with a valid timestamp.
 func ParseSyslogLine(s string, loc *time.Location) (SyslogLine, error) {
 	var l SyslogLine
 	if strings.HasPrefix(s, "<") {

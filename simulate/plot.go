@@ -143,8 +143,14 @@ func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
 // the start of the trace), the limit as a dashed horizontal line, and a red
 // cross at requests that were refused.
 func (rec *Recorder) Save(path string, o PlotOptions) error {
+	return savePlot(path, func(w io.Writer, format string) error { return rec.WriteTo(w, format, o) })
+}
+
+// savePlot writes what write draws, in the format named by path's
+// extension, to path; nothing is written when write fails.
+func savePlot(path string, write func(w io.Writer, format string) error) error {
 	var buf bytes.Buffer
-	if err := rec.WriteTo(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), "."), o); err != nil {
+	if err := write(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")); err != nil {
 		return err
 	}
 	return os.WriteFile(path, buf.Bytes(), 0o644)

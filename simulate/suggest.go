@@ -61,6 +61,10 @@ type SuggestOptions struct {
 	// NewStore returns an empty rate store; Suggest replays the trace
 	// twice, each time with a new one. Required.
 	NewStore func() policy.Store
+	// NewRecipientSets returns an empty memory of recipients for the
+	// per = "addr" limits, one per replay, as the daemon has; nil counts
+	// every recipient as new (as per = "rcpt").
+	NewRecipientSets func() policy.RecipientSets
 }
 
 // Suggestion is Suggest's proposal and the evidence behind it.
@@ -85,10 +89,11 @@ type Suggestion struct {
 type LimitProposal struct {
 	// Config is the limit as configured.
 	Config policy.LimitConfig
-	// Proposed is the proposed limit in cost per period. Base is the
-	// percentile peak it comes from (Proposed = Base × headroom, rounded
-	// up to two significant digits); 0 when no key was measured, and then
-	// Proposed is the configured limit.
+	// Proposed is the proposed limit in cost per period (with algorithm
+	// baseline: the cap, at least the floor). Base is the percentile peak
+	// it comes from (Proposed = Base × headroom, rounded up to two
+	// significant digits); 0 when no key was measured, and then Proposed
+	// is the configured limit.
 	Proposed, Base float64
 	// Peaks has every measured key's peak, highest first. Ordinary counts
 	// the keys that are neither allowed, configured overrides, nor
@@ -213,7 +218,7 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	s := &Suggestion{Headroom: o.Headroom, Percentile: o.Percentile, Requests: tr.Len()}
 	s.Start, s.End = tr.Span()
 
-	stats, err := measure(ctx, cfg, tr, o.NewStore())
+	stats, err := measure(ctx, cfg, tr, o)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +228,7 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 		lp := propose(lc, stats[i], o)
 		s.Limits = append(s.Limits, lp)
 		pl := &s.Config.Limits[i]
-		pl.Limit = lp.Proposed
+		pl.Limit, pl.Cap = lp.Proposed, 0 // with baseline, the limit is the cap
 		pl.Overrides = nil
 		for _, ov := range lp.Overrides {
 			if pl.Overrides == nil {
@@ -237,10 +242,34 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	for i := range replay.Limits {
 		replay.Limits[i].Via = nil
 	}
-	if s.Refusals, err = refusals(ctx, replay, tr, o.NewStore()); err != nil {
+	if s.Refusals, err = refusals(ctx, replay, tr, o); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newEngine returns an engine for one replay of cfg, with a new store and
+// recipient memory from o.
+func newEngine(cfg policy.Config, o SuggestOptions) (*policy.Engine, error) {
+	eng, err := policy.NewEngine(cfg, o.NewStore())
+	if err != nil {
+		return nil, err
+	}
+	if o.NewRecipientSets != nil {
+		eng.UseRecipientSets(o.NewRecipientSets())
+	}
+	return eng, nil
+}
+
+// replayChecked replays tr through eng like Replay, and stops with an
+// error at the first request the engine could not decide.
+func replayChecked(ctx context.Context, eng Evaluator, tr *Trace, fn func(*Result) error) error {
+	return Replay(ctx, eng, tr.Events(), func(r *Result) error {
+		if r.Decision.Fault != nil {
+			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
+		}
+		return fn(r)
+	})
 }
 
 // keyStat is what the measuring replay keeps per limit and key.
@@ -257,17 +286,19 @@ type send struct {
 
 // measure replays tr through cfg's limits made unreachable and returns,
 // per limit, every key's statistics.
-func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store) ([]map[string]*keyStat, error) {
+func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) ([]map[string]*keyStat, error) {
 	mc := cfg
-	mc.Limits = slices.Clone(cfg.Limits)
+	mc.Limits = make([]policy.LimitConfig, len(cfg.Limits))
 	index := map[string]int{}
-	for i := range mc.Limits {
-		l := &mc.Limits[i]
-		l.Limit, l.Mode, l.Action, l.Algorithm, l.HalfLife, l.Overrides = measureLimit, "strict", "warn", "", 0, nil
-		l.Via = nil // a trace's requests come from no front end
+	for i, l := range cfg.Limits {
+		// Only what is measured (key, period, cost unit) is kept: the
+		// exponential algorithm, no overrides, and no via, so every
+		// request is measured, whichever front end asked.
+		mc.Limits[i] = policy.LimitConfig{Name: l.Name, Key: l.Key, Period: l.Period, Per: l.Per,
+			Limit: measureLimit, Mode: "strict", Action: "warn"}
 		index[l.Name] = i
 	}
-	eng, err := policy.NewEngine(mc, st)
+	eng, err := newEngine(mc, o)
 	if err != nil {
 		return nil, err
 	}
@@ -277,10 +308,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store)
 	}
 	// Recipients of messages in progress, by instance, from RCPT requests.
 	pending := map[string][]string{}
-	err = Replay(ctx, eng, tr.Events(), func(r *Result) error {
-		if r.Decision.Fault != nil {
-			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
-		}
+	err = replayChecked(ctx, eng, tr, func(r *Result) error {
 		req := r.Request
 		var rcpts []string
 		switch {
@@ -322,6 +350,9 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store)
 // propose computes one limit's proposal from its keys' statistics.
 func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions) LimitProposal {
 	lp := LimitProposal{Config: lc, Proposed: lc.Limit}
+	if lc.Cap != 0 {
+		lp.Proposed = lc.Cap // baseline: the cap is the limit
+	}
 	keys := slices.SortedFunc(maps.Values(stats), func(a, b *keyStat) int {
 		if c := cmp.Compare(b.Peak, a.Peak); c != 0 {
 			return c
@@ -356,6 +387,9 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions)
 		lp.Base = percentile(ordinary, o.Percentile)
 		lp.Median = percentile(ordinary, 50)
 		lp.Proposed = roundUp(lp.Base * o.Headroom)
+		if lc.Algorithm == "baseline" {
+			lp.Proposed = max(lp.Proposed, lc.Floor) // a cap below the floor is refused
+		}
 	}
 	for _, ks := range keys {
 		ov, ok := special[ks.Key]
@@ -474,8 +508,8 @@ func recurringBulk(sends []send) (BulkSender, bool) {
 
 // refusals replays tr through the proposed configuration and returns who
 // was refused.
-func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store) ([]Refusal, error) {
-	eng, err := policy.NewEngine(cfg, st)
+func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) ([]Refusal, error) {
+	eng, err := newEngine(cfg, o)
 	if err != nil {
 		return nil, err
 	}
@@ -491,10 +525,7 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, st policy.Store
 		}
 		m[k][inst] = true
 	}
-	err = Replay(ctx, eng, tr.Events(), func(r *Result) error {
-		if r.Decision.Fault != nil {
-			return fmt.Errorf("line %d: engine fault: %w", r.Line, r.Decision.Fault)
-		}
+	err = replayChecked(ctx, eng, tr, func(r *Result) error {
 		inst := r.Request.Instance
 		if inst == "" {
 			inst = fmt.Sprintf("#%d", r.Seq)

@@ -1,6 +1,7 @@
 package simulate_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +12,12 @@ import (
 )
 
 // TestSuggestVia: a limit bound to one front end (via) is still measured
-// and replayed: trace requests come from no front end. Before, its keys
+// and replayed, even for the other front end's requests (trace requests
+// come from policy delegation; the limit is the milter's). Before, its keys
 // were never measured and the configured limit was kept unexamined.
 func TestSuggestVia(t *testing.T) {
 	cfg := policy.Config{Limits: []policy.LimitConfig{
-		{Name: "hourly", Key: []string{"sasl_username"}, Limit: 200, Period: policy.Duration(time.Hour), Via: []string{"policy"}},
+		{Name: "hourly", Key: []string{"sasl_username"}, Limit: 200, Period: policy.Duration(time.Hour), Via: []string{"milter"}},
 	}}
 	tr, err := simulate.Read(strings.NewReader(`{"time":"2026-11-02T09:00:00Z","sasl_username":"alice","count":10,"every":"1m"}
 {"time":"2026-11-02T09:00:00Z","sasl_username":"bob","count":300,"every":"1s"}
@@ -35,11 +37,79 @@ func TestSuggestVia(t *testing.T) {
 	if s.Refusal("bob") == nil || s.Refusal("alice") != nil {
 		t.Fatalf("refusals %+v", s.Refusals)
 	}
-	if got := s.Config.Limits[0].Via; len(got) != 1 || got[0] != "policy" {
+	if got := s.Config.Limits[0].Via; len(got) != 1 || got[0] != "milter" {
 		t.Fatalf("the proposal lost via: %v", got)
 	}
 	toml, err := s.TOML()
-	if err != nil || !strings.Contains(toml, `via = ["policy"]`) {
+	if err != nil || !strings.Contains(toml, `via = ["milter"]`) {
 		t.Fatalf("TOML %v:\n%s", err, toml)
+	}
+}
+
+// TestSuggestPerAddr: a per = "addr" limit measures unique recipients
+// when Suggest has recipient memory, as the daemon does: sixty messages to
+// one address peak at one recipient, sixty to new addresses near sixty.
+func TestSuggestPerAddr(t *testing.T) {
+	cfg := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "addr", Key: []string{"sasl_username"}, Per: "addr", Limit: 500, Period: policy.Duration(time.Hour)},
+	}}
+	var b strings.Builder
+	for i := range 60 {
+		at := time.Date(2026, 11, 2, 9, i, 0, 0, time.UTC).Format(time.RFC3339)
+		fmt.Fprintf(&b, `{"time":%q,"sasl_username":"alice","recipient":"boss@example.net"}`+"\n", at)
+		fmt.Fprintf(&b, `{"time":%q,"sasl_username":"bob","recipient":"r%d@example.net"}`+"\n", at, i)
+	}
+	tr, err := simulate.Read(strings.NewReader(b.String()), simulate.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{
+		NewStore:         func() policy.Store { return store.NewMemory(store.MemoryOptions{}) },
+		NewRecipientSets: func() policy.RecipientSets { return store.NewRecipients(store.RecipientOptions{}) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peaks := map[string]float64{}
+	for _, p := range s.Limits[0].Peaks {
+		peaks[p.Key] = p.Peak
+	}
+	if peaks["alice"] > 1.5 || peaks["bob"] < 30 {
+		t.Fatalf("peaks %v: want alice about 1 (one recipient), bob tens", peaks)
+	}
+}
+
+// TestSuggestTOMLKeepsSettings: a baseline limit is measured (the
+// measuring replay used to keep its floor and cap with the exponential
+// algorithm, and Suggest failed), and the proposed [[limit]] tables keep
+// every setting Suggest does not propose (baseline parameters,
+// auto_release), so pasting them does not silently drop any.
+func TestSuggestTOMLKeepsSettings(t *testing.T) {
+	cfg := policy.Config{Limits: []policy.LimitConfig{
+		{Name: "held", Key: []string{"sasl_username"}, Limit: 100, Period: policy.Duration(time.Hour), Action: "hold", AutoRelease: "drip"},
+		{Name: "learned", Key: []string{"sasl_username"}, Limit: 1000, Period: policy.Duration(24 * time.Hour), Algorithm: "baseline",
+			Factor: 4, Floor: 50, Cap: 2000, LearnPeriod: policy.Duration(14 * 24 * time.Hour)},
+	}}
+	tr, err := simulate.Read(strings.NewReader(`{"time":"2026-11-02T09:00:00Z","sasl_username":"alice","count":10,"every":"1m"}`+"\n"), simulate.FormatJSONL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{
+		NewStore: func() policy.Store { return store.NewMemory(store.MemoryOptions{}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := s.TOML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`auto_release = "drip"`, "factor = 4.0", "floor = 50.0", `learn_period = "14d"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("TOML lacks %s:\n%s", want, text)
+		}
+	}
+	// With baseline the limit is the cap, and at least the floor.
+	if l := s.Config.Limits[1]; l.Cap != 0 || l.Limit != 50 || strings.Contains(text, "cap =") {
+		t.Errorf("baseline proposal: limit %v, cap %v; want limit 50 (the floor) and no cap:\n%s", l.Limit, l.Cap, text)
 	}
 }

@@ -166,10 +166,15 @@ type tomlLimit struct {
 	Mode      string             `toml:"mode,omitempty"`
 	Action    string             `toml:"action,omitempty"`
 	Algorithm string             `toml:"algorithm,omitempty"`
+	Factor    float64            `toml:"factor,omitzero"`
+	Floor     float64            `toml:"floor,omitzero"`
+	Cap       float64            `toml:"cap,omitzero"`
+	Learn     string             `toml:"learn_period,omitempty"`
 	HalfLife  string             `toml:"half_life,omitempty"`
 	Message   string             `toml:"message,omitempty"`
 	Via       []string           `toml:"via,omitempty"`
 	Overrides map[string]float64 `toml:"overrides,omitempty"`
+	Release   string             `toml:"auto_release,omitempty"`
 }
 
 // TOML returns the proposed stack as [[limit]] tables, ready to paste
@@ -180,10 +185,13 @@ func (s *Suggestion) TOML() (string, error) {
 	}
 	for _, l := range s.Config.Limits {
 		t := tomlLimit{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: policy.FormatDuration(time.Duration(l.Period)),
-			Per: l.Per, Mode: l.Mode, Action: l.Action, Algorithm: l.Algorithm, Message: l.Message, Via: l.Via,
-			Overrides: l.Overrides}
+			Per: l.Per, Mode: l.Mode, Action: l.Action, Algorithm: l.Algorithm, Factor: l.Factor, Floor: l.Floor, Cap: l.Cap,
+			Message: l.Message, Via: l.Via, Overrides: l.Overrides, Release: l.AutoRelease}
 		if l.HalfLife != 0 {
 			t.HalfLife = policy.FormatDuration(time.Duration(l.HalfLife))
+		}
+		if l.LearnPeriod != 0 {
+			t.Learn = policy.FormatDuration(time.Duration(l.LearnPeriod))
 		}
 		doc.Limit = append(doc.Limit, t)
 	}

@@ -1,13 +1,10 @@
 package simulate
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,13 +23,7 @@ const binsPerDecade = 8
 // panel per limit, a histogram of the keys' peak rates on a logarithmic
 // axis, the proposed limit as a red dashed line and each override as a
 // green dotted one.
-func (s *Suggestion) SavePlot(path string) error {
-	var buf bytes.Buffer
-	if err := s.WritePlot(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")); err != nil {
-		return err
-	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
-}
+func (s *Suggestion) SavePlot(path string) error { return savePlot(path, s.WritePlot) }
 
 // WritePlot draws the plot of SavePlot in format PlotSVG or PlotPNG to w.
 func (s *Suggestion) WritePlot(w io.Writer, format string) error {

@@ -131,7 +131,7 @@ func exitStatus(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "ratelimitd: "+userMessage(err))
 	var u usageError
-	if errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command ") || strings.HasPrefix(err.Error(), "unknown flag") {
+	if errors.As(err, &u) {
 		return 2
 	}
 	return 1

@@ -110,7 +110,8 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 	}
 	s, err := simulate.Suggest(cmd.Context(), f.PolicyConfig(), tr, simulate.SuggestOptions{
 		Headroom: so.headroom, Percentile: so.percentile, Allow: so.allow,
-		NewStore: func() policy.Store { return store.NewMemory(store.MemoryOptions{}) },
+		NewStore:         func() policy.Store { return store.NewMemory(store.MemoryOptions{}) },
+		NewRecipientSets: func() policy.RecipientSets { return store.NewRecipients(store.RecipientOptions{}) },
 	})
 	if err != nil {
 		return err
