@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/json")
@@ -95,7 +98,18 @@ func TestFormatRate(t *testing.T) {
 // returns the action line.
 func policyAsk(t testing.TB, addr string, attrs ...string) string {
 	t.Helper()
-	return sendPolicy(t, addr, strings.Join(attrs, "\n")+"\n")
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n\n", strings.Join(attrs, "\n"))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(line)
 }
 
 // TestCLIOperations drives the operator commands against a running
