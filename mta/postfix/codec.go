@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -60,21 +61,24 @@ type span struct{ off, n int32 }
 // buffers from one request to the next. A string field equal to the same
 // field of the previous request (the client, the user, the instance of the
 // same message: every request of one message after its first, but for the
-// recipient) reuses that request's string; the other string fields share
-// one new backing array. So decoding costs at most one allocation once the
-// buffers have grown, and none for a request whose strings all repeat the
-// previous request's. Use one Decoder per connection. A Decoder is not safe
-// for concurrent use.
+// recipient) reuses that request's string; the other string fields are cut
+// from a block of 16 KiB the Decoder fills, append-only, request after
+// request. So once the buffers have grown a Decoder allocates about once
+// per hundred requests (a new block), not once per request. Use one
+// Decoder per connection. A Decoder is not safe for concurrent use.
 //
 // The string fields of a decoded Request are ordinary immutable strings.
-// Several fields may share a backing array: a consumer that keeps one field
-// for long (a map key, say) while discarding the rest should copy it with
-// strings.Clone to let the others be collected.
+// Fields of many requests share a block: a consumer that keeps one field
+// for long (a map key, say) should copy it with strings.Clone, so that it
+// does not keep the whole 16 KiB block from being collected.
 type Decoder struct {
 	r     *bufio.Reader
 	long  []byte // reassembly of a line longer than r's buffer
 	vals  []byte // values of the current request's known attributes
 	fresh []byte // the values not found in prev
+	// arena is the block the strings of new values are cut from (carve);
+	// its bytes up to len are handed out and never written again.
+	arena []byte
 	spans [nStringFields]span
 	seen  uint32
 	// prev holds the string fields of the previous request.
@@ -261,10 +265,7 @@ func (d *Decoder) Decode(req *policy.Request) error {
 		d.spans[f].off = int32(len(d.fresh))
 		d.fresh = append(d.fresh, v...)
 	}
-	var s string
-	if len(d.fresh) > 0 {
-		s = string(d.fresh)
-	}
+	s := d.carve(d.fresh)
 	if cap(d.fresh) > keep {
 		d.fresh = nil
 	}
@@ -292,6 +293,31 @@ func (d *Decoder) Decode(req *policy.Request) error {
 	req.SASLUsername = get(fSASLUsername)
 	req.SASLSender = get(fSASLSender)
 	return nil
+}
+
+// arenaSize is the size of the blocks Decoder.carve cuts strings from:
+// about a hundred messages' new values, so a Decoder allocates once per
+// hundred-odd requests.
+const arenaSize = 16 << 10
+
+// carve returns a string holding a copy of b, cut from the end of the
+// Decoder's current arena block, or from a new block when it has no room.
+// Blocks are append-only: the bytes of a returned string are never written
+// again, so it is an ordinary immutable string (which keeps its whole
+// block from being collected while it lives).
+func (d *Decoder) carve(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > cap(d.arena)-len(d.arena) {
+		if len(b) > arenaSize/4 {
+			return string(b) // a large value gets a block of its own
+		}
+		d.arena = make([]byte, 0, arenaSize)
+	}
+	start := len(d.arena)
+	d.arena = append(d.arena, b...)
+	return unsafe.String(&d.arena[start], len(b))
 }
 
 // knownStates are the protocol_state values decoded without allocating.

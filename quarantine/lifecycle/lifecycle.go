@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -296,7 +297,9 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 			// up): their entries keep no queue ID.
 			clear(s.awaitingQueueID)
 		}
-		s.awaitingQueueID[req.Instance] = struct{}{}
+		// A clone: the decoder's string shares a block with other
+		// requests' values (mta/postfix.Decoder).
+		s.awaitingQueueID[strings.Clone(req.Instance)] = struct{}{}
 		s.mu.Unlock()
 	}
 	s.recorded(ctx, e, "hold")
