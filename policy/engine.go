@@ -65,7 +65,7 @@ type Engine struct {
 // NewEngine validates c and returns an Engine keeping rate state in st. The
 // error joins every configuration problem found, each wrapping
 // ErrInvalidConfig and naming its TOML key. When st implements
-// StackEvaluator (the Redis store), each request's limits are decided by
+// StackEvaluator (the Redis store, the in-memory and persistent stores), each request's limits are decided by
 // it in one step; otherwise by EvaluateStack over st.
 func NewEngine(c Config, st Store) (*Engine, error) {
 	cc, err := compile(c)

@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"hash/maphash"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// stackMax is the largest stack EvaluateStack decides under one shard
+// lock; larger ones go through policy.EvaluateStack.
+const stackMax = 16
+
+// EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
+// with the same results as policy.EvaluateStack over this store, measured
+// at now. When every item's key falls in one shard, which is always the
+// case for a stack of limits sharing one rate key (200/hour plus
+// 1000/day by sasl_username), the whole stack is read, decided and
+// written under that shard's lock: one hash and one lock per request
+// instead of a Get and an Update per limit, and atomic per stack (two
+// concurrent requests of one key cannot both take the last room). Other
+// stacks go through policy.EvaluateStack (atomic per key). An item whose
+// state cannot be stored gets out[i].Err: ErrKeyTooLong, ErrTooManyLimits,
+// ErrFull or ErrKeyPressure, as Update returns them. It never returns an
+// error itself. Safe for concurrent use.
+func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
+	if len(items) == 0 {
+		return nil
+	}
+	if len(items) > stackMax {
+		return policy.EvaluateStack(ctx, m, now, items, refused, out)
+	}
+	var hs [stackMax]uint64
+	hs[0] = maphash.String(m.seed, items[0].Key)
+	sh := m.shardOf(hs[0])
+	for i := 1; i < len(items); i++ {
+		if items[i].Key == items[0].Key {
+			hs[i] = hs[0]
+			continue
+		}
+		hs[i] = maphash.String(m.seed, items[i].Key)
+		if m.shardOf(hs[i]) != sh {
+			return policy.EvaluateStack(ctx, m, now, items, refused, out)
+		}
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	// Measure every item (Get).
+	admitted := !refused
+	for i := range items {
+		it := &items[i]
+		var prev ratelimit.State
+		if lim, ok := m.limits.lookup(it.Limit); ok {
+			if _, idx, ok := find(sh, lim, it.Key, hs[i]); ok {
+				e := sh.at(idx)
+				e.seen = m.tick(sh)
+				prev = e.state
+			}
+		}
+		out[i] = policy.StackResult{Prev: prev, Result: it.Params.Check(prev, now, it.Cost)}
+		if out[i].Result.Over && it.Refuses {
+			admitted = false
+		}
+	}
+	// Store the counted items' new states (Update). An entry found above
+	// is looked up again: storing a new key may have evicted or moved it.
+	for i := range items {
+		it := &items[i]
+		if !it.Count {
+			continue
+		}
+		next, store := it.Params.Next(out[i].Result, admitted)
+		if !store {
+			continue
+		}
+		if err := m.storeLocked(sh, it, hs[i], out[i].Prev, next, now, admitted); err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Stored = true
+	}
+	return nil
+}
+
+// storeLocked is Update's body for one stack item, under sh's lock: it
+// stores next when the item's state is still prev (always, unless the
+// stack names one (limit, key) twice), else the request re-applied to the
+// current state.
+func (m *Memory) storeLocked(sh *shard, it *policy.StackItem, h uint64, prev, next ratelimit.State, now time.Time, admitted bool) error {
+	if len(it.Key) > MaxKeyLen {
+		return ErrKeyTooLong
+	}
+	lim, err := m.limits.intern(it.Limit)
+	if err != nil {
+		return err
+	}
+	apply := func(old ratelimit.State) (ratelimit.State, bool) {
+		if old == prev {
+			return next, true
+		}
+		return it.Params.Next(it.Params.Check(old, now, it.Cost), admitted)
+	}
+	if _, idx, ok := find(sh, lim, it.Key, h); ok {
+		e := sh.at(idx)
+		if s, store := apply(e.state); store {
+			e.state = s
+			e.seen = m.tick(sh)
+			sh.markDirty(idx, e)
+		}
+		return nil
+	}
+	if !sh.canAppend(len(it.Key)) {
+		return ErrFull
+	}
+	if s, store := apply(ratelimit.State{}); store && !insert(m, sh, lim, it.Key, h, s, true) {
+		m.refused.Add(1)
+		return ErrKeyPressure
+	}
+	return nil
+}
+
+// EvaluateStack is Memory.EvaluateStack (policy.StackEvaluator); the
+// changes are written by the next flush. In read-only mode it measures
+// without storing, every counted item getting ErrReadOnly, as
+// policy.EvaluateStack over this store does.
+func (p *Persistent) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
+	if p.opts.ReadOnly {
+		return policy.EvaluateStack(ctx, p, now, items, refused, out)
+	}
+	return p.mem.EvaluateStack(ctx, now, items, refused, out)
+}
