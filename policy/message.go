@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,16 +189,19 @@ func appendFP(b []byte, req *Request) []byte {
 // appendLower appends s lower-cased like strings.ToLower: byte for byte for
 // ASCII, through strings.ToLower (allocating) otherwise.
 func appendLower(b []byte, s string) []byte {
+	n := len(b)
+	b = slices.Grow(b, len(s))[:n+len(s)]
+	dst := b[n:]
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x80 {
 			// s[i:] starts a rune: ToLower maps rune by rune.
-			return append(b, strings.ToLower(s[i:])...)
+			return append(b[:n+i], strings.ToLower(s[i:])...)
 		}
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'
 		}
-		b = append(b, c)
+		dst[i] = c
 	}
 	return b
 }
