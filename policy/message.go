@@ -94,6 +94,9 @@ type msgEntry struct {
 	// which each front end's view is stored; empty when that front end
 	// has no view of it.
 	id [2][]byte
+	// hash is hashID of id, by front end: end finds the entry again
+	// without building the key.
+	hash [2]uint64
 	// refs counts the table slots and pending list holding the entry and
 	// the requests using it; at 0 the entry is reused.
 	refs int32
@@ -240,19 +243,21 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	h := t.hashID(front, id)
 	if m, ok := t.cur.msgs[h]; ok && bytes.Equal(m.id[front], id) {
 		m.refs++
+		m.hash[front] = h
 		return m
 	}
 	if m, ok := t.old.msgs[h]; ok && bytes.Equal(m.id[front], id) {
 		m.refs++ // this request, first: put may rotate
 		delete(t.old.msgs, h)
 		m.refs-- // the old slot, replaced by put's
+		m.hash[front] = h
 		t.put(h, m)
 		return m
 	}
 	if !joinable {
 		m := t.alloc()
 		m.refs++ // this request
-		m.id[front] = append(m.id[front][:0], id...)
+		m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
 		t.put(h, m)
 		return m
 	}
@@ -261,13 +266,13 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	fh := maphash.Bytes(t.seed, fp)
 	if m := t.takePending(fp, fh, 1-front); m != nil {
 		m.refs++ // this request, first: put may rotate
-		m.id[front] = append(m.id[front][:0], id...)
+		m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
 		t.put(h, m)
 		return m
 	}
 	m := t.alloc()
 	m.refs++ // this request
-	m.id[front] = append(m.id[front][:0], id...)
+	m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
 	t.put(h, m)
 	t.addPending(m, fp, fh, front)
 	return m
@@ -430,18 +435,16 @@ func (t *msgTable) takePending(fp []byte, fh uint64, front int) *msgEntry {
 // until its generation goes.
 func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
 	var buf [maxIDLen]byte
-	var id []byte
 	front := frontIndex(req.Stage)
-	if done {
-		id = appendID(buf[:0], req)
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if refused {
 		t.unlinkPending(m)
 	}
 	if done {
-		h := t.hashID(front, id)
+		// m's key and hash for this front end, as get found or made
+		// them (a copy: unref below may recycle m).
+		id, h := append(buf[:0], m.id[front]...), m.hash[front]
 		for _, g := range [2]*msgGen{&t.cur, &t.old} {
 			if o, ok := g.msgs[h]; ok && bytes.Equal(o.id[front], id) {
 				delete(g.msgs, h)
