@@ -83,12 +83,12 @@ func (m *metrics) registerRedisMetrics(f *redisstore.Failover) {
 // redisDecision turns a request Redis could not decide into a 450 when
 // on_redis_error is "defer" (with "dunno" the engine's fail-open DUNNO
 // stands). The fault stays set: it is logged and counted.
-func (d *daemon) redisDecision(dec policy.Decision) policy.Decision {
-	if d.redis == nil || d.cfg.Store.OnRedisError != "defer" || dec.Action != policy.Pass ||
-		dec.Fault == nil || !errors.Is(dec.Fault, redisstore.ErrUnavailable) {
-		return dec
+func (d *daemon) redisDecision(dec *policy.Decision) {
+	if d.redis == nil || dec.Fault == nil || d.cfg.Store.OnRedisError != "defer" || dec.Action != policy.Pass ||
+		!errors.Is(dec.Fault, redisstore.ErrUnavailable) {
+		return
 	}
-	return policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1",
+	*dec = policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1",
 		Text: "Rate limit service temporarily unavailable, try again later", Reason: "redis unavailable, on_redis_error=defer",
 		Fault: dec.Fault}
 }

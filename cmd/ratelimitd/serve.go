@@ -331,7 +331,7 @@ func (d *daemon) decide(ctx context.Context, req *policy.Request) (dec policy.De
 	}()
 	start := time.Now()
 	dec = d.engine.Decide(ctx, start, req)
-	dec = d.redisDecision(dec)
+	d.redisDecision(&dec)
 	// Faults are logged and counted by the front end's server.
 	d.metrics.observe(req, &dec, time.Since(start))
 	d.notifyRefusal(req, &dec)
