@@ -195,7 +195,7 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 		}
 	}
 	refused := !prev.Action.Admits()
-	connectSeen := e.seen.get(front, StateConnect) > 0
+	connectSeen := e.seen.asked(front, StateConnect)
 
 	var pbuf [maxStack]probe
 	sc := e.scratch.Get().(*scratch)

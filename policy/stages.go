@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 )
 
@@ -37,29 +38,72 @@ func stateIndex(s string) int {
 }
 
 // stageCounts counts the requests seen per front end and protocol state:
-// how the daemon learns where the MTA asks, instead of being told.
+// how the daemon learns where the MTA asks, instead of being told. Every
+// request adds one, so the counts are striped: a request adds to one of
+// stageStripes copies picked at random (per-thread random state, no shared
+// write), and readers sum them, so that two CPUs serving requests do not
+// pass one cache line back and forth. The checks on each request's path
+// (has a front end asked at CONNECT, about any message, is it warmed up)
+// read flags written once.
 type stageCounts struct {
+	stripes [stageStripes]stageStripe
+	// seen[front][i] is set once front has asked at stateNames[i];
+	// anyMsg[front] once it has asked about a message (MAIL, RCPT, DATA,
+	// END-OF-MESSAGE); warm[front] once it has sent joinWarmUp of those.
+	seen   [2][len(stateNames)]atomic.Bool
+	anyMsg [2]atomic.Bool
+	warm   [2]atomic.Bool
+}
+
+// stageStripes is the number of copies of the counts (a power of two).
+const stageStripes = 16
+
+type stageStripe struct {
 	n [2][len(stateNames)]atomic.Uint64
+	_ [256 - 2*len(stateNames)*8]byte // one stripe per 256 bytes: no shared cache line
 }
 
 func (s *stageCounts) add(front int, state string) {
-	if i := stateIndex(state); i >= 0 {
-		s.n[front][i].Add(1)
+	i := stateIndex(state)
+	if i < 0 {
+		return
 	}
+	s.stripes[rand.Uint32()%stageStripes].n[front][i].Add(1)
+	if !s.seen[front][i].Load() {
+		s.seen[front][i].Store(true)
+	}
+	if i >= 3 && i <= 6 && !s.anyMsg[front].Load() {
+		s.anyMsg[front].Store(true)
+	}
+}
+
+// count returns the number of requests front has sent at stateNames[i].
+func (s *stageCounts) count(front, i int) uint64 {
+	var n uint64
+	for k := range s.stripes {
+		n += s.stripes[k].n[front][i].Load()
+	}
+	return n
 }
 
 func (s *stageCounts) get(front int, state string) uint64 {
 	if i := stateIndex(state); i >= 0 {
-		return s.n[front][i].Load()
+		return s.count(front, i)
 	}
 	return 0
+}
+
+// asked reports whether front has asked at state at least once (a flag:
+// cheap on every request's path).
+func (s *stageCounts) asked(front int, state string) bool {
+	i := stateIndex(state)
+	return i >= 0 && s.seen[front][i].Load()
 }
 
 // messageRequests returns the number of requests front end front has sent
 // about mail transactions (MAIL, RCPT, DATA, END-OF-MESSAGE).
 func (s *stageCounts) messageRequests(front int) uint64 {
-	c := &s.n[front]
-	return c[3].Load() + c[4].Load() + c[5].Load() + c[6].Load() // MAIL, RCPT, DATA, END-OF-MESSAGE
+	return s.count(front, 3) + s.count(front, 4) + s.count(front, 5) + s.count(front, 6) // MAIL, RCPT, DATA, END-OF-MESSAGE
 }
 
 // joinWarmUp is how many message requests a front end sends after start
@@ -72,7 +116,17 @@ const joinWarmUp = 4096
 // joinable reports whether a new message of front end front may wait for,
 // or be joined by, the other front end's view of it.
 func (s *stageCounts) joinable(front int) bool {
-	return s.messageRequests(1-front) > 0 || s.messageRequests(front) < joinWarmUp
+	if s.anyMsg[1-front].Load() {
+		return true
+	}
+	if s.warm[front].Load() {
+		return false
+	}
+	if s.messageRequests(front) < joinWarmUp {
+		return true
+	}
+	s.warm[front].Store(true)
+	return false
 }
 
 // StageCount is how many requests one front end has sent at one protocol
@@ -94,7 +148,7 @@ func (e *Engine) Stages() []StageCount {
 	var out []StageCount
 	for f, via := range []string{ViaPolicy, ViaMilter} {
 		for i, st := range stateNames {
-			if n := e.seen.n[f][i].Load(); n > 0 {
+			if n := e.seen.count(f, i); n > 0 {
 				out = append(out, StageCount{Via: via, State: st, Requests: n})
 			}
 		}
