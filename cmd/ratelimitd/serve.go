@@ -384,8 +384,9 @@ func (d *daemon) status() Status {
 		Faults: d.metrics.nFaults.Load(), BadInput: d.metrics.nBad.Load(),
 		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice(),
 		Connections: ConnStatus{Open: d.conns.Open(), Max: d.conns.Max(), Refused: d.conns.Refused()}}
+	byAction := d.metrics.byAction()
 	for a := range numActions {
-		n := d.metrics.byAction[a].Load()
+		n := byAction[a]
 		st.Requests += n
 		st.ByAction[policy.Action(a).String()] = n
 	}
