@@ -213,9 +213,11 @@ type PersistStats struct {
 // change, so its cost follows the number of changes, not the number of
 // snapshot pages they fall in (BenchmarkFlushRandom100k). A compaction
 // rewrites each snapshot leaf page holding a journaled key (copy-on-write),
-// nearly all of them under random keys, deduplicated and in key order; its
-// memory is 16 bytes per journal entry, as keys and states are read from
-// the mapping, plus the pages of one piece. The file holds the snapshot,
+// nearly all of them under random keys, deduplicated and in key order (a
+// radix sort on 8 bytes of each key held with the entry, which reads the
+// keys only to confirm the duplicates, BenchmarkCollect); its memory is 24
+// bytes per journal entry, as keys and states are read from the mapping,
+// plus the pages of one piece. The file holds the snapshot,
 // the journal, and the pages of the largest compaction piece twice.
 // NewPersistent reads every page without writing them, and it, each flush,
 // sweep and compaction piece madvise BoltDB's read-only mapping out of the
@@ -1109,8 +1111,12 @@ type compaction struct {
 }
 
 // jentry is a journal entry: the key is recs[rec][off:off+n] and, unless
-// del, its state the valueLen bytes after.
+// del, its state the valueLen bytes after. pre is the 8 bytes of the key
+// after the prefix all the journal's keys of its limit share (zero-padded,
+// big-endian), so that most comparisons of a sort by key need not read
+// the keys, which lie at random places of BoltDB's mapping.
 type jentry struct {
+	pre      uint64
 	rec, off uint32
 	n        uint16
 	lim      uint16 // index in names
@@ -1126,34 +1132,196 @@ func (c *compaction) state(e jentry) []byte {
 	return c.recs[e.rec][end : end+valueLen : end+valueLen]
 }
 
+// comparePre orders entries by pre, then in journal order (record, then
+// offset in it). pre orders keys as their bytes do, up to ties: for keys
+// sharing their first lcp bytes, the order of key[lcp:lcp+8] padded with
+// zeros is that of the keys wherever it is strict (a key that is a proper
+// prefix of another pads with zeros, which no byte is below). So entries
+// in this order are in key order but for runs of equal pre, which are
+// mostly the entries of one key (see dedup).
+func comparePre(x, y jentry) int {
+	switch {
+	case x.pre != y.pre:
+		return cmp.Compare(x.pre, y.pre)
+	case x.rec != y.rec:
+		return cmp.Compare(x.rec, y.rec)
+	}
+	return cmp.Compare(x.off, y.off)
+}
+
+// dedup appends to out the last entry of each key of run, entries of
+// equal pre in journal order, in key order. It reads each key once when
+// they are all the same (a key changed in several flushes), and sorts run
+// by key otherwise.
+func (c *compaction) dedup(out, run []jentry) []jentry {
+	last := run[len(run)-1]
+	if len(run) == 1 {
+		return append(out, last)
+	}
+	k, same := c.key(last), true
+	for _, e := range run[:len(run)-1] {
+		if same = e.n == last.n && bytes.Equal(c.key(e), k); !same {
+			break
+		}
+	}
+	if same {
+		return append(out, last)
+	}
+	slices.SortStableFunc(run, func(x, y jentry) int { return bytes.Compare(c.key(x), c.key(y)) })
+	for i, e := range run {
+		if i+1 < len(run) && bytes.Equal(c.key(run[i+1]), c.key(e)) {
+			continue // a later entry of the same key wins
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// radixMin is the number of entries below which sortEntries sorts by
+// insertion.
+const radixMin = 32
+
+// sortEntries sorts ents, whose pre agree in their first shift bytes, by
+// comparePre, in place: a most-significant-digit radix sort (American
+// flag sort) on the bytes of pre, and an insertion sort of small ranges.
+// It reads no key. (slices.SortFunc takes several times as long: its
+// comparisons are calls.)
+func sortEntries(ents []jentry, shift int) {
+	for len(ents) > radixMin && shift < 8 {
+		sh := 56 - 8*shift
+		var count [256]int
+		lo, hi := 255, 0 // the digits present
+		for _, e := range ents {
+			d := int(byte(e.pre >> sh))
+			count[d]++
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo == hi {
+			shift++ // one bucket: the next byte
+			continue
+		}
+		// Permute in place: bucket d is ents[start[d]:start[d]+count[d]];
+		// next[d] is where its next entry goes.
+		var start, next [256]int
+		n := 0
+		for d := lo; d <= hi; d++ {
+			start[d], next[d] = n, n
+			n += count[d]
+		}
+		for d := lo; d <= hi; d++ {
+			end := start[d] + count[d]
+			for next[d] < end {
+				e := ents[next[d]]
+				for t := int(byte(e.pre >> sh)); t != d; t = int(byte(e.pre >> sh)) {
+					e, ents[next[t]] = ents[next[t]], e
+					next[t]++
+				}
+				ents[next[d]] = e
+				next[d]++
+			}
+		}
+		for d := lo; d <= hi; d++ {
+			if count[d] > 1 {
+				sortEntries(ents[start[d]:start[d]+count[d]], shift+1)
+			}
+		}
+		return
+	}
+	if len(ents) > radixMin { // all of equal pre
+		slices.SortFunc(ents, comparePre)
+		return
+	}
+	for i := 1; i < len(ents); i++ {
+		e, j := ents[i], i
+		for ; j > 0 && entryLess(e, ents[j-1]); j-- {
+			ents[j] = ents[j-1]
+		}
+		ents[j] = e
+	}
+}
+
+// entryLess reports whether comparePre(x, y) < 0.
+func entryLess(x, y jentry) bool {
+	if x.pre != y.pre {
+		return x.pre < y.pre
+	}
+	if x.rec != y.rec {
+		return x.rec < y.rec
+	}
+	return x.off < y.off
+}
+
+// keyPrefix returns the first 8 bytes of k as a big-endian integer, padded
+// with zeros.
+func keyPrefix(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
+}
+
 // collect reads every record of the journal in tx into c, and sorts and
 // deduplicates its entries. c.recs are slices of BoltDB's mapping, valid
 // until tx ends. A malformed record is logged, and its entries dropped;
 // it counts in c.seqs (and is deleted by a compaction). A record of an
 // unknown format fails with ErrVersion.
+//
+// It decodes the records twice, in journal order (sequential reads of the
+// mapping): first to count each limit's entries and find the prefix all
+// its keys share, then to place each entry, with its key's pre, in its
+// limit's part of c.ents, which it sorts (compareEntries) and
+// deduplicates. Its memory is c.ents, 24 bytes per journal entry.
 func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	j := tx.Bucket(journalName)
 	if j == nil {
 		return nil
 	}
+	type limit struct {
+		n     int    // entries
+		first []byte // key of the first entry
+		lcp   int    // length of the prefix all keys share
+	}
+	var lims []limit
 	ids := map[string]uint16{}
+	var last []byte // the name of lastLim: records hold groups of one limit
+	lastLim := uint16(0)
+	lookup := func(name []byte) (uint16, error) {
+		if last != nil && bytes.Equal(name, last) {
+			return lastLim, nil
+		}
+		lim, ok := ids[string(name)]
+		if !ok {
+			if len(c.names) > math.MaxUint16 {
+				return 0, errMalformedRecord
+			}
+			lim = uint16(len(c.names))
+			ids[string(name)] = lim
+			c.names = append(c.names, string(name))
+			lims = append(lims, limit{})
+		}
+		last, lastLim = name, lim
+		return lim, nil
+	}
+	var bad map[int]bool // malformed records
 	cur := j.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
 		if v == nil {
 			continue // a bucket: not written by this package
 		}
-		rec, mark := uint32(len(c.recs)), len(c.ents)
 		err := decodeRecord(v, func(name []byte, off, n int, del bool) error {
-			lim, ok := ids[string(name)]
-			if !ok {
-				if len(c.names) > math.MaxUint16 {
-					return errMalformedRecord
-				}
-				lim = uint16(len(c.names))
-				ids[string(name)] = lim
-				c.names = append(c.names, string(name))
+			lim, err := lookup(name)
+			if err != nil {
+				return err
 			}
-			c.ents = append(c.ents, jentry{rec: rec, off: uint32(off), n: uint16(n), lim: lim, del: del})
+			l, key := &lims[lim], v[off:off+n]
+			if l.n == 0 {
+				l.first, l.lcp = key, n
+			} else {
+				l.lcp = commonPrefix(l.first[:l.lcp], key)
+			}
+			l.n++
 			return nil
 		})
 		if errors.Is(err, ErrVersion) {
@@ -1161,35 +1329,72 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 		}
 		if err != nil {
 			p.log.Warn("malformed rate journal record dropped", "key", fmt.Sprintf("%x", k), "err", err)
-			c.ents = c.ents[:mark]
+			if bad == nil {
+				bad = map[int]bool{}
+			}
+			bad[len(c.recs)] = true
 		}
 		c.seqs = append(c.seqs, bytes.Clone(k))
 		c.sizes = append(c.sizes, len(v))
 		c.recs = append(c.recs, v)
 		c.bytes += int64(len(v))
 	}
-	ents := c.ents
-	slices.SortFunc(ents, func(x, y jentry) int {
-		if x.lim != y.lim {
-			return int(x.lim) - int(y.lim)
+	// Each limit's entries go to ents[start[lim]:], up to next[lim] (fewer
+	// than counted when a malformed record held some).
+	start := make([]int, len(lims)+1)
+	for i, l := range lims {
+		start[i+1] = start[i] + l.n
+	}
+	next := slices.Clone(start[:len(lims)])
+	ents := make([]jentry, start[len(lims)])
+	last = nil
+	for rec, v := range c.recs {
+		if bad[rec] {
+			continue
 		}
-		if r := bytes.Compare(c.key(x), c.key(y)); r != 0 {
-			return r
+		err := decodeRecord(v, func(name []byte, off, n int, del bool) error {
+			lim, err := lookup(name)
+			if err != nil {
+				return err
+			}
+			ents[next[lim]] = jentry{pre: keyPrefix(v[off+lims[lim].lcp : off+n]),
+				rec: uint32(rec), off: uint32(off), n: uint16(n), lim: lim, del: del}
+			next[lim]++
+			return nil
+		})
+		if err != nil {
+			return err // it decoded the first time
 		}
-		return cmp.Or(cmp.Compare(x.rec, y.rec), cmp.Compare(x.off, y.off))
-	})
+	}
 	out := ents[:0]
-	for i, e := range ents {
-		if i+1 < len(ents) && ents[i+1].lim == e.lim && bytes.Equal(c.key(ents[i+1]), c.key(e)) {
-			continue // a later entry of the same key wins
+	for lim := range lims {
+		ents := ents[start[lim]:next[lim]]
+		sortEntries(ents, 0)
+		for i := 0; i < len(ents); {
+			j := i + 1
+			for j < len(ents) && ents[j].pre == ents[i].pre {
+				j++
+			}
+			out = c.dedup(out, ents[i:j])
+			i = j
 		}
-		out = append(out, e)
 	}
 	if cap(out) > 2*len(out)+1024 {
 		out = slices.Clone(out)
 	}
 	c.ents = out
 	return nil
+}
+
+// commonPrefix returns the length of the prefix a and b share.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 // apply puts or deletes the entries of piece in the snapshot, in tx,
