@@ -789,6 +789,35 @@ const crashEnv = "RATELIMITD_STORE_CRASH_CHILD"
 // reached when that flush took the changes. It is killed with SIGKILL at a
 // random moment; after reopening, every key's state must be at least as
 // new as the last flush reported. Three rounds run on the same file, each
+// TestBatchReset checks that a flush's batch keeps its arrays for the next
+// flush under a steady load of more than 65,536 changes, and drops them
+// when the load falls.
+func TestBatchReset(t *testing.T) {
+	var b batch
+	fill := func(n int) {
+		for i := range n {
+			b.add(uint16(i%2), fmt.Appendf(nil, "user%07d", i), ratelimit.State{Time: 1}, false)
+		}
+		b.group()
+	}
+	fill(100_000)
+	b.reset()
+	kept := cap(b.recs)
+	if kept < 100_000 {
+		t.Fatalf("after a flush of 100,000 changes: cap %d", kept)
+	}
+	fill(90_000)
+	if cap(b.recs) != kept && cap(b.spare) != kept {
+		t.Errorf("a flush of 90,000 changes grew the batch again: cap %d, was %d", cap(b.recs), kept)
+	}
+	b.reset()
+	fill(10)
+	b.reset()
+	if cap(b.recs) > 1<<16 || cap(b.spare) > 1<<16 || cap(b.keys) > 1<<20 {
+		t.Errorf("after a flush of 10 changes: cap %d, %d, keys %d", cap(b.recs), cap(b.spare), cap(b.keys))
+	}
+}
+
 // child continuing from what it restored.
 func TestPersistentCrashBound(t *testing.T) {
 	if testing.Short() {
@@ -978,8 +1007,14 @@ func BenchmarkFlush10k(b *testing.B) {
 // Compactions, when due, run after the flush (as Run starts them) and count
 // in its time; run it with enough iterations (-benchtime 60x) to amortise
 // them.
-func BenchmarkFlushRandom100k(b *testing.B) {
-	const users, changed = 100_000, 20_000
+func BenchmarkFlushRandom100k(b *testing.B) { benchFlushRandom(b, 100_000, 20_000) }
+
+// BenchmarkFlushRandom100kBusy is BenchmarkFlushRandom100k with 40,000
+// users changed per flush (some 66,000 distinct changed keys), as
+// ratelimitd-bench's load of 40,000 messages/s from 100,000 users.
+func BenchmarkFlushRandom100kBusy(b *testing.B) { benchFlushRandom(b, 100_000, 40_000) }
+
+func benchFlushRandom(b *testing.B, users, changed int) {
 	ctx := context.Background()
 	db, _ := openDB(b, filepath.Join(b.TempDir(), "ratelimitd.db"))
 	p := newPersistent(b, db, MemoryOptions{}, PersistOptions{})
@@ -1117,9 +1152,9 @@ func rssChild(path string) {
 }
 
 // compactBench is a store of 100,000 users under two limits (200,000
-// pairs, keys as ratelimitd-bench's sasl_username) whose journal holds
-// about 16 MiB (compactMinBytes) of flushes of 20,000 users chosen at
-// random: what a daemon under load compacts every few seconds.
+// pairs, keys as ratelimitd-bench's sasl_username) whose journal is
+// filled with flushes of 20,000 users chosen at random: what a daemon
+// under load compacts every few seconds.
 type compactBench struct {
 	p    *Persistent
 	db   *bbolt.DB
@@ -1149,11 +1184,11 @@ func newCompactBench(b *testing.B) *compactBench {
 	return c
 }
 
-// fill flushes changes of random users until the journal holds
-// compactMinBytes.
-func (c *compactBench) fill(b *testing.B) {
+// fill flushes changes of random users until the journal holds size
+// bytes.
+func (c *compactBench) fill(b *testing.B, size int64) {
 	ctx := context.Background()
-	for c.p.Stats().Journal < compactMinBytes {
+	for c.p.Stats().Journal < size {
 		c.v++
 		for range 20_000 {
 			k := c.keys[c.rng.IntN(len(c.keys))]
@@ -1180,34 +1215,39 @@ func (c *compactBench) entries(b *testing.B) int {
 	return n
 }
 
-// BenchmarkCompact compacts a journal of about 16 MiB (some 400,000
-// entries of 200,000 pairs) into the snapshot (compactBench), without
-// fsync; ns/entry is per journal entry.
+// BenchmarkCompact compacts a journal of 16, 32 (compactMinBytes) or 64
+// MiB (some 400,000 entries of 200,000 pairs per 16 MiB; compactBench)
+// into the snapshot, without fsync; ns/entry is per journal entry: the
+// compaction's share of the cost of each change a flush writes.
 func BenchmarkCompact(b *testing.B) {
-	c := newCompactBench(b)
-	var d time.Duration
-	entries := 0
-	b.ReportAllocs()
-	for b.Loop() {
-		b.StopTimer()
-		c.fill(b)
-		entries += c.entries(b)
-		b.StartTimer()
-		start := time.Now()
-		if err := c.p.compact(nil); err != nil {
-			b.Fatal(err)
-		}
-		d += time.Since(start)
+	for _, mib := range []int64{16, 32, 64} {
+		b.Run(fmt.Sprintf("journal-%dMiB", mib), func(b *testing.B) {
+			c := newCompactBench(b)
+			var d time.Duration
+			entries := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				c.fill(b, mib<<20)
+				entries += c.entries(b)
+				b.StartTimer()
+				start := time.Now()
+				if err := c.p.compact(nil); err != nil {
+					b.Fatal(err)
+				}
+				d += time.Since(start)
+			}
+			b.ReportMetric(float64(d.Nanoseconds())/float64(entries), "ns/entry")
+		})
 	}
-	b.ReportMetric(float64(d.Nanoseconds())/float64(entries), "ns/entry")
 }
 
-// BenchmarkCollect reads, sorts and deduplicates the journal of
+// BenchmarkCollect reads, sorts and deduplicates a 16 MiB journal of
 // BenchmarkCompact (collect), the first step of a compaction and of a
 // restore; ns/entry is per journal entry.
 func BenchmarkCollect(b *testing.B) {
 	c := newCompactBench(b)
-	c.fill(b)
+	c.fill(b, 16<<20)
 	entries := c.entries(b)
 	b.ReportAllocs()
 	for b.Loop() {
