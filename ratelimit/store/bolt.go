@@ -221,7 +221,7 @@ type PersistStats struct {
 // rewrites each snapshot leaf page holding a journaled key (copy-on-write),
 // nearly all of them under random keys, deduplicated and in key order (a
 // radix sort on 8 bytes of each key held with the entry, which reads the
-// keys only to confirm the duplicates, BenchmarkCollect); its memory is 24
+// keys only to confirm the duplicates, BenchmarkCollect); its memory is 16
 // bytes per journal entry, as keys and states are read from the mapping,
 // plus the pages of one piece. The file holds the snapshot,
 // the journal, and the pages of the largest compaction piece twice.
@@ -562,14 +562,6 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	p.journal = c.bytes
 	p.stats.Journal = c.bytes
 	releaseMappedTx(p.db, tx) // collect read every record
-	// The entries of each journal limit: c.ents[first[i]:first[i+1]].
-	first := make([]int, len(c.names)+1)
-	for _, e := range c.ents {
-		first[e.lim+1]++
-	}
-	for i := 1; i < len(first); i++ {
-		first[i] += first[i-1]
-	}
 	root := tx.Bucket(bucketName)
 	var names []string
 	if root != nil {
@@ -594,7 +586,7 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	for _, name := range names {
 		var ents []jentry
 		if i, ok := inJournal[name]; ok {
-			ents = c.ents[first[i]:first[i+1]]
+			ents = c.limitEntries(i)
 		}
 		var b *bbolt.Bucket
 		if root != nil {
@@ -610,7 +602,7 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 				bad = append(bad, name)
 			}
 			for _, e := range ents {
-				if !e.del {
+				if _, _, del := c.entry(e); !del {
 					p.stats.Dropped++
 				}
 			}
@@ -670,8 +662,8 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 			if k != nil && bytes.Equal(k, jk) {
 				k, v = cur.Next() // the journal wins
 			}
-			if e := ents[i]; !e.del {
-				restore(jk, c.state(e))
+			if _, v, del := c.entry(ents[i]); !del {
+				restore(jk, v)
 			}
 			i++
 		}
@@ -1061,8 +1053,8 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		if stopped() {
 			return errCompactionStopped
 		}
-		piece := c.ents[i:min(i+p.pieceKeys, len(c.ents))]
-		if err := p.update(func(tx *bbolt.Tx) error { return c.apply(tx, piece, skip) }); err != nil {
+		end := min(i+p.pieceKeys, len(c.ents))
+		if err := p.update(func(tx *bbolt.Tx) error { return c.apply(tx, i, end, skip) }); err != nil {
 			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
 		}
 		p.release()
@@ -1111,31 +1103,48 @@ type compaction struct {
 	sizes []int    // and their lengths
 	recs  [][]byte // the records, valid during a transaction
 	bytes int64    // the sum of sizes
-	names []string // limit names, indexed by jentry.lim
-	// The last entry of each (limit, key), sorted by limit index and key.
+	names []string // limit names, indexed by limit index
+	// The last entry of each (limit, key), sorted by limit index and key:
+	// those of limit i are ents[ends[i-1]:ends[i]] (limitEntries).
 	ents []jentry
+	ends []int
 }
 
-// jentry is a journal entry: the key is recs[rec][off:off+n] and, unless
-// del, its state the valueLen bytes after. pre is the 8 bytes of the key
-// after the prefix all the journal's keys of its limit share (zero-padded,
-// big-endian), so that most comparisons of a sort by key need not read
-// the keys, which lie at random places of BoltDB's mapping.
+// jentry is a journal entry, 16 bytes: the entry at offset off of record
+// rec (its header, see entry). pre is the 8 bytes of its key after the
+// prefix all the journal's keys of its limit share (zero-padded,
+// big-endian), so that sorting by key need not read the keys, which lie at
+// random places of BoltDB's mapping. Its limit is where it is in
+// compaction.ents.
 type jentry struct {
 	pre      uint64
 	rec, off uint32
-	n        uint16
-	lim      uint16 // index in names
-	del      bool
+}
+
+// entry returns the key of e, its state (valueLen bytes) unless the entry
+// is a deletion, and whether it is. collect checked the entry.
+func (c *compaction) entry(e jentry) (key, state []byte, del bool) {
+	v := c.recs[e.rec][e.off:]
+	h, w := binary.Uvarint(v)
+	n := w + int(h>>1)
+	if h&1 == 1 {
+		return v[w:n:n], nil, true
+	}
+	return v[w:n:n], v[n : n+valueLen : n+valueLen], false
 }
 
 func (c *compaction) key(e jentry) []byte {
-	return c.recs[e.rec][e.off : e.off+uint32(e.n) : e.off+uint32(e.n)]
+	k, _, _ := c.entry(e)
+	return k
 }
 
-func (c *compaction) state(e jentry) []byte {
-	end := e.off + uint32(e.n)
-	return c.recs[e.rec][end : end+valueLen : end+valueLen]
+// limitEntries returns the entries of limit index i.
+func (c *compaction) limitEntries(i int) []jentry {
+	start := 0
+	if i > 0 {
+		start = c.ends[i-1]
+	}
+	return c.ents[start:c.ends[i]]
 }
 
 // comparePre orders entries by pre, then in journal order (record, then
@@ -1166,7 +1175,7 @@ func (c *compaction) dedup(out, run []jentry) []jentry {
 	}
 	k, same := c.key(last), true
 	for _, e := range run[:len(run)-1] {
-		if same = e.n == last.n && bytes.Equal(c.key(e), k); !same {
+		if same = bytes.Equal(c.key(e), k); !same {
 			break
 		}
 	}
@@ -1277,8 +1286,8 @@ func keyPrefix(k []byte) uint64 {
 // It decodes the records twice, in journal order (sequential reads of the
 // mapping): first to count each limit's entries and find the prefix all
 // its keys share, then to place each entry, with its key's pre, in its
-// limit's part of c.ents, which it sorts (compareEntries) and
-// deduplicates. Its memory is c.ents, 24 bytes per journal entry.
+// limit's part of c.ents, which it sorts (sortEntries) and deduplicates
+// (dedup). Its memory is c.ents, 16 bytes per journal entry.
 func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	j := tx.Bucket(journalName)
 	if j == nil {
@@ -1316,7 +1325,7 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 		if v == nil {
 			continue // a bucket: not written by this package
 		}
-		err := decodeRecord(v, func(name []byte, off, n int, del bool) error {
+		err := decodeRecord(v, func(name []byte, _, off, n int, _ bool) error {
 			lim, err := lookup(name)
 			if err != nil {
 				return err
@@ -1358,13 +1367,12 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 		if bad[rec] {
 			continue
 		}
-		err := decodeRecord(v, func(name []byte, off, n int, del bool) error {
+		err := decodeRecord(v, func(name []byte, at, off, n int, _ bool) error {
 			lim, err := lookup(name)
 			if err != nil {
 				return err
 			}
-			ents[next[lim]] = jentry{pre: keyPrefix(v[off+lims[lim].lcp : off+n]),
-				rec: uint32(rec), off: uint32(off), n: uint16(n), lim: lim, del: del}
+			ents[next[lim]] = jentry{pre: keyPrefix(v[off+lims[lim].lcp : off+n]), rec: uint32(rec), off: uint32(at)}
 			next[lim]++
 			return nil
 		})
@@ -1384,6 +1392,7 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 			out = c.dedup(out, ents[i:j])
 			i = j
 		}
+		c.ends = append(c.ends, len(out))
 	}
 	if cap(out) > 2*len(out)+1024 {
 		out = slices.Clone(out)
@@ -1403,10 +1412,10 @@ func commonPrefix(a, b []byte) int {
 	return n
 }
 
-// apply puts or deletes the entries of piece in the snapshot, in tx,
-// reading them from the journal's records, and deletes the buckets its
+// apply puts or deletes the entries c.ents[start:end] in the snapshot, in
+// tx, reading them from the journal's records, and deletes the buckets its
 // deletions emptied. Entries of a limit whose skip is set are dropped.
-func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
+func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
 	root, j := tx.Bucket(bucketName), tx.Bucket(journalName)
 	if root == nil || j == nil {
 		return errors.New("bucket missing")
@@ -1423,21 +1432,26 @@ func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
 			}
 		}
 	}
-	for _, e := range piece {
-		if skip[e.lim] {
+	next := 0 // the limit of c.ents[i] is the first next with i < c.ends[next]
+	for i, e := range c.ents[start:end] {
+		for start+i >= c.ends[next] {
+			next++
+		}
+		if skip[next] {
 			continue
 		}
-		if int(e.lim) != lim {
+		if next != lim {
 			check()
-			b, looked, lim, del = nil, false, int(e.lim), false
+			b, looked, lim, del = nil, false, next, false
 		}
 		if c.recs[e.rec] == nil {
 			if c.recs[e.rec] = j.Get(c.seqs[e.rec]); len(c.recs[e.rec]) != c.sizes[e.rec] {
 				return fmt.Errorf("record %x changed", c.seqs[e.rec])
 			}
 		}
-		name, k := c.names[e.lim], c.key(e)
-		if e.del {
+		name := c.names[lim]
+		k, v, deleted := c.entry(e)
+		if deleted {
 			if !looked {
 				b, looked = root.Bucket([]byte(name)), true
 			}
@@ -1456,7 +1470,7 @@ func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
 			}
 			looked = true
 		}
-		if err := b.Put(k, c.state(e)); err != nil {
+		if err := b.Put(k, v); err != nil {
 			return fmt.Errorf("put %s/%q: %w", name, k, err)
 		}
 	}
@@ -1470,12 +1484,12 @@ func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
 }
 
 // decodeRecord calls fn for every entry of the journal record v, in order,
-// with the limit name, where the key starts in v, its length, and whether
-// the entry is a deletion (if not, the state is the valueLen bytes after
-// the key). It returns fn's error, errMalformedRecord, or an error
-// wrapping ErrVersion for a record of an unknown format, possibly after
-// calling fn for some of the entries.
-func decodeRecord(v []byte, fn func(name []byte, off, n int, del bool) error) error {
+// with the limit name, where the entry (its header) and its key start in
+// v, the key's length, and whether the entry is a deletion (if not, the
+// state is the valueLen bytes after the key). It returns fn's error,
+// errMalformedRecord, or an error wrapping ErrVersion for a record of an
+// unknown format, possibly after calling fn for some of the entries.
+func decodeRecord(v []byte, fn func(name []byte, at, off, n int, del bool) error) error {
 	if len(v) == 0 {
 		return errMalformedRecord
 	}
@@ -1493,6 +1507,7 @@ func decodeRecord(v []byte, fn func(name []byte, off, n int, del bool) error) er
 		count := binary.BigEndian.Uint32(v[i:])
 		i += 4
 		for range count {
+			at := i
 			h, w := binary.Uvarint(v[i:])
 			if w <= 0 {
 				return errMalformedRecord
@@ -1506,7 +1521,7 @@ func decodeRecord(v []byte, fn func(name []byte, off, n int, del bool) error) er
 			if n == 0 || n > bbolt.MaxKeySize || uint64(len(v)-i) < need {
 				return errMalformedRecord
 			}
-			if err := fn(name, i, int(n), del); err != nil {
+			if err := fn(name, at, i, int(n), del); err != nil {
 				return err
 			}
 			i += int(need)

@@ -87,7 +87,7 @@ func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 			return nil
 		}
 		return j.ForEach(func(seq, v []byte) error {
-			return decodeRecord(v, func(name []byte, off, n int, del bool) error {
+			return decodeRecord(v, func(name []byte, _, off, n int, del bool) error {
 				k := pair{string(name), string(v[off : off+n])}
 				if del {
 					delete(out, k)
@@ -1206,7 +1206,7 @@ func (c *compactBench) entries(b *testing.B) int {
 	n := 0
 	err := c.db.View(func(tx *bbolt.Tx) error {
 		return tx.Bucket(journalName).ForEach(func(_, v []byte) error {
-			return decodeRecord(v, func([]byte, int, int, bool) error { n++; return nil })
+			return decodeRecord(v, func([]byte, int, int, int, bool) error { n++; return nil })
 		})
 	})
 	if err != nil {
@@ -1310,8 +1310,8 @@ func TestCollectOrder(t *testing.T) {
 		last := map[[2]string]entry{}
 		rec := 0
 		err := tx.Bucket(journalName).ForEach(func(_, v []byte) error {
-			err := decodeRecord(v, func(name []byte, off, n int, del bool) error {
-				e := entry{lim: string(name), key: string(v[off : off+n]), rec: rec, off: off, del: del}
+			err := decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
+				e := entry{lim: string(name), key: string(v[off : off+n]), rec: rec, off: at, del: del}
 				if !del {
 					e.state = string(v[off+n : off+n+valueLen])
 				}
@@ -1337,16 +1337,19 @@ func TestCollectOrder(t *testing.T) {
 		slices.SortFunc(want, func(x, y entry) int {
 			return cmp.Or(cmp.Compare(index[x.lim], index[y.lim]), strings.Compare(x.key, y.key))
 		})
-		if len(c.ents) != len(want) {
-			t.Fatalf("collect: %d entries, want %d", len(c.ents), len(want))
-		}
-		for i, e := range c.ents {
-			got := entry{lim: c.names[e.lim], key: string(c.key(e)), rec: int(e.rec), off: int(e.off), del: e.del}
-			if !e.del {
-				got.state = string(c.state(e))
+		var got []entry
+		for lim := range c.names {
+			for _, e := range c.limitEntries(lim) {
+				k, s, del := c.entry(e)
+				got = append(got, entry{lim: c.names[lim], key: string(k), rec: int(e.rec), off: int(e.off), del: del, state: string(s)})
 			}
-			if got != want[i] {
-				t.Fatalf("entry %d: got %+v, want %+v", i, got, want[i])
+		}
+		if len(got) != len(c.ents) || len(got) != len(want) {
+			t.Fatalf("collect: %d entries (%d by limit), want %d", len(c.ents), len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("entry %d: got %+v, want %+v", i, got[i], want[i])
 			}
 		}
 		return nil
