@@ -88,10 +88,10 @@ const (
 	// so it is paid for by at least half a snapshot of cheap appends.
 	// Its cost per journal entry falls as the journal grows, the pages
 	// being rewritten once per compaction (BenchmarkCompact, 100,000
-	// users: 16 MiB 487 ns, 32 MiB 338 ns, 64 MiB 258 ns per entry);
-	// 32 MiB (some 800,000 entries) keeps the file, the memory of a
-	// compaction (see Persistent) and the time to read the journal at
-	// restore small.
+	// users, on a shared 2-core machine: 460 to 590 ns per entry at
+	// 16 MiB, 340 to 520 at 32 MiB, 250 to 310 at 64 MiB); 32 MiB (some
+	// 800,000 entries) keeps the file, the memory of a compaction (see
+	// Persistent) and the time to read the journal at restore small.
 	compactMinBytes  = 32 << 20
 	compactPairBytes = 48
 	// compactPiece is how many keys one write transaction of a compaction
