@@ -86,7 +86,13 @@ const (
 	// per state (see Persistent). Each compaction rewrites the snapshot's
 	// pages holding a journaled key, nearly all of them under random keys,
 	// so it is paid for by at least half a snapshot of cheap appends.
-	compactMinBytes  = 16 << 20
+	// Its cost per journal entry falls as the journal grows, the pages
+	// being rewritten once per compaction (BenchmarkCompact, 100,000
+	// users, on a shared 2-core machine: 460 to 590 ns per entry at
+	// 16 MiB, 340 to 520 at 32 MiB, 250 to 310 at 64 MiB); 32 MiB (some
+	// 800,000 entries) keeps the file, the memory of a compaction (see
+	// Persistent) and the time to read the journal at restore small.
+	compactMinBytes  = 32 << 20
 	compactPairBytes = 48
 	// compactPiece is how many keys one write transaction of a compaction
 	// puts or deletes: a contiguous range of the sorted keys, so that it
@@ -187,7 +193,7 @@ type PersistStats struct {
 // transaction (fsync'd on commit unless the DB was opened with NoSync).
 // Run flushes every FlushInterval and sweeps negligible states every
 // SweepInterval; Close flushes a last time. When the journal has grown
-// past about half the snapshot (at least 16 MiB), Run compacts it into the
+// past about half the snapshot (at least 32 MiB), Run compacts it into the
 // snapshot in the background, in pieces of at most 20,000 keys, while its
 // flushes go on between the pieces (see compact).
 //
@@ -213,9 +219,11 @@ type PersistStats struct {
 // change, so its cost follows the number of changes, not the number of
 // snapshot pages they fall in (BenchmarkFlushRandom100k). A compaction
 // rewrites each snapshot leaf page holding a journaled key (copy-on-write),
-// nearly all of them under random keys, deduplicated and in key order; its
-// memory is 16 bytes per journal entry, as keys and states are read from
-// the mapping, plus the pages of one piece. The file holds the snapshot,
+// nearly all of them under random keys, deduplicated and in key order (a
+// radix sort on 8 bytes of each key held with the entry, which reads the
+// keys only to confirm the duplicates, BenchmarkCollect); its memory is 16
+// bytes per journal entry, as keys and states are read from the mapping,
+// plus the pages of one piece. The file holds the snapshot,
 // the journal, and the pages of the largest compaction piece twice.
 // NewPersistent reads every page without writing them, and it, each flush,
 // sweep and compaction piece madvise BoltDB's read-only mapping out of the
@@ -554,14 +562,6 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	p.journal = c.bytes
 	p.stats.Journal = c.bytes
 	releaseMappedTx(p.db, tx) // collect read every record
-	// The entries of each journal limit: c.ents[first[i]:first[i+1]].
-	first := make([]int, len(c.names)+1)
-	for _, e := range c.ents {
-		first[e.lim+1]++
-	}
-	for i := 1; i < len(first); i++ {
-		first[i] += first[i-1]
-	}
 	root := tx.Bucket(bucketName)
 	var names []string
 	if root != nil {
@@ -586,7 +586,7 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	for _, name := range names {
 		var ents []jentry
 		if i, ok := inJournal[name]; ok {
-			ents = c.ents[first[i]:first[i+1]]
+			ents = c.limitEntries(i)
 		}
 		var b *bbolt.Bucket
 		if root != nil {
@@ -602,7 +602,7 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 				bad = append(bad, name)
 			}
 			for _, e := range ents {
-				if !e.del {
+				if _, _, del := c.entry(e); !del {
 					p.stats.Dropped++
 				}
 			}
@@ -662,8 +662,8 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 			if k != nil && bytes.Equal(k, jk) {
 				k, v = cur.Next() // the journal wins
 			}
-			if e := ents[i]; !e.del {
-				restore(jk, c.state(e))
+			if _, v, del := c.entry(ents[i]); !del {
+				restore(jk, v)
 			}
 			i++
 		}
@@ -1053,8 +1053,8 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		if stopped() {
 			return errCompactionStopped
 		}
-		piece := c.ents[i:min(i+p.pieceKeys, len(c.ents))]
-		if err := p.update(func(tx *bbolt.Tx) error { return c.apply(tx, piece, skip) }); err != nil {
+		end := min(i+p.pieceKeys, len(c.ents))
+		if err := p.update(func(tx *bbolt.Tx) error { return c.apply(tx, i, end, skip) }); err != nil {
 			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
 		}
 		p.release()
@@ -1103,27 +1103,178 @@ type compaction struct {
 	sizes []int    // and their lengths
 	recs  [][]byte // the records, valid during a transaction
 	bytes int64    // the sum of sizes
-	names []string // limit names, indexed by jentry.lim
-	// The last entry of each (limit, key), sorted by limit index and key.
+	names []string // limit names, indexed by limit index
+	// The last entry of each (limit, key), sorted by limit index and key:
+	// those of limit i are ents[ends[i-1]:ends[i]] (limitEntries).
 	ents []jentry
+	ends []int
 }
 
-// jentry is a journal entry: the key is recs[rec][off:off+n] and, unless
-// del, its state the valueLen bytes after.
+// jentry is a journal entry, 16 bytes: the entry at offset off of record
+// rec (its header, see entry). pre is the 8 bytes of its key after the
+// prefix all the journal's keys of its limit share (zero-padded,
+// big-endian), so that sorting by key need not read the keys, which lie at
+// random places of BoltDB's mapping. Its limit is where it is in
+// compaction.ents.
 type jentry struct {
+	pre      uint64
 	rec, off uint32
-	n        uint16
-	lim      uint16 // index in names
-	del      bool
+}
+
+// entry returns the key of e, its state (valueLen bytes) unless the entry
+// is a deletion, and whether it is. collect checked the entry.
+func (c *compaction) entry(e jentry) (key, state []byte, del bool) {
+	v := c.recs[e.rec][e.off:]
+	h, w := binary.Uvarint(v)
+	n := w + int(h>>1)
+	if h&1 == 1 {
+		return v[w:n:n], nil, true
+	}
+	return v[w:n:n], v[n : n+valueLen : n+valueLen], false
 }
 
 func (c *compaction) key(e jentry) []byte {
-	return c.recs[e.rec][e.off : e.off+uint32(e.n) : e.off+uint32(e.n)]
+	k, _, _ := c.entry(e)
+	return k
 }
 
-func (c *compaction) state(e jentry) []byte {
-	end := e.off + uint32(e.n)
-	return c.recs[e.rec][end : end+valueLen : end+valueLen]
+// limitEntries returns the entries of limit index i.
+func (c *compaction) limitEntries(i int) []jentry {
+	start := 0
+	if i > 0 {
+		start = c.ends[i-1]
+	}
+	return c.ents[start:c.ends[i]]
+}
+
+// comparePre orders entries by pre, then in journal order (record, then
+// offset in it). pre orders keys as their bytes do, up to ties: for keys
+// sharing their first lcp bytes, the order of key[lcp:lcp+8] padded with
+// zeros is that of the keys wherever it is strict (a key that is a proper
+// prefix of another pads with zeros, which no byte is below). So entries
+// in this order are in key order but for runs of equal pre, which are
+// mostly the entries of one key (see dedup).
+func comparePre(x, y jentry) int {
+	switch {
+	case x.pre != y.pre:
+		return cmp.Compare(x.pre, y.pre)
+	case x.rec != y.rec:
+		return cmp.Compare(x.rec, y.rec)
+	}
+	return cmp.Compare(x.off, y.off)
+}
+
+// dedup appends to out the last entry of each key of run, entries of
+// equal pre in journal order, in key order. It reads each key once when
+// they are all the same (a key changed in several flushes), and sorts run
+// by key otherwise.
+func (c *compaction) dedup(out, run []jentry) []jentry {
+	last := run[len(run)-1]
+	if len(run) == 1 {
+		return append(out, last)
+	}
+	k, same := c.key(last), true
+	for _, e := range run[:len(run)-1] {
+		if same = bytes.Equal(c.key(e), k); !same {
+			break
+		}
+	}
+	if same {
+		return append(out, last)
+	}
+	slices.SortStableFunc(run, func(x, y jentry) int { return bytes.Compare(c.key(x), c.key(y)) })
+	for i, e := range run {
+		if i+1 < len(run) && bytes.Equal(c.key(run[i+1]), c.key(e)) {
+			continue // a later entry of the same key wins
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// radixMin is the number of entries below which sortEntries sorts by
+// insertion.
+const radixMin = 32
+
+// sortEntries sorts ents, whose pre agree in their first shift bytes, by
+// comparePre, in place: a most-significant-digit radix sort (American
+// flag sort) on the bytes of pre, and an insertion sort of small ranges.
+// It reads no key. (slices.SortFunc takes several times as long: its
+// comparisons are calls.)
+func sortEntries(ents []jentry, shift int) {
+	for len(ents) > radixMin && shift < 8 {
+		sh := 56 - 8*shift
+		var count [256]int
+		lo, hi := 255, 0 // the digits present
+		for _, e := range ents {
+			d := int(byte(e.pre >> sh))
+			count[d]++
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo == hi {
+			shift++ // one bucket: the next byte
+			continue
+		}
+		// Permute in place: bucket d is ents[start[d]:start[d]+count[d]];
+		// next[d] is where its next entry goes.
+		var start, next [256]int
+		n := 0
+		for d := lo; d <= hi; d++ {
+			start[d], next[d] = n, n
+			n += count[d]
+		}
+		for d := lo; d <= hi; d++ {
+			end := start[d] + count[d]
+			for next[d] < end {
+				e := ents[next[d]]
+				for t := int(byte(e.pre >> sh)); t != d; t = int(byte(e.pre >> sh)) {
+					e, ents[next[t]] = ents[next[t]], e
+					next[t]++
+				}
+				ents[next[d]] = e
+				next[d]++
+			}
+		}
+		for d := lo; d <= hi; d++ {
+			if count[d] > 1 {
+				sortEntries(ents[start[d]:start[d]+count[d]], shift+1)
+			}
+		}
+		return
+	}
+	if len(ents) > radixMin { // all of equal pre
+		slices.SortFunc(ents, comparePre)
+		return
+	}
+	for i := 1; i < len(ents); i++ {
+		e, j := ents[i], i
+		for ; j > 0 && entryLess(e, ents[j-1]); j-- {
+			ents[j] = ents[j-1]
+		}
+		ents[j] = e
+	}
+}
+
+// entryLess reports whether comparePre(x, y) < 0.
+func entryLess(x, y jentry) bool {
+	if x.pre != y.pre {
+		return x.pre < y.pre
+	}
+	if x.rec != y.rec {
+		return x.rec < y.rec
+	}
+	return x.off < y.off
+}
+
+// keyPrefix returns the first 8 bytes of k as a big-endian integer, padded
+// with zeros.
+func keyPrefix(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // collect reads every record of the journal in tx into c, and sorts and
@@ -1131,29 +1282,61 @@ func (c *compaction) state(e jentry) []byte {
 // until tx ends. A malformed record is logged, and its entries dropped;
 // it counts in c.seqs (and is deleted by a compaction). A record of an
 // unknown format fails with ErrVersion.
+//
+// It decodes the records twice, in journal order (sequential reads of the
+// mapping): first to count each limit's entries and find the prefix all
+// its keys share, then to place each entry, with its key's pre, in its
+// limit's part of c.ents, which it sorts (sortEntries) and deduplicates
+// (dedup). Its memory is c.ents, 16 bytes per journal entry.
 func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	j := tx.Bucket(journalName)
 	if j == nil {
 		return nil
 	}
+	type limit struct {
+		n     int    // entries
+		first []byte // key of the first entry
+		lcp   int    // length of the prefix all keys share
+	}
+	var lims []limit
 	ids := map[string]uint16{}
+	var last []byte // the name of lastLim: records hold groups of one limit
+	lastLim := uint16(0)
+	lookup := func(name []byte) (uint16, error) {
+		if last != nil && bytes.Equal(name, last) {
+			return lastLim, nil
+		}
+		lim, ok := ids[string(name)]
+		if !ok {
+			if len(c.names) > math.MaxUint16 {
+				return 0, errMalformedRecord
+			}
+			lim = uint16(len(c.names))
+			ids[string(name)] = lim
+			c.names = append(c.names, string(name))
+			lims = append(lims, limit{})
+		}
+		last, lastLim = name, lim
+		return lim, nil
+	}
+	var bad map[int]bool // malformed records
 	cur := j.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
 		if v == nil {
 			continue // a bucket: not written by this package
 		}
-		rec, mark := uint32(len(c.recs)), len(c.ents)
-		err := decodeRecord(v, func(name []byte, off, n int, del bool) error {
-			lim, ok := ids[string(name)]
-			if !ok {
-				if len(c.names) > math.MaxUint16 {
-					return errMalformedRecord
-				}
-				lim = uint16(len(c.names))
-				ids[string(name)] = lim
-				c.names = append(c.names, string(name))
+		err := decodeRecord(v, func(name []byte, _, off, n int, _ bool) error {
+			lim, err := lookup(name)
+			if err != nil {
+				return err
 			}
-			c.ents = append(c.ents, jentry{rec: rec, off: uint32(off), n: uint16(n), lim: lim, del: del})
+			l, key := &lims[lim], v[off:off+n]
+			if l.n == 0 {
+				l.first, l.lcp = key, n
+			} else {
+				l.lcp = commonPrefix(l.first[:l.lcp], key)
+			}
+			l.n++
 			return nil
 		})
 		if errors.Is(err, ErrVersion) {
@@ -1161,29 +1344,55 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 		}
 		if err != nil {
 			p.log.Warn("malformed rate journal record dropped", "key", fmt.Sprintf("%x", k), "err", err)
-			c.ents = c.ents[:mark]
+			if bad == nil {
+				bad = map[int]bool{}
+			}
+			bad[len(c.recs)] = true
 		}
 		c.seqs = append(c.seqs, bytes.Clone(k))
 		c.sizes = append(c.sizes, len(v))
 		c.recs = append(c.recs, v)
 		c.bytes += int64(len(v))
 	}
-	ents := c.ents
-	slices.SortFunc(ents, func(x, y jentry) int {
-		if x.lim != y.lim {
-			return int(x.lim) - int(y.lim)
+	// Each limit's entries go to ents[start[lim]:], up to next[lim] (fewer
+	// than counted when a malformed record held some).
+	start := make([]int, len(lims)+1)
+	for i, l := range lims {
+		start[i+1] = start[i] + l.n
+	}
+	next := slices.Clone(start[:len(lims)])
+	ents := make([]jentry, start[len(lims)])
+	last = nil
+	for rec, v := range c.recs {
+		if bad[rec] {
+			continue
 		}
-		if r := bytes.Compare(c.key(x), c.key(y)); r != 0 {
-			return r
+		err := decodeRecord(v, func(name []byte, at, off, n int, _ bool) error {
+			lim, err := lookup(name)
+			if err != nil {
+				return err
+			}
+			ents[next[lim]] = jentry{pre: keyPrefix(v[off+lims[lim].lcp : off+n]), rec: uint32(rec), off: uint32(at)}
+			next[lim]++
+			return nil
+		})
+		if err != nil {
+			return err // it decoded the first time
 		}
-		return cmp.Or(cmp.Compare(x.rec, y.rec), cmp.Compare(x.off, y.off))
-	})
+	}
 	out := ents[:0]
-	for i, e := range ents {
-		if i+1 < len(ents) && ents[i+1].lim == e.lim && bytes.Equal(c.key(ents[i+1]), c.key(e)) {
-			continue // a later entry of the same key wins
+	for lim := range lims {
+		ents := ents[start[lim]:next[lim]]
+		sortEntries(ents, 0)
+		for i := 0; i < len(ents); {
+			j := i + 1
+			for j < len(ents) && ents[j].pre == ents[i].pre {
+				j++
+			}
+			out = c.dedup(out, ents[i:j])
+			i = j
 		}
-		out = append(out, e)
+		c.ends = append(c.ends, len(out))
 	}
 	if cap(out) > 2*len(out)+1024 {
 		out = slices.Clone(out)
@@ -1192,10 +1401,21 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	return nil
 }
 
-// apply puts or deletes the entries of piece in the snapshot, in tx,
-// reading them from the journal's records, and deletes the buckets its
+// commonPrefix returns the length of the prefix a and b share.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// apply puts or deletes the entries c.ents[start:end] in the snapshot, in
+// tx, reading them from the journal's records, and deletes the buckets its
 // deletions emptied. Entries of a limit whose skip is set are dropped.
-func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
+func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
 	root, j := tx.Bucket(bucketName), tx.Bucket(journalName)
 	if root == nil || j == nil {
 		return errors.New("bucket missing")
@@ -1212,21 +1432,26 @@ func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
 			}
 		}
 	}
-	for _, e := range piece {
-		if skip[e.lim] {
+	next := 0 // the limit of c.ents[i] is the first next with i < c.ends[next]
+	for i, e := range c.ents[start:end] {
+		for start+i >= c.ends[next] {
+			next++
+		}
+		if skip[next] {
 			continue
 		}
-		if int(e.lim) != lim {
+		if next != lim {
 			check()
-			b, looked, lim, del = nil, false, int(e.lim), false
+			b, looked, lim, del = nil, false, next, false
 		}
 		if c.recs[e.rec] == nil {
 			if c.recs[e.rec] = j.Get(c.seqs[e.rec]); len(c.recs[e.rec]) != c.sizes[e.rec] {
 				return fmt.Errorf("record %x changed", c.seqs[e.rec])
 			}
 		}
-		name, k := c.names[e.lim], c.key(e)
-		if e.del {
+		name := c.names[lim]
+		k, v, deleted := c.entry(e)
+		if deleted {
 			if !looked {
 				b, looked = root.Bucket([]byte(name)), true
 			}
@@ -1245,7 +1470,7 @@ func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
 			}
 			looked = true
 		}
-		if err := b.Put(k, c.state(e)); err != nil {
+		if err := b.Put(k, v); err != nil {
 			return fmt.Errorf("put %s/%q: %w", name, k, err)
 		}
 	}
@@ -1259,12 +1484,12 @@ func (c *compaction) apply(tx *bbolt.Tx, piece []jentry, skip []bool) error {
 }
 
 // decodeRecord calls fn for every entry of the journal record v, in order,
-// with the limit name, where the key starts in v, its length, and whether
-// the entry is a deletion (if not, the state is the valueLen bytes after
-// the key). It returns fn's error, errMalformedRecord, or an error
-// wrapping ErrVersion for a record of an unknown format, possibly after
-// calling fn for some of the entries.
-func decodeRecord(v []byte, fn func(name []byte, off, n int, del bool) error) error {
+// with the limit name, where the entry (its header) and its key start in
+// v, the key's length, and whether the entry is a deletion (if not, the
+// state is the valueLen bytes after the key). It returns fn's error,
+// errMalformedRecord, or an error wrapping ErrVersion for a record of an
+// unknown format, possibly after calling fn for some of the entries.
+func decodeRecord(v []byte, fn func(name []byte, at, off, n int, del bool) error) error {
 	if len(v) == 0 {
 		return errMalformedRecord
 	}
@@ -1282,6 +1507,7 @@ func decodeRecord(v []byte, fn func(name []byte, off, n int, del bool) error) er
 		count := binary.BigEndian.Uint32(v[i:])
 		i += 4
 		for range count {
+			at := i
 			h, w := binary.Uvarint(v[i:])
 			if w <= 0 {
 				return errMalformedRecord
@@ -1295,7 +1521,7 @@ func decodeRecord(v []byte, fn func(name []byte, off, n int, del bool) error) er
 			if n == 0 || n > bbolt.MaxKeySize || uint64(len(v)-i) < need {
 				return errMalformedRecord
 			}
-			if err := fn(name, i, int(n), del); err != nil {
+			if err := fn(name, at, i, int(n), del); err != nil {
 				return err
 			}
 			i += int(need)
@@ -1479,8 +1705,12 @@ func (b *batch) group() {
 	b.recs, b.spare = out, b.recs
 }
 
+// reset empties b for the next flush. It keeps b's arrays when they are at
+// most twice as large as this flush needed (or small), so that a steady
+// load of changes does not grow them again at every flush, and drops them
+// when the load fell.
 func (b *batch) reset() {
-	if cap(b.recs) > 1<<16 || cap(b.spare) > 1<<16 {
+	if n := max(1<<16, 2*len(b.recs)); cap(b.recs) > n || cap(b.spare) > n {
 		b.recs, b.keys, b.spare = nil, nil, nil
 		return
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,7 +87,7 @@ func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 			return nil
 		}
 		return j.ForEach(func(seq, v []byte) error {
-			return decodeRecord(v, func(name []byte, off, n int, del bool) error {
+			return decodeRecord(v, func(name []byte, _, off, n int, del bool) error {
 				k := pair{string(name), string(v[off : off+n])}
 				if del {
 					delete(out, k)
@@ -787,6 +789,35 @@ const crashEnv = "RATELIMITD_STORE_CRASH_CHILD"
 // reached when that flush took the changes. It is killed with SIGKILL at a
 // random moment; after reopening, every key's state must be at least as
 // new as the last flush reported. Three rounds run on the same file, each
+// TestBatchReset checks that a flush's batch keeps its arrays for the next
+// flush under a steady load of more than 65,536 changes, and drops them
+// when the load falls.
+func TestBatchReset(t *testing.T) {
+	var b batch
+	fill := func(n int) {
+		for i := range n {
+			b.add(uint16(i%2), fmt.Appendf(nil, "user%07d", i), ratelimit.State{Time: 1}, false)
+		}
+		b.group()
+	}
+	fill(100_000)
+	b.reset()
+	kept := cap(b.recs)
+	if kept < 100_000 {
+		t.Fatalf("after a flush of 100,000 changes: cap %d", kept)
+	}
+	fill(90_000)
+	if cap(b.recs) != kept && cap(b.spare) != kept {
+		t.Errorf("a flush of 90,000 changes grew the batch again: cap %d, was %d", cap(b.recs), kept)
+	}
+	b.reset()
+	fill(10)
+	b.reset()
+	if cap(b.recs) > 1<<16 || cap(b.spare) > 1<<16 || cap(b.keys) > 1<<20 {
+		t.Errorf("after a flush of 10 changes: cap %d, %d, keys %d", cap(b.recs), cap(b.spare), cap(b.keys))
+	}
+}
+
 // child continuing from what it restored.
 func TestPersistentCrashBound(t *testing.T) {
 	if testing.Short() {
@@ -976,8 +1007,14 @@ func BenchmarkFlush10k(b *testing.B) {
 // Compactions, when due, run after the flush (as Run starts them) and count
 // in its time; run it with enough iterations (-benchtime 60x) to amortise
 // them.
-func BenchmarkFlushRandom100k(b *testing.B) {
-	const users, changed = 100_000, 20_000
+func BenchmarkFlushRandom100k(b *testing.B) { benchFlushRandom(b, 100_000, 20_000) }
+
+// BenchmarkFlushRandom100kBusy is BenchmarkFlushRandom100k with 40,000
+// users changed per flush (some 66,000 distinct changed keys), as
+// ratelimitd-bench's load of 40,000 messages/s from 100,000 users.
+func BenchmarkFlushRandom100kBusy(b *testing.B) { benchFlushRandom(b, 100_000, 40_000) }
+
+func benchFlushRandom(b *testing.B, users, changed int) {
 	ctx := context.Background()
 	db, _ := openDB(b, filepath.Join(b.TempDir(), "ratelimitd.db"))
 	p := newPersistent(b, db, MemoryOptions{}, PersistOptions{})
@@ -1112,4 +1149,260 @@ func rssChild(path string) {
 	}
 	fmt.Println(p.Memory().Len(), int64(restore), ms.HeapAlloc, anon, file)
 	runtime.KeepAlive(p)
+}
+
+// compactBench is a store of 100,000 users under two limits (200,000
+// pairs, keys as ratelimitd-bench's sasl_username) whose journal is
+// filled with flushes of 20,000 users chosen at random: what a daemon
+// under load compacts every few seconds.
+type compactBench struct {
+	p    *Persistent
+	db   *bbolt.DB
+	keys []string
+	rng  *rand.Rand
+	v    int64
+}
+
+func newCompactBench(b *testing.B) *compactBench {
+	const users = 100_000
+	ctx := context.Background()
+	db, _ := openDB(b, filepath.Join(b.TempDir(), "ratelimitd.db"))
+	db.NoSync = true // the CPU of a compaction is measured, not fsync
+	c := &compactBench{p: newPersistent(b, db, MemoryOptions{}, PersistOptions{}), db: db,
+		keys: make([]string, users), rng: rand.New(rand.NewPCG(1, 2)), v: 1}
+	for i := range c.keys {
+		c.keys[i] = fmt.Sprintf("user%07d@example.org", i)
+		c.p.Update(ctx, "hourly", c.keys[i], set(ratelimit.State{Time: 1, Rate: 1}))
+		c.p.Update(ctx, "daily", c.keys[i], set(ratelimit.State{Time: 1, Rate: 1}))
+	}
+	if err := c.p.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := c.p.compact(nil); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// fill flushes changes of random users until the journal holds size
+// bytes.
+func (c *compactBench) fill(b *testing.B, size int64) {
+	ctx := context.Background()
+	for c.p.Stats().Journal < size {
+		c.v++
+		for range 20_000 {
+			k := c.keys[c.rng.IntN(len(c.keys))]
+			c.p.Update(ctx, "hourly", k, set(ratelimit.State{Time: c.v, Rate: 1}))
+			c.p.Update(ctx, "daily", k, set(ratelimit.State{Time: c.v, Rate: 2}))
+		}
+		if err := c.p.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// entries returns the number of entries in the journal.
+func (c *compactBench) entries(b *testing.B) int {
+	n := 0
+	err := c.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(journalName).ForEach(func(_, v []byte) error {
+			return decodeRecord(v, func([]byte, int, int, int, bool) error { n++; return nil })
+		})
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// BenchmarkCompact compacts a journal of 16, 32 (compactMinBytes) or 64
+// MiB (some 400,000 entries of 200,000 pairs per 16 MiB; compactBench)
+// into the snapshot, without fsync; ns/entry is per journal entry: the
+// compaction's share of the cost of each change a flush writes.
+func BenchmarkCompact(b *testing.B) {
+	for _, mib := range []int64{16, 32, 64} {
+		b.Run(fmt.Sprintf("journal-%dMiB", mib), func(b *testing.B) {
+			c := newCompactBench(b)
+			var d time.Duration
+			entries := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				c.fill(b, mib<<20)
+				entries += c.entries(b)
+				b.StartTimer()
+				start := time.Now()
+				if err := c.p.compact(nil); err != nil {
+					b.Fatal(err)
+				}
+				d += time.Since(start)
+			}
+			b.ReportMetric(float64(d.Nanoseconds())/float64(entries), "ns/entry")
+		})
+	}
+}
+
+// BenchmarkCollect reads, sorts and deduplicates a 16 MiB journal of
+// BenchmarkCompact (collect), the first step of a compaction and of a
+// restore; ns/entry is per journal entry.
+func BenchmarkCollect(b *testing.B) {
+	c := newCompactBench(b)
+	c.fill(b, 16<<20)
+	entries := c.entries(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		err := c.p.view(func(tx *bbolt.Tx) error {
+			var cp compaction
+			return c.p.collect(tx, &cp)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*entries), "ns/entry")
+}
+
+// TestCollectOrder checks collect against a plain sort of the journal's
+// entries: the last entry of each (limit, key), in limit and key order.
+// The keys are drawn from a small alphabet including NUL, with shared
+// prefixes longer than 8 bytes past the one all keys share and keys that
+// are prefixes of others, so that many keys tie on jentry.pre, every path
+// of sortEntries runs (radix passes, insertion sorts, runs of equal pre
+// longer than radixMin) and dedup meets runs of several keys.
+func TestCollectOrder(t *testing.T) {
+	ctx := context.Background()
+	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	key := func() string {
+		b := []byte("shared-prefix:")
+		if rng.IntN(4) == 0 {
+			b = append(b, "0123456789abcdef"...) // ties on pre
+		}
+		for range rng.IntN(12) {
+			b = append(b, "\x00ab"[rng.IntN(3)])
+		}
+		return string(b)
+	}
+	limits := []string{"hourly", "daily", "weekly"}
+	for range 8 {
+		for range 3000 {
+			p.Update(ctx, limits[rng.IntN(len(limits))], key(), set(ratelimit.State{Time: rng.Int64N(1 << 40), Rate: 1}))
+		}
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 { // deletions, flushed one by one
+			if _, err := p.Delete(ctx, limits[rng.IntN(len(limits))], key()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	type entry struct {
+		lim, key string
+		rec, off int
+		del      bool
+		state    string
+	}
+	var want []entry
+	var c compaction
+	err := db.View(func(tx *bbolt.Tx) error {
+		last := map[[2]string]entry{}
+		rec := 0
+		err := tx.Bucket(journalName).ForEach(func(_, v []byte) error {
+			err := decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
+				e := entry{lim: string(name), key: string(v[off : off+n]), rec: rec, off: at, del: del}
+				if !del {
+					e.state = string(v[off+n : off+n+valueLen])
+				}
+				last[[2]string{e.lim, e.key}] = e
+				return nil
+			})
+			rec++
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range last {
+			want = append(want, e)
+		}
+		if err := p.collect(tx, &c); err != nil {
+			return err
+		}
+		index := map[string]int{}
+		for i, name := range c.names {
+			index[name] = i
+		}
+		slices.SortFunc(want, func(x, y entry) int {
+			return cmp.Or(cmp.Compare(index[x.lim], index[y.lim]), strings.Compare(x.key, y.key))
+		})
+		var got []entry
+		for lim := range c.names {
+			for _, e := range c.limitEntries(lim) {
+				k, s, del := c.entry(e)
+				got = append(got, entry{lim: c.names[lim], key: string(k), rec: int(e.rec), off: int(e.off), del: del, state: string(s)})
+			}
+		}
+		if len(got) != len(c.ents) || len(got) != len(want) {
+			t.Fatalf("collect: %d entries (%d by limit), want %d", len(c.ents), len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("entry %d: got %+v, want %+v", i, got[i], want[i])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 1000 {
+		t.Fatalf("only %d distinct keys", len(want))
+	}
+}
+
+// TestPersistentJournalMalformedPartly restores and compacts a journal with
+// a record malformed after a valid entry: the whole record is dropped
+// (collect counted its entries before it found the fault), and the
+// records around it are applied.
+func TestPersistentJournalMalformedPartly(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	p.Update(ctx, "hourly", "alice", set(ratelimit.State{Time: 1, Rate: 1}))
+	p.Close()
+	state := make([]byte, valueLen)
+	encodeState(state, ratelimit.State{Time: 2, Rate: 2})
+	record := func(count byte, keys ...string) []byte {
+		v := []byte{recordFormat, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, count}
+		for _, k := range keys {
+			v = append(append(append(v, byte(len(k)<<1)), k...), state...)
+		}
+		return v
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		j := tx.Bucket(journalName)
+		if err := j.Put(binary.BigEndian.AppendUint64(nil, 1000), append(record(2, "bob"), 10, 'b')); err != nil {
+			return err
+		}
+		return j.Put(binary.BigEndian.AppendUint64(nil, 1001), record(2, "carol", "dave"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[pair]ratelimit.State{{"hourly", "alice"}: {Time: 1, Rate: 1},
+		{"hourly", "carol"}: {Time: 2, Rate: 2}, {"hourly", "dave"}: {Time: 2, Rate: 2}}
+	closeDB()
+	db, closeDB = openDB(t, path)
+	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	equalStates(t, "restored", contents(t, p), want)
+	if err := p.compact(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := journalLen(t, db); n != 0 {
+		t.Errorf("%d journal records after compaction", n)
+	}
+	equalStates(t, "stored after compaction", stored(t, db), want)
+	p.Close()
 }

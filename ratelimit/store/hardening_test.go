@@ -412,19 +412,26 @@ func zeroDataPages(t testing.TB, path string) {
 }
 
 // FuzzDecodeRecord feeds corrupt journal records to the decoder: it must
-// never panic nor report an entry outside the record.
+// never panic nor report an entry outside the record, and the header it
+// reports for an entry (which compaction.entry decodes again) gives the
+// key and the state it reports.
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{recordFormat, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{recordFormat, 1, 'x', 0, 0, 0, 2, 3, 'a'})
 	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, v []byte) {
-		decodeRecord(v, func(name []byte, off, n int, del bool) error {
+		decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
 			need := off + n
 			if !del {
 				need += valueLen
 			}
-			if len(name) == 0 || off < 0 || n <= 0 || need > len(v) {
-				t.Fatalf("entry off %d n %d del %v outside a %d-byte record", off, n, del, len(v))
+			if len(name) == 0 || at < 0 || off <= at || n <= 0 || need > len(v) {
+				t.Fatalf("entry at %d off %d n %d del %v outside a %d-byte record", at, off, n, del, len(v))
+			}
+			c := compaction{recs: [][]byte{v}}
+			k, s, d := c.entry(jentry{off: uint32(at)})
+			if !bytes.Equal(k, v[off:off+n]) || d != del || !del && !bytes.Equal(s, v[off+n:need]) {
+				t.Fatalf("entry at %d: key %q state %x del %v, want %q del %v", at, k, s, d, v[off:off+n], del)
 			}
 			if !del {
 				decodeState(v[off+n : off+n+valueLen])
