@@ -1,76 +1,95 @@
--- ratelimitd: decide a stack of rate limits atomically, on the server's
+-- ratelimitd: decide stacks of rate limits atomically, on the server's
 -- clock, with the arithmetic of Go package ratelimit (Check and Next):
 -- Exim's exponential rate (Exim specification, chapter "Rate limiting"),
--- GCRA, its cooldown variant and the EARRRL half-life estimator.
+-- GCRA, its cooldown variant and the EARRRL half-life estimator. One call
+-- decides one or more requests' stacks (a batch), one request after the
+-- other, each seeing what the previous ones stored.
 --
--- KEYS[i]  state key of item i (all in one hash slot)
+-- KEYS     the state key of every item of every request, in order (all
+--          in one hash slot)
 -- ARGV[1]  phase: "d" decide and commit, "c" check only (no writes),
---          "w" commit with the verdict given in ARGV[2]
--- ARGV[2]  "d": "1" if the message was already refused (leaky limits are
---          not charged); "w": "1" if the stack admitted the request
--- ARGV[3], ARGV[4]  "" "" to use Redis TIME, or the caller's now as
+--          "w" commit with the verdict given per request
+-- ARGV[2], ARGV[3]  "" "" to use Redis TIME, or the caller's now as
 --          Unix seconds and nanoseconds (tests and simulation)
--- then 8 values per item: limit, period (ns), mode (0 leaky, 1 strict,
---          2 forgiving, 3 readonly), cost, count (0/1), refuses (0/1),
---          algorithm (0 exponential, 1 gcra, 2 cooldown, 3 earrrl),
---          half-life (ns; 0: the period's time constant)
+-- ARGV[4]  S, the number of limit specifications; then 5 values per
+--          specification: limit, period (ns), mode (0 leaky, 1 strict,
+--          2 forgiving, 3 readonly), algorithm (0 exponential, 1 gcra,
+--          2 cooldown, 3 earrrl), half-life (ns; 0: the period's time
+--          constant)
+-- then per request: its number of items n and a flag ("d": "1" if the
+--          message was already refused, so leaky limits are not charged;
+--          "w": "1" if the stack admitted the request; "c": ignored),
+--          then 2 values per item: spec*4 + count + 2*refuses (spec
+--          counted from 0; count and refuses 0/1) and the cost.
 --
 -- A state is the 20-byte string struct.pack('<i8I4d', sec, nsec, rate):
--- a time and a rate whose meaning is the algorithm's (ratelimit.State). Unix nanoseconds do not fit a Lua number (a double) exactly,
--- so times are kept as seconds and nanoseconds and subtracted in parts.
+-- a time and a rate whose meaning is the algorithm's (ratelimit.State).
+-- Unix nanoseconds do not fit a Lua number (a double) exactly, so times
+-- are kept as seconds and nanoseconds and subtracted in parts.
 --
--- Returns {sec, nsec, then per item: prev state ("" if none), over (0/1),
--- stored (0/1)}.
+-- Returns {sec, nsec, then per item: prev state ("" if none), over +
+-- 2*stored}.
 
 local MAXF = 1.7976931348623157e308
 local MININTERVAL = 1e-10
+local exp, log, floor = math.exp, math.log, math.floor
+local call, spack, sunpack, tonumber = redis.call, struct.pack, struct.unpack, tonumber
 
 -- expm1 is exp(x)-1 accurate to a few ulps (Lua 5.1 has none). Kahan's
 -- form: with u = exp(x) rounded, (u-1)*x/log(u) cancels the rounding of u,
 -- so it stays accurate for tiny |x|, where exp(x)-1 loses every digit.
 local function expm1(x)
-  local u = math.exp(x)
+  local u = exp(x)
   if u == 1 then return x end
   local um1 = u - 1
   if um1 == -1 then return -1 end
-  return um1 * x / math.log(u)
+  return um1 * x / log(u)
 end
 
 local phase = ARGV[1]
-local flag = ARGV[2] == '1'
+local caller = ARGV[2] ~= ''
 local nows, nowns
-if ARGV[3] == '' then
-  local t = redis.call('TIME')
-  nows, nowns = tonumber(t[1]), tonumber(t[2]) * 1000
+if caller then
+  nows, nowns = tonumber(ARGV[2]), tonumber(ARGV[3])
 else
-  nows, nowns = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local t = call('TIME')
+  nows, nowns = tonumber(t[1]), tonumber(t[2]) * 1000
 end
 
 -- addns returns the time (sec, nsec) ns nanoseconds (>= 0, rounded toward
 -- zero as ratelimit's addNs does) after now.
 local function addns(ns)
-  local t = nowns + math.floor(ns)
-  local carry = math.floor(t / 1e9)
+  local t = nowns + floor(ns)
+  local carry = floor(t / 1e9)
   return nows + carry, t - carry * 1e9
 end
 
--- since returns the nanoseconds from (s, ns) to now, computed in parts so
--- that it is exact while below 2^53.
-local function since(s, ns)
-  return (nows - s) * 1e9 + (nowns - ns)
+-- Expiries (ms) at which a state is negligible (ratelimit.Limit.Negligible).
+-- Exponential: after w periods with r*exp(-w) <= 1/2 and 1/w <= 1/2, a
+-- request of cost >= 1 measures exactly its cost.
+local function expttl(x, period)
+  local w = log(2 * x)
+  if not (w > 2) then w = 2 end
+  return floor(w * period / 1e6) + 1
+end
+-- EARRRL: once the estimate is below a millionth of the limit.
+local function earttl(c, lambda, period, lim)
+  local d = log(c * lambda * period / (lim * 1e-6)) / lambda
+  if not (d > 0) then d = 0 end
+  return floor(d / 1e6) + 1
 end
 
 -- measure applies ratelimit.Limit.Check to the stored state (ps, pns, pr;
--- ps nil for none). It returns over, the counted state, the denied state
--- (nil when a denial keeps the stored state) and for each of those the
--- expiry in ms: when the state is negligible (ratelimit.Limit.Negligible).
+-- ps nil for none). It returns over, the counted state (sec, nsec, rate,
+-- expiry in ms) and the denied state likewise (sec nil when a denial keeps
+-- the stored state).
 local function measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
   if alg == 1 or alg == 2 then
-    -- GCRA and cooldown: the arrival time advances by cost*period/limit.
+    -- GCRA and cooldown: the arrival time advances by cost*period/lim.
     local spend = cost * period / lim
     local ahead = spend
     if ps then
-      local backlog = -since(ps, pns)
+      local backlog = -((nows - ps) * 1e9 + (nowns - pns))
       if alg == 2 then
         ahead = backlog + spend
         if ahead < 0 then ahead = spend end
@@ -84,115 +103,132 @@ local function measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
     local extra = 0
     if alg == 2 then extra = period end
     local cs, cns = addns(ahead)
-    local counted = {cs, cns, 0, math.floor((ahead + extra) / 1e6) + 1}
-    local denied
+    local over = ahead > period * (1 + 1e-12)
     if mode == 2 then
       local ds, dns = addns(period)
-      denied = {ds, dns, 0, math.floor((period + extra) / 1e6) + 1}
+      return over, cs, cns, 0, floor((ahead + extra) / 1e6) + 1, ds, dns, 0, floor((period + extra) / 1e6) + 1
     end
-    return ahead > period * (1 + 1e-12), counted, denied
+    return over, cs, cns, 0, floor((ahead + extra) / 1e6) + 1
   elseif alg == 3 then
     -- EARRRL: the decayed count N, the estimate N*lambda before the update.
     local lambda
-    if hl > 0 then lambda = math.log(2) / hl else lambda = 1 / period end
+    if hl > 0 then lambda = log(2) / hl else lambda = 1 / period end
     local n = 0
     if ps then
-      local dt = since(ps, pns)
+      local dt = (nows - ps) * 1e9 + (nowns - pns)
       if dt < 0 then dt = 0 end
-      n = pr * math.exp(-lambda * dt)
+      n = pr * exp(-lambda * dt)
     end
     local est = n * lambda * period
     if est > MAXF then est = MAXF end
-    -- Negligible once the estimate is below a millionth of the limit.
-    local function ttl(c)
-      local d = math.log(c * lambda * period / (lim * 1e-6)) / lambda
-      if not (d > 0) then d = 0 end
-      return math.floor(d / 1e6) + 1
-    end
     local c = cost + n
     if c > MAXF then c = MAXF end
-    local counted = {nows, nowns, c, ttl(c)}
-    local denied
+    local over = est > lim
     if mode == 2 then
       local lp = lambda * period
-      local nmax = lim / lp * math.exp(lp * cost / lim)
+      local nmax = lim / lp * exp(lp * cost / lim)
       if c < nmax then nmax = c end
-      denied = {nows, nowns, nmax, ttl(nmax)}
+      return over, nows, nowns, c, earttl(c, lambda, period, lim), nows, nowns, nmax, earttl(nmax, lambda, period, lim)
     end
-    return est > lim, counted, denied
+    return over, nows, nowns, c, earttl(c, lambda, period, lim)
   end
   -- Exponential (seed 001): r = (1-exp(-w))*cost/w + exp(-w)*r_prev.
   local r = 0
   if ps then
-    local w = since(ps, pns) / period
+    local w = ((nows - ps) * 1e9 + (nowns - pns)) / period
     if w < MININTERVAL then w = MININTERVAL end
-    r = -expm1(-w) * cost / w + math.exp(-w) * pr
+    r = -expm1(-w) * cost / w + exp(-w) * pr
   end
   if r < cost then r = cost end
   if r > MAXF then r = MAXF end
-  -- Negligible after w periods with r*exp(-w) <= 1/2 and 1/w <= 1/2:
-  -- then a request of cost >= 1 measures exactly its cost.
-  local function ttl(x)
-    local w = math.log(2 * x)
-    if not (w > 2) then w = 2 end
-    return math.floor(w * period / 1e6) + 1
-  end
-  local counted = {nows, nowns, r, ttl(r)}
-  local denied
   if mode == 2 then
     local d = r
     if d > lim then d = lim end
-    denied = {nows, nowns, d, ttl(d)}
+    return r > lim, nows, nowns, r, expttl(r, period), nows, nowns, d, expttl(d, period)
   end
-  return r > lim, counted, denied
+  return r > lim, nows, nowns, r, expttl(r, period)
 end
 
-local n = #KEYS
-local out = {nows, nowns}
-local counteds, denieds, counts, modes = {}, {}, {}, {}
-local admitted = true
-if phase == 'd' then admitted = not flag end
-for i = 1, n do
-  local b = 4 + (i - 1) * 8
-  local lim, period, mode = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  local cost, alg, hl = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8])
-  local raw = redis.call('GET', KEYS[i])
-  local ps, pns, pr
-  if raw then
-    ps, pns, pr = struct.unpack('<i8I4d', raw)
-  else
-    raw = ''
-  end
-  local over, counted, denied = measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
-  if over and ARGV[b + 6] == '1' then admitted = false end
-  counteds[i], denieds[i], modes[i] = counted, denied, mode
-  counts[i] = ARGV[b + 5] == '1'
-  out[3 * i] = raw
-  out[3 * i + 1] = over and 1 or 0
-  out[3 * i + 2] = 0
+-- The limit specifications.
+local nspec = tonumber(ARGV[4])
+local LIM, PER, MODE, ALG, HL = {}, {}, {}, {}, {}
+local a = 5
+for s = 0, nspec - 1 do
+  LIM[s], PER[s], MODE[s] = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  ALG[s], HL[s] = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  a = a + 5
 end
-if phase == 'w' then admitted = flag end
-if phase ~= 'c' then
+
+-- The states read, and those written by earlier requests of the batch:
+-- key -> raw state, false for none.
+local cache = {}
+if #KEYS > 1 then
+  local vals = call('MGET', unpack(KEYS))
+  for i = 1, #KEYS do cache[KEYS[i]] = vals[i] end
+end
+
+local out = {nows, nowns}
+local o = 2 -- out index of the item before the current one (x2)
+local k = 0 -- KEYS index of the item before the current one
+local specs, counts, costs = {}, {}, {}
+local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
+while a <= #ARGV do
+  local n, flag = tonumber(ARGV[a]), ARGV[a + 1] == '1'
+  a = a + 2
+  local admitted = true
+  if phase == 'd' then admitted = not flag end
   for i = 1, n do
-    -- ratelimit.Limit.Next: readonly stores nothing; an admitted request
-    -- (or any in strict mode) stores the counted state; a denied one the
-    -- denied state (forgiving) or nothing.
-    local mode, st = modes[i], nil
-    if counts[i] and mode ~= 3 then
-      if admitted or mode == 1 then
-        st = counteds[i]
-      else
-        st = denieds[i]
+    local code, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    a = a + 2
+    local s = floor(code / 4)
+    local key = KEYS[k + i]
+    local raw = cache[key]
+    if raw == nil then
+      raw = call('GET', key)
+      cache[key] = raw
+    end
+    local ps, pns, pr
+    if raw then
+      ps, pns, pr = sunpack('<i8I4d', raw)
+    else
+      raw = ''
+    end
+    local over
+    over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
+      measure(ALG[s], LIM[s], PER[s], MODE[s], cost, HL[s], ps, pns, pr)
+    if over and code % 4 >= 2 then admitted = false end
+    specs[i], counts[i] = s, code % 2 == 1
+    out[o + 2 * i - 1] = raw
+    out[o + 2 * i] = over and 1 or 0
+  end
+  if phase == 'w' then admitted = flag end
+  if phase ~= 'c' then
+    for i = 1, n do
+      -- ratelimit.Limit.Next: readonly stores nothing; an admitted
+      -- request (or any in strict mode) stores the counted state; a
+      -- denied one the denied state (forgiving) or nothing.
+      local mode = MODE[specs[i]]
+      if counts[i] and mode ~= 3 then
+        local s, ns, r, ttl
+        if admitted or mode == 1 then
+          s, ns, r, ttl = cs[i], cns[i], cr[i], ct[i]
+        else
+          s, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
+        end
+        if s then
+          -- Expiries count on Redis's clock: with the caller's time
+          -- (tests, replays) they are made at least an hour long.
+          if caller and ttl < 3600000 then ttl = 3600000 end
+          local v = spack('<i8I4d', s, ns, r)
+          local key = KEYS[k + i]
+          call('SET', key, v, 'PX', ttl)
+          cache[key] = v
+          out[o + 2 * i] = out[o + 2 * i] + 2
+        end
       end
     end
-    if st then
-      local ttl = st[4]
-      -- Expiries count on Redis's clock: with the caller's time (tests,
-      -- replays) they are made at least an hour long.
-      if ARGV[3] ~= '' and ttl < 3600000 then ttl = 3600000 end
-      redis.call('SET', KEYS[i], struct.pack('<i8I4d', st[1], st[2], st[3]), 'PX', ttl)
-      out[3 * i + 2] = 1
-    end
   end
+  o = o + 2 * n
+  k = k + n
 end
 return out

@@ -57,7 +57,6 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
@@ -125,6 +124,10 @@ type Store struct {
 	cas     *rueidis.Lua
 	// offset is Redis's clock minus this host's (ns), as last seen.
 	offset atomic.Int64
+	// specs caches the script arguments of each limit
+	// (ratelimit.Limit -> *[5]string).
+	specs sync.Map
+	batch batcher
 }
 
 // New connects to Redis (standalone, Sentinel or Cluster) and returns the
@@ -489,192 +492,6 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 			return true, nil
 		}
 	}
-}
-
-// group is the items of one stack that share a hash slot.
-type group struct {
-	idx  []int // indexes into items
-	keys []string
-	args []string
-}
-
-// EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
-// with one script call per hash slot (one in all, unless the store talks to
-// a Redis Cluster and the keys fall in several slots), on Redis's clock
-// (the caller's now only with Options.UseCallerTime). Items of an unknown
-// algorithm get ErrAlgorithm and take no part. It returns an
-// error wrapping ErrUnavailable when Redis did not answer within the
-// timeout (nothing was decided; with several slots, some may have
-// committed), or ErrProtocol for an answer it cannot read.
-func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	var gbuf [1]group
-	groups := gbuf[:0]
-	var slots map[uint16]int
-	for i := range items {
-		it := &items[i]
-		out[i] = policy.StackResult{}
-		if it.Params.Algorithm > ratelimit.EARRRL {
-			out[i].Err = fmt.Errorf("%w: %s (limit %s)", ErrAlgorithm, it.Params.Algorithm, it.Limit)
-			continue
-		}
-		k := s.Key(it.Limit, it.Key)
-		gi := 0
-		if s.cluster {
-			if slots == nil {
-				slots = make(map[uint16]int, 2)
-			}
-			slot := Slot(k)
-			var ok bool
-			if gi, ok = slots[slot]; !ok {
-				gi = len(groups)
-				slots[slot] = gi
-				groups = append(groups, group{})
-			}
-		} else if len(groups) == 0 {
-			groups = append(groups, group{})
-		}
-		g := &groups[gi]
-		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, k)
-		g.args = append(g.args,
-			strconv.FormatFloat(it.Params.Limit, 'g', -1, 64),
-			strconv.FormatInt(int64(it.Params.Period), 10),
-			strconv.Itoa(int(it.Params.Mode)),
-			strconv.FormatFloat(it.Cost, 'g', -1, 64),
-			bit(it.Count), bit(it.Refuses),
-			strconv.Itoa(int(it.Params.Algorithm)),
-			strconv.FormatInt(int64(it.Params.HalfLife), 10))
-	}
-	if len(groups) == 0 {
-		if len(items) == 0 {
-			return nil
-		}
-		return out[0].Err // every item failed alone
-	}
-	var ts, tns string
-	if s.opts.UseCallerTime {
-		sec, nsec := splitNs(now.UnixNano())
-		ts, tns = strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10)
-	}
-	head := func(phase string, flag bool) []string { return []string{phase, bit(flag), ts, tns} }
-	if len(groups) == 1 {
-		g := &groups[0]
-		v, err := s.stack.Exec(ctx, s.c, g.keys, append(head("d", refused), g.args...)).ToArray()
-		if err != nil {
-			return unavailable(err)
-		}
-		return s.read(v, g, items, out, true)
-	}
-	// Several slots: check every slot, decide, commit on every slot.
-	res := s.execGroups(ctx, groups, head("c", false))
-	admitted := !refused
-	for gi := range groups {
-		if res[gi].err != nil {
-			return unavailable(res[gi].err)
-		}
-		if err := s.read(res[gi].v, &groups[gi], items, out, false); err != nil {
-			return err
-		}
-	}
-	for i := range items {
-		if out[i].Err == nil && out[i].Result.Over && items[i].Refuses {
-			admitted = false
-		}
-	}
-	res = s.execGroups(ctx, groups, head("w", admitted))
-	for gi, g := range groups {
-		if err := res[gi].err; err != nil {
-			// Items of a slot that failed to commit carry their
-			// own Err; the others' verdicts stand.
-			for _, i := range g.idx {
-				out[i].Err = unavailable(err)
-			}
-			continue
-		}
-		v := res[gi].v
-		if len(v) != 2+3*len(g.idx) {
-			return fmt.Errorf("%w: script answered %d values for %d items", ErrProtocol, len(v), len(g.idx))
-		}
-		for j, i := range g.idx {
-			st, _ := v[2+3*j+2].AsInt64()
-			out[i].Stored = st == 1
-		}
-	}
-	return nil
-}
-
-type groupResult struct {
-	v   []rueidis.RedisMessage
-	err error
-}
-
-// execGroups runs the script on every group concurrently (one slot each).
-func (s *Store) execGroups(ctx context.Context, groups []group, head []string) []groupResult {
-	res := make([]groupResult, len(groups))
-	var wg sync.WaitGroup
-	for gi := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := &groups[gi]
-			args := append(append(make([]string, 0, len(head)+len(g.args)), head...), g.args...)
-			res[gi].v, res[gi].err = s.stack.Exec(ctx, s.c, g.keys, args).ToArray()
-		}()
-	}
-	wg.Wait()
-	return res
-}
-
-// read fills out for the items of g from the script's answer v: the
-// previous state and the script's verdict; the Result is recomputed from
-// them with package ratelimit (so Before, Rate and RetryAfter are exactly
-// the reference arithmetic at Redis's now).
-func (s *Store) read(v []rueidis.RedisMessage, g *group, items []policy.StackItem, out []policy.StackResult, stored bool) error {
-	if len(v) != 2+3*len(g.idx) {
-		return fmt.Errorf("%w: script answered %d values for %d items", ErrProtocol, len(v), len(g.idx))
-	}
-	sec, err1 := v[0].AsInt64()
-	nsec, err2 := v[1].AsInt64()
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("%w: script time: %v", ErrProtocol, errors.Join(err1, err2))
-	}
-	now := time.Unix(sec, nsec)
-	if !s.opts.UseCallerTime {
-		s.offset.Store(int64(time.Until(now)))
-	}
-	for j, i := range g.idx {
-		raw, err := v[2+3*j].ToString()
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrProtocol, err)
-		}
-		prev, err := decode(raw)
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		over, _ := v[2+3*j+1].AsInt64()
-		st, _ := v[2+3*j+2].AsInt64()
-		it := &items[i]
-		r := it.Params.Check(prev, now, it.Cost)
-		if r.Over != (over == 1) {
-			// The script's exp and log differ from Go's by an ulp
-			// or so; at the very boundary its verdict is the one
-			// that was stored.
-			r.Over = over == 1
-			if r.Over {
-				r.RetryAfter = max(r.RetryAfter, time.Nanosecond)
-			} else {
-				r.RetryAfter = 0
-			}
-		}
-		out[i].Prev, out[i].Result = prev, r
-		if stored {
-			out[i].Stored = st == 1
-		}
-	}
-	return nil
 }
 
 // Merge pushes locally decided states into Redis after an outage: for each

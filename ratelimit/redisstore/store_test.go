@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,7 +90,9 @@ func TestSlot(t *testing.T) {
 
 // TestAtomicStack: 64 concurrent requests of one key on Redis's clock
 // admit exactly the limit (one script decides each request whole; the
-// reference EvaluateStack over a Store can over-admit under concurrency).
+// reference EvaluateStack over a Store can over-admit under concurrency),
+// also when one script call decides several of them (batching): each
+// sees the states the previous ones stored.
 func TestAtomicStack(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
@@ -118,6 +121,11 @@ func TestAtomicStack(t *testing.T) {
 	wg.Wait()
 	if errs.Load() != 0 || admitted.Load() != 50 {
 		t.Fatalf("256 concurrent requests: %d admitted, %d errors; want 50, 0", admitted.Load(), errs.Load())
+	}
+	// calls=N,usec=...: concurrent requests were batched.
+	calls, _, _ := strings.Cut(strings.TrimPrefix(srv.Info("commandstats", "cmdstat_evalsha"), "calls="), ",")
+	if n, err := strconv.Atoi(calls); err != nil || n >= 256 {
+		t.Errorf("256 concurrent requests took %q script calls, want fewer (batched)", calls)
 	}
 	// The strict daily limit counted every request; the leaky hourly one
 	// only the admitted.

@@ -1,0 +1,393 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// Batching of concurrent requests (standalone and Sentinel only: a
+// cluster's requests fall in many slots, and one script call may touch
+// one slot only). At most maxInFlight script calls of EvaluateStack are
+// in flight at once; the requests that arrive meanwhile wait and are then
+// decided together by one call, in arrival order, up to maxBatchItems
+// limits per call (past it a request gets its own call). An idle store
+// adds no wait: a request that finds a free slot is sent at once.
+const (
+	maxInFlight   = 2
+	maxBatchItems = 256
+)
+
+// request is one policy request's items of one hash slot, as sent to the
+// script: it owns copies of everything the script call needs, so that a
+// caller that gave up (timeout) leaves nothing shared behind.
+type request struct {
+	idx   []int // indexes into the caller's items
+	keys  []string
+	lims  []ratelimit.Limit
+	bits  []int // count + 2*refuses
+	costs []string
+	flag  bool // "d": already refused; "w": admitted
+	base  int  // index of the request's first item in the answer (set by assemble)
+}
+
+// add appends item i.
+func (r *request) add(i int, key string, it *policy.StackItem) {
+	r.idx = append(r.idx, i)
+	r.keys = append(r.keys, key)
+	r.lims = append(r.lims, it.Params)
+	b := 0
+	if it.Count {
+		b = 1
+	}
+	if it.Refuses {
+		b += 2
+	}
+	r.bits = append(r.bits, b)
+	c := "1"
+	if it.Cost != 1 {
+		c = strconv.FormatFloat(it.Cost, 'g', -1, 64)
+	}
+	r.costs = append(r.costs, c)
+}
+
+// batch is one script call deciding one or more requests.
+type batch struct {
+	reqs     []*request
+	items    int
+	deadline time.Time
+	done     chan struct{}
+	v        []rueidis.RedisMessage // the answer, once done is closed
+	err      error
+}
+
+// batcher collects the requests that arrive while maxInFlight calls are
+// in flight.
+type batcher struct {
+	mu       sync.Mutex
+	inFlight int
+	pending  *batch
+}
+
+// specArgs returns the script's 5 ARGV values of a limit (limit, period,
+// mode, algorithm, half-life), formatted once per distinct limit.
+func (s *Store) specArgs(l ratelimit.Limit) *[5]string {
+	if v, ok := s.specs.Load(l); ok {
+		return v.(*[5]string)
+	}
+	a := &[5]string{strconv.FormatFloat(l.Limit, 'g', -1, 64), strconv.FormatInt(int64(l.Period), 10),
+		strconv.Itoa(int(l.Mode)), strconv.Itoa(int(l.Algorithm)), strconv.FormatInt(int64(l.HalfLife), 10)}
+	v, _ := s.specs.LoadOrStore(l, a)
+	return v.(*[5]string)
+}
+
+// assemble builds the script's KEYS and ARGV for reqs (see stack.lua) and
+// sets each request's base.
+func (s *Store) assemble(phase, ts, tns string, reqs []*request) (keys, args []string) {
+	n := 0
+	for _, r := range reqs {
+		n += len(r.keys)
+	}
+	var lbuf [4]ratelimit.Limit
+	lims := lbuf[:0]
+	codes := make([]int, 0, n)
+	for _, r := range reqs {
+		for j, l := range r.lims {
+			si := -1
+			for k := range lims {
+				if lims[k] == l {
+					si = k
+					break
+				}
+			}
+			if si < 0 {
+				si = len(lims)
+				lims = append(lims, l)
+			}
+			codes = append(codes, si*4+r.bits[j])
+		}
+	}
+	keys = make([]string, 0, n)
+	args = make([]string, 0, 4+5*len(lims)+2*len(reqs)+2*n)
+	args = append(args, phase, ts, tns, strconv.Itoa(len(lims)))
+	for _, l := range lims {
+		a := s.specArgs(l)
+		args = append(args, a[:]...)
+	}
+	c := 0
+	for _, r := range reqs {
+		r.base = len(keys)
+		keys = append(keys, r.keys...)
+		args = append(args, strconv.Itoa(len(r.keys)), bit(r.flag))
+		for j := range r.keys {
+			args = append(args, strconv.Itoa(codes[c]), r.costs[j])
+			c++
+		}
+	}
+	return keys, args
+}
+
+// exec runs the script on reqs (all of one slot) and checks the answer's
+// length.
+func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) ([]rueidis.RedisMessage, error) {
+	keys, args := s.assemble(phase, ts, tns, reqs)
+	v, err := s.stack.Exec(ctx, s.c, keys, args).ToArray()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if len(v) != 2+2*len(keys) {
+		return nil, fmt.Errorf("%w: script answered %d values for %d items", ErrProtocol, len(v), len(keys))
+	}
+	return v, nil
+}
+
+// decideBatched decides r in phase "d" on Redis's clock, batched with the
+// requests of other goroutines (see maxInFlight).
+func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisMessage, error) {
+	b := &s.batch
+	b.mu.Lock()
+	if b.inFlight < maxInFlight {
+		b.inFlight++
+		b.mu.Unlock()
+		v, err := s.exec(ctx, "d", "", "", r)
+		s.release()
+		return v, err
+	}
+	p := b.pending
+	if p != nil && p.items+len(r.keys) > maxBatchItems {
+		// A full batch waits already: this request goes alone.
+		b.inFlight++
+		b.mu.Unlock()
+		v, err := s.exec(ctx, "d", "", "", r)
+		s.release()
+		return v, err
+	}
+	dl, _ := ctx.Deadline()
+	if p == nil {
+		p = &batch{deadline: dl, done: make(chan struct{})}
+		b.pending = p
+	}
+	p.reqs = append(p.reqs, r)
+	p.items += len(r.keys)
+	if dl.Before(p.deadline) {
+		p.deadline = dl
+	}
+	b.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.v, p.err
+	case <-ctx.Done():
+		// The batch may still decide (and count) the request, as a
+		// script call whose answer came too late would.
+		return nil, unavailable(ctx.Err())
+	}
+}
+
+// release ends a call: the pending batch, if any, takes its place.
+func (s *Store) release() {
+	b := &s.batch
+	b.mu.Lock()
+	p := b.pending
+	if p == nil {
+		b.inFlight--
+		b.mu.Unlock()
+		return
+	}
+	b.pending = nil
+	b.mu.Unlock()
+	go s.run(p)
+}
+
+// run sends batch p and hands its answer to its requests.
+func (s *Store) run(p *batch) {
+	ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
+	p.v, p.err = s.exec(ctx, "d", "", "", p.reqs...)
+	cancel()
+	close(p.done)
+	s.release()
+}
+
+// EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
+// with one script call per hash slot (one in all, unless the store talks to
+// a Redis Cluster and the keys fall in several slots), on Redis's clock
+// (the caller's now only with Options.UseCallerTime). On a standalone or
+// Sentinel-managed Redis, requests of concurrent callers that arrive
+// while earlier calls are in flight are decided together by one script
+// call, one after the other, each seeing the states the previous ones
+// stored. Items of an unknown algorithm get ErrAlgorithm and take no
+// part. It returns an error wrapping ErrUnavailable when Redis did not
+// answer within the timeout (nothing was decided, as far as the caller
+// knows; with several slots, some may have committed), or ErrProtocol for
+// an answer it cannot read. Safe for concurrent use.
+func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	var rbuf [1]request
+	reqs := rbuf[:0]
+	var slots map[uint16]int
+	for i := range items {
+		it := &items[i]
+		out[i] = policy.StackResult{}
+		if it.Params.Algorithm > ratelimit.EARRRL {
+			out[i].Err = fmt.Errorf("%w: %s (limit %s)", ErrAlgorithm, it.Params.Algorithm, it.Limit)
+			continue
+		}
+		k := s.Key(it.Limit, it.Key)
+		ri := 0
+		if s.cluster {
+			if slots == nil {
+				slots = make(map[uint16]int, 2)
+			}
+			slot := Slot(k)
+			var ok bool
+			if ri, ok = slots[slot]; !ok {
+				ri = len(reqs)
+				slots[slot] = ri
+				reqs = append(reqs, request{})
+			}
+		} else if len(reqs) == 0 {
+			reqs = append(reqs, request{})
+		}
+		reqs[ri].add(i, k, it)
+	}
+	if len(reqs) == 0 {
+		if len(items) == 0 {
+			return nil
+		}
+		return out[0].Err // every item failed alone
+	}
+	var ts, tns string
+	if s.opts.UseCallerTime {
+		sec, nsec := splitNs(now.UnixNano())
+		ts, tns = strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10)
+	}
+	if len(reqs) == 1 {
+		r := &reqs[0]
+		r.flag = refused
+		var v []rueidis.RedisMessage
+		var err error
+		if s.cluster || s.opts.UseCallerTime {
+			v, err = s.exec(ctx, "d", ts, tns, r)
+		} else {
+			v, err = s.decideBatched(ctx, r)
+		}
+		if err != nil {
+			return err
+		}
+		return s.read(v, r, items, out, true)
+	}
+	// Several slots: check every slot, decide, commit on every slot.
+	res := s.execSlots(ctx, reqs, "c", ts, tns)
+	admitted := !refused
+	for ri := range reqs {
+		if res[ri].err != nil {
+			return res[ri].err
+		}
+		if err := s.read(res[ri].v, &reqs[ri], items, out, false); err != nil {
+			return err
+		}
+	}
+	for i := range items {
+		if out[i].Err == nil && out[i].Result.Over && items[i].Refuses {
+			admitted = false
+		}
+	}
+	for ri := range reqs {
+		reqs[ri].flag = admitted
+	}
+	res = s.execSlots(ctx, reqs, "w", ts, tns)
+	for ri := range reqs {
+		r := &reqs[ri]
+		if err := res[ri].err; err != nil {
+			// Items of a slot that failed to commit carry their
+			// own Err; the others' verdicts stand.
+			for _, i := range r.idx {
+				out[i].Err = err
+			}
+			continue
+		}
+		v := res[ri].v
+		for j, i := range r.idx {
+			code, _ := v[2+2*(r.base+j)+1].AsInt64()
+			out[i].Stored = code&2 != 0
+		}
+	}
+	return nil
+}
+
+type slotResult struct {
+	v   []rueidis.RedisMessage
+	err error
+}
+
+// execSlots runs the script on every request concurrently (one slot
+// each).
+func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns string) []slotResult {
+	res := make([]slotResult, len(reqs))
+	var wg sync.WaitGroup
+	for ri := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[ri].v, res[ri].err = s.exec(ctx, phase, ts, tns, &reqs[ri])
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// read fills out for the items of r from the script's answer v: the
+// previous state and the script's verdict; the Result is recomputed from
+// them with package ratelimit (so Before, Rate and RetryAfter are exactly
+// the reference arithmetic at Redis's now).
+func (s *Store) read(v []rueidis.RedisMessage, r *request, items []policy.StackItem, out []policy.StackResult, stored bool) error {
+	sec, err1 := v[0].AsInt64()
+	nsec, err2 := v[1].AsInt64()
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("%w: script time: %v", ErrProtocol, errors.Join(err1, err2))
+	}
+	now := time.Unix(sec, nsec)
+	if !s.opts.UseCallerTime {
+		s.offset.Store(int64(time.Until(now)))
+	}
+	for j, i := range r.idx {
+		at := 2 + 2*(r.base+j)
+		raw, err := v[at].ToString()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrProtocol, err)
+		}
+		prev, err := decode(raw)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		code, _ := v[at+1].AsInt64()
+		over := code&1 != 0
+		it := &items[i]
+		res := it.Params.Check(prev, now, it.Cost)
+		if res.Over != over {
+			// The script's exp and log differ from Go's by an ulp
+			// or so; at the very boundary its verdict is the one
+			// that was stored.
+			res.Over = over
+			if res.Over {
+				res.RetryAfter = max(res.RetryAfter, time.Nanosecond)
+			} else {
+				res.RetryAfter = 0
+			}
+		}
+		out[i].Prev, out[i].Result = prev, res
+		if stored {
+			out[i].Stored = code&2 != 0
+		}
+	}
+	return nil
+}
