@@ -22,7 +22,7 @@ import (
 // limits per call (past it a request gets its own call). An idle store
 // adds no wait: a request that finds a free slot is sent at once.
 const (
-	maxInFlight   = 2
+	maxInFlight   = 1
 	maxBatchItems = 256
 )
 
@@ -37,6 +37,17 @@ type request struct {
 	costs []string
 	flag  bool // "d": already refused; "w": admitted
 	base  int  // index of the request's first item in the answer (set by assemble)
+	// Room for the usual few items without more allocations.
+	idxBuf  [4]int
+	keyBuf  [4]string
+	limBuf  [4]ratelimit.Limit
+	bitBuf  [4]int
+	costBuf [4]string
+}
+
+// init points r's slices at its own buffers.
+func (r *request) init() {
+	r.idx, r.keys, r.lims, r.bits, r.costs = r.idxBuf[:0], r.keyBuf[:0], r.limBuf[:0], r.bitBuf[:0], r.costBuf[:0]
 }
 
 // add appends item i.
@@ -230,8 +241,13 @@ func (s *Store) run(p *batch) {
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	var rbuf [1]request
-	reqs := rbuf[:0]
+	// One request per slot; never reallocated (the requests' slices
+	// point into their own buffers).
+	n := 1
+	if s.cluster {
+		n = len(items)
+	}
+	reqs := make([]request, 0, n)
 	var slots map[uint16]int
 	for i := range items {
 		it := &items[i]
@@ -252,9 +268,11 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 				ri = len(reqs)
 				slots[slot] = ri
 				reqs = append(reqs, request{})
+				reqs[ri].init()
 			}
 		} else if len(reqs) == 0 {
 			reqs = append(reqs, request{})
+			reqs[0].init()
 		}
 		reqs[ri].add(i, k, it)
 	}

@@ -35,17 +35,6 @@ local MININTERVAL = 1e-10
 local exp, log, floor = math.exp, math.log, math.floor
 local call, spack, sunpack, tonumber = redis.call, struct.pack, struct.unpack, tonumber
 
--- expm1 is exp(x)-1 accurate to a few ulps (Lua 5.1 has none). Kahan's
--- form: with u = exp(x) rounded, (u-1)*x/log(u) cancels the rounding of u,
--- so it stays accurate for tiny |x|, where exp(x)-1 loses every digit.
-local function expm1(x)
-  local u = exp(x)
-  if u == 1 then return x end
-  local um1 = u - 1
-  if um1 == -1 then return -1 end
-  return um1 * x / log(u)
-end
-
 local phase = ARGV[1]
 local caller = ARGV[2] ~= ''
 local nows, nowns
@@ -137,7 +126,20 @@ local function measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
   if ps then
     local w = ((nows - ps) * 1e9 + (nowns - pns)) / period
     if w < MININTERVAL then w = MININTERVAL end
-    r = -expm1(-w) * cost / w + exp(-w) * pr
+    -- expm1(-w) (Lua 5.1 has none), sharing exp(-w) with the decay
+    -- term. Kahan's form: with u = exp(x) rounded, (u-1)*x/log(u)
+    -- cancels the rounding of u, so it stays accurate for tiny |x|,
+    -- where exp(x)-1 loses every digit.
+    local u = exp(-w)
+    local em
+    if u == 1 then
+      em = -w
+    elseif u - 1 == -1 then
+      em = -1
+    else
+      em = (u - 1) * -w / log(u)
+    end
+    r = -em * cost / w + u * pr
   end
   if r < cost then r = cost end
   if r > MAXF then r = MAXF end
