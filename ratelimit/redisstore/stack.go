@@ -163,25 +163,24 @@ func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*reques
 // decideBatched decides r in phase "d" on Redis's clock, batched with the
 // requests of other goroutines (see maxInFlight).
 func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisMessage, error) {
+	dl := time.Now().Add(s.opts.Timeout)
+	if pd, ok := ctx.Deadline(); ok && pd.Before(dl) {
+		dl = pd
+	}
 	b := &s.batch
 	b.mu.Lock()
-	if b.inFlight < maxInFlight {
-		b.inFlight++
-		b.mu.Unlock()
-		v, err := s.exec(ctx, "d", "", "", r)
-		s.release()
-		return v, err
-	}
 	p := b.pending
-	if p != nil && p.items+len(r.keys) > maxBatchItems {
-		// A full batch waits already: this request goes alone.
+	if b.inFlight < maxInFlight || p != nil && p.items+len(r.keys) > maxBatchItems {
+		// A free slot, or a full batch waits already: this request
+		// goes alone.
 		b.inFlight++
 		b.mu.Unlock()
-		v, err := s.exec(ctx, "d", "", "", r)
+		cctx, cancel := context.WithDeadline(ctx, dl)
+		v, err := s.exec(cctx, "d", "", "", r)
+		cancel()
 		s.release()
 		return v, err
 	}
-	dl, _ := ctx.Deadline()
 	if p == nil {
 		p = &batch{deadline: dl, done: make(chan struct{})}
 		b.pending = p
@@ -192,6 +191,9 @@ func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisM
 		p.deadline = dl
 	}
 	b.mu.Unlock()
+	// No timer of its own: the calls in flight end by their deadlines,
+	// which are earlier (their requests came first), and p runs with the
+	// earliest deadline of its requests, so done is closed by dl.
 	select {
 	case <-p.done:
 		return p.v, p.err
@@ -239,8 +241,6 @@ func (s *Store) run(p *batch) {
 // knows; with several slots, some may have committed), or ErrProtocol for
 // an answer it cannot read. Safe for concurrent use.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	// One request per slot; never reallocated (the requests' slices
 	// point into their own buffers).
 	n := 1
@@ -293,7 +293,9 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		var v []rueidis.RedisMessage
 		var err error
 		if s.cluster || s.opts.UseCallerTime {
-			v, err = s.exec(ctx, "d", ts, tns, r)
+			cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+			v, err = s.exec(cctx, "d", ts, tns, r)
+			cancel()
 		} else {
 			v, err = s.decideBatched(ctx, r)
 		}
@@ -303,6 +305,8 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		return s.read(v, r, items, out, true)
 	}
 	// Several slots: check every slot, decide, commit on every slot.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
 	res := s.execSlots(ctx, reqs, "c", ts, tns)
 	admitted := !refused
 	for ri := range reqs {
