@@ -8,8 +8,8 @@
 // limits is decided by one server-side Lua script (EVALSHA, loaded once)
 // that applies the arithmetic of package ratelimit (Exim specification,
 // chapter "Rate limiting", for the exponential algorithm, with expm1
-// written out for Lua 5.1; GCRA, cooldown and EARRRL) on the server's clock (Redis TIME), so MTAs whose clocks differ get
-// the same answers. The script measures every limit, decides the stack's
+// written out for Lua 5.1; GCRA, cooldown and EARRRL) on the server's
+// clock (Redis TIME), so MTAs whose clocks differ get the same answers. The script measures every limit, decides the stack's
 // verdict (a leaky limit counts only when the whole stack admits), stores
 // each counted limit's new state and gives it an expiry computed from the
 // arithmetic (the time at which the state is negligible, see
@@ -18,6 +18,19 @@
 //
 // The script implements every algorithm of package ratelimit
 // (exponential, GCRA, cooldown, EARRRL) and every mode.
+//
+// # Batching
+//
+// On a standalone or Sentinel-managed Redis, one script call is in flight
+// at a time; the requests that arrive meanwhile wait for it and are then
+// decided together by the next call, one after the other in arrival order,
+// each seeing the states the previous ones stored (the same answers as
+// separate calls made back to back). An idle store adds no wait. Redis's
+// cost per decided stack is what limits the throughput of all the MTAs
+// together, and a script call's fixed costs (EVALSHA, the limits'
+// parameters, TIME, one MGET of all the keys) are then paid once per
+// batch. A Redis Cluster's requests fall in many slots and one call may
+// touch one slot only: there each request (each slot of it) is one call.
 //
 // # Keys and Redis Cluster
 //
@@ -38,7 +51,8 @@
 // The client is github.com/redis/rueidis, chosen over go-redis/v9 by a
 // measured comparison (scripts/redis-client-bench): its automatic
 // pipelining of concurrent requests gave 1.6 to 1.8 times the throughput
-// at 64 concurrent callers.
+// at 64 concurrent callers (the cluster's calls and the CLI's still
+// use it; the daemon's requests on one node are batched as above).
 package redisstore
 
 import (
