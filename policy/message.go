@@ -36,8 +36,9 @@ import (
 // first joined, so the message is charged once.
 //
 // Memory is bounded: messages live in two generations of at most
-// msgGenSize entries each (a message counts once for each front end's view
-// of it and once while it waits to be joined); a message is forgotten at
+// msgGenSize entries each, split over the table's shards (a message counts
+// once for each front end's view of it and once while it waits to be
+// joined); a message is forgotten at
 // END-OF-MESSAGE or when its generation is dropped. A forgotten message
 // that is asked about again is charged again, as a new message:
 // over-counting, never under-counting.
@@ -50,14 +51,17 @@ import (
 // msgGenSize bounds one generation of the message table.
 const msgGenSize = 1 << 15
 
+// shardGenSize bounds one generation of one shard.
+const shardGenSize = msgGenSize / msgShards
+
 // pendMax bounds the messages of one (client, user, sender) waiting to be
 // joined by the other front end.
 const pendMax = 16
 
-// freeMax bounds the entries kept for reuse: a generation's worth, as a
-// rotation frees up to that many (messages that waited to be joined in
-// vain) for the next generation.
-const freeMax = msgGenSize
+// freeMax bounds the entries kept for reuse by one shard: a generation's
+// worth, as a rotation frees up to that many (messages that waited to be
+// joined in vain) for the next generation.
+const freeMax = shardGenSize
 
 // frontIndex maps Request.Stage to 0 (policy delegation, the default) or 1
 // (milter).
@@ -83,6 +87,8 @@ type charge struct {
 // other fields are the table's, under msgTable.mu.
 type msgEntry struct {
 	mu sync.Mutex
+	// shard is the table shard the entry belongs to (and is reused by).
+	shard *msgShard
 	// verdict is the message's verdict (per_mail, per_byte, per_conn),
 	// without Measures, per front end (a joined message is judged by each
 	// front end's own limits: the milter's freeze is not the policy
@@ -150,8 +156,24 @@ type msgGen struct {
 
 func (g *msgGen) size() int { return len(g.msgs) + g.npend }
 
-// msgTable holds the messages in flight. Safe for concurrent use.
+// msgTable holds the messages in flight, in msgShards shards picked by the
+// join fingerprint (client address, SASL user, sender): every request of
+// one message, from either front end, goes to one shard, and requests of
+// different senders seldom wait for each other's lock. Safe for concurrent
+// use; the zero value is ready.
 type msgTable struct {
+	shards [msgShards]msgShard
+}
+
+// msgShards is the number of shards of the message table (a power of two).
+const msgShards = 16
+
+// msgShardSeed picks a fingerprint's shard.
+var msgShardSeed = maphash.MakeSeed()
+
+// msgShard is one shard of the table; its generations hold at most
+// msgGenSize/msgShards entries each.
+type msgShard struct {
 	mu       sync.Mutex
 	seed     maphash.Seed
 	cur, old msgGen
@@ -209,7 +231,7 @@ func appendLower(b []byte, s string) []byte {
 	return b
 }
 
-func (t *msgTable) init() {
+func (t *msgShard) init() {
 	if t.cur.msgs == nil {
 		t.seed = maphash.MakeSeed()
 		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
@@ -219,7 +241,7 @@ func (t *msgTable) init() {
 }
 
 // hashID hashes a message key with the front end index.
-func (t *msgTable) hashID(front int, id []byte) uint64 {
+func (t *msgShard) hashID(front int, id []byte) uint64 {
 	return maphash.Bytes(t.seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
 }
 
@@ -236,6 +258,38 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	}
 	var buf [maxIDLen]byte
 	id := appendID(buf[:0], req)
+	fp := id[len(req.Stage)+1 : len(id)-len(req.Instance)-1] // appendID's fingerprint
+	return t.shards[maphash.Bytes(msgShardSeed, fp)%msgShards].get(req, id, fp, joinable)
+}
+
+// end gives back the entry of one request of its message (from get): see
+// msgShard.end.
+func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
+	m.shard.end(m, req, refused, done)
+}
+
+// len returns the number of messages remembered.
+func (t *msgTable) len() int {
+	n := 0
+	for i := range t.shards {
+		n += int(t.shards[i].live.Load())
+	}
+	return n
+}
+
+// footprint estimates the table's memory in bytes: its entries in use and
+// kept for reuse.
+func (t *msgTable) footprint() int64 {
+	var n int64
+	for i := range t.shards {
+		n += t.shards[i].footprint()
+	}
+	return n
+}
+
+// get is msgTable.get in the shard of req's fingerprint: id is req's
+// message key (appendID) and fp the fingerprint within it.
+func (t *msgShard) get(req *Request, id, fp []byte, joinable bool) *msgEntry {
 	front := frontIndex(req.Stage)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -261,8 +315,6 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 		t.put(h, m)
 		return m
 	}
-	var fbuf [maxIDLen]byte
-	fp := appendFP(fbuf[:0], req)
 	fh := maphash.Bytes(t.seed, fp)
 	if m := t.takePending(fp, fh, 1-front); m != nil {
 		m.refs++ // this request, first: put may rotate
@@ -279,7 +331,7 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 }
 
 // alloc returns a cleared entry, reused if one is free.
-func (t *msgTable) alloc() *msgEntry {
+func (t *msgShard) alloc() *msgEntry {
 	t.inUse++
 	t.live.Store(int64(t.inUse))
 	if n := len(t.free); n > 0 {
@@ -288,11 +340,11 @@ func (t *msgTable) alloc() *msgEntry {
 		t.free = t.free[:n-1]
 		return m
 	}
-	return &msgEntry{}
+	return &msgEntry{shard: t}
 }
 
 // unref drops one reference to m, reusing it when none is left.
-func (t *msgTable) unref(m *msgEntry) {
+func (t *msgShard) unref(m *msgEntry) {
 	m.refs--
 	if m.refs > 0 {
 		return
@@ -313,8 +365,8 @@ func (t *msgTable) unref(m *msgEntry) {
 // put stores m under h in the current generation, rotating when it is
 // full, and takes a reference for the slot. A different message under the
 // same hash (a collision) is forgotten.
-func (t *msgTable) put(h uint64, m *msgEntry) {
-	if t.cur.size() >= msgGenSize {
+func (t *msgShard) put(h uint64, m *msgEntry) {
+	if t.cur.size() >= shardGenSize {
 		t.rotate()
 	}
 	if o, ok := t.cur.msgs[h]; ok {
@@ -326,7 +378,7 @@ func (t *msgTable) put(h uint64, m *msgEntry) {
 
 // rotate drops the old generation (its messages are forgotten, its waiting
 // messages no longer joinable) and starts a new current one.
-func (t *msgTable) rotate() {
+func (t *msgShard) rotate() {
 	for _, m := range t.old.msgs {
 		t.unref(m)
 	}
@@ -346,7 +398,7 @@ func (t *msgTable) rotate() {
 }
 
 // genOf returns the generation numbered n, or nil if it is gone.
-func (t *msgTable) genOf(n uint64) *msgGen {
+func (t *msgShard) genOf(n uint64) *msgGen {
 	switch n {
 	case t.gen:
 		return &t.cur
@@ -359,7 +411,7 @@ func (t *msgTable) genOf(n uint64) *msgGen {
 // addPending registers m, just created by front end front, as waiting to
 // be joined under fingerprint fp (hash fh); the oldest of more than
 // pendMax messages of one fingerprint is no longer joinable.
-func (t *msgTable) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
+func (t *msgShard) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
 	m.fp = append(m.fp[:0], fp...)
 	m.fpHash, m.pendFront, m.pendGen, m.pending = fh, front, t.gen, true
 	m.refs++
@@ -389,7 +441,7 @@ func (t *msgTable) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
 
 // unlinkPending removes m from its generation's pending list and drops the
 // list's reference.
-func (t *msgTable) unlinkPending(m *msgEntry) {
+func (t *msgShard) unlinkPending(m *msgEntry) {
 	if !m.pending {
 		return
 	}
@@ -413,7 +465,7 @@ func (t *msgTable) unlinkPending(m *msgEntry) {
 // takePending removes and returns the oldest message of fingerprint fp
 // (hash fh) registered by front end front, or nil. The returned entry
 // carries no reference of the list: the caller stores it.
-func (t *msgTable) takePending(fp []byte, fh uint64, front int) *msgEntry {
+func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 	for _, g := range [2]*msgGen{&t.old, &t.cur} {
 		for m := g.pend[fh]; m != nil; m = m.pendNext {
 			if m.pendFront != front || !bytes.Equal(m.fp, fp) {
@@ -433,7 +485,7 @@ func (t *msgTable) takePending(fp []byte, fh uint64, front int) *msgEntry {
 // end never sees it), and END-OF-MESSAGE (done set) forgets req's view of
 // it. A message still waiting for the other front end stays joinable
 // until its generation goes.
-func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
+func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 	var buf [maxIDLen]byte
 	front := frontIndex(req.Stage)
 	t.mu.Lock()
@@ -455,17 +507,14 @@ func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
 	t.unref(m)
 }
 
-// len returns the number of messages remembered.
-func (t *msgTable) len() int { return int(t.live.Load()) }
-
 // entryBytes is about what one remembered message costs in memory: the
 // entry, its charges for two limits, its key and fingerprint bytes, and
 // its share of the generation maps.
 const entryBytes = 512
 
-// footprint estimates the table's memory in bytes: its entries in use and
+// footprint estimates the shard's memory in bytes: its entries in use and
 // kept for reuse.
-func (t *msgTable) footprint() int64 {
+func (t *msgShard) footprint() int64 {
 	t.mu.Lock()
 	n := t.inUse + len(t.free)
 	t.mu.Unlock()

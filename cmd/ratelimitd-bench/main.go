@@ -93,6 +93,7 @@ type options struct {
 	keys       []int
 	duration   time.Duration
 	warmup     time.Duration
+	prefill    bool
 	requests   int64
 	rounds     int
 	rcpts      int
@@ -123,6 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&keys, "keys", keys, "comma-separated distinct-user counts K")
 	fs.DurationVar(&o.duration, "duration", defaultDuration, "measured time per cell (and the cap of --requests)")
 	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured load before each run")
+	fs.BoolVar(&o.prefill, "prefill", true, "before the cells of each K, every one of the K users sends one message to ratelimitd (unmeasured), so the runs measure a daemon holding its users' rate states, as in steady operation, not the store's growth; --prefill=false measures from an empty store")
 	fs.Int64Var(&o.requests, "requests", 0, "end a cell after this many measured requests (0: by --duration only)")
 	fs.IntVar(&o.rounds, "rounds", 2, "runs per cell and target, alternating floor and ratelimitd, each --duration/rounds long")
 	fs.IntVar(&o.rcpts, "rcpts", 1, "RCPT requests before each message's END-OF-MESSAGE request")
@@ -343,6 +345,11 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 	b.printf("%-4s %-11s %5s %8s %10s %9s %9s %9s %9s %8s %6s %10s\n",
 		"via", "target", "C", "K", "req/s", "p50", "p99", "p99.9", "CPU/req", "refused", "errors", "RSS")
 	for _, k := range o.keys {
+		if o.prefill {
+			if err := b.prefillUsers(ctx, target, targetPID, k); err != nil {
+				return 0, err
+			}
+		}
 		for _, l := range o.listeners {
 			for _, c := range o.conns {
 				if err := b.cell(ctx, l, c, k, target, targetPID); err != nil {
@@ -371,6 +378,25 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		return exitTargetMiss, nil
 	}
 	return exitOK, nil
+}
+
+// prefillUsers sends one END-OF-MESSAGE request for each of the users
+// 0..keys-1 to the target over C=64 connections, unmeasured, then waits
+// for the daemon's write-behind to settle. Users already sent by an
+// earlier (smaller) K are sent again: one more message each, far below
+// the default limits.
+func (b *bench) prefillUsers(ctx context.Context, target string, targetPID, keys int) error {
+	capDur := time.Duration(keys/2000+60) * time.Second
+	res, err := runLoad(ctx, loadSpec{Addr: target, Conns: rssConns, Distinct: keys, Duration: capDur, Seed: b.o.seed})
+	if err != nil {
+		return fmt.Errorf("prefill of %d users: %w", keys, err)
+	}
+	if res.Errors > 0 {
+		return fmt.Errorf("prefill of %d users: %d errors, first: %v", keys, res.Errors, res.FirstErr)
+	}
+	b.printf("prefill: %s users sent one message each to ratelimitd in %s (unmeasured)\n", thousands(int64(keys)), round(res.Elapsed))
+	b.waitQuiet(ctx, targetPID)
+	return nil
 }
 
 // waitQuiet waits (at most 15 s) until the process pid has been idle (at
