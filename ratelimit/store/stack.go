@@ -47,7 +47,9 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	// Measure every item (Get).
+	// Measure every item (Get), remembering where its entry is.
+	var idxs [stackMax]uint32
+	var found [stackMax]bool
 	admitted := !refused
 	for i := range items {
 		it := &items[i]
@@ -57,6 +59,7 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 				e := sh.at(idx)
 				e.seen = m.tick(sh)
 				prev = e.state
+				idxs[i], found[i] = idx, true
 			}
 		}
 		out[i] = policy.StackResult{Prev: prev, Result: it.Params.Check(prev, now, it.Cost)}
@@ -65,7 +68,9 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		}
 	}
 	// Store the counted items' new states (Update). An entry found above
-	// is looked up again: storing a new key may have evicted or moved it.
+	// is used where it is until a new key has been stored (which may
+	// evict or move entries); after that it is looked up again.
+	inserted := false
 	for i := range items {
 		it := &items[i]
 		if !it.Count {
@@ -75,7 +80,19 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		if !store {
 			continue
 		}
-		if err := m.storeLocked(sh, it, hs[i], out[i].Prev, next, now, admitted); err != nil {
+		if found[i] && !inserted {
+			e := sh.at(idxs[i])
+			if s, store := applyItem(it, e.state, out[i].Prev, next, now, admitted); store {
+				e.state = s
+				e.seen = m.tick(sh)
+				sh.markDirty(idxs[i], e)
+			}
+			out[i].Stored = true
+			continue
+		}
+		added, err := m.storeLocked(sh, it, hs[i], out[i].Prev, next, now, admitted)
+		inserted = inserted || added
+		if err != nil {
 			out[i].Err = err
 			continue
 		}
@@ -84,41 +101,48 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	return nil
 }
 
-// storeLocked is Update's body for one stack item, under sh's lock: it
-// stores next when the item's state is still prev (always, unless the
-// stack names one (limit, key) twice), else the request re-applied to the
-// current state.
-func (m *Memory) storeLocked(sh *shard, it *policy.StackItem, h uint64, prev, next ratelimit.State, now time.Time, admitted bool) error {
+// applyItem is the Update function of a stack item: next when the state
+// is still prev (always, unless the stack names one (limit, key) twice),
+// else the request re-applied to the current state old.
+func applyItem(it *policy.StackItem, old, prev, next ratelimit.State, now time.Time, admitted bool) (ratelimit.State, bool) {
+	if old == prev {
+		return next, true
+	}
+	return it.Params.Next(it.Params.Check(old, now, it.Cost), admitted)
+}
+
+// storeLocked is Update's body for one stack item, under sh's lock, with
+// applyItem as its function. It reports whether it stored a new key
+// (which may have evicted or moved other entries).
+func (m *Memory) storeLocked(sh *shard, it *policy.StackItem, h uint64, prev, next ratelimit.State, now time.Time, admitted bool) (inserted bool, err error) {
 	if len(it.Key) > MaxKeyLen {
-		return ErrKeyTooLong
+		return false, ErrKeyTooLong
 	}
 	lim, err := m.limits.intern(it.Limit)
 	if err != nil {
-		return err
-	}
-	apply := func(old ratelimit.State) (ratelimit.State, bool) {
-		if old == prev {
-			return next, true
-		}
-		return it.Params.Next(it.Params.Check(old, now, it.Cost), admitted)
+		return false, err
 	}
 	if _, idx, ok := find(sh, lim, it.Key, h); ok {
 		e := sh.at(idx)
-		if s, store := apply(e.state); store {
+		if s, store := applyItem(it, e.state, prev, next, now, admitted); store {
 			e.state = s
 			e.seen = m.tick(sh)
 			sh.markDirty(idx, e)
 		}
-		return nil
+		return false, nil
 	}
 	if !sh.canAppend(len(it.Key)) {
-		return ErrFull
+		return false, ErrFull
 	}
-	if s, store := apply(ratelimit.State{}); store && !insert(m, sh, lim, it.Key, h, s, true) {
+	s, store := applyItem(it, ratelimit.State{}, prev, next, now, admitted)
+	if !store {
+		return false, nil
+	}
+	if !insert(m, sh, lim, it.Key, h, s, true) {
 		m.refused.Add(1)
-		return ErrKeyPressure
+		return false, ErrKeyPressure
 	}
-	return nil
+	return true, nil
 }
 
 // EvaluateStack is Memory.EvaluateStack (policy.StackEvaluator); the

@@ -1,0 +1,82 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+// TestMemoryEvaluateStackEvicting drives Memory.EvaluateStack and the
+// reference policy.EvaluateStack over two stores so small (one, then two
+// states a shard) that storing a stack's new state evicts others, among
+// them the entries the same stack found and is about to write: every
+// result and the states left must be the same. One rate key, so that it
+// falls in one shard of each store whatever their hash seeds.
+func TestMemoryEvaluateStackEvicting(t *testing.T) {
+	for _, maxKeys := range []int{64, 128} {
+		t.Run(fmt.Sprint(maxKeys/64, "-per-shard"), func(t *testing.T) { testEvaluateStackEvicting(t, maxKeys) })
+	}
+}
+
+func testEvaluateStackEvicting(t *testing.T, maxKeys int) {
+	ctx := context.Background()
+	opts := store.MemoryOptions{MaxKeys: maxKeys}
+	got, want := store.NewMemory(opts), store.NewMemory(opts)
+	limits := []policy.StackItem{
+		{Limit: "hourly", Params: ratelimit.Limit{Limit: 3, Period: time.Hour}, Refuses: true},
+		{Limit: "daily", Params: ratelimit.Limit{Limit: 5, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Refuses: true},
+		{Limit: "warn", Params: ratelimit.Limit{Limit: 2, Period: time.Minute}},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	now := time.Unix(1_790_000_000, 0)
+	inserts := 0
+	for step := range 5000 {
+		now = now.Add(time.Duration(r.IntN(5000)) * time.Millisecond)
+		key := "alice"
+		var items []policy.StackItem
+		for _, li := range r.Perm(len(limits))[:1+r.IntN(len(limits))] {
+			it := limits[li]
+			it.Key, it.Cost, it.Count = key, 1, r.IntN(6) != 0
+			items = append(items, it)
+		}
+		refused := r.IntN(10) == 0
+		g, w := make([]policy.StackResult, len(items)), make([]policy.StackResult, len(items))
+		if err := got.EvaluateStack(ctx, now, items, refused, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := policy.EvaluateStack(ctx, want, now, items, refused, w); err != nil {
+			t.Fatal(err)
+		}
+		for i := range items {
+			if g[i].Prev != w[i].Prev || g[i].Result != w[i].Result || g[i].Stored != w[i].Stored || (g[i].Err == nil) != (w[i].Err == nil) {
+				t.Fatalf("step %d item %d (%s %s): got %+v, reference %+v", step, i, items[i].Limit, key, g[i], w[i])
+			}
+			if g[i].Prev == (ratelimit.State{}) && g[i].Stored {
+				inserts++
+			}
+		}
+	}
+	if inserts < 500 || got.Evicted() < 500 {
+		t.Fatalf("%d new states, %d evictions: the test did not exercise eviction", inserts, got.Evicted())
+	}
+	states := func(m *store.Memory) map[string]ratelimit.State {
+		out := map[string]ratelimit.State{}
+		m.Range(ctx, func(l, k string, s ratelimit.State) bool { out[l+"/"+k] = s; return true })
+		return out
+	}
+	gs, ws := states(got), states(want)
+	if len(gs) != len(ws) {
+		t.Fatalf("%d states left, reference %d", len(gs), len(ws))
+	}
+	for k, s := range ws {
+		if gs[k] != s {
+			t.Fatalf("%s: %+v, reference %+v", k, gs[k], s)
+		}
+	}
+}
