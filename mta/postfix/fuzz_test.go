@@ -44,6 +44,16 @@ func FuzzReadRequest(f *testing.F) {
 		// fresh decodes the same stream without reusing the previous
 		// request's strings: the reuse must not change a request.
 		fresh := NewDecoder(bufio.NewReaderSize(bytes.NewReader(in), 16))
+		// kept are the decoded requests and saved deep copies of them:
+		// later decodes must not change an earlier request's strings.
+		var kept, saved []policy.Request
+		defer func() {
+			for i := range kept {
+				if kept[i] != saved[i] {
+					t.Fatalf("request %d changed by later decodes:\n got %+v\nwant %+v", i, kept[i], saved[i])
+				}
+			}
+		}()
 		for range 4 {
 			var req, want policy.Request
 			err := dec.Decode(&req)
@@ -60,6 +70,8 @@ func FuzzReadRequest(f *testing.F) {
 			if req.Stage != StagePolicy || req.RecipientCount < 0 || req.Size < 0 {
 				t.Fatalf("bad request %+v", req)
 			}
+			kept = append(kept, req)
+			saved = append(saved, cloneRequest(req))
 			var again policy.Request
 			if err := ReadRequest(bufio.NewReader(bytes.NewReader(encodeRequest(&req))), &again); err != nil {
 				t.Fatalf("re-encoded %+v does not decode: %v", req, err)
@@ -86,4 +98,14 @@ func documented(err error) bool {
 		}
 	}
 	return false
+}
+
+// cloneRequest returns r with every string copied.
+func cloneRequest(r policy.Request) policy.Request {
+	c := strings.Clone
+	r.ProtocolState, r.ProtocolName, r.HeloName, r.QueueID = c(r.ProtocolState), c(r.ProtocolName), c(r.HeloName), c(r.QueueID)
+	r.Sender, r.Recipient, r.ClientAddress, r.ClientName = c(r.Sender), c(r.Recipient), c(r.ClientAddress), c(r.ClientName)
+	r.ReverseClientName, r.Instance, r.SASLMethod = c(r.ReverseClientName), c(r.Instance), c(r.SASLMethod)
+	r.SASLUsername, r.SASLSender, r.Stage = c(r.SASLUsername), c(r.SASLSender), c(r.Stage)
+	return r
 }
