@@ -448,7 +448,10 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 // verdict is the Decision of limit l being over with result r.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decision {
 	lim := limitOf(it, r)
-	d := Decision{Action: l.action, Limit: l.name, Key: it.Key, Rate: r.Rate, Max: lim, Period: it.Params.Period,
+	// The key is cloned: it may share a block with other requests' values
+	// (mta/postfix.Decoder), and a refusal's key is kept for long (the
+	// notification windows, the quarantine's alert counts).
+	d := Decision{Action: l.action, Limit: l.name, Key: strings.Clone(it.Key), Rate: r.Rate, Max: lim, Period: it.Params.Period,
 		RetryAfter: r.RetryAfter}
 	text := expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Text = SanitizeText(text, MaxTextLen)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -519,5 +520,29 @@ func TestLimitParams(t *testing.T) {
 	c.Limits[0].Mode = "sloppy"
 	if _, err := policy.LimitParams(c); !errors.Is(err, policy.ErrInvalidConfig) {
 		t.Fatalf("invalid config: %v", err)
+	}
+}
+
+// TestRefusalKeyIsOwnString checks that a refusal's Decision.Key does not
+// share memory with the request's strings: mta/postfix.Decoder cuts them
+// from 16 KiB blocks, and a refusal's key is kept for long (notification
+// windows, quarantine alert counts), which would keep a whole block alive
+// per key.
+func TestRefusalKeyIsOwnString(t *testing.T) {
+	e := newEngine(t, hourlyDaily())
+	var d policy.Decision
+	var req *policy.Request
+	for i := 0; d.Action != policy.Defer; i++ {
+		if i == 1000 {
+			t.Fatal("1,000 messages in 1,000 s never deferred")
+		}
+		req = eom("alice")
+		d = e.Decide(context.Background(), t0.Add(time.Duration(i)*time.Second), req)
+	}
+	if d.Key != "alice" {
+		t.Fatalf("deferred with key %q, want alice", d.Key)
+	}
+	if unsafe.StringData(d.Key) == unsafe.StringData(req.SASLUsername) {
+		t.Fatal("Decision.Key shares the request's SASLUsername bytes")
 	}
 }
