@@ -62,9 +62,10 @@ type span struct{ off, n int32 }
 // field of the previous request (the client, the user, the instance of the
 // same message: every request of one message after its first, but for the
 // recipient) reuses that request's string; the other string fields are cut
-// from a block of 16 KiB the Decoder fills, append-only, request after
-// request. So once the buffers have grown a Decoder allocates about once
-// per hundred requests (a new block), not once per request. Use one
+// from a block (1 KiB, then growing to 16 KiB) the Decoder fills,
+// append-only, request after request. So once the buffers have grown a
+// Decoder allocates about once per hundred requests (a new block), not once
+// per request. Use one
 // Decoder per connection. A Decoder is not safe for concurrent use.
 //
 // The string fields of a decoded Request are ordinary immutable strings.
@@ -295,10 +296,15 @@ func (d *Decoder) Decode(req *policy.Request) error {
 	return nil
 }
 
-// arenaSize is the size of the blocks Decoder.carve cuts strings from:
-// about a hundred messages' new values, so a Decoder allocates once per
-// hundred-odd requests.
-const arenaSize = 16 << 10
+// arenaSize is the largest size of the blocks Decoder.carve cuts strings
+// from: about a hundred messages' new values, so a Decoder allocates once
+// per hundred-odd requests. A Decoder's first block is arenaMin bytes, and
+// each next one twice the previous, so a connection that sends one request
+// (Exim's ${readsocket}) costs a small block, not a large one.
+const (
+	arenaMin  = 1 << 10
+	arenaSize = 16 << 10
+)
 
 // carve returns a string holding a copy of b, cut from the end of the
 // Decoder's current arena block, or from a new block when it has no room.
@@ -313,7 +319,11 @@ func (d *Decoder) carve(b []byte) string {
 		if len(b) > arenaSize/4 {
 			return string(b) // a large value gets a block of its own
 		}
-		d.arena = make([]byte, 0, arenaSize)
+		size := min(max(2*cap(d.arena), arenaMin), arenaSize)
+		if size < len(b) {
+			size = arenaSize // len(b) <= arenaSize/4
+		}
+		d.arena = make([]byte, 0, size)
 	}
 	start := len(d.arena)
 	d.arena = append(d.arena, b...)
