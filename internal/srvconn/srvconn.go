@@ -277,10 +277,13 @@ func (t *Tracker[C]) Close() error {
 	if errors.Is(err, t.errClosed) {
 		err = nil
 	}
-	t.cancelBase()
+	// The connections are closed before the requests' contexts are
+	// cancelled: a request that returns on the cancellation must find its
+	// connection closed, not write a reply after Close.
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.hardClosed {
+		t.mu.Unlock()
+		t.cancelBase()
 		return t.errClosed
 	}
 	t.hardClosed = true
@@ -288,6 +291,8 @@ func (t *Tracker[C]) Close() error {
 		e.closing = true
 		e.rwc.Close()
 	}
+	t.mu.Unlock()
+	t.cancelBase()
 	return err
 }
 
