@@ -168,8 +168,9 @@ type msgTable struct {
 // msgShards is the number of shards of the message table (a power of two).
 const msgShards = 16
 
-// msgShardSeed picks a fingerprint's shard.
-var msgShardSeed = maphash.MakeSeed()
+// fpSeed hashes join fingerprints: the hash picks the fingerprint's shard
+// and keys the shard's pending lists.
+var fpSeed = maphash.MakeSeed()
 
 // msgShard is one shard of the table; its generations hold at most
 // msgGenSize/msgShards entries each.
@@ -259,7 +260,8 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	var buf [maxIDLen]byte
 	id := appendID(buf[:0], req)
 	fp := id[len(req.Stage)+1 : len(id)-len(req.Instance)-1] // appendID's fingerprint
-	return t.shards[maphash.Bytes(msgShardSeed, fp)%msgShards].get(req, id, fp, joinable)
+	fh := maphash.Bytes(fpSeed, fp)
+	return t.shards[fh%msgShards].get(req, id, fp, fh, joinable)
 }
 
 // end gives back the entry of one request of its message (from get): see
@@ -288,8 +290,8 @@ func (t *msgTable) footprint() int64 {
 }
 
 // get is msgTable.get in the shard of req's fingerprint: id is req's
-// message key (appendID) and fp the fingerprint within it.
-func (t *msgShard) get(req *Request, id, fp []byte, joinable bool) *msgEntry {
+// message key (appendID), fp the fingerprint within it and fh its hash.
+func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *msgEntry {
 	front := frontIndex(req.Stage)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -315,7 +317,6 @@ func (t *msgShard) get(req *Request, id, fp []byte, joinable bool) *msgEntry {
 		t.put(h, m)
 		return m
 	}
-	fh := maphash.Bytes(t.seed, fp)
 	if m := t.takePending(fp, fh, 1-front); m != nil {
 		m.refs++ // this request, first: put may rotate
 		m.id[front], m.hash[front] = append(m.id[front][:0], id...), h

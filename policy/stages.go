@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 )
 
@@ -38,15 +37,12 @@ func stateIndex(s string) int {
 }
 
 // stageCounts counts the requests seen per front end and protocol state:
-// how the daemon learns where the MTA asks, instead of being told. Every
-// request adds one, so the counts are striped: a request adds to one of
-// stageStripes copies picked at random (per-thread random state, no shared
-// write), and readers sum them, so that two CPUs serving requests do not
-// pass one cache line back and forth. The checks on each request's path
-// (has a front end asked at CONNECT, about any message, is it warmed up)
-// read flags written once.
+// how the daemon learns where the MTA asks, instead of being told. The
+// checks on each request's path (has a front end asked at CONNECT, about
+// any message, is it warmed up) read flags written once instead of the
+// counts, which every request writes.
 type stageCounts struct {
-	stripes [stageStripes]stageStripe
+	n [2][len(stateNames)]atomic.Uint64
 	// seen[front][i] is set once front has asked at stateNames[i];
 	// anyMsg[front] once it has asked about a message (MAIL, RCPT, DATA,
 	// END-OF-MESSAGE); warm[front] once it has sent joinWarmUp of those.
@@ -55,20 +51,12 @@ type stageCounts struct {
 	warm   [2]atomic.Bool
 }
 
-// stageStripes is the number of copies of the counts (a power of two).
-const stageStripes = 16
-
-type stageStripe struct {
-	n [2][len(stateNames)]atomic.Uint64
-	_ [256 - 2*len(stateNames)*8]byte // one stripe per 256 bytes: no shared cache line
-}
-
 func (s *stageCounts) add(front int, state string) {
 	i := stateIndex(state)
 	if i < 0 {
 		return
 	}
-	s.stripes[rand.Uint32()%stageStripes].n[front][i].Add(1)
+	s.n[front][i].Add(1)
 	if !s.seen[front][i].Load() {
 		s.seen[front][i].Store(true)
 	}
@@ -77,18 +65,9 @@ func (s *stageCounts) add(front int, state string) {
 	}
 }
 
-// count returns the number of requests front has sent at stateNames[i].
-func (s *stageCounts) count(front, i int) uint64 {
-	var n uint64
-	for k := range s.stripes {
-		n += s.stripes[k].n[front][i].Load()
-	}
-	return n
-}
-
 func (s *stageCounts) get(front int, state string) uint64 {
 	if i := stateIndex(state); i >= 0 {
-		return s.count(front, i)
+		return s.n[front][i].Load()
 	}
 	return 0
 }
@@ -103,7 +82,8 @@ func (s *stageCounts) asked(front int, state string) bool {
 // messageRequests returns the number of requests front end front has sent
 // about mail transactions (MAIL, RCPT, DATA, END-OF-MESSAGE).
 func (s *stageCounts) messageRequests(front int) uint64 {
-	return s.count(front, 3) + s.count(front, 4) + s.count(front, 5) + s.count(front, 6) // MAIL, RCPT, DATA, END-OF-MESSAGE
+	c := &s.n[front]
+	return c[3].Load() + c[4].Load() + c[5].Load() + c[6].Load() // MAIL, RCPT, DATA, END-OF-MESSAGE
 }
 
 // joinWarmUp is how many message requests a front end sends after start
@@ -148,7 +128,7 @@ func (e *Engine) Stages() []StageCount {
 	var out []StageCount
 	for f, via := range []string{ViaPolicy, ViaMilter} {
 		for i, st := range stateNames {
-			if n := e.seen.count(f, i); n > 0 {
+			if n := e.seen.n[f][i].Load(); n > 0 {
 				out = append(out, StageCount{Via: via, State: st, Requests: n})
 			}
 		}

@@ -65,13 +65,13 @@ type span struct{ off, n int32 }
 // from a block (1 KiB, then growing to 16 KiB) the Decoder fills,
 // append-only, request after request. So once the buffers have grown a
 // Decoder allocates about once per hundred requests (a new block), not once
-// per request. Use one
-// Decoder per connection. A Decoder is not safe for concurrent use.
+// per request. Use one Decoder per connection. A Decoder is not safe for
+// concurrent use.
 //
 // The string fields of a decoded Request are ordinary immutable strings.
 // Fields of many requests share a block: a consumer that keeps one field
 // for long (a map key, say) should copy it with strings.Clone, so that it
-// does not keep the whole 16 KiB block from being collected.
+// does not keep the whole block (up to 16 KiB) from being collected.
 type Decoder struct {
 	r     *bufio.Reader
 	long  []byte // reassembly of a line longer than r's buffer
