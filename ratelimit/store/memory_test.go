@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
@@ -541,5 +543,28 @@ func BenchmarkTakeDirty10kOf1M(b *testing.B) {
 	}
 	if n != b.N*len(changed) {
 		b.Fatalf("took %d changes, want %d", n, b.N*len(changed))
+	}
+}
+
+// TestEvaluateStackNoAllocs checks that deciding a stack allocates
+// nothing once its states exist, whether its keys share a shard or not
+// (limits by user and by client address).
+func TestEvaluateStackNoAllocs(t *testing.T) {
+	m := NewMemory(MemoryOptions{})
+	lim := ratelimit.Limit{Limit: 1e9, Period: time.Hour}
+	stacks := [][]policy.StackItem{
+		{{Limit: "hourly", Key: "alice", Params: lim, Cost: 1, Count: true}, {Limit: "daily", Key: "alice", Params: lim, Cost: 1, Count: true}},
+		{{Limit: "user", Key: "alice", Params: lim, Cost: 1, Count: true}, {Limit: "client", Key: "192.0.2.1", Params: lim, Cost: 1, Count: true},
+			{Limit: "domain", Key: "example.org", Params: lim, Cost: 1, Count: true}},
+	}
+	out := make([]policy.StackResult, 3)
+	now := time.Unix(1_790_000_000, 0)
+	for _, items := range stacks {
+		if err := m.EvaluateStack(context.Background(), now, items, false, out); err != nil {
+			t.Fatal(err)
+		}
+		if a := testing.AllocsPerRun(200, func() { m.EvaluateStack(context.Background(), now, items, false, out) }); a != 0 {
+			t.Errorf("stack of %d limits: %v allocations, want 0", len(items), a)
+		}
 	}
 }

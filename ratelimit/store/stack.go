@@ -9,22 +9,22 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// stackMax is the largest stack EvaluateStack decides under one shard
-// lock; larger ones go through policy.EvaluateStack.
+// stackMax is the largest stack EvaluateStack decides under its shards'
+// locks; larger ones go through policy.EvaluateStack.
 const stackMax = 16
 
 // EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
 // with the same results as policy.EvaluateStack over this store, measured
-// at now. When every item's key falls in one shard, which is always the
-// case for a stack of limits sharing one rate key (200/hour plus
-// 1000/day by sasl_username), the whole stack is read, decided and
-// written under that shard's lock: one hash and one lock per request
-// instead of a Get and an Update per limit, and atomic per stack (two
-// concurrent requests of one key cannot both take the last room). Other
-// stacks go through policy.EvaluateStack (atomic per key). An item whose
-// state cannot be stored gets out[i].Err: ErrKeyTooLong, ErrTooManyLimits,
-// ErrFull or ErrKeyPressure, as Update returns them. It never returns an
-// error itself. Safe for concurrent use.
+// at now. The whole stack is read, decided and written under the locks of
+// the shards its keys fall in (one shard for limits sharing one rate key,
+// such as 200/hour plus 1000/day by sasl_username; taken in shard order,
+// as Reconfigure takes them all): one hash per key and one lock per shard
+// instead of a Get and an Update per limit, no allocation, and atomic per
+// stack (two concurrent requests of one key cannot both take the last
+// room). Stacks of more than 16 limits go through policy.EvaluateStack
+// (atomic per key). An item whose state cannot be stored gets out[i].Err:
+// ErrKeyTooLong, ErrTooManyLimits, ErrFull or ErrKeyPressure, as Update
+// returns them. It never returns an error itself. Safe for concurrent use.
 func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if len(items) == 0 {
 		return nil
@@ -33,20 +33,36 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		return policy.EvaluateStack(ctx, m, now, items, refused, out)
 	}
 	var hs [stackMax]uint64
-	hs[0] = maphash.String(m.seed, items[0].Key)
-	sh := m.shardOf(hs[0])
-	for i := 1; i < len(items); i++ {
-		if items[i].Key == items[0].Key {
-			hs[i] = hs[0]
+	var shards [stackMax]*shard // of each item
+	var locked [stackMax]int    // the shard indexes to lock, ascending
+	nlocked := 0
+	for i := range items {
+		if i > 0 && items[i].Key == items[i-1].Key {
+			hs[i], shards[i] = hs[i-1], shards[i-1]
 			continue
 		}
 		hs[i] = maphash.String(m.seed, items[i].Key)
-		if m.shardOf(hs[i]) != sh {
-			return policy.EvaluateStack(ctx, m, now, items, refused, out)
+		shards[i] = m.shardOf(hs[i])
+		x := int(hs[i] >> shardShift)
+		j := nlocked
+		for j > 0 && locked[j-1] > x {
+			j--
 		}
+		if j > 0 && locked[j-1] == x {
+			continue
+		}
+		copy(locked[j+1:nlocked+1], locked[j:nlocked])
+		locked[j] = x
+		nlocked++
 	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	for _, x := range locked[:nlocked] {
+		m.shards[x].mu.Lock()
+	}
+	defer func() {
+		for _, x := range locked[:nlocked] {
+			m.shards[x].mu.Unlock()
+		}
+	}()
 	// Measure every item (Get), remembering where its entry is.
 	var idxs [stackMax]uint32
 	var found [stackMax]bool
@@ -55,7 +71,8 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		it := &items[i]
 		var prev ratelimit.State
 		if lim, ok := m.limits.lookup(it.Limit); ok {
-			if _, idx, ok := find(sh, lim, it.Key, hs[i]); ok {
+			if _, idx, ok := find(shards[i], lim, it.Key, hs[i]); ok {
+				sh := shards[i]
 				e := sh.at(idx)
 				e.seen = m.tick(sh)
 				prev = e.state
@@ -80,6 +97,7 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		if !store {
 			continue
 		}
+		sh := shards[i]
 		if found[i] && !inserted {
 			e := sh.at(idxs[i])
 			if s, store := applyItem(it, e.state, out[i].Prev, next, now, admitted); store {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +80,44 @@ func testEvaluateStackEvicting(t *testing.T, maxKeys int) {
 		if gs[k] != s {
 			t.Fatalf("%s: %+v, reference %+v", k, gs[k], s)
 		}
+	}
+}
+
+// TestMemoryEvaluateStackAcrossShards runs stacks whose two limits have
+// different keys (by user and by client address), in both orders, from
+// many goroutines: each stack locks both keys' shards, so the strict limit
+// must admit exactly its limit and nothing may deadlock.
+func TestMemoryEvaluateStackAcrossShards(t *testing.T) {
+	m := store.NewMemory(store.MemoryOptions{})
+	now := time.Unix(1_790_000_000, 0)
+	user := policy.StackItem{Limit: "user", Key: "alice", Params: ratelimit.Limit{Limit: 50, Period: time.Hour, Mode: ratelimit.Strict},
+		Cost: 1, Count: true, Refuses: true}
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				client := policy.StackItem{Limit: "client", Key: fmt.Sprintf("192.0.2.%d", (g*200+i)%250), Params: ratelimit.Limit{Limit: 1e6, Period: time.Hour},
+					Cost: 1, Count: true, Refuses: true}
+				items := []policy.StackItem{user, client}
+				if i%2 == 1 {
+					items[0], items[1] = client, user
+				}
+				out := make([]policy.StackResult, 2)
+				if err := m.EvaluateStack(context.Background(), now, items, false, out); err != nil {
+					t.Error(err)
+					return
+				}
+				if !out[0].Result.Over && !out[1].Result.Over {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 50 {
+		t.Fatalf("%d of 1,600 concurrent stacks admitted, want exactly 50", n)
 	}
 }
