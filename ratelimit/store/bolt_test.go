@@ -783,12 +783,6 @@ func TestBatchGroup(t *testing.T) {
 
 const crashEnv = "RATELIMITD_STORE_CRASH_CHILD"
 
-// TestPersistentCrashBound checks the crash bound: a child process updates
-// keys with increasing values while Run flushes every few milliseconds,
-// and reports on stdout each committed flush with the value every key had
-// reached when that flush took the changes. It is killed with SIGKILL at a
-// random moment; after reopening, every key's state must be at least as
-// new as the last flush reported. Three rounds run on the same file, each
 // TestBatchReset checks that a flush's batch keeps its arrays for the next
 // flush under a steady load of more than 65,536 changes, and drops them
 // when the load falls.
@@ -818,6 +812,12 @@ func TestBatchReset(t *testing.T) {
 	}
 }
 
+// TestPersistentCrashBound checks the crash bound: a child process updates
+// keys with increasing values while Run flushes every few milliseconds,
+// and reports on stdout each committed flush with the value every key had
+// reached when that flush took the changes. It is killed with SIGKILL at a
+// random moment; after reopening, every key's state must be at least as
+// new as the last flush reported. Three rounds run on the same file, each
 // child continuing from what it restored.
 func TestPersistentCrashBound(t *testing.T) {
 	if testing.Short() {

@@ -214,10 +214,7 @@ func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, err
 // calling fn, when a new key's state cannot be stored because the shard is
 // full of protected keys (nothing is stored; Refused counts it).
 func (m *Memory) Update(_ context.Context, limit, key string, fn func(ratelimit.State) (ratelimit.State, bool)) error {
-	if len(key) > MaxKeyLen {
-		return ErrKeyTooLong
-	}
-	lim, err := m.limits.intern(limit)
+	lim, err := m.checkKey(limit, key)
 	if err != nil {
 		return err
 	}
@@ -225,26 +222,50 @@ func (m *Memory) Update(_ context.Context, limit, key string, fn func(ratelimit.
 	sh := m.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	_, idx, ok := find(sh, lim, key, h)
-	if ok {
-		e := sh.at(idx)
-		s, store := fn(e.state)
-		if store {
-			e.state = s
-			e.seen = m.tick(sh)
-			sh.markDirty(idx, e)
-		}
-		return nil
+	_, err = m.updateLocked(sh, lim, key, h, fn)
+	return err
+}
+
+// checkKey returns the interned index of limit for storing key:
+// ErrKeyTooLong past MaxKeyLen, ErrTooManyLimits past MaxLimits names.
+func (m *Memory) checkKey(limit, key string) (uint16, error) {
+	if len(key) > MaxKeyLen {
+		return 0, ErrKeyTooLong
+	}
+	return m.limits.intern(limit)
+}
+
+// updateLocked is Update's body under the lock of sh, key's shard (h its
+// hash, lim its limit's index): it reports whether it stored a new key,
+// which may have evicted or moved other entries of sh.
+func (m *Memory) updateLocked(sh *shard, lim uint16, key string, h uint64, fn func(ratelimit.State) (ratelimit.State, bool)) (inserted bool, err error) {
+	if _, idx, ok := find(sh, lim, key, h); ok {
+		m.applyAt(sh, idx, fn)
+		return false, nil
 	}
 	if !sh.canAppend(len(key)) {
-		return ErrFull
+		return false, ErrFull
 	}
 	s, store := fn(ratelimit.State{})
-	if store && !insert(m, sh, lim, key, h, s, true) {
-		m.refused.Add(1)
-		return ErrKeyPressure
+	if !store {
+		return false, nil
 	}
-	return nil
+	if !insert(m, sh, lim, key, h, s, true) {
+		m.refused.Add(1)
+		return false, ErrKeyPressure
+	}
+	return true, nil
+}
+
+// applyAt stores fn's result for entry idx of sh, under sh's lock, when fn
+// says to.
+func (m *Memory) applyAt(sh *shard, idx uint32, fn func(ratelimit.State) (ratelimit.State, bool)) {
+	e := sh.at(idx)
+	if s, store := fn(e.state); store {
+		e.state = s
+		e.seen = m.tick(sh)
+		sh.markDirty(idx, e)
+	}
 }
 
 // Delete forgets key under limit and reports whether it had state. It never

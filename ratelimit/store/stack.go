@@ -19,7 +19,8 @@ const stackMax = 16
 // the shards its keys fall in (one shard for limits sharing one rate key,
 // such as 200/hour plus 1000/day by sasl_username; taken in shard order,
 // as Reconfigure takes them all): one hash per key and one lock per shard
-// instead of a Get and an Update per limit, no allocation, and atomic per
+// instead of a Get and an Update per limit, no allocation once the states
+// exist (storing a new key may grow the shard's tables), and atomic per
 // stack (two concurrent requests of one key cannot both take the last
 // room). Stacks of more than 16 limits go through policy.EvaluateStack
 // (atomic per key). An item whose state cannot be stored gets out[i].Err:
@@ -97,19 +98,27 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		if !store {
 			continue
 		}
-		sh := shards[i]
-		if found[i] && !inserted {
-			e := sh.at(idxs[i])
-			if s, store := applyItem(it, e.state, out[i].Prev, next, now, admitted); store {
-				e.state = s
-				e.seen = m.tick(sh)
-				sh.markDirty(idxs[i], e)
+		// Update's function: next when the state is still the one
+		// measured (always, unless the stack names one (limit, key)
+		// twice), else the request re-applied to the current state.
+		prev := out[i].Prev
+		apply := func(old ratelimit.State) (ratelimit.State, bool) {
+			if old == prev {
+				return next, true
 			}
+			return it.Params.Next(it.Params.Check(old, now, it.Cost), admitted)
+		}
+		if found[i] && !inserted {
+			m.applyAt(shards[i], idxs[i], apply)
 			out[i].Stored = true
 			continue
 		}
-		added, err := m.storeLocked(sh, it, hs[i], out[i].Prev, next, now, admitted)
-		inserted = inserted || added
+		lim, err := m.checkKey(it.Limit, it.Key)
+		if err == nil {
+			var added bool
+			added, err = m.updateLocked(shards[i], lim, it.Key, hs[i], apply)
+			inserted = inserted || added
+		}
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -119,54 +128,11 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	return nil
 }
 
-// applyItem is the Update function of a stack item: next when the state
-// is still prev (always, unless the stack names one (limit, key) twice),
-// else the request re-applied to the current state old.
-func applyItem(it *policy.StackItem, old, prev, next ratelimit.State, now time.Time, admitted bool) (ratelimit.State, bool) {
-	if old == prev {
-		return next, true
-	}
-	return it.Params.Next(it.Params.Check(old, now, it.Cost), admitted)
-}
-
-// storeLocked is Update's body for one stack item, under sh's lock, with
-// applyItem as its function. It reports whether it stored a new key
-// (which may have evicted or moved other entries).
-func (m *Memory) storeLocked(sh *shard, it *policy.StackItem, h uint64, prev, next ratelimit.State, now time.Time, admitted bool) (inserted bool, err error) {
-	if len(it.Key) > MaxKeyLen {
-		return false, ErrKeyTooLong
-	}
-	lim, err := m.limits.intern(it.Limit)
-	if err != nil {
-		return false, err
-	}
-	if _, idx, ok := find(sh, lim, it.Key, h); ok {
-		e := sh.at(idx)
-		if s, store := applyItem(it, e.state, prev, next, now, admitted); store {
-			e.state = s
-			e.seen = m.tick(sh)
-			sh.markDirty(idx, e)
-		}
-		return false, nil
-	}
-	if !sh.canAppend(len(it.Key)) {
-		return false, ErrFull
-	}
-	s, store := applyItem(it, ratelimit.State{}, prev, next, now, admitted)
-	if !store {
-		return false, nil
-	}
-	if !insert(m, sh, lim, it.Key, h, s, true) {
-		m.refused.Add(1)
-		return false, ErrKeyPressure
-	}
-	return true, nil
-}
-
 // EvaluateStack is Memory.EvaluateStack (policy.StackEvaluator); the
-// changes are written by the next flush. In read-only mode it measures
-// without storing, every counted item getting ErrReadOnly, as
-// policy.EvaluateStack over this store does.
+// changes are written by the next flush. In read-only mode it goes through
+// policy.EvaluateStack over this store: it measures without storing, every
+// item whose new state would be stored (ratelimit.Limit.Next) getting
+// ErrReadOnly and Stored false.
 func (p *Persistent) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if p.opts.ReadOnly {
 		return policy.EvaluateStack(ctx, p, now, items, refused, out)
