@@ -16,10 +16,12 @@ import (
 
 // Batching of concurrent requests (standalone and Sentinel only: a
 // cluster's requests fall in many slots, and one script call may touch
-// one slot only). At most maxInFlight script calls of EvaluateStack are
-// in flight at once; the requests that arrive meanwhile wait and are then
+// one slot only). While maxInFlight script calls of EvaluateStack are in
+// flight, the requests that arrive wait in one pending batch and are then
 // decided together by one call, in arrival order, up to maxBatchItems
-// limits per call (past it a request gets its own call). An idle store
+// limits per call. A request that finds the pending batch full gets a call
+// of its own at once (so under overload more calls are in flight, and such
+// a request may be decided before the batch that waits). An idle store
 // adds no wait: a request that finds a free slot is sent at once.
 const (
 	maxInFlight   = 1
@@ -37,6 +39,11 @@ type request struct {
 	costs []string
 	flag  bool // "d": already refused; "w": admitted
 	base  int  // index of the request's first item in the answer (set by assemble)
+	// ctx is the caller's, while the request waits in a batch; dropped
+	// is set (before the batch's done is closed) when the caller had
+	// given up by the time the batch was sent, so it was not sent.
+	ctx     context.Context
+	dropped bool
 	// Room for the usual few items without more allocations.
 	idxBuf  [4]int
 	keyBuf  [4]string
@@ -163,10 +170,13 @@ func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*reques
 // decideBatched decides r in phase "d" on Redis's clock, batched with the
 // requests of other goroutines (see maxInFlight).
 func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisMessage, error) {
-	dl := time.Now().Add(s.opts.Timeout)
-	if pd, ok := ctx.Deadline(); ok && pd.Before(dl) {
-		dl = pd
+	if err := ctx.Err(); err != nil {
+		return nil, unavailable(err)
 	}
+	// The call's deadline is redis_timeout after the request's arrival;
+	// a caller's own earlier deadline ends only its own wait (select
+	// below), never the call of the other requests of its batch.
+	dl := time.Now().Add(s.opts.Timeout)
 	b := &s.batch
 	b.mu.Lock()
 	p := b.pending
@@ -185,6 +195,7 @@ func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisM
 		p = &batch{deadline: dl, done: make(chan struct{})}
 		b.pending = p
 	}
+	r.ctx = ctx
 	p.reqs = append(p.reqs, r)
 	p.items += len(r.keys)
 	if dl.Before(p.deadline) {
@@ -196,10 +207,14 @@ func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisM
 	// earliest deadline of its requests, so done is closed by dl.
 	select {
 	case <-p.done:
+		if r.dropped {
+			return nil, unavailable(ctx.Err())
+		}
 		return p.v, p.err
 	case <-ctx.Done():
-		// The batch may still decide (and count) the request, as a
-		// script call whose answer came too late would.
+		// A request still waiting when its batch is sent is not sent
+		// (run); one already sent may still be decided and counted,
+		// as a script call whose answer came too late would.
 		return nil, unavailable(ctx.Err())
 	}
 }
@@ -220,10 +235,22 @@ func (s *Store) release() {
 }
 
 // run sends batch p and hands its answer to its requests.
+// The requests whose callers have given up are not sent: nothing counts
+// a request its MTA will ask again.
 func (s *Store) run(p *batch) {
-	ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
-	p.v, p.err = s.exec(ctx, "d", "", "", p.reqs...)
-	cancel()
+	live := p.reqs[:0]
+	for _, r := range p.reqs {
+		if r.ctx.Err() != nil {
+			r.dropped = true
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) > 0 {
+		ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
+		p.v, p.err = s.exec(ctx, "d", "", "", live...)
+		cancel()
+	}
 	close(p.done)
 	s.release()
 }

@@ -25,7 +25,9 @@
 // at a time; the requests that arrive meanwhile wait for it and are then
 // decided together by the next call, one after the other in arrival order,
 // each seeing the states the previous ones stored (the same answers as
-// separate calls made back to back). An idle store adds no wait. Redis's
+// separate calls made back to back), up to 256 limits per call (a request
+// that finds the waiting batch full is sent alone). A request whose caller
+// gives up while it waits is not sent. An idle store adds no wait. Redis's
 // cost per decided stack is what limits the throughput of all the MTAs
 // together, and a script call's fixed costs (EVALSHA, the limits'
 // parameters, TIME, one MGET of all the keys) are then paid once per
