@@ -25,7 +25,14 @@
 -- A state is the 20-byte string struct.pack('<i8I4d', sec, nsec, rate):
 -- a time and a rate whose meaning is the algorithm's (ratelimit.State).
 -- Unix nanoseconds do not fit a Lua number (a double) exactly, so times
--- are kept as seconds and nanoseconds and subtracted in parts.
+-- are kept as seconds and nanoseconds and subtracted in parts. This
+-- script writes 28 bytes ('<i8I4dd'): the state, then the key's expiry as
+-- it set it (Unix ms on Redis's clock). A later write that needs no later
+-- expiry keeps it (SET KEEPTTL): setting an expiry costs Redis about a
+-- third of a decision. One that needs a later one sets it an eighth of
+-- the state's lifetime later than needed, so a steady sender's key gets a
+-- new expiry every so often, not at every message. States of 20 bytes
+-- (written by Store.Update and Store.Merge) have no known expiry.
 --
 -- Returns {sec, nsec, then per item: prev state ("" if none), over +
 -- 2*stored}.
@@ -33,7 +40,7 @@
 local MAXF = 1.7976931348623157e308
 local MININTERVAL = 1e-10
 local exp, log, floor = math.exp, math.log, math.floor
-local call, spack, sunpack, tonumber = redis.call, struct.pack, struct.unpack, tonumber
+local call, spack, sunpack, tonumber, sformat = redis.call, struct.pack, struct.unpack, tonumber, string.format
 
 local phase = ARGV[1]
 local caller = ARGV[2] ~= ''
@@ -174,6 +181,8 @@ local o = 2 -- out index of the item before the current one (x2)
 local k = 0 -- KEYS index of the item before the current one
 local specs, counts, costs = {}, {}, {}
 local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
+local pexp = {} -- each item's stored expiry (Unix ms), 0 if unknown
+local nowms = nows * 1000 + floor(nowns / 1e6)
 while a <= #ARGV do
   local n, flag = tonumber(ARGV[a]), ARGV[a + 1] == '1'
   a = a + 2
@@ -191,8 +200,14 @@ while a <= #ARGV do
     end
     local ps, pns, pr
     if raw then
-      ps, pns, pr = sunpack('<i8I4d', raw)
+      if #raw == 28 then
+        ps, pns, pr, pexp[i] = sunpack('<i8I4dd', raw)
+      else
+        ps, pns, pr = sunpack('<i8I4d', raw)
+        pexp[i] = 0
+      end
     else
+      pexp[i] = 0
       raw = ''
     end
     local over
@@ -218,12 +233,23 @@ while a <= #ARGV do
           s, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
         end
         if s then
-          -- Expiries count on Redis's clock: with the caller's time
-          -- (tests, replays) they are made at least an hour long.
-          if caller and ttl < 3600000 then ttl = 3600000 end
-          local v = spack('<i8I4d', s, ns, r)
           local key = KEYS[k + i]
-          call('SET', key, v, 'PX', ttl)
+          local v
+          if caller then
+            -- Expiries count on Redis's clock: with the caller's
+            -- time (tests, replays) they are made at least an hour
+            -- long.
+            if ttl < 3600000 then ttl = 3600000 end
+            v = spack('<i8I4d', s, ns, r)
+            call('SET', key, v, 'PX', sformat('%d', ttl))
+          elseif pexp[i] >= nowms + ttl then
+            v = spack('<i8I4dd', s, ns, r, pexp[i])
+            call('SET', key, v, 'KEEPTTL')
+          else
+            local at = nowms + ttl + floor(ttl / 8)
+            v = spack('<i8I4dd', s, ns, r, at)
+            call('SET', key, v, 'PXAT', sformat('%d', at))
+          end
           cache[key] = v
           out[o + 2 * i] = out[o + 2 * i] + 2
         end

@@ -12,8 +12,9 @@
 // clock (Redis TIME), so MTAs whose clocks differ get the same answers. The script measures every limit, decides the stack's
 // verdict (a leaky limit counts only when the whole stack admits), stores
 // each counted limit's new state and gives it an expiry computed from the
-// arithmetic (the time at which the state is negligible, see
-// ratelimit.Limit.Negligible), so Redis memory follows the active senders
+// arithmetic (no earlier than the time at which the state is negligible,
+// see ratelimit.Limit.Negligible, and at most an eighth of the state's
+// lifetime after it), so Redis memory follows the active senders
 // and no timer forgives an offender early.
 //
 // The script implements every algorithm of package ratelimit
@@ -39,7 +40,13 @@
 // The state of rate key K under limit L is the Redis string
 // PREFIX + "{" + K + "}" + L (K with '%', '{' and '}' percent-escaped)
 // holding 20 bytes: the Unix time of the last counted update as seconds
-// (int64) and nanoseconds (uint32), and the rate (float64), little-endian.
+// (int64) and nanoseconds (uint32), and the rate (float64), little-endian;
+// the decision script appends 8 more, the key's expiry as it set it (Unix
+// milliseconds on Redis's clock, float64), so that a later decision that
+// needs no later expiry keeps it (SET KEEPTTL) instead of setting one
+// (which costs Redis about a third of a decision). An expiry it sets is
+// an eighth of the state's lifetime past the moment the state becomes
+// negligible; a steady sender's key gets a new one every so often.
 // The braces are a Redis Cluster hash tag: all the limits of one rate key
 // live in one slot and are decided by one script call. A stack whose keys
 // fall in several slots (for example a per-user and a per-client-address
@@ -124,7 +131,8 @@ const DefaultKeyPrefix = "ratelimitd:"
 const DefaultTTL = 7 * 24 * time.Hour
 
 // stateLen is the length of a stored state: int64 seconds, uint32
-// nanoseconds, float64 rate.
+// nanoseconds, float64 rate; the decision script's states have 8 more
+// bytes, the key's expiry (see "Keys and Redis Cluster").
 const stateLen = 20
 
 // Store is a rate-state store in Redis. It implements policy.Store and
@@ -293,7 +301,7 @@ func decode(v string) (ratelimit.State, error) {
 	if v == "" {
 		return ratelimit.State{}, nil
 	}
-	if len(v) != stateLen {
+	if len(v) != stateLen && len(v) != stateLen+8 {
 		return ratelimit.State{}, fmt.Errorf("%w: state of %d bytes", ErrProtocol, len(v))
 	}
 	sec := int64(binary.LittleEndian.Uint64([]byte(v[0:8])))
