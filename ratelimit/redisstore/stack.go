@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -36,7 +38,7 @@ type request struct {
 	keys  []string
 	lims  []ratelimit.Limit
 	bits  []int // count + 2*refuses
-	costs []string
+	costs []float64
 	flag  bool // "d": already refused; "w": admitted
 	base  int  // index of the request's first item in the answer (set by assemble)
 	// ctx is the caller's, while the request waits in a batch; dropped
@@ -49,7 +51,7 @@ type request struct {
 	keyBuf  [4]string
 	limBuf  [4]ratelimit.Limit
 	bitBuf  [4]int
-	costBuf [4]string
+	costBuf [4]float64
 }
 
 // init points r's slices at its own buffers.
@@ -70,11 +72,7 @@ func (r *request) add(i int, key string, it *policy.StackItem) {
 		b += 2
 	}
 	r.bits = append(r.bits, b)
-	c := "1"
-	if it.Cost != 1 {
-		c = strconv.FormatFloat(it.Cost, 'g', -1, 64)
-	}
-	r.costs = append(r.costs, c)
+	r.costs = append(r.costs, it.Cost)
 }
 
 // batch is one script call deciding one or more requests.
@@ -134,23 +132,30 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request) (keys, args []s
 		}
 	}
 	keys = make([]string, 0, n)
-	args = make([]string, 0, 4+5*len(lims)+2*len(reqs)+2*n)
+	args = make([]string, 0, 5+5*len(lims))
 	args = append(args, phase, ts, tns, strconv.Itoa(len(lims)))
 	for _, l := range lims {
 		a := s.specArgs(l)
 		args = append(args, a[:]...)
 	}
+	packed := make([]byte, 0, 5*len(reqs)+12*n)
 	c := 0
 	for _, r := range reqs {
 		r.base = len(keys)
 		keys = append(keys, r.keys...)
-		args = append(args, strconv.Itoa(len(r.keys)), bit(r.flag))
+		packed = binary.LittleEndian.AppendUint32(packed, uint32(len(r.keys)))
+		flag := byte(0)
+		if r.flag {
+			flag = 1
+		}
+		packed = append(packed, flag)
 		for j := range r.keys {
-			args = append(args, strconv.Itoa(codes[c]), r.costs[j])
+			packed = binary.LittleEndian.AppendUint32(packed, uint32(codes[c]))
+			packed = binary.LittleEndian.AppendUint64(packed, math.Float64bits(r.costs[j]))
 			c++
 		}
 	}
-	return keys, args
+	return keys, append(args, string(packed))
 }
 
 // exec runs the script on reqs (all of one slot) and checks the answer's
