@@ -7,15 +7,17 @@ import (
 )
 
 // FuzzDecode: whatever bytes Redis holds under a state key, decode never
-// panics, accepts exactly the 20-byte form (or none), and a state it reads
-// is written back in a form that reads the same.
+// panics, accepts exactly the 20-byte form, the decision script's 28-byte
+// form (state and expiry) or none, and a state it reads is written back in
+// a form that reads the same.
 func FuzzDecode(f *testing.F) {
 	f.Add("")
 	f.Add(encode(ratelimit.State{Time: 1_790_000_000_123_456_789, Rate: 199.5}))
 	f.Add("short")
+	f.Add(encode(ratelimit.State{Time: 1_790_000_000_123_456_789, Rate: 3}) + "\x00\x00\x00\x00\x00\x00\x00\x00")
 	f.Fuzz(func(t *testing.T, v string) {
 		st, err := decode(v)
-		if (err == nil) != (len(v) == 0 || len(v) == stateLen) {
+		if (err == nil) != (len(v) == 0 || len(v) == stateLen || len(v) == stateLen+8) {
 			t.Fatalf("decode(%d bytes): %v", len(v), err)
 		}
 		if err != nil {
