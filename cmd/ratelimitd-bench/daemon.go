@@ -98,6 +98,7 @@ type daemon struct {
 	unixAddr                    string // "unix:PATH"
 	f                           *config.File
 	env                         []string // added to the environment
+	cpus                        []int    // the CPUs it runs on (--pin), nil: any
 	*child
 }
 
@@ -134,7 +135,7 @@ func (d *daemon) start(ctx context.Context) (time.Duration, error) {
 	cmd.Env = append(os.Environ(), d.env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	start := time.Now()
-	c, err := startChild("ratelimitd", cmd, d.logPath)
+	c, err := startChild("ratelimitd", cmd, d.logPath, d.cpus)
 	logf.Close()
 	if err != nil {
 		return 0, err

@@ -95,9 +95,10 @@ func serveFloor(addrs []string) int {
 
 // startFloor starts the floor process (this program with floorServeFlag)
 // on a free loopback port and, if unixPath is not "", on that unix socket
-// too, and returns it once it listens (child.addr is the TCP address,
-// child.unixAddr "unix:PATH" or "").
-func startFloor(ctx context.Context, logPath, unixPath string) (*child, error) {
+// too, restricted to cpus unless that is nil (--pin), and returns it once
+// it listens (child.addr is the TCP address, child.unixAddr "unix:PATH"
+// or "").
+func startFloor(ctx context.Context, logPath, unixPath string, cpus []int) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -122,7 +123,7 @@ func startFloor(ctx context.Context, logPath, unixPath string) (*child, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = w, logf
-	c, err := startChild("floor", cmd, logPath)
+	c, err := startChild("floor", cmd, logPath, cpus)
 	w.Close()
 	logf.Close()
 	if err != nil {

@@ -17,6 +17,12 @@
 // and prints the daemon's resident memory and the size of its database,
 // optionally again after a restart (--rss-restart).
 //
+// On a machine with few CPUs the load generator and the server share
+// them, and the kernel time-slicing the two makes most of the p99: --pin
+// (Linux) keeps the load generator on one CPU and the servers on the
+// others, which measures the server's own latency; make bench does not
+// pin.
+//
 // Everything runs on 127.0.0.1 and every run is bounded in time; the
 // program stops the servers it started when it ends or is interrupted.
 //
@@ -104,6 +110,7 @@ type options struct {
 	logLevel   string
 	flush      time.Duration
 	daemonEnv  []string
+	pin        bool
 	keep       bool
 	check      bool
 	backend    string
@@ -135,6 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.flush, "flush-interval", time.Second, "the daemon's flush_interval (write-behind to BoltDB)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "the daemon's log_level (info logs one line per deferred request)")
 	fs.StringVar(&denv, "daemon-env", "", "comma-separated VAR=value added to the daemon's environment (e.g. GOGC=50,GOMEMLIMIT=140MiB)")
+	fs.BoolVar(&o.pin, "pin", false, "pin this program (the load generator) to the first CPU it may use and the servers it starts (ratelimitd, the floor, redis-server) to the others, so that the kernel does not time-slice client and server on the same CPUs (Linux, at least 2 CPUs; with --addr only this program is pinned)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (config, state, logs)")
 	fs.BoolVar(&o.check, "check", false, "exit 3 if a done-when target is missed")
 	fs.StringVar(&o.backend, "backend", backendLocal, "the daemon's rate store: local (memory + BoltDB) or redis")
@@ -289,6 +297,18 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 
 	b.printf("ratelimitd-bench: %s %s/%s, %d CPUs, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	var serverCPUs []int
+	if o.pin {
+		gen, servers, err := pinPlan()
+		if err != nil {
+			return 0, err
+		}
+		if err := pinProcess(os.Getpid(), gen); err != nil {
+			return 0, err
+		}
+		serverCPUs = servers
+		b.printf("pinned: load generator on CPU %s, servers on CPUs %s\n", cpuString(gen), cpuString(servers))
+	}
 	target := o.addr
 	targetPID := o.pid
 	if target == "" {
@@ -300,7 +320,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 			}
 		}
 		if o.backend == backendRedis && o.redisAddr == "" {
-			if b.redis, err = startRedis(ctx, b.dir); err != nil {
+			if b.redis, err = startRedis(ctx, b.dir, serverCPUs); err != nil {
 				return 0, err
 			}
 			o.redisAddr = b.redis.addr
@@ -310,6 +330,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 			return 0, err
 		}
 		b.daemon.env = o.daemonEnv
+		b.daemon.cpus = serverCPUs
 		took, err := b.daemon.start(ctx)
 		if err != nil {
 			return 0, err
@@ -328,7 +349,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		if slices.Contains(o.listeners, listenUnix) {
 			unixPath = b.dir + "/floor.sock"
 		}
-		if b.floor, err = startFloor(ctx, b.dir+"/floor.log", unixPath); err != nil {
+		if b.floor, err = startFloor(ctx, b.dir+"/floor.log", unixPath, serverCPUs); err != nil {
 			return 0, err
 		}
 		b.printf("floor: pid %d on %s %s (mta/postfix.Server answering DUNNO without deciding)\n", b.floor.pid(),
@@ -692,4 +713,13 @@ func thousands(n int64) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// cpuString is a list of CPU numbers for the output: "1", "1,2,3".
+func cpuString(cpus []int) string {
+	s := make([]string, len(cpus))
+	for i, c := range cpus {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
 }

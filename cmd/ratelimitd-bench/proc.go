@@ -34,10 +34,15 @@ type child struct {
 	err      error         // Wait's result, once done is closed
 }
 
-// startChild starts cmd and watches for its exit.
-func startChild(name string, cmd *exec.Cmd, logPath string) (*child, error) {
+// startChild starts cmd, restricted to cpus unless that is nil (--pin),
+// and watches for its exit.
+func startChild(name string, cmd *exec.Cmd, logPath string, cpus []int) (*child, error) {
 	setParentDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, cpus); err != nil {
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	c := &child{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}

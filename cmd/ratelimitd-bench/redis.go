@@ -37,8 +37,9 @@ func storeTable(backend, redisAddr string) string {
 }
 
 // startRedis runs a redis-server (from PATH) on a free loopback port with
-// its files in dir, no persistence: the store the daemon shares.
-func startRedis(ctx context.Context, dir string) (*child, error) {
+// its files in dir, no persistence: the store the daemon shares. It is
+// restricted to cpus unless that is nil (--pin).
+func startRedis(ctx context.Context, dir string, cpus []int) (*child, error) {
 	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
@@ -47,7 +48,7 @@ func startRedis(ctx context.Context, dir string) (*child, error) {
 	log := filepath.Join(dir, "redis.log")
 	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", port, "--dir", dir,
 		"--save", "", "--appendonly", "no", "--logfile", log)
-	c, err := startChild("redis-server", cmd, log)
+	c, err := startChild("redis-server", cmd, log, cpus)
 	if err != nil {
 		return nil, err
 	}
