@@ -1406,3 +1406,65 @@ func TestPersistentJournalMalformedPartly(t *testing.T) {
 	equalStates(t, "stored after compaction", stored(t, db), want)
 	p.Close()
 }
+
+// A flush and a compaction yield the CPU while they work (so that with
+// GOMAXPROCS 1 requests do not wait for them up to Go's 10 ms
+// preemption): a flush between the store's shards, never holding a
+// shard's lock, and every yieldEntries changes while encoding; a
+// compaction for every journal record it reads and every yieldEntries
+// entries it sorts and applies. The stored state is the same.
+func TestFlushAndCompactionYield(t *testing.T) {
+	ctx := context.Background()
+	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	yields, locked := 0, 0
+	p.yield = func() {
+		yields++
+		for i := range p.mem.shards {
+			if !p.mem.shards[i].mu.TryLock() {
+				locked++
+				continue
+			}
+			p.mem.shards[i].mu.Unlock()
+		}
+	}
+	const keys = 3 * yieldEntries
+	lim := ratelimit.Limit{Limit: 10, Period: time.Hour}
+	now := time.Unix(1_790_000_000, 0)
+	update := func() {
+		for i := range keys {
+			if err := p.Update(ctx, "hourly", fmt.Sprintf("user%06d", i), func(s ratelimit.State) (ratelimit.State, bool) {
+				r := lim.Check(s, now, 1)
+				return lim.Next(r, true)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now = now.Add(time.Second)
+	}
+	update()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// One yield between each two of the 64 shards, and 3 while encoding
+	// the 3*4096 changes.
+	if want := numShards - 1 + 3; yields != want {
+		t.Errorf("a flush of %d changes yielded %d times, want %d", keys, yields, want)
+	}
+	if locked > 0 {
+		t.Errorf("a flush yielded %d times with a shard locked", locked)
+	}
+	update()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	records := journalLen(t, db)
+	yields = 0
+	compactCheck(t, p, db)
+	// Each record is read twice; the 3*4096 keys (10,000 of them
+	// sharing their first digit) are sorted, deduplicated and applied in
+	// one piece.
+	if min := 2*records + 1 + 3 + 3; yields < min {
+		t.Errorf("a compaction of %d records of %d entries yielded %d times, want at least %d", records, keys, yields, min)
+	}
+}

@@ -401,13 +401,18 @@ func (m *Memory) TakeDirty(put func(limit, key string, s ratelimit.State), del f
 		} else {
 			put(m.limits.name(lim, &names), string(key), s)
 		}
-	})
+	}, nil)
 }
 
 // takeDirty is TakeDirty with the interned limit index and the key bytes,
-// which are valid only during the call of fn.
-func (m *Memory) takeDirty(fn func(lim uint16, key []byte, s ratelimit.State, deleted bool)) {
+// which are valid only during the call of fn. between, if not nil, is
+// called after each shard, with no lock held (Persistent yields the CPU
+// there).
+func (m *Memory) takeDirty(fn func(lim uint16, key []byte, s ratelimit.State, deleted bool), between func()) {
 	for i := range m.shards {
+		if i > 0 && between != nil {
+			between()
+		}
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		sh.startTracking()

@@ -440,7 +440,7 @@ func heapPerPair(tb testing.TB, users int) (heap, footprint float64) {
 	m.startTracking() // as under Persistent
 	fill(tb, m, users)
 	for range 2 { // a flush, then a quiet one: the change lists shrink
-		m.takeDirty(func(uint16, []byte, ratelimit.State, bool) {})
+		m.takeDirty(func(uint16, []byte, ratelimit.State, bool) {}, nil)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -518,7 +518,7 @@ func BenchmarkTakeDirty10kOf1M(b *testing.B) {
 	m := NewMemory(MemoryOptions{})
 	m.startTracking()
 	fill(b, m, 500_000)
-	m.takeDirty(func(uint16, []byte, ratelimit.State, bool) {})
+	m.takeDirty(func(uint16, []byte, ratelimit.State, bool) {}, nil)
 	// Mark 10,000 entries changed directly, as Update would, so that the
 	// untimed part of each round stays short.
 	type ref struct {
@@ -539,7 +539,7 @@ func BenchmarkTakeDirty10kOf1M(b *testing.B) {
 			c.sh.markDirty(c.x, c.sh.at(c.x))
 		}
 		b.StartTimer()
-		m.takeDirty(func(uint16, []byte, ratelimit.State, bool) { n++ })
+		m.takeDirty(func(uint16, []byte, ratelimit.State, bool) { n++ }, nil)
 	}
 	if n != b.N*len(changed) {
 		b.Fatalf("took %d changes, want %d", n, b.N*len(changed))
