@@ -17,7 +17,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(ratelimit.State{Time: 1_790_000_000_123_456_789, Rate: 3}) + "\x00\x00\x00\x00\x00\x00\x00\x00")
 	f.Fuzz(func(t *testing.T, v string) {
 		st, err := decode(v)
-		if (err == nil) != (len(v) == 0 || len(v) == stateLen || len(v) == stateLen+8) {
+		if (err == nil) != (len(v) == 0 || len(v) == stateLen || len(v) == expiringStateLen) {
 			t.Fatalf("decode(%d bytes): %v", len(v), err)
 		}
 		if err != nil {

@@ -183,7 +183,7 @@ end
 local out = {nows, nowns}
 local o = 2 -- out index of the item before the current one (x2)
 local k = 0 -- KEYS index of the item before the current one
-local specs, counts, costs = {}, {}, {}
+local specs, counts = {}, {}
 local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
 local pexp = {} -- each item's stored expiry (Unix ms), 0 if unknown
 local nowms = nows * 1000 + floor(nowns / 1e6)
@@ -205,18 +205,17 @@ while pos <= last do
       raw = call('GET', key)
       cache[key] = raw
     end
-    local ps, pns, pr
+    local ps, pns, pr, pe
     if raw then
       if #raw == 28 then
-        ps, pns, pr, pexp[i] = sunpack('<i8I4dd', raw)
+        ps, pns, pr, pe = sunpack('<i8I4dd', raw)
       else
         ps, pns, pr = sunpack('<i8I4d', raw)
-        pexp[i] = 0
       end
     else
-      pexp[i] = 0
       raw = ''
     end
+    pexp[i] = pe or 0
     local over
     over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
       measure(ALG[s], LIM[s], PER[s], MODE[s], cost, HL[s], ps, pns, pr)

@@ -131,9 +131,13 @@ const DefaultKeyPrefix = "ratelimitd:"
 const DefaultTTL = 7 * 24 * time.Hour
 
 // stateLen is the length of a stored state: int64 seconds, uint32
-// nanoseconds, float64 rate; the decision script's states have 8 more
-// bytes, the key's expiry (see "Keys and Redis Cluster").
-const stateLen = 20
+// nanoseconds, float64 rate. The decision script's states are
+// expiringStateLen bytes: the same, then the key's expiry (Unix ms,
+// float64; see "Keys and Redis Cluster").
+const (
+	stateLen         = 20
+	expiringStateLen = stateLen + 8
+)
 
 // Store is a rate-state store in Redis. It implements policy.Store and
 // policy.StackEvaluator; all methods are safe for concurrent use. Create it
@@ -301,7 +305,7 @@ func decode(v string) (ratelimit.State, error) {
 	if v == "" {
 		return ratelimit.State{}, nil
 	}
-	if len(v) != stateLen && len(v) != stateLen+8 {
+	if len(v) != stateLen && len(v) != expiringStateLen {
 		return ratelimit.State{}, fmt.Errorf("%w: state of %d bytes", ErrProtocol, len(v))
 	}
 	sec := int64(binary.LittleEndian.Uint64([]byte(v[0:8])))
@@ -567,13 +571,6 @@ func (s *Store) Merge(ctx context.Context, limit string, keys []string, sts []ra
 		}
 	}
 	return n, nil
-}
-
-func bit(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
 }
 
 // unavailable wraps a client error in ErrUnavailable (Redis down, slow,
