@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
@@ -81,7 +79,7 @@ type batch struct {
 	items    int
 	deadline time.Time
 	done     chan struct{}
-	v        []rueidis.RedisMessage // the answer, once done is closed
+	v        answer // the answer, once done is closed
 	err      error
 }
 
@@ -158,25 +156,65 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request) (keys, args []s
 	return keys, append(args, string(packed))
 }
 
+// answer is a script call's answer: Redis's now, and per item (in the
+// order of the call's requests) itemLen bytes: a flag byte, over + 2*stored
+// + 4*(1 if there was a previous state), then that state's 20 bytes (zeros
+// if none) and 8 more the script pads with.
+type answer struct {
+	now   time.Time
+	items string
+}
+
+// itemLen is the length of one item's part of answer.items.
+const itemLen = 1 + 28
+
+// item returns the flag byte and the previous state's bytes ("" for none)
+// of the k-th item of the call.
+func (a answer) item(k int) (flag byte, prev string) {
+	p := a.items[k*itemLen : (k+1)*itemLen]
+	if p[0]&4 != 0 {
+		prev = p[1 : 1+stateLen]
+	}
+	return p[0], prev
+}
+
 // exec runs the script on reqs (all of one slot) and checks the answer's
-// length.
-func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) ([]rueidis.RedisMessage, error) {
+// shape. On Redis's clock (not Options.UseCallerTime) it records the
+// clock offset.
+func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) (answer, error) {
 	keys, args := s.assemble(phase, ts, tns, reqs)
+	items := 0
+	for _, r := range reqs {
+		items += len(r.keys)
+	}
 	v, err := s.stack.Exec(ctx, s.c, keys, args).ToArray()
 	if err != nil {
-		return nil, unavailable(err)
+		return answer{}, unavailable(err)
 	}
-	if len(v) != 2+2*len(keys) {
-		return nil, fmt.Errorf("%w: script answered %d values for %d items", ErrProtocol, len(v), len(keys))
+	if len(v) != 3 {
+		return answer{}, fmt.Errorf("%w: script answered %d values, want 3", ErrProtocol, len(v))
 	}
-	return v, nil
+	sec, err1 := v[0].AsInt64()
+	nsec, err2 := v[1].AsInt64()
+	packed, err3 := v[2].ToString()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return answer{}, fmt.Errorf("%w: script answer: %v", ErrProtocol, err)
+	}
+	if len(packed) != itemLen*items {
+		return answer{}, fmt.Errorf("%w: script answered %d bytes for %d items", ErrProtocol, len(packed), items)
+	}
+	a := answer{now: time.Unix(sec, nsec), items: packed}
+	if !s.opts.UseCallerTime {
+		s.offset.Store(int64(time.Until(a.now)))
+	}
+	return a, nil
 }
 
 // decideBatched decides r in phase "d" on Redis's clock, batched with the
 // requests of other goroutines (see maxInFlight).
-func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisMessage, error) {
+func (s *Store) decideBatched(ctx context.Context, r *request) (answer, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, unavailable(err)
+		return answer{}, unavailable(err)
 	}
 	// The call's deadline is redis_timeout after the request's arrival;
 	// a caller's own earlier deadline ends only its own wait (select
@@ -213,14 +251,14 @@ func (s *Store) decideBatched(ctx context.Context, r *request) ([]rueidis.RedisM
 	select {
 	case <-p.done:
 		if r.dropped {
-			return nil, unavailable(ctx.Err())
+			return answer{}, unavailable(ctx.Err())
 		}
 		return p.v, p.err
 	case <-ctx.Done():
 		// A request still waiting when its batch is sent is not sent
 		// (run); one already sent may still be decided and counted,
 		// as a script call whose answer came too late would.
-		return nil, unavailable(ctx.Err())
+		return answer{}, unavailable(ctx.Err())
 	}
 }
 
@@ -322,7 +360,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	if len(reqs) == 1 {
 		r := &reqs[0]
 		r.flag = refused
-		var v []rueidis.RedisMessage
+		var v answer
 		var err error
 		if s.cluster || s.opts.UseCallerTime {
 			cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
@@ -370,7 +408,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		}
 		v := res[ri].v
 		for j, i := range r.idx {
-			code, _ := v[2+2*(r.base+j)+1].AsInt64()
+			code, _ := v.item(r.base + j)
 			out[i].Stored = code&2 != 0
 		}
 	}
@@ -378,7 +416,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 }
 
 type slotResult struct {
-	v   []rueidis.RedisMessage
+	v   answer
 	err error
 }
 
@@ -402,28 +440,15 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 // previous state and the script's verdict; the Result is recomputed from
 // them with package ratelimit (so Before, Rate and RetryAfter are exactly
 // the reference arithmetic at Redis's now).
-func (s *Store) read(v []rueidis.RedisMessage, r *request, items []policy.StackItem, out []policy.StackResult, stored bool) error {
-	sec, err1 := v[0].AsInt64()
-	nsec, err2 := v[1].AsInt64()
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("%w: script time: %v", ErrProtocol, errors.Join(err1, err2))
-	}
-	now := time.Unix(sec, nsec)
-	if !s.opts.UseCallerTime {
-		s.offset.Store(int64(time.Until(now)))
-	}
+func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult, stored bool) error {
+	now := v.now
 	for j, i := range r.idx {
-		at := 2 + 2*(r.base+j)
-		raw, err := v[at].ToString()
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrProtocol, err)
-		}
+		code, raw := v.item(r.base + j)
 		prev, err := decode(raw)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		code, _ := v[at+1].AsInt64()
 		over := code&1 != 0
 		it := &items[i]
 		res := it.Params.Check(prev, now, it.Cost)

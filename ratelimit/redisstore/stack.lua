@@ -38,8 +38,11 @@
 -- new expiry every so often, not at every message. States of 20 bytes
 -- (written by Store.Update and Store.Merge) have no known expiry.
 --
--- Returns {sec, nsec, then per item: prev state ("" if none), over +
--- 2*stored}.
+-- Returns {sec, nsec, items}: items is one string of 29 bytes per item, a
+-- flag byte over + 2*stored + 4*(1 if there was a previous state), then
+-- that state (20 bytes; zeros if none) and 8 bytes of padding. One string
+-- instead of two values per item spares Redis and the daemon a reply
+-- object per value.
 
 local MAXF = 1.7976931348623157e308
 local MININTERVAL = 1e-10
@@ -265,4 +268,21 @@ while pos <= last do
   o = o + 2 * n
   k = k + n
 end
-return out
+-- The answer: each item's flag byte, previous state and padding.
+local F, Z8, Z28 = {}, string.rep('\0', 8), string.rep('\0', 28)
+for f = 0, 7 do F[f] = string.char(f) end
+local parts, np = {}, 0
+for x = 3, o, 2 do
+  local raw, c = out[x], out[x + 1]
+  if raw == '' then
+    parts[np + 1], parts[np + 2] = F[c], Z28
+    np = np + 2
+  elseif #raw == 28 then
+    parts[np + 1], parts[np + 2] = F[c + 4], raw
+    np = np + 2
+  else
+    parts[np + 1], parts[np + 2], parts[np + 3] = F[c + 4], raw, Z8
+    np = np + 3
+  end
+end
+return {nows, nowns, table.concat(parts, '', 1, np)}

@@ -247,6 +247,9 @@ func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 
 // Key returns the Redis key holding the state of key under limit.
 func (s *Store) Key(limit, key string) string {
+	if strings.IndexAny(key, "%{}") < 0 {
+		return s.prefix + "{" + key + "}" + limit // one allocation
+	}
 	var b strings.Builder
 	b.Grow(len(s.prefix) + len(key) + len(limit) + 2)
 	b.WriteString(s.prefix)
