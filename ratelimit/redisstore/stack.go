@@ -16,16 +16,22 @@ import (
 
 // Batching of concurrent requests (standalone and Sentinel only: a
 // cluster's requests fall in many slots, and one script call may touch
-// one slot only). While maxInFlight script calls of EvaluateStack are in
-// flight, the requests that arrive wait in one pending batch and are then
-// decided together by one call, in arrival order, up to maxBatchItems
-// limits per call. A request that finds the pending batch full gets a call
-// of its own at once (so under overload more calls are in flight, and such
-// a request may be decided before the batch that waits). An idle store
-// adds no wait: a request that finds a free slot is sent at once.
+// one slot only). While a script call of EvaluateStack is in flight, the
+// requests that arrive wait in one pending batch and are then decided
+// together by one call, in arrival order, up to maxBatchItems limits per
+// call. The pending batch is sent when a call in flight ends, or as a
+// second call in flight once it holds secondCallItems limits, so that
+// under load Redis has the next batch queued when it finishes one instead
+// of waiting for the daemon's turnaround, while batches stay large enough
+// to share a call's fixed cost. A request that finds the pending batch
+// full gets a call of its own at once (so under overload more calls are
+// in flight, and such a request may be decided before the batch that
+// waits). An idle store adds no wait: a request that finds no call in
+// flight is sent at once.
 const (
-	maxInFlight   = 1
-	maxBatchItems = 256
+	maxInFlight     = 2
+	secondCallItems = 32
+	maxBatchItems   = 256
 )
 
 // request is one policy request's items of one hash slot, as sent to the
@@ -83,8 +89,8 @@ type batch struct {
 	err      error
 }
 
-// batcher collects the requests that arrive while maxInFlight calls are
-// in flight.
+// batcher collects the requests that arrive while calls are in flight
+// (at most maxInFlight, but for requests that found the batch full).
 type batcher struct {
 	mu       sync.Mutex
 	inFlight int
@@ -223,9 +229,9 @@ func (s *Store) decideBatched(ctx context.Context, r *request) (answer, error) {
 	b := &s.batch
 	b.mu.Lock()
 	p := b.pending
-	if b.inFlight < maxInFlight || p != nil && p.items+len(r.keys) > maxBatchItems {
-		// A free slot, or a full batch waits already: this request
-		// goes alone.
+	if b.inFlight == 0 || p != nil && p.items+len(r.keys) > maxBatchItems {
+		// No call in flight, or a full batch waits already: this
+		// request goes alone.
 		b.inFlight++
 		b.mu.Unlock()
 		cctx, cancel := context.WithDeadline(ctx, dl)
@@ -244,7 +250,14 @@ func (s *Store) decideBatched(ctx context.Context, r *request) (answer, error) {
 	if dl.Before(p.deadline) {
 		p.deadline = dl
 	}
-	b.mu.Unlock()
+	if b.inFlight < maxInFlight && p.items >= secondCallItems {
+		b.pending = nil
+		b.inFlight++
+		b.mu.Unlock()
+		go s.run(p)
+	} else {
+		b.mu.Unlock()
+	}
 	// No timer of its own: the calls in flight end by their deadlines,
 	// which are earlier (their requests came first), and p runs with the
 	// earliest deadline of its requests, so done is closed by dl.

@@ -22,12 +22,16 @@
 //
 // # Batching
 //
-// On a standalone or Sentinel-managed Redis, one script call is in flight
-// at a time; the requests that arrive meanwhile wait for it and are then
-// decided together by the next call, one after the other in arrival order,
-// each seeing the states the previous ones stored (the same answers as
-// separate calls made back to back), up to 256 limits per call (a request
-// that finds the waiting batch full is sent alone). A request whose caller
+// On a standalone or Sentinel-managed Redis, the requests that arrive
+// while a script call is in flight wait in a batch and are decided
+// together by one call, one after the other in arrival order, each seeing
+// the states the previous ones stored (the same answers as separate calls
+// made back to back), up to 256 limits per call (a request that finds the
+// waiting batch full is sent alone). The batch is sent when the call in
+// flight ends, or earlier, as a second call in flight, once it holds 32
+// limits (16 requests of two limits), so that under load Redis has the
+// next batch when it finishes one. Requests of concurrent callers have no
+// order between them, as with separate calls. A request whose caller
 // gives up while it waits is not sent. An idle store adds no wait. Redis's
 // cost per decided stack is what limits the throughput of all the MTAs
 // together, and a script call's fixed costs (EVALSHA, the limits'
