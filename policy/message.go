@@ -297,36 +297,39 @@ func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *m
 	defer t.mu.Unlock()
 	t.init()
 	h := t.hashID(front, id)
-	if m, ok := t.cur.msgs[h]; ok && bytes.Equal(m.id[front], id) {
-		m.refs++
-		m.hash[front] = h
-		return m
+	// held is the current generation's entry under h: a different
+	// message (a collision) if not req's, which put replaces.
+	held, inCur := t.cur.msgs[h]
+	if inCur && bytes.Equal(held.id[front], id) {
+		held.refs++
+		held.hash[front] = h
+		return held
 	}
 	if m, ok := t.old.msgs[h]; ok && bytes.Equal(m.id[front], id) {
 		m.refs++ // this request, first: put may rotate
 		delete(t.old.msgs, h)
 		m.refs-- // the old slot, replaced by put's
 		m.hash[front] = h
-		t.put(h, m)
+		t.put(h, m, held)
 		return m
 	}
 	if !joinable {
 		m := t.alloc()
 		m.refs++ // this request
 		m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
-		t.put(h, m)
+		t.put(h, m, held)
 		return m
 	}
 	if m := t.takePending(fp, fh, 1-front); m != nil {
 		m.refs++ // this request, first: put may rotate
 		m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
-		t.put(h, m)
+		t.put(h, m, held)
 		return m
 	}
 	m := t.alloc()
 	m.refs++ // this request
 	m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
-	t.put(h, m)
+	t.put(h, m, held)
 	t.addPending(m, fp, fh, front)
 	return m
 }
@@ -364,14 +367,19 @@ func (t *msgShard) unref(m *msgEntry) {
 }
 
 // put stores m under h in the current generation, rotating when it is
-// full, and takes a reference for the slot. A different message under the
-// same hash (a collision) is forgotten.
-func (t *msgShard) put(h uint64, m *msgEntry) {
+// full, and takes a reference for the slot. held is the entry the current
+// generation holds under h (nil if none), a different message (a
+// collision): it is forgotten. (The caller has looked it up: put does not
+// look again.)
+func (t *msgShard) put(h uint64, m, held *msgEntry) {
 	if t.cur.size() >= shardGenSize {
+		// held moves to the old generation, which keeps it; the new
+		// current one is empty.
 		t.rotate()
+		held = nil
 	}
-	if o, ok := t.cur.msgs[h]; ok {
-		t.unref(o)
+	if held != nil {
+		t.unref(held)
 	}
 	t.cur.msgs[h] = m
 	m.refs++
@@ -497,11 +505,14 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 	if done {
 		// m's key and hash for this front end, as get found or made
 		// them (a copy: unref below may recycle m).
+		// A message is held by one generation at most (get moves it
+		// from the old to the current one).
 		id, h := append(buf[:0], m.id[front]...), m.hash[front]
 		for _, g := range [2]*msgGen{&t.cur, &t.old} {
 			if o, ok := g.msgs[h]; ok && bytes.Equal(o.id[front], id) {
 				delete(g.msgs, h)
 				t.unref(o)
+				break
 			}
 		}
 	}

@@ -11,7 +11,10 @@
 // "Rate limiting incoming messages").
 package policy
 
-import "log/slog"
+import (
+	"log/slog"
+	"time"
+)
 
 // Protocol states as Postfix sends them in the protocol_state attribute
 // (SMTPD_POLICY_README). Milter front ends use the same values.
@@ -67,6 +70,13 @@ type Request struct {
 	// policy delegation or Exim readsocket) or ViaMilter ("milter"). Limits
 	// with a Via list only measure requests of those front ends.
 	Stage string
+	// Received is when the front end received the request (the policy
+	// service: its first byte; the milter: the call of its Decider), the
+	// time a daemon decides it at, so that the request path reads the
+	// clock once; zero when the front end did not record it (the decider
+	// then reads the clock itself). It is not an attribute of the
+	// request and is not logged.
+	Received time.Time
 }
 
 // LogValue implements slog.LogValuer: the attributes a log line about a

@@ -131,7 +131,7 @@ func newMetrics(trackedKeys func() float64) *metrics {
 		reqDesc: prometheus.NewDesc("ratelimitd_requests_total",
 			"Policy requests answered, by protocol_state and action.", []string{"protocol_state", "action"}, nil),
 		latencyDesc: prometheus.NewDesc("ratelimitd_decision_seconds",
-			"Time to evaluate one policy request, in seconds.", nil, nil)}
+			"Time to answer one policy request, in seconds: from its first byte to the reply written (policy service), the Decide call (milter).", nil, nil)}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratelimitd_decisions_total",
 		Help: "Non-pass decisions, by the limit that decided and the action.",
@@ -197,23 +197,29 @@ func stateIndex(s string) int {
 	return numStates - 1
 }
 
-// observe records one decision.
-func (m *metrics) observe(req *policy.Request, d *policy.Decision, took time.Duration) {
+// observe counts one decision.
+func (m *metrics) observe(req *policy.Request, d *policy.Decision) {
 	a := int(d.Action)
 	if a >= numActions {
 		a = 0
 	}
+	m.stripes[rand.Uint32()%metricStripes].n[stateIndex(req.ProtocolState)][a].Add(1)
+	if d.Action != policy.Pass {
+		m.decisions.WithLabelValues(d.Limit, d.Action.String()).Inc()
+	}
+}
+
+// latency records the time one request took to answer, as the front end
+// measured it: from the request's first byte to its reply written (policy
+// service), or the Decide call (milter).
+func (m *metrics) latency(took time.Duration) {
 	st := &m.stripes[rand.Uint32()%metricStripes]
-	st.n[stateIndex(req.ProtocolState)][a].Add(1)
 	b := 0
 	for b < len(latencyBounds) && took > latencyBounds[b] {
 		b++
 	}
 	st.buckets[b].Add(1)
 	st.sumNs.Add(uint64(max(took, 0)))
-	if d.Action != policy.Pass {
-		m.decisions.WithLabelValues(d.Limit, d.Action.String()).Inc()
-	}
 }
 
 func (m *metrics) fault(kind string) {

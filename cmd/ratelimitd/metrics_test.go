@@ -19,14 +19,17 @@ func TestMetricsStripesSum(t *testing.T) {
 	odd := &policy.Request{ProtocolState: "BOGUS"}
 	pass, def := &policy.Decision{}, &policy.Decision{Action: policy.Defer, Limit: "hourly"}
 	for range 1000 {
-		m.observe(rcpt, pass, 3*time.Microsecond) // bucket le=5e-06
+		m.observe(rcpt, pass)
+		m.latency(3 * time.Microsecond) // bucket le=5e-06
 	}
 	for range 7 {
-		m.observe(odd, def, 2*time.Second) // past every bound
+		m.observe(odd, def)
+		m.latency(2 * time.Second) // past every bound
 	}
-	m.observe(rcpt, pass, time.Microsecond) // on a bound: le=1e-06
+	m.observe(rcpt, pass)
+	m.latency(time.Microsecond) // on a bound: le=1e-06
 	want := `
-# HELP ratelimitd_decision_seconds Time to evaluate one policy request, in seconds.
+# HELP ratelimitd_decision_seconds Time to answer one policy request, in seconds: from its first byte to the reply written (policy service), the Decide call (milter).
 # TYPE ratelimitd_decision_seconds histogram
 ratelimitd_decision_seconds_bucket{le="1e-06"} 1
 ratelimitd_decision_seconds_bucket{le="2.5e-06"} 1

@@ -73,12 +73,14 @@ func (d *daemon) stopMilter(ctx context.Context) {
 }
 
 // milterMetrics feeds the milter server's counts into the daemon metrics
-// (decisions are observed by daemon.decide).
+// (decisions are counted by daemon.decide, their latency here).
 type milterMetrics struct{ m *metrics }
 
-func (milterMetrics) Conn(bool)                                     {}
-func (milterMetrics) ConnDone()                                     {}
-func (milterMetrics) Decision(string, policy.Action, time.Duration) {}
-func (milterMetrics) Message(policy.Action)                         {}
-func (x milterMetrics) BadInput(reason string)                      { x.m.bad("milter " + reason) }
-func (x milterMetrics) Fault(kind string)                           { x.m.fault("milter " + kind) }
+func (milterMetrics) Conn(bool) {}
+func (milterMetrics) ConnDone() {}
+func (x milterMetrics) Decision(_ string, _ policy.Action, elapsed time.Duration) {
+	x.m.latency(elapsed)
+}
+func (milterMetrics) Message(policy.Action)    {}
+func (x milterMetrics) BadInput(reason string) { x.m.bad("milter " + reason) }
+func (x milterMetrics) Fault(kind string)      { x.m.fault("milter " + kind) }

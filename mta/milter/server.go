@@ -86,7 +86,9 @@ const (
 // Decide is called concurrently from the connection goroutines, so it must
 // be safe for concurrent use. ctx carries a deadline (Server.DecideTimeout)
 // and is cancelled by Server.Close. req is a fresh value for every call;
-// the Decider may keep it. Decide should recover its own faults and return
+// the Decider may keep it. req.Received is the time of the call, read
+// once by the Server, which the Decider can decide at instead of reading
+// the clock again. Decide should recover its own faults and return
 // a fail-open Pass with Decision.Fault set; a panic that escapes Decide is
 // recovered by the Server, which temp-fails the command and closes the
 // connection.

@@ -551,6 +551,7 @@ func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
 	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
 	defer cancel()
 	start := time.Now()
+	req.Received = start
 	func() {
 		defer func() {
 			if r := recover(); r != nil {

@@ -67,8 +67,10 @@ const (
 // is cancelled by Server.Close; Decide
 // should return a fail-open Pass with Decision.Fault set when it cannot
 // decide in time. The Server reuses *req for the connection's next request:
-// keep a copy or its strings, not the pointer. A panic in Decide is
-// recovered and answered with DUNNO.
+// keep a copy or its strings, not the pointer. req.Received is the time
+// the request's first byte arrived, read once per request by the Server,
+// which a Decider can decide at instead of reading the clock again. A
+// panic in Decide is recovered and answered with DUNNO.
 type Decider interface {
 	Decide(ctx context.Context, req *policy.Request) policy.Decision
 }
@@ -91,8 +93,8 @@ type Metrics interface {
 	// ConnDone is called when an allowed connection has been closed.
 	ConnDone()
 	// Request is called once per answered request with the Decision's
-	// action and the time from the request's first byte to its reply
-	// being written.
+	// action and the time from the request's first byte
+	// (Request.Received) to its reply being written.
 	Request(action policy.Action, elapsed time.Duration)
 	// BadInput is called when a connection is closed without a reply
 	// because of its input; reason is one of the Reason constants.
@@ -292,6 +294,7 @@ func (s *Server) serveConn(c *conn) {
 		}
 
 		tracker.fill(&req)
+		req.Received = start
 		d := s.decide(c, &req, ctx)
 
 		dl.writeReply(c.rwc, time.Now())

@@ -841,3 +841,30 @@ func TestRequestBuffered(t *testing.T) {
 		}
 	}
 }
+
+// TestServerRequestReceived checks that every request reaches the Decider
+// with Request.Received set, no earlier than the connection was opened and
+// later for a later request of the connection (the time it is decided at;
+// no timing is asserted).
+func TestServerRequestReceived(t *testing.T) {
+	var mu sync.Mutex
+	var got []time.Time
+	ts := startServer(t, &Server{Decider: DeciderFunc(func(_ context.Context, req *policy.Request) policy.Decision {
+		mu.Lock()
+		got = append(got, req.Received)
+		mu.Unlock()
+		return policy.Decision{}
+	})}, nil)
+	opened := time.Now()
+	c := ts.dial(t)
+	c.ask(t, request("alice"))
+	c.ask(t, request("alice"))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("%d requests decided, want 2", len(got))
+	}
+	if got[0].Before(opened) || got[1].Before(got[0]) {
+		t.Errorf("Received %v, %v for requests sent after %v: want set, in order", got[0], got[1], opened)
+	}
+}

@@ -121,3 +121,36 @@ func TestMemoryEvaluateStackAcrossShards(t *testing.T) {
 		t.Fatalf("%d of 1,600 concurrent stacks admitted, want exactly 50", n)
 	}
 }
+
+// BenchmarkEvaluateStack100k is the default stack (200/hour leaky plus
+// 1000/day strict, one rate key) of users picked at random from 100,000
+// whose states exist, the rate store's share of a RCPT request.
+func BenchmarkEvaluateStack100k(b *testing.B) {
+	ctx := context.Background()
+	m := store.NewMemory(store.MemoryOptions{})
+	items := []policy.StackItem{
+		{Limit: "hourly", Params: ratelimit.Limit{Limit: 200, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+		{Limit: "daily", Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},
+	}
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user%07d", i)
+	}
+	now := time.Unix(1_790_000_000, 0)
+	var out [2]policy.StackResult
+	stack := func(key string) {
+		items[0].Key, items[1].Key = key, key
+		if err := m.EvaluateStack(ctx, now, items, false, out[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, k := range keys {
+		stack(k)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		stack(keys[r.IntN(len(keys))])
+	}
+}
