@@ -365,10 +365,19 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 
 	b.printf("%-4s %-11s %5s %8s %10s %9s %9s %9s %9s %8s %6s %10s\n",
 		"via", "target", "C", "K", "req/s", "p50", "p99", "p99.9", "CPU/req", "refused", "errors", "RSS")
+	// Redis's share, over the cells (not the prefills).
+	measureRedis := o.backend == backendRedis && b.daemon != nil
+	var cost redisCost
 	for _, k := range o.keys {
 		if o.prefill {
 			if err := b.prefillUsers(ctx, target, targetPID, k); err != nil {
 				return 0, err
+			}
+		}
+		var before redisCost
+		if measureRedis {
+			if before, err = snapshotRedisCost(ctx, o.redisAddr, b.daemon.adminSocket()); err != nil {
+				return 0, fmt.Errorf("redis INFO: %w", err)
 			}
 		}
 		for _, l := range o.listeners {
@@ -378,9 +387,17 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 				}
 			}
 		}
+		if measureRedis {
+			after, err := snapshotRedisCost(ctx, o.redisAddr, b.daemon.adminSocket())
+			if err != nil {
+				return 0, fmt.Errorf("redis INFO: %w", err)
+			}
+			cost.add(after, before)
+		}
 	}
 	missed := b.printRatios()
-	if o.backend == backendRedis && b.daemon != nil {
+	if measureRedis {
+		b.printf("%s\n", cost.describe())
 		// States in the daemon's own store mean Redis timed out and
 		// requests were decided locally (on_redis_error = "local").
 		if keys, _, err := daemonStatus(ctx, b.daemon.adminSocket()); err == nil {

@@ -119,3 +119,71 @@ func redisMemory(addr string) (used, keys int64, err error) {
 	}
 	return used, keys, nil
 }
+
+// redisCost is a snapshot of what Redis spent: the decision script's calls
+// and their time (INFO commandstats, cmdstat_evalsha; µs), its CPU time
+// (INFO cpu, user + system; s), and the requests the daemon had answered;
+// or a sum of differences of snapshots (add), with the wall time.
+type redisCost struct {
+	calls, usec float64
+	cpu         float64
+	requests    int64
+	at          time.Time
+	wall        time.Duration
+}
+
+// snapshotRedisCost reads Redis's counters at addr and the daemon's
+// request count (status on its admin socket).
+func snapshotRedisCost(ctx context.Context, addr, adminSocket string) (redisCost, error) {
+	var c redisCost
+	cs, err := redisInfo(addr, "commandstats")
+	if err != nil {
+		return c, err
+	}
+	// calls=N,usec=N,usec_per_call=N,...
+	for f := range strings.SplitSeq(cs["cmdstat_evalsha"], ",") {
+		if v, ok := strings.CutPrefix(f, "calls="); ok {
+			c.calls, _ = strconv.ParseFloat(v, 64)
+		}
+		if v, ok := strings.CutPrefix(f, "usec="); ok {
+			c.usec, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	cpu, err := redisInfo(addr, "cpu")
+	if err != nil {
+		return c, err
+	}
+	u, _ := strconv.ParseFloat(cpu["used_cpu_user"], 64)
+	sy, _ := strconv.ParseFloat(cpu["used_cpu_sys"], 64)
+	c.cpu = u + sy
+	if _, c.requests, err = daemonStatus(ctx, adminSocket); err != nil {
+		return c, err
+	}
+	c.at = time.Now()
+	return c, nil
+}
+
+// add adds the difference between the snapshots after and before to c.
+func (c *redisCost) add(after, before redisCost) {
+	c.calls += after.calls - before.calls
+	c.usec += after.usec - before.usec
+	c.cpu += after.cpu - before.cpu
+	c.requests += after.requests - before.requests
+	c.wall += after.at.Sub(before.at)
+}
+
+// describe says what Redis spent over the sum c: script calls a second,
+// policy requests answered per call (END-OF-MESSAGE requests, which ask
+// Redis nothing after a counted RCPT, included), the script's time per
+// call and its share of the wall time (how busy Redis's one thread was
+// deciding; the floor's runs are in the wall time too), and Redis's CPU
+// per policy request.
+func (c redisCost) describe() string {
+	wall := c.wall.Seconds()
+	if c.calls <= 0 || c.requests <= 0 || wall <= 0 {
+		return "redis: no script calls measured"
+	}
+	reqs := float64(c.requests)
+	return fmt.Sprintf("redis: %.0f script calls/s, %.1f policy requests answered per call, %.0f µs per call (the script busy %.0f%% of the time, floor runs included), Redis CPU %.1f µs per request (INFO commandstats, INFO cpu)",
+		c.calls/wall, reqs/c.calls, c.usec/c.calls, 100*c.usec/1e6/wall, c.cpu*1e6/reqs)
+}
