@@ -90,7 +90,7 @@ func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
 	y, err1 := strconv.Atoi(s[0:4])
 	mo, err2 := strconv.Atoi(s[5:7])
 	d, err3 := strconv.Atoi(s[8:10])
-	if err1 != nil || err2 != nil || err3 != nil || mo < 1 || mo > 12 || d < 1 || d > 31 {
+	if err1 != nil || err2 != nil || err3 != nil || y < minLogYear || mo < 1 || mo > 12 || d < 1 || d > 31 {
 		return time.Time{}, "", fmt.Errorf("bad date %q", s[:10])
 	}
 	hh, mm, ss, ns, n, err := parseClock(s[11:])

@@ -72,7 +72,11 @@ func TestParseSyslogLine(t *testing.T) {
 		!l.Stamp.YearLess || l.Stamp.Time != time.Date(2000, 11, 3, 1, 2, 3, 5e8, time.UTC) {
 		t.Fatalf("%+v %v", l, err)
 	}
-	for _, bad := range []string{"Nov 31 01:02:03 mx p[1]: x", "Foo  3 01:02:03 mx p[1]: x", "Nov  3 01:02:03 mx", "Nov  3 25:02:03 mx p[1]: x", "Nov  3 01:02:03 mx p[x]: y"} {
+	// A stamp before 1970 is garbage: year 1, January 1st, 00:00 UTC would
+	// read as the zero time, and the fuzzer made a message of it that was
+	// queued at no time (testdata/fuzz/FuzzReader/b8fc6f74950f6c58).
+	for _, bad := range []string{"Nov 31 01:02:03 mx p[1]: x", "Foo  3 01:02:03 mx p[1]: x", "Nov  3 01:02:03 mx", "Nov  3 25:02:03 mx p[1]: x", "Nov  3 01:02:03 mx p[x]: y",
+		"0001-01-01T00:00:00+0000 mx postfix/qmgr[1]: ABCDE: removed", "1969-12-31T23:59:59Z mx postfix/qmgr[1]: ABCDE: removed"} {
 		if _, err := ParseSyslogLine(bad, time.UTC); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
@@ -121,5 +125,20 @@ func TestLongLine(t *testing.T) {
 	if st := r.Stats(); len(msgs) != 1 || msgs[0].SASLUsername != "u2" || st.Unparsable != 1 || st.Lines != 3 ||
 		!strings.Contains(st.Samples[0], "t:1: line longer than 64 KiB") {
 		t.Fatalf("messages %+v, stats %+v", msgs, st)
+	}
+}
+
+// TestParseEximBeforeEpoch: an Exim main log line dated before 1970 is
+// refused like any bad date (year 1, January 1st, 00:00 would read as the
+// zero time); the same line dated now is read.
+func TestParseEximBeforeEpoch(t *testing.T) {
+	const rest = " 1qXyZa-0001Ab-Cd <= alice@example.org H=laptop.example.org [192.0.2.7] P=esmtpsa A=dovecot_plain:alice S=2345"
+	if _, r, err := ParseExim("2026-11-20 09:00:01"+rest, time.UTC); err != nil || r.QueueID != "1qXyZa-0001Ab-Cd" {
+		t.Fatalf("dated 2026: %+v, %v", r, err)
+	}
+	for _, day := range []string{"0001-01-01 00:00:00", "1969-12-31 23:59:59"} {
+		if _, _, err := ParseExim(day+rest, time.UTC); err == nil {
+			t.Errorf("dated %s: accepted", day)
+		}
 	}
 }

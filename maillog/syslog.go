@@ -166,19 +166,27 @@ func parseClock(s string) (hh, mm, ss, ns, n int, err error) {
 	return hh, mm, ss, ns, n, nil
 }
 
+// minLogYear is the earliest year a log line may carry: a stamp before it
+// is garbage (and year 1, January 1st, 00:00 UTC would read as the zero
+// time, "no time", to the joining pass).
+const minLogYear = 1970
+
 // parseRFC3339 parses an RFC 3339 timestamp, also with a "+hhmm" offset
-// (journalctl -o short-iso) instead of "+hh:mm".
+// (journalctl -o short-iso) instead of "+hh:mm", from minLogYear on.
 func parseRFC3339(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
-	if err == nil {
-		return t, nil
-	}
-	if n := len(s); n > 5 && (s[n-5] == '+' || s[n-5] == '-') {
-		if t, err2 := time.Parse(time.RFC3339Nano, s[:n-2]+":"+s[n-2:]); err2 == nil {
-			return t, nil
+	if err != nil {
+		if n := len(s); n > 5 && (s[n-5] == '+' || s[n-5] == '-') {
+			t, err = time.Parse(time.RFC3339Nano, s[:n-2]+":"+s[n-2:])
 		}
 	}
-	return time.Time{}, fmt.Errorf("bad timestamp %q (want \"Jan  2 15:04:05\" or RFC 3339)", trunc(s, 40))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad timestamp %q (want \"Jan  2 15:04:05\" or RFC 3339)", trunc(s, 40))
+	}
+	if t.Year() < minLogYear {
+		return time.Time{}, fmt.Errorf("timestamp %q before %d", trunc(s, 40), minLogYear)
+	}
+	return t, nil
 }
 
 func trunc(s string, n int) string {
