@@ -81,13 +81,7 @@ func TestBatchedCallerGivesUp(t *testing.T) {
 	decide := func(ctx context.Context, key string) error {
 		return s.EvaluateStack(ctx, time.Now(), item(key), false, make([]policy.StackResult, 1))
 	}
-	srv.Stop()
-	resumed := false
-	defer func() {
-		if !resumed {
-			srv.Resume()
-		}
-	}()
+	resume := stopped(t, srv)
 	errs := make(chan error, 3)
 	go func() { errs <- decide(context.Background(), "alice") }() // in flight
 	time.Sleep(100 * time.Millisecond)
@@ -109,8 +103,7 @@ func TestBatchedCallerGivesUp(t *testing.T) {
 		t.Errorf("bob, who gave up after 100 ms: %v after %v, want ErrUnavailable at once", bobErr, bobTook)
 	}
 	time.Sleep(200 * time.Millisecond)
-	srv.Resume()
-	resumed = true
+	resume()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Errorf("alice or carol, with time left: %v", err)
@@ -140,13 +133,7 @@ func TestBatchSecondCall(t *testing.T) {
 		items := []policy.StackItem{{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 10, Period: time.Hour}, Cost: 1, Count: true, Refuses: true}}
 		return s.EvaluateStack(context.Background(), time.Now(), items, false, make([]policy.StackResult, 1))
 	}
-	srv.Stop()
-	resumed := false
-	defer func() {
-		if !resumed {
-			srv.Resume()
-		}
-	}()
+	resume := stopped(t, srv)
 	errs := make(chan error, 36)
 	go func() { errs <- decide("first") }() // in flight alone
 	time.Sleep(100 * time.Millisecond)
@@ -154,8 +141,7 @@ func TestBatchSecondCall(t *testing.T) {
 		go func() { errs <- decide(fmt.Sprintf("user%d", i)) }()
 	}
 	time.Sleep(300 * time.Millisecond)
-	srv.Resume()
-	resumed = true
+	resume()
 	for range 36 {
 		if err := <-errs; err != nil {
 			t.Error(err)
@@ -165,4 +151,13 @@ func TestBatchSecondCall(t *testing.T) {
 	if calls != "3" {
 		t.Errorf("36 requests, one first alone: %s script calls, want 3 (alone, 32 as a second call, the other 3)", calls)
 	}
+}
+
+// stopped stops srv (SIGSTOP) until the returned function or the end of
+// the test resumes it (SIGCONT), whichever comes first.
+func stopped(t *testing.T, srv *redistest.Server) (resume func()) {
+	srv.Stop()
+	resume = sync.OnceFunc(srv.Resume)
+	t.Cleanup(resume)
+	return resume
 }

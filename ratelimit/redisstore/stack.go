@@ -189,10 +189,7 @@ func (a answer) item(k int) (flag byte, prev string) {
 // clock offset.
 func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) (answer, error) {
 	keys, args := s.assemble(phase, ts, tns, reqs)
-	items := 0
-	for _, r := range reqs {
-		items += len(r.keys)
-	}
+	items := len(keys) // one key per item
 	v, err := s.stack.Exec(ctx, s.c, keys, args).ToArray()
 	if err != nil {
 		return answer{}, unavailable(err)
