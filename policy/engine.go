@@ -116,11 +116,15 @@ type probe struct {
 const maxStack = 8
 
 // scratch is the per-evaluation memory that the store is handed (so it
-// would escape from a stack frame): reused through Engine.scratch.
+// would escape from a stack frame), and the probes, kept off the
+// goroutine's stack (with many connections, a connection's stack is cold
+// in cache at its next request; the pooled scratch is warm): reused
+// through Engine.scratch.
 type scratch struct {
-	items [maxStack]StackItem
-	out   [maxStack]StackResult
-	upd   stackUpdate
+	probes [maxStack]probe
+	items  [maxStack]StackItem
+	out    [maxStack]StackResult
+	upd    stackUpdate
 }
 
 // messageState reports whether protocol state s belongs to a mail
@@ -197,10 +201,9 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 	refused := !prev.Action.Admits()
 	connectSeen := e.seen.asked(front, StateConnect)
 
-	var pbuf [maxStack]probe
 	sc := e.scratch.Get().(*scratch)
 	defer e.scratch.Put(sc)
-	probes, items := pbuf[:0], sc.items[:0]
+	probes, items := sc.probes[:0], sc.items[:0]
 	for i := range c.limits {
 		l := &c.limits[i]
 		if len(l.via) > 0 && !slices.Contains(l.via, req.Stage) {
