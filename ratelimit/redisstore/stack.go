@@ -50,6 +50,8 @@ type request struct {
 	// given up by the time the batch was sent, so it was not sent.
 	ctx     context.Context
 	dropped bool
+	// kb holds the items' Redis keys (evaluateOne).
+	kb []byte
 	// Room for the usual few items without more allocations.
 	idxBuf  [4]int
 	keyBuf  [4]string
@@ -61,6 +63,14 @@ type request struct {
 // init points r's slices at its own buffers.
 func (r *request) init() {
 	r.idx, r.keys, r.lims, r.bits, r.costs = r.idxBuf[:0], r.keyBuf[:0], r.limBuf[:0], r.bitBuf[:0], r.costBuf[:0]
+}
+
+// reset empties a request taken from Store.reqs for reuse, keeping its
+// buffers.
+func (r *request) reset() {
+	kb := r.kb[:0]
+	*r = request{kb: kb}
+	r.init()
 }
 
 // add appends item i.
@@ -321,13 +331,12 @@ func (s *Store) run(p *batch) {
 // knows; with several slots, some may have committed), or ErrProtocol for
 // an answer it cannot read. Safe for concurrent use.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
+	if !s.cluster {
+		return s.evaluateOne(ctx, now, items, refused, out)
+	}
 	// One request per slot; never reallocated (the requests' slices
 	// point into their own buffers).
-	n := 1
-	if s.cluster {
-		n = len(items)
-	}
-	reqs := make([]request, 0, n)
+	reqs := make([]request, 0, len(items))
 	var slots map[uint16]int
 	for i := range items {
 		it := &items[i]
@@ -337,22 +346,16 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 			continue
 		}
 		k := s.Key(it.Limit, it.Key)
-		ri := 0
-		if s.cluster {
-			if slots == nil {
-				slots = make(map[uint16]int, 2)
-			}
-			slot := Slot(k)
-			var ok bool
-			if ri, ok = slots[slot]; !ok {
-				ri = len(reqs)
-				slots[slot] = ri
-				reqs = append(reqs, request{})
-				reqs[ri].init()
-			}
-		} else if len(reqs) == 0 {
+		if slots == nil {
+			slots = make(map[uint16]int, 2)
+		}
+		slot := Slot(k)
+		ri, ok := slots[slot]
+		if !ok {
+			ri = len(reqs)
+			slots[slot] = ri
 			reqs = append(reqs, request{})
-			reqs[0].init()
+			reqs[ri].init()
 		}
 		reqs[ri].add(i, k, it)
 	}
@@ -370,15 +373,9 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	if len(reqs) == 1 {
 		r := &reqs[0]
 		r.flag = refused
-		var v answer
-		var err error
-		if s.cluster || s.opts.UseCallerTime {
-			cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-			v, err = s.exec(cctx, "d", ts, tns, r)
-			cancel()
-		} else {
-			v, err = s.decideBatched(ctx, r)
-		}
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		v, err := s.exec(cctx, "d", ts, tns, r)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -423,6 +420,65 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		}
 	}
 	return nil
+}
+
+// evaluateOne is EvaluateStack on a standalone or Sentinel-managed Redis:
+// one script call (batched with other callers' unless
+// Options.UseCallerTime) decides the whole stack. Its request comes from
+// Store.reqs and goes back once no batch refers to it, and the items'
+// Redis keys are substrings of one string, so that a stack costs no
+// allocation of its own (the call's are shared by its batch).
+func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
+	r, _ := s.reqs.Get().(*request)
+	if r == nil {
+		r = new(request)
+	}
+	r.reset()
+	var ends [4]int
+	end := ends[:0]
+	for i := range items {
+		it := &items[i]
+		out[i] = policy.StackResult{}
+		if it.Params.Algorithm > ratelimit.EARRRL {
+			out[i].Err = fmt.Errorf("%w: %s (limit %s)", ErrAlgorithm, it.Params.Algorithm, it.Limit)
+			continue
+		}
+		r.kb = s.appendKey(r.kb, it.Limit, it.Key)
+		end = append(end, len(r.kb))
+		r.add(i, "", it)
+	}
+	if len(r.idx) == 0 {
+		s.reqs.Put(r)
+		if len(items) == 0 {
+			return nil
+		}
+		return out[0].Err // every item failed alone
+	}
+	all := string(r.kb)
+	start := 0
+	for j, e := range end {
+		r.keys[j] = all[start:e]
+		start = e
+	}
+	r.flag = refused
+	var v answer
+	var err error
+	if s.opts.UseCallerTime {
+		sec, nsec := splitNs(now.UnixNano())
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		v, err = s.exec(cctx, "d", strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10), r)
+		cancel()
+	} else {
+		v, err = s.decideBatched(ctx, r)
+	}
+	if err != nil {
+		// A batch may still hold r (its caller gave up first): r is
+		// left to the garbage collector.
+		return err
+	}
+	err = s.read(v, r, items, out, true)
+	s.reqs.Put(r)
+	return err
 }
 
 type slotResult struct {

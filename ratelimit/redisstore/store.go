@@ -160,6 +160,8 @@ type Store struct {
 	// (ratelimit.Limit -> *[5]string).
 	specs sync.Map
 	batch batcher
+	// reqs holds *request values for reuse (evaluateOne).
+	reqs sync.Pool
 }
 
 // New connects to Redis (standalone, Sentinel or Cluster) and returns the
@@ -254,22 +256,26 @@ func (s *Store) Key(limit, key string) string {
 	if strings.IndexAny(key, "%{}") < 0 {
 		return s.prefix + "{" + key + "}" + limit // one allocation
 	}
-	var b strings.Builder
-	b.Grow(len(s.prefix) + len(key) + len(limit) + 2)
-	b.WriteString(s.prefix)
-	b.WriteByte('{')
+	return string(s.appendKey(nil, limit, key))
+}
+
+// appendKey appends Key(limit, key) to b.
+func (s *Store) appendKey(b []byte, limit, key string) []byte {
+	b = append(b, s.prefix...)
+	b = append(b, '{')
 	for i := 0; i < len(key); i++ {
 		switch c := key[i]; c {
 		case '%', '{', '}':
-			fmt.Fprintf(&b, "%%%02X", c)
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('}')
-	b.WriteString(limit)
-	return b.String()
+	b = append(b, '}')
+	return append(b, limit...)
 }
+
+const hexDigits = "0123456789ABCDEF"
 
 // parseKey is the inverse of Key; ok is false for a key of another shape.
 func (s *Store) parseKey(k string) (limit, key string, ok bool) {

@@ -233,3 +233,46 @@ func TestSkewedEngines(t *testing.T) {
 		}
 	}
 }
+
+// TestStackKeys decides stacks whose keys need escaping ('%', '{', '}')
+// and stacks of several limits, one after the other through the store's
+// reused requests: each limit's state lands under Key(limit, key), where
+// Get (rate show) reads it, and no stack sees another's keys.
+func TestStackKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	ctx := context.Background()
+	lim := ratelimit.Limit{Limit: 100, Period: time.Hour}
+	keys := []string{"alice", "{bob}", "100%", "c%7Bd", "a{b}%c", "alice"}
+	for n, key := range keys {
+		items := []policy.StackItem{
+			{Limit: "hourly", Key: key, Params: lim, Cost: 1, Count: true, Refuses: true},
+			{Limit: "daily", Key: key + "-d", Params: lim, Cost: 2, Count: true, Refuses: true},
+			{Limit: "x", Key: strings.Repeat("k", 300+n), Params: lim, Cost: 3, Count: true, Refuses: true},
+		}
+		out := make([]policy.StackResult, len(items))
+		if err := s.EvaluateStack(ctx, time.Now(), items, false, out); err != nil {
+			t.Fatal(err)
+		}
+		for i, it := range items {
+			if out[i].Err != nil || !out[i].Stored {
+				t.Fatalf("%q under %s: %+v", it.Key, it.Limit, out[i])
+			}
+			st, err := s.Get(ctx, it.Limit, it.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := it.Cost
+			if key == "alice" && n > 0 && it.Limit != "x" {
+				want = 2 * it.Cost // the second stack of alice
+			}
+			if st.Rate < want*0.99 || st.Rate > want {
+				t.Errorf("%q under %s after stack %d: rate %g, want about %g", it.Key, it.Limit, n, st.Rate, want)
+			}
+		}
+	}
+	// Six stacks of three limits, minus alice's repeated two.
+	if got := srv.Must("DBSIZE"); got != "16" {
+		t.Errorf("DBSIZE %s, want 16", got)
+	}
+}
