@@ -245,3 +245,24 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 }
+
+// The target lines print a ratio with enough decimals to tell it from the
+// target: make bench printed "throughput 0.50 >= 0.50 MISS" for 50,416
+// against 101,072 requests/s.
+func TestAgainst(t *testing.T) {
+	for _, c := range []struct {
+		v, target float64
+		want      string
+	}{
+		{50416.0 / 101072.0, 0.50, "0.499"},
+		{0.52, 0.50, "0.52"},
+		{0.5, 0.5, "0.50"},
+		{1.2004, 1.2, "1.2004"},
+		{1.26, 1.2, "1.26"},
+		{0.9 + 1e-9, 0.9, "0.900000"},
+	} {
+		if got := against(c.v, c.target); got != c.want {
+			t.Errorf("against(%v, %v) = %q, want %q", c.v, c.target, got, c.want)
+		}
+	}
+}

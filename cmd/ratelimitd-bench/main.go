@@ -557,15 +557,19 @@ func (b *bench) printRatios() (missed bool) {
 		b.printf("%-18s %-4s %5d %8d %10.2fx %6.2fx %8s\n", "", r.listener, r.conns, r.keys, tp, p99, cpuText)
 		if r.conns == targetConns && r.keys == targetKeys && b.o.backend == backendRedis {
 			okTP, okP99 := tp >= targetRateRedis, r.res.Hist.quantile(0.99) <= targetP99Redis
-			checks = append(checks, fmt.Sprintf("redis target %s C=%d K=%d: throughput %.2f >= %.2f %s; p99 %s <= %s %s",
-				r.listener, targetConns, targetKeys, tp, targetRateRedis, verdict(okTP), latency(r.res.Hist.quantile(0.99)),
+			checks = append(checks, fmt.Sprintf("redis target %s C=%d K=%d: throughput %s >= %.2f %s; p99 %s <= %s %s",
+				r.listener, targetConns, targetKeys, against(tp, targetRateRedis), targetRateRedis, verdict(okTP), latency(r.res.Hist.quantile(0.99)),
 				targetP99Redis, verdict(okP99)))
 			missed = missed || !okTP || !okP99
 		} else if r.conns == targetConns && r.keys == targetKeys {
 			okTP, okP99, okCPU := tp >= targetRate, p99 <= targetP99, cpu > 0 && cpu <= targetCPU
-			checks = append(checks, fmt.Sprintf("target %s C=%d K=%d: throughput %.2f >= %.2f %s; p99 %.2fx <= %.1fx %s; CPU/req %s <= %.1fx %s",
-				r.listener, targetConns, targetKeys, tp, targetRate, verdict(okTP), p99, targetP99, verdict(okP99),
-				cpuText, targetCPU, verdict(okCPU)))
+			cpuCheck := cpuText
+			if cpu > 0 {
+				cpuCheck = against(cpu, targetCPU) + "x"
+			}
+			checks = append(checks, fmt.Sprintf("target %s C=%d K=%d: throughput %s >= %.2f %s; p99 %sx <= %.1fx %s; CPU/req %s <= %.1fx %s",
+				r.listener, targetConns, targetKeys, against(tp, targetRate), targetRate, verdict(okTP), against(p99, targetP99), targetP99, verdict(okP99),
+				cpuCheck, targetCPU, verdict(okCPU)))
 			missed = missed || !okTP || !okP99 || !okCPU
 		}
 	}
@@ -678,6 +682,19 @@ func (b *bench) stopServers() {
 	if b.redis != nil {
 		b.redis.stop(5 * time.Second)
 	}
+}
+
+// against formats a measured ratio v for a line that compares it with
+// target: with two decimals, or with as many more (up to six) as it takes
+// to tell it from target, so that a MISS never reads "0.50 >= 0.50".
+func against(v, target float64) string {
+	for d := 2; d < 6; d++ {
+		s := strconv.FormatFloat(v, 'f', d, 64)
+		if v == target || s != strconv.FormatFloat(target, 'f', d, 64) {
+			return s
+		}
+	}
+	return strconv.FormatFloat(v, 'f', 6, 64)
 }
 
 func verdict(ok bool) string {
