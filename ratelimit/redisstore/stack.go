@@ -340,9 +340,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	var slots map[uint16]int
 	for i := range items {
 		it := &items[i]
-		out[i] = policy.StackResult{}
-		if it.Params.Algorithm > ratelimit.EARRRL {
-			out[i].Err = fmt.Errorf("%w: %s (limit %s)", ErrAlgorithm, it.Params.Algorithm, it.Limit)
+		if !scriptable(it, &out[i]) {
 			continue
 		}
 		k := s.Key(it.Limit, it.Key)
@@ -438,9 +436,7 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 	end := ends[:0]
 	for i := range items {
 		it := &items[i]
-		out[i] = policy.StackResult{}
-		if it.Params.Algorithm > ratelimit.EARRRL {
-			out[i].Err = fmt.Errorf("%w: %s (limit %s)", ErrAlgorithm, it.Params.Algorithm, it.Limit)
+		if !scriptable(it, &out[i]) {
 			continue
 		}
 		r.kb = s.appendKey(r.kb, it.Limit, it.Key)
@@ -479,6 +475,18 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 	err = s.read(v, r, items, out, true)
 	s.reqs.Put(r)
 	return err
+}
+
+// scriptable clears out, the result of item it, and reports whether the
+// script knows its algorithm; if not, out.Err wraps ErrAlgorithm and the
+// item takes no part in the call.
+func scriptable(it *policy.StackItem, out *policy.StackResult) bool {
+	*out = policy.StackResult{}
+	if it.Params.Algorithm > ratelimit.EARRRL {
+		out.Err = fmt.Errorf("%w: %s (limit %s)", ErrAlgorithm, it.Params.Algorithm, it.Limit)
+		return false
+	}
+	return true
 }
 
 type slotResult struct {

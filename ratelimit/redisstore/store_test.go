@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -274,5 +275,34 @@ func TestStackKeys(t *testing.T) {
 	// Six stacks of three limits, minus alice's repeated two.
 	if got := srv.Must("DBSIZE"); got != "16" {
 		t.Errorf("DBSIZE %s, want 16", got)
+	}
+}
+
+// TestStackUnknownAlgorithm: an item whose algorithm the script does not
+// know (baseline) gets ErrAlgorithm and takes no part; the stack's other
+// items are decided and stored; a stack of such items alone fails.
+func TestStackUnknownAlgorithm(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	ctx := context.Background()
+	items := []policy.StackItem{
+		{Limit: "learned", Key: "carol", Params: ratelimit.Limit{Limit: 100, Period: time.Hour, Algorithm: ratelimit.Baseline}, Cost: 1, Count: true, Refuses: true},
+		{Limit: "hourly", Key: "carol", Params: ratelimit.Limit{Limit: 100, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+	}
+	out := make([]policy.StackResult, 2)
+	if err := s.EvaluateStack(ctx, time.Now(), items, false, out); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(out[0].Err, redisstore.ErrAlgorithm) {
+		t.Errorf("baseline item: err %v, want ErrAlgorithm", out[0].Err)
+	}
+	if out[1].Err != nil || !out[1].Stored {
+		t.Errorf("exponential item: %+v, want decided and stored", out[1])
+	}
+	if got := srv.Must("DBSIZE"); got != "1" {
+		t.Errorf("DBSIZE %s, want 1 (the exponential item's state)", got)
+	}
+	if err := s.EvaluateStack(ctx, time.Now(), items[:1], false, out[:1]); !errors.Is(err, redisstore.ErrAlgorithm) {
+		t.Errorf("a stack of the baseline item alone: %v, want ErrAlgorithm", err)
 	}
 }
