@@ -363,11 +363,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		}
 		return out[0].Err // every item failed alone
 	}
-	var ts, tns string
-	if s.opts.UseCallerTime {
-		sec, nsec := splitNs(now.UnixNano())
-		ts, tns = strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10)
-	}
+	ts, tns := s.timeArgs(now)
 	if len(reqs) == 1 {
 		r := &reqs[0]
 		r.flag = refused
@@ -424,8 +420,9 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 // one script call (batched with other callers' unless
 // Options.UseCallerTime) decides the whole stack. Its request comes from
 // Store.reqs and goes back once no batch refers to it, and the items'
-// Redis keys are substrings of one string, so that a stack costs no
-// allocation of its own (the call's are shared by its batch).
+// Redis keys are substrings of one string, so that a stack costs one
+// allocation of its own, that string (the call's are shared by its
+// batch).
 func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	r, _ := s.reqs.Get().(*request)
 	if r == nil {
@@ -460,9 +457,9 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 	var v answer
 	var err error
 	if s.opts.UseCallerTime {
-		sec, nsec := splitNs(now.UnixNano())
+		ts, tns := s.timeArgs(now)
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		v, err = s.exec(cctx, "d", strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10), r)
+		v, err = s.exec(cctx, "d", ts, tns, r)
 		cancel()
 	} else {
 		v, err = s.decideBatched(ctx, r)
@@ -475,6 +472,17 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 	err = s.read(v, r, items, out, true)
 	s.reqs.Put(r)
 	return err
+}
+
+// timeArgs returns the script's time arguments (ARGV[2], ARGV[3]): now as
+// Unix seconds and nanoseconds with Options.UseCallerTime, else "" and ""
+// (Redis's TIME).
+func (s *Store) timeArgs(now time.Time) (ts, tns string) {
+	if !s.opts.UseCallerTime {
+		return "", ""
+	}
+	sec, nsec := splitNs(now.UnixNano())
+	return strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10)
 }
 
 // scriptable clears out, the result of item it, and reports whether the
