@@ -1468,3 +1468,48 @@ func TestFlushAndCompactionYield(t *testing.T) {
 		t.Errorf("a compaction of %d records of %d entries yielded %d times, want at least %d", records, keys, yields, min)
 	}
 }
+
+// TestWorking checks Persistent.Working, which the daemon adds to its soft
+// memory limit: a flush of n changes keeps arrays of at least 32 bytes per
+// change for the next flush, a flush with nothing to write gives them up,
+// and a running compaction adds its journal index (16 bytes per entry),
+// which it gives up when it ends.
+func TestWorking(t *testing.T) {
+	ctx := context.Background()
+	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	if w := p.Working(); w != 0 {
+		t.Errorf("Working = %d before any flush, want 0", w)
+	}
+	const n = 20_000
+	for i := range n {
+		p.Update(ctx, []string{"hourly", "daily"}[i%2], fmt.Sprint("user", i), set(ratelimit.State{Time: 1, Rate: 1}))
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	flushed := p.Working()
+	if flushed < 32*n {
+		t.Errorf("Working = %d after a flush of %d changes, want at least %d", flushed, n, 32*n)
+	}
+	var during int64
+	p.afterPiece = func(int) bool {
+		during = p.Working()
+		return true
+	}
+	if err := p.compact(nil); err != nil {
+		t.Fatal(err)
+	}
+	if during < flushed+16*n {
+		t.Errorf("Working = %d during a compaction of %d entries, want at least %d", during, n, flushed+16*n)
+	}
+	if w := p.Working(); w != flushed {
+		t.Errorf("Working = %d after the compaction, want the flush's %d", w, flushed)
+	}
+	if err := p.Flush(); err != nil { // nothing changed
+		t.Fatal(err)
+	}
+	if w := p.Working(); w != 0 {
+		t.Errorf("Working = %d after a flush with nothing to write, want 0", w)
+	}
+}

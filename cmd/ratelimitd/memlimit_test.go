@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	rtmetrics "runtime/metrics"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+)
+
+// TestKnownHeapCoversFlushBuffers checks that what the daemon counts as
+// held on the heap for its soft memory limit (knownHeap) covers the arrays
+// the state file's flushes keep from one to the next. Before they counted,
+// a daemon holding 1,000,000 users had a limit a few MiB above its live
+// heap instead of memoryHeadroom, and collected garbage 9 times a second
+// under load (GODEBUG=gctrace=1).
+func TestKnownHeapCoversFlushBuffers(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "ratelimitd.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	f, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := store.NewMemory(store.MemoryOptions{})
+	state, err := openState(db, mem, time.Hour, storeLimits(f.PolicyConfig()), false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer state.Close()
+	engine, err := policy.NewEngine(f.PolicyConfig(), state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{mem: mem, state: state, engine: engine}
+
+	live := func() int64 {
+		runtime.GC()
+		s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		rtmetrics.Read(s)
+		return int64(s[0].Value.Uint64())
+	}
+	base := live() // the test binary's own heap
+	ctx := context.Background()
+	const users = 150_000
+	now := time.Now().UnixNano()
+	for i := range users {
+		key := fmt.Sprintf("user%07d@example.org", i)
+		for _, lim := range []string{"hourly", "daily"} {
+			if err := state.Update(ctx, lim, key, func(ratelimit.State) (ratelimit.State, bool) {
+				return ratelimit.State{Time: now, Rate: 1}, true
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := state.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	held := live() - base
+	known, working := d.knownHeap()
+	t.Logf("live heap %.1f MiB above the test's own, known %.1f MiB, of which flush buffers %.1f MiB",
+		float64(held)/(1<<20), float64(known)/(1<<20), float64(working)/(1<<20))
+	if working == 0 {
+		t.Error("knownHeap counts no flush buffers after a flush of 300,000 changes")
+	}
+	if missed := held - known; missed > 4<<20 {
+		t.Errorf("the live heap is %.1f MiB above what knownHeap counts, want at most 4", float64(missed)/(1<<20))
+	}
+	limit, _ := d.memoryLimit()
+	if limit < held+memoryHeadroom {
+		t.Errorf("memory limit %d, want at least the live heap %d plus %d", limit, held, memoryHeadroom)
+	}
+}
+
+// TestShouldRelease checks when the daemon gives freed memory back to the
+// system at once: a compaction's index freed, the flush buffers dropped
+// when the load stopped; not when buffers shrink a little or were small.
+func TestShouldRelease(t *testing.T) {
+	for _, c := range []struct {
+		last, working int64
+		want          bool
+	}{
+		{0, 0, false},
+		{60 << 20, 10 << 20, true},  // a compaction ended
+		{10 << 20, 0, true},         // quiet: a flush had nothing to write
+		{512 << 10, 0, false},       // quiet, but the buffers were small
+		{20 << 20, 12 << 20, false}, // the load fell a little
+		{10 << 20, 30 << 20, false}, // grew
+	} {
+		if got := shouldRelease(c.last, c.working); got != c.want {
+			t.Errorf("shouldRelease(%d, %d) = %v, want %v", c.last, c.working, got, c.want)
+		}
+	}
+}
