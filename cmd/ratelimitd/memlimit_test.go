@@ -77,8 +77,12 @@ func TestKnownHeapCoversFlushBuffers(t *testing.T) {
 	if working == 0 {
 		t.Error("knownHeap counts no flush buffers after a flush of 300,000 changes")
 	}
-	if missed := held - known; missed > 4<<20 {
-		t.Errorf("the live heap is %.1f MiB above what knownHeap counts, want at most 4", float64(missed)/(1<<20))
+	// Without the buffers counted, the live heap is above the known
+	// figure by about the buffers' size; other tests' leftovers may add
+	// a little.
+	if missed := held - known; missed > working/2 {
+		t.Errorf("the live heap is %.1f MiB above what knownHeap counts, want at most half the flush buffers' %.1f MiB",
+			float64(missed)/(1<<20), float64(working)/(1<<20))
 	}
 	limit, _ := d.memoryLimit()
 	if limit < held+memoryHeadroom {
