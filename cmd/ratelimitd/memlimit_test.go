@@ -110,3 +110,32 @@ func TestShouldRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaser checks that a release due within releaseEvery of the last
+// one is made once that has passed, not dropped: when the load stops, the
+// flush buffers go first and a compaction may end a second later; the
+// second release gives back the compaction's memory.
+func TestReleaser(t *testing.T) {
+	start := time.Unix(1_000_000, 0)
+	r := releaser{last: 40 << 20, released: start.Add(-time.Minute)}
+	steps := []struct {
+		at      time.Duration
+		working int64
+		want    bool
+	}{
+		{0, 40 << 20, false},
+		{time.Second, 24 << 20, true},       // the flush buffers went: 16 MiB
+		{2 * time.Second, 0, false},         // the compaction ended, too soon
+		{3 * time.Second, 0, true},          // the waiting release
+		{4 * time.Second, 0, false},         // nothing more
+		{5 * time.Second, 512 << 10, false}, // a little load
+		{6 * time.Second, 0, false},         // small buffers dropped
+		{7 * time.Second, 8 << 20, false},
+		{8 * time.Second, 0, true}, // quiet again after a burst
+	}
+	for _, st := range steps {
+		if got := r.tick(start.Add(st.at), st.working); got != st.want {
+			t.Errorf("at %v with %d bytes of buffers: release %v, want %v", st.at, st.working, got, st.want)
+		}
+	}
+}

@@ -482,15 +482,15 @@ const (
 	memoryHeadroom = 32 << 20
 	// memoryFloor is the least limit set.
 	memoryFloor = 128 << 20
-	// The memory freed is given back to the system at once
-	// (debug.FreeOSMemory, a collection), at most once per releaseEvery,
-	// when the flush and compaction buffers (store.Persistent.Working)
-	// shrink from one tick to the next by releaseDrop (a compaction
-	// ended) or from releaseQuiet or more to nothing (the load stopped:
-	// a flush found nothing to write).
+	// The memory freed is given back to the system (debug.FreeOSMemory,
+	// a collection) when the flush and compaction buffers
+	// (store.Persistent.Working) shrink from one tick to the next by
+	// releaseDrop (a compaction ended) or from releaseQuiet or more to
+	// nothing (the load stopped: a flush found nothing to write); at most
+	// once per releaseEvery, a release that comes sooner waiting for it.
 	releaseDrop  = 16 << 20
 	releaseQuiet = 1 << 20
-	releaseEvery = 10 * time.Second
+	releaseEvery = 2 * time.Second
 )
 
 // shouldRelease reports whether the flush and compaction buffers going
@@ -498,6 +498,27 @@ const (
 // to the system (see releaseDrop).
 func shouldRelease(last, working int64) bool {
 	return last-working >= releaseDrop || (working == 0 && last >= releaseQuiet)
+}
+
+// releaser decides, tick by tick, when the daemon gives freed memory back
+// to the system (see releaseDrop). The zero value starts with no buffers
+// and no release made.
+type releaser struct {
+	last     int64     // the buffers' bytes at the last tick
+	due      bool      // a release waits for releaseEvery to pass
+	released time.Time // the last release
+}
+
+// tick records the buffers' size working at now and reports whether to
+// release now.
+func (r *releaser) tick(now time.Time, working int64) bool {
+	r.due = r.due || shouldRelease(r.last, working)
+	r.last = working
+	if !r.due || now.Sub(r.released) < releaseEvery {
+		return false
+	}
+	r.due, r.released = false, now
+	return true
 }
 
 // memoryLimit is the soft memory limit startMemoryLimit sets: what the
@@ -539,9 +560,9 @@ func (d *daemon) startMemoryLimit() {
 	// the first request (1,000,000 users: VmHWM 206 MiB, VmRSS 130 MiB
 	// after this).
 	debug.FreeOSMemory()
-	limit, last := d.memoryLimit()
+	limit, working := d.memoryLimit()
 	debug.SetMemoryLimit(limit)
-	var released time.Time
+	rel := releaser{last: working, released: time.Now()}
 	stop := make(chan struct{})
 	d.stopMemLimit = func() { close(stop) }
 	d.wg.Add(1)
@@ -556,11 +577,9 @@ func (d *daemon) startMemoryLimit() {
 			case now := <-t.C:
 				limit, working := d.memoryLimit()
 				debug.SetMemoryLimit(limit)
-				if shouldRelease(last, working) && now.Sub(released) >= releaseEvery {
+				if rel.tick(now, working) {
 					debug.FreeOSMemory()
-					released = now
 				}
-				last = working
 			}
 		}
 	}()
