@@ -106,8 +106,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return &limitConn{Conn: c, lim: l.lim}, nil
 		}
 		l.lim.open.Add(-1)
-		c.Close()
+		// Counted and logged before the close: a client that has seen
+		// its connection closed finds the refusal in the metrics.
 		l.lim.refuse(l.name, c)
+		c.Close()
 	}
 }
 
