@@ -279,7 +279,16 @@ func busyPorts(ports []int) []int {
 	return busy
 }
 
-// waitGreeting polls addr until an SMTP server there sends a 220 greeting.
+// banner is the word the greeting of the instance in directory root ends
+// with: the directory's name, unique among the instances running.
+func banner(root string) string { return filepath.Base(root) }
+
+// waitGreeting polls addr until this instance's smtpd sends its 220
+// greeting there (one that ends with banner). A greeting without it comes
+// from another Postfix holding the port (picked free, then taken by a test
+// running in parallel before this master could bind it), and this master
+// exits for want of the port: waitGreeting waits for that, so that the
+// caller retries with other ports instead of testing the other instance.
 func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
@@ -293,7 +302,7 @@ func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 		if err == nil {
 			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 			line, rerr := bufio.NewReader(conn).ReadString('\n')
-			if rerr == nil && strings.HasPrefix(line, "220") {
+			if rerr == nil && strings.HasPrefix(line, "220") && strings.HasSuffix(strings.TrimRight(line, "\r\n"), " "+banner(p.root)) {
 				_, _ = conn.Write([]byte("QUIT\r\n"))
 				_ = conn.Close()
 				return nil
@@ -598,6 +607,9 @@ func buildMainCF(opts PostfixOptions, root, queueDir, dataDir, logFile string) (
 		{"data_directory", dataDir},
 		{"maillog_file", logFile},
 		{"maillog_file_prefixes", root},
+		// The greeting names the instance (banner), so that waitGreeting
+		// knows its own master from another that holds the port.
+		{"smtpd_banner", "$myhostname ESMTP Postfix " + banner(root)},
 		{"myhostname", "mtatest.localdomain"},
 		{"mydomain", "localdomain"},
 		{"myorigin", "$myhostname"},
@@ -670,6 +682,9 @@ func buildMainCF(opts PostfixOptions, root, queueDir, dataDir, logFile string) (
 	for _, k := range extra {
 		if k == "" || strings.ContainsAny(k, " \t\n=") {
 			return "", fmt.Errorf("ExtraMainCF: bad parameter name %q", k)
+		}
+		if k == "smtpd_banner" {
+			return "", errors.New("ExtraMainCF: smtpd_banner is the harness's (it names the instance)")
 		}
 		v := opts.ExtraMainCF[k]
 		if strings.ContainsAny(v, "\r\n") {
