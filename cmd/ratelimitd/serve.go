@@ -509,8 +509,8 @@ type releaser struct {
 	released time.Time // the last release
 }
 
-// tick records the buffers' size working at now and reports whether to
-// release now.
+// tick records the buffers' size working (bytes) at now and reports
+// whether to release now.
 func (r *releaser) tick(now time.Time, working int64) bool {
 	r.due = r.due || shouldRelease(r.last, working)
 	r.last = working
@@ -521,9 +521,10 @@ func (r *releaser) tick(now time.Time, working int64) bool {
 	return true
 }
 
-// memoryLimit is the soft memory limit startMemoryLimit sets: what the
-// daemon holds on the Go heap plus memoryHeadroom, at least memoryFloor;
-// and the flush and compaction buffers' part of it. What it holds is the
+// memoryLimit is the soft memory limit startMemoryLimit sets, in bytes:
+// what the daemon holds on the Go heap plus memoryHeadroom, at least
+// memoryFloor; and the flush and compaction buffers' part of it (bytes,
+// store.Persistent.Working). It never fails. What it holds is the
 // larger of what it is known to hold (knownHeap), which follows a growing
 // store at once, and the heap the last collection found live, which covers
 // what knownHeap misses (BoltDB's transactions, a compaction's other
