@@ -139,7 +139,7 @@ func messageState(s string) bool {
 
 // Evaluate measures req against every limit that applies to it at time now,
 // charges each message once per limit whatever stages the MTA asks at (see
-// "How messages are counted" in the README, and the per-message bookkeeping
+// "How messages are counted" in docs/limits.md, and the per-message bookkeeping
 // described in this package's message.go), updates the rate state according
 // to each limit's mode and the stack's verdict, and returns the strictest
 // action. Every request of a message gets the message's verdict (per_mail,

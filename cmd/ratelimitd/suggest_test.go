@@ -104,7 +104,7 @@ func syntheticMonth(t *testing.T, path string) {
 // newsletter or the other users, gives the newsletter overrides as a
 // recurring bulk sender, names dave as an outlier, and its [[limit]]
 // tables pass "config check". Set RATELIMITD_KEEP_MONTH=FILE to keep the
-// trace (the README's example).
+// trace (the example in docs/tuning.md).
 func TestSuggestSyntheticMonth(t *testing.T) {
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "month.jsonl")
