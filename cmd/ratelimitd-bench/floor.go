@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -33,7 +34,7 @@ const floorServeFlag = "--floor-serve"
 // floor, like the daemon, logs nothing for a DUNNO).
 func newFloorServer(logw io.Writer) *postfix.Server {
 	return &postfix.Server{
-		Decider: postfix.DeciderFunc(func(context.Context, *policy.Request) policy.Decision {
+		Decider: mta.DeciderFunc(func(context.Context, *policy.Request) policy.Decision {
 			return policy.Decision{}
 		}),
 		Logger: slog.New(slog.NewTextHandler(logw, nil)),

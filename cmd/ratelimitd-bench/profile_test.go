@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -80,7 +81,7 @@ func startInProcessDaemon(b *testing.B) (string, *store.Persistent, func()) {
 	b.Helper()
 	engine, p, stopEngine := newInProcessEngine(b)
 	srv := newFloorServer(io.Discard)
-	srv.Decider = postfix.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
+	srv.Decider = mta.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
 		return engine.Decide(ctx, time.Now(), req)
 	})
 	l, err := postfix.ListenTCP("127.0.0.1:0")

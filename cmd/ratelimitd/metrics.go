@@ -231,3 +231,24 @@ func (m *metrics) bad(reason string) {
 	m.nBad.Add(1)
 	m.badInput.WithLabelValues(reason).Inc()
 }
+
+// frontEndMetrics feeds a front end's counts (mta/postfix's and
+// mta/milter's Metrics) into the daemon metrics: the latency of each
+// request or Decide, bad input and faults, their labels prefixed with
+// prefix ("milter " for the milter, "" for the policy service).
+// Decisions are counted by daemon.decide; connections and messages are
+// not counted.
+type frontEndMetrics struct {
+	m      *metrics
+	prefix string
+}
+
+func (frontEndMetrics) Conn(bool)                                        {}
+func (frontEndMetrics) ConnDone()                                        {}
+func (frontEndMetrics) Message(policy.Action)                            {}
+func (f frontEndMetrics) Request(_ policy.Action, elapsed time.Duration) { f.m.latency(elapsed) }
+func (f frontEndMetrics) Decision(_ string, _ policy.Action, elapsed time.Duration) {
+	f.m.latency(elapsed)
+}
+func (f frontEndMetrics) BadInput(reason string) { f.m.bad(f.prefix + reason) }
+func (f frontEndMetrics) Fault(kind string)      { f.m.fault(f.prefix + kind) }

@@ -35,7 +35,7 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 		Decider:         milterDecider{d},
 		Quarantine:      milterQuarantine{d.q.svc},
 		Logger:          d.log,
-		Metrics:         milterMetrics{d.metrics},
+		Metrics:         frontEndMetrics{m: d.metrics, prefix: "milter "},
 		AllowedNetworks: d.cfg.Server.Networks(),
 		ReadTimeout:     time.Duration(m.ReadTimeout),
 		MaxMessageSize:  int64(m.MaxMessageSize),
@@ -71,16 +71,3 @@ func (d *daemon) stopMilter(ctx context.Context) {
 	}
 	d.q.stopRun()
 }
-
-// milterMetrics feeds the milter server's counts into the daemon metrics
-// (decisions are counted by daemon.decide, their latency here).
-type milterMetrics struct{ m *metrics }
-
-func (milterMetrics) Conn(bool) {}
-func (milterMetrics) ConnDone() {}
-func (x milterMetrics) Decision(_ string, _ policy.Action, elapsed time.Duration) {
-	x.m.latency(elapsed)
-}
-func (milterMetrics) Message(policy.Action)    {}
-func (x milterMetrics) BadInput(reason string) { x.m.bad("milter " + reason) }
-func (x milterMetrics) Fault(kind string)      { x.m.fault("milter " + kind) }

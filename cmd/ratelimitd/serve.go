@@ -23,6 +23,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -230,9 +231,9 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		return nil, err
 	}
 	d.policy = &postfix.Server{
-		Decider:         postfix.DeciderFunc(d.decide),
+		Decider:         mta.DeciderFunc(d.decide),
 		Logger:          d.log,
-		Metrics:         serverMetrics{d.metrics},
+		Metrics:         frontEndMetrics{m: d.metrics},
 		IdleTimeout:     time.Duration(s.IdleTimeout),
 		RequestTimeout:  time.Duration(s.RequestTimeout),
 		AllowedNetworks: s.Networks(),
@@ -460,15 +461,6 @@ func (d *daemon) shutdown(ctx context.Context) error {
 	d.log.Info("ratelimitd stopped")
 	return errors.Join(errs...)
 }
-
-// serverMetrics feeds the policy server's counts into the daemon metrics.
-type serverMetrics struct{ m *metrics }
-
-func (serverMetrics) Conn(bool)                                        {}
-func (serverMetrics) ConnDone()                                        {}
-func (s serverMetrics) Request(_ policy.Action, elapsed time.Duration) { s.m.latency(elapsed) }
-func (s serverMetrics) BadInput(reason string)                         { s.m.bad(reason) }
-func (s serverMetrics) Fault(kind string)                              { s.m.fault(kind) }
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)

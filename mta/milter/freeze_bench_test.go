@@ -13,6 +13,7 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -43,7 +44,7 @@ func BenchmarkFreeze100K(b *testing.B) {
 	}
 	defer qs.Close()
 	srv := &Server{
-		Decider: DeciderFunc(func(_ context.Context, req *policy.Request) policy.Decision {
+		Decider: mta.DeciderFunc(func(_ context.Context, req *policy.Request) policy.Decision {
 			if req.ProtocolState == policy.StateEndOfMessage {
 				return policy.Decision{Action: policy.Freeze, Limit: "mua", Key: "alice"}
 			}

@@ -18,6 +18,7 @@ import (
 	gomilter "github.com/emersion/go-milter"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -54,56 +55,6 @@ const (
 	ReasonTimeout        = "timeout"          // no byte within ReadTimeout
 )
 
-// Kinds passed to Metrics.Fault.
-const (
-	// FaultPanic: Decide, or the server's own code, panicked. The
-	// command is temp-failed and the connection closed.
-	FaultPanic = "panic"
-	// FaultDecision: Decide returned a Decision with Fault set (normally
-	// a fail-open Pass); it is applied as usual.
-	FaultDecision = "decision"
-	// FaultHoldRecord: Quarantine.Hold failed. The message is held by the
-	// MTA all the same, without a quarantine record.
-	FaultHoldRecord = "hold_record"
-	// FaultFreeze: the message could not be frozen (Quarantine.Freeze
-	// failed, no Quarantine, or the message is larger than
-	// MaxMessageSize); it was temp-failed, never discarded.
-	FaultFreeze = "freeze"
-	// FaultNoQuarantineAction: a Hold was decided but the MTA did not
-	// offer the quarantine action (SMFIF_QUARANTINE) in the option
-	// negotiation; the message was temp-failed instead.
-	FaultNoQuarantineAction = "no_quarantine_action"
-	// FaultSpool: a message kept for freezing could not be written to its
-	// spool file (Server.SpoolDir full or unwritable). The message goes on;
-	// if it must be frozen it is temp-failed.
-	FaultSpool = "spool"
-)
-
-// A Decider decides one policy request. It is the seam between the milter
-// protocol and the rate limits: the daemon's adapter around policy's
-// Engine.Evaluate satisfies it (mta/postfix declares the same interface).
-//
-// Decide is called concurrently from the connection goroutines, so it must
-// be safe for concurrent use. ctx carries a deadline (Server.DecideTimeout)
-// and is cancelled by Server.Close. req is a fresh value for every call;
-// the Decider may keep it. req.Received is the time of the call, read
-// once by the Server, which the Decider can decide at instead of reading
-// the clock again. Decide should recover its own faults and return
-// a fail-open Pass with Decision.Fault set; a panic that escapes Decide is
-// recovered by the Server, which temp-fails the command and closes the
-// connection.
-type Decider interface {
-	Decide(ctx context.Context, req *policy.Request) policy.Decision
-}
-
-// DeciderFunc adapts an ordinary function to the Decider interface.
-type DeciderFunc func(ctx context.Context, req *policy.Request) policy.Decision
-
-// Decide calls f(ctx, req).
-func (f DeciderFunc) Decide(ctx context.Context, req *policy.Request) policy.Decision {
-	return f(ctx, req)
-}
-
 // FreezeAdvisor is an optional interface of a Decider that saves the
 // Server from keeping messages no limit could freeze. When a message's
 // header begins (every recipient known), the Server asks MayFreeze once;
@@ -139,7 +90,7 @@ type Quarantine interface {
 	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 	// Hold records a message the MTA keeps in its own hold queue (queue
 	// ID in m.Request.QueueID; m.Data is nil: the MTA has the message). If it fails the MTA holds the message all the same; the
-	// Server logs and counts the fault (FaultHoldRecord).
+	// Server logs and counts the fault (mta.FaultHoldRecord).
 	Hold(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 }
 
@@ -164,15 +115,14 @@ type Message struct {
 	Data []byte
 }
 
-// Metrics receives a Server's counts. Methods are called from the accept
-// and connection goroutines, concurrently: they must be safe for concurrent
-// use and must not block.
+// Metrics receives a Server's counts: those of every front end
+// (mta.Metrics; Fault kinds are mta.FaultPanic, mta.FaultDecision,
+// mta.FaultHoldRecord, mta.FaultFreeze, mta.FaultNoQuarantineAction and
+// mta.FaultSpool) and the decisions and messages. Methods are called from
+// the accept and connection goroutines, concurrently: they must be safe
+// for concurrent use and must not block.
 type Metrics interface {
-	// Conn is called once per accepted connection; allowed is false when
-	// the connection was refused by the allow-list and closed unread.
-	Conn(allowed bool)
-	// ConnDone is called when an allowed connection has ended.
-	ConnDone()
+	mta.Metrics
 	// Decision is called for every Decide, with the protocol state
 	// (policy.StateRcpt or policy.StateEndOfMessage), the decided action
 	// and how long Decide took.
@@ -181,12 +131,6 @@ type Metrics interface {
 	// action applied (the strictest of the RCPT and END-OF-MESSAGE
 	// decisions; Defer also when a freeze failed).
 	Message(action policy.Action)
-	// BadInput is called when a connection is closed because of its
-	// input; reason is one of the Reason constants.
-	BadInput(reason string)
-	// Fault is called for every panic, Decision with Fault set and
-	// quarantine failure; kind is one of the Fault constants.
-	Fault(kind string)
 }
 
 // Server is a milter (Sendmail 8 mail filter protocol) front end for
@@ -199,8 +143,13 @@ type Metrics interface {
 // The exported fields must not be changed once Serve has been called. The
 // methods are safe for concurrent use.
 type Server struct {
-	// Decider decides every RCPT and END-OF-MESSAGE. Required.
-	Decider Decider
+	// Decider decides every RCPT and END-OF-MESSAGE (and, if it is a
+	// FreezeAdvisor, whether a message is kept for freezing). Required.
+	// ctx carries a deadline (DecideTimeout) and is cancelled by Close.
+	// req is a fresh value for every call; the Decider may keep it.
+	// req.Received is the time of the call. A panic that escapes Decide
+	// is recovered: the command is temp-failed and the connection closed.
+	Decider mta.Decider
 	// Quarantine freezes and records held messages. If nil, holds are
 	// not recorded and freezes are temp-failed (451 4.3.0).
 	Quarantine Quarantine

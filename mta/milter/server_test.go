@@ -10,6 +10,7 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -266,7 +267,7 @@ func TestHoldRecordFails(t *testing.T) {
 	if act.Code != gomilter.ActAccept || len(mods) != 1 || mods[0].Code != gomilter.ActQuarantine {
 		t.Fatalf("end: %q %+v, want quarantine + accept", act.Code, mods)
 	}
-	if n := env.metrics.get(func(m *countMetrics) int { return m.faults[FaultHoldRecord] }); n != 1 {
+	if n := env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultHoldRecord] }); n != 1 {
 		t.Errorf("hold_record faults: %d", n)
 	}
 }
@@ -373,7 +374,7 @@ func TestFreezeFailure(t *testing.T) {
 			if act.Code != gomilter.ActReplyCode || act.SMTPCode != tc.code || act.SMTPText != tc.text || len(mods) != 0 {
 				t.Fatalf("end: %q %d %q %+v; want %d %q", act.Code, act.SMTPCode, act.SMTPText, mods, tc.code, tc.text)
 			}
-			if env.metrics.get(func(m *countMetrics) int { return m.faults[FaultFreeze] }) != 1 {
+			if env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultFreeze] }) != 1 {
 				t.Error("freeze fault not counted")
 			}
 			if env.metrics.get(func(m *countMetrics) int { return m.messages[policy.Defer] }) != 1 {
@@ -441,7 +442,7 @@ func TestDeciderPanic(t *testing.T) {
 	if _, err := s.Rcpt("bob@example.org", nil); err == nil {
 		t.Error("connection still open after a panic")
 	}
-	if env.metrics.get(func(m *countMetrics) int { return m.faults[FaultPanic] }) != 1 {
+	if env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultPanic] }) != 1 {
 		t.Error("panic not counted")
 	}
 
@@ -485,7 +486,7 @@ func TestDecisionFault(t *testing.T) {
 	if act.Code != gomilter.ActAccept {
 		t.Fatalf("end: %q", act.Code)
 	}
-	if n := env.metrics.get(func(m *countMetrics) int { return m.faults[FaultDecision] }); n != 2 {
+	if n := env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultDecision] }); n != 2 {
 		t.Errorf("decision faults %d, want 2", n)
 	}
 }
@@ -665,7 +666,7 @@ func TestFreezePanic(t *testing.T) {
 	if act.Code != gomilter.ActReplyCode || act.SMTPCode != 451 || len(mods) != 0 {
 		t.Fatalf("end: %q %d %q %+v, want 451", act.Code, act.SMTPCode, act.SMTPText, mods)
 	}
-	if env.metrics.get(func(m *countMetrics) int { return m.faults[FaultPanic] }) != 1 {
+	if env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultPanic] }) != 1 {
 		t.Error("panic not counted")
 	}
 	if env.metrics.get(func(m *countMetrics) int { return m.messages[policy.Defer] }) != 1 {

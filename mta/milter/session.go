@@ -12,6 +12,7 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -99,7 +100,7 @@ func (s *session) recoverTo(event string, resp *gomilter.Response, err *error) {
 	}
 	s.c.log.Error("panic in milter session; temp-failing and closing the connection",
 		"event", event, "panic", r, "stack", string(debug.Stack()))
-	s.c.srv.metrics().Fault(FaultPanic)
+	s.c.srv.metrics().Fault(mta.FaultPanic)
 	s.c.poisoned = true
 	if resp != nil {
 		*resp = reply(451, "4.3.0", textFault)
@@ -316,7 +317,7 @@ func (s *session) add(p []byte) {
 	if err := m.buf.write(p); err != nil {
 		s.c.log.Error("cannot keep the message for freezing; it will be temp-failed if it must be frozen",
 			"err", err, "spool_dir", m.buf.dir)
-		s.c.srv.metrics().Fault(FaultSpool)
+		s.c.srv.metrics().Fault(mta.FaultSpool)
 	}
 }
 
@@ -339,7 +340,7 @@ func (s *session) decideKeep() {
 			defer func() {
 				if r := recover(); r != nil {
 					s.c.log.Error("panic in MayFreeze; keeping the message", "panic", r, "stack", string(debug.Stack()))
-					srv.metrics().Fault(FaultPanic)
+					srv.metrics().Fault(mta.FaultPanic)
 				}
 			}()
 			ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
@@ -436,7 +437,7 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 	case policy.Hold:
 		if !c.canDo(gomilter.OptQuarantine) {
 			log.Error("cannot hold: the MTA did not offer the quarantine action; temp-failing")
-			srv.metrics().Fault(FaultNoQuarantineAction)
+			srv.metrics().Fault(mta.FaultNoQuarantineAction)
 			return reply(451, "4.3.0", textNoHold), nil
 		}
 		id := ""
@@ -447,11 +448,11 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 			cancel()
 			if err != nil {
 				log.Error("recording a held message failed; the MTA holds it all the same", "err", err)
-				srv.metrics().Fault(FaultHoldRecord)
+				srv.metrics().Fault(mta.FaultHoldRecord)
 			}
 		} else {
 			log.Warn("no quarantine configured: held message not recorded")
-			srv.metrics().Fault(FaultHoldRecord)
+			srv.metrics().Fault(mta.FaultHoldRecord)
 		}
 		if err := m.Quarantine(quarantineReason(d)); err != nil {
 			return nil, err
@@ -467,22 +468,22 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 		switch {
 		case srv.Quarantine == nil:
 			log.Error("cannot freeze; temp-failing", "err", ErrNoQuarantine)
-			srv.metrics().Fault(FaultFreeze)
+			srv.metrics().Fault(mta.FaultFreeze)
 			return reply(451, "4.3.0", textFreezeFault), nil
 		case msg.truncated:
 			log.Error("cannot freeze; temp-failing", "err", ErrMessageTooLarge,
 				"size", msg.size, "max_message_size", srv.maxMessageSize())
-			srv.metrics().Fault(FaultFreeze)
+			srv.metrics().Fault(mta.FaultFreeze)
 			return reply(452, "4.3.4", textTooLarge), nil
 		case msg.keep != keepYes:
 			log.Error("cannot freeze; temp-failing", "err", ErrNotKept)
-			srv.metrics().Fault(FaultFreeze)
+			srv.metrics().Fault(mta.FaultFreeze)
 			return reply(451, "4.3.0", textFreezeFault), nil
 		}
 		data, err := msg.buf.bytes()
 		if err != nil {
 			log.Error("cannot freeze; temp-failing", "err", err)
-			srv.metrics().Fault(FaultFreeze)
+			srv.metrics().Fault(mta.FaultFreeze)
 			return reply(451, "4.3.0", textFreezeFault), nil
 		}
 		qm.Data = data
@@ -491,7 +492,7 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 		cancel()
 		if err != nil {
 			log.Error("freezing failed; temp-failing the message", "err", err)
-			srv.metrics().Fault(FaultFreeze)
+			srv.metrics().Fault(mta.FaultFreeze)
 			return reply(451, "4.3.0", textFreezeFault), nil
 		}
 		// Durable in the quarantine: only now may the MTA drop its copy.
@@ -557,7 +558,7 @@ func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
 			if r := recover(); r != nil {
 				c.log.Error("panic in Decide; temp-failing and closing the connection", "panic", r,
 					"stack", string(debug.Stack()), slog.Any("req", req))
-				srv.metrics().Fault(FaultPanic)
+				srv.metrics().Fault(mta.FaultPanic)
 				c.poisoned = true
 			}
 		}()
@@ -568,17 +569,7 @@ func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
 		return policy.Decision{}, false
 	}
 	srv.metrics().Decision(req.ProtocolState, d.Action, time.Since(start))
-	if d.Fault != nil {
-		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), slog.Any("req", req))
-		srv.metrics().Fault(FaultDecision)
-	}
-	if d.Action != policy.Pass {
-		c.log.Info("decision", "action", d.Action.String(), "limit", d.Limit, "key", d.Key,
-			"rate", d.Rate, "max", d.Max, "retry_after", d.RetryAfter, "reason", d.Reason,
-			slog.Any("req", req))
-	} else if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.log.Debug("decision", "action", d.Action.String(), slog.Any("req", req))
-	}
+	mta.LogDecision(c.log, srv.metrics(), req, &d)
 	return d, true
 }
 

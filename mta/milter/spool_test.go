@@ -11,6 +11,7 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -93,7 +94,7 @@ func TestFreezeAdvisor(t *testing.T) {
 		if frozen, _ := env.q.snapshot(); len(frozen) != 0 {
 			t.Fatalf("%d frozen", len(frozen))
 		}
-		if env.metrics.get(func(m *countMetrics) int { return m.faults[FaultFreeze] }) != 1 {
+		if env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultFreeze] }) != 1 {
 			t.Error("freeze fault not counted")
 		}
 	})
@@ -178,8 +179,8 @@ func TestSpoolFailure(t *testing.T) {
 	if act.Code != gomilter.ActReplyCode || act.SMTPCode != 451 {
 		t.Fatalf("end: %q %d %q, want 451", act.Code, act.SMTPCode, act.SMTPText)
 	}
-	if env.metrics.get(func(m *countMetrics) int { return m.faults[FaultSpool] }) != 1 ||
-		env.metrics.get(func(m *countMetrics) int { return m.faults[FaultFreeze] }) != 1 {
+	if env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultSpool] }) != 1 ||
+		env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultFreeze] }) != 1 {
 		t.Error("spool and freeze faults not counted once each")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -59,7 +60,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &Server{Decider: DeciderFunc(func(_ context.Context, _ *policy.Request) policy.Decision {
+	srv := &Server{Decider: mta.DeciderFunc(func(_ context.Context, _ *policy.Request) policy.Decision {
 		return policy.Decision{}
 	}), Logger: slog.New(slog.DiscardHandler)}
 	go srv.Serve(l)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -46,62 +47,17 @@ const (
 	ReasonReadError         = "read_error"          // connection error inside a request
 )
 
-// Kinds passed to Metrics.Fault.
-const (
-	// FaultPanic: Decide (or the server itself) panicked; a panic in
-	// Decide is answered with DUNNO.
-	FaultPanic = "panic"
-	// FaultDecision: Decide returned a Decision with Fault set (normally
-	// a fail-open Pass); its action is sent as usual.
-	FaultDecision = "decision"
-)
-
-// A Decider decides one policy request. It is the seam between the protocol
-// and the rate limits: a small adapter around policy's Engine.Evaluate,
-// passing the current time, satisfies it.
-//
-// Decide is called concurrently from the connection goroutines, so it must
-// be safe for concurrent use. ctx carries the request's deadline (its first
-// byte plus Server.RequestTimeout, up to a tenth of that, at most a second,
-// earlier: a connection's requests within a second share one context) and
-// is cancelled by Server.Close; Decide
-// should return a fail-open Pass with Decision.Fault set when it cannot
-// decide in time. The Server reuses *req for the connection's next request:
-// keep a copy or its strings, not the pointer. req.Received is the time
-// the request's first byte arrived, read once per request by the Server,
-// which a Decider can decide at instead of reading the clock again. A
-// panic in Decide is recovered and answered with DUNNO.
-type Decider interface {
-	Decide(ctx context.Context, req *policy.Request) policy.Decision
-}
-
-// DeciderFunc adapts an ordinary function to the Decider interface.
-type DeciderFunc func(ctx context.Context, req *policy.Request) policy.Decision
-
-// Decide calls f(ctx, req).
-func (f DeciderFunc) Decide(ctx context.Context, req *policy.Request) policy.Decision {
-	return f(ctx, req)
-}
-
-// Metrics receives a Server's counts. Methods are called from the accept
-// and connection goroutines, concurrently: they must be safe for concurrent
-// use and must not block.
+// Metrics receives a Server's counts: those of every front end (mta.Metrics:
+// Fault kinds are mta.FaultPanic, a panic in Decide answered with DUNNO,
+// and mta.FaultDecision) and the requests answered. Methods are called
+// from the accept and connection goroutines, concurrently: they must be
+// safe for concurrent use and must not block.
 type Metrics interface {
-	// Conn is called once per accepted connection; allowed is false when
-	// the connection was refused by the allow-list and closed unread.
-	Conn(allowed bool)
-	// ConnDone is called when an allowed connection has been closed.
-	ConnDone()
+	mta.Metrics
 	// Request is called once per answered request with the Decision's
 	// action and the time from the request's first byte
 	// (Request.Received) to its reply being written.
 	Request(action policy.Action, elapsed time.Duration)
-	// BadInput is called when a connection is closed without a reply
-	// because of its input; reason is one of the Reason constants.
-	BadInput(reason string)
-	// Fault is called for every panic and every Decision with Fault set;
-	// kind is FaultPanic or FaultDecision.
-	Fault(kind string)
 }
 
 // Server answers Postfix policy delegation requests (and Exim readsocket
@@ -120,8 +76,15 @@ type Metrics interface {
 // The exported fields must not be changed once Serve has been called. The
 // methods are safe for concurrent use.
 type Server struct {
-	// Decider decides every request. Required.
-	Decider Decider
+	// Decider decides every request. Required. ctx carries the request's
+	// deadline (its first byte plus RequestTimeout, up to a tenth of that,
+	// at most a second, earlier: a connection's requests within a second
+	// share one context) and is cancelled by Close. The Server reuses
+	// *req for the connection's next request: the Decider keeps a copy or
+	// its strings, not the pointer. req.Received is the time the request's
+	// first byte arrived. A panic in Decide is recovered and answered with
+	// DUNNO.
+	Decider mta.Decider
 	// Logger receives the connection log: every line carries the
 	// connection id ("conn"). Non-Pass decisions and faults are logged at
 	// Info and Warn, passes at Debug. Nil means slog.Default().
@@ -250,7 +213,7 @@ func (s *Server) serveConn(c *conn) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("panic serving connection", "panic", r, "stack", string(debug.Stack()))
-			m.Fault(FaultPanic)
+			m.Fault(mta.FaultPanic)
 		}
 		c.rwc.Close()
 		s.life.Remove(c)
@@ -388,30 +351,20 @@ func requestBuffered(br *bufio.Reader) bool {
 
 // decide calls the Decider, recovers a panic, and logs the decision.
 func (s *Server) decide(c *conn, req *policy.Request, ctx context.Context) (d policy.Decision) {
-	panicked := false
+	m := s.metrics()
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				panicked = true
 				d = policy.Decision{Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
 				c.log.Error("panic in Decide; answering DUNNO", "panic", r,
 					"stack", string(debug.Stack()), slog.Any("req", req))
-				s.metrics().Fault(FaultPanic)
+				m.Fault(mta.FaultPanic)
+				m = nil // the fault is logged and counted
 			}
 		}()
 		d = s.Decider.Decide(ctx, req)
 	}()
-	if d.Fault != nil && !panicked {
-		c.log.Warn("decision fault", "fault", d.Fault, "action", d.Action.String(), slog.Any("req", req))
-		s.metrics().Fault(FaultDecision)
-	}
-	if d.Action != policy.Pass {
-		c.log.Info("decision", "action", d.Action.String(), "limit", d.Limit, "key", d.Key,
-			"rate", d.Rate, "max", d.Max, "retry_after", d.RetryAfter, "reason", d.Reason,
-			slog.Any("req", req))
-	} else if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.log.Debug("decision", "action", d.Action.String(), slog.Any("req", req))
-	}
+	mta.LogDecision(c.log, m, req, &d)
 	return d
 }
 

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
@@ -84,7 +85,7 @@ func (m *testMetrics) get(f func(m *testMetrics) int) int {
 
 // testDecider defers "bob", panics for "boom", faults for "fault" and
 // passes everyone else.
-var testDecider = DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
+var testDecider = mta.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
 	switch req.SASLUsername {
 	case "bob":
 		return policy.Decision{Action: policy.Defer, Text: "Rate limit exceeded for bob", Reason: "test", Limit: "hourly", Key: "bob"}
@@ -235,7 +236,7 @@ func TestServerPersistentConnection(t *testing.T) {
 	if n := m.get(func(m *testMetrics) int { return m.requests[policy.Defer] }); n != 52 {
 		t.Errorf("counted %d defers, want 52", n)
 	}
-	if n := m.get(func(m *testMetrics) int { return m.faults[FaultDecision] }); n != 50 {
+	if n := m.get(func(m *testMetrics) int { return m.faults[mta.FaultDecision] }); n != 50 {
 		t.Errorf("counted %d decision faults, want 50", n)
 	}
 	if n := m.get(func(m *testMetrics) int { return m.conns }); n != 1 {
@@ -394,7 +395,7 @@ func TestServerPanicFailsOpen(t *testing.T) {
 			t.Fatalf("after panic %d: %q", i, got)
 		}
 	}
-	if n := ts.metrics.get(func(m *testMetrics) int { return m.faults[FaultPanic] }); n != 3 {
+	if n := ts.metrics.get(func(m *testMetrics) int { return m.faults[mta.FaultPanic] }); n != 3 {
 		t.Fatalf("counted %d panics, want 3", n)
 	}
 	if log := ts.log.String(); !strings.Contains(log, "decider exploded") {
@@ -438,7 +439,7 @@ func TestServerEximReadsocket(t *testing.T) {
 
 func TestServerAllowList(t *testing.T) {
 	var calls atomic.Int32
-	decider := DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
+	decider := mta.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
 		calls.Add(1)
 		return policy.Decision{}
 	})
@@ -690,7 +691,7 @@ func TestServerDeadlinesRenewed(t *testing.T) {
 	const timeout = 2 * time.Second
 	var mu sync.Mutex
 	var deadlines []time.Time
-	dec := DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
+	dec := mta.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
 		dl, ok := ctx.Deadline()
 		if !ok {
 			t.Error("Decide ctx without deadline")
@@ -791,7 +792,7 @@ func TestServerPermanentAcceptError(t *testing.T) {
 
 func ExampleServer() {
 	srv := &Server{
-		Decider: DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
+		Decider: mta.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
 			if req.SASLUsername == "bulk" {
 				return policy.Decision{Action: policy.Defer, Text: "Sending rate exceeded"}
 			}
@@ -849,7 +850,7 @@ func TestRequestBuffered(t *testing.T) {
 func TestServerRequestReceived(t *testing.T) {
 	var mu sync.Mutex
 	var got []time.Time
-	ts := startServer(t, &Server{Decider: DeciderFunc(func(_ context.Context, req *policy.Request) policy.Decision {
+	ts := startServer(t, &Server{Decider: mta.DeciderFunc(func(_ context.Context, req *policy.Request) policy.Decision {
 		mu.Lock()
 		got = append(got, req.Received)
 		mu.Unlock()
