@@ -12,7 +12,7 @@ import (
 	"github.com/emersion/go-message/mail"
 	gosmtp "github.com/emersion/go-smtp"
 
-	"github.com/ratelimitd/ratelimitd/mta/smtp"
+	"github.com/ratelimitd/ratelimitd/mailout"
 )
 
 // BuildMail returns the RFC 5322 message for e: From from, To to, Subject
@@ -73,7 +73,7 @@ func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (tempor
 	if err != nil {
 		return false, err
 	}
-	r := smtp.Reinjector{Addr: m.Relay, Helo: m.Helo, Timeout: time.Duration(m.Timeout), StartTLS: m.StartTLS}
+	r := mailout.Reinjector{Addr: m.Relay, Helo: m.Helo, Timeout: time.Duration(m.Timeout), StartTLS: m.StartTLS}
 	if err := r.Reinject(ctx, envelope(m.From), to, "", msg); err != nil {
 		var se *gosmtp.SMTPError
 		return !errors.As(err, &se) || se.Code/100 == 4, fmt.Errorf("mail relay %s: %w", m.Relay, err)

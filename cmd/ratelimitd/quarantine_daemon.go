@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta/milter"
-	"github.com/ratelimitd/ratelimitd/mta/smtp"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -29,7 +29,7 @@ func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *
 		ShowCommand:      c.ShowCommand,
 		QueueListCommand: *c.QueueListCommand,
 		ExpireCommands:   c.ExpireCommand,
-		Reinjector:       &smtp.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
+		Reinjector:       &mailout.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
 		MaxAge:           time.Duration(*c.MaxAge),
 		ExpireAction:     lifecycle.ExpireAction(c.ExpireAction),
 		AlertEvery:       c.AlertEvery,

@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
-	"github.com/ratelimitd/ratelimitd/mta/smtp"
+	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -98,6 +98,6 @@ func (e *env) freeze(t *testing.T, sender string, n int) []string {
 	return ids
 }
 
-func reinjector(addr string) *smtp.Reinjector {
-	return &smtp.Reinjector{Addr: addr, Helo: "lifecycle.test", Timeout: 10 * time.Second}
+func reinjector(addr string) *mailout.Reinjector {
+	return &mailout.Reinjector{Addr: addr, Helo: "lifecycle.test", Timeout: 10 * time.Second}
 }

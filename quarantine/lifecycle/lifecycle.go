@@ -37,7 +37,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/mta/smtp"
+	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -98,7 +98,7 @@ type Options struct {
 
 	// Reinjector sends thawed frozen mail and DSNs; nil disables both
 	// (thaws of frozen mail fail).
-	Reinjector *smtp.Reinjector
+	Reinjector *mailout.Reinjector
 	// ReportingMTA is the host name in DSNs (Reporting-MTA); "" means
 	// os.Hostname.
 	ReportingMTA string

@@ -1,13 +1,4 @@
-// Package smtp re-injects thawed messages into the MTA over SMTP with the
-// emersion/go-smtp client: the original envelope sender and recipients,
-// the stored message bytes, and a trace header naming the thaw. The same
-// client sends the quarantine's DSNs and package notify's mail.
-//
-// The re-injection address is an MTA listener that neither rate-limits nor
-// runs milters, e.g. a second Postfix smtpd on 127.0.0.1:10026 with
-// "-o smtpd_milters= -o smtpd_recipient_restrictions=permit_mynetworks,reject"
-// in master.cf (configs/postfix-master.cf).
-package smtp
+package mailout
 
 import (
 	"bytes"
@@ -39,7 +30,7 @@ type Reinjector struct {
 
 // ErrNoRecipients is returned by Reinject for an envelope without
 // recipients.
-var ErrNoRecipients = errors.New("smtp: no recipients")
+var ErrNoRecipients = errors.New("mailout: no recipients")
 
 // Reinject sends msg from sender to rcpts, with header (a complete
 // "Name: value" line without line end, or "") prepended. It returns nil
@@ -61,7 +52,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", r.Addr)
 	if err != nil {
-		return fmt.Errorf("smtp: re-inject to %s: %w", r.Addr, err)
+		return fmt.Errorf("mailout: re-inject to %s: %w", r.Addr, err)
 	}
 	deadline, _ := ctx.Deadline()
 	conn.SetDeadline(deadline)
@@ -72,7 +63,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 		host, _, _ := net.SplitHostPort(r.Addr)
 		if c, err = gosmtp.NewClientStartTLS(conn, &tls.Config{ServerName: host}); err != nil {
 			conn.Close()
-			return fmt.Errorf("smtp: re-inject STARTTLS: %w", err)
+			return fmt.Errorf("mailout: re-inject STARTTLS: %w", err)
 		}
 	} else {
 		c = gosmtp.NewClient(conn)
@@ -82,35 +73,35 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 		}
 		if err := c.Hello(helo); err != nil {
 			c.Close()
-			return fmt.Errorf("smtp: re-inject EHLO: %w", err)
+			return fmt.Errorf("mailout: re-inject EHLO: %w", err)
 		}
 	}
 	defer c.Close()
 	if err := c.Mail(sender, nil); err != nil {
-		return fmt.Errorf("smtp: re-inject MAIL FROM:<%s>: %w", sender, err)
+		return fmt.Errorf("mailout: re-inject MAIL FROM:<%s>: %w", sender, err)
 	}
 	for _, rc := range rcpts {
 		if err := c.Rcpt(rc, nil); err != nil {
-			return fmt.Errorf("smtp: re-inject RCPT TO:<%s>: %w", rc, err)
+			return fmt.Errorf("mailout: re-inject RCPT TO:<%s>: %w", rc, err)
 		}
 	}
 	w, err := c.Data()
 	if err != nil {
-		return fmt.Errorf("smtp: re-inject DATA: %w", err)
+		return fmt.Errorf("mailout: re-inject DATA: %w", err)
 	}
 	if header != "" {
 		if _, err := w.Write([]byte(header + "\r\n")); err != nil {
-			return fmt.Errorf("smtp: re-inject: %w", err)
+			return fmt.Errorf("mailout: re-inject: %w", err)
 		}
 	}
 	if _, err := w.Write(msg); err != nil {
-		return fmt.Errorf("smtp: re-inject: %w", err)
+		return fmt.Errorf("mailout: re-inject: %w", err)
 	}
 	if !bytes.HasSuffix(msg, []byte("\n")) {
 		w.Write([]byte("\r\n"))
 	}
 	if err := w.Close(); err != nil {
-		return fmt.Errorf("smtp: re-inject end of data: %w", err)
+		return fmt.Errorf("mailout: re-inject end of data: %w", err)
 	}
 	// 250 after the data: the server has taken responsibility for the
 	// message (RFC 5321 section 4.1.1.4), so it is delivered whatever
