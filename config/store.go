@@ -11,7 +11,7 @@ import (
 // Store is the [store] table: where rate state lives. The default backend
 // "local" keeps it in memory and in the BoltDB file of server.state_dir;
 // "redis" shares it between the hosts of a site through Redis (standalone,
-// Sentinel or Cluster; see package ratelimit/redisstore).
+// Sentinel or Cluster; see package ratestore/redisstore).
 type Store struct {
 	// Backend is "local" (default) or "redis".
 	Backend string `toml:"backend"`

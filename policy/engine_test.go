@@ -12,7 +12,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 var t0 = time.Date(2026, 11, 20, 18, 0, 0, 0, time.UTC) // a Friday evening
@@ -26,7 +26,7 @@ func hourlyDaily() policy.Config {
 
 func newEngine(t testing.TB, c policy.Config) *policy.Engine {
 	t.Helper()
-	e, err := policy.NewEngine(c, store.NewMemory(store.MemoryOptions{}))
+	e, err := policy.NewEngine(c, ratestore.NewMemory(ratestore.MemoryOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestViaRestrictsFrontEnd(t *testing.T) {
 		t.Fatalf("milter request: %+v", d)
 	}
 	c.Limits[0].Via = []string{"smtp"}
-	if _, err := policy.NewEngine(c, store.NewMemory(store.MemoryOptions{})); err == nil {
+	if _, err := policy.NewEngine(c, ratestore.NewMemory(ratestore.MemoryOptions{})); err == nil {
 		t.Fatal("via = smtp accepted")
 	}
 }
@@ -385,7 +385,7 @@ type oneLimitFails struct {
 
 func (s oneLimitFails) Get(ctx context.Context, limit, key string) (ratelimit.State, error) {
 	if limit == s.limit {
-		return ratelimit.State{}, store.ErrKeyTooLong
+		return ratelimit.State{}, ratestore.ErrKeyTooLong
 	}
 	return s.Store.Get(ctx, limit, key)
 }
@@ -397,7 +397,7 @@ func TestStoreErrorInOneLimitKeepsOthersVerdict(t *testing.T) {
 		{Name: "broken", Key: []string{"sender"}, Limit: 1000, Period: policy.Duration(time.Hour)},
 		{Name: "tight", Key: []string{"sasl_username"}, Limit: 1, Period: policy.Duration(time.Hour)},
 	}}
-	e, err := policy.NewEngine(c, oneLimitFails{Store: store.NewMemory(store.MemoryOptions{}), limit: "broken"})
+	e, err := policy.NewEngine(c, oneLimitFails{Store: ratestore.NewMemory(ratestore.MemoryOptions{}), limit: "broken"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestStoreErrorInOneLimitKeepsOthersVerdict(t *testing.T) {
 	if d.Action != policy.Defer || d.Limit != "tight" {
 		t.Fatalf("second message: %v by %q, want defer by tight", d.Action, d.Limit)
 	}
-	if !errors.Is(d.Fault, store.ErrKeyTooLong) {
+	if !errors.Is(d.Fault, ratestore.ErrKeyTooLong) {
 		t.Fatalf("fault %v, want the broken limit's error reported", d.Fault)
 	}
 }

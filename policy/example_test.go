@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // A stack of 200/hour (leaky) and 1000/day (strict) per SASL user: a
@@ -17,7 +17,7 @@ func ExampleEngine_Evaluate() {
 		{Name: "hourly", Key: []string{"sasl_username"}, Limit: 200, Period: policy.Duration(time.Hour), Mode: "leaky", Action: "defer"},
 		{Name: "daily", Key: []string{"sasl_username"}, Limit: 1000, Period: policy.Duration(24 * time.Hour), Mode: "strict", Action: "defer"},
 	}}
-	eng, err := policy.NewEngine(cfg, store.NewMemory(store.MemoryOptions{}))
+	eng, err := policy.NewEngine(cfg, ratestore.NewMemory(ratestore.MemoryOptions{}))
 	if err != nil {
 		panic(err)
 	}

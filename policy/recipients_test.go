@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 func uniqueEngine(t *testing.T, mode string, limit float64) *policy.Engine {
@@ -18,7 +18,7 @@ func uniqueEngine(t *testing.T, mode string, limit float64) *policy.Engine {
 		{Name: "uniq", Key: []string{"sasl_username"}, Per: "addr", Limit: limit, Period: policy.Duration(time.Hour),
 			Mode: mode, Action: "defer"},
 	}})
-	e.UseRecipientSets(store.NewRecipients(store.RecipientOptions{}))
+	e.UseRecipientSets(ratestore.NewRecipients(ratestore.RecipientOptions{}))
 	return e
 }
 

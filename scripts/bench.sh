@@ -17,7 +17,7 @@ micro=0
 # The request path (decode + Decide + reply; allocs/req with decimals), the
 # codec and engine, and the milter's freeze of a 100 KB message committed
 # to the quarantine (p50-ms: target 5 ms). The store's 2M-state benchmarks
-# take minutes: run them with go test -bench . ./ratelimit/store.
+# take minutes: run them with go test -bench . ./ratestore.
 $GO test -run '^$' -bench 'RequestPath' -benchtime 200000x -benchmem ./cmd/ratelimitd-bench || micro=$?
 $GO test -run '^$' -bench 'ReadRequest|WriteReply|ServerRoundTrip|EvaluateTwoLimits|Check' -benchmem \
 	./mta/postfix ./policy ./ratelimit || micro=$?

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
@@ -26,7 +26,7 @@ func stacked(t *testing.T) *policy.Engine {
 		{Name: "reject", Key: []string{"sender_domain"}, Limit: 3, Period: policy.Duration(time.Hour), Action: "reject", Mode: "strict"},
 		{Name: "client", Key: []string{"client_address"}, Limit: 1000, Period: policy.Duration(24 * time.Hour)},
 	}}
-	e, err := policy.NewEngine(c, store.NewMemory(store.MemoryOptions{}))
+	e, err := policy.NewEngine(c, ratestore.NewMemory(ratestore.MemoryOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
@@ -26,7 +26,7 @@ func TestSuggestVia(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{Percentile: 50,
-		NewStore: func() policy.Store { return store.NewMemory(store.MemoryOptions{}) }})
+		NewStore: func() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +64,8 @@ func TestSuggestPerAddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{
-		NewStore:         func() policy.Store { return store.NewMemory(store.MemoryOptions{}) },
-		NewRecipientSets: func() policy.RecipientSets { return store.NewRecipients(store.RecipientOptions{}) },
+		NewStore:         func() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) },
+		NewRecipientSets: func() policy.RecipientSets { return ratestore.NewRecipients(ratestore.RecipientOptions{}) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestSuggestTOMLKeepsSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{
-		NewStore: func() policy.Store { return store.NewMemory(store.MemoryOptions{}) }})
+		NewStore: func() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 var inuseProfile = flag.String("inuse", "", "BenchmarkInProcessDaemon: write a heap profile of the running daemon parts (after the final flush and a GC) to this file, prefixed with the sub-benchmark name")
@@ -77,7 +77,7 @@ func BenchmarkInProcessDaemon(b *testing.B) {
 }
 
 // startInProcessDaemon starts the daemon's parts on 127.0.0.1:0.
-func startInProcessDaemon(b *testing.B) (string, *store.Persistent, func()) {
+func startInProcessDaemon(b *testing.B) (string, *ratestore.Persistent, func()) {
 	b.Helper()
 	engine, p, stopEngine := newInProcessEngine(b)
 	srv := newFloorServer(io.Discard)
@@ -212,7 +212,7 @@ func BenchmarkRequestPath(b *testing.B) {
 
 // newInProcessEngine is the daemon's engine over a persistent store in a
 // temporary BoltDB file, flushing every second until stop.
-func newInProcessEngine(b *testing.B) (*policy.Engine, *store.Persistent, func()) {
+func newInProcessEngine(b *testing.B) (*policy.Engine, *ratestore.Persistent, func()) {
 	b.Helper()
 	_, f, err := daemonConfig("127.0.0.1:0", "", b.TempDir(), "info", time.Second, "")
 	if err != nil {
@@ -222,9 +222,9 @@ func newInProcessEngine(b *testing.B) (*policy.Engine, *store.Persistent, func()
 	if err != nil {
 		b.Fatal(err)
 	}
-	mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 	var engine *policy.Engine
-	p, err := store.NewPersistent(db, mem, store.PersistOptions{
+	p, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{
 		FlushInterval: time.Duration(f.Server.FlushInterval),
 		Negligible: func(l string, s ratelimit.State, now time.Time) bool {
 			return engine.Negligible(l, s, now)

@@ -24,7 +24,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // The admin API is JSON over HTTP on a unix socket (0660, refused in a

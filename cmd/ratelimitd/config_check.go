@@ -12,7 +12,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 func newConfigCmd(opts *rootOptions) *cobra.Command {
@@ -38,7 +38,7 @@ found with its TOML key (decoding errors with FILE:LINE:COLUMN) and exit 1.`,
 			f, err := config.Load(path)
 			var eng *policy.Engine
 			if err == nil {
-				eng, err = policy.NewEngine(f.PolicyConfig(), store.NewMemory(store.MemoryOptions{MaxKeys: 64}))
+				eng, err = policy.NewEngine(f.PolicyConfig(), ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: 64}))
 			}
 			if err != nil {
 				if asJSON {

@@ -16,7 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // TestKnownHeapCoversFlushBuffers checks that what the daemon counts as
@@ -35,7 +35,7 @@ func TestKnownHeapCoversFlushBuffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem := store.NewMemory(store.MemoryOptions{})
+	mem := ratestore.NewMemory(ratestore.MemoryOptions{})
 	state, err := openState(db, mem, time.Hour, storeLimits(f.PolicyConfig()), false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 func rcptQuery(t testing.TB, addr, user, rcpt string) string {
@@ -58,7 +58,7 @@ func TestDaemonRecipientSetsPersist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pairs, err := store.StoredRecipientPairs(db)
+	pairs, err := ratestore.StoredRecipientPairs(db)
 	db.Close()
 	if err != nil || !slices.Equal(pairs, []string{"uniq|uma"}) {
 		t.Fatalf("stored pairs %v %v", pairs, err)

@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // redisOptions maps the [store] table to the Redis store's options. limits

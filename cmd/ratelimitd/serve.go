@@ -27,8 +27,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -107,9 +107,9 @@ type daemon struct {
 	log        *slog.Logger
 	started    time.Time
 	db         *bolt.DB
-	mem        *store.Memory
-	state      *store.Persistent
-	rcpts      *store.Recipients // per = "addr" recipient sets
+	mem        *ratestore.Memory
+	state      *ratestore.Persistent
+	rcpts      *ratestore.Recipients // per = "addr" recipient sets
 	engine     *policy.Engine
 	metrics    *metrics
 	policy     *postfix.Server
@@ -169,13 +169,13 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		return nil, err
 	}
 	cleanup = append(cleanup, func() { d.db.Close() })
-	d.mem = store.NewMemory(store.MemoryOptions{MaxKeys: s.MaxKeys})
+	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
 	// Restoring drops states that have decayed away under the parameters
 	// they were written with, and converts those of limits whose
 	// parameters changed.
 	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), storeLimits(f.PolicyConfig()), false, d.log)
 	if err != nil {
-		if errors.Is(err, store.ErrDamaged) {
+		if errors.Is(err, ratestore.ErrDamaged) {
 			return nil, damaged(s.DBPath(), err)
 		}
 		return nil, fmt.Errorf("%s: %w", s.DBPath(), err)
@@ -202,7 +202,7 @@ func startDaemon(f *config.File, configPath string, logw interface{ Write([]byte
 		d.startMemoryLimit()
 	}
 	d.metrics = newMetrics(func() float64 { return float64(d.mem.Len()) })
-	d.rcpts, err = store.OpenRecipients(d.db, time.Now(), store.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log,
+	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log,
 		OnFlushError: func(error) { d.metrics.fault("rcptsets flush") }})
 	if err != nil {
 		return nil, err
@@ -476,7 +476,7 @@ const (
 	memoryFloor = 128 << 20
 	// The memory freed is given back to the system (debug.FreeOSMemory,
 	// a collection) when the flush and compaction buffers
-	// (store.Persistent.Working) shrink from one tick to the next by
+	// (ratestore.Persistent.Working) shrink from one tick to the next by
 	// releaseDrop (a compaction ended) or from releaseQuiet or more to
 	// nothing (the load stopped: a flush found nothing to write); at most
 	// once per releaseEvery, a release that comes sooner waiting for it.
@@ -516,7 +516,7 @@ func (r *releaser) tick(now time.Time, working int64) bool {
 // memoryLimit is the soft memory limit startMemoryLimit sets, in bytes:
 // what the daemon holds on the Go heap plus memoryHeadroom, at least
 // memoryFloor; and the flush and compaction buffers' part of it (bytes,
-// store.Persistent.Working). It never fails. What it holds is the
+// ratestore.Persistent.Working). It never fails. What it holds is the
 // larger of what it is known to hold (knownHeap), which follows a growing
 // store at once, and the heap the last collection found live, which covers
 // what knownHeap misses (BoltDB's transactions, a compaction's other

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
@@ -138,11 +138,11 @@ func runSimulate(cmd *cobra.Command, opts *rootOptions, so *simulateOptions, pat
 	if err != nil {
 		return reportConfigErrors(cmd.ErrOrStderr(), err)
 	}
-	eng, err := policy.NewEngine(f.PolicyConfig(), store.NewMemory(store.MemoryOptions{}))
+	eng, err := policy.NewEngine(f.PolicyConfig(), ratestore.NewMemory(ratestore.MemoryOptions{}))
 	if err != nil {
 		return reportConfigErrors(cmd.ErrOrStderr(), err)
 	}
-	eng.UseRecipientSets(store.NewRecipients(store.RecipientOptions{}))
+	eng.UseRecipientSets(ratestore.NewRecipients(ratestore.RecipientOptions{}))
 	tr, err := simulate.ReadFile(path, so.inputFormat)
 	if err != nil {
 		return err

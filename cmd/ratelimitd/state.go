@@ -23,7 +23,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // errNoStateFile is returned by openStateDB in read-only mode when the
@@ -34,14 +35,14 @@ var errNoStateFile = errors.New("no state file")
 // state file: it names the file, the cause and the way out.
 func damaged(path string, cause any) error {
 	// A cause from the store names the file already.
-	text := strings.TrimPrefix(fmt.Sprint(cause), store.ErrDamaged.Error()+": ")
+	text := strings.TrimPrefix(fmt.Sprint(cause), ratestore.ErrDamaged.Error()+": ")
 	cause = strings.TrimPrefix(text, path+": ")
 	return fmt.Errorf("%w: %s: %v\n"+
 		"ratelimitd will not run on this file. See what is readable, and copy it to a new file, with\n"+
 		"    ratelimitd state check --config CONFIG --salvage NEW.db\n"+
 		"then move the file aside and start again, on NEW.db moved into its place or on an empty state\n"+
 		"(rate state and the quarantine index start empty; keep the moved file for recovery):\n"+
-		"    mv %s %s.damaged-%s", store.ErrDamaged, path, cause, path, path, time.Now().UTC().Format("20060102T150405"))
+		"    mv %s %s.damaged-%s", ratestore.ErrDamaged, path, cause, path, path, time.Now().UTC().Format("20060102T150405"))
 }
 
 // openStateDB opens the daemon's BoltDB file (lock timeout 1 s), shared
@@ -59,7 +60,7 @@ func openStateDB(path string, readOnly bool) (db *bolt.DB, err error) {
 		return nil, errNoStateFile
 	case err == nil:
 		// BoltDB trusts page references: a cycle would hang or crash it.
-		if err := store.CheckPages(path); err != nil {
+		if err := statedb.CheckPages(path); err != nil {
 			return nil, damaged(path, err)
 		}
 	}
@@ -150,7 +151,7 @@ func checkDB(db *bolt.DB, max int) (problems []string) {
 }
 
 // storeLimits returns the parameters of c's limits that give their stored
-// states a meaning (store.PersistOptions.Limits), as the engine compiles
+// states a meaning (ratestore.PersistOptions.Limits), as the engine compiles
 // them (policy.LimitParams). c has been validated by config.Load; a
 // configuration the engine refuses gives nil, and the engine's own check
 // reports it.
@@ -163,8 +164,8 @@ func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 // parameters of the configured limits (stored states of other limits are
 // kept until they decay under their own stored parameters). The caller
 // starts Run for write-behind flushing, or calls Flush/Close.
-func openState(db *bolt.DB, mem *store.Memory, flush time.Duration, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*store.Persistent, error) {
-	return store.NewPersistent(db, mem, store.PersistOptions{FlushInterval: flush, Limits: limits,
+func openState(db *bolt.DB, mem *ratestore.Memory, flush time.Duration, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
+	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{FlushInterval: flush, Limits: limits,
 		ReadOnly: readOnly, Logger: log})
 }
 
@@ -173,7 +174,7 @@ func openState(db *bolt.DB, mem *store.Memory, flush time.Duration, limits map[s
 // it. db and state are nil when a read-only open found no file.
 type offline struct {
 	db     *bolt.DB
-	state  *store.Persistent
+	state  *ratestore.Persistent
 	engine *policy.Engine
 }
 
@@ -183,7 +184,7 @@ func openOffline(f *config.File) (*offline, error) { return openOfflineMode(f, f
 // openOfflineMode opens the state; readOnly opens the BoltDB file shared
 // and read-only and writes nothing (rate list, rate show).
 func openOfflineMode(f *config.File, readOnly bool) (_ *offline, err error) {
-	mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 	db, err := openStateDB(f.Server.DBPath(), readOnly)
 	if errors.Is(err, errNoStateFile) {
 		eng, err := policy.NewEngine(f.PolicyConfig(), mem)
@@ -252,7 +253,7 @@ salvaged.`,
 				return err
 			}
 			err = stateCheck(cmd.OutOrStdout(), f)
-			if salvage != "" && (err == nil || errors.Is(err, store.ErrDamaged)) {
+			if salvage != "" && (err == nil || errors.Is(err, ratestore.ErrDamaged)) {
 				if serr := salvageState(cmd.OutOrStdout(), f.Server.DBPath(), salvage); serr != nil {
 					return errors.Join(err, serr)
 				}
@@ -266,7 +267,7 @@ salvaged.`,
 }
 
 // stateCheck writes what is readable in f's state file to w and returns
-// an error wrapping store.ErrDamaged when the file is damaged. It never
+// an error wrapping ratestore.ErrDamaged when the file is damaged. It never
 // writes to the file and recovers BoltDB's panics.
 func stateCheck(w io.Writer, f *config.File) (err error) {
 	path := f.Server.DBPath()
@@ -280,8 +281,8 @@ func stateCheck(w io.Writer, f *config.File) (err error) {
 		return damaged(path, "the file is empty (0 bytes)")
 	}
 	var bad []string
-	switch err := store.CheckPages(path); {
-	case errors.Is(err, store.ErrUnreadable):
+	switch err := statedb.CheckPages(path); {
+	case errors.Is(err, statedb.ErrUnreadable):
 		fmt.Fprintf(w, "DAMAGED: page structure: %v\nnothing can be read safely\n", err)
 		return damaged(path, err)
 	case err != nil:
@@ -343,7 +344,7 @@ func stateCheck(w io.Writer, f *config.File) (err error) {
 	}
 	// The rate state as the daemon would restore it, without writing.
 	guard(&bad, "rate state", func() error {
-		mem := store.NewMemory(store.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+		mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 		p, err := openState(db, mem, 0, storeLimits(f.PolicyConfig()), true, nil)
 		if err != nil {
 			return err
@@ -451,7 +452,7 @@ func (n *node) write(b *bolt.Bucket) (keys int, err error) {
 // what it copied and skipped to w. It refuses a file whose page tree
 // CheckPages rejects (BoltDB cannot read it without hanging).
 func salvageState(w io.Writer, src, dst string) error {
-	if err := store.CheckPages(src); errors.Is(err, store.ErrUnreadable) {
+	if err := statedb.CheckPages(src); errors.Is(err, statedb.ErrUnreadable) {
 		return fmt.Errorf("salvage: %w (nothing copied)", err)
 	}
 	if _, err := os.Stat(dst); err == nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // StateStatus is the rate-state part of `ratelimitd status`: the health of
@@ -40,7 +40,7 @@ type StateStatus struct {
 	Unconfigured int64 `json:"unconfigured"`
 }
 
-func stateStatus(p *store.Persistent) *StateStatus {
+func stateStatus(p *ratestore.Persistent) *StateStatus {
 	st, m := p.Stats(), p.Memory()
 	s := &StateStatus{LastFlush: st.LastFlushAt, LastError: st.LastError, LastErrorAt: st.LastErrorAt,
 		FlushFailures: st.Failures, CompactionFailures: st.CompactionFailures, Pending: st.Pending,
@@ -68,8 +68,8 @@ func (s *StateStatus) print(w io.Writer) {
 
 // stateCollectors returns the Prometheus metrics of the rate state: flush
 // and compaction health, and key pressure.
-func stateCollectors(p *store.Persistent) []prometheus.Collector {
-	stat := func(f func(store.PersistStats) float64) func() float64 {
+func stateCollectors(p *ratestore.Persistent) []prometheus.Collector {
+	stat := func(f func(ratestore.PersistStats) float64) func() float64 {
 		return func() float64 { return f(p.Stats()) }
 	}
 	m := p.Memory()
@@ -87,21 +87,21 @@ func stateCollectors(p *store.Persistent) []prometheus.Collector {
 	}
 	return []prometheus.Collector{
 		counter("ratelimitd_state_flushes_total", "Rate-state flushes to BoltDB committed.",
-			stat(func(s store.PersistStats) float64 { return float64(s.Flushes) })),
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.Flushes) })),
 		counter("ratelimitd_state_flush_failures_total", "Rate-state flushes to BoltDB that failed (disk full, I/O error); their changes are retried.",
-			stat(func(s store.PersistStats) float64 { return float64(s.Failures) })),
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.Failures) })),
 		counter("ratelimitd_state_compaction_failures_total", "Compactions of the rate-state journal that failed; retried after the next flush.",
-			stat(func(s store.PersistStats) float64 { return float64(s.CompactionFailures) })),
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.CompactionFailures) })),
 		gauge("ratelimitd_state_pending_changes", "Rate-state changes waiting for a flush after a failed one.",
-			stat(func(s store.PersistStats) float64 { return float64(s.Pending) })),
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.Pending) })),
 		gauge("ratelimitd_state_last_flush_timestamp_seconds", "Unix time of the last successful rate-state flush (0: none).",
-			stat(func(s store.PersistStats) float64 { return unix(s.LastFlushAt) })),
+			stat(func(s ratestore.PersistStats) float64 { return unix(s.LastFlushAt) })),
 		gauge("ratelimitd_state_last_error_timestamp_seconds", "Unix time of the last failed rate-state flush or compaction (0: none).",
-			stat(func(s store.PersistStats) float64 { return unix(s.LastErrorAt) })),
+			stat(func(s ratestore.PersistStats) float64 { return unix(s.LastErrorAt) })),
 		counter("ratelimitd_state_malformed_total", "Stored rate states dropped at start-up as malformed (NaN or infinite rate, wrong length).",
-			stat(func(s store.PersistStats) float64 { return float64(s.Malformed) })),
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.Malformed) })),
 		counter("ratelimitd_state_converted_total", "Rate states converted to a limit's changed algorithm, period or half-life.",
-			stat(func(s store.PersistStats) float64 { return float64(s.Converted) })),
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.Converted) })),
 		gauge("ratelimitd_rate_keys_max", "The bound on rate states held (server.max_keys, rounded to the shard count).",
 			func() float64 { return float64(m.Cap()) }),
 		counter("ratelimitd_rate_evictions_total", "Rate states evicted to respect max_keys (never one over or near its limit).",

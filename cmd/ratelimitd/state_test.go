@@ -20,7 +20,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/boltcorrupt"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // Tests of issue 8 items 2, 3, 4 and 10 through the daemon and the CLI.
@@ -268,7 +268,7 @@ func TestDamagedStateFile(t *testing.T) {
 			}
 			check := func(what string, err error) {
 				t.Helper()
-				if !errors.Is(err, store.ErrDamaged) {
+				if !errors.Is(err, ratestore.ErrDamaged) {
 					t.Fatalf("%s: %v, want ErrDamaged", what, err)
 				}
 				for _, want := range []string{path, "ratelimitd state check", "mv " + path} {
@@ -286,7 +286,7 @@ func TestDamagedStateFile(t *testing.T) {
 				t.Errorf("rate list on a damaged file: no error\n%s", out)
 			}
 			out, err = cli(t, "--config", cfg, "state", "check")
-			if !errors.Is(err, store.ErrDamaged) || !strings.Contains(out, "DAMAGED") {
+			if !errors.Is(err, ratestore.ErrDamaged) || !strings.Contains(out, "DAMAGED") {
 				t.Errorf("state check: %v\n%s", err, out)
 			}
 		})
@@ -459,7 +459,7 @@ func TestStateSalvage(t *testing.T) {
 	}
 	os.WriteFile(path, b, 0o600)
 	out, err = salvage("one bucket damaged")
-	if !errors.Is(err, store.ErrDamaged) || !strings.Contains(out, "salvaged ratestate: ") || !strings.Contains(out, "skipped scratch") {
+	if !errors.Is(err, ratestore.ErrDamaged) || !strings.Contains(out, "salvaged ratestate: ") || !strings.Contains(out, "skipped scratch") {
 		t.Errorf("salvage with scratch damaged: %v\n%s", err, out)
 	}
 
@@ -469,7 +469,7 @@ func TestStateSalvage(t *testing.T) {
 	}
 	os.WriteFile(path, b, 0o600)
 	out, err = salvage("cycle")
-	if !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), "nothing copied") {
+	if !errors.Is(err, ratestore.ErrDamaged) || !strings.Contains(err.Error(), "nothing copied") {
 		t.Errorf("salvage of a file with a cycle: %v\n%s", err, out)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
@@ -110,8 +110,8 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 	}
 	s, err := simulate.Suggest(cmd.Context(), f.PolicyConfig(), tr, simulate.SuggestOptions{
 		Headroom: so.headroom, Percentile: so.percentile, Allow: so.allow,
-		NewStore:         func() policy.Store { return store.NewMemory(store.MemoryOptions{}) },
-		NewRecipientSets: func() policy.RecipientSets { return store.NewRecipients(store.RecipientOptions{}) },
+		NewStore:         func() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) },
+		NewRecipientSets: func() policy.RecipientSets { return ratestore.NewRecipients(ratestore.RecipientOptions{}) },
 	})
 	if err != nil {
 		return err

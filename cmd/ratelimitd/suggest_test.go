@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
@@ -193,7 +193,7 @@ func loadDefault(t *testing.T) policy.Config {
 	return f.PolicyConfig()
 }
 
-func newMemStore() policy.Store { return store.NewMemory(store.MemoryOptions{}) }
+func newMemStore() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) }
 
 // TestSuggestMaillog runs suggest straight from mail logs: the log summary,
 // a warning that a few minutes of mail are too little to go on, and

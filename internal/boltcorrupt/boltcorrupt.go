@@ -7,6 +7,15 @@ import (
 	"os"
 )
 
+// BoltDB's on-disk page format (go.etcd.io/bbolt internal/common), as
+// statedb.CheckPages reads it: a page header is id (8 bytes), flags (2),
+// count (2), overflow (4), little-endian.
+const (
+	PageHeaderSize = 16   // bytes of a page header
+	BranchPageFlag = 0x01 // the flags of a branch page
+	LeafPageFlag   = 0x02 // the flags of a leaf page
+)
+
 // ZeroBucketPages zeroes, in the BoltDB file image b, every page but the
 // two meta pages and the free list of the latest transaction (whose damage
 // bbolt.Open itself panics on): the pages of the buckets. Pages are the

@@ -1,8 +1,8 @@
-// Package store holds rate-state stores for the policy engine: Memory, a
+// Package ratestore holds rate-state stores for the policy engine: Memory, a
 // sharded in-memory table with a bound on the number of keys, and
 // Persistent (bolt.go), which keeps a Memory's state in BoltDB by
 // write-behind so a restart, crash or upgrade does not forgive an offender.
-// Both implement policy.Store without importing it.
+// Both implement policy.Store and policy.StackEvaluator (stack.go).
 //
 // Bounded memory (as the EARRRL write-up advises: LRU, not TTL): when a
 // shard is full the least recently seen of a random sample of its keys is
@@ -39,7 +39,7 @@
 // With 1,000,000 keys under two limits (keys like "user0000001") this
 // comes to 48 bytes of Go heap per pair, 92 MiB in all
 // (TestMemoryFootprint, BenchmarkMemory2M); a map of struct keys took 159.
-package store
+package ratestore
 
 import (
 	"context"

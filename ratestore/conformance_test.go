@@ -1,4 +1,4 @@
-package store_test
+package ratestore_test
 
 import (
 	"path/filepath"
@@ -7,14 +7,14 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store/storetest"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/ratestore/storetest"
 )
 
 // TestMemoryConformance holds the in-memory store to the store
 // conformance suite (the Redis store passes the same one).
 func TestMemoryConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) policy.Store { return store.NewMemory(store.MemoryOptions{}) })
+	storetest.Run(t, func(t *testing.T) policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) })
 }
 
 // TestPersistentConformance holds the persistent store (memory with
@@ -26,7 +26,7 @@ func TestPersistentConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := store.NewPersistent(db, store.NewMemory(store.MemoryOptions{}), store.PersistOptions{})
+		p, err := ratestore.NewPersistent(db, ratestore.NewMemory(ratestore.MemoryOptions{}), ratestore.PersistOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

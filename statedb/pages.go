@@ -1,4 +1,4 @@
-package store
+package statedb
 
 import (
 	"encoding/binary"

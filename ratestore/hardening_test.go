@@ -1,4 +1,4 @@
-package store
+package ratestore
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/boltcorrupt"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // Tests of issue 8 items 2, 4, 10 and 13 in the store: stored parameters,
@@ -489,11 +490,11 @@ func FuzzRestoreCorruptPage(f *testing.F) {
 		}
 		// The daemon's sequence: the page walk, BoltDB's open (guarded)
 		// and consistency check, then the restore.
-		if err := CheckPages(path); err != nil {
+		if err := statedb.CheckPages(path); err != nil {
 			if !errors.Is(err, ErrDamaged) {
 				t.Fatal(err)
 			}
-			if !errors.Is(err, ErrUnreadable) {
+			if !errors.Is(err, statedb.ErrUnreadable) {
 				// What state check --salvage then does: read every
 				// bucket with BoltDB, recovering its panics. It must
 				// end (a hang fails the fuzz run).
@@ -583,7 +584,7 @@ func TestCheckPagesRefusesCycles(t *testing.T) {
 	}
 	p.Close()
 	closeDB()
-	if err := CheckPages(path); err != nil {
+	if err := statedb.CheckPages(path); err != nil {
 		t.Fatalf("a sound file: %v", err)
 	}
 	image, _ := os.ReadFile(path)
@@ -595,14 +596,14 @@ func TestCheckPagesRefusesCycles(t *testing.T) {
 			t.Fatalf("%s: no page to damage", what)
 		}
 		os.WriteFile(path, b, 0o600)
-		if err := CheckPages(path); !errors.Is(err, ErrDamaged) || !errors.Is(err, ErrUnreadable) {
+		if err := statedb.CheckPages(path); !errors.Is(err, ErrDamaged) || !errors.Is(err, statedb.ErrUnreadable) {
 			t.Errorf("%s: CheckPages = %v, want ErrDamaged and ErrUnreadable", what, err)
 		}
 	}
 	damage("branch page referring to itself", func(b []byte) bool {
 		for pg := 2; pg < len(b)/ps; pg++ {
-			if binary.LittleEndian.Uint16(b[pg*ps+8:]) == branchPageFlag && binary.LittleEndian.Uint64(b[pg*ps:]) == uint64(pg) {
-				binary.LittleEndian.PutUint64(b[pg*ps+pageHeaderSize+8:], uint64(pg))
+			if binary.LittleEndian.Uint16(b[pg*ps+8:]) == boltcorrupt.BranchPageFlag && binary.LittleEndian.Uint64(b[pg*ps:]) == uint64(pg) {
+				binary.LittleEndian.PutUint64(b[pg*ps+boltcorrupt.PageHeaderSize+8:], uint64(pg))
 				return true
 			}
 		}
@@ -616,7 +617,7 @@ func TestCheckPagesRefusesCycles(t *testing.T) {
 			return false
 		}
 		v := b[i+len("ratemeta"):]
-		if binary.LittleEndian.Uint64(v) != 0 || binary.LittleEndian.Uint16(v[16+8:]) != leafPageFlag {
+		if binary.LittleEndian.Uint64(v) != 0 || binary.LittleEndian.Uint16(v[16+8:]) != boltcorrupt.LeafPageFlag {
 			return false
 		}
 		v[16+8] = 0x42
@@ -624,8 +625,8 @@ func TestCheckPagesRefusesCycles(t *testing.T) {
 	})
 	damage("page out of range", func(b []byte) bool {
 		for pg := 2; pg < len(b)/ps; pg++ {
-			if binary.LittleEndian.Uint16(b[pg*ps+8:]) == branchPageFlag && binary.LittleEndian.Uint64(b[pg*ps:]) == uint64(pg) {
-				binary.LittleEndian.PutUint64(b[pg*ps+pageHeaderSize+8:], 1<<40)
+			if binary.LittleEndian.Uint16(b[pg*ps+8:]) == boltcorrupt.BranchPageFlag && binary.LittleEndian.Uint64(b[pg*ps:]) == uint64(pg) {
+				binary.LittleEndian.PutUint64(b[pg*ps+boltcorrupt.PageHeaderSize+8:], 1<<40)
 				return true
 			}
 		}
@@ -740,7 +741,7 @@ func TestCheckPagesZeroedIsReadable(t *testing.T) {
 	p.Close()
 	closeDB()
 	zeroDataPages(t, path)
-	if err := CheckPages(path); !errors.Is(err, ErrDamaged) || errors.Is(err, ErrUnreadable) {
+	if err := statedb.CheckPages(path); !errors.Is(err, ErrDamaged) || errors.Is(err, statedb.ErrUnreadable) {
 		t.Fatalf("CheckPages = %v, want ErrDamaged only", err)
 	}
 }

@@ -1,6 +1,6 @@
-//go:build !race
+//go:build race
 
-package store
+package ratestore
 
 // raceEnabled reports a -race build, where big tests shrink.
-const raceEnabled = false
+const raceEnabled = true

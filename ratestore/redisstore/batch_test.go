@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // TestBatchedAnswersStayApart: concurrent senders, each with a key and a

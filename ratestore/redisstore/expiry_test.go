@@ -11,7 +11,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // TestExpiryKept: the decision script stores each key's expiry after the

@@ -1,4 +1,4 @@
-package store_test
+package ratestore_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // TestMemoryEvaluateStackEvicting drives Memory.EvaluateStack and the
@@ -28,8 +28,8 @@ func TestMemoryEvaluateStackEvicting(t *testing.T) {
 
 func testEvaluateStackEvicting(t *testing.T, maxKeys int) {
 	ctx := context.Background()
-	opts := store.MemoryOptions{MaxKeys: maxKeys}
-	got, want := store.NewMemory(opts), store.NewMemory(opts)
+	opts := ratestore.MemoryOptions{MaxKeys: maxKeys}
+	got, want := ratestore.NewMemory(opts), ratestore.NewMemory(opts)
 	limits := []policy.StackItem{
 		{Limit: "hourly", Params: ratelimit.Limit{Limit: 3, Period: time.Hour}, Refuses: true},
 		{Limit: "daily", Params: ratelimit.Limit{Limit: 5, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Refuses: true},
@@ -67,7 +67,7 @@ func testEvaluateStackEvicting(t *testing.T, maxKeys int) {
 	if inserts < 500 || got.Evicted() < 500 {
 		t.Fatalf("%d new states, %d evictions: the test did not exercise eviction", inserts, got.Evicted())
 	}
-	states := func(m *store.Memory) map[string]ratelimit.State {
+	states := func(m *ratestore.Memory) map[string]ratelimit.State {
 		out := map[string]ratelimit.State{}
 		m.Range(ctx, func(l, k string, s ratelimit.State) bool { out[l+"/"+k] = s; return true })
 		return out
@@ -88,7 +88,7 @@ func testEvaluateStackEvicting(t *testing.T, maxKeys int) {
 // many goroutines: each stack locks both keys' shards, so the strict limit
 // must admit exactly its limit and nothing may deadlock.
 func TestMemoryEvaluateStackAcrossShards(t *testing.T) {
-	m := store.NewMemory(store.MemoryOptions{})
+	m := ratestore.NewMemory(ratestore.MemoryOptions{})
 	now := time.Unix(1_790_000_000, 0)
 	user := policy.StackItem{Limit: "user", Key: "alice", Params: ratelimit.Limit{Limit: 50, Period: time.Hour, Mode: ratelimit.Strict},
 		Cost: 1, Count: true, Refuses: true}
@@ -127,7 +127,7 @@ func TestMemoryEvaluateStackAcrossShards(t *testing.T) {
 // whose states exist, the rate store's share of a RCPT request.
 func BenchmarkEvaluateStack100k(b *testing.B) {
 	ctx := context.Background()
-	m := store.NewMemory(store.MemoryOptions{})
+	m := ratestore.NewMemory(ratestore.MemoryOptions{})
 	items := []policy.StackItem{
 		{Limit: "hourly", Params: ratelimit.Limit{Limit: 200, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
 		{Limit: "daily", Params: ratelimit.Limit{Limit: 1000, Period: 24 * time.Hour, Mode: ratelimit.Strict}, Cost: 1, Count: true, Refuses: true},

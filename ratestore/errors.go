@@ -1,6 +1,10 @@
-package store
+package ratestore
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
+)
 
 var (
 	// ErrKeyTooLong is returned by Update (of Memory and Persistent) for a
@@ -27,12 +31,9 @@ var (
 	// ErrDamaged is wrapped by the error of NewPersistent, of a
 	// Persistent's flush or compaction, and of OpenRecipients and
 	// Recipients.Flush, when the BoltDB file cannot be read (a page BoltDB
-	// panics on, or an inconsistency), and by CheckPages' error.
-	ErrDamaged = errors.New("store: damaged state file")
-
-	// ErrUnreadable is wrapped by CheckPages' error when the file holds a
-	// structure BoltDB cannot read without hanging or crashing.
-	ErrUnreadable = errors.New("a structure BoltDB cannot read safely")
+	// panics on, or an inconsistency). It is statedb.ErrDamaged, which
+	// statedb.CheckPages' error wraps too.
+	ErrDamaged = statedb.ErrDamaged
 
 	// ErrClosed is returned by Persistent.Flush after Close.
 	ErrClosed = errors.New("store: persistent store closed")

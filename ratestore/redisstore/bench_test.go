@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // defaultStack is the default stack of key: 200/hour leaky and 1000/day

@@ -16,8 +16,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // hourly is a leaky 10/hour limit refusing over it.
@@ -29,7 +29,7 @@ func hourly(key string) []policy.StackItem {
 // newFailover is a Failover with local fallback over r, with a fast probe.
 func newFailover(t *testing.T, r *redisstore.Store) (*redisstore.Failover, *mtatest.SyncBuffer) {
 	logs := &mtatest.SyncBuffer{}
-	f := redisstore.NewFailover(r, store.NewMemory(store.MemoryOptions{}), redisstore.Local,
+	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
 		slog.New(slog.NewTextHandler(logs, nil)))
 	f.ProbeInterval = 50 * time.Millisecond
 	t.Cleanup(f.Close)
@@ -150,7 +150,7 @@ func TestFailoverPolicies(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, p := range []redisstore.OnError{redisstore.Dunno, redisstore.Defer} {
 		r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
-		f := redisstore.NewFailover(r, store.NewMemory(store.MemoryOptions{}), p, slog.New(slog.DiscardHandler))
+		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), p, slog.New(slog.DiscardHandler))
 		t.Cleanup(f.Close)
 		decide(t, f, "x")
 		srv.Stop()

@@ -14,8 +14,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/redisstore"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store/storetest"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
+	"github.com/ratelimitd/ratelimitd/ratestore/storetest"
 )
 
 // open connects a store to o.Addrs, with a key prefix of its own and a 2s

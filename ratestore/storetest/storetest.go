@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every rate-state store passes
-// (the in-memory store of package store, the Redis store): the
+// (the in-memory store of package ratestore, the Redis store): the
 // policy.Store contract, and random traces of stacked requests in every
 // mode and algorithm whose results must agree, to 1e-12 relative, with the reference
 // function policy.EvaluateStack over a fresh in-memory store.
@@ -20,7 +20,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratelimit/store"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // Tolerance is the largest relative difference allowed between a rate
@@ -185,7 +185,7 @@ func limitSet(r *rand.Rand, modes []ratelimit.Mode, algs []ratelimit.Algorithm) 
 // reference, comparing every result and the final states.
 func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, algs []ratelimit.Algorithm, seed uint64) {
 	ctx := context.Background()
-	ref := store.NewMemory(store.MemoryOptions{})
+	ref := ratestore.NewMemory(ratestore.MemoryOptions{})
 	r := rand.New(rand.NewPCG(seed, 7))
 	limits := limitSet(r, modes, algs)
 	now := time.Unix(1_790_000_000, r.Int64N(1e9))
