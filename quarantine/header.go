@@ -2,8 +2,8 @@ package quarantine
 
 import (
 	"bytes"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/emersion/go-message"
@@ -106,59 +106,21 @@ func headerInfo(msg []byte) (subject, messageID string) {
 }
 
 // CleanLine returns s made safe to print on one line of an operator's
-// terminal: valid UTF-8, tabs turned into spaces, every other control
-// character (C0 including ESC and NUL, DEL, C1 including CSI U+009B) and
-// line break replaced by U+FFFD, surrounding space trimmed. It is the one
-// sanitizer for operator-facing output ("quarantine list", result lines
-// of thaw and delete, Entry.WriteTo): envelope senders, subjects and MTA
-// output are client data that could otherwise drive the terminal
-// (terminal escape injection). It is safe for concurrent use.
-func CleanLine(s string) string { return cleanLine(s) }
+// terminal (termsafe.Line): valid UTF-8, tabs turned into spaces, every
+// other control character (C0 including ESC and NUL, DEL, C1 including
+// CSI U+009B), bidirectional control (U+202A-U+202E, U+2066-U+2069, ...)
+// and line break replaced by U+FFFD, surrounding space trimmed. Envelope
+// senders, subjects and MTA output are client data that could otherwise
+// drive the terminal. It is safe for concurrent use.
+func CleanLine(s string) string { return termsafe.Line(s) }
 
 // CleanText is CleanLine for multi-line text (a message preview, the
-// output of postcat): it keeps newlines and tabs, drops carriage returns
-// and replaces every other control character by U+FFFD, and does not trim.
-func CleanText(s string) string { return clean(s, true) }
+// output of postcat): termsafe.Text keeps newlines and tabs, drops
+// carriage returns and replaces every other unsafe rune by U+FFFD.
+func CleanText(s string) string { return termsafe.Text(s) }
 
-// cleanLine makes s safe to print on one line: valid UTF-8, tabs turned
-// into spaces, other control characters (C0, DEL, C1, including ESC) and
-// line breaks replaced by U+FFFD, surrounding space trimmed.
-func cleanLine(s string) string {
-	return strings.TrimSpace(clean(s, false))
-}
-
-// clean is cleanLine without trimming; with multiline it keeps '\n' and
-// tabs and drops '\r'.
-func clean(s string, multiline bool) string {
-	ok := utf8.ValidString(s)
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		switch {
-		case r == '\n' && multiline:
-			b.WriteRune(r)
-		case r == '\t' && multiline:
-			b.WriteRune(r)
-		case r == '\t':
-			b.WriteByte(' ')
-		case r == '\r' && multiline:
-		case unicode.IsControl(r):
-			b.WriteRune('\uFFFD')
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+// cleanLine is CleanLine.
+func cleanLine(s string) string { return termsafe.Line(s) }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
 func truncate(s string, n int) string {
@@ -169,4 +131,13 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// clean is termsafe.Text with multiline, termsafe.Line without trimming
+// otherwise.
+func clean(s string, multiline bool) string {
+	if multiline {
+		return termsafe.Text(s)
+	}
+	return termsafe.Line(s)
 }

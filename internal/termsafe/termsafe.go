@@ -1,0 +1,90 @@
+// Package termsafe makes client-supplied text safe to show an operator:
+// the one sanitiser for every operator-facing output (CLI tables and
+// text, suggest, echoed arguments, log fields shown by status, the
+// console's plain-text views).
+//
+// Keys, envelope senders, subjects and MTA output are attacker-chosen. In a
+// terminal a C0 or C1 control starts an escape sequence (ECMA-48: ESC,
+// CSI U+009B, OSC ... BEL) that can retitle the window, clear the screen
+// or answer with keystrokes; the Unicode bidirectional controls (Unicode
+// Standard Annex #9: U+202A-U+202E, U+2066-U+2069, U+200E, U+200F, U+061C)
+// reorder what is shown, so "exe.txt" can read as "txt.exe" ("Trojan
+// Source", CVE-2021-42574). termsafe replaces each of them, and each
+// invalid UTF-8 sequence, with U+FFFD, so the operator sees that something
+// was there. JSON output must not use it: JSON escapes, it does not strip.
+package termsafe
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Replacement is what every unsafe rune becomes.
+const Replacement = '\uFFFD'
+
+// Unsafe reports whether r must not reach a terminal as it is: a C0 or C1
+// control or DEL (unicode.IsControl), a bidirectional formatting control,
+// or a line or paragraph separator (U+2028, U+2029).
+func Unsafe(r rune) bool {
+	switch {
+	case unicode.IsControl(r):
+		return true
+	case r >= '\u202A' && r <= '\u202E', r >= '\u2066' && r <= '\u2069',
+		r == '\u200E', r == '\u200F', r == '\u061C', r == '\u2028', r == '\u2029':
+		return true
+	}
+	return false
+}
+
+// Line returns s made safe for one line of output: valid UTF-8, tabs as
+// spaces, every other unsafe rune (Unsafe, including CR and LF) replaced
+// by U+FFFD, surrounding space trimmed. It is safe for concurrent use and
+// allocates only when s needs a change.
+func Line(s string) string {
+	return strings.TrimSpace(clean(s, false))
+}
+
+// Text is Line for multi-line text (a message preview, postcat's output):
+// it keeps newlines and tabs, drops carriage returns, replaces every other
+// unsafe rune by U+FFFD, and does not trim.
+func Text(s string) string { return clean(s, true) }
+
+func clean(s string, multiline bool) string {
+	if safe(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range strings.ToValidUTF8(s, string(Replacement)) {
+		switch {
+		case (r == '\n' || r == '\t') && multiline:
+			b.WriteRune(r)
+		case r == '\t':
+			b.WriteByte(' ')
+		case r == '\r' && multiline:
+		case Unsafe(r):
+			b.WriteRune(Replacement)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// safe reports whether s is valid UTF-8 with no unsafe rune.
+func safe(s string) bool {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 || Unsafe(r) {
+			return false
+		}
+		i += n
+	}
+	return true
+}

@@ -1,0 +1,56 @@
+package termsafe
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestLine(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"alice@example.org", "alice@example.org"},
+		{"\x1b]0;owned\x07evil", "\uFFFD]0;owned\uFFFDevil"},
+		{"\x1b[2Jx\x9b6n", "\uFFFD[2Jx\uFFFD6n"},
+		{"a\u0080b\u009bc", "a\uFFFDb\uFFFDc"},
+		{"invoice\u202Efdp.exe", "invoice\uFFFDfdp.exe"},
+		{"\u2066x\u2069\u200e\u200f\u061c", "\uFFFDx\uFFFD\uFFFD\uFFFD\uFFFD"},
+		{"line1\r\nline2", "line1\uFFFD\uFFFDline2"},
+		{"bad\xffutf8", "bad\uFFFDutf8"},
+		{"\ttabbed\t", "tabbed"},
+		{"Bücher ✓", "Bücher ✓"},
+	} {
+		if got := Line(c.in); got != c.want {
+			t.Errorf("Line(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if got := Text("a\r\nb\tc\x1b[0m\u202e"); got != "a\nb\tc\uFFFD[0m\uFFFD" {
+		t.Errorf("Text = %q", got)
+	}
+}
+
+// FuzzTermsafe checks that no unsafe rune survives, that the output is
+// valid UTF-8, that cleaning is idempotent, and that nothing panics.
+func FuzzTermsafe(f *testing.F) {
+	for _, s := range []string{"", "plain", "\x1b]0;x\x07", "\u202e", "\xff\xfe", "a\r\nb", "\x9b6n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for name, fn := range map[string]func(string) string{"Line": Line, "Text": Text} {
+			out := fn(s)
+			if !utf8.ValidString(out) {
+				t.Fatalf("%s(%q) = %q: invalid UTF-8", name, s, out)
+			}
+			for _, r := range out {
+				if Unsafe(r) && !(name == "Text" && (r == '\n' || r == '\t')) {
+					t.Fatalf("%s(%q) = %q keeps %U", name, s, out, r)
+				}
+			}
+			if again := fn(out); again != out {
+				t.Fatalf("%s not idempotent: %q -> %q", name, out, again)
+			}
+			if name == "Line" && strings.ContainsAny(out, "\r\n") {
+				t.Fatalf("Line(%q) = %q has a line break", s, out)
+			}
+		}
+	})
+}
