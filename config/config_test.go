@@ -129,7 +129,7 @@ func TestShippedConfigs(t *testing.T) {
 
 // An empty or limit-less configuration would run the daemon with every
 // sender unlimited: it is refused unless it says so with
-// [policy] limits = "none" (issue 8, item 9).
+// [policy] limits = "none".
 func TestNoLimitsMustBeExplicit(t *testing.T) {
 	for name, text := range map[string]string{
 		"empty file":   "",

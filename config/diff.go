@@ -13,21 +13,14 @@ import (
 // quarantine, milter, notifications, rate store) take effect only when the
 // daemon is restarted, so the daemon logs them and shows them in
 // `ratelimitd status`. Both files must have been validated (defaults
-// filled). The result is sorted by table, then by field order; nil when
+// filled). The tables are restartTables, which the configuration reference
+// also uses. The result is sorted by table, then by field order; nil when
 // nothing differs.
 func RestartKeys(running, loaded *File) []string {
 	var keys []string
-	for _, t := range []struct {
-		table string
-		a, b  any
-	}{
-		{"server", running.Server, loaded.Server},
-		{"quarantine", running.Quarantine, loaded.Quarantine},
-		{"milter", running.Milter, loaded.Milter},
-		{"notify", running.Notify, loaded.Notify},
-		{"store", running.Store, loaded.Store},
-	} {
-		va, vb := reflect.ValueOf(t.a), reflect.ValueOf(t.b)
+	ra, rb := reflect.ValueOf(*running), reflect.ValueOf(*loaded)
+	for _, table := range restartTables {
+		va, vb := tableField(ra, table), tableField(rb, table)
 		for i := range va.NumField() {
 			f := va.Type().Field(i)
 			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
@@ -35,9 +28,19 @@ func RestartKeys(running, loaded *File) []string {
 				continue
 			}
 			if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
-				keys = append(keys, t.table+"."+name)
+				keys = append(keys, table+"."+name)
 			}
 		}
 	}
 	return keys
+}
+
+// tableField is the field of the File value f whose toml tag is table.
+func tableField(f reflect.Value, table string) reflect.Value {
+	for i := range f.NumField() {
+		if name, _, _ := strings.Cut(f.Type().Field(i).Tag.Get("toml"), ","); name == table {
+			return f.Field(i)
+		}
+	}
+	panic("config: no table " + table + " in File") // restartTables names File's fields
 }

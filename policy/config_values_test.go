@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// Issue 8 item 13: non-finite and out-of-range numbers parsed to
-// math.MinInt64 without an error.
+// Non-finite and out-of-range numbers of days or weeks are an error, not
+// a duration of math.MinInt64.
 func TestParseDurationRejectsNonFinite(t *testing.T) {
 	for _, s := range []string{"NaNd", "nand", "infd", "+Infd", "-Infw", "1e300d", "1e20w"} {
 		if d, err := ParseDuration(s); err == nil {

@@ -66,7 +66,7 @@ found with its TOML key (decoding errors with FILE:LINE:COLUMN) and exit 1.`,
 		},
 	}
 	check.Flags().BoolVar(&asJSON, "json", false, "print the result (limits, or errors) as a JSON object")
-	cmd.AddCommand(check)
+	cmd.AddCommand(check, newConfigReferenceCmd())
 	return cmd
 }
 
