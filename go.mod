@@ -3,6 +3,7 @@ module github.com/ratelimitd/ratelimitd
 go 1.26.8
 
 require (
+	al.essio.dev/pkg/shellescape v1.6.0
 	github.com/BurntSushi/toml v1.6.0
 	github.com/emersion/go-message v0.18.2
 	github.com/emersion/go-milter v0.5.0

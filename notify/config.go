@@ -115,9 +115,9 @@ by:     {{.}}{{end}}
 
 {{.}}{{end}}
 {{if eq .Kind "limit_refused"}}
-Review:  ratelimitd rate show '{{.Key}}'
-         ratelimitd quarantine list --key '{{.Key}}'
-Forgive: ratelimitd rate reset '{{.Key}}'
+Review:  ratelimitd rate show {{.KeyArg}}
+         ratelimitd quarantine list --key {{.KeyArg}}
+Forgive: ratelimitd rate reset {{.KeyArg}}
 {{end}}`
 	DefaultSenderSubject = `Your outgoing mail is being limited`
 	DefaultSenderBody    = `Your account ({{.Key}}) sent {{.RateText}} messages per {{.PeriodText}}; the limit is {{.MaxText}}.
@@ -225,7 +225,7 @@ func (c *Config) Validate() []error {
 }
 
 func parseTemplate(name, text string) (*template.Template, error) {
-	t, err := template.New(name).Option("missingkey=error").Parse(text)
+	t, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{"shellquote": ShellQuote}).Parse(text)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"fmt"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"math"
 	"strconv"
 	"time"
@@ -71,6 +72,32 @@ type Event struct {
 	By string `json:"by,omitempty"`
 	// Detail is free text (e.g. the client text of the refusal).
 	Detail string `json:"detail,omitempty"`
+
+	// rawKey is Key before forMail cleaned it, for KeyArg.
+	rawKey *string
+}
+
+// KeyArg is Key as one argument of a shell command line (ShellQuote),
+// for the command lines a mail suggests: {{.KeyArg}}. It quotes the key as
+// the daemon knows it, even in a mail whose Key field was cleaned.
+func (e Event) KeyArg() string {
+	if e.rawKey != nil {
+		return ShellQuote(*e.rawKey)
+	}
+	return ShellQuote(e.Key)
+}
+
+// forMail returns e with every text field made safe for one line of a mail
+// (termsafe.Line: control and bidirectional characters become U+FFFD), so
+// that client data cannot add lines or headers; KeyArg still quotes the
+// original key.
+func (e Event) forMail() Event {
+	raw := e.Key
+	e.rawKey = &raw
+	for _, f := range []*string{&e.Key, &e.Limit, &e.Action, &e.Sender, &e.Client, &e.By, &e.Detail} {
+		*f = termsafe.Line(*f)
+	}
+	return e
 }
 
 // PeriodText is Period as operators write it ("1h", "24h", "7d"), or "".

@@ -12,6 +12,7 @@ import (
 	"github.com/emersion/go-message/mail"
 	gosmtp "github.com/emersion/go-smtp"
 
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/mailout"
 )
 
@@ -19,8 +20,13 @@ import (
 // and a text/plain UTF-8 body from the templates (the subject's line breaks
 // become spaces), a Date, a Message-ID and an "Auto-Submitted:
 // auto-generated" header (RFC 3834) so that vacation responders stay quiet.
+// Control characters from the event's client data never reach the
+// message: the subject and body are cleaned by termsafe after the
+// templates ran (a CR in a key cannot add a line), and the default
+// templates quote command lines with {{.KeyArg}} (ShellQuote).
 func BuildMail(from string, to []string, subject, body *template.Template, e Event) ([]byte, error) {
 	var s, b bytes.Buffer
+	e = e.forMail()
 	if err := subject.Execute(&s, e); err != nil {
 		return nil, fmt.Errorf("subject template: %w", err)
 	}
@@ -29,7 +35,7 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 	}
 	var h mail.Header
 	h.SetDate(e.Time)
-	h.SetSubject(strings.Join(strings.Fields(s.String()), " "))
+	h.SetSubject(termsafe.Line(strings.Join(strings.Fields(s.String()), " ")))
 	fa, err := mail.ParseAddress(from)
 	if err != nil {
 		fa = &mail.Address{Address: from}
@@ -51,7 +57,10 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 	if err != nil {
 		return nil, err
 	}
-	if _, err := w.Write(bytes.ReplaceAll(b.Bytes(), []byte("\n"), []byte("\r\n"))); err != nil {
+	// Client data (a key, a sender) may carry CR, LF or terminal
+	// controls: the body keeps only the template's own line breaks.
+	text := termsafe.Text(b.String())
+	if _, err := w.Write([]byte(strings.ReplaceAll(text, "\n", "\r\n"))); err != nil {
 		return nil, err
 	}
 	if err := w.Close(); err != nil {

@@ -365,7 +365,7 @@ func TestMailToPostmasterAndSender(t *testing.T) {
 	}
 	body := string(pm.Body())
 	for _, want := range []string{"alice is over limit hourly: 201 per 1h (limit 200), action defer", "key:    alice",
-		"client: 192.0.2.7", "rate:   201 per 1h (limit 200)", "ratelimitd rate reset 'alice'"} {
+		"client: 192.0.2.7", "rate:   201 per 1h (limit 200)", "ratelimitd rate reset alice"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("postmaster body lacks %q:\n%s", want, body)
 		}
