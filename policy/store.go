@@ -72,8 +72,9 @@ type StackResult struct {
 //
 //	admitted = !refused && no item is both Over and Refuses
 //
-// (refused: an earlier request of the same message was already refused,
-// so leaky limits are not charged), stores Params.Next(result, admitted)
+// (the stack rule, ratelimit.StackAdmits; refused: an earlier request of
+// the same message was already refused, so leaky limits are not
+// charged), stores Params.Next(result, admitted)
 // for every item with Count, and writes out[i] for items[i]; len(out) must
 // be len(items). An item that fails alone gets out[i].Err. It returns an
 // error only when it could decide nothing (the engine then fails open).
@@ -109,10 +110,7 @@ type stackUpdate struct {
 }
 
 func (u *stackUpdate) apply(old ratelimit.State) (ratelimit.State, bool) {
-	if old == u.prev {
-		return u.next, true
-	}
-	return u.rl.Next(u.rl.Check(old, u.now, u.cost), u.admitted)
+	return u.rl.Reapply(old, u.prev, u.next, u.now, u.cost, u.admitted)
 }
 
 // evaluateStack is EvaluateStack with the caller's stackUpdate.
@@ -120,7 +118,6 @@ func evaluateStack(ctx context.Context, st Store, now time.Time, items []StackIt
 	if u.fn == nil {
 		u.fn = u.apply
 	}
-	admitted := !refused
 	failed := 0
 	for i := range items {
 		it := &items[i]
@@ -131,13 +128,13 @@ func evaluateStack(ctx context.Context, st Store, now time.Time, items []StackIt
 			continue
 		}
 		out[i] = StackResult{Prev: prev, Result: it.Params.Check(prev, now, it.Cost)}
-		if out[i].Result.Over && it.Refuses {
-			admitted = false
-		}
 	}
 	if failed == len(items) && failed > 0 {
 		return out[0].Err
 	}
+	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
+		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
+	})
 	for i := range items {
 		it := &items[i]
 		if !it.Count || out[i].Err != nil {

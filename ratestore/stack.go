@@ -67,7 +67,6 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	// Measure every item (Get), remembering where its entry is.
 	var idxs [stackMax]uint32
 	var found [stackMax]bool
-	admitted := !refused
 	for i := range items {
 		it := &items[i]
 		var prev ratelimit.State
@@ -81,10 +80,10 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 			}
 		}
 		out[i] = policy.StackResult{Prev: prev, Result: it.Params.Check(prev, now, it.Cost)}
-		if out[i].Result.Over && it.Refuses {
-			admitted = false
-		}
 	}
+	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
+		return out[i].Result.Over && items[i].Refuses
+	})
 	// Store the counted items' new states (Update). An entry found above
 	// is used where it is until a new key has been stored (which may
 	// evict or move entries); after that it is looked up again.
@@ -103,10 +102,7 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		// twice), else the request re-applied to the current state.
 		prev := out[i].Prev
 		apply := func(old ratelimit.State) (ratelimit.State, bool) {
-			if old == prev {
-				return next, true
-			}
-			return it.Params.Next(it.Params.Check(old, now, it.Cost), admitted)
+			return it.Params.Reapply(old, prev, next, now, it.Cost, admitted)
 		}
 		if found[i] && !inserted {
 			m.applyAt(shards[i], idxs[i], apply)

@@ -379,7 +379,6 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	res := s.execSlots(ctx, reqs, "c", ts, tns)
-	admitted := !refused
 	for ri := range reqs {
 		if res[ri].err != nil {
 			return res[ri].err
@@ -388,11 +387,9 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 			return err
 		}
 	}
-	for i := range items {
-		if out[i].Err == nil && out[i].Result.Over && items[i].Refuses {
-			admitted = false
-		}
-	}
+	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
+		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
+	})
 	for ri := range reqs {
 		reqs[ri].flag = admitted
 	}

@@ -222,6 +222,7 @@ while pos <= last do
     local over
     over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
       measure(ALG[s], LIM[s], PER[s], MODE[s], cost, HL[s], ps, pns, pr)
+    -- The stack rule, ratelimit.StackAdmits (kept in step by storetest).
     if over and code % 4 >= 2 then admitted = false end
     specs[i], counts[i] = s, code % 2 == 1
     out[o + 2 * i - 1] = raw
