@@ -2,10 +2,12 @@ package quarantine
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,6 +22,21 @@ const DefaultPreviewBytes = 4096
 
 // maxPreviewHeaders bounds Preview.Header.
 const maxPreviewHeaders = 500
+
+// MaxMIMENesting is the deepest multipart nesting PreviewMessage descends
+// into: Postfix's mime_nesting_limit default (postconf(5)), beyond which
+// Postfix itself stops parsing a message. A deeper multipart part is
+// listed with an error and read as opaque bytes, so that the work stays
+// linear in the message size (each nesting level wraps the reader of the
+// one above it).
+const MaxMIMENesting = 100
+
+// maxPreviewParts bounds Preview.Parts; Preview.PartsOmitted says more
+// were there.
+const maxPreviewParts = 1000
+
+// errTooManyParts stops the walk at maxPreviewParts.
+var errTooManyParts = errors.New("too many parts")
 
 // HeaderField is one decoded header field.
 type HeaderField struct {
@@ -60,6 +77,9 @@ type Preview struct {
 	TextType string
 	// Truncated reports that the part has more text than Text.
 	Truncated bool
+	// PartsOmitted reports that the message has more than the 1,000
+	// parts Parts lists.
+	PartsOmitted bool
 }
 
 // PreviewMessage parses msg (an RFC 5322 message, CRLF or LF line ends)
@@ -72,6 +92,14 @@ type Preview struct {
 // MIME structure itself is broken, PreviewMessage returns what it read so
 // far together with an error; the Preview is never nil.
 func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
+	return PreviewMessageContext(context.Background(), msg, maxBytes)
+}
+
+// PreviewMessageContext is PreviewMessage that stops early, returning what
+// it read and ctx's error, when ctx ends (the operator who asked went
+// away). Multipart parts nested deeper than MaxMIMENesting are listed with
+// an error and not parsed; at most 1,000 parts are listed.
+func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultPreviewBytes
 	}
@@ -89,7 +117,14 @@ func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
 		return p, fmt.Errorf("quarantine: preview: %w", rootErr)
 	}
 	var plain, htm *capture
-	walkErr := ent.Walk(func(path []int, part *message.Entity, err error) error {
+	walkErr := walkParts(ent, func(path []int, part *message.Entity, err error) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if len(p.Parts) >= maxPreviewParts {
+			p.PartsOmitted = true
+			return errTooManyParts
+		}
 		pt := Part{Path: sectionPath(path, part), Depth: len(path)}
 		if len(path) == 0 {
 			err = rootErr
@@ -108,6 +143,9 @@ func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
 			pt.Filename = cleanLine(decodeWords(fn))
 		}
 		if part.MultipartReader() != nil {
+			if len(path) >= MaxMIMENesting {
+				pt.Err = fmt.Sprintf("nested deeper than %d levels (Postfix's mime_nesting_limit): not parsed", MaxMIMENesting)
+			}
 			p.Parts = append(p.Parts, pt)
 			return nil
 		}
@@ -144,10 +182,46 @@ func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
 		p.Text, p.Truncated = htm.text(maxBytes, true)
 		p.TextPath, p.TextType = htm.path, htm.typ
 	}
-	if walkErr != nil {
-		return p, fmt.Errorf("quarantine: preview: malformed MIME structure: %w", walkErr)
+	switch {
+	case walkErr == nil, errors.Is(walkErr, errTooManyParts):
+		return p, nil
+	case ctx.Err() != nil:
+		return p, fmt.Errorf("quarantine: preview: %w", walkErr)
 	}
-	return p, nil
+	return p, fmt.Errorf("quarantine: preview: malformed MIME structure: %w", walkErr)
+}
+
+// walkParts is go-message's Entity.Walk (depth first, 0-based paths,
+// unknown charsets and encodings passed to fn) that does not descend into
+// a multipart part at depth MaxMIMENesting: fn sees it, its children are
+// skipped with the rest of its body by the parent's reader.
+func walkParts(e *message.Entity, fn message.WalkFunc) error {
+	var readers []message.MultipartReader
+	var path []int
+	part := e
+	for {
+		var err error
+		if part == nil {
+			if len(readers) == 0 {
+				return nil
+			}
+			part, err = readers[len(readers)-1].NextPart()
+			if err == io.EOF {
+				readers, path = readers[:len(readers)-1], path[:len(path)-1]
+				continue
+			} else if err != nil && !message.IsUnknownEncoding(err) && !message.IsUnknownCharset(err) {
+				return err
+			}
+			path[len(path)-1]++
+		}
+		if err := fn(slices.Clone(path), part, err); err != nil {
+			return err
+		}
+		if mr := part.MultipartReader(); mr != nil && len(path) < MaxMIMENesting {
+			readers, path = append(readers, mr), append(path, -1)
+		}
+		part = nil
+	}
 }
 
 // sectionPath turns go-message's 0-based part path into an IMAP section
@@ -289,6 +363,9 @@ func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 			}
 			b.WriteByte('\n')
 		}
+	}
+	if p.PartsOmitted {
+		fmt.Fprintf(&b, "  (more than %d parts; the rest not listed)\n", maxPreviewParts)
 	}
 	if p.TextType != "" {
 		note := ""
