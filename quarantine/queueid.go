@@ -1,6 +1,9 @@
 package quarantine
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // Queue-ID syntax. A queue ID comes from the MTA through the policy
 // protocol or the milter, so any local user who can reach the policy port
@@ -106,4 +109,22 @@ func eximID(id string) bool {
 
 func isAlnum(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
+}
+
+// QueuedMessage is one message in the MTA's queue as the MTA lists it
+// (Postfix: one JSON object of postqueue -j, postqueue(1)): what the life
+// cycle needs to find the queue ID of a message held before the MTA had
+// one.
+type QueuedMessage struct {
+	// Queue is the queue the message is in: "hold", "incoming",
+	// "active", "deferred" or "maildrop" (Postfix).
+	Queue string
+	// QueueID is the MTA's queue ID, not yet checked with ValidQueueID.
+	QueueID string
+	// Arrival is when the message entered the queue, to the second.
+	Arrival time.Time
+	// Sender is the envelope sender ("" for the null sender).
+	Sender string
+	// Recipients are the envelope recipients still queued.
+	Recipients []string
 }

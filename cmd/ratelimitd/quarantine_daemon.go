@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta/milter"
+	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -24,17 +25,14 @@ import (
 func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
 	opts := lifecycle.Options{
-		ReleaseCommands:  c.ReleaseCommand,
-		DeleteCommand:    c.DeleteCommand,
-		ShowCommand:      c.ShowCommand,
-		QueueListCommand: *c.QueueListCommand,
-		ExpireCommands:   c.ExpireCommand,
-		Reinjector:       &mailout.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
-		MaxAge:           time.Duration(*c.MaxAge),
-		ExpireAction:     lifecycle.ExpireAction(c.ExpireAction),
-		AlertEvery:       c.AlertEvery,
-		Logger:           log,
-		Events:           events,
+		Queue: &postfix.Queue{ReleaseCommands: c.ReleaseCommand, ExpireCommands: c.ExpireCommand,
+			DeleteCommand: c.DeleteCommand, ShowCommand: c.ShowCommand, ListCommand: *c.QueueListCommand},
+		Reinjector:   &mailout.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
+		MaxAge:       time.Duration(*c.MaxAge),
+		ExpireAction: lifecycle.ExpireAction(c.ExpireAction),
+		AlertEvery:   c.AlertEvery,
+		Logger:       log,
+		Events:       events,
 	}
 	if eng != nil {
 		opts.Rates = eng

@@ -61,4 +61,17 @@
 //
 // Every reply is a single line of valid UTF-8 without control characters,
 // at most MaxReplyLen bytes long, whatever the Decision contains.
+//
+// # Front-end contract
+//
+// The Server asks an mta.Decider for every verdict, reports to a Metrics
+// that extends mta.Metrics, and logs decisions with mta.LogDecision, like
+// the milter front end.
+//
+// # Queue commands
+//
+// Queue runs Postfix's queue commands on mail the quarantine holds
+// (postsuper -H, -f and -d, postqueue -i and -j, postcat -q); it
+// implements quarantine/lifecycle's Queue, and runs Exim's commands when
+// configured with them.
 package postfix

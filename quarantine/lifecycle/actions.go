@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -65,7 +64,7 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 // List returns the entries f selects (quarantine.Store.List).
 func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) { return s.q.List(f) }
 
-// Thaw releases the selected entries: held mail with ReleaseCommands
+// Thaw releases the selected entries: held mail with Queue.Release
 // (postsuper -H, postqueue -i), frozen mail by SMTP re-injection with its
 // original envelope and an X-Ratelimitd-Thawed header. Each entry is
 // claimed first, so a concurrent Thaw (or automatic release) of the same
@@ -118,7 +117,7 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 	return out
 }
 
-// release claims e, releases it (held: ReleaseCommands; frozen:
+// release claims e, releases it (held: Queue.Release; frozen:
 // re-injection) and marks it thawed; kind is the event to report
 // (Thawed, or Released for automatic release). It returns a note for a
 // success with a warning.
@@ -132,7 +131,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 	switch e.State {
 	case quarantine.Held:
 		var warn error
-		if warn, err = s.runSequence(ctx, "release", s.opts.ReleaseCommands, e.QueueID); err == nil && warn != nil {
+		if warn, err = s.releaseHeld(ctx, "release", s.queue.Release, e.QueueID); err == nil && warn != nil {
 			note = "released, but: " + warn.Error()
 		}
 	case quarantine.Frozen:
@@ -191,7 +190,7 @@ func headerSafe(s string) string {
 }
 
 // Delete deletes the selected entries: held mail from the MTA too
-// (DeleteCommand, postsuper -d), frozen mail from the store. Each entry
+// (Queue.Delete, postsuper -d), frozen mail from the store. Each entry
 // is claimed first (see Thaw). A held entry without a queue ID names
 // nothing the MTA could delete: the operator's delete forgets the record
 // and says so in the Outcome's Note.
@@ -210,7 +209,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		if e.State == quarantine.Held {
 			if e.QueueID == "" {
 				note = "no queue ID was recorded: the MTA's queue was not touched"
-			} else if _, err := s.runCommand(ctx, s.opts.DeleteCommand, e.QueueID); err != nil {
+			} else if err := s.deleteHeld(ctx, e.QueueID); err != nil {
 				s.fail("delete", err)
 				s.q.Unclaim(e.ID, s.token, quarantine.CleanLine(err.Error()))
 				return "", err
@@ -228,7 +227,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 }
 
 // Show returns the entry and the message preview: ours for frozen mail
-// (quarantine.Preview; the stored bytes with raw), the MTA's (ShowCommand,
+// (quarantine.Preview; the stored bytes with raw), the MTA's (Queue.Show,
 // postcat -q) for held mail. The caller cleans MTA output before
 // printing it (quarantine.CleanText). Errors: quarantine.ErrNotFound, or
 // the reason the content is unavailable (with the entry).
@@ -253,7 +252,7 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 				s.q.Unclaim(id, s.token, "")
 			}
 		}
-		body, err = s.runCommand(ctx, s.opts.ShowCommand, e.QueueID)
+		body, err = s.showHeld(ctx, e.QueueID)
 	}
 	return e, body, err
 }
@@ -276,55 +275,4 @@ func (s *Service) Resume(key, by string) (bool, error) {
 		s.log.Info("automatic release resumed", "key", key, "by", by)
 	}
 	return ok, err
-}
-
-// runSequence runs cmds in order for queueID: the first decides success
-// (its error is returned as err), the failures of later ones are joined
-// in warn (logged and counted as "schedule").
-func (s *Service) runSequence(ctx context.Context, op string, cmds [][]string, queueID string) (warn, err error) {
-	if len(cmds) == 0 {
-		return nil, fmt.Errorf("lifecycle: no %s command configured", op)
-	}
-	if _, err := s.runCommand(ctx, cmds[0], queueID); err != nil {
-		s.fail(op, err)
-		return nil, err
-	}
-	var warns []error
-	for _, c := range cmds[1:] {
-		if _, err := s.runCommand(ctx, c, queueID); err != nil {
-			s.fail("schedule", err)
-			s.log.Warn("a follow-up command failed; the message was released and waits for the MTA's next queue run",
-				"queue_id", queueID, "err", err)
-			warns = append(warns, err)
-		}
-	}
-	return errors.Join(warns...), nil
-}
-
-// runCommand runs one command template with {queue_id} replaced, without a
-// shell, and returns its combined output. A queue ID that is not valid is
-// never substituted.
-func (s *Service) runCommand(ctx context.Context, tmpl []string, queueID string) ([]byte, error) {
-	if queueID == "" {
-		return nil, errNoQueueID
-	}
-	if !quarantine.ValidQueueID(queueID) {
-		// Recorded before queue IDs were checked: never pass it on.
-		return nil, fmt.Errorf("lifecycle: refusing to run a command with %q: not a Postfix or Exim queue ID",
-			quarantine.CleanLine(policy.SanitizeText(queueID, 64)))
-	}
-	if len(tmpl) == 0 {
-		return nil, errors.New("lifecycle: empty command")
-	}
-	args := make([]string, len(tmpl))
-	for i, a := range tmpl {
-		args[i] = strings.ReplaceAll(a, "{queue_id}", queueID)
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CommandTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return out, fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return out, nil
 }

@@ -114,7 +114,7 @@ func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Ti
 	switch e.State {
 	case quarantine.Held:
 		var warn error
-		warn, err = s.runSequence(ctx, "expire", s.opts.ExpireCommands, e.QueueID)
+		warn, err = s.releaseHeld(ctx, "expire", s.queue.Expire, e.QueueID)
 		if err == nil && warn != nil {
 			detail += " (" + warn.Error() + ")"
 		}

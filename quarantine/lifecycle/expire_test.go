@@ -12,6 +12,7 @@ import (
 	"github.com/emersion/go-smtp"
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -42,7 +43,7 @@ func TestExpireBounceAndKeep(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	clk := &clock{t0}
 	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr()), Now: clk.now, MaxAge: 24 * time.Hour,
-		ExpireCommands: [][]string{{"true", "{queue_id}"}}, ReportingMTA: "mx.example.org"})
+		Queue: &postfix.Queue{ExpireCommands: [][]string{{"true", "{queue_id}"}}}, ReportingMTA: "mx.example.org"})
 	frozen := e.freeze(t, "alice@example.org", 1)[0]
 	null := e.freeze(t, "", 1)[0]
 	heldOK := e.hold(t, "4F2A12345")
@@ -135,7 +136,7 @@ func checkDSN(t *testing.T, data []byte) {
 func TestExpireKeep(t *testing.T) {
 	clk := &clock{t0}
 	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, ExpireAction: ExpireKeep,
-		ExpireCommands: [][]string{{"true", "{queue_id}"}}})
+		Queue: &postfix.Queue{ExpireCommands: [][]string{{"true", "{queue_id}"}}}})
 	f := e.freeze(t, "alice@example.org", 1)[0]
 	h := e.hold(t, "4F2A12345")
 	clk.t = t0.Add(2 * time.Hour)
@@ -153,7 +154,7 @@ func TestExpireKeep(t *testing.T) {
 // be in the queue: the record stays.
 func TestExpireHeldCommandFails(t *testing.T) {
 	clk := &clock{t0}
-	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, ExpireCommands: [][]string{{"false", "{queue_id}"}}})
+	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, Queue: &postfix.Queue{ExpireCommands: [][]string{{"false", "{queue_id}"}}}})
 	h := e.hold(t, "4F2A12345")
 	clk.t = t0.Add(2 * time.Hour)
 	if r := e.svc.Expire(context.Background(), clk.t); r.Kept != 1 {

@@ -1,14 +1,9 @@
 package lifecycle
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -33,50 +28,38 @@ const (
 	queueWindowAfter  = 30 * time.Minute
 )
 
-// queuedMessage is the part of a postqueue -j object we use.
-type queuedMessage struct {
-	QueueName   string `json:"queue_name"`
-	QueueID     string `json:"queue_id"`
-	ArrivalTime int64  `json:"arrival_time"`
-	Sender      string `json:"sender"`
-	Recipients  []struct {
-		Address string `json:"address"`
-	} `json:"recipients"`
-}
-
 // findQueueID links held entry e to its message in the MTA's hold queue
-// when it has no queue ID, and returns the entry as stored. Without a
-// QueueListCommand, or when no queued message matches, e is returned
-// unchanged (the caller then reports errNoQueueID). A message matches when
+// when it has no queue ID, and returns the entry as stored. When the
+// Queue lists nothing (it cannot list), or no queued message matches, e
+// is returned unchanged (the caller then reports errNoQueueID). A message matches when
 // it is in the hold queue, has e's sender and every one of e's recipients,
 // arrived within the window around e.Created, and no other pending entry
 // names it (quarantine.Store.LinkQueueID refuses that); the closest
 // arrival wins.
 func (s *Service) findQueueID(ctx context.Context, e quarantine.Entry) quarantine.Entry {
-	if e.State != quarantine.Held || e.QueueID != "" || len(s.opts.QueueListCommand) == 0 {
+	if e.State != quarantine.Held || e.QueueID != "" {
 		return e
 	}
-	msgs, err := s.listQueue(ctx)
+	msgs, err := s.queue.List(ctx)
 	if err != nil {
 		s.fail("queue_list", err)
 		s.log.Error("listing the MTA's queue to find a held message failed", "id", e.ID, "err", err)
 		return e
 	}
-	var cands []*queuedMessage
+	var cands []*quarantine.QueuedMessage
 	for i := range msgs {
 		m := &msgs[i]
-		if m.QueueName != "hold" || !quarantine.ValidQueueID(m.QueueID) || !strings.EqualFold(m.Sender, e.Sender) ||
+		if m.Queue != "hold" || !quarantine.ValidQueueID(m.QueueID) || !strings.EqualFold(m.Sender, e.Sender) ||
 			!hasRecipients(m, e.Recipients) {
 			continue
 		}
-		arrived := time.Unix(m.ArrivalTime, 0)
-		if arrived.Before(e.Created.Add(-queueWindowBefore)) || arrived.After(e.Created.Add(queueWindowAfter)) {
+		if arrived := m.Arrival; arrived.Before(e.Created.Add(-queueWindowBefore)) || arrived.After(e.Created.Add(queueWindowAfter)) {
 			continue
 		}
 		cands = append(cands, m)
 	}
-	dist := func(m *queuedMessage) time.Duration { return time.Unix(m.ArrivalTime, 0).Sub(e.Created).Abs() }
-	slices.SortStableFunc(cands, func(a, b *queuedMessage) int { return cmp.Compare(dist(a), dist(b)) })
+	dist := func(m *quarantine.QueuedMessage) time.Duration { return m.Arrival.Sub(e.Created).Abs() }
+	slices.SortStableFunc(cands, func(a, b *quarantine.QueuedMessage) int { return cmp.Compare(dist(a), dist(b)) })
 	// The closest match may already belong to another entry (two held
 	// messages of one envelope): LinkQueueID refuses it, try the next.
 	for _, m := range cands {
@@ -95,11 +78,11 @@ func (s *Service) findQueueID(ctx context.Context, e quarantine.Entry) quarantin
 	return e
 }
 
-func hasRecipients(m *queuedMessage, want []string) bool {
+func hasRecipients(m *quarantine.QueuedMessage, want []string) bool {
 	for _, w := range want {
 		found := false
 		for _, r := range m.Recipients {
-			if strings.EqualFold(r.Address, w) {
+			if strings.EqualFold(r, w) {
 				found = true
 				break
 			}
@@ -109,26 +92,4 @@ func hasRecipients(m *queuedMessage, want []string) bool {
 		}
 	}
 	return true
-}
-
-// listQueue runs QueueListCommand and parses its JSON lines; lines that do
-// not parse are skipped.
-func (s *Service) listQueue(ctx context.Context) ([]queuedMessage, error) {
-	args := s.opts.QueueListCommand
-	ctx, cancel := context.WithTimeout(ctx, s.opts.CommandTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", strings.Join(args, " "), err)
-	}
-	var msgs []queuedMessage
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		var m queuedMessage
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
-			msgs = append(msgs, m)
-		}
-	}
-	return msgs, sc.Err()
 }

@@ -1,29 +1,3 @@
-// Package lifecycle is the quarantine's life cycle: it records the
-// messages ratelimitd holds (Postfix HOLD through policy delegation or the
-// milter's SMFIR_QUARANTINE) and freezes (the milter), releases them
-// ("thaw": postsuper -H then postqueue -i for held mail, SMTP re-injection
-// for frozen mail), deletes them, expires them after max_age (a RFC 3464
-// delivery status notification to the envelope sender, or keeping them),
-// and releases them automatically, oldest first at the limit's own rate,
-// once their key is back under its limit ("drip").
-//
-// Every action on an entry is exactly-once: the entry is claimed
-// (quarantine.Store.Claim, committed before anything else happens), the
-// action run, and the outcome recorded, so two concurrent thaws of one
-// message re-inject it once, and a crash in between repeats an action only
-// where repeating is harmless (postsuper -H of a released message).
-//
-// Queue IDs come from the MTA through the policy protocol, where any local
-// user who can reach the policy port can write one, so a queue ID is
-// checked against the MTAs' syntax (quarantine.ValidQueueID) before it is
-// stored or put, as one argv element, into a command; commands never run
-// through a shell. postsuper, postqueue, postcat and exim take the queue
-// ID as an option's argument, where "--" does not apply; a valid ID never
-// starts with '-', so it cannot be read as an option.
-//
-// The Service reports what it does to an Events implementation (a
-// notification component); the default does nothing. cmd/ratelimitd
-// wires a Service to the daemon's store, engine, admin API and milter.
 package lifecycle
 
 import (
@@ -50,7 +24,7 @@ const (
 	// ExpireBounce returns the message to its envelope sender: frozen
 	// mail with a DSN (RFC 3464) built here and sent from the null sender
 	// through the re-injection listener, held mail with
-	// Options.ExpireCommands (Postfix: postsuper -f, which makes Postfix
+	// Queue.Expire (Postfix: postsuper -f, which makes Postfix
 	// return it with its own DSN). Mail from the null sender gets no DSN
 	// (it is deleted, and logged).
 	ExpireBounce ExpireAction = "bounce"
@@ -73,28 +47,13 @@ type Rates interface {
 	Limits() []policy.LimitInfo
 }
 
-// Options configure a Service. Commands are argument vectors run without
-// a shell; "{queue_id}" in an element is replaced by the entry's queue ID,
-// which is always a valid one (quarantine.ValidQueueID).
+// Options configure a Service.
 type Options struct {
-	// ReleaseCommands release a held message, in order; the first one
-	// decides success (Postfix: postsuper -H), later ones only help
-	// (postqueue -i schedules delivery now instead of within
-	// queue_run_delay) and their failure is logged and counted.
-	ReleaseCommands [][]string
-	// DeleteCommand deletes a held message (postsuper -d).
-	DeleteCommand []string
-	// ShowCommand prints a held message (postcat -q).
-	ShowCommand []string
-	// QueueListCommand lists the MTA's queue as JSON lines (Postfix:
-	// postqueue -j); it finds the queue ID of a message held at its first
-	// RCPT, before Postfix had one. Empty disables the search.
-	QueueListCommand []string
-	// ExpireCommands return a held message past MaxAge to its sender
-	// (postsuper -f, then postqueue -i); the first decides success.
-	ExpireCommands [][]string
-	// CommandTimeout bounds each command; zero means 30 s.
-	CommandTimeout time.Duration
+	// Queue acts on held mail in the MTA's queue: release, return to the
+	// sender on expiry, delete, show, and list to find a queue ID
+	// (postfix.Queue runs Postfix's or Exim's commands). Nil means none:
+	// every action on held mail fails.
+	Queue Queue
 
 	// Reinjector sends thawed frozen mail and DSNs; nil disables both
 	// (thaws of frozen mail fail).
@@ -132,6 +91,7 @@ type Options struct {
 // concurrent use. The zero value is not usable; call New.
 type Service struct {
 	q     *quarantine.Store
+	queue Queue
 	opts  Options
 	log   *slog.Logger
 	ev    Events
@@ -168,13 +128,13 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	default:
 		return nil, fmt.Errorf("lifecycle: unknown expire action %q (bounce or keep)", opts.ExpireAction)
 	}
-	if opts.CommandTimeout <= 0 {
-		opts.CommandTimeout = 30 * time.Second
-	}
 	tok := make([]byte, 8)
 	rand.Read(tok)
 	s := &Service{q: q, opts: opts, log: opts.Logger, ev: opts.Events, now: opts.Now, token: hex.EncodeToString(tok),
 		drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{}, lastDrip: map[string]time.Time{}, m: newMetrics()}
+	if s.queue = opts.Queue; s.queue == nil {
+		s.queue = noQueue{}
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

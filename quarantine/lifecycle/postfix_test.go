@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -65,7 +66,7 @@ func TestThawHeldSchedulesDelivery(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	pf := startHoldingPostfix(t, sink)
 	ids := sendHeld(t, pf, "alice", 1)
-	e := newEnv(t, Options{ReleaseCommands: postfixCommands(pf)})
+	e := newEnv(t, Options{Queue: &postfix.Queue{ReleaseCommands: postfixCommands(pf)}})
 	id, err := e.svc.Hold(context.Background(), &policy.Request{Sender: "alice@example.org", QueueID: ids[0]},
 		[]string{"rcpt@example.net"}, policy.Decision{Limit: "tenhold", Key: "alice"})
 	if err != nil {
@@ -91,8 +92,8 @@ func TestExpireHeldReturnsToSender(t *testing.T) {
 	pf := startHoldingPostfix(t, sink)
 	ids := sendHeld(t, pf, "alice", 1)
 	clk := &clock{t0}
-	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, ExpireCommands: [][]string{
-		{"postsuper", "-c", pf.ConfigDir(), "-f", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}})
+	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, Queue: &postfix.Queue{ExpireCommands: [][]string{
+		{"postsuper", "-c", pf.ConfigDir(), "-f", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}}})
 	e.hold(t, ids[0])
 	clk.t = t0.Add(2 * time.Hour)
 	if r := e.svc.Expire(context.Background(), clk.t); r.Bounced != 1 || r.Kept != 0 {

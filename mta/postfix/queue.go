@@ -1,0 +1,174 @@
+package postfix
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// DefaultCommandTimeout bounds each queue command of a Queue whose Timeout
+// is zero.
+const DefaultCommandTimeout = 30 * time.Second
+
+// Queue runs the MTA's queue commands on held mail for the quarantine life
+// cycle (it implements quarantine/lifecycle's Queue). Each command is an
+// argument vector run without a shell; "{queue_id}" in an element is
+// replaced by the message's queue ID, which must be valid
+// (quarantine.ValidQueueID: it never starts with '-', so it cannot be read
+// as an option; postsuper, postqueue, postcat and exim take it as an
+// option's argument, where "--" does not apply). A queue ID that is not
+// valid is refused, never substituted.
+//
+// The daemon configures Postfix's commands (postsuper(1), postqueue(1),
+// postcat(1)): release postsuper -H then postqueue -i, expire postsuper -f
+// then postqueue -i, delete postsuper -d, show postcat -q, list
+// postqueue -j (Postfix 3.1 and later). Exim is configured with its own
+// commands in the same fields (exim -Mt to thaw, exim -Mrm to remove,
+// exim -Mvc to show; the Exim specification, chapter "The Exim command
+// line") and no ListCommand: Exim has no JSON queue listing, and its ACLs
+// pass the message ID with every request that has one.
+//
+// The zero value has no commands: every action fails and List lists
+// nothing. Fields must not change once the Queue is in use; its methods
+// are safe for concurrent use.
+type Queue struct {
+	// ReleaseCommands release a held message, in order; the first one
+	// decides success (Postfix: postsuper -H), later ones only help
+	// (postqueue -i schedules delivery now instead of within
+	// queue_run_delay) and their failures are returned as warnings.
+	ReleaseCommands [][]string
+	// ExpireCommands return a held message to its sender (postsuper -f,
+	// then postqueue -i); the first decides success.
+	ExpireCommands [][]string
+	// DeleteCommand deletes a held message (postsuper -d).
+	DeleteCommand []string
+	// ShowCommand prints a held message (postcat -q).
+	ShowCommand []string
+	// ListCommand lists the queue as JSON lines, one object per message
+	// (postqueue -j). Empty: List lists nothing.
+	ListCommand []string
+	// Timeout bounds each command; zero means DefaultCommandTimeout.
+	Timeout time.Duration
+}
+
+// Release runs ReleaseCommands for queueID: the first command's failure is
+// err, the later ones' failures are the warnings.
+func (q *Queue) Release(ctx context.Context, queueID string) (warnings []error, err error) {
+	return q.sequence(ctx, "release", q.ReleaseCommands, queueID)
+}
+
+// Expire runs ExpireCommands for queueID, like Release.
+func (q *Queue) Expire(ctx context.Context, queueID string) (warnings []error, err error) {
+	return q.sequence(ctx, "expire", q.ExpireCommands, queueID)
+}
+
+// Delete runs DeleteCommand for queueID.
+func (q *Queue) Delete(ctx context.Context, queueID string) error {
+	_, err := q.run(ctx, q.DeleteCommand, queueID)
+	return err
+}
+
+// Show runs ShowCommand for queueID and returns its combined output.
+func (q *Queue) Show(ctx context.Context, queueID string) ([]byte, error) {
+	return q.run(ctx, q.ShowCommand, queueID)
+}
+
+// queuedMessage is the part of a postqueue -j object the life cycle uses.
+type queuedMessage struct {
+	QueueName   string `json:"queue_name"`
+	QueueID     string `json:"queue_id"`
+	ArrivalTime int64  `json:"arrival_time"`
+	Sender      string `json:"sender"`
+	Recipients  []struct {
+		Address string `json:"address"`
+	} `json:"recipients"`
+}
+
+// List runs ListCommand and parses its JSON lines (postqueue -j: one
+// object per queued message, postqueue(1)); lines that do not parse are
+// skipped. Without a ListCommand it returns nil.
+func (q *Queue) List(ctx context.Context) ([]quarantine.QueuedMessage, error) {
+	args := q.ListCommand
+	if len(args) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.timeout())
+	defer cancel()
+	out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+	}
+	var msgs []quarantine.QueuedMessage
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	for sc.Scan() {
+		var m queuedMessage
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		qm := quarantine.QueuedMessage{Queue: m.QueueName, QueueID: m.QueueID,
+			Arrival: time.Unix(m.ArrivalTime, 0), Sender: m.Sender}
+		for _, r := range m.Recipients {
+			qm.Recipients = append(qm.Recipients, r.Address)
+		}
+		msgs = append(msgs, qm)
+	}
+	return msgs, sc.Err()
+}
+
+func (q *Queue) timeout() time.Duration {
+	if q.Timeout > 0 {
+		return q.Timeout
+	}
+	return DefaultCommandTimeout
+}
+
+// sequence runs cmds in order for queueID: the first decides success (its
+// error is returned as err), the failures of later ones are the warnings.
+func (q *Queue) sequence(ctx context.Context, op string, cmds [][]string, queueID string) (warnings []error, err error) {
+	if len(cmds) == 0 {
+		return nil, fmt.Errorf("postfix: no %s command configured", op)
+	}
+	if _, err := q.run(ctx, cmds[0], queueID); err != nil {
+		return nil, err
+	}
+	for _, c := range cmds[1:] {
+		if _, err := q.run(ctx, c, queueID); err != nil {
+			warnings = append(warnings, err)
+		}
+	}
+	return warnings, nil
+}
+
+// run runs one command template with {queue_id} replaced, without a
+// shell, and returns its combined output. A queue ID that is not valid is
+// never substituted.
+func (q *Queue) run(ctx context.Context, tmpl []string, queueID string) ([]byte, error) {
+	if !quarantine.ValidQueueID(queueID) {
+		return nil, fmt.Errorf("postfix: refusing to run a command with %q: not a Postfix or Exim queue ID",
+			quarantine.CleanLine(policy.SanitizeText(queueID, 64)))
+	}
+	if len(tmpl) == 0 {
+		return nil, errors.New("postfix: empty command")
+	}
+	args := make([]string, len(tmpl))
+	for i, a := range tmpl {
+		args[i] = strings.ReplaceAll(a, "{queue_id}", queueID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.timeout())
+	defer cancel()
+	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}
