@@ -21,15 +21,20 @@
 // (format version; running total of stored message bytes) and
 // quarantine/suspended (rate key -> Suspension).
 //
-// What happens to the entries over time (release commands, re-injection,
-// expiry with a DSN, automatic release, exactly-once claims) is package
-// quarantine/lifecycle's.
+// What happens to the entries over time (release through the MTA's queue,
+// re-injection, expiry with a DSN, automatic release, exactly-once claims)
+// is package quarantine/lifecycle's; QueuedMessage is how an MTA's queue
+// listing describes a message to it.
+//
+// The Store's code follows its steps: store.go opens the file and lays out
+// the records, write.go records new entries (Freeze, Hold) and their queue
+// IDs, list.go reads them (Get, Message, List, Stats), transitions.go moves
+// an entry between states (Claim, MarkThawed, Delete, Expire, ...).
 //
 // Freeze writes the record and the message in one transaction and returns
-// only after BoltDB has committed and fsync'd it: per DESIGN.md ("Rules
-// that protect mail") a message the MTA is told to discard must already be
-// durable, so a caller that gets an error from Freeze temp-fails the
-// message. New refuses a database with NoSync set (ErrNoSync). Each
+// only after BoltDB has committed and fsync'd it: a message the MTA is
+// told to discard must already be durable, so a caller that gets an error
+// from Freeze temp-fails the message. New refuses a database with NoSync set (ErrNoSync). Each
 // message is checked against its SHA-256 when read back (ErrCorrupt).
 //
 // # Concurrency

@@ -1,0 +1,293 @@
+package quarantine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// checkQueueID returns ErrInvalid for a queue ID that is set but not in
+// an MTA's syntax (see ValidQueueID): such a value must never be stored,
+// since release and delete pass it to postsuper or exim.
+func checkQueueID(id string) error {
+	if id != "" && !ValidQueueID(id) {
+		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, id)
+	}
+	return nil
+}
+
+// prepare fills in what Hold and Freeze set on a new entry.
+func (s *Store) prepare(e *Entry, state State, action string) Entry {
+	now := s.now()
+	ent := *e
+	ent.Recipients = slices.Clone(e.Recipients)
+	ent.ID = ""
+	ent.State = state
+	if ent.Action == "" {
+		ent.Action = action
+	}
+	if ent.Created.IsZero() {
+		ent.Created = now
+	}
+	ent.Created = ent.Created.Round(0)
+	ent.Updated = now.Round(0)
+	ent.Error = ""
+	ent.Attempts = 0
+	ent.Claim, ent.ClaimedAt = "", time.Time{}
+	return ent
+}
+
+// Freeze stores e as a frozen entry together with msg, the complete
+// message, in one BoltDB transaction that is committed and fsync'd before
+// Freeze returns: when it returns nil error the MTA may be told to
+// discard its copy. On any error nothing is stored and the caller must
+// temp-fail the message.
+//
+// Freeze sets State (Frozen), ID, Updated, Created (if zero), Action (if
+// empty, "freeze"), Size and Hash (SHA-256 of msg), clears Error and
+// Attempts, and takes Subject and MessageID from msg's header when they
+// are empty; a message whose header cannot be parsed is still frozen. On
+// success the completed entry is copied back into *e.
+//
+// Errors: ErrInvalid (nil e, or a QueueID that ValidQueueID refuses),
+// ErrFull (Options.MaxSize would be exceeded), or a wrapped bbolt error
+// (e.g. a message above bbolt's 2 GiB value limit, a full disk).
+func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
+	if e == nil {
+		return "", fmt.Errorf("%w: nil entry", ErrInvalid)
+	}
+	if err := checkQueueID(e.QueueID); err != nil {
+		return "", err
+	}
+	ent := s.prepare(e, Frozen, ActionFreeze)
+	ent.Size = int64(len(msg))
+	sum := sha256.Sum256(msg)
+	ent.Hash = hex.EncodeToString(sum[:])
+	if ent.Subject == "" || ent.MessageID == "" {
+		subject, id := headerInfo(msg)
+		if ent.Subject == "" {
+			ent.Subject = subject
+		}
+		if ent.MessageID == "" {
+			ent.MessageID = id
+		}
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := mustBuckets(tx)
+		if err != nil {
+			return err
+		}
+		total := getBytes(b.info)
+		if s.maxSize > 0 && total+ent.Size > s.maxSize {
+			return fmt.Errorf("%w: %d bytes stored, message of %d bytes, limit %d", ErrFull, total, ent.Size, s.maxSize)
+		}
+		if ent.ID, err = b.newID(ent.Created); err != nil {
+			return err
+		}
+		if err := b.put(&ent); err != nil {
+			return err
+		}
+		if msg == nil {
+			msg = []byte{} // a nil value would read back as "no content"
+		}
+		if err := b.body.Put([]byte(ent.ID), msg); err != nil {
+			return fmt.Errorf("quarantine: store message: %w", err)
+		}
+		if err := b.index(&ent); err != nil {
+			return err
+		}
+		return putBytes(b.info, total+ent.Size)
+	})
+	if err != nil {
+		return "", wrap("freeze", err)
+	}
+	if err := s.syncIfNoSync(); err != nil {
+		return "", wrap("freeze", err)
+	}
+	*e = ent
+	return ent.ID, nil
+}
+
+// syncIfNoSync fsyncs explicitly if someone turned on NoSync after New.
+func (s *Store) syncIfNoSync() error {
+	if s.db.NoSync {
+		return s.db.Sync()
+	}
+	return nil
+}
+
+// wrap adds the operation to errors that are not already ours.
+func wrap(op string, err error) error {
+	if strings.HasPrefix(err.Error(), "quarantine: ") {
+		return err
+	}
+	return fmt.Errorf("quarantine: %s: %w", op, err)
+}
+
+// Hold records e as a held entry: the MTA keeps the message in its hold
+// queue and the quarantine keeps only the record. It commits (fsync)
+// before returning. It sets State (Held), ID, Updated, Created (if zero)
+// and Action (if empty, "hold"), clears Error and Attempts, and copies the
+// completed entry back into *e on success.
+//
+// A hold decided at Postfix's RCPT stage has no queue ID yet; record the
+// Instance and add the queue ID later with SetQueueID.
+//
+// Errors: ErrInvalid (nil e, or a QueueID that ValidQueueID refuses) or
+// a wrapped bbolt error.
+func (s *Store) Hold(e *Entry) (string, error) {
+	if e == nil {
+		return "", fmt.Errorf("%w: nil entry", ErrInvalid)
+	}
+	if err := checkQueueID(e.QueueID); err != nil {
+		return "", err
+	}
+	ent := s.prepare(e, Held, ActionHold)
+	ent.Hash = ""
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := mustBuckets(tx)
+		if err != nil {
+			return err
+		}
+		if ent.ID, err = b.newID(ent.Created); err != nil {
+			return err
+		}
+		if err := b.put(&ent); err != nil {
+			return err
+		}
+		return b.index(&ent)
+	})
+	if err != nil {
+		return "", wrap("hold", err)
+	}
+	if err := s.syncIfNoSync(); err != nil {
+		return "", wrap("hold", err)
+	}
+	*e = ent
+	return ent.ID, nil
+}
+
+// SetQueueID sets the MTA queue ID on the pending entries recorded for the
+// Postfix policy instance that have none yet (a hold decided at RCPT stage
+// learns the queue ID at END-OF-MESSAGE). It returns the number of entries
+// changed; zero is not an error. An invalid queueID (see ValidQueueID)
+// is refused with ErrInvalid.
+func (s *Store) SetQueueID(instance, queueID string) (int, error) {
+	return s.UpdateByInstance(instance, func(e *Entry) bool {
+		if !e.State.pending() || e.QueueID != "" {
+			return false
+		}
+		e.QueueID = queueID
+		return true
+	})
+}
+
+// LinkQueueID sets the queue ID of the held entry id, which has none
+// (a message held at its first RCPT, before Postfix had a queue file). It
+// refuses an invalid queueID (ErrInvalid), an entry that is not held or
+// already has a queue ID (ErrState), and a queue ID another pending entry
+// already names (ErrState): one queued message is never two entries.
+func (s *Store) LinkQueueID(id, queueID string) error {
+	if !ValidQueueID(queueID) {
+		return fmt.Errorf("%w: queue ID %q", ErrInvalid, CleanLine(queueID))
+	}
+	return s.update("link", id, func(b buckets, e *Entry) error {
+		if e.State != Held || e.QueueID != "" {
+			return fmt.Errorf("%w: %s is %s with queue ID %q", ErrState, id, e.State, e.QueueID)
+		}
+		err := b.meta.ForEach(func(_, v []byte) error {
+			var o Entry
+			if json.Unmarshal(v, &o) == nil && o.QueueID == queueID && o.State.pending() {
+				return fmt.Errorf("%w: queue ID %s already belongs to entry %s", ErrState, queueID, o.ID)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		e.QueueID = queueID
+		return nil
+	})
+}
+
+// UpdateByInstance calls fn, inside one write transaction, for every entry
+// whose Instance is instance (oldest first), and stores those for which fn
+// returns true. fn must not call the Store (it would deadlock). It may
+// change the descriptive fields; changes to ID, State, Created, Size and
+// Hash are ignored (those follow the stored message and the state
+// methods). It returns the number of entries stored. A QueueID that
+// ValidQueueID refuses fails the whole call with ErrInvalid (nothing is
+// stored).
+func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, error) {
+	if !indexable(instance) {
+		return 0, nil
+	}
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n = 0
+		b, err := mustBuckets(tx)
+		if err != nil {
+			return err
+		}
+		prefix := instanceKey(instance, "")
+		var ids []string
+		c := b.inst.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			ids = append(ids, string(k[len(prefix):]))
+		}
+		for _, id := range ids {
+			e, err := b.get(id)
+			if errors.Is(err, ErrNotFound) {
+				// Stale index entry: repair.
+				if err := b.inst.Delete(instanceKey(instance, id)); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			orig := e
+			orig.Recipients = slices.Clone(e.Recipients)
+			if !fn(&e) {
+				continue
+			}
+			e.ID, e.State, e.Created, e.Size, e.Hash = orig.ID, orig.State, orig.Created, orig.Size, orig.Hash
+			e.Claim, e.ClaimedAt = orig.Claim, orig.ClaimedAt
+			if err := checkQueueID(e.QueueID); err != nil {
+				return err
+			}
+			e.Updated = s.now().Round(0)
+			if e.Instance != orig.Instance {
+				if err := b.unindex(&orig); err != nil {
+					return err
+				}
+				if err := b.index(&e); err != nil {
+					return err
+				}
+			}
+			if err := b.put(&e); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, wrap("update by instance", err)
+	}
+	if n > 0 {
+		if err := s.syncIfNoSync(); err != nil {
+			return 0, wrap("update by instance", err)
+		}
+	}
+	return n, nil
+}
