@@ -1,0 +1,602 @@
+package ratestore
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+	"unsafe"
+
+	"go.etcd.io/bbolt"
+)
+
+const (
+	// A flush compacts when the journal holds at least
+	// max(compactMinBytes, compactPairBytes per state held) bytes of
+	// records: about half the snapshot, whose pages take 85 to 130 bytes
+	// per state (see Persistent). Each compaction rewrites the snapshot's
+	// pages holding a journaled key, nearly all of them under random keys,
+	// so it is paid for by at least half a snapshot of cheap appends.
+	// Its cost per journal entry falls as the journal grows, the pages
+	// being rewritten once per compaction (BenchmarkCompact, 100,000
+	// users, on a shared 2-core machine: 460 to 590 ns per entry at
+	// 16 MiB, 340 to 520 at 32 MiB, 250 to 310 at 64 MiB); 32 MiB (some
+	// 800,000 entries) keeps the file, the memory of a compaction (see
+	// Persistent) and the time to read the journal at restore small.
+	compactMinBytes  = 32 << 20
+	compactPairBytes = 48
+	// compactPiece is how many keys one write transaction of a compaction
+	// puts or deletes: a contiguous range of the sorted keys, so that it
+	// touches only the snapshot's leaf pages of that range, which BoltDB
+	// keeps in memory until commit.
+	compactPiece = 20_000
+	// compactDeleteMax is how many journal records one transaction of a
+	// compaction deletes at most.
+	compactDeleteMax = 1024
+)
+
+// errCompactionStopped is returned by compact when it was stopped between
+// two pieces.
+var errCompactionStopped = errors.New("store: rate journal compaction stopped")
+
+// compact applies the journal to the snapshot and deletes the records it
+// applied, in several small transactions:
+//
+//  1. In a read-only transaction, it reads every record of the journal (up
+//     to the last one, of sequence S), keeps the last entry of each
+//     (limit, key) and sorts them by limit and key (collect).
+//  2. It puts or deletes these entries in the snapshot, pieceKeys
+//     (20,000) at a time in key order, one write transaction per piece, so
+//     that each touches only the snapshot's leaf pages of one key range
+//     and BoltDB keeps little in memory until its commit. A piece reads
+//     the keys and states from the records (BoltDB's mapping), which it
+//     looks up again, as a mapping may move between transactions.
+//  3. It deletes the records it read, sequences up to S, oldest first, in
+//     one transaction (or a few, past compactDeleteMax records).
+//
+// Flushes run between these transactions and append records of sequence
+// above S, which compact never touches. The stored state (the snapshot
+// with the whole journal replayed) stays the same throughout, so a crash
+// at any moment leaves it restorable and correct: journal records hold
+// absolute states, not differences, so replaying the journal over a
+// snapshot that already holds some pieces, whose states are those of the
+// last entry up to S of their keys, gives each key the state of its last
+// entry in the journal, or its snapshot state if it has none; and deleting
+// the oldest records, whose last entries are all in the snapshot, leaves
+// the journal's last entry of every key it still has unchanged. A crash
+// between pieces leaves the journal whole; the next compaction does the
+// work again.
+//
+// compact stops between two transactions, returning
+// errCompactionStopped, when stop is closed or (if stop is not nil) after
+// Close. Entries of a limit mem does not know (beyond MaxLimits at
+// restore) are dropped. A malformed record is logged and dropped; one of
+// an unknown format fails with ErrVersion.
+func (p *Persistent) compact(stop <-chan struct{}) error {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	stopped := func() bool {
+		if stop == nil {
+			return false
+		}
+		select {
+		case <-stop:
+			return true
+		case <-p.done:
+			return true
+		default:
+			return false
+		}
+	}
+	if stopped() {
+		return errCompactionStopped
+	}
+	start := time.Now()
+	c := compaction{yield: p.yield}
+	if err := p.view(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
+		return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+	}
+	c.recs = nil // the mapping of that transaction
+	if len(c.seqs) == 0 {
+		return nil
+	}
+	p.compactBytes.Store(int64(cap(c.ents)) * int64(unsafe.Sizeof(jentry{})))
+	defer p.compactBytes.Store(0)
+	skip := make([]bool, len(c.names))
+	for i, name := range c.names {
+		_, ok := p.mem.limits.lookup(name)
+		skip[i] = !ok
+	}
+	c.recs = make([][]byte, len(c.seqs))
+	pieces := 0
+	for i := 0; i < len(c.ents); i += p.pieceKeys {
+		if stopped() {
+			return errCompactionStopped
+		}
+		end := min(i+p.pieceKeys, len(c.ents))
+		if err := p.update(func(tx *bbolt.Tx) error { return c.apply(tx, i, end, skip) }); err != nil {
+			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+		}
+		p.release()
+		if p.afterPiece != nil && !p.afterPiece(pieces) {
+			return errCompactionStopped
+		}
+		pieces++
+	}
+	for i := 0; i < len(c.seqs); i += compactDeleteMax {
+		if stopped() {
+			return errCompactionStopped
+		}
+		seqs := c.seqs[i:min(i+compactDeleteMax, len(c.seqs))]
+		err := p.update(func(tx *bbolt.Tx) error {
+			j := tx.Bucket(journalName)
+			for _, seq := range seqs {
+				if err := j.Delete(seq); err != nil {
+					return fmt.Errorf("store: delete %s/%x: %w", journalName, seq, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+		}
+		var n int64
+		for _, size := range c.sizes[i : i+len(seqs)] {
+			n += int64(size)
+		}
+		p.mu.Lock()
+		p.journal -= n
+		p.stats.Journal = p.journal
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	p.stats.Compactions++
+	p.mu.Unlock()
+	p.log.Debug("compacted rate journal", "entries", len(c.ents), "records", len(c.seqs),
+		"pieces", pieces, "duration", time.Since(start))
+	return nil
+}
+
+// compaction is the journal read by collect.
+type compaction struct {
+	seqs  [][]byte // the records' keys (sequences), in order
+	sizes []int    // and their lengths
+	recs  [][]byte // the records, valid during a transaction
+	bytes int64    // the sum of sizes
+	names []string // limit names, indexed by limit index
+	// The last entry of each (limit, key), sorted by limit index and key:
+	// those of limit i are ents[ends[i-1]:ends[i]] (limitEntries).
+	ents []jentry
+	ends []int
+	// yield is Persistent.yield, called by apply every yieldEntries
+	// entries.
+	yield func()
+}
+
+// jentry is a journal entry, 16 bytes: the entry at offset off of record
+// rec (its header, see entry). pre is the 8 bytes of its key after the
+// prefix all the journal's keys of its limit share (zero-padded,
+// big-endian), so that sorting by key need not read the keys, which lie at
+// random places of BoltDB's mapping. Its limit is where it is in
+// compaction.ents.
+type jentry struct {
+	pre      uint64
+	rec, off uint32
+}
+
+// entry returns the key of e, its state (valueLen bytes) unless the entry
+// is a deletion, and whether it is. collect checked the entry.
+func (c *compaction) entry(e jentry) (key, state []byte, del bool) {
+	v := c.recs[e.rec][e.off:]
+	h, w := binary.Uvarint(v)
+	n := w + int(h>>1)
+	if h&1 == 1 {
+		return v[w:n:n], nil, true
+	}
+	return v[w:n:n], v[n : n+valueLen : n+valueLen], false
+}
+
+func (c *compaction) key(e jentry) []byte {
+	k, _, _ := c.entry(e)
+	return k
+}
+
+// limitEntries returns the entries of limit index i.
+func (c *compaction) limitEntries(i int) []jentry {
+	start := 0
+	if i > 0 {
+		start = c.ends[i-1]
+	}
+	return c.ents[start:c.ends[i]]
+}
+
+// comparePre orders entries by pre, then in journal order (record, then
+// offset in it). pre orders keys as their bytes do, up to ties: for keys
+// sharing their first lcp bytes, the order of key[lcp:lcp+8] padded with
+// zeros is that of the keys wherever it is strict (a key that is a proper
+// prefix of another pads with zeros, which no byte is below). So entries
+// in this order are in key order but for runs of equal pre, which are
+// mostly the entries of one key (see dedup).
+func comparePre(x, y jentry) int {
+	switch {
+	case x.pre != y.pre:
+		return cmp.Compare(x.pre, y.pre)
+	case x.rec != y.rec:
+		return cmp.Compare(x.rec, y.rec)
+	}
+	return cmp.Compare(x.off, y.off)
+}
+
+// dedup appends to out the last entry of each key of run, entries of
+// equal pre in journal order, in key order. It reads each key once when
+// they are all the same (a key changed in several flushes), and sorts run
+// by key otherwise.
+func (c *compaction) dedup(out, run []jentry) []jentry {
+	last := run[len(run)-1]
+	if len(run) == 1 {
+		return append(out, last)
+	}
+	k, same := c.key(last), true
+	for _, e := range run[:len(run)-1] {
+		if same = bytes.Equal(c.key(e), k); !same {
+			break
+		}
+	}
+	if same {
+		return append(out, last)
+	}
+	slices.SortStableFunc(run, func(x, y jentry) int { return bytes.Compare(c.key(x), c.key(y)) })
+	for i, e := range run {
+		if i+1 < len(run) && bytes.Equal(c.key(run[i+1]), c.key(e)) {
+			continue // a later entry of the same key wins
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// radixMin is the number of entries below which sortEntries sorts by
+// insertion.
+const radixMin = 32
+
+// sortEntries sorts ents, whose pre agree in their first shift bytes, by
+// comparePre, in place: a most-significant-digit radix sort (American
+// flag sort) on the bytes of pre, and an insertion sort of small ranges.
+// It reads no key. (slices.SortFunc takes several times as long: its
+// comparisons are calls.) yield is called before each bucket of at least
+// yieldEntries entries is sorted.
+func sortEntries(ents []jentry, shift int, yield func()) {
+	for len(ents) > radixMin && shift < 8 {
+		sh := 56 - 8*shift
+		var count [256]int
+		lo, hi := 255, 0 // the digits present
+		for _, e := range ents {
+			d := int(byte(e.pre >> sh))
+			count[d]++
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo == hi {
+			shift++ // one bucket: the next byte
+			continue
+		}
+		// Permute in place: bucket d is ents[start[d]:start[d]+count[d]];
+		// next[d] is where its next entry goes.
+		var start, next [256]int
+		n := 0
+		for d := lo; d <= hi; d++ {
+			start[d], next[d] = n, n
+			n += count[d]
+		}
+		for d := lo; d <= hi; d++ {
+			end := start[d] + count[d]
+			for next[d] < end {
+				e := ents[next[d]]
+				for t := int(byte(e.pre >> sh)); t != d; t = int(byte(e.pre >> sh)) {
+					e, ents[next[t]] = ents[next[t]], e
+					next[t]++
+				}
+				ents[next[d]] = e
+				next[d]++
+			}
+		}
+		for d := lo; d <= hi; d++ {
+			if count[d] >= yieldEntries {
+				yield()
+			}
+			if count[d] > 1 {
+				sortEntries(ents[start[d]:start[d]+count[d]], shift+1, yield)
+			}
+		}
+		return
+	}
+	if len(ents) > radixMin { // all of equal pre
+		slices.SortFunc(ents, comparePre)
+		return
+	}
+	for i := 1; i < len(ents); i++ {
+		e, j := ents[i], i
+		for ; j > 0 && entryLess(e, ents[j-1]); j-- {
+			ents[j] = ents[j-1]
+		}
+		ents[j] = e
+	}
+}
+
+// entryLess reports whether comparePre(x, y) < 0.
+func entryLess(x, y jentry) bool {
+	if x.pre != y.pre {
+		return x.pre < y.pre
+	}
+	if x.rec != y.rec {
+		return x.rec < y.rec
+	}
+	return x.off < y.off
+}
+
+// keyPrefix returns the first 8 bytes of k as a big-endian integer, padded
+// with zeros.
+func keyPrefix(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// collect reads every record of the journal in tx into c, and sorts and
+// deduplicates its entries. c.recs are slices of BoltDB's mapping, valid
+// until tx ends. A malformed record is logged, and its entries dropped;
+// it counts in c.seqs (and is deleted by a compaction). A record of an
+// unknown format fails with ErrVersion.
+//
+// It decodes the records twice, in journal order (sequential reads of the
+// mapping): first to count each limit's entries and find the prefix all
+// its keys share, then to place each entry, with its key's pre, in its
+// limit's part of c.ents, which it sorts (sortEntries) and deduplicates
+// (dedup). Its memory is c.ents, 16 bytes per journal entry.
+func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
+	j := tx.Bucket(journalName)
+	if j == nil {
+		return nil
+	}
+	ix := journalLimits{ids: map[string]uint16{}}
+	bad, err := p.countEntries(j, c, &ix)
+	if err != nil {
+		return err
+	}
+	ents, start, next, err := p.placeEntries(c, &ix, bad)
+	if err != nil {
+		return err
+	}
+	p.sortDedup(c, ents, start, next)
+	return nil
+}
+
+// journalLimits indexes the limits named in the journal's records as
+// collect reads them.
+type journalLimits struct {
+	lims    []journalLimit
+	ids     map[string]uint16
+	last    []byte // the name of lastLim: records hold groups of one limit
+	lastLim uint16
+}
+
+// journalLimit is what collect's first pass learns of one limit.
+type journalLimit struct {
+	n     int    // entries
+	first []byte // key of the first entry
+	lcp   int    // length of the prefix all keys share
+}
+
+// lookup returns the index of the limit name, adding it to c.names if
+// new; more than 65,536 names is a malformed record.
+func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
+	if ix.last != nil && bytes.Equal(name, ix.last) {
+		return ix.lastLim, nil
+	}
+	lim, ok := ix.ids[string(name)]
+	if !ok {
+		if len(c.names) > math.MaxUint16 {
+			return 0, errMalformedRecord
+		}
+		lim = uint16(len(c.names))
+		ix.ids[string(name)] = lim
+		c.names = append(c.names, string(name))
+		ix.lims = append(ix.lims, journalLimit{})
+	}
+	ix.last, ix.lastLim = name, lim
+	return lim, nil
+}
+
+// countEntries is collect's first pass: it reads every record of the
+// journal bucket j into c, counting each limit's entries and the prefix
+// its keys share. It returns the indexes of the malformed records (logged)
+// and fails only on a record of an unknown format (ErrVersion).
+func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLimits) (bad map[int]bool, err error) {
+	cur := j.Cursor()
+	for k, v := cur.First(); k != nil; k, v = cur.Next() {
+		if v == nil {
+			continue // a bucket: not written by this package
+		}
+		p.yield()
+		err := decodeRecord(v, func(name []byte, _, off, n int, _ bool) error {
+			lim, err := ix.lookup(c, name)
+			if err != nil {
+				return err
+			}
+			l, key := &ix.lims[lim], v[off:off+n]
+			if l.n == 0 {
+				l.first, l.lcp = key, n
+			} else {
+				l.lcp = commonPrefix(l.first[:l.lcp], key)
+			}
+			l.n++
+			return nil
+		})
+		if errors.Is(err, ErrVersion) {
+			return nil, err
+		}
+		if err != nil {
+			p.log.Warn("malformed rate journal record dropped", "key", fmt.Sprintf("%x", k), "err", err)
+			if bad == nil {
+				bad = map[int]bool{}
+			}
+			bad[len(c.recs)] = true
+		}
+		c.seqs = append(c.seqs, bytes.Clone(k))
+		c.sizes = append(c.sizes, len(v))
+		c.recs = append(c.recs, v)
+		c.bytes += int64(len(v))
+	}
+	return bad, nil
+}
+
+// placeEntries is collect's second pass: it places each entry of the
+// well-formed records of c, with its key's pre, in its limit's part of
+// ents: those of limit lim are ents[start[lim]:next[lim]] (fewer than
+// counted when a malformed record held some).
+func (p *Persistent) placeEntries(c *compaction, ix *journalLimits, bad map[int]bool) (ents []jentry, start, next []int, err error) {
+	lims := ix.lims
+	start = make([]int, len(lims)+1)
+	for i, l := range lims {
+		start[i+1] = start[i] + l.n
+	}
+	next = slices.Clone(start[:len(lims)])
+	ents = make([]jentry, start[len(lims)])
+	ix.last = nil
+	for rec, v := range c.recs {
+		if bad[rec] {
+			continue
+		}
+		p.yield()
+		err := decodeRecord(v, func(name []byte, at, off, n int, _ bool) error {
+			lim, err := ix.lookup(c, name)
+			if err != nil {
+				return err
+			}
+			ents[next[lim]] = jentry{pre: keyPrefix(v[off+lims[lim].lcp : off+n]), rec: uint32(rec), off: uint32(at)}
+			next[lim]++
+			return nil
+		})
+		if err != nil {
+			return nil, nil, nil, err // it decoded the first time
+		}
+	}
+	return ents, start, next, nil
+}
+
+// sortDedup sorts each limit's entries (sortEntries) and keeps the last
+// of each key (dedup), into c.ents and c.ends.
+func (p *Persistent) sortDedup(c *compaction, ents []jentry, start, next []int) {
+	out := ents[:0]
+	for lim := range next {
+		ents := ents[start[lim]:next[lim]]
+		sortEntries(ents, 0, p.yield)
+		for i, n := 0, 0; i < len(ents); n++ {
+			if n%yieldEntries == yieldEntries-1 {
+				p.yield()
+			}
+			j := i + 1
+			for j < len(ents) && ents[j].pre == ents[i].pre {
+				j++
+			}
+			out = c.dedup(out, ents[i:j])
+			i = j
+		}
+		c.ends = append(c.ends, len(out))
+	}
+	if cap(out) > 2*len(out)+1024 {
+		out = slices.Clone(out)
+	}
+	c.ents = out
+}
+
+// commonPrefix returns the length of the prefix a and b share.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// apply puts or deletes the entries c.ents[start:end] in the snapshot, in
+// tx, reading them from the journal's records, and deletes the buckets its
+// deletions emptied. Entries of a limit whose skip is set are dropped.
+func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
+	root, j := tx.Bucket(bucketName), tx.Bucket(journalName)
+	if root == nil || j == nil {
+		return errors.New("bucket missing")
+	}
+	clear(c.recs)
+	defer clear(c.recs) // slices of this transaction's mapping
+	var b *bbolt.Bucket // the bucket of limit lim, once looked up
+	var emptied []string
+	looked, lim, del := false, -1, false
+	check := func() { // whether the deletions emptied bucket lim
+		if del && b != nil {
+			if k, _ := b.Cursor().First(); k == nil {
+				emptied = append(emptied, c.names[lim])
+			}
+		}
+	}
+	next := 0 // the limit of c.ents[i] is the first next with i < c.ends[next]
+	for i, e := range c.ents[start:end] {
+		if i%yieldEntries == yieldEntries-1 && c.yield != nil {
+			c.yield()
+		}
+		for start+i >= c.ends[next] {
+			next++
+		}
+		if skip[next] {
+			continue
+		}
+		if next != lim {
+			check()
+			b, looked, lim, del = nil, false, next, false
+		}
+		if c.recs[e.rec] == nil {
+			if c.recs[e.rec] = j.Get(c.seqs[e.rec]); len(c.recs[e.rec]) != c.sizes[e.rec] {
+				return fmt.Errorf("record %x changed", c.seqs[e.rec])
+			}
+		}
+		name := c.names[lim]
+		k, v, deleted := c.entry(e)
+		if deleted {
+			if !looked {
+				b, looked = root.Bucket([]byte(name)), true
+			}
+			if b != nil {
+				if err := b.Delete(k); err != nil {
+					return fmt.Errorf("delete %s/%q: %w", name, k, err)
+				}
+				del = true
+			}
+			continue
+		}
+		if b == nil {
+			var err error
+			if b, err = root.CreateBucketIfNotExists([]byte(name)); err != nil {
+				return fmt.Errorf("create bucket %s/%s: %w", bucketName, name, err)
+			}
+			looked = true
+		}
+		if err := b.Put(k, v); err != nil {
+			return fmt.Errorf("put %s/%q: %w", name, k, err)
+		}
+	}
+	check()
+	for _, name := range emptied {
+		if err := root.DeleteBucket([]byte(name)); err != nil {
+			return fmt.Errorf("delete bucket %s/%s: %w", bucketName, name, err)
+		}
+	}
+	return nil
+}

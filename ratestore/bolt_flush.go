@@ -1,0 +1,429 @@
+package ratestore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"slices"
+	"time"
+	"unsafe"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// Run flushes every FlushInterval and sweeps every SweepInterval until ctx
+// is done, then flushes a last time and returns that flush's error; it
+// returns nil at once after Close. A failed periodic flush is logged and
+// retried at the next one. After a flush, when the journal has grown past
+// the threshold, Run starts a compaction in another goroutine and goes on
+// flushing meanwhile; it stops that compaction (between two pieces) and
+// waits for it before it returns. Call Run once, in its own goroutine.
+func (p *Persistent) Run(ctx context.Context) error {
+	flush := time.NewTicker(p.opts.FlushInterval)
+	defer flush.Stop()
+	var sweepC <-chan time.Time
+	if p.sweeps() {
+		sweep := time.NewTicker(p.opts.SweepInterval)
+		defer sweep.Stop()
+		sweepC = sweep.C
+	}
+	stop := make(chan struct{})
+	var compacting chan struct{} // closed when the compaction returns
+	defer func() {
+		close(stop)
+		if compacting != nil {
+			<-compacting
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
+				return err
+			}
+			return nil
+		case <-p.done:
+			return nil
+		case <-flush.C:
+			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
+				p.log.Error("rate state flush failed, will retry", "err", err, "pending", p.Stats().Pending)
+			}
+			if compacting == nil && p.compactDue() {
+				compacting = make(chan struct{})
+				go func(done chan struct{}) {
+					defer close(done)
+					if err := p.compact(stop); err != nil && !errors.Is(err, errCompactionStopped) {
+						p.mu.Lock()
+						p.stats.CompactionFailures++
+						p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
+						p.mu.Unlock()
+						p.log.Error("rate journal compaction failed, will retry", "err", err)
+					}
+				}(compacting)
+			}
+			p.release()
+		case <-compacting: // nil, never ready, when none runs
+			compacting = nil
+			p.release()
+		case <-sweepC:
+			if n := p.Sweep(); n > 0 {
+				p.log.Debug("swept negligible rate states", "count", n)
+			}
+			p.release()
+		}
+	}
+}
+
+// release drops BoltDB's mapped pages from the process's resident memory
+// (Linux): after the restore has read them all, and after each flush and
+// sweep, so the file counts in RSS only with the pages read since.
+func (p *Persistent) release() {
+	if err := releaseMapped(p.db); err != nil {
+		p.log.Debug("madvise of the BoltDB mapping failed", "err", err)
+	}
+}
+
+// Sweep drops from memory the states that are negligible now (under the
+// parameters they were written with, see PersistOptions.Limits) and
+// returns how many; the next flush deletes them from BoltDB. It does
+// nothing when neither Limits nor Negligible is set, or in read-only mode.
+func (p *Persistent) Sweep() int {
+	if !p.sweeps() {
+		return 0
+	}
+	now := p.opts.Now()
+	return p.mem.Sweep(func(limit string, s ratelimit.State) bool {
+		return p.negligible(limit, s, now)
+	})
+}
+
+func (p *Persistent) sweeps() bool {
+	return !p.opts.ReadOnly && (p.opts.Limits != nil || p.opts.Negligible != nil)
+}
+
+// Flush writes every state changed or deleted since the last flush to
+// BoltDB in one transaction and returns when it is committed. On failure
+// the changes are kept and written by the next flush, and the failure is
+// counted (PersistStats.Failures, LastError). It returns ErrClosed after
+// Close and ErrReadOnly in read-only mode.
+func (p *Persistent) Flush() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if p.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	return p.flushLocked()
+}
+
+func (p *Persistent) flushLocked() error {
+	err := p.flushChanges()
+	if err != nil {
+		p.stats.Failures++
+		p.stats.Pending = len(p.pending.recs)
+		p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
+		return err
+	}
+	p.stats.LastFlushAt = p.opts.Now()
+	return nil
+}
+
+// damageSafe runs fn, which reads or writes db, turning a panic of BoltDB
+// (on a damaged page), or a fault on its mapping, into an error wrapping
+// ErrDamaged.
+func damageSafe(db *bbolt.DB, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: %v", ErrDamaged, db.Path(), r)
+		}
+	}()
+	return fn()
+}
+
+// update runs fn in a read-write transaction (damageSafe).
+func (p *Persistent) update(fn func(*bbolt.Tx) error) error {
+	return damageSafe(p.db, func() error { return p.db.Update(fn) })
+}
+
+// view is update's read-only counterpart.
+func (p *Persistent) view(fn func(*bbolt.Tx) error) error {
+	return damageSafe(p.db, func() error { return p.db.View(fn) })
+}
+
+func (p *Persistent) flushChanges() error {
+	if p.beforeTake != nil {
+		p.beforeTake()
+	}
+	retry := len(p.pending.recs) > 0 // the changes of a failed flush
+	p.mem.takeDirty(p.pending.add, p.yield)
+	if len(p.pending.recs) == 0 && len(p.metaDirty) == 0 {
+		// Nothing changed for a flush interval: the arrays sized for
+		// the last burst of changes go back to the garbage collector.
+		p.pending.release()
+		p.rbuf, p.rends = nil, nil
+		p.flushBytes.Store(0)
+		return nil
+	}
+	// The journal keeps the order of a key's changes, so records need only
+	// be grouped by limit; failed flushes, whose changes pile up, keep one
+	// per key.
+	if retry {
+		p.pending.compact()
+	} else {
+		p.pending.group()
+	}
+	start := time.Now()
+	written, deleted, skipped := p.encode()
+	var err error
+	if len(p.rends) > 0 || len(p.metaDirty) > 0 {
+		err = p.update(func(tx *bbolt.Tx) error {
+			if err := p.putMeta(tx); err != nil {
+				return err
+			}
+			return p.appendJournal(tx)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("store: flush of %d rate states: %w", len(p.pending.recs), err)
+	}
+	p.metaDirty = nil
+	n := len(p.pending.recs)
+	p.journal += int64(len(p.rbuf))
+	p.stats.Flushes++
+	p.stats.Written += written
+	p.stats.Deleted += deleted
+	p.stats.Skipped += skipped
+	p.stats.Pending = 0
+	p.stats.Journal = p.journal
+	p.stats.LastFlush = time.Since(start)
+	p.pending.reset()
+	if cap(p.rbuf) > 4*journalValueMax {
+		p.rbuf = nil
+	}
+	p.flushBytes.Store(p.pending.bytes() + int64(cap(p.rbuf)) + int64(cap(p.rends))*int64(unsafe.Sizeof(0)))
+	if p.afterFlush != nil {
+		p.afterFlush(n)
+	}
+	return nil
+}
+
+// encode writes the pending batch (grouped by limit) as journal
+// records into p.rbuf, the end of each in p.rends, and counts its changes.
+func (p *Persistent) encode() (written, deleted, skipped int64) {
+	buf, ends := p.rbuf[:0], p.rends[:0]
+	var names []string
+	recs := p.pending.recs
+	start := 0 // of the current record in buf
+	for i := 0; i < len(recs); {
+		j := i + 1
+		for j < len(recs) && recs[j].lim == recs[i].lim {
+			j++
+		}
+		name := p.mem.limits.name(recs[i].lim, &names)
+		if !persistableName(name) {
+			skipped += int64(j - i)
+			i = j
+			continue
+		}
+		group, count := -1, 0 // where the open group's count goes
+		for n, r := range recs[i:j] {
+			if n%yieldEntries == yieldEntries-1 {
+				p.yield()
+			}
+			key := p.pending.key(r)
+			if !persistableKey(key) {
+				skipped++
+				continue
+			}
+			if group >= 0 && len(buf)-start >= journalValueMax {
+				binary.BigEndian.PutUint32(buf[group:], uint32(count))
+				group = -1
+				ends = append(ends, len(buf))
+				start = len(buf)
+			}
+			if len(buf) == start {
+				buf = append(buf, recordFormat)
+			}
+			if group < 0 {
+				buf = binary.AppendUvarint(buf, uint64(len(name)))
+				buf = append(buf, name...)
+				group, count = len(buf), 0
+				buf = append(buf, 0, 0, 0, 0)
+			}
+			h := uint64(len(key)) << 1
+			if r.del {
+				h |= 1
+			}
+			buf = binary.AppendUvarint(buf, h)
+			buf = append(buf, key...)
+			if r.del {
+				deleted++
+			} else {
+				buf = binary.BigEndian.AppendUint64(buf, uint64(r.state.Time))
+				buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(r.state.Rate))
+				written++
+			}
+			count++
+		}
+		if group >= 0 {
+			binary.BigEndian.PutUint32(buf[group:], uint32(count))
+		}
+		i = j
+	}
+	if len(buf) > start {
+		ends = append(ends, len(buf))
+	}
+	p.rbuf, p.rends = buf, ends
+	return written, deleted, skipped
+}
+
+// putMeta stores the parameters in p.metaDirty.
+func (p *Persistent) putMeta(tx *bbolt.Tx) error {
+	if len(p.metaDirty) == 0 {
+		return nil
+	}
+	b, err := tx.CreateBucketIfNotExists(metaName)
+	if err != nil {
+		return fmt.Errorf("store: create bucket %s: %w", metaName, err)
+	}
+	for name, l := range p.metaDirty {
+		if err := b.Put([]byte(name), encodeParams(l)); err != nil {
+			return fmt.Errorf("store: put %s/%s: %w", metaName, name, err)
+		}
+	}
+	return nil
+}
+
+// appendJournal puts the records encoded in p.rbuf (which BoltDB keeps
+// until commit) at the end of the journal.
+func (p *Persistent) appendJournal(tx *bbolt.Tx) error {
+	j, err := tx.CreateBucketIfNotExists(journalName)
+	if err != nil {
+		return fmt.Errorf("store: create bucket %s: %w", journalName, err)
+	}
+	prev := 0
+	for _, end := range p.rends {
+		seq, err := j.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := j.Put(binary.BigEndian.AppendUint64(nil, seq), p.rbuf[prev:end]); err != nil {
+			return fmt.Errorf("store: append to %s: %w", journalName, err)
+		}
+		prev = end
+	}
+	return nil
+}
+
+// compactDue reports whether the journal has grown past the compaction
+// threshold.
+func (p *Persistent) compactDue() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.journal > 0 && p.journal >= max(p.compactMin, p.compactPerPair*int64(p.mem.Len()))
+}
+
+// rec is one change taken from memory.
+type rec struct {
+	state ratelimit.State
+	off   uint32 // key bytes in batch.keys
+	n     uint32
+	lim   uint16
+	del   bool
+}
+
+// batch is the changes of one flush (and of failed earlier ones).
+type batch struct {
+	recs  []rec
+	keys  []byte
+	spare []rec // for group
+}
+
+func (b *batch) add(lim uint16, key []byte, s ratelimit.State, del bool) {
+	b.recs = append(b.recs, rec{state: s, off: uint32(len(b.keys)), n: uint32(len(key)), lim: lim, del: del})
+	b.keys = append(b.keys, key...)
+}
+
+func (b *batch) key(r rec) []byte { return b.keys[r.off : r.off+r.n : r.off+r.n] }
+
+// compact sorts the records by limit and key and keeps the last record of
+// each key (records were added in the order the changes happened, which
+// is the order of their key bytes), then packs the key bytes.
+func (b *batch) compact() {
+	slices.SortFunc(b.recs, func(x, y rec) int {
+		if x.lim != y.lim {
+			return int(x.lim) - int(y.lim)
+		}
+		return cmp.Or(bytes.Compare(b.key(x), b.key(y)), cmp.Compare(x.off, y.off))
+	})
+	out := b.recs[:0]
+	for i, r := range b.recs {
+		if i+1 < len(b.recs) && b.recs[i+1].lim == r.lim && bytes.Equal(b.key(b.recs[i+1]), b.key(r)) {
+			continue
+		}
+		out = append(out, r)
+	}
+	keys := make([]byte, 0, len(b.keys))
+	for i := range out {
+		k := b.key(out[i])
+		out[i].off = uint32(len(keys))
+		keys = append(keys, k...)
+	}
+	b.recs, b.keys = out, keys
+}
+
+// group orders the records by limit, keeping the order of each limit's
+// records (the order the changes happened): a counting sort.
+func (b *batch) group() {
+	top, grouped := 0, true
+	for i, r := range b.recs {
+		top = max(top, int(r.lim))
+		grouped = grouped && (i == 0 || r.lim >= b.recs[i-1].lim)
+	}
+	if grouped {
+		return
+	}
+	next := make([]int, top+2) // where the next record of each limit goes
+	for _, r := range b.recs {
+		next[r.lim+1]++
+	}
+	for i := 1; i < len(next); i++ {
+		next[i] += next[i-1]
+	}
+	out := slices.Grow(b.spare[:0], len(b.recs))[:len(b.recs)]
+	for _, r := range b.recs {
+		out[next[r.lim]] = r
+		next[r.lim]++
+	}
+	b.recs, b.spare = out, b.recs
+}
+
+// bytes returns the heap b's arrays take.
+func (b *batch) bytes() int64 {
+	return int64(cap(b.recs)+cap(b.spare))*int64(unsafe.Sizeof(rec{})) + int64(cap(b.keys))
+}
+
+// release empties b and drops its arrays.
+func (b *batch) release() { b.recs, b.keys, b.spare = nil, nil, nil }
+
+// reset empties b for the next flush. It keeps b's arrays when they are at
+// most twice as large as this flush needed (or small), so that a steady
+// load of changes does not grow them again at every flush, and drops them
+// when the load fell.
+func (b *batch) reset() {
+	if n := max(1<<16, 2*len(b.recs)); cap(b.recs) > n || cap(b.spare) > n {
+		b.recs, b.keys, b.spare = nil, nil, nil
+		return
+	}
+	b.recs, b.keys = b.recs[:0], b.keys[:0]
+}

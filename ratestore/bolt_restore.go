@@ -1,0 +1,324 @@
+package ratestore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// releaseEvery is how many states restore merges between two releases
+// of BoltDB's mapping from resident memory (releaseMappedTx).
+const releaseEvery = 1 << 18
+
+// restore checks the format version, reads the stored limit parameters,
+// loads every stored state into memory in one read-only transaction
+// (restoreTx), then deletes the buckets of limits beyond MaxLimits and
+// appends the deletion of the states it dropped, the states it converted
+// and the changed parameters to the journal (a flush). A failure of that
+// flush is logged: its changes stay pending for the next flush. In
+// read-only mode it writes nothing.
+func (p *Persistent) restore() error {
+	if err := p.checkFormat(); err != nil {
+		return err
+	}
+	// The parameters the stored states were written with; where the
+	// configuration changed a limit's meaning, states are converted as
+	// they are loaded.
+	stored, err := p.storedParams()
+	if err != nil {
+		return err
+	}
+	params := maps.Clone(stored)
+	conv := map[string][2]ratelimit.Limit{}
+	for name, l := range p.opts.Limits {
+		l = meaning(l)
+		if o, ok := stored[name]; !ok || o != l {
+			p.setMeta(name, l)
+			if ok && !sameMeaning(o, l) {
+				conv[name] = [2]ratelimit.Limit{o, l}
+				continue // judged under o while restoring
+			}
+		}
+		params[name] = l
+	}
+	p.params.Store(&params)
+	if p.opts.Limits != nil {
+		// Before the states are loaded: a restore into a smaller
+		// max_keys evicts no offender either.
+		p.mem.SetProtect(p.protected)
+	}
+	var bad []string // limits beyond MaxLimits with a snapshot bucket
+	if err := p.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		bad, err = p.restoreTx(tx, conv)
+		return err
+	}); err != nil {
+		return err
+	}
+	for name, c := range conv {
+		params[name] = c[1]
+	}
+	if len(conv) > 0 {
+		p.log.Warn("stored rate states converted to changed limit parameters",
+			"limits", slices.Sorted(maps.Keys(conv)), "states", p.stats.Converted)
+	}
+	if p.stats.Malformed > 0 {
+		p.log.Error("malformed rate states dropped at restore (not a state, or a NaN or infinite rate)",
+			"count", p.stats.Malformed, "file", p.db.Path())
+	}
+	if p.opts.ReadOnly {
+		return nil
+	}
+	if err := p.deleteBuckets(bad); err != nil {
+		return err
+	}
+	if len(p.pending.recs) > 0 || len(p.metaDirty) > 0 {
+		if err := p.flushLocked(); err != nil {
+			p.log.Error("writing the rate state changes of the restore failed, will retry", "err", err)
+		}
+	}
+	return nil
+}
+
+// checkFormat checks the format version of the snapshot bucket, creating
+// the bucket and marking a format 1 file (snapshot only) as the current
+// format; in read-only mode it writes nothing.
+func (p *Persistent) checkFormat() error {
+	version := func(tx *bbolt.Tx) error {
+		root := tx.Bucket(bucketName)
+		if root == nil && p.opts.ReadOnly {
+			return nil
+		}
+		if root == nil {
+			var err error
+			if root, err = tx.CreateBucket(bucketName); err != nil {
+				return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
+			}
+		}
+		switch v := root.Get(versionKey); {
+		case v == nil || string(v) == formatV1:
+			if p.opts.ReadOnly {
+				return nil
+			}
+			if err := root.Put(versionKey, []byte(formatVersion)); err != nil {
+				return fmt.Errorf("store: write format version: %w", err)
+			}
+		case string(v) != formatVersion:
+			return fmt.Errorf("%w: %q (want %s or %s)", ErrVersion, v, formatV1, formatVersion)
+		}
+		return nil
+	}
+	if p.opts.ReadOnly {
+		return p.db.View(version)
+	}
+	return p.db.Update(version)
+}
+
+// storedParams reads the parameters each limit's stored states were
+// written with (the ratemeta bucket); malformed ones are logged and
+// ignored.
+func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
+	stored := map[string]ratelimit.Limit{}
+	err := p.db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(metaName)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if l, ok := decodeParams(v); ok {
+				stored[string(k)] = l
+			} else {
+				p.log.Warn("malformed stored limit parameters ignored", "limit", string(k))
+			}
+			return nil
+		})
+	})
+	return stored, err
+}
+
+// deleteBuckets deletes the snapshot buckets of the limits named (those
+// beyond MaxLimits, whose states restore dropped).
+func (p *Persistent) deleteBuckets(names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	return p.db.Update(func(tx *bbolt.Tx) error {
+		root := tx.Bucket(bucketName)
+		for _, name := range names {
+			if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+				return fmt.Errorf("store: delete bucket %s/%s: %w", bucketName, name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// restoreTx loads the stored states into memory: for each limit, it merges
+// the snapshot bucket, in key order, with the journal's last entry of each
+// key, sorted by key; a journal entry wins over the snapshot, and a
+// deleted one removes the key. A state that is malformed or negligible is
+// dropped: its deletion is added to the pending batch. States of a limit
+// in conv are judged under conv's old parameters and converted to its new
+// ones; the converted state is added to the pending batch. It returns the
+// names of the snapshot buckets of limits mem cannot intern (beyond
+// MaxLimits), whose states are dropped.
+func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit) (bad []string, err error) {
+	var c compaction
+	if err := p.collect(tx, &c); err != nil {
+		return nil, err
+	}
+	p.journal = c.bytes
+	p.stats.Journal = c.bytes
+	releaseMappedTx(p.db, tx) // collect read every record
+	root := tx.Bucket(bucketName)
+	names, err := limitNames(root, &c)
+	if err != nil {
+		return nil, err
+	}
+	inJournal := make(map[string]int, len(c.names))
+	for i, name := range c.names {
+		inJournal[name] = i
+	}
+	r := stateRestore{p: p, tx: tx, now: p.opts.Now()}
+	for _, name := range names {
+		var ents []jentry
+		if i, ok := inJournal[name]; ok {
+			ents = c.limitEntries(i)
+		}
+		var b *bbolt.Bucket
+		if root != nil {
+			b = root.Bucket([]byte(name))
+		}
+		lim, err := p.mem.limits.intern(name)
+		if err != nil {
+			p.log.Warn("rate state of limit dropped", "limit", name, "err", err)
+			if b != nil {
+				p.stats.Dropped += int64(b.Stats().KeyN)
+				bad = append(bad, name)
+			}
+			for _, e := range ents {
+				if _, _, del := c.entry(e); !del {
+					p.stats.Dropped++
+				}
+			}
+			continue
+		}
+		r.name, r.lim = name, lim
+		r.cv, r.converting = conv[name]
+		_, r.configured = p.opts.Limits[name]
+		r.merge(b, &c, ents)
+	}
+	return bad, nil
+}
+
+// limitNames returns the names of the limits with a snapshot bucket under
+// root (which may be nil), then those with journal entries in c only.
+func limitNames(root *bbolt.Bucket, c *compaction) ([]string, error) {
+	var names []string
+	if root != nil {
+		if err := root.ForEachBucket(func(k []byte) error {
+			names = append(names, string(k))
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range c.names {
+		if root == nil || root.Bucket([]byte(name)) == nil {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// stateRestore is restoreTx's restore of one limit's states at a time.
+type stateRestore struct {
+	p          *Persistent
+	tx         *bbolt.Tx
+	now        time.Time
+	merged     int // states merged, for releasing the mapping
+	name       string
+	lim        uint16
+	cv         [2]ratelimit.Limit // the old and new parameters, if converting
+	converting bool
+	configured bool // the limit is in the configuration
+}
+
+// merge restores the limit's states: the snapshot bucket b (nil if none),
+// in key order, merged with its journal entries ents of c, sorted by key;
+// a journal entry wins over the snapshot, and a deleted one removes the
+// key.
+func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
+	var cur *bbolt.Cursor
+	var k, v []byte
+	if b != nil {
+		cur = b.Cursor()
+		k, v = cur.First()
+	}
+	for i := 0; k != nil || i < len(ents); {
+		var jk []byte
+		if i < len(ents) {
+			jk = c.key(ents[i])
+		}
+		if k != nil && (jk == nil || bytes.Compare(k, jk) < 0) {
+			if v != nil { // not a nested bucket, which is not ours
+				r.state(k, v)
+			}
+			k, v = cur.Next()
+			continue
+		}
+		if k != nil && bytes.Equal(k, jk) {
+			k, v = cur.Next() // the journal wins
+		}
+		if _, v, del := c.entry(ents[i]); !del {
+			r.state(jk, v)
+		}
+		i++
+	}
+}
+
+// state restores the stored state v of key k: loaded into memory, or
+// dropped (its deletion added to the pending batch) when malformed or
+// negligible; converted to the limit's new parameters when converting.
+func (r *stateRestore) state(k, v []byte) {
+	p := r.p
+	if r.merged++; r.merged%releaseEvery == 0 {
+		releaseMappedTx(p.db, r.tx)
+	}
+	s, ok := decodeState(v)
+	if !ok {
+		p.stats.Malformed++
+	}
+	if r.converting && ok {
+		// Judged under the parameters it was written with.
+		if s = convert(s, r.cv[0], r.cv[1], r.now); !s.IsZero() {
+			p.stats.Converted++
+			if load(p.mem, r.lim, k, s, false) {
+				p.stats.Restored++
+				if !p.opts.ReadOnly {
+					p.pending.add(r.lim, k, s, false)
+				}
+			}
+			return
+		}
+	}
+	if !ok || r.converting || p.negligible(r.name, s, r.now) {
+		if !p.opts.ReadOnly {
+			p.pending.add(r.lim, k, ratelimit.State{}, true)
+		}
+		p.stats.Dropped++
+	} else if load(p.mem, r.lim, k, s, false) {
+		p.stats.Restored++
+		if !r.configured && p.opts.Limits != nil {
+			p.stats.Unconfigured++
+		}
+	}
+}

@@ -1,0 +1,412 @@
+package ratestore
+
+import (
+	"hash/maphash"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+type keyBytes interface{ ~string | ~[]byte }
+
+func hashOf[K keyBytes](seed maphash.Seed, key K) uint64 {
+	switch k := any(key).(type) {
+	case string:
+		return maphash.String(seed, k)
+	case []byte:
+		return maphash.Bytes(seed, k)
+	}
+	return maphash.String(seed, string(key))
+}
+
+func tagOf(h uint64) uint32 { return uint32(h>>50) & 0xff }
+
+// find looks up key under lim, whose hash is h. It returns the table
+// position and entry index, or the empty position ending the probe run.
+func find[K keyBytes](sh *shard, lim uint16, key K, h uint64) (pos, idx uint32, ok bool) {
+	if len(sh.table) == 0 {
+		return 0, 0, false
+	}
+	mask := uint32(len(sh.table) - 1)
+	tag := tagOf(h)
+	for i := uint32(h) & mask; ; i = (i + 1) & mask {
+		s := sh.table[i]
+		if s == 0 {
+			return i, 0, false
+		}
+		if s>>idxBits != tag {
+			continue
+		}
+		x := s&idxMask - 1
+		e := sh.at(x)
+		if e.lim == lim && e.keyLen == uint32(len(key)) && string(sh.key(e)) == string(key) {
+			return i, x, true
+		}
+	}
+}
+
+// findKey returns the arena offset of key if some other limit's entry
+// holds it.
+func findKey[K keyBytes](sh *shard, key K, h uint64) (uint32, bool) {
+	mask := uint32(len(sh.table) - 1)
+	tag := tagOf(h)
+	for i := uint32(h) & mask; ; i = (i + 1) & mask {
+		s := sh.table[i]
+		if s == 0 {
+			return 0, false
+		}
+		if s>>idxBits != tag {
+			continue
+		}
+		e := sh.at(s&idxMask - 1)
+		if e.keyLen == uint32(len(key)) && string(sh.key(e)) == string(key) {
+			return e.keyOff, true
+		}
+	}
+}
+
+// insert adds a new entry, evicting first if the shard is full. The caller
+// has checked that the key is absent and that canAppend holds. It returns
+// false, storing nothing, when the shard is full and no key may be evicted.
+func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s ratelimit.State, dirty bool) bool {
+	if sh.live >= m.perShard {
+		if !m.evict(sh) {
+			return false
+		}
+		sh.maybeCompact()
+	}
+	if (sh.live+1)*4 > len(sh.table)*3 {
+		sh.resize(max(minTable, 2*len(sh.table)))
+	}
+	x, ok := sh.alloc()
+	if !ok {
+		// Every slot is held by a deleted entry not yet reported: give
+		// up reporting them rather than refuse the new state.
+		m.lostDeletes.Add(int64(sh.dropDead()))
+		x, _ = sh.alloc() // live < perShard < maxSlots: a slot is free now
+	}
+	off, shared := findKey(sh, key, h)
+	if !shared {
+		off = uint32(len(sh.arena))
+		sh.arena = append(sh.arena, key...)
+	}
+	mask := uint32(len(sh.table) - 1)
+	pos := uint32(h) & mask
+	for sh.table[pos] != 0 {
+		pos = (pos + 1) & mask
+	}
+	sh.table[pos] = tagOf(h)<<idxBits | (x + 1)
+	e := sh.at(x)
+	*e = entry{state: s, keyOff: off, keyLen: uint32(len(key)), seen: m.tick(sh), lim: lim, flags: fLive}
+	if dirty {
+		sh.markDirty(x, e)
+	}
+	sh.live++
+	m.count.Add(1)
+	return true
+}
+
+// evict removes the least recently seen of evictSample unprotected entries
+// found from a random table position, looking at evictScan entries at
+// most. It reports false, removing nothing, when all it looked at are
+// protected (SetProtect).
+func (m *Memory) evict(sh *shard) bool {
+	if sh.live == 0 {
+		return true
+	}
+	var protect func(string, ratelimit.State) bool
+	if p := m.protect.Load(); p != nil {
+		protect = *p
+	}
+	var names []string
+	now := m.current(sh)
+	mask := uint32(len(sh.table) - 1)
+	var bestPos uint32
+	var bestAge uint32
+	found, looked := 0, 0
+	for i, n := rand.Uint32()&mask, 0; n < len(sh.table) && found < evictSample && looked < evictScan; i, n = (i+1)&mask, n+1 {
+		s := sh.table[i]
+		if s == 0 {
+			continue
+		}
+		looked++
+		e := sh.at(s&idxMask - 1)
+		if protect != nil && protect(m.limits.name(e.lim, &names), e.state) {
+			continue
+		}
+		if age := now - e.seen; found == 0 || age > bestAge {
+			bestPos, bestAge = i, age
+		}
+		found++
+	}
+	if found == 0 {
+		return false
+	}
+	x := sh.table[bestPos]&idxMask - 1
+	m.remove(sh, bestPos, x, maphash.Bytes(sh.seed, sh.key(sh.at(x))))
+	m.evicted.Add(1)
+	return true
+}
+
+// remove takes entry x, at table position pos, out of the table: it is
+// freed, or kept dead until TakeDirty reports it when tracking.
+func (m *Memory) remove(sh *shard, pos, x uint32, h uint64) {
+	sh.unlink(pos)
+	sh.live--
+	m.count.Add(-1)
+	if sh.track {
+		e := sh.at(x)
+		sh.markDirty(x, e)
+		e.flags = fDead | fDirty
+		return
+	}
+	sh.release(x, h)
+}
+
+func (sh *shard) at(x uint32) *entry { return &sh.chunks[x>>chunkBits][x&(chunkSize-1)] }
+
+func (sh *shard) key(e *entry) []byte {
+	end := e.keyOff + e.keyLen
+	return sh.arena[e.keyOff:end:end]
+}
+
+// markDirty lists entry x (e) as changed, if tracking and not listed yet.
+func (sh *shard) markDirty(x uint32, e *entry) {
+	if sh.track && e.flags&fDirty == 0 {
+		e.flags |= fDirty
+		sh.dirty = append(sh.dirty, x)
+	}
+}
+
+func (sh *shard) startTracking() {
+	if sh.track {
+		return
+	}
+	sh.track = true
+	for x := range sh.slots {
+		if e := sh.at(x); e.flags&fLive != 0 {
+			sh.markDirty(x, e)
+		}
+	}
+}
+
+// canAppend reports whether n more key bytes fit the arena's 32-bit
+// offsets, compacting it if that helps.
+func (sh *shard) canAppend(n int) bool {
+	if len(sh.arena)+n <= math.MaxUint32 {
+		return true
+	}
+	sh.compact()
+	return len(sh.arena)+n <= math.MaxUint32
+}
+
+// alloc returns a free entry index.
+func (sh *shard) alloc() (uint32, bool) {
+	if sh.free != 0 {
+		x := sh.free - 1
+		sh.free = sh.at(x).keyOff
+		return x, true
+	}
+	if sh.slots >= maxSlots {
+		return 0, false
+	}
+	x := sh.slots
+	c := int(x >> chunkBits)
+	if c == len(sh.chunks) {
+		// The first chunk grows from 16 entries, so that a small store
+		// stays small; later ones are allocated whole.
+		size := chunkSize
+		if c == 0 {
+			size = 16
+		}
+		sh.chunks = append(sh.chunks, make([]entry, 0, size))
+	}
+	if ch := sh.chunks[c]; len(ch) == cap(ch) {
+		grown := make([]entry, len(ch), min(2*cap(ch), chunkSize))
+		copy(grown, ch)
+		sh.chunks[c] = grown
+	}
+	sh.chunks[c] = sh.chunks[c][:len(sh.chunks[c])+1]
+	sh.slots++
+	return x, true
+}
+
+// release frees entry x, whose key hashes to h and which is no longer in
+// the table, accounting its key bytes as garbage unless another entry
+// shares them.
+func (sh *shard) release(x uint32, h uint64) {
+	e := sh.at(x)
+	if !sh.shared(e.keyOff, e.keyLen, h) {
+		sh.garbage += int(e.keyLen)
+	}
+	*e = entry{keyOff: sh.free}
+	sh.free = x + 1
+}
+
+// shared reports whether an entry in the table uses the key bytes at off.
+// Entries sharing a key have the same hash, so they are in h's probe run.
+func (sh *shard) shared(off, n uint32, h uint64) bool {
+	if len(sh.table) == 0 || n == 0 {
+		return false
+	}
+	mask := uint32(len(sh.table) - 1)
+	tag := tagOf(h)
+	for i := uint32(h) & mask; sh.table[i] != 0; i = (i + 1) & mask {
+		if s := sh.table[i]; s>>idxBits == tag {
+			if e := sh.at(s&idxMask - 1); e.keyOff == off && e.keyLen == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// dropDead frees every dead entry without reporting it and returns how
+// many there were.
+func (sh *shard) dropDead() int {
+	n := 0
+	for _, x := range sh.dirty {
+		e := sh.at(x)
+		if e.flags&fDead != 0 {
+			sh.release(x, maphash.Bytes(sh.seed, sh.key(e)))
+			n++
+		}
+	}
+	return n
+}
+
+// unlink empties table position pos by backward-shift deletion: entries
+// later in the probe run move back unless that would put them before their
+// home position.
+func (sh *shard) unlink(pos uint32) {
+	mask := uint32(len(sh.table) - 1)
+	i := pos
+	for j := (i + 1) & mask; sh.table[j] != 0; j = (j + 1) & mask {
+		e := sh.at(sh.table[j]&idxMask - 1)
+		k := uint32(maphash.Bytes(sh.seed, sh.key(e))) & mask
+		// The entry at j stays when its home k lies cyclically in (i, j].
+		if (i < j && (k <= i || k > j)) || (j < i && k <= i && k > j) {
+			sh.table[i] = sh.table[j]
+			i = j
+		}
+	}
+	sh.table[i] = 0
+}
+
+// tableSize returns the table size for n entries: a power of two at most
+// 3/8 full.
+func tableSize(n int) int {
+	size := minTable
+	for n*8 > size*3 {
+		size *= 2
+	}
+	return size
+}
+
+// resize rebuilds the table with size positions.
+func (sh *shard) resize(size int) {
+	old := sh.table
+	sh.table = make([]uint32, size)
+	mask := uint32(size - 1)
+	for _, s := range old {
+		if s == 0 {
+			continue
+		}
+		i := uint32(maphash.Bytes(sh.seed, sh.key(sh.at(s&idxMask-1)))) & mask
+		for sh.table[i] != 0 {
+			i = (i + 1) & mask
+		}
+		sh.table[i] = s
+	}
+}
+
+func (sh *shard) maybeCompact() {
+	if sh.garbage >= compactMin && 2*sh.garbage > len(sh.arena) {
+		sh.compact()
+	}
+}
+
+// compact copies the key bytes still referenced (by live and dead entries)
+// to a new arena, keeping shared keys shared.
+func (sh *shard) compact() {
+	arena := make([]byte, 0, max(len(sh.arena)-sh.garbage, 0))
+	moved := make(map[uint64]uint32)
+	for x := range sh.slots {
+		e := sh.at(x)
+		if e.flags&(fLive|fDead) == 0 {
+			continue
+		}
+		k := uint64(e.keyOff)<<32 | uint64(e.keyLen)
+		if off, ok := moved[k]; ok {
+			e.keyOff = off
+			continue
+		}
+		off := uint32(len(arena))
+		arena = append(arena, sh.key(e)...)
+		moved[k] = off
+		e.keyOff = off
+	}
+	sh.arena = arena
+	sh.garbage = 0
+}
+
+// registry interns limit names. Lookups read an immutable map without
+// locking; a new name copies it.
+type registry struct {
+	mu    sync.Mutex
+	ids   atomic.Pointer[map[string]uint16]
+	names atomic.Pointer[[]string]
+}
+
+func (r *registry) lookup(name string) (uint16, bool) {
+	if p := r.ids.Load(); p != nil {
+		id, ok := (*p)[name]
+		return id, ok
+	}
+	return 0, false
+}
+
+func (r *registry) intern(name string) (uint16, error) {
+	if id, ok := r.lookup(name); ok {
+		return id, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id, ok := r.lookup(name); ok {
+		return id, nil
+	}
+	old := r.all()
+	if len(old) >= MaxLimits {
+		return 0, ErrTooManyLimits
+	}
+	names := append(old[:len(old):len(old)], strings.Clone(name))
+	ids := make(map[string]uint16, len(names))
+	for i, n := range names {
+		ids[n] = uint16(i)
+	}
+	r.names.Store(&names) // before ids: whoever finds an id finds its name
+	r.ids.Store(&ids)
+	return uint16(len(names) - 1), nil
+}
+
+// name returns the name of id, using and refreshing the snapshot *names
+// of all (a name interned after the snapshot was taken is looked up anew).
+func (r *registry) name(id uint16, names *[]string) string {
+	if int(id) >= len(*names) {
+		*names = r.all()
+	}
+	return (*names)[id]
+}
+
+// all returns the interned names, indexed by id. The slice is never
+// modified.
+func (r *registry) all() []string {
+	if p := r.names.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
