@@ -16,7 +16,7 @@ UNITDIR ?= /etc/systemd/system
 # revision is stamped by go build itself.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build man install test deps check fmt vet bench fuzz integration clean
+.PHONY: all build man install uninstall deb test deps check fmt vet bench fuzz integration clean
 
 all: build
 
@@ -43,6 +43,30 @@ install: build man
 		install -m 0644 configs/ratelimitd.toml $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml; \
 	fi
 	install -d -m 0750 $(DESTDIR)/var/lib/ratelimitd
+
+# uninstall removes what install put in place, except what holds data or
+# local edits: /var/lib/ratelimitd (rate state, quarantine) and an edited
+# /etc/ratelimitd/ratelimitd.toml (removed only while identical to the
+# shipped example; the .dist copy always goes).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/ratelimitd
+	rm -f $(DESTDIR)$(MANDIR)/man8/ratelimitd.8 $(DESTDIR)$(MANDIR)/man8/ratelimitd-*.8
+	rm -f $(DESTDIR)$(UNITDIR)/ratelimitd.service
+	rm -f $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml.dist
+	if cmp -s configs/ratelimitd.toml $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml; then \
+		rm -f $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml; \
+	fi
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/ratelimitd 2>/dev/null
+	@echo "uninstall: kept $(DESTDIR)/var/lib/ratelimitd (state) and any edited $(SYSCONFDIR)/ratelimitd/ratelimitd.toml"
+
+# deb: the Debian package bin/ratelimitd_$(DEB_VERSION)-1_amd64.deb (nfpm, a
+# Go tool dependency; packaging/build-deb.sh; docs/debian.md). DEB_VERSION
+# is VERSION in Debian's syntax: v1.2.3-4-gabc -> 1.2.3+4+gabc, an
+# untagged tree 0~gitREV.
+DEB_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9])/\1/; /^[0-9]+\./!s/^/0~git/; s/-/+/g')
+DEBDIR  ?= bin
+deb:
+	GO=$(GO) VERSION=$(VERSION) DEB_VERSION=$(DEB_VERSION) ./packaging/build-deb.sh $(DEBDIR)
 
 # deps installs what the integration tests start for real (Debian packages).
 deps:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests run for real: Postfix (integration
 # tests start a private instance), redis-server, redis-sentinel and redis-tools
-# (the Redis backend's tests start standalone, Sentinel and Cluster servers).
+# (the Redis backend's tests start standalone, Sentinel and Cluster servers),
+# and the Debian packaging tools the package test uses.
 # Needs root on Debian.
 set -euo pipefail
 need=()
@@ -19,6 +20,25 @@ if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The Debian package's build and checks (packaging/, make deb): lintian,
+# dpkg-shlibdeps (dpkg-dev), and promtool (prometheus) for the alerting
+# rules in docs/prometheus; without recommends (prometheus would pull in
+# the node exporter and its collectors).
+pkgneed=()
+command -v lintian >/dev/null 2>&1 || pkgneed+=(lintian)
+command -v dpkg-shlibdeps >/dev/null 2>&1 || pkgneed+=(dpkg-dev)
+command -v promtool >/dev/null 2>&1 || pkgneed+=(prometheus)
+command -v setpriv >/dev/null 2>&1 || pkgneed+=(util-linux)
+command -v adduser >/dev/null 2>&1 || pkgneed+=(adduser)
+if [ ${#pkgneed[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "deps: need root to apt-get install ${pkgneed[*]}" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq --no-install-recommends "${pkgneed[@]}" >/dev/null ||
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgneed[@]}" >/dev/null; }
 fi
 # An Exim binary for the Exim ${readsocket} test: Debian's exim4 conflicts
 # with postfix, so the packages are unpacked into EXIM_DIR instead of

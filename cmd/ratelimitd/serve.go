@@ -35,7 +35,8 @@ import (
 var version = "dev"
 
 func newServeCmd(opts *rootOptions) *cobra.Command {
-	return &cobra.Command{
+	files := &serveFiles{}
+	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the policy daemon",
 		Long: `Run the policy daemon: the Postfix policy delegation service (and Exim
@@ -74,8 +75,17 @@ Postfix main.cf:
 			if err != nil {
 				return reportConfigErrors(cmd.ErrOrStderr(), err)
 			}
-			d, err := startDaemon(f, opts.configPath, cmd.ErrOrStderr())
+			logw, err := files.writer(cmd.ErrOrStderr())
 			if err != nil {
+				return err
+			}
+			defer files.close()
+			d, err := startDaemon(f, opts.configPath, logw)
+			if err != nil {
+				return err
+			}
+			if err := files.writePid(); err != nil {
+				d.shutdown(context.Background())
 				return err
 			}
 			sig := make(chan os.Signal, 4)
@@ -83,6 +93,9 @@ Postfix main.cf:
 			defer signal.Stop(sig)
 			for s := range sig {
 				if s == syscall.SIGHUP {
+					if err := files.reopen(); err != nil {
+						d.log.Error("reopening the log file", "err", err)
+					}
 					d.reload()
 					continue
 				}
@@ -95,6 +108,8 @@ Postfix main.cf:
 			return nil
 		},
 	}
+	files.addFlags(c)
+	return c
 }
 
 // daemon is a running ratelimitd: engine, stores, listeners.
