@@ -3,15 +3,12 @@ package mtatest
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,7 +79,26 @@ type Postfix struct {
 // Postfix is not installed or the test does not run as root.
 func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	t.Helper()
-	postfixBin := lookCommand("postfix", "")
+	postfixBin, uid, gid := requirePostfix(t, opts)
+	p, dataDir := newInstanceDirs(t, uid, gid)
+	sysMaster := p.configure(t, opts, postfixBin, dataDir, uid)
+	becomeSubreaper()
+	t.Cleanup(func() {
+		p.Stop(t)
+		if t.Failed() {
+			t.Logf("mtatest: Postfix %s maillog (last lines):\n%s", p.addr, tail(p.Log(), 80))
+		}
+	})
+	p.startOnFreePorts(t, opts, sysMaster)
+	return p
+}
+
+// requirePostfix checks that Postfix is installed, that the test runs as
+// root and that opts names valid services; it returns the postfix binary
+// and the postfix user's uid and gid.
+func requirePostfix(t testing.TB, opts PostfixOptions) (postfixBin string, uid, gid int) {
+	t.Helper()
+	postfixBin = lookCommand("postfix", "")
 	if postfixBin == "" {
 		t.Fatal("mtatest: the postfix binary was not found: install postfix: apt-get install postfix")
 	}
@@ -96,15 +112,22 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	if err != nil {
 		t.Fatalf("mtatest: %v: install postfix: apt-get install postfix", err)
 	}
-	uid, _ := strconv.Atoi(owner.Uid)
-	gid, _ := strconv.Atoi(owner.Gid)
+	uid, _ = strconv.Atoi(owner.Uid)
+	gid, _ = strconv.Atoi(owner.Gid)
 	if err := validateService(opts.PolicyService); err != nil {
 		t.Fatalf("mtatest: PolicyService: %v", err)
 	}
 	if err := validateService(opts.Milter); err != nil {
 		t.Fatalf("mtatest: Milter: %v", err)
 	}
+	return postfixBin, uid, gid
+}
 
+// newInstanceDirs creates the instance's temporary directory with its
+// configuration, queue and data directories (removed at t.Cleanup unless
+// MTATEST_KEEP is set) and returns the instance and its data directory.
+func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
+	t.Helper()
 	root, err := os.MkdirTemp("", "mtatest-")
 	if err != nil {
 		t.Fatalf("mtatest: %v", err)
@@ -141,8 +164,15 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	if err := checkSearchable(root); err != nil {
 		t.Fatalf("mtatest: %v (the postfix user must be able to reach its data directory; try TMPDIR=/tmp)", err)
 	}
+	return p, dataDir
+}
 
-	mainCF, err := buildMainCF(opts, root, p.queueDir, dataDir, p.logFile)
+// configure writes main.cf (and the system's master.cf, given its ports
+// at start), asks postconf for the daemon and command directories, and
+// creates the queue directories. It returns the system's master.cf.
+func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataDir string, uid int) string {
+	t.Helper()
+	mainCF, err := buildMainCF(opts, p.root, p.queueDir, dataDir, p.logFile)
 	if err != nil {
 		t.Fatalf("mtatest: %v", err)
 	}
@@ -181,17 +211,15 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 			t.Fatalf("mtatest: postfix -c %s check: %v\n%s\nmaillog:\n%s", p.confDir, err, out, p.Log())
 		}
 	}
+	return string(sysMaster)
+}
 
-	becomeSubreaper()
-	t.Cleanup(func() {
-		p.Stop(t)
-		if t.Failed() {
-			t.Logf("mtatest: Postfix %s maillog (last lines):\n%s", p.addr, tail(p.Log(), 80))
-		}
-	})
-	// A port picked free can be taken by someone else before the master
-	// binds it; the master then exits without a word (its stderr is
-	// /dev/null and postlogd is not up yet), so try again with new ports.
+// startOnFreePorts writes master.cf with free ports and starts the
+// master. A port picked free can be taken by someone else before the
+// master binds it; the master then exits without a word (its stderr is
+// /dev/null and postlogd is not up yet), so it tries again with new ports.
+func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster string) {
+	t.Helper()
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
 		ports := []int{FreePort(t)}
@@ -202,7 +230,7 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 			ports = append(ports, reinjectPort)
 			p.ReinjectAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(reinjectPort))
 		}
-		masterCF, err := buildMasterCF(string(sysMaster), ports[0], reinjectPort, opts.ExtraMasterCF)
+		masterCF, err := buildMasterCF(sysMaster, ports[0], reinjectPort, opts.ExtraMasterCF)
 		if err != nil {
 			t.Fatalf("mtatest: %v", err)
 		}
@@ -211,7 +239,7 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 		}
 		err = p.startMaster()
 		if err == nil {
-			return p
+			return
 		}
 		problems := p.halt()
 		busy := busyPorts(ports)
@@ -224,19 +252,6 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 			"ports of ours in use now: %v; set MTATEST_KEEP=1 to keep %s)\nmaster output:\n%s\nmaillog:\n%s",
 			err, strings.Join(problems, "; "), busy, p.confDir, p.output.String(), p.Log())
 	}
-}
-
-// writeConfig writes a file into the configuration directory, backdated:
-// Postfix will not read a main.cf modified within the last second or so (it
-// might be half-written) and polls every 300 ms until the file is old
-// enough, which would cost ~2 s per command.
-func (p *Postfix) writeConfig(name, content string) error {
-	path := filepath.Join(p.confDir, name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		return err
-	}
-	old := time.Now().Add(-time.Minute)
-	return os.Chtimes(path, old, old)
 }
 
 // startMaster starts the master and waits for the greeting of every smtpd.
@@ -400,429 +415,6 @@ func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) st
 			t.Fatalf("mtatest: Postfix log has no %q after %v", substr, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Command returns an *exec.Cmd running the Postfix command name (postsuper,
-// postqueue, postcat, postconf, postfix, postmap, sendmail, ...) against
-// this instance, i.e. with "-c DIR" ("-C DIR" for sendmail) before args.
-// Its Args are what production code configured with these commands would
-// run.
-func (p *Postfix) Command(name string, args ...string) *exec.Cmd {
-	path := name
-	if !strings.Contains(name, "/") {
-		path = lookCommand(name, p.cmdDir)
-		if path == "" {
-			path = filepath.Join(p.cmdDir, name)
-		}
-	}
-	flag := "-c"
-	if filepath.Base(name) == "sendmail" {
-		flag = "-C"
-	}
-	return exec.Command(path, append([]string{flag, p.confDir}, args...)...)
-}
-
-// run runs a Postfix command and fails the test if it fails.
-func (p *Postfix) run(t testing.TB, name string, args ...string) (stdout, stderr string) {
-	t.Helper()
-	cmd := p.Command(name, args...)
-	var o, e bytes.Buffer
-	cmd.Stdout = &o
-	cmd.Stderr = &e
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("mtatest: %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(cmd.Args, " "), err, o.String(), e.String())
-	}
-	return o.String(), e.String()
-}
-
-// QueueEntry is one message in the queue, as "postqueue -j" prints it.
-type QueueEntry struct {
-	QueueName   string `json:"queue_name"` // incoming, active, deferred, hold, maildrop
-	QueueID     string `json:"queue_id"`
-	ArrivalTime int64  `json:"arrival_time"` // Unix seconds
-	MessageSize int64  `json:"message_size"`
-	Sender      string `json:"sender"`
-	Recipients  []struct {
-		Address     string `json:"address"`
-		DelayReason string `json:"delay_reason,omitempty"`
-	} `json:"recipients"`
-}
-
-// Queue lists the queue with "postqueue -c DIR -j" (the JSON form of
-// "postqueue -p", where held messages have "!" after their ID).
-func (p *Postfix) Queue(t testing.TB) []QueueEntry {
-	t.Helper()
-	out, _ := p.run(t, "postqueue", "-j")
-	var entries []QueueEntry
-	for _, line := range strings.Split(out, "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		var e QueueEntry
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("mtatest: postqueue -j line %q: %v", line, err)
-		}
-		entries = append(entries, e)
-	}
-	return entries
-}
-
-// QueueIDs returns the IDs of all queued messages and, separately, of those
-// in the hold queue.
-func (p *Postfix) QueueIDs(t testing.TB) (all, held []string) {
-	t.Helper()
-	for _, e := range p.Queue(t) {
-		all = append(all, e.QueueID)
-		if e.QueueName == "hold" {
-			held = append(held, e.QueueID)
-		}
-	}
-	return all, held
-}
-
-// WaitQueue polls QueueIDs until done returns true and returns what it saw
-// last; it fails the test if that does not happen within timeout.
-func (p *Postfix) WaitQueue(t testing.TB, timeout time.Duration, done func(all, held []string) bool) (all, held []string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		all, held = p.QueueIDs(t)
-		if done(all, held) {
-			return all, held
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: Postfix queue not as wanted after %v: all %v, held %v", timeout, all, held)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// WaitQueueEmpty waits until the queue is empty; see WaitQueue.
-func (p *Postfix) WaitQueueEmpty(t testing.TB, timeout time.Duration) {
-	t.Helper()
-	p.WaitQueue(t, timeout, func(all, _ []string) bool { return len(all) == 0 })
-}
-
-// Release releases a held message with "postsuper -H ID"; it moves to the
-// deferred queue, and the next queue run (within about a second) delivers
-// it. It fails the test unless exactly one message was released.
-func (p *Postfix) Release(t testing.TB, id string) {
-	t.Helper()
-	_, stderr := p.run(t, "postsuper", "-H", id)
-	if !strings.Contains(stderr, "Released from hold: 1 message") {
-		t.Fatalf("mtatest: postsuper -H %s released nothing: %s", id, stderr)
-	}
-}
-
-// Delete deletes a queued message with "postsuper -d ID"; it fails the test
-// unless exactly one message was deleted.
-func (p *Postfix) Delete(t testing.TB, id string) {
-	t.Helper()
-	_, stderr := p.run(t, "postsuper", "-d", id)
-	if !strings.Contains(stderr, "Deleted: 1 message") {
-		t.Fatalf("mtatest: postsuper -d %s deleted nothing: %s", id, stderr)
-	}
-}
-
-// Flush asks for delivery of all deferred mail now ("postqueue -f").
-func (p *Postfix) Flush(t testing.TB) {
-	t.Helper()
-	p.run(t, "postqueue", "-f")
-}
-
-// Cat returns "postcat -q ID": the queue file's envelope, header and body.
-func (p *Postfix) Cat(t testing.TB, id string) string {
-	t.Helper()
-	out, _ := p.run(t, "postcat", "-q", id)
-	return out
-}
-
-// createQueueDirs creates the $queue_directory entries of type d listed in
-// metaDir/postfix-files, with their owner ($mail_owner or root), group
-// ($setgid_group or unchanged) and mode.
-func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string) error {
-	spec, err := os.ReadFile(filepath.Join(metaDir, "postfix-files"))
-	if err != nil {
-		return err
-	}
-	grp, err := user.LookupGroup(setgidGroup)
-	if err != nil {
-		return err
-	}
-	setgidGID, err := strconv.Atoi(grp.Gid)
-	if err != nil {
-		return err
-	}
-	made := 0
-	for _, line := range strings.Split(string(spec), "\n") {
-		// path:type:owner:group:mode:flags
-		f := strings.Split(line, ":")
-		if len(f) < 5 || f[1] != "d" || !strings.HasPrefix(f[0], "$queue_directory/") {
-			continue
-		}
-		dir := filepath.Join(queueDir, strings.TrimPrefix(f[0], "$queue_directory/"))
-		mode, err := strconv.ParseUint(f[4], 8, 32)
-		if err != nil {
-			return fmt.Errorf("postfix-files: %q: %w", line, err)
-		}
-		uid, gid := 0, -1
-		switch f[2] {
-		case "root":
-		case "$mail_owner":
-			uid = mailOwner
-		default:
-			return fmt.Errorf("postfix-files: %q: unknown owner", line)
-		}
-		switch f[3] {
-		case "-":
-		case "$setgid_group":
-			gid = setgidGID
-		default:
-			return fmt.Errorf("postfix-files: %q: unknown group", line)
-		}
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			return err
-		}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return err
-		}
-		if err := os.Chmod(dir, os.FileMode(mode)); err != nil {
-			return err
-		}
-		made++
-	}
-	if made == 0 {
-		return errors.New("postfix-files lists no queue directories")
-	}
-	return nil
-}
-
-// buildMainCF returns the instance's main.cf.
-func buildMainCF(opts PostfixOptions, root, queueDir, dataDir, logFile string) (string, error) {
-	type kv struct{ k, v string }
-	params := []kv{
-		{"compatibility_level", "3.6"},
-		{"queue_directory", queueDir},
-		{"data_directory", dataDir},
-		{"maillog_file", logFile},
-		{"maillog_file_prefixes", root},
-		// The greeting names the instance (banner), so that waitGreeting
-		// knows its own master from another that holds the port.
-		{"smtpd_banner", "$myhostname ESMTP Postfix " + banner(root)},
-		{"myhostname", "mtatest.localdomain"},
-		{"mydomain", "localdomain"},
-		{"myorigin", "$myhostname"},
-		{"mydestination", ""},
-		{"local_recipient_maps", ""},
-		{"alias_maps", ""},
-		{"alias_database", ""},
-		{"inet_interfaces", "127.0.0.1"},
-		{"inet_protocols", "ipv4"},
-		{"mynetworks", "127.0.0.0/8"},
-		{"biff", "no"},
-		{"append_dot_mydomain", "no"},
-		{"readme_directory", "no"},
-		// Fast relay to the sink and fast retries.
-		{"smtp_dns_support_level", "disabled"},
-		{"smtpd_peername_lookup", "no"},
-		{"smtp_connect_timeout", "2s"},
-		{"smtp_helo_timeout", "10s"},
-		{"queue_run_delay", "1s"},
-		{"minimal_backoff_time", "1s"},
-		{"maximal_backoff_time", "2s"},
-		{"in_flow_delay", "0"},
-		// No tarpitting of a test client that gets 4xx replies.
-		{"smtpd_error_sleep_time", "0"},
-		{"smtpd_soft_error_limit", "1000"},
-		{"smtpd_hard_error_limit", "1000"},
-		{"smtpd_junk_command_limit", "1000"},
-		// XCLIENT LOGIN= makes a SASL-authenticated session.
-		{"smtpd_authorized_xclient_hosts", "127.0.0.0/8"},
-		{"smtpd_sasl_auth_enable", "yes"},
-		{"smtpd_relay_restrictions", "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"},
-	}
-	if opts.SinkAddr != "" {
-		host, port, err := net.SplitHostPort(opts.SinkAddr)
-		if err != nil {
-			return "", fmt.Errorf("SinkAddr %q: %w", opts.SinkAddr, err)
-		}
-		params = append(params, kv{"relayhost", "[" + host + "]:" + port})
-	} else {
-		// Deliveries wait for "postqueue -f", which fails without DNS.
-		params = append(params, kv{"relayhost", ""}, kv{"defer_transports", "smtp"})
-	}
-	rcpt := "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
-	eod := ""
-	if opts.PolicyService != "" {
-		timeout := opts.PolicyTimeout
-		if timeout <= 0 {
-			timeout = 10 * time.Second
-		}
-		policy := fmt.Sprintf("check_policy_service { %s, timeout=%ds, default_action=DUNNO }",
-			opts.PolicyService, int((timeout+time.Second-1)/time.Second))
-		rcpt = policy + ", " + rcpt
-		eod = policy
-	}
-	params = append(params,
-		kv{"smtpd_recipient_restrictions", rcpt},
-		kv{"smtpd_end_of_data_restrictions", eod})
-	if opts.Milter != "" {
-		params = append(params,
-			kv{"smtpd_milters", opts.Milter},
-			kv{"milter_default_action", "tempfail"},
-			kv{"milter_protocol", "6"})
-	}
-
-	extra := make([]string, 0, len(opts.ExtraMainCF))
-	for k := range opts.ExtraMainCF {
-		extra = append(extra, k)
-	}
-	sort.Strings(extra)
-	for _, k := range extra {
-		if k == "" || strings.ContainsAny(k, " \t\n=") {
-			return "", fmt.Errorf("ExtraMainCF: bad parameter name %q", k)
-		}
-		if k == "smtpd_banner" {
-			return "", errors.New("ExtraMainCF: smtpd_banner is the harness's (it names the instance)")
-		}
-		v := opts.ExtraMainCF[k]
-		if strings.ContainsAny(v, "\r\n") {
-			return "", fmt.Errorf("ExtraMainCF: %s: value has a line break", k)
-		}
-		replaced := false
-		for i := range params {
-			if params[i].k == k {
-				params[i].v, replaced = v, true
-			}
-		}
-		if !replaced {
-			params = append(params, kv{k, v})
-		}
-	}
-
-	var b strings.Builder
-	b.WriteString("# Written by ratelimitd internal/mtatest for one test; see its package doc.\n")
-	for _, p := range params {
-		fmt.Fprintf(&b, "%s = %s\n", p.k, p.v)
-	}
-	return b.String(), nil
-}
-
-// buildMasterCF turns the system master.cf into the instance's: the "smtp
-// inet" service listens on 127.0.0.1:smtpPort, every other inet service is
-// commented out, every chroot column is "n", and the re-injection smtpd and
-// extra are appended.
-func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string, error) {
-	var b strings.Builder
-	b.WriteString("# Written by ratelimitd internal/mtatest from /etc/postfix/master.cf.\n")
-	dropping, haveSMTP := false, false
-	for _, line := range strings.SplitAfter(sys, "\n") {
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case trimmed == "" || strings.HasPrefix(trimmed, "#"):
-			b.WriteString(line)
-			continue
-		case line[0] == ' ' || line[0] == '\t':
-			// Continuation of the previous entry.
-			if dropping {
-				b.WriteString("#mtatest# " + line)
-			} else {
-				b.WriteString(line)
-			}
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			dropping = false
-			b.WriteString(line)
-			continue
-		}
-		if f[1] == "inet" {
-			if f[0] == "smtp" && !haveSMTP {
-				f[0] = "127.0.0.1:" + strconv.Itoa(smtpPort)
-				haveSMTP = true
-			} else {
-				dropping = true
-				b.WriteString("#mtatest# " + line)
-				continue
-			}
-		}
-		dropping = false
-		f[4] = "n" // chroot
-		b.WriteString(strings.Join(f, " ") + "\n")
-	}
-	if !haveSMTP {
-		return "", errors.New(`/etc/postfix/master.cf has no "smtp inet" service`)
-	}
-	if reinjectPort != 0 {
-		fmt.Fprintf(&b, "127.0.0.1:%d inet n - n - - smtpd\n", reinjectPort)
-		b.WriteString("  -o syslog_name=postfix/reinject\n")
-		b.WriteString("  -o smtpd_milters=\n")
-		b.WriteString("  -o smtpd_client_restrictions=\n")
-		b.WriteString("  -o smtpd_helo_restrictions=\n")
-		b.WriteString("  -o smtpd_sender_restrictions=\n")
-		b.WriteString("  -o smtpd_relay_restrictions=permit_mynetworks,reject\n")
-		b.WriteString("  -o smtpd_recipient_restrictions=permit_mynetworks,reject\n")
-		b.WriteString("  -o smtpd_data_restrictions=\n")
-		b.WriteString("  -o smtpd_end_of_data_restrictions=\n")
-	}
-	if extra != "" {
-		b.WriteString(extra)
-		if !strings.HasSuffix(extra, "\n") {
-			b.WriteString("\n")
-		}
-	}
-	return b.String(), nil
-}
-
-// validateService checks a policy or milter endpoint for what would break
-// the main.cf syntax.
-func validateService(s string) error {
-	if s == "" {
-		return nil
-	}
-	if strings.ContainsAny(s, " \t\r\n,{}") {
-		return fmt.Errorf("%q: must not contain spaces, commas or braces", s)
-	}
-	if !strings.HasPrefix(s, "inet:") && !strings.HasPrefix(s, "unix:") {
-		return fmt.Errorf(`%q: want "inet:HOST:PORT" or "unix:/PATH"`, s)
-	}
-	return nil
-}
-
-// lookCommand finds a Postfix command in PATH, then in dir and the usual
-// sbin directories (PATH may lack them for non-login shells).
-func lookCommand(name, dir string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, d := range []string{dir, "/usr/sbin", "/usr/local/sbin", "/sbin"} {
-		if d == "" {
-			continue
-		}
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	return ""
-}
-
-// checkSearchable fails if dir or one of its ancestors is not searchable by
-// other users (the postfix user needs to reach its data directory).
-func checkSearchable(dir string) error {
-	for d := dir; ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return err
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%s (mode %v) is not searchable by other users", d, fi.Mode().Perm())
-		}
-		if d == filepath.Dir(d) {
-			return nil
-		}
 	}
 }
 

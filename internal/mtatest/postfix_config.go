@@ -1,0 +1,341 @@
+package mtatest
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// writeConfig writes a file into the configuration directory, backdated:
+// Postfix will not read a main.cf modified within the last second or so (it
+// might be half-written) and polls every 300 ms until the file is old
+// enough, which would cost ~2 s per command.
+func (p *Postfix) writeConfig(name, content string) error {
+	path := filepath.Join(p.confDir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		return err
+	}
+	old := time.Now().Add(-time.Minute)
+	return os.Chtimes(path, old, old)
+}
+
+// createQueueDirs creates the $queue_directory entries of type d listed in
+// metaDir/postfix-files, with their owner ($mail_owner or root), group
+// ($setgid_group or unchanged) and mode.
+func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string) error {
+	spec, err := os.ReadFile(filepath.Join(metaDir, "postfix-files"))
+	if err != nil {
+		return err
+	}
+	grp, err := user.LookupGroup(setgidGroup)
+	if err != nil {
+		return err
+	}
+	setgidGID, err := strconv.Atoi(grp.Gid)
+	if err != nil {
+		return err
+	}
+	made := 0
+	for _, line := range strings.Split(string(spec), "\n") {
+		// path:type:owner:group:mode:flags
+		f := strings.Split(line, ":")
+		if len(f) < 5 || f[1] != "d" || !strings.HasPrefix(f[0], "$queue_directory/") {
+			continue
+		}
+		dir := filepath.Join(queueDir, strings.TrimPrefix(f[0], "$queue_directory/"))
+		mode, err := strconv.ParseUint(f[4], 8, 32)
+		if err != nil {
+			return fmt.Errorf("postfix-files: %q: %w", line, err)
+		}
+		uid, gid := 0, -1
+		switch f[2] {
+		case "root":
+		case "$mail_owner":
+			uid = mailOwner
+		default:
+			return fmt.Errorf("postfix-files: %q: unknown owner", line)
+		}
+		switch f[3] {
+		case "-":
+		case "$setgid_group":
+			gid = setgidGID
+		default:
+			return fmt.Errorf("postfix-files: %q: unknown group", line)
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return err
+		}
+		if err := os.Chmod(dir, os.FileMode(mode)); err != nil {
+			return err
+		}
+		made++
+	}
+	if made == 0 {
+		return errors.New("postfix-files lists no queue directories")
+	}
+	return nil
+}
+
+// mainParam is one main.cf parameter.
+type mainParam struct{ k, v string }
+
+// buildMainCF returns the instance's main.cf: the harness's fixed
+// parameters, those opts asks for, and opts.ExtraMainCF over both.
+func buildMainCF(opts PostfixOptions, root, queueDir, dataDir, logFile string) (string, error) {
+	params, err := optionParams(opts, baseParams(root, queueDir, dataDir, logFile))
+	if err != nil {
+		return "", err
+	}
+	if params, err = extraParams(params, opts.ExtraMainCF); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("# Written by ratelimitd internal/mtatest for one test; see its package doc.\n")
+	for _, p := range params {
+		fmt.Fprintf(&b, "%s = %s\n", p.k, p.v)
+	}
+	return b.String(), nil
+}
+
+// baseParams are the parameters of every instance: its directories and
+// log, a local-only network, and fast relaying and retries.
+func baseParams(root, queueDir, dataDir, logFile string) []mainParam {
+	return []mainParam{
+		{"compatibility_level", "3.6"},
+		{"queue_directory", queueDir},
+		{"data_directory", dataDir},
+		{"maillog_file", logFile},
+		{"maillog_file_prefixes", root},
+		// The greeting names the instance (banner), so that waitGreeting
+		// knows its own master from another that holds the port.
+		{"smtpd_banner", "$myhostname ESMTP Postfix " + banner(root)},
+		{"myhostname", "mtatest.localdomain"},
+		{"mydomain", "localdomain"},
+		{"myorigin", "$myhostname"},
+		{"mydestination", ""},
+		{"local_recipient_maps", ""},
+		{"alias_maps", ""},
+		{"alias_database", ""},
+		{"inet_interfaces", "127.0.0.1"},
+		{"inet_protocols", "ipv4"},
+		{"mynetworks", "127.0.0.0/8"},
+		{"biff", "no"},
+		{"append_dot_mydomain", "no"},
+		{"readme_directory", "no"},
+		// Fast relay to the sink and fast retries.
+		{"smtp_dns_support_level", "disabled"},
+		{"smtpd_peername_lookup", "no"},
+		{"smtp_connect_timeout", "2s"},
+		{"smtp_helo_timeout", "10s"},
+		{"queue_run_delay", "1s"},
+		{"minimal_backoff_time", "1s"},
+		{"maximal_backoff_time", "2s"},
+		{"in_flow_delay", "0"},
+		// No tarpitting of a test client that gets 4xx replies.
+		{"smtpd_error_sleep_time", "0"},
+		{"smtpd_soft_error_limit", "1000"},
+		{"smtpd_hard_error_limit", "1000"},
+		{"smtpd_junk_command_limit", "1000"},
+		// XCLIENT LOGIN= makes a SASL-authenticated session.
+		{"smtpd_authorized_xclient_hosts", "127.0.0.0/8"},
+		{"smtpd_sasl_auth_enable", "yes"},
+		{"smtpd_relay_restrictions", "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"},
+	}
+}
+
+// optionParams appends to params the relay host, the restrictions with
+// the policy service and the milter that opts asks for.
+func optionParams(opts PostfixOptions, params []mainParam) ([]mainParam, error) {
+	if opts.SinkAddr != "" {
+		host, port, err := net.SplitHostPort(opts.SinkAddr)
+		if err != nil {
+			return nil, fmt.Errorf("SinkAddr %q: %w", opts.SinkAddr, err)
+		}
+		params = append(params, mainParam{"relayhost", "[" + host + "]:" + port})
+	} else {
+		// Deliveries wait for "postqueue -f", which fails without DNS.
+		params = append(params, mainParam{"relayhost", ""}, mainParam{"defer_transports", "smtp"})
+	}
+	rcpt := "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
+	eod := ""
+	if opts.PolicyService != "" {
+		timeout := opts.PolicyTimeout
+		if timeout <= 0 {
+			timeout = 10 * time.Second
+		}
+		policy := fmt.Sprintf("check_policy_service { %s, timeout=%ds, default_action=DUNNO }",
+			opts.PolicyService, int((timeout+time.Second-1)/time.Second))
+		rcpt = policy + ", " + rcpt
+		eod = policy
+	}
+	params = append(params,
+		mainParam{"smtpd_recipient_restrictions", rcpt},
+		mainParam{"smtpd_end_of_data_restrictions", eod})
+	if opts.Milter != "" {
+		params = append(params,
+			mainParam{"smtpd_milters", opts.Milter},
+			mainParam{"milter_default_action", "tempfail"},
+			mainParam{"milter_protocol", "6"})
+	}
+	return params, nil
+}
+
+// extraParams applies extra (PostfixOptions.ExtraMainCF) to params: a
+// parameter already set is replaced, any other appended, in name order.
+func extraParams(params []mainParam, extra map[string]string) ([]mainParam, error) {
+	names := make([]string, 0, len(extra))
+	for k := range extra {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if k == "" || strings.ContainsAny(k, " \t\n=") {
+			return nil, fmt.Errorf("ExtraMainCF: bad parameter name %q", k)
+		}
+		if k == "smtpd_banner" {
+			return nil, errors.New("ExtraMainCF: smtpd_banner is the harness's (it names the instance)")
+		}
+		v := extra[k]
+		if strings.ContainsAny(v, "\r\n") {
+			return nil, fmt.Errorf("ExtraMainCF: %s: value has a line break", k)
+		}
+		replaced := false
+		for i := range params {
+			if params[i].k == k {
+				params[i].v, replaced = v, true
+			}
+		}
+		if !replaced {
+			params = append(params, mainParam{k, v})
+		}
+	}
+	return params, nil
+}
+
+// buildMasterCF turns the system master.cf into the instance's: the "smtp
+// inet" service listens on 127.0.0.1:smtpPort, every other inet service is
+// commented out, every chroot column is "n", and the re-injection smtpd and
+// extra are appended.
+func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string, error) {
+	var b strings.Builder
+	b.WriteString("# Written by ratelimitd internal/mtatest from /etc/postfix/master.cf.\n")
+	dropping, haveSMTP := false, false
+	for _, line := range strings.SplitAfter(sys, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case trimmed == "" || strings.HasPrefix(trimmed, "#"):
+			b.WriteString(line)
+			continue
+		case line[0] == ' ' || line[0] == '\t':
+			// Continuation of the previous entry.
+			if dropping {
+				b.WriteString("#mtatest# " + line)
+			} else {
+				b.WriteString(line)
+			}
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			dropping = false
+			b.WriteString(line)
+			continue
+		}
+		if f[1] == "inet" {
+			if f[0] == "smtp" && !haveSMTP {
+				f[0] = "127.0.0.1:" + strconv.Itoa(smtpPort)
+				haveSMTP = true
+			} else {
+				dropping = true
+				b.WriteString("#mtatest# " + line)
+				continue
+			}
+		}
+		dropping = false
+		f[4] = "n" // chroot
+		b.WriteString(strings.Join(f, " ") + "\n")
+	}
+	if !haveSMTP {
+		return "", errors.New(`/etc/postfix/master.cf has no "smtp inet" service`)
+	}
+	if reinjectPort != 0 {
+		fmt.Fprintf(&b, "127.0.0.1:%d inet n - n - - smtpd\n", reinjectPort)
+		b.WriteString("  -o syslog_name=postfix/reinject\n")
+		b.WriteString("  -o smtpd_milters=\n")
+		b.WriteString("  -o smtpd_client_restrictions=\n")
+		b.WriteString("  -o smtpd_helo_restrictions=\n")
+		b.WriteString("  -o smtpd_sender_restrictions=\n")
+		b.WriteString("  -o smtpd_relay_restrictions=permit_mynetworks,reject\n")
+		b.WriteString("  -o smtpd_recipient_restrictions=permit_mynetworks,reject\n")
+		b.WriteString("  -o smtpd_data_restrictions=\n")
+		b.WriteString("  -o smtpd_end_of_data_restrictions=\n")
+	}
+	if extra != "" {
+		b.WriteString(extra)
+		if !strings.HasSuffix(extra, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	return b.String(), nil
+}
+
+// validateService checks a policy or milter endpoint for what would break
+// the main.cf syntax.
+func validateService(s string) error {
+	if s == "" {
+		return nil
+	}
+	if strings.ContainsAny(s, " \t\r\n,{}") {
+		return fmt.Errorf("%q: must not contain spaces, commas or braces", s)
+	}
+	if !strings.HasPrefix(s, "inet:") && !strings.HasPrefix(s, "unix:") {
+		return fmt.Errorf(`%q: want "inet:HOST:PORT" or "unix:/PATH"`, s)
+	}
+	return nil
+}
+
+// lookCommand finds a Postfix command in PATH, then in dir and the usual
+// sbin directories (PATH may lack them for non-login shells).
+func lookCommand(name, dir string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, d := range []string{dir, "/usr/sbin", "/usr/local/sbin", "/sbin"} {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// checkSearchable fails if dir or one of its ancestors is not searchable by
+// other users (the postfix user needs to reach its data directory).
+func checkSearchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (mode %v) is not searchable by other users", d, fi.Mode().Perm())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}

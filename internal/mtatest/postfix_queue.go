@@ -1,0 +1,146 @@
+package mtatest
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Command returns an *exec.Cmd running the Postfix command name (postsuper,
+// postqueue, postcat, postconf, postfix, postmap, sendmail, ...) against
+// this instance, i.e. with "-c DIR" ("-C DIR" for sendmail) before args.
+// Its Args are what production code configured with these commands would
+// run.
+func (p *Postfix) Command(name string, args ...string) *exec.Cmd {
+	path := name
+	if !strings.Contains(name, "/") {
+		path = lookCommand(name, p.cmdDir)
+		if path == "" {
+			path = filepath.Join(p.cmdDir, name)
+		}
+	}
+	flag := "-c"
+	if filepath.Base(name) == "sendmail" {
+		flag = "-C"
+	}
+	return exec.Command(path, append([]string{flag, p.confDir}, args...)...)
+}
+
+// run runs a Postfix command and fails the test if it fails.
+func (p *Postfix) run(t testing.TB, name string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	cmd := p.Command(name, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout = &o
+	cmd.Stderr = &e
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mtatest: %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(cmd.Args, " "), err, o.String(), e.String())
+	}
+	return o.String(), e.String()
+}
+
+// QueueEntry is one message in the queue, as "postqueue -j" prints it.
+type QueueEntry struct {
+	QueueName   string `json:"queue_name"` // incoming, active, deferred, hold, maildrop
+	QueueID     string `json:"queue_id"`
+	ArrivalTime int64  `json:"arrival_time"` // Unix seconds
+	MessageSize int64  `json:"message_size"`
+	Sender      string `json:"sender"`
+	Recipients  []struct {
+		Address     string `json:"address"`
+		DelayReason string `json:"delay_reason,omitempty"`
+	} `json:"recipients"`
+}
+
+// Queue lists the queue with "postqueue -c DIR -j" (the JSON form of
+// "postqueue -p", where held messages have "!" after their ID).
+func (p *Postfix) Queue(t testing.TB) []QueueEntry {
+	t.Helper()
+	out, _ := p.run(t, "postqueue", "-j")
+	var entries []QueueEntry
+	for _, line := range strings.Split(out, "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var e QueueEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("mtatest: postqueue -j line %q: %v", line, err)
+		}
+		entries = append(entries, e)
+	}
+	return entries
+}
+
+// QueueIDs returns the IDs of all queued messages and, separately, of those
+// in the hold queue.
+func (p *Postfix) QueueIDs(t testing.TB) (all, held []string) {
+	t.Helper()
+	for _, e := range p.Queue(t) {
+		all = append(all, e.QueueID)
+		if e.QueueName == "hold" {
+			held = append(held, e.QueueID)
+		}
+	}
+	return all, held
+}
+
+// WaitQueue polls QueueIDs until done returns true and returns what it saw
+// last; it fails the test if that does not happen within timeout.
+func (p *Postfix) WaitQueue(t testing.TB, timeout time.Duration, done func(all, held []string) bool) (all, held []string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		all, held = p.QueueIDs(t)
+		if done(all, held) {
+			return all, held
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mtatest: Postfix queue not as wanted after %v: all %v, held %v", timeout, all, held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitQueueEmpty waits until the queue is empty; see WaitQueue.
+func (p *Postfix) WaitQueueEmpty(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	p.WaitQueue(t, timeout, func(all, _ []string) bool { return len(all) == 0 })
+}
+
+// Release releases a held message with "postsuper -H ID"; it moves to the
+// deferred queue, and the next queue run (within about a second) delivers
+// it. It fails the test unless exactly one message was released.
+func (p *Postfix) Release(t testing.TB, id string) {
+	t.Helper()
+	_, stderr := p.run(t, "postsuper", "-H", id)
+	if !strings.Contains(stderr, "Released from hold: 1 message") {
+		t.Fatalf("mtatest: postsuper -H %s released nothing: %s", id, stderr)
+	}
+}
+
+// Delete deletes a queued message with "postsuper -d ID"; it fails the test
+// unless exactly one message was deleted.
+func (p *Postfix) Delete(t testing.TB, id string) {
+	t.Helper()
+	_, stderr := p.run(t, "postsuper", "-d", id)
+	if !strings.Contains(stderr, "Deleted: 1 message") {
+		t.Fatalf("mtatest: postsuper -d %s deleted nothing: %s", id, stderr)
+	}
+}
+
+// Flush asks for delivery of all deferred mail now ("postqueue -f").
+func (p *Postfix) Flush(t testing.TB) {
+	t.Helper()
+	p.run(t, "postqueue", "-f")
+}
+
+// Cat returns "postcat -q ID": the queue file's envelope, header and body.
+func (p *Postfix) Cat(t testing.TB, id string) string {
+	t.Helper()
+	out, _ := p.run(t, "postcat", "-q", id)
+	return out
+}
