@@ -37,6 +37,8 @@ type File struct {
 	// Store is the [store] table: local (memory + BoltDB) or Redis rate
 	// state.
 	Store Store `toml:"store"`
+	// Web is the [web] table: the browser console, off by default.
+	Web Web `toml:"web"`
 
 	// NoLimits is set by [policy] limits = "none": the file deliberately
 	// has no [[limit]] table and the daemon limits nobody. Without it a
@@ -146,7 +148,9 @@ func (f *File) validate() []error {
 	f.Quarantine.withDefaults()
 	f.Milter.withDefaults()
 	f.Store.withDefaults()
+	f.Web.withDefaults(f.Server.StateDir)
 	errs := f.Server.validate()
+	errs = append(errs, f.Web.validate()...)
 	errs = append(errs, f.Store.validate(f.Limits)...)
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()

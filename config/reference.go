@@ -19,6 +19,7 @@ var Tables = []struct{ Name, Doc string }{
 	{"notify", "Notifications to the postmaster; off until `webhook.url` or `mail.to` is set."},
 	{"notify.webhook", "One signed JSON object per event, POSTed."},
 	{"notify.mail", "Mail to the postmaster (and optionally the sender) through an SMTP relay."},
+	{"web", "The browser console (docs/console.md); off until `listen` is set. SIGHUP rereads the users file and the TLS files."},
 }
 
 // Keys documents every key of the configuration file; the package's tests
@@ -117,6 +118,11 @@ var Keys = []Key{
 	{Name: "notify.mail.attempts", Default: `5`, Unit: "attempts", Doc: "Tries per mail (network errors and 4xx are retried) before it is counted as failed."},
 	{Name: "notify.mail.backoff", Default: `"1s"`, Doc: "Wait after the first failed attempt, doubled after each further one."},
 	{Name: "notify.mail.max_backoff", Default: `"1m"`, Doc: "Longest wait between attempts."},
+
+	{Name: "web.listen", DefaultNote: `"": disabled`, Doc: "Numeric \"host:port\" of the console, e.g. \"127.0.0.1:9732\"; not loopback only with tls_cert and tls_key."},
+	{Name: "web.tls_cert", Doc: "PEM certificate (chain) file; with tls_key the console serves HTTPS and its cookie is Secure."},
+	{Name: "web.tls_key", Doc: "PEM private key file for tls_cert."},
+	{Name: "web.users_file", DefaultNote: "STATE_DIR/web-users", Doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
 }
 
 // WriteReference writes the configuration reference (docs/configuration.md)
