@@ -140,9 +140,8 @@ type PersistStats struct {
 // NewPersistent reads every page without writing them, and it, each flush,
 // sweep and compaction piece madvise BoltDB's read-only mapping out of the
 // process's resident memory (Linux; the pages stay in the page cache).
-// Measured with 1,000,000 users under two limits (BenchmarkPersist2M):
-// restore in 1.2 s to 96 MiB RSS, of which 91 MiB Go heap; a snapshot of
-// 85 (small flushes) to 130 (flushes of 100,000 keys) bytes per pair.
+// BenchmarkPersist2M measures the restore time, resident memory and
+// snapshot size per pair (figures in docs/performance.md).
 //
 // Persistent implements policy.Store; its methods are safe for concurrent
 // use. Create it with NewPersistent.
@@ -381,8 +380,8 @@ func (p *Persistent) Close() error {
 // soft memory limit): the arrays a flush keeps for the next one (32 bytes
 // per change taken, twice, plus the keys' bytes and the encoded records),
 // which a flush with nothing to write gives up, and, while a compaction
-// runs, its index of the journal (16 bytes per journal entry). A flush of
-// 300,000 changes keeps 27 MiB. Safe for concurrent use.
+// runs, its index of the journal (16 bytes per journal entry). Safe for
+// concurrent use.
 func (p *Persistent) Working() int64 {
 	return p.flushBytes.Load() + p.compactBytes.Load()
 }

@@ -17,14 +17,13 @@ import (
 const (
 	// A flush compacts when the journal holds at least
 	// max(compactMinBytes, compactPairBytes per state held) bytes of
-	// records: about half the snapshot, whose pages take 85 to 130 bytes
-	// per state (see Persistent). Each compaction rewrites the snapshot's
+	// records: about half the snapshot (whose size per state
+	// BenchmarkPersist2M measures). Each compaction rewrites the snapshot's
 	// pages holding a journaled key, nearly all of them under random keys,
 	// so it is paid for by at least half a snapshot of cheap appends.
 	// Its cost per journal entry falls as the journal grows, the pages
-	// being rewritten once per compaction (BenchmarkCompact, 100,000
-	// users, on a shared 2-core machine: 460 to 590 ns per entry at
-	// 16 MiB, 340 to 520 at 32 MiB, 250 to 310 at 64 MiB); 32 MiB (some
+	// being rewritten once per compaction (BenchmarkCompact; figures in
+	// docs/performance.md); 32 MiB (some
 	// 800,000 entries) keeps the file, the memory of a compaction (see
 	// Persistent) and the time to read the journal at restore small.
 	compactMinBytes  = 32 << 20

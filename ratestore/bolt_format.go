@@ -48,8 +48,8 @@ import (
 //
 // Keys are the rate keys verbatim. Snapshot buckets keep BoltDB's default
 // FillPercent: new keys arrive in random order, and a higher one splits
-// full pages into a full and a nearly empty one (measured: 0.9 doubles the
-// file).
+// full pages into a full and a nearly empty one, which makes the file
+// larger (docs/performance.md).
 var (
 	bucketName  = []byte("ratestate")
 	journalName = []byte("ratejournal")

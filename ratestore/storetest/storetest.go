@@ -1,12 +1,3 @@
-// Package storetest is the conformance suite every rate-state store passes
-// (the in-memory store of package ratestore, the Redis store): the
-// policy.Store contract, and random traces of stacked requests in every
-// mode and algorithm whose results must agree, to 1e-12 relative, with the reference
-// function policy.EvaluateStack over a fresh in-memory store.
-//
-// A store that implements policy.StackEvaluator is driven through it and
-// must measure at the time it is given (the Redis store's UseCallerTime);
-// any other store is driven through policy.EvaluateStack.
 package storetest
 
 import (
