@@ -161,6 +161,10 @@ func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) Decisi
 	return e.evaluate(ctx, now, req, false)
 }
 
+// evaluate is Evaluate and Decide: it finds the request's message, the
+// limits that apply (stack), has the store measure them (measure), finds
+// the limits that decide (decisive), and commits the bookkeeping.
+// A panic is recovered as a fail-open Pass with Fault set.
 func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, withMeasures bool) (d Decision) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -198,11 +202,79 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 			m.charges = slices.Grow(m.charges, n-len(m.charges))
 		}
 	}
-	refused := !prev.Action.Admits()
-	connectSeen := e.seen.asked(front, StateConnect)
 
 	sc := e.scratch.Get().(*scratch)
 	defer e.scratch.Put(sc)
+	probes, items := e.stack(ctx, now, c, req, m, front, sc)
+	if len(items) == 0 {
+		if prev.Action != Pass {
+			d = prev
+			d.Repeated = true
+		}
+		refusedMsg, doneMsg = finish(m, req, d.Action)
+		return d
+	}
+	out, err := e.measure(ctx, now, items, !prev.Action.Admits(), sc)
+	if err != nil {
+		// Nothing was decided: fail open, and leave the message's
+		// bookkeeping as it was so a later request measures it.
+		d = Decision{Reason: "rate store error, failing open", Fault: err}
+		if prev.Action != Pass {
+			d = prev
+			d.Repeated, d.Fault = true, err
+		}
+		return d
+	}
+
+	var measures []Measure
+	if withMeasures {
+		measures = make([]Measure, len(items))
+	}
+	msgDecisive, rcptDecisive, fault := decisive(probes, items, out, measures)
+	var msgVerdict Decision
+	switch {
+	case prev.Action != Pass && (msgDecisive < 0 || prev.Action >= probes[msgDecisive].l.action):
+		msgVerdict = prev
+		msgVerdict.Repeated = true
+	case msgDecisive >= 0:
+		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result)
+	}
+	final := msgVerdict
+	if rcptDecisive >= 0 && probes[rcptDecisive].l.action > msgVerdict.Action {
+		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result)
+	}
+	admitted := final.Action.Admits()
+	for i := range items {
+		if out[i].Err == nil {
+			probes[i].commit(state, &items[i], admitted)
+		}
+	}
+	if m != nil && msgVerdict.Action != prev.Action {
+		mv := msgVerdict
+		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
+		m.setVerdict(front, mv)
+	}
+	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && fault == nil {
+		fault = err
+	}
+	if withMeasures {
+		final.Measures = measures
+	}
+	final.Fault = fault
+	if final.Fault != nil && final.Action == Pass && final.Reason == "" {
+		final.Reason = "rate store error for some limits"
+	}
+	refusedMsg, doneMsg = finish(m, req, final.Action)
+	return final
+}
+
+// stack returns the limits that apply to req, each as a probe (the
+// limit, the message's charge record m holds of it, the bookkeeping to
+// commit) and a StackItem (key, parameters with any override, cost) for
+// the store, in sc's memory.
+func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Request, m *msgEntry, front int, sc *scratch) ([]probe, []StackItem) {
+	state := req.ProtocolState
+	connectSeen := e.seen.asked(front, StateConnect)
 	probes, items := sc.probes[:0], sc.items[:0]
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -232,14 +304,13 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 		probes = append(probes, p)
 		items = append(items, it)
 	}
-	if len(items) == 0 {
-		if prev.Action != Pass {
-			d = prev
-			d.Repeated = true
-		}
-		refusedMsg, doneMsg = finish(m, req, d.Action)
-		return d
-	}
+	return probes, items
+}
+
+// measure has the store evaluate the stack items at now (refused: the
+// message was already refused) and returns the results, in sc's memory
+// when the stack is small.
+func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, refused bool, sc *scratch) ([]StackResult, error) {
 	out := sc.out[:]
 	if len(items) > maxStack {
 		out = make([]StackResult, len(items))
@@ -251,25 +322,18 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 	} else {
 		err = evaluateStack(ctx, e.store, now, items, refused, out, &sc.upd)
 	}
-	if err != nil {
-		// Nothing was decided: fail open, and leave the message's
-		// bookkeeping as it was so a later request measures it.
-		d = Decision{Reason: "rate store error, failing open", Fault: err}
-		if prev.Action != Pass {
-			d = prev
-			d.Repeated, d.Fault = true, err
-		}
-		return d
-	}
+	return out, err
+}
 
-	// The verdicts: the message's (per_mail, per_byte, per_conn, and the
-	// one it already had) and this request's per_rcpt.
-	msgDecisive, rcptDecisive := -1, -1
+// decisive returns the index of the limit that decides the message's
+// verdict (the strictest over of the per_mail, per_byte and per_conn
+// limits; at equal action the longest retry-after) and of the one that
+// decides this request's per_rcpt verdict, -1 where no limit is over, and
+// the first limit's store error. measures, if not nil, gets every limit's
+// Measure.
+func decisive(probes []probe, items []StackItem, out []StackResult, measures []Measure) (msgDecisive, rcptDecisive int, fault error) {
+	msgDecisive, rcptDecisive = -1, -1
 	msgAction, rcptAction := Pass, Pass
-	var measures []Measure
-	if withMeasures {
-		measures = make([]Measure, len(items))
-	}
 	for i := range items {
 		it, r, p := &items[i], &out[i], &probes[i]
 		var ms *Measure
@@ -279,8 +343,8 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 				Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
 		}
 		if r.Err != nil {
-			if d.Fault == nil {
-				d.Fault = r.Err
+			if fault == nil {
+				fault = r.Err
 			}
 			if ms != nil {
 				ms.Over, ms.RetryAfter = false, 0
@@ -301,41 +365,7 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 			*act, *dec = p.l.action, i
 		}
 	}
-	var msgVerdict Decision
-	switch {
-	case prev.Action != Pass && prev.Action >= msgAction:
-		msgVerdict = prev
-		msgVerdict.Repeated = true
-	case msgDecisive >= 0:
-		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result)
-	}
-	final := msgVerdict
-	if rcptDecisive >= 0 && rcptAction > msgVerdict.Action {
-		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result)
-	}
-	admitted := final.Action.Admits()
-	for i := range items {
-		if out[i].Err == nil {
-			probes[i].commit(state, &items[i], admitted)
-		}
-	}
-	if m != nil && msgVerdict.Action != prev.Action {
-		mv := msgVerdict
-		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
-		m.setVerdict(front, mv)
-	}
-	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && d.Fault == nil {
-		d.Fault = err
-	}
-	if withMeasures {
-		final.Measures = measures
-	}
-	final.Fault = d.Fault
-	if final.Fault != nil && final.Action == Pass && final.Reason == "" {
-		final.Reason = "rate store error for some limits"
-	}
-	refusedMsg, doneMsg = finish(m, req, final.Action)
-	return final
+	return msgDecisive, rcptDecisive, fault
 }
 
 // finish decides how one decided request ends the bookkeeping of its
