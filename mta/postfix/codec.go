@@ -126,127 +126,159 @@ func ReadRequest(r *bufio.Reader, req *policy.Request) error {
 func (d *Decoder) Decode(req *policy.Request) error {
 	// Do not keep the memory of an exceptionally large request for the
 	// rest of a long-lived connection.
-	const keep = 16 << 10
-	if cap(d.vals) > keep {
+	if cap(d.vals) > decoderKeep {
 		d.vals = nil
 	}
-	if cap(d.long) > keep {
+	if cap(d.long) > decoderKeep {
 		d.long = nil
 	}
 	d.vals = d.vals[:0]
 	d.seen = 0
-	var (
-		rcptCount, size int64
-		nattr           int
-		sawRequest      bool
-	)
-	for {
-		line, err := d.readLine()
-		if err != nil {
-			if err == io.EOF {
-				if nattr == 0 {
-					return io.EOF
-				}
-				break // Exim readsocket: end of input ends the request.
-			}
-			return err
-		}
-		if len(line) == 0 {
-			if nattr == 0 {
-				return fmt.Errorf("%w: empty request", ErrMalformed)
-			}
-			break
-		}
-		nattr++
-		if nattr > MaxAttributes {
-			return fmt.Errorf("%w: more than %d", ErrTooManyAttributes, MaxAttributes)
-		}
-		eq := bytes.IndexByte(line, '=')
-		if eq < 0 {
-			return fmt.Errorf("%w: line %d: no '=' in %.40q", ErrMalformed, nattr, line)
-		}
-		if eq == 0 {
-			return fmt.Errorf("%w: line %d: empty attribute name", ErrMalformed, nattr)
-		}
-		if bytes.IndexByte(line, 0) >= 0 {
-			return fmt.Errorf("%w: line %d: NUL byte", ErrMalformed, nattr)
-		}
-		name, value := line[:eq], line[eq+1:]
-		f := -1
-		switch string(name) {
-		case "request":
-			if string(value) != RequestType {
-				return fmt.Errorf("%w: %.40q", ErrUnknownRequest, value)
-			}
-			sawRequest = true
-			continue
-		case "protocol_state":
-			f = fProtocolState
-		case "protocol_name":
-			f = fProtocolName
-		case "helo_name":
-			f = fHeloName
-		case "queue_id":
-			f = fQueueID
-		case "sender":
-			f = fSender
-		case "recipient":
-			f = fRecipient
-		case "client_address":
-			f = fClientAddress
-		case "client_name":
-			f = fClientName
-		case "reverse_client_name":
-			f = fReverseClientName
-		case "instance":
-			f = fInstance
-		case "sasl_method":
-			f = fSASLMethod
-		case "sasl_username":
-			f = fSASLUsername
-		case "sasl_sender":
-			f = fSASLSender
-		case "recipient_count":
-			n, ok := parseUint(value)
-			if !ok || n > math.MaxInt32 {
-				return fmt.Errorf("%w: line %d: recipient_count %.40q", ErrMalformed, nattr, value)
-			}
-			if d.seen&seenRecipientCount == 0 {
-				d.seen |= seenRecipientCount
-				rcptCount = n
-			}
-			continue
-		case "size":
-			n, ok := parseUint(value)
-			if !ok {
-				return fmt.Errorf("%w: line %d: size %.40q", ErrMalformed, nattr, value)
-			}
-			if d.seen&seenSize == 0 {
-				d.seen |= seenSize
-				size = n
-			}
-			continue
-		default:
-			continue
-		}
-		if d.seen&(1<<f) != 0 {
-			continue // keep the first value
-		}
-		d.seen |= 1 << f
-		d.spans[f] = span{int32(len(d.vals)), int32(len(value))}
-		d.vals = append(d.vals, value...)
+	rcptCount, size, err := d.readAttributes()
+	if err != nil {
+		return err
 	}
-	if !sawRequest {
-		return fmt.Errorf("%w: no request attribute", ErrUnknownRequest)
-	}
-
 	*req = policy.Request{
 		RecipientCount: int(rcptCount),
 		Size:           size,
 		Stage:          StagePolicy,
 	}
-	// Fields equal to the previous request's keep its strings; the others
-	// are cut from one new string (the request's one allocation, if any).
+	d.internValues()
+	get := func(f int) string { return d.prev[f] }
+	req.ProtocolState = get(fProtocolState)
+	req.ProtocolName = get(fProtocolName)
+	req.HeloName = get(fHeloName)
+	req.QueueID = get(fQueueID)
+	req.Sender = get(fSender)
+	req.Recipient = get(fRecipient)
+	req.ClientAddress = get(fClientAddress)
+	req.ClientName = get(fClientName)
+	req.ReverseClientName = get(fReverseClientName)
+	req.Instance = get(fInstance)
+	req.SASLMethod = get(fSASLMethod)
+	req.SASLUsername = get(fSASLUsername)
+	req.SASLSender = get(fSASLSender)
+	return nil
+}
+
+// decoderKeep is the largest buffer a Decoder keeps for its next request.
+const decoderKeep = 16 << 10
+
+// readAttributes reads one request's attribute lines, up to the empty
+// line (or the end of input after at least one line), into d.vals and
+// d.spans (the string fields, first value kept) and returns its
+// recipient_count and size. Its errors are Decode's.
+func (d *Decoder) readAttributes() (rcptCount, size int64, err error) {
+	nattr := 0
+	sawRequest := false
+	for {
+		line, err := d.readLine()
+		if err != nil {
+			if err == io.EOF {
+				if nattr == 0 {
+					return 0, 0, io.EOF
+				}
+				break // Exim readsocket: end of input ends the request.
+			}
+			return 0, 0, err
+		}
+		if len(line) == 0 {
+			if nattr == 0 {
+				return 0, 0, fmt.Errorf("%w: empty request", ErrMalformed)
+			}
+			break
+		}
+		nattr++
+		if nattr > MaxAttributes {
+			return 0, 0, fmt.Errorf("%w: more than %d", ErrTooManyAttributes, MaxAttributes)
+		}
+		eq := bytes.IndexByte(line, '=')
+		if eq < 0 {
+			return 0, 0, fmt.Errorf("%w: line %d: no '=' in %.40q", ErrMalformed, nattr, line)
+		}
+		if eq == 0 {
+			return 0, 0, fmt.Errorf("%w: line %d: empty attribute name", ErrMalformed, nattr)
+		}
+		if bytes.IndexByte(line, 0) >= 0 {
+			return 0, 0, fmt.Errorf("%w: line %d: NUL byte", ErrMalformed, nattr)
+		}
+		name, value := line[:eq], line[eq+1:]
+		switch string(name) {
+		case "request":
+			if string(value) != RequestType {
+				return 0, 0, fmt.Errorf("%w: %.40q", ErrUnknownRequest, value)
+			}
+			sawRequest = true
+		case "recipient_count":
+			n, ok := parseUint(value)
+			if !ok || n > math.MaxInt32 {
+				return 0, 0, fmt.Errorf("%w: line %d: recipient_count %.40q", ErrMalformed, nattr, value)
+			}
+			if d.seen&seenRecipientCount == 0 {
+				d.seen |= seenRecipientCount
+				rcptCount = n
+			}
+		case "size":
+			n, ok := parseUint(value)
+			if !ok {
+				return 0, 0, fmt.Errorf("%w: line %d: size %.40q", ErrMalformed, nattr, value)
+			}
+			if d.seen&seenSize == 0 {
+				d.seen |= seenSize
+				size = n
+			}
+		default:
+			if f := stringField(name); f >= 0 && d.seen&(1<<f) == 0 { // keep the first value
+				d.seen |= 1 << f
+				d.spans[f] = span{int32(len(d.vals)), int32(len(value))}
+				d.vals = append(d.vals, value...)
+			}
+		}
+	}
+	if !sawRequest {
+		return 0, 0, fmt.Errorf("%w: no request attribute", ErrUnknownRequest)
+	}
+	return rcptCount, size, nil
+}
+
+// stringField returns the string field of the attribute name, or -1 for
+// an attribute policy.Request has no string field for.
+func stringField(name []byte) int {
+	switch string(name) {
+	case "protocol_state":
+		return fProtocolState
+	case "protocol_name":
+		return fProtocolName
+	case "helo_name":
+		return fHeloName
+	case "queue_id":
+		return fQueueID
+	case "sender":
+		return fSender
+	case "recipient":
+		return fRecipient
+	case "client_address":
+		return fClientAddress
+	case "client_name":
+		return fClientName
+	case "reverse_client_name":
+		return fReverseClientName
+	case "instance":
+		return fInstance
+	case "sasl_method":
+		return fSASLMethod
+	case "sasl_username":
+		return fSASLUsername
+	case "sasl_sender":
+		return fSASLSender
+	}
+	return -1
+}
+
+// internValues sets d.prev to the strings of the request just read:
+// fields equal to the previous request's keep its strings, and the others
+// are cut from one new string (the request's one allocation, if any).
+func (d *Decoder) internValues() {
 	var changed uint32
 	d.fresh = d.fresh[:0]
 	for f := range nStringFields {
@@ -267,7 +299,7 @@ func (d *Decoder) Decode(req *policy.Request) error {
 		d.fresh = append(d.fresh, v...)
 	}
 	s := d.carve(d.fresh)
-	if cap(d.fresh) > keep {
+	if cap(d.fresh) > decoderKeep {
 		d.fresh = nil
 	}
 	for f := range nStringFields {
@@ -279,21 +311,6 @@ func (d *Decoder) Decode(req *policy.Request) error {
 			d.prev[f] = s[sp.off : sp.off+sp.n]
 		}
 	}
-	get := func(f int) string { return d.prev[f] }
-	req.ProtocolState = get(fProtocolState)
-	req.ProtocolName = get(fProtocolName)
-	req.HeloName = get(fHeloName)
-	req.QueueID = get(fQueueID)
-	req.Sender = get(fSender)
-	req.Recipient = get(fRecipient)
-	req.ClientAddress = get(fClientAddress)
-	req.ClientName = get(fClientName)
-	req.ReverseClientName = get(fReverseClientName)
-	req.Instance = get(fInstance)
-	req.SASLMethod = get(fSASLMethod)
-	req.SASLUsername = get(fSASLUsername)
-	req.SASLSender = get(fSASLSender)
-	return nil
 }
 
 // arenaSize is the largest size of the blocks Decoder.carve cuts strings
