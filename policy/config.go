@@ -273,6 +273,30 @@ func compile(c Config) (*compiled, error) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, key, fmt.Sprintf(format, a...)))
 	}
 	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning"}
+	compilePolicy(c, out, bad)
+	seen := map[string]bool{}
+	for i, lc := range c.Limits {
+		at := fmt.Sprintf("limit[%d]", i)
+		if lc.Name != "" {
+			at = fmt.Sprintf("limit[%d] (%s)", i, lc.Name)
+		}
+		if !nameRE.MatchString(lc.Name) {
+			bad(at+".name", "%q must be 1-64 of a-z, 0-9, _ and -", lc.Name)
+		} else if seen[lc.Name] {
+			bad(at+".name", "%q is used twice", lc.Name)
+		}
+		seen[lc.Name] = true
+		out.limits = append(out.limits, compileLimit(lc, at, bad))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// compilePolicy sets out's policy-wide settings from c (subnet sizes, the
+// warn header, the exemptions), reporting each error to bad.
+func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...any)) {
 	if c.SubnetV4 != 0 {
 		if c.SubnetV4 < 1 || c.SubnetV4 > 32 {
 			bad("policy.subnet_v4", "must be 1..32, got %d", c.SubnetV4)
@@ -311,91 +335,80 @@ func compile(c Config) (*compiled, error) {
 	for _, s := range c.Exempt.Senders {
 		out.exemptSenders[strings.ToLower(s)] = true
 	}
-	seen := map[string]bool{}
-	for i, lc := range c.Limits {
-		at := fmt.Sprintf("limit[%d]", i)
-		if lc.Name != "" {
-			at = fmt.Sprintf("limit[%d] (%s)", i, lc.Name)
+}
+
+// compileLimit returns the engine's form of lc, the limit at (its TOML
+// key, for errors), reporting each error but a bad or repeated name to
+// bad.
+func compileLimit(lc LimitConfig, at string, bad func(key, format string, a ...any)) limit {
+	l := limit{name: lc.Name, message: lc.Message, overrides: lc.Overrides}
+	if len(lc.Key) == 0 {
+		bad(at+".key", "missing (e.g. key = [\"sasl_username\"])")
+	}
+	for _, k := range lc.Key {
+		if !slices.Contains(keyAttrs, k) {
+			bad(at+".key", "%v %q (want one of %s)", ErrUnknownKey, k, strings.Join(keyAttrs, ", "))
 		}
-		l := limit{name: lc.Name, message: lc.Message, overrides: lc.Overrides}
-		if !nameRE.MatchString(lc.Name) {
-			bad(at+".name", "%q must be 1-64 of a-z, 0-9, _ and -", lc.Name)
-		} else if seen[lc.Name] {
-			bad(at+".name", "%q is used twice", lc.Name)
+	}
+	l.key = lc.Key
+	per := lc.Per
+	if per == "" {
+		per = "mail"
+	}
+	l.per = slices.Index(perNames, per)
+	if l.per < 0 {
+		bad(at+".per", "%v %q (want mail, rcpt, byte, conn or addr)", ErrUnknownPer, lc.Per)
+	}
+	var err error
+	if lc.Mode != "" {
+		if l.rl.Mode, err = ratelimit.ParseMode(lc.Mode); err != nil {
+			bad(at+".mode", "%v", err)
 		}
-		seen[lc.Name] = true
-		if len(lc.Key) == 0 {
-			bad(at+".key", "missing (e.g. key = [\"sasl_username\"])")
+	}
+	if lc.Algorithm != "" {
+		if l.rl.Algorithm, err = ratelimit.ParseAlgorithm(lc.Algorithm); err != nil {
+			bad(at+".algorithm", "%v", err)
 		}
-		for _, k := range lc.Key {
-			if !slices.Contains(keyAttrs, k) {
-				bad(at+".key", "%v %q (want one of %s)", ErrUnknownKey, k, strings.Join(keyAttrs, ", "))
-			}
+	}
+	l.action = Defer
+	if lc.Action != "" {
+		if l.action, err = ParseAction(lc.Action); err != nil {
+			bad(at+".action", "%v", err)
 		}
-		l.key = lc.Key
-		per := lc.Per
-		if per == "" {
-			per = "mail"
+	}
+	l.rl.Limit = lc.Limit
+	l.rl.Period = time.Duration(lc.Period)
+	l.rl.HalfLife = time.Duration(lc.HalfLife)
+	compileBaseline(&l.rl, lc, at, bad)
+	if err := l.rl.Validate(); err != nil {
+		bad(at, "%v", err)
+	}
+	for k, v := range lc.Overrides {
+		if !(v > 0) || math.IsInf(v, 1) {
+			bad(at+".overrides."+k, "must be a positive finite limit, got %v", v)
 		}
-		l.per = slices.Index(perNames, per)
-		if l.per < 0 {
-			bad(at+".per", "%v %q (want mail, rcpt, byte, conn or addr)", ErrUnknownPer, lc.Per)
-		}
-		var err error
-		if lc.Mode != "" {
-			if l.rl.Mode, err = ratelimit.ParseMode(lc.Mode); err != nil {
-				bad(at+".mode", "%v", err)
-			}
-		}
-		if lc.Algorithm != "" {
-			if l.rl.Algorithm, err = ratelimit.ParseAlgorithm(lc.Algorithm); err != nil {
-				bad(at+".algorithm", "%v", err)
-			}
-		}
-		l.action = Defer
-		if lc.Action != "" {
-			if l.action, err = ParseAction(lc.Action); err != nil {
-				bad(at+".action", "%v", err)
-			}
-		}
-		l.rl.Limit = lc.Limit
-		l.rl.Period = time.Duration(lc.Period)
-		l.rl.HalfLife = time.Duration(lc.HalfLife)
-		compileBaseline(&l.rl, lc, at, bad)
-		if err := l.rl.Validate(); err != nil {
-			bad(at, "%v", err)
-		}
+	}
+	if len(lc.Overrides) > 0 {
+		l.overrides = make(map[string]float64, len(lc.Overrides))
 		for k, v := range lc.Overrides {
-			if !(v > 0) || math.IsInf(v, 1) {
-				bad(at+".overrides."+k, "must be a positive finite limit, got %v", v)
+			l.overrides[strings.ToLower(k)] = v
+			if strings.HasPrefix(k, "@") {
+				l.domainOverrides = true
 			}
 		}
-		if len(lc.Overrides) > 0 {
-			l.overrides = make(map[string]float64, len(lc.Overrides))
-			for k, v := range lc.Overrides {
-				l.overrides[strings.ToLower(k)] = v
-				if strings.HasPrefix(k, "@") {
-					l.domainOverrides = true
-				}
-			}
-		}
-		for _, v := range lc.Via {
-			switch v {
-			case ViaPolicy, ViaMilter:
-				l.via = append(l.via, v)
-			default:
-				bad(at+".via", "%q is not policy or milter", v)
-			}
-		}
-		if l.message == "" {
-			l.message = DefaultMessage
-		}
-		out.limits = append(out.limits, l)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	for _, v := range lc.Via {
+		switch v {
+		case ViaPolicy, ViaMilter:
+			l.via = append(l.via, v)
+		default:
+			bad(at+".via", "%q is not policy or milter", v)
+		}
 	}
-	return out, nil
+	if l.message == "" {
+		l.message = DefaultMessage
+	}
+	return l
 }
 
 var headerNameRE = regexp.MustCompile(`^[!-9;-~]+$`)

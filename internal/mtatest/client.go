@@ -135,17 +135,17 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 	var tr transcript
 	res := &Result{}
 	defer func() { res.Transcript = tr.String() }()
-	fail := func(stage Stage, rcpt string, err error) *Result {
-		res.Errors = append(res.Errors, &SendError{Stage: stage, Rcpt: rcpt, Err: err})
+	fail := func(stage Stage, err error) *Result {
+		res.Errors = append(res.Errors, &SendError{Stage: stage, Err: err})
 		return res
 	}
 
 	if len(m.To) == 0 {
-		return fail(StageRcpt, "", errors.New("no recipients (Mail.To is empty)"))
+		return fail(StageRcpt, errors.New("no recipients (Mail.To is empty)"))
 	}
 	raw, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
-		return fail(StageConnect, "", err)
+		return fail(StageConnect, err)
 	}
 	conn := &recordingConn{Conn: raw, tr: &tr}
 	defer conn.Close()
@@ -154,34 +154,10 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 	if helo == "" {
 		helo = "client.mtatest.invalid"
 	}
-
-	// The greeting and the optional XCLIENT exchange are done by hand;
-	// the go-smtp client then gets the connection with the last 220
-	// greeting replayed to it.
 	tp := textproto.NewConn(conn)
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, _, err := tp.ReadResponse(220); err != nil {
-		return fail(StageGreeting, "", toSMTPError(err))
+	if stage, err := greet(conn, tp, m, helo); err != nil {
+		return fail(stage, err)
 	}
-	if m.Login != "" || m.ClientAddr != "" || m.ClientName != "" {
-		if err := tp.PrintfLine("EHLO %s", helo); err != nil {
-			return fail(StageHello, "", err)
-		}
-		_, ext, err := tp.ReadResponse(250)
-		if err != nil {
-			return fail(StageHello, "", toSMTPError(err))
-		}
-		if !hasExtension(ext, "XCLIENT") {
-			return fail(StageXCLIENT, "", errors.New("server does not offer XCLIENT to this client (smtpd_authorized_xclient_hosts)"))
-		}
-		if err := tp.PrintfLine("XCLIENT %s", xclientArgs(m)); err != nil {
-			return fail(StageXCLIENT, "", err)
-		}
-		if _, _, err := tp.ReadResponse(220); err != nil {
-			return fail(StageXCLIENT, "", toSMTPError(err))
-		}
-	}
-	_ = conn.SetDeadline(time.Time{})
 	c := smtp.NewClient(&replayConn{
 		Conn: conn,
 		r:    io.MultiReader(strings.NewReader("220 mtatest replayed greeting\r\n"), tp.R),
@@ -189,21 +165,59 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 	c.CommandTimeout = 30 * time.Second
 	c.SubmissionTimeout = 30 * time.Second
 	defer c.Close()
-	// After an error reply the server is still talking: say goodbye
-	// properly, so that its log shows no "lost connection".
-	fail = func(stage Stage, rcpt string, err error) *Result {
-		res.Errors = append(res.Errors, &SendError{Stage: stage, Rcpt: rcpt, Err: err})
+	if stage, err := transact(c, m, helo, res); err != nil {
+		fail(stage, err)
+		// After an error reply the server is still talking: say goodbye
+		// properly, so that its log shows no "lost connection".
 		if errors.As(err, new(*smtp.SMTPError)) {
 			_ = c.Quit()
 		}
-		return res
 	}
+	return res
+}
 
+// greet reads the greeting and, when m sets a login or client, makes the
+// XCLIENT exchange by hand; the go-smtp client then gets the connection
+// with the last 220 greeting replayed to it. It returns the stage and
+// error that ended the session.
+func greet(conn net.Conn, tp *textproto.Conn, m Mail, helo string) (Stage, error) {
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, _, err := tp.ReadResponse(220); err != nil {
+		return StageGreeting, toSMTPError(err)
+	}
+	if m.Login != "" || m.ClientAddr != "" || m.ClientName != "" {
+		if err := tp.PrintfLine("EHLO %s", helo); err != nil {
+			return StageHello, err
+		}
+		_, ext, err := tp.ReadResponse(250)
+		if err != nil {
+			return StageHello, toSMTPError(err)
+		}
+		if !hasExtension(ext, "XCLIENT") {
+			return StageXCLIENT, errors.New("server does not offer XCLIENT to this client (smtpd_authorized_xclient_hosts)")
+		}
+		if err := tp.PrintfLine("XCLIENT %s", xclientArgs(m)); err != nil {
+			return StageXCLIENT, err
+		}
+		if _, _, err := tp.ReadResponse(220); err != nil {
+			return StageXCLIENT, toSMTPError(err)
+		}
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return "", nil
+}
+
+// transact sends m on c: EHLO, MAIL, every RCPT (a refused recipient is
+// recorded in res.Errors and the others go on), DATA unless no recipient
+// was accepted, and QUIT. It records the accepted recipients, the final
+// reply and the queue ID in res, and returns the stage and error that
+// ended the transaction early.
+func transact(c *smtp.Client, m Mail, helo string, res *Result) (Stage, error) {
 	if err := c.Hello(helo); err != nil {
-		return fail(StageHello, "", err)
+		return StageHello, err
 	}
 	if err := c.Mail(m.From, nil); err != nil {
-		return fail(StageMail, "", err)
+		return StageMail, err
 	}
 	for _, rcpt := range m.To {
 		if err := c.Rcpt(rcpt, nil); err != nil {
@@ -215,25 +229,25 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 	if len(res.Accepted) == 0 {
 		_ = c.Reset()
 		_ = c.Quit()
-		return res
+		return "", nil
 	}
 	w, err := c.Data()
 	if err != nil {
-		return fail(StageData, "", err)
+		return StageData, err
 	}
 	if _, err := w.Write(m.Data); err != nil {
-		return fail(StageEndOfData, "", err)
+		return StageEndOfData, err
 	}
 	resp, err := w.CloseWithResponse()
 	if err != nil {
-		return fail(StageEndOfData, "", err)
+		return StageEndOfData, err
 	}
 	res.Reply = resp.StatusText
 	if mm := queuedAsRE.FindStringSubmatch(resp.StatusText); mm != nil {
 		res.QueueID = mm[1]
 	}
 	_ = c.Quit()
-	return res
+	return "", nil
 }
 
 var queuedAsRE = regexp.MustCompile(`queued as ([0-9A-Za-z]+)`)

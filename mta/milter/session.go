@@ -435,75 +435,91 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 		return decisionReply(d, 550, "5.7.1", '5', textReject), nil
 
 	case policy.Hold:
-		if !c.canDo(gomilter.OptQuarantine) {
-			log.Error("cannot hold: the MTA did not offer the quarantine action; temp-failing")
-			srv.metrics().Fault(mta.FaultNoQuarantineAction)
-			return reply(451, "4.3.0", textNoHold), nil
-		}
-		id := ""
-		if srv.Quarantine != nil {
-			ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
-			var err error
-			id, err = srv.Quarantine.Hold(ctx, qm, d)
-			cancel()
-			if err != nil {
-				log.Error("recording a held message failed; the MTA holds it all the same", "err", err)
-				srv.metrics().Fault(mta.FaultHoldRecord)
-			}
-		} else {
-			log.Warn("no quarantine configured: held message not recorded")
-			srv.metrics().Fault(mta.FaultHoldRecord)
-		}
-		if err := m.Quarantine(quarantineReason(d)); err != nil {
-			return nil, err
-		}
-		if err := s.addHeaders(m, msg); err != nil {
-			return nil, err
-		}
-		applied = policy.Hold
-		log.Info("message held", "quarantine_id", id)
-		return gomilter.RespAccept, nil
+		return s.hold(m, msg, qm, d, log, &applied)
 
 	case policy.Freeze:
-		switch {
-		case srv.Quarantine == nil:
-			log.Error("cannot freeze; temp-failing", "err", ErrNoQuarantine)
-			srv.metrics().Fault(mta.FaultFreeze)
-			return reply(451, "4.3.0", textFreezeFault), nil
-		case msg.truncated:
-			log.Error("cannot freeze; temp-failing", "err", ErrMessageTooLarge,
-				"size", msg.size, "max_message_size", srv.maxMessageSize())
-			srv.metrics().Fault(mta.FaultFreeze)
-			return reply(452, "4.3.4", textTooLarge), nil
-		case msg.keep != keepYes:
-			log.Error("cannot freeze; temp-failing", "err", ErrNotKept)
-			srv.metrics().Fault(mta.FaultFreeze)
-			return reply(451, "4.3.0", textFreezeFault), nil
-		}
-		data, err := msg.buf.bytes()
-		if err != nil {
-			log.Error("cannot freeze; temp-failing", "err", err)
-			srv.metrics().Fault(mta.FaultFreeze)
-			return reply(451, "4.3.0", textFreezeFault), nil
-		}
-		qm.Data = data
-		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
-		id, err := srv.Quarantine.Freeze(ctx, qm, d)
-		cancel()
-		if err != nil {
-			log.Error("freezing failed; temp-failing the message", "err", err)
-			srv.metrics().Fault(mta.FaultFreeze)
-			return reply(451, "4.3.0", textFreezeFault), nil
-		}
-		// Durable in the quarantine: only now may the MTA drop its copy.
-		applied = policy.Freeze
-		log.Info("message frozen; MTA told to discard its copy", "quarantine_id", id, "size", msg.size)
-		return gomilter.RespDiscard, nil
+		return s.freeze(msg, qm, d, log, &applied)
 	}
 	// An Action outside the policy package's range: fail open.
 	log.Warn("unknown action; accepting")
 	applied = policy.Pass
 	return gomilter.RespAccept, nil
+}
+
+// hold records the held message (Quarantine.Hold; a failure is logged and
+// counted, the MTA holds it all the same), tells the MTA to quarantine it
+// and adds the Warn headers; *applied becomes Hold once that is done.
+func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
+	c, srv := s.c, s.c.srv
+	if !c.canDo(gomilter.OptQuarantine) {
+		log.Error("cannot hold: the MTA did not offer the quarantine action; temp-failing")
+		srv.metrics().Fault(mta.FaultNoQuarantineAction)
+		return reply(451, "4.3.0", textNoHold), nil
+	}
+	id := ""
+	if srv.Quarantine != nil {
+		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
+		var err error
+		id, err = srv.Quarantine.Hold(ctx, qm, d)
+		cancel()
+		if err != nil {
+			log.Error("recording a held message failed; the MTA holds it all the same", "err", err)
+			srv.metrics().Fault(mta.FaultHoldRecord)
+		}
+	} else {
+		log.Warn("no quarantine configured: held message not recorded")
+		srv.metrics().Fault(mta.FaultHoldRecord)
+	}
+	if err := m.Quarantine(quarantineReason(d)); err != nil {
+		return nil, err
+	}
+	if err := s.addHeaders(m, msg); err != nil {
+		return nil, err
+	}
+	*applied = policy.Hold
+	log.Info("message held", "quarantine_id", id)
+	return gomilter.RespAccept, nil
+}
+
+// freeze stores the whole message in the quarantine (Quarantine.Freeze)
+// and, only once it is durable, tells the MTA to discard its copy;
+// *applied becomes Freeze then. Any failure temp-fails the message.
+func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
+	srv := s.c.srv
+	switch {
+	case srv.Quarantine == nil:
+		log.Error("cannot freeze; temp-failing", "err", ErrNoQuarantine)
+		srv.metrics().Fault(mta.FaultFreeze)
+		return reply(451, "4.3.0", textFreezeFault), nil
+	case msg.truncated:
+		log.Error("cannot freeze; temp-failing", "err", ErrMessageTooLarge,
+			"size", msg.size, "max_message_size", srv.maxMessageSize())
+		srv.metrics().Fault(mta.FaultFreeze)
+		return reply(452, "4.3.4", textTooLarge), nil
+	case msg.keep != keepYes:
+		log.Error("cannot freeze; temp-failing", "err", ErrNotKept)
+		srv.metrics().Fault(mta.FaultFreeze)
+		return reply(451, "4.3.0", textFreezeFault), nil
+	}
+	data, err := msg.buf.bytes()
+	if err != nil {
+		log.Error("cannot freeze; temp-failing", "err", err)
+		srv.metrics().Fault(mta.FaultFreeze)
+		return reply(451, "4.3.0", textFreezeFault), nil
+	}
+	qm.Data = data
+	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
+	id, err := srv.Quarantine.Freeze(ctx, qm, d)
+	cancel()
+	if err != nil {
+		log.Error("freezing failed; temp-failing the message", "err", err)
+		srv.metrics().Fault(mta.FaultFreeze)
+		return reply(451, "4.3.0", textFreezeFault), nil
+	}
+	// Durable in the quarantine: only now may the MTA drop its copy.
+	*applied = policy.Freeze
+	log.Info("message frozen; MTA told to discard its copy", "quarantine_id", id, "size", msg.size)
+	return gomilter.RespDiscard, nil
 }
 
 // addHeaders adds the headers of the message's Warn decisions, if the MTA
