@@ -21,7 +21,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 all: build
 
 build:
-	GOFLAGS="$(GOFLAGS) -buildvcs=auto" $(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/ratelimitd ./cmd/ratelimitd
+	GOFLAGS="$(GOFLAGS) -buildvcs=auto" $(GO) build -ldflags "-X github.com/ratelimitd/ratelimitd/internal/daemon.Version=$(VERSION)" -o bin/ratelimitd ./cmd/ratelimitd
 
 # man: section-8 pages generated from the commands' help (cobra/doc).
 man: build

@@ -1,6 +1,10 @@
-// Package statedb reads the daemon's one BoltDB state file (go.etcd.io/bbolt,
-// https://github.com/etcd-io/bbolt) safely: it checks the file's structure
-// before BoltDB is let near it.
+// Package statedb owns the daemon's one BoltDB state file (go.etcd.io/bbolt,
+// https://github.com/etcd-io/bbolt; STATE_DIR/ratelimitd.db, shared by the
+// rate state, the recipient sets and the quarantine): it opens the file
+// safely (Open), refusing a damaged one with an error that names the file,
+// the cause and the way out (Damaged); it checks the file and reports what
+// is readable (Check, `ratelimitd state check`); and it copies every
+// readable bucket into a new file (Salvage).
 //
 // BoltDB follows page references without checking them. A branch page
 // that refers to itself or an ancestor sends its cursor, and its own
@@ -10,7 +14,11 @@
 // CheckPages walks the page tree without BoltDB (the on-disk format of
 // bbolt's internal/common package: 16-byte page headers, branch and leaf
 // elements, inline buckets, two meta pages checksummed with FNV-64a) and
-// reports such a file before it is opened.
+// reports such a file before it is opened. Open then turns BoltDB's panics,
+// and faults on a truncated mapping, into errors, compares the file's size
+// with the last transaction's high-water mark and runs Tx.Check. Opens take
+// the file lock with a 1 s timeout, so a CLI never hangs on a database the
+// running daemon holds.
 //
 // # Errors
 //
@@ -20,14 +28,17 @@
 // A damaged file without ErrUnreadable can be read with BoltDB's panics
 // recovered (what remains may be salvaged). A missing or unreadable file
 // is reported as the os error. ratestore.ErrDamaged is ErrDamaged, so one
-// errors.Is test covers a damaged file found by CheckPages and by the
-// stores that read it.
+// errors.Is test covers a damaged file found by CheckPages, by Open and by
+// the stores that read it.
 //
 // # Concurrency
 //
 // CheckPages reads the file with ReadAt one page at a time and holds no
 // state between calls: it is safe for concurrent use. It takes no lock on
-// the file, so run it before bbolt.Open, while no writer has it open.
+// the file, so run it before bbolt.Open, while no writer has it open. The
+// other functions are safe for concurrent use on distinct files; BoltDB's
+// own lock serialises processes on one file.
 //
-// The package imports nothing of this module.
+// The package imports nothing of this module: only bbolt and the standard
+// library.
 package statedb

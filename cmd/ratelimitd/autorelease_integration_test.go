@@ -10,7 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
-// TestIntegrationAutoReleaseDrip (issue 11 item 2): a strict 3/hour hold
+// TestIntegrationAutoReleaseDrip: a strict 3/hour hold
 // limit with auto_release = "drip" holds messages 4-6 of a burst in a real
 // Postfix's hold queue. While the sender is over the limit nothing is
 // released; once the rate has decayed (the life cycle is driven with a
@@ -46,7 +46,7 @@ auto_release = "drip"
 	if _, held := pf.WaitQueue(t, 30*time.Second, func(_, held []string) bool { return len(held) == 3 }); len(held) != 3 {
 		t.Fatalf("%d held, want 3", len(held))
 	}
-	svc := td.d.q.svc
+	svc := td.d.Quarantine()
 	ctx := context.Background()
 	now := time.Now()
 	step := func(at time.Duration, want int) {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/admin"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/json")
@@ -88,8 +90,8 @@ func TestDescribeBuild(t *testing.T) {
 
 func TestFormatRate(t *testing.T) {
 	for in, want := range map[float64]string{200: "200", 199.97: "200", 12.34: "12.3", 0.04: "0", 1e6: "1000000", 2.25: "2.3"} {
-		if got := formatRate(in); got != want {
-			t.Errorf("formatRate(%v) = %q, want %q", in, got, want)
+		if got := admin.FormatRate(in); got != want {
+			t.Errorf("admin.FormatRate(%v) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratestore"
@@ -143,11 +144,11 @@ func printLimits(w io.Writer, source string, eng *policy.Engine) {
 	fmt.Fprintln(tw, "LIMIT\tKEY\tRATE\tPER\tMODE\tALGORITHM\tACTION\tVIA\tCOUNTED AT")
 	for _, l := range eng.Limits() {
 		at := l.CountAt
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), formatRate(l.Limit),
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), admin.FormatRate(l.Limit),
 			policy.FormatDuration(l.Period), l.Per, l.Mode, l.Algorithm, l.Action, strings.Join(via(l), "+"), at)
 		if l.Algorithm == "baseline" {
 			fmt.Fprintf(tw, "  baseline\t\t%s-%s/%s\t\t\t\t\t\t%g x the key's peak, learned over %s\n",
-				formatRate(l.Floor), formatRate(l.Limit), policy.FormatDuration(l.Period), l.Factor, policy.FormatDuration(l.LearnPeriod))
+				admin.FormatRate(l.Floor), admin.FormatRate(l.Limit), policy.FormatDuration(l.Period), l.Factor, policy.FormatDuration(l.LearnPeriod))
 		}
 		keys := make([]string, 0, len(l.Overrides))
 		for k := range l.Overrides {
@@ -155,7 +156,7 @@ func printLimits(w io.Writer, source string, eng *policy.Engine) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(tw, "  override\t%s\t%s/%s\t\t\t\t\t\t\n", k, formatRate(l.Overrides[k]), policy.FormatDuration(l.Period))
+			fmt.Fprintf(tw, "  override\t%s\t%s/%s\t\t\t\t\t\t\n", k, admin.FormatRate(l.Overrides[k]), policy.FormatDuration(l.Period))
 		}
 	}
 	tw.Flush()

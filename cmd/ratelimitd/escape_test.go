@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestOperatorOutputStripsControlCharacters is issue 8 item 8: envelope
+// TestOperatorOutputStripsControlCharacters: envelope
 // senders, subjects, command errors and the MTA's own output (postcat for
 // held mail) reach the operator's terminal; none may carry an ESC or
 // another control character.

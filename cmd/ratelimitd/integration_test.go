@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/emersion/go-smtp"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
@@ -25,7 +27,7 @@ type syncBuffer = mtatest.SyncBuffer
 // testDaemon is an in-process daemon on a private state directory.
 type testDaemon struct {
 	t          testing.TB
-	d          *daemon
+	d          *daemon.Daemon
 	configPath string
 	policyAddr string
 	logs       *syncBuffer
@@ -80,12 +82,17 @@ func startTestDaemon(t testing.TB, configPath string) *testDaemon {
 		t.Fatal(err)
 	}
 	td := &testDaemon{t: t, configPath: configPath, policyAddr: f.Server.PolicyListen[0], logs: &syncBuffer{}}
-	td.d, err = startDaemon(f, configPath, td.logs)
+	td.d, err = daemon.Start(f, configPath, td.logs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { td.stop() })
 	return td
+}
+
+// contextWithTimeout is a context that ends after d.
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }
 
 func (td *testDaemon) stop() {
@@ -94,7 +101,7 @@ func (td *testDaemon) stop() {
 	}
 	ctx, cancel := contextWithTimeout(10 * time.Second)
 	defer cancel()
-	if err := td.d.shutdown(ctx); err != nil {
+	if err := td.d.Shutdown(ctx); err != nil {
 		td.t.Errorf("shutdown: %v", err)
 	}
 	td.d = nil

@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 )
 
 // newManCmd is the hidden `ratelimitd man DIR` that `make man` and
@@ -24,7 +26,7 @@ func newManCmd() *cobra.Command {
 			}
 			root := cmd.Root()
 			root.DisableAutoGenTag = true // reproducible pages
-			err := doc.GenManTree(root, &doc.GenManHeader{Title: "RATELIMITD", Section: "8", Source: "ratelimitd " + version,
+			err := doc.GenManTree(root, &doc.GenManHeader{Title: "RATELIMITD", Section: "8", Source: "ratelimitd " + daemon.Version,
 				Manual: "ratelimitd manual"}, args[0])
 			if err != nil {
 				return fmt.Errorf("writing manual pages: %w", err)

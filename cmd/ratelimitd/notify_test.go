@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
@@ -89,8 +90,8 @@ action = "defer"
 		t.Fatalf("offline reset: %v\n%s", err, out)
 	}
 	ev = got()
-	if len(ev) != 3 || ev[2]["event"] != "rate_reset" || ev[2]["by"] != cliUser() {
-		t.Fatalf("offline reset events %v, want a third, rate_reset by %q", ev, cliUser())
+	if len(ev) != 3 || ev[2]["event"] != "rate_reset" || ev[2]["by"] != admin.LocalUser() {
+		t.Fatalf("offline reset events %v, want a third, rate_reset by %q", ev, admin.LocalUser())
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestExpiryKeepsHeldWithoutQueueID is issue 8 item 6: a held message
+// TestExpiryKeepsHeldWithoutQueueID: a held message
 // whose queue ID was never learnt (the client never reached
 // END-OF-MESSAGE, or the ID was refused as here) may still sit in the MTA's hold
 // queue, so expiry past max_age must keep its record and flag it, not

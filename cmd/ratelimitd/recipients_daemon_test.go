@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 func rcptQuery(t testing.TB, addr, user, rcpt string) string {
@@ -54,7 +55,7 @@ func TestDaemonRecipientSetsPersist(t *testing.T) {
 	}
 	td.stop()
 
-	db, err := openDB(filepath.Join(dir, "state", "ratelimitd.db"))
+	db, err := statedb.Open(filepath.Join(dir, "state", "ratelimitd.db"), false)
 	if err != nil {
 		t.Fatal(err)
 	}

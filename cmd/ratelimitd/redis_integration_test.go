@@ -109,7 +109,7 @@ func TestRedisDownDefer(t *testing.T) {
 		if got := policyQuery(t, addr, "vera", "RCPT"); !strings.HasPrefix(got, c.want) {
 			t.Errorf("on_redis_error=%s, Redis down: %s, want %s", c.policy, got, c.want)
 		}
-		st := td.d.status()
+		st := td.d.Status()
 		if st.Store == nil || !st.Store.Degraded || st.Store.Switches != 1 || st.Faults == 0 {
 			t.Errorf("on_redis_error=%s: status %+v, store %+v", c.policy, st, st.Store)
 		}
@@ -126,7 +126,7 @@ func TestRedisDownDefer(t *testing.T) {
 // without labels).
 func gauge(t *testing.T, td *testDaemon, name string) float64 {
 	t.Helper()
-	mfs, err := td.d.metrics.reg.Gather()
+	mfs, err := td.d.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	}
 	policyQuery(t, tds[0].policyAddr, "warm", "RCPT")
 	srv.Stop()
-	for !tds[0].d.redis.Degraded() {
+	for !tds[0].d.Redis().Degraded() {
 		policyQuery(t, tds[0].policyAddr, "probe", "RCPT")
 	}
 	// xavier sends 21 messages through the first host during the outage.
@@ -193,7 +193,7 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	// Both hosts switch back (the second one, under load too, may have
 	// switched to local state as well; it probes on its own).
 	deadline := time.Now().Add(20 * time.Second)
-	for tds[0].d.redis.Degraded() || tds[1].d.redis.Degraded() {
+	for tds[0].d.Redis().Degraded() || tds[1].d.Redis().Degraded() {
 		if time.Now().After(deadline) {
 			t.Fatal("the hosts did not switch back to Redis")
 		}
@@ -211,7 +211,7 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	if got := policyQuery(t, tds[1].policyAddr, "xavier", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
 		t.Errorf("after the outage the second host answers xavier %s", got)
 	}
-	st := tds[0].d.status()
+	st := tds[0].d.Status()
 	if st.Store == nil || st.Store.Degraded || st.Store.Switches != 1 || st.Store.Recoveries != 1 {
 		t.Errorf("first host's store status after the outage: %+v", st.Store)
 	}

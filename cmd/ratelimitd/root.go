@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
@@ -147,7 +148,7 @@ var pkgPrefix = regexp.MustCompile(`(^|: )(config|config: invalid|policy|quarant
 func userMessage(err error) string {
 	msg := pkgPrefix.ReplaceAllString(err.Error(), "$1")
 	switch {
-	case errors.Is(err, errNoDaemon):
+	case errors.Is(err, admin.ErrNoDaemon):
 		msg += "\n  start it (systemctl start ratelimitd, or ratelimitd serve --config FILE), or give the --config the daemon runs with"
 	case errors.Is(err, os.ErrPermission):
 		msg += "\n  run as root, or as a member of the group that owns the state directory"

@@ -20,10 +20,13 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/boltcorrupt"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
-// Tests of issue 8 items 2, 3, 4 and 10 through the daemon and the CLI.
+// Tests, through the daemon and the CLI, that stored rate state is never
+// forgiven silently: not by an offline read with another configuration, a
+// reload, a key flood, a damaged file or a full disk.
 
 // startRefusing starts a daemon on a new configuration (writeConfig with
 // extra, in a temporary directory) and has it refuse mallory (refuse, 200
@@ -83,9 +86,9 @@ mode = "strict"
 action = "defer"
 `
 
-// Issue 8 item 2, the reproduction: with the daemon stopped, `--config
+// With the daemon stopped, `--config
 // other.toml rate list` deleted every state of the limits other.toml does
-// not name. Offline reads now open the file read-only.
+// not name. Offline reads open the file read-only.
 func TestOfflineReadWithOtherConfigKeepsState(t *testing.T) {
 	td, addr, cfg := startRefusing(t, "")
 	td.stop()
@@ -117,7 +120,7 @@ period = "7d"
 	mustDefer(t, addr, "mallory")
 }
 
-// Issue 8 item 2: neither a reload that drops a limit (and the periodic
+// Neither a reload that drops a limit (and the periodic
 // sweep after it) nor a start-up without it forgets its states.
 func TestDroppedLimitKeepsState(t *testing.T) {
 	dir := t.TempDir()
@@ -127,25 +130,25 @@ func TestDroppedLimitKeepsState(t *testing.T) {
 	td := startTestDaemon(t, cfg)
 	refuse(t, addr, "mallory", 200)
 	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit) // cfg itself: it now names daily only
-	td.d.reload()
-	if n := len(td.d.engine.Limits()); n != 1 {
+	td.d.Reload()
+	if n := len(td.d.Engine().Limits()); n != 1 {
 		t.Fatalf("reload to one limit: %d limits", n)
 	}
-	if n := td.d.state.Sweep(); n != 0 {
+	if n := td.d.State().Sweep(); n != 0 {
 		t.Errorf("the sweep after the reload dropped %d states", n)
 	}
-	if err := td.d.state.Flush(); err != nil {
+	if err := td.d.State().Flush(); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(cfg, full, 0o644)
-	td.d.reload()
+	td.d.Reload()
 	mustDefer(t, addr, "mallory")
 
 	// A start-up with the limit commented out, then one with it back.
 	td.stop()
 	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit)
 	td = startTestDaemon(t, cfg)
-	if n := td.d.state.Sweep(); n != 0 {
+	if n := td.d.State().Sweep(); n != 0 {
 		t.Errorf("the sweep after a start-up without the limit dropped %d states", n)
 	}
 	td.stop()
@@ -154,16 +157,16 @@ func TestDroppedLimitKeepsState(t *testing.T) {
 	mustDefer(t, addr, "mallory")
 }
 
-// Issue 8 item 2: a reload from exponential to gcra kept the stored
-// {time, rate} and read it as an arrival time long past, letting a
-// deferred sender through. Its state is converted instead.
+// A reload from exponential to gcra must not read the stored {time,
+// rate} as an arrival time long past, letting a deferred sender through:
+// its state is converted.
 func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
 	td, addr, cfg := startRefusing(t, "")
 	text, _ := os.ReadFile(cfg)
 	gcra := strings.Replace(string(text), `period = "1h"`, "period = \"1h\"\nalgorithm = \"gcra\"", 1)
 	os.WriteFile(cfg, []byte(gcra), 0o644)
-	td.d.reload()
-	if a := td.d.engine.Limits()[0].Algorithm; a != "gcra" {
+	td.d.Reload()
+	if a := td.d.Engine().Limits()[0].Algorithm; a != "gcra" {
 		t.Fatalf("reload: hourly is %s", a)
 	}
 	mustDefer(t, addr, "mallory")
@@ -176,15 +179,15 @@ func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
 	mustDefer(t, addr, "mallory")
 }
 
-// Issue 8 item 10, the reproduction at a small scale: max_keys 1,000
-// flooded with 1,500 distinct senders evicted an over-limit sender.
+// max_keys 1,000 flooded with 1,500 distinct senders must not evict an
+// over-limit sender.
 func TestKeyFloodKeepsOffender(t *testing.T) {
 	td, addr, cfg := startRefusing(t, "max_keys = 1000\n")
 	for i := range 1500 {
 		policyQuery(t, addr, fmt.Sprintf("flood%04d", i), "END-OF-MESSAGE")
 	}
 	mustDefer(t, addr, "mallory")
-	st := td.d.status().State
+	st := td.d.Status().State
 	if st.Evicted == 0 || st.MaxKeys != 960 {
 		t.Errorf("status after the flood: %+v", st)
 	}
@@ -215,9 +218,9 @@ func addScratch(t *testing.T, path string) {
 	}
 }
 
-// Issue 8 item 4: a damaged state file made the daemon and the offline
-// CLI panic (exit 2), and a 0-byte one started silently empty. Each is
-// now refused with a message naming the file and the way out.
+// A damaged state file must not make the daemon or the offline CLI panic
+// (exit 2), nor a 0-byte one start silently empty: each is refused with a
+// message naming the file and the way out.
 func TestDamagedStateFile(t *testing.T) {
 	td, addr, cfg := startRefusing(t, "")
 	for i := range 300 {
@@ -277,9 +280,9 @@ func TestDamagedStateFile(t *testing.T) {
 					}
 				}
 			}
-			_, err := startDaemon(f, cfg, io.Discard)
+			_, err := daemon.Start(f, cfg, io.Discard)
 			check("serve", err)
-			_, err = openOfflineMode(f, true)
+			_, err = daemon.OpenRates(f, false)
 			check("rate list", err)
 			out, err := cli(t, "--config", cfg, "rate", "list")
 			if err == nil {
@@ -305,8 +308,8 @@ func metricValue(body, name string) float64 {
 	return -1
 }
 
-// Issue 8 item 3: with the state directory's file system full, flushes
-// failed with no log line and no metric. The test mounts a 1 MiB tmpfs as
+// With the state directory's file system full, failed flushes must be
+// loud: a log line, a metric and status. The test mounts a 1 MiB tmpfs as
 // the state directory (it needs root), fills it while the daemon counts,
 // checks the log, metric and status, frees space, checks the recovery,
 // then kills the daemon with SIGKILL and checks that the restart forgives

@@ -32,32 +32,7 @@ func newSuggestCmd(opts *rootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "suggest TRACE | --maillog FILE...",
 		Short: "Propose limits from your own mail: peak rates, outliers, bulk senders",
-		Long: `Propose values for the configured limits (--config, or the embedded
-default: per SASL user, 1h and 24h) from a trace of your own traffic, or
-straight from mail logs with --maillog (read as "trace from-maillog" does).
-
-For each limit, every key's peak rate is measured as ratelimitd measures
-it (Exim's EWMA over the limit's period, package ratelimit) with no limit
-in the way. The proposed limit is the --percentile of the ordinary keys'
-peaks times --headroom, rounded up to two significant digits: those keys
-stay under it with that margin. Keys above the proposal are named as
-outliers instead of raising everyone's limit for them — a compromised
-account, or a legitimate sender to confirm with --allow KEY.
-
-Legitimate bulk senders get a per-key override (listed for you to
-confirm): keys named with --allow, keys the configuration already
-overrides, and recurring bulk senders found in the trace — at least 3
-sends of 20 or more recipients each, starting at the same time of day
-(within 75 minutes), with consecutive sends going mostly to the same
-recipients (Jaccard similarity of at least 0.5), like a newsletter. A spam
-run writes to new addresses and is not mistaken for one.
-
-The trace is then replayed through the proposal with the configured modes
-and actions, and every key it would have refused is listed: when first
-and last, how long after its first request, how often. Last comes a
-ready-to-paste [[limit]] block (--toml FILE writes it to a file too) that
-"ratelimitd config check" accepts. --plot FILE.svg (or .png) draws the
-distribution of peaks with the proposed limit and the overrides.`,
+		Long:  helpText("suggest"),
 		Example: `  ratelimitd trace from-maillog /var/log/mail.log* > month.jsonl
   ratelimitd suggest month.jsonl
   ratelimitd suggest --headroom 2 --allow newsletter@example.org --plot peaks.svg month.jsonl

@@ -69,35 +69,7 @@ func newTraceFromMaillogCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "from-maillog FILE...",
 		Short: "Turn Postfix or Exim mail logs into a trace for simulate and suggest",
-		Long: `Read Postfix mail logs (syslog format, as Postfix's maillog_file,
-rsyslog or syslog-ng write them) or Exim's mainlog and write the policy
-requests the MTA would have made to ratelimitd as a JSON Lines trace for
-"ratelimitd simulate" and "ratelimitd suggest".
-
-Postfix lines are joined by host and queue ID: smtpd's client= (client
-address, sasl_username), cleanup's message-id=, qmgr's from=, size= and
-nrcpt=, and the delivery agents' to= (orig_to= when present). A message
-that qmgr retried after a deferral is one message. Exim: the <= line (H=,
-A=, U=, S=) and the recipient lines =>, ->, *>, ** and ==.
-
-Give the files in any order: the current log, rotated ones (maillog.1) and
-compressed ones (maillog.2.gz); "-" reads standard input. Several hosts
-may log into one file. Classic syslog timestamps have no year: each file's
-last line is put at or before its modification time (or --log-end), and a
-year boundary is recognised where the month goes back (December →
-January). Timestamps without an offset are in --tz (default: local time).
-
-For every message the trace has one RCPT request per recipient, at the
-time smtpd accepted the client, and one END-OF-MESSAGE request with
-queue_id, size and recipient_count when it was queued. Mail that did not
-arrive over SMTP (Postfix pickup, bounces) is left out: no smtpd asked a
-policy service about it; so are messages rejected after they had a queue
-ID. Messages put on hold and never released are kept (without a size).
-
-Unparsable lines are counted, never fatal. A summary on standard error
-says how many messages, recipients and senders were found, over what time
-span, how many lines could not be parsed (with examples) and what was left
-out.`,
+		Long:  helpText("trace from maillog"),
 		Example: `  ratelimitd trace from-maillog /var/log/mail.log /var/log/mail.log.1 /var/log/mail.log.*.gz > month.jsonl
   ratelimitd trace from-maillog --tz Europe/Berlin -o exim.jsonl /var/log/exim4/mainlog
   ratelimitd simulate --summary month.jsonl`,

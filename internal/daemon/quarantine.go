@@ -1,11 +1,10 @@
-package main
+package daemon
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -74,7 +73,7 @@ type quarantineState struct {
 	stopRun context.CancelFunc
 }
 
-func (d *daemon) openQuarantine() error {
+func (d *Daemon) openQuarantine() error {
 	q, err := quarantine.New(d.db, quarantine.Options{MaxSize: int64(d.cfg.Quarantine.MaxSize)})
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
@@ -85,7 +84,7 @@ func (d *daemon) openQuarantine() error {
 		return fmt.Errorf("quarantine: %w", err)
 	}
 	d.q = &quarantineState{svc: svc}
-	d.metrics.reg.MustRegister(svc.Collectors()...)
+	d.metrics.Registry().MustRegister(svc.Collectors()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.q.stopRun = cancel
 	d.wg.Add(1)
@@ -97,13 +96,9 @@ func (d *daemon) openQuarantine() error {
 }
 
 // recordHold records a HOLD given through policy delegation.
-func (d *daemon) recordHold(ctx context.Context, req *policy.Request, dec *policy.Decision) {
+func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, dec *policy.Decision) {
 	if req.Stage == policy.ViaMilter {
 		return // the milter records its own holds and freezes
 	}
 	d.q.svc.PolicyHold(ctx, req, dec)
-}
-
-func (d *daemon) quarantineRoutes(mux *http.ServeMux) {
-	registerQuarantineRoutes(mux, func() *lifecycle.Service { return d.q.svc })
 }

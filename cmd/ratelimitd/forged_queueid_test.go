@@ -49,10 +49,10 @@ show_command = ["postcat", "-c", %[1]q, "-q", "{queue_id}"]
 `, pf.ConfigDir())
 }
 
-// TestIntegrationForgedQueueIDNeverReachesPostsuper reproduces issue 8
-// item 1: three END-OF-MESSAGE requests with queue_id=ALL against a hold
-// limit, then "quarantine delete --key mallory", used to run
-// "postsuper -d ALL" and delete every queued message. Someone else's
+// TestIntegrationForgedQueueIDNeverReachesPostsuper: three END-OF-MESSAGE
+// requests with queue_id=ALL against a hold limit, then "quarantine delete
+// --key mallory", must not run "postsuper -d ALL" and delete every queued
+// message. Someone else's
 // message waiting in the real Postfix queue must survive, and no entry
 // may carry the forged queue ID.
 func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {

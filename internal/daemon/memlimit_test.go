@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func TestKnownHeapCoversFlushBuffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{mem: mem, state: state, engine: engine}
+	d := &Daemon{mem: mem, state: state, engine: engine}
 
 	live := func() int64 {
 		runtime.GC()

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-func (d *daemon) startMilter(ls *[]net.Listener) error {
+// startMilter opens the milter listener ([milter] listen, if set), adding
+// it to ls, and sets up the milter server on the quarantine.
+func (d *Daemon) startMilter(ls *[]net.Listener) error {
 	m := d.cfg.Milter
 	if m.Listen == "" {
 		return nil
@@ -32,7 +34,7 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 	d.q.milterL = l
 	d.listeners = append(d.listeners, "milter "+listenerName(l))
 	d.q.milter = &milter.Server{
-		Decider:         milterDecider{d},
+		Decider:         d,
 		Quarantine:      milterQuarantine{d.q.svc},
 		Logger:          d.log,
 		Metrics:         frontEndMetrics{m: d.metrics, prefix: "milter "},
@@ -45,27 +47,21 @@ func (d *daemon) startMilter(ls *[]net.Listener) error {
 	return nil
 }
 
-// milterDecider is the milter's Decider: daemon.decide, plus MayFreeze so
-// that the milter keeps a message only when a freeze limit could apply.
-type milterDecider struct{ d *daemon }
-
-// Decide implements milter.Decider.
-func (m milterDecider) Decide(ctx context.Context, req *policy.Request) policy.Decision {
-	return m.d.decide(ctx, req)
+// MayFreeze implements milter.FreezeAdvisor (policy.Engine.MayFreeze):
+// the milter keeps a message only when a freeze limit could apply.
+func (d *Daemon) MayFreeze(_ context.Context, req *policy.Request) bool {
+	return d.engine.MayFreeze(req)
 }
 
-// MayFreeze implements milter.FreezeAdvisor (policy.Engine.MayFreeze).
-func (m milterDecider) MayFreeze(_ context.Context, req *policy.Request) bool {
-	return m.d.engine.MayFreeze(req)
-}
-
-func (d *daemon) serveMilter() {
+// serveMilter starts serving the milter, if configured.
+func (d *Daemon) serveMilter() {
 	if d.q.milter != nil {
 		d.goServe("milter", func() error { return d.q.milter.Serve(d.conns.Listener(d.q.milterL, "milter")) }, milter.ErrServerClosed)
 	}
 }
 
-func (d *daemon) stopMilter(ctx context.Context) {
+// stopMilter drains the milter and stops the quarantine's loop.
+func (d *Daemon) stopMilter(ctx context.Context) {
 	if d.q.milter != nil {
 		d.q.milter.Shutdown(ctx)
 	}

@@ -18,31 +18,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // adminStatus asks the running daemon for its status over the admin socket.
-func adminStatus(t testing.TB, td *testDaemon) Status {
+func adminStatus(t testing.TB, td *testDaemon) admin.Status {
 	t.Helper()
-	var st Status
-	if err := newAdminClient(td.d.cfg.Server.AdminSocket).do("GET", "/v1/status", nil, &st); err != nil {
+	var st admin.Status
+	if err := admin.NewClient(td.d.Config().Server.AdminSocket).Do("GET", "/v1/status", nil, &st); err != nil {
 		t.Fatal(err)
 	}
 	return st
 }
 
 // A SIGHUP with an empty file (or one without limits) is refused: the
-// running limits stay (issue 8, item 9).
+// running limits stay.
 func TestReloadRefusesLimitlessConfig(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
 	td := startTestDaemon(t, cfgPath)
 	for _, text := range []string{"", "[server]\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\n"} {
 		os.WriteFile(cfgPath, []byte(text), 0o644)
-		td.d.reload()
-		if n := len(td.d.engine.Limits()); n != 2 {
+		td.d.Reload()
+		if n := len(td.d.Engine().Limits()); n != 2 {
 			t.Fatalf("reload with %q left %d limits, want the running 2", text, n)
 		}
 	}
@@ -62,14 +64,14 @@ func TestReloadRefusesLimitlessConfig(t *testing.T) {
 	if out, err := cli(t, "config", "check", cfgPath); err != nil || !strings.Contains(out, "every sender is unlimited") {
 		t.Fatalf("config check with limits = \"none\": %v\n%s", err, out)
 	}
-	td.d.reload()
-	if n := len(td.d.engine.Limits()); n != 0 || !strings.Contains(td.logs.String(), "running without limits") {
+	td.d.Reload()
+	if n := len(td.d.Engine().Limits()); n != 0 || !strings.Contains(td.logs.String(), "running without limits") {
 		t.Fatalf("reload to limits = \"none\": %d limits; log:\n%s", n, td.logs.String())
 	}
 }
 
 // Reload and the admin status handler run concurrently without a data race
-// on the configuration (run with -race; issue 8, item 11).
+// on the configuration (run with -race).
 func TestReloadAndStatusRace(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
@@ -79,7 +81,7 @@ func TestReloadAndStatusRace(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range 20 {
-			td.d.reload()
+			td.d.Reload()
 		}
 	}()
 	go func() {
@@ -95,8 +97,7 @@ func TestReloadAndStatusRace(t *testing.T) {
 }
 
 // A reload that changes settings only a restart applies says so in the log
-// and in status, instead of silently keeping the old ones (issue 8,
-// item 11).
+// and in status, instead of silently keeping the old ones.
 func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
@@ -106,7 +107,7 @@ func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
 	}
 	text, _ := os.ReadFile(cfgPath)
 	os.WriteFile(cfgPath, append(text, []byte("\n[quarantine]\nalert_every = 3\nmax_age = \"2d\"\n")...), 0o644)
-	td.d.reload()
+	td.d.Reload()
 	st := adminStatus(t, td)
 	for _, k := range []string{"quarantine.alert_every", "quarantine.max_age"} {
 		if !slices.Contains(st.RestartNeeded, k) {
@@ -125,24 +126,24 @@ func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
 	}
 	// Back to the running values: nothing pending.
 	os.WriteFile(cfgPath, text, 0o644)
-	td.d.reload()
+	td.d.Reload()
 	if st := adminStatus(t, td); len(st.RestartNeeded) != 0 {
 		t.Fatalf("after reverting, restart_needed = %v", st.RestartNeeded)
 	}
 }
 
 // After a reload that changes admin_socket, shutdown removes only the
-// socket it created, never what is at the new path (issue 8, item 11).
+// socket it created, never what is at the new path.
 func TestShutdownKeepsFileAtReloadedAdminSocket(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
 	td := startTestDaemon(t, cfgPath)
-	running := td.d.cfg.Server.AdminSocket
+	running := td.d.Config().Server.AdminSocket
 	other := filepath.Join(dir, "precious")
 	os.WriteFile(other, []byte("not ours"), 0o600)
 	text, _ := os.ReadFile(cfgPath)
 	os.WriteFile(cfgPath, []byte(strings.Replace(string(text), "[server]\n", fmt.Sprintf("[server]\nadmin_socket = %q\n", other), 1)), 0o644)
-	td.d.reload()
+	td.d.Reload()
 	td.stop()
 	if b, err := os.ReadFile(other); err != nil || string(b) != "not ours" {
 		t.Fatalf("shutdown removed the file at the reloaded admin_socket: %q %v", b, err)
@@ -153,8 +154,7 @@ func TestShutdownKeepsFileAtReloadedAdminSocket(t *testing.T) {
 }
 
 // The admin, milter and unix policy listeners refuse to remove a file that
-// is not a socket, and a live socket means another daemon is running
-// (issue 8, item 11).
+// is not a socket, and a live socket means another daemon is running.
 func TestListenersNeverRemoveNonSockets(t *testing.T) {
 	for _, tc := range []struct{ name, extra string }{
 		{"admin", "admin_socket = %q\n"},
@@ -202,10 +202,10 @@ func tryStart(t *testing.T, cfgPath string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := startDaemon(f, cfgPath, &syncBuffer{})
+	d, err := daemon.Start(f, cfgPath, &syncBuffer{})
 	if err == nil {
 		ctx, cancel := contextWithTimeout(5e9)
-		d.shutdown(ctx)
+		d.Shutdown(ctx)
 		cancel()
 	}
 	return err
@@ -249,18 +249,18 @@ func startSubprocessDaemon(t *testing.T, cfgPath string, env ...string) (*exec.C
 
 // statusWithin asks the daemon's admin socket for its status, failing
 // after limit instead of the CLI's 30 s.
-func statusWithin(sock string, limit time.Duration) (Status, error) {
-	c := newAdminClient(sock)
-	c.hc.Timeout = limit
-	var st Status
-	err := c.do("GET", "/v1/status", nil, &st)
+func statusWithin(sock string, limit time.Duration) (admin.Status, error) {
+	c := admin.NewClient(sock)
+	c.SetTimeout(limit)
+	var st admin.Status
+	err := c.Do("GET", "/v1/status", nil, &st)
 	return st, err
 }
 
 // At a low file-descriptor limit, a flood of policy and milter connections
 // is capped (max_connections defaults to RLIMIT_NOFILE/2): the ones over
 // the cap are closed at once and counted, and the admin socket, /metrics
-// and the connections already open keep answering (issue 8, item 14).
+// and the connections already open keep answering.
 func TestConnectionCapKeepsAdminAlive(t *testing.T) {
 	dir := t.TempDir()
 	port, mport, milterPort := freePort(t), freePort(t), freePort(t)
@@ -292,7 +292,7 @@ func TestConnectionCapKeepsAdminAlive(t *testing.T) {
 		defer c.Close()
 		conns = append(conns, c)
 	}
-	var st Status
+	var st admin.Status
 	for i := 0; ; i++ {
 		st, err = statusWithin(f.Server.AdminSocket, 5*time.Second)
 		if err != nil {
@@ -361,8 +361,8 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 
 // The milter keeps a message only when a freeze limit could apply, and
 // then spools it to the state directory: concurrent large messages do not
-// grow the daemon's memory by their size (issue 8, item 15; the issue saw
-// 411 MB RSS for 8 concurrent 50 MB messages). RATELIMITD_TEST_MILTER_N and
+// grow the daemon's memory by their size (before the spool, 8 concurrent
+// 50 MB messages took 411 MB RSS). RATELIMITD_TEST_MILTER_N and
 // RATELIMITD_TEST_MILTER_MB scale it up for a measurement.
 func TestMilterMemoryBounded(t *testing.T) {
 	n, mb := 4, 16
@@ -455,7 +455,7 @@ via = ["milter"]
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			td := startTestDaemon(t, writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), tc.limits))
-			if got := (milterDecider{td.d}).MayFreeze(t.Context(), tc.req); got != tc.want {
+			if got := td.d.MayFreeze(t.Context(), tc.req); got != tc.want {
 				t.Fatalf("MayFreeze = %v, want %v", got, tc.want)
 			}
 		})

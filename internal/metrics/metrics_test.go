@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"strings"
@@ -14,20 +14,20 @@ import (
 // exported as the sums of every stripe: requests by state and action, and
 // the latency histogram's buckets, count and sum.
 func TestMetricsStripesSum(t *testing.T) {
-	m := newMetrics(func() float64 { return 0 })
+	m := New(func() float64 { return 0 })
 	rcpt := &policy.Request{ProtocolState: policy.StateRcpt}
 	odd := &policy.Request{ProtocolState: "BOGUS"}
 	pass, def := &policy.Decision{}, &policy.Decision{Action: policy.Defer, Limit: "hourly"}
 	for range 1000 {
-		m.observe(rcpt, pass)
-		m.latency(3 * time.Microsecond) // bucket le=5e-06
+		m.Observe(rcpt, pass)
+		m.Latency(3 * time.Microsecond) // bucket le=5e-06
 	}
 	for range 7 {
-		m.observe(odd, def)
-		m.latency(2 * time.Second) // past every bound
+		m.Observe(odd, def)
+		m.Latency(2 * time.Second) // past every bound
 	}
-	m.observe(rcpt, pass)
-	m.latency(time.Microsecond) // on a bound: le=1e-06
+	m.Observe(rcpt, pass)
+	m.Latency(time.Microsecond) // on a bound: le=1e-06
 	want := `
 # HELP ratelimitd_decision_seconds Time to answer one policy request, in seconds: from its first byte to the reply written (policy service), the Decide call (milter).
 # TYPE ratelimitd_decision_seconds histogram
@@ -76,7 +76,7 @@ ratelimitd_decision_seconds_count 1008
 		t.Errorf("ratelimitd_requests_total: RCPT/pass %v, OTHER/defer %v, %d series; want 1001, 7, %d",
 			got["RCPT/pass"], got["OTHER/defer"], len(got), numStates*numActions)
 	}
-	if by := m.byAction(); by[policy.Pass] != 1001 || by[policy.Defer] != 7 {
+	if by := m.ByAction(); by[policy.Pass] != 1001 || by[policy.Defer] != 7 {
 		t.Errorf("byAction: pass %d, defer %d; want 1001, 7", by[policy.Pass], by[policy.Defer])
 	}
 }

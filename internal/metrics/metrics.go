@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"math/rand/v2"
@@ -19,8 +19,9 @@ var knownStates = [numStates]string{policy.StateConnect, policy.StateHELO, polic
 
 const numActions = int(policy.Reject) + 1
 
-// metrics are the daemon's Prometheus metrics plus the plain counters that
-// `ratelimitd status` prints. Safe for concurrent use.
+// Metrics are the daemon's Prometheus metrics plus the plain counters that
+// `ratelimitd status` prints. Create them with New; safe for concurrent
+// use.
 //
 // The two series every request updates (ratelimitd_requests_total and the
 // ratelimitd_decision_seconds histogram) are counted in stripes, copies
@@ -32,7 +33,7 @@ const numActions = int(policy.Reject) + 1
 // of its stripe (its state and action, its latency bucket, the latency
 // sum), where the Prometheus counter and histogram and the counter for
 // `status` took six.
-type metrics struct {
+type Metrics struct {
 	reg       *prometheus.Registry
 	stripes   [metricStripes]requestStripe
 	decisions *prometheus.CounterVec // limit, action
@@ -74,7 +75,7 @@ const numStates = 10 // len(knownStates)
 
 // requestCollector exports the striped counts as Prometheus metrics.
 type requestCollector struct {
-	m                    *metrics
+	m                    *Metrics
 	reqDesc, latencyDesc *prometheus.Desc
 }
 
@@ -113,8 +114,9 @@ func (c requestCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstHistogram(c.latencyDesc, total, float64(sumNs)/1e9, cum)
 }
 
-// byAction returns the number of requests answered with each action.
-func (m *metrics) byAction() (out [numActions]int64) {
+// ByAction returns the number of requests answered with each action,
+// indexed by policy.Action.
+func (m *Metrics) ByAction() (out [numActions]int64) {
 	for i := range m.stripes {
 		for s := range numStates {
 			for a := range numActions {
@@ -125,8 +127,11 @@ func (m *metrics) byAction() (out [numActions]int64) {
 	return out
 }
 
-func newMetrics(trackedKeys func() float64) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+// New returns the metrics, registered in a new registry (Registry) with the
+// Go runtime's and the process's collectors; trackedKeys reports the number
+// of rate states held (the ratelimitd_tracked_keys gauge).
+func New(trackedKeys func() float64) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
 	reqs := requestCollector{m: m,
 		reqDesc: prometheus.NewDesc("ratelimitd_requests_total",
 			"Policy requests answered, by protocol_state and action.", []string{"protocol_state", "action"}, nil),
@@ -158,8 +163,9 @@ func newMetrics(trackedKeys func() float64) *metrics {
 	return m
 }
 
-// watchConns exports the connection cap's gauges.
-func (m *metrics) watchConns(lim *srvconn.Limiter) {
+// WatchConns exports the connection cap's gauges (open connections and
+// the cap). Call it once.
+func (m *Metrics) WatchConns(lim *srvconn.Limiter) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ratelimitd_connections_open",
@@ -197,8 +203,9 @@ func stateIndex(s string) int {
 	return numStates - 1
 }
 
-// observe counts one decision.
-func (m *metrics) observe(req *policy.Request, d *policy.Decision) {
+// Observe counts one decision for req: by protocol_state and action, and
+// by limit when it did not pass.
+func (m *Metrics) Observe(req *policy.Request, d *policy.Decision) {
 	a := int(d.Action)
 	if a >= numActions {
 		a = 0
@@ -209,10 +216,10 @@ func (m *metrics) observe(req *policy.Request, d *policy.Decision) {
 	}
 }
 
-// latency records the time one request took to answer, as the front end
+// Latency records the time one request took to answer, as the front end
 // measured it: from the request's first byte to its reply written (policy
 // service), or the Decide call (milter).
-func (m *metrics) latency(took time.Duration) {
+func (m *Metrics) Latency(took time.Duration) {
 	st := &m.stripes[rand.Uint32()%metricStripes]
 	b := 0
 	for b < len(latencyBounds) && took > latencyBounds[b] {
@@ -222,33 +229,29 @@ func (m *metrics) latency(took time.Duration) {
 	st.sumNs.Add(uint64(max(took, 0)))
 }
 
-func (m *metrics) fault(kind string) {
+// Fault counts one fault of kind (a request answered DUNNO because of a
+// store error or a panic, a failed flush or reload).
+func (m *Metrics) Fault(kind string) {
 	m.nFaults.Add(1)
 	m.faults.WithLabelValues(kind).Inc()
 }
 
-func (m *metrics) bad(reason string) {
+// Bad counts one connection closed for malformed input, by reason.
+func (m *Metrics) Bad(reason string) {
 	m.nBad.Add(1)
 	m.badInput.WithLabelValues(reason).Inc()
 }
 
-// frontEndMetrics feeds a front end's counts (mta/postfix's and
-// mta/milter's Metrics) into the daemon metrics: the latency of each
-// request or Decide, bad input and faults, their labels prefixed with
-// prefix ("milter " for the milter, "" for the policy service).
-// Decisions are counted by daemon.decide; connections and messages are
-// not counted.
-type frontEndMetrics struct {
-	m      *metrics
-	prefix string
-}
+// Registry is the registry the metrics are registered in: serve it (promhttp)
+// and register further collectors (the notifier's, the quarantine's) in it.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-func (frontEndMetrics) Conn(bool)                                        {}
-func (frontEndMetrics) ConnDone()                                        {}
-func (frontEndMetrics) Message(policy.Action)                            {}
-func (f frontEndMetrics) Request(_ policy.Action, elapsed time.Duration) { f.m.latency(elapsed) }
-func (f frontEndMetrics) Decision(_ string, _ policy.Action, elapsed time.Duration) {
-	f.m.latency(elapsed)
-}
-func (f frontEndMetrics) BadInput(reason string) { f.m.bad(f.prefix + reason) }
-func (f frontEndMetrics) Fault(kind string)      { f.m.fault(f.prefix + kind) }
+// Faults is the number of faults counted (Fault).
+func (m *Metrics) Faults() int64 { return m.nFaults.Load() }
+
+// BadInput is the number of malformed inputs counted (Bad).
+func (m *Metrics) BadInput() int64 { return m.nBad.Load() }
+
+// ConnRefused counts one connection closed at once because
+// server.max_connections were open on listener ("policy", "milter").
+func (m *Metrics) ConnRefused(listener string) { m.connRefused.WithLabelValues(listener).Inc() }

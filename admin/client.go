@@ -1,0 +1,86 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+)
+
+// Client talks to the daemon's admin socket. Each call is one HTTP request
+// with a 30 s timeout; a Client is safe for concurrent use.
+type Client struct {
+	path string
+	hc   *http.Client
+}
+
+// NewClient returns a client of the admin socket at path. It does not
+// connect until the first call.
+func NewClient(path string) *Client {
+	return &Client{path: path, hc: &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}},
+	}}
+}
+
+// ErrNoDaemon means nothing listens on the admin socket: the socket is
+// missing or refuses connections.
+var ErrNoDaemon = errors.New("ratelimitd is not running")
+
+// Do sends a request (method, path with its query, body marshalled as
+// JSON unless nil) and decodes the JSON answer into out (unless nil). It
+// returns ErrNoDaemon when nothing listens on the socket, and the API's
+// error text for an answer of 300 or more.
+func (c *Client) Do(method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://ratelimitd"+path, rd)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return ErrNoDaemon
+		}
+		return fmt.Errorf("admin socket %s: %w", c.path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var e apiError
+		if json.NewDecoder(resp.Body).Decode(&e) == nil && e.Error != "" {
+			return errors.New(e.Error)
+		}
+		return fmt.Errorf("admin socket: %s", resp.Status)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Status asks the daemon for its status (GET /v1/status).
+func (c *Client) Status() (Status, error) {
+	var st Status
+	err := c.Do("GET", "/v1/status", nil, &st)
+	return st, err
+}
+
+// SetTimeout sets the time limit of each later call (30 s from NewClient).
+// Call it before the Client is shared.
+func (c *Client) SetTimeout(d time.Duration) { c.hc.Timeout = d }

@@ -1,0 +1,28 @@
+// Package admin is the daemon's admin API: JSON over HTTP on a unix socket
+// (mode 0660, refused in a world-writable directory) that the CLI uses while
+// the daemon runs, since the daemon holds the BoltDB file's lock then.
+//
+// Server serves the API for a running daemon, which it reaches through the
+// Daemon interface (internal/daemon implements it); Client is the CLI's end.
+// Backend is what the rate and quarantine commands work on: Open asks the
+// running daemon (a Client) and, when no daemon answers on the socket,
+// falls back to a Local backend on the state file opened by the caller.
+// The rate and quarantine operations are written once, in Local, and the
+// server answers through a Local on the daemon's own engine and quarantine.
+//
+// Routes (all answer JSON; errors are {"error": "..."} with a 4xx or 5xx
+// status):
+//
+//	GET  /v1/status                  Status
+//	GET  /v1/rate?key=K              []policy.KeyRate
+//	GET  /v1/rates?top=N&over=1      []policy.KeyRate, nearest the limit first
+//	POST /v1/rate/reset?key=K&limit=L ResetResult
+//	GET  /v1/quarantine?sender=&key=&limit=&state=&since=  []quarantine.Entry
+//	GET  /v1/quarantine/{id}?raw=1   ShowResult
+//	POST /v1/quarantine/thaw         lifecycle.Selection → []lifecycle.Outcome
+//	POST /v1/quarantine/delete       lifecycle.Selection → []lifecycle.Outcome
+//	POST /v1/quarantine/suspend      SuspendRequest → SuspendResult
+//
+// Every action is logged with the local user at the other end of the
+// socket (SO_PEERCRED).
+package admin

@@ -1,0 +1,258 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+)
+
+// ListQuery is the filter of `quarantine list` and GET /v1/quarantine:
+// envelope sender, rate key and limit (exact), states (comma-separated
+// names; "" or "pending" for held and frozen) and age (0: any).
+type ListQuery struct {
+	Sender string
+	Key    string
+	Limit  string
+	State  string
+	Since  time.Duration
+}
+
+func (lq ListQuery) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"sender": lq.Sender, "key": lq.Key, "limit": lq.Limit, "state": lq.State} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if lq.Since > 0 {
+		v.Set("since", lq.Since.String())
+	}
+	return v
+}
+
+func parseListQuery(v url.Values) (ListQuery, error) {
+	lq := ListQuery{Sender: v.Get("sender"), Key: v.Get("key"), Limit: v.Get("limit"), State: v.Get("state")}
+	if s := v.Get("since"); s != "" {
+		d, err := policy.ParseDuration(s)
+		if err != nil {
+			return lq, err
+		}
+		lq.Since = d
+	}
+	return lq, nil
+}
+
+func (lq ListQuery) filter() (quarantine.Filter, error) {
+	f := quarantine.Filter{Sender: lq.Sender, Key: lq.Key, Limit: lq.Limit}
+	if lq.State != "" && lq.State != "pending" {
+		for _, name := range strings.Split(lq.State, ",") {
+			st, err := quarantine.ParseState(name)
+			if err != nil {
+				return f, err
+			}
+			f.States = append(f.States, st)
+		}
+	}
+	if lq.Since > 0 {
+		f.Since = time.Now().Add(-lq.Since)
+	}
+	return f, nil
+}
+
+func (s *Server) quarantineRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/quarantine", func(w http.ResponseWriter, r *http.Request) {
+		lq, err := parseListQuery(r.URL.Query())
+		if err != nil {
+			fail(w, http.StatusBadRequest, err)
+			return
+		}
+		f, err := lq.filter()
+		if err != nil {
+			fail(w, http.StatusBadRequest, err)
+			return
+		}
+		es, err := s.Daemon.Quarantine().List(f)
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, es)
+	})
+	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
+		res, err := s.local(r).show(r.Context(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
+		if err != nil {
+			fail(w, http.StatusNotFound, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	action := func(thaw bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var sel lifecycle.Selection
+			if err := decode(r, &sel); err != nil {
+				fail(w, http.StatusBadRequest, err)
+				return
+			}
+			out, err := s.local(r).act(r.Context(), thaw, sel)
+			if err != nil {
+				fail(w, http.StatusBadRequest, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, out)
+		}
+	}
+	mux.HandleFunc("POST /v1/quarantine/thaw", action(true))
+	mux.HandleFunc("POST /v1/quarantine/delete", action(false))
+	mux.HandleFunc("POST /v1/quarantine/suspend", func(w http.ResponseWriter, r *http.Request) {
+		var req SuspendRequest
+		if err := decode(r, &req); err != nil || req.Key == "" {
+			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
+			return
+		}
+		res, err := s.local(r).suspend(req)
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+}
+
+// errNoQuarantine is returned by a Local backend opened for the rate
+// operations only.
+var errNoQuarantine = errors.New("quarantine not opened")
+
+// by is who acts: l.By, else offline (a name for this process).
+func (l *Local) by(offline string) string {
+	if l.By != "" {
+		return l.By
+	}
+	return offline
+}
+
+// show is the life cycle's Show as the admin API and the offline CLI
+// answer it: quarantine.ErrNotFound is the only error; content that is
+// unavailable (postcat failed, no queue ID) is the result's Error, next
+// to the entry.
+func (l *Local) show(ctx context.Context, id string, raw bool) (ShowResult, error) {
+	if l.Quarantine == nil {
+		return ShowResult{}, errNoQuarantine
+	}
+	e, body, err := l.Quarantine.Show(ctx, id, raw)
+	if errors.Is(err, quarantine.ErrNotFound) {
+		return ShowResult{}, err
+	}
+	res := ShowResult{Entry: e, Body: string(body)}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res, nil
+}
+
+// act thaws (thaw set) or deletes the messages sel selects.
+func (l *Local) act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	if l.Quarantine == nil {
+		return nil, errNoQuarantine
+	}
+	sel.By = l.by(LocalUser() + ", offline CLI")
+	if thaw {
+		return l.Quarantine.Thaw(ctx, sel)
+	}
+	return l.Quarantine.Delete(ctx, sel)
+}
+
+// suspend suspends or resumes req.Key's automatic release. Errors: those
+// of the store.
+func (l *Local) suspend(req SuspendRequest) (SuspendResult, error) {
+	if l.Quarantine == nil {
+		return SuspendResult{}, errNoQuarantine
+	}
+	by := l.by("offline CLI")
+	res := SuspendResult{Key: req.Key, Suspended: !req.Resume}
+	var err error
+	if req.Resume {
+		res.Was, err = l.Quarantine.Resume(req.Key, by)
+	} else {
+		err = l.Quarantine.Suspend(req.Key, by)
+	}
+	return res, err
+}
+
+// List implements Backend.
+func (l *Local) List(lq ListQuery) ([]quarantine.Entry, error) {
+	if l.Quarantine == nil {
+		return nil, errNoQuarantine
+	}
+	f, err := lq.filter()
+	if err != nil {
+		return nil, err
+	}
+	return l.Quarantine.List(f)
+}
+
+// Show implements Backend.
+func (l *Local) Show(id string, raw bool) (ShowResult, error) {
+	return l.show(context.Background(), id, raw)
+}
+
+// Thaw implements Backend.
+func (l *Local) Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return l.act(context.Background(), true, sel)
+}
+
+// Delete implements Backend.
+func (l *Local) Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return l.act(context.Background(), false, sel)
+}
+
+// Suspend implements Backend.
+func (l *Local) Suspend(key string, resume bool) (SuspendResult, error) {
+	return l.suspend(SuspendRequest{Key: key, Resume: resume})
+}
+
+// List implements Backend.
+func (c *Client) List(lq ListQuery) ([]quarantine.Entry, error) {
+	var out []quarantine.Entry
+	err := c.Do("GET", "/v1/quarantine?"+lq.values().Encode(), nil, &out)
+	return out, err
+}
+
+// Show implements Backend.
+func (c *Client) Show(id string, raw bool) (ShowResult, error) {
+	var out ShowResult
+	q := ""
+	if raw {
+		q = "?raw=1"
+	}
+	err := c.Do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
+	return out, err
+}
+
+// Thaw implements Backend.
+func (c *Client) Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	var out []lifecycle.Outcome
+	err := c.Do("POST", "/v1/quarantine/thaw", sel, &out)
+	return out, err
+}
+
+// Delete implements Backend.
+func (c *Client) Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	var out []lifecycle.Outcome
+	err := c.Do("POST", "/v1/quarantine/delete", sel, &out)
+	return out, err
+}
+
+// Suspend implements Backend.
+func (c *Client) Suspend(key string, resume bool) (SuspendResult, error) {
+	var out SuspendResult
+	err := c.Do("POST", "/v1/quarantine/suspend", SuspendRequest{Key: key, Resume: resume}, &out)
+	return out, err
+}

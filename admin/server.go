@@ -1,0 +1,202 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+)
+
+// Daemon is the running daemon as the admin API sees it. Its methods are
+// called concurrently, from one goroutine per request.
+type Daemon interface {
+	// Status reports the daemon's state now.
+	Status() Status
+	// Rates is the engine whose rates are shown and reset.
+	Rates() Rates
+	// Quarantine is the quarantine's life cycle.
+	Quarantine() *lifecycle.Service
+	// Notify queues a notification (a rate reset's audit event); it
+	// never blocks.
+	Notify(notify.Event)
+}
+
+// Server serves the admin API for a running daemon. Set its fields, then
+// call HTTPServer; the fields must not change afterwards.
+type Server struct {
+	Daemon Daemon
+	// Logger receives the audit lines of actions (rate resets).
+	Logger *slog.Logger
+}
+
+type peerKey struct{}
+
+// Listen creates the admin socket at path with mode 0660, creating its
+// directory (0750) if needed. It refuses a path whose directory is
+// writable by every user (anyone could replace the socket), a path where
+// something other than a socket exists, and a socket another daemon
+// answers on (srvconn.ListenUnix); closing the listener removes the socket
+// only if it is still ours. Errors are prefixed "admin socket: ".
+func Listen(path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		return nil, fmt.Errorf("admin socket: directory %s is world-writable (mode %v); choose another admin_socket", dir, fi.Mode().Perm())
+	}
+	l, err := srvconn.ListenUnix(path, 0o660)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	return l, nil
+}
+
+// local is the backend the server answers through: the daemon's engine
+// and quarantine, the actions attributed to the requesting user.
+func (s *Server) local(r *http.Request) *Local {
+	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), By: who(r)}
+}
+
+// Handler returns the API's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.status)
+	mux.HandleFunc("GET /v1/rate", s.rate)
+	mux.HandleFunc("GET /v1/rates", s.rates)
+	mux.HandleFunc("POST /v1/rate/reset", s.reset)
+	s.quarantineRoutes(mux)
+	return mux
+}
+
+// HTTPServer returns an http.Server for the API (header timeout 5 s) that
+// records the peer of each unix-socket connection for the audit log.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, peerKey{}, peerName(c))
+		},
+	}
+}
+
+// peerName names the local user at the other end of a unix socket
+// (SO_PEERCRED), for the audit log.
+func peerName(c net.Conn) string {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return "unknown"
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return "unknown"
+	}
+	var cred *unix.Ucred
+	var cerr error
+	raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED) })
+	if cerr != nil || cred == nil {
+		return "unknown"
+	}
+	name := strconv.Itoa(int(cred.Uid))
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	return fmt.Sprintf("%s (uid %d, pid %d)", name, cred.Uid, cred.Pid)
+}
+
+func who(r *http.Request) string {
+	if s, ok := r.Context().Value(peerKey{}).(string); ok {
+		return s
+	}
+	return "unknown"
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func fail(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, apiError{Error: err.Error()})
+}
+
+// decode reads a JSON request body of at most 1 MiB into v.
+func decode(r *http.Request, v any) error {
+	return json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(v)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Daemon.Status())
+}
+
+func (s *Server) rate(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		fail(w, http.StatusBadRequest, errors.New("key is required"))
+		return
+	}
+	kr, err := s.local(r).rate(r.Context(), key)
+	if err != nil {
+		fail(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, kr)
+}
+
+func (s *Server) rates(w http.ResponseWriter, r *http.Request) {
+	top, _ := strconv.Atoi(r.URL.Query().Get("top"))
+	over := r.URL.Query().Get("over") == "1"
+	kr, err := s.local(r).rates(r.Context(), top, over)
+	if err != nil {
+		fail(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, kr)
+}
+
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
+	key, limit := r.URL.Query().Get("key"), r.URL.Query().Get("limit")
+	if key == "" {
+		fail(w, http.StatusBadRequest, errors.New("key is required"))
+		return
+	}
+	res, err := s.local(r).reset(r.Context(), key, limit)
+	if errors.Is(err, policy.ErrUnknownLimit) {
+		fail(w, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		fail(w, http.StatusInternalServerError, err)
+		return
+	}
+	s.Logger.Info("rate reset", "key", key, "limit", limit, "removed", res.Removed, "by", who(r))
+	s.Daemon.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: res.Removed, By: who(r)})
+	writeJSON(w, http.StatusOK, res)
+}

@@ -1,0 +1,184 @@
+package admin
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
+)
+
+// Status is what GET /v1/status returns and `ratelimitd status` prints.
+type Status struct {
+	Version     string           `json:"version"`
+	Started     time.Time        `json:"started"`
+	Uptime      string           `json:"uptime"`
+	Config      string           `json:"config"`
+	Listeners   []string         `json:"listeners"`
+	TrackedKeys int              `json:"tracked_keys"`
+	Requests    int64            `json:"requests"`
+	ByAction    map[string]int64 `json:"decisions"`
+	Faults      int64            `json:"faults"`
+	BadInput    int64            `json:"bad_input"`
+	Limits      []string         `json:"limits"`
+	// Stages are the protocol states each front end has asked at since
+	// start (the hook layout the daemon learned), with request counts.
+	Stages []policy.StageCount `json:"stages"`
+	// MessagesInFlight is the number of messages whose per-message
+	// bookkeeping is remembered (bounded).
+	MessagesInFlight int `json:"messages_in_flight"`
+	// Advice lists limits that cannot count as the MTA is hooked up, in
+	// plain words with the line to add.
+	Advice []string `json:"advice,omitempty"`
+	// Notify counts notifications; nil when none are configured.
+	Notify *notify.Stats `json:"notify,omitempty"`
+	// RestartNeeded lists the settings (TOML keys) of the configuration
+	// file that differ from the running ones and take effect only after a
+	// restart (listeners, state, quarantine, milter); empty when the
+	// running daemon matches its file.
+	RestartNeeded []string `json:"restart_needed,omitempty"`
+	// Connections are the policy and milter connections against their
+	// cap (server.max_connections).
+	Connections ConnStatus `json:"connections"`
+	// Quarantine: held/frozen counts and the quarantine's faults.
+	Quarantine *lifecycle.Health `json:"quarantine,omitempty"`
+	// State is the rate state's flush health and key pressure.
+	State *StateStatus `json:"state,omitempty"`
+	// Store is the Redis backend's state (nil with the local backend).
+	Store *redisstore.FailoverStatus `json:"store,omitempty"`
+}
+
+// ConnStatus is the connection cap's state in Status: connections open
+// now, the cap, and how many were closed at once because it was reached.
+type ConnStatus struct {
+	Open    int   `json:"open"`
+	Max     int   `json:"max"`
+	Refused int64 `json:"refused"`
+}
+
+// StateStatus is the rate-state part of `ratelimitd status`: the health of
+// the write-behind to BoltDB and the pressure on the key bound (max_keys).
+type StateStatus struct {
+	// LastFlush is when a flush last succeeded, LastFlushAge how long ago
+	// (rounded to the second); the zero time means never.
+	LastFlush    time.Time `json:"last_flush"`
+	LastFlushAge string    `json:"last_flush_age"`
+	// LastError is the last failed flush's or compaction's error, at
+	// LastErrorAt; empty when none failed since the start.
+	LastError          string    `json:"last_error,omitempty"`
+	LastErrorAt        time.Time `json:"last_error_at"`
+	FlushFailures      int64     `json:"flush_failures"`
+	CompactionFailures int64     `json:"compaction_failures"`
+	// Pending is how many changes wait for a flush after a failed one.
+	Pending int `json:"pending"`
+	// MaxKeys is the bound on (limit, key) pairs; Evicted how many were
+	// evicted to respect it; Refused how many new keys were refused (fail
+	// open) because every evictable candidate was over or near its limit.
+	MaxKeys int   `json:"max_keys"`
+	Evicted int64 `json:"evicted"`
+	Refused int64 `json:"keys_refused"`
+	// Malformed is how many stored states were dropped at start-up as not
+	// states (NaN or infinite rate, wrong length); Converted how many were
+	// converted to changed limit parameters; Unconfigured how many states
+	// of limits the configuration does not name were restored and kept.
+	Malformed    int64 `json:"malformed"`
+	Converted    int64 `json:"converted"`
+	Unconfigured int64 `json:"unconfigured"`
+}
+
+// NewStateStatus reads the rate state p's health now (p is safe for
+// concurrent use).
+func NewStateStatus(p *ratestore.Persistent) *StateStatus {
+	st, m := p.Stats(), p.Memory()
+	s := &StateStatus{LastFlush: st.LastFlushAt, LastError: st.LastError, LastErrorAt: st.LastErrorAt,
+		FlushFailures: st.Failures, CompactionFailures: st.CompactionFailures, Pending: st.Pending,
+		MaxKeys: m.Cap(), Evicted: m.Evicted(), Refused: m.Refused(), Malformed: st.Malformed,
+		Converted: st.Converted, Unconfigured: st.Unconfigured, LastFlushAge: "never"}
+	if !st.LastFlushAt.IsZero() {
+		s.LastFlushAge = time.Since(st.LastFlushAt).Round(time.Second).String()
+	}
+	return s
+}
+
+// Print writes st as `ratelimitd status` shows it, one fact a line;
+// operator-facing text from the quarantine is cleaned of control
+// characters.
+func (st *Status) Print(w io.Writer) {
+	fmt.Fprintf(w, "ratelimitd %s, up %s (since %s)\n", st.Version, st.Uptime, st.Started.Format(time.RFC3339))
+	fmt.Fprintf(w, "config: %s\n", st.Config)
+	if len(st.RestartNeeded) > 0 {
+		fmt.Fprintf(w, "restart needed to apply: %s\n", strings.Join(st.RestartNeeded, ", "))
+	}
+	for _, l := range st.Listeners {
+		fmt.Fprintf(w, "listening: %s\n", l)
+	}
+	for _, l := range st.Limits {
+		fmt.Fprintf(w, "limit %s\n", l)
+	}
+	printStoreStatus(w, st.Store)
+	fmt.Fprintf(w, "tracked keys: %d\nrequests: %d\n", st.TrackedKeys, st.Requests)
+	for a := policy.Pass; a <= policy.Reject; a++ {
+		name := a.String()
+		fmt.Fprintf(w, "  %-7s %d\n", name, st.ByAction[name])
+	}
+	fmt.Fprintf(w, "faults (answered DUNNO): %d\nbad input (connections closed): %d\n", st.Faults, st.BadInput)
+	if len(st.Stages) == 0 {
+		fmt.Fprintf(w, "asked at: nothing yet\n")
+	}
+	for _, sc := range st.Stages {
+		fmt.Fprintf(w, "asked at: %s %s (%d requests)\n", sc.Via, sc.State, sc.Requests)
+	}
+	fmt.Fprintf(w, "messages in flight: %d\n", st.MessagesInFlight)
+	for _, a := range st.Advice {
+		fmt.Fprintf(w, "warning: %s\n", a)
+	}
+	fmt.Fprintf(w, "connections: %d open of max %d, %d closed at the cap\n", st.Connections.Open, st.Connections.Max, st.Connections.Refused)
+	if n := st.Notify; n != nil {
+		fmt.Fprintf(w, "notifications: %d sent, %d failed, %d dropped (queue full), %d waiting\n", n.Sent, n.Failed, n.Dropped, n.Waiting)
+	}
+	if q := st.Quarantine; q != nil {
+		fmt.Fprintf(w, "quarantine: %d held, %d frozen, %d kept past max_age, %d keys suspended, %d failures\n",
+			q.Held, q.Frozen, q.KeptPastMaxAge, q.Suspended, q.Failures)
+		if q.LastError != "" {
+			fmt.Fprintf(w, "quarantine last error (%s): %s\n", q.LastErrorAt.Format(time.RFC3339), quarantine.CleanLine(q.LastError))
+		}
+	}
+	if st.State != nil {
+		st.State.Print(w)
+	}
+}
+
+// Print writes s as `ratelimitd status` shows it.
+func (s *StateStatus) Print(w io.Writer) {
+	fmt.Fprintf(w, "rate state: last flush %s ago, %d flush failures, %d compaction failures, %d changes pending\n",
+		s.LastFlushAge, s.FlushFailures, s.CompactionFailures, s.Pending)
+	if s.LastError != "" {
+		fmt.Fprintf(w, "rate state last error (%s): %s\n", s.LastErrorAt.Format(time.RFC3339), s.LastError)
+	}
+	fmt.Fprintf(w, "rate keys: max %d, evicted %d, new keys refused under pressure %d\n", s.MaxKeys, s.Evicted, s.Refused)
+	if s.Malformed+s.Converted+s.Unconfigured > 0 {
+		fmt.Fprintf(w, "rate state at start: %d malformed dropped, %d converted to changed limits, %d of unconfigured limits kept\n",
+			s.Malformed, s.Converted, s.Unconfigured)
+	}
+}
+
+// printStoreStatus prints the Redis backend's line of `ratelimitd status`.
+func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus) {
+	if s == nil {
+		return
+	}
+	state := "shared (redis answering)"
+	if s.Degraded {
+		state = "DEGRADED since " + s.Since.Format(time.RFC3339) + ", deciding per on_redis_error=" + s.OnError
+	}
+	fmt.Fprintf(w, "store: redis, %s; outages %d, recoveries %d\n", state, s.Switches, s.Recoveries)
+	if s.LastError != "" {
+		fmt.Fprintf(w, "store: last redis error: %s\n", s.LastError)
+	}
+}

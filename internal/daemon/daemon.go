@@ -1,0 +1,306 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/mta"
+	"github.com/ratelimitd/ratelimitd/mta/postfix"
+	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
+	"github.com/ratelimitd/ratelimitd/statedb"
+)
+
+// Version is the daemon's version, set at link time with
+// -ldflags "-X github.com/ratelimitd/ratelimitd/internal/daemon.Version=..."
+// (`make build` sets it from git describe); "dev" otherwise.
+var Version = "dev"
+
+// Daemon is a running ratelimitd: engine, stores, listeners. Start it with
+// Start and stop it with Shutdown.
+type Daemon struct {
+	// cfg is the configuration the daemon started with: its listeners,
+	// state, quarantine and milter run on it. It is never replaced (a
+	// reload applies the limits only), so it is read without a lock.
+	cfg        *config.File
+	configPath string
+	log        *slog.Logger
+	started    time.Time
+	db         *bolt.DB
+	mem        *ratestore.Memory
+	state      *ratestore.Persistent
+	rcpts      *ratestore.Recipients // per = "addr" recipient sets
+	engine     *policy.Engine
+	metrics    *metrics.Metrics
+	policy     *postfix.Server
+	admin      *http.Server
+	metricsSrv *http.Server
+	listeners  []string
+	// conns caps the policy and milter connections (server.max_connections).
+	conns    *srvconn.Limiter
+	q        *quarantineState
+	wg       sync.WaitGroup
+	notifier *notify.Notifier
+	// qnotify turns quarantine events into notifications.
+	qnotify *quarantineNotify
+	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
+	stopMemLimit func()
+	// cleanup undoes, last first, what Start opened, should a later step
+	// fail.
+	cleanup []func()
+
+	// reloadMu serialises reloads and guards loaded and restartNeeded,
+	// which the admin status handler reads concurrently.
+	reloadMu      sync.Mutex
+	loaded        *config.File // the last file accepted (cfg until a reload)
+	restartNeeded []string     // config.RestartKeys(cfg, loaded)
+
+	// redis is the shared rate store when [store] backend = "redis"
+	// (nil otherwise); redisClient its Redis connection.
+	redis       *redisstore.Failover
+	redisClient *redisstore.Store
+}
+
+func newLogger(s config.Server, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(s.LogLevel))
+	o := &slog.HandlerOptions{Level: lvl}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// listeners are the sockets Start opened, served once all are open.
+type listeners struct {
+	policy  []net.Listener
+	admin   net.Listener
+	metrics net.Listener // nil when metrics_listen = ""
+}
+
+// Start opens the state in f's state directory, starts every listener and
+// returns the running daemon, logging to logw (server.log_level and
+// log_format); configPath is the file Reload reads again. An error (a
+// damaged state file, a listener that cannot be opened, Redis not
+// answering) leaves nothing running.
+func Start(f *config.File, configPath string, logw io.Writer) (_ *Daemon, err error) {
+	d := &Daemon{cfg: f, loaded: f, configPath: configPath, log: newLogger(f.Server, logw), started: time.Now()}
+	defer func() {
+		if err != nil {
+			for i := len(d.cleanup) - 1; i >= 0; i-- {
+				d.cleanup[i]()
+			}
+		}
+	}()
+	if err := d.openStores(); err != nil {
+		return nil, err
+	}
+	if err := d.openServices(); err != nil {
+		return nil, err
+	}
+	ls, err := d.listen()
+	if err != nil {
+		return nil, err
+	}
+	d.serve(ls)
+	d.log.Info("ratelimitd started", "version", Version, "config", f.Source, "listeners", d.listeners,
+		"state", f.Server.DBPath(), "restored_keys", d.mem.Len())
+	d.logConfigNotes(f)
+	return d, nil
+}
+
+// openStores opens the state file, restores the rate state, builds the
+// engine on it (or on Redis), the metrics and the recipient sets, and
+// starts their write-behind loops and the memory limit.
+func (d *Daemon) openStores() (err error) {
+	f, s := d.cfg, d.cfg.Server
+	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
+		return fmt.Errorf("state_dir: %w", err)
+	}
+	d.db, err = statedb.Open(s.DBPath(), false)
+	if err != nil {
+		return err
+	}
+	d.cleanup = append(d.cleanup, func() { d.db.Close() })
+	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
+	// Restoring drops states that have decayed away under the parameters
+	// they were written with, and converts those of limits whose
+	// parameters changed.
+	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), storeLimits(f.PolicyConfig()), false, d.log)
+	if err != nil {
+		if errors.Is(err, ratestore.ErrDamaged) {
+			return statedb.Damaged(s.DBPath(), err)
+		}
+		return fmt.Errorf("%s: %w", s.DBPath(), err)
+	}
+	d.cleanup = append(d.cleanup, func() { d.state.Close() })
+	var rates policy.Store = d.state
+	if f.Store.Redis() {
+		if d.redis, err = d.openRedis(f.Store, d.state); err != nil {
+			return err
+		}
+		d.cleanup = append(d.cleanup, func() { d.redis.Close(); d.redisClient.Close() })
+		rates = d.redis
+	}
+	d.engine, err = policy.NewEngine(f.PolicyConfig(), rates)
+	if err != nil {
+		return err
+	}
+	d.goRun(d.state.Run)
+	if os.Getenv("GOMEMLIMIT") == "" {
+		d.startMemoryLimit()
+	}
+	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
+	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log,
+		OnFlushError: func(error) { d.metrics.Fault("rcptsets flush") }})
+	if err != nil {
+		return err
+	}
+	d.cleanup = append(d.cleanup, func() { d.rcpts.Close() })
+	d.engine.UseRecipientSets(d.rcpts)
+	d.goRun(func(ctx context.Context) error { d.rcpts.Run(ctx); return nil })
+	return nil
+}
+
+// goRun runs a store's write-behind loop until the store is closed; its
+// result is of no use once Shutdown has closed the store.
+func (d *Daemon) goRun(run func(context.Context) error) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		run(context.Background())
+	}()
+}
+
+// openServices sets up the connection cap, the metrics' collectors, the
+// notifier, the quarantine and the policy server.
+func (d *Daemon) openServices() error {
+	s := d.cfg.Server
+	d.conns = srvconn.NewLimiter(s.MaxConnections, d.log, d.metrics.ConnRefused)
+	d.metrics.WatchConns(d.conns)
+	d.metrics.Registry().MustRegister(metrics.StateCollectors(d.state)...)
+	// The notifier first: the quarantine's expiry loop may notify at once.
+	if err := d.startNotify(); err != nil {
+		return err
+	}
+	d.cleanup = append(d.cleanup, func() { d.notifier.Close(context.Background()) })
+	if d.redis != nil {
+		d.metrics.RegisterRedis(d.redis)
+	}
+	if err := d.openQuarantine(); err != nil {
+		return err
+	}
+	d.policy = &postfix.Server{
+		Decider:         mta.DeciderFunc(d.Decide),
+		Logger:          d.log,
+		Metrics:         frontEndMetrics{m: d.metrics},
+		IdleTimeout:     time.Duration(s.IdleTimeout),
+		RequestTimeout:  time.Duration(s.RequestTimeout),
+		AllowedNetworks: s.Networks(),
+	}
+	return nil
+}
+
+// listen opens every listener: policy, admin, metrics, milter.
+func (d *Daemon) listen() (ls listeners, err error) {
+	s := d.cfg.Server
+	var opened []net.Listener
+	d.cleanup = append(d.cleanup, func() {
+		for _, l := range opened {
+			l.Close()
+		}
+	})
+	for _, addr := range s.PolicyListen {
+		var l net.Listener
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			l, err = postfix.ListenUnix(path, os.FileMode(s.Mode()), s.SocketGroup)
+		} else {
+			l, err = postfix.ListenTCP(addr)
+		}
+		if err != nil {
+			return ls, fmt.Errorf("policy listener %s: %w", addr, err)
+		}
+		opened = append(opened, l)
+		ls.policy = append(ls.policy, l)
+		d.listeners = append(d.listeners, "policy "+listenerName(l))
+	}
+	if ls.admin, err = admin.Listen(s.AdminSocket); err != nil {
+		return ls, err
+	}
+	opened = append(opened, ls.admin)
+	d.listeners = append(d.listeners, "admin unix:"+s.AdminSocket)
+	if *s.MetricsListen != "" {
+		if ls.metrics, err = net.Listen("tcp", *s.MetricsListen); err != nil {
+			return ls, fmt.Errorf("metrics listener: %w", err)
+		}
+		opened = append(opened, ls.metrics)
+		d.listeners = append(d.listeners, "metrics http://"+ls.metrics.Addr().String()+"/metrics")
+	}
+	err = d.startMilter(&opened)
+	return ls, err
+}
+
+// serve starts serving on every listener.
+func (d *Daemon) serve(ls listeners) {
+	for _, l := range ls.policy {
+		l := d.conns.Listener(l, "policy")
+		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
+	}
+	d.admin = (&admin.Server{Daemon: d, Logger: d.log}).HTTPServer()
+	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
+	if ls.metrics != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.Registry(), promhttp.HandlerOpts{}))
+		d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		d.goServe("metrics", func() error { return d.metricsSrv.Serve(ls.metrics) }, http.ErrServerClosed)
+	}
+	d.serveMilter()
+}
+
+// logConfigNotes logs, at start and after a reload, what the configuration
+// needs of the MTA (policy.ConfigAdvice: informational; status warns when
+// the MTA is seen not to ask where a limit needs it) and, loudly, a
+// configuration without limits.
+func (d *Daemon) logConfigNotes(f *config.File) {
+	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
+		d.log.Info("configuration note: " + a)
+	}
+	if f.NoLimits {
+		d.log.Warn(`running without limits ([policy] limits = "none"): every sender is unlimited`)
+	}
+}
+
+func listenerName(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix:" + l.Addr().String()
+	}
+	return l.Addr().String()
+}
+
+func (d *Daemon) goServe(name string, serve func() error, closed error) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := serve(); err != nil && !errors.Is(err, closed) {
+			d.log.Error("listener failed", "listener", name, "err", err)
+		}
+	}()
+}

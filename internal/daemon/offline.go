@@ -1,0 +1,195 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
+	"github.com/ratelimitd/ratelimitd/statedb"
+)
+
+// storeLimits returns the parameters of c's limits that give their stored
+// states a meaning (ratestore.PersistOptions.Limits), as the engine compiles
+// them (policy.LimitParams). c has been validated by config.Load; a
+// configuration the engine refuses gives nil, and the engine's own check
+// reports it.
+func storeLimits(c policy.Config) map[string]ratelimit.Limit {
+	m, _ := policy.LimitParams(c)
+	return m
+}
+
+// openState restores the rate state kept in db into mem, with the
+// parameters of the configured limits (stored states of other limits are
+// kept until they decay under their own stored parameters). The caller
+// starts Run for write-behind flushing, or calls Flush/Close.
+func openState(db *bolt.DB, mem *ratestore.Memory, flush time.Duration, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
+	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{FlushInterval: flush, Limits: limits,
+		ReadOnly: readOnly, Logger: log})
+}
+
+// offline is the daemon's state opened by the CLI when no daemon runs: the
+// BoltDB file (lock timeout 1 s), the restored rate state and an engine on
+// it. db and state are nil when a read-only open found no file.
+type offline struct {
+	db     *bolt.DB
+	state  *ratestore.Persistent
+	engine *policy.Engine
+}
+
+// openOffline opens the state; readOnly opens the BoltDB file shared and
+// read-only and writes nothing (rate list, rate show).
+func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
+	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+	db, err := statedb.Open(f.Server.DBPath(), readOnly)
+	if errors.Is(err, statedb.ErrNoFile) {
+		eng, err := policy.NewEngine(f.PolicyConfig(), mem)
+		return &offline{engine: eng}, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			db.Close()
+		}
+	}()
+	state, err := openState(db, mem, 0, storeLimits(f.PolicyConfig()), readOnly, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
+	}
+	eng, err := policy.NewEngine(f.PolicyConfig(), state)
+	if err != nil {
+		return nil, err
+	}
+	return &offline{db: db, state: state, engine: eng}, nil
+}
+
+// close writes any rate change (a reset) and closes the file.
+func (o *offline) close() error {
+	if o.db == nil {
+		return nil
+	}
+	return errors.Join(o.state.Close(), o.db.Close())
+}
+
+// OpenRates opens f's rate state for the rate commands when no daemon
+// runs: from Redis directly with [store] backend = "redis" (the shared
+// state needs no local file), else from the state file, read-only
+// (shared lock, nothing written, not even decayed states deleted) unless
+// write is set (rate reset). The backend has no quarantine. Errors: those
+// of statedb.Open (a damaged or locked file), of restoring the state, of
+// connecting to Redis and of building the engine.
+func OpenRates(f *config.File, write bool) (*admin.Local, error) {
+	if f.Store.Redis() {
+		return openRedisRates(f)
+	}
+	o, err := openOffline(f, !write)
+	if err != nil {
+		return nil, err
+	}
+	return &admin.Local{Engine: o.engine, Closer: o.close}, nil
+}
+
+// openRedisRates answers the rate commands from Redis directly.
+func openRedisRates(f *config.File) (*admin.Local, error) {
+	var eng *policy.Engine
+	r, err := redisstore.New(context.Background(), redisOptions(f.Store, engineLimits(func() *policy.Engine { return eng })))
+	if err != nil {
+		return nil, fmt.Errorf("store: redis %v: %w", f.Store.RedisAddrs, err)
+	}
+	if eng, err = policy.NewEngine(f.PolicyConfig(), r); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return &admin.Local{Engine: eng, Closer: func() error { r.Close(); return nil }}, nil
+}
+
+// OpenQuarantine opens f's state file for writing, with its quarantine and
+// its life cycle, for the quarantine commands when no daemon runs.
+// Errors: those of OpenRates and of opening the quarantine.
+func OpenQuarantine(f *config.File) (*admin.Local, error) {
+	o, err := openOffline(f, false)
+	if err != nil {
+		return nil, err
+	}
+	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
+	if err == nil {
+		var svc *lifecycle.Service
+		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), nil); err == nil {
+			return &admin.Local{Engine: o.engine, Quarantine: svc, Closer: o.close}, nil
+		}
+	}
+	o.close()
+	return nil, err
+}
+
+// InspectRates is the rate-state part of `ratelimitd state check`
+// (statedb.Check): the rate state of f's state file as the daemon would
+// restore it, read without writing, its states counted per limit; states
+// that are not states (malformed) are problems.
+func InspectRates(f *config.File) statedb.Inspect {
+	return func(w io.Writer, db *bolt.DB) (bad []string, err error) {
+		mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
+		p, err := openState(db, mem, 0, storeLimits(f.PolicyConfig()), true, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		per := map[string]int{}
+		mem.Range(context.Background(), func(limit, _ string, _ ratelimit.State) bool {
+			per[limit]++
+			return true
+		})
+		st := p.Stats()
+		fmt.Fprintf(w, "rate state: %d states readable, %d decayed or malformed (%d malformed), journal %d bytes\n",
+			st.Restored, st.Dropped, st.Malformed, st.Journal)
+		for _, limit := range slices.Sorted(maps.Keys(per)) {
+			desc := "parameters unknown"
+			if l, ok := p.Params(limit); ok {
+				desc = fmt.Sprintf("%s %g per %s", l.Algorithm, l.Limit, policy.FormatDuration(l.Period))
+			}
+			fmt.Fprintf(w, "  limit %s: %d states (%s)\n", limit, per[limit], desc)
+		}
+		if st.Malformed > 0 {
+			bad = append(bad, fmt.Sprintf("%d malformed rate states", st.Malformed))
+		}
+		return bad, nil
+	}
+}
+
+// NotifyOffline sends one event from the CLI when no daemon runs (the
+// daemon sends its own), waiting up to 30 s for delivery. Failures are
+// returned for the caller to print as a warning; with no notifications
+// configured it does nothing.
+func NotifyOffline(cfg notify.Config, e notify.Event) error {
+	n, err := notify.New(cfg, notify.Options{})
+	if err != nil || !n.Enabled() {
+		return err
+	}
+	n.Notify(e)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Close(ctx); err != nil {
+		return err
+	}
+	if st := n.Stats(); st.Failed > 0 {
+		return fmt.Errorf("%d notifications failed", st.Failed)
+	}
+	return nil
+}

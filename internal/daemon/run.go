@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
+)
+
+// Reload re-reads the configuration file; an invalid one is refused (and
+// logged, and counted as a fault). The
+// policy and limits are applied at once; settings that need a restart
+// (config.RestartKeys) are logged at WARN and shown by status until the
+// file matches the running daemon again.
+func (d *Daemon) Reload() {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	f, err := config.Load(d.configPath)
+	if err == nil {
+		// The engine's new configuration is installed while the rate
+		// states of limits whose parameters changed are converted.
+		pc := f.PolicyConfig()
+		err = d.state.Reconfigure(storeLimits(pc), func() error { return d.engine.Reload(pc) })
+	}
+	if err != nil {
+		d.log.Error("reload refused, keeping the running configuration", "config", d.loaded.Source, "err", err)
+		d.metrics.Fault("reload")
+		return
+	}
+	d.loaded = f
+	d.q.svc.SetDripLimits(dripLimits(f)) // auto_release belongs to the [[limit]] stack
+	d.restartNeeded = config.RestartKeys(d.cfg, f)
+	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
+	d.logConfigNotes(f)
+	if len(d.restartNeeded) > 0 {
+		d.log.Warn("configuration reloaded: limits applied, but these settings keep their running values until a restart",
+			"restart_needed", d.restartNeeded)
+	}
+}
+
+// Status reports the daemon's state now, as `ratelimitd status` prints it.
+func (d *Daemon) Status() admin.Status {
+	d.reloadMu.Lock()
+	source, restart := d.loaded.Source, slices.Clone(d.restartNeeded)
+	d.reloadMu.Unlock()
+	st := admin.Status{Version: Version, Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
+		Config: source, RestartNeeded: restart, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
+		Faults: d.metrics.Faults(), BadInput: d.metrics.BadInput(),
+		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice(),
+		Connections: admin.ConnStatus{Open: d.conns.Open(), Max: d.conns.Max(), Refused: d.conns.Refused()}}
+	for a, n := range d.metrics.ByAction() {
+		st.Requests += n
+		st.ByAction[policy.Action(a).String()] = n
+	}
+	if d.notifier.Enabled() {
+		ns := d.notifier.Stats()
+		st.Notify = &ns
+	}
+	st.State = admin.NewStateStatus(d.state)
+	if d.redis != nil {
+		rs := d.redis.Status()
+		st.Store = &rs
+	}
+	for _, l := range d.engine.Limits() {
+		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, admin.FormatRate(l.Limit),
+			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
+	}
+	if d.q != nil {
+		h := d.q.svc.Health()
+		st.Quarantine = &h
+	}
+	return st
+}
+
+// Shutdown stops accepting connections, lets requests in progress finish
+// until ctx is done, flushes the rate state and the recipient sets and
+// closes the database. Its error joins what failed (the policy server's
+// drain, notifications, flushes, closing the file). Call it once.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	var errs []error
+	if err := d.policy.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("policy server: %w", err))
+	}
+	d.stopMilter(ctx)
+	if d.metricsSrv != nil {
+		d.metricsSrv.Shutdown(ctx)
+	}
+	d.admin.Shutdown(ctx)
+	if d.qnotify != nil {
+		d.qnotify.flushAll()
+	}
+	if err := d.notifier.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("notifications: %w", err))
+	}
+	if d.stopMemLimit != nil {
+		d.stopMemLimit()
+	}
+	if d.redis != nil {
+		d.redis.Close()
+		d.redisClient.Close()
+	}
+	// Close flushes the rate state a last time and stops its Run loop.
+	if err := d.state.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
+	}
+	if err := d.rcpts.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("flush recipient sets: %w", err))
+	}
+	d.wg.Wait()
+	if err := d.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	// The admin listener removed its socket when Shutdown closed it, if
+	// the file there was still the one it created.
+	d.log.Info("ratelimitd stopped")
+	return errors.Join(errs...)
+}
+
+// Rates implements admin.Daemon: the engine.
+func (d *Daemon) Rates() admin.Rates { return d.engine }
+
+// Quarantine implements admin.Daemon: the quarantine's life cycle.
+func (d *Daemon) Quarantine() *lifecycle.Service { return d.q.svc }
+
+// Notify implements admin.Daemon: it queues e with the notifier and never
+// blocks.
+func (d *Daemon) Notify(e notify.Event) { d.notifier.Notify(e) }
+
+// Config is the configuration the daemon started with (its listeners,
+// state, quarantine and milter run on it; a reload does not replace it).
+func (d *Daemon) Config() *config.File { return d.cfg }
+
+// Engine is the policy engine (safe for concurrent use).
+func (d *Daemon) Engine() *policy.Engine { return d.engine }
+
+// State is the rate state persisted to the state file.
+func (d *Daemon) State() *ratestore.Persistent { return d.state }
+
+// Registry is the registry of the daemon's Prometheus metrics.
+func (d *Daemon) Registry() *prometheus.Registry { return d.metrics.Registry() }
+
+// Redis is the shared rate store with [store] backend = "redis", else nil.
+func (d *Daemon) Redis() *redisstore.Failover { return d.redis }
+
+// Logger is the daemon's logger (server.log_level, log_format).
+func (d *Daemon) Logger() *slog.Logger { return d.log }

@@ -1,0 +1,118 @@
+package statedb
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Inspect reads a part of an open state file for Check (the rate state
+// as the daemon would restore it) without writing to it, reporting to the
+// writer it was given; it returns the problems it found (each a short
+// phrase) and an error when it could not read at all. Check recovers its
+// panics and faults.
+type Inspect func(w io.Writer, db *bolt.DB) (problems []string, err error)
+
+// Check writes to w what is readable in the state file at path: its page
+// structure, BoltDB's consistency check, each top-level bucket's keys and
+// nested buckets, then what inspect (if not nil) reports. It returns an
+// error wrapping ErrDamaged (Damaged) when the file is damaged, an
+// error saying so when another process holds its lock, and the os error
+// when it cannot be opened at all. It never writes to the file and
+// recovers BoltDB's panics.
+func Check(w io.Writer, path string, inspect Inspect) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "state file: %s (%d bytes)\n", path, fi.Size())
+	if fi.Size() == 0 {
+		fmt.Fprintln(w, "DAMAGED: the file is empty (0 bytes)")
+		return Damaged(path, "the file is empty (0 bytes)")
+	}
+	var bad []string
+	switch err := CheckPages(path); {
+	case errors.Is(err, ErrUnreadable):
+		fmt.Fprintf(w, "DAMAGED: page structure: %v\nnothing can be read safely\n", err)
+		return Damaged(path, err)
+	case err != nil:
+		fmt.Fprintf(w, "page structure: %v\n", err)
+		bad = append(bad, "damaged pages")
+	default:
+		fmt.Fprintln(w, "page structure: ok")
+	}
+	db, err := openBolt(path, true)
+	if errors.Is(err, berrors.ErrTimeout) {
+		return fmt.Errorf("%s is locked by another process (is ratelimitd running? stop it first)", path)
+	}
+	if err != nil {
+		fmt.Fprintf(w, "DAMAGED: BoltDB cannot open it: %v\n", err)
+		return Damaged(path, err)
+	}
+	defer db.Close()
+	if size := fileSize(db); size < highWater(db) {
+		fmt.Fprintf(w, "DAMAGED: truncated: %d bytes, its pages need %d\n", size, highWater(db))
+		return Damaged(path, "truncated")
+	}
+	problems := checkDB(db, 20)
+	if len(problems) == 0 {
+		fmt.Fprintln(w, "consistency check: ok")
+	} else {
+		fmt.Fprintf(w, "consistency check: %d problem(s) shown:\n", len(problems))
+		for _, p := range problems {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+		bad = append(bad, "consistency check failed")
+	}
+	checkBuckets(w, db, &bad)
+	if inspect != nil {
+		guard(&bad, "rate state", func() error {
+			p, err := inspect(w, db)
+			bad = append(bad, p...)
+			return err
+		})
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(w, "DAMAGED: %s\n", strings.Join(bad, "; "))
+		return Damaged(path, strings.Join(bad, "; "))
+	}
+	fmt.Fprintln(w, "OK")
+	return nil
+}
+
+// checkBuckets writes each top-level bucket's counts of keys and nested
+// buckets to w, each read on its own so that one damaged bucket does not
+// hide the others; what cannot be read is added to bad.
+func checkBuckets(w io.Writer, db *bolt.DB, bad *[]string) {
+	var names []string
+	guard(bad, "listing buckets", func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+				names = append(names, string(name))
+				return nil
+			})
+		})
+	})
+	for _, name := range names {
+		guard(bad, "bucket "+name, func() error {
+			return db.View(func(tx *bolt.Tx) error {
+				keys, buckets := 0, 0
+				err := tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error {
+					if v == nil {
+						buckets++
+					} else {
+						keys++
+					}
+					return nil
+				})
+				fmt.Fprintf(w, "bucket %s: %d keys, %d nested buckets\n", name, keys, buckets)
+				return err
+			})
+		})
+	}
+}

@@ -1,0 +1,186 @@
+package statedb
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// node is a bucket read into memory for Salvage: its keys and values and
+// its nested buckets.
+type node struct {
+	seq     uint64 // the bucket's sequence (the journal's record keys)
+	kvs     [][2][]byte
+	buckets map[string]*node
+}
+
+// readNode copies bucket b (and its nested buckets) out of BoltDB's mapping.
+func readNode(b *bolt.Bucket) (*node, error) {
+	n := &node{seq: b.Sequence(), buckets: map[string]*node{}}
+	err := b.ForEach(func(k, v []byte) error {
+		if v != nil {
+			n.kvs = append(n.kvs, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
+			return nil
+		}
+		child, err := readNode(b.Bucket(k))
+		n.buckets[string(k)] = child
+		return err
+	})
+	return n, err
+}
+
+// write puts n into b.
+func (n *node) write(b *bolt.Bucket) (keys int, err error) {
+	if err := b.SetSequence(n.seq); err != nil {
+		return 0, err
+	}
+	for _, kv := range n.kvs {
+		if err := b.Put(kv[0], kv[1]); err != nil {
+			return keys, err
+		}
+		keys++
+	}
+	for name, child := range n.buckets {
+		cb, err := b.CreateBucketIfNotExists([]byte(name))
+		if err != nil {
+			return keys, err
+		}
+		k, err := child.write(cb)
+		if keys += k; err != nil {
+			return keys, err
+		}
+	}
+	return keys, nil
+}
+
+// salvager copies the readable buckets of one damaged file into a new one.
+type salvager struct {
+	w       io.Writer
+	in, out *bolt.DB
+	dst     string
+	copied  int // keys copied
+	skipped int // buckets skipped
+}
+
+// Salvage copies every bucket of the state file src that can be read into
+// a new BoltDB file dst (which must not exist): each top-level bucket, and
+// for a top-level bucket that cannot be read whole, each of its nested
+// buckets (a limit's rate states, a quarantine bucket) that can. It reports
+// what it copied and skipped to w. It refuses a file whose page tree
+// CheckPages rejects as unreadable (BoltDB cannot read it without hanging)
+// and an existing dst; other errors are those of opening or writing the
+// files. Panics and faults while reading src are recovered and reported as
+// skipped buckets.
+func Salvage(w io.Writer, src, dst string) error {
+	if err := CheckPages(src); errors.Is(err, ErrUnreadable) {
+		return fmt.Errorf("salvage: %w (nothing copied)", err)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		return fmt.Errorf("salvage: %s exists; give a new file", dst)
+	}
+	in, err := openBolt(src, true)
+	if err != nil {
+		return fmt.Errorf("salvage: %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := bolt.Open(dst, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("salvage: %w", err)
+	}
+	defer out.Close()
+	s := &salvager{w: w, in: in, out: out, dst: dst}
+	var tops []string
+	if err := s.read(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			tops = append(tops, string(name))
+			return nil
+		})
+	}); err != nil {
+		return fmt.Errorf("salvage: the list of buckets cannot be read: %w", err)
+	}
+	for _, top := range tops {
+		if err := s.bucket(top); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "salvage: %d keys copied to %s, %d buckets skipped\n", s.copied, dst, s.skipped)
+	return nil
+}
+
+// read runs fn on the source in a read-only transaction, recovering a
+// panic or fault on a damaged page.
+func (s *salvager) read(fn func(*bolt.Tx) error) error {
+	return recovered(func() error { return s.in.View(fn) })
+}
+
+// save writes n as the bucket at path in the new file.
+func (s *salvager) save(path []string, n *node) error {
+	return s.out.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte(path[0]))
+		for _, p := range path[1:] {
+			if err == nil {
+				b, err = b.CreateBucketIfNotExists([]byte(p))
+			}
+		}
+		if err != nil {
+			return err
+		}
+		k, err := n.write(b)
+		fmt.Fprintf(s.w, "salvaged %s: %d keys\n", strings.Join(path, "/"), k)
+		s.copied += k
+		return err
+	})
+}
+
+// bucket copies the top-level bucket top whole, or else each of its nested
+// buckets that can be read. Only a failure to write is returned.
+func (s *salvager) bucket(top string) error {
+	var n *node
+	err := s.read(func(tx *bolt.Tx) error {
+		var err error
+		n, err = readNode(tx.Bucket([]byte(top)))
+		return err
+	})
+	if err == nil {
+		if err := s.save([]string{top}, n); err != nil {
+			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
+		}
+		return nil
+	}
+	// The bucket cannot be read whole: try its nested buckets one by one.
+	fmt.Fprintf(s.w, "bucket %s cannot be read whole (%v); trying its parts\n", top, err)
+	var children []string
+	if err := s.read(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(top)).ForEachBucket(func(k []byte) error {
+			children = append(children, string(k))
+			return nil
+		})
+	}); err != nil {
+		fmt.Fprintf(s.w, "skipped %s: %v\n", top, err)
+		s.skipped++
+		return nil
+	}
+	for _, child := range children {
+		var n *node
+		err := s.read(func(tx *bolt.Tx) error {
+			var err error
+			n, err = readNode(tx.Bucket([]byte(top)).Bucket([]byte(child)))
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(s.w, "skipped %s/%s: %v\n", top, child, err)
+			s.skipped++
+			continue
+		}
+		if err := s.save([]string{top, child}, n); err != nil {
+			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
+		}
+	}
+	return nil
+}
