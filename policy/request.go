@@ -1,14 +1,3 @@
-// Package policy is ratelimitd's MTA-neutral policy engine: a Request built
-// from Postfix policy-delegation attributes (SMTPD_POLICY_README, "Policy
-// protocol description") or milter macros, a stack of configured limits
-// (exponential, GCRA or EARRRL rate arithmetic from package ratelimit), and
-// Engine.Evaluate, which measures every limit that applies and returns the
-// strictest Decision.
-//
-// The stacked hourly-plus-daily limits, per_mail/per_rcpt/per_byte cost and
-// the strict/leaky/forgiving modes follow Tony Finch's "ratelimit
-// clarifications" and Exim's ratelimit ACL condition (Exim specification,
-// "Rate limiting incoming messages").
 package policy
 
 import (

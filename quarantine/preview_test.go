@@ -174,7 +174,7 @@ func FuzzPreview(f *testing.F) {
 	})
 }
 
-// TestPreviewHTMLLowercaseChangesLength is issue 8 item 7: U+212A KELVIN
+// TestPreviewHTMLLowercaseChangesLength: U+212A KELVIN
 // SIGN (3 bytes) lower-cases to "k" (1 byte), so an HTML stripper that
 // indexed the original text with offsets found in its lower-cased copy
 // sliced out of range and panicked, crashing "quarantine show".

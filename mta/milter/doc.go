@@ -1,7 +1,7 @@
 // Package milter is ratelimitd's milter front end: a Server that speaks the
 // Sendmail 8 mail filter protocol (through github.com/emersion/go-milter,
 // server side) to Postfix (smtpd_milters, MILTER_README) and Sendmail
-// (INPUT_MAIL_FILTER), asks a Decider about every recipient and every
+// (INPUT_MAIL_FILTER), asks an mta.Decider about every recipient and every
 // message, and carries out the verdict, including the one thing the policy
 // delegation protocol of mta/postfix cannot do: freeze, which stores the
 // whole message in the quarantine and has the MTA discard its copy.
@@ -88,6 +88,12 @@
 // own event handlers is recovered: the command is temp-failed (451 4.3.0),
 // the connection closed afterwards, and the daemon carries on. Every log line
 // carries the connection id ("conn").
+//
+// # Front-end contract
+//
+// Like mta/postfix, the Server uses package mta's contract: the Decider,
+// a Metrics that extends mta.Metrics (with the decisions and messages),
+// mta's Fault kinds, and mta.LogDecision for the decision log lines.
 //
 // # Concurrency
 //

@@ -53,8 +53,8 @@ func spoolFiles(t *testing.T, dir string) []string {
 	return out
 }
 
-// A message no freeze could apply to is not kept; if it must be frozen all
-// the same, it is temp-failed, never discarded (issue 8, item 15).
+// TestFreezeAdvisor: a message no freeze could apply to is not kept; if it
+// must be frozen all the same, it is temp-failed, never discarded.
 func TestFreezeAdvisor(t *testing.T) {
 	freezeAt := func(state string) func(*policy.Request) policy.Decision {
 		return func(req *policy.Request) policy.Decision {

@@ -33,7 +33,7 @@ func (e *env) hold(t *testing.T, qid string) string {
 	return id
 }
 
-// TestExpireBounceAndKeep is issue 8 item 6: past max_age, a frozen
+// TestExpireBounceAndKeep: past max_age, a frozen
 // message is returned to its sender with an RFC 3464 DSN (sent to a real
 // SMTP sink), one from the null sender is deleted without a DSN, a held
 // message is returned by the expire command, and every message that may

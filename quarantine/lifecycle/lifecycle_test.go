@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// TestConcurrentThawDeliversOnce is issue 8 item 5: two thaws of the same
+// TestConcurrentThawDeliversOnce: two thaws of the same
 // entries running at once (two operators, or an operator and automatic
 // release) re-inject each message exactly once into a real SMTP sink.
 func TestConcurrentThawDeliversOnce(t *testing.T) {
@@ -66,7 +66,7 @@ func TestConcurrentThawDeliversOnce(t *testing.T) {
 	}
 }
 
-// TestThawQuitFailureCountsAsDelivered is issue 8 item 5: once the server
+// TestThawQuitFailureCountsAsDelivered: once the server
 // answered 250 to the data, the message is delivered whatever happens to
 // QUIT; the entry must be thawed, and a second thaw must not send it again.
 func TestThawQuitFailureCountsAsDelivered(t *testing.T) {

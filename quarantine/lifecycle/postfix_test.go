@@ -59,7 +59,7 @@ func postfixCommands(pf *mtatest.Postfix) [][]string {
 	return [][]string{{"postsuper", "-c", pf.ConfigDir(), "-H", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}
 }
 
-// TestThawHeldSchedulesDelivery (issue 11 item 4): the default release of
+// TestThawHeldSchedulesDelivery: the default release of
 // held mail is postsuper -H followed by postqueue -i, so a thawed message
 // is delivered now rather than at the next queue run (an hour here).
 func TestThawHeldSchedulesDelivery(t *testing.T) {
@@ -83,7 +83,7 @@ func TestThawHeldSchedulesDelivery(t *testing.T) {
 	pf.WaitQueueEmpty(t, 30*time.Second)
 }
 
-// TestExpireHeldReturnsToSender (issue 8 item 6): held mail past max_age
+// TestExpireHeldReturnsToSender: held mail past max_age
 // is returned to its sender by the default expire commands (postsuper -f,
 // postqueue -i) in a real Postfix: Postfix's own bounce from <> reaches
 // the sender (relayed to the sink) and the message leaves the hold queue.
