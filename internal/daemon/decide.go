@@ -23,8 +23,7 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) (dec policy.De
 	}()
 	// The front ends record when they received the request: the clock is
 	// read once per request (a vDSO clock read costs about 76 ns on a VM),
-	// and the decision's latency is what they measure (serverMetrics,
-	// milterMetrics).
+	// and the decision's latency is what they measure (frontEndMetrics).
 	now := req.Received
 	if now.IsZero() {
 		now = time.Now()
