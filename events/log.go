@@ -1,0 +1,397 @@
+package events
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The buckets of the state file the Log owns (see the package comment).
+var (
+	bucketLog  = []byte("events/log")
+	bucketMeta = []byte("events/meta")
+	metaCount  = []byte("count")
+	metaFormat = []byte("format")
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxAge        = 30 * 24 * time.Hour
+	DefaultMaxCount      = 1_000_000
+	DefaultQueueSize     = 50_000
+	DefaultFlushInterval = time.Second
+	// pruneBatch bounds the records one pruning transaction deletes.
+	pruneBatch = 50_000
+)
+
+// ErrClosed is returned by Flush after Close.
+var ErrClosed = errors.New("events: log closed")
+
+// Options configure a Log; zero fields take the defaults above.
+type Options struct {
+	// MaxAge: records older than this are deleted (default 30 days).
+	MaxAge time.Duration
+	// MaxCount: beyond this many records the oldest are deleted (default
+	// 1,000,000).
+	MaxCount int
+	// QueueSize bounds the events waiting for the next flush (default
+	// 50,000, about 250 bytes each plus their strings); when it is
+	// reached Record drops and counts.
+	QueueSize int
+	// FlushInterval is how often Run writes the queue (default 1s).
+	FlushInterval time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives flush failures (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() {
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.MaxCount <= 0 {
+		o.MaxCount = DefaultMaxCount
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Stats are a Log's counters since Open.
+type Stats struct {
+	// Recorded counts the events Record queued; Dropped those it dropped
+	// because the queue was full (or the Log read-only or closed).
+	Recorded uint64 `json:"recorded"`
+	Dropped  uint64 `json:"dropped"`
+	// Written counts the events flushed to the file, Pruned the records
+	// deleted by the bounds.
+	Written uint64 `json:"written"`
+	Pruned  uint64 `json:"pruned"`
+	// Pending is the events queued now; Stored the records in the file.
+	Pending int `json:"pending"`
+	Stored  int `json:"stored"`
+	// Failures counts failed flushes; LastError is the last one's error.
+	Failures  uint64 `json:"failures"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Log is the event history in a BoltDB file. Create it with Open; see the
+// package comment.
+type Log struct {
+	db       *bolt.DB
+	opts     Options
+	readOnly bool
+	done     chan struct{}
+
+	// mu guards queue, closed and the counters of stats but Stored.
+	mu     sync.Mutex
+	queue  []Event
+	spare  []Event // the previous flush's queue, reused
+	closed bool
+	stats  Stats
+
+	// fmu serialises flushes and pruning, and guards count.
+	fmu   sync.Mutex
+	count int
+	buf   []byte
+}
+
+// Open returns the Log stored in db, creating its buckets unless db is
+// read-only. Errors: a bucket that cannot be created or read, a format
+// this version does not know.
+func Open(db *bolt.DB, opts Options) (*Log, error) {
+	opts.withDefaults()
+	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly(), done: make(chan struct{})}
+	if l.readOnly {
+		err := db.View(func(tx *bolt.Tx) error {
+			l.count = storedCount(tx)
+			return nil
+		})
+		return l, err
+	}
+	err := db.Update(func(tx *bolt.Tx) error {
+		lb, err := tx.CreateBucketIfNotExists(bucketLog)
+		if err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
+		mb, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
+		if v := mb.Get(metaFormat); v != nil && (len(v) != 1 || v[0] != formatVersion) {
+			return fmt.Errorf("events: unknown format %x of bucket %s", v, bucketLog)
+		}
+		if err := mb.Put(metaFormat, []byte{formatVersion}); err != nil {
+			return fmt.Errorf("events: %w", err)
+		}
+		if v := mb.Get(metaCount); len(v) == 8 {
+			l.count = int(binary.BigEndian.Uint64(v))
+			return nil
+		}
+		l.count = lb.Stats().KeyN
+		return putCount(mb, l.count)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// storedCount reads the record count of the events/meta bucket, or counts
+// the records when it is missing.
+func storedCount(tx *bolt.Tx) int {
+	if mb := tx.Bucket(bucketMeta); mb != nil {
+		if v := mb.Get(metaCount); len(v) == 8 {
+			return int(binary.BigEndian.Uint64(v))
+		}
+	}
+	if lb := tx.Bucket(bucketLog); lb != nil {
+		return lb.Stats().KeyN
+	}
+	return 0
+}
+
+func putCount(mb *bolt.Bucket, n int) error {
+	if err := mb.Put(metaCount, binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	return nil
+}
+
+// Record queues e for the next flush and returns at once; Time is set to
+// the Log's clock if zero. When the queue is full, or l is read-only or
+// closed, the event is dropped and counted. A nil Log does nothing.
+func (l *Log) Record(e Event) {
+	if l == nil {
+		return
+	}
+	if e.Time.IsZero() {
+		e.Time = l.opts.Now()
+	}
+	e.ID = ""
+	l.mu.Lock()
+	if l.closed || l.readOnly || len(l.queue) >= l.opts.QueueSize {
+		l.stats.Dropped++
+	} else {
+		l.queue = append(l.queue, e)
+		l.stats.Recorded++
+	}
+	l.mu.Unlock()
+}
+
+// Stats returns the counters now. A nil Log has none.
+func (l *Log) Stats() Stats {
+	if l == nil {
+		return Stats{}
+	}
+	l.mu.Lock()
+	s := l.stats
+	s.Pending = len(l.queue)
+	l.mu.Unlock()
+	l.fmu.Lock()
+	s.Stored = l.count
+	l.fmu.Unlock()
+	return s
+}
+
+// Run flushes every FlushInterval until ctx is done or Close is called,
+// then returns (Close writes what is left). A failed flush is logged and
+// its events written by the next one. Call it once, in its own goroutine;
+// on a read-only Log it returns at once.
+func (l *Log) Run(ctx context.Context) {
+	if l.readOnly {
+		return
+	}
+	t := time.NewTicker(l.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.flushLogged()
+			return
+		case <-l.done:
+			return
+		case <-t.C:
+			l.flushLogged()
+		}
+	}
+}
+
+func (l *Log) flushLogged() {
+	if err := l.Flush(); err != nil && !errors.Is(err, ErrClosed) {
+		l.opts.Logger.Error("event log flush failed, will retry", "err", err, "pending", l.Stats().Pending)
+	}
+}
+
+// Close writes the queued events and stops Run; Record drops afterwards.
+// It returns the last flush's error.
+func (l *Log) Close() error {
+	if l == nil {
+		return nil
+	}
+	err := l.Flush()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.done)
+	}
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Flush writes the queued events and deletes the records beyond the
+// bounds, in one transaction (more when over pruneBatch records are due).
+// On failure the events are queued again (as many as the queue holds; the
+// rest are dropped and counted) and the failure counted. It returns
+// ErrClosed after Close and does nothing on a read-only Log.
+func (l *Log) Flush() error {
+	if l.readOnly {
+		return nil
+	}
+	l.fmu.Lock()
+	defer l.fmu.Unlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	batch := l.queue
+	l.queue, l.spare = l.spare[:0], nil
+	l.mu.Unlock()
+	more, err := l.write(batch)
+	l.mu.Lock()
+	if err != nil {
+		l.stats.Failures++
+		l.stats.LastError = err.Error()
+		room := max(l.opts.QueueSize-len(l.queue), 0)
+		keep := batch[:min(room, len(batch))]
+		l.stats.Dropped += uint64(len(batch) - len(keep))
+		l.queue = append(keep, l.queue...)
+	} else {
+		l.stats.Written += uint64(len(batch))
+		clear(batch) // let the strings go
+		l.spare = batch[:0]
+	}
+	l.mu.Unlock()
+	for more && err == nil {
+		more, err = l.write(nil)
+	}
+	return err
+}
+
+// write stores batch and prunes in one transaction, and reports whether
+// more records are due for pruning; fmu is held. With an empty batch and
+// nothing to prune it writes nothing.
+func (l *Log) write(batch []Event) (more bool, err error) {
+	now := l.opts.Now()
+	if len(batch) == 0 && !l.pruneDue(now) {
+		return false, nil
+	}
+	n, pruned := l.count, 0
+	buf := l.buf[:0]
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		lb, mb := tx.Bucket(bucketLog), tx.Bucket(bucketMeta)
+		if lb == nil || mb == nil {
+			return fmt.Errorf("events: buckets %s, %s missing", bucketLog, bucketMeta)
+		}
+		// Keys mostly come in time order, at the end: fill the pages.
+		lb.FillPercent = 0.95
+		for i := range batch {
+			seq, err := lb.NextSequence()
+			if err != nil {
+				return fmt.Errorf("events: %w", err)
+			}
+			// BoltDB keeps the value until the commit: each record
+			// has its own bytes of buf (a grown buf leaves the earlier
+			// records in the old array).
+			start := len(buf)
+			buf = encode(buf, &batch[i])
+			if err := lb.Put(recordKey(batch[i].Time, seq), buf[start:len(buf):len(buf)]); err != nil {
+				return fmt.Errorf("events: %w", err)
+			}
+		}
+		n += len(batch)
+		var err error
+		if pruned, more, err = l.pruneTx(lb, now, n); err != nil {
+			return err
+		}
+		n -= pruned
+		return putCount(mb, n)
+	})
+	if cap(buf) <= 1<<20 {
+		l.buf = buf // reused by the next flush
+	}
+	if err != nil {
+		return false, err
+	}
+	l.count = n
+	if pruned > 0 {
+		l.mu.Lock()
+		l.stats.Pruned += uint64(pruned)
+		l.mu.Unlock()
+	}
+	return more, nil
+}
+
+// pruneDue reports whether records are beyond the bounds at now; fmu is
+// held.
+func (l *Log) pruneDue(now time.Time) bool {
+	if l.count > l.opts.MaxCount {
+		return true
+	}
+	cutoff := timeKey(now.Add(-l.opts.MaxAge))
+	due := false
+	l.db.View(func(tx *bolt.Tx) error {
+		if lb := tx.Bucket(bucketLog); lb != nil {
+			k, _ := lb.Cursor().First()
+			due = k != nil && string(k) < string(cutoff)
+		}
+		return nil
+	})
+	return due
+}
+
+// pruneTx deletes from lb, oldest first, the records older than MaxAge
+// at now and those beyond MaxCount of the n stored, at most pruneBatch;
+// more reports that the batch was full.
+func (l *Log) pruneTx(lb *bolt.Bucket, now time.Time, n int) (deleted int, more bool, err error) {
+	cutoff := string(timeKey(now.Add(-l.opts.MaxAge)))
+	over := n - l.opts.MaxCount
+	var keys [][]byte
+	c := lb.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(keys) >= over && string(k) >= cutoff {
+			break
+		}
+		if len(keys) == pruneBatch {
+			more = true
+			break
+		}
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := lb.Delete(k); err != nil {
+			return 0, false, fmt.Errorf("events: %w", err)
+		}
+	}
+	return len(keys), more, nil
+}
