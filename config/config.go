@@ -39,6 +39,8 @@ type File struct {
 	Store Store `toml:"store"`
 	// Web is the [web] table: the browser console, off by default.
 	Web Web `toml:"web"`
+	// Events is the [events] table: the history of refusals and actions.
+	Events Events `toml:"events"`
 
 	// NoLimits is set by [policy] limits = "none": the file deliberately
 	// has no [[limit]] table and the daemon limits nobody. Without it a
@@ -151,6 +153,8 @@ func (f *File) validate() []error {
 	f.Web.withDefaults(f.Server.StateDir)
 	errs := f.Server.validate()
 	errs = append(errs, f.Web.validate()...)
+	f.Events.withDefaults()
+	errs = append(errs, f.Events.validate()...)
 	errs = append(errs, f.Store.validate(f.Limits)...)
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()

@@ -7,10 +7,11 @@ import (
 
 // RestartKeys lists, as TOML keys ("server.admin_socket",
 // "quarantine.max_age"), the settings of the [server], [quarantine],
-// [milter], [notify], [store] and [web] tables that differ between running and
+// [milter], [notify], [store], [web] and [events] tables that differ between running and
 // loaded. A SIGHUP reload applies the [policy] table and the [[limit]]
 // stack at once; these other settings (listeners, state directory,
-// quarantine, milter, notifications, rate store, console) take effect only when the
+// quarantine, milter, notifications, rate store, console, event
+// history) take effect only when the
 // daemon is restarted, so the daemon logs them and shows them in
 // `ratelimitd status`. Both files must have been validated (defaults
 // filled). The tables are restartTables, which the configuration reference

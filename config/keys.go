@@ -118,7 +118,7 @@ func TypeName(t reflect.Type) string {
 // their settings keep their running values until the daemon restarts
 // (RestartKeys reports the differences). The [policy] table and the
 // [[limit]] stack are applied at once.
-var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web"}
+var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events"}
 
 // AppliedBySIGHUP reports whether a reload applies the key ("table.key").
 func AppliedBySIGHUP(name string) bool {

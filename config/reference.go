@@ -20,6 +20,7 @@ var Tables = []struct{ Name, Doc string }{
 	{"notify.webhook", "One signed JSON object per event, POSTed."},
 	{"notify.mail", "Mail to the postmaster (and optionally the sender) through an SMTP relay."},
 	{"web", "The browser console (docs/console.md); off until `listen` is set. SIGHUP rereads the users file and the TLS files."},
+	{"events", "The history of refusals, warnings, quarantine and operator actions, and reloads in the state file (`ratelimitd events`, docs/operations.md)."},
 }
 
 // Keys documents every key of the configuration file; the package's tests
@@ -123,6 +124,10 @@ var Keys = []Key{
 	{Name: "web.tls_cert", Doc: "PEM certificate (chain) file; with tls_key the console serves HTTPS and its cookie is Secure."},
 	{Name: "web.tls_key", Doc: "PEM private key file for tls_cert."},
 	{Name: "web.users_file", DefaultNote: "STATE_DIR/web-users", Doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
+
+	{Name: "events.enabled", Default: `true`, Doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},
+	{Name: "events.max_age", Default: `"30d"`, Doc: "Events older than this are deleted (at least 1m)."},
+	{Name: "events.max_count", Default: `1000000`, Unit: "events", Doc: "Beyond this many events the oldest are deleted (about 140 bytes of state file each)."},
 }
 
 // WriteReference writes the configuration reference (docs/configuration.md)
