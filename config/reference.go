@@ -44,6 +44,10 @@ var Keys = []Key{
 
 	{Name: "policy.subnet_v4", DefaultNote: "24", Unit: "prefix bits", Doc: "Prefix length of the client_subnet key for IPv4 clients (1 to 32)."},
 	{Name: "policy.subnet_v6", DefaultNote: "64", Unit: "prefix bits", Doc: "Prefix length of the client_subnet key for IPv6 clients (1 to 128)."},
+	{Name: "policy.address_case", DefaultNote: `"fold"`, Doc: "fold: the local part of addresses is lower-cased in rate keys (Alice@x and alice@x are one key); keep: as sent. Domains are always lower-cased (IDNA ASCII form). docs/keys.md."},
+	{Name: "policy.recipient_delimiter", DefaultNote: `"+"`, Doc: "Characters that start an address extension, removed from rate keys as Postfix's recipient_delimiter (alice+news@x is alice@x); \"\" keeps extensions."},
+	{Name: "policy.ipv4_prefix", DefaultNote: "32", Unit: "prefix bits", Doc: "Prefix length a client_address key is masked to for IPv4 clients (8 to 32); IPv4-mapped IPv6 clients count as IPv4."},
+	{Name: "policy.ipv6_prefix", DefaultNote: "64", Unit: "prefix bits", Doc: "Prefix length a client_address key is masked to for IPv6 clients (32 to 128): one customer network is one key."},
 	{Name: "policy.warn_header", DefaultNote: `"X-Ratelimitd-Warning"`, Doc: "Header a warn limit prepends; \"\" means warn only logs."},
 	{Name: "policy.limits", Doc: "\"none\" runs without any [[limit]] on purpose; without it a file with no [[limit]] is refused."},
 	{Name: "policy.stages", Doc: "Obsolete and ignored (config check says so): the protocol states asked at are learned."},

@@ -3,7 +3,6 @@ package policy
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -91,11 +90,13 @@ type KeyRate struct {
 }
 
 // Lookup returns, for every limit with state for key, the key's rate decayed
-// to now. key is a rate key value as logged ("alice", "192.0.2.0/24"). An
-// error is the store's.
+// to now. key is a rate key value as logged ("alice", "192.0.2.0/24"), in
+// any spelling: it is made canonical first (KeyForm.Key), so
+// "Alice+x@Example.ORG" finds "alice@example.org". An error is the
+// store's.
 func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRate, error) {
 	c := e.cfg.Load()
-	key = strings.ToLower(key)
+	key = c.form.Key(key)
 	var out []KeyRate
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -151,12 +152,12 @@ func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 	return out, err
 }
 
-// Reset forgets the rate of key under the named limit, or under every limit
-// when limit is "". It returns how many states were removed; ErrUnknownLimit
+// Reset forgets the rate of key (in any spelling, as Lookup) under the
+// named limit, or under every limit when limit is "". It returns how many states were removed; ErrUnknownLimit
 // when limit names no configured limit.
 func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 	c := e.cfg.Load()
-	key = strings.ToLower(key)
+	key = c.form.Key(key)
 	n, found := 0, false
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -251,4 +252,59 @@ func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
 		}
 	}
 	return ratelimit.Limit{}, false
+}
+
+// CanonicalKey returns key in the canonical form the configured limits
+// count it under (KeyForm.Key): what `rate show` and `rate reset` look up.
+func (e *Engine) CanonicalKey(key string) string { return e.cfg.Load().form.Key(key) }
+
+// MergeSpellings moves every stored state whose key is not in canonical
+// form (stored by a release that did not fold keys, or before
+// address_case, recipient_delimiter or ipv6_prefix changed) to its
+// canonical key, at now. Where the canonical key has state too, the
+// stricter of the two is kept (the higher rate at now): an upgrade
+// forgives nobody. States of limits not configured stay as they are. It
+// returns how many states moved; an error is the store's, and the states
+// not yet moved stay under their old keys. The daemon runs it at start,
+// before it answers; it is safe for concurrent use but meant to run alone.
+func (e *Engine) MergeSpellings(ctx context.Context, now time.Time) (int, error) {
+	c := e.cfg.Load()
+	byName := make(map[string]*limit, len(c.limits))
+	for i := range c.limits {
+		byName[c.limits[i].name] = &c.limits[i]
+	}
+	type move struct {
+		l        *limit
+		from, to string
+		s        ratelimit.State
+	}
+	var moves []move
+	err := e.store.Range(ctx, func(name, key string, s ratelimit.State) bool {
+		if l := byName[name]; l != nil {
+			if ck := c.form.Key(key); ck != key {
+				moves = append(moves, move{l, key, ck, s})
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range moves {
+		err := e.store.Update(ctx, m.l.name, m.to, func(old ratelimit.State) (ratelimit.State, bool) {
+			if !old.IsZero() && m.l.rl.Rate(old, now) >= m.l.rl.Rate(m.s, now) {
+				return old, false
+			}
+			return m.s, true
+		})
+		if err != nil {
+			return n, err
+		}
+		if _, err := e.store.Delete(ctx, m.l.name, m.from); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }

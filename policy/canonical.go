@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"golang.org/x/net/idna"
@@ -172,4 +174,75 @@ func (f KeyForm) part(p string) string {
 		return f.Client(p)
 	}
 	return strings.ToLower(p)
+}
+
+// user returns the key of a SASL user name: lower-cased, with the domain
+// of a user@domain login in canonical form. Unlike envelope addresses, an
+// extension is not removed: the login is authenticated, and some sites
+// give "a+b" its own mailbox.
+func (f KeyForm) user(u string) string {
+	if i := strings.LastIndexByte(u, '@'); i >= 0 {
+		return strings.ToLower(u[:i]) + "@" + Domain(u[i+1:])
+	}
+	return strings.ToLower(u)
+}
+
+// keyForm returns the key form c configures, reporting bad values with
+// bad (their accepted ranges: address_case fold or keep; a delimiter
+// set of printable ASCII other than "@", "|", quotes and space;
+// ipv4_prefix 8 to 32; ipv6_prefix 32 to 128).
+func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
+	f := DefaultKeyForm()
+	switch c.AddressCase {
+	case "", "fold":
+	case "keep":
+		f.FoldCase = false
+	default:
+		bad("policy.address_case", "%q is not fold or keep", c.AddressCase)
+	}
+	if c.RecipientDelimiter != nil {
+		f.Delimiters = *c.RecipientDelimiter
+		for _, r := range f.Delimiters {
+			if r <= ' ' || r >= 0x7f || strings.ContainsRune("@|\"'<>", r) {
+				bad("policy.recipient_delimiter", "%q: a delimiter must be printable ASCII other than @, |, quotes, <, > and space", f.Delimiters)
+				break
+			}
+		}
+	}
+	if c.IPv4Prefix != 0 {
+		if c.IPv4Prefix < 8 || c.IPv4Prefix > 32 {
+			bad("policy.ipv4_prefix", "must be 8..32, got %d", c.IPv4Prefix)
+		}
+		f.IPv4Prefix = c.IPv4Prefix
+	}
+	if c.IPv6Prefix != 0 {
+		if c.IPv6Prefix < 32 || c.IPv6Prefix > 128 {
+			bad("policy.ipv6_prefix", "must be 32..128, got %d", c.IPv6Prefix)
+		}
+		f.IPv6Prefix = c.IPv6Prefix
+	}
+	return f
+}
+
+// foldedOverrides returns a warning for each pair of override keys of lc
+// that are one key in canonical form f (the stricter value is used).
+func foldedOverrides(lc LimitConfig, f KeyForm) []string {
+	seen := make(map[string]string, len(lc.Overrides))
+	keys := make([]string, 0, len(lc.Overrides))
+	for k := range lc.Overrides {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		ck := f.Key(k)
+		if first, ok := seen[ck]; ok {
+			out = append(out, fmt.Sprintf("limit %s: overrides %q and %q are the same key %q once folded "+
+				"(address_case, recipient_delimiter, ipv6_prefix); the lower value, %g, applies",
+				lc.Name, first, k, ck, min(lc.Overrides[first], lc.Overrides[k])))
+			continue
+		}
+		seen[ck] = k
+	}
+	return out
 }

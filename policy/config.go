@@ -139,6 +139,17 @@ type Config struct {
 	// key; defaults 24 and 64.
 	SubnetV4 int `toml:"subnet_v4"`
 	SubnetV6 int `toml:"subnet_v6"`
+	// AddressCase is "fold" (default: the local part of addresses is
+	// lower-cased in keys) or "keep". See KeyForm.
+	AddressCase string `toml:"address_case"`
+	// RecipientDelimiter is the set of characters that start an address
+	// extension, removed from keys (Postfix's recipient_delimiter);
+	// default "+", "" keeps extensions.
+	RecipientDelimiter *string `toml:"recipient_delimiter"`
+	// IPv4Prefix and IPv6Prefix are the prefix lengths a client_address
+	// key is masked to: default 32 (8 to 32) and 64 (32 to 128).
+	IPv4Prefix int `toml:"ipv4_prefix"`
+	IPv6Prefix int `toml:"ipv6_prefix"`
 	// WarnHeader is the header name a warn limit prepends; empty means
 	// warn only logs. Default "X-Ratelimitd-Warning".
 	WarnHeader *string `toml:"warn_header"`
@@ -273,6 +284,7 @@ func compile(c Config) (*compiled, error) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, key, fmt.Sprintf(format, a...)))
 	}
 	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning"}
+	out.form = c.keyForm(bad)
 	compilePolicy(c, out, bad)
 	seen := map[string]bool{}
 	for i, lc := range c.Limits {
@@ -286,7 +298,7 @@ func compile(c Config) (*compiled, error) {
 			bad(at+".name", "%q is used twice", lc.Name)
 		}
 		seen[lc.Name] = true
-		out.limits = append(out.limits, compileLimit(lc, at, bad))
+		out.limits = append(out.limits, compileLimit(lc, at, out.form, bad))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -329,18 +341,18 @@ func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...an
 	}
 	out.exemptUsers = make(map[string]bool)
 	for _, u := range c.Exempt.Users {
-		out.exemptUsers[strings.ToLower(u)] = true
+		out.exemptUsers[out.form.user(u)] = true
 	}
 	out.exemptSenders = make(map[string]bool)
 	for _, s := range c.Exempt.Senders {
-		out.exemptSenders[strings.ToLower(s)] = true
+		out.exemptSenders[out.form.Key(s)] = true
 	}
 }
 
 // compileLimit returns the engine's form of lc, the limit at (its TOML
 // key, for errors), reporting each error but a bad or repeated name to
 // bad.
-func compileLimit(lc LimitConfig, at string, bad func(key, format string, a ...any)) limit {
+func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format string, a ...any)) limit {
 	l := limit{name: lc.Name, message: lc.Message, overrides: lc.Overrides}
 	if len(lc.Key) == 0 {
 		bad(at+".key", "missing (e.g. key = [\"sasl_username\"])")
@@ -391,7 +403,13 @@ func compileLimit(lc LimitConfig, at string, bad func(key, format string, a ...a
 	if len(lc.Overrides) > 0 {
 		l.overrides = make(map[string]float64, len(lc.Overrides))
 		for k, v := range lc.Overrides {
-			l.overrides[strings.ToLower(k)] = v
+			// Spellings that fold together keep the stricter value
+			// (ConfigAdvice warns).
+			ck := form.Key(k)
+			if old, ok := l.overrides[ck]; ok {
+				v = min(old, v)
+			}
+			l.overrides[ck] = v
 			if strings.HasPrefix(k, "@") {
 				l.domainOverrides = true
 			}

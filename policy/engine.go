@@ -44,6 +44,7 @@ type compiled struct {
 	limits        []limit
 	subnet4       int
 	subnet6       int
+	form          KeyForm
 	warnHeader    string
 	exemptNets    []netip.Prefix
 	exemptUsers   map[string]bool
@@ -525,17 +526,26 @@ func (c *compiled) keyOf(l *limit, req *Request) string {
 func (c *compiled) attr(name string, req *Request) string {
 	switch name {
 	case "sasl_username":
-		return strings.ToLower(req.SASLUsername)
+		if req.SASLUsername == "" {
+			return ""
+		}
+		return c.form.user(req.SASLUsername)
 	case "sender":
-		return strings.ToLower(req.Sender)
+		return c.form.Address(req.Sender)
 	case "sender_domain":
 		return domainOf(req.Sender)
 	case "recipient":
-		return strings.ToLower(req.Recipient)
+		if req.Recipient == "" {
+			return ""
+		}
+		return c.form.Address(req.Recipient)
 	case "recipient_domain":
 		return domainOf(req.Recipient)
 	case "client_address":
-		return req.ClientAddress
+		if req.ClientAddress == "" {
+			return ""
+		}
+		return c.form.Client(req.ClientAddress)
 	case "client_subnet":
 		a, err := netip.ParseAddr(req.ClientAddress)
 		if err != nil {
@@ -564,15 +574,15 @@ func domainOf(addr string) string {
 	if i < 0 || i == len(addr)-1 {
 		return ""
 	}
-	return strings.ToLower(addr[i+1:])
+	return Domain(addr[i+1:])
 }
 
 func (c *compiled) exempt(req *Request) bool {
-	if len(c.exemptUsers) > 0 && req.SASLUsername != "" && c.exemptUsers[strings.ToLower(req.SASLUsername)] {
+	if len(c.exemptUsers) > 0 && req.SASLUsername != "" && c.exemptUsers[c.form.user(req.SASLUsername)] {
 		return true
 	}
 	if len(c.exemptSenders) > 0 && req.Sender != "" {
-		s := strings.ToLower(req.Sender)
+		s := c.form.Address(req.Sender)
 		if c.exemptSenders[s] {
 			return true
 		}

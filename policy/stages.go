@@ -185,7 +185,9 @@ func ConfigAdvice(c Config) []string {
 		out = append(out, "policy.stages is no longer used and is ignored: the daemon learns the protocol states "+
 			"it is asked at and counts each message once whatever they are; remove it")
 	}
+	form := c.keyForm(func(string, string, ...any) {})
 	for _, l := range c.Limits {
+		out = append(out, foldedOverrides(l, form)...)
 		switch l.Per {
 		case "byte":
 			out = append(out, fmt.Sprintf("limit %s counts bytes: it needs the message size, known at END-OF-MESSAGE "+

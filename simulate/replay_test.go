@@ -70,8 +70,9 @@ func TestSummaryCountsEveryAction(t *testing.T) {
 		keys = append(keys, k.Key)
 	}
 	// Refused keys first, by first refusal; then by requests (the client made
-	// six); unmeasured last.
-	if got := strings.Join(keys, ","); got != "192.0.2.9,dave@example.org,example.org,erin@example.net,example.net,(not measured)" {
+	// six). The bounce (null sender) is its own key, "<>", not unmeasured:
+	// MAIL FROM:<> does not dodge a limit keyed by sender.
+	if got := strings.Join(keys, ","); got != "192.0.2.9,dave@example.org,example.org,<>,erin@example.net,example.net" {
 		t.Fatalf("keys %s", got)
 	}
 	d := s.Key("DAVE@example.org")
@@ -90,8 +91,8 @@ func TestSummaryCountsEveryAction(t *testing.T) {
 	if c := s.Key("192.0.2.9"); c.Requests != 6 || c.Refused() != 3 {
 		t.Errorf("client %+v", c)
 	}
-	if n := s.Key(simulate.NotMeasured); n == nil || n.Requests != 1 || n.Admitted != 1 {
-		t.Errorf("not measured %+v", n)
+	if n := s.Key("<>"); n == nil || n.Requests != 1 || n.Admitted != 1 {
+		t.Errorf("null sender %+v", n)
 	}
 
 	var tbl, cs, js bytes.Buffer
