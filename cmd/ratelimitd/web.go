@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/web"
+)
+
+func newWebCmd(opts *rootOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "web",
+		Short: "Manage the browser console's users",
+		Long: `The browser console ([web] listen, docs/console.md) lets postmasters
+review refusals, rates and quarantined mail in a browser. Its users are kept
+in [web] users_file (default STATE_DIR/web-users, mode 0600) with argon2id
+password hashes. A viewer reads every page; an operator also resets rates,
+suspends and resumes automatic release, thaws and deletes messages.
+
+The running console rereads the file within a second: a removed user's
+sessions end at their next request.`,
+	}
+	user := &cobra.Command{Use: "user", Short: "Add, change or remove a console user"}
+	var role string
+	var fromStdin bool
+	add := &cobra.Command{
+		Use:   "add NAME --role viewer|operator",
+		Short: "Add a user, or set an existing user's role and password",
+		Long: `Add a user, or set an existing user's role and password. The password
+is read from a prompt (twice, without echo) or, with --password-stdin, from
+the first line of standard input.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := web.ParseRole(role)
+			if err != nil {
+				return usageError{err}
+			}
+			path, err := usersFile(opts)
+			if err != nil {
+				return err
+			}
+			pw, err := readPassword(cmd, fromStdin)
+			if err != nil {
+				return err
+			}
+			users, err := web.LoadUsers(path)
+			if err != nil {
+				return err
+			}
+			_, existed := users.Lookup(args[0])
+			if err := users.Set(args[0], r, pw); err != nil {
+				return err
+			}
+			if err := users.Save(path); err != nil {
+				return err
+			}
+			verb := "added"
+			if existed {
+				verb = "updated"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s console user %s (%s) in %s\n", verb, args[0], r, path)
+			return nil
+		},
+	}
+	add.Flags().StringVar(&role, "role", "", "viewer (reads) or operator (also acts)")
+	add.Flags().BoolVar(&fromStdin, "password-stdin", false, "read the password from the first line of standard input")
+	add.MarkFlagRequired("role")
+	remove := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a user (their sessions end)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := usersFile(opts)
+			if err != nil {
+				return err
+			}
+			users, err := web.LoadUsers(path)
+			if err != nil {
+				return err
+			}
+			if !users.Remove(args[0]) {
+				return fmt.Errorf("no console user %s in %s", args[0], path)
+			}
+			if err := users.Save(path); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed console user %s from %s\n", args[0], path)
+			return nil
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the users and their roles",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := usersFile(opts)
+			if err != nil {
+				return err
+			}
+			users, err := web.LoadUsers(path)
+			if err != nil {
+				return err
+			}
+			for _, n := range users.Names() {
+				u, _ := users.Lookup(n)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", u.Name, u.Role)
+			}
+			return nil
+		},
+	}
+	user.AddCommand(add, remove, list)
+	cmd.AddCommand(user)
+	return cmd
+}
+
+func usersFile(opts *rootOptions) (string, error) {
+	f, err := config.Load(opts.configPath)
+	if err != nil {
+		return "", err
+	}
+	return f.Web.UsersFile, nil
+}
+
+// readPassword reads the first line of stdin, or prompts twice on the
+// terminal with echo off.
+func readPassword(cmd *cobra.Command, fromStdin bool) ([]byte, error) {
+	in := cmd.InOrStdin()
+	if fromStdin {
+		line, err := bufio.NewReader(in).ReadBytes('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		return bytes.TrimRight(line, "\r\n"), nil
+	}
+	f, ok := in.(*os.File)
+	if !ok {
+		return nil, errors.New("no terminal to prompt on: use --password-stdin")
+	}
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return nil, errors.New("standard input is not a terminal: use --password-stdin")
+	}
+	noEcho := *old
+	noEcho.Lflag &^= unix.ECHO
+	noEcho.Lflag |= unix.ICANON | unix.ISIG
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &noEcho); err != nil {
+		return nil, err
+	}
+	defer unix.IoctlSetTermios(fd, unix.TCSETS, old)
+	rd := bufio.NewReader(f)
+	ask := func(prompt string) ([]byte, error) {
+		fmt.Fprint(cmd.ErrOrStderr(), prompt)
+		line, err := rd.ReadBytes('\n')
+		fmt.Fprintln(cmd.ErrOrStderr())
+		return bytes.TrimRight(line, "\r\n"), err
+	}
+	pw, err := ask("Password: ")
+	if err != nil {
+		return nil, err
+	}
+	again, err := ask("Again: ")
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(pw, again) {
+		return nil, errors.New("the passwords differ")
+	}
+	return pw, nil
+}

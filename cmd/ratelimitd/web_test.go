@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ratelimitd/ratelimitd/web"
+)
+
+// TestWebUserAddRemove: `web user add` stores an argon2id hash of the
+// password read from stdin with the role, in [web] users_file with mode
+// 0600; `web user remove` takes the user out; a bad role is a usage error.
+func TestWebUserAddRemove(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	cfg := filepath.Join(dir, "r.toml")
+	os.WriteFile(cfg, []byte("[server]\nstate_dir = \""+dir+"\"\n[web]\nusers_file = \""+users+"\"\n[[limit]]\nname = \"x\"\nkey = \"sender\"\nlimit = 1\nperiod = \"1h\"\n"), 0o644)
+	code, out, errs := runCLI(t, "s3cret-password\n", "--config", cfg, "web", "user", "add", "alice", "--role", "operator", "--password-stdin")
+	if code != 0 || !strings.Contains(out, "added console user alice (operator)") {
+		t.Fatalf("add: %d %q %q", code, out, errs)
+	}
+	b, _ := os.ReadFile(users)
+	if strings.Contains(string(b), "s3cret") || strings.Contains(out+errs, "$argon2id") {
+		t.Fatalf("the password or its hash leaked: file %q, output %q", b, out+errs)
+	}
+	if fi, _ := os.Stat(users); fi.Mode().Perm() != 0o600 {
+		t.Errorf("users file mode %v", fi.Mode().Perm())
+	}
+	u, err := web.LoadUsers(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, ok := u.Verify("alice", []byte("s3cret-password")); !ok || x.Role != web.Operator {
+		t.Fatalf("alice does not verify as an operator")
+	}
+	if code, _, errs := runCLI(t, "x\n", "--config", cfg, "web", "user", "add", "bob", "--role", "admin", "--password-stdin"); code != 2 || !strings.Contains(errs, "viewer or operator") {
+		t.Errorf("bad role: %d %q", code, errs)
+	}
+	if code, out, _ := runCLI(t, "", "--config", cfg, "web", "user", "list"); code != 0 || out != "alice\toperator\n" {
+		t.Errorf("list: %d %q", code, out)
+	}
+	if code, out, errs := runCLI(t, "", "--config", cfg, "web", "user", "remove", "alice"); code != 0 || !strings.Contains(out, "removed") {
+		t.Fatalf("remove: %d %q %q", code, out, errs)
+	}
+	if code, _, _ := runCLI(t, "", "--config", cfg, "web", "user", "remove", "alice"); code == 0 {
+		t.Errorf("removing a missing user succeeded")
+	}
+}

@@ -1,0 +1,217 @@
+package web
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"math"
+	"net/http"
+	"sort"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// The key page's chart: one panel per limit with state for the key, over
+// the last chartWindow, rendered as PNG by gonum.org/v1/plot.
+const (
+	chartWindow  = 24 * time.Hour
+	chartWidth   = 9 * vg.Inch
+	chartPanel   = 2.4 * vg.Inch
+	chartDPI     = 96
+	maxChartEvts = 20000
+)
+
+var (
+	rateColor  = color.RGBA{31, 119, 180, 255}
+	limitColor = color.RGBA{214, 39, 40, 255}
+)
+
+// chart answers GET /chart.png?key=K.
+func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	ctx, now := r.Context(), s.opts.Now()
+	rates, err := s.opts.Rates.Lookup(ctx, now, key)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	evs, err := s.opts.Events.Query(ctx, EventQuery{Key: key, Since: now.Add(-chartWindow), Max: maxChartEvts})
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	png, err := renderChart(key, rates, evs, now)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "image/png")
+	w.Write(png)
+}
+
+// sample is the key's rate under one limit at one time: as recorded with
+// an event, or now from the rate state.
+type sample struct {
+	t       time.Time
+	rate    float64
+	refused bool
+}
+
+// rateSeries is the line of one limit: between two samples the rate
+// decays as the exponential average does with no traffic
+// (r·e^(−Δt/period)), then rises to the next sample, so the line is
+// what the recorded decisions prove: the rate was at least this.
+func rateSeries(samples []sample, period time.Duration, now time.Time) plotter.XYs {
+	var xys plotter.XYs
+	x := func(t time.Time) float64 { return float64(t.Unix()) }
+	for i, sm := range samples {
+		if i > 0 {
+			prev := samples[i-1]
+			const steps = 24
+			for k := 1; k < steps; k++ {
+				t := prev.t.Add(time.Duration(k) * sm.t.Sub(prev.t) / steps)
+				xys = append(xys, plotter.XY{X: x(t), Y: decay(prev.rate, t.Sub(prev.t), period)})
+			}
+			xys = append(xys, plotter.XY{X: x(sm.t), Y: decay(prev.rate, sm.t.Sub(prev.t), period)})
+		}
+		xys = append(xys, plotter.XY{X: x(sm.t), Y: sm.rate})
+	}
+	return xys
+}
+
+func decay(rate float64, d time.Duration, period time.Duration) float64 {
+	if period <= 0 {
+		return rate
+	}
+	return rate * math.Exp(-d.Seconds()/period.Seconds())
+}
+
+// renderChart draws one panel per limit: the rate line, the limit
+// (dashed) and the refusals (crosses).
+func renderChart(key string, rates []policy.KeyRate, evs []Event, now time.Time) ([]byte, error) {
+	type limitSeries struct {
+		name    string
+		max     float64
+		period  time.Duration
+		samples []sample
+	}
+	byLimit := map[string]*limitSeries{}
+	var order []string
+	for _, kr := range rates {
+		byLimit[kr.Limit] = &limitSeries{name: kr.Limit, max: kr.Max, period: kr.Period}
+		order = append(order, kr.Limit)
+	}
+	for _, e := range evs {
+		ls := byLimit[e.Limit]
+		if e.Limit == "" || e.Rate <= 0 {
+			continue
+		}
+		if ls == nil {
+			ls = &limitSeries{name: e.Limit, max: e.Max}
+			byLimit[e.Limit] = ls
+			order = append(order, e.Limit)
+		}
+		ls.samples = append(ls.samples, sample{t: e.Time, rate: e.Rate, refused: contains(refusals, e.Action)})
+	}
+	for _, kr := range rates {
+		byLimit[kr.Limit].samples = append(byLimit[kr.Limit].samples, sample{t: now, rate: kr.Rate})
+	}
+	var plots [][]*plot.Plot
+	for _, name := range order {
+		ls := byLimit[name]
+		sort.SliceStable(ls.samples, func(i, j int) bool { return ls.samples[i].t.Before(ls.samples[j].t) })
+		p, err := chartPanelPlot(key, ls.name, ls.max, ls.period, ls.samples, now)
+		if err != nil {
+			return nil, err
+		}
+		plots = append(plots, []*plot.Plot{p})
+	}
+	if len(plots) == 0 {
+		p := plot.New()
+		p.Title.Text = key + ": no rate state and no events in the last 24 h"
+		p.HideAxes()
+		plots = append(plots, []*plot.Plot{p})
+	}
+	height := chartPanel * vg.Length(len(plots))
+	c := vgimg.NewWith(vgimg.UseWH(chartWidth, height), vgimg.UseDPI(chartDPI), vgimg.UseBackgroundColor(color.White))
+	dc := draw.New(c)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
+		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.2 * vg.Inch}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	var b bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&b); err != nil {
+		return nil, fmt.Errorf("chart: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+func chartPanelPlot(key, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, num(max), dur(period))
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.X.Min, p.X.Max = float64(now.Add(-chartWindow).Unix()), float64(now.Unix())
+	p.X.Tick.Marker = plot.TimeTicks{Format: "15:04", Time: func(t float64) time.Time { return time.Unix(int64(t), 0).UTC() }}
+	p.X.Label.Text = "time (UTC)"
+	p.Y.Label.Text = "rate per period"
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	top := max
+	for _, sm := range samples {
+		top = math.Max(top, sm.rate)
+	}
+	p.Y.Max = top * 1.15
+	if p.Y.Max == 0 {
+		p.Y.Max = 1
+	}
+	lim, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}})
+	if err != nil {
+		return nil, err
+	}
+	lim.Color, lim.Width, lim.Dashes = limitColor, vg.Points(1.2), []vg.Length{vg.Points(6), vg.Points(3)}
+	p.Add(lim)
+	p.Legend.Add("limit", lim)
+	if xys := rateSeries(samples, period, now); len(xys) > 0 {
+		ln, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, err
+		}
+		ln.Color, ln.Width = rateColor, vg.Points(1.5)
+		p.Add(ln)
+		p.Legend.Add("rate", ln)
+		if len(xys) == 1 {
+			sc, err := plotter.NewScatter(xys)
+			if err != nil {
+				return nil, err
+			}
+			sc.GlyphStyle = draw.GlyphStyle{Color: rateColor, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
+			p.Add(sc)
+		}
+	}
+	var refused plotter.XYs
+	for _, sm := range samples {
+		if sm.refused {
+			refused = append(refused, plotter.XY{X: float64(sm.t.Unix()), Y: sm.rate})
+		}
+	}
+	if len(refused) > 0 {
+		sc, err := plotter.NewScatter(refused)
+		if err != nil {
+			return nil, err
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: limitColor, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}}
+		p.Add(sc)
+		p.Legend.Add("refused", sc)
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	return p, nil
+}

@@ -1,0 +1,131 @@
+package web
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+)
+
+type fakeRates struct {
+	mu     sync.Mutex
+	rates  []policy.KeyRate
+	resets []string
+}
+
+func (f *fakeRates) Lookup(_ context.Context, _ time.Time, key string) ([]policy.KeyRate, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []policy.KeyRate
+	for _, r := range f.rates {
+		if r.Key == key {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeRates) All(context.Context, time.Time) ([]policy.KeyRate, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]policy.KeyRate(nil), f.rates...), nil
+}
+
+func (f *fakeRates) Reset(_ context.Context, key, limit string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resets = append(f.resets, key+"/"+limit)
+	return 1, nil
+}
+
+type fakeQuarantine struct {
+	mu      sync.Mutex
+	entries map[string]quarantine.Entry
+	msgs    map[string][]byte
+	thawed  []lifecycle.Selection
+	deleted []lifecycle.Selection
+}
+
+func (f *fakeQuarantine) List(flt quarantine.Filter) ([]quarantine.Entry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []quarantine.Entry
+	for _, e := range f.entries {
+		if flt.Key != "" && e.Key != flt.Key {
+			continue
+		}
+		if flt.Sender != "" && !strings.EqualFold(flt.Sender, e.Sender) {
+			continue
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	return out, nil
+}
+
+func (f *fakeQuarantine) Show(_ context.Context, id string, _ bool) (quarantine.Entry, []byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.entries[id]
+	if !ok {
+		return e, nil, quarantine.ErrNotFound
+	}
+	return e, f.msgs[id], nil
+}
+
+func (f *fakeQuarantine) Thaw(_ context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.thawed = append(f.thawed, sel)
+	return []lifecycle.Outcome{{ID: sel.IDs[0], OK: true}}, nil
+}
+
+func (f *fakeQuarantine) Delete(_ context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, sel)
+	return []lifecycle.Outcome{{ID: sel.IDs[0], OK: true}}, nil
+}
+
+func (f *fakeQuarantine) Suspend(key, by string) error        { return nil }
+func (f *fakeQuarantine) Resume(key, by string) (bool, error) { return true, nil }
+func (f *fakeQuarantine) Health() lifecycle.Health            { return lifecycle.Health{Held: len(f.entries)} }
+
+type fakeEvents struct {
+	mu  sync.Mutex
+	evs []Event // oldest first
+}
+
+func (f *fakeEvents) Record(e Event) {
+	f.mu.Lock()
+	f.evs = append(f.evs, e)
+	f.mu.Unlock()
+}
+
+func (f *fakeEvents) Query(_ context.Context, q EventQuery) ([]Event, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Event
+	for i := len(f.evs) - 1; i >= 0; i-- {
+		e := f.evs[i]
+		switch {
+		case !q.Since.IsZero() && e.Time.Before(q.Since),
+			!q.Until.IsZero() && !e.Time.Before(q.Until),
+			!q.Before.IsZero() && !e.Time.Before(q.Before),
+			q.Key != "" && e.Key != q.Key,
+			q.Limit != "" && e.Limit != q.Limit,
+			len(q.Actions) > 0 && !contains(q.Actions, e.Action):
+			continue
+		}
+		out = append(out, e)
+		if q.Max > 0 && len(out) >= q.Max {
+			break
+		}
+	}
+	return out, nil
+}

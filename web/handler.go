@@ -1,0 +1,262 @@
+package web
+
+import (
+	"context"
+	"embed"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+)
+
+//go:embed static
+var staticFiles embed.FS
+
+// csp allows the console's own styles and images (and data: images) and
+// nothing else: no script at all, no inline style, no remote content,
+// no framing, forms posting only to the console.
+const csp = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// user is the logged-in user of a request.
+type user struct {
+	Name  string
+	Role  Role
+	CSRF  string
+	token string
+}
+
+// CanAct reports whether the user may act (templates show the buttons).
+func (u user) CanAct() bool { return u.Role == Operator }
+
+type userKey struct{}
+
+func currentUser(r *http.Request) user {
+	u, _ := r.Context().Value(userKey{}).(user)
+	return u
+}
+
+// Handler returns the console's routes behind its security headers.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFiles, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("POST /login", s.login)
+	mux.Handle("GET /logout", s.auth(s.logoutPage))
+	mux.Handle("POST /logout", s.auth(s.post(Viewer, s.logout)))
+	mux.Handle("GET /{$}", s.auth(s.overview))
+	mux.Handle("GET /keys/{key}", s.auth(s.keyPage))
+	mux.Handle("GET /chart.png", s.auth(s.chart))
+	mux.Handle("POST /keys/{key}/{op}", s.auth(s.post(Operator, s.keyAction)))
+	mux.Handle("GET /quarantine", s.auth(s.quarantineList))
+	mux.Handle("GET /quarantine/{id}", s.auth(s.message))
+	mux.Handle("GET /quarantine/{id}/confirm", s.auth(s.confirm))
+	mux.Handle("POST /quarantine/{id}/{op}", s.auth(s.post(Operator, s.messageAction)))
+	mux.Handle("GET /events", s.auth(s.eventsPage))
+	return s.secure(mux)
+}
+
+// secure sets the headers every answer carries.
+func (s *Server) secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		if s.TLS() {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// auth passes requests with a live session of a user still in the users
+// file; others are sent to /login (GET) or refused (403).
+func (s *Server) auth(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.refreshUsers()
+		c, err := r.Cookie(cookieName)
+		var ss session
+		ok := err == nil
+		if ok {
+			ss, ok = s.sessions.get(c.Value, s.opts.Now())
+		}
+		var u User
+		if ok {
+			u, ok = s.users.Load().Lookup(ss.user)
+		}
+		if !ok {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "not logged in", http.StatusForbidden)
+			return
+		}
+		ctx := context.WithValue(r.Context(), userKey{}, user{Name: u.Name, Role: u.Role, CSRF: ss.csrf, token: c.Value})
+		next(w, r.WithContext(ctx))
+	})
+}
+
+// post guards a state-changing request: same origin, the session's CSRF
+// token in the form field "csrf", and at least role need (an operator
+// for every action). Each refusal is 403.
+func (s *Server) post(need Role, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		u := currentUser(r)
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		if !s.sameOrigin(r) {
+			s.log.Warn("console: cross-origin POST refused", "user", u.Name, "path", r.URL.Path, "origin", r.Header.Get("Origin"))
+			s.forbidden(w, r, "cross-origin request refused")
+			return
+		}
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "bad form", http.StatusBadRequest)
+			return
+		}
+		if !validCSRF(session{csrf: u.CSRF}, r.PostForm.Get("csrf")) {
+			s.log.Warn("console: POST without a valid CSRF token refused", "user", u.Name, "path", r.URL.Path)
+			s.forbidden(w, r, "missing or invalid CSRF token")
+			return
+		}
+		if need == Operator && u.Role != Operator {
+			s.log.Warn("console: action refused to a viewer", "user", u.Name, "path", r.URL.Path)
+			s.forbidden(w, r, "your role ("+string(u.Role)+") may not act; an operator may")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// sameOrigin checks the Origin header, when the browser sends one,
+// against the request's host (SameSite=Strict cookies already keep other
+// sites' forms out; this is the second lock).
+func (s *Server) sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	if o == "null" {
+		return false
+	}
+	ou, err := url.Parse(o)
+	return err == nil && strings.EqualFold(ou.Host, r.Host)
+}
+
+func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
+	w.WriteHeader(http.StatusForbidden)
+	s.render(w, r, "error", map[string]any{"Title": "Forbidden", "Message": why, "Code": http.StatusForbidden})
+}
+
+// clientAddr is the address failed logins are counted against: the peer,
+// or behind a reverse proxy on the same host (a loopback peer) the last
+// address of X-Forwarded-For, which that proxy appended.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			parts := strings.Split(xff[len(xff)-1], ",")
+			if p, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
+				return p.String()
+			}
+		}
+	}
+	return host
+}
+
+const loginCookie = "ratelimitd_login"
+
+// loginPage shows the form; a cookie carries a token the form repeats
+// (login CSRF).
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	tok := randomToken()
+	http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
+	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Next": safeNext(r.URL.Query().Get("next"))})
+}
+
+// safeNext keeps a redirect target on this site: a path, never
+// "//host" or a URL.
+func safeNext(n string) string {
+	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") || strings.HasPrefix(n, "/\\") {
+		return "/"
+	}
+	return n
+}
+
+// cookie makes a cookie for the whole console: HttpOnly, SameSite=Strict,
+// Secure with TLS (ours or, in tests, the test server's); a negative maxAge deletes it.
+func (s *Server) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
+	age := int(maxAge / time.Second)
+	if maxAge < 0 {
+		age = -1
+	}
+	return &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: age,
+		HttpOnly: true, Secure: s.TLS() || r.TLS != nil, SameSite: http.SameSiteStrictMode}
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form", http.StatusBadRequest)
+		return
+	}
+	c, err := r.Cookie(loginCookie)
+	if !s.sameOrigin(r) || err != nil || !validCSRF(session{csrf: c.Value}, r.PostForm.Get("csrf")) {
+		s.forbidden(w, r, "the login form expired or came from elsewhere: reload the page")
+		return
+	}
+	name, password := r.PostForm.Get("username"), r.PostForm.Get("password")
+	addr := clientAddr(r)
+	keys := []string{"user:" + name, "addr:" + addr}
+	now := s.opts.Now()
+	again := func(status int, msg string) {
+		tok := randomToken()
+		http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
+		w.WriteHeader(status)
+		s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Next": safeNext(r.PostForm.Get("next"))})
+	}
+	if d := s.throttle.wait(now, keys...); d > 0 {
+		s.log.Warn("console: login attempt while slowed down", "user", name, "client", addr, "wait", d.Round(time.Second).String())
+		w.Header().Set("Retry-After", itoa(int(d.Seconds()+1)))
+		again(http.StatusTooManyRequests, "Too many failed attempts: wait "+d.Round(time.Second).String()+" and try again.")
+		return
+	}
+	s.refreshUsers()
+	s.verify <- struct{}{}
+	u, ok := s.users.Load().Verify(name, []byte(password))
+	<-s.verify
+	if !ok {
+		s.throttle.fail(s.opts.Now(), keys...)
+		s.log.Warn("console: login failed", "user", name, "client", addr)
+		again(http.StatusUnauthorized, "Wrong user name or password.")
+		return
+	}
+	s.throttle.succeed("user:" + name)
+	tok, _ := s.sessions.create(u.Name, s.opts.Now())
+	http.SetCookie(w, s.cookie(r, cookieName, tok, sessionMax))
+	http.SetCookie(w, s.cookie(r, loginCookie, "", -1))
+	s.log.Info("console: login", "user", u.Name, "role", string(u.Role), "client", addr)
+	http.Redirect(w, r, safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
+}
+
+func (s *Server) logoutPage(w http.ResponseWriter, r *http.Request) {
+	s.render(w, r, "logout", map[string]any{"Title": "Log out"})
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	u := currentUser(r)
+	s.sessions.remove(u.token)
+	http.SetCookie(w, s.cookie(r, cookieName, "", -1))
+	s.log.Info("console: logout", "user", u.Name)
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}

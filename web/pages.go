@@ -1,0 +1,242 @@
+package web
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+//go:embed templates
+var templateFiles embed.FS
+
+// pages are the parsed templates: each page is "layout" and the shared
+// "partials" with its own "content" block.
+type pages struct {
+	byName map[string]*template.Template
+}
+
+var funcs = template.FuncMap{
+	"when":     when,
+	"ago":      ago,
+	"num":      num,
+	"dur":      dur,
+	"keyURL":   func(k string) string { return "/keys/" + url.PathEscape(k) },
+	"chartURL": func(k string) string { return "/chart.png?key=" + url.QueryEscape(k) },
+	"clean":    termsafe.Line,
+	"join":     strings.Join,
+	"size":     size,
+}
+
+func mustParsePages() *pages {
+	p := &pages{byName: map[string]*template.Template{}}
+	names, err := templateFiles.ReadDir("templates")
+	if err != nil {
+		panic(err)
+	}
+	for _, n := range names {
+		name := strings.TrimSuffix(n.Name(), ".html")
+		if name == "layout" || name == "partials" {
+			continue
+		}
+		p.byName[name] = template.Must(template.New("layout.html").Funcs(funcs).
+			ParseFS(templateFiles, "templates/layout.html", "templates/partials.html", "templates/"+n.Name()))
+	}
+	return p
+}
+
+// render writes page name with data (a map; User and Title are added).
+// The page is rendered into a buffer first so that a template error
+// answers 500, not half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
+	t, ok := s.pages.byName[name]
+	if !ok {
+		http.Error(w, "no page "+name, http.StatusInternalServerError)
+		return
+	}
+	if data == nil {
+		data = map[string]any{}
+	}
+	if u := currentUser(r); u.Name != "" {
+		data["User"] = u
+	}
+	data["Path"] = r.URL.Path
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		s.log.Error("console: template", "page", name, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	s.log.Warn("console: request failed", "path", r.URL.Path, "user", currentUser(r).Name, "err", err)
+	w.WriteHeader(code)
+	s.render(w, r, "error", map[string]any{"Title": http.StatusText(code), "Message": err.Error(), "Code": code})
+}
+
+// refusals are the actions counted as refused on the overview.
+var refusals = []string{"defer", "reject", "hold", "freeze"}
+
+// keySummary is one key's refusals over a window.
+type keySummary struct {
+	Key         string
+	Count       int
+	First, Last time.Time
+	Limits      []string
+}
+
+// maxOverviewEvents bounds the events the overview reads for its 24-hour
+// summary; beyond it the counts say "at least".
+const maxOverviewEvents = 200000
+
+func summarize(evs []Event) []keySummary {
+	by := map[string]*keySummary{}
+	for _, e := range evs {
+		k := by[e.Key]
+		if k == nil {
+			k = &keySummary{Key: e.Key, First: e.Time, Last: e.Time}
+			by[e.Key] = k
+		}
+		k.Count++
+		if e.Time.Before(k.First) {
+			k.First = e.Time
+		}
+		if e.Time.After(k.Last) {
+			k.Last = e.Time
+		}
+		if e.Limit != "" && !contains(k.Limits, e.Limit) {
+			k.Limits = append(k.Limits, e.Limit)
+		}
+	}
+	out := make([]keySummary, 0, len(by))
+	for _, k := range by {
+		sort.Strings(k.Limits)
+		out = append(out, *k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, now := r.Context(), s.opts.Now()
+	all, err := s.opts.Rates.All(ctx, now)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
+		return
+	}
+	var over []policy.KeyRate
+	for _, k := range all {
+		if k.Refusing || k.Over {
+			over = append(over, k)
+		}
+	}
+	sort.Slice(over, func(i, j int) bool {
+		fi, fj := over[i].Rate/over[i].Max, over[j].Rate/over[j].Max
+		if fi != fj {
+			return fi > fj
+		}
+		return over[i].Key < over[j].Key
+	})
+	evs, err := s.opts.Events.Query(ctx, EventQuery{Since: now.Add(-24 * time.Hour), Actions: refusals, Max: maxOverviewEvents})
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
+		return
+	}
+	var h Health
+	if s.opts.Health != nil {
+		h = s.opts.Health()
+	}
+	s.render(w, r, "overview", map[string]any{
+		"Title": "Overview", "Now": now, "Over": over, "Tracked": len(all),
+		"Refused": summarize(evs), "Truncated": len(evs) >= maxOverviewEvents,
+		"Quarantine": s.opts.Quarantine.Health(), "Health": h,
+	})
+}
+
+func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	ctx, now := r.Context(), s.opts.Now()
+	rates, err := s.opts.Rates.Lookup(ctx, now, key)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
+		return
+	}
+	evs, err := s.opts.Events.Query(ctx, EventQuery{Key: key, Max: 100})
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
+		return
+	}
+	s.render(w, r, "key", map[string]any{"Title": key, "Key": key, "Rates": rates, "Events": evs,
+		"Done": r.URL.Query().Get("done")})
+}
+
+// when formats a time for the pages (UTC, to the second).
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return dur(now.Sub(t)) + " ago"
+}
+
+func dur(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	return policy.FormatDuration(d.Round(time.Second))
+}
+
+func num(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "-"
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1e12 {
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64)
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

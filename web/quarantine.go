@@ -1,0 +1,156 @@
+package web
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// maxListed bounds the quarantine page's rows.
+const maxListed = 500
+
+// quarantineFilter reads the CLI's filters (quarantine list --sender,
+// --key, --limit, --state, --since) from the query string.
+func quarantineFilter(r *http.Request, now time.Time) (quarantine.Filter, map[string]string, error) {
+	q := r.URL.Query()
+	form := map[string]string{"sender": q.Get("sender"), "key": q.Get("key"), "limit": q.Get("limit"),
+		"state": q.Get("state"), "since": q.Get("since")}
+	f := quarantine.Filter{Sender: form["sender"], Key: form["key"], Limit: form["limit"], Max: maxListed}
+	if st := form["state"]; st != "" && st != "pending" {
+		for _, name := range strings.Split(st, ",") {
+			s, err := quarantine.ParseState(strings.TrimSpace(name))
+			if err != nil {
+				return f, form, err
+			}
+			f.States = append(f.States, s)
+		}
+	}
+	if s := form["since"]; s != "" {
+		d, err := policy.ParseDuration(s)
+		if err != nil {
+			return f, form, fmt.Errorf("since: %w", err)
+		}
+		f.Since = now.Add(-d)
+	}
+	return f, form, nil
+}
+
+func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
+	f, form, err := quarantineFilter(r, s.opts.Now())
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	es, err := s.opts.Quarantine.List(f)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("quarantine: %w", err))
+		return
+	}
+	s.render(w, r, "quarantine", map[string]any{"Title": "Quarantine", "Entries": es, "Form": form,
+		"Full": len(es) >= maxListed, "Max": maxListed, "Done": r.URL.Query().Get("done")})
+}
+
+// messageView is what the message page shows of the message itself.
+type messageView struct {
+	Header    []quarantine.HeaderField
+	Parts     []quarantine.Part
+	Text      string
+	TextType  string
+	Truncated bool
+	// Raw is the MTA's own listing (postcat) when the message could not
+	// be parsed from it.
+	Raw string
+	Err string
+}
+
+// previewBytes is the text preview's size on the message page.
+const previewBytes = 16 << 10
+
+func (s *Server) message(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	e, body, err := s.opts.Quarantine.Show(r.Context(), id, true)
+	if errors.Is(err, quarantine.ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no quarantined message %s", id))
+		return
+	}
+	var v messageView
+	if err != nil {
+		v.Err = err.Error()
+	} else {
+		v = s.preview(r, e, body)
+	}
+	s.render(w, r, "message", map[string]any{"Title": "Message " + e.ID, "E": e, "M": v})
+}
+
+// preview parses the message: the stored bytes of frozen mail, the
+// message part of postcat's listing for held mail. The text is the
+// first text part, HTML reduced to text (quarantine.PreviewMessage);
+// nothing of the message is ever rendered as HTML.
+func (s *Server) preview(r *http.Request, e quarantine.Entry, body []byte) messageView {
+	msg := body
+	if e.State == quarantine.Held {
+		var ok bool
+		if msg, ok = postcatMessage(body); !ok {
+			return messageView{Raw: termsafe.Text(string(body))}
+		}
+	}
+	p, err := quarantine.PreviewMessageContext(r.Context(), msg, previewBytes)
+	if err != nil {
+		return messageView{Err: err.Error(), Raw: termsafe.Text(string(body))}
+	}
+	return messageView{Header: p.Header, Parts: p.Parts, Text: termsafe.Text(p.Text), TextType: p.TextType, Truncated: p.Truncated}
+}
+
+// postcatMessage cuts the message (header and body) out of `postcat -q`
+// output: the lines between "*** MESSAGE CONTENTS ... ***" and
+// "*** HEADER EXTRACTED ... ***" (or "*** MESSAGE FILE END").
+func postcatMessage(out []byte) ([]byte, bool) {
+	const start = "*** MESSAGE CONTENTS"
+	i := bytes.Index(out, []byte(start))
+	if i < 0 {
+		return nil, false
+	}
+	rest := out[i:]
+	nl := bytes.IndexByte(rest, '\n')
+	if nl < 0 {
+		return nil, false
+	}
+	rest = rest[nl+1:]
+	for _, end := range []string{"\n*** HEADER EXTRACTED", "\n*** MESSAGE FILE END"} {
+		if j := bytes.Index(rest, []byte(end)); j >= 0 {
+			return rest[:j+1], true
+		}
+	}
+	return rest, true
+}
+
+// confirmOps are the quarantine actions and their confirmation wording.
+var confirmOps = map[string]struct{ Verb, Post, Explain string }{
+	"thaw":       {"Thaw", "thaw", "The message is released to its recipients (held mail: postsuper -H; frozen mail: re-injected over SMTP)."},
+	"thaw-reset": {"Thaw and reset the rate of", "thaw", "The key's rate is forgotten under every limit, then the message is released."},
+	"delete":     {"Delete", "delete", "The message is removed for good (held mail: postsuper -d) and never delivered."},
+}
+
+// confirm is the confirmation step before a thaw or delete: a page with
+// the message's envelope and one POST button.
+func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+	op := r.URL.Query().Get("op")
+	c, ok := confirmOps[op]
+	if !ok {
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q", op))
+		return
+	}
+	e, _, err := s.opts.Quarantine.Show(r.Context(), r.PathValue("id"), true)
+	if errors.Is(err, quarantine.ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no quarantined message %s", r.PathValue("id")))
+		return
+	}
+	s.render(w, r, "confirm", map[string]any{"Title": c.Verb + " " + e.ID, "E": e, "Op": op, "C": c, "Reset": op == "thaw-reset"})
+}

@@ -1,0 +1,247 @@
+package web
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/netutil"
+)
+
+// Listener limits: at most maxConns connections at once (more wait in the
+// kernel's backlog), readHeaderTimeout to send a request's header,
+// readTimeout for the whole request, idleTimeout between keep-alive
+// requests.
+const (
+	maxConns          = 64
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 60 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 64 << 10
+	maxFormBytes      = 64 << 10
+)
+
+// Options configures a Server.
+type Options struct {
+	// Listen is the TCP address ("127.0.0.1:9732").
+	Listen string
+	// TLSCert and TLSKey are PEM files; both set, the server speaks TLS
+	// and cookies are Secure. Reload rereads them.
+	TLSCert, TLSKey string
+	// UsersFile is the users file (LoadUsers); Reload rereads it.
+	UsersFile string
+
+	Rates      Rates
+	Quarantine Quarantine
+	Events     Events
+	// Health returns the daemon's state for the overview (nil: unknown).
+	Health func() Health
+	Logger *slog.Logger
+	// Now is the clock (time.Now when nil); tests set it.
+	Now func() time.Time
+}
+
+// Server is the console. Create it with New; Serve or Start it; Reload
+// on SIGHUP; Shutdown to stop. Its methods are safe for concurrent use.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	users    atomic.Pointer[Users]
+	cert     atomic.Pointer[tls.Certificate]
+	sessions *sessions
+	throttle *throttle
+	// verify bounds concurrent password checks (64 MiB each).
+	verify chan struct{}
+	pages  *pages
+
+	// usersMod is the users file's modification time when last read,
+	// usersCheck when it was last looked at (refreshUsers).
+	usersMu    sync.Mutex
+	usersMod   time.Time
+	usersCheck time.Time
+
+	mu   sync.Mutex
+	http *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// New checks the options, reads the users file and the TLS files.
+func New(opts Options) (*Server, error) {
+	if opts.Rates == nil || opts.Quarantine == nil || opts.Events == nil {
+		return nil, errors.New("web: Rates, Quarantine and Events are required")
+	}
+	if (opts.TLSCert == "") != (opts.TLSKey == "") {
+		return nil, errors.New("web: TLSCert and TLSKey go together")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{
+		opts:     opts,
+		log:      opts.Logger.With("component", "web"),
+		sessions: newSessions(),
+		throttle: newThrottle(),
+		verify:   make(chan struct{}, 2),
+		pages:    mustParsePages(),
+	}
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// TLS reports whether the server speaks HTTPS.
+func (s *Server) TLS() bool { return s.opts.TLSCert != "" }
+
+// Reload rereads the users file and the TLS certificate; on an error the
+// previous ones stay. Sessions of users no longer in the file end.
+func (s *Server) Reload() error {
+	if err := s.loadUsers(); err != nil {
+		return err
+	}
+	if s.TLS() {
+		c, err := tls.LoadX509KeyPair(s.opts.TLSCert, s.opts.TLSKey)
+		if err != nil {
+			return fmt.Errorf("web: %w", err)
+		}
+		s.cert.Store(&c)
+	}
+	return nil
+}
+
+// refreshUsers rereads the users file when its modification time
+// changed, looking at most once a second, so that `ratelimitd web user
+// add|remove` applies without a reload.
+func (s *Server) refreshUsers() {
+	now := time.Now()
+	s.usersMu.Lock()
+	due := now.Sub(s.usersCheck) >= time.Second
+	if due {
+		s.usersCheck = now
+	}
+	s.usersMu.Unlock()
+	if !due {
+		return
+	}
+	var mod time.Time
+	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
+		mod = fi.ModTime()
+	}
+	s.usersMu.Lock()
+	changed := !mod.Equal(s.usersMod)
+	s.usersMu.Unlock()
+	if changed {
+		if err := s.loadUsers(); err != nil {
+			s.log.Error("console: users file unreadable; the previous users stay", "err", err)
+		}
+	}
+}
+
+// loadUsers reads the users file and ends the sessions of users no
+// longer in it.
+func (s *Server) loadUsers() error {
+	var mod time.Time
+	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
+		mod = fi.ModTime()
+	}
+	u, err := LoadUsers(s.opts.UsersFile)
+	if err != nil {
+		return err
+	}
+	s.usersMu.Lock()
+	s.usersMod = mod
+	s.usersMu.Unlock()
+	if old := s.users.Swap(u); old != nil {
+		for _, n := range old.Names() {
+			if _, ok := u.Lookup(n); !ok {
+				s.sessions.removeUser(n)
+			}
+		}
+	}
+	if u.Len() == 0 {
+		s.log.Warn("console has no users: add one with `ratelimitd web user add NAME --role operator`", "users_file", s.opts.UsersFile)
+	}
+	return nil
+}
+
+// Start listens on Options.Listen and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("web: %w", err)
+	}
+	s.start(ln)
+	return nil
+}
+
+// Addr is the listener's address (after Start).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+func (s *Server) start(ln net.Listener) {
+	ln = netutil.LimitListener(ln, maxConns)
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if s.TLS() {
+		hs.TLSConfig = &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return s.cert.Load(), nil
+			},
+		}
+		ln = tls.NewListener(ln, hs.TLSConfig)
+	}
+	s.mu.Lock()
+	s.http, s.ln, s.done = hs, ln, make(chan struct{})
+	s.mu.Unlock()
+	s.log.Info("console listening", "addr", ln.Addr().String(), "tls", s.TLS())
+	go func() {
+		defer close(s.done)
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("console stopped", "err", err)
+		}
+	}()
+}
+
+// Shutdown stops accepting, lets requests in progress finish until ctx
+// ends, then closes the rest.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	hs, done := s.http, s.done
+	s.mu.Unlock()
+	if hs == nil {
+		return nil
+	}
+	err := hs.Shutdown(ctx)
+	if err != nil {
+		hs.Close()
+	}
+	<-done
+	return err
+}

@@ -1,0 +1,201 @@
+package web
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"sync"
+	"time"
+)
+
+// Session lifetimes: a session ends after sessionIdle without a request
+// or sessionMax after login, whichever comes first.
+const (
+	sessionIdle = 30 * time.Minute
+	sessionMax  = 12 * time.Hour
+	// maxSessions bounds the sessions kept; the oldest is dropped first.
+	maxSessions = 10000
+)
+
+// cookieName is the session cookie.
+const cookieName = "ratelimitd_session"
+
+type session struct {
+	user    string
+	csrf    string
+	created time.Time
+	seen    time.Time
+}
+
+// sessions holds the console's sessions in memory (a restart logs
+// everybody out). Tokens are 32 bytes from crypto/rand. Safe for
+// concurrent use.
+type sessions struct {
+	mu sync.Mutex
+	m  map[string]*session
+}
+
+func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
+
+func randomToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// create starts a session for user and returns its token.
+func (s *sessions) create(user string, now time.Time) (string, *session) {
+	tok := randomToken()
+	ss := &session{user: user, csrf: randomToken(), created: now, seen: now}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked(now)
+	if len(s.m) >= maxSessions {
+		var oldest string
+		for k, v := range s.m {
+			if oldest == "" || v.seen.Before(s.m[oldest].seen) {
+				oldest = k
+			}
+		}
+		delete(s.m, oldest)
+	}
+	s.m[tok] = ss
+	return tok, ss
+}
+
+// get returns the live session of token and marks it seen.
+func (s *sessions) get(token string, now time.Time) (session, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss, ok := s.m[token]
+	if !ok {
+		return session{}, false
+	}
+	if now.Sub(ss.seen) > sessionIdle || now.Sub(ss.created) > sessionMax {
+		delete(s.m, token)
+		return session{}, false
+	}
+	ss.seen = now
+	return *ss, true
+}
+
+func (s *sessions) remove(token string) {
+	s.mu.Lock()
+	delete(s.m, token)
+	s.mu.Unlock()
+}
+
+// removeUser ends every session of user (removed from the users file).
+func (s *sessions) removeUser(user string) {
+	s.mu.Lock()
+	for k, v := range s.m {
+		if v.user == user {
+			delete(s.m, k)
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *sessions) expireLocked(now time.Time) {
+	for k, v := range s.m {
+		if now.Sub(v.seen) > sessionIdle || now.Sub(v.created) > sessionMax {
+			delete(s.m, k)
+		}
+	}
+}
+
+// validCSRF compares a form's token with the session's in constant time.
+func validCSRF(ss session, token string) bool {
+	return token != "" && subtle.ConstantTimeCompare([]byte(ss.csrf), []byte(token)) == 1
+}
+
+// Failed logins are slowed per user name and per client address: after
+// freeFailures failures, each further attempt must wait a delay that
+// doubles from failureDelay up to maxFailureDelay; the count is
+// forgotten failureWindow after the last failure. The table is bounded
+// (maxThrottled); when full, the oldest entry goes.
+const (
+	freeFailures    = 3
+	failureDelay    = 2 * time.Second
+	maxFailureDelay = 5 * time.Minute
+	failureWindow   = 15 * time.Minute
+	maxThrottled    = 50000
+)
+
+type failures struct {
+	n    int
+	last time.Time
+}
+
+// throttle counts failed logins by key ("user:NAME", "addr:IP"). Safe for
+// concurrent use.
+type throttle struct {
+	mu sync.Mutex
+	m  map[string]*failures
+}
+
+func newThrottle() *throttle { return &throttle{m: map[string]*failures{}} }
+
+// wait returns how long the keys must still wait before an attempt is
+// checked (0: now).
+func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var longest time.Duration
+	for _, k := range keys {
+		f, ok := t.m[k]
+		if !ok {
+			continue
+		}
+		if now.Sub(f.last) > failureWindow {
+			delete(t.m, k)
+			continue
+		}
+		if f.n < freeFailures {
+			continue
+		}
+		d := failureDelay << min(f.n-freeFailures, 16)
+		d = min(d, maxFailureDelay)
+		if w := f.last.Add(d).Sub(now); w > longest {
+			longest = w
+		}
+	}
+	return longest
+}
+
+// fail counts a failed attempt against each key.
+func (t *throttle) fail(now time.Time, keys ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range keys {
+		f, ok := t.m[k]
+		if !ok {
+			if len(t.m) >= maxThrottled {
+				t.evictLocked()
+			}
+			f = &failures{}
+			t.m[k] = f
+		}
+		f.n++
+		f.last = now
+	}
+}
+
+// succeed forgets the failures of key.
+func (t *throttle) succeed(key string) {
+	t.mu.Lock()
+	delete(t.m, key)
+	t.mu.Unlock()
+}
+
+func (t *throttle) evictLocked() {
+	var oldest string
+	for k, v := range t.m {
+		if oldest == "" || v.last.Before(t.m[oldest].last) {
+			oldest = k
+		}
+	}
+	delete(t.m, oldest)
+}

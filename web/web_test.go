@@ -1,0 +1,373 @@
+package web
+
+import (
+	"bytes"
+	"image/png"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+type fixture struct {
+	srv    *Server
+	ts     *httptest.Server
+	rates  *fakeRates
+	q      *fakeQuarantine
+	events *fakeEvents
+	now    time.Time
+}
+
+// newFixture starts a console over fakes with an operator "op" and a
+// viewer "view" (password "secret-password").
+func newFixture(t *testing.T, tlsOn bool) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	users := &Users{byName: map[string]User{}}
+	for name, role := range map[string]Role{"op": Operator, "view": Viewer} {
+		if err := users.Set(name, role, []byte("secret-password")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "web-users")
+	if err := users.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{rates: &fakeRates{}, q: &fakeQuarantine{entries: map[string]quarantine.Entry{}, msgs: map[string][]byte{}},
+		events: &fakeEvents{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	srv, err := New(Options{UsersFile: path, Rates: f.rates, Quarantine: f.q, Events: f.events,
+		Now: func() time.Time { return f.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = srv
+	if tlsOn {
+		f.ts = httptest.NewTLSServer(srv.Handler())
+	} else {
+		f.ts = httptest.NewServer(srv.Handler())
+	}
+	t.Cleanup(f.ts.Close)
+	return f
+}
+
+// client is one browser: a cookie jar, redirects not followed.
+func (f *fixture) client(t *testing.T) *http.Client {
+	jar, _ := cookiejar.New(nil)
+	c := *f.ts.Client()
+	c.Jar = jar
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func get(t *testing.T, c *http.Client, u string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func post(t *testing.T, c *http.Client, u string, form url.Values) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.PostForm(u, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no csrf field in\n%s", page)
+	}
+	return m[1]
+}
+
+// login logs c in as name and returns the session's CSRF token.
+func (f *fixture) login(t *testing.T, c *http.Client, name, password string) (*http.Response, string) {
+	t.Helper()
+	_, page := get(t, c, f.ts.URL+"/login")
+	resp, _ := post(t, c, f.ts.URL+"/login", url.Values{"csrf": {csrfOf(t, page)}, "username": {name}, "password": {password}})
+	if resp.StatusCode != http.StatusSeeOther {
+		return resp, ""
+	}
+	_, home := get(t, c, f.ts.URL+"/")
+	return resp, csrfOf(t, home)
+}
+
+func TestPagesNeedASession(t *testing.T) {
+	f := newFixture(t, false)
+	c := f.client(t)
+	for _, p := range []string{"/", "/keys/alice", "/quarantine", "/events", "/chart.png?key=alice", "/quarantine/x/confirm?op=thaw"} {
+		resp, _ := get(t, c, f.ts.URL+p)
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login") {
+			t.Errorf("GET %s without a session: %s to %q, want 303 to /login", p, resp.Status, resp.Header.Get("Location"))
+		}
+	}
+	resp, _ := post(t, c, f.ts.URL+"/keys/alice/reset", url.Values{"csrf": {"x"}})
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST without a session: %s, want 403", resp.Status)
+	}
+	resp, _ = get(t, c, f.ts.URL+"/login")
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /login: %s", resp.Status)
+	}
+}
+
+func TestSessionCookie(t *testing.T) {
+	for _, tlsOn := range []bool{false, true} {
+		f := newFixture(t, tlsOn)
+		c := f.client(t)
+		resp, csrf := f.login(t, c, "op", "secret-password")
+		if csrf == "" {
+			t.Fatalf("tls=%v: login: %s", tlsOn, resp.Status)
+		}
+		var sc *http.Cookie
+		for _, ck := range resp.Cookies() {
+			if ck.Name == cookieName {
+				sc = ck
+			}
+		}
+		if sc == nil {
+			t.Fatalf("no session cookie")
+		}
+		if !sc.HttpOnly || sc.SameSite != http.SameSiteStrictMode || sc.Secure != tlsOn || len(sc.Value) < 40 {
+			t.Errorf("tls=%v: cookie %+v: want HttpOnly, SameSite=Strict, Secure=%v, 32 random bytes", tlsOn, sc, tlsOn)
+		}
+		// Logging out ends the session on the server, not just in the jar.
+		post(t, c, f.ts.URL+"/logout", url.Values{"csrf": {csrf}})
+		if _, ok := f.srv.sessions.get(sc.Value, f.now); ok {
+			t.Errorf("session alive after logout")
+		}
+	}
+}
+
+func TestSecurityHeaders(t *testing.T) {
+	f := newFixture(t, false)
+	resp, _ := get(t, f.client(t), f.ts.URL+"/login")
+	got := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "img-src 'self' data:", "style-src 'self'", "frame-ancestors 'none'", "form-action 'self'"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("CSP %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "unsafe-inline") || strings.Contains(got, "script-src") || strings.Contains(got, "http") {
+		t.Errorf("CSP %q allows scripts, inline code or a remote origin", got)
+	}
+	if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("X-Frame-Options") != "DENY" {
+		t.Errorf("headers %v", resp.Header)
+	}
+}
+
+func TestPostNeedsCSRFTokenAndOperator(t *testing.T) {
+	f := newFixture(t, false)
+	f.q.entries["0000000000000001"] = quarantine.Entry{ID: "0000000000000001", State: quarantine.Held, Key: "alice"}
+	op := f.client(t)
+	_, csrf := f.login(t, op, "op", "secret-password")
+	for _, form := range []url.Values{{}, {"csrf": {"wrong"}}, {"csrf": {csrf + "x"}}} {
+		resp, _ := post(t, op, f.ts.URL+"/quarantine/0000000000000001/thaw", form)
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("thaw with csrf %q: %s, want 403", form.Get("csrf"), resp.Status)
+		}
+	}
+	// A form posted from another origin is refused even with the token.
+	req, _ := http.NewRequest("POST", f.ts.URL+"/keys/alice/reset", strings.NewReader("csrf="+url.QueryEscape(csrf)))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://evil.example")
+	if resp, err := op.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-origin POST: %v %v, want 403", resp.Status, err)
+	}
+	if len(f.q.thawed) != 0 || len(f.rates.resets) != 0 {
+		t.Fatalf("acted without a valid token: %v %v", f.q.thawed, f.rates.resets)
+	}
+
+	viewer := f.client(t)
+	_, vcsrf := f.login(t, viewer, "view", "secret-password")
+	for _, p := range []string{"/quarantine/0000000000000001/thaw", "/quarantine/0000000000000001/delete", "/keys/alice/reset", "/keys/alice/suspend"} {
+		resp, _ := post(t, viewer, f.ts.URL+p, url.Values{"csrf": {vcsrf}})
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("viewer POST %s: %s, want 403", p, resp.Status)
+		}
+	}
+	if _, page := get(t, viewer, f.ts.URL+"/quarantine/0000000000000001"); strings.Contains(page, "confirm?op=thaw") {
+		t.Errorf("the viewer is offered thaw")
+	}
+
+	resp, _ := post(t, op, f.ts.URL+"/quarantine/0000000000000001/thaw", url.Values{"csrf": {csrf}, "reset": {"1"}})
+	if resp.StatusCode != http.StatusSeeOther || len(f.q.thawed) != 1 || f.q.thawed[0].By != "op (console)" || !f.q.thawed[0].ResetRate {
+		t.Errorf("operator thaw: %s, %+v", resp.Status, f.q.thawed)
+	}
+	resp, _ = post(t, op, f.ts.URL+"/keys/alice/reset", url.Values{"csrf": {csrf}})
+	if resp.StatusCode != http.StatusSeeOther || len(f.rates.resets) != 1 {
+		t.Errorf("operator reset: %s, %v", resp.Status, f.rates.resets)
+	}
+	evs, _ := f.events.Query(t.Context(), EventQuery{Actions: []string{"reset"}})
+	if len(evs) != 1 || evs[0].By != "op (console)" || evs[0].Key != "alice" {
+		t.Errorf("reset event: %+v", evs)
+	}
+}
+
+func TestFailedLoginsAreSlowed(t *testing.T) {
+	f := newFixture(t, false)
+	c := f.client(t)
+	for i := range freeFailures {
+		if resp, _ := f.login(t, c, "op", "wrong"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %s, want 401", i+1, resp.Status)
+		}
+	}
+	// The right password is not even checked while the user is slowed.
+	if resp, _ := f.login(t, c, "op", "secret-password"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("after %d failures: %s, want 429", freeFailures, resp.Status)
+	}
+	f.now = f.now.Add(failureDelay + time.Second)
+	if _, csrf := f.login(t, c, "op", "secret-password"); csrf == "" {
+		t.Fatalf("after the delay the right password does not log in")
+	}
+	// Per client address: many names from one address.
+	f.now = f.now.Add(failureWindow + time.Minute)
+	for i := range freeFailures {
+		f.login(t, c, "nobody"+itoa(i), "x")
+	}
+	if resp, _ := f.login(t, c, "view", "secret-password"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("address with %d failures: %s, want 429", freeFailures, resp.Status)
+	}
+}
+
+func TestMessagePageShowsMarkupAsText(t *testing.T) {
+	f := newFixture(t, false)
+	const evil = `<script>alert(1)</script><img src=http://192.0.2.1/x.png>`
+	f.q.entries["0000000000000002"] = quarantine.Entry{ID: "0000000000000002", State: quarantine.Frozen, Key: "alice",
+		Sender: evil + "@example.org", Subject: evil, Recipients: []string{"bob@example.net"}}
+	f.q.msgs["0000000000000002"] = []byte("From: x@example.org\r\nSubject: " + evil + "\r\nContent-Type: text/html\r\n\r\n<html><body><p>Hello</p>" + evil + "<img src=\"http://192.0.2.1/track.gif\"></body></html>\r\n")
+	c := f.client(t)
+	f.login(t, c, "op", "secret-password")
+	for _, p := range []string{"/quarantine/0000000000000002", "/quarantine", "/quarantine/0000000000000002/confirm?op=delete"} {
+		resp, page := get(t, c, f.ts.URL+p)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s", p, resp.Status)
+		}
+		if strings.Contains(page, "<script") || strings.Contains(page, "<img src=http") || strings.Contains(page, "192.0.2.1/track") {
+			t.Errorf("%s renders the message's markup:\n%s", p, page)
+		}
+		if !strings.Contains(page, "&lt;script&gt;") {
+			t.Errorf("%s does not show the sender or subject as text", p)
+		}
+	}
+}
+
+func TestOverviewAndChart(t *testing.T) {
+	f := newFixture(t, false)
+	f.rates.rates = []policy.KeyRate{{Limit: "hourly", Key: "alice", Rate: 200, Max: 200, Period: time.Hour, Refusing: true, RetryAfter: 18 * time.Second}}
+	for i := range 5 {
+		f.events.Record(Event{Time: f.now.Add(time.Duration(i-10) * time.Minute), Key: "alice", Limit: "hourly", Action: "defer", Rate: 200, Max: 200})
+	}
+	f.events.Record(Event{Time: f.now.Add(-30 * time.Hour), Key: "alice", Limit: "hourly", Action: "defer", Rate: 200, Max: 200})
+	c := f.client(t)
+	f.login(t, c, "view", "secret-password")
+	_, page := get(t, c, f.ts.URL+"/")
+	if !regexp.MustCompile(`(?s)id="refused".*alice</a></td><td class="num count">5</td>`).MatchString(page) {
+		t.Errorf("overview does not list alice with 5 refusals:\n%s", page)
+	}
+	if !regexp.MustCompile(`(?s)id="over".*alice.*refusing`).MatchString(page) {
+		t.Errorf("overview does not list alice as refusing")
+	}
+	resp, err := c.Get(f.ts.URL + "/chart.png?key=alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	img, err := png.Decode(bytes.NewReader(b))
+	if resp.Header.Get("Content-Type") != "image/png" || err != nil || img.Bounds().Dx() < 500 {
+		t.Fatalf("chart: %s %v", resp.Header.Get("Content-Type"), err)
+	}
+	_, page = get(t, c, f.ts.URL+"/events?key=alice&since=24h")
+	if n := strings.Count(page, "<td>defer</td>"); n != 5 {
+		t.Errorf("events page lists %d defers in 24h, want 5", n)
+	}
+}
+
+func TestEventsPaging(t *testing.T) {
+	f := newFixture(t, false)
+	for i := range eventsPerPage + 20 {
+		f.events.Record(Event{Time: f.now.Add(time.Duration(i-500) * time.Second), Key: "k", Action: "defer"})
+	}
+	c := f.client(t)
+	f.login(t, c, "view", "secret-password")
+	_, page := get(t, c, f.ts.URL+"/events")
+	if n := strings.Count(page, "<td>defer</td>"); n != eventsPerPage {
+		t.Fatalf("first page: %d events", n)
+	}
+	m := regexp.MustCompile(`id="older" href="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no link to older events")
+	}
+	_, page = get(t, c, f.ts.URL+strings.ReplaceAll(m[1], "&amp;", "&"))
+	if n := strings.Count(page, "<td>defer</td>"); n != 20 {
+		t.Fatalf("second page: %d events, want 20", n)
+	}
+}
+
+func TestUsersFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "users")
+	u, _ := LoadUsers(path)
+	if err := u.Set("alice", Operator, []byte("correct horse")); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Set("bad name", Viewer, []byte("correct horse")); err == nil {
+		t.Error("a name with a space was accepted")
+	}
+	if err := u.Set("bob", Viewer, []byte("short")); err == nil {
+		t.Error("a 5-character password was accepted")
+	}
+	if err := u.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(path)
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), "alice operator $argon2id$v=19$m=65536,t=3,p=2$") || strings.Contains(string(b), "correct horse") {
+		t.Errorf("file:\n%s", b)
+	}
+	u2, err := LoadUsers(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, ok := u2.Verify("alice", []byte("correct horse")); !ok || x.Role != Operator {
+		t.Error("the right password is refused")
+	}
+	if _, ok := u2.Verify("alice", []byte("correct horsE")); ok {
+		t.Error("a wrong password is accepted")
+	}
+	if _, ok := u2.Verify("nobody", []byte("correct horse")); ok {
+		t.Error("an unknown user is accepted")
+	}
+	if !u2.Remove("alice") || u2.Remove("alice") {
+		t.Error("Remove")
+	}
+	os.WriteFile(path, []byte("eve operator $argon2id$v=19$m=4194304,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA\n"), 0o600)
+	if _, err := LoadUsers(path); err == nil {
+		t.Error("a hash asking for 4 GiB of memory was accepted")
+	}
+}
