@@ -16,7 +16,8 @@ type Events struct {
 	// MaxAge: events older than this are deleted; default 30 days.
 	MaxAge policy.Duration `toml:"max_age"`
 	// MaxCount: beyond this many events the oldest are deleted; default
-	// 1,000,000 (about 140 MiB of state file).
+	// 1,000,000 (docs/performance.md has the state file's growth per
+	// million events).
 	MaxCount int `toml:"max_count"`
 }
 

@@ -22,7 +22,8 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) (dec policy.De
 		}
 	}()
 	// The front ends record when they received the request: the clock is
-	// read once per request (a vDSO clock read costs about 76 ns on a VM),
+	// read once per request (a clock read is not free on a VM: see
+	// docs/performance.md),
 	// and the decision's latency is what they measure (frontEndMetrics).
 	now := req.Received
 	if now.IsZero() {

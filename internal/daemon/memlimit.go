@@ -90,8 +90,7 @@ func (d *Daemon) knownHeap() (known, working int64) {
 // turns this off.
 func (d *Daemon) startMemoryLimit() {
 	// The restore's buffers are garbage by now: give them back before
-	// the first request (1,000,000 users: VmHWM 206 MiB, VmRSS 130 MiB
-	// after this).
+	// the first request (docs/performance.md has the resident sizes).
 	debug.FreeOSMemory()
 	limit, working := d.memoryLimit()
 	debug.SetMemoryLimit(limit)

@@ -23,8 +23,8 @@ import (
 // held on the heap for its soft memory limit (knownHeap) covers the arrays
 // the state file's flushes keep from one to the next. Before they counted,
 // a daemon holding 1,000,000 users had a limit a few MiB above its live
-// heap instead of memoryHeadroom, and collected garbage 9 times a second
-// under load (GODEBUG=gctrace=1).
+// heap instead of memoryHeadroom, and collected garbage many times a
+// second under load (GODEBUG=gctrace=1; docs/performance.md).
 func TestKnownHeapCoversFlushBuffers(t *testing.T) {
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "ratelimitd.db"), 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {

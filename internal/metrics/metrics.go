@@ -27,9 +27,9 @@ const numActions = int(policy.Reject) + 1
 // ratelimitd_decision_seconds histogram) are counted in stripes, copies
 // picked at random per request (per-thread random state) and summed when
 // scraped, so that CPUs serving requests at once seldom update one cache
-// line at the same moment (measured: a shared Prometheus counter and
-// histogram cost 60 ns a request alone, about 400 ns of CPU with two CPUs
-// updating them without pause). A request updates three atomic counters
+// line at the same moment (a shared Prometheus counter and histogram
+// cost several times more CPU per request with two CPUs updating them
+// without pause than alone; figures in docs/performance.md). A request updates three atomic counters
 // of its stripe (its state and action, its latency bucket, the latency
 // sum), where the Prometheus counter and histogram and the counter for
 // `status` took six.
