@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -40,6 +41,10 @@ type Backend interface {
 	// Suspend suspends the automatic release of key's messages, or
 	// resumes it.
 	Suspend(key string, resume bool) (SuspendResult, error)
+	// EventList returns the events q selects, newest first; EventSummary
+	// sums them up per key (package events).
+	EventList(q events.Query) ([]events.Event, error)
+	EventSummary(q events.Query) ([]events.KeySummary, error)
 	// Close releases the backend (a Local one writes any change and
 	// closes the file).
 	Close() error
@@ -107,6 +112,9 @@ type Local struct {
 	Engine     Rates
 	Quarantine *lifecycle.Service
 	By         string
+	// Events is the event log read by EventList and EventSummary, and
+	// written by Reset and Suspend (nil: none; they record nothing).
+	Events *events.Log
 	// Closer, if not nil, is called by Close.
 	Closer func() error
 }
@@ -134,6 +142,10 @@ func (l *Local) reset(ctx context.Context, key, limit string) (ResetResult, erro
 	n, err := l.Engine.Reset(ctx, key, limit)
 	if errors.Is(err, policy.ErrUnknownLimit) {
 		err = unknownLimit(limit)
+	}
+	if err == nil {
+		l.Events.Record(events.Event{Key: key, Limit: limit, Action: events.Reset,
+			By: l.by(LocalUser() + ", offline CLI"), Detail: fmt.Sprintf("%d rate states removed", n)})
 	}
 	return ResetResult{Key: key, Limit: limit, Removed: n}, err
 }

@@ -22,6 +22,8 @@
 //	POST /v1/quarantine/thaw         lifecycle.Selection → []lifecycle.Outcome
 //	POST /v1/quarantine/delete       lifecycle.Selection → []lifecycle.Outcome
 //	POST /v1/quarantine/suspend      SuspendRequest → SuspendResult
+//	GET  /v1/events?since=&until=&key=&limit=&action=&max=&before=  []events.Event, newest first
+//	GET  /v1/events/summary?...      []events.KeySummary (same query)
 //
 // Every action is logged with the local user at the other end of the
 // socket (SO_PEERCRED).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -182,6 +183,13 @@ func (l *Local) suspend(req SuspendRequest) (SuspendResult, error) {
 		res.Was, err = l.Quarantine.Resume(req.Key, by)
 	} else {
 		err = l.Quarantine.Suspend(req.Key, by)
+	}
+	if err == nil {
+		e := events.Event{Key: req.Key, Action: events.Suspend, By: by}
+		if req.Resume {
+			e.Action = events.Resume
+		}
+		l.Events.Record(e)
 	}
 	return res, err
 }

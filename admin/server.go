@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -44,6 +45,9 @@ type Server struct {
 	Daemon Daemon
 	// Logger receives the audit lines of actions (rate resets).
 	Logger *slog.Logger
+	// Events is the event log GET /v1/events reads and operator actions
+	// are recorded in (nil: events off).
+	Events *events.Log
 }
 
 type peerKey struct{}
@@ -76,7 +80,7 @@ func Listen(path string) (net.Listener, error) {
 // local is the backend the server answers through: the daemon's engine
 // and quarantine, the actions attributed to the requesting user.
 func (s *Server) local(r *http.Request) *Local {
-	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), By: who(r)}
+	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r)}
 }
 
 // Handler returns the API's routes.
@@ -87,6 +91,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/rates", s.rates)
 	mux.HandleFunc("POST /v1/rate/reset", s.reset)
 	s.quarantineRoutes(mux)
+	s.eventRoutes(mux)
 	return mux
 }
 

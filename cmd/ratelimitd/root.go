@@ -74,7 +74,7 @@ Exit status: 0 success, 1 error, 2 usage error.`,
 		}
 	}
 	cmd.AddCommand(newConfigCmd(opts), newSimulateCmd(opts), newServeCmd(opts), newStatusCmd(opts), newRateCmd(opts), newQuarantineCmd(opts), newManCmd(), newStateCmd(opts))
-	cmd.AddCommand(newTraceCmd(), newSuggestCmd(opts), newWebCmd(opts))
+	cmd.AddCommand(newTraceCmd(), newSuggestCmd(opts), newWebCmd(opts), newEventsCmd(opts))
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta"
@@ -48,6 +49,7 @@ type Daemon struct {
 	mem        *ratestore.Memory
 	state      *ratestore.Persistent
 	rcpts      *ratestore.Recipients // per = "addr" recipient sets
+	events     *events.Log           // nil with [events] enabled = false
 	engine     *policy.Engine
 	metrics    *metrics.Metrics
 	policy     *postfix.Server
@@ -178,7 +180,7 @@ func (d *Daemon) openStores() (err error) {
 	d.cleanup = append(d.cleanup, func() { d.rcpts.Close() })
 	d.engine.UseRecipientSets(d.rcpts)
 	d.goRun(func(ctx context.Context) error { d.rcpts.Run(ctx); return nil })
-	return nil
+	return d.openEvents()
 }
 
 // mergeSpellings moves rate states stored under keys that are not in
@@ -282,7 +284,7 @@ func (d *Daemon) serve(ls listeners) {
 		l := d.conns.Listener(l, "policy")
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
-	d.admin = (&admin.Server{Daemon: d, Logger: d.log}).HTTPServer()
+	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()
 	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
 	if ls.metrics != nil {
 		mux := http.NewServeMux()

@@ -10,7 +10,8 @@ import (
 )
 
 // Decide is the front ends' Decider (the policy service's and the
-// milter's): evaluate, measure, notify, record holds. A panic answers
+// milter's): evaluate, measure, notify, record the
+// event (package events) and the holds. A panic answers
 // DUNNO with Decision.Fault set (policy.ErrPanic); the front end logs and
 // counts faults. Safe for concurrent use.
 func (d *Daemon) Decide(ctx context.Context, req *policy.Request) (dec policy.Decision) {
@@ -34,6 +35,7 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) (dec policy.De
 	// Faults are logged and counted by the front end's server.
 	d.metrics.Observe(req, &dec)
 	d.notifyRefusal(req, &dec)
+	d.recordDecision(now, req, &dec)
 	if req.Stage != policy.ViaMilter {
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, &dec)

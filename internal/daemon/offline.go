@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -50,6 +51,9 @@ type offline struct {
 	db     *bolt.DB
 	state  *ratestore.Persistent
 	engine *policy.Engine
+	// events records the operator's actions (opened for writing with
+	// [events] enabled; nil otherwise).
+	events *events.Log
 }
 
 // openOffline opens the state; readOnly opens the BoltDB file shared and
@@ -77,7 +81,14 @@ func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return &offline{db: db, state: state, engine: eng}, nil
+	o := &offline{db: db, state: state, engine: eng}
+	if !readOnly && f.Events.On() {
+		if o.events, err = events.Open(db, eventOptions(f)); err != nil {
+			state.Close()
+			return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
+		}
+	}
+	return o, nil
 }
 
 // close writes any rate change (a reset) and closes the file.
@@ -85,7 +96,7 @@ func (o *offline) close() error {
 	if o.db == nil {
 		return nil
 	}
-	return errors.Join(o.state.Close(), o.db.Close())
+	return errors.Join(o.state.Close(), o.events.Close(), o.db.Close())
 }
 
 // OpenRates opens f's rate state for the rate commands when no daemon
@@ -103,7 +114,7 @@ func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &admin.Local{Engine: o.engine, Closer: o.close}, nil
+	return &admin.Local{Engine: o.engine, Events: o.events, Closer: o.close}, nil
 }
 
 // openRedisRates answers the rate commands from Redis directly.
@@ -131,8 +142,12 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
 	if err == nil {
 		var svc *lifecycle.Service
-		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), nil); err == nil {
-			return &admin.Local{Engine: o.engine, Quarantine: svc, Closer: o.close}, nil
+		var hooks lifecycle.Events
+		if o.events != nil {
+			hooks = eventRecorder{o.events}
+		}
+		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), hooks); err == nil {
+			return &admin.Local{Engine: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
 		}
 	}
 	o.close()

@@ -79,7 +79,11 @@ func (d *Daemon) openQuarantine() error {
 		return fmt.Errorf("quarantine: %w", err)
 	}
 	d.qnotify = &quarantineNotify{d: d}
-	svc, err := newLifecycle(q, d.cfg, d.engine, d.log, d.qnotify)
+	var hooks lifecycle.Events = d.qnotify
+	if d.events != nil {
+		hooks = lifecycleEvents{d.qnotify, eventRecorder{d.events}}
+	}
+	svc, err := newLifecycle(q, d.cfg, d.engine, d.log, hooks)
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}

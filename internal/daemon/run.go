@@ -38,12 +38,14 @@ func (d *Daemon) Reload() {
 	if err != nil {
 		d.log.Error("reload refused, keeping the running configuration", "config", d.loaded.Source, "err", err)
 		d.metrics.Fault("reload")
+		d.recordReload(d.loaded.Source, err)
 		return
 	}
 	d.loaded = f
 	d.q.svc.SetDripLimits(dripLimits(f)) // auto_release belongs to the [[limit]] stack
 	d.restartNeeded = config.RestartKeys(d.cfg, f)
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
+	d.recordReload(f.Source, nil)
 	d.logConfigNotes(f)
 	if len(d.restartNeeded) > 0 {
 		d.log.Warn("configuration reloaded: limits applied, but these settings keep their running values until a restart",
@@ -118,6 +120,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	if err := d.rcpts.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush recipient sets: %w", err))
+	}
+	if err := d.events.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("flush events: %w", err))
 	}
 	d.wg.Wait()
 	if err := d.db.Close(); err != nil {

@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+	"github.com/ratelimitd/ratelimitd/statedb"
+)
+
+// eventOptions are the event log's options from the [events] table.
+func eventOptions(f *config.File) events.Options {
+	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount,
+		FlushInterval: time.Duration(f.Server.FlushInterval)}
+}
+
+// openEvents opens the event log in the state file and starts its
+// write-behind loop, unless [events] enabled = false (d.events stays nil,
+// which records nothing).
+func (d *Daemon) openEvents() error {
+	if !d.cfg.Events.On() {
+		return nil
+	}
+	opts := eventOptions(d.cfg)
+	opts.Logger = d.log
+	l, err := events.Open(d.db, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.cfg.Server.DBPath(), err)
+	}
+	d.events = l
+	d.cleanup = append(d.cleanup, func() { l.Close() })
+	d.goRun(func(ctx context.Context) error { l.Run(ctx); return nil })
+	return nil
+}
+
+// recordDecision records a decision that refused, held, froze or warned,
+// once per message (not the verdict repeated at a later recipient).
+// Record never waits for the disk.
+func (d *Daemon) recordDecision(now time.Time, req *policy.Request, dec *policy.Decision) {
+	if d.events == nil || dec.Action == policy.Pass || dec.Repeated {
+		return
+	}
+	e := events.Event{Time: now, Key: dec.Key, Limit: dec.Limit, Action: dec.Action.String(), Rate: dec.Rate, Max: dec.Max,
+		Sender: req.Sender, Client: req.ClientAddress, QueueID: req.QueueID}
+	if dec.Fault != nil {
+		e.Detail = dec.Reason
+	}
+	d.events.Record(e)
+}
+
+// recordReload records a configuration reload: its source, or why it was
+// refused.
+func (d *Daemon) recordReload(source string, err error) {
+	e := events.Event{Action: events.Reload, Detail: source}
+	if err != nil {
+		e.Detail = "refused, running configuration kept: " + err.Error()
+	}
+	d.events.Record(e)
+}
+
+// lifecycleActions maps the quarantine life cycle's events to event
+// actions. Quarantined is not among them: the decision that held or froze
+// the message is recorded by Decide, with its rate and limit.
+var lifecycleActions = map[lifecycle.Kind]string{
+	lifecycle.Thawed: events.Thaw, lifecycle.Deleted: events.Delete,
+	lifecycle.Expired: events.Expire, lifecycle.Released: events.Release,
+}
+
+// eventRecorder records the quarantine life cycle's events in an event
+// log (lifecycle.Events); it never blocks.
+type eventRecorder struct{ log *events.Log }
+
+// QuarantineEvent implements lifecycle.Events.
+func (r eventRecorder) QuarantineEvent(_ context.Context, ev lifecycle.Event) {
+	action, ok := lifecycleActions[ev.Kind]
+	if !ok {
+		return
+	}
+	detail := "quarantine " + ev.Entry.ID
+	if ev.Detail != "" {
+		detail += ": " + ev.Detail
+	}
+	r.log.Record(events.Event{Time: ev.Time, Key: ev.Entry.Key, Limit: ev.Entry.Limit, Action: action,
+		Rate: ev.Entry.Rate, Max: ev.Entry.Max, Sender: ev.Entry.Sender, Client: ev.Entry.ClientAddress,
+		QueueID: ev.Entry.QueueID, By: ev.By, Detail: detail})
+}
+
+// lifecycleEvents sends the life cycle's events to each of its members
+// (nil members are skipped).
+type lifecycleEvents []lifecycle.Events
+
+// QuarantineEvent implements lifecycle.Events.
+func (ls lifecycleEvents) QuarantineEvent(ctx context.Context, ev lifecycle.Event) {
+	for _, l := range ls {
+		if l != nil {
+			l.QuarantineEvent(ctx, ev)
+		}
+	}
+}
+
+// Events is the daemon's event log (nil with [events] enabled = false).
+func (d *Daemon) Events() *events.Log { return d.events }
+
+// OpenEvents opens the event log of f's state file for `ratelimitd events`
+// when no daemon runs: read-only (shared lock, nothing written). A
+// missing state file has no events. Errors: those of statedb.Open (a
+// damaged or locked file) and of reading the log.
+func OpenEvents(f *config.File) (*admin.Local, error) {
+	db, err := statedb.Open(f.Server.DBPath(), true)
+	if errors.Is(err, statedb.ErrNoFile) {
+		return &admin.Local{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l, err := events.Open(db, eventOptions(f))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
+	}
+	return &admin.Local{Events: l, Closer: db.Close}, nil
+}
