@@ -160,6 +160,8 @@ func (f *File) validate() []error {
 	f.Notify.WithDefaults()
 	errs = append(errs, f.Notify.Validate()...)
 	errs = append(errs, validateAutoRelease(f.Limits)...)
+	errs = append(errs, negativeDurations(f)...)
+	errs = append(errs, limitRanges(f.Limits)...)
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 

@@ -48,6 +48,7 @@ var Keys = []Key{
 	{Name: "policy.recipient_delimiter", DefaultNote: `"+"`, Doc: "Characters that start an address extension, removed from rate keys as Postfix's recipient_delimiter (alice+news@x is alice@x); \"\" keeps extensions."},
 	{Name: "policy.ipv4_prefix", DefaultNote: "32", Unit: "prefix bits", Doc: "Prefix length a client_address key is masked to for IPv4 clients (8 to 32); IPv4-mapped IPv6 clients count as IPv4."},
 	{Name: "policy.ipv6_prefix", DefaultNote: "64", Unit: "prefix bits", Doc: "Prefix length a client_address key is masked to for IPv6 clients (32 to 128): one customer network is one key."},
+	{Name: "policy.on_full", DefaultNote: `"defer"`, Doc: "Answer to a new sender when the key table (server.max_keys) is full of keys over or near their limit, which are never evicted: defer (450 4.7.1, logged and counted as a fault) or dunno (let it through unmeasured)."},
 	{Name: "policy.warn_header", DefaultNote: `"X-Ratelimitd-Warning"`, Doc: "Header a warn limit prepends; \"\" means warn only logs."},
 	{Name: "policy.limits", Doc: "\"none\" runs without any [[limit]] on purpose; without it a file with no [[limit]] is refused."},
 	{Name: "policy.stages", Doc: "Obsolete and ignored (config check says so): the protocol states asked at are learned."},
@@ -57,8 +58,8 @@ var Keys = []Key{
 
 	{Name: "limit.name", DefaultNote: "required", Doc: "Names the limit in logs, metrics and the CLI: [a-z0-9_-], unique."},
 	{Name: "limit.key", DefaultNote: "required", Doc: "Request attributes joined into the rate key: sasl_username, sender, sender_domain, client_address, client_subnet, client_name, helo_name, recipient, recipient_domain."},
-	{Name: "limit.limit", DefaultNote: "required (baseline: cap)", Unit: "cost per period", Doc: "Permitted cost per period; also the burst a quiet sender may send at once."},
-	{Name: "limit.period", DefaultNote: "required", Doc: "Averaging period, e.g. \"1h\", \"24h\"."},
+	{Name: "limit.limit", DefaultNote: "required (baseline: cap)", Unit: "cost per period", Doc: "Permitted cost per period; also the burst a quiet sender may send at once. At most 1e15; at least 1 except per = \"byte\" (and earrrl)."},
+	{Name: "limit.period", DefaultNote: "required", Doc: "Averaging period, e.g. \"1h\", \"24h\"; 1s to 366d."},
 	{Name: "limit.per", DefaultNote: `"mail"`, Doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period)."},
 	{Name: "limit.mode", DefaultNote: `"leaky"`, Doc: "leaky (refused attempts not counted), strict (every attempt counts), forgiving (counted, clamped to the limit) or readonly (measure only)."},
 	{Name: "limit.action", DefaultNote: `"defer"`, Doc: "Over the limit: defer (450), reject (550), warn (header), hold (MTA hold queue) or freeze (milter quarantine)."},

@@ -150,6 +150,11 @@ type Config struct {
 	// key is masked to: default 32 (8 to 32) and 64 (32 to 128).
 	IPv4Prefix int `toml:"ipv4_prefix"`
 	IPv6Prefix int `toml:"ipv6_prefix"`
+	// OnFull is the answer to a new sender when the key table is full of
+	// keys over or near their limit (the store cannot track it without
+	// forgiving an offender): "defer" (default: 450 4.7.1, logged and
+	// counted as a fault) or "dunno" (let it through unmeasured).
+	OnFull string `toml:"on_full"`
 	// WarnHeader is the header name a warn limit prepends; empty means
 	// warn only logs. Default "X-Ratelimitd-Warning".
 	WarnHeader *string `toml:"warn_header"`
@@ -285,6 +290,14 @@ func compile(c Config) (*compiled, error) {
 	}
 	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning"}
 	out.form = c.keyForm(bad)
+	switch c.OnFull {
+	case "", "defer":
+		out.onFull = Defer
+	case "dunno":
+		out.onFull = Pass
+	default:
+		bad("policy.on_full", "%q is not defer or dunno", c.OnFull)
+	}
 	compilePolicy(c, out, bad)
 	seen := map[string]bool{}
 	for i, lc := range c.Limits {

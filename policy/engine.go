@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -45,6 +46,7 @@ type compiled struct {
 	subnet4       int
 	subnet6       int
 	form          KeyForm
+	onFull        Action
 	warnHeader    string
 	exemptNets    []netip.Prefix
 	exemptUsers   map[string]bool
@@ -262,6 +264,11 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 		final.Measures = measures
 	}
 	final.Fault = fault
+	if fault != nil && final.Action == Pass && c.onFull == Defer && errors.Is(fault, ErrKeyTableFull) {
+		final = Decision{Action: Defer, Code: 450, Enhanced: "4.7.1", Fault: fault,
+			Text:   "Too many senders are being tracked; try again later",
+			Reason: "key table full of keys over or near their limit: a new key cannot be tracked (policy.on_full = defer)"}
+	}
 	if final.Fault != nil && final.Action == Pass && final.Reason == "" {
 		final.Reason = "rate store error for some limits"
 	}

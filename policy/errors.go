@@ -15,6 +15,11 @@ var (
 	ErrInvalidConfig = errors.New("policy: invalid configuration")
 	// ErrPanic is the Decision.Fault of a request whose evaluation panicked.
 	ErrPanic = errors.New("policy: panic while deciding")
+	// ErrKeyTableFull is wrapped by a store's error for a new key it could
+	// not store because its key table is full of keys over or near their
+	// limit (which are never evicted: that would forgive them). The
+	// engine answers such a request with Config.OnFull (default defer).
+	ErrKeyTableFull = errors.New("policy: key table full")
 )
 
 // ErrUnknownLimit is returned by Engine.Reset for a limit name that is not

@@ -29,7 +29,8 @@
 // # Errors
 //
 // Update returns ErrKeyTooLong, ErrTooManyLimits, ErrFull or
-// ErrKeyPressure without storing anything (the engine fails open);
+// ErrKeyPressure without storing anything (the engine answers [policy]
+// on_full, default defer);
 // a read-only Persistent returns ErrReadOnly. Reading a damaged file
 // returns an error wrapping ErrDamaged, which is statedb.ErrDamaged (run
 // statedb.CheckPages before bbolt.Open on a file that may be damaged), and

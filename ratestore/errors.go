@@ -2,6 +2,8 @@ package ratestore
 
 import (
 	"errors"
+	"fmt"
+	"github.com/ratelimitd/ratelimitd/policy"
 
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
@@ -21,8 +23,10 @@ var (
 
 	// ErrKeyPressure is returned by Update when a new key cannot be stored
 	// because its shard is full (MaxKeys) of keys over or near their limit,
-	// which are never evicted. Nothing is stored; the engine fails open.
-	ErrKeyPressure = errors.New("store: key limit reached, every evictable key is over or near its limit")
+	// which are never evicted. Nothing is stored; it wraps
+	// policy.ErrKeyTableFull, which the engine answers with [policy]
+	// on_full (default defer).
+	ErrKeyPressure = fmt.Errorf("store: key limit reached, every evictable key is over or near its limit (%w)", policy.ErrKeyTableFull)
 
 	// ErrReadOnly is returned by Update, Delete and Flush of a Persistent
 	// opened with PersistOptions.ReadOnly.

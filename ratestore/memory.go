@@ -109,13 +109,22 @@ type Memory struct {
 	protect atomic.Pointer[func(limit string, s ratelimit.State) bool]
 }
 
-// NewMemory returns an empty store.
-func NewMemory(opts MemoryOptions) *Memory {
-	maxKeys := opts.MaxKeys
+// EffectiveMaxKeys returns the number of (limit, key) pairs a store with
+// MaxKeys n holds at most (Cap): n (DefaultMaxKeys if n <= 0) rounded down
+// to a multiple of the 64 shards, at least 64, at most 64 times the slots
+// a shard can index. `config check` states it when it differs from n.
+func EffectiveMaxKeys(n int) int { return perShard(n) * numShards }
+
+func perShard(maxKeys int) int {
 	if maxKeys <= 0 {
 		maxKeys = DefaultMaxKeys
 	}
-	m := &Memory{perShard: min(max(maxKeys/numShards, 1), maxSlots-1), seed: maphash.MakeSeed(), now: opts.Now}
+	return min(max(maxKeys/numShards, 1), maxSlots-1)
+}
+
+// NewMemory returns an empty store.
+func NewMemory(opts MemoryOptions) *Memory {
+	m := &Memory{perShard: perShard(opts.MaxKeys), seed: maphash.MakeSeed(), now: opts.Now}
 	for i := range m.shards {
 		m.shards[i].seed = m.seed
 	}

@@ -54,11 +54,17 @@ found with its TOML key (decoding errors with FILE:LINE:COLUMN) and exit 1.`,
 			}
 			advice := policy.ConfigAdvice(f.PolicyConfig())
 			if asJSON {
+				advice = append(advice, f.Warnings()...)
+			}
+			if asJSON {
 				return printJSON(cmd.OutOrStdout(), newConfigReport(f.Source, eng, advice))
 			}
 			printLimits(cmd.OutOrStdout(), f.Source, eng)
 			for _, a := range advice {
 				fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", a)
+			}
+			for _, w := range f.Warnings() {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w)
 			}
 			if f.NoLimits {
 				fmt.Fprintln(cmd.OutOrStdout(), `no limits ([policy] limits = "none"): every sender is unlimited`)

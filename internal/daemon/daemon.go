@@ -303,6 +303,9 @@ func (d *Daemon) logConfigNotes(f *config.File) {
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
 		d.log.Info("configuration note: " + a)
 	}
+	for _, w := range f.Warnings() {
+		d.log.Warn("configuration warning: " + w)
+	}
 	if f.NoLimits {
 		d.log.Warn(`running without limits ([policy] limits = "none"): every sender is unlimited`)
 	}
