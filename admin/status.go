@@ -46,6 +46,9 @@ type Status struct {
 	// Connections are the policy and milter connections against their
 	// cap (server.max_connections).
 	Connections ConnStatus `json:"connections"`
+	// FrontEnds says, per policy and milter listener, when an MTA last
+	// connected since start.
+	FrontEnds []FrontEndStatus `json:"front_ends,omitempty"`
 	// Quarantine: held/frozen counts and the quarantine's faults.
 	Quarantine *lifecycle.Health `json:"quarantine,omitempty"`
 	// State is the rate state's flush health and key pressure.
@@ -60,6 +63,25 @@ type ConnStatus struct {
 	Open    int   `json:"open"`
 	Max     int   `json:"max"`
 	Refused int64 `json:"refused"`
+}
+
+// FrontEndStatus is one front-end listener in Status: when an MTA last
+// connected to it (the zero time: never since start) and how many
+// connections it accepted.
+type FrontEndStatus struct {
+	FrontEnd    string    `json:"front_end"`
+	Listen      string    `json:"listen"`
+	LastConnect time.Time `json:"last_connect,omitzero"`
+	Connections int64     `json:"connections"`
+}
+
+// String is the listener's line in `ratelimitd status`.
+func (f FrontEndStatus) String() string {
+	if f.LastConnect.IsZero() {
+		return fmt.Sprintf("%s %s: no MTA has connected since start", f.FrontEnd, f.Listen)
+	}
+	return fmt.Sprintf("%s %s: MTA last connected %s (%s ago), %d connections", f.FrontEnd, f.Listen,
+		f.LastConnect.Format(time.RFC3339), time.Since(f.LastConnect).Round(time.Second), f.Connections)
 }
 
 // StateStatus is the rate-state part of `ratelimitd status`: the health of
@@ -139,6 +161,9 @@ func (st *Status) Print(w io.Writer) {
 		fmt.Fprintf(w, "warning: %s\n", a)
 	}
 	fmt.Fprintf(w, "connections: %d open of max %d, %d closed at the cap\n", st.Connections.Open, st.Connections.Max, st.Connections.Refused)
+	for _, f := range st.FrontEnds {
+		fmt.Fprintf(w, "front end %s\n", quarantine.CleanLine(f.String()))
+	}
 	if n := st.Notify; n != nil {
 		fmt.Fprintf(w, "notifications: %d sent, %d failed, %d dropped (queue full), %d waiting\n", n.Sent, n.Failed, n.Dropped, n.Waiting)
 	}

@@ -28,8 +28,8 @@ var Tables = []struct{ Name, Doc string }{
 // is the value the loader fills in.
 var Keys = []Key{
 	{Name: "server.policy_listen", Default: `["127.0.0.1:10031"]`, Doc: "Policy delegation listeners: \"host:port\" (loopback unless allow_networks is set) or \"unix:/path\", e.g. \"unix:/var/spool/postfix/private/ratelimitd\"."},
-	{Name: "server.socket_mode", Default: `"0660"`, Unit: "octal permission", Doc: "Permission of unix policy sockets; world-writable modes are refused."},
-	{Name: "server.socket_group", DefaultNote: "the daemon's group", Doc: "Group of unix policy sockets, e.g. \"postfix\"."},
+	{Name: "server.socket_mode", Default: `"0660"`, Unit: "octal permission", Doc: "Permission of unix policy and milter sockets; world-writable modes are refused."},
+	{Name: "server.socket_group", DefaultNote: "the daemon's group", Doc: "Group of unix policy and milter sockets, e.g. \"postfix\" (Postfix connects as a member of it)."},
 	{Name: "server.allow_networks", Default: `[]`, DefaultNote: "loopback only", Doc: "Client networks (addresses or prefixes) TCP listeners accept; others are closed before anything is read."},
 	{Name: "server.state_dir", DefaultNote: "/var/lib/ratelimitd as root, ./ratelimitd-state otherwise", Doc: "Directory of the BoltDB file (rate state and quarantine) and, by default, the admin socket."},
 	{Name: "server.admin_socket", DefaultNote: "STATE_DIR/admin.sock", Doc: "Admin unix socket the CLI talks to; its directory must not be world-writable."},

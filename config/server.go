@@ -19,10 +19,10 @@ type Server struct {
 	// "unix:/var/spool/postfix/private/ratelimitd". Default
 	// ["127.0.0.1:10031"].
 	PolicyListen []string `toml:"policy_listen"`
-	// SocketMode is the permission of unix policy sockets, octal text;
+	// SocketMode is the permission of unix policy and milter sockets, octal text;
 	// default "0660".
 	SocketMode string `toml:"socket_mode"`
-	// SocketGroup is the group of unix policy sockets (e.g. "postfix");
+	// SocketGroup is the group of unix policy and milter sockets (e.g. "postfix");
 	// empty keeps the daemon's group.
 	SocketGroup string `toml:"socket_group"`
 	// AllowNetworks are the client networks TCP listeners accept; a

@@ -57,7 +57,9 @@ type Daemon struct {
 	metricsSrv *http.Server
 	listeners  []string
 	// conns caps the policy and milter connections (server.max_connections).
-	conns    *srvconn.Limiter
+	conns *srvconn.Limiter
+	// seen records when an MTA last connected to each front end.
+	seen     frontEnds
 	q        *quarantineState
 	wg       sync.WaitGroup
 	notifier *notify.Notifier
@@ -281,7 +283,7 @@ func (d *Daemon) listen() (ls listeners, err error) {
 // serve starts serving on every listener.
 func (d *Daemon) serve(ls listeners) {
 	for _, l := range ls.policy {
-		l := d.conns.Listener(l, "policy")
+		l := d.seen.watch(d.conns.Listener(l, "policy"), "policy", listenerName(l))
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
 	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()

@@ -23,7 +23,9 @@ func (d *Daemon) startMilter(ls *[]net.Listener) error {
 	var l net.Listener
 	var err error
 	if path, ok := strings.CutPrefix(m.Listen, "unix:"); ok {
-		l, err = srvconn.ListenUnix(path, os.FileMode(d.cfg.Server.Mode()))
+		// The MTA connects as a member of socket_group, like the policy
+		// service's unix sockets.
+		l, err = srvconn.ListenUnixGroup(path, os.FileMode(d.cfg.Server.Mode()), d.cfg.Server.SocketGroup)
 	} else {
 		l, err = net.Listen("tcp", m.Listen)
 	}
@@ -56,7 +58,9 @@ func (d *Daemon) MayFreeze(_ context.Context, req *policy.Request) bool {
 // serveMilter starts serving the milter, if configured.
 func (d *Daemon) serveMilter() {
 	if d.q.milter != nil {
-		d.goServe("milter", func() error { return d.q.milter.Serve(d.conns.Listener(d.q.milterL, "milter")) }, milter.ErrServerClosed)
+		d.goServe("milter", func() error {
+			return d.q.milter.Serve(d.seen.watch(d.conns.Listener(d.q.milterL, "milter"), "milter", listenerName(d.q.milterL)))
+		}, milter.ErrServerClosed)
 	}
 }
 

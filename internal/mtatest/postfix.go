@@ -38,6 +38,13 @@ type PostfixOptions struct {
 	// smtpd_milters with milter_default_action = tempfail and
 	// milter_protocol = 6.
 	Milter string
+	// MilterPrivate, when set (and Milter is not), names a unix socket in
+	// the instance's private/ directory (QUEUE/private/NAME, owned by the
+	// postfix user, mode 0700, as in a real installation): smtpd_milters
+	// is unix: and its absolute path (Postfix.PrivateSocket). smtpd
+	// connects to it as the postfix user, so the milter must make the
+	// socket reachable by the postfix group.
+	MilterPrivate string
 
 	// ReinjectPort adds a second smtpd on another free port, with no
 	// milter, no policy service and smtpd_recipient_restrictions =
@@ -387,6 +394,12 @@ func (p *Postfix) Dir() string { return p.root }
 // ConfigDir returns the instance's configuration directory, the DIR in
 // "postfix -c DIR".
 func (p *Postfix) ConfigDir() string { return p.confDir }
+
+// PrivateSocket returns the path of the socket name in the instance's
+// private/ directory (see PostfixOptions.MilterPrivate).
+func (p *Postfix) PrivateSocket(name string) string {
+	return filepath.Join(p.queueDir, "private", name)
+}
 
 // QueueDir returns the instance's queue_directory.
 func (p *Postfix) QueueDir() string { return p.queueDir }

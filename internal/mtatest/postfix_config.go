@@ -93,6 +93,12 @@ type mainParam struct{ k, v string }
 // buildMainCF returns the instance's main.cf: the harness's fixed
 // parameters, those opts asks for, and opts.ExtraMainCF over both.
 func buildMainCF(opts PostfixOptions, root, queueDir, dataDir, logFile string) (string, error) {
+	if opts.Milter == "" && opts.MilterPrivate != "" {
+		if strings.ContainsAny(opts.MilterPrivate, "/ \t\r\n,{}") {
+			return "", fmt.Errorf("MilterPrivate %q: want a file name", opts.MilterPrivate)
+		}
+		opts.Milter = "unix:" + filepath.Join(queueDir, "private", opts.MilterPrivate)
+	}
 	params, err := optionParams(opts, baseParams(root, queueDir, dataDir, logFile))
 	if err != nil {
 		return "", err

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/user"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -60,6 +62,43 @@ func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
 		return fail(err)
 	}
 	return &unixListener{UnixListener: l, path: path, created: fi}, nil
+}
+
+// ListenUnixGroup is ListenUnix, then gives the socket group ownership of
+// group (a group name or a numeric ID; "" keeps the daemon's group), so
+// that an MTA running as a member of that group (Postfix: "postfix") can
+// connect to a socket of mode 0660. The group is looked up before the
+// socket is created; if the ownership cannot be changed the socket is
+// closed and removed again.
+func ListenUnixGroup(path string, mode os.FileMode, group string) (net.Listener, error) {
+	gid := -1
+	if group != "" {
+		var err error
+		if gid, err = LookupGroup(group); err != nil {
+			return nil, fmt.Errorf("listen unix %s: group %q: %w", path, group, err)
+		}
+	}
+	l, err := ListenUnix(path, mode)
+	if err != nil || gid < 0 {
+		return l, err
+	}
+	if err := os.Lchown(path, -1, gid); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// LookupGroup resolves a group name or a numeric group ID to the ID.
+func LookupGroup(group string) (int, error) {
+	if gid, err := strconv.Atoi(group); err == nil && gid >= 0 {
+		return gid, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(g.Gid)
 }
 
 // removeStale removes path if it is a socket nobody accepts on.

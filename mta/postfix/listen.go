@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/user"
-	"strconv"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 )
@@ -37,14 +35,7 @@ func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, erro
 	if mode == 0 {
 		mode = DefaultSocketMode
 	}
-	gid := -1
-	if group != "" {
-		var err error
-		if gid, err = lookupGroup(group); err != nil {
-			return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
-		}
-	}
-	l, err := srvconn.ListenUnix(path, mode)
+	l, err := srvconn.ListenUnixGroup(path, mode, group)
 	switch {
 	case errors.Is(err, srvconn.ErrNotSocket):
 		return nil, fmt.Errorf("postfix: %w: %w", ErrNotSocket, err)
@@ -53,25 +44,7 @@ func ListenUnix(path string, mode os.FileMode, group string) (net.Listener, erro
 	case err != nil:
 		return nil, fmt.Errorf("postfix: %w", err)
 	}
-	if gid >= 0 {
-		if err := os.Lchown(path, -1, gid); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("postfix: listen unix %s: %w", path, err)
-		}
-	}
 	return l, nil
-}
-
-// lookupGroup resolves a group name or numeric id.
-func lookupGroup(group string) (int, error) {
-	if gid, err := strconv.Atoi(group); err == nil && gid >= 0 {
-		return gid, nil
-	}
-	g, err := user.LookupGroup(group)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(g.Gid)
 }
 
 // ListenTCP listens on the TCP address addr ("127.0.0.1:10031", "[::1]:10031"),
