@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
@@ -34,14 +35,14 @@ func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 		}
 		detail = fmt.Sprintf("%d rate states removed", n)
 		s.log.Info("rate reset", "key", key, "limit", limit, "removed", n, "by", by(u))
-		s.opts.Events.Record(Event{Time: now, Key: key, Limit: limit, Action: "reset", By: by(u), Detail: detail})
+		s.opts.Events.Record(events.Event{Time: now, Key: key, Limit: limit, Action: events.Reset, By: by(u), Detail: detail})
 		done = "reset"
 	case "suspend":
 		if err := s.opts.Quarantine.Suspend(key, by(u)); err != nil {
 			s.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
-		s.opts.Events.Record(Event{Time: now, Key: key, Action: "suspend", By: by(u), Detail: "automatic release suspended"})
+		s.opts.Events.Record(events.Event{Time: now, Key: key, Action: events.Suspend, By: by(u), Detail: "automatic release suspended"})
 		done = "suspended"
 	case "resume":
 		was, err := s.opts.Quarantine.Resume(key, by(u))
@@ -53,7 +54,7 @@ func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 		if !was {
 			detail = "automatic release was not suspended"
 		}
-		s.opts.Events.Record(Event{Time: now, Key: key, Action: "resume", By: by(u), Detail: detail})
+		s.opts.Events.Record(events.Event{Time: now, Key: key, Action: events.Resume, By: by(u), Detail: detail})
 		done = "resumed"
 	default:
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q", op))

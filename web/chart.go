@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -42,7 +44,7 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	evs, err := s.opts.Events.Query(ctx, EventQuery{Key: key, Since: now.Add(-chartWindow), Max: maxChartEvts})
+	evs, err := s.opts.Events.Query(ctx, events.Query{Key: key, Since: now.Add(-chartWindow), Max: maxChartEvts})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -95,7 +97,7 @@ func decay(rate float64, d time.Duration, period time.Duration) float64 {
 
 // renderChart draws one panel per limit: the rate line, the limit
 // (dashed) and the refusals (crosses).
-func renderChart(key string, rates []policy.KeyRate, evs []Event, now time.Time) ([]byte, error) {
+func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
 	type limitSeries struct {
 		name    string
 		max     float64
@@ -118,7 +120,7 @@ func renderChart(key string, rates []policy.KeyRate, evs []Event, now time.Time)
 			byLimit[e.Limit] = ls
 			order = append(order, e.Limit)
 		}
-		ls.samples = append(ls.samples, sample{t: e.Time, rate: e.Rate, refused: contains(refusals, e.Action)})
+		ls.samples = append(ls.samples, sample{t: e.Time, rate: e.Rate, refused: slices.Contains(events.Refusals, e.Action)})
 	}
 	for _, kr := range rates {
 		byLimit[kr.Limit].samples = append(byLimit[kr.Limit].samples, sample{t: now, rate: kr.Rate})

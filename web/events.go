@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -15,7 +16,7 @@ const eventsPerPage = 100
 
 // eventsPage lists events newest first with the filters of `ratelimitd
 // events` (since, until, key, limit, action) and paging by "before"
-// (the time of the last event shown).
+// (the ID of the last event shown).
 func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 	q, form, err := eventFilter(r.URL.Query(), s.opts.Now())
 	if err != nil {
@@ -37,17 +38,17 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 				v.Set(k, x)
 			}
 		}
-		v.Set("before", evs[len(evs)-1].Time.UTC().Format(time.RFC3339Nano))
+		v.Set("before", evs[len(evs)-1].ID)
 		next = "/events?" + v.Encode()
 	}
 	s.render(w, r, "events", map[string]any{"Title": "Events", "Events": evs, "Form": form, "Next": next,
-		"Paged": !q.Before.IsZero()})
+		"Paged": q.Before != ""})
 }
 
-func eventFilter(v url.Values, now time.Time) (EventQuery, map[string]string, error) {
+func eventFilter(v url.Values, now time.Time) (events.Query, map[string]string, error) {
 	form := map[string]string{"since": v.Get("since"), "until": v.Get("until"), "key": v.Get("key"),
 		"limit": v.Get("limit"), "action": v.Get("action")}
-	q := EventQuery{Key: form["key"], Limit: form["limit"]}
+	q := events.Query{Key: form["key"], Limit: form["limit"], Before: v.Get("before")}
 	var err error
 	if q.Since, err = parseWhen(form["since"], now); err != nil {
 		return q, form, fmt.Errorf("since: %w", err)
@@ -55,13 +56,11 @@ func eventFilter(v url.Values, now time.Time) (EventQuery, map[string]string, er
 	if q.Until, err = parseWhen(form["until"], now); err != nil {
 		return q, form, fmt.Errorf("until: %w", err)
 	}
-	if b := v.Get("before"); b != "" {
-		if q.Before, err = time.Parse(time.RFC3339Nano, b); err != nil {
-			return q, form, fmt.Errorf("before: %w", err)
-		}
-	}
 	for _, a := range strings.Split(form["action"], ",") {
 		if a = strings.TrimSpace(a); a != "" {
+			if !events.IsAction(a) {
+				return q, form, fmt.Errorf("action %q: want one of %s", a, strings.Join(events.Actions, ", "))
+			}
 			q.Actions = append(q.Actions, a)
 		}
 	}

@@ -2,11 +2,16 @@ package web
 
 import (
 	"context"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -96,36 +101,17 @@ func (f *fakeQuarantine) Suspend(key, by string) error        { return nil }
 func (f *fakeQuarantine) Resume(key, by string) (bool, error) { return true, nil }
 func (f *fakeQuarantine) Health() lifecycle.Health            { return lifecycle.Health{Held: len(f.entries)} }
 
-type fakeEvents struct {
-	mu  sync.Mutex
-	evs []Event // oldest first
-}
-
-func (f *fakeEvents) Record(e Event) {
-	f.mu.Lock()
-	f.evs = append(f.evs, e)
-	f.mu.Unlock()
-}
-
-func (f *fakeEvents) Query(_ context.Context, q EventQuery) ([]Event, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []Event
-	for i := len(f.evs) - 1; i >= 0; i-- {
-		e := f.evs[i]
-		switch {
-		case !q.Since.IsZero() && e.Time.Before(q.Since),
-			!q.Until.IsZero() && !e.Time.Before(q.Until),
-			!q.Before.IsZero() && !e.Time.Before(q.Before),
-			q.Key != "" && e.Key != q.Key,
-			q.Limit != "" && e.Limit != q.Limit,
-			len(q.Actions) > 0 && !contains(q.Actions, e.Action):
-			continue
-		}
-		out = append(out, e)
-		if q.Max > 0 && len(out) >= q.Max {
-			break
-		}
+// newEventLog opens a real event log in a temporary BoltDB file.
+func newEventLog(t *testing.T, now func() time.Time) *events.Log {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "events.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out, nil
+	l, err := events.Open(db, events.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(); db.Close() })
+	return l
 }

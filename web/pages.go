@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -87,62 +88,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err erro
 	s.render(w, r, "error", map[string]any{"Title": http.StatusText(code), "Message": err.Error(), "Code": code})
 }
 
-// refusals are the actions counted as refused on the overview.
-var refusals = []string{"defer", "reject", "hold", "freeze"}
-
-// keySummary is one key's refusals over a window.
-type keySummary struct {
-	Key         string
-	Count       int
-	First, Last time.Time
-	Limits      []string
-}
-
-// maxOverviewEvents bounds the events the overview reads for its 24-hour
-// summary; beyond it the counts say "at least".
-const maxOverviewEvents = 200000
-
-func summarize(evs []Event) []keySummary {
-	by := map[string]*keySummary{}
-	for _, e := range evs {
-		k := by[e.Key]
-		if k == nil {
-			k = &keySummary{Key: e.Key, First: e.Time, Last: e.Time}
-			by[e.Key] = k
-		}
-		k.Count++
-		if e.Time.Before(k.First) {
-			k.First = e.Time
-		}
-		if e.Time.After(k.Last) {
-			k.Last = e.Time
-		}
-		if e.Limit != "" && !contains(k.Limits, e.Limit) {
-			k.Limits = append(k.Limits, e.Limit)
-		}
-	}
-	out := make([]keySummary, 0, len(by))
-	for _, k := range by {
-		sort.Strings(k.Limits)
-		out = append(out, *k)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Count != out[j].Count {
-			return out[i].Count > out[j].Count
-		}
-		return out[i].Key < out[j].Key
-	})
-	return out
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
+// maxOverviewKeys bounds the keys the overview lists as refused.
+const maxOverviewKeys = 500
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, now := r.Context(), s.opts.Now()
@@ -164,7 +111,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		return over[i].Key < over[j].Key
 	})
-	evs, err := s.opts.Events.Query(ctx, EventQuery{Since: now.Add(-24 * time.Hour), Actions: refusals, Max: maxOverviewEvents})
+	refused, err := s.opts.Events.Summary(ctx, events.Query{Since: now.Add(-24 * time.Hour), Actions: events.Refusals, Max: maxOverviewKeys})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return
@@ -175,7 +122,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, r, "overview", map[string]any{
 		"Title": "Overview", "Now": now, "Over": over, "Tracked": len(all),
-		"Refused": summarize(evs), "Truncated": len(evs) >= maxOverviewEvents,
+		"Refused": refused, "Truncated": len(refused) >= maxOverviewKeys,
 		"Quarantine": s.opts.Quarantine.Health(), "Health": h,
 	})
 }
@@ -188,7 +135,7 @@ func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
 		return
 	}
-	evs, err := s.opts.Events.Query(ctx, EventQuery{Key: key, Max: 100})
+	evs, err := s.opts.Events.Query(ctx, events.Query{Key: key, Max: 100})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return

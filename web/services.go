@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -40,37 +41,13 @@ type Quarantine interface {
 	Health() lifecycle.Health
 }
 
-// Events is the daemon's event log: Query returns events newest first;
-// Record adds one without waiting for the disk.
+// Events is the daemon's event log (events.Log): Query returns events
+// newest first, Summary the refusals per key, Record adds one without
+// waiting for the disk.
 type Events interface {
-	Query(ctx context.Context, q EventQuery) ([]Event, error)
-	Record(e Event)
-}
-
-// Event is one recorded decision or action.
-type Event struct {
-	Time    time.Time
-	Key     string
-	Limit   string
-	Action  string
-	Rate    float64
-	Max     float64
-	Sender  string
-	Client  string
-	QueueID string
-	By      string
-	Detail  string
-}
-
-// EventQuery selects events: Since <= Time < Until (zero: unbounded),
-// Key and Limit exactly ("" any), Action one of Actions (empty: any);
-// at most Max, older than Before (zero: no bound) for paging.
-type EventQuery struct {
-	Since, Until time.Time
-	Key, Limit   string
-	Actions      []string
-	Max          int
-	Before       time.Time
+	Query(ctx context.Context, q events.Query) ([]events.Event, error)
+	Summary(ctx context.Context, q events.Query) ([]events.KeySummary, error)
+	Record(e events.Event)
 }
 
 // Health is the daemon's state shown on the overview.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -24,7 +25,7 @@ type fixture struct {
 	ts     *httptest.Server
 	rates  *fakeRates
 	q      *fakeQuarantine
-	events *fakeEvents
+	events *events.Log
 	now    time.Time
 }
 
@@ -44,7 +45,8 @@ func newFixture(t *testing.T, tlsOn bool) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{rates: &fakeRates{}, q: &fakeQuarantine{entries: map[string]quarantine.Entry{}, msgs: map[string][]byte{}},
-		events: &fakeEvents{}, now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+		now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	f.events = newEventLog(t, func() time.Time { return f.now })
 	srv, err := New(Options{UsersFile: path, Rates: f.rates, Quarantine: f.q, Events: f.events,
 		Now: func() time.Time { return f.now }})
 	if err != nil {
@@ -220,7 +222,7 @@ func TestPostNeedsCSRFTokenAndOperator(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || len(f.rates.resets) != 1 {
 		t.Errorf("operator reset: %s, %v", resp.Status, f.rates.resets)
 	}
-	evs, _ := f.events.Query(t.Context(), EventQuery{Actions: []string{"reset"}})
+	evs, _ := f.events.Query(t.Context(), events.Query{Actions: []string{"reset"}})
 	if len(evs) != 1 || evs[0].By != "op (console)" || evs[0].Key != "alice" {
 		t.Errorf("reset event: %+v", evs)
 	}
@@ -278,9 +280,9 @@ func TestOverviewAndChart(t *testing.T) {
 	f := newFixture(t, false)
 	f.rates.rates = []policy.KeyRate{{Limit: "hourly", Key: "alice", Rate: 200, Max: 200, Period: time.Hour, Refusing: true, RetryAfter: 18 * time.Second}}
 	for i := range 5 {
-		f.events.Record(Event{Time: f.now.Add(time.Duration(i-10) * time.Minute), Key: "alice", Limit: "hourly", Action: "defer", Rate: 200, Max: 200})
+		f.events.Record(events.Event{Time: f.now.Add(time.Duration(i-10) * time.Minute), Key: "alice", Limit: "hourly", Action: "defer", Rate: 200, Max: 200})
 	}
-	f.events.Record(Event{Time: f.now.Add(-30 * time.Hour), Key: "alice", Limit: "hourly", Action: "defer", Rate: 200, Max: 200})
+	f.events.Record(events.Event{Time: f.now.Add(-30 * time.Hour), Key: "alice", Limit: "hourly", Action: "defer", Rate: 200, Max: 200})
 	c := f.client(t)
 	f.login(t, c, "view", "secret-password")
 	_, page := get(t, c, f.ts.URL+"/")
@@ -309,7 +311,7 @@ func TestOverviewAndChart(t *testing.T) {
 func TestEventsPaging(t *testing.T) {
 	f := newFixture(t, false)
 	for i := range eventsPerPage + 20 {
-		f.events.Record(Event{Time: f.now.Add(time.Duration(i-500) * time.Second), Key: "k", Action: "defer"})
+		f.events.Record(events.Event{Time: f.now.Add(time.Duration(i-500) * time.Second), Key: "k", Action: "defer"})
 	}
 	c := f.client(t)
 	f.login(t, c, "view", "secret-password")
