@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests run for real: Postfix (integration
-# tests start a private instance), redis-server, redis-sentinel and redis-tools
+# tests start a private instance), chromium (the console's browser tests),
+# redis-server, redis-sentinel and redis-tools
 # (the Redis backend's tests start standalone, Sentinel and Cluster servers),
 # and the Debian packaging tools the package test uses.
 # Needs root on Debian.
@@ -12,6 +13,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v swaks >/dev/null 2>&1 || need+=(swaks)
+# The console's browser tests (web) drive Debian's chromium headless.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: need root to apt-get install ${need[*]}" >&2

@@ -214,6 +214,6 @@ func chartPanelPlot(key, limit string, max float64, period time.Duration, sample
 		p.Add(sc)
 		p.Legend.Add("refused", sc)
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
 	return p, nil
 }

@@ -42,7 +42,8 @@ type Options struct {
 
 	Rates      Rates
 	Quarantine Quarantine
-	Events     Events
+	// Events is the event log; nil (events off) shows no history.
+	Events Events
 	// Health returns the daemon's state for the overview (nil: unknown).
 	Health func() Health
 	Logger *slog.Logger
@@ -77,8 +78,11 @@ type Server struct {
 
 // New checks the options, reads the users file and the TLS files.
 func New(opts Options) (*Server, error) {
-	if opts.Rates == nil || opts.Quarantine == nil || opts.Events == nil {
-		return nil, errors.New("web: Rates, Quarantine and Events are required")
+	if opts.Rates == nil || opts.Quarantine == nil {
+		return nil, errors.New("web: Rates and Quarantine are required")
+	}
+	if opts.Events == nil {
+		opts.Events = noEvents{}
 	}
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("web: TLSCert and TLSKey go together")
@@ -244,4 +248,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	<-done
 	return err
+}
+
+// URL is the console's base URL ("https://127.0.0.1:9732/"; "" before
+// Start).
+func (s *Server) URL() string {
+	scheme := "http"
+	if s.TLS() {
+		scheme = "https"
+	}
+	a := s.Addr()
+	if a == nil {
+		return ""
+	}
+	return scheme + "://" + a.String() + "/"
 }

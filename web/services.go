@@ -50,6 +50,16 @@ type Events interface {
 	Record(e events.Event)
 }
 
+// noEvents is Events when the event log is off: nothing recorded, nothing
+// found.
+type noEvents struct{}
+
+func (noEvents) Query(context.Context, events.Query) ([]events.Event, error) { return nil, nil }
+func (noEvents) Summary(context.Context, events.Query) ([]events.KeySummary, error) {
+	return nil, nil
+}
+func (noEvents) Record(events.Event) {}
+
 // Health is the daemon's state shown on the overview.
 type Health struct {
 	// Backend is "local" (memory and the BoltDB file) or "redis";

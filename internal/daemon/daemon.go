@@ -28,6 +28,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 	"github.com/ratelimitd/ratelimitd/statedb"
+	"github.com/ratelimitd/ratelimitd/web"
 )
 
 // Version is the daemon's version, set at link time with
@@ -50,6 +51,7 @@ type Daemon struct {
 	state      *ratestore.Persistent
 	rcpts      *ratestore.Recipients // per = "addr" recipient sets
 	events     *events.Log           // nil with [events] enabled = false
+	web        *web.Server           // nil with [web] listen = ""
 	engine     *policy.Engine
 	metrics    *metrics.Metrics
 	policy     *postfix.Server
@@ -122,6 +124,9 @@ func Start(f *config.File, configPath string, logw io.Writer) (_ *Daemon, err er
 	}
 	ls, err := d.listen()
 	if err != nil {
+		return nil, err
+	}
+	if err := d.startWeb(); err != nil {
 		return nil, err
 	}
 	d.serve(ls)

@@ -28,6 +28,13 @@ import (
 func (d *Daemon) Reload() {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	if d.web != nil {
+		// The console's users and TLS files, even when the configuration
+		// is refused (a renewed certificate applies either way).
+		if err := d.web.Reload(); err != nil {
+			d.log.Error("console: rereading the users or TLS files failed; the previous ones stay", "err", err)
+		}
+	}
 	f, err := config.Load(d.configPath)
 	if err == nil {
 		// The engine's new configuration is installed while the rate
@@ -102,6 +109,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.metricsSrv.Shutdown(ctx)
 	}
 	d.admin.Shutdown(ctx)
+	if d.web != nil {
+		d.web.Shutdown(ctx)
+	}
 	if d.qnotify != nil {
 		d.qnotify.flushAll()
 	}

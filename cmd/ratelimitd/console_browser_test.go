@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/ratelimitd/ratelimitd/events"
+)
+
+// The console's tests in a real browser: Debian's chromium, headless,
+// driven over the Chrome DevTools Protocol by chromedp. A missing browser
+// fails the test (scripts/deps.sh installs chromium).
+
+// browser is one headless chromium with a fresh profile, and the network
+// requests its pages made.
+type browser struct {
+	t      *testing.T
+	ctx    context.Context
+	origin string // the console's "http://host:port"
+
+	mu        sync.Mutex
+	requests  []string         // every URL requested
+	responses map[string]int64 // URL → status of its last response
+	reqMethod map[network.RequestID]string
+}
+
+// chromiumPath finds Debian's chromium; the test fails without it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("chromium is not installed: run scripts/deps.sh (apt-get install chromium); the console's browser tests need it")
+	return ""
+}
+
+// newBrowser starts chromium for the console at base ("http://host:port/").
+func newBrowser(t *testing.T, base string) *browser {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	b := &browser{t: t, origin: u.Scheme + "://" + u.Host, responses: map[string]int64{}, reqMethod: map[network.RequestID]string{}}
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithListener(b.listen))
+	t.Cleanup(func() { cancel(); acancel() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("chromium: %v", err)
+	}
+	b.ctx = ctx
+	return b
+}
+
+// tab opens a second, separate browser context (its own cookies) in the
+// same chromium: another user.
+func (b *browser) tab() *browser {
+	b.t.Helper()
+	o := &browser{t: b.t, origin: b.origin, responses: map[string]int64{}, reqMethod: map[network.RequestID]string{}}
+	ctx, cancel := chromedp.NewContext(b.ctx, chromedp.WithNewBrowserContext(), chromedp.WithListener(o.listen))
+	b.t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		b.t.Fatalf("chromium tab: %v", err)
+	}
+	o.ctx = ctx
+	return o
+}
+
+func (b *browser) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch e := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		b.requests = append(b.requests, e.Request.URL)
+		b.reqMethod[e.RequestID] = e.Request.Method
+	case *network.EventResponseReceived:
+		key := e.Response.URL
+		if m := b.reqMethod[e.RequestID]; m != "" && m != "GET" {
+			key = m + " " + key
+		}
+		b.responses[key] = e.Response.Status
+	}
+}
+
+// status is the last response status seen for url (method "GET" or
+// "POST").
+func (b *browser) status(method, u string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if method != "GET" {
+		u = method + " " + u
+	}
+	return b.responses[u]
+}
+
+// outside lists the requests that left the console's origin.
+func (b *browser) outside() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, r := range b.requests {
+		if !strings.HasPrefix(r, b.origin+"/") && !strings.HasPrefix(r, "data:") && r != "about:blank" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(sel))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// count is the number of elements sel (CSS) matches now.
+func (b *browser) count(sel string) int {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	n, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
+	if err != nil {
+		b.t.Fatalf("nodes %s: %v", sel, err)
+	}
+	return len(n)
+}
+
+func (b *browser) location() string {
+	b.t.Helper()
+	l, err := chromedp.Run(b.ctx, chromedp.Location())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return l
+}
+
+// open navigates to path and waits for the page's body.
+func (b *browser) open(path string) {
+	b.t.Helper()
+	b.do("open "+path, chromedp.Navigate(b.origin+path), chromedp.WaitReady("body"))
+}
+
+// submit clicks a form's button and waits for the next page.
+func (b *browser) submit(sel string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	if _, err := chromedp.RunResponse(ctx, chromedp.Click(sel)); err != nil {
+		b.t.Fatalf("submit %s: %v", sel, err)
+	}
+	b.do("wait for the page", chromedp.WaitReady("body"))
+}
+
+// login fills the login form and submits it.
+func (b *browser) login(user, password string) {
+	b.t.Helper()
+	b.open("/login")
+	b.do("log in as "+user,
+		chromedp.SendKeys(chromedp.ID("username"), user),
+		chromedp.SendKeys(chromedp.ID("password"), password))
+	b.submit(`form[action="/login"] button`)
+	if b.count("header .who") == 0 {
+		b.t.Fatalf("login as %s failed: at %s:\n%s", user, b.location(), b.text("body"))
+	}
+	if got := b.text("header .who"); !strings.Contains(got, user) {
+		b.t.Fatalf("after login as %s the header says %q (at %s)", user, got, b.location())
+	}
+}
+
+// screenshot saves the whole page as a PNG under dir and logs its path.
+func (b *browser) screenshot(dir, name string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot: %v", err)
+	}
+	p := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot of the %s page: %s", name, p)
+	return p
+}
+
+// cookie returns the browser's session cookie for the console.
+func (b *browser) cookie(name string) string {
+	b.t.Helper()
+	var v string
+	b.do("read cookies", chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		res, err := cdp.Call(ctx, t, network.GetCookies, network.GetCookiesParams{URLs: []string{b.origin + "/"}})
+		for _, c := range res.Cookies {
+			if c.Name == name {
+				v = c.Value
+			}
+		}
+		return err
+	}))
+	return v
+}
+
+// consoleUsers adds an operator "op" and a viewer "view" with the CLI
+// and returns their password.
+func consoleUsers(t *testing.T, cfgPath string) string {
+	t.Helper()
+	const pw = "console-test-password"
+	for user, role := range map[string]string{"op": "operator", "view": "viewer"} {
+		if code, out, errs := runCLI(t, pw+"\n", "--config", cfgPath, "web", "user", "add", user, "--role", role, "--password-stdin"); code != 0 {
+			t.Fatalf("web user add %s: %d %s %s", user, code, out, errs)
+		}
+	}
+	return pw
+}
+
+// webConfig is the [web] table of a test daemon on a free port.
+func webConfig(t *testing.T, dir string) string {
+	return fmt.Sprintf("\n[web]\nlisten = \"127.0.0.1:%d\"\nusers_file = %q\n", freePort(t), filepath.Join(dir, "web-users"))
+}
+
+// postWithout posts form to the console with the session cookie but
+// without the CSRF token, as a forged cross-site form would, and returns
+// the status.
+func postWithout(t *testing.T, base, session, path string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", strings.TrimSuffix(base, "/")+path, strings.NewReader("limit="))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: "ratelimitd_session", Value: session})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestConsoleBrowserBurst: a daemon with the default limits (200/h defer
+// for each SASL user) gets a 205-message burst from alice over the policy
+// port. In chromium the operator logs in; the overview lists alice as
+// refusing now and refused 5 times in the last 24 hours; her key page
+// shows each limit and the rate chart (a PNG the browser loaded); a reset
+// submitted from the page is recorded with the operator's name; a POST
+// without the CSRF token gets 403, in the browser (token blanked in the
+// form) and from outside with the session cookie. No request leaves the
+// console's origin. Screenshots of the overview and key pages are saved.
+func TestConsoleBrowserBurst(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), webConfig(t, dir))
+	pw := consoleUsers(t, cfgPath)
+	td := startTestDaemon(t, cfgPath)
+	base := "http://" + td.d.WebAddr() + "/"
+
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deferred := 0
+	for i := 0; i < 205; i++ {
+		if got := policyQuery(t, addr, "alice", "END-OF-MESSAGE"); strings.HasPrefix(got, "action=450 4.7.1") {
+			deferred++
+		} else if got != "action=DUNNO" {
+			t.Fatalf("message %d: %s", i+1, got)
+		}
+	}
+	if deferred != 5 {
+		t.Fatalf("%d of 205 deferred, want 5", deferred)
+	}
+
+	b := newBrowser(t, base)
+	b.open("/")
+	if !strings.HasSuffix(b.location(), "/login?next=%2F") {
+		t.Fatalf("without a session / went to %s, want the login page", b.location())
+	}
+	b.login("op", pw)
+	shots := screenshotDir(t)
+
+	b.open("/")
+	count := b.text(`#refused tr:has(a[href="/keys/alice"]) td.count`)
+	if count != "5" {
+		t.Fatalf("overview: alice refused %q times, want 5\n%s", count, b.text("main"))
+	}
+	if over := b.text("#over"); !strings.Contains(over, "alice") || !strings.Contains(over, "refusing") {
+		t.Fatalf("overview does not list alice as refusing now:\n%s", over)
+	}
+	if h := b.text("#health"); !strings.Contains(h, "local") {
+		t.Errorf("store state: %s", h)
+	}
+	b.screenshot(shots, "overview")
+
+	b.submit(`#refused a[href="/keys/alice"]`)
+	if lim := b.text("#limits"); !strings.Contains(lim, "hourly") || !strings.Contains(lim, "refusing") || !strings.Contains(lim, "daily") {
+		t.Fatalf("key page limits:\n%s", lim)
+	}
+	b.do("wait for the chart", chromedp.WaitVisible("#chart"))
+	var width int
+	b.do("chart size", chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		var err error
+		width, err = chromedp.Run(ctx, chromedp.JavascriptAttribute[int]("#chart", "naturalWidth"))
+		return err
+	}))
+	if width < 500 {
+		t.Fatalf("the chart did not load (naturalWidth %d)", width)
+	}
+	if st := b.status("GET", b.origin+"/chart.png?key=alice"); st != 200 {
+		t.Fatalf("chart request: status %d", st)
+	}
+	b.screenshot(shots, "key")
+
+	// The reset form with its token blanked: the browser posts without a
+	// valid token and gets 403; nothing is reset.
+	b.do("blank the token", chromedp.SetAttributeValue(`form[action="/keys/alice/reset"] input[name="csrf"]`, "value", ""))
+	b.submit("#reset")
+	if st := b.status("POST", b.origin+"/keys/alice/reset"); st != http.StatusForbidden {
+		t.Fatalf("POST without the CSRF token: status %d, want 403", st)
+	}
+	if got := policyQuery(t, addr, "alice", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450") {
+		t.Fatalf("the refused POST reset the rate: %s", got)
+	}
+	if st := postWithout(t, base, b.cookie("ratelimitd_session"), "/keys/alice/reset"); st != http.StatusForbidden {
+		t.Fatalf("POST with the session cookie but no token: %d, want 403", st)
+	}
+
+	b.open("/keys/alice")
+	b.submit("#reset")
+	if !strings.Contains(b.text("main"), "Done: reset") {
+		t.Fatalf("reset from the key page:\n%s", b.text("main"))
+	}
+	if got := policyQuery(t, addr, "alice", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Fatalf("after the console's reset alice is still refused: %s", got)
+	}
+	evs, err := td.d.Events().Query(context.Background(), eventsQuery("reset"))
+	if err != nil || len(evs) != 1 || evs[0].By != "op (console)" || evs[0].Key != "alice" {
+		t.Fatalf("reset event: %+v %v", evs, err)
+	}
+	if !strings.Contains(td.logs.String(), "console action") || strings.Contains(td.logs.String(), "$argon2id") {
+		t.Fatalf("the action is not logged, or a hash is:\n%s", td.logs.String())
+	}
+	b.open("/events?key=alice&action=defer")
+	if n := b.count("table.events tr") - 1; n != 6 {
+		t.Fatalf("events page: %d defers of alice, want 6 (the burst's 5 and the check after the refused POST)", n)
+	}
+	if out := b.outside(); len(out) > 0 {
+		t.Fatalf("the browser requested outside the console: %v", out)
+	}
+}
+
+func eventsQuery(actions ...string) events.Query { return events.Query{Actions: actions} }
+
+// screenshotDir is where a test saves its screenshots: the test's temp
+// dir, or $RATELIMITD_SCREENSHOT_DIR/TESTNAME when set (kept after the
+// test, to look at).
+func screenshotDir(t *testing.T) string {
+	if d := os.Getenv("RATELIMITD_SCREENSHOT_DIR"); d != "" {
+		p := filepath.Join(d, t.Name())
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return t.TempDir()
+}
