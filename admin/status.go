@@ -112,6 +112,11 @@ type StateStatus struct {
 	Malformed    int64 `json:"malformed"`
 	Converted    int64 `json:"converted"`
 	Unconfigured int64 `json:"unconfigured"`
+	// RecordsLost is how many unreadable records of the state file were
+	// set aside at start-up (serve --accept-state-loss), KeysLost the keys
+	// they held as far as could be told.
+	RecordsLost int64 `json:"records_lost"`
+	KeysLost    int64 `json:"keys_lost"`
 }
 
 // NewStateStatus reads the rate state p's health now (p is safe for
@@ -121,7 +126,8 @@ func NewStateStatus(p *ratestore.Persistent) *StateStatus {
 	s := &StateStatus{LastFlush: st.LastFlushAt, LastError: st.LastError, LastErrorAt: st.LastErrorAt,
 		FlushFailures: st.Failures, CompactionFailures: st.CompactionFailures, Pending: st.Pending,
 		MaxKeys: m.Cap(), Evicted: m.Evicted(), Refused: m.Refused(), Malformed: st.Malformed,
-		Converted: st.Converted, Unconfigured: st.Unconfigured, LastFlushAge: "never"}
+		Converted: st.Converted, Unconfigured: st.Unconfigured, LastFlushAge: "never",
+		RecordsLost: st.Lost, KeysLost: st.LostKeys}
 	if !st.LastFlushAt.IsZero() {
 		s.LastFlushAge = time.Since(st.LastFlushAt).Round(time.Second).String()
 	}
@@ -190,6 +196,10 @@ func (s *StateStatus) Print(w io.Writer) {
 	if s.Malformed+s.Converted+s.Unconfigured > 0 {
 		fmt.Fprintf(w, "rate state at start: %d malformed dropped, %d converted to changed limits, %d of unconfigured limits kept\n",
 			s.Malformed, s.Converted, s.Unconfigured)
+	}
+	if s.RecordsLost > 0 {
+		fmt.Fprintf(w, "STATE LOST at start: %d unreadable records set aside (--accept-state-loss), up to %d keys\n",
+			s.RecordsLost, s.KeysLost)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // Defaults of PersistOptions.
@@ -61,6 +62,14 @@ type PersistOptions struct {
 	Now func() time.Time
 	// Logger receives flush failures and sweep counts; nil discards.
 	Logger *slog.Logger
+	// SkipLost restores what can be read of a file with unreadable
+	// records, counting them (PersistStats.Lost, LostKeys) and Lost
+	// lists them, instead of failing: for `ratelimitd state check`, in
+	// read-only mode. Without it NewPersistent refuses such a file with
+	// statedb.RecordsLost's error. Unreadable records are never deleted
+	// here: the daemon sets them aside (statedb.SetAside) once the
+	// operator accepts their loss.
+	SkipLost bool
 }
 
 // PersistStats are counters of a Persistent since NewPersistent.
@@ -97,6 +106,10 @@ type PersistStats struct {
 	Pending int
 	// LastFlush is the duration of the last committed flush.
 	LastFlush time.Duration
+	// Lost is how many records NewPersistent could not read (with
+	// SkipLost) or were set aside before it (NoteLost), and LostKeys the
+	// keys they held as far as can be told.
+	Lost, LostKeys int64
 }
 
 // Persistent is a Memory whose state is kept in BoltDB by write-behind:
@@ -152,8 +165,12 @@ type Persistent struct {
 	log  *slog.Logger
 	done chan struct{}
 
-	mu      sync.Mutex // serialises flushes; guards the fields below
-	closed  bool
+	mu     sync.Mutex // serialises flushes; guards the fields below
+	closed bool
+	// sealed is set when the file is of the current format (every record
+	// sealed; see bolt_format.go), once restore has converted it.
+	sealed  bool
+	lost    []statedb.Lost // the records restore could not read
 	pending batch
 	// metaDirty holds the parameters to store at the next flush.
 	metaDirty map[string]ratelimit.Limit
@@ -391,6 +408,24 @@ func (p *Persistent) Stats() PersistStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stats
+}
+
+// NoteLost adds to the counts of lost records and keys (PersistStats.Lost,
+// LostKeys) those the daemon set aside before restoring, when the
+// operator accepted their loss (serve --accept-state-loss).
+func (p *Persistent) NoteLost(records, keys int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.Lost += int64(records)
+	p.stats.LostKeys += int64(keys)
+}
+
+// Lost returns the records NewPersistent could not read (with
+// PersistOptions.SkipLost).
+func (p *Persistent) Lost() []statedb.Lost {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.lost)
 }
 
 // Memory returns the in-memory store p persists.

@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 const (
@@ -73,8 +75,12 @@ var errCompactionStopped = errors.New("store: rate journal compaction stopped")
 // compact stops between two transactions, returning
 // errCompactionStopped, when stop is closed or (if stop is not nil) after
 // Close. Entries of a limit mem does not know (beyond MaxLimits at
-// restore) are dropped. A malformed record is logged and dropped; one of
-// an unknown format fails with ErrVersion.
+// restore) are dropped. A record that cannot be read (damaged since the
+// restore, which checked them all) is neither applied nor deleted: it is
+// logged at ERROR and recorded as the last error, and the next start
+// refuses the file until the operator salvages it or accepts the loss. A
+// sound record of an unknown format fails with ErrVersion. Every value
+// compact puts in the snapshot is sealed (cellVersion).
 func (p *Persistent) compact(stop <-chan struct{}) error {
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
@@ -100,7 +106,16 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		return fmt.Errorf("store: compaction of %s: %w", journalName, err)
 	}
 	c.recs = nil // the mapping of that transaction
-	if len(c.seqs) == 0 {
+	if len(c.lost) > 0 {
+		// Damaged since the restore checked every record: kept, for the
+		// operator to salvage or give up at the next start.
+		p.mu.Lock()
+		p.stats.LastError, p.stats.LastErrorAt = statedb.RecordsLost(p.db.Path(), c.lost).Error(), p.opts.Now()
+		p.mu.Unlock()
+		p.log.Error("unreadable rate journal records kept, not compacted", "records", len(c.lost),
+			"keys", statedb.LostKeys(c.lost), "file", p.db.Path())
+	}
+	if len(c.seqs) == len(c.lost) {
 		return nil
 	}
 	p.compactBytes.Store(int64(cap(c.ents)) * int64(unsafe.Sizeof(jentry{})))
@@ -133,7 +148,10 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		seqs := c.seqs[i:min(i+compactDeleteMax, len(c.seqs))]
 		err := p.update(func(tx *bbolt.Tx) error {
 			j := tx.Bucket(journalName)
-			for _, seq := range seqs {
+			for n, seq := range seqs {
+				if c.bad[i+n] {
+					continue // kept for the operator: see compact
+				}
 				if err := j.Delete(seq); err != nil {
 					return fmt.Errorf("store: delete %s/%x: %w", journalName, seq, err)
 				}
@@ -144,8 +162,10 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
 		}
 		var n int64
-		for _, size := range c.sizes[i : i+len(seqs)] {
-			n += int64(size)
+		for k, size := range c.sizes[i : i+len(seqs)] {
+			if !c.bad[i+k] {
+				n += int64(size)
+			}
 		}
 		p.mu.Lock()
 		p.journal -= n
@@ -174,6 +194,12 @@ type compaction struct {
 	// yield is Persistent.yield, called by apply every yieldEntries
 	// entries.
 	yield func()
+	// lost are the records that cannot be read, bad their indexes in
+	// seqs: a compaction neither applies nor deletes them.
+	lost []statedb.Lost
+	bad  map[int]bool
+	// cells holds the snapshot values apply puts in one transaction.
+	cells []byte
 }
 
 // jentry is a journal entry, 16 bytes: the entry at offset off of record
@@ -349,8 +375,9 @@ func keyPrefix(k []byte) uint64 {
 
 // collect reads every record of the journal in tx into c, and sorts and
 // deduplicates its entries. c.recs are slices of BoltDB's mapping, valid
-// until tx ends. A malformed record is logged, and its entries dropped;
-// it counts in c.seqs (and is deleted by a compaction). A record of an
+// until tx ends (the record without its checksum). A record that cannot
+// be read is added to c.lost and c.bad, and its entries dropped; it counts
+// in c.seqs (and is never deleted by a compaction). A sound record of an
 // unknown format fails with ErrVersion.
 //
 // It decodes the records twice, in journal order (sequential reads of the
@@ -414,8 +441,10 @@ func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
 
 // countEntries is collect's first pass: it reads every record of the
 // journal bucket j into c, counting each limit's entries and the prefix
-// its keys share. It returns the indexes of the malformed records (logged)
-// and fails only on a record of an unknown format (ErrVersion).
+// its keys share. It returns the indexes of the records that cannot be
+// read (their checksum fails, or they do not decode), which it adds to
+// c.lost, and fails only on a sound record of an unknown format
+// (ErrVersion).
 func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLimits) (bad map[int]bool, err error) {
 	cur := j.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
@@ -423,35 +452,40 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 			continue // a bucket: not written by this package
 		}
 		p.yield()
-		err := decodeRecord(v, func(name []byte, _, off, n int, _ bool) error {
-			lim, err := ix.lookup(c, name)
-			if err != nil {
-				return err
-			}
-			l, key := &ix.lims[lim], v[off:off+n]
-			if l.n == 0 {
-				l.first, l.lcp = key, n
-			} else {
-				l.lcp = commonPrefix(l.first[:l.lcp], key)
-			}
-			l.n++
-			return nil
-		})
+		body, err := recordBody(k, v, p.sealed)
+		if err == nil {
+			err = decodeRecord(body, func(name []byte, _, off, n int, _ bool) error {
+				lim, err := ix.lookup(c, name)
+				if err != nil {
+					return err
+				}
+				l, key := &ix.lims[lim], body[off:off+n]
+				if l.n == 0 {
+					l.first, l.lcp = key, n
+				} else {
+					l.lcp = commonPrefix(l.first[:l.lcp], key)
+				}
+				l.n++
+				return nil
+			})
+		}
 		if errors.Is(err, ErrVersion) {
 			return nil, err
 		}
 		if err != nil {
-			p.log.Warn("malformed rate journal record dropped", "key", fmt.Sprintf("%x", k), "err", err)
 			if bad == nil {
 				bad = map[int]bool{}
 			}
 			bad[len(c.recs)] = true
+			c.lost = append(c.lost, statedb.Lost{Path: []string{string(journalName)}, Key: bytes.Clone(k),
+				Bytes: len(v), Keys: recordKeys(v), Err: err})
 		}
 		c.seqs = append(c.seqs, bytes.Clone(k))
 		c.sizes = append(c.sizes, len(v))
-		c.recs = append(c.recs, v)
+		c.recs = append(c.recs, body)
 		c.bytes += int64(len(v))
 	}
+	c.bad = bad
 	return bad, nil
 }
 
@@ -536,6 +570,8 @@ func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
 	}
 	clear(c.recs)
 	defer clear(c.recs) // slices of this transaction's mapping
+	// BoltDB keeps the values put until commit: one array, never grown.
+	c.cells = slices.Grow(c.cells[:0], (end-start)*cellLen)
 	var b *bbolt.Bucket // the bucket of limit lim, once looked up
 	var emptied []string
 	looked, lim, del := false, -1, false
@@ -587,7 +623,9 @@ func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
 			}
 			looked = true
 		}
-		if err := b.Put(k, v); err != nil {
+		at := len(c.cells)
+		c.cells = statedb.Seal(c.cells, k, cellVersion, v)
+		if err := b.Put(k, c.cells[at:len(c.cells):len(c.cells)]); err != nil {
 			return fmt.Errorf("put %s/%q: %w", name, k, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // Run flushes every FlushInterval and sweeps every SweepInterval until ctx
@@ -219,11 +220,26 @@ func (p *Persistent) flushChanges() error {
 
 // encode writes the pending batch (grouped by limit) as journal
 // records into p.rbuf, the end of each in p.rends, and counts its changes.
+// Each record is a sealed record of recordV2 whose checksum is left zero
+// (appendJournal computes it over the record's key); a record holds at
+// most journalKeysMax entries and passes journalValueMax bytes by one
+// entry at most.
 func (p *Persistent) encode() (written, deleted, skipped int64) {
 	buf, ends := p.rbuf[:0], p.rends[:0]
 	var names []string
 	recs := p.pending.recs
-	start := 0 // of the current record in buf
+	start, keys := 0, 0   // of the current record in buf, and its entries
+	group, count := -1, 0 // where the open group's count goes
+	closeRecord := func() {
+		if group >= 0 {
+			binary.BigEndian.PutUint32(buf[group:], uint32(count))
+			group = -1
+		}
+		binary.BigEndian.PutUint16(buf[start+1:], uint16(keys))
+		buf = append(buf, 0, 0, 0, 0) // the checksum
+		ends = append(ends, len(buf))
+		start, keys = len(buf), 0
+	}
 	for i := 0; i < len(recs); {
 		j := i + 1
 		for j < len(recs) && recs[j].lim == recs[i].lim {
@@ -235,7 +251,6 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 			i = j
 			continue
 		}
-		group, count := -1, 0 // where the open group's count goes
 		for n, r := range recs[i:j] {
 			if n%yieldEntries == yieldEntries-1 {
 				p.yield()
@@ -245,14 +260,11 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 				skipped++
 				continue
 			}
-			if group >= 0 && len(buf)-start >= journalValueMax {
-				binary.BigEndian.PutUint32(buf[group:], uint32(count))
-				group = -1
-				ends = append(ends, len(buf))
-				start = len(buf)
+			if len(buf) > start && (len(buf)-start >= journalValueMax || keys >= journalKeysMax) {
+				closeRecord()
 			}
 			if len(buf) == start {
-				buf = append(buf, recordFormat)
+				buf = append(buf, recordV2, 0, 0)
 			}
 			if group < 0 {
 				buf = binary.AppendUvarint(buf, uint64(len(name)))
@@ -274,14 +286,16 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 				written++
 			}
 			count++
+			keys++
 		}
 		if group >= 0 {
 			binary.BigEndian.PutUint32(buf[group:], uint32(count))
+			group = -1
 		}
 		i = j
 	}
 	if len(buf) > start {
-		ends = append(ends, len(buf))
+		closeRecord()
 	}
 	p.rbuf, p.rends = buf, ends
 	return written, deleted, skipped
@@ -297,7 +311,7 @@ func (p *Persistent) putMeta(tx *bbolt.Tx) error {
 		return fmt.Errorf("store: create bucket %s: %w", metaName, err)
 	}
 	for name, l := range p.metaDirty {
-		if err := b.Put([]byte(name), encodeParams(l)); err != nil {
+		if err := b.Put([]byte(name), statedb.Seal(nil, []byte(name), metaVersion, encodeParams(l))); err != nil {
 			return fmt.Errorf("store: put %s/%s: %w", metaName, name, err)
 		}
 	}
@@ -305,11 +319,19 @@ func (p *Persistent) putMeta(tx *bbolt.Tx) error {
 }
 
 // appendJournal puts the records encoded in p.rbuf (which BoltDB keeps
-// until commit) at the end of the journal.
+// until commit) at the end of the journal, each sealed with the checksum
+// over its key. A record never replaces another: should the bucket's
+// sequence be behind its last key (a damaged bucket header), it starts
+// after that key.
 func (p *Persistent) appendJournal(tx *bbolt.Tx) error {
 	j, err := tx.CreateBucketIfNotExists(journalName)
 	if err != nil {
 		return fmt.Errorf("store: create bucket %s: %w", journalName, err)
+	}
+	if k, _ := j.Cursor().Last(); len(k) == 8 && binary.BigEndian.Uint64(k) > j.Sequence() {
+		if err := j.SetSequence(binary.BigEndian.Uint64(k)); err != nil {
+			return err
+		}
 	}
 	prev := 0
 	for _, end := range p.rends {
@@ -317,7 +339,9 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx) error {
 		if err != nil {
 			return err
 		}
-		if err := j.Put(binary.BigEndian.AppendUint64(nil, seq), p.rbuf[prev:end]); err != nil {
+		key, rec := binary.BigEndian.AppendUint64(nil, seq), p.rbuf[prev:end]
+		binary.BigEndian.PutUint32(rec[len(rec)-4:], statedb.Sum(key, rec[:len(rec)-4]))
+		if err := j.Put(key, rec); err != nil {
 			return fmt.Errorf("store: append to %s: %w", journalName, err)
 		}
 		prev = end

@@ -12,6 +12,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // releaseEvery is how many states restore merges between two releases
@@ -74,6 +75,12 @@ func (p *Persistent) restore() error {
 		p.log.Error("malformed rate states dropped at restore (not a state, or a NaN or infinite rate)",
 			"count", p.stats.Malformed, "file", p.db.Path())
 	}
+	if len(p.lost) > 0 {
+		if !p.opts.SkipLost {
+			return statedb.RecordsLost(p.db.Path(), p.lost)
+		}
+		p.stats.Lost, p.stats.LostKeys = int64(len(p.lost)), int64(statedb.LostKeys(p.lost))
+	}
 	if p.opts.ReadOnly {
 		return nil
 	}
@@ -85,6 +92,9 @@ func (p *Persistent) restore() error {
 			p.log.Error("writing the rate state changes of the restore failed, will retry", "err", err)
 		}
 	}
+	if !p.sealed && len(p.lost) == 0 {
+		return p.convert()
+	}
 	return nil
 }
 
@@ -94,25 +104,31 @@ func (p *Persistent) restore() error {
 func (p *Persistent) checkFormat() error {
 	version := func(tx *bbolt.Tx) error {
 		root := tx.Bucket(bucketName)
-		if root == nil && p.opts.ReadOnly {
-			return nil
+		if root == nil && (p.opts.ReadOnly || tx.Bucket(journalName) != nil) {
+			return nil // a journal without snapshot: of format 2
 		}
 		if root == nil {
 			var err error
 			if root, err = tx.CreateBucket(bucketName); err != nil {
 				return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
 			}
+			p.sealed = true
+			return root.Put(versionKey, []byte(formatVersion))
 		}
 		switch v := root.Get(versionKey); {
 		case v == nil || string(v) == formatV1:
 			if p.opts.ReadOnly {
 				return nil
 			}
-			if err := root.Put(versionKey, []byte(formatVersion)); err != nil {
+			// Format 2 until converted: an older ratelimitd then
+			// refuses the journal rather than ignore it.
+			if err := root.Put(versionKey, []byte(formatV2)); err != nil {
 				return fmt.Errorf("store: write format version: %w", err)
 			}
-		case string(v) != formatVersion:
-			return fmt.Errorf("%w: %q (want %s or %s)", ErrVersion, v, formatV1, formatVersion)
+		case string(v) == formatVersion:
+			p.sealed = true
+		case string(v) != formatV2:
+			return fmt.Errorf("%w: %q (want %s, %s or %s)", ErrVersion, v, formatV1, formatV2, formatVersion)
 		}
 		return nil
 	}
@@ -133,7 +149,20 @@ func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
-			if l, ok := decodeParams(v); ok {
+			raw := v
+			if p.sealed || len(v) != metaLen {
+				ver, payload, err := statedb.Unseal(k, v)
+				if err == nil && ver != metaVersion {
+					err = fmt.Errorf("%w: parameters of version %d", statedb.ErrRecord, ver)
+				}
+				if err != nil {
+					p.lost = append(p.lost, statedb.Lost{Path: []string{string(metaName)}, Key: bytes.Clone(k),
+						Bytes: len(v), Keys: 1, Err: err})
+					return nil
+				}
+				raw = payload
+			}
+			if l, ok := decodeParams(raw); ok {
 				stored[string(k)] = l
 			} else {
 				p.log.Warn("malformed stored limit parameters ignored", "limit", string(k))
@@ -177,6 +206,7 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	}
 	p.journal = c.bytes
 	p.stats.Journal = c.bytes
+	p.lost = append(p.lost, c.lost...)
 	releaseMappedTx(p.db, tx) // collect read every record
 	root := tx.Bucket(bucketName)
 	names, err := limitNames(root, &c)
@@ -270,7 +300,7 @@ func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 		}
 		if k != nil && (jk == nil || bytes.Compare(k, jk) < 0) {
 			if v != nil { // not a nested bucket, which is not ours
-				r.state(k, v)
+				r.cell(k, v)
 			}
 			k, v = cur.Next()
 			continue
@@ -283,6 +313,20 @@ func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 		}
 		i++
 	}
+}
+
+// cell restores the snapshot value v of key k (state), or records it as
+// lost when it cannot be read.
+func (r *stateRestore) cell(k, v []byte) {
+	p := r.p
+	cell, err := openCell(k, v, p.sealed)
+	if err != nil {
+		// Never deleted here: the operator decides (see statedb).
+		p.lost = append(p.lost, statedb.Lost{Path: []string{string(bucketName), r.name}, Key: bytes.Clone(k),
+			Bytes: len(v), Keys: 1, Err: err})
+		return
+	}
+	r.state(k, cell)
 }
 
 // state restores the stored state v of key k: loaded into memory, or

@@ -24,6 +24,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // openDB opens a BoltDB file for a test. The returned close function (also
@@ -70,7 +71,12 @@ func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 		if root := tx.Bucket(bucketName); root != nil {
 			err := root.ForEachBucket(func(name []byte) error {
 				return root.Bucket(name).ForEach(func(k, v []byte) error {
-					s, ok := decodeState(v)
+					cell, err := openCell(k, v, false)
+					if err != nil {
+						t.Errorf("%s/%q: %v", name, k, err)
+						return nil
+					}
+					s, ok := decodeState(cell)
 					if !ok {
 						t.Errorf("%s/%q: malformed value %x", name, k, v)
 					}
@@ -87,6 +93,10 @@ func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 			return nil
 		}
 		return j.ForEach(func(seq, v []byte) error {
+			v, err := recordBody(seq, v, false)
+			if err != nil {
+				return err
+			}
 			return decodeRecord(v, func(name []byte, _, off, n int, del bool) error {
 				k := pair{string(name), string(v[off : off+n])}
 				if del {
@@ -483,8 +493,17 @@ func TestPersistentVersion1(t *testing.T) {
 	}
 }
 
-// TestPersistentJournalMalformed drops a malformed journal record and
-// refuses one of an unknown format.
+// journalRecord returns the sealed journal record, under seq, of count
+// entries (as its header says) and the groups given.
+func journalRecord(seq uint64, count uint16, groups []byte) []byte {
+	payload := binary.BigEndian.AppendUint16(nil, count)
+	return statedb.Seal(nil, binary.BigEndian.AppendUint64(nil, seq), recordV2, append(payload, groups...))
+}
+
+// TestPersistentJournalMalformed refuses a journal record that does not
+// decode though its checksum matches (not written by this package), naming
+// it, restores the rest with SkipLost, and refuses one of an unknown
+// format.
 func TestPersistentJournalMalformed(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
@@ -500,18 +519,83 @@ func TestPersistentJournalMalformed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	put(1000, []byte{recordFormat, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 10, 'b'}) // truncated
+	put(1000, journalRecord(1000, 1, []byte{6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 10, 'b'})) // truncated
 	closeDB()
 	db, closeDB = openDB(t, path)
-	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	_, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{})
+	if !errors.Is(err, statedb.ErrRecordsLost) || !strings.Contains(err.Error(), `ratejournal/"\x00\x00\x00\x00\x00\x00\x03\xe8"`) {
+		t.Errorf("NewPersistent with a malformed record: %v", err)
+	}
+	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{ReadOnly: true, SkipLost: true})
 	equalStates(t, "restored", contents(t, p), map[pair]ratelimit.State{{"hourly", "alice"}: {Time: 1, Rate: 1}})
+	if st := p.Stats(); st.Lost != 1 || st.LostKeys != 1 {
+		t.Errorf("stats: %d records, %d keys lost, want 1, 1", st.Lost, st.LostKeys)
+	}
 	p.Close()
-	put(1001, []byte{recordFormat + 1})
+	put(1000, statedb.Seal(nil, binary.BigEndian.AppendUint64(nil, 1000), recordV2+1, nil))
 	closeDB()
 	db, _ = openDB(t, path)
 	if _, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{}); !errors.Is(err, ErrVersion) {
-		t.Errorf("NewPersistent with a record of format %d = %v, want ErrVersion", recordFormat+1, err)
+		t.Errorf("NewPersistent with a record of format %d = %v, want ErrVersion", recordV2+1, err)
 	}
+}
+
+// TestPersistentJournalMalformedPartly: a journal record that is
+// malformed after a valid entry is refused whole (collect counted its
+// entries before it found the fault); once set aside (the operator's
+// decision), the records around it are restored and compacted.
+func TestPersistentJournalMalformedPartly(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, closeDB := openDB(t, path)
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	p.Update(ctx, "hourly", "alice", set(ratelimit.State{Time: 1, Rate: 1}))
+	p.Close()
+	state := make([]byte, valueLen)
+	encodeState(state, ratelimit.State{Time: 2, Rate: 2})
+	record := func(seq uint64, count byte, keys ...string) []byte {
+		v := []byte{6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, count}
+		for _, k := range keys {
+			v = append(append(append(v, byte(len(k)<<1)), k...), state...)
+		}
+		if count > byte(len(keys)) {
+			v = append(v, 10, 'b')
+		}
+		return journalRecord(seq, uint16(count), v)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		j := tx.Bucket(journalName)
+		if err := j.Put(binary.BigEndian.AppendUint64(nil, 1000), record(1000, 2, "bob")); err != nil {
+			return err
+		}
+		return j.Put(binary.BigEndian.AppendUint64(nil, 1001), record(1001, 2, "carol", "dave"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[pair]ratelimit.State{{"hourly", "alice"}: {Time: 1, Rate: 1},
+		{"hourly", "carol"}: {Time: 2, Rate: 2}, {"hourly", "dave"}: {Time: 2, Rate: 2}}
+	closeDB()
+	db, closeDB = openDB(t, path)
+	if _, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{}); !errors.Is(err, statedb.ErrRecordsLost) {
+		t.Fatalf("NewPersistent with a malformed record: %v", err)
+	}
+	lost, _, err := statedb.Scan(db, Formats())
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("scan: %v %v", lost, err)
+	}
+	if err := statedb.SetAside(db, Formats(), lost); err != nil {
+		t.Fatal(err)
+	}
+	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{})
+	equalStates(t, "restored", contents(t, p), want)
+	if err := p.compact(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := journalLen(t, db); n != 0 {
+		t.Errorf("%d journal records after compaction", n)
+	}
+	equalStates(t, "stored after compaction", stored(t, db), want)
+	p.Close()
 }
 
 func TestPersistentNegligible(t *testing.T) {
@@ -1309,8 +1393,12 @@ func TestCollectOrder(t *testing.T) {
 	err := db.View(func(tx *bbolt.Tx) error {
 		last := map[[2]string]entry{}
 		rec := 0
-		err := tx.Bucket(journalName).ForEach(func(_, v []byte) error {
-			err := decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
+		err := tx.Bucket(journalName).ForEach(func(seq, v []byte) error {
+			v, err := recordBody(seq, v, true)
+			if err != nil {
+				return err
+			}
+			err = decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
 				e := entry{lim: string(name), key: string(v[off : off+n]), rec: rec, off: at, del: del}
 				if !del {
 					e.state = string(v[off+n : off+n+valueLen])
@@ -1360,51 +1448,6 @@ func TestCollectOrder(t *testing.T) {
 	if len(want) < 1000 {
 		t.Fatalf("only %d distinct keys", len(want))
 	}
-}
-
-// TestPersistentJournalMalformedPartly restores and compacts a journal with
-// a record malformed after a valid entry: the whole record is dropped
-// (collect counted its entries before it found the fault), and the
-// records around it are applied.
-func TestPersistentJournalMalformedPartly(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ratelimitd.db")
-	db, closeDB := openDB(t, path)
-	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
-	p.Update(ctx, "hourly", "alice", set(ratelimit.State{Time: 1, Rate: 1}))
-	p.Close()
-	state := make([]byte, valueLen)
-	encodeState(state, ratelimit.State{Time: 2, Rate: 2})
-	record := func(count byte, keys ...string) []byte {
-		v := []byte{recordFormat, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, count}
-		for _, k := range keys {
-			v = append(append(append(v, byte(len(k)<<1)), k...), state...)
-		}
-		return v
-	}
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		j := tx.Bucket(journalName)
-		if err := j.Put(binary.BigEndian.AppendUint64(nil, 1000), append(record(2, "bob"), 10, 'b')); err != nil {
-			return err
-		}
-		return j.Put(binary.BigEndian.AppendUint64(nil, 1001), record(2, "carol", "dave"))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	want := map[pair]ratelimit.State{{"hourly", "alice"}: {Time: 1, Rate: 1},
-		{"hourly", "carol"}: {Time: 2, Rate: 2}, {"hourly", "dave"}: {Time: 2, Rate: 2}}
-	closeDB()
-	db, closeDB = openDB(t, path)
-	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{})
-	equalStates(t, "restored", contents(t, p), want)
-	if err := p.compact(nil); err != nil {
-		t.Fatal(err)
-	}
-	if n := journalLen(t, db); n != 0 {
-		t.Errorf("%d journal records after compaction", n)
-	}
-	equalStates(t, "stored after compaction", stored(t, db), want)
-	p.Close()
 }
 
 // A flush and a compaction yield the CPU while they work (so that with

@@ -42,7 +42,8 @@ func TestPersistentRestoreRejectsNonFinite(t *testing.T) {
 			v := make([]byte, valueLen)
 			binary.BigEndian.PutUint64(v, uint64(t0.UnixNano()))
 			binary.BigEndian.PutUint64(v[8:], math.Float64bits(r))
-			if err := b.Put([]byte(fmt.Sprint("k", i)), v); err != nil {
+			k := []byte(fmt.Sprint("k", i))
+			if err := b.Put(k, statedb.Seal(nil, k, cellVersion, v)); err != nil {
 				return err
 			}
 		}
@@ -107,8 +108,9 @@ func zeroDataPages(t testing.TB, path string) {
 // reports for an entry (which compaction.entry decodes again) gives the
 // key and the state it reports.
 func FuzzDecodeRecord(f *testing.F) {
-	f.Add([]byte{recordFormat, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
-	f.Add([]byte{recordFormat, 1, 'x', 0, 0, 0, 2, 3, 'a'})
+	f.Add([]byte{recordV1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{recordV2, 0, 1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{recordV1, 1, 'x', 0, 0, 0, 2, 3, 'a'})
 	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
@@ -343,7 +345,8 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return j.Put(binary.BigEndian.AppendUint64(nil, 1<<62), []byte{recordFormat + 1})
+		key := binary.BigEndian.AppendUint64(nil, 1<<62)
+		return j.Put(key, statedb.Seal(nil, key, recordV2+1, nil))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -361,10 +364,10 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := p.Stats()
-	if !strings.Contains(st.LastError, "journal record format 2") || st.LastErrorAt.IsZero() || st.Flushes == 0 || st.LastFlushAt.IsZero() {
+	if !strings.Contains(st.LastError, "journal record format 3") || st.LastErrorAt.IsZero() || st.Flushes == 0 || st.LastFlushAt.IsZero() {
 		t.Errorf("stats after a failed compaction: %+v", st)
 	}
-	if l := logs.String(); !strings.Contains(l, "rate journal compaction failed") || !strings.Contains(l, "journal record format 2") {
+	if l := logs.String(); !strings.Contains(l, "rate journal compaction failed") || !strings.Contains(l, "journal record format 3") {
 		t.Errorf("not logged with its cause:\n%s", l)
 	}
 	p.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // The state file fixture of an earlier release (../testdata/statefile):
@@ -129,5 +130,110 @@ func TestWriteStateFixture(t *testing.T) {
 	}
 	if err := q.Suspend("hourly-user0001@example.org", "postmaster"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fixtureWant is the rate state the fixture holds.
+func fixtureWant() map[pair]ratelimit.State {
+	want := map[pair]ratelimit.State{}
+	for limit := range fixtureLimits {
+		for i := range 300 {
+			if i < 10 || i >= 15 {
+				want[pair{limit, fmt.Sprintf("%s-user%04d@example.org", limit, i)}] = fixtureState(limit, i)
+			}
+		}
+	}
+	return want
+}
+
+// copyFixture copies the fixture to a new file and opens it.
+func copyFixture(t *testing.T) (*bbolt.DB, func()) {
+	t.Helper()
+	b, err := os.ReadFile(fixtureV2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/ratelimitd.db"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return openDB(t, path)
+}
+
+// A state file written by the release before checksummed records opens
+// with every state equal, read-only and read-write, and is converted
+// when it can be written: every record sealed, format 3, the same states
+// after a restart; its recipient sets are sealed by their first flush.
+func TestStateFixtureOpensAndConverts(t *testing.T) {
+	db, closeDB := copyFixture(t)
+	now := func() time.Time { return fixtureNow }
+	want := fixtureWant()
+	equalStates(t, "stored in the fixture", stored(t, db), want)
+	// Negligible at fixtureNow (a GCRA arrival time of now): not restored.
+	delete(want, pair{"daily", "daily-user0000@example.org"})
+	path := db.Path()
+	ro := newPersistent(t, db, MemoryOptions{}, PersistOptions{Limits: fixtureLimits, Now: now, ReadOnly: true})
+	equalStates(t, "restored read-only", contents(t, ro), want)
+	ro.Close()
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{Limits: fixtureLimits, Now: now})
+	equalStates(t, "restored and converted", contents(t, p), want)
+	p.Close()
+	// Converted: format 3, an empty journal, every value sealed.
+	err := db.View(func(tx *bbolt.Tx) error {
+		if !rateSealed(tx) {
+			t.Errorf("format %q after the conversion", tx.Bucket(bucketName).Get(versionKey))
+		}
+		if n := tx.Bucket(journalName).Stats().KeyN; n != 0 {
+			t.Errorf("%d journal records after the conversion", n)
+		}
+		return tx.Bucket(bucketName).ForEachBucket(func(name []byte) error {
+			return tx.Bucket(bucketName).Bucket(name).ForEach(func(k, v []byte) error {
+				if _, err := openCell(k, v, true); err != nil {
+					t.Errorf("%s/%s: %v", name, k, err)
+				}
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalStates(t, "stored after the conversion", stored(t, db), want)
+	r, err := OpenRecipients(db, fixtureNow, RecipientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Len(); n != 40 {
+		t.Errorf("%d recipient sets restored, want 40", n)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lost, usage, err := statedb.Scan(db, Formats())
+	if err != nil || len(lost) > 0 {
+		t.Fatalf("scan after the conversion: %v %v", lost, err)
+	}
+	for _, u := range usage {
+		if u.Bucket == string(rcptBucket) && u.Records != 41 {
+			t.Errorf("%s: %d records, want 40 and the version", u.Bucket, u.Records)
+		}
+	}
+	closeDB()
+
+	db, _ = openDB(t, path)
+	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{Limits: fixtureLimits, Now: now})
+	equalStates(t, "restored after the conversion", contents(t, p), want)
+	p.Close()
+	r, err = OpenRecipients(db, fixtureNow, RecipientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := range 40 {
+		for j := range 1 + i*3 {
+			if ok, _ := r.Seen(context.Background(), "uniq", fmt.Sprintf("sender%02d", i), ratelimit.HashAddr(fmt.Sprintf("r%d@example.org", j)), fixtureNow, time.Hour); !ok {
+				t.Fatalf("sender%02d's recipient %d forgotten by the conversion", i, j)
+			}
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // The stored parameters of each limit: states of a limit no longer
@@ -266,7 +267,8 @@ func TestPersistentReconfigure(t *testing.T) {
 		t.Errorf("stored %v, want %v", got, s)
 	}
 	if err := db.View(func(tx *bbolt.Tx) error {
-		if l, ok := decodeParams(tx.Bucket(metaName).Get([]byte("hourly"))); !ok || l != hourlyGCRA {
+		_, v, err := statedb.Unseal([]byte("hourly"), tx.Bucket(metaName).Get([]byte("hourly")))
+		if l, ok := decodeParams(v); err != nil || !ok || l != hourlyGCRA {
 			t.Errorf("stored parameters %v, %v", l, ok)
 		}
 		return nil

@@ -1,6 +1,7 @@
 package ratestore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // Recipients keeps the recent recipients of every (limit, key) pair of the
@@ -31,9 +33,13 @@ import (
 // Persistence is write-behind, like the rate state (Persistent): changes
 // are made in memory and Flush writes the pairs changed since the last
 // flush to BoltDB bucket "rcptsets" (key: limit name, NUL, rate key;
-// value: the period in ns, 8 bytes little-endian, then the AddrSet's
-// MarshalBinary) in one transaction. A crash loses at most the recipients
-// added since the last flush: they count as new once more.
+// value: a record, statedb.Seal of version 1, of the period in ns, 8
+// bytes little-endian, then the AddrSet's MarshalBinary) in one
+// transaction; its key "\x00version" holds "2". A bucket without it was
+// written without checksums: its values are the bare payloads, read as
+// they are and sealed by the first flush, which writes every pair
+// restored. A crash loses at most the recipients added since the last
+// flush: they count as new once more.
 //
 // Its methods are safe for concurrent use.
 type Recipients struct {
@@ -44,12 +50,45 @@ type Recipients struct {
 	flushM sync.Mutex // serialises flushes
 	closed chan struct{}
 	once   sync.Once
+	// sealed is set once the bucket is of the current format (under
+	// flushM).
+	sealed bool
 }
 
 const recipientShards = 32
 
 // rcptBucket is the BoltDB bucket of the recipient sets.
 var rcptBucket = []byte("rcptsets")
+
+// rcptVersion is the version of a sealed recipient set, and
+// rcptFormat the bucket's format (at versionKey).
+const (
+	rcptVersion = 1
+	rcptFormat  = "2"
+)
+
+// isVersionKey reports whether k is a bucket's format key (no limit name
+// starts with NUL).
+func isVersionKey(k []byte) bool { return string(k) == string(versionKey) }
+
+// rcptSealed reports whether the recipient sets in b are sealed.
+func rcptSealed(b *bbolt.Bucket) bool {
+	return b != nil && string(b.Get(versionKey)) == rcptFormat
+}
+
+// openRcpt returns the payload of the stored recipient set v of pair k:
+// sealed, checked, or in a bucket not yet converted (sealed false) v
+// itself. The error wraps statedb.ErrRecord.
+func openRcpt(k, v []byte, sealed bool) ([]byte, error) {
+	if !sealed {
+		return v, nil
+	}
+	ver, payload, err := statedb.Unseal(k, v)
+	if err == nil && (ver != rcptVersion || len(payload) < 8) {
+		err = fmt.Errorf("%w: a value of version %d and %d bytes, not a recipient set", statedb.ErrRecord, ver, len(payload))
+	}
+	return payload, err
+}
 
 type rcptEntry struct {
 	set    ratelimit.AddrSet
@@ -105,20 +144,36 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 // restoring what it holds: sets whose generations have expired by now, and
 // entries it cannot decode, are dropped (and deleted by the first flush);
 // beyond MaxKeys the rest are skipped. db stays owned by the caller. It
-// returns BoltDB's error, wrapping ErrDamaged for a page BoltDB panics on.
+// refuses a bucket with a record that fails its checksum with
+// statedb.RecordsLost's error (the daemon sets such records aside first,
+// when the operator accepts their loss), and returns BoltDB's error,
+// wrapping ErrDamaged for a page BoltDB panics on.
 // Start Run to flush periodically; Close flushes a last time.
 func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
 	r := NewRecipients(opts)
 	r.db = db
 	n := 0
+	var lost []statedb.Lost
 	restore := func(tx *bbolt.Tx) error {
 		b := tx.Bucket(rcptBucket)
+		r.sealed = rcptSealed(b)
 		if b == nil {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
+			if isVersionKey(k) {
+				return nil
+			}
 			id := string(k)
 			sh := r.shard(id)
+			v, err := openRcpt(k, v, r.sealed)
+			if err != nil {
+				lost = append(lost, statedb.Lost{Path: []string{string(rcptBucket)}, Key: bytes.Clone(k), Bytes: len(v), Keys: 1, Err: err})
+				return nil
+			}
+			if !r.sealed {
+				sh.dirty[id] = struct{}{} // sealed by the first flush
+			}
 			var e rcptEntry
 			if len(v) < 8 || e.set.UnmarshalBinary(v[8:]) != nil || n >= r.opts.MaxKeys {
 				sh.dirty[id] = struct{}{}
@@ -136,6 +191,9 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 	}
 	if err := damageSafe(db, func() error { return db.View(restore) }); err != nil {
 		return nil, fmt.Errorf("store: restore %s: %w", rcptBucket, err)
+	}
+	if len(lost) > 0 {
+		return nil, statedb.RecordsLost(db.Path(), lost)
 	}
 	return r, nil
 }
@@ -282,8 +340,8 @@ func (r *Recipients) flush() error {
 			c := change{id: id}
 			if e := sh.m[id]; e != nil {
 				b, _ := e.set.MarshalBinary()
-				c.val = binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(b)), uint64(e.period))
-				c.val = append(c.val, b...)
+				v := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(b)), uint64(e.period))
+				c.val = statedb.Seal(make([]byte, 0, len(v)+len(b)+statedb.RecordOverhead), []byte(id), rcptVersion, append(v, b...))
 			}
 			changes = append(changes, c)
 		}
@@ -297,6 +355,13 @@ func (r *Recipients) flush() error {
 		b, err := tx.CreateBucketIfNotExists(rcptBucket)
 		if err != nil {
 			return err
+		}
+		if !r.sealed {
+			// Every pair restored is among the changes: the bucket is
+			// sealed with this transaction.
+			if err := b.Put(versionKey, []byte(rcptFormat)); err != nil {
+				return err
+			}
 		}
 		for _, c := range changes {
 			if c.val == nil {
@@ -320,6 +385,7 @@ func (r *Recipients) flush() error {
 		}
 		return fmt.Errorf("store: flush %s: %w", rcptBucket, err)
 	}
+	r.sealed = true
 	return nil
 }
 
@@ -369,6 +435,9 @@ func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 			return nil
 		}
 		return b.ForEach(func(k, _ []byte) error {
+			if isVersionKey(k) {
+				return nil
+			}
 			out = append(out, strings.Replace(string(k), "\x00", "|", 1))
 			return nil
 		})

@@ -20,12 +20,15 @@ type Inspect func(w io.Writer, db *bolt.DB) (problems []string, err error)
 
 // Check writes to w what is readable in the state file at path: its page
 // structure, BoltDB's consistency check, each top-level bucket's keys and
-// nested buckets, then what inspect (if not nil) reports. It returns an
+// nested buckets, the records of the buckets formats describe (counts of
+// records, bytes and keys per bucket, and every record that cannot be
+// read, which makes the file damaged), then what inspect (if not nil)
+// reports. It returns an
 // error wrapping ErrDamaged (Damaged) when the file is damaged, an
 // error saying so when another process holds its lock, and the os error
 // when it cannot be opened at all. It never writes to the file and
 // recovers BoltDB's panics.
-func Check(w io.Writer, path string, inspect Inspect) error {
+func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return err
@@ -70,6 +73,14 @@ func Check(w io.Writer, path string, inspect Inspect) error {
 		bad = append(bad, "consistency check failed")
 	}
 	checkBuckets(w, db, &bad)
+	guard(&bad, "records", func() error {
+		lost, usage, err := Scan(db, formats)
+		report(w, usage, lost)
+		if len(lost) > 0 {
+			bad = append(bad, fmt.Sprintf("%d unreadable records (up to %d keys)", len(lost), LostKeys(lost)))
+		}
+		return err
+	})
 	if inspect != nil {
 		guard(&bad, "rate state", func() error {
 			p, err := inspect(w, db)

@@ -62,6 +62,8 @@ func (n *node) write(b *bolt.Bucket) (keys int, err error) {
 // salvager copies the readable buckets of one damaged file into a new one.
 type salvager struct {
 	w       io.Writer
+	formats map[string]Format
+	aside   map[string]*node // unreadable records kept, by SetAside bucket
 	in, out *bolt.DB
 	dst     string
 	copied  int // keys copied
@@ -71,13 +73,16 @@ type salvager struct {
 // Salvage copies every bucket of the state file src that can be read into
 // a new BoltDB file dst (which must not exist): each top-level bucket, and
 // for a top-level bucket that cannot be read whole, each of its nested
-// buckets (a limit's rate states, a quarantine bucket) that can. It reports
+// buckets (a limit's rate states, a quarantine bucket) that can. Of the
+// buckets formats describe it copies only the records that pass their
+// check; an unreadable one is reported, and copied into its format's
+// SetAside bucket when it has one (a quarantine entry), else left out. It reports
 // what it copied and skipped to w. It refuses a file whose page tree
 // CheckPages rejects as unreadable (BoltDB cannot read it without hanging)
 // and an existing dst; other errors are those of opening or writing the
 // files. Panics and faults while reading src are recovered and reported as
 // skipped buckets.
-func Salvage(w io.Writer, src, dst string) error {
+func Salvage(w io.Writer, src, dst string, formats []Format) error {
 	if err := CheckPages(src); errors.Is(err, ErrUnreadable) {
 		return fmt.Errorf("salvage: %w (nothing copied)", err)
 	}
@@ -94,7 +99,10 @@ func Salvage(w io.Writer, src, dst string) error {
 		return fmt.Errorf("salvage: %w", err)
 	}
 	defer out.Close()
-	s := &salvager{w: w, in: in, out: out, dst: dst}
+	s := &salvager{w: w, in: in, out: out, dst: dst, formats: map[string]Format{}, aside: map[string]*node{}}
+	for _, f := range formats {
+		s.formats[f.Bucket] = f
+	}
 	var tops []string
 	if err := s.read(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
@@ -107,6 +115,12 @@ func Salvage(w io.Writer, src, dst string) error {
 	for _, top := range tops {
 		if err := s.bucket(top); err != nil {
 			return err
+		}
+	}
+	for name, n := range s.aside {
+		fmt.Fprintf(w, "unreadable records kept aside in %s: %d\n", name, len(n.kvs))
+		if err := s.save([]string{name}, n); err != nil {
+			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
 		}
 	}
 	fmt.Fprintf(w, "salvage: %d keys copied to %s, %d buckets skipped\n", s.copied, dst, s.skipped)
@@ -144,7 +158,9 @@ func (s *salvager) bucket(top string) error {
 	var n *node
 	err := s.read(func(tx *bolt.Tx) error {
 		var err error
-		n, err = readNode(tx.Bucket([]byte(top)))
+		if n, err = readNode(tx.Bucket([]byte(top))); err == nil {
+			s.filter(tx, []string{top}, n)
+		}
 		return err
 	})
 	if err == nil {
@@ -170,7 +186,9 @@ func (s *salvager) bucket(top string) error {
 		var n *node
 		err := s.read(func(tx *bolt.Tx) error {
 			var err error
-			n, err = readNode(tx.Bucket([]byte(top)).Bucket([]byte(child)))
+			if n, err = readNode(tx.Bucket([]byte(top)).Bucket([]byte(child))); err == nil {
+				s.filter(tx, []string{top, child}, n)
+			}
 			return err
 		})
 		if err != nil {
@@ -183,4 +201,42 @@ func (s *salvager) bucket(top string) error {
 		}
 	}
 	return nil
+}
+
+// filter drops from n, the bucket at path read from tx, the records that
+// fail their format's check, reporting each, and keeps those of a format
+// with a SetAside bucket in s.aside.
+func (s *salvager) filter(tx *bolt.Tx, path []string, n *node) {
+	f, ok := s.formats[path[0]]
+	if !ok || f.Check == nil {
+		return
+	}
+	check := f.Check(tx)
+	if f.Nested && len(path) == 1 {
+		for name, child := range n.buckets {
+			s.filter(tx, []string{path[0], name}, child)
+		}
+		return
+	}
+	kept := n.kvs[:0]
+	for _, kv := range n.kvs {
+		keys, err := check(path, kv[0], kv[1])
+		if err == nil {
+			kept = append(kept, kv)
+			continue
+		}
+		l := Lost{Path: path, Key: kv[0], Bytes: len(kv[1]), Keys: keys, Err: err}
+		if f.SetAside == "" {
+			fmt.Fprintf(s.w, "left out unreadable record %s\n", l)
+			continue
+		}
+		fmt.Fprintf(s.w, "kept unreadable record %s in %s\n", l, f.SetAside)
+		a := s.aside[f.SetAside]
+		if a == nil {
+			a = &node{buckets: map[string]*node{}}
+			s.aside[f.SetAside] = a
+		}
+		a.kvs = append(a.kvs, kv)
+	}
+	n.kvs = kept
 }

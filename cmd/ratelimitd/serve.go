@@ -13,15 +13,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 )
 
-func newServeCmd(opts *rootOptions) *cobra.Command {
+func newServeCmd(ropts *rootOptions) *cobra.Command {
 	files := &serveFiles{}
+	var opts daemon.Options
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the policy daemon",
 		Long:  helpText("serve"),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := config.Load(opts.configPath)
+			f, err := config.Load(ropts.configPath)
 			if err != nil {
 				return reportConfigErrors(cmd.ErrOrStderr(), err)
 			}
@@ -30,7 +31,7 @@ func newServeCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}
 			defer files.close()
-			d, err := daemon.Start(f, opts.configPath, logw)
+			d, err := daemon.StartWith(f, ropts.configPath, logw, opts)
 			if err != nil {
 				return err
 			}
@@ -59,5 +60,7 @@ func newServeCmd(opts *rootOptions) *cobra.Command {
 		},
 	}
 	files.addFlags(c)
+	c.Flags().BoolVar(&opts.AcceptStateLoss, "accept-state-loss", false,
+		"start on a state file with unreadable records, setting them aside (their keys start afresh; logged and counted)")
 	return c
 }

@@ -27,16 +27,16 @@ func newStateCmd(opts *rootOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			err = statedb.Check(cmd.OutOrStdout(), f.Server.DBPath(), daemon.InspectRates(f))
+			err = statedb.Check(cmd.OutOrStdout(), f.Server.DBPath(), daemon.StateFormats(), daemon.InspectRates(f))
 			if salvage != "" && (err == nil || errors.Is(err, ratestore.ErrDamaged)) {
-				if serr := statedb.Salvage(cmd.OutOrStdout(), f.Server.DBPath(), salvage); serr != nil {
+				if serr := statedb.Salvage(cmd.OutOrStdout(), f.Server.DBPath(), salvage, daemon.StateFormats()); serr != nil {
 					return errors.Join(err, serr)
 				}
 			}
 			return err
 		},
 	}
-	check.Flags().StringVar(&salvage, "salvage", "", "copy every readable bucket into a new state file at this path")
+	check.Flags().StringVar(&salvage, "salvage", "", "copy every readable bucket and record into a new state file at this path")
 	cmd.AddCommand(check)
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 	"github.com/ratelimitd/ratelimitd/statedb"
@@ -83,6 +85,10 @@ type Daemon struct {
 	// (nil otherwise); redisClient its Redis connection.
 	redis       *redisstore.Failover
 	redisClient *redisstore.Store
+
+	opts Options
+	// lost are the unreadable records set aside at start-up.
+	lost []statedb.Lost
 }
 
 func newLogger(s config.Server, w io.Writer) *slog.Logger {
@@ -102,13 +108,29 @@ type listeners struct {
 	metrics net.Listener // nil when metrics_listen = ""
 }
 
+// Options are Start's choices beyond the configuration.
+type Options struct {
+	// AcceptStateLoss starts on a state file with unreadable records
+	// (serve --accept-state-loss): they are set aside (statedb.SetAside:
+	// rate records deleted, quarantine entries kept in
+	// quarantine/damaged), logged at ERROR once with their count, and
+	// counted (ratelimitd_state_keys_lost_total, status). Without it
+	// Start refuses such a file (statedb.RecordsLost).
+	AcceptStateLoss bool
+}
+
 // Start opens the state in f's state directory, starts every listener and
 // returns the running daemon, logging to logw (server.log_level and
 // log_format); configPath is the file Reload reads again. An error (a
 // damaged state file, a listener that cannot be opened, Redis not
 // answering) leaves nothing running.
-func Start(f *config.File, configPath string, logw io.Writer) (_ *Daemon, err error) {
-	d := &Daemon{cfg: f, loaded: f, configPath: configPath, log: newLogger(f.Server, logw), started: time.Now()}
+func Start(f *config.File, configPath string, logw io.Writer) (*Daemon, error) {
+	return StartWith(f, configPath, logw, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) (_ *Daemon, err error) {
+	d := &Daemon{cfg: f, loaded: f, configPath: configPath, log: newLogger(f.Server, logw), started: time.Now(), opts: opts}
 	defer func() {
 		if err != nil {
 			for i := len(d.cleanup) - 1; i >= 0; i-- {
@@ -149,6 +171,9 @@ func (d *Daemon) openStores() (err error) {
 		return err
 	}
 	d.cleanup = append(d.cleanup, func() { d.db.Close() })
+	if err := d.checkRecords(); err != nil {
+		return err
+	}
 	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
 	// Restoring drops states that have decayed away under the parameters
 	// they were written with, and converts those of limits whose
@@ -161,6 +186,7 @@ func (d *Daemon) openStores() (err error) {
 		return fmt.Errorf("%s: %w", s.DBPath(), err)
 	}
 	d.cleanup = append(d.cleanup, func() { d.state.Close() })
+	d.state.NoteLost(len(d.lost), statedb.LostKeys(d.lost))
 	var rates policy.Store = d.state
 	if f.Store.Redis() {
 		if d.redis, err = d.openRedis(f.Store, d.state); err != nil {
@@ -205,6 +231,38 @@ func (d *Daemon) mergeSpellings() {
 	case n > 0:
 		d.log.Info("rate states under old key spellings merged into canonical keys", "merged", n)
 	}
+}
+
+// StateFormats describes every record the state file holds (the rate
+// state's, the recipient sets', the quarantine's), for statedb's Scan,
+// Check, Salvage and SetAside.
+func StateFormats() []statedb.Format {
+	return slices.Concat(ratestore.Formats(), quarantine.Formats())
+}
+
+// checkRecords checks every record of the state file before the stores
+// read it: a file with unreadable records is refused, naming them and the
+// ways out, unless the operator accepted their loss, and then they are
+// set aside and logged at ERROR once.
+func (d *Daemon) checkRecords() error {
+	path := d.cfg.Server.DBPath()
+	lost, _, err := statedb.Scan(d.db, StateFormats())
+	if err != nil {
+		return statedb.Damaged(path, err)
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	if !d.opts.AcceptStateLoss {
+		return statedb.RecordsLost(path, lost)
+	}
+	if err := statedb.SetAside(d.db, StateFormats(), lost); err != nil {
+		return statedb.Damaged(path, err)
+	}
+	d.lost = lost
+	d.log.Error("starting without the unreadable records of the state file (--accept-state-loss): their keys start afresh, quarantine entries are kept in quarantine/damaged",
+		"file", path, "records", len(lost), "keys", statedb.LostKeys(lost))
+	return nil
 }
 
 // goRun runs a store's write-behind loop until the store is closed; its

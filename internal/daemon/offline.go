@@ -161,7 +161,9 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 func InspectRates(f *config.File) statedb.Inspect {
 	return func(w io.Writer, db *bolt.DB) (bad []string, err error) {
 		mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
-		p, err := openState(db, mem, 0, storeLimits(f.PolicyConfig()), true, nil)
+		// Unreadable records are reported by Check's scan of every record.
+		p, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: storeLimits(f.PolicyConfig()),
+			ReadOnly: true, SkipLost: true})
 		if err != nil {
 			return nil, err
 		}

@@ -40,6 +40,8 @@ func StateCollectors(p *ratestore.Persistent) []prometheus.Collector {
 			stat(func(s ratestore.PersistStats) float64 { return unix(s.LastFlushAt) })),
 		gauge("ratelimitd_state_last_error_timestamp_seconds", "Unix time of the last failed rate-state flush or compaction (0: none).",
 			stat(func(s ratestore.PersistStats) float64 { return unix(s.LastErrorAt) })),
+		counter("ratelimitd_state_keys_lost_total", "Keys of the state file's unreadable records (failing their checksum) set aside at start-up with serve --accept-state-loss.",
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.LostKeys) })),
 		counter("ratelimitd_state_malformed_total", "Stored rate states dropped at start-up as malformed (NaN or infinite rate, wrong length).",
 			stat(func(s ratestore.PersistStats) float64 { return float64(s.Malformed) })),
 		counter("ratelimitd_state_converted_total", "Rate states converted to a limit's changed algorithm, period or half-life.",
