@@ -90,6 +90,12 @@ func validKey(k []byte) bool {
 	return true
 }
 
+// HeaderInfo returns the decoded Subject and the Message-ID (without angle
+// brackets) of the message msg, or of its header alone, cleaned for
+// printing (CleanLine) and bounded. It never fails: unparsable fields
+// yield what can be salvaged or "".
+func HeaderInfo(msg []byte) (subject, messageID string) { return headerInfo(msg) }
+
 // headerInfo returns the decoded Subject and the Message-ID of msg. It
 // never fails: unparsable fields yield what can be salvaged or "".
 func headerInfo(msg []byte) (subject, messageID string) {

@@ -127,4 +127,7 @@ type QueuedMessage struct {
 	Sender string
 	// Recipients are the envelope recipients still queued.
 	Recipients []string
+	// Size is the message's size in bytes as the MTA reports it (Postfix:
+	// message_size, the content without envelope records); 0 if unknown.
+	Size int64
 }

@@ -221,8 +221,9 @@ func (s *Store) LinkQueueID(id, queueID string) error {
 // UpdateByInstance calls fn, inside one write transaction, for every entry
 // whose Instance is instance (oldest first), and stores those for which fn
 // returns true. fn must not call the Store (it would deadlock). It may
-// change the descriptive fields; changes to ID, State, Created, Size and
-// Hash are ignored (those follow the stored message and the state
+// change the descriptive fields, and the Size of a held entry (what the
+// MTA reports); changes to ID, State, Created, Hash and a frozen entry's
+// Size are ignored (those follow the stored message and the state
 // methods). It returns the number of entries stored. A QueueID that
 // ValidQueueID refuses fails the whole call with ErrInvalid (nothing is
 // stored).
@@ -260,7 +261,10 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 			if !fn(&e) {
 				continue
 			}
-			e.ID, e.State, e.Created, e.Size, e.Hash = orig.ID, orig.State, orig.Created, orig.Size, orig.Hash
+			e.ID, e.State, e.Created, e.Hash = orig.ID, orig.State, orig.Created, orig.Hash
+			if orig.State != Held {
+				e.Size = orig.Size // a frozen entry's size is its stored message's
+			}
 			e.Claim, e.ClaimedAt = orig.Claim, orig.ClaimedAt
 			if err := checkQueueID(e.QueueID); err != nil {
 				return err
@@ -290,4 +294,42 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 		}
 	}
 	return n, nil
+}
+
+// HeldDetails are what the MTA's queue tells of a held message, to
+// complete its entry (Store.CompleteHeld): its recipients, size (bytes)
+// and, from its header, Subject and Message-ID.
+type HeldDetails struct {
+	Recipients []string
+	Size       int64
+	Subject    string
+	MessageID  string
+}
+
+// CompleteHeld adds to the held entry id the recipients of d it lacks
+// (compared case-insensitively), sets its Size when d has one, and its
+// Subject and MessageID when it has none (both cleaned and bounded like
+// Freeze's). Errors: ErrNotFound, ErrState for an entry that is not held,
+// the file's.
+func (s *Store) CompleteHeld(id string, d HeldDetails) error {
+	return s.update("complete", id, func(_ buckets, e *Entry) error {
+		if e.State != Held {
+			return fmt.Errorf("%w: %s is %s", ErrState, id, e.State)
+		}
+		for _, r := range d.Recipients {
+			if !slices.ContainsFunc(e.Recipients, func(o string) bool { return strings.EqualFold(o, r) }) {
+				e.Recipients = append(e.Recipients, r)
+			}
+		}
+		if d.Size > 0 {
+			e.Size = d.Size
+		}
+		if e.Subject == "" {
+			e.Subject = truncate(cleanLine(d.Subject), maxSubjectBytes)
+		}
+		if e.MessageID == "" {
+			e.MessageID = truncate(cleanLine(d.MessageID), maxSubjectBytes)
+		}
+		return nil
+	})
 }

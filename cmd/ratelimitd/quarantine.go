@@ -292,7 +292,7 @@ func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selectio
 
 func printEntries(w io.Writer, es []quarantine.Entry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
+	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE_ID\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
 	now := time.Now()
 	for _, e := range es {
 		subj := []rune(quarantine.CleanLine(e.Subject))
@@ -303,7 +303,11 @@ func printEntries(w io.Writer, es []quarantine.Entry) {
 		if sender == "" {
 			sender = "<>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), e.State, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
+		qid := quarantine.CleanLine(e.QueueID)
+		if qid == "" {
+			qid = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), e.State, qid, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
 			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
 	}
 	tw.Flush()

@@ -87,6 +87,7 @@ type queuedMessage struct {
 	QueueName   string `json:"queue_name"`
 	QueueID     string `json:"queue_id"`
 	ArrivalTime int64  `json:"arrival_time"`
+	MessageSize int64  `json:"message_size"`
 	Sender      string `json:"sender"`
 	Recipients  []struct {
 		Address string `json:"address"`
@@ -116,7 +117,7 @@ func (q *Queue) List(ctx context.Context) ([]quarantine.QueuedMessage, error) {
 			continue
 		}
 		qm := quarantine.QueuedMessage{Queue: m.QueueName, QueueID: m.QueueID,
-			Arrival: time.Unix(m.ArrivalTime, 0), Sender: m.Sender}
+			Arrival: time.Unix(m.ArrivalTime, 0), Sender: m.Sender, Size: m.MessageSize}
 		for _, r := range m.Recipients {
 			qm.Recipients = append(qm.Recipients, r.Address)
 		}

@@ -46,6 +46,14 @@ func (s *Service) findQueueID(ctx context.Context, e quarantine.Entry) quarantin
 		s.log.Error("listing the MTA's queue to find a held message failed", "id", e.ID, "err", err)
 		return e
 	}
+	return s.linkQueued(e, msgs)
+}
+
+// linkQueued is findQueueID on the queue listing msgs.
+func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage) quarantine.Entry {
+	if e.State != quarantine.Held || e.QueueID != "" {
+		return e
+	}
 	var cands []*quarantine.QueuedMessage
 	for i := range msgs {
 		m := &msgs[i]

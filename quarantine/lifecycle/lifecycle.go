@@ -105,7 +105,11 @@ type Service struct {
 	// had a message released automatically.
 	pending         map[string]int
 	awaitingQueueID map[string]struct{}
-	lastDrip        map[string]time.Time
+	// incomplete are the held entries whose recipients, size and
+	// subject CompleteHeld still takes from the MTA's queue, with the
+	// attempts made (bounded by maxIncomplete).
+	incomplete map[string]int
+	lastDrip   map[string]time.Time
 	// drip is the set of limits with auto_release = "drip".
 	drip map[string]bool
 	// health is what Health reports besides the store's counts.
@@ -131,7 +135,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	tok := make([]byte, 8)
 	rand.Read(tok)
 	s := &Service{q: q, opts: opts, log: opts.Logger, ev: opts.Events, now: opts.Now, token: hex.EncodeToString(tok),
-		drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{}, lastDrip: map[string]time.Time{}, m: newMetrics()}
+		drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{}, incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, m: newMetrics()}
 	if s.queue = opts.Queue; s.queue == nil {
 		s.queue = noQueue{}
 	}
@@ -245,7 +249,8 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 		}
 	}
 	e := s.entryFor(req, d, nil)
-	if _, err := s.q.Hold(e); err != nil {
+	id, err := s.q.Hold(e)
+	if err != nil {
 		s.fail("record", err)
 		s.log.Error("recording a held message failed (it stays in the MTA hold queue)", "err", err, "queue_id", e.QueueID)
 		return
@@ -262,6 +267,7 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 		s.awaitingQueueID[strings.Clone(req.Instance)] = struct{}{}
 		s.mu.Unlock()
 	}
+	s.noteIncomplete(id)
 	s.recorded(ctx, e, "hold")
 }
 
@@ -319,6 +325,7 @@ func (s *Service) Hold(ctx context.Context, req *policy.Request, rcpts []string,
 	if err != nil {
 		return "", err
 	}
+	s.noteIncomplete(id)
 	s.recorded(ctx, e, "hold")
 	return id, nil
 }

@@ -138,6 +138,7 @@ func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration)
 	dt := time.NewTicker(dripEvery)
 	defer dt.Stop()
 	s.Expire(ctx, s.now())
+	s.noteIncompleteStored()
 	for {
 		select {
 		case <-ctx.Done():
@@ -146,6 +147,7 @@ func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration)
 			s.Expire(ctx, s.now())
 		case <-dt.C:
 			s.AutoRelease(ctx, s.now())
+			s.CompleteHeld(ctx)
 		}
 	}
 }

@@ -1,0 +1,138 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// A message held through policy delegation is recorded when the policy
+// decides, before the MTA has queued it: the entry has the recipient of
+// the RCPT that was refused and, at best, the size of the END-OF-MESSAGE
+// request. CompleteHeld takes the rest from the MTA's queue once the
+// message is there: every recipient and the size from the queue listing
+// (postqueue -j), the Subject and Message-ID from the queue file (the
+// header of postcat -q's output).
+
+const (
+	// maxIncomplete bounds the held entries waiting to be completed.
+	maxIncomplete = 10000
+	// completeAttempts is how many runs of CompleteHeld (one per
+	// automatic-release tick, 5 s) look for an entry's message before
+	// giving up on it.
+	completeAttempts = 12
+)
+
+// noteIncomplete marks held entry id for CompleteHeld.
+func (s *Service) noteIncomplete(id string) {
+	s.mu.Lock()
+	if _, ok := s.incomplete[id]; !ok && len(s.incomplete) < maxIncomplete {
+		s.incomplete[id] = 0
+	}
+	s.mu.Unlock()
+}
+
+// noteIncompleteStored marks the held entries stored without a size or a
+// subject (held before a restart) for CompleteHeld.
+func (s *Service) noteIncompleteStored() {
+	es, err := s.q.List(quarantine.Filter{States: []quarantine.State{quarantine.Held}})
+	if err != nil {
+		s.fail("list", err)
+		return
+	}
+	for _, e := range es {
+		if e.Size == 0 || e.Subject == "" {
+			s.noteIncomplete(e.ID)
+		}
+	}
+}
+
+// CompleteHeld completes the held entries recorded since the last run
+// with what the MTA's queue knows of their messages (recipients, size,
+// subject, Message-ID; quarantine.Store.CompleteHeld) and returns how
+// many it completed. It lists the queue once (Queue.List) and reads the
+// header of each message without a subject (Queue.Show). An entry whose
+// message is not in the queue yet is tried again at the next run, up to
+// completeAttempts runs. Safe for concurrent use; Run calls it.
+func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
+	s.mu.Lock()
+	ids := slices.Sorted(maps.Keys(s.incomplete))
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return 0
+	}
+	msgs, err := s.queue.List(ctx)
+	if err != nil {
+		s.fail("queue_list", err)
+		s.log.Error("listing the MTA's queue to complete held messages failed", "err", err)
+		return 0
+	}
+	for _, id := range ids {
+		done := s.completeOne(ctx, id, msgs)
+		s.mu.Lock()
+		if done {
+			delete(s.incomplete, id)
+			completed++
+		} else if s.incomplete[id]++; s.incomplete[id] >= completeAttempts {
+			delete(s.incomplete, id)
+		}
+		s.mu.Unlock()
+	}
+	return completed
+}
+
+// completeOne completes held entry id from the queue listing msgs (nil:
+// the MTA cannot list its queue, only the header is read) and reports
+// whether nothing is left to do for it.
+func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.QueuedMessage) bool {
+	e, err := s.q.Get(id)
+	if err != nil || e.State != quarantine.Held {
+		return true // gone, released or deleted meanwhile
+	}
+	if e.QueueID == "" {
+		if e = s.linkQueued(e, msgs); e.QueueID == "" {
+			return false
+		}
+	}
+	var d quarantine.HeldDetails
+	if msgs != nil {
+		i := slices.IndexFunc(msgs, func(m quarantine.QueuedMessage) bool { return m.QueueID == e.QueueID })
+		if i < 0 {
+			return false // not queued yet
+		}
+		d.Recipients, d.Size = msgs[i].Recipients, msgs[i].Size
+	}
+	if e.Subject == "" && checkQueueID(e.QueueID) == nil {
+		out, err := s.queue.Show(ctx, e.QueueID)
+		if err != nil {
+			return false
+		}
+		d.Subject, d.MessageID = quarantine.HeaderInfo(messageContents(out))
+	}
+	err = s.q.CompleteHeld(id, d)
+	if err != nil && !errors.Is(err, quarantine.ErrState) && !errors.Is(err, quarantine.ErrNotFound) {
+		s.fail("store", err)
+		s.log.Error("completing a held message's entry failed", "id", id, "err", err)
+		return false
+	}
+	return true
+}
+
+// messageContents returns the message in the MTA's printout of a queue
+// file: after postcat's "*** MESSAGE CONTENTS ... ***" line when there is
+// one, else all of it (a command that prints the message itself).
+func messageContents(out []byte) []byte {
+	i := bytes.Index(out, []byte("*** MESSAGE CONTENTS"))
+	if i < 0 {
+		return out
+	}
+	out = out[i:]
+	if j := bytes.IndexByte(out, '\n'); j >= 0 {
+		return out[j+1:]
+	}
+	return nil
+}
