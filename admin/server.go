@@ -95,12 +95,15 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// HTTPServer returns an http.Server for the API (header timeout 5 s) that
-// records the peer of each unix-socket connection for the audit log.
+// HTTPServer returns an http.Server for the API (header timeout 5 s, idle
+// keep-alive connections closed after 60 s) that records the peer of each
+// unix-socket connection for the audit log. The caller caps its listener's
+// connections (srvconn.HTTPConns).
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       60 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, peerKey{}, peerName(c))
 		},

@@ -461,3 +461,46 @@ via = ["milter"]
 		})
 	}
 }
+
+// TestMetricsScrapersCannotSilencePolicy: at 64 file descriptors, 120
+// keep-alive connections to /metrics made accept fail with "too many open
+// files" on every listener, so policy requests and `status` went
+// unanswered. The HTTP listeners are capped now: the policy service and
+// the admin socket keep answering while the scrapers hold on.
+func TestMetricsScrapersCannotSilencePolicy(t *testing.T) {
+	dir := t.TempDir()
+	port, mport := freePort(t), freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cfgPath := writeConfig(t, dir, addr, "")
+	text, _ := os.ReadFile(cfgPath)
+	text = []byte(strings.Replace(string(text), `metrics_listen = ""`, fmt.Sprintf(`metrics_listen = "127.0.0.1:%d"`, mport), 1))
+	os.WriteFile(cfgPath, text, 0o644)
+	startSubprocessDaemon(t, cfgPath, "RATELIMITD_TEST_NOFILE=64")
+	f, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 120 scrapers, each holding its keep-alive connection open.
+	var scrapers []net.Conn
+	defer func() {
+		for _, c := range scrapers {
+			c.Close()
+		}
+	}()
+	for range 120 {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", mport), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scrapers = append(scrapers, c)
+		fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	time.Sleep(500 * time.Millisecond) // let the daemon accept what it will
+	// policyAsk fails the test after 10 s without an answer.
+	if r := sendPolicy(t, addr, "protocol_state=RCPT\nsasl_username=alice\nsender=alice@example.org\nrecipient=r@example.net\nclient_address=192.0.2.7\n"); !strings.Contains(r, "action=") {
+		t.Fatalf("policy reply %q with 120 /metrics connections open", r)
+	}
+	if _, err := statusWithin(f.Server.AdminSocket, 5*time.Second); err != nil {
+		t.Fatalf("status with 120 /metrics connections open: %v", err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/net/netutil"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
@@ -349,13 +350,19 @@ func (d *Daemon) serve(ls listeners) {
 		l := d.seen.watch(d.conns.Listener(l, "policy"), "policy", listenerName(l))
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
+	// Every HTTP listener is capped (srvconn.HTTPConns) and times out
+	// idle connections, so that scrapers or stuck clients cannot take the
+	// descriptors the policy service needs.
 	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()
-	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
+	adminL := netutil.LimitListener(ls.admin, srvconn.HTTPConns())
+	d.goServe("admin", func() error { return d.admin.Serve(adminL) }, http.ErrServerClosed)
 	if ls.metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.Registry(), promhttp.HandlerOpts{}))
-		d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		d.goServe("metrics", func() error { return d.metricsSrv.Serve(ls.metrics) }, http.ErrServerClosed)
+		d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
+		metricsL := netutil.LimitListener(ls.metrics, srvconn.HTTPConns())
+		d.goServe("metrics", func() error { return d.metricsSrv.Serve(metricsL) }, http.ErrServerClosed)
 	}
 	d.serveMilter()
 }

@@ -144,3 +144,18 @@ func (c *limitConn) Close() error {
 	c.once.Do(func() { c.lim.open.Add(-1) })
 	return err
 }
+
+// HTTPConns is the connection cap of each HTTP listener (/metrics, the
+// admin socket, the console): min(16, RLIMIT_NOFILE/16), at least 2. With
+// the protocol listeners capped at RLIMIT_NOFILE/2 (DefaultMaxConns), the
+// HTTP listeners together can never take the descriptors the policy
+// service needs: 120 idle keep-alive scrapes of /metrics used to exhaust a
+// 64-descriptor process and silence every listener. Connections over the
+// cap wait in the kernel's accept queue, using no descriptor of ours.
+func HTTPConns() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 16
+	}
+	return int(max(2, min(16, rl.Cur/16)))
+}
