@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
 // The console's tests in a real browser: Debian's chromium, headless,
@@ -393,4 +396,179 @@ func screenshotDir(t *testing.T) string {
 		return p
 	}
 	return t.TempDir()
+}
+
+// evilMarkup is what a hostile sender puts in its address and subject:
+// a script and an image from outside the console.
+const evilMarkup = `<script>alert(1)</script><img src=http://192.0.2.1/x.png>`
+
+// evilMessage is an HTML message whose subject and body carry markup that
+// would run a script and load remote images if rendered.
+func evilMessage(from string) []byte {
+	return []byte("From: " + from + "\r\nTo: rcpt@example.net\r\nSubject: newsletter part 05 " + evilMarkup +
+		"\r\nMessage-ID: <evil@example.org>\r\nMIME-Version: 1.0\r\nContent-Type: text/html; charset=utf-8\r\n\r\n" +
+		"<html><head><link rel=stylesheet href=\"http://192.0.2.1/s.css\"></head><body><p>Hello reader</p>" + evilMarkup +
+		"<img src=\"http://192.0.2.1/track.gif\"><iframe src=\"http://192.0.2.1/\"></iframe></body></html>\r\n")
+}
+
+// TestConsoleBrowserQuarantine: a strict hold limit of 2 per hour on a
+// real Postfix (policy delegation) delivers alice's first 2 messages and
+// holds the next 3, the last from a sender and with a subject full of
+// markup. In chromium the operator thaws part 03 through the confirmation
+// page (delivered exactly once to the sink), deletes part 04 (gone from
+// Postfix's queue); a viewer's thaw of the last one gets 403 and it stays
+// held; its message page shows the markup as text, has no script or
+// image element, and the browser made no request outside the console.
+// Thaw and delete are recorded as events with the operator's name.
+// Screenshot of the message page saved.
+func TestConsoleBrowserQuarantine(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), webConfig(t, dir)+"\n[quarantine]\n"+postfixHoldCommands(pf)+`
+[[limit]]
+name = "twohold"
+key = ["sasl_username"]
+limit = 2
+period = "1h"
+mode = "strict"
+action = "hold"
+via = ["policy"]
+`)
+	pw := consoleUsers(t, cfgPath)
+	td := startTestDaemon(t, cfgPath)
+	base := "http://" + td.d.WebAddr() + "/"
+
+	for i := 1; i <= 4; i++ {
+		if err := sendNumbered(t, pf.Addr(), "alice", i); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	evilFrom := `"` + evilMarkup + `"@example.org`
+	if err := mtatest.Send(t, pf.Addr(), mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7", From: evilFrom,
+		To: []string{"rcpt@example.net"}, Data: evilMessage(evilFrom)}); err != nil {
+		t.Fatalf("message 5: %v", err)
+	}
+	sink.WaitCount(t, 2, 30*time.Second)
+	if _, held := pf.WaitQueue(t, 30*time.Second, func(all, held []string) bool { return len(held) == 3 }); len(held) != 3 {
+		t.Fatalf("%d held, want 3", len(held))
+	}
+	// Which entry is which: the queue file's subject.
+	ids := map[string]string{} // "03", "04", "05" → quarantine ID
+	queueIDs := map[string]string{}
+	var entries []quarantine.Entry
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var err error
+		if entries, err = td.d.Quarantine().List(quarantine.Filter{}); err != nil {
+			t.Fatal(err)
+		}
+		ok := len(entries) == 3
+		for _, e := range entries {
+			ok = ok && e.QueueID != ""
+		}
+		if ok || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, e := range entries {
+		cat := pf.Cat(t, e.QueueID)
+		for _, n := range []string{"03", "04", "05"} {
+			if strings.Contains(cat, "newsletter part "+n) {
+				ids[n], queueIDs[n] = e.ID, e.QueueID
+			}
+		}
+	}
+	if len(ids) != 3 {
+		t.Fatalf("held entries: %+v", entries)
+	}
+
+	b := newBrowser(t, base)
+	b.login("op", pw)
+	shots := screenshotDir(t)
+	b.open("/")
+	if q := b.text("#quarantine"); !strings.Contains(q, "held\t3") {
+		t.Errorf("overview quarantine counts:\n%q", q)
+	}
+	b.open("/quarantine")
+	if n := b.count("#entries tr") - 1; n != 3 {
+		t.Fatalf("quarantine page lists %d messages, want 3", n)
+	}
+
+	// Thaw part 03 through its confirmation page.
+	b.submit(`#entries a[href="/quarantine/` + ids["03"] + `"]`)
+	b.submit("#thaw")
+	if !strings.Contains(b.text("h1"), "Thaw message "+ids["03"]) {
+		t.Fatalf("no confirmation step: %s", b.text("main"))
+	}
+	b.submit("#confirm")
+	if !strings.Contains(b.text("main"), "Done: thaw "+ids["03"]) {
+		t.Fatalf("after thaw: %s\n%s", b.location(), b.text("main"))
+	}
+	sink.WaitCount(t, 3, 30*time.Second)
+	time.Sleep(time.Second)
+	got := 0
+	for _, m := range sink.Messages() {
+		if m.Header("Subject") == "newsletter part 03" {
+			got++
+		}
+	}
+	if got != 1 || sink.Count() != 3 {
+		t.Fatalf("part 03 delivered %d times (sink has %d), want once", got, sink.Count())
+	}
+
+	// Delete part 04.
+	b.open("/quarantine/" + ids["04"])
+	b.submit("#delete")
+	b.submit("#confirm")
+	if !strings.Contains(b.text("main"), "Done: delete "+ids["04"]) {
+		t.Fatalf("after delete: %s", b.text("main"))
+	}
+	all, held := pf.WaitQueue(t, 30*time.Second, func(all, held []string) bool { return len(held) == 1 })
+	if slices.Contains(all, queueIDs["04"]) || len(held) != 1 || held[0] != queueIDs["05"] {
+		t.Fatalf("after delete the queue has %v (held %v); part 04 was %s", all, held, queueIDs["04"])
+	}
+
+	// A viewer's thaw is refused and changes nothing.
+	v := b.tab()
+	v.login("view", pw)
+	v.open("/quarantine/" + ids["05"] + "/confirm?op=thaw")
+	v.submit("#confirm")
+	if st := v.status("POST", v.origin+"/quarantine/"+ids["05"]+"/thaw"); st != http.StatusForbidden {
+		t.Fatalf("viewer's thaw: status %d, want 403", st)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, held := pf.QueueIDs(t); len(held) != 1 || sink.Count() != 3 {
+		t.Fatalf("after the viewer's thaw: held %v, sink %d", held, sink.Count())
+	}
+
+	// The hostile message's page: the markup is text, nothing loads.
+	b.open("/quarantine/" + ids["05"])
+	if s := b.text("#sender"); !strings.Contains(s, evilMarkup) {
+		t.Errorf("sender shown as %q, want the markup as text", s)
+	}
+	if h := b.text("#header"); !strings.Contains(h, "newsletter part 05 "+evilMarkup) {
+		t.Errorf("header table:\n%s", h)
+	}
+	if p := b.text("#preview"); !strings.Contains(p, "Hello reader") {
+		t.Errorf("preview:\n%s", p)
+	}
+	if n, m, f := b.count("script"), b.count("main img"), b.count("iframe"); n+m+f != 0 {
+		t.Fatalf("the message page has %d script, %d img and %d iframe elements", n, m, f)
+	}
+	b.screenshot(shots, "message")
+	for _, br := range []*browser{b, v} {
+		if out := br.outside(); len(out) > 0 {
+			t.Fatalf("the browser requested outside the console: %v", out)
+		}
+	}
+	evs, err := td.d.Events().Query(context.Background(), eventsQuery("thaw", "delete"))
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("events: %+v %v", evs, err)
+	}
+	for _, e := range evs {
+		if e.By != "op (console)" || e.Key != "alice" {
+			t.Errorf("event %+v: want by op (console), key alice", e)
+		}
+	}
 }
