@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -131,7 +132,28 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
 	if r := probe.Check(s, now, 1); r.Over {
 		kr.Refusing, kr.RetryAfter = true, r.RetryAfter
 	}
+	// A view is printed and sent as JSON, which has no NaN or infinity:
+	// a state that holds one (written by an older release) is shown at
+	// the largest finite value, still in the limit's units.
+	kr.Rate, kr.Max, kr.Peak = finiteView(kr.Rate), finiteView(kr.Max), finiteView(kr.Peak)
+	if !kr.Baseline {
+		kr.State.Rate = finiteView(kr.State.Rate)
+	}
 	return kr
+}
+
+// finiteView returns x, with NaN as 0 and an infinity as the largest
+// finite float64 of its sign.
+func finiteView(x float64) float64 {
+	switch {
+	case math.IsNaN(x):
+		return 0
+	case math.IsInf(x, 1):
+		return math.MaxFloat64
+	case math.IsInf(x, -1):
+		return -math.MaxFloat64
+	}
+	return x
 }
 
 // All returns every stored key's rate decayed to now, for `rate list`.

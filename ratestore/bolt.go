@@ -81,8 +81,10 @@ type PersistStats struct {
 	// infinite rate). Unconfigured counts restored states of limits not
 	// in PersistOptions.Limits (kept until they decay); Converted the
 	// states converted to a limit's changed parameters, at restore and by
-	// Reconfigure.
-	Restored, Dropped, Malformed, Unconfigured, Converted int64
+	// Reconfigure. NotConverted counts the states whose conversion was
+	// refused (a NaN in the state, or a result that is not finite: a bug)
+	// and that were kept as they were, each time logged at ERROR.
+	Restored, Dropped, Malformed, Unconfigured, Converted, NotConverted int64
 	// Flushes is how many flushes committed; Failures how many failed
 	// (their changes are retried at the next flush).
 	Flushes, Failures int64
@@ -178,6 +180,7 @@ type Persistent struct {
 	rends     []int  // where each record ends in rbuf
 	journal   int64  // bytes of records in the journal
 	stats     PersistStats
+	convErr   error // the last refused conversion, for the log
 	// The compaction threshold: max(compactMin, compactPerPair * states).
 	compactMin, compactPerPair int64
 
@@ -328,6 +331,7 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		next[name] = l
 	}
 	var err error
+	var notConv int64
 	now := p.opts.Now()
 	n := p.mem.withAllLocked(func() bool {
 		if err = swap(); err != nil {
@@ -339,7 +343,13 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		if !ok {
 			return s, false
 		}
-		return convert(s, c[0], c[1], now), true
+		cs, err := convert(s, c[0], c[1], now)
+		if err != nil {
+			notConv++
+			p.convErr = err
+			return s, false // kept as it was
+		}
+		return cs, true
 	})
 	if err != nil {
 		return err
@@ -351,6 +361,11 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		}
 	}
 	p.stats.Converted += int64(n)
+	if notConv > 0 {
+		p.stats.NotConverted += notConv
+		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
+			"count", notConv, "example", p.convErr)
+	}
 	if len(conv) > 0 {
 		p.log.Warn("rate states converted to changed limit parameters", "limits", slices.Sorted(maps.Keys(conv)), "states", n)
 	}

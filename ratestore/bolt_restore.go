@@ -71,6 +71,10 @@ func (p *Persistent) restore() error {
 		p.log.Warn("stored rate states converted to changed limit parameters",
 			"limits", slices.Sorted(maps.Keys(conv)), "states", p.stats.Converted)
 	}
+	if p.stats.NotConverted > 0 {
+		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
+			"count", p.stats.NotConverted, "example", p.convErr)
+	}
 	if p.stats.Malformed > 0 {
 		p.log.Error("malformed rate states dropped at restore (not a state, or a NaN or infinite rate)",
 			"count", p.stats.Malformed, "file", p.db.Path())
@@ -343,7 +347,17 @@ func (r *stateRestore) state(k, v []byte) {
 	}
 	if r.converting && ok {
 		// Judged under the parameters it was written with.
-		if s = convert(s, r.cv[0], r.cv[1], r.now); !s.IsZero() {
+		c, err := convert(s, r.cv[0], r.cv[1], r.now)
+		if err != nil {
+			// Kept as stored, counted, and logged once (restore).
+			p.stats.NotConverted++
+			p.convErr = err
+			if load(p.mem, r.lim, k, s, false) {
+				p.stats.Restored++
+			}
+			return
+		}
+		if s = c; !s.IsZero() {
 			p.stats.Converted++
 			if load(p.mem, r.lim, k, s, false) {
 				p.stats.Restored++

@@ -181,7 +181,10 @@ func TestConvertNeverShortensRefusal(t *testing.T) {
 			if w == 0 {
 				t.Fatalf("%s: the burst is not refused under the old parameters", name)
 			}
-			c := convert(over, from, to, now)
+			c, err := convert(over, from, to, now)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
 			if got := retryWait(to, c, now); got < w {
 				t.Errorf("%s: refused for %v after conversion, %v before", name, got, w)
 			}
@@ -189,7 +192,11 @@ func TestConvertNeverShortensRefusal(t *testing.T) {
 			if retryWait(from, light, now) != 0 {
 				t.Fatalf("%s: 2 messages refused", name)
 			}
-			if got := retryWait(to, convert(light, from, to, now), now); got != 0 {
+			cl, err := convert(light, from, to, now)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got := retryWait(to, cl, now); got != 0 {
 				t.Errorf("%s: a sender of 2 messages is refused for %v after conversion", name, got)
 			}
 		}

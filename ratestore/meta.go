@@ -108,89 +108,15 @@ func retryWait(l ratelimit.Limit, s ratelimit.State, now time.Time) time.Duratio
 	return 0
 }
 
-// stateAt returns the state under l of a key whose measured rate at now is
-// x (cost per l.Period), as if it had been measured under l all along; for
-// Baseline, with the learned peak peak.
-func stateAt(l ratelimit.Limit, x, peak float64, now time.Time) ratelimit.State {
-	if !(x > 0) && !(peak > 0) {
-		return ratelimit.State{}
-	}
-	x = math.Max(x, 0)
-	x = math.Min(x, math.MaxFloat64)
-	n := now.UnixNano()
-	switch l.Algorithm {
-	case ratelimit.GCRA, ratelimit.Cooldown:
-		ahead := x / l.Limit * float64(l.Period)
-		if ahead >= float64(math.MaxInt64-n) {
-			return ratelimit.State{Time: math.MaxInt64}
-		}
-		return ratelimit.State{Time: n + int64(math.Ceil(ahead))}
-	case ratelimit.EARRRL:
-		lp := 1.0 // lambda*period
-		if l.HalfLife > 0 {
-			lp = math.Ln2 * float64(l.Period) / float64(l.HalfLife)
-		}
-		return ratelimit.State{Time: n, Rate: math.Min(x/lp, math.MaxFloat64)}
-	case ratelimit.Baseline:
-		return ratelimit.State{Time: n, Rate: ratelimit.PackBaseline(x, peak)}
-	default:
-		return ratelimit.State{Time: n, Rate: x}
-	}
-}
-
 // convert returns the state under to of a key whose state under from is s,
 // at now, for a reload or restart that changed the limit's algorithm,
-// period or half-life. It never shortens a refusal and never invents one:
-//
-//   - a state negligible under from converts to no state;
-//   - the measured rate carries over as the lower of the same number and
-//     the same rate per unit of time (rate*to.Period/from.Period), so a
-//     sender who was not refused is not refused for history the old
-//     state did not hold;
-//   - if a request of cost 1 was refused under from for a wait w, the
-//     converted rate is raised (bisection) until the new parameters
-//     refuse it for at least w.
-//
-// To a baseline limit, a key keeps the peak it learned under another
-// baseline (scaled like the rate), or starts learning afresh, as under a
-// new limit. Per-key overrides are not seen here: the wait is the one
-// under the limit's own value.
-func convert(s ratelimit.State, from, to ratelimit.Limit, now time.Time) ratelimit.State {
-	if from.Negligible(s, now) {
-		return ratelimit.State{}
-	}
-	scale := math.Min(1, float64(to.Period)/float64(from.Period))
-	x := from.Rate(s, now) * scale
-	if !(x >= 0) {
-		x = 0
-	}
-	var peak float64
-	if from.Algorithm == ratelimit.Baseline {
-		_, peak = ratelimit.UnpackBaseline(s.Rate)
-		peak *= scale
-	}
-	wait := retryWait(from, s, now)
-	if wait == 0 || wait == math.MaxInt64 { // nothing, or no state, is let through
-		return stateAt(to, x, peak, now)
-	}
-	refuses := func(x float64) bool { return retryWait(to, stateAt(to, x, peak, now), now) >= wait }
-	lo, hi := x, math.Max(x, to.Limit)
-	for !refuses(hi) {
-		if hi > math.MaxFloat64/4 {
-			return stateAt(to, math.MaxFloat64, peak, now)
-		}
-		lo, hi = hi, hi*2
-	}
-	for range 100 {
-		mid := lo + (hi-lo)/2
-		if !(mid > lo && mid < hi) {
-			break
-		}
-		if refuses(mid) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return stateAt(to, hi, peak, now)
+// period or half-life (see sameMeaning): ratelimit.Limit.Convert. A key
+// refused for a wait w stays refused for w (never longer; shorter only
+// where the new state cannot hold so long a wait), a key not refused keeps
+// its share of the headroom and stays not refused, and converting there
+// and back returns the same state. The error wraps ratelimit.ErrNotFinite
+// when s holds a NaN or the result would not be finite; the state returned
+// is then s, which the callers keep, log and count (PersistStats.NotConverted).
+func convert(s ratelimit.State, from, to ratelimit.Limit, now time.Time) (ratelimit.State, error) {
+	return to.Convert(s, from, now)
 }
