@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/mailout"
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/milter"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -99,10 +100,24 @@ func (d *Daemon) openQuarantine() error {
 	return nil
 }
 
-// recordHold records a HOLD given through policy delegation.
+// textHoldNotRecorded is the client's text when a hold is deferred
+// because it could not be recorded.
+const textHoldNotRecorded = "Message cannot be held now, try again later"
+
+// recordHold records a HOLD given through policy delegation, durably
+// (committed and fsync'd) before the answer is sent. When the quarantine
+// cannot record it (disk full, a damaged file, a store error) the answer
+// becomes a defer, 450 4.7.1, logged and counted (fault "hold record"):
+// never a HOLD that no entry tracks, which list, expiry and automatic
+// release would never see.
 func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, dec *policy.Decision) {
 	if req.Stage == policy.ViaMilter {
 		return // the milter records its own holds and freezes
 	}
-	d.q.svc.PolicyHold(ctx, req, dec)
+	if err := d.q.svc.PolicyHold(ctx, req, dec); err != nil {
+		d.metrics.Fault(mta.FaultHoldRecord)
+		*dec = policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1", Text: textHoldNotRecorded,
+			Reason: "hold not recorded (" + dec.Reason + "): " + err.Error(), Limit: dec.Limit, Key: dec.Key,
+			Rate: dec.Rate, Max: dec.Max, Period: dec.Period, RetryAfter: dec.RetryAfter, Measures: dec.Measures}
+	}
 }

@@ -254,7 +254,8 @@ func TestHold(t *testing.T) {
 	}
 }
 
-// TestHoldRecordFails: the MTA holds the message even when recording fails.
+// TestHoldRecordFails: a hold that cannot be recorded is deferred (450
+// 4.7.1), never held untracked.
 func TestHoldRecordFails(t *testing.T) {
 	dec := &fakeDecider{rule: func(req *policy.Request) policy.Decision {
 		return policy.Decision{Action: policy.Hold}
@@ -264,8 +265,8 @@ func TestHoldRecordFails(t *testing.T) {
 	s := env.session(t)
 	connect(t, s)
 	_, mods, act := transaction(t, s, "a@example.com", []string{"bob@example.org"}, simpleMsg, "Q1")
-	if act.Code != gomilter.ActAccept || len(mods) != 1 || mods[0].Code != gomilter.ActQuarantine {
-		t.Fatalf("end: %q %+v, want quarantine + accept", act.Code, mods)
+	if act.Code != gomilter.ActReplyCode || act.SMTPCode != 450 || len(mods) != 0 {
+		t.Fatalf("end: %q %d %+v, want 450 and no quarantine", act.Code, act.SMTPCode, mods)
 	}
 	if n := env.metrics.get(func(m *countMetrics) int { return m.faults[mta.FaultHoldRecord] }); n != 1 {
 		t.Errorf("hold_record faults: %d", n)

@@ -82,12 +82,13 @@ func (s *session) dropMsg() {
 
 // Default reply texts.
 const (
-	textDefer       = "Rate limit exceeded, try again later"
-	textReject      = "Rate limit exceeded"
-	textFault       = "Temporary rate limit failure, try again later"
-	textFreezeFault = "Temporary quarantine failure, try again later"
-	textTooLarge    = "Message too large to quarantine, try again later"
-	textNoHold      = "Message cannot be held, try again later"
+	textDefer           = "Rate limit exceeded, try again later"
+	textReject          = "Rate limit exceeded"
+	textFault           = "Temporary rate limit failure, try again later"
+	textFreezeFault     = "Temporary quarantine failure, try again later"
+	textTooLarge        = "Message too large to quarantine, try again later"
+	textNoHold          = "Message cannot be held, try again later"
+	textHoldNotRecorded = "Message cannot be held now, try again later"
 )
 
 // recoverTo turns a panic in an event handler into a temp-fail reply and
@@ -446,8 +447,9 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 	return gomilter.RespAccept, nil
 }
 
-// hold records the held message (Quarantine.Hold; a failure is logged and
-// counted, the MTA holds it all the same), tells the MTA to quarantine it
+// hold records the held message (Quarantine.Hold, committed before the
+// MTA is told; a failure is logged, counted and answered 450 4.7.1, never
+// a hold the quarantine does not track), tells the MTA to quarantine it
 // and adds the Warn headers; *applied becomes Hold once that is done.
 func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
 	c, srv := s.c, s.c.srv
@@ -463,8 +465,10 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 		id, err = srv.Quarantine.Hold(ctx, qm, d)
 		cancel()
 		if err != nil {
-			log.Error("recording a held message failed; the MTA holds it all the same", "err", err)
+			// Never a hold the quarantine does not track.
+			log.Error("recording a held message failed: deferring it instead of holding it", "err", err)
 			srv.metrics().Fault(mta.FaultHoldRecord)
+			return reply(450, "4.7.1", textHoldNotRecorded), nil
 		}
 	} else {
 		log.Warn("no quarantine configured: held message not recorded")

@@ -235,9 +235,12 @@ func (s *Service) forget(key string) {
 // PolicyHold records a HOLD answered through policy delegation (a policy
 // Freeze is sent as HOLD too). At RCPT the queue ID is not known yet: the
 // entry is linked by instance and completed at END-OF-MESSAGE
-// (EndOfMessage). One entry per message. A failure to record is logged
-// and counted; the message stays in the MTA's hold queue.
-func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy.Decision) {
+// (EndOfMessage). One entry per message. The entry is committed (fsync)
+// before PolicyHold returns nil; a failure to record it is logged, counted
+// and returned, and the caller must not answer HOLD (the daemon defers
+// instead), so that no message waits in the MTA's hold queue without an
+// entry.
+func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy.Decision) error {
 	if req.Instance != "" {
 		s.mu.Lock()
 		_, awaiting := s.awaitingQueueID[req.Instance]
@@ -245,15 +248,15 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 		if awaiting {
 			// Already recorded at RCPT: this is the same message.
 			s.EndOfMessage(req)
-			return
+			return nil
 		}
 	}
 	e := s.entryFor(req, d, nil)
 	id, err := s.q.Hold(e)
 	if err != nil {
 		s.fail("record", err)
-		s.log.Error("recording a held message failed (it stays in the MTA hold queue)", "err", err, "queue_id", e.QueueID)
-		return
+		s.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", e.QueueID)
+		return err
 	}
 	if req.Instance != "" && req.QueueID == "" {
 		s.mu.Lock()
@@ -269,6 +272,7 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 	}
 	s.noteIncomplete(id)
 	s.recorded(ctx, e, "hold")
+	return nil
 }
 
 // EndOfMessage completes the entries held at RCPT for req.Instance with
