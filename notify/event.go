@@ -109,8 +109,26 @@ func (e Event) PeriodText() string {
 }
 
 // RateText and MaxText are Rate and Max rounded for people ("201",
-// "12.3").
-func (e Event) RateText() string { return round(e.Rate) }
+// "12.3"); a Rate over Max keeps the decimals it takes to read as more
+// than MaxText (200.01 over a limit of 200 is "200.01", never "200").
+func (e Event) RateText() string {
+	if e.Rate <= e.Max {
+		return round(e.Rate)
+	}
+	lim := e.Max
+	if m, err := strconv.ParseFloat(e.MaxText(), 64); err == nil && m > lim {
+		lim = m
+	}
+	if s := round(e.Rate); mustFloat(s) > lim {
+		return s
+	}
+	return policy.FormatRate(e.Rate, lim)
+}
+
+func mustFloat(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
 
 // MaxText: see RateText.
 func (e Event) MaxText() string { return round(e.Max) }

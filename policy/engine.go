@@ -496,7 +496,7 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 		RetryAfter: r.RetryAfter}
 	text := expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Text = SanitizeText(text, MaxTextLen)
-	d.Reason = fmt.Sprintf("limit %s key %q rate %.2f > %g per %s (%s, %s)", l.name, it.Key, r.Rate,
+	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, FormatRate(r.Rate, lim),
 		lim, FormatDuration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	switch l.action {
 	case Defer:
@@ -506,7 +506,7 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	case Warn:
 		if c.warnHeader != "" {
 			d.Header = SanitizeText(fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
-				l.name, it.Key, formatRate(r.Rate), lim, FormatDuration(it.Params.Period)), MaxTextLen)
+				l.name, it.Key, FormatRate(r.Rate, lim), lim, FormatDuration(it.Params.Period)), MaxTextLen)
 		}
 	}
 	return d
@@ -610,11 +610,44 @@ func (c *compiled) exempt(req *Request) bool {
 	return false
 }
 
-func formatRate(r float64) string {
-	if r >= 100 {
-		return strconv.FormatFloat(r, 'f', 0, 64)
+// FormatRate prints a measured rate for people: whole numbers from 100 up,
+// one decimal below, and, when the rate is over limit, as many more
+// decimals as it takes for the text to read as more than the limit (a rate
+// of 200.01 over a limit of 200 prints "200.01", never "200"). A rate at
+// or under the limit prints with the usual precision.
+func FormatRate(rate, limit float64) string {
+	prec := 1
+	if rate >= 100 {
+		prec = 0
 	}
-	return strconv.FormatFloat(r, 'f', 1, 64)
+	s := strconv.FormatFloat(rate, 'f', prec, 64)
+	if rate <= limit || math.IsInf(rate, 0) || math.IsNaN(rate) {
+		return s
+	}
+	for ; prec <= 15; prec++ {
+		s = strconv.FormatFloat(rate, 'f', prec, 64)
+		if v, err := strconv.ParseFloat(s, 64); err == nil && v > limit {
+			return s
+		}
+	}
+	return strconv.FormatFloat(rate, 'g', -1, 64)
+}
+
+// FormatRetry prints a wait for people, rounded up to whole seconds and at
+// least 1s ("try again in 0s" would say there is no need to wait); a wait
+// no time ends (a message larger than the whole limit) is
+// "never (message larger than the limit)".
+func FormatRetry(d time.Duration) string {
+	if d >= time.Duration(math.MaxInt64) {
+		return "never (message larger than the limit)"
+	}
+	if d < time.Second {
+		d = time.Second
+	}
+	if r := d % time.Second; r != 0 {
+		d += time.Second - r
+	}
+	return FormatDuration(d)
 }
 
 // expand fills a message template in one pass: {name}, {key}, {rate},
@@ -642,17 +675,13 @@ func expand(tmpl, name, key string, rate, lim float64, period, retry time.Durati
 		case "key":
 			b.WriteString(key)
 		case "rate":
-			b.WriteString(formatRate(rate))
+			b.WriteString(FormatRate(rate, lim))
 		case "limit":
 			b.WriteString(strconv.FormatFloat(lim, 'g', -1, 64))
 		case "period":
 			b.WriteString(FormatDuration(period))
 		case "retry":
-			if retry >= time.Duration(math.MaxInt64) {
-				b.WriteString("never (message larger than the limit)")
-			} else {
-				b.WriteString(FormatDuration(retry.Round(time.Second)))
-			}
+			b.WriteString(FormatRetry(retry))
 		default:
 			b.WriteString(tmpl[i : i+j+1])
 		}
