@@ -209,11 +209,22 @@ func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus) {
 		return
 	}
 	state := "shared (redis answering)"
-	if s.Degraded {
+	switch {
+	case s.Degraded && !s.Connected:
+		state = "DEGRADED, redis not reached since start, deciding per on_redis_error=" + s.OnError
+	case s.Degraded:
 		state = "DEGRADED since " + s.Since.Format(time.RFC3339) + ", deciding per on_redis_error=" + s.OnError
+		if s.Cluster {
+			state += fmt.Sprintf(" for %d of 16384 slots", s.SlotsDown)
+		}
 	}
-	fmt.Fprintf(w, "store: redis, %s; outages %d, recoveries %d\n", state, s.Switches, s.Recoveries)
+	fmt.Fprintf(w, "store: redis, %s; outages %d, recoveries %d, %.1fs degraded in all\n", state, s.Switches, s.Recoveries,
+		s.DegradedSeconds)
 	if s.LastError != "" {
-		fmt.Fprintf(w, "store: last redis error: %s\n", s.LastError)
+		fmt.Fprintf(w, "store: redis error: %s\n", s.LastError)
+	}
+	if n := s.LocalDecisions["outage"] + s.LocalDecisions["failed"]; n > 0 || s.Merges > 0 || s.PendingMerges > 0 {
+		fmt.Fprintf(w, "store: %d requests decided locally (%d in outages, %d failed calls); %d merges added %d states to redis, %d pending\n",
+			n, s.LocalDecisions["outage"], s.LocalDecisions["failed"], s.Merges, s.StatesMerged, s.PendingMerges)
 	}
 }

@@ -155,7 +155,7 @@ func (f *File) validate() []error {
 	errs = append(errs, f.Web.validate()...)
 	f.Events.withDefaults()
 	errs = append(errs, f.Events.validate()...)
-	errs = append(errs, f.Store.validate(f.Limits)...)
+	errs = append(errs, f.Store.validate(f.Limits, f.Server.RequestTimeout)...)
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()
 	errs = append(errs, f.Notify.Validate()...)

@@ -82,7 +82,9 @@ var Keys = []Key{
 	{Name: "store.redis_db", DefaultNote: "0", Unit: "database number", Doc: "Redis SELECT database."},
 	{Name: "store.redis_tls", DefaultNote: "false", Doc: "Use TLS (system roots) for every Redis connection."},
 	{Name: "store.redis_timeout", Default: `"200ms"`, Doc: "Bound on each request's Redis round trip; past it on_redis_error applies."},
-	{Name: "store.on_redis_error", Default: `"local"`, Doc: "When Redis fails: local (decide with this host's state, push it back on recovery), dunno or defer."},
+	{Name: "store.on_redis_error", Default: `"local"`, Doc: "When Redis fails: local (decide from this host's copy of the states Redis returned; add what it counted to Redis once on recovery), dunno or defer (docs/redis.md)."},
+	{Name: "store.degraded_share", Default: `"last"`, Doc: "With on_redis_error = local: last (each host may use the whole limit from the state it last knew) or split (each host gets limit/redis_hosts while degraded)."},
+	{Name: "store.redis_hosts", Default: "1", Unit: "hosts", Doc: "How many hosts share the Redis state: the N of degraded_share = split."},
 	{Name: "store.key_prefix", Default: `"ratelimitd:"`, Doc: "Starts every Redis key; must not contain '{' or '}'."},
 
 	{Name: "quarantine.max_size", Default: `"2G"`, Unit: "bytes", Doc: "Bound on the bytes of frozen messages stored; a freeze beyond it is temp-failed, never lost."},

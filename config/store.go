@@ -31,9 +31,17 @@ type Store struct {
 	// RedisTimeout bounds each request's Redis round trip; past it
 	// OnRedisError applies. Default 200ms.
 	RedisTimeout policy.Duration `toml:"redis_timeout"`
-	// OnRedisError is "local" (default: decide with this host's own
-	// state, push it back on recovery), "dunno" or "defer".
+	// OnRedisError is "local" (default: decide with this host's copy of
+	// the states Redis returned, add what it counted to Redis on
+	// recovery), "dunno" or "defer".
 	OnRedisError string `toml:"on_redis_error"`
+	// DegradedShare is how much of each limit a host may use while it
+	// decides locally: "last" (default: the limit, from the last state
+	// it knew) or "split" (the limit divided among RedisHosts hosts).
+	DegradedShare string `toml:"degraded_share"`
+	// RedisHosts is the number of hosts sharing the Redis state (for
+	// DegradedShare "split" and the documented bound); default 1.
+	RedisHosts int `toml:"redis_hosts"`
 	// KeyPrefix starts every Redis key; default "ratelimitd:". It must not
 	// contain '{' or '}' (Redis Cluster hash tags).
 	KeyPrefix string `toml:"key_prefix"`
@@ -62,14 +70,21 @@ func (s *Store) withDefaults() {
 	if s.OnRedisError == "" {
 		s.OnRedisError = "local"
 	}
+	if s.DegradedShare == "" {
+		s.DegradedShare = "last"
+	}
+	if s.RedisHosts == 0 {
+		s.RedisHosts = 1
+	}
 	if s.KeyPrefix == "" {
 		s.KeyPrefix = DefaultKeyPrefix
 	}
 }
 
 // validate checks the table; limits are the configured stack (the Redis
-// script implements every algorithm but baseline).
-func (s *Store) validate(limits []policy.LimitConfig) []error {
+// script implements every algorithm but baseline), requestTimeout the
+// server's (a Redis round trip must end well before it).
+func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Duration) []error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("store.%s: %s", key, fmt.Sprintf(format, a...)))
@@ -84,6 +99,20 @@ func (s *Store) validate(limits []policy.LimitConfig) []error {
 	}
 	if s.RedisTimeout < 0 {
 		bad("redis_timeout", "must be positive")
+	}
+	if requestTimeout > 0 && s.RedisTimeout >= requestTimeout {
+		bad("redis_timeout", "%s is not below server.request_timeout (%s): a Redis that hangs would leave requests unanswered "+
+			"and on_redis_error never applied; keep it well under Postfix's policy time limit too "+
+			"(smtpd_policy_service_timeout, default 100s; the MTA gives up first)",
+			time.Duration(s.RedisTimeout), time.Duration(requestTimeout))
+	}
+	switch s.DegradedShare {
+	case "last", "split":
+	default:
+		bad("degraded_share", "%q (want last or split)", s.DegradedShare)
+	}
+	if s.RedisHosts < 1 {
+		bad("redis_hosts", "must be at least 1")
 	}
 	switch s.OnRedisError {
 	case "local", "dunno", "defer":

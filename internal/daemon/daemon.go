@@ -90,6 +90,10 @@ type Daemon struct {
 	opts Options
 	// lost are the unreadable records set aside at start-up.
 	lost []statedb.Lost
+	// redisLog logs requests decided per on_redis_error, throttled;
+	// badStates remembers the undecodable Redis states logged.
+	redisLog  *throttledLog
+	badStates *oncePerKey
 }
 
 func newLogger(s config.Server, w io.Writer) *slog.Logger {

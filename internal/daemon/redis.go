@@ -5,8 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -36,32 +40,141 @@ func engineLimits(eng func() *policy.Engine) func(string) (ratelimit.Limit, bool
 	}
 }
 
+// pendingMergeFile is the file in state_dir that keeps the counts of a
+// Redis outage not yet added to Redis (redisstore.Failover.LoadPending).
+const pendingMergeFile = "redis-outage-counts.json"
+
 // openRedis connects the daemon to the shared rate state: a Failover over
-// the Redis store and local, the host's own store. Redis must answer at
-// start.
+// the Redis store and local, the host's own store (which keeps a copy of
+// every state Redis returns). Redis need not answer at start: the daemon
+// then serves per on_redis_error and joins Redis when it comes.
 func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Failover, error) {
 	pol, err := redisstore.ParseOnError(s.OnRedisError)
 	if err != nil {
 		return nil, err
 	}
-	r, err := redisstore.New(context.Background(), redisOptions(s, engineLimits(func() *policy.Engine { return d.engine })))
+	o := redisOptions(s, engineLimits(func() *policy.Engine { return d.engine }))
+	d.badStates = newOncePerKey(10000)
+	o.OnBadState = func(limit, key string) {
+		if d.metrics != nil {
+			d.metrics.Fault("redis bad state")
+		}
+		if d.badStates.first(limit + "\x00" + key) {
+			d.log.Warn("undecodable rate state in redis replaced by a fresh one", "limit", limit, "key", key)
+		}
+	}
+	o.OnRoundTrip = func(took time.Duration) {
+		if d.metrics != nil {
+			d.metrics.RedisRoundTrip(took)
+		}
+	}
+	r, err := redisstore.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("store: redis %v: %w", s.RedisAddrs, err)
 	}
+	cctx, cancel := context.WithTimeout(context.Background(), max(time.Duration(s.RedisTimeout), time.Second))
+	err = r.Connect(cctx)
+	cancel()
+	if err != nil {
+		d.log.Error("redis not reachable at start: serving per on_redis_error until it answers",
+			"redis_addrs", s.RedisAddrs, "on_redis_error", pol.String(), "err", err)
+	}
 	f := redisstore.NewFailover(r, local, pol, d.log)
+	f.Split, f.Hosts = s.DegradedShare == "split", s.RedisHosts
+	if err := f.LoadPending(filepath.Join(d.cfg.Server.StateDir, pendingMergeFile)); err != nil {
+		d.log.Warn("counts of an earlier redis outage not loaded", "err", err)
+	}
 	d.redisClient = r
+	d.redisLog = newThrottledLog(d.log, 10*time.Second)
 	return f, nil
 }
 
-// redisDecision turns a request Redis could not decide into a 450 when
-// on_redis_error is "defer" (with "dunno" the engine's fail-open DUNNO
-// stands). The fault stays set: it is logged and counted.
+// redisDecision handles a request Redis could not decide: with
+// on_redis_error "defer" it becomes a 450 (with "dunno" the engine's
+// fail-open DUNNO stands). The fault is counted per request but logged
+// at most once per 10 seconds with the number of requests since
+// (redisLog), not once per request.
 func (d *Daemon) redisDecision(dec *policy.Decision) {
-	if d.redis == nil || dec.Fault == nil || d.cfg.Store.OnRedisError != "defer" || dec.Action != policy.Pass ||
-		!errors.Is(dec.Fault, redisstore.ErrUnavailable) {
+	if d.redis == nil || dec.Fault == nil || !errors.Is(dec.Fault, redisstore.ErrUnavailable) {
+		return
+	}
+	d.metrics.Fault("redis unavailable")
+	d.redisLog.warn("request decided per on_redis_error: redis unavailable", "on_redis_error", d.cfg.Store.OnRedisError,
+		"err", dec.Fault)
+	fault := dec.Fault
+	dec.Fault = nil
+	if d.cfg.Store.OnRedisError != "defer" || dec.Action != policy.Pass {
 		return
 	}
 	*dec = policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1",
-		Text: "Rate limit service temporarily unavailable, try again later", Reason: "redis unavailable, on_redis_error=defer",
-		Fault: dec.Fault}
+		Text: "Rate limit service temporarily unavailable, try again later", Reason: "redis unavailable, on_redis_error=defer: " + fault.Error()}
+}
+
+// throttledLog logs a line per message at most once per every, with the
+// number of occurrences it stood for.
+type throttledLog struct {
+	log   *slog.Logger
+	every time.Duration
+	mu    sync.Mutex
+	last  map[string]time.Time
+	count map[string]int
+}
+
+func newThrottledLog(log *slog.Logger, every time.Duration) *throttledLog {
+	return &throttledLog{log: log, every: every, last: map[string]time.Time{}, count: map[string]int{}}
+}
+
+// warn logs msg at Warn with args and the count of occurrences since the
+// last line of msg, unless one was logged less than every ago.
+func (t *throttledLog) warn(msg string, args ...any) {
+	t.mu.Lock()
+	t.count[msg]++
+	now := time.Now()
+	if now.Sub(t.last[msg]) < t.every {
+		t.mu.Unlock()
+		return
+	}
+	n := t.count[msg]
+	t.last[msg], t.count[msg] = now, 0
+	t.mu.Unlock()
+	t.log.Warn(msg, append(args, "occurrences", n, "per", t.every.String())...)
+}
+
+// oncePerKey remembers up to max keys, to log something once per key.
+type oncePerKey struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+	max  int
+}
+
+func newOncePerKey(max int) *oncePerKey { return &oncePerKey{seen: map[string]struct{}{}, max: max} }
+
+// first reports whether k is seen for the first time (always true once
+// max keys are remembered).
+func (o *oncePerKey) first(k string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.seen[k]; ok {
+		return false
+	}
+	if len(o.seen) < o.max {
+		o.seen[k] = struct{}{}
+	}
+	return true
+}
+
+// redisClock answers the rate commands on Redis's clock (TIME; the host's
+// clock corrected by the last offset while Redis is down), the clock the
+// decisions use, instead of the clock of the host asked.
+type redisClock struct {
+	admin.Rates
+	now func(context.Context) time.Time
+}
+
+func (r redisClock) Lookup(ctx context.Context, _ time.Time, key string) ([]policy.KeyRate, error) {
+	return r.Rates.Lookup(ctx, r.now(ctx), key)
+}
+
+func (r redisClock) All(ctx context.Context, _ time.Time) ([]policy.KeyRate, error) {
+	return r.Rates.All(ctx, r.now(ctx))
 }

@@ -146,7 +146,12 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 }
 
 // Rates implements admin.Daemon: the engine.
-func (d *Daemon) Rates() admin.Rates { return d.engine }
+func (d *Daemon) Rates() admin.Rates {
+	if d.redis != nil {
+		return redisClock{Rates: d.engine, now: d.redis.Now}
+	}
+	return d.engine
+}
 
 // Quarantine implements admin.Daemon: the quarantine's life cycle.
 func (d *Daemon) Quarantine() *lifecycle.Service { return d.q.svc }

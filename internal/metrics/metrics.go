@@ -34,7 +34,9 @@ const numActions = int(policy.Reject) + 1
 // sum), where the Prometheus counter and histogram and the counter for
 // `status` took six.
 type Metrics struct {
-	reg       *prometheus.Registry
+	reg *prometheus.Registry
+	// redisRTT is the Redis round-trip histogram (RegisterRedis).
+	redisRTT  prometheus.Histogram
 	stripes   [metricStripes]requestStripe
 	decisions *prometheus.CounterVec // limit, action
 	faults    *prometheus.CounterVec // kind

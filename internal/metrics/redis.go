@@ -1,15 +1,40 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // RegisterRedis exports the Redis backend's state: whether it is degraded
-// and how often it switched. Call it once.
+// and how often it switched, the time spent degraded, the requests decided
+// locally by reason, the merges of outage counts and the round-trip
+// latency of script calls (RedisRoundTrip). Call it once, before the
+// first request.
 func (m *Metrics) RegisterRedis(f *redisstore.Failover) {
-	m.reg.MustRegister(
+	m.redisRTT = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "ratelimitd_redis_round_trip_seconds",
+		Help:    "Round-trip time of the Redis decision script calls that Redis answered.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
+	local := prometheus.NewDesc("ratelimitd_redis_local_decisions_total",
+		"Requests decided with the host's local state because Redis did not answer, by reason: outage (the request's Redis shard was known down), failed (its own Redis call failed).",
+		[]string{"reason"}, nil)
+	m.reg.MustRegister(m.redisRTT, localDecisions{desc: local, f: f},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ratelimitd_redis_degraded_seconds_total",
+			Help: "Time spent with some of Redis considered down (requests decided per on_redis_error).",
+		}, func() float64 { return f.DegradedTime().Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ratelimitd_redis_merges_total",
+			Help: "Merges of the counts made locally during an outage into Redis, completed.",
+		}, func() float64 { n, _ := f.Merges(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "ratelimitd_redis_states_merged_total",
+			Help: "Redis states the merges added a host's outage counts to.",
+		}, func() float64 { _, n := f.Merges(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ratelimitd_redis_degraded",
 			Help: "1 while Redis does not answer and requests are decided per on_redis_error, else 0.",
@@ -28,4 +53,26 @@ func (m *Metrics) RegisterRedis(f *redisstore.Failover) {
 			Help: "Switches back to the shared Redis state after an outage.",
 		}, func() float64 { return float64(f.Status().Recoveries) }),
 	)
+}
+
+// RedisRoundTrip observes the round-trip time of one Redis script call
+// (redisstore.Options.OnRoundTrip); a no-op before RegisterRedis.
+func (m *Metrics) RedisRoundTrip(took time.Duration) {
+	if m.redisRTT != nil {
+		m.redisRTT.Observe(took.Seconds())
+	}
+}
+
+// localDecisions exports Failover.LocalDecisions as a counter by reason.
+type localDecisions struct {
+	desc *prometheus.Desc
+	f    *redisstore.Failover
+}
+
+func (c localDecisions) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c localDecisions) Collect(ch chan<- prometheus.Metric) {
+	for reason, n := range c.f.LocalDecisions() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), reason)
+	}
 }

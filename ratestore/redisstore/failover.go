@@ -18,10 +18,11 @@ import (
 type OnError uint8
 
 const (
-	// Local decides with this host's own store: each host counts alone
-	// during the outage; on recovery the states decided locally are
-	// pushed to Redis where they are stricter, so a sender refused during
-	// the outage is still refused.
+	// Local decides with this host's own store, which holds a copy of
+	// every state Redis returned (written through on each decision): a
+	// sender is limited from what this host last knew of it, not from
+	// zero. On recovery what the host counted during the outage is
+	// added to the shared state, once.
 	Local OnError = iota
 	// Dunno answers DUNNO (fail open; counted as a fault).
 	Dunno
@@ -50,9 +51,9 @@ func ParseOnError(s string) (OnError, error) {
 	return 0, fmt.Errorf("%w: on_redis_error %q (want local, dunno or defer)", ErrConfig, s)
 }
 
-// maxTouched bounds the (limit, key) pairs a Failover remembers deciding
-// locally during one outage; beyond it the oldest outage states are not
-// pushed on recovery (they still decide locally).
+// maxTouched bounds the (limit, key) pairs a Failover remembers counting
+// locally during an outage; beyond it a new key's outage counts are not
+// added to Redis on recovery (they still decide locally).
 const maxTouched = 1 << 20
 
 // Failover is the daemon's rate store with the Redis backend: the Redis
@@ -60,17 +61,26 @@ const maxTouched = 1 << 20
 // implements policy.Store and policy.StackEvaluator and is safe for
 // concurrent use.
 //
-// The first request that Redis fails to answer within its timeout switches
-// the Failover to degraded (logged once, with the cause); from then on
-// requests do not wait for Redis, and a probe pings it every ProbeInterval.
-// When Redis answers again the states decided locally are merged into it
-// (Store.Merge: the stricter one wins) and the Failover switches back
-// (logged once). Local decisions use the host's clock corrected by the
-// offset to Redis's clock last measured, so the states pushed back are on
-// Redis's time base.
+// Every state a decision script returns is also written to the local
+// store (write-through), so that the local store holds what this host
+// last knew of each key. A request that Redis fails to answer within its
+// timeout marks its shard down (the one Redis, or with a Redis Cluster
+// the request's hash slot, widened by the probe to every slot of the
+// node serving it) and is decided per OnError; later requests of a shard
+// that is down do not wait for Redis. With Local they are decided with
+// the local store (on the host's clock corrected by the offset to
+// Redis's clock last measured), each request's cost multiplied by Hosts
+// when Split is set, and what they count is also kept apart, counted
+// from zero (the outage's delta).
 //
-// The `rate` commands read and reset the shared state; while Redis is down
-// Get and Range answer from the local store, and Delete resets both.
+// A probe reads from Redis every ProbeInterval (a read that a Redis
+// still LOADING or BUSY refuses); as soon as it succeeds the shard is
+// shared again, under load or not, and the shard's deltas are added to
+// the shared state (Store.Merge) under a merge identifier, exactly once
+// even if the merge is retried or the daemon restarts in between (the
+// unmerged deltas are kept in PendingFile, see LoadPending). One switch
+// to degraded and one back are logged and counted per outage, however
+// many requests failed.
 type Failover struct {
 	redis  *Store
 	local  policy.Store
@@ -82,15 +92,44 @@ type Failover struct {
 	// ProbeInterval is the pause between probes while degraded; zero
 	// means 250ms.
 	ProbeInterval time.Duration
+	// Split (degraded_share = "split") gives each of Hosts hosts a
+	// share of every limit while degraded: local requests cost Hosts
+	// times their cost, so that the hosts together admit about the
+	// limit. Set both before use.
+	Split bool
+	Hosts int
 
-	degraded   atomic.Bool
+	// down[shard] is set while the shard is degraded: shard 0 for a
+	// standalone or Sentinel-managed Redis, the hash slot with a
+	// Cluster. nDown counts the shards down.
+	down  [slotCount]atomic.Bool
+	nDown atomic.Int32
+
 	since      atomic.Int64 // Unix ns of the last switch
 	switches   atomic.Int64
 	recoveries atomic.Int64
 	lastErr    atomic.Pointer[string]
+	// degradedNs is the time spent degraded before the current outage.
+	degradedNs atomic.Int64
+	// Requests decided locally, by reason (see LocalDecisions).
+	localOutage, localFailed atomic.Int64
+	merges, merged           atomic.Int64
+
+	// localMu is held shared by each local decision and exclusively by
+	// a recovery, between marking its shards up and taking their deltas,
+	// so that no local count is left behind.
+	localMu sync.RWMutex
 
 	mu      sync.Mutex
-	touched map[[2]string]struct{}
+	delta   map[[2]string]*deltaEntry
+	pending []pendingMerge
+	// pendingFile, if set, keeps pending (LoadPending).
+	pendingFile string
+	// downNodes are the cluster nodes found down (address: since), for
+	// logging each once.
+	downNodes map[string]time.Time
+	// outage is set from the first shard down to the last one up.
+	outage  bool
 	probing bool
 	stop    chan struct{}
 	// ctx is cancelled by Close, ending a recovery in progress.
@@ -99,12 +138,29 @@ type Failover struct {
 	wg     sync.WaitGroup
 }
 
+// slotCount is the number of Redis Cluster hash slots.
+const slotCount = 16384
+
+// deltaEntry is what this host counted of one (limit, key) during an
+// outage, counted from no state.
+type deltaEntry struct {
+	l    ratelimit.Limit
+	st   ratelimit.State
+	slot uint16
+}
+
 // NewFailover returns a Failover over the Redis store r and the host's own
 // store local, with policy p. log receives the switch and recovery lines.
+// When r is not connected yet (Open), the Failover starts degraded and
+// its probe connects.
 func NewFailover(r *Store, local policy.Store, p OnError, log *slog.Logger) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Failover{redis: r, local: local, policy: p, log: log, touched: map[[2]string]struct{}{}, stop: make(chan struct{}),
-		ctx: ctx, cancel: cancel}
+	f := &Failover{redis: r, local: local, policy: p, log: log, delta: map[[2]string]*deltaEntry{},
+		downNodes: map[string]time.Time{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
+	if !r.Connected() {
+		f.markAllDown(errNotConnected)
+	}
+	return f
 }
 
 // FailoverStatus is the backend's state for `ratelimitd status`.
@@ -114,29 +170,91 @@ type FailoverStatus struct {
 	Degraded bool      `json:"degraded"`
 	Since    time.Time `json:"since,omitzero"`
 	// Switches counts switches to degraded, Recoveries switches back.
-	Switches   int64  `json:"switches"`
-	Recoveries int64  `json:"recoveries"`
-	LastError  string `json:"last_error,omitempty"`
-	Cluster    bool   `json:"cluster"`
+	Switches   int64 `json:"switches"`
+	Recoveries int64 `json:"recoveries"`
+	// LastError is the cause of the current outage (empty while shared).
+	LastError string `json:"last_error,omitempty"`
+	Cluster   bool   `json:"cluster"`
+	// Connected is false until Redis was first reached.
+	Connected bool `json:"connected"`
+	// SlotsDown counts the shards degraded: with a Cluster the hash
+	// slots, else 1 while degraded.
+	SlotsDown int `json:"slots_down,omitempty"`
+	// DegradedSeconds is the total time spent degraded.
+	DegradedSeconds float64 `json:"degraded_seconds"`
+	// LocalDecisions counts requests decided locally, by reason.
+	LocalDecisions map[string]int64 `json:"local_decisions,omitempty"`
+	// Merges counts completed merges of outage counts, StatesMerged the
+	// states they added to; PendingMerges the merges still to do.
+	Merges        int64 `json:"merges"`
+	StatesMerged  int64 `json:"states_merged"`
+	PendingMerges int   `json:"pending_merges,omitempty"`
+	// ClockOffset is Redis's clock minus this host's.
+	ClockOffset time.Duration `json:"clock_offset_ns"`
+	// Share is "split" when degraded_share = "split", with Hosts.
+	Share string `json:"degraded_share,omitempty"`
+	Hosts int    `json:"hosts,omitempty"`
 }
 
 // Status reports the current state.
 func (f *Failover) Status() FailoverStatus {
-	st := FailoverStatus{Backend: "redis", OnError: f.policy.String(), Degraded: f.degraded.Load(),
-		Switches: f.switches.Load(), Recoveries: f.recoveries.Load(), Cluster: f.redis.Cluster()}
+	n := int(f.nDown.Load())
+	st := FailoverStatus{Backend: "redis", OnError: f.policy.String(), Degraded: n > 0,
+		Switches: f.switches.Load(), Recoveries: f.recoveries.Load(), Cluster: f.redis.Cluster(),
+		Connected: f.redis.Connected(), DegradedSeconds: f.DegradedTime().Seconds(),
+		LocalDecisions: f.LocalDecisions(), Merges: f.merges.Load(), StatesMerged: f.merged.Load(),
+		ClockOffset: f.redis.ClockOffset()}
+	if n > 0 {
+		st.SlotsDown = n
+		if !f.redis.Cluster() {
+			st.SlotsDown = 1
+		}
+		if e := f.lastErr.Load(); e != nil {
+			st.LastError = *e
+		}
+	}
 	if ns := f.since.Load(); ns != 0 {
 		st.Since = time.Unix(0, ns)
 	}
-	if e := f.lastErr.Load(); e != nil {
-		st.LastError = *e
+	if f.Split {
+		st.Share, st.Hosts = "split", f.Hosts
 	}
+	f.mu.Lock()
+	st.PendingMerges = len(f.pending)
+	f.mu.Unlock()
 	return st
 }
 
-// Degraded reports whether Redis is currently considered down.
-func (f *Failover) Degraded() bool { return f.degraded.Load() }
+// Degraded reports whether some of Redis (all of it, or some cluster
+// slots) is currently considered down.
+func (f *Failover) Degraded() bool { return f.nDown.Load() > 0 }
 
-// Close stops the probe.
+// DegradedTime is the total time spent degraded, the current outage
+// included.
+func (f *Failover) DegradedTime() time.Duration {
+	d := time.Duration(f.degradedNs.Load())
+	if f.Degraded() {
+		if ns := f.since.Load(); ns != 0 {
+			d += time.Since(time.Unix(0, ns))
+		}
+	}
+	return d
+}
+
+// LocalDecisions counts the requests decided with the local store, by
+// reason: "outage" (their shard was known down) and "failed" (their Redis
+// call failed).
+func (f *Failover) LocalDecisions() map[string]int64 {
+	return map[string]int64{"outage": f.localOutage.Load(), "failed": f.localFailed.Load()}
+}
+
+// Merges returns how many merges of outage counts completed and how many
+// states they added to.
+func (f *Failover) Merges() (merges, states int64) { return f.merges.Load(), f.merged.Load() }
+
+// Close stops the probe. Counts of an outage still in progress are kept
+// in the pending file (LoadPending), to be added when the daemon next
+// reaches Redis.
 func (f *Failover) Close() {
 	f.mu.Lock()
 	select {
@@ -147,148 +265,125 @@ func (f *Failover) Close() {
 	f.mu.Unlock()
 	f.cancel()
 	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.delta) > 0 {
+		f.pending = append(f.pending, f.takeDelta(nil))
+	}
+	f.savePending()
 }
 
-// EvaluateStack decides with Redis, or per the policy when Redis is down.
-// With Dunno and Defer it returns an error wrapping ErrUnavailable (the
-// caller answers DUNNO or 450 4.7.1).
+// EvaluateStack decides with Redis, or per the policy when Redis (the
+// request's shard) is down. With Dunno and Defer it returns an error
+// wrapping ErrUnavailable (the caller answers DUNNO or 450 4.7.1).
 func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
-	if !f.degraded.Load() {
+	if f.nDown.Load() == 0 || !f.anyDown(items) {
 		err := f.redis.EvaluateStack(ctx, now, items, refused, out)
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+		if err == nil {
+			f.writeThrough(ctx, items, refused, out)
+			return nil
+		}
+		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
 			return err
 		}
-		f.down(err)
+		f.markDown(items, err)
+		if f.policy != Local {
+			return err
+		}
+		f.localFailed.Add(1)
+		return f.decideLocal(ctx, now, items, refused, out, true)
 	}
 	if f.policy != Local {
 		return fmt.Errorf("%w: deciding per on_redis_error=%s", ErrUnavailable, f.policy)
 	}
-	err := policy.EvaluateStack(ctx, f.local, now.Add(f.redis.ClockOffset()), items, refused, out)
-	f.mu.Lock()
-	for i := range items {
-		if out[i].Stored && len(f.touched) < maxTouched {
-			f.touched[[2]string{items[i].Limit, items[i].Key}] = struct{}{}
-		}
-	}
-	f.mu.Unlock()
-	return err
+	f.localOutage.Add(1)
+	return f.decideLocal(ctx, now, items, refused, out, false)
 }
 
-// down switches to degraded (once) and starts the probe.
-func (f *Failover) down(cause error) {
-	msg := cause.Error()
-	f.lastErr.Store(&msg)
+// shard is the shard of a Redis key: its hash slot with a Cluster, else 0.
+func (f *Failover) shard(limit, key string) uint16 {
+	if !f.redis.Cluster() {
+		return 0
+	}
+	return Slot(f.redis.Key(limit, key))
+}
+
+// anyDown reports whether any item's shard is down.
+func (f *Failover) anyDown(items []policy.StackItem) bool {
+	if !f.redis.Cluster() {
+		return f.down[0].Load()
+	}
+	for i := range items {
+		if f.down[f.shard(items[i].Limit, items[i].Key)].Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// writeThrough copies the states Redis now holds for the items (their
+// previous state, or the one the script stored) into the local store.
+func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, refused bool, out []policy.StackResult) {
+	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
+		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
+	})
+	for i := range items {
+		it, o := &items[i], &out[i]
+		if o.Err != nil {
+			continue
+		}
+		st := o.Prev
+		if o.Stored {
+			st, _ = it.Params.Next(o.Result, admitted)
+		}
+		if st.IsZero() {
+			continue
+		}
+		f.local.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) { return st, old != st })
+	}
+}
+
+// decideLocal decides with the local store (its cost multiplied by Hosts
+// with Split) and adds what it counted to the outage's delta. Unless
+// force is set it rechecks, under localMu, that the request's shard is
+// still down, and asks Redis if a recovery came first.
+func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult, force bool) error {
+	f.localMu.RLock()
+	if !force && !f.anyDown(items) {
+		f.localMu.RUnlock()
+		return f.EvaluateStack(ctx, now, items, refused, out)
+	}
+	defer f.localMu.RUnlock()
+	now = now.Add(f.redis.ClockOffset())
+	local := items
+	if f.Split && f.Hosts > 1 {
+		local = make([]policy.StackItem, len(items))
+		for i, it := range items {
+			it.Cost *= float64(f.Hosts)
+			local[i] = it
+		}
+	}
+	err := policy.EvaluateStack(ctx, f.local, now, local, refused, out)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.degraded.Load() {
-		return
-	}
-	select {
-	case <-f.stop:
-		return
-	default:
-	}
-	f.degraded.Store(true)
-	f.since.Store(time.Now().UnixNano())
-	f.switches.Add(1)
-	f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.policy.String(), "err", cause)
-	if f.OnSwitch != nil {
-		f.OnSwitch(true)
-	}
-	if !f.probing {
-		f.probing = true
-		f.wg.Add(1)
-		go f.probe()
-	}
-}
-
-// probe pings Redis until it answers, then merges and switches back.
-func (f *Failover) probe() {
-	defer f.wg.Done()
-	every := f.ProbeInterval
-	if every <= 0 {
-		every = 250 * time.Millisecond
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-t.C:
-		}
-		if _, err := f.redis.Ping(f.ctx); err != nil {
+	for i := range items {
+		it := &items[i]
+		if !out[i].Stored || out[i].Err != nil {
 			continue
 		}
-		began := time.Unix(0, f.since.Load())
-		pushed, err := f.recover()
-		if err != nil {
-			msg := err.Error()
-			f.lastErr.Store(&msg)
-			continue
-		}
-		f.log.Info("redis available again: rate state shared", "pushed_local_states", pushed,
-			"outage", time.Since(began).Round(time.Millisecond).String())
-		return
-	}
-}
-
-// recover pushes the states decided locally and switches back to Redis.
-func (f *Failover) recover() (int, error) {
-	pushed := 0
-	for range 8 {
-		f.mu.Lock()
-		batch := f.touched
-		if len(batch) == 0 {
-			f.degraded.Store(false)
-			f.since.Store(time.Now().UnixNano())
-			f.recoveries.Add(1)
-			f.probing = false
-			if f.OnSwitch != nil {
-				f.OnSwitch(false)
+		k := [2]string{it.Limit, it.Key}
+		d := f.delta[k]
+		if d == nil {
+			if len(f.delta) >= maxTouched {
+				continue
 			}
-			f.mu.Unlock()
-			return pushed, nil
+			d = &deltaEntry{l: it.Params, slot: f.shard(it.Limit, it.Key)}
+			f.delta[k] = d
 		}
-		f.touched = map[[2]string]struct{}{}
-		f.mu.Unlock()
-		n, err := f.push(batch)
-		pushed += n
-		if err != nil {
-			f.mu.Lock()
-			for k := range batch {
-				f.touched[k] = struct{}{}
-			}
-			f.mu.Unlock()
-			return pushed, err
-		}
+		d.l = it.Params
+		d.st = it.Params.Check(d.st, now, it.Cost).Counted
 	}
-	return pushed, errors.New("redisstore: local states kept changing during recovery")
-}
-
-func (f *Failover) push(batch map[[2]string]struct{}) (int, error) {
-	byLimit := map[string][]string{}
-	for k := range batch {
-		byLimit[k[0]] = append(byLimit[k[0]], k[1])
-	}
-	ctx := f.ctx
-	n := 0
-	for limit, keys := range byLimit {
-		sts := make([]ratelimit.State, len(keys))
-		for i, k := range keys {
-			st, err := f.local.Get(ctx, limit, k)
-			if err != nil {
-				return n, err
-			}
-			sts[i] = st
-		}
-		m, err := f.redis.Merge(ctx, limit, keys, sts)
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
+	return err
 }
 
 // Get returns the shared state, or the local one while Redis is down.
@@ -305,10 +400,14 @@ func (f *Failover) Update(ctx context.Context, limit, key string, fn func(rateli
 	return f.redis.Update(ctx, limit, key, fn)
 }
 
-// Delete resets key under limit in Redis (every host sees it at once) and
-// in the local store; it reports whether either had state. A Redis error
-// is returned after the local reset.
+// Delete resets key under limit in Redis (every host sees it at once), in
+// the local store and in the outage's counts; it reports whether Redis or
+// the local store had state. A Redis error is returned after the local
+// reset.
 func (f *Failover) Delete(ctx context.Context, limit, key string) (bool, error) {
+	f.mu.Lock()
+	delete(f.delta, [2]string{limit, key})
+	f.mu.Unlock()
 	lok, lerr := f.local.Delete(ctx, limit, key)
 	ok, err := f.redis.Delete(ctx, limit, key)
 	return ok || lok, errors.Join(err, lerr)
@@ -316,8 +415,16 @@ func (f *Failover) Delete(ctx context.Context, limit, key string) (bool, error) 
 
 // Range walks the shared state, or the local one while Redis is down.
 func (f *Failover) Range(ctx context.Context, fn func(limit, key string, s ratelimit.State) bool) error {
-	if f.degraded.Load() && f.policy == Local {
+	if f.Degraded() && f.policy == Local {
 		return f.local.Range(ctx, fn)
 	}
 	return f.redis.Range(ctx, fn)
+}
+
+// Now is Redis's clock (Store.Now), for the `rate` commands.
+func (f *Failover) Now(ctx context.Context) time.Time {
+	if f.Degraded() {
+		return time.Now().Add(f.redis.ClockOffset())
+	}
+	return f.redis.Now(ctx)
 }

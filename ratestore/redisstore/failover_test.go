@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,14 +194,17 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
-// TestMerge: after an outage the stricter state wins, per algorithm: the
-// higher decayed rate (exponential), the later arrival time (GCRA); and
-// the merged key gets an expiry.
-func TestMerge(t *testing.T) {
+// TestMergeAddsOnce: after an outage a host's counts are added to the
+// shared state in each limit's arithmetic (decayed rates and EARRRL
+// counts summed, GCRA's backlog added to the arrival time), once per
+// merge identifier however often the merge is retried; the merged key
+// gets an expiry from the arithmetic.
+func TestMergeAddsOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	limits := map[string]ratelimit.Limit{
-		"exp":  {Limit: 10, Period: time.Hour},
-		"gcra": {Limit: 10, Period: time.Hour, Algorithm: ratelimit.GCRA},
+		"exp":    {Limit: 10, Period: time.Hour},
+		"gcra":   {Limit: 10, Period: time.Hour, Algorithm: ratelimit.GCRA},
+		"earrrl": {Limit: 10, Period: time.Hour, Algorithm: ratelimit.EARRRL},
 	}
 	r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Limits: func(n string) (ratelimit.Limit, bool) {
 		l, ok := limits[n]
@@ -215,33 +219,50 @@ func TestMerge(t *testing.T) {
 		}
 	}
 	set("exp", "a", ratelimit.State{Time: ns, Rate: 5})
-	set("exp", "b", ratelimit.State{Time: ns, Rate: 5})
 	set("gcra", "a", ratelimit.State{Time: ns + int64(30*time.Minute)})
-	set("gcra", "b", ratelimit.State{Time: ns + int64(30*time.Minute)})
-	// a: the local state is stricter; b: the shared one is.
-	n, err := r.Merge(ctx, "exp", []string{"a", "b"}, []ratelimit.State{{Time: ns, Rate: 9}, {Time: ns - int64(time.Hour), Rate: 9}})
-	if err != nil || n != 1 {
-		t.Fatalf("exp merge pushed %d (%v), want 1", n, err)
+	set("earrrl", "a", ratelimit.State{Time: ns, Rate: 4})
+	merge := func(id string, want int) {
+		t.Helper()
+		for _, c := range []struct {
+			limit string
+			sts   []ratelimit.State
+		}{
+			{"exp", []ratelimit.State{{Time: ns, Rate: 9}, {Time: ns, Rate: 9}}},
+			{"gcra", []ratelimit.State{{Time: ns + int64(20*time.Minute)}, {Time: ns + int64(20*time.Minute)}}},
+			{"earrrl", []ratelimit.State{{Time: ns, Rate: 3}, {Time: ns, Rate: 3}}},
+		} {
+			n, err := r.Merge(ctx, id, c.limit, []string{"a", "b"}, c.sts)
+			if err != nil || n != want {
+				t.Fatalf("merge %s of %s added %d (%v), want %d", id, c.limit, n, err, want)
+			}
+		}
 	}
-	n, err = r.Merge(ctx, "gcra", []string{"a", "b"}, []ratelimit.State{{Time: ns + int64(50*time.Minute)}, {Time: ns + int64(10*time.Minute)}})
-	if err != nil || n != 1 {
-		t.Fatalf("gcra merge pushed %d (%v), want 1", n, err)
-	}
+	merge("outage1", 2)
+	merge("outage1", 0) // retried: nothing twice
 	for _, c := range []struct {
 		limit, key string
-		want       ratelimit.State
+		want       float64 // rate, or the arrival time's minutes ahead
 	}{
-		{"exp", "a", ratelimit.State{Time: ns, Rate: 9}}, {"exp", "b", ratelimit.State{Time: ns, Rate: 5}},
-		{"gcra", "a", ratelimit.State{Time: ns + int64(50*time.Minute)}}, {"gcra", "b", ratelimit.State{Time: ns + int64(30*time.Minute)}},
+		{"exp", "a", 14}, {"exp", "b", 9}, {"gcra", "a", 50}, {"gcra", "b", 20}, {"earrrl", "a", 7}, {"earrrl", "b", 3},
 	} {
-		if got, _ := r.Get(ctx, c.limit, c.key); got != c.want {
-			t.Errorf("%s %s after merge: %+v, want %+v", c.limit, c.key, got, c.want)
+		got, err := r.Get(ctx, c.limit, c.key)
+		v := got.Rate
+		if c.limit == "gcra" {
+			v = float64(got.Time-ns) / float64(time.Minute)
 		}
-		// The expiry follows the limit's arithmetic (a few hours at most
+		if err != nil || math.Abs(v-c.want) > 0.01 {
+			t.Errorf("%s %s after merge: %+v (%v), want %v", c.limit, c.key, got, err, c.want)
+		}
+		// The expiry follows the limit's arithmetic (EARRRL's estimate is
+		// negligible below a millionth of the limit: about 16 periods
 		// here), not DefaultTTL.
 		ttl := srv.Must("PTTL", r.Key(c.limit, c.key))
-		if ms, err := strconv.ParseInt(ttl, 10, 64); err != nil || ms < 0 || ms > int64(5*time.Hour/time.Millisecond) {
-			t.Errorf("%s %s: PTTL %s, want an expiry within 5h", c.limit, c.key, ttl)
+		if ms, err := strconv.ParseInt(ttl, 10, 64); err != nil || ms < 0 || ms > int64(20*time.Hour/time.Millisecond) {
+			t.Errorf("%s %s: PTTL %s, want an expiry within 20h", c.limit, c.key, ttl)
 		}
+	}
+	merge("outage2", 2) // another outage adds again
+	if got, _ := r.Get(ctx, "exp", "b"); math.Abs(got.Rate-18) > 0.01 {
+		t.Errorf("after a second outage's merge: %+v, want rate 18", got)
 	}
 }

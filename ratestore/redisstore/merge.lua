@@ -1,27 +1,71 @@
--- ratelimitd: after an outage, keep the stricter of the shared state and
--- the state this host decided alone (Store.Merge, Failover).
--- KEYS[1] the state key; ARGV[1] how to compare: "t" the later time wins
--- (GCRA, cooldown: the arrival time), "r" the higher rate decayed to now
--- wins (exponential, EARRRL), with ARGV[2] the decay time constant (ns);
--- ARGV[3], ARGV[4], ARGV[5] the local state's time (Unix seconds,
--- nanoseconds) and rate; ARGV[6] its expiry (Unix ms).
--- Returns 1 if the local state was stored, else 0.
+-- ratelimitd: after an outage, add what this host counted alone to the
+-- shared state (Store.Merge, Failover), exactly once per outage.
+-- KEYS[1] the state key; KEYS[2] the outage's marker for it: when the
+-- marker exists the outage was merged into this key already (a retried
+-- or restarted merge) and nothing is added.
+-- ARGV[1] algorithm (0 exponential, 1 gcra, 2 cooldown, 3 earrrl);
+-- ARGV[2] limit; ARGV[3] period (ns); ARGV[4] decay time constant (ns:
+-- the period for the exponential, 1/lambda for EARRRL); ARGV[5], ARGV[6],
+-- ARGV[7] the host's outage delta: time (Unix seconds, nanoseconds) and
+-- rate, in the limit's own meaning (ratelimit.State) as counted from no
+-- state; ARGV[8] how long the marker lives (ms).
+--
+-- The sum, per algorithm: the exponential rate and EARRRL's count are
+-- sums of decayed contributions, so the shared and the local one are
+-- each decayed to now and added (time: now); GCRA's and cooldown's
+-- arrival time is advanced by the host's backlog still ahead of now
+-- (max(tat, now) + max(delta - now, 0)). A state of another length than
+-- 20 or 28 bytes counts as none. The result is stored as the decision
+-- script stores states (28 bytes, with the expiry it sets).
+-- Returns 1 if added, 0 if the marker was there already.
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[8]) == false then return 0 end
 local t = redis.call('TIME')
 local nows, nowns = tonumber(t[1]), tonumber(t[2]) * 1000
-local tau = tonumber(ARGV[2])
-local ls, lns, lr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local function key(s, ns, r)
-  if ARGV[1] == 't' then return (s - ls) * 1e9 + (ns - lns) end
-  local w = ((nows - s) * 1e9 + (nowns - ns)) / tau
-  if w < 0 then w = 0 end
-  return math.exp(-w) * r
-end
+local alg, lim, period, tau = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local ls, lns, lr = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local floor, exp, log = math.floor, math.exp, math.log
 local raw = redis.call('GET', KEYS[1])
-if raw then
-  local s, ns, r = struct.unpack('<i8I4d', raw)
-  if key(s, ns, r) >= key(ls, lns, lr) then return 0 end
+local ps, pns, pr
+if raw and (#raw == 20 or #raw == 28) then
+  ps, pns, pr = struct.unpack('<i8I4d', raw)
 end
-local at = tonumber(ARGV[6])
-if at <= nows * 1000 + nowns / 1e6 then return 0 end
-redis.call('SET', KEYS[1], struct.pack('<i8I4d', ls, lns, lr), 'PXAT', ARGV[6])
+-- ago is how long before now (ns, >= 0) the time (s, ns) was.
+local function ago(s, ns)
+  local d = (nows - s) * 1e9 + (nowns - ns)
+  if d < 0 then d = 0 end
+  return d
+end
+local s, ns, r, ttl
+if alg == 1 or alg == 2 then
+  local ahead = -ago(ls, lns)
+  if ls > nows or (ls == nows and lns > nowns) then
+    ahead = (ls - nows) * 1e9 + (lns - nowns)
+  end
+  if ahead < 0 then ahead = 0 end
+  local base = 0
+  if ps and (ps > nows or (ps == nows and pns > nowns)) then
+    base = (ps - nows) * 1e9 + (pns - nowns)
+  end
+  local total = base + ahead
+  local carry = floor((nowns + total) / 1e9)
+  s, ns, r = nows + carry, nowns + total - carry * 1e9, 0
+  local extra = 0
+  if alg == 2 then extra = period end
+  ttl = floor((total + extra) / 1e6) + 1
+else
+  local sum = lr * exp(-ago(ls, lns) / tau)
+  if ps then sum = sum + pr * exp(-ago(ps, pns) / tau) end
+  s, ns, r = nows, nowns, sum
+  if alg == 3 then
+    local d = log(sum * period / tau / (lim * 1e-6)) * tau
+    if not (d > 0) then d = 0 end
+    ttl = floor(d / 1e6) + 1
+  else
+    local w = log(2 * sum)
+    if not (w > 2) then w = 2 end
+    ttl = floor(w * period / 1e6) + 1
+  end
+end
+local at = nows * 1000 + floor(nowns / 1e6) + ttl + floor(ttl / 8)
+redis.call('SET', KEYS[1], struct.pack('<i8I4dd', s, ns, r, at), 'PXAT', string.format('%d', at))
 return 1

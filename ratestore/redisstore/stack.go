@@ -174,7 +174,8 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request) (keys, args []s
 
 // answer is a script call's answer: Redis's now, and per item (in the
 // order of the call's requests) itemLen bytes: a flag byte, over + 2*stored
-// + 4*(1 if there was a previous state), then that state's 20 bytes (zeros
+// + 4*(1 if there was a previous state) + 8*(1 if the stored value was
+// undecodable and replaced by a fresh state), then that state's 20 bytes (zeros
 // if none) and 8 more the script pads with.
 type answer struct {
 	now   time.Time
@@ -198,11 +199,19 @@ func (a answer) item(k int) (flag byte, prev string) {
 // shape. On Redis's clock (not Options.UseCallerTime) it records the
 // clock offset.
 func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) (answer, error) {
+	c, err := s.client()
+	if err != nil {
+		return answer{}, err
+	}
 	keys, args := s.assemble(phase, ts, tns, reqs)
 	items := len(keys) // one key per item
-	v, err := s.stack.Exec(ctx, s.c, keys, args).ToArray()
+	start := time.Now()
+	v, err := s.stack.Exec(ctx, c, keys, args).ToArray()
 	if err != nil {
 		return answer{}, unavailable(err)
+	}
+	if s.opts.OnRoundTrip != nil {
+		s.opts.OnRoundTrip(time.Since(start))
 	}
 	if len(v) != 3 {
 		return answer{}, fmt.Errorf("%w: script answered %d values, want 3", ErrProtocol, len(v))
@@ -331,7 +340,7 @@ func (s *Store) run(p *batch) {
 // knows; with several slots, some may have committed), or ErrProtocol for
 // an answer it cannot read. Safe for concurrent use.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
-	if !s.cluster {
+	if !s.Cluster() {
 		return s.evaluateOne(ctx, now, items, refused, out)
 	}
 	// One request per slot; never reallocated (the requests' slices
@@ -527,6 +536,9 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 		if err != nil {
 			out[i].Err = err
 			continue
+		}
+		if code&8 != 0 && s.opts.OnBadState != nil {
+			s.opts.OnBadState(items[i].Limit, items[i].Key)
 		}
 		over := code&1 != 0
 		it := &items[i]

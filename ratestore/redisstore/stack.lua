@@ -39,7 +39,8 @@
 -- (written by Store.Update and Store.Merge) have no known expiry.
 --
 -- Returns {sec, nsec, items}: items is one string of 29 bytes per item, a
--- flag byte over + 2*stored + 4*(1 if there was a previous state), then
+-- flag byte over + 2*stored + 4*(1 if there was a previous state) +
+-- 8*(1 if the stored value was undecodable and counted as none), then
 -- that state (20 bytes; zeros if none) and 8 bytes of padding. One string
 -- instead of two values per item spares Redis and the daemon a reply
 -- object per value.
@@ -177,8 +178,10 @@ end
 
 -- The states read, and those written by earlier requests of the batch:
 -- key -> raw state, false for none.
+-- (MGET answers false for a key holding another type; its state is
+-- replaced like an undecodable one.)
 local cache = {}
-if #KEYS > 1 then
+do
   local vals = call('MGET', unpack(KEYS))
   for i = 1, #KEYS do cache[KEYS[i]] = vals[i] end
 end
@@ -204,16 +207,18 @@ while pos <= last do
     local s = floor(code / 4)
     local key = KEYS[k + i]
     local raw = cache[key]
-    if raw == nil then
-      raw = call('GET', key)
-      cache[key] = raw
-    end
     local ps, pns, pr, pe
+    local bad = 0
     if raw then
       if #raw == 28 then
         ps, pns, pr, pe = sunpack('<i8I4dd', raw)
-      else
+      elseif #raw == 20 then
         ps, pns, pr = sunpack('<i8I4d', raw)
+      else
+        -- Undecodable (another program wrote it): this key starts
+        -- afresh and the caller is told (flag 8); the other items and
+        -- requests are decided as usual.
+        raw, bad = '', 8
       end
     else
       raw = ''
@@ -226,7 +231,7 @@ while pos <= last do
     if over and code % 4 >= 2 then admitted = false end
     specs[i], counts[i] = s, code % 2 == 1
     out[o + 2 * i - 1] = raw
-    out[o + 2 * i] = over and 1 or 0
+    out[o + 2 * i] = (over and 1 or 0) + bad
   end
   if phase == 'w' then admitted = flag end
   if phase ~= 'c' then
@@ -271,7 +276,7 @@ while pos <= last do
 end
 -- The answer: each item's flag byte, previous state and padding.
 local F, Z8, Z28 = {}, string.rep('\0', 8), string.rep('\0', 28)
-for f = 0, 7 do F[f] = string.char(f) end
+for f = 0, 15 do F[f] = string.char(f) end
 local parts, np = {}, 0
 for x = 3, o, 2 do
   local raw, c = out[x], out[x + 1]

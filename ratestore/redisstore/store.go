@@ -57,6 +57,13 @@ type Options struct {
 	// instead of Redis TIME: for the conformance tests and replaying
 	// traces, never for several daemons sharing state.
 	UseCallerTime bool
+	// OnBadState, if set, is called (from the deciding goroutine) for
+	// every state the decision script found undecodable and replaced
+	// by a fresh one, with its limit and rate key.
+	OnBadState func(limit, key string)
+	// OnRoundTrip, if set, receives the duration of every script call
+	// that Redis answered (the round-trip latency).
+	OnRoundTrip func(time.Duration)
 }
 
 // DefaultKeyPrefix is the key prefix when Options.KeyPrefix is empty.
@@ -79,13 +86,14 @@ const (
 // policy.StackEvaluator; all methods are safe for concurrent use. Create it
 // with New; Close it when done.
 type Store struct {
-	c       rueidis.Client
-	opts    Options
-	prefix  string
-	cluster bool
-	stack   *rueidis.Lua
-	merge   *rueidis.Lua
-	cas     *rueidis.Lua
+	// cl holds the connection once made (see Open and Connect).
+	cl     atomic.Pointer[conn]
+	connMu sync.Mutex
+	opts   Options
+	prefix string
+	stack  *rueidis.Lua
+	merge  *rueidis.Lua
+	cas    *rueidis.Lua
 	// offset is Redis's clock minus this host's (ns), as last seen.
 	offset atomic.Int64
 	// specs caches the script arguments of each limit
@@ -100,6 +108,21 @@ type Store struct {
 // store. It returns an error wrapping ErrConfig for unusable Options, or
 // ErrUnavailable when no address answers within the timeout.
 func New(ctx context.Context, o Options) (*Store, error) {
+	s, err := Open(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Connect(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open returns the store without connecting: calls fail with
+// ErrUnavailable until Connect succeeds (the daemon starts while Redis is
+// unreachable, and its Failover connects from its probe). It returns an
+// error wrapping ErrConfig for unusable Options.
+func Open(o Options) (*Store, error) {
 	if len(o.Addrs) == 0 {
 		return nil, fmt.Errorf("%w: no address", ErrConfig)
 	}
@@ -113,6 +136,32 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q contains a brace", ErrConfig, prefix)
 	}
+	return &Store{opts: o, prefix: prefix,
+		stack: rueidis.NewLuaScript(stackScript),
+		merge: rueidis.NewLuaScript(mergeScript),
+		cas:   rueidis.NewLuaScript(casScript)}, nil
+}
+
+// conn is a connection made by Connect.
+type conn struct {
+	c       rueidis.Client
+	cluster bool
+}
+
+// Connect connects the store if it is not connected yet: it reaches one
+// of the addresses (or the master the Sentinels name, or the cluster)
+// within the timeout (at least a second) and learns whether it is a
+// Redis Cluster. Errors wrap ErrUnavailable. Safe for concurrent use.
+func (s *Store) Connect(ctx context.Context) error {
+	if s.cl.Load() != nil {
+		return nil
+	}
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.cl.Load() != nil {
+		return nil
+	}
+	o := s.opts
 	co := rueidis.ClientOption{
 		InitAddress:      o.Addrs,
 		Username:         o.Username,
@@ -131,28 +180,49 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	c, err := rueidis.NewClient(co)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	s := &Store{c: c, opts: o, prefix: prefix,
-		stack: rueidis.NewLuaScript(stackScript),
-		merge: rueidis.NewLuaScript(mergeScript),
-		cas:   rueidis.NewLuaScript(casScript)}
 	cctx, cancel := context.WithTimeout(ctx, max(o.Timeout, time.Second))
 	defer cancel()
 	info, err := c.Do(cctx, c.B().Info().Section("cluster").Build()).ToString()
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	s.cluster = strings.Contains(info, "cluster_enabled:1")
-	return s, nil
+	s.cl.Store(&conn{c: c, cluster: strings.Contains(info, "cluster_enabled:1")})
+	return nil
+}
+
+// errNotConnected is the error of every call before Connect succeeded.
+var errNotConnected = fmt.Errorf("%w: not connected", ErrUnavailable)
+
+// client returns the connection, or an error wrapping ErrUnavailable
+// before Connect succeeded.
+func (s *Store) client() (rueidis.Client, error) {
+	if c := s.cl.Load(); c != nil {
+		return c.c, nil
+	}
+	return nil, errNotConnected
 }
 
 // Close closes the connections.
-func (s *Store) Close() { s.c.Close() }
+func (s *Store) Close() {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if c := s.cl.Swap(nil); c != nil {
+		c.c.Close()
+	}
+}
 
-// Cluster reports whether the store talks to a Redis Cluster.
-func (s *Store) Cluster() bool { return s.cluster }
+// Connected reports whether Connect has succeeded.
+func (s *Store) Connected() bool { return s.cl.Load() != nil }
+
+// Cluster reports whether the store talks to a Redis Cluster (false
+// before Connect succeeded).
+func (s *Store) Cluster() bool {
+	c := s.cl.Load()
+	return c != nil && c.cluster
+}
 
 // Timeout is the bound on every call (Options.Timeout).
 func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
@@ -166,9 +236,13 @@ func (s *Store) ClockOffset() time.Duration { return time.Duration(s.offset.Load
 // Errors wrap ErrUnavailable, or ErrProtocol for a TIME answer it cannot
 // read.
 func (s *Store) Ping(ctx context.Context) (time.Time, error) {
+	c, err := s.client()
+	if err != nil {
+		return time.Time{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, err := s.c.Do(ctx, s.c.B().Time().Build()).AsStrSlice()
+	v, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
 	if err != nil {
 		return time.Time{}, unavailable(err)
 	}
@@ -180,7 +254,21 @@ func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 	if err1 != nil || err2 != nil {
 		return time.Time{}, fmt.Errorf("%w: TIME answered %q", ErrProtocol, v)
 	}
-	return time.Unix(sec, usec*1000), nil
+	now := time.Unix(sec, usec*1000)
+	if !s.opts.UseCallerTime {
+		s.offset.Store(int64(time.Until(now)))
+	}
+	return now, nil
+}
+
+// Now is Redis's clock: TIME when Redis answers, else this host's clock
+// corrected by the offset last measured (the `rate` commands measure on
+// it, as the decisions do).
+func (s *Store) Now(ctx context.Context) time.Time {
+	if now, err := s.Ping(ctx); err == nil {
+		return now
+	}
+	return time.Now().Add(s.ClockOffset())
 }
 
 // Key returns the Redis key holding the state of key under limit.
@@ -272,9 +360,13 @@ func splitNs(t int64) (sec, nsec int64) {
 // Get returns the state of key under limit (zero if none). Errors wrap
 // ErrUnavailable (Redis did not answer in time) or ErrProtocol.
 func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, error) {
+	c, err := s.client()
+	if err != nil {
+		return ratelimit.State{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, err := s.c.Do(ctx, s.c.B().Get().Key(s.Key(limit, key)).Build()).ToString()
+	v, err := c.Do(ctx, c.B().Get().Key(s.Key(limit, key)).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return ratelimit.State{}, nil
 	}
@@ -287,9 +379,13 @@ func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, er
 // Delete forgets key under limit and reports whether it had state: `rate
 // reset`, seen by every host at once. Errors wrap ErrUnavailable.
 func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
+	c, err := s.client()
+	if err != nil {
+		return false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	n, err := s.c.Do(ctx, s.c.B().Del().Key(s.Key(limit, key)).Build()).AsInt64()
+	n, err := c.Do(ctx, c.B().Del().Key(s.Key(limit, key)).Build()).AsInt64()
 	if err != nil {
 		return false, unavailable(err)
 	}
@@ -303,11 +399,15 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 // (EvaluateStack is). Errors wrap ErrProtocol (the stored state cannot
 // be read) or ErrUnavailable (also when all 16 attempts raced).
 func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratelimit.State) (ratelimit.State, bool)) error {
+	c, err := s.client()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	k := s.Key(limit, key)
 	for range 16 {
-		raw, err := s.c.Do(ctx, s.c.B().Get().Key(k).Build()).ToString()
+		raw, err := c.Do(ctx, c.B().Get().Key(k).Build()).ToString()
 		if rueidis.IsRedisNil(err) {
 			raw, err = "", nil
 		}
@@ -324,7 +424,7 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		}
 		l, known := s.limit(limit)
 		at := s.expiry(l, known, next)
-		done, err := s.cas.Exec(ctx, s.c, []string{k}, []string{raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
+		done, err := s.cas.Exec(ctx, c, []string{k}, []string{raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
 		if err != nil {
 			return unavailable(err)
 		}
@@ -405,11 +505,15 @@ func (s *Store) Range(ctx context.Context, fn func(limit, key string, st ratelim
 // masters returns a client per node holding primary data: the one node,
 // or every cluster master.
 func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
-	if !s.cluster {
-		return []rueidis.Client{s.c}, nil
+	c, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	if !s.Cluster() {
+		return []rueidis.Client{c}, nil
 	}
 	var out []rueidis.Client
-	for _, n := range s.c.Nodes() {
+	for _, n := range c.Nodes() {
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		role, err := n.Do(cctx, n.B().Arbitrary("ROLE").Build()).ToArray()
 		cancel()
@@ -467,45 +571,59 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 	}
 }
 
-// Merge pushes locally decided states into Redis after an outage: for each
-// (limit, key) the stricter of the Redis state and st is kept — the later
-// arrival time for GCRA and cooldown, else the higher rate (count) decayed
-// to Redis's now. It returns how many states were pushed, and with it an
-// error wrapping ErrUnavailable if a chunk failed. Used by Failover
-// on recovery; a limit Options.Limits does not know is compared as an
-// exponential one with a period of half DefaultTTL.
-func (s *Store) Merge(ctx context.Context, limit string, keys []string, sts []ratelimit.State) (int, error) {
-	l, ok := s.limit(limit)
-	kind, tau := "r", float64(DefaultTTL/2)
-	if ok {
-		switch l.Algorithm {
-		case ratelimit.GCRA, ratelimit.Cooldown:
-			kind = "t"
-		case ratelimit.EARRRL:
-			tau = 1 / earrrlLambda(l)
-		default:
-			tau = float64(l.Period)
-		}
+// MarkerTTL is how long Merge's marker of an outage lives in Redis: a
+// merge retried (or restarted with the daemon) within it adds nothing
+// twice.
+const MarkerTTL = 7 * 24 * time.Hour
+
+// Merge adds what this host counted alone during the outage outage (an
+// identifier unique to the host and the outage) to the shared states of
+// limit: deltas[i] is the state of keys[i] counted from no state with
+// the outage's local requests only. Each key's sum is the limit's own
+// (merge.lua: decayed rates or counts added, GCRA's backlog added to the
+// arrival time) and is made at most once per (outage, limit, key): a
+// marker beside the key, written by the same script, makes a retried or
+// restarted merge skip the keys already done. It returns how many states
+// were added, and with it an error wrapping ErrUnavailable if a chunk
+// failed (the keys of the failed chunk may be retried). A limit
+// Options.Limits does not know is added as an exponential one with a
+// period of half DefaultTTL.
+func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, deltas []ratelimit.State) (int, error) {
+	c, err := s.client()
+	if err != nil {
+		return 0, err
 	}
-	// Pipelined in chunks: an outage may leave a million states to push.
+	l, ok := s.limit(limit)
+	if !ok {
+		l = ratelimit.Limit{Limit: 1, Period: DefaultTTL / 2}
+	}
+	tau := float64(l.Period)
+	if l.Algorithm == ratelimit.EARRRL {
+		tau = 1 / earrrlLambda(l)
+	}
+	spec := []string{strconv.Itoa(int(l.Algorithm)), strconv.FormatFloat(l.Limit, 'g', -1, 64),
+		strconv.FormatInt(int64(l.Period), 10), strconv.FormatFloat(tau, 'g', -1, 64)}
+	markerTTL := strconv.FormatInt(MarkerTTL.Milliseconds(), 10)
+	// Pipelined in chunks: an outage may leave a million states to add.
 	const chunk = 512
 	n := 0
 	for lo := 0; lo < len(keys); lo += chunk {
 		var execs []rueidis.LuaExec
 		for i := lo; i < min(lo+chunk, len(keys)); i++ {
-			if sts[i].IsZero() {
+			if deltas[i].IsZero() {
 				continue
 			}
-			sec, nsec := splitNs(sts[i].Time)
-			execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(limit, keys[i])}, Args: []string{kind,
-				strconv.FormatFloat(tau, 'g', -1, 64), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
-				strconv.FormatFloat(sts[i].Rate, 'g', -1, 64), strconv.FormatInt(s.expiry(l, ok, sts[i]), 10)}})
+			sec, nsec := splitNs(deltas[i].Time)
+			k := s.Key(limit, keys[i])
+			args := append(append(make([]string, 0, 8), spec...), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
+				strconv.FormatFloat(deltas[i].Rate, 'g', -1, 64), markerTTL)
+			execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + "#" + outage}, Args: args})
 		}
 		if len(execs) == 0 {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout+time.Second)
-		res := s.merge.ExecMulti(cctx, s.c, execs...)
+		res := s.merge.ExecMulti(cctx, c, execs...)
 		cancel()
 		for _, r := range res {
 			v, err := r.AsInt64()

@@ -1,0 +1,389 @@
+package redisstore
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// pendingMerge is one merge of outage counts: its identifier (the
+// marker Store.Merge leaves beside each key) and the deltas.
+type pendingMerge struct {
+	ID      string         `json:"id"`
+	Entries []pendingEntry `json:"entries"`
+	// failed is set once a failure of this merge was logged.
+	failed bool
+}
+
+// pendingEntry is one (limit, key)'s delta (ratelimit.State).
+type pendingEntry struct {
+	Limit string  `json:"limit"`
+	Key   string  `json:"key"`
+	Time  int64   `json:"time"`
+	Rate  float64 `json:"rate"`
+}
+
+// markAllDown marks every shard down (Redis not reached yet).
+func (f *Failover) markAllDown(cause error) {
+	f.markShards(cause, func(mark func(uint16)) {
+		for s := range slotCount {
+			mark(uint16(s))
+		}
+	})
+}
+
+// markDown marks the shards of items down after cause.
+func (f *Failover) markDown(items []policy.StackItem, cause error) {
+	f.markShards(cause, func(mark func(uint16)) {
+		for i := range items {
+			mark(f.shard(items[i].Limit, items[i].Key))
+		}
+	})
+}
+
+// markShards marks shards down; the first shard down starts an outage:
+// logged once, counted, and the probe started.
+func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
+	msg := cause.Error()
+	f.lastErr.Store(&msg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.stop:
+		return
+	default:
+	}
+	was := f.nDown.Load()
+	each(func(s uint16) {
+		if !f.down[s].Swap(true) {
+			f.nDown.Add(1)
+		}
+	})
+	if was == 0 && f.nDown.Load() > 0 && !f.outage {
+		f.outage = true
+		f.since.Store(time.Now().UnixNano())
+		f.switches.Add(1)
+		f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.policy.String(),
+			"share", f.shareName(), "err", cause)
+		if f.OnSwitch != nil {
+			f.OnSwitch(true)
+		}
+	}
+	f.startProbe()
+}
+
+func (f *Failover) shareName() string {
+	if f.Split && f.Hosts > 1 {
+		return fmt.Sprintf("split among %d hosts", f.Hosts)
+	}
+	return "last known state"
+}
+
+// startProbe starts the probe unless it runs (f.mu held).
+func (f *Failover) startProbe() {
+	if f.probing {
+		return
+	}
+	f.probing = true
+	f.wg.Add(1)
+	go f.probe()
+}
+
+// probe runs while shards are down or merges pending: every
+// ProbeInterval it probes the shards down and recovers those that
+// answer, then retries the pending merges.
+func (f *Failover) probe() {
+	defer f.wg.Done()
+	every := f.ProbeInterval
+	if every <= 0 {
+		every = 250 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		if f.nDown.Load() > 0 {
+			f.probeShards()
+		}
+		f.mergePending()
+		f.mu.Lock()
+		if f.nDown.Load() == 0 && len(f.pending) == 0 {
+			f.probing = false
+			f.mu.Unlock()
+			return
+		}
+		f.mu.Unlock()
+	}
+}
+
+// probeShards probes the shards down: the one Redis, or per cluster node
+// serving slots that are down (each node's slots found down widened to
+// all its slots first, so that they stop waiting for timeouts).
+func (f *Failover) probeShards() {
+	r := f.redis
+	if err := r.Connect(f.ctx); err != nil {
+		return
+	}
+	if !r.Cluster() {
+		if err := r.ProbeSlot(f.ctx, 0); err != nil {
+			f.setErr(err)
+			return
+		}
+		var all []uint16
+		for s := range slotCount {
+			if f.down[s].Load() {
+				all = append(all, uint16(s))
+			}
+		}
+		f.recover(all, "")
+		return
+	}
+	owners, err := r.slotOwners(f.ctx)
+	if err != nil {
+		f.setErr(err)
+		return
+	}
+	groups := map[string][]uint16{}
+	for s := range slotCount {
+		if f.down[s].Load() {
+			groups[owners[s]] = append(groups[owners[s]], uint16(s))
+		}
+	}
+	for node, slots := range groups {
+		if node == "" {
+			continue // no master serves these slots: they stay local
+		}
+		if err := r.ProbeSlot(f.ctx, slots[0]); err != nil {
+			f.setErr(err)
+			f.widen(node, owners, err)
+			continue
+		}
+		f.recover(slots, node)
+	}
+}
+
+func (f *Failover) setErr(err error) {
+	msg := err.Error()
+	f.lastErr.Store(&msg)
+}
+
+// widen marks every slot of a cluster node that does not answer down,
+// logging the node once.
+func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
+	f.mu.Lock()
+	if _, ok := f.downNodes[node]; !ok {
+		f.downNodes[node] = time.Now()
+		f.log.Error("redis cluster node unavailable: its slots decided locally", "node", node, "err", cause)
+	}
+	f.mu.Unlock()
+	f.markShards(cause, func(mark func(uint16)) {
+		for s := range slotCount {
+			if owners[s] == node {
+				mark(uint16(s))
+			}
+		}
+	})
+}
+
+// recover shares the shards again: marks them up, waits for the local
+// decisions in progress (localMu), takes their deltas as a pending merge
+// and merges. The last shard up ends the outage (logged once).
+func (f *Failover) recover(slots []uint16, node string) {
+	if len(slots) == 0 {
+		return
+	}
+	f.mu.Lock()
+	for _, s := range slots {
+		if f.down[s].Swap(false) {
+			f.nDown.Add(-1)
+		}
+	}
+	f.mu.Unlock()
+	f.localMu.Lock()
+	//lint:ignore SA2001 a barrier: every local decision begun before the shards came up has recorded its counts
+	f.localMu.Unlock()
+	f.mu.Lock()
+	in := func(uint16) bool { return true }
+	if f.redis.Cluster() && len(slots) < slotCount {
+		set := make(map[uint16]bool, len(slots))
+		for _, s := range slots {
+			set[s] = true
+		}
+		in = func(s uint16) bool { return set[s] }
+	}
+	if pm := f.takeDelta(in); len(pm.Entries) > 0 {
+		f.pending = append(f.pending, pm)
+		f.savePending()
+	}
+	delete(f.downNodes, node)
+	f.mu.Unlock()
+	merged := f.mergePending()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.nDown.Load() == 0 && f.outage {
+		f.outage = false
+		began := time.Unix(0, f.since.Load())
+		f.degradedNs.Add(int64(time.Since(began)))
+		f.since.Store(time.Now().UnixNano())
+		f.recoveries.Add(1)
+		f.log.Info("redis available again: rate state shared", "merged_local_states", merged,
+			"outage", time.Since(began).Round(time.Millisecond).String())
+		if f.OnSwitch != nil {
+			f.OnSwitch(false)
+		}
+	}
+}
+
+// takeDelta removes the deltas of the shards in (all with nil) and
+// returns them as a pending merge with a new identifier (f.mu held).
+func (f *Failover) takeDelta(in func(uint16) bool) pendingMerge {
+	pm := pendingMerge{ID: newMergeID()}
+	for k, d := range f.delta {
+		if in != nil && !in(d.slot) {
+			continue
+		}
+		delete(f.delta, k)
+		pm.Entries = append(pm.Entries, pendingEntry{Limit: k[0], Key: k[1], Time: d.st.Time, Rate: d.st.Rate})
+	}
+	return pm
+}
+
+// newMergeID returns a random merge identifier.
+func newMergeID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// mergePending merges the pending merges whose shards are up, each under
+// its identifier; a merge that fails stays pending (retried by the
+// probe, its keys already done skipped by their markers). It returns how
+// many states were added.
+func (f *Failover) mergePending() int {
+	f.mu.Lock()
+	todo := append([]pendingMerge(nil), f.pending...)
+	f.mu.Unlock()
+	total := 0
+	for _, pm := range todo {
+		n, err := f.merge(pm)
+		total += n
+		f.merged.Add(int64(n))
+		f.mu.Lock()
+		for i := range f.pending {
+			if f.pending[i].ID != pm.ID {
+				continue
+			}
+			if err == nil {
+				f.pending = append(f.pending[:i], f.pending[i+1:]...)
+				f.merges.Add(1)
+			} else if !f.pending[i].failed {
+				f.pending[i].failed = true
+				f.log.Warn("merge of outage counts into redis failed; retrying", "merge", pm.ID, "err", err)
+			}
+			break
+		}
+		f.savePending()
+		f.mu.Unlock()
+	}
+	return total
+}
+
+// merge adds one pending merge's deltas whose shards are up, per limit;
+// deltas of shards still down are left for later (an error).
+func (f *Failover) merge(pm pendingMerge) (int, error) {
+	byLimit := map[string][]int{}
+	var later error
+	for i, e := range pm.Entries {
+		if f.down[f.shard(e.Limit, e.Key)].Load() {
+			later = fmt.Errorf("%w: shard still down", ErrUnavailable)
+			continue
+		}
+		byLimit[e.Limit] = append(byLimit[e.Limit], i)
+	}
+	limits := make([]string, 0, len(byLimit))
+	for l := range byLimit {
+		limits = append(limits, l)
+	}
+	sort.Strings(limits)
+	n := 0
+	for _, limit := range limits {
+		idx := byLimit[limit]
+		keys := make([]string, len(idx))
+		sts := make([]ratelimit.State, len(idx))
+		for j, i := range idx {
+			keys[j], sts[j] = pm.Entries[i].Key, ratelimit.State{Time: pm.Entries[i].Time, Rate: pm.Entries[i].Rate}
+		}
+		m, err := f.redis.Merge(f.ctx, pm.ID, limit, keys, sts)
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, later
+}
+
+// LoadPending makes path the file that keeps the outage counts not yet
+// merged into Redis (written when a merge begins and at Close, removed
+// when none is left), and loads the merges a previous run left there;
+// they are merged once Redis answers, each under its identifier, so a
+// merge the daemon was stopped in the middle of adds nothing twice.
+// Call it once, before use.
+func (f *Failover) LoadPending(path string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pendingFile = path
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var pms []pendingMerge
+	if err := json.Unmarshal(b, &pms); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	f.pending = append(f.pending, pms...)
+	if len(f.pending) > 0 {
+		f.startProbe()
+	}
+	return nil
+}
+
+// savePending writes the pending merges to the pending file, or removes
+// it when none is left (f.mu held). It writes a new file and renames it,
+// so a crash leaves the old or the new list.
+func (f *Failover) savePending() {
+	if f.pendingFile == "" {
+		return
+	}
+	if len(f.pending) == 0 {
+		if err := os.Remove(f.pendingFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			f.log.Warn("outage counts file not removed", "file", f.pendingFile, "err", err)
+		}
+		return
+	}
+	b, err := json.Marshal(f.pending)
+	if err == nil {
+		tmp := filepath.Join(filepath.Dir(f.pendingFile), "."+filepath.Base(f.pendingFile)+".tmp")
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, f.pendingFile)
+		}
+	}
+	if err != nil {
+		f.log.Warn("outage counts not saved", "file", f.pendingFile, "err", err)
+	}
+}

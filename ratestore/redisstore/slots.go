@@ -1,0 +1,91 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+)
+
+// slotTags[s] is a short string whose hash slot is s (see tagFor).
+var slotTags struct {
+	once sync.Once
+	tags [slotCount]string
+}
+
+// tagFor returns a hash tag of slot s: the first decimal number whose
+// slot it is (all 16384 found once, in a few milliseconds).
+func tagFor(s uint16) string {
+	slotTags.once.Do(func() {
+		left := slotCount
+		for i := 0; left > 0; i++ {
+			t := strconv.Itoa(i)
+			if sl := Slot(t); slotTags.tags[sl] == "" {
+				slotTags.tags[sl] = t
+				left--
+			}
+		}
+	})
+	return slotTags.tags[s]
+}
+
+// ProbeSlot connects if needed and checks that Redis serves data within
+// the timeout: with a Redis Cluster, the node serving slot s (the
+// client follows MOVED and ASK). It reads one key, which a Redis still
+// LOADING its data set or BUSY running a script refuses (PING and TIME
+// it would answer). Errors wrap ErrUnavailable.
+func (s *Store) ProbeSlot(ctx context.Context, slot uint16) error {
+	if err := s.Connect(ctx); err != nil {
+		return err
+	}
+	c, err := s.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	key := s.prefix + "{probe}"
+	if s.Cluster() {
+		key = s.prefix + "{" + tagFor(slot) + "}probe"
+	}
+	return unavailable(c.Do(ctx, c.B().Exists().Key(key).Build()).Error())
+}
+
+// slotOwners returns the address of the master serving each hash slot
+// ("" for none), from CLUSTER SLOTS of the first node that answers.
+func (s *Store) slotOwners(ctx context.Context) (*[slotCount]string, error) {
+	c, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	var last error = fmt.Errorf("%w: no cluster node", ErrUnavailable)
+	for _, n := range c.Nodes() {
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		v, err := n.Do(cctx, n.B().ClusterSlots().Build()).ToArray()
+		cancel()
+		if err != nil {
+			last = unavailable(err)
+			continue
+		}
+		var owners [slotCount]string
+		for _, r := range v {
+			f, err := r.ToArray()
+			if err != nil || len(f) < 3 {
+				continue
+			}
+			lo, err1 := f[0].AsInt64()
+			hi, err2 := f[1].AsInt64()
+			m, err3 := f[2].ToArray()
+			if err1 != nil || err2 != nil || err3 != nil || len(m) < 2 || lo < 0 || hi >= slotCount {
+				continue
+			}
+			host, _ := m[0].ToString()
+			port, _ := m[1].AsInt64()
+			for sl := lo; sl <= hi; sl++ {
+				owners[sl] = host + ":" + strconv.FormatInt(port, 10)
+			}
+		}
+		return &owners, nil
+	}
+	return nil, last
+}
