@@ -16,9 +16,9 @@
 // events/meta holds the format version and the number of records. A
 // record is a version byte, the strings (key, limit, action, sender,
 // client, queue ID, by, detail: each a uvarint length and its bytes, at
-// most MaxField bytes) and the rate and max (IEEE 754, 8 bytes each);
-// about 90 bytes on disk per event with typical fields (docs/performance.md
-// has the measured growth per 1,000,000 events).
+// most MaxField bytes) and the rate and max (IEEE 754, 8 bytes each). With
+// typical fields the file grows by about 145 bytes per event, BoltDB's
+// pages included (docs/performance.md; BenchmarkStateFileGrowth).
 //
 // The log is bounded by age (Options.MaxAge, 30 days by default) and by
 // count (Options.MaxCount, 1,000,000): after each flush the oldest records
@@ -26,8 +26,9 @@
 //
 // # Write-behind
 //
-// Record never blocks the caller on the disk: it appends the event to a
-// bounded in-memory queue (Options.QueueSize) and returns; Run writes the
+// Record never blocks the caller on the disk: it encodes the event into a
+// bounded in-memory queue (Options.QueueSize events, at most 32 MiB) and
+// returns, keeping none of the caller's memory; Run writes the
 // queue to the file every Options.FlushInterval in one transaction, as
 // package ratestore does with the rate state. When the queue is full the
 // event is dropped and counted (Stats.Dropped), so memory never grows

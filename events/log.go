@@ -41,8 +41,8 @@ type Options struct {
 	// 1,000,000).
 	MaxCount int
 	// QueueSize bounds the events waiting for the next flush (default
-	// 50,000, about 250 bytes each plus their strings); when it is
-	// reached Record drops and counts.
+	// 50,000; they are kept encoded, about 100 bytes each, and at most
+	// 32 MiB in all); beyond it Record drops and counts.
 	QueueSize int
 	// FlushInterval is how often Run writes the queue (default 1s).
 	FlushInterval time.Duration
@@ -99,17 +99,59 @@ type Log struct {
 	readOnly bool
 	done     chan struct{}
 
-	// mu guards queue, closed and the counters of stats but Stored.
+	// mu guards queue, spare, closed and the counters of stats but
+	// Stored.
 	mu     sync.Mutex
-	queue  []Event
-	spare  []Event // the previous flush's queue, reused
+	queue  queue
+	spare  queue // the previous flush's queue, reused
 	closed bool
 	stats  Stats
 
 	// fmu serialises flushes and pruning, and guards count.
 	fmu   sync.Mutex
 	count int
-	buf   []byte
+}
+
+// queue holds the events waiting for a flush, encoded: Record copies an
+// event's fields into buf at once, so the queue holds no caller's memory
+// (a front end's request buffers) and costs one append per event.
+type queue struct {
+	buf  []byte
+	recs []queued
+}
+
+// queued is one event of a queue: its time (Unix nanoseconds) and its
+// record, buf[off:end].
+type queued struct {
+	t        int64
+	off, end int
+}
+
+// maxQueueBytes bounds the bytes of encoded events queued (about 100
+// bytes each with typical fields, at most 8 KiB).
+const maxQueueBytes = 32 << 20
+
+// add appends the encoded event e.
+func (q *queue) add(e *Event) {
+	off := len(q.buf)
+	q.buf = encode(q.buf, e)
+	q.recs = append(q.recs, queued{t: max(e.Time.UnixNano(), 0), off: off, end: len(q.buf)})
+}
+
+// record returns the i-th record's bytes, capped so that nothing appended
+// to buf later overwrites it.
+func (q *queue) record(i int) []byte {
+	r := q.recs[i]
+	return q.buf[r.off:r.end:r.end]
+}
+
+// appendQueue appends the first n events of o to q.
+func (q *queue) appendQueue(o *queue, n int) {
+	for i := range n {
+		off := len(q.buf)
+		q.buf = append(q.buf, o.record(i)...)
+		q.recs = append(q.recs, queued{t: o.recs[i].t, off: off, end: len(q.buf)})
+	}
 }
 
 // Open returns the Log stored in db, creating its buckets unless db is
@@ -184,12 +226,11 @@ func (l *Log) Record(e Event) {
 	if e.Time.IsZero() {
 		e.Time = l.opts.Now()
 	}
-	e.ID = ""
 	l.mu.Lock()
-	if l.closed || l.readOnly || len(l.queue) >= l.opts.QueueSize {
+	if l.closed || l.readOnly || len(l.queue.recs) >= l.opts.QueueSize || len(l.queue.buf) >= maxQueueBytes {
 		l.stats.Dropped++
 	} else {
-		l.queue = append(l.queue, e)
+		l.queue.add(&e)
 		l.stats.Recorded++
 	}
 	l.mu.Unlock()
@@ -202,7 +243,7 @@ func (l *Log) Stats() Stats {
 	}
 	l.mu.Lock()
 	s := l.stats
-	s.Pending = len(l.queue)
+	s.Pending = len(l.queue.recs)
 	l.mu.Unlock()
 	l.fmu.Lock()
 	s.Stored = l.count
@@ -275,25 +316,30 @@ func (l *Log) Flush() error {
 		return ErrClosed
 	}
 	batch := l.queue
-	l.queue, l.spare = l.spare[:0], nil
+	l.queue = queue{buf: l.spare.buf[:0], recs: l.spare.recs[:0]}
+	l.spare = queue{}
 	l.mu.Unlock()
-	more, err := l.write(batch)
+	more, err := l.write(&batch)
 	l.mu.Lock()
 	if err != nil {
 		l.stats.Failures++
 		l.stats.LastError = err.Error()
-		room := max(l.opts.QueueSize-len(l.queue), 0)
-		keep := batch[:min(room, len(batch))]
-		l.stats.Dropped += uint64(len(batch) - len(keep))
-		l.queue = append(keep, l.queue...)
+		// The failed batch goes first, then what came meanwhile, as
+		// much as the queue holds.
+		newer := l.queue
+		l.queue = batch
+		n := min(len(newer.recs), max(l.opts.QueueSize-len(batch.recs), 0))
+		l.queue.appendQueue(&newer, n)
+		l.stats.Dropped += uint64(len(newer.recs) - n)
 	} else {
-		l.stats.Written += uint64(len(batch))
-		clear(batch) // let the strings go
-		l.spare = batch[:0]
+		l.stats.Written += uint64(len(batch.recs))
+		if cap(batch.buf) <= maxQueueBytes/4 {
+			l.spare = queue{buf: batch.buf[:0], recs: batch.recs[:0]}
+		}
 	}
 	l.mu.Unlock()
 	for more && err == nil {
-		more, err = l.write(nil)
+		more, err = l.write(&queue{})
 	}
 	return err
 }
@@ -301,13 +347,12 @@ func (l *Log) Flush() error {
 // write stores batch and prunes in one transaction, and reports whether
 // more records are due for pruning; fmu is held. With an empty batch and
 // nothing to prune it writes nothing.
-func (l *Log) write(batch []Event) (more bool, err error) {
+func (l *Log) write(batch *queue) (more bool, err error) {
 	now := l.opts.Now()
-	if len(batch) == 0 && !l.pruneDue(now) {
+	if len(batch.recs) == 0 && !l.pruneDue(now) {
 		return false, nil
 	}
 	n, pruned := l.count, 0
-	buf := l.buf[:0]
 	err = l.db.Update(func(tx *bolt.Tx) error {
 		lb, mb := tx.Bucket(bucketLog), tx.Bucket(bucketMeta)
 		if lb == nil || mb == nil {
@@ -315,21 +360,18 @@ func (l *Log) write(batch []Event) (more bool, err error) {
 		}
 		// Keys mostly come in time order, at the end: fill the pages.
 		lb.FillPercent = 0.95
-		for i := range batch {
+		// BoltDB keeps each value until the commit: the batch's
+		// buffer is not reused before.
+		for i, r := range batch.recs {
 			seq, err := lb.NextSequence()
 			if err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
-			// BoltDB keeps the value until the commit: each record
-			// has its own bytes of buf (a grown buf leaves the earlier
-			// records in the old array).
-			start := len(buf)
-			buf = encode(buf, &batch[i])
-			if err := lb.Put(recordKey(batch[i].Time, seq), buf[start:len(buf):len(buf)]); err != nil {
+			if err := lb.Put(recordKey(time.Unix(0, r.t), seq), batch.record(i)); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
 		}
-		n += len(batch)
+		n += len(batch.recs)
 		var err error
 		if pruned, more, err = l.pruneTx(lb, now, n); err != nil {
 			return err
@@ -337,9 +379,6 @@ func (l *Log) write(batch []Event) (more bool, err error) {
 		n -= pruned
 		return putCount(mb, n)
 	})
-	if cap(buf) <= 1<<20 {
-		l.buf = buf // reused by the next flush
-	}
 	if err != nil {
 		return false, err
 	}

@@ -7,7 +7,9 @@
 # request from /proc), and reports the daemon's RSS after 1,000,000 distinct
 # users; then the same daemon with the Redis backend (a redis-server it
 # starts) at C = 64, K = 100,000, and Redis's memory per user after
-# 1,000,000 users. Arguments are passed to the first load generator run
+# 1,000,000 users; then the daemon's throughput with the event log on
+# against off (refusal-heavy load) and the state file's growth per
+# 1,000,000 events. Arguments are passed to the first load generator run
 # (default: --rss-users 1000000 --rss-restart) and skip the Redis run.
 set -euo pipefail
 GO=${GO:-go}
@@ -35,6 +37,31 @@ if [ "$redis" = 1 ]; then
 	echo "== Redis backend: go run ./cmd/ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000"
 	$GO run ./cmd/ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000
 fi
+echo
+# Events: the same refusal-heavy load (K = 100 users at C = 64: most
+# messages over 200/h, each refusal one event) against a daemon with the
+# event log on and off, twice each, alternating; the ratio of the summed
+# throughputs and of CPU per request. Then the state file's growth per
+# 1,000,000 events.
+echo "== events on/off: ratelimitd-bench --no-floor --listeners tcp --conns 64 --keys 100 --duration 5s --events=true|false"
+evdir=$(mktemp -d)
+$GO build -o "$evdir/bench" ./cmd/ratelimitd-bench
+$GO build -o "$evdir/ratelimitd" ./cmd/ratelimitd
+for run in 1 2; do
+	for ev in true false; do
+		line=$("$evdir/bench" --daemon "$evdir/ratelimitd" --no-floor --listeners tcp --conns 64 --keys 100 \
+			--duration 5s --rounds 1 --events="$ev" | grep '^tcp ')
+		echo "events=$ev $line"
+		echo "$ev $line" >>"$evdir/runs"
+	done
+done
+awk '{ rps = $6; gsub(",", "", rps); cpu = $10; sub("µs", "", cpu)
+	n[$1] += rps; c[$1] += cpu; k[$1]++ }
+	END { printf "events on/off: throughput %.0f / %.0f req/s = %.3fx; CPU per request %.1f / %.1f µs = %.3fx\n",
+		n["true"]/k["true"], n["false"]/k["false"], n["true"]/n["false"],
+		c["true"]/k["true"], c["false"]/k["false"], c["true"]/c["false"] }' "$evdir/runs"
+rm -rf "$evdir"
+$GO test -run '^$' -bench 'StateFileGrowth' -benchtime 1x ./events || micro=$?
 if [ "$micro" -ne 0 ]; then
 	echo "bench: the micro-benchmarks failed (exit $micro), see above" >&2
 	exit "$micro"

@@ -220,7 +220,7 @@ func TestHistogramQuantiles(t *testing.T) {
 // The daemon's configuration is valid and carries the default limit
 // stack on the given port.
 func TestDaemonConfig(t *testing.T) {
-	_, f, err := daemonConfig("127.0.0.1:12345", "/tmp/x/policy.sock", t.TempDir(), "info", time.Second, "")
+	_, f, err := daemonConfig("127.0.0.1:12345", "/tmp/x/policy.sock", t.TempDir(), "info", time.Second, "", true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,9 @@ func buildDaemon(ctx context.Context, dir string) (string, error) {
 // of its own: a loopback port and, if unixPath is not "", a unix socket,
 // a temporary state directory, no metrics listener, the given
 // flush_interval (1 s in make bench) and the [store] table store (""
-// for the local backend).
-func daemonConfig(addr, unixPath, stateDir, logLevel string, flush time.Duration, store string) ([]byte, *config.File, error) {
+// for the local backend); events = false turns the event log off ([events]
+// enabled = false).
+func daemonConfig(addr, unixPath, stateDir, logLevel string, flush time.Duration, store string, events bool) ([]byte, *config.File, error) {
 	def := configs.Default
 	i := bytes.Index(def, []byte("\n[policy]"))
 	if i < 0 {
@@ -63,7 +64,11 @@ metrics_listen = ""
 flush_interval = %s
 log_level = %s
 `, listen, strconv.Quote(stateDir), strconv.Quote(flush.String()), strconv.Quote(logLevel))
-	b.Write(def[i:])
+	rest := def[i:]
+	if !events {
+		rest = bytes.Replace(rest, []byte("\n[events]\n"), []byte("\n[events]\nenabled = false\n"), 1)
+	}
+	b.Write(rest)
 	b.WriteString(store)
 	f, err := config.Parse(b.Bytes(), "ratelimitd-bench config")
 	if err != nil {
@@ -104,13 +109,13 @@ type daemon struct {
 
 // newDaemon writes the configuration into dir for a daemon listening on a
 // free loopback port and on the unix socket dir/policy.sock.
-func newDaemon(bin, dir, logLevel string, flush time.Duration, store string) (*daemon, error) {
+func newDaemon(bin, dir, logLevel string, flush time.Duration, store string, events bool) (*daemon, error) {
 	addr, err := freeLoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
 	unixPath := filepath.Join(dir, "policy.sock")
-	cfg, f, err := daemonConfig(addr, unixPath, filepath.Join(dir, "state"), logLevel, flush, store)
+	cfg, f, err := daemonConfig(addr, unixPath, filepath.Join(dir, "state"), logLevel, flush, store, events)
 	if err != nil {
 		return nil, err
 	}

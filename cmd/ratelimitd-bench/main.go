@@ -115,6 +115,7 @@ type options struct {
 	check      bool
 	backend    string
 	redisAddr  string
+	events     bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -147,6 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.check, "check", false, "exit 3 if a done-when target is missed")
 	fs.StringVar(&o.backend, "backend", backendLocal, "the daemon's rate store: local (memory + BoltDB) or redis")
 	fs.StringVar(&o.redisAddr, "redis-addr", "", "with --backend redis: the Redis to use; empty: start a redis-server on a free port")
+	fs.BoolVar(&o.events, "events", true, "the daemon records events ([events] enabled); scripts/bench.sh compares a run with --events=false")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: ratelimitd-bench [flags]
 
@@ -326,7 +328,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 			o.redisAddr = b.redis.addr
 			b.printf("redis-server: pid %d on %s (no persistence)\n", b.redis.pid(), o.redisAddr)
 		}
-		if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush, storeTable(o.backend, o.redisAddr)); err != nil {
+		if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush, storeTable(o.backend, o.redisAddr), o.events); err != nil {
 			return 0, err
 		}
 		b.daemon.env = o.daemonEnv

@@ -214,7 +214,7 @@ func BenchmarkRequestPath(b *testing.B) {
 // temporary BoltDB file, flushing every second until stop.
 func newInProcessEngine(b *testing.B) (*policy.Engine, *ratestore.Persistent, func()) {
 	b.Helper()
-	_, f, err := daemonConfig("127.0.0.1:0", "", b.TempDir(), "info", time.Second, "")
+	_, f, err := daemonConfig("127.0.0.1:0", "", b.TempDir(), "info", time.Second, "", true)
 	if err != nil {
 		b.Fatal(err)
 	}
