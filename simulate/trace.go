@@ -29,6 +29,9 @@ const (
 	// FormatCSV is comma-separated values with a header row naming the
 	// fields.
 	FormatCSV = "csv"
+	// FormatJSON is one JSON array of the objects JSON Lines has one per
+	// line.
+	FormatJSON = "json"
 )
 
 // MaxRequests bounds the number of requests a trace may expand to with
@@ -155,7 +158,8 @@ func (h *cursorHeap) Pop() any {
 
 // DetectFormat returns the trace format implied by path's extension:
 // FormatJSONL for .jsonl, .ndjson and .json, FormatCSV for .csv. Otherwise
-// it returns an error wrapping ErrFormat.
+// it returns an error wrapping ErrFormat. ReadFile does not use it: it
+// reads a trace by its content (SniffFormat), whatever its name.
 func DetectFormat(path string) (string, error) {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".jsonl", ".ndjson", ".json":
@@ -166,15 +170,41 @@ func DetectFormat(path string) (string, error) {
 	return "", fmt.Errorf("%w: cannot tell the format of %q from its extension (want .jsonl, .json or .csv, or name it with --input-format)", ErrFormat, path)
 }
 
-// ReadFile reads the trace at path. format is FormatJSONL, FormatCSV or ""
-// to detect it from the extension. Errors are prefixed with path.
-func ReadFile(path, format string) (*Trace, error) {
-	if format == "" {
-		var err error
-		if format, err = DetectFormat(path); err != nil {
-			return nil, err
+// sniffLen is how much of a trace SniffFormat looks at.
+const sniffLen = 64 << 10
+
+// SniffFormat tells a trace's format from its first bytes, after a byte
+// order mark, blank lines and '#' comment lines: '[' starts FormatJSON,
+// '{' FormatJSONL, anything else (a header row) FormatCSV; an empty trace
+// is FormatJSONL. It reads nothing from br beyond what it peeks.
+func SniffFormat(br *bufio.Reader) string {
+	b, _ := br.Peek(sniffLen)
+	b = bytes.TrimPrefix(b, bom)
+	for len(b) > 0 {
+		switch b[0] {
+		case ' ', '\t', '\r', '\n':
+			b = b[1:]
+		case '#':
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				return FormatJSONL
+			}
+			b = b[i+1:]
+		case '[':
+			return FormatJSON
+		case '{':
+			return FormatJSONL
+		default:
+			return FormatCSV
 		}
 	}
+	return FormatJSONL
+}
+
+// ReadFile reads the trace at path. format is FormatJSONL, FormatJSON,
+// FormatCSV or "" to tell it from the content (SniffFormat), whatever the
+// file's name. Errors are prefixed with path.
+func ReadFile(path, format string) (*Trace, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -205,16 +235,23 @@ func isLineError(err error) bool {
 	return ok
 }
 
-// Read parses a trace in the given format (FormatJSONL or FormatCSV). The
-// error joins up to 20 *LineError values, each naming its line.
+// Read parses a trace in the given format (FormatJSONL, FormatJSON,
+// FormatCSV, or "" to tell it from the content). The error joins up to 20
+// *LineError values, each naming its line.
 func Read(r io.Reader, format string) (*Trace, error) {
+	br := bufio.NewReaderSize(r, sniffLen)
+	if format == "" {
+		format = SniffFormat(br)
+	}
 	switch format {
 	case FormatJSONL:
-		return readJSONL(r)
+		return readJSONL(br)
+	case FormatJSON:
+		return readJSON(br)
 	case FormatCSV:
-		return readCSV(r)
+		return readCSV(br)
 	}
-	return nil, fmt.Errorf("%w: trace format %q (want jsonl or csv)", ErrFormat, format)
+	return nil, fmt.Errorf("%w: trace format %q (want jsonl, json or csv)", ErrFormat, format)
 }
 
 // errList collects line errors and the running request total.
@@ -277,6 +314,54 @@ func readJSONL(r io.Reader) (*Trace, error) {
 	}
 	if err := sc.Err(); err != nil {
 		el.add(n+1, err) // e.g. a line longer than 4 MB
+	}
+	if err := el.err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// readJSON reads a JSON array of trace objects; each entry's Line is the
+// line its object starts on.
+func readJSON(r io.Reader) (*Trace, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	data = bytes.TrimPrefix(data, bom)
+	t := &Trace{}
+	var el errList
+	dec := json.NewDecoder(bytes.NewReader(data))
+	line, counted := 1, int64(0)
+	lineAt := func(off int64) int {
+		for off < int64(len(data)) && strings.IndexByte(" \t\r\n,", data[off]) >= 0 {
+			off++
+		}
+		line += bytes.Count(data[counted:off], []byte("\n"))
+		counted = off
+		return line
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		el.add(lineAt(0), errors.New("not a JSON array of trace objects"))
+		return nil, el.err()
+	}
+	for dec.More() {
+		n := lineAt(dec.InputOffset())
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			el.add(n, fmt.Errorf("not JSON: %v", jsonErr(err)))
+			break
+		}
+		e, err := parseJSONLine(n, raw)
+		if err != nil {
+			if !el.add(n, err) {
+				break
+			}
+			continue
+		}
+		if !el.entry(t, e) {
+			break
+		}
 	}
 	if err := el.err(); err != nil {
 		return nil, err

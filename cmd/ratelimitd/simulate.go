@@ -46,7 +46,7 @@ func newSimulateCmd(opts *rootOptions) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&so.inputFormat, "input-format", "", "trace format: jsonl or csv (default: from the file extension)")
+	fl.StringVar(&so.inputFormat, "input-format", "", "trace format: jsonl, json or csv (default: from the content)")
 	fl.StringVarP(&so.format, "format", "f", simulate.OutputTable, "output format: table, csv or jsonl")
 	fl.StringVar(&so.plot, "plot", "", "also draw the rates into `FILE` (.svg or .png)")
 	fl.StringArrayVarP(&so.keys, "key", "k", nil, "show only this rate `KEY` (repeatable), e.g. a SASL user or client address")
@@ -62,8 +62,10 @@ func runSimulate(cmd *cobra.Command, opts *rootOptions, so *simulateOptions, pat
 	default:
 		return fmt.Errorf("--format %q: want table, csv or jsonl", so.format)
 	}
-	if so.inputFormat != "" && so.inputFormat != simulate.FormatJSONL && so.inputFormat != simulate.FormatCSV {
-		return fmt.Errorf("--input-format %q: want jsonl or csv", so.inputFormat)
+	switch so.inputFormat {
+	case "", simulate.FormatJSONL, simulate.FormatJSON, simulate.FormatCSV:
+	default:
+		return fmt.Errorf("--input-format %q: want jsonl, json or csv", so.inputFormat)
 	}
 	if err := checkPlotPath(so.plot); err != nil {
 		return err

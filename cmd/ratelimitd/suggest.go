@@ -44,7 +44,7 @@ func newSuggestCmd(opts *rootOptions) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&so.maillog, "maillog", nil, "read this Postfix or Exim mail log `FILE` instead of a trace (repeatable)")
-	fl.StringVar(&so.inputFormat, "input-format", "", "trace format: jsonl or csv (default: from the file extension)")
+	fl.StringVar(&so.inputFormat, "input-format", "", "trace format: jsonl, json or csv (default: from the content)")
 	fl.Float64Var(&so.headroom, "headroom", simulate.DefaultHeadroom, "factor between the percentile peak and the proposed limit")
 	fl.Float64Var(&so.percentile, "percentile", simulate.DefaultPercentile, "percentile of the keys' peaks the limit is based on (100: every key fits; with fewer than 20 keys, 95 is the highest peak)")
 	fl.StringArrayVar(&so.allow, "allow", nil, "`KEY` is a legitimate bulk sender: give it an override (repeatable)")

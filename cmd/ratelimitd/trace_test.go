@@ -43,3 +43,21 @@ func TestTraceFromMaillogCLI(t *testing.T) {
 		t.Fatal("a missing file was not an error")
 	}
 }
+
+// TestSuggestReadsTraceWhateverItsName: "trace from-maillog -o
+// month.trace" then "suggest month.trace" and "simulate month.trace": the
+// trace is read by its content (before: "cannot tell the format ... from
+// its extension").
+func TestSuggestReadsTraceWhateverItsName(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "month.trace")
+	if text, err := cli(t, "trace", "from-maillog", "--tz", "UTC", "--log-end", "2027-01-02T00:00:00Z", "-o", out,
+		"../../testdata/maillog/postfix-classic.log"); err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	if text, err := cli(t, "suggest", out); err != nil || strings.Contains(text, "extension") {
+		t.Fatalf("suggest %s: %v\n%s", out, err, text)
+	}
+	if text, err := cli(t, "simulate", "--summary", out); err != nil || !strings.Contains(text, "alice") {
+		t.Fatalf("simulate %s: %v\n%s", out, err, text)
+	}
+}
