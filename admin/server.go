@@ -97,8 +97,8 @@ func (s *Server) Handler() http.Handler {
 
 // HTTPServer returns an http.Server for the API (header timeout 5 s, idle
 // keep-alive connections closed after 60 s) that records the peer of each
-// unix-socket connection for the audit log. The caller caps its listener's
-// connections (srvconn.HTTPConns).
+// unix-socket connection for the audit log (so its listener must hand out
+// the *net.UnixConn itself, not a wrapper).
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),

@@ -354,12 +354,15 @@ func (d *Daemon) serve(ls listeners) {
 		l := d.seen.watch(d.conns.Listener(l, "policy"), "policy", listenerName(l))
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
-	// Every HTTP listener is capped (srvconn.HTTPConns) and times out
-	// idle connections, so that scrapers or stuck clients cannot take the
-	// descriptors the policy service needs.
+	// /metrics is capped (srvconn.HTTPConns) and times out idle
+	// connections, so that scrapers cannot take the descriptors the
+	// policy service needs. The admin socket is not capped: only the
+	// postmaster reaches it (its directory is not world-accessible), it
+	// needs each connection's own credentials (SO_PEERCRED) for the audit
+	// log, and a cap would make the CLI wait behind its own idle
+	// keep-alive connections; it closes them after 60 s.
 	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()
-	adminL := netutil.LimitListener(ls.admin, srvconn.HTTPConns())
-	d.goServe("admin", func() error { return d.admin.Serve(adminL) }, http.ErrServerClosed)
+	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
 	if ls.metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.Registry(), promhttp.HandlerOpts{}))

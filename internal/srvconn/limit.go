@@ -145,8 +145,8 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-// HTTPConns is the connection cap of each HTTP listener (/metrics, the
-// admin socket, the console): min(16, RLIMIT_NOFILE/16), at least 2. With
+// HTTPConns is the connection cap of the HTTP listeners anyone on the
+// network may reach (/metrics, the console): min(16, RLIMIT_NOFILE/16), at least 2. With
 // the protocol listeners capped at RLIMIT_NOFILE/2 (DefaultMaxConns), the
 // HTTP listeners together can never take the descriptors the policy
 // service needs: 120 idle keep-alive scrapes of /metrics used to exhaust a
