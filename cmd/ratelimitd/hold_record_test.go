@@ -21,13 +21,7 @@ import (
 func TestIntegrationHoldNeverUntracked(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
-	if err := os.MkdirAll(stateDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "tmpfs", stateDir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs (this test runs as root): %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", stateDir).Run() })
+	mountTmpfs(t, stateDir)
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
@@ -47,20 +41,7 @@ via = ["policy"]
 	}
 	sink.WaitCount(t, 1, 30*time.Second)
 
-	filler, err := os.Create(filepath.Join(stateDir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	filler.Close()
+	fillFileSystem(t, stateDir)
 	deferred, accepted := 0, 0
 	for i := 2; deferred < 3 && i < 600; i++ {
 		err := sendNumbered(t, pf.Addr(), "alice", i)
@@ -88,4 +69,37 @@ via = ["policy"]
 		t.Fatalf("%d messages in Postfix's hold queue, %d accepted, %d held entries:\n%s", len(held), accepted, n, out)
 	}
 	t.Logf("disk full: %d holds recorded, then %d deferred", accepted, deferred)
+}
+
+// mountTmpfs mounts a 1 MiB tmpfs at dir (created), unmounted at cleanup;
+// the test needs root.
+func mountTmpfs(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs (this test runs as root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+}
+
+// fillFileSystem writes dir/filler until the file system is full and
+// returns its path.
+func fillFileSystem(t *testing.T, dir string) string {
+	t.Helper()
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return filler.Name()
+		}
+	}
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -366,20 +365,7 @@ func TestDiskFullIsLoud(t *testing.T) {
 	refuse(t, addr, "mallory", 200)
 	waitFor("a flush", func() bool { return metricValue(metrics(), "ratelimitd_state_flushes_total") > 0 })
 
-	filler, err := os.Create(filepath.Join(stateDir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	filler.Close()
+	filler := fillFileSystem(t, stateDir)
 	// Counting goes on with the disk full: rex is refused, and new keys
 	// make the file grow, which fails.
 	refuse(t, addr, "rex", 200)
@@ -398,7 +384,7 @@ func TestDiskFullIsLoud(t *testing.T) {
 		t.Fatalf("status during the failure: %v\n%s", err, out)
 	}
 
-	if err := os.Remove(filler.Name()); err != nil {
+	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("the recovery", func() bool {
