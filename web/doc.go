@@ -22,8 +22,9 @@
 // Passwords are stored as argon2id hashes (RFC 9106) in the users file
 // (Users), never logged or shown. Every answer carries a
 // Content-Security-Policy without any script source or 'unsafe-inline'
-// and with no remote origin. The listener takes at most 64 connections
-// and bounds header, request and idle times.
+// and with no remote origin. The listener takes at most
+// srvconn.HTTPConns() connections at once (16 unless the descriptor limit
+// is low) and bounds header, request and idle times.
 //
 // Every action is logged and recorded as an event with the user's name
 // ("NAME (console)"): resets, suspends and resumes by this package, thaws

@@ -157,6 +157,22 @@ func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
 	s.render(w, r, "error", map[string]any{"Title": "Forbidden", "Message": why, "Code": http.StatusForbidden})
 }
 
+// fromLoopback reports whether the peer is on this host (a reverse proxy).
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// secureRequest reports a request that came over TLS: to us, or to a
+// reverse proxy on this host that says so with X-Forwarded-Proto.
+func secureRequest(r *http.Request) bool {
+	return r.TLS != nil || (fromLoopback(r) && r.Header.Get("X-Forwarded-Proto") == "https")
+}
+
 // clientAddr is the address failed logins are counted against: the peer,
 // or behind a reverse proxy on the same host (a loopback peer) the last
 // address of X-Forwarded-For, which that proxy appended.
@@ -165,7 +181,7 @@ func clientAddr(r *http.Request) string {
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
+	if fromLoopback(r) {
 		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 			parts := strings.Split(xff[len(xff)-1], ",")
 			if p, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
@@ -203,7 +219,7 @@ func (s *Server) cookie(r *http.Request, name, value string, maxAge time.Duratio
 		age = -1
 	}
 	return &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: age,
-		HttpOnly: true, Secure: s.TLS() || r.TLS != nil, SameSite: http.SameSiteStrictMode}
+		HttpOnly: true, Secure: s.TLS() || secureRequest(r), SameSite: http.SameSiteStrictMode}
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {

@@ -14,14 +14,15 @@ import (
 	"time"
 
 	"golang.org/x/net/netutil"
+
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 )
 
-// Listener limits: at most maxConns connections at once (more wait in the
-// kernel's backlog), readHeaderTimeout to send a request's header,
-// readTimeout for the whole request, idleTimeout between keep-alive
-// requests.
+// Listener limits: at most srvconn.HTTPConns() connections at once (more
+// wait in the kernel's accept queue), like /metrics and the admin socket;
+// readHeaderTimeout to send a request's header, readTimeout for the whole
+// request, idleTimeout between keep-alive requests.
 const (
-	maxConns          = 64
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
 	writeTimeout      = 60 * time.Second
@@ -202,7 +203,7 @@ func (s *Server) Addr() net.Addr {
 }
 
 func (s *Server) start(ln net.Listener) {
-	ln = netutil.LimitListener(ln, maxConns)
+	ln = netutil.LimitListener(ln, srvconn.HTTPConns())
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,

@@ -52,6 +52,11 @@ const (
 	maxArgonTime   = 16
 )
 
+// hashCost is the cost of new hashes: argonTime and argonMemory, lowered
+// by the package's tests (each login of a test would otherwise cost
+// 64 MiB and, under the race detector, seconds).
+var hashCost = struct{ time, memory uint32 }{argonTime, argonMemory}
+
 // validName is what a user name may be: letters, digits and ._@- (no
 // space or colon, which separate the file's fields).
 var validName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
@@ -215,8 +220,8 @@ func hashPassword(password []byte) (string, error) {
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
 	}
-	key := argon2.IDKey(password, salt, argonTime, argonMemory, argonThreads, argonKeyLen)
-	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, argonMemory, argonTime, argonThreads,
+	key := argon2.IDKey(password, salt, hashCost.time, hashCost.memory, argonThreads, argonKeyLen)
+	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, hashCost.memory, hashCost.time, argonThreads,
 		b64.EncodeToString(salt), b64.EncodeToString(key)), nil
 }
 

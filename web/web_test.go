@@ -20,6 +20,13 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
+// TestMain makes new password hashes cheap (1 pass, 1 MiB) except where a
+// test restores the production cost.
+func TestMain(m *testing.M) {
+	hashCost.time, hashCost.memory = 1, 1024
+	os.Exit(m.Run())
+}
+
 type fixture struct {
 	srv    *Server
 	ts     *httptest.Server
@@ -330,6 +337,9 @@ func TestEventsPaging(t *testing.T) {
 }
 
 func TestUsersFile(t *testing.T) {
+	saved := hashCost
+	hashCost.time, hashCost.memory = argonTime, argonMemory
+	defer func() { hashCost = saved }()
 	path := filepath.Join(t.TempDir(), "users")
 	u, _ := LoadUsers(path)
 	if err := u.Set("alice", Operator, []byte("correct horse")); err != nil {
@@ -371,5 +381,26 @@ func TestUsersFile(t *testing.T) {
 	os.WriteFile(path, []byte("eve operator $argon2id$v=19$m=4194304,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA\n"), 0o600)
 	if _, err := LoadUsers(path); err == nil {
 		t.Error("a hash asking for 4 GiB of memory was accepted")
+	}
+}
+
+// TestSecureCookieBehindProxy: a reverse proxy on this host that says the
+// browser spoke HTTPS (X-Forwarded-Proto) gets Secure cookies; the same
+// header from another host is not believed.
+func TestSecureCookieBehindProxy(t *testing.T) {
+	f := newFixture(t, false)
+	for _, tc := range []struct {
+		remote string
+		secure bool
+	}{{"127.0.0.1:40000", true}, {"[::1]:40000", true}, {"192.0.2.1:40000", false}} {
+		req := httptest.NewRequest("GET", "/login", nil)
+		req.RemoteAddr = tc.remote
+		req.Header.Set("X-Forwarded-Proto", "https")
+		rec := httptest.NewRecorder()
+		f.srv.Handler().ServeHTTP(rec, req)
+		cs := rec.Result().Cookies()
+		if len(cs) != 1 || cs[0].Secure != tc.secure {
+			t.Errorf("from %s: cookies %v, want Secure=%v", tc.remote, cs, tc.secure)
+		}
 	}
 }

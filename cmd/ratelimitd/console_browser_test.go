@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -570,5 +574,90 @@ via = ["policy"]
 		if e.By != "op (console)" || e.Key != "alice" {
 			t.Errorf("event %+v: want by op (console), key alice", e)
 		}
+	}
+}
+
+// consoleClient logs in to the console at base over plain HTTP (a cookie
+// jar) and returns the client and the session's CSRF token.
+func consoleClient(t *testing.T, base, user, pw string) (*http.Client, string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	token := func(path string) string {
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("no CSRF token on %s (%s):\n%s", path, resp.Status, b)
+		}
+		return string(m[1])
+	}
+	resp, err := c.PostForm(base+"login", url.Values{"csrf": {token("login")}, "username": {user}, "password": {pw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return c, token("")
+}
+
+func getPage(t *testing.T, c *http.Client, u string) string {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s\n%s", u, resp.Status, b)
+	}
+	return string(b)
+}
+
+// TestConsoleWithRedisBackend: two daemons share one Redis; a burst
+// through the first refuses walter, and the second daemon's console shows
+// him refusing (the rate is Redis's), names the store "Redis", and its
+// reset lets him through at the first daemon at once.
+func TestConsoleWithRedisBackend(t *testing.T) {
+	srv := redistest.Start(t)
+	var addrs []string
+	var tds []*testDaemon
+	var pw string
+	for range 2 {
+		dir := t.TempDir()
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfg := writeConfig(t, dir, addr, redisConfig(srv.Addr, "local")+webConfig(t, dir))
+		pw = consoleUsers(t, cfg)
+		tds = append(tds, startTestDaemon(t, cfg))
+		addrs = append(addrs, addr)
+	}
+	for i := 0; i < 205; i++ {
+		policyQuery(t, addrs[0], "walter", "END-OF-MESSAGE")
+	}
+	if got := policyQuery(t, addrs[1], "walter", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450") {
+		t.Fatalf("the second daemon does not see the shared rate: %s", got)
+	}
+	base := "http://" + tds[1].d.WebAddr() + "/"
+	c, csrf := consoleClient(t, base, "op", pw)
+	if page := getPage(t, c, base); !strings.Contains(page, "Redis") || !regexp.MustCompile(`(?s)id="over".*walter.*refusing`).MatchString(page) {
+		t.Fatalf("overview on the second daemon:\n%s", page)
+	}
+	if page := getPage(t, c, base+"keys/walter"); !regexp.MustCompile(`(?s)id="limits".*hourly.*refusing`).MatchString(page) {
+		t.Fatalf("key page on the second daemon:\n%s", page)
+	}
+	resp, err := c.PostForm(base+"keys/walter/reset", url.Values{"csrf": {csrf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasSuffix(resp.Request.URL.String(), "?done=reset") {
+		t.Fatalf("reset: %s at %s", resp.Status, resp.Request.URL)
+	}
+	if got := policyQuery(t, addrs[0], "walter", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Fatalf("after the console's reset on the second daemon the first answers %s", got)
 	}
 }
