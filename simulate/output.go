@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -199,7 +200,7 @@ func (t *tableWriter) fix() error {
 	t.widths = make([]int, len(t.header))
 	for _, row := range append([][]string{t.header}, t.pending...) {
 		for i, c := range row {
-			t.widths[i] = max(t.widths[i], utf8.RuneCountInString(c))
+			t.widths[i] = max(t.widths[i], utf8.RuneCountInString(termsafe.Line(c)))
 		}
 	}
 	if err := t.row(t.header); err != nil {
@@ -220,6 +221,9 @@ func (t *tableWriter) row(cells []string) error {
 		last--
 	}
 	for i, c := range cells[:last+1] {
+		// Keys and senders come from traces and mail logs: attacker
+		// data, shown to an operator's terminal.
+		c = termsafe.Line(c)
 		t.bw.WriteString(c)
 		if i < last {
 			n := utf8.RuneCountInString(c)

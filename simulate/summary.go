@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -243,7 +244,7 @@ func (s *Summary) writeTable(w io.Writer) error {
 		if !k.FirstRefused.IsZero() {
 			first, after = formatTime(k.FirstRefused), "+"+FormatElapsed(k.RefusedAfter)
 		}
-		fmt.Fprintf(&b, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", k.Key, k.Requests, k.Admitted, k.Deferred,
+		fmt.Fprintf(&b, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", termsafe.Line(k.Key), k.Requests, k.Admitted, k.Deferred,
 			k.Rejected, k.Held, k.Frozen, k.Warned, first, after, k.RefusedBy)
 		for _, p := range k.Peaks {
 			if !p.Measured {
