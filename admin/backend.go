@@ -135,7 +135,7 @@ func (l *Local) rates(ctx context.Context, top int, over bool) ([]policy.KeyRate
 	if err != nil {
 		return nil, err
 	}
-	return topRates(all, top, over), nil
+	return TopRates(all, top, over), nil
 }
 
 func (l *Local) reset(ctx context.Context, key, limit string) (ResetResult, error) {
@@ -171,9 +171,9 @@ func (l *Local) Close() error {
 	return l.Closer()
 }
 
-// topRates sorts by closeness to the limit (rate/max, descending) and keeps
+// TopRates sorts by closeness to the limit (rate/max, descending) and keeps
 // the first top (0 = all), only those refused now when over is set.
-func topRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
+func TopRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
 	out := all[:0]
 	for _, k := range all {
 		if !over || k.Refusing {

@@ -8,11 +8,11 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -98,19 +98,8 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
 		return
 	}
-	var over []policy.KeyRate
-	for _, k := range all {
-		if k.Refusing || k.Over {
-			over = append(over, k)
-		}
-	}
-	sort.Slice(over, func(i, j int) bool {
-		fi, fj := over[i].Rate/over[i].Max, over[j].Rate/over[j].Max
-		if fi != fj {
-			return fi > fj
-		}
-		return over[i].Key < over[j].Key
-	})
+	tracked := len(all)
+	over := admin.TopRates(all, 0, true) // as `ratelimitd rate list --over`
 	refused, err := s.opts.Events.Summary(ctx, events.Query{Since: now.Add(-24 * time.Hour), Actions: events.Refusals, Max: maxOverviewKeys})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
@@ -121,7 +110,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		h = s.opts.Health()
 	}
 	s.render(w, r, "overview", map[string]any{
-		"Title": "Overview", "Now": now, "Over": over, "Tracked": len(all),
+		"Title": "Overview", "Now": now, "Over": over, "Tracked": tracked,
 		"Refused": refused, "Truncated": len(refused) >= maxOverviewKeys,
 		"Quarantine": s.opts.Quarantine.Health(), "Health": h,
 	})

@@ -19,14 +19,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "web",
 		Short: "Manage the browser console's users",
-		Long: `The browser console ([web] listen, docs/console.md) lets postmasters
-review refusals, rates and quarantined mail in a browser. Its users are kept
-in [web] users_file (default STATE_DIR/web-users, mode 0600) with argon2id
-password hashes. A viewer reads every page; an operator also resets rates,
-suspends and resumes automatic release, thaws and deletes messages.
-
-The running console rereads the file within a second: a removed user's
-sessions end at their next request.`,
+		Long:  helpText("web"),
 	}
 	user := &cobra.Command{Use: "user", Short: "Add, change or remove a console user"}
 	var role string
@@ -34,24 +27,18 @@ sessions end at their next request.`,
 	add := &cobra.Command{
 		Use:   "add NAME --role viewer|operator",
 		Short: "Add a user, or set an existing user's role and password",
-		Long: `Add a user, or set an existing user's role and password. The password
-is read from a prompt (twice, without echo) or, with --password-stdin, from
-the first line of standard input.`,
-		Args: cobra.ExactArgs(1),
+		Long:  helpText("web user add"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := web.ParseRole(role)
 			if err != nil {
 				return usageError{err}
 			}
-			path, err := usersFile(opts)
+			path, users, err := loadUsersFile(opts)
 			if err != nil {
 				return err
 			}
 			pw, err := readPassword(cmd, fromStdin)
-			if err != nil {
-				return err
-			}
-			users, err := web.LoadUsers(path)
 			if err != nil {
 				return err
 			}
@@ -78,11 +65,7 @@ the first line of standard input.`,
 		Short: "Remove a user (their sessions end)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := usersFile(opts)
-			if err != nil {
-				return err
-			}
-			users, err := web.LoadUsers(path)
+			path, users, err := loadUsersFile(opts)
 			if err != nil {
 				return err
 			}
@@ -101,11 +84,7 @@ the first line of standard input.`,
 		Short: "List the users and their roles",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := usersFile(opts)
-			if err != nil {
-				return err
-			}
-			users, err := web.LoadUsers(path)
+			_, users, err := loadUsersFile(opts)
 			if err != nil {
 				return err
 			}
@@ -121,12 +100,14 @@ the first line of standard input.`,
 	return cmd
 }
 
-func usersFile(opts *rootOptions) (string, error) {
+// loadUsersFile reads [web] users_file of the configuration.
+func loadUsersFile(opts *rootOptions) (string, *web.Users, error) {
 	f, err := config.Load(opts.configPath)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return f.Web.UsersFile, nil
+	users, err := web.LoadUsers(f.Web.UsersFile)
+	return f.Web.UsersFile, users, err
 }
 
 // readPassword reads the first line of stdin, or prompts twice on the
