@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
@@ -36,6 +37,7 @@ func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 		detail = fmt.Sprintf("%d rate states removed", n)
 		s.log.Info("rate reset", "key", key, "limit", limit, "removed", n, "by", by(u))
 		s.opts.Events.Record(events.Event{Time: now, Key: key, Limit: limit, Action: events.Reset, By: by(u), Detail: detail})
+		s.opts.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: n, By: by(u)})
 		done = "reset"
 	case "suspend":
 		if err := s.opts.Quarantine.Suspend(key, by(u)); err != nil {

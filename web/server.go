@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/notify"
 )
 
 // Listener limits: at most srvconn.HTTPConns() connections at once (more
@@ -47,6 +48,9 @@ type Options struct {
 	Events Events
 	// Health returns the daemon's state for the overview (nil: unknown).
 	Health func() Health
+	// Notify, if set, is told of rate resets (notify.RateReset), as the
+	// admin socket tells it of the CLI's.
+	Notify func(notify.Event)
 	Logger *slog.Logger
 	// Now is the clock (time.Now when nil); tests set it.
 	Now func() time.Time
@@ -84,6 +88,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Events == nil {
 		opts.Events = noEvents{}
+	}
+	if opts.Notify == nil {
+		opts.Notify = func(notify.Event) {}
 	}
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("web: TLSCert and TLSKey go together")

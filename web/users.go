@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,6 +70,12 @@ type User struct {
 	// it is never printed, logged or rendered.
 	hash string
 }
+
+// String, GoString and LogValue name the user and role only, so that a
+// User printed or logged by mistake never shows the hash.
+func (u User) String() string       { return u.Name + " (" + string(u.Role) + ")" }
+func (u User) GoString() string     { return "web.User{" + u.String() + "}" }
+func (u User) LogValue() slog.Value { return slog.StringValue(u.String()) }
 
 // Users is the console's users file: one user a line,
 // "NAME ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH" (salt and hash in

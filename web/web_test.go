@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"fmt"
 	"image/png"
 	"io"
 	"net/http"
@@ -374,6 +375,12 @@ func TestUsersFile(t *testing.T) {
 	}
 	if _, ok := u2.Verify("nobody", []byte("correct horse")); ok {
 		t.Error("an unknown user is accepted")
+	}
+	x, _ := u2.Lookup("alice")
+	for _, shown := range []string{fmt.Sprint(x), fmt.Sprintf("%+v %#v", x, x)} {
+		if strings.Contains(shown, "argon2") {
+			t.Errorf("a printed User shows its hash: %s", shown)
+		}
 	}
 	if !u2.Remove("alice") || u2.Remove("alice") {
 		t.Error("Remove")

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/web"
 )
 
@@ -15,7 +16,7 @@ func (d *Daemon) startWeb() error {
 		return nil
 	}
 	opts := web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile,
-		Rates: d.engine, Quarantine: d.q.svc, Health: d.webHealth, Logger: d.log}
+		Rates: d.engine, Quarantine: d.q.svc, Health: d.webHealth, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
 	if d.events != nil {
 		opts.Events = d.events
 	}
