@@ -234,3 +234,57 @@ func tryPolicyQuery(addr, user string) (string, error) {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
 }
+
+// TestRedisTimeoutChecked: `config check` refuses a redis_timeout at or
+// above the request timeout (a hung Redis would leave requests to the
+// MTA's own timeout, on_redis_error never applied) and says why.
+func TestRedisTimeoutChecked(t *testing.T) {
+	cfg := strings.Replace(redisConfig("127.0.0.1:6379", "local"), `redis_timeout = "2s"`, `redis_timeout = "30s"`, 1)
+	path := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), cfg)
+	out, err := cli(t, "--config", path, "config", "check")
+	if err == nil || !strings.Contains(out, "redis_timeout") || !strings.Contains(out, "request_timeout") ||
+		!strings.Contains(out, "smtpd_policy_service_timeout") {
+		t.Fatalf("config check with redis_timeout = 30s: %v\n%s", err, out)
+	}
+}
+
+// TestRedisStartWithoutRedis: the daemon starts while nothing listens at
+// the Redis address, answers from local state (on_redis_error = local),
+// says so once in the log and in status, and shares Redis's state once
+// Redis starts.
+func TestRedisStartWithoutRedis(t *testing.T) {
+	port := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	td := startTestDaemon(t, writeConfig(t, t.TempDir(), addr, redisConfig(fmt.Sprintf("127.0.0.1:%d", port), "local")))
+	for i := range 21 {
+		got := policyQuery(t, addr, "yolanda", "END-OF-MESSAGE")
+		if want := i < 20; (got == "action=DUNNO") != want {
+			t.Fatalf("without Redis, yolanda's message %d: %s", i+1, got)
+		}
+	}
+	if st := td.d.Status(); st.Store == nil || !st.Store.Degraded || st.Store.Connected {
+		t.Fatalf("status without Redis: %+v", st.Store)
+	}
+	srv := redistest.StartOn(t, port)
+	deadline := time.Now().Add(5 * time.Second)
+	for td.d.Redis().Degraded() {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not join Redis")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := td.d.Status(); st.Store.Degraded || st.Store.LastError != "" || st.Store.Recoveries != 1 {
+		t.Errorf("status once Redis runs: %+v", st.Store)
+	}
+	// The outage's 21 messages were added to Redis.
+	if n := srv.Must("DBSIZE"); n == "0" {
+		t.Errorf("Redis empty after the merge")
+	}
+	if got := policyQuery(t, addr, "yolanda", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450") {
+		t.Errorf("after the merge yolanda's message: %s", got)
+	}
+	logs := td.logs.String()
+	if strings.Count(logs, `msg="redis unavailable`) != 1 || strings.Count(logs, `msg="redis available again`) != 1 {
+		t.Errorf("start and join not logged once each:\n%s", logs)
+	}
+}

@@ -72,13 +72,11 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	if err != nil {
 		return nil, fmt.Errorf("store: redis %v: %w", s.RedisAddrs, err)
 	}
+	// Unreachable (or loading): the Failover starts degraded, logs it
+	// once and joins Redis from its probe.
 	cctx, cancel := context.WithTimeout(context.Background(), max(time.Duration(s.RedisTimeout), time.Second))
-	err = r.Connect(cctx)
+	r.Connect(cctx)
 	cancel()
-	if err != nil {
-		d.log.Error("redis not reachable at start: serving per on_redis_error until it answers",
-			"redis_addrs", s.RedisAddrs, "on_redis_error", pol.String(), "err", err)
-	}
 	f := redisstore.NewFailover(r, local, pol, d.log)
 	f.Split, f.Hosts = s.DegradedShare == "split", s.RedisHosts
 	if err := f.LoadPending(filepath.Join(d.cfg.Server.StateDir, pendingMergeFile)); err != nil {

@@ -31,9 +31,10 @@ type Server struct {
 	// Port is the port of Addr.
 	Port int
 	// Dir holds its configuration, data and log.
-	Dir string
-	cmd *exec.Cmd
-	t   testing.TB
+	Dir  string
+	cmd  *exec.Cmd
+	args []string // the binary and its arguments
+	t    testing.TB
 }
 
 // binary returns the path of name or fails the test.
@@ -50,33 +51,36 @@ func binary(t testing.TB, name string) string {
 // added) and waits until it answers PING.
 func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
 	t.Helper()
+	return startPort(t, bin, sentinel, mtatest.FreePort(t), conf...)
+}
+
+// startPort is start on a given port.
+func startPort(t testing.TB, bin string, sentinel bool, port int, conf ...string) *Server {
+	t.Helper()
 	dir := t.TempDir()
-	port := mtatest.FreePort(t)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, t: t}
-	lines := append([]string{
+	lines := []string{
 		"bind 127.0.0.1",
 		"port " + strconv.Itoa(port),
 		"dir " + dir,
 		"logfile " + filepath.Join(dir, "log"),
 		"daemonize no",
 		"protected-mode no",
-	}, conf...)
+	}
 	if !sentinel {
+		// Before conf, so that a test may turn persistence on.
 		lines = append(lines, `save ""`, "appendonly no")
 	}
+	lines = append(lines, conf...)
 	cf := filepath.Join(dir, "redis.conf")
 	if err := os.WriteFile(cf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{cf}
+	s.args = []string{bin, cf}
 	if sentinel {
-		args = append(args, "--sentinel")
+		s.args = append(s.args, "--sentinel")
 	}
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.SysProcAttr = procAttr()
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("redistest: start %s: %v", bin, err)
-	}
+	s.run()
 	t.Cleanup(func() {
 		s.Kill()
 		if t.Failed() {
@@ -88,15 +92,49 @@ func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
 			}
 		}
 	})
+	s.waitPing()
+	return s
+}
+
+// run starts the process of s.args.
+func (s *Server) run() {
+	s.t.Helper()
+	s.cmd = exec.Command(s.args[0], s.args[1:]...)
+	s.cmd.SysProcAttr = procAttr()
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("redistest: start %s: %v", s.args[0], err)
+	}
+}
+
+// waitPing waits until the server answers PING (10s at most).
+func (s *Server) waitPing() {
+	s.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := s.Do("PING"); err == nil {
-			return s
+			return
 		} else if time.Now().After(deadline) {
-			t.Fatalf("redistest: %s on %s does not answer: %v", bin, s.Addr, err)
+			s.t.Fatalf("redistest: %s on %s does not answer: %v", s.args[0], s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Restart starts a server ended by Kill again, on the same port and
+// directory (with persistence turned on, its data set is loaded again),
+// and waits until it answers PING.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.run()
+	s.waitPing()
+}
+
+// StartOn runs a standalone redis-server on a given port (one a test
+// chose before, to start Redis after its clients).
+func StartOn(t testing.TB, port int, extra ...string) *Server {
+	t.Helper()
+	return startPort(t, binary(t, "redis-server"), false, port, extra...)
 }
 
 // Start runs a standalone redis-server; extra are more configuration

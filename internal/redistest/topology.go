@@ -82,7 +82,9 @@ func (s *Sentinels) MasterAddr() string {
 }
 
 // StartCluster runs n masters (no replicas) joined into a Redis Cluster
-// with `redis-cli --cluster create`, and waits until it is ok.
+// with `redis-cli --cluster create`, and waits until it is ok. The
+// cluster keeps serving the slots of live masters when one fails
+// (cluster-require-full-coverage no).
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
 	cli := binary(t, "redis-cli")
@@ -91,6 +93,7 @@ func StartCluster(t testing.TB, n int) []*Server {
 	for range n {
 		bus := mtatest.FreePort(t)
 		s := Start(t, "cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000",
+			"cluster-require-full-coverage no",
 			"cluster-port "+strconv.Itoa(bus))
 		nodes = append(nodes, s)
 		args = append(args, s.Addr)

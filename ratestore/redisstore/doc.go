@@ -74,6 +74,15 @@
 // calls and the CLI's still use it; the daemon's requests on one node
 // are batched as above).
 //
+// # Outages
+//
+// Failover keeps the limit while Redis, or a cluster node, does not
+// answer: it decides from a write-through copy of the states Redis
+// returned (optionally each host's share, Failover.Split), switches back
+// as soon as a probe reads from Redis, and adds what it counted during
+// the outage to the shared state exactly once (Store.Merge, merge.lua).
+// docs/redis.md states the bound on what a sender gets during an outage.
+//
 // # Errors
 //
 // Every failure to get an answer from Redis in time wraps ErrUnavailable
