@@ -1,15 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/web"
@@ -38,7 +32,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pw, err := readPassword(cmd, fromStdin)
+			pw, err := web.ReadPassword(cmd.InOrStdin(), cmd.ErrOrStderr(), fromStdin)
 			if err != nil {
 				return err
 			}
@@ -108,52 +102,4 @@ func loadUsersFile(opts *rootOptions) (string, *web.Users, error) {
 	}
 	users, err := web.LoadUsers(f.Web.UsersFile)
 	return f.Web.UsersFile, users, err
-}
-
-// readPassword reads the first line of stdin, or prompts twice on the
-// terminal with echo off.
-func readPassword(cmd *cobra.Command, fromStdin bool) ([]byte, error) {
-	in := cmd.InOrStdin()
-	if fromStdin {
-		line, err := bufio.NewReader(in).ReadBytes('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
-		}
-		return bytes.TrimRight(line, "\r\n"), nil
-	}
-	f, ok := in.(*os.File)
-	if !ok {
-		return nil, errors.New("no terminal to prompt on: use --password-stdin")
-	}
-	fd := int(f.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return nil, errors.New("standard input is not a terminal: use --password-stdin")
-	}
-	noEcho := *old
-	noEcho.Lflag &^= unix.ECHO
-	noEcho.Lflag |= unix.ICANON | unix.ISIG
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &noEcho); err != nil {
-		return nil, err
-	}
-	defer unix.IoctlSetTermios(fd, unix.TCSETS, old)
-	rd := bufio.NewReader(f)
-	ask := func(prompt string) ([]byte, error) {
-		fmt.Fprint(cmd.ErrOrStderr(), prompt)
-		line, err := rd.ReadBytes('\n')
-		fmt.Fprintln(cmd.ErrOrStderr())
-		return bytes.TrimRight(line, "\r\n"), err
-	}
-	pw, err := ask("Password: ")
-	if err != nil {
-		return nil, err
-	}
-	again, err := ask("Again: ")
-	if err != nil {
-		return nil, err
-	}
-	if !bytes.Equal(pw, again) {
-		return nil, errors.New("the passwords differ")
-	}
-	return pw, nil
 }
