@@ -1,8 +1,12 @@
 package admin
 
 import (
+	"fmt"
 	"math"
 	"strconv"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // FormatRate prints a rate for people: whole numbers without decimals
@@ -13,4 +17,37 @@ func FormatRate(f float64) string {
 		return strconv.FormatFloat(r, 'f', 0, 64)
 	}
 	return strconv.FormatFloat(r, 'f', 1, 64)
+}
+
+// readableRates is how many times its limit a rate may be and still be
+// printed as a number (FormatKeyRate).
+const readableRates = 1000
+
+// FormatKeyRate prints k's rate as FormatRate does, or as ">N" when it is
+// above N, readableRates times the limit in force (k.Max, at least 1): a
+// rate that high is no count of mail but a long refusal in the limit's
+// arithmetic (an exponential rate grows as e^(wait/period); a state
+// converted from a longer period keeps its wait, see
+// policy.ConvertedView), and the wait says more than its digits.
+func FormatKeyRate(k policy.KeyRate) string {
+	if bound := readableRates * max(k.Max, 1); k.Rate > bound {
+		return ">" + FormatRate(bound)
+	}
+	return FormatRate(k.Rate)
+}
+
+// ConversionNote says, for rate show and list, that k's state was
+// converted from the limit's earlier parameters: "converted at reload
+// 2026-11-28 01:02:03 from 5/1h (rate 7.2/1h by it)", the rate only when
+// k has it (policy.Engine.Lookup); "" when k was not converted.
+func ConversionNote(k policy.KeyRate) string {
+	c := k.Converted
+	if c == nil {
+		return ""
+	}
+	note := fmt.Sprintf("converted at %s %s from %s", c.Cause, c.At.Local().Format(time.DateTime), c.From)
+	if c.Rate > 0 {
+		note += fmt.Sprintf(" (rate %s/%s by it)", FormatRate(c.Rate), policy.FormatDuration(c.Period))
+	}
+	return note
 }

@@ -108,9 +108,13 @@ type StateStatus struct {
 	// Malformed is how many stored states were dropped at start-up as not
 	// states (NaN or infinite rate, wrong length); Converted how many were
 	// converted to changed limit parameters; Unconfigured how many states
-	// of limits the configuration does not name were restored and kept.
+	// of limits the configuration does not name were restored and kept;
+	// NotConverted how many conversions were refused (a NaN in the state,
+	// or a result that is not finite: a bug, logged at ERROR), the states
+	// kept as they were.
 	Malformed    int64 `json:"malformed"`
 	Converted    int64 `json:"converted"`
+	NotConverted int64 `json:"not_converted"`
 	Unconfigured int64 `json:"unconfigured"`
 	// RecordsLost is how many unreadable records of the state file were
 	// set aside at start-up (serve --accept-state-loss), KeysLost the keys
@@ -126,7 +130,7 @@ func NewStateStatus(p *ratestore.Persistent) *StateStatus {
 	s := &StateStatus{LastFlush: st.LastFlushAt, LastError: st.LastError, LastErrorAt: st.LastErrorAt,
 		FlushFailures: st.Failures, CompactionFailures: st.CompactionFailures, Pending: st.Pending,
 		MaxKeys: m.Cap(), Evicted: m.Evicted(), Refused: m.Refused(), Malformed: st.Malformed,
-		Converted: st.Converted, Unconfigured: st.Unconfigured, LastFlushAge: "never",
+		Converted: st.Converted, NotConverted: st.NotConverted, Unconfigured: st.Unconfigured, LastFlushAge: "never",
 		RecordsLost: st.Lost, KeysLost: st.LostKeys}
 	if !st.LastFlushAt.IsZero() {
 		s.LastFlushAge = time.Since(st.LastFlushAt).Round(time.Second).String()
@@ -196,6 +200,9 @@ func (s *StateStatus) Print(w io.Writer) {
 	if s.Malformed+s.Converted+s.Unconfigured > 0 {
 		fmt.Fprintf(w, "rate state at start: %d malformed dropped, %d converted to changed limits, %d of unconfigured limits kept\n",
 			s.Malformed, s.Converted, s.Unconfigured)
+	}
+	if s.NotConverted > 0 {
+		fmt.Fprintf(w, "RATE STATES NOT CONVERTED to changed limits: %d, kept as they were (a bug: see the ERROR log lines)\n", s.NotConverted)
 	}
 	if s.RecordsLost > 0 {
 		fmt.Fprintf(w, "STATE LOST at start: %d unreadable records set aside (--accept-state-loss), up to %d keys\n",

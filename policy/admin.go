@@ -88,6 +88,10 @@ type KeyRate struct {
 	Baseline bool    `json:"baseline,omitempty"`
 	Peak     float64 `json:"peak,omitempty"`
 	Cap      float64 `json:"cap,omitempty"`
+	// Converted is set when the state was converted from the limit's
+	// earlier parameters at a reload or restore (see ConvertedView); its
+	// Rate, the key's rate by them, only in Lookup's views.
+	Converted *ConvertedView `json:"converted,omitempty"`
 }
 
 // Lookup returns, for every limit with state for key, the key's rate decayed
@@ -108,12 +112,28 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 		if s.IsZero() {
 			continue
 		}
-		out = append(out, l.view(key, s, now))
+		out = append(out, l.view(key, s, now, e.conversion(l.name), true))
 	}
 	return out, nil
 }
 
-func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
+// conversion returns the store's last conversion of the states of the
+// named limit (Conversions), or nil.
+func (e *Engine) conversion(name string) *Conversion {
+	cs, ok := e.store.(Conversions)
+	if !ok {
+		return nil
+	}
+	if c, ok := cs.LastConversion(name); ok {
+		return &c
+	}
+	return nil
+}
+
+// view is l's view of key's state s at now. With conv, the store's last
+// conversion of l's states, a state it converted says so (with the key's
+// rate by the old parameters when back is set).
+func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
 	rl := l.rl
 	if v, ok := l.override(key); ok {
 		rl = overridden(rl, v)
@@ -131,6 +151,9 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time) KeyRate {
 	kr.Over = kr.Rate > kr.Max
 	if r := probe.Check(s, now, 1); r.Over {
 		kr.Refusing, kr.RetryAfter = true, r.RetryAfter
+	}
+	if conv != nil {
+		kr.Converted = l.convertedView(*conv, s, kr.Refusing, now, back)
 	}
 	// A view is printed and sent as JSON, which has no NaN or infinity:
 	// a state that holds one (written by an older release) is shown at
@@ -161,13 +184,15 @@ func finiteView(x float64) float64 {
 func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 	c := e.cfg.Load()
 	byName := make(map[string]*limit, len(c.limits))
+	convs := make(map[string]*Conversion, len(c.limits))
 	for i := range c.limits {
 		byName[c.limits[i].name] = &c.limits[i]
+		convs[c.limits[i].name] = e.conversion(c.limits[i].name)
 	}
 	var out []KeyRate
 	err := e.store.Range(ctx, func(name, key string, s ratelimit.State) bool {
 		if l := byName[name]; l != nil {
-			out = append(out, l.view(key, s, now))
+			out = append(out, l.view(key, s, now, convs[name], false))
 		}
 		return true
 	})

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
@@ -188,6 +189,9 @@ type Persistent struct {
 	// of the configuration (Limits) and, for limits it does not name, the
 	// stored ones. Replaced whole, never modified.
 	params atomic.Pointer[map[string]ratelimit.Limit]
+	// convs holds, by limit name, the last conversion of its states
+	// (LastConversion). Replaced whole, never modified.
+	convs atomic.Pointer[map[string]policy.Conversion]
 
 	// cmu serialises compactions (which take mu only briefly); pieceKeys
 	// is the number of keys of one compaction piece.
@@ -355,6 +359,7 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		return err
 	}
 	p.params.Store(&next)
+	p.noteConversions(conv, now, "reload")
 	for name, l := range limits {
 		if o, ok := old[name]; !ok || o != meaning(l) {
 			p.setMeta(name, meaning(l))
@@ -370,6 +375,35 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		p.log.Warn("rate states converted to changed limit parameters", "limits", slices.Sorted(maps.Keys(conv)), "states", n)
 	}
 	return nil
+}
+
+// noteConversions records, under mu, that the states of the limits in
+// conv were converted from conv's old parameters at at, by cause
+// (LastConversion).
+func (p *Persistent) noteConversions(conv map[string][2]ratelimit.Limit, at time.Time, cause string) {
+	if len(conv) == 0 {
+		return
+	}
+	m := map[string]policy.Conversion{}
+	if old := p.convs.Load(); old != nil {
+		m = maps.Clone(*old)
+	}
+	for name, c := range conv {
+		m[name] = policy.Conversion{From: c[0], At: at, Cause: cause}
+	}
+	p.convs.Store(&m)
+}
+
+// LastConversion returns the last conversion of the states of limit to
+// changed parameters since NewPersistent (at restore, cause "restore", or
+// by Reconfigure, "reload"), and whether there was one; it implements
+// policy.Conversions. Safe for concurrent use.
+func (p *Persistent) LastConversion(limit string) (policy.Conversion, bool) {
+	if m := p.convs.Load(); m != nil {
+		c, ok := (*m)[limit]
+		return c, ok
+	}
+	return policy.Conversion{}, false
 }
 
 // setMeta records, under mu, that the parameters of limit are to be

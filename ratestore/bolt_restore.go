@@ -67,6 +67,7 @@ func (p *Persistent) restore() error {
 	for name, c := range conv {
 		params[name] = c[1]
 	}
+	p.noteConversions(conv, p.opts.Now(), "restore") // at or after every converted state's Time
 	if len(conv) > 0 {
 		p.log.Warn("stored rate states converted to changed limit parameters",
 			"limits", slices.Sorted(maps.Keys(conv)), "states", p.stats.Converted)

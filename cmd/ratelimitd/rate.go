@@ -153,7 +153,10 @@ func printRates(w io.Writer, kr []policy.KeyRate) {
 			maxText = strconv.FormatFloat(k.Max, 'f', 1, 64)
 			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %s)", k.Peak, admin.FormatRate(k.Cap))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, admin.FormatRate(k.Rate), maxText, policy.FormatDuration(k.Period), status)
+		if note := admin.ConversionNote(k); note != "" {
+			status += "; " + note
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, admin.FormatKeyRate(k), maxText, policy.FormatDuration(k.Period), status)
 	}
 	tw.Flush()
 }
@@ -169,16 +172,44 @@ type rateRow struct {
 	Over              bool    `json:"over"`
 	Refusing          bool    `json:"refusing"`
 	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	// Converted says the state was converted from the limit's earlier
+	// parameters (see policy.ConvertedView).
+	Converted *convertedRow `json:"converted,omitempty"`
+}
+
+// convertedRow is rateRow's account of a converted state.
+type convertedRow struct {
+	From          string    `json:"from"`
+	PeriodSeconds float64   `json:"from_period_seconds"`
+	Algorithm     string    `json:"from_algorithm"`
+	At            time.Time `json:"at"`
+	Cause         string    `json:"cause"`
+	// Rate is the key's rate now by the old parameters (rate show only).
+	Rate float64 `json:"from_rate,omitempty"`
 }
 
 func rateRows(kr []policy.KeyRate) []rateRow {
 	out := make([]rateRow, len(kr))
 	for i, k := range kr {
-		out[i] = rateRow{Key: k.Key, Limit: k.Limit, Rate: math.Round(k.Rate*100) / 100, Max: k.Max,
+		out[i] = rateRow{Key: k.Key, Limit: k.Limit, Rate: round2(k.Rate), Max: k.Max,
 			Period: policy.FormatDuration(k.Period), PeriodSeconds: k.Period.Seconds(), Over: k.Over, Refusing: k.Refusing,
 			RetryAfterSeconds: math.Ceil(k.RetryAfter.Seconds())}
+		if c := k.Converted; c != nil {
+			out[i].Converted = &convertedRow{From: c.From, PeriodSeconds: c.Period.Seconds(), Algorithm: c.Algorithm,
+				At: c.At, Cause: c.Cause, Rate: round2(c.Rate)}
+		}
 	}
 	return out
+}
+
+// round2 rounds x to two decimals, or returns it as it is when it has
+// none to round (at 2^52 and above; x*100 would overflow to an infinity,
+// which JSON cannot encode, for x near math.MaxFloat64).
+func round2(x float64) float64 {
+	if math.Abs(x) >= 1<<52 {
+		return x
+	}
+	return math.Round(x*100) / 100
 }
 
 // ofDomain keeps the keys of mail domain d (see `rate list --help`).

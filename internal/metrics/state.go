@@ -46,6 +46,8 @@ func StateCollectors(p *ratestore.Persistent) []prometheus.Collector {
 			stat(func(s ratestore.PersistStats) float64 { return float64(s.Malformed) })),
 		counter("ratelimitd_state_converted_total", "Rate states converted to a limit's changed algorithm, period or half-life.",
 			stat(func(s ratestore.PersistStats) float64 { return float64(s.Converted) })),
+		counter("ratelimitd_state_not_converted_total", "Rate states whose conversion to a limit's changed parameters was refused (a NaN in the state, or a result that is not finite: a bug, logged at ERROR); they were kept as they were.",
+			stat(func(s ratestore.PersistStats) float64 { return float64(s.NotConverted) })),
 		gauge("ratelimitd_rate_keys_max", "The bound on rate states held (server.max_keys, rounded to the shard count).",
 			func() float64 { return float64(m.Cap()) }),
 		counter("ratelimitd_rate_evictions_total", "Rate states evicted to respect max_keys (never one over or near its limit).",

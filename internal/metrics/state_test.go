@@ -1,0 +1,58 @@
+package metrics
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+)
+
+// TestRefusedConversionsInMetricsAndStatus: a state the conversion to a
+// changed period refuses (a NaN rate) is counted in
+// ratelimitd_state_not_converted_total and shown by status.
+func TestRefusedConversionsInMetricsAndStatus(t *testing.T) {
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	hourly := ratelimit.Limit{Limit: 5, Period: time.Hour}
+	p, err := ratestore.NewPersistent(db, ratestore.NewMemory(ratestore.MemoryOptions{}),
+		ratestore.PersistOptions{Limits: map[string]ratelimit.Limit{"hourly": hourly}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	nan := ratelimit.State{Time: time.Now().UnixNano(), Rate: math.NaN()}
+	p.Update(context.Background(), "hourly", "alice", func(ratelimit.State) (ratelimit.State, bool) { return nan, true })
+	hourly.Period = 2 * time.Hour
+	if err := p.Reconfigure(map[string]ratelimit.Limit{"hourly": hourly}, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(StateCollectors(p)...)
+	want := `
+# HELP ratelimitd_state_not_converted_total Rate states whose conversion to a limit's changed parameters was refused (a NaN in the state, or a result that is not finite: a bug, logged at ERROR); they were kept as they were.
+# TYPE ratelimitd_state_not_converted_total counter
+ratelimitd_state_not_converted_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimitd_state_not_converted_total"); err != nil {
+		t.Error(err)
+	}
+	st := admin.NewStateStatus(p)
+	var out strings.Builder
+	st.Print(&out)
+	if st.NotConverted != 1 || !strings.Contains(out.String(), "RATE STATES NOT CONVERTED to changed limits: 1,") {
+		t.Errorf("status: not_converted %d:\n%s", st.NotConverted, out.String())
+	}
+}

@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// Conversion records that a store converted the states of a limit to its
+// changed algorithm, period or half-life (ratelimit.Limit.Convert): at a
+// reload, or when the stored states were restored under parameters other
+// than those they were written with.
+type Conversion struct {
+	// From are the parameters the states were converted from (as the
+	// store keeps them: the mode is not part of them).
+	From ratelimit.Limit
+	// At is the instant of the conversion: a converted state of an
+	// exponential, EARRRL or baseline limit has its Time at or before it.
+	At time.Time
+	// Cause is "reload" or "restore".
+	Cause string
+}
+
+// Conversions is implemented by a rate store that converts states when a
+// limit's parameters change (ratestore.Persistent). The engine asks it
+// when it builds a KeyRate, to say what a converted state was.
+type Conversions interface {
+	// LastConversion returns the last conversion of limit's states since
+	// the store was opened, and whether there was one. Safe for
+	// concurrent use.
+	LastConversion(limit string) (Conversion, bool)
+}
+
+// ConvertedView is the part of a KeyRate that says its state was
+// converted from other parameters: a refused key keeps its wait through
+// the change, so its rate in the new limit's units can be far above
+// anything mail makes (a 30-minute refusal under 5/1h becomes about
+// 3*e^30 per minute under 3/1m); the rate by the old parameters says what
+// the key did.
+type ConvertedView struct {
+	// From is the old limit as "5/1h", followed by its algorithm when
+	// that changed ("5/1h gcra").
+	From      string        `json:"from"`
+	Limit     float64       `json:"from_limit"`
+	Period    time.Duration `json:"from_period"`
+	Algorithm string        `json:"from_algorithm"`
+	// At and Cause are the Conversion's.
+	At    time.Time `json:"at"`
+	Cause string    `json:"cause"`
+	// Rate is the key's rate now by the old parameters (its state
+	// converted back, in cost per old period; finite), set by Lookup
+	// only (0 in All's views).
+	Rate float64 `json:"from_rate,omitempty"`
+}
+
+// convertedView returns what l's view of key's state s at now says about
+// c, or nil when s is not one c converted: for an algorithm whose state
+// is stamped with its last update (exponential, EARRRL, baseline), a
+// state written after c is not; for GCRA and cooldown, whose state is a
+// future arrival time, only a refused key is shown as converted. With
+// back, the key's rate by c's parameters is computed (a conversion back,
+// a bisection of some microseconds).
+func (l *limit) convertedView(c Conversion, s ratelimit.State, refusing bool, now time.Time, back bool) *ConvertedView {
+	gcra := l.rl.Algorithm == ratelimit.GCRA || l.rl.Algorithm == ratelimit.Cooldown
+	if gcra && !refusing || !gcra && s.Time > c.At.UnixNano() {
+		return nil
+	}
+	v := &ConvertedView{From: strconv.FormatFloat(c.From.Limit, 'f', -1, 64) + "/" + FormatDuration(c.From.Period),
+		Limit: c.From.Limit, Period: c.From.Period, Algorithm: c.From.Algorithm.String(), At: c.At, Cause: c.Cause}
+	if c.From.Algorithm != l.rl.Algorithm {
+		v.From += " " + v.Algorithm
+	}
+	if back {
+		if old, err := c.From.Convert(s, l.rl, now); err == nil {
+			v.Rate = finiteView(c.From.Rate(old, now))
+		}
+	}
+	return v
+}
