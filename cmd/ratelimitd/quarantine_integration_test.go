@@ -147,7 +147,14 @@ period = "1h"
 via = ["policy"]
 `, mport, pf.ReinjectAddr))
 	td := startTestDaemon(t, cfgPath)
-	logFrom := len(pf.Log()) // before the daemon, Postfix's start-up probe found no milter
+	// Before the daemon, Postfix's start-up probe found no milter; its
+	// smtpd logs that asynchronously, so wait for the line (on a loaded
+	// machine it came after the daemon had started, and the check below
+	// took it for a warning of the test's own mail).
+	for i := 0; !strings.Contains(pf.Log(), "Connection refused") && i < 250; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	logFrom := len(pf.Log())
 
 	sent := map[string][]byte{}
 	for i := 1; i <= 30; i++ {
