@@ -411,3 +411,32 @@ func TestSecureCookieBehindProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedUserIsLoggedOut: `web user add|remove` rewrite the users
+// file; the console notices within a second, and a removed user's session
+// ends at its next request (a demoted one acts as a viewer).
+func TestRemovedUserIsLoggedOut(t *testing.T) {
+	f := newFixture(t, false)
+	op, view := f.client(t), f.client(t)
+	_, csrf := f.login(t, op, "op", "secret-password")
+	f.login(t, view, "view", "secret-password")
+	u, err := LoadUsers(f.srv.opts.UsersFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Remove("view")
+	if err := u.Set("op", Viewer, []byte("secret-password")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // refreshUsers looks once a second
+	if err := u.Save(f.srv.opts.UsersFile); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if resp, _ := get(t, view, f.ts.URL+"/"); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("removed user: %s, want 303 to /login", resp.Status)
+	}
+	if resp, _ := post(t, op, f.ts.URL+"/keys/alice/reset", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("demoted operator's reset: %s, want 403", resp.Status)
+	}
+}
