@@ -25,4 +25,10 @@
 // left out and counted: the policy service never sees it; so is mail
 // rejected after it had a queue ID (reject:, milter-reject:). Mail put on
 // hold (hold:) and never released is kept: it was sent.
+//
+// Reader.Each and Reader.StreamTrace hand on each message once it is
+// finished (its "removed" line, a new message under its queue ID, idle
+// for an hour before it was queued or a week after, or the end of the
+// logs), so memory is bounded by the messages open at a time, not by the
+// length of the logs. FindLog finds the log Postfix writes on this host.
 package maillog

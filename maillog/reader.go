@@ -110,6 +110,7 @@ type Message struct {
 
 	smtp, queued, rejected, local, held bool
 	seq                                 int
+	seen                                time.Time // the time of its latest line
 }
 
 // RecipientCount is the message's number of recipients: qmgr's nrcpt or
@@ -130,8 +131,9 @@ type Reader struct {
 // held in memory (standard input).
 type source struct {
 	name  string
-	path  string // "" when data holds the log
+	path  string // "" when data or spool holds the log
 	data  []byte
+	spool *os.File // an unlinked copy of standard input
 	order int
 	// From the dating pass: lines to read, the year of relative year 0 of
 	// year-less stamps, and the first line's time (zero if none).
@@ -157,18 +159,19 @@ func NewReader(opts Options) *Reader {
 	return &Reader{opts: opts}
 }
 
-// ReadFile reads the log at path ("-" is standard input, held in memory);
+// ReadFile reads the log at path ("-" is standard input, copied to an
+// unlinked temporary file);
 // a gzip file (rotated logs, .gz) is recognised by its magic bytes. It
 // dates the file's lines now and joins them in Messages, which reads the
 // file again (lines appended meanwhile are ignored). Only I/O errors are
 // returned: unparsable lines are counted in Stats.
 func (r *Reader) ReadFile(path string) error {
 	if path == "-" {
-		return r.Read(path, os.Stdin, r.opts.End)
+		return r.readSpooled(path, os.Stdin)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return &OpenError{Path: path, Err: err}
 	}
 	defer f.Close()
 	end := r.opts.End
@@ -355,84 +358,24 @@ func withYear(t time.Time, year int) time.Time {
 	return time.Date(year, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
 }
 
-// joiner assembles messages from records fed in time order per host.
-type joiner struct {
-	open map[qkey]*Message
-	done []*Message
-	seq  int
-	st   *Stats
-}
-
-type qkey struct{ host, id string }
-
-func (j *joiner) finish(k qkey) {
-	if m := j.open[k]; m != nil {
-		j.done = append(j.done, m)
-		delete(j.open, k)
-	}
-}
-
 // Messages reads the logs again, oldest first, joins their lines and
 // returns the messages that arrived over SMTP and were queued (or put on
 // hold), in order of Queued time; it fills Stats. Call it once, after the
 // last ReadFile or Read; it returns nil and counts an I/O error as an
-// unparsable line should a file have become unreadable.
+// unparsable line should a file have become unreadable. It holds every
+// message; Each streams them.
 func (r *Reader) Messages() []Message {
-	slices.SortStableFunc(r.sources, func(a, b *source) int {
-		if a.first.IsZero() || b.first.IsZero() {
-			return cmp.Compare(btoi(a.first.IsZero()), btoi(b.first.IsZero()))
-		}
-		return a.first.Compare(b.first)
-	})
-	j := &joiner{open: map[qkey]*Message{}, st: &r.stats}
-	for _, src := range r.sources {
-		if err := r.join(src, j); err != nil {
-			r.stats.Unparsable++
-			if len(r.stats.Samples) < r.opts.MaxSamples {
-				r.stats.Samples = append(r.stats.Samples, fmt.Sprintf("%s: %v", src.name, err))
-			}
-		}
-		src.data = nil
-	}
-	for k := range j.open {
-		j.finish(k)
-	}
-	done := j.done
-	slices.SortFunc(done, func(a, b *Message) int { return cmp.Compare(a.seq, b.seq) })
 	var out []Message
-	senders := map[string]bool{}
-	st := &r.stats
-	r.sources = nil
-	for _, m := range done {
-		switch {
-		case m.smtp && m.queued:
-		case m.smtp && m.held && !m.rejected:
-			st.Held++ // on hold, never released in these logs: still sent
-		case m.rejected:
-			st.Rejected++
-			continue
-		case m.local || m.queued && !m.smtp && m.Received.IsZero():
-			st.NotSMTP++ // pickup, or made by Postfix itself (bounces)
-			continue
-		default:
-			st.Incomplete++
-			continue
-		}
-		if m.Received.IsZero() {
-			m.Received = m.Queued
-		}
+	r.Each(func(m *Message) error {
 		out = append(out, *m)
-		st.Recipients += m.RecipientCount()
-		senders[senderOf(m)] = true
-		if st.Start.IsZero() || m.Queued.Before(st.Start) {
-			st.Start = m.Queued
+		return nil
+	})
+	slices.SortStableFunc(out, func(a, b Message) int {
+		if c := a.Queued.Compare(b.Queued); c != 0 {
+			return c
 		}
-		if m.Queued.After(st.End) {
-			st.End = m.Queued
-		}
-	}
-	slices.SortStableFunc(out, func(a, b Message) int { return a.Queued.Compare(b.Queued) })
-	st.Messages, st.Senders = len(out), len(senders)
+		return cmp.Compare(a.seq, b.seq)
+	})
 	return out
 }
 
@@ -446,9 +389,15 @@ func btoi(b bool) int {
 // join reads src's lines, dates them and feeds them to j.
 func (r *Reader) join(src *source, j *joiner) error {
 	var in io.Reader
-	if src.path == "" {
+	switch {
+	case src.spool != nil:
+		if _, err := src.spool.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		in = src.spool
+	case src.path == "":
 		in = bytes.NewReader(src.data)
-	} else {
+	default:
 		f, err := os.Open(src.path)
 		if err != nil {
 			return err
@@ -486,7 +435,7 @@ func (r *Reader) join(src *source, j *joiner) error {
 			case err != nil:
 				sample(err.Error(), s)
 			default:
-				j.add(timedRecord{t: t.UTC(), rec: rec})
+				return j.add(timedRecord{t: t.UTC(), rec: rec})
 			}
 			return true
 		}
@@ -518,13 +467,20 @@ func (r *Reader) join(src *source, j *joiner) error {
 			sample(err.Error(), s)
 			return true
 		}
-		j.add(timedRecord{t: t.UTC(), host: strings.ToLower(l.Host), rec: rec})
-		return true
+		return j.add(timedRecord{t: t.UTC(), host: strings.ToLower(l.Host), rec: rec})
 	})
 }
 
-// add applies one record to its message.
-func (j *joiner) add(tr timedRecord) {
+// add applies one record to its message and hands on the messages it
+// finishes; false once the consumer has failed (j.err).
+func (j *joiner) add(tr timedRecord) bool {
+	j.apply(tr)
+	j.advance(tr.t)
+	return j.err == nil
+}
+
+// apply applies one record to its message.
+func (j *joiner) apply(tr timedRecord) {
 	rec := &tr.rec
 	k := qkey{tr.host, rec.QueueID}
 	switch rec.Kind {
@@ -544,6 +500,7 @@ func (j *joiner) add(tr timedRecord) {
 		m = &Message{Host: k.host, QueueID: k.id, seq: j.seq}
 		j.open[k] = m
 	}
+	m.seen = tr.t
 	c := strings.Clone
 	switch rec.Kind {
 	case KindClient:

@@ -254,6 +254,29 @@ func TestTraceRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(a, z) {
 		t.Fatalf("WriteMessages replays\n%s\nWriteTrace replays\n%s", strings.Join(z, "\n"), strings.Join(a, "\n"))
 	}
+	// StreamTrace, reading the logs again, writes the same requests too.
+	r2 := NewReader(Options{Location: time.UTC, End: mustTime(t, "2027-01-02T12:00:00Z")})
+	if err := r2.ReadFile(filepath.Join(fixtures, "postfix-classic.log")); err != nil {
+		t.Fatal(err)
+	}
+	var bs bytes.Buffer
+	if err := r2.StreamTrace(&bs, ""); err != nil {
+		t.Fatal(err)
+	}
+	if st := r2.Stats(); st.Messages != len(msgs) {
+		t.Fatalf("StreamTrace found %d messages, Messages %d", st.Messages, len(msgs))
+	}
+	if back2, err := simulate.Read(&bs, simulate.FormatJSONL); err != nil {
+		t.Fatal(err)
+	} else {
+		var s []string
+		for e := range back2.Events() {
+			s = append(s, e.Time.String()+" "+e.Request.ProtocolState+" "+e.Request.Instance+" "+e.Request.Recipient)
+		}
+		if !reflect.DeepEqual(a, s) {
+			t.Fatalf("StreamTrace replays\n%s\nWriteTrace replays\n%s", strings.Join(s, "\n"), strings.Join(a, "\n"))
+		}
+	}
 	eom := tr.Entries[3]
 	if eom.Request.ProtocolState != policy.StateEndOfMessage || eom.Request.RecipientCount != 3 ||
 		eom.Request.Size != 1234 || eom.Request.Instance != "mx1/4A1B2C3D4E" || eom.Request.Recipient != "" {

@@ -141,7 +141,7 @@ func exitStatus(err error, stderr io.Writer) int {
 // pkgPrefix matches the "package: " prefixes of our packages' errors
 // (STYLE.md's convention inside the code), which mean nothing to an
 // operator.
-var pkgPrefix = regexp.MustCompile(`(^|: )(config|config: invalid|policy|quarantine|notify|store|ratelimit|smtp|postfix|milter|bolt): `)
+var pkgPrefix = regexp.MustCompile(`(^|: )(config|config: invalid|policy|quarantine|notify|store|ratelimit|smtp|postfix|milter|bolt|maillog): `)
 
 // userMessage is err's text without package prefixes, followed by the fix
 // where one is known.

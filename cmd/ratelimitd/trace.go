@@ -29,29 +29,38 @@ func (mo *maillogOptions) addFlags(cmd *cobra.Command) {
 
 // read reads the logs at paths and returns their messages and statistics.
 func (mo *maillogOptions) read(paths []string) ([]maillog.Message, maillog.Stats, error) {
+	r, err := mo.reader(paths)
+	if err != nil {
+		return nil, maillog.Stats{}, err
+	}
+	msgs := r.Messages()
+	return msgs, r.Stats(), nil
+}
+
+// reader returns a Reader that has dated the logs at paths.
+func (mo *maillogOptions) reader(paths []string) (*maillog.Reader, error) {
 	opts := maillog.Options{}
 	if mo.tz != "" {
 		loc, err := time.LoadLocation(mo.tz)
 		if err != nil {
-			return nil, maillog.Stats{}, fmt.Errorf("--tz: %w", err)
+			return nil, fmt.Errorf("--tz: %w", err)
 		}
 		opts.Location = loc
 	}
 	if mo.logEnd != "" {
 		t, err := simulate.ParseTime(mo.logEnd)
 		if err != nil {
-			return nil, maillog.Stats{}, fmt.Errorf("--log-end: %w", err)
+			return nil, fmt.Errorf("--log-end: %w", err)
 		}
 		opts.End = t
 	}
 	r := maillog.NewReader(opts)
 	for _, p := range paths {
 		if err := r.ReadFile(p); err != nil {
-			return nil, maillog.Stats{}, err
+			return nil, err
 		}
 	}
-	msgs := r.Messages()
-	return msgs, r.Stats(), nil
+	return r, nil
 }
 
 func newTraceCmd() *cobra.Command {
@@ -67,15 +76,22 @@ func newTraceFromMaillogCmd() *cobra.Command {
 	mo := &maillogOptions{}
 	var output string
 	cmd := &cobra.Command{
-		Use:   "from-maillog FILE...",
+		Use:   "from-maillog [FILE...]",
 		Short: "Turn Postfix or Exim mail logs into a trace for simulate and suggest",
 		Long:  helpText("trace from maillog"),
 		Example: `  ratelimitd trace from-maillog /var/log/mail.log /var/log/mail.log.1 /var/log/mail.log.*.gz > month.jsonl
   ratelimitd trace from-maillog --tz Europe/Berlin -o exim.jsonl /var/log/exim4/mainlog
   ratelimitd simulate --summary month.jsonl`,
-		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			msgs, st, err := mo.read(args)
+			if len(args) == 0 {
+				p, err := maillog.FindLog(cmd.Context())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "reading %s\n", p)
+				args = []string{p}
+			}
+			r, err := mo.reader(args)
 			if err != nil {
 				return err
 			}
@@ -87,14 +103,14 @@ func newTraceFromMaillogCmd() *cobra.Command {
 				}
 				w = f
 			}
-			err = maillog.WriteMessages(w, msgs, "ratelimitd trace from-maillog "+strings.Join(args, " "))
+			err = r.StreamTrace(w, "ratelimitd trace from-maillog "+strings.Join(args, " "))
 			if f != nil {
 				err = errors.Join(err, f.Close())
 			}
 			if err != nil {
 				return err
 			}
-			return st.WriteSummary(cmd.ErrOrStderr())
+			return r.Stats().WriteSummary(cmd.ErrOrStderr())
 		},
 	}
 	mo.addFlags(cmd)

@@ -61,3 +61,32 @@ func TestSuggestReadsTraceWhateverItsName(t *testing.T) {
 		t.Fatalf("simulate %s: %v\n%s", out, err, text)
 	}
 }
+
+// TestTraceFromMaillogFindsTheLog: without a file argument, "trace
+// from-maillog" reads the log "postconf -h maillog_file" names (here a
+// stand-in postconf naming the classic fixture); a log that does not
+// exist is named in the error, which says to set maillog_file or install
+// rsyslog and says nothing about --config (before: "requires at least 1
+// arg(s)", and "no such file or directory" with advice about --config).
+func TestTraceFromMaillogFindsTheLog(t *testing.T) {
+	bin := t.TempDir()
+	logPath, err := filepath.Abs("../../testdata/maillog/postfix-classic.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\n[ \"$1 $2\" = \"-h maillog_file\" ] || exit 2\necho " + logPath + "\n"
+	if err := os.WriteFile(filepath.Join(bin, "postconf"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out := filepath.Join(t.TempDir(), "trace.jsonl")
+	code, _, stderr := runCLI(t, "", "trace", "from-maillog", "--tz", "UTC", "--log-end", "2027-01-02T00:00:00Z", "-o", out)
+	if code != 0 || !strings.Contains(stderr, "reading "+logPath) || !strings.Contains(stderr, "5 messages") {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "", "trace", "from-maillog", "/nonexistent/mail.log")
+	if code != 1 || !strings.Contains(stderr, "mail log /nonexistent/mail.log: no such file") ||
+		!strings.Contains(stderr, "set maillog_file or install rsyslog") || strings.Contains(stderr, "--config") {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+}
