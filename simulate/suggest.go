@@ -108,6 +108,15 @@ type LimitProposal struct {
 	// Outliers are the ordinary keys whose peak is above Proposed: named,
 	// not accommodated.
 	Outliers []KeyPeak
+	// TooShort is set when the trace spans less than the limit's period:
+	// no key's rate over a whole period was measured, and the proposal
+	// comes from partial peaks.
+	TooShort bool
+	// Notes say, in a sentence each, why the proposal is less sure than
+	// the method promises and what Suggest did instead: too few ordinary
+	// keys for the percentile (under MinPercentileKeys), a trace shorter
+	// than the period.
+	Notes []string
 }
 
 // KeyPeak is one key's highest measured rate under one limit.
@@ -225,7 +234,7 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	s.Config = cfg
 	s.Config.Limits = slices.Clone(cfg.Limits)
 	for i, lc := range cfg.Limits {
-		lp := propose(lc, stats[i], o)
+		lp := propose(lc, stats[i], o, s.End.Sub(s.Start))
 		s.Limits = append(s.Limits, lp)
 		pl := &s.Config.Limits[i]
 		pl.Limit, pl.Cap = lp.Proposed, 0 // with baseline, the limit is the cap
@@ -348,7 +357,8 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 }
 
 // propose computes one limit's proposal from its keys' statistics.
-func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions) LimitProposal {
+// span is the trace's.
+func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions, span time.Duration) LimitProposal {
 	lp := LimitProposal{Config: lc, Proposed: lc.Limit}
 	if lc.Cap != 0 {
 		lp.Proposed = lc.Cap // baseline: the cap is the limit
@@ -390,6 +400,22 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions)
 		if lc.Algorithm == "baseline" {
 			lp.Proposed = max(lp.Proposed, lc.Floor) // a cap below the floor is refused
 		}
+		if n := len(ordinary); n < MinPercentileKeys && o.Percentile < 100 {
+			rank := min(max(int(math.Ceil(o.Percentile/100*float64(n))), 1), n)
+			which := "the highest ordinary peak"
+			if rank < n {
+				which = fmt.Sprintf("peak %d of the %d from the lowest", rank, n)
+			}
+			lp.Notes = append(lp.Notes, fmt.Sprintf("only %d ordinary %s: too few for a p%g (it takes %d); "+
+				"the proposal is based on %s, %s, instead",
+				n, plural(n, "key", "keys"), o.Percentile, MinPercentileKeys, which, formatNum(lp.Base)))
+		}
+		if period := time.Duration(lc.Period); span < period {
+			lp.TooShort = true
+			lp.Notes = append(lp.Notes, fmt.Sprintf("the trace spans %s, less than the period %s: no rate over a whole "+
+				"period was measured, so the proposal is based on the partial peaks instead, which may be low; "+
+				"give a trace of at least %s", humanSpan(span), policy.FormatDuration(period), policy.FormatDuration(period)))
+		}
 	}
 	for _, ks := range keys {
 		ov, ok := special[ks.Key]
@@ -422,6 +448,17 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions)
 }
 
 // percentile returns the nearest-rank p-th percentile of sorted v.
+// MinPercentileKeys is the fewest ordinary keys a percentile below 100 is
+// taken over: with fewer, the nearest-rank p95 is the highest peak.
+const MinPercentileKeys = 20
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func percentile(sorted []float64, p float64) float64 {
 	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
 	return sorted[min(max(rank, 1), len(sorted))-1]

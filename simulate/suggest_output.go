@@ -66,11 +66,15 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 		top := lp.Peaks[0]
 		fmt.Fprintf(&b, "  %d keys measured (%d ordinary); ordinary peaks: median %s, p%g %s; highest %s (%s at %s)\n",
 			len(lp.Peaks), lp.Ordinary, formatNum(lp.Median), s.Percentile, formatNum(lp.Base), formatNum(top.Peak), top.Key, stamp(top.At))
-		if lp.Ordinary > 0 {
+		switch {
+		case lp.Ordinary > 0:
 			fmt.Fprintf(&b, "  proposed: %s %s per %s = p%g %s × %g = %s, rounded up\n", formatNum(lp.Proposed), u, period,
 				s.Percentile, formatNum(lp.Base), s.Headroom, formatNum(lp.Base*s.Headroom))
-		} else {
+		default:
 			fmt.Fprintf(&b, "  no ordinary keys: keeping %s\n", formatNum(lp.Proposed))
+		}
+		for _, n := range lp.Notes {
+			fmt.Fprintf(&b, "  Note: %s.\n", n)
 		}
 		for _, ov := range lp.Overrides {
 			why := ov.Reason
