@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/daemon"
 )
 
 // rootOptions are the flags every subcommand shares.
@@ -61,7 +62,7 @@ find the daemon's admin socket and state directory, so they find a daemon
 started the same way without any flag.
 
 Exit status: 0 success, 1 error, 2 usage error.`,
-		Version:       buildVersion(),
+		Version:       daemon.BuildVersion(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

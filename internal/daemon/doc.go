@@ -13,6 +13,10 @@
 // holds and gives freed memory back when a compaction ends or the load
 // stops (startMemoryLimit).
 //
+// Serve runs a daemon as `ratelimitd serve` does: its log and pid files
+// (Files; SIGHUP reopens the log), SIGHUP to reload, SIGTERM or SIGINT to
+// shut down. BuildVersion is what --version prints.
+//
 // OpenOffline opens the same state for the CLI when no daemon runs (the
 // daemon holds the BoltDB lock while it runs), as an admin.Local backend.
 //

@@ -1,20 +1,18 @@
-package main
+package daemon
 
 import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-
-	"github.com/ratelimitd/ratelimitd/internal/daemon"
 )
 
-// buildVersion describes this binary for --version and `status`: the
-// version set at link time (daemon.Version, `make build` sets it from git
-// describe) or else the module version, then the VCS revision and commit
-// time that `go build` stamped (runtime/debug.ReadBuildInfo), "+dirty"
-// for uncommitted changes, and the Go version.
-func buildVersion() string {
-	return describeBuild(daemon.Version, readBuildInfo())
+// BuildVersion describes this binary for --version: the version set at
+// link time (Version; `make build` sets it from git describe) or else the
+// module version, then the VCS revision and commit time that `go build`
+// stamped (runtime/debug.ReadBuildInfo), "+dirty" for uncommitted changes,
+// and the Go version.
+func BuildVersion() string {
+	return describeBuild(Version, readBuildInfo())
 }
 
 func readBuildInfo() *debug.BuildInfo {

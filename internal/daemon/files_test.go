@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"os"
@@ -14,40 +14,40 @@ import (
 // and is removed at close.
 func TestServeLogAndPidFiles(t *testing.T) {
 	dir := t.TempDir()
-	s := &serveFiles{logPath: filepath.Join(dir, "ratelimitd.log"), pidPath: filepath.Join(dir, "ratelimitd.pid")}
-	w, err := s.writer(os.Stderr)
+	s := &Files{LogPath: filepath.Join(dir, "ratelimitd.log"), PidPath: filepath.Join(dir, "ratelimitd.pid")}
+	w, err := s.Writer(os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Write([]byte("first\n")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.writePid(); err != nil {
+	if err := s.WritePid(); err != nil {
 		t.Fatal(err)
 	}
-	pid, err := os.ReadFile(s.pidPath)
+	pid, err := os.ReadFile(s.PidPath)
 	if err != nil || string(pid) != strconv.Itoa(os.Getpid())+"\n" {
 		t.Fatalf("pid file %q (%v), want %d", pid, err, os.Getpid())
 	}
-	if err := os.Rename(s.logPath, s.logPath+".1"); err != nil {
+	if err := os.Rename(s.LogPath, s.LogPath+".1"); err != nil {
 		t.Fatal(err)
 	}
 	w.Write([]byte("second\n")) // still the moved file, as logrotate expects until the SIGHUP
-	if err := s.reopen(); err != nil {
+	if err := s.Reopen(); err != nil {
 		t.Fatal(err)
 	}
 	w.Write([]byte("third\n"))
-	s.close()
-	for path, want := range map[string]string{s.logPath + ".1": "first\nsecond\n", s.logPath: "third\n"} {
+	s.Close()
+	for path, want := range map[string]string{s.LogPath + ".1": "first\nsecond\n", s.LogPath: "third\n"} {
 		b, err := os.ReadFile(path)
 		if err != nil || string(b) != want {
 			t.Errorf("%s = %q (%v), want %q", path, b, err, want)
 		}
 	}
-	if st, err := os.Stat(s.logPath); err != nil || st.Mode().Perm()&^0o640 != 0 {
+	if st, err := os.Stat(s.LogPath); err != nil || st.Mode().Perm()&^0o640 != 0 {
 		t.Errorf("log file mode %v (%v), want at most 0640", st.Mode().Perm(), err)
 	}
-	if _, err := os.Stat(s.pidPath); !os.IsNotExist(err) {
+	if _, err := os.Stat(s.PidPath); !os.IsNotExist(err) {
 		t.Errorf("pid file left after close: %v", err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -61,13 +61,13 @@ func TestServeLogAndPidFiles(t *testing.T) {
 // TestServeWithoutFilesUsesStderr checks that without --log-file the log
 // goes to standard error and no pid file is written.
 func TestServeWithoutFilesUsesStderr(t *testing.T) {
-	s := &serveFiles{}
-	w, err := s.writer(os.Stderr)
+	s := &Files{}
+	w, err := s.Writer(os.Stderr)
 	if err != nil || w != os.Stderr {
 		t.Fatalf("writer = %v, %v; want os.Stderr", w, err)
 	}
-	if err := s.writePid(); err != nil {
+	if err := s.WritePid(); err != nil {
 		t.Fatal(err)
 	}
-	s.close()
+	s.Close()
 }

@@ -1,0 +1,108 @@
+package daemon
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// Files are the daemon's log file and pid file (serve's --log-file and
+// --pid-file), for hosts without systemd, where start-stop-daemon runs the
+// daemon in the background (docs/debian.md). Without them the log goes to
+// standard error and no pid file is written. The log writer is safe for
+// concurrent use; Reopen may run while it writes.
+type Files struct {
+	LogPath, PidPath string
+
+	mu  sync.Mutex
+	log *os.File // the open log file (nil: standard error)
+}
+
+// Writer opens the log file and returns the daemon's log writer: the file
+// (reopened by Reopen), or stderr without --log-file.
+func (s *Files) Writer(stderr io.Writer) (io.Writer, error) {
+	if s.LogPath == "" {
+		return stderr, nil
+	}
+	if err := s.Reopen(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Write writes one log record to the current log file.
+func (s *Files) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.Write(p)
+}
+
+// Reopen opens the log file again (after logrotate moved it); the old
+// file stays in use if that fails. A no-op without a log file.
+func (s *Files) Reopen() error {
+	if s.LogPath == "" {
+		return nil
+	}
+	f, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("--log-file: %w", err)
+	}
+	s.mu.Lock()
+	old := s.log
+	s.log = f
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// WritePid writes the process ID and a newline to the pid file (through a
+// temporary file renamed into place, so a reader never sees it half
+// written). A file left by an earlier run is replaced: start-stop-daemon
+// --pidfile refuses to start a second daemon, and a second daemon could not
+// open the admin socket anyway.
+func (s *Files) WritePid() error {
+	if s.PidPath == "" {
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.PidPath), ".ratelimitd-pid-*")
+	if err != nil {
+		return fmt.Errorf("--pid-file: %w", err)
+	}
+	_, err = fmt.Fprintf(tmp, "%d\n", os.Getpid())
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), s.PidPath)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("--pid-file: %w", err)
+	}
+	return nil
+}
+
+// Close removes the pid file if it still holds this process's ID and
+// closes the log file.
+func (s *Files) Close() {
+	if s.PidPath != "" {
+		if b, err := os.ReadFile(s.PidPath); err == nil && string(bytes.TrimSpace(b)) == strconv.Itoa(os.Getpid()) {
+			os.Remove(s.PidPath)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log != nil {
+		s.log.Close()
+		s.log = nil
+	}
+}

@@ -1,0 +1,52 @@
+package daemon
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/config"
+)
+
+// Serve runs the daemon of f until SIGTERM or SIGINT: it opens the log
+// file (standard error without one), starts the daemon with opts, writes the pid
+// file once every listener is open, and then on SIGHUP reopens the log
+// file (for logrotate) and reloads the configuration; on SIGTERM or SIGINT
+// it shuts down, giving connections 10 seconds to finish. It returns the
+// error of starting or of shutting down.
+func Serve(f *config.File, configPath string, files *Files, opts Options, stderr io.Writer) error {
+	logw, err := files.Writer(stderr)
+	if err != nil {
+		return err
+	}
+	defer files.Close()
+	d, err := StartWith(f, configPath, logw, opts)
+	if err != nil {
+		return err
+	}
+	if err := files.WritePid(); err != nil {
+		d.Shutdown(context.Background())
+		return err
+	}
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+	for s := range sig {
+		if s == syscall.SIGHUP {
+			if err := files.Reopen(); err != nil {
+				d.Logger().Error("reopening the log file", "err", err)
+			}
+			d.Reload()
+			continue
+		}
+		d.Logger().Info("shutting down", "signal", s.String())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := d.Shutdown(ctx)
+		cancel()
+		return err
+	}
+	return nil
+}
