@@ -91,18 +91,3 @@ func TestEventsListRefusalsOfBurst(t *testing.T) {
 		t.Errorf("offline events --action reset:\n%s", out)
 	}
 }
-
-// TestEventsPrintsKeysSafely: a key with terminal control characters
-// prints through termsafe in the table, and exactly in JSON.
-func TestEventsPrintsKeysSafely(t *testing.T) {
-	var b strings.Builder
-	printEvents(&b, []events.Event{{Key: "evil\x1b[2J\u202e", Action: events.Defer, Limit: "hourly", Rate: 201, Max: 200, Sender: "a\rb"}})
-	if out := b.String(); strings.ContainsAny(out, "\x1b\r\u202e") || !strings.Contains(out, "evil") || !strings.Contains(out, "201/200") {
-		t.Errorf("printEvents: %q", out)
-	}
-	b.Reset()
-	printEventSummary(&b, []events.KeySummary{{Key: "x\x07y", Refusals: 2, Limits: []string{"h\x1b"}}})
-	if out := b.String(); strings.ContainsAny(out, "\x07\x1b") {
-		t.Errorf("printEventSummary: %q", out)
-	}
-}

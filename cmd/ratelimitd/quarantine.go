@@ -2,40 +2,24 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// withQuarantine opens the quarantine of the running daemon, or of the
-// state file when none runs, runs fn on it and closes it; it returns fn's
-// error, else the error of closing.
+// withQuarantine runs fn on the quarantine of the running daemon, or of
+// the state file when none runs (see withBackend).
 func withQuarantine(opts *rootOptions, fn func(admin.Backend) error) error {
-	f, err := config.Load(opts.configPath)
-	if err != nil {
-		return err
-	}
-	b, err := admin.Open(f.Server.AdminSocket, func() (admin.Backend, error) { return daemon.OpenQuarantine(f) })
-	if err != nil {
-		return err
-	}
-	err = fn(b)
-	if cerr := b.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return withBackend(opts, daemon.OpenQuarantine, func(b admin.Backend, _ *config.File) error { return fn(b) })
 }
 
 func newQuarantineCmd(opts *rootOptions) *cobra.Command {
@@ -66,15 +50,9 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				for _, e := range es {
-					if err := enc.Encode(e); err != nil {
-						return err
-					}
-				}
-				return nil
+				return cliout.JSONLines(cmd.OutOrStdout(), es)
 			}
-			printEntries(cmd.OutOrStdout(), es)
+			cliout.Entries(cmd.OutOrStdout(), es)
 			return nil
 		},
 	}
@@ -102,22 +80,10 @@ func newQuarantineShowCmd(opts *rootOptions) *cobra.Command {
 			}); err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
 			if showJSON {
-				return printJSON(w, res)
+				return cliout.JSON(cmd.OutOrStdout(), res)
 			}
-			if raw {
-				io.WriteString(w, res.Body)
-				return nil
-			}
-			res.Entry.WriteTo(w)
-			fmt.Fprintln(w)
-			// Held mail is shown by the MTA (postcat): its output is
-			// message content and is cleaned like our own preview.
-			io.WriteString(w, quarantine.CleanText(res.Body))
-			if res.Error != "" {
-				fmt.Fprintf(w, "\n(content unavailable: %s)\n", quarantine.CleanLine(res.Error))
-			}
+			cliout.Show(cmd.OutOrStdout(), res, raw)
 			return nil
 		},
 	}
@@ -196,15 +162,7 @@ func newQuarantineSuspendCmd(opts *rootOptions, resume bool) *cobra.Command {
 			}); err != nil {
 				return err
 			}
-			key := quarantine.CleanLine(res.Key)
-			switch {
-			case !resume:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: automatic release suspended\n", key)
-			case res.Was:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: automatic release resumed\n", key)
-			default:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: was not suspended\n", key)
-			}
+			cliout.Suspended(cmd.OutOrStdout(), res, resume)
 			return nil
 		},
 	}
@@ -222,26 +180,7 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 	}); err != nil {
 		return err
 	}
-	done := strings.TrimSuffix(op, "e") + "ed" // thawed, deleted
-	failed := 0
-	for _, o := range out {
-		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
-		if o.OK {
-			note := ""
-			if o.Note != "" {
-				note = " (" + quarantine.CleanLine(o.Note) + ")"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s%s\n", id, sender, done, note)
-		} else {
-			failed++
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))
-		}
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%d %s, %d failed\n", len(out)-failed, done, failed)
-	if failed > 0 {
-		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), done)
-	}
-	return nil
+	return cliout.Outcomes(cmd.OutOrStdout(), op, out)
 }
 
 // needSelection refuses a thaw or delete that names nothing, naming the
@@ -288,28 +227,4 @@ func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selectio
 	}
 	fmt.Fprintln(cmd.OutOrStdout())
 	return fmt.Errorf("nothing deleted: %d messages selected and not confirmed (answer y, or add --yes)", n)
-}
-
-func printEntries(w io.Writer, es []quarantine.Entry) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE_ID\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
-	now := time.Now()
-	for _, e := range es {
-		subj := []rune(quarantine.CleanLine(e.Subject))
-		if len(subj) > 60 {
-			subj = append(subj[:57], []rune("...")...)
-		}
-		sender := quarantine.CleanLine(e.Sender)
-		if sender == "" {
-			sender = "<>"
-		}
-		qid := quarantine.CleanLine(e.QueueID)
-		if qid == "" {
-			qid = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), e.State, qid, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
-			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
-	}
-	tw.Flush()
-	fmt.Fprintf(w, "%d messages\n", len(es))
 }

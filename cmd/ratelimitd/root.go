@@ -158,3 +158,22 @@ func userMessage(err error) string {
 	}
 	return msg
 }
+
+// withBackend asks the running daemon (admin socket), else opens its state
+// file with offline, runs fn on the backend and closes it; it returns fn's
+// error, else the error of closing.
+func withBackend(opts *rootOptions, offline func(*config.File) (*admin.Local, error), fn func(admin.Backend, *config.File) error) error {
+	f, err := config.Load(opts.configPath)
+	if err != nil {
+		return err
+	}
+	b, err := admin.Open(f.Server.AdminSocket, func() (admin.Backend, error) { return offline(f) })
+	if err != nil {
+		return err
+	}
+	err = fn(b, f)
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/cliout"
 )
 
 func newStatusCmd(opts *rootOptions) *cobra.Command {
@@ -29,7 +30,7 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), st)
+				return cliout.JSON(cmd.OutOrStdout(), st)
 			}
 			st.Print(cmd.OutOrStdout())
 			return nil

@@ -1,0 +1,85 @@
+package cliout
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// ConfigReport is `config check --json`: the source, whether it is valid,
+// the effective limits, notes on settings without effect, or the errors.
+type ConfigReport struct {
+	Source string        `json:"source"`
+	Valid  bool          `json:"valid"`
+	Limits []LimitReport `json:"limits,omitempty"`
+	Notes  []string      `json:"notes,omitempty"`
+	Errors []string      `json:"errors,omitempty"`
+}
+
+// LimitReport is one limit of a ConfigReport.
+type LimitReport struct {
+	Name          string             `json:"name"`
+	Key           []string           `json:"key"`
+	Limit         float64            `json:"limit"`
+	Period        string             `json:"period"`
+	PeriodSeconds float64            `json:"period_seconds"`
+	Per           string             `json:"per"`
+	Mode          string             `json:"mode"`
+	Algorithm     string             `json:"algorithm"`
+	Action        string             `json:"action"`
+	Via           []string           `json:"via"`
+	CountedAt     string             `json:"counted_at"`
+	Overrides     map[string]float64 `json:"overrides,omitempty"`
+}
+
+// NewConfigReport is the report of a valid configuration from source.
+func NewConfigReport(source string, eng *policy.Engine, notes []string) ConfigReport {
+	r := ConfigReport{Source: source, Valid: true, Notes: notes}
+	for _, l := range eng.Limits() {
+		r.Limits = append(r.Limits, LimitReport{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: policy.FormatDuration(l.Period),
+			PeriodSeconds: l.Period.Seconds(), Per: l.Per, Mode: l.Mode, Algorithm: l.Algorithm, Action: l.Action,
+			Via: via(l), CountedAt: l.CountAt, Overrides: l.Overrides})
+	}
+	return r
+}
+
+// via is the front ends measuring l: its `via`, or both.
+func via(l policy.LimitInfo) []string {
+	if len(l.Via) == 0 {
+		return []string{policy.ViaPolicy, policy.ViaMilter}
+	}
+	return l.Via
+}
+
+// Limits prints that the configuration is valid and its limit stack: one
+// row per limit (key, rate, mode, action, front ends, when it counts), the
+// baseline range of adaptive limits and one row per override.
+func Limits(w io.Writer, source string, eng *policy.Engine) {
+	fmt.Fprintf(w, "configuration %s is valid\n", source)
+	fmt.Fprintf(w, "each message is counted once per limit, whichever protocol states the MTA asks at\n\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIMIT\tKEY\tRATE\tPER\tMODE\tALGORITHM\tACTION\tVIA\tCOUNTED AT")
+	for _, l := range eng.Limits() {
+		at := l.CountAt
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), admin.FormatRate(l.Limit),
+			policy.FormatDuration(l.Period), l.Per, l.Mode, l.Algorithm, l.Action, strings.Join(via(l), "+"), at)
+		if l.Algorithm == "baseline" {
+			fmt.Fprintf(tw, "  baseline\t\t%s-%s/%s\t\t\t\t\t\t%g x the key's peak, learned over %s\n",
+				admin.FormatRate(l.Floor), admin.FormatRate(l.Limit), policy.FormatDuration(l.Period), l.Factor, policy.FormatDuration(l.LearnPeriod))
+		}
+		keys := make([]string, 0, len(l.Overrides))
+		for k := range l.Overrides {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(tw, "  override\t%s\t%s/%s\t\t\t\t\t\t\n", k, admin.FormatRate(l.Overrides[k]), policy.FormatDuration(l.Period))
+		}
+	}
+	tw.Flush()
+}

@@ -1,0 +1,97 @@
+package cliout
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+)
+
+// Entries prints one table row per quarantined message (subjects cut to
+// 60 characters) and the count.
+func Entries(w io.Writer, es []quarantine.Entry) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE_ID\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
+	now := time.Now()
+	for _, e := range es {
+		subj := []rune(quarantine.CleanLine(e.Subject))
+		if len(subj) > 60 {
+			subj = append(subj[:57], []rune("...")...)
+		}
+		sender := quarantine.CleanLine(e.Sender)
+		if sender == "" {
+			sender = "<>"
+		}
+		qid := quarantine.CleanLine(e.QueueID)
+		if qid == "" {
+			qid = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), e.State, qid, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
+			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d messages\n", len(es))
+}
+
+// Show prints a message for `quarantine show`: with raw its stored bytes
+// (or the MTA's queue file) as they are, else the entry, the cleaned text
+// preview and why the content is unavailable, if it is.
+func Show(w io.Writer, res admin.ShowResult, raw bool) {
+	if raw {
+		io.WriteString(w, res.Body)
+		return
+	}
+	res.Entry.WriteTo(w)
+	fmt.Fprintln(w)
+	// Held mail is shown by the MTA (postcat): its output is message
+	// content and is cleaned like our own preview.
+	io.WriteString(w, quarantine.CleanText(res.Body))
+	if res.Error != "" {
+		fmt.Fprintf(w, "\n(content unavailable: %s)\n", quarantine.CleanLine(res.Error))
+	}
+}
+
+// Outcomes prints one line per message of a thaw or delete (op is "thaw"
+// or "delete") and a count; the error says how many failed (nil if none).
+func Outcomes(w io.Writer, op string, out []lifecycle.Outcome) error {
+	done := strings.TrimSuffix(op, "e") + "ed" // thawed, deleted
+	failed := 0
+	for _, o := range out {
+		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
+		if o.OK {
+			note := ""
+			if o.Note != "" {
+				note = " (" + quarantine.CleanLine(o.Note) + ")"
+			}
+			fmt.Fprintf(w, "%s %s: %s%s\n", id, sender, done, note)
+		} else {
+			failed++
+			fmt.Fprintf(w, "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))
+		}
+	}
+	fmt.Fprintf(w, "%d %s, %d failed\n", len(out)-failed, done, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), done)
+	}
+	return nil
+}
+
+// Suspended prints the result of `quarantine suspend` (resume false) or
+// `quarantine resume`.
+func Suspended(w io.Writer, res admin.SuspendResult, resume bool) {
+	key := quarantine.CleanLine(res.Key)
+	switch {
+	case !resume:
+		fmt.Fprintf(w, "%s: automatic release suspended\n", key)
+	case res.Was:
+		fmt.Fprintf(w, "%s: automatic release resumed\n", key)
+	default:
+		fmt.Fprintf(w, "%s: was not suspended\n", key)
+	}
+}

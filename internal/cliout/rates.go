@@ -1,0 +1,93 @@
+package cliout
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Rates prints one table row per key and limit: rate, max, period and
+// whether (and for how long) the key is refused.
+func Rates(w io.Writer, kr []policy.KeyRate) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tLIMIT\tRATE\tMAX\tPERIOD\tSTATUS")
+	for _, k := range kr {
+		status := "ok"
+		switch {
+		case k.Over:
+			status = "over: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
+		case k.Refusing:
+			status = "at limit: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
+		}
+		maxText := admin.FormatRate(k.Max)
+		if k.Baseline {
+			maxText = strconv.FormatFloat(k.Max, 'f', 1, 64)
+			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %s)", k.Peak, admin.FormatRate(k.Cap))
+		}
+		if note := admin.ConversionNote(k); note != "" {
+			status += "; " + note
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, admin.FormatKeyRate(k), maxText, policy.FormatDuration(k.Period), status)
+	}
+	tw.Flush()
+}
+
+// RateRow is one element of `rate show/list --json`: the rate rounded to
+// two decimals (below 2^52), the period as text and in seconds, the time until the key
+// is admitted again in whole seconds (rounded up).
+type RateRow struct {
+	Key               string  `json:"key"`
+	Limit             string  `json:"limit"`
+	Rate              float64 `json:"rate"`
+	Max               float64 `json:"max"`
+	Period            string  `json:"period"`
+	PeriodSeconds     float64 `json:"period_seconds"`
+	Over              bool    `json:"over"`
+	Refusing          bool    `json:"refusing"`
+	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	// Converted says the state was converted from the limit's earlier
+	// parameters (see policy.ConvertedView).
+	Converted *ConvertedRow `json:"converted,omitempty"`
+}
+
+// ConvertedRow is RateRow's account of a converted state.
+type ConvertedRow struct {
+	From          string    `json:"from"`
+	PeriodSeconds float64   `json:"from_period_seconds"`
+	Algorithm     string    `json:"from_algorithm"`
+	At            time.Time `json:"at"`
+	Cause         string    `json:"cause"`
+	// Rate is the key's rate now by the old parameters (rate show only).
+	Rate float64 `json:"from_rate,omitempty"`
+}
+
+// RateRows converts kr to the rows of `rate show/list --json`.
+func RateRows(kr []policy.KeyRate) []RateRow {
+	out := make([]RateRow, len(kr))
+	for i, k := range kr {
+		out[i] = RateRow{Key: k.Key, Limit: k.Limit, Rate: round2(k.Rate), Max: k.Max,
+			Period: policy.FormatDuration(k.Period), PeriodSeconds: k.Period.Seconds(), Over: k.Over, Refusing: k.Refusing,
+			RetryAfterSeconds: math.Ceil(k.RetryAfter.Seconds())}
+		if c := k.Converted; c != nil {
+			out[i].Converted = &ConvertedRow{From: c.From, PeriodSeconds: c.Period.Seconds(), Algorithm: c.Algorithm,
+				At: c.At, Cause: c.Cause, Rate: round2(c.Rate)}
+		}
+	}
+	return out
+}
+
+// round2 rounds x to two decimals, or returns it as it is when it has
+// none to round (at 2^52 and above; x*100 would overflow to an infinity,
+// which JSON cannot encode, for x near math.MaxFloat64).
+func round2(x float64) float64 {
+	if math.Abs(x) >= 1<<52 {
+		return x
+	}
+	return math.Round(x*100) / 100
+}
