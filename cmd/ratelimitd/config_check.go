@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -23,12 +22,8 @@ func newConfigCmd(opts *rootOptions) *cobra.Command {
 	check := &cobra.Command{
 		Use:   "check [FILE]",
 		Short: "Validate a configuration file and print the effective limits",
-		Long: `Validate a configuration file (or the --config file, or the embedded
-default) and print the effective limit stack: key, limit per period, cost
-unit, mode, action, the front ends that measure it (via) and when each
-limit charges its cost, then notes on settings that have no effect. On error, print every problem
-found with its TOML key (decoding errors with FILE:LINE:COLUMN) and exit 1.`,
-		Args: cobra.MaximumNArgs(1),
+		Long:  helpText("config check"),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := opts.configPath
 			if len(args) == 1 {
@@ -45,7 +40,7 @@ found with its TOML key (decoding errors with FILE:LINE:COLUMN) and exit 1.`,
 					if source == "" {
 						source = config.EmbeddedSource
 					}
-					cliout.JSON(cmd.OutOrStdout(), cliout.ConfigReport{Source: source, Errors: errorLines(err)})
+					cliout.JSON(cmd.OutOrStdout(), cliout.ConfigReport{Source: source, Errors: config.ErrorLines(err)})
 					return errors.New("configuration is not valid")
 				}
 				return reportConfigErrors(cmd.ErrOrStderr(), err)
@@ -72,24 +67,10 @@ found with its TOML key (decoding errors with FILE:LINE:COLUMN) and exit 1.`,
 	return cmd
 }
 
-// errorLines splits a joined configuration error into one line per
-// problem, without the package prefix.
-func errorLines(err error) []string {
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	out := make([]string, len(errs))
-	for i, e := range errs {
-		out[i] = strings.TrimPrefix(e.Error(), "config: invalid: ")
-	}
-	return out
-}
-
 // reportConfigErrors prints one line per joined error and returns an error
 // that makes the command exit 1.
 func reportConfigErrors(w io.Writer, err error) error {
-	lines := errorLines(err)
+	lines := config.ErrorLines(err)
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}

@@ -12,11 +12,8 @@ func newConfigReferenceCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "reference",
 		Short: "Print every configuration key (Markdown: docs/configuration.md)",
-		Long: `Print the configuration reference as Markdown: every key of every table,
-with its type, default, unit, whether a SIGHUP reload applies it, and what
-it does. Generated from the configuration's own definitions; the project
-commits the output as docs/configuration.md.`,
-		Args: cobra.NoArgs,
+		Long:  helpText("config reference"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return config.WriteReference(cmd.OutOrStdout())
 		},

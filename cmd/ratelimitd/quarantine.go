@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -62,7 +61,6 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 	list.Flags().StringVar(&lq.State, "state", "", "held, frozen, thawed, deleted (comma-separated); default held and frozen")
 	list.Flags().DurationVar(&lq.Since, "since", 0, "only messages quarantined within this long (e.g. 2h)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON Lines")
-
 	return list
 }
 
@@ -89,7 +87,6 @@ func newQuarantineShowCmd(opts *rootOptions) *cobra.Command {
 	}
 	show.Flags().BoolVar(&raw, "raw", false, "print the stored message bytes (frozen) or the MTA's queue file (held)")
 	show.Flags().BoolVar(&showJSON, "json", false, "print a JSON object: the entry, the preview (or --raw bytes) as body, and any error")
-
 	return show
 }
 
@@ -111,7 +108,6 @@ func newQuarantineThawCmd(opts *rootOptions) *cobra.Command {
 	thaw.Flags().StringVar(&sel.Key, "key", "", "every held/frozen message of this rate key")
 	thaw.Flags().BoolVar(&sel.ResetRate, "reset-rate", false, "also reset the rate of the keys involved")
 	thaw.Flags().BoolVar(&sel.Force, "force", false, "also re-inject frozen messages whose last thaw was interrupted (they may be delivered twice)")
-
 	return thaw
 }
 
@@ -204,17 +200,11 @@ func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selection) error {
 	n := len(sel.IDs)
 	if n == 0 {
-		var es []quarantine.Entry
 		if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-			es, err = b.List(admin.ListQuery{Sender: sel.Sender, Key: sel.Key})
+			n, err = admin.CountSelected(b, sel)
 			return err
 		}); err != nil {
 			return err
-		}
-		for _, e := range es {
-			if sel.OlderThan <= 0 || time.Since(e.Created) > sel.OlderThan {
-				n++
-			}
 		}
 	}
 	if n <= 1 {

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 )
 
@@ -40,28 +40,9 @@ func defaultConfig() string {
 func newRootCmd() *cobra.Command {
 	opts := &rootOptions{}
 	cmd := &cobra.Command{
-		Use:   "ratelimitd",
-		Short: "Rate limiting policy daemon for Postfix, Exim and milter MTAs",
-		Long: `ratelimitd measures how fast each sender sends mail, using Exim's
-exponentially weighted moving average, and applies stacked limits (for
-example 200/hour plus 1000/day per authenticated user). Over a limit it
-answers the MTA with a 450 4.7.1 defer, a 550 5.7.1 reject, a warning
-header, or puts the message on hold / freezes it into a quarantine that
-the postmaster reviews with "ratelimitd quarantine".
-
-It speaks Postfix's policy delegation protocol (check_policy_service in
-smtpd_recipient_restrictions and smtpd_end_of_data_restrictions), which
-Exim can use through ${readsocket}, and the milter protocol.
-
-Without --config the file named by $RATELIMITD_CONFIG is used, else
-` + DefaultConfigPath + ` if it exists, else the embedded default
-configuration: 200/hour (leaky) and 1000/day (strict) per SASL user,
-deferring with 450, state in ` + config.RootStateDir + ` when run as root.
-The CLI commands (status, rate, quarantine) read the configuration only to
-find the daemon's admin socket and state directory, so they find a daemon
-started the same way without any flag.
-
-Exit status: 0 success, 1 error, 2 usage error.`,
+		Use:           "ratelimitd",
+		Short:         "Rate limiting policy daemon for Postfix, Exim and milter MTAs",
+		Long:          strings.NewReplacer("DEFAULT_CONFIG", DefaultConfigPath, "ROOT_STATE_DIR", config.RootStateDir).Replace(helpText("ratelimitd")),
 		Version:       daemon.BuildVersion(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -79,7 +60,7 @@ Exit status: 0 success, 1 error, 2 usage error.`,
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
-	markUsageErrors(cmd)
+	cliout.MarkUsageErrors(cmd, func(err error) error { return usageError{err} })
 	return cmd
 }
 
@@ -88,75 +69,17 @@ type usageError struct{ error }
 
 func (u usageError) Unwrap() error { return u.error }
 
-// markUsageErrors makes argument-count errors usage errors and gives every
-// command group (rate, quarantine, config, the root) an unknown-subcommand
-// error instead of printing its help and exiting 0.
-func markUsageErrors(c *cobra.Command) {
-	if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
-		c.Args = cobra.ArbitraryArgs
-		c.RunE = func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmd.Help()
-			}
-			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-			if cmd.SuggestionsMinimumDistance <= 0 {
-				cmd.SuggestionsMinimumDistance = 2
-			}
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				msg += "; did you mean " + strings.Join(s, " or ") + "?"
-			}
-			var names []string
-			for _, sub := range cmd.Commands() {
-				if sub.IsAvailableCommand() {
-					names = append(names, sub.Name())
-				}
-			}
-			return usageError{fmt.Errorf("%s (commands: %s)", msg, strings.Join(names, ", "))}
-		}
-	} else if args := c.Args; args != nil {
-		c.Args = func(cmd *cobra.Command, a []string) error {
-			if err := args(cmd, a); err != nil {
-				return usageError{fmt.Errorf("%s: %w (usage: %s)", cmd.CommandPath(), err, cmd.UseLine())}
-			}
-			return nil
-		}
-	}
-	for _, sub := range c.Commands() {
-		markUsageErrors(sub)
-	}
-}
-
 // exitStatus prints err for the operator and returns the exit status.
 func exitStatus(err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "ratelimitd: "+userMessage(err))
+	fmt.Fprintln(stderr, "ratelimitd: "+cliout.ErrorMessage(err, DefaultConfigPath))
 	var u usageError
 	if errors.As(err, &u) {
 		return 2
 	}
 	return 1
-}
-
-// pkgPrefix matches the "package: " prefixes of our packages' errors
-// (STYLE.md's convention inside the code), which mean nothing to an
-// operator.
-var pkgPrefix = regexp.MustCompile(`(^|: )(config|config: invalid|policy|quarantine|notify|store|ratelimit|smtp|postfix|milter|bolt|maillog): `)
-
-// userMessage is err's text without package prefixes, followed by the fix
-// where one is known.
-func userMessage(err error) string {
-	msg := pkgPrefix.ReplaceAllString(err.Error(), "$1")
-	switch {
-	case errors.Is(err, admin.ErrNoDaemon):
-		msg += "\n  start it (systemctl start ratelimitd, or ratelimitd serve --config FILE), or give the --config the daemon runs with"
-	case errors.Is(err, os.ErrPermission):
-		msg += "\n  run as root, or as a member of the group that owns the state directory"
-	case errors.Is(err, os.ErrNotExist):
-		msg += "\n  check the path: --config FILE or $RATELIMITD_CONFIG name the configuration (neither: " + DefaultConfigPath + " if it exists, else the embedded default)"
-	}
-	return msg
 }
 
 // withBackend asks the running daemon (admin socket), else opens its state

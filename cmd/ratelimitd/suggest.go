@@ -3,9 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,12 +13,11 @@ import (
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
+// suggestOptions are suggest's flags: so holds what simulate.Suggest takes.
 type suggestOptions struct {
 	maillog     []string
 	inputFormat string
-	headroom    float64
-	percentile  float64
-	allow       []string
+	so          simulate.SuggestOptions
 	plot        string
 	toml        string
 	mo          maillogOptions
@@ -30,14 +26,11 @@ type suggestOptions struct {
 func newSuggestCmd(opts *rootOptions) *cobra.Command {
 	so := &suggestOptions{}
 	cmd := &cobra.Command{
-		Use:   "suggest TRACE | --maillog FILE...",
-		Short: "Propose limits from your own mail: peak rates, outliers, bulk senders",
-		Long:  helpText("suggest"),
-		Example: `  ratelimitd trace from-maillog /var/log/mail.log* > month.jsonl
-  ratelimitd suggest month.jsonl
-  ratelimitd suggest --headroom 2 --allow newsletter@example.org --plot peaks.svg month.jsonl
-  ratelimitd -c /etc/ratelimitd/ratelimitd.toml suggest --maillog /var/log/mail.log --maillog /var/log/mail.log.1.gz`,
-		Args: cobra.MaximumNArgs(1),
+		Use:     "suggest TRACE | --maillog FILE...",
+		Short:   "Propose limits from your own mail: peak rates, outliers, bulk senders",
+		Long:    helpText("suggest"),
+		Example: helpText("suggest examples"),
+		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSuggest(cmd, opts, so, args)
 		},
@@ -45,9 +38,9 @@ func newSuggestCmd(opts *rootOptions) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringArrayVar(&so.maillog, "maillog", nil, "read this Postfix or Exim mail log `FILE` instead of a trace (repeatable)")
 	fl.StringVar(&so.inputFormat, "input-format", "", "trace format: jsonl, json or csv (default: from the content)")
-	fl.Float64Var(&so.headroom, "headroom", simulate.DefaultHeadroom, "factor between the percentile peak and the proposed limit")
-	fl.Float64Var(&so.percentile, "percentile", simulate.DefaultPercentile, "percentile of the keys' peaks the limit is based on (100: every key fits; with fewer than 20 keys, 95 is the highest peak)")
-	fl.StringArrayVar(&so.allow, "allow", nil, "`KEY` is a legitimate bulk sender: give it an override (repeatable)")
+	fl.Float64Var(&so.so.Headroom, "headroom", simulate.DefaultHeadroom, "factor between the percentile peak and the proposed limit")
+	fl.Float64Var(&so.so.Percentile, "percentile", simulate.DefaultPercentile, "percentile of the keys' peaks the limit is based on (100: every key fits; with fewer than 20 keys, 95 is the highest peak)")
+	fl.StringArrayVar(&so.so.Allow, "allow", nil, "`KEY` is a legitimate bulk sender: give it an override (repeatable)")
 	fl.StringVar(&so.plot, "plot", "", "draw the distribution of peaks into `FILE` (.svg or .png)")
 	fl.StringVar(&so.toml, "toml", "", "also write the proposed [[limit]] tables to `FILE`")
 	so.mo.addFlags(cmd)
@@ -58,7 +51,7 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 	if (len(args) == 1) == (len(so.maillog) > 0) {
 		return errors.New("give either a TRACE or --maillog FILE")
 	}
-	if err := checkPlotPath(so.plot); err != nil {
+	if err := simulate.CheckPlotPath(so.plot); err != nil {
 		return err
 	}
 	f, err := config.Load(opts.configPath)
@@ -83,11 +76,9 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 	if tr.Len() == 0 {
 		return errors.New("the trace has no requests: nothing to base limits on")
 	}
-	s, err := simulate.Suggest(cmd.Context(), f.PolicyConfig(), tr, simulate.SuggestOptions{
-		Headroom: so.headroom, Percentile: so.percentile, Allow: so.allow,
-		NewStore:         func() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) },
-		NewRecipientSets: func() policy.RecipientSets { return ratestore.NewRecipients(ratestore.RecipientOptions{}) },
-	})
+	so.so.NewStore = func() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) }
+	so.so.NewRecipientSets = func() policy.RecipientSets { return ratestore.NewRecipients(ratestore.RecipientOptions{}) }
+	s, err := simulate.Suggest(cmd.Context(), f.PolicyConfig(), tr, so.so)
 	if err != nil {
 		return err
 	}
@@ -95,11 +86,7 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 		return err
 	}
 	if so.toml != "" {
-		text, err := s.TOML()
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(so.toml, []byte(text), 0o644); err != nil {
+		if err := s.SaveTOML(so.toml); err != nil {
 			return err
 		}
 	}
@@ -108,19 +95,6 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 			return fmt.Errorf("plot: %w", err)
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "plot written to %s\n", so.plot)
-	}
-	return nil
-}
-
-// checkPlotPath checks a --plot file name: empty (no plot), or ending in
-// .svg or .png.
-func checkPlotPath(path string) error {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg", ".png":
-	default:
-		if path != "" {
-			return fmt.Errorf("--plot %q: the file name must end in .svg or .png", path)
-		}
 	}
 	return nil
 }

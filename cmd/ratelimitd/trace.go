@@ -76,12 +76,10 @@ func newTraceFromMaillogCmd() *cobra.Command {
 	mo := &maillogOptions{}
 	var output string
 	cmd := &cobra.Command{
-		Use:   "from-maillog [FILE...]",
-		Short: "Turn Postfix or Exim mail logs into a trace for simulate and suggest",
-		Long:  helpText("trace from maillog"),
-		Example: `  ratelimitd trace from-maillog /var/log/mail.log /var/log/mail.log.1 /var/log/mail.log.*.gz > month.jsonl
-  ratelimitd trace from-maillog --tz Europe/Berlin -o exim.jsonl /var/log/exim4/mainlog
-  ratelimitd simulate --summary month.jsonl`,
+		Use:     "from-maillog [FILE...]",
+		Short:   "Turn Postfix or Exim mail logs into a trace for simulate and suggest",
+		Long:    helpText("trace from maillog"),
+		Example: helpText("trace from maillog examples"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				p, err := maillog.FindLog(cmd.Context())

@@ -1,12 +1,15 @@
-// Package cliout is what the ratelimitd command line prints: the tables and
-// JSON rows of `rate show/list`, `quarantine list/show/thaw/delete`,
-// `events` and `config check`, and the terminal prompt of `web user add`.
-// The commands (cmd/ratelimitd) parse flags and call these; the daemon's own
-// status is printed by admin.Status.Print.
+// Package cliout is how the ratelimitd command line talks to an operator:
+// the tables and JSON rows of `rate show/list`, `quarantine
+// list/show/thaw/delete`, `events` and `config check`, the --since/--until
+// times of `events`, the password prompt of `web user add`, and errors as
+// an operator reads them (ErrorMessage; MarkUsageErrors for cobra command
+// trees). The commands (cmd/ratelimitd) define flags and call these; the
+// daemon's own status is printed by admin.Status.Print.
 //
-// Text output passes every client-supplied string (keys, senders, subjects,
-// MTA output) through termsafe; JSON output is exact (encoding/json
+// Quarantine and event text passes client-supplied strings (senders,
+// subjects, MTA output, event fields) through termsafe (quarantine's
+// CleanLine and CleanText use it); JSON output is exact (encoding/json
 // escapes, it does not strip). Rates are printed with admin.FormatRate,
-// durations with policy.FormatDuration. The functions write to the given
-// writer and keep no state: safe for concurrent use on distinct writers.
+// durations with policy.FormatDuration. The functions keep no state and are
+// safe for concurrent use on distinct writers.
 package cliout

@@ -1,0 +1,111 @@
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// RunOptions are the choices of a simulation (`ratelimitd simulate`).
+type RunOptions struct {
+	// InputFormat is the trace's format for ReadFile: FormatJSONL,
+	// FormatJSON, FormatCSV or "" (from the content).
+	InputFormat string
+	// Format is the output format: OutputTable, OutputCSV or OutputJSONL.
+	Format string
+	// Filter selects the decisions printed, summarised and plotted.
+	Filter Filter
+	// Summary prints one line per key (Summarizer) instead of every
+	// decision.
+	Summary bool
+	// Plot, if not empty, is the .svg or .png file the rates are drawn
+	// into (Recorder); Plot.Keys is taken from Filter.Keys.
+	Plot        string
+	PlotOptions PlotOptions
+}
+
+// Check reports a bad output format, input format or plot file name,
+// naming the command's flags (--format, --input-format, --plot).
+func (o RunOptions) Check() error {
+	switch o.Format {
+	case OutputTable, OutputCSV, OutputJSONL:
+	default:
+		return fmt.Errorf("--format %q: want table, csv or jsonl", o.Format)
+	}
+	switch o.InputFormat {
+	case "", FormatJSONL, FormatJSON, FormatCSV:
+	default:
+		return fmt.Errorf("--input-format %q: want jsonl, json or csv", o.InputFormat)
+	}
+	return CheckPlotPath(o.Plot)
+}
+
+// CheckPlotPath checks a --plot file name: empty (no plot), or ending in
+// .svg or .png.
+func CheckPlotPath(path string) error {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg", ".png":
+	default:
+		if path != "" {
+			return fmt.Errorf("--plot %q: the file name must end in .svg or .png", path)
+		}
+	}
+	return nil
+}
+
+// Run replays tr through eng, writes every decision that o.Filter selects
+// (or, with o.Summary, one line per key) to w in o.Format, and draws the
+// plot if o.Plot is set. It stops at the first request the engine could
+// not decide (an error naming the trace line) or write error.
+func Run(ctx context.Context, eng *policy.Engine, tr *Trace, o RunOptions, w io.Writer) error {
+	limits := eng.Limits()
+	start, _ := tr.Span()
+	var out Writer
+	var sum *Summarizer
+	var rec *Recorder
+	var err error
+	if o.Summary {
+		sum = NewSummarizer(limits, o.Filter)
+	} else if out, err = NewWriter(w, o.Format, limits, start); err != nil {
+		return err
+	}
+	if o.Plot != "" {
+		rec = NewRecorder(limits, o.Filter)
+	}
+	err = replayChecked(ctx, eng, tr, func(r *Result) error {
+		if sum != nil {
+			sum.Add(r)
+		}
+		if rec != nil {
+			rec.Add(r)
+		}
+		if out != nil && o.Filter.Match(r) {
+			return out.Write(r)
+		}
+		return nil
+	})
+	if out != nil {
+		err = errors.Join(err, out.Close())
+	}
+	if err != nil {
+		return err
+	}
+	if sum != nil {
+		if err := sum.Summary().Write(w, o.Format); err != nil {
+			return err
+		}
+	}
+	if rec != nil {
+		po := o.PlotOptions
+		po.Keys = o.Filter.Keys
+		if err := rec.Save(o.Plot, po); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	return nil
+}
