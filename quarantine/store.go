@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/statedb"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -165,19 +166,21 @@ func checkVersion(info *bolt.Bucket) (bool, error) {
 }
 
 // Open opens (creating it with mode 0600 if needed, unless ReadOnly) the
-// BoltDB file at path and returns a Store on it; Close closes the file.
-// It is the offline path for the CLI: if another process (the daemon)
-// holds the file, Open gives up after opts.LockTimeout and returns an
-// error wrapping both ErrLocked and bbolt's ErrTimeout.
+// BoltDB file at path through statedb.OpenTimeout, which refuses a damaged
+// file, and returns a Store on it; Close closes the file. If another
+// process (the daemon) holds the file, Open gives up after
+// opts.LockTimeout and returns an error wrapping both ErrLocked and bbolt's
+// ErrTimeout. The daemon and the CLI open the file with statedb and use
+// New.
 func Open(path string, opts Options) (*Store, error) {
 	timeout := opts.LockTimeout
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: opts.ReadOnly})
+	db, err := statedb.OpenTimeout(path, opts.ReadOnly, timeout)
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, path, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, path, berrors.ErrTimeout)
 		}
 		return nil, fmt.Errorf("quarantine: open %s: %w", path, err)
 	}

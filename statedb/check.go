@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -49,7 +50,7 @@ func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	default:
 		fmt.Fprintln(w, "page structure: ok")
 	}
-	db, err := openBolt(path, true)
+	db, err := openBolt(path, true, time.Second)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("%s is locked by another process (is ratelimitd running? stop it first)", path)
 	}

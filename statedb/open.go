@@ -39,9 +39,16 @@ func Damaged(path string, cause any) error {
 // Damaged's error: a 0-byte file (BoltDB would silently start it afresh),
 // a file BoltDB cannot open or panics on, a truncated one, or one that
 // fails BoltDB's consistency check (Tx.Check). A file locked by another
-// process is an error saying so; in read-only mode a missing file is
-// ErrNoFile. The caller closes the database.
+// process is an error saying so (wrapping bbolt's ErrTimeout); in
+// read-only mode a missing file is ErrNoFile. The caller closes the
+// database.
 func Open(path string, readOnly bool) (db *bolt.DB, err error) {
+	return OpenTimeout(path, readOnly, time.Second)
+}
+
+// OpenTimeout is Open waiting up to timeout for another process's lock on
+// the file.
+func OpenTimeout(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.Size() == 0:
@@ -54,10 +61,10 @@ func Open(path string, readOnly bool) (db *bolt.DB, err error) {
 			return nil, Damaged(path, err)
 		}
 	}
-	db, err = openBolt(path, readOnly)
+	db, err = openBolt(path, readOnly, timeout)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%s is locked by another process (is ratelimitd already running?)", path)
+		return nil, lockedError{path, err}
 	case errors.Is(err, fs.ErrPermission):
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	case err != nil:
@@ -74,11 +81,24 @@ func Open(path string, readOnly bool) (db *bolt.DB, err error) {
 	return db, nil
 }
 
-// openBolt opens path with BoltDB (lock timeout 1 s), turning a panic on a
+// lockedError is Open's error on a file another process holds: it says so
+// and wraps bbolt's ErrTimeout.
+type lockedError struct {
+	path string
+	err  error
+}
+
+func (e lockedError) Error() string {
+	return e.path + " is locked by another process (is ratelimitd already running?)"
+}
+
+func (e lockedError) Unwrap() error { return e.err }
+
+// openBolt opens path with BoltDB (waiting up to timeout for a lock), turning a panic on a
 // damaged page, or a fault on a page past the end of a truncated file
 // (debug.SetPanicOnFault), into an error and then closing the file, which
 // releases its lock.
-func openBolt(path string, readOnly bool) (db *bolt.DB, err error) {
+func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	var f *os.File
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -92,7 +112,7 @@ func openBolt(path string, readOnly bool) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("reading it panicked: %v", r)
 		}
 	}()
-	return bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: readOnly,
+	return bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, ReadOnly: readOnly,
 		OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
 			var err error
 			f, err = os.OpenFile(name, flag, mode)

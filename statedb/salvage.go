@@ -89,7 +89,7 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 	if _, err := os.Stat(dst); err == nil {
 		return fmt.Errorf("salvage: %s exists; give a new file", dst)
 	}
-	in, err := openBolt(src, true)
+	in, err := openBolt(src, true, time.Second)
 	if err != nil {
 		return fmt.Errorf("salvage: %s: %w", src, err)
 	}
