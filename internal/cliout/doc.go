@@ -1,8 +1,7 @@
 // Package cliout is how the ratelimitd command line talks to an operator:
 // the tables and JSON rows of `rate show/list`, `quarantine
 // list/show/thaw/delete`, `events` and `config check`, the --since/--until
-// times of `events`, the password prompt of `web user add`, and errors as
-// an operator reads them (ErrorMessage; MarkUsageErrors for cobra command
+// times of `events`, and errors as an operator reads them (ErrorMessage; MarkUsageErrors for cobra command
 // trees). The commands (cmd/ratelimitd) define flags and call these; the
 // daemon's own status is printed by admin.Status.Print.
 //
