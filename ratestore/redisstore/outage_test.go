@@ -227,32 +227,38 @@ func TestOutagePausedRedisKeepsLimit(t *testing.T) {
 // degraded, so nobody gets more than the limit + one message per host.
 func TestOutageSplitShare(t *testing.T) {
 	srv := redistest.Start(t)
-	hosts, logs := outageHosts(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: outageTimeout}, 2, true, true)
+	standaloneOutage(t, srv, true, outageLimit+2, func() {
+		srv.Stop()
+		time.Sleep(3 * time.Second)
+		srv.Resume()
+	})
+}
+
+// standaloneOutage runs the load on two hosts over srv (split or not),
+// runs fault (which returns once Redis answers again) after 6 rounds,
+// and checks the outcome against bound.
+func standaloneOutage(t *testing.T, srv *redistest.Server, split bool, bound int, fault func()) {
+	t.Helper()
+	hosts, logs := outageHosts(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: outageTimeout}, 2, split, true)
 	l := startLoad(hosts, 2000, 8)
 	l.waitRounds(t, 6)
-	srv.Stop()
-	time.Sleep(3 * time.Second)
-	srv.Resume()
+	fault()
 	back := shared(t, hosts, time.Now())
 	l.waitRounds(t, 5)
-	l.check(t, outageLimit+2, back, logs)
+	l.check(t, bound, back, logs)
 }
 
 // TestOutageRedisDown10s: Redis killed (SIGKILL, its append-only file
-// synced on every write) and restarted 10s later under load; while it
+// synced every second) and restarted 10s later under load; while it
 // loads it is not up. Nobody gets more than the limit + one message per
 // host with split; back within 2s of Redis answering.
 func TestOutageRedisDown10s(t *testing.T) {
 	srv := redistest.Start(t, "appendonly yes", "appendfsync everysec")
-	hosts, logs := outageHosts(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: outageTimeout}, 2, true, true)
-	l := startLoad(hosts, 2000, 8)
-	l.waitRounds(t, 6)
-	srv.Kill()
-	time.Sleep(10 * time.Second)
-	srv.Restart()
-	back := shared(t, hosts, time.Now())
-	l.waitRounds(t, 5)
-	l.check(t, outageLimit+2, back, logs)
+	standaloneOutage(t, srv, true, outageLimit+2, func() {
+		srv.Kill()
+		time.Sleep(10 * time.Second)
+		srv.Restart()
+	})
 }
 
 // TestOutageSentinelFailover: the Sentinel-managed master SIGKILLed under
