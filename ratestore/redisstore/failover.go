@@ -128,10 +128,14 @@ type Failover struct {
 	// downNodes are the cluster nodes found down (address: since), for
 	// logging each once.
 	downNodes map[string]time.Time
-	// outage is set from the first shard down to the last one up.
-	outage  bool
-	probing bool
-	stop    chan struct{}
+	// outage is set from the first shard down to the last one up;
+	// relapse when it began within relapseWindow of recovered, the end
+	// of the previous one.
+	outage    bool
+	relapse   bool
+	recovered time.Time
+	probing   bool
+	stop      chan struct{}
 	// ctx is cancelled by Close, ending a recovery in progress.
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -71,11 +71,17 @@ func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
 	if was == 0 && f.nDown.Load() > 0 && !f.outage {
 		f.outage = true
 		f.since.Store(time.Now().UnixNano())
-		f.switches.Add(1)
-		f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.policy.String(),
-			"share", f.shareName(), "err", cause)
-		if f.OnSwitch != nil {
-			f.OnSwitch(true)
+		// A relapse soon after a recovery (connections of a restarted
+		// Redis found stale, a node still loading) continues the
+		// outage: not logged or counted again.
+		f.relapse = time.Since(f.recovered) < relapseWindow
+		if !f.relapse {
+			f.switches.Add(1)
+			f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.policy.String(),
+				"share", f.shareName(), "err", cause)
+			if f.OnSwitch != nil {
+				f.OnSwitch(true)
+			}
 		}
 	}
 	f.startProbe()
@@ -206,6 +212,28 @@ func (f *Failover) recover(slots []uint16, node string) {
 		return
 	}
 	f.mu.Lock()
+	// The outage ends (logged and counted) before its last shard is
+	// marked up: whoever sees it shared sees it recovered.
+	up := 0
+	for _, s := range slots {
+		if f.down[s].Load() {
+			up++
+		}
+	}
+	if f.outage && int(f.nDown.Load()) == up {
+		f.outage = false
+		began := time.Unix(0, f.since.Load())
+		f.degradedNs.Add(int64(time.Since(began)))
+		f.since.Store(time.Now().UnixNano())
+		f.recovered = time.Now()
+		if !f.relapse {
+			f.recoveries.Add(1)
+			f.log.Info("redis available again: rate state shared", "outage", time.Since(began).Round(time.Millisecond).String())
+			if f.OnSwitch != nil {
+				f.OnSwitch(false)
+			}
+		}
+	}
 	for _, s := range slots {
 		if f.down[s].Swap(false) {
 			f.nDown.Add(-1)
@@ -224,28 +252,22 @@ func (f *Failover) recover(slots []uint16, node string) {
 		}
 		in = func(s uint16) bool { return set[s] }
 	}
-	if pm := f.takeDelta(in); len(pm.Entries) > 0 {
+	pm := f.takeDelta(in)
+	if len(pm.Entries) > 0 {
 		f.pending = append(f.pending, pm)
 		f.savePending()
 	}
 	delete(f.downNodes, node)
 	f.mu.Unlock()
-	merged := f.mergePending()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.nDown.Load() == 0 && f.outage {
-		f.outage = false
-		began := time.Unix(0, f.since.Load())
-		f.degradedNs.Add(int64(time.Since(began)))
-		f.since.Store(time.Now().UnixNano())
-		f.recoveries.Add(1)
-		f.log.Info("redis available again: rate state shared", "merged_local_states", merged,
-			"outage", time.Since(began).Round(time.Millisecond).String())
-		if f.OnSwitch != nil {
-			f.OnSwitch(false)
-		}
+	if len(pm.Entries) > 0 {
+		merged := f.mergePending()
+		f.log.Info("outage counts added to redis", "merge", pm.ID, "states", len(pm.Entries), "added", merged)
 	}
 }
+
+// relapseWindow is how soon after a recovery a new failure continues the
+// outage instead of starting one.
+const relapseWindow = 2 * time.Second
 
 // takeDelta removes the deltas of the shards in (all with nil) and
 // returns them as a pending merge with a new identifier (f.mu held).
