@@ -166,7 +166,7 @@ func (st *Status) Print(w io.Writer) {
 	for _, sc := range st.Stages {
 		fmt.Fprintf(w, "asked at: %s %s (%d requests)\n", sc.Via, sc.State, sc.Requests)
 	}
-	fmt.Fprintf(w, "messages in flight: %d\n", st.MessagesInFlight)
+	printInFlight(w, st)
 	for _, a := range st.Advice {
 		fmt.Fprintf(w, "warning: %s\n", a)
 	}
@@ -189,10 +189,31 @@ func (st *Status) Print(w io.Writer) {
 	}
 }
 
+// printInFlight prints the messages in flight where END-OF-MESSAGE can
+// come to end them: with no END-OF-MESSAGE request seen (Postfix asking
+// only at RCPT), every message stays remembered until the table forgets
+// it, and a count would say mail is in flight that finished long ago.
+func printInFlight(w io.Writer, st *Status) {
+	for _, sc := range st.Stages {
+		if sc.State == policy.StateEndOfMessage || sc.Via == policy.ViaMilter {
+			fmt.Fprintf(w, "messages in flight: %d\n", st.MessagesInFlight)
+			return
+		}
+	}
+	if len(st.Stages) > 0 {
+		fmt.Fprintf(w, "messages in flight: not counted (no END-OF-MESSAGE request seen: the MTA asks only at %s)\n",
+			st.Stages[0].State)
+	}
+}
+
 // Print writes s as `ratelimitd status` shows it.
 func (s *StateStatus) Print(w io.Writer) {
-	fmt.Fprintf(w, "rate state: last flush %s ago, %d flush failures, %d compaction failures, %d changes pending\n",
-		s.LastFlushAge, s.FlushFailures, s.CompactionFailures, s.Pending)
+	flushed := "never flushed yet"
+	if !s.LastFlush.IsZero() || s.LastFlushAge != "never" && s.LastFlushAge != "" {
+		flushed = "last flush " + s.LastFlushAge + " ago"
+	}
+	fmt.Fprintf(w, "rate state: %s, %d flush failures, %d compaction failures, %d changes pending\n",
+		flushed, s.FlushFailures, s.CompactionFailures, s.Pending)
 	if s.LastError != "" {
 		fmt.Fprintf(w, "rate state last error (%s): %s\n", s.LastErrorAt.Format(time.RFC3339), s.LastError)
 	}
