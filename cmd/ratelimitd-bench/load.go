@@ -129,14 +129,27 @@ type worker struct {
 // counted in the result. It always returns within Warmup + Duration plus
 // IOTimeout plus a few seconds.
 func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
+	if err := spec.check(); err != nil {
+		return nil, err
+	}
+	ws, err := dialWorkers(ctx, &spec)
+	if err != nil {
+		return nil, err
+	}
+	defer closeWorkers(ws)
+	return drive(ctx, &spec, ws)
+}
+
+// check validates spec and fills in its defaults.
+func (spec *loadSpec) check() error {
 	if spec.Conns < 1 {
-		return nil, errors.New("conns must be at least 1")
+		return errors.New("conns must be at least 1")
 	}
 	if spec.Distinct == 0 && (spec.Keys < 1 || spec.Keys > maxUsers) {
-		return nil, fmt.Errorf("keys must be 1..%d", maxUsers)
+		return fmt.Errorf("keys must be 1..%d", maxUsers)
 	}
 	if spec.Distinct > maxUsers {
-		return nil, fmt.Errorf("distinct users must be at most %d", maxUsers)
+		return fmt.Errorf("distinct users must be at most %d", maxUsers)
 	}
 	if spec.IOTimeout <= 0 {
 		spec.IOTimeout = 10 * time.Second
@@ -144,14 +157,22 @@ func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
 	if spec.Distinct > 0 {
 		spec.Warmup = 0
 	}
-	ws := make([]*worker, spec.Conns)
-	closeAll := func() {
-		for _, w := range ws {
-			if w != nil {
-				w.conn.Close()
-			}
+	return nil
+}
+
+// closeWorkers closes the connections of ws (nil entries skipped).
+func closeWorkers(ws []*worker) {
+	for _, w := range ws {
+		if w != nil {
+			w.conn.Close()
 		}
 	}
+}
+
+// dialWorkers opens spec.Conns connections to the server, each with a
+// deadline past the whole run.
+func dialWorkers(ctx context.Context, spec *loadSpec) ([]*worker, error) {
+	ws := make([]*worker, spec.Conns)
 	d := net.Dialer{Timeout: 5 * time.Second}
 	ioDeadline := time.Now().Add(spec.Warmup + spec.Duration + spec.IOTimeout + 5*time.Second)
 	network, addr := "tcp", spec.Addr
@@ -161,7 +182,7 @@ func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
 	for i := range ws {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
-			closeAll()
+			closeWorkers(ws)
 			return nil, fmt.Errorf("connect %s: %w", spec.Addr, err)
 		}
 		c.SetDeadline(ioDeadline)
@@ -171,8 +192,14 @@ func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
 			next: i,
 		}
 	}
-	defer closeAll()
+	return ws, nil
+}
 
+// drive runs the workers: warm-up, then the measured phase until the
+// duration has passed or enough requests were measured, then collects
+// their counts and the server's CPU time.
+func drive(ctx context.Context, spec *loadSpec, ws []*worker) (*result, error) {
+	closeAll := func() { closeWorkers(ws) }
 	var phase atomic.Int32
 	var measured atomic.Int64
 	var wg sync.WaitGroup
@@ -185,7 +212,7 @@ func runLoad(ctx context.Context, spec loadSpec) (*result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.run(&spec, &phase, &measured)
+			w.run(spec, &phase, &measured)
 		}()
 	}
 	go func() {

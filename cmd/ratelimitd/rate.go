@@ -26,6 +26,11 @@ func newRateCmd(opts *rootOptions) *cobra.Command {
 		Short: "Show, list and reset senders' measured rates",
 		Long:  helpText("rate"),
 	}
+	cmd.AddCommand(newRateShowCmd(opts), newRateListCmd(opts), newRateResetCmd(opts))
+	return cmd
+}
+
+func newRateShowCmd(opts *rootOptions) *cobra.Command {
 	var asJSON bool
 	show := &cobra.Command{
 		Use:   "show KEY",
@@ -51,6 +56,11 @@ func newRateCmd(opts *rootOptions) *cobra.Command {
 		},
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, one object per limit")
+	return show
+}
+
+func newRateListCmd(opts *rootOptions) *cobra.Command {
+	var asJSON bool
 	var top int
 	var over bool
 	var domain string
@@ -88,6 +98,10 @@ func newRateCmd(opts *rootOptions) *cobra.Command {
 	list.Flags().BoolVar(&over, "over", false, "show only keys whose next message would be refused")
 	list.Flags().StringVar(&domain, "domain", "", "show only the users and addresses of this domain (e.g. example.org)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, one object per key and limit")
+	return list
+}
+
+func newRateResetCmd(opts *rootOptions) *cobra.Command {
 	var limit string
 	reset := &cobra.Command{
 		Use:   "reset KEY",
@@ -118,6 +132,5 @@ func newRateCmd(opts *rootOptions) *cobra.Command {
 		},
 	}
 	reset.Flags().StringVar(&limit, "limit", "", "reset only this limit")
-	cmd.AddCommand(show, list, reset)
-	return cmd
+	return reset
 }
