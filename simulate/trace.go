@@ -276,6 +276,23 @@ func (l *errList) entry(t *Trace, e Entry) bool {
 	return true
 }
 
+// take adds e to t, or err as line n's error; false when reading should
+// stop (too many errors or requests).
+func (l *errList) take(t *Trace, n int, e Entry, err error) bool {
+	if err != nil {
+		return l.add(n, err)
+	}
+	return l.entry(t, e)
+}
+
+// result is t, or the errors collected.
+func (l *errList) result(t *Trace) (*Trace, error) {
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
 func (l *errList) err() error {
 	if len(l.errs) >= maxErrors {
 		l.errs = append(l.errs, fmt.Errorf("%w: too many errors, stopped", ErrTrace))
@@ -301,24 +318,14 @@ func readJSONL(r io.Reader) (*Trace, error) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		e, err := parseJSONLine(n, line)
-		if err != nil {
-			if !el.add(n, err) {
-				break
-			}
-			continue
-		}
-		if !el.entry(t, e) {
+		if e, err := parseJSONLine(n, line); !el.take(t, n, e, err) {
 			break
 		}
 	}
 	if err := sc.Err(); err != nil {
 		el.add(n+1, err) // e.g. a line longer than 4 MB
 	}
-	if err := el.err(); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return el.result(t)
 }
 
 // readJSON reads a JSON array of trace objects; each entry's Line is the
@@ -352,21 +359,11 @@ func readJSON(r io.Reader) (*Trace, error) {
 			el.add(n, fmt.Errorf("not JSON: %v", jsonErr(err)))
 			break
 		}
-		e, err := parseJSONLine(n, raw)
-		if err != nil {
-			if !el.add(n, err) {
-				break
-			}
-			continue
-		}
-		if !el.entry(t, e) {
+		if e, err := parseJSONLine(n, raw); !el.take(t, n, e, err) {
 			break
 		}
 	}
-	if err := el.err(); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return el.result(t)
 }
 
 func parseJSONLine(n int, line []byte) (Entry, error) {
