@@ -27,7 +27,7 @@ var Tables = []struct{ Name, Doc string }{
 // check that it lists exactly the keys of FileKeys and that each Default
 // is the value the loader fills in.
 var Keys = []Key{
-	{Name: "server.policy_listen", Default: `["127.0.0.1:10031"]`, Doc: "Policy delegation listeners: \"host:port\" (loopback unless allow_networks is set) or \"unix:/path\", e.g. \"unix:/var/spool/postfix/private/ratelimitd\"."},
+	{Name: "server.policy_listen", Default: `["127.0.0.1:10031"]`, Doc: "Policy delegation listeners: \"host:port\" (loopback unless allow_networks is set) or \"unix:/path\", e.g. \"unix:/var/spool/postfix/private/ratelimitd\". A socket systemd passes (socket activation) for one of these addresses is used as it is; the others are opened by the daemon."},
 	{Name: "server.socket_mode", Default: `"0660"`, Unit: "octal permission", Doc: "Permission of unix policy and milter sockets; world-writable modes are refused."},
 	{Name: "server.socket_group", DefaultNote: "the daemon's group", Doc: "Group of unix policy and milter sockets, e.g. \"postfix\" (Postfix connects as a member of it)."},
 	{Name: "server.allow_networks", Default: `[]`, DefaultNote: "loopback only", Doc: "Client networks (addresses or prefixes) TCP listeners accept; others are closed before anything is read."},

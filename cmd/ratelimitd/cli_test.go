@@ -83,11 +83,15 @@ func TestFormatRate(t *testing.T) {
 	}
 }
 
-// policyAsk sends one policy request with the given attributes and
-// returns the action line.
+// policyAsk sends one policy request with the given attributes to addr
+// (host:port, or unix:PATH) and returns the action line.
 func policyAsk(t testing.TB, addr string, attrs ...string) string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", path
+	}
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -309,7 +310,9 @@ func (d *Daemon) openServices() error {
 	return nil
 }
 
-// listen opens every listener: policy, admin, metrics, milter.
+// listen opens every listener: policy, admin, metrics, milter. Policy and
+// milter listeners may come from systemd (srvconn.InheritedListeners); a
+// passed socket that no listener names is an error.
 func (d *Daemon) listen() (ls listeners, err error) {
 	s := d.cfg.Server
 	var opened []net.Listener
@@ -318,19 +321,30 @@ func (d *Daemon) listen() (ls listeners, err error) {
 			l.Close()
 		}
 	})
+	// Sockets systemd passed (ratelimitd.socket) are used for the
+	// listeners configured with their addresses; the others are opened
+	// here.
+	inh, err := srvconn.InheritedListeners()
+	if err != nil {
+		return ls, err
+	}
+	defer inh.Close()
 	for _, addr := range s.PolicyListen {
-		var l net.Listener
-		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-			l, err = postfix.ListenUnix(path, os.FileMode(s.Mode()), s.SocketGroup)
-		} else {
-			l, err = postfix.ListenTCP(addr)
+		l, from := inh.Take(addr), " (from systemd)"
+		if l == nil {
+			from = ""
+			if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+				l, err = postfix.ListenUnix(path, os.FileMode(s.Mode()), s.SocketGroup)
+			} else {
+				l, err = postfix.ListenTCP(addr)
+			}
 		}
 		if err != nil {
-			return ls, fmt.Errorf("policy listener %s: %w", addr, err)
+			return ls, fmt.Errorf("policy listener %s: %w%s", addr, err, socketUnitHint(addr, err, inh))
 		}
 		opened = append(opened, l)
 		ls.policy = append(ls.policy, l)
-		d.listeners = append(d.listeners, "policy "+listenerName(l))
+		d.listeners = append(d.listeners, "policy "+listenerName(l)+from)
 	}
 	if ls.admin, err = admin.Listen(s.AdminSocket); err != nil {
 		return ls, err
@@ -344,8 +358,20 @@ func (d *Daemon) listen() (ls listeners, err error) {
 		opened = append(opened, ls.metrics)
 		d.listeners = append(d.listeners, "metrics http://"+ls.metrics.Addr().String()+"/metrics")
 	}
-	err = d.startMilter(&opened)
-	return ls, err
+	if err = d.startMilter(&opened, inh); err != nil {
+		return ls, err
+	}
+	return ls, inh.Untaken()
+}
+
+// socketUnitHint explains a unix socket the daemon could not create for
+// want of permission when systemd passed none: the packaged unit's
+// sockets are made by ratelimitd.socket.
+func socketUnitHint(addr string, err error, inh *srvconn.Inherited) string {
+	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
+		return ""
+	}
+	return " (under systemd, a socket unit such as ratelimitd.socket creates it: systemctl start ratelimitd.socket)"
 }
 
 // serve starts serving on every listener.
@@ -390,12 +416,7 @@ func (d *Daemon) logConfigNotes(f *config.File) {
 	}
 }
 
-func listenerName(l net.Listener) string {
-	if l.Addr().Network() == "unix" {
-		return "unix:" + l.Addr().String()
-	}
-	return l.Addr().String()
-}
+func listenerName(l net.Listener) string { return srvconn.Name(l) }
 
 func (d *Daemon) goServe(name string, serve func() error, closed error) {
 	d.wg.Add(1)

@@ -13,28 +13,33 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// startMilter opens the milter listener ([milter] listen, if set), adding
-// it to ls, and sets up the milter server on the quarantine.
-func (d *Daemon) startMilter(ls *[]net.Listener) error {
+// startMilter opens the milter listener ([milter] listen, if set; one
+// systemd passed for that address is taken from inh), adding it to ls,
+// and sets up the milter server on the quarantine.
+func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 	m := d.cfg.Milter
 	if m.Listen == "" {
 		return nil
 	}
-	var l net.Listener
+	// A socket systemd passed for the address is used as it is.
+	l, from := inh.Take(m.Listen), " (from systemd)"
 	var err error
-	if path, ok := strings.CutPrefix(m.Listen, "unix:"); ok {
-		// The MTA connects as a member of socket_group, like the policy
-		// service's unix sockets.
-		l, err = srvconn.ListenUnixGroup(path, os.FileMode(d.cfg.Server.Mode()), d.cfg.Server.SocketGroup)
-	} else {
-		l, err = net.Listen("tcp", m.Listen)
+	if l == nil {
+		from = ""
+		if path, ok := strings.CutPrefix(m.Listen, "unix:"); ok {
+			// The MTA connects as a member of socket_group, like the
+			// policy service's unix sockets.
+			l, err = srvconn.ListenUnixGroup(path, os.FileMode(d.cfg.Server.Mode()), d.cfg.Server.SocketGroup)
+		} else {
+			l, err = net.Listen("tcp", m.Listen)
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("milter listener %s: %w", m.Listen, err)
+		return fmt.Errorf("milter listener %s: %w%s", m.Listen, err, socketUnitHint(m.Listen, err, inh))
 	}
 	*ls = append(*ls, l)
 	d.q.milterL = l
-	d.listeners = append(d.listeners, "milter "+listenerName(l))
+	d.listeners = append(d.listeners, "milter "+listenerName(l)+from)
 	d.q.milter = &milter.Server{
 		Decider:         d,
 		Quarantine:      milterQuarantine{d.q.svc},

@@ -8,10 +8,13 @@
 // protocol: the Tracker only knows its connections by their key C and
 // net.Conn.
 //
-// Two listener helpers go with it: ListenUnix, a unix socket that never
-// removes what it did not create, and Limiter, a cap on the connections open
+// Three listener helpers go with it: ListenUnix, a unix socket that never
+// removes what it did not create; Limiter, a cap on the connections open
 // at once over several listeners, so that a flood cannot use up the file
-// descriptors the daemon's admin socket and metrics need.
+// descriptors the daemon's admin socket and metrics need; and
+// InheritedListeners, the sockets systemd passes (socket activation,
+// sd_listen_fds(3), through github.com/coreos/go-systemd/v22/activation),
+// taken by the addresses they are configured with.
 package srvconn
 
 import (

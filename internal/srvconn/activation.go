@@ -1,0 +1,158 @@
+package srvconn
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/coreos/go-systemd/v22/activation"
+)
+
+// Inherited are the listening sockets a service manager passed to the
+// process: systemd socket activation (sd_listen_fds(3): LISTEN_FDS,
+// LISTEN_PID, LISTEN_FDNAMES, descriptors from 3 on), read with
+// go-systemd's activation package. A listener is taken by the address it
+// is configured with, so that one configuration serves both ways: under
+// systemd the socket unit creates the socket (with its owner and mode, in
+// a directory the daemon itself may not write), elsewhere the daemon does.
+//
+// An Inherited is not safe for concurrent use.
+type Inherited struct {
+	ls []inherited
+}
+
+type inherited struct {
+	name  string // LISTEN_FDNAMES entry (systemd: the socket unit's name)
+	l     net.Listener
+	taken bool
+}
+
+// InheritedListeners returns the listeners passed by systemd, none when
+// the process was not started by socket activation. It removes the
+// LISTEN_* variables from the environment (the commands the daemon runs
+// must not take the sockets for theirs) and marks the descriptors
+// close-on-exec, so call it once. A passed descriptor that is not a
+// listening stream socket is an error (the descriptors are closed).
+func InheritedListeners() (*Inherited, error) {
+	return inheritFiles(activation.Files(true))
+}
+
+// inheritFiles makes listeners of files, closing the files.
+func inheritFiles(files []*os.File) (*Inherited, error) {
+	in := &Inherited{}
+	var errs []error
+	for _, f := range files {
+		l, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("passed socket %s: not a listening stream socket: %w", f.Name(), err))
+			continue
+		}
+		in.ls = append(in.ls, inherited{name: f.Name(), l: l})
+	}
+	if len(errs) > 0 {
+		in.Close()
+		return nil, errors.Join(errs...)
+	}
+	return in, nil
+}
+
+// Take returns the inherited listener for addr ("unix:/path", or a
+// numeric "host:port"), nil if none was passed for it. A unix socket
+// matches by its path (a relative addr is made absolute first), a TCP
+// socket by address and port, where the unspecified addresses of IPv4
+// and IPv6 match each other (systemd's ListenStream=PORT binds [::]).
+// Closing a taken unix listener leaves its socket file to the service
+// manager that made it.
+func (in *Inherited) Take(addr string) net.Listener {
+	if in == nil {
+		return nil
+	}
+	for i := range in.ls {
+		e := &in.ls[i]
+		if !e.taken && sameAddr(e.l.Addr(), addr) {
+			e.taken = true
+			return e.l
+		}
+	}
+	return nil
+}
+
+// Len is the number of inherited listeners, taken or not.
+func (in *Inherited) Len() int {
+	if in == nil {
+		return 0
+	}
+	return len(in.ls)
+}
+
+// Untaken closes the listeners not taken and returns an error naming each
+// (name and address), nil if every one was taken: a socket the service
+// manager listens on and nobody serves would leave its clients waiting.
+func (in *Inherited) Untaken() error {
+	if in == nil {
+		return nil
+	}
+	var names []string
+	for i := range in.ls {
+		if e := &in.ls[i]; !e.taken {
+			e.l.Close()
+			e.taken = true
+			names = append(names, fmt.Sprintf("%s (%s)", Name(e.l), e.name))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("systemd passed sockets that no configured listener names: %s", strings.Join(names, ", "))
+}
+
+// Close closes the listeners not taken.
+func (in *Inherited) Close() {
+	if in == nil {
+		return
+	}
+	for i := range in.ls {
+		if e := &in.ls[i]; !e.taken {
+			e.l.Close()
+			e.taken = true
+		}
+	}
+}
+
+// Name is a listener's address as configured: "unix:/path" or host:port.
+func Name(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix:" + l.Addr().String()
+	}
+	return l.Addr().String()
+}
+
+// sameAddr reports whether a is the address configured as addr.
+func sameAddr(a net.Addr, addr string) bool {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if a.Network() != "unix" {
+			return false
+		}
+		abs, err := filepath.Abs(path)
+		return err == nil && filepath.Clean(a.String()) == abs
+	}
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	want, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return false
+	}
+	got := ta.AddrPort()
+	if got.Port() != want.Port() {
+		return false
+	}
+	g, w := got.Addr().Unmap(), want.Addr().Unmap()
+	return g == w || (g.IsUnspecified() && w.IsUnspecified())
+}
