@@ -38,14 +38,16 @@ done
 rm -rf "$stage/man.tmp"
 
 # The configuration with the package's paths: state in /var/lib/ratelimitd
-# (the unit's StateDirectory), the policy socket in the directory postinst
-# creates in the Postfix queue, handed to Postfix's group.
-sed -e 's|^policy_listen = \["127.0.0.1:10031"\]$|policy_listen = ["unix:/var/spool/postfix/ratelimitd/policy"]|' \
+# (the unit's StateDirectory), the policy socket in Postfix's private
+# directory, made by ratelimitd.socket (a daemon started without it, as
+# root, makes it itself, handed to Postfix's group).
+sock='policy_listen = ["unix:/var/spool/postfix/private/ratelimitd"]'
+sed -e "s|^policy_listen = \\[\"127.0.0.1:10031\"\\]\$|$sock|" \
 	-e 's|^#socket_group = "postfix"$|socket_group = "postfix"|' \
 	-e 's|^#state_dir = "/var/lib/ratelimitd"$|state_dir = "/var/lib/ratelimitd"|' \
 	-e 's|^# `make install` copies it to /etc/ratelimitd/ratelimitd.toml.$|# the Debian package installs it as /etc/ratelimitd/ratelimitd.toml.|' \
 	configs/ratelimitd.toml >"$stage/ratelimitd.toml"
-for want in 'policy_listen = ["unix:/var/spool/postfix/ratelimitd/policy"]' 'socket_group = "postfix"' 'state_dir = "/var/lib/ratelimitd"'; do
+for want in "$sock" 'socket_group = "postfix"' 'state_dir = "/var/lib/ratelimitd"'; do
 	grep -qxF "$want" "$stage/ratelimitd.toml" || {
 		echo "build-deb.sh: configs/ratelimitd.toml changed: could not set $want" >&2
 		exit 1

@@ -2,6 +2,7 @@ package packaging
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -23,9 +24,11 @@ const (
 	binPath    = "/usr/sbin/ratelimitd"
 	confPath   = "/etc/ratelimitd/ratelimitd.toml"
 	unitPath   = "/lib/systemd/system/ratelimitd.service"
+	socketUnit = "/lib/systemd/system/ratelimitd.socket"
 	stateDir   = "/var/lib/ratelimitd"
-	socketDir  = "/var/spool/postfix/ratelimitd"
-	socketPath = socketDir + "/policy"
+	// socketPath is the policy socket ratelimitd.socket makes, in the
+	// host's Postfix queue (the test's Postfix names it by this path).
+	socketPath = "/var/spool/postfix/private/ratelimitd"
 	// testMark marks a package installed by this test, so that a later
 	// run may purge what an interrupted one left behind.
 	testMark = stateDir + "/.installed-by-packaging-test"
@@ -33,14 +36,17 @@ const (
 
 // TestDebianPackage builds the package with make deb, checks it with
 // lintian (no errors), installs it with dpkg -i and checks the files, the
-// conffile, the user and its groups and the unit; runs the unit's
+// conffile, the user and its groups, the units and their enablement;
+// emulates the socket unit with systemd-socket-activate, which makes the
+// policy socket in /var/spool/postfix/private and starts the service's
 // ExecStart as the packaged user with the unit's privilege limits (no new
-// privileges, no capabilities) and has a real Postfix ask it over the
-// unix socket; then checks that dpkg -r keeps the state and dpkg -P
-// removes it and the user.
+// privileges, no capabilities) at the first connection, and has a real
+// Postfix ask it over that socket (first message delivered, second
+// deferred); then checks that dpkg -r keeps the state and dpkg -P removes
+// it, the socket and the user.
 func TestDebianPackage(t *testing.T) {
 	needRoot(t)
-	for _, tool := range []string{"dpkg", "dpkg-deb", "dpkg-shlibdeps", "lintian", "setpriv", "make", "adduser"} {
+	for _, tool := range []string{"dpkg", "dpkg-deb", "dpkg-shlibdeps", "lintian", "setpriv", "make", "adduser", "systemd-socket-activate"} {
 		needTool(t, tool)
 	}
 	takeOverPackage(t)
@@ -70,7 +76,13 @@ func TestDebianPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stop := startAsUnit(t, exec)
+	// Without ratelimitd.socket the packaged user cannot make the socket
+	// in private/; the daemon says so and where it comes from.
+	if out, err := runAsUnit(exec); err == nil || !strings.Contains(string(out), "systemctl start ratelimitd.socket") {
+		t.Errorf("ExecStart without the socket unit: %v, want a failure that names ratelimitd.socket\n%s", err, out)
+	}
+
+	stop, daemonLog := startActivated(t, exec, parseUnit(t, socketUnit))
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "unix:" + socketPath})
 	mail := mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7", From: "alice@example.org", To: []string{"bob@example.net"},
@@ -84,9 +96,16 @@ func TestDebianPackage(t *testing.T) {
 	if !errors.As(err, &se) || se.Code() != 450 || !strings.Contains(err.Error(), "too much mail from alice") {
 		t.Fatalf("second message: %v; want a 450 from the packaged daemon (limit 1 per hour)\n%s", err, pf.Log())
 	}
+	if !strings.Contains(daemonLog.String(), "policy unix:"+socketPath+" (from systemd)") {
+		t.Errorf("the daemon did not serve the socket it was passed:\n%s", daemonLog.String())
+	}
 	stop()
 	if _, err := os.Stat(filepath.Join(stateDir, "ratelimitd.db")); err != nil {
 		t.Fatalf("no state file after the daemon stopped: %v", err)
+	}
+	// The socket is the socket unit's: the daemon leaves it at exit.
+	if st, err := os.Lstat(socketPath); err != nil || st.Mode()&os.ModeSocket == 0 {
+		t.Errorf("the daemon removed the passed socket %s at exit: %v", socketPath, err)
 	}
 
 	run(t, "dpkg", "-r", "ratelimitd")
@@ -103,7 +122,8 @@ func TestDebianPackage(t *testing.T) {
 	}
 
 	run(t, "dpkg", "-P", "ratelimitd")
-	for _, p := range []string{stateDir, socketDir, "/etc/ratelimitd", unitPath} {
+	for _, p := range []string{stateDir, socketPath, "/etc/ratelimitd", unitPath, socketUnit,
+		"/etc/systemd/system/multi-user.target.wants/ratelimitd.service", "/etc/systemd/system/sockets.target.wants/ratelimitd.socket"} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("dpkg -P left %s: %v", p, err)
 		}
@@ -131,8 +151,10 @@ func takeOverPackage(t *testing.T) {
 	case installed:
 		t.Fatalf("a ratelimitd package is installed (%s) that this test did not install: purge it first (dpkg -P ratelimitd)", strings.TrimSpace(string(status)))
 	}
-	if _, err := os.Stat(stateDir); err == nil {
-		t.Fatalf("%s exists: this test would remove it with dpkg -P; move it away first", stateDir)
+	for _, p := range []string{stateDir, socketPath} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Fatalf("%s exists: this test would remove it with dpkg -P; move it away first", p)
+		}
 	}
 	if _, err := user.Lookup("ratelimitd"); err == nil {
 		t.Fatal("a user ratelimitd exists: this test would remove it with dpkg -P; remove it first")
@@ -182,7 +204,7 @@ func checkInstalled(t *testing.T) {
 		t.Errorf("%s: %v %v", binPath, st, err)
 	}
 	for _, p := range []string{"/usr/share/man/man8/ratelimitd.8.gz", "/usr/share/man/man8/ratelimitd-serve.8.gz",
-		"/usr/share/doc/ratelimitd/copyright", "/usr/share/doc/ratelimitd/changelog.Debian.gz", unitPath} {
+		"/usr/share/doc/ratelimitd/copyright", "/usr/share/doc/ratelimitd/changelog.Debian.gz", unitPath, socketUnit} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
@@ -216,7 +238,15 @@ func checkInstalled(t *testing.T) {
 	if u.HomeDir != stateDir {
 		t.Errorf("user ratelimitd's home is %s, want %s", u.HomeDir, stateDir)
 	}
-	for dir, owner := range map[string][2]string{stateDir: {"ratelimitd", "ratelimitd"}, socketDir: {"ratelimitd", "postfix"}} {
+	// postinst enables both units (deb-systemd-helper, without a running
+	// systemd too).
+	for _, link := range []string{"/etc/systemd/system/multi-user.target.wants/ratelimitd.service",
+		"/etc/systemd/system/sockets.target.wants/ratelimitd.socket"} {
+		if dst, err := os.Readlink(link); err != nil || filepath.Base(dst) != filepath.Base(link) {
+			t.Errorf("postinst did not enable the unit: %s -> %q (%v)", link, dst, err)
+		}
+	}
+	for dir, owner := range map[string][2]string{stateDir: {"ratelimitd", "ratelimitd"}} {
 		st, err := os.Stat(dir)
 		if err != nil {
 			t.Errorf("postinst made no %s: %v", dir, err)
@@ -231,16 +261,24 @@ func checkInstalled(t *testing.T) {
 	}
 }
 
-// checkUnit checks the installed unit: with systemd-analyze verify where
-// systemd is installed, and always by its keys (the service's user, state
-// directory and hardening). It returns ExecStart's command line.
+// checkUnit checks the installed units: with systemd-analyze verify where
+// systemd is installed, and always by their keys (the service's user,
+// state directory and hardening; the socket's path, owner and mode). It
+// returns ExecStart's command line.
 func checkUnit(t *testing.T) []string {
 	t.Helper()
 	if _, err := exec.LookPath("systemd-analyze"); err == nil {
-		t.Log("systemd is installed: systemd-analyze verify " + unitPath)
-		run(t, "systemd-analyze", "verify", unitPath)
+		t.Log("systemd is installed: systemd-analyze verify " + unitPath + " " + socketUnit)
+		run(t, "systemd-analyze", "verify", unitPath, socketUnit)
 	} else {
-		t.Log("systemd is not installed: the unit is checked by its keys only")
+		t.Log("systemd is not installed: the units are checked by their keys only")
+	}
+	sockKeys := parseUnit(t, socketUnit)
+	for k, v := range map[string]string{"Socket.ListenStream": socketPath, "Socket.SocketUser": "postfix",
+		"Socket.SocketGroup": "postfix", "Socket.SocketMode": "0660", "Install.WantedBy": "sockets.target"} {
+		if got := sockKeys[k]; len(got) != 1 || got[0] != v {
+			t.Errorf("socket unit: %s = %q, want %q", k, got, v)
+		}
 	}
 	keys := parseUnit(t, unitPath)
 	want := map[string]string{
@@ -254,8 +292,8 @@ func checkUnit(t *testing.T) []string {
 			t.Errorf("unit: %s = %q, want %q", k, got, v)
 		}
 	}
-	if !slices.Contains(keys["Service.ReadWritePaths"], "-"+socketDir) {
-		t.Errorf("unit: ReadWritePaths = %q, want -%s among them", keys["Service.ReadWritePaths"], socketDir)
+	if !slices.Contains(keys["Unit.Wants"], "ratelimitd.socket") || !slices.Contains(keys["Install.Also"], "ratelimitd.socket") {
+		t.Errorf("unit: Wants = %q, Also = %q, want ratelimitd.socket in both", keys["Unit.Wants"], keys["Install.Also"])
 	}
 	execStart := keys["Service.ExecStart"]
 	if len(execStart) != 1 {
@@ -292,20 +330,64 @@ func parseUnit(t *testing.T, path string) map[string][]string {
 	return keys
 }
 
-// startAsUnit runs args as systemd would run the unit, as far as this
-// test can without systemd: user ratelimitd with its groups, no new
-// privileges, no capabilities (bounding, inheritable, ambient), a clean
-// environment. It waits for the policy socket and returns a function
-// that stops the daemon with SIGTERM and waits for it.
-func startAsUnit(t *testing.T, args []string) (stop func()) {
+// unitEnv is the environment systemd gives a service: PATH, and LANG
+// from the system locale.
+var unitEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
+
+// asUnit is the setpriv prefix that runs a command as systemd runs the
+// unit's, as far as this test can without systemd: user ratelimitd with
+// its groups, no new privileges, no capabilities (bounding, inheritable,
+// ambient).
+var asUnit = []string{"setpriv", "--reuid", "ratelimitd", "--regid", "ratelimitd", "--init-groups", "--no-new-privs",
+	"--bounding-set", "-all", "--inh-caps", "-all", "--ambient-caps", "-all", "--"}
+
+// runAsUnit runs args as the unit's user, without a socket passed, for
+// at most 20 s, and returns its output.
+func runAsUnit(args []string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, asUnit[0], append(slices.Clone(asUnit[1:]), args...)...)
+	cmd.Env, cmd.Dir = unitEnv, "/"
+	return cmd.CombinedOutput()
+}
+
+// startActivated emulates the socket unit (keys: its parsed file) with
+// systemd-socket-activate: it makes the socket at ListenStream, which the
+// test then gives SocketUser, SocketGroup and SocketMode, and at the first
+// connection execs args as the unit's user (runAsUnit's setpriv) with the
+// socket passed as descriptor 3 (LISTEN_FDS=1, LISTEN_PID, LISTEN_FDNAMES
+// ratelimitd.socket). It returns a function that stops the daemon with
+// SIGTERM and waits for it, and the daemon's output.
+func startActivated(t *testing.T, args []string, keys map[string][]string) (stop func(), log *mtatest.SyncBuffer) {
 	t.Helper()
-	setpriv := []string{"--reuid", "ratelimitd", "--regid", "ratelimitd", "--init-groups", "--no-new-privs",
-		"--bounding-set", "-all", "--inh-caps", "-all", "--ambient-caps", "-all", "--"}
-	cmd := exec.Command("setpriv", append(setpriv, args...)...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"}
+	one := func(k string) string {
+		if v := keys[k]; len(v) == 1 {
+			return v[0]
+		}
+		t.Fatalf("socket unit: %s = %q, want one", k, keys[k])
+		return ""
+	}
+	listen := one("Socket.ListenStream")
+	owner, err := user.Lookup(one("Socket.SocketUser"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := user.LookupGroup(one("Socket.SocketGroup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode, err := strconv.ParseUint(one("Socket.SocketMode"), 8, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := []string{"systemd-socket-activate", "--listen=" + listen, "--fdname=ratelimitd.socket"}
+	for _, e := range unitEnv {
+		sa = append(sa, "--setenv="+e)
+	}
+	cmd := exec.Command(sa[0], append(append(sa[1:], asUnit...), args...)...)
 	cmd.Dir = "/"
-	var log strings.Builder
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log = &mtatest.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -331,21 +413,30 @@ func startAsUnit(t *testing.T, args []string) (stop func()) {
 	t.Cleanup(stop)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if st, err := os.Stat(socketPath); err == nil && st.Mode()&os.ModeSocket != 0 {
+		if st, err := os.Lstat(listen); err == nil && st.Mode()&os.ModeSocket != 0 {
 			break
 		}
 		select {
 		case err := <-done:
 			stopped = true
-			t.Fatalf("the daemon exited: %v\n%s", err, log.String())
+			t.Fatalf("systemd-socket-activate exited: %v\n%s", err, log.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no policy socket %s after 15s\n%s", socketPath, log.String())
+			t.Fatalf("no socket %s after 15s\n%s", listen, log.String())
 		}
 	}
-	t.Logf("daemon started as the unit's user: %s", strings.Join(cmd.Args, " "))
-	return stop
+	uid, _ := strconv.Atoi(owner.Uid)
+	gid, _ := strconv.Atoi(group.Gid)
+	if err := os.Lchown(listen, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(listen, os.FileMode(mode)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("socket %s (%s:%s %04o) made as the socket unit would; at the first connection: %s",
+		listen, owner.Username, group.Name, mode, strings.Join(cmd.Args, " "))
+	return stop, log
 }
 
 func needRoot(t *testing.T) {

@@ -25,15 +25,19 @@ if [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 # The Debian package's build and checks (packaging/, make deb): lintian,
-# dpkg-shlibdeps (dpkg-dev), and promtool (prometheus) for the alerting
-# rules in docs/prometheus; without recommends (prometheus would pull in
-# the node exporter and its collectors).
+# dpkg-shlibdeps (dpkg-dev), systemd-socket-activate and systemd-analyze
+# (systemd: the test passes the policy socket as ratelimitd.socket would,
+# and verifies the units; nothing here runs systemd itself), and promtool
+# (prometheus) for the alerting rules in docs/prometheus; without
+# recommends (prometheus would pull in the node exporter and its
+# collectors).
 pkgneed=()
 command -v lintian >/dev/null 2>&1 || pkgneed+=(lintian)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || pkgneed+=(dpkg-dev)
 command -v promtool >/dev/null 2>&1 || pkgneed+=(prometheus)
 command -v setpriv >/dev/null 2>&1 || pkgneed+=(util-linux)
 command -v adduser >/dev/null 2>&1 || pkgneed+=(adduser)
+command -v systemd-socket-activate >/dev/null 2>&1 || pkgneed+=(systemd)
 if [ ${#pkgneed[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then
 		echo "deps: need root to apt-get install ${pkgneed[*]}" >&2
