@@ -34,11 +34,12 @@ type Quarantine struct {
 	ReleaseCommand Commands `toml:"release_command"`
 	DeleteCommand  []string `toml:"delete_command"`
 	ShowCommand    []string `toml:"show_command"`
-	// QueueListCommand lists the MTA's queue as JSON lines, to find the
-	// queue ID of a message held at its first RCPT (Postfix asks before it
-	// has one). Default postqueue -j (Postfix 3.1 and later); set it to []
-	// to disable (Exim has no equivalent; its ACLs pass the message ID at
-	// DATA).
+	// QueueListCommand lists the MTA's queue (JSON lines, or Exim's
+	// exim -bp listing): every held message's queue ID is confirmed in it
+	// before a command runs on it, and the queue ID of a message held at
+	// its first RCPT (Postfix asks before it has one) is found in it.
+	// Default postqueue -j (Postfix 3.1 and later); Exim: exim -bp. []
+	// disables it, and then held mail is never acted on.
 	QueueListCommand *[]string `toml:"queue_list_command"`
 	// ExpireAction is what happens to held and frozen mail older than
 	// MaxAge: "bounce" (default: frozen mail gets a DSN to its envelope

@@ -94,7 +94,7 @@ var Keys = []Key{
 	{Name: "quarantine.release_command", Default: `[["postsuper", "-H", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, Doc: "Releases held mail; one command or a list run in order (the first decides success). Exim: [\"exim\", \"-Mt\", \"{queue_id}\"]."},
 	{Name: "quarantine.delete_command", Default: `["postsuper", "-d", "{queue_id}"]`, Doc: "Deletes held mail. Exim: [\"exim\", \"-Mrm\", \"{queue_id}\"]."},
 	{Name: "quarantine.show_command", Default: `["postcat", "-q", "{queue_id}"]`, Doc: "Prints held mail for quarantine show."},
-	{Name: "quarantine.queue_list_command", Default: `["postqueue", "-j"]`, Doc: "Lists the MTA's queue as JSON lines to find the queue ID of mail held at its first RCPT; [] disables it (Exim)."},
+	{Name: "quarantine.queue_list_command", Default: `["postqueue", "-j"]`, Doc: "Lists the MTA's queue (postqueue -j JSON lines, or Exim's [\"exim\", \"-bp\"]): each held message's queue ID is confirmed there (sender, recipients, arrival) before any command runs on it, and mail held at its first RCPT is found there. [] disables it: held mail is then never acted on."},
 	{Name: "quarantine.expire_action", Default: `"bounce"`, Doc: "Past max_age: bounce (frozen mail gets a DSN, held mail expire_command) or keep (flagged until an operator acts)."},
 	{Name: "quarantine.expire_command", Default: `[["postsuper", "-f", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, Doc: "Returns held mail past max_age to its sender; one command or a list."},
 	{Name: "quarantine.alert_every", Default: `10`, Unit: "messages", Doc: "Logs (and notifies) \"KEY has N quarantined messages\" at each multiple of this count."},

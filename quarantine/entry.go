@@ -124,6 +124,12 @@ type Entry struct {
 	// queue ID (see Store.UpdateByInstance).
 	QueueID  string `json:"queue_id,omitempty"`
 	Instance string `json:"instance,omitempty"`
+	// Unverified says why the MTA's queue did not confirm QueueID the
+	// last time the life cycle looked (not in the hold queue, another
+	// sender or recipients, arrived outside the entry's time): release,
+	// delete and show of the held message are refused while it is set.
+	// Empty when it was confirmed or never checked.
+	Unverified string `json:"unverified,omitempty"`
 
 	// Size is the message size in bytes: the stored bytes for frozen
 	// entries (set by Freeze), what the MTA reported for held ones.
@@ -206,6 +212,7 @@ func (e *Entry) WriteTo(w io.Writer) (int64, error) {
 	line("SASL username", e.SASLUsername)
 	line("Queue ID", e.QueueID)
 	line("Instance", e.Instance)
+	line("Unverified", e.Unverified)
 	if e.Size != 0 {
 		line("Size", strconv.FormatInt(e.Size, 10))
 	}

@@ -42,6 +42,18 @@ var (
 	// message is never handed out for re-injection.
 	ErrCorrupt = errors.New("quarantine: stored data is corrupt")
 
+	// ErrDuplicateQueueID is returned by Hold, Freeze and UpdateByInstance
+	// for a queue ID another pending (held or frozen) entry already
+	// names, and (wrapped with ErrState) by LinkQueueID: one queued
+	// message is never two entries, so a forged request cannot make a
+	// later release or delete act on someone else's message twice.
+	ErrDuplicateQueueID = errors.New("quarantine: another quarantined message already has this queue ID")
+
+	// ErrNoQueueList is returned by a queue lister (the life cycle's
+	// Queue.List) that has no way to list the MTA's queue: queue IDs then
+	// cannot be confirmed, and actions on held mail are refused.
+	ErrNoQueueList = errors.New("quarantine: no command configured to list the MTA's queue (queue_list_command)")
+
 	// ErrInvalid is returned for invalid arguments: a nil Entry, a
 	// non-positive Expire age.
 	ErrInvalid = errors.New("quarantine: invalid argument")

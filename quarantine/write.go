@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -92,6 +91,9 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 		if ent.ID, err = b.newID(ent.Created); err != nil {
 			return err
 		}
+		if err := b.uniqueQueueID(ent.QueueID, ent.ID); err != nil {
+			return err
+		}
 		if err := b.put(&ent); err != nil {
 			return err
 		}
@@ -160,6 +162,9 @@ func (s *Store) Hold(e *Entry) (string, error) {
 		if ent.ID, err = b.newID(ent.Created); err != nil {
 			return err
 		}
+		if err := b.uniqueQueueID(ent.QueueID, ent.ID); err != nil {
+			return err
+		}
 		if err := b.put(&ent); err != nil {
 			return err
 		}
@@ -175,17 +180,62 @@ func (s *Store) Hold(e *Entry) (string, error) {
 	return ent.ID, nil
 }
 
-// SetQueueID sets the MTA queue ID on the pending entries recorded for the
-// Postfix policy instance that have none yet (a hold decided at RCPT stage
-// learns the queue ID at END-OF-MESSAGE). It returns the number of entries
-// changed; zero is not an error. An invalid queueID (see ValidQueueID)
+// uniqueQueueID returns ErrDuplicateQueueID if a pending entry other
+// than self names queueID ("" is never a duplicate). It reads every
+// entry: the raw record is searched for the ID first, and only those
+// that contain it are decoded.
+func (b buckets) uniqueQueueID(queueID, self string) error {
+	if queueID == "" {
+		return nil
+	}
+	needle := []byte(queueID)
+	return b.meta.ForEach(func(k, v []byte) error {
+		if string(k) == self || !bytes.Contains(v, needle) {
+			return nil
+		}
+		o, err := b.get(string(k))
+		if err == nil && o.QueueID == queueID && o.State.pending() {
+			return fmt.Errorf("%w: queue ID %s already belongs to entry %s", ErrDuplicateQueueID, queueID, o.ID)
+		}
+		return nil
+	})
+}
+
+// SetUnverified records why the MTA's queue did not confirm the queue ID
+// of pending entry id (Entry.Unverified), or clears it with reason "".
+// It does nothing when the entry already says reason. Errors:
+// ErrNotFound, ErrState (not pending), bbolt errors.
+func (s *Store) SetUnverified(id, reason string) error {
+	e, err := s.Get(id)
+	if err != nil {
+		return err
+	}
+	if e.Unverified == reason {
+		return nil
+	}
+	return s.update("unverified", id, func(_ buckets, e *Entry) error {
+		if err := needPending("flag", e); err != nil {
+			return err
+		}
+		e.Unverified = reason
+		return nil
+	})
+}
+
+// SetQueueID sets the MTA queue ID on the oldest pending entry recorded
+// for the Postfix policy instance that has none yet (a hold decided at
+// RCPT stage learns the queue ID at END-OF-MESSAGE): one queue ID is
+// never given to two entries. It returns the number of entries changed
+// (0 or 1); zero is not an error. A queue ID another pending entry has
+// already is refused with ErrDuplicateQueueID. An invalid queueID (see ValidQueueID)
 // is refused with ErrInvalid.
 func (s *Store) SetQueueID(instance, queueID string) (int, error) {
+	set := false
 	return s.UpdateByInstance(instance, func(e *Entry) bool {
-		if !e.State.pending() || e.QueueID != "" {
+		if set || !e.State.pending() || e.QueueID != "" {
 			return false
 		}
-		e.QueueID = queueID
+		e.QueueID, set = queueID, true
 		return true
 	})
 }
@@ -203,15 +253,8 @@ func (s *Store) LinkQueueID(id, queueID string) error {
 		if e.State != Held || e.QueueID != "" {
 			return fmt.Errorf("%w: %s is %s with queue ID %q", ErrState, id, e.State, e.QueueID)
 		}
-		err := b.meta.ForEach(func(_, v []byte) error {
-			var o Entry
-			if json.Unmarshal(v, &o) == nil && o.QueueID == queueID && o.State.pending() {
-				return fmt.Errorf("%w: queue ID %s already belongs to entry %s", ErrState, queueID, o.ID)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
+		if err := b.uniqueQueueID(queueID, id); err != nil {
+			return fmt.Errorf("%w: %w", ErrState, err)
 		}
 		e.QueueID = queueID
 		return nil
@@ -225,8 +268,9 @@ func (s *Store) LinkQueueID(id, queueID string) error {
 // MTA reports); changes to ID, State, Created, Hash and a frozen entry's
 // Size are ignored (those follow the stored message and the state
 // methods). It returns the number of entries stored. A QueueID that
-// ValidQueueID refuses fails the whole call with ErrInvalid (nothing is
-// stored).
+// ValidQueueID refuses fails the whole call with ErrInvalid, and one that
+// another pending entry has (or that fn gives two entries) with
+// ErrDuplicateQueueID: nothing is stored.
 func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, error) {
 	if !indexable(instance) {
 		return 0, nil
@@ -268,6 +312,11 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 			e.Claim, e.ClaimedAt = orig.Claim, orig.ClaimedAt
 			if err := checkQueueID(e.QueueID); err != nil {
 				return err
+			}
+			if e.QueueID != orig.QueueID {
+				if err := b.uniqueQueueID(e.QueueID, e.ID); err != nil {
+					return err
+				}
 			}
 			e.Updated = s.now().Round(0)
 			if e.Instance != orig.Instance {

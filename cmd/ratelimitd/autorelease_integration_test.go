@@ -25,6 +25,7 @@ func TestIntegrationAutoReleaseDrip(t *testing.T) {
 [quarantine]
 release_command = [["postsuper", "-c", %q, "-H", "{queue_id}"], ["postqueue", "-c", %q, "-i", "{queue_id}"]]
 delete_command = ["postsuper", "-c", %q, "-d", "{queue_id}"]
+queue_list_command = ["postqueue", "-c", %q, "-j"]
 
 [[limit]]
 name = "threehold"
@@ -35,7 +36,7 @@ mode = "strict"
 action = "hold"
 via = ["policy"]
 auto_release = "drip"
-`, pf.ConfigDir(), pf.ConfigDir(), pf.ConfigDir()))
+`, pf.ConfigDir(), pf.ConfigDir(), pf.ConfigDir(), pf.ConfigDir()))
 	td := startTestDaemon(t, cfgPath)
 	for i := 1; i <= 6; i++ {
 		if err := sendAs(t, pf, "alice", i); err != nil {

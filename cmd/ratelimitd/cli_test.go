@@ -115,6 +115,7 @@ func TestCLIOperations(t *testing.T) {
 [quarantine]
 delete_command = ["true", "{queue_id}"]
 show_command = ["echo", "queue file {queue_id}"]
+`+fakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D", "3F2A1B4C5FF")+`
 
 [[limit]]
 name = "hourly"

@@ -13,6 +13,7 @@ import (
 func TestOperatorOutputStripsControlCharacters(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
+	sender := "\x1b]0;owned\x07\x1b[2Jevil\x9b6n@example.org"
 	// Stand-ins for postsuper and postcat that print terminal escapes,
 	// as a hostile message shown by postcat would.
 	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), `
@@ -20,9 +21,8 @@ func TestOperatorOutputStripsControlCharacters(t *testing.T) {
 release_command = ["sh", "-c", "printf '\\033]0;pwned\\007release failed'; exit 1", "sh", "{queue_id}"]
 delete_command = ["sh", "-c", "printf '\\033[2Jdelete failed'; exit 1", "sh", "{queue_id}"]
 show_command = ["sh", "-c", "printf 'Subject: \\033[31mred\\033[0m\\r\\n\\r\\nbody of %s\\233\\n' \"$1\"", "sh", "{queue_id}"]
-`+oneHoldLimit)
+`+fakeHeldQueue(t, dir, sender, []string{"r@example.net"}, "4F2A12341", "4F2A12342")+oneHoldLimit)
 	td := startTestDaemon(t, cfgPath)
-	sender := "\x1b]0;owned\x07\x1b[2Jevil\x9b6n@example.org"
 	for i := range 3 { // the first is within the limit
 		sendPolicy(t, td.policyAddr, fmt.Sprintf("protocol_state=END-OF-MESSAGE\nsasl_username=mallory\nsender=%s\n"+
 			"recipient=r@example.net\nrecipient_count=1\nqueue_id=4F2A1234%d\ninstance=esc.%d\nsize=10\n", sender, i, i))

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +19,16 @@ import (
 // returns the action line.
 func forgedEndOfMessage(t testing.TB, addr, user, queueID string) string {
 	t.Helper()
+	return forgedEndOfMessageAs(t, addr, user, queueID, "forged."+queueID)
+}
+
+// forgedEndOfMessageAs is forgedEndOfMessage with the policy instance
+// given (one per forging daemon instance or message).
+func forgedEndOfMessageAs(t testing.TB, addr, user, queueID, instance string) string {
+	t.Helper()
 	return sendPolicy(t, addr, fmt.Sprintf("protocol_state=END-OF-MESSAGE\nsasl_username=%s\nsender=%s@example.org\n"+
-		"recipient=victim@example.net\nrecipient_count=1\nclient_address=192.0.2.66\nqueue_id=%s\ninstance=forged.%s\nsize=100\n",
-		user, user, queueID, queueID))
+		"recipient=victim@example.net\nrecipient_count=1\nclient_address=192.0.2.66\nqueue_id=%s\ninstance=%s\nsize=100\n",
+		user, user, queueID, instance))
 }
 
 // sendPolicy sends one policy request (attrs: "name=value\n" lines after
@@ -40,13 +50,42 @@ mode = "strict"
 action = "hold"
 `
 
-// postfixHoldCommands is the quarantine release, delete and show commands
-// for mail held in the test Postfix pf.
+// postfixHoldCommands is the quarantine release, delete, show and queue
+// list commands for mail held in the test Postfix pf.
 func postfixHoldCommands(pf *mtatest.Postfix) string {
 	return fmt.Sprintf(`release_command = ["postsuper", "-c", %[1]q, "-H", "{queue_id}"]
 delete_command = ["postsuper", "-c", %[1]q, "-d", "{queue_id}"]
 show_command = ["postcat", "-c", %[1]q, "-q", "{queue_id}"]
+queue_list_command = ["postqueue", "-c", %[1]q, "-j"]
 `, pf.ConfigDir())
+}
+
+// fakeHeldQueue writes, in dir, a postqueue -j listing of held messages
+// from sender to rcpts with the given queue IDs, arrived now, and returns
+// the queue_list_command line that prints it: the stand-in queue that
+// confirms the queue IDs of tests whose other queue commands are
+// stand-ins too.
+func fakeHeldQueue(t testing.TB, dir, sender string, rcpts []string, qids ...string) string {
+	t.Helper()
+	type rcpt struct {
+		Address string `json:"address"`
+	}
+	var b strings.Builder
+	for _, qid := range qids {
+		m := map[string]any{"queue_name": "hold", "queue_id": qid, "arrival_time": time.Now().Unix(), "sender": sender,
+			"recipients": []rcpt{}}
+		for _, r := range rcpts {
+			m["recipients"] = append(m["recipients"].([]rcpt), rcpt{r})
+		}
+		line, _ := json.Marshal(m)
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(dir, "postqueue-j.json")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("queue_list_command = [\"cat\", %q]\n", path)
 }
 
 // TestIntegrationForgedQueueIDNeverReachesPostsuper: three END-OF-MESSAGE
@@ -97,5 +136,98 @@ func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {
 	}
 	if !strings.Contains(td.logs.String(), "queue ID") {
 		t.Fatalf("the forged queue ID was not logged:\n%s", td.logs.String())
+	}
+}
+
+// TestIntegrationForgedValidQueueIDsAreNotTrusted: queue IDs in valid
+// Postfix and Exim syntax, forged by a client over a hold limit at
+// END-OF-MESSAGE, are never acted on. Bob's real queue ID sent twice
+// from two instances is stored on one entry at most (two entries never
+// share a queue ID); 3F2A1B4C5D, 4Yq3sT0m8Jz1234 and 1qX5Yz-000123-AB
+// name nothing. Before "quarantine delete --key mallory" runs postsuper
+// -d, the real Postfix's queue listing (postqueue -j) must confirm each
+// queue ID with mallory's envelope on hold: none is, so each delete is
+// refused and logged, quarantine list shows the entries "unverified",
+// and bob's queued message survives; show and thaw are refused the same
+// way, and delete --force forgets the records without touching Postfix.
+func TestIntegrationForgedValidQueueIDsAreNotTrusted(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	sink := mtatest.StartSink(t)
+	// The sink defers everything: bob's message stays in Postfix's queue.
+	sink.SetReply(mtatest.StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"})
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr()})
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit)
+	td := startTestDaemon(t, cfgPath)
+
+	if err := sendAs(t, pf, "bob", 1); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := pf.WaitQueue(t, 30*time.Second, func(all, _ []string) bool { return len(all) == 1 })
+	if len(all) != 1 {
+		t.Fatalf("queue %v, want bob's message", all)
+	}
+	bob := all[0]
+	// The first request of the hour is admitted; every later one is held.
+	forgedEndOfMessageAs(t, td.policyAddr, "mallory", "4F2A1B4C5D6", "warmup")
+	holds := 0
+	for i, qid := range []string{bob, bob, "3F2A1B4C5D", "3F2A1B4C5D", "4Yq3sT0m8Jz1234", "1qX5Yz-000123-AB"} {
+		if strings.HasPrefix(forgedEndOfMessageAs(t, td.policyAddr, "mallory", qid, fmt.Sprintf("forged.%d", i)), "action=HOLD") {
+			holds++
+		}
+	}
+	if holds != 6 {
+		t.Fatalf("%d of 6 forged requests held", holds)
+	}
+	out, _ := cli(t, "--config", cfgPath, "quarantine", "list", "--key", "mallory", "--json")
+	if n := strings.Count(out, `"key":"mallory"`); n != holds {
+		t.Fatalf("%d entries for %d HOLDs:\n%s", n, holds, out)
+	}
+	for _, qid := range []string{bob, "3F2A1B4C5D"} {
+		if n := strings.Count(out, fmt.Sprintf(`"queue_id":%q`, qid)); n > 1 {
+			t.Errorf("%d entries share queue ID %s:\n%s", n, qid, out)
+		}
+	}
+
+	var bobEntry string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.Contains(line, fmt.Sprintf(`"queue_id":%q`, bob)) {
+			var e struct{ ID string }
+			json.Unmarshal([]byte(line), &e)
+			bobEntry = e.ID
+		}
+	}
+	if bobEntry != "" {
+		if out, _ := cli(t, "--config", cfgPath, "quarantine", "show", bobEntry); strings.Contains(out, "hello") ||
+			!strings.Contains(out, "does not confirm the queue ID") {
+			t.Errorf("quarantine show of a forged entry printed bob's message, or no refusal:\n%s", out)
+		}
+		if out, err := cli(t, "--config", cfgPath, "quarantine", "thaw", bobEntry); err == nil {
+			t.Errorf("quarantine thaw of a forged entry succeeded:\n%s", out)
+		}
+	}
+	out, err := cli(t, "--config", cfgPath, "quarantine", "delete", "--key", "mallory", "--yes")
+	if now, _ := pf.QueueIDs(t); len(now) != 1 || now[0] != bob {
+		t.Fatalf("bob's queued message %s is gone after deleting mallory's entries (queue now %v):\n%s", bob, now, out)
+	}
+	if err == nil || strings.Contains(out, fmt.Sprintf("%d deleted, 0 failed", holds)) {
+		t.Fatalf("quarantine delete --key mallory accepted every forged queue ID: %v\n%s", err, out)
+	}
+	if !strings.Contains(td.logs.String(), "refusing to act on a held message") {
+		t.Errorf("the refusals were not logged:\n%s", td.logs.String())
+	}
+	out, _ = cli(t, "--config", cfgPath, "quarantine", "list", "--key", "mallory")
+	if !strings.Contains(out, "held:unverified") {
+		t.Errorf("quarantine list does not flag the forged entries:\n%s", out)
+	}
+	out, err = cli(t, "--config", cfgPath, "quarantine", "delete", "--key", "mallory", "--yes", "--force")
+	if err != nil || !strings.Contains(out, ", 0 failed") {
+		t.Fatalf("delete --force: %v\n%s", err, out)
+	}
+	if now, _ := pf.QueueIDs(t); len(now) != 1 || now[0] != bob {
+		t.Fatalf("delete --force touched Postfix's queue: %v", now)
+	}
+	if out, _ := cli(t, "--config", cfgPath, "quarantine", "list", "--key", "mallory"); !strings.Contains(out, "0 messages") {
+		t.Fatalf("after delete --force:\n%s", out)
 	}
 }

@@ -135,7 +135,7 @@ func newQuarantineDeleteCmd(opts *rootOptions) *cobra.Command {
 	del.Flags().StringVar(&dsel.Key, "key", "", "every held/frozen message of this rate key")
 	del.Flags().DurationVar(&dsel.OlderThan, "older-than", 0, "every held/frozen message quarantined longer ago than this")
 	del.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
-	del.Flags().BoolVar(&dsel.Force, "force", false, "also delete frozen messages whose last thaw was interrupted")
+	del.Flags().BoolVar(&dsel.Force, "force", false, "also delete frozen messages whose last thaw was interrupted, and forget held entries whose queue ID the MTA's hold queue does not confirm (without touching the MTA's queue)")
 	return del
 }
 

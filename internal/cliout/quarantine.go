@@ -32,7 +32,11 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 		if qid == "" {
 			qid = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), e.State, qid, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
+		state := e.State.String()
+		if e.Unverified != "" {
+			state += ":unverified" // the MTA's queue does not confirm its queue ID
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), state, qid, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
 			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
 	}
 	tw.Flush()

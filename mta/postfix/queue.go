@@ -33,9 +33,9 @@ const DefaultCommandTimeout = 30 * time.Second
 // then postqueue -i, delete postsuper -d, show postcat -q, list
 // postqueue -j (Postfix 3.1 and later). Exim is configured with its own
 // commands in the same fields (exim -Mt to thaw, exim -Mrm to remove,
-// exim -Mvc to show; the Exim specification, chapter "The Exim command
-// line") and no ListCommand: Exim has no JSON queue listing, and its ACLs
-// pass the message ID with every request that has one.
+// exim -Mvc to show, exim -bp to list; the Exim specification, chapter
+// "The Exim command line"). The list confirms every queue ID before a
+// command runs on it; without a ListCommand nothing held is acted on.
 //
 // The zero value has no commands: every action fails and List lists
 // nothing. Fields must not change once the Queue is in use; its methods
@@ -53,8 +53,9 @@ type Queue struct {
 	DeleteCommand []string
 	// ShowCommand prints a held message (postcat -q).
 	ShowCommand []string
-	// ListCommand lists the queue as JSON lines, one object per message
-	// (postqueue -j). Empty: List lists nothing.
+	// ListCommand lists the queue: JSON lines, one object per message
+	// (postqueue -j), or Exim's listing (exim -bp). Empty: List returns
+	// quarantine.ErrNoQueueList.
 	ListCommand []string
 	// Timeout bounds each command; zero means DefaultCommandTimeout.
 	Timeout time.Duration
@@ -94,19 +95,24 @@ type queuedMessage struct {
 	} `json:"recipients"`
 }
 
-// List runs ListCommand and parses its JSON lines (postqueue -j: one
-// object per queued message, postqueue(1)); lines that do not parse are
-// skipped. Without a ListCommand it returns nil.
+// List runs ListCommand and parses its output: JSON lines (postqueue -j:
+// one object per queued message, postqueue(1)) or, when the output does
+// not start with a JSON object, Exim's queue listing (exim -bp, parsed by
+// ParseEximQueue). JSON lines that do not parse are skipped. Without a
+// ListCommand it returns quarantine.ErrNoQueueList.
 func (q *Queue) List(ctx context.Context) ([]quarantine.QueuedMessage, error) {
 	args := q.ListCommand
 	if len(args) == 0 {
-		return nil, nil
+		return nil, quarantine.ErrNoQueueList
 	}
 	ctx, cancel := context.WithTimeout(ctx, q.timeout())
 	defer cancel()
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+	}
+	if t := bytes.TrimSpace(out); len(t) > 0 && t[0] != '{' {
+		return ParseEximQueue(out), nil
 	}
 	var msgs []quarantine.QueuedMessage
 	sc := bufio.NewScanner(bytes.NewReader(out))

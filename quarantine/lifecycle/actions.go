@@ -22,7 +22,9 @@ type Selection struct {
 	ResetRate bool `json:"reset_rate,omitempty"`
 	// Force (Thaw, Delete) acts on frozen entries whose last action was
 	// interrupted by a crash (quarantine.ErrInterrupted): they may have
-	// been delivered already.
+	// been delivered already. With Delete it also forgets held entries
+	// whose queue ID the MTA's hold queue does not confirm, without
+	// running any command.
 	Force bool `json:"force,omitempty"`
 	// By names who asked, for the log and Events.
 	By string `json:"-"`
@@ -126,7 +128,10 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 	if err != nil {
 		return "", err
 	}
-	e = s.findQueueID(ctx, e)
+	if e, err = s.confirmHeld(ctx, e); err != nil {
+		s.recordError(e.ID, err)
+		return "", err
+	}
 	note := ""
 	switch e.State {
 	case quarantine.Held:
@@ -193,7 +198,9 @@ func headerSafe(s string) string {
 // (Queue.Delete, postsuper -d), frozen mail from the store. Each entry
 // is claimed first (see Thaw). A held entry without a queue ID names
 // nothing the MTA could delete: the operator's delete forgets the record
-// and says so in the Outcome's Note.
+// and says so in the Outcome's Note. A held entry whose queue ID the MTA's
+// hold queue does not confirm (confirmHeld) is refused; with Force its
+// record is forgotten and the MTA's queue is not touched.
 func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -204,9 +211,15 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		if err != nil {
 			return "", err
 		}
-		e = s.findQueueID(ctx, e)
 		note := ""
-		if e.State == quarantine.Held {
+		e, err = s.confirmHeld(ctx, e)
+		switch {
+		case err != nil && sel.Force:
+			note = "the MTA's queue does not confirm the queue ID: the record is forgotten, the MTA's queue was not touched"
+		case err != nil:
+			s.q.Unclaim(e.ID, s.token, "")
+			return "", fmt.Errorf("%w (--force forgets the record without touching the MTA's queue)", err)
+		case e.State == quarantine.Held:
 			if e.QueueID == "" {
 				note = "no queue ID was recorded: the MTA's queue was not touched"
 			} else if err := s.deleteHeld(ctx, e.QueueID); err != nil {
@@ -247,10 +260,17 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 		}
 	case e.State == quarantine.Held:
 		if e.QueueID == "" {
-			if e, err = s.q.Claim(id, s.token, false); err == nil {
-				e = s.findQueueID(ctx, e)
-				s.q.Unclaim(id, s.token, "")
+			// Linking the queue ID found in the listing needs the claim.
+			if e, err = s.q.Claim(id, s.token, false); err != nil {
+				return e, nil, err
 			}
+			e, err = s.confirmHeld(ctx, e)
+			s.q.Unclaim(id, s.token, "")
+		} else {
+			e, err = s.confirmHeld(ctx, e)
+		}
+		if err != nil {
+			return e, nil, err
 		}
 		body, err = s.showHeld(ctx, e.QueueID)
 	}

@@ -66,6 +66,9 @@ func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 		return 0
 	}
 	msgs, err := s.queue.List(ctx)
+	if errors.Is(err, quarantine.ErrNoQueueList) {
+		msgs, err = nil, nil // the queue files are still shown (Queue.Show)
+	}
 	if err != nil {
 		s.fail("queue_list", err)
 		s.log.Error("listing the MTA's queue to complete held messages failed", "err", err)

@@ -55,12 +55,14 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 			r.Kept++
 			s.m.expired.WithLabelValues("failed").Inc()
 			s.fail("expire", err)
+			// Logged before the flag is stored: whoever sees the flag
+			// finds the log line.
+			s.log.Error("quarantine expiry: message past max_age kept (it may still be in the MTA's queue)", "id", e.ID,
+				"state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "err", err)
 			note := "past max_age, kept: " + quarantine.CleanLine(err.Error())
 			if nerr := s.q.Note(e.ID, note); nerr != nil {
 				s.log.Error("quarantine expiry: flagging an entry failed", "id", e.ID, "err", nerr)
 			}
-			s.log.Error("quarantine expiry: message past max_age kept (it may still be in the MTA's queue)", "id", e.ID,
-				"state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "err", err)
 		case outcome == "kept":
 			r.Kept++
 			s.m.expired.WithLabelValues("kept").Inc()
@@ -106,7 +108,11 @@ func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Ti
 	if err != nil {
 		return "", "", err
 	}
-	if e = s.findQueueID(ctx, e); e.State == quarantine.Held && e.QueueID == "" {
+	if e, err = s.confirmHeld(ctx, e); err != nil {
+		s.q.Unclaim(e.ID, s.token, "")
+		return "", "", err
+	}
+	if e.State == quarantine.Held && e.QueueID == "" {
 		s.q.Unclaim(e.ID, s.token, "")
 		return "", "", errNoQueueID
 	}

@@ -43,12 +43,14 @@ func TestExpireBounceAndKeep(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	clk := &clock{t0}
 	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr()), Now: clk.now, MaxAge: 24 * time.Hour,
-		Queue: &postfix.Queue{ExpireCommands: [][]string{{"true", "{queue_id}"}}}, ReportingMTA: "mx.example.org"})
+		Queue:        &postfix.Queue{ExpireCommands: [][]string{{"true", "{queue_id}"}}, ListCommand: listCommand(map[string]time.Time{"4F2A12345": t0})},
+		ReportingMTA: "mx.example.org"})
 	frozen := e.freeze(t, "alice@example.org", 1)[0]
 	null := e.freeze(t, "", 1)[0]
 	heldOK := e.hold(t, "4F2A12345")
+	clk.t = t0.Add(2 * time.Hour) // held later: 4F2A12345 is not its message
 	heldNoID := e.hold(t, "")
-	clk.t = t0.Add(25 * time.Hour)
+	clk.t = t0.Add(27 * time.Hour)
 	young := e.freeze(t, "alice@example.org", 1) // created now: not expired
 	r := e.svc.Expire(context.Background(), clk.t)
 	if r.Bounced != 2 || r.NullSender != 1 || r.Kept != 1 || r.Purged != 0 {
@@ -84,7 +86,7 @@ func TestExpireBounceAndKeep(t *testing.T) {
 
 	// A DSN that cannot be sent keeps the frozen message, flagged.
 	sink.SetReply(mtatest.StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "later"})
-	clk.t = t0.Add(50 * time.Hour)
+	clk.t = t0.Add(52 * time.Hour)
 	if r := e.svc.Expire(context.Background(), clk.t); r.Kept != 2 || r.Bounced != 0 {
 		t.Fatalf("expire with a refusing sink: %+v", r)
 	}

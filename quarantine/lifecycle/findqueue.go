@@ -2,8 +2,8 @@ package lifecycle
 
 import (
 	"cmp"
-	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -15,10 +15,11 @@ import (
 // asks smtpd_recipient_restrictions before it opens the queue file
 // (smtpd_delay_open_until_valid_rcpt), and with the policy service in
 // smtpd_recipient_restrictions only, no later request of a one-recipient
-// message brings the ID. findQueueID finds it in the hold queue listing
+// message brings the ID. linkQueued finds it in the hold queue listing
 // (postqueue -j, Postfix 3.1 and later: one JSON object per queued
 // message, postqueue(1)) by the envelope and arrival time, before the
-// entry is released, deleted or expired.
+// entry is released, deleted, shown or expired. An entry that has a queue
+// ID has it confirmed in the same listing first (confirmHeld).
 
 // queueWindowBefore and queueWindowAfter bound a held message's arrival
 // time around its record's creation (the hold is decided at RCPT, the
@@ -28,43 +29,22 @@ const (
 	queueWindowAfter  = 30 * time.Minute
 )
 
-// findQueueID links held entry e to its message in the MTA's hold queue
-// when it has no queue ID, and returns the entry as stored. When the
-// Queue lists nothing (it cannot list), or no queued message matches, e
-// is returned unchanged (the caller then reports errNoQueueID). A message matches when
-// it is in the hold queue, has e's sender and every one of e's recipients,
-// arrived within the window around e.Created, and no other pending entry
-// names it (quarantine.Store.LinkQueueID refuses that); the closest
-// arrival wins.
-func (s *Service) findQueueID(ctx context.Context, e quarantine.Entry) quarantine.Entry {
-	if e.State != quarantine.Held || e.QueueID != "" {
-		return e
-	}
-	msgs, err := s.queue.List(ctx)
-	if err != nil {
-		s.fail("queue_list", err)
-		s.log.Error("listing the MTA's queue to find a held message failed", "id", e.ID, "err", err)
-		return e
-	}
-	return s.linkQueued(e, msgs)
-}
-
-// linkQueued is findQueueID on the queue listing msgs.
+// linkQueued links held entry e, which has no queue ID, to its message
+// in msgs (the MTA's queue listing) and returns the entry as stored; an
+// entry that is not held or has a queue ID, or that no queued message
+// matches, is returned unchanged (the caller then reports errNoQueueID). A message matches when it is in the hold queue,
+// has e's sender and every one of e's recipients, arrived within the
+// window around e.Created, and no other pending entry names it
+// (quarantine.Store.LinkQueueID refuses that); the closest arrival wins.
 func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage) quarantine.Entry {
 	if e.State != quarantine.Held || e.QueueID != "" {
 		return e
 	}
 	var cands []*quarantine.QueuedMessage
 	for i := range msgs {
-		m := &msgs[i]
-		if m.Queue != "hold" || !quarantine.ValidQueueID(m.QueueID) || !strings.EqualFold(m.Sender, e.Sender) ||
-			!hasRecipients(m, e.Recipients) {
-			continue
+		if m := &msgs[i]; quarantine.ValidQueueID(m.QueueID) && mismatch(m, e) == "" {
+			cands = append(cands, m)
 		}
-		if arrived := m.Arrival; arrived.Before(e.Created.Add(-queueWindowBefore)) || arrived.After(e.Created.Add(queueWindowAfter)) {
-			continue
-		}
-		cands = append(cands, m)
 	}
 	dist := func(m *quarantine.QueuedMessage) time.Duration { return m.Arrival.Sub(e.Created).Abs() }
 	slices.SortStableFunc(cands, func(a, b *quarantine.QueuedMessage) int { return cmp.Compare(dist(a), dist(b)) })
@@ -84,6 +64,25 @@ func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage
 		}
 	}
 	return e
+}
+
+// mismatch says why queued message m is not held entry e's message, or
+// returns "" when it is: m is in the hold queue, has e's sender and every
+// one of e's recipients (case-insensitively), and arrived within the
+// window around e.Created.
+func mismatch(m *quarantine.QueuedMessage, e quarantine.Entry) string {
+	switch {
+	case m.Queue != "hold":
+		return fmt.Sprintf("the message is in the MTA's %s queue, not on hold", m.Queue)
+	case !strings.EqualFold(m.Sender, e.Sender):
+		return fmt.Sprintf("the queued message is from <%s>, the entry from <%s>", m.Sender, e.Sender)
+	case !hasRecipients(m, e.Recipients):
+		return fmt.Sprintf("the queued message is to %s, the entry to %s", strings.Join(m.Recipients, ", "), strings.Join(e.Recipients, ", "))
+	case m.Arrival.Before(e.Created.Add(-queueWindowBefore)) || m.Arrival.After(e.Created.Add(queueWindowAfter)):
+		return fmt.Sprintf("the queued message arrived at %s, the entry was recorded at %s",
+			m.Arrival.UTC().Format(time.RFC3339), e.Created.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 func hasRecipients(m *quarantine.QueuedMessage, want []string) bool {

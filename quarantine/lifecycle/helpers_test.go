@@ -101,3 +101,15 @@ func (e *env) freeze(t *testing.T, sender string, n int) []string {
 func reinjector(addr string) *mailout.Reinjector {
 	return &mailout.Reinjector{Addr: addr, Helo: "lifecycle.test", Timeout: 10 * time.Second}
 }
+
+// listCommand is a Queue.ListCommand printing msgs as postqueue -j does
+// (one JSON object a line): each held message from alice@example.org to
+// rcpt@example.net, arrived at its time.
+func listCommand(msgs map[string]time.Time) []string {
+	cmd := []string{"printf", "%s\\n"}
+	for qid, arrived := range msgs {
+		cmd = append(cmd, fmt.Sprintf(`{"queue_name":"hold","queue_id":%q,"arrival_time":%d,"sender":"alice@example.org",`+
+			`"recipients":[{"address":"rcpt@example.net"}]}`, qid, arrived.Unix()))
+	}
+	return cmd
+}

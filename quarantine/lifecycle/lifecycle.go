@@ -252,7 +252,7 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 		}
 	}
 	e := s.entryFor(req, d, nil)
-	id, err := s.q.Hold(e)
+	id, err := s.record(e, s.q.Hold)
 	if err != nil {
 		s.fail("record", err)
 		s.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", e.QueueID)
@@ -292,19 +292,47 @@ func (s *Service) EndOfMessage(req *policy.Request) {
 	if qid == "" {
 		return
 	}
-	if _, err := s.q.UpdateByInstance(req.Instance, func(e *quarantine.Entry) bool {
-		if e.QueueID != "" {
+	set := false
+	_, err := s.q.UpdateByInstance(req.Instance, func(e *quarantine.Entry) bool {
+		if set || e.QueueID != "" {
 			return false
 		}
+		set = true
 		e.QueueID, e.Size = qid, req.Size
 		if req.RecipientCount > len(e.Recipients) && req.Recipient != "" {
 			e.Recipients = append(e.Recipients, req.Recipient)
 		}
 		return true
-	}); err != nil {
+	})
+	switch {
+	case errors.Is(err, quarantine.ErrDuplicateQueueID):
+		s.duplicateQueueID(req, qid)
+	case err != nil:
 		s.fail("record", err)
 		s.log.Error("linking a held message to its queue ID failed", "err", err, "queue_id", qid)
 	}
+}
+
+// record stores e with put (Store.Hold, or a Freeze); a queue ID another
+// pending entry already has is refused (quarantine.ErrDuplicateQueueID:
+// forged, or a message recorded twice) and e is stored without it.
+func (s *Service) record(e *quarantine.Entry, put func(*quarantine.Entry) (string, error)) (string, error) {
+	id, err := put(e)
+	if errors.Is(err, quarantine.ErrDuplicateQueueID) {
+		s.duplicateQueueID(&policy.Request{QueueID: e.QueueID, ClientAddress: e.ClientAddress,
+			SASLUsername: e.SASLUsername, Instance: e.Instance}, e.QueueID)
+		e.QueueID = ""
+		id, err = put(e)
+	}
+	return id, err
+}
+
+// duplicateQueueID logs and counts a queue ID refused because another
+// pending entry has it.
+func (s *Service) duplicateQueueID(req *policy.Request, qid string) {
+	s.m.badQueueIDs.Inc()
+	s.log.Warn("refusing a queue ID another quarantined message already has (forged policy request?); the hold is recorded without one",
+		"queue_id", qid, "client_address", req.ClientAddress, "sasl_username", req.SASLUsername, "instance", req.Instance)
 }
 
 // Freeze stores a whole message (data) as frozen; it returns only after
@@ -313,7 +341,7 @@ func (s *Service) EndOfMessage(req *policy.Request) {
 // temp-fail the message.
 func (s *Service) Freeze(ctx context.Context, req *policy.Request, rcpts []string, data []byte, d policy.Decision) (string, error) {
 	e := s.entryFor(req, &d, rcpts)
-	id, err := s.q.Freeze(e, data)
+	id, err := s.record(e, func(e *quarantine.Entry) (string, error) { return s.q.Freeze(e, data) })
 	if err != nil {
 		return "", err
 	}
@@ -325,7 +353,7 @@ func (s *Service) Freeze(ctx context.Context, req *policy.Request, rcpts []strin
 // req.QueueID).
 func (s *Service) Hold(ctx context.Context, req *policy.Request, rcpts []string, d policy.Decision) (string, error) {
 	e := s.entryFor(req, &d, rcpts)
-	id, err := s.q.Hold(e)
+	id, err := s.record(e, s.q.Hold)
 	if err != nil {
 		return "", err
 	}

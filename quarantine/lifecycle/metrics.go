@@ -28,11 +28,11 @@ func newMetrics() metrics {
 		}),
 		badQueueIDs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimitd_quarantine_invalid_queue_ids_total",
-			Help: "Queue IDs refused because they are not in Postfix's or Exim's syntax (forged policy requests); the entry is recorded without one.",
+			Help: "Queue IDs refused because they are not in Postfix's or Exim's syntax or another quarantined message has them already (forged policy requests); the entry is recorded without one.",
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_quarantine_failures_total",
-			Help: "Failed quarantine operations: record, release, schedule (postqueue -i), reinject, delete, expire, dsn, store.",
+			Help: "Failed quarantine operations: record, release, schedule (postqueue -i), reinject, delete, expire, dsn, store, queue_list, verify (a queue ID the MTA's hold queue does not confirm).",
 		}, []string{"operation"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimitd_quarantine_expired_total",

@@ -59,6 +59,12 @@ func postfixCommands(pf *mtatest.Postfix) [][]string {
 	return [][]string{{"postsuper", "-c", pf.ConfigDir(), "-H", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}
 }
 
+// listPostfix is the queue list command (postqueue -j) of a private
+// instance.
+func listPostfix(pf *mtatest.Postfix) []string {
+	return []string{"postqueue", "-c", pf.ConfigDir(), "-j"}
+}
+
 // TestThawHeldSchedulesDelivery: the default release of
 // held mail is postsuper -H followed by postqueue -i, so a thawed message
 // is delivered now rather than at the next queue run (an hour here).
@@ -66,7 +72,7 @@ func TestThawHeldSchedulesDelivery(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	pf := startHoldingPostfix(t, sink)
 	ids := sendHeld(t, pf, "alice", 1)
-	e := newEnv(t, Options{Queue: &postfix.Queue{ReleaseCommands: postfixCommands(pf)}})
+	e := newEnv(t, Options{Queue: &postfix.Queue{ReleaseCommands: postfixCommands(pf), ListCommand: listPostfix(pf)}})
 	id, err := e.svc.Hold(context.Background(), &policy.Request{Sender: "alice@example.org", QueueID: ids[0]},
 		[]string{"rcpt@example.net"}, policy.Decision{Limit: "tenhold", Key: "alice"})
 	if err != nil {
@@ -91,11 +97,14 @@ func TestExpireHeldReturnsToSender(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	pf := startHoldingPostfix(t, sink)
 	ids := sendHeld(t, pf, "alice", 1)
-	clk := &clock{t0}
+	// The entry is recorded when the message arrived: the queue listing
+	// confirms the queue ID by arrival time.
+	clk := &clock{time.Now()}
 	e := newEnv(t, Options{Now: clk.now, MaxAge: time.Hour, Queue: &postfix.Queue{ExpireCommands: [][]string{
-		{"postsuper", "-c", pf.ConfigDir(), "-f", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}}}})
+		{"postsuper", "-c", pf.ConfigDir(), "-f", "{queue_id}"}, {"postqueue", "-c", pf.ConfigDir(), "-i", "{queue_id}"}},
+		ListCommand: listPostfix(pf)}})
 	e.hold(t, ids[0])
-	clk.t = t0.Add(2 * time.Hour)
+	clk.t = clk.t.Add(2 * time.Hour)
 	if r := e.svc.Expire(context.Background(), clk.t); r.Bounced != 1 || r.Kept != 0 {
 		t.Fatalf("expire: %+v\n%s", r, e.logs.String())
 	}

@@ -33,14 +33,17 @@ type Queue interface {
 	// Show returns the message as the MTA prints it (postcat -q); the
 	// caller cleans it before printing (quarantine.CleanText).
 	Show(ctx context.Context, queueID string) ([]byte, error)
-	// List lists the MTA's queue (postqueue -j), to find the queue ID of
-	// a message held at its first RCPT, before the MTA had one. An MTA
-	// that cannot list its queue returns nil and no error.
+	// List lists the MTA's queue (postqueue -j, exim -bp): every held
+	// message's queue ID is confirmed in it (sender, recipients, arrival)
+	// before Release, Expire, Delete or Show run, and the queue ID of a
+	// message held at its first RCPT, before the MTA had one, is found in
+	// it. A Queue that cannot list returns quarantine.ErrNoQueueList:
+	// held mail with a queue ID is then never acted on.
 	List(ctx context.Context) ([]quarantine.QueuedMessage, error)
 }
 
 // noQueue is the Queue of a Service configured without one: every action
-// on held mail fails, and listing finds nothing.
+// on held mail fails, and so does listing.
 type noQueue struct{}
 
 var errNoQueue = errors.New("lifecycle: no MTA queue commands configured")
@@ -50,7 +53,7 @@ func (noQueue) Expire(context.Context, string) ([]error, error)  { return nil, e
 func (noQueue) Delete(context.Context, string) error             { return errNoQueue }
 func (noQueue) Show(context.Context, string) ([]byte, error)     { return nil, errNoQueue }
 func (noQueue) List(context.Context) ([]quarantine.QueuedMessage, error) {
-	return nil, nil
+	return nil, quarantine.ErrNoQueueList
 }
 
 // checkQueueID returns why queueID must not be given to the Queue: none

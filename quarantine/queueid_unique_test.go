@@ -1,0 +1,46 @@
+package quarantine
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestTwoEntriesNeverShareAQueueID: Hold, Freeze, SetQueueID and
+// LinkQueueID refuse a queue ID another pending entry has, so a forged
+// request cannot record a second entry naming the same queued message; a
+// thawed entry's queue ID no longer counts.
+func TestTwoEntriesNeverShareAQueueID(t *testing.T) {
+	s, _, _ := newStore(t, Options{})
+	first, err := s.Hold(&Entry{Key: "alice", QueueID: "3F2A1B4C5D"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Hold(&Entry{Key: "mallory", QueueID: "3F2A1B4C5D"}); !errors.Is(err, ErrDuplicateQueueID) {
+		t.Errorf("second Hold with the queue ID: %v", err)
+	}
+	if _, err := s.Freeze(&Entry{Key: "mallory", QueueID: "3F2A1B4C5D"}, []byte("Subject: x\r\n\r\nx\r\n")); !errors.Is(err, ErrDuplicateQueueID) {
+		t.Errorf("Freeze with the queue ID: %v", err)
+	}
+	other, _ := s.Hold(&Entry{Key: "mallory", Instance: "forged.1"})
+	if _, err := s.SetQueueID("forged.1", "3F2A1B4C5D"); !errors.Is(err, ErrDuplicateQueueID) {
+		t.Errorf("SetQueueID with the queue ID: %v", err)
+	}
+	if err := s.LinkQueueID(other, "3F2A1B4C5D"); !errors.Is(err, ErrState) || !errors.Is(err, ErrDuplicateQueueID) {
+		t.Errorf("LinkQueueID with the queue ID: %v", err)
+	}
+	if e, _ := s.Get(other); e.QueueID != "" {
+		t.Errorf("the second entry got queue ID %q", e.QueueID)
+	}
+	if err := s.SetUnverified(first, "not on hold"); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := s.Get(first); e.Unverified != "not on hold" {
+		t.Errorf("Unverified %q", e.Unverified)
+	}
+	if err := s.MarkThawed(first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Hold(&Entry{Key: "alice", QueueID: "3F2A1B4C5D"}); err != nil {
+		t.Errorf("Hold with the queue ID of a thawed entry: %v", err)
+	}
+}
