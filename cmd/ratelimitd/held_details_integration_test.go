@@ -21,8 +21,7 @@ func TestIntegrationHeldEntryHasRecipientsSizeSubject(t *testing.T) {
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+
-		fmt.Sprintf("queue_list_command = [\"postqueue\", \"-c\", %q, \"-j\"]\n", pf.ConfigDir())+`
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+`
 [[limit]]
 name = "onehold"
 key = ["sasl_username"]

@@ -74,7 +74,7 @@ func mismatch(m *quarantine.QueuedMessage, e quarantine.Entry) string {
 	switch {
 	case m.Queue != "hold":
 		return fmt.Sprintf("the message is in the MTA's %s queue, not on hold", m.Queue)
-	case !strings.EqualFold(m.Sender, e.Sender):
+	case !sameAddress(m.Sender, e.Sender):
 		return fmt.Sprintf("the queued message is from <%s>, the entry from <%s>", m.Sender, e.Sender)
 	case !hasRecipients(m, e.Recipients):
 		return fmt.Sprintf("the queued message is to %s, the entry to %s", strings.Join(m.Recipients, ", "), strings.Join(e.Recipients, ", "))
@@ -89,7 +89,7 @@ func hasRecipients(m *quarantine.QueuedMessage, want []string) bool {
 	for _, w := range want {
 		found := false
 		for _, r := range m.Recipients {
-			if strings.EqualFold(r, w) {
+			if sameAddress(r, w) {
 				found = true
 				break
 			}
@@ -99,4 +99,29 @@ func hasRecipients(m *quarantine.QueuedMessage, want []string) bool {
 		}
 	}
 	return true
+}
+
+// sameAddress compares two envelope addresses case-insensitively, a
+// quoted local part ("a b"@example.org) equal to its unquoted form: the
+// policy protocol and the queue listing need not quote alike.
+func sameAddress(a, b string) bool {
+	return strings.EqualFold(unquoteLocal(a), unquoteLocal(b))
+}
+
+// unquoteLocal removes the quotes (and backslash escapes inside them) of
+// a quoted local part.
+func unquoteLocal(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 2 || addr[0] != '"' || addr[at-1] != '"' {
+		return addr
+	}
+	var b strings.Builder
+	q := addr[1 : at-1]
+	for i := 0; i < len(q); i++ {
+		if q[i] == '\\' && i+1 < len(q) {
+			i++
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String() + addr[at:]
 }

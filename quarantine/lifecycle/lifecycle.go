@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -251,6 +252,9 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 			return nil
 		}
 	}
+	if s.sameHeldMessage(req) {
+		return nil
+	}
 	e := s.entryFor(req, d, nil)
 	id, err := s.record(e, s.q.Hold)
 	if err != nil {
@@ -311,6 +315,31 @@ func (s *Service) EndOfMessage(req *policy.Request) {
 		s.fail("record", err)
 		s.log.Error("linking a held message to its queue ID failed", "err", err, "queue_id", qid)
 	}
+}
+
+// sameHeldMessage reports whether req is a later request about a message
+// already held under its instance and queue ID (Postfix has a queue ID
+// from the second RCPT on): that entry gains req's recipient and no second
+// entry is made. A failure is logged and reported as false.
+func (s *Service) sameHeldMessage(req *policy.Request) bool {
+	if req.Instance == "" || req.QueueID == "" || !quarantine.ValidQueueID(req.QueueID) {
+		return false
+	}
+	n, err := s.q.UpdateByInstance(req.Instance, func(e *quarantine.Entry) bool {
+		if e.State != quarantine.Held || e.QueueID != req.QueueID {
+			return false
+		}
+		if req.Recipient != "" && !slices.Contains(e.Recipients, req.Recipient) {
+			e.Recipients = append(e.Recipients, req.Recipient)
+		}
+		return true
+	})
+	if err != nil {
+		s.fail("record", err)
+		s.log.Error("adding to a held message's entry failed", "err", err, "queue_id", req.QueueID)
+		return false
+	}
+	return n > 0
 }
 
 // record stores e with put (Store.Hold, or a Freeze); a queue ID another
