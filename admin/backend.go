@@ -64,6 +64,20 @@ func Open(socket string, offline func() (Backend, error)) (Backend, error) {
 	return offline()
 }
 
+// With runs fn on the backend Open returns and closes it: it returns fn's
+// error, else the error of closing.
+func With(socket string, offline func() (Backend, error), fn func(Backend) error) error {
+	b, err := Open(socket, offline)
+	if err != nil {
+		return err
+	}
+	err = fn(b)
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // ResetResult is the answer to POST /v1/rate/reset.
 type ResetResult struct {
 	Key     string `json:"key"`

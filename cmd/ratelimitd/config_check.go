@@ -36,11 +36,7 @@ func newConfigCmd(opts *rootOptions) *cobra.Command {
 			}
 			if err != nil {
 				if asJSON {
-					source := path
-					if source == "" {
-						source = config.EmbeddedSource
-					}
-					cliout.JSON(cmd.OutOrStdout(), cliout.ConfigReport{Source: source, Errors: config.ErrorLines(err)})
+					cliout.JSON(cmd.OutOrStdout(), cliout.ConfigErrorReport(path, err))
 					return errors.New("configuration is not valid")
 				}
 				return reportConfigErrors(cmd.ErrOrStderr(), err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"strings"
 
@@ -210,11 +209,8 @@ func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selectio
 	if n <= 1 {
 		return nil
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "Delete %d messages? [y/N] ", n)
-	answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-	if a := strings.ToLower(strings.TrimSpace(answer)); a == "y" || a == "yes" {
+	if cliout.Confirm(cmd.InOrStdin(), cmd.OutOrStdout(), fmt.Sprintf("Delete %d messages?", n)) {
 		return nil
 	}
-	fmt.Fprintln(cmd.OutOrStdout())
 	return fmt.Errorf("nothing deleted: %d messages selected and not confirmed (answer y, or add --yes)", n)
 }

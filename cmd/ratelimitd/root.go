@@ -83,20 +83,11 @@ func exitStatus(err error, stderr io.Writer) int {
 }
 
 // withBackend asks the running daemon (admin socket), else opens its state
-// file with offline, runs fn on the backend and closes it; it returns fn's
-// error, else the error of closing.
+// file with offline, runs fn on the backend and closes it (admin.With).
 func withBackend(opts *rootOptions, offline func(*config.File) (*admin.Local, error), fn func(admin.Backend, *config.File) error) error {
 	f, err := config.Load(opts.configPath)
 	if err != nil {
 		return err
 	}
-	b, err := admin.Open(f.Server.AdminSocket, func() (admin.Backend, error) { return offline(f) })
-	if err != nil {
-		return err
-	}
-	err = fn(b, f)
-	if cerr := b.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return admin.With(f.Server.AdminSocket, func() (admin.Backend, error) { return offline(f) }, func(b admin.Backend) error { return fn(b, f) })
 }

@@ -64,11 +64,12 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 			return err
 		}
 	} else {
-		msgs, st, err := so.mo.read(so.maillog)
+		r, err := so.mo.reader(so.maillog)
 		if err != nil {
 			return err
 		}
-		if err := st.WriteSummary(cmd.ErrOrStderr()); err != nil {
+		msgs := r.Messages() // fills the Stats' message counts
+		if err := r.Stats().WriteSummary(cmd.ErrOrStderr()); err != nil {
 			return err
 		}
 		tr = maillog.Trace(msgs)

@@ -3,13 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
@@ -25,16 +24,6 @@ func (mo *maillogOptions) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&mo.tz, "tz", "", "time `ZONE` of timestamps without an offset, e.g. Europe/Berlin (default: the local zone)")
 	fl.StringVar(&mo.logEnd, "log-end", "", "date year-less syslog lines so that each file ends no later than `TIME` (RFC 3339; default: the file's modification time)")
-}
-
-// read reads the logs at paths and returns their messages and statistics.
-func (mo *maillogOptions) read(paths []string) ([]maillog.Message, maillog.Stats, error) {
-	r, err := mo.reader(paths)
-	if err != nil {
-		return nil, maillog.Stats{}, err
-	}
-	msgs := r.Messages()
-	return msgs, r.Stats(), nil
 }
 
 // reader returns a Reader that has dated the logs at paths.
@@ -54,13 +43,7 @@ func (mo *maillogOptions) reader(paths []string) (*maillog.Reader, error) {
 		}
 		opts.End = t
 	}
-	r := maillog.NewReader(opts)
-	for _, p := range paths {
-		if err := r.ReadFile(p); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
+	return maillog.ReadFiles(opts, paths...)
 }
 
 func newTraceCmd() *cobra.Command {
@@ -93,19 +76,12 @@ func newTraceFromMaillogCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var w io.Writer = cmd.OutOrStdout()
-			var f *os.File
-			if output != "" && output != "-" {
-				if f, err = os.Create(output); err != nil {
-					return err
-				}
-				w = f
+			w, closeOut, err := cliout.Create(output, cmd.OutOrStdout())
+			if err != nil {
+				return err
 			}
 			err = r.StreamTrace(w, "ratelimitd trace from-maillog "+strings.Join(args, " "))
-			if f != nil {
-				err = errors.Join(err, f.Close())
-			}
-			if err != nil {
+			if err = errors.Join(err, closeOut()); err != nil {
 				return err
 			}
 			return r.Stats().WriteSummary(cmd.ErrOrStderr())

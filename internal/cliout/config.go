@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -35,6 +36,15 @@ type LimitReport struct {
 	Via           []string           `json:"via"`
 	CountedAt     string             `json:"counted_at"`
 	Overrides     map[string]float64 `json:"overrides,omitempty"`
+}
+
+// ConfigErrorReport is the report of a configuration from path (""
+// means the embedded default) that did not load: one error per problem.
+func ConfigErrorReport(path string, err error) ConfigReport {
+	if path == "" {
+		path = config.EmbeddedSource
+	}
+	return ConfigReport{Source: path, Errors: config.ErrorLines(err)}
 }
 
 // NewConfigReport is the report of a valid configuration from source.
