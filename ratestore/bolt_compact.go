@@ -132,7 +132,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 			return errCompactionStopped
 		}
 		end := min(i+p.pieceKeys, len(c.ents))
-		if err := p.update(func(tx *bbolt.Tx) error { return c.apply(tx, i, end, skip) }); err != nil {
+		if err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error { return c.apply(tx, t, i, end, skip) }); err != nil {
 			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
 		}
 		p.release()
@@ -146,13 +146,13 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 			return errCompactionStopped
 		}
 		seqs := c.seqs[i:min(i+compactDeleteMax, len(c.seqs))]
-		err := p.update(func(tx *bbolt.Tx) error {
+		err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error {
 			j := tx.Bucket(journalName)
 			for n, seq := range seqs {
 				if c.bad[i+n] {
 					continue // kept for the operator: see compact
 				}
-				if err := j.Delete(seq); err != nil {
+				if err := t.Delete(j, journalPath, seq); err != nil {
 					return fmt.Errorf("store: delete %s/%x: %w", journalName, seq, err)
 				}
 			}
@@ -563,7 +563,7 @@ func commonPrefix(a, b []byte) int {
 // apply puts or deletes the entries c.ents[start:end] in the snapshot, in
 // tx, reading them from the journal's records, and deletes the buckets its
 // deletions emptied. Entries of a limit whose skip is set are dropped.
-func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
+func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip []bool) error {
 	root, j := tx.Bucket(bucketName), tx.Bucket(journalName)
 	if root == nil || j == nil {
 		return errors.New("bucket missing")
@@ -609,7 +609,7 @@ func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
 				b, looked = root.Bucket([]byte(name)), true
 			}
 			if b != nil {
-				if err := b.Delete(k); err != nil {
+				if err := t.Delete(b, []string{string(bucketName), name}, k); err != nil {
 					return fmt.Errorf("delete %s/%q: %w", name, k, err)
 				}
 				del = true
@@ -625,7 +625,7 @@ func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
 		}
 		at := len(c.cells)
 		c.cells = statedb.Seal(c.cells, k, cellVersion, v)
-		if err := b.Put(k, c.cells[at:len(c.cells):len(c.cells)]); err != nil {
+		if err := t.Put(b, []string{string(bucketName), name}, k, c.cells[at:len(c.cells):len(c.cells)]); err != nil {
 			return fmt.Errorf("put %s/%q: %w", name, k, err)
 		}
 	}
@@ -634,6 +634,7 @@ func (c *compaction) apply(tx *bbolt.Tx, start, end int, skip []bool) error {
 		if err := root.DeleteBucket([]byte(name)); err != nil {
 			return fmt.Errorf("delete bucket %s/%s: %w", bucketName, name, err)
 		}
+		t.Touch([]string{string(bucketName), name})
 	}
 	return nil
 }

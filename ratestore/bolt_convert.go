@@ -39,7 +39,7 @@ func (p *Persistent) convert() error {
 			return fmt.Errorf("store: convert %s/%s: %w", bucketName, name, err)
 		}
 	}
-	err := p.update(func(tx *bbolt.Tx) error {
+	err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error {
 		if b := tx.Bucket(metaName); b != nil {
 			var ks, vs [][]byte
 			b.ForEach(func(k, v []byte) error {
@@ -49,7 +49,7 @@ func (p *Persistent) convert() error {
 				return nil
 			})
 			for i := range ks {
-				if err := b.Put(ks[i], vs[i]); err != nil {
+				if err := t.Put(b, metaPath, ks[i], vs[i]); err != nil {
 					return err
 				}
 			}
@@ -58,7 +58,7 @@ func (p *Persistent) convert() error {
 		if err != nil {
 			return err
 		}
-		return root.Put(versionKey, []byte(formatVersion))
+		return t.Put(root, rootPath, versionKey, []byte(formatVersion))
 	})
 	if err != nil {
 		return fmt.Errorf("store: convert %s: %w", p.db.Path(), err)
@@ -97,10 +97,10 @@ func (p *Persistent) sealBucket(name []byte) error {
 			return err
 		}
 		if len(ks) > 0 {
-			if err := p.update(func(tx *bbolt.Tx) error {
+			if err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error {
 				b := tx.Bucket(bucketName).Bucket(name)
 				for i := range ks {
-					if err := b.Put(ks[i], vs[i]); err != nil {
+					if err := t.Put(b, []string{string(bucketName), string(name)}, ks[i], vs[i]); err != nil {
 						return err
 					}
 				}

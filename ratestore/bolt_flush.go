@@ -151,9 +151,10 @@ func damageSafe(db *bbolt.DB, fn func() error) (err error) {
 	return fn()
 }
 
-// update runs fn in a read-write transaction (damageSafe).
-func (p *Persistent) update(fn func(*bbolt.Tx) error) error {
-	return damageSafe(p.db, func() error { return p.db.Update(fn) })
+// update runs fn in a read-write transaction (damageSafe), with the tally
+// of the manifest entries of the buckets it writes (statedb.Tally).
+func (p *Persistent) update(fn func(*bbolt.Tx, *statedb.Tally) error) error {
+	return damageSafe(p.db, func() error { return statedb.Update(p.db, fn) })
 }
 
 // view is update's read-only counterpart.
@@ -187,11 +188,11 @@ func (p *Persistent) flushChanges() error {
 	written, deleted, skipped := p.encode()
 	var err error
 	if len(p.rends) > 0 || len(p.metaDirty) > 0 {
-		err = p.update(func(tx *bbolt.Tx) error {
-			if err := p.putMeta(tx); err != nil {
+		err = p.update(func(tx *bbolt.Tx, t *statedb.Tally) error {
+			if err := p.putMeta(tx, t); err != nil {
 				return err
 			}
-			return p.appendJournal(tx)
+			return p.appendJournal(tx, t)
 		})
 	}
 	if err != nil {
@@ -302,7 +303,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 }
 
 // putMeta stores the parameters in p.metaDirty.
-func (p *Persistent) putMeta(tx *bbolt.Tx) error {
+func (p *Persistent) putMeta(tx *bbolt.Tx, t *statedb.Tally) error {
 	if len(p.metaDirty) == 0 {
 		return nil
 	}
@@ -311,7 +312,7 @@ func (p *Persistent) putMeta(tx *bbolt.Tx) error {
 		return fmt.Errorf("store: create bucket %s: %w", metaName, err)
 	}
 	for name, l := range p.metaDirty {
-		if err := b.Put([]byte(name), statedb.Seal(nil, []byte(name), metaVersion, encodeParams(l))); err != nil {
+		if err := t.Put(b, metaPath, []byte(name), statedb.Seal(nil, []byte(name), metaVersion, encodeParams(l))); err != nil {
 			return fmt.Errorf("store: put %s/%s: %w", metaName, name, err)
 		}
 	}
@@ -323,7 +324,7 @@ func (p *Persistent) putMeta(tx *bbolt.Tx) error {
 // over its key. A record never replaces another: should the bucket's
 // sequence be behind its last key (a damaged bucket header), it starts
 // after that key.
-func (p *Persistent) appendJournal(tx *bbolt.Tx) error {
+func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 	j, err := tx.CreateBucketIfNotExists(journalName)
 	if err != nil {
 		return fmt.Errorf("store: create bucket %s: %w", journalName, err)
@@ -332,6 +333,7 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx) error {
 		if err := j.SetSequence(binary.BigEndian.Uint64(k)); err != nil {
 			return err
 		}
+		t.Touch(journalPath)
 	}
 	prev := 0
 	for _, end := range p.rends {
@@ -341,7 +343,7 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx) error {
 		}
 		key, rec := binary.BigEndian.AppendUint64(nil, seq), p.rbuf[prev:end]
 		binary.BigEndian.PutUint32(rec[len(rec)-4:], statedb.Sum(key, rec[:len(rec)-4]))
-		if err := j.Put(key, rec); err != nil {
+		if err := t.Append(j, journalPath, key, rec); err != nil {
 			return fmt.Errorf("store: append to %s: %w", journalName, err)
 		}
 		prev = end

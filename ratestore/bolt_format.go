@@ -45,6 +45,12 @@ import (
 // to start on an unreadable record until the operator salvages the file
 // or accepts the loss).
 //
+// Each of these buckets (and each limit's snapshot bucket) has a manifest
+// entry (statedb.Tally: its count of values and its sequence) written in
+// the same transaction as its records, so that a record missing, a
+// bucket whose name or sequence a bit flip changed, is found like an
+// unreadable record.
+//
 // The stored state is the snapshot with the journal's records applied in
 // sequence order: an entry replaces the key's state, a deleted entry removes
 // it. NewPersistent restores exactly that, reading both in one read-only
@@ -73,6 +79,11 @@ var (
 	bucketName  = []byte("ratestate")
 	journalName = []byte("ratejournal")
 	versionKey  = []byte("\x00version")
+	// The buckets' paths in the manifest (statedb.Tally): a limit's
+	// snapshot bucket is ratestate, then its name.
+	rootPath    = []string{"ratestate"}
+	journalPath = []string{"ratejournal"}
+	metaPath    = []string{"ratemeta"}
 )
 
 const (

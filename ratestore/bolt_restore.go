@@ -107,7 +107,7 @@ func (p *Persistent) restore() error {
 // the bucket and marking a format 1 file (snapshot only) as the current
 // format; in read-only mode it writes nothing.
 func (p *Persistent) checkFormat() error {
-	version := func(tx *bbolt.Tx) error {
+	version := func(tx *bbolt.Tx, t *statedb.Tally) error {
 		root := tx.Bucket(bucketName)
 		if root == nil && (p.opts.ReadOnly || tx.Bucket(journalName) != nil) {
 			return nil // a journal without snapshot: of format 2
@@ -118,7 +118,7 @@ func (p *Persistent) checkFormat() error {
 				return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
 			}
 			p.sealed = true
-			return root.Put(versionKey, []byte(formatVersion))
+			return t.Put(root, rootPath, versionKey, []byte(formatVersion))
 		}
 		switch v := root.Get(versionKey); {
 		case v == nil || string(v) == formatV1:
@@ -127,7 +127,7 @@ func (p *Persistent) checkFormat() error {
 			}
 			// Format 2 until converted: an older ratelimitd then
 			// refuses the journal rather than ignore it.
-			if err := root.Put(versionKey, []byte(formatV2)); err != nil {
+			if err := t.Put(root, rootPath, versionKey, []byte(formatV2)); err != nil {
 				return fmt.Errorf("store: write format version: %w", err)
 			}
 		case string(v) == formatVersion:
@@ -138,9 +138,15 @@ func (p *Persistent) checkFormat() error {
 		return nil
 	}
 	if p.opts.ReadOnly {
-		return p.db.View(version)
+		return p.db.View(func(tx *bbolt.Tx) error { return version(tx, nil) })
 	}
-	return p.db.Update(version)
+	return statedb.Update(p.db, func(tx *bbolt.Tx, t *statedb.Tally) error {
+		if err := version(tx, t); err != nil {
+			return err
+		}
+		ensureManifest(tx, t)
+		return nil
+	})
 }
 
 // storedParams reads the parameters each limit's stored states were
@@ -184,12 +190,13 @@ func (p *Persistent) deleteBuckets(names []string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	return p.db.Update(func(tx *bbolt.Tx) error {
+	return statedb.Update(p.db, func(tx *bbolt.Tx, t *statedb.Tally) error {
 		root := tx.Bucket(bucketName)
 		for _, name := range names {
 			if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 				return fmt.Errorf("store: delete bucket %s/%s: %w", bucketName, name, err)
 			}
+			t.Touch([]string{string(bucketName), name})
 		}
 		return nil
 	})
@@ -379,5 +386,21 @@ func (r *stateRestore) state(k, v []byte) {
 		if !r.configured && p.opts.Limits != nil {
 			p.stats.Unconfigured++
 		}
+	}
+}
+
+// ensureManifest has the manifest entries of the rate state's buckets
+// written where a file written before the manifest has none.
+func ensureManifest(tx *bbolt.Tx, t *statedb.Tally) {
+	for _, path := range [][]string{rootPath, journalPath, metaPath} {
+		if tx.Bucket([]byte(path[0])) != nil {
+			t.Ensure(path)
+		}
+	}
+	if root := tx.Bucket(bucketName); root != nil {
+		root.ForEachBucket(func(name []byte) error {
+			t.Ensure([]string{string(bucketName), string(name)})
+			return nil
+		})
 	}
 }

@@ -351,7 +351,8 @@ func (r *Recipients) flush() error {
 	if len(changes) == 0 {
 		return nil
 	}
-	write := func(tx *bbolt.Tx) error {
+	path := []string{string(rcptBucket)}
+	write := func(tx *bbolt.Tx, t *statedb.Tally) error {
 		b, err := tx.CreateBucketIfNotExists(rcptBucket)
 		if err != nil {
 			return err
@@ -359,15 +360,15 @@ func (r *Recipients) flush() error {
 		if !r.sealed {
 			// Every pair restored is among the changes: the bucket is
 			// sealed with this transaction.
-			if err := b.Put(versionKey, []byte(rcptFormat)); err != nil {
+			if err := t.Put(b, path, versionKey, []byte(rcptFormat)); err != nil {
 				return err
 			}
 		}
 		for _, c := range changes {
 			if c.val == nil {
-				err = b.Delete([]byte(c.id))
+				err = t.Delete(b, path, []byte(c.id))
 			} else {
-				err = b.Put([]byte(c.id), c.val)
+				err = t.Put(b, path, []byte(c.id), c.val)
 			}
 			if err != nil {
 				return err
@@ -375,7 +376,7 @@ func (r *Recipients) flush() error {
 		}
 		return nil
 	}
-	if err := damageSafe(r.db, func() error { return r.db.Update(write) }); err != nil {
+	if err := damageSafe(r.db, func() error { return statedb.Update(r.db, write) }); err != nil {
 		// Keep the changes: mark them dirty again.
 		for _, c := range changes {
 			sh := r.shard(c.id)

@@ -50,6 +50,9 @@ func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	default:
 		fmt.Fprintln(w, "page structure: ok")
 	}
+	if warn, _ := MetaFallback(path); warn != "" {
+		fmt.Fprintf(w, "WARNING: %s\n", warn)
+	}
 	db, err := openBolt(path, true, time.Second)
 	if errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("%s is locked by another process (is ratelimitd running? stop it first)", path)

@@ -4,7 +4,13 @@
 // safely (Open), refusing a damaged one with an error that names the file,
 // the cause and the way out (Damaged); it checks the file and reports what
 // is readable (Check, `ratelimitd state check`); and it copies every
-// readable bucket into a new file (Salvage).
+// readable bucket into a new file (Salvage). Every value the stores keep
+// is a checksummed record (Seal, Unseal), and every bucket of records has
+// a checksummed manifest entry, its count of values and its sequence,
+// written in the same transaction as its records (Tally, Update); Scan
+// reads every record and compares every bucket with its entry, so that a
+// record damaged, missing, or hidden with its bucket is reported, never
+// silently forgotten.
 //
 // BoltDB follows page references without checking them. A branch page
 // that refers to itself or an ancestor sends its cursor, and its own
@@ -14,7 +20,11 @@
 // CheckPages walks the page tree without BoltDB (the on-disk format of
 // bbolt's internal/common package: 16-byte page headers, branch and leaf
 // elements, inline buckets, two meta pages checksummed with FNV-64a) and
-// reports such a file before it is opened. Open then turns BoltDB's panics,
+// reports such a file before it is opened; it also checks that each
+// page's elements lie packed as BoltDB writes them, which finds a damaged
+// element count (BoltDB would read the page without the elements past
+// it). A meta page that fails its checksum makes BoltDB read the
+// transaction before it, silently: MetaFallback reports it. Open then turns BoltDB's panics,
 // and faults on a truncated mapping, into errors, compares the file's size
 // with the last transaction's high-water mark and runs Tx.Check. Opens take
 // the file lock with a 1 s timeout, so a CLI never hangs on a database the

@@ -254,6 +254,13 @@ func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 		fail(true, "%d elements do not fit", count)
 		return
 	}
+	if flags == branchPageFlag || flags == leafPageFlag {
+		if err := packed(p, flags == leafPageFlag, count, inline); err != nil {
+			// BoltDB reads such a page without complaint, and without
+			// the elements its count no longer covers.
+			w.record(fmt.Errorf("page %d: %v", id, err))
+		}
+	}
 	switch {
 	case flags == branchPageFlag: // BoltDB compares the flags exactly
 		for i := range count {
@@ -314,4 +321,111 @@ func (w *pageWalker) span(p []byte, at int, pos, ksize, vsize []byte) error {
 		return fmt.Errorf("key or value past the end of the page (%d > %d)", end, len(p))
 	}
 	return nil
+}
+
+// packed checks that the count elements of the branch or leaf page p lie
+// as BoltDB writes them (bbolt's WriteInodeToPage): the data of each
+// element (its key, then a leaf's value) right after the previous one's,
+// the first right after the element headers; an inline bucket's page
+// (inline) ends with its last element's data, and a page without
+// elements is zero where a first element would be (BoltDB writes every
+// page from a zeroed buffer). A count that lost a bit hides the elements
+// past it (their records, or a page of them, silently gone, since each
+// remaining element still reads) and would otherwise be found by nothing:
+// the pages the hidden elements held are still reachable.
+func packed(p []byte, leaf bool, count int, inline bool) error {
+	next := uint64(pageHeaderSize + count*leafElemSize) // branch elements are as long
+	for i := range count {
+		at := pageHeaderSize + i*leafElemSize
+		e := p[at:]
+		pos, size := e[0:], uint64(binary.LittleEndian.Uint32(e[4:]))
+		if leaf {
+			pos = e[4:]
+			size = uint64(binary.LittleEndian.Uint32(e[8:])) + uint64(binary.LittleEndian.Uint32(e[12:]))
+		}
+		if got := uint64(at) + uint64(binary.LittleEndian.Uint32(pos)); got != next {
+			return fmt.Errorf("element %d of %d: its data at byte %d, not %d where the elements before it end "+
+				"(a damaged element count or position hides or misreads elements)", i, count, got, next)
+		}
+		next += size
+	}
+	switch {
+	case inline && next != uint64(len(p)):
+		return fmt.Errorf("inline bucket of %d bytes, its %d elements end at %d "+
+			"(a damaged element count hides elements)", len(p), count, next)
+	case !inline && count == 0 && len(p) >= pageHeaderSize+leafElemSize &&
+		!allZero(p[pageHeaderSize:pageHeaderSize+leafElemSize]):
+		return fmt.Errorf("no elements, yet a first element follows its header (a damaged element count hides elements)")
+	}
+	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// MetaFallback reports, for the BoltDB file at path, a meta page that
+// fails its checksum while the other is sound: BoltDB then reads the
+// transaction the sound one describes, silently. When the damaged page
+// still gives its transaction id, and that is the later one, the changes
+// of that last transaction are not in what BoltDB reads (a write torn by
+// a crash, whose commit never returned, or damage since); an older
+// damaged page costs nothing (BoltDB writes it again at the next
+// commit). It returns "" when both pages are sound, or when neither is
+// (Open refuses that file), and the os error when the file cannot be read.
+func MetaFallback(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	type metaPage struct {
+		ok       bool
+		txid     uint64
+		pageSize int64
+	}
+	read := func(off int64) metaPage {
+		buf := make([]byte, pageHeaderSize+metaChecksumAt+8)
+		if n, _ := f.ReadAt(buf, off); n < len(buf) {
+			return metaPage{}
+		}
+		m := buf[pageHeaderSize:]
+		h := fnv.New64a()
+		h.Write(m[:metaChecksumAt])
+		return metaPage{
+			ok: binary.LittleEndian.Uint32(m) == boltMagic && binary.LittleEndian.Uint32(m[4:]) == boltVersion &&
+				h.Sum64() == binary.LittleEndian.Uint64(m[metaChecksumAt:]),
+			txid:     binary.LittleEndian.Uint64(m[48:]),
+			pageSize: int64(binary.LittleEndian.Uint32(m[8:])),
+		}
+	}
+	m0 := read(0)
+	off := int64(os.Getpagesize())
+	if m0.ok {
+		off = m0.pageSize
+	}
+	m1 := read(off)
+	if m0.ok == m1.ok {
+		return "", nil
+	}
+	bad, good, page := m0, m1, 0
+	if m0.ok {
+		bad, good, page = m1, m0, 1
+	}
+	switch bad.txid {
+	case good.txid + 1:
+		return fmt.Sprintf("meta page %d fails its checksum; it was transaction %d's, the last: BoltDB reads transaction %d, "+
+			"without the changes of the last (a write torn by a crash, whose commit never returned, or damage since; "+
+			"BoltDB writes the page again at the next commit)", page, bad.txid, good.txid), nil
+	case good.txid - 1:
+		return fmt.Sprintf("meta page %d fails its checksum; it was transaction %d's, the one before the last (%d): "+
+			"nothing is lost (BoltDB writes the page again at the next commit)", page, bad.txid, good.txid), nil
+	}
+	return fmt.Sprintf("meta page %d fails its checksum, and its transaction cannot be told: BoltDB reads transaction %d; "+
+		"if the damaged page was the later one, the changes of that last transaction are not in what it reads", page, good.txid), nil
 }

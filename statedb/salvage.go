@@ -113,6 +113,9 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 		return fmt.Errorf("salvage: the list of buckets cannot be read: %w", err)
 	}
 	for _, top := range tops {
+		if top == ManifestBucket {
+			continue // written afresh for what was copied
+		}
 		if err := s.bucket(top); err != nil {
 			return err
 		}
@@ -122,6 +125,12 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 		if err := s.save([]string{name}, n); err != nil {
 			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
 		}
+	}
+	if err := Update(out, func(tx *bolt.Tx, t *Tally) error {
+		recountAll(tx, t, formats)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("salvage: write %s: %w", s.dst, err)
 	}
 	fmt.Fprintf(w, "salvage: %d keys copied to %s, %d buckets skipped\n", s.copied, dst, s.skipped)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
@@ -32,16 +33,21 @@ type Format struct {
 	SetAside string
 }
 
-// Lost is a record Scan found unreadable.
+// Lost is a record Scan found unreadable, or (Key nil) a bucket that
+// differs from its manifest entry: records missing, or a damaged bucket.
 type Lost struct {
-	Path  []string // its bucket: the top-level bucket, then nested ones
-	Key   []byte
-	Bytes int   // its length
-	Keys  int   // the keys it held, as far as can be told
-	Err   error // why it cannot be read
+	Path    []string // its bucket: the top-level bucket, then nested ones
+	Key     []byte
+	Bytes   int   // its length
+	Keys    int   // the keys it held, as far as can be told
+	Missing int   // for a bucket: the records missing from it
+	Err     error // why it cannot be read
 }
 
 func (l Lost) String() string {
+	if l.Key == nil {
+		return fmt.Sprintf("bucket %s: %v", strings.Join(l.Path, "/"), l.Err)
+	}
 	key := string(l.Key)
 	if len(key) > 80 {
 		key = key[:80] + "..."
@@ -61,52 +67,94 @@ type Usage struct {
 }
 
 // Scan checks every record of the buckets formats describe in db and
-// returns those that cannot be read, and each bucket's counts. A panic or
-// fault of BoltDB while reading is returned as an error (see Open for the
-// damage it guards against first).
+// returns those that cannot be read, and each bucket's counts. It compares
+// every bucket with its manifest entry (see Tally) and reports, beside the
+// unreadable records, a bucket with records missing, one missing whole, a
+// bucket among records, and a manifest entry that cannot be read. A panic
+// or fault of BoltDB while reading is returned as an error (see Open for
+// the damage it guards against first).
 func Scan(db *bolt.DB, formats []Format) (lost []Lost, usage []Usage, err error) {
 	err = recovered(func() error {
 		return db.View(func(tx *bolt.Tx) error {
+			m := readManifest(tx)
+			lost = append(lost, m.lost...)
+			// BoltDB's root holds buckets only: a value there is a
+			// bucket whose flags a bit flip changed.
+			tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+				if b == nil {
+					lost = append(lost, Lost{Path: []string{string(name)}, Err: errTopValue})
+				}
+				return nil
+			})
+			tops := map[string]bool{}
 			for _, f := range formats {
-				u := Usage{Bucket: f.Bucket}
-				b := tx.Bucket([]byte(f.Bucket))
-				if b == nil || f.Check == nil {
-					usage = append(usage, u)
-					continue
-				}
-				check := f.Check(tx)
-				visit := func(path []string, b *bolt.Bucket) error {
-					return b.ForEach(func(k, v []byte) error {
-						if v == nil {
-							return nil
-						}
-						n, err := check(path, k, v)
-						u.Records++
-						u.Bytes += len(v)
-						u.Keys += n
-						if err != nil {
-							u.Lost++
-							lost = append(lost, Lost{Path: path, Key: bytes.Clone(k), Bytes: len(v), Keys: n, Err: err})
-						}
-						return nil
-					})
-				}
-				if !f.Nested {
-					if err := visit([]string{f.Bucket}, b); err != nil {
-						return err
-					}
-				} else if err := b.ForEachBucket(func(name []byte) error {
-					return visit([]string{f.Bucket, string(name)}, b.Bucket(name))
-				}); err != nil {
-					return err
-				}
-				usage = append(usage, u)
+				tops[f.Bucket] = true
+				u, l := scanFormat(tx, f, m)
+				usage, lost = append(usage, u), append(lost, l...)
 			}
+			missing := m.missing(tops)
+			slices.SortFunc(missing, func(a, b Lost) int { return slices.Compare(a.Path, b.Path) })
+			lost = append(lost, missing...)
 			return nil
 		})
 	})
 	return lost, usage, err
 }
+
+// scanFormat checks the records of the format f in tx against their checks
+// and the manifest m.
+func scanFormat(tx *bolt.Tx, f Format, m *manifest) (u Usage, lost []Lost) {
+	u.Bucket = f.Bucket
+	b := tx.Bucket([]byte(f.Bucket))
+	if b == nil {
+		return u, nil
+	}
+	var check func(path []string, k, v []byte) (int, error)
+	if f.Check != nil {
+		check = f.Check(tx)
+	}
+	// visit checks the records of b at path and its count of values
+	// against its manifest entry, and returns its nested buckets.
+	visit := func(path []string, b *bolt.Bucket, records bool) (nested [][]byte) {
+		var values uint64
+		b.ForEach(func(k, v []byte) error {
+			if v == nil {
+				nested = append(nested, bytes.Clone(k))
+				return nil
+			}
+			values++
+			if !records || check == nil {
+				return nil
+			}
+			n, err := check(path, k, v)
+			u.Records++
+			u.Bytes += len(v)
+			u.Keys += n
+			if err != nil {
+				u.Lost++
+				lost = append(lost, Lost{Path: path, Key: bytes.Clone(k), Bytes: len(v), Keys: n, Err: err})
+			}
+			return nil
+		})
+		if l, ok := m.compare(path, b, values); !ok {
+			u.Lost++
+			lost = append(lost, l)
+		}
+		return nested
+	}
+	// A bucket among records (a record whose flags a bit flip turned into
+	// a bucket's) is not read: its bucket's count finds it missing.
+	nested := visit([]string{f.Bucket}, b, !f.Nested)
+	if f.Nested {
+		for _, name := range nested {
+			visit([]string{f.Bucket, string(name)}, b.Bucket(name), true)
+		}
+	}
+	return u, lost
+}
+
+// errTopValue is the error of a top-level value.
+var errTopValue = errors.New("a value, not a bucket, at the top of the file: a bucket's flags damaged")
 
 // LostKeys returns the keys the records held, as far as can be told.
 func LostKeys(lost []Lost) int {
@@ -150,7 +198,9 @@ func RecordsLost(path string, lost []Lost) error {
 
 // SetAside removes the records lost (found by Scan with formats) from
 // db, in one transaction: each is moved into its format's SetAside
-// bucket, kept byte for byte under the same key, or deleted. It is the
+// bucket, kept byte for byte under the same key, or deleted; the manifest
+// entries of their buckets, and of the buckets found to differ from
+// theirs, are counted afresh (an unreadable entry is deleted). It is the
 // operator's decision to go on without them (serve --accept-state-loss).
 func SetAside(db *bolt.DB, formats []Format, lost []Lost) error {
 	aside := map[string]string{}
@@ -158,15 +208,30 @@ func SetAside(db *bolt.DB, formats []Format, lost []Lost) error {
 		aside[f.Bucket] = f.SetAside
 	}
 	return recovered(func() error {
-		return db.Update(func(tx *bolt.Tx) error {
+		return Update(db, func(tx *bolt.Tx, t *Tally) error {
 			for _, l := range lost {
-				b := tx.Bucket([]byte(l.Path[0]))
-				for _, p := range l.Path[1:] {
-					if b != nil {
-						b = b.Bucket([]byte(p))
+				if l.Err == errTopValue {
+					// It cannot be read as a bucket: the manifest's
+					// entries of its bucket are written afresh.
+					c := tx.Cursor()
+					if k, v := c.Seek([]byte(l.Path[0])); string(k) == l.Path[0] && v != nil {
+						if err := c.Delete(); err != nil {
+							return err
+						}
 					}
+					continue
 				}
-				if b == nil {
+				if l.Path[0] == ManifestBucket {
+					if mb := tx.Bucket(manifestName); mb != nil {
+						if err := mb.Delete(l.Key); err != nil {
+							return err
+						}
+					}
+					continue
+				}
+				t.Recount(l.Path)
+				b := bucketAt(tx, l.Path)
+				if b == nil || l.Key == nil {
 					continue
 				}
 				v := b.Get(l.Key)
@@ -178,7 +243,7 @@ func SetAside(db *bolt.DB, formats []Format, lost []Lost) error {
 					if err != nil {
 						return err
 					}
-					if err := ab.Put(bytes.Clone(l.Key), bytes.Clone(v)); err != nil {
+					if err := t.Put(ab, []string{name}, bytes.Clone(l.Key), bytes.Clone(v)); err != nil {
 						return err
 					}
 				}

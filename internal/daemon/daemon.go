@@ -172,6 +172,10 @@ func (d *Daemon) openStores() (err error) {
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
+	// Read before the first commit writes the damaged meta page again.
+	if warn, _ := statedb.MetaFallback(s.DBPath()); warn != "" {
+		d.log.Warn("state file: "+warn, "file", s.DBPath())
+	}
 	d.db, err = statedb.Open(s.DBPath(), false)
 	if err != nil {
 		return err

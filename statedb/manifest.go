@@ -1,0 +1,317 @@
+package statedb
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The manifest. A record's checksum finds a damaged record, not a missing
+// one, and BoltDB checks neither a bucket's name nor its sequence: one bit
+// flipped in a bucket's name hides the bucket whole (its pages are still
+// reachable, so BoltDB's consistency check passes), one in a bucket's
+// sequence makes the next NextSequence reuse a key and overwrite a record,
+// and a disk that loses a page write hands back an older, sound page.
+// So every bucket the formats describe has a manifest entry, written in
+// the same transaction as its records: its count of values and its
+// sequence. Scan compares each bucket with its entry and reports a bucket
+// that holds fewer (or more) values, has another sequence, or is missing,
+// like an unreadable record: serve refuses the file, naming it and the
+// ways out.
+//
+//	statedb/manifest            top-level bucket
+//	  path -> record            path: the bucket's top-level name, then
+//	                            NUL and its nested name for a nested
+//	                            bucket; the record (Seal, version 1) holds
+//	                            uvarint(values) uvarint(sequence)
+//
+// A bucket without an entry (a file written before the manifest, until
+// its store writes to it) is not compared; a store writes its buckets'
+// entries when it opens the file (Tally.Ensure).
+var manifestName = []byte("statedb/manifest")
+
+// ManifestBucket is the name of the manifest's top-level bucket.
+const ManifestBucket = "statedb/manifest"
+
+const manifestVersion = 1
+
+// manifestKey returns the manifest key of the bucket at path (one or two
+// names).
+func manifestKey(path []string) []byte {
+	return []byte(strings.Join(path, "\x00"))
+}
+
+// manifestPath is manifestKey's inverse: the top-level name, then the
+// rest (a nested name may hold NUL itself).
+func manifestPath(key []byte) []string {
+	top, rest, nested := bytes.Cut(key, []byte{0})
+	if !nested {
+		return []string{string(top)}
+	}
+	return []string{string(top), string(rest)}
+}
+
+// entry is a bucket's manifest entry.
+type entry struct{ count, seq uint64 }
+
+func sealEntry(key []byte, e entry) []byte {
+	payload := binary.AppendUvarint(nil, e.count)
+	payload = binary.AppendUvarint(payload, e.seq)
+	return Seal(nil, key, manifestVersion, payload)
+}
+
+func openEntry(key, v []byte) (entry, error) {
+	ver, payload, err := Unseal(key, v)
+	if err != nil {
+		return entry{}, err
+	}
+	count, n := binary.Uvarint(payload)
+	if ver != manifestVersion || n <= 0 {
+		return entry{}, fmt.Errorf("%w: manifest entry of version %d", ErrRecord, ver)
+	}
+	seq, m := binary.Uvarint(payload[n:])
+	if m <= 0 || n+m != len(payload) {
+		return entry{}, fmt.Errorf("%w: malformed manifest entry", ErrRecord)
+	}
+	return entry{count: count, seq: seq}, nil
+}
+
+// bucketAt returns the bucket at path in tx, or nil.
+func bucketAt(tx *bolt.Tx, path []string) *bolt.Bucket {
+	b := tx.Bucket([]byte(path[0]))
+	for _, p := range path[1:] {
+		if b == nil {
+			return nil
+		}
+		b = b.Bucket([]byte(p))
+	}
+	return b
+}
+
+// countValues counts the values (not nested buckets) of b.
+func countValues(b *bolt.Bucket) (n uint64) {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if v != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Tally keeps the manifest entries of the buckets one write transaction
+// changes. A store writes through it (Put, Append, Delete, or its own
+// writes followed by Added, Touch or Recount) and calls Save before the
+// transaction commits; Update does both. A Tally is not safe for
+// concurrent use (nor is its transaction).
+type Tally struct {
+	tx      *bolt.Tx
+	changes map[string]*change
+	order   []string
+}
+
+type change struct {
+	path    []string
+	delta   int64
+	recount bool // count the bucket's values at Save
+	ensure  bool // only if it has no entry
+}
+
+// NewTally returns a Tally for the write transaction tx.
+func NewTally(tx *bolt.Tx) *Tally {
+	return &Tally{tx: tx, changes: map[string]*change{}}
+}
+
+// Update runs fn in a write transaction of db with a Tally, which it saves
+// before the transaction commits.
+func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		t := NewTally(tx)
+		if err := fn(tx, t); err != nil {
+			return err
+		}
+		return t.Save()
+	})
+}
+
+func (t *Tally) change(path []string) *change {
+	key := string(manifestKey(path))
+	c := t.changes[key]
+	if c == nil {
+		c = &change{path: path}
+		t.changes[key] = c
+		t.order = append(t.order, key)
+	}
+	return c
+}
+
+// Put puts v under k in b, the bucket at path, counting it when k is new.
+func (t *Tally) Put(b *bolt.Bucket, path []string, k, v []byte) error {
+	if b.Get(k) == nil {
+		t.change(path).delta++
+	}
+	return b.Put(k, v)
+}
+
+// Append puts v under k in b, the bucket at path, where k is known to be
+// new (a key from NextSequence): it is counted without looking it up.
+func (t *Tally) Append(b *bolt.Bucket, path []string, k, v []byte) error {
+	t.change(path).delta++
+	return b.Put(k, v)
+}
+
+// Delete deletes k from b, the bucket at path, counting it when it was
+// there.
+func (t *Tally) Delete(b *bolt.Bucket, path []string, k []byte) error {
+	if b.Get(k) != nil {
+		t.change(path).delta--
+	}
+	return b.Delete(k)
+}
+
+// Added counts n values added to the bucket at path (negative: deleted)
+// by the caller's own writes.
+func (t *Tally) Added(path []string, n int) { t.change(path).delta += int64(n) }
+
+// Touch saves the entry of the bucket at path even if no value changed:
+// after creating or deleting it (a deleted bucket's entry is deleted) or
+// changing its sequence.
+func (t *Tally) Touch(path []string) { t.change(path) }
+
+// Recount counts the values of the bucket at path at Save (after writes
+// too many to count one by one, or whose effect is unknown).
+func (t *Tally) Recount(path []string) { t.change(path).recount = true }
+
+// Ensure writes an entry for the bucket at path at Save if it has none (a
+// file written before the manifest): its values counted.
+func (t *Tally) Ensure(path []string) {
+	if c := t.change(path); !c.recount && c.delta == 0 {
+		c.ensure = true
+	}
+}
+
+// Save writes the entries of the buckets changed: each one's count of
+// values and sequence. A bucket without an entry, or whose entry cannot
+// be read, is counted whole.
+func (t *Tally) Save() error {
+	if len(t.order) == 0 {
+		return nil
+	}
+	mb, err := t.tx.CreateBucketIfNotExists(manifestName)
+	if err != nil {
+		return fmt.Errorf("statedb: manifest: %w", err)
+	}
+	for _, key := range t.order {
+		c := t.changes[key]
+		k := []byte(key)
+		b := bucketAt(t.tx, c.path)
+		if b == nil {
+			if err := mb.Delete(k); err != nil {
+				return fmt.Errorf("statedb: manifest: %w", err)
+			}
+			continue
+		}
+		old := mb.Get(k)
+		e, err := openEntry(k, old)
+		if c.ensure && old != nil && err == nil && c.delta == 0 && !c.recount {
+			continue
+		}
+		count := int64(e.count) + c.delta
+		if old == nil || err != nil || c.recount || count < 0 {
+			count = int64(countValues(b))
+		}
+		if err := mb.Put(k, sealEntry(k, entry{count: uint64(count), seq: b.Sequence()})); err != nil {
+			return fmt.Errorf("statedb: manifest: %w", err)
+		}
+	}
+	t.changes, t.order = map[string]*change{}, nil
+	return nil
+}
+
+// manifest is the manifest as Scan reads it.
+type manifest struct {
+	entries map[string]entry
+	seen    map[string]bool
+	lost    []Lost // its own unreadable entries
+}
+
+func readManifest(tx *bolt.Tx) *manifest {
+	m := &manifest{entries: map[string]entry{}, seen: map[string]bool{}}
+	mb := tx.Bucket(manifestName)
+	if mb == nil {
+		return m
+	}
+	mb.ForEach(func(k, v []byte) error {
+		e, err := openEntry(k, v)
+		if v == nil {
+			err = errors.New("a bucket in the manifest")
+		}
+		if err != nil {
+			m.lost = append(m.lost, Lost{Path: []string{ManifestBucket}, Key: bytes.Clone(k), Bytes: len(v), Err: err})
+			return nil
+		}
+		m.entries[string(k)] = e
+		return nil
+	})
+	return m
+}
+
+// compare checks the bucket b at path, holding values values, against its
+// entry, returning the Lost that reports a difference (ok false).
+func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, bool) {
+	key := string(manifestKey(path))
+	e, ok := m.entries[key]
+	if !ok {
+		return Lost{}, true
+	}
+	m.seen[key] = true
+	switch {
+	case values < e.count:
+		return Lost{Path: path, Keys: int(e.count - values), Missing: int(e.count - values),
+			Err: fmt.Errorf("%d of its %d records missing (the manifest counts %d, the bucket holds %d)",
+				e.count-values, e.count, e.count, values)}, false
+	case values > e.count:
+		return Lost{Path: path, Err: fmt.Errorf("%d records more than the manifest counts (%d, the bucket holds %d): "+
+			"a damaged bucket", values-e.count, e.count, values)}, false
+	case b.Sequence() != e.seq:
+		return Lost{Path: path, Err: fmt.Errorf("its sequence is %d, the manifest says %d: "+
+			"new records would overwrite old ones", b.Sequence(), e.seq)}, false
+	}
+	return Lost{}, true
+}
+
+// missing returns a Lost for each entry of a bucket under one of tops that
+// Scan did not find.
+func (m *manifest) missing(tops map[string]bool) []Lost {
+	var lost []Lost
+	for key, e := range m.entries {
+		path := manifestPath([]byte(key))
+		if m.seen[key] || !tops[path[0]] {
+			continue
+		}
+		lost = append(lost, Lost{Path: path, Keys: int(e.count), Missing: int(e.count),
+			Err: fmt.Errorf("the bucket is missing (the manifest counts %d records in it): its name damaged, or the bucket lost", e.count)})
+	}
+	return lost
+}
+
+// recountAll has the entries of every bucket of formats in tx counted.
+func recountAll(tx *bolt.Tx, t *Tally, formats []Format) {
+	for _, f := range formats {
+		b := tx.Bucket([]byte(f.Bucket))
+		if b == nil {
+			continue
+		}
+		t.Recount([]string{f.Bucket})
+		if f.Nested {
+			b.ForEachBucket(func(name []byte) error {
+				t.Recount([]string{f.Bucket, string(name)})
+				return nil
+			})
+		}
+	}
+}
