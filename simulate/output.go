@@ -47,7 +47,7 @@ func NewWriter(w io.Writer, format string, limits []policy.LimitInfo, start time
 		return c, c.header()
 	case OutputJSONL:
 		bw := bufio.NewWriter(w)
-		return &jsonlWriter{bw: bw, enc: json.NewEncoder(bw), start: start}, nil
+		return &jsonlWriter{bw: bw, enc: json.NewEncoder(termsafe.NewJSONWriter(bw)), start: start}, nil
 	}
 	return nil, fmt.Errorf("%w: output format %q (want table, csv or jsonl)", ErrFormat, format)
 }

@@ -300,7 +300,7 @@ type keyRecord struct {
 
 func (s *Summary) writeJSONL(w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
+	enc := json.NewEncoder(termsafe.NewJSONWriter(bw))
 	for i := range s.Keys {
 		k := &s.Keys[i]
 		rec := keyRecord{KeySummary: k}

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
 // rootOptions are the flags every subcommand shares.
@@ -51,6 +52,12 @@ func newRootCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&opts.configPath, "config", "c", "",
 		"configuration file (TOML); default $RATELIMITD_CONFIG, else "+DefaultConfigPath+" if it exists, else the embedded default")
 	cmd.PersistentPreRun = func(c *cobra.Command, _ []string) {
+		// Everything the commands print goes through termsafe: keys,
+		// senders, subjects and echoed arguments are client data (JSON is
+		// escaped, not stripped: cliout.JSON; data streams use
+		// termsafe.Unwrap).
+		cmd.SetOut(termsafe.NewWriter(cmd.OutOrStdout()))
+		cmd.SetErr(termsafe.NewWriter(cmd.ErrOrStderr()))
 		if f := c.Flag("config"); f == nil || !f.Changed {
 			opts.configPath = defaultConfig()
 		}

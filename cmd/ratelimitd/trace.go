@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
@@ -76,7 +77,7 @@ func newTraceFromMaillogCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w, closeOut, err := cliout.Create(output, cmd.OutOrStdout())
+			w, closeOut, err := cliout.Create(output, termsafe.Unwrap(cmd.OutOrStdout())) // a trace is data
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -48,7 +49,9 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 // preview and why the content is unavailable, if it is.
 func Show(w io.Writer, res admin.ShowResult, raw bool) {
 	if raw {
-		io.WriteString(w, res.Body)
+		// The message's own bytes, for a file (> msg.eml): data, not
+		// text for the terminal.
+		io.WriteString(termsafe.Unwrap(w), res.Body)
 		return
 	}
 	res.Entry.WriteTo(w)

@@ -15,6 +15,8 @@
 package termsafe
 
 import (
+	"fmt"
+	"io"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -87,4 +89,85 @@ func safe(s string) bool {
 		i += n
 	}
 	return true
+}
+
+// NewWriter returns a writer that passes what is written to w through
+// Text: every unsafe rune becomes U+FFFD, newlines and tabs stay, carriage
+// returns go. A UTF-8 sequence split across writes is held until its end
+// arrives. The command line wraps its standard output and error with it,
+// so no operator-facing text reaches the terminal raw, whichever field it
+// came from; JSON written through it must escape unsafe runes first
+// (EscapeJSON), so that it passes unchanged. Not safe for concurrent use.
+func NewWriter(w io.Writer) io.Writer { return &writer{w: w} }
+
+type writer struct {
+	w       io.Writer
+	pending []byte
+}
+
+func (t *writer) Write(p []byte) (int, error) {
+	data := p
+	if len(t.pending) > 0 {
+		data = append(t.pending, p...)
+	}
+	cut := len(data)
+	for i := len(data) - 1; i >= 0 && i >= len(data)-utf8.UTFMax+1; i-- {
+		if utf8.RuneStart(data[i]) {
+			if !utf8.FullRune(data[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	t.pending = append(t.pending[:0:0], data[cut:]...)
+	if _, err := io.WriteString(t.w, Text(string(data[:cut]))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// EscapeJSON returns JSON text js with every unsafe rune that
+// encoding/json leaves raw (DEL, C1 controls, bidirectional controls)
+// written as a \uXXXX escape: the same JSON value, safe to print. Such
+// runes can only occur inside JSON strings, where the escape means the
+// same character.
+func EscapeJSON(js []byte) []byte {
+	if safe(string(js)) {
+		return js
+	}
+	out := make([]byte, 0, len(js)+16)
+	for i := 0; i < len(js); {
+		r, n := utf8.DecodeRune(js[i:])
+		if (r != utf8.RuneError || n > 1) && Unsafe(r) && r >= 0x20 {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		} else {
+			out = append(out, js[i:i+n]...)
+		}
+		i += n
+	}
+	return out
+}
+
+// Unwrap returns the writer a NewWriter wraps, or w itself: for output
+// that is data, not text for a terminal (quarantine show --raw, a trace
+// written to standard output), which must reach a file byte for byte.
+func Unwrap(w io.Writer) io.Writer {
+	if t, ok := w.(*writer); ok {
+		return t.w
+	}
+	return w
+}
+
+// NewJSONWriter returns a writer for a json.Encoder (which writes each
+// value in one Write) that escapes the unsafe runes encoding/json leaves
+// raw (EscapeJSON) before writing to w.
+func NewJSONWriter(w io.Writer) io.Writer { return jsonWriter{w} }
+
+type jsonWriter struct{ w io.Writer }
+
+func (j jsonWriter) Write(p []byte) (int, error) {
+	if _, err := j.w.Write(EscapeJSON(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
