@@ -17,6 +17,15 @@
 // and prints the daemon's resident memory and the size of its database,
 // optionally again after a restart (--rss-restart).
 //
+// With --backend redis the daemon keeps its rate state in Redis: a
+// redis-server the program starts, a Redis Cluster of N masters it starts
+// (--redis-cluster N), or the Redis at --redis-addrs (one address, or
+// several of an existing Cluster). After the table it prints what Redis
+// spent over the measured cells, from Redis's own counters (INFO
+// commandstats and INFO cpu): the decision script's calls a second and
+// time per call, the policy requests answered per call, and Redis's CPU
+// per request and per message, for each master and in total.
+//
 // On a machine with few CPUs the load generator and the server share
 // them, and the kernel time-slicing the two makes most of the p99: --pin
 // (Linux) keeps the load generator on one CPU and the servers on the
@@ -31,6 +40,7 @@
 //	go run ./cmd/ratelimitd-bench [flags]
 //	go run ./cmd/ratelimitd-bench --conns 64 --keys 100000 --duration 10s
 //	go run ./cmd/ratelimitd-bench --rss-users 1000000 --rss-restart
+//	go run ./cmd/ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor
 package main
 
 import (
@@ -114,7 +124,8 @@ type options struct {
 	keep       bool
 	check      bool
 	backend    string
-	redisAddr  string
+	redisAddrs []string
+	cluster    int
 	events     bool
 }
 
@@ -122,7 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("ratelimitd-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	conns, keys, denv, listeners := "1,8,64", "10000,100000,1000000", "", "tcp,unix"
+	conns, keys, denv, listeners, redisAddrs := "1,8,64", "10000,100000,1000000", "", "tcp,unix", ""
 	fs.StringVar(&o.addr, "addr", "", "policy server to measure (host:port); empty: build and start ratelimitd with the default limits")
 	fs.IntVar(&o.pid, "pid", 0, "process id of the --addr server, to report its RSS")
 	fs.StringVar(&o.daemonBin, "daemon", "", "ratelimitd binary to start; empty: go build it into a temporary directory")
@@ -147,7 +158,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (config, state, logs)")
 	fs.BoolVar(&o.check, "check", false, "exit 3 if a done-when target is missed")
 	fs.StringVar(&o.backend, "backend", backendLocal, "the daemon's rate store: local (memory + BoltDB) or redis")
-	fs.StringVar(&o.redisAddr, "redis-addr", "", "with --backend redis: the Redis to use; empty: start a redis-server on a free port")
+	fs.StringVar(&redisAddrs, "redis-addrs", "", "with --backend redis: comma-separated addresses of the Redis to use, one for a standalone server, several for an existing Redis Cluster; empty: start a redis-server on a free port (or --redis-cluster)")
+	fs.StringVar(&redisAddrs, "redis-addr", "", "the same as --redis-addrs")
+	fs.IntVar(&o.cluster, "redis-cluster", 0, "with --backend redis: start a Redis Cluster of N masters (no replicas) instead of one redis-server")
 	fs.BoolVar(&o.events, "events", true, "the daemon records events ([events] enabled); scripts/bench.sh compares a run with --events=false")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: ratelimitd-bench [flags]
@@ -218,6 +231,19 @@ Flags:
 		return nil, errors.New("--rss-restart needs --rss-users")
 	case o.backend != backendLocal && o.backend != backendRedis:
 		return nil, fmt.Errorf("--backend must be %s or %s", backendLocal, backendRedis)
+	case o.cluster < 0 || o.cluster > 64:
+		return nil, errors.New("--redis-cluster must be 0..64")
+	case o.cluster > 0 && o.cluster < 3:
+		return nil, errors.New("--redis-cluster needs at least 3 masters (redis-cli --cluster create)")
+	case o.cluster > 0 && redisAddrs != "":
+		return nil, errors.New("--redis-cluster starts a cluster: give it or --redis-addrs, not both")
+	case (o.cluster > 0 || redisAddrs != "") && o.backend != backendRedis:
+		return nil, errors.New("--redis-addrs and --redis-cluster need --backend redis")
+	}
+	for a := range strings.SplitSeq(redisAddrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			o.redisAddrs = append(o.redisAddrs, a)
+		}
 	}
 	return o, nil
 }
@@ -266,8 +292,11 @@ type bench struct {
 	dir    string
 	floor  *child
 	daemon *daemon
-	redis  *child // the redis-server this program started, if any
-	rows   []row
+	redis  []*child // the redis-servers this program started, if any
+	// redisNodes are the Redis masters whose counters are read: the
+	// one server, or every master of the cluster.
+	redisNodes []string
+	rows       []row
 }
 
 // row is one measured cell of one target.
@@ -321,14 +350,10 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 				return 0, err
 			}
 		}
-		if o.backend == backendRedis && o.redisAddr == "" {
-			if b.redis, err = startRedis(ctx, b.dir, serverCPUs); err != nil {
-				return 0, err
-			}
-			o.redisAddr = b.redis.addr
-			b.printf("redis-server: pid %d on %s (no persistence)\n", b.redis.pid(), o.redisAddr)
+		if err := b.redisServers(ctx, serverCPUs); err != nil {
+			return 0, err
 		}
-		if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush, storeTable(o.backend, o.redisAddr), o.events); err != nil {
+		if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush, storeTable(o.backend, o.redisAddrs), o.events); err != nil {
 			return 0, err
 		}
 		b.daemon.env = o.daemonEnv
@@ -369,7 +394,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		"via", "target", "C", "K", "req/s", "p50", "p99", "p99.9", "CPU/req", "refused", "errors", "RSS")
 	// Redis's share, over the cells (not the prefills).
 	measureRedis := o.backend == backendRedis && b.daemon != nil
-	var cost redisCost
+	cost := redisCost{perMessage: o.rcpts + 1}
 	for _, k := range o.keys {
 		if o.prefill {
 			if err := b.prefillUsers(ctx, target, targetPID, k); err != nil {
@@ -378,7 +403,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		}
 		var before redisCost
 		if measureRedis {
-			if before, err = snapshotRedisCost(ctx, o.redisAddr, b.daemon.adminSocket()); err != nil {
+			if before, err = snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket()); err != nil {
 				return 0, fmt.Errorf("redis INFO: %w", err)
 			}
 		}
@@ -390,7 +415,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 			}
 		}
 		if measureRedis {
-			after, err := snapshotRedisCost(ctx, o.redisAddr, b.daemon.adminSocket())
+			after, err := snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket())
 			if err != nil {
 				return 0, fmt.Errorf("redis INFO: %w", err)
 			}
@@ -400,11 +425,9 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 	missed := b.printRatios()
 	if measureRedis {
 		b.printf("%s\n", cost.describe())
-		// States in the daemon's own store mean Redis timed out and
-		// requests were decided locally (on_redis_error = "local").
-		if keys, _, err := daemonStatus(ctx, b.daemon.adminSocket()); err == nil {
-			b.printf("redis backend: %s rate states decided locally (Redis past redis_timeout); 0 means every request was decided in Redis\n",
-				thousands(keys))
+		if st, err := daemonStatusOf(ctx, b.daemon.adminSocket()); err == nil {
+			b.printf("redis backend: %s requests decided locally (Redis past redis_timeout, or degraded); 0 means every request was decided in Redis\n",
+				thousands(st.localDecisions()))
 		}
 	}
 	if o.rssUsers > 0 {
@@ -418,6 +441,46 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		return exitTargetMiss, nil
 	}
 	return exitOK, nil
+}
+
+// redisServers starts the Redis of the Redis backend unless --redis-addrs
+// names one (a redis-server, or a cluster of --redis-cluster masters),
+// restricted to cpus unless that is nil, and finds the masters whose
+// counters are read.
+func (b *bench) redisServers(ctx context.Context, cpus []int) error {
+	o := b.o
+	if o.backend != backendRedis {
+		return nil
+	}
+	switch {
+	case o.cluster > 0:
+		nodes, err := startRedisCluster(ctx, b.dir, o.cluster, cpus)
+		if err != nil {
+			return err
+		}
+		b.redis = nodes
+		for _, n := range nodes {
+			o.redisAddrs = append(o.redisAddrs, n.addr)
+		}
+		b.printf("redis cluster: %d masters on %s (no replicas, no persistence)\n", len(nodes), strings.Join(o.redisAddrs, ", "))
+	case len(o.redisAddrs) == 0:
+		r, err := startRedis(ctx, b.dir, cpus)
+		if err != nil {
+			return err
+		}
+		b.redis = []*child{r}
+		o.redisAddrs = []string{r.addr}
+		b.printf("redis-server: pid %d on %s (no persistence)\n", r.pid(), r.addr)
+	}
+	nodes, err := redisMasters(o.redisAddrs)
+	if err != nil {
+		return fmt.Errorf("redis at %s: %w", strings.Join(o.redisAddrs, ","), err)
+	}
+	b.redisNodes = nodes
+	if len(nodes) > 1 {
+		b.printf("redis masters measured: %s\n", strings.Join(nodes, ", "))
+	}
+	return nil
 }
 
 // prefillUsers sends one END-OF-MESSAGE request for each of the users
@@ -589,7 +652,7 @@ func (b *bench) rssPhase(ctx context.Context) (missed bool, err error) {
 		o.rssUsers, rssConns, len(d.f.Limits))
 	var redisBefore int64
 	if o.backend == backendRedis {
-		if redisBefore, _, err = redisMemory(o.redisAddr); err != nil {
+		if redisBefore, _, err = redisMemory(b.redisNodes); err != nil {
 			return false, fmt.Errorf("redis INFO: %w", err)
 		}
 	}
@@ -622,7 +685,7 @@ func (b *bench) rssPhase(ctx context.Context) (missed bool, err error) {
 	}
 	missed = b.printMem("after load", d)
 	if o.backend == backendRedis {
-		used, keys, err := redisMemory(o.redisAddr)
+		used, keys, err := redisMemory(b.redisNodes)
 		if err != nil {
 			return missed, fmt.Errorf("redis INFO: %w", err)
 		}
@@ -681,8 +744,8 @@ func (b *bench) stopServers() {
 			fmt.Fprintln(os.Stderr, "ratelimitd-bench:", err)
 		}
 	}
-	if b.redis != nil {
-		b.redis.stop(5 * time.Second)
+	for _, r := range b.redis {
+		r.stop(5 * time.Second)
 	}
 }
 

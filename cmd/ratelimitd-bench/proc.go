@@ -247,9 +247,37 @@ func waitSettled(ctx context.Context, pid int, dbPath string, quiet, limit time.
 	}
 }
 
-// daemonStatus asks the daemon's admin socket (GET /v1/status) how many
-// rate states it tracks and how many requests it answered.
+// daemonStatus asks the daemon at socket (admin API) for the rate states
+// it tracks and the requests it has answered.
 func daemonStatus(ctx context.Context, socket string) (trackedKeys, requests int64, err error) {
+	st, err := daemonStatusOf(ctx, socket)
+	return st.TrackedKeys, st.Requests, err
+}
+
+// statusFields are the fields of the daemon's status the program reads.
+type statusFields struct {
+	TrackedKeys int64 `json:"tracked_keys"`
+	Requests    int64 `json:"requests"`
+	Store       *struct {
+		LocalDecisions map[string]int64 `json:"local_decisions"`
+	} `json:"store"`
+}
+
+// localDecisions sums the requests the Redis backend decided locally
+// (past redis_timeout, or while degraded), over every reason.
+func (st statusFields) localDecisions() int64 {
+	var n int64
+	if st.Store != nil {
+		for _, v := range st.Store.LocalDecisions {
+			n += v
+		}
+	}
+	return n
+}
+
+// daemonStatusOf reads the daemon's status on its admin socket.
+func daemonStatusOf(ctx context.Context, socket string) (statusFields, error) {
+	var st statusFields
 	hc := &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -259,22 +287,16 @@ func daemonStatus(ctx context.Context, socket string) (trackedKeys, requests int
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://ratelimitd/v1/status", nil)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, errors.New(resp.Status)
+		return st, errors.New(resp.Status)
 	}
-	var st struct {
-		TrackedKeys int64 `json:"tracked_keys"`
-		Requests    int64 `json:"requests"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
-		return 0, 0, err
-	}
-	return st.TrackedKeys, st.Requests, nil
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st)
+	return st, err
 }

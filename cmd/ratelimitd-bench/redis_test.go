@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -28,5 +29,48 @@ func TestRedisCostDescribe(t *testing.T) {
 	}
 	if got := (redisCost{}).describe(); !strings.Contains(got, "no script calls") {
 		t.Errorf("describe() with nothing measured = %q", got)
+	}
+}
+
+// TestRedisCostPerNode: with several masters the Redis line gives each
+// node's calls and CPU per request and message, then the total over the
+// nodes, with the requests per script call of all of them.
+func TestRedisCostPerNode(t *testing.T) {
+	t0 := time.Unix(1_790_000_000, 0)
+	before := redisCost{calls: 300, usec: 0, cpu: 3, requests: 0, at: t0, nodes: []nodeCost{
+		{addr: "a:1", calls: 100, cpu: 1}, {addr: "b:2", calls: 200, cpu: 2}}}
+	// 2 s: node a 1,000 calls and 0.1 s of CPU, node b 3,000 and 0.3 s;
+	// 40,000 requests (20,000 messages of 2).
+	after := redisCost{calls: 4300, usec: 400_000, cpu: 3.4, requests: 40_000, at: t0.Add(2 * time.Second), nodes: []nodeCost{
+		{addr: "a:1", calls: 1100, usec: 100_000, cpu: 1.1}, {addr: "b:2", calls: 3200, usec: 300_000, cpu: 2.3}}}
+	c := redisCost{perMessage: 2}
+	c.add(after, before)
+	got := c.describe()
+	for _, want := range []string{
+		"redis node a:1: 500 script calls/s, 100 µs per call, Redis CPU 2.5 µs per request, 5.0 µs per message",
+		"redis node b:2: 1500 script calls/s, 100 µs per call, Redis CPU 7.5 µs per request, 15.0 µs per message",
+		"total of 2 masters: 2000 script calls/s, 10.0 policy requests answered per call",
+		"Redis CPU 10.0 µs per request, 20.0 µs per message of 2 requests"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("describe() = %q, want it to contain %q", got, want)
+		}
+	}
+}
+
+// TestParseRedisFlags: --redis-addrs takes a list, --redis-cluster a
+// number of masters, and neither goes without the Redis backend.
+func TestParseRedisFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--backend", "redis", "--redis-addrs", "127.0.0.1:7000, 127.0.0.1:7001,127.0.0.1:7002"}, io.Discard)
+	if err != nil || len(o.redisAddrs) != 3 || o.redisAddrs[1] != "127.0.0.1:7001" {
+		t.Fatalf("--redis-addrs: %+v, %v", o, err)
+	}
+	if o, err = parseFlags([]string{"--backend", "redis", "--redis-cluster", "3"}, io.Discard); err != nil || o.cluster != 3 {
+		t.Fatalf("--redis-cluster 3: %v", err)
+	}
+	for _, args := range [][]string{{"--redis-cluster", "3"}, {"--backend", "redis", "--redis-cluster", "2"},
+		{"--backend", "redis", "--redis-cluster", "3", "--redis-addrs", "a:1"}, {"--redis-addrs", "a:1"}} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
 	}
 }
