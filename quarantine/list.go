@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -144,6 +143,7 @@ func idBound(t time.Time, hi bool) []byte {
 }
 
 // List returns the entries f selects, newest first unless f.OldestFirst.
+// An entry that cannot be read is skipped (Stats counts and names it).
 // The time bounds are applied with an index seek (IDs sort by creation
 // time); the other criteria by scanning. Errors: ErrCorrupt or a bbolt
 // error.
@@ -191,8 +191,8 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 		}
 		for ; k != nil && !past(k); k, v = step() {
 			var e Entry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("%w: entry %s: %v", ErrCorrupt, k, err)
+			if decodeRecord(k, v, b.sealed, &e) != nil {
+				continue // kept, unreadable: Stats counts it
 			}
 			if !f.match(&e) {
 				continue
@@ -224,6 +224,13 @@ type Stats struct {
 	// Oldest is the creation time of the oldest pending entry (zero if
 	// there is none).
 	Oldest time.Time
+	// Damaged counts the entries that cannot be read (a failed checksum),
+	// DamagedIDs names them: kept with their messages, skipped by List
+	// and Expire, until the operator salvages the file or accepts their
+	// loss (they then go to quarantine/damaged, counted in Aside).
+	Damaged    int
+	DamagedIDs []string
+	Aside      int
 }
 
 // Stats counts the entries (a scan of all records). Errors: ErrCorrupt,
@@ -236,14 +243,19 @@ func (s *Store) Stats() (Stats, error) {
 			return nil
 		}
 		st.Bytes = getBytes(b.info)
+		if d := tx.Bucket(bucketDamaged); d != nil {
+			st.Aside = d.Stats().KeyN
+		}
 		return b.meta.ForEach(func(k, v []byte) error {
 			var e struct {
 				State   State     `json:"state"`
 				Key     string    `json:"key"`
 				Created time.Time `json:"created"`
 			}
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("%w: entry %s: %v", ErrCorrupt, k, err)
+			if decodeRecord(k, v, b.sealed, &e) != nil {
+				st.Damaged++
+				st.DamagedIDs = append(st.DamagedIDs, string(k))
+				return nil
 			}
 			switch e.State {
 			case Held:

@@ -1,6 +1,7 @@
 package quarantine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -35,8 +36,13 @@ var (
 	keyBytes   = []byte("bytes")
 )
 
-// formatVersion is the version of the layout above.
-const formatVersion = 1
+// formatVersion is the version of the layout above: 2 seals entries and
+// suspensions (see formats.go); files of format 1 are converted by New.
+const (
+	formatVersion     = 2
+	formatVersionText = "2"
+	formatV1          = 1
+)
 
 // maxIndexedInstance bounds the instance length put in the index (bbolt
 // keys are limited to 32 KiB; Postfix instances are ~20 bytes).
@@ -113,19 +119,23 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 		}
 		return s, nil
 	}
-	err := db.Update(func(tx *bolt.Tx) error {
+	err := statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo, bucketSuspended} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("quarantine: create bucket %s: %w", name, err)
 			}
+			t.Ensure([]string{string(name)})
 		}
 		info := tx.Bucket(bucketInfo)
 		found, err := checkVersion(info)
 		if err != nil {
 			return err
 		}
-		if !found {
-			if err := info.Put(keyVersion, []byte(strconv.Itoa(formatVersion))); err != nil {
+		if !found || string(info.Get(keyVersion)) != formatVersionText {
+			if err := sealRecords(tx, t); err != nil {
+				return err
+			}
+			if err := t.Put(info, infoPath, keyVersion, []byte(formatVersionText)); err != nil {
 				return err
 			}
 		}
@@ -138,7 +148,7 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 			return err
 		}
 		if getBytes(info) != int64(total) || info.Get(keyBytes) == nil {
-			return putBytes(info, int64(total))
+			return putBytes(t, info, int64(total))
 		}
 		return nil
 	})
@@ -159,8 +169,8 @@ func checkVersion(info *bolt.Bucket) (bool, error) {
 		return false, nil
 	}
 	n, err := strconv.Atoi(string(v))
-	if err != nil || n != formatVersion {
-		return true, fmt.Errorf("%w: %q (this build understands %d)", ErrVersion, v, formatVersion)
+	if err != nil || (n != formatVersion && n != formatV1) {
+		return true, fmt.Errorf("%w: %q (this build understands %d and %d)", ErrVersion, v, formatV1, formatVersion)
 	}
 	return true, nil
 }
@@ -205,25 +215,42 @@ func (s *Store) Close() error {
 // buckets bundles the quarantine's buckets within one transaction. In a
 // read-only database that was never written by this package they are nil;
 // reading methods treat that as empty.
+//
+// sealed tells whether the records are sealed (format 2); t, in a write
+// transaction, counts the changes for the manifest (every write goes
+// through it).
 type buckets struct {
 	meta, body, inst, info *bolt.Bucket
+	sealed                 bool
+	t                      *statedb.Tally
 }
+
+// The buckets' paths in the manifest.
+var (
+	metaPath      = []string{string(bucketMeta)}
+	bodyPath      = []string{string(bucketBody)}
+	instPath      = []string{string(bucketInstance)}
+	infoPath      = []string{string(bucketInfo)}
+	suspendedPath = []string{string(bucketSuspended)}
+)
 
 func bucketsOf(tx *bolt.Tx) buckets {
 	return buckets{
-		meta: tx.Bucket(bucketMeta),
-		body: tx.Bucket(bucketBody),
-		inst: tx.Bucket(bucketInstance),
-		info: tx.Bucket(bucketInfo),
+		meta:   tx.Bucket(bucketMeta),
+		body:   tx.Bucket(bucketBody),
+		inst:   tx.Bucket(bucketInstance),
+		info:   tx.Bucket(bucketInfo),
+		sealed: sealedTx(tx),
 	}
 }
 
 func (b buckets) ok() bool { return b.meta != nil && b.body != nil && b.inst != nil && b.info != nil }
 
-// mustBuckets returns the buckets for a writing method. They always exist
-// in a writable database (New created them).
-func mustBuckets(tx *bolt.Tx) (buckets, error) {
+// mustBuckets returns the buckets for a writing method, whose writes t
+// counts. They always exist in a writable database (New created them).
+func mustBuckets(tx *bolt.Tx, t *statedb.Tally) (buckets, error) {
 	b := bucketsOf(tx)
+	b.t = t
 	if !b.ok() {
 		return b, fmt.Errorf("quarantine: buckets missing (database not initialised by quarantine.New)")
 	}
@@ -241,11 +268,11 @@ func getBytes(info *bolt.Bucket) int64 {
 	return int64(binary.BigEndian.Uint64(v))
 }
 
-func putBytes(info *bolt.Bucket, n int64) error {
+func putBytes(t *statedb.Tally, info *bolt.Bucket, n int64) error {
 	if n < 0 {
 		n = 0
 	}
-	return info.Put(keyBytes, binary.BigEndian.AppendUint64(nil, uint64(n)))
+	return t.Put(info, infoPath, keyBytes, binary.BigEndian.AppendUint64(nil, uint64(n)))
 }
 
 // get decodes the entry stored under id (ErrNotFound, ErrCorrupt).
@@ -258,8 +285,8 @@ func (b buckets) get(id string) (Entry, error) {
 	if v == nil {
 		return e, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	if err := json.Unmarshal(v, &e); err != nil {
-		return e, fmt.Errorf("%w: entry %s: %v", ErrCorrupt, id, err)
+	if err := decodeRecord([]byte(id), v, b.sealed, &e); err != nil {
+		return Entry{}, fmt.Errorf("%w (the entry cannot be read; it is kept with its message: ratelimitd state check)", err)
 	}
 	return e, nil
 }
@@ -271,7 +298,7 @@ func (b buckets) put(e *Entry) error {
 	if err != nil {
 		return fmt.Errorf("quarantine: encode entry %s: %w", e.ID, err)
 	}
-	return b.meta.Put([]byte(e.ID), data)
+	return b.t.Put(b.meta, metaPath, []byte(e.ID), sealRecord([]byte(e.ID), data))
 }
 
 func instanceKey(instance, id string) []byte {
@@ -289,14 +316,14 @@ func (b buckets) index(e *Entry) error {
 	if !indexable(e.Instance) {
 		return nil
 	}
-	return b.inst.Put(instanceKey(e.Instance, e.ID), nil)
+	return b.t.Put(b.inst, instPath, instanceKey(e.Instance, e.ID), []byte{})
 }
 
 func (b buckets) unindex(e *Entry) error {
 	if !indexable(e.Instance) {
 		return nil
 	}
-	return b.inst.Delete(instanceKey(e.Instance, e.ID))
+	return b.t.Delete(b.inst, instPath, instanceKey(e.Instance, e.ID))
 }
 
 // dropBody removes the message bytes of id, if any, and returns how many
@@ -307,10 +334,10 @@ func (b buckets) dropBody(id string) (int64, error) {
 		return 0, nil
 	}
 	n := int64(len(v))
-	if err := b.body.Delete([]byte(id)); err != nil {
+	if err := b.t.Delete(b.body, bodyPath, []byte(id)); err != nil {
 		return 0, err
 	}
-	return n, putBytes(b.info, getBytes(b.info)-n)
+	return n, putBytes(b.t, b.info, getBytes(b.info)-n)
 }
 
 // newID returns an unused ID for an entry created at t: the creation time
@@ -344,3 +371,25 @@ func (b buckets) newID(t time.Time) (string, error) {
 
 // Path returns the database file's path (for messages).
 func (s *Store) Path() string { return s.db.Path() }
+
+// sealRecords seals the bare JSON records of a file of format 1 (entries
+// and suspensions), in the transaction that marks it format 2. A record
+// that is not JSON is left as it is: the next scan reports it, unreadable.
+func sealRecords(tx *bolt.Tx, t *statedb.Tally) error {
+	for _, bucket := range [][]byte{bucketMeta, bucketSuspended} {
+		b := tx.Bucket(bucket)
+		var ks, vs [][]byte
+		b.ForEach(func(k, v []byte) error {
+			if v != nil && json.Valid(v) {
+				ks, vs = append(ks, bytes.Clone(k)), append(vs, sealRecord(k, v))
+			}
+			return nil
+		})
+		for i := range ks {
+			if err := t.Put(b, []string{string(bucket)}, ks[i], vs[i]); err != nil {
+				return fmt.Errorf("quarantine: seal %s/%s: %w", bucket, ks[i], err)
+			}
+		}
+	}
+	return nil
+}

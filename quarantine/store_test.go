@@ -17,6 +17,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 func TestFreezeRoundTrip(t *testing.T) {
@@ -649,7 +651,7 @@ func TestNoSyncRefused(t *testing.T) {
 func TestRepairByteCounter(t *testing.T) {
 	s, db, _ := newStore(t, Options{})
 	s.Freeze(&Entry{}, []byte("0123456789"))
-	db.Update(func(tx *bolt.Tx) error { return putBytes(tx.Bucket(bucketInfo), 12345) })
+	statedb.Update(db, func(tx *bolt.Tx, m *statedb.Tally) error { return putBytes(m, tx.Bucket(bucketInfo), 12345) })
 	s, err := New(db, Options{})
 	if err != nil {
 		t.Fatal(err)

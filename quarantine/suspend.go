@@ -6,6 +6,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // bucketSuspended maps a rate key -> JSON Suspension: keys whose held
@@ -32,12 +34,12 @@ func (s *Store) Suspend(key, by string) error {
 	if err != nil {
 		return err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b := tx.Bucket(bucketSuspended)
 		if b == nil {
 			return fmt.Errorf("quarantine: buckets missing (database not initialised by quarantine.New)")
 		}
-		return b.Put([]byte(key), v)
+		return t.Put(b, suspendedPath, []byte(key), sealRecord([]byte(key), v))
 	})
 	if err != nil {
 		return wrap("suspend", err)
@@ -49,13 +51,13 @@ func (s *Store) Suspend(key, by string) error {
 // was suspended. Errors: bbolt errors.
 func (s *Store) Resume(key string) (bool, error) {
 	found := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b := tx.Bucket(bucketSuspended)
 		if b == nil || b.Get([]byte(key)) == nil {
 			return nil
 		}
 		found = true
-		return b.Delete([]byte(key))
+		return t.Delete(b, suspendedPath, []byte(key))
 	})
 	if err != nil {
 		return false, wrap("resume", err)
@@ -72,10 +74,13 @@ func (s *Store) Suspended() (map[string]Suspension, error) {
 		if b == nil {
 			return nil
 		}
+		sealed := sealedTx(tx)
 		return b.ForEach(func(k, v []byte) error {
 			var sp Suspension
-			if err := json.Unmarshal(v, &sp); err != nil {
-				return fmt.Errorf("%w: suspension %q: %v", ErrCorrupt, k, err)
+			if err := decodeRecord(k, v, sealed, &sp); err != nil {
+				// Kept suspended, unreadable: automatic release
+				// of the key stays stopped.
+				sp = Suspension{Key: string(k), By: "(record unreadable: ratelimitd state check)"}
 			}
 			out[string(k)] = sp
 			return nil

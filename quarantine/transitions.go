@@ -2,19 +2,19 @@ package quarantine
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // update runs fn on the entry id inside a write transaction and stores
 // the result.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := mustBuckets(tx)
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
@@ -178,10 +178,11 @@ func (s *Store) Note(id, msg string) error {
 }
 
 // Purge removes the entry, its stored message and its index entries
-// entirely, whatever its state. Errors: ErrNotFound, bbolt errors.
+// entirely, whatever its state. Errors: ErrNotFound, ErrCorrupt (an entry
+// that cannot be read is kept, with its message), bbolt errors.
 func (s *Store) Purge(id string) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := mustBuckets(tx)
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
@@ -195,22 +196,21 @@ func (s *Store) Purge(id string) error {
 }
 
 // remove deletes everything stored for id and returns the message bytes
-// freed.
+// freed. An entry that cannot be read is refused (ErrCorrupt): neither it
+// nor its message is deleted for want of reading it.
 func (b buckets) remove(id string) (int64, error) {
 	e, err := b.get(id)
-	if err != nil && !errors.Is(err, ErrCorrupt) {
+	if err != nil {
 		return 0, err
 	}
-	if err == nil {
-		if err := b.unindex(&e); err != nil {
-			return 0, err
-		}
+	if err := b.unindex(&e); err != nil {
+		return 0, err
 	}
 	n, err := b.dropBody(id)
 	if err != nil {
 		return 0, err
 	}
-	return n, b.meta.Delete([]byte(id))
+	return n, b.t.Delete(b.meta, metaPath, []byte(id))
 }
 
 // Expire removes entirely (record, message, index) every thawed or
@@ -221,7 +221,9 @@ func (b buckets) remove(id string) (int64, error) {
 // is the only copy of a message, so their expiry is the caller's (see
 // package quarantine/lifecycle: a DSN, postsuper -f, or keeping them). It
 // returns the number of entries removed and the message bytes freed, all
-// in one transaction. Errors: ErrInvalid (maxAge <= 0), bbolt errors.
+// in one transaction. An entry that cannot be read is skipped, never
+// removed (Stats counts it in Damaged). Errors: ErrInvalid (maxAge <= 0),
+// bbolt errors.
 func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) {
 	if maxAge <= 0 {
 		return 0, 0, fmt.Errorf("%w: non-positive maximum age %v", ErrInvalid, maxAge)
@@ -229,9 +231,9 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 	cutoff := now.Add(-maxAge)
 	var n int
 	var freed int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		n, freed = 0, 0
-		b, err := mustBuckets(tx)
+		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
@@ -243,8 +245,8 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 				Updated time.Time `json:"updated"`
 				State   State     `json:"state"`
 			}
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("%w: entry %s: %v", ErrCorrupt, k, err)
+			if decodeRecord(k, v, b.sealed, &e) != nil {
+				continue // kept, unreadable: Stats counts it
 			}
 			// Updated >= Created, so scanning by creation time finds
 			// every record last changed before the cutoff.

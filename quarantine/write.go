@@ -11,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // checkQueueID returns ErrInvalid for a queue ID that is set but not in
@@ -79,8 +81,8 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 			ent.MessageID = id
 		}
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := mustBuckets(tx)
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
@@ -100,13 +102,13 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 		if msg == nil {
 			msg = []byte{} // a nil value would read back as "no content"
 		}
-		if err := b.body.Put([]byte(ent.ID), msg); err != nil {
+		if err := b.t.Put(b.body, bodyPath, []byte(ent.ID), msg); err != nil {
 			return fmt.Errorf("quarantine: store message: %w", err)
 		}
 		if err := b.index(&ent); err != nil {
 			return err
 		}
-		return putBytes(b.info, total+ent.Size)
+		return putBytes(t, b.info, total+ent.Size)
 	})
 	if err != nil {
 		return "", wrap("freeze", err)
@@ -154,8 +156,8 @@ func (s *Store) Hold(e *Entry) (string, error) {
 	}
 	ent := s.prepare(e, Held, ActionHold)
 	ent.Hash = ""
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := mustBuckets(tx)
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
@@ -276,9 +278,9 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 		return 0, nil
 	}
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		n = 0
-		b, err := mustBuckets(tx)
+		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
@@ -292,7 +294,7 @@ func (s *Store) UpdateByInstance(instance string, fn func(*Entry) bool) (int, er
 			e, err := b.get(id)
 			if errors.Is(err, ErrNotFound) {
 				// Stale index entry: repair.
-				if err := b.inst.Delete(instanceKey(instance, id)); err != nil {
+				if err := b.t.Delete(b.inst, instPath, instanceKey(instance, id)); err != nil {
 					return err
 				}
 				continue

@@ -27,7 +27,7 @@ func newStateCmd(opts *rootOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			err = statedb.Check(cmd.OutOrStdout(), f.Server.DBPath(), daemon.StateFormats(), daemon.InspectRates(f))
+			err = statedb.Check(cmd.OutOrStdout(), f.Server.DBPath(), daemon.StateFormats(), daemon.InspectState(f))
 			if salvage != "" && (err == nil || errors.Is(err, ratestore.ErrDamaged)) {
 				if serr := statedb.Salvage(cmd.OutOrStdout(), f.Server.DBPath(), salvage, daemon.StateFormats()); serr != nil {
 					return errors.Join(err, serr)

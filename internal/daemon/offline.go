@@ -154,6 +154,21 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 	return nil, err
 }
 
+// InspectState is what `ratelimitd state check` (statedb.Check) reads
+// beyond the records: the rate state (InspectRates), then every frozen
+// message against its SHA-256 (quarantine.CheckMessages).
+func InspectState(f *config.File) statedb.Inspect {
+	rates := InspectRates(f)
+	return func(w io.Writer, db *bolt.DB) ([]string, error) {
+		bad, err := rates(w, db)
+		if err != nil {
+			return bad, err
+		}
+		more, err := quarantine.CheckMessages(w, db)
+		return append(bad, more...), err
+	}
+}
+
 // InspectRates is the rate-state part of `ratelimitd state check`
 // (statedb.Check): the rate state of f's state file as the daemon would
 // restore it, read without writing, its states counted per limit; states

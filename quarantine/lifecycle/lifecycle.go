@@ -154,6 +154,10 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.Damaged > 0 {
+		s.log.Error("quarantine entries cannot be read: kept with their messages, skipped by list, release and expiry (ratelimitd state check)",
+			"entries", st.Damaged, "ids", st.DamagedIDs)
+	}
 	s.pending = st.ByKey
 	if s.pending == nil {
 		s.pending = map[string]int{}
@@ -406,6 +410,8 @@ type Health struct {
 	// max_age; Suspended how many keys have automatic release suspended.
 	KeptPastMaxAge int `json:"kept_past_max_age"`
 	Suspended      int `json:"suspended_keys"`
+	// Damaged counts the entries that cannot be read (kept, skipped).
+	Damaged int `json:"damaged,omitempty"`
 }
 
 // Health returns the quarantine's counts and faults. It is safe for
@@ -415,7 +421,7 @@ func (s *Service) Health() Health {
 	h := s.health
 	s.mu.Unlock()
 	if st, err := s.q.Stats(); err == nil {
-		h.Held, h.Frozen = st.Held, st.Frozen
+		h.Held, h.Frozen, h.Damaged = st.Held, st.Frozen, st.Damaged
 	}
 	if sp, err := s.q.Suspended(); err == nil {
 		h.Suspended = len(sp)

@@ -1,0 +1,182 @@
+package quarantine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
+)
+
+// damageRecord flips one bit of the stored record of entry id, keeping
+// its length (as a bad sector would).
+func damageRecord(t *testing.T, db *bolt.DB, id string) {
+	t.Helper()
+	err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		v := bytes.Clone(b.Get([]byte(id)))
+		v[len(v)/2] ^= 0x04
+		return b.Put([]byte(id), v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamagedEntryKept: an entry whose record fails its checksum is
+// reported, never dropped, and its message never deleted: Get and Purge
+// refuse it, List and Expire skip it, Stats names it, the scan of the
+// records reports it, and only SetAside (the operator's decision) moves
+// it into quarantine/damaged, byte for byte, its message kept.
+func TestDamagedEntryKept(t *testing.T) {
+	clock := &testClock{t: epoch}
+	s, db, _ := newStore(t, Options{Now: clock.Now})
+	var ids []string
+	for i := range 3 {
+		id, err := s.Freeze(&Entry{Key: "alice", Limit: "hourly"}, testMessage("m"+strconv.Itoa(i), "body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	damaged := ids[1]
+	if err := s.MarkThawed(damaged); err != nil { // an audit record: Expire's to remove
+		t.Fatal(err)
+	}
+	// Frozen again for the body check below: freeze a fourth, damage it.
+	id4, _ := s.Freeze(&Entry{Key: "alice"}, testMessage("m4", "body"))
+	damageRecord(t, db, damaged)
+	damageRecord(t, db, id4)
+
+	if _, err := s.Get(damaged); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Get of a damaged entry: %v", err)
+	}
+	if err := s.Purge(id4); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Purge of a damaged entry: %v", err)
+	}
+	if _, err := s.Message(id4); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Message of a damaged entry: %v", err)
+	}
+	es, err := s.List(Filter{States: []State{Held, Frozen, Thawed, Deleted}})
+	if err != nil || len(es) != 2 {
+		t.Errorf("List: %d entries, %v; want the 2 readable ones", len(es), err)
+	}
+	st, err := s.Stats()
+	if err != nil || st.Damaged != 2 || strings.Join(st.DamagedIDs, " ") != damaged+" "+id4 {
+		t.Errorf("Stats: %+v %v", st, err)
+	}
+	clock.Advance(400 * 24 * time.Hour)
+	if n, _, err := s.Expire(clock.Now(), time.Hour); err != nil || n != 0 {
+		t.Errorf("Expire: %d removed, %v", n, err)
+	}
+	if _, err := s.Get(ids[0]); err != nil {
+		t.Errorf("a sound entry: %v", err)
+	}
+	lost, _, err := statedb.Scan(db, Formats())
+	if err != nil || len(lost) != 2 || lost[0].Path[0] != string(bucketMeta) {
+		t.Fatalf("scan: %v %v", lost, err)
+	}
+	var raw []byte
+	db.View(func(tx *bolt.Tx) error {
+		raw = bytes.Clone(tx.Bucket(bucketMeta).Get([]byte(id4)))
+		return nil
+	})
+	if err := statedb.SetAside(db, Formats(), lost); err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(tx *bolt.Tx) error {
+		if got := tx.Bucket(bucketDamaged).Get([]byte(id4)); !bytes.Equal(got, raw) {
+			t.Errorf("set aside: %q, want the record byte for byte", got)
+		}
+		if tx.Bucket(bucketBody).Get([]byte(id4)) == nil {
+			t.Error("the message of a set-aside entry was deleted")
+		}
+		return nil
+	})
+	if lost, _, err := statedb.Scan(db, Formats()); err != nil || len(lost) > 0 {
+		t.Errorf("scan after SetAside: %v %v", lost, err)
+	}
+	if st, _ := s.Stats(); st.Damaged != 0 || st.Aside != 2 {
+		t.Errorf("Stats after SetAside: %+v", st)
+	}
+}
+
+// TestFormat1Converted: a file of format 1 (bare JSON records) opens, and
+// New seals its entries and suspensions.
+func TestFormat1Converted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ratelimitd.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Entry{ID: "19ca9450a0051c69", State: Held, Key: "alice", Created: epoch, Updated: epoch}
+	js, _ := json.Marshal(e)
+	sp, _ := json.Marshal(Suspension{Key: "bob", Time: epoch})
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo, bucketSuspended} {
+			tx.CreateBucket(name)
+		}
+		tx.Bucket(bucketInfo).Put(keyVersion, []byte("1"))
+		tx.Bucket(bucketMeta).Put([]byte(e.ID), js)
+		return tx.Bucket(bucketSuspended).Put([]byte("bob"), sp)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = openDB(t, path)
+	s, err := New(db, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(e.ID); err != nil || got.Key != "alice" {
+		t.Errorf("Get: %+v %v", got, err)
+	}
+	if m, err := s.Suspended(); err != nil || m["bob"].Key != "bob" {
+		t.Errorf("Suspended: %v %v", m, err)
+	}
+	db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get([]byte(e.ID)); !statedb.Sealed([]byte(e.ID), v) {
+			t.Errorf("entry not sealed: %q", v)
+		}
+		if v := tx.Bucket(bucketInfo).Get(keyVersion); string(v) != "2" {
+			t.Errorf("format %q", v)
+		}
+		return nil
+	})
+}
+
+// TestCheckMessagesFindsDamagedBody: state check compares every frozen
+// message with its SHA-256.
+func TestCheckMessagesFindsDamagedBody(t *testing.T) {
+	s, db, _ := newStore(t, Options{})
+	id, _ := s.Freeze(&Entry{}, testMessage("x", "original"))
+	s.Freeze(&Entry{}, testMessage("y", "sound"))
+	var out strings.Builder
+	if bad, err := CheckMessages(&out, db); err != nil || len(bad) != 0 {
+		t.Fatalf("sound messages: %v %v", bad, err)
+	}
+	db.Update(func(tx *bolt.Tx) error {
+		v := bytes.Clone(tx.Bucket(bucketBody).Get([]byte(id)))
+		v[len(v)-3] ^= 1
+		return tx.Bucket(bucketBody).Put([]byte(id), v)
+	})
+	out.Reset()
+	bad, err := CheckMessages(&out, db)
+	if err != nil || len(bad) != 1 || !strings.Contains(bad[0], id) {
+		t.Errorf("a damaged message: %v %v\n%s", bad, err, out.String())
+	}
+	// Restore for the cleanup check.
+	db.Update(func(tx *bolt.Tx) error {
+		v := bytes.Clone(tx.Bucket(bucketBody).Get([]byte(id)))
+		v[len(v)-3] ^= 1
+		return tx.Bucket(bucketBody).Put([]byte(id), v)
+	})
+}
