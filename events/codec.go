@@ -8,14 +8,23 @@ import (
 	"math"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // MaxField is the most bytes of one string field stored; a longer one is
 // cut at a character boundary.
 const MaxField = 1024
 
-// formatVersion is the first byte of every record.
-const formatVersion = 1
+// formatVersion is the first byte of every record, and the log's format
+// (events/meta "format"): a record of version 2 is a statedb record
+// (statedb.Seal: the version, the fields, a CRC-32C over the key and
+// both); version 1 records, without the checksum, are read in a log of
+// format 1, which Open converts.
+const (
+	formatVersion = 2
+	formatV1      = 1
+)
 
 // keyLen is the length of a record's key: time and sequence.
 const keyLen = 16
@@ -62,7 +71,8 @@ func clip(s string) string {
 	return s[:i]
 }
 
-// encode appends e's record (without its time, which is in the key) to b.
+// encode appends e's record (without its time, which is in the key) to b,
+// with room for its checksum, which seal writes once its key is known.
 func encode(b []byte, e *Event) []byte {
 	b = append(b, formatVersion)
 	for _, s := range [...]string{e.Key, e.Limit, e.Action, e.Sender, e.Client, e.QueueID, e.By, e.Detail} {
@@ -71,7 +81,26 @@ func encode(b []byte, e *Event) []byte {
 		b = append(b, s...)
 	}
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(e.Rate))
-	return binary.BigEndian.AppendUint64(b, math.Float64bits(e.Max))
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(e.Max))
+	return append(b, 0, 0, 0, 0)
+}
+
+// seal writes the checksum of the record rec (encode's) stored under key.
+func seal(key, rec []byte) {
+	binary.BigEndian.PutUint32(rec[len(rec)-4:], statedb.Sum(key, rec[:len(rec)-4]))
+}
+
+// recordBody returns the record v stored under k without its checksum,
+// checked: a sealed record, or in a log of format 1 (sealed false) one of
+// version 1. The error wraps ErrCorrupt.
+func recordBody(k, v []byte, sealed bool) ([]byte, error) {
+	if !sealed && len(v) > 0 && v[0] == formatV1 {
+		return v, nil
+	}
+	if _, _, err := statedb.Unseal(k, v); err != nil {
+		return nil, fmt.Errorf("%w: event %x: %w", ErrCorrupt, k, err)
+	}
+	return v[:len(v)-4], nil
 }
 
 // decoder reads a record's fields in order.
@@ -123,14 +152,16 @@ func (d *decoder) float() float64 {
 	return f
 }
 
+// newDecoder reads the record body v (recordBody's).
 func newDecoder(v []byte) *decoder {
-	if len(v) == 0 || v[0] != formatVersion {
+	if len(v) == 0 || (v[0] != formatVersion && v[0] != formatV1) {
 		return &decoder{err: ErrCorrupt}
 	}
 	return &decoder{b: v[1:]}
 }
 
-// decode returns the event of record (k, v); the strings are copies.
+// decode returns the event of record (k, v), v its body (recordBody's);
+// the strings are copies.
 func decode(k, v []byte) (Event, error) {
 	if len(k) != keyLen {
 		return Event{}, fmt.Errorf("%w: key of %d bytes", ErrCorrupt, len(k))

@@ -16,7 +16,12 @@
 // events/meta holds the format version and the number of records. A
 // record is a version byte, the strings (key, limit, action, sender,
 // client, queue ID, by, detail: each a uvarint length and its bytes, at
-// most MaxField bytes) and the rate and max (IEEE 754, 8 bytes each). With
+// most MaxField bytes), the rate and max (IEEE 754, 8 bytes each), and a
+// CRC-32C over the key and all that (a statedb record: an event damaged
+// on disk is reported, by Query and by the daemon's scan of the state
+// file, never read as another; Formats describes them to statedb). Both
+// buckets have manifest entries (statedb.Tally). A log of format 1,
+// without checksums, is converted when Open can write. With
 // typical fields the file grows by about 145 bytes per event, BoltDB's
 // pages included (docs/performance.md; BenchmarkStateFileGrowth).
 //

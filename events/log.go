@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // The buckets of the state file the Log owns (see the package comment).
@@ -18,6 +21,9 @@ var (
 	bucketMeta = []byte("events/meta")
 	metaCount  = []byte("count")
 	metaFormat = []byte("format")
+	// Their paths in the manifest (statedb.Tally).
+	logPath  = []string{"events/log"}
+	metaPath = []string{"events/meta"}
 )
 
 // Defaults of Options.
@@ -167,7 +173,8 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		})
 		return l, err
 	}
-	err := db.Update(func(tx *bolt.Tx) error {
+	convert := false
+	err := statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		lb, err := tx.CreateBucketIfNotExists(bucketLog)
 		if err != nil {
 			return fmt.Errorf("events: %w", err)
@@ -176,23 +183,105 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		if err != nil {
 			return fmt.Errorf("events: %w", err)
 		}
-		if v := mb.Get(metaFormat); v != nil && (len(v) != 1 || v[0] != formatVersion) {
+		t.Ensure(logPath)
+		t.Ensure(metaPath)
+		switch v := mb.Get(metaFormat); {
+		case v == nil && lb.Stats().KeyN == 0:
+			if err := t.Put(mb, metaPath, metaFormat, []byte{formatVersion}); err != nil {
+				return fmt.Errorf("events: %w", err)
+			}
+		case v == nil || (len(v) == 1 && v[0] == formatV1):
+			convert = true
+		case len(v) != 1 || v[0] != formatVersion:
 			return fmt.Errorf("events: unknown format %x of bucket %s", v, bucketLog)
-		}
-		if err := mb.Put(metaFormat, []byte{formatVersion}); err != nil {
-			return fmt.Errorf("events: %w", err)
 		}
 		if v := mb.Get(metaCount); len(v) == 8 {
 			l.count = int(binary.BigEndian.Uint64(v))
 			return nil
 		}
 		l.count = lb.Stats().KeyN
-		return putCount(mb, l.count)
+		return putCount(t, mb, l.count)
 	})
+	if err == nil && convert {
+		err = l.convert()
+	}
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// convertBatch is the most records one transaction of convert seals.
+const convertBatch = 20_000
+
+// convert seals the records of a log of format 1, convertBatch records
+// per transaction, then marks it format 2. Until then the log is read as
+// format 1, which takes sealed records and unsealed ones alike: a crash
+// leaves it readable, and the next Open goes on.
+func (l *Log) convert() error {
+	var from []byte
+	for {
+		done := false
+		err := statedb.Update(l.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+			lb, mb := tx.Bucket(bucketLog), tx.Bucket(bucketMeta)
+			c := lb.Cursor()
+			k, v := c.First()
+			if from != nil {
+				k, v = c.Seek(from)
+			}
+			var ks, vs [][]byte
+			for ; k != nil && len(ks) < convertBatch; k, v = c.Next() {
+				if len(v) > 0 && v[0] == formatV1 {
+					ks = append(ks, bytes.Clone(k))
+					vs = append(vs, statedb.Seal(nil, k, formatVersion, v[1:]))
+				}
+			}
+			from = bytes.Clone(k)
+			for i := range ks {
+				if err := t.Put(lb, logPath, ks[i], vs[i]); err != nil {
+					return fmt.Errorf("events: convert: %w", err)
+				}
+			}
+			if k != nil {
+				return nil
+			}
+			done = true
+			return t.Put(mb, metaPath, metaFormat, []byte{formatVersion})
+		})
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// sealedTx reports whether the log in tx is of format 2: every record
+// sealed.
+func sealedTx(tx *bolt.Tx) bool {
+	mb := tx.Bucket(bucketMeta)
+	if mb == nil {
+		return true
+	}
+	v := mb.Get(metaFormat)
+	return len(v) == 1 && v[0] == formatVersion
+}
+
+// Formats describes the event log's records for statedb's Scan, Check,
+// Salvage and SetAside: each record of events/log is checked (one event,
+// deleted when the operator accepts its loss); events/meta is counted.
+func Formats() []statedb.Format {
+	return []statedb.Format{
+		{Bucket: string(bucketLog), Check: func(tx *bolt.Tx) func([]string, []byte, []byte) (int, error) {
+			sealed := sealedTx(tx)
+			return func(_ []string, k, v []byte) (int, error) {
+				body, err := recordBody(k, v, sealed)
+				if err == nil {
+					_, err = decode(k, body)
+				}
+				return 1, err
+			}
+		}},
+		{Bucket: string(bucketMeta)},
+	}
 }
 
 // storedCount reads the record count of the events/meta bucket, or counts
@@ -209,8 +298,8 @@ func storedCount(tx *bolt.Tx) int {
 	return 0
 }
 
-func putCount(mb *bolt.Bucket, n int) error {
-	if err := mb.Put(metaCount, binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
+func putCount(t *statedb.Tally, mb *bolt.Bucket, n int) error {
+	if err := t.Put(mb, metaPath, metaCount, binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
 	return nil
@@ -353,7 +442,7 @@ func (l *Log) write(batch *queue) (more bool, err error) {
 		return false, nil
 	}
 	n, pruned := l.count, 0
-	err = l.db.Update(func(tx *bolt.Tx) error {
+	err = statedb.Update(l.db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		lb, mb := tx.Bucket(bucketLog), tx.Bucket(bucketMeta)
 		if lb == nil || mb == nil {
 			return fmt.Errorf("events: buckets %s, %s missing", bucketLog, bucketMeta)
@@ -367,7 +456,9 @@ func (l *Log) write(batch *queue) (more bool, err error) {
 			if err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
-			if err := lb.Put(recordKey(time.Unix(0, r.t), seq), batch.record(i)); err != nil {
+			key, rec := recordKey(time.Unix(0, r.t), seq), batch.record(i)
+			seal(key, rec)
+			if err := t.Append(lb, logPath, key, rec); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
 		}
@@ -376,8 +467,9 @@ func (l *Log) write(batch *queue) (more bool, err error) {
 		if pruned, more, err = l.pruneTx(lb, now, n); err != nil {
 			return err
 		}
+		t.Added(logPath, -pruned)
 		n -= pruned
-		return putCount(mb, n)
+		return putCount(t, mb, n)
 	})
 	if err != nil {
 		return false, err

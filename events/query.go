@@ -129,6 +129,7 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 		if lb == nil {
 			return nil
 		}
+		sealed := sealedTx(tx)
 		c := lb.Cursor()
 		var k, v []byte
 		var step func() ([]byte, []byte)
@@ -156,6 +157,10 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 				if err := ctx.Err(); err != nil {
 					return err
 				}
+			}
+			v, err := recordBody(k, v, sealed)
+			if err != nil {
+				return err
 			}
 			ok, err := matches(v, &q)
 			if err != nil {

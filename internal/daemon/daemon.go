@@ -244,10 +244,10 @@ func (d *Daemon) mergeSpellings() {
 }
 
 // StateFormats describes every record the state file holds (the rate
-// state's, the recipient sets', the quarantine's), for statedb's Scan,
-// Check, Salvage and SetAside.
+// state's, the recipient sets', the quarantine's, the event log's), for
+// statedb's Scan, Check, Salvage and SetAside.
 func StateFormats() []statedb.Format {
-	return slices.Concat(ratestore.Formats(), quarantine.Formats())
+	return slices.Concat(ratestore.Formats(), quarantine.Formats(), events.Formats())
 }
 
 // checkRecords checks every record of the state file before the stores

@@ -1,0 +1,113 @@
+package events
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
+)
+
+// TestDamagedEventReported: every event is a checksummed record; one bit
+// flipped in an event's rate (which any decoder reads as a rate) is
+// found by the scan of the records and by Query, and the log's buckets
+// match their manifest entries.
+func TestDamagedEventReported(t *testing.T) {
+	l, _, _ := newLog(t, Options{})
+	for i := range 50 {
+		l.Record(refusal(fmt.Sprint("user", i), t0.Add(time.Duration(i)*time.Second), 300))
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if lost, _, err := statedb.Scan(l.db, Formats()); err != nil || len(lost) > 0 {
+		t.Fatalf("an undamaged log: %v %v", lost, err)
+	}
+	key := recordKey(t0.Add(7*time.Second), 8)
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLog)
+		v := bytes.Clone(b.Get(key))
+		if v == nil {
+			return errors.New("event not found")
+		}
+		v[len(v)-4-16+2] ^= 0x10 // a bit of the rate
+		return b.Put(key, v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, _, err := statedb.Scan(l.db, Formats())
+	if err != nil || len(lost) != 1 || !bytes.Equal(lost[0].Key, key) {
+		t.Fatalf("scan: %v %v", lost, err)
+	}
+	if _, err := l.Query(context.Background(), Query{}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Query = %v, want ErrCorrupt", err)
+	}
+	if err := statedb.SetAside(l.db, Formats(), lost); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := l.Query(context.Background(), Query{}); err != nil || len(es) != 49 {
+		t.Errorf("after SetAside: %d events, %v", len(es), err)
+	}
+}
+
+// TestFormat1LogConverted: a log of format 1 (records without checksum)
+// is read, and Open seals its records, several transactions' worth.
+func TestFormat1LogConverted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := convertBatch + 10
+	err = db.Update(func(tx *bolt.Tx) error {
+		lb, _ := tx.CreateBucket(bucketLog)
+		mb, _ := tx.CreateBucket(bucketMeta)
+		mb.Put(metaFormat, []byte{formatV1})
+		mb.Put(metaCount, []byte{0, 0, 0, 0, 0, 0, byte(n >> 8), byte(n)})
+		for i := range n {
+			e := refusal(fmt.Sprint("user", i), t0.Add(time.Duration(i)*time.Millisecond), 300)
+			rec := encode(nil, &e)
+			rec = rec[:len(rec)-4]
+			rec[0] = formatV1
+			seq, _ := lb.NextSequence()
+			if err := lb.Put(recordKey(e.Time, seq), rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(openDB(t, path, false), Options{Now: func() time.Time { return t0 }, MaxAge: 1000 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := l.Query(context.Background(), Query{Max: n})
+	if err != nil || len(es) != n || es[0].Key != fmt.Sprint("user", n-1) {
+		t.Fatalf("Query: %d events, %v", len(es), err)
+	}
+	l.db.View(func(tx *bolt.Tx) error {
+		if !sealedTx(tx) {
+			t.Error("the log is not marked format 2")
+		}
+		return tx.Bucket(bucketLog).ForEach(func(k, v []byte) error {
+			if !statedb.Sealed(k, v) {
+				t.Errorf("event %x not sealed", k)
+				return errors.New("stop")
+			}
+			return nil
+		})
+	})
+	if lost, _, err := statedb.Scan(l.db, Formats()); err != nil || len(lost) > 0 {
+		t.Errorf("scan: %v %v", lost, err)
+	}
+}
