@@ -237,6 +237,27 @@ func TestRecordDamage(t *testing.T) {
 		{"truncated to half", func(b []byte) []byte { return b[:len(b)/2] }},
 		{"zeroed tail", func(b []byte) []byte { clear(b[len(b)-len(b)/4:]); return b }},
 		{"0-byte file", func([]byte) []byte { return nil }},
+		// Damage no record's checksum sees: found by the page check
+		// and the manifest.
+		{"one bit of the journal bucket's name", func(b []byte) []byte {
+			b[liveElement(t, b, nil, journalName)+3] ^= 1
+			return b
+		}},
+		{"one bit of a limit bucket's name", func(b []byte) []byte {
+			b[liveElement(t, b, [][]byte{bucketName}, []byte("hourly"))+1] ^= 1
+			return b
+		}},
+		{"the journal's sequence behind its keys", func(b []byte) []byte {
+			seq := liveElement(t, b, nil, journalName) + len(journalName) + 8
+			b[seq] ^= 0x02 // the low byte (little-endian)
+			return b
+		}},
+		{"one bit of a leaf page's element count (records hidden)", func(b []byte) []byte {
+			pg := liveLeaf(t, b, [][]byte{bucketName, []byte("hourly")}, []byte("user001000@example.org"))
+			count := binary.LittleEndian.Uint16(b[pg+10:])
+			binary.LittleEndian.PutUint16(b[pg+10:], count&(count-1))
+			return b
+		}},
 	}
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -275,7 +296,8 @@ var smallImage = sync.OnceValues(func() ([]byte, error) {
 // restored with every state equal or refused, never with a panic or a
 // silent difference. (A flip in the newer meta page makes BoltDB fall
 // back to the previous transaction, as after a torn write at a crash: one
-// flush interval, the crash bound; TestRecordDamage damages both.)
+// flush interval, the crash bound; state check and serve report it,
+// statedb.MetaFallback; TestRecordDamage damages both.)
 // Each execution opens a BoltDB file, so scripts/fuzz.sh runs it 20,000
 // times.
 // fuzz.sh: 20000x
@@ -312,4 +334,67 @@ func FuzzStateBitFlip(f *testing.F) {
 		}
 		equalStates(t, fmt.Sprintf("restored after a flip at byte %d", at), got, want)
 	})
+}
+
+// liveLeaf returns the offset in the BoltDB file b of the leaf page of the
+// live tree (the latest valid meta page's) that holds key in the bucket at
+// path (nested bucket names, from the top).
+func liveLeaf(t *testing.T, b []byte, path [][]byte, key []byte) int {
+	t.Helper()
+	ps := os.Getpagesize()
+	meta := 0
+	if binary.LittleEndian.Uint64(b[ps+16+48:]) > binary.LittleEndian.Uint64(b[16+48:]) {
+		meta = ps
+	}
+	page := int(binary.LittleEndian.Uint64(b[meta+16+16:])) * ps // the root bucket's
+	for _, name := range append(path, nil) {
+		target := name
+		if name == nil {
+			target = key
+		}
+		// Down the branch pages to the leaf that may hold target.
+		for binary.LittleEndian.Uint16(b[page+8:]) == 0x01 {
+			count, child := int(binary.LittleEndian.Uint16(b[page+10:])), uint64(0)
+			for i := range count {
+				e := page + 16 + i*16
+				pos, ksize := int(binary.LittleEndian.Uint32(b[e:])), int(binary.LittleEndian.Uint32(b[e+4:]))
+				if i > 0 && bytes.Compare(b[e+pos:e+pos+ksize], target) > 0 {
+					break
+				}
+				child = binary.LittleEndian.Uint64(b[e+8:])
+			}
+			page = int(child) * ps
+		}
+		if name == nil {
+			return page
+		}
+		at := leafKey(t, b, page, name)
+		root := binary.LittleEndian.Uint64(b[at+len(name):])
+		if root == 0 {
+			t.Fatalf("bucket %s is inline", name)
+		}
+		page = int(root) * ps
+	}
+	return page
+}
+
+// leafKey returns the offset of key in the leaf page at offset page of b.
+func leafKey(t *testing.T, b []byte, page int, key []byte) int {
+	t.Helper()
+	for i := range int(binary.LittleEndian.Uint16(b[page+10:])) {
+		e := page + 16 + i*16
+		pos, ksize := int(binary.LittleEndian.Uint32(b[e+4:])), int(binary.LittleEndian.Uint32(b[e+8:]))
+		if bytes.Equal(b[e+pos:e+pos+ksize], key) {
+			return e + pos
+		}
+	}
+	t.Fatalf("%q not in the leaf page at %d", key, page)
+	return 0
+}
+
+// liveElement returns the offset in b of the name of the bucket name,
+// nested in the bucket at path, in the live tree.
+func liveElement(t *testing.T, b []byte, path [][]byte, name []byte) int {
+	t.Helper()
+	return leafKey(t, b, liveLeaf(t, b, path, name), name)
 }
