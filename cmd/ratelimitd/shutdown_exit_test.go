@@ -67,3 +67,40 @@ func TestExitSoonAfterStopped(t *testing.T) {
 		t.Fatalf("exited %v after 'ratelimitd stopped', want at most 0.5 s", gap)
 	}
 }
+
+// TestSIGTERMRightAfterStartShutsDownCleanly: a SIGTERM sent the moment
+// "ratelimitd started" is logged (systemd stopping a unit it just
+// started) killed the process by the default action before its handler
+// was installed, without a shutdown; it now exits 0 with "ratelimitd
+// stopped".
+func TestSIGTERMRightAfterStartShutsDownCleanly(t *testing.T) {
+	for i := range 5 {
+		dir := t.TempDir()
+		cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfgPath)
+		pr, pw := io.Pipe()
+		cmd.Stdout, cmd.Stderr = pw, pw
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var logs strings.Builder
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			sc := bufio.NewScanner(pr)
+			for sc.Scan() {
+				logs.WriteString(sc.Text() + "\n")
+				if strings.Contains(sc.Text(), "ratelimitd started") {
+					cmd.Process.Signal(syscall.SIGTERM)
+				}
+			}
+		}()
+		err := cmd.Wait()
+		pw.Close()
+		<-done
+		if err != nil || !strings.Contains(logs.String(), "ratelimitd stopped") {
+			t.Fatalf("run %d: SIGTERM at start: %v\n%s", i, err, logs.String())
+		}
+	}
+}

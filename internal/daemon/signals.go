@@ -23,6 +23,13 @@ func Serve(f *config.File, configPath string, files *Files, opts Options, stderr
 		return err
 	}
 	defer files.Close()
+	// Signals are caught before the daemon starts: a SIGTERM that came
+	// while it was starting (or just after "ratelimitd started") killed
+	// it without a shutdown, losing the write-behind state; now it waits
+	// in sig and shuts the daemon down cleanly once started.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
 	d, err := StartWith(f, configPath, logw, opts)
 	if err != nil {
 		return err
@@ -31,9 +38,6 @@ func Serve(f *config.File, configPath string, files *Files, opts Options, stderr
 		d.Shutdown(context.Background())
 		return err
 	}
-	sig := make(chan os.Signal, 4)
-	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sig)
 	for s := range sig {
 		if s == syscall.SIGHUP {
 			if err := files.Reopen(); err != nil {

@@ -90,12 +90,13 @@ type Failover struct {
 	// degraded) for metrics.
 	OnSwitch func(degraded bool)
 	// ProbeInterval is the pause between probes while degraded; zero
-	// means 250ms.
+	// means 250ms. Set it through NewFailoverWith: the probe may run
+	// from the start.
 	ProbeInterval time.Duration
 	// Split (degraded_share = "split") gives each of Hosts hosts a
 	// share of every limit while degraded: local requests cost Hosts
 	// times their cost, so that the hosts together admit about the
-	// limit. Set both before use.
+	// limit. Set both through NewFailoverWith.
 	Split bool
 	Hosts int
 
@@ -156,11 +157,29 @@ type deltaEntry struct {
 // NewFailover returns a Failover over the Redis store r and the host's own
 // store local, with policy p. log receives the switch and recovery lines.
 // When r is not connected yet (Open), the Failover starts degraded and
-// its probe connects.
+// its probe connects. It is NewFailoverWith with no options.
 func NewFailover(r *Store, local policy.Store, p OnError, log *slog.Logger) *Failover {
+	return NewFailoverWith(r, local, p, log, FailoverOptions{})
+}
+
+// FailoverOptions are the settings of a Failover that its probe reads,
+// and so must be in place before it starts: NewFailoverWith sets them
+// before the probe of a Redis not yet connected runs (setting the fields
+// after NewFailover raced with it).
+type FailoverOptions struct {
+	// ProbeInterval, Split and Hosts set the Failover fields of the same
+	// names.
+	ProbeInterval time.Duration
+	Split         bool
+	Hosts         int
+}
+
+// NewFailoverWith is NewFailover with options o in place from the start.
+func NewFailoverWith(r *Store, local policy.Store, p OnError, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Failover{redis: r, local: local, policy: p, log: log, delta: map[[2]string]*deltaEntry{},
-		downNodes: map[string]time.Time{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
+		downNodes: map[string]time.Time{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel,
+		ProbeInterval: o.ProbeInterval, Split: o.Split, Hosts: o.Hosts}
 	if !r.Connected() {
 		f.markAllDown(errNotConnected)
 	}

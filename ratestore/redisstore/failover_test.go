@@ -30,9 +30,8 @@ func hourly(key string) []policy.StackItem {
 // newFailover is a Failover with local fallback over r, with a fast probe.
 func newFailover(t *testing.T, r *redisstore.Store) (*redisstore.Failover, *mtatest.SyncBuffer) {
 	logs := &mtatest.SyncBuffer{}
-	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
-		slog.New(slog.NewTextHandler(logs, nil)))
-	f.ProbeInterval = 50 * time.Millisecond
+	f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
+		slog.New(slog.NewTextHandler(logs, nil)), redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond})
 	t.Cleanup(f.Close)
 	return f, logs
 }

@@ -58,10 +58,8 @@ func outageHosts(t *testing.T, o redisstore.Options, n int, split bool, connect 
 			t.Cleanup(r.Close)
 		}
 		buf := &mtatest.SyncBuffer{}
-		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
-			slog.New(slog.NewTextHandler(buf, nil)))
-		f.ProbeInterval = 50 * time.Millisecond
-		f.Split, f.Hosts = split, n
+		f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
+			slog.New(slog.NewTextHandler(buf, nil)), redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond, Split: split, Hosts: n})
 		t.Cleanup(f.Close)
 		fs = append(fs, f)
 		logs = append(logs, buf)
@@ -425,8 +423,8 @@ func TestOutageMergeSurvivesRestart(t *testing.T) {
 	path := t.TempDir() + "/outage.json"
 	newHost := func() *redisstore.Failover {
 		r := open(t, o)
-		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local, slog.New(slog.DiscardHandler))
-		f.ProbeInterval = 20 * time.Millisecond
+		f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local, slog.New(slog.DiscardHandler),
+			redisstore.FailoverOptions{ProbeInterval: 20 * time.Millisecond})
 		if err := f.LoadPending(path); err != nil {
 			t.Fatal(err)
 		}
