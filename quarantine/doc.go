@@ -16,8 +16,11 @@
 //
 // The Store lives in the daemon's single BoltDB file (go.etcd.io/bbolt),
 // in its own top-level buckets: quarantine/meta (ID -> JSON Entry),
-// quarantine/body (ID -> message bytes, frozen entries only),
-// quarantine/index-instance (instance NUL ID -> ""), quarantine/info
+// quarantine/body (ID -> message bytes of a frozen entry up to ChunkSize,
+// or of any size frozen before chunking), quarantine/body-chunks and
+// quarantine/body-chunked (larger messages in 1 MiB chunks, each
+// committed while the message is read, and the entry's reference to them;
+// see Store.FreezeFrom), quarantine/index-instance (instance NUL ID -> ""), quarantine/info
 // (format version; running total of stored message bytes) and
 // quarantine/suspended (rate key -> Suspension).
 //

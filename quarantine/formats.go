@@ -55,6 +55,8 @@ func Formats() []statedb.Format {
 		{Bucket: string(bucketMeta), Check: check("quarantine entry"), SetAside: string(bucketDamaged)},
 		{Bucket: string(bucketSuspended), Check: check("suspension"), SetAside: string(bucketDamaged)},
 		{Bucket: string(bucketBody)},
+		{Bucket: string(bucketChunks)},
+		{Bucket: string(bucketChunked)},
 		{Bucket: string(bucketInstance)},
 		{Bucket: string(bucketInfo)},
 		{Bucket: string(bucketDamaged)},

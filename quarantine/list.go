@@ -39,16 +39,11 @@ func (s *Store) Message(id string) ([]byte, error) {
 		if e, err = b.get(id); err != nil {
 			return err
 		}
-		var v []byte
-		if b.body != nil {
-			v = b.body.Get([]byte(id))
+		if msg, err = b.readMessage(id); err != nil {
+			return err
 		}
-		if v == nil {
-			return fmt.Errorf("%w: %s is %s", ErrNoContent, id, e.State)
-		}
-		msg = bytes.Clone(v)
 		if msg == nil {
-			msg = []byte{}
+			return fmt.Errorf("%w: %s is %s", ErrNoContent, id, e.State)
 		}
 		return nil
 	})

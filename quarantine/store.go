@@ -21,8 +21,10 @@ import (
 var (
 	// bucketMeta maps ID -> JSON-encoded Entry.
 	bucketMeta = []byte("quarantine/meta")
-	// bucketBody maps ID -> the message bytes of a frozen entry. Only
-	// frozen entries have a value here.
+	// bucketBody maps ID -> the message bytes of a frozen entry of at
+	// most ChunkSize bytes (or any size, frozen before chunking); larger
+	// ones are in bucketChunks (body.go). Only frozen entries have a
+	// value here.
 	bucketBody = []byte("quarantine/body")
 	// bucketInstance maps Instance + "\x00" + ID -> "" for entries whose
 	// Instance is set (index for UpdateByInstance).
@@ -83,6 +85,9 @@ type Store struct {
 	owned   bool // Open opened db; Close closes it
 	maxSize int64
 	now     func() time.Time
+	// chunkBuf is the buffer chunks are read into, used only inside a
+	// write transaction (body.go).
+	chunkBuf []byte
 }
 
 // New returns a Store keeping its buckets in db, creating them if needed
@@ -120,7 +125,7 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 		return s, nil
 	}
 	err := statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
-		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo, bucketSuspended} {
+		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo, bucketSuspended, bucketChunks, bucketChunked} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("quarantine: create bucket %s: %w", name, err)
 			}
@@ -147,6 +152,11 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 		if err != nil {
 			return err
 		}
+		chunked, err := sweepChunks(tx, t)
+		if err != nil {
+			return err
+		}
+		total += uint64(chunked)
 		if getBytes(info) != int64(total) || info.Get(keyBytes) == nil {
 			return putBytes(t, info, int64(total))
 		}
@@ -223,6 +233,9 @@ type buckets struct {
 	meta, body, inst, info *bolt.Bucket
 	sealed                 bool
 	t                      *statedb.Tally
+	// chunks and chunked hold messages stored in pieces (body.go); nil
+	// in a read-only file written before they existed.
+	chunks, chunked *bolt.Bucket
 }
 
 // The buckets' paths in the manifest.
@@ -232,6 +245,8 @@ var (
 	instPath      = []string{string(bucketInstance)}
 	infoPath      = []string{string(bucketInfo)}
 	suspendedPath = []string{string(bucketSuspended)}
+	chunksPath    = []string{string(bucketChunks)}
+	chunkedPath   = []string{string(bucketChunked)}
 )
 
 func bucketsOf(tx *bolt.Tx) buckets {
@@ -241,6 +256,9 @@ func bucketsOf(tx *bolt.Tx) buckets {
 		inst:   tx.Bucket(bucketInstance),
 		info:   tx.Bucket(bucketInfo),
 		sealed: sealedTx(tx),
+
+		chunks:  tx.Bucket(bucketChunks),
+		chunked: tx.Bucket(bucketChunked),
 	}
 }
 
@@ -329,13 +347,18 @@ func (b buckets) unindex(e *Entry) error {
 // dropBody removes the message bytes of id, if any, and returns how many
 // bytes were freed.
 func (b buckets) dropBody(id string) (int64, error) {
-	v := b.body.Get([]byte(id))
-	if v == nil {
-		return 0, nil
-	}
-	n := int64(len(v))
-	if err := b.t.Delete(b.body, bodyPath, []byte(id)); err != nil {
+	n, err := b.dropChunked(id)
+	if err != nil {
 		return 0, err
+	}
+	if v := b.body.Get([]byte(id)); v != nil {
+		n += int64(len(v))
+		if err := b.t.Delete(b.body, bodyPath, []byte(id)); err != nil {
+			return 0, err
+		}
+	}
+	if n == 0 {
+		return 0, nil
 	}
 	return n, putBytes(b.t, b.info, getBytes(b.info)-n)
 }

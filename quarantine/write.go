@@ -2,10 +2,9 @@ package quarantine
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -47,33 +46,51 @@ func (s *Store) prepare(e *Entry, state State, action string) Entry {
 }
 
 // Freeze stores e as a frozen entry together with msg, the complete
-// message, in one BoltDB transaction that is committed and fsync'd before
-// Freeze returns: when it returns nil error the MTA may be told to
-// discard its copy. On any error nothing is stored and the caller must
-// temp-fail the message.
+// message (FreezeFrom with msg's bytes).
+func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
+	return s.FreezeFrom(e, bytes.NewReader(msg))
+}
+
+// FreezeFrom stores e as a frozen entry together with the complete
+// message read from r to its end. The entry is recorded in one BoltDB
+// transaction that is committed and fsync'd before FreezeFrom returns:
+// when it returns nil error the MTA may be told to discard its copy. A
+// message above ChunkSize is stored in chunks committed while it is read
+// (readBody: concurrent freezes share one ChunkSize buffer), which count
+// only once the entry refers to them. On any error no entry is stored and
+// the caller must temp-fail the message.
 //
-// Freeze sets State (Frozen), ID, Updated, Created (if zero), Action (if
-// empty, "freeze"), Size and Hash (SHA-256 of msg), clears Error and
-// Attempts, and takes Subject and MessageID from msg's header when they
-// are empty; a message whose header cannot be parsed is still frozen. On
-// success the completed entry is copied back into *e.
+// FreezeFrom sets State (Frozen), ID, Updated, Created (if zero), Action
+// (if empty, "freeze"), Size and Hash (SHA-256 of the message), clears
+// Error and Attempts, and takes Subject and MessageID from the message's
+// header when they are empty; a message whose header cannot be parsed is
+// still frozen. On success the completed entry is copied back into *e.
 //
 // Errors: ErrInvalid (nil e, or a QueueID that ValidQueueID refuses),
-// ErrFull (Options.MaxSize would be exceeded), or a wrapped bbolt error
-// (e.g. a message above bbolt's 2 GiB value limit, a full disk).
-func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
+// ErrDuplicateQueueID, ErrFull (Options.MaxSize would be exceeded), r's
+// error, or a wrapped bbolt error (e.g. a full disk).
+func (s *Store) FreezeFrom(e *Entry, r io.Reader) (string, error) {
 	if e == nil {
 		return "", fmt.Errorf("%w: nil entry", ErrInvalid)
 	}
 	if err := checkQueueID(e.QueueID); err != nil {
 		return "", err
 	}
+	if e.QueueID != "" {
+		// Refused before the message is read, and again when recorded.
+		if err := s.db.View(func(tx *bolt.Tx) error { return bucketsOf(tx).uniqueQueueID(e.QueueID, "") }); err != nil {
+			return "", err
+		}
+	}
+	st, err := s.readBody(r)
+	if err != nil {
+		return "", err
+	}
 	ent := s.prepare(e, Frozen, ActionFreeze)
-	ent.Size = int64(len(msg))
-	sum := sha256.Sum256(msg)
-	ent.Hash = hex.EncodeToString(sum[:])
+	ent.Size = st.size
+	ent.Hash = hexSum(st.sum)
 	if ent.Subject == "" || ent.MessageID == "" {
-		subject, id := headerInfo(msg)
+		subject, id := headerInfo(st.head)
 		if ent.Subject == "" {
 			ent.Subject = subject
 		}
@@ -81,7 +98,7 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 			ent.MessageID = id
 		}
 	}
-	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+	err = statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
@@ -99,10 +116,7 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 		if err := b.put(&ent); err != nil {
 			return err
 		}
-		if msg == nil {
-			msg = []byte{} // a nil value would read back as "no content"
-		}
-		if err := b.t.Put(b.body, bodyPath, []byte(ent.ID), msg); err != nil {
+		if err := b.putBody(ent.ID, st); err != nil {
 			return fmt.Errorf("quarantine: store message: %w", err)
 		}
 		if err := b.index(&ent); err != nil {
@@ -111,6 +125,9 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 		return putBytes(t, b.info, total+ent.Size)
 	})
 	if err != nil {
+		if st.chunked {
+			s.dropChunks(st.ref)
+		}
 		return "", wrap("freeze", err)
 	}
 	if err := s.syncIfNoSync(); err != nil {

@@ -58,7 +58,7 @@ type milterQuarantine struct{ s *lifecycle.Service }
 // Freeze implements milter.Quarantine: the message is committed (fsync)
 // before Freeze returns.
 func (m milterQuarantine) Freeze(ctx context.Context, msg *milter.Message, d policy.Decision) (string, error) {
-	return m.s.Freeze(ctx, &msg.Request, msg.Recipients, msg.Data, d)
+	return m.s.Freeze(ctx, &msg.Request, msg.Recipients, msg.Body, d)
 }
 
 // Hold implements milter.Quarantine for messages put on hold by the milter.

@@ -26,7 +26,7 @@
 //	header,  kept for freezing only if a freeze could apply (a RCPT
 //	body     decision was Freeze, or the Decider is no FreezeAdvisor, or
 //	         its MayFreeze says so), exactly as the MTA would deliver
-//	         them (see Message.Data), up to Server.MaxMessageSize bytes:
+//	         them (see Message.Body), up to Server.MaxMessageSize bytes:
 //	         the first Server.SpoolThreshold bytes in memory, the rest in
 //	         an unlinked temporary file in Server.SpoolDir; otherwise only
 //	         counted (Request.Size)

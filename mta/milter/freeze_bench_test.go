@@ -23,8 +23,8 @@ import (
 type storeQuarantine struct{ s *quarantine.Store }
 
 func (q storeQuarantine) Freeze(_ context.Context, m *Message, d policy.Decision) (string, error) {
-	return q.s.Freeze(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender,
-		Recipients: m.Recipients, QueueID: m.Request.QueueID, Size: int64(len(m.Data))}, m.Data)
+	return q.s.FreezeFrom(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender,
+		Recipients: m.Recipients, QueueID: m.Request.QueueID}, m.Body)
 }
 
 func (q storeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) (string, error) {

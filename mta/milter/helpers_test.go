@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -64,8 +65,9 @@ type fakeQuarantine struct {
 }
 
 type quarantined struct {
-	msg Message
-	d   policy.Decision
+	msg  Message
+	d    policy.Decision
+	data []byte // what Freeze read from msg.Body
 }
 
 func (q *fakeQuarantine) Freeze(_ context.Context, m *Message, d policy.Decision) (string, error) {
@@ -77,9 +79,16 @@ func (q *fakeQuarantine) Freeze(_ context.Context, m *Message, d policy.Decision
 	if q.freezeErr != nil {
 		return "", q.freezeErr
 	}
+	data, err := io.ReadAll(m.Body)
+	if err != nil {
+		return "", err
+	}
+	if int64(len(data)) != m.Size {
+		return "", fmt.Errorf("read %d bytes of a %d-byte message", len(data), m.Size)
+	}
 	cp := *m
-	cp.Data = bytes.Clone(m.Data)
-	q.frozen = append(q.frozen, quarantined{cp, d})
+	cp.Body = nil
+	q.frozen = append(q.frozen, quarantined{cp, d, data})
 	return "f1", nil
 }
 
@@ -89,7 +98,7 @@ func (q *fakeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) 
 	if q.holdErr != nil {
 		return "", q.holdErr
 	}
-	q.held = append(q.held, quarantined{*m, d})
+	q.held = append(q.held, quarantined{msg: *m, d: d})
 	return "h1", nil
 }
 

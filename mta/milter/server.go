@@ -82,14 +82,15 @@ type FreezeAdvisor interface {
 // d is the decision that applies (its Limit, Key, Rate, Max, Text and
 // Reason describe why).
 type Quarantine interface {
-	// Freeze stores the whole message m.Data and must return only after
+	// Freeze stores the whole message read from m.Body and must return
+	// only after
 	// it is durably committed (fsync'd): the Server then tells the MTA to
 	// discard its copy. An error means the message is temp-failed
 	// (451 4.3.0), never discarded. id is the quarantine entry's ID, for
 	// the log.
 	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 	// Hold records a message the MTA keeps in its own hold queue (queue
-	// ID in m.Request.QueueID; m.Data is nil: the MTA has the message). If it fails the MTA holds the message all the same; the
+	// ID in m.Request.QueueID; m.Body is nil: the MTA has the message). If it fails the MTA holds the message all the same; the
 	// Server logs and counts the fault (mta.FaultHoldRecord).
 	Hold(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 }
@@ -104,15 +105,18 @@ type Message struct {
 	// Recipients lists the envelope recipients the server accepted, in
 	// RCPT order.
 	Recipients []string
-	// Data is the message as the MTA would deliver it: the header fields
+	// Body reads the message as the MTA would deliver it: the header fields
 	// as received, each "Name: value" ending in CRLF with its continuation
 	// lines preserved (CRLF-terminated), an empty line, and the body bytes
 	// exactly as received. Two details follow from the milter protocol:
 	// the MTA's own topmost Received: field is not shown to milters by
 	// Postfix and is absent, and a field written without a space after the
 	// colon gains one (the MTA strips one space, Postfix and Sendmail
-	// alike). Data is set for Freeze only (nil for Hold).
-	Data []byte
+	// alike). Body is set for Freeze only (nil for Hold): Size bytes,
+	// from memory or streamed from the spool file, positioned at the
+	// start (Seek to read it again).
+	Body io.ReadSeeker
+	Size int64
 }
 
 // Metrics receives a Server's counts: those of every front end

@@ -327,7 +327,7 @@ func TestFreezeByteIdentical(t *testing.T) {
 	if len(frozen) != 1 {
 		t.Fatalf("%d frozen", len(frozen))
 	}
-	got, want := frozen[0].msg.Data, richMsg.want()
+	got, want := frozen[0].data, richMsg.want()
 	if !bytes.Equal(got, want) {
 		t.Fatalf("frozen message differs:\n got %q\nwant %q", trunc(got), trunc(want))
 	}

@@ -505,13 +505,13 @@ func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog
 		srv.metrics().Fault(mta.FaultFreeze)
 		return reply(451, "4.3.0", textFreezeFault), nil
 	}
-	data, err := msg.buf.bytes()
+	body, err := msg.buf.reader()
 	if err != nil {
 		log.Error("cannot freeze; temp-failing", "err", err)
 		srv.metrics().Fault(mta.FaultFreeze)
 		return reply(451, "4.3.0", textFreezeFault), nil
 	}
-	qm.Data = data
+	qm.Body, qm.Size = body, msg.buf.n
 	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
 	id, err := srv.Quarantine.Freeze(ctx, qm, d)
 	cancel()

@@ -1,6 +1,7 @@
 package milter
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -61,21 +62,17 @@ func (s *spool) fail(err error) error {
 	return s.err
 }
 
-// bytes returns the whole message, read back from the file if it was
-// spooled (a frozen message is stored in one BoltDB value, so it is read
-// into memory once, at freeze time only).
-func (s *spool) bytes() ([]byte, error) {
+// reader returns the whole message from its first byte: from memory, or
+// read from the spool file as it is consumed (a frozen message is
+// streamed into the quarantine, never read into memory whole).
+func (s *spool) reader() (io.ReadSeeker, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
 	if s.f == nil {
-		return s.mem, nil
+		return bytes.NewReader(s.mem), nil
 	}
-	b := make([]byte, s.n)
-	if _, err := io.ReadFull(io.NewSectionReader(s.f, 0, s.n), b); err != nil {
-		return nil, fmt.Errorf("milter: reading the spooled message back: %w", err)
-	}
-	return b, nil
+	return io.NewSectionReader(s.f, 0, s.n), nil
 }
 
 // close releases the memory and the file.

@@ -108,7 +108,7 @@ func TestFreezeAdvisor(t *testing.T) {
 			t.Fatalf("end: %q, want discard", act.Code)
 		}
 		frozen, _ := env.q.snapshot()
-		if len(frozen) != 1 || !bytes.Equal(frozen[0].msg.Data, richMsg.want()) {
+		if len(frozen) != 1 || !bytes.Equal(frozen[0].data, richMsg.want()) {
 			t.Fatalf("frozen %d, data differs", len(frozen))
 		}
 		if n := len(dec.asked()); n != 0 {
@@ -155,7 +155,7 @@ func TestSpoolLargeMessage(t *testing.T) {
 	_, act, err := s.End()
 	mustAct(t, "end", act, err, gomilter.ActDiscard)
 	frozen, _ := env.q.snapshot()
-	if len(frozen) != 1 || !bytes.Equal(frozen[0].msg.Data, richMsg.want()) {
+	if len(frozen) != 1 || !bytes.Equal(frozen[0].data, richMsg.want()) {
 		t.Fatalf("frozen %d; data differs from what was sent", len(frozen))
 	}
 	if files := spoolFiles(t, dir); len(files) != 0 {

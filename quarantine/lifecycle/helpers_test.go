@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -89,7 +90,7 @@ func (e *env) freeze(t *testing.T, sender string, n int) []string {
 	for i := range n {
 		msg := mtatest.BuildMessage(sender, "rcpt@example.net", fmt.Sprintf("message %02d", i), "hello\n")
 		id, err := e.svc.Freeze(context.Background(), &policy.Request{Sender: sender, SASLUsername: "alice"},
-			[]string{"rcpt@example.net"}, msg, policy.Decision{Limit: "tenfreeze", Key: "alice", Rate: 11, Max: 10})
+			[]string{"rcpt@example.net"}, bytes.NewReader(msg), policy.Decision{Limit: "tenfreeze", Key: "alice", Rate: 11, Max: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -368,13 +369,19 @@ func (s *Service) duplicateQueueID(req *policy.Request, qid string) {
 		"queue_id", qid, "client_address", req.ClientAddress, "sasl_username", req.SASLUsername, "instance", req.Instance)
 }
 
-// Freeze stores a whole message (data) as frozen; it returns only after
-// the entry is committed and fsync'd, so the MTA may then be told to
-// discard its copy. On error nothing is stored and the caller must
-// temp-fail the message.
-func (s *Service) Freeze(ctx context.Context, req *policy.Request, rcpts []string, data []byte, d policy.Decision) (string, error) {
+// Freeze stores a whole message, read from body to its end, as frozen
+// (quarantine.Store.FreezeFrom: a large message is streamed into the
+// store, never held in memory whole); it returns only after the entry is
+// committed and fsync'd, so the MTA may then be told to discard its copy.
+// On error nothing is stored and the caller must temp-fail the message.
+func (s *Service) Freeze(ctx context.Context, req *policy.Request, rcpts []string, body io.ReadSeeker, d policy.Decision) (string, error) {
 	e := s.entryFor(req, &d, rcpts)
-	id, err := s.record(e, func(e *quarantine.Entry) (string, error) { return s.q.Freeze(e, data) })
+	id, err := s.record(e, func(e *quarantine.Entry) (string, error) {
+		if _, err := body.Seek(0, io.SeekStart); err != nil { // again after a refused queue ID
+			return "", err
+		}
+		return s.q.FreezeFrom(e, body)
+	})
 	if err != nil {
 		return "", err
 	}
