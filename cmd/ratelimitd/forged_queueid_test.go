@@ -88,22 +88,19 @@ func fakeHeldQueue(t testing.TB, dir, sender string, rcpts []string, qids ...str
 	return fmt.Sprintf("queue_list_command = [\"cat\", %q]\n", path)
 }
 
-// TestIntegrationForgedQueueIDNeverReachesPostsuper: three END-OF-MESSAGE
-// requests with queue_id=ALL against a hold limit, then "quarantine delete
-// --key mallory", must not run "postsuper -d ALL" and delete every queued
-// message. Someone else's
-// message waiting in the real Postfix queue must survive, and no entry
-// may carry the forged queue ID.
-func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {
+// startWithBobQueued starts a real Postfix whose relay defers everything
+// and the daemon with oneHoldLimit and the Postfix's queue commands, and
+// sends one message from bob, which stays queued; it returns the queue
+// (bob's queue ID alone).
+func startWithBobQueued(t *testing.T) (*mtatest.Postfix, string, *testDaemon, []string) {
+	t.Helper()
 	dir := t.TempDir()
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
-	// The sink defers everything: bob's message stays in Postfix's queue.
 	sink.SetReply(mtatest.StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"})
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr()})
 	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit)
 	td := startTestDaemon(t, cfgPath)
-
 	if err := sendAs(t, pf, "bob", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +108,17 @@ func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {
 	if len(all) != 1 {
 		t.Fatalf("queue %v, want bob's message", all)
 	}
+	return pf, cfgPath, td, all
+}
+
+// TestIntegrationForgedQueueIDNeverReachesPostsuper: three END-OF-MESSAGE
+// requests with queue_id=ALL against a hold limit, then "quarantine delete
+// --key mallory", must not run "postsuper -d ALL" and delete every queued
+// message. Someone else's
+// message waiting in the real Postfix queue must survive, and no entry
+// may carry the forged queue ID.
+func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {
+	pf, cfgPath, td, all := startWithBobQueued(t)
 	holds := 0
 	for range 3 {
 		if strings.HasPrefix(forgedEndOfMessage(t, td.policyAddr, "mallory", "ALL"), "action=HOLD") {
@@ -151,22 +159,7 @@ func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {
 // and bob's queued message survives; show and thaw are refused the same
 // way, and delete --force forgets the records without touching Postfix.
 func TestIntegrationForgedValidQueueIDsAreNotTrusted(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
-	sink := mtatest.StartSink(t)
-	// The sink defers everything: bob's message stays in Postfix's queue.
-	sink.SetReply(mtatest.StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"})
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr()})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit)
-	td := startTestDaemon(t, cfgPath)
-
-	if err := sendAs(t, pf, "bob", 1); err != nil {
-		t.Fatal(err)
-	}
-	all, _ := pf.WaitQueue(t, 30*time.Second, func(all, _ []string) bool { return len(all) == 1 })
-	if len(all) != 1 {
-		t.Fatalf("queue %v, want bob's message", all)
-	}
+	pf, cfgPath, td, all := startWithBobQueued(t)
 	bob := all[0]
 	// The first request of the hour is admitted; every later one is held.
 	forgedEndOfMessageAs(t, td.policyAddr, "mallory", "4F2A1B4C5D6", "warmup")

@@ -3,8 +3,6 @@ package milter
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,8 +17,6 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
-	"github.com/ratelimitd/ratelimitd/mta"
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -50,18 +46,8 @@ func TestFreezeMemoryEightConcurrent50MB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer qs.Close()
-	srv := &Server{
-		Decider: mta.DeciderFunc(func(_ context.Context, req *policy.Request) policy.Decision {
-			if req.ProtocolState == policy.StateEndOfMessage {
-				return policy.Decision{Action: policy.Freeze, Limit: "mua", Key: req.SASLUsername}
-			}
-			return policy.Decision{}
-		}),
-		Quarantine:     storeQuarantine{qs},
-		MaxMessageSize: size + 1<<20,
-		SpoolDir:       dir,
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
+	srv := freezingServer(qs)
+	srv.MaxMessageSize, srv.SpoolDir = size+1<<20, dir
 	l, err := net.Listen("unix", filepath.Join(dir, "milter.sock"))
 	if err != nil {
 		t.Fatal(err)
