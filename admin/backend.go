@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -159,7 +160,7 @@ func (l *Local) reset(ctx context.Context, key, limit string) (ResetResult, erro
 	}
 	if err == nil {
 		l.Events.Record(events.Event{Key: key, Limit: limit, Action: events.Reset,
-			By: l.by(LocalUser() + ", offline CLI"), Detail: fmt.Sprintf("%d rate states removed", n)})
+			By: l.by(LocalUser() + ", offline CLI"), Detail: plural.N(n, "rate state") + " removed"})
 	}
 	return ResetResult{Key: key, Limit: limit, Removed: n}, err
 }

@@ -2,11 +2,12 @@ package notify
 
 import (
 	"fmt"
-	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"math"
 	"strconv"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/plural"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -29,7 +30,10 @@ const (
 	Deleted Kind = "deleted"
 	// Expired: Count quarantined messages passed quarantine.max_age.
 	Expired Kind = "expired"
-	// Released: Count held/frozen messages were released automatically.
+	// Released: a drip run released Count of Key's held/frozen messages
+	// automatically: one event per key and run, when its backlog is
+	// released or the run stops with messages left (Detail says why and
+	// how many are left).
 	Released Kind = "released"
 	// RateReset: an operator forgot Key's rate (Limit, or every limit when
 	// empty); Count is the number of limit states removed; By says who.
@@ -141,9 +145,15 @@ func (e Event) Summary() string {
 		return fmt.Sprintf("%s is over limit %s: %s per %s (limit %s), action %s",
 			orNone(e.Key), e.Limit, e.RateText(), e.PeriodText(), e.MaxText(), e.Action)
 	case QuarantineThreshold:
-		return fmt.Sprintf("%s has %d quarantined messages", orNone(e.Key), e.Count)
-	case Thawed, Deleted, Expired, Released:
-		s := fmt.Sprintf("%d quarantined messages %s", e.Count, e.Kind)
+		return orNone(e.Key) + " has " + plural.N(e.Count, "quarantined message")
+	case Released:
+		s := orNone(e.Key) + ": " + plural.N(e.Count, "message") + " released automatically"
+		if e.Detail != "" {
+			s += " (stopped: " + e.Detail + ")"
+		}
+		return s
+	case Thawed, Deleted, Expired:
+		s := fmt.Sprintf("%s %s", plural.N(e.Count, "quarantined message"), e.Kind)
 		if sel := e.Key + e.Sender; sel != "" {
 			s += " of " + selection(e)
 		}

@@ -27,3 +27,22 @@ func TestRateTextReadsOverTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSummaryPlurals: counts of one read in the singular.
+func TestSummaryPlurals(t *testing.T) {
+	for _, c := range []struct {
+		e    Event
+		want string
+	}{
+		{Event{Kind: QuarantineThreshold, Key: "dave", Count: 1}, "dave has 1 quarantined message"},
+		{Event{Kind: QuarantineThreshold, Key: "dave", Count: 10}, "dave has 10 quarantined messages"},
+		{Event{Kind: Thawed, Key: "dave", Count: 1, By: "root"}, "1 quarantined message thawed of dave by root"},
+		{Event{Kind: Deleted, Key: "dave", Count: 2}, "2 quarantined messages deleted of dave"},
+		{Event{Kind: Released, Key: "alice", Count: 40}, "alice: 40 messages released automatically"},
+		{Event{Kind: Released, Key: "alice", Count: 1}, "alice: 1 message released automatically"},
+	} {
+		if got := c.e.Summary(); got != c.want {
+			t.Errorf("%s %d: %q, want %q", c.e.Kind, c.e.Count, got, c.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -34,7 +35,7 @@ func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
-		detail = fmt.Sprintf("%d rate states removed", n)
+		detail = plural.N(n, "rate state") + " removed"
 		s.log.Info("rate reset", "key", key, "limit", limit, "removed", n, "by", by(u))
 		s.opts.Events.Record(events.Event{Time: now, Key: key, Limit: limit, Action: events.Reset, By: by(u), Detail: detail})
 		s.opts.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: n, By: by(u)})

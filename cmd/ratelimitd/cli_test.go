@@ -275,3 +275,49 @@ func TestManPages(t *testing.T) {
 		t.Error("the hidden man command has a page")
 	}
 }
+
+// TestThawSaysWhatItDid: thaw --reset-rate says whose rate it reset, and
+// a thaw or delete whose selection matches no message exits 1 with "no
+// message matches" (before: "0 thawed, 0 failed", exit 0).
+func TestThawSaysWhatItDid(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), `
+[quarantine]
+release_command = [["true", "{queue_id}"]]
+delete_command = ["true", "{queue_id}"]
+`+fakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D")+`
+
+[[limit]]
+name = "hourly"
+key = "sasl_username"
+limit = 2
+period = "1h"
+action = "hold"
+via = ["policy"]
+`)
+	td := startTestDaemon(t, cfg)
+	for i := range 4 {
+		policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username=holly@example.org",
+			"sender=holly@example.org", "recipient=r@example.net", fmt.Sprintf("queue_id=3F2A1B4C5%X", 10+i), fmt.Sprintf("instance=i%d", i))
+	}
+	cli := func(args ...string) (int, string, string) {
+		return runCLI(t, "", append([]string{"--config", cfg}, args...)...)
+	}
+	for _, args := range [][]string{
+		{"quarantine", "thaw", "--key", "nobody"},
+		{"quarantine", "thaw", "--sender", "nobody@example.org", "--reset-rate"},
+		{"quarantine", "delete", "--key", "nobody", "--yes"},
+	} {
+		status, out, stderr := cli(args...)
+		if status != 1 || !strings.Contains(stderr, "no message matches --") || strings.Contains(out, "0 failed") {
+			t.Errorf("%q: exit %d, want 1 and 'no message matches':\n%s%s", args, status, out, stderr)
+		}
+	}
+	status, out, stderr := cli("quarantine", "thaw", "--key", "holly@example.org", "--reset-rate")
+	if status != 0 || !strings.Contains(out, "2 thawed, 0 failed") || !strings.Contains(out, "holly@example.org: rate reset") {
+		t.Fatalf("thaw --reset-rate: exit %d:\n%s%s", status, out, stderr)
+	}
+	if _, out, _ := cli("rate", "show", "holly@example.org"); strings.Contains(out, "hourly") {
+		t.Errorf("rate not reset:\n%s", out)
+	}
+}

@@ -175,7 +175,7 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 	}); err != nil {
 		return err
 	}
-	return cliout.Outcomes(cmd.OutOrStdout(), op, out)
+	return cliout.Outcomes(cmd.OutOrStdout(), op, sel, out)
 }
 
 // needSelection refuses a thaw or delete that names nothing, naming the

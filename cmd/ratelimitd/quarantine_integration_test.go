@@ -97,7 +97,7 @@ via = ["policy"]
 	if all, held := pf.QueueIDs(t); len(all) != 0 || len(held) != 0 {
 		t.Fatalf("queue not empty: %v held %v", all, held)
 	}
-	if !strings.Contains(td.logs.String(), "alice has 1 quarantined messages") || !strings.Contains(td.logs.String(), "alice has 20 quarantined messages") {
+	if !strings.Contains(td.logs.String(), "alice has 1 quarantined message") || !strings.Contains(td.logs.String(), "alice has 20 quarantined messages") {
 		t.Fatalf("no alert lines in the log:\n%s", td.logs.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -127,7 +128,7 @@ func newRateResetCmd(opts *rootOptions) *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: rate_reset notification not sent: %v\n", err)
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: rate reset (%d limit states removed)\n", args[0], res.Removed)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: rate reset (%s removed)\n", args[0], plural.N(res.Removed, "limit state"))
 			return nil
 		},
 	}

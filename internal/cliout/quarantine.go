@@ -3,11 +3,13 @@ package cliout
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -41,7 +43,7 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "%d messages\n", len(es))
+	fmt.Fprintln(w, plural.N(len(es), "message"))
 }
 
 // Show prints a message for `quarantine show`: with raw its stored bytes
@@ -65,11 +67,20 @@ func Show(w io.Writer, res admin.ShowResult, raw bool) {
 }
 
 // Outcomes prints one line per message of a thaw or delete (op is "thaw"
-// or "delete") and a count; the error says how many failed (nil if none).
-func Outcomes(w io.Writer, op string, out []lifecycle.Outcome) error {
+// or "delete") of the selection sel, a count, and the keys whose rate was
+// reset; the error says how many failed (nil if none), or that nothing
+// matched sel.
+func Outcomes(w io.Writer, op string, sel lifecycle.Selection, out []lifecycle.Outcome) error {
+	if len(out) == 0 {
+		return NoMatch(sel)
+	}
 	done := strings.TrimSuffix(op, "e") + "ed" // thawed, deleted
 	failed := 0
+	var reset []string
 	for _, o := range out {
+		if o.RateReset && !slices.Contains(reset, o.Key) {
+			reset = append(reset, o.Key)
+		}
 		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
 		if o.OK {
 			note := ""
@@ -83,10 +94,31 @@ func Outcomes(w io.Writer, op string, out []lifecycle.Outcome) error {
 		}
 	}
 	fmt.Fprintf(w, "%d %s, %d failed\n", len(out)-failed, done, failed)
+	for _, k := range reset {
+		fmt.Fprintf(w, "%s: rate reset\n", quarantine.CleanLine(k))
+	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d messages could not be %s", failed, len(out), done)
+		return fmt.Errorf("%d of %s could not be %s", failed, plural.N(len(out), "message"), done)
 	}
 	return nil
+}
+
+// NoMatch is the error of a thaw or delete whose selection matched no
+// message.
+func NoMatch(sel lifecycle.Selection) error {
+	var what []string
+	for _, f := range []struct{ flag, v string }{{"--sender", sel.Sender}, {"--key", sel.Key}} {
+		if f.v != "" {
+			what = append(what, f.flag+" "+quarantine.CleanLine(f.v))
+		}
+	}
+	if sel.OlderThan > 0 {
+		what = append(what, "--older-than "+policy.FormatDuration(sel.OlderThan))
+	}
+	if len(what) == 0 {
+		what = append(what, "the IDs given")
+	}
+	return fmt.Errorf("no message matches %s (held or frozen; see ratelimitd quarantine list)", strings.Join(what, " "))
 }
 
 // Suspended prints the result of `quarantine suspend` (resume false) or

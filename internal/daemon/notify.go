@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -38,9 +39,11 @@ func (d *Daemon) notifyRefusal(req *policy.Request, dec *policy.Decision) {
 // quarantineNotify turns the quarantine life cycle's events into
 // notifications: a key crossing an alert threshold (its first quarantined
 // message, then every quarantine.alert_every) becomes quarantine_threshold;
-// thaw, delete, expiry and automatic release become one event per kind,
-// key and actor with the number of messages, gathered over coalesceWindow
-// so that thawing 500 messages sends one notification, not 500.
+// thaw, delete and expiry become one event per kind, key and actor with
+// the number of messages, gathered over coalesceWindow so that thawing
+// 500 messages sends one notification, not 500; automatic release, whose
+// messages leave minutes apart, one per key and drip run (the life
+// cycle's ReleaseRun), not one per message.
 type quarantineNotify struct {
 	d *Daemon
 
@@ -62,8 +65,7 @@ const (
 )
 
 var lifecycleKinds = map[lifecycle.Kind]notify.Kind{
-	lifecycle.Thawed: notify.Thawed, lifecycle.Deleted: notify.Deleted,
-	lifecycle.Expired: notify.Expired, lifecycle.Released: notify.Released,
+	lifecycle.Thawed: notify.Thawed, lifecycle.Deleted: notify.Deleted, lifecycle.Expired: notify.Expired,
 }
 
 // QuarantineEvent implements lifecycle.Events. It never blocks.
@@ -79,6 +81,14 @@ func (q *quarantineNotify) QuarantineEvent(_ context.Context, ev lifecycle.Event
 			return
 		}
 		e.Kind, e.Count, e.Action, e.Rate, e.Max = notify.QuarantineThreshold, ev.Pending, ev.Detail, ev.Entry.Rate, ev.Entry.Max
+		n.Notify(e)
+		return
+	}
+	if ev.Kind == lifecycle.ReleaseRun {
+		e.Kind, e.Count, e.Sender = notify.Released, ev.Count, ""
+		if ev.Detail != "" && ev.Pending > 0 {
+			e.Detail = fmt.Sprintf("%s, %s left", ev.Detail, plural.N(ev.Pending, "message"))
+		}
 		n.Notify(e)
 		return
 	}

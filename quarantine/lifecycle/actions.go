@@ -39,6 +39,9 @@ type Outcome struct {
 	Error  string `json:"error,omitempty"`
 	// Note qualifies a success (e.g. "released, but postqueue -i failed").
 	Note string `json:"note,omitempty"`
+	// RateReset (Thaw with ResetRate) reports that Key's rate was reset
+	// before the release, whether or not the release then succeeded.
+	RateReset bool `json:"rate_reset,omitempty"`
 }
 
 func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
@@ -80,8 +83,11 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	if sel.ResetRate && s.opts.Rates != nil {
-		done := map[string]bool{}
+	done := map[string]bool{} // keys whose rate was reset
+	if sel.ResetRate && s.opts.Rates == nil {
+		return nil, errors.New("the rates cannot be reset here: thaw without --reset-rate, then ratelimitd rate reset KEY")
+	}
+	if sel.ResetRate {
 		for _, e := range entries {
 			if e.Key == "" || done[e.Key] {
 				continue
@@ -94,9 +100,13 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 			s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 		}
 	}
-	return s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
+	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
 		return s.release(ctx, e, sel.By, sel.Force, Thawed)
-	}), nil
+	})
+	for i := range out {
+		out[i].RateReset = done[out[i].Key]
+	}
+	return out, nil
 }
 
 // apply runs op on each entry, logs each result as what, and forgets the

@@ -26,6 +26,13 @@ const (
 	Expired Kind = "expired"
 	// Released: automatic release ("drip") sent a message on.
 	Released Kind = "released"
+	// ReleaseRun: a key's drip run ended: its backlog under the limit is
+	// released (Detail ""), or the run stopped with messages left
+	// (Detail "refused again", "suspended", "auto_release turned off").
+	// Count is the number of messages the run released (Released events
+	// before it), Pending the key's messages of that limit still held or
+	// frozen; Entry is the last message released.
+	ReleaseRun Kind = "release_run"
 )
 
 // Event is one thing that happened to one quarantined message.
@@ -44,6 +51,8 @@ type Event struct {
 	// threshold (the first message, then every quarantine.alert_every).
 	Pending int
 	Alert   bool
+	// Count is, for ReleaseRun, the number of messages the run released.
+	Count int
 }
 
 // Events receives the Service's events, e.g. to notify the postmaster.

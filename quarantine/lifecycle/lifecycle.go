@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -112,6 +113,8 @@ type Service struct {
 	// attempts made (bounded by maxIncomplete).
 	incomplete map[string]int
 	lastDrip   map[string]time.Time
+	// runs are the drip runs in progress, by limit and key (AutoRelease).
+	runs map[string]*dripRun
 	// drip is the set of limits with auto_release = "drip".
 	drip map[string]bool
 	// health is what Health reports besides the store's counts.
@@ -137,7 +140,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	tok := make([]byte, 8)
 	rand.Read(tok)
 	s := &Service{q: q, opts: opts, log: opts.Logger, ev: opts.Events, now: opts.Now, token: hex.EncodeToString(tok),
-		drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{}, incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, m: newMetrics()}
+		drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{}, incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
 	if s.queue = opts.Queue; s.queue == nil {
 		s.queue = noQueue{}
 	}
@@ -221,7 +224,7 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, action stri
 	alert := n == 1 || (s.opts.AlertEvery > 0 && n%s.opts.AlertEvery == 0)
 	if alert {
 		s.m.keyAlerts.Inc()
-		s.log.Warn(fmt.Sprintf("%s has %d quarantined messages", quarantine.CleanLine(e.Key), n), "key", e.Key, "count", n,
+		s.log.Warn(quarantine.CleanLine(e.Key)+" has "+plural.N(n, "quarantined message"), "key", e.Key, "count", n,
 			"limit", e.Limit, "action", action, "rate", e.Rate, "max", e.Max)
 	}
 	s.ev.QuarantineEvent(ctx, Event{Kind: Quarantined, Time: s.now(), Entry: *e, Detail: action, Pending: n, Alert: alert})

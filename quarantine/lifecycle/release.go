@@ -17,11 +17,17 @@ import (
 // once the sender has slowed down, and stops whenever the sender is
 // refused again. It returns how many messages it released. Errors are
 // logged and counted, never returned: the next call tries again.
+//
+// Each released message is a Released event; a key's releases from its
+// first until its backlog is empty, or until the drip stops with
+// messages left (refused again, suspended, auto_release turned off), are
+// one drip run, reported once as a ReleaseRun event with their number.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	s.mu.Lock()
 	drip := s.drip
 	s.mu.Unlock()
 	if len(drip) == 0 || s.opts.Rates == nil {
+		s.endRuns(ctx, func(string) (string, bool) { return "auto_release turned off", true }, nil)
 		return 0
 	}
 	pending, err := s.q.List(quarantine.Filter{OldestFirst: true})
@@ -38,22 +44,27 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	}
 	released := 0
 	seen := map[string]bool{} // limit+key considered in this pass
+	left := map[string]int{}  // limit+key: messages still held or frozen
+	stopped := map[string]string{}
 	for _, e := range pending {
+		lk := e.Limit + "\x00" + e.Key
+		left[lk]++
 		if !drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
 			// A claimed frozen message is being thawed, or its last
 			// thaw was interrupted: that needs an operator (--force).
 			continue
 		}
-		lk := e.Limit + "\x00" + e.Key
 		if seen[lk] {
 			continue // one message per key and limit per pass: the oldest
 		}
 		seen[lk] = true
 		if _, ok := suspended[e.Key]; ok {
+			stopped[lk] = "suspended"
 			continue
 		}
 		interval, ok := s.underLimit(ctx, now, e.Limit, e.Key)
 		if !ok {
+			stopped[lk] = "refused again"
 			continue
 		}
 		s.mu.Lock()
@@ -80,11 +91,61 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 			continue
 		}
 		released++
+		left[lk]--
+		s.mu.Lock()
+		r := s.runs[lk]
+		if r == nil {
+			r = &dripRun{}
+			s.runs[lk] = r
+		}
+		r.count++
+		r.last = e
+		s.mu.Unlock()
 		s.m.autoReleased.Inc()
 		s.log.Info("quarantine auto-release", "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
 			"limit", e.Limit, "queue_id", e.QueueID, "note", note)
 	}
+	s.endRuns(ctx, func(lk string) (string, bool) {
+		if left[lk] <= 0 {
+			return "", true
+		}
+		reason, ok := stopped[lk]
+		return reason, ok
+	}, left)
 	return released
+}
+
+// dripRun is a key's automatic release in progress: the messages it
+// released and the last of them.
+type dripRun struct {
+	count int
+	last  quarantine.Entry
+}
+
+// endRuns reports and forgets each drip run that ended (ended returns
+// why: "" for a backlog released in full); left counts the messages
+// still held or frozen per limit and key.
+func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bool), left map[string]int) {
+	type done struct {
+		run    *dripRun
+		reason string
+		left   int
+	}
+	var over []done
+	s.mu.Lock()
+	for lk, r := range s.runs {
+		if reason, ok := ended(lk); ok {
+			over = append(over, done{r, reason, max(left[lk], 0)})
+			delete(s.runs, lk)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range over {
+		s.log.Info("quarantine auto-release run ended", "key", d.run.last.Key, "limit", d.run.last.Limit,
+			"released", d.run.count, "left", d.left, "why", d.reason)
+		s.ev.QuarantineEvent(ctx, Event{Kind: ReleaseRun, Time: s.now(), Entry: d.run.last, By: "auto-release",
+			Detail: d.reason, Count: d.run.count, Pending: d.left})
+	}
 }
 
 // underLimit reports whether key is under limit now, and the interval

@@ -61,3 +61,62 @@ func TestAutoReleaseFrozenDrip(t *testing.T) {
 		t.Fatalf("events %v", k)
 	}
 }
+
+// runsOf returns the ReleaseRun events recorded.
+func (r *recorder) runsOf() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.evs {
+		if e.Kind == ReleaseRun {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestAutoReleaseReportsOneRun: a key's drip run is one ReleaseRun event
+// with the number of messages it released, when its backlog is empty or
+// when the drip stops with messages left (refused again), never one per
+// message.
+func TestAutoReleaseReportsOneRun(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	rates := &fakeRates{limits: []policy.LimitInfo{{Name: "tenfreeze", Limit: 4, Period: time.Hour}}}
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr()), Rates: rates, DripLimits: []string{"tenfreeze"}})
+	e.freeze(t, "alice@example.org", 5)
+	ctx := context.Background()
+	for _, at := range []time.Duration{0, 15 * time.Minute} {
+		if n := e.svc.AutoRelease(ctx, t0.Add(at)); n != 1 {
+			t.Fatalf("at +%v released %d, want 1", at, n)
+		}
+	}
+	if runs := e.ev.runsOf(); len(runs) != 0 {
+		t.Fatalf("a run reported while it goes on: %+v", runs)
+	}
+	// Refused again: the run stops with 3 messages left.
+	rates.rates = []policy.KeyRate{{Limit: "tenfreeze", Key: "alice", Max: 4, Period: time.Hour, Refusing: true}}
+	e.svc.AutoRelease(ctx, t0.Add(30*time.Minute))
+	runs := e.ev.runsOf()
+	if len(runs) != 1 || runs[0].Count != 2 || runs[0].Pending != 3 || runs[0].Detail != "refused again" || runs[0].Entry.Key != "alice" {
+		t.Fatalf("after the drip stopped: %+v", runs)
+	}
+	// Under the limit again: a new run releases the other three, reported
+	// once when the last has left.
+	rates.rates = nil
+	for i, at := range []time.Duration{time.Hour, 75 * time.Minute, 90 * time.Minute} {
+		if n := e.svc.AutoRelease(ctx, t0.Add(at)); n != 1 {
+			t.Fatalf("at +%v released %d, want 1", at, n)
+		}
+		if runs := e.ev.runsOf(); len(runs) != 1+i/2 {
+			t.Fatalf("after release %d of the second run: %d runs reported", i+1, len(runs))
+		}
+	}
+	runs = e.ev.runsOf()
+	if last := runs[len(runs)-1]; last.Count != 3 || last.Pending != 0 || last.Detail != "" || last.By != "auto-release" {
+		t.Fatalf("second run: %+v", last)
+	}
+	if k := e.ev.kinds(); k[Released] != 5 || k[ReleaseRun] != 2 {
+		t.Fatalf("events %v", k)
+	}
+	sink.WaitCount(t, 5, 10*time.Second)
+}
