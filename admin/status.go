@@ -16,17 +16,22 @@ import (
 
 // Status is what GET /v1/status returns and `ratelimitd status` prints.
 type Status struct {
-	Version     string           `json:"version"`
-	Started     time.Time        `json:"started"`
-	Uptime      string           `json:"uptime"`
-	Config      string           `json:"config"`
-	Listeners   []string         `json:"listeners"`
-	TrackedKeys int              `json:"tracked_keys"`
-	Requests    int64            `json:"requests"`
-	ByAction    map[string]int64 `json:"decisions"`
-	Faults      int64            `json:"faults"`
-	BadInput    int64            `json:"bad_input"`
-	Limits      []string         `json:"limits"`
+	Version     string    `json:"version"`
+	Started     time.Time `json:"started"`
+	Uptime      string    `json:"uptime"`
+	Config      string    `json:"config"`
+	Listeners   []string  `json:"listeners"`
+	TrackedKeys int       `json:"tracked_keys"`
+	Requests    int64     `json:"requests"`
+	// ByAction counts the requests answered with each action (a message
+	// asked about at several requests counts at each).
+	ByAction map[string]int64 `json:"decisions"`
+	// Messages counts the messages refused, held, frozen or marked, by
+	// action: each once, however many requests repeated its verdict.
+	Messages map[string]int64 `json:"messages"`
+	Faults   int64            `json:"faults"`
+	BadInput int64            `json:"bad_input"`
+	Limits   []string         `json:"limits"`
 	// Stages are the protocol states each front end has asked at since
 	// start (the hook layout the daemon learned), with request counts.
 	Stages []policy.StageCount `json:"stages"`
@@ -154,11 +159,8 @@ func (st *Status) Print(w io.Writer) {
 		fmt.Fprintf(w, "limit %s\n", l)
 	}
 	printStoreStatus(w, st.Store)
-	fmt.Fprintf(w, "tracked keys: %d\nrequests: %d\n", st.TrackedKeys, st.Requests)
-	for a := policy.Pass; a <= policy.Reject; a++ {
-		name := a.String()
-		fmt.Fprintf(w, "  %-7s %d\n", name, st.ByAction[name])
-	}
+	fmt.Fprintf(w, "tracked keys: %d\n", st.TrackedKeys)
+	printDecisions(w, st)
 	fmt.Fprintf(w, "faults (answered DUNNO): %d\nbad input (connections closed): %d\n", st.Faults, st.BadInput)
 	if len(st.Stages) == 0 {
 		fmt.Fprintf(w, "asked at: nothing yet\n")
@@ -186,6 +188,18 @@ func (st *Status) Print(w io.Writer) {
 	}
 	if st.State != nil {
 		st.State.Print(w)
+	}
+}
+
+// printDecisions prints the requests and, by action, the messages that
+// did not pass: each message once, so 3 frozen messages read "freeze 3"
+// however many requests (RCPT, END-OF-MESSAGE) were answered for them.
+func printDecisions(w io.Writer, st *Status) {
+	fmt.Fprintf(w, "requests: %d (%d passed)\n", st.Requests, st.ByAction[policy.Pass.String()])
+	fmt.Fprintf(w, "messages not passed, each counted once:\n")
+	for a := policy.Pass + 1; a <= policy.Reject; a++ {
+		name := a.String()
+		fmt.Fprintf(w, "  %-7s %d\n", name, st.Messages[name])
 	}
 }
 

@@ -26,7 +26,7 @@ expire_command = ["false", "{queue_id}"]
 		forgedEndOfMessage(t, td.policyAddr, "mallory", fmt.Sprintf("ALL%d", i))
 	}
 	out, err := cli(t, "--config", cfgPath, "quarantine", "list")
-	if err != nil || !strings.Contains(out, "1 messages") {
+	if err != nil || !strings.Contains(out, "1 message\n") {
 		t.Fatalf("list: %v\n%s", err, out)
 	}
 	td.stop()

@@ -75,6 +75,12 @@ func (d *Daemon) Status() admin.Status {
 		st.Requests += n
 		st.ByAction[policy.Action(a).String()] = n
 	}
+	st.Messages = map[string]int64{}
+	for a, n := range d.metrics.Messages() {
+		if policy.Action(a) != policy.Pass {
+			st.Messages[policy.Action(a).String()] = n
+		}
+	}
 	if d.notifier.Enabled() {
 		ns := d.notifier.Stats()
 		st.Notify = &ns

@@ -47,6 +47,9 @@ type Metrics struct {
 
 	nFaults atomic.Int64
 	nBad    atomic.Int64
+	// msgs counts the messages refused, held, frozen or marked, by
+	// action: each once (Decision.Repeated verdicts are not counted).
+	msgs [numActions]atomic.Int64
 }
 
 // metricStripes is the number of copies of the per-request counts.
@@ -141,7 +144,7 @@ func New(trackedKeys func() float64) *Metrics {
 			"Time to answer one policy request, in seconds: from its first byte to the reply written (policy service), the Decide call (milter).", nil, nil)}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratelimitd_decisions_total",
-		Help: "Non-pass decisions, by the limit that decided and the action.",
+		Help: "Messages refused, held, frozen or marked (non-pass decisions), by the limit that decided and the action; each message once, not again at its later requests (ratelimitd_requests_total counts those).",
 	}, []string{"limit", "action"})
 	m.faults = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratelimitd_faults_total",
@@ -205,17 +208,30 @@ func stateIndex(s string) int {
 	return numStates - 1
 }
 
-// Observe counts one decision for req: by protocol_state and action, and
-// by limit when it did not pass.
+// Observe counts one decision for req: by protocol_state and action, and,
+// when it did not pass and was not repeated from an earlier request of
+// the same message (Decision.Repeated), once for its message by limit
+// and action.
 func (m *Metrics) Observe(req *policy.Request, d *policy.Decision) {
 	a := int(d.Action)
 	if a >= numActions {
 		a = 0
 	}
 	m.stripes[rand.Uint32()%metricStripes].n[stateIndex(req.ProtocolState)][a].Add(1)
-	if d.Action != policy.Pass {
+	if d.Action != policy.Pass && !d.Repeated {
+		m.msgs[a].Add(1)
 		m.decisions.WithLabelValues(d.Limit, d.Action.String()).Inc()
 	}
+}
+
+// Messages returns the number of messages decided with each action other
+// than pass, each counted once however many requests repeated its
+// verdict, indexed by policy.Action (Pass is 0).
+func (m *Metrics) Messages() (out [numActions]int64) {
+	for a := range out {
+		out[a] = m.msgs[a].Load()
+	}
+	return out
 }
 
 // Latency records the time one request took to answer, as the front end
