@@ -131,6 +131,9 @@ func TestExampleConfigShowsEverySection(t *testing.T) {
 	}
 	out := make([]string, len(lines))
 	sec = ""
+	// An example may offer alternatives for one key (a TCP or a unix
+	// milter listener): the first is switched on.
+	switchedOn := map[string]bool{}
 	for i, l := range lines {
 		out[i] = l
 		if s, ok := section(l); ok {
@@ -141,7 +144,8 @@ func TestExampleConfigShowsEverySection(t *testing.T) {
 			continue
 		}
 		switch {
-		case example.MatchString(l) && sec != "[store]":
+		case example.MatchString(l) && sec != "[store]" && !switchedOn[sec+" "+strings.SplitN(l[1:], " ", 2)[0]]:
+			switchedOn[sec+" "+strings.SplitN(l[1:], " ", 2)[0]] = !strings.HasPrefix(sec, "[[")
 			out[i], n = l[1:], n+1
 		case !strings.HasPrefix(l, "#") && examples[sec+" "+strings.SplitN(l, " ", 2)[0]]:
 			out[i] = "#" + l

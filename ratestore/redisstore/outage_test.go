@@ -178,8 +178,16 @@ func (l *outageLoad) check(t *testing.T, bound int, back time.Duration, logs []*
 	if l.failed.Load() != 0 {
 		t.Errorf("%d requests unanswered", l.failed.Load())
 	}
-	if slowest > outageTimeout+100*time.Millisecond {
-		t.Errorf("slowest request %v, want at most redis_timeout + 100ms", slowest)
+	// The budget is redis_timeout + 100 ms; the race detector (make test
+	// runs with it, on two shared cores) slows a request's own work
+	// several times, so there it gets 300 ms over redis_timeout: a
+	// request that waited for Redis past redis_timeout still fails.
+	slack := 100 * time.Millisecond
+	if raceEnabled {
+		slack = 300 * time.Millisecond
+	}
+	if slowest > outageTimeout+slack {
+		t.Errorf("slowest request %v, want at most redis_timeout + %v", slowest, slack)
 	}
 	if most > bound {
 		t.Errorf("a user was admitted %d messages, over the bound %d", most, bound)
