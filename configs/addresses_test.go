@@ -103,26 +103,21 @@ func TestShippedAddressesAgree(t *testing.T) {
 		}
 	}
 	seen := map[string]int{}
+	named := []struct {
+		what string
+		re   *regexp.Regexp
+		want map[string]bool
+	}{
+		{"policy_listen", anyPolicy, listeners["policy"]}, {"[milter] listen", anyMilter, listeners["milter"]},
+		{"check_policy_service", policyClient, postfix["policy"]}, {"smtpd_milters", milterClient, postfix["milter"]},
+		{"ListenStream", socketUnit, paths},
+	}
 	for file, text := range shippedTexts(t) {
-		for _, m := range anyPolicy.FindAllStringSubmatch(text, -1) {
-			check(file, "policy_listen", m[1], listeners["policy"])
-			seen["policy_listen"]++
-		}
-		for _, m := range anyMilter.FindAllStringSubmatch(text, -1) {
-			check(file, "[milter] listen", m[1], listeners["milter"])
-			seen["milter listen"]++
-		}
-		for _, m := range policyClient.FindAllStringSubmatch(text, -1) {
-			check(file, "check_policy_service", m[1], postfix["policy"])
-			seen["check_policy_service"]++
-		}
-		for _, m := range milterClient.FindAllStringSubmatch(text, -1) {
-			check(file, "smtpd_milters", m[1], postfix["milter"])
-			seen["smtpd_milters"]++
-		}
-		for _, m := range socketUnit.FindAllStringSubmatch(text, -1) {
-			check(file, "ListenStream", m[1], paths)
-			seen["ListenStream"]++
+		for _, n := range named {
+			for _, m := range n.re.FindAllStringSubmatch(text, -1) {
+				check(file, n.what, m[1], n.want)
+				seen[n.what]++
+			}
 		}
 		for _, p := range spoolPath.FindAllString(text, -1) {
 			if strings.HasPrefix(p, "/var/spool/postfix/private/ratelimitd") {
@@ -133,9 +128,9 @@ func TestShippedAddressesAgree(t *testing.T) {
 			}
 		}
 	}
-	for _, what := range []string{"policy_listen", "milter listen", "check_policy_service", "smtpd_milters", "ListenStream"} {
-		if seen[what] < 2 {
-			t.Errorf("%s found %d times: the patterns no longer match the files", what, seen[what])
+	for _, n := range named {
+		if seen[n.what] < 2 {
+			t.Errorf("%s found %d times: the patterns no longer match the files", n.what, seen[n.what])
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 )
@@ -106,14 +109,16 @@ func policyAsk(t testing.TB, addr string, attrs ...string) string {
 	return strings.TrimSpace(line)
 }
 
-// TestCLIOperations drives the operator commands against a running
-// daemon: rate list --domain, delete confirmation, and the --json shapes
-// (golden files in testdata/json; go test -run CLIOperations -update
-// rewrites them).
-func TestCLIOperations(t *testing.T) {
+// operationsDaemon starts a daemon with a hold limit of 2 per hour and
+// rates for alice, bob and holly@example.org, carol@example.net and dave;
+// holly's messages 3 and 4 are held (queue IDs 3F2A1B4C5C and
+// 3F2A1B4C5D, confirmed by a stand-in queue listing). cli runs the command
+// line against it with stdin.
+func operationsDaemon(t *testing.T) (td *testDaemon, cli func(stdin string, args ...string) (int, string, string)) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), `
 [quarantine]
+release_command = [["true", "{queue_id}"]]
 delete_command = ["true", "{queue_id}"]
 show_command = ["echo", "queue file {queue_id}"]
 `+fakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D", "3F2A1B4C5FF")+`
@@ -126,7 +131,7 @@ period = "1h"
 action = "hold"
 via = ["policy"]
 `)
-	td := startTestDaemon(t, cfg)
+	td = startTestDaemon(t, cfg)
 	for _, u := range []string{"alice@example.org", "bob@example.org", "carol@example.net", "dave"} {
 		policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username="+u, "sender="+u, "queue_id=3F2A1B4C5D")
 	}
@@ -137,9 +142,17 @@ via = ["policy"]
 			t.Fatalf("holly message %d: %s", i+1, ans)
 		}
 	}
-	cli := func(stdin string, args ...string) (int, string, string) {
+	return td, func(stdin string, args ...string) (int, string, string) {
 		return runCLI(t, stdin, append([]string{"--config", cfg}, args...)...)
 	}
+}
+
+// TestCLIOperations drives the operator commands against a running
+// daemon: rate list --domain, delete confirmation, and the --json shapes
+// (golden files in testdata/json; go test -run CLIOperations -update
+// rewrites them).
+func TestCLIOperations(t *testing.T) {
+	td, cli := operationsDaemon(t)
 
 	_, out, _ := cli("", "rate", "list", "--domain", "example.org")
 	if !strings.Contains(out, "alice@example.org") || !strings.Contains(out, "bob@example.org") || !strings.Contains(out, "holly@example.org") ||
@@ -159,11 +172,11 @@ via = ["policy"]
 		}
 	}
 	_, out, _ = cli("", "quarantine", "list", "--json")
-	if n := strings.Count(out, `"state":"held"`); n != 2 {
-		t.Fatalf("after refused deletes %d held entries, want 2:\n%s", n, out)
+	var entries []struct{ ID, State string }
+	if err := json.Unmarshal([]byte(out), &entries); err != nil || len(entries) != 2 || entries[0].State != "held" {
+		t.Fatalf("after refused deletes, want 2 held entries: %v\n%s", err, out)
 	}
-	var first struct{ ID string }
-	json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &first)
+	first := entries[0]
 
 	for _, tc := range []struct {
 		name string
@@ -281,29 +294,8 @@ func TestManPages(t *testing.T) {
 // a thaw or delete whose selection matches no message exits 1 with "no
 // message matches" (before: "0 thawed, 0 failed", exit 0).
 func TestThawSaysWhatItDid(t *testing.T) {
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), `
-[quarantine]
-release_command = [["true", "{queue_id}"]]
-delete_command = ["true", "{queue_id}"]
-`+fakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D")+`
-
-[[limit]]
-name = "hourly"
-key = "sasl_username"
-limit = 2
-period = "1h"
-action = "hold"
-via = ["policy"]
-`)
-	td := startTestDaemon(t, cfg)
-	for i := range 4 {
-		policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username=holly@example.org",
-			"sender=holly@example.org", "recipient=r@example.net", fmt.Sprintf("queue_id=3F2A1B4C5%X", 10+i), fmt.Sprintf("instance=i%d", i))
-	}
-	cli := func(args ...string) (int, string, string) {
-		return runCLI(t, "", append([]string{"--config", cfg}, args...)...)
-	}
+	_, cli0 := operationsDaemon(t)
+	cli := func(args ...string) (int, string, string) { return cli0("", args...) }
 	for _, args := range [][]string{
 		{"quarantine", "thaw", "--key", "nobody"},
 		{"quarantine", "thaw", "--sender", "nobody@example.org", "--reset-rate"},
@@ -361,5 +353,84 @@ mode = "strict"
 	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Messages["defer"] != 3 || st.Decisions["defer"] != 6 {
 		t.Errorf("status --json: messages %v, decisions (requests) %v, %v", st.Messages, st.Decisions, err)
+	}
+}
+
+// TestJSONFlagsOneConvention: every command with a --json flag (found by
+// walking the command tree, so a new one cannot be left out) prints one
+// JSON document: an object for one thing, an array for a list, [] for an
+// empty list (docs/operations.md). Before, quarantine list --json printed
+// JSON Lines (nothing at all for no message) while rate list --json
+// printed an array.
+func TestJSONFlagsOneConvention(t *testing.T) {
+	_, cli := operationsDaemon(t)
+	_, out, _ := cli("", "quarantine", "list")
+	id := strings.Fields(strings.Split(out, "\n")[1])[0]
+	type run struct {
+		args  []string
+		array bool
+	}
+	runs := map[string][]run{
+		"config check": {{[]string{"config", "check"}, false}},
+		"status":       {{[]string{"status"}, false}},
+		"rate show": {{[]string{"rate", "show", "holly@example.org"}, true},
+			{[]string{"rate", "show", "nobody"}, true}},
+		"rate list": {{[]string{"rate", "list"}, true},
+			{[]string{"rate", "list", "--domain", "nowhere.example"}, true}},
+		"quarantine list": {{[]string{"quarantine", "list"}, true}, {[]string{"quarantine", "list", "--key", "holly@example.org"}, true},
+			{[]string{"quarantine", "list", "--key", "nobody"}, true}},
+		"quarantine show": {{[]string{"quarantine", "show", id}, false}},
+		"events": {{[]string{"events"}, true}, {[]string{"events", "--summary"}, true},
+			{[]string{"events", "--key", "nobody"}, true}, {[]string{"events", "--summary", "--key", "nobody"}, true}},
+	}
+	found := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Flags().Lookup("json") != nil {
+			found[strings.TrimPrefix(c.CommandPath(), "ratelimitd ")] = true
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	for path := range found {
+		if _, ok := runs[path]; !ok {
+			t.Errorf("%q has --json but this test does not run it: add it (one JSON document: docs/operations.md)", path)
+		}
+	}
+	for path, rs := range runs {
+		if !found[path] {
+			t.Errorf("%q has no --json flag (any more?)", path)
+		}
+		for _, r := range rs {
+			args := append(r.args, "--json")
+			status, out, stderr := cli("", args...)
+			if status != 0 {
+				t.Errorf("%q: exit %d: %s", args, status, stderr)
+				continue
+			}
+			dec := json.NewDecoder(strings.NewReader(out))
+			var v any
+			if err := dec.Decode(&v); err != nil {
+				t.Errorf("%q: not JSON: %v\n%s", args, err, out)
+				continue
+			}
+			if err := dec.Decode(new(any)); err != io.EOF {
+				t.Errorf("%q: more than one JSON document (JSON Lines?): %v\n%s", args, err, out)
+			}
+			switch v.(type) {
+			case []any:
+				if !r.array {
+					t.Errorf("%q: an array, want an object:\n%s", args, out)
+				}
+			case map[string]any:
+				if r.array {
+					t.Errorf("%q: an object, want an array (a list):\n%s", args, out)
+				}
+			default:
+				t.Errorf("%q: %T, want an object or an array (never null):\n%s", args, v, out)
+			}
+		}
 	}
 }

@@ -61,15 +61,15 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 	fl.StringVar(&q.Limit, "limit", "", "only events of this limit")
 	fl.StringVar(&actions, "action", "", "only these actions, comma-separated: "+strings.Join(events.Actions, ","))
 	fl.IntVar(&q.Max, "max", events.DefaultMax, fmt.Sprintf("print at most this many events (keys with --summary; at most %d)", events.MaxQuery))
-	fl.BoolVar(&asJSON, "json", false, "print a JSON array")
+	fl.BoolVar(&asJSON, "json", false, "print a JSON array, one object per event (per key with --summary)")
 	fl.BoolVar(&summary, "summary", false, "print per key: refusals, first and last, limits involved")
 	return cmd
 }
 
-// orJSON returns err, or prints v as JSON.
-func orJSON(w io.Writer, v any, err error) error {
+// orJSON returns err, or prints vs as a JSON array.
+func orJSON[T any](w io.Writer, vs []T, err error) error {
 	if err != nil {
 		return err
 	}
-	return cliout.JSON(w, v)
+	return cliout.JSONList(w, vs)
 }

@@ -129,10 +129,10 @@ func TestIntegrationForgedQueueIDNeverReachesPostsuper(t *testing.T) {
 		t.Fatal("the hold limit never answered HOLD")
 	}
 	out, _ := cli(t, "--config", cfgPath, "quarantine", "list", "--key", "mallory", "--json")
-	if strings.Contains(out, `"queue_id":"ALL"`) {
+	if strings.Contains(out, `"queue_id": "ALL"`) {
 		t.Fatalf("forged queue ID stored:\n%s", out)
 	}
-	if n := strings.Count(out, `"key":"mallory"`); n != holds {
+	if n := strings.Count(out, `"key": "mallory"`); n != holds {
 		t.Fatalf("%d entries for %d HOLDs:\n%s", n, holds, out)
 	}
 	out, err := cli(t, "--config", cfgPath, "quarantine", "delete", "--key", "mallory", "--yes")
@@ -173,20 +173,23 @@ func TestIntegrationForgedValidQueueIDsAreNotTrusted(t *testing.T) {
 		t.Fatalf("%d of 6 forged requests held", holds)
 	}
 	out, _ := cli(t, "--config", cfgPath, "quarantine", "list", "--key", "mallory", "--json")
-	if n := strings.Count(out, `"key":"mallory"`); n != holds {
+	if n := strings.Count(out, `"key": "mallory"`); n != holds {
 		t.Fatalf("%d entries for %d HOLDs:\n%s", n, holds, out)
 	}
 	for _, qid := range []string{bob, "3F2A1B4C5D"} {
-		if n := strings.Count(out, fmt.Sprintf(`"queue_id":%q`, qid)); n > 1 {
+		if n := strings.Count(out, fmt.Sprintf(`"queue_id": %q`, qid)); n > 1 {
 			t.Errorf("%d entries share queue ID %s:\n%s", n, qid, out)
 		}
 	}
 
 	var bobEntry string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if strings.Contains(line, fmt.Sprintf(`"queue_id":%q`, bob)) {
-			var e struct{ ID string }
-			json.Unmarshal([]byte(line), &e)
+	var entries []struct {
+		ID      string
+		QueueID string `json:"queue_id"`
+	}
+	json.Unmarshal([]byte(out), &entries)
+	for _, e := range entries {
+		if e.QueueID == bob {
 			bobEntry = e.ID
 		}
 	}

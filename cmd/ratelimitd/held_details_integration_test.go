@@ -52,7 +52,10 @@ via = ["policy"]
 			t.Fatal(err)
 		}
 		e = quarantine.Entry{}
-		json.Unmarshal([]byte(strings.SplitN(out, "\n", 2)[0]), &e)
+		var es []quarantine.Entry
+		if json.Unmarshal([]byte(out), &es); len(es) > 0 {
+			e = es[0]
+		}
 		if len(e.Recipients) == 3 && e.Size > 0 && e.Subject != "" {
 			break
 		}

@@ -65,7 +65,7 @@ via = ["policy"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(out, `"state":"held"`); n != len(held) || len(held) != accepted {
+	if n := strings.Count(out, `"state": "held"`); n != len(held) || len(held) != accepted {
 		t.Fatalf("%d messages in Postfix's hold queue, %d accepted, %d held entries:\n%s", len(held), accepted, n, out)
 	}
 	t.Logf("disk full: %d holds recorded, then %d deferred", accepted, deferred)

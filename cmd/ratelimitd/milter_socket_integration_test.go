@@ -65,7 +65,7 @@ action = "freeze"
 	}
 	sink.WaitCount(t, 1, 30*time.Second)
 	out, err = cli(t, "--config", cfgPath, "quarantine", "list", "--json")
-	if err != nil || strings.Count(out, `"state":"frozen"`) != 1 || !strings.Contains(out, "newsletter part 02") {
+	if err != nil || strings.Count(out, `"state": "frozen"`) != 1 || !strings.Contains(out, "newsletter part 02") {
 		t.Fatalf("quarantine list after two messages: %v\n%s", err, out)
 	}
 	if strings.Contains(pf.Log(), "Permission denied") {

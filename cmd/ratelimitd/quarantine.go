@@ -48,7 +48,7 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return cliout.JSONLines(cmd.OutOrStdout(), es)
+				return cliout.JSONList(cmd.OutOrStdout(), es)
 			}
 			cliout.Entries(cmd.OutOrStdout(), es)
 			return nil
@@ -59,7 +59,7 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 	list.Flags().StringVar(&lq.Limit, "limit", "", "only messages stopped by this limit")
 	list.Flags().StringVar(&lq.State, "state", "", "held, frozen, thawed, deleted (comma-separated); default held and frozen")
 	list.Flags().DurationVar(&lq.Since, "since", 0, "only messages quarantined within this long (e.g. 2h)")
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON Lines")
+	list.Flags().BoolVar(&asJSON, "json", false, "print a JSON array, one object per message")
 	return list
 }
 

@@ -40,7 +40,7 @@ expire_command = ["false", "{queue_id}"]
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !strings.Contains(out, `"state":"held"`) || !strings.Contains(out, "past max_age") {
+	if !strings.Contains(out, `"state": "held"`) || !strings.Contains(out, "past max_age") {
 		t.Fatalf("held entry without a queue ID after expiry:\n%s\nlog:\n%s", out, td.logs.String())
 	}
 	if !strings.Contains(td.logs.String(), "level=ERROR") {

@@ -65,7 +65,7 @@ via = ["policy"]
 		t.Fatal(err)
 	}
 	for _, id := range held {
-		if !strings.Contains(jl, `"queue_id":"`+id+`"`) {
+		if !strings.Contains(jl, `"queue_id": "`+id+`"`) {
 			t.Fatalf("held queue ID %s not recorded:\n%s", id, jl)
 		}
 	}
@@ -261,7 +261,7 @@ action = "freeze"
 		t.Fatalf("thaw into a refusing server: %v\n%s", err, out)
 	}
 	out, _ = cli(t, "--config", cfgPath, "quarantine", "list", "--json")
-	if !strings.Contains(out, `"state":"frozen"`) || !strings.Contains(out, "disk full") || !strings.Contains(out, `"attempts":1`) {
+	if !strings.Contains(out, `"state": "frozen"`) || !strings.Contains(out, "disk full") || !strings.Contains(out, `"attempts": 1`) {
 		t.Fatalf("entry after failed thaw:\n%s", out)
 	}
 	// The postmaster gives up on it: delete drops it from the quarantine.
@@ -274,7 +274,7 @@ action = "freeze"
 		t.Fatalf("list after delete:\n%s", out)
 	}
 	out, _ = cli(t, "--config", cfgPath, "quarantine", "list", "--state", "deleted", "--json")
-	if !strings.Contains(out, `"state":"deleted"`) {
+	if !strings.Contains(out, `"state": "deleted"`) {
 		t.Fatalf("deleted entry not kept for audit:\n%s", out)
 	}
 }

@@ -46,7 +46,7 @@ func newRateShowCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return cliout.JSON(cmd.OutOrStdout(), cliout.RateRows(kr))
+				return cliout.JSONList(cmd.OutOrStdout(), cliout.RateRows(kr))
 			}
 			if len(kr) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: no rate recorded (never seen, reset, or decayed away)\n", args[0])
@@ -89,7 +89,7 @@ func newRateListCmd(opts *rootOptions) *cobra.Command {
 				}
 			}
 			if asJSON {
-				return cliout.JSON(cmd.OutOrStdout(), cliout.RateRows(kr))
+				return cliout.JSONList(cmd.OutOrStdout(), cliout.RateRows(kr))
 			}
 			cliout.Rates(cmd.OutOrStdout(), kr)
 			return nil

@@ -18,14 +18,13 @@ func JSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// JSONLines writes each element of vs as one line of JSON (JSON Lines),
-// escaped as JSON is.
-func JSONLines[T any](w io.Writer, vs []T) error {
-	enc := json.NewEncoder(termsafe.NewJSONWriter(w))
-	for _, v := range vs {
-		if err := enc.Encode(v); err != nil {
-			return err
-		}
+// JSONList writes a list as one indented JSON array, [] when empty: the
+// --json convention of the command line is one JSON document per command
+// (an object for one thing, an array for a list); JSON Lines are only for
+// streams written to a file (trace from-maillog, simulate --format jsonl).
+func JSONList[T any](w io.Writer, vs []T) error {
+	if vs == nil {
+		vs = []T{}
 	}
-	return nil
+	return JSON(w, vs)
 }
