@@ -573,6 +573,17 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 	// BoltDB keeps the values put until commit: one array, never grown.
 	c.cells = slices.Grow(c.cells[:0], (end-start)*cellLen)
 	var b *bbolt.Bucket // the bucket of limit lim, once looked up
+	var path []string   // its path in the manifest
+	var cur *bbolt.Cursor
+	// stored reports whether k is in b (one cursor per bucket: a Get
+	// would allocate one per key); the manifest counts new keys.
+	stored := func(k []byte) bool {
+		if cur == nil {
+			cur = b.Cursor()
+		}
+		got, _ := cur.Seek(k)
+		return bytes.Equal(got, k)
+	}
 	var emptied []string
 	looked, lim, del := false, -1, false
 	check := func() { // whether the deletions emptied bucket lim
@@ -595,7 +606,8 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 		}
 		if next != lim {
 			check()
-			b, looked, lim, del = nil, false, next, false
+			b, looked, lim, del, cur = nil, false, next, false, nil
+			path = []string{string(bucketName), c.names[lim]}
 		}
 		if c.recs[e.rec] == nil {
 			if c.recs[e.rec] = j.Get(c.seqs[e.rec]); len(c.recs[e.rec]) != c.sizes[e.rec] {
@@ -608,10 +620,11 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 			if !looked {
 				b, looked = root.Bucket([]byte(name)), true
 			}
-			if b != nil {
-				if err := t.Delete(b, []string{string(bucketName), name}, k); err != nil {
+			if b != nil && stored(k) {
+				if err := b.Delete(k); err != nil {
 					return fmt.Errorf("delete %s/%q: %w", name, k, err)
 				}
+				t.Added(path, -1)
 				del = true
 			}
 			continue
@@ -625,7 +638,10 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 		}
 		at := len(c.cells)
 		c.cells = statedb.Seal(c.cells, k, cellVersion, v)
-		if err := t.Put(b, []string{string(bucketName), name}, k, c.cells[at:len(c.cells):len(c.cells)]); err != nil {
+		if !stored(k) {
+			t.Added(path, 1)
+		}
+		if err := b.Put(k, c.cells[at:len(c.cells):len(c.cells)]); err != nil {
 			return fmt.Errorf("put %s/%q: %w", name, k, err)
 		}
 	}

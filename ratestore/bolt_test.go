@@ -1290,8 +1290,12 @@ func (c *compactBench) fill(b *testing.B, size int64) {
 func (c *compactBench) entries(b *testing.B) int {
 	n := 0
 	err := c.db.View(func(tx *bbolt.Tx) error {
-		return tx.Bucket(journalName).ForEach(func(_, v []byte) error {
-			return decodeRecord(v, func([]byte, int, int, int, bool) error { n++; return nil })
+		return tx.Bucket(journalName).ForEach(func(k, v []byte) error {
+			body, err := recordBody(k, v, true)
+			if err != nil {
+				return err
+			}
+			return decodeRecord(body, func([]byte, int, int, int, bool) error { n++; return nil })
 		})
 	})
 	if err != nil {

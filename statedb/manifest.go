@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
@@ -112,6 +113,7 @@ type Tally struct {
 	tx      *bolt.Tx
 	changes map[string]*change
 	order   []string
+	last    *change // the one change looked up last: most writes repeat it
 }
 
 type change struct {
@@ -139,13 +141,17 @@ func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
 }
 
 func (t *Tally) change(path []string) *change {
+	if t.last != nil && slices.Equal(t.last.path, path) {
+		return t.last
+	}
 	key := string(manifestKey(path))
 	c := t.changes[key]
 	if c == nil {
-		c = &change{path: path}
+		c = &change{path: slices.Clone(path)}
 		t.changes[key] = c
 		t.order = append(t.order, key)
 	}
+	t.last = c
 	return c
 }
 
@@ -228,7 +234,7 @@ func (t *Tally) Save() error {
 			return fmt.Errorf("statedb: manifest: %w", err)
 		}
 	}
-	t.changes, t.order = map[string]*change{}, nil
+	t.changes, t.order, t.last = map[string]*change{}, nil, nil
 	return nil
 }
 
