@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"unicode"
 
 	"golang.org/x/net/idna"
 )
@@ -85,20 +86,20 @@ func (f KeyForm) Address(addr string) string {
 // "xn--bcher-kva.example"); a name IDNA refuses (underscores, a literal
 // "[192.0.2.1]") is only lower-cased. It is safe for concurrent use.
 func Domain(d string) string {
-	d = strings.TrimRight(strings.TrimSpace(d), ". \t")
-	ascii := true
+	d = strings.TrimLeftFunc(d, unicode.IsSpace)
+	d = strings.TrimRightFunc(d, func(r rune) bool { return r == '.' || unicode.IsSpace(r) })
+	d = strings.ToLower(d)
 	for i := 0; i < len(d); i++ {
 		if d[i] >= 0x80 {
-			ascii = false
+			// Lower-cased first: a name IDNA refuses in one case it
+			// may take in the other, and the key must not depend on it.
+			if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
+				return strings.TrimRight(strings.ToLower(a), ".") // "。" maps to "."
+			}
 			break
 		}
 	}
-	if !ascii {
-		if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
-			d = a
-		}
-	}
-	return strings.ToLower(d)
+	return d
 }
 
 // Client returns the canonical key of a client IP address: an IPv4

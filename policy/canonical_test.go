@@ -76,6 +76,8 @@ func FuzzCanonicalKey(f *testing.F) {
 	}
 	f.Add("x'$(id)'@example.org")
 	f.Add("ß@İ.example")
+	f.Add("anna@Bücher。")
+	f.Add("@Ӏ")
 	forms := []KeyForm{DefaultKeyForm(), {Delimiters: "+-=", IPv4Prefix: 24, IPv6Prefix: 56}}
 	f.Fuzz(func(t *testing.T, s string) {
 		if !utf8.ValidString(s) {
