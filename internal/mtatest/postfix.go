@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -432,15 +433,53 @@ func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) st
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago
-// (another process may take it before the caller binds it).
+// and that this process has not handed out before. It is picked at random
+// below the kernel's ephemeral range (net.ipv4.ip_local_port_range), not
+// by binding port 0: a port from the ephemeral range could be taken, before
+// the caller binds it, by any outgoing connection of a parallel test (to
+// Redis, to Postfix), which made a daemon fail with "address already in
+// use" in CI. Another process may still take it, but only by picking it on
+// purpose.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("mtatest: find a free port: %v", err)
+	low := ephemeralLow()
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for range 1000 {
+		port := 10000 + rand.IntN(low-10000)
+		if freePorts.given[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		freePorts.given[port] = true
+		return port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("mtatest: no free port between 10000 and %d", low)
+	return 0
+}
+
+// freePorts are the ports FreePort handed out in this process.
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// ephemeralLow is the low end of the kernel's ephemeral port range
+// (32768 by default), at least 20000.
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	return max(low, 20000)
 }
 
 func tail(s string, n int) string {
