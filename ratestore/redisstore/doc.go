@@ -27,51 +27,64 @@
 //
 // # Batching
 //
-// On a standalone or Sentinel-managed Redis, the requests that arrive
-// while a script call is in flight wait in a batch and are decided
-// together by one call, one after the other in arrival order, each seeing
-// the states the previous ones stored (the same answers as separate calls
-// made back to back), up to 256 limits per call (a request that finds the
-// waiting batch full is sent alone). The batch is sent when the call in
-// flight ends, or earlier, as a second call in flight, once it holds 32
-// limits (16 requests of two limits), so that under load Redis has the
-// next batch when it finishes one. Requests of concurrent callers have no
-// order between them, as with separate calls. A request whose caller
-// gives up while it waits is not sent. An idle store adds no wait. Redis's
-// cost per decided stack is what limits the throughput of all the MTAs
-// together, and a script call's fixed costs (EVALSHA, the limits'
-// parameters, TIME, one MGET of all the keys) are then paid once per
-// batch. A Redis Cluster's requests fall in many slots and one call may
-// touch one slot only: there each request (each slot of it) is one call.
+// The requests that arrive while a script call is in flight to a Redis
+// server (the standalone or Sentinel-managed one, or each Redis Cluster
+// master) wait in a batch and are decided together by one call, one
+// after the other in arrival order, each seeing the states the previous
+// ones stored (the same answers as separate calls made back to back), up
+// to 256 limits per call (a request that finds the waiting batch full is
+// sent alone). The batch is sent when the call in flight ends, or
+// earlier, as a second call in flight to a standalone server, once it
+// holds 32 limits (16 requests of two limits), so that under load Redis
+// has the next batch when it finishes one. Requests of concurrent callers
+// have no order between them, as with separate calls. A request whose
+// caller gives up while it waits is not sent. An idle store adds no
+// wait. Redis's cost per decided stack is what limits the throughput of
+// all the MTAs together, and a script call's fixed costs (EVALSHA, the
+// limits' parameters, TIME) are then paid once per batch.
 //
 // # Keys and Redis Cluster
 //
-// The state of rate key K under limit L is the Redis string
-// PREFIX + "{" + K + "}" + L (K with '%', '{' and '}' percent-escaped)
-// holding 20 bytes: the Unix time of the last counted update as seconds
-// (int64) and nanoseconds (uint32), and the rate (float64), little-endian;
-// the decision script appends 8 more, the key's expiry as it set it (Unix
-// milliseconds on Redis's clock, float64), so that a later decision that
-// needs no later expiry keeps it (SET KEEPTTL) instead of setting one (a
-// large share of a decision's cost; docs/performance.md). An expiry it
-// sets is
+// All the limits of rate key K share one Redis string, K's record, under
+// PREFIX + "{" + K + "}" (K with '%', '{' and '}' percent-escaped; the
+// empty K is "%"): the key's expiry as the scripts last set it (Unix
+// milliseconds on Redis's clock, float64), then per limit a length byte,
+// the limit's name and its 20-byte state: the Unix time of the last
+// counted update as seconds (int64) and nanoseconds (uint32), and the
+// rate (float64), little-endian. A decision reads each record once and
+// writes it once (SET), with a new expiry only when a state needs a later
+// one than the key has (else SET KEEPTTL: setting an expiry is a large
+// share of a decision's cost; docs/performance.md); an expiry it sets is
 // an eighth of the state's lifetime past the moment the state becomes
-// negligible; a steady sender's key gets a new one every so often.
-// The braces are a Redis Cluster hash tag: all the limits of one rate key
-// live in one slot and are decided by one script call. A stack whose keys
-// fall in several slots (for example a per-user and a per-client-address
-// limit) is decided in two steps: the script checks every slot without
-// writing, the verdict is computed from all of them, then the script
-// commits on every slot, re-measuring each counted limit on its current
-// state with that verdict. Each slot is atomic; between the two steps
-// another request of the same keys may be counted, exactly as in the
-// reference policy.EvaluateStack (atomic per key, not per stack).
+// negligible, so a steady sender's key gets a new one every so often.
+// Earlier versions kept one string per limit, PREFIX + "{" + K + "}" + L
+// (LegacyKey): a limit the record lacks is read from there, so an upgrade
+// forgives no one, and the next counted decision moves it into the
+// record.
+//
+// The braces are a Redis Cluster hash tag: a rate key's record and its
+// earlier keys live in one slot. On a Cluster the requests are batched
+// per master (the store reads the slot map with CLUSTER SLOTS): one call
+// declares no keys and decides requests of many slots of that master
+// (scripts without flags may use keys of other slots of the node they run
+// on); a request the master does not serve (moved, or migrating: the
+// script reads all of a request's states before it writes any, and
+// decides nothing of a request it cannot read) is sent again alone
+// through the cluster client, which follows MOVED and ASK. A stack whose
+// keys fall in several slots (for example a per-user and a
+// per-client-address limit) is decided in two steps: the script checks
+// every slot without writing, the verdict is computed from all of them,
+// then the script commits on every slot, re-measuring each counted limit
+// on its current state with that verdict. Each slot is atomic; between
+// the two steps another request of the same keys may be counted, exactly
+// as in the reference policy.EvaluateStack (atomic per key, not per
+// stack).
 //
 // The client is github.com/redis/rueidis, chosen over go-redis/v9 by a
 // measured comparison (scripts/redis-client-bench, figures in
 // docs/performance.md): its automatic pipelining of concurrent requests
-// gave the higher throughput at 64 concurrent callers (the cluster's
-// calls and the CLI's still use it; the daemon's requests on one node
+// gave the higher throughput at 64 concurrent callers (the CLI's calls
+// and a Cluster's multi-slot stacks still use it; the daemon's requests
 // are batched as above).
 //
 // # Outages

@@ -1,22 +1,27 @@
 -- ratelimitd: after an outage, add what this host counted alone to the
 -- shared state (Store.Merge, Failover), exactly once per outage.
--- KEYS[1] the state key; KEYS[2] the outage's marker for it: when the
--- marker exists the outage was merged into this key already (a retried
--- or restarted merge) and nothing is added.
+-- KEYS[1] the rate key's record (stack.lua describes it); KEYS[2] the
+-- outage's marker for the limit's state: when the marker exists the
+-- outage was merged into it already (a retried or restarted merge) and
+-- nothing is added; KEYS[3] the state's key in the earlier layout (read
+-- when the record has no entry for the limit, as stack.lua does; the
+-- record itself when there is none).
 -- ARGV[1] algorithm (0 exponential, 1 gcra, 2 cooldown, 3 earrrl);
 -- ARGV[2] limit; ARGV[3] period (ns); ARGV[4] decay time constant (ns:
 -- the period for the exponential, 1/lambda for EARRRL); ARGV[5], ARGV[6],
 -- ARGV[7] the host's outage delta: time (Unix seconds, nanoseconds) and
 -- rate, in the limit's own meaning (ratelimit.State) as counted from no
--- state; ARGV[8] how long the marker lives (ms).
+-- state; ARGV[8] how long the marker lives (ms); ARGV[9] the limit.
 --
 -- The sum, per algorithm: the exponential rate and EARRRL's count are
 -- sums of decayed contributions, so the shared and the local one are
 -- each decayed to now and added (time: now); GCRA's and cooldown's
 -- arrival time is advanced by the host's backlog still ahead of now
 -- (max(tat, now) + max(delta - now, 0)). A state of another length than
--- 20 or 28 bytes counts as none. The result is stored as the decision
--- script stores states (28 bytes, with the expiry it sets).
+-- 20 or 28 bytes, or a value that is not a record, counts as none (and
+-- is replaced). The result is stored as the decision script stores
+-- states (the entry, and the key's expiry moved later if the sum needs
+-- it).
 -- Returns 1 if added, 0 if the marker was there already.
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[8]) == false then return 0 end
 local t = redis.call('TIME')
@@ -24,7 +29,15 @@ local nows, nowns = tonumber(t[1]), tonumber(t[2]) * 1000
 local alg, lim, period, tau = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local ls, lns, lr = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local floor, exp, log = math.floor, math.exp, math.log
-local raw = redis.call('GET', KEYS[1])
+local sub = string.sub
+local v, at, head = readEntry(KEYS[1], ARGV[9])
+local raw = false
+if at then
+  raw = sub(v, at, at + 19)
+elseif KEYS[3] ~= KEYS[1] then
+  raw = redis.pcall('GET', KEYS[3])
+  if type(raw) ~= 'string' then raw = false end
+end
 local ps, pns, pr
 if raw and (#raw == 20 or #raw == 28) then
   ps, pns, pr = struct.unpack('<i8I4d', raw)
@@ -66,6 +79,19 @@ else
     ttl = floor(w * period / 1e6) + 1
   end
 end
-local at = nows * 1000 + floor(nowns / 1e6) + ttl + floor(ttl / 8)
-redis.call('SET', KEYS[1], struct.pack('<i8I4dd', s, ns, r, at), 'PXAT', string.format('%d', at))
+local need = nows * 1000 + floor(nowns / 1e6) + ttl
+local st = struct.pack('<i8I4d', s, ns, r)
+if v == '' then v = struct.pack('<d', 0) end
+if at then
+  v = sub(v, 1, at - 1) .. st .. sub(v, at + 20)
+else
+  v = v .. head .. st
+end
+local e = struct.unpack('<d', v)
+if e >= need then
+  redis.call('SET', KEYS[1], v, 'KEEPTTL')
+else
+  local when = need + floor(ttl / 8)
+  redis.call('SET', KEYS[1], struct.pack('<d', when) .. sub(v, 9), 'PXAT', string.format('%d', when))
+end
 return 1

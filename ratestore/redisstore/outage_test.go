@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -471,10 +472,12 @@ func TestOutageMergeSurvivesRestart(t *testing.T) {
 }
 
 // TestBadStateIsItsKeysProblem: a value no decision script wrote, under
-// one user's key, is replaced by a fresh state for that key and limit
-// alone (reported once through OnBadState); the other limit of the same
-// request and other users are decided as usual, and the store stays
-// shared.
+// one user's key (the record of all its limits), is replaced by fresh
+// states for that key alone (reported once per limit through
+// OnBadState); other users are decided as usual, and the store stays
+// shared. A bad state of one limit in the earlier layout's key (one key
+// per limit, read while the record has no entry for it) is that limit's
+// problem alone.
 func TestBadStateIsItsKeysProblem(t *testing.T) {
 	srv := redistest.Start(t)
 	var bad []string
@@ -493,9 +496,8 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 	if err := f.EvaluateStack(context.Background(), time.Now(), outageStack("bad2@x.org"), false, out); err != nil {
 		t.Fatalf("request of the user with a bad state: %v", err)
 	}
-	// hourly starts afresh (1 message, admitted); daily still counts
-	// the 20 admitted before.
-	if out[0].Err != nil || out[0].Result.Over || out[0].Result.Rate > 1.01 || out[1].Err != nil || out[1].Result.Rate < 20 {
+	// Both limits start afresh (1 message, admitted).
+	if out[0].Err != nil || out[0].Result.Over || out[0].Result.Rate > 1.01 || out[1].Err != nil || out[1].Result.Rate > 1.01 {
 		t.Errorf("bad state's request: hourly %+v, daily %+v", out[0], out[1])
 	}
 	if err := f.EvaluateStack(context.Background(), time.Now(), outageStack("good@x.org"), false, out); err != nil || !out[0].Result.Over {
@@ -504,12 +506,97 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 	if f.Degraded() {
 		t.Errorf("the store went degraded over one bad value: %+v", f.Status())
 	}
-	if got := srv.Must("STRLEN", r.Key("hourly", "bad2@x.org")); got != "28" {
-		t.Errorf("the bad value was not replaced: STRLEN %s", got)
+	if got, err := r.Get(context.Background(), "daily", "bad2@x.org"); err != nil || got.Rate < 0.99 || got.Rate > 1.01 {
+		t.Errorf("the bad value was not replaced: daily %+v, %v", got, err)
+	}
+	// One limit's bad state in the earlier layout: the other limit of
+	// the request still counts what it counted.
+	for range 5 {
+		f.EvaluateStack(context.Background(), time.Now(), outageStack("bad3@x.org"), false, out)
+	}
+	if ok, err := r.Delete(context.Background(), "hourly", "bad3@x.org"); !ok || err != nil {
+		t.Fatalf("Delete: %v %v", ok, err)
+	}
+	srv.Must("SET", r.LegacyKey("hourly", "bad3@x.org"), "xyz")
+	if err := f.EvaluateStack(context.Background(), time.Now(), outageStack("bad3@x.org"), false, out); err != nil ||
+		out[0].Result.Rate > 1.01 || out[1].Result.Rate < 5.9 {
+		t.Errorf("a bad earlier state of hourly: %v, hourly %+v, daily %+v", err, out[0], out[1])
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(bad) != 1 || bad[0] != "hourly bad2@x.org" {
-		t.Errorf("OnBadState calls: %q, want one for hourly bad2@x.org", bad)
+	if len(bad) != 3 || bad[0] != "hourly bad2@x.org" || bad[1] != "daily bad2@x.org" || bad[2] != "hourly bad3@x.org" {
+		t.Errorf("OnBadState calls: %q, want hourly and daily of bad2@x.org, hourly of bad3@x.org", bad)
+	}
+}
+
+// TestClusterReshardUnderLoad: 3,000 hash slots moved from one master to
+// another with redis-cli --cluster reshard while two hosts send load
+// (requests batched per master): every request is answered within
+// redis_timeout + 100 ms, the users whose slots did not move get exactly
+// the limit and those whose slots moved at most the limit + one message
+// per host (split), and the store never goes degraded.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli not found")
+	}
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	owner := make([]int, 2000)
+	for u := range owner {
+		owner[u] = ownedBy(nodes, redisstore.Slot(fmt.Sprintf("user%d@example.org", u)))
+	}
+	hosts, _ := outageHosts(t, redisstore.Options{Addrs: addrs, Timeout: outageTimeout}, 2, true, true)
+	l := startLoad(hosts, 2000, 8)
+	l.waitRounds(t, 4)
+	from, to := nodes[0].Must("CLUSTER", "MYID"), nodes[1].Must("CLUSTER", "MYID")
+	start := time.Now()
+	out, err := exec.Command(cli, "--cluster", "reshard", nodes[0].Addr, "--cluster-from", from, "--cluster-to", to,
+		"--cluster-slots", "3000", "--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	took := time.Since(start)
+	l.waitRounds(t, 22) // past the limit
+	most, mean := l.end()
+	moved, stayed, overMoved, offStayed := 0, 0, 0, 0
+	for u := range owner {
+		a := int(l.admitted[u].Load())
+		if owner[u] == 0 && ownedBy(nodes, redisstore.Slot(fmt.Sprintf("user%d@example.org", u))) == 1 {
+			moved++
+			if a > outageLimit+2 {
+				overMoved++
+			}
+			continue
+		}
+		stayed++
+		if a != outageLimit {
+			offStayed++
+		}
+	}
+	if overMoved > 0 || offStayed > 0 {
+		t.Errorf("%d users whose slot moved admitted more than %d; %d whose slot stayed admitted other than %d",
+			overMoved, outageLimit+2, offStayed, outageLimit)
+	}
+	local := int64(0)
+	for _, f := range hosts {
+		for _, n := range f.LocalDecisions() {
+			local += n
+		}
+		if st := f.Status(); st.Switches != 0 {
+			t.Errorf("the store went degraded during the reshard: %+v", st)
+		}
+	}
+	t.Logf("reshard of 3,000 slots took %v; %d users moved, %d stayed; %d requests, %d failed, %d decided locally, slowest %v; admitted max %d mean %.1f",
+		took.Round(time.Millisecond), moved, stayed, l.sent.Load(), l.failed.Load(), local,
+		time.Duration(l.slowest.Load()).Round(time.Millisecond), most, mean)
+	if moved == 0 {
+		t.Errorf("no user's slot moved")
+	}
+	if l.failed.Load() != 0 || time.Duration(l.slowest.Load()) > outageTimeout+100*time.Millisecond {
+		t.Errorf("%d requests unanswered, slowest %v", l.failed.Load(), time.Duration(l.slowest.Load()))
 	}
 }

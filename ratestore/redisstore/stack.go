@@ -6,40 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
-)
-
-// Batching of concurrent requests (standalone and Sentinel only: a
-// cluster's requests fall in many slots, and one script call may touch
-// one slot only). While a script call of EvaluateStack is in flight, the
-// requests that arrive wait in one pending batch and are then decided
-// together by one call, in arrival order, up to maxBatchItems limits per
-// call. The pending batch is sent when a call in flight ends, or as a
-// second call in flight once it holds secondCallItems limits, so that
-// under load Redis has the next batch queued when it finishes one instead
-// of waiting for the daemon's turnaround, while batches stay large enough
-// to share a call's fixed cost. A request that finds the pending batch
-// full gets a call of its own at once (so under overload more calls are
-// in flight, and such a request may be decided before the batch that
-// waits). An idle store adds no wait: a request that finds no call in
-// flight is sent at once.
-const (
-	maxInFlight     = 2
-	secondCallItems = 32
-	maxBatchItems   = 256
 )
 
 // request is one policy request's items of one hash slot, as sent to the
 // script: it owns copies of everything the script call needs, so that a
 // caller that gave up (timeout) leaves nothing shared behind.
 type request struct {
-	idx   []int // indexes into the caller's items
-	keys  []string
+	idx   []int    // indexes into the caller's items
+	keys  []string // the distinct hashes of the items' rate keys
+	kidx  []int    // per item, the index of its hash in keys
+	names []string // per item, its limit's name
 	lims  []ratelimit.Limit
 	bits  []int // count + 2*refuses
 	costs []float64
@@ -55,6 +40,8 @@ type request struct {
 	// Room for the usual few items without more allocations.
 	idxBuf  [4]int
 	keyBuf  [4]string
+	kidxBuf [4]int
+	nameBuf [4]string
 	limBuf  [4]ratelimit.Limit
 	bitBuf  [4]int
 	costBuf [4]float64
@@ -62,7 +49,8 @@ type request struct {
 
 // init points r's slices at its own buffers.
 func (r *request) init() {
-	r.idx, r.keys, r.lims, r.bits, r.costs = r.idxBuf[:0], r.keyBuf[:0], r.limBuf[:0], r.bitBuf[:0], r.costBuf[:0]
+	r.idx, r.keys, r.kidx, r.names = r.idxBuf[:0], r.keyBuf[:0], r.kidxBuf[:0], r.nameBuf[:0]
+	r.lims, r.bits, r.costs = r.limBuf[:0], r.bitBuf[:0], r.costBuf[:0]
 }
 
 // reset empties a request taken from Store.reqs for reuse, keeping its
@@ -73,10 +61,11 @@ func (r *request) reset() {
 	r.init()
 }
 
-// add appends item i.
-func (r *request) add(i int, key string, it *policy.StackItem) {
+// add appends item i, whose hash is r.keys[k].
+func (r *request) add(i, k int, it *policy.StackItem) {
 	r.idx = append(r.idx, i)
-	r.keys = append(r.keys, key)
+	r.kidx = append(r.kidx, k)
+	r.names = append(r.names, it.Limit)
 	r.lims = append(r.lims, it.Params)
 	b := 0
 	if it.Count {
@@ -89,107 +78,117 @@ func (r *request) add(i int, key string, it *policy.StackItem) {
 	r.costs = append(r.costs, it.Cost)
 }
 
-// batch is one script call deciding one or more requests.
-type batch struct {
-	reqs     []*request
-	items    int
-	deadline time.Time
-	done     chan struct{}
-	v        answer // the answer, once done is closed
-	err      error
+// spec is a limit as the script knows it: its name (the field of its
+// states) and parameters.
+type spec struct {
+	name string
+	l    ratelimit.Limit
 }
 
-// batcher collects the requests that arrive while calls are in flight
-// (at most maxInFlight, but for requests that found the batch full).
-type batcher struct {
-	mu       sync.Mutex
-	inFlight int
-	pending  *batch
-}
-
-// specArgs returns the script's 5 ARGV values of a limit (limit, period,
-// mode, algorithm, half-life), formatted once per distinct limit.
-func (s *Store) specArgs(l ratelimit.Limit) *[5]string {
-	if v, ok := s.specs.Load(l); ok {
-		return v.(*[5]string)
+// specArgs returns the script's 6 ARGV values of a limit (name, limit,
+// period, mode, algorithm, half-life), formatted once per distinct limit.
+func (s *Store) specArgs(sp spec) *[6]string {
+	if v, ok := s.specs.Load(sp); ok {
+		return v.(*[6]string)
 	}
-	a := &[5]string{strconv.FormatFloat(l.Limit, 'g', -1, 64), strconv.FormatInt(int64(l.Period), 10),
+	l := sp.l
+	a := &[6]string{sp.name, strconv.FormatFloat(l.Limit, 'g', -1, 64), strconv.FormatInt(int64(l.Period), 10),
 		strconv.Itoa(int(l.Mode)), strconv.Itoa(int(l.Algorithm)), strconv.FormatInt(int64(l.HalfLife), 10)}
-	v, _ := s.specs.LoadOrStore(l, a)
-	return v.(*[5]string)
+	v, _ := s.specs.LoadOrStore(sp, a)
+	return v.(*[6]string)
 }
 
 // assemble builds the script's KEYS and ARGV for reqs (see stack.lua) and
-// sets each request's base.
-func (s *Store) assemble(phase, ts, tns string, reqs []*request) (keys, args []string) {
-	n := 0
+// sets each request's base; it returns the number of items. With
+// keysInArgs (a batch for one Redis Cluster node, of many slots) the
+// hashes follow the packed requests in ARGV and KEYS is empty.
+func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool) (keys, args []string, items int) {
+	nk := 0
 	for _, r := range reqs {
-		n += len(r.keys)
+		items += len(r.idx)
+		nk += len(r.keys)
 	}
-	var lbuf [4]ratelimit.Limit
-	lims := lbuf[:0]
-	codes := make([]int, 0, n)
+	var sbuf [4]spec
+	specs := sbuf[:0]
+	codes := make([]int, 0, items)
 	for _, r := range reqs {
 		for j, l := range r.lims {
+			sp := spec{r.names[j], l}
 			si := -1
-			for k := range lims {
-				if lims[k] == l {
+			for k := range specs {
+				if specs[k] == sp {
 					si = k
 					break
 				}
 			}
 			if si < 0 {
-				si = len(lims)
-				lims = append(lims, l)
+				si = len(specs)
+				specs = append(specs, sp)
 			}
 			codes = append(codes, si*4+r.bits[j])
 		}
 	}
-	keys = make([]string, 0, n)
-	args = make([]string, 0, 5+5*len(lims))
-	args = append(args, phase, ts, tns, strconv.Itoa(len(lims)))
-	for _, l := range lims {
-		a := s.specArgs(l)
+	keys = make([]string, 0, nk)
+	args = make([]string, 0, 5+6*len(specs))
+	args = append(args, phase, ts, tns, strconv.Itoa(len(specs)))
+	for _, sp := range specs {
+		a := s.specArgs(sp)
 		args = append(args, a[:]...)
 	}
-	packed := make([]byte, 0, 5*len(reqs)+12*n)
-	c := 0
+	packed := make([]byte, 0, 5*len(reqs)+16*items)
+	c, base := 0, 0
 	for _, r := range reqs {
-		r.base = len(keys)
+		r.base = base
+		base += len(r.idx)
+		kbase := len(keys)
 		keys = append(keys, r.keys...)
-		packed = binary.LittleEndian.AppendUint32(packed, uint32(len(r.keys)))
+		packed = binary.LittleEndian.AppendUint32(packed, uint32(len(r.idx)))
 		flag := byte(0)
 		if r.flag {
 			flag = 1
 		}
 		packed = append(packed, flag)
-		for j := range r.keys {
+		for j := range r.idx {
 			packed = binary.LittleEndian.AppendUint32(packed, uint32(codes[c]))
+			packed = binary.LittleEndian.AppendUint32(packed, uint32(kbase+r.kidx[j]+1))
 			packed = binary.LittleEndian.AppendUint64(packed, math.Float64bits(r.costs[j]))
 			c++
 		}
 	}
-	return keys, append(args, string(packed))
+	args = append(args, string(packed))
+	if keysInArgs {
+		return nil, append(args, keys...), items
+	}
+	return keys, args, items
 }
 
 // answer is a script call's answer: Redis's now, and per item (in the
 // order of the call's requests) itemLen bytes: a flag byte, over + 2*stored
 // + 4*(1 if there was a previous state) + 8*(1 if the stored value was
-// undecodable and replaced by a fresh state), then that state's 20 bytes (zeros
-// if none) and 8 more the script pads with.
+// undecodable and replaced by a fresh state) + 16*(1 if the request was
+// not decided: a Cluster node that does not serve its hash), then that
+// state's 20 bytes (zeros if none).
 type answer struct {
 	now   time.Time
 	items string
 }
 
 // itemLen is the length of one item's part of answer.items.
-const itemLen = 1 + 28
+const itemLen = 1 + stateLen
+
+// Flags of an item in answer.items beside over (1), stored (2) and had a
+// previous state (4).
+const (
+	flagBad      = 8
+	flagNotHere  = 16
+	flagPrevious = 4
+)
 
 // item returns the flag byte and the previous state's bytes ("" for none)
 // of the k-th item of the call.
 func (a answer) item(k int) (flag byte, prev string) {
 	p := a.items[k*itemLen : (k+1)*itemLen]
-	if p[0]&4 != 0 {
+	if p[0]&flagPrevious != 0 {
 		prev = p[1 : 1+stateLen]
 	}
 	return p[0], prev
@@ -203,13 +202,18 @@ func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*reques
 	if err != nil {
 		return answer{}, err
 	}
-	keys, args := s.assemble(phase, ts, tns, reqs)
-	items := len(keys) // one key per item
+	keys, args, items := s.assemble(phase, ts, tns, reqs, false)
 	start := time.Now()
 	v, err := s.stack.Exec(ctx, c, keys, args).ToArray()
 	if err != nil {
 		return answer{}, unavailable(err)
 	}
+	return s.parseAnswer(v, items, start)
+}
+
+// parseAnswer checks the shape of a script call's answer v for items
+// items, sent at start.
+func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time) (answer, error) {
 	if s.opts.OnRoundTrip != nil {
 		s.opts.OnRoundTrip(time.Since(start))
 	}
@@ -232,109 +236,15 @@ func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*reques
 	return a, nil
 }
 
-// decideBatched decides r in phase "d" on Redis's clock, batched with the
-// requests of other goroutines (see maxInFlight).
-func (s *Store) decideBatched(ctx context.Context, r *request) (answer, error) {
-	if err := ctx.Err(); err != nil {
-		return answer{}, unavailable(err)
-	}
-	// The call's deadline is redis_timeout after the request's arrival;
-	// a caller's own earlier deadline ends only its own wait (select
-	// below), never the call of the other requests of its batch.
-	dl := time.Now().Add(s.opts.Timeout)
-	b := &s.batch
-	b.mu.Lock()
-	p := b.pending
-	if b.inFlight == 0 || p != nil && p.items+len(r.keys) > maxBatchItems {
-		// No call in flight, or a full batch waits already: this
-		// request goes alone.
-		b.inFlight++
-		b.mu.Unlock()
-		cctx, cancel := context.WithDeadline(ctx, dl)
-		v, err := s.exec(cctx, "d", "", "", r)
-		cancel()
-		s.release()
-		return v, err
-	}
-	if p == nil {
-		p = &batch{deadline: dl, done: make(chan struct{})}
-		b.pending = p
-	}
-	r.ctx = ctx
-	p.reqs = append(p.reqs, r)
-	p.items += len(r.keys)
-	if dl.Before(p.deadline) {
-		p.deadline = dl
-	}
-	if b.inFlight < maxInFlight && p.items >= secondCallItems {
-		b.pending = nil
-		b.inFlight++
-		b.mu.Unlock()
-		go s.run(p)
-	} else {
-		b.mu.Unlock()
-	}
-	// No timer of its own: the calls in flight end by their deadlines,
-	// which are earlier (their requests came first), and p runs with the
-	// earliest deadline of its requests, so done is closed by dl.
-	select {
-	case <-p.done:
-		if r.dropped {
-			return answer{}, unavailable(ctx.Err())
-		}
-		return p.v, p.err
-	case <-ctx.Done():
-		// A request still waiting when its batch is sent is not sent
-		// (run); one already sent may still be decided and counted,
-		// as a script call whose answer came too late would.
-		return answer{}, unavailable(ctx.Err())
-	}
-}
-
-// release ends a call: the pending batch, if any, takes its place.
-func (s *Store) release() {
-	b := &s.batch
-	b.mu.Lock()
-	p := b.pending
-	if p == nil {
-		b.inFlight--
-		b.mu.Unlock()
-		return
-	}
-	b.pending = nil
-	b.mu.Unlock()
-	go s.run(p)
-}
-
-// run sends batch p and hands its answer to its requests.
-// The requests whose callers have given up are not sent: nothing counts
-// a request its MTA will ask again.
-func (s *Store) run(p *batch) {
-	live := p.reqs[:0]
-	for _, r := range p.reqs {
-		if r.ctx.Err() != nil {
-			r.dropped = true
-			continue
-		}
-		live = append(live, r)
-	}
-	if len(live) > 0 {
-		ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
-		p.v, p.err = s.exec(ctx, "d", "", "", live...)
-		cancel()
-	}
-	close(p.done)
-	s.release()
-}
-
 // EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
 // with one script call per hash slot (one in all, unless the store talks to
 // a Redis Cluster and the keys fall in several slots), on Redis's clock
-// (the caller's now only with Options.UseCallerTime). On a standalone or
-// Sentinel-managed Redis, requests of concurrent callers that arrive
-// while earlier calls are in flight are decided together by one script
-// call, one after the other, each seeing the states the previous ones
-// stored. Items of an unknown algorithm get ErrAlgorithm and take no
+// (the caller's now only with Options.UseCallerTime). Requests of
+// concurrent callers that arrive while earlier calls to the same Redis
+// server (with a Cluster, the master serving the request's slot; a stack
+// of one slot) are in flight are decided together by one script call,
+// one after the other, each seeing the states the previous ones stored.
+// Items of an unknown algorithm get ErrAlgorithm and take no
 // part. It returns an error wrapping ErrUnavailable when Redis did not
 // answer within the timeout (nothing was decided, as far as the caller
 // knows; with several slots, some may have committed), or ErrProtocol for
@@ -364,7 +274,13 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 			reqs = append(reqs, request{})
 			reqs[ri].init()
 		}
-		reqs[ri].add(i, k, it)
+		r := &reqs[ri]
+		ki := slices.Index(r.keys, k)
+		if ki < 0 {
+			ki = len(r.keys)
+			r.keys = append(r.keys, k)
+		}
+		r.add(i, ki, it)
 	}
 	if len(reqs) == 0 {
 		if len(items) == 0 {
@@ -376,9 +292,15 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	if len(reqs) == 1 {
 		r := &reqs[0]
 		r.flag = refused
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		v, err := s.exec(cctx, "d", ts, tns, r)
-		cancel()
+		var v answer
+		var err error
+		if s.opts.UseCallerTime {
+			cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+			v, err = s.exec(cctx, "d", ts, tns, r)
+			cancel()
+		} else {
+			v, err = s.decideInCluster(ctx, r, Slot(r.keys[0]))
+		}
 		if err != nil {
 			return err
 		}
@@ -442,9 +364,20 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 		if !scriptable(it, &out[i]) {
 			continue
 		}
-		r.kb = s.appendKey(r.kb, it.Limit, it.Key)
-		end = append(end, len(r.kb))
-		r.add(i, "", it)
+		ki := -1
+		for j, pi := range r.idx {
+			if items[pi].Key == it.Key {
+				ki = r.kidx[j]
+				break
+			}
+		}
+		if ki < 0 {
+			r.kb = s.appendKey(r.kb, "", it.Key)
+			end = append(end, len(r.kb))
+			ki = len(r.keys)
+			r.keys = append(r.keys, "")
+		}
+		r.add(i, ki, it)
 	}
 	if len(r.idx) == 0 {
 		s.reqs.Put(r)
@@ -468,7 +401,7 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 		v, err = s.exec(cctx, "d", ts, tns, r)
 		cancel()
 	} else {
-		v, err = s.decideBatched(ctx, r)
+		v, err = s.decideBatched(ctx, &s.batch, r)
 	}
 	if err != nil {
 		// A batch may still hold r (its caller gave up first): r is
@@ -524,6 +457,10 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 	return res
 }
 
+// errNotHere is the error of an item the script could not decide on the
+// node it was sent to (a Cluster slot moving, or its map out of date).
+var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
+
 // read fills out for the items of r from the script's answer v: the
 // previous state and the script's verdict; the Result is recomputed from
 // them with package ratelimit (so Before, Rate and RetryAfter are exactly
@@ -532,12 +469,16 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 	now := v.now
 	for j, i := range r.idx {
 		code, raw := v.item(r.base + j)
+		if code&flagNotHere != 0 {
+			out[i].Err = errNotHere
+			continue
+		}
 		prev, err := decode(raw)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		if code&8 != 0 && s.opts.OnBadState != nil {
+		if code&flagBad != 0 && s.opts.OnBadState != nil {
 			s.opts.OnBadState(items[i].Limit, items[i].Key)
 		}
 		over := code&1 != 0

@@ -5,50 +5,73 @@
 -- decides one or more requests' stacks (a batch), one request after the
 -- other, each seeing what the previous ones stored.
 --
--- KEYS     the state key of every item of every request, in order (all
---          in one hash slot)
+-- The states of one rate key live in one string, PREFIX{KEY} (a
+-- record): the key's expiry as this script last set it (Unix ms on
+-- Redis's clock, '<d'), then per limit its name (a length byte and the
+-- bytes) and its 20-byte state struct.pack('<i8I4d', sec, nsec, rate),
+-- a time and a rate whose meaning is the algorithm's (ratelimit.State).
+-- Unix nanoseconds do not fit a Lua number (a double) exactly, so times
+-- are kept as seconds and nanoseconds and subtracted in parts. A limit
+-- the record does not hold is read from the key of the earlier layout,
+-- PREFIX{KEY}LIMIT (a string of 20 or 28 bytes, written by earlier
+-- versions), so an upgrade forgives no one; the next write puts it in
+-- the record. (The empty rate key's record is PREFIX{%}, and it has no
+-- earlier key to read: that one was in another slot.) A record that does
+-- not parse is another program's value: every limit of its rate key
+-- starts afresh (flag 8) and the next write replaces it.
+--
+-- KEYS     the records of the requests' rate keys (with a Redis Cluster
+--          all of one slot), read with one MGET; or none, and then the
+--          records follow the packed requests in ARGV and are read one by
+--          one: a batch sent to one Redis Cluster node, whose records are
+--          served by that node but fall in many slots (one call may
+--          declare the keys of one slot only; undeclared keys of other
+--          slots are allowed to scripts without flags)
 -- ARGV[1]  phase: "d" decide and commit, "c" check only (no writes),
 --          "w" commit with the verdict given per request
 -- ARGV[2], ARGV[3]  "" "" to use Redis TIME, or the caller's now as
 --          Unix seconds and nanoseconds (tests and simulation)
--- ARGV[4]  S, the number of limit specifications; then 5 values per
---          specification: limit, period (ns), mode (0 leaky, 1 strict,
---          2 forgiving, 3 readonly), algorithm (0 exponential, 1 gcra,
---          2 cooldown, 3 earrrl), half-life (ns; 0: the period's time
---          constant)
+-- ARGV[4]  S, the number of limit specifications; then 6 values per
+--          specification: name, limit, period (ns), mode (0 leaky,
+--          1 strict, 2 forgiving, 3 readonly), algorithm (0 exponential,
+--          1 gcra, 2 cooldown, 3 earrrl), half-life (ns; 0: the
+--          period's time constant)
 -- then one string, the requests packed little-endian (struct format
---          '<I4B' per request, '<I4d' per item, one after the other):
+--          '<I4B' per request, '<I4I4d' per item, one after the other):
 --          per request its number of items n and a flag ("d": 1 if the
 --          message was already refused, so leaky limits are not charged;
 --          "w": 1 if the stack admitted the request; "c": ignored), then
 --          per item spec*4 + count + 2*refuses (spec counted from 0;
---          count and refuses 0/1) and the cost. One string instead of
---          four values per item spares Redis an object, a Lua string and
---          a number conversion per value.
+--          count and refuses 0/1), the index of its record (from 1) and
+--          the cost. One string instead of values per item spares Redis
+--          an object, a Lua string and a number conversion per value.
 --
--- A state is the 20-byte string struct.pack('<i8I4d', sec, nsec, rate):
--- a time and a rate whose meaning is the algorithm's (ratelimit.State).
--- Unix nanoseconds do not fit a Lua number (a double) exactly, so times
--- are kept as seconds and nanoseconds and subtracted in parts. This
--- script writes 28 bytes ('<i8I4dd'): the state, then the key's expiry as
--- it set it (Unix ms on Redis's clock). A later write that needs no later
--- expiry keeps it (SET KEEPTTL): setting an expiry costs Redis about a
--- third of a decision. One that needs a later one sets it an eighth of
--- the state's lifetime later than needed, so a steady sender's key gets a
--- new expiry every so often, not at every message. States of 20 bytes
--- (written by Store.Update and Store.Merge) have no known expiry.
+-- A request's record is written once (SET), with all its limits. Its
+-- expiry is set (SET PXAT) only when a state needs a later one than the
+-- key has, and then an eighth of the state's lifetime later than
+-- needed, so a steady sender's key gets a new expiry every so often, not
+-- at every message (SET KEEPTTL): setting an expiry costs Redis about a
+-- third of a decision.
 --
--- Returns {sec, nsec, items}: items is one string of 29 bytes per item, a
--- flag byte over + 2*stored + 4*(1 if there was a previous state) +
--- 8*(1 if the stored value was undecodable and counted as none), then
--- that state (20 bytes; zeros if none) and 8 bytes of padding. One string
--- instead of two values per item spares Redis and the daemon a reply
--- object per value.
+-- A request one of whose records cannot be read here (a Redis Cluster
+-- node that does not serve its slot, or a slot migrating away) is not
+-- decided and nothing of it is written (flag 16): the caller sends it
+-- again to the node that serves it. All reads of a request come before
+-- any write.
+--
+-- Returns {sec, nsec, items}: items is one string of 21 bytes per item,
+-- a flag byte over + 2*stored + 4*(1 if there was a previous state) +
+-- 8*(1 if the stored value was undecodable and counted as none) +
+-- 16*(1 if not decided here), then that state (20 bytes; zeros if none).
+-- One string instead of values per item spares Redis and the daemon a
+-- reply object per value.
 
 local MAXF = 1.7976931348623157e308
 local MININTERVAL = 1e-10
 local exp, log, floor = math.exp, math.log, math.floor
-local call, spack, sunpack, tonumber, sformat = redis.call, struct.pack, struct.unpack, tonumber, string.format
+local call, pcall_, spack, sunpack, tonumber, sformat, type = redis.call, redis.pcall, struct.pack, struct.unpack, tonumber,
+  string.format, type
+local sbyte, ssub, schar = string.byte, string.sub, string.char
 
 local phase = ARGV[1]
 local caller = ARGV[2] ~= ''
@@ -166,34 +189,115 @@ local function measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
   return r > lim, nows, nowns, r, expttl(r, period)
 end
 
--- The limit specifications.
+-- ZEXP is an empty record: no expiry known, no entry.
+local ZEXP = spack('<d', 0)
+
+-- write stores record v (the expiry it holds is the key's) of key, whose
+-- states need it to live until need (Unix ms; with the caller's time, a
+-- lifetime in ms), with slack more when a later expiry must be set.
+local function write(key, v, need, slack)
+  if caller then
+    -- Expiries count on Redis's clock: with the caller's time (tests,
+    -- replays) they are made at least an hour long.
+    if need < 3600000 then need = 3600000 end
+    call('SET', key, v, 'PX', sformat('%d', need))
+    return v
+  end
+  local at = sunpack('<d', v)
+  if at >= need then
+    call('SET', key, v, 'KEEPTTL')
+    return v
+  end
+  at = need + slack
+  v = spack('<d', at) .. ssub(v, 9)
+  call('SET', key, v, 'PXAT', sformat('%d', at))
+  return v
+end
+
+-- The limit specifications; HEAD[s] starts a record's entry of limit s
+-- (its name's length and its name).
 local nspec = tonumber(ARGV[4])
-local LIM, PER, MODE, ALG, HL = {}, {}, {}, {}, {}
+local NAME, HEAD, LIM, PER, MODE, ALG, HL = {}, {}, {}, {}, {}, {}, {}
 local a = 5
 for s = 0, nspec - 1 do
-  LIM[s], PER[s], MODE[s] = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  ALG[s], HL[s] = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  a = a + 5
+  NAME[s], LIM[s], PER[s] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  MODE[s], ALG[s], HL[s] = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  HEAD[s] = schar(#NAME[s]) .. NAME[s]
+  a = a + 6
 end
-
--- The states read, and those written by earlier requests of the batch:
--- key -> raw state, false for none.
--- (MGET answers false for a key holding another type; its state is
--- replaced like an undecodable one.)
-local cache = {}
-do
-  local vals = call('MGET', unpack(KEYS))
-  for i = 1, #KEYS do cache[KEYS[i]] = vals[i] end
-end
-
-local out = {nows, nowns}
-local o = 2 -- out index of the item before the current one (x2)
-local k = 0 -- KEYS index of the item before the current one
-local specs, counts = {}, {}
-local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
-local pexp = {} -- each item's stored expiry (Unix ms), 0 if unknown
-local nowms = nows * 1000 + floor(nowns / 1e6)
 local reqs = ARGV[a]
+
+-- The records, as written by earlier requests of the batch: key -> the
+-- record ('' for none; a record that does not parse counts as none and
+-- bad[key] is set), or false when it cannot be read here.
+local cache, bad = {}, {}
+local K, KO = KEYS, 0
+if #KEYS == 0 then
+  K, KO = ARGV, a
+else
+  local vals = call('MGET', unpack(KEYS))
+  for i = 1, #KEYS do cache[KEYS[i]] = vals[i] or '' end
+end
+
+-- valid reports whether record v parses: the expiry, then whole entries.
+local function valid(v)
+  local p, last = 9, #v
+  if last < 8 then return false end
+  while p <= last do
+    p = p + 21 + sbyte(v, p)
+  end
+  return p == last + 1
+end
+
+-- record returns the record of key ('' for none), false if it cannot be
+-- read here.
+local function record(key)
+  if bad[key] ~= nil then return cache[key] end
+  local v, b = cache[key], false
+  if v == nil then
+    v = pcall_('GET', key)
+    if type(v) == 'table' then
+      if sformat('%.9s', v.err) ~= 'WRONGTYPE' then
+        cache[key], bad[key] = false, false
+        return false
+      end
+      v, b = '', true
+    end
+    v = v or ''
+  end
+  if v ~= '' and not valid(v) then v, b = '', true end
+  cache[key], bad[key] = v, b
+  return v
+end
+
+-- find returns the position of limit s's state in record v, or nil.
+local function find(v, s)
+  local h = HEAD[s]
+  local p, last, n = 9, #v, #h
+  while p < last do
+    if ssub(v, p, p + n - 1) == h then return p + n end
+    p = p + 21 + sbyte(v, p)
+  end
+  return nil
+end
+
+-- legacy returns the state of limit s of key in the earlier layout ('' for
+-- none), nil if it cannot be read here.
+local function legacy(key, s)
+  if ssub(key, -3) == '{%}' then return '' end
+  local old = pcall_('GET', key .. NAME[s])
+  if type(old) == 'table' then
+    if sformat('%.9s', old.err) ~= 'WRONGTYPE' then return nil end
+    return ''
+  end
+  return old or ''
+end
+
+local out = {} -- per item: previous state (20 bytes) or '', and the flag
+local o = 0 -- out index of the item before the current one (x2)
+local IC, IK, ICOST, IRAW = {}, {}, {}, {} -- the current request's items
+local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
+local nowms = nows * 1000 + floor(nowns / 1e6)
 local pos, last = 1, #reqs
 while pos <= last do
   local n, flag
@@ -201,94 +305,119 @@ while pos <= last do
   flag = flag == 1
   local admitted = true
   if phase == 'd' then admitted = not flag end
+  -- Read every item's state first: a request that cannot be read here
+  -- writes nothing.
+  local here = true
   for i = 1, n do
-    local code, cost
-    code, cost, pos = sunpack('<I4d', reqs, pos)
-    local s = floor(code / 4)
-    local key = KEYS[k + i]
-    local raw = cache[key]
-    local ps, pns, pr, pe
-    local bad = 0
-    if raw then
-      if #raw == 28 then
-        ps, pns, pr, pe = sunpack('<i8I4dd', raw)
-      elseif #raw == 20 then
-        ps, pns, pr = sunpack('<i8I4d', raw)
+    local code, ki
+    code, ki, ICOST[i], pos = sunpack('<I4I4d', reqs, pos)
+    local key = K[KO + ki]
+    IC[i], IK[i] = code, key
+    if here then
+      local v = record(key)
+      if v == false then
+        here = false
       else
-        -- Undecodable (another program wrote it): this key starts
-        -- afresh and the caller is told (flag 8); the other items and
-        -- requests are decided as usual.
-        raw, bad = '', 8
+        local s = floor(code / 4)
+        local at = v ~= '' and find(v, s)
+        if at then
+          IRAW[i] = ssub(v, at, at + 19)
+        else
+          IRAW[i] = legacy(key, s)
+          if IRAW[i] == nil then here = false end
+        end
       end
-    else
-      raw = ''
     end
-    pexp[i] = pe or 0
-    local over
-    over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
-      measure(ALG[s], LIM[s], PER[s], MODE[s], cost, HL[s], ps, pns, pr)
-    -- The stack rule, ratelimit.StackAdmits (kept in step by storetest).
-    if over and code % 4 >= 2 then admitted = false end
-    specs[i], counts[i] = s, code % 2 == 1
-    out[o + 2 * i - 1] = raw
-    out[o + 2 * i] = (over and 1 or 0) + bad
   end
-  if phase == 'w' then admitted = flag end
-  if phase ~= 'c' then
+  if not here then
     for i = 1, n do
+      out[o + 2 * i - 1], out[o + 2 * i] = '', 16
+    end
+  else
+    for i = 1, n do
+      local code, key, raw = IC[i], IK[i], IRAW[i]
+      local s = floor(code / 4)
+      local ps, pns, pr
+      local b = 0
+      if raw ~= '' then
+        if #raw == 20 or #raw == 28 then
+          ps, pns, pr = sunpack('<i8I4d', raw)
+        else
+          -- Undecodable (another program wrote it): this limit of this
+          -- key starts afresh and the caller is told (flag 8); the
+          -- other items and requests are decided as usual.
+          raw, b = '', 8
+        end
+      end
+      if bad[key] then b = 8 end
+      local over
+      over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
+        measure(ALG[s], LIM[s], PER[s], MODE[s], ICOST[i], HL[s], ps, pns, pr)
+      -- The stack rule, ratelimit.StackAdmits (kept in step by storetest).
+      if over and code % 4 >= 2 then admitted = false end
+      out[o + 2 * i - 1] = raw
+      out[o + 2 * i] = (over and 1 or 0) + b
+    end
+    if phase == 'w' then admitted = flag end
+    if phase ~= 'c' then
       -- ratelimit.Limit.Next: readonly stores nothing; an admitted
       -- request (or any in strict mode) stores the counted state; a
-      -- denied one the denied state (forgiving) or nothing.
-      local mode = MODE[specs[i]]
-      if counts[i] and mode ~= 3 then
-        local s, ns, r, ttl
-        if admitted or mode == 1 then
-          s, ns, r, ttl = cs[i], cns[i], cr[i], ct[i]
-        else
-          s, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
-        end
-        if s then
-          local key = KEYS[k + i]
-          local v
-          if caller then
-            -- Expiries count on Redis's clock: with the caller's
-            -- time (tests, replays) they are made at least an hour
-            -- long.
-            if ttl < 3600000 then ttl = 3600000 end
-            v = spack('<i8I4d', s, ns, r)
-            call('SET', key, v, 'PX', sformat('%d', ttl))
-          elseif pexp[i] >= nowms + ttl then
-            v = spack('<i8I4dd', s, ns, r, pexp[i])
-            call('SET', key, v, 'KEEPTTL')
+      -- denied one the denied state (forgiving) or nothing. Each record
+      -- changed is written once, after its request's last item.
+      local key, v, need, slack = nil, nil, 0, 0
+      for i = 1, n do
+        local code = IC[i]
+        local s = floor(code / 4)
+        local mode = MODE[s]
+        if code % 2 == 1 and mode ~= 3 then
+          local ss, ns, r, ttl
+          if admitted or mode == 1 then
+            ss, ns, r, ttl = cs[i], cns[i], cr[i], ct[i]
           else
-            local at = nowms + ttl + floor(ttl / 8)
-            v = spack('<i8I4dd', s, ns, r, at)
-            call('SET', key, v, 'PXAT', sformat('%d', at))
+            ss, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
           end
-          cache[key] = v
-          out[o + 2 * i] = out[o + 2 * i] + 2
+          if ss then
+            if IK[i] ~= key then
+              if key then cache[key], bad[key] = write(key, v, need, slack), false end
+              key, need, slack = IK[i], 0, 0
+              v = cache[key]
+              if v == '' then v = ZEXP end
+            end
+            local st = spack('<i8I4d', ss, ns, r)
+            local at = find(v, s)
+            if at then
+              v = ssub(v, 1, at - 1) .. st .. ssub(v, at + 20)
+            else
+              v = v .. HEAD[s] .. st
+            end
+            if caller then
+              if ttl > need then need = ttl end
+            elseif nowms + ttl > need then
+              need, slack = nowms + ttl, floor(ttl / 8)
+            end
+            out[o + 2 * i] = out[o + 2 * i] + 2
+          end
         end
       end
+      if key then cache[key], bad[key] = write(key, v, need, slack), false end
     end
   end
   o = o + 2 * n
-  k = k + n
 end
--- The answer: each item's flag byte, previous state and padding.
-local F, Z8, Z28 = {}, string.rep('\0', 8), string.rep('\0', 28)
-for f = 0, 15 do F[f] = string.char(f) end
+
+-- The answer: each item's flag byte and previous state.
+local F, Z20 = {}, string.rep('\0', 20)
+for f = 0, 31 do F[f] = schar(f) end
 local parts, np = {}, 0
-for x = 3, o, 2 do
+for x = 1, o, 2 do
   local raw, c = out[x], out[x + 1]
   if raw == '' then
-    parts[np + 1], parts[np + 2] = F[c], Z28
-    np = np + 2
-  elseif #raw == 28 then
+    parts[np + 1], parts[np + 2] = F[c], Z20
+  elseif #raw == 20 then
     parts[np + 1], parts[np + 2] = F[c + 4], raw
-    np = np + 2
   else
-    parts[np + 1], parts[np + 2], parts[np + 3] = F[c + 4], raw, Z8
-    np = np + 3
+    parts[np + 1], parts[np + 2] = F[c + 4], ssub(raw, 1, 20)
   end
+  np = np + 2
 end
 return {nows, nowns, table.concat(parts, '', 1, np)}

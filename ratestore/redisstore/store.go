@@ -28,6 +28,12 @@ var mergeScript string
 //go:embed cas.lua
 var casScript string
 
+// recordScript is prepended to mergeScript and casScript: it reads a rate
+// key's record.
+//
+//go:embed record.lua
+var recordScript string
+
 // Options configures New.
 type Options struct {
 	// Addrs are the Redis addresses (host:port): one for a standalone
@@ -74,12 +80,12 @@ const DefaultKeyPrefix = "ratelimitd:"
 const DefaultTTL = 7 * 24 * time.Hour
 
 // stateLen is the length of a stored state: int64 seconds, uint32
-// nanoseconds, float64 rate. The decision script's states are
-// expiringStateLen bytes: the same, then the key's expiry (Unix ms,
-// float64; see "Keys and Redis Cluster").
+// nanoseconds, float64 rate. States of the earlier layout (a key per
+// limit) written by the decision script are legacyStateLen bytes: the
+// same, then the key's expiry (Unix ms, float64).
 const (
-	stateLen         = 20
-	expiringStateLen = stateLen + 8
+	stateLen       = 20
+	legacyStateLen = stateLen + 8
 )
 
 // Store is a rate-state store in Redis. It implements policy.Store and
@@ -97,9 +103,11 @@ type Store struct {
 	// offset is Redis's clock minus this host's (ns), as last seen.
 	offset atomic.Int64
 	// specs caches the script arguments of each limit
-	// (ratelimit.Limit -> *[5]string).
+	// (spec -> *[6]string).
 	specs sync.Map
 	batch batcher
+	// routing batches a Redis Cluster's requests per master.
+	routing clusterRouting
 	// reqs holds *request values for reuse (evaluateOne).
 	reqs sync.Pool
 }
@@ -136,10 +144,14 @@ func Open(o Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q contains a brace", ErrConfig, prefix)
 	}
-	return &Store{opts: o, prefix: prefix,
+	s := &Store{opts: o, prefix: prefix,
 		stack: rueidis.NewLuaScript(stackScript),
-		merge: rueidis.NewLuaScript(mergeScript),
-		cas:   rueidis.NewLuaScript(casScript)}, nil
+		merge: rueidis.NewLuaScript(recordScript + mergeScript),
+		cas:   rueidis.NewLuaScript(recordScript + casScript)}
+	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
+		return s.exec(ctx, "d", "", "", reqs...)
+	}
+	return s, nil
 }
 
 // conn is a connection made by Connect.
@@ -271,15 +283,50 @@ func (s *Store) Now(ctx context.Context) time.Time {
 	return time.Now().Add(s.ClockOffset())
 }
 
-// Key returns the Redis key holding the state of key under limit.
+// Key returns the Redis key holding the state of key under limit: the
+// hash of key, where every limit of key has its field (named after the
+// limit). The empty rate key's hash is PREFIX{%} (no escaped key is "%"),
+// so that its hash tag is not empty and its keys share a slot.
 func (s *Store) Key(limit, key string) string {
+	if key == "" {
+		return s.prefix + "{%}"
+	}
+	return s.LegacyKey("", key)
+}
+
+// legacyRead is the key of the earlier layout a script reads for key
+// under limit: LegacyKey, but for the empty rate key, whose earlier key
+// is in another hash slot than its hash (the empty hash tag {} counts
+// as none), the hash itself (which reads as no state).
+func (s *Store) legacyRead(limit, key string) string {
+	if key == "" {
+		return s.Key(limit, key)
+	}
+	return s.LegacyKey(limit, key)
+}
+
+// markerBase is the start of the name of an outage's merge marker for
+// key under limit (Merge): LegacyKey, the name the earlier layout's
+// merges used, in the hash's slot (for the empty rate key the hash's
+// name and the limit).
+func (s *Store) markerBase(limit, key string) string {
+	if key == "" {
+		return s.Key(limit, key) + limit
+	}
+	return s.LegacyKey(limit, key)
+}
+
+// LegacyKey returns the Redis key that held the state of key under limit
+// in the earlier layout (one string per limit and key), still read where
+// the hash has no field for the limit.
+func (s *Store) LegacyKey(limit, key string) string {
 	if strings.IndexAny(key, "%{}") < 0 {
 		return s.prefix + "{" + key + "}" + limit // one allocation
 	}
 	return string(s.appendKey(nil, limit, key))
 }
 
-// appendKey appends Key(limit, key) to b.
+// appendKey appends LegacyKey(limit, key) to b (Key(_, key) for limit "").
 func (s *Store) appendKey(b []byte, limit, key string) []byte {
 	b = append(b, s.prefix...)
 	b = append(b, '{')
@@ -297,7 +344,8 @@ func (s *Store) appendKey(b []byte, limit, key string) []byte {
 
 const hexDigits = "0123456789ABCDEF"
 
-// parseKey is the inverse of Key; ok is false for a key of another shape.
+// parseKey is the inverse of LegacyKey (a hash, Key, gives limit ""); ok
+// is false for a key of another shape.
 func (s *Store) parseKey(k string) (limit, key string, ok bool) {
 	rest, ok := strings.CutPrefix(k, s.prefix)
 	if !ok || len(rest) < 2 || rest[0] != '{' {
@@ -308,6 +356,9 @@ func (s *Store) parseKey(k string) (limit, key string, ok bool) {
 		return "", "", false
 	}
 	esc, limit := rest[1:end], rest[end+1:]
+	if esc == "%" {
+		return limit, "", true // the empty rate key's hash
+	}
 	var b strings.Builder
 	for i := 0; i < len(esc); i++ {
 		if esc[i] == '%' && i+2 < len(esc) {
@@ -338,7 +389,7 @@ func decode(v string) (ratelimit.State, error) {
 	if v == "" {
 		return ratelimit.State{}, nil
 	}
-	if len(v) != stateLen && len(v) != expiringStateLen {
+	if len(v) != stateLen && len(v) != legacyStateLen {
 		return ratelimit.State{}, fmt.Errorf("%w: state of %d bytes", ErrProtocol, len(v))
 	}
 	sec := int64(binary.LittleEndian.Uint64([]byte(v[0:8])))
@@ -366,14 +417,44 @@ func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, er
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, err := c.Do(ctx, c.B().Get().Key(s.Key(limit, key)).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return ratelimit.State{}, nil
-	}
+	v, err := s.readRaw(ctx, c, limit, key)
 	if err != nil {
-		return ratelimit.State{}, unavailable(err)
+		return ratelimit.State{}, err
 	}
 	return decode(v)
+}
+
+// readRaw returns the stored state of key under limit ("" for none):
+// the entry of key's record, else the earlier layout's key, as the
+// scripts read them (a value that is not a record counts as none).
+func (s *Store) readRaw(ctx context.Context, c rueidis.Client, limit, key string) (string, error) {
+	res := c.DoMulti(ctx, c.B().Get().Key(s.Key(limit, key)).Build(),
+		c.B().Get().Key(s.legacyRead(limit, key)).Build())
+	v, err := res[0].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) && !wrongType(err) {
+		return "", unavailable(err)
+	}
+	if st := recordState(v, limit); st != "" {
+		return st, nil
+	}
+	if key == "" {
+		return "", nil // no earlier key (legacyRead)
+	}
+	v, err = res[1].ToString()
+	if rueidis.IsRedisNil(err) || wrongType(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", unavailable(err)
+	}
+	return v, nil
+}
+
+// wrongType reports whether err is Redis's WRONGTYPE error (a key of
+// another type than the command's).
+func wrongType(err error) bool {
+	e, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(e.Error(), "WRONGTYPE")
 }
 
 // Delete forgets key under limit and reports whether it had state: `rate
@@ -385,11 +466,23 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	n, err := c.Do(ctx, c.B().Del().Key(s.Key(limit, key)).Build()).AsInt64()
-	if err != nil {
-		return false, unavailable(err)
+	for range 16 {
+		raw, err := s.readRaw(ctx, c, limit, key)
+		if err != nil {
+			return false, err
+		}
+		if raw == "" {
+			return false, nil
+		}
+		done, err := s.cas.Exec(ctx, c, []string{s.Key(limit, key), s.legacyRead(limit, key)}, []string{limit, raw, "", "0"}).AsInt64()
+		if err != nil {
+			return false, unavailable(err)
+		}
+		if done == 1 {
+			return true, nil
+		}
 	}
-	return n > 0, nil
+	return false, fmt.Errorf("%w: delete of %s %q kept racing", ErrUnavailable, limit, key)
 }
 
 // Update applies fn to the current state of key under limit and stores its
@@ -405,14 +498,11 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	k := s.Key(limit, key)
+	k, legacy := s.Key(limit, key), s.legacyRead(limit, key)
 	for range 16 {
-		raw, err := c.Do(ctx, c.B().Get().Key(k).Build()).ToString()
-		if rueidis.IsRedisNil(err) {
-			raw, err = "", nil
-		}
+		raw, err := s.readRaw(ctx, c, limit, key)
 		if err != nil {
-			return unavailable(err)
+			return err
 		}
 		old, err := decode(raw)
 		if err != nil {
@@ -424,7 +514,7 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		}
 		l, known := s.limit(limit)
 		at := s.expiry(l, known, next)
-		done, err := s.cas.Exec(ctx, c, []string{k}, []string{raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
+		done, err := s.cas.Exec(ctx, c, []string{k, legacy}, []string{limit, raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
 		if err != nil {
 			return unavailable(err)
 		}
@@ -529,38 +619,62 @@ func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 	return out, nil
 }
 
+// scan calls fn for the states on node n: every entry of every record,
+// and every key of the earlier layout whose limit has no entry in its
+// rate key's record. Values that do not parse are skipped.
 func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key string, st ratelimit.State) bool) (bool, error) {
 	var cursor uint64
 	for {
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		e, err := n.Do(cctx, n.B().Scan().Cursor(cursor).Match(s.prefix+"{*").Count(1000).Build()).AsScanEntry()
+		e, err := n.Do(cctx, n.B().Scan().Cursor(cursor).Match(s.prefix+"{*").Count(1000).Type("string").Build()).AsScanEntry()
 		if err != nil {
 			cancel()
 			return false, unavailable(err)
 		}
-		cmds := make(rueidis.Commands, len(e.Elements))
-		for i, k := range e.Elements {
-			cmds[i] = n.B().Get().Key(k).Build()
+		// Per key its value, and for a key of the earlier layout its
+		// rate key's record.
+		cmds := make(rueidis.Commands, 0, 2*len(e.Elements))
+		for _, k := range e.Elements {
+			cmds = append(cmds, n.B().Get().Key(k).Build())
+			if limit, key, ok := s.parseKey(k); ok && limit != "" {
+				cmds = append(cmds, n.B().Get().Key(s.Key(limit, key)).Build())
+			}
 		}
-		res := n.DoMulti(cctx, cmds...)
+		var res []rueidis.RedisResult
+		if len(cmds) > 0 {
+			res = n.DoMulti(cctx, cmds...)
+		}
 		cancel()
-		for i, r := range res {
-			v, err := r.ToString()
-			if rueidis.IsRedisNil(err) {
-				continue // expired or reset since SCAN
+		r := 0
+		for _, k := range e.Elements {
+			limit, key, ok := s.parseKey(k)
+			v, err := res[r].ToString()
+			r++
+			var rec string
+			if ok && limit != "" {
+				rec, _ = res[r].ToString()
+				r++
+			}
+			if rueidis.IsRedisNil(err) || wrongType(err) || !ok {
+				continue // expired or reset since SCAN, or not a state
 			}
 			if err != nil {
 				return false, unavailable(err)
 			}
-			limit, key, ok := s.parseKey(e.Elements[i])
-			if !ok {
-				continue
+			cont := true
+			if limit == "" {
+				recordEach(v, func(name, state string) bool {
+					if st, err := decode(state); err == nil {
+						cont = fn(name, key, st)
+					}
+					return cont
+				})
+			} else if recordState(rec, limit) == "" {
+				if st, err := decode(v); err == nil {
+					cont = fn(limit, key, st)
+				}
 			}
-			st, err := decode(v)
-			if err != nil {
-				continue
-			}
-			if !fn(limit, key, st) {
+			if !cont {
 				return false, nil
 			}
 		}
@@ -614,10 +728,12 @@ func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, 
 				continue
 			}
 			sec, nsec := splitNs(deltas[i].Time)
-			k := s.Key(limit, keys[i])
-			args := append(append(make([]string, 0, 8), spec...), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
-				strconv.FormatFloat(deltas[i].Rate, 'g', -1, 64), markerTTL)
-			execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + "#" + outage}, Args: args})
+			args := append(append(make([]string, 0, 9), spec...), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
+				strconv.FormatFloat(deltas[i].Rate, 'g', -1, 64), markerTTL, limit)
+			// The marker's name is the earlier layout's (a merge made
+			// before an upgrade is not made again after it).
+			execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(limit, keys[i]), s.markerBase(limit, keys[i]) + "#" + outage,
+				s.legacyRead(limit, keys[i])}, Args: args})
 		}
 		if len(execs) == 0 {
 			continue

@@ -1,0 +1,129 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// clusterRouting is what a Store knows of a Redis Cluster to batch its
+// requests per master: the master serving each hash slot (CLUSTER SLOTS,
+// refreshed when a master answers that it does not serve a request's
+// slot), and a batcher per master.
+type clusterRouting struct {
+	owners     atomic.Pointer[[slotCount]string]
+	refreshing atomic.Bool
+	lastMu     sync.Mutex
+	last       time.Time
+	nodes      sync.Map // address -> *batcher
+}
+
+// slotRefreshEvery bounds how often the slot map is read again.
+const slotRefreshEvery = 100 * time.Millisecond
+
+// decideInCluster decides r (all of one slot) in phase "d" on Redis's
+// clock: batched with the other requests for the master that serves slot
+// (one script call per master, like a standalone Redis), or, when the
+// store does not know that master yet or the master answers that it does
+// not serve the slot (moved, or migrating away), alone through the
+// cluster client, which follows MOVED and ASK. The fall-back call keeps
+// the request's deadline (redis_timeout after its arrival); a failed call
+// to the master is not repeated.
+func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (answer, error) {
+	dl := time.Now().Add(s.opts.Timeout)
+	if b := s.nodeBatcher(slot); b != nil {
+		v, err := s.decideBatched(ctx, b, r)
+		if err == nil && !r.notHere(v) {
+			return v, nil
+		}
+		if err != nil && !errors.Is(err, errNotHere) {
+			return v, err
+		}
+		s.refreshSlots()
+	}
+	cctx, cancel := context.WithDeadline(ctx, dl)
+	defer cancel()
+	return s.exec(cctx, "d", "", "", r)
+}
+
+// notHere reports whether the script did not decide r (flagNotHere).
+func (r *request) notHere(v answer) bool {
+	if len(r.idx) == 0 {
+		return false
+	}
+	flag, _ := v.item(r.base)
+	return flag&flagNotHere != 0
+}
+
+// nodeBatcher returns the batcher of the master serving slot, or nil
+// when the slot map is not known yet (its reading is started) or has no
+// master for the slot.
+func (s *Store) nodeBatcher(slot uint16) *batcher {
+	owners := s.routing.owners.Load()
+	if owners == nil {
+		s.refreshSlots()
+		return nil
+	}
+	addr := owners[slot]
+	if addr == "" {
+		return nil
+	}
+	if b, ok := s.routing.nodes.Load(addr); ok {
+		return b.(*batcher)
+	}
+	b := &batcher{single: true, send: func(ctx context.Context, reqs ...*request) (answer, error) {
+		return s.execOn(ctx, addr, reqs...)
+	}}
+	v, _ := s.routing.nodes.LoadOrStore(addr, b)
+	return v.(*batcher)
+}
+
+// refreshSlots reads the slot map again in the background, at most once
+// per slotRefreshEvery.
+func (s *Store) refreshSlots() {
+	rt := &s.routing
+	rt.lastMu.Lock()
+	if time.Since(rt.last) < slotRefreshEvery {
+		rt.lastMu.Unlock()
+		return
+	}
+	rt.last = time.Now()
+	rt.lastMu.Unlock()
+	if !rt.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer rt.refreshing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.Timeout, time.Second))
+		defer cancel()
+		if owners, err := s.slotOwners(ctx); err == nil {
+			rt.owners.Store(owners)
+		}
+	}()
+}
+
+// execOn runs the script in phase "d" on the master at addr for reqs,
+// whose records fall in many slots served by that master (the keys go in
+// ARGV: one call may declare the keys of one slot only). It returns
+// errNotHere when the store has no connection to addr (no longer a node
+// of the cluster).
+func (s *Store) execOn(ctx context.Context, addr string, reqs ...*request) (answer, error) {
+	c, err := s.client()
+	if err != nil {
+		return answer{}, err
+	}
+	n, ok := c.Nodes()[addr]
+	if !ok {
+		return answer{}, fmt.Errorf("%w (%s)", errNotHere, addr)
+	}
+	_, args, items := s.assemble("d", "", "", reqs, true)
+	start := time.Now()
+	v, err := s.stack.Exec(ctx, n, nil, args).ToArray()
+	if err != nil {
+		return answer{}, unavailable(err)
+	}
+	return s.parseAnswer(v, items, start)
+}
