@@ -98,170 +98,6 @@ const (
 	listenUnix = "unix"
 )
 
-// options are the command-line flags.
-type options struct {
-	addr       string
-	pid        int
-	daemonBin  string
-	noFloor    bool
-	listeners  []string
-	conns      []int
-	keys       []int
-	duration   time.Duration
-	warmup     time.Duration
-	prefill    bool
-	requests   int64
-	rounds     int
-	rcpts      int
-	pick       string
-	seed       uint64
-	rssUsers   int
-	rssRestart bool
-	logLevel   string
-	flush      time.Duration
-	daemonEnv  []string
-	pin        bool
-	keep       bool
-	check      bool
-	backend    string
-	redisAddrs []string
-	cluster    int
-	events     bool
-}
-
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("ratelimitd-bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	conns, keys, denv, listeners, redisAddrs := "1,8,64", "10000,100000,1000000", "", "tcp,unix", ""
-	fs.StringVar(&o.addr, "addr", "", "policy server to measure (host:port); empty: build and start ratelimitd with the default limits")
-	fs.IntVar(&o.pid, "pid", 0, "process id of the --addr server, to report its RSS")
-	fs.StringVar(&o.daemonBin, "daemon", "", "ratelimitd binary to start; empty: go build it into a temporary directory")
-	fs.BoolVar(&o.noFloor, "no-floor", false, "do not measure the DUNNO floor server")
-	fs.StringVar(&listeners, "listeners", listeners, "comma-separated listeners to measure: tcp, unix (the daemon and the floor listen on both; ignored with --addr, which is TCP)")
-	fs.StringVar(&conns, "conns", conns, "comma-separated connection counts C")
-	fs.StringVar(&keys, "keys", keys, "comma-separated distinct-user counts K")
-	fs.DurationVar(&o.duration, "duration", defaultDuration, "measured time per cell (and the cap of --requests)")
-	fs.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "unmeasured load before each run")
-	fs.BoolVar(&o.prefill, "prefill", true, "before the cells of each K, every one of the K users sends one message to ratelimitd (unmeasured), so the runs measure a daemon holding its users' rate states, as in steady operation, not the store's growth; --prefill=false measures from an empty store")
-	fs.Int64Var(&o.requests, "requests", 0, "end a cell after this many measured requests (0: by --duration only)")
-	fs.IntVar(&o.rounds, "rounds", 2, "runs per cell and target, alternating floor and ratelimitd, each --duration/rounds long")
-	fs.IntVar(&o.rcpts, "rcpts", 1, "RCPT requests before each message's END-OF-MESSAGE request")
-	fs.StringVar(&o.pick, "pick", pickRandom, "user of each message: random (uniform over K) or roundrobin")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed of the random user choice")
-	fs.IntVar(&o.rssUsers, "rss-users", 0, "after the table, send one END-OF-MESSAGE for each of N distinct users (C=64) and report the daemon's RSS")
-	fs.BoolVar(&o.rssRestart, "rss-restart", false, "with --rss-users: restart the daemon and report its RSS after restoring the state")
-	fs.DurationVar(&o.flush, "flush-interval", time.Second, "the daemon's flush_interval (write-behind to BoltDB)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "the daemon's log_level (info logs one line per deferred request)")
-	fs.StringVar(&denv, "daemon-env", "", "comma-separated VAR=value added to the daemon's environment (e.g. GOGC=50,GOMEMLIMIT=140MiB)")
-	fs.BoolVar(&o.pin, "pin", false, "pin this program (the load generator) to the first CPU it may use and the servers it starts (ratelimitd, the floor, redis-server) to the others, so that the kernel does not time-slice client and server on the same CPUs (Linux, at least 2 CPUs; with --addr only this program is pinned)")
-	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (config, state, logs)")
-	fs.BoolVar(&o.check, "check", false, "exit 3 if a done-when target is missed")
-	fs.StringVar(&o.backend, "backend", backendLocal, "the daemon's rate store: local (memory + BoltDB) or redis")
-	fs.StringVar(&redisAddrs, "redis-addrs", "", "with --backend redis: comma-separated addresses of the Redis to use, one for a standalone server, several for an existing Redis Cluster; empty: start a redis-server on a free port (or --redis-cluster)")
-	fs.StringVar(&redisAddrs, "redis-addr", "", "the same as --redis-addrs")
-	fs.IntVar(&o.cluster, "redis-cluster", 0, "with --backend redis: start a Redis Cluster of N masters (no replicas) instead of one redis-server")
-	fs.BoolVar(&o.events, "events", true, "the daemon records events ([events] enabled); scripts/bench.sh compares a run with --events=false")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: ratelimitd-bench [flags]
-
-Measures ratelimitd (or --addr) against a DUNNO-only server speaking the
-same protocol, over C persistent connections and K distinct users, and
-prints requests/s, p50, p99 and their ratios.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	for kv := range strings.SplitSeq(denv, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fmt.Errorf("--daemon-env: %q is not VAR=value", kv)
-		}
-		o.daemonEnv = append(o.daemonEnv, kv)
-	}
-	for l := range strings.SplitSeq(listeners, ",") {
-		switch l = strings.TrimSpace(l); l {
-		case listenTCP, listenUnix:
-			if !slices.Contains(o.listeners, l) {
-				o.listeners = append(o.listeners, l)
-			}
-		default:
-			return nil, fmt.Errorf("--listeners: %q is neither %s nor %s", l, listenTCP, listenUnix)
-		}
-	}
-	if o.addr != "" {
-		o.listeners = []string{listenTCP}
-	}
-	var err error
-	if o.conns, err = parseList(conns, 1, 1<<16); err != nil {
-		return nil, fmt.Errorf("--conns: %w", err)
-	}
-	if o.keys, err = parseList(keys, 1, maxUsers); err != nil {
-		return nil, fmt.Errorf("--keys: %w", err)
-	}
-	switch {
-	case o.duration <= 0 || o.duration > time.Hour:
-		return nil, errors.New("--duration must be between 0 and 1h")
-	case o.warmup < 0 || o.warmup > time.Hour:
-		return nil, errors.New("--warmup must be between 0 and 1h")
-	case o.requests < 0:
-		return nil, errors.New("--requests must not be negative")
-	case o.flush < 0 || o.flush > time.Minute:
-		return nil, errors.New("--flush-interval must be 0..1m")
-	case o.rounds < 1 || o.rounds > 100:
-		return nil, errors.New("--rounds must be 1..100")
-	case o.rcpts < 0 || o.rcpts > 1000:
-		return nil, errors.New("--rcpts must be 0..1000")
-	case o.pick != pickRandom && o.pick != pickRoundRobin:
-		return nil, fmt.Errorf("--pick must be %s or %s", pickRandom, pickRoundRobin)
-	case o.rssUsers < 0 || o.rssUsers > maxUsers:
-		return nil, fmt.Errorf("--rss-users must be 0..%d", maxUsers)
-	case o.rssUsers > 0 && o.addr != "":
-		return nil, errors.New("--rss-users needs the daemon this program starts (no --addr)")
-	case o.rssRestart && o.rssUsers == 0:
-		return nil, errors.New("--rss-restart needs --rss-users")
-	case o.backend != backendLocal && o.backend != backendRedis:
-		return nil, fmt.Errorf("--backend must be %s or %s", backendLocal, backendRedis)
-	case o.cluster < 0 || o.cluster > 64:
-		return nil, errors.New("--redis-cluster must be 0..64")
-	case o.cluster > 0 && o.cluster < 3:
-		return nil, errors.New("--redis-cluster needs at least 3 masters (redis-cli --cluster create)")
-	case o.cluster > 0 && redisAddrs != "":
-		return nil, errors.New("--redis-cluster starts a cluster: give it or --redis-addrs, not both")
-	case (o.cluster > 0 || redisAddrs != "") && o.backend != backendRedis:
-		return nil, errors.New("--redis-addrs and --redis-cluster need --backend redis")
-	}
-	for a := range strings.SplitSeq(redisAddrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			o.redisAddrs = append(o.redisAddrs, a)
-		}
-	}
-	return o, nil
-}
-
-// parseList parses "1,8,64" (underscores allowed: 100_000).
-func parseList(s string, lo, hi int) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		f = strings.ReplaceAll(strings.TrimSpace(f), "_", "")
-		n, err := strconv.Atoi(f)
-		if err != nil || n < lo || n > hi {
-			return nil, fmt.Errorf("%q is not a number in %d..%d", f, lo, hi)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
 // run is the program; it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
@@ -328,102 +164,24 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 
 	b.printf("ratelimitd-bench: %s %s/%s, %d CPUs, GOMAXPROCS %d\n", runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	var serverCPUs []int
-	if o.pin {
-		gen, servers, err := pinPlan()
-		if err != nil {
-			return 0, err
-		}
-		if err := pinProcess(os.Getpid(), gen); err != nil {
-			return 0, err
-		}
-		serverCPUs = servers
-		b.printf("pinned: load generator on CPU %s, servers on CPUs %s\n", cpuString(gen), cpuString(servers))
+	serverCPUs, err := b.pin()
+	if err != nil {
+		return 0, err
 	}
-	target := o.addr
-	targetPID := o.pid
-	if target == "" {
-		bin := o.daemonBin
-		if bin == "" {
-			b.printf("building ratelimitd ...\n")
-			if bin, err = buildDaemon(ctx, b.dir); err != nil {
-				return 0, err
-			}
-		}
-		if err := b.redisServers(ctx, serverCPUs); err != nil {
-			return 0, err
-		}
-		if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush, storeTable(o.backend, o.redisAddrs), o.events); err != nil {
-			return 0, err
-		}
-		b.daemon.env = o.daemonEnv
-		b.daemon.cpus = serverCPUs
-		took, err := b.daemon.start(ctx)
-		if err != nil {
-			return 0, err
-		}
-		target, targetPID = b.daemon.addr, b.daemon.pid()
-		b.printf("ratelimitd: pid %d on %s and %s, limits %s, state %s (flush_interval %s), log_level %s, store %s; ready in %s\n",
-			targetPID, target, b.daemon.unixAddr, describeLimits(b.daemon.f), b.daemon.dbPath(), o.flush, o.logLevel, o.backend, round(took))
-		if len(o.daemonEnv) > 0 {
-			b.printf("ratelimitd environment: %s\n", strings.Join(o.daemonEnv, " "))
-		}
-	} else {
-		b.printf("target: %s (pid %d)\n", target, targetPID)
+	target, targetPID, err := b.startTarget(ctx, serverCPUs)
+	if err != nil {
+		return 0, err
 	}
-	if !o.noFloor {
-		unixPath := ""
-		if slices.Contains(o.listeners, listenUnix) {
-			unixPath = b.dir + "/floor.sock"
-		}
-		if b.floor, err = startFloor(ctx, b.dir+"/floor.log", unixPath, serverCPUs); err != nil {
-			return 0, err
-		}
-		b.printf("floor: pid %d on %s %s (mta/postfix.Server answering DUNNO without deciding)\n", b.floor.pid(),
-			b.floor.addr, b.floor.unixAddr)
+	if err := b.startFloorServer(ctx, serverCPUs); err != nil {
+		return 0, err
 	}
-	limit := "duration " + o.duration.String()
-	if o.requests > 0 {
-		limit = fmt.Sprintf("%d requests or %s", o.requests, o.duration)
-	}
-	b.printf("load: per message %d RCPT + 1 END-OF-MESSAGE request (31 attributes), user %s over K; per cell and target %s\n",
-		o.rcpts, o.pick, limit)
-	b.printf("      in %d alternating runs, each after %s of warmup on fresh connections\n\n", o.rounds, o.warmup)
-
-	b.printf("%-4s %-11s %5s %8s %10s %9s %9s %9s %9s %8s %6s %10s\n",
-		"via", "target", "C", "K", "req/s", "p50", "p99", "p99.9", "CPU/req", "refused", "errors", "RSS")
-	// Redis's share, over the cells (not the prefills).
-	measureRedis := o.backend == backendRedis && b.daemon != nil
-	cost := redisCost{perMessage: o.rcpts + 1}
-	for _, k := range o.keys {
-		if o.prefill {
-			if err := b.prefillUsers(ctx, target, targetPID, k); err != nil {
-				return 0, err
-			}
-		}
-		var before redisCost
-		if measureRedis {
-			if before, err = snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket()); err != nil {
-				return 0, fmt.Errorf("redis INFO: %w", err)
-			}
-		}
-		for _, l := range o.listeners {
-			for _, c := range o.conns {
-				if err := b.cell(ctx, l, c, k, target, targetPID); err != nil {
-					return 0, err
-				}
-			}
-		}
-		if measureRedis {
-			after, err := snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket())
-			if err != nil {
-				return 0, fmt.Errorf("redis INFO: %w", err)
-			}
-			cost.add(after, before)
-		}
+	b.printPlan()
+	cost, err := b.measureCells(ctx, target, targetPID)
+	if err != nil {
+		return 0, err
 	}
 	missed := b.printRatios()
-	if measureRedis {
+	if o.backend == backendRedis && b.daemon != nil {
 		b.printf("%s\n", cost.describe())
 		if st, err := daemonStatusOf(ctx, b.daemon.adminSocket()); err == nil {
 			b.printf("redis backend: %s requests decided locally (Redis past redis_timeout, or degraded); 0 means every request was decided in Redis\n",
@@ -441,6 +199,128 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		return exitTargetMiss, nil
 	}
 	return exitOK, nil
+}
+
+// pin pins this program to one CPU with --pin and returns the CPUs for
+// the servers it starts (nil without --pin).
+func (b *bench) pin() ([]int, error) {
+	if !b.o.pin {
+		return nil, nil
+	}
+	gen, servers, err := pinPlan()
+	if err != nil {
+		return nil, err
+	}
+	if err := pinProcess(os.Getpid(), gen); err != nil {
+		return nil, err
+	}
+	b.printf("pinned: load generator on CPU %s, servers on CPUs %s\n", cpuString(gen), cpuString(servers))
+	return servers, nil
+}
+
+// startTarget starts the daemon (building it and its Redis if need be)
+// unless --addr names the server to measure, and returns its address and
+// process id.
+func (b *bench) startTarget(ctx context.Context, serverCPUs []int) (target string, pid int, err error) {
+	o := b.o
+	if o.addr != "" {
+		b.printf("target: %s (pid %d)\n", o.addr, o.pid)
+		return o.addr, o.pid, nil
+	}
+	bin := o.daemonBin
+	if bin == "" {
+		b.printf("building ratelimitd ...\n")
+		if bin, err = buildDaemon(ctx, b.dir); err != nil {
+			return "", 0, err
+		}
+	}
+	if err := b.redisServers(ctx, serverCPUs); err != nil {
+		return "", 0, err
+	}
+	if b.daemon, err = newDaemon(bin, b.dir, o.logLevel, o.flush, storeTable(o.backend, o.redisAddrs), o.events); err != nil {
+		return "", 0, err
+	}
+	b.daemon.env = o.daemonEnv
+	b.daemon.cpus = serverCPUs
+	took, err := b.daemon.start(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	b.printf("ratelimitd: pid %d on %s and %s, limits %s, state %s (flush_interval %s), log_level %s, store %s; ready in %s\n",
+		b.daemon.pid(), b.daemon.addr, b.daemon.unixAddr, describeLimits(b.daemon.f), b.daemon.dbPath(), o.flush, o.logLevel, o.backend, round(took))
+	if len(o.daemonEnv) > 0 {
+		b.printf("ratelimitd environment: %s\n", strings.Join(o.daemonEnv, " "))
+	}
+	return b.daemon.addr, b.daemon.pid(), nil
+}
+
+// startFloorServer starts the DUNNO floor unless --no-floor.
+func (b *bench) startFloorServer(ctx context.Context, serverCPUs []int) (err error) {
+	if b.o.noFloor {
+		return nil
+	}
+	unixPath := ""
+	if slices.Contains(b.o.listeners, listenUnix) {
+		unixPath = b.dir + "/floor.sock"
+	}
+	if b.floor, err = startFloor(ctx, b.dir+"/floor.log", unixPath, serverCPUs); err != nil {
+		return err
+	}
+	b.printf("floor: pid %d on %s %s (mta/postfix.Server answering DUNNO without deciding)\n", b.floor.pid(),
+		b.floor.addr, b.floor.unixAddr)
+	return nil
+}
+
+// printPlan prints the load and the table's header.
+func (b *bench) printPlan() {
+	o := b.o
+	limit := "duration " + o.duration.String()
+	if o.requests > 0 {
+		limit = fmt.Sprintf("%d requests or %s", o.requests, o.duration)
+	}
+	b.printf("load: per message %d RCPT + 1 END-OF-MESSAGE request (31 attributes), user %s over K; per cell and target %s\n",
+		o.rcpts, o.pick, limit)
+	b.printf("      in %d alternating runs, each after %s of warmup on fresh connections\n\n", o.rounds, o.warmup)
+	b.printf("%-4s %-11s %5s %8s %10s %9s %9s %9s %9s %8s %6s %10s\n",
+		"via", "target", "C", "K", "req/s", "p50", "p99", "p99.9", "CPU/req", "refused", "errors", "RSS")
+}
+
+// measureCells runs every cell (listener, C) of every K, after the
+// prefill of K's users, and returns what Redis spent over the cells (not
+// the prefills) with the Redis backend.
+func (b *bench) measureCells(ctx context.Context, target string, targetPID int) (redisCost, error) {
+	o := b.o
+	measureRedis := o.backend == backendRedis && b.daemon != nil
+	cost := redisCost{perMessage: o.rcpts + 1}
+	for _, k := range o.keys {
+		if o.prefill {
+			if err := b.prefillUsers(ctx, target, targetPID, k); err != nil {
+				return cost, err
+			}
+		}
+		var before redisCost
+		if measureRedis {
+			var err error
+			if before, err = snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket()); err != nil {
+				return cost, fmt.Errorf("redis INFO: %w", err)
+			}
+		}
+		for _, l := range o.listeners {
+			for _, c := range o.conns {
+				if err := b.cell(ctx, l, c, k, target, targetPID); err != nil {
+					return cost, err
+				}
+			}
+		}
+		if measureRedis {
+			after, err := snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket())
+			if err != nil {
+				return cost, fmt.Errorf("redis INFO: %w", err)
+			}
+			cost.add(after, before)
+		}
+	}
+	return cost, nil
 }
 
 // redisServers starts the Redis of the Redis backend unless --redis-addrs
