@@ -78,7 +78,7 @@ func (f KeyForm) Address(addr string) string {
 	if at < 0 {
 		return local
 	}
-	return local + "@" + Domain(domain)
+	return join(addr, local, Domain(domain))
 }
 
 // Domain returns the canonical form of a domain name: lower-case, without
@@ -183,9 +183,19 @@ func (f KeyForm) part(p string) string {
 // give "a+b" its own mailbox.
 func (f KeyForm) user(u string) string {
 	if i := strings.LastIndexByte(u, '@'); i >= 0 {
-		return strings.ToLower(u[:i]) + "@" + Domain(u[i+1:])
+		return join(u, strings.ToLower(u[:i]), Domain(u[i+1:]))
 	}
 	return strings.ToLower(u)
+}
+
+// join returns local + "@" + domain, which is orig itself when nothing
+// changed (the common case on the request path: no allocation).
+func join(orig, local, domain string) string {
+	if len(local)+1+len(domain) == len(orig) && strings.HasPrefix(orig, local) &&
+		orig[len(local)] == '@' && strings.HasSuffix(orig, domain) {
+		return orig
+	}
+	return local + "@" + domain
 }
 
 // keyForm returns the key form c configures, reporting bad values with

@@ -103,3 +103,22 @@ func FuzzCanonicalKey(f *testing.F) {
 		}
 	})
 }
+
+// TestCanonicalKeysOfCanonicalInputDoNotAllocate: the request path keys
+// every request; an address already in canonical form (the common case)
+// costs no allocation (a concatenation per request made
+// BenchmarkRequestPath allocate once per request).
+func TestCanonicalKeysOfCanonicalInputDoNotAllocate(t *testing.T) {
+	f := DefaultKeyForm()
+	for name, fn := range map[string]func() string{
+		"Address": func() string { return f.Address("alice@example.org") },
+		"user":    func() string { return f.user("alice@example.org") },
+	} {
+		if n := testing.AllocsPerRun(100, func() { _ = fn() }); n != 0 {
+			t.Errorf("%s of a canonical value: %.0f allocations", name, n)
+		}
+	}
+	if got := f.Address("Alice@example.org"); got != "alice@example.org" {
+		t.Errorf("Address = %q", got)
+	}
+}
