@@ -75,14 +75,14 @@ func clean(s string, multiline bool) string {
 }
 
 // safe reports whether s is valid UTF-8 with no unsafe rune.
-func safe(s string) bool {
+func safe[T string | []byte](s T) bool {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= 0x20 && c < 0x7f {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
+		r, n := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
 		if r == utf8.RuneError && n <= 1 || Unsafe(r) {
 			return false
 		}
@@ -106,6 +106,11 @@ type writer struct {
 }
 
 func (t *writer) Write(p []byte) (int, error) {
+	if len(t.pending) == 0 && safe(p) {
+		// The common case (our own text, a log line): written as it is,
+		// without a copy.
+		return t.w.Write(p)
+	}
 	data := p
 	if len(t.pending) > 0 {
 		data = append(t.pending, p...)

@@ -54,3 +54,25 @@ func FuzzTermsafe(f *testing.F) {
 		}
 	})
 }
+
+// TestWriterSplitWrites: text written in pieces that split UTF-8
+// sequences and escape sequences comes out as Text of the whole, and safe
+// text passes unchanged.
+func TestWriterSplitWrites(t *testing.T) {
+	in := "ok ✓ line\n\x1b]0;owned\x07 Bücher \u202eexe\r\ntail ✓"
+	for size := 1; size <= len(in); size++ {
+		var b strings.Builder
+		w := NewWriter(&b)
+		for i := 0; i < len(in); i += size {
+			w.Write([]byte(in[i:min(i+size, len(in))]))
+		}
+		if got, want := b.String(), Text(in); got != want {
+			t.Fatalf("writes of %d bytes: %q, want %q", size, got, want)
+		}
+	}
+	var b strings.Builder
+	NewWriter(&b).Write([]byte("plain ✓\ttext\n"))
+	if b.String() != "plain ✓\ttext\n" {
+		t.Fatalf("safe text changed: %q", b.String())
+	}
+}
