@@ -94,9 +94,13 @@ func (f *File) Warnings() []string {
 // never refuses). The engine itself takes any finite positive value (the
 // replays of `suggest` measure with an unreachable limit).
 const (
+	// MinPeriod and MaxPeriod bound a limit's period, half_life and
+	// learn_period.
 	MinPeriod = time.Second
 	MaxPeriod = 366 * 24 * time.Hour
-	MaxLimit  = 1e15
+	// MaxLimit bounds limit, cap and floor, in cost per period (messages,
+	// recipients, bytes or connections).
+	MaxLimit = 1e15
 )
 
 // limitRanges reports limit parameters outside the accepted ranges, and a
