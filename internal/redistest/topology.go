@@ -129,3 +129,36 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// SlotOwners returns, for each of the 16,384 hash slots, the index in
+// nodes of the master serving it (-1: none), per CLUSTER SLOTS of the
+// first node that answers; nil if none answers.
+func SlotOwners(nodes []*Server) []int {
+	for _, n := range nodes {
+		v, err := n.Do("CLUSTER", "SLOTS")
+		if err != nil {
+			continue
+		}
+		owners := make([]int, 16384)
+		for i := range owners {
+			owners[i] = -1
+		}
+		// Flattened: start, end, host, port, id per range (masters
+		// only, no replicas: 5 values per range).
+		f := strings.Split(v, "\n")
+		for i := 0; i+4 < len(f); i += 5 {
+			lo, _ := strconv.Atoi(f[i])
+			hi, _ := strconv.Atoi(f[i+1])
+			port, _ := strconv.Atoi(f[i+3])
+			for j, s := range nodes {
+				if s.Port == port {
+					for slot := max(lo, 0); slot <= min(hi, 16383); slot++ {
+						owners[slot] = j
+					}
+				}
+			}
+		}
+		return owners
+	}
+	return nil
+}

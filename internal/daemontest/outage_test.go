@@ -1,0 +1,296 @@
+package daemontest
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
+)
+
+// Every scenario: 2 daemons (degraded_share = "split", redis_hosts = 2),
+// 5,000 users sending from loadGoroutines goroutines (about 20,000
+// requests a second on 2 cores, a round of every user in about 0.25s),
+// warmRounds rounds before the fault (every user at half the limit),
+// and in all at least totalRounds (past the limit: the bound is tested).
+// The documented bound with split (docs/redis.md) is the limit plus one
+// message per host.
+const (
+	users          = 5000
+	loadGoroutines = 16
+	warmRounds     = 10
+	totalRounds    = 30
+	maxRounds      = 200 // the load ends by itself
+	splitBound     = hourlyLimit + 2
+)
+
+// startPair starts the two daemons on store.
+func startPair(t *testing.T, store string) []*daemon {
+	t.Helper()
+	return []*daemon{startDaemon(t, store), startDaemon(t, store)}
+}
+
+// checkAdmitted asserts that no user was admitted more than bound and
+// logs the figures.
+func checkAdmitted(t *testing.T, l *load, bound int) {
+	t.Helper()
+	most, mean := l.admittedStats()
+	t.Logf("admitted per user: max %d, mean %.2f (limit %d, bound %d)", most, mean, hourlyLimit, bound)
+	if most > bound {
+		n := 0
+		for i := range l.admitted {
+			if int(l.admitted[i].Load()) > bound {
+				n++
+			}
+		}
+		t.Errorf("%d users admitted more than the bound %d, the most %d", n, bound, most)
+	}
+}
+
+// checkOneOutage asserts that each daemon is shared now, went degraded
+// once and recovered once (no flapping), decided locally meanwhile and
+// added its outage counts to Redis.
+func checkOneOutage(t *testing.T, ds []*daemon) {
+	t.Helper()
+	for i, d := range ds {
+		st, err := d.status()
+		if err != nil || st.Store == nil {
+			t.Errorf("daemon %d status: %v", i, err)
+			continue
+		}
+		s := st.Store
+		local := int64(0)
+		for _, n := range s.LocalDecisions {
+			local += n
+		}
+		t.Logf("daemon %d: switches %d, recoveries %d, degraded %.1fs, local decisions %v, merges %d (%d states), faults %d",
+			i, s.Switches, s.Recoveries, s.DegradedSeconds, s.LocalDecisions, s.Merges, s.StatesMerged, st.Faults)
+		if s.Degraded || s.Switches != 1 || s.Recoveries != 1 {
+			t.Errorf("daemon %d: degraded %v, switches %d, recoveries %d; want shared after one outage and one recovery",
+				i, s.Degraded, s.Switches, s.Recoveries)
+		}
+		if local == 0 || s.Merges == 0 {
+			t.Errorf("daemon %d decided %d requests locally and merged %d times, want some of both", i, local, s.Merges)
+		}
+	}
+}
+
+// checkBack asserts that the daemons were shared again within 2s of
+// Redis answering.
+func checkBack(t *testing.T, back time.Duration) {
+	t.Helper()
+	t.Logf("shared again %v after Redis answered", back.Round(time.Millisecond))
+	if back > 2*time.Second {
+		t.Errorf("shared again %v after Redis answered, want within 2s", back.Round(time.Millisecond))
+	}
+}
+
+// faultUnderLoad runs the load on ds, runs fault after warmRounds
+// (fault returns once Redis answers again), then checks: every request
+// answered in time, nobody over the limit + one message per host, shared
+// again within 2s of Redis answering, one outage and one recovery per
+// daemon. It returns the ended load for more checks.
+func faultUnderLoad(t *testing.T, ds []*daemon, fault func(l *load)) *load {
+	t.Helper()
+	l := startLoad(t, ds, users, loadGoroutines, maxRounds)
+	l.waitRounds(t, warmRounds)
+	fault(l)
+	back := sharedAgain(t, ds, time.Now())
+	l.waitRounds(t, 5)
+	l.waitTotal(t, totalRounds)
+	l.checkAnswers(t)
+	checkAdmitted(t, l, splitBound)
+	checkBack(t, back)
+	checkOneOutage(t, ds)
+	return l
+}
+
+// standaloneFault is faultUnderLoad on two daemons over srv.
+func standaloneFault(t *testing.T, srv *redistest.Server, fault func()) {
+	t.Helper()
+	faultUnderLoad(t, startPair(t, redisStore([]string{srv.Addr}, "")), func(*load) { fault() })
+}
+
+// TestDaemonsRedisPaused3s: Redis SIGSTOPped for 3s under the load of
+// two daemon processes: every request answered within redis_timeout +
+// 100ms, nobody admitted more than the limit + one message per host,
+// both daemons shared again within 2s of SIGCONT, after one outage and
+// one recovery each.
+func TestDaemonsRedisPaused3s(t *testing.T) {
+	srv := redistest.Start(t)
+	standaloneFault(t, srv, func() {
+		srv.Stop()
+		time.Sleep(3 * time.Second)
+		srv.Resume()
+	})
+}
+
+// TestDaemonsRedisDown10s: Redis SIGKILLed (append-only file synced
+// every second) and restarted 10s later under load; the time back is
+// counted from when it answers PING (loaded). Same assertions as
+// TestDaemonsRedisPaused3s.
+func TestDaemonsRedisDown10s(t *testing.T) {
+	srv := redistest.Start(t, "appendonly yes", "appendfsync everysec")
+	standaloneFault(t, srv, func() {
+		srv.Kill()
+		time.Sleep(10 * time.Second)
+		srv.Restart()
+	})
+}
+
+// TestDaemonsSentinelMasterKilled: the Sentinel-managed master SIGKILLed
+// under load; the daemons follow the promoted replica: answered in time,
+// nobody over the limit + one message per host, shared within 2s of the
+// promotion.
+func TestDaemonsSentinelMasterKilled(t *testing.T) {
+	ss := redistest.StartSentinels(t)
+	faultUnderLoad(t, startPair(t, redisStore(ss.Addrs(), ss.Name)), func(*load) {
+		ss.Master.Kill()
+		waitUntil(t, 30*time.Second, "the sentinels to promote the replica", func() bool { return ss.MasterAddr() == ss.Replica.Addr })
+	})
+}
+
+// TestDaemonsStartWithoutRedis: two daemons start while nothing listens
+// at the Redis address and serve every request (locally) under load;
+// Redis then starts and both share its state within 2s, their outage
+// counts added; nobody over the limit + one message per host.
+func TestDaemonsStartWithoutRedis(t *testing.T) {
+	port := mtatest.FreePort(t)
+	ds := startPair(t, redisStore([]string{fmt.Sprintf("127.0.0.1:%d", port)}, ""))
+	for i, d := range ds {
+		if st, err := d.status(); err != nil || st.Store == nil || !st.Store.Degraded || st.Store.Connected {
+			t.Fatalf("daemon %d status before Redis runs: %v %+v", i, err, st.Store)
+		}
+	}
+	var srv *redistest.Server
+	faultUnderLoad(t, ds, func(*load) { srv = redistest.StartOn(t, port) })
+	if n := srv.Must("DBSIZE"); n == "0" {
+		t.Errorf("Redis holds no state after the merges")
+	}
+}
+
+// clusterAddrs are the nodes' addresses.
+func clusterAddrs(nodes []*redistest.Server) []string {
+	var a []string
+	for _, n := range nodes {
+		a = append(a, n.Addr)
+	}
+	return a
+}
+
+// userSlotOwners is the index of the master serving each user's slot.
+func userSlotOwners(t *testing.T, nodes []*redistest.Server) []int {
+	t.Helper()
+	slots := redistest.SlotOwners(nodes)
+	if slots == nil {
+		t.Fatal("no cluster node answers CLUSTER SLOTS")
+	}
+	owners := make([]int, users)
+	for u := range owners {
+		owners[u] = slots[redisstore.Slot(fmt.Sprintf("user%d@example.org", u))]
+	}
+	return owners
+}
+
+// TestDaemonsClusterMasterKilled: one of 3 Cluster masters SIGKILLed
+// under load (the cluster serves the other slots): the users of its
+// slots are decided locally, at most the limit + one message per host;
+// the others stay shared and get exactly the limit. The master then
+// restarts and both daemons are shared again within 2s of it answering.
+func TestDaemonsClusterMasterKilled(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	owners := userSlotOwners(t, nodes)
+	ds := startPair(t, redisStore(clusterAddrs(nodes), ""))
+	l := faultUnderLoad(t, ds, func(l *load) {
+		nodes[2].Kill()
+		waitUntil(t, 30*time.Second, "the dead master's slots decided locally", func() bool {
+			for _, d := range ds {
+				if st, err := d.status(); err != nil || st.Store == nil || st.Store.SlotsDown < 5000 {
+					return false
+				}
+			}
+			return true
+		})
+		l.waitTotal(t, totalRounds)
+		nodes[2].Restart()
+		// A restarted master answers PING at once but refuses commands
+		// (CLUSTERDOWN) until its cluster state is ok, about 2s later
+		// (Redis's rejoin delay, CLUSTER_WRITABLE_DELAY): it answers
+		// from then.
+		pinged := time.Now()
+		waitUntil(t, 30*time.Second, "the restarted master's cluster state ok", func() bool {
+			v, err := nodes[2].Do("CLUSTER", "INFO")
+			return err == nil && strings.Contains(v, "cluster_state:ok")
+		})
+		t.Logf("the restarted master answered PING %v before its cluster state was ok", time.Since(pinged).Round(time.Millisecond))
+	})
+	dead, offLive := 0, 0
+	for u, o := range owners {
+		if o == 2 {
+			dead++
+		} else if a := l.admitted[u].Load(); a != hourlyLimit {
+			offLive++
+		}
+	}
+	t.Logf("%d users on the killed master, %d on the live ones", dead, users-dead)
+	if dead == 0 || offLive != 0 {
+		t.Errorf("%d users on the killed master; %d users on live masters admitted other than exactly %d", dead, offLive, hourlyLimit)
+	}
+}
+
+// TestDaemonsClusterReshard: 3,000 hash slots moved from one master to
+// another with redis-cli --cluster reshard under load: every request
+// answered in time, the users whose slot stayed get exactly the limit,
+// those whose slot moved at most the limit + one message per host, and
+// neither daemon goes degraded.
+func TestDaemonsClusterReshard(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found (run scripts/deps.sh): %v", err)
+	}
+	nodes := redistest.StartCluster(t, 3)
+	before := userSlotOwners(t, nodes)
+	ds := startPair(t, redisStore(clusterAddrs(nodes), ""))
+	l := startLoad(t, ds, users, loadGoroutines, maxRounds)
+	l.waitRounds(t, warmRounds)
+	from, to := nodes[0].Must("CLUSTER", "MYID"), nodes[1].Must("CLUSTER", "MYID")
+	start := time.Now()
+	out, err := exec.Command(cli, "--cluster", "reshard", nodes[0].Addr, "--cluster-from", from, "--cluster-to", to,
+		"--cluster-slots", "3000", "--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	took := time.Since(start)
+	l.waitRounds(t, 5)
+	l.waitTotal(t, totalRounds)
+	l.checkAnswers(t)
+	checkAdmitted(t, l, splitBound)
+	after := userSlotOwners(t, nodes)
+	moved, offStayed := 0, 0
+	for u := range before {
+		if before[u] != after[u] {
+			moved++
+		} else if l.admitted[u].Load() != hourlyLimit {
+			offStayed++
+		}
+	}
+	t.Logf("reshard of 3,000 slots took %v under load; %d users moved, %d stayed", took.Round(time.Millisecond), moved, users-moved)
+	if moved == 0 || offStayed != 0 {
+		t.Errorf("%d users moved; %d users whose slot stayed admitted other than exactly %d", moved, offStayed, hourlyLimit)
+	}
+	for i, d := range ds {
+		st, err := d.status()
+		if err != nil || st.Store == nil {
+			t.Errorf("daemon %d status: %v", i, err)
+			continue
+		}
+		t.Logf("daemon %d: switches %d, local decisions %v", i, st.Store.Switches, st.Store.LocalDecisions)
+		if st.Store.Switches != 0 || st.Store.Degraded {
+			t.Errorf("daemon %d went degraded during the reshard: %+v", i, st.Store)
+		}
+	}
+}
