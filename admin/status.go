@@ -60,6 +60,13 @@ type Status struct {
 	State *StateStatus `json:"state,omitempty"`
 	// Store is the Redis backend's state (nil with the local backend).
 	Store *redisstore.FailoverStatus `json:"store,omitempty"`
+	// RedisTime is Redis's clock (TIME) as the status was read: the
+	// clock the decisions, `rate show` and `rate list` use with the
+	// Redis backend. It is zero with the local backend and while Redis
+	// does not answer (decisions then use this host's clock corrected
+	// by Store.ClockOffset, Redis's clock minus this host's when last
+	// read).
+	RedisTime time.Time `json:"redis_time,omitzero"`
 }
 
 // ConnStatus is the connection cap's state in Status: connections open
@@ -158,7 +165,7 @@ func (st *Status) Print(w io.Writer) {
 	for _, l := range st.Limits {
 		fmt.Fprintf(w, "limit %s\n", l)
 	}
-	printStoreStatus(w, st.Store)
+	printStoreStatus(w, st.Store, st.RedisTime)
 	fmt.Fprintf(w, "tracked keys: %d\n", st.TrackedKeys)
 	printDecisions(w, st)
 	fmt.Fprintf(w, "faults (answered DUNNO): %d\nbad input (connections closed): %d\n", st.Faults, st.BadInput)
@@ -245,8 +252,9 @@ func (s *StateStatus) Print(w io.Writer) {
 	}
 }
 
-// printStoreStatus prints the Redis backend's line of `ratelimitd status`.
-func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus) {
+// printStoreStatus prints the Redis backend's lines of `ratelimitd
+// status`; now is Redis's TIME (zero: Redis did not answer).
+func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus, now time.Time) {
 	if s == nil {
 		return
 	}
@@ -265,8 +273,28 @@ func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus) {
 	if s.LastError != "" {
 		fmt.Fprintf(w, "store: redis error: %s\n", s.LastError)
 	}
+	if now.IsZero() {
+		fmt.Fprintf(w, "store: redis clock not read (redis not answering): decisions use this host's clock %s\n",
+			clockOffset(s.ClockOffset))
+	} else {
+		fmt.Fprintf(w, "store: redis clock %s (TIME, the clock of decisions and rate show), this host's clock %s\n",
+			now.UTC().Format(time.RFC3339Nano), clockOffset(s.ClockOffset))
+	}
 	if n := s.LocalDecisions["outage"] + s.LocalDecisions["failed"]; n > 0 || s.Merges > 0 || s.PendingMerges > 0 {
 		fmt.Fprintf(w, "store: %d requests decided locally (%d in outages, %d failed calls); %d merges added %d states to redis, %d pending\n",
 			n, s.LocalDecisions["outage"], s.LocalDecisions["failed"], s.Merges, s.StatesMerged, s.PendingMerges)
 	}
+}
+
+// clockOffset says how this host's clock stands to Redis's, given
+// Redis's minus this host's.
+func clockOffset(d time.Duration) string {
+	d = d.Round(time.Millisecond)
+	switch {
+	case d > 0:
+		return d.String() + " behind redis"
+	case d < 0:
+		return (-d).String() + " ahead of redis"
+	}
+	return "level with redis"
 }

@@ -87,6 +87,14 @@ func (d *Daemon) Status() admin.Status {
 	}
 	st.State = admin.NewStateStatus(d.state)
 	if d.redis != nil {
+		// Redis's clock, not this host's (TIME, which also refreshes
+		// the clock offset reported below): asked only while shared, as
+		// a degraded store would hold the status up to redis_timeout.
+		if !d.redis.Degraded() {
+			if now, err := d.redisClient.Ping(context.Background()); err == nil {
+				st.RedisTime = now
+			}
+		}
 		rs := d.redis.Status()
 		st.Store = &rs
 	}
