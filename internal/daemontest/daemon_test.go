@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,16 +43,23 @@ func TestMain(m *testing.M) {
 func daemonBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			if goBin, err = exec.LookPath("go"); err != nil {
-				binError = fmt.Errorf("no go command to build the daemon: %w", err)
-				return
-			}
+		// go test puts its own GOROOT/bin first in the test's PATH.
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			binError = fmt.Errorf("no go command to build the daemon: %w", err)
+			return
 		}
 		binPath = filepath.Join(binDir, "ratelimitd")
 		cmd := exec.Command(goBin, "build", "-o", binPath, "github.com/ratelimitd/ratelimitd/cmd/ratelimitd")
-		cmd.Env = append(os.Environ(), "GOFLAGS=") // no -race inherited from the environment
+		// The environment's GOFLAGS but -race: the daemons run at
+		// production speed whatever the test binary was built with.
+		var flags []string
+		for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+			if f != "-race" && f != "-race=true" {
+				flags = append(flags, f)
+			}
+		}
+		cmd.Env = append(os.Environ(), "GOFLAGS="+strings.Join(flags, " "))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binError = fmt.Errorf("go build: %v\n%s", err, out)
 		}
