@@ -49,6 +49,16 @@ func (m *Metrics) RegisterRedis(f *redisstore.Failover) {
 			Help: "Switches from the shared Redis state to on_redis_error.",
 		}, func() float64 { return float64(f.Status().Switches) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "ratelimitd_redis_fast_path_total",
+			Help:        "Requests decided on this host from the Redis records it remembered, by result: confirmed (the script found the records unchanged and stored the new ones), refused (a record had changed, the script decided).",
+			ConstLabels: prometheus.Labels{"result": "confirmed"},
+		}, func() float64 { n, _ := f.FastPath(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "ratelimitd_redis_fast_path_total",
+			Help:        "Requests decided on this host from the Redis records it remembered, by result: confirmed (the script found the records unchanged and stored the new ones), refused (a record had changed, the script decided).",
+			ConstLabels: prometheus.Labels{"result": "refused"},
+		}, func() float64 { _, n := f.FastPath(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "ratelimitd_redis_recoveries_total",
 			Help: "Switches back to the shared Redis state after an outage.",
 		}, func() float64 { return float64(f.Status().Recoveries) }),

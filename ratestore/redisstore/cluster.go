@@ -119,11 +119,8 @@ func (s *Store) execOn(ctx context.Context, addr string, reqs ...*request) (answ
 	if !ok {
 		return answer{}, fmt.Errorf("%w (%s)", errNotHere, addr)
 	}
-	_, args, items := s.assemble("d", "", "", reqs, true)
+	_, args, items := s.assemble("d", s.clockArg(), "", reqs, true)
 	start := time.Now()
 	v, err := s.stack.Exec(ctx, n, nil, args).ToArray()
-	if err != nil {
-		return answer{}, unavailable(err)
-	}
-	return s.parseAnswer(v, items, start)
+	return s.settle("d", reqs, v, err, items, start)
 }

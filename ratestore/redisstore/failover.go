@@ -275,6 +275,9 @@ func (f *Failover) LocalDecisions() map[string]int64 {
 // states they added to.
 func (f *Failover) Merges() (merges, states int64) { return f.merges.Load(), f.merged.Load() }
 
+// FastPath is the Redis store's Store.FastPath.
+func (f *Failover) FastPath() (confirmed, refused int64) { return f.redis.FastPath() }
+
 // Close stops the probe. Counts of an outage still in progress are kept
 // in the pending file (LoadPending), to be added when the daemon next
 // reaches Redis.

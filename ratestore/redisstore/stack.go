@@ -37,6 +37,10 @@ type request struct {
 	dropped bool
 	// kb holds the items' Redis keys (evaluateOne).
 	kb []byte
+	// The fast path (fast.go), set by assemble: the request decided in
+	// Go from the records known of its keys, for the script to confirm.
+	fast bool
+	spec speculation
 	// Room for the usual few items without more allocations.
 	idxBuf  [4]int
 	keyBuf  [4]string
@@ -101,7 +105,10 @@ func (s *Store) specArgs(sp spec) *[6]string {
 // assemble builds the script's KEYS and ARGV for reqs (see stack.lua) and
 // sets each request's base; it returns the number of items. With
 // keysInArgs (a batch for one Redis Cluster node, of many slots) the
-// hashes follow the packed requests in ARGV and KEYS is empty.
+// hashes follow the packed requests in ARGV and KEYS is empty. In phase
+// "d" it decides in Go the requests whose records are known (the fast
+// path, fast.go): their expected and new records follow, two ARGV values
+// per key.
 func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool) (keys, args []string, items int) {
 	nk := 0
 	for _, r := range reqs {
@@ -128,14 +135,32 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 			codes = append(codes, si*4+r.bits[j])
 		}
 	}
+	fastKeys := 0
+	if phase == "d" && s.known != nil {
+		now := s.fastNow(ts, tns)
+		for _, r := range reqs {
+			r.fast = s.speculate(r, now)
+			if r.fast {
+				s.remember(r)
+				fastKeys += len(r.keys)
+			}
+		}
+	}
 	keys = make([]string, 0, nk)
-	args = make([]string, 0, 5+6*len(specs))
+	args = make([]string, 0, 5+6*len(specs)+2*fastKeys)
 	args = append(args, phase, ts, tns, strconv.Itoa(len(specs)))
 	for _, sp := range specs {
 		a := s.specArgs(sp)
 		args = append(args, a[:]...)
 	}
-	packed := make([]byte, 0, 5*len(reqs)+16*items)
+	// The records of fast requests follow the packed requests (and the
+	// keys, with keysInArgs): the first is ARGV[recBase+1].
+	recBase := len(args) + 1
+	if keysInArgs {
+		recBase += nk
+	}
+	recs := make([]string, 0, 2*fastKeys)
+	packed := make([]byte, 0, 5*len(reqs)+16*items+17*fastKeys)
 	c, base := 0, 0
 	for _, r := range reqs {
 		r.base = base
@@ -147,7 +172,20 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		if r.flag {
 			flag = 1
 		}
+		if r.fast {
+			flag |= 2
+		}
 		packed = append(packed, flag)
+		if r.fast {
+			packed = binary.LittleEndian.AppendUint16(packed, uint16(len(r.keys)))
+			for k := range r.keys {
+				packed = binary.LittleEndian.AppendUint32(packed, uint32(kbase+k+1))
+				packed = binary.LittleEndian.AppendUint32(packed, uint32(recBase+len(recs)+1))
+				packed = append(packed, r.spec.kinds[k])
+				packed = binary.LittleEndian.AppendUint64(packed, math.Float64bits(float64(r.spec.ms[k])))
+				recs = append(recs, r.spec.expect[k], r.spec.recs[k])
+			}
+		}
 		for j := range r.idx {
 			packed = binary.LittleEndian.AppendUint32(packed, uint32(codes[c]))
 			packed = binary.LittleEndian.AppendUint32(packed, uint32(kbase+r.kidx[j]+1))
@@ -157,9 +195,21 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	}
 	args = append(args, string(packed))
 	if keysInArgs {
-		return nil, append(args, keys...), items
+		args = append(args, keys...)
+		keys = nil
 	}
-	return keys, args, items
+	return keys, append(args, recs...), items
+}
+
+// fastNow is the time the fast path measures at: the caller's (ts, tns
+// as given to the script), or this host's clock corrected to Redis's.
+func (s *Store) fastNow(ts, tns string) time.Time {
+	if ts == "" || ts == "?" {
+		return time.Now().Add(s.ClockOffset())
+	}
+	sec, _ := strconv.ParseInt(ts, 10, 64)
+	nsec, _ := strconv.ParseInt(tns, 10, 64)
+	return time.Unix(sec, nsec)
 }
 
 // answer is a script call's answer: Redis's now, and per item (in the
@@ -171,6 +221,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 type answer struct {
 	now   time.Time
 	items string
+	recs  string // phase "d": the records the script left (Store.learn)
 }
 
 // itemLen is the length of one item's part of answer.items.
@@ -205,10 +256,24 @@ func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*reques
 	keys, args, items := s.assemble(phase, ts, tns, reqs, false)
 	start := time.Now()
 	v, err := s.stack.Exec(ctx, c, keys, args).ToArray()
+	return s.settle(phase, reqs, v, err, items, start)
+}
+
+// settle checks the answer v (or the error err) of a script call for
+// reqs in phase, sent at start, and updates the known records from it.
+func (s *Store) settle(phase string, reqs []*request, v []rueidis.RedisMessage, err error, items int, start time.Time) (answer, error) {
+	var a answer
 	if err != nil {
-		return answer{}, unavailable(err)
+		err = unavailable(err)
+	} else {
+		a, err = s.parseAnswer(v, items, start)
 	}
-	return s.parseAnswer(v, items, start)
+	if phase == "d" {
+		if lerr := s.learn(reqs, a, err); lerr != nil && err == nil {
+			return answer{}, lerr
+		}
+	}
+	return a, err
 }
 
 // parseAnswer checks the shape of a script call's answer v for items
@@ -217,21 +282,30 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 	if s.opts.OnRoundTrip != nil {
 		s.opts.OnRoundTrip(time.Since(start))
 	}
-	if len(v) != 3 {
-		return answer{}, fmt.Errorf("%w: script answered %d values, want 3", ErrProtocol, len(v))
+	if len(v) != 4 {
+		return answer{}, fmt.Errorf("%w: script answered %d values, want 4", ErrProtocol, len(v))
 	}
 	sec, err1 := v[0].AsInt64()
 	nsec, err2 := v[1].AsInt64()
 	packed, err3 := v[2].ToString()
-	if err := errors.Join(err1, err2, err3); err != nil {
+	recs, err4 := v[3].ToString()
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return answer{}, fmt.Errorf("%w: script answer: %v", ErrProtocol, err)
 	}
 	if len(packed) != itemLen*items {
 		return answer{}, fmt.Errorf("%w: script answered %d bytes for %d items", ErrProtocol, len(packed), items)
 	}
-	a := answer{now: time.Unix(sec, nsec), items: packed}
-	if !s.opts.UseCallerTime {
-		s.offset.Store(int64(time.Until(a.now)))
+	a := answer{now: time.Unix(sec, nsec), items: packed, recs: recs}
+	if sec == 0 && nsec == 0 {
+		// Every request decided by the fast path, the script did not
+		// read Redis's clock (clockArg).
+		a.now = time.Time{}
+	} else if !s.opts.UseCallerTime {
+		// Redis read its clock between the call's start and its
+		// answer: the midpoint is the best guess of when.
+		end := time.Now()
+		s.offset.Store(int64(a.now.Sub(start.Add(end.Sub(start) / 2))))
+		s.offsetAt.Store(end.UnixNano())
 	}
 	return a, nil
 }
@@ -413,6 +487,16 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 	return err
 }
 
+// clockArg is the script's ARGV[2] for a phase "d" call on Redis's clock:
+// "?" (read TIME only if a request is decided by the script) while the
+// clock offset was measured in the last second, else "" (read it).
+func (s *Store) clockArg() string {
+	if time.Now().UnixNano()-s.offsetAt.Load() < int64(time.Second) {
+		return "?"
+	}
+	return ""
+}
+
 // timeArgs returns the script's time arguments (ARGV[2], ARGV[3]): now as
 // Unix seconds and nanoseconds with Options.UseCallerTime, else "" and ""
 // (Redis's TIME).
@@ -471,6 +555,13 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 		code, raw := v.item(r.base + j)
 		if code&flagNotHere != 0 {
 			out[i].Err = errNotHere
+			continue
+		}
+		if code&flagFast != 0 {
+			out[i].Prev, out[i].Result = r.spec.prevs[j], r.spec.results[j]
+			if stored {
+				out[i].Stored = r.spec.stored[j]
+			}
 			continue
 		}
 		prev, err := decode(raw)

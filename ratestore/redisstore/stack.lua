@@ -21,16 +21,19 @@
 -- starts afresh (flag 8) and the next write replaces it.
 --
 -- KEYS     the records of the requests' rate keys (with a Redis Cluster
---          all of one slot), read with one MGET; or none, and then the
---          records follow the packed requests in ARGV and are read one by
---          one: a batch sent to one Redis Cluster node, whose records are
---          served by that node but fall in many slots (one call may
---          declare the keys of one slot only; undeclared keys of other
---          slots are allowed to scripts without flags)
+--          all of one slot); or none, and then the records follow the
+--          packed requests in ARGV: a batch sent to one Redis Cluster
+--          node, whose records are served by that node but fall in many
+--          slots (one call may declare the keys of one slot only;
+--          undeclared keys of other slots are allowed to scripts without
+--          flags). Records are read one by one (GET) when a request is
+--          decided here.
 -- ARGV[1]  phase: "d" decide and commit, "c" check only (no writes),
 --          "w" commit with the verdict given per request
--- ARGV[2], ARGV[3]  "" "" to use Redis TIME, or the caller's now as
---          Unix seconds and nanoseconds (tests and simulation)
+-- ARGV[2], ARGV[3]  "" "" to use Redis TIME, "?" "" to read TIME only if
+--          a request is decided here (else the answer's time is 0 0), or
+--          the caller's now as Unix seconds and nanoseconds (tests and
+--          simulation)
 -- ARGV[4]  S, the number of limit specifications; then 6 values per
 --          specification: name, limit, period (ns), mode (0 leaky,
 --          1 strict, 2 forgiving, 3 readonly), algorithm (0 exponential,
@@ -40,11 +43,28 @@
 --          '<I4B' per request, '<I4I4d' per item, one after the other):
 --          per request its number of items n and a flag ("d": 1 if the
 --          message was already refused, so leaky limits are not charged;
---          "w": 1 if the stack admitted the request; "c": ignored), then
+--          "w": 1 if the stack admitted the request; "c": ignored; plus
+--          2 for a request the caller decided, the fast path below), then
 --          per item spec*4 + count + 2*refuses (spec counted from 0;
 --          count and refuses 0/1), the index of its record (from 1) and
 --          the cost. One string instead of values per item spares Redis
 --          an object, a Lua string and a number conversion per value.
+--          A request with flag 2 has, between its flag and its items,
+--          '<I2' m and per record of the request '<I4I4Bd': the index of
+--          the record, the ARGV index of the record the caller expects
+--          (the record to store follows it in ARGV), what to do with the
+--          key's expiry (0 keep, 1 PEXPIREAT, 2 PEXPIRE, 3 only compare:
+--          nothing of the key changes) and its argument (ms).
+-- then the records of the requests with flag 2, two per key: the one
+--          expected, the one to store.
+--
+-- The fast path: a caller that knows the current record of every key of
+-- a request decides it itself (the arithmetic below, in Go) and sends the
+-- records it expects and the ones to store. Each is stored with one
+-- SET ... KEEPTTL GET, whose answer, the old record, must be the
+-- expected one; if one is not (another host wrote the key since), the
+-- old records are put back and the request is decided here as any other.
+-- Either way each request is decided on the state Redis holds.
 --
 -- A request's record is written once (SET), with all its limits. Its
 -- expiry is set (SET PXAT) only when a state needs a later one than the
@@ -59,12 +79,16 @@
 -- again to the node that serves it. All reads of a request come before
 -- any write.
 --
--- Returns {sec, nsec, items}: items is one string of 21 bytes per item,
--- a flag byte over + 2*stored + 4*(1 if there was a previous state) +
--- 8*(1 if the stored value was undecodable and counted as none) +
--- 16*(1 if not decided here), then that state (20 bytes; zeros if none).
--- One string instead of values per item spares Redis and the daemon a
--- reply object per value.
+-- Returns {sec, nsec, items, records}: items is one string of 21 bytes
+-- per item, a flag byte over + 2*stored + 4*(1 if there was a previous
+-- state) + 8*(1 if the stored value was undecodable and counted as none)
+-- + 16*(1 if not decided here) + 32*(1 if decided by the caller and
+-- confirmed: nothing else of the item is given), then that state (20
+-- bytes; zeros if none). One string instead of values per item spares
+-- Redis and the daemon a reply object per value. records (phase "d"):
+-- per request decided here, per key of it in order of first use, '<I2'
+-- the length of the record it left and the record (empty for none), for
+-- the caller's fast path.
 
 local MAXF = 1.7976931348623157e308
 local MININTERVAL = 1e-10
@@ -74,14 +98,22 @@ local call, pcall_, spack, sunpack, tonumber, sformat, type = redis.call, redis.
 local sbyte, ssub, schar = string.byte, string.sub, string.char
 
 local phase = ARGV[1]
-local caller = ARGV[2] ~= ''
-local nows, nowns
-if caller then
-  nows, nowns = tonumber(ARGV[2]), tonumber(ARGV[3])
-else
-  local t = call('TIME')
-  nows, nowns = tonumber(t[1]), tonumber(t[2]) * 1000
+local caller = ARGV[2] ~= '' and ARGV[2] ~= '?'
+local nows, nowns, nowms
+-- clock reads the time the script measures at, once: the caller's, or
+-- Redis TIME. With ARGV[2] "?" it is read only if a request is decided
+-- here (not by the fast path), else the answer's time is 0 0.
+local function clock()
+  if nows then return end
+  if caller then
+    nows, nowns = tonumber(ARGV[2]), tonumber(ARGV[3])
+  else
+    local t = call('TIME')
+    nows, nowns = tonumber(t[1]), tonumber(t[2]) * 1000
+  end
+  nowms = nows * 1000 + floor(nowns / 1e6)
 end
+if ARGV[2] ~= '?' then clock() end
 
 -- addns returns the time (sec, nsec) ns nanoseconds (>= 0, rounded toward
 -- zero as ratelimit's addNs does) after now.
@@ -218,26 +250,27 @@ end
 -- (its name's length and its name).
 local nspec = tonumber(ARGV[4])
 local NAME, HEAD, LIM, PER, MODE, ALG, HL = {}, {}, {}, {}, {}, {}, {}
-local a = 5
-for s = 0, nspec - 1 do
-  NAME[s], LIM[s], PER[s] = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  MODE[s], ALG[s], HL[s] = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  HEAD[s] = schar(#NAME[s]) .. NAME[s]
-  a = a + 6
-end
+local a = 5 + 6 * nspec
 local reqs = ARGV[a]
+-- specs parses the limit specifications, once: only requests decided
+-- here need them.
+local function specs()
+  if HEAD[0] then return end
+  local x = 5
+  for s = 0, nspec - 1 do
+    NAME[s], LIM[s], PER[s] = ARGV[x], tonumber(ARGV[x + 1]), tonumber(ARGV[x + 2])
+    MODE[s], ALG[s], HL[s] = tonumber(ARGV[x + 3]), tonumber(ARGV[x + 4]), tonumber(ARGV[x + 5])
+    HEAD[s] = schar(#NAME[s]) .. NAME[s]
+    x = x + 6
+  end
+end
 
 -- The records, as written by earlier requests of the batch: key -> the
 -- record ('' for none; a record that does not parse counts as none and
 -- bad[key] is set), or false when it cannot be read here.
 local cache, bad = {}, {}
 local K, KO = KEYS, 0
-if #KEYS == 0 then
-  K, KO = ARGV, a
-else
-  local vals = call('MGET', unpack(KEYS))
-  for i = 1, #KEYS do cache[KEYS[i]] = vals[i] or '' end
-end
+if #KEYS == 0 then K, KO = ARGV, a end
 
 -- valid reports whether record v parses: the expiry, then whole entries.
 local function valid(v)
@@ -293,27 +326,88 @@ local function legacy(key, s)
   return old or ''
 end
 
+-- The fast path: the caller decided the request from the records it
+-- expects (FE[k]: the ARGV index of key FK[k]'s expected record, the new
+-- one at FE[k] + 1; FKIND[k] what to do with the key's expiry, FMS[k]
+-- its argument). fastkey stores key k's new record, and reports whether
+-- the old one was the expected one; when it was not, it puts the old one
+-- back. A key whose record this call read or wrote already is compared
+-- with what it holds now.
+local FK, FE, FKIND, FMS = {}, {}, {}, {}
+local function fastkey(k)
+  local key, e, kind = FK[k], FE[k], FKIND[k]
+  local cur = cache[key]
+  if cur ~= nil then
+    if bad[key] or cur ~= ARGV[e] then return false end
+    if kind ~= 3 then
+      call('SET', key, ARGV[e + 1], 'KEEPTTL')
+      cache[key] = ARGV[e + 1]
+    end
+    return true
+  end
+  if kind == 3 then
+    cur = pcall_('GET', key)
+    if type(cur) == 'table' then return false end
+    cache[key] = cur or ''
+    return cur == ARGV[e]
+  end
+  cur = pcall_('SET', key, ARGV[e + 1], 'KEEPTTL', 'GET')
+  -- An error (a key this node does not serve, or not a string) wrote
+  -- nothing.
+  if type(cur) == 'table' then return false end
+  if cur == ARGV[e] then
+    cache[key] = ARGV[e + 1]
+    return true
+  end
+  if cur then call('SET', key, cur, 'KEEPTTL') else call('DEL', key) end
+  cache[key] = cur or ''
+  return false
+end
+
+-- fast confirms a fast request of m keys: every key stored, each expiry
+-- set; or, if a record was not the expected one, nothing changed.
+local function fast(m)
+  for k = 1, m do
+    if not fastkey(k) then
+      for j = 1, k - 1 do
+        if FKIND[j] ~= 3 then
+          local key, old = FK[j], ARGV[FE[j]]
+          call('SET', key, old, 'KEEPTTL')
+          cache[key] = old
+        end
+      end
+      return false
+    end
+  end
+  for k = 1, m do
+    local kind = FKIND[k]
+    if kind == 1 then
+      call('PEXPIREAT', FK[k], sformat('%d', FMS[k]))
+    elseif kind == 2 then
+      call('PEXPIRE', FK[k], sformat('%d', FMS[k]))
+    end
+  end
+  return true
+end
+
 local out = {} -- per item: previous state (20 bytes) or '', and the flag
 local o = 0 -- out index of the item before the current one (x2)
 local IC, IK, ICOST, IRAW = {}, {}, {}, {} -- the current request's items
 local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
-local nowms = nows * 1000 + floor(nowns / 1e6)
+local recs, nrec = {}, 0 -- phase "d": the records left by decided requests
 local pos, last = 1, #reqs
-while pos <= last do
-  local n, flag
-  n, flag, pos = sunpack('<I4B', reqs, pos)
-  flag = flag == 1
-  local admitted = true
-  if phase == 'd' then admitted = not flag end
+-- decide decides a request of n items (IC, IK, ICOST) in the script:
+-- flag as in the packed request, admitted the stack's verdict so far.
+-- It returns the out index after its items.
+local function decide(n, flag, admitted)
+  clock()
+  specs()
   -- Read every item's state first: a request that cannot be read here
   -- writes nothing.
   local here = true
   for i = 1, n do
-    local code, ki
-    code, ki, ICOST[i], pos = sunpack('<I4I4d', reqs, pos)
-    local key = K[KO + ki]
-    IC[i], IK[i] = code, key
     if here then
+      local code, key = IC[i], IK[i]
       local v = record(key)
       if v == false then
         here = false
@@ -402,22 +496,74 @@ while pos <= last do
       if key then cache[key], bad[key] = write(key, v, need, slack), false end
     end
   end
-  o = o + 2 * n
+  if here and phase == 'd' then
+    -- The records the request leaves, for the caller's fast path: per
+    -- key (in order of first use) its length and the record.
+    for i = 1, n do
+      local key, first = IK[i], true
+      for j = 1, i - 1 do
+        if IK[j] == key then first = false end
+      end
+      if first then
+        local v = cache[key]
+        if bad[key] or not v then v = '' end
+        nrec = nrec + 1
+        recs[nrec] = spack('<I2', #v) .. v
+      end
+    end
+  end
+  return o + 2 * n
 end
 
--- The answer: each item's flag byte and previous state.
-local F, Z20 = {}, string.rep('\0', 20)
-for f = 0, 31 do F[f] = schar(f) end
+while pos <= last do
+  local n, flag
+  n, flag, pos = sunpack('<I4B', reqs, pos)
+  local m = 0
+  if flag >= 2 then
+    m, pos = sunpack('<I2', reqs, pos)
+    for k = 1, m do
+      local ki
+      ki, FE[k], FKIND[k], FMS[k], pos = sunpack('<I4I4Bd', reqs, pos)
+      FK[k] = K[KO + ki]
+    end
+    flag = flag - 2
+  end
+  flag = flag == 1
+  if m > 0 and fast(m) then
+    -- Confirmed: the items (16 bytes each) are not needed.
+    pos = pos + 16 * n
+    for i = 1, n do
+      out[o + 2 * i - 1], out[o + 2 * i] = false, 32
+    end
+    o = o + 2 * n
+  else
+    for i = 1, n do
+      local code, ki
+      code, ki, ICOST[i], pos = sunpack('<I4I4d', reqs, pos)
+      IC[i], IK[i] = code, K[KO + ki]
+    end
+    local admitted = true
+    if phase == 'd' then admitted = not flag end
+    o = decide(n, flag, admitted)
+  end
+end
+
+-- The answer: each item's flag byte and previous state (false: an item
+-- of a confirmed fast request, flag 32 and no state).
+local Z20 = string.rep('\0', 20)
+local FZ = schar(32) .. Z20
 local parts, np = {}, 0
 for x = 1, o, 2 do
   local raw, c = out[x], out[x + 1]
-  if raw == '' then
-    parts[np + 1], parts[np + 2] = F[c], Z20
+  np = np + 1
+  if raw == false then
+    parts[np] = FZ
+  elseif raw == '' then
+    parts[np] = schar(c) .. Z20
   elseif #raw == 20 then
-    parts[np + 1], parts[np + 2] = F[c + 4], raw
+    parts[np] = schar(c + 4) .. raw
   else
-    parts[np + 1], parts[np + 2] = F[c + 4], ssub(raw, 1, 20)
+    parts[np] = schar(c + 4) .. ssub(raw, 1, 20)
   end
-  np = np + 2
 end
-return {nows, nowns, table.concat(parts, '', 1, np)}
+return {nows or 0, nowns or 0, table.concat(parts, '', 1, np), table.concat(recs, '', 1, nrec)}

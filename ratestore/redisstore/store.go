@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	_ "embed"
@@ -70,6 +71,12 @@ type Options struct {
 	// OnRoundTrip, if set, receives the duration of every script call
 	// that Redis answered (the round-trip latency).
 	OnRoundTrip func(time.Duration)
+	// KnownRecords is how many rate keys' records the store remembers
+	// for its fast path (the decision made in Go, the script only
+	// confirming that the records are still the ones remembered; see
+	// "Fast path" in the package documentation): 0 means
+	// DefaultKnownRecords, a negative number turns the fast path off.
+	KnownRecords int
 }
 
 // DefaultKeyPrefix is the key prefix when Options.KeyPrefix is empty.
@@ -100,8 +107,9 @@ type Store struct {
 	stack  *rueidis.Lua
 	merge  *rueidis.Lua
 	cas    *rueidis.Lua
-	// offset is Redis's clock minus this host's (ns), as last seen.
-	offset atomic.Int64
+	// offset is Redis's clock minus this host's (ns), as last seen, at
+	// offsetAt (this host's Unix ns).
+	offset, offsetAt atomic.Int64
 	// specs caches the script arguments of each limit
 	// (spec -> *[6]string).
 	specs sync.Map
@@ -110,6 +118,11 @@ type Store struct {
 	routing clusterRouting
 	// reqs holds *request values for reuse (evaluateOne).
 	reqs sync.Pool
+	// known holds the records of the fast path (nil: off).
+	known *knownRecords
+	// fastConfirmed and fastRefused count the fast path's requests
+	// (FastPath).
+	fastConfirmed, fastRefused atomic.Int64
 }
 
 // New connects to Redis (standalone, Sentinel or Cluster) and returns the
@@ -148,8 +161,11 @@ func Open(o Options) (*Store, error) {
 		stack: rueidis.NewLuaScript(stackScript),
 		merge: rueidis.NewLuaScript(recordScript + mergeScript),
 		cas:   rueidis.NewLuaScript(recordScript + casScript)}
+	if o.KnownRecords >= 0 {
+		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
+	}
 	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
-		return s.exec(ctx, "d", "", "", reqs...)
+		return s.exec(ctx, "d", s.clockArg(), "", reqs...)
 	}
 	return s, nil
 }
@@ -269,6 +285,7 @@ func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 	now := time.Unix(sec, usec*1000)
 	if !s.opts.UseCallerTime {
 		s.offset.Store(int64(time.Until(now)))
+		s.offsetAt.Store(time.Now().UnixNano())
 	}
 	return now, nil
 }

@@ -1,0 +1,238 @@
+package redisstore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// The fast path. A decision in Lua costs Redis several times what
+// reading and writing the record costs (docs/performance.md): most of a
+// script's time went to unpacking, measuring and repacking states. So
+// when this host knows the current record of every rate key of a request
+// (knownRecords: what it last saw or stored), it decides the request
+// itself, in Go, with package ratelimit (the reference arithmetic, so
+// exact by construction), and sends the script the records it expects
+// and the records to store. The script stores each new record with one
+// SET ... GET and compares the old value it returns with the expected
+// one: if every record of the request was the expected one, the decision
+// stands (flagFast); if not (another host, `rate reset` or a merge wrote
+// the key since), it puts the old values back and decides the request
+// itself, as without the fast path, and returns the records it left, so
+// that the host knows them for the next request. Either way each request
+// is decided atomically on the state Redis holds.
+//
+// The fast path measures at this host's clock corrected by the offset to
+// Redis's clock seen in the last answer (Options.UseCallerTime: the
+// caller's time), where the script measures at Redis TIME; the two differ
+// by the offset's error (about a round trip), which moves a state's time
+// by as much, as if the message had arrived that much earlier or later.
+
+// Expiry kinds of a key of a fast request (what the script does after
+// confirming it; see stack.lua).
+const (
+	expiryKeep  = 0 // store the record, keep the key's expiry
+	expiryAt    = 1 // store it, then PEXPIREAT ms
+	expiryIn    = 2 // store it, then PEXPIRE ms (Options.UseCallerTime)
+	expiryCheck = 3 // only compare: nothing of this key changes
+)
+
+// flagFast marks an item of a request decided by the fast path and
+// confirmed by the script.
+const flagFast = 32
+
+// speculation is a request's decision made by the fast path: per item
+// the previous state, the measure and whether a state is stored; per key
+// the record expected in Redis, the one to store and its expiry.
+type speculation struct {
+	now     time.Time
+	prevs   []ratelimit.State
+	results []ratelimit.Result
+	stored  []bool
+	expect  []string
+	recs    []string
+	kinds   []byte
+	ms      []int64
+	// Room for the usual few items and keys without more allocations.
+	prevBuf   [4]ratelimit.State
+	resultBuf [4]ratelimit.Result
+	storedBuf [4]bool
+	expectBuf [2]string
+	recBuf    [2]string
+	kindBuf   [2]byte
+	msBuf     [2]int64
+}
+
+// speculate decides r (phase "d") in Go at now from the records known of
+// its keys, and reports whether it could: every key's record known and
+// holding a state for every limit of r (a limit still in the earlier
+// layout is read by the script).
+func (s *Store) speculate(r *request, now time.Time) bool {
+	if s.known == nil {
+		return false
+	}
+	sp := &r.spec
+	sp.now = now
+	sp.expect, sp.recs, sp.kinds, sp.ms = sp.expectBuf[:0], sp.recBuf[:0], sp.kindBuf[:0], sp.msBuf[:0]
+	for _, k := range r.keys {
+		rec, ok := s.known.get(k)
+		if !ok {
+			return false
+		}
+		sp.expect = append(sp.expect, rec)
+	}
+	sp.prevs, sp.results, sp.stored = sp.prevBuf[:0], sp.resultBuf[:0], sp.storedBuf[:0]
+	for j := range r.idx {
+		st := recordState(sp.expect[r.kidx[j]], r.names[j])
+		if st == "" {
+			return false
+		}
+		prev, err := decode(st)
+		if err != nil {
+			return false
+		}
+		sp.prevs = append(sp.prevs, prev)
+		sp.results = append(sp.results, r.lims[j].Check(prev, now, r.costs[j]))
+		sp.stored = append(sp.stored, false)
+	}
+	admitted := ratelimit.StackAdmits(r.flag, len(r.idx), func(j int) bool {
+		return sp.results[j].Over && r.bits[j]&2 != 0
+	})
+	nowms := now.UnixMilli()
+	caller := s.opts.UseCallerTime
+	for k := range r.keys {
+		var rec []byte // the new record, once a state of k changes
+		var need, slack int64
+		for j := range r.idx {
+			if r.kidx[j] != k || r.bits[j]&1 == 0 {
+				continue
+			}
+			l := r.lims[j]
+			next, ok := l.Next(sp.results[j], admitted)
+			if !ok {
+				continue
+			}
+			if rec == nil {
+				rec = []byte(sp.expect[k])
+			}
+			patchState(rec, r.names[j], encode(next))
+			sp.stored[j] = true
+			if ttl := expiryOf(l, next) - nowms; ttl > need {
+				need, slack = ttl, ttl/8
+			}
+		}
+		kind, ms := byte(expiryCheck), int64(0)
+		switch {
+		case rec == nil:
+		case caller:
+			// As the script does with the caller's time: a
+			// lifetime of at least an hour on Redis's clock.
+			kind, ms = expiryIn, max(need, 3600000)
+		default:
+			at := math.Float64frombits(binary.LittleEndian.Uint64(rec))
+			kind = expiryKeep
+			if at < float64(nowms+need) {
+				kind, ms = expiryAt, nowms+need+slack
+				binary.LittleEndian.PutUint64(rec, math.Float64bits(float64(ms)))
+			}
+		}
+		sp.kinds, sp.ms = append(sp.kinds, kind), append(sp.ms, ms)
+		if rec == nil {
+			sp.recs = append(sp.recs, sp.expect[k])
+		} else {
+			sp.recs = append(sp.recs, string(rec))
+		}
+	}
+	return true
+}
+
+// patchState overwrites the state of limit in record rec (which holds
+// one) with st.
+func patchState(rec []byte, limit, st string) {
+	for p := recordExpiryLen; p < len(rec); {
+		n := int(rec[p])
+		if string(rec[p+1:p+1+n]) == limit {
+			copy(rec[p+1+n:], st)
+			return
+		}
+		p += 1 + n + stateLen
+	}
+}
+
+// remember records, once assemble has speculated r, the records r is to
+// store as known: the next request of the same keys, even in a call sent
+// before this one's answer, expects them.
+func (s *Store) remember(r *request) {
+	for k, key := range r.keys {
+		if r.spec.kinds[k] != expiryCheck {
+			s.known.set(key, r.spec.recs[k])
+		}
+	}
+}
+
+// learn updates the known records from the answer a (err: the call's
+// error) of a phase "d" call for reqs: a request decided by the script
+// leaves its keys' records in a.recs, one after the other (length, then
+// the record; empty for none), in the order of each request's keys; a
+// request not decided, or any request of a failed call, forgets its
+// keys' records.
+func (s *Store) learn(reqs []*request, a answer, err error) error {
+	if s.known == nil {
+		return nil
+	}
+	recs := a.recs
+	for _, r := range reqs {
+		if len(r.idx) == 0 {
+			continue
+		}
+		var flag byte
+		if err == nil {
+			flag, _ = a.item(r.base)
+		}
+		if r.fast && err == nil {
+			if flag&flagFast != 0 {
+				s.fastConfirmed.Add(1)
+			} else {
+				s.fastRefused.Add(1)
+			}
+		}
+		switch {
+		case err == nil && flag&flagFast != 0:
+			continue // known since assemble (remember)
+		case err != nil || flag&flagNotHere != 0:
+			for _, key := range r.keys {
+				s.known.set(key, "")
+			}
+			continue
+		}
+		for _, key := range r.keys {
+			if len(recs) < 2 {
+				return fmt.Errorf("%w: script answered too few records", ErrProtocol)
+			}
+			n := int(binary.LittleEndian.Uint16([]byte(recs[:2])))
+			if len(recs) < 2+n {
+				return fmt.Errorf("%w: script answered a record of %d bytes with %d left", ErrProtocol, n, len(recs)-2)
+			}
+			rec := recs[2 : 2+n]
+			recs = recs[2+n:]
+			if !recordValid(rec) {
+				rec = ""
+			}
+			s.known.set(key, strings.Clone(rec))
+		}
+	}
+	return nil
+}
+
+// FastPath returns how many requests the fast path decided in Go and the
+// script confirmed, and how many it refused because a record had changed
+// (the script decided them). Several hosts sending one sender's mail
+// alternately refuse often: each request finds the record the other host
+// wrote. Safe for concurrent use.
+func (s *Store) FastPath() (confirmed, refused int64) {
+	return s.fastConfirmed.Load(), s.fastRefused.Load()
+}

@@ -1,0 +1,174 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/redistest"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
+)
+
+// tenPerHour is a stack of one limit, 10/hour leaky, counted and refusing.
+func tenPerHour(key string) []policy.StackItem {
+	return []policy.StackItem{{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 10, Period: time.Hour},
+		Cost: 1, Count: true, Refuses: true}}
+}
+
+// admit decides the stack on s at now and reports whether it admitted.
+func admit(t *testing.T, s policy.StackEvaluator, now time.Time, items []policy.StackItem) bool {
+	t.Helper()
+	out := make([]policy.StackResult, len(items))
+	if err := s.EvaluateStack(context.Background(), now, items, false, out); err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		if out[i].Err != nil {
+			t.Fatal(out[i].Err)
+		}
+		if out[i].Result.Over && items[i].Refuses {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFastPathDecidesKnownSenders: a host that remembers a sender's
+// record decides in Go and the script only confirms: of 30 messages one
+// second apart, the first is decided by the script (nothing known) and
+// the 29 others by the fast path; the verdicts and the stored state are
+// those of the script alone (KnownRecords < 0) to 1e-12.
+func TestFastPathDecidesKnownSenders(t *testing.T) {
+	srv := redistest.Start(t)
+	fast := open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true})
+	script := open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true, KnownRecords: -1})
+	t0 := time.Now()
+	for i := range 30 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		a, b := admit(t, fast, now, tenPerHour("alice")), admit(t, script, now, tenPerHour("alice"))
+		if a != b {
+			t.Fatalf("message %d: fast path admitted %v, script %v", i, a, b)
+		}
+		if want := i < 10; a != want {
+			t.Fatalf("message %d admitted %v, want %v", i, a, want)
+		}
+	}
+	if c, r := fast.FastPath(); c != 29 || r != 0 {
+		t.Errorf("fast path confirmed %d, refused %d; want 29 and 0", c, r)
+	}
+	if c, r := script.FastPath(); c != 0 || r != 0 {
+		t.Errorf("store without the fast path counted %d confirmed, %d refused", c, r)
+	}
+	a, err := fast.Get(context.Background(), "hourly", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := script.Get(context.Background(), "hourly", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Time != b.Time || math.Abs(a.Rate-b.Rate) > 1e-12*b.Rate {
+		t.Errorf("fast path stored %+v, script %+v", a, b)
+	}
+}
+
+// TestFastPathRefusedWhenAnotherHostWrote: two hosts alternate one
+// sender's messages. While the sender is under the limit each host finds
+// the record the other wrote: the script refuses the fast decision and
+// decides itself. Once the sender is over the (leaky) limit, refused
+// messages change nothing and both hosts' fast decisions are confirmed.
+// Exactly the limit is admitted, and a `rate reset` on a third host is
+// seen by the next message although both hosts remembered the old
+// record.
+func TestFastPathRefusedWhenAnotherHostWrote(t *testing.T) {
+	srv := redistest.Start(t)
+	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
+	hosts := []*redisstore.Store{open(t, o), open(t, o)}
+	admitted := 0
+	for i := range 30 {
+		if admit(t, hosts[i%2], time.Now(), tenPerHour("bob")) {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("two hosts admitted %d of 30 messages, want the limit, 10", admitted)
+	}
+	// Host 0 sends messages 0, 2, ..., 28: the first decided by the
+	// script (nothing known), 2 to 10 refused (host 1 wrote 1 to 9), 12
+	// to 28 confirmed. Host 1: 1 by the script, 3 to 9 refused, 11 to 29
+	// confirmed (message 10 was refused and stored nothing).
+	want := [][2]int64{{9, 5}, {10, 4}}
+	for i, h := range hosts {
+		if c, r := h.FastPath(); c != want[i][0] || r != want[i][1] {
+			t.Errorf("host %d: fast path confirmed %d, refused %d; want %d and %d", i, c, r, want[i][0], want[i][1])
+		}
+	}
+	if _, err := open(t, o).Delete(context.Background(), "hourly", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]policy.StackResult, 1)
+	if err := hosts[0].EvaluateStack(context.Background(), time.Now(), tenPerHour("bob"), false, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Result.Over || out[0].Result.Rate != 1 {
+		t.Errorf("after rate reset: %+v, want a fresh rate of 1, admitted", out[0].Result)
+	}
+}
+
+// TestFastPathRefusalKeepsExpiry: a refused fast decision puts the old
+// record back before the script decides, and nothing of the key's expiry
+// is lost: after another host's write the key keeps an expiry, and after
+// the key was deleted behind the host's back the script decides from
+// nothing and gives the new record an expiry.
+func TestFastPathRefusalKeepsExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
+	a, b := open(t, o), open(t, o)
+	key := a.Key("hourly", "carol")
+	pttl := func() int64 {
+		v, err := strconv.ParseInt(srv.Must("PTTL", key), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	admit(t, a, time.Now(), tenPerHour("carol"))
+	admit(t, a, time.Now(), tenPerHour("carol")) // fast: confirmed
+	admit(t, b, time.Now(), tenPerHour("carol")) // b decides: a's record is stale
+	if ttl := pttl(); ttl <= 0 {
+		t.Fatalf("PTTL %d after another host's write, want an expiry", ttl)
+	}
+	admit(t, a, time.Now(), tenPerHour("carol")) // refused, decided by the script
+	if ttl := pttl(); ttl <= 0 {
+		t.Errorf("PTTL %d after a refused fast decision, want the expiry kept", ttl)
+	}
+	if c, r := a.FastPath(); c != 1 || r != 1 {
+		t.Errorf("host a: fast path confirmed %d, refused %d; want 1 and 1", c, r)
+	}
+	st, err := a.Get(context.Background(), "hourly", "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rate < 3.99 || st.Rate > 4 {
+		t.Errorf("rate %v after 4 messages in a row, want about 4", st.Rate)
+	}
+	srv.Must("DEL", key)
+	out := make([]policy.StackResult, 1)
+	if err := a.EvaluateStack(context.Background(), time.Now(), tenPerHour("carol"), false, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Result.Rate != 1 || !out[0].Prev.IsZero() {
+		t.Errorf("after the key was deleted: previous %+v, rate %v; want none and 1", out[0].Prev, out[0].Result.Rate)
+	}
+	if ttl := pttl(); ttl <= 0 {
+		t.Errorf("PTTL %d of the record written after the key was deleted, want an expiry", ttl)
+	}
+	if c, r := a.FastPath(); c != 1 || r != 2 {
+		t.Errorf("host a: fast path confirmed %d, refused %d; want 1 and 2", c, r)
+	}
+}
