@@ -115,230 +115,31 @@ local function clock()
 end
 if ARGV[2] ~= '?' then clock() end
 
--- addns returns the time (sec, nsec) ns nanoseconds (>= 0, rounded toward
--- zero as ratelimit's addNs does) after now.
-local function addns(ns)
-  local t = nowns + floor(ns)
-  local carry = floor(t / 1e9)
-  return nows + carry, t - carry * 1e9
-end
-
--- Expiries (ms) at which a state is negligible (ratelimit.Limit.Negligible).
--- Exponential: after w periods with r*exp(-w) <= 1/2 and 1/w <= 1/2, a
--- request of cost >= 1 measures exactly its cost.
-local function expttl(x, period)
-  local w = log(2 * x)
-  if not (w > 2) then w = 2 end
-  return floor(w * period / 1e6) + 1
-end
--- EARRRL: once the estimate is below a millionth of the limit.
-local function earttl(c, lambda, period, lim)
-  local d = log(c * lambda * period / (lim * 1e-6)) / lambda
-  if not (d > 0) then d = 0 end
-  return floor(d / 1e6) + 1
-end
-
--- measure applies ratelimit.Limit.Check to the stored state (ps, pns, pr;
--- ps nil for none). It returns over, the counted state (sec, nsec, rate,
--- expiry in ms) and the denied state likewise (sec nil when a denial keeps
--- the stored state).
-local function measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
-  if alg == 1 or alg == 2 then
-    -- GCRA and cooldown: the arrival time advances by cost*period/lim.
-    local spend = cost * period / lim
-    local ahead = spend
-    if ps then
-      local backlog = -((nows - ps) * 1e9 + (nowns - pns))
-      if alg == 2 then
-        ahead = backlog + spend
-        if ahead < 0 then ahead = spend end
-      else
-        if backlog < 0 then backlog = 0 end
-        ahead = backlog + spend
-      end
-    end
-    -- A GCRA state is negligible once its arrival time has passed, a
-    -- cooldown state a period after it.
-    local extra = 0
-    if alg == 2 then extra = period end
-    local cs, cns = addns(ahead)
-    local over = ahead > period * (1 + 1e-12)
-    if mode == 2 then
-      local ds, dns = addns(period)
-      return over, cs, cns, 0, floor((ahead + extra) / 1e6) + 1, ds, dns, 0, floor((period + extra) / 1e6) + 1
-    end
-    return over, cs, cns, 0, floor((ahead + extra) / 1e6) + 1
-  elseif alg == 3 then
-    -- EARRRL: the decayed count N, the estimate N*lambda before the update.
-    local lambda
-    if hl > 0 then lambda = log(2) / hl else lambda = 1 / period end
-    local n = 0
-    if ps then
-      local dt = (nows - ps) * 1e9 + (nowns - pns)
-      if dt < 0 then dt = 0 end
-      n = pr * exp(-lambda * dt)
-    end
-    local est = n * lambda * period
-    if est > MAXF then est = MAXF end
-    local c = cost + n
-    if c > MAXF then c = MAXF end
-    local over = est > lim
-    if mode == 2 then
-      local lp = lambda * period
-      local nmax = lim / lp * exp(lp * cost / lim)
-      if c < nmax then nmax = c end
-      return over, nows, nowns, c, earttl(c, lambda, period, lim), nows, nowns, nmax, earttl(nmax, lambda, period, lim)
-    end
-    return over, nows, nowns, c, earttl(c, lambda, period, lim)
-  end
-  -- Exponential (seed 001): r = (1-exp(-w))*cost/w + exp(-w)*r_prev.
-  local r = 0
-  if ps then
-    local w = ((nows - ps) * 1e9 + (nowns - pns)) / period
-    if w < MININTERVAL then w = MININTERVAL end
-    -- expm1(-w) (Lua 5.1 has none), sharing exp(-w) with the decay
-    -- term. Kahan's form: with u = exp(x) rounded, (u-1)*x/log(u)
-    -- cancels the rounding of u, so it stays accurate for tiny |x|,
-    -- where exp(x)-1 loses every digit.
-    local u = exp(-w)
-    local em
-    if u == 1 then
-      em = -w
-    elseif u - 1 == -1 then
-      em = -1
-    else
-      em = (u - 1) * -w / log(u)
-    end
-    r = -em * cost / w + u * pr
-  end
-  if r < cost then r = cost end
-  if r > MAXF then r = MAXF end
-  if mode == 2 then
-    local d = r
-    if d > lim then d = lim end
-    return r > lim, nows, nowns, r, expttl(r, period), nows, nowns, d, expttl(d, period)
-  end
-  return r > lim, nows, nowns, r, expttl(r, period)
-end
-
--- ZEXP is an empty record: no expiry known, no entry.
-local ZEXP = spack('<d', 0)
-
--- write stores record v (the expiry it holds is the key's) of key, whose
--- states need it to live until need (Unix ms; with the caller's time, a
--- lifetime in ms), with slack more when a later expiry must be set.
-local function write(key, v, need, slack)
-  if caller then
-    -- Expiries count on Redis's clock: with the caller's time (tests,
-    -- replays) they are made at least an hour long.
-    if need < 3600000 then need = 3600000 end
-    call('SET', key, v, 'PX', sformat('%d', need))
-    return v
-  end
-  local at = sunpack('<d', v)
-  if at >= need then
-    call('SET', key, v, 'KEEPTTL')
-    return v
-  end
-  at = need + slack
-  v = spack('<d', at) .. ssub(v, 9)
-  call('SET', key, v, 'PXAT', sformat('%d', at))
-  return v
-end
-
--- The limit specifications; HEAD[s] starts a record's entry of limit s
--- (its name's length and its name).
 local nspec = tonumber(ARGV[4])
-local NAME, HEAD, LIM, PER, MODE, ALG, HL = {}, {}, {}, {}, {}, {}, {}
 local a = 5 + 6 * nspec
 local reqs = ARGV[a]
--- specs parses the limit specifications, once: only requests decided
--- here need them.
-local function specs()
-  if HEAD[0] then return end
-  local x = 5
-  for s = 0, nspec - 1 do
-    NAME[s], LIM[s], PER[s] = ARGV[x], tonumber(ARGV[x + 1]), tonumber(ARGV[x + 2])
-    MODE[s], ALG[s], HL[s] = tonumber(ARGV[x + 3]), tonumber(ARGV[x + 4]), tonumber(ARGV[x + 5])
-    HEAD[s] = schar(#NAME[s]) .. NAME[s]
-    x = x + 6
-  end
-end
 
--- The records, as written by earlier requests of the batch: key -> the
--- record ('' for none; a record that does not parse counts as none and
--- bad[key] is set), or false when it cannot be read here.
-local cache, bad = {}, {}
+-- The records, as read or written by earlier requests of the batch: key
+-- -> the record ('' for none; a record that does not parse counts as
+-- none, and slow() sets bad[key]), or false when it cannot be read here.
+local cache = {}
 local K, KO = KEYS, 0
 if #KEYS == 0 then K, KO = ARGV, a end
 
--- valid reports whether record v parses: the expiry, then whole entries.
-local function valid(v)
-  local p, last = 9, #v
-  if last < 8 then return false end
-  while p <= last do
-    p = p + 21 + sbyte(v, p)
-  end
-  return p == last + 1
-end
-
--- record returns the record of key ('' for none), false if it cannot be
--- read here.
-local function record(key)
-  if bad[key] ~= nil then return cache[key] end
-  local v, b = cache[key], false
-  if v == nil then
-    v = pcall_('GET', key)
-    if type(v) == 'table' then
-      if sformat('%.9s', v.err) ~= 'WRONGTYPE' then
-        cache[key], bad[key] = false, false
-        return false
-      end
-      v, b = '', true
-    end
-    v = v or ''
-  end
-  if v ~= '' and not valid(v) then v, b = '', true end
-  cache[key], bad[key] = v, b
-  return v
-end
-
--- find returns the position of limit s's state in record v, or nil.
-local function find(v, s)
-  local h = HEAD[s]
-  local p, last, n = 9, #v, #h
-  while p < last do
-    if ssub(v, p, p + n - 1) == h then return p + n end
-    p = p + 21 + sbyte(v, p)
-  end
-  return nil
-end
-
--- legacy returns the state of limit s of key in the earlier layout ('' for
--- none), nil if it cannot be read here.
-local function legacy(key, s)
-  if ssub(key, -3) == '{%}' then return '' end
-  local old = pcall_('GET', key .. NAME[s])
-  if type(old) == 'table' then
-    if sformat('%.9s', old.err) ~= 'WRONGTYPE' then return nil end
-    return ''
-  end
-  return old or ''
-end
-
 -- The fast path: the caller decided the request from the records it
--- expects (FE[k]: the ARGV index of key FK[k]'s expected record, the new
--- one at FE[k] + 1; FKIND[k] what to do with the key's expiry, FMS[k]
--- its argument). fastkey stores key k's new record, and reports whether
+-- expects (per key: the ARGV index of its expected record, the new one
+-- at that index + 1; what to do with the key's expiry and its argument). fastkey stores key k's new record, and reports whether
 -- the old one was the expected one; when it was not, it puts the old one
 -- back. A key whose record this call read or wrote already is compared
 -- with what it holds now.
-local FK, FE, FKIND, FMS = {}, {}, {}, {}
+-- FD holds 4 values per key k of the current fast request from
+-- FD[4k-3]: the key, the expected record's ARGV index, the kind, the ms.
+local FD = {}
 local function fastkey(k)
-  local key, e, kind = FK[k], FE[k], FKIND[k]
+  local key, e, kind = FD[4 * k - 3], FD[4 * k - 2], FD[4 * k - 1]
   local cur = cache[key]
   if cur ~= nil then
-    if bad[key] or cur ~= ARGV[e] then return false end
+    if cur ~= ARGV[e] then return false end
     if kind ~= 3 then
       call('SET', key, ARGV[e + 1], 'KEEPTTL')
       cache[key] = ARGV[e + 1]
@@ -370,8 +171,8 @@ local function fast(m)
   for k = 1, m do
     if not fastkey(k) then
       for j = 1, k - 1 do
-        if FKIND[j] ~= 3 then
-          local key, old = FK[j], ARGV[FE[j]]
+        if FD[4 * j - 1] ~= 3 then
+          local key, old = FD[4 * j - 3], ARGV[FD[4 * j - 2]]
           call('SET', key, old, 'KEEPTTL')
           cache[key] = old
         end
@@ -380,139 +181,364 @@ local function fast(m)
     end
   end
   for k = 1, m do
-    local kind = FKIND[k]
+    local kind = FD[4 * k - 1]
     if kind == 1 then
-      call('PEXPIREAT', FK[k], sformat('%d', FMS[k]))
+      call('PEXPIREAT', FD[4 * k - 3], sformat('%d', FD[4 * k]))
     elseif kind == 2 then
-      call('PEXPIRE', FK[k], sformat('%d', FMS[k]))
+      call('PEXPIRE', FD[4 * k - 3], sformat('%d', FD[4 * k]))
     end
   end
   return true
 end
 
-local out = {} -- per item: previous state (20 bytes) or '', and the flag
-local o = 0 -- out index of the item before the current one (x2)
-local IC, IK, ICOST, IRAW = {}, {}, {}, {} -- the current request's items
-local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
-local recs, nrec = {}, 0 -- phase "d": the records left by decided requests
+-- The answer: per item its flag byte and previous state; records, the
+-- records left by the requests decided here.
+local parts, np = {}, 0
+local FZ = '\32' .. string.rep('\0', 20)
+local recs, nrec = {}, 0
 local pos, last = 1, #reqs
--- decide decides a request of n items (IC, IK, ICOST) in the script:
--- flag as in the packed request, admitted the stack's verdict so far.
--- It returns the out index after its items.
-local function decide(n, flag, admitted)
+
+-- decide is made by slow(), once a request is to be decided here: the
+-- fast path needs none of what it makes, and a script call pays for
+-- every table and function it makes.
+local decide
+local function slow()
   clock()
-  specs()
-  -- Read every item's state first: a request that cannot be read here
-  -- writes nothing.
-  local here = true
-  for i = 1, n do
-    if here then
-      local code, key = IC[i], IK[i]
-      local v = record(key)
-      if v == false then
-        here = false
+  -- addns returns the time (sec, nsec) ns nanoseconds (>= 0, rounded toward
+  -- zero as ratelimit's addNs does) after now.
+  local function addns(ns)
+    local t = nowns + floor(ns)
+    local carry = floor(t / 1e9)
+    return nows + carry, t - carry * 1e9
+  end
+
+  -- Expiries (ms) at which a state is negligible (ratelimit.Limit.Negligible).
+  -- Exponential: after w periods with r*exp(-w) <= 1/2 and 1/w <= 1/2, a
+  -- request of cost >= 1 measures exactly its cost.
+  local function expttl(x, period)
+    local w = log(2 * x)
+    if not (w > 2) then w = 2 end
+    return floor(w * period / 1e6) + 1
+  end
+  -- EARRRL: once the estimate is below a millionth of the limit.
+  local function earttl(c, lambda, period, lim)
+    local d = log(c * lambda * period / (lim * 1e-6)) / lambda
+    if not (d > 0) then d = 0 end
+    return floor(d / 1e6) + 1
+  end
+
+  -- measure applies ratelimit.Limit.Check to the stored state (ps, pns, pr;
+  -- ps nil for none). It returns over, the counted state (sec, nsec, rate,
+  -- expiry in ms) and the denied state likewise (sec nil when a denial keeps
+  -- the stored state).
+  local function measure(alg, lim, period, mode, cost, hl, ps, pns, pr)
+    if alg == 1 or alg == 2 then
+      -- GCRA and cooldown: the arrival time advances by cost*period/lim.
+      local spend = cost * period / lim
+      local ahead = spend
+      if ps then
+        local backlog = -((nows - ps) * 1e9 + (nowns - pns))
+        if alg == 2 then
+          ahead = backlog + spend
+          if ahead < 0 then ahead = spend end
+        else
+          if backlog < 0 then backlog = 0 end
+          ahead = backlog + spend
+        end
+      end
+      -- A GCRA state is negligible once its arrival time has passed, a
+      -- cooldown state a period after it.
+      local extra = 0
+      if alg == 2 then extra = period end
+      local cs, cns = addns(ahead)
+      local over = ahead > period * (1 + 1e-12)
+      if mode == 2 then
+        local ds, dns = addns(period)
+        return over, cs, cns, 0, floor((ahead + extra) / 1e6) + 1, ds, dns, 0, floor((period + extra) / 1e6) + 1
+      end
+      return over, cs, cns, 0, floor((ahead + extra) / 1e6) + 1
+    elseif alg == 3 then
+      -- EARRRL: the decayed count N, the estimate N*lambda before the update.
+      local lambda
+      if hl > 0 then lambda = log(2) / hl else lambda = 1 / period end
+      local n = 0
+      if ps then
+        local dt = (nows - ps) * 1e9 + (nowns - pns)
+        if dt < 0 then dt = 0 end
+        n = pr * exp(-lambda * dt)
+      end
+      local est = n * lambda * period
+      if est > MAXF then est = MAXF end
+      local c = cost + n
+      if c > MAXF then c = MAXF end
+      local over = est > lim
+      if mode == 2 then
+        local lp = lambda * period
+        local nmax = lim / lp * exp(lp * cost / lim)
+        if c < nmax then nmax = c end
+        return over, nows, nowns, c, earttl(c, lambda, period, lim), nows, nowns, nmax, earttl(nmax, lambda, period, lim)
+      end
+      return over, nows, nowns, c, earttl(c, lambda, period, lim)
+    end
+    -- Exponential (seed 001): r = (1-exp(-w))*cost/w + exp(-w)*r_prev.
+    local r = 0
+    if ps then
+      local w = ((nows - ps) * 1e9 + (nowns - pns)) / period
+      if w < MININTERVAL then w = MININTERVAL end
+      -- expm1(-w) (Lua 5.1 has none), sharing exp(-w) with the decay
+      -- term. Kahan's form: with u = exp(x) rounded, (u-1)*x/log(u)
+      -- cancels the rounding of u, so it stays accurate for tiny |x|,
+      -- where exp(x)-1 loses every digit.
+      local u = exp(-w)
+      local em
+      if u == 1 then
+        em = -w
+      elseif u - 1 == -1 then
+        em = -1
       else
-        local s = floor(code / 4)
-        local at = v ~= '' and find(v, s)
-        if at then
-          IRAW[i] = ssub(v, at, at + 19)
-        else
-          IRAW[i] = legacy(key, s)
-          if IRAW[i] == nil then here = false end
-        end
+        em = (u - 1) * -w / log(u)
       end
+      r = -em * cost / w + u * pr
     end
+    if r < cost then r = cost end
+    if r > MAXF then r = MAXF end
+    if mode == 2 then
+      local d = r
+      if d > lim then d = lim end
+      return r > lim, nows, nowns, r, expttl(r, period), nows, nowns, d, expttl(d, period)
+    end
+    return r > lim, nows, nowns, r, expttl(r, period)
   end
-  if not here then
-    for i = 1, n do
-      out[o + 2 * i - 1], out[o + 2 * i] = '', 16
+
+  -- ZEXP is an empty record: no expiry known, no entry.
+  local ZEXP = spack('<d', 0)
+
+  -- write stores record v (the expiry it holds is the key's) of key, whose
+  -- states need it to live until need (Unix ms; with the caller's time, a
+  -- lifetime in ms), with slack more when a later expiry must be set.
+  local function write(key, v, need, slack)
+    if caller then
+      -- Expiries count on Redis's clock: with the caller's time (tests,
+      -- replays) they are made at least an hour long.
+      if need < 3600000 then need = 3600000 end
+      call('SET', key, v, 'PX', sformat('%d', need))
+      return v
     end
-  else
-    for i = 1, n do
-      local code, key, raw = IC[i], IK[i], IRAW[i]
-      local s = floor(code / 4)
-      local ps, pns, pr
-      local b = 0
-      if raw ~= '' then
-        if #raw == 20 or #raw == 28 then
-          ps, pns, pr = sunpack('<i8I4d', raw)
-        else
-          -- Undecodable (another program wrote it): this limit of this
-          -- key starts afresh and the caller is told (flag 8); the
-          -- other items and requests are decided as usual.
-          raw, b = '', 8
+    local at = sunpack('<d', v)
+    if at >= need then
+      call('SET', key, v, 'KEEPTTL')
+      return v
+    end
+    at = need + slack
+    v = spack('<d', at) .. ssub(v, 9)
+    call('SET', key, v, 'PXAT', sformat('%d', at))
+    return v
+  end
+
+  -- The limit specifications; HEAD[s] starts a record's entry of limit
+  -- s (its name's length and its name).
+  local NAME, HEAD, LIM, PER, MODE, ALG, HL = {}, {}, {}, {}, {}, {}, {}
+  local x = 5
+  for s = 0, nspec - 1 do
+    NAME[s], LIM[s], PER[s] = ARGV[x], tonumber(ARGV[x + 1]), tonumber(ARGV[x + 2])
+    MODE[s], ALG[s], HL[s] = tonumber(ARGV[x + 3]), tonumber(ARGV[x + 4]), tonumber(ARGV[x + 5])
+    HEAD[s] = schar(#NAME[s]) .. NAME[s]
+    x = x + 6
+  end
+
+  -- bad[key] is set once the record of key was found not to parse.
+  local bad = {}
+  -- valid reports whether record v parses: the expiry, then whole entries.
+  local function valid(v)
+    local p, last = 9, #v
+    if last < 8 then return false end
+    while p <= last do
+      p = p + 21 + sbyte(v, p)
+    end
+    return p == last + 1
+  end
+
+  -- record returns the record of key ('' for none), false if it cannot be
+  -- read here.
+  local function record(key)
+    if bad[key] ~= nil then return cache[key] end
+    local v, b = cache[key], false
+    if v == nil then
+      v = pcall_('GET', key)
+      if type(v) == 'table' then
+        if sformat('%.9s', v.err) ~= 'WRONGTYPE' then
+          cache[key], bad[key] = false, false
+          return false
         end
+        v, b = '', true
       end
-      if bad[key] then b = 8 end
-      local over
-      over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
-        measure(ALG[s], LIM[s], PER[s], MODE[s], ICOST[i], HL[s], ps, pns, pr)
-      -- The stack rule, ratelimit.StackAdmits (kept in step by storetest).
-      if over and code % 4 >= 2 then admitted = false end
-      out[o + 2 * i - 1] = raw
-      out[o + 2 * i] = (over and 1 or 0) + b
+      v = v or ''
     end
-    if phase == 'w' then admitted = flag end
-    if phase ~= 'c' then
-      -- ratelimit.Limit.Next: readonly stores nothing; an admitted
-      -- request (or any in strict mode) stores the counted state; a
-      -- denied one the denied state (forgiving) or nothing. Each record
-      -- changed is written once, after its request's last item.
-      local key, v, need, slack = nil, nil, 0, 0
-      for i = 1, n do
-        local code = IC[i]
-        local s = floor(code / 4)
-        local mode = MODE[s]
-        if code % 2 == 1 and mode ~= 3 then
-          local ss, ns, r, ttl
-          if admitted or mode == 1 then
-            ss, ns, r, ttl = cs[i], cns[i], cr[i], ct[i]
+    if v ~= '' and not valid(v) then v, b = '', true end
+    cache[key], bad[key] = v, b
+    return v
+  end
+
+  -- find returns the position of limit s's state in record v, or nil.
+  local function find(v, s)
+    local h = HEAD[s]
+    local p, last, n = 9, #v, #h
+    while p < last do
+      if ssub(v, p, p + n - 1) == h then return p + n end
+      p = p + 21 + sbyte(v, p)
+    end
+    return nil
+  end
+
+  -- legacy returns the state of limit s of key in the earlier layout ('' for
+  -- none), nil if it cannot be read here.
+  local function legacy(key, s)
+    if ssub(key, -3) == '{%}' then return '' end
+    local old = pcall_('GET', key .. NAME[s])
+    if type(old) == 'table' then
+      if sformat('%.9s', old.err) ~= 'WRONGTYPE' then return nil end
+      return ''
+    end
+    return old or ''
+  end
+
+  local IC, IK, ICOST, IRAW = {}, {}, {}, {} -- the current request's items
+  local OR, OF = {}, {} -- per item its previous state ('' for none), its flag
+  local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
+  local Z20 = string.rep('\0', 20)
+
+  -- decide decides here a request of n items, packed at pos (flag as
+  -- in the packed request), and adds its answer to parts.
+  decide = function(n, flag)
+    for i = 1, n do
+      local code, ki
+      code, ki, ICOST[i], pos = sunpack('<I4I4d', reqs, pos)
+      IC[i], IK[i] = code, K[KO + ki]
+    end
+    local admitted = true
+    if phase == 'd' then admitted = not flag end
+    -- Read every item's state first: a request that cannot be read here
+    -- writes nothing.
+    local here = true
+    for i = 1, n do
+      if here then
+        local code, key = IC[i], IK[i]
+        local v = record(key)
+        if v == false then
+          here = false
+        else
+          local s = floor(code / 4)
+          local at = v ~= '' and find(v, s)
+          if at then
+            IRAW[i] = ssub(v, at, at + 19)
           else
-            ss, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
-          end
-          if ss then
-            if IK[i] ~= key then
-              if key then cache[key], bad[key] = write(key, v, need, slack), false end
-              key, need, slack = IK[i], 0, 0
-              v = cache[key]
-              if v == '' then v = ZEXP end
-            end
-            local st = spack('<i8I4d', ss, ns, r)
-            local at = find(v, s)
-            if at then
-              v = ssub(v, 1, at - 1) .. st .. ssub(v, at + 20)
-            else
-              v = v .. HEAD[s] .. st
-            end
-            if caller then
-              if ttl > need then need = ttl end
-            elseif nowms + ttl > need then
-              need, slack = nowms + ttl, floor(ttl / 8)
-            end
-            out[o + 2 * i] = out[o + 2 * i] + 2
+            IRAW[i] = legacy(key, s)
+            if IRAW[i] == nil then here = false end
           end
         end
       end
-      if key then cache[key], bad[key] = write(key, v, need, slack), false end
     end
-  end
-  if here and phase == 'd' then
-    -- The records the request leaves, for the caller's fast path: per
-    -- key (in order of first use) its length and the record.
+    if not here then
+      for i = 1, n do
+        OR[i], OF[i] = '', 16
+      end
+    else
+      for i = 1, n do
+        local code, key, raw = IC[i], IK[i], IRAW[i]
+        local s = floor(code / 4)
+        local ps, pns, pr
+        local b = 0
+        if raw ~= '' then
+          if #raw == 20 or #raw == 28 then
+            ps, pns, pr = sunpack('<i8I4d', raw)
+          else
+            -- Undecodable (another program wrote it): this limit of this
+            -- key starts afresh and the caller is told (flag 8); the
+            -- other items and requests are decided as usual.
+            raw, b = '', 8
+          end
+        end
+        if bad[key] then b = 8 end
+        local over
+        over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
+          measure(ALG[s], LIM[s], PER[s], MODE[s], ICOST[i], HL[s], ps, pns, pr)
+        -- The stack rule, ratelimit.StackAdmits (kept in step by storetest).
+        if over and code % 4 >= 2 then admitted = false end
+        OR[i] = raw
+        OF[i] = (over and 1 or 0) + b
+      end
+      if phase == 'w' then admitted = flag end
+      if phase ~= 'c' then
+        -- ratelimit.Limit.Next: readonly stores nothing; an admitted
+        -- request (or any in strict mode) stores the counted state; a
+        -- denied one the denied state (forgiving) or nothing. Each record
+        -- changed is written once, after its request's last item.
+        local key, v, need, slack = nil, nil, 0, 0
+        for i = 1, n do
+          local code = IC[i]
+          local s = floor(code / 4)
+          local mode = MODE[s]
+          if code % 2 == 1 and mode ~= 3 then
+            local ss, ns, r, ttl
+            if admitted or mode == 1 then
+              ss, ns, r, ttl = cs[i], cns[i], cr[i], ct[i]
+            else
+              ss, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
+            end
+            if ss then
+              if IK[i] ~= key then
+                if key then cache[key], bad[key] = write(key, v, need, slack), false end
+                key, need, slack = IK[i], 0, 0
+                v = cache[key]
+                if v == '' then v = ZEXP end
+              end
+              local st = spack('<i8I4d', ss, ns, r)
+              local at = find(v, s)
+              if at then
+                v = ssub(v, 1, at - 1) .. st .. ssub(v, at + 20)
+              else
+                v = v .. HEAD[s] .. st
+              end
+              if caller then
+                if ttl > need then need = ttl end
+              elseif nowms + ttl > need then
+                need, slack = nowms + ttl, floor(ttl / 8)
+              end
+              OF[i] = OF[i] + 2
+            end
+          end
+        end
+        if key then cache[key], bad[key] = write(key, v, need, slack), false end
+      end
+    end
+    if here and phase == 'd' then
+      -- The records the request leaves, for the caller's fast path: per
+      -- key (in order of first use) its length and the record.
+      for i = 1, n do
+        local key, first = IK[i], true
+        for j = 1, i - 1 do
+          if IK[j] == key then first = false end
+        end
+        if first then
+          local v = cache[key]
+          if bad[key] or not v then v = '' end
+          nrec = nrec + 1
+          recs[nrec] = spack('<I2', #v) .. v
+        end
+      end
+    end
     for i = 1, n do
-      local key, first = IK[i], true
-      for j = 1, i - 1 do
-        if IK[j] == key then first = false end
-      end
-      if first then
-        local v = cache[key]
-        if bad[key] or not v then v = '' end
-        nrec = nrec + 1
-        recs[nrec] = spack('<I2', #v) .. v
+      local raw, c = OR[i], OF[i]
+      if raw == '' then
+        parts[np + i] = schar(c) .. Z20
+      elseif #raw == 20 then
+        parts[np + i] = schar(c + 4) .. raw
+      else
+        parts[np + i] = schar(c + 4) .. ssub(raw, 1, 20)
       end
     end
+    np = np + n
   end
-  return o + 2 * n
 end
 
 while pos <= last do
@@ -522,48 +548,21 @@ while pos <= last do
   if flag >= 2 then
     m, pos = sunpack('<I2', reqs, pos)
     for k = 1, m do
-      local ki
-      ki, FE[k], FKIND[k], FMS[k], pos = sunpack('<I4I4Bd', reqs, pos)
-      FK[k] = K[KO + ki]
+      local ki, e, kind, ms
+      ki, e, kind, ms, pos = sunpack('<I4I4Bd', reqs, pos)
+      FD[4 * k - 3], FD[4 * k - 2], FD[4 * k - 1], FD[4 * k] = K[KO + ki], e, kind, ms
     end
     flag = flag - 2
   end
-  flag = flag == 1
   if m > 0 and fast(m) then
     -- Confirmed: the items (16 bytes each) are not needed.
     pos = pos + 16 * n
-    for i = 1, n do
-      out[o + 2 * i - 1], out[o + 2 * i] = false, 32
-    end
-    o = o + 2 * n
+    for i = 1, n do parts[np + i] = FZ end
+    np = np + n
   else
-    for i = 1, n do
-      local code, ki
-      code, ki, ICOST[i], pos = sunpack('<I4I4d', reqs, pos)
-      IC[i], IK[i] = code, K[KO + ki]
-    end
-    local admitted = true
-    if phase == 'd' then admitted = not flag end
-    o = decide(n, flag, admitted)
+    if not decide then slow() end
+    decide(n, flag == 1)
   end
 end
 
--- The answer: each item's flag byte and previous state (false: an item
--- of a confirmed fast request, flag 32 and no state).
-local Z20 = string.rep('\0', 20)
-local FZ = schar(32) .. Z20
-local parts, np = {}, 0
-for x = 1, o, 2 do
-  local raw, c = out[x], out[x + 1]
-  np = np + 1
-  if raw == false then
-    parts[np] = FZ
-  elseif raw == '' then
-    parts[np] = schar(c) .. Z20
-  elseif #raw == 20 then
-    parts[np] = schar(c + 4) .. raw
-  else
-    parts[np] = schar(c + 4) .. ssub(raw, 1, 20)
-  end
-end
 return {nows or 0, nowns or 0, table.concat(parts, '', 1, np), table.concat(recs, '', 1, nrec)}
