@@ -31,6 +31,9 @@ const (
 // startPair starts the two daemons on store.
 func startPair(t *testing.T, store string) []*daemon {
 	t.Helper()
+	// Alone with the other packages' load tests: the latency budget is
+	// the daemons', not the machine's.
+	redistest.Exclusive(t)
 	return []*daemon{startDaemon(t, store), startDaemon(t, store)}
 }
 

@@ -100,6 +100,7 @@ func decide(t *testing.T, f policy.StackEvaluator, key string) policy.StackResul
 // outage is still refused once Redis is back (the stricter local state
 // was pushed).
 func TestFailoverPausedRedis(t *testing.T) {
+	redistest.Exclusive(t) // the load and its latency budget
 	srv := redistest.Start(t)
 	r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
 	f, logs := newFailover(t, r)
@@ -167,6 +168,7 @@ func TestFailoverPolicies(t *testing.T) {
 // SIGKILLed under load. No request is left unanswered (local state during
 // the failover), and the store follows the new master.
 func TestSentinelFailover(t *testing.T) {
+	redistest.Exclusive(t) // the load and its latency budget
 	ss := redistest.StartSentinels(t)
 	r := open(t, redisstore.Options{Addrs: ss.Addrs(), SentinelMaster: ss.Name, Timeout: 200 * time.Millisecond})
 	f, logs := newFailover(t, r)

@@ -44,6 +44,7 @@ func outageStack(user string) []policy.StackItem {
 // with a fast probe; split gives each limit/n while degraded.
 func outageHosts(t *testing.T, o redisstore.Options, n int, split bool, connect bool) ([]*redisstore.Failover, []*mtatest.SyncBuffer) {
 	t.Helper()
+	redistest.Exclusive(t) // the load and its latency budget
 	var fs []*redisstore.Failover
 	var logs []*mtatest.SyncBuffer
 	o.KeyPrefix = fmt.Sprintf("t%d:", prefixes.Add(1)) // shared by the hosts
@@ -337,16 +338,28 @@ func TestOutageClusterMasterKilled(t *testing.T) {
 		owner := ownedBy(nodes, redisstore.Slot(fmt.Sprintf("user%d@example.org", u))) == 2
 		dead[owner] = append(dead[owner], int(l.admitted[u].Load()))
 	}
+	// A live master's user is decided locally only when its own call
+	// failed (timed out on a busy machine): then it may get one message
+	// per host more, as any degraded user; else exactly the limit.
+	var failedCalls int64
+	for _, f := range hosts {
+		failedCalls += f.LocalDecisions()["failed"]
+	}
 	for owner, as := range dead {
 		sort.Ints(as)
 		t.Logf("users on the dead master %v: %d, admitted max %d", owner, len(as), as[len(as)-1])
-		if !owner && as[len(as)-1] != outageLimit {
-			t.Errorf("users on live masters admitted up to %d, want exactly %d", as[len(as)-1], outageLimit)
+		if !owner && as[len(as)-1] != outageLimit && (failedCalls == 0 || as[len(as)-1] > outageLimit+2) {
+			t.Errorf("users on live masters admitted up to %d, want exactly %d (%d requests decided locally after their own call failed)",
+				as[len(as)-1], outageLimit, failedCalls)
 		}
 	}
-	t.Logf("%d requests, %d failed, slowest %v; admitted max %d mean %.1f; slots down %d",
-		l.sent.Load(), l.failed.Load(), time.Duration(l.slowest.Load()).Round(time.Millisecond), most, mean, hosts[0].Status().SlotsDown)
-	if l.failed.Load() != 0 || time.Duration(l.slowest.Load()) > outageTimeout+100*time.Millisecond {
+	t.Logf("%d requests, %d failed, slowest %v; admitted max %d mean %.1f; slots down %d; %d decided locally after their own call failed",
+		l.sent.Load(), l.failed.Load(), time.Duration(l.slowest.Load()).Round(time.Millisecond), most, mean, hosts[0].Status().SlotsDown, failedCalls)
+	slack := 100 * time.Millisecond
+	if raceEnabled {
+		slack = 300 * time.Millisecond // as in check
+	}
+	if l.failed.Load() != 0 || time.Duration(l.slowest.Load()) > outageTimeout+slack {
 		t.Errorf("%d requests unanswered, slowest %v", l.failed.Load(), time.Duration(l.slowest.Load()))
 	}
 	if most > outageLimit+2 {

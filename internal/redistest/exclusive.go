@@ -1,0 +1,30 @@
+//go:build unix
+
+package redistest
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// Exclusive makes the calling test the only one, among the tests of every
+// package of this module that call it, to run until it ends: `go test
+// ./...` runs packages in parallel, and tests that put Redis and the
+// daemon under load while they assert latency budgets (the outage
+// tests) would otherwise measure each other. It takes an exclusive lock
+// (flock) on a file in the temporary directory, released by t.Cleanup.
+func Exclusive(t testing.TB) {
+	t.Helper()
+	path := filepath.Join(os.TempDir(), "ratelimitd-exclusive-load-tests.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("redistest: lock %s: %v", path, err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
+}
