@@ -7,7 +7,7 @@
 # request from /proc), and reports the daemon's RSS after 1,000,000 distinct
 # users; then the same daemon with the Redis backend (a redis-server it
 # starts) at C = 64, K = 100,000, and Redis's memory per user after
-# 1,000,000 users; then the daemon's throughput with the event log on
+# 1,000,000 users, and the same load on a 3-master Redis Cluster; then the daemon's throughput with the event log on
 # against off (refusal-heavy load) and the state file's growth per
 # 1,000,000 events. Arguments are passed to the first load generator run
 # (default: --rss-users 1000000 --rss-restart) and skip the Redis run.
@@ -36,6 +36,12 @@ if [ "$redis" = 1 ]; then
 	echo
 	echo "== Redis backend: go run ./cmd/ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000"
 	$GO run ./cmd/ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000
+	echo
+	# The same load on a 3-master Redis Cluster the load generator starts:
+	# Redis's CPU per request per master and in total, to compare with
+	# the standalone figures above.
+	echo "== Redis Cluster: go run ./cmd/ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor"
+	$GO run ./cmd/ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor
 fi
 echo
 # Events: the same refusal-heavy load (K = 100 users at C = 64: most

@@ -160,7 +160,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		recBase += nk
 	}
 	recs := make([]string, 0, 2*fastKeys)
-	packed := make([]byte, 0, 5*len(reqs)+16*items+17*fastKeys)
+	packed := make([]byte, 0, 7*len(reqs)+16*items+17*fastKeys)
 	c, base := 0, 0
 	for _, r := range reqs {
 		r.base = base
@@ -172,11 +172,10 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		if r.flag {
 			flag = 1
 		}
-		if r.fast {
-			flag |= 2
-		}
 		packed = append(packed, flag)
-		if r.fast {
+		if !r.fast {
+			packed = binary.LittleEndian.AppendUint16(packed, 0)
+		} else {
 			packed = binary.LittleEndian.AppendUint16(packed, uint16(len(r.keys)))
 			for k := range r.keys {
 				packed = binary.LittleEndian.AppendUint32(packed, uint32(kbase+k+1))

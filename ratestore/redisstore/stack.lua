@@ -40,22 +40,23 @@
 --          1 gcra, 2 cooldown, 3 earrrl), half-life (ns; 0: the
 --          period's time constant)
 -- then one string, the requests packed little-endian (struct format
---          '<I4B' per request, '<I4I4d' per item, one after the other):
---          per request its number of items n and a flag ("d": 1 if the
---          message was already refused, so leaky limits are not charged;
---          "w": 1 if the stack admitted the request; "c": ignored; plus
---          2 for a request the caller decided, the fast path below), then
+--          '<I4BI2' per request, '<I4I4d' per item, one after the
+--          other): per request its number of items n, a flag ("d": 1 if
+--          the message was already refused, so leaky limits are not
+--          charged; "w": 1 if the stack admitted the request; "c":
+--          ignored) and m, the number of its keys if the caller decided
+--          it (the fast path below), else 0; then
 --          per item spec*4 + count + 2*refuses (spec counted from 0;
 --          count and refuses 0/1), the index of its record (from 1) and
 --          the cost. One string instead of values per item spares Redis
 --          an object, a Lua string and a number conversion per value.
---          A request with flag 2 has, between its flag and its items,
---          '<I2' m and per record of the request '<I4I4Bd': the index of
+--          A request with m > 0 has, between its m and its items, per
+--          record of the request '<I4I4Bd': the index of
 --          the record, the ARGV index of the record the caller expects
 --          (the record to store follows it in ARGV), what to do with the
 --          key's expiry (0 keep, 1 PEXPIREAT, 2 PEXPIRE, 3 only compare:
 --          nothing of the key changes) and its argument (ms).
--- then the records of the requests with flag 2, two per key: the one
+-- then the records of the requests with m > 0, two per key: the one
 --          expected, the one to store.
 --
 -- The fast path: a caller that knows the current record of every key of
@@ -127,16 +128,15 @@ local K, KO = KEYS, 0
 if #KEYS == 0 then K, KO = ARGV, a end
 
 -- The fast path: the caller decided the request from the records it
--- expects (per key: the ARGV index of its expected record, the new one
--- at that index + 1; what to do with the key's expiry and its argument). fastkey stores key k's new record, and reports whether
--- the old one was the expected one; when it was not, it puts the old one
--- back. A key whose record this call read or wrote already is compared
--- with what it holds now.
--- FD holds 4 values per key k of the current fast request from
--- FD[4k-3]: the key, the expected record's ARGV index, the kind, the ms.
-local FD = {}
-local function fastkey(k)
-  local key, e, kind = FD[4 * k - 3], FD[4 * k - 2], FD[4 * k - 1]
+-- expects (per key: the ARGV index e of its expected record, the one to
+-- store at e + 1; what to do with the key's expiry, and its argument).
+local pos, last = 1, #reqs
+
+-- fastkey stores key's new record and reports whether the old one was
+-- the expected one; when it was not, it puts the old one back. A key
+-- whose record this call read or wrote already is compared with what it
+-- holds now.
+local function fastkey(key, e, kind)
   local cur = cache[key]
   if cur ~= nil then
     if cur ~= ARGV[e] then return false end
@@ -165,11 +165,37 @@ local function fastkey(k)
   return false
 end
 
--- fast confirms a fast request of m keys: every key stored, each expiry
--- set; or, if a record was not the expected one, nothing changed.
+-- expire sets key's expiry as kind says.
+local function expire(key, kind, ms)
+  if kind == 1 then
+    call('PEXPIREAT', key, sformat('%d', ms))
+  elseif kind == 2 then
+    call('PEXPIRE', key, sformat('%d', ms))
+  end
+end
+
+-- fast confirms a fast request of m keys, whose keys' data is at pos:
+-- every key stored, each expiry set; or, if a record was not the
+-- expected one, nothing changed. FD holds 4 values per key k from
+-- FD[4k-3]: the key, e, the kind, the ms.
+local FD
 local function fast(m)
+  if m == 1 then
+    local ki, e, kind, ms
+    ki, e, kind, ms, pos = sunpack('<I4I4Bd', reqs, pos)
+    local key = K[KO + ki]
+    if not fastkey(key, e, kind) then return false end
+    expire(key, kind, ms)
+    return true
+  end
+  FD = FD or {}
   for k = 1, m do
-    if not fastkey(k) then
+    local ki
+    ki, FD[4 * k - 2], FD[4 * k - 1], FD[4 * k], pos = sunpack('<I4I4Bd', reqs, pos)
+    FD[4 * k - 3] = K[KO + ki]
+  end
+  for k = 1, m do
+    if not fastkey(FD[4 * k - 3], FD[4 * k - 2], FD[4 * k - 1]) then
       for j = 1, k - 1 do
         if FD[4 * j - 1] ~= 3 then
           local key, old = FD[4 * j - 3], ARGV[FD[4 * j - 2]]
@@ -181,12 +207,7 @@ local function fast(m)
     end
   end
   for k = 1, m do
-    local kind = FD[4 * k - 1]
-    if kind == 1 then
-      call('PEXPIREAT', FD[4 * k - 3], sformat('%d', FD[4 * k]))
-    elseif kind == 2 then
-      call('PEXPIRE', FD[4 * k - 3], sformat('%d', FD[4 * k]))
-    end
+    expire(FD[4 * k - 3], FD[4 * k - 1], FD[4 * k])
   end
   return true
 end
@@ -196,7 +217,6 @@ end
 local parts, np = {}, 0
 local FZ = '\32' .. string.rep('\0', 20)
 local recs, nrec = {}, 0
-local pos, last = 1, #reqs
 
 -- decide is made by slow(), once a request is to be decided here: the
 -- fast path needs none of what it makes, and a script call pays for
@@ -542,18 +562,8 @@ local function slow()
 end
 
 while pos <= last do
-  local n, flag
-  n, flag, pos = sunpack('<I4B', reqs, pos)
-  local m = 0
-  if flag >= 2 then
-    m, pos = sunpack('<I2', reqs, pos)
-    for k = 1, m do
-      local ki, e, kind, ms
-      ki, e, kind, ms, pos = sunpack('<I4I4Bd', reqs, pos)
-      FD[4 * k - 3], FD[4 * k - 2], FD[4 * k - 1], FD[4 * k] = K[KO + ki], e, kind, ms
-    end
-    flag = flag - 2
-  end
+  local n, flag, m
+  n, flag, m, pos = sunpack('<I4BI2', reqs, pos)
   if m > 0 and fast(m) then
     -- Confirmed: the items (16 bytes each) are not needed.
     pos = pos + 16 * n
