@@ -133,23 +133,16 @@ if #KEYS == 0 then K, KO = ARGV, a end
 local pos, last = 1, #reqs
 
 -- fastkey stores key's new record and reports whether the old one was
--- the expected one; when it was not, it puts the old one back. A key
--- whose record this call read or wrote already is compared with what it
--- holds now.
+-- the expected one; when it was not, it puts the old one back. It keeps
+-- nothing in cache (a script call pays for every entry it adds): a later
+-- request of the call finds the record in Redis, and one that the script
+-- decides reads it there; only a record the script read already is
+-- updated in cache.
+local bad -- made by slow(): bad[key] once key's record does not parse
 local function fastkey(key, e, kind)
-  local cur = cache[key]
-  if cur ~= nil then
-    if cur ~= ARGV[e] then return false end
-    if kind ~= 3 then
-      call('SET', key, ARGV[e + 1], 'KEEPTTL')
-      cache[key] = ARGV[e + 1]
-    end
-    return true
-  end
+  local cur
   if kind == 3 then
     cur = pcall_('GET', key)
-    if type(cur) == 'table' then return false end
-    cache[key] = cur or ''
     return cur == ARGV[e]
   end
   cur = pcall_('SET', key, ARGV[e + 1], 'KEEPTTL', 'GET')
@@ -157,11 +150,10 @@ local function fastkey(key, e, kind)
   -- nothing.
   if type(cur) == 'table' then return false end
   if cur == ARGV[e] then
-    cache[key] = ARGV[e + 1]
+    if cache[key] ~= nil then cache[key], bad[key] = ARGV[e + 1], false end
     return true
   end
   if cur then call('SET', key, cur, 'KEEPTTL') else call('DEL', key) end
-  cache[key] = cur or ''
   return false
 end
 
@@ -200,7 +192,7 @@ local function fast(m)
         if FD[4 * j - 1] ~= 3 then
           local key, old = FD[4 * j - 3], ARGV[FD[4 * j - 2]]
           call('SET', key, old, 'KEEPTTL')
-          cache[key] = old
+          if cache[key] ~= nil then cache[key], bad[key] = old, false end
         end
       end
       return false
@@ -366,8 +358,7 @@ local function slow()
     x = x + 6
   end
 
-  -- bad[key] is set once the record of key was found not to parse.
-  local bad = {}
+  bad = {}
   -- valid reports whether record v parses: the expiry, then whole entries.
   local function valid(v)
     local p, last = 9, #v
