@@ -34,10 +34,20 @@ func defaultStack(key string) []policy.StackItem {
 // redis-cpu-µs/op: the server's CPU time, INFO cpu, which includes
 // reading and answering the calls) and the stacks per script call
 // (batching).
+//
+// FastPath is the default store; ScriptOnly turns the fast path off
+// (Options.KnownRecords < 0): the script decides every stack.
 func BenchmarkEvaluateStack(b *testing.B) {
-	srv := redistest.Start(b)
-	s := open(b, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix})
-	benchmarkStacks(b, s, srv)
+	for _, c := range []struct {
+		name  string
+		known int
+	}{{"FastPath", 0}, {"ScriptOnly", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			s := open(b, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix, KnownRecords: c.known})
+			benchmarkStacks(b, []*redisstore.Store{s}, srv)
+		})
+	}
 }
 
 // BenchmarkEvaluateStackCluster is BenchmarkEvaluateStack on a Redis
@@ -50,7 +60,26 @@ func BenchmarkEvaluateStackCluster(b *testing.B) {
 		addrs[i] = n.Addr
 	}
 	s := open(b, redisstore.Options{Addrs: addrs, Timeout: 5 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix})
-	benchmarkStacks(b, s, nodes...)
+	benchmarkStacks(b, []*redisstore.Store{s}, nodes...)
+}
+
+// BenchmarkEvaluateStackTwoHosts is BenchmarkEvaluateStack with two
+// stores (two hosts) taking turns with each user's messages, the worst
+// case of the fast path: each host finds the record the other wrote, so
+// every fast decision is refused and the script decides. Its ScriptOnly
+// variant turns the fast path off (Options.KnownRecords < 0) for
+// comparison.
+func BenchmarkEvaluateStackTwoHosts(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		known int
+	}{{"FastPath", 0}, {"ScriptOnly", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			o := redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix, KnownRecords: c.known}
+			benchmarkStacks(b, []*redisstore.Store{open(b, o), open(b, o)}, srv)
+		})
+	}
 }
 
 // prefillUsers decides one default stack for each of users users (named
@@ -75,9 +104,12 @@ func prefillUsers(b *testing.B, s *redisstore.Store, users int, name func(u int6
 }
 
 // benchmarkStacks is BenchmarkEvaluateStack on the Redis srv (every
-// master in srvs) through s.
-func benchmarkStacks(b *testing.B, s *redisstore.Store, srvs ...*redistest.Server) {
-	prefillUsers(b, s, 100000, func(u int64) string { return "user" + strconv.FormatInt(u%100000, 10) })
+// master in srvs) through the hosts ss: a user's n-th message goes
+// through host n % len(ss).
+func benchmarkStacks(b *testing.B, ss []*redisstore.Store, srvs ...*redistest.Server) {
+	for _, s := range ss {
+		prefillUsers(b, s, 100000, func(u int64) string { return "user" + strconv.FormatInt(u%100000, 10) })
+	}
 	for _, srv := range srvs {
 		srv.Must("CONFIG", "RESETSTAT")
 	}
@@ -98,7 +130,9 @@ func benchmarkStacks(b *testing.B, s *redisstore.Store, srvs ...*redistest.Serve
 	b.RunParallel(func(pb *testing.PB) {
 		out := make([]policy.StackResult, 2)
 		for pb.Next() {
-			key := "user" + strconv.FormatInt(n.Add(1)%100000, 10)
+			m := n.Add(1)
+			key := "user" + strconv.FormatInt(m%100000, 10)
+			s := ss[(m/100000)%int64(len(ss))]
 			if err := s.EvaluateStack(context.Background(), time.Now(), defaultStack(key), false, out); err != nil {
 				b.Fatal(err)
 			}

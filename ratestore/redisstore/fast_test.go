@@ -172,3 +172,85 @@ func TestFastPathRefusalKeepsExpiry(t *testing.T) {
 		t.Errorf("host a: fast path confirmed %d, refused %d; want 1 and 2", c, r)
 	}
 }
+
+// TestFastPathRefusalPutsBackWhatItDoesNotChange: a host decides from a
+// record another host has changed since: its fast decision (admit) is
+// refused, the script decides from the record in Redis (the sender is
+// over the leaky limit now: refused, nothing stored), and the record the
+// host had already replaced is put back byte for byte, with its expiry.
+func TestFastPathRefusalPutsBackWhatItDoesNotChange(t *testing.T) {
+	srv := redistest.Start(t)
+	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
+	a, b := open(t, o), open(t, o)
+	key := a.Key("hourly", "dave")
+	if !admit(t, a, time.Now(), tenPerHour("dave")) {
+		t.Fatal("first message refused")
+	}
+	for range 10 {
+		admit(t, b, time.Now(), tenPerHour("dave"))
+	}
+	before := srv.Must("GET", key)
+	if admit(t, a, time.Now(), tenPerHour("dave")) {
+		t.Error("the 12th message was admitted: host a decided from its stale record")
+	}
+	if after := srv.Must("GET", key); after != before {
+		t.Errorf("record changed by a refused message: %q, was %q", after, before)
+	}
+	if ttl, _ := strconv.ParseInt(srv.Must("PTTL", key), 10, 64); ttl <= 0 {
+		t.Errorf("PTTL %d after the record was put back, want its expiry", ttl)
+	}
+	if c, r := a.FastPath(); c != 0 || r != 1 {
+		t.Errorf("host a: fast path confirmed %d, refused %d; want 0 and 1", c, r)
+	}
+}
+
+// TestFastPathBesideScriptInOneCall: one script call holds, for the
+// same sender, a request the script decides (its other key is not known)
+// after a fast request: the script reads the record the fast request
+// stored, not the one it read at the start of the call, and the counts
+// are exact. Run through the store's batching, with many concurrent
+// requests for a few senders and a per-client-address key that changes.
+func TestFastPathBesideScriptInOneCall(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}})
+	stack := func(user string, ip int) []policy.StackItem {
+		return []policy.StackItem{
+			{Limit: "hourly", Key: user, Params: ratelimit.Limit{Limit: 1000, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+			{Limit: "byip", Key: "10.0.0." + strconv.Itoa(ip), Params: ratelimit.Limit{Limit: 1000, Period: time.Hour}, Cost: 1, Count: true, Refuses: true},
+		}
+	}
+	const users, rounds = 4, 60
+	done := make(chan error)
+	for g := range 16 {
+		go func() {
+			var err error
+			out := make([]policy.StackResult, 2)
+			for i := range rounds {
+				// A new client address every few messages: that
+				// request's second record is not known.
+				if e := s.EvaluateStack(context.Background(), time.Now(), stack(fmt.Sprintf("u%d", g%users), (g*rounds+i)/3), false, out); e != nil && err == nil {
+					err = e
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 16 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, r := s.FastPath()
+	t.Logf("fast path confirmed %d, refused %d", c, r)
+	for u := range users {
+		st, err := s.Get(context.Background(), "hourly", fmt.Sprintf("u%d", u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 4 goroutines x 60 messages each, within a second or two: the
+		// rate is the count, less a hair of decay.
+		if want := float64(16 / users * rounds); st.Rate > want || st.Rate < want*0.999 {
+			t.Errorf("user u%d: rate %v, want about %v (every message counted once)", u, st.Rate, want)
+		}
+	}
+}

@@ -160,13 +160,36 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		recBase += nk
 	}
 	recs := make([]string, 0, 2*fastKeys)
-	packed := make([]byte, 0, 7*len(reqs)+16*items+17*fastKeys)
+	packed := make([]byte, 0, 5+7*len(reqs)+16*items+17*fastKeys)
+	// The keys of the requests the script decides come first: it reads
+	// them with one MGET (not with keysInArgs: a Cluster batch's keys
+	// fall in many slots). Then the fast requests' keys.
+	kbases := make([]int, len(reqs))
+	for pass := range 2 {
+		for ri, r := range reqs {
+			if r.fast == (pass == 1) {
+				kbases[ri] = len(keys)
+				keys = append(keys, r.keys...)
+			}
+		}
+		if pass == 0 {
+			read := len(keys)
+			if keysInArgs {
+				read = 0
+			}
+			packed = binary.LittleEndian.AppendUint32(packed, uint32(read))
+			wantRecs := byte(0)
+			if phase == "d" && s.known != nil {
+				wantRecs = 1
+			}
+			packed = append(packed, wantRecs)
+		}
+	}
 	c, base := 0, 0
-	for _, r := range reqs {
+	for ri, r := range reqs {
 		r.base = base
 		base += len(r.idx)
-		kbase := len(keys)
-		keys = append(keys, r.keys...)
+		kbase := kbases[ri]
 		packed = binary.LittleEndian.AppendUint32(packed, uint32(len(r.idx)))
 		flag := byte(0)
 		if r.flag {

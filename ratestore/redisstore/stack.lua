@@ -27,7 +27,7 @@
 --          slots (one call may declare the keys of one slot only;
 --          undeclared keys of other slots are allowed to scripts without
 --          flags). Records are read one by one (GET) when a request is
---          decided here.
+--          decided here and its record was not read at once.
 -- ARGV[1]  phase: "d" decide and commit, "c" check only (no writes),
 --          "w" commit with the verdict given per request
 -- ARGV[2], ARGV[3]  "" "" to use Redis TIME, "?" "" to read TIME only if
@@ -39,7 +39,11 @@
 --          1 strict, 2 forgiving, 3 readonly), algorithm (0 exponential,
 --          1 gcra, 2 cooldown, 3 earrrl), half-life (ns; 0: the
 --          period's time constant)
--- then one string, the requests packed little-endian (struct format
+-- then one string, the requests packed little-endian: '<I4' the number
+--          of KEYS, from the first, that the script reads at once (MGET:
+--          those of the requests it is to decide), 'B' 1 if the caller
+--          wants the records the requests decided here leave, then
+--          (struct format
 --          '<I4BI2' per request, '<I4I4d' per item, one after the
 --          other): per request its number of items n, a flag ("d": 1 if
 --          the message was already refused, so leaky limits are not
@@ -64,7 +68,8 @@
 -- records it expects and the ones to store. Each is stored with one
 -- SET ... KEEPTTL GET, whose answer, the old record, must be the
 -- expected one; if one is not (another host wrote the key since), the
--- old records are put back and the request is decided here as any other.
+-- request is decided here from the old records, as any other, and the
+-- records it does not change are put back.
 -- Either way each request is decided on the state Redis holds.
 --
 -- A request's record is written once (SET), with all its limits. Its
@@ -130,15 +135,25 @@ if #KEYS == 0 then K, KO = ARGV, a end
 -- The fast path: the caller decided the request from the records it
 -- expects (per key: the ARGV index e of its expected record, the one to
 -- store at e + 1; what to do with the key's expiry, and its argument).
-local pos, last = 1, #reqs
+local pos, last = 6, #reqs
+-- The records of the requests decided here, one MGET for all; whether
+-- the caller wants the records left (it has a fast path).
+local nread, wantrecs = sunpack('<I4B', reqs)
+if nread > 0 then
+  local vals = call('MGET', unpack(KEYS, 1, nread))
+  for i = 1, nread do cache[KEYS[i]] = vals[i] or '' end
+end
 
 -- fastkey stores key's new record and reports whether the old one was
--- the expected one; when it was not, it puts the old one back. It keeps
--- nothing in cache (a script call pays for every entry it adds): a later
--- request of the call finds the record in Redis, and one that the script
--- decides reads it there; only a record the script read already is
--- updated in cache.
+-- the expected one. It keeps nothing in cache (a script call pays for
+-- every entry it adds): a later request of the call finds the record in
+-- Redis, and only a record the script read already is updated in cache.
+-- When the old record was not the expected one (another host wrote it
+-- since), the key holds the caller's record until the script, deciding
+-- the request itself from the old record (cache), writes its own or puts
+-- the old one back (dirty[key]: the old record, false for none).
 local bad -- made by slow(): bad[key] once key's record does not parse
+local dirty -- made by the first refusal
 local function fastkey(key, e, kind)
   local cur
   if kind == 3 then
@@ -150,10 +165,15 @@ local function fastkey(key, e, kind)
   -- nothing.
   if type(cur) == 'table' then return false end
   if cur == ARGV[e] then
-    if cache[key] ~= nil then cache[key], bad[key] = ARGV[e + 1], false end
+    if cache[key] ~= nil then
+      cache[key] = ARGV[e + 1]
+      if bad then bad[key] = false end
+    end
     return true
   end
-  if cur then call('SET', key, cur, 'KEEPTTL') else call('DEL', key) end
+  dirty = dirty or {}
+  dirty[key], cache[key] = cur or false, cur or ''
+  if bad then bad[key] = nil end
   return false
 end
 
@@ -191,8 +211,9 @@ local function fast(m)
       for j = 1, k - 1 do
         if FD[4 * j - 1] ~= 3 then
           local key, old = FD[4 * j - 3], ARGV[FD[4 * j - 2]]
-          call('SET', key, old, 'KEEPTTL')
-          if cache[key] ~= nil then cache[key], bad[key] = old, false end
+          dirty = dirty or {}
+          dirty[key], cache[key] = old, old
+          if bad then bad[key] = nil end
         end
       end
       return false
@@ -329,6 +350,7 @@ local function slow()
   -- states need it to live until need (Unix ms; with the caller's time, a
   -- lifetime in ms), with slack more when a later expiry must be set.
   local function write(key, v, need, slack)
+    if dirty then dirty[key] = nil end
     if caller then
       -- Expiries count on Redis's clock: with the caller's time (tests,
       -- replays) they are made at least an hour long.
@@ -417,6 +439,7 @@ local function slow()
   local OR, OF = {}, {} -- per item its previous state ('' for none), its flag
   local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
   local Z20 = string.rep('\0', 20)
+  local F = {} -- flag byte c -> the one-character string
 
   -- decide decides here a request of n items, packed at pos (flag as
   -- in the packed request), and adds its answer to parts.
@@ -522,7 +545,19 @@ local function slow()
         if key then cache[key], bad[key] = write(key, v, need, slack), false end
       end
     end
-    if here and phase == 'd' then
+    if dirty then
+      -- The records of a refused fast request that the script left as
+      -- they were: put them back.
+      for i = 1, n do
+        local key = IK[i]
+        local old = dirty[key]
+        if old ~= nil then
+          if old then call('SET', key, old, 'KEEPTTL') else call('DEL', key) end
+          dirty[key] = nil
+        end
+      end
+    end
+    if here and phase == 'd' and wantrecs == 1 then
       -- The records the request leaves, for the caller's fast path: per
       -- key (in order of first use) its length and the record.
       for i = 1, n do
@@ -540,15 +575,20 @@ local function slow()
     end
     for i = 1, n do
       local raw, c = OR[i], OF[i]
-      if raw == '' then
-        parts[np + i] = schar(c) .. Z20
-      elseif #raw == 20 then
-        parts[np + i] = schar(c + 4) .. raw
+      if raw ~= '' then
+        c = c + 4
+        if #raw ~= 20 then raw = ssub(raw, 1, 20) end
       else
-        parts[np + i] = schar(c + 4) .. ssub(raw, 1, 20)
+        raw = Z20
       end
+      local f = F[c]
+      if not f then
+        f = schar(c)
+        F[c] = f
+      end
+      parts[np + 1], parts[np + 2] = f, raw
+      np = np + 2
     end
-    np = np + n
   end
 end
 
