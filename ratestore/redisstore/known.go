@@ -9,11 +9,11 @@ import (
 // remembers for its fast path when Options.KnownRecords is zero. A
 // record of up to knownInline bytes (two limits with names of up to 18
 // bytes each) is kept inline, without pointers for the garbage collector
-// to follow, under a 64-bit hash of its rate key: 131,072 of them took
-// about 14 MiB of heap after 1,000,000 distinct keys had gone through the
-// cache (with the deletions of a single map instead of generations, 45
-// MiB). A longer one is kept as a string beside it.
-const DefaultKnownRecords = 1 << 17
+// to follow, under a 64-bit hash of its rate key; a longer one is kept
+// as a string beside it. 114,688 is 16 shards of 7,168 records, which
+// fill a map of 8,192 slots of 80 bytes to Go's maximum load of 7/8:
+// about 10.5 MiB in all.
+const DefaultKnownRecords = 16 * 7168
 
 // knownShards spreads the remembered records over independently locked
 // maps, so that concurrent decisions rarely wait for each other.
@@ -29,16 +29,14 @@ const knownInline = 71
 // remembered before storing the new one. A wrong entry (another host
 // wrote the key, a `rate reset`, a merge, a failed call, two keys whose
 // hashes collide) costs one decision by the script, never a wrong one:
-// the script compares the whole record. Each shard keeps two
-// generations: records are added to the current one, and when it is
-// full the previous one is dropped and the current one takes its place,
-// so the records used recently stay (a record found in the previous
-// generation moves to the current one) and memory stays bounded without
-// the deleted slots that a map keeps after deletions. Safe for
+// the script compares the whole record. When a shard is full it is
+// rebuilt with an arbitrary three quarters of its records: a map keeps
+// the slots of deleted entries, so deleting a few at a time let 131,072
+// records take 45 MiB after 1,000,000 keys had gone through. Safe for
 // concurrent use.
 type knownRecords struct {
 	seed   maphash.Seed
-	max    int // entries per generation of a shard
+	max    int // entries per shard
 	shards [knownShards]knownShard
 }
 
@@ -48,36 +46,18 @@ type knownRecord struct {
 	b [knownInline]byte
 }
 
-// knownGen is one generation of a shard.
-type knownGen struct {
+type knownShard struct {
+	mu   sync.Mutex
 	m    map[uint64]knownRecord
 	long map[uint64]string // records longer than knownInline
 }
 
-func newKnownGen() knownGen {
-	return knownGen{m: make(map[uint64]knownRecord), long: make(map[uint64]string)}
-}
-
-func (g *knownGen) get(h uint64) (string, bool) {
-	if r, ok := g.m[h]; ok {
-		return string(r.b[:r.n]), true
-	}
-	rec, ok := g.long[h]
-	return rec, ok
-}
-
-func (g *knownGen) len() int { return len(g.m) + len(g.long) }
-
-type knownShard struct {
-	mu        sync.Mutex
-	cur, prev knownGen
-}
-
 // newKnownRecords returns a cache of about n records (n > 0).
 func newKnownRecords(n int) *knownRecords {
-	k := &knownRecords{seed: maphash.MakeSeed(), max: max(n/knownShards/2, 1)}
+	k := &knownRecords{seed: maphash.MakeSeed(), max: max(n/knownShards, 1)}
 	for i := range k.shards {
-		k.shards[i].cur, k.shards[i].prev = newKnownGen(), newKnownGen()
+		k.shards[i].m = make(map[uint64]knownRecord)
+		k.shards[i].long = make(map[uint64]string)
 	}
 	return k
 }
@@ -92,13 +72,10 @@ func (k *knownRecords) get(key string) (string, bool) {
 	sh, h := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if rec, ok := sh.cur.get(h); ok {
-		return rec, true
+	if r, ok := sh.m[h]; ok {
+		return string(r.b[:r.n]), true
 	}
-	rec, ok := sh.prev.get(h)
-	if ok {
-		k.add(sh, h, rec)
-	}
+	rec, ok := sh.long[h]
 	return rec, ok
 }
 
@@ -107,40 +84,56 @@ func (k *knownRecords) set(key, rec string) {
 	sh, h := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if rec == "" {
-		for _, g := range []*knownGen{&sh.cur, &sh.prev} {
-			delete(g.m, h)
-			delete(g.long, h)
+	_, inline := sh.m[h]
+	_, long := sh.long[h]
+	if rec == "" || (inline && len(rec) > knownInline) || (long && len(rec) <= knownInline) {
+		delete(sh.m, h)
+		delete(sh.long, h)
+		inline, long = false, false
+		if rec == "" {
+			return
 		}
-		return
 	}
-	k.add(sh, h, rec)
-}
-
-// add puts rec in sh's current generation (sh.mu held).
-func (k *knownRecords) add(sh *knownShard, h uint64, rec string) {
-	if _, ok := sh.cur.get(h); !ok && sh.cur.len() >= k.max {
-		sh.prev, sh.cur = sh.cur, newKnownGen()
+	if !inline && !long && len(sh.m)+len(sh.long) >= k.max {
+		sh.rebuild(k.max)
 	}
 	if len(rec) > knownInline {
-		delete(sh.cur.m, h)
-		sh.cur.long[h] = rec
+		sh.long[h] = rec
 		return
 	}
-	delete(sh.cur.long, h)
 	var r knownRecord
 	r.n = uint8(copy(r.b[:], rec))
-	sh.cur.m[h] = r
+	sh.m[h] = r
 }
 
-// len returns the number of records remembered (a record in both
-// generations counts twice).
+// rebuild keeps three quarters of the shard's records (of at most max)
+// in new maps (sh.mu held).
+func (sh *knownShard) rebuild(max int) {
+	keep := max * 3 / 4
+	m := make(map[uint64]knownRecord, max)
+	for h, r := range sh.m {
+		if len(m) >= keep {
+			break
+		}
+		m[h] = r
+	}
+	long := make(map[uint64]string)
+	for h, rec := range sh.long {
+		if len(m)+len(long) >= keep {
+			break
+		}
+		long[h] = rec
+	}
+	sh.m, sh.long = m, long
+}
+
+// len returns the number of records remembered.
 func (k *knownRecords) len() int {
 	n := 0
 	for i := range k.shards {
 		sh := &k.shards[i]
 		sh.mu.Lock()
-		n += sh.cur.len() + sh.prev.len()
+		n += len(sh.m) + len(sh.long)
 		sh.mu.Unlock()
 	}
 	return n
