@@ -289,7 +289,8 @@ func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus, now time.Time) 
 // clockOffset says how this host's clock stands to Redis's, given
 // Redis's minus this host's.
 func clockOffset(d time.Duration) string {
-	d = d.Round(time.Millisecond)
+	// Known to within a round trip to Redis: shown to the second.
+	d = d.Round(time.Second)
 	switch {
 	case d > 0:
 		return d.String() + " behind redis"
