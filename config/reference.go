@@ -85,6 +85,7 @@ var Keys = []Key{
 	{Name: "store.on_redis_error", Default: `"local"`, Doc: "When Redis fails: local (decide from this host's copy of the states Redis returned; add what it counted to Redis once on recovery), dunno or defer (docs/redis.md)."},
 	{Name: "store.degraded_share", Default: `"last"`, Doc: "With on_redis_error = local: last (each host may use the whole limit from the state it last knew) or split (each host gets limit/redis_hosts while degraded)."},
 	{Name: "store.redis_hosts", Default: "1", Unit: "hosts", Doc: "How many hosts share the Redis state: the N of degraded_share = split."},
+	{Name: "store.redis_known_records", DefaultNote: "0 (114,688)", Unit: "records", Doc: "Rate keys whose Redis record each host remembers for the fast path (the host decides, the script only confirms; about 100 bytes each; docs/redis.md). 0: the default; -1: no fast path, the script decides every request."},
 	{Name: "store.key_prefix", Default: `"ratelimitd:"`, Doc: "Starts every Redis key; must not contain '{' or '}'."},
 
 	{Name: "quarantine.max_size", Default: `"2G"`, Unit: "bytes", Doc: "Bound on the bytes of frozen messages stored; a freeze beyond it is temp-failed, never lost."},

@@ -42,6 +42,11 @@ type Store struct {
 	// RedisHosts is the number of hosts sharing the Redis state (for
 	// DegradedShare "split" and the documented bound); default 1.
 	RedisHosts int `toml:"redis_hosts"`
+	// RedisKnownRecords is how many rate keys' Redis records each host
+	// remembers for the fast path (the decision made on the host and
+	// only confirmed by the script; docs/redis.md): 0 means the default,
+	// 114,688 (about 11 MiB), -1 turns the fast path off.
+	RedisKnownRecords int `toml:"redis_known_records"`
 	// KeyPrefix starts every Redis key; default "ratelimitd:". It must not
 	// contain '{' or '}' (Redis Cluster hash tags).
 	KeyPrefix string `toml:"key_prefix"`
@@ -113,6 +118,9 @@ func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Dura
 	}
 	if s.RedisHosts < 1 {
 		bad("redis_hosts", "must be at least 1")
+	}
+	if s.RedisKnownRecords < -1 {
+		bad("redis_known_records", "%d (want a number of records, 0 for the default or -1 for none)", s.RedisKnownRecords)
 	}
 	switch s.OnRedisError {
 	case "local", "dunno", "defer":

@@ -49,6 +49,7 @@ backend = "redis"
 redis_addrs = ["localhost"]
 on_redis_error = "panic"
 key_prefix = "rl{x}:"
+redis_known_records = -2
 
 [[limit]]
 name = "burst"
@@ -64,7 +65,7 @@ algorithm = "gcra"
 		t.Errorf("a gcra limit refused with the redis backend: %v", err)
 	}
 	for _, want := range []string{`store.redis_addrs: "localhost" is not host:port`, `store.on_redis_error: "panic"`,
-		"store.key_prefix"} {
+		"store.key_prefix", "store.redis_known_records: -2"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}

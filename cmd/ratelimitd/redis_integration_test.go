@@ -288,3 +288,33 @@ func TestRedisStartWithoutRedis(t *testing.T) {
 		t.Errorf("start and join not logged once each:\n%s", logs)
 	}
 }
+
+// TestRedisKnownRecordsSetting: [store] redis_known_records reaches the
+// store. With the default, a sender's messages after the first are
+// decided by the fast path (ratelimitd_redis_fast_path_total, confirmed);
+// with -1 none is, and every one is still decided in Redis.
+func TestRedisKnownRecordsSetting(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, c := range []struct {
+		setting string
+		want    float64
+	}{{"", 4}, {"redis_known_records = -1\n", 0}} {
+		dir := t.TempDir()
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfg := strings.Replace(redisConfig(srv.Addr, "local"), "key_prefix = \"it:\"\n",
+			"key_prefix = \"known"+fmt.Sprint(c.want)+":\"\n"+c.setting, 1)
+		td := startTestDaemon(t, writeConfig(t, dir, addr, cfg))
+		for range 5 {
+			if got := policyQuery(t, addr, "wanda", "RCPT"); got != "action=DUNNO" {
+				t.Fatalf("%q: %s", c.setting, got)
+			}
+		}
+		// The first value of the family is result="confirmed".
+		if v := gauge(t, td, "ratelimitd_redis_fast_path_total"); v != c.want {
+			t.Errorf("%q: fast path confirmed %v of 5 messages, want %v", c.setting, v, c.want)
+		}
+		if st := td.d.Status(); st.Store == nil || st.Store.Degraded {
+			t.Errorf("%q: store status %+v", c.setting, st.Store)
+		}
+	}
+}

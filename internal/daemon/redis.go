@@ -22,7 +22,7 @@ import (
 func redisOptions(s config.Store, limits func(string) (ratelimit.Limit, bool)) redisstore.Options {
 	o := redisstore.Options{Addrs: s.RedisAddrs, SentinelMaster: s.RedisSentinelMaster, Username: s.RedisUsername,
 		Password: s.RedisPassword, DB: s.RedisDB, Timeout: time.Duration(s.RedisTimeout), KeyPrefix: s.KeyPrefix,
-		Limits: limits}
+		Limits: limits, KnownRecords: s.RedisKnownRecords}
 	if s.RedisTLS {
 		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
