@@ -25,6 +25,14 @@ func defaultStack(key string) []policy.StackItem {
 	}
 }
 
+// fastPathVariants are the stores a benchmark compares: the default one
+// (FastPath) and one without the fast path (ScriptOnly,
+// Options.KnownRecords < 0).
+var fastPathVariants = []struct {
+	name  string
+	known int
+}{{"FastPath", 0}, {"ScriptOnly", -1}}
+
 // BenchmarkEvaluateStack decides the default stack (200/hour leaky +
 // 1000/day strict) for 100,000 users from 64 goroutines on a local
 // redis-server, each user holding a state already (one stack each
@@ -38,10 +46,7 @@ func defaultStack(key string) []policy.StackItem {
 // FastPath is the default store; ScriptOnly turns the fast path off
 // (Options.KnownRecords < 0): the script decides every stack.
 func BenchmarkEvaluateStack(b *testing.B) {
-	for _, c := range []struct {
-		name  string
-		known int
-	}{{"FastPath", 0}, {"ScriptOnly", -1}} {
+	for _, c := range fastPathVariants {
 		b.Run(c.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			s := open(b, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix, KnownRecords: c.known})
@@ -70,10 +75,7 @@ func BenchmarkEvaluateStackCluster(b *testing.B) {
 // variant turns the fast path off (Options.KnownRecords < 0) for
 // comparison.
 func BenchmarkEvaluateStackTwoHosts(b *testing.B) {
-	for _, c := range []struct {
-		name  string
-		known int
-	}{{"FastPath", 0}, {"ScriptOnly", -1}} {
+	for _, c := range fastPathVariants {
 		b.Run(c.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			o := redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second, KeyPrefix: redisstore.DefaultKeyPrefix, KnownRecords: c.known}

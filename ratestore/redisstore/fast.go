@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -204,9 +203,7 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 		case err == nil && flag&flagFast != 0:
 			continue // known since assemble (remember)
 		case err != nil || flag&flagNotHere != 0:
-			for _, key := range r.keys {
-				s.known.set(key, "")
-			}
+			s.forget(r)
 			continue
 		}
 		for _, key := range r.keys {
@@ -222,10 +219,22 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 			if !recordValid(rec) {
 				rec = ""
 			}
-			s.known.set(key, strings.Clone(rec))
+			s.known.set(key, rec)
 		}
 	}
 	return nil
+}
+
+// forget drops the known records of r's keys: a call that failed may or
+// may not have changed them, and a commit of a stack of several Cluster
+// slots (phase "w") changes them without saying how.
+func (s *Store) forget(r *request) {
+	if s.known == nil {
+		return
+	}
+	for _, key := range r.keys {
+		s.known.set(key, "")
+	}
 }
 
 // FastPath returns how many requests the fast path decided in Go and the

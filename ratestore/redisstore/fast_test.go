@@ -14,12 +14,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
-// tenPerHour is a stack of one limit, 10/hour leaky, counted and refusing.
-func tenPerHour(key string) []policy.StackItem {
-	return []policy.StackItem{{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 10, Period: time.Hour},
-		Cost: 1, Count: true, Refuses: true}}
-}
-
 // admit decides the stack on s at now and reports whether it admitted.
 func admit(t *testing.T, s policy.StackEvaluator, now time.Time, items []policy.StackItem) bool {
 	t.Helper()
@@ -50,7 +44,7 @@ func TestFastPathDecidesKnownSenders(t *testing.T) {
 	t0 := time.Now()
 	for i := range 30 {
 		now := t0.Add(time.Duration(i) * time.Second)
-		a, b := admit(t, fast, now, tenPerHour("alice")), admit(t, script, now, tenPerHour("alice"))
+		a, b := admit(t, fast, now, hourly("alice")), admit(t, script, now, hourly("alice"))
 		if a != b {
 			t.Fatalf("message %d: fast path admitted %v, script %v", i, a, b)
 		}
@@ -91,7 +85,7 @@ func TestFastPathRefusedWhenAnotherHostWrote(t *testing.T) {
 	hosts := []*redisstore.Store{open(t, o), open(t, o)}
 	admitted := 0
 	for i := range 30 {
-		if admit(t, hosts[i%2], time.Now(), tenPerHour("bob")) {
+		if admit(t, hosts[i%2], time.Now(), hourly("bob")) {
 			admitted++
 		}
 	}
@@ -112,7 +106,7 @@ func TestFastPathRefusedWhenAnotherHostWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make([]policy.StackResult, 1)
-	if err := hosts[0].EvaluateStack(context.Background(), time.Now(), tenPerHour("bob"), false, out); err != nil {
+	if err := hosts[0].EvaluateStack(context.Background(), time.Now(), hourly("bob"), false, out); err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Result.Over || out[0].Result.Rate != 1 {
@@ -137,13 +131,13 @@ func TestFastPathRefusalKeepsExpiry(t *testing.T) {
 		}
 		return v
 	}
-	admit(t, a, time.Now(), tenPerHour("carol"))
-	admit(t, a, time.Now(), tenPerHour("carol")) // fast: confirmed
-	admit(t, b, time.Now(), tenPerHour("carol")) // b decides: a's record is stale
+	admit(t, a, time.Now(), hourly("carol"))
+	admit(t, a, time.Now(), hourly("carol")) // fast: confirmed
+	admit(t, b, time.Now(), hourly("carol")) // b decides: a's record is stale
 	if ttl := pttl(); ttl <= 0 {
 		t.Fatalf("PTTL %d after another host's write, want an expiry", ttl)
 	}
-	admit(t, a, time.Now(), tenPerHour("carol")) // refused, decided by the script
+	admit(t, a, time.Now(), hourly("carol")) // refused, decided by the script
 	if ttl := pttl(); ttl <= 0 {
 		t.Errorf("PTTL %d after a refused fast decision, want the expiry kept", ttl)
 	}
@@ -159,7 +153,7 @@ func TestFastPathRefusalKeepsExpiry(t *testing.T) {
 	}
 	srv.Must("DEL", key)
 	out := make([]policy.StackResult, 1)
-	if err := a.EvaluateStack(context.Background(), time.Now(), tenPerHour("carol"), false, out); err != nil {
+	if err := a.EvaluateStack(context.Background(), time.Now(), hourly("carol"), false, out); err != nil {
 		t.Fatal(err)
 	}
 	if out[0].Result.Rate != 1 || !out[0].Prev.IsZero() {
@@ -183,14 +177,14 @@ func TestFastPathRefusalPutsBackWhatItDoesNotChange(t *testing.T) {
 	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
 	a, b := open(t, o), open(t, o)
 	key := a.Key("hourly", "dave")
-	if !admit(t, a, time.Now(), tenPerHour("dave")) {
+	if !admit(t, a, time.Now(), hourly("dave")) {
 		t.Fatal("first message refused")
 	}
 	for range 10 {
-		admit(t, b, time.Now(), tenPerHour("dave"))
+		admit(t, b, time.Now(), hourly("dave"))
 	}
 	before := srv.Must("GET", key)
-	if admit(t, a, time.Now(), tenPerHour("dave")) {
+	if admit(t, a, time.Now(), hourly("dave")) {
 		t.Error("the 12th message was admitted: host a decided from its stale record")
 	}
 	if after := srv.Must("GET", key); after != before {
@@ -252,5 +246,40 @@ func TestFastPathBesideScriptInOneCall(t *testing.T) {
 		if want := float64(16 / users * rounds); st.Rate > want || st.Rate < want*0.999 {
 			t.Errorf("user u%d: rate %v, want about %v (every message counted once)", u, st.Rate, want)
 		}
+	}
+}
+
+// TestFastPathForgetsAfterSeveralSlots: on a Redis Cluster a stack whose
+// keys fall in several slots is checked, then committed, by the script
+// alone; the host forgets the records that commit changed, so its next
+// single-slot request for the same sender is decided by the script (and
+// learnt) instead of being sent on the fast path to be refused.
+func TestFastPathForgetsAfterSeveralSlots(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	s := open(t, redisstore.Options{Addrs: addrs})
+	user, ip := "erin", "192.0.2.7"
+	if redisstore.Slot(s.Key("hourly", user)) == redisstore.Slot(s.Key("byip", ip)) {
+		t.Fatal("test keys share a slot")
+	}
+	both := append(hourly(user), policy.StackItem{Limit: "byip", Key: ip,
+		Params: ratelimit.Limit{Limit: 100, Period: time.Hour}, Cost: 1, Count: true, Refuses: true})
+	admit(t, s, time.Now(), hourly(user)) // decided by the script, learnt
+	admit(t, s, time.Now(), hourly(user)) // fast, confirmed
+	admit(t, s, time.Now(), both)         // two slots: check, then commit
+	admit(t, s, time.Now(), hourly(user)) // not known any more: the script
+	admit(t, s, time.Now(), hourly(user)) // fast again
+	if c, r := s.FastPath(); c != 2 || r != 0 {
+		t.Errorf("fast path confirmed %d, refused %d; want 2 and 0", c, r)
+	}
+	st, err := s.Get(context.Background(), "hourly", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rate < 4.99 || st.Rate > 5 {
+		t.Errorf("rate %v after 5 messages, want about 5", st.Rate)
 	}
 }

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 )
 
@@ -79,7 +80,7 @@ func (k *knownRecords) get(key string) (string, bool) {
 	return rec, ok
 }
 
-// set remembers rec as key's record; an empty rec forgets key.
+// set remembers rec as key's record (a copy); an empty rec forgets key.
 func (k *knownRecords) set(key, rec string) {
 	sh, h := k.shard(key)
 	sh.mu.Lock()
@@ -98,7 +99,8 @@ func (k *knownRecords) set(key, rec string) {
 		sh.rebuild(k.max)
 	}
 	if len(rec) > knownInline {
-		sh.long[h] = rec
+		// A copy: rec may be part of a script's whole answer.
+		sh.long[h] = strings.Clone(rec)
 		return
 	}
 	var r knownRecord

@@ -290,9 +290,14 @@ func (s *Store) settle(phase string, reqs []*request, v []rueidis.RedisMessage, 
 	} else {
 		a, err = s.parseAnswer(v, items, start)
 	}
-	if phase == "d" {
+	switch phase {
+	case "d":
 		if lerr := s.learn(reqs, a, err); lerr != nil && err == nil {
 			return answer{}, lerr
+		}
+	case "w":
+		for _, r := range reqs {
+			s.forget(r)
 		}
 	}
 	return a, err
