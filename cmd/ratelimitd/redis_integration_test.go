@@ -267,13 +267,15 @@ func TestRedisStartWithoutRedis(t *testing.T) {
 	}
 	srv := redistest.StartOn(t, port)
 	deadline := time.Now().Add(5 * time.Second)
-	for td.d.Redis().Degraded() {
+	// The daemon shares the state as soon as a probe succeeds, then adds
+	// the outage's counts (the merge): wait for both.
+	for td.d.Redis().Degraded() || td.d.Status().Store.Merges < 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("the daemon did not join Redis")
+			t.Fatalf("the daemon did not join Redis and merge: %+v", td.d.Status().Store)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if st := td.d.Status(); st.Store.Degraded || st.Store.LastError != "" || st.Store.Recoveries != 1 {
+	if st := td.d.Status(); st.Store.Degraded || st.Store.LastError != "" || st.Store.Recoveries != 1 || st.Store.Merges != 1 {
 		t.Errorf("status once Redis runs: %+v", st.Store)
 	}
 	// The outage's 21 messages were added to Redis.
