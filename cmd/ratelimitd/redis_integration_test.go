@@ -191,11 +191,12 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	}
 	srv.Resume()
 	// Both hosts switch back (the second one, under load too, may have
-	// switched to local state as well; it probes on its own).
+	// switched to local state as well; it probes on its own), and the
+	// first adds xavier's messages (its merge follows the switch).
 	deadline := time.Now().Add(20 * time.Second)
-	for tds[0].d.Redis().Degraded() || tds[1].d.Redis().Degraded() {
+	for tds[0].d.Redis().Degraded() || tds[1].d.Redis().Degraded() || tds[0].d.Status().Store.Merges < 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("the hosts did not switch back to Redis")
+			t.Fatal("the hosts did not switch back to Redis and merge")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -120,7 +120,12 @@ func TestFailoverPausedRedis(t *testing.T) {
 		t.Errorf("status during the outage: %+v", st)
 	}
 	srv.Resume()
-	waitUntil(t, "the recovery", func() bool { return !f.Degraded() })
+	// Shared again as soon as a probe succeeds, then the outage's counts
+	// are added (the merge).
+	waitUntil(t, "the recovery and its merge", func() bool {
+		merges, _ := f.Merges()
+		return !f.Degraded() && merges >= 1
+	})
 	close(stop)
 	answered, failed, slowest := wait()
 	t.Logf("%d requests answered, %d failed; slowest %v", answered, failed, slowest)
