@@ -74,14 +74,11 @@ const maxTouched = 1 << 20
 // from zero (the outage's delta).
 //
 // A probe reads from Redis every ProbeInterval (a read that a Redis
-// still LOADING or BUSY refuses); as soon as it succeeds the shard's
-// deltas are added to the shared state (Store.Merge) and the shard is
-// shared again, under load or not, so that a sender refused during the
-// outage is refused by Redis at once; what was counted locally during
-// that merge is added right after, in a second merge. Each merge runs
-// under a merge identifier, exactly once even if it is retried or the
-// daemon restarts in between (the unmerged deltas are kept in
-// PendingFile, see LoadPending). One switch
+// still LOADING or BUSY refuses); as soon as it succeeds the shard is
+// shared again, under load or not, and the shard's deltas are added to
+// the shared state (Store.Merge) under a merge identifier, exactly once
+// even if the merge is retried or the daemon restarts in between (the
+// unmerged deltas are kept in PendingFile, see LoadPending). One switch
 // to degraded and one back are logged and counted per outage, however
 // many requests failed.
 type Failover struct {
@@ -210,10 +207,8 @@ type FailoverStatus struct {
 	DegradedSeconds float64 `json:"degraded_seconds"`
 	// LocalDecisions counts requests decided locally, by reason.
 	LocalDecisions map[string]int64 `json:"local_decisions,omitempty"`
-	// Merges counts completed merges of outage counts (one or two per
-	// recovery: before the switch back and, under load, after it),
-	// StatesMerged the states they added to; PendingMerges the merges
-	// still to do.
+	// Merges counts completed merges of outage counts, StatesMerged the
+	// states they added to; PendingMerges the merges still to do.
 	Merges        int64 `json:"merges"`
 	StatesMerged  int64 `json:"states_merged"`
 	PendingMerges int   `json:"pending_merges,omitempty"`

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"time"
 
@@ -205,44 +204,12 @@ func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
 	})
 }
 
-// recover shares the shards again: merges their deltas counted so far
-// (the shards still local), marks them up, waits for the local decisions
-// in progress (localMu), takes the deltas counted since as a pending
-// merge and merges. The last shard up ends the outage (logged once).
+// recover shares the shards again: marks them up, waits for the local
+// decisions in progress (localMu), takes their deltas as a pending merge
+// and merges. The last shard up ends the outage (logged once).
 func (f *Failover) recover(slots []uint16, node string) {
 	if len(slots) == 0 {
 		return
-	}
-	in := func(uint16) bool { return true }
-	if f.redis.Cluster() && len(slots) < slotCount {
-		set := make(map[uint16]bool, len(slots))
-		for _, s := range slots {
-			set[s] = true
-		}
-		in = func(s uint16) bool { return set[s] }
-	}
-	// First add what the shards counted so far, while they still decide
-	// locally: a sender refused during the outage is refused by Redis
-	// from the moment the shards are shared again. What they count
-	// during this merge is added right after the switch (a second, small
-	// merge). If this merge fails, the shards stay local and the next
-	// probe tries again.
-	f.mu.Lock()
-	pre := f.takeDelta(in)
-	if len(pre.Entries) > 0 {
-		f.pending = append(f.pending, pre)
-		f.savePending()
-	}
-	f.mu.Unlock()
-	if len(pre.Entries) > 0 {
-		merged := f.mergePendingIn(in)
-		f.mu.Lock()
-		failed := slices.ContainsFunc(f.pending, func(pm pendingMerge) bool { return pm.ID == pre.ID })
-		f.mu.Unlock()
-		if failed {
-			return
-		}
-		f.log.Info("outage counts added to redis", "merge", pre.ID, "states", len(pre.Entries), "added", merged)
 	}
 	f.mu.Lock()
 	// The outage ends (logged and counted) before its last shard is
@@ -277,6 +244,14 @@ func (f *Failover) recover(slots []uint16, node string) {
 	//lint:ignore SA2001 a barrier: every local decision begun before the shards came up has recorded its counts
 	f.localMu.Unlock()
 	f.mu.Lock()
+	in := func(uint16) bool { return true }
+	if f.redis.Cluster() && len(slots) < slotCount {
+		set := make(map[uint16]bool, len(slots))
+		for _, s := range slots {
+			set[s] = true
+		}
+		in = func(s uint16) bool { return set[s] }
+	}
 	pm := f.takeDelta(in)
 	if len(pm.Entries) > 0 {
 		f.pending = append(f.pending, pm)
@@ -319,18 +294,13 @@ func newMergeID() string {
 // its identifier; a merge that fails stays pending (retried by the
 // probe, its keys already done skipped by their markers). It returns how
 // many states were added.
-func (f *Failover) mergePending() int { return f.mergePendingIn(nil) }
-
-// mergePendingIn is mergePending with the shards for which in returns
-// true (nil: none) counted as up although still marked down (a recovery
-// merging before it shares them).
-func (f *Failover) mergePendingIn(in func(uint16) bool) int {
+func (f *Failover) mergePending() int {
 	f.mu.Lock()
 	todo := append([]pendingMerge(nil), f.pending...)
 	f.mu.Unlock()
 	total := 0
 	for _, pm := range todo {
-		n, err := f.merge(pm, in)
+		n, err := f.merge(pm)
 		total += n
 		f.merged.Add(int64(n))
 		f.mu.Lock()
@@ -353,14 +323,13 @@ func (f *Failover) mergePendingIn(in func(uint16) bool) int {
 	return total
 }
 
-// merge adds one pending merge's deltas whose shards are up (or in says
-// so, see mergePendingIn), per limit; deltas of shards still down are
-// left for later (an error).
-func (f *Failover) merge(pm pendingMerge, in func(uint16) bool) (int, error) {
+// merge adds one pending merge's deltas whose shards are up, per limit;
+// deltas of shards still down are left for later (an error).
+func (f *Failover) merge(pm pendingMerge) (int, error) {
 	byLimit := map[string][]int{}
 	var later error
 	for i, e := range pm.Entries {
-		if s := f.shard(e.Limit, e.Key); f.down[s].Load() && (in == nil || !in(s)) {
+		if f.down[f.shard(e.Limit, e.Key)].Load() {
 			later = fmt.Errorf("%w: shard still down", ErrUnavailable)
 			continue
 		}
