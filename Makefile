@@ -4,7 +4,7 @@ GO      ?= go
 PKGS    ?= ./...
 # FUZZTIME is an execution count per target ("Nx"): a time-based -fuzztime can
 # end with a spurious "context deadline exceeded" on a loaded machine. 150,000
-# runs of each of the 19 targets take about 5 minutes on a slow 2-core machine
+# runs of each target (19 today) take about 5 minutes on a slow 2-core machine
 # (about 10,000 runs/s), which keeps `make test` under 20 minutes there.
 FUZZTIME ?= 150000x
 
@@ -77,7 +77,8 @@ deps:
 # test: vet, every test with the race detector in random order (the
 # integration tests start a real Postfix), then a short run of each fuzz target.
 # The packages of ALONE run after the others, one at a time: their tests
-# time every answer of real daemons under load (redis_timeout + 100 ms), which
+# time every answer of real daemons under load (redis_timeout + 100 ms; + 300 ms
+# under -race), which
 # other packages' tests and builds running beside them on 2 cores made late by
 # a second.
 ALONE   ?= ./internal/daemontest
