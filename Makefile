@@ -76,15 +76,15 @@ deps:
 
 # test: vet, every test with the race detector in random order (the
 # integration tests start a real Postfix), then a short run of each fuzz target.
-# The packages of ALONE run after the others, one at a time: their tests
-# time every answer of real daemons under load (redis_timeout + 100 ms; + 300 ms
-# under -race), which
-# other packages' tests and builds running beside them on 2 cores made late by
-# a second.
+# The packages of ALONE run after the others, one at a time and without the
+# race detector: their tests time every answer of real daemon processes (built
+# without it) under load against redis_timeout + 100 ms, as issue 22 asks;
+# under -race the test's own load client was slowed several times, and other
+# packages' tests running beside them on 2 cores made answers late by a second.
 ALONE   ?= ./internal/daemontest
 test: deps vet
 	$(GO) test -race -shuffle=on -count=1 -timeout 25m $$($(GO) list $(PKGS) | grep -v -x -F "$$($(GO) list $(ALONE))")
-	$(GO) test -race -shuffle=on -count=1 -timeout 25m -p 1 $(ALONE)
+	$(GO) test -shuffle=on -count=1 -timeout 25m -p 1 $(ALONE)
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 
 vet:

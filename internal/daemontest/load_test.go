@@ -40,11 +40,11 @@ type load struct {
 
 // latencyBudget is how late a request may be answered: redis_timeout +
 // 100 ms, as the issue asks. The daemons run without the race detector,
-// but this client runs under it in `make test` (on 2 shared cores),
-// which slows the client's own side of each request several times: there
-// the budget is redis_timeout + 300 ms, as in
-// ratestore/redisstore/outage_test.go; a request the daemon let wait on
-// Redis past redis_timeout still fails it.
+// and `make test` runs this package without it too (after the other
+// packages, alone). Run under -race, this client's own side of each
+// request is slowed several times on 2 shared cores: there the budget is
+// redis_timeout + 300 ms, as in ratestore/redisstore/outage_test.go; a
+// request the daemon let wait on Redis past redis_timeout still fails it.
 func latencyBudget() time.Duration {
 	if raceEnabled {
 		return redisTimeout + 300*time.Millisecond
