@@ -23,7 +23,7 @@ import (
 // flight is sent at once.
 const (
 	maxInFlight     = 2
-	secondCallItems = 32
+	secondCallItems = 96
 	maxBatchItems   = 256
 )
 

@@ -121,35 +121,40 @@ func TestBatchedCallerGivesUp(t *testing.T) {
 }
 
 // TestBatchSecondCall: while one call is in flight (Redis stopped), the
-// requests that arrive wait in a batch until it holds 32 limits; that
+// requests that arrive wait in a batch until it holds 96 limits; that
 // batch goes as a second call at once, without waiting for the first, and
-// the requests after it wait for the next: three script calls for 36
-// requests, every one answered once Redis is back. (With one call in
-// flight, as before, it was two: the 35 waited together.)
+// the requests after it wait for the next. 95 requests waiting make two
+// script calls (the one in flight, then the 95 together); 99 make three
+// (the 96 as a second call at once, then the other 3). Every request is
+// answered once Redis is back.
 func TestBatchSecondCall(t *testing.T) {
-	srv := redistest.Start(t)
-	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
-	decide := func(key string) error {
-		items := []policy.StackItem{{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 10, Period: time.Hour}, Cost: 1, Count: true, Refuses: true}}
-		return s.EvaluateStack(context.Background(), time.Now(), items, false, make([]policy.StackResult, 1))
-	}
-	resume := stopped(t, srv)
-	errs := make(chan error, 36)
-	go func() { errs <- decide("first") }() // in flight alone
-	time.Sleep(100 * time.Millisecond)
-	for i := range 35 {
-		go func() { errs <- decide(fmt.Sprintf("user%d", i)) }()
-	}
-	time.Sleep(300 * time.Millisecond)
-	resume()
-	for range 36 {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
-	calls, _, _ := strings.Cut(strings.TrimPrefix(srv.Info("commandstats", "cmdstat_evalsha"), "calls="), ",")
-	if calls != "3" {
-		t.Errorf("36 requests, one first alone: %s script calls, want 3 (alone, 32 as a second call, the other 3)", calls)
+	for _, c := range []struct{ waiting, calls int }{{95, 2}, {99, 3}} {
+		t.Run(strconv.Itoa(c.waiting), func(t *testing.T) {
+			srv := redistest.Start(t)
+			s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+			decide := func(key string) error {
+				items := []policy.StackItem{{Limit: "hourly", Key: key, Params: ratelimit.Limit{Limit: 10, Period: time.Hour}, Cost: 1, Count: true, Refuses: true}}
+				return s.EvaluateStack(context.Background(), time.Now(), items, false, make([]policy.StackResult, 1))
+			}
+			resume := stopped(t, srv)
+			errs := make(chan error, c.waiting+1)
+			go func() { errs <- decide("first") }() // in flight alone
+			time.Sleep(100 * time.Millisecond)
+			for i := range c.waiting {
+				go func() { errs <- decide(fmt.Sprintf("user%d", i)) }()
+			}
+			time.Sleep(300 * time.Millisecond)
+			resume()
+			for range c.waiting + 1 {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(srv.Info("commandstats", "cmdstat_evalsha"), "calls="), ",")
+			if calls != strconv.Itoa(c.calls) {
+				t.Errorf("%d requests waiting behind one in flight: %s script calls, want %d", c.waiting, calls, c.calls)
+			}
+		})
 	}
 }
 

@@ -35,7 +35,7 @@
 // to 256 limits per call (a request that finds the waiting batch full is
 // sent alone). The batch is sent when the call in flight ends, or
 // earlier, as a second call in flight to a standalone server, once it
-// holds 32 limits (16 requests of two limits), so that under load Redis
+// holds 96 limits (48 requests of two limits), so that under load Redis
 // has the next batch when it finishes one. Requests of concurrent callers
 // have no order between them, as with separate calls. A request whose
 // caller gives up while it waits is not sent. An idle store adds no
