@@ -300,10 +300,11 @@ func (s *Store) Now(ctx context.Context) time.Time {
 	return time.Now().Add(s.ClockOffset())
 }
 
-// Key returns the Redis key holding the state of key under limit: the
-// hash of key, where every limit of key has its field (named after the
-// limit). The empty rate key's hash is PREFIX{%} (no escaped key is "%"),
-// so that its hash tag is not empty and its keys share a slot.
+// Key returns the Redis key holding the state of key under limit: key's
+// record, PREFIX + "{" + key + "}" (key percent-escaped), one string
+// holding the states of all its limits (see the package documentation),
+// so limit does not change it. The empty rate key's record is PREFIX{%}
+// (no escaped key is "%"), so that its hash tag is not empty.
 func (s *Store) Key(limit, key string) string {
 	if key == "" {
 		return s.prefix + "{%}"

@@ -83,11 +83,16 @@ func run(addrs []string, cluster bool, batch, users, calls int, scriptPath strin
 			}
 		}
 	}
+	// The store names the records (Key; Open does not connect).
+	names, err := redisstore.Open(redisstore.Options{Addrs: addrs})
+	if err != nil {
+		return err
+	}
 	// Every user's record, as the daemon stores it: the key's expiry,
 	// then per limit its name and 20-byte state.
 	version := make(map[string]int, users)
 	for u := range users {
-		k := redisstore.DefaultKeyPrefix + "{user" + fmt.Sprintf("%07d", u) + "@example.org}"
+		k := names.Key("", fmt.Sprintf("user%07d@example.org", u))
 		s := srvs[u%len(srvs)]
 		if cluster {
 			s = owner(srvs, int64(redisstore.Slot(k)))
@@ -159,8 +164,7 @@ func call(ctx context.Context, s *server, cluster bool, batch int, version map[s
 	args := []string{"d", "?", "", "2",
 		"hourly", "200", strconv.FormatInt(int64(time.Hour), 10), "0", "0", "0",
 		"daily", "1000", strconv.FormatInt(int64(24*time.Hour), 10), "1", "0", "0"}
-	reqsAt := len(args) + 1 // ARGV index of the packed requests (from 1)
-	base := reqsAt
+	base := len(args) + 1 // ARGV index of the packed requests (from 1)
 	if cluster {
 		base += len(keys)
 	}
