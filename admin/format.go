@@ -2,28 +2,18 @@ package admin
 
 import (
 	"fmt"
-	"math"
-	"strconv"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/human"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
-
-// FormatRate prints a rate for people: whole numbers without decimals
-// (199.97 is "200"), others with one ("12.3"), never an exponent.
-func FormatRate(f float64) string {
-	r := math.Round(f*10) / 10
-	if r == math.Trunc(r) {
-		return strconv.FormatFloat(r, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(r, 'f', 1, 64)
-}
 
 // readableRates is how many times its limit a rate may be and still be
 // printed as a number (FormatKeyRate).
 const readableRates = 1000
 
-// FormatKeyRate prints k's rate as FormatRate does, or as ">N" when it is
+// FormatKeyRate prints k's rate as human.Number does, or as ">N" when it is
 // above N, readableRates times the limit in force (k.Max, at least 1): a
 // rate that high is no count of mail but a long refusal in the limit's
 // arithmetic (an exponential rate grows as e^(wait/period); a state
@@ -31,9 +21,9 @@ const readableRates = 1000
 // policy.ConvertedView), and the wait says more than its digits.
 func FormatKeyRate(k policy.KeyRate) string {
 	if bound := readableRates * max(k.Max, 1); k.Rate > bound {
-		return ">" + FormatRate(bound)
+		return ">" + human.Number(bound)
 	}
-	return FormatRate(k.Rate)
+	return human.Number(k.Rate)
 }
 
 // ConversionNote says, for rate show and list, that k's state was
@@ -47,7 +37,7 @@ func ConversionNote(k policy.KeyRate) string {
 	}
 	note := fmt.Sprintf("converted at %s %s from %s", c.Cause, c.At.Local().Format(time.DateTime), c.From)
 	if c.Rate > 0 {
-		note += fmt.Sprintf(" (rate %s/%s by it)", FormatRate(c.Rate), policy.FormatDuration(c.Period))
+		note += fmt.Sprintf(" (rate %s/%s by it)", human.Number(c.Rate), human.Duration(c.Period))
 	}
 	return note
 }

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/events"
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
@@ -42,7 +43,7 @@ func (lq ListQuery) values() url.Values {
 func parseListQuery(v url.Values) (ListQuery, error) {
 	lq := ListQuery{Sender: v.Get("sender"), Key: v.Get("key"), Limit: v.Get("limit"), State: v.Get("state")}
 	if s := v.Get("since"); s != "" {
-		d, err := policy.ParseDuration(s)
+		d, err := human.ParseDuration(s)
 		if err != nil {
 			return lq, err
 		}

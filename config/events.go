@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -46,7 +48,7 @@ func (e *Events) withDefaults() {
 func (e *Events) validate() []error {
 	var errs []error
 	if e.MaxAge < policy.Duration(time.Minute) {
-		errs = append(errs, fmt.Errorf("events.max_age: %s is too short: at least 1m", policy.FormatDuration(time.Duration(e.MaxAge))))
+		errs = append(errs, fmt.Errorf("events.max_age: %s is too short: at least 1m", human.Duration(time.Duration(e.MaxAge))))
 	}
 	if e.MaxCount < 1 {
 		errs = append(errs, fmt.Errorf("events.max_count: %d: at least 1", e.MaxCount))

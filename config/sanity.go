@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
@@ -115,7 +117,7 @@ func limitRanges(limits []policy.LimitConfig) []error {
 		}
 		for key, d := range map[string]policy.Duration{"period": l.Period, "half_life": l.HalfLife, "learn_period": l.LearnPeriod} {
 			if d != 0 && (time.Duration(d) < MinPeriod || time.Duration(d) > MaxPeriod) {
-				bad(key, "%s is outside the accepted range %s to %s", policy.FormatDuration(time.Duration(d)), policy.FormatDuration(MinPeriod), policy.FormatDuration(MaxPeriod))
+				bad(key, "%s is outside the accepted range %s to %s", human.Duration(time.Duration(d)), human.Duration(MinPeriod), human.Duration(MaxPeriod))
 			}
 		}
 		for key, v := range map[string]float64{"limit": l.Limit, "cap": l.Cap, "floor": l.Floor} {

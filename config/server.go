@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -190,7 +192,7 @@ func (s *Server) validate() []error {
 		}
 	}
 	if s.FlushInterval < 0 || time.Duration(s.FlushInterval) > time.Minute {
-		bad("flush_interval", "must be between 0 and 1m, got %s", policy.FormatDuration(time.Duration(s.FlushInterval)))
+		bad("flush_interval", "must be between 0 and 1m, got %s", human.Duration(time.Duration(s.FlushInterval)))
 	}
 	if s.MaxKeys < 0 {
 		bad("max_keys", "must not be negative")

@@ -6,9 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Kind names an event; it is the "event" field of the webhook payload and
@@ -109,7 +110,7 @@ func (e Event) PeriodText() string {
 	if e.Period <= 0 {
 		return ""
 	}
-	return policy.FormatDuration(e.Period)
+	return human.Duration(e.Period)
 }
 
 // RateText and MaxText are Rate and Max rounded for people ("201",
@@ -126,7 +127,7 @@ func (e Event) RateText() string {
 	if s := round(e.Rate); mustFloat(s) > lim {
 		return s
 	}
-	return policy.FormatRate(e.Rate, lim)
+	return human.Rate(e.Rate, lim)
 }
 
 func mustFloat(s string) float64 {

@@ -2,9 +2,10 @@ package policy
 
 import (
 	"context"
-	"math"
 	"slices"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/human"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
@@ -158,25 +159,11 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 	// A view is printed and sent as JSON, which has no NaN or infinity:
 	// a state that holds one (written by an older release) is shown at
 	// the largest finite value, still in the limit's units.
-	kr.Rate, kr.Max, kr.Peak = finiteView(kr.Rate), finiteView(kr.Max), finiteView(kr.Peak)
+	kr.Rate, kr.Max, kr.Peak = human.Finite(kr.Rate), human.Finite(kr.Max), human.Finite(kr.Peak)
 	if !kr.Baseline {
-		kr.State.Rate = finiteView(kr.State.Rate)
+		kr.State.Rate = human.Finite(kr.State.Rate)
 	}
 	return kr
-}
-
-// finiteView returns x, with NaN as 0 and an infinity as the largest
-// finite float64 of its sign.
-func finiteView(x float64) float64 {
-	switch {
-	case math.IsNaN(x):
-		return 0
-	case math.IsInf(x, 1):
-		return math.MaxFloat64
-	case math.IsInf(x, -1):
-		return -math.MaxFloat64
-	}
-	return x
 }
 
 // All returns every stored key's rate decayed to now, for `rate list`.

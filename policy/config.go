@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
@@ -20,62 +22,13 @@ type Duration time.Duration
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := ParseDuration(string(b))
+	v, err := human.ParseDuration(string(b))
 	*d = Duration(v)
 	return err
 }
 
 // MarshalText implements encoding.TextMarshaler.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(FormatDuration(time.Duration(d))), nil }
-
-// ParseDuration parses time.ParseDuration syntax plus the units "d" (24h)
-// and "w" (7d), alone or as the leading term ("1d12h").
-func ParseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	var total time.Duration
-	for _, u := range []struct {
-		suffix string
-		unit   time.Duration
-	}{{"w", 7 * 24 * time.Hour}, {"d", 24 * time.Hour}} {
-		if i := strings.Index(s, u.suffix); i > 0 {
-			n, err := strconv.ParseFloat(s[:i], 64)
-			// NaN, ±Inf and values past ±292 years do not fit a Duration.
-			if err != nil || !(math.Abs(n*float64(u.unit)) < math.MaxInt64/2) {
-				return 0, fmt.Errorf("invalid duration %q", s)
-			}
-			total += time.Duration(n * float64(u.unit))
-			s = s[i+1:]
-		}
-	}
-	if s == "" {
-		if total == 0 {
-			return 0, fmt.Errorf("invalid duration %q", s)
-		}
-		return total, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q (use e.g. 90s, 1h, 24h, 7d)", s)
-	}
-	return total + d, nil
-}
-
-// FormatDuration prints d the way operators write periods: "1h", "24h",
-// "7d", "90s"; whole days above 48h.
-func FormatDuration(d time.Duration) string {
-	switch {
-	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	case d%time.Hour == 0 && d != 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	case d%time.Minute == 0 && d != 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	case d >= time.Second:
-		return d.Round(time.Second).String()
-	default:
-		return d.String()
-	}
-}
+func (d Duration) MarshalText() ([]byte, error) { return []byte(human.Duration(time.Duration(d))), nil }
 
 // Size is a byte count that decodes from TOML as an integer or as text with
 // a binary suffix: "512K", "10M", "1G" (powers of 1024).

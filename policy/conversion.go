@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
@@ -66,14 +68,14 @@ func (l *limit) convertedView(c Conversion, s ratelimit.State, refusing bool, no
 	if gcra && !refusing || !gcra && s.Time > c.At.UnixNano() {
 		return nil
 	}
-	v := &ConvertedView{From: strconv.FormatFloat(c.From.Limit, 'f', -1, 64) + "/" + FormatDuration(c.From.Period),
+	v := &ConvertedView{From: strconv.FormatFloat(c.From.Limit, 'f', -1, 64) + "/" + human.Duration(c.From.Period),
 		Limit: c.From.Limit, Period: c.From.Period, Algorithm: c.From.Algorithm.String(), At: c.At, Cause: c.Cause}
 	if c.From.Algorithm != l.rl.Algorithm {
 		v.From += " " + v.Algorithm
 	}
 	if back {
 		if old, err := c.From.Convert(s, l.rl, now); err == nil {
-			v.Rate = finiteView(c.From.Rate(old, now))
+			v.Rate = human.Finite(c.From.Rate(old, now))
 		}
 	}
 	return v

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/human"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
@@ -496,8 +497,8 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 		RetryAfter: r.RetryAfter}
 	text := expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Text = SanitizeText(text, MaxTextLen)
-	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, FormatRate(r.Rate, lim),
-		lim, FormatDuration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
+	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
+		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	switch l.action {
 	case Defer:
 		d.Code, d.Enhanced = 450, "4.7.1"
@@ -506,7 +507,7 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	case Warn:
 		if c.warnHeader != "" {
 			d.Header = SanitizeText(fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
-				l.name, it.Key, FormatRate(r.Rate, lim), lim, FormatDuration(it.Params.Period)), MaxTextLen)
+				l.name, it.Key, human.Rate(r.Rate, lim), lim, human.Duration(it.Params.Period)), MaxTextLen)
 		}
 	}
 	return d
@@ -610,46 +611,6 @@ func (c *compiled) exempt(req *Request) bool {
 	return false
 }
 
-// FormatRate prints a measured rate for people: whole numbers from 100 up,
-// one decimal below, and, when the rate is over limit, as many more
-// decimals as it takes for the text to read as more than the limit (a rate
-// of 200.01 over a limit of 200 prints "200.01", never "200"). A rate at
-// or under the limit prints with the usual precision.
-func FormatRate(rate, limit float64) string {
-	prec := 1
-	if rate >= 100 {
-		prec = 0
-	}
-	s := strconv.FormatFloat(rate, 'f', prec, 64)
-	if rate <= limit || math.IsInf(rate, 0) || math.IsNaN(rate) {
-		return s
-	}
-	for ; prec <= 15; prec++ {
-		s = strconv.FormatFloat(rate, 'f', prec, 64)
-		if v, err := strconv.ParseFloat(s, 64); err == nil && v > limit {
-			return s
-		}
-	}
-	return strconv.FormatFloat(rate, 'g', -1, 64)
-}
-
-// FormatRetry prints a wait for people, rounded up to whole seconds and at
-// least 1s ("try again in 0s" would say there is no need to wait); a wait
-// no time ends (a message larger than the whole limit) is
-// "never (message larger than the limit)".
-func FormatRetry(d time.Duration) string {
-	if d >= time.Duration(math.MaxInt64) {
-		return "never (message larger than the limit)"
-	}
-	if d < time.Second {
-		d = time.Second
-	}
-	if r := d % time.Second; r != 0 {
-		d += time.Second - r
-	}
-	return FormatDuration(d)
-}
-
 // expand fills a message template in one pass: {name}, {key}, {rate},
 // {limit}, {period}, {retry}; any other {word} is kept as it is. A request
 // that no wait can let through (larger than the whole limit) has retry
@@ -675,13 +636,13 @@ func expand(tmpl, name, key string, rate, lim float64, period, retry time.Durati
 		case "key":
 			b.WriteString(key)
 		case "rate":
-			b.WriteString(FormatRate(rate, lim))
+			b.WriteString(human.Rate(rate, lim))
 		case "limit":
 			b.WriteString(strconv.FormatFloat(lim, 'g', -1, 64))
 		case "period":
-			b.WriteString(FormatDuration(period))
+			b.WriteString(human.Duration(period))
 		case "retry":
-			b.WriteString(FormatRetry(retry))
+			b.WriteString(human.Retry(retry))
 		default:
 			b.WriteString(tmpl[i : i+j+1])
 		}

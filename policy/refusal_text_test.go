@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
@@ -62,16 +64,16 @@ func TestFormatRateAndRetry(t *testing.T) {
 		want        string
 	}{{200.01, 200, "200.01"}, {200.0000001, 200, "200.0000001"}, {201, 200, "201"}, {3.04, 3, "3.04"},
 		{200, 200, "200"}, {150.26, 200, "150"}, {2.26, 3, "2.3"}} {
-		if got := policy.FormatRate(c.rate, c.limit); got != c.want {
-			t.Errorf("FormatRate(%v, %v) = %q, want %q", c.rate, c.limit, got, c.want)
+		if got := human.Rate(c.rate, c.limit); got != c.want {
+			t.Errorf("human.Rate(%v, %v) = %q, want %q", c.rate, c.limit, got, c.want)
 		}
 	}
 	for _, c := range []struct {
 		d    time.Duration
 		want string
 	}{{236 * time.Millisecond, "1s"}, {0, "1s"}, {18*time.Second + time.Millisecond, "19s"}, {time.Hour, "1h"}} {
-		if got := policy.FormatRetry(c.d); got != c.want {
-			t.Errorf("FormatRetry(%v) = %q, want %q", c.d, got, c.want)
+		if got := human.Retry(c.d); got != c.want {
+			t.Errorf("human.Retry(%v) = %q, want %q", c.d, got, c.want)
 		}
 	}
 }

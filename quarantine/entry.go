@@ -3,7 +3,6 @@ package quarantine
 import (
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -153,20 +152,6 @@ type Entry struct {
 	// MarkThawed, RecordThawError, Delete and Unclaim.
 	Claim     string    `json:"claim,omitempty"`
 	ClaimedAt time.Time `json:"claimed_at,omitzero"`
-}
-
-// finite replaces NaN and infinities, which encoding/json refuses (and a
-// refused encoding must never make a freeze fail).
-func finite(f float64) float64 {
-	switch {
-	case math.IsNaN(f):
-		return 0
-	case math.IsInf(f, 1):
-		return math.MaxFloat64
-	case math.IsInf(f, -1):
-		return -math.MaxFloat64
-	}
-	return f
 }
 
 // WriteTo writes the entry as "Name: value" lines for operator output

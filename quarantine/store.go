@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/statedb"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -311,7 +313,7 @@ func (b buckets) get(id string) (Entry, error) {
 
 // put stores e under e.ID.
 func (b buckets) put(e *Entry) error {
-	e.Rate, e.Max = finite(e.Rate), finite(e.Max)
+	e.Rate, e.Max = human.Finite(e.Rate), human.Finite(e.Max)
 	data, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("quarantine: encode entry %s: %w", e.ID, err)

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -122,7 +124,7 @@ func formatRetry(d time.Duration) string {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	}
-	return policy.FormatDuration(d.Round(time.Second))
+	return human.Duration(d.Round(time.Second))
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -147,7 +149,7 @@ func newTableWriter(w io.Writer, cols columns, start time.Time) *tableWriter {
 	t := &tableWriter{bw: bufio.NewWriter(w), cols: cols, start: start}
 	t.header = []string{"TIME", "ELAPSED", "LINE", "KEY"}
 	for _, l := range cols.limits {
-		t.header = append(t.header, l.Name+" /"+policy.FormatDuration(l.Period))
+		t.header = append(t.header, l.Name+" /"+human.Duration(l.Period))
 	}
 	t.header = append(t.header, "ACTION", "BY", "RETRY")
 	return t

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -292,7 +294,7 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		}
 	}
 	total := len(rec.series[i])
-	period := policy.FormatDuration(l.Period)
+	period := human.Duration(l.Period)
 	title := fmt.Sprintf("limit %q: %g %s per %s per %s (%s, %s)", l.Name, l.Limit, l.Per, period,
 		strings.Join(l.Key, "+"), l.Mode, l.Action)
 	if i == 0 && o.Title != "" {

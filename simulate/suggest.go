@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -414,7 +416,7 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 			lp.TooShort = true
 			lp.Notes = append(lp.Notes, fmt.Sprintf("the trace spans %s, less than the period %s: no rate over a whole "+
 				"period was measured, so the proposal is based on the partial peaks instead, which may be low; "+
-				"give a trace of at least %s", humanSpan(span), policy.FormatDuration(period), policy.FormatDuration(period)))
+				"give a trace of at least %s", humanSpan(span), human.Duration(period), human.Duration(period)))
 		}
 	}
 	for _, ks := range keys {

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/BurntSushi/toml"
 
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -57,7 +59,7 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 	for i := range s.Limits {
 		lp := &s.Limits[i]
 		lc := lp.Config
-		period := policy.FormatDuration(time.Duration(lc.Period))
+		period := human.Duration(time.Duration(lc.Period))
 		u := unit(lc)
 		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, formatNum(lc.Limit))
 		if len(lp.Peaks) == 0 {
@@ -189,14 +191,14 @@ func (s *Suggestion) TOML() (string, error) {
 		Limit []tomlLimit `toml:"limit"`
 	}
 	for _, l := range s.Config.Limits {
-		t := tomlLimit{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: policy.FormatDuration(time.Duration(l.Period)),
+		t := tomlLimit{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: human.Duration(time.Duration(l.Period)),
 			Per: l.Per, Mode: l.Mode, Action: l.Action, Algorithm: l.Algorithm, Factor: l.Factor, Floor: l.Floor, Cap: l.Cap,
 			Message: l.Message, Via: l.Via, Overrides: l.Overrides, Release: l.AutoRelease}
 		if l.HalfLife != 0 {
-			t.HalfLife = policy.FormatDuration(time.Duration(l.HalfLife))
+			t.HalfLife = human.Duration(time.Duration(l.HalfLife))
 		}
 		if l.LearnPeriod != 0 {
-			t.Learn = policy.FormatDuration(time.Duration(l.LearnPeriod))
+			t.Learn = human.Duration(time.Duration(l.LearnPeriod))
 		}
 		doc.Limit = append(doc.Limit, t)
 	}

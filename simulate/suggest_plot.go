@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // binsPerDecade is the resolution of the peak histogram (log scale).
@@ -52,7 +52,7 @@ func (s *Suggestion) WritePlot(w io.Writer, format string) error {
 
 func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 	lc := lp.Config
-	period := policy.FormatDuration(time.Duration(lc.Period))
+	period := human.Duration(time.Duration(lc.Period))
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("limit %q: peak %s per %s of %d keys (%s) — proposed %s", lc.Name, unit(lc), period,
 		len(lp.Peaks), strings.Join(lc.Key, "+"), formatNum(lp.Proposed))

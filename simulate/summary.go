@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -233,7 +235,7 @@ func (s *Summary) writeTable(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString("KEY\tREQUESTS\tADMITTED\tDEFERRED\tREJECTED\tHELD\tFROZEN\tWARNED\tFIRST REFUSED\tAFTER\tBY")
 	for _, l := range s.Limits {
-		fmt.Fprintf(&b, "\tPEAK %s /%s", l.Name, policy.FormatDuration(l.Period))
+		fmt.Fprintf(&b, "\tPEAK %s /%s", l.Name, human.Duration(l.Period))
 	}
 	b.WriteByte('\n')
 	io.WriteString(tw, b.String())

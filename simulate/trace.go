@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -702,7 +704,7 @@ func parseEvery(s string) (time.Duration, error) {
 			return 0, fmt.Errorf("%q must be a positive number of seconds", s)
 		}
 		d = time.Duration(math.Round(f * 1e9))
-	} else if d, err = policy.ParseDuration(s); err != nil {
+	} else if d, err = human.ParseDuration(s); err != nil {
 		return 0, fmt.Errorf("%q is not a duration (use e.g. 24s, 1.5s, 10m, 1h)", s)
 	}
 	if d <= 0 {

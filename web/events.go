@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/events"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // eventsPerPage is the events page's page size.
@@ -73,7 +74,7 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if d, err := policy.ParseDuration(s); err == nil {
+	if d, err := human.ParseDuration(s); err == nil {
 		return now.Add(-d), nil
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {

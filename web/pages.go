@@ -12,10 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 //go:embed templates
@@ -152,7 +153,7 @@ func dur(d time.Duration) string {
 	if d <= 0 {
 		return "0s"
 	}
-	return policy.FormatDuration(d.Round(time.Second))
+	return human.Duration(d.Round(time.Second))
 }
 
 func num(f float64) string {

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -33,7 +34,7 @@ func quarantineFilter(r *http.Request, now time.Time) (quarantine.Filter, map[st
 		}
 	}
 	if s := form["since"]; s != "" {
-		d, err := policy.ParseDuration(s)
+		d, err := human.ParseDuration(s)
 		if err != nil {
 			return f, form, fmt.Errorf("since: %w", err)
 		}

@@ -12,9 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/configs"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // daemonPkg is the package `go build` builds when no --daemon is given.
@@ -92,7 +93,7 @@ func describeLimits(f *config.File) string {
 			action = "defer"
 		}
 		parts = append(parts, fmt.Sprintf("%s %g/%s per %s by %s (%s, %s)", l.Name, l.Limit,
-			policy.FormatDuration(time.Duration(l.Period)), per, strings.Join(l.Key, "+"), mode, action))
+			human.Duration(time.Duration(l.Period)), per, strings.Join(l.Key, "+"), mode, action))
 	}
 	return strings.Join(parts, " + ")
 }

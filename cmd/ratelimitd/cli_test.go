@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 
-	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/spf13/cobra"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/json")
@@ -81,8 +81,8 @@ func TestExitStatusAndMessages(t *testing.T) {
 
 func TestFormatRate(t *testing.T) {
 	for in, want := range map[float64]string{200: "200", 199.97: "200", 12.34: "12.3", 0.04: "0", 1e6: "1000000", 2.25: "2.3"} {
-		if got := admin.FormatRate(in); got != want {
-			t.Errorf("admin.FormatRate(%v) = %q, want %q", in, got, want)
+		if got := human.Number(in); got != want {
+			t.Errorf("human.Number(%v) = %q, want %q", in, got, want)
 		}
 	}
 }

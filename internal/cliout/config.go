@@ -7,7 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -51,7 +52,7 @@ func ConfigErrorReport(path string, err error) ConfigReport {
 func NewConfigReport(source string, eng *policy.Engine, notes []string) ConfigReport {
 	r := ConfigReport{Source: source, Valid: true, Notes: notes}
 	for _, l := range eng.Limits() {
-		r.Limits = append(r.Limits, LimitReport{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: policy.FormatDuration(l.Period),
+		r.Limits = append(r.Limits, LimitReport{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: human.Duration(l.Period),
 			PeriodSeconds: l.Period.Seconds(), Per: l.Per, Mode: l.Mode, Algorithm: l.Algorithm, Action: l.Action,
 			Via: via(l), CountedAt: l.CountAt, Overrides: l.Overrides})
 	}
@@ -76,11 +77,11 @@ func Limits(w io.Writer, source string, eng *policy.Engine) {
 	fmt.Fprintln(tw, "LIMIT\tKEY\tRATE\tPER\tMODE\tALGORITHM\tACTION\tVIA\tCOUNTED AT")
 	for _, l := range eng.Limits() {
 		at := l.CountAt
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), admin.FormatRate(l.Limit),
-			policy.FormatDuration(l.Period), l.Per, l.Mode, l.Algorithm, l.Action, strings.Join(via(l), "+"), at)
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), human.Number(l.Limit),
+			human.Duration(l.Period), l.Per, l.Mode, l.Algorithm, l.Action, strings.Join(via(l), "+"), at)
 		if l.Algorithm == "baseline" {
 			fmt.Fprintf(tw, "  baseline\t\t%s-%s/%s\t\t\t\t\t\t%g x the key's peak, learned over %s\n",
-				admin.FormatRate(l.Floor), admin.FormatRate(l.Limit), policy.FormatDuration(l.Period), l.Factor, policy.FormatDuration(l.LearnPeriod))
+				human.Number(l.Floor), human.Number(l.Limit), human.Duration(l.Period), l.Factor, human.Duration(l.LearnPeriod))
 		}
 		keys := make([]string, 0, len(l.Overrides))
 		for k := range l.Overrides {
@@ -88,7 +89,7 @@ func Limits(w io.Writer, source string, eng *policy.Engine) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(tw, "  override\t%s\t%s/%s\t\t\t\t\t\t\n", k, admin.FormatRate(l.Overrides[k]), policy.FormatDuration(l.Period))
+			fmt.Fprintf(tw, "  override\t%s\t%s/%s\t\t\t\t\t\t\n", k, human.Number(l.Overrides[k]), human.Duration(l.Period))
 		}
 	}
 	tw.Flush()

@@ -9,7 +9,7 @@
 // Quarantine and event text passes client-supplied strings (senders,
 // subjects, MTA output, event fields) through termsafe (quarantine's
 // CleanLine and CleanText use it); JSON output is exact (encoding/json
-// escapes, it does not strip). Rates are printed with admin.FormatRate,
-// durations with policy.FormatDuration. The functions keep no state and are
+// escapes, it does not strip). Rates are printed with human.Number,
+// durations with human.Duration. The functions keep no state and are
 // safe for concurrent use on distinct writers.
 package cliout

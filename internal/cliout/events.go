@@ -7,7 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
@@ -23,7 +24,7 @@ func Events(w io.Writer, es []events.Event) {
 	for _, e := range es {
 		rate := ""
 		if e.Max != 0 {
-			rate = admin.FormatRate(e.Rate) + "/" + admin.FormatRate(e.Max)
+			rate = human.Number(e.Rate) + "/" + human.Number(e.Max)
 		}
 		var details []string
 		for _, f := range [][2]string{{"sender", e.Sender}, {"client", e.Client}, {"queue_id", e.QueueID}, {"by", e.By}, {"detail", e.Detail}} {

@@ -8,10 +8,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
@@ -39,7 +40,7 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 		if e.Unverified != "" {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), state, qid, policy.FormatDuration(now.Sub(e.Created).Round(time.Second)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), state, qid, human.Duration(now.Sub(e.Created).Round(time.Second)),
 			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
 	}
 	tw.Flush()
@@ -113,7 +114,7 @@ func NoMatch(sel lifecycle.Selection) error {
 		}
 	}
 	if sel.OlderThan > 0 {
-		what = append(what, "--older-than "+policy.FormatDuration(sel.OlderThan))
+		what = append(what, "--older-than "+human.Duration(sel.OlderThan))
 	}
 	if len(what) == 0 {
 		what = append(what, "the IDs given")

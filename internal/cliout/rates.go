@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -21,19 +23,19 @@ func Rates(w io.Writer, kr []policy.KeyRate) {
 		status := "ok"
 		switch {
 		case k.Over:
-			status = "over: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
+			status = "over: allowed again in " + human.Duration(k.RetryAfter.Round(time.Second))
 		case k.Refusing:
-			status = "at limit: allowed again in " + policy.FormatDuration(k.RetryAfter.Round(time.Second))
+			status = "at limit: allowed again in " + human.Duration(k.RetryAfter.Round(time.Second))
 		}
-		maxText := admin.FormatRate(k.Max)
+		maxText := human.Number(k.Max)
 		if k.Baseline {
 			maxText = strconv.FormatFloat(k.Max, 'f', 1, 64)
-			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %s)", k.Peak, admin.FormatRate(k.Cap))
+			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %s)", k.Peak, human.Number(k.Cap))
 		}
 		if note := admin.ConversionNote(k); note != "" {
 			status += "; " + note
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, admin.FormatKeyRate(k), maxText, policy.FormatDuration(k.Period), status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, admin.FormatKeyRate(k), maxText, human.Duration(k.Period), status)
 	}
 	tw.Flush()
 }
@@ -72,7 +74,7 @@ func RateRows(kr []policy.KeyRate) []RateRow {
 	out := make([]RateRow, len(kr))
 	for i, k := range kr {
 		out[i] = RateRow{Key: k.Key, Limit: k.Limit, Rate: round2(k.Rate), Max: k.Max,
-			Period: policy.FormatDuration(k.Period), PeriodSeconds: k.Period.Seconds(), Over: k.Over, Refusing: k.Refusing,
+			Period: human.Duration(k.Period), PeriodSeconds: k.Period.Seconds(), Over: k.Over, Refusing: k.Refusing,
 			RetryAfterSeconds: math.Ceil(k.RetryAfter.Seconds())}
 		if c := k.Converted; c != nil {
 			out[i].Converted = &ConvertedRow{From: c.From, PeriodSeconds: c.Period.Seconds(), Algorithm: c.Algorithm,

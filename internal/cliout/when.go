@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 )
 
 // ParseWhen reads a --since or --until: "" (no bound), a duration back from
@@ -13,7 +13,7 @@ func ParseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if d, err := policy.ParseDuration(s); err == nil {
+	if d, err := human.ParseDuration(s); err == nil {
 		return now.Add(-d), nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/admin"
@@ -194,7 +196,7 @@ func InspectRates(f *config.File) statedb.Inspect {
 		for _, limit := range slices.Sorted(maps.Keys(per)) {
 			desc := "parameters unknown"
 			if l, ok := p.Params(limit); ok {
-				desc = fmt.Sprintf("%s %g per %s", l.Algorithm, l.Limit, policy.FormatDuration(l.Period))
+				desc = fmt.Sprintf("%s %g per %s", l.Algorithm, l.Limit, human.Duration(l.Period))
 			}
 			fmt.Fprintf(w, "  limit %s: %d states (%s)\n", limit, per[limit], desc)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/admin"
@@ -99,8 +101,8 @@ func (d *Daemon) Status() admin.Status {
 		st.Store = &rs
 	}
 	for _, l := range d.engine.Limits() {
-		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, admin.FormatRate(l.Limit),
-			policy.FormatDuration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
+		st.Limits = append(st.Limits, fmt.Sprintf("%s: %s/%s per %s by %s, %s, %s", l.Name, human.Number(l.Limit),
+			human.Duration(l.Period), l.Per, strings.Join(l.Key, "+"), l.Mode, l.Action))
 	}
 	if d.q != nil {
 		h := d.q.svc.Health()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/human"
+
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/mail"
 
@@ -78,7 +80,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 			s.m.expired.WithLabelValues(outcome).Inc()
 			s.forget(e.Key)
 			s.log.Info("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
-				"sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "max_age", policy.FormatDuration(maxAge))
+				"sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "max_age", human.Duration(maxAge))
 			e.State = quarantine.Deleted
 			s.emit(ctx, Expired, e, "expiry", detail)
 		}
@@ -93,7 +95,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 		s.log.Error("quarantine expiry of audit records failed", "err", err)
 	} else if n > 0 {
 		r.Purged = n
-		s.log.Info("quarantine audit records expired", "count", n, "bytes", bytes, "max_age", policy.FormatDuration(maxAge))
+		s.log.Info("quarantine audit records expired", "count", n, "bytes", bytes, "max_age", human.Duration(maxAge))
 	}
 	return r
 }
@@ -213,7 +215,7 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	fmt.Fprintf(&text, "This is the mail system at host %s.\r\n\r\n", reportingMTA)
 	fmt.Fprintf(&text, "Your message to %s was stopped by a sending rate limit (%s) on %s\r\n",
 		headerValue(strings.Join(e.Recipients, ", ")), headerValue(e.Limit), e.Created.UTC().Format(time.RFC1123Z))
-	fmt.Fprintf(&text, "and was not released by the postmaster within %s. It has not been delivered.\r\n", policy.FormatDuration(maxAge))
+	fmt.Fprintf(&text, "and was not released by the postmaster within %s. It has not been delivered.\r\n", human.Duration(maxAge))
 	if e.Subject != "" {
 		fmt.Fprintf(&text, "\r\nSubject: %s\r\n", headerValue(e.Subject))
 	}
@@ -230,7 +232,7 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	for _, rc := range e.Recipients {
 		fmt.Fprintf(&st, "\r\nFinal-Recipient: rfc822; %s\r\nAction: failed\r\nStatus: 5.4.7\r\n"+
 			"Diagnostic-Code: smtp; 550 5.4.7 message held by a rate limit expired after %s\r\nLast-Attempt-Date: %s\r\n",
-			headerValue(rc), policy.FormatDuration(maxAge), now.UTC().Format(time.RFC1123Z))
+			headerValue(rc), human.Duration(maxAge), now.UTC().Format(time.RFC1123Z))
 	}
 	if err := part("message/delivery-status", nil, st.String()); err != nil {
 		return nil, err
