@@ -15,6 +15,7 @@ package ratelimit
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -68,10 +69,8 @@ func (a Algorithm) String() string {
 // ParseAlgorithm maps a configuration name to an Algorithm. It returns
 // ErrUnknownAlgorithm for any other name.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for i, n := range algorithmNames {
-		if n == s {
-			return Algorithm(i), nil
-		}
+	if i := slices.Index(algorithmNames[:], s); i >= 0 {
+		return Algorithm(i), nil
 	}
 	return 0, fmt.Errorf("%w: %q (want exponential, gcra, cooldown, earrrl or baseline)", ErrUnknownAlgorithm, s)
 }
@@ -105,10 +104,8 @@ func (m Mode) String() string {
 // ParseMode maps a configuration name to a Mode. It returns ErrUnknownMode
 // for any other name.
 func ParseMode(s string) (Mode, error) {
-	for i, n := range modeNames {
-		if n == s {
-			return Mode(i), nil
-		}
+	if i := slices.Index(modeNames[:], s); i >= 0 {
+		return Mode(i), nil
 	}
 	return 0, fmt.Errorf("%w: %q (want leaky, strict, forgiving or readonly)", ErrUnknownMode, s)
 }
