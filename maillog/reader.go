@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/human"
 )
 
 // Options configures a Reader. The zero value reads classic timestamps in
@@ -589,7 +591,7 @@ func (s Stats) WriteSummary(w io.Writer) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d messages (%d recipients) from %d senders", s.Messages, s.Recipients, s.Senders)
 	if s.Messages > 0 {
-		fmt.Fprintf(&b, ", %s to %s (%s)", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), span(s.End.Sub(s.Start)))
+		fmt.Fprintf(&b, ", %s to %s (%s)", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), human.Span(s.End.Sub(s.Start)))
 	}
 	fmt.Fprintf(&b, "\nread %d lines in %d files", s.Lines, s.Files)
 	if s.Unparsable > 0 {
@@ -614,15 +616,4 @@ func (s Stats) WriteSummary(w io.Writer) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
-}
-
-// span prints a duration the way the summary shows time spans.
-func span(d time.Duration) string {
-	switch {
-	case d >= 48*time.Hour:
-		return fmt.Sprintf("%.1f days", d.Hours()/24)
-	case d >= time.Hour:
-		return fmt.Sprintf("%.1f hours", d.Hours())
-	}
-	return d.Round(time.Second).String()
 }

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
 
@@ -20,7 +19,7 @@ import (
 
 // Output formats of decisions and summaries.
 const (
-	// OutputTable is aligned text for people (text/tabwriter).
+	// OutputTable is aligned text for people (termsafe.Table).
 	OutputTable = "table"
 	// OutputCSV is CSV with a header row, one row per request (or key).
 	OutputCSV = "csv"
@@ -98,74 +97,41 @@ func FormatElapsed(d time.Duration) string {
 	return out
 }
 
-// formatRate prints a rate in cost per period compactly.
-func formatRate(v float64) string {
-	switch a := math.Abs(v); {
-	case a >= 1e12:
-		return strconv.FormatFloat(v, 'g', 4, 64)
-	case a >= 1e5:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 2, 64)
-}
-
-// formatLimit prints a configured limit as written ("200", "1e+07" stays
-// "10000000").
-func formatLimit(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-// formatRetry prints a retry-after duration; "never" for a request whose
-// cost alone exceeds the limit.
-func formatRetry(d time.Duration) string {
-	switch {
-	case d <= 0:
+// retry prints a wait for the RETRY column: empty when there is none.
+func retry(d time.Duration) string {
+	if d <= 0 {
 		return ""
-	case d == time.Duration(math.MaxInt64):
-		return "never"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
 	}
-	return human.Duration(d.Round(time.Second))
+	return human.Retry(d)
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// tableSample is how many rows the table writer reads to size its
-// columns; later rows are printed as they come, and a wider cell widens its
-// column from that row on.
-const tableSample = 1000
-
-// tableWriter prints aligned columns (two spaces apart) without holding a
-// whole trace's output in memory as text/tabwriter would.
+// tableWriter prints decisions as a termsafe.Table.
 type tableWriter struct {
-	bw      *bufio.Writer
-	cols    columns
-	start   time.Time
-	header  []string
-	widths  []int
-	pending [][]string
+	t     *termsafe.Table
+	cols  columns
+	start time.Time
 }
 
 func newTableWriter(w io.Writer, cols columns, start time.Time) *tableWriter {
-	t := &tableWriter{bw: bufio.NewWriter(w), cols: cols, start: start}
-	t.header = []string{"TIME", "ELAPSED", "LINE", "KEY"}
+	header := []string{"TIME", "ELAPSED", "LINE", "KEY"}
 	for _, l := range cols.limits {
-		t.header = append(t.header, l.Name+" /"+human.Duration(l.Period))
+		header = append(header, l.Name+" /"+human.Duration(l.Period))
 	}
-	t.header = append(t.header, "ACTION", "BY", "RETRY")
-	return t
+	return &tableWriter{t: termsafe.NewTable(w, append(header, "ACTION", "BY", "RETRY")...), cols: cols, start: start}
 }
 
 // Write prints one row: for each limit "before→after ≤ max" (or "> max"
 // when over), prefixed with the key when it differs from the KEY column.
 func (t *tableWriter) Write(r *Result) error {
-	cells := make([]string, 0, len(t.header))
 	key := "-"
 	if keys := r.Keys(); len(keys) > 0 {
 		key = keys[0]
 	} else if r.Decision.Reason == "exempt" {
 		key = "(exempt)"
 	}
-	cells = append(cells, formatTime(r.Time), "+"+FormatElapsed(r.Time.Sub(t.start)), strconv.Itoa(r.Line), key)
+	cells := []string{formatTime(r.Time), "+" + FormatElapsed(r.Time.Sub(t.start)), strconv.Itoa(r.Line), key}
 	for _, m := range t.cols.byLimit(r) {
 		if m == nil {
 			cells = append(cells, "-")
@@ -179,71 +145,16 @@ func (t *tableWriter) Write(r *Result) error {
 		if m.Over {
 			cmp = ">"
 		}
-		cells = append(cells, fmt.Sprintf("%s%s→%s %s %s", prefix, formatRate(m.Before), formatRate(m.After), cmp, formatLimit(m.Max)))
+		cells = append(cells, fmt.Sprintf("%s%s→%s %s %s", prefix, human.FineRate(m.Before), human.FineRate(m.After), cmp, ftoa(m.Max)))
 	}
 	action := r.Decision.Action.String()
 	if r.Decision.Fault != nil {
 		action += " (fault: " + r.Decision.Fault.Error() + ")"
 	}
-	cells = append(cells, action, r.Decision.Limit, formatRetry(r.Decision.RetryAfter))
-	if t.widths == nil {
-		t.pending = append(t.pending, cells)
-		if len(t.pending) >= tableSample {
-			return t.fix()
-		}
-		return nil
-	}
-	return t.row(cells)
+	return t.t.Row(append(cells, action, r.Decision.Limit, retry(r.Decision.RetryAfter))...)
 }
 
-// fix sizes the columns from the header and the rows read so far and
-// prints them.
-func (t *tableWriter) fix() error {
-	t.widths = make([]int, len(t.header))
-	for _, row := range append([][]string{t.header}, t.pending...) {
-		for i, c := range row {
-			t.widths[i] = max(t.widths[i], utf8.RuneCountInString(termsafe.Line(c)))
-		}
-	}
-	if err := t.row(t.header); err != nil {
-		return err
-	}
-	for _, row := range t.pending {
-		if err := t.row(row); err != nil {
-			return err
-		}
-	}
-	t.pending = nil
-	return nil
-}
-
-func (t *tableWriter) row(cells []string) error {
-	last := len(cells) - 1
-	for last > 0 && cells[last] == "" {
-		last--
-	}
-	for i, c := range cells[:last+1] {
-		// Keys and senders come from traces and mail logs: attacker
-		// data, shown to an operator's terminal.
-		c = termsafe.Line(c)
-		t.bw.WriteString(c)
-		if i < last {
-			n := utf8.RuneCountInString(c)
-			t.widths[i] = max(t.widths[i], n) // a wider cell widens the column from here on
-			t.bw.WriteString(strings.Repeat(" ", t.widths[i]-n+2))
-		}
-	}
-	return t.bw.WriteByte('\n')
-}
-
-func (t *tableWriter) Close() error {
-	if t.widths == nil {
-		if err := t.fix(); err != nil {
-			return err
-		}
-	}
-	return t.bw.Flush()
-}
+func (t *tableWriter) Close() error { return t.t.Flush() }
 
 type csvWriter struct {
 	w     *csv.Writer
@@ -357,23 +268,11 @@ func (j *jsonlWriter) Write(r *Result) error {
 		rec.Fault = d.Fault.Error()
 	}
 	for i, m := range d.Measures {
-		rec.Measures[i] = MeasureRecord{Limit: m.Limit, Key: m.Key, Cost: m.Cost, Before: finite(m.Before),
-			After: finite(m.After), Max: m.Max, Over: m.Over, Action: m.Action.String(),
+		rec.Measures[i] = MeasureRecord{Limit: m.Limit, Key: m.Key, Cost: m.Cost, Before: human.Finite(m.Before),
+			After: human.Finite(m.After), Max: m.Max, Over: m.Over, Action: m.Action.String(),
 			RetryAfterS: jsonSeconds(m.RetryAfter), Stored: m.Stored}
 	}
 	return j.enc.Encode(&rec)
-}
-
-// finite keeps JSON encodable: the engine saturates at MaxFloat64, but be
-// safe against an infinity.
-func finite(v float64) float64 {
-	if math.IsInf(v, 1) {
-		return math.MaxFloat64
-	}
-	if math.IsNaN(v) {
-		return 0
-	}
-	return v
 }
 
 func (j *jsonlWriter) Close() error { return j.bw.Flush() }

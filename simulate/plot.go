@@ -108,7 +108,7 @@ func (rec *Recorder) Add(r *Result) {
 		if m.Stored {
 			post = m.After
 		}
-		sm := sample{x: x, before: finite(m.Before), after: finite(m.After), post: finite(post), max: m.Max,
+		sm := sample{x: x, before: human.Finite(m.Before), after: human.Finite(m.After), post: human.Finite(post), max: m.Max,
 			refused: r.Refused()}
 		s.samples = append(s.samples, sm)
 		if ratio := sm.after / m.Max; ratio > s.peak {

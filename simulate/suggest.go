@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -410,13 +411,13 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 			}
 			lp.Notes = append(lp.Notes, fmt.Sprintf("only %d ordinary %s: too few for a p%g (it takes %d); "+
 				"the proposal is based on %s, %s, instead",
-				n, plural(n, "key", "keys"), o.Percentile, MinPercentileKeys, which, formatNum(lp.Base)))
+				n, plural.Of(n, "key"), o.Percentile, MinPercentileKeys, which, human.Number(lp.Base)))
 		}
 		if period := time.Duration(lc.Period); span < period {
 			lp.TooShort = true
 			lp.Notes = append(lp.Notes, fmt.Sprintf("the trace spans %s, less than the period %s: no rate over a whole "+
 				"period was measured, so the proposal is based on the partial peaks instead, which may be low; "+
-				"give a trace of at least %s", humanSpan(span), human.Duration(period), human.Duration(period)))
+				"give a trace of at least %s", human.Span(span), human.Duration(period), human.Duration(period)))
 		}
 	}
 	for _, ks := range keys {
@@ -453,13 +454,6 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 // MinPercentileKeys is the fewest ordinary keys a percentile below 100 is
 // taken over: with fewer, the nearest-rank p95 is the highest peak.
 const MinPercentileKeys = 20
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
 
 func percentile(sorted []float64, p float64) float64 {
 	rank := int(math.Ceil(p / 100 * float64(len(sorted))))

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
@@ -231,34 +230,29 @@ func (s *Summary) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "%d requests from %s to %s (%s h), %d keys, %d refused\n\n", s.Requests,
 		formatTime(s.Start), formatTime(s.End), FormatElapsed(s.End.Sub(s.Start)), len(s.Keys), refused)
-	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
-	var b strings.Builder
-	b.WriteString("KEY\tREQUESTS\tADMITTED\tDEFERRED\tREJECTED\tHELD\tFROZEN\tWARNED\tFIRST REFUSED\tAFTER\tBY")
+	header := []string{"KEY", "REQUESTS", "ADMITTED", "DEFERRED", "REJECTED", "HELD", "FROZEN", "WARNED", "FIRST REFUSED", "AFTER", "BY"}
 	for _, l := range s.Limits {
-		fmt.Fprintf(&b, "\tPEAK %s /%s", l.Name, human.Duration(l.Period))
+		header = append(header, fmt.Sprintf("PEAK %s /%s", l.Name, human.Duration(l.Period)))
 	}
-	b.WriteByte('\n')
-	io.WriteString(tw, b.String())
+	t := termsafe.NewTable(bw, header...)
 	for i := range s.Keys {
 		k := &s.Keys[i]
-		b.Reset()
 		first, after := "-", ""
 		if !k.FirstRefused.IsZero() {
 			first, after = formatTime(k.FirstRefused), "+"+FormatElapsed(k.RefusedAfter)
 		}
-		fmt.Fprintf(&b, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", termsafe.Line(k.Key), k.Requests, k.Admitted, k.Deferred,
-			k.Rejected, k.Held, k.Frozen, k.Warned, first, after, k.RefusedBy)
+		row := []string{k.Key, strconv.Itoa(k.Requests), strconv.Itoa(k.Admitted), strconv.Itoa(k.Deferred), strconv.Itoa(k.Rejected),
+			strconv.Itoa(k.Held), strconv.Itoa(k.Frozen), strconv.Itoa(k.Warned), first, after, k.RefusedBy}
 		for _, p := range k.Peaks {
 			if !p.Measured {
-				b.WriteString("\t-")
+				row = append(row, "-")
 				continue
 			}
-			fmt.Fprintf(&b, "\t%s / %s", formatRate(p.Rate), formatLimit(p.Max))
+			row = append(row, human.FineRate(p.Rate)+" / "+ftoa(p.Max))
 		}
-		b.WriteByte('\n')
-		io.WriteString(tw, b.String())
+		t.Row(row...)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	return bw.Flush()

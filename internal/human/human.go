@@ -84,6 +84,33 @@ func Rate(rate, limit float64) string {
 	return strconv.FormatFloat(rate, 'g', -1, 64)
 }
 
+// FineRate prints a rate to two decimals, whole from 1e5 and with an
+// exponent from 1e12, for tables that show each request's change
+// ("1.50→2.49").
+func FineRate(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e12:
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	case a >= 1e5:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// Span prints the length of a trace or a log: "0s", "12m", "3h05m",
+// "4.5 days".
+func Span(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%.1f days", d.Hours()/24)
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	}
+	return d.Round(time.Second).String()
+}
+
 // Number prints a rate or count in a table: whole numbers without
 // decimals (199.97 is "200"), others with one ("12.3"), never an exponent.
 func Number(f float64) string {
