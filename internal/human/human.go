@@ -46,7 +46,7 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 // Duration prints d the way operators write periods: "1h", "24h", "7d",
-// "90s"; whole days above 48h.
+// "1m30s"; whole days from 48h.
 func Duration(d time.Duration) string {
 	switch {
 	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
