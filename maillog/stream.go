@@ -204,8 +204,8 @@ func (r *Reader) readSpooled(name string, in io.Reader) error {
 }
 
 // StreamTrace writes the trace of the logs' messages to w as Each finds
-// them, like WriteMessages(w, r.Messages(), header) without holding the
-// messages: the trace is in Queued order but for messages finished late,
+// them, like WriteTrace(w, Trace(r.Messages()), header) without holding
+// the messages: the trace is in Queued order but for messages finished late,
 // which simulate.Read accepts (it replays in time order). It fills
 // Stats.
 func (r *Reader) StreamTrace(w io.Writer, header string) error {

@@ -95,21 +95,6 @@ func WriteTrace(w io.Writer, t *simulate.Trace, header string) error {
 	return tw.flush()
 }
 
-// WriteMessages writes the trace of msgs like WriteTrace(w, Trace(msgs),
-// header), message by message in the order given, without holding the
-// whole trace in memory: the RCPT requests of a message may come after a
-// later-queued message's END-OF-MESSAGE, which simulate.Read accepts
-// (it replays in time order).
-func WriteMessages(w io.Writer, msgs []Message, header string) error {
-	tw := newTraceWriter(w, header)
-	for i := range msgs {
-		for _, e := range msgs[i].Entries() {
-			tw.entry(&e)
-		}
-	}
-	return tw.flush()
-}
-
 type traceWriter struct {
 	bw  *bufio.Writer
 	enc *json.Encoder

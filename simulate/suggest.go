@@ -607,14 +607,3 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 	})
 	return out, nil
 }
-
-// Refusal returns the refusal of key (compared case-insensitively), or
-// nil if the proposal never refused it.
-func (s *Suggestion) Refusal(key string) *Refusal {
-	for i := range s.Refusals {
-		if strings.EqualFold(s.Refusals[i].Key, key) {
-			return &s.Refusals[i]
-		}
-	}
-	return nil
-}

@@ -191,16 +191,6 @@ func (s *Summarizer) Summary() *Summary {
 	return &out
 }
 
-// Key returns the summary of one key (compared case-insensitively), or nil.
-func (s *Summary) Key(key string) *KeySummary {
-	for i := range s.Keys {
-		if strings.EqualFold(s.Keys[i].Key, key) {
-			return &s.Keys[i]
-		}
-	}
-	return nil
-}
-
 // Write prints the summary in the given output format: a heading and an
 // aligned table (OutputTable), CSV with a header row, or one JSON object
 // per key.

@@ -13,7 +13,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,20 +155,6 @@ func (h *cursorHeap) Pop() any {
 	c := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return c
-}
-
-// DetectFormat returns the trace format implied by path's extension:
-// FormatJSONL for .jsonl, .ndjson and .json, FormatCSV for .csv. Otherwise
-// it returns an error wrapping ErrFormat. ReadFile does not use it: it
-// reads a trace by its content (SniffFormat), whatever its name.
-func DetectFormat(path string) (string, error) {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".jsonl", ".ndjson", ".json":
-		return FormatJSONL, nil
-	case ".csv":
-		return FormatCSV, nil
-	}
-	return "", fmt.Errorf("%w: cannot tell the format of %q from its extension (want .jsonl, .json or .csv, or name it with --input-format)", ErrFormat, path)
 }
 
 // sniffLen is how much of a trace SniffFormat looks at.
