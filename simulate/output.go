@@ -17,27 +17,23 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Output formats of decisions and summaries.
+// Output formats of decisions and summaries: an aligned table, CSV with a
+// header row, JSON Lines; one row per request (or key).
 const (
-	// OutputTable is aligned text for people (termsafe.Table).
 	OutputTable = "table"
-	// OutputCSV is CSV with a header row, one row per request (or key).
-	OutputCSV = "csv"
-	// OutputJSONL is JSON Lines, one object per request (or key).
+	OutputCSV   = "csv"
 	OutputJSONL = "jsonl"
 )
 
-// Writer writes decisions in one output format. Close flushes; it does not
-// close the underlying io.Writer.
+// Writer writes decisions in one output format; Close flushes and leaves
+// the io.Writer open.
 type Writer interface {
 	Write(r *Result) error
 	Close() error
 }
 
-// NewWriter returns a Writer of the given format (OutputTable, OutputCSV or
-// OutputJSONL) to w. limits is the engine's stack (Engine.Limits), which
-// names the per-limit columns; start is the trace's first time, from which
-// elapsed time is counted.
+// NewWriter returns a Writer of format to w, a column per limit
+// (Engine.Limits), elapsed time counted from start.
 func NewWriter(w io.Writer, format string, limits []policy.LimitInfo, start time.Time) (Writer, error) {
 	cols := newColumns(limits)
 	switch format {
@@ -67,8 +63,7 @@ func newColumns(limits []policy.LimitInfo) columns {
 	return c
 }
 
-// byLimit returns the measures of r in column order (nil where the limit
-// did not apply).
+// byLimit returns r's measures in column order, nil where none.
 func (c columns) byLimit(r *Result) []*policy.Measure {
 	out := make([]*policy.Measure, len(c.limits))
 	for i := range r.Decision.Measures {
@@ -80,9 +75,8 @@ func (c columns) byLimit(r *Result) []*policy.Measure {
 	return out
 }
 
-// FormatElapsed prints a duration as hours:minutes:seconds ("7:48:00",
-// "55:12:00", "0:00:01.5"), the way the simulator shows time since the
-// start of a trace.
+// FormatElapsed prints time since the start of a trace as
+// hours:minutes:seconds ("55:12:00", "0:00:01.5").
 func FormatElapsed(d time.Duration) string {
 	sign := ""
 	if d < 0 {
@@ -122,8 +116,7 @@ func newTableWriter(w io.Writer, cols columns, start time.Time) *tableWriter {
 	return &tableWriter{t: termsafe.NewTable(w, append(header, "ACTION", "BY", "RETRY")...), cols: cols, start: start}
 }
 
-// Write prints one row: for each limit "before→after ≤ max" (or "> max"
-// when over), prefixed with the key when it differs from the KEY column.
+// Write prints one row: per limit "[key: ]before→after ≤ max" (> when over).
 func (t *tableWriter) Write(r *Result) error {
 	key := "-"
 	if keys := r.Keys(); len(keys) > 0 {

@@ -16,8 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// shortTrace is the trace span below which WriteText warns that the
-// proposal rests on too little traffic.
+// shortTrace is the span below which WriteText warns of too little traffic.
 const shortTrace = 14 * 24 * time.Hour
 
 // maxListed bounds the outliers and refusals WriteText lists per section.
@@ -38,10 +37,8 @@ func unit(lc policy.LimitConfig) string {
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") }
 
-// WriteText writes the proposal with its reasoning: the method, per limit
-// the distribution of peaks, the proposed limit and how it was reached, the
-// overrides to confirm and the outliers, then who the proposal would have
-// refused, when and for how long, and the TOML to paste.
+// WriteText writes the proposal with its reasoning, who it would have
+// refused, and the TOML to paste.
 func (s *Suggestion) WriteText(w io.Writer) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Trace: %d requests from %s to %s (%s).\n", s.Requests, stamp(s.Start), stamp(s.End), human.Span(s.End.Sub(s.Start)))
@@ -138,8 +135,7 @@ func clockText(d time.Duration) string {
 	return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60)
 }
 
-// tomlLimit is a [[limit]] table as TOML writes it, empty settings left
-// out.
+// tomlLimit is a [[limit]] table, empty settings left out.
 type tomlLimit struct {
 	Name      string             `toml:"name"`
 	Key       []string           `toml:"key"`
@@ -160,8 +156,7 @@ type tomlLimit struct {
 	Release   string             `toml:"auto_release,omitempty"`
 }
 
-// TOML returns the proposed stack as [[limit]] tables, ready to paste
-// into a configuration file in place of the old ones.
+// TOML returns the proposed stack as [[limit]] tables.
 func (s *Suggestion) TOML() (string, error) {
 	var doc struct {
 		Limit []tomlLimit `toml:"limit"`

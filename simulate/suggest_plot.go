@@ -19,10 +19,8 @@ import (
 // binsPerDecade is the resolution of the peak histogram (log scale).
 const binsPerDecade = 8
 
-// SavePlot draws the distribution of peaks into path (.svg or .png): one
-// panel per limit, a histogram of the keys' peak rates on a logarithmic
-// axis, the proposed limit as a red dashed line and each override as a
-// green dotted one.
+// SavePlot draws into path (.svg or .png) a panel per limit: a log-scale
+// histogram of the keys' peaks, the proposal red, overrides green.
 func (s *Suggestion) SavePlot(path string) error { return savePlot(path, s.WritePlot) }
 
 // WritePlot draws the plot of SavePlot in format PlotSVG or PlotPNG to w.
