@@ -31,7 +31,7 @@ var inuseProfile = flag.String("inuse", "", "BenchmarkInProcessDaemon: write a h
 // metrics and log lines), so that the profiling flags of go test show
 // where the daemon's time and memory go:
 //
-//	go test -run '^$' -bench InProcess -benchtime 1x -cpuprofile cpu.out -memprofile mem.out ./cmd/ratelimitd-bench
+//	go test -run '^$' -bench InProcess -benchtime 1x -cpuprofile cpu.out -memprofile mem.out ./ratelimitd-bench
 //
 // The client shares the process (and its profile: the connection
 // goroutines of runLoad are main.(*worker) frames). Each sub-benchmark is
