@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -159,7 +160,7 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 
 func chartPanelPlot(key, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, num(max), dur(period))
+	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, human.Number(max), dur(period))
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Min, p.X.Max = float64(now.Add(-chartWindow).Unix()), float64(now.Unix())
 	p.X.Tick.Marker = plot.TimeTicks{Format: "15:04", Time: func(t float64) time.Time { return time.Unix(int64(t), 0).UTC() }}

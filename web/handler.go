@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -245,7 +246,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if d := s.throttle.wait(now, keys...); d > 0 {
 		s.log.Warn("console: login attempt while slowed down", "user", name, "client", addr, "wait", d.Round(time.Second).String())
-		w.Header().Set("Retry-After", itoa(int(d.Seconds()+1)))
+		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds()+1)))
 		again(http.StatusTooManyRequests, "Too many failed attempts: wait "+d.Round(time.Second).String()+" and try again.")
 		return
 	}

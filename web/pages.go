@@ -5,17 +5,14 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
-	"math"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
@@ -31,7 +28,8 @@ type pages struct {
 var funcs = template.FuncMap{
 	"when":     when,
 	"ago":      ago,
-	"num":      num,
+	"num":      human.Number,
+	"rate":     admin.FormatKeyRate,
 	"dur":      dur,
 	"keyURL":   func(k string) string { return "/keys/" + url.PathEscape(k) },
 	"chartURL": func(k string) string { return "/chart.png?key=" + url.QueryEscape(k) },
@@ -106,14 +104,14 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return
 	}
-	var h Health
-	if s.opts.Health != nil {
-		h = s.opts.Health()
+	var st admin.Status
+	if s.opts.Status != nil {
+		st = s.opts.Status()
 	}
 	s.render(w, r, "overview", map[string]any{
 		"Title": "Overview", "Now": now, "Over": over, "Tracked": tracked,
 		"Refused": refused, "Truncated": len(refused) >= maxOverviewKeys,
-		"Quarantine": s.opts.Quarantine.Health(), "Health": h,
+		"Quarantine": s.opts.Quarantine.Health(), "Status": st,
 	})
 }
 
@@ -149,22 +147,9 @@ func ago(now, t time.Time) string {
 	return dur(now.Sub(t)) + " ago"
 }
 
-func dur(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	return human.Duration(d.Round(time.Second))
-}
-
-func num(f float64) string {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return "-"
-	}
-	if f == math.Trunc(f) && math.Abs(f) < 1e12 {
-		return strconv.FormatFloat(f, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(f, 'f', 1, 64)
-}
+// dur is d rounded to the second as human.Duration prints it; "0s" for
+// no time or less.
+func dur(d time.Duration) string { return human.Duration(max(d, 0).Round(time.Second)) }
 
 func size(n int64) string {
 	switch {
@@ -175,5 +160,3 @@ func size(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -17,30 +15,21 @@ import (
 // maxListed bounds the quarantine page's rows.
 const maxListed = 500
 
-// quarantineFilter reads the CLI's filters (quarantine list --sender,
-// --key, --limit, --state, --since) from the query string.
+// quarantineFilter reads the filters of `quarantine list` (sender, key,
+// limit, state, since) from the query string.
 func quarantineFilter(r *http.Request, now time.Time) (quarantine.Filter, map[string]string, error) {
 	q := r.URL.Query()
-	form := map[string]string{"sender": q.Get("sender"), "key": q.Get("key"), "limit": q.Get("limit"),
-		"state": q.Get("state"), "since": q.Get("since")}
-	f := quarantine.Filter{Sender: form["sender"], Key: form["key"], Limit: form["limit"], Max: maxListed}
-	if st := form["state"]; st != "" && st != "pending" {
-		for _, name := range strings.Split(st, ",") {
-			s, err := quarantine.ParseState(strings.TrimSpace(name))
-			if err != nil {
-				return f, form, err
-			}
-			f.States = append(f.States, s)
-		}
+	form := map[string]string{}
+	for _, k := range []string{"sender", "key", "limit", "state", "since"} {
+		form[k] = q.Get(k)
 	}
-	if s := form["since"]; s != "" {
-		d, err := human.ParseDuration(s)
-		if err != nil {
-			return f, form, fmt.Errorf("since: %w", err)
-		}
-		f.Since = now.Add(-d)
+	lq, err := admin.ParseListQuery(q)
+	if err != nil {
+		return quarantine.Filter{}, form, err
 	}
-	return f, form, nil
+	f, err := lq.Filter(now)
+	f.Max = maxListed
+	return f, form, err
 }
 
 func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {

@@ -15,14 +15,14 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/notify"
 )
 
-// Listener limits: at most srvconn.HTTPConns() connections at once (more
-// wait in the kernel's accept queue), like /metrics and the admin socket;
-// readHeaderTimeout to send a request's header, readTimeout for the whole
-// request, idleTimeout between keep-alive requests.
+// Listener limits (at most srvconn.HTTPConns() connections at once, like
+// /metrics and the admin socket) and the largest header and form.
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
@@ -32,27 +32,26 @@ const (
 	maxFormBytes      = 64 << 10
 )
 
-// Options configures a Server.
+// Options configures a Server: the daemon's services (those the admin
+// socket serves) and the console's own files.
 type Options struct {
 	// Listen is the TCP address ("127.0.0.1:9732").
 	Listen string
 	// TLSCert and TLSKey are PEM files; both set, the server speaks TLS
-	// and cookies are Secure. Reload rereads them.
+	// and cookies are Secure. Reload rereads them and UsersFile.
 	TLSCert, TLSKey string
-	// UsersFile is the users file (LoadUsers); Reload rereads it.
-	UsersFile string
+	UsersFile       string
 
-	Rates      Rates
-	Quarantine Quarantine
-	// Events is the event log; nil (events off) shows no history.
-	Events Events
-	// Health returns the daemon's state for the overview (nil: unknown).
-	Health func() Health
-	// Notify, if set, is told of rate resets (notify.RateReset), as the
-	// admin socket tells it of the CLI's.
+	Rates      admin.Rates
+	Quarantine admin.Quarantine
+	// Events is the event log (nil: no history).
+	Events admin.Events
+	// Status returns the daemon's state for the overview (nil: unknown).
+	Status func() admin.Status
+	// Notify, if set, is told of rate resets, as the admin socket's are.
 	Notify func(notify.Event)
 	Logger *slog.Logger
-	// Now is the clock (time.Now when nil); tests set it.
+	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
 
@@ -70,7 +69,7 @@ type Server struct {
 	pages  *pages
 
 	// usersMod is the users file's modification time when last read,
-	// usersCheck when it was last looked at (refreshUsers).
+	// usersCheck when refreshUsers last looked.
 	usersMu    sync.Mutex
 	usersMod   time.Time
 	usersCheck time.Time
@@ -257,6 +256,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-done
 	return err
 }
+
+// noEvents is Events when the event log is off: nothing recorded or found.
+type noEvents struct{}
+
+func (noEvents) Query(context.Context, events.Query) ([]events.Event, error)        { return nil, nil }
+func (noEvents) Summary(context.Context, events.Query) ([]events.KeySummary, error) { return nil, nil }
+func (noEvents) Record(events.Event)                                                {}
 
 // URL is the console's base URL ("https://127.0.0.1:9732/"; "" before
 // Start).
