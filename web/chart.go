@@ -59,18 +59,15 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 	w.Write(png)
 }
 
-// sample is the key's rate under one limit at one time: as recorded with
-// an event, or now from the rate state.
+// sample is the key's rate under one limit, from an event or the state.
 type sample struct {
 	t       time.Time
 	rate    float64
 	refused bool
 }
 
-// rateSeries is the line of one limit: between two samples the rate
-// decays as the exponential average does with no traffic
-// (r·e^(−Δt/period)), then rises to the next sample, so the line is
-// what the recorded decisions prove: the rate was at least this.
+// rateSeries is one limit's line: between samples the rate decays as
+// r·e^(−Δt/period), as the average does with no traffic.
 func rateSeries(samples []sample, period time.Duration, now time.Time) plotter.XYs {
 	var xys plotter.XYs
 	x := func(t time.Time) float64 { return float64(t.Unix()) }

@@ -19,8 +19,8 @@ import (
 //go:embed templates
 var templateFiles embed.FS
 
-// pages are the parsed templates: each page is "layout" and the shared
-// "partials" with its own "content" block.
+// pages are the parsed templates: "layout", "partials" and each page's
+// "content" block.
 type pages struct {
 	byName map[string]*template.Template
 }
@@ -55,9 +55,8 @@ func mustParsePages() *pages {
 	return p
 }
 
-// render writes page name with data (a map; User and Title are added).
-// The page is rendered into a buffer first so that a template error
-// answers 500, not half a page.
+// render writes page name with data (User and Path are added), buffered
+// so that a template error answers 500, not half a page.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
 	t, ok := s.pages.byName[name]
 	if !ok {
@@ -132,7 +131,7 @@ func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 		"Done": r.URL.Query().Get("done")})
 }
 
-// when formats a time for the pages (UTC, to the second).
+// when prints t in UTC to the second; "never" for the zero time.
 func when(t time.Time) string {
 	if t.IsZero() {
 		return "never"

@@ -54,8 +54,7 @@ type messageView struct {
 	Text      string
 	TextType  string
 	Truncated bool
-	// Raw is the MTA's own listing (postcat) when the message could not
-	// be parsed from it.
+	// Raw is postcat's listing when no message could be parsed from it.
 	Raw string
 	Err string
 }
@@ -79,10 +78,8 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "message", map[string]any{"Title": "Message " + e.ID, "E": e, "M": v})
 }
 
-// preview parses the message: the stored bytes of frozen mail, the
-// message part of postcat's listing for held mail. The text is the
-// first text part, HTML reduced to text (quarantine.PreviewMessage);
-// nothing of the message is ever rendered as HTML.
+// preview parses the message (frozen: the stored bytes; held: postcat's
+// listing) for a text preview; nothing of it is rendered as HTML.
 func (s *Server) preview(r *http.Request, e quarantine.Entry, body []byte) messageView {
 	msg := body
 	if e.State == quarantine.Held {
@@ -128,8 +125,7 @@ var confirmOps = map[string]struct{ Verb, Post, Explain string }{
 	"delete":     {"Delete", "delete", "The message is removed for good (held mail: postsuper -d) and never delivered."},
 }
 
-// confirm is the confirmation step before a thaw or delete: a page with
-// the message's envelope and one POST button.
+// confirm is the page before a thaw or delete: the envelope and a button.
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 	op := r.URL.Query().Get("op")
 	c, ok := confirmOps[op]

@@ -55,8 +55,8 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Server is the console. Create it with New; Serve or Start it; Reload
-// on SIGHUP; Shutdown to stop. Its methods are safe for concurrent use.
+// Server is the console: New, Start, Reload on SIGHUP, Shutdown. Safe for
+// concurrent use.
 type Server struct {
 	opts     Options
 	log      *slog.Logger
@@ -80,7 +80,7 @@ type Server struct {
 	done chan struct{}
 }
 
-// New checks the options, reads the users file and the TLS files.
+// New checks opts and reads the users and TLS files.
 func New(opts Options) (*Server, error) {
 	if opts.Rates == nil || opts.Quarantine == nil {
 		return nil, errors.New("web: Rates and Quarantine are required")
@@ -117,8 +117,8 @@ func New(opts Options) (*Server, error) {
 // TLS reports whether the server speaks HTTPS.
 func (s *Server) TLS() bool { return s.opts.TLSCert != "" }
 
-// Reload rereads the users file and the TLS certificate; on an error the
-// previous ones stay. Sessions of users no longer in the file end.
+// Reload rereads the users file and the TLS certificate, keeping the old
+// ones on an error. Sessions of removed users end.
 func (s *Server) Reload() error {
 	if err := s.loadUsers(); err != nil {
 		return err
@@ -133,9 +133,8 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-// refreshUsers rereads the users file when its modification time
-// changed, looking at most once a second, so that `ratelimitd web user
-// add|remove` applies without a reload.
+// refreshUsers rereads the users file when its modification time changed,
+// looking at most once a second, so that `web user add` needs no reload.
 func (s *Server) refreshUsers() {
 	now := time.Now()
 	s.usersMu.Lock()
@@ -147,10 +146,7 @@ func (s *Server) refreshUsers() {
 	if !due {
 		return
 	}
-	var mod time.Time
-	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
-		mod = fi.ModTime()
-	}
+	mod := modTime(s.opts.UsersFile)
 	s.usersMu.Lock()
 	changed := !mod.Equal(s.usersMod)
 	s.usersMu.Unlock()
@@ -161,13 +157,9 @@ func (s *Server) refreshUsers() {
 	}
 }
 
-// loadUsers reads the users file and ends the sessions of users no
-// longer in it.
+// loadUsers reads the users file and ends removed users' sessions.
 func (s *Server) loadUsers() error {
-	var mod time.Time
-	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
-		mod = fi.ModTime()
-	}
+	mod := modTime(s.opts.UsersFile)
 	u, err := LoadUsers(s.opts.UsersFile)
 	if err != nil {
 		return err
@@ -186,6 +178,14 @@ func (s *Server) loadUsers() error {
 		s.log.Warn("console has no users: add one with `ratelimitd web user add NAME --role operator`", "users_file", s.opts.UsersFile)
 	}
 	return nil
+}
+
+// modTime is path's modification time, zero if it cannot be read.
+func modTime(path string) time.Time {
+	if fi, err := os.Stat(path); err == nil {
+		return fi.ModTime()
+	}
+	return time.Time{}
 }
 
 // Start listens on Options.Listen and serves in the background.
@@ -240,8 +240,7 @@ func (s *Server) start(ln net.Listener) {
 	}()
 }
 
-// Shutdown stops accepting, lets requests in progress finish until ctx
-// ends, then closes the rest.
+// Shutdown stops accepting and lets requests finish until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	hs, done := s.http, s.done
