@@ -223,9 +223,8 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 }
 
 // startOnFreePorts writes master.cf with free ports and starts the
-// master. A port picked free can be taken by someone else before the
-// master binds it; the master then exits without a word (its stderr is
-// /dev/null and postlogd is not up yet), so it tries again with new ports.
+// master, again with new ports while a master exits silently because a
+// port was taken meanwhile.
 func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster string) {
 	t.Helper()
 	const attempts = 3
@@ -307,11 +306,9 @@ func busyPorts(ports []int) []int {
 func banner(root string) string { return filepath.Base(root) }
 
 // waitGreeting polls addr until this instance's smtpd sends its 220
-// greeting there (one that ends with banner). A greeting without it comes
-// from another Postfix holding the port (picked free, then taken by a test
-// running in parallel before this master could bind it), and this master
-// exits for want of the port: waitGreeting waits for that, so that the
-// caller retries with other ports instead of testing the other instance.
+// greeting (one that ends with banner). When another Postfix holds the
+// port, it waits for this master to exit, so the caller retries with
+// other ports.
 func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
@@ -339,11 +336,9 @@ func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	return fmt.Errorf("timeout after %v: %v", timeout, lastErr)
 }
 
-// Stop stops the instance the way "postfix stop" does (SIGTERM to the
-// master), waits for the master and every daemon of its process group to
-// exit, killing them if they take more than a few seconds, and reaps them.
-// It is called at t.Cleanup; calling it earlier (to test an MTA that went
-// away) is fine, and further calls do nothing.
+// Stop sends the master SIGTERM (as "postfix stop" does) and reaps its
+// process group, killing what is left after a few seconds. It runs at
+// t.Cleanup; an earlier call is fine and later calls do nothing.
 func (p *Postfix) Stop(t testing.TB) {
 	t.Helper()
 	p.stopOnce.Do(func() {
@@ -408,8 +403,8 @@ func (p *Postfix) QueueDir() string { return p.queueDir }
 // LogFile returns the path of the instance's maillog_file.
 func (p *Postfix) LogFile() string { return p.logFile }
 
-// Log returns the whole Postfix log so far ("" before the first line).
-// Log lines reach the file through postlogd, a moment after the event.
+// Log returns the Postfix log so far; lines arrive through postlogd, a
+// moment after the event.
 func (p *Postfix) Log() string {
 	b, _ := os.ReadFile(p.logFile)
 	return string(b)
@@ -432,14 +427,10 @@ func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) st
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago
-// and that this process has not handed out before. It is picked at random
-// below the kernel's ephemeral range (net.ipv4.ip_local_port_range), not
-// by binding port 0: a port from the ephemeral range could be taken, before
-// the caller binds it, by any outgoing connection of a parallel test (to
-// Redis, to Postfix), which made a daemon fail with "address already in
-// use" in CI. Another process may still take it, but only by picking it on
-// purpose.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that this process has not handed out before, picked at random below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range), where outgoing
+// connections of parallel tests cannot take it.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	low := ephemeralLow()
