@@ -27,10 +27,8 @@ type PostfixOptions struct {
 	SinkAddr string
 
 	// PolicyService ("inet:127.0.0.1:10031" or "unix:/abs/path"), when set,
-	// is asked at RCPT (first in smtpd_recipient_restrictions, before
-	// permit_sasl_authenticated, so authenticated senders are limited too)
-	// and at END-OF-MESSAGE (smtpd_end_of_data_restrictions), with
-	// default_action=DUNNO and a timeout of PolicyTimeout.
+	// is asked at RCPT (before permit_sasl_authenticated) and at
+	// END-OF-MESSAGE, with default_action=DUNNO.
 	PolicyService string
 	// PolicyTimeout is the policy service's timeout; 0 means 10s.
 	PolicyTimeout time.Duration
@@ -40,17 +38,13 @@ type PostfixOptions struct {
 	// milter_protocol = 6.
 	Milter string
 	// MilterPrivate, when set (and Milter is not), names a unix socket in
-	// the instance's private/ directory (QUEUE/private/NAME, owned by the
-	// postfix user, mode 0700, as in a real installation): smtpd_milters
-	// is unix: and its absolute path (Postfix.PrivateSocket). smtpd
-	// connects to it as the postfix user, so the milter must make the
-	// socket reachable by the postfix group.
+	// the instance's private/ directory (Postfix.PrivateSocket), which
+	// smtpd reaches as the postfix user.
 	MilterPrivate string
 
-	// ReinjectPort adds a second smtpd on another free port, with no
-	// milter, no policy service and smtpd_recipient_restrictions =
-	// permit_mynetworks, reject: the way back into Postfix for thawed
-	// messages. Its address is in Postfix.ReinjectAddr.
+	// ReinjectPort adds a second smtpd (Postfix.ReinjectAddr) with no
+	// milter or policy service, open to mynetworks: the way back in for
+	// thawed messages.
 	ReinjectPort bool
 
 	// ExtraMainCF sets main.cf parameters, replacing the harness's value
@@ -131,9 +125,9 @@ func requirePostfix(t testing.TB, opts PostfixOptions) (postfixBin string, uid, 
 	return postfixBin, uid, gid
 }
 
-// newInstanceDirs creates the instance's temporary directory with its
-// configuration, queue and data directories (removed at t.Cleanup unless
-// MTATEST_KEEP is set) and returns the instance and its data directory.
+// newInstanceDirs creates the instance's directories (removed at
+// t.Cleanup unless MTATEST_KEEP is set) and returns the instance and its
+// data directory.
 func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "mtatest-")
@@ -209,10 +203,8 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 	p.master = filepath.Join(dirs[0], "master")
 	p.cmdDir = dirs[1]
 
-	// The queue directories with the owners and modes of postfix-files,
-	// as "postfix check" (post-install create-missing) would create them,
-	// in a millisecond instead of seconds of postconf runs. Should that
-	// file be unusable, "postfix check" does it.
+	// The queue directories as postfix-files lists them: a millisecond,
+	// where "postfix check" (the fallback) takes seconds.
 	if err := createQueueDirs(dirs[2], p.queueDir, uid, dirs[3]); err != nil {
 		t.Logf("mtatest: %v; running postfix check instead", err)
 		if out, err := exec.Command(postfixBin, "-c", p.confDir, "check").CombinedOutput(); err != nil {
