@@ -100,7 +100,7 @@
 // stack).
 //
 // The client is github.com/redis/rueidis, chosen over go-redis/v9 by a
-// measured comparison (scripts/redis-client-bench, figures in
+// measured comparison (tools/redis-client-bench, figures in
 // docs/performance.md): its automatic pipelining of concurrent requests
 // gave the higher throughput at 64 concurrent callers (the CLI's calls
 // and a Cluster's multi-slot stacks still use it; the daemon's requests
