@@ -1,11 +1,9 @@
 package events
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -27,10 +25,9 @@ var (
 
 // Defaults of Options.
 const (
-	DefaultMaxAge        = 30 * 24 * time.Hour
-	DefaultMaxCount      = 1_000_000
-	DefaultQueueSize     = 50_000
-	DefaultFlushInterval = time.Second
+	DefaultMaxAge    = 30 * 24 * time.Hour
+	DefaultMaxCount  = 1_000_000
+	DefaultQueueSize = 50_000
 	// pruneBatch bounds the records one pruning transaction deletes.
 	pruneBatch = 50_000
 )
@@ -49,12 +46,8 @@ type Options struct {
 	// 50,000; they are kept encoded, about 100 bytes each, and at most
 	// 32 MiB in all); beyond it Record drops and counts.
 	QueueSize int
-	// FlushInterval is how often Run writes the queue (default 1s).
-	FlushInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// Logger receives flush failures (default slog.Default()).
-	Logger *slog.Logger
 }
 
 func (o *Options) withDefaults() {
@@ -67,14 +60,8 @@ func (o *Options) withDefaults() {
 	if o.QueueSize <= 0 {
 		o.QueueSize = DefaultQueueSize
 	}
-	if o.FlushInterval <= 0 {
-		o.FlushInterval = DefaultFlushInterval
-	}
 	if o.Now == nil {
 		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
 	}
 }
 
@@ -102,7 +89,6 @@ type Log struct {
 	db       *bolt.DB
 	opts     Options
 	readOnly bool
-	done     chan struct{}
 
 	// mu guards queue, spare, closed and the counters of stats but
 	// Stored.
@@ -164,7 +150,7 @@ func (q *queue) appendQueue(o *queue, n int) {
 // this version does not know.
 func Open(db *bolt.DB, opts Options) (*Log, error) {
 	opts.withDefaults()
-	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly(), done: make(chan struct{})}
+	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly()}
 	if l.readOnly {
 		err := db.View(func(tx *bolt.Tx) error {
 			l.count = storedCount(tx)
@@ -279,36 +265,16 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
-// Run flushes every FlushInterval until ctx is done or Close is called,
-// then returns (Close writes what is left). A failed flush is logged and
-// its events written by the next one. Call it once, in its own goroutine;
-// on a read-only Log it returns at once.
-func (l *Log) Run(ctx context.Context) {
-	if l.readOnly {
-		return
+// Tick is Flush for statedb.Flusher: nil after Close and on a
+// read-only Log.
+func (l *Log) Tick() error {
+	if err := l.Flush(); !errors.Is(err, ErrClosed) {
+		return err
 	}
-	t := time.NewTicker(l.opts.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			l.flushLogged()
-			return
-		case <-l.done:
-			return
-		case <-t.C:
-			l.flushLogged()
-		}
-	}
+	return nil
 }
 
-func (l *Log) flushLogged() {
-	if err := l.Flush(); err != nil && !errors.Is(err, ErrClosed) {
-		l.opts.Logger.Error("event log flush failed, will retry", "err", err, "pending", l.Stats().Pending)
-	}
-}
-
-// Close writes the queued events and stops Run; Record drops afterwards.
+// Close writes the queued events; Record drops afterwards.
 // It returns the last flush's error.
 func (l *Log) Close() error {
 	if l == nil {
@@ -317,10 +283,7 @@ func (l *Log) Close() error {
 	err := l.Flush()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.closed {
-		l.closed = true
-		close(l.done)
-	}
+	l.closed = true
 	if errors.Is(err, ErrClosed) {
 		return nil
 	}

@@ -3,7 +3,6 @@ package ratestore
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,67 +17,41 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Run flushes every FlushInterval and sweeps every SweepInterval until ctx
-// is done, then flushes a last time and returns that flush's error; it
-// returns nil at once after Close. A failed periodic flush is logged and
-// retried at the next one. After a flush, when the journal has grown past
-// the threshold, Run starts a compaction in another goroutine and goes on
-// flushing meanwhile; it stops that compaction (between two pieces) and
-// waits for it before it returns. Call Run once, in its own goroutine.
-func (p *Persistent) Run(ctx context.Context) error {
-	flush := time.NewTicker(p.opts.FlushInterval)
-	defer flush.Stop()
-	var sweepC <-chan time.Time
-	if p.sweeps() {
-		sweep := time.NewTicker(p.opts.SweepInterval)
-		defer sweep.Stop()
-		sweepC = sweep.C
+// Tick is the periodic work of the write-behind, for statedb.Flusher:
+// it flushes, sweeps when SweepInterval has passed since the last sweep,
+// and starts a compaction in another goroutine when the journal has grown
+// past the threshold (Close stops it between two pieces and waits for
+// it). It returns the flush's error, and nil after Close or in read-only
+// mode.
+func (p *Persistent) Tick() error {
+	if p.opts.ReadOnly {
+		return nil
 	}
-	stop := make(chan struct{})
-	var compacting chan struct{} // closed when the compaction returns
-	defer func() {
-		close(stop)
-		if compacting != nil {
-			<-compacting
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
-				return err
-			}
-			return nil
-		case <-p.done:
-			return nil
-		case <-flush.C:
-			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
-				p.log.Error("rate state flush failed, will retry", "err", err, "pending", p.Stats().Pending)
-			}
-			if compacting == nil && p.compactDue() {
-				compacting = make(chan struct{})
-				go func(done chan struct{}) {
-					defer close(done)
-					if err := p.compact(stop); err != nil && !errors.Is(err, errCompactionStopped) {
-						p.mu.Lock()
-						p.stats.CompactionFailures++
-						p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
-						p.mu.Unlock()
-						p.log.Error("rate journal compaction failed, will retry", "err", err)
-					}
-				}(compacting)
-			}
-			p.release()
-		case <-compacting: // nil, never ready, when none runs
-			compacting = nil
-			p.release()
-		case <-sweepC:
-			if n := p.Sweep(); n > 0 {
-				p.log.Debug("swept negligible rate states", "count", n)
-			}
-			p.release()
+	err := p.Flush()
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
+	if p.sweeps() && time.Since(p.lastSweep) >= p.opts.SweepInterval {
+		p.lastSweep = time.Now()
+		if n := p.Sweep(); n > 0 {
+			p.log.Debug("swept negligible rate states", "count", n)
 		}
 	}
+	if p.compactDue() && p.compacting.CompareAndSwap(false, true) {
+		go func() {
+			defer p.compacting.Store(false)
+			defer p.release()
+			if err := p.compact(p.done); err != nil && !errors.Is(err, errCompactionStopped) {
+				p.mu.Lock()
+				p.stats.CompactionFailures++
+				p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
+				p.mu.Unlock()
+				p.log.Error("rate journal compaction failed, will retry", "err", err)
+			}
+		}()
+	}
+	p.release()
+	return err
 }
 
 // release drops BoltDB's mapped pages from the process's resident memory

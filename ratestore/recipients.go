@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +38,9 @@ type Recipients struct {
 	flushM sync.Mutex // serialises flushes
 	closed chan struct{}
 	once   sync.Once
+	// lastSweep is when Tick last swept (Tick is called from one
+	// goroutine).
+	lastSweep time.Time
 }
 
 const recipientShards = 32
@@ -75,15 +77,8 @@ type rcptShard struct {
 type RecipientOptions struct {
 	// MaxKeys bounds the (limit, key) pairs kept; default 100,000.
 	MaxKeys int
-	// FlushInterval is how often Run flushes; default 1s.
-	FlushInterval time.Duration
-	// SweepInterval is how often Run drops expired sets; default 1m.
+	// SweepInterval is how often Tick drops expired sets; default 1m.
 	SweepInterval time.Duration
-	// Logger receives flush failures; default slog.Default().
-	Logger *slog.Logger
-	// OnFlushError, if set, is called by Run after logging a failed
-	// flush (the daemon counts it as a fault).
-	OnFlushError func(error)
 }
 
 // NewRecipients returns an in-memory Recipients (no persistence), for the
@@ -92,16 +87,10 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 100_000
 	}
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = time.Second
-	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = time.Minute
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{})}
+	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{}), lastSweep: time.Now()}
 	for i := range r.shards {
 		r.shards[i].m = make(map[string]*rcptEntry)
 		r.shards[i].dirty = make(map[string]struct{})
@@ -117,7 +106,6 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 // statedb.RecordsLost's error (the daemon sets such records aside first,
 // when the operator accepts their loss), and returns BoltDB's error,
 // wrapping ErrDamaged for a page BoltDB panics on.
-// Start Run to flush periodically; Close flushes a last time.
 func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
 	r := NewRecipients(opts)
 	r.db = db
@@ -344,34 +332,21 @@ func (r *Recipients) flush() error {
 	return nil
 }
 
-// Run flushes every FlushInterval and sweeps every SweepInterval until ctx
-// is done or Close is called; a failed flush is logged and retried at the
-// next one. Call Run once, in its own goroutine.
-func (r *Recipients) Run(ctx context.Context) {
-	ft := time.NewTicker(r.opts.FlushInterval)
-	defer ft.Stop()
-	st := time.NewTicker(r.opts.SweepInterval)
-	defer st.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.closed:
-			return
-		case now := <-st.C:
-			r.Sweep(now)
-		case <-ft.C:
-			if err := r.flush(); err != nil {
-				r.opts.Logger.Error("recipient sets not written, retrying at the next flush", "err", err)
-				if r.opts.OnFlushError != nil {
-					r.opts.OnFlushError(err)
-				}
-			}
-		}
+// Tick is the periodic work of the write-behind, for statedb.Flusher: it
+// sweeps when SweepInterval has passed since the last sweep, then
+// flushes. It returns the flush's error, and nil after Close.
+func (r *Recipients) Tick() error {
+	if now := time.Now(); now.Sub(r.lastSweep) >= r.opts.SweepInterval {
+		r.lastSweep = now
+		r.Sweep(now)
 	}
+	if err := r.Flush(); err != ErrClosed {
+		return err
+	}
+	return nil
 }
 
-// Close flushes a last time and stops Run. Later Flush calls return
+// Close flushes a last time. Later Flush calls return
 // ErrClosed.
 func (r *Recipients) Close() error {
 	err := r.flush()
