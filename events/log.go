@@ -167,8 +167,8 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		if err != nil {
 			return fmt.Errorf("events: %w", err)
 		}
-		t.Touch(logPath)
-		t.Touch(metaPath)
+		t.Ensure(logPath)
+		t.Ensure(metaPath)
 		switch v := mb.Get(metaFormat); {
 		case v == nil && lb.Stats().KeyN == 0:
 			if err := t.Put(mb, metaPath, metaFormat, []byte{formatVersion}); err != nil {
