@@ -98,13 +98,10 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	return r
 }
 
-// OpenRecipients returns a Recipients kept in db (bucket "rcptsets"),
-// restoring what it holds: sets whose generations have expired by now, and
-// entries it cannot decode, are dropped (and deleted by the first flush);
-// beyond MaxKeys the rest are skipped. db stays owned by the caller. It
-// refuses a bucket with a record that fails its checksum with
-// statedb.RecordsLost's error (the daemon sets such records aside first,
-// when the operator accepts their loss), and returns BoltDB's error,
+// OpenRecipients returns a Recipients kept in db's bucket "rcptsets",
+// restored: expired and undecodable sets are dropped (deleted by the
+// first flush), those beyond MaxKeys skipped. It refuses records that fail
+// their checksum with statedb.RecordsLost's error and returns BoltDB's,
 // wrapping ErrDamaged for a page BoltDB panics on.
 func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
 	r := NewRecipients(opts)
@@ -154,10 +151,9 @@ func (r *Recipients) shard(id string) *rcptShard {
 	return &r.shards[maphash.String(r.seed, id)%recipientShards]
 }
 
-// Seen reports whether key sent to the address of hash h (see
-// ratelimit.HashAddr) under limit in the current or previous generation
-// of length period at now. It never fails; the error is for the
-// interface.
+// Seen reports whether key sent to the address of hash h
+// (ratelimit.HashAddr) under limit in the current or previous generation
+// of length period. It never fails.
 func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -170,9 +166,9 @@ func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now ti
 	return e.set.Seen(h, now, period), nil
 }
 
-// Add records that key sent to the address of hash h under limit at now;
-// capacity sizes the set's filter (see ratelimit.AddrSet.Add). A key
-// longer than MaxKeyLen returns ErrKeyTooLong and is not recorded.
+// Add records that key sent to the address of hash h under limit;
+// capacity sizes the filter (ratelimit.AddrSet.Add). It returns
+// ErrKeyTooLong for a key longer than MaxKeyLen.
 func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration, capacity int) error {
 	if len(key) > MaxKeyLen {
 		return ErrKeyTooLong
@@ -199,9 +195,8 @@ func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now tim
 	return nil
 }
 
-// Forget drops key's set under limit (an operator's rate reset) and
-// reports whether there was one. The deletion is written by the next
-// flush.
+// Forget drops key's set under limit (rate reset) and reports whether
+// there was one; the next flush deletes it.
 func (r *Recipients) Forget(_ context.Context, limit, key string) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -259,10 +254,9 @@ func (r *Recipients) Sweep(now time.Time) int {
 	return n
 }
 
-// Flush writes the sets changed since the last flush to BoltDB in one
-// transaction. On failure the changes are kept for the next flush (a page
-// BoltDB panics on is an error wrapping ErrDamaged). It does
-// nothing for an in-memory Recipients, and returns ErrClosed after Close.
+// Flush writes the sets changed since the last flush in one transaction;
+// a failed flush keeps them for the next. It does nothing in memory only
+// and returns ErrClosed after Close.
 func (r *Recipients) Flush() error {
 	select {
 	case <-r.closed:
@@ -332,9 +326,9 @@ func (r *Recipients) flush() error {
 	return nil
 }
 
-// Tick is the periodic work of the write-behind, for statedb.Flusher: it
-// sweeps when SweepInterval has passed since the last sweep, then
-// flushes. It returns the flush's error, and nil after Close.
+// Tick is the periodic work of the write-behind (statedb.Flusher): sweep
+// every SweepInterval, then flush. It returns the flush's error; nil after
+// Close.
 func (r *Recipients) Tick() error {
 	if now := time.Now(); now.Sub(r.lastSweep) >= r.opts.SweepInterval {
 		r.lastSweep = now
@@ -354,9 +348,8 @@ func (r *Recipients) Close() error {
 	return err
 }
 
-// StoredRecipientPairs lists the (limit, key) pairs held in db's
-// "rcptsets" bucket as "limit|key" strings, in key order, for tests and
-// diagnostics. It returns BoltDB's error.
+// StoredRecipientPairs lists the pairs in db's "rcptsets" bucket as
+// "limit|key", in key order (tests, diagnostics).
 func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 	var out []string
 	err := db.View(func(tx *bbolt.Tx) error {
