@@ -42,9 +42,8 @@ type Options struct {
 	// MaxCount: beyond this many records the oldest are deleted (default
 	// 1,000,000).
 	MaxCount int
-	// QueueSize bounds the events waiting for the next flush (default
-	// 50,000; they are kept encoded, about 100 bytes each, and at most
-	// 32 MiB in all); beyond it Record drops and counts.
+	// QueueSize bounds the events waiting for a flush (default 50,000,
+	// at most 32 MiB encoded); beyond it Record drops and counts.
 	QueueSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -103,9 +102,8 @@ type Log struct {
 	count int
 }
 
-// queue holds the events waiting for a flush, encoded: Record copies an
-// event's fields into buf at once, so the queue holds no caller's memory
-// (a front end's request buffers) and costs one append per event.
+// queue holds the events waiting for a flush, encoded at Record: it
+// keeps none of the caller's memory.
 type queue struct {
 	buf  []byte
 	recs []queued
@@ -146,8 +144,7 @@ func (q *queue) appendQueue(o *queue, n int) {
 }
 
 // Open returns the Log stored in db, creating its buckets unless db is
-// read-only. Errors: a bucket that cannot be created or read, a format
-// this version does not know.
+// read-only. It fails for a log of another format and on BoltDB errors.
 func Open(db *bolt.DB, opts Options) (*Log, error) {
 	opts.withDefaults()
 	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly()}
@@ -191,9 +188,8 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// Formats describes the event log's records for statedb's Scan, Check,
-// Salvage and SetAside: each record of events/log is checked (one event,
-// deleted when the operator accepts its loss); events/meta is counted.
+// Formats describes the event log's records for statedb (Scan, Check,
+// Salvage, SetAside): each record of events/log is one event.
 func Formats() []statedb.Format {
 	return []statedb.Format{
 		{Bucket: string(bucketLog), Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
@@ -230,9 +226,9 @@ func putCount(t *statedb.Tally, mb *bolt.Bucket, n int) error {
 	return nil
 }
 
-// Record queues e for the next flush and returns at once; Time is set to
-// the Log's clock if zero. When the queue is full, or l is read-only or
-// closed, the event is dropped and counted. A nil Log does nothing.
+// Record queues e for the next flush and returns at once (a zero Time is
+// the Log's clock). With the queue full, or l read-only or closed, e is
+// dropped and counted. A nil Log does nothing.
 func (l *Log) Record(e Event) {
 	if l == nil {
 		return
@@ -290,11 +286,10 @@ func (l *Log) Close() error {
 	return err
 }
 
-// Flush writes the queued events and deletes the records beyond the
-// bounds, in one transaction (more when over pruneBatch records are due).
-// On failure the events are queued again (as many as the queue holds; the
-// rest are dropped and counted) and the failure counted. It returns
-// ErrClosed after Close and does nothing on a read-only Log.
+// Flush writes the queued events and prunes beyond the bounds in one
+// transaction (more past pruneBatch). A failed flush queues its events
+// again (as many as fit; the rest dropped and counted) and counts the
+// failure. It returns ErrClosed after Close; read-only it does nothing.
 func (l *Log) Flush() error {
 	if l.readOnly {
 		return nil
@@ -335,9 +330,8 @@ func (l *Log) Flush() error {
 	return err
 }
 
-// write stores batch and prunes in one transaction, and reports whether
-// more records are due for pruning; fmu is held. With an empty batch and
-// nothing to prune it writes nothing.
+// write stores batch and prunes in one transaction (none if there is
+// nothing to do), reporting whether more is due for pruning; fmu is held.
 func (l *Log) write(batch *queue) (more bool, err error) {
 	now := l.opts.Now()
 	if len(batch.recs) == 0 && !l.pruneDue(now) {
@@ -403,9 +397,8 @@ func (l *Log) pruneDue(now time.Time) bool {
 	return due
 }
 
-// pruneTx deletes from lb, oldest first, the records older than MaxAge
-// at now and those beyond MaxCount of the n stored, at most pruneBatch;
-// more reports that the batch was full.
+// pruneTx deletes from lb, oldest first, at most pruneBatch records older
+// than MaxAge or beyond MaxCount of the n stored; more: the batch was full.
 func (l *Log) pruneTx(lb *bolt.Bucket, now time.Time, n int) (deleted int, more bool, err error) {
 	cutoff := string(timeKey(now.Add(-l.opts.MaxAge)))
 	over := n - l.opts.MaxCount

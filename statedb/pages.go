@@ -235,9 +235,8 @@ func (w *pageWalker) visit(id uint64, depth int) {
 	w.elements(p, id, depth)
 }
 
-// elements checks the elements of page p (id, or 0 for an inline bucket's
-// page, which BoltDB reads without checking its type) and visits the pages
-// they refer to.
+// elements checks the elements of page p (id, or 0 for an inline bucket,
+// whose type BoltDB does not check) and visits their pages.
 func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 	flags, count := binary.LittleEndian.Uint16(p[8:]), int(binary.LittleEndian.Uint16(p[10:]))
 	inline := id == 0
@@ -322,16 +321,11 @@ func (w *pageWalker) span(p []byte, at int, pos, ksize, vsize []byte) error {
 	return nil
 }
 
-// packed checks that the count elements of the branch or leaf page p lie
-// as BoltDB writes them (bbolt's WriteInodeToPage): the data of each
-// element (its key, then a leaf's value) right after the previous one's,
-// the first right after the element headers; an inline bucket's page
-// (inline) ends with its last element's data, and a page without
-// elements is zero where a first element would be (BoltDB writes every
-// page from a zeroed buffer). A count that lost a bit hides the elements
-// past it (their records, or a page of them, silently gone, since each
-// remaining element still reads) and would otherwise be found by nothing:
-// the pages the hidden elements held are still reachable.
+// packed checks that the elements of branch or leaf page p lie as BoltDB
+// writes them (WriteInodeToPage): each element's data right after the
+// previous one's; an inline page ends with its last element; an empty page
+// is zero where a first element would be. A count that lost a bit hides
+// the elements past it from everything else.
 func packed(p []byte, leaf bool, count int, inline bool) error {
 	next := uint64(pageHeaderSize + count*leafElemSize) // branch elements are as long
 	for i := range count {
