@@ -76,13 +76,9 @@
 // share of a decision's cost; docs/performance.md); an expiry it sets is
 // an eighth of the state's lifetime past the moment the state becomes
 // negligible, so a steady sender's key gets a new one every so often.
-// Earlier versions kept one string per limit, PREFIX + "{" + K + "}" + L
-// (LegacyKey): a limit the record lacks is read from there, so an upgrade
-// forgives no one, and the next counted decision moves it into the
-// record.
 //
 // The braces are a Redis Cluster hash tag: a rate key's record and its
-// earlier keys live in one slot. On a Cluster the requests are batched
+// merge markers live in one slot. On a Cluster the requests are batched
 // per master (the store reads the slot map with CLUSTER SLOTS): one call
 // declares no keys and decides requests of many slots of that master
 // (scripts without flags may use keys of other slots of the node they run

@@ -326,12 +326,13 @@ func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []pol
 	return f.decideLocal(ctx, now, items, refused, out, false)
 }
 
-// shard is the shard of a Redis key: its hash slot with a Cluster, else 0.
-func (f *Failover) shard(limit, key string) uint16 {
+// shard is the shard of rate key key: its record's hash slot with a
+// Cluster, else 0.
+func (f *Failover) shard(key string) uint16 {
 	if !f.redis.Cluster() {
 		return 0
 	}
-	return Slot(f.redis.Key(limit, key))
+	return Slot(f.redis.Key(key))
 }
 
 // anyDown reports whether any item's shard is down.
@@ -340,7 +341,7 @@ func (f *Failover) anyDown(items []policy.StackItem) bool {
 		return f.down[0].Load()
 	}
 	for i := range items {
-		if f.down[f.shard(items[i].Limit, items[i].Key)].Load() {
+		if f.down[f.shard(items[i].Key)].Load() {
 			return true
 		}
 	}
@@ -403,7 +404,7 @@ func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []polic
 			if len(f.delta) >= maxTouched {
 				continue
 			}
-			d = &deltaEntry{l: it.Params, slot: f.shard(it.Limit, it.Key)}
+			d = &deltaEntry{l: it.Params, slot: f.shard(it.Key)}
 			f.delta[k] = d
 		}
 		d.l = it.Params

@@ -186,7 +186,7 @@ func TestSentinelFailover(t *testing.T) {
 	waitUntil(t, "the store to follow the new master", func() bool {
 		out := make([]policy.StackResult, 1)
 		return f.EvaluateStack(context.Background(), time.Now(), hourly("after"), false, out) == nil && !f.Degraded() &&
-			ss.Replica.Must("EXISTS", r.Key("hourly", "after")) == "1"
+			ss.Replica.Must("EXISTS", r.Key("after")) == "1"
 	})
 	close(stop)
 	answered, failed, slowest := wait()
@@ -262,7 +262,7 @@ func TestMergeAddsOnce(t *testing.T) {
 		// The expiry follows the limit's arithmetic (EARRRL's estimate is
 		// negligible below a millionth of the limit: about 16 periods
 		// here), not DefaultTTL.
-		ttl := srv.Must("PTTL", r.Key(c.limit, c.key))
+		ttl := srv.Must("PTTL", r.Key(c.key))
 		if ms, err := strconv.ParseInt(ttl, 10, 64); err != nil || ms < 0 || ms > int64(20*time.Hour/time.Millisecond) {
 			t.Errorf("%s %s: PTTL %s, want an expiry within 20h", c.limit, c.key, ttl)
 		}

@@ -68,8 +68,7 @@ type speculation struct {
 
 // speculate decides r (phase "d") in Go at now from the records known of
 // its keys, and reports whether it could: every key's record known and
-// holding a state for every limit of r (a limit still in the earlier
-// layout is read by the script).
+// holding a state for every limit of r.
 func (s *Store) speculate(r *request, now time.Time) bool {
 	if s.known == nil {
 		return false

@@ -123,7 +123,7 @@ func TestFastPathRefusalKeepsExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
 	a, b := open(t, o), open(t, o)
-	key := a.Key("hourly", "carol")
+	key := a.Key("carol")
 	pttl := func() int64 {
 		v, err := strconv.ParseInt(srv.Must("PTTL", key), 10, 64)
 		if err != nil {
@@ -176,7 +176,7 @@ func TestFastPathRefusalPutsBackWhatItDoesNotChange(t *testing.T) {
 	srv := redistest.Start(t)
 	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
 	a, b := open(t, o), open(t, o)
-	key := a.Key("hourly", "dave")
+	key := a.Key("dave")
 	if !admit(t, a, time.Now(), hourly("dave")) {
 		t.Fatal("first message refused")
 	}
@@ -262,7 +262,7 @@ func TestFastPathForgetsAfterSeveralSlots(t *testing.T) {
 	}
 	s := open(t, redisstore.Options{Addrs: addrs})
 	user, ip := "erin", "192.0.2.7"
-	if redisstore.Slot(s.Key("hourly", user)) == redisstore.Slot(s.Key("byip", ip)) {
+	if redisstore.Slot(s.Key(user)) == redisstore.Slot(s.Key(ip)) {
 		t.Fatal("test keys share a slot")
 	}
 	both := append(hourly(user), policy.StackItem{Limit: "byip", Key: ip,

@@ -45,7 +45,7 @@ func (f *Failover) markAllDown(cause error) {
 func (f *Failover) markDown(items []policy.StackItem, cause error) {
 	f.markShards(cause, func(mark func(uint16)) {
 		for i := range items {
-			mark(f.shard(items[i].Limit, items[i].Key))
+			mark(f.shard(items[i].Key))
 		}
 	})
 }
@@ -329,7 +329,7 @@ func (f *Failover) merge(pm pendingMerge) (int, error) {
 	byLimit := map[string][]int{}
 	var later error
 	for i, e := range pm.Entries {
-		if f.down[f.shard(e.Limit, e.Key)].Load() {
+		if f.down[f.shard(e.Key)].Load() {
 			later = fmt.Errorf("%w: shard still down", ErrUnavailable)
 			continue
 		}

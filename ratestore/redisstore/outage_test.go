@@ -488,9 +488,7 @@ func TestOutageMergeSurvivesRestart(t *testing.T) {
 // one user's key (the record of all its limits), is replaced by fresh
 // states for that key alone (reported once per limit through
 // OnBadState); other users are decided as usual, and the store stays
-// shared. A bad state of one limit in the earlier layout's key (one key
-// per limit, read while the record has no entry for it) is that limit's
-// problem alone.
+// shared.
 func TestBadStateIsItsKeysProblem(t *testing.T) {
 	srv := redistest.Start(t)
 	var bad []string
@@ -505,7 +503,7 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 		f.EvaluateStack(context.Background(), time.Now(), outageStack("bad2@x.org"), false, out)
 		f.EvaluateStack(context.Background(), time.Now(), outageStack("good@x.org"), false, out)
 	}
-	srv.Must("SET", r.Key("hourly", "bad2@x.org"), "xyz")
+	srv.Must("SET", r.Key("bad2@x.org"), "xyz")
 	if err := f.EvaluateStack(context.Background(), time.Now(), outageStack("bad2@x.org"), false, out); err != nil {
 		t.Fatalf("request of the user with a bad state: %v", err)
 	}
@@ -522,23 +520,10 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 	if got, err := r.Get(context.Background(), "daily", "bad2@x.org"); err != nil || got.Rate < 0.99 || got.Rate > 1.01 {
 		t.Errorf("the bad value was not replaced: daily %+v, %v", got, err)
 	}
-	// One limit's bad state in the earlier layout: the other limit of
-	// the request still counts what it counted.
-	for range 5 {
-		f.EvaluateStack(context.Background(), time.Now(), outageStack("bad3@x.org"), false, out)
-	}
-	if ok, err := r.Delete(context.Background(), "hourly", "bad3@x.org"); !ok || err != nil {
-		t.Fatalf("Delete: %v %v", ok, err)
-	}
-	srv.Must("SET", r.LegacyKey("hourly", "bad3@x.org"), "xyz")
-	if err := f.EvaluateStack(context.Background(), time.Now(), outageStack("bad3@x.org"), false, out); err != nil ||
-		out[0].Result.Rate > 1.01 || out[1].Result.Rate < 5.9 {
-		t.Errorf("a bad earlier state of hourly: %v, hourly %+v, daily %+v", err, out[0], out[1])
-	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(bad) != 3 || bad[0] != "hourly bad2@x.org" || bad[1] != "daily bad2@x.org" || bad[2] != "hourly bad3@x.org" {
-		t.Errorf("OnBadState calls: %q, want hourly and daily of bad2@x.org, hourly of bad3@x.org", bad)
+	if len(bad) != 2 || bad[0] != "hourly bad2@x.org" || bad[1] != "daily bad2@x.org" {
+		t.Errorf("OnBadState calls: %q, want hourly and daily of bad2@x.org", bad)
 	}
 }
 

@@ -363,7 +363,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		if !scriptable(it, &out[i]) {
 			continue
 		}
-		k := s.Key(it.Limit, it.Key)
+		k := s.Key(it.Key)
 		if slots == nil {
 			slots = make(map[uint16]int, 2)
 		}
@@ -473,7 +473,7 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 			}
 		}
 		if ki < 0 {
-			r.kb = s.appendKey(r.kb, "", it.Key)
+			r.kb = s.appendKey(r.kb, it.Key)
 			end = append(end, len(r.kb))
 			ki = len(r.keys)
 			r.keys = append(r.keys, "")

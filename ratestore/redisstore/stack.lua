@@ -11,14 +11,9 @@
 -- bytes) and its 20-byte state struct.pack('<i8I4d', sec, nsec, rate),
 -- a time and a rate whose meaning is the algorithm's (ratelimit.State).
 -- Unix nanoseconds do not fit a Lua number (a double) exactly, so times
--- are kept as seconds and nanoseconds and subtracted in parts. A limit
--- the record does not hold is read from the key of the earlier layout,
--- PREFIX{KEY}LIMIT (a string of 20 or 28 bytes, written by earlier
--- versions), so an upgrade forgives no one; the next write puts it in
--- the record. (The empty rate key's record is PREFIX{%}, and it has no
--- earlier key to read: that one was in another slot.) A record that does
--- not parse is another program's value: every limit of its rate key
--- starts afresh (flag 8) and the next write replaces it.
+-- are kept as seconds and nanoseconds and subtracted in parts. A record
+-- that does not parse is another program's value: every limit of its
+-- rate key starts afresh (flag 8) and the next write replaces it.
 --
 -- KEYS     the records of the requests' rate keys (with a Redis Cluster
 --          all of one slot); or none, and then the records follow the
@@ -423,18 +418,6 @@ local function slow()
     return nil
   end
 
-  -- legacy returns the state of limit s of key in the earlier layout ('' for
-  -- none), nil if it cannot be read here.
-  local function legacy(key, s)
-    if ssub(key, -3) == '{%}' then return '' end
-    local old = pcall_('GET', key .. NAME[s])
-    if type(old) == 'table' then
-      if sformat('%.9s', old.err) ~= 'WRONGTYPE' then return nil end
-      return ''
-    end
-    return old or ''
-  end
-
   local IC, IK, ICOST, IRAW = {}, {}, {}, {} -- the current request's items
   local OR, OF = {}, {} -- per item its previous state ('' for none), its flag
   local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
@@ -461,14 +444,8 @@ local function slow()
         if v == false then
           here = false
         else
-          local s = floor(code / 4)
-          local at = v ~= '' and find(v, s)
-          if at then
-            IRAW[i] = ssub(v, at, at + 19)
-          else
-            IRAW[i] = legacy(key, s)
-            if IRAW[i] == nil then here = false end
-          end
+          local at = v ~= '' and find(v, floor(code / 4))
+          IRAW[i] = at and ssub(v, at, at + 19) or ''
         end
       end
     end
@@ -481,18 +458,8 @@ local function slow()
         local code, key, raw = IC[i], IK[i], IRAW[i]
         local s = floor(code / 4)
         local ps, pns, pr
-        local b = 0
-        if raw ~= '' then
-          if #raw == 20 or #raw == 28 then
-            ps, pns, pr = sunpack('<i8I4d', raw)
-          else
-            -- Undecodable (another program wrote it): this limit of this
-            -- key starts afresh and the caller is told (flag 8); the
-            -- other items and requests are decided as usual.
-            raw, b = '', 8
-          end
-        end
-        if bad[key] then b = 8 end
+        if raw ~= '' then ps, pns, pr = sunpack('<i8I4d', raw) end
+        local b = bad[key] and 8 or 0
         local over
         over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
           measure(ALG[s], LIM[s], PER[s], MODE[s], ICOST[i], HL[s], ps, pns, pr)
@@ -577,7 +544,6 @@ local function slow()
       local raw, c = OR[i], OF[i]
       if raw ~= '' then
         c = c + 4
-        if #raw ~= 20 then raw = ssub(raw, 1, 20) end
       else
         raw = Z20
       end

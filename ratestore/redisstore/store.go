@@ -87,13 +87,8 @@ const DefaultKeyPrefix = "ratelimitd:"
 const DefaultTTL = 7 * 24 * time.Hour
 
 // stateLen is the length of a stored state: int64 seconds, uint32
-// nanoseconds, float64 rate. States of the earlier layout (a key per
-// limit) written by the decision script are legacyStateLen bytes: the
-// same, then the key's expiry (Unix ms, float64).
-const (
-	stateLen       = 20
-	legacyStateLen = stateLen + 8
-)
+// nanoseconds, float64 rate, little-endian.
+const stateLen = 20
 
 // Store is a rate-state store in Redis. It implements policy.Store and
 // policy.StackEvaluator; all methods are safe for concurrent use. Create it
@@ -300,53 +295,22 @@ func (s *Store) Now(ctx context.Context) time.Time {
 	return time.Now().Add(s.ClockOffset())
 }
 
-// Key returns the Redis key holding the state of key under limit: key's
-// record, PREFIX + "{" + key + "}" (key percent-escaped), one string
-// holding the states of all its limits (see the package documentation),
-// so limit does not change it. The empty rate key's record is PREFIX{%}
-// (no escaped key is "%"), so that its hash tag is not empty.
-func (s *Store) Key(limit, key string) string {
-	if key == "" {
-		return s.prefix + "{%}"
+// Key returns the Redis key of rate key key's record: PREFIX + "{" + key
+// + "}", with '%', '{' and '}' in key percent-escaped and the empty key
+// written "%" (an empty hash tag is no hash tag).
+func (s *Store) Key(key string) string {
+	if key != "" && strings.IndexAny(key, "%{}") < 0 {
+		return s.prefix + "{" + key + "}" // one allocation
 	}
-	return s.LegacyKey("", key)
+	return string(s.appendKey(nil, key))
 }
 
-// legacyRead is the key of the earlier layout a script reads for key
-// under limit: LegacyKey, but for the empty rate key, whose earlier key
-// is in another hash slot than its hash (the empty hash tag {} counts
-// as none), the hash itself (which reads as no state).
-func (s *Store) legacyRead(limit, key string) string {
-	if key == "" {
-		return s.Key(limit, key)
-	}
-	return s.LegacyKey(limit, key)
-}
-
-// markerBase is the start of the name of an outage's merge marker for
-// key under limit (Merge): LegacyKey, the name the earlier layout's
-// merges used, in the hash's slot (for the empty rate key the hash's
-// name and the limit).
-func (s *Store) markerBase(limit, key string) string {
-	if key == "" {
-		return s.Key(limit, key) + limit
-	}
-	return s.LegacyKey(limit, key)
-}
-
-// LegacyKey returns the Redis key that held the state of key under limit
-// in the earlier layout (one string per limit and key), still read where
-// the hash has no field for the limit.
-func (s *Store) LegacyKey(limit, key string) string {
-	if strings.IndexAny(key, "%{}") < 0 {
-		return s.prefix + "{" + key + "}" + limit // one allocation
-	}
-	return string(s.appendKey(nil, limit, key))
-}
-
-// appendKey appends LegacyKey(limit, key) to b (Key(_, key) for limit "").
-func (s *Store) appendKey(b []byte, limit, key string) []byte {
+// appendKey appends Key(key) to b.
+func (s *Store) appendKey(b []byte, key string) []byte {
 	b = append(b, s.prefix...)
+	if key == "" {
+		return append(b, "{%}"...)
+	}
 	b = append(b, '{')
 	for i := 0; i < len(key); i++ {
 		switch c := key[i]; c {
@@ -356,33 +320,28 @@ func (s *Store) appendKey(b []byte, limit, key string) []byte {
 			b = append(b, c)
 		}
 	}
-	b = append(b, '}')
-	return append(b, limit...)
+	return append(b, '}')
 }
 
 const hexDigits = "0123456789ABCDEF"
 
-// parseKey is the inverse of LegacyKey (a hash, Key, gives limit ""); ok
-// is false for a key of another shape.
-func (s *Store) parseKey(k string) (limit, key string, ok bool) {
+// parseKey is the inverse of Key; ok is false for a key of another
+// shape (a merge marker, another program's key).
+func (s *Store) parseKey(k string) (key string, ok bool) {
 	rest, ok := strings.CutPrefix(k, s.prefix)
-	if !ok || len(rest) < 2 || rest[0] != '{' {
-		return "", "", false
+	if !ok || len(rest) < 2 || rest[0] != '{' || strings.IndexByte(rest, '}') != len(rest)-1 {
+		return "", false
 	}
-	end := strings.IndexByte(rest, '}')
-	if end < 0 {
-		return "", "", false
-	}
-	esc, limit := rest[1:end], rest[end+1:]
+	esc := rest[1 : len(rest)-1]
 	if esc == "%" {
-		return limit, "", true // the empty rate key's hash
+		return "", true
 	}
 	var b strings.Builder
 	for i := 0; i < len(esc); i++ {
 		if esc[i] == '%' && i+2 < len(esc) {
 			v, err := strconv.ParseUint(esc[i+1:i+3], 16, 8)
 			if err != nil {
-				return "", "", false
+				return "", false
 			}
 			b.WriteByte(byte(v))
 			i += 2
@@ -390,7 +349,7 @@ func (s *Store) parseKey(k string) (limit, key string, ok bool) {
 		}
 		b.WriteByte(esc[i])
 	}
-	return limit, b.String(), true
+	return b.String(), true
 }
 
 // encode and decode convert a State to and from its 20-byte Redis form.
@@ -407,7 +366,7 @@ func decode(v string) (ratelimit.State, error) {
 	if v == "" {
 		return ratelimit.State{}, nil
 	}
-	if len(v) != stateLen && len(v) != legacyStateLen {
+	if len(v) != stateLen {
 		return ratelimit.State{}, fmt.Errorf("%w: state of %d bytes", ErrProtocol, len(v))
 	}
 	sec := int64(binary.LittleEndian.Uint64([]byte(v[0:8])))
@@ -442,30 +401,14 @@ func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, er
 	return decode(v)
 }
 
-// readRaw returns the stored state of key under limit ("" for none):
-// the entry of key's record, else the earlier layout's key, as the
-// scripts read them (a value that is not a record counts as none).
+// readRaw returns the state of key under limit in key's record ("" for
+// none; a value that is not a record holds none).
 func (s *Store) readRaw(ctx context.Context, c rueidis.Client, limit, key string) (string, error) {
-	res := c.DoMulti(ctx, c.B().Get().Key(s.Key(limit, key)).Build(),
-		c.B().Get().Key(s.legacyRead(limit, key)).Build())
-	v, err := res[0].ToString()
+	v, err := c.Do(ctx, c.B().Get().Key(s.Key(key)).Build()).ToString()
 	if err != nil && !rueidis.IsRedisNil(err) && !wrongType(err) {
 		return "", unavailable(err)
 	}
-	if st := recordState(v, limit); st != "" {
-		return st, nil
-	}
-	if key == "" {
-		return "", nil // no earlier key (legacyRead)
-	}
-	v, err = res[1].ToString()
-	if rueidis.IsRedisNil(err) || wrongType(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", unavailable(err)
-	}
-	return v, nil
+	return recordState(v, limit), nil
 }
 
 // wrongType reports whether err is Redis's WRONGTYPE error (a key of
@@ -492,7 +435,7 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 		if raw == "" {
 			return false, nil
 		}
-		done, err := s.cas.Exec(ctx, c, []string{s.Key(limit, key), s.legacyRead(limit, key)}, []string{limit, raw, "", "0"}).AsInt64()
+		done, err := s.cas.Exec(ctx, c, []string{s.Key(key)}, []string{limit, raw, "", "0"}).AsInt64()
 		if err != nil {
 			return false, unavailable(err)
 		}
@@ -516,7 +459,7 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	k, legacy := s.Key(limit, key), s.legacyRead(limit, key)
+	k := s.Key(key)
 	for range 16 {
 		raw, err := s.readRaw(ctx, c, limit, key)
 		if err != nil {
@@ -532,7 +475,7 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		}
 		l, known := s.limit(limit)
 		at := s.expiry(l, known, next)
-		done, err := s.cas.Exec(ctx, c, []string{k, legacy}, []string{limit, raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
+		done, err := s.cas.Exec(ctx, c, []string{k}, []string{limit, raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
 		if err != nil {
 			return unavailable(err)
 		}
@@ -637,9 +580,8 @@ func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 	return out, nil
 }
 
-// scan calls fn for the states on node n: every entry of every record,
-// and every key of the earlier layout whose limit has no entry in its
-// rate key's record. Values that do not parse are skipped.
+// scan calls fn for every entry of every record on node n; values that
+// do not parse are skipped.
 func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key string, st ratelimit.State) bool) (bool, error) {
 	var cursor uint64
 	for {
@@ -649,13 +591,12 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 			cancel()
 			return false, unavailable(err)
 		}
-		// Per key its value, and for a key of the earlier layout its
-		// rate key's record.
-		cmds := make(rueidis.Commands, 0, 2*len(e.Elements))
+		var keys []string
+		cmds := make(rueidis.Commands, 0, len(e.Elements))
 		for _, k := range e.Elements {
-			cmds = append(cmds, n.B().Get().Key(k).Build())
-			if limit, key, ok := s.parseKey(k); ok && limit != "" {
-				cmds = append(cmds, n.B().Get().Key(s.Key(limit, key)).Build())
+			if key, ok := s.parseKey(k); ok {
+				keys = append(keys, key)
+				cmds = append(cmds, n.B().Get().Key(k).Build())
 			}
 		}
 		var res []rueidis.RedisResult
@@ -663,35 +604,21 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 			res = n.DoMulti(cctx, cmds...)
 		}
 		cancel()
-		r := 0
-		for _, k := range e.Elements {
-			limit, key, ok := s.parseKey(k)
-			v, err := res[r].ToString()
-			r++
-			var rec string
-			if ok && limit != "" {
-				rec, _ = res[r].ToString()
-				r++
-			}
-			if rueidis.IsRedisNil(err) || wrongType(err) || !ok {
-				continue // expired or reset since SCAN, or not a state
+		for i, key := range keys {
+			v, err := res[i].ToString()
+			if rueidis.IsRedisNil(err) || wrongType(err) {
+				continue // expired or reset since SCAN
 			}
 			if err != nil {
 				return false, unavailable(err)
 			}
 			cont := true
-			if limit == "" {
-				recordEach(v, func(name, state string) bool {
-					if st, err := decode(state); err == nil {
-						cont = fn(name, key, st)
-					}
-					return cont
-				})
-			} else if recordState(rec, limit) == "" {
-				if st, err := decode(v); err == nil {
-					cont = fn(limit, key, st)
+			recordEach(v, func(name, state string) bool {
+				if st, err := decode(state); err == nil {
+					cont = fn(name, key, st)
 				}
-			}
+				return cont
+			})
 			if !cont {
 				return false, nil
 			}
@@ -748,10 +675,8 @@ func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, 
 			sec, nsec := splitNs(deltas[i].Time)
 			args := append(append(make([]string, 0, 9), spec...), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
 				strconv.FormatFloat(deltas[i].Rate, 'g', -1, 64), markerTTL, limit)
-			// The marker's name is the earlier layout's (a merge made
-			// before an upgrade is not made again after it).
-			execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(limit, keys[i]), s.markerBase(limit, keys[i]) + "#" + outage,
-				s.legacyRead(limit, keys[i])}, Args: args})
+			k := s.Key(keys[i])
+			execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + limit + "#" + outage}, Args: args})
 		}
 		if len(execs) == 0 {
 			continue

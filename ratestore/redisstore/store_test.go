@@ -75,7 +75,7 @@ func TestClusterConformance(t *testing.T) {
 	}
 	// The keys of the suite must span several slots and nodes for the
 	// test to mean anything.
-	if a, b := redisstore.Slot(s.Key("l", "alice")), redisstore.Slot(s.Key("l", "bob@example.org")); a == b {
+	if a, b := redisstore.Slot(s.Key("alice")), redisstore.Slot(s.Key("bob@example.org")); a == b {
 		t.Fatalf("test keys share slot %d", a)
 	}
 	storetest.Run(t, func(t *testing.T) policy.Store {
@@ -151,7 +151,7 @@ func TestAtomicStack(t *testing.T) {
 	// periods of the state that lives longest, plus an eighth), never
 	// none. The hash holds both limits: the daily state at ~256 lives
 	// ln(512) days.
-	ttl := srv.Must("PTTL", s.Key("hourly", "mallory"))
+	ttl := srv.Must("PTTL", s.Key("mallory"))
 	if ms, _ := strconv.ParseInt(ttl, 10, 64); ms < int64(140*time.Hour/time.Millisecond) || ms > int64(175*time.Hour/time.Millisecond) {
 		t.Errorf("PTTL of a 1000/day state at rate ~256 = %s ms, want ln(512) days (+1/8) ≈ 150-169 h", ttl)
 	}
