@@ -30,8 +30,8 @@ func hourly(key string) []policy.StackItem {
 // newFailover is a Failover with local fallback over r, with a fast probe.
 func newFailover(t *testing.T, r *redisstore.Store) (*redisstore.Failover, *mtatest.SyncBuffer) {
 	logs := &mtatest.SyncBuffer{}
-	f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
-		slog.New(slog.NewTextHandler(logs, nil)), redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond})
+	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.NewTextHandler(logs, nil)),
+		redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond})
 	t.Cleanup(f.Close)
 	return f, logs
 }
@@ -156,7 +156,7 @@ func TestFailoverPolicies(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, p := range []redisstore.OnError{redisstore.Dunno, redisstore.Defer} {
 		r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
-		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), p, slog.New(slog.DiscardHandler))
+		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.DiscardHandler), redisstore.FailoverOptions{OnError: p})
 		t.Cleanup(f.Close)
 		decide(t, f, "x")
 		srv.Stop()

@@ -39,8 +39,8 @@ func admit(t *testing.T, s policy.StackEvaluator, now time.Time, items []policy.
 // those of the script alone (KnownRecords < 0) to 1e-12.
 func TestFastPathDecidesKnownSenders(t *testing.T) {
 	srv := redistest.Start(t)
-	fast := open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true})
-	script := open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true, KnownRecords: -1})
+	fast := open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: []string{srv.Addr}}))
+	script := open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: []string{srv.Addr}, KnownRecords: -1}))
 	t0 := time.Now()
 	for i := range 30 {
 		now := t0.Add(time.Duration(i) * time.Second)

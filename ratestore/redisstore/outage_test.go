@@ -60,8 +60,8 @@ func outageHosts(t *testing.T, o redisstore.Options, n int, split bool, connect 
 			t.Cleanup(r.Close)
 		}
 		buf := &mtatest.SyncBuffer{}
-		f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
-			slog.New(slog.NewTextHandler(buf, nil)), redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond, Split: split, Hosts: n})
+		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.NewTextHandler(buf, nil)),
+			redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond, Split: split, Hosts: n})
 		t.Cleanup(f.Close)
 		fs = append(fs, f)
 		logs = append(logs, buf)
@@ -445,7 +445,7 @@ func TestOutageMergeSurvivesRestart(t *testing.T) {
 	path := t.TempDir() + "/outage.json"
 	newHost := func() *redisstore.Failover {
 		r := open(t, o)
-		f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local, slog.New(slog.DiscardHandler),
+		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.DiscardHandler),
 			redisstore.FailoverOptions{ProbeInterval: 20 * time.Millisecond})
 		if err := f.LoadPending(path); err != nil {
 			t.Fatal(err)
@@ -496,7 +496,7 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 	o := redisstore.Options{Addrs: []string{srv.Addr}, Timeout: outageTimeout, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1)),
 		OnBadState: func(limit, key string) { mu.Lock(); bad = append(bad, limit+" "+key); mu.Unlock() }}
 	r := open(t, o)
-	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local, slog.New(slog.DiscardHandler))
+	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.DiscardHandler), redisstore.FailoverOptions{})
 	t.Cleanup(f.Close)
 	out := make([]policy.StackResult, 2)
 	for range 30 {

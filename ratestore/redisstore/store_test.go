@@ -54,7 +54,7 @@ func TestConformance(t *testing.T) {
 	}{{"FastPath", 0}, {"ScriptOnly", -1}, {"TwoKnown", 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) policy.Store {
-				return open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true, KnownRecords: c.known})
+				return open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: []string{srv.Addr}, KnownRecords: c.known}))
 			})
 		})
 	}
@@ -69,7 +69,7 @@ func TestClusterConformance(t *testing.T) {
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr)
 	}
-	s := open(t, redisstore.Options{Addrs: addrs, UseCallerTime: true})
+	s := open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: addrs}))
 	if !s.Cluster() {
 		t.Fatal("store did not detect the cluster")
 	}
@@ -79,7 +79,7 @@ func TestClusterConformance(t *testing.T) {
 		t.Fatalf("test keys share slot %d", a)
 	}
 	storetest.Run(t, func(t *testing.T) policy.Store {
-		return open(t, redisstore.Options{Addrs: addrs, UseCallerTime: true})
+		return open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: addrs}))
 	})
 	// Range found the states on every master: each master holds some.
 	for _, n := range nodes {
@@ -159,14 +159,17 @@ func TestAtomicStack(t *testing.T) {
 
 // TestSkewedClocks: two hosts whose clocks differ by 17 minutes share one
 // sender; the answers are those of one clock (Redis TIME). With the hosts'
-// own clocks (UseCallerTime) the same traffic is measured differently,
+// own clocks (AtCallerTime) the same traffic is measured differently,
 // which is what the test would catch.
 func TestSkewedClocks(t *testing.T) {
 	srv := redistest.Start(t)
 	run := func(callerTime bool) (admitted int, retries []time.Duration) {
 		prefix := fmt.Sprintf("skew%v%d:", callerTime, prefixes.Add(1))
-		a := open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix, UseCallerTime: callerTime})
-		b := open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix, UseCallerTime: callerTime})
+		o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix}
+		if callerTime {
+			o = redisstore.AtCallerTime(o)
+		}
+		a, b := open(t, o), open(t, o)
 		items := []policy.StackItem{{Limit: "hourly", Key: "carol", Params: ratelimit.Limit{Limit: 10, Period: time.Hour},
 			Cost: 1, Count: true, Refuses: true}}
 		for i := range 30 {

@@ -11,7 +11,7 @@
 // here against the reference on every trace.
 //
 // A store that implements policy.StackEvaluator is driven through it and
-// must measure at the time it is given (the Redis store's UseCallerTime);
+// must measure at the time it is given (the Redis store does in its tests);
 // any other store is driven through policy.EvaluateStack. Run calls Opener
 // once per subtest, one subtest at a time; failures are reported through
 // the testing.T given. The traces follow the modes of the Exim
