@@ -52,8 +52,7 @@ func (f *Failover) markDown(items []policy.StackItem, cause error) {
 // markShards marks shards down; the first starts an outage (logged,
 // counted) and the probe.
 func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
-	msg := cause.Error()
-	f.lastErr.Store(&msg)
+	f.setErr(cause)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	select {
@@ -138,38 +137,33 @@ func (f *Failover) probeShards() {
 	if err := r.Connect(f.ctx); err != nil {
 		return
 	}
-	if !r.Cluster() {
-		if err := r.probeSlot(f.ctx, 0); err != nil {
+	var owners *[slotCount]string // nil without a Cluster
+	if r.Cluster() {
+		var err error
+		if owners, err = r.slotOwners(f.ctx); err != nil {
 			f.setErr(err)
 			return
 		}
-		var all []uint16
-		for s := range slotCount {
-			if f.down[s].Load() {
-				all = append(all, uint16(s))
-			}
-		}
-		f.recover(all, "")
-		return
-	}
-	owners, err := r.slotOwners(f.ctx)
-	if err != nil {
-		f.setErr(err)
-		return
 	}
 	groups := map[string][]uint16{}
 	for s := range slotCount {
 		if f.down[s].Load() {
-			groups[owners[s]] = append(groups[owners[s]], uint16(s))
+			node := ""
+			if owners != nil {
+				node = owners[s]
+			}
+			groups[node] = append(groups[node], uint16(s))
 		}
 	}
 	for node, slots := range groups {
-		if node == "" {
+		if owners != nil && node == "" {
 			continue // no master serves these slots: they stay local
 		}
 		if err := r.probeSlot(f.ctx, slots[0]); err != nil {
 			f.setErr(err)
-			f.widen(node, owners, err)
+			if owners != nil {
+				f.widen(node, owners, err)
+			}
 			continue
 		}
 		f.recover(slots, node)
