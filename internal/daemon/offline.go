@@ -129,7 +129,7 @@ func openRedisRates(f *config.File) (*admin.Local, error) {
 		r.Close()
 		return nil, err
 	}
-	return &admin.Local{Engine: redisClock{Rates: eng, now: r.Now}, Closer: func() error { r.Close(); return nil }}, nil
+	return &admin.Local{Engine: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
 }
 
 // OpenQuarantine opens f's state file for writing, with its quarantine and

@@ -166,7 +166,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // Rates implements admin.Daemon: the engine.
 func (d *Daemon) Rates() admin.Rates {
 	if d.redis != nil {
-		return redisClock{Rates: d.engine, now: d.redis.Now}
+		return redisClock{Rates: d.engine, now: d.redis.RedisTime}
 	}
 	return d.engine
 }
