@@ -71,9 +71,8 @@ func TestFreezeRoundTrip(t *testing.T) {
 		t.Error("message not byte-identical")
 	}
 	m[0] = 'X' // a copy: must not change what is stored
-	var buf bytes.Buffer
-	if n, err := s.WriteMessage(id, &buf); err != nil || n != int64(len(msg)) || !bytes.Equal(buf.Bytes(), msg) {
-		t.Errorf("WriteMessage: %d %v", n, err)
+	if again, _ := s.Message(id); !bytes.Equal(again, msg) {
+		t.Error("the stored message changed with the copy")
 	}
 
 	if _, err := s.Get("0000000000000000"); !errors.Is(err, ErrNotFound) {

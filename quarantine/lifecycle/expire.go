@@ -17,24 +17,18 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// ExpireReport counts what one Expire run did.
+// ExpireReport counts what one Expire run did: messages returned to their
+// sender, frozen ones from <> deleted, kept past max_age, and audit
+// records removed.
 type ExpireReport struct {
-	// Bounced: returned to the sender (a DSN for frozen mail, the
-	// expire commands for held mail). NullSender: frozen mail from <>
-	// deleted without a DSN. Kept: past max_age but kept (expire_action
-	// keep, no queue ID, or a bounce that failed). Purged: audit records
-	// of thawed/deleted mail removed.
 	Bounced, NullSender, Kept, Purged int
 }
 
-// Expire handles every held or frozen entry created more than MaxAge
-// before now, then removes audit records older than MaxAge. With
-// ExpireKeep, or when the message may still be in the MTA's queue and
-// cannot be returned (no queue ID recorded, the expire command failed) or
-// the DSN could not be sent, the entry is kept and flagged: its Error
-// says why, an error is logged, and ratelimitd_quarantine_kept_past_max_age
-// counts it. A record is never forgotten while its message may still
-// exist. It does nothing when MaxAge is zero.
+// Expire applies ExpireAction to every pending entry older than MaxAge,
+// then removes older audit records. An entry that cannot be returned (no
+// queue ID, a failed command or DSN) is kept, flagged, logged and counted:
+// a record is never forgotten while its message may exist. It does
+// nothing when MaxAge is zero.
 func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	var r ExpireReport
 	maxAge := s.opts.MaxAge
@@ -57,8 +51,6 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 			r.Kept++
 			s.m.expired.WithLabelValues("failed").Inc()
 			s.fail("expire", err)
-			// Logged before the flag is stored: whoever sees the flag
-			// finds the log line.
 			s.log.Error("quarantine expiry: message past max_age kept (it may still be in the MTA's queue)", "id", e.ID,
 				"state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "err", err)
 			note := "past max_age, kept: " + quarantine.CleanLine(err.Error())
@@ -144,8 +136,7 @@ func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Ti
 	return outcome, detail, nil
 }
 
-// sendDSN builds a DSN for frozen entry e and sends it from the null
-// sender to e.Sender through the re-injection listener.
+// sendDSN sends the DSN of frozen entry e from the null sender.
 func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time) error {
 	if s.opts.Reinjector == nil {
 		return fmt.Errorf("lifecycle: no re-injection listener configured for the DSN")
@@ -169,15 +160,11 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	return nil
 }
 
-// BuildDSN returns a delivery status notification (RFC 3464: a
-// multipart/report; report-type=delivery-status with a text/plain
-// explanation, a message/delivery-status part with one failed
-// recipient block per recipient, Status 5.4.7 "delivery time expired"
-// from RFC 3463, and the original header as text/rfc822-headers) telling
-// e.Sender that the frozen message original was not delivered within
-// maxAge. reportingMTA names this host. The DSN is built with
-// github.com/emersion/go-message and uses CRLF line ends. Errors: those of
-// go-message.
+// BuildDSN returns the delivery status notification (RFC 3464: a text
+// part, message/delivery-status with Status 5.4.7 per recipient, RFC 3463,
+// and the original header as text/rfc822-headers) telling e.Sender that
+// original was not delivered within maxAge, with CRLF line ends.
+// reportingMTA names this host. Errors: go-message's.
 func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time.Time, maxAge time.Duration) ([]byte, error) {
 	reportingMTA = headerValue(reportingMTA)
 	if reportingMTA == "" {

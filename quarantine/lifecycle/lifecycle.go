@@ -18,79 +18,58 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// ExpireAction says what happens to held and frozen mail nobody reviewed
-// within MaxAge.
+// ExpireAction says what happens to pending mail older than MaxAge.
 type ExpireAction string
 
 const (
-	// ExpireBounce returns the message to its envelope sender: frozen
-	// mail with a DSN (RFC 3464) built here and sent from the null sender
-	// through the re-injection listener, held mail with
-	// Queue.Expire (Postfix: postsuper -f, which makes Postfix
-	// return it with its own DSN). Mail from the null sender gets no DSN
-	// (it is deleted, and logged).
+	// ExpireBounce returns the message to its sender: frozen mail with a
+	// DSN (RFC 3464) from the null sender, held mail with Queue.Expire
+	// (postsuper -f: Postfix's own DSN). Frozen mail from the null sender
+	// is deleted.
 	ExpireBounce ExpireAction = "bounce"
-	// ExpireKeep keeps the message and flags the entry ("past max_age")
-	// until an operator thaws or deletes it.
+	// ExpireKeep keeps the message, flagged, for an operator.
 	ExpireKeep ExpireAction = "keep"
 )
 
-// Rates is what the Service needs of the rate engine (*policy.Engine
-// implements it): forgetting a key's rate (thaw --reset-rate) and reading
-// it (automatic release).
+// Rates is what the Service needs of the rate engine (*policy.Engine).
 type Rates interface {
-	// Reset forgets key's rate under limit, or every limit when limit is
-	// "", and returns how many states were removed.
+	// Reset forgets key's rate under limit ("" for all) and returns how
+	// many states it removed.
 	Reset(ctx context.Context, key, limit string) (int, error)
-	// Lookup returns key's rate under every limit with state for it,
-	// decayed to now.
+	// Lookup returns key's rates under every limit, decayed to now.
 	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
-	// Limits returns the configured limits.
 	Limits() []policy.LimitInfo
 }
 
 // Options configure a Service.
 type Options struct {
-	// Queue acts on held mail in the MTA's queue: release, return to the
-	// sender on expiry, delete, show, and list to find a queue ID
-	// (postfix.Queue runs Postfix's or Exim's commands). Nil means none:
-	// every action on held mail fails.
+	// Queue acts on held mail in the MTA's queue; nil: every action on
+	// held mail fails.
 	Queue Queue
-
-	// Reinjector sends thawed frozen mail and DSNs; nil disables both
-	// (thaws of frozen mail fail).
+	// Reinjector sends thawed frozen mail and DSNs; nil: both fail.
 	Reinjector *mailout.Reinjector
-	// ReportingMTA is the host name in DSNs (Reporting-MTA); "" means
-	// os.Hostname.
+	// ReportingMTA is the DSNs' Reporting-MTA; "" means os.Hostname.
 	ReportingMTA string
-
-	// MaxAge: held and frozen mail older than this is expired with
-	// ExpireAction, audit records of thawed and deleted mail are removed.
-	// Zero keeps everything.
+	// MaxAge: pending mail older than this is expired with ExpireAction,
+	// older audit records removed; zero keeps everything.
 	MaxAge       time.Duration
 	ExpireAction ExpireAction
-
-	// AlertEvery logs "KEY has N quarantined messages" each time a key's
-	// count reaches a multiple of it (and at 1); zero means only at 1.
+	// AlertEvery logs "KEY has N quarantined messages" at 1 and each
+	// multiple of it.
 	AlertEvery int
-
-	// DripLimits names the limits whose held/frozen mail is released
-	// automatically once the key is back under the limit, one message
-	// per period/limit (auto_release = "drip").
+	// DripLimits name the limits with auto_release = "drip".
 	DripLimits []string
-
 	// Rates is the rate engine; nil disables --reset-rate and dripping.
 	Rates Rates
-	// Events receives what happens; nil means none (NopEvents).
+	// Events receives what happens; nil means NopEvents.
 	Events Events
-	// Logger; nil means slog.Default().
+	// Logger; nil means slog.Default(). Now; nil means time.Now.
 	Logger *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	Now    func() time.Time
 }
 
 // Service runs the quarantine life cycle on one Store. It is safe for
-// concurrent use. The zero value is not usable; call New.
+// concurrent use; make it with New.
 type Service struct {
 	q     *quarantine.Store
 	queue Queue
@@ -100,34 +79,22 @@ type Service struct {
 	now   func() time.Time
 	token string // this process's claim token
 
-	mu sync.Mutex
-	// pending counts held/frozen entries per key (alerting);
-	// awaitingQueueID remembers policy instances held at RCPT whose
-	// queue ID arrives at END-OF-MESSAGE; lastDrip is when each key last
-	// had a message released automatically.
-	pending         map[string]int
-	awaitingQueueID map[string]struct{}
-	// incomplete are the held entries whose recipients, size and
-	// subject CompleteHeld still takes from the MTA's queue, with the
-	// attempts made (bounded by maxIncomplete).
-	incomplete map[string]int
-	lastDrip   map[string]time.Time
-	// runs are the drip runs in progress, by limit and key (AutoRelease).
-	runs map[string]*dripRun
-	// drip is the set of limits with auto_release = "drip".
-	drip map[string]bool
-	// health is what Health reports besides the store's counts.
-	health Health
+	mu              sync.Mutex
+	pending         map[string]int       // pending entries per key (alerts)
+	awaitingQueueID map[string]struct{}  // instances held at RCPT without a queue ID
+	incomplete      map[string]int       // held entries CompleteHeld completes: attempts
+	lastDrip        map[string]time.Time // limit NUL key: last automatic release
+	runs            map[string]*dripRun  // limit NUL key: drip runs in progress
+	drip            map[string]bool      // limits with auto_release = "drip"
+	health          Health               // what Health adds to the store's counts
 
 	m metrics
 }
 
-// maxAwaiting bounds the instances remembered between RCPT and
-// END-OF-MESSAGE.
+// maxAwaiting bounds awaitingQueueID and lastDrip.
 const maxAwaiting = 10000
 
-// New returns a Service on q. Errors: those of q.Stats (a corrupt
-// store), an invalid ExpireAction.
+// New returns a Service on q. Errors: q.Stats's, an unknown ExpireAction.
 func New(q *quarantine.Store, opts Options) (*Service, error) {
 	switch opts.ExpireAction {
 	case "":
@@ -168,8 +135,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	return s, nil
 }
 
-// SetDripLimits replaces the set of limits whose mail is released
-// automatically (a configuration reload); it is safe for concurrent use.
+// SetDripLimits replaces Options.DripLimits (a configuration reload).
 func (s *Service) SetDripLimits(names []string) {
 	m := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -179,9 +145,6 @@ func (s *Service) SetDripLimits(names []string) {
 	s.drip = m
 	s.mu.Unlock()
 }
-
-// Store returns the quarantine store the Service acts on.
-func (s *Service) Store() *quarantine.Store { return s.q }
 
 // emit sends an event.
 func (s *Service) emit(ctx context.Context, kind Kind, e quarantine.Entry, by, detail string) {
@@ -304,7 +267,7 @@ func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
 // refusedQueueID logs and counts e's queue ID refused for why.
 func (s *Service) refusedQueueID(e *quarantine.Entry, why string) {
 	s.m.badQueueIDs.Inc()
-	s.log.Warn(why, "queue_id", quarantine.CleanLine(policy.SanitizeText(e.QueueID, 64)), "client_address", e.ClientAddress,
+	s.log.Warn(why, "queue_id", clip(e.QueueID, 64), "client_address", e.ClientAddress,
 		"sasl_username", e.SASLUsername, "instance", e.Instance)
 }
 
@@ -382,27 +345,22 @@ func (s *Service) Hold(ctx context.Context, req *policy.Request, rcpts []string,
 	return s.Record(ctx, Message{Request: req, Recipients: rcpts}, &d)
 }
 
-// Health is the quarantine's part of "ratelimitd status": the loud
-// summary of its faults.
+// Health is the quarantine's part of "ratelimitd status".
 type Health struct {
 	Held   int `json:"held"`
 	Frozen int `json:"frozen"`
-	// Failures counts failed operations since start (the sum of
-	// ratelimitd_quarantine_failures_total); LastError is the latest, at
-	// LastErrorAt.
+	// Failures counts failed operations since start; LastError is the
+	// latest, at LastErrorAt.
 	Failures    int64     `json:"failures"`
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
-	// KeptPastMaxAge is how many messages the last expiry run kept past
-	// max_age; Suspended how many keys have automatic release suspended.
+	// KeptPastMaxAge: messages the last expiry run kept past max_age.
 	KeptPastMaxAge int `json:"kept_past_max_age"`
 	Suspended      int `json:"suspended_keys"`
-	// Damaged counts the entries that cannot be read (kept, skipped).
-	Damaged int `json:"damaged,omitempty"`
+	Damaged        int `json:"damaged,omitempty"` // unreadable entries
 }
 
-// Health returns the quarantine's counts and faults. It is safe for
-// concurrent use.
+// Health returns the quarantine's counts and faults.
 func (s *Service) Health() Health {
 	s.mu.Lock()
 	h := s.health
@@ -428,6 +386,4 @@ func (s *Service) fail(op string, err error) {
 	}
 }
 
-// errNoQueueID: a held entry without a queue ID cannot be released in the
-// MTA.
 var errNoQueueID = errors.New("lifecycle: no MTA queue ID recorded for this held message (find it with postqueue -p)")
