@@ -18,42 +18,37 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Backend answers the rate and quarantine commands: a Client of the
-// running daemon, or a Local backend on the state file when none runs
-// (Open picks). Errors are the operation's, with their text fit for the
-// operator.
+// Backend answers the rate, quarantine and event commands: a Client of
+// the running daemon or a Local backend (Open picks). Error texts are fit
+// for the operator.
 type Backend interface {
 	// Rate returns each limit's rate of key.
 	Rate(key string) ([]policy.KeyRate, error)
 	// Rates returns the rates nearest their limits first, at most top
 	// (0: all), only the refused ones when over is set.
 	Rates(top int, over bool) ([]policy.KeyRate, error)
-	// Reset forgets key's rate under limit, or under every limit when
-	// limit is "".
+	// Reset forgets key's rate under limit ("": every limit).
 	Reset(key, limit string) (ResetResult, error)
 	// List returns the quarantined messages lq selects, newest first.
 	List(lq ListQuery) ([]quarantine.Entry, error)
 	// Show returns one quarantined message and its content (raw: the
-	// stored bytes); quarantine.ErrNotFound's text when there is none.
+	// stored bytes); quarantine.ErrNotFound when there is none.
 	Show(id string, raw bool) (ShowResult, error)
 	// Thaw and Delete act on the messages sel selects, one outcome each.
 	Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error)
-	// Suspend suspends the automatic release of key's messages, or
-	// resumes it.
+	// Suspend suspends or resumes the automatic release of key's mail.
 	Suspend(key string, resume bool) (SuspendResult, error)
-	// EventList returns the events q selects, newest first; EventSummary
-	// sums them up per key (package events).
+	// EventList returns the events q selects, newest first;
+	// EventSummary sums them up per key.
 	EventList(q events.Query) ([]events.Event, error)
 	EventSummary(q events.Query) ([]events.KeySummary, error)
-	// Close releases the backend (a Local one writes any change and
-	// closes the file).
+	// Close releases the backend (a Local one closes the file).
 	Close() error
 }
 
-// Open returns a Client of the daemon at the admin socket when one
-// answers there, else offline()'s backend (the state file opened by the
-// caller). Errors: those of asking the daemon other than ErrNoDaemon, and
+// Open returns a Client of the daemon at socket when one answers, else
+// offline()'s backend. Errors: asking the daemon's (but ErrNoDaemon), and
 // offline's.
 func Open(socket string, offline func() (Backend, error)) (Backend, error) {
 	c := NewClient(socket)
@@ -65,8 +60,8 @@ func Open(socket string, offline func() (Backend, error)) (Backend, error) {
 	return offline()
 }
 
-// With runs fn on the backend Open returns and closes it: it returns fn's
-// error, else the error of closing.
+// With runs fn on the backend Open returns and closes it; it returns fn's
+// error, else Close's.
 func With(socket string, offline func() (Backend, error), fn func(Backend) error) error {
 	b, err := Open(socket, offline)
 	if err != nil {
@@ -87,15 +82,14 @@ type ResetResult struct {
 }
 
 // ShowResult is the answer to GET /v1/quarantine/{id}: the entry, its
-// content (a preview, or the raw bytes) and, when the content is
-// unavailable (postcat failed, no queue ID), why.
+// content and, when that is unavailable (postcat failed), why.
 type ShowResult struct {
 	Entry quarantine.Entry `json:"entry"`
 	Body  string           `json:"body"`
 	Error string           `json:"error,omitempty"`
 }
 
-// SuspendRequest and SuspendResult are POST /v1/quarantine/suspend: Was
+// SuspendRequest and SuspendResult are POST /v1/quarantine/suspend; Was
 // reports, on a resume, whether the key was suspended.
 type SuspendRequest struct {
 	Key    string `json:"key"`
@@ -109,33 +103,23 @@ type SuspendResult struct {
 	Was       bool   `json:"was_suspended,omitempty"`
 }
 
-// Rates is the rate state the admin API reads and resets;
-// *policy.Engine implements it.
-type Rates interface {
-	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
-	All(ctx context.Context, now time.Time) ([]policy.KeyRate, error)
-	Reset(ctx context.Context, key, limit string) (int, error)
-}
-
-// Local is the Backend on an engine and a quarantine opened in this
-// process: the daemon's own (the server answers through it), or the state
-// file opened by the CLI when no daemon runs. Quarantine may be nil for
-// the rate operations only. By names who acts, for the quarantine's log;
-// empty means the user running this process, offline. Safe for concurrent
-// use as far as Rates and Quarantine are.
+// Local is the Backend on services of this process: the daemon's own
+// (the server answers through it), or the state file opened by the CLI
+// when no daemon runs. Quarantine may be nil for the rate operations,
+// Events nil when the event log is off. By names who acts ("": the local
+// user, offline). Safe for concurrent use as far as its services are.
 type Local struct {
 	Engine     Rates
-	Quarantine *lifecycle.Service
+	Quarantine Quarantine
 	By         string
-	// Events is the event log read by EventList and EventSummary, and
-	// written by Reset and Suspend (nil: none; they record nothing).
+	// Events is read by EventList and EventSummary and written by Reset
+	// and Suspend.
 	Events *events.Log
 	// Closer, if not nil, is called by Close.
 	Closer func() error
 }
 
-// unknownLimit is the error of a reset naming a limit the configuration
-// does not have; it is policy.ErrUnknownLimit.
+// unknownLimit is policy.ErrUnknownLimit naming the limit.
 type unknownLimit string
 
 func (u unknownLimit) Error() string      { return fmt.Sprintf("no limit named %q", string(u)) }
@@ -186,8 +170,8 @@ func (l *Local) Close() error {
 	return l.Closer()
 }
 
-// TopRates sorts by closeness to the limit (rate/max, descending) and keeps
-// the first top (0 = all), only those refused now when over is set.
+// TopRates sorts all by rate/max, highest first, and keeps the first top
+// (0: all), only those refused now when over is set. It reuses all.
 func TopRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
 	out := all[:0]
 	for _, k := range all {
@@ -236,8 +220,8 @@ func (c *Client) Reset(key, limit string) (ResetResult, error) {
 // Close implements Backend; a Client holds nothing to release.
 func (c *Client) Close() error { return nil }
 
-// LocalUser names the user running this process, for the audit trail of
-// commands that act without the daemon: "alice (uid 1000)".
+// LocalUser names the user running this process for the audit trail:
+// "alice (uid 1000)".
 func LocalUser() string {
 	uid := os.Getuid()
 	if u, err := user.LookupId(fmt.Sprint(uid)); err == nil {

@@ -60,15 +60,15 @@ func parseEventQuery(v url.Values) (events.Query, error) {
 	return q, nil
 }
 
-// ParseActions splits a comma-separated list of event actions ("defer,hold");
-// "" is none. An unknown action is an error naming the known ones.
+// ParseActions splits a comma-separated list of event actions
+// ("defer,hold"); "" is none. Errors: an unknown action (the error names
+// the known ones).
 func ParseActions(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
-	}
 	var out []string
 	for _, a := range strings.Split(s, ",") {
-		a = strings.TrimSpace(a)
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
 		if !events.IsAction(a) {
 			return nil, fmt.Errorf("unknown action %q: one of %s", a, strings.Join(events.Actions, ", "))
 		}

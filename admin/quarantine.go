@@ -9,16 +9,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// ListQuery is the filter of `quarantine list` and GET /v1/quarantine:
-// envelope sender, rate key and limit (exact), states (comma-separated
-// names; "" or "pending" for held and frozen) and age (0: any).
+// ListQuery is the filter of `quarantine list`, GET /v1/quarantine and
+// the console's quarantine page: envelope sender, rate key and limit
+// (exact), states (comma-separated; "" or "pending": held and frozen) and
+// age (0: any).
 type ListQuery struct {
 	Sender string
 	Key    string
@@ -40,23 +40,26 @@ func (lq ListQuery) values() url.Values {
 	return v
 }
 
-func parseListQuery(v url.Values) (ListQuery, error) {
+// ParseListQuery reads a ListQuery from the query parameters sender,
+// key, limit, state and since (a period, human.ParseDuration).
+func ParseListQuery(v url.Values) (ListQuery, error) {
 	lq := ListQuery{Sender: v.Get("sender"), Key: v.Get("key"), Limit: v.Get("limit"), State: v.Get("state")}
 	if s := v.Get("since"); s != "" {
 		d, err := human.ParseDuration(s)
 		if err != nil {
-			return lq, err
+			return lq, fmt.Errorf("since: %w", err)
 		}
 		lq.Since = d
 	}
 	return lq, nil
 }
 
-func (lq ListQuery) filter() (quarantine.Filter, error) {
+// Filter is lq as of now. Errors: an unknown state.
+func (lq ListQuery) Filter(now time.Time) (quarantine.Filter, error) {
 	f := quarantine.Filter{Sender: lq.Sender, Key: lq.Key, Limit: lq.Limit}
 	if lq.State != "" && lq.State != "pending" {
 		for _, name := range strings.Split(lq.State, ",") {
-			st, err := quarantine.ParseState(name)
+			st, err := quarantine.ParseState(strings.TrimSpace(name))
 			if err != nil {
 				return f, err
 			}
@@ -64,19 +67,19 @@ func (lq ListQuery) filter() (quarantine.Filter, error) {
 		}
 	}
 	if lq.Since > 0 {
-		f.Since = time.Now().Add(-lq.Since)
+		f.Since = now.Add(-lq.Since)
 	}
 	return f, nil
 }
 
 func (s *Server) quarantineRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/quarantine", func(w http.ResponseWriter, r *http.Request) {
-		lq, err := parseListQuery(r.URL.Query())
+		lq, err := ParseListQuery(r.URL.Query())
 		if err != nil {
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
-		f, err := lq.filter()
+		f, err := lq.Filter(time.Now())
 		if err != nil {
 			fail(w, http.StatusBadRequest, err)
 			return
@@ -128,8 +131,7 @@ func (s *Server) quarantineRoutes(mux *http.ServeMux) {
 	})
 }
 
-// errNoQuarantine is returned by a Local backend opened for the rate
-// operations only.
+// errNoQuarantine is returned by a Local backend without a quarantine.
 var errNoQuarantine = errors.New("quarantine not opened")
 
 // by is who acts: l.By, else offline (a name for this process).
@@ -140,10 +142,8 @@ func (l *Local) by(offline string) string {
 	return offline
 }
 
-// show is the life cycle's Show as the admin API and the offline CLI
-// answer it: quarantine.ErrNotFound is the only error; content that is
-// unavailable (postcat failed, no queue ID) is the result's Error, next
-// to the entry.
+// show is the life cycle's Show with quarantine.ErrNotFound the only
+// error: content that is unavailable (postcat failed) is res.Error.
 func (l *Local) show(ctx context.Context, id string, raw bool) (ShowResult, error) {
 	if l.Quarantine == nil {
 		return ShowResult{}, errNoQuarantine
@@ -171,8 +171,7 @@ func (l *Local) act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]
 	return l.Quarantine.Delete(ctx, sel)
 }
 
-// suspend suspends or resumes req.Key's automatic release. Errors: those
-// of the store.
+// suspend suspends or resumes req.Key's automatic release.
 func (l *Local) suspend(req SuspendRequest) (SuspendResult, error) {
 	if l.Quarantine == nil {
 		return SuspendResult{}, errNoQuarantine
@@ -200,7 +199,7 @@ func (l *Local) List(lq ListQuery) ([]quarantine.Entry, error) {
 	if l.Quarantine == nil {
 		return nil, errNoQuarantine
 	}
-	f, err := lq.filter()
+	f, err := lq.Filter(time.Now())
 	if err != nil {
 		return nil, err
 	}

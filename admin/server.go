@@ -25,39 +25,30 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Daemon is the running daemon as the admin API sees it. Its methods are
-// called concurrently, from one goroutine per request.
+// Daemon is the running daemon as the admin API sees it; its methods are
+// called concurrently. Notify queues a notification and never blocks.
 type Daemon interface {
-	// Status reports the daemon's state now.
 	Status() Status
-	// Rates is the engine whose rates are shown and reset.
 	Rates() Rates
-	// Quarantine is the quarantine's life cycle.
 	Quarantine() *lifecycle.Service
-	// Notify queues a notification (a rate reset's audit event); it
-	// never blocks.
 	Notify(notify.Event)
 }
 
 // Server serves the admin API for a running daemon. Set its fields, then
-// call HTTPServer; the fields must not change afterwards.
+// call HTTPServer; they must not change afterwards.
 type Server struct {
 	Daemon Daemon
-	// Logger receives the audit lines of actions (rate resets).
+	// Logger receives the audit lines of rate resets.
 	Logger *slog.Logger
-	// Events is the event log GET /v1/events reads and operator actions
-	// are recorded in (nil: events off).
+	// Events is the event log (nil: events off).
 	Events *events.Log
 }
 
 type peerKey struct{}
 
-// Listen creates the admin socket at path with mode 0660, creating its
-// directory (0750) if needed. It refuses a path whose directory is
-// writable by every user (anyone could replace the socket), a path where
-// something other than a socket exists, and a socket another daemon
-// answers on (srvconn.ListenUnix); closing the listener removes the socket
-// only if it is still ours. Errors are prefixed "admin socket: ".
+// Listen creates the admin socket at path with mode 0660, and its
+// directory (0750) if needed. It refuses a world-writable directory and
+// whatever srvconn.ListenUnix refuses. Errors begin "admin socket: ".
 func Listen(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -77,8 +68,7 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// local is the backend the server answers through: the daemon's engine
-// and quarantine, the actions attributed to the requesting user.
+// local is the backend the server answers through, acting as r's peer.
 func (s *Server) local(r *http.Request) *Local {
 	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r)}
 }
@@ -95,10 +85,9 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// HTTPServer returns an http.Server for the API (header timeout 5 s, idle
-// keep-alive connections closed after 60 s) that records the peer of each
-// unix-socket connection for the audit log (so its listener must hand out
-// the *net.UnixConn itself, not a wrapper).
+// HTTPServer returns an http.Server for the API that records each
+// connection's peer for the audit log: its listener must hand out the
+// *net.UnixConn itself.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),
@@ -110,8 +99,8 @@ func (s *Server) HTTPServer() *http.Server {
 	}
 }
 
-// peerName names the local user at the other end of a unix socket
-// (SO_PEERCRED), for the audit log.
+// peerName names the user at the other end of a unix socket
+// (SO_PEERCRED): "alice (uid 1000, pid 42)".
 func peerName(c net.Conn) string {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {

@@ -17,8 +17,7 @@ import (
 // by names the operator in logs and events: "NAME (console)".
 func by(u user) string { return u.Name + " (console)" }
 
-// keyAction runs reset, suspend or resume on the key of the path; an
-// operator's POST (post checked the session, CSRF token and role).
+// keyAction runs reset, suspend or resume on the path's key.
 func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 	u, key, op := currentUser(r), r.PathValue("key"), r.PathValue("op")
 	ctx, now := r.Context(), s.opts.Now()
@@ -67,9 +66,8 @@ func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/keys/"+url.PathEscape(key)+"?done="+done, http.StatusSeeOther)
 }
 
-// messageAction thaws or deletes the message of the path. The life
-// cycle records the thaw or delete (with By) in the event log and
-// notifies as for the CLI.
+// messageAction thaws or deletes the path's message; the life cycle
+// records and notifies it.
 func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 	u, id, op := currentUser(r), r.PathValue("id"), r.PathValue("op")
 	sel := lifecycle.Selection{IDs: []string{id}, By: by(u), ResetRate: r.PostForm.Get("reset") == "1"}

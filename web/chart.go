@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -58,18 +59,15 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 	w.Write(png)
 }
 
-// sample is the key's rate under one limit at one time: as recorded with
-// an event, or now from the rate state.
+// sample is the key's rate under one limit, from an event or the state.
 type sample struct {
 	t       time.Time
 	rate    float64
 	refused bool
 }
 
-// rateSeries is the line of one limit: between two samples the rate
-// decays as the exponential average does with no traffic
-// (r·e^(−Δt/period)), then rises to the next sample, so the line is
-// what the recorded decisions prove: the rate was at least this.
+// rateSeries is one limit's line: between samples the rate decays as
+// r·e^(−Δt/period), as the average does with no traffic.
 func rateSeries(samples []sample, period time.Duration, now time.Time) plotter.XYs {
 	var xys plotter.XYs
 	x := func(t time.Time) float64 { return float64(t.Unix()) }
@@ -159,7 +157,7 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 
 func chartPanelPlot(key, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, num(max), dur(period))
+	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, human.Number(max), dur(period))
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Min, p.X.Max = float64(now.Add(-chartWindow).Unix()), float64(now.Unix())
 	p.X.Tick.Marker = plot.TimeTicks{Format: "15:04", Time: func(t float64) time.Time { return time.Unix(int64(t), 0).UTC() }}

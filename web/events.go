@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 )
 
 // eventsPerPage is the events page's page size.
@@ -57,15 +56,8 @@ func eventFilter(v url.Values, now time.Time) (events.Query, map[string]string, 
 	if q.Until, err = parseWhen(form["until"], now); err != nil {
 		return q, form, fmt.Errorf("until: %w", err)
 	}
-	for _, a := range strings.Split(form["action"], ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			if !events.IsAction(a) {
-				return q, form, fmt.Errorf("action %q: want one of %s", a, strings.Join(events.Actions, ", "))
-			}
-			q.Actions = append(q.Actions, a)
-		}
-	}
-	return q, form, nil
+	q.Actions, err = admin.ParseActions(form["action"])
+	return q, form, err
 }
 
 // parseWhen reads a duration back from now ("24h", "7d") or a time

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,9 +16,7 @@ import (
 //go:embed static
 var staticFiles embed.FS
 
-// csp allows the console's own styles and images (and data: images) and
-// nothing else: no script at all, no inline style, no remote content,
-// no framing, forms posting only to the console.
+// csp allows the console's own styles and images and nothing else.
 const csp = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // user is the logged-in user of a request.
@@ -28,7 +27,7 @@ type user struct {
 	token string
 }
 
-// CanAct reports whether the user may act (templates show the buttons).
+// CanAct reports whether the user may act (the templates' buttons).
 func (u user) CanAct() bool { return u.Role == Operator }
 
 type userKey struct{}
@@ -66,8 +65,7 @@ func (s *Server) secure(next http.Handler) http.Handler {
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		// same-origin, not no-referrer: with no-referrer browsers send
-		// "Origin: null" on form posts, which sameOrigin refuses.
+		// Not no-referrer: browsers would send "Origin: null" on posts.
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
@@ -79,8 +77,8 @@ func (s *Server) secure(next http.Handler) http.Handler {
 	})
 }
 
-// auth passes requests with a live session of a user still in the users
-// file; others are sent to /login (GET) or refused (403).
+// auth passes requests with a live session of a user in the users file;
+// others are sent to /login (GET) or refused (403).
 func (s *Server) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.refreshUsers()
@@ -108,8 +106,7 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 }
 
 // post guards a state-changing request: same origin, the session's CSRF
-// token in the form field "csrf", and at least role need (an operator
-// for every action). Each refusal is 403.
+// token in the form field "csrf", and role need; refusals are 403.
 func (s *Server) post(need Role, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		u := currentUser(r)
@@ -137,9 +134,7 @@ func (s *Server) post(need Role, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// sameOrigin checks the Origin header, when the browser sends one,
-// against the request's host (SameSite=Strict cookies already keep other
-// sites' forms out; this is the second lock).
+// sameOrigin checks the Origin header, if any, against the host.
 func (s *Server) sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
@@ -173,9 +168,8 @@ func secureRequest(r *http.Request) bool {
 	return r.TLS != nil || (fromLoopback(r) && r.Header.Get("X-Forwarded-Proto") == "https")
 }
 
-// clientAddr is the address failed logins are counted against: the peer,
-// or behind a reverse proxy on the same host (a loopback peer) the last
-// address of X-Forwarded-For, which that proxy appended.
+// clientAddr is the address failed logins count against: the peer, or
+// behind a reverse proxy on this host the last X-Forwarded-For address.
 func clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -194,16 +188,14 @@ func clientAddr(r *http.Request) string {
 
 const loginCookie = "ratelimitd_login"
 
-// loginPage shows the form; a cookie carries a token the form repeats
-// (login CSRF).
+// loginPage shows the form with a token its cookie repeats (login CSRF).
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	tok := randomToken()
 	http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
 	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Next": safeNext(r.URL.Query().Get("next"))})
 }
 
-// safeNext keeps a redirect target on this site: a path, never
-// "//host" or a URL.
+// safeNext keeps a redirect on this site: a path, never "//host" or a URL.
 func safeNext(n string) string {
 	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") || strings.HasPrefix(n, "/\\") {
 		return "/"
@@ -211,8 +203,8 @@ func safeNext(n string) string {
 	return n
 }
 
-// cookie makes a cookie for the whole console: HttpOnly, SameSite=Strict,
-// Secure with TLS (ours or, in tests, the test server's); a negative maxAge deletes it.
+// cookie makes an HttpOnly, SameSite=Strict cookie for the console, Secure
+// with TLS; a negative maxAge deletes it.
 func (s *Server) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
 	age := int(maxAge / time.Second)
 	if maxAge < 0 {
@@ -245,7 +237,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if d := s.throttle.wait(now, keys...); d > 0 {
 		s.log.Warn("console: login attempt while slowed down", "user", name, "client", addr, "wait", d.Round(time.Second).String())
-		w.Header().Set("Retry-After", itoa(int(d.Seconds()+1)))
+		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds()+1)))
 		again(http.StatusTooManyRequests, "Too many failed attempts: wait "+d.Round(time.Second).String()+" and try again.")
 		return
 	}

@@ -15,14 +15,14 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/notify"
 )
 
-// Listener limits: at most srvconn.HTTPConns() connections at once (more
-// wait in the kernel's accept queue), like /metrics and the admin socket;
-// readHeaderTimeout to send a request's header, readTimeout for the whole
-// request, idleTimeout between keep-alive requests.
+// Listener limits (at most srvconn.HTTPConns() connections at once, like
+// /metrics and the admin socket) and the largest header and form.
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
@@ -32,32 +32,31 @@ const (
 	maxFormBytes      = 64 << 10
 )
 
-// Options configures a Server.
+// Options configures a Server: the daemon's services (those the admin
+// socket serves) and the console's own files.
 type Options struct {
 	// Listen is the TCP address ("127.0.0.1:9732").
 	Listen string
 	// TLSCert and TLSKey are PEM files; both set, the server speaks TLS
-	// and cookies are Secure. Reload rereads them.
+	// and cookies are Secure. Reload rereads them and UsersFile.
 	TLSCert, TLSKey string
-	// UsersFile is the users file (LoadUsers); Reload rereads it.
-	UsersFile string
+	UsersFile       string
 
-	Rates      Rates
-	Quarantine Quarantine
-	// Events is the event log; nil (events off) shows no history.
-	Events Events
-	// Health returns the daemon's state for the overview (nil: unknown).
-	Health func() Health
-	// Notify, if set, is told of rate resets (notify.RateReset), as the
-	// admin socket tells it of the CLI's.
+	Rates      admin.Rates
+	Quarantine admin.Quarantine
+	// Events is the event log (nil: no history).
+	Events admin.Events
+	// Status returns the daemon's state for the overview (nil: unknown).
+	Status func() admin.Status
+	// Notify, if set, is told of rate resets, as the admin socket's are.
 	Notify func(notify.Event)
 	Logger *slog.Logger
-	// Now is the clock (time.Now when nil); tests set it.
+	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
 
-// Server is the console. Create it with New; Serve or Start it; Reload
-// on SIGHUP; Shutdown to stop. Its methods are safe for concurrent use.
+// Server is the console: New, Start, Reload on SIGHUP, Shutdown. Safe for
+// concurrent use.
 type Server struct {
 	opts     Options
 	log      *slog.Logger
@@ -70,7 +69,7 @@ type Server struct {
 	pages  *pages
 
 	// usersMod is the users file's modification time when last read,
-	// usersCheck when it was last looked at (refreshUsers).
+	// usersCheck when refreshUsers last looked.
 	usersMu    sync.Mutex
 	usersMod   time.Time
 	usersCheck time.Time
@@ -81,7 +80,7 @@ type Server struct {
 	done chan struct{}
 }
 
-// New checks the options, reads the users file and the TLS files.
+// New checks opts and reads the users and TLS files.
 func New(opts Options) (*Server, error) {
 	if opts.Rates == nil || opts.Quarantine == nil {
 		return nil, errors.New("web: Rates and Quarantine are required")
@@ -118,8 +117,8 @@ func New(opts Options) (*Server, error) {
 // TLS reports whether the server speaks HTTPS.
 func (s *Server) TLS() bool { return s.opts.TLSCert != "" }
 
-// Reload rereads the users file and the TLS certificate; on an error the
-// previous ones stay. Sessions of users no longer in the file end.
+// Reload rereads the users file and the TLS certificate, keeping the old
+// ones on an error. Sessions of removed users end.
 func (s *Server) Reload() error {
 	if err := s.loadUsers(); err != nil {
 		return err
@@ -134,9 +133,8 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-// refreshUsers rereads the users file when its modification time
-// changed, looking at most once a second, so that `ratelimitd web user
-// add|remove` applies without a reload.
+// refreshUsers rereads the users file when its modification time changed,
+// looking at most once a second, so that `web user add` needs no reload.
 func (s *Server) refreshUsers() {
 	now := time.Now()
 	s.usersMu.Lock()
@@ -148,10 +146,7 @@ func (s *Server) refreshUsers() {
 	if !due {
 		return
 	}
-	var mod time.Time
-	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
-		mod = fi.ModTime()
-	}
+	mod := modTime(s.opts.UsersFile)
 	s.usersMu.Lock()
 	changed := !mod.Equal(s.usersMod)
 	s.usersMu.Unlock()
@@ -162,13 +157,9 @@ func (s *Server) refreshUsers() {
 	}
 }
 
-// loadUsers reads the users file and ends the sessions of users no
-// longer in it.
+// loadUsers reads the users file and ends removed users' sessions.
 func (s *Server) loadUsers() error {
-	var mod time.Time
-	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
-		mod = fi.ModTime()
-	}
+	mod := modTime(s.opts.UsersFile)
 	u, err := LoadUsers(s.opts.UsersFile)
 	if err != nil {
 		return err
@@ -187,6 +178,14 @@ func (s *Server) loadUsers() error {
 		s.log.Warn("console has no users: add one with `ratelimitd web user add NAME --role operator`", "users_file", s.opts.UsersFile)
 	}
 	return nil
+}
+
+// modTime is path's modification time, zero if it cannot be read.
+func modTime(path string) time.Time {
+	if fi, err := os.Stat(path); err == nil {
+		return fi.ModTime()
+	}
+	return time.Time{}
 }
 
 // Start listens on Options.Listen and serves in the background.
@@ -241,8 +240,7 @@ func (s *Server) start(ln net.Listener) {
 	}()
 }
 
-// Shutdown stops accepting, lets requests in progress finish until ctx
-// ends, then closes the rest.
+// Shutdown stops accepting and lets requests finish until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	hs, done := s.http, s.done
@@ -257,6 +255,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-done
 	return err
 }
+
+// noEvents is Events when the event log is off: nothing recorded or found.
+type noEvents struct{}
+
+func (noEvents) Query(context.Context, events.Query) ([]events.Event, error)        { return nil, nil }
+func (noEvents) Summary(context.Context, events.Query) ([]events.KeySummary, error) { return nil, nil }
+func (noEvents) Record(events.Event)                                                {}
 
 // URL is the console's base URL ("https://127.0.0.1:9732/"; "" before
 // Start).

@@ -8,17 +8,14 @@ import (
 	"time"
 )
 
-// Session lifetimes: a session ends after sessionIdle without a request
-// or sessionMax after login, whichever comes first.
+// A session ends sessionIdle after its last request or sessionMax after
+// login; at most maxSessions are kept (the least recently seen goes).
 const (
 	sessionIdle = 30 * time.Minute
 	sessionMax  = 12 * time.Hour
-	// maxSessions bounds the sessions kept; the oldest is dropped first.
 	maxSessions = 10000
+	cookieName  = "ratelimitd_session"
 )
-
-// cookieName is the session cookie.
-const cookieName = "ratelimitd_session"
 
 type session struct {
 	user    string
@@ -27,12 +24,14 @@ type session struct {
 	seen    time.Time
 }
 
-// sessions holds the console's sessions in memory (a restart logs
-// everybody out). Tokens are 32 bytes from crypto/rand. Safe for
-// concurrent use.
+// sessions holds the sessions in memory, by token. Safe for concurrent use.
 type sessions struct {
 	mu sync.Mutex
 	m  map[string]*session
+}
+
+func (ss *session) expired(now time.Time) bool {
+	return now.Sub(ss.seen) > sessionIdle || now.Sub(ss.created) > sessionMax
 }
 
 func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
@@ -40,7 +39,7 @@ func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
 func randomToken() string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
+		panic(err) // crypto/rand does not fail
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
 }
@@ -53,13 +52,7 @@ func (s *sessions) create(user string, now time.Time) (string, *session) {
 	defer s.mu.Unlock()
 	s.expireLocked(now)
 	if len(s.m) >= maxSessions {
-		var oldest string
-		for k, v := range s.m {
-			if oldest == "" || v.seen.Before(s.m[oldest].seen) {
-				oldest = k
-			}
-		}
-		delete(s.m, oldest)
+		evictOldest(s.m, func(v *session) time.Time { return v.seen })
 	}
 	s.m[tok] = ss
 	return tok, ss
@@ -73,7 +66,7 @@ func (s *sessions) get(token string, now time.Time) (session, bool) {
 	if !ok {
 		return session{}, false
 	}
-	if now.Sub(ss.seen) > sessionIdle || now.Sub(ss.created) > sessionMax {
+	if ss.expired(now) {
 		delete(s.m, token)
 		return session{}, false
 	}
@@ -100,7 +93,7 @@ func (s *sessions) removeUser(user string) {
 
 func (s *sessions) expireLocked(now time.Time) {
 	for k, v := range s.m {
-		if now.Sub(v.seen) > sessionIdle || now.Sub(v.created) > sessionMax {
+		if v.expired(now) {
 			delete(s.m, k)
 		}
 	}
@@ -111,11 +104,10 @@ func validCSRF(ss session, token string) bool {
 	return token != "" && subtle.ConstantTimeCompare([]byte(ss.csrf), []byte(token)) == 1
 }
 
-// Failed logins are slowed per user name and per client address: after
-// freeFailures failures, each further attempt must wait a delay that
-// doubles from failureDelay up to maxFailureDelay; the count is
-// forgotten failureWindow after the last failure. The table is bounded
-// (maxThrottled); when full, the oldest entry goes.
+// Failed logins are slowed per user name and client address: after
+// freeFailures, each attempt waits a delay doubling from failureDelay to
+// maxFailureDelay; the count is forgotten failureWindow after the last
+// failure. At most maxThrottled are kept (the oldest goes).
 const (
 	freeFailures    = 3
 	failureDelay    = 2 * time.Second
@@ -138,8 +130,7 @@ type throttle struct {
 
 func newThrottle() *throttle { return &throttle{m: map[string]*failures{}} }
 
-// wait returns how long the keys must still wait before an attempt is
-// checked (0: now).
+// wait returns how long the keys must wait before an attempt (0: none).
 func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -173,7 +164,7 @@ func (t *throttle) fail(now time.Time, keys ...string) {
 		f, ok := t.m[k]
 		if !ok {
 			if len(t.m) >= maxThrottled {
-				t.evictLocked()
+				evictOldest(t.m, func(f *failures) time.Time { return f.last })
 			}
 			f = &failures{}
 			t.m[k] = f
@@ -190,12 +181,13 @@ func (t *throttle) succeed(key string) {
 	t.mu.Unlock()
 }
 
-func (t *throttle) evictLocked() {
+// evictOldest deletes the entry of m whose time is earliest.
+func evictOldest[V any](m map[string]V, at func(V) time.Time) {
 	var oldest string
-	for k, v := range t.m {
-		if oldest == "" || v.last.Before(t.m[oldest].last) {
+	for k, v := range m {
+		if oldest == "" || at(v).Before(at(m[oldest])) {
 			oldest = k
 		}
 	}
-	delete(t.m, oldest)
+	delete(m, oldest)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -255,7 +256,7 @@ func TestFailedLoginsAreSlowed(t *testing.T) {
 	// Per client address: many names from one address.
 	f.now = f.now.Add(failureWindow + time.Minute)
 	for i := range freeFailures {
-		f.login(t, c, "nobody"+itoa(i), "x")
+		f.login(t, c, "nobody"+strconv.Itoa(i), "x")
 	}
 	if resp, _ := f.login(t, c, "view", "secret-password"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("address with %d failures: %s, want 429", freeFailures, resp.Status)
