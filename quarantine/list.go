@@ -126,41 +126,34 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 			return nil
 		}
 		c := b.meta.Cursor()
-		var k, v []byte
-		var step func() ([]byte, []byte)
-		var past func(k []byte) bool
-		if f.OldestFirst {
-			if f.Since.IsZero() {
-				k, v = c.First()
-			} else {
-				k, v = c.Seek(idBound(f.Since, false))
-			}
-			step = c.Next
-			var end []byte
-			if !f.Before.IsZero() {
-				end = idBound(f.Before, true)
-			}
-			past = func(k []byte) bool { return end != nil && bytes.Compare(k, end) > 0 }
-		} else {
-			if f.Before.IsZero() {
-				k, v = c.Last()
-			} else {
-				end := idBound(f.Before, true)
-				k, v = c.Seek(end)
-				if k == nil {
-					k, v = c.Last()
-				} else if bytes.Compare(k, end) > 0 {
-					k, v = c.Prev()
-				}
-			}
-			step = c.Prev
-			var start []byte
-			if !f.Since.IsZero() {
-				start = idBound(f.Since, false)
-			}
-			past = func(k []byte) bool { return start != nil && bytes.Compare(k, start) < 0 }
+		var lo, hi, k, v []byte
+		if !f.Since.IsZero() {
+			lo = idBound(f.Since, false)
 		}
-		for ; k != nil && !past(k); k, v = step() {
+		if !f.Before.IsZero() {
+			hi = idBound(f.Before, true)
+		}
+		step := c.Next
+		switch {
+		case f.OldestFirst && lo == nil:
+			k, v = c.First()
+		case f.OldestFirst:
+			k, v = c.Seek(lo)
+		case hi == nil:
+			step = c.Prev
+			k, v = c.Last()
+		default:
+			step = c.Prev
+			if k, v = c.Seek(hi); k == nil {
+				k, v = c.Last()
+			} else if bytes.Compare(k, hi) > 0 {
+				k, v = c.Prev()
+			}
+		}
+		inRange := func(k []byte) bool {
+			return k != nil && (lo == nil || bytes.Compare(k, lo) >= 0) && (hi == nil || bytes.Compare(k, hi) <= 0)
+		}
+		for ; inRange(k); k, v = step() {
 			var e Entry
 			if decodeRecord(k, v, &e) != nil {
 				continue // kept, unreadable: Stats counts it

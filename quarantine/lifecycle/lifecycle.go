@@ -166,8 +166,9 @@ type Message struct {
 // m, once per decision of either front end:
 //
 //   - Hold, or Freeze without m.Body (policy delegation answers a freeze
-//     HOLD): a held entry, or the queue ID, size and recipient added to
-//     the one held for the same message (same Request.Instance);
+//     HOLD): a held entry, or with a queue ID the queue ID, size and
+//     recipient added to the one held for the same message (same
+//     Request.Instance; quarantine.Store.RecordHold);
 //   - Freeze with m.Body: a frozen entry holding the whole message;
 //   - any other action at END-OF-MESSAGE: the entry held at RCPT for the
 //     message gets its queue ID.
@@ -179,49 +180,42 @@ type Message struct {
 // another pending entry has, is left out (logged and counted).
 func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (string, error) {
 	req := m.Request
+	hold := d.Action == policy.Hold || d.Action == policy.Freeze
+	freeze := d.Action == policy.Freeze && m.Body != nil
+	if !hold && (req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" || !s.awaiting(req.Instance, false)) {
+		return "", nil
+	}
+	e := s.entryFor(m, d)
+	var r quarantine.Recorded
+	var err error
 	switch {
-	case d.Action == policy.Freeze && m.Body != nil:
-		e := s.entryFor(m, d)
-		r, err := quarantine.Recorded{}, error(nil)
+	case freeze:
 		if _, err = m.Body.Seek(0, io.SeekStart); err == nil {
 			r, err = s.q.RecordFreeze(e, m.Body)
 		}
-		if err != nil {
-			s.fail("record", err)
-			s.log.Error("freezing a message failed: temp-failing it", "err", err)
-			return "", err
+	case hold:
+		r, err = s.q.RecordHold(e)
+	case e.QueueID != "":
+		r, err = s.q.AddToHeld(e)
+	}
+	if err != nil {
+		s.fail("record", err)
+		s.log.Error("recording a quarantined message failed: deferring or temp-failing it instead", "err", err,
+			"action", d.Action.String(), "queue_id", e.QueueID)
+		return "", err
+	}
+	if hold && !freeze {
+		if req.QueueID != "" {
+			s.awaiting(req.Instance, false)
+		} else if !r.Added {
+			s.awaiting(req.Instance, true)
 		}
-		s.recorded(ctx, e, r)
-		return r.ID, nil
-	case d.Action == policy.Hold || d.Action == policy.Freeze:
-		e := s.entryFor(m, d)
-		r, err := s.q.RecordHold(e)
-		if err != nil {
-			s.fail("record", err)
-			s.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", e.QueueID)
-			return "", err
-		}
-		s.awaiting(req.Instance, e.QueueID == "" || r.RefusedQueueID != "")
 		if !r.Added {
 			s.noteIncomplete(r.ID)
 		}
-		s.recorded(ctx, e, r)
-		return r.ID, nil
-	case req.ProtocolState == policy.StateEndOfMessage && req.QueueID != "" && s.awaiting(req.Instance, false):
-		e := s.entryFor(m, d)
-		if e.QueueID == "" {
-			return "", nil
-		}
-		r, err := s.q.AddToHeld(e)
-		if err != nil {
-			s.fail("record", err)
-			s.log.Error("linking a held message to its queue ID failed", "err", err, "queue_id", e.QueueID)
-			return "", err
-		}
-		s.recorded(ctx, e, r)
-		return r.ID, nil
 	}
-	return "", nil
+	s.recorded(ctx, e, r)
+	return r.ID, nil
 }
 
 // awaiting remembers instance as held at RCPT without a queue ID (await
