@@ -203,6 +203,7 @@ func (s *Store) Stats() (Stats, error) {
 		if d := tx.Bucket(bucketDamaged); d != nil {
 			st.Aside = d.Stats().KeyN
 		}
+		count := map[State]*int{Held: &st.Held, Frozen: &st.Frozen, Thawed: &st.Thawed, Deleted: &st.Deleted}
 		return b.meta.ForEach(func(k, v []byte) error {
 			var e struct {
 				State   State     `json:"state"`
@@ -214,15 +215,8 @@ func (s *Store) Stats() (Stats, error) {
 				st.DamagedIDs = append(st.DamagedIDs, string(k))
 				return nil
 			}
-			switch e.State {
-			case Held:
-				st.Held++
-			case Frozen:
-				st.Frozen++
-			case Thawed:
-				st.Thawed++
-			case Deleted:
-				st.Deleted++
+			if n := count[e.State]; n != nil {
+				*n++
 			}
 			if e.State.Pending() {
 				st.ByKey[e.Key]++

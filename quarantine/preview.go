@@ -2,11 +2,11 @@ package quarantine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,7 +118,7 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 		}
 		ah := mail.AttachmentHeader{Header: part.Header}
 		if fn, _ := ah.Filename(); fn != "" {
-			pt.Filename = CleanLine(decodeWords(fn))
+			pt.Filename = CleanLine(fn) // RFC 2231 and 2047 decoded by go-message
 		}
 		if part.MultipartReader() != nil {
 			if len(path) >= MaxMIMENesting {
@@ -281,24 +281,6 @@ func stripHTML(s string) string {
 	}
 }
 
-// decodeWords decodes RFC 2047 encoded words (in some filenames).
-func decodeWords(s string) string {
-	d := mime.WordDecoder{CharsetReader: func(cs string, r io.Reader) (io.Reader, error) {
-		switch cs = strings.ToLower(cs); cs {
-		case "utf-8", "us-ascii":
-			return r, nil
-		}
-		if message.CharsetReader == nil {
-			return nil, errors.New("no charset support")
-		}
-		return message.CharsetReader(cs, r)
-	}}
-	if out, err := d.DecodeHeader(s); err == nil {
-		return out
-	}
-	return s
-}
-
 // WriteTo writes the preview for an operator: header, parts, text.
 func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
@@ -308,14 +290,7 @@ func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 	if len(p.Parts) > 0 {
 		b.WriteString("\nParts:\n")
 		for _, pt := range p.Parts {
-			path := pt.Path
-			if path == "" {
-				path = "-"
-			}
-			ct := pt.ContentType
-			if ct == "" {
-				ct = "(none)"
-			}
+			path, ct := cmp.Or(pt.Path, "-"), cmp.Or(pt.ContentType, "(none)")
 			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), CleanLine(ct))
 			if pt.Charset != "" {
 				fmt.Fprintf(&b, "; charset=%s", CleanLine(pt.Charset))

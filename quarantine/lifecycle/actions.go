@@ -77,22 +77,20 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	done := map[string]bool{} // keys whose rate was reset
 	if sel.ResetRate && s.opts.Rates == nil {
 		return nil, errors.New("the rates cannot be reset here: thaw without --reset-rate, then ratelimitd rate reset KEY")
 	}
-	if sel.ResetRate {
-		for _, e := range entries {
-			if e.Key == "" || done[e.Key] {
-				continue
-			}
-			done[e.Key] = true
-			n, err := s.opts.Rates.Reset(ctx, e.Key, "")
-			if err != nil {
-				return nil, fmt.Errorf("reset rate of %s: %w", e.Key, err)
-			}
-			s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
+	done := map[string]bool{} // keys whose rate was reset
+	for _, e := range entries {
+		if !sel.ResetRate || e.Key == "" || done[e.Key] {
+			continue
 		}
+		done[e.Key] = true
+		n, err := s.opts.Rates.Reset(ctx, e.Key, "")
+		if err != nil {
+			return nil, fmt.Errorf("reset rate of %s: %w", e.Key, err)
+		}
+		s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 	}
 	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
 		return s.release(ctx, e, sel.By, sel.Force, Thawed)

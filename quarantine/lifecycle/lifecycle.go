@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -105,17 +106,10 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	}
 	tok := make([]byte, 8)
 	rand.Read(tok)
-	s := &Service{q: q, opts: opts, log: opts.Logger, ev: opts.Events, now: opts.Now, token: hex.EncodeToString(tok),
-		drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{}, incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
-	if s.queue = opts.Queue; s.queue == nil {
-		s.queue = noQueue{}
-	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	if s.ev == nil {
-		s.ev = NopEvents{}
-	}
+	s := &Service{q: q, opts: opts, queue: cmp.Or[Queue](opts.Queue, noQueue{}), log: cmp.Or(opts.Logger, slog.Default()),
+		ev: cmp.Or[Events](opts.Events, NopEvents{}), now: opts.Now, token: hex.EncodeToString(tok), drip: map[string]bool{},
+		awaitingQueueID: map[string]struct{}{}, incomplete: map[string]int{}, lastDrip: map[string]time.Time{},
+		runs: map[string]*dripRun{}, m: newMetrics()}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -188,28 +182,26 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	e := s.entryFor(m, d)
 	var r quarantine.Recorded
 	var err error
+	failed := "linking a held message to its queue ID failed"
 	switch {
 	case freeze:
+		failed = "freezing a message failed: temp-failing it"
 		if _, err = m.Body.Seek(0, io.SeekStart); err == nil {
 			r, err = s.q.RecordFreeze(e, m.Body)
 		}
 	case hold:
+		failed = "recording a held message failed: deferring it instead of holding it"
 		r, err = s.q.RecordHold(e)
 	case e.QueueID != "":
 		r, err = s.q.AddToHeld(e)
 	}
 	if err != nil {
 		s.fail("record", err)
-		s.log.Error("recording a quarantined message failed: deferring or temp-failing it instead", "err", err,
-			"action", d.Action.String(), "queue_id", e.QueueID)
+		s.log.Error(failed, "err", err, "queue_id", e.QueueID)
 		return "", err
 	}
 	if hold && !freeze {
-		if req.QueueID != "" {
-			s.awaiting(req.Instance, false)
-		} else if !r.Added {
-			s.awaiting(req.Instance, true)
-		}
+		s.awaiting(req.Instance, req.QueueID == "") // without one, RecordHold made a new entry
 		if !r.Added {
 			s.noteIncomplete(r.ID)
 		}
@@ -252,26 +244,24 @@ func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
 		QueueID: req.QueueID, Instance: req.Instance, Size: req.Size}
 	if e.QueueID != "" && !quarantine.ValidQueueID(e.QueueID) {
-		s.refusedQueueID(e, "refusing a queue ID that is not in Postfix or Exim syntax (forged policy request?); the hold is recorded without one")
+		s.refusedQueueID(e, e.QueueID, "is not in Postfix or Exim syntax")
 		e.QueueID = ""
 	}
 	return e
 }
 
-// refusedQueueID logs and counts e's queue ID refused for why.
-func (s *Service) refusedQueueID(e *quarantine.Entry, why string) {
+// refusedQueueID logs and counts e's queue ID qid refused for why.
+func (s *Service) refusedQueueID(e *quarantine.Entry, qid, why string) {
 	s.m.badQueueIDs.Inc()
-	s.log.Warn(why, "queue_id", clip(e.QueueID, 64), "client_address", e.ClientAddress,
-		"sasl_username", e.SASLUsername, "instance", e.Instance)
+	s.log.Warn("refusing a queue ID that "+why+" (forged policy request?); the hold is recorded without one",
+		"queue_id", clip(qid, 64), "client_address", e.ClientAddress, "sasl_username", e.SASLUsername, "instance", e.Instance)
 }
 
 // recorded reports what Record stored: a refused queue ID, and for a new
 // entry the alert count, metric and Quarantined event.
 func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantine.Recorded) {
 	if r.RefusedQueueID != "" {
-		e.QueueID = r.RefusedQueueID
-		s.refusedQueueID(e, "refusing a queue ID another quarantined message already has (forged policy request?); the hold is recorded without one")
-		e.QueueID = ""
+		s.refusedQueueID(e, r.RefusedQueueID, "another quarantined message already has")
 	}
 	if r.Added || r.ID == "" {
 		return
