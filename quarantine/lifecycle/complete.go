@@ -10,11 +10,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// A hold through policy delegation is recorded before the MTA has queued
-// the message: CompleteHeld takes its recipients and size from the queue
-// listing (postqueue -j) and Subject and Message-ID from the queue file
-// (postcat -q) once it is there.
-
 const (
 	maxIncomplete    = 10000 // held entries waiting to be completed
 	completeAttempts = 12    // CompleteHeld runs that look for a message
@@ -45,9 +40,10 @@ func (s *Service) noteIncompleteStored() {
 }
 
 // CompleteHeld completes the held entries recorded since the last run
-// from the MTA's queue (quarantine.Store.CompleteHeld) and returns how
-// many it completed; a message not queued yet is looked for again at the
-// next run, up to completeAttempts runs. Run calls it.
+// (before the MTA had queued their message) with the recipients and size
+// of the queue listing and the Subject and Message-ID of the queue file,
+// and returns how many it completed; a message not queued yet is looked
+// for again, up to completeAttempts runs. Run calls it.
 func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 	s.mu.Lock()
 	ids := slices.Sorted(maps.Keys(s.incomplete))

@@ -2,8 +2,10 @@ package lifecycle
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -166,10 +168,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 // original was not delivered within maxAge, with CRLF line ends.
 // reportingMTA names this host. Errors: go-message's.
 func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time.Time, maxAge time.Duration) ([]byte, error) {
-	reportingMTA = headerValue(reportingMTA)
-	if reportingMTA == "" {
-		reportingMTA = "localhost"
-	}
+	reportingMTA = cmp.Or(headerValue(reportingMTA), "localhost")
 	var h mail.Header
 	h.SetAddressList("From", []*mail.Address{{Name: "Mail Delivery System", Address: "MAILER-DAEMON@" + reportingMTA}})
 	h.SetAddressList("To", []*mail.Address{{Address: e.Sender}})
@@ -181,23 +180,6 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	h.Set("Auto-Submitted", "auto-replied") // RFC 3834
 	h.SetContentType("multipart/report", map[string]string{"report-type": "delivery-status"})
 
-	var buf bytes.Buffer
-	w, err := message.CreateWriter(&buf, h.Header)
-	if err != nil {
-		return nil, err
-	}
-	part := func(ct string, params map[string]string, body string) error {
-		var ph message.Header
-		ph.SetContentType(ct, params)
-		pw, err := w.CreatePart(ph)
-		if err != nil {
-			return err
-		}
-		if _, err := pw.Write([]byte(body)); err != nil {
-			return err
-		}
-		return pw.Close()
-	}
 	var text strings.Builder
 	fmt.Fprintf(&text, "This is the mail system at host %s.\r\n\r\n", reportingMTA)
 	fmt.Fprintf(&text, "Your message to %s was stopped by a sending rate limit (%s) on %s\r\n",
@@ -205,9 +187,6 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	fmt.Fprintf(&text, "and was not released by the postmaster within %s. It has not been delivered.\r\n", human.Duration(maxAge))
 	if e.Subject != "" {
 		fmt.Fprintf(&text, "\r\nSubject: %s\r\n", headerValue(e.Subject))
-	}
-	if err := part("text/plain", map[string]string{"charset": "utf-8"}, text.String()); err != nil {
-		return nil, err
 	}
 	var st strings.Builder
 	fmt.Fprintf(&st, "Reporting-MTA: dns; %s\r\n", reportingMTA)
@@ -221,11 +200,33 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 			"Diagnostic-Code: smtp; 550 5.4.7 message held by a rate limit expired after %s\r\nLast-Attempt-Date: %s\r\n",
 			headerValue(rc), human.Duration(maxAge), now.UTC().Format(time.RFC1123Z))
 	}
-	if err := part("message/delivery-status", nil, st.String()); err != nil {
+
+	var buf bytes.Buffer
+	w, err := message.CreateWriter(&buf, h.Header)
+	if err != nil {
 		return nil, err
 	}
-	if err := part("text/rfc822-headers", nil, headerOf(original)); err != nil {
-		return nil, err
+	for _, p := range []struct {
+		ct     string
+		params map[string]string
+		body   string
+	}{
+		{"text/plain", map[string]string{"charset": "utf-8"}, text.String()},
+		{"message/delivery-status", nil, st.String()},
+		{"text/rfc822-headers", nil, headerOf(original)},
+	} {
+		var ph message.Header
+		ph.SetContentType(p.ct, p.params)
+		pw, err := w.CreatePart(ph)
+		if err == nil {
+			_, err = io.WriteString(pw, p.body)
+		}
+		if err == nil {
+			err = pw.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if err := w.Close(); err != nil {
 		return nil, err

@@ -11,12 +11,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// A message held at its first RCPT has no queue ID (Postfix opens the
-// queue file after the first valid RCPT, smtpd_delay_open_until_valid_rcpt),
-// and with the policy service at RCPT only no later request brings it:
-// linkQueued finds it in the queue listing (postqueue -j, postqueue(1)) by
-// envelope and arrival time.
-
 // queueWindowBefore and queueWindowAfter bound a held message's arrival
 // around its entry's creation (DATA may take long).
 const (
@@ -24,9 +18,10 @@ const (
 	queueWindowAfter  = 30 * time.Minute
 )
 
-// linkQueued links held entry e, which has no queue ID, to the message of
-// msgs that matches it (mismatch) and no other pending entry names, the
-// closest arrival first, and returns e as stored; unchanged if none.
+// linkQueued links held entry e, which has no queue ID (held at its first
+// RCPT, before Postfix opened the queue file), to the message of the
+// queue listing msgs that matches it (mismatch) and no other pending
+// entry names, the closest arrival first, and returns e as stored.
 func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage) quarantine.Entry {
 	if e.State != quarantine.Held || e.QueueID != "" {
 		return e

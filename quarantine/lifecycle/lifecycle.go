@@ -106,10 +106,17 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	}
 	tok := make([]byte, 8)
 	rand.Read(tok)
-	s := &Service{q: q, opts: opts, queue: cmp.Or[Queue](opts.Queue, noQueue{}), log: cmp.Or(opts.Logger, slog.Default()),
-		ev: cmp.Or[Events](opts.Events, NopEvents{}), now: opts.Now, token: hex.EncodeToString(tok), drip: map[string]bool{},
-		awaitingQueueID: map[string]struct{}{}, incomplete: map[string]int{}, lastDrip: map[string]time.Time{},
-		runs: map[string]*dripRun{}, m: newMetrics()}
+	// Not cmp.Or for the interfaces: their dynamic types need not be
+	// comparable (a slice of Events).
+	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
+		now: opts.Now, token: hex.EncodeToString(tok), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
+		incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
+	if s.queue == nil {
+		s.queue = noQueue{}
+	}
+	if s.ev == nil {
+		s.ev = NopEvents{}
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}

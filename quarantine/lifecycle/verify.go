@@ -8,21 +8,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// A held entry's queue ID came through the policy protocol or the milter,
-// where anyone who reaches the policy port can forge one naming someone
-// else's message. Before any command runs on a held message, confirmHeld
-// checks in the MTA's queue listing that it is on hold with the entry's
-// sender and recipients and arrived when the entry was recorded; a
-// mismatch is refused, logged, counted ("verify") and recorded
-// (Entry.Unverified).
-
 // errUnverified wraps every refusal of confirmHeld.
 var errUnverified = errors.New("lifecycle: the MTA's hold queue does not confirm the queue ID; no command was run")
 
 // confirmHeld returns held entry e with its queue ID confirmed in the
-// MTA's queue listing, or found there (linkQueued) when it has none;
-// other entries are returned as they are. The error wraps errUnverified
-// (the listing contradicts e, or the queue cannot be listed).
+// MTA's queue listing (anyone who reaches the policy port can forge one),
+// or found there (linkQueued) when it has none; other entries are
+// returned as they are. A contradiction is logged, counted ("verify") and
+// recorded (Entry.Unverified); the error wraps errUnverified.
 func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quarantine.Entry, error) {
 	if e.State != quarantine.Held {
 		return e, nil
