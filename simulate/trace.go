@@ -465,26 +465,14 @@ var ignored = map[string]bool{
 	"compatibility_level": true, "mail_version": true,
 }
 
-// stringFields are the request attributes a trace sets as they are.
-var stringFields = map[string]func(*policy.Request) *string{
-	"protocol_name":       func(r *policy.Request) *string { return &r.ProtocolName },
-	"helo_name":           func(r *policy.Request) *string { return &r.HeloName },
-	"queue_id":            func(r *policy.Request) *string { return &r.QueueID },
-	"sender":              func(r *policy.Request) *string { return &r.Sender },
-	"recipient":           func(r *policy.Request) *string { return &r.Recipient },
-	"client_address":      func(r *policy.Request) *string { return &r.ClientAddress },
-	"client_name":         func(r *policy.Request) *string { return &r.ClientName },
-	"reverse_client_name": func(r *policy.Request) *string { return &r.ReverseClientName },
-	"instance":            func(r *policy.Request) *string { return &r.Instance },
-	"sasl_method":         func(r *policy.Request) *string { return &r.SASLMethod },
-	"sasl_username":       func(r *policy.Request) *string { return &r.SASLUsername },
-	"sasl_sender":         func(r *policy.Request) *string { return &r.SASLSender },
+var fields = []string{
+	"time", "count", "every", "until",
+	"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
+	"recipient_count", "client_address", "client_name", "reverse_client_name", "instance",
+	"sasl_method", "sasl_username", "sasl_sender", "size", "via",
 }
 
-func known(name string) bool {
-	return slices.Contains([]string{"time", "count", "every", "until", "protocol_state", "recipient_count", "size", "via"}, name) ||
-		stringFields[name] != nil || ignored[name]
-}
+func known(name string) bool { return slices.Contains(fields, name) || ignored[name] }
 
 var states = []string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
 	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
@@ -541,12 +529,35 @@ func (b *builder) set(name, v string) error {
 			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
 		}
 		r.Stage = v
+	case "protocol_name":
+		r.ProtocolName = v
+	case "helo_name":
+		r.HeloName = v
+	case "queue_id":
+		r.QueueID = v
+	case "sender":
+		r.Sender = v
+	case "recipient":
+		r.Recipient = v
+	case "client_address":
+		r.ClientAddress = v
+	case "client_name":
+		r.ClientName = v
+	case "reverse_client_name":
+		r.ReverseClientName = v
+	case "instance":
+		r.Instance = v
+	case "sasl_method":
+		r.SASLMethod = v
+	case "sasl_username":
+		r.SASLUsername = v
+	case "sasl_sender":
+		r.SASLSender = v
 	default:
-		if f := stringFields[name]; f != nil {
-			*f(r) = v
-		} else if !ignored[name] {
-			return fmt.Errorf("unknown field %q", name)
+		if ignored[name] {
+			return nil
 		}
+		return fmt.Errorf("unknown field %q", name)
 	}
 	if err != nil {
 		return fmt.Errorf("field %q: %v", name, err)
