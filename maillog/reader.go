@@ -28,8 +28,7 @@ type Options struct {
 	MaxSamples int
 }
 
-// maxLine is the longest log line read; longer ones are counted as
-// unparsable and skipped.
+// maxLine is the longest line read; longer ones are unparsable.
 const maxLine = 64 << 10
 
 // Stats counts what a Reader read. Samples are the first unparsable lines
@@ -72,8 +71,7 @@ type Message struct {
 	seen                                time.Time // the time of its latest line
 }
 
-// RecipientCount is the message's number of recipients: qmgr's nrcpt or
-// the distinct recipients seen, whichever is larger.
+// RecipientCount is the larger of NRcpt and len(Recipients).
 func (m *Message) RecipientCount() int { return max(m.NRcpt, len(m.Recipients)) }
 
 // Reader reads mail logs, in any order (rotated, .gz), and joins their
@@ -192,8 +190,6 @@ func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
 	}
 	src.lines = n
 	if !lastP.IsZero() {
-		// The last year-less line gets the latest year that puts it no
-		// later than end plus a day.
 		limit := end.Add(24 * time.Hour)
 		year := end.In(lastP.Location()).Year() + 1
 		for ; year > 1970 && withYear(lastP, year).After(limit); year-- {
@@ -454,8 +450,7 @@ func (j *joiner) apply(tr timedRecord) {
 		m.Received = tr.t
 		m.Sender = c(rec.Sender)
 	case KindArrival:
-		// Exim's own bounces are not submissions; local ones are
-		// (acl_not_smtp may ask the policy service), keyed by U=.
+		// Local submissions count (acl_not_smtp); Exim's bounces do not.
 		m.smtp, m.queued, m.local = !rec.Bounce, true, rec.Bounce
 		m.Received, m.Queued = tr.t, tr.t
 		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
