@@ -188,19 +188,16 @@ func ReadFile(path, format string) (*Trace, error) {
 // prefixErrors puts "path: " in front of every joined error.
 func prefixErrors(path string, err error) error {
 	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok && !isLineError(err) {
-		errs = j.Unwrap()
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		if _, line := err.(*LineError); !line {
+			errs = j.Unwrap()
+		}
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
 		out[i] = fmt.Errorf("%s: %w", path, e)
 	}
 	return errors.Join(out...)
-}
-
-func isLineError(err error) bool {
-	_, ok := err.(*LineError)
-	return ok
 }
 
 // Read parses a trace in format ("" sniffs it). The error joins up to 20

@@ -31,15 +31,11 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 		if sender == "" {
 			sender = "<>"
 		}
-		qid := quarantine.CleanLine(e.QueueID)
-		if qid == "" {
-			qid = "-"
-		}
 		state := e.State.String()
 		if e.Unverified != "" {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
-		t.Row(e.ID, state, qid, human.Duration(now.Sub(e.Created).Round(time.Second)),
+		t.Row(e.ID, state, orDash(quarantine.CleanLine(e.QueueID)), human.Duration(now.Sub(e.Created).Round(time.Second)),
 			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, string(subj))
 	}
 	t.Flush()
