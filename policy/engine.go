@@ -487,8 +487,7 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	// notification windows, the quarantine's alert counts).
 	d := Decision{Action: l.action, Limit: l.name, Key: strings.Clone(it.Key), Rate: r.Rate, Max: lim, Period: it.Params.Period,
 		RetryAfter: r.RetryAfter}
-	text := expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
-	d.Text = SanitizeText(text, MaxTextLen)
+	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
 		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	switch l.action {
@@ -498,8 +497,8 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 		d.Code, d.Enhanced = 550, "5.7.1"
 	case Warn:
 		if c.warnHeader != "" {
-			d.Header = SanitizeText(fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
-				l.name, it.Key, human.Rate(r.Rate, lim), lim, human.Duration(it.Params.Period)), MaxTextLen)
+			d.Header = fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
+				l.name, it.Key, human.Rate(r.Rate, lim), lim, human.Duration(it.Params.Period))
 		}
 	}
 	return d

@@ -71,7 +71,7 @@
 // does not offer the quarantine action a Hold is temp-failed (451 4.3.0)
 // instead, and without SMFIF_ADDHDRS Warn headers are not added.
 //
-// Reply texts are sanitised (policy.SanitizeText) and '%' is doubled,
+// Reply texts are sanitised (mta.ReplyText) and '%' is doubled,
 // because Sendmail uses the reply as a format string (Postfix undoes it).
 //
 // # Robustness

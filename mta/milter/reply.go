@@ -6,6 +6,7 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -15,12 +16,12 @@ const maxHeaderLine = 998
 
 // reply returns an SMFIR_REPLYCODE response "code enhanced text". The
 // text is sanitised (no CR, LF, NUL; valid UTF-8; at most
-// policy.MaxTextLen bytes) and every '%' is doubled: Sendmail uses the
+// mta.MaxTextLen bytes) and every '%' is doubled: Sendmail uses the
 // reply as a format string and Postfix undoes the doubling (milter8.c).
 // Postfix refuses a reply whose enhanced status code does not start with
 // the reply code's first digit, so callers pass matching ones.
 func reply(code int, enhanced, text string) gomilter.Response {
-	text = policy.SanitizeText(text, policy.MaxTextLen)
+	text = mta.ReplyText(text, mta.MaxTextLen)
 	var b strings.Builder
 	b.Grow(len(enhanced) + len(text) + 8)
 	b.WriteString(strconv.Itoa(code))
@@ -42,34 +43,14 @@ func decisionReply(d policy.Decision, defCode int, defEnhanced string, class byt
 		code = defCode
 	}
 	enhanced := d.Enhanced
-	if !validEnhanced(enhanced, class) {
+	if !mta.ValidEnhanced(enhanced, class) {
 		enhanced = defEnhanced
 	}
-	text := policy.SanitizeText(d.Text, policy.MaxTextLen)
-	if text == "" {
+	text := d.Text
+	if strings.TrimSpace(text) == "" {
 		text = defText
 	}
 	return reply(code, enhanced, text)
-}
-
-// validEnhanced reports whether s is an RFC 3463 status code "c.s.d" of
-// the given class: c a single digit, s and d one to three digits.
-func validEnhanced(s string, class byte) bool {
-	parts := strings.Split(s, ".")
-	if len(parts) != 3 || parts[0] != string(class) {
-		return false
-	}
-	for _, p := range parts[1:] {
-		if len(p) == 0 || len(p) > 3 {
-			return false
-		}
-		for i := 0; i < len(p); i++ {
-			if p[i] < '0' || p[i] > '9' {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // splitHeader splits a Decision.Header "Name: value" for AddHeader: the
@@ -88,6 +69,6 @@ func splitHeader(h string) (name, value string, ok bool) {
 			return "", "", false
 		}
 	}
-	value = policy.SanitizeText(strings.TrimLeft(h[colon+1:], " \t"), maxHeaderLine-len(name)-2)
+	value = mta.ReplyText(strings.TrimLeft(h[colon+1:], " \t"), maxHeaderLine-len(name)-2)
 	return name, value, true
 }

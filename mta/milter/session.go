@@ -567,7 +567,7 @@ func quarantineReason(d policy.Decision) string {
 	if t := firstNonEmpty(d.Reason, d.Text); t != "" {
 		r += ": " + t
 	}
-	return policy.SanitizeText(r, policy.MaxTextLen)
+	return mta.ReplyText(r, mta.MaxTextLen)
 }
 
 func firstNonEmpty(s ...string) string {

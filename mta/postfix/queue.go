@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -162,7 +161,7 @@ func (q *Queue) sequence(ctx context.Context, op string, cmds [][]string, queueI
 func (q *Queue) run(ctx context.Context, tmpl []string, queueID string) ([]byte, error) {
 	if !quarantine.ValidQueueID(queueID) {
 		return nil, fmt.Errorf("postfix: refusing to run a command with %q: not a Postfix or Exim queue ID",
-			quarantine.CleanLine(policy.SanitizeText(queueID, 64)))
+			quarantine.CleanLine(queueID[:min(len(queueID), 64)]))
 	}
 	if len(tmpl) == 0 {
 		return nil, errors.New("postfix: empty command")

@@ -209,7 +209,7 @@ func (s *Service) queueID(req *policy.Request) string {
 	}
 	s.m.badQueueIDs.Inc()
 	s.log.Warn("refusing a queue ID that is not in Postfix or Exim syntax (forged policy request?); the hold is recorded without one",
-		"queue_id", quarantine.CleanLine(policy.SanitizeText(req.QueueID, 64)), "client_address", req.ClientAddress,
+		"queue_id", quarantine.CleanLine(req.QueueID[:min(len(req.QueueID), 64)]), "client_address", req.ClientAddress,
 		"sasl_username", req.SASLUsername, "instance", req.Instance)
 	return ""
 }
