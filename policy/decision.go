@@ -85,8 +85,8 @@ type Decision struct {
 	Code int
 	// Enhanced is the RFC 3463 enhanced status code ("4.7.1", "5.7.1").
 	Enhanced string
-	// Text is the text for the client, already sanitised: no CR, LF or
-	// NUL, valid UTF-8, at most MaxTextLen bytes. Safe to put on the wire.
+	// Text is the client text as the limit's message template expands
+	// it; the front ends make it safe for the wire (mta.ReplyText).
 	Text string
 	// Header is an optional "Name: value" header to prepend (Warn).
 	Header string
