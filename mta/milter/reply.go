@@ -14,12 +14,9 @@ import (
 // (RFC 5322, section 2.1.1).
 const maxHeaderLine = 998
 
-// reply returns an SMFIR_REPLYCODE response "code enhanced text". The
-// text is sanitised (no CR, LF, NUL; valid UTF-8; at most
-// mta.MaxTextLen bytes) and every '%' is doubled: Sendmail uses the
-// reply as a format string and Postfix undoes the doubling (milter8.c).
-// Postfix refuses a reply whose enhanced status code does not start with
-// the reply code's first digit, so callers pass matching ones.
+// reply returns an SMFIR_REPLYCODE "code enhanced text", text through
+// mta.ReplyText and '%' doubled (Sendmail reads a format; milter8.c).
+// enhanced must start with code's first digit (Postfix checks).
 func reply(code int, enhanced, text string) gomilter.Response {
 	text = mta.ReplyText(text, mta.MaxTextLen)
 	var b strings.Builder
@@ -34,9 +31,8 @@ func reply(code int, enhanced, text string) gomilter.Response {
 	return gomilter.NewResponseStr(byte(gomilter.ActReplyCode), b.String())
 }
 
-// decisionReply is the reply for a Defer (class '4') or Reject (class '5')
-// decision: its Code, Enhanced and Text when valid for the class, else the
-// defaults.
+// decisionReply is the reply to a Defer ('4') or Reject ('5'): d's Code,
+// Enhanced and Text when valid for the class, else the defaults.
 func decisionReply(d policy.Decision, defCode int, defEnhanced string, class byte, defText string) gomilter.Response {
 	code := d.Code
 	if code/100 != int(class-'0') || code > 599 {
@@ -53,11 +49,8 @@ func decisionReply(d policy.Decision, defCode int, defEnhanced string, class byt
 	return reply(code, enhanced, text)
 }
 
-// splitHeader splits a Decision.Header "Name: value" for AddHeader: the
-// name must be a valid field name (printable ASCII without colon or space,
-// RFC 5322 section 3.6.8); the value loses its leading blanks (the MTA adds
-// one space) and is sanitised to a single line that keeps the whole field
-// within 998 bytes.
+// splitHeader splits a Decision.Header "Name: value" for AddHeader: a valid
+// field name (RFC 5322 3.6.8), the value one line within 998 bytes.
 func splitHeader(h string) (name, value string, ok bool) {
 	colon := strings.IndexByte(h, ':')
 	if colon <= 0 || colon > 200 {

@@ -8,26 +8,19 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// MaxReplyLen is the longest reply line WriteReply writes, in bytes,
-// counting "action=" and not counting the "\n" terminator: within the 512
-// bytes (510 plus CRLF) of an SMTP reply line (RFC 5321, section 4.5.3.1.5),
-// so the text survives intact into Postfix's reply to the client.
+// MaxReplyLen is the longest reply line, in bytes, with "action=" and
+// without "\n": within an SMTP reply line (RFC 5321 4.5.3.1.5).
 const MaxReplyLen = 510
 
-// Texts sent when a Defer or Reject Decision has none: Postfix treats an
-// all-numeric action without text as OK, so a numeric reply always carries
-// text.
+// Texts of a Defer or Reject without one (a bare number reads as OK).
 const (
 	DefaultDeferText  = "Rate limit exceeded, try again later"
 	DefaultRejectText = "Rate limit exceeded"
 )
 
-// WriteReply writes the reply to a request at protocol_state state (the
-// request's ProtocolState) to w as "action=...\n\n" and flushes w. The
-// mapping from Decision to access(5) action is described in the package
-// documentation. Only the write or flush can fail; WriteReply returns their
-// error. It does not allocate when w's buffer holds MaxReplyLen+2 bytes
-// (the bufio default of 4096 does).
+// WriteReply writes the reply to a request at protocol state state to w,
+// "action=...\n\n" (package doc), and flushes. It does not allocate when
+// w's buffer holds MaxReplyLen+2 bytes.
 func WriteReply(w *bufio.Writer, d policy.Decision, state string) error {
 	if w.Available() < MaxReplyLen+2 {
 		if err := w.Flush(); err != nil {
@@ -40,11 +33,8 @@ func WriteReply(w *bufio.Writer, d policy.Decision, state string) error {
 	return w.Flush()
 }
 
-// AppendReply appends the reply that WriteReply writes, "action=...\n\n", to
-// dst and returns the extended slice. The reply line is at most MaxReplyLen
-// bytes of valid UTF-8 without control characters, whatever d contains
-// (mta.ReplyText). An Action outside the policy package's range answers
-// DUNNO (fail open).
+// AppendReply appends WriteReply's reply to dst. An unknown Action answers
+// DUNNO.
 func AppendReply(dst []byte, d policy.Decision, state string) []byte {
 	limit := len(dst) + MaxReplyLen
 	dst = append(dst, "action="...)
@@ -141,9 +131,8 @@ func appendText(dst []byte, s string, limit int) []byte {
 	return dst
 }
 
-// holdAllowed reports whether Postfix executes HOLD at protocol state: not
-// before MAIL FROM and not in VRFY or ETRN (smtpd_check.c,
-// can_delegate_action). Unknown states are allowed.
+// holdAllowed reports whether Postfix executes HOLD at state: not before
+// MAIL, not in VRFY or ETRN (smtpd_check.c, can_delegate_action).
 func holdAllowed(state string) bool {
 	switch state {
 	case policy.StateConnect, policy.StateEHLO, policy.StateHELO,
@@ -153,9 +142,7 @@ func holdAllowed(state string) bool {
 	return true
 }
 
-// prependAllowed reports whether Postfix executes PREPEND at protocol state:
-// where it executes HOLD, except in smtpd_end_of_data_restrictions (access(5),
-// "PREPEND"; smtpd_check.c).
+// prependAllowed: where HOLD is, but not at END-OF-MESSAGE (access(5)).
 func prependAllowed(state string) bool {
 	return state != policy.StateEndOfMessage && holdAllowed(state)
 }
