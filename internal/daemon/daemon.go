@@ -35,9 +35,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/web"
 )
 
-// Version is the daemon's version, set at link time with
-// -ldflags "-X github.com/ratelimitd/ratelimitd/internal/daemon.Version=..."
-// (`make build` sets it from git describe); "dev" otherwise.
+// Version is set at link time (-ldflags -X ...daemon.Version=; make build
+// uses git describe); "dev" otherwise.
 var Version = "dev"
 
 // Daemon is a running ratelimitd: engine, stores, listeners. Start it with
@@ -129,11 +128,9 @@ type Options struct {
 	AcceptStateLoss bool
 }
 
-// Start opens the state in f's state directory, starts every listener and
-// returns the running daemon, logging to logw (server.log_level and
-// log_format); configPath is the file Reload reads again. An error (a
-// damaged state file, a listener that cannot be opened, Redis not
-// answering) leaves nothing running.
+// Start opens the state, starts every listener and returns the running
+// daemon, logging to logw; Reload rereads configPath. On error nothing is
+// left running.
 func Start(f *config.File, configPath string, logw io.Writer) (*Daemon, error) {
 	return StartWith(f, configPath, logw, Options{})
 }
@@ -236,17 +233,13 @@ func (d *Daemon) openStores() (err error) {
 	return nil
 }
 
-// StateFormats describes every record the state file holds (the rate
-// state's, the recipient sets', the quarantine's, the event log's), for
-// statedb's Scan, Check, Salvage and SetAside.
+// StateFormats describes every record of the state file, for statedb.
 func StateFormats() []statedb.Format {
 	return slices.Concat(ratestore.Formats(), quarantine.Formats(), events.Formats())
 }
 
-// checkRecords checks every record of the state file before the stores
-// read it: a file with unreadable records is refused, naming them and the
-// ways out, unless the operator accepted their loss, and then they are
-// set aside and logged at ERROR once.
+// checkRecords refuses a state file with unreadable records, naming them,
+// unless the operator accepted their loss: then they are set aside.
 func (d *Daemon) checkRecords() error {
 	path := d.cfg.Server.DBPath()
 	lost, _, err := statedb.Scan(d.db, StateFormats())
@@ -307,9 +300,8 @@ func (d *Daemon) openServices() error {
 	return nil
 }
 
-// listen opens every listener: policy, admin, metrics, milter. Policy and
-// milter listeners may come from systemd (srvconn.InheritedListeners); a
-// passed socket that no listener names is an error.
+// listen opens the policy, admin, metrics and milter listeners, taking
+// those systemd passed; a passed socket no listener names is an error.
 func (d *Daemon) listen() (ls listeners, err error) {
 	s := d.cfg.Server
 	var opened []net.Listener
@@ -361,9 +353,8 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	return ls, inh.Untaken()
 }
 
-// socketUnitHint explains a unix socket the daemon could not create for
-// want of permission when systemd passed none: the packaged unit's
-// sockets are made by ratelimitd.socket.
+// socketUnitHint explains a unix socket not created for want of
+// permission: the packaged unit's sockets come from ratelimitd.socket.
 func socketUnitHint(addr string, err error, inh *srvconn.Inherited) string {
 	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
 		return ""
@@ -397,10 +388,8 @@ func (d *Daemon) serve(ls listeners) {
 	d.serveMilter()
 }
 
-// logConfigNotes logs, at start and after a reload, what the configuration
-// needs of the MTA (policy.ConfigAdvice: informational; status warns when
-// the MTA is seen not to ask where a limit needs it) and, loudly, a
-// configuration without limits.
+// logConfigNotes logs what the configuration needs of the MTA
+// (policy.ConfigAdvice) and, loudly, a configuration without limits.
 func (d *Daemon) logConfigNotes(f *config.File) {
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
 		d.log.Info("configuration note: " + a)
