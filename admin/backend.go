@@ -23,26 +23,26 @@ import (
 // for the operator.
 type Backend interface {
 	// Rate returns each limit's rate of key.
-	Rate(key string) ([]policy.KeyRate, error)
+	Rate(ctx context.Context, key string) ([]policy.KeyRate, error)
 	// Rates returns the rates nearest their limits first, at most top
 	// (0: all), only the refused ones when over is set.
-	Rates(top int, over bool) ([]policy.KeyRate, error)
+	Rates(ctx context.Context, top int, over bool) ([]policy.KeyRate, error)
 	// Reset forgets key's rate under limit ("": every limit).
-	Reset(key, limit string) (ResetResult, error)
+	Reset(ctx context.Context, key, limit string) (ResetResult, error)
 	// List returns the quarantined messages lq selects, newest first.
-	List(lq ListQuery) ([]quarantine.Entry, error)
+	List(ctx context.Context, lq ListQuery) ([]quarantine.Entry, error)
 	// Show returns one quarantined message and its content (raw: the
 	// stored bytes); quarantine.ErrNotFound when there is none.
-	Show(id string, raw bool) (ShowResult, error)
+	Show(ctx context.Context, id string, raw bool) (ShowResult, error)
 	// Thaw and Delete act on the messages sel selects, one outcome each.
-	Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error)
-	Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error)
+	Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
+	Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	// Suspend suspends or resumes the automatic release of key's mail.
-	Suspend(key string, resume bool) (SuspendResult, error)
+	Suspend(ctx context.Context, key string, resume bool) (SuspendResult, error)
 	// EventList returns the events q selects, newest first;
 	// EventSummary sums them up per key.
-	EventList(q events.Query) ([]events.Event, error)
-	EventSummary(q events.Query) ([]events.KeySummary, error)
+	EventList(ctx context.Context, q events.Query) ([]events.Event, error)
+	EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error)
 	// Close releases the backend (a Local one closes the file).
 	Close() error
 }
@@ -125,11 +125,13 @@ type unknownLimit string
 func (u unknownLimit) Error() string      { return fmt.Sprintf("no limit named %q", string(u)) }
 func (unknownLimit) Is(target error) bool { return target == policy.ErrUnknownLimit }
 
-func (l *Local) rate(ctx context.Context, key string) ([]policy.KeyRate, error) {
+// Rate implements Backend.
+func (l *Local) Rate(ctx context.Context, key string) ([]policy.KeyRate, error) {
 	return l.Engine.Lookup(ctx, time.Now(), key)
 }
 
-func (l *Local) rates(ctx context.Context, top int, over bool) ([]policy.KeyRate, error) {
+// Rates implements Backend.
+func (l *Local) Rates(ctx context.Context, top int, over bool) ([]policy.KeyRate, error) {
 	all, err := l.Engine.All(ctx, time.Now())
 	if err != nil {
 		return nil, err
@@ -137,7 +139,8 @@ func (l *Local) rates(ctx context.Context, top int, over bool) ([]policy.KeyRate
 	return TopRates(all, top, over), nil
 }
 
-func (l *Local) reset(ctx context.Context, key, limit string) (ResetResult, error) {
+// Reset implements Backend.
+func (l *Local) Reset(ctx context.Context, key, limit string) (ResetResult, error) {
 	n, err := l.Engine.Reset(ctx, key, limit)
 	if errors.Is(err, policy.ErrUnknownLimit) {
 		err = unknownLimit(limit)
@@ -147,19 +150,6 @@ func (l *Local) reset(ctx context.Context, key, limit string) (ResetResult, erro
 			By: l.by(LocalUser() + ", offline CLI"), Detail: plural.N(n, "rate state") + " removed"})
 	}
 	return ResetResult{Key: key, Limit: limit, Removed: n}, err
-}
-
-// Rate implements Backend.
-func (l *Local) Rate(key string) ([]policy.KeyRate, error) { return l.rate(context.Background(), key) }
-
-// Rates implements Backend.
-func (l *Local) Rates(top int, over bool) ([]policy.KeyRate, error) {
-	return l.rates(context.Background(), top, over)
-}
-
-// Reset implements Backend.
-func (l *Local) Reset(key, limit string) (ResetResult, error) {
-	return l.reset(context.Background(), key, limit)
 }
 
 // Close implements Backend.
@@ -193,28 +183,22 @@ func TopRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
 }
 
 // Rate implements Backend.
-func (c *Client) Rate(key string) ([]policy.KeyRate, error) {
-	var out []policy.KeyRate
-	err := c.Do("GET", "/v1/rate?key="+url.QueryEscape(key), nil, &out)
-	return out, err
+func (c *Client) Rate(ctx context.Context, key string) ([]policy.KeyRate, error) {
+	return call[[]policy.KeyRate](ctx, c, "GET", "/v1/rate?key="+url.QueryEscape(key), nil)
 }
 
 // Rates implements Backend.
-func (c *Client) Rates(top int, over bool) ([]policy.KeyRate, error) {
+func (c *Client) Rates(ctx context.Context, top int, over bool) ([]policy.KeyRate, error) {
 	q := url.Values{"top": {strconv.Itoa(top)}}
 	if over {
 		q.Set("over", "1")
 	}
-	var out []policy.KeyRate
-	err := c.Do("GET", "/v1/rates?"+q.Encode(), nil, &out)
-	return out, err
+	return call[[]policy.KeyRate](ctx, c, "GET", "/v1/rates?"+q.Encode(), nil)
 }
 
 // Reset implements Backend.
-func (c *Client) Reset(key, limit string) (ResetResult, error) {
-	var out ResetResult
-	err := c.Do("POST", "/v1/rate/reset?"+url.Values{"key": {key}, "limit": {limit}}.Encode(), nil, &out)
-	return out, err
+func (c *Client) Reset(ctx context.Context, key, limit string) (ResetResult, error) {
+	return call[ResetResult](ctx, c, "POST", "/v1/rate/reset?"+url.Values{"key": {key}, "limit": {limit}}.Encode(), nil)
 }
 
 // Close implements Backend; a Client holds nothing to release.

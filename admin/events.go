@@ -84,7 +84,7 @@ func (s *Server) eventRoutes(mux *http.ServeMux) {
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
-		es, err := s.local(r).events(r.Context(), q)
+		es, err := s.local(r).EventList(r.Context(), q)
 		if err != nil {
 			fail(w, eventErrorCode(err), err)
 			return
@@ -97,7 +97,7 @@ func (s *Server) eventRoutes(mux *http.ServeMux) {
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
-		ks, err := s.local(r).eventSummary(r.Context(), q)
+		ks, err := s.local(r).EventSummary(r.Context(), q)
 		if err != nil {
 			fail(w, eventErrorCode(err), err)
 			return
@@ -113,7 +113,8 @@ func eventErrorCode(err error) int {
 	return http.StatusInternalServerError
 }
 
-func (l *Local) events(ctx context.Context, q events.Query) ([]events.Event, error) {
+// EventList implements Backend.
+func (l *Local) EventList(ctx context.Context, q events.Query) ([]events.Event, error) {
 	if l.Events == nil {
 		return nil, errNoEvents
 	}
@@ -124,7 +125,8 @@ func (l *Local) events(ctx context.Context, q events.Query) ([]events.Event, err
 	return es, err
 }
 
-func (l *Local) eventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error) {
+// EventSummary implements Backend.
+func (l *Local) EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error) {
 	if l.Events == nil {
 		return nil, errNoEvents
 	}
@@ -132,25 +134,11 @@ func (l *Local) eventSummary(ctx context.Context, q events.Query) ([]events.KeyS
 }
 
 // EventList implements Backend.
-func (l *Local) EventList(q events.Query) ([]events.Event, error) {
-	return l.events(context.Background(), q)
+func (c *Client) EventList(ctx context.Context, q events.Query) ([]events.Event, error) {
+	return call[[]events.Event](ctx, c, "GET", "/v1/events?"+eventValues(q).Encode(), nil)
 }
 
 // EventSummary implements Backend.
-func (l *Local) EventSummary(q events.Query) ([]events.KeySummary, error) {
-	return l.eventSummary(context.Background(), q)
-}
-
-// EventList implements Backend.
-func (c *Client) EventList(q events.Query) ([]events.Event, error) {
-	var out []events.Event
-	err := c.Do("GET", "/v1/events?"+eventValues(q).Encode(), nil, &out)
-	return out, err
-}
-
-// EventSummary implements Backend.
-func (c *Client) EventSummary(q events.Query) ([]events.KeySummary, error) {
-	var out []events.KeySummary
-	err := c.Do("GET", "/v1/events/summary?"+eventValues(q).Encode(), nil, &out)
-	return out, err
+func (c *Client) EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error) {
+	return call[[]events.KeySummary](ctx, c, "GET", "/v1/events/summary?"+eventValues(q).Encode(), nil)
 }

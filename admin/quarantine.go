@@ -92,7 +92,7 @@ func (s *Server) quarantineRoutes(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, es)
 	})
 	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
-		res, err := s.local(r).show(r.Context(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
+		res, err := s.local(r).Show(r.Context(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
 		if err != nil {
 			fail(w, http.StatusNotFound, err)
 			return
@@ -122,7 +122,7 @@ func (s *Server) quarantineRoutes(mux *http.ServeMux) {
 			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
 			return
 		}
-		res, err := s.local(r).suspend(req)
+		res, err := s.local(r).Suspend(r.Context(), req.Key, req.Resume)
 		if err != nil {
 			fail(w, http.StatusInternalServerError, err)
 			return
@@ -142,9 +142,10 @@ func (l *Local) by(offline string) string {
 	return offline
 }
 
-// show is the life cycle's Show with quarantine.ErrNotFound the only
-// error: content that is unavailable (postcat failed) is res.Error.
-func (l *Local) show(ctx context.Context, id string, raw bool) (ShowResult, error) {
+// Show implements Backend: the life cycle's Show with
+// quarantine.ErrNotFound the only error; content that is unavailable
+// (postcat failed) is res.Error.
+func (l *Local) Show(ctx context.Context, id string, raw bool) (ShowResult, error) {
 	if l.Quarantine == nil {
 		return ShowResult{}, errNoQuarantine
 	}
@@ -171,31 +172,29 @@ func (l *Local) act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]
 	return l.Quarantine.Delete(ctx, sel)
 }
 
-// suspend suspends or resumes req.Key's automatic release.
-func (l *Local) suspend(req SuspendRequest) (SuspendResult, error) {
+// Suspend implements Backend.
+func (l *Local) Suspend(_ context.Context, key string, resume bool) (SuspendResult, error) {
 	if l.Quarantine == nil {
 		return SuspendResult{}, errNoQuarantine
 	}
 	by := l.by("offline CLI")
-	res := SuspendResult{Key: req.Key, Suspended: !req.Resume}
+	res := SuspendResult{Key: key, Suspended: !resume}
+	e := events.Event{Key: key, Action: events.Suspend, By: by}
 	var err error
-	if req.Resume {
-		res.Was, err = l.Quarantine.Resume(req.Key, by)
+	if resume {
+		e.Action = events.Resume
+		res.Was, err = l.Quarantine.Resume(key, by)
 	} else {
-		err = l.Quarantine.Suspend(req.Key, by)
+		err = l.Quarantine.Suspend(key, by)
 	}
 	if err == nil {
-		e := events.Event{Key: req.Key, Action: events.Suspend, By: by}
-		if req.Resume {
-			e.Action = events.Resume
-		}
 		l.Events.Record(e)
 	}
 	return res, err
 }
 
 // List implements Backend.
-func (l *Local) List(lq ListQuery) ([]quarantine.Entry, error) {
+func (l *Local) List(_ context.Context, lq ListQuery) ([]quarantine.Entry, error) {
 	if l.Quarantine == nil {
 		return nil, errNoQuarantine
 	}
@@ -206,61 +205,41 @@ func (l *Local) List(lq ListQuery) ([]quarantine.Entry, error) {
 	return l.Quarantine.List(f)
 }
 
-// Show implements Backend.
-func (l *Local) Show(id string, raw bool) (ShowResult, error) {
-	return l.show(context.Background(), id, raw)
-}
-
 // Thaw implements Backend.
-func (l *Local) Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return l.act(context.Background(), true, sel)
+func (l *Local) Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return l.act(ctx, true, sel)
 }
 
 // Delete implements Backend.
-func (l *Local) Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return l.act(context.Background(), false, sel)
-}
-
-// Suspend implements Backend.
-func (l *Local) Suspend(key string, resume bool) (SuspendResult, error) {
-	return l.suspend(SuspendRequest{Key: key, Resume: resume})
+func (l *Local) Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return l.act(ctx, false, sel)
 }
 
 // List implements Backend.
-func (c *Client) List(lq ListQuery) ([]quarantine.Entry, error) {
-	var out []quarantine.Entry
-	err := c.Do("GET", "/v1/quarantine?"+lq.values().Encode(), nil, &out)
-	return out, err
+func (c *Client) List(ctx context.Context, lq ListQuery) ([]quarantine.Entry, error) {
+	return call[[]quarantine.Entry](ctx, c, "GET", "/v1/quarantine?"+lq.values().Encode(), nil)
 }
 
 // Show implements Backend.
-func (c *Client) Show(id string, raw bool) (ShowResult, error) {
-	var out ShowResult
+func (c *Client) Show(ctx context.Context, id string, raw bool) (ShowResult, error) {
 	q := ""
 	if raw {
 		q = "?raw=1"
 	}
-	err := c.Do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
-	return out, err
+	return call[ShowResult](ctx, c, "GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil)
 }
 
 // Thaw implements Backend.
-func (c *Client) Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	var out []lifecycle.Outcome
-	err := c.Do("POST", "/v1/quarantine/thaw", sel, &out)
-	return out, err
+func (c *Client) Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return call[[]lifecycle.Outcome](ctx, c, "POST", "/v1/quarantine/thaw", sel)
 }
 
 // Delete implements Backend.
-func (c *Client) Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	var out []lifecycle.Outcome
-	err := c.Do("POST", "/v1/quarantine/delete", sel, &out)
-	return out, err
+func (c *Client) Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return call[[]lifecycle.Outcome](ctx, c, "POST", "/v1/quarantine/delete", sel)
 }
 
 // Suspend implements Backend.
-func (c *Client) Suspend(key string, resume bool) (SuspendResult, error) {
-	var out SuspendResult
-	err := c.Do("POST", "/v1/quarantine/suspend", SuspendRequest{Key: key, Resume: resume}, &out)
-	return out, err
+func (c *Client) Suspend(ctx context.Context, key string, resume bool) (SuspendResult, error) {
+	return call[SuspendResult](ctx, c, "POST", "/v1/quarantine/suspend", SuspendRequest{Key: key, Resume: resume})
 }

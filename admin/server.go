@@ -159,7 +159,7 @@ func (s *Server) rate(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, errors.New("key is required"))
 		return
 	}
-	kr, err := s.local(r).rate(r.Context(), key)
+	kr, err := s.local(r).Rate(r.Context(), key)
 	if err != nil {
 		fail(w, http.StatusInternalServerError, err)
 		return
@@ -170,7 +170,7 @@ func (s *Server) rate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) rates(w http.ResponseWriter, r *http.Request) {
 	top, _ := strconv.Atoi(r.URL.Query().Get("top"))
 	over := r.URL.Query().Get("over") == "1"
-	kr, err := s.local(r).rates(r.Context(), top, over)
+	kr, err := s.local(r).Rates(r.Context(), top, over)
 	if err != nil {
 		fail(w, http.StatusInternalServerError, err)
 		return
@@ -184,7 +184,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusBadRequest, errors.New("key is required"))
 		return
 	}
-	res, err := s.local(r).reset(r.Context(), key, limit)
+	res, err := s.local(r).Reset(r.Context(), key, limit)
 	if errors.Is(err, policy.ErrUnknownLimit) {
 		fail(w, http.StatusNotFound, err)
 		return
