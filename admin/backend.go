@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/user"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/plural"
+	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
@@ -104,19 +106,36 @@ type SuspendResult struct {
 }
 
 // Local is the Backend on services of this process: the daemon's own
-// (the server answers through it), or the state file opened by the CLI
-// when no daemon runs. Quarantine may be nil for the rate operations,
-// Events nil when the event log is off. By names who acts ("": the local
-// user, offline). Safe for concurrent use as far as its services are.
+// (the admin API and the console act through it), or the state file
+// opened by the CLI when no daemon runs. Quarantine may be nil for the
+// rate operations, Events nil (or a nil *events.Log) when the event log
+// is off. By names who acts ("": the local user, offline); Logger and
+// Notify, if set, are told of rate resets. Safe for concurrent use as far
+// as its services are.
 type Local struct {
 	Engine     Rates
 	Quarantine Quarantine
+	Events     Events
 	By         string
-	// Events is read by EventList and EventSummary and written by Reset
-	// and Suspend.
-	Events *events.Log
+	Logger     *slog.Logger
+	Notify     func(notify.Event)
 	// Closer, if not nil, is called by Close.
 	Closer func() error
+}
+
+// eventLog is l.Events, nil when there is none.
+func (l *Local) eventLog() Events {
+	if lg, ok := l.Events.(*events.Log); l.Events == nil || ok && lg == nil {
+		return nil
+	}
+	return l.Events
+}
+
+// record adds e to the event log, if any.
+func (l *Local) record(e events.Event) {
+	if ev := l.eventLog(); ev != nil {
+		ev.Record(e)
+	}
 }
 
 // unknownLimit is policy.ErrUnknownLimit naming the limit.
@@ -145,11 +164,18 @@ func (l *Local) Reset(ctx context.Context, key, limit string) (ResetResult, erro
 	if errors.Is(err, policy.ErrUnknownLimit) {
 		err = unknownLimit(limit)
 	}
-	if err == nil {
-		l.Events.Record(events.Event{Key: key, Limit: limit, Action: events.Reset,
-			By: l.by(LocalUser() + ", offline CLI"), Detail: plural.N(n, "rate state") + " removed"})
+	if err != nil {
+		return ResetResult{}, err
 	}
-	return ResetResult{Key: key, Limit: limit, Removed: n}, err
+	by := l.by(LocalUser() + ", offline CLI")
+	l.record(events.Event{Key: key, Limit: limit, Action: events.Reset, By: by, Detail: plural.N(n, "rate state") + " removed"})
+	if l.Logger != nil {
+		l.Logger.Info("rate reset", "key", key, "limit", limit, "removed", n, "by", by)
+	}
+	if l.Notify != nil {
+		l.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: n, By: by})
+	}
+	return ResetResult{Key: key, Limit: limit, Removed: n}, nil
 }
 
 // Close implements Backend.

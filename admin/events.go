@@ -115,10 +115,11 @@ func eventErrorCode(err error) int {
 
 // EventList implements Backend.
 func (l *Local) EventList(ctx context.Context, q events.Query) ([]events.Event, error) {
-	if l.Events == nil {
+	ev := l.eventLog()
+	if ev == nil {
 		return nil, errNoEvents
 	}
-	es, err := l.Events.Query(ctx, q)
+	es, err := ev.Query(ctx, q)
 	if es == nil {
 		es = []events.Event{}
 	}
@@ -127,10 +128,11 @@ func (l *Local) EventList(ctx context.Context, q events.Query) ([]events.Event, 
 
 // EventSummary implements Backend.
 func (l *Local) EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error) {
-	if l.Events == nil {
+	ev := l.eventLog()
+	if ev == nil {
 		return nil, errNoEvents
 	}
-	return l.Events.Summary(ctx, q)
+	return ev.Summary(ctx, q)
 }
 
 // EventList implements Backend.

@@ -179,16 +179,19 @@ func (l *Local) Suspend(_ context.Context, key string, resume bool) (SuspendResu
 	}
 	by := l.by("offline CLI")
 	res := SuspendResult{Key: key, Suspended: !resume}
-	e := events.Event{Key: key, Action: events.Suspend, By: by}
+	e := events.Event{Key: key, Action: events.Suspend, By: by, Detail: "automatic release suspended"}
 	var err error
 	if resume {
-		e.Action = events.Resume
 		res.Was, err = l.Quarantine.Resume(key, by)
+		e.Action, e.Detail = events.Resume, "automatic release resumed"
+		if !res.Was {
+			e.Detail = "automatic release was not suspended"
+		}
 	} else {
 		err = l.Quarantine.Suspend(key, by)
 	}
 	if err == nil {
-		l.Events.Record(e)
+		l.record(e)
 	}
 	return res, err
 }

@@ -70,7 +70,8 @@ func Listen(path string) (net.Listener, error) {
 
 // local is the backend the server answers through, acting as r's peer.
 func (s *Server) local(r *http.Request) *Local {
-	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r)}
+	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r),
+		Logger: s.Logger, Notify: s.Daemon.Notify}
 }
 
 // Handler returns the API's routes.
@@ -193,7 +194,5 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusInternalServerError, err)
 		return
 	}
-	s.Logger.Info("rate reset", "key", key, "limit", limit, "removed", res.Removed, "by", who(r))
-	s.Daemon.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: res.Removed, By: who(r)})
 	writeJSON(w, http.StatusOK, res)
 }
