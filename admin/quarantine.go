@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -70,65 +69,6 @@ func (lq ListQuery) Filter(now time.Time) (quarantine.Filter, error) {
 		f.Since = now.Add(-lq.Since)
 	}
 	return f, nil
-}
-
-func (s *Server) quarantineRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/quarantine", func(w http.ResponseWriter, r *http.Request) {
-		lq, err := ParseListQuery(r.URL.Query())
-		if err != nil {
-			fail(w, http.StatusBadRequest, err)
-			return
-		}
-		f, err := lq.Filter(time.Now())
-		if err != nil {
-			fail(w, http.StatusBadRequest, err)
-			return
-		}
-		es, err := s.Daemon.Quarantine().List(f)
-		if err != nil {
-			fail(w, http.StatusInternalServerError, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, es)
-	})
-	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
-		res, err := s.local(r).Show(r.Context(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
-		if err != nil {
-			fail(w, http.StatusNotFound, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	})
-	action := func(thaw bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			var sel lifecycle.Selection
-			if err := decode(r, &sel); err != nil {
-				fail(w, http.StatusBadRequest, err)
-				return
-			}
-			out, err := s.local(r).act(r.Context(), thaw, sel)
-			if err != nil {
-				fail(w, http.StatusBadRequest, err)
-				return
-			}
-			writeJSON(w, http.StatusOK, out)
-		}
-	}
-	mux.HandleFunc("POST /v1/quarantine/thaw", action(true))
-	mux.HandleFunc("POST /v1/quarantine/delete", action(false))
-	mux.HandleFunc("POST /v1/quarantine/suspend", func(w http.ResponseWriter, r *http.Request) {
-		var req SuspendRequest
-		if err := decode(r, &req); err != nil || req.Key == "" {
-			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
-			return
-		}
-		res, err := s.local(r).Suspend(r.Context(), req.Key, req.Resume)
-		if err != nil {
-			fail(w, http.StatusInternalServerError, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	})
 }
 
 // errNoQuarantine is returned by a Local backend without a quarantine.
@@ -203,7 +143,7 @@ func (l *Local) List(_ context.Context, lq ListQuery) ([]quarantine.Entry, error
 	}
 	f, err := lq.Filter(time.Now())
 	if err != nil {
-		return nil, err
+		return nil, badRequest{err}
 	}
 	return l.Quarantine.List(f)
 }
