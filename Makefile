@@ -101,7 +101,7 @@ fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
 
 # bench: the Go micro-benchmarks, then the load generator against the real
-# daemon and the protocol floor (cmd/ratelimitd-bench; scripts/bench.sh),
+# daemon and the protocol floor (tools/ratelimitd-bench; scripts/bench.sh),
 # with the local backend and then the Redis backend. BENCHFLAGS, when set,
 # replace the local run's flags (default --rss-users 1000000 --rss-restart)
 # and skip the Redis run.

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -173,7 +172,6 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		})
 		return l, err
 	}
-	convert := false
 	err := statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		lb, err := tx.CreateBucketIfNotExists(bucketLog)
 		if err != nil {
@@ -183,17 +181,16 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		if err != nil {
 			return fmt.Errorf("events: %w", err)
 		}
-		t.Ensure(logPath)
-		t.Ensure(metaPath)
+		t.Touch(logPath)
+		t.Touch(metaPath)
 		switch v := mb.Get(metaFormat); {
 		case v == nil && lb.Stats().KeyN == 0:
 			if err := t.Put(mb, metaPath, metaFormat, []byte{formatVersion}); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
-		case v == nil || (len(v) == 1 && v[0] == formatV1):
-			convert = true
 		case len(v) != 1 || v[0] != formatVersion:
-			return fmt.Errorf("events: unknown format %x of bucket %s", v, bucketLog)
+			return fmt.Errorf("events: %s holds an event log of format %x; this ratelimitd reads only format %d: move the file aside",
+				db.Path(), v, formatVersion)
 		}
 		if v := mb.Get(metaCount); len(v) == 8 {
 			l.count = int(binary.BigEndian.Uint64(v))
@@ -202,67 +199,10 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		l.count = lb.Stats().KeyN
 		return putCount(t, mb, l.count)
 	})
-	if err == nil && convert {
-		err = l.convert()
-	}
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
-}
-
-// convertBatch is the most records one transaction of convert seals.
-const convertBatch = 20_000
-
-// convert seals the records of a log of format 1, convertBatch records
-// per transaction, then marks it format 2. Until then the log is read as
-// format 1, which takes sealed records and unsealed ones alike: a crash
-// leaves it readable, and the next Open goes on.
-func (l *Log) convert() error {
-	var from []byte
-	for {
-		done := false
-		err := statedb.Update(l.db, func(tx *bolt.Tx, t *statedb.Tally) error {
-			lb, mb := tx.Bucket(bucketLog), tx.Bucket(bucketMeta)
-			c := lb.Cursor()
-			k, v := c.First()
-			if from != nil {
-				k, v = c.Seek(from)
-			}
-			var ks, vs [][]byte
-			for ; k != nil && len(ks) < convertBatch; k, v = c.Next() {
-				if len(v) > 0 && v[0] == formatV1 {
-					ks = append(ks, bytes.Clone(k))
-					vs = append(vs, statedb.Seal(nil, k, formatVersion, v[1:]))
-				}
-			}
-			from = bytes.Clone(k)
-			for i := range ks {
-				if err := t.Put(lb, logPath, ks[i], vs[i]); err != nil {
-					return fmt.Errorf("events: convert: %w", err)
-				}
-			}
-			if k != nil {
-				return nil
-			}
-			done = true
-			return t.Put(mb, metaPath, metaFormat, []byte{formatVersion})
-		})
-		if err != nil || done {
-			return err
-		}
-	}
-}
-
-// sealedTx reports whether the log in tx is of format 2: every record
-// sealed.
-func sealedTx(tx *bolt.Tx) bool {
-	mb := tx.Bucket(bucketMeta)
-	if mb == nil {
-		return true
-	}
-	v := mb.Get(metaFormat)
-	return len(v) == 1 && v[0] == formatVersion
 }
 
 // Formats describes the event log's records for statedb's Scan, Check,
@@ -270,10 +210,9 @@ func sealedTx(tx *bolt.Tx) bool {
 // deleted when the operator accepts its loss); events/meta is counted.
 func Formats() []statedb.Format {
 	return []statedb.Format{
-		{Bucket: string(bucketLog), Check: func(tx *bolt.Tx) func([]string, []byte, []byte) (int, error) {
-			sealed := sealedTx(tx)
+		{Bucket: string(bucketLog), Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
 			return func(_ []string, k, v []byte) (int, error) {
-				body, err := recordBody(k, v, sealed)
+				body, err := recordBody(k, v)
 				if err == nil {
 					_, err = decode(k, body)
 				}

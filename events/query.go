@@ -129,7 +129,6 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 		if lb == nil {
 			return nil
 		}
-		sealed := sealedTx(tx)
 		c := lb.Cursor()
 		var k, v []byte
 		var step func() ([]byte, []byte)
@@ -158,7 +157,7 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 					return err
 				}
 			}
-			v, err := recordBody(k, v, sealed)
+			v, err := recordBody(k, v)
 			if err != nil {
 				return err
 			}

@@ -8,9 +8,8 @@ import (
 	"time"
 )
 
-// ErrNotExim is returned by ParseExim for a mainlog line that is not about
-// a message (no message ID after the timestamp): daemon starts, SMTP
-// connection notes, rejections before a message existed.
+// ErrNotExim is returned by ParseExim for a mainlog line not about a
+// message (no message ID after the timestamp).
 var ErrNotExim = errors.New("maillog: not an Exim line about a message")
 
 // isEximID reports whether s is an Exim message ID: the classic
@@ -41,14 +40,9 @@ func IsEximLine(s string) bool {
 	return len(s) > 20 && s[4] == '-' && s[7] == '-' && s[10] == ' ' && s[13] == ':' && s[16] == ':'
 }
 
-// ParseExim parses one line of Exim's mainlog (the Exim specification,
-// chapter "Log files": "Reception and delivery"): a timestamp
-// "2026-11-20 18:00:00", optionally with ".mmm" (log_selector +millisec)
-// and a "+hhmm" offset (log_timezone), an optional "[pid]", then the
-// message ID and a flag: "<=" arrival, "=>" delivery, "->" additional
-// address, "*>" suppressed delivery, "**" failure, "==" deferral, or
-// "Completed". Times without an offset are in loc. It returns ErrNotExim
-// for lines that are not about a message.
+// ParseExim parses one mainlog line (Exim specification, chapter "Log
+// files"): "2026-11-20 18:00:00[.mmm][ +hhmm] [[pid]] ID FLAG ...", FLAG
+// one of <= => -> *> ** == or "Completed"; times without an offset in loc.
 func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 	var r Record
 	if !IsEximLine(s) {

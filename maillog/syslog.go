@@ -43,11 +43,9 @@ var months = map[string]time.Month{
 // assigns the real one (a leap year).
 const placeholderYear = 2000
 
-// ParseSyslogLine parses one syslog line; loc is the time zone of classic
-// timestamps (RFC 3339 ones carry their own offset). An optional "<PRI>"
-// prefix is skipped. It returns an error for anything that is not a syslog
-// line with a program tag; the returned line's Stamp is set even then when
-// the line starts with a valid timestamp.
+// ParseSyslogLine parses one syslog line ("<PRI>" skipped), classic
+// timestamps in loc. The error is for a line without a program tag; Stamp
+// is set even then if the timestamp is valid.
 func ParseSyslogLine(s string, loc *time.Location) (SyslogLine, error) {
 	var l SyslogLine
 	if strings.HasPrefix(s, "<") {
@@ -166,9 +164,8 @@ func parseClock(s string) (hh, mm, ss, ns, n int, err error) {
 	return hh, mm, ss, ns, n, nil
 }
 
-// minLogYear is the earliest year a log line may carry: a stamp before it
-// is garbage (and year 1, January 1st, 00:00 UTC would read as the zero
-// time, "no time", to the joining pass).
+// minLogYear is the earliest year a log line may carry (year 1 would be
+// the zero time).
 const minLogYear = 1970
 
 // parseRFC3339 parses an RFC 3339 timestamp, also with a "+hhmm" offset

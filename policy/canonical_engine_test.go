@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit"
-	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // admittedOf sends one message per request through a fresh engine with
@@ -119,44 +117,5 @@ func TestKeyFormSettings(t *testing.T) {
 		if _, err := policy.NewEngine(bad, nil); err == nil {
 			t.Errorf("config %+v accepted", bad)
 		}
-	}
-}
-
-// TestMergeSpellingsKeepsTheStricter: states stored under old spellings
-// move to the canonical key at start; where both exist the higher rate
-// stays, so an upgrade forgives nobody.
-func TestMergeSpellingsKeepsTheStricter(t *testing.T) {
-	store := ratestore.NewMemory(ratestore.MemoryOptions{})
-	ctx := context.Background()
-	put := func(key string, rate float64) {
-		store.Update(ctx, "l", key, func(ratelimit.State) (ratelimit.State, bool) {
-			return ratelimit.State{Time: t0.UnixNano(), Rate: rate}, true
-		})
-	}
-	put("Alice@Example.ORG", 9)    // an offender under an old spelling
-	put("alice@example.org", 2)    // and a milder canonical state
-	put("bob+news@example.org", 1) // moved as it is
-	put("carol@example.org", 5)    // already canonical
-	put("Other@Example.ORG", 4)
-	store.Update(ctx, "gone", "Dave@Example.ORG", func(ratelimit.State) (ratelimit.State, bool) {
-		return ratelimit.State{Time: t0.UnixNano(), Rate: 3}, true
-	})
-	e, err := policy.NewEngine(strict3("sender"), store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := e.MergeSpellings(ctx, t0)
-	if err != nil || n != 3 {
-		t.Fatalf("merged %d, %v; want 3", n, err)
-	}
-	got := map[string]float64{}
-	store.Range(ctx, func(limit, key string, s ratelimit.State) bool {
-		got[limit+" "+key] = s.Rate
-		return true
-	})
-	want := map[string]float64{"l alice@example.org": 9, "l bob@example.org": 1, "l carol@example.org": 5,
-		"l other@example.org": 4, "gone Dave@Example.ORG": 3}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("after merge %v, want %v", got, want)
 	}
 }

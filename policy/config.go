@@ -108,6 +108,13 @@ type Config struct {
 	// forgiving an offender): "defer" (default: 450 4.7.1, logged and
 	// counted as a fault) or "dunno" (let it through unmeasured).
 	OnFull string `toml:"on_full"`
+	// DeferOnUnavailable, if not nil, is the error a store outage wraps
+	// (redisstore.ErrUnavailable under on_redis_error = defer): a request
+	// it leaves undecided is answered 450 4.7.1 instead of DUNNO.
+	DeferOnUnavailable error `toml:"-"`
+	// OmitMeasures leaves Decision.Measures nil, so that Evaluate does not
+	// allocate in the common case (the daemon; simulate wants them).
+	OmitMeasures bool `toml:"-"`
 	// WarnHeader is the header name a warn limit prepends; empty means
 	// warn only logs. Default "X-Ratelimitd-Warning".
 	WarnHeader *string `toml:"warn_header"`
@@ -245,12 +252,17 @@ func compile(c Config) (*compiled, error) {
 	out.form = c.keyForm(bad)
 	switch c.OnFull {
 	case "", "defer":
-		out.onFull = Defer
+		out.faults = append(out.faults, storeFault{ErrKeyTableFull, "Too many senders are being tracked; try again later",
+			"key table full of keys over or near their limit: a new key cannot be tracked (policy.on_full = defer)"})
 	case "dunno":
-		out.onFull = Pass
 	default:
 		bad("policy.on_full", "%q is not defer or dunno", c.OnFull)
 	}
+	if c.DeferOnUnavailable != nil {
+		out.faults = append(out.faults, storeFault{c.DeferOnUnavailable, "Rate limit service temporarily unavailable, try again later",
+			"rate store unavailable (store.on_redis_error = defer)"})
+	}
+	out.omitMeasures = c.OmitMeasures
 	compilePolicy(c, out, bad)
 	seen := map[string]bool{}
 	for i, lc := range c.Limits {

@@ -47,7 +47,8 @@ type compiled struct {
 	subnet4       int
 	subnet6       int
 	form          KeyForm
-	onFull        Action
+	faults        []storeFault
+	omitMeasures  bool
 	warnHeader    string
 	exemptNets    []netip.Prefix
 	exemptUsers   map[string]bool
@@ -141,40 +142,15 @@ func messageState(s string) bool {
 	return false
 }
 
-// Evaluate measures req against every limit that applies to it at time now,
-// charges each message once per limit whatever stages the MTA asks at (see
-// "How messages are counted" in docs/limits.md, and the per-message bookkeeping
-// described in this package's message.go), updates the rate state according
-// to each limit's mode and the stack's verdict, and returns the strictest
-// action. Every request of a message gets the message's verdict (per_mail,
-// per_byte and per_conn limits), combined with its own per_rcpt verdict.
-//
-// It never returns an error: a store failure or a panic yields a Pass
-// decision with Fault set (fail open), which the caller logs and counts. A
-// failure of some limits only leaves the verdict of the others, with Fault
-// set.
-func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) Decision {
-	return e.evaluate(ctx, now, req, true)
-}
-
-// Decide is Evaluate without Decision.Measures (nil): the same verdict,
-// counting and bookkeeping, for callers that only answer the MTA (the
-// daemon's front ends). It does not allocate in the common case (no limit
-// over), which Evaluate does for the Measures. Safe for concurrent use.
-func (e *Engine) Decide(ctx context.Context, now time.Time, req *Request) Decision {
-	return e.evaluate(ctx, now, req, false)
-}
-
-// evaluate is Evaluate and Decide: it finds the request's message, the
-// limits that apply (stack), has the store measure them (measure), finds
-// the limits that decide (decisive), and commits the bookkeeping.
-// A panic is recovered as a fail-open Pass with Fault set.
-func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, withMeasures bool) (d Decision) {
-	defer func() {
-		if r := recover(); r != nil {
-			d = Decision{Reason: "internal error, failing open", Fault: fmt.Errorf("%w: %v", ErrPanic, r)}
-		}
-	}()
+// Evaluate decides req at now: it finds the request's message (charged
+// once per limit whatever stages the MTA asks at, docs/limits.md), the
+// limits that apply, has the store measure them, and returns the strictest
+// action; every request of a message gets the message's verdict combined
+// with its own per_rcpt verdict. A store fault yields a Pass with Fault set,
+// or the answer of the fault table (faultAnswer). Decision.Measures is nil
+// under Config.OmitMeasures. Safe for concurrent use; a panic is left to
+// the front end's recover.
+func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d Decision) {
 	c := e.cfg.Load()
 	state := req.ProtocolState
 	front := frontIndex(req.Stage)
@@ -227,11 +203,11 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 			d = prev
 			d.Repeated, d.Fault = true, err
 		}
-		return d
+		return c.faultAnswer(d)
 	}
 
 	var measures []Measure
-	if withMeasures {
+	if !c.omitMeasures {
 		measures = make([]Measure, len(items))
 	}
 	msgDecisive, rcptDecisive, fault := decisive(probes, items, out, measures)
@@ -261,20 +237,36 @@ func (e *Engine) evaluate(ctx context.Context, now time.Time, req *Request, with
 	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && fault == nil {
 		fault = err
 	}
-	if withMeasures {
-		final.Measures = measures
-	}
+	final.Measures = measures
 	final.Fault = fault
-	if fault != nil && final.Action == Pass && c.onFull == Defer && errors.Is(fault, ErrKeyTableFull) {
-		final = Decision{Action: Defer, Code: 450, Enhanced: "4.7.1", Fault: fault,
-			Text:   "Too many senders are being tracked; try again later",
-			Reason: "key table full of keys over or near their limit: a new key cannot be tracked (policy.on_full = defer)"}
-	}
-	if final.Fault != nil && final.Action == Pass && final.Reason == "" {
+	if fault != nil && final.Action == Pass && final.Reason == "" {
 		final.Reason = "rate store error for some limits"
 	}
+	final = c.faultAnswer(final)
 	refusedMsg, doneMsg = finish(m, req, final.Action)
 	return final
+}
+
+// storeFault is a row of the fault table: a Pass that a store fault
+// wrapping err left is deferred with text.
+type storeFault struct {
+	err          error
+	text, reason string
+}
+
+// faultAnswer returns the fault table's answer (on_full, on_redis_error)
+// to a Pass that a store fault left; any other decision as it is.
+func (c *compiled) faultAnswer(d Decision) Decision {
+	if d.Fault == nil || d.Action != Pass {
+		return d
+	}
+	for _, f := range c.faults {
+		if errors.Is(d.Fault, f.err) {
+			return Decision{Action: Defer, Code: 450, Enhanced: "4.7.1", Text: f.text,
+				Reason: f.reason + ": " + d.Fault.Error(), Measures: d.Measures, Fault: d.Fault}
+		}
+	}
+	return d
 }
 
 // stack returns the limits that apply to req, each as a probe (the

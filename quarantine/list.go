@@ -2,8 +2,6 @@ package quarantine
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"slices"
@@ -50,9 +48,8 @@ func (s *Store) Message(id string) ([]byte, error) {
 	if err != nil {
 		return nil, wrap("message", err)
 	}
-	sum := sha256.Sum256(msg)
-	if hex.EncodeToString(sum[:]) != e.Hash {
-		return nil, fmt.Errorf("%w: message %s does not match its SHA-256 %s", ErrCorrupt, id, e.Hash)
+	if err := checkMessage(&e, msg); err != nil {
+		return nil, err
 	}
 	return msg, nil
 }
@@ -103,7 +100,7 @@ type Filter struct {
 
 func (f *Filter) match(e *Entry) bool {
 	if len(f.States) == 0 {
-		if !e.State.pending() {
+		if !e.State.Pending() {
 			return false
 		}
 	} else if !slices.Contains(f.States, e.State) {
@@ -186,7 +183,7 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 		}
 		for ; k != nil && !past(k); k, v = step() {
 			var e Entry
-			if decodeRecord(k, v, b.sealed, &e) != nil {
+			if decodeRecord(k, v, &e) != nil {
 				continue // kept, unreadable: Stats counts it
 			}
 			if !f.match(&e) {
@@ -247,7 +244,7 @@ func (s *Store) Stats() (Stats, error) {
 				Key     string    `json:"key"`
 				Created time.Time `json:"created"`
 			}
-			if decodeRecord(k, v, b.sealed, &e) != nil {
+			if decodeRecord(k, v, &e) != nil {
 				st.Damaged++
 				st.DamagedIDs = append(st.DamagedIDs, string(k))
 				return nil
@@ -262,7 +259,7 @@ func (s *Store) Stats() (Stats, error) {
 			case Deleted:
 				st.Deleted++
 			}
-			if e.State.pending() {
+			if e.State.Pending() {
 				st.ByKey[e.Key]++
 				if st.Oldest.IsZero() || e.Created.Before(st.Oldest) {
 					st.Oldest = e.Created

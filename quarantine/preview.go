@@ -107,7 +107,7 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 	p := &Preview{}
 	for f := h.Fields(); f.Next() && len(p.Header) < maxPreviewHeaders; {
 		v, _ := f.Text() // on a decoding error: the raw value
-		p.Header = append(p.Header, HeaderField{Key: cleanLine(f.Key()), Value: cleanLine(v)})
+		p.Header = append(p.Header, HeaderField{Key: CleanLine(f.Key()), Value: CleanLine(v)})
 	}
 
 	// An unknown charset or transfer encoding of the root is reported by
@@ -140,7 +140,7 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 		}
 		ah := mail.AttachmentHeader{Header: part.Header}
 		if fn, _ := ah.Filename(); fn != "" {
-			pt.Filename = cleanLine(decodeWords(fn))
+			pt.Filename = CleanLine(decodeWords(fn))
 		}
 		if part.MultipartReader() != nil {
 			if len(path) >= MaxMIMENesting {
@@ -264,7 +264,7 @@ func (c *capture) text(max int, isHTML bool) (string, bool) {
 	if isHTML {
 		s = stripHTML(s)
 	}
-	s = clean(strings.ReplaceAll(s, "\r\n", "\n"), true)
+	s = CleanText(strings.ReplaceAll(s, "\r\n", "\n"))
 	if len(s) > max {
 		s, cut = truncate(s, max), true
 	}
@@ -348,9 +348,9 @@ func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 			if ct == "" {
 				ct = "(none)"
 			}
-			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), cleanLine(ct))
+			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), CleanLine(ct))
 			if pt.Charset != "" {
-				fmt.Fprintf(&b, "; charset=%s", cleanLine(pt.Charset))
+				fmt.Fprintf(&b, "; charset=%s", CleanLine(pt.Charset))
 			}
 			if pt.Filename != "" {
 				fmt.Fprintf(&b, " %q", pt.Filename)
@@ -359,7 +359,7 @@ func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 				fmt.Fprintf(&b, " (%d bytes)", pt.Size)
 			}
 			if pt.Err != "" {
-				fmt.Fprintf(&b, " [%s]", cleanLine(pt.Err))
+				fmt.Fprintf(&b, " [%s]", CleanLine(pt.Err))
 			}
 			b.WriteByte('\n')
 		}

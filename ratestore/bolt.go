@@ -168,11 +168,8 @@ type Persistent struct {
 	log  *slog.Logger
 	done chan struct{}
 
-	mu     sync.Mutex // serialises flushes; guards the fields below
-	closed bool
-	// sealed is set when the file is of the current format (every record
-	// sealed; see bolt_format.go), once restore has converted it.
-	sealed  bool
+	mu      sync.Mutex // serialises flushes; guards the fields below
+	closed  bool
 	lost    []statedb.Lost // the records restore could not read
 	pending batch
 	// metaDirty holds the parameters to store at the next flush.

@@ -42,7 +42,7 @@ const (
 
 // errCompactionStopped is returned by compact when it was stopped between
 // two pieces.
-var errCompactionStopped = errors.New("store: rate journal compaction stopped")
+var errCompactionStopped = errors.New("ratestore: rate journal compaction stopped")
 
 // compact applies the journal to the snapshot and deletes the records it
 // applied, in several small transactions:
@@ -103,7 +103,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 	start := time.Now()
 	c := compaction{yield: p.yield}
 	if err := p.view(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
-		return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+		return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 	}
 	c.recs = nil // the mapping of that transaction
 	if len(c.lost) > 0 {
@@ -133,7 +133,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		}
 		end := min(i+p.pieceKeys, len(c.ents))
 		if err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error { return c.apply(tx, t, i, end, skip) }); err != nil {
-			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 		}
 		p.release()
 		if p.afterPiece != nil && !p.afterPiece(pieces) {
@@ -153,13 +153,13 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 					continue // kept for the operator: see compact
 				}
 				if err := t.Delete(j, journalPath, seq); err != nil {
-					return fmt.Errorf("store: delete %s/%x: %w", journalName, seq, err)
+					return fmt.Errorf("ratestore: delete %s/%x: %w", journalName, seq, err)
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 		}
 		var n int64
 		for k, size := range c.sizes[i : i+len(seqs)] {
@@ -452,7 +452,7 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 			continue // a bucket: not written by this package
 		}
 		p.yield()
-		body, err := recordBody(k, v, p.sealed)
+		body, err := recordBody(k, v)
 		if err == nil {
 			err = decodeRecord(body, func(name []byte, _, off, n int, _ bool) error {
 				lim, err := ix.lookup(c, name)

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -196,7 +195,7 @@ func (p *Persistent) flushChanges() error {
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("store: flush of %d rate states: %w", len(p.pending.recs), err)
+		return fmt.Errorf("ratestore: flush of %d rate states: %w", len(p.pending.recs), err)
 	}
 	p.metaDirty = nil
 	n := len(p.pending.recs)
@@ -221,7 +220,7 @@ func (p *Persistent) flushChanges() error {
 
 // encode writes the pending batch (grouped by limit) as journal
 // records into p.rbuf, the end of each in p.rends, and counts its changes.
-// Each record is a sealed record of recordV2 whose checksum is left zero
+// Each record is a sealed record of recordVersion whose checksum is left zero
 // (appendJournal computes it over the record's key); a record holds at
 // most journalKeysMax entries and passes journalValueMax bytes by one
 // entry at most.
@@ -265,7 +264,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 				closeRecord()
 			}
 			if len(buf) == start {
-				buf = append(buf, recordV2, 0, 0)
+				buf = append(buf, recordVersion, 0, 0)
 			}
 			if group < 0 {
 				buf = binary.AppendUvarint(buf, uint64(len(name)))
@@ -282,8 +281,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 			if r.del {
 				deleted++
 			} else {
-				buf = binary.BigEndian.AppendUint64(buf, uint64(r.state.Time))
-				buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(r.state.Rate))
+				buf = appendState(buf, r.state)
 				written++
 			}
 			count++
@@ -309,11 +307,11 @@ func (p *Persistent) putMeta(tx *bbolt.Tx, t *statedb.Tally) error {
 	}
 	b, err := tx.CreateBucketIfNotExists(metaName)
 	if err != nil {
-		return fmt.Errorf("store: create bucket %s: %w", metaName, err)
+		return fmt.Errorf("ratestore: create bucket %s: %w", metaName, err)
 	}
 	for name, l := range p.metaDirty {
 		if err := t.Put(b, metaPath, []byte(name), statedb.Seal(nil, []byte(name), metaVersion, encodeParams(l))); err != nil {
-			return fmt.Errorf("store: put %s/%s: %w", metaName, name, err)
+			return fmt.Errorf("ratestore: put %s/%s: %w", metaName, name, err)
 		}
 	}
 	return nil
@@ -327,7 +325,7 @@ func (p *Persistent) putMeta(tx *bbolt.Tx, t *statedb.Tally) error {
 func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 	j, err := tx.CreateBucketIfNotExists(journalName)
 	if err != nil {
-		return fmt.Errorf("store: create bucket %s: %w", journalName, err)
+		return fmt.Errorf("ratestore: create bucket %s: %w", journalName, err)
 	}
 	if k, _ := j.Cursor().Last(); len(k) == 8 && binary.BigEndian.Uint64(k) > j.Sequence() {
 		if err := j.SetSequence(binary.BigEndian.Uint64(k)); err != nil {
@@ -344,7 +342,7 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 		key, rec := binary.BigEndian.AppendUint64(nil, seq), p.rbuf[prev:end]
 		binary.BigEndian.PutUint32(rec[len(rec)-4:], statedb.Sum(key, rec[:len(rec)-4]))
 		if err := t.Append(j, journalPath, key, rec); err != nil {
-			return fmt.Errorf("store: append to %s: %w", journalName, err)
+			return fmt.Errorf("ratestore: append to %s: %w", journalName, err)
 		}
 		prev = end
 	}

@@ -97,55 +97,33 @@ func (p *Persistent) restore() error {
 			p.log.Error("writing the rate state changes of the restore failed, will retry", "err", err)
 		}
 	}
-	if !p.sealed && len(p.lost) == 0 {
-		return p.convert()
-	}
 	return nil
 }
 
-// checkFormat checks the format version of the snapshot bucket, creating
-// the bucket and marking a format 1 file (snapshot only) as the current
-// format; in read-only mode it writes nothing.
+// checkFormat creates the snapshot bucket in a new file and refuses a
+// file of another format with ErrVersion; in read-only mode it writes
+// nothing.
 func (p *Persistent) checkFormat() error {
-	version := func(tx *bbolt.Tx, t *statedb.Tally) error {
-		root := tx.Bucket(bucketName)
-		if root == nil && (p.opts.ReadOnly || tx.Bucket(journalName) != nil) {
-			return nil // a journal without snapshot: of format 2
-		}
+	var root *bbolt.Bucket
+	if err := p.db.View(func(tx *bbolt.Tx) error {
+		root = tx.Bucket(bucketName)
 		if root == nil {
-			var err error
-			if root, err = tx.CreateBucket(bucketName); err != nil {
-				return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
-			}
-			p.sealed = true
-			return t.Put(root, rootPath, versionKey, []byte(formatVersion))
+			return nil
 		}
-		switch v := root.Get(versionKey); {
-		case v == nil || string(v) == formatV1:
-			if p.opts.ReadOnly {
-				return nil
-			}
-			// Format 2 until converted: an older ratelimitd then
-			// refuses the journal rather than ignore it.
-			if err := t.Put(root, rootPath, versionKey, []byte(formatV2)); err != nil {
-				return fmt.Errorf("store: write format version: %w", err)
-			}
-		case string(v) == formatVersion:
-			p.sealed = true
-		case string(v) != formatV2:
-			return fmt.Errorf("%w: %q (want %s, %s or %s)", ErrVersion, v, formatV1, formatV2, formatVersion)
+		if v := root.Get(versionKey); string(v) != formatVersion {
+			return fmt.Errorf("%w: %s holds rate state of format %q; this ratelimitd reads only format %s: move the file aside",
+				ErrVersion, p.db.Path(), v, formatVersion)
 		}
 		return nil
-	}
-	if p.opts.ReadOnly {
-		return p.db.View(func(tx *bbolt.Tx) error { return version(tx, nil) })
+	}); err != nil || root != nil || p.opts.ReadOnly {
+		return err
 	}
 	return statedb.Update(p.db, func(tx *bbolt.Tx, t *statedb.Tally) error {
-		if err := version(tx, t); err != nil {
-			return err
+		root, err := tx.CreateBucketIfNotExists(bucketName)
+		if err != nil {
+			return fmt.Errorf("ratestore: create bucket %s: %w", bucketName, err)
 		}
-		ensureManifest(tx, t)
-		return nil
+		return t.Put(root, rootPath, versionKey, []byte(formatVersion))
 	})
 }
 
@@ -160,18 +138,11 @@ func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
-			raw := v
-			if p.sealed || len(v) != metaLen {
-				ver, payload, err := statedb.Unseal(k, v)
-				if err == nil && ver != metaVersion {
-					err = fmt.Errorf("%w: parameters of version %d", statedb.ErrRecord, ver)
-				}
-				if err != nil {
-					p.lost = append(p.lost, statedb.Lost{Path: []string{string(metaName)}, Key: bytes.Clone(k),
-						Bytes: len(v), Keys: 1, Err: err})
-					return nil
-				}
-				raw = payload
+			raw, err := openMeta(k, v)
+			if err != nil {
+				p.lost = append(p.lost, statedb.Lost{Path: []string{string(metaName)}, Key: bytes.Clone(k),
+					Bytes: len(v), Keys: 1, Err: err})
+				return nil
 			}
 			if l, ok := decodeParams(raw); ok {
 				stored[string(k)] = l
@@ -194,7 +165,7 @@ func (p *Persistent) deleteBuckets(names []string) error {
 		root := tx.Bucket(bucketName)
 		for _, name := range names {
 			if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
-				return fmt.Errorf("store: delete bucket %s/%s: %w", bucketName, name, err)
+				return fmt.Errorf("ratestore: delete bucket %s/%s: %w", bucketName, name, err)
 			}
 			t.Touch([]string{string(bucketName), name})
 		}
@@ -331,7 +302,7 @@ func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 // lost when it cannot be read.
 func (r *stateRestore) cell(k, v []byte) {
 	p := r.p
-	cell, err := openCell(k, v, p.sealed)
+	cell, err := openCell(k, v)
 	if err != nil {
 		// Never deleted here: the operator decides (see statedb).
 		p.lost = append(p.lost, statedb.Lost{Path: []string{string(bucketName), r.name}, Key: bytes.Clone(k),
@@ -386,21 +357,5 @@ func (r *stateRestore) state(k, v []byte) {
 		if !r.configured && p.opts.Limits != nil {
 			p.stats.Unconfigured++
 		}
-	}
-}
-
-// ensureManifest has the manifest entries of the rate state's buckets
-// written where a file written before the manifest has none.
-func ensureManifest(tx *bbolt.Tx, t *statedb.Tally) {
-	for _, path := range [][]string{rootPath, journalPath, metaPath} {
-		if tx.Bucket([]byte(path[0])) != nil {
-			t.Ensure(path)
-		}
-	}
-	if root := tx.Bucket(bucketName); root != nil {
-		root.ForEachBucket(func(name []byte) error {
-			t.Ensure([]string{string(bucketName), string(name)})
-			return nil
-		})
 	}
 }

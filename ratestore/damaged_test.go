@@ -108,9 +108,8 @@ func zeroDataPages(t testing.TB, path string) {
 // reports for an entry (which compaction.entry decodes again) gives the
 // key and the state it reports.
 func FuzzDecodeRecord(f *testing.F) {
-	f.Add([]byte{recordV1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
-	f.Add([]byte{recordV2, 0, 1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
-	f.Add([]byte{recordV1, 1, 'x', 0, 0, 0, 2, 3, 'a'})
+	f.Add([]byte{recordVersion, 0, 1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{recordVersion, 0, 2, 1, 'x', 0, 0, 0, 2, 3, 'a'})
 	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
@@ -346,7 +345,7 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 			return err
 		}
 		key := binary.BigEndian.AppendUint64(nil, 1<<62)
-		return j.Put(key, statedb.Seal(nil, key, recordV2+1, nil))
+		return j.Put(key, statedb.Seal(nil, key, recordVersion+1, nil))
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,26 +11,26 @@ import (
 var (
 	// ErrKeyTooLong is returned by Update (of Memory and Persistent) for a
 	// key longer than MaxKeyLen bytes; nothing is stored.
-	ErrKeyTooLong = errors.New("store: key too long")
+	ErrKeyTooLong = errors.New("ratestore: key too long")
 
 	// ErrTooManyLimits is returned by Update when a store would have to
 	// hold more than MaxLimits distinct limit names.
-	ErrTooManyLimits = errors.New("store: too many limit names")
+	ErrTooManyLimits = errors.New("ratestore: too many limit names")
 
 	// ErrFull is returned by Update when a shard's key arena cannot grow
 	// (4 GiB of key bytes in one shard): nothing is stored.
-	ErrFull = errors.New("store: shard full")
+	ErrFull = errors.New("ratestore: shard full")
 
 	// ErrKeyPressure is returned by Update when a new key cannot be stored
 	// because its shard is full (MaxKeys) of keys over or near their limit,
 	// which are never evicted. Nothing is stored; it wraps
 	// policy.ErrKeyTableFull, which the engine answers with [policy]
 	// on_full (default defer).
-	ErrKeyPressure = fmt.Errorf("store: key limit reached, every evictable key is over or near its limit (%w)", policy.ErrKeyTableFull)
+	ErrKeyPressure = fmt.Errorf("ratestore: key limit reached, every evictable key is over or near its limit (%w)", policy.ErrKeyTableFull)
 
 	// ErrReadOnly is returned by Update, Delete and Flush of a Persistent
 	// opened with PersistOptions.ReadOnly.
-	ErrReadOnly = errors.New("store: rate state opened read-only")
+	ErrReadOnly = errors.New("ratestore: rate state opened read-only")
 
 	// ErrDamaged is wrapped by the error of NewPersistent, of a
 	// Persistent's flush or compaction, and of OpenRecipients and
@@ -40,13 +40,13 @@ var (
 	ErrDamaged = statedb.ErrDamaged
 
 	// ErrClosed is returned by Persistent.Flush after Close.
-	ErrClosed = errors.New("store: persistent store closed")
+	ErrClosed = errors.New("ratestore: persistent store closed")
 
 	// ErrVersion is returned by NewPersistent when the "ratestate" bucket
 	// was written in a format this version does not understand.
-	ErrVersion = errors.New("store: unknown ratestate format version")
+	ErrVersion = errors.New("ratestore: unknown ratestate format version")
 )
 
 // errMalformedRecord is returned by decodeRecord for a journal record it
 // cannot parse; compaction logs and drops such a record.
-var errMalformedRecord = errors.New("store: malformed rate journal record")
+var errMalformedRecord = errors.New("ratestore: malformed rate journal record")

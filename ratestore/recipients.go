@@ -18,28 +18,17 @@ import (
 )
 
 // Recipients keeps the recent recipients of every (limit, key) pair of the
-// per = "addr" limits: one ratelimit.AddrSet per pair, which says whether
-// the key has sent to an address in the current or previous period (an
-// exact set, then a Bloom filter of about 1% false positives; see
-// ratelimit.AddrSet). It implements policy.RecipientSets.
+// per = "addr" limits, one ratelimit.AddrSet per pair; it implements
+// policy.RecipientSets. At most MaxKeys pairs are kept, each at most
+// 2*ratelimit.AddrMaxFilterBytes; when a shard is full a random pair is
+// dropped (its recipients count as new again: over-counting, never
+// under-counting). Sweep drops pairs whose two generations have expired.
 //
-// Memory is bounded: at most MaxKeys pairs, each at most
-// 2*ratelimit.AddrMaxFilterBytes (128 KiB; a pair that never wrote to more
-// than 64 addresses in a period holds 8 bytes an address). When full, a
-// pair taken at random from the shard is dropped; its key's recipients
-// then count as new again (over-counting, never under-counting). A pair
-// whose two generations have both expired is dropped by Sweep.
-//
-// Persistence is write-behind, like the rate state (Persistent): changes
-// are made in memory and Flush writes the pairs changed since the last
-// flush to BoltDB bucket "rcptsets" (key: limit name, NUL, rate key;
-// value: a record, statedb.Seal of version 1, of the period in ns, 8
-// bytes little-endian, then the AddrSet's MarshalBinary) in one
-// transaction; its key "\x00version" holds "2". A bucket without it was
-// written without checksums: its values are the bare payloads, read as
-// they are and sealed by the first flush, which writes every pair
-// restored. A crash loses at most the recipients added since the last
-// flush: they count as new once more.
+// Persistence is write-behind: Flush writes the pairs changed since the
+// last flush to bucket "rcptsets" in one transaction, each under limit
+// name, NUL, rate key, as a statedb record of version 1 whose payload is
+// the period (ns, 8 bytes little-endian) then the AddrSet's
+// MarshalBinary. A crash loses the recipients added since the last flush.
 //
 // Its methods are safe for concurrent use.
 type Recipients struct {
@@ -50,9 +39,6 @@ type Recipients struct {
 	flushM sync.Mutex // serialises flushes
 	closed chan struct{}
 	once   sync.Once
-	// sealed is set once the bucket is of the current format (under
-	// flushM).
-	sealed bool
 }
 
 const recipientShards = 32
@@ -60,29 +46,12 @@ const recipientShards = 32
 // rcptBucket is the BoltDB bucket of the recipient sets.
 var rcptBucket = []byte("rcptsets")
 
-// rcptVersion is the version of a sealed recipient set, and
-// rcptFormat the bucket's format (at versionKey).
-const (
-	rcptVersion = 1
-	rcptFormat  = "2"
-)
+// rcptVersion is the record version of a recipient set.
+const rcptVersion = 1
 
-// isVersionKey reports whether k is a bucket's format key (no limit name
-// starts with NUL).
-func isVersionKey(k []byte) bool { return string(k) == string(versionKey) }
-
-// rcptSealed reports whether the recipient sets in b are sealed.
-func rcptSealed(b *bbolt.Bucket) bool {
-	return b != nil && string(b.Get(versionKey)) == rcptFormat
-}
-
-// openRcpt returns the payload of the stored recipient set v of pair k:
-// sealed, checked, or in a bucket not yet converted (sealed false) v
-// itself. The error wraps statedb.ErrRecord.
-func openRcpt(k, v []byte, sealed bool) ([]byte, error) {
-	if !sealed {
-		return v, nil
-	}
+// openRcpt returns the payload of the stored recipient set v of pair k,
+// checked. The error wraps statedb.ErrRecord.
+func openRcpt(k, v []byte) ([]byte, error) {
 	ver, payload, err := statedb.Unseal(k, v)
 	if err == nil && (ver != rcptVersion || len(payload) < 8) {
 		err = fmt.Errorf("%w: a value of version %d and %d bytes, not a recipient set", statedb.ErrRecord, ver, len(payload))
@@ -156,23 +125,16 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 	var lost []statedb.Lost
 	restore := func(tx *bbolt.Tx) error {
 		b := tx.Bucket(rcptBucket)
-		r.sealed = rcptSealed(b)
 		if b == nil {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
-			if isVersionKey(k) {
-				return nil
-			}
 			id := string(k)
 			sh := r.shard(id)
-			v, err := openRcpt(k, v, r.sealed)
+			v, err := openRcpt(k, v)
 			if err != nil {
 				lost = append(lost, statedb.Lost{Path: []string{string(rcptBucket)}, Key: bytes.Clone(k), Bytes: len(v), Keys: 1, Err: err})
 				return nil
-			}
-			if !r.sealed {
-				sh.dirty[id] = struct{}{} // sealed by the first flush
 			}
 			var e rcptEntry
 			if len(v) < 8 || e.set.UnmarshalBinary(v[8:]) != nil || n >= r.opts.MaxKeys {
@@ -190,7 +152,7 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 		})
 	}
 	if err := damageSafe(db, func() error { return db.View(restore) }); err != nil {
-		return nil, fmt.Errorf("store: restore %s: %w", rcptBucket, err)
+		return nil, fmt.Errorf("ratestore: restore %s: %w", rcptBucket, err)
 	}
 	if len(lost) > 0 {
 		return nil, statedb.RecordsLost(db.Path(), lost)
@@ -357,13 +319,6 @@ func (r *Recipients) flush() error {
 		if err != nil {
 			return err
 		}
-		if !r.sealed {
-			// Every pair restored is among the changes: the bucket is
-			// sealed with this transaction.
-			if err := t.Put(b, path, versionKey, []byte(rcptFormat)); err != nil {
-				return err
-			}
-		}
 		for _, c := range changes {
 			if c.val == nil {
 				err = t.Delete(b, path, []byte(c.id))
@@ -384,9 +339,8 @@ func (r *Recipients) flush() error {
 			sh.dirty[c.id] = struct{}{}
 			sh.mu.Unlock()
 		}
-		return fmt.Errorf("store: flush %s: %w", rcptBucket, err)
+		return fmt.Errorf("ratestore: flush %s: %w", rcptBucket, err)
 	}
-	r.sealed = true
 	return nil
 }
 
@@ -436,9 +390,6 @@ func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 			return nil
 		}
 		return b.ForEach(func(k, _ []byte) error {
-			if isVersionKey(k) {
-				return nil
-			}
 			out = append(out, strings.Replace(string(k), "\x00", "|", 1))
 			return nil
 		})

@@ -27,21 +27,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// DefaultPlotKeys is how many keys a plot shows per limit when no keys are
-// named: those that came closest to (or went furthest over) the limit.
+// DefaultPlotKeys is how many keys a plot shows per limit by default.
 const DefaultPlotKeys = 6
 
-// PlotOptions tunes Recorder.Save.
+// PlotOptions tunes Recorder.Save: the keys to draw (empty: per limit the
+// MaxKeys, default DefaultPlotKeys, with the highest peak relative to the
+// limit) and a title for the first panel.
 type PlotOptions struct {
-	// Keys names the rate keys to draw; empty means the MaxKeys keys with
-	// the highest peak rate relative to their limit, per limit.
-	Keys []string
-	// MaxKeys bounds the keys drawn per limit when Keys is empty; 0 means
-	// DefaultPlotKeys.
+	Keys    []string
 	MaxKeys int
-	// Title is put in front of the first panel's title (e.g. the trace
-	// file name).
-	Title string
+	Title   string
 }
 
 // sample is one request's effect on one key under one limit.
@@ -61,10 +56,9 @@ type series struct {
 	refused int
 }
 
-// Recorder keeps, for each limit and key, the rate at every request, to
-// plot it. It keeps every request of the keys its Filter selects in memory
-// (about 50 bytes per request and limit). It is not safe for concurrent
-// use.
+// Recorder keeps the rate of every selected key at every request, per
+// limit, to plot it (about 50 bytes per request and limit). Not safe for
+// concurrent use.
 type Recorder struct {
 	cols   columns
 	filter Filter
@@ -74,8 +68,7 @@ type Recorder struct {
 	n      int
 }
 
-// NewRecorder returns a Recorder for an engine with the given limits,
-// recording the keys f selects (f.RefusedOnly is ignored).
+// NewRecorder returns a Recorder of the keys f.Keys selects.
 func NewRecorder(limits []policy.LimitInfo, f Filter) *Recorder {
 	r := &Recorder{cols: newColumns(limits), filter: Filter{Keys: f.Keys}}
 	r.series = make([]map[string]*series, len(limits))
@@ -108,7 +101,7 @@ func (rec *Recorder) Add(r *Result) {
 		if m.Stored {
 			post = m.After
 		}
-		sm := sample{x: x, before: finite(m.Before), after: finite(m.After), post: finite(post), max: m.Max,
+		sm := sample{x: x, before: human.Finite(m.Before), after: human.Finite(m.After), post: human.Finite(post), max: m.Max,
 			refused: r.Refused()}
 		s.samples = append(s.samples, sm)
 		if ratio := sm.after / m.Max; ratio > s.peak {
@@ -120,8 +113,7 @@ func (rec *Recorder) Add(r *Result) {
 	}
 }
 
-// newCanvas returns a white canvas of the given size in format PlotSVG or
-// PlotPNG, and the writer that encodes it.
+// newCanvas returns a white canvas in format and its encoder.
 func newCanvas(format string, width, height vg.Length) (io.WriterTo, draw.Canvas) {
 	var canvas io.WriterTo
 	var dc draw.Canvas
@@ -140,16 +132,15 @@ func newCanvas(format string, width, height vg.Length) (io.WriterTo, draw.Canvas
 
 func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
 
-// Save draws the recorded rates into path, an .svg or .png file: one panel
-// per limit, one line per key (rate in cost per period against hours since
-// the start of the trace), the limit as a dashed horizontal line, and a red
-// cross at requests that were refused.
+// Save draws into path (.svg or .png) a panel per limit: a line per key
+// (rate against hours since the start), the limit dashed, refusals as red
+// crosses.
 func (rec *Recorder) Save(path string, o PlotOptions) error {
 	return savePlot(path, func(w io.Writer, format string) error { return rec.WriteTo(w, format, o) })
 }
 
-// savePlot writes what write draws, in the format named by path's
-// extension, to path; nothing is written when write fails.
+// savePlot writes what write draws in path's format to path, nothing if
+// write fails.
 func savePlot(path string, write func(w io.Writer, format string) error) error {
 	var buf bytes.Buffer
 	if err := write(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")); err != nil {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
@@ -20,8 +20,7 @@ import (
 // Entries prints one table row per quarantined message (subjects cut to
 // 60 characters) and the count.
 func Entries(w io.Writer, es []quarantine.Entry) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE_ID\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
+	t := termsafe.NewTable(w, "ID", "STATE", "QUEUE_ID", "AGE", "SENDER", "RCPTS", "SIZE", "LIMIT", "SUBJECT")
 	now := time.Now()
 	for _, e := range es {
 		subj := []rune(quarantine.CleanLine(e.Subject))
@@ -40,10 +39,10 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 		if e.Unverified != "" {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), state, qid, human.Duration(now.Sub(e.Created).Round(time.Second)),
-			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
+		t.Row(e.ID, state, qid, human.Duration(now.Sub(e.Created).Round(time.Second)),
+			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, string(subj))
 	}
-	tw.Flush()
+	t.Flush()
 	fmt.Fprintln(w, plural.N(len(es), "message"))
 }
 

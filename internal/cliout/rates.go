@@ -5,10 +5,10 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -17,8 +17,7 @@ import (
 // Rates prints one table row per key and limit: rate, max, period and
 // whether (and for how long) the key is refused.
 func Rates(w io.Writer, kr []policy.KeyRate) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tLIMIT\tRATE\tMAX\tPERIOD\tSTATUS")
+	t := termsafe.NewTable(w, "KEY", "LIMIT", "RATE", "MAX", "PERIOD", "STATUS")
 	for _, k := range kr {
 		status := "ok"
 		switch {
@@ -35,9 +34,9 @@ func Rates(w io.Writer, kr []policy.KeyRate) {
 		if note := admin.ConversionNote(k); note != "" {
 			status += "; " + note
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, admin.FormatKeyRate(k), maxText, human.Duration(k.Period), status)
+		t.Row(k.Key, k.Limit, admin.FormatKeyRate(k), maxText, human.Duration(k.Period), status)
 	}
-	tw.Flush()
+	t.Flush()
 }
 
 // RateRow is one element of `rate show/list --json`: the rate rounded to

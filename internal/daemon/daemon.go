@@ -205,11 +205,10 @@ func (d *Daemon) openStores() (err error) {
 		d.cleanup = append(d.cleanup, func() { d.redis.Close(); d.redisClient.Close() })
 		rates = d.redis
 	}
-	d.engine, err = policy.NewEngine(f.PolicyConfig(), rates)
+	d.engine, err = policy.NewEngine(d.policyConfig(f), rates)
 	if err != nil {
 		return err
 	}
-	d.mergeSpellings()
 	d.goRun(d.state.Run)
 	if os.Getenv("GOMEMLIMIT") == "" {
 		d.startMemoryLimit()
@@ -224,23 +223,6 @@ func (d *Daemon) openStores() (err error) {
 	d.engine.UseRecipientSets(d.rcpts)
 	d.goRun(func(ctx context.Context) error { d.rcpts.Run(ctx); return nil })
 	return d.openEvents()
-}
-
-// mergeSpellings moves rate states stored under keys that are not in
-// canonical form (an earlier release, or changed key settings) to their
-// canonical keys, keeping the stricter state (policy.Engine.MergeSpellings),
-// before the first request. A store error is logged and leaves the old
-// keys in place: they decay as before, and nobody is forgiven.
-func (d *Daemon) mergeSpellings() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n, err := d.engine.MergeSpellings(ctx, time.Now())
-	switch {
-	case err != nil:
-		d.log.Warn("rate states under old key spellings not merged", "merged", n, "err", err)
-	case n > 0:
-		d.log.Info("rate states under old key spellings merged into canonical keys", "merged", n)
-	}
 }
 
 // StateFormats describes every record the state file holds (the rate

@@ -2,43 +2,32 @@ package daemon
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
-// Decide is the front ends' Decider (the policy service's and the
-// milter's): evaluate, measure, notify, record the
-// event (package events) and the holds. A panic answers
-// DUNNO with Decision.Fault set (policy.ErrPanic); the front end logs and
-// counts faults. Safe for concurrent use.
-func (d *Daemon) Decide(ctx context.Context, req *policy.Request) (dec policy.Decision) {
-	defer func() {
-		if r := recover(); r != nil {
-			// Fail open (DUNNO) on our own faults; the front end logs
-			// and counts Decision.Fault.
-			dec = policy.Decision{Reason: "internal error, failing open", Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
-		}
-	}()
-	// The front ends record when they received the request: the clock is
-	// read once per request (a clock read is not free on a VM: see
-	// docs/performance.md),
-	// and the decision's latency is what they measure (frontEndMetrics).
+// Decide is both front ends' Decider: evaluate, then the side effects of
+// the decision, each once: metrics, notification, event, hold record (the
+// policy service's; the milter's come through milterQuarantine.Hold).
+// Panics are recovered by the front end. Safe for concurrent use.
+func (d *Daemon) Decide(ctx context.Context, req *policy.Request) policy.Decision {
 	now := req.Received
 	if now.IsZero() {
 		now = time.Now()
 	}
-	dec = d.engine.Decide(ctx, now, req)
-	d.redisDecision(&dec)
-	// Faults are logged and counted by the front end's server.
+	dec := d.engine.Evaluate(ctx, now, req)
+	d.redisFault(&dec)
 	d.metrics.Observe(req, &dec)
 	d.notifyRefusal(req, &dec)
 	d.recordDecision(now, req, &dec)
 	if req.Stage != policy.ViaMilter {
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
-			d.recordHold(ctx, req, &dec)
+			d.recordHold(ctx, req, nil, &dec)
 		} else if req.ProtocolState == policy.StateEndOfMessage {
 			d.q.svc.EndOfMessage(req)
 		}
@@ -46,12 +35,33 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) (dec policy.De
 	return dec
 }
 
-// frontEndMetrics feeds a front end's counts (mta/postfix's and
-// mta/milter's Metrics) into the daemon metrics: the latency of each
-// request or Decide, bad input and faults, their labels prefixed with
-// prefix ("milter " for the milter, "" for the policy service).
-// Decisions are counted by Daemon.Decide; connections and messages are
-// not counted.
+// policyConfig is f's policy configuration for the daemon's engine:
+// without Measures, and with on_redis_error = defer in the fault table.
+func (d *Daemon) policyConfig(f *config.File) policy.Config {
+	pc := f.PolicyConfig()
+	pc.OmitMeasures = true
+	if f.Store.Redis() && f.Store.OnRedisError == "defer" {
+		pc.DeferOnUnavailable = redisstore.ErrUnavailable
+	}
+	return pc
+}
+
+// redisFault counts a decision that Redis could not make and logs it at
+// most once per 10 seconds (redisLog) instead of per request; its answer
+// (DUNNO, or 450 with on_redis_error = defer) is the engine's.
+func (d *Daemon) redisFault(dec *policy.Decision) {
+	if d.redis == nil || dec.Fault == nil || !errors.Is(dec.Fault, redisstore.ErrUnavailable) {
+		return
+	}
+	d.metrics.Fault("redis unavailable")
+	d.redisLog.warn("request decided per on_redis_error: redis unavailable", "on_redis_error", d.cfg.Store.OnRedisError,
+		"err", dec.Fault)
+	dec.Fault = nil
+}
+
+// frontEndMetrics feeds a front end's counts into the daemon metrics:
+// latency, bad input and faults, labels prefixed with prefix ("milter "
+// or ""). Decisions are counted by Daemon.Decide.
 type frontEndMetrics struct {
 	m      *metrics.Metrics
 	prefix string

@@ -42,7 +42,7 @@ func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 	d.listeners = append(d.listeners, "milter "+listenerName(l)+from)
 	d.q.milter = &milter.Server{
 		Decider:         d,
-		Quarantine:      milterQuarantine{d.q.svc},
+		Quarantine:      milterQuarantine{d},
 		Logger:          d.log,
 		Metrics:         frontEndMetrics{m: d.metrics, prefix: "milter "},
 		AllowedNetworks: d.cfg.Server.Networks(),

@@ -52,18 +52,20 @@ func dripLimits(f *config.File) []string {
 	return names
 }
 
-// milterQuarantine adapts the life cycle to milter.Quarantine.
-type milterQuarantine struct{ s *lifecycle.Service }
+// milterQuarantine is the milter's Quarantine: the daemon records holds
+// for both front ends (Daemon.recordHold).
+type milterQuarantine struct{ d *Daemon }
 
 // Freeze implements milter.Quarantine: the message is committed (fsync)
 // before Freeze returns.
 func (m milterQuarantine) Freeze(ctx context.Context, msg *milter.Message, d policy.Decision) (string, error) {
-	return m.s.Freeze(ctx, &msg.Request, msg.Recipients, msg.Body, d)
+	return m.d.q.svc.Freeze(ctx, &msg.Request, msg.Recipients, msg.Body, d)
 }
 
-// Hold implements milter.Quarantine for messages put on hold by the milter.
-func (m milterQuarantine) Hold(ctx context.Context, msg *milter.Message, d policy.Decision) (string, error) {
-	return m.s.Hold(ctx, &msg.Request, msg.Recipients, d)
+// Hold implements milter.Quarantine.
+func (m milterQuarantine) Hold(ctx context.Context, msg *milter.Message, d policy.Decision) policy.Decision {
+	m.d.recordHold(ctx, &msg.Request, msg.Recipients, &d)
+	return d
 }
 
 // quarantineState is the daemon's quarantine and milter front end.
@@ -100,23 +102,24 @@ func (d *Daemon) openQuarantine() error {
 	return nil
 }
 
-// textHoldNotRecorded is the client's text when a hold is deferred
-// because it could not be recorded.
-const textHoldNotRecorded = "Message cannot be held now, try again later"
-
-// recordHold records a HOLD given through policy delegation, durably
-// (committed and fsync'd) before the answer is sent. When the quarantine
-// cannot record it (disk full, a damaged file, a store error) the answer
-// becomes a defer, 450 4.7.1, logged and counted (fault "hold record"):
-// never a HOLD that no entry tracks, which list, expiry and automatic
-// release would never see.
-func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, dec *policy.Decision) {
+// recordHold records a hold durably (committed and fsync'd) before the
+// MTA is told: a policy-delegation HOLD (recipients nil) or a milter hold
+// of recipients. When it cannot, *dec becomes 450 4.7.1, logged and
+// counted (fault "hold_record"): never a hold no entry tracks.
+func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients []string, dec *policy.Decision) {
+	var err error
+	fault := mta.FaultHoldRecord
 	if req.Stage == policy.ViaMilter {
-		return // the milter records its own holds and freezes
+		if _, err = d.q.svc.Hold(ctx, req, recipients, *dec); err != nil {
+			d.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", req.QueueID)
+		}
+		fault = "milter " + fault
+	} else {
+		err = d.q.svc.PolicyHold(ctx, req, dec) // logs its failure
 	}
-	if err := d.q.svc.PolicyHold(ctx, req, dec); err != nil {
-		d.metrics.Fault(mta.FaultHoldRecord)
-		*dec = policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1", Text: textHoldNotRecorded,
+	if err != nil {
+		d.metrics.Fault(fault)
+		*dec = policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1", Text: "Message cannot be held now, try again later",
 			Reason: "hold not recorded (" + dec.Reason + "): " + err.Error(), Limit: dec.Limit, Key: dec.Key,
 			Rate: dec.Rate, Max: dec.Max, Period: dec.Period, RetryAfter: dec.RetryAfter, Measures: dec.Measures}
 	}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -85,27 +84,6 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	d.redisClient = r
 	d.redisLog = newThrottledLog(d.log, 10*time.Second)
 	return f, nil
-}
-
-// redisDecision handles a request Redis could not decide: with
-// on_redis_error "defer" it becomes a 450 (with "dunno" the engine's
-// fail-open DUNNO stands). The fault is counted per request but logged
-// at most once per 10 seconds with the number of requests since
-// (redisLog), not once per request.
-func (d *Daemon) redisDecision(dec *policy.Decision) {
-	if d.redis == nil || dec.Fault == nil || !errors.Is(dec.Fault, redisstore.ErrUnavailable) {
-		return
-	}
-	d.metrics.Fault("redis unavailable")
-	d.redisLog.warn("request decided per on_redis_error: redis unavailable", "on_redis_error", d.cfg.Store.OnRedisError,
-		"err", dec.Fault)
-	fault := dec.Fault
-	dec.Fault = nil
-	if d.cfg.Store.OnRedisError != "defer" || dec.Action != policy.Pass {
-		return
-	}
-	*dec = policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1",
-		Text: "Rate limit service temporarily unavailable, try again later", Reason: "redis unavailable, on_redis_error=defer: " + fault.Error()}
 }
 
 // throttledLog logs a line per message at most once per every, with the

@@ -41,7 +41,7 @@ func (d *Daemon) Reload() {
 	if err == nil {
 		// The engine's new configuration is installed while the rate
 		// states of limits whose parameters changed are converted.
-		pc := f.PolicyConfig()
+		pc := d.policyConfig(f)
 		err = d.state.Reconfigure(storeLimits(pc), func() error { return d.engine.Reload(pc) })
 	}
 	if err != nil {

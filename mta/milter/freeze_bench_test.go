@@ -28,8 +28,11 @@ func (q storeQuarantine) Freeze(_ context.Context, m *Message, d policy.Decision
 		Recipients: m.Recipients, QueueID: m.Request.QueueID}, m.Body)
 }
 
-func (q storeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) (string, error) {
-	return q.s.Hold(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender, QueueID: m.Request.QueueID})
+func (q storeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) policy.Decision {
+	if _, err := q.s.Hold(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender, QueueID: m.Request.QueueID}); err != nil {
+		return policy.Decision{Action: policy.Defer, Fault: err}
+	}
+	return d
 }
 
 // freezingServer is a Server that freezes every message at its end into

@@ -92,14 +92,15 @@ func (q *fakeQuarantine) Freeze(_ context.Context, m *Message, d policy.Decision
 	return "f1", nil
 }
 
-func (q *fakeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) (string, error) {
+// Hold defers the message when holdErr is set, as the daemon does.
+func (q *fakeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) policy.Decision {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.holdErr != nil {
-		return "", q.holdErr
+		return policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1", Text: "Message cannot be held now"}
 	}
 	q.held = append(q.held, quarantined{msg: *m, d: d})
-	return "h1", nil
+	return d
 }
 
 func (q *fakeQuarantine) snapshot() (frozen, held []quarantined) {

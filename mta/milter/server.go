@@ -90,9 +90,10 @@ type Quarantine interface {
 	// the log.
 	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 	// Hold records a message the MTA keeps in its own hold queue (queue
-	// ID in m.Request.QueueID; m.Body is nil: the MTA has the message). If it fails the MTA holds the message all the same; the
-	// Server logs and counts the fault (mta.FaultHoldRecord).
-	Hold(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
+	// ID in m.Request.QueueID; m.Body is nil) and returns the decision to
+	// apply: d, or the defer that replaces a hold it could not record
+	// (logged and counted by the implementation).
+	Hold(ctx context.Context, m *Message, d policy.Decision) policy.Decision
 }
 
 // Message is one message at the end of the milter transaction, as given to

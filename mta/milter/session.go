@@ -82,13 +82,12 @@ func (s *session) dropMsg() {
 
 // Default reply texts.
 const (
-	textDefer           = "Rate limit exceeded, try again later"
-	textReject          = "Rate limit exceeded"
-	textFault           = "Temporary rate limit failure, try again later"
-	textFreezeFault     = "Temporary quarantine failure, try again later"
-	textTooLarge        = "Message too large to quarantine, try again later"
-	textNoHold          = "Message cannot be held, try again later"
-	textHoldNotRecorded = "Message cannot be held now, try again later"
+	textDefer       = "Rate limit exceeded, try again later"
+	textReject      = "Rate limit exceeded"
+	textFault       = "Temporary rate limit failure, try again later"
+	textFreezeFault = "Temporary quarantine failure, try again later"
+	textTooLarge    = "Message too large to quarantine, try again later"
+	textNoHold      = "Message cannot be held, try again later"
 )
 
 // recoverTo turns a panic in an event handler into a temp-fail reply and
@@ -215,10 +214,7 @@ func (s *session) RcptTo(rcpt string, m *gomilter.Modifier) (resp gomilter.Respo
 	}
 	req := s.request(policy.StateRcpt)
 	req.Recipient = rcpt
-	d, ok := s.decide(&req)
-	if !ok {
-		return reply(451, "4.3.0", textFault), nil
-	}
+	d := s.decide(&req)
 	switch d.Action {
 	case policy.Defer:
 		return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
@@ -336,18 +332,9 @@ func (s *session) decideKeep() {
 		if len(m.recipients) == 1 {
 			req.Recipient = m.recipients[0]
 		}
-		may := true
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					s.c.log.Error("panic in MayFreeze; keeping the message", "panic", r, "stack", string(debug.Stack()))
-					srv.metrics().Fault(mta.FaultPanic)
-				}
-			}()
-			ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
-			defer cancel()
-			may = adv.MayFreeze(ctx, &req)
-		}()
+		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
+		may := adv.MayFreeze(ctx, &req)
+		cancel()
 		if !may {
 			m.keep = keepNo
 			return
@@ -394,11 +381,7 @@ func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error)
 		req.Recipient = msg.recipients[0]
 	}
 	req.Size = msg.size
-	d, ok := s.decide(&req)
-	if !ok {
-		s.c.srv.metrics().Message(policy.Defer)
-		return reply(451, "4.3.0", textFault), nil
-	}
+	d := s.decide(&req)
 	msg.noteWarn(d)
 	if msg.rcpt.Action > d.Action {
 		d = msg.rcpt
@@ -458,17 +441,12 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 		srv.metrics().Fault(mta.FaultNoQuarantineAction)
 		return reply(451, "4.3.0", textNoHold), nil
 	}
-	id := ""
 	if srv.Quarantine != nil {
 		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
-		var err error
-		id, err = srv.Quarantine.Hold(ctx, qm, d)
+		d = srv.Quarantine.Hold(ctx, qm, d)
 		cancel()
-		if err != nil {
-			// Never a hold the quarantine does not track.
-			log.Error("recording a held message failed: deferring it instead of holding it", "err", err)
-			srv.metrics().Fault(mta.FaultHoldRecord)
-			return reply(450, "4.7.1", textHoldNotRecorded), nil
+		if d.Action != policy.Hold {
+			return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
 		}
 	} else {
 		log.Warn("no quarantine configured: held message not recorded")
@@ -481,7 +459,7 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 		return nil, err
 	}
 	*applied = policy.Hold
-	log.Info("message held", "quarantine_id", id)
+	log.Info("message held")
 	return gomilter.RespAccept, nil
 }
 
@@ -565,32 +543,18 @@ func (s *session) request(state string) policy.Request {
 	}
 }
 
-// decide calls the Decider, recovering a panic (ok false), and logs and
-// counts the decision.
-func (s *session) decide(req *policy.Request) (d policy.Decision, ok bool) {
-	c, srv := s.c, s.c.srv
+// decide calls the Decider and logs and counts the decision; a panic is
+// left to the event's recoverTo.
+func (s *session) decide(req *policy.Request) policy.Decision {
+	srv := s.c.srv
 	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
 	defer cancel()
 	start := time.Now()
 	req.Received = start
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				c.log.Error("panic in Decide; temp-failing and closing the connection", "panic", r,
-					"stack", string(debug.Stack()), slog.Any("req", req))
-				srv.metrics().Fault(mta.FaultPanic)
-				c.poisoned = true
-			}
-		}()
-		d = srv.Decider.Decide(ctx, req)
-		ok = true
-	}()
-	if !ok {
-		return policy.Decision{}, false
-	}
+	d := srv.Decider.Decide(ctx, req)
 	srv.metrics().Decision(req.ProtocolState, d.Action, time.Since(start))
-	mta.LogDecision(c.log, srv.metrics(), req, &d)
-	return d, true
+	mta.LogDecision(s.c.log, srv.metrics(), req, &d)
+	return d
 }
 
 // quarantineReason is the SMFIR_QUARANTINE reason: never empty (Sendmail

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -189,33 +188,138 @@ func (s *Service) emit(ctx context.Context, kind Kind, e quarantine.Entry, by, d
 	s.ev.QuarantineEvent(ctx, Event{Kind: kind, Time: s.now(), Entry: e, By: by, Detail: detail})
 }
 
-// entryFor builds a quarantine entry from a request and its decision. A
-// queue ID that is not in an MTA's syntax is left out (logged and
-// counted): it is client data and must never reach postsuper.
-func (s *Service) entryFor(req *policy.Request, d *policy.Decision, rcpts []string) *quarantine.Entry {
+// Message is what a front end knows of the message a decision is about.
+type Message struct {
+	Request *policy.Request
+	// Recipients are the accepted recipients (the milter's); nil means
+	// Request.Recipient.
+	Recipients []string
+	// Body reads the whole message (the milter's, for a freeze); nil
+	// through policy delegation.
+	Body io.ReadSeeker
+}
+
+// Record records in the quarantine what decision d means for the message
+// m, once per decision of either front end:
+//
+//   - Hold, or Freeze without m.Body (policy delegation answers a freeze
+//     HOLD): a held entry, or the queue ID, size and recipient added to
+//     the one held for the same message (same Request.Instance);
+//   - Freeze with m.Body: a frozen entry holding the whole message;
+//   - any other action at END-OF-MESSAGE: the entry held at RCPT for the
+//     message gets its queue ID.
+//
+// It returns the entry's ID ("" when there is none) once it is committed
+// and fsync'd. On error nothing was recorded: the caller must not answer
+// HOLD or discard the message (it defers or temp-fails), and the failure
+// is logged and counted. A queue ID not in an MTA's syntax, or that
+// another pending entry has, is left out (logged and counted).
+func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (string, error) {
+	req := m.Request
+	switch {
+	case d.Action == policy.Freeze && m.Body != nil:
+		e := s.entryFor(m, d)
+		r, err := quarantine.Recorded{}, error(nil)
+		if _, err = m.Body.Seek(0, io.SeekStart); err == nil {
+			r, err = s.q.RecordFreeze(e, m.Body)
+		}
+		if err != nil {
+			s.fail("record", err)
+			s.log.Error("freezing a message failed: temp-failing it", "err", err)
+			return "", err
+		}
+		s.recorded(ctx, e, r)
+		return r.ID, nil
+	case d.Action == policy.Hold || d.Action == policy.Freeze:
+		e := s.entryFor(m, d)
+		r, err := s.q.RecordHold(e)
+		if err != nil {
+			s.fail("record", err)
+			s.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", e.QueueID)
+			return "", err
+		}
+		s.awaiting(req.Instance, e.QueueID == "" || r.RefusedQueueID != "")
+		if !r.Added {
+			s.noteIncomplete(r.ID)
+		}
+		s.recorded(ctx, e, r)
+		return r.ID, nil
+	case req.ProtocolState == policy.StateEndOfMessage && req.QueueID != "" && s.awaiting(req.Instance, false):
+		e := s.entryFor(m, d)
+		if e.QueueID == "" {
+			return "", nil
+		}
+		r, err := s.q.AddToHeld(e)
+		if err != nil {
+			s.fail("record", err)
+			s.log.Error("linking a held message to its queue ID failed", "err", err, "queue_id", e.QueueID)
+			return "", err
+		}
+		s.recorded(ctx, e, r)
+		return r.ID, nil
+	}
+	return "", nil
+}
+
+// awaiting remembers instance as held at RCPT without a queue ID (await
+// true), or forgets it; it reports whether it was remembered.
+func (s *Service) awaiting(instance string, await bool) bool {
+	if instance == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, was := s.awaitingQueueID[instance]
+	if !await {
+		delete(s.awaitingQueueID, instance)
+		return was
+	}
+	if len(s.awaitingQueueID) >= maxAwaiting {
+		clear(s.awaitingQueueID) // END-OF-MESSAGE never came: those keep no queue ID
+	}
+	// A clone: the decoder's strings share blocks (mta/postfix.Decoder).
+	s.awaitingQueueID[strings.Clone(instance)] = struct{}{}
+	return was
+}
+
+// entryFor builds the entry of m and d. A queue ID not in an MTA's syntax
+// is client data that must never reach postsuper: it is left out, logged
+// and counted.
+func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
+	req := m.Request
+	rcpts := m.Recipients
 	if len(rcpts) == 0 && req.Recipient != "" {
 		rcpts = []string{req.Recipient}
 	}
-	return &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
+	e := &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
-		QueueID: s.queueID(req), Instance: req.Instance, Size: req.Size}
-}
-
-// queueID returns req.QueueID if it is valid, else "" after logging and
-// counting it.
-func (s *Service) queueID(req *policy.Request) string {
-	if req.QueueID == "" || quarantine.ValidQueueID(req.QueueID) {
-		return req.QueueID
+		QueueID: req.QueueID, Instance: req.Instance, Size: req.Size}
+	if e.QueueID != "" && !quarantine.ValidQueueID(e.QueueID) {
+		s.refusedQueueID(e, "refusing a queue ID that is not in Postfix or Exim syntax (forged policy request?); the hold is recorded without one")
+		e.QueueID = ""
 	}
-	s.m.badQueueIDs.Inc()
-	s.log.Warn("refusing a queue ID that is not in Postfix or Exim syntax (forged policy request?); the hold is recorded without one",
-		"queue_id", quarantine.CleanLine(policy.SanitizeText(req.QueueID, 64)), "client_address", req.ClientAddress,
-		"sasl_username", req.SASLUsername, "instance", req.Instance)
-	return ""
+	return e
 }
 
-// recorded counts a new hold/freeze for alerting and reports it.
-func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, action string) {
+// refusedQueueID logs and counts e's queue ID refused for why.
+func (s *Service) refusedQueueID(e *quarantine.Entry, why string) {
+	s.m.badQueueIDs.Inc()
+	s.log.Warn(why, "queue_id", quarantine.CleanLine(policy.SanitizeText(e.QueueID, 64)), "client_address", e.ClientAddress,
+		"sasl_username", e.SASLUsername, "instance", e.Instance)
+}
+
+// recorded reports what Record stored: a refused queue ID, and for a new
+// entry the alert count, metric and Quarantined event.
+func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantine.Recorded) {
+	if r.RefusedQueueID != "" {
+		e.QueueID = r.RefusedQueueID
+		s.refusedQueueID(e, "refusing a queue ID another quarantined message already has (forged policy request?); the hold is recorded without one")
+		e.QueueID = ""
+	}
+	if r.Added || r.ID == "" {
+		return
+	}
+	action := e.Action
 	s.m.quarantined.WithLabelValues(e.Limit, action).Inc()
 	s.mu.Lock()
 	s.pending[e.Key]++
@@ -241,168 +345,41 @@ func (s *Service) forget(key string) {
 	s.mu.Unlock()
 }
 
-// PolicyHold records a HOLD answered through policy delegation (a policy
-// Freeze is sent as HOLD too). At RCPT the queue ID is not known yet: the
-// entry is linked by instance and completed at END-OF-MESSAGE
-// (EndOfMessage). One entry per message. The entry is committed (fsync)
-// before PolicyHold returns nil; a failure to record it is logged, counted
-// and returned, and the caller must not answer HOLD (the daemon defers
-// instead), so that no message waits in the MTA's hold queue without an
-// entry.
+// PolicyHold is Record of a HOLD (or Freeze) answered through policy
+// delegation.
+//
+// Deprecated: use Record.
 func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy.Decision) error {
-	if req.Instance != "" {
-		s.mu.Lock()
-		_, awaiting := s.awaitingQueueID[req.Instance]
-		s.mu.Unlock()
-		if awaiting {
-			// Already recorded at RCPT: this is the same message.
-			s.EndOfMessage(req)
-			return nil
-		}
+	hold := *d
+	if hold.Action != policy.Freeze {
+		hold.Action = policy.Hold
 	}
-	if s.sameHeldMessage(req) {
-		return nil
-	}
-	e := s.entryFor(req, d, nil)
-	id, err := s.record(e, s.q.Hold)
-	if err != nil {
-		s.fail("record", err)
-		s.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", e.QueueID)
-		return err
-	}
-	if req.Instance != "" && req.QueueID == "" {
-		s.mu.Lock()
-		if len(s.awaitingQueueID) >= maxAwaiting {
-			// END-OF-MESSAGE never came for these (clients that gave
-			// up): their entries keep no queue ID.
-			clear(s.awaitingQueueID)
-		}
-		// A clone: the decoder's string shares a block with other
-		// requests' values (mta/postfix.Decoder).
-		s.awaitingQueueID[strings.Clone(req.Instance)] = struct{}{}
-		s.mu.Unlock()
-	}
-	s.noteIncomplete(id)
-	s.recorded(ctx, e, "hold")
-	return nil
+	_, err := s.Record(ctx, Message{Request: req}, &hold)
+	return err
 }
 
-// EndOfMessage completes the entries held at RCPT for req.Instance with
-// the queue ID (when it is valid), size and last recipient.
+// EndOfMessage is Record of a decision at END-OF-MESSAGE that is not a
+// hold.
+//
+// Deprecated: use Record.
 func (s *Service) EndOfMessage(req *policy.Request) {
-	if req.Instance == "" || req.QueueID == "" {
-		return
-	}
-	s.mu.Lock()
-	_, ok := s.awaitingQueueID[req.Instance]
-	delete(s.awaitingQueueID, req.Instance)
-	s.mu.Unlock()
-	if !ok {
-		return
-	}
-	qid := s.queueID(req)
-	if qid == "" {
-		return
-	}
-	set := false
-	_, err := s.q.UpdateByInstance(req.Instance, func(e *quarantine.Entry) bool {
-		if set || e.QueueID != "" {
-			return false
-		}
-		set = true
-		e.QueueID, e.Size = qid, req.Size
-		if req.RecipientCount > len(e.Recipients) && req.Recipient != "" {
-			e.Recipients = append(e.Recipients, req.Recipient)
-		}
-		return true
-	})
-	switch {
-	case errors.Is(err, quarantine.ErrDuplicateQueueID):
-		s.duplicateQueueID(req, qid)
-	case err != nil:
-		s.fail("record", err)
-		s.log.Error("linking a held message to its queue ID failed", "err", err, "queue_id", qid)
-	}
+	s.Record(context.Background(), Message{Request: req}, &policy.Decision{})
 }
 
-// sameHeldMessage reports whether req is a later request about a message
-// already held under its instance and queue ID (Postfix has a queue ID
-// from the second RCPT on): that entry gains req's recipient and no second
-// entry is made. A failure is logged and reported as false.
-func (s *Service) sameHeldMessage(req *policy.Request) bool {
-	if req.Instance == "" || req.QueueID == "" || !quarantine.ValidQueueID(req.QueueID) {
-		return false
-	}
-	n, err := s.q.UpdateByInstance(req.Instance, func(e *quarantine.Entry) bool {
-		if e.State != quarantine.Held || e.QueueID != req.QueueID {
-			return false
-		}
-		if req.Recipient != "" && !slices.Contains(e.Recipients, req.Recipient) {
-			e.Recipients = append(e.Recipients, req.Recipient)
-		}
-		return true
-	})
-	if err != nil {
-		s.fail("record", err)
-		s.log.Error("adding to a held message's entry failed", "err", err, "queue_id", req.QueueID)
-		return false
-	}
-	return n > 0
-}
-
-// record stores e with put (Store.Hold, or a Freeze); a queue ID another
-// pending entry already has is refused (quarantine.ErrDuplicateQueueID:
-// forged, or a message recorded twice) and e is stored without it.
-func (s *Service) record(e *quarantine.Entry, put func(*quarantine.Entry) (string, error)) (string, error) {
-	id, err := put(e)
-	if errors.Is(err, quarantine.ErrDuplicateQueueID) {
-		s.duplicateQueueID(&policy.Request{QueueID: e.QueueID, ClientAddress: e.ClientAddress,
-			SASLUsername: e.SASLUsername, Instance: e.Instance}, e.QueueID)
-		e.QueueID = ""
-		id, err = put(e)
-	}
-	return id, err
-}
-
-// duplicateQueueID logs and counts a queue ID refused because another
-// pending entry has it.
-func (s *Service) duplicateQueueID(req *policy.Request, qid string) {
-	s.m.badQueueIDs.Inc()
-	s.log.Warn("refusing a queue ID another quarantined message already has (forged policy request?); the hold is recorded without one",
-		"queue_id", qid, "client_address", req.ClientAddress, "sasl_username", req.SASLUsername, "instance", req.Instance)
-}
-
-// Freeze stores a whole message, read from body to its end, as frozen
-// (quarantine.Store.FreezeFrom: a large message is streamed into the
-// store, never held in memory whole); it returns only after the entry is
-// committed and fsync'd, so the MTA may then be told to discard its copy.
-// On error nothing is stored and the caller must temp-fail the message.
+// Freeze is Record of a milter Freeze.
+//
+// Deprecated: use Record.
 func (s *Service) Freeze(ctx context.Context, req *policy.Request, rcpts []string, body io.ReadSeeker, d policy.Decision) (string, error) {
-	e := s.entryFor(req, &d, rcpts)
-	id, err := s.record(e, func(e *quarantine.Entry) (string, error) {
-		if _, err := body.Seek(0, io.SeekStart); err != nil { // again after a refused queue ID
-			return "", err
-		}
-		return s.q.FreezeFrom(e, body)
-	})
-	if err != nil {
-		return "", err
-	}
-	s.recorded(ctx, e, "freeze")
-	return id, nil
+	d.Action = policy.Freeze
+	return s.Record(ctx, Message{Request: req, Recipients: rcpts, Body: body}, &d)
 }
 
-// Hold records a message the milter put on hold (its queue ID in
-// req.QueueID).
+// Hold is Record of a milter Hold.
+//
+// Deprecated: use Record.
 func (s *Service) Hold(ctx context.Context, req *policy.Request, rcpts []string, d policy.Decision) (string, error) {
-	e := s.entryFor(req, &d, rcpts)
-	id, err := s.record(e, s.q.Hold)
-	if err != nil {
-		return "", err
-	}
-	s.noteIncomplete(id)
-	s.recorded(ctx, e, "hold")
-	return id, nil
+	d.Action = policy.Hold
+	return s.Record(ctx, Message{Request: req, Recipients: rcpts}, &d)
 }
 
 // Health is the quarantine's part of "ratelimitd status": the loud

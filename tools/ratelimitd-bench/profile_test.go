@@ -31,7 +31,7 @@ var inuseProfile = flag.String("inuse", "", "BenchmarkInProcessDaemon: write a h
 // metrics and log lines), so that the profiling flags of go test show
 // where the daemon's time and memory go:
 //
-//	go test -run '^$' -bench InProcess -benchtime 1x -cpuprofile cpu.out -memprofile mem.out ./cmd/ratelimitd-bench
+//	go test -run '^$' -bench InProcess -benchtime 1x -cpuprofile cpu.out -memprofile mem.out ./ratelimitd-bench
 //
 // The client shares the process (and its profile: the connection
 // goroutines of runLoad are main.(*worker) frames). Each sub-benchmark is
@@ -82,7 +82,7 @@ func startInProcessDaemon(b *testing.B) (string, *ratestore.Persistent, func()) 
 	engine, p, stopEngine := newInProcessEngine(b)
 	srv := newFloorServer(io.Discard)
 	srv.Decider = mta.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
-		return engine.Decide(ctx, time.Now(), req)
+		return engine.Evaluate(ctx, time.Now(), req)
 	})
 	l, err := postfix.ListenTCP("127.0.0.1:0")
 	if err != nil {
@@ -185,7 +185,7 @@ func BenchmarkRequestPath(b *testing.B) {
 					p := &pre[(i/2)%len(pre)][i%2]
 					r = p
 				}
-				d := engine.Decide(ctx, now, r)
+				d := engine.Evaluate(ctx, now, r)
 				if err := postfix.WriteReply(bw, d, r.ProtocolState); err != nil {
 					b.Fatal(err)
 				}
@@ -233,7 +233,9 @@ func newInProcessEngine(b *testing.B) (*policy.Engine, *ratestore.Persistent, fu
 	if err != nil {
 		b.Fatal(err)
 	}
-	if engine, err = policy.NewEngine(f.PolicyConfig(), p); err != nil {
+	pc := f.PolicyConfig()
+	pc.OmitMeasures = true
+	if engine, err = policy.NewEngine(pc, p); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -13,10 +13,10 @@
 // users' slots, as the daemon batches per master). Comparing one server,
 // three standalone servers and a 3-master Cluster at the same batch size
 // separates what Redis Cluster costs from what several processes taking
-// turns on the same CPUs cost (docs/performance.md). Usage:
+// turns on the same CPUs cost (docs/performance.md). Usage (in tools/):
 //
-//	go run ./scripts/redis-replay -addrs 127.0.0.1:6379 -batch 12
-//	go run ./scripts/redis-replay -cluster -addrs A,B,C -batch 6
+//	go run ./redis-replay -addrs 127.0.0.1:6379 -batch 12
+//	go run ./redis-replay -cluster -addrs A,B,C -batch 6
 package main
 
 import (
