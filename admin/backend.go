@@ -49,27 +49,19 @@ type Backend interface {
 	Close() error
 }
 
-// Open returns a Client of the daemon at socket when one answers, else
-// offline()'s backend. Errors: asking the daemon's (but ErrNoDaemon), and
-// offline's.
-func Open(socket string, offline func() (Backend, error)) (Backend, error) {
-	c := NewClient(socket)
-	if _, err := c.Status(); err == nil {
-		return c, nil
-	} else if !errors.Is(err, ErrNoDaemon) {
-		return nil, err
-	}
-	return offline()
-}
-
-// With runs fn on the backend Open returns and closes it; it returns fn's
-// error, else Close's.
+// With runs fn on a Client of the daemon at socket when one answers, else
+// on offline()'s backend, and closes it. It returns the error of asking
+// the daemon (but ErrNoDaemon), offline's, fn's, else Close's.
 func With(socket string, offline func() (Backend, error), fn func(Backend) error) error {
-	b, err := Open(socket, offline)
-	if err != nil {
+	var b Backend = NewClient(socket)
+	if _, err := b.(*Client).Status(); errors.Is(err, ErrNoDaemon) {
+		if b, err = offline(); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
-	err = fn(b)
+	err := fn(b)
 	if cerr := b.Close(); err == nil {
 		err = cerr
 	}

@@ -148,7 +148,6 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 }
 
 func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
-	w.WriteHeader(http.StatusForbidden)
 	s.render(w, r, "error", map[string]any{"Title": "Forbidden", "Message": why, "Code": http.StatusForbidden})
 }
 
@@ -232,8 +231,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	again := func(status int, msg string) {
 		tok := randomToken()
 		http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
-		w.WriteHeader(status)
-		s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Next": safeNext(r.PostForm.Get("next"))})
+		s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Code": status,
+			"Next": safeNext(r.PostForm.Get("next"))})
 	}
 	if d := s.throttle.wait(now, keys...); d > 0 {
 		s.log.Warn("console: login attempt while slowed down", "user", name, "client", addr, "wait", d.Round(time.Second).String())
