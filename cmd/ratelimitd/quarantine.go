@@ -41,7 +41,7 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var es []quarantine.Entry
 			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				es, err = b.List(lq)
+				es, err = b.List(cmd.Context(), lq)
 				return err
 			}); err != nil {
 				return err
@@ -71,7 +71,7 @@ func newQuarantineShowCmd(opts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var res admin.ShowResult
 			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				res, err = b.Show(args[0], raw)
+				res, err = b.Show(cmd.Context(), args[0], raw)
 				return err
 			}); err != nil {
 				return err
@@ -151,7 +151,7 @@ func newQuarantineSuspendCmd(opts *rootOptions, resume bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var res admin.SuspendResult
 			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				res, err = b.Suspend(args[0], resume)
+				res, err = b.Suspend(cmd.Context(), args[0], resume)
 				return err
 			}); err != nil {
 				return err
@@ -166,9 +166,9 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 	var out []lifecycle.Outcome
 	if err := withQuarantine(opts, func(b admin.Backend) (err error) {
 		if op == "thaw" {
-			out, err = b.Thaw(sel)
+			out, err = b.Thaw(cmd.Context(), sel)
 		} else {
-			out, err = b.Delete(sel)
+			out, err = b.Delete(cmd.Context(), sel)
 		}
 		return err
 	}); err != nil {
@@ -196,7 +196,7 @@ func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selectio
 	n := len(sel.IDs)
 	if n == 0 {
 		if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-			n, err = admin.CountSelected(b, sel)
+			n, err = admin.CountSelected(cmd.Context(), b, sel)
 			return err
 		}); err != nil {
 			return err

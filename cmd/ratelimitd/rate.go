@@ -39,7 +39,7 @@ func newRateShowCmd(opts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var kr []policy.KeyRate
 			if err := withRates(opts, false, func(b admin.Backend, _ *config.File) (err error) {
-				kr, err = b.Rate(args[0])
+				kr, err = b.Rate(cmd.Context(), args[0])
 				return err
 			}); err != nil {
 				return err
@@ -76,7 +76,7 @@ func newRateListCmd(opts *rootOptions) *cobra.Command {
 			}
 			var kr []policy.KeyRate
 			if err := withRates(opts, false, func(b admin.Backend, _ *config.File) (err error) {
-				kr, err = b.Rates(n, over)
+				kr, err = b.Rates(cmd.Context(), n, over)
 				return err
 			}); err != nil {
 				return err
@@ -115,7 +115,7 @@ func newRateResetCmd(opts *rootOptions) *cobra.Command {
 			if err := withRates(opts, true, func(b admin.Backend, cf *config.File) (err error) {
 				_, offline = b.(*admin.Local)
 				f = cf
-				res, err = b.Reset(args[0], limit)
+				res, err = b.Reset(cmd.Context(), args[0], limit)
 				return err
 			}); err != nil {
 				return err
