@@ -378,7 +378,7 @@ func BuildMessage(from, to, subject, body string) []byte {
 		body += "\r\n"
 	}
 	cte := "7bit"
-	if !isASCII(body) {
+	if strings.ContainsFunc(body, func(r rune) bool { return r >= 0x80 }) {
 		cte = "8bit"
 	}
 	var b bytes.Buffer
@@ -393,13 +393,4 @@ func BuildMessage(from, to, subject, body string) []byte {
 	b.WriteString("\r\n")
 	b.WriteString(body)
 	return b.Bytes()
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }
