@@ -59,13 +59,9 @@ func (s State) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
-func (s *State) UnmarshalText(b []byte) error {
-	v, err := ParseState(string(b))
-	if err != nil {
-		return err
-	}
-	*s = v
-	return nil
+func (s *State) UnmarshalText(b []byte) (err error) {
+	*s, err = ParseState(string(b))
+	return err
 }
 
 // Entry.Action when the caller of Hold or Freeze leaves it empty.
