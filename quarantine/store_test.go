@@ -311,9 +311,6 @@ func TestStateTransitions(t *testing.T) {
 	if _, err := s.Message(h1); !errors.Is(err, ErrNoContent) {
 		t.Errorf("held content: %v", err)
 	}
-	if _, err := s.Preview(h1, 0); !errors.Is(err, ErrNoContent) {
-		t.Errorf("held preview: %v", err)
-	}
 	if err := s.MarkThawed(h1); err != nil {
 		t.Errorf("thaw held: %v", err)
 	}
