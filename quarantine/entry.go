@@ -64,12 +64,6 @@ func (s *State) UnmarshalText(b []byte) (err error) {
 	return err
 }
 
-// Entry.Action when the caller of Hold or Freeze leaves it empty.
-const (
-	ActionHold   = "hold"
-	ActionFreeze = "freeze"
-)
-
 // Entry is one quarantined message: the decision that put it there, its
 // envelope, a few header fields and its state. A frozen entry's message is
 // read with Store.Message. Entries the Store returns are copies.
