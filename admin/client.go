@@ -40,6 +40,10 @@ var ErrNoDaemon = errors.New("ratelimitd is not running")
 // into out (unless nil). Errors: ErrNoDaemon, the API's error text for a
 // status of 300 or more.
 func (c *Client) Do(method, path string, body any, out any) error {
+	return c.do(context.Background(), method, path, body, out)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -48,7 +52,7 @@ func (c *Client) Do(method, path string, body any, out any) error {
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, "http://ratelimitd"+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, "http://ratelimitd"+path, rd)
 	if err != nil {
 		return err
 	}
@@ -73,11 +77,16 @@ func (c *Client) Do(method, path string, body any, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
+// call is Do decoding into a T.
+func call[T any](ctx context.Context, c *Client, method, path string, body any) (T, error) {
+	var out T
+	err := c.do(ctx, method, path, body, &out)
+	return out, err
+}
+
 // Status asks the daemon for its status (GET /v1/status).
 func (c *Client) Status() (Status, error) {
-	var st Status
-	err := c.Do("GET", "/v1/status", nil, &st)
-	return st, err
+	return call[Status](context.Background(), c, "GET", "/v1/status", nil)
 }
 
 // SetTimeout sets each later call's time limit; call it before sharing c.

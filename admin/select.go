@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -25,11 +26,11 @@ func OfDomain(kr []policy.KeyRate, d string) []policy.KeyRate {
 // CountSelected is how many messages a thaw or delete of sel would act
 // on: its IDs, else the pending messages of its sender or key older than
 // sel.OlderThan (0: any).
-func CountSelected(b Backend, sel lifecycle.Selection) (int, error) {
+func CountSelected(ctx context.Context, b Backend, sel lifecycle.Selection) (int, error) {
 	if len(sel.IDs) > 0 {
 		return len(sel.IDs), nil
 	}
-	es, err := b.List(ListQuery{Sender: sel.Sender, Key: sel.Key})
+	es, err := b.List(ctx, ListQuery{Sender: sel.Sender, Key: sel.Key})
 	n := 0
 	for _, e := range es {
 		if sel.OlderThan <= 0 || time.Since(e.Created) > sel.OlderThan {

@@ -1,6 +1,8 @@
 // Package config reads ratelimitd's TOML configuration file: strict decoding
 // (an unknown key is an error), every error reported with its key, and the
-// embedded default (configs/ratelimitd.toml) when no file is given.
+// embedded default (configs/ratelimitd.toml) when no file is given. Every
+// key is documented once, in the keys table of reference.go, from which
+// `ratelimitd config reference` writes docs/configuration.md.
 package config
 
 import (

@@ -27,7 +27,7 @@ var tables = []struct{ Name, Doc string }{
 	{"policy.exempt", "Who is never limited."},
 	{"limit", "One `[[limit]]` table per limit; the stack is evaluated in order. At least one is required unless `[policy] limits = \"none\"`."},
 	{"store", "Where rate state lives: this host (memory and the BoltDB file) or Redis, shared by several MTAs (docs/redis.md)."},
-	{"quarantine", "Held and frozen mail: storage, release, expiry (docs/operations.md)."},
+	{"quarantine", "Held and frozen mail: storage, release, expiry (docs/operations.md). In a command, `{queue_id}` is replaced by the message's queue ID, always a valid Postfix or Exim queue ID; commands run without a shell."},
 	{"milter", "The milter front end, needed to freeze (docs/postfix.md)."},
 	{"notify", "Notifications to the postmaster; off until `webhook.url` or `mail.to` is set."},
 	{"notify.webhook", "One signed JSON object per event, POSTed."},
@@ -109,7 +109,7 @@ var keys = []key{
 	{name: "quarantine.delete_command", def: `["postsuper", "-d", "{queue_id}"]`, doc: "Deletes held mail. Exim: [\"exim\", \"-Mrm\", \"{queue_id}\"]."},
 	{name: "quarantine.show_command", def: `["postcat", "-q", "{queue_id}"]`, doc: "Prints held mail for quarantine show."},
 	{name: "quarantine.queue_list_command", def: `["postqueue", "-j"]`, doc: "Lists the MTA's queue (postqueue -j JSON lines, or Exim's [\"exim\", \"-bp\"]): each held message's queue ID is confirmed there (sender, recipients, arrival) before any command runs on it, and mail held at its first RCPT is found there. [] disables it: held mail is then never acted on."},
-	{name: "quarantine.expire_action", def: `"bounce"`, doc: "Past max_age: bounce (frozen mail gets a DSN, held mail expire_command) or keep (flagged until an operator acts)."},
+	{name: "quarantine.expire_action", def: `"bounce"`, doc: "Past max_age: bounce (frozen mail gets a DSN, or is deleted if its sender is <>; held mail expire_command) or keep (flagged until an operator acts)."},
 	{name: "quarantine.expire_command", def: `[["postsuper", "-f", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, doc: "Returns held mail past max_age to its sender; one command or a list."},
 	{name: "quarantine.alert_every", def: `10`, unit: "messages", doc: "Logs (and notifies) \"KEY has N quarantined messages\" at each multiple of this count."},
 

@@ -99,34 +99,28 @@ type decoder struct {
 	err error
 }
 
-func (d *decoder) str() string {
+// field returns the next string field's bytes (a slice of the record).
+func (d *decoder) field() []byte {
 	if d.err != nil {
-		return ""
+		return nil
 	}
 	n, w := binary.Uvarint(d.b)
 	if w <= 0 || n > uint64(len(d.b)-w) {
 		d.err = ErrCorrupt
-		return ""
+		return nil
 	}
-	s := string(d.b[w : w+int(n)])
+	s := d.b[w : w+int(n)]
 	d.b = d.b[w+int(n):]
 	return s
 }
 
-// skip passes over a string field, reporting whether it equals want
+func (d *decoder) str() string { return string(d.field()) }
+
+// match passes over a string field, reporting whether it equals want
 // (always true when want is "").
 func (d *decoder) match(want string) bool {
-	if d.err != nil {
-		return false
-	}
-	n, w := binary.Uvarint(d.b)
-	if w <= 0 || n > uint64(len(d.b)-w) {
-		d.err = ErrCorrupt
-		return false
-	}
-	s := d.b[w : w+int(n)]
-	d.b = d.b[w+int(n):]
-	return want == "" || string(s) == want
+	s := d.field()
+	return d.err == nil && (want == "" || string(s) == want)
 }
 
 func (d *decoder) float() float64 {

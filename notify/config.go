@@ -117,47 +117,31 @@ func (c *Config) enabled() bool { return c.Webhook.URL != "" || len(c.Mail.To) >
 
 // WithDefaults fills the unset fields.
 func (c *Config) WithDefaults() {
-	if c.QueueSize == 0 {
-		c.QueueSize = 1000
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = 100000
-	}
+	orDefault(&c.QueueSize, 1000)
+	orDefault(&c.MaxKeys, 100000)
 	c.Webhook.Retry.withDefaults(10 * time.Second)
 	m := &c.Mail
-	if m.Relay == "" {
-		m.Relay = "127.0.0.1:25"
-	}
-	if m.Helo == "" {
-		m.Helo = "localhost"
-	}
-	if m.Subject == "" {
-		m.Subject = DefaultSubject
-	}
-	if m.Body == "" {
-		m.Body = DefaultBody
-	}
-	if m.SenderSubject == "" {
-		m.SenderSubject = DefaultSenderSubject
-	}
-	if m.SenderBody == "" {
-		m.SenderBody = DefaultSenderBody
-	}
+	orDefault(&m.Relay, "127.0.0.1:25")
+	orDefault(&m.Helo, "localhost")
+	orDefault(&m.Subject, DefaultSubject)
+	orDefault(&m.Body, DefaultBody)
+	orDefault(&m.SenderSubject, DefaultSenderSubject)
+	orDefault(&m.SenderBody, DefaultSenderBody)
 	m.Retry.withDefaults(30 * time.Second)
 }
 
 func (r *Retry) withDefaults(timeout time.Duration) {
-	if r.Timeout == 0 {
-		r.Timeout = policy.Duration(timeout)
-	}
-	if r.Attempts == 0 {
-		r.Attempts = 5
-	}
-	if r.Backoff == 0 {
-		r.Backoff = policy.Duration(time.Second)
-	}
-	if r.MaxBackoff == 0 {
-		r.MaxBackoff = policy.Duration(time.Minute)
+	orDefault(&r.Timeout, policy.Duration(timeout))
+	orDefault(&r.Attempts, 5)
+	orDefault(&r.Backoff, policy.Duration(time.Second))
+	orDefault(&r.MaxBackoff, policy.Duration(time.Minute))
+}
+
+// orDefault sets *v to def if it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -106,7 +107,8 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	if errs := cfg.Validate(); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	n := &Notifier{cfg: cfg, log: o.Logger, hc: o.HTTPClient, now: o.Now,
+	n := &Notifier{cfg: cfg, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now,
+		hc:    cmp.Or(o.HTTPClient, &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}),
 		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{index: map[seenKey]int{}},
 		mEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_events_total",
 			Help: "Events accepted into the notification queue, by kind."}, []string{"kind"}),
@@ -117,14 +119,8 @@ func New(cfg Config, o Options) (*Notifier, error) {
 		mFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_failed_total",
 			Help: "Notifications given up after their last attempt, by channel (webhook, mail)."}, []string{"channel"}),
 	}
-	if n.log == nil {
-		n.log = slog.New(slog.DiscardHandler)
-	}
 	if n.now == nil {
 		n.now = time.Now
-	}
-	if n.hc == nil {
-		n.hc = &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}
 	}
 	if len(cfg.Events) > 0 {
 		n.kinds = map[Kind]bool{}

@@ -95,10 +95,8 @@ type KeyRate struct {
 	Converted *ConvertedView `json:"converted,omitempty"`
 }
 
-// Lookup returns, for every limit with state for key, the key's rate decayed
-// to now. key is a rate key value as logged ("alice", "192.0.2.0/24"), in
-// any spelling: it is made canonical first (KeyForm.Key), so
-// "Alice+x@Example.ORG" finds "alice@example.org". An error is the
+// Lookup returns, for every limit with state for key (in any spelling:
+// made canonical first), the key's rate decayed to now. Errors are the
 // store's.
 func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRate, error) {
 	c := e.cfg.Load()
@@ -131,9 +129,8 @@ func (e *Engine) conversion(name string) *Conversion {
 	return nil
 }
 
-// view is l's view of key's state s at now. With conv, the store's last
-// conversion of l's states, a state it converted says so (with the key's
-// rate by the old parameters when back is set).
+// view is l's view of key's state s at now; conv marks a converted state
+// (with the old parameters' rate when back).
 func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
 	rl := l.rl
 	if v, ok := l.override(key); ok {
@@ -186,9 +183,8 @@ func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 	return out, err
 }
 
-// Reset forgets the rate of key (in any spelling, as Lookup) under the
-// named limit, or under every limit when limit is "". It returns how many states were removed; ErrUnknownLimit
-// when limit names no configured limit.
+// Reset forgets key's rate (any spelling) under limit, or every limit for
+// "", and returns how many states went; ErrUnknownLimit for an unknown one.
 func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 	c := e.cfg.Load()
 	key = c.form.Key(key)
@@ -218,9 +214,8 @@ func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 	return n, nil
 }
 
-// Negligible reports whether s, stored under the named limit, has decayed
-// to the point of being equivalent to no state (ratelimit.Limit.Negligible),
-// so stores may drop it. States of unknown limits are negligible.
+// Negligible reports whether s, under the named limit, equals no state
+// (ratelimit.Limit.Negligible); states of unknown limits are.
 func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool {
 	c := e.cfg.Load()
 	for i := range c.limits {
@@ -231,13 +226,9 @@ func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool
 	return true
 }
 
-// MayFreeze reports whether a limit with action freeze could refuse req:
-// one that measures req's front end (Request.Stage) and finds its key in
-// req, for a request that is not exempt. A recipient key counts as found
-// once any recipient was accepted (RecipientCount > 0). The milter asks it
-// when a message's header begins, to keep the message's content only when
-// a freeze could need it. Safe for concurrent use; it does not touch the
-// rate state.
+// MayFreeze reports whether a freeze limit could refuse req: it measures
+// req's front end and finds its key (a recipient key once RecipientCount >
+// 0), and req is not exempt. Safe for concurrent use; reads no rate state.
 func (e *Engine) MayFreeze(req *Request) bool {
 	c := e.cfg.Load()
 	if c.exempt(req) {
@@ -259,10 +250,9 @@ func (e *Engine) MayFreeze(req *Request) bool {
 	return false
 }
 
-// LimitParams returns the arithmetic of every limit of c by name, as the
-// engine compiles it (for a baseline limit the cap is its Limit), without
-// per-key overrides: what a rate store keeps with its states to decay and
-// convert them. The error is Check's.
+// LimitParams returns the compiled arithmetic of c's limits by name,
+// without overrides, as a store keeps it with its states; the error is
+// Check's.
 func LimitParams(c Config) (map[string]ratelimit.Limit, error) {
 	cc, err := compile(c)
 	if err != nil {
@@ -275,9 +265,8 @@ func LimitParams(c Config) (map[string]ratelimit.Limit, error) {
 	return out, nil
 }
 
-// LimitParams returns the arithmetic of the running limit named name (see
-// the function LimitParams), and whether there is one. Safe for concurrent
-// use; it does not allocate.
+// LimitParams returns the running limit name's arithmetic, if any. Safe
+// for concurrent use; no allocation.
 func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
 	c := e.cfg.Load()
 	for i := range c.limits {

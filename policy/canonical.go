@@ -10,18 +10,12 @@ import (
 	"golang.org/x/net/idna"
 )
 
-// KeyForm says how request attributes become rate keys, so that one
-// mailbox or one customer network is one key however it is spelt. The zero
-// value is not useful; start from DefaultKeyForm. It is configured by
-// [policy] address_case, recipient_delimiter, ipv4_prefix and ipv6_prefix.
-//
-// The rules follow what MTAs already do: Postfix's recipient_delimiter
-// (postconf(5)) splits an address extension off the local part; Exim's
-// ACLs key rates on ${lc:...} and ${mask:...} (Exim specification, chapter
-// "Access control lists", the ratelimit condition); RFC 5321 section 2.4
-// leaves the local part's case to the receiving host, and the domain is
-// case-insensitive (RFC 1035 section 2.3.3) and written in its IDNA ASCII
-// form (RFC 5891).
+// KeyForm says how request attributes become rate keys, so one mailbox or
+// network is one key however spelt ([policy] address_case,
+// recipient_delimiter, ipv4_prefix, ipv6_prefix; start from
+// DefaultKeyForm). The rules follow Postfix's recipient_delimiter
+// (postconf(5)), Exim's ${lc:} and ${mask:} (Exim specification, "Access
+// control lists"), RFC 5321 2.4, RFC 1035 2.3.3 and IDNA (RFC 5891).
 type KeyForm struct {
 	// FoldCase lower-cases the local part of addresses ("fold", the
 	// default); false keeps it as sent ("keep"). Domains are always
@@ -37,9 +31,8 @@ type KeyForm struct {
 	IPv4Prefix, IPv6Prefix int
 }
 
-// DefaultKeyForm is the key form of a configuration that says nothing:
-// local parts folded, "+" extensions removed, IPv4 by address, IPv6 by
-// /64.
+// DefaultKeyForm folds local parts, removes "+" extensions, keeps IPv4
+// addresses whole and IPv6 by /64.
 func DefaultKeyForm() KeyForm {
 	return KeyForm{FoldCase: true, Delimiters: "+", IPv4Prefix: 32, IPv6Prefix: 64}
 }
@@ -48,13 +41,9 @@ func DefaultKeyForm() KeyForm {
 // FROM:<>), which Postfix's policy delegation sends as an empty sender=.
 const NullSender = "<>"
 
-// Address returns the canonical form of an envelope address: the domain
-// lower-cased in its IDNA ASCII form (a domain IDNA refuses is only
-// lower-cased), the local part lower-cased unless FoldCase is off, the
-// address extension removed (from the first delimiter on, unless the local
-// part starts with it), surrounding spaces dropped. The null
-// sender ("" or "<>") is NullSender. An address without "@" is a bare
-// local part and is treated as one. Address never fails and is safe for
+// Address returns the canonical form of an envelope address: domain
+// lower-cased in IDNA ASCII, local part lower-cased unless FoldCase is off,
+// extension removed, spaces trimmed; "" and "<>" are NullSender. Safe for
 // concurrent use.
 func (f KeyForm) Address(addr string) string {
 	addr = strings.TrimSpace(addr)
@@ -81,10 +70,8 @@ func (f KeyForm) Address(addr string) string {
 	return join(addr, local, Domain(domain))
 }
 
-// Domain returns the canonical form of a domain name: lower-case, without
-// trailing dots or spaces, in IDNA ASCII form ("Bücher.Example" is
-// "xn--bcher-kva.example"); a name IDNA refuses (underscores, a literal
-// "[192.0.2.1]") is only lower-cased. It is safe for concurrent use.
+// Domain returns a domain lower-cased, without trailing dots, in IDNA
+// ASCII ("xn--bcher-kva.example"); names IDNA refuses only lower-cased.
 func Domain(d string) string {
 	d = strings.TrimLeftFunc(d, unicode.IsSpace)
 	d = strings.TrimRightFunc(d, func(r rune) bool { return r == '.' || unicode.IsSpace(r) })
@@ -102,13 +89,9 @@ func Domain(d string) string {
 	return d
 }
 
-// Client returns the canonical key of a client IP address: an IPv4
-// address (or an IPv4-mapped IPv6 address) masked to IPv4Prefix bits and
-// an IPv6 address masked to IPv6Prefix bits, written as the bare address
-// at full length ("192.0.2.7") and as a prefix otherwise
-// ("2001:db8:1:1::/64"). A zone is dropped. A value that is not an address
-// (Postfix's "unknown") is returned lower-cased. It is safe for concurrent
-// use.
+// Client returns the key of a client address: masked to IPv4Prefix or
+// IPv6Prefix bits (IPv4-mapped as IPv4), bare at full length, else a
+// prefix; no zone; a non-address lower-cased.
 func (f KeyForm) Client(addr string) string {
 	a, err := netip.ParseAddr(strings.TrimSpace(addr))
 	if err != nil {
@@ -141,13 +124,9 @@ func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 	return p.String()
 }
 
-// Key returns the canonical form of a rate key an operator typed (rate
-// show, rate reset, an override, an exemption): each "|"-separated part is
-// made canonical by what it looks like: an IP address or prefix as a
-// client (Client), a part with "@" as an address (Address; a lone
-// "@domain" override as "@" and the canonical domain), anything else
-// (a SASL user name without a domain, a domain, a HELO name) lower-cased.
-// Canonical keys are fixed points: Key(Key(k)) == Key(k).
+// Key returns the canonical form of a key an operator typed (rate show,
+// reset, overrides, exemptions): each "|" part as a client, an address
+// ("@domain" kept), or lower-cased. Key(Key(k)) == Key(k).
 func (f KeyForm) Key(k string) string {
 	if !strings.Contains(k, "|") {
 		return f.part(k)
@@ -177,10 +156,8 @@ func (f KeyForm) part(p string) string {
 	return strings.ToLower(p)
 }
 
-// user returns the key of a SASL user name: lower-cased, with the domain
-// of a user@domain login in canonical form. Unlike envelope addresses, an
-// extension is not removed: the login is authenticated, and some sites
-// give "a+b" its own mailbox.
+// user returns a SASL login's key: lower-cased, domain canonical,
+// extension kept (the login is authenticated).
 func (f KeyForm) user(u string) string {
 	if i := strings.LastIndexByte(u, '@'); i >= 0 {
 		return join(u, strings.ToLower(u[:i]), Domain(u[i+1:]))
@@ -198,10 +175,7 @@ func join(orig, local, domain string) string {
 	return local + "@" + domain
 }
 
-// keyForm returns the key form c configures, reporting bad values with
-// bad (their accepted ranges: address_case fold or keep; a delimiter
-// set of printable ASCII other than "@", "|", quotes and space;
-// ipv4_prefix 8 to 32; ipv6_prefix 32 to 128).
+// keyForm returns the key form c configures, reporting bad values to bad.
 func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 	f := DefaultKeyForm()
 	switch c.AddressCase {

@@ -9,10 +9,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// Conversion records that a store converted the states of a limit to its
-// changed algorithm, period or half-life (ratelimit.Limit.Convert): at a
-// reload, or when the stored states were restored under parameters other
-// than those they were written with.
+// Conversion records that a store converted a limit's states to changed
+// parameters (ratelimit.Limit.Convert).
 type Conversion struct {
 	// From are the parameters the states were converted from (as the
 	// store keeps them: the mode is not part of them).
@@ -24,9 +22,8 @@ type Conversion struct {
 	Cause string
 }
 
-// Conversions is implemented by a rate store that converts states when a
-// limit's parameters change (ratestore.Persistent). The engine asks it
-// when it builds a KeyRate, to say what a converted state was.
+// Conversions is implemented by a store that converts states
+// (ratestore.Persistent), for KeyRate.
 type Conversions interface {
 	// LastConversion returns the last conversion of limit's states since
 	// the store was opened, and whether there was one. Safe for
@@ -34,12 +31,9 @@ type Conversions interface {
 	LastConversion(limit string) (Conversion, bool)
 }
 
-// ConvertedView is the part of a KeyRate that says its state was
-// converted from other parameters: a refused key keeps its wait through
-// the change, so its rate in the new limit's units can be far above
-// anything mail makes (a 30-minute refusal under 5/1h becomes about
-// 3*e^30 per minute under 3/1m); the rate by the old parameters says what
-// the key did.
+// ConvertedView says a KeyRate's state was converted: a refused key keeps
+// its wait, so its new rate may look huge; Before is its rate by the old
+// parameters.
 type ConvertedView struct {
 	// From is the old limit as "5/1h", followed by its algorithm when
 	// that changed ("5/1h gcra").
@@ -57,12 +51,8 @@ type ConvertedView struct {
 }
 
 // convertedView returns what l's view of key's state s at now says about
-// c, or nil when s is not one c converted: for an algorithm whose state
-// is stamped with its last update (exponential, EARRRL, baseline), a
-// state written after c is not; for GCRA and cooldown, whose state is a
-// future arrival time, only a refused key is shown as converted. With
-// back, the key's rate by c's parameters is computed (a conversion back,
-// a bisection of some microseconds).
+// c, or nil when c did not convert s (a later update, or for GCRA an
+// admitted key); back computes the old rate by bisection.
 func (l *limit) convertedView(c Conversion, s ratelimit.State, refusing bool, now time.Time, back bool) *ConvertedView {
 	gcra := l.rl.Algorithm == ratelimit.GCRA || l.rl.Algorithm == ratelimit.Cooldown
 	if gcra && !refusing || !gcra && s.Time > c.At.UnixNano() {

@@ -5,26 +5,17 @@ import (
 	"time"
 )
 
-// Action is what the MTA is told to do with a message. Actions are ordered by
-// strictness: when several limits of a stack fire, the greatest Action wins
-// (Reject > Defer > Freeze > Hold > Warn > Pass). The zero value is Pass.
+// Action is what the MTA is told, ordered by strictness (Reject > Defer >
+// Freeze > Hold > Warn > Pass); the zero value is Pass.
 type Action uint8
 
 const (
-	// Pass lets the request through: Postfix "DUNNO", milter continue.
-	Pass Action = iota
-	// Warn lets it through, logs, and optionally adds a header (dry run).
-	Warn
-	// Hold accepts the message into the MTA's own hold queue (Postfix
-	// "HOLD", milter quarantine), recorded in our quarantine index.
-	Hold
-	// Freeze accepts the message, stores it whole in our quarantine, and
-	// tells the MTA to discard its copy (milter only).
-	Freeze
-	// Defer refuses temporarily: 450 4.7.1 (DEFER_IF_PERMIT).
-	Defer
-	// Reject refuses permanently: 550 5.7.1.
-	Reject
+	Pass   Action = iota // DUNNO; milter continue
+	Warn                 // let through, logged, optional header
+	Hold                 // the MTA's hold queue, recorded in the quarantine
+	Freeze               // stored in the quarantine, the MTA's copy discarded (milter)
+	Defer                // 450 4.7.1
+	Reject               // 550 5.7.1
 )
 
 var actionNames = [...]string{"pass", "warn", "hold", "freeze", "defer", "reject"}
@@ -37,8 +28,7 @@ func (a Action) String() string {
 	return fmt.Sprintf("action(%d)", uint8(a))
 }
 
-// ParseAction maps a configuration name ("pass", "warn", "hold", "freeze",
-// "defer", "reject") to an Action; it returns ErrUnknownAction otherwise.
+// ParseAction maps a configuration name to an Action, or ErrUnknownAction.
 func ParseAction(s string) (Action, error) {
 	for i, n := range actionNames {
 		if n == s {
@@ -48,68 +38,44 @@ func ParseAction(s string) (Action, error) {
 	return 0, fmt.Errorf("%w: %q (want pass, warn, hold, freeze, defer or reject)", ErrUnknownAction, s)
 }
 
-// Admits reports whether a lets the message proceed to delivery (Pass or
-// Warn). Leaky limits count a request only when the stack's action admits it.
+// Admits reports whether a lets the message on (Pass, Warn).
 func (a Action) Admits() bool { return a <= Warn }
 
-// Measure is one limit's measurement of one request.
+// Measure is one limit's measurement of one request; rates in cost per
+// period.
 type Measure struct {
-	// Limit is the configured limit name.
-	Limit string
-	// Key is the rate key value (e.g. "alice" or "192.0.2.0/24").
-	Key string
-	// Cost is the cost charged, in the limit's unit (mails, recipients, bytes).
-	Cost float64
-	// Before is the key's rate decayed to now before this request and
-	// After the measured rate with it, both in cost per period.
-	Before, After float64
-	// Max is the limit (cost per period) in force for this key, after
-	// overrides.
-	Max float64
-	// Over reports that this limit is exceeded.
-	Over bool
-	// Action is the limit's configured action when Over, else Pass.
-	Action Action
-	// RetryAfter is how long until the key is allowed again; 0 if not Over.
-	RetryAfter time.Duration
-	// Stored reports whether the request was counted into the stored state.
-	Stored bool
+	Limit, Key    string
+	Cost          float64 // in the limit's unit
+	Before, After float64 // the key's rate before and with this request
+	Max           float64 // the limit in force, after overrides
+	Over          bool
+	Action        Action        // the limit's action when Over, else Pass
+	RetryAfter    time.Duration // 0 if not Over
+	Stored        bool          // counted into the stored state
 }
 
-// Decision is the engine's verdict on one Request. The zero value is Pass
-// with no text.
+// Decision is the engine's verdict on one Request; the zero value is Pass.
 type Decision struct {
-	// Action is the verdict.
-	Action Action
-	// Code is the SMTP reply code for Defer and Reject (450, 550); 0 else.
-	Code int
-	// Enhanced is the RFC 3463 enhanced status code ("4.7.1", "5.7.1").
-	Enhanced string
-	// Text is the text for the client, already sanitised: no CR, LF or
-	// NUL, valid UTF-8, at most MaxTextLen bytes. Safe to put on the wire.
-	Text string
-	// Header is an optional "Name: value" header to prepend (Warn).
-	Header string
-	// Reason is the log reason; never sent to the client.
-	Reason string
-	// Limit, Key, Rate, Max, Period and RetryAfter describe the limit that
-	// decided (empty for Pass): name, key value, measured rate and limit
-	// in cost per Period, and the wait before the key is allowed again.
+	Action   Action
+	Code     int    // SMTP reply code of Defer and Reject (450, 550)
+	Enhanced string // RFC 3463 code ("4.7.1")
+	// Text is the client text as the limit's template expands it; the
+	// front ends make it safe for the wire (mta.ReplyText).
+	Text   string
+	Header string // "Name: value" to prepend (Warn)
+	Reason string // for the log, never sent
+	// The limit that decided (empty for Pass): its name, key, measured
+	// rate and limit per Period, and the wait before the key may send.
 	Limit      string
 	Key        string
 	Rate       float64
 	Max        float64
 	Period     time.Duration
 	RetryAfter time.Duration
-	// Measures lists every limit that applied, in configuration order.
-	Measures []Measure
-	// Fault is set when the decision is a fail-open Pass after an internal
-	// error (store failure, panic), or when some limits could not be
-	// measured and the verdict comes from the others; it is logged and
-	// counted.
+	Measures   []Measure // every limit that applied, in order
+	// Fault is set on a fail-open Pass after a store fault or panic, or
+	// when some limits could not be measured; it is logged and counted.
 	Fault error
-	// Repeated reports that the verdict was decided at an earlier request
-	// of the same message (an earlier RCPT) and is given again without
-	// counting the message again.
+	// Repeated: the message's verdict given again at a later request.
 	Repeated bool
 }

@@ -67,11 +67,9 @@ type Engine struct {
 	scratch sync.Pool
 }
 
-// NewEngine validates c and returns an Engine keeping rate state in st. The
-// error joins every configuration problem found, each wrapping
-// ErrInvalidConfig and naming its TOML key. When st implements
-// StackEvaluator (the Redis store, the in-memory and persistent stores), each request's limits are decided by
-// it in one step; otherwise by EvaluateStack over st.
+// NewEngine validates c and returns an Engine keeping rate state in st; the
+// error joins every problem, each wrapping ErrInvalidConfig with its TOML
+// key. A StackEvaluator st decides each stack in one step.
 func NewEngine(c Config, st Store) (*Engine, error) {
 	cc, err := compile(c)
 	if err != nil {
@@ -89,9 +87,8 @@ func Check(c Config) error {
 	return err
 }
 
-// Reload validates c and, only if it is valid, makes it the configuration
-// of every later Evaluate. Rate state is kept: a limit keeps its state as
-// long as its name is unchanged.
+// Reload validates c and only then makes it the configuration; a limit
+// keeps its state while its name is unchanged.
 func (e *Engine) Reload(c Config) error {
 	cc, err := compile(c)
 	if err != nil {
@@ -120,11 +117,8 @@ type probe struct {
 // maxStack bounds the stack size handled without allocation.
 const maxStack = 8
 
-// scratch is the per-evaluation memory that the store is handed (so it
-// would escape from a stack frame), and the probes, kept off the
-// goroutine's stack (with many connections, a connection's stack is cold
-// in cache at its next request; the pooled scratch is warm): reused
-// through Engine.scratch.
+// scratch is one evaluation's memory handed to the store, pooled
+// (Engine.scratch) so it stays warm in cache.
 type scratch struct {
 	probes [maxStack]probe
 	items  [maxStack]StackItem
@@ -142,14 +136,13 @@ func messageState(s string) bool {
 	return false
 }
 
-// Evaluate decides req at now: it finds the request's message (charged
-// once per limit whatever stages the MTA asks at, docs/limits.md), the
-// limits that apply, has the store measure them, and returns the strictest
-// action; every request of a message gets the message's verdict combined
-// with its own per_rcpt verdict. A store fault yields a Pass with Fault set,
-// or the answer of the fault table (faultAnswer). Decision.Measures is nil
-// under Config.OmitMeasures. Safe for concurrent use; a panic is left to
-// the front end's recover.
+// Evaluate decides req at now: its message (charged once per limit
+// whatever stages the MTA asks at, docs/limits.md), the limits that apply,
+// the store's measure, the strictest action; a message's requests share
+// its verdict, combined with their own per_rcpt one. A store fault is a
+// Pass with Fault set, or the fault table's answer (faultAnswer).
+// Measures is nil under Config.OmitMeasures. Safe for concurrent use; a
+// panic is left to the front end.
 func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d Decision) {
 	c := e.cfg.Load()
 	state := req.ProtocolState
@@ -269,10 +262,8 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 	return d
 }
 
-// stack returns the limits that apply to req, each as a probe (the
-// limit, the message's charge record m holds of it, the bookkeeping to
-// commit) and a StackItem (key, parameters with any override, cost) for
-// the store, in sc's memory.
+// stack returns, in sc's memory, the limits that apply to req: a probe
+// (limit, charge record, bookkeeping) and a StackItem each.
 func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Request, m *msgEntry, front int, sc *scratch) ([]probe, []StackItem) {
 	state := req.ProtocolState
 	connectSeen := e.seen.asked(front, StateConnect)
@@ -308,9 +299,8 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 	return probes, items
 }
 
-// measure has the store evaluate the stack items at now (refused: the
-// message was already refused) and returns the results, in sc's memory
-// when the stack is small.
+// measure has the store evaluate items at now (refused: the message was
+// refused before).
 func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, refused bool, sc *scratch) ([]StackResult, error) {
 	out := sc.out[:]
 	if len(items) > maxStack {
@@ -326,12 +316,10 @@ func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, 
 	return out, err
 }
 
-// decisive returns the index of the limit that decides the message's
-// verdict (the strictest over of the per_mail, per_byte and per_conn
-// limits; at equal action the longest retry-after) and of the one that
-// decides this request's per_rcpt verdict, -1 where no limit is over, and
-// the first limit's store error. measures, if not nil, gets every limit's
-// Measure.
+// decisive returns the index of the limit deciding the message's verdict
+// (strictest over per_mail, per_byte, per_conn; then longest retry) and of
+// the one deciding the per_rcpt verdict, -1 for none, and the first item
+// error; measures, if not nil, gets every Measure.
 func decisive(probes []probe, items []StackItem, out []StackResult, measures []Measure) (msgDecisive, rcptDecisive int, fault error) {
 	msgDecisive, rcptDecisive = -1, -1
 	msgAction, rcptAction := Pass, Pass
@@ -369,10 +357,8 @@ func decisive(probes []probe, items []StackItem, out []StackResult, measures []M
 	return msgDecisive, rcptDecisive, fault
 }
 
-// finish decides how one decided request ends the bookkeeping of its
-// message m (msgTable.end, once m's lock is released): a refused message
-// is no longer joinable (the other front end never sees it), and
-// END-OF-MESSAGE forgets the message.
+// finish says how a decided request ends its message's bookkeeping: a
+// refused message is no longer joinable, END-OF-MESSAGE forgets it.
 func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 	if m == nil {
 		return false, false
@@ -380,10 +366,9 @@ func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 	return !a.Admits(), req.ProtocolState == StateEndOfMessage
 }
 
-// cost decides what req charges l at protocol state state, given what the
-// message has already been charged (ch; nil for a request without a
-// message): the cost, whether it is counted (false: a read-only measure,
-// e.g. a size not known yet), and whether l applies at all.
+// cost decides what req charges l at state given the message's charge ch
+// (nil: no message): the cost, whether it is counted (false: measured
+// only), and whether l applies.
 func (l *limit) cost(req *Request, state string, ch *charge, front int, connectSeen bool, size float64) (float64, bool, bool) {
 	switch l.per {
 	case perMail:
@@ -487,8 +472,7 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	// notification windows, the quarantine's alert counts).
 	d := Decision{Action: l.action, Limit: l.name, Key: strings.Clone(it.Key), Rate: r.Rate, Max: lim, Period: it.Params.Period,
 		RetryAfter: r.RetryAfter}
-	text := expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
-	d.Text = SanitizeText(text, MaxTextLen)
+	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
 		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	switch l.action {
@@ -498,16 +482,15 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 		d.Code, d.Enhanced = 550, "5.7.1"
 	case Warn:
 		if c.warnHeader != "" {
-			d.Header = SanitizeText(fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
-				l.name, it.Key, human.Rate(r.Rate, lim), lim, human.Duration(it.Params.Period)), MaxTextLen)
+			d.Header = fmt.Sprintf("%s: limit=%s key=%s rate=%s max=%g period=%s", c.warnHeader,
+				l.name, it.Key, human.Rate(r.Rate, lim), lim, human.Duration(it.Params.Period))
 		}
 	}
 	return d
 }
 
-// keyOf builds the rate key of l for req: the attribute values joined with
-// "|", or "" when any is missing (an unauthenticated client is not one big
-// empty user). Addresses and names are lower-cased.
+// keyOf builds l's key for req: the attributes joined with "|", "" when
+// any is missing.
 func (c *compiled) keyOf(l *limit, req *Request) string {
 	if len(l.key) == 1 {
 		return c.attr(l.key[0], req)
@@ -603,10 +586,8 @@ func (c *compiled) exempt(req *Request) bool {
 	return false
 }
 
-// expand fills a message template in one pass: {name}, {key}, {rate},
-// {limit}, {period}, {retry}; any other {word} is kept as it is. A request
-// that no wait can let through (larger than the whole limit) has retry
-// "never (message larger than the limit)".
+// expand fills a message template: {name}, {key}, {rate}, {limit},
+// {period}, {retry}; other {words} stay.
 func expand(tmpl, name, key string, rate, lim float64, period, retry time.Duration) string {
 	var b strings.Builder
 	b.Grow(len(tmpl) + 32)

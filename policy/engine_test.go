@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratestore"
@@ -289,7 +290,9 @@ func TestFaultsFailOpen(t *testing.T) {
 	}
 }
 
-func TestMessageTemplateSanitised(t *testing.T) {
+// TestMessageTemplateExpanded: the template's words are filled in; the
+// front ends make the text safe for the wire (mta.ReplyText).
+func TestMessageTemplateExpanded(t *testing.T) {
 	c := hourlyDaily()
 	c.Limits[0].Limit = 1
 	c.Limits[0].Message = "slow down {key}\r\n550 injected\x00 {rate}/{period} max {limit} retry {retry} " + strings.Repeat("é", 400)
@@ -299,11 +302,12 @@ func TestMessageTemplateSanitised(t *testing.T) {
 	if d.Action != policy.Defer {
 		t.Fatalf("%+v", d)
 	}
-	if strings.ContainsAny(d.Text, "\r\n\x00") || len(d.Text) > policy.MaxTextLen {
-		t.Fatalf("unsafe text %q (%d bytes)", d.Text, len(d.Text))
+	text := mta.ReplyText(d.Text, mta.MaxTextLen)
+	if strings.ContainsAny(text, "\r\n\x00") || len(text) > mta.MaxTextLen {
+		t.Fatalf("unsafe text %q (%d bytes)", text, len(text))
 	}
-	if !strings.HasPrefix(d.Text, "slow down jo 550 injected 2.0/1h max 1 retry 1h") {
-		t.Fatalf("text %q", d.Text[:80])
+	if !strings.HasPrefix(text, "slow down jo 550 injected 2.0/1h max 1 retry 1h") {
+		t.Fatalf("text %q", text[:80])
 	}
 }
 

@@ -9,44 +9,17 @@ import (
 	"sync/atomic"
 )
 
-// Per-message bookkeeping.
-//
-// An MTA may ask about one message several times: Postfix once per RCPT
-// (check_policy_service in smtpd_recipient_restrictions), again at DATA
-// and END-OF-MESSAGE (smtpd_data_restrictions,
-// smtpd_end_of_data_restrictions), and its milters once more per RCPT and at
-// end of message. Exim asks from its RCPT ACL and its DATA ACL. Whatever the
-// layout, each message is charged once per limit: per_mail and per_conn at
-// the first request of the message that a limit sees, per_rcpt once per
-// recipient (at RCPT, or from recipient_count at DATA/END-OF-MESSAGE for
-// recipients not seen at RCPT), per_byte with the size known at the first
-// request and topped up by the difference when a later request knows a
-// larger size (the real size at END-OF-MESSAGE after the SIZE= declared at
-// MAIL FROM). The verdict of the per_mail, per_byte and per_conn limits is
-// the message's: every later request of the message gets it again without
-// being counted again (Exim's specification, chapter "Rate limiting", gives
-// every RCPT of a message the message's answer in the same way).
-//
-// A message is identified by its front end, client address, SASL user,
-// sender and the MTA's instance value (Postfix's policy-delegation "instance" attribute; the
-// milter front end makes one per transaction; Exim's ACLs in configs/ send
-// an acl_m variable). When one Postfix asks through both front ends, the
-// milter's view of a message is joined to the policy service's view of the
-// same message by its client address, SASL user and sender, first come
-// first joined, so the message is charged once.
-//
-// Memory is bounded: messages live in two generations of at most
-// msgGenSize entries each, split over the table's shards (a message counts
-// once for each front end's view of it and once while it waits to be
-// joined); a message is forgotten at
-// END-OF-MESSAGE or when its generation is dropped. A forgotten message
-// that is asked about again is charged again, as a new message:
-// over-counting, never under-counting.
-//
-// Cost: the table is keyed by 64-bit hashes of the message key and of the
-// join fingerprint, each checked against the bytes the entry keeps, so a
-// request builds no key string; the entries of forgotten messages are
-// reused, so a message costs no allocation once the table has warmed up.
+// Per-message bookkeeping. An MTA may ask about one message at RCPT, DATA
+// and END-OF-MESSAGE, through policy delegation and the milter; each
+// message is charged once per limit (docs/limits.md, "How messages are
+// counted"), and every later request gets the message's verdict, as Exim
+// gives every RCPT of a message its answer. A message is identified by
+// front end, client address, SASL user, sender and instance; the milter's
+// view joins the policy service's by client, user and sender, first come
+// first joined. Two generations of at most msgGenSize entries bound the
+// memory: a forgotten message asked about again is charged again (over-,
+// never under-counting). Keys are 64-bit hashes checked against the bytes
+// kept, and entries are reused: no allocation once warm.
 
 // msgGenSize bounds one generation of the message table.
 const msgGenSize = 1 << 15
@@ -58,13 +31,10 @@ const shardGenSize = msgGenSize / msgShards
 // joined by the other front end.
 const pendMax = 16
 
-// freeMax bounds the entries kept for reuse by one shard: a generation's
-// worth, as a rotation frees up to that many (messages that waited to be
-// joined in vain) for the next generation.
+// freeMax bounds the entries kept for reuse by one shard.
 const freeMax = shardGenSize
 
-// frontIndex maps Request.Stage to 0 (policy delegation, the default) or 1
-// (milter).
+// frontIndex maps Request.Stage to 0 (policy) or 1 (milter).
 func frontIndex(stage string) int {
 	if stage == ViaMilter {
 		return 1
@@ -84,32 +54,19 @@ type charge struct {
 }
 
 // msgEntry is one message in flight. mu guards verdict and charges; the
-// other fields are the table's, under msgTable.mu.
+// other fields are the shard's, under its mutex.
 type msgEntry struct {
-	mu sync.Mutex
-	// shard is the table shard the entry belongs to (and is reused by).
+	mu    sync.Mutex
 	shard *msgShard
-	// verdict is the message's verdict (per_mail, per_byte, per_conn),
-	// without Measures, per front end (a joined message is judged by each
-	// front end's own limits: the milter's freeze is not the policy
-	// service's); nil while admitted with no warning.
+	// verdict is the message's verdict per front end, without Measures;
+	// nil while admitted without warning.
 	verdict [2]*Decision
 	charges []charge
-
-	// id is the message key (appendID) under
-	// which each front end's view is stored; empty when that front end
-	// has no view of it.
-	id [2][]byte
-	// hash is hashID of id, by front end: end finds the entry again
-	// without building the key.
-	hash [2]uint64
-	// refs counts the table slots and pending list holding the entry and
-	// the requests using it; at 0 the entry is reused.
-	refs int32
-	// While the message waits for the other front end: fp is its join
-	// fingerprint, fpHash its hash, pendFront the front end that
-	// registered it, pendGen the generation whose list holds it, and
-	// pendPrev/pendNext its neighbours in that list (oldest first).
+	id      [2][]byte // message key (appendID) per front end; empty: no view
+	hash    [2]uint64 // hashID of id
+	refs    int32     // slots, pending list and requests holding it; 0: reuse
+	// While waiting for the other front end: join fingerprint, its hash,
+	// the front end and generation that registered it, list neighbours.
 	pending            bool
 	fp                 []byte
 	fpHash             uint64
@@ -156,11 +113,9 @@ type msgGen struct {
 
 func (g *msgGen) size() int { return len(g.msgs) + g.npend }
 
-// msgTable holds the messages in flight, in msgShards shards picked by the
-// join fingerprint (client address, SASL user, sender): every request of
-// one message, from either front end, goes to one shard, and requests of
-// different senders seldom wait for each other's lock. Safe for concurrent
-// use; the zero value is ready.
+// msgTable holds the messages in flight in shards picked by the join
+// fingerprint, so every request of a message meets in one shard. Safe for
+// concurrent use; the zero value is ready.
 type msgTable struct {
 	shards [msgShards]msgShard
 }
@@ -168,8 +123,7 @@ type msgTable struct {
 // msgShards is the number of shards of the message table (a power of two).
 const msgShards = 16
 
-// fpSeed hashes join fingerprints: the hash picks the fingerprint's shard
-// and keys the shard's pending lists.
+// fpSeed hashes join fingerprints (shard and pending lists).
 var fpSeed = maphash.MakeSeed()
 
 // msgShard is one shard of the table; its generations hold at most
@@ -188,12 +142,9 @@ type msgShard struct {
 // instance attribute) cost an allocation.
 const maxIDLen = 256
 
-// appendID appends req's message key: stage, the join fingerprint (client
-// address, SASL user, sender) and instance. The identity is part of the
-// key so that a forged request reusing a real message's instance (the
-// policy port is reachable by local users, and Postfix instances are
-// predictable) makes a message of its own instead of marking the real one
-// as already charged.
+// appendID appends req's message key: stage, join fingerprint and
+// instance; with the identity in it, a forged request reusing a real
+// message's instance makes a message of its own.
 func appendID(b []byte, req *Request) []byte {
 	b = append(b, req.Stage...)
 	b = append(b, 0)
@@ -246,13 +197,9 @@ func (t *msgShard) hashID(front int, id []byte) uint64 {
 	return maphash.Bytes(t.seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
 }
 
-// get returns the entry of req's message, creating it (and joining it to
-// the other front end's view of the same message, if one waits) when it is
-// new. It returns nil for a request without an instance: such a request is
-// a message of its own. A non-nil entry must be given back with end.
-// joinable reports that the other front end has asked about messages since
-// start: only then can a new message be joined to it or wait for it (a
-// Postfix with policy delegation alone keeps no waiting messages).
+// get returns the entry of req's message, creating it (joined to the other
+// front end's view if one waits, and joinable reports the other front end
+// is in use) when new; nil without an instance. Give it back with end.
 func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	if req.Instance == "" {
 		return nil
@@ -366,11 +313,9 @@ func (t *msgShard) unref(m *msgEntry) {
 	t.free = append(t.free, m)
 }
 
-// put stores m under h in the current generation, rotating when it is
-// full, and takes a reference for the slot. held is the entry the current
-// generation holds under h (nil if none), a different message (a
-// collision): it is forgotten. (The caller has looked it up: put does not
-// look again.)
+// put stores m under h in the current generation, rotating when full, and
+// takes a reference for the slot; held, a colliding entry under h, is
+// forgotten.
 func (t *msgShard) put(h uint64, m, held *msgEntry) {
 	if t.cur.size() >= shardGenSize {
 		// held moves to the old generation, which keeps it; the new
@@ -489,11 +434,8 @@ func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 	return nil
 }
 
-// end gives back the entry of one request of its message (from get): a
-// refused message (refused set) is no longer joinable (the other front
-// end never sees it), and END-OF-MESSAGE (done set) forgets req's view of
-// it. A message still waiting for the other front end stays joinable
-// until its generation goes.
+// end gives back the entry of one request (from get): a refused message
+// is no longer joinable, and done (END-OF-MESSAGE) forgets req's view.
 func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 	var buf [maxIDLen]byte
 	front := frontIndex(req.Stage)
@@ -519,9 +461,7 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 	t.unref(m)
 }
 
-// entryBytes is about what one remembered message costs in memory: the
-// entry, its charges for two limits, its key and fingerprint bytes, and
-// its share of the generation maps.
+// entryBytes estimates one remembered message's memory.
 const entryBytes = 512
 
 // footprint estimates the shard's memory in bytes: its entries in use and

@@ -9,14 +9,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// RecipientSets remembers, for the limits with per = "addr", which
-// recipient addresses each key has sent to recently: one
-// ratelimit.AddrSet per (limit, key), whose generations are the limit's
-// period long. Such a limit charges a recipient 1 when the key has not
-// sent to it in the current or previous period, else 0 (Exim's per_addr
-// with unique=, Exim specification chapter "Rate limiting"). ratelimit/
-// store.Recipients implements it. Implementations must be safe for
-// concurrent use.
+// RecipientSets remembers which recipients each key of a per = "addr"
+// limit sent to in the current or previous period (ratelimit.AddrSet):
+// Exim's per_addr with unique= (Exim specification, "Rate limiting").
+// Safe for concurrent use.
 type RecipientSets interface {
 	// Seen reports whether key sent, under limit, to the address of hash
 	// h (ratelimit.HashAddr of the lower-cased address) in the current
@@ -30,18 +26,13 @@ type RecipientSets interface {
 	Forget(ctx context.Context, limit, key string) (bool, error)
 }
 
-// UseRecipientSets makes rs the memory of the per = "addr" limits. Call it
-// before the first Evaluate. Without it, every recipient of a per = "addr"
-// limit counts as new (it counts like per = "rcpt": over, never under).
+// UseRecipientSets sets the per = "addr" memory; call it before the first
+// Evaluate. Without it every recipient counts as new.
 func (e *Engine) UseRecipientSets(rs RecipientSets) { e.rcpts = rs }
 
-// addrCost turns the cost (*limit).cost chose for a per = "addr" limit
-// into the unique-recipient cost: the recipient of this RCPT (or the only
-// one of a DATA/END-OF-MESSAGE request with recipient_count 1) costs 0
-// when key has sent to it within the period, else 1. A DATA or
-// END-OF-MESSAGE request with several recipients, which does not name
-// them, keeps recipient_count as an upper bound. It notes the address in p
-// for recordAddrs.
+// addrCost makes a per = "addr" cost 0 for a recipient key has sent to in
+// the period, else 1; a request naming several recipients keeps
+// recipient_count. It notes the address in p for recordAddrs.
 func (e *Engine) addrCost(ctx context.Context, now time.Time, l *limit, key string, req *Request, cost float64, p *probe) float64 {
 	if e.rcpts == nil || req.Recipient == "" || (req.ProtocolState != StateRcpt && req.RecipientCount != 1) {
 		return cost
@@ -54,10 +45,8 @@ func (e *Engine) addrCost(ctx context.Context, now time.Time, l *limit, key stri
 	return 0
 }
 
-// recordAddrs records the recipients of the per = "addr" items whose
-// charge was stored (admitted, or counted by a strict or forgiving
-// limit), so a leaky limit's refused recipient stays new for the retry.
-// It returns the first store error.
+// recordAddrs records the recipients whose charge was stored (a leaky
+// limit's refused one stays new for the retry); the first store error.
 func (e *Engine) recordAddrs(ctx context.Context, now time.Time, probes []probe, items []StackItem, out []StackResult) error {
 	var first error
 	for i := range probes {

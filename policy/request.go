@@ -19,10 +19,9 @@ const (
 	StateEtrn         = "ETRN"
 )
 
-// Request is one policy query, independent of the MTA that asked. Field
-// names follow the Postfix policy-delegation attributes; the milter front end
-// fills the same fields from its macros. The zero value is a valid, empty
-// request. A Request is not modified by the engine.
+// Request is one policy query, MTA-neutral, with the Postfix
+// policy-delegation attributes (the milter fills them from macros). The
+// engine does not modify it.
 type Request struct {
 	// ProtocolState is protocol_state: RCPT, DATA, END-OF-MESSAGE, ...
 	ProtocolState string
@@ -68,9 +67,8 @@ type Request struct {
 	Received time.Time
 }
 
-// LogValue implements slog.LogValuer: the attributes a log line about a
-// decision carries (state, client, SASL user, envelope, counts, queue ID,
-// instance), so every front end logs requests the same way.
+// LogValue implements slog.LogValuer: one request's log attributes, the
+// same for every front end.
 func (r *Request) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("state", r.ProtocolState),

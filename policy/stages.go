@@ -36,11 +36,8 @@ func stateIndex(s string) int {
 	return -1
 }
 
-// stageCounts counts the requests seen per front end and protocol state:
-// how the daemon learns where the MTA asks, instead of being told. The
-// checks on each request's path (has a front end asked at CONNECT, about
-// any message, is it warmed up) read flags written once instead of the
-// counts, which every request writes.
+// stageCounts counts requests per front end and protocol state, so the
+// daemon learns where the MTA asks; the hot checks read flags set once.
 type stageCounts struct {
 	n [2][len(stateNames)]atomic.Uint64
 	// seen[front][i] is set once front has asked at stateNames[i];
@@ -86,11 +83,8 @@ func (s *stageCounts) messageRequests(front int) uint64 {
 	return c[3].Load() + c[4].Load() + c[5].Load() + c[6].Load() // MAIL, RCPT, DATA, END-OF-MESSAGE
 }
 
-// joinWarmUp is how many message requests a front end sends after start
-// before its messages stop waiting to be joined by a front end that has
-// not asked anything yet: a Postfix with both front ends shows the milter
-// at its first message, one with policy delegation alone then stops
-// keeping waiting messages (memory and time).
+// joinWarmUp is how many message requests a front end sends before its
+// messages stop waiting for a front end that has not asked yet.
 const joinWarmUp = 4096
 
 // joinable reports whether a new message of front end front may wait for,
@@ -121,9 +115,8 @@ type StageCount struct {
 	Requests uint64 `json:"requests"`
 }
 
-// Stages returns the protocol states at which each front end has asked
-// since start, in session order, with their request counts: the hook
-// layout the daemon has learned (no configuration declares it).
+// Stages returns the states each front end asked at since start, in
+// session order, with counts.
 func (e *Engine) Stages() []StageCount {
 	var out []StageCount
 	for f, via := range []string{ViaPolicy, ViaMilter} {
@@ -140,16 +133,13 @@ func (e *Engine) Stages() []StageCount {
 // has charged them, their verdict) is remembered; it is bounded.
 func (e *Engine) InFlight() int { return e.msgs.len() }
 
-// Footprint estimates the memory of the engine's per-message bookkeeping,
-// in bytes (bounded: two generations of 32,768 messages and as many kept
-// for reuse, about 50 MiB at most). The daemon adds it to the rate store's
-// when it sets the Go memory limit. Safe for concurrent use.
+// Footprint estimates the message bookkeeping's memory, in bytes
+// (bounded). Safe for concurrent use.
 func (e *Engine) Footprint() int64 { return e.msgs.footprint() }
 
 // Advice returns plain-word warnings about limits that cannot count as
-// configured: from the configuration alone, and, once requests have been
-// seen, from the stages the MTA actually asks at. Each names the Postfix
-// (or Exim) line to add. An empty result means every limit counts.
+// configured, from the configuration and the stages seen, each naming the
+// Postfix or Exim line to add; empty when every limit counts.
 func (e *Engine) Advice() []string {
 	c := e.cfg.Load()
 	var out []string
@@ -176,9 +166,8 @@ func (e *Engine) Advice() []string {
 	return out
 }
 
-// ConfigAdvice returns the warnings about c that do not depend on how the MTA
-// is hooked up: what each cost unit needs the MTA to ask. `config check` and
-// the daemon's start-up log print them.
+// ConfigAdvice returns the warnings about c that do not depend on the MTA
+// (config check, the daemon's start-up log).
 func ConfigAdvice(c Config) []string {
 	var out []string
 	if len(c.Stages) > 0 {

@@ -7,11 +7,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// Store keeps the rate state of every (limit, key) pair. The engine reads
-// with Get, decides, then writes with Update, which re-applies the request to
-// whatever state is current so concurrent requests for one key are never
-// lost. Implementations must be safe for concurrent use. The zero
-// ratelimit.State stands for "no state".
+// Store keeps the rate state of every (limit, key) pair; the zero
+// ratelimit.State is "no state". Update re-applies a request to the current
+// state, so concurrent requests of a key are never lost. Safe for
+// concurrent use.
 type Store interface {
 	// Get returns the stored state of key under limit, or the zero State.
 	Get(ctx context.Context, limit, key string) (ratelimit.State, error)
@@ -26,10 +25,7 @@ type Store interface {
 	Range(ctx context.Context, fn func(limit, key string, s ratelimit.State) bool) error
 }
 
-// StackItem is one limit's share of one request, as handed to a
-// StackEvaluator: the (limit, key) pair, its parameters after per-key
-// overrides, the cost in the limit's unit (mails, recipients or bytes), and
-// how the stack's verdict applies to it.
+// StackItem is one limit's share of one request, for a StackEvaluator.
 type StackItem struct {
 	// Limit is the limit's name (the store's namespace) and Key the rate
 	// key value.
@@ -65,41 +61,31 @@ type StackResult struct {
 	Err error
 }
 
-// StackEvaluator is implemented by stores that decide a whole stack of
-// limits in one atomic step (the Redis store: one server-side script per
-// request, on the server's clock). EvaluateStack measures every item at
-// time now (a store with its own clock may use that instead), computes
+// StackEvaluator decides a whole stack in one atomic step (the Redis
+// script, on the server's clock): it measures every item at now, computes
 //
 //	admitted = !refused && no item is both Over and Refuses
 //
-// (the stack rule, ratelimit.StackAdmits; refused: an earlier request of
-// the same message was already refused, so leaky limits are not
-// charged), stores Params.Next(result, admitted)
-// for every item with Count, and writes out[i] for items[i]; len(out) must
-// be len(items). An item that fails alone gets out[i].Err. It returns an
-// error only when it could decide nothing (the engine then fails open).
-// Implementations must be safe for concurrent use.
+// (ratelimit.StackAdmits), stores Params.Next(result, admitted) for every
+// item with Count and fills out (len(items)). An item failing alone gets
+// out[i].Err; the error is returned only when nothing was decided. Safe for
+// concurrent use.
 type StackEvaluator interface {
 	EvaluateStack(ctx context.Context, now time.Time, items []StackItem, refused bool, out []StackResult) error
 }
 
 // EvaluateStack is the reference StackEvaluator over any Store: Get every
-// item, decide, then Update each counted item, re-applying the request on
-// top of a state that changed since Get so concurrent requests are never
-// lost. It is atomic per key, not per stack: two concurrent requests of one
-// key can both see room for one more. An item whose Get or Update fails
-// gets out[i].Err and takes no part in the verdict. Every store must give
-// the same results as this function for a sequential history (the store
-// conformance tests hold the Redis store to it). It returns an error only
-// when every item failed.
+// item, decide, Update each counted item (re-applied on a changed state).
+// It is atomic per key, not per stack. An item whose Get or Update fails
+// gets out[i].Err; the error is returned only when every item failed.
+// Every store gives its results for a sequential history (the conformance
+// suite).
 func EvaluateStack(ctx context.Context, st Store, now time.Time, items []StackItem, refused bool, out []StackResult) error {
 	return evaluateStack(ctx, st, now, items, refused, out, new(stackUpdate))
 }
 
-// stackUpdate is the Store.Update function of one item of EvaluateStack:
-// the new state next if the stored state is still prev, else the request
-// re-applied to the stored state. fn is bound once (a reused stackUpdate
-// costs no allocation per Update).
+// stackUpdate is one item's Store.Update function, bound once so a reused
+// one does not allocate.
 type stackUpdate struct {
 	rl         ratelimit.Limit
 	prev, next ratelimit.State

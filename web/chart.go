@@ -105,7 +105,7 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 	byLimit := map[string]*limitSeries{}
 	var order []string
 	for _, kr := range rates {
-		byLimit[kr.Limit] = &limitSeries{name: kr.Limit, max: kr.Max, period: kr.Period}
+		byLimit[kr.Limit] = &limitSeries{name: kr.Limit, max: kr.Max, period: kr.Period, samples: []sample{{t: now, rate: kr.Rate}}}
 		order = append(order, kr.Limit)
 	}
 	for _, e := range evs {
@@ -119,9 +119,6 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 			order = append(order, e.Limit)
 		}
 		ls.samples = append(ls.samples, sample{t: e.Time, rate: e.Rate, refused: slices.Contains(events.Refusals, e.Action)})
-	}
-	for _, kr := range rates {
-		byLimit[kr.Limit].samples = append(byLimit[kr.Limit].samples, sample{t: now, rate: kr.Rate})
 	}
 	var plots [][]*plot.Plot
 	for _, name := range order {
@@ -189,12 +186,9 @@ func chartPanelPlot(key, limit string, max float64, period time.Duration, sample
 		p.Add(ln)
 		p.Legend.Add("rate", ln)
 		if len(xys) == 1 {
-			sc, err := plotter.NewScatter(xys)
-			if err != nil {
+			if _, err := addScatter(p, xys, draw.GlyphStyle{Color: rateColor, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
 				return nil, err
 			}
-			sc.GlyphStyle = draw.GlyphStyle{Color: rateColor, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
-			p.Add(sc)
 		}
 	}
 	var refused plotter.XYs
@@ -204,14 +198,23 @@ func chartPanelPlot(key, limit string, max float64, period time.Duration, sample
 		}
 	}
 	if len(refused) > 0 {
-		sc, err := plotter.NewScatter(refused)
+		sc, err := addScatter(p, refused, draw.GlyphStyle{Color: limitColor, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
 		if err != nil {
 			return nil, err
 		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: limitColor, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}}
-		p.Add(sc)
 		p.Legend.Add("refused", sc)
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
 	return p, nil
+}
+
+// addScatter adds the points xys, drawn with g, to p.
+func addScatter(p *plot.Plot, xys plotter.XYs, g draw.GlyphStyle) (*plotter.Scatter, error) {
+	sc, err := plotter.NewScatter(xys)
+	if err != nil {
+		return nil, err
+	}
+	sc.GlyphStyle = g
+	p.Add(sc)
+	return sc, nil
 }

@@ -148,7 +148,6 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 }
 
 func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
-	w.WriteHeader(http.StatusForbidden)
 	s.render(w, r, "error", map[string]any{"Title": "Forbidden", "Message": why, "Code": http.StatusForbidden})
 }
 
@@ -190,9 +189,14 @@ const loginCookie = "ratelimitd_login"
 
 // loginPage shows the form with a token its cookie repeats (login CSRF).
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	s.loginForm(w, r, http.StatusOK, "", r.URL.Query().Get("next"))
+}
+
+// loginForm shows the login form with status code and error message msg.
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request, code int, msg, next string) {
 	tok := randomToken()
 	http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
-	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Next": safeNext(r.URL.Query().Get("next"))})
+	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Code": code, "Next": safeNext(next)})
 }
 
 // safeNext keeps a redirect on this site: a path, never "//host" or a URL.
@@ -229,12 +233,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	addr := clientAddr(r)
 	keys := []string{"user:" + name, "addr:" + addr}
 	now := s.opts.Now()
-	again := func(status int, msg string) {
-		tok := randomToken()
-		http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
-		w.WriteHeader(status)
-		s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Next": safeNext(r.PostForm.Get("next"))})
-	}
+	again := func(code int, msg string) { s.loginForm(w, r, code, msg, r.PostForm.Get("next")) }
 	if d := s.throttle.wait(now, keys...); d > 0 {
 		s.log.Warn("console: login attempt while slowed down", "user", name, "client", addr, "wait", d.Round(time.Second).String())
 		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds()+1)))

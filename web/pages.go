@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"fmt"
 	"html/template"
@@ -55,8 +56,9 @@ func mustParsePages() *pages {
 	return p
 }
 
-// render writes page name with data (User and Path are added), buffered
-// so that a template error answers 500, not half a page.
+// render writes page name with data (User and Path are added) and the
+// status data["Code"] (default 200), buffered so that a template error
+// answers 500, not half a page.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
 	t, ok := s.pages.byName[name]
 	if !ok {
@@ -76,13 +78,14 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, dat
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
+	code, _ := data["Code"].(int)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(cmp.Or(code, http.StatusOK))
 	w.Write(b.Bytes())
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
 	s.log.Warn("console: request failed", "path", r.URL.Path, "user", currentUser(r).Name, "err", err)
-	w.WriteHeader(code)
 	s.render(w, r, "error", map[string]any{"Title": http.StatusText(code), "Message": err.Error(), "Code": code})
 }
 

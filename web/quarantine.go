@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
@@ -15,29 +14,20 @@ import (
 // maxListed bounds the quarantine page's rows.
 const maxListed = 500
 
-// quarantineFilter reads the filters of `quarantine list` (sender, key,
-// limit, state, since) from the query string.
-func quarantineFilter(r *http.Request, now time.Time) (quarantine.Filter, map[string]string, error) {
-	q := r.URL.Query()
-	form := map[string]string{}
-	for _, k := range []string{"sender", "key", "limit", "state", "since"} {
-		form[k] = q.Get(k)
-	}
-	lq, err := admin.ParseListQuery(q)
-	if err != nil {
-		return quarantine.Filter{}, form, err
-	}
-	f, err := lq.Filter(now)
-	f.Max = maxListed
-	return f, form, err
-}
-
+// quarantineList lists the messages the filters of `quarantine list`
+// (sender, key, limit, state, since) select.
 func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
-	f, form, err := quarantineFilter(r, s.opts.Now())
+	form := formValues(r.URL.Query(), "sender", "key", "limit", "state", "since")
+	lq, err := admin.ParseListQuery(r.URL.Query())
+	var f quarantine.Filter
+	if err == nil {
+		f, err = lq.Filter(s.opts.Now())
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
+	f.Max = maxListed
 	es, err := s.opts.Quarantine.List(f)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("quarantine: %w", err))

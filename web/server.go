@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -85,17 +86,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Rates == nil || opts.Quarantine == nil {
 		return nil, errors.New("web: Rates and Quarantine are required")
 	}
-	if opts.Events == nil {
-		opts.Events = noEvents{}
-	}
+	opts.Events = cmp.Or[admin.Events](opts.Events, noEvents{})
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	if opts.Notify == nil {
 		opts.Notify = func(notify.Event) {}
 	}
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("web: TLSCert and TLSKey go together")
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -188,16 +185,6 @@ func modTime(path string) time.Time {
 	return time.Time{}
 }
 
-// Start listens on Options.Listen and serves in the background.
-func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", s.opts.Listen)
-	if err != nil {
-		return fmt.Errorf("web: %w", err)
-	}
-	s.start(ln)
-	return nil
-}
-
 // Addr is the listener's address (after Start).
 func (s *Server) Addr() net.Addr {
 	s.mu.Lock()
@@ -208,7 +195,12 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-func (s *Server) start(ln net.Listener) {
+// Start listens on Options.Listen and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("web: %w", err)
+	}
 	ln = netutil.LimitListener(ln, srvconn.HTTPConns())
 	hs := &http.Server{
 		Handler:           s.Handler(),
@@ -238,6 +230,7 @@ func (s *Server) start(ln net.Listener) {
 			s.log.Error("console stopped", "err", err)
 		}
 	}()
+	return nil
 }
 
 // Shutdown stops accepting and lets requests finish until ctx ends.

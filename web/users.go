@@ -9,10 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -125,12 +126,7 @@ func (u *Users) Lookup(name string) (User, bool) {
 
 // Names lists the users, sorted.
 func (u *Users) Names() []string {
-	out := make([]string, 0, len(u.byName))
-	for n := range u.byName {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(u.byName))
 }
 
 // Set adds or replaces the user name with role and password.

@@ -38,14 +38,14 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 			w := cmd.OutOrStdout()
 			return withBackend(opts, daemon.OpenEvents, func(b admin.Backend, _ *config.File) error {
 				if summary {
-					ks, err := b.EventSummary(q)
+					ks, err := b.EventSummary(cmd.Context(), q)
 					if err != nil || asJSON {
 						return orJSON(w, ks, err)
 					}
 					cliout.EventSummary(w, ks)
 					return nil
 				}
-				es, err := b.EventList(q)
+				es, err := b.EventList(cmd.Context(), q)
 				if err != nil || asJSON {
 					return orJSON(w, es, err)
 				}

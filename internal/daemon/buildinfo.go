@@ -6,11 +6,8 @@ import (
 	"strings"
 )
 
-// BuildVersion describes this binary for --version: the version set at
-// link time (Version; `make build` sets it from git describe) or else the
-// module version, then the VCS revision and commit time that `go build`
-// stamped (runtime/debug.ReadBuildInfo), "+dirty" for uncommitted changes,
-// and the Go version.
+// BuildVersion describes this binary for --version: Version or the module
+// version, the VCS revision and time (debug.ReadBuildInfo), "+dirty", Go.
 func BuildVersion() string {
 	return describeBuild(Version, readBuildInfo())
 }

@@ -35,9 +35,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/web"
 )
 
-// Version is the daemon's version, set at link time with
-// -ldflags "-X github.com/ratelimitd/ratelimitd/internal/daemon.Version=..."
-// (`make build` sets it from git describe); "dev" otherwise.
+// Version is set at link time (-ldflags -X ...daemon.Version=; make build
+// uses git describe); "dev" otherwise.
 var Version = "dev"
 
 // Daemon is a running ratelimitd: engine, stores, listeners. Start it with
@@ -54,14 +53,18 @@ type Daemon struct {
 	mem        *ratestore.Memory
 	state      *ratestore.Persistent
 	rcpts      *ratestore.Recipients // per = "addr" recipient sets
-	events     *events.Log           // nil with [events] enabled = false
-	web        *web.Server           // nil with [web] listen = ""
-	engine     *policy.Engine
-	metrics    *metrics.Metrics
-	policy     *postfix.Server
-	admin      *http.Server
-	metricsSrv *http.Server
-	listeners  []string
+	// flusher writes the stores of the state file behind; stopFlusher
+	// stops it after a last flush.
+	flusher     *statedb.Flusher
+	stopFlusher context.CancelFunc
+	events      *events.Log // nil with [events] enabled = false
+	web         *web.Server // nil with [web] listen = ""
+	engine      *policy.Engine
+	metrics     *metrics.Metrics
+	policy      *postfix.Server
+	admin       *http.Server
+	metricsSrv  *http.Server
+	listeners   []string
 	// conns caps the policy and milter connections (server.max_connections).
 	conns *srvconn.Limiter
 	// seen records when an MTA last connected to each front end.
@@ -125,11 +128,9 @@ type Options struct {
 	AcceptStateLoss bool
 }
 
-// Start opens the state in f's state directory, starts every listener and
-// returns the running daemon, logging to logw (server.log_level and
-// log_format); configPath is the file Reload reads again. An error (a
-// damaged state file, a listener that cannot be opened, Redis not
-// answering) leaves nothing running.
+// Start opens the state, starts every listener and returns the running
+// daemon, logging to logw; Reload rereads configPath. On error nothing is
+// left running.
 func Start(f *config.File, configPath string, logw io.Writer) (*Daemon, error) {
 	return StartWith(f, configPath, logw, Options{})
 }
@@ -165,8 +166,8 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 }
 
 // openStores opens the state file, restores the rate state, builds the
-// engine on it (or on Redis), the metrics and the recipient sets, and
-// starts their write-behind loops and the memory limit.
+// engine on it (or on Redis), the metrics, the recipient sets and the
+// event log, and starts their write-behind flusher and the memory limit.
 func (d *Daemon) openStores() (err error) {
 	f, s := d.cfg, d.cfg.Server
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
@@ -188,7 +189,7 @@ func (d *Daemon) openStores() (err error) {
 	// Restoring drops states that have decayed away under the parameters
 	// they were written with, and converts those of limits whose
 	// parameters changed.
-	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), storeLimits(f.PolicyConfig()), false, d.log)
+	d.state, err = openState(d.db, d.mem, storeLimits(f.PolicyConfig()), false, d.log)
 	if err != nil {
 		if errors.Is(err, ratestore.ErrDamaged) {
 			return statedb.Damaged(s.DBPath(), err)
@@ -209,33 +210,36 @@ func (d *Daemon) openStores() (err error) {
 	if err != nil {
 		return err
 	}
-	d.goRun(d.state.Run)
+	d.flusher = statedb.NewFlusher(time.Duration(s.FlushInterval), d.log, func(name string, _ error) { d.metrics.Fault(name + " flush") })
+	d.flusher.Add("rate state", d.state.Tick)
 	if os.Getenv("GOMEMLIMIT") == "" {
 		d.startMemoryLimit()
 	}
 	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
-	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log,
-		OnFlushError: func(error) { d.metrics.Fault("rcptsets flush") }})
+	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{})
 	if err != nil {
 		return err
 	}
 	d.cleanup = append(d.cleanup, func() { d.rcpts.Close() })
 	d.engine.UseRecipientSets(d.rcpts)
-	d.goRun(func(ctx context.Context) error { d.rcpts.Run(ctx); return nil })
-	return d.openEvents()
+	d.flusher.Add("rcptsets", d.rcpts.Tick)
+	if err := d.openEvents(); err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	d.goRun(func(context.Context) error { d.flusher.Run(ctx); return nil })
+	d.stopFlusher = stop
+	d.cleanup = append(d.cleanup, stop)
+	return nil
 }
 
-// StateFormats describes every record the state file holds (the rate
-// state's, the recipient sets', the quarantine's, the event log's), for
-// statedb's Scan, Check, Salvage and SetAside.
+// StateFormats describes every record of the state file, for statedb.
 func StateFormats() []statedb.Format {
 	return slices.Concat(ratestore.Formats(), quarantine.Formats(), events.Formats())
 }
 
-// checkRecords checks every record of the state file before the stores
-// read it: a file with unreadable records is refused, naming them and the
-// ways out, unless the operator accepted their loss, and then they are
-// set aside and logged at ERROR once.
+// checkRecords refuses a state file with unreadable records, naming them,
+// unless the operator accepted their loss: then they are set aside.
 func (d *Daemon) checkRecords() error {
 	path := d.cfg.Server.DBPath()
 	lost, _, err := statedb.Scan(d.db, StateFormats())
@@ -257,8 +261,8 @@ func (d *Daemon) checkRecords() error {
 	return nil
 }
 
-// goRun runs a store's write-behind loop until the store is closed; its
-// result is of no use once Shutdown has closed the store.
+// goRun runs a background loop that Shutdown waits for; its result is
+// of no use then.
 func (d *Daemon) goRun(run func(context.Context) error) {
 	d.wg.Add(1)
 	go func() {
@@ -296,9 +300,8 @@ func (d *Daemon) openServices() error {
 	return nil
 }
 
-// listen opens every listener: policy, admin, metrics, milter. Policy and
-// milter listeners may come from systemd (srvconn.InheritedListeners); a
-// passed socket that no listener names is an error.
+// listen opens the policy, admin, metrics and milter listeners, taking
+// those systemd passed; a passed socket no listener names is an error.
 func (d *Daemon) listen() (ls listeners, err error) {
 	s := d.cfg.Server
 	var opened []net.Listener
@@ -350,9 +353,8 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	return ls, inh.Untaken()
 }
 
-// socketUnitHint explains a unix socket the daemon could not create for
-// want of permission when systemd passed none: the packaged unit's
-// sockets are made by ratelimitd.socket.
+// socketUnitHint explains a unix socket not created for want of
+// permission: the packaged unit's sockets come from ratelimitd.socket.
 func socketUnitHint(addr string, err error, inh *srvconn.Inherited) string {
 	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
 		return ""
@@ -386,10 +388,8 @@ func (d *Daemon) serve(ls listeners) {
 	d.serveMilter()
 }
 
-// logConfigNotes logs, at start and after a reload, what the configuration
-// needs of the MTA (policy.ConfigAdvice: informational; status warns when
-// the MTA is seen not to ask where a limit needs it) and, loudly, a
-// configuration without limits.
+// logConfigNotes logs what the configuration needs of the MTA
+// (policy.ConfigAdvice) and, loudly, a configuration without limits.
 func (d *Daemon) logConfigNotes(f *config.File) {
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
 		d.log.Info("configuration note: " + a)

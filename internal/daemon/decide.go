@@ -46,9 +46,8 @@ func (d *Daemon) policyConfig(f *config.File) policy.Config {
 	return pc
 }
 
-// redisFault counts a decision that Redis could not make and logs it at
-// most once per 10 seconds (redisLog) instead of per request; its answer
-// (DUNNO, or 450 with on_redis_error = defer) is the engine's.
+// redisFault counts a decision Redis could not make, logged at most every
+// 10 s; its answer is the engine's fault table's.
 func (d *Daemon) redisFault(dec *policy.Decision) {
 	if d.redis == nil || dec.Fault == nil || !errors.Is(dec.Fault, redisstore.ErrUnavailable) {
 		return
@@ -59,9 +58,8 @@ func (d *Daemon) redisFault(dec *policy.Decision) {
 	dec.Fault = nil
 }
 
-// frontEndMetrics feeds a front end's counts into the daemon metrics:
-// latency, bad input and faults, labels prefixed with prefix ("milter "
-// or ""). Decisions are counted by Daemon.Decide.
+// frontEndMetrics feeds a front end's latency, bad input and faults into
+// the daemon metrics, labels prefixed ("milter " or "").
 type frontEndMetrics struct {
 	m      *metrics.Metrics
 	prefix string

@@ -16,32 +16,27 @@ import (
 
 // eventOptions are the event log's options from the [events] table.
 func eventOptions(f *config.File) events.Options {
-	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount,
-		FlushInterval: time.Duration(f.Server.FlushInterval)}
+	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount}
 }
 
-// openEvents opens the event log in the state file and starts its
-// write-behind loop, unless [events] enabled = false (d.events stays nil,
-// which records nothing).
+// openEvents opens the event log and adds it to the flusher, unless
+// [events] is off (d.events stays nil).
 func (d *Daemon) openEvents() error {
 	if !d.cfg.Events.On() {
 		return nil
 	}
-	opts := eventOptions(d.cfg)
-	opts.Logger = d.log
-	l, err := events.Open(d.db, opts)
+	l, err := events.Open(d.db, eventOptions(d.cfg))
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.cfg.Server.DBPath(), err)
 	}
 	d.events = l
 	d.cleanup = append(d.cleanup, func() { l.Close() })
-	d.goRun(func(ctx context.Context) error { l.Run(ctx); return nil })
+	d.flusher.Add("event log", l.Tick)
 	return nil
 }
 
-// recordDecision records a decision that refused, held, froze or warned,
-// once per message (not the verdict repeated at a later recipient).
-// Record never waits for the disk.
+// recordDecision records a non-Pass decision once per message; it never
+// waits for the disk.
 func (d *Daemon) recordDecision(now time.Time, req *policy.Request, dec *policy.Decision) {
 	if d.events == nil || dec.Action == policy.Pass || dec.Repeated {
 		return
@@ -64,9 +59,8 @@ func (d *Daemon) recordReload(source string, err error) {
 	d.events.Record(e)
 }
 
-// lifecycleActions maps the quarantine life cycle's events to event
-// actions. Quarantined is not among them: the decision that held or froze
-// the message is recorded by Decide, with its rate and limit.
+// lifecycleActions maps life-cycle events to event actions (Quarantined is
+// recorded by Decide, with its rate and limit).
 var lifecycleActions = map[lifecycle.Kind]string{
 	lifecycle.Thawed: events.Thaw, lifecycle.Deleted: events.Delete,
 	lifecycle.Expired: events.Expire, lifecycle.Released: events.Release,
@@ -107,10 +101,8 @@ func (ls lifecycleEvents) QuarantineEvent(ctx context.Context, ev lifecycle.Even
 // Events is the daemon's event log (nil with [events] enabled = false).
 func (d *Daemon) Events() *events.Log { return d.events }
 
-// OpenEvents opens the event log of f's state file for `ratelimitd events`
-// when no daemon runs: read-only (shared lock, nothing written). A
-// missing state file has no events. Errors: those of statedb.Open (a
-// damaged or locked file) and of reading the log.
+// OpenEvents opens f's event log read-only for `ratelimitd events` when no
+// daemon runs; a missing state file has no events.
 func OpenEvents(f *config.File) (*admin.Local, error) {
 	db, err := statedb.Open(f.Server.DBPath(), true)
 	if errors.Is(err, statedb.ErrNoFile) {

@@ -10,11 +10,9 @@ import (
 	"sync"
 )
 
-// Files are the daemon's log file and pid file (serve's --log-file and
-// --pid-file), for hosts without systemd, where start-stop-daemon runs the
-// daemon in the background (docs/debian.md). Without them the log goes to
-// standard error and no pid file is written. The log writer is safe for
-// concurrent use; Reopen may run while it writes.
+// Files are serve's --log-file and --pid-file, for hosts without systemd
+// (docs/debian.md); without them the log goes to standard error. The log
+// writer is safe for concurrent use, Reopen included.
 type Files struct {
 	LogPath, PidPath string
 
@@ -61,11 +59,8 @@ func (s *Files) Reopen() error {
 	return nil
 }
 
-// WritePid writes the process ID and a newline to the pid file (through a
-// temporary file renamed into place, so a reader never sees it half
-// written). A file left by an earlier run is replaced: start-stop-daemon
-// --pidfile refuses to start a second daemon, and a second daemon could not
-// open the admin socket anyway.
+// WritePid writes the process ID to the pid file through a renamed
+// temporary file, replacing one an earlier run left.
 func (s *Files) WritePid() error {
 	if s.PidPath == "" {
 		return nil

@@ -9,10 +9,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/admin"
 )
 
-// frontEnds remembers, per front-end listener (policy, milter), when an
-// MTA last connected: status shows it, so a socket the MTA cannot reach
-// (a wrong socket_group: Postfix logs "Permission denied" and applies
-// milter_default_action) is visible as "never" instead of silence.
+// frontEnds remembers when an MTA last connected to each front-end
+// listener, for status ("never" shows a socket the MTA cannot reach).
 type frontEnds struct {
 	mu   sync.Mutex
 	list []*seenListener

@@ -25,16 +25,13 @@ const (
 	releaseEvery = 2 * time.Second
 )
 
-// shouldRelease reports whether the flush and compaction buffers going
-// from last to working bytes in one tick calls for giving the memory back
-// to the system (see releaseDrop).
+// shouldRelease reports whether the buffers going from last to working
+// bytes calls for giving memory back (releaseDrop).
 func shouldRelease(last, working int64) bool {
 	return last-working >= releaseDrop || (working == 0 && last >= releaseQuiet)
 }
 
-// releaser decides, tick by tick, when the daemon gives freed memory back
-// to the system (see releaseDrop). The zero value starts with no buffers
-// and no release made.
+// releaser decides tick by tick when freed memory goes back to the system.
 type releaser struct {
 	last     int64     // the buffers' bytes at the last tick
 	due      bool      // a release waits for releaseEvery to pass
@@ -53,14 +50,9 @@ func (r *releaser) tick(now time.Time, working int64) bool {
 	return true
 }
 
-// memoryLimit is the soft memory limit startMemoryLimit sets, in bytes:
-// what the daemon holds on the Go heap plus memoryHeadroom, at least
-// memoryFloor; and the flush and compaction buffers' part of it (bytes,
-// ratestore.Persistent.Working). It never fails. What it holds is the
-// larger of what it is known to hold (knownHeap), which follows a growing
-// store at once, and the heap the last collection found live, which covers
-// what knownHeap misses (BoltDB's transactions, a compaction's other
-// buffers).
+// memoryLimit is the soft memory limit, in bytes: the larger of the heap
+// known held (knownHeap) and the last live heap, plus memoryHeadroom, at
+// least memoryFloor; and the flush and compaction buffers' part.
 func (d *Daemon) memoryLimit() (limit, working int64) {
 	known, working := d.knownHeap()
 	live := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
@@ -71,23 +63,17 @@ func (d *Daemon) memoryLimit() (limit, working int64) {
 	return max(known+memoryHeadroom, memoryFloor), working
 }
 
-// knownHeap returns the Go heap the daemon is known to hold, in bytes: the
-// rate store, the per-message bookkeeping and the state file's flush and
-// compaction buffers; and those buffers' part of it.
+// knownHeap returns the heap known held (rate store, message table, flush
+// buffers), in bytes, and the buffers' part of it.
 func (d *Daemon) knownHeap() (known, working int64) {
 	working = d.state.Working()
 	return d.mem.Footprint() + d.engine.Footprint() + working, working
 }
 
-// startMemoryLimit keeps the Go heap near what the daemon holds: every
-// second the soft memory limit is set to memoryLimit, so garbage from
-// flushes is collected before the heap doubles (GOGC's default), while the
-// limit stays above the live heap (below it the collector runs back to
-// back). When a compaction ends or the load stops (shouldRelease), the
-// memory is given back to the system at once (debug.FreeOSMemory) rather
-// than by the runtime's background scavenger, so that the resident size of
-// a quiet daemon is what it holds. Setting GOMEMLIMIT in the environment
-// turns this off.
+// startMemoryLimit sets the soft memory limit to memoryLimit every second,
+// so flush garbage is collected before the heap doubles, and returns freed
+// memory at once (debug.FreeOSMemory) when a compaction ends or the load
+// stops. GOMEMLIMIT in the environment turns it off.
 func (d *Daemon) startMemoryLimit() {
 	// The restore's buffers are garbage by now: give them back before
 	// the first request (docs/performance.md has the resident sizes).

@@ -13,9 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// startMilter opens the milter listener ([milter] listen, if set; one
-// systemd passed for that address is taken from inh), adding it to ls,
-// and sets up the milter server on the quarantine.
+// startMilter opens the [milter] listener, if set, and its server.
 func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 	m := d.cfg.Milter
 	if m.Listen == "" {

@@ -24,9 +24,8 @@ func (d *Daemon) startNotify() error {
 	return nil
 }
 
-// notifyRefusal queues the limit_refused event for a decision that
-// refused, held or froze (not warn, not a fail-open fault). The notifier
-// keeps one event per key, limit and period; Notify never blocks.
+// notifyRefusal queues limit_refused for a decision that refused, held or
+// froze; Notify never blocks.
 func (d *Daemon) notifyRefusal(req *policy.Request, dec *policy.Decision) {
 	if !d.notifier.Enabled() || dec.Fault != nil || dec.Limit == "" || dec.Action == policy.Pass || dec.Action == policy.Warn {
 		return
@@ -36,14 +35,10 @@ func (d *Daemon) notifyRefusal(req *policy.Request, dec *policy.Decision) {
 		Detail: dec.Text})
 }
 
-// quarantineNotify turns the quarantine life cycle's events into
-// notifications: a key crossing an alert threshold (its first quarantined
-// message, then every quarantine.alert_every) becomes quarantine_threshold;
-// thaw, delete and expiry become one event per kind, key and actor with
-// the number of messages, gathered over coalesceWindow so that thawing
-// 500 messages sends one notification, not 500; automatic release, whose
-// messages leave minutes apart, one per key and drip run (the life
-// cycle's ReleaseRun), not one per message.
+// quarantineNotify turns life-cycle events into notifications: an alert
+// threshold becomes quarantine_threshold; thaw, delete and expiry one
+// event per kind, key and actor over coalesceWindow; a drip release one
+// per key and run.
 type quarantineNotify struct {
 	d *Daemon
 
@@ -56,9 +51,8 @@ type coalesceKey struct {
 	key, by string
 }
 
-// coalesceWindow is how long operator-action events are gathered; the
-// bound on the number of groups waiting is maxCoalesce (beyond it an event
-// is sent on its own).
+// coalesceWindow gathers operator-action events; at most maxCoalesce
+// groups wait.
 const (
 	coalesceWindow = 2 * time.Second
 	maxCoalesce    = 1024

@@ -27,11 +27,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// storeLimits returns the parameters of c's limits that give their stored
-// states a meaning (ratestore.PersistOptions.Limits), as the engine compiles
-// them (policy.LimitParams). c has been validated by config.Load; a
-// configuration the engine refuses gives nil, and the engine's own check
-// reports it.
+// storeLimits returns the compiled parameters of c's limits
+// (ratestore.PersistOptions.Limits); nil for a configuration the engine
+// refuses.
 func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 	m, _ := policy.LimitParams(c)
 	return m
@@ -40,15 +38,13 @@ func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 // openState restores the rate state kept in db into mem, with the
 // parameters of the configured limits (stored states of other limits are
 // kept until they decay under their own stored parameters). The caller
-// starts Run for write-behind flushing, or calls Flush/Close.
-func openState(db *bolt.DB, mem *ratestore.Memory, flush time.Duration, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
-	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{FlushInterval: flush, Limits: limits,
-		ReadOnly: readOnly, Logger: log})
+// has a statedb.Flusher call its Tick, or calls Flush/Close.
+func openState(db *bolt.DB, mem *ratestore.Memory, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
+	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: limits, ReadOnly: readOnly, Logger: log})
 }
 
-// offline is the daemon's state opened by the CLI when no daemon runs: the
-// BoltDB file (lock timeout 1 s), the restored rate state and an engine on
-// it. db and state are nil when a read-only open found no file.
+// offline is the state opened by the CLI when no daemon runs; db and state
+// are nil when a read-only open found no file.
 type offline struct {
 	db     *bolt.DB
 	state  *ratestore.Persistent
@@ -75,7 +71,7 @@ func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 			db.Close()
 		}
 	}()
-	state, err := openState(db, mem, 0, storeLimits(f.PolicyConfig()), readOnly, nil)
+	state, err := openState(db, mem, storeLimits(f.PolicyConfig()), readOnly, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
 	}
@@ -102,12 +98,8 @@ func (o *offline) close() error {
 }
 
 // OpenRates opens f's rate state for the rate commands when no daemon
-// runs: from Redis directly with [store] backend = "redis" (the shared
-// state needs no local file), else from the state file, read-only
-// (shared lock, nothing written, not even decayed states deleted) unless
-// write is set (rate reset). The backend has no quarantine. Errors: those
-// of statedb.Open (a damaged or locked file), of restoring the state, of
-// connecting to Redis and of building the engine.
+// runs: Redis directly, or the state file, read-only unless write (rate
+// reset). Errors: statedb.Open's, restoring, Redis, the engine.
 func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 	if f.Store.Redis() {
 		return openRedisRates(f)
@@ -130,12 +122,11 @@ func openRedisRates(f *config.File) (*admin.Local, error) {
 		r.Close()
 		return nil, err
 	}
-	return &admin.Local{Engine: redisClock{Rates: eng, now: r.Now}, Closer: func() error { r.Close(); return nil }}, nil
+	return &admin.Local{Engine: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
 }
 
-// OpenQuarantine opens f's state file for writing, with its quarantine and
-// its life cycle, for the quarantine commands when no daemon runs.
-// Errors: those of OpenRates and of opening the quarantine.
+// OpenQuarantine opens f's state file for writing with its quarantine, for
+// the quarantine commands when no daemon runs.
 func OpenQuarantine(f *config.File) (*admin.Local, error) {
 	o, err := openOffline(f, false)
 	if err != nil {
@@ -156,9 +147,8 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 	return nil, err
 }
 
-// InspectState is what `ratelimitd state check` (statedb.Check) reads
-// beyond the records: the rate state (InspectRates), then every frozen
-// message against its SHA-256 (quarantine.CheckMessages).
+// InspectState is what `ratelimitd state check` reads beyond the records:
+// the rate state, then every frozen message against its SHA-256.
 func InspectState(f *config.File) statedb.Inspect {
 	rates := InspectRates(f)
 	return func(w io.Writer, db *bolt.DB) ([]string, error) {
@@ -171,10 +161,8 @@ func InspectState(f *config.File) statedb.Inspect {
 	}
 }
 
-// InspectRates is the rate-state part of `ratelimitd state check`
-// (statedb.Check): the rate state of f's state file as the daemon would
-// restore it, read without writing, its states counted per limit; states
-// that are not states (malformed) are problems.
+// InspectRates reads f's rate state as the daemon would restore it,
+// without writing, counting states per limit; malformed ones are problems.
 func InspectRates(f *config.File) statedb.Inspect {
 	return func(w io.Writer, db *bolt.DB) (bad []string, err error) {
 		mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
@@ -207,10 +195,8 @@ func InspectRates(f *config.File) statedb.Inspect {
 	}
 }
 
-// NotifyOffline sends one event from the CLI when no daemon runs (the
-// daemon sends its own), waiting up to 30 s for delivery. Failures are
-// returned for the caller to print as a warning; with no notifications
-// configured it does nothing.
+// NotifyOffline sends one event from the CLI, waiting up to 30 s; without
+// notifications configured it does nothing.
 func NotifyOffline(cfg notify.Config, e notify.Event) error {
 	n, err := notify.New(cfg, notify.Options{})
 	if err != nil || !n.Enabled() {

@@ -17,11 +17,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// newLifecycle wires the quarantine life cycle (package
-// quarantine/lifecycle) to a store, the configuration and the engine; the
-// daemon and the offline CLI share it.
-//
-// events receives the life cycle's events (nil: none).
+// newLifecycle wires the quarantine life cycle to q, the configuration and
+// the engine, for the daemon and the offline CLI; events may be nil.
 func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
 	opts := lifecycle.Options{
@@ -102,10 +99,9 @@ func (d *Daemon) openQuarantine() error {
 	return nil
 }
 
-// recordHold records a hold durably (committed and fsync'd) before the
-// MTA is told: a policy-delegation HOLD (recipients nil) or a milter hold
-// of recipients. When it cannot, *dec becomes 450 4.7.1, logged and
-// counted (fault "hold_record"): never a hold no entry tracks.
+// recordHold records a hold durably before the MTA is told (recipients nil
+// for policy delegation). When it cannot, *dec becomes 450 4.7.1, counted
+// as hold_record: never a hold no entry tracks.
 func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients []string, dec *policy.Decision) {
 	var err error
 	fault := mta.FaultHoldRecord

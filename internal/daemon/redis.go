@@ -43,10 +43,8 @@ func engineLimits(eng func() *policy.Engine) func(string) (ratelimit.Limit, bool
 // Redis outage not yet added to Redis (redisstore.Failover.LoadPending).
 const pendingMergeFile = "redis-outage-counts.json"
 
-// openRedis connects the daemon to the shared rate state: a Failover over
-// the Redis store and local, the host's own store (which keeps a copy of
-// every state Redis returns). Redis need not answer at start: the daemon
-// then serves per on_redis_error and joins Redis when it comes.
+// openRedis returns a Failover over Redis and local, which keeps a copy of
+// every state Redis returns. Redis need not answer at start.
 func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Failover, error) {
 	pol, err := redisstore.ParseOnError(s.OnRedisError)
 	if err != nil {
@@ -76,7 +74,7 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	cctx, cancel := context.WithTimeout(context.Background(), max(time.Duration(s.RedisTimeout), time.Second))
 	r.Connect(cctx)
 	cancel()
-	f := redisstore.NewFailoverWith(r, local, pol, d.log, redisstore.FailoverOptions{
+	f := redisstore.NewFailover(r, local, d.log, redisstore.FailoverOptions{OnError: pol,
 		Split: s.DegradedShare == "split", Hosts: s.RedisHosts})
 	if err := f.LoadPending(filepath.Join(d.cfg.Server.StateDir, pendingMergeFile)); err != nil {
 		d.log.Warn("counts of an earlier redis outage not loaded", "err", err)
@@ -139,9 +137,7 @@ func (o *oncePerKey) first(k string) bool {
 	return true
 }
 
-// redisClock answers the rate commands on Redis's clock (TIME; the host's
-// clock corrected by the last offset while Redis is down), the clock the
-// decisions use, instead of the clock of the host asked.
+// redisClock answers the rate commands on Redis's clock, the decisions'.
 type redisClock struct {
 	admin.Rates
 	now func(context.Context) time.Time

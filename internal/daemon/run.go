@@ -22,11 +22,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
-// Reload re-reads the configuration file; an invalid one is refused (and
-// logged, and counted as a fault). The
-// policy and limits are applied at once; settings that need a restart
-// (config.RestartKeys) are logged at WARN and shown by status until the
-// file matches the running daemon again.
+// Reload rereads the configuration file; an invalid one is refused, logged
+// and counted. Limits apply at once; settings that need a restart
+// (config.RestartKeys) are logged and shown by status.
 func (d *Daemon) Reload() {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
@@ -111,10 +109,9 @@ func (d *Daemon) Status() admin.Status {
 	return st
 }
 
-// Shutdown stops accepting connections, lets requests in progress finish
-// until ctx is done, flushes the rate state and the recipient sets and
-// closes the database. Its error joins what failed (the policy server's
-// drain, notifications, flushes, closing the file). Call it once.
+// Shutdown stops accepting, lets requests finish until ctx is done,
+// flushes the state and closes the file; its error joins what failed.
+// Call it once.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	var errs []error
 	if err := d.policy.Shutdown(ctx); err != nil {
@@ -141,7 +138,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.redis.Close()
 		d.redisClient.Close()
 	}
-	// Close flushes the rate state a last time and stops its Run loop.
+	// The flusher's last flush, then each store's Close flushes what is
+	// left.
+	d.stopFlusher()
 	if err := d.state.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
 	}
@@ -164,7 +163,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // Rates implements admin.Daemon: the engine.
 func (d *Daemon) Rates() admin.Rates {
 	if d.redis != nil {
-		return redisClock{Rates: d.engine, now: d.redis.Now}
+		return redisClock{Rates: d.engine, now: d.redis.RedisTime}
 	}
 	return d.engine
 }

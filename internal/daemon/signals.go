@@ -11,12 +11,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
-// Serve runs the daemon of f until SIGTERM or SIGINT: it opens the log
-// file (standard error without one), starts the daemon with opts, writes the pid
-// file once every listener is open, and then on SIGHUP reopens the log
-// file (for logrotate) and reloads the configuration; on SIGTERM or SIGINT
-// it shuts down, giving connections 10 seconds to finish. It returns the
-// error of starting or of shutting down.
+// Serve runs the daemon of f: it opens the log file, starts the daemon,
+// writes the pid file, reopens the log and reloads on SIGHUP, and shuts
+// down (10 s to finish) on SIGTERM or SIGINT.
 func Serve(f *config.File, configPath string, files *Files, opts Options, stderr io.Writer) error {
 	logw, err := files.Writer(stderr)
 	if err != nil {

@@ -7,9 +7,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/web"
 )
 
-// startWeb starts the browser console when [web] listen is set: a front
-// end of the same engine, quarantine life cycle and event log the admin
-// socket serves.
+// startWeb starts the browser console when [web] listen is set.
 func (d *Daemon) startWeb() error {
 	c := d.cfg.Web
 	if c.Listen == "" {

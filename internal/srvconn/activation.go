@@ -12,15 +12,9 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 )
 
-// Inherited are the listening sockets a service manager passed to the
-// process: systemd socket activation (sd_listen_fds(3): LISTEN_FDS,
-// LISTEN_PID, LISTEN_FDNAMES, descriptors from 3 on), read with
-// go-systemd's activation package. A listener is taken by the address it
-// is configured with, so that one configuration serves both ways: under
-// systemd the socket unit creates the socket (with its owner and mode, in
-// a directory the daemon itself may not write), elsewhere the daemon does.
-//
-// An Inherited is not safe for concurrent use.
+// Inherited are the listening sockets systemd passed (sd_listen_fds(3),
+// read with go-systemd's activation package), taken by the address they
+// are configured with. Not safe for concurrent use.
 type Inherited struct {
 	ls []inherited
 }
@@ -31,12 +25,10 @@ type inherited struct {
 	taken bool
 }
 
-// InheritedListeners returns the listeners passed by systemd, none when
-// the process was not started by socket activation. It removes the
-// LISTEN_* variables from the environment (the commands the daemon runs
-// must not take the sockets for theirs) and marks the descriptors
-// close-on-exec, so call it once. A passed descriptor that is not a
-// listening stream socket is an error (the descriptors are closed).
+// InheritedListeners returns the listeners systemd passed, if any; call it
+// once: it clears LISTEN_* from the environment and marks the descriptors
+// close-on-exec. A descriptor that is not a listening stream socket is an
+// error.
 func InheritedListeners() (*Inherited, error) {
 	return inheritFiles(activation.Files(true))
 }
@@ -61,13 +53,9 @@ func inheritFiles(files []*os.File) (*Inherited, error) {
 	return in, nil
 }
 
-// Take returns the inherited listener for addr ("unix:/path", or a
-// numeric "host:port"), nil if none was passed for it. A unix socket
-// matches by its path (a relative addr is made absolute first), a TCP
-// socket by address and port, where the unspecified addresses of IPv4
-// and IPv6 match each other (systemd's ListenStream=PORT binds [::]).
-// Closing a taken unix listener leaves its socket file to the service
-// manager that made it.
+// Take returns the inherited listener for addr ("unix:/path" or a numeric
+// "host:port"), or nil; the IPv4 and IPv6 unspecified addresses match each
+// other. Closing a taken unix listener leaves its file to systemd.
 func (in *Inherited) Take(addr string) net.Listener {
 	if in == nil {
 		return nil
@@ -90,9 +78,8 @@ func (in *Inherited) Len() int {
 	return len(in.ls)
 }
 
-// Untaken closes the listeners not taken and returns an error naming each
-// (name and address), nil if every one was taken: a socket the service
-// manager listens on and nobody serves would leave its clients waiting.
+// Untaken closes the listeners not taken and returns an error naming
+// them: nobody would serve their clients.
 func (in *Inherited) Untaken() error {
 	if in == nil {
 		return nil

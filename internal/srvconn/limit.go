@@ -20,13 +20,9 @@ const (
 	limitLogEvery = 10 * time.Second
 )
 
-// DefaultMaxConns is the default connection cap for the protocol
-// listeners: min(MaxConnsCeiling, RLIMIT_NOFILE/2), so that at the cap half
-// of the process's file descriptors are still free for the admin socket,
-// the metrics listener, the state file and spool files. (The Go runtime
-// raises the soft RLIMIT_NOFILE to the hard limit at start-up; this reads
-// the limit in force.) It returns MaxConnsCeiling if the limit cannot be
-// read, and at least 1.
+// DefaultMaxConns is the protocol listeners' connection cap:
+// min(MaxConnsCeiling, RLIMIT_NOFILE/2), at least 1, leaving half the
+// descriptors for the admin socket, metrics and files.
 func DefaultMaxConns() int {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
@@ -35,15 +31,9 @@ func DefaultMaxConns() int {
 	return int(max(1, min(uint64(MaxConnsCeiling), rl.Cur/2)))
 }
 
-// Limiter caps the connections open at once over every listener it wraps
-// (the policy and milter listeners share one), so that a flood of
-// connections cannot use up the file descriptors the admin socket and the
-// metrics listener need. A connection accepted over the cap is closed at
-// once, before anything is read or written: the MTA sees the connection
-// closed and applies its own fallback (Postfix: the policy client's
-// default_action, the milter's milter_default_action).
-//
-// A Limiter is safe for concurrent use. Make one with NewLimiter.
+// Limiter caps the connections open at once over the listeners it wraps;
+// one over the cap is closed unread (the MTA applies its default action).
+// Safe for concurrent use; make one with NewLimiter.
 type Limiter struct {
 	max     int64
 	log     *slog.Logger
@@ -57,11 +47,9 @@ type Limiter struct {
 	sinceLast int64
 }
 
-// NewLimiter returns a Limiter allowing max connections at once (max < 1
-// means DefaultMaxConns()). refused, if non-nil, is called for every
-// connection closed over the cap, with the name the listener was wrapped
-// under (for a metric); it must not block. Refusals are logged at WARN on
-// log at most once every 10 s, with the count since the previous line.
+// NewLimiter returns a Limiter of max connections (< 1: DefaultMaxConns()).
+// refused, if not nil, is called per refusal with the listener's name and
+// must not block; refusals are logged at most every 10 s.
 func NewLimiter(max int, log *slog.Logger, refused func(listener string)) *Limiter {
 	if max < 1 {
 		max = DefaultMaxConns()
@@ -81,9 +69,8 @@ func (lim *Limiter) Open() int { return int(lim.open.Load()) }
 // Refused is the number of connections closed over the cap so far.
 func (lim *Limiter) Refused() int64 { return lim.nRefused.Load() }
 
-// Listener wraps l: its Accept returns only connections under the cap,
-// closing the others at once, and a returned connection counts as open
-// until its first Close. name ("policy", "milter") labels the refusals.
+// Listener wraps l: Accept returns only connections under the cap, each
+// counted until its first Close; name labels the refusals.
 func (lim *Limiter) Listener(l net.Listener, name string) net.Listener {
 	return &limitListener{Listener: l, lim: lim, name: name}
 }
@@ -145,13 +132,10 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-// HTTPConns is the connection cap of the HTTP listeners anyone on the
-// network may reach (/metrics, the console): min(16, RLIMIT_NOFILE/16), at least 2. With
-// the protocol listeners capped at RLIMIT_NOFILE/2 (DefaultMaxConns), the
-// HTTP listeners together can never take the descriptors the policy
-// service needs: 120 idle keep-alive scrapes of /metrics used to exhaust a
-// 64-descriptor process and silence every listener. Connections over the
-// cap wait in the kernel's accept queue, using no descriptor of ours.
+// HTTPConns is the connection cap of the HTTP listeners (/metrics, the
+// console): min(16, RLIMIT_NOFILE/16), at least 2, so they can never take
+// the protocol listeners' descriptors. Connections over it wait in the
+// accept queue.
 func HTTPConns() int {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {

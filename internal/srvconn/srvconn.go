@@ -1,20 +1,8 @@
-// Package srvconn is the connection lifecycle shared by the protocol
-// servers mta/postfix and mta/milter, in the shape of net/http's Server: the
-// set of listeners and connections, the accept loop with its back-off, the
-// allow-list of client networks, and graceful (Shutdown) and hard (Close)
-// stops.
-//
-// What a connection does, and when it counts as idle, stays with each
-// protocol: the Tracker only knows its connections by their key C and
-// net.Conn.
-//
-// Three listener helpers go with it: ListenUnix, a unix socket that never
-// removes what it did not create; Limiter, a cap on the connections open
-// at once over several listeners, so that a flood cannot use up the file
-// descriptors the daemon's admin socket and metrics need; and
-// InheritedListeners, the sockets systemd passes (socket activation,
-// sd_listen_fds(3), through github.com/coreos/go-systemd/v22/activation),
-// taken by the addresses they are configured with.
+// Package srvconn is the connection lifecycle of mta/postfix and
+// mta/milter in the shape of net/http's Server: listeners and connections,
+// the accept loop with back-off, the allow-list, Shutdown and Close. With
+// it: ListenUnix, Limiter (a connection cap over several listeners) and
+// InheritedListeners (systemd socket activation, sd_listen_fds(3)).
 package srvconn
 
 import (
@@ -28,13 +16,9 @@ import (
 	"time"
 )
 
-// Tracker tracks a server's listeners and connections, keyed by C (normally
-// the protocol's *conn). Make one with New.
-//
-// The methods are safe for concurrent use. Lock and Unlock give the
-// protocol the Tracker's mutex, to guard its own per-connection state (what
-// makes a connection idle) together with the Tracker's: the methods ending
-// in Locked must be called with it held, the others without.
+// Tracker tracks a server's listeners and connections, keyed by C. Methods
+// are safe for concurrent use; Lock and Unlock lend the protocol the mutex
+// for its own per-connection state, and the ...Locked methods need it held.
 type Tracker[C comparable] struct {
 	errClosed  error  // returned once closed
 	name       string // prefix of accept errors
@@ -57,8 +41,7 @@ type entry struct {
 }
 
 // New returns a Tracker whose Serve, Shutdown and Close return errClosed
-// once the server is shut down or closed, and whose Serve prefixes a
-// failed accept's error with name ("postfix: accept on ...").
+// once stopped; name prefixes accept errors.
 func New[C comparable](errClosed error, name string) *Tracker[C] {
 	t := &Tracker[C]{
 		errClosed: errClosed,
@@ -130,13 +113,9 @@ type Accept[C comparable] struct {
 	Start func(c C)
 }
 
-// Serve accepts connections on l until l fails or the server is shut down,
-// handing each to a. It backs off (5 ms doubling to 1 s) on temporary accept
-// errors such as running out of file descriptors.
-//
-// Serve always returns a non-nil error and closes l: the errClosed given to
-// New after Shutdown or Close, else the accept error prefixed with the
-// Tracker's name. Serve may be called for several listeners at once.
+// Serve accepts connections on l for a until l fails or the server stops,
+// backing off (5 ms doubling to 1 s) on temporary errors. It closes l and
+// returns errClosed or the accept error.
 func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 	t.mu.Lock()
 	if t.closed {
@@ -200,12 +179,9 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 	}
 }
 
-// Allowed applies an allow-list to a new connection rwc: a TCP connection
-// must come from one of the networks in allowed, or from loopback
-// (127.0.0.0/8, ::1) when allowed is empty; IPv4-mapped IPv6 addresses are
-// matched as IPv4. A Unix-socket connection is always allowed, and so is
-// one of any other kind accepted on a Unix listener (unixListener), whose
-// remote address may be unnamed; anything else is refused.
+// Allowed applies the allow-list to rwc: TCP from allowed (empty:
+// loopback; IPv4-mapped as IPv4); unix sockets always; anything else
+// refused.
 func Allowed(allowed []netip.Prefix, rwc net.Conn, unixListener bool) bool {
 	switch ra := rwc.RemoteAddr().(type) {
 	case *net.TCPAddr:
@@ -243,13 +219,9 @@ func RemoteString(rwc net.Conn) string {
 	return ra.Network()
 }
 
-// Shutdown stops the server gracefully: it closes the listeners (Serve
-// returns errClosed), then closes the connections for which idle reports
-// true (called with the mutex held) and polls, waiting 1 ms doubling to
-// 100 ms between rounds, until no connection is left; it then waits for
-// every Serve to return and returns nil. If ctx ends first, Shutdown
-// returns ctx.Err() and leaves the remaining connections to Close. It
-// returns errClosed if the server was already shut down or closed.
+// Shutdown closes the listeners, then the connections idle reports (with
+// the mutex held), polling until none is left and every Serve returned.
+// ctx.Err() if ctx ends first; errClosed if already stopped.
 func (t *Tracker[C]) Shutdown(ctx context.Context, idle func(c C) bool) error {
 	if err := t.beginClose(); err != nil {
 		return err
@@ -271,10 +243,8 @@ func (t *Tracker[C]) Shutdown(ctx context.Context, idle func(c C) bool) error {
 	}
 }
 
-// Close closes the listeners and every connection at once, busy or not,
-// and cancels BaseContext, without waiting. It may follow a Shutdown that
-// ran out of time. It returns errClosed if Close was already called, else
-// the first error from closing a listener.
+// Close closes the listeners and every connection and cancels
+// BaseContext, without waiting; errClosed if already closed.
 func (t *Tracker[C]) Close() error {
 	err := t.beginClose()
 	if errors.Is(err, t.errClosed) {

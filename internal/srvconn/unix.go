@@ -24,21 +24,11 @@ var (
 	ErrSocketInUse = errors.New("srvconn: socket in use: another daemon is already running on it")
 )
 
-// ListenUnix listens on a unix stream socket at path with file mode mode
-// (the mode is set after the socket is created, so keep the socket in a
-// directory only the daemon and its clients can reach).
-//
-// What exists at path first is handled this way: nothing, fine; a socket
-// nobody accepts on (left by a crash), removed; a socket a server answers
-// on, an error wrapping ErrSocketInUse; anything else (a file, a
-// directory, a symbolic link), an error wrapping ErrNotSocket and left in
-// place.
-//
-// Closing the returned listener removes the socket file only if the file
-// at path is still the socket ListenUnix created (same device and inode):
-// a socket another process put there in the meantime, or a file an
-// operator replaced it with, is left alone. Close is safe to call more than
-// once and from several goroutines.
+// ListenUnix listens on a unix socket at path with mode (set after
+// creation: keep it in a private directory). A stale socket is removed; a
+// live one is ErrSocketInUse; any other file is ErrNotSocket and left.
+// Close removes the file only if it is still the socket created (same
+// device and inode); it may be called more than once.
 func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, fmt.Errorf("listen unix %s: %w", path, err)
@@ -64,12 +54,9 @@ func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	return &unixListener{UnixListener: l, path: path, created: fi}, nil
 }
 
-// ListenUnixGroup is ListenUnix, then gives the socket group ownership of
-// group (a group name or a numeric ID; "" keeps the daemon's group), so
-// that an MTA running as a member of that group (Postfix: "postfix") can
-// connect to a socket of mode 0660. The group is looked up before the
-// socket is created; if the ownership cannot be changed the socket is
-// closed and removed again.
+// ListenUnixGroup is ListenUnix, then chowns the socket to group (name or
+// id; "": unchanged) so the MTA's group can use mode 0660; on failure the
+// socket is removed.
 func ListenUnixGroup(path string, mode os.FileMode, group string) (net.Listener, error) {
 	gid := -1
 	if group != "" {

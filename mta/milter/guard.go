@@ -6,12 +6,8 @@ import (
 	"io"
 )
 
-// MaxPacketSize is the largest milter packet payload (command byte and
-// data), in bytes, that the Server accepts: 1 MiB. MTAs send body chunks of
-// at most 65535 bytes (MILTER_CHUNK_SIZE), but a single header field may be
-// longer (Postfix header_size_limit is 102400 bytes), so the limit is
-// generous. It equals go-milter's own limit, so the library never sees a
-// packet it would refuse.
+// MaxPacketSize is the largest packet payload accepted, in bytes: go-milter's
+// own limit, above Postfix's header_size_limit (102400).
 const MaxPacketSize = 1 << 20
 
 // frameHooks lets a frameReader consult its connection. A nil frameHooks is
@@ -29,12 +25,9 @@ type frameHooks interface {
 	command(code byte, data []byte)
 }
 
-// frameReader passes the milter packet stream read from r through
-// unchanged, but checks every packet's 4-byte big-endian length before
-// returning any byte of it: a length of 0 (a packet without even a command
-// byte) or above max ends the stream with ErrEmptyPacket or
-// ErrPacketTooLarge, so that the reader behind it never sees such a packet.
-// Errors are sticky. It is not safe for concurrent use.
+// frameReader passes the packet stream from r through, checking every
+// packet's 4-byte length first: 0 or above max ends it (sticky
+// ErrEmptyPacket, ErrPacketTooLarge). Not safe for concurrent use.
 type frameReader struct {
 	r     io.Reader
 	max   uint32

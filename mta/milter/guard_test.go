@@ -209,18 +209,6 @@ func TestReplyAndHeader(t *testing.T) {
 			t.Errorf("splitHeader(%q) accepted", h)
 		}
 	}
-	for _, tc := range []struct {
-		s     string
-		class byte
-		ok    bool
-	}{
-		{"4.7.1", '4', true}, {"5.7.1", '5', true}, {"4.7.1", '5', false}, {"4.77.123", '4', true},
-		{"4.7", '4', false}, {"4.7.1234", '4', false}, {"4.x.1", '4', false}, {"", '4', false},
-	} {
-		if validEnhanced(tc.s, tc.class) != tc.ok {
-			t.Errorf("validEnhanced(%q, %c) != %v", tc.s, tc.class, tc.ok)
-		}
-	}
 	msg := reply(450, "4.7.1", strings.Repeat("é", 400)).Response()
 	if msg.Code != 'y' || len(msg.Data) > 520 || msg.Data[len(msg.Data)-1] != 0 {
 		t.Errorf("long reply: %d bytes", len(msg.Data))

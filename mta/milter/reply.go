@@ -6,6 +6,7 @@ import (
 
 	gomilter "github.com/emersion/go-milter"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -13,14 +14,11 @@ import (
 // (RFC 5322, section 2.1.1).
 const maxHeaderLine = 998
 
-// reply returns an SMFIR_REPLYCODE response "code enhanced text". The
-// text is sanitised (no CR, LF, NUL; valid UTF-8; at most
-// policy.MaxTextLen bytes) and every '%' is doubled: Sendmail uses the
-// reply as a format string and Postfix undoes the doubling (milter8.c).
-// Postfix refuses a reply whose enhanced status code does not start with
-// the reply code's first digit, so callers pass matching ones.
+// reply returns an SMFIR_REPLYCODE "code enhanced text", text through
+// mta.ReplyText and '%' doubled (Sendmail reads a format; milter8.c).
+// enhanced must start with code's first digit (Postfix checks).
 func reply(code int, enhanced, text string) gomilter.Response {
-	text = policy.SanitizeText(text, policy.MaxTextLen)
+	text = mta.ReplyText(text, mta.MaxTextLen)
 	var b strings.Builder
 	b.Grow(len(enhanced) + len(text) + 8)
 	b.WriteString(strconv.Itoa(code))
@@ -33,50 +31,26 @@ func reply(code int, enhanced, text string) gomilter.Response {
 	return gomilter.NewResponseStr(byte(gomilter.ActReplyCode), b.String())
 }
 
-// decisionReply is the reply for a Defer (class '4') or Reject (class '5')
-// decision: its Code, Enhanced and Text when valid for the class, else the
-// defaults.
+// decisionReply is the reply to a Defer ('4') or Reject ('5'): d's Code,
+// Enhanced and Text when valid for the class, else the defaults.
 func decisionReply(d policy.Decision, defCode int, defEnhanced string, class byte, defText string) gomilter.Response {
 	code := d.Code
 	if code/100 != int(class-'0') || code > 599 {
 		code = defCode
 	}
 	enhanced := d.Enhanced
-	if !validEnhanced(enhanced, class) {
+	if !mta.ValidEnhanced(enhanced, class) {
 		enhanced = defEnhanced
 	}
-	text := policy.SanitizeText(d.Text, policy.MaxTextLen)
-	if text == "" {
+	text := d.Text
+	if strings.TrimSpace(text) == "" {
 		text = defText
 	}
 	return reply(code, enhanced, text)
 }
 
-// validEnhanced reports whether s is an RFC 3463 status code "c.s.d" of
-// the given class: c a single digit, s and d one to three digits.
-func validEnhanced(s string, class byte) bool {
-	parts := strings.Split(s, ".")
-	if len(parts) != 3 || parts[0] != string(class) {
-		return false
-	}
-	for _, p := range parts[1:] {
-		if len(p) == 0 || len(p) > 3 {
-			return false
-		}
-		for i := 0; i < len(p); i++ {
-			if p[i] < '0' || p[i] > '9' {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// splitHeader splits a Decision.Header "Name: value" for AddHeader: the
-// name must be a valid field name (printable ASCII without colon or space,
-// RFC 5322 section 3.6.8); the value loses its leading blanks (the MTA adds
-// one space) and is sanitised to a single line that keeps the whole field
-// within 998 bytes.
+// splitHeader splits a Decision.Header "Name: value" for AddHeader: a valid
+// field name (RFC 5322 3.6.8), the value one line within 998 bytes.
 func splitHeader(h string) (name, value string, ok bool) {
 	colon := strings.IndexByte(h, ':')
 	if colon <= 0 || colon > 200 {
@@ -88,6 +62,6 @@ func splitHeader(h string) (name, value string, ok bool) {
 			return "", "", false
 		}
 	}
-	value = policy.SanitizeText(strings.TrimLeft(h[colon+1:], " \t"), maxHeaderLine-len(name)-2)
+	value = mta.ReplyText(strings.TrimLeft(h[colon+1:], " \t"), maxHeaderLine-len(name)-2)
 	return name, value, true
 }

@@ -22,72 +22,39 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Defaults of a Server.
+// Defaults of a Server, against Postfix's smtpd_timeout (300 s),
+// milter_command_timeout (30 s) and milter_content_timeout (300 s).
 const (
-	// DefaultReadTimeout bounds every read from the MTA, waiting for the
-	// next command included. It is longer than Postfix's smtpd_timeout
-	// (300 s), during which the milter connection sits idle while Postfix
-	// waits for its SMTP client, so that Postfix, not the server, normally
-	// ends a quiet connection.
-	DefaultReadTimeout = 330 * time.Second
-	// DefaultDecideTimeout is the deadline of the ctx passed to
-	// Decider.Decide: far below Postfix's milter_command_timeout (30 s).
-	DefaultDecideTimeout = 10 * time.Second
-	// DefaultQuarantineTimeout is the deadline of the ctx passed to
-	// Quarantine.Freeze and Quarantine.Hold: below Postfix's
-	// milter_content_timeout (300 s), which covers the end-of-message
-	// reply.
-	DefaultQuarantineTimeout = 120 * time.Second
-	// DefaultMaxMessageSize is the largest message, in bytes, the server
-	// keeps for freezing: 64 MiB.
-	DefaultMaxMessageSize = 64 << 20
-	// DefaultSpoolThreshold is how many bytes of a message kept for
-	// freezing stay in memory before the message moves to a spool file:
-	// 256 KiB.
-	DefaultSpoolThreshold = 256 << 10
+	DefaultReadTimeout       = 330 * time.Second // every read, idle waits included
+	DefaultDecideTimeout     = 10 * time.Second  // the ctx of Decide
+	DefaultQuarantineTimeout = 120 * time.Second // the ctx of Quarantine calls
+	DefaultMaxMessageSize    = 64 << 20          // bytes kept for freezing
+	DefaultSpoolThreshold    = 256 << 10         // bytes kept in memory before the spool file
 )
 
-// Reasons passed to Metrics.BadInput and logged when a connection is closed
-// without a reply because of its input.
+// Reasons passed to Metrics.BadInput.
 const (
 	ReasonEmptyPacket    = "empty_packet"     // ErrEmptyPacket
 	ReasonPacketTooLarge = "packet_too_large" // ErrPacketTooLarge
 	ReasonTimeout        = "timeout"          // no byte within ReadTimeout
 )
 
-// FreezeAdvisor is an optional interface of a Decider that saves the
-// Server from keeping messages no limit could freeze. When a message's
-// header begins (every recipient known), the Server asks MayFreeze once;
-// only if it reports true (or the Decider does not implement
-// FreezeAdvisor, or a RCPT decision already was Freeze) is the message
-// kept, header and body, for Quarantine.Freeze.
-//
-// req has ProtocolState DATA, the connection's client and HELO name, the
-// sender, SASL login, queue ID if known, RecipientCount and, with exactly
-// one recipient, Recipient. MayFreeze must err towards true: a message
-// that was not kept and is then decided Freeze is temp-failed (451 4.3.0,
-// ErrNotKept), never discarded. It is called concurrently and must be safe
-// for concurrent use; ctx carries the DecideTimeout deadline.
+// FreezeAdvisor is an optional interface of a Decider: at a message's
+// first header byte (req at DATA, with RecipientCount) MayFreeze says
+// whether a freeze could apply; only then is the message kept. It must err
+// towards true: a message not kept that must be frozen is temp-failed
+// (ErrNotKept). Called concurrently.
 type FreezeAdvisor interface {
 	MayFreeze(ctx context.Context, req *policy.Request) bool
 }
 
-// Quarantine stores frozen messages durably and records held ones. The
-// daemon implements it with package quarantine's BoltDB store.
-//
-// Methods are called concurrently from the connection goroutines and must
-// be safe for concurrent use. ctx carries a deadline
-// (DefaultQuarantineTimeout) and is cancelled by Server.Close. The Server
-// does not touch m after a call returns, so an implementation may keep it.
-// d is the decision that applies (its Limit, Key, Rate, Max, Text and
-// Reason describe why).
+// Quarantine stores frozen messages and records held ones; the daemon
+// implements it. Methods are called concurrently with a ctx of
+// DefaultQuarantineTimeout; m is not touched after a call returns.
 type Quarantine interface {
-	// Freeze stores the whole message read from m.Body and must return
-	// only after
-	// it is durably committed (fsync'd): the Server then tells the MTA to
-	// discard its copy. An error means the message is temp-failed
-	// (451 4.3.0), never discarded. id is the quarantine entry's ID, for
-	// the log.
+	// Freeze stores the message read from m.Body, returning only once it
+	// is durable (fsync'd): the MTA is then told to discard its copy. On
+	// error the message is temp-failed. id is for the log.
 	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
 	// Hold records a message the MTA keeps in its own hold queue (queue
 	// ID in m.Request.QueueID; m.Body is nil) and returns the decision to
@@ -96,114 +63,57 @@ type Quarantine interface {
 	Hold(ctx context.Context, m *Message, d policy.Decision) policy.Decision
 }
 
-// Message is one message at the end of the milter transaction, as given to
-// Quarantine.
+// Message is one message at the end of the milter transaction.
 type Message struct {
-	// Request is the END-OF-MESSAGE request: client, HELO name, SASL
-	// login, sender, queue ID, size and recipient count (Recipient is set
-	// only when there is exactly one recipient).
-	Request policy.Request
-	// Recipients lists the envelope recipients the server accepted, in
-	// RCPT order.
-	Recipients []string
-	// Body reads the message as the MTA would deliver it: the header fields
-	// as received, each "Name: value" ending in CRLF with its continuation
-	// lines preserved (CRLF-terminated), an empty line, and the body bytes
-	// exactly as received. Two details follow from the milter protocol:
-	// the MTA's own topmost Received: field is not shown to milters by
-	// Postfix and is absent, and a field written without a space after the
-	// colon gains one (the MTA strips one space, Postfix and Sendmail
-	// alike). Body is set for Freeze only (nil for Hold): Size bytes,
-	// from memory or streamed from the spool file, positioned at the
-	// start (Seek to read it again).
+	Request    policy.Request // at END-OF-MESSAGE
+	Recipients []string       // accepted, in RCPT order
+	// Body (Freeze only) reads Size bytes as the MTA would deliver the
+	// message: header fields as received with CRLF, an empty line, the
+	// body. The MTA's own topmost Received: is absent (Postfix does not
+	// show it to milters).
 	Body io.ReadSeeker
 	Size int64
 }
 
-// Metrics receives a Server's counts: those of every front end
-// (mta.Metrics; Fault kinds are mta.FaultPanic, mta.FaultDecision,
-// mta.FaultHoldRecord, mta.FaultFreeze, mta.FaultNoQuarantineAction and
-// mta.FaultSpool) and the decisions and messages. Methods are called from
-// the accept and connection goroutines, concurrently: they must be safe
-// for concurrent use and must not block.
+// Metrics receives a Server's counts (Fault kinds: mta.FaultPanic,
+// FaultDecision, FaultFreeze, FaultNoQuarantineAction, FaultSpool).
+// Called concurrently; must not block.
 type Metrics interface {
 	mta.Metrics
-	// Decision is called for every Decide, with the protocol state
-	// (policy.StateRcpt or policy.StateEndOfMessage), the decided action
-	// and how long Decide took.
+	// Decision is called for every Decide.
 	Decision(state string, action policy.Action, elapsed time.Duration)
-	// Message is called once per message that reached its end, with the
-	// action applied (the strictest of the RCPT and END-OF-MESSAGE
-	// decisions; Defer also when a freeze failed).
+	// Message is called per message ended, with the action applied.
 	Message(action policy.Action)
 }
 
-// Server is a milter (Sendmail 8 mail filter protocol) front end for
-// ratelimitd, for Postfix smtpd_milters and Sendmail INPUT_MAIL_FILTER, in
-// the shape of net/http's Server: configure the exported fields, call Serve
-// for each listener, and Shutdown or Close to stop. The protocol itself is
-// spoken by github.com/emersion/go-milter; see the package documentation
-// for what happens at each stage.
-//
-// The exported fields must not be changed once Serve has been called. The
-// methods are safe for concurrent use.
+// Server is the milter front end in the shape of net/http's Server: set
+// the fields, Serve each listener, Shutdown or Close. The fields must not
+// change once Serve is called.
 type Server struct {
-	// Decider decides every RCPT and END-OF-MESSAGE (and, if it is a
-	// FreezeAdvisor, whether a message is kept for freezing). Required.
-	// ctx carries a deadline (DecideTimeout) and is cancelled by Close.
-	// req is a fresh value for every call; the Decider may keep it.
-	// req.Received is the time of the call. A panic that escapes Decide
-	// is recovered: the command is temp-failed and the connection closed.
-	Decider mta.Decider
-	// Quarantine freezes and records held messages. If nil, holds are
-	// not recorded and freezes are temp-failed (451 4.3.0).
-	Quarantine Quarantine
-	// Logger receives the connection log; every line carries the
-	// connection id ("conn"). Non-Pass decisions are logged at Info,
-	// faults at Warn or Error, the rest at Debug. Nil means
-	// slog.Default().
-	Logger *slog.Logger
-	// Metrics, if non-nil, receives the server's counts.
-	Metrics Metrics
-	// ReadTimeout bounds every read from the MTA, including the wait for
-	// its next command, and every write to it. A connection that stays
-	// silent longer is closed. Zero means DefaultReadTimeout (330 s).
-	ReadTimeout time.Duration
-	// DecideTimeout is the deadline of each Decide's ctx. Zero means
-	// DefaultDecideTimeout (10 s).
-	DecideTimeout time.Duration
-	// MaxMessageSize is how many bytes of each message (header and body)
-	// are kept for freezing. A larger message is counted in full
-	// (Request.Size) but no longer kept; if it must be frozen it is
-	// temp-failed with 452 4.3.4. Zero or negative means
-	// DefaultMaxMessageSize (64 MiB).
-	//
-	// Only messages a freeze could apply to are kept (see FreezeAdvisor):
-	// the first SpoolThreshold bytes in memory, the rest in an unlinked
-	// temporary file in SpoolDir, so memory per message in progress is
-	// bounded by SpoolThreshold; a message is read back into memory whole
-	// only when it is frozen.
+	// Decider decides every RCPT and END-OF-MESSAGE; required. req is
+	// fresh per call; ctx ends at DecideTimeout or Close.
+	Decider    mta.Decider
+	Quarantine Quarantine   // nil: holds unrecorded, freezes temp-failed
+	Logger     *slog.Logger // nil: slog.Default(); lines carry "conn"
+	Metrics    Metrics      // may be nil
+	// ReadTimeout bounds every read and write; 0: DefaultReadTimeout.
+	ReadTimeout   time.Duration
+	DecideTimeout time.Duration // 0: DefaultDecideTimeout
+	// MaxMessageSize bounds the bytes kept for freezing (a larger message
+	// that must be frozen gets 452 4.3.4); SpoolThreshold of them stay in
+	// memory, the rest in an unlinked file in SpoolDir ("": os.TempDir()).
+	// Zero means the defaults.
 	MaxMessageSize int64
-	// SpoolThreshold is how many bytes of a kept message stay in memory
-	// before it moves to a file in SpoolDir. Zero or negative means
-	// DefaultSpoolThreshold (256 KiB).
 	SpoolThreshold int64
-	// SpoolDir is the directory of the spool files ("" means
-	// os.TempDir()); the daemon uses its state directory. Files are
-	// unlinked as soon as they are created, so a crash leaves none.
-	SpoolDir string
-	// AllowedNetworks lists the client networks a TCP connection may come
-	// from; a connection from elsewhere is closed unread. Empty means
-	// loopback only (127.0.0.0/8, ::1). Unix-socket connections are not
-	// checked (the socket's file mode controls them).
+	SpoolDir       string
+	// AllowedNetworks are the TCP clients allowed; empty: loopback only.
+	// Unix sockets are not checked.
 	AllowedNetworks []netip.Prefix
 
 	initOnce sync.Once
 	nextID   atomic.Uint64
-	instance string // prefix of Request.Instance, random per Server
-	// life tracks the listeners and connections; its mutex guards the
-	// connections' waiting, inMessage and ended.
-	life *srvconn.Tracker[*conn]
+	instance string                  // prefix of Request.Instance, random per Server
+	life     *srvconn.Tracker[*conn] // its mutex guards conn.waiting, inMessage, ended
 }
 
 func (s *Server) init() {
@@ -255,13 +165,9 @@ func (s *Server) maxMessageSize() int64 {
 	return DefaultMaxMessageSize
 }
 
-// Serve accepts connections on l and serves each on its own goroutine until
-// l fails or the server is shut down. It backs off (5 ms doubling to 1 s) on
-// temporary accept errors such as running out of file descriptors.
-//
-// Serve always returns a non-nil error and closes l: ErrServerClosed after
-// Shutdown or Close, ErrNoDecider when Decider is nil, else the accept
-// error. Serve may be called for several listeners at once.
+// Serve serves connections on l until it fails or the server stops, backing
+// off on temporary accept errors. It closes l and returns ErrServerClosed,
+// ErrNoDecider or the accept error.
 func (s *Server) Serve(l net.Listener) error {
 	s.init()
 	if s.Decider == nil {
@@ -284,46 +190,28 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// startSession hands c to go-milter, which runs the protocol on its own
-// goroutine and calls c.sess for every event. A go-milter Server is made per
-// connection so that its NewMilter knows the connection: go-milter calls
-// NewMilter again after every final reply, and it must return the same
-// connection's session.
+// startSession hands c to a go-milter Server of its own, whose NewMilter
+// (called again after every final reply) returns c's session.
 func (s *Server) startSession(c *conn) {
 	lib := &gomilter.Server{
 		NewMilter: func() gomilter.Milter { return c.sess },
-		// The only modifications ever sent: AddHeader (Warn) and
-		// quarantine (Hold). Both are milter protocol 2 actions.
-		Actions: gomilter.OptAddHeader | gomilter.OptQuarantine,
-		// go-milter does not know SMFIC_UNKNOWN and would close the
-		// connection on it.
-		Protocol: gomilter.OptNoUnknown,
+		Actions:   gomilter.OptAddHeader | gomilter.OptQuarantine,
+		Protocol:  gomilter.OptNoUnknown, // go-milter cannot parse SMFIC_UNKNOWN
 	}
-	// Serve accepts c, starts the session goroutine and returns at the
-	// listener's second Accept.
 	_ = lib.Serve(&oneConnListener{c: c.guard()})
 }
 
-// Shutdown shuts the server down gracefully: it closes the listeners (Serve
-// returns ErrServerClosed) and the connections that are between messages,
-// lets every message in progress run to its end-of-message reply, closing
-// its connection afterwards, and returns when all connections are closed.
-// The MTA applies its milter_default_action to the rest of an SMTP session
-// whose milter connection was closed (Postfix default: tempfail). If ctx
-// ends first, Shutdown returns ctx.Err() and leaves the remaining
-// connections to Close. It returns ErrServerClosed if the server was already
-// shut down or closed.
+// Shutdown closes the listeners and the connections between messages, lets
+// messages in progress reach their end-of-message reply, and returns when
+// every connection is closed, or ctx.Err() first. ErrServerClosed if
+// already stopped.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	return s.life.Shutdown(ctx, func(c *conn) bool { return c.waiting && !c.inMessage })
 }
 
-// Close closes the listeners and every connection at once, including those
-// with a message in progress (whose Decide or Quarantine call sees its ctx
-// cancelled), without waiting for them. For a graceful stop use Shutdown;
-// Close after a Shutdown that ran out of time stops what is left. It
-// returns ErrServerClosed if Close was already called, else the first error
-// from closing a listener.
+// Close closes the listeners and every connection at once (cancelling
+// their ctx) without waiting. ErrServerClosed if already closed.
 func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()

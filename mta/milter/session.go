@@ -16,11 +16,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// session implements go-milter's Milter for one connection. go-milter calls
-// it from the connection's goroutine only, one event at a time; it asks
-// for a "new" Milter after every final reply and gets this same session
-// back, so message state is reset here explicitly (MAIL, abort, end of
-// message).
+// session is go-milter's Milter for one connection, called one event at a
+// time; go-milter gets it back after every final reply, so message state
+// is reset explicitly (MAIL, abort, end of message).
 type session struct {
 	c *conn
 
@@ -90,9 +88,8 @@ const (
 	textNoHold      = "Message cannot be held, try again later"
 )
 
-// recoverTo turns a panic in an event handler into a temp-fail reply and
-// marks the connection to be closed once the reply is written. It must be
-// deferred directly.
+// recoverTo, deferred in every event handler, is the milter's one
+// recover: the command is temp-failed and the connection closed after it.
 func (s *session) recoverTo(event string, resp *gomilter.Response, err *error) {
 	r := recover()
 	if r == nil {
@@ -110,10 +107,8 @@ func (s *session) recoverTo(event string, resp *gomilter.Response, err *error) {
 	}
 }
 
-// absorb takes the macros of the latest SMFIC_MACRO packet. go-milter keeps
-// only the latest packet's macros, so every event reads what it needs.
-// Names are looked up with and without braces ("{i}" and "i"), because
-// MTAs differ.
+// absorb takes the macros of the latest SMFIC_MACRO packet (go-milter
+// keeps only those), with or without braces.
 func (s *session) absorb(macros map[string]string) {
 	if len(macros) == 0 {
 		return
@@ -199,10 +194,8 @@ func (s *session) begin() {
 	s.msg = &message{instance: s.c.srv.instance + "." + strconv.FormatUint(s.c.id, 10) + "." + strconv.Itoa(s.messages)}
 }
 
-// RcptTo implements go-milter's Milter (SMFIC_RCPT): decide with
-// ProtocolState RCPT. Defer and Reject refuse this recipient only (reply
-// code); any other action accepts it and is remembered for the end of the
-// message.
+// RcptTo implements go-milter's Milter (SMFIC_RCPT): Defer and Reject
+// refuse this recipient; any other action is kept for the end of message.
 func (s *session) RcptTo(rcpt string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
 	defer s.recoverTo("rcpt", &resp, &err)
 	if s.msg == nil { // RCPT without MAIL: not from a sane MTA
@@ -243,9 +236,8 @@ func (m *message) noteWarn(d policy.Decision) {
 	m.warnHeaders = append(m.warnHeaders, d.Header)
 }
 
-// Header implements go-milter's Milter (SMFIC_HEADER): one header field,
-// name without the colon, value without the one space the MTA strips and
-// with continuation lines separated by "\n" (Postfix) or "\r\n".
+// Header implements go-milter's Milter (SMFIC_HEADER); continuation lines
+// come separated by "\n" (Postfix) or "\r\n".
 func (s *session) Header(name string, value string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
 	defer s.recoverTo("header", &resp, &err)
 	s.absorb(m.Macros)
@@ -294,9 +286,8 @@ func (s *session) BodyChunk(chunk []byte, m *gomilter.Modifier) (resp gomilter.R
 	return gomilter.RespContinue, nil
 }
 
-// add counts p in the message's size and, if the message is kept for
-// freezing, appends it (in memory, then in the spool file), up to
-// MaxMessageSize: beyond that the message is only counted.
+// add counts p in the message's size and keeps it if the message is kept
+// for freezing, up to MaxMessageSize.
 func (s *session) add(p []byte) {
 	m := s.msg
 	m.size += int64(len(p))
@@ -318,10 +309,8 @@ func (s *session) add(p []byte) {
 	}
 }
 
-// decideKeep decides, at the message's first header or body byte (every
-// recipient known), whether to keep it for freezing: yes if a RCPT
-// decision already was Freeze, if the Decider is no FreezeAdvisor, or if
-// its MayFreeze says a freeze could apply (or panics).
+// decideKeep decides at the first header or body byte whether to keep the
+// message: a RCPT decision was Freeze, or the FreezeAdvisor says so.
 func (s *session) decideKeep() {
 	m, srv := s.msg, s.c.srv
 	m.keep = keepYes
@@ -362,9 +351,8 @@ func (s *session) Abort(_ *gomilter.Modifier) (err error) {
 // end is called when the connection has ended.
 func (s *session) end() { s.dropMsg() }
 
-// Body implements go-milter's Milter (SMFIC_BODYEOB): decide with
-// ProtocolState END-OF-MESSAGE and apply the strictest of that decision
-// and those made at RCPT.
+// Body implements go-milter's Milter (SMFIC_BODYEOB): decide at
+// END-OF-MESSAGE and apply the strictest of it and the RCPT decisions.
 func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error) {
 	defer s.recoverTo("eom", &resp, &err)
 	s.absorb(m.Macros)
@@ -430,10 +418,8 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 	return gomilter.RespAccept, nil
 }
 
-// hold records the held message (Quarantine.Hold, committed before the
-// MTA is told; a failure is logged, counted and answered 450 4.7.1, never
-// a hold the quarantine does not track), tells the MTA to quarantine it
-// and adds the Warn headers; *applied becomes Hold once that is done.
+// hold has the daemon record the hold (Quarantine.Hold: a hold it could
+// not record comes back as a defer), then tells the MTA to quarantine.
 func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
 	c, srv := s.c, s.c.srv
 	if !c.canDo(gomilter.OptQuarantine) {
@@ -463,9 +449,8 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 	return gomilter.RespAccept, nil
 }
 
-// freeze stores the whole message in the quarantine (Quarantine.Freeze)
-// and, only once it is durable, tells the MTA to discard its copy;
-// *applied becomes Freeze then. Any failure temp-fails the message.
+// freeze stores the message (Quarantine.Freeze) and, only once it is
+// durable, tells the MTA to discard its copy; any failure temp-fails.
 func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
 	srv := s.c.srv
 	switch {
@@ -567,7 +552,7 @@ func quarantineReason(d policy.Decision) string {
 	if t := firstNonEmpty(d.Reason, d.Text); t != "" {
 		r += ": " + t
 	}
-	return policy.SanitizeText(r, policy.MaxTextLen)
+	return mta.ReplyText(r, mta.MaxTextLen)
 }
 
 func firstNonEmpty(s ...string) string {

@@ -7,10 +7,8 @@ import (
 	"os"
 )
 
-// spool keeps one message's bytes for freezing: in memory up to threshold
-// bytes, then in a temporary file in dir. The file is unlinked as soon as
-// it is created, so nothing is left behind by a crash; it disappears when
-// closed. A spool is used by one goroutine (the connection's session).
+// spool keeps one message for freezing: threshold bytes in memory, the rest
+// in a file in dir, unlinked at once. Used by one goroutine.
 type spool struct {
 	dir       string
 	threshold int64
@@ -62,9 +60,7 @@ func (s *spool) fail(err error) error {
 	return s.err
 }
 
-// reader returns the whole message from its first byte: from memory, or
-// read from the spool file as it is consumed (a frozen message is
-// streamed into the quarantine, never read into memory whole).
+// reader returns the message from its first byte, streamed from the file.
 func (s *spool) reader() (io.ReadSeeker, error) {
 	if s.err != nil {
 		return nil, s.err

@@ -11,9 +11,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Limits on a request. Postfix's own requests are about 30 lines of well
-// under 1 KiB in total; the limits only bound what a broken or hostile client
-// can make the server buffer.
+// Limits on a request (Postfix's are about 30 lines, under 1 KiB).
 const (
 	// MaxLineLen is the longest request line accepted, in bytes, not
 	// counting the "\n" or "\r\n" terminator.
@@ -57,21 +55,11 @@ const (
 // span locates one value in Decoder.vals.
 type span struct{ off, n int32 }
 
-// A Decoder reads policy requests from a buffered reader, reusing its
-// buffers from one request to the next. A string field equal to the same
-// field of the previous request (the client, the user, the instance of the
-// same message: every request of one message after its first, but for the
-// recipient) reuses that request's string; the other string fields are cut
-// from a block (1 KiB, then growing to 16 KiB) the Decoder fills,
-// append-only, request after request. So once the buffers have grown a
-// Decoder allocates about once per hundred requests (a new block), not once
-// per request. Use one Decoder per connection. A Decoder is not safe for
-// concurrent use.
-//
-// The string fields of a decoded Request are ordinary immutable strings.
-// Fields of many requests share a block: a consumer that keeps one field
-// for long (a map key, say) should copy it with strings.Clone, so that it
-// does not keep the whole block (up to 16 KiB) from being collected.
+// A Decoder reads policy requests from a buffered reader, one per
+// connection, not safe for concurrent use. Strings equal to the previous
+// request's field are reused, the others cut from append-only blocks of up
+// to 16 KiB: about one allocation per hundred requests. A consumer keeping
+// a field for long should strings.Clone it, not to pin the block.
 type Decoder struct {
 	r     *bufio.Reader
 	long  []byte // reassembly of a line longer than r's buffer
@@ -86,9 +74,8 @@ type Decoder struct {
 	prev [nStringFields]string
 }
 
-// NewDecoder returns a Decoder reading from r. For the allocation figures
-// above r's buffer should hold a typical line (the bufio default of 4 KiB
-// is plenty); longer lines, up to MaxLineLen, are reassembled.
+// NewDecoder returns a Decoder reading from r; lines up to MaxLineLen
+// longer than r's buffer are reassembled.
 func NewDecoder(r *bufio.Reader) *Decoder {
 	return &Decoder{r: r}
 }
@@ -106,23 +93,13 @@ func ReadRequest(r *bufio.Reader, req *policy.Request) error {
 }
 
 // Decode reads the next request (SMTPD_POLICY_README, "Protocol
-// description") into req, overwriting all of its fields, and sets req.Stage
-// to StagePolicy.
-//
-// A request is a sequence of name=value lines ended by an empty line. A line
-// may end in "\r\n" (the "\r" is removed); a request whose input ends after
-// at least one complete line, without the empty line, is complete too (Exim
-// readsocket with its write side shut down). Attributes the policy.Request
-// has no field for are ignored, as Postfix adds attributes over time. When an
-// attribute occurs more than once, the first value is kept. Empty numeric
-// values count as 0.
-//
-// Decode returns io.EOF when the input ends before the first byte of a
-// request, io.ErrUnexpectedEOF when it ends inside a line, an error wrapping
-// ErrLineTooLong, ErrTooManyAttributes, ErrMalformed or ErrUnknownRequest for
-// bad input, and errors of the underlying reader unchanged. After an error
-// the position in the input is undefined: close the connection. req is
-// only valid when Decode returns nil.
+// description") into req, overwriting every field, with Stage ViaPolicy:
+// name=value lines ("\r\n" accepted) ended by an empty line, or by EOF
+// after a whole line (Exim readsocket). Unknown attributes are ignored, a
+// repeated one keeps its first value, empty numbers are 0. Errors: io.EOF
+// before the first byte, io.ErrUnexpectedEOF inside a line, ErrLineTooLong,
+// ErrTooManyAttributes, ErrMalformed, ErrUnknownRequest, or the reader's;
+// after an error close the connection.
 func (d *Decoder) Decode(req *policy.Request) error {
 	// Do not keep the memory of an exceptionally large request for the
 	// rest of a long-lived connection.
@@ -164,10 +141,8 @@ func (d *Decoder) Decode(req *policy.Request) error {
 // decoderKeep is the largest buffer a Decoder keeps for its next request.
 const decoderKeep = 16 << 10
 
-// readAttributes reads one request's attribute lines, up to the empty
-// line (or the end of input after at least one line), into d.vals and
-// d.spans (the string fields, first value kept) and returns its
-// recipient_count and size. Its errors are Decode's.
+// readAttributes reads one request's lines into d.vals and d.spans and
+// returns its recipient_count and size; errors are Decode's.
 func (d *Decoder) readAttributes() (rcptCount, size int64, err error) {
 	nattr := 0
 	sawRequest := false
@@ -275,9 +250,8 @@ func stringField(name []byte) int {
 	return -1
 }
 
-// internValues sets d.prev to the strings of the request just read:
-// fields equal to the previous request's keep its strings, and the others
-// are cut from one new string (the request's one allocation, if any).
+// internValues sets d.prev to the request's strings: the previous ones
+// where equal, the others cut from one new string.
 func (d *Decoder) internValues() {
 	var changed uint32
 	d.fresh = d.fresh[:0]
@@ -313,21 +287,15 @@ func (d *Decoder) internValues() {
 	}
 }
 
-// arenaSize is the largest size of the blocks Decoder.carve cuts strings
-// from: about a hundred messages' new values, so a Decoder allocates once
-// per hundred-odd requests. A Decoder's first block is arenaMin bytes, and
-// each next one twice the previous, so a connection that sends one request
-// (Exim's ${readsocket}) costs a small block, not a large one.
+// arenaSize is the largest block carve cuts strings from; the first is
+// arenaMin, each next twice the last (one-request connections stay small).
 const (
 	arenaMin  = 1 << 10
 	arenaSize = 16 << 10
 )
 
-// carve returns a string holding a copy of b, cut from the end of the
-// Decoder's current arena block, or from a new block when it has no room.
-// Blocks are append-only: the bytes of a returned string are never written
-// again, so it is an ordinary immutable string (which keeps its whole
-// block from being collected while it lives).
+// carve returns a copy of b cut from the current append-only block (a new
+// one when full): an ordinary immutable string that pins its block.
 func (d *Decoder) carve(b []byte) string {
 	if len(b) == 0 {
 		return ""
@@ -375,9 +343,8 @@ func constant(f int, v []byte) (string, bool) {
 	return "", false
 }
 
-// readLine returns the next line without its "\n" or "\r\n" terminator. The
-// slice is valid until the next call. It returns io.EOF at a clean end of
-// input and io.ErrUnexpectedEOF when the input ends inside a line.
+// readLine returns the next line without "\n" or "\r\n", valid until the
+// next call; io.EOF at a clean end, io.ErrUnexpectedEOF inside a line.
 func (d *Decoder) readLine() ([]byte, error) {
 	line, err := d.r.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {

@@ -9,21 +9,15 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// eximBase62 is the digit alphabet of Exim message IDs (the Exim
-// specification, chapter "How Exim receives and delivers mail", message
-// IDs): the first six characters are the arrival time in seconds since
-// the epoch in base 62.
+// eximBase62 is the alphabet of Exim message IDs, whose first six
+// characters are the arrival time (Exim specification, "How Exim receives
+// and delivers mail").
 const eximBase62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-// ParseEximQueue parses Exim's queue listing (exim -bp; the Exim
-// specification, chapter "The Exim command line", -bp): for each message
-// a line with its age, size, message ID, <sender> (<> for a bounce) and,
-// for a frozen message, "*** frozen ***", then its recipients indented
-// one a line, those already delivered marked "D ", and an empty line. A
-// frozen message is in Queue "hold" (ratelimitd's Exim ACL freezes mail
-// on HOLD, exim -Mt thaws it), any other in "queued"; Arrival is decoded
-// from the message ID (to the second). Lines that fit none of this are
-// skipped.
+// ParseEximQueue parses exim -bp (Exim specification, "The Exim command
+// line"): age, size, ID, <sender>, "*** frozen ***" (Queue "hold", else
+// "queued"), then indented recipients ("D " delivered). Arrival comes from
+// the ID; other lines are skipped.
 func ParseEximQueue(out []byte) []quarantine.QueuedMessage {
 	var msgs []quarantine.QueuedMessage
 	var cur *quarantine.QueuedMessage

@@ -6,17 +6,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// messageTracker gives requests that carry no instance attribute one of
-// their own, the same for every request of one mail transaction on one
-// connection, so the engine counts such a message once and answers its
-// RCPTs consistently. Postfix always sends instance (SMTPD_POLICY_README,
-// "Policy protocol description"); other clients of the protocol may not.
-//
-// A new transaction starts when the protocol state goes back (a RCPT after
-// DATA or END-OF-MESSAGE, a MAIL after RCPT), after END-OF-MESSAGE, or
-// when the sender changes. A client that opens one connection per request
-// (Exim's ${readsocket}) gets one message per request: it must send an
-// instance of its own (configs/exim-acl.conf does).
+// messageTracker gives requests without an instance attribute (Postfix
+// always sends one) one per mail transaction on a connection: a new one
+// when the state goes back, after END-OF-MESSAGE, or when the sender
+// changes. One-request connections (Exim) must send their own.
 type messageTracker struct {
 	conn   uint64
 	seq    int

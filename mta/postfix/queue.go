@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -19,27 +18,13 @@ import (
 // is zero.
 const DefaultCommandTimeout = 30 * time.Second
 
-// Queue runs the MTA's queue commands on held mail for the quarantine life
-// cycle (it implements quarantine/lifecycle's Queue). Each command is an
-// argument vector run without a shell; "{queue_id}" in an element is
-// replaced by the message's queue ID, which must be valid
-// (quarantine.ValidQueueID: it never starts with '-', so it cannot be read
-// as an option; postsuper, postqueue, postcat and exim take it as an
-// option's argument, where "--" does not apply). A queue ID that is not
-// valid is refused, never substituted.
-//
-// The daemon configures Postfix's commands (postsuper(1), postqueue(1),
-// postcat(1)): release postsuper -H then postqueue -i, expire postsuper -f
-// then postqueue -i, delete postsuper -d, show postcat -q, list
-// postqueue -j (Postfix 3.1 and later). Exim is configured with its own
-// commands in the same fields (exim -Mt to thaw, exim -Mrm to remove,
-// exim -Mvc to show, exim -bp to list; the Exim specification, chapter
-// "The Exim command line"). The list confirms every queue ID before a
-// command runs on it; without a ListCommand nothing held is acted on.
-//
-// The zero value has no commands: every action fails and List lists
-// nothing. Fields must not change once the Queue is in use; its methods
-// are safe for concurrent use.
+// Queue runs the MTA's queue commands on held mail for quarantine/lifecycle:
+// argument vectors run without a shell, "{queue_id}" replaced by a queue ID
+// that quarantine.ValidQueueID accepts (never one starting with '-'). The
+// daemon sets Postfix's (postsuper -H/-f/-d, postqueue -i/-j, postcat -q)
+// or Exim's (exim -Mt, -Mrm, -Mvc, -bp; Exim specification, "The Exim
+// command line"). List confirms a queue ID before any command runs on it.
+// Fields must not change once in use; methods are safe for concurrent use.
 type Queue struct {
 	// ReleaseCommands release a held message, in order; the first one
 	// decides success (Postfix: postsuper -H), later ones only help
@@ -95,10 +80,8 @@ type queuedMessage struct {
 	} `json:"recipients"`
 }
 
-// List runs ListCommand and parses its output: JSON lines (postqueue -j:
-// one object per queued message, postqueue(1)) or, when the output does
-// not start with a JSON object, Exim's queue listing (exim -bp, parsed by
-// ParseEximQueue). JSON lines that do not parse are skipped. Without a
+// List runs ListCommand and parses postqueue -j JSON lines or Exim's
+// exim -bp listing (ParseEximQueue); bad JSON lines are skipped. Without a
 // ListCommand it returns quarantine.ErrNoQueueList.
 func (q *Queue) List(ctx context.Context) ([]quarantine.QueuedMessage, error) {
 	args := q.ListCommand
@@ -156,13 +139,11 @@ func (q *Queue) sequence(ctx context.Context, op string, cmds [][]string, queueI
 	return warnings, nil
 }
 
-// run runs one command template with {queue_id} replaced, without a
-// shell, and returns its combined output. A queue ID that is not valid is
-// never substituted.
+// run runs tmpl with {queue_id} replaced and returns its combined output.
 func (q *Queue) run(ctx context.Context, tmpl []string, queueID string) ([]byte, error) {
 	if !quarantine.ValidQueueID(queueID) {
 		return nil, fmt.Errorf("postfix: refusing to run a command with %q: not a Postfix or Exim queue ID",
-			quarantine.CleanLine(policy.SanitizeText(queueID, 64)))
+			quarantine.CleanLine(queueID[:min(len(queueID), 64)]))
 	}
 	if len(tmpl) == 0 {
 		return nil, errors.New("postfix: empty command")

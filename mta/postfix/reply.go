@@ -3,31 +3,24 @@ package postfix
 import (
 	"bufio"
 	"strconv"
-	"unicode/utf8"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// MaxReplyLen is the longest reply line WriteReply writes, in bytes,
-// counting "action=" and not counting the "\n" terminator: within the 512
-// bytes (510 plus CRLF) of an SMTP reply line (RFC 5321, section 4.5.3.1.5),
-// so the text survives intact into Postfix's reply to the client.
+// MaxReplyLen is the longest reply line, in bytes, with "action=" and
+// without "\n": within an SMTP reply line (RFC 5321 4.5.3.1.5).
 const MaxReplyLen = 510
 
-// Texts sent when a Defer or Reject Decision has none: Postfix treats an
-// all-numeric action without text as OK, so a numeric reply always carries
-// text.
+// Texts of a Defer or Reject without one (a bare number reads as OK).
 const (
 	DefaultDeferText  = "Rate limit exceeded, try again later"
 	DefaultRejectText = "Rate limit exceeded"
 )
 
-// WriteReply writes the reply to a request at protocol_state state (the
-// request's ProtocolState) to w as "action=...\n\n" and flushes w. The
-// mapping from Decision to access(5) action is described in the package
-// documentation. Only the write or flush can fail; WriteReply returns their
-// error. It does not allocate when w's buffer holds MaxReplyLen+2 bytes
-// (the bufio default of 4096 does).
+// WriteReply writes the reply to a request at protocol state state to w,
+// "action=...\n\n" (package doc), and flushes. It does not allocate when
+// w's buffer holds MaxReplyLen+2 bytes.
 func WriteReply(w *bufio.Writer, d policy.Decision, state string) error {
 	if w.Available() < MaxReplyLen+2 {
 		if err := w.Flush(); err != nil {
@@ -40,13 +33,8 @@ func WriteReply(w *bufio.Writer, d policy.Decision, state string) error {
 	return w.Flush()
 }
 
-// AppendReply appends the reply that WriteReply writes, "action=...\n\n", to
-// dst and returns the extended slice. The reply line is at most MaxReplyLen
-// bytes of valid UTF-8 without control characters, whatever d contains:
-// control characters (CR, LF, NUL, TAB, C1) become spaces, runs of spaces are
-// collapsed, invalid UTF-8 becomes '?', and text is cut at a character
-// boundary to fit. An Action outside the policy package's range answers
-// DUNNO (fail open).
+// AppendReply appends WriteReply's reply to dst. An unknown Action answers
+// DUNNO.
 func AppendReply(dst []byte, d policy.Decision, state string) []byte {
 	limit := len(dst) + MaxReplyLen
 	dst = append(dst, "action="...)
@@ -85,7 +73,7 @@ func appendNumeric(dst []byte, d policy.Decision, defCode int, defEnhanced strin
 		code = defCode
 	}
 	enhanced := d.Enhanced
-	if !validEnhanced(enhanced, class) {
+	if !mta.ValidEnhanced(enhanced, class) {
 		enhanced = defEnhanced
 	}
 	dst = strconv.AppendInt(dst, int64(code), 10)
@@ -133,79 +121,18 @@ func appendHeader(dst []byte, h string, limit int) ([]byte, bool) {
 	return appendText(dst, h[colon+1:], limit), true
 }
 
-// appendText appends " " and the sanitised s, if anything of s remains, so
-// that len(dst) stays within limit.
+// appendText appends " " and s made safe (mta.ReplyText), if anything of
+// s remains, so that len(dst) stays within limit.
 func appendText(dst []byte, s string, limit int) []byte {
-	start := len(dst)
-	if start+2 > limit {
-		return dst
-	}
-	dst = append(dst, ' ')
-	dst = appendSanitized(dst, s, limit)
-	if len(dst) == start+1 {
-		return dst[:start]
+	if t := mta.ReplyText(s, limit-len(dst)-1); t != "" {
+		dst = append(dst, ' ')
+		dst = append(dst, t...)
 	}
 	return dst
 }
 
-// appendSanitized appends s to dst, which ends in a space, with control
-// characters replaced by spaces, runs of spaces collapsed, trailing spaces
-// removed and invalid UTF-8 replaced by '?', stopping at a character
-// boundary before len(dst) would exceed limit.
-func appendSanitized(dst []byte, s string, limit int) []byte {
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			i++
-			if c < ' ' || c == 0x7f {
-				c = ' '
-			}
-			if c == ' ' && dst[len(dst)-1] == ' ' {
-				continue
-			}
-			if len(dst) >= limit {
-				break
-			}
-			dst = append(dst, c)
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-		switch {
-		case r == utf8.RuneError && size == 1:
-			if len(dst) >= limit {
-				return trimSpace(dst)
-			}
-			dst = append(dst, '?')
-		case r <= 0x9f || r == '\u2028' || r == '\u2029':
-			// C1 controls and Unicode line separators.
-			if dst[len(dst)-1] != ' ' {
-				if len(dst) >= limit {
-					return trimSpace(dst)
-				}
-				dst = append(dst, ' ')
-			}
-		default:
-			if len(dst)+size > limit {
-				return trimSpace(dst)
-			}
-			dst = append(dst, s[i-size:i]...)
-		}
-	}
-	return trimSpace(dst)
-}
-
-// trimSpace removes trailing spaces from b.
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && b[len(b)-1] == ' ' {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-// holdAllowed reports whether Postfix executes HOLD at protocol state: not
-// before MAIL FROM and not in VRFY or ETRN (smtpd_check.c,
-// can_delegate_action). Unknown states are allowed.
+// holdAllowed reports whether Postfix executes HOLD at state: not before
+// MAIL, not in VRFY or ETRN (smtpd_check.c, can_delegate_action).
 func holdAllowed(state string) bool {
 	switch state {
 	case policy.StateConnect, policy.StateEHLO, policy.StateHELO,
@@ -215,32 +142,7 @@ func holdAllowed(state string) bool {
 	return true
 }
 
-// prependAllowed reports whether Postfix executes PREPEND at protocol state:
-// where it executes HOLD, except in smtpd_end_of_data_restrictions (access(5),
-// "PREPEND"; smtpd_check.c).
+// prependAllowed: where HOLD is, but not at END-OF-MESSAGE (access(5)).
 func prependAllowed(state string) bool {
 	return state != policy.StateEndOfMessage && holdAllowed(state)
-}
-
-// validEnhanced reports whether s is an RFC 3463 enhanced status code
-// "class.subject.detail" of the given class ('4' or '5').
-func validEnhanced(s string, class byte) bool {
-	if len(s) < 5 || s[0] != class || s[1] != '.' {
-		return false
-	}
-	parts, digits := 0, 0
-	for i := 2; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			digits++
-			if digits > 3 {
-				return false
-			}
-		case c == '.' && digits > 0 && parts == 0:
-			parts, digits = 1, 0
-		default:
-			return false
-		}
-	}
-	return parts == 1 && digits > 0
 }

@@ -21,22 +21,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Default timeouts of a Server.
+// Default timeouts of a Server: idle above Postfix's
+// smtpd_policy_service_max_idle (300 s), so Postfix closes first; request
+// far below smtpd_policy_service_timeout (100 s), so a fail-open DUNNO
+// arrives before Postfix gives up.
 const (
-	// DefaultIdleTimeout is longer than Postfix's
-	// smtpd_policy_service_max_idle (300 s), so that Postfix, not the
-	// server, normally closes an idle connection.
-	DefaultIdleTimeout = 330 * time.Second
-	// DefaultRequestTimeout is far below Postfix's
-	// smtpd_policy_service_timeout (100 s), so that a fail-open DUNNO after
-	// a slow Decide reaches Postfix before it gives up and applies
-	// smtpd_policy_service_default_action (451 4.3.5, a temporary failure
-	// of the mail).
+	DefaultIdleTimeout    = 330 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
 )
 
-// Reasons passed to Metrics.BadInput and logged when a connection is closed
-// without a reply.
+// Reasons passed to Metrics.BadInput.
 const (
 	ReasonLineTooLong       = "line_too_long"       // ErrLineTooLong
 	ReasonTooManyAttributes = "too_many_attributes" // ErrTooManyAttributes
@@ -47,83 +41,48 @@ const (
 	ReasonReadError         = "read_error"          // connection error inside a request
 )
 
-// Metrics receives a Server's counts: those of every front end (mta.Metrics:
-// Fault kinds are mta.FaultPanic, a panic in Decide answered with DUNNO,
-// and mta.FaultDecision) and the requests answered. Methods are called
-// from the accept and connection goroutines, concurrently: they must be
-// safe for concurrent use and must not block.
+// Metrics receives a Server's counts (Fault kinds mta.FaultPanic and
+// FaultDecision) and, per answered request, its action and the time from
+// its first byte to the reply. Called concurrently; must not block.
 type Metrics interface {
 	mta.Metrics
-	// Request is called once per answered request with the Decision's
-	// action and the time from the request's first byte
-	// (Request.Received) to its reply being written.
 	Request(action policy.Action, elapsed time.Duration)
 }
 
-// Server answers Postfix policy delegation requests (and Exim readsocket
-// queries) with the verdicts of a Decider, in the shape of net/http's
-// Server: configure the exported fields, call Serve for each listener, and
-// Shutdown or Close to stop.
-//
-// Each connection carries any number of requests, answered in order. A
-// connection that sends bad input, or does not complete a request within
-// RequestTimeout, is logged (one line with its connection id and the
-// reason), counted and closed without a reply, which makes Postfix retry;
-// other connections are not affected. A Decide that panics or returns a
-// fault is answered with DUNNO (fail open), logged and counted, and the
-// connection carries on.
-//
-// The exported fields must not be changed once Serve has been called. The
-// methods are safe for concurrent use.
+// Server answers policy delegation requests with a Decider's verdicts, in
+// the shape of net/http's Server: set the fields, Serve each listener,
+// Shutdown or Close. Bad input or a request not complete within
+// RequestTimeout closes the connection without a reply (logged, counted);
+// a panic or fault in Decide is answered DUNNO. The fields must not change
+// once Serve is called.
 type Server struct {
-	// Decider decides every request. Required. ctx carries the request's
-	// deadline (its first byte plus RequestTimeout, up to a tenth of that,
-	// at most a second, earlier: a connection's requests within a second
-	// share one context) and is cancelled by Close. The Server reuses
-	// *req for the connection's next request: the Decider keeps a copy or
-	// its strings, not the pointer. req.Received is the time the request's
-	// first byte arrived. A panic in Decide is recovered and answered with
-	// DUNNO.
+	// Decider decides every request; required. *req is reused for the
+	// connection's next request; req.Received is its first byte. ctx ends
+	// about RequestTimeout after it, or at Close.
 	Decider mta.Decider
-	// Logger receives the connection log: every line carries the
-	// connection id ("conn"). Non-Pass decisions and faults are logged at
-	// Info and Warn, passes at Debug. Nil means slog.Default().
-	Logger *slog.Logger
-	// Metrics, if non-nil, receives the server's counts.
-	Metrics Metrics
-	// IdleTimeout is how long a connection may wait for the first byte
-	// of its next request before the server closes it (up to a tenth of
-	// it, at most a second, less: deadlines are renewed about once a
-	// second, not per request). Zero means DefaultIdleTimeout (330 s).
-	IdleTimeout time.Duration
-	// RequestTimeout bounds one request from its first byte: reading the
-	// rest of it, Decide (through the ctx deadline) and, separately, the
-	// write of the reply, each to within a tenth of it (at most a second)
-	// less. Zero means DefaultRequestTimeout (10 s).
+	Logger  *slog.Logger // nil: slog.Default(); lines carry "conn"
+	Metrics Metrics      // may be nil
+	// IdleTimeout bounds the wait for a request's first byte and
+	// RequestTimeout the rest of it, Decide and the reply; zero means the
+	// defaults. Deadlines are renewed about once a second, so a timeout
+	// may end up to a tenth (at most 1 s) early.
+	IdleTimeout    time.Duration
 	RequestTimeout time.Duration
-	// AllowedNetworks lists the client networks a TCP connection may
-	// come from; a connection from elsewhere is closed before anything
-	// is read from it. Empty means loopback only (127.0.0.0/8, ::1).
-	// IPv4-mapped IPv6 addresses are matched as IPv4. Unix-socket
-	// connections are not checked (the socket's file mode and group
-	// control them); connections of any other kind are refused.
+	// AllowedNetworks are the TCP clients allowed (IPv4-mapped as IPv4);
+	// empty: loopback only. Unix sockets are not checked.
 	AllowedNetworks []netip.Prefix
 
 	initOnce sync.Once
 	nextID   atomic.Uint64
-	// life tracks the listeners and connections; its mutex guards
-	// conn.active.
-	life *srvconn.Tracker[*conn]
+	life     *srvconn.Tracker[*conn] // its mutex guards conn.active
 }
 
 // conn is one accepted connection.
 type conn struct {
-	rwc net.Conn
-	id  uint64
-	log *slog.Logger
-	// Under Server.life's mutex: active is set while a request is
-	// handled.
-	active bool
+	rwc    net.Conn
+	id     uint64
+	log    *slog.Logger
+	active bool // a request is being handled; under Server.life's mutex
 }
 
 func (s *Server) init() {
@@ -160,13 +119,9 @@ func (s *Server) requestTimeout() time.Duration {
 	return DefaultRequestTimeout
 }
 
-// Serve accepts connections on l and serves each on its own goroutine until
-// l fails or the server is shut down. It backs off (5 ms doubling to 1 s) on
-// temporary accept errors such as running out of file descriptors.
-//
-// Serve always returns a non-nil error and closes l: ErrServerClosed after
-// Shutdown or Close, ErrNoDecider when Decider is nil, else the accept
-// error. Serve may be called for several listeners at once.
+// Serve serves connections on l until it fails or the server stops, backing
+// off on temporary accept errors. It closes l and returns ErrServerClosed,
+// ErrNoDecider or the accept error.
 func (s *Server) Serve(l net.Listener) error {
 	s.init()
 	if s.Decider == nil {
@@ -193,10 +148,8 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// setActive marks c as handling a request, or as idle; it reports false
-// when c must stop: the server has closed c, or c would become idle while
-// the server shuts down. A request whose first byte arrived before shutdown
-// is still answered.
+// setActive marks c as handling a request or idle; false means c must
+// stop (closed, or going idle during shutdown).
 func (s *Server) setActive(c *conn, active bool) bool {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -207,79 +160,113 @@ func (s *Server) setActive(c *conn, active bool) bool {
 	return true
 }
 
+// connState is what a connection's requests share.
+type connState struct {
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	dec      *Decoder
+	dl       deadlines
+	req      policy.Request
+	tracker  messageTracker
+	n        int       // requests answered
+	start    time.Time // the current request's first byte
+	deciding bool      // Decide is running
+}
+
 // serveConn answers the requests of one connection until it ends.
 func (s *Server) serveConn(c *conn) {
 	m := s.metrics()
+	st := &connState{br: bufio.NewReader(c.rwc), bw: bufio.NewWriterSize(c.rwc, MaxReplyLen+2),
+		dl: deadlines{idle: s.idleTimeout(), request: s.requestTimeout()}, tracker: messageTracker{conn: c.id}}
+	st.dec = NewDecoder(st.br)
 	defer func() {
-		if r := recover(); r != nil {
-			c.log.Error("panic serving connection", "panic", r, "stack", string(debug.Stack()))
-			m.Fault(mta.FaultPanic)
-		}
+		st.dl.release()
 		c.rwc.Close()
 		s.life.Remove(c)
 		m.ConnDone()
 	}()
-
 	c.log.Debug("connection opened")
-	br := bufio.NewReader(c.rwc)
-	bw := bufio.NewWriterSize(c.rwc, MaxReplyLen+2)
-	dec := NewDecoder(br)
-	idle, reqTimeout := s.idleTimeout(), s.requestTimeout()
-	var req policy.Request
-	tracker := messageTracker{conn: c.id}
-	dl := deadlines{idle: idle, request: reqTimeout}
-	defer dl.release()
-	for n := 0; ; n++ {
-		dl.waitRequest(c.rwc, time.Now())
-		if _, err := br.Peek(1); err != nil {
+	for s.serveRequests(c, st) {
+	}
+}
+
+// serveRequests answers requests until the connection ends. It holds the
+// front end's one recover: a panic in Decide is answered DUNNO (fail open,
+// logged, counted) and serveRequests returns true to be called again; a
+// panic elsewhere closes the connection.
+func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
+	m := s.metrics()
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		c.log.Error("panic serving connection", "panic", r, "stack", string(debug.Stack()), "deciding", st.deciding)
+		m.Fault(mta.FaultPanic)
+		if st.deciding {
+			st.deciding = false
+			d := policy.Decision{Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
+			mta.LogDecision(c.log, nil, &st.req, &d)
+			again = s.answer(c, st, d)
+		}
+	}()
+	for {
+		st.dl.waitRequest(c.rwc, time.Now())
+		if _, err := st.br.Peek(1); err != nil {
 			switch {
 			case err == io.EOF:
-				c.log.Debug("connection closed by client", "requests", n)
+				c.log.Debug("connection closed by client", "requests", st.n)
 			case errors.Is(err, os.ErrDeadlineExceeded):
-				c.log.Debug("idle timeout", "requests", n, "idle", idle)
+				c.log.Debug("idle timeout", "requests", st.n, "idle", st.dl.idle)
 			case s.life.IsClosed():
-				c.log.Debug("connection closed by shutdown", "requests", n)
+				c.log.Debug("connection closed by shutdown", "requests", st.n)
 			default:
-				c.log.Debug("read error", "requests", n, "err", err)
+				c.log.Debug("read error", "requests", st.n, "err", err)
 			}
-			return
+			return false
 		}
 		if !s.setActive(c, true) {
-			return
+			return false
 		}
-		start := time.Now()
-		ctx := dl.readRequest(c.rwc, br, start, s.life.BaseContext())
-		if err := dec.Decode(&req); err != nil {
+		st.start = time.Now()
+		ctx := st.dl.readRequest(c.rwc, st.br, st.start, s.life.BaseContext())
+		if err := st.dec.Decode(&st.req); err != nil {
 			reason := badInputReason(err)
-			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", n)
+			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", st.n)
 			m.BadInput(reason)
-			return
+			return false
 		}
-
-		tracker.fill(&req)
-		req.Received = start
-		d := s.decide(c, &req, ctx)
-
-		dl.writeReply(c.rwc, time.Now())
-		if err := WriteReply(bw, d, req.ProtocolState); err != nil {
-			c.log.Info("write error", "err", err)
-			return
-		}
-		m.Request(d.Action, time.Since(start))
-		if !s.setActive(c, false) {
-			return // shutting down: the in-flight request is answered
+		st.tracker.fill(&st.req)
+		st.req.Received = st.start
+		st.deciding = true
+		d := s.Decider.Decide(ctx, &st.req)
+		st.deciding = false
+		mta.LogDecision(c.log, m, &st.req, &d)
+		if !s.answer(c, st, d) {
+			return false
 		}
 	}
 }
 
-// deadlines sets a connection's read and write deadlines and the context of
-// its requests without a timer per request: a deadline is moved only when
-// it is more than a tenth of its timeout (at most a second) short of where
-// a new one would be, so a connection busy with many requests a second
-// renews each about once a second. A timeout therefore ends between 0.9 and
-// 1.0 times its configured length (at most a second early). The read
-// deadline of a request already wholly received is not set at all: its
-// decoding does not read from the connection.
+// answer writes the reply d to the current request; false means the
+// connection must end (a write error, or shutdown once it is answered).
+func (s *Server) answer(c *conn, st *connState, d policy.Decision) bool {
+	st.dl.writeReply(c.rwc, time.Now())
+	if err := WriteReply(st.bw, d, st.req.ProtocolState); err != nil {
+		c.log.Info("write error", "err", err)
+		return false
+	}
+	s.metrics().Request(d.Action, time.Since(st.start))
+	if !s.setActive(c, false) {
+		return false
+	}
+	st.n++
+	return true
+}
+
+// deadlines sets a connection's deadlines and request context without a
+// timer per request: one is moved only when it falls more than slack
+// short, and not at all for a request already wholly buffered.
 type deadlines struct {
 	idle, request time.Duration
 	read          time.Time // the read deadline set
@@ -293,8 +280,7 @@ type deadlines struct {
 // slack is how far a deadline for timeout d may fall short.
 func slack(d time.Duration) time.Duration { return min(d/10, time.Second) }
 
-// waitRequest makes the connection wait at most the idle timeout for the
-// first byte of the next request.
+// waitRequest bounds the wait for the next request's first byte.
 func (dl *deadlines) waitRequest(rwc net.Conn, now time.Time) {
 	want := now.Add(dl.idle)
 	if dl.readIdle && dl.read.After(want.Add(-slack(dl.idle))) {
@@ -304,10 +290,8 @@ func (dl *deadlines) waitRequest(rwc net.Conn, now time.Time) {
 	rwc.SetReadDeadline(want)
 }
 
-// readRequest bounds the reading of the request whose first byte arrived
-// at start, unless it is wholly buffered in br, and returns the context of
-// its decision: a child of base ending at about start + the request
-// timeout.
+// readRequest bounds reading the request begun at start and returns the
+// context of its decision, ending at about start + the request timeout.
 func (dl *deadlines) readRequest(rwc net.Conn, br *bufio.Reader, start time.Time, base context.Context) context.Context {
 	want := start.Add(dl.request)
 	if !requestBuffered(br) {
@@ -340,32 +324,11 @@ func (dl *deadlines) release() {
 	}
 }
 
-// requestBuffered reports whether br's buffered bytes end with a whole
-// request: an empty line ("\n\n" or "\n\r\n") at their end, as when an
-// MTA has written one request and waits for its reply. (A client that
-// sends more at once gets the read deadline set: correct, only slower.)
+// requestBuffered reports whether br's buffered bytes end with an empty
+// line, as when an MTA has written one request and waits.
 func requestBuffered(br *bufio.Reader) bool {
 	b, _ := br.Peek(br.Buffered())
 	return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n"))
-}
-
-// decide calls the Decider, recovers a panic, and logs the decision.
-func (s *Server) decide(c *conn, req *policy.Request, ctx context.Context) (d policy.Decision) {
-	m := s.metrics()
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				d = policy.Decision{Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
-				c.log.Error("panic in Decide; answering DUNNO", "panic", r,
-					"stack", string(debug.Stack()), slog.Any("req", req))
-				m.Fault(mta.FaultPanic)
-				m = nil // the fault is logged and counted
-			}
-		}()
-		d = s.Decider.Decide(ctx, req)
-	}()
-	mta.LogDecision(c.log, m, req, &d)
-	return d
 }
 
 // badInputReason maps a Decode error to a Reason constant.
@@ -388,23 +351,16 @@ func badInputReason(err error) string {
 	}
 }
 
-// Shutdown shuts the server down gracefully: it closes the listeners (Serve
-// returns ErrServerClosed), closes connections waiting for a request, lets
-// every request in progress finish and be answered, closing its connection
-// afterwards, and returns when all connections are closed. If ctx ends first,
-// Shutdown returns ctx.Err() and leaves the remaining connections to Close.
-// It returns ErrServerClosed if the server was already shut down or closed.
+// Shutdown closes the listeners and idle connections, lets requests in
+// progress be answered, and returns when every connection is closed, or
+// ctx.Err() first. ErrServerClosed if already stopped.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	return s.life.Shutdown(ctx, func(c *conn) bool { return !c.active })
 }
 
-// Close closes the listeners and every connection at once, including those
-// with a request in progress (whose Decide sees its ctx cancelled), without
-// waiting for them. For a graceful stop use Shutdown; Close after a
-// Shutdown that ran out of time stops what is left. It returns
-// ErrServerClosed if Close was already called, else the first error from
-// closing a listener.
+// Close closes the listeners and every connection at once (cancelling
+// their ctx) without waiting. ErrServerClosed if already closed.
 func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()

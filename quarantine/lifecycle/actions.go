@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -176,7 +176,7 @@ func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) e
 	}
 	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; limit=%s; key=%s; frozen=%s; thawed=%s; by=%s", e.ID,
 		e.Limit, e.Key, e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339), headerSafe(by))
-	if err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, policy.SanitizeText(hdr, 900), msg); err != nil {
+	if err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, mta.ReplyText(hdr, 900), msg); err != nil {
 		s.fail("reinject", err)
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/mail"
 
-	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -246,5 +246,5 @@ func headerOf(msg []byte) string {
 
 // headerValue makes s safe inside one header or DSN field line.
 func headerValue(s string) string {
-	return policy.SanitizeText(s, 900)
+	return mta.ReplyText(s, 900)
 }

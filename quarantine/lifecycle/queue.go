@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -57,7 +56,7 @@ func checkQueueID(queueID string) error {
 }
 
 // clip returns s cleaned for a log line and bounded to n bytes.
-func clip(s string, n int) string { return quarantine.CleanLine(policy.SanitizeText(s, n)) }
+func clip(s string, n int) string { return quarantine.CleanLine(s[:min(len(s), n)]) }
 
 // releaseHeld runs release (Queue.Release or Expire) for queueID, counting
 // a failure as op and each failed follow-up as "schedule"; warn joins the

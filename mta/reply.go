@@ -1,0 +1,74 @@
+package mta
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxTextLen is the longest reply text, in bytes: an SMTP reply line is at
+// most 512 bytes with CRLF (RFC 5321 4.5.3.1.5), and "450 4.7.1 " takes
+// the rest.
+const MaxTextLen = 500
+
+// ReplyText is the one sanitiser of text sent to an MTA (replies, header
+// values, quarantine reasons): control characters (C0, DEL, C1, U+2028,
+// U+2029) become spaces, invalid UTF-8 becomes U+FFFD, runs of spaces
+// collapse, surrounding spaces are trimmed, and the result is cut at a
+// rune boundary to at most max bytes. It allocates only when s changes.
+func ReplyText(s string, max int) string {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean && len(s) <= max && !strings.Contains(s, "  ") && strings.TrimSpace(s) == s {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(min(len(s), max))
+	space := false
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			r = ' '
+		}
+		if r == ' ' {
+			if space {
+				continue
+			}
+			space = true
+		} else {
+			space = false
+		}
+		if b.Len()+utf8.RuneLen(r) > max {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// ValidEnhanced reports whether s is an RFC 3463 enhanced status code
+// "class.subject.detail" of the given class ('4' or '5'), subject and
+// detail of one to three digits.
+func ValidEnhanced(s string, class byte) bool {
+	if len(s) < 5 || s[0] != class || s[1] != '.' {
+		return false
+	}
+	parts, digits := 0, 0
+	for i := 2; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+			if digits > 3 {
+				return false
+			}
+		case c == '.' && digits > 0 && parts == 0:
+			parts, digits = 1, 0
+		default:
+			return false
+		}
+	}
+	return parts == 1 && digits > 0
+}
