@@ -2,6 +2,7 @@ package mailout
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -60,11 +61,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 		}
 	} else {
 		c = gosmtp.NewClient(conn)
-		helo := r.Helo
-		if helo == "" {
-			helo = "localhost"
-		}
-		if err := c.Hello(helo); err != nil {
+		if err := c.Hello(cmp.Or(r.Helo, "localhost")); err != nil {
 			c.Close()
 			return fmt.Errorf("mailout: re-inject EHLO: %w", err)
 		}

@@ -59,20 +59,10 @@ func (s State) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
-func (s *State) UnmarshalText(b []byte) error {
-	v, err := ParseState(string(b))
-	if err != nil {
-		return err
-	}
-	*s = v
-	return nil
+func (s *State) UnmarshalText(b []byte) (err error) {
+	*s, err = ParseState(string(b))
+	return err
 }
-
-// Entry.Action when the caller of Hold or Freeze leaves it empty.
-const (
-	ActionHold   = "hold"
-	ActionFreeze = "freeze"
-)
 
 // Entry is one quarantined message: the decision that put it there, its
 // envelope, a few header fields and its state. A frozen entry's message is

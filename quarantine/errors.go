@@ -7,8 +7,7 @@ import "errors"
 var (
 	// ErrNotFound: no entry has the ID.
 	ErrNotFound = errors.New("quarantine: no such entry")
-	// ErrNoContent: the entry has no stored message (held, or no longer
-	// frozen).
+	// ErrNoContent: the entry has no stored message (it is not frozen).
 	ErrNoContent = errors.New("quarantine: entry has no stored message")
 	// ErrFull: the message would take the stored bytes above
 	// Options.MaxSize; nothing was stored.

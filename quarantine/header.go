@@ -78,12 +78,7 @@ func readHeader(msg []byte) (message.Header, int) {
 // validKey reports whether k is an RFC 5322 field name (printable ASCII
 // except colon).
 func validKey(k []byte) bool {
-	for _, c := range k {
-		if c < 33 || c > 126 {
-			return false
-		}
-	}
-	return true
+	return bytes.IndexFunc(k, func(r rune) bool { return r < 33 || r > 126 }) < 0
 }
 
 // HeaderInfo returns the decoded Subject and the Message-ID (without angle

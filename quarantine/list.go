@@ -52,16 +52,6 @@ func (s *Store) Message(id string) ([]byte, error) {
 	return msg, nil
 }
 
-// Preview returns PreviewMessage of Message(id). Errors: Message's,
-// PreviewMessage's.
-func (s *Store) Preview(id string, maxBytes int) (*Preview, error) {
-	msg, err := s.Message(id)
-	if err != nil {
-		return nil, err
-	}
-	return PreviewMessage(msg, maxBytes)
-}
-
 // Filter selects entries for List; the zero Filter selects every
 // pending entry, newest first.
 type Filter struct {

@@ -40,8 +40,6 @@ type chunkRef struct {
 	n     uint32
 }
 
-func (r chunkRef) bytes() []byte { return binary.BigEndian.AppendUint32(r.token[:], r.n) }
-
 func parseChunkRef(v []byte) (chunkRef, bool) {
 	var r chunkRef
 	if len(v) != 12 {
@@ -158,8 +156,7 @@ func (b buckets) putBody(id string, st *streamed) error {
 	if err := b.t.Put(b.chunks, chunksPath, chunkKey(ref.token, ref.n), st.last); err != nil {
 		return err
 	}
-	ref.n++
-	return b.t.Put(b.messages, messagesPath, []byte(id), ref.bytes())
+	return b.t.Put(b.messages, messagesPath, []byte(id), binary.BigEndian.AppendUint32(ref.token[:], ref.n+1))
 }
 
 // readMessage copies the stored message of id out of the transaction, or

@@ -116,10 +116,8 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 		if disp, _, derr := part.Header.ContentDisposition(); derr == nil {
 			pt.Disposition = strings.ToLower(disp)
 		}
-		ah := mail.AttachmentHeader{Header: part.Header}
-		if fn, _ := ah.Filename(); fn != "" {
-			pt.Filename = CleanLine(fn) // RFC 2231 and 2047 decoded by go-message
-		}
+		fn, _ := (&mail.AttachmentHeader{Header: part.Header}).Filename() // RFC 2231 and 2047 decoded
+		pt.Filename = CleanLine(fn)
 		if part.MultipartReader() != nil {
 			if len(path) >= MaxMIMENesting {
 				pt.Err = fmt.Sprintf("nested deeper than %d levels (Postfix's mime_nesting_limit): not parsed", MaxMIMENesting)
@@ -143,22 +141,15 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 		n, rerr := io.Copy(w, part.Body)
 		pt.Size = n
 		if rerr != nil {
-			if pt.Err != "" {
-				pt.Err += "; "
-			}
-			pt.Err += "reading body: " + rerr.Error()
+			pt.Err = strings.TrimPrefix(pt.Err+"; reading body: "+rerr.Error(), "; ")
 		}
 		p.Parts = append(p.Parts, pt)
 		return nil
 	})
 
-	switch {
-	case plain != nil:
-		p.Text, p.Truncated = plain.text(maxBytes, false)
-		p.TextPath, p.TextType = plain.path, plain.typ
-	case htm != nil:
-		p.Text, p.Truncated = htm.text(maxBytes, true)
-		p.TextPath, p.TextType = htm.path, htm.typ
+	if c := cmp.Or(plain, htm); c != nil {
+		p.Text, p.Truncated = c.text(maxBytes)
+		p.TextPath, p.TextType = c.path, c.typ
 	}
 	switch {
 	case walkErr == nil, errors.Is(walkErr, errTooManyParts):
@@ -233,10 +224,10 @@ func (c *capture) Write(b []byte) (int, error) {
 
 // text returns the captured text cleaned and cut to max bytes, and
 // whether anything was cut.
-func (c *capture) text(max int, isHTML bool) (string, bool) {
+func (c *capture) text(max int) (string, bool) {
 	s := string(c.buf)
 	cut := c.total > int64(len(c.buf))
-	if isHTML {
+	if c.typ == "text/html" {
 		s = stripHTML(s)
 	}
 	s = CleanText(strings.ReplaceAll(s, "\r\n", "\n"))

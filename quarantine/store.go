@@ -266,14 +266,10 @@ func mustBuckets(tx *bolt.Tx, t *statedb.Tally) (buckets, error) {
 }
 
 func getBytes(info *bolt.Bucket) int64 {
-	if info == nil {
+	if info == nil || len(info.Get(keyBytes)) != 8 {
 		return 0
 	}
-	v := info.Get(keyBytes)
-	if len(v) != 8 {
-		return 0
-	}
-	return int64(binary.BigEndian.Uint64(v))
+	return int64(binary.BigEndian.Uint64(info.Get(keyBytes)))
 }
 
 func putBytes(t *statedb.Tally, info *bolt.Bucket, n int64) error {

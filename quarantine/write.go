@@ -62,7 +62,7 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	ent.ID, ent.State, ent.Error, ent.Attempts, ent.Hash = "", state, "", 0, ""
 	ent.Claim, ent.ClaimedAt = "", time.Time{}
 	if ent.Action == "" {
-		ent.Action = map[State]string{Held: ActionHold, Frozen: ActionFreeze}[state]
+		ent.Action = map[State]string{Held: "hold", Frozen: "freeze"}[state]
 	}
 	if ent.Created.IsZero() {
 		ent.Created = now

@@ -217,7 +217,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		case e.State == quarantine.Held:
 			if e.QueueID == "" {
 				note = "no queue ID was recorded: the MTA's queue was not touched"
-			} else if err := s.deleteHeld(ctx, e.QueueID); err != nil {
+			} else if err := s.runHeld(ctx, s.queue.Delete, e.QueueID); err != nil {
 				s.fail("delete", err)
 				s.q.Unclaim(e.ID, s.token, quarantine.CleanLine(err.Error()))
 				return "", err
@@ -245,12 +245,12 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	}
 	var body []byte
 	switch {
-	case e.State == quarantine.Frozen && raw:
-		body, err = s.q.Message(id)
 	case e.State == quarantine.Frozen:
-		var p *quarantine.Preview
-		if p, err = s.q.Preview(id, 4096); err == nil {
-			body = []byte(p.String())
+		if body, err = s.q.Message(id); err == nil && !raw {
+			p, perr := quarantine.PreviewMessage(body, 0)
+			if body, err = []byte(p.String()), perr; err != nil {
+				body = nil
+			}
 		}
 	case e.State == quarantine.Held:
 		if e.QueueID == "" {

@@ -96,42 +96,40 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 
 // expireOne returns the outcome label ("bounced", "deleted_null_sender",
 // "kept") and a log detail, or the error that kept the entry.
-func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (string, string, error) {
+func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (outcome, detail string, err error) {
 	if s.opts.ExpireAction == ExpireKeep {
 		return "kept", "kept", nil
 	}
-	e, err := s.q.Claim(e.ID, s.token, false)
-	if err != nil {
+	if e, err = s.q.Claim(e.ID, s.token, false); err != nil {
 		return "", "", err
 	}
+	done := false // past the point where the claim must go
+	defer func() {
+		if err != nil && !done {
+			s.q.Unclaim(e.ID, s.token, "")
+		}
+	}()
 	if e, err = s.confirmHeld(ctx, e); err != nil {
-		s.q.Unclaim(e.ID, s.token, "")
 		return "", "", err
 	}
-	if e.State == quarantine.Held && e.QueueID == "" {
-		s.q.Unclaim(e.ID, s.token, "")
+	outcome, detail = "bounced", "returned to the sender"
+	switch {
+	case e.State == quarantine.Held && e.QueueID == "":
 		return "", "", errNoQueueID
-	}
-	outcome, detail := "bounced", "returned to the sender"
-	switch e.State {
-	case quarantine.Held:
+	case e.State == quarantine.Held:
 		var warn error
-		warn, err = s.releaseHeld(ctx, "expire", s.queue.Expire, e.QueueID)
-		if err == nil && warn != nil {
+		if warn, err = s.releaseHeld(ctx, "expire", s.queue.Expire, e.QueueID); err == nil && warn != nil {
 			detail += " (" + warn.Error() + ")"
 		}
-	case quarantine.Frozen:
-		if e.Sender == "" {
-			outcome, detail = "deleted_null_sender", "deleted: null sender, no DSN"
-			break
-		}
-		err = s.sendDSN(ctx, e, now)
-		detail = "returned to the sender with a DSN"
+	case e.Sender == "":
+		outcome, detail = "deleted_null_sender", "deleted: null sender, no DSN"
+	default:
+		err, detail = s.sendDSN(ctx, e, now), "returned to the sender with a DSN"
 	}
 	if err != nil {
-		s.q.Unclaim(e.ID, s.token, "")
 		return "", "", err
 	}
+	done = true
 	if err := s.q.Delete(e.ID); err != nil {
 		return "", "", fmt.Errorf("returned to the sender, but recording it failed: %w", err)
 	}

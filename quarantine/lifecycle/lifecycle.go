@@ -106,8 +106,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	}
 	tok := make([]byte, 8)
 	rand.Read(tok)
-	// Not cmp.Or for the interfaces: their dynamic types need not be
-	// comparable (a slice of Events).
+	// Not cmp.Or for Queue and Events: their dynamic types may not be comparable.
 	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
 		now: opts.Now, token: hex.EncodeToString(tok), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
 		incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
@@ -291,9 +290,7 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantin
 // forget drops a key's entry from the alert count.
 func (s *Service) forget(key string) {
 	s.mu.Lock()
-	if s.pending[key] > 1 {
-		s.pending[key]--
-	} else {
+	if s.pending[key]--; s.pending[key] <= 0 {
 		delete(s.pending, key)
 	}
 	s.mu.Unlock()

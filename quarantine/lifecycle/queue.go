@@ -79,10 +79,10 @@ func (s *Service) releaseHeld(ctx context.Context, op string, release func(conte
 	return errors.Join(warns...), nil
 }
 
-// deleteHeld deletes the held message queueID from the MTA's queue.
-func (s *Service) deleteHeld(ctx context.Context, queueID string) error {
+// runHeld runs cmd (a Queue method) for queueID once checkQueueID allows it.
+func (s *Service) runHeld(ctx context.Context, cmd func(context.Context, string) error, queueID string) error {
 	if err := checkQueueID(queueID); err != nil {
 		return err
 	}
-	return s.queue.Delete(ctx, queueID)
+	return cmd(ctx, queueID)
 }

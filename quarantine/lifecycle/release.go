@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -84,13 +85,10 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		released++
 		left[lk]--
 		s.mu.Lock()
-		r := s.runs[lk]
-		if r == nil {
-			r = &dripRun{}
-			s.runs[lk] = r
-		}
+		r := cmp.Or(s.runs[lk], &dripRun{})
 		r.count++
 		r.last = e
+		s.runs[lk] = r
 		s.mu.Unlock()
 		s.m.autoReleased.Inc()
 		s.log.Info("quarantine auto-release", "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,

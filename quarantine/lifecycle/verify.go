@@ -46,26 +46,21 @@ func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quaranti
 			break
 		}
 	}
-	if reason == "" {
-		if e.Unverified != "" {
-			s.setUnverified(e.ID, "")
-			e.Unverified = ""
+	if reason != "" {
+		reason = clip(reason, 400)
+		s.fail("verify", errors.New(reason))
+		s.log.Warn("refusing to act on a held message: the MTA's hold queue does not confirm its queue ID (forged policy request?)",
+			"id", e.ID, "queue_id", e.QueueID, "sender", e.Sender, "key", e.Key, "reason", reason)
+	}
+	if e.Unverified != reason || reason != "" {
+		if err := s.q.SetUnverified(e.ID, reason); err != nil {
+			s.fail("store", err)
+			s.log.Error("recording whether a held message's queue ID is confirmed failed", "id", e.ID, "err", err)
 		}
+		e.Unverified = reason
+	}
+	if reason == "" {
 		return e, nil
 	}
-	reason = clip(reason, 400)
-	s.fail("verify", errors.New(reason))
-	s.log.Warn("refusing to act on a held message: the MTA's hold queue does not confirm its queue ID (forged policy request?)",
-		"id", e.ID, "queue_id", e.QueueID, "sender", e.Sender, "key", e.Key, "reason", reason)
-	s.setUnverified(e.ID, reason)
-	e.Unverified = reason
 	return e, fmt.Errorf("%w: %s", errUnverified, reason)
-}
-
-// setUnverified records (or clears) why id's queue ID is not confirmed.
-func (s *Service) setUnverified(id, reason string) {
-	if err := s.q.SetUnverified(id, reason); err != nil {
-		s.fail("store", err)
-		s.log.Error("recording whether a held message's queue ID is confirmed failed", "id", id, "err", err)
-	}
 }
