@@ -73,8 +73,8 @@ type Daemon struct {
 
 	redis       *redisstore.Failover // nil unless [store] backend = "redis"
 	redisClient *redisstore.Store
-	redisLog    *throttledLog // requests decided per on_redis_error
-	badStates   *oncePerKey   // undecodable Redis states logged
+	redisLog    *srvconn.ThrottledLog // requests decided per on_redis_error
+	badStates   *oncePerKey           // undecodable Redis states logged
 
 	opts Options
 	lost []statedb.Lost // unreadable records set aside at start
