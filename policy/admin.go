@@ -129,8 +129,7 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 		b := rl.Baseline(s, now)
 		kr.Baseline, kr.Peak, kr.Cap, kr.Max = true, b.Peak, rl.Limit, b.Allowed
 	}
-	// Probe as a leaky limit: the wait until a request of cost 1 is let
-	// through without counting the probe itself.
+	// Probe as a leaky limit: the wait for a request of cost 1.
 	probe := rl
 	probe.Mode = ratelimit.Leaky
 	kr.Over = kr.Rate > kr.Max
