@@ -13,27 +13,22 @@ import (
 // LimitInfo describes one configured limit, for `ratelimitd config check`
 // and the admin API.
 type LimitInfo struct {
-	Name      string        `json:"name"`
-	Key       []string      `json:"key"`
-	Limit     float64       `json:"limit"`
-	Period    time.Duration `json:"period"`
-	Per       string        `json:"per"`
-	Mode      string        `json:"mode"`
-	Action    string        `json:"action"`
-	Algorithm string        `json:"algorithm"`
-	// HalfLife is EARRRL's half-life (0: the default, Period*ln 2).
-	HalfLife time.Duration `json:"half_life,omitempty"`
-	// CountAt says when the cost is charged (at the first request of each
-	// message that the limit sees, whatever the hook layout).
-	CountAt   string             `json:"count_at"`
-	Overrides map[string]float64 `json:"overrides,omitempty"`
-	Message   string             `json:"message"`
-	Via       []string           `json:"via,omitempty"`
-	// Factor, Floor and LearnPeriod are a baseline limit's (Limit is then
-	// its cap); zero otherwise.
-	Factor      float64       `json:"factor,omitempty"`
-	Floor       float64       `json:"floor,omitempty"`
-	LearnPeriod time.Duration `json:"learn_period,omitempty"`
+	Name        string             `json:"name"`
+	Key         []string           `json:"key"`
+	Limit       float64            `json:"limit"`
+	Period      time.Duration      `json:"period"`
+	Per         string             `json:"per"`
+	Mode        string             `json:"mode"`
+	Action      string             `json:"action"`
+	Algorithm   string             `json:"algorithm"`
+	HalfLife    time.Duration      `json:"half_life,omitempty"` // EARRRL; 0: Period*ln 2
+	CountAt     string             `json:"count_at"`
+	Overrides   map[string]float64 `json:"overrides,omitempty"`
+	Message     string             `json:"message"`
+	Via         []string           `json:"via,omitempty"`
+	Factor      float64            `json:"factor,omitempty"`
+	Floor       float64            `json:"floor,omitempty"`
+	LearnPeriod time.Duration      `json:"learn_period,omitempty"`
 }
 
 // Limits returns the configured stack, in order.
@@ -68,30 +63,22 @@ var countAtText = [...]string{
 
 // KeyRate is one limit's view of one key at a given time.
 type KeyRate struct {
-	Limit string `json:"limit"`
-	Key   string `json:"key"`
-	// Rate is the stored rate decayed to now, in cost per period.
-	Rate float64 `json:"rate"`
-	// Max is the limit in force for this key (after overrides).
-	Max    float64       `json:"max"`
+	Limit  string        `json:"limit"`
+	Key    string        `json:"key"`
+	Rate   float64       `json:"rate"` // decayed to now, cost per period
+	Max    float64       `json:"max"`  // after overrides
 	Period time.Duration `json:"period"`
-	// Over reports Rate > Max. Refusing reports that a request of cost 1
-	// made now would be refused (true too for a leaky key sitting exactly
-	// at its limit); RetryAfter is then the wait until it would be
-	// allowed (0 otherwise).
+	// Refusing: a request of cost 1 now would be refused, RetryAfter
+	// until it would not.
 	Over       bool            `json:"over"`
 	Refusing   bool            `json:"refusing"`
 	RetryAfter time.Duration   `json:"retry_after"`
 	State      ratelimit.State `json:"state"`
-	// Baseline is set for an algorithm = "baseline" limit: Max is then
-	// the key's learned allowance, Peak its learned typical peak and Cap
-	// the configured cap, all in cost per period.
+	// Baseline: Max is the learned allowance, Peak the learned peak.
 	Baseline bool    `json:"baseline,omitempty"`
 	Peak     float64 `json:"peak,omitempty"`
 	Cap      float64 `json:"cap,omitempty"`
-	// Converted is set when the state was converted from the limit's
-	// earlier parameters at a reload or restore (see ConvertedView); its
-	// Rate, the key's rate by them, only in Lookup's views.
+	// Converted: the state was converted from earlier parameters.
 	Converted *ConvertedView `json:"converted,omitempty"`
 }
 
@@ -142,8 +129,7 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 		b := rl.Baseline(s, now)
 		kr.Baseline, kr.Peak, kr.Cap, kr.Max = true, b.Peak, rl.Limit, b.Allowed
 	}
-	// Probe as a leaky limit: the wait until a request of cost 1 is let
-	// through without counting the probe itself.
+	// Probe as a leaky limit: the wait for a request of cost 1.
 	probe := rl
 	probe.Mode = ratelimit.Leaky
 	kr.Over = kr.Rate > kr.Max
@@ -153,9 +139,7 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 	if conv != nil {
 		kr.Converted = l.convertedView(*conv, s, kr.Refusing, now, back)
 	}
-	// A view is printed and sent as JSON, which has no NaN or infinity:
-	// a state that holds one (written by an older release) is shown at
-	// the largest finite value, still in the limit's units.
+	// JSON has no NaN or infinity: show the largest finite value.
 	kr.Rate, kr.Max, kr.Peak = human.Finite(kr.Rate), human.Finite(kr.Max), human.Finite(kr.Peak)
 	if !kr.Baseline {
 		kr.State.Rate = human.Finite(kr.State.Rate)

@@ -17,17 +17,13 @@ import (
 // (postconf(5)), Exim's ${lc:} and ${mask:} (Exim specification, "Access
 // control lists"), RFC 5321 2.4, RFC 1035 2.3.3 and IDNA (RFC 5891).
 type KeyForm struct {
-	// FoldCase lower-cases the local part of addresses ("fold", the
-	// default); false keeps it as sent ("keep"). Domains are always
-	// lower-cased.
+	// FoldCase lower-cases local parts ("fold"); domains always are.
 	FoldCase bool
-	// Delimiters is the set of characters that start an address
-	// extension, as Postfix's recipient_delimiter: "alice+news" is
-	// "alice" with "+". Empty keeps extensions.
+	// Delimiters start an address extension (recipient_delimiter); "":
+	// extensions kept.
 	Delimiters string
-	// IPv4Prefix and IPv6Prefix are the prefix lengths (bits) a client
-	// address is keyed by: 32 (an IPv4 address is itself) and 64 (one
-	// IPv6 customer network, RFC 6177).
+	// IPv4Prefix and IPv6Prefix are the bits a client address is keyed by
+	// (RFC 6177 for /64).
 	IPv4Prefix, IPv6Prefix int
 }
 
@@ -78,8 +74,7 @@ func Domain(d string) string {
 	d = strings.ToLower(d)
 	for i := 0; i < len(d); i++ {
 		if d[i] >= 0x80 {
-			// Lower-cased first: a name IDNA refuses in one case it
-			// may take in the other, and the key must not depend on it.
+			// Lower-cased first, so the key does not depend on the case.
 			if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
 				return strings.TrimRight(strings.ToLower(a), ".") // "。" maps to "."
 			}

@@ -80,126 +80,60 @@ func ParseSize(text string) (int64, error) {
 	return int64(f * float64(mult)), nil
 }
 
-// Config is the policy part of the configuration file: what is limited and
-// how. It is decoded from TOML (tables [policy], [policy.exempt] and
-// [[limit]]) and turned into an Engine by NewEngine, which validates it.
+// Config is the policy part of the configuration file ([policy],
+// [policy.exempt], [[limit]]); NewEngine validates it. Each key is
+// documented once, in docs/configuration.md (config.Keys).
 type Config struct {
-	// Stages is obsolete and ignored (ConfigAdvice says so): the engine
-	// learns the protocol states it is asked at and counts each message
-	// once whatever they are. Kept so that old files still load.
-	Stages []string `toml:"stages"`
-	// SubnetV4 and SubnetV6 are the prefix lengths of the client_subnet
-	// key; defaults 24 and 64.
-	SubnetV4 int `toml:"subnet_v4"`
-	SubnetV6 int `toml:"subnet_v6"`
-	// AddressCase is "fold" (default: the local part of addresses is
-	// lower-cased in keys) or "keep". See KeyForm.
-	AddressCase string `toml:"address_case"`
-	// RecipientDelimiter is the set of characters that start an address
-	// extension, removed from keys (Postfix's recipient_delimiter);
-	// default "+", "" keeps extensions.
-	RecipientDelimiter *string `toml:"recipient_delimiter"`
-	// IPv4Prefix and IPv6Prefix are the prefix lengths a client_address
-	// key is masked to: default 32 (8 to 32) and 64 (32 to 128).
-	IPv4Prefix int `toml:"ipv4_prefix"`
-	IPv6Prefix int `toml:"ipv6_prefix"`
-	// OnFull is the answer to a new sender when the key table is full of
-	// keys over or near their limit (the store cannot track it without
-	// forgiving an offender): "defer" (default: 450 4.7.1, logged and
-	// counted as a fault) or "dunno" (let it through unmeasured).
-	OnFull string `toml:"on_full"`
+	Stages             []string `toml:"stages"` // obsolete, ignored (ConfigAdvice says so)
+	SubnetV4           int      `toml:"subnet_v4"`
+	SubnetV6           int      `toml:"subnet_v6"`
+	AddressCase        string   `toml:"address_case"`
+	RecipientDelimiter *string  `toml:"recipient_delimiter"`
+	IPv4Prefix         int      `toml:"ipv4_prefix"`
+	IPv6Prefix         int      `toml:"ipv6_prefix"`
+	OnFull             string   `toml:"on_full"`
+	WarnHeader         *string  `toml:"warn_header"`
+	Exempt             Exempt   `toml:"exempt"`
 	// DeferOnUnavailable, if not nil, is the error a store outage wraps
 	// (redisstore.ErrUnavailable under on_redis_error = defer): a request
 	// it leaves undecided is answered 450 4.7.1 instead of DUNNO.
 	DeferOnUnavailable error `toml:"-"`
 	// OmitMeasures leaves Decision.Measures nil, so that Evaluate does not
 	// allocate in the common case (the daemon; simulate wants them).
-	OmitMeasures bool `toml:"-"`
-	// WarnHeader is the header name a warn limit prepends; empty means
-	// warn only logs. Default "X-Ratelimitd-Warning".
-	WarnHeader *string `toml:"warn_header"`
-	// Exempt lists clients never limited.
-	Exempt Exempt `toml:"exempt"`
-	// Limits is the stack, in order.
-	Limits []LimitConfig `toml:"-"`
+	OmitMeasures bool          `toml:"-"`
+	Limits       []LimitConfig `toml:"-"` // the stack, in order
 }
 
-// Exempt lists who is never limited.
+// Exempt lists who is never limited: client prefixes, SASL users, senders
+// or "@domain"s (case-insensitive).
 type Exempt struct {
-	// Networks are client_address prefixes ("127.0.0.0/8", "2001:db8::/32").
 	Networks []string `toml:"networks"`
-	// Users are SASL user names (compared case-insensitively).
-	Users []string `toml:"users"`
-	// Senders are envelope senders ("news@example.org") or whole domains
-	// ("@example.org"), compared case-insensitively.
-	Senders []string `toml:"senders"`
+	Users    []string `toml:"users"`
+	Senders  []string `toml:"senders"`
 }
 
 // LimitConfig is one [[limit]] table.
 type LimitConfig struct {
-	// Name identifies the limit in logs, metrics and the CLI
-	// ([a-z0-9_-], unique).
-	Name string `toml:"name"`
-	// Key lists the request attributes whose values, joined by "|", form
-	// the rate key: sasl_username, sender, sender_domain, client_address,
-	// client_subnet, client_name, helo_name, recipient, recipient_domain.
-	// In TOML a list, or one name as a string.
-	Key KeyList `toml:"key"`
-	// Limit is the permitted cost per Period and the burst size.
-	Limit float64 `toml:"limit"`
-	// Period is the averaging period, e.g. "1h", "24h".
-	Period Duration `toml:"period"`
-	// Per is the cost unit: "mail" (default), "rcpt", "byte", "conn",
-	// or "addr": 1 per recipient address the key has not sent to within
-	// the period (Exim's per_addr with unique=; see RecipientSets).
-	Per string `toml:"per"`
-	// Mode is "leaky" (default), "strict", "forgiving" or "readonly".
-	Mode string `toml:"mode"`
-	// Action when over: "defer" (default), "reject", "warn", "hold",
-	// "freeze".
-	Action string `toml:"action"`
-	// Algorithm is "exponential" (default), "gcra", "cooldown", "earrrl"
-	// or "baseline" (relative to the key's own learned peak).
-	Algorithm string `toml:"algorithm"`
-	// Factor, Floor, Cap and LearnPeriod configure algorithm "baseline"
-	// (ratelimit.Baseline) and are refused with any other: a key is
-	// refused above Factor (default 3) times its learned typical peak,
-	// learned over LearnPeriod (default "4w"), but allowed at least Floor
-	// (required; what a key with no history gets) and at most Cap (cost
-	// per Period; defaults to Limit, which may then be left out).
-	Factor      float64  `toml:"factor"`
-	Floor       float64  `toml:"floor"`
-	Cap         float64  `toml:"cap"`
-	LearnPeriod Duration `toml:"learn_period"`
-	// HalfLife is EARRRL's half-life; default Period*ln 2.
-	HalfLife Duration `toml:"half_life"`
-	// Message is the client text template; placeholders {name}, {key},
-	// {rate}, {limit}, {period}, {retry}.
-	Message string `toml:"message"`
-	// Overrides maps key values to their own limit (cost per Period); a
-	// key "@example.org" is the default of every address key (a
-	// sasl_username or sender such as "alice@example.org") of that domain
-	// that has no entry of its own. E.g. a newsletter sender allowed
-	// 5000/day, or "@partner.example" = 500. With algorithm "baseline" an
-	// override is the key's fixed allowance (its floor and cap).
-	Overrides map[string]float64 `toml:"overrides"`
-	// Via lists the front ends whose requests this limit measures:
-	// "policy" (Postfix policy delegation, Exim readsocket) and/or
-	// "milter". Empty means both. When an MTA asks through both front
-	// ends, give each limit one, or it counts every message twice; a
-	// freeze limit belongs on the milter (only it can keep the message).
-	Via []string `toml:"via"`
-	// AutoRelease is "drip" to release a key's held/frozen mail
-	// automatically, oldest first at this limit's rate, once the key is
-	// back under the limit (unless suspended: ratelimitd quarantine
-	// suspend KEY); "" or "none" (default) waits for an operator. Checked
-	// and used by the quarantine life cycle, not by the Engine.
-	AutoRelease string `toml:"auto_release"`
+	Name        string             `toml:"name"`
+	Key         KeyList            `toml:"key"`
+	Limit       float64            `toml:"limit"` // cost per Period, also the burst
+	Period      Duration           `toml:"period"`
+	Per         string             `toml:"per"`
+	Mode        string             `toml:"mode"`
+	Action      string             `toml:"action"`
+	Algorithm   string             `toml:"algorithm"`
+	Factor      float64            `toml:"factor"` // Factor, Floor, Cap, LearnPeriod: baseline only
+	Floor       float64            `toml:"floor"`
+	Cap         float64            `toml:"cap"`
+	LearnPeriod Duration           `toml:"learn_period"`
+	HalfLife    Duration           `toml:"half_life"`
+	Message     string             `toml:"message"`
+	Overrides   map[string]float64 `toml:"overrides"`
+	Via         []string           `toml:"via"`
+	AutoRelease string             `toml:"auto_release"` // used by the quarantine life cycle
 }
 
-// KeyList is LimitConfig.Key. It decodes from a TOML array of strings
-// (key = ["sasl_username", "client_address"]) or from one string
-// (key = "sasl_username").
+// KeyList is LimitConfig.Key: a TOML list of names, or one string.
 type KeyList []string
 
 // UnmarshalTOML implements BurntSushi/toml's Unmarshaler.
@@ -223,8 +157,7 @@ func (k *KeyList) UnmarshalTOML(v any) error {
 	return fmt.Errorf("key must be a string or a list of strings, e.g. key = \"sasl_username\", not %T", v)
 }
 
-// Front ends a limit may be restricted to (LimitConfig.Via); the values of
-// Request.Stage.
+// Front ends a limit may be restricted to: the values of Request.Stage.
 const (
 	ViaPolicy = "policy"
 	ViaMilter = "milter"
@@ -241,8 +174,8 @@ var keyAttrs = []string{"sasl_username", "sender", "sender_domain", "client_addr
 
 var perNames = []string{"mail", "rcpt", "byte", "conn", "addr"}
 
-// compile validates c and returns the engine's internal form, or every error
-// found, each prefixed with its TOML key (joined with errors.Join).
+// compile validates c into the engine's form, or returns every error,
+// each prefixed with its TOML key.
 func compile(c Config) (*compiled, error) {
 	var errs []error
 	bad := func(key, format string, a ...any) {
@@ -284,8 +217,7 @@ func compile(c Config) (*compiled, error) {
 	return out, nil
 }
 
-// compilePolicy sets out's policy-wide settings from c (subnet sizes, the
-// warn header, the exemptions), reporting each error to bad.
+// compilePolicy sets out's policy-wide settings from c.
 func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...any)) {
 	if c.SubnetV4 != 0 {
 		if c.SubnetV4 < 1 || c.SubnetV4 > 32 {
@@ -327,9 +259,7 @@ func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...an
 	}
 }
 
-// compileLimit returns the engine's form of lc, the limit at (its TOML
-// key, for errors), reporting each error but a bad or repeated name to
-// bad.
+// compileLimit returns the engine's form of lc (at: its TOML key).
 func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format string, a ...any)) limit {
 	l := limit{name: lc.Name, message: lc.Message, overrides: lc.Overrides}
 	if len(lc.Key) == 0 {
@@ -409,8 +339,7 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 
 var headerNameRE = regexp.MustCompile(`^[!-9;-~]+$`)
 
-// compileBaseline sets the baseline parameters of rl from lc: the cap is
-// the limit; they are refused with any other algorithm.
+// compileBaseline sets rl's baseline parameters (cap = limit).
 func compileBaseline(rl *ratelimit.Limit, lc LimitConfig, at string, bad func(key, format string, a ...any)) {
 	if rl.Algorithm != ratelimit.Baseline {
 		if lc.Factor != 0 || lc.Floor != 0 || lc.Cap != 0 || lc.LearnPeriod != 0 {
@@ -427,10 +356,7 @@ func compileBaseline(rl *ratelimit.Limit, lc LimitConfig, at string, bad func(ke
 	rl.Factor, rl.Floor, rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
 }
 
-// override returns the per-key limit of key: its own entry in overrides,
-// else, for a key that is an address (a sasl_username or sender such as
-// "alice@example.org"), the entry of its domain ("@example.org"), so a
-// domain's users get the domain's default without listing each.
+// override returns key's own override, else its "@domain" one.
 func (l *limit) override(key string) (float64, bool) {
 	if len(l.overrides) == 0 {
 		return 0, false
@@ -448,9 +374,7 @@ func (l *limit) override(key string) (float64, bool) {
 	return 0, false
 }
 
-// overridden is rl with a per-key override v: the limit, and for a
-// baseline limit a fixed allowance (floor and cap v), so a big sender
-// named in overrides is held to v whatever its history.
+// overridden is rl with override v (for baseline, floor and cap v).
 func overridden(rl ratelimit.Limit, v float64) ratelimit.Limit {
 	rl.Limit = v
 	if rl.Algorithm == ratelimit.Baseline {

@@ -12,11 +12,9 @@ import (
 // Conversion records that a store converted a limit's states to changed
 // parameters (ratelimit.Limit.Convert).
 type Conversion struct {
-	// From are the parameters the states were converted from (as the
-	// store keeps them: the mode is not part of them).
+	// From are the parameters converted from (without the mode).
 	From ratelimit.Limit
-	// At is the instant of the conversion: a converted state of an
-	// exponential, EARRRL or baseline limit has its Time at or before it.
+	// At is the conversion's instant.
 	At time.Time
 	// Cause is "reload" or "restore".
 	Cause string
@@ -25,9 +23,8 @@ type Conversion struct {
 // Conversions is implemented by a store that converts states
 // (ratestore.Persistent), for KeyRate.
 type Conversions interface {
-	// LastConversion returns the last conversion of limit's states since
-	// the store was opened, and whether there was one. Safe for
-	// concurrent use.
+	// LastConversion returns limit's last conversion since the store
+	// opened, if any. Safe for concurrent use.
 	LastConversion(limit string) (Conversion, bool)
 }
 
@@ -35,8 +32,7 @@ type Conversions interface {
 // its wait, so its new rate may look huge; Before is its rate by the old
 // parameters.
 type ConvertedView struct {
-	// From is the old limit as "5/1h", followed by its algorithm when
-	// that changed ("5/1h gcra").
+	// From is the old limit ("5/1h", "5/1h gcra" when the algorithm changed).
 	From      string        `json:"from"`
 	Limit     float64       `json:"from_limit"`
 	Period    time.Duration `json:"from_period"`
@@ -44,9 +40,7 @@ type ConvertedView struct {
 	// At and Cause are the Conversion's.
 	At    time.Time `json:"at"`
 	Cause string    `json:"cause"`
-	// Rate is the key's rate now by the old parameters (its state
-	// converted back, in cost per old period; finite), set by Lookup
-	// only (0 in All's views).
+	// Rate is the key's rate now by the old parameters (Lookup only).
 	Rate float64 `json:"from_rate,omitempty"`
 }
 

@@ -37,8 +37,7 @@ type limit struct {
 	overrides map[string]float64
 	// domainOverrides reports an "@domain" entry in overrides.
 	domainOverrides bool
-	// via restricts the limit to requests of these front ends
-	// (Request.Stage); empty means all.
+	// via restricts the limit to these front ends; empty: all.
 	via []string
 }
 
@@ -108,8 +107,7 @@ type probe struct {
 	per int
 	// size is the message size this request knows (per_byte bookkeeping).
 	size float64
-	// addr is the hash of the recipient a per = "addr" limit measured
-	// (hasAddr), recorded by recordAddrs once the verdict is known.
+	// addr is the recipient hash a per = "addr" limit measured.
 	addr    uint64
 	hasAddr bool
 }
@@ -126,8 +124,7 @@ type scratch struct {
 	upd    stackUpdate
 }
 
-// messageState reports whether protocol state s belongs to a mail
-// transaction (MAIL FROM to end of data).
+// messageState reports whether s is within a mail transaction.
 func messageState(s string) bool {
 	switch s {
 	case StateMail, StateRcpt, StateData, StateEndOfMessage:
@@ -170,8 +167,6 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	if m != nil {
 		prev = m.prev(front)
 		if n := len(m.charges) + len(c.limits); cap(m.charges) < n {
-			// Room for every limit: the charge pointers taken below
-			// stay valid while this request appends.
 			m.charges = slices.Grow(m.charges, n-len(m.charges))
 		}
 	}
@@ -189,8 +184,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	}
 	out, err := e.measure(ctx, now, items, !prev.Action.Admits(), sc)
 	if err != nil {
-		// Nothing was decided: fail open, and leave the message's
-		// bookkeeping as it was so a later request measures it.
+		// Nothing decided: fail open, bookkeeping untouched.
 		d = Decision{Reason: "rate store error, failing open", Fault: err}
 		if prev.Action != Pass {
 			d = prev
@@ -396,10 +390,6 @@ func (l *limit) cost(req *Request, state string, ch *charge, front int, connectS
 		}
 		return 0, false, false
 	case perAddr:
-		// The cost at RCPT is 1 for a new recipient, 0 for a known one
-		// (Engine.addrCost); at DATA or END-OF-MESSAGE only for a message
-		// the limit has not charged, and recipient_count as an upper
-		// bound unless it is 1.
 		switch state {
 		case StateRcpt:
 			return 1, true, true
@@ -467,9 +457,7 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 // verdict is the Decision of limit l being over with result r.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decision {
 	lim := limitOf(it, r)
-	// The key is cloned: it may share a block with other requests' values
-	// (mta/postfix.Decoder), and a refusal's key is kept for long (the
-	// notification windows, the quarantine's alert counts).
+	// The key is cloned: it may share a Decoder block and is kept long.
 	d := Decision{Action: l.action, Limit: l.name, Key: strings.Clone(it.Key), Rate: r.Rate, Max: lim, Period: it.Params.Period,
 		RetryAfter: r.RetryAfter}
 	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)

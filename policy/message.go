@@ -27,8 +27,7 @@ const msgGenSize = 1 << 15
 // shardGenSize bounds one generation of one shard.
 const shardGenSize = msgGenSize / msgShards
 
-// pendMax bounds the messages of one (client, user, sender) waiting to be
-// joined by the other front end.
+// pendMax bounds one fingerprint's messages waiting to be joined.
 const pendMax = 16
 
 // freeMax bounds the entries kept for reuse by one shard.
@@ -126,8 +125,7 @@ const msgShards = 16
 // fpSeed hashes join fingerprints (shard and pending lists).
 var fpSeed = maphash.MakeSeed()
 
-// msgShard is one shard of the table; its generations hold at most
-// msgGenSize/msgShards entries each.
+// msgShard is one shard of the table.
 type msgShard struct {
 	mu       sync.Mutex
 	seed     maphash.Seed
@@ -138,8 +136,7 @@ type msgShard struct {
 	live     atomic.Int64 // inUse, for status
 }
 
-// maxIDLen bounds the key bytes built on the stack; longer keys (a hostile
-// instance attribute) cost an allocation.
+// maxIDLen bounds the key bytes built on the stack.
 const maxIDLen = 256
 
 // appendID appends req's message key: stage, join fingerprint and
@@ -153,8 +150,7 @@ func appendID(b []byte, req *Request) []byte {
 	return append(b, req.Instance...)
 }
 
-// appendFP appends req's join fingerprint: client address, SASL user and
-// sender, the latter two lower-cased (ASCII, as the engine's keys).
+// appendFP appends req's join fingerprint: client, SASL user, sender.
 func appendFP(b []byte, req *Request) []byte {
 	b = append(b, req.ClientAddress...)
 	b = append(b, 0)
@@ -163,8 +159,7 @@ func appendFP(b []byte, req *Request) []byte {
 	return appendLower(b, req.Sender)
 }
 
-// appendLower appends s lower-cased like strings.ToLower: byte for byte for
-// ASCII, through strings.ToLower (allocating) otherwise.
+// appendLower appends s lower-cased as strings.ToLower does.
 func appendLower(b []byte, s string) []byte {
 	n := len(b)
 	b = slices.Grow(b, len(s))[:n+len(s)]
@@ -211,8 +206,7 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	return t.shards[fh%msgShards].get(req, id, fp, fh, joinable)
 }
 
-// end gives back the entry of one request of its message (from get): see
-// msgShard.end.
+// end gives back the entry of one request (msgShard.end).
 func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
 	m.shard.end(m, req, refused, done)
 }
@@ -226,8 +220,7 @@ func (t *msgTable) len() int {
 	return n
 }
 
-// footprint estimates the table's memory in bytes: its entries in use and
-// kept for reuse.
+// footprint estimates the table's memory in bytes.
 func (t *msgTable) footprint() int64 {
 	var n int64
 	for i := range t.shards {
@@ -236,16 +229,13 @@ func (t *msgTable) footprint() int64 {
 	return n
 }
 
-// get is msgTable.get in the shard of req's fingerprint: id is req's
-// message key (appendID), fp the fingerprint within it and fh its hash.
+// get is msgTable.get in the shard of req's fingerprint fp (hash fh).
 func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *msgEntry {
 	front := frontIndex(req.Stage)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.init()
 	h := t.hashID(front, id)
-	// held is the current generation's entry under h: a different
-	// message (a collision) if not req's, which put replaces.
 	held, inCur := t.cur.msgs[h]
 	if inCur && bytes.Equal(held.id[front], id) {
 		held.refs++
@@ -318,8 +308,6 @@ func (t *msgShard) unref(m *msgEntry) {
 // forgotten.
 func (t *msgShard) put(h uint64, m, held *msgEntry) {
 	if t.cur.size() >= shardGenSize {
-		// held moves to the old generation, which keeps it; the new
-		// current one is empty.
 		t.rotate()
 		held = nil
 	}
@@ -330,8 +318,7 @@ func (t *msgShard) put(h uint64, m, held *msgEntry) {
 	m.refs++
 }
 
-// rotate drops the old generation (its messages are forgotten, its waiting
-// messages no longer joinable) and starts a new current one.
+// rotate drops the old generation and starts a new current one.
 func (t *msgShard) rotate() {
 	for _, m := range t.old.msgs {
 		t.unref(m)
@@ -362,9 +349,8 @@ func (t *msgShard) genOf(n uint64) *msgGen {
 	return nil
 }
 
-// addPending registers m, just created by front end front, as waiting to
-// be joined under fingerprint fp (hash fh); the oldest of more than
-// pendMax messages of one fingerprint is no longer joinable.
+// addPending registers m as waiting to be joined under fp; beyond pendMax
+// the oldest is no longer joinable.
 func (t *msgShard) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
 	m.fp = append(m.fp[:0], fp...)
 	m.fpHash, m.pendFront, m.pendGen, m.pending = fh, front, t.gen, true
@@ -393,8 +379,7 @@ func (t *msgShard) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
 	}
 }
 
-// unlinkPending removes m from its generation's pending list and drops the
-// list's reference.
+// unlinkPending removes m from its pending list.
 func (t *msgShard) unlinkPending(m *msgEntry) {
 	if !m.pending {
 		return
@@ -416,9 +401,8 @@ func (t *msgShard) unlinkPending(m *msgEntry) {
 	t.unref(m)
 }
 
-// takePending removes and returns the oldest message of fingerprint fp
-// (hash fh) registered by front end front, or nil. The returned entry
-// carries no reference of the list: the caller stores it.
+// takePending removes and returns the oldest message of fp registered by
+// front, or nil; the caller takes over the list's reference.
 func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 	for _, g := range [2]*msgGen{&t.old, &t.cur} {
 		for m := g.pend[fh]; m != nil; m = m.pendNext {
@@ -445,10 +429,6 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 		t.unlinkPending(m)
 	}
 	if done {
-		// m's key and hash for this front end, as get found or made
-		// them (a copy: unref below may recycle m).
-		// A message is held by one generation at most (get moves it
-		// from the old to the current one).
 		id, h := append(buf[:0], m.id[front]...), m.hash[front]
 		for _, g := range [2]*msgGen{&t.cur, &t.old} {
 			if o, ok := g.msgs[h]; ok && bytes.Equal(o.id[front], id) {
@@ -464,8 +444,7 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 // entryBytes estimates one remembered message's memory.
 const entryBytes = 512
 
-// footprint estimates the shard's memory in bytes: its entries in use and
-// kept for reuse.
+// footprint estimates the shard's memory in bytes.
 func (t *msgShard) footprint() int64 {
 	t.mu.Lock()
 	n := t.inUse + len(t.free)

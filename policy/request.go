@@ -23,47 +23,23 @@ const (
 // policy-delegation attributes (the milter fills them from macros). The
 // engine does not modify it.
 type Request struct {
-	// ProtocolState is protocol_state: RCPT, DATA, END-OF-MESSAGE, ...
-	ProtocolState string
-	// ProtocolName is protocol_name: SMTP, ESMTP, LMTP.
-	ProtocolName string
-	// HeloName is helo_name.
-	HeloName string
-	// QueueID is queue_id; empty at RCPT in Postfix before the queue file
-	// exists.
-	QueueID string
-	// Sender is the envelope sender (sender), "" for the null sender.
-	Sender string
-	// Recipient is the envelope recipient of this RCPT (recipient).
-	Recipient string
-	// RecipientCount is recipient_count: 0 at RCPT, the number of accepted
-	// recipients at DATA and END-OF-MESSAGE.
-	RecipientCount int
-	// ClientAddress is client_address (IPv4 or IPv6 text).
-	ClientAddress string
-	// ClientName is client_name, the verified reverse name or "unknown".
-	ClientName string
-	// ReverseClientName is reverse_client_name.
-	ReverseClientName string
-	// Instance is instance: the same for every request of one message.
-	Instance string
-	// SASLMethod, SASLUsername and SASLSender are sasl_method,
-	// sasl_username and sasl_sender; SASLUsername is empty for an
-	// unauthenticated client.
+	ProtocolState     string // protocol_state: RCPT, DATA, END-OF-MESSAGE, ...
+	ProtocolName      string // protocol_name: SMTP, ESMTP, LMTP
+	HeloName          string // helo_name
+	QueueID           string // queue_id; Postfix has none yet at RCPT
+	Sender            string // sender; "" for the null sender
+	Recipient         string // recipient of this RCPT
+	RecipientCount    int    // recipient_count: 0 at RCPT, the accepted ones at DATA and END-OF-MESSAGE
+	ClientAddress     string // client_address
+	ClientName        string // client_name, or "unknown"
+	ReverseClientName string // reverse_client_name
+	Instance          string // instance: the same for every request of one message
+	// sasl_method, sasl_username (empty: unauthenticated), sasl_sender.
 	SASLMethod, SASLUsername, SASLSender string
-	// Size is size: the message size in bytes, known at END-OF-MESSAGE
-	// (or as declared with MAIL FROM SIZE=).
-	Size int64
-	// Stage is the front end that asked: ViaPolicy ("policy": Postfix
-	// policy delegation or Exim readsocket) or ViaMilter ("milter"). Limits
-	// with a Via list only measure requests of those front ends.
-	Stage string
-	// Received is when the front end received the request (the policy
-	// service: its first byte; the milter: the call of its Decider), the
-	// time a daemon decides it at, so that the request path reads the
-	// clock once; zero when the front end did not record it (the decider
-	// then reads the clock itself). It is not an attribute of the
-	// request and is not logged.
+	Size                                 int64  // size in bytes: at END-OF-MESSAGE, or MAIL FROM SIZE=
+	Stage                                string // the front end: ViaPolicy or ViaMilter
+	// Received is when the front end received the request, the time it
+	// is decided at (zero: the decider reads the clock); not logged.
 	Received time.Time
 }
 

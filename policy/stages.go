@@ -40,9 +40,8 @@ func stateIndex(s string) int {
 // daemon learns where the MTA asks; the hot checks read flags set once.
 type stageCounts struct {
 	n [2][len(stateNames)]atomic.Uint64
-	// seen[front][i] is set once front has asked at stateNames[i];
-	// anyMsg[front] once it has asked about a message (MAIL, RCPT, DATA,
-	// END-OF-MESSAGE); warm[front] once it has sent joinWarmUp of those.
+	// seen: front asked at stateNames[i]; anyMsg: about a message; warm:
+	// joinWarmUp of those.
 	seen   [2][len(stateNames)]atomic.Bool
 	anyMsg [2]atomic.Bool
 	warm   [2]atomic.Bool
@@ -106,12 +105,9 @@ func (s *stageCounts) joinable(front int) bool {
 // StageCount is how many requests one front end has sent at one protocol
 // state since the daemon started.
 type StageCount struct {
-	// Via is the front end: "policy" (policy delegation, Exim readsocket)
-	// or "milter".
-	Via string `json:"via"`
-	// State is the protocol_state (RCPT, END-OF-MESSAGE, ...).
-	State string `json:"state"`
-	// Requests is the number of requests seen.
+	// Via is the front end, ViaPolicy or ViaMilter.
+	Via      string `json:"via"`
+	State    string `json:"state"`
 	Requests uint64 `json:"requests"`
 }
 

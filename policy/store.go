@@ -12,53 +12,36 @@ import (
 // state, so concurrent requests of a key are never lost. Safe for
 // concurrent use.
 type Store interface {
-	// Get returns the stored state of key under limit, or the zero State.
 	Get(ctx context.Context, limit, key string) (ratelimit.State, error)
-	// Update calls fn with the current state of key under limit (zero if
-	// none) while holding that key exclusively, and stores fn's result when
-	// fn returns true. fn must be fast and must not call the Store.
+	// Update calls fn with the current state, holding the key
+	// exclusively, and stores its result if it returns true; fn must be
+	// fast and must not call the Store.
 	Update(ctx context.Context, limit, key string, fn func(old ratelimit.State) (ratelimit.State, bool)) error
-	// Delete forgets key under limit; it reports whether there was state.
-	Delete(ctx context.Context, limit, key string) (bool, error)
-	// Range calls fn for every stored state, in no particular order, until
-	// fn returns false. fn must not call the Store.
+	Delete(ctx context.Context, limit, key string) (bool, error) // whether there was state
+	// Range calls fn for every state, in no order, until it returns
+	// false; fn must not call the Store.
 	Range(ctx context.Context, fn func(limit, key string, s ratelimit.State) bool) error
 }
 
 // StackItem is one limit's share of one request, for a StackEvaluator.
 type StackItem struct {
-	// Limit is the limit's name (the store's namespace) and Key the rate
-	// key value.
 	Limit, Key string
-	// Params are the limit's arithmetic: limit (cost per period, also the
-	// burst), period, algorithm and mode, after overrides.
-	Params ratelimit.Limit
-	// Cost is the request's cost in the limit's unit; >= 0.
-	Cost float64
-	// Count reports whether the cost is charged (stored according to the
-	// mode and the verdict). False is a read-only probe: measured, never
-	// stored.
-	Count bool
-	// Refuses reports whether this limit's action, when it is over, keeps
-	// the message from delivery (hold, freeze, defer, reject; not warn).
-	// If any over item refuses, the stack did not admit the request and
-	// leaky limits are not charged (Exim specification, chapter "Rate
-	// limiting": leaky mode).
+	Params     ratelimit.Limit // after overrides
+	Cost       float64         // in the limit's unit, >= 0
+	Count      bool            // charged; false: measured only
+	// Refuses: the limit's action keeps the message from delivery; an
+	// over item that refuses means the stack did not admit the request
+	// (Exim specification, "Rate limiting": leaky mode).
 	Refuses bool
 }
 
 // StackResult is the outcome for one StackItem.
 type StackResult struct {
-	// Prev is the stored state before the request (zero if none).
-	Prev ratelimit.State
-	// Result is the measurement (ratelimit.Limit.Check of Prev).
-	Result ratelimit.Result
-	// Stored reports whether the item's new state was stored.
+	Prev   ratelimit.State  // stored before the request
+	Result ratelimit.Result // Params.Check of Prev
 	Stored bool
-	// Err is set when this item alone could not be measured or stored
-	// (for example ErrKeyTooLong or a full store); its Result is then
-	// not used, and the other items' verdicts stand.
-	Err error
+	Err    error // this item alone failed; the others' verdicts stand
+
 }
 
 // StackEvaluator decides a whole stack in one atomic step (the Redis

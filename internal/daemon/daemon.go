@@ -42,62 +42,44 @@ var Version = "dev"
 // Daemon is a running ratelimitd: engine, stores, listeners. Start it with
 // Start and stop it with Shutdown.
 type Daemon struct {
-	// cfg is the configuration the daemon started with: its listeners,
-	// state, quarantine and milter run on it. It is never replaced (a
-	// reload applies the limits only), so it is read without a lock.
-	cfg        *config.File
-	configPath string
-	log        *slog.Logger
-	started    time.Time
-	db         *bolt.DB
-	mem        *ratestore.Memory
-	state      *ratestore.Persistent
-	rcpts      *ratestore.Recipients // per = "addr" recipient sets
-	// flusher writes the stores of the state file behind; stopFlusher
-	// stops it after a last flush.
-	flusher     *statedb.Flusher
-	stopFlusher context.CancelFunc
-	events      *events.Log // nil with [events] enabled = false
-	web         *web.Server // nil with [web] listen = ""
-	engine      *policy.Engine
-	metrics     *metrics.Metrics
-	policy      *postfix.Server
-	admin       *http.Server
-	metricsSrv  *http.Server
-	listeners   []string
-	// conns caps the policy and milter connections (server.max_connections).
-	conns *srvconn.Limiter
-	// seen records when an MTA last connected to each front end.
-	seen     frontEnds
-	q        *quarantineState
-	wg       sync.WaitGroup
-	notifier *notify.Notifier
-	// qnotify turns quarantine events into notifications.
-	qnotify *quarantineNotify
-	// stopMemLimit stops startMemoryLimit's loop (nil if not started).
-	stopMemLimit func()
-	// cleanup undoes, last first, what Start opened, should a later step
-	// fail.
-	cleanup []func()
+	cfg          *config.File // as started; a reload replaces only the limits, so read without a lock
+	configPath   string
+	log          *slog.Logger
+	started      time.Time
+	db           *bolt.DB
+	mem          *ratestore.Memory
+	state        *ratestore.Persistent
+	rcpts        *ratestore.Recipients // per = "addr" recipient sets
+	flusher      *statedb.Flusher      // the state file's write-behind
+	stopFlusher  context.CancelFunc
+	events       *events.Log // nil with [events] enabled = false
+	web          *web.Server // nil with [web] listen = ""
+	engine       *policy.Engine
+	metrics      *metrics.Metrics
+	policy       *postfix.Server
+	admin        *http.Server
+	metricsSrv   *http.Server
+	listeners    []string
+	conns        *srvconn.Limiter // server.max_connections over policy and milter
+	seen         frontEnds
+	q            *quarantineState
+	wg           sync.WaitGroup
+	notifier     *notify.Notifier
+	qnotify      *quarantineNotify
+	stopMemLimit func()   // nil if not started
+	cleanup      []func() // undoes Start's steps, last first, on a failure
 
-	// reloadMu serialises reloads and guards loaded and restartNeeded,
-	// which the admin status handler reads concurrently.
-	reloadMu      sync.Mutex
-	loaded        *config.File // the last file accepted (cfg until a reload)
+	reloadMu      sync.Mutex   // serialises reloads; guards loaded and restartNeeded
+	loaded        *config.File // the last file accepted
 	restartNeeded []string     // config.RestartKeys(cfg, loaded)
 
-	// redis is the shared rate store when [store] backend = "redis"
-	// (nil otherwise); redisClient its Redis connection.
-	redis       *redisstore.Failover
+	redis       *redisstore.Failover // nil unless [store] backend = "redis"
 	redisClient *redisstore.Store
+	redisLog    *srvconn.ThrottledLog // requests decided per on_redis_error
+	badStates   *oncePerKey           // undecodable Redis states logged
 
 	opts Options
-	// lost are the unreadable records set aside at start-up.
-	lost []statedb.Lost
-	// redisLog logs requests decided per on_redis_error, throttled;
-	// badStates remembers the undecodable Redis states logged.
-	redisLog  *throttledLog
-	badStates *oncePerKey
+	lost []statedb.Lost // unreadable records set aside at start
 }
 
 func newLogger(s config.Server, w io.Writer) *slog.Logger {
@@ -119,12 +101,9 @@ type listeners struct {
 
 // Options are Start's choices beyond the configuration.
 type Options struct {
-	// AcceptStateLoss starts on a state file with unreadable records
-	// (serve --accept-state-loss): they are set aside (statedb.SetAside:
-	// rate records deleted, quarantine entries kept in
-	// quarantine/damaged), logged at ERROR once with their count, and
-	// counted (ratelimitd_state_keys_lost_total, status). Without it
-	// Start refuses such a file (statedb.RecordsLost).
+	// AcceptStateLoss (serve --accept-state-loss) starts on a state file
+	// with unreadable records, set aside (statedb.SetAside), logged and
+	// counted; without it Start refuses the file (statedb.RecordsLost).
 	AcceptStateLoss bool
 }
 
@@ -186,9 +165,6 @@ func (d *Daemon) openStores() (err error) {
 		return err
 	}
 	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
-	// Restoring drops states that have decayed away under the parameters
-	// they were written with, and converts those of limits whose
-	// parameters changed.
 	d.state, err = openState(d.db, d.mem, storeLimits(f.PolicyConfig()), false, d.log)
 	if err != nil {
 		if errors.Is(err, ratestore.ErrDamaged) {
@@ -310,9 +286,6 @@ func (d *Daemon) listen() (ls listeners, err error) {
 			l.Close()
 		}
 	})
-	// Sockets systemd passed (ratelimitd.socket) are used for the
-	// listeners configured with their addresses; the others are opened
-	// here.
 	inh, err := srvconn.InheritedListeners()
 	if err != nil {
 		return ls, err
@@ -368,13 +341,8 @@ func (d *Daemon) serve(ls listeners) {
 		l := d.seen.watch(d.conns.Listener(l, "policy"), "policy", listenerName(l))
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
-	// /metrics is capped (srvconn.HTTPConns) and times out idle
-	// connections, so that scrapers cannot take the descriptors the
-	// policy service needs. The admin socket is not capped: only the
-	// postmaster reaches it (its directory is not world-accessible), it
-	// needs each connection's own credentials (SO_PEERCRED) for the audit
-	// log, and a cap would make the CLI wait behind its own idle
-	// keep-alive connections; it closes them after 60 s.
+	// /metrics is capped (srvconn.HTTPConns); the admin socket, reached
+	// only by the postmaster, is not (the CLI's keep-alives would wait).
 	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()
 	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
 	if ls.metrics != nil {

@@ -53,7 +53,7 @@ func (d *Daemon) redisFault(dec *policy.Decision) {
 		return
 	}
 	d.metrics.Fault("redis unavailable")
-	d.redisLog.warn("request decided per on_redis_error: redis unavailable", "on_redis_error", d.cfg.Store.OnRedisError,
+	d.redisLog.Warn("request decided per on_redis_error: redis unavailable", "on_redis_error", d.cfg.Store.OnRedisError,
 		"err", dec.Fault)
 	dec.Fault = nil
 }

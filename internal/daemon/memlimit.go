@@ -8,18 +8,14 @@ import (
 
 // Soft memory limit (startMemoryLimit).
 const (
-	// memoryHeadroom is the heap the limit leaves above what the daemon
-	// is known to hold: the garbage collector runs about once per this
-	// many bytes allocated.
+	// memoryHeadroom is the heap left above what the daemon holds: the
+	// collector runs about once per this many bytes allocated.
 	memoryHeadroom = 32 << 20
 	// memoryFloor is the least limit set.
 	memoryFloor = 128 << 20
-	// The memory freed is given back to the system (debug.FreeOSMemory,
-	// a collection) when the flush and compaction buffers
-	// (ratestore.Persistent.Working) shrink from one tick to the next by
-	// releaseDrop (a compaction ended) or from releaseQuiet or more to
-	// nothing (the load stopped: a flush found nothing to write); at most
-	// once per releaseEvery, a release that comes sooner waiting for it.
+	// Freed memory is given back (debug.FreeOSMemory) when the flush and
+	// compaction buffers shrink by releaseDrop, or from releaseQuiet to
+	// nothing; at most once per releaseEvery.
 	releaseDrop  = 16 << 20
 	releaseQuiet = 1 << 20
 	releaseEvery = 2 * time.Second
@@ -75,8 +71,7 @@ func (d *Daemon) knownHeap() (known, working int64) {
 // memory at once (debug.FreeOSMemory) when a compaction ends or the load
 // stops. GOMEMLIMIT in the environment turns it off.
 func (d *Daemon) startMemoryLimit() {
-	// The restore's buffers are garbage by now: give them back before
-	// the first request (docs/performance.md has the resident sizes).
+	// The restore's buffers are garbage: give them back now.
 	debug.FreeOSMemory()
 	limit, working := d.memoryLimit()
 	debug.SetMemoryLimit(limit)

@@ -49,8 +49,7 @@ type offline struct {
 	db     *bolt.DB
 	state  *ratestore.Persistent
 	engine *policy.Engine
-	// events records the operator's actions (opened for writing with
-	// [events] enabled; nil otherwise).
+	// events records the operator's actions; nil without [events].
 	events *events.Log
 }
 

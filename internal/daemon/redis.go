@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
@@ -80,38 +80,8 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 		d.log.Warn("counts of an earlier redis outage not loaded", "err", err)
 	}
 	d.redisClient = r
-	d.redisLog = newThrottledLog(d.log, 10*time.Second)
+	d.redisLog = srvconn.NewThrottledLog(d.log, 10*time.Second)
 	return f, nil
-}
-
-// throttledLog logs a line per message at most once per every, with the
-// number of occurrences it stood for.
-type throttledLog struct {
-	log   *slog.Logger
-	every time.Duration
-	mu    sync.Mutex
-	last  map[string]time.Time
-	count map[string]int
-}
-
-func newThrottledLog(log *slog.Logger, every time.Duration) *throttledLog {
-	return &throttledLog{log: log, every: every, last: map[string]time.Time{}, count: map[string]int{}}
-}
-
-// warn logs msg at Warn with args and the count of occurrences since the
-// last line of msg, unless one was logged less than every ago.
-func (t *throttledLog) warn(msg string, args ...any) {
-	t.mu.Lock()
-	t.count[msg]++
-	now := time.Now()
-	if now.Sub(t.last[msg]) < t.every {
-		t.mu.Unlock()
-		return
-	}
-	n := t.count[msg]
-	t.last[msg], t.count[msg] = now, 0
-	t.mu.Unlock()
-	t.log.Warn(msg, append(args, "occurrences", n, "per", t.every.String())...)
 }
 
 // oncePerKey remembers up to max keys, to log something once per key.

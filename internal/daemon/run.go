@@ -29,16 +29,13 @@ func (d *Daemon) Reload() {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	if d.web != nil {
-		// The console's users and TLS files, even when the configuration
-		// is refused (a renewed certificate applies either way).
+		// The console's users and TLS files, even if the configuration is refused.
 		if err := d.web.Reload(); err != nil {
 			d.log.Error("console: rereading the users or TLS files failed; the previous ones stay", "err", err)
 		}
 	}
 	f, err := config.Load(d.configPath)
 	if err == nil {
-		// The engine's new configuration is installed while the rate
-		// states of limits whose parameters changed are converted.
 		pc := d.policyConfig(f)
 		err = d.state.Reconfigure(storeLimits(pc), func() error { return d.engine.Reload(pc) })
 	}
@@ -87,9 +84,7 @@ func (d *Daemon) Status() admin.Status {
 	}
 	st.State = admin.NewStateStatus(d.state)
 	if d.redis != nil {
-		// Redis's clock, not this host's (TIME, which also refreshes
-		// the clock offset reported below): asked only while shared, as
-		// a degraded store would hold the status up to redis_timeout.
+		// Redis's clock (TIME, refreshing the offset), only while shared.
 		if !d.redis.Degraded() {
 			if now, err := d.redisClient.Ping(context.Background()); err == nil {
 				st.RedisTime = now
@@ -154,8 +149,6 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if err := d.db.Close(); err != nil {
 		errs = append(errs, err)
 	}
-	// The admin listener removed its socket when Shutdown closed it, if
-	// the file there was still the one it created.
 	d.log.Info("ratelimitd stopped")
 	return errors.Join(errs...)
 }

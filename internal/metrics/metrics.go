@@ -12,27 +12,17 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// knownStates are the protocol_state values with pre-bound counters; any
-// other value is counted as "OTHER" so a client cannot grow label sets.
+// knownStates have pre-bound counters; others count as "OTHER".
 var knownStates = [numStates]string{policy.StateConnect, policy.StateHELO, policy.StateEHLO, policy.StateMail,
 	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn, "OTHER"}
 
 const numActions = int(policy.Reject) + 1
 
-// Metrics are the daemon's Prometheus metrics plus the plain counters that
-// `ratelimitd status` prints. Create them with New; safe for concurrent
-// use.
-//
-// The two series every request updates (ratelimitd_requests_total and the
-// ratelimitd_decision_seconds histogram) are counted in stripes, copies
-// picked at random per request (per-thread random state) and summed when
-// scraped, so that CPUs serving requests at once seldom update one cache
-// line at the same moment (a shared Prometheus counter and histogram
-// cost several times more CPU per request with two CPUs updating them
-// without pause than alone; figures in docs/performance.md). A request updates three atomic counters
-// of its stripe (its state and action, its latency bucket, the latency
-// sum), where the Prometheus counter and histogram and the counter for
-// `status` took six.
+// Metrics are the daemon's Prometheus metrics and the counters `status`
+// prints; make them with New; safe for concurrent use. The per-request
+// series (ratelimitd_requests_total, ratelimitd_decision_seconds) are
+// counted in stripes picked at random and summed when scraped, so CPUs
+// seldom share a cache line.
 type Metrics struct {
 	reg *prometheus.Registry
 	// redisRTT is the Redis round-trip histogram (RegisterRedis).
@@ -66,9 +56,8 @@ var latencyBounds = func() (b [12]time.Duration) {
 	return b
 }()
 
-// requestStripe is one copy of the per-request counts: requests by state
-// and action, and the latency histogram (non-cumulative bucket counts, the
-// last one past every bound, and the sum in nanoseconds).
+// requestStripe is one copy of the per-request counts (bucket counts
+// non-cumulative, the last past every bound; sum in nanoseconds).
 type requestStripe struct {
 	n       [numStates][numActions]atomic.Uint64
 	buckets [len(latencyBounds) + 1]atomic.Uint64
@@ -119,8 +108,7 @@ func (c requestCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstHistogram(c.latencyDesc, total, float64(sumNs)/1e9, cum)
 }
 
-// ByAction returns the number of requests answered with each action,
-// indexed by policy.Action.
+// ByAction returns the requests answered per action (policy.Action).
 func (m *Metrics) ByAction() (out [numActions]int64) {
 	for i := range m.stripes {
 		for s := range numStates {
@@ -132,9 +120,8 @@ func (m *Metrics) ByAction() (out [numActions]int64) {
 	return out
 }
 
-// New returns the metrics, registered in a new registry (Registry) with the
-// Go runtime's and the process's collectors; trackedKeys reports the number
-// of rate states held (the ratelimitd_tracked_keys gauge).
+// New returns the metrics in a new registry with the Go and process
+// collectors; trackedKeys feeds ratelimitd_tracked_keys.
 func New(trackedKeys func() float64) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	reqs := requestCollector{m: m,
@@ -168,8 +155,7 @@ func New(trackedKeys func() float64) *Metrics {
 	return m
 }
 
-// WatchConns exports the connection cap's gauges (open connections and
-// the cap). Call it once.
+// WatchConns exports the connection cap's gauges; call it once.
 func (m *Metrics) WatchConns(lim *srvconn.Limiter) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -182,8 +168,7 @@ func (m *Metrics) WatchConns(lim *srvconn.Limiter) {
 		}, func() float64 { return float64(lim.Max()) }))
 }
 
-// stateIndex is s's index in knownStates ("OTHER" for any other value);
-// a switch, as it is on every request's path.
+// stateIndex is s's index in knownStates, or that of "OTHER".
 func stateIndex(s string) int {
 	switch s {
 	case policy.StateConnect:
@@ -208,10 +193,8 @@ func stateIndex(s string) int {
 	return numStates - 1
 }
 
-// Observe counts one decision for req: by protocol_state and action, and,
-// when it did not pass and was not repeated from an earlier request of
-// the same message (Decision.Repeated), once for its message by limit
-// and action.
+// Observe counts one decision by state and action and, unless Repeated
+// or Pass, its message by limit and action.
 func (m *Metrics) Observe(req *policy.Request, d *policy.Decision) {
 	a := int(d.Action)
 	if a >= numActions {
@@ -224,9 +207,7 @@ func (m *Metrics) Observe(req *policy.Request, d *policy.Decision) {
 	}
 }
 
-// Messages returns the number of messages decided with each action other
-// than pass, each counted once however many requests repeated its
-// verdict, indexed by policy.Action (Pass is 0).
+// Messages returns the messages decided per non-pass action, each once.
 func (m *Metrics) Messages() (out [numActions]int64) {
 	for a := range out {
 		out[a] = m.msgs[a].Load()
@@ -234,9 +215,7 @@ func (m *Metrics) Messages() (out [numActions]int64) {
 	return out
 }
 
-// Latency records the time one request took to answer, as the front end
-// measured it: from the request's first byte to its reply written (policy
-// service), or the Decide call (milter).
+// Latency records one request's time as its front end measured it.
 func (m *Metrics) Latency(took time.Duration) {
 	st := &m.stripes[rand.Uint32()%metricStripes]
 	b := 0
@@ -247,8 +226,7 @@ func (m *Metrics) Latency(took time.Duration) {
 	st.sumNs.Add(uint64(max(took, 0)))
 }
 
-// Fault counts one fault of kind (a request answered DUNNO because of a
-// store error or a panic, a failed flush or reload).
+// Fault counts one fault of kind.
 func (m *Metrics) Fault(kind string) {
 	m.nFaults.Add(1)
 	m.faults.WithLabelValues(kind).Inc()
@@ -260,8 +238,7 @@ func (m *Metrics) Bad(reason string) {
 	m.badInput.WithLabelValues(reason).Inc()
 }
 
-// Registry is the registry the metrics are registered in: serve it (promhttp)
-// and register further collectors (the notifier's, the quarantine's) in it.
+// Registry is the metrics' registry, for promhttp and other collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Faults is the number of faults counted (Fault).
@@ -270,6 +247,5 @@ func (m *Metrics) Faults() int64 { return m.nFaults.Load() }
 // BadInput is the number of malformed inputs counted (Bad).
 func (m *Metrics) BadInput() int64 { return m.nBad.Load() }
 
-// ConnRefused counts one connection closed at once because
-// server.max_connections were open on listener ("policy", "milter").
+// ConnRefused counts a connection closed over server.max_connections.
 func (m *Metrics) ConnRefused(listener string) { m.connRefused.WithLabelValues(listener).Inc() }

@@ -8,11 +8,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
-// RegisterRedis exports the Redis backend's state: whether it is degraded
-// and how often it switched, the time spent degraded, the requests decided
-// locally by reason, the merges of outage counts and the round-trip
-// latency of script calls (RedisRoundTrip). Call it once, before the
-// first request.
+// RegisterRedis exports the Redis backend's state: degraded, switches,
+// time degraded, local decisions by reason, outage merges, round trips.
+// Call it once, before the first request.
 func (m *Metrics) RegisterRedis(f *redisstore.Failover) {
 	m.redisRTT = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "ratelimitd_redis_round_trip_seconds",
@@ -65,8 +63,7 @@ func (m *Metrics) RegisterRedis(f *redisstore.Failover) {
 	)
 }
 
-// RedisRoundTrip observes the round-trip time of one Redis script call
-// (redisstore.Options.OnRoundTrip); a no-op before RegisterRedis.
+// RedisRoundTrip observes one script call's round trip.
 func (m *Metrics) RedisRoundTrip(took time.Duration) {
 	if m.redisRTT != nil {
 		m.redisRTT.Observe(took.Seconds())

@@ -41,10 +41,7 @@ type Limiter struct {
 
 	open     atomic.Int64
 	nRefused atomic.Int64
-
-	mu        sync.Mutex // guards the log throttle
-	lastLog   time.Time
-	sinceLast int64
+	logs     *ThrottledLog
 }
 
 // NewLimiter returns a Limiter of max connections (< 1: DefaultMaxConns()).
@@ -57,7 +54,7 @@ func NewLimiter(max int, log *slog.Logger, refused func(listener string)) *Limit
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Limiter{max: int64(max), log: log, refused: refused}
+	return &Limiter{max: int64(max), log: log, refused: refused, logs: NewThrottledLog(log, limitLogEvery)}
 }
 
 // Max is the cap.
@@ -105,18 +102,8 @@ func (lim *Limiter) refuse(name string, c net.Conn) {
 	if lim.refused != nil {
 		lim.refused(name)
 	}
-	lim.mu.Lock()
-	lim.sinceLast++
-	now := time.Now()
-	if now.Sub(lim.lastLog) < limitLogEvery {
-		lim.mu.Unlock()
-		return
-	}
-	n := lim.sinceLast
-	lim.lastLog, lim.sinceLast = now, 0
-	lim.mu.Unlock()
-	lim.log.Warn("connection closed at once: max_connections reached", "listener", name,
-		"remote", RemoteString(c), "max_connections", lim.max, "refused_since_last_log", n)
+	lim.logs.Warn("connection closed at once: max_connections reached", "listener", name,
+		"remote", RemoteString(c), "max_connections", lim.max)
 }
 
 // limitConn gives its slot back on its first Close.

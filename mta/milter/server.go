@@ -56,10 +56,8 @@ type Quarantine interface {
 	// is durable (fsync'd): the MTA is then told to discard its copy. On
 	// error the message is temp-failed. id is for the log.
 	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
-	// Hold records a message the MTA keeps in its own hold queue (queue
-	// ID in m.Request.QueueID; m.Body is nil) and returns the decision to
-	// apply: d, or the defer that replaces a hold it could not record
-	// (logged and counted by the implementation).
+	// Hold records a message the MTA holds (m.Body nil) and returns d,
+	// or the defer that replaces a hold it could not record.
 	Hold(ctx context.Context, m *Message, d policy.Decision) policy.Decision
 }
 
@@ -67,10 +65,8 @@ type Quarantine interface {
 type Message struct {
 	Request    policy.Request // at END-OF-MESSAGE
 	Recipients []string       // accepted, in RCPT order
-	// Body (Freeze only) reads Size bytes as the MTA would deliver the
-	// message: header fields as received with CRLF, an empty line, the
-	// body. The MTA's own topmost Received: is absent (Postfix does not
-	// show it to milters).
+	// Body (Freeze only) reads Size bytes as the MTA would deliver them
+	// (CRLF; without the MTA's own topmost Received:).
 	Body io.ReadSeeker
 	Size int64
 }
@@ -258,8 +254,7 @@ func (c *conn) beforeHeader() error {
 	defer s.life.Unlock()
 	switch c.lastCode {
 	case byte(gomilter.CodeEOB), byte(gomilter.CodeAbort):
-		// The end-of-message reply has been written (go-milter writes
-		// it before reading on), or the message was aborted.
+		// end-of-message reply written, or aborted
 		c.inMessage = false
 	}
 	if s.life.ClosedLocked() && !c.inMessage {
@@ -317,8 +312,7 @@ func (g guardConn) Read(p []byte) (int, error) {
 		c.noteReadError(err)
 	}
 	if err != nil {
-		// go-milter logs every error but io.EOF on the standard logger;
-		// the reason has been logged here, with the connection id.
+		// logged here; go-milter would log all but io.EOF again
 		err = io.EOF
 	}
 	return n, err

@@ -22,8 +22,7 @@ import (
 type session struct {
 	c *conn
 
-	// Connection: from SMFIC_CONNECT and SMFIC_HELO, overridden by the
-	// {client_addr}, {client_name} and {client_ptr} macros when sent.
+	// from SMFIC_CONNECT and SMFIC_HELO, or the {client_*} macros
 	clientAddr, clientName, clientPtr string
 	helo                              string
 	messages                          int // messages begun (MAIL) on this connection
@@ -31,8 +30,7 @@ type session struct {
 	msg *message // nil outside a transaction
 }
 
-// message is the state of one transaction, from MAIL to end of message or
-// abort.
+// message is one transaction, from MAIL to its end or abort.
 type message struct {
 	instance string
 	sender   string
@@ -41,13 +39,12 @@ type message struct {
 	queueID                          string // {i}
 
 	recipients []string // accepted
-	// rcpt is the strictest non-Pass decision of an accepted recipient,
-	// applied at end of message together with the END-OF-MESSAGE one.
+	// rcpt is the strictest decision of an accepted recipient.
 	rcpt        policy.Decision
 	warnHeaders []string // Decision.Header of every Warn, deduplicated
 
-	// keep says whether the message is kept for freezing (decided at its
-	// first header or body byte); buf holds it when kept.
+	// keep: kept for freezing (decided at the first header or body
+	// byte); buf holds it.
 	keep      keepState
 	buf       *spool
 	size      int64 // bytes of the whole message, kept or not
@@ -154,8 +151,7 @@ func (s *session) Connect(host string, family string, port uint16, addr net.IP, 
 	if addr != nil {
 		s.clientAddr = addr.String()
 	}
-	// Postfix and Sendmail send "[address]" for a client without a
-	// verified name; policy delegation calls that "unknown".
+	// "[address]" is an unverified name: "unknown" in policy delegation.
 	if host != "" && !strings.HasPrefix(host, "[") {
 		s.clientName = host
 	} else {
@@ -175,7 +171,6 @@ func (s *session) Helo(name string, m *gomilter.Modifier) (resp gomilter.Respons
 }
 
 // MailFrom implements go-milter's Milter (SMFIC_MAIL): a new transaction.
-// from is the MAIL FROM address without angle brackets.
 func (s *session) MailFrom(from string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
 	defer s.recoverTo("mail", &resp, &err)
 	s.begin()
@@ -274,8 +269,7 @@ func (s *session) Headers(_ textproto.MIMEHeader, m *gomilter.Modifier) (resp go
 	return gomilter.RespContinue, nil
 }
 
-// BodyChunk implements go-milter's Milter (SMFIC_BODY): body bytes as
-// received, CRLF line endings.
+// BodyChunk implements go-milter's Milter (SMFIC_BODY).
 func (s *session) BodyChunk(chunk []byte, m *gomilter.Modifier) (resp gomilter.Response, err error) {
 	defer s.recoverTo("body", &resp, &err)
 	s.absorb(m.Macros)
@@ -340,8 +334,7 @@ func (s *session) endHeader() {
 	}
 }
 
-// Abort implements go-milter's Milter (SMFIC_ABORT): the transaction is
-// over (RSET, HELO after MAIL, client gone); connection data stays.
+// Abort implements go-milter's Milter (SMFIC_ABORT): the transaction ends.
 func (s *session) Abort(_ *gomilter.Modifier) (err error) {
 	defer s.recoverTo("abort", nil, &err)
 	s.dropMsg()
@@ -382,8 +375,7 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 	c, srv := s.c, s.c.srv
 	qm := &Message{Request: req, Recipients: msg.recipients}
 	log := c.log.With("queue_id", req.QueueID, "action", d.Action.String(), "limit", d.Limit, "key", d.Key)
-	// applied is what the MTA is told in the end: a temporary failure
-	// unless a branch below completes (a panic on the way temp-fails).
+	// applied is what the MTA is told: temp-fail unless a branch completes.
 	applied := policy.Defer
 	defer func() { srv.metrics().Message(applied) }()
 
@@ -489,8 +481,7 @@ func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog
 	return gomilter.RespDiscard, nil
 }
 
-// addHeaders adds the headers of the message's Warn decisions, if the MTA
-// allows header additions.
+// addHeaders adds the Warn decisions' headers, if the MTA allows it.
 func (s *session) addHeaders(m *gomilter.Modifier, msg *message) error {
 	for _, h := range msg.warnHeaders {
 		name, value, ok := splitHeader(h)
@@ -528,8 +519,7 @@ func (s *session) request(state string) policy.Request {
 	}
 }
 
-// decide calls the Decider and logs and counts the decision; a panic is
-// left to the event's recoverTo.
+// decide calls the Decider, logs and counts the decision.
 func (s *session) decide(req *policy.Request) policy.Decision {
 	srv := s.c.srv
 	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
@@ -542,8 +532,8 @@ func (s *session) decide(req *policy.Request) policy.Decision {
 	return d
 }
 
-// quarantineReason is the SMFIR_QUARANTINE reason: never empty (Sendmail
-// refuses an empty one), no control characters.
+// quarantineReason is the SMFIR_QUARANTINE reason, never empty (Sendmail
+// refuses one).
 func quarantineReason(d policy.Decision) string {
 	r := "ratelimitd"
 	if d.Limit != "" {

@@ -13,11 +13,9 @@ import (
 
 // Limits on a request (Postfix's are about 30 lines, under 1 KiB).
 const (
-	// MaxLineLen is the longest request line accepted, in bytes, not
-	// counting the "\n" or "\r\n" terminator.
+	// MaxLineLen is the longest request line, in bytes, without "\n".
 	MaxLineLen = 64 << 10
-	// MaxAttributes is the largest number of attribute lines accepted in
-	// one request.
+	// MaxAttributes is the most attribute lines of one request.
 	MaxAttributes = 1024
 )
 
@@ -101,8 +99,7 @@ func ReadRequest(r *bufio.Reader, req *policy.Request) error {
 // ErrTooManyAttributes, ErrMalformed, ErrUnknownRequest, or the reader's;
 // after an error close the connection.
 func (d *Decoder) Decode(req *policy.Request) error {
-	// Do not keep the memory of an exceptionally large request for the
-	// rest of a long-lived connection.
+	// Do not keep an exceptionally large request's memory.
 	if cap(d.vals) > decoderKeep {
 		d.vals = nil
 	}

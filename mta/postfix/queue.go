@@ -26,21 +26,17 @@ const DefaultCommandTimeout = 30 * time.Second
 // command line"). List confirms a queue ID before any command runs on it.
 // Fields must not change once in use; methods are safe for concurrent use.
 type Queue struct {
-	// ReleaseCommands release a held message, in order; the first one
-	// decides success (Postfix: postsuper -H), later ones only help
-	// (postqueue -i schedules delivery now instead of within
-	// queue_run_delay) and their failures are returned as warnings.
+	// ReleaseCommands release a held message: the first decides success
+	// (postsuper -H), later ones' failures are warnings (postqueue -i).
 	ReleaseCommands [][]string
-	// ExpireCommands return a held message to its sender (postsuper -f,
-	// then postqueue -i); the first decides success.
+	// ExpireCommands bounce it (postsuper -f, postqueue -i).
 	ExpireCommands [][]string
 	// DeleteCommand deletes a held message (postsuper -d).
 	DeleteCommand []string
 	// ShowCommand prints a held message (postcat -q).
 	ShowCommand []string
-	// ListCommand lists the queue: JSON lines, one object per message
-	// (postqueue -j), or Exim's listing (exim -bp). Empty: List returns
-	// quarantine.ErrNoQueueList.
+	// ListCommand lists the queue (postqueue -j JSON lines, or exim -bp);
+	// empty: List returns quarantine.ErrNoQueueList.
 	ListCommand []string
 	// Timeout bounds each command; zero means DefaultCommandTimeout.
 	Timeout time.Duration
