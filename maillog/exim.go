@@ -12,9 +12,8 @@ import (
 // message (no message ID after the timestamp).
 var ErrNotExim = errors.New("maillog: not an Exim line about a message")
 
-// isEximID reports whether s is an Exim message ID: the classic
-// "1qXyZa-0001Ab-Cd" (6-6-2) or Exim 4.97's "1qXyZa-000000001Ab-Cdef"
-// (6-11-4) form, base-62 characters.
+// isEximID reports whether s is an Exim message ID, base 62: 6-6-2
+// ("1qXyZa-0001Ab-Cd") or Exim 4.97's 6-11-4.
 func isEximID(s string) bool {
 	parts := strings.Split(s, "-")
 	if len(parts) != 3 || len(parts[0]) != 6 {
@@ -34,8 +33,7 @@ func isEximID(s string) bool {
 	return true
 }
 
-// IsEximLine reports whether s starts like an Exim mainlog line
-// ("2026-11-20 18:00:00 ..."), as opposed to an RFC 3339 syslog line.
+// IsEximLine reports whether s starts "2026-11-20 18:00:00 ", like Exim's.
 func IsEximLine(s string) bool {
 	return len(s) > 20 && s[4] == '-' && s[7] == '-' && s[10] == ' ' && s[13] == ':' && s[16] == ':'
 }
@@ -114,9 +112,7 @@ func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
 	return t, strings.TrimLeft(rest, " "), nil
 }
 
-// eximTokens splits the rest of an Exim line into space-separated tokens;
-// a double-quoted part (T="a subject") stays in one token, with \"
-// escapes.
+// eximTokens splits on spaces, keeping a quoted part (T="a b") whole.
 func eximTokens(s string) ([]string, error) {
 	var toks []string
 	for s != "" {

@@ -14,8 +14,8 @@ import (
 // SyslogPath is where Debian's and Ubuntu's rsyslog write the mail log.
 const SyslogPath = "/var/log/mail.log"
 
-// ErrNoLog is returned by FindLog when this host has no mail log to read,
-// and wrapped by OpenError for a log that does not exist.
+// ErrNoLog is returned by FindLog when there is no mail log, and matches
+// the OpenError of a log that does not exist.
 var ErrNoLog = errors.New("maillog: no mail log")
 
 // noLogAdvice is what to do when Postfix writes no log file.

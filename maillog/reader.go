@@ -28,8 +28,7 @@ type Options struct {
 	MaxSamples int
 }
 
-// maxLine is the longest log line read; longer ones are counted as
-// unparsable and skipped.
+// maxLine is the longest line read; longer ones are unparsable.
 const maxLine = 64 << 10
 
 // Stats counts what a Reader read. Samples are the first unparsable lines
@@ -72,8 +71,7 @@ type Message struct {
 	seen                                time.Time // the time of its latest line
 }
 
-// RecipientCount is the message's number of recipients: qmgr's nrcpt or
-// the distinct recipients seen, whichever is larger.
+// RecipientCount is the larger of NRcpt and len(Recipients).
 func (m *Message) RecipientCount() int { return max(m.NRcpt, len(m.Recipients)) }
 
 // Reader reads mail logs, in any order (rotated, .gz), and joins their
@@ -85,15 +83,13 @@ type Reader struct {
 	stats   Stats
 }
 
-// source is one log: a file, data in memory, or an unlinked copy of
-// stdin. The dating pass sets lines, the year of relative year 0 and the
-// first line's time.
+// source is one log: a file at path, or spool, an unlinked copy. The
+// dating pass sets lines, the year of relative year 0 and the first
+// line's time.
 type source struct {
 	name     string
 	path     string
-	data     []byte
 	spool    *os.File
-	order    int
 	lines    int
 	baseYear int
 	first    time.Time
@@ -121,7 +117,7 @@ func NewReader(opts Options) *Reader {
 // since. Only I/O errors are returned.
 func (r *Reader) ReadFile(path string) error {
 	if path == "-" {
-		return r.readSpooled(path, os.Stdin)
+		return r.Read(path, os.Stdin, r.opts.End)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -139,22 +135,29 @@ func (r *Reader) ReadFile(path string) error {
 	return r.add(&source{name: path, path: path}, f, end)
 }
 
-// Read is ReadFile of in, held in memory, named name, dated by end (zero:
-// now).
+// Read is ReadFile of in, copied to an unlinked temporary file, named
+// name and dated by end (zero: now).
 func (r *Reader) Read(name string, in io.Reader, end time.Time) error {
-	data, err := io.ReadAll(in)
+	f, err := os.CreateTemp("", "ratelimitd-maillog-*")
 	if err != nil {
+		return fmt.Errorf("maillog: %s: %w", name, err)
+	}
+	os.Remove(f.Name()) // the open file stays readable
+	if _, err = io.Copy(f, in); err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
 		return fmt.Errorf("maillog: %s: %w", name, err)
 	}
 	if end.IsZero() {
 		end = time.Now()
 	}
-	return r.add(&source{name: name, data: data}, bytes.NewReader(data), end)
+	return r.add(&source{name: name, spool: f}, f, end)
 }
 
 // add runs the dating pass over src and registers it.
 func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
-	src.order = len(r.sources)
 	var d dater
 	firstRel, lastRel := 0, 0
 	var firstP, lastP time.Time
@@ -187,8 +190,6 @@ func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
 	}
 	src.lines = n
 	if !lastP.IsZero() {
-		// The last year-less line gets the latest year that puts it no
-		// later than end plus a day.
 		limit := end.Add(24 * time.Hour)
 		year := end.In(lastP.Location()).Year() + 1
 		for ; year > 1970 && withYear(lastP, year).After(limit); year-- {
@@ -337,8 +338,6 @@ func (r *Reader) join(src *source, j *joiner) error {
 			return err
 		}
 		in = src.spool
-	case src.path == "":
-		in = bytes.NewReader(src.data)
 	default:
 		f, err := os.Open(src.path)
 		if err != nil {
@@ -451,8 +450,7 @@ func (j *joiner) apply(tr timedRecord) {
 		m.Received = tr.t
 		m.Sender = c(rec.Sender)
 	case KindArrival:
-		// Exim's own bounces are not submissions; local ones are
-		// (acl_not_smtp may ask the policy service), keyed by U=.
+		// Local submissions count (acl_not_smtp); Exim's bounces do not.
 		m.smtp, m.queued, m.local = !rec.Bounce, true, rec.Bounce
 		m.Received, m.Queued = tr.t, tr.t
 		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)

@@ -5,7 +5,6 @@ import (
 	"container/heap"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"time"
 )
@@ -149,7 +148,6 @@ func (r *Reader) Each(fn func(*Message) error) error {
 		}
 	}
 	for _, src := range r.sources {
-		src.data = nil
 		if src.spool != nil {
 			src.spool.Close()
 		}
@@ -160,28 +158,6 @@ func (r *Reader) Each(fn func(*Message) error) error {
 	}
 	r.stats.Senders = len(j.senders)
 	return j.err
-}
-
-// readSpooled copies in to an unlinked temporary file for both passes.
-func (r *Reader) readSpooled(name string, in io.Reader) error {
-	f, err := os.CreateTemp("", "ratelimitd-maillog-*")
-	if err != nil {
-		return fmt.Errorf("maillog: %s: %w", name, err)
-	}
-	os.Remove(f.Name()) // the open file stays readable
-	if _, err := io.Copy(f, in); err != nil {
-		f.Close()
-		return fmt.Errorf("maillog: %s: %w", name, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return fmt.Errorf("maillog: %s: %w", name, err)
-	}
-	end := r.opts.End
-	if end.IsZero() {
-		end = time.Now()
-	}
-	return r.add(&source{name: name, spool: f}, f, end)
 }
 
 // StreamTrace is WriteTrace(w, Trace(r.Messages()), header) without

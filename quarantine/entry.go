@@ -1,6 +1,7 @@
 package quarantine
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -135,55 +136,34 @@ type Entry struct {
 // WriteTo writes the entry as "Name: value" lines for an operator,
 // omitting empty fields and cleaning values (CleanLine).
 func (e *Entry) WriteTo(w io.Writer) (int64, error) {
-	var b strings.Builder
-	line := func(name, value string) {
-		if value == "" {
-			return
-		}
-		fmt.Fprintf(&b, "%-15s %s\n", name+":", CleanLine(value))
-	}
+	num := func(n int64) string { return strings.TrimPrefix(strconv.FormatInt(n, 10), "0") } // "" for 0
 	tm := func(t time.Time) string {
 		if t.IsZero() {
 			return ""
 		}
 		return t.Format(time.RFC3339)
 	}
-	line("ID", e.ID)
-	line("State", e.State.String())
-	line("Created", tm(e.Created))
-	line("Updated", tm(e.Updated))
-	line("Action", e.Action)
-	line("Limit", e.Limit)
-	line("Key", e.Key)
+	rate, client := "", e.ClientName
 	if e.Rate != 0 || e.Max != 0 {
-		line("Rate", strconv.FormatFloat(e.Rate, 'f', -1, 64)+" / "+strconv.FormatFloat(e.Max, 'f', -1, 64))
+		rate = strconv.FormatFloat(e.Rate, 'f', -1, 64) + " / " + strconv.FormatFloat(e.Max, 'f', -1, 64)
 	}
-	line("Sender", e.Sender)
-	if e.Sender == "" {
-		line("Sender", "<>")
-	}
-	for _, r := range e.Recipients {
-		line("Recipient", r)
-	}
-	client := e.ClientName
 	if e.ClientAddress != "" {
 		client += "[" + e.ClientAddress + "]"
 	}
-	line("Client", client)
-	line("SASL username", e.SASLUsername)
-	line("Queue ID", e.QueueID)
-	line("Instance", e.Instance)
-	line("Unverified", e.Unverified)
-	if e.Size != 0 {
-		line("Size", strconv.FormatInt(e.Size, 10))
+	fields := [][2]string{{"ID", e.ID}, {"State", e.State.String()}, {"Created", tm(e.Created)}, {"Updated", tm(e.Updated)},
+		{"Action", e.Action}, {"Limit", e.Limit}, {"Key", e.Key}, {"Rate", rate}, {"Sender", cmp.Or(e.Sender, "<>")}}
+	for _, r := range e.Recipients {
+		fields = append(fields, [2]string{"Recipient", r})
 	}
-	line("Subject", e.Subject)
-	line("Message-ID", e.MessageID)
-	line("SHA-256", e.Hash)
-	if e.Attempts != 0 {
-		line("Thaw attempts", strconv.Itoa(e.Attempts))
+	fields = append(fields, [][2]string{{"Client", client}, {"SASL username", e.SASLUsername}, {"Queue ID", e.QueueID},
+		{"Instance", e.Instance}, {"Unverified", e.Unverified}, {"Size", num(e.Size)}, {"Subject", e.Subject},
+		{"Message-ID", e.MessageID}, {"SHA-256", e.Hash}, {"Thaw attempts", num(int64(e.Attempts))}, {"Last error", e.Error}}...)
+	var b strings.Builder
+	for _, f := range fields {
+		if f[1] != "" {
+			fmt.Fprintf(&b, "%-15s %s\n", f[0]+":", CleanLine(f[1]))
+		}
 	}
-	line("Last error", e.Error)
 	n, err := io.WriteString(w, b.String())
 	return int64(n), err
 }

@@ -22,20 +22,17 @@ import (
 // to the chunks, are written in the transaction that records the entry.
 // New removes chunks no entry refers to (a crash while freezing).
 var (
-	// bucketChunks maps token (8 bytes) + chunk number (4 bytes,
-	// big-endian) -> up to ChunkSize message bytes.
-	bucketChunks = []byte("quarantine/chunks")
-	// bucketMessages maps ID -> token + chunk count (4 bytes, big-endian).
-	bucketMessages = []byte("quarantine/messages")
+	bucketChunks   = []byte("quarantine/chunks")   // token (8 bytes) + number (4, big-endian) -> bytes
+	bucketMessages = []byte("quarantine/messages") // ID -> token + chunk count (4 bytes, big-endian)
 )
 
-// ChunkSize is the size of the pieces a frozen message is stored in
-// (1 MiB). Concurrent freezes share one buffer of this size.
-const ChunkSize = 1 << 20
-
-// maxHeaderScan is how much of a message's start is kept to take Subject
-// and Message-ID from.
-const maxHeaderScan = 64 << 10
+const (
+	// ChunkSize is the size of a message's pieces (1 MiB); concurrent
+	// freezes share one buffer of this size.
+	ChunkSize = 1 << 20
+	// maxHeaderScan is the start of a message kept for HeaderInfo.
+	maxHeaderScan = 64 << 10
+)
 
 // chunkRef is the value of bucketMessages.
 type chunkRef struct {
@@ -58,8 +55,7 @@ func parseChunkRef(v []byte) (chunkRef, bool) {
 func chunkKey(token [8]byte, i uint32) []byte { return binary.BigEndian.AppendUint32(token[:], i) }
 
 // streamed is a message read by readBody: the chunks committed (ref), the
-// last chunk still to store, the start of the message, its size and
-// SHA-256.
+// last one still to store, the message's start, size and SHA-256.
 type streamed struct {
 	ref        chunkRef
 	last, head []byte
@@ -67,11 +63,10 @@ type streamed struct {
 	sum        string
 }
 
-// readBody reads r to its end, committing every full chunk but keeping
-// the last (possibly empty) one in st.last. Each chunk is read inside its
-// write transaction into the Store's one buffer, so r must be quick to
-// read (memory, a local spool file). On error the chunks written are
-// removed.
+// readBody reads r to its end, committing every full chunk and keeping
+// the last (possibly empty) one. Chunks are read inside a write
+// transaction into the Store's one buffer, so r must be quick to read (a
+// local spool file). On error the chunks written are removed.
 func (s *Store) readBody(r io.Reader) (*streamed, error) {
 	h := sha256.New()
 	st := &streamed{}
@@ -127,7 +122,7 @@ func (s *Store) readBody(r io.Reader) (*streamed, error) {
 }
 
 // dropChunks removes the committed chunks of ref (best effort: New
-// removes what is left).
+// sweeps what is left).
 func (s *Store) dropChunks(ref chunkRef) {
 	if ref.n == 0 {
 		return
@@ -252,9 +247,8 @@ func checkMessage(e *Entry, msg []byte) error {
 
 // CheckMessages is the quarantine's part of `ratelimitd state check` (a
 // statedb.Inspect): it compares every frozen message with its entry's
-// SHA-256 and size and writes what it found to w. Messages whose entry
-// cannot be read are left to the scan of the records; those whose entry
-// was set aside are counted. It never writes to db.
+// SHA-256 and size, reports to w, and returns the damaged ones. It never
+// writes to db.
 func CheckMessages(w io.Writer, db *bolt.DB) (bad []string, err error) {
 	checked, aside := 0, 0
 	err = db.View(func(tx *bolt.Tx) error {

@@ -17,36 +17,28 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Buckets: top-level buckets of the daemon's BoltDB file.
+// Top-level buckets of the daemon's BoltDB file.
 var (
-	// bucketMeta maps ID -> sealed JSON Entry.
-	bucketMeta = []byte("quarantine/meta")
-	// bucketInstance maps Instance NUL ID -> "" (UpdateByInstance's index).
-	bucketInstance = []byte("quarantine/index-instance")
-	// bucketInfo holds "version" (decimal) and "bytes" (big-endian
-	// uint64: the stored message bytes).
+	bucketMeta     = []byte("quarantine/meta")           // ID -> sealed JSON Entry
+	bucketInstance = []byte("quarantine/index-instance") // Instance NUL ID -> ""
+	// bucketInfo holds "version" and "bytes" (big-endian uint64: the
+	// stored message bytes).
 	bucketInfo = []byte("quarantine/info")
-	// bucketDamaged holds unreadable entries and suspensions set aside
-	// byte for byte (statedb.SetAside).
+	// bucketDamaged holds unreadable records set aside (statedb.SetAside).
 	bucketDamaged = []byte("quarantine/damaged")
 
 	keyVersion = []byte("version")
 	keyBytes   = []byte("bytes")
 )
 
-// formatVersion is the layout's version; New refuses any other.
-const formatVersion = "3"
-
-// recordVersion is the statedb.Seal version of entries and suspensions.
-const recordVersion = 1
-
-// maxIndexedInstance bounds the instance length put in the index (bbolt
-// keys are limited to 32 KiB).
-const maxIndexedInstance = 1024
-
-// DefaultLockTimeout is Open's wait for the file lock when
-// Options.LockTimeout is zero.
-const DefaultLockTimeout = time.Second
+const (
+	formatVersion      = "3"  // New refuses any other
+	recordVersion      = 1    // statedb.Seal version of entries and suspensions
+	maxIndexedInstance = 1024 // bbolt keys are limited to 32 KiB
+	// DefaultLockTimeout is Open's wait for the file lock when
+	// Options.LockTimeout is zero.
+	DefaultLockTimeout = time.Second
+)
 
 // Options configure a Store. The zero value is usable.
 type Options struct {
@@ -76,8 +68,8 @@ type Store struct {
 
 // New returns a Store keeping its buckets in db, creating them unless db
 // is read-only; Close leaves db open. It recounts the stored bytes and
-// removes chunks no entry refers to. Errors: ErrNoSync, ErrVersion, ErrInvalid,
-// bbolt's.
+// removes chunks no entry refers to. Errors: ErrNoSync, ErrVersion,
+// ErrInvalid, bbolt's.
 func New(db *bolt.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalid)
@@ -234,9 +226,9 @@ func decodeRecord(key, v []byte, x any) error {
 	return nil
 }
 
-// buckets are the quarantine's buckets in one transaction; nil in a
-// read-only file the quarantine never wrote (reading methods see it
-// empty). t, in a write transaction, counts changes for the manifest.
+// buckets are the quarantine's buckets in one transaction (nil in a file
+// it never wrote); t counts a write transaction's changes for the
+// manifest.
 type buckets struct {
 	meta, inst, info, chunks, messages *bolt.Bucket
 	t                                  *statedb.Tally
@@ -263,8 +255,7 @@ func (b buckets) ok() bool {
 
 var errNoBuckets = errors.New("quarantine: buckets missing (database not initialised by quarantine.New)")
 
-// mustBuckets returns the buckets for a writing method, whose writes t
-// counts.
+// mustBuckets returns the buckets of a write transaction.
 func mustBuckets(tx *bolt.Tx, t *statedb.Tally) (buckets, error) {
 	b := bucketsOf(tx)
 	b.t = t
@@ -338,9 +329,8 @@ func (b buckets) unindex(e *Entry) error {
 }
 
 // newID returns an unused ID for an entry created at t: the Unix
-// milliseconds in 11 hex digits, then a 5-hex-digit sequence that starts
-// at a random value below 0x80000 and counts up within the millisecond, so
-// IDs sort in commit order.
+// milliseconds in 11 hex digits, then a 5-digit sequence that starts at
+// random below 0x80000 and counts up, so IDs sort in commit order.
 func (b buckets) newID(t time.Time) (string, error) {
 	ms := max(0, min(t.UnixMilli(), 1<<44-1))
 	prefix := fmt.Sprintf("%011x", ms)

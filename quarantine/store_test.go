@@ -71,9 +71,8 @@ func TestFreezeRoundTrip(t *testing.T) {
 		t.Error("message not byte-identical")
 	}
 	m[0] = 'X' // a copy: must not change what is stored
-	var buf bytes.Buffer
-	if n, err := s.WriteMessage(id, &buf); err != nil || n != int64(len(msg)) || !bytes.Equal(buf.Bytes(), msg) {
-		t.Errorf("WriteMessage: %d %v", n, err)
+	if again, _ := s.Message(id); !bytes.Equal(again, msg) {
+		t.Error("the stored message changed with the copy")
 	}
 
 	if _, err := s.Get("0000000000000000"); !errors.Is(err, ErrNotFound) {
@@ -384,6 +383,11 @@ func TestHoldAndQueueID(t *testing.T) {
 	if r, _ := s.AddToHeld(&Entry{Instance: "unknown", QueueID: "5F2A12345"}); r.ID != "" {
 		t.Errorf("unknown instance: %+v", r)
 	}
+	// Without a queue ID a hold is never joined to another (a forged
+	// queue ID was dropped: each HOLD has its entry).
+	if r, _ := s.RecordHold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1"}); r.Added {
+		t.Errorf("joined without a queue ID: %+v", r)
+	}
 	if r, err := s.RecordHold(&Entry{Key: "carol", Instance: "unknown", QueueID: "5F2A12345"}); err != nil || r.Added || r.ID == "" {
 		t.Errorf("RecordHold of a new message: %+v %v", r, err)
 	}
@@ -391,7 +395,7 @@ func TestHoldAndQueueID(t *testing.T) {
 	if err := s.Purge(a); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1"}); r.ID != b {
+	if r, _ := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "6F2A12345"}); r.ID != b {
 		t.Errorf("after purge: %+v", r)
 	}
 }

@@ -48,17 +48,27 @@ func needPending(op string, e *Entry) error {
 // record stays for audit until Expire or Purge. Call it only after the
 // release succeeded: a crash in between repeats the release, never loses
 // it. Errors: ErrNotFound, ErrState, bbolt's.
-func (s *Store) MarkThawed(id string) error {
-	return s.update("thaw", id, func(b buckets, e *Entry) error {
-		if err := needPending("thaw", e); err != nil {
+func (s *Store) MarkThawed(id string) error { return s.end("thaw", id, Thawed) }
+
+// Delete marks pending entry id Deleted, drops its claim and its stored
+// message; the record stays for audit until Expire or Purge. (The caller
+// deletes a held message from the MTA.) Errors: ErrNotFound, ErrState,
+// bbolt's.
+func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted) }
+
+// end moves pending entry id to state, dropping its claim and message.
+func (s *Store) end(op, id string, state State) error {
+	return s.update(op, id, func(b buckets, e *Entry) error {
+		if err := needPending(op, e); err != nil {
 			return err
 		}
 		if _, err := b.dropBody(id); err != nil {
 			return err
 		}
-		e.State = Thawed
-		e.Attempts++
-		e.Claim, e.ClaimedAt = "", time.Time{}
+		if state == Thawed {
+			e.Attempts++
+		}
+		e.State, e.Claim, e.ClaimedAt = state, "", time.Time{}
 		return nil
 	})
 }
@@ -73,24 +83,6 @@ func (s *Store) RecordThawError(id string, msg string) error {
 		}
 		e.Attempts++
 		e.Error = msg
-		e.Claim, e.ClaimedAt = "", time.Time{}
-		return nil
-	})
-}
-
-// Delete marks pending entry id Deleted, drops its claim and its stored
-// message; the record stays for audit until Expire or Purge. (The caller
-// deletes a held message from the MTA.) Errors: ErrNotFound, ErrState,
-// bbolt's.
-func (s *Store) Delete(id string) error {
-	return s.update("delete", id, func(b buckets, e *Entry) error {
-		if err := needPending("delete", e); err != nil {
-			return err
-		}
-		if _, err := b.dropBody(id); err != nil {
-			return err
-		}
-		e.State = Deleted
 		e.Claim, e.ClaimedAt = "", time.Time{}
 		return nil
 	})

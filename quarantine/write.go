@@ -92,11 +92,12 @@ func (s *Store) Hold(e *Entry) (string, error) {
 	return r.ID, err
 }
 
-// RecordHold records e as held, in one transaction: a held entry with
-// e.Instance and e's queue ID, or without a queue ID, is the same message
-// and gets e's queue ID, size and recipients (Recorded.Added); otherwise
-// a new entry is made. A queue ID another pending entry has is left out
-// (Recorded.RefusedQueueID). Errors: ErrInvalid, bbolt's.
+// RecordHold records e as held, in one transaction: when e has a queue ID,
+// a held entry of e.Instance with that queue ID, or else one without a
+// queue ID, is the same message and gets e's queue ID, size and
+// recipients (Recorded.Added); otherwise a new entry is made. A queue ID
+// another pending entry has is left out (Recorded.RefusedQueueID).
+// Errors: ErrInvalid, bbolt's.
 func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true, false) }
 
 // AddToHeld is RecordHold that never makes an entry: at END-OF-MESSAGE
@@ -145,10 +146,11 @@ func (s *Store) hold(e *Entry, create, strict bool) (Recorded, error) {
 	return r, nil
 }
 
-// addToHeld adds e to the oldest held entry of e.Instance that has e's
-// queue ID, or failing that none, and returns it (ID "" if there is none).
+// addToHeld adds e, which has a queue ID, to the oldest held entry of
+// e.Instance with that queue ID, or failing that without one, and returns
+// it (ID "" if there is none).
 func (b buckets) addToHeld(e *Entry, now time.Time) (Recorded, error) {
-	if !indexable(e.Instance) {
+	if e.QueueID == "" || !indexable(e.Instance) {
 		return Recorded{}, nil
 	}
 	var same, unlinked *Entry
@@ -171,7 +173,7 @@ func (b buckets) addToHeld(e *Entry, now time.Time) (Recorded, error) {
 		return Recorded{}, nil
 	}
 	r := Recorded{ID: o.ID, Added: true}
-	if o.QueueID == "" && e.QueueID != "" {
+	if o.QueueID == "" {
 		if err := b.uniqueQueueID(e.QueueID, o.ID); err != nil {
 			r.RefusedQueueID = e.QueueID
 		} else {

@@ -19,20 +19,16 @@ import (
 // of BoltDB's mapping from resident memory (releaseMappedTx).
 const releaseEvery = 1 << 18
 
-// restore checks the format version, reads the stored limit parameters,
-// loads every stored state into memory in one read-only transaction
-// (restoreTx), then deletes the buckets of limits beyond MaxLimits and
-// appends the deletion of the states it dropped, the states it converted
-// and the changed parameters to the journal (a flush). A failure of that
-// flush is logged: its changes stay pending for the next flush. In
-// read-only mode it writes nothing.
+// restore checks the format, reads the stored parameters, loads every
+// state in one read-only transaction (restoreTx), then deletes the buckets
+// of limits beyond MaxLimits and flushes the deletions, conversions and
+// changed parameters (a failure is logged and retried). Read-only, it
+// writes nothing.
 func (p *Persistent) restore() error {
 	if err := p.checkFormat(); err != nil {
 		return err
 	}
-	// The parameters the stored states were written with; where the
-	// configuration changed a limit's meaning, states are converted as
-	// they are loaded.
+	// States of limits whose meaning changed are converted as loaded.
 	stored, err := p.storedParams()
 	if err != nil {
 		return err
@@ -127,9 +123,8 @@ func (p *Persistent) checkFormat() error {
 	})
 }
 
-// storedParams reads the parameters each limit's stored states were
-// written with (the ratemeta bucket); malformed ones are logged and
-// ignored.
+// storedParams reads ratemeta; malformed parameters are logged and
+// ignored, unreadable records added to p.lost.
 func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
 	stored := map[string]ratelimit.Limit{}
 	err := p.db.View(func(tx *bbolt.Tx) error {
@@ -173,15 +168,11 @@ func (p *Persistent) deleteBuckets(names []string) error {
 	})
 }
 
-// restoreTx loads the stored states into memory: for each limit, it merges
-// the snapshot bucket, in key order, with the journal's last entry of each
-// key, sorted by key; a journal entry wins over the snapshot, and a
-// deleted one removes the key. A state that is malformed or negligible is
-// dropped: its deletion is added to the pending batch. States of a limit
-// in conv are judged under conv's old parameters and converted to its new
-// ones; the converted state is added to the pending batch. It returns the
-// names of the snapshot buckets of limits mem cannot intern (beyond
-// MaxLimits), whose states are dropped.
+// restoreTx loads the stored states: for each limit, the snapshot merged
+// with the journal's last entry of each key (the journal wins; a deletion
+// removes the key). Malformed and negligible states are dropped, states of
+// limits in conv converted, both journaled. It returns the snapshot
+// buckets of limits beyond MaxLimits, whose states are dropped.
 func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit) (bad []string, err error) {
 	var c compaction
 	if err := p.collect(tx, &c); err != nil {
@@ -265,10 +256,8 @@ type stateRestore struct {
 	configured bool // the limit is in the configuration
 }
 
-// merge restores the limit's states: the snapshot bucket b (nil if none),
-// in key order, merged with its journal entries ents of c, sorted by key;
-// a journal entry wins over the snapshot, and a deleted one removes the
-// key.
+// merge restores one limit: the snapshot bucket b (may be nil) merged in
+// key order with its journal entries ents.
 func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 	var cur *bbolt.Cursor
 	var k, v []byte
@@ -312,9 +301,8 @@ func (r *stateRestore) cell(k, v []byte) {
 	r.state(k, cell)
 }
 
-// state restores the stored state v of key k: loaded into memory, or
-// dropped (its deletion added to the pending batch) when malformed or
-// negligible; converted to the limit's new parameters when converting.
+// state restores the state v of key k: loaded, converted, or dropped
+// (and its deletion journaled).
 func (r *stateRestore) state(k, v []byte) {
 	p := r.p
 	if r.merged++; r.merged%releaseEvery == 0 {

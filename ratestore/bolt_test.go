@@ -694,7 +694,7 @@ func TestPersistentEvictionPersisted(t *testing.T) {
 	equalStates(t, "stored after restore", stored(t, db), contents(t, p))
 }
 
-// TestPersistentConcurrent updates from many goroutines while Run flushes
+// TestPersistentConcurrent updates from many goroutines while Tick flushes
 // and sweeps and callers flush and delete; run it with -race.
 func TestPersistentConcurrent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -702,12 +702,10 @@ func TestPersistentConcurrent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
 	db, closeDB := openDB(t, path)
 	p := newPersistent(t, db, MemoryOptions{MaxKeys: 64 * 16}, PersistOptions{
-		FlushInterval: time.Millisecond,
 		SweepInterval: 3 * time.Millisecond,
 		Negligible:    func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate == 7 },
 	})
-	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(ctx) }()
+	stop := flushEvery(time.Millisecond, func(_ string, err error) { t.Error(err) }, p.Tick)
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {
@@ -734,10 +732,7 @@ func TestPersistentConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	want := contents(t, p)
 	equalStates(t, "stored", stored(t, db), want)
 	if st := p.Stats(); st.Flushes == 0 || st.Failures != 0 {
@@ -983,7 +978,7 @@ func crashChild(path string) {
 	if err != nil {
 		fail(err)
 	}
-	p, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{FlushInterval: 2 * time.Millisecond})
+	p, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{})
 	if err != nil {
 		fail(err)
 	}
@@ -1001,11 +996,7 @@ func crashChild(path string) {
 	var taken int64
 	p.beforeTake = func() { taken = applied.Load() }
 	p.afterFlush = func(int) { fmt.Printf("flushed %d %d\n", taken, p.stats.Compactions) }
-	go func() {
-		if err := p.Run(context.Background()); err != nil {
-			fail(err)
-		}
-	}()
+	flushEvery(2*time.Millisecond, func(_ string, err error) { fail(err) }, p.Tick)
 	ctx := context.Background()
 	keys := benchKeys(crashKeys)
 	for v := start + 1; ; v++ {

@@ -332,7 +332,7 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 	defer cancel()
 	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
 	var logs mtatest.SyncBuffer
-	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{FlushInterval: 5 * time.Millisecond,
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limits: map[string]ratelimit.Limit{"hourly": hourlyExp}})
 	p.mu.Lock()
 	p.compactMin, p.compactPerPair = 0, 0 // compact after every flush
@@ -349,8 +349,7 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error)
-	go func() { done <- p.Run(ctx) }()
+	stop := flushEvery(5*time.Millisecond, nil, p.Tick)
 	for i := 0; p.Stats().CompactionFailures == 0; i++ {
 		p.Update(ctx, "hourly", fmt.Sprint("k", i), set(ratelimit.State{Time: t0.UnixNano(), Rate: 1}))
 		if i > 20000 {
@@ -358,10 +357,7 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	st := p.Stats()
 	if !strings.Contains(st.LastError, "journal record format 3") || st.LastErrorAt.IsZero() || st.Flushes == 0 || st.LastFlushAt.IsZero() {
 		t.Errorf("stats after a failed compaction: %+v", st)

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +38,9 @@ type Recipients struct {
 	flushM sync.Mutex // serialises flushes
 	closed chan struct{}
 	once   sync.Once
+	// lastSweep is when Tick last swept (Tick is called from one
+	// goroutine).
+	lastSweep time.Time
 }
 
 const recipientShards = 32
@@ -75,15 +77,8 @@ type rcptShard struct {
 type RecipientOptions struct {
 	// MaxKeys bounds the (limit, key) pairs kept; default 100,000.
 	MaxKeys int
-	// FlushInterval is how often Run flushes; default 1s.
-	FlushInterval time.Duration
-	// SweepInterval is how often Run drops expired sets; default 1m.
+	// SweepInterval is how often Tick drops expired sets; default 1m.
 	SweepInterval time.Duration
-	// Logger receives flush failures; default slog.Default().
-	Logger *slog.Logger
-	// OnFlushError, if set, is called by Run after logging a failed
-	// flush (the daemon counts it as a fault).
-	OnFlushError func(error)
 }
 
 // NewRecipients returns an in-memory Recipients (no persistence), for the
@@ -92,16 +87,10 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 100_000
 	}
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = time.Second
-	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = time.Minute
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{})}
+	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{}), lastSweep: time.Now()}
 	for i := range r.shards {
 		r.shards[i].m = make(map[string]*rcptEntry)
 		r.shards[i].dirty = make(map[string]struct{})
@@ -109,15 +98,11 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	return r
 }
 
-// OpenRecipients returns a Recipients kept in db (bucket "rcptsets"),
-// restoring what it holds: sets whose generations have expired by now, and
-// entries it cannot decode, are dropped (and deleted by the first flush);
-// beyond MaxKeys the rest are skipped. db stays owned by the caller. It
-// refuses a bucket with a record that fails its checksum with
-// statedb.RecordsLost's error (the daemon sets such records aside first,
-// when the operator accepts their loss), and returns BoltDB's error,
+// OpenRecipients returns a Recipients kept in db's bucket "rcptsets",
+// restored: expired and undecodable sets are dropped (deleted by the
+// first flush), those beyond MaxKeys skipped. It refuses records that fail
+// their checksum with statedb.RecordsLost's error and returns BoltDB's,
 // wrapping ErrDamaged for a page BoltDB panics on.
-// Start Run to flush periodically; Close flushes a last time.
 func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
 	r := NewRecipients(opts)
 	r.db = db
@@ -166,10 +151,9 @@ func (r *Recipients) shard(id string) *rcptShard {
 	return &r.shards[maphash.String(r.seed, id)%recipientShards]
 }
 
-// Seen reports whether key sent to the address of hash h (see
-// ratelimit.HashAddr) under limit in the current or previous generation
-// of length period at now. It never fails; the error is for the
-// interface.
+// Seen reports whether key sent to the address of hash h
+// (ratelimit.HashAddr) under limit in the current or previous generation
+// of length period. It never fails.
 func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -182,9 +166,9 @@ func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now ti
 	return e.set.Seen(h, now, period), nil
 }
 
-// Add records that key sent to the address of hash h under limit at now;
-// capacity sizes the set's filter (see ratelimit.AddrSet.Add). A key
-// longer than MaxKeyLen returns ErrKeyTooLong and is not recorded.
+// Add records that key sent to the address of hash h under limit;
+// capacity sizes the filter (ratelimit.AddrSet.Add). It returns
+// ErrKeyTooLong for a key longer than MaxKeyLen.
 func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration, capacity int) error {
 	if len(key) > MaxKeyLen {
 		return ErrKeyTooLong
@@ -211,9 +195,8 @@ func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now tim
 	return nil
 }
 
-// Forget drops key's set under limit (an operator's rate reset) and
-// reports whether there was one. The deletion is written by the next
-// flush.
+// Forget drops key's set under limit (rate reset) and reports whether
+// there was one; the next flush deletes it.
 func (r *Recipients) Forget(_ context.Context, limit, key string) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -271,10 +254,9 @@ func (r *Recipients) Sweep(now time.Time) int {
 	return n
 }
 
-// Flush writes the sets changed since the last flush to BoltDB in one
-// transaction. On failure the changes are kept for the next flush (a page
-// BoltDB panics on is an error wrapping ErrDamaged). It does
-// nothing for an in-memory Recipients, and returns ErrClosed after Close.
+// Flush writes the sets changed since the last flush in one transaction;
+// a failed flush keeps them for the next. It does nothing in memory only
+// and returns ErrClosed after Close.
 func (r *Recipients) Flush() error {
 	select {
 	case <-r.closed:
@@ -344,34 +326,21 @@ func (r *Recipients) flush() error {
 	return nil
 }
 
-// Run flushes every FlushInterval and sweeps every SweepInterval until ctx
-// is done or Close is called; a failed flush is logged and retried at the
-// next one. Call Run once, in its own goroutine.
-func (r *Recipients) Run(ctx context.Context) {
-	ft := time.NewTicker(r.opts.FlushInterval)
-	defer ft.Stop()
-	st := time.NewTicker(r.opts.SweepInterval)
-	defer st.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.closed:
-			return
-		case now := <-st.C:
-			r.Sweep(now)
-		case <-ft.C:
-			if err := r.flush(); err != nil {
-				r.opts.Logger.Error("recipient sets not written, retrying at the next flush", "err", err)
-				if r.opts.OnFlushError != nil {
-					r.opts.OnFlushError(err)
-				}
-			}
-		}
+// Tick is the periodic work of the write-behind (statedb.Flusher): sweep
+// every SweepInterval, then flush. It returns the flush's error; nil after
+// Close.
+func (r *Recipients) Tick() error {
+	if now := time.Now(); now.Sub(r.lastSweep) >= r.opts.SweepInterval {
+		r.lastSweep = now
+		r.Sweep(now)
 	}
+	if err := r.Flush(); err != ErrClosed {
+		return err
+	}
+	return nil
 }
 
-// Close flushes a last time and stops Run. Later Flush calls return
+// Close flushes a last time. Later Flush calls return
 // ErrClosed.
 func (r *Recipients) Close() error {
 	err := r.flush()
@@ -379,9 +348,8 @@ func (r *Recipients) Close() error {
 	return err
 }
 
-// StoredRecipientPairs lists the (limit, key) pairs held in db's
-// "rcptsets" bucket as "limit|key" strings, in key order, for tests and
-// diagnostics. It returns BoltDB's error.
+// StoredRecipientPairs lists the pairs in db's "rcptsets" bucket as
+// "limit|key", in key order (tests, diagnostics).
 func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 	var out []string
 	err := db.View(func(tx *bbolt.Tx) error {

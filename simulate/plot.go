@@ -164,9 +164,6 @@ const (
 
 // WriteTo draws the plot (see Save) in format PlotSVG or PlotPNG to w.
 func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
-	if format != PlotSVG && format != PlotPNG {
-		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
-	}
 	if len(rec.cols.limits) == 0 {
 		return fmt.Errorf("%w: the configuration has no limits to plot", ErrFormat)
 	}
@@ -174,32 +171,50 @@ func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
 		o.MaxKeys = DefaultPlotKeys
 	}
 	order := rec.order(o)
-	plots := make([][]*plot.Plot, len(rec.cols.limits))
+	plots := make([]*plot.Plot, len(rec.cols.limits))
 	legends := make([]plot.Legend, len(rec.cols.limits))
-	legendW := 1.5 * vg.Inch
 	for i := range rec.cols.limits {
 		p, lg, err := rec.panel(i, order, o)
 		if err != nil {
 			return err
 		}
-		plots[i], legends[i] = []*plot.Plot{p}, lg
-		var c draw.Canvas
-		legendW = max(legendW, lg.Rectangle(c).Size().X+0.3*vg.Inch)
+		plots[i], legends[i] = p, lg
 	}
-	legendW = min(legendW, 3.5*vg.Inch)
-	width, height := plotWidth+legendW, panelHeight*vg.Length(len(plots))
-	canvas, dc := newCanvas(format, width, height)
-	// The panels, aligned, on the left; each panel's legend beside it.
+	return drawPanels(w, format, plots, legends)
+}
+
+// drawPanels draws plots one above the other in format to w, each with
+// its legend, if any, to its right.
+func drawPanels(w io.Writer, format string, plots []*plot.Plot, legends []plot.Legend) error {
+	if format != PlotSVG && format != PlotPNG {
+		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
+	}
+	legendW := vg.Length(0)
+	if legends != nil {
+		legendW = 1.5 * vg.Inch
+		for _, lg := range legends {
+			var c draw.Canvas
+			legendW = max(legendW, lg.Rectangle(c).Size().X+0.3*vg.Inch)
+		}
+		legendW = min(legendW, 3.5*vg.Inch)
+	}
+	canvas, dc := newCanvas(format, plotWidth+legendW, panelHeight*vg.Length(len(plots)))
 	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
 		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.15 * vg.Inch}
-	canvases := plot.Align(plots, tiles, draw.Crop(dc, 0, -legendW, 0, 0))
-	for i := range plots {
+	grid := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		grid[i] = []*plot.Plot{p}
+	}
+	canvases := plot.Align(grid, tiles, draw.Crop(dc, 0, -legendW, 0, 0))
+	for i, p := range plots {
 		pc := canvases[i][0]
-		plots[i][0].Draw(pc)
-		lc := pc
-		lc.Min.X, lc.Max.X = pc.Max.X+0.1*vg.Inch, dc.Max.X-0.1*vg.Inch
-		lc.Max.Y -= 0.3 * vg.Inch // below the title
-		legends[i].Draw(lc)
+		p.Draw(pc)
+		if legends != nil {
+			lc := pc
+			lc.Min.X, lc.Max.X = pc.Max.X+0.1*vg.Inch, dc.Max.X-0.1*vg.Inch
+			lc.Max.Y -= 0.3 * vg.Inch // below the title
+			legends[i].Draw(lc)
+		}
 	}
 	_, err := canvas.WriteTo(w)
 	return err

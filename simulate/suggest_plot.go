@@ -13,7 +13,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // binsPerDecade is the resolution of the peak histogram (log scale).
@@ -25,27 +24,15 @@ func (s *Suggestion) SavePlot(path string) error { return savePlot(path, s.Write
 
 // WritePlot draws the plot of SavePlot in format PlotSVG or PlotPNG to w.
 func (s *Suggestion) WritePlot(w io.Writer, format string) error {
-	if format != PlotSVG && format != PlotPNG {
-		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
-	}
-	plots := make([][]*plot.Plot, len(s.Limits))
+	plots := make([]*plot.Plot, len(s.Limits))
 	for i := range s.Limits {
 		p, err := s.peakPanel(&s.Limits[i])
 		if err != nil {
 			return err
 		}
-		plots[i] = []*plot.Plot{p}
+		plots[i] = p
 	}
-	width, height := plotWidth, panelHeight*vg.Length(len(plots))
-	canvas, dc := newCanvas(format, width, height)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
-		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.2 * vg.Inch}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	_, err := canvas.WriteTo(w)
-	return err
+	return drawPanels(w, format, plots, nil)
 }
 
 func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {

@@ -22,25 +22,28 @@ import (
 const NotMeasured = "(not measured)"
 
 // KeySummary is what happened to one rate key (or NotMeasured) over a
-// trace; a request measured under several keys counts for each. Admitted
-// counts pass and warn; FirstRefused is zero if nothing was refused,
-// RefusedAfter counts from First. Peaks has, per limit in order, the
-// highest Measure.After and the limit in force.
+// trace; a request measured under several keys counts for each.
 type KeySummary struct {
-	Key          string        `json:"key"`
-	Requests     int           `json:"requests"`
-	Admitted     int           `json:"admitted"`
-	Deferred     int           `json:"deferred"`
-	Rejected     int           `json:"rejected"`
-	Held         int           `json:"held"`
-	Frozen       int           `json:"frozen"`
-	Warned       int           `json:"warned"`
+	Key string `json:"key"`
+	// Requests is Admitted + Deferred + Rejected + Held + Frozen; Admitted
+	// counts pass and warn, Warned warn alone.
+	Requests int `json:"requests"`
+	Admitted int `json:"admitted"`
+	Deferred int `json:"deferred"`
+	Rejected int `json:"rejected"`
+	Held     int `json:"held"`
+	Frozen   int `json:"frozen"`
+	Warned   int `json:"warned"`
+	// First and Last are the key's first and last request; FirstRefused
+	// is zero if none was refused, RefusedAfter counts from First.
 	First        time.Time     `json:"first"`
 	Last         time.Time     `json:"last"`
 	FirstRefused time.Time     `json:"first_refused,omitzero"`
 	RefusedBy    string        `json:"refused_by,omitempty"`
 	RefusedAfter time.Duration `json:"-"`
-	Peaks        []Peak        `json:"peaks"`
+	// Peaks has, per limit in order, the highest Measure.After and the
+	// limit in force.
+	Peaks []Peak `json:"peaks"`
 }
 
 // Peak is the highest rate one limit measured for one key.

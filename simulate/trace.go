@@ -188,19 +188,16 @@ func ReadFile(path, format string) (*Trace, error) {
 // prefixErrors puts "path: " in front of every joined error.
 func prefixErrors(path string, err error) error {
 	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok && !isLineError(err) {
-		errs = j.Unwrap()
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		if _, line := err.(*LineError); !line {
+			errs = j.Unwrap()
+		}
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
 		out[i] = fmt.Errorf("%s: %w", path, e)
 	}
 	return errors.Join(out...)
-}
-
-func isLineError(err error) bool {
-	_, ok := err.(*LineError)
-	return ok
 }
 
 // Read parses a trace in format ("" sniffs it). The error joins up to 20
@@ -232,23 +229,18 @@ func (l *errList) add(line int, err error) bool {
 	return len(l.errs) < maxErrors
 }
 
-func (l *errList) entry(t *Trace, e Entry) bool {
-	l.total += e.Count
-	if l.total > MaxRequests {
-		l.errs = append(l.errs, &LineError{Line: e.Line,
-			Err: fmt.Errorf("%w: more than %d requests", ErrTooLarge, MaxRequests)})
-		return false
-	}
-	t.Entries = append(t.Entries, e)
-	return true
-}
-
 // take adds e to t, or err as line n's; false when reading should stop.
 func (l *errList) take(t *Trace, n int, e Entry, err error) bool {
 	if err != nil {
 		return l.add(n, err)
 	}
-	return l.entry(t, e)
+	l.total += e.Count
+	if l.total > MaxRequests {
+		l.add(e.Line, fmt.Errorf("%w: more than %d requests", ErrTooLarge, MaxRequests))
+		return false
+	}
+	t.Entries = append(t.Entries, e)
+	return true
 }
 
 // result is t, or the errors collected.
@@ -419,40 +411,24 @@ func readCSV(r io.Reader) (*Trace, error) {
 			}
 			continue
 		}
-		if len(rec) != len(header) {
-			if !el.add(n, fmt.Errorf("%d fields, but the header has %d", len(rec), len(header))) {
-				break
-			}
-			continue
-		}
-		b := builder{e: Entry{Line: n, Count: 1}}
-		var ferr error
-		for i, v := range rec {
-			if ferr = b.set(header[i], v); ferr != nil {
-				break
-			}
-		}
-		var e Entry
-		if ferr == nil {
-			e, ferr = b.finish()
-		}
-		if ferr != nil {
-			if !el.add(n, ferr) {
-				break
-			}
-			continue
-		}
-		if !el.entry(t, e) {
+		if e, err := csvEntry(n, header, rec); !el.take(t, n, e, err) {
 			break
 		}
 	}
-	if header == nil && len(el.errs) == 0 {
-		return t, nil // empty file
+	return el.result(t)
+}
+
+func csvEntry(n int, header, rec []string) (Entry, error) {
+	if len(rec) != len(header) {
+		return Entry{}, fmt.Errorf("%d fields, but the header has %d", len(rec), len(header))
 	}
-	if err := el.err(); err != nil {
-		return nil, err
+	b := builder{e: Entry{Line: n, Count: 1}}
+	for i, v := range rec {
+		if err := b.set(header[i], v); err != nil {
+			return Entry{}, err
+		}
 	}
-	return t, nil
+	return b.finish()
 }
 
 func csvHeader(rec []string) ([]string, error) {
@@ -545,6 +521,11 @@ func (b *builder) set(name, v string) error {
 		b.haveRcptCount = true
 	case "size":
 		r.Size, err = policy.ParseSize(v)
+	case "via":
+		if v != policy.ViaPolicy && v != policy.ViaMilter {
+			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
+		}
+		r.Stage = v
 	case "protocol_name":
 		r.ProtocolName = v
 	case "helo_name":
@@ -569,11 +550,6 @@ func (b *builder) set(name, v string) error {
 		r.SASLUsername = v
 	case "sasl_sender":
 		r.SASLSender = v
-	case "via":
-		if v != policy.ViaPolicy && v != policy.ViaMilter {
-			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
-		}
-		r.Stage = v
 	default:
 		if ignored[name] {
 			return nil

@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// withQuarantine runs fn on the quarantine of the running daemon, or of
-// the state file when none runs (see withBackend).
+// withQuarantine runs fn on the quarantine (see withBackend).
 func withQuarantine(opts *rootOptions, fn func(admin.Backend) error) error {
 	return withBackend(opts, daemon.OpenQuarantine, func(b admin.Backend, _ *config.File) error { return fn(b) })
 }
@@ -178,8 +177,7 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 	return cliout.Outcomes(cmd.OutOrStdout(), op, sel, out)
 }
 
-// needSelection refuses a thaw or delete that names nothing, naming the
-// selection flags the command has.
+// needSelection refuses a thaw or delete that names nothing.
 func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 	if len(sel.IDs) > 0 || sel.Sender != "" || sel.Key != "" || sel.OlderThan > 0 {
 		return nil
@@ -193,9 +191,7 @@ func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 	return usageError{fmt.Errorf("name the messages to %s: IDs (see ratelimitd quarantine list) or %s", cmd.Name(), strings.Join(flags, ", "))}
 }
 
-// confirmDelete counts the messages a delete would select and, when there
-// is more than one, asks on standard input; anything but "y" or "yes"
-// (including end of input) cancels.
+// confirmDelete asks on stdin before a delete of more than one message.
 func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selection) error {
 	n := len(sel.IDs)
 	if n == 0 {

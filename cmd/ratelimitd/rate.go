@@ -14,9 +14,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// withRates runs fn on the rates of the running daemon, or of its state
-// file when it is not running: read-only (shared lock, nothing written, not
-// even decayed states deleted) unless write is set (rate reset).
+// withRates runs fn on the rates (see withBackend); offline the state file
+// is opened read-only unless write is set.
 func withRates(opts *rootOptions, write bool, fn func(admin.Backend, *config.File) error) error {
 	return withBackend(opts, func(f *config.File) (*admin.Local, error) { return daemon.OpenRates(f, write) }, fn)
 }

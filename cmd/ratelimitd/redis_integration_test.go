@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -10,26 +12,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
-
-// redisConfig is the [store] table and a leaky 20/hour limit per SASL user.
-func redisConfig(addr, onError string) string {
-	return fmt.Sprintf(`
-[store]
-backend = "redis"
-redis_addrs = [%q]
-redis_timeout = "2s"
-on_redis_error = %q
-key_prefix = "it:"
-
-[[limit]]
-name = "hourly"
-key = ["sasl_username"]
-limit = 20
-period = "1h"
-mode = "leaky"
-action = "defer"
-`, addr, onError)
-}
 
 // startServe runs `ratelimitd serve` (startSubprocessDaemon) and logs
 // its output if the test fails.
@@ -234,19 +216,6 @@ func tryPolicyQuery(addr, user string) (string, error) {
 	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=RCPT\nsasl_username=%s\nsender=%s@example.org\nrecipient_count=1\nclient_address=192.0.2.9\n\n", user, user)
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
-}
-
-// TestRedisTimeoutChecked: `config check` refuses a redis_timeout at or
-// above the request timeout (a hung Redis would leave requests to the
-// MTA's own timeout, on_redis_error never applied) and says why.
-func TestRedisTimeoutChecked(t *testing.T) {
-	cfg := strings.Replace(redisConfig("127.0.0.1:6379", "local"), `redis_timeout = "2s"`, `redis_timeout = "30s"`, 1)
-	path := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), cfg)
-	out, err := cli(t, "--config", path, "config", "check")
-	if err == nil || !strings.Contains(out, "redis_timeout") || !strings.Contains(out, "request_timeout") ||
-		!strings.Contains(out, "smtpd_policy_service_timeout") {
-		t.Fatalf("config check with redis_timeout = 30s: %v\n%s", err, out)
-	}
 }
 
 // TestRedisStartWithoutRedis: the daemon starts while nothing listens at

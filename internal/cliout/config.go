@@ -67,9 +67,8 @@ func via(l policy.LimitInfo) []string {
 	return l.Via
 }
 
-// Limits prints that the configuration is valid and its limit stack: one
-// row per limit (key, rate, mode, action, front ends, when it counts), the
-// baseline range of adaptive limits and one row per override.
+// Limits prints that the configuration is valid and its limit stack, with
+// baseline ranges and overrides as rows of their own.
 func Limits(w io.Writer, source string, eng *policy.Engine) {
 	fmt.Fprintf(w, "configuration %s is valid\n", source)
 	fmt.Fprintf(w, "each message is counted once per limit, whichever protocol states the MTA asks at\n\n")

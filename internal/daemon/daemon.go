@@ -54,14 +54,18 @@ type Daemon struct {
 	mem        *ratestore.Memory
 	state      *ratestore.Persistent
 	rcpts      *ratestore.Recipients // per = "addr" recipient sets
-	events     *events.Log           // nil with [events] enabled = false
-	web        *web.Server           // nil with [web] listen = ""
-	engine     *policy.Engine
-	metrics    *metrics.Metrics
-	policy     *postfix.Server
-	admin      *http.Server
-	metricsSrv *http.Server
-	listeners  []string
+	// flusher writes the stores of the state file behind; stopFlusher
+	// stops it after a last flush.
+	flusher     *statedb.Flusher
+	stopFlusher context.CancelFunc
+	events      *events.Log // nil with [events] enabled = false
+	web         *web.Server // nil with [web] listen = ""
+	engine      *policy.Engine
+	metrics     *metrics.Metrics
+	policy      *postfix.Server
+	admin       *http.Server
+	metricsSrv  *http.Server
+	listeners   []string
 	// conns caps the policy and milter connections (server.max_connections).
 	conns *srvconn.Limiter
 	// seen records when an MTA last connected to each front end.
@@ -165,8 +169,8 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 }
 
 // openStores opens the state file, restores the rate state, builds the
-// engine on it (or on Redis), the metrics and the recipient sets, and
-// starts their write-behind loops and the memory limit.
+// engine on it (or on Redis), the metrics, the recipient sets and the
+// event log, and starts their write-behind flusher and the memory limit.
 func (d *Daemon) openStores() (err error) {
 	f, s := d.cfg, d.cfg.Server
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
@@ -188,7 +192,7 @@ func (d *Daemon) openStores() (err error) {
 	// Restoring drops states that have decayed away under the parameters
 	// they were written with, and converts those of limits whose
 	// parameters changed.
-	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), storeLimits(f.PolicyConfig()), false, d.log)
+	d.state, err = openState(d.db, d.mem, storeLimits(f.PolicyConfig()), false, d.log)
 	if err != nil {
 		if errors.Is(err, ratestore.ErrDamaged) {
 			return statedb.Damaged(s.DBPath(), err)
@@ -209,20 +213,27 @@ func (d *Daemon) openStores() (err error) {
 	if err != nil {
 		return err
 	}
-	d.goRun(d.state.Run)
+	d.flusher = statedb.NewFlusher(time.Duration(s.FlushInterval), d.log, func(name string, _ error) { d.metrics.Fault(name + " flush") })
+	d.flusher.Add("rate state", d.state.Tick)
 	if os.Getenv("GOMEMLIMIT") == "" {
 		d.startMemoryLimit()
 	}
 	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
-	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log,
-		OnFlushError: func(error) { d.metrics.Fault("rcptsets flush") }})
+	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{})
 	if err != nil {
 		return err
 	}
 	d.cleanup = append(d.cleanup, func() { d.rcpts.Close() })
 	d.engine.UseRecipientSets(d.rcpts)
-	d.goRun(func(ctx context.Context) error { d.rcpts.Run(ctx); return nil })
-	return d.openEvents()
+	d.flusher.Add("rcptsets", d.rcpts.Tick)
+	if err := d.openEvents(); err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	d.goRun(func(context.Context) error { d.flusher.Run(ctx); return nil })
+	d.stopFlusher = stop
+	d.cleanup = append(d.cleanup, stop)
+	return nil
 }
 
 // StateFormats describes every record the state file holds (the rate
@@ -257,8 +268,8 @@ func (d *Daemon) checkRecords() error {
 	return nil
 }
 
-// goRun runs a store's write-behind loop until the store is closed; its
-// result is of no use once Shutdown has closed the store.
+// goRun runs a background loop that Shutdown waits for; its result is
+// of no use then.
 func (d *Daemon) goRun(run func(context.Context) error) {
 	d.wg.Add(1)
 	go func() {

@@ -16,26 +16,23 @@ import (
 
 // eventOptions are the event log's options from the [events] table.
 func eventOptions(f *config.File) events.Options {
-	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount,
-		FlushInterval: time.Duration(f.Server.FlushInterval)}
+	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount}
 }
 
-// openEvents opens the event log in the state file and starts its
-// write-behind loop, unless [events] enabled = false (d.events stays nil,
+// openEvents opens the event log in the state file and adds it to the
+// flusher, unless [events] enabled = false (d.events stays nil,
 // which records nothing).
 func (d *Daemon) openEvents() error {
 	if !d.cfg.Events.On() {
 		return nil
 	}
-	opts := eventOptions(d.cfg)
-	opts.Logger = d.log
-	l, err := events.Open(d.db, opts)
+	l, err := events.Open(d.db, eventOptions(d.cfg))
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.cfg.Server.DBPath(), err)
 	}
 	d.events = l
 	d.cleanup = append(d.cleanup, func() { l.Close() })
-	d.goRun(func(ctx context.Context) error { l.Run(ctx); return nil })
+	d.flusher.Add("event log", l.Tick)
 	return nil
 }
 

@@ -40,10 +40,9 @@ func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 // openState restores the rate state kept in db into mem, with the
 // parameters of the configured limits (stored states of other limits are
 // kept until they decay under their own stored parameters). The caller
-// starts Run for write-behind flushing, or calls Flush/Close.
-func openState(db *bolt.DB, mem *ratestore.Memory, flush time.Duration, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
-	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{FlushInterval: flush, Limits: limits,
-		ReadOnly: readOnly, Logger: log})
+// has a statedb.Flusher call its Tick, or calls Flush/Close.
+func openState(db *bolt.DB, mem *ratestore.Memory, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
+	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: limits, ReadOnly: readOnly, Logger: log})
 }
 
 // offline is the daemon's state opened by the CLI when no daemon runs: the
@@ -75,7 +74,7 @@ func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 			db.Close()
 		}
 	}()
-	state, err := openState(db, mem, 0, storeLimits(f.PolicyConfig()), readOnly, nil)
+	state, err := openState(db, mem, storeLimits(f.PolicyConfig()), readOnly, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
 	}
@@ -130,7 +129,7 @@ func openRedisRates(f *config.File) (*admin.Local, error) {
 		r.Close()
 		return nil, err
 	}
-	return &admin.Local{Engine: redisClock{Rates: eng, now: r.Now}, Closer: func() error { r.Close(); return nil }}, nil
+	return &admin.Local{Engine: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
 }
 
 // OpenQuarantine opens f's state file for writing, with its quarantine and

@@ -92,7 +92,7 @@ func run(addrs []string, cluster bool, batch, users, calls int, scriptPath strin
 	// then per limit its name and 20-byte state.
 	version := make(map[string]int, users)
 	for u := range users {
-		k := names.Key("", fmt.Sprintf("user%07d@example.org", u))
+		k := names.Key(fmt.Sprintf("user%07d@example.org", u))
 		s := srvs[u%len(srvs)]
 		if cluster {
 			s = owner(srvs, int64(redisstore.Slot(k)))
