@@ -72,16 +72,6 @@ func rewriteLimits(t *testing.T, cfgPath, name, limits string) string {
 	return path
 }
 
-const dailyLimit = `
-[[limit]]
-name = "daily"
-key = ["sasl_username"]
-limit = 1000
-period = "24h"
-mode = "strict"
-action = "defer"
-`
-
 // With the daemon stopped, `--config
 // other.toml rate list` deleted every state of the limits other.toml does
 // not name. Offline reads open the file read-only.
@@ -112,65 +102,6 @@ period = "7d"
 	if err != nil || !strings.Contains(out, "hourly") {
 		t.Fatalf("rate show with the daemon's configuration: %v\n%s", err, out)
 	}
-	startTestDaemon(t, cfg)
-	mustDefer(t, addr, "mallory")
-}
-
-// Neither a reload that drops a limit (and the periodic
-// sweep after it) nor a start-up without it forgets its states.
-func TestDroppedLimitKeepsState(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, "")
-	full, _ := os.ReadFile(cfg)
-	td := startTestDaemon(t, cfg)
-	refuse(t, addr, "mallory", 200)
-	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit) // cfg itself: it now names daily only
-	td.d.Reload()
-	if n := len(td.d.Engine().Limits()); n != 1 {
-		t.Fatalf("reload to one limit: %d limits", n)
-	}
-	if n := td.d.State().Sweep(); n != 0 {
-		t.Errorf("the sweep after the reload dropped %d states", n)
-	}
-	if err := td.d.State().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(cfg, full, 0o644)
-	td.d.Reload()
-	mustDefer(t, addr, "mallory")
-
-	// A start-up with the limit commented out, then one with it back.
-	td.stop()
-	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit)
-	td = startTestDaemon(t, cfg)
-	if n := td.d.State().Sweep(); n != 0 {
-		t.Errorf("the sweep after a start-up without the limit dropped %d states", n)
-	}
-	td.stop()
-	os.WriteFile(cfg, full, 0o644)
-	startTestDaemon(t, cfg)
-	mustDefer(t, addr, "mallory")
-}
-
-// A reload from exponential to gcra must not read the stored {time,
-// rate} as an arrival time long past, letting a deferred sender through:
-// its state is converted.
-func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
-	td, addr, cfg := startRefusing(t, "")
-	text, _ := os.ReadFile(cfg)
-	gcra := strings.Replace(string(text), `period = "1h"`, "period = \"1h\"\nalgorithm = \"gcra\"", 1)
-	os.WriteFile(cfg, []byte(gcra), 0o644)
-	td.d.Reload()
-	if a := td.d.Engine().Limits()[0].Algorithm; a != "gcra" {
-		t.Fatalf("reload: hourly is %s", a)
-	}
-	mustDefer(t, addr, "mallory")
-	if got := policyQuery(t, addr, "carol", "END-OF-MESSAGE"); got != "action=DUNNO" {
-		t.Fatalf("a new sender after the reload: %s", got)
-	}
-	// And after a restart with the gcra configuration.
-	td.stop()
 	startTestDaemon(t, cfg)
 	mustDefer(t, addr, "mallory")
 }
