@@ -58,7 +58,7 @@ type offline struct {
 // read-only and writes nothing (rate list, rate show).
 func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
-	db, err := statedb.Open(f.Server.DBPath(), readOnly)
+	db, err := statedb.Open(f.Server.DBPath(), readOnly, 0)
 	if errors.Is(err, statedb.ErrNoFile) {
 		eng, err := policy.NewEngine(f.PolicyConfig(), mem)
 		return &offline{engine: eng}, err
