@@ -108,7 +108,7 @@ func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &admin.Local{Engine: o.engine, Events: o.events, Closer: o.close}, nil
+	return &admin.Local{RateState: o.engine, Events: o.events, Closer: o.close}, nil
 }
 
 // openRedisRates answers the rate commands from Redis directly.
@@ -122,7 +122,7 @@ func openRedisRates(f *config.File) (*admin.Local, error) {
 		r.Close()
 		return nil, err
 	}
-	return &admin.Local{Engine: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
+	return &admin.Local{RateState: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
 }
 
 // OpenQuarantine opens f's state file for writing with its quarantine, for
@@ -140,7 +140,7 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 			hooks = eventRecorder{o.events}
 		}
 		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), hooks); err == nil {
-			return &admin.Local{Engine: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
+			return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
 		}
 	}
 	o.close()
