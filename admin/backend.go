@@ -105,7 +105,7 @@ type SuspendResult struct {
 // Notify, if set, are told of rate resets. Safe for concurrent use as far
 // as its services are.
 type Local struct {
-	Engine     Rates
+	RateState  Rates
 	Quarantine Quarantine
 	Events     Events
 	By         string
@@ -138,12 +138,12 @@ func (unknownLimit) Is(target error) bool { return target == policy.ErrUnknownLi
 
 // Rate implements Backend.
 func (l *Local) Rate(ctx context.Context, key string) ([]policy.KeyRate, error) {
-	return l.Engine.Lookup(ctx, time.Now(), key)
+	return l.RateState.Lookup(ctx, time.Now(), key)
 }
 
 // Rates implements Backend.
 func (l *Local) Rates(ctx context.Context, top int, over bool) ([]policy.KeyRate, error) {
-	all, err := l.Engine.All(ctx, time.Now())
+	all, err := l.RateState.All(ctx, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (l *Local) Rates(ctx context.Context, top int, over bool) ([]policy.KeyRate
 
 // Reset implements Backend.
 func (l *Local) Reset(ctx context.Context, key, limit string) (ResetResult, error) {
-	n, err := l.Engine.Reset(ctx, key, limit)
+	n, err := l.RateState.Reset(ctx, key, limit)
 	if errors.Is(err, policy.ErrUnknownLimit) {
 		err = unknownLimit(limit)
 	}

@@ -38,13 +38,13 @@ func eventValues(q events.Query) url.Values {
 }
 
 // ParseEventQuery decodes the query of GET /v1/events and the console's
-// events page: since and until (parseWhen), key, limit, action
-// (comma-separated), max, before.
+// events page: since and until (ParseWhen, times without a zone in UTC),
+// key, limit, action (comma-separated), max, before.
 func ParseEventQuery(v url.Values, now time.Time) (events.Query, error) {
 	q := events.Query{Key: v.Get("key"), Limit: v.Get("limit"), Before: v.Get("before")}
 	var err error
 	for name, t := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
-		if *t, err = parseWhen(v.Get(name), now); err != nil {
+		if *t, err = ParseWhen(v.Get(name), now.UTC()); err != nil {
 			return q, fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -59,22 +59,25 @@ func ParseEventQuery(v url.Values, now time.Time) (events.Query, error) {
 	return q, nil
 }
 
-// parseWhen reads a period back from now ("24h", "7d") or a time (RFC
-// 3339, or "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02" in UTC);
-// "" is the zero time.
-func parseWhen(s string, now time.Time) (time.Time, error) {
+// ParseWhen reads a since or until bound: a period back from now ("24h",
+// "7d"), an RFC 3339 time, or "2006-01-02T15:04", "2006-01-02 15:04[:05]"
+// or "2006-01-02" in now's location; "" is the zero time (no bound).
+func ParseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
 	if d, err := human.ParseDuration(s); err == nil {
 		return now.Add(-d), nil
 	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04", "2006-01-02 15:04", time.DateOnly} {
-		if t, err := time.Parse(layout, s); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04", time.DateTime, "2006-01-02 15:04", time.DateOnly} {
+		if t, err := time.ParseInLocation(layout, s, now.Location()); err == nil {
 			return t, nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%q is neither a period (24h) nor a time (2006-01-02 15:04)", s)
+	return time.Time{}, fmt.Errorf("%q is neither a period (24h, 7d) nor a time (2025-03-01T12:00:00Z, 2025-03-01 12:00)", s)
 }
 
 // ParseActions splits a comma-separated list of event actions

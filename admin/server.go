@@ -71,7 +71,7 @@ func Listen(path string) (net.Listener, error) {
 
 // local is the backend the server answers through, acting as r's peer.
 func (s *Server) local(r *http.Request) *Local {
-	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r),
+	return &Local{RateState: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r),
 		Logger: s.Logger, Notify: s.Daemon.Notify}
 }
 

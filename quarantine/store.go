@@ -131,7 +131,7 @@ func checkVersion(info *bolt.Bucket) error {
 }
 
 // Open opens (creating it with mode 0600 unless ReadOnly) the file at path
-// through statedb.OpenTimeout and returns a Store that owns it. Errors:
+// through statedb.Open and returns a Store that owns it. Errors:
 // ErrLocked (wrapping bbolt's ErrTimeout) after opts.LockTimeout, those of
 // statedb and New.
 func Open(path string, opts Options) (*Store, error) {
@@ -139,7 +139,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	db, err := statedb.OpenTimeout(path, opts.ReadOnly, timeout)
+	db, err := statedb.Open(path, opts.ReadOnly, timeout)
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, path, berrors.ErrTimeout)

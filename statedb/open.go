@@ -33,19 +33,16 @@ func Damaged(path string, cause any) error {
 		"    mv %s %s.damaged-%s", ErrDamaged, path, cause, path, path, time.Now().UTC().Format("20060102T150405"))
 }
 
-// Open opens the state file at path (lock timeout 1 s), shared and
-// read-only with readOnly. It refuses with Damaged's error a 0-byte file,
-// one BoltDB cannot open or panics on, a truncated one, or one failing
-// CheckPages or Tx.Check; a file locked by another process is an error
-// saying so (wrapping bbolt's ErrTimeout); read-only, a missing file is
-// ErrNoFile. The caller closes the database.
-func Open(path string, readOnly bool) (db *bolt.DB, err error) {
-	return OpenTimeout(path, readOnly, time.Second)
-}
-
-// OpenTimeout is Open waiting up to timeout for another process's lock on
-// the file.
-func OpenTimeout(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
+// Open opens the state file at path, shared and read-only with readOnly,
+// waiting up to timeout (1 s if 0) for another process's lock. It
+// refuses with Damaged's error a 0-byte file, one BoltDB cannot open or
+// panics on, a truncated one, or one failing CheckPages or Tx.Check; a
+// locked file is an error saying so (wrapping bbolt's ErrTimeout);
+// read-only, a missing file is ErrNoFile. The caller closes the database.
+func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
+	if timeout <= 0 {
+		timeout = time.Second
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.Size() == 0:

@@ -17,7 +17,7 @@ func by(u user) string { return u.Name + " (console)" }
 
 // local is the admin services acting as u.
 func (s *Server) local(u user) *admin.Local {
-	return &admin.Local{Engine: s.opts.Rates, Quarantine: s.opts.Quarantine, Events: s.opts.Events, By: by(u),
+	return &admin.Local{RateState: s.opts.Rates, Quarantine: s.opts.Quarantine, Events: s.opts.Events, By: by(u),
 		Logger: s.log, Notify: s.opts.Notify}
 }
 

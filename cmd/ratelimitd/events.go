@@ -26,10 +26,10 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			now := time.Now()
-			if q.Since, err = cliout.ParseWhen(since, now); err != nil {
+			if q.Since, err = admin.ParseWhen(since, now); err != nil {
 				return usageError{fmt.Errorf("--since: %w", err)}
 			}
-			if q.Until, err = cliout.ParseWhen(until, now); err != nil {
+			if q.Until, err = admin.ParseWhen(until, now); err != nil {
 				return usageError{fmt.Errorf("--until: %w", err)}
 			}
 			if q.Actions, err = admin.ParseActions(actions); err != nil {

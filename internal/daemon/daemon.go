@@ -156,7 +156,7 @@ func (d *Daemon) openStores() (err error) {
 	if warn, _ := statedb.MetaFallback(s.DBPath()); warn != "" {
 		d.log.Warn("state file: "+warn, "file", s.DBPath())
 	}
-	d.db, err = statedb.Open(s.DBPath(), false)
+	d.db, err = statedb.Open(s.DBPath(), false, 0)
 	if err != nil {
 		return err
 	}

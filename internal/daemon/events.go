@@ -104,7 +104,7 @@ func (d *Daemon) Events() *events.Log { return d.events }
 // OpenEvents opens f's event log read-only for `ratelimitd events` when no
 // daemon runs; a missing state file has no events.
 func OpenEvents(f *config.File) (*admin.Local, error) {
-	db, err := statedb.Open(f.Server.DBPath(), true)
+	db, err := statedb.Open(f.Server.DBPath(), true, 0)
 	if errors.Is(err, statedb.ErrNoFile) {
 		return &admin.Local{}, nil
 	}

@@ -57,7 +57,7 @@ type offline struct {
 // read-only and writes nothing (rate list, rate show).
 func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
-	db, err := statedb.Open(f.Server.DBPath(), readOnly)
+	db, err := statedb.Open(f.Server.DBPath(), readOnly, 0)
 	if errors.Is(err, statedb.ErrNoFile) {
 		eng, err := policy.NewEngine(f.PolicyConfig(), mem)
 		return &offline{engine: eng}, err
@@ -107,7 +107,7 @@ func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &admin.Local{Engine: o.engine, Events: o.events, Closer: o.close}, nil
+	return &admin.Local{RateState: o.engine, Events: o.events, Closer: o.close}, nil
 }
 
 // openRedisRates answers the rate commands from Redis directly.
@@ -121,7 +121,7 @@ func openRedisRates(f *config.File) (*admin.Local, error) {
 		r.Close()
 		return nil, err
 	}
-	return &admin.Local{Engine: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
+	return &admin.Local{RateState: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
 }
 
 // OpenQuarantine opens f's state file for writing with its quarantine, for
@@ -139,7 +139,7 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 			hooks = eventRecorder{o.events}
 		}
 		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), hooks); err == nil {
-			return &admin.Local{Engine: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
+			return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
 		}
 	}
 	o.close()

@@ -55,7 +55,7 @@ func TestDaemonRecipientSetsPersist(t *testing.T) {
 	}
 	td.stop()
 
-	db, err := statedb.Open(filepath.Join(dir, "state", "ratelimitd.db"), false)
+	db, err := statedb.Open(filepath.Join(dir, "state", "ratelimitd.db"), false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
