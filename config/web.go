@@ -52,12 +52,4 @@ func (w *Web) validate() []error {
 func (w *Web) TLS() bool { return w.TLSCert != "" && w.TLSKey != "" }
 
 // Proxies returns TrustedProxies parsed (bare addresses become /32, /128).
-func (w *Web) Proxies() []netip.Prefix {
-	var out []netip.Prefix
-	for _, n := range w.TrustedProxies {
-		if p, err := parsePrefix(n); err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (w *Web) Proxies() []netip.Prefix { return parsePrefixes(w.TrustedProxies) }
