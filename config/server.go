@@ -72,9 +72,12 @@ func (s *Server) Mode() uint32 {
 }
 
 // Networks returns AllowNetworks parsed (bare addresses become /32, /128).
-func (s *Server) Networks() []netip.Prefix {
+func (s *Server) Networks() []netip.Prefix { return parsePrefixes(s.AllowNetworks) }
+
+// parsePrefixes parses ns, leaving out what parsePrefix refuses.
+func parsePrefixes(ns []string) []netip.Prefix {
 	var out []netip.Prefix
-	for _, n := range s.AllowNetworks {
+	for _, n := range ns {
 		if p, err := parsePrefix(n); err == nil {
 			out = append(out, p)
 		}

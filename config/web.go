@@ -13,6 +13,9 @@ type Web struct {
 	TLSCert   string `toml:"tls_cert"`
 	TLSKey    string `toml:"tls_key"`
 	UsersFile string `toml:"users_file"`
+	// TrustedProxies are addresses or prefixes whose X-Forwarded-For the
+	// console believes.
+	TrustedProxies []string `toml:"trusted_proxies"`
 }
 
 // withDefaults fills unset fields; stateDir is server.state_dir, filled.
@@ -34,6 +37,11 @@ func (w *Web) validate() []error {
 			bad("listen", "%q is not loopback: set tls_cert and tls_key, or listen on loopback behind a TLS proxy (docs/console.md)", w.Listen)
 		}
 	}
+	for _, p := range w.TrustedProxies {
+		if _, err := parsePrefix(p); err != nil {
+			bad("trusted_proxies", "%q is not an address or prefix", p)
+		}
+	}
 	if (w.TLSCert == "") != (w.TLSKey == "") {
 		bad("tls_cert", "tls_cert and tls_key go together: set both or neither")
 	}
@@ -42,3 +50,6 @@ func (w *Web) validate() []error {
 
 // TLS reports whether the console serves HTTPS.
 func (w *Web) TLS() bool { return w.TLSCert != "" && w.TLSKey != "" }
+
+// Proxies returns TrustedProxies parsed (bare addresses become /32, /128).
+func (w *Web) Proxies() []netip.Prefix { return parsePrefixes(w.TrustedProxies) }

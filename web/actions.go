@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/admin"
@@ -83,4 +84,15 @@ func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/quarantine?done="+url.QueryEscape(op+" "+id), http.StatusSeeOther)
+}
+
+// doneText is what an action's redirect may show in the page's banner.
+var doneText = regexp.MustCompile(`^(reset|suspended|resumed|(thaw|delete) [0-9a-f]{16})$`)
+
+// done is the request's "done" banner if it is one of doneText, else "".
+func done(r *http.Request) string {
+	if d := r.URL.Query().Get("done"); doneText.MatchString(d) {
+		return d
+	}
+	return ""
 }

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -19,6 +21,10 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 	q, err := admin.ParseEventQuery(r.URL.Query(), s.opts.Now())
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if _, err := hex.DecodeString(q.Before); err != nil || len(q.Before) != 32 && q.Before != "" {
+		s.fail(w, r, http.StatusBadRequest, errors.New("before: not an event ID"))
 		return
 	}
 	q.Max = eventsPerPage + 1

@@ -91,6 +91,9 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 		var u User
 		if ok {
 			u, ok = s.users.Load().Lookup(ss.user)
+			if ok = ok && u.entryID() == ss.entry; !ok {
+				s.sessions.remove(c.Value)
+			}
 		}
 		if !ok {
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -134,7 +137,7 @@ func (s *Server) post(need Role, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// sameOrigin checks the Origin header, if any, against the host.
+// sameOrigin checks the Origin header, if any, against the scheme and host.
 func (s *Server) sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
@@ -143,8 +146,12 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 	if o == "null" {
 		return false
 	}
+	scheme := "http"
+	if s.TLS() || secureRequest(r) {
+		scheme = "https"
+	}
 	ou, err := url.Parse(o)
-	return err == nil && strings.EqualFold(ou.Host, r.Host)
+	return err == nil && ou.Scheme == scheme && strings.EqualFold(ou.Host, r.Host)
 }
 
 func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
@@ -168,21 +175,37 @@ func secureRequest(r *http.Request) bool {
 }
 
 // clientAddr is the address failed logins count against: the peer, or
-// behind a reverse proxy on this host the last X-Forwarded-For address.
-func clientAddr(r *http.Request) string {
+// behind [web] trusted_proxies the last X-Forwarded-For address that is
+// not one of them.
+func (s *Server) clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if fromLoopback(r) {
-		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-			parts := strings.Split(xff[len(xff)-1], ",")
-			if p, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
-				return p.String()
-			}
+	a, err := netip.ParseAddr(host)
+	if err != nil || !s.trusted(a) {
+		return host
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		p, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if a = p.Unmap(); !s.trusted(a) {
+			break
 		}
 	}
-	return host
+	return a.String()
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.opts.TrustedProxies {
+		if p.Contains(a.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 const loginCookie = "ratelimitd_login"
@@ -199,9 +222,12 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request, code int, msg
 	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Code": code, "Next": safeNext(next)})
 }
 
-// safeNext keeps a redirect on this site: a path, never "//host" or a URL.
+// safeNext keeps a redirect on this site: a path starting with exactly
+// one '/', without '\' or control characters (browsers drop tabs and
+// newlines, turning "/\t/host" into "//host").
 func safeNext(n string) string {
-	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") || strings.HasPrefix(n, "/\\") {
+	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") ||
+		strings.ContainsFunc(n, func(c rune) bool { return c == '\\' || c < ' ' || c == 0x7f }) {
 		return "/"
 	}
 	return n
@@ -230,11 +256,10 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name, password := r.PostForm.Get("username"), r.PostForm.Get("password")
-	addr := clientAddr(r)
-	keys := []string{"user:" + name, "addr:" + addr}
-	now := s.opts.Now()
+	addr := s.clientAddr(r)
+	userKey, addrKey := "user:"+name, "addr:"+addr
 	again := func(code int, msg string) { s.loginForm(w, r, code, msg, r.PostForm.Get("next")) }
-	if d := s.throttle.wait(now, keys...); d > 0 {
+	if d := s.throttle.charge(s.opts.Now(), userKey, addrKey); d > 0 {
 		s.log.Warn("console: login attempt while slowed down", "user", name, "client", addr, "wait", d.Round(time.Second).String())
 		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds()+1)))
 		again(http.StatusTooManyRequests, "Too many failed attempts: wait "+d.Round(time.Second).String()+" and try again.")
@@ -245,13 +270,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	u, ok := s.users.Load().Verify(name, []byte(password))
 	<-s.verify
 	if !ok {
-		s.throttle.fail(s.opts.Now(), keys...)
 		s.log.Warn("console: login failed", "user", name, "client", addr)
 		again(http.StatusUnauthorized, "Wrong user name or password.")
 		return
 	}
-	s.throttle.succeed("user:" + name)
-	tok, _ := s.sessions.create(u.Name, s.opts.Now())
+	s.throttle.succeed(userKey, addrKey)
+	tok, _ := s.sessions.create(u, s.opts.Now())
 	http.SetCookie(w, s.cookie(r, cookieName, tok, sessionMax))
 	http.SetCookie(w, s.cookie(r, loginCookie, "", -1))
 	s.log.Info("console: login", "user", u.Name, "role", string(u.Role), "client", addr)

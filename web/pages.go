@@ -131,7 +131,7 @@ func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, "key", map[string]any{"Title": key, "Key": key, "Rates": rates, "Events": evs,
-		"Done": r.URL.Query().Get("done")})
+		"Done": done(r)})
 }
 
 // when prints t in UTC to the second; "never" for the zero time.

@@ -34,7 +34,7 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, "quarantine", map[string]any{"Title": "Quarantine", "Entries": es, "Form": form,
-		"Full": len(es) >= maxListed, "Max": maxListed, "Done": r.URL.Query().Get("done")})
+		"Full": len(es) >= maxListed, "Max": maxListed, "Done": done(r)})
 }
 
 // messageView is what the message page shows of the message itself.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,8 @@ type Options struct {
 	// and cookies are Secure. Reload rereads them and UsersFile.
 	TLSCert, TLSKey string
 	UsersFile       string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
 
 	Rates      admin.Rates
 	Quarantine admin.Quarantine
@@ -69,11 +72,9 @@ type Server struct {
 	verify chan struct{}
 	pages  *pages
 
-	// usersMod is the users file's modification time when last read,
-	// usersCheck when refreshUsers last looked.
-	usersMu    sync.Mutex
-	usersMod   time.Time
-	usersCheck time.Time
+	// usersFile is the users file as last read (nil: missing).
+	usersMu   sync.Mutex
+	usersFile os.FileInfo
 
 	mu   sync.Mutex
 	http *http.Server
@@ -115,7 +116,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) TLS() bool { return s.opts.TLSCert != "" }
 
 // Reload rereads the users file and the TLS certificate, keeping the old
-// ones on an error. Sessions of removed users end.
+// ones on an error.
 func (s *Server) Reload() error {
 	if err := s.loadUsers(); err != nil {
 		return err
@@ -130,59 +131,46 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-// refreshUsers rereads the users file when its modification time changed,
-// looking at most once a second, so that `web user add` needs no reload.
+// refreshUsers rereads the users file when it was replaced or changed
+// since last read, so that `web user add|remove` take effect at the next
+// request.
 func (s *Server) refreshUsers() {
-	now := time.Now()
+	fi, _ := os.Stat(s.opts.UsersFile)
 	s.usersMu.Lock()
-	due := now.Sub(s.usersCheck) >= time.Second
-	if due {
-		s.usersCheck = now
-	}
+	old := s.usersFile
 	s.usersMu.Unlock()
-	if !due {
+	if sameFile(fi, old) {
 		return
 	}
-	mod := modTime(s.opts.UsersFile)
-	s.usersMu.Lock()
-	changed := !mod.Equal(s.usersMod)
-	s.usersMu.Unlock()
-	if changed {
-		if err := s.loadUsers(); err != nil {
-			s.log.Error("console: users file unreadable; the previous users stay", "err", err)
-		}
+	if err := s.loadUsers(); err != nil {
+		s.log.Error("console: users file unreadable; the previous users stay", "err", err)
 	}
 }
 
-// loadUsers reads the users file and ends removed users' sessions.
+// sameFile reports whether a and b (nil: no file) describe one file
+// unchanged.
+func sameFile(a, b os.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+}
+
+// loadUsers reads the users file.
 func (s *Server) loadUsers() error {
-	mod := modTime(s.opts.UsersFile)
+	fi, _ := os.Stat(s.opts.UsersFile)
 	u, err := LoadUsers(s.opts.UsersFile)
 	if err != nil {
 		return err
 	}
 	s.usersMu.Lock()
-	s.usersMod = mod
+	s.usersFile = fi
 	s.usersMu.Unlock()
-	if old := s.users.Swap(u); old != nil {
-		for _, n := range old.Names() {
-			if _, ok := u.Lookup(n); !ok {
-				s.sessions.removeUser(n)
-			}
-		}
-	}
+	s.users.Store(u)
 	if u.Len() == 0 {
 		s.log.Warn("console has no users: add one with `ratelimitd web user add NAME --role operator`", "users_file", s.opts.UsersFile)
 	}
 	return nil
-}
-
-// modTime is path's modification time, zero if it cannot be read.
-func modTime(path string) time.Time {
-	if fi, err := os.Stat(path); err == nil {
-		return fi.ModTime()
-	}
-	return time.Time{}
 }
 
 // Addr is the listener's address (after Start).

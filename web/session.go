@@ -18,7 +18,10 @@ const (
 )
 
 type session struct {
-	user    string
+	user string
+	// entry is the user's entryID at login: a changed password, role or
+	// entry ends the session.
+	entry   string
 	csrf    string
 	created time.Time
 	seen    time.Time
@@ -44,10 +47,10 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// create starts a session for user and returns its token.
-func (s *sessions) create(user string, now time.Time) (string, *session) {
+// create starts a session for u and returns its token.
+func (s *sessions) create(u User, now time.Time) (string, *session) {
 	tok := randomToken()
-	ss := &session{user: user, csrf: randomToken(), created: now, seen: now}
+	ss := &session{user: u.Name, entry: u.entryID(), csrf: randomToken(), created: now, seen: now}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -77,17 +80,6 @@ func (s *sessions) get(token string, now time.Time) (session, bool) {
 func (s *sessions) remove(token string) {
 	s.mu.Lock()
 	delete(s.m, token)
-	s.mu.Unlock()
-}
-
-// removeUser ends every session of user (removed from the users file).
-func (s *sessions) removeUser(user string) {
-	s.mu.Lock()
-	for k, v := range s.m {
-		if v.user == user {
-			delete(s.m, k)
-		}
-	}
 	s.mu.Unlock()
 }
 
@@ -130,8 +122,10 @@ type throttle struct {
 
 func newThrottle() *throttle { return &throttle{m: map[string]*failures{}} }
 
-// wait returns how long the keys must wait before an attempt (0: none).
-func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
+// charge returns how long the keys must wait before an attempt; when
+// none must, it counts the attempt as a failure of each key at once, so
+// that parallel attempts cannot all pass the check.
+func (t *throttle) charge(now time.Time, keys ...string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var longest time.Duration
@@ -147,19 +141,14 @@ func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
 		if f.n < freeFailures {
 			continue
 		}
-		d := failureDelay << min(f.n-freeFailures, 16)
-		d = min(d, maxFailureDelay)
+		d := min(failureDelay<<min(f.n-freeFailures, 16), maxFailureDelay)
 		if w := f.last.Add(d).Sub(now); w > longest {
 			longest = w
 		}
 	}
-	return longest
-}
-
-// fail counts a failed attempt against each key.
-func (t *throttle) fail(now time.Time, keys ...string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	if longest > 0 {
+		return longest
+	}
 	for _, k := range keys {
 		f, ok := t.m[k]
 		if !ok {
@@ -172,13 +161,18 @@ func (t *throttle) fail(now time.Time, keys ...string) {
 		f.n++
 		f.last = now
 	}
+	return 0
 }
 
-// succeed forgets the failures of key.
-func (t *throttle) succeed(key string) {
+// succeed takes back a charged attempt that logged in: the user's failures
+// are forgotten, the address's count is one less.
+func (t *throttle) succeed(userKey, addrKey string) {
 	t.mu.Lock()
-	delete(t.m, key)
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	delete(t.m, userKey)
+	if f, ok := t.m[addrKey]; ok && f.n > 0 {
+		f.n--
+	}
 }
 
 // evictOldest deletes the entry of m whose time is earliest.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
@@ -67,6 +68,13 @@ type User struct {
 	hash string
 }
 
+// entryID identifies the user's entry: it changes with the password (each
+// hash has its own salt) and the role.
+func (u User) entryID() string {
+	h := sha256.Sum256([]byte(string(u.Role) + " " + u.hash))
+	return string(h[:])
+}
+
 // String, GoString and LogValue show the name and role, never the hash.
 func (u User) String() string       { return u.Name + " (" + string(u.Role) + ")" }
 func (u User) GoString() string     { return "web.User{" + u.String() + "}" }
@@ -100,12 +108,13 @@ func LoadUsers(path string) (*Users, error) {
 		if len(f) != 3 {
 			return nil, bad("want NAME ROLE HASH")
 		}
-		role, err := ParseRole(f[1])
-		if err != nil {
-			return nil, bad(err.Error())
-		}
+		// An unparsable field may be a hash: it is never echoed.
 		if !validName.MatchString(f[0]) {
 			return nil, bad("invalid user name")
+		}
+		role, err := ParseRole(f[1])
+		if err != nil {
+			return nil, bad("user " + f[0] + ": invalid role")
 		}
 		if _, _, err := parseHash(f[2]); err != nil {
 			return nil, bad("user " + f[0] + ": " + err.Error())
