@@ -102,11 +102,8 @@ type PersistStats struct {
 // flush keeps its changes for the next. Delete flushes before it returns.
 // Evictions and sweeps are persisted as deletions by the next flush.
 //
-// A flush costs about 20 bytes plus the key per change; a compaction
-// rewrites the snapshot pages of the journaled keys, with 16 bytes of
-// memory per journal entry (BenchmarkFlushRandom100k, BenchmarkCompact,
-// BenchmarkPersist2M). Restore, flushes and compaction pieces madvise
-// BoltDB's mapping out of resident memory (Linux).
+// Restore, flushes and compaction pieces madvise BoltDB's mapping out of
+// resident memory (Linux).
 //
 // Its methods are safe for concurrent use. Create it with NewPersistent.
 type Persistent struct {

@@ -58,9 +58,3 @@ func Unseal(key, v []byte) (version byte, payload []byte, err error) {
 	}
 	return body[0], body[1:], nil
 }
-
-// Sealed reports whether the record v under key passes its checksum.
-func Sealed(key, v []byte) bool {
-	_, _, err := Unseal(key, v)
-	return err == nil
-}
