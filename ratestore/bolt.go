@@ -26,86 +26,60 @@ type PersistOptions struct {
 	// SweepInterval is how often Tick drops negligible states (0:
 	// DefaultSweepInterval).
 	SweepInterval time.Duration
-	// Limits are the configured limits' parameters by name (Mode
-	// ignored). When set they are stored beside the states (ratemeta)
-	// and the stored ones decide: a state is negligible under the
-	// parameters it was written with (unknown ones: Retention after its
-	// Time), states of a limit whose meaning changed are converted (see
-	// Reconfigure), keys at or above ProtectFraction of their limit are
-	// never evicted, and Negligible is not used.
+	// Limits are the configured limits by name. When set they are stored
+	// beside the states, changed ones are converted (Reconfigure), keys
+	// at or above ProtectFraction are never evicted, and Negligible is
+	// not used.
 	Limits map[string]ratelimit.Limit
 	// Retention keeps states of limits with unknown parameters (0:
 	// DefaultRetention).
 	Retention time.Duration
-	// Negligible, used when Limits is nil, reports whether a state is
-	// equivalent to none: such states are not restored and are swept.
-	// nil: nothing is swept (safe only with MaxKeys).
+	// Negligible (Limits nil) reports a state equivalent to none: not
+	// restored, swept. nil: nothing is swept.
 	Negligible func(limit string, s ratelimit.State, now time.Time) bool
-	// ReadOnly restores without writing (for a file opened with
-	// bbolt.Options.ReadOnly): Update, Delete and Flush return
+	// ReadOnly restores without writing: Update, Delete and Flush return
 	// ErrReadOnly, Close does not flush.
 	ReadOnly bool
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 	// Logger receives failures and sweep counts (nil: discard).
 	Logger *slog.Logger
-	// SkipLost restores what is readable of a file with unreadable
-	// records, counting and listing them (Lost), for `ratelimitd state
-	// check`; without it NewPersistent refuses such a file with
-	// statedb.RecordsLost's error. Unreadable records are never deleted
-	// here (the daemon sets them aside: statedb.SetAside).
+	// SkipLost restores around unreadable records, listing them (Lost);
+	// without it NewPersistent fails with statedb.RecordsLost's error.
 	SkipLost bool
 }
 
 // PersistStats are a Persistent's counters since NewPersistent.
 type PersistStats struct {
-	// Restored: states loaded; Dropped: stored states deleted instead
-	// (negligible, malformed, or beyond MaxLimits), of which Malformed
-	// were not a state; Unconfigured: restored states of limits not in
-	// Limits; Converted: states converted to changed parameters;
-	// NotConverted: conversions refused (not finite), states kept.
+	// Restored states; Dropped instead (negligible, malformed, beyond
+	// MaxLimits), Malformed of them; Unconfigured: not in Limits;
+	// Converted to changed parameters, NotConverted (not finite, kept).
 	Restored, Dropped, Malformed, Unconfigured, Converted, NotConverted int64
 	// Flushes committed and Failures failed (retried at the next flush).
 	Flushes, Failures int64
 	// CompactionFailures counts failed compactions (retried).
 	CompactionFailures int64
-	// LastError is the last failed flush's or compaction's error, at
-	// LastErrorAt; LastFlushAt the last successful flush. Zero: never.
+	// LastError is the last failed flush's or compaction's error.
 	LastError                string
 	LastErrorAt, LastFlushAt time.Time
-	// Compactions completed; Journal: bytes of records in the journal.
+	// Journal: bytes of records in the journal.
 	Compactions, Journal int64
-	// Written and Deleted: keys put and deleted by flushes; Skipped:
-	// changes that cannot be stored (empty key or name, name starting
-	// with NUL), kept in memory only.
+	// Skipped: changes that cannot be stored (empty key or name, name
+	// starting with NUL), kept in memory only.
 	Written, Deleted, Skipped int64
 	// Pending: changes waiting after a failed flush.
 	Pending int
 	// LastFlush is the duration of the last committed flush.
 	LastFlush time.Duration
-	// Lost: unreadable records (SkipLost, or NoteLost), LostKeys the keys
-	// they held as far as can be told.
+	// Lost: unreadable records (SkipLost, NoteLost), LostKeys their keys.
 	Lost, LostKeys int64
 }
 
-// Persistent is a Memory kept in BoltDB by write-behind: changes are made
-// in memory, and each flush appends every state changed or deleted since
-// the last one to the journal in one transaction. Tick (called by
-// statedb.Flusher every flush_interval) flushes, sweeps, and starts a
-// compaction of the journal into the snapshot once the journal passes
-// about half the snapshot (at least 32 MiB), in pieces of compactPiece
-// keys between which flushes go on. Close flushes a last time.
-//
-// A crash loses at most the changes since the last committed flush began
-// (one interval plus one flush and one compaction piece); every stored
-// state is one the key really had (TestPersistentCrashBound). A failed
-// flush keeps its changes for the next. Delete flushes before it returns.
-// Evictions and sweeps are persisted as deletions by the next flush.
-//
-// Restore, flushes and compaction pieces madvise BoltDB's mapping out of
-// resident memory (Linux).
-//
-// Its methods are safe for concurrent use. Create it with NewPersistent.
+// Persistent is a Memory kept in BoltDB by write-behind: each flush
+// appends the states changed or deleted since the last to the journal in
+// one transaction; Tick flushes, sweeps and compacts the journal into the
+// snapshot in pieces. A crash loses at most the changes since the last
+// committed flush began. Safe for concurrent use; create with NewPersistent.
 type Persistent struct {
 	db   *bbolt.DB
 	mem  *Memory
@@ -124,11 +98,10 @@ type Persistent struct {
 	journal   int64  // bytes of records in the journal
 	stats     PersistStats
 	convErr   error // the last refused conversion, for the log
-	// The compaction threshold: max(compactMin, compactPerPair * states).
+	// Compaction threshold: max(compactMin, compactPerPair * states).
 	compactMin, compactPerPair int64
 
-	// params: the parameters of the states held, by limit (configured or
-	// stored); convs: each limit's last conversion. Replaced whole.
+	// params of the states held and convs, by limit. Replaced whole.
 	params atomic.Pointer[map[string]ratelimit.Limit]
 	convs  atomic.Pointer[map[string]policy.Conversion]
 
@@ -140,28 +113,21 @@ type Persistent struct {
 	// Heap held between flushes and by a running compaction (Working).
 	flushBytes, compactBytes atomic.Int64
 
-	// Test hooks, called under mu: before a flush takes the changes and
-	// after it committed n records; afterPiece after compaction piece i
-	// (false stops the compaction there, as if the process died).
+	// Test hooks, under mu; afterPiece false stops the compaction.
 	beforeTake func()
 	afterFlush func(n int)
 	afterPiece func(i int) bool
-	// yield gives the CPU to waiting requests (runtime.Gosched) between
-	// shards and every yieldEntries entries of long flushes and
-	// compactions, which would otherwise hold a single CPU for up to Go's
-	// 10 ms preemption.
+	// yield (runtime.Gosched) runs between shards and every yieldEntries
+	// entries of long flushes and compactions.
 	yield func()
 }
 
 const yieldEntries = 4096
 
-// NewPersistent restores the state stored in db into mem (which should be
-// empty) and returns a Persistent that keeps mem's changes in db; db stays
-// the caller's. Negligible states are not restored and their deletion is
-// journaled; mem's MaxKeys applies. It returns an error wrapping
-// ErrVersion for a file of another format, ErrDamaged when reading the
-// file panicked (recovered), statedb.RecordsLost's for unreadable records
-// (unless SkipLost), or BoltDB's error.
+// NewPersistent restores db into mem (empty) and returns a Persistent
+// keeping mem's changes in db; db stays the caller's. Errors wrap
+// ErrVersion, ErrDamaged, statedb.RecordsLost's (unless SkipLost), or
+// BoltDB's.
 func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persistent, err error) {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = DefaultSweepInterval
@@ -192,8 +158,7 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persisten
 	return p, nil
 }
 
-// negligible reports whether s, stored under limit, is equivalent to no
-// state at now (see PersistOptions.Limits and Negligible).
+// negligible reports whether s is equivalent to no state at now.
 func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) bool {
 	if p.opts.Limits == nil {
 		return p.opts.Negligible != nil && p.opts.Negligible(limit, s, now)
@@ -204,10 +169,8 @@ func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) 
 	return now.UnixNano()-s.Time > int64(p.opts.Retention)
 }
 
-// protected reports whether the rate of s, under its limit's parameters,
-// is at or above ProtectFraction of the limit in force for it (for a
-// baseline limit, the key's learned allowance) (Memory.SetProtect). States
-// of limits with unknown parameters are not protected.
+// protected reports whether s's rate is at or above ProtectFraction of
+// its limit (Memory.SetProtect); unknown limits: false.
 func (p *Persistent) protected(limit string, s ratelimit.State) bool {
 	l, ok := (*p.params.Load())[limit]
 	if !ok || s.IsZero() {
@@ -217,9 +180,8 @@ func (p *Persistent) protected(limit string, s ratelimit.State) bool {
 	return rate >= ProtectFraction*allowed
 }
 
-// Params returns the parameters of the states held under limit (the
-// configured ones, or for a limit the configuration does not name, the
-// stored ones), and whether they are known.
+// Params returns the parameters (configured, else stored) of the states
+// held under limit, and whether they are known.
 func (p *Persistent) Params(limit string) (ratelimit.Limit, bool) {
 	if m := p.params.Load(); m != nil {
 		l, ok := (*m)[limit]
@@ -228,14 +190,9 @@ func (p *Persistent) Params(limit string) (ratelimit.Limit, bool) {
 	return ratelimit.Limit{}, false
 }
 
-// Reconfigure makes limits (as PersistOptions.Limits) the parameters of
-// the states held and calls swap (policy.Engine.Reload) with every shard
-// locked, so no request reads a state under other parameters. States of a
-// limit whose algorithm, period or half-life changed are converted (a
-// refused sender stays refused as long, an admitted one stays admitted)
-// and stored, with the parameters, by the next flush. If swap fails
-// nothing changes and its error is returned. Without Limits it only calls
-// swap.
+// Reconfigure makes limits the parameters of the states held, converting
+// states of changed limits, and calls swap with every shard locked. If
+// swap fails nothing changes and its error is returned.
 func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() error) error {
 	if p.opts.Limits == nil {
 		return swap()
@@ -295,8 +252,7 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 	return nil
 }
 
-// noteConversions records, under mu, the conversions conv at at, by
-// cause (LastConversion).
+// noteConversions records conv for LastConversion; under mu.
 func (p *Persistent) noteConversions(conv map[string][2]ratelimit.Limit, at time.Time, cause string) {
 	if len(conv) == 0 {
 		return
@@ -311,9 +267,7 @@ func (p *Persistent) noteConversions(conv map[string][2]ratelimit.Limit, at time
 	p.convs.Store(&m)
 }
 
-// LastConversion returns the last conversion of limit's states since
-// NewPersistent (cause "restore" or "reload"); it implements
-// policy.Conversions.
+// LastConversion returns limit's last conversion (policy.Conversions).
 func (p *Persistent) LastConversion(limit string) (policy.Conversion, bool) {
 	if m := p.convs.Load(); m != nil {
 		c, ok := (*m)[limit]
@@ -322,8 +276,7 @@ func (p *Persistent) LastConversion(limit string) (policy.Conversion, bool) {
 	return policy.Conversion{}, false
 }
 
-// setMeta has, under mu, the parameters of limit stored at the next
-// flush.
+// setMeta queues limit's parameters for the next flush; under mu.
 func (p *Persistent) setMeta(limit string, l ratelimit.Limit) {
 	if p.opts.ReadOnly || !persistableName(limit) {
 		return
@@ -334,9 +287,8 @@ func (p *Persistent) setMeta(limit string, l ratelimit.Limit) {
 	p.metaDirty[limit] = l
 }
 
-// Close flushes a last time and stops a running compaction (after its
-// current transaction), returning the flush's error; later Flush calls
-// return ErrClosed. It does not close the BoltDB file.
+// Close flushes a last time, stops compaction and returns the flush's
+// error; later Flush calls return ErrClosed. db stays open.
 func (p *Persistent) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -350,15 +302,12 @@ func (p *Persistent) Close() error {
 	p.closed = true
 	close(p.done)
 	p.mu.Unlock()
-	// Wait for a running compaction.
 	p.cmu.Lock()
 	p.cmu.Unlock() //lint:ignore SA2001 an empty critical section: waits for a running compaction
 	return err
 }
 
-// Working returns the Go heap p holds beyond Memory.Footprint, for the
-// daemon's soft memory limit: the arrays a flush keeps for the next and a
-// running compaction's index (16 bytes per journal entry).
+// Working returns the heap bytes p holds beyond Memory.Footprint.
 func (p *Persistent) Working() int64 {
 	return p.flushBytes.Load() + p.compactBytes.Load()
 }
@@ -370,8 +319,7 @@ func (p *Persistent) Stats() PersistStats {
 	return p.stats
 }
 
-// NoteLost adds the records and keys the daemon set aside before
-// restoring (serve --accept-state-loss) to PersistStats.Lost, LostKeys.
+// NoteLost adds records and keys set aside before restoring to the stats.
 func (p *Persistent) NoteLost(records, keys int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -402,9 +350,8 @@ func (p *Persistent) Update(ctx context.Context, limit, key string, fn func(rate
 	return p.mem.Update(ctx, limit, key, fn)
 }
 
-// Delete forgets key under limit and, if it had state, flushes before it
-// returns (an operator's reset survives a restart). If that flush fails,
-// the next retries the deletion, and the error is returned.
+// Delete forgets key under limit and, if it had state, flushes; a flush
+// error is returned and the next flush retries.
 func (p *Persistent) Delete(ctx context.Context, limit, key string) (bool, error) {
 	if p.opts.ReadOnly {
 		return false, ErrReadOnly

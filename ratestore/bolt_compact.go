@@ -18,38 +18,23 @@ import (
 
 const (
 	// Tick compacts once the journal holds max(compactMinBytes,
-	// compactPairBytes per state held) bytes: about half the snapshot, so
-	// that rewriting the snapshot's pages is paid for by as many cheap
-	// appends (BenchmarkCompact, BenchmarkPersist2M).
+	// compactPairBytes per state held) bytes: about half the snapshot.
 	compactMinBytes  = 32 << 20
 	compactPairBytes = 48
-	// compactPiece is the keys one compaction transaction writes (a range
-	// of sorted keys: few leaf pages), compactDeleteMax the journal
-	// records one deletes.
+	// compactPiece: keys per compaction transaction; compactDeleteMax:
+	// journal records deleted per transaction.
 	compactPiece     = 20_000
 	compactDeleteMax = 1024
 )
 
-// errCompactionStopped is returned by compact when it was stopped between
-// two pieces.
+// errCompactionStopped is returned by compact when stopped between pieces.
 var errCompactionStopped = errors.New("ratestore: rate journal compaction stopped")
 
-// compact applies the journal to the snapshot in small transactions:
-//
-//  1. collect, in a read-only transaction, reads every journal record (up
-//     to sequence S) and sorts the last entry of each (limit, key);
-//  2. pieceKeys entries at a time, in key order, it puts or deletes them in
-//     the snapshot, reading keys and states from the records again;
-//  3. it deletes the records up to S, oldest first.
-//
-// Flushes run between the transactions and append records above S. The
-// stored state (snapshot plus journal) is the same throughout, as records
-// hold absolute states, so a crash at any moment loses nothing. It returns
-// errCompactionStopped when stop is closed between two transactions.
-// Entries of limits mem does not know are dropped. An unreadable record
-// (damaged since restore) is neither applied nor deleted, but logged and
-// recorded as the last error; the next start refuses the file. A record of
-// an unknown version fails with ErrVersion.
+// compact applies the journal (records up to sequence S, last entry of
+// each key) to the snapshot pieceKeys keys per transaction, then deletes
+// the records up to S; flushes run between. Records hold absolute states,
+// so a crash loses nothing. Errors: errCompactionStopped, ErrVersion.
+// Unreadable records are logged and kept.
 func (p *Persistent) compact(stop <-chan struct{}) error {
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
@@ -76,8 +61,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 	}
 	c.recs = nil // the mapping of that transaction
 	if len(c.lost) > 0 {
-		// Damaged since the restore checked every record: kept, for the
-		// operator to salvage or give up at the next start.
+		// Damaged since restore: kept for the next start to refuse.
 		p.mu.Lock()
 		p.stats.LastError, p.stats.LastErrorAt = statedb.RecordsLost(p.db.Path(), c.lost).Error(), p.opts.Now()
 		p.mu.Unlock()
@@ -156,8 +140,7 @@ type compaction struct {
 	recs  [][]byte // the records, valid during a transaction
 	bytes int64    // the sum of sizes
 	names []string // limit names, indexed by limit index
-	// The last entry of each (limit, key), sorted by limit and key: those
-	// of limit i are ents[ends[i-1]:ends[i]].
+	// Last entry per (limit, key), sorted; limit i: ents[ends[i-1]:ends[i]].
 	ents  []jentry
 	ends  []int
 	yield func() // Persistent.yield
@@ -167,17 +150,14 @@ type compaction struct {
 	cells []byte // the snapshot values of one apply
 }
 
-// jentry is a journal entry, 16 bytes: the entry at offset off of record
-// rec. pre is the 8 bytes of its key after the prefix all keys of its
-// limit share (zero-padded, big-endian), so that sorting need not read the
-// keys from the mapping.
+// jentry is a 16-byte journal entry at offset off of record rec; pre is 8
+// key bytes after its limit's common prefix (big-endian, zero-padded).
 type jentry struct {
 	pre      uint64
 	rec, off uint32
 }
 
-// entry returns the key of e, its state unless it is a deletion, and
-// whether it is.
+// entry returns e's key, state, and whether it is a deletion.
 func (c *compaction) entry(e jentry) (key, state []byte, del bool) {
 	v := c.recs[e.rec][e.off:]
 	h, w := binary.Uvarint(v)
@@ -202,8 +182,7 @@ func (c *compaction) limitEntries(i int) []jentry {
 	return c.ents[start:c.ends[i]]
 }
 
-// comparePre orders entries by pre, then in journal order: key order but
-// for runs of equal pre (see dedup).
+// comparePre orders entries by pre, then journal order.
 func comparePre(x, y jentry) int {
 	switch {
 	case x.pre != y.pre:
@@ -214,8 +193,7 @@ func comparePre(x, y jentry) int {
 	return cmp.Compare(x.off, y.off)
 }
 
-// dedup appends to out the last entry of each key of run (entries of
-// equal pre, in journal order), in key order.
+// dedup appends the last entry of each key of run (equal pre), in key order.
 func (c *compaction) dedup(out, run []jentry) []jentry {
 	last := run[len(run)-1]
 	if len(run) == 1 {
@@ -243,10 +221,8 @@ func (c *compaction) dedup(out, run []jentry) []jentry {
 // radixMin is the size below which sortEntries sorts by insertion.
 const radixMin = 32
 
-// sortEntries sorts ents, whose pre agree in their first shift bytes, by
-// comparePre in place without reading keys: an MSD radix sort (American
-// flag sort), insertion sort for small ranges. yield is called before each
-// bucket of at least yieldEntries entries.
+// sortEntries sorts ents (pre agreeing in the first shift bytes) by
+// comparePre in place: MSD radix (American flag) sort.
 func sortEntries(ents []jentry, shift int, yield func()) {
 	for len(ents) > radixMin && shift < 8 {
 		sh := 56 - 8*shift
@@ -261,8 +237,7 @@ func sortEntries(ents []jentry, shift int, yield func()) {
 			shift++ // one bucket: the next byte
 			continue
 		}
-		// Permute in place: bucket d is ents[start[d]:start[d]+count[d]];
-		// next[d] is where its next entry goes.
+		// Bucket d is ents[start[d]:start[d]+count[d]], next[d] its next slot.
 		var start, next [256]int
 		n := 0
 		for d := lo; d <= hi; d++ {
@@ -325,11 +300,9 @@ func keyPrefix(k []byte) uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// collect reads every journal record in tx into c (c.recs are slices of
-// the mapping, valid until tx ends), sorts the entries and keeps the last
-// of each key, in two passes over the records (countEntries,
-// placeEntries). An unreadable record goes to c.lost and c.bad. A record
-// of an unknown version fails with ErrVersion.
+// collect reads the journal in tx into c (slices valid until tx ends) and
+// keeps the last entry of each key; unreadable records go to c.lost.
+// Errors: ErrVersion.
 func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	j := tx.Bucket(journalName)
 	if j == nil {
@@ -382,9 +355,8 @@ func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
 	return lim, nil
 }
 
-// countEntries is collect's first pass: it reads the records of j into
-// c, counting each limit's entries and their keys' common prefix, and
-// returns the indexes of the unreadable ones (added to c.lost).
+// countEntries, collect's first pass, counts each limit's entries and
+// common key prefix and returns the unreadable records' indexes.
 func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLimits) (bad map[int]bool, err error) {
 	cur := j.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
@@ -429,8 +401,7 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 	return bad, nil
 }
 
-// placeEntries is collect's second pass: it places each entry of the
-// sound records in its limit's part of ents, ents[start[lim]:next[lim]].
+// placeEntries, collect's second pass, fills ents[start[lim]:next[lim]].
 func (p *Persistent) placeEntries(c *compaction, ix *journalLimits, bad map[int]bool) (ents []jentry, start, next []int, err error) {
 	lims := ix.lims
 	start = make([]int, len(lims)+1)
@@ -461,8 +432,7 @@ func (p *Persistent) placeEntries(c *compaction, ix *journalLimits, bad map[int]
 	return ents, start, next, nil
 }
 
-// sortDedup sorts each limit's entries and keeps the last of each key,
-// into c.ents and c.ends.
+// sortDedup sorts and dedups each limit's entries into c.ents, c.ends.
 func (p *Persistent) sortDedup(c *compaction, ents []jentry, start, next []int) {
 	out := ents[:0]
 	for lim := range next {
@@ -498,8 +468,7 @@ func commonPrefix(a, b []byte) int {
 	return n
 }
 
-// apply puts or deletes the entries c.ents[start:end] in the snapshot in
-// tx, skipping limits with skip set, and deletes the buckets emptied.
+// apply writes c.ents[start:end] to the snapshot, skipping limits in skip.
 func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip []bool) error {
 	root, j := tx.Bucket(bucketName), tx.Bucket(journalName)
 	if root == nil || j == nil {
@@ -512,8 +481,7 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 	var b *bbolt.Bucket // the bucket of limit lim, once looked up
 	var path []string   // its path in the manifest
 	var cur *bbolt.Cursor
-	// stored reports whether k is in b (one cursor per bucket: a Get
-	// would allocate one per key); the manifest counts new keys.
+	// stored reports whether k is in b (one cursor per bucket).
 	stored := func(k []byte) bool {
 		if cur == nil {
 			cur = b.Cursor()

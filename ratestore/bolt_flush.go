@@ -17,10 +17,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Tick is the periodic work of the write-behind (statedb.Flusher): flush,
-// sweep every SweepInterval, and start a compaction in another goroutine
-// when the journal is due (Close stops and waits for it). It returns the
-// flush's error; nil after Close or read-only.
+// Tick flushes, sweeps every SweepInterval and starts a compaction when
+// due (statedb.Flusher). It returns the flush's error.
 func (p *Persistent) Tick() error {
 	if p.opts.ReadOnly {
 		return nil
@@ -59,9 +57,7 @@ func (p *Persistent) release() {
 	}
 }
 
-// Sweep drops the states negligible now (under the parameters they were
-// written with) and returns how many; the next flush deletes them. It does
-// nothing without Limits or Negligible, or read-only.
+// Sweep drops the states negligible now and returns how many.
 func (p *Persistent) Sweep() int {
 	if !p.sweeps() {
 		return 0
@@ -76,10 +72,8 @@ func (p *Persistent) sweeps() bool {
 	return !p.opts.ReadOnly && (p.opts.Limits != nil || p.opts.Negligible != nil)
 }
 
-// Flush writes every state changed or deleted since the last flush in one
-// transaction and returns once it is committed. A failed flush keeps its
-// changes for the next and is counted (Failures, LastError). It returns
-// ErrClosed after Close and ErrReadOnly in read-only mode.
+// Flush commits every change since the last flush in one transaction (kept
+// for the next on failure). Errors: ErrClosed, ErrReadOnly, BoltDB's.
 func (p *Persistent) Flush() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -104,8 +98,7 @@ func (p *Persistent) flushLocked() error {
 	return nil
 }
 
-// damageSafe runs fn, turning a panic of BoltDB or a fault on its mapping
-// into an error wrapping ErrDamaged.
+// damageSafe runs fn, turning a BoltDB panic or fault into ErrDamaged.
 func damageSafe(db *bbolt.DB, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -116,8 +109,7 @@ func damageSafe(db *bbolt.DB, fn func() error) (err error) {
 	return fn()
 }
 
-// update runs fn in a read-write transaction (damageSafe), with the tally
-// of the manifest entries of the buckets it writes (statedb.Tally).
+// update runs fn in a read-write transaction with a statedb.Tally.
 func (p *Persistent) update(fn func(*bbolt.Tx, *statedb.Tally) error) error {
 	return damageSafe(p.db, func() error { return statedb.Update(p.db, fn) })
 }
@@ -134,15 +126,13 @@ func (p *Persistent) flushChanges() error {
 	retry := len(p.pending.recs) > 0 // the changes of a failed flush
 	p.mem.takeDirty(p.pending.add, p.yield)
 	if len(p.pending.recs) == 0 && len(p.metaDirty) == 0 {
-		// Nothing changed for a flush interval: the arrays sized for
-		// the last burst of changes go back to the garbage collector.
+		// Idle for an interval: drop the arrays.
 		p.pending.release()
 		p.rbuf, p.rends = nil, nil
 		p.flushBytes.Store(0)
 		return nil
 	}
-	// The journal keeps the order of a key's changes: group by limit;
-	// after failed flushes keep one change per key.
+	// Group by limit; after failed flushes keep one change per key.
 	if retry {
 		p.pending.compact()
 	} else {
@@ -183,9 +173,8 @@ func (p *Persistent) flushChanges() error {
 	return nil
 }
 
-// encode writes the pending batch (grouped by limit) as journal records
-// into p.rbuf, their ends in p.rends, checksums left zero for
-// appendJournal, and counts the changes.
+// encode writes the pending batch as journal records into p.rbuf (ends
+// in p.rends, checksums zero) and counts the changes.
 func (p *Persistent) encode() (written, deleted, skipped int64) {
 	buf, ends := p.rbuf[:0], p.rends[:0]
 	var names []string
@@ -279,9 +268,7 @@ func (p *Persistent) putMeta(tx *bbolt.Tx, t *statedb.Tally) error {
 	return nil
 }
 
-// appendJournal appends the records of p.rbuf to the journal, sealing
-// each over its key; should the bucket's sequence be behind its last key
-// (damage), it starts after that key.
+// appendJournal appends and seals the records of p.rbuf to the journal.
 func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 	j, err := tx.CreateBucketIfNotExists(journalName)
 	if err != nil {
@@ -309,8 +296,7 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 	return nil
 }
 
-// compactDue reports whether the journal has grown past the compaction
-// threshold.
+// compactDue reports whether the journal passed the compaction threshold.
 func (p *Persistent) compactDue() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -340,8 +326,7 @@ func (b *batch) add(lim uint16, key []byte, s ratelimit.State, del bool) {
 
 func (b *batch) key(r rec) []byte { return b.keys[r.off : r.off+r.n : r.off+r.n] }
 
-// compact sorts the records by limit and key, keeps the last of each key,
-// and packs the key bytes.
+// compact sorts the records, keeps the last per key, packs the keys.
 func (b *batch) compact() {
 	slices.SortFunc(b.recs, func(x, y rec) int {
 		if x.lim != y.lim {
@@ -365,8 +350,7 @@ func (b *batch) compact() {
 	b.recs, b.keys = out, keys
 }
 
-// group orders the records by limit, keeping the order of each limit's
-// records (the order the changes happened): a counting sort.
+// group orders the records by limit, stably (a counting sort).
 func (b *batch) group() {
 	top, grouped := 0, true
 	for i, r := range b.recs {
@@ -399,8 +383,7 @@ func (b *batch) bytes() int64 {
 // release empties b and drops its arrays.
 func (b *batch) release() { b.recs, b.keys, b.spare = nil, nil, nil }
 
-// reset empties b, keeping its arrays unless they are over twice (and
-// 64 Ki records) what this flush needed.
+// reset empties b, keeping arrays not oversized.
 func (b *batch) reset() {
 	if n := max(1<<16, 2*len(b.recs)); cap(b.recs) > n || cap(b.spare) > n {
 		b.recs, b.keys, b.spare = nil, nil, nil

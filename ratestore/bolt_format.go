@@ -27,16 +27,13 @@ import (
 //	group = uvarint(len(name)) name count(uint32) entry...
 //	entry = uvarint(len(key)<<1 | deleted) key [state, unless deleted]
 //
-// A journal record holds at most statedb.MaxRecordKeys entries and passes
-// statedb.MaxRecordBytes by one entry at most. The stored state is the
-// snapshot with the journal applied in sequence order; compaction applies
-// the journal to the snapshot. Integers are big-endian.
+// The stored state is the snapshot with the journal applied in sequence
+// order. Integers are big-endian.
 var (
 	bucketName  = []byte("ratestate")
 	journalName = []byte("ratejournal")
 	versionKey  = []byte("\x00version")
-	// Manifest paths (statedb.Tally); a limit's snapshot bucket is
-	// ratestate, then its name.
+	// Manifest paths (statedb.Tally).
 	rootPath    = []string{"ratestate"}
 	journalPath = []string{"ratejournal"}
 	metaPath    = []string{"ratemeta"}
@@ -44,21 +41,18 @@ var (
 
 const (
 	formatVersion = "3"
-	// Record versions of a snapshot value, a journal record and stored
-	// parameters.
+	// Record versions: snapshot value, journal record, parameters.
 	cellVersion   = 1
 	recordVersion = 2
 	metaVersion   = 1
 	valueLen      = 16
 	cellLen       = valueLen + statedb.RecordOverhead
-	// A flush starts a new journal record past journalValueMax bytes or
-	// journalKeysMax entries.
+	// A journal record ends past journalValueMax bytes or journalKeysMax keys.
 	journalValueMax = statedb.MaxRecordBytes
 	journalKeysMax  = statedb.MaxRecordKeys
 )
 
-// recordBody returns the journal record v stored under seq without its
-// checksum, checked. The error wraps statedb.ErrRecord.
+// recordBody returns journal record v's checked body (statedb.ErrRecord).
 func recordBody(seq, v []byte) ([]byte, error) {
 	if _, _, err := statedb.Unseal(seq, v); err != nil {
 		return nil, err
@@ -66,11 +60,9 @@ func recordBody(seq, v []byte) ([]byte, error) {
 	return v[:len(v)-4], nil
 }
 
-// decodeRecord calls fn for every entry of the journal record body v, in
-// order, with the limit name, the offsets of the entry and of its key in
-// v, the key's length, and whether it is a deletion (if not, the state is
-// the valueLen bytes after the key). It returns fn's error,
-// errMalformedRecord, or an error wrapping ErrVersion.
+// decodeRecord calls fn for each entry of record body v: limit name,
+// entry and key offsets, key length, deletion. Errors: fn's,
+// errMalformedRecord, ErrVersion.
 func decodeRecord(v []byte, fn func(name []byte, at, off, n int, del bool) error) error {
 	if len(v) > 0 && v[0] != recordVersion {
 		return fmt.Errorf("%w: journal record format %d (want %d)", ErrVersion, v[0], recordVersion)
@@ -117,8 +109,7 @@ func decodeRecord(v []byte, fn func(name []byte, at, off, n int, del bool) error
 	return nil
 }
 
-// recordKeys returns the entry count the journal record v claims,
-// unchecked (for reporting a damaged one).
+// recordKeys returns the entry count record v claims, unchecked.
 func recordKeys(v []byte) int {
 	if len(v) >= 3 {
 		return min(int(binary.BigEndian.Uint16(v[1:])), journalKeysMax)
@@ -126,8 +117,7 @@ func recordKeys(v []byte) int {
 	return 1
 }
 
-// persistableName reports whether states under the limit name can be
-// stored, and persistableKey whether key can.
+// persistableName and persistableKey report whether a name or key can be stored.
 func persistableName(name string) bool {
 	return name != "" && name[0] != 0 && len(name) <= bbolt.MaxKeySize
 }
@@ -136,17 +126,15 @@ func persistableKey(key []byte) bool {
 	return len(key) > 0 && len(key) <= bbolt.MaxKeySize
 }
 
-// appendState appends the valueLen bytes of s: Time (Unix ns) then the
-// bits of Rate (IEEE 754), big-endian. It is the one encoding of a state
-// in the file, in the snapshot and in the journal.
+// appendState appends s as valueLen bytes: Time (Unix ns) then Rate's
+// IEEE 754 bits, big-endian.
 func appendState(dst []byte, s ratelimit.State) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(s.Time))
 	return binary.BigEndian.AppendUint64(dst, math.Float64bits(s.Rate))
 }
 
-// decodeState is appendState's inverse; ok is false for a value not
-// valueLen bytes long or with a NaN or infinite rate (rates saturate at
-// math.MaxFloat64).
+// decodeState is appendState's inverse; !ok for a bad length or a NaN or
+// infinite rate.
 func decodeState(v []byte) (ratelimit.State, bool) {
 	if len(v) != valueLen {
 		return ratelimit.State{}, false
@@ -158,8 +146,7 @@ func decodeState(v []byte) (ratelimit.State, bool) {
 	return s, !math.IsNaN(s.Rate) && !math.IsInf(s.Rate, 0)
 }
 
-// openCell returns the state bytes of the snapshot value v of key,
-// checked. The error wraps statedb.ErrRecord.
+// openCell returns snapshot value v's checked state (statedb.ErrRecord).
 func openCell(key, v []byte) ([]byte, error) {
 	ver, payload, err := statedb.Unseal(key, v)
 	if err == nil && (ver != cellVersion || len(payload) != valueLen) {

@@ -15,20 +15,15 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// releaseEvery is how many states restore merges between two releases
-// of BoltDB's mapping from resident memory (releaseMappedTx).
+// releaseEvery is the states restored between releaseMappedTx calls.
 const releaseEvery = 1 << 18
 
-// restore checks the format, reads the stored parameters, loads every
-// state in one read-only transaction (restoreTx), then deletes the buckets
-// of limits beyond MaxLimits and flushes the deletions, conversions and
-// changed parameters (a failure is logged and retried). Read-only, it
-// writes nothing.
+// restore checks the format, loads every state in one read-only
+// transaction, then flushes the deletions and conversions.
 func (p *Persistent) restore() error {
 	if err := p.checkFormat(); err != nil {
 		return err
 	}
-	// States of limits whose meaning changed are converted as loaded.
 	stored, err := p.storedParams()
 	if err != nil {
 		return err
@@ -48,8 +43,7 @@ func (p *Persistent) restore() error {
 	}
 	p.params.Store(&params)
 	if p.opts.Limits != nil {
-		// Before the states are loaded: a restore into a smaller
-		// max_keys evicts no offender either.
+		// Before loading: a smaller max_keys evicts no offender.
 		p.mem.SetProtect(p.protected)
 	}
 	var bad []string // limits beyond MaxLimits with a snapshot bucket
@@ -96,9 +90,8 @@ func (p *Persistent) restore() error {
 	return nil
 }
 
-// checkFormat creates the snapshot bucket in a new file and refuses a
-// file of another format with ErrVersion; in read-only mode it writes
-// nothing.
+// checkFormat creates the snapshot bucket in a new file; ErrVersion for
+// another format.
 func (p *Persistent) checkFormat() error {
 	var root *bbolt.Bucket
 	if err := p.db.View(func(tx *bbolt.Tx) error {
@@ -123,8 +116,7 @@ func (p *Persistent) checkFormat() error {
 	})
 }
 
-// storedParams reads ratemeta; malformed parameters are logged and
-// ignored, unreadable records added to p.lost.
+// storedParams reads ratemeta, ignoring malformed parameters.
 func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
 	stored := map[string]ratelimit.Limit{}
 	err := p.db.View(func(tx *bbolt.Tx) error {
@@ -150,8 +142,7 @@ func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
 	return stored, err
 }
 
-// deleteBuckets deletes the snapshot buckets of the limits named (those
-// beyond MaxLimits, whose states restore dropped).
+// deleteBuckets deletes the snapshot buckets of names.
 func (p *Persistent) deleteBuckets(names []string) error {
 	if len(names) == 0 {
 		return nil
@@ -168,11 +159,9 @@ func (p *Persistent) deleteBuckets(names []string) error {
 	})
 }
 
-// restoreTx loads the stored states: for each limit, the snapshot merged
-// with the journal's last entry of each key (the journal wins; a deletion
-// removes the key). Malformed and negligible states are dropped, states of
-// limits in conv converted, both journaled. It returns the snapshot
-// buckets of limits beyond MaxLimits, whose states are dropped.
+// restoreTx loads each limit's snapshot merged with its journal (the
+// journal wins), dropping malformed and negligible states and converting
+// those in conv. bad: the buckets of limits beyond MaxLimits.
 func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit) (bad []string, err error) {
 	var c compaction
 	if err := p.collect(tx, &c); err != nil {
@@ -223,8 +212,7 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	return bad, nil
 }
 
-// limitNames returns the names of the limits with a snapshot bucket under
-// root (which may be nil), then those with journal entries in c only.
+// limitNames returns the limits in root (may be nil), then those only in c.
 func limitNames(root *bbolt.Bucket, c *compaction) ([]string, error) {
 	var names []string
 	if root != nil {
@@ -243,7 +231,7 @@ func limitNames(root *bbolt.Bucket, c *compaction) ([]string, error) {
 	return names, nil
 }
 
-// stateRestore is restoreTx's restore of one limit's states at a time.
+// stateRestore restores one limit's states.
 type stateRestore struct {
 	p          *Persistent
 	tx         *bbolt.Tx
@@ -256,8 +244,7 @@ type stateRestore struct {
 	configured bool // the limit is in the configuration
 }
 
-// merge restores one limit: the snapshot bucket b (may be nil) merged in
-// key order with its journal entries ents.
+// merge restores bucket b (may be nil) merged in key order with ents.
 func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 	var cur *bbolt.Cursor
 	var k, v []byte
@@ -287,8 +274,7 @@ func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 	}
 }
 
-// cell restores the snapshot value v of key k (state), or records it as
-// lost when it cannot be read.
+// cell restores snapshot value v of key k, or records it lost.
 func (r *stateRestore) cell(k, v []byte) {
 	p := r.p
 	cell, err := openCell(k, v)
@@ -301,8 +287,7 @@ func (r *stateRestore) cell(k, v []byte) {
 	r.state(k, cell)
 }
 
-// state restores the state v of key k: loaded, converted, or dropped
-// (and its deletion journaled).
+// state loads, converts or drops the state v of key k.
 func (r *stateRestore) state(k, v []byte) {
 	p := r.p
 	if r.merged++; r.merged%releaseEvery == 0 {

@@ -8,9 +8,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Formats describes the records of the rate state and the recipient sets
-// for statedb's Scan, Check, Salvage and SetAside: a snapshot record holds
-// one key, a journal record up to statedb.MaxRecordKeys.
+// Formats describes the rate state's and recipient sets' records for
+// statedb's Scan, Check, Salvage and SetAside.
 func Formats() []statedb.Format {
 	return []statedb.Format{
 		{Bucket: string(bucketName), Nested: true, Check: checkWith(func(k, v []byte) (int, error) {
@@ -46,8 +45,7 @@ func checkWith(check func(k, v []byte) (int, error)) func(*bbolt.Tx) func([]stri
 	}
 }
 
-// openMeta returns the payload of the stored parameters v of limit k,
-// checked. The error wraps statedb.ErrRecord.
+// openMeta returns parameters v's checked payload (statedb.ErrRecord).
 func openMeta(k, v []byte) ([]byte, error) {
 	ver, payload, err := statedb.Unseal(k, v)
 	if err == nil && ver != metaVersion {

@@ -12,9 +12,8 @@ import (
 const (
 	shardShift = 58                     // the top 6 bits of a key's hash pick its shard
 	numShards  = 1 << (64 - shardShift) // 64
-	// evictSample keys are looked at to pick the least recently seen to
-	// evict (approximate LRU, as Redis does), evictScan at most before a full
-	// shard of protected keys refuses a new one.
+	// evictSample keys are sampled for LRU eviction; evictScan at most
+	// before a shard of protected keys refuses a new one.
 	evictSample = 8
 	evictScan   = 64
 
@@ -26,20 +25,17 @@ const (
 	maxSlots = idxMask // entry indices are 0..maxSlots-1
 	minTable = 16
 
-	// compactMin is the least garbage (bytes) worth compacting an arena
-	// for.
+	// compactMin is the least arena garbage (bytes) worth compacting.
 	compactMin = 1024
 )
 
 // DefaultMaxKeys is the key bound used when MemoryOptions.MaxKeys is 0.
 const DefaultMaxKeys = 4_000_000
 
-// MaxKeyLen is the longest key a store accepts, in bytes (BoltDB's key
-// limit).
+// MaxKeyLen is the longest key accepted, in bytes (BoltDB's limit).
 const MaxKeyLen = 32768
 
-// MaxLimits is how many distinct limit names a store can hold. Names are
-// interned for the life of the store; they come from the configuration.
+// MaxLimits is how many distinct limit names a store can hold (interned).
 const MaxLimits = 1 << 16
 
 // entry flags.
@@ -49,8 +45,7 @@ const (
 	fDead              // deleted while tracking; kept until reported
 )
 
-// entry is one (limit, key) pair: 32 bytes, no pointers. A free entry has
-// flags 0 and keyOff holds the next free index+1.
+// entry is one (limit, key) pair, 32 bytes; free: flags 0, keyOff next+1.
 type entry struct {
 	state  ratelimit.State
 	keyOff uint32 // offset of the key in shard.arena
@@ -79,11 +74,9 @@ type shard struct {
 
 // MemoryOptions configures NewMemory.
 type MemoryOptions struct {
-	// MaxKeys bounds the (limit, key) pairs (0: DefaultMaxKeys), per
-	// shard (MaxKeys/64 each, at most 16,777,214).
+	// MaxKeys bounds the (limit, key) pairs (0: DefaultMaxKeys).
 	MaxKeys int
-	// Now is the clock for recency, in Unix ns at one-second resolution;
-	// nil: a per-shard operation counter (only the order matters).
+	// Now is the recency clock, Unix ns (nil: an operation counter).
 	Now func() int64
 }
 
@@ -99,14 +92,12 @@ type Memory struct {
 	refused     atomic.Int64
 	count       atomic.Int64
 	lostDeletes atomic.Int64
-	// protect reports keys that must not be evicted (SetProtect); nil
-	// protects none.
+	// protect reports keys that must not be evicted (SetProtect).
 	protect atomic.Pointer[func(limit string, s ratelimit.State) bool]
 }
 
-// EffectiveMaxKeys returns the pairs a store with MaxKeys n holds at most:
-// n (DefaultMaxKeys if n <= 0) rounded down to a multiple of the 64
-// shards, at least 64, at most 64 times a shard's slots.
+// EffectiveMaxKeys returns the pairs a store with MaxKeys n holds at most
+// (n rounded down to a multiple of the 64 shards).
 func EffectiveMaxKeys(n int) int { return perShard(n) * numShards }
 
 func perShard(maxKeys int) int {
@@ -144,8 +135,7 @@ func (m *Memory) current(sh *shard) uint32 {
 	return sh.clock
 }
 
-// Get returns the state of key under limit, or the zero State. It never
-// fails.
+// Get returns the state of key under limit, or the zero State; no error.
 func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, error) {
 	lim, ok := m.limits.lookup(limit)
 	if !ok {
@@ -164,12 +154,9 @@ func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, err
 	return s, nil
 }
 
-// Update applies fn to the state of key under limit under the shard lock;
-// a new key in a full shard first evicts the least recently seen
-// unprotected key of a sample. Without calling fn it fails with
-// ErrKeyTooLong, ErrTooManyLimits or ErrFull; after calling fn, with
-// ErrKeyPressure when the shard is full of protected keys (nothing stored,
-// counted by Refused).
+// Update applies fn to the state of key under limit under the shard lock,
+// evicting for a new key in a full shard. Errors: ErrKeyTooLong,
+// ErrTooManyLimits, ErrFull, ErrKeyPressure (nothing stored).
 func (m *Memory) Update(_ context.Context, limit, key string, fn func(ratelimit.State) (ratelimit.State, bool)) error {
 	lim, err := m.checkKey(limit, key)
 	if err != nil {
@@ -183,8 +170,7 @@ func (m *Memory) Update(_ context.Context, limit, key string, fn func(ratelimit.
 	return err
 }
 
-// checkKey returns the interned index of limit for storing key:
-// ErrKeyTooLong past MaxKeyLen, ErrTooManyLimits past MaxLimits names.
+// checkKey returns limit's index: ErrKeyTooLong, ErrTooManyLimits.
 func (m *Memory) checkKey(limit, key string) (uint16, error) {
 	if len(key) > MaxKeyLen {
 		return 0, ErrKeyTooLong
@@ -192,8 +178,7 @@ func (m *Memory) checkKey(limit, key string) (uint16, error) {
 	return m.limits.intern(limit)
 }
 
-// updateLocked is Update's body under the lock of sh (h the key's hash,
-// lim its limit's index); it reports whether it stored a new key.
+// updateLocked is Update under sh's lock; inserted: a new key stored.
 func (m *Memory) updateLocked(sh *shard, lim uint16, key string, h uint64, fn func(ratelimit.State) (ratelimit.State, bool)) (inserted bool, err error) {
 	if _, idx, ok := find(sh, lim, key, h); ok {
 		m.applyAt(sh, idx, fn)
@@ -213,8 +198,7 @@ func (m *Memory) updateLocked(sh *shard, lim uint16, key string, h uint64, fn fu
 	return true, nil
 }
 
-// applyAt stores fn's result for entry idx of sh, under sh's lock, when fn
-// says to.
+// applyAt stores fn's result for entry idx of sh; under sh's lock.
 func (m *Memory) applyAt(sh *shard, idx uint32, fn func(ratelimit.State) (ratelimit.State, bool)) {
 	e := sh.at(idx)
 	if s, store := fn(e.state); store {
@@ -224,8 +208,7 @@ func (m *Memory) applyAt(sh *shard, idx uint32, fn func(ratelimit.State) (rateli
 	}
 }
 
-// Delete forgets key under limit and reports whether it had state. It never
-// fails.
+// Delete forgets key under limit, reporting whether it had state.
 func (m *Memory) Delete(_ context.Context, limit, key string) (bool, error) {
 	lim, ok := m.limits.lookup(limit)
 	if !ok {
@@ -243,8 +226,8 @@ func (m *Memory) Delete(_ context.Context, limit, key string) (bool, error) {
 	return ok, nil
 }
 
-// Range calls fn for every stored state until fn returns false. Each shard is
-// locked while it is walked, so fn must not call the store.
+// Range calls fn for every state until false, under shard locks: fn must
+// not call the store.
 func (m *Memory) Range(_ context.Context, fn func(limit, key string, s ratelimit.State) bool) error {
 	names := m.limits.all()
 	for i := range m.shards {
@@ -271,17 +254,14 @@ func (m *Memory) Len() int { return int(m.count.Load()) }
 // Evicted returns how many keys have been evicted to respect MaxKeys.
 func (m *Memory) Evicted() int64 { return m.evicted.Load() }
 
-// Refused returns how many new keys were refused (ErrKeyPressure, or
-// dropped at restore) because their shard was full of protected keys.
+// Refused returns how many new keys were refused for protected keys.
 func (m *Memory) Refused() int64 { return m.refused.Load() }
 
-// Cap returns the number of (limit, key) pairs m holds at most: MaxKeys
-// rounded down to a multiple of the shard count (64).
+// Cap returns the (limit, key) pairs m holds at most.
 func (m *Memory) Cap() int { return m.perShard * numShards }
 
-// SetProtect installs protect, which reports a state that must not be
-// evicted (nil: none). It is called under a shard lock and must not call
-// the store.
+// SetProtect installs protect, reporting states never evicted (nil: none);
+// it runs under a shard lock and must not call the store.
 func (m *Memory) SetProtect(protect func(limit string, s ratelimit.State) bool) {
 	if protect == nil {
 		m.protect.Store(nil)
@@ -290,8 +270,7 @@ func (m *Memory) SetProtect(protect func(limit string, s ratelimit.State) bool) 
 	m.protect.Store(&protect)
 }
 
-// Footprint returns the bytes of m's tables, slabs, key arenas and
-// change lists, without allocator overhead.
+// Footprint returns the bytes of m's tables, slabs, arenas and lists.
 func (m *Memory) Footprint() int64 {
 	var n int64
 	for i := range m.shards {
@@ -306,8 +285,7 @@ func (m *Memory) Footprint() int64 {
 	return n
 }
 
-// Sweep drops every state negligible reports and returns how many, one
-// shard at a time, shrinking mostly empty tables.
+// Sweep drops every state negligible reports and returns how many.
 func (m *Memory) Sweep(negligible func(limit string, s ratelimit.State) bool) int {
 	names := m.limits.all()
 	n := 0
@@ -336,10 +314,8 @@ func (m *Memory) Sweep(negligible func(limit string, s ratelimit.State) bool) in
 }
 
 // TakeDirty calls put for each state changed and del for each key removed
-// since the previous call (the first reports every state held), and
-// clears the marks; within one call the last report of a key wins. put
-// and del run under a shard lock and must not call the store. Its cost
-// follows the number of changes.
+// since the last call, and clears the marks; put and del run under a
+// shard lock and must not call the store.
 func (m *Memory) TakeDirty(put func(limit, key string, s ratelimit.State), del func(limit, key string)) {
 	var names []string
 	m.takeDirty(func(lim uint16, key []byte, s ratelimit.State, deleted bool) {
@@ -351,8 +327,7 @@ func (m *Memory) TakeDirty(put func(limit, key string, s ratelimit.State), del f
 	}, nil)
 }
 
-// takeDirty is TakeDirty with the limit index and the key bytes (valid
-// during fn only); between, if not nil, runs after each shard unlocked.
+// takeDirty is TakeDirty by index; between runs after each shard.
 func (m *Memory) takeDirty(fn func(lim uint16, key []byte, s ratelimit.State, deleted bool), between func()) {
 	for i := range m.shards {
 		if i > 0 && between != nil {
@@ -385,8 +360,7 @@ func (m *Memory) takeDirty(fn func(lim uint16, key []byte, s ratelimit.State, de
 	}
 }
 
-// startTracking turns change tracking on for every shard, marking all
-// states held as changed.
+// startTracking turns change tracking on, marking all states changed.
 func (m *Memory) startTracking() {
 	for i := range m.shards {
 		sh := &m.shards[i]
@@ -396,22 +370,18 @@ func (m *Memory) startTracking() {
 	}
 }
 
-// LostDeletes returns the deletions TakeDirty missed because a shard ran
-// out of slots for deleted keys (over 16 million between two calls); such
-// a key's last persisted state may come back after a restart (stricter,
-// never more forgiving).
+// LostDeletes returns the deletions TakeDirty missed (over 16 million
+// between calls in a shard); such states may return after a restart.
 func (m *Memory) LostDeletes() int64 { return m.lostDeletes.Load() }
 
-// Load stores s for key under limit without marking it changed (restore),
-// replacing a state held; a state Update would refuse is dropped.
+// Load stores s for key under limit without marking it changed.
 func (m *Memory) Load(limit, key string, s ratelimit.State) {
 	if lim, err := m.limits.intern(limit); err == nil {
 		load(m, lim, key, s, true)
 	}
 }
 
-// load is Load, replacing a held state only if replace is set; it
-// reports whether s was stored.
+// load is Load (replacing only if replace); it reports whether stored.
 func load[K keyBytes](m *Memory, lim uint16, key K, s ratelimit.State, replace bool) bool {
 	if len(key) > MaxKeyLen {
 		return false
@@ -439,9 +409,8 @@ func load[K keyBytes](m *Memory, lim uint16, key K, s ratelimit.State, replace b
 	return true
 }
 
-// withAllLocked locks every shard and calls swap; if it returns true, each
-// state conv changes is replaced (zero: removed) and marked changed. It
-// returns how many changed.
+// withAllLocked calls swap with every shard locked; if true, applies conv
+// to every state and returns how many changed.
 func (m *Memory) withAllLocked(swap func() bool, conv func(limit string, s ratelimit.State) (ratelimit.State, bool)) int {
 	for i := range m.shards {
 		m.shards[i].mu.Lock()

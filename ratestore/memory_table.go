@@ -25,8 +25,8 @@ func hashOf[K keyBytes](seed maphash.Seed, key K) uint64 {
 
 func tagOf(h uint64) uint32 { return uint32(h>>50) & 0xff }
 
-// find looks up key under lim, whose hash is h. It returns the table
-// position and entry index, or the empty position ending the probe run.
+// find looks up key under lim (hash h): table position and entry index,
+// or the empty position ending the probe run.
 func find[K keyBytes](sh *shard, lim uint16, key K, h uint64) (pos, idx uint32, ok bool) {
 	if len(sh.table) == 0 {
 		return 0, 0, false
@@ -49,8 +49,7 @@ func find[K keyBytes](sh *shard, lim uint16, key K, h uint64) (pos, idx uint32, 
 	}
 }
 
-// findKey returns the arena offset of key if some other limit's entry
-// holds it.
+// findKey returns key's arena offset if another limit's entry holds it.
 func findKey[K keyBytes](sh *shard, key K, h uint64) (uint32, bool) {
 	mask := uint32(len(sh.table) - 1)
 	tag := tagOf(h)
@@ -69,8 +68,7 @@ func findKey[K keyBytes](sh *shard, key K, h uint64) (uint32, bool) {
 	}
 }
 
-// insert adds a new entry (absent, canAppend checked), evicting first if
-// the shard is full; false, storing nothing, when no key may be evicted.
+// insert adds a new entry, evicting if full; false when none may be evicted.
 func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s ratelimit.State, dirty bool) bool {
 	if sh.live >= m.perShard {
 		if !m.evict(sh) {
@@ -83,8 +81,7 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 	}
 	x, ok := sh.alloc()
 	if !ok {
-		// Every slot is held by a deleted entry not yet reported: give
-		// up reporting them rather than refuse the new state.
+		// Every slot held by an unreported deletion: drop them.
 		m.lostDeletes.Add(int64(sh.dropDead()))
 		x, _ = sh.alloc() // live < perShard < maxSlots: a slot is free now
 	}
@@ -110,8 +107,7 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 }
 
 // evict removes the least recently seen of evictSample unprotected
-// entries from a random table position, looking at evictScan at most;
-// false when all were protected.
+// entries from a random position; false when all were protected.
 func (m *Memory) evict(sh *shard) bool {
 	if sh.live == 0 {
 		return true
@@ -150,8 +146,8 @@ func (m *Memory) evict(sh *shard) bool {
 	return true
 }
 
-// remove takes entry x, at table position pos, out of the table: it is
-// freed, or kept dead until TakeDirty reports it when tracking.
+// remove takes entry x at pos out of the table (dead until TakeDirty when
+// tracking).
 func (m *Memory) remove(sh *shard, pos, x uint32, h uint64) {
 	sh.unlink(pos)
 	sh.live--
@@ -192,8 +188,7 @@ func (sh *shard) startTracking() {
 	}
 }
 
-// canAppend reports whether n more key bytes fit the arena's 32-bit
-// offsets, compacting it if that helps.
+// canAppend reports whether n more key bytes fit the 32-bit arena.
 func (sh *shard) canAppend(n int) bool {
 	if len(sh.arena)+n <= math.MaxUint32 {
 		return true
@@ -215,8 +210,7 @@ func (sh *shard) alloc() (uint32, bool) {
 	x := sh.slots
 	c := int(x >> chunkBits)
 	if c == len(sh.chunks) {
-		// The first chunk grows from 16 entries, so that a small store
-		// stays small; later ones are allocated whole.
+		// The first chunk grows from 16 entries.
 		size := chunkSize
 		if c == 0 {
 			size = 16
@@ -233,8 +227,7 @@ func (sh *shard) alloc() (uint32, bool) {
 	return x, true
 }
 
-// release frees entry x (hash h, out of the table), counting its key
-// bytes as garbage unless another entry shares them.
+// release frees entry x (hash h), its key bytes garbage unless shared.
 func (sh *shard) release(x uint32, h uint64) {
 	e := sh.at(x)
 	if !sh.shared(e.keyOff, e.keyLen, h) {
@@ -244,8 +237,7 @@ func (sh *shard) release(x uint32, h uint64) {
 	sh.free = x + 1
 }
 
-// shared reports whether an entry in the table uses the key bytes at off.
-// Entries sharing a key have the same hash, so they are in h's probe run.
+// shared reports whether an entry in h's probe run uses the key at off.
 func (sh *shard) shared(off, n uint32, h uint64) bool {
 	if len(sh.table) == 0 || n == 0 {
 		return false
@@ -262,8 +254,7 @@ func (sh *shard) shared(off, n uint32, h uint64) bool {
 	return false
 }
 
-// dropDead frees every dead entry without reporting it and returns how
-// many there were.
+// dropDead frees every dead entry unreported and returns how many.
 func (sh *shard) dropDead() int {
 	n := 0
 	for _, x := range sh.dirty {
@@ -292,8 +283,7 @@ func (sh *shard) unlink(pos uint32) {
 	sh.table[i] = 0
 }
 
-// tableSize returns the table size for n entries: a power of two at most
-// 3/8 full.
+// tableSize returns a power of two at most 3/8 full with n entries.
 func tableSize(n int) int {
 	size := minTable
 	for n*8 > size*3 {
@@ -325,8 +315,7 @@ func (sh *shard) maybeCompact() {
 	}
 }
 
-// compact copies the key bytes still referenced (by live and dead entries)
-// to a new arena, keeping shared keys shared.
+// compact copies the referenced key bytes to a new arena.
 func (sh *shard) compact() {
 	arena := make([]byte, 0, max(len(sh.arena)-sh.garbage, 0))
 	moved := make(map[uint64]uint32)
@@ -349,8 +338,7 @@ func (sh *shard) compact() {
 	sh.garbage = 0
 }
 
-// registry interns limit names. Lookups read an immutable map without
-// locking; a new name copies it.
+// registry interns limit names; lookups read an immutable map unlocked.
 type registry struct {
 	mu    sync.Mutex
 	ids   atomic.Pointer[map[string]uint16]
@@ -388,8 +376,7 @@ func (r *registry) intern(name string) (uint16, error) {
 	return uint16(len(names) - 1), nil
 }
 
-// name returns the name of id, using and refreshing the snapshot *names
-// of all (a name interned after the snapshot was taken is looked up anew).
+// name returns the name of id, using and refreshing the snapshot *names.
 func (r *registry) name(id uint16, names *[]string) string {
 	if int(id) >= len(*names) {
 		*names = r.all()
@@ -397,8 +384,7 @@ func (r *registry) name(id uint16, names *[]string) string {
 	return (*names)[id]
 }
 
-// all returns the interned names, indexed by id. The slice is never
-// modified.
+// all returns the interned names by id (never modified).
 func (r *registry) all() []string {
 	if p := r.names.Load(); p != nil {
 		return *p

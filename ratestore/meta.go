@@ -8,14 +8,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// The parameters each limit's states were written under, in bucket
-// ratemeta: a stored state means something only under them (an
-// exponential {time, rate} read as a GCRA arrival time lets an offender
-// through). Under the limit's name, a statedb record (metaVersion) whose
-// payload is 50 bytes, big-endian: metaFormat (1), Algorithm (1), Limit
-// (float64 bits), Period (ns), HalfLife (ns), Factor, Floor (float64
-// bits), LearnPeriod (ns). They are written in the transaction of the
-// states converted to them.
+// Bucket ratemeta holds the parameters each limit's states were written
+// under: per limit name a statedb record (metaVersion), 50 bytes
+// big-endian: metaFormat (1), Algorithm (1), Limit (float64 bits), Period
+// (ns), HalfLife (ns), Factor, Floor (float64 bits), LearnPeriod (ns).
 var metaName = []byte("ratemeta")
 
 const (
@@ -23,12 +19,10 @@ const (
 	metaLen    = 50
 )
 
-// DefaultRetention is how long states of a limit with unknown parameters
-// are kept after their Time: they cannot be judged decayed.
+// DefaultRetention keeps states of unknown parameters after their Time.
 const DefaultRetention = 30 * 24 * time.Hour
 
-// ProtectFraction is the share of its limit at or above which a key is
-// never evicted under key pressure (MaxKeys).
+// ProtectFraction is the share of its limit from which a key is not evicted.
 const ProtectFraction = 0.5
 
 func encodeParams(l ratelimit.Limit) []byte {
@@ -42,8 +36,7 @@ func encodeParams(l ratelimit.Limit) []byte {
 	return binary.BigEndian.AppendUint64(v, uint64(l.LearnPeriod))
 }
 
-// decodeParams is encodeParams' inverse; ok is false for a malformed
-// value (restore treats it as unknown parameters).
+// decodeParams is encodeParams' inverse; !ok for a malformed value.
 func decodeParams(v []byte) (ratelimit.Limit, bool) {
 	if len(v) != metaLen || v[0] != metaFormat {
 		return ratelimit.Limit{}, false
@@ -60,8 +53,7 @@ func decodeParams(v []byte) (ratelimit.Limit, bool) {
 	return l, l.Validate() == nil
 }
 
-// meaning strips l to what gives a stored state its meaning (not the
-// mode, which says how states are updated).
+// meaning strips l to what gives a stored state its meaning.
 func meaning(l ratelimit.Limit) ratelimit.Limit {
 	l.Mode = ratelimit.Leaky
 	if l.Algorithm != ratelimit.EARRRL {
@@ -73,17 +65,14 @@ func meaning(l ratelimit.Limit) ratelimit.Limit {
 	return l
 }
 
-// sameMeaning reports whether states written under a mean the same under
-// b: same algorithm, period and (EARRRL) half-life; the limit and a
-// baseline's factor, floor and learning period do not change it.
+// sameMeaning reports whether a and b share algorithm, period and half-life.
 func sameMeaning(a, b ratelimit.Limit) bool {
 	a, b = meaning(a), meaning(b)
 	return a.Algorithm == b.Algorithm && a.Period == b.Period && a.HalfLife == b.HalfLife
 }
 
-// convert is ratelimit.Limit.Convert: the state under to of a key whose
-// state under from is s, at now (see Reconfigure). The error wraps
-// ratelimit.ErrNotFinite; the callers then keep s, log and count it.
+// convert is ratelimit.Limit.Convert of s from from to to at now; errors
+// wrap ratelimit.ErrNotFinite.
 func convert(s ratelimit.State, from, to ratelimit.Limit, now time.Time) (ratelimit.State, error) {
 	return to.Convert(s, from, now)
 }

@@ -16,20 +16,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Recipients keeps the recent recipients of every (limit, key) pair of the
-// per = "addr" limits, one ratelimit.AddrSet per pair; it implements
-// policy.RecipientSets. At most MaxKeys pairs are kept, each at most
-// 2*ratelimit.AddrMaxFilterBytes; when a shard is full a random pair is
-// dropped (its recipients count as new again: over-counting, never
-// under-counting). Sweep drops pairs whose two generations have expired.
-//
-// Persistence is write-behind: Flush writes the pairs changed since the
-// last flush to bucket "rcptsets" in one transaction, each under limit
-// name, NUL, rate key, as a statedb record of version 1 whose payload is
-// the period (ns, 8 bytes little-endian) then the AddrSet's
-// MarshalBinary. A crash loses the recipients added since the last flush.
-//
-// Its methods are safe for concurrent use.
+// Recipients keeps a ratelimit.AddrSet of recent recipients per (limit,
+// key) pair of the per = "addr" limits (policy.RecipientSets), at most
+// MaxKeys pairs; a full shard drops a random pair. Flush writes changed
+// pairs to bucket "rcptsets" under name NUL key, as statedb records of
+// version 1: period (ns, 8 bytes little-endian) then AddrSet.MarshalBinary.
+// Safe for concurrent use.
 type Recipients struct {
 	opts   RecipientOptions
 	db     *bbolt.DB
@@ -38,8 +30,7 @@ type Recipients struct {
 	flushM sync.Mutex // serialises flushes
 	closed chan struct{}
 	once   sync.Once
-	// lastSweep is when Tick last swept (Tick is called from one
-	// goroutine).
+	// lastSweep is when Tick last swept (one goroutine).
 	lastSweep time.Time
 }
 
@@ -51,8 +42,7 @@ var rcptBucket = []byte("rcptsets")
 // rcptVersion is the record version of a recipient set.
 const rcptVersion = 1
 
-// openRcpt returns the payload of the stored recipient set v of pair k,
-// checked. The error wraps statedb.ErrRecord.
+// openRcpt returns the checked payload of set v of pair k (statedb.ErrRecord).
 func openRcpt(k, v []byte) ([]byte, error) {
 	ver, payload, err := statedb.Unseal(k, v)
 	if err == nil && (ver != rcptVersion || len(payload) < 8) {
@@ -72,8 +62,7 @@ type rcptShard struct {
 	dirty map[string]struct{}
 }
 
-// RecipientOptions configures NewRecipients and OpenRecipients. The zero
-// value is usable.
+// RecipientOptions configures NewRecipients and OpenRecipients.
 type RecipientOptions struct {
 	// MaxKeys bounds the (limit, key) pairs kept; default 100,000.
 	MaxKeys int
@@ -81,8 +70,7 @@ type RecipientOptions struct {
 	SweepInterval time.Duration
 }
 
-// NewRecipients returns an in-memory Recipients (no persistence), for the
-// simulator and tests.
+// NewRecipients returns an in-memory Recipients (no persistence).
 func NewRecipients(opts RecipientOptions) *Recipients {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 100_000
@@ -98,11 +86,9 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	return r
 }
 
-// OpenRecipients returns a Recipients kept in db's bucket "rcptsets",
-// restored: expired and undecodable sets are dropped (deleted by the
-// first flush), those beyond MaxKeys skipped. It refuses records that fail
-// their checksum with statedb.RecordsLost's error and returns BoltDB's,
-// wrapping ErrDamaged for a page BoltDB panics on.
+// OpenRecipients restores a Recipients kept in db's bucket "rcptsets",
+// dropping expired and undecodable sets. Errors: statedb.RecordsLost's,
+// ErrDamaged, BoltDB's.
 func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
 	r := NewRecipients(opts)
 	r.db = db
@@ -151,9 +137,8 @@ func (r *Recipients) shard(id string) *rcptShard {
 	return &r.shards[maphash.String(r.seed, id)%recipientShards]
 }
 
-// Seen reports whether key sent to the address of hash h
-// (ratelimit.HashAddr) under limit in the current or previous generation
-// of length period. It never fails.
+// Seen reports whether key sent to address hash h (ratelimit.HashAddr)
+// under limit in the current or previous period; no error.
 func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -166,9 +151,8 @@ func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now ti
 	return e.set.Seen(h, now, period), nil
 }
 
-// Add records that key sent to the address of hash h under limit;
-// capacity sizes the filter (ratelimit.AddrSet.Add). It returns
-// ErrKeyTooLong for a key longer than MaxKeyLen.
+// Add records that key sent to address hash h under limit; capacity sizes
+// the filter. Error: ErrKeyTooLong.
 func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration, capacity int) error {
 	if len(key) > MaxKeyLen {
 		return ErrKeyTooLong
@@ -195,8 +179,7 @@ func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now tim
 	return nil
 }
 
-// Forget drops key's set under limit (rate reset) and reports whether
-// there was one; the next flush deletes it.
+// Forget drops key's set under limit and reports whether there was one.
 func (r *Recipients) Forget(_ context.Context, limit, key string) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -254,9 +237,8 @@ func (r *Recipients) Sweep(now time.Time) int {
 	return n
 }
 
-// Flush writes the sets changed since the last flush in one transaction;
-// a failed flush keeps them for the next. It does nothing in memory only
-// and returns ErrClosed after Close.
+// Flush writes the changed sets in one transaction (kept on failure);
+// ErrClosed after Close.
 func (r *Recipients) Flush() error {
 	select {
 	case <-r.closed:
@@ -314,7 +296,6 @@ func (r *Recipients) flush() error {
 		return nil
 	}
 	if err := damageSafe(r.db, func() error { return statedb.Update(r.db, write) }); err != nil {
-		// Keep the changes: mark them dirty again.
 		for _, c := range changes {
 			sh := r.shard(c.id)
 			sh.mu.Lock()
@@ -326,9 +307,7 @@ func (r *Recipients) flush() error {
 	return nil
 }
 
-// Tick is the periodic work of the write-behind (statedb.Flusher): sweep
-// every SweepInterval, then flush. It returns the flush's error; nil after
-// Close.
+// Tick sweeps every SweepInterval, then flushes (statedb.Flusher).
 func (r *Recipients) Tick() error {
 	if now := time.Now(); now.Sub(r.lastSweep) >= r.opts.SweepInterval {
 		r.lastSweep = now
@@ -340,16 +319,14 @@ func (r *Recipients) Tick() error {
 	return nil
 }
 
-// Close flushes a last time. Later Flush calls return
-// ErrClosed.
+// Close flushes a last time; later Flush calls return ErrClosed.
 func (r *Recipients) Close() error {
 	err := r.flush()
 	r.once.Do(func() { close(r.closed) })
 	return err
 }
 
-// StoredRecipientPairs lists the pairs in db's "rcptsets" bucket as
-// "limit|key", in key order (tests, diagnostics).
+// StoredRecipientPairs lists db's "rcptsets" pairs as "limit|key", sorted.
 func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 	var out []string
 	err := db.View(func(tx *bbolt.Tx) error {

@@ -9,16 +9,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// stackMax is the largest stack EvaluateStack decides under its shards'
-// locks; larger ones go through policy.EvaluateStack.
+// stackMax is the largest stack EvaluateStack decides itself.
 const stackMax = 16
 
-// EvaluateStack decides a request's stack of limits at now
-// (policy.StackEvaluator), as policy.EvaluateStack would, under the locks
-// of its keys' shards (taken in shard order): one hash per key, no
-// allocation once the states exist, and atomic per stack. Stacks over 16
-// limits go through policy.EvaluateStack. An item that cannot be stored
-// gets out[i].Err as Update returns it; EvaluateStack itself never fails.
+// EvaluateStack decides a stack of limits at now as policy.EvaluateStack
+// would, atomically under its keys' shard locks (policy.StackEvaluator).
+// Items that cannot be stored get out[i].Err; no error itself.
 func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if len(items) == 0 {
 		return nil
@@ -77,9 +73,7 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
 		return out[i].Result.Over && items[i].Refuses
 	})
-	// Store the counted items' new states (Update). An entry found above
-	// is used where it is until a new key has been stored (which may
-	// evict or move entries); after that it is looked up again.
+	// Store the new states; after an insertion entries are looked up anew.
 	inserted := false
 	for i := range items {
 		it := &items[i]
@@ -90,9 +84,7 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		if !store {
 			continue
 		}
-		// Update's function: next when the state is still the one
-		// measured (always, unless the stack names one (limit, key)
-		// twice), else the request re-applied to the current state.
+		// next if the state is as measured, else re-applied.
 		prev := out[i].Prev
 		apply := func(old ratelimit.State) (ratelimit.State, bool) {
 			return it.Params.Reapply(old, prev, next, now, it.Cost, admitted)
@@ -117,9 +109,7 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	return nil
 }
 
-// EvaluateStack is Memory.EvaluateStack; the next flush writes the
-// changes. Read-only, it measures through policy.EvaluateStack, items to
-// be stored getting ErrReadOnly.
+// EvaluateStack is Memory.EvaluateStack (read-only: items get ErrReadOnly).
 func (p *Persistent) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if p.opts.ReadOnly {
 		return policy.EvaluateStack(ctx, p, now, items, refused, out)
