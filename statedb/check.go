@@ -12,16 +12,13 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Inspect reads part of an open state file for Check without writing,
-// reporting to w; it returns its problems (short phrases) and an error when
-// it could not read at all. Check recovers its panics and faults.
+// Inspect reports part of an open state file to w for Check, returning
+// its problems (short phrases) and an error when it could not read.
 type Inspect func(w io.Writer, db *bolt.DB) (problems []string, err error)
 
-// Check writes to w what is readable in the state file at path: page
-// structure, Tx.Check, each top-level bucket's counts, every record of the
-// formats, then inspect's report (if not nil). It returns Damaged's error
-// for a damaged file, an error saying so for a locked one, and the os
-// error. It never writes and recovers BoltDB's panics.
+// Check writes to w what is readable in the state file at path (pages,
+// Tx.Check, bucket counts, records, inspect). Errors: Damaged's, a locked
+// file's, the os error. It never writes.
 func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -93,8 +90,7 @@ func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	return nil
 }
 
-// checkBuckets writes each top-level bucket's counts to w, each read on its
-// own; what cannot be read is added to bad.
+// checkBuckets writes each top-level bucket's counts to w; failures to bad.
 func checkBuckets(w io.Writer, db *bolt.DB, bad *[]string) {
 	var names []string
 	guard(bad, "listing buckets", func() error {

@@ -6,11 +6,8 @@ import (
 	"time"
 )
 
-// Flusher is the one write-behind loop of the stores that share a state
-// file: every interval it calls their flushes in the order added, and a
-// last time when Run's context is done. A flush that fails keeps its
-// changes for the next; Flusher logs its error and passes it to onError.
-// Add before Run.
+// Flusher calls the stores' flushes in order every interval and a last
+// time when Run's context is done, logging failures. Add before Run.
 type Flusher struct {
 	interval time.Duration
 	log      *slog.Logger
@@ -23,8 +20,7 @@ type namedFlush struct {
 	flush func() error
 }
 
-// NewFlusher returns a Flusher with the given interval (> 0); log (nil:
-// discard) and onError (may be nil) receive failed flushes.
+// NewFlusher returns a Flusher (interval > 0); log and onError may be nil.
 func NewFlusher(interval time.Duration, log *slog.Logger, onError func(name string, err error)) *Flusher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -37,8 +33,7 @@ func (f *Flusher) Add(name string, flush func() error) {
 	f.flushes = append(f.flushes, namedFlush{name, flush})
 }
 
-// Run flushes every interval until ctx is done, then flushes a last time
-// and returns. Call it once.
+// Run flushes every interval until ctx is done, then a last time; once.
 func (f *Flusher) Run(ctx context.Context) {
 	t := time.NewTicker(f.interval)
 	defer t.Stop()

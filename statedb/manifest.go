@@ -11,18 +11,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The manifest. A checksum finds a damaged record, not a missing one, and
-// BoltDB checks neither a bucket's name nor its sequence (a flipped bit
-// hides a bucket whole, or makes NextSequence overwrite a record). So each
-// bucket the formats describe has an entry, written in the transaction of
-// its records, which Scan compares:
+// The manifest: each bucket the formats describe has an entry written in
+// the transaction of its records, which Scan compares:
 //
 //	statedb/manifest            top-level bucket
 //	  path -> record            the top-level name, then NUL and the nested
 //	                            name; Seal version 1 of uvarint(values)
 //	                            uvarint(sequence)
-//
-// A bucket without an entry is not compared.
 var manifestName = []byte("statedb/manifest")
 
 // ManifestBucket is the name of the manifest's top-level bucket.
@@ -30,14 +25,12 @@ const ManifestBucket = "statedb/manifest"
 
 const manifestVersion = 1
 
-// manifestKey returns the manifest key of the bucket at path (one or two
-// names).
+// manifestKey returns the manifest key of the bucket at path (1-2 names).
 func manifestKey(path []string) []byte {
 	return []byte(strings.Join(path, "\x00"))
 }
 
-// manifestPath is manifestKey's inverse: the top-level name, then the
-// rest (a nested name may hold NUL itself).
+// manifestPath is manifestKey's inverse.
 func manifestPath(key []byte) []string {
 	top, rest, nested := bytes.Cut(key, []byte{0})
 	if !nested {
@@ -95,10 +88,7 @@ func countValues(b *bolt.Bucket) (n uint64) {
 }
 
 // Tally keeps the manifest entries of the buckets one write transaction
-// changes. A store writes through it (Put, Append, Delete, or its own
-// writes followed by Added, Touch or Recount) and calls Save before the
-// transaction commits; Update does both. A Tally is not safe for
-// concurrent use (nor is its transaction).
+// changes; Save before commit. Not safe for concurrent use.
 type Tally struct {
 	tx      *bolt.Tx
 	changes map[string]*change
@@ -118,8 +108,7 @@ func NewTally(tx *bolt.Tx) *Tally {
 	return &Tally{tx: tx, changes: map[string]*change{}}
 }
 
-// Update runs fn in a write transaction of db with a Tally, which it saves
-// before the transaction commits.
+// Update runs fn in a write transaction of db with a Tally, then saves it.
 func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
 	return db.Update(func(tx *bolt.Tx) error {
 		t := NewTally(tx)
@@ -153,15 +142,13 @@ func (t *Tally) Put(b *bolt.Bucket, path []string, k, v []byte) error {
 	return b.Put(k, v)
 }
 
-// Append puts v under k in b, the bucket at path, where k is known to be
-// new (a key from NextSequence): it is counted without looking it up.
+// Append puts v under a new k (NextSequence) in b, the bucket at path.
 func (t *Tally) Append(b *bolt.Bucket, path []string, k, v []byte) error {
 	t.change(path).delta++
 	return b.Put(k, v)
 }
 
-// Delete deletes k from b, the bucket at path, counting it when it was
-// there.
+// Delete deletes k from b, the bucket at path.
 func (t *Tally) Delete(b *bolt.Bucket, path []string, k []byte) error {
 	if b.Get(k) != nil {
 		t.change(path).delta--
@@ -169,30 +156,23 @@ func (t *Tally) Delete(b *bolt.Bucket, path []string, k []byte) error {
 	return b.Delete(k)
 }
 
-// Added counts n values added to the bucket at path (negative: deleted)
-// by the caller's own writes.
+// Added counts n values added (negative: deleted) to the bucket at path.
 func (t *Tally) Added(path []string, n int) { t.change(path).delta += int64(n) }
 
-// Touch saves the entry of the bucket at path even if no value changed:
-// after creating or deleting it (a deleted bucket's entry is deleted) or
-// changing its sequence.
+// Touch saves the entry of the bucket at path even if no value changed.
 func (t *Tally) Touch(path []string) { t.change(path) }
 
-// Recount counts the values of the bucket at path at Save (after writes
-// too many to count one by one, or whose effect is unknown).
+// Recount counts the values of the bucket at path at Save.
 func (t *Tally) Recount(path []string) { t.change(path).recount = true }
 
-// Ensure writes an entry for the bucket at path at Save if it has none
-// (a bucket just created), its values counted.
+// Ensure writes an entry for the bucket at path at Save if it has none.
 func (t *Tally) Ensure(path []string) {
 	if c := t.change(path); !c.recount && c.delta == 0 {
 		c.ensure = true
 	}
 }
 
-// Save writes the entries of the buckets changed: each one's count of
-// values and sequence. A bucket without an entry, or whose entry cannot
-// be read, is counted whole.
+// Save writes the changed buckets' entries (value count and sequence).
 func (t *Tally) Save() error {
 	if len(t.order) == 0 {
 		return nil
@@ -256,8 +236,7 @@ func readManifest(tx *bolt.Tx) *manifest {
 	return m
 }
 
-// compare checks the bucket b at path, holding values values, against its
-// entry, returning the Lost that reports a difference (ok false).
+// compare checks bucket b at path (values values) against its entry.
 func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, bool) {
 	key := string(manifestKey(path))
 	e, ok := m.entries[key]
@@ -280,8 +259,7 @@ func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, 
 	return Lost{}, true
 }
 
-// missing returns a Lost for each entry of a bucket under one of tops that
-// Scan did not find.
+// missing returns a Lost for each entry under tops that Scan did not find.
 func (m *manifest) missing(tops map[string]bool) []Lost {
 	var lost []Lost
 	for key, e := range m.entries {

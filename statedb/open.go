@@ -14,15 +14,12 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// ErrNoFile is returned by Open in read-only mode when the state file does
-// not exist: nothing has been stored yet.
+// ErrNoFile is returned by a read-only Open for a missing state file.
 var ErrNoFile = errors.New("no state file")
 
-// Damaged returns the error that stops the daemon and the CLI on a damaged
-// state file at path, wrapping ErrDamaged and naming the file, the cause
-// and the way out (state check --salvage, moving the file aside).
+// Damaged returns the error for a damaged state file at path, wrapping
+// ErrDamaged and naming the cause and the way out.
 func Damaged(path string, cause any) error {
-	// A cause from the store names the file already.
 	text := strings.TrimPrefix(fmt.Sprint(cause), ErrDamaged.Error()+": ")
 	cause = strings.TrimPrefix(text, path+": ")
 	return fmt.Errorf("%w: %s: %v\n"+
@@ -33,12 +30,9 @@ func Damaged(path string, cause any) error {
 		"    mv %s %s.damaged-%s", ErrDamaged, path, cause, path, path, time.Now().UTC().Format("20060102T150405"))
 }
 
-// Open opens the state file at path, shared and read-only with readOnly,
-// waiting up to timeout (1 s if 0) for another process's lock. It
-// refuses with Damaged's error a 0-byte file, one BoltDB cannot open or
-// panics on, a truncated one, or one failing CheckPages or Tx.Check; a
-// locked file is an error saying so (wrapping bbolt's ErrTimeout);
-// read-only, a missing file is ErrNoFile. The caller closes the database.
+// Open opens the state file at path (shared with readOnly), waiting up to
+// timeout (0: 1 s) for the lock. Errors: Damaged's, a locked file's
+// (wrapping bbolt's ErrTimeout), ErrNoFile. The caller closes db.
 func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	if timeout <= 0 {
 		timeout = time.Second
@@ -75,8 +69,7 @@ func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err e
 	return db, nil
 }
 
-// lockedError is Open's error on a file another process holds: it says so
-// and wraps bbolt's ErrTimeout.
+// lockedError is Open's error on a locked file (wraps bbolt's ErrTimeout).
 type lockedError struct {
 	path string
 	err  error
@@ -88,17 +81,14 @@ func (e lockedError) Error() string {
 
 func (e lockedError) Unwrap() error { return e.err }
 
-// openBolt opens path with BoltDB, turning a panic or a fault
-// (debug.SetPanicOnFault) into an error, after which it closes the file to
-// release its lock.
+// openBolt opens path with BoltDB, turning a panic or fault into an error.
 func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	var f *os.File
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			if f != nil {
-				// BoltDB's mapping of the file, which the panic left
-				// behind, would keep the lock alive past Close.
+				// The mapping left behind would keep the lock.
 				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 				f.Close()
 			}
@@ -113,8 +103,7 @@ func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, e
 		}})
 }
 
-// fileSize is the size of db's file and highWater the bytes its pages take:
-// a page read past the end of a truncated file would fault.
+// fileSize is the size of db's file, highWater the bytes its pages take.
 func fileSize(db *bolt.DB) int64 {
 	fi, err := os.Stat(db.Path())
 	if err != nil {
@@ -131,8 +120,7 @@ func highWater(db *bolt.DB) (n int64) {
 	return n
 }
 
-// checkDB runs BoltDB's consistency check and returns at most max of the
-// problems it reports (a panic on a corrupt page is one of them).
+// checkDB runs Tx.Check and returns at most max problems.
 func checkDB(db *bolt.DB, max int) (problems []string) {
 	err := db.View(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
@@ -148,16 +136,14 @@ func checkDB(db *bolt.DB, max int) (problems []string) {
 	return problems
 }
 
-// guard runs fn, recording its error, panic or fault (recovered) in bad
-// under what.
+// guard runs fn, recording its error, panic or fault in bad under what.
 func guard(bad *[]string, what string, fn func() error) {
 	if err := recovered(fn); err != nil {
 		*bad = append(*bad, fmt.Sprintf("%s: %v", what, err))
 	}
 }
 
-// recovered runs fn, which reads a BoltDB file that may be damaged, turning
-// a panic, or a fault on the file's mapping, into an error.
+// recovered runs fn, turning a BoltDB panic or fault into an error.
 func recovered(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {

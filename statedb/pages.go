@@ -10,18 +10,9 @@ import (
 )
 
 // CheckPages walks the page tree of the BoltDB file at path without BoltDB
-// and returns an error wrapping ErrDamaged for what BoltDB cannot survive
-// or would not see: bbolt.Tx.Check recurses into a cycle of page
-// references until a fatal stack overflow, and bbolt.Open reads a free
-// list past its page. From the meta page of the latest valid transaction
-// it checks the free list's extent, then visits each page reachable from
-// the root once: within the high-water mark and the file, carrying its
-// own id, a branch or leaf, referenced once, its elements packed as BoltDB
-// writes them (a damaged element count hides elements from everything
-// else). It returns the first problem; the error also wraps ErrUnreadable
-// when a structure would hang or crash BoltDB rather than make it panic.
-// Tx.Check (Open) finds the rest: key order, free and unreachable pages.
-// A missing or unreadable file is the os error.
+// (page cycles, free list and page extents, element packing) and returns
+// the first problem wrapping ErrDamaged, and ErrUnreadable when it would
+// hang or crash BoltDB. A missing or unreadable file is the os error.
 func CheckPages(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -71,8 +62,7 @@ type pageWalker struct {
 	pageSize int64
 	hwm      uint64 // pages in use (the meta's pgid)
 	seen     map[uint64]bool
-	// first is the first problem found, unsafe the first that wraps
-	// ErrUnreadable.
+	// first problem found; unsafe: the first wrapping ErrUnreadable.
 	first, unsafe error
 }
 
@@ -130,8 +120,7 @@ func readMeta(f io.ReaderAt, off int64) metaPage {
 	}
 }
 
-// metaPages reads both meta pages of f: page 1 is one page size (as page
-// 0 gives it, else the OS page size, as BoltDB does) after page 0.
+// metaPages reads both meta pages of f.
 func metaPages(f io.ReaderAt) (m0, m1 metaPage) {
 	m0 = readMeta(f, 0)
 	off := int64(os.Getpagesize())
@@ -141,8 +130,7 @@ func metaPages(f io.ReaderAt) (m0, m1 metaPage) {
 	return m0, readMeta(f, off)
 }
 
-// meta picks the valid meta page of the latest transaction, as BoltDB
-// does, and returns the root bucket's page and the free list's.
+// meta returns the root and free list pages of the latest valid meta.
 func (w *pageWalker) meta() (root, freelist uint64, err error) {
 	var best metaPage
 	m0, m1 := metaPages(w.f)
@@ -161,8 +149,7 @@ func (w *pageWalker) meta() (root, freelist uint64, err error) {
 	return best.root, best.freelist, nil
 }
 
-// freelist checks that the free list page's ids fit in it (a count of
-// 0xFFFF means the real count is the first id).
+// freelist checks that the free list page's ids fit in it.
 func (w *pageWalker) freelist(id uint64) error {
 	const noFreelist = ^uint64(0)
 	if id == noFreelist {
@@ -235,8 +222,7 @@ func (w *pageWalker) visit(id uint64, depth int) {
 	w.elements(p, id, depth)
 }
 
-// elements checks the elements of page p (id, or 0 for an inline bucket,
-// whose type BoltDB does not check) and visits their pages.
+// elements checks page p's elements (id 0: inline) and visits their pages.
 func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 	flags, count := binary.LittleEndian.Uint16(p[8:]), int(binary.LittleEndian.Uint16(p[10:]))
 	inline := id == 0
@@ -254,8 +240,7 @@ func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 	}
 	if flags == branchPageFlag || flags == leafPageFlag {
 		if err := packed(p, flags == leafPageFlag, count, inline); err != nil {
-			// BoltDB reads such a page without complaint, and without
-			// the elements its count no longer covers.
+			// BoltDB would silently miss the uncounted elements.
 			w.record(fmt.Errorf("page %d: %v", id, err))
 		}
 	}
@@ -300,16 +285,14 @@ func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 			}
 		}
 	case flags == metaPageFlag || flags == freelistFlag:
-		// BoltDB's page check lets these through, and its cursor
-		// then reads the page as a branch.
+		// Tx.Check lets these through.
 		fail(true, "a meta or free list page in a bucket (flags %#x)", flags)
 	default:
 		fail(false, "not a branch or leaf page (flags %#x)", flags) // BoltDB panics on it
 	}
 }
 
-// span checks that the key (and value) of the element at offset at of p,
-// at at+pos for ksize (then vsize) bytes, lie within p.
+// span checks that the key and value of the element at at lie within p.
 func (w *pageWalker) span(p []byte, at int, pos, ksize, vsize []byte) error {
 	end := uint64(at) + uint64(binary.LittleEndian.Uint32(pos)) + uint64(binary.LittleEndian.Uint32(ksize))
 	if vsize != nil {
@@ -321,11 +304,8 @@ func (w *pageWalker) span(p []byte, at int, pos, ksize, vsize []byte) error {
 	return nil
 }
 
-// packed checks that the elements of branch or leaf page p lie as BoltDB
-// writes them (WriteInodeToPage): each element's data right after the
-// previous one's; an inline page ends with its last element; an empty page
-// is zero where a first element would be. A count that lost a bit hides
-// the elements past it from everything else.
+// packed checks that the elements of page p lie as BoltDB writes them
+// (WriteInodeToPage), each right after the previous.
 func packed(p []byte, leaf bool, count int, inline bool) error {
 	next := uint64(pageHeaderSize + count*leafElemSize) // branch elements are as long
 	for i := range count {
@@ -362,11 +342,8 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// MetaFallback reports, for the BoltDB file at path, a meta page that
-// fails its checksum while the other is sound (BoltDB then silently reads
-// the sound one's transaction), and whether the changes of the last
-// transaction are lost by it. It returns "" when both or neither are sound
-// (Open refuses the latter), and the os error when the file cannot be read.
+// MetaFallback reports a meta page of the BoltDB file at path that fails
+// its checksum while the other is sound, or ""; the os error if unreadable.
 func MetaFallback(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {

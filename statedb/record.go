@@ -11,13 +11,9 @@ import (
 //
 //	version (1 byte)  payload  CRC-32C (4 bytes, big-endian)
 //
-// the checksum (Castagnoli) over the BoltDB key, then version and payload,
-// so a damaged key is caught too. A record holds at most about
-// MaxRecordBytes or MaxRecordKeys keys, so one damaged record loses
-// little.
+// the checksum (Castagnoli) over the BoltDB key, version and payload.
 const (
-	// MaxRecordBytes is the size past which a store starts a new record
-	// (a record may pass it by its last key).
+	// MaxRecordBytes is the size past which a store starts a new record.
 	MaxRecordBytes = 64 << 10
 	// MaxRecordKeys is the most keys one record holds.
 	MaxRecordKeys = 1000
@@ -25,20 +21,17 @@ const (
 	RecordOverhead = 5
 )
 
-// ErrRecord is wrapped by Unseal's error for a value that is not a sound
-// record: too short, or its checksum does not match.
+// ErrRecord is wrapped by Unseal's error for a short or mismatched record.
 var ErrRecord = errors.New("record fails its checksum")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Sum returns the checksum of a record stored under key whose version and
-// payload are body (everything but the checksum).
+// Sum returns the checksum of record body (version, payload) under key.
 func Sum(key, body []byte) uint32 {
 	return crc32.Update(crc32.Update(0, castagnoli, key), castagnoli, body)
 }
 
-// Seal appends to dst the record of payload, of format version, to be
-// stored under key.
+// Seal appends to dst the record of payload and version under key.
 func Seal(dst, key []byte, version byte, payload []byte) []byte {
 	start := len(dst)
 	dst = append(dst, version)
@@ -46,8 +39,8 @@ func Seal(dst, key []byte, version byte, payload []byte) []byte {
 	return binary.BigEndian.AppendUint32(dst, Sum(key, dst[start:]))
 }
 
-// Unseal checks the record v stored under key and returns its version and
-// payload (a slice of v). The error wraps ErrRecord.
+// Unseal checks record v under key and returns its version and payload
+// (a slice of v); the error wraps ErrRecord.
 func Unseal(key, v []byte) (version byte, payload []byte, err error) {
 	if len(v) < RecordOverhead {
 		return 0, nil, fmt.Errorf("%w: %d bytes, shorter than a record", ErrRecord, len(v))

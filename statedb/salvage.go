@@ -12,8 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// node is a bucket read into memory for Salvage: its keys and values and
-// its nested buckets.
+// node is a bucket read into memory for Salvage.
 type node struct {
 	seq     uint64 // the bucket's sequence (the journal's record keys)
 	kvs     [][2][]byte
@@ -70,12 +69,9 @@ type salvager struct {
 	skipped int // buckets skipped
 }
 
-// Salvage copies into the new file dst every readable bucket of src (for a
-// top-level bucket unreadable whole, each readable nested bucket), of the
-// formats' buckets only records that pass their check (an unreadable one
-// goes to its SetAside bucket, if any), reporting to w. It refuses a file
-// CheckPages finds unreadable and an existing dst; panics and faults
-// reading src are recovered and reported as skipped buckets.
+// Salvage copies every readable bucket and record of src into the new
+// file dst, reporting to w. It refuses an unreadable src (CheckPages) and
+// an existing dst.
 func Salvage(w io.Writer, src, dst string, formats []Format) error {
 	if err := CheckPages(src); errors.Is(err, ErrUnreadable) {
 		return fmt.Errorf("salvage: %w (nothing copied)", err)
@@ -130,8 +126,7 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 	return nil
 }
 
-// read runs fn on the source in a read-only transaction, recovering a
-// panic or fault on a damaged page.
+// read runs fn on the source in a read-only transaction, recovering.
 func (s *salvager) read(fn func(*bolt.Tx) error) error {
 	return recovered(func() error { return s.in.View(fn) })
 }
@@ -155,8 +150,7 @@ func (s *salvager) save(path []string, n *node) error {
 	})
 }
 
-// bucket copies the top-level bucket top whole, or else each of its nested
-// buckets that can be read. Only a failure to write is returned.
+// bucket copies top whole or its readable nested buckets; write errors only.
 func (s *salvager) bucket(top string) error {
 	var n *node
 	err := s.read(func(tx *bolt.Tx) error {
@@ -172,7 +166,6 @@ func (s *salvager) bucket(top string) error {
 		}
 		return nil
 	}
-	// The bucket cannot be read whole: try its nested buckets one by one.
 	fmt.Fprintf(s.w, "bucket %s cannot be read whole (%v); trying its parts\n", top, err)
 	var children []string
 	if err := s.read(func(tx *bolt.Tx) error {
@@ -206,8 +199,7 @@ func (s *salvager) bucket(top string) error {
 	return nil
 }
 
-// filter drops from n, the bucket at path, the records failing their
-// check, reporting each and keeping those with a SetAside bucket.
+// filter drops the records of n failing their check, reporting each.
 func (s *salvager) filter(tx *bolt.Tx, path []string, n *node) {
 	f, ok := s.formats[path[0]]
 	if !ok || f.Check == nil {

@@ -12,25 +12,22 @@ import (
 )
 
 // Format describes the records of one top-level bucket for Scan, Check,
-// Salvage and SetAside; each store declares its own (ratestore.Formats,
-// quarantine.Formats).
+// Salvage and SetAside.
 type Format struct {
-	// Bucket is the top-level bucket; with Nested, the records are the
-	// values of its nested buckets (its own values are not checked).
+	// Bucket is the top-level bucket; Nested: records are in its nested
+	// buckets.
 	Bucket string
 	Nested bool
-	// Check returns, for tx, the check of one record (k, v in the bucket at
-	// path): the keys it holds (as far as can be told) and an error if it
-	// cannot be read. nil: not checked.
+	// Check returns for tx a record check: the keys it holds and an error
+	// if unreadable. nil: not checked.
 	Check func(tx *bolt.Tx) func(path []string, k, v []byte) (keys int, err error)
-	// SetAside names the bucket SetAside and Salvage keep an unreadable
-	// record in, byte for byte (a quarantine entry); empty: deleted by
-	// SetAside, not copied by Salvage.
+	// SetAside names the bucket unreadable records are kept in; empty:
+	// deleted.
 	SetAside string
 }
 
-// Lost is a record Scan found unreadable, or (Key nil) a bucket that
-// differs from its manifest entry: records missing, or a damaged bucket.
+// Lost is a record Scan found unreadable, or (Key nil) a bucket differing
+// from its manifest entry.
 type Lost struct {
 	Path    []string // its bucket: the top-level bucket, then nested ones
 	Key     []byte
@@ -62,17 +59,15 @@ type Usage struct {
 	Lost                 int // records unreadable
 }
 
-// Scan checks every record of the formats' buckets in db and each bucket
-// against its manifest entry, returning what cannot be read (records,
-// buckets with records missing or missing whole, manifest entries) and
-// each bucket's counts. A panic or fault of BoltDB is returned as an error.
+// Scan checks the formats' records and buckets in db against their checks
+// and manifest, returning what is lost and each bucket's counts. A BoltDB
+// panic or fault is returned as an error.
 func Scan(db *bolt.DB, formats []Format) (lost []Lost, usage []Usage, err error) {
 	err = recovered(func() error {
 		return db.View(func(tx *bolt.Tx) error {
 			m := readManifest(tx)
 			lost = append(lost, m.lost...)
-			// BoltDB's root holds buckets only: a value there is a
-			// bucket whose flags a bit flip changed.
+			// A value at the root is a bucket with damaged flags.
 			tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 				if b == nil {
 					lost = append(lost, Lost{Path: []string{string(name)}, Err: errTopValue})
@@ -94,8 +89,7 @@ func Scan(db *bolt.DB, formats []Format) (lost []Lost, usage []Usage, err error)
 	return lost, usage, err
 }
 
-// scanFormat checks the records of the format f in tx against their checks
-// and the manifest m.
+// scanFormat checks f's records in tx against their checks and m.
 func scanFormat(tx *bolt.Tx, f Format, m *manifest) (u Usage, lost []Lost) {
 	u.Bucket = f.Bucket
 	b := tx.Bucket([]byte(f.Bucket))
@@ -106,8 +100,7 @@ func scanFormat(tx *bolt.Tx, f Format, m *manifest) (u Usage, lost []Lost) {
 	if f.Check != nil {
 		check = f.Check(tx)
 	}
-	// visit checks the records of b at path and its count of values
-	// against its manifest entry, and returns its nested buckets.
+	// visit checks b at path and returns its nested buckets.
 	visit := func(path []string, b *bolt.Bucket, records bool) (nested [][]byte) {
 		var values uint64
 		b.ForEach(func(k, v []byte) error {
@@ -135,8 +128,7 @@ func scanFormat(tx *bolt.Tx, f Format, m *manifest) (u Usage, lost []Lost) {
 		}
 		return nested
 	}
-	// A bucket among records (a record whose flags a bit flip turned into
-	// a bucket's) is not read: its bucket's count finds it missing.
+	// A bucket among records is not read (its count finds it missing).
 	nested := visit([]string{f.Bucket}, b, !f.Nested)
 	if f.Nested {
 		for _, name := range nested {
@@ -158,17 +150,14 @@ func LostKeys(lost []Lost) int {
 	return n
 }
 
-// ErrRecordsLost is wrapped, beside ErrDamaged, by the error of
-// RecordsLost.
+// ErrRecordsLost is wrapped by RecordsLost's error.
 var ErrRecordsLost = errors.New("records of the state file cannot be read")
 
 // maxListed is how many unreadable records an error lists.
 const maxListed = 20
 
-// RecordsLost returns the error that stops the daemon on unreadable
-// records at path: it names them, their keys and the ways out (state check
-// --salvage, serve --accept-state-loss), wrapping ErrDamaged and
-// ErrRecordsLost.
+// RecordsLost returns the error for unreadable records at path, naming
+// them and the ways out; it wraps ErrDamaged and ErrRecordsLost.
 func RecordsLost(path string, lost []Lost) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d records cannot be read (up to %d keys):\n", path, len(lost), LostKeys(lost))
@@ -189,10 +178,8 @@ func RecordsLost(path string, lost []Lost) error {
 	return fmt.Errorf("%w: %w: %s", ErrDamaged, ErrRecordsLost, b.String())
 }
 
-// SetAside removes the records lost (Scan's) from db in one transaction:
-// each moved byte for byte into its format's SetAside bucket, or deleted;
-// the affected manifest entries are counted afresh. The operator decides
-// (serve --accept-state-loss).
+// SetAside moves the lost records (Scan's) into their format's SetAside
+// bucket, or deletes them, in one transaction.
 func SetAside(db *bolt.DB, formats []Format, lost []Lost) error {
 	aside := map[string]string{}
 	for _, f := range formats {
@@ -202,8 +189,7 @@ func SetAside(db *bolt.DB, formats []Format, lost []Lost) error {
 		return Update(db, func(tx *bolt.Tx, t *Tally) error {
 			for _, l := range lost {
 				if l.Err == errTopValue {
-					// It cannot be read as a bucket: the manifest's
-					// entries of its bucket are written afresh.
+					// Not readable as a bucket: recount its entries.
 					c := tx.Cursor()
 					if k, v := c.Seek([]byte(l.Path[0])); string(k) == l.Path[0] && v != nil {
 						if err := c.Delete(); err != nil {
