@@ -12,23 +12,19 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// MaxField is the most bytes of one string field stored; a longer one is
-// cut at a character boundary.
+// MaxField is the most bytes of a stored string field (cut at a rune).
 const MaxField = 1024
 
-// formatVersion is the record version of an event and the log's format
-// (events/meta "format"); a log of another format is refused.
+// formatVersion is the event record version and log format (events/meta).
 const formatVersion = 2
 
 // keyLen is the length of a record's key: time and sequence.
 const keyLen = 16
 
-// ErrCorrupt is wrapped by Query's and Summary's error when a stored record
-// cannot be decoded.
+// ErrCorrupt is wrapped by Query's and Summary's error for a bad record.
 var ErrCorrupt = errors.New("events: corrupt record")
 
-// recordKey returns the key of an event at t with sequence seq. Times
-// before 1970 are stored as 1970.
+// recordKey returns the key of an event at t (before 1970: 1970), seq.
 func recordKey(t time.Time, seq uint64) []byte {
 	k := make([]byte, keyLen)
 	binary.BigEndian.PutUint64(k, uint64(max(t.UnixNano(), 0)))
@@ -65,8 +61,7 @@ func clip(s string) string {
 	return s[:i]
 }
 
-// encode appends e's record (without its time, which is in the key) to b,
-// with room for its checksum, which seal writes once its key is known.
+// encode appends e's record (time in the key) to b, room left for seal.
 func encode(b []byte, e *Event) []byte {
 	b = append(b, formatVersion)
 	for _, s := range [...]string{e.Key, e.Limit, e.Action, e.Sender, e.Client, e.QueueID, e.By, e.Detail} {
@@ -84,8 +79,7 @@ func seal(key, rec []byte) {
 	binary.BigEndian.PutUint32(rec[len(rec)-4:], statedb.Sum(key, rec[:len(rec)-4]))
 }
 
-// recordBody returns the record v stored under k without its checksum,
-// checked. The error wraps ErrCorrupt.
+// recordBody returns record v's checked body; the error wraps ErrCorrupt.
 func recordBody(k, v []byte) ([]byte, error) {
 	if _, _, err := statedb.Unseal(k, v); err != nil {
 		return nil, fmt.Errorf("%w: event %x: %w", ErrCorrupt, k, err)
@@ -116,8 +110,7 @@ func (d *decoder) field() []byte {
 
 func (d *decoder) str() string { return string(d.field()) }
 
-// match passes over a string field, reporting whether it equals want
-// (always true when want is "").
+// match skips a string field, reporting whether it equals want ("": true).
 func (d *decoder) match(want string) bool {
 	s := d.field()
 	return d.err == nil && (want == "" || string(s) == want)
@@ -144,8 +137,7 @@ func newDecoder(v []byte) *decoder {
 	return &decoder{b: v[1:]}
 }
 
-// decode returns the event of record (k, v), v its body (recordBody's);
-// the strings are copies.
+// decode returns the event of key k and body v (strings copied).
 func decode(k, v []byte) (Event, error) {
 	if len(k) != keyLen {
 		return Event{}, fmt.Errorf("%w: key of %d bytes", ErrCorrupt, len(k))
@@ -161,8 +153,7 @@ func decode(k, v []byte) (Event, error) {
 	return e, nil
 }
 
-// matches reports whether record v passes q's key, limit and action
-// filters, reading only those fields.
+// matches reports whether record v passes q's key, limit and action filters.
 func matches(v []byte, q *Query) (bool, error) {
 	if q.Key == "" && q.Limit == "" && len(q.Actions) == 0 {
 		return true, nil

@@ -13,15 +13,12 @@ const (
 	Warn   = "warn"
 	Hold   = "hold"
 	Freeze = "freeze"
-	// Quarantine actions: an operator released (thaw) or deleted a held
-	// or frozen message, expiry handled one past max_age, or the
-	// automatic release sent one on (release).
+	// Quarantine actions by an operator, expiry or automatic release.
 	Thaw    = "thaw"
 	Delete  = "delete"
 	Expire  = "expire"
 	Release = "release"
-	// Operator actions on rates and automatic release, and a
-	// configuration reload.
+	// Operator actions and a configuration reload.
 	Reset   = "reset"
 	Suspend = "suspend"
 	Resume  = "resume"
@@ -31,8 +28,7 @@ const (
 // Actions lists every action, in the order above.
 var Actions = []string{Defer, Reject, Warn, Hold, Freeze, Thaw, Delete, Expire, Release, Reset, Suspend, Resume, Reload}
 
-// Refusals are the actions that refuse (or set aside) a message: what
-// Summary counts unless the query names actions.
+// Refusals are the actions that refuse or hold a message (Summary's default).
 var Refusals = []string{Defer, Reject, Hold, Freeze}
 
 // IsAction reports whether a is one of Actions.
@@ -40,11 +36,9 @@ func IsAction(a string) bool { return slices.Contains(Actions, a) }
 
 // Event is one decision or action; a zero field does not apply.
 type Event struct {
-	// ID identifies a stored event (32 hex digits: its time and
-	// sequence); set by Query, ignored by Record. Query.Before takes it.
+	// ID identifies a stored event (32 hex digits); set by Query.
 	ID string `json:"id,omitempty"`
-	// Time is when it happened (Record sets the Log's clock if zero);
-	// stored to the nanosecond.
+	// Time is when it happened (zero: the Log's clock), to the ns.
 	Time time.Time `json:"time"`
 	// Key is the rate key ("alice", "192.0.2.0/24"); Limit the limit's
 	// name; Action one of Actions.
@@ -60,31 +54,25 @@ type Event struct {
 	Sender  string `json:"sender,omitempty"`
 	Client  string `json:"client,omitempty"`
 	QueueID string `json:"queue_id,omitempty"`
-	// By names who acted, for operator actions ("alice (uid 1000, pid
-	// 42)", "expiry", "auto-release").
+	// By names who acted ("alice (uid 1000, pid 42)", "expiry").
 	By string `json:"by,omitempty"`
-	// Detail is a short free text (a quarantine ID, what expiry did, a
-	// reload's source).
+	// Detail is a short free text (a quarantine ID, a reload's source).
 	Detail string `json:"detail,omitempty"`
 }
 
 // Query selects events. The zero Query selects the DefaultMax newest.
 type Query struct {
-	// Since and Until bound the events' time (Since <= Time <= Until);
-	// zero means no bound.
+	// Since and Until bound Time inclusively; zero: no bound.
 	Since time.Time `json:"since,omitzero"`
 	Until time.Time `json:"until,omitzero"`
-	// Key and Limit, if set, select events of that key or limit
-	// (exactly).
+	// Key and Limit, if set, select events of exactly that key or limit.
 	Key   string `json:"key,omitempty"`
 	Limit string `json:"limit,omitempty"`
 	// Actions, if not empty, selects events with one of these actions.
 	Actions []string `json:"actions,omitempty"`
-	// Max bounds the events Query returns, or the keys Summary returns:
-	// 0 means DefaultMax, and it is at most MaxQuery.
+	// Max bounds the events or Summary's keys (0: DefaultMax; <= MaxQuery).
 	Max int `json:"max,omitempty"`
-	// Before, an Event.ID, selects events older than that one: the next
-	// page after a page that ended with it. Summary ignores it.
+	// Before, an Event.ID, selects older events (the next page).
 	Before string `json:"before,omitempty"`
 }
 
@@ -104,8 +92,8 @@ func (q Query) max() int {
 	return q.Max
 }
 
-// KeySummary is Summary's report of one key: its event count (by default
-// of refusals), first and last, limits (sorted) and count per action.
+// KeySummary is Summary's report of one key: event count, first and last,
+// limits (sorted) and count per action.
 type KeySummary struct {
 	Key      string         `json:"key"`
 	Refusals int            `json:"refusals"`

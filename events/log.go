@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// The buckets of the state file the Log owns (see the package comment).
+// The buckets of the state file the Log owns.
 var (
 	bucketLog  = []byte("events/log")
 	bucketMeta = []byte("events/meta")
@@ -39,11 +39,9 @@ var ErrClosed = errors.New("events: log closed")
 type Options struct {
 	// MaxAge: records older than this are deleted (default 30 days).
 	MaxAge time.Duration
-	// MaxCount: beyond this many records the oldest are deleted (default
-	// 1,000,000).
+	// MaxCount: beyond this many records the oldest are deleted.
 	MaxCount int
-	// QueueSize bounds the events waiting for a flush (default 50,000,
-	// at most 32 MiB encoded); beyond it Record drops and counts.
+	// QueueSize bounds the events waiting for a flush (Record drops beyond).
 	QueueSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -66,12 +64,10 @@ func (o *Options) withDefaults() {
 
 // Stats are a Log's counters since Open.
 type Stats struct {
-	// Recorded counts the events Record queued; Dropped those it dropped
-	// because the queue was full (or the Log read-only or closed).
+	// Recorded: events queued; Dropped: queue full, read-only or closed.
 	Recorded uint64 `json:"recorded"`
 	Dropped  uint64 `json:"dropped"`
-	// Written counts the events flushed to the file, Pruned the records
-	// deleted by the bounds.
+	// Written: events flushed; Pruned: records deleted by the bounds.
 	Written uint64 `json:"written"`
 	Pruned  uint64 `json:"pruned"`
 	// Pending is the events queued now; Stored the records in the file.
@@ -82,15 +78,13 @@ type Stats struct {
 	LastError string `json:"last_error,omitempty"`
 }
 
-// Log is the event history in a BoltDB file. Create it with Open; see the
-// package comment.
+// Log is the event history in a BoltDB file. Create it with Open.
 type Log struct {
 	db       *bolt.DB
 	opts     Options
 	readOnly bool
 
-	// mu guards queue, spare, closed and the counters of stats but
-	// Stored.
+	// mu guards queue, spare, closed and stats but Stored.
 	mu     sync.Mutex
 	queue  queue
 	spare  queue // the previous flush's queue, reused
@@ -102,22 +96,19 @@ type Log struct {
 	count int
 }
 
-// queue holds the events waiting for a flush, encoded at Record: it
-// keeps none of the caller's memory.
+// queue holds the events waiting for a flush, encoded at Record.
 type queue struct {
 	buf  []byte
 	recs []queued
 }
 
-// queued is one event of a queue: its time (Unix nanoseconds) and its
-// record, buf[off:end].
+// queued is one queued event: time (Unix ns) and record buf[off:end].
 type queued struct {
 	t        int64
 	off, end int
 }
 
-// maxQueueBytes bounds the bytes of encoded events queued (about 100
-// bytes each with typical fields, at most 8 KiB).
+// maxQueueBytes bounds the bytes of encoded events queued.
 const maxQueueBytes = 32 << 20
 
 // add appends the encoded event e.
@@ -127,8 +118,7 @@ func (q *queue) add(e *Event) {
 	q.recs = append(q.recs, queued{t: max(e.Time.UnixNano(), 0), off: off, end: len(q.buf)})
 }
 
-// record returns the i-th record's bytes, capped so that nothing appended
-// to buf later overwrites it.
+// record returns the i-th record's bytes, capacity capped.
 func (q *queue) record(i int) []byte {
 	r := q.recs[i]
 	return q.buf[r.off:r.end:r.end]
@@ -143,8 +133,8 @@ func (q *queue) appendQueue(o *queue, n int) {
 	}
 }
 
-// Open returns the Log stored in db, creating its buckets unless db is
-// read-only. It fails for a log of another format and on BoltDB errors.
+// Open returns the Log stored in db, creating its buckets unless
+// read-only. Errors: another format, BoltDB's.
 func Open(db *bolt.DB, opts Options) (*Log, error) {
 	opts.withDefaults()
 	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly()}
@@ -188,8 +178,7 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// Formats describes the event log's records for statedb (Scan, Check,
-// Salvage, SetAside): each record of events/log is one event.
+// Formats describes the event log's records for statedb.
 func Formats() []statedb.Format {
 	return []statedb.Format{
 		{Bucket: string(bucketLog), Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
@@ -205,8 +194,7 @@ func Formats() []statedb.Format {
 	}
 }
 
-// storedCount reads the record count of the events/meta bucket, or counts
-// the records when it is missing.
+// storedCount reads events/meta's record count, or counts the records.
 func storedCount(tx *bolt.Tx) int {
 	if mb := tx.Bucket(bucketMeta); mb != nil {
 		if v := mb.Get(metaCount); len(v) == 8 {
@@ -226,9 +214,8 @@ func putCount(t *statedb.Tally, mb *bolt.Bucket, n int) error {
 	return nil
 }
 
-// Record queues e for the next flush and returns at once (a zero Time is
-// the Log's clock). With the queue full, or l read-only or closed, e is
-// dropped and counted. A nil Log does nothing.
+// Record queues e for the next flush without waiting; with the queue
+// full, or l read-only or closed, e is dropped and counted.
 func (l *Log) Record(e Event) {
 	if l == nil {
 		return
@@ -261,8 +248,7 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
-// Tick is Flush for statedb.Flusher: nil after Close and on a
-// read-only Log.
+// Tick is Flush for statedb.Flusher (nil after Close or read-only).
 func (l *Log) Tick() error {
 	if err := l.Flush(); !errors.Is(err, ErrClosed) {
 		return err
@@ -270,8 +256,7 @@ func (l *Log) Tick() error {
 	return nil
 }
 
-// Close writes the queued events; Record drops afterwards.
-// It returns the last flush's error.
+// Close writes the queued events and returns the flush's error.
 func (l *Log) Close() error {
 	if l == nil {
 		return nil
@@ -286,10 +271,8 @@ func (l *Log) Close() error {
 	return err
 }
 
-// Flush writes the queued events and prunes beyond the bounds in one
-// transaction (more past pruneBatch). A failed flush queues its events
-// again (as many as fit; the rest dropped and counted) and counts the
-// failure. It returns ErrClosed after Close; read-only it does nothing.
+// Flush writes the queued events and prunes in one transaction; a failed
+// flush requeues what fits. Error: ErrClosed after Close, BoltDB's.
 func (l *Log) Flush() error {
 	if l.readOnly {
 		return nil
@@ -310,8 +293,7 @@ func (l *Log) Flush() error {
 	if err != nil {
 		l.stats.Failures++
 		l.stats.LastError = err.Error()
-		// The failed batch goes first, then what came meanwhile, as
-		// much as the queue holds.
+		// The failed batch first, then what came meanwhile.
 		newer := l.queue
 		l.queue = batch
 		n := min(len(newer.recs), max(l.opts.QueueSize-len(batch.recs), 0))
@@ -330,8 +312,7 @@ func (l *Log) Flush() error {
 	return err
 }
 
-// write stores batch and prunes in one transaction (none if there is
-// nothing to do), reporting whether more is due for pruning; fmu is held.
+// write stores batch and prunes in one transaction; more: pruning due.
 func (l *Log) write(batch *queue) (more bool, err error) {
 	now := l.opts.Now()
 	if len(batch.recs) == 0 && !l.pruneDue(now) {
@@ -345,8 +326,7 @@ func (l *Log) write(batch *queue) (more bool, err error) {
 		}
 		// Keys mostly come in time order, at the end: fill the pages.
 		lb.FillPercent = 0.95
-		// BoltDB keeps each value until the commit: the batch's
-		// buffer is not reused before.
+		// BoltDB keeps each value until the commit.
 		for i, r := range batch.recs {
 			seq, err := lb.NextSequence()
 			if err != nil {
@@ -379,8 +359,7 @@ func (l *Log) write(batch *queue) (more bool, err error) {
 	return more, nil
 }
 
-// pruneDue reports whether records are beyond the bounds at now; fmu is
-// held.
+// pruneDue reports whether records are beyond the bounds; fmu held.
 func (l *Log) pruneDue(now time.Time) bool {
 	if l.count > l.opts.MaxCount {
 		return true
@@ -397,8 +376,7 @@ func (l *Log) pruneDue(now time.Time) bool {
 	return due
 }
 
-// pruneTx deletes from lb, oldest first, at most pruneBatch records older
-// than MaxAge or beyond MaxCount of the n stored; more: the batch was full.
+// pruneTx deletes up to pruneBatch records beyond the bounds, oldest first.
 func (l *Log) pruneTx(lb *bolt.Bucket, now time.Time, n int) (deleted int, more bool, err error) {
 	cutoff := string(timeKey(now.Add(-l.opts.MaxAge)))
 	over := n - l.opts.MaxCount

@@ -10,8 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// checkEvery is how many records a walk reads between looks at its
-// context.
+// checkEvery is the records a walk reads between context checks.
 const checkEvery = 4096
 
 // Query returns the events q selects, newest first, at most q.Max, after
@@ -33,9 +32,8 @@ func (l *Log) Query(ctx context.Context, q Query) ([]Event, error) {
 	return out, err
 }
 
-// Summary returns, per key, the events q selects (default Refusals), most
-// events first, then latest, at most q.Max keys, after a flush. It ignores
-// q.Before; errors are Query's.
+// Summary returns per key the events q selects (default Refusals), most
+// first, at most q.Max keys; errors are Query's.
 func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	if err := l.flushForRead(); err != nil {
 		return nil, err
@@ -86,8 +84,7 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	return out[:min(len(out), q.max())], nil
 }
 
-// flushForRead writes the queue before a read (nothing on a nil or
-// read-only Log, or after Close).
+// flushForRead writes the queue before a read.
 func (l *Log) flushForRead() error {
 	if l == nil {
 		return nil
@@ -98,8 +95,8 @@ func (l *Log) flushForRead() error {
 	return nil
 }
 
-// walk calls fn with each record q selects, newest first (or oldest first),
-// until fn returns false or an error; the slices are valid during the call.
+// walk calls fn with each record q selects, newest or oldest first, until
+// false or an error; slices valid during the call.
 func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byte) (bool, error)) error {
 	if l == nil {
 		return nil
