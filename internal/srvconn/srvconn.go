@@ -102,14 +102,11 @@ type Accept[C comparable] struct {
 	Logger *slog.Logger
 	// Allowed is the allow-list applied by Allowed.
 	Allowed []netip.Prefix
-	// New makes the connection's key (and its log) from the accepted
-	// connection, before the allow-list is applied.
+	// New makes the connection's key from it, before the allow-list.
 	New func(rwc net.Conn) C
-	// Refused is called for a connection refused by the allow-list,
-	// before Serve closes it unread.
+	// Refused is called for a refused connection before it is closed.
 	Refused func(c C)
-	// Start is called for an allowed connection once it is tracked; it
-	// must not block (it starts the connection's goroutine).
+	// Start is called for an allowed, tracked connection; must not block.
 	Start func(c C)
 }
 
@@ -250,9 +247,8 @@ func (t *Tracker[C]) Close() error {
 	if errors.Is(err, t.errClosed) {
 		err = nil
 	}
-	// The connections are closed before the requests' contexts are
-	// cancelled: a request that returns on the cancellation must find its
-	// connection closed, not write a reply after Close.
+	// Connections close before the contexts are cancelled, so no reply
+	// is written after Close.
 	t.mu.Lock()
 	if t.hardClosed {
 		t.mu.Unlock()
@@ -300,4 +296,12 @@ func (t *Tracker[C]) closeIdle(idle func(c C) bool) int {
 		}
 	}
 	return len(t.conns)
+}
+
+// OrDefault returns v if it is positive, else d: a server field's value.
+func OrDefault[T int64 | time.Duration](v, d T) T {
+	if v > 0 {
+		return v
+	}
+	return d
 }

@@ -1,6 +1,7 @@
 package milter
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -119,46 +120,24 @@ func (s *Server) init() {
 	})
 }
 
-func (s *Server) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics {
-	if s.Metrics != nil {
-		return s.Metrics
-	}
-	return noMetrics{}
-}
+func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
 
 func (s *Server) readTimeout() time.Duration {
-	if s.ReadTimeout > 0 {
-		return s.ReadTimeout
-	}
-	return DefaultReadTimeout
+	return srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
 }
 
 func (s *Server) decideTimeout() time.Duration {
-	if s.DecideTimeout > 0 {
-		return s.DecideTimeout
-	}
-	return DefaultDecideTimeout
+	return srvconn.OrDefault(s.DecideTimeout, DefaultDecideTimeout)
 }
 
 func (s *Server) spoolThreshold() int64 {
-	if s.SpoolThreshold > 0 {
-		return s.SpoolThreshold
-	}
-	return DefaultSpoolThreshold
+	return srvconn.OrDefault(s.SpoolThreshold, DefaultSpoolThreshold)
 }
 
 func (s *Server) maxMessageSize() int64 {
-	if s.MaxMessageSize > 0 {
-		return s.MaxMessageSize
-	}
-	return DefaultMaxMessageSize
+	return srvconn.OrDefault(s.MaxMessageSize, DefaultMaxMessageSize)
 }
 
 // Serve serves connections on l until it fails or the server stops, backing

@@ -3,6 +3,7 @@ package postfix
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,32 +92,16 @@ func (s *Server) init() {
 	})
 }
 
-func (s *Server) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics {
-	if s.Metrics != nil {
-		return s.Metrics
-	}
-	return noMetrics{}
-}
+func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
 
 func (s *Server) idleTimeout() time.Duration {
-	if s.IdleTimeout > 0 {
-		return s.IdleTimeout
-	}
-	return DefaultIdleTimeout
+	return srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
 }
 
 func (s *Server) requestTimeout() time.Duration {
-	if s.RequestTimeout > 0 {
-		return s.RequestTimeout
-	}
-	return DefaultRequestTimeout
+	return srvconn.OrDefault(s.RequestTimeout, DefaultRequestTimeout)
 }
 
 // Serve serves connections on l until it fails or the server stops, backing
