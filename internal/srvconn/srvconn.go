@@ -54,8 +54,7 @@ func New[C comparable](errClosed error, name string) *Tracker[C] {
 	return t
 }
 
-// BaseContext is the parent of every ctx the server passes on: it is
-// cancelled by Close.
+// BaseContext is the parent of every ctx passed on; Close cancels it.
 func (t *Tracker[C]) BaseContext() context.Context { return t.baseCtx }
 
 // Lock locks the Tracker's mutex.
@@ -81,8 +80,7 @@ func (t *Tracker[C]) IsClosed() bool {
 	return t.closed
 }
 
-// Remove forgets c once its connection has ended; it reports whether c was
-// still tracked.
+// Remove forgets c's ended connection; whether c was still tracked.
 func (t *Tracker[C]) Remove(c C) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -203,8 +201,7 @@ func Allowed(allowed []netip.Prefix, rwc net.Conn, unixListener bool) bool {
 	}
 }
 
-// RemoteString is rwc's remote address for the log: its string form, else
-// its network, else "".
+// RemoteString is rwc's remote address (or network) for the log.
 func RemoteString(rwc net.Conn) string {
 	ra := rwc.RemoteAddr()
 	if ra == nil {
@@ -240,8 +237,7 @@ func (t *Tracker[C]) Shutdown(ctx context.Context, idle func(c C) bool) error {
 	}
 }
 
-// Close closes the listeners and every connection and cancels
-// BaseContext, without waiting; errClosed if already closed.
+// Close closes listeners and connections, cancels BaseContext; errClosed if done.
 func (t *Tracker[C]) Close() error {
 	err := t.beginClose()
 	if errors.Is(err, t.errClosed) {

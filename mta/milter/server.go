@@ -165,8 +165,7 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// startSession hands c to a go-milter Server of its own, whose NewMilter
-// (called again after every final reply) returns c's session.
+// startSession gives c a go-milter Server whose NewMilter returns c's session.
 func (s *Server) startSession(c *conn) {
 	lib := &gomilter.Server{
 		NewMilter: func() gomilter.Milter { return c.sess },
@@ -185,8 +184,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.life.Shutdown(ctx, func(c *conn) bool { return c.waiting && !c.inMessage })
 }
 
-// Close closes the listeners and every connection at once (cancelling
-// their ctx) without waiting. ErrServerClosed if already closed.
+// Close closes listeners and connections at once; ErrServerClosed if already done.
 func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()
@@ -222,8 +220,7 @@ func (s *Server) newConn(rwc net.Conn) *conn {
 	return c
 }
 
-// beforeHeader implements frameHooks: the previous packet has been answered
-// and the library waits for the next one.
+// beforeHeader implements frameHooks: the library waits for a packet.
 func (c *conn) beforeHeader() error {
 	if c.poisoned {
 		return errSessionPoisoned
@@ -269,8 +266,7 @@ func (c *conn) command(code byte, data []byte) {
 	}
 }
 
-// canDo reports whether the MTA offered action a. Before (or without) an
-// option negotiation seen in full, it assumes yes.
+// canDo reports whether the MTA offered a (yes before option negotiation).
 func (c *conn) canDo(a gomilter.OptAction) bool {
 	return !c.optneg || c.mtaActions&a != 0
 }
@@ -327,8 +323,7 @@ func (g guardConn) SetDeadline(t time.Time) error      { return g.c.rwc.SetDeadl
 func (g guardConn) SetReadDeadline(t time.Time) error  { return g.c.rwc.SetReadDeadline(t) }
 func (g guardConn) SetWriteDeadline(t time.Time) error { return g.c.rwc.SetWriteDeadline(t) }
 
-// noteReadError logs and counts why a connection stopped reading, and
-// closes it at once for bad input.
+// noteReadError logs and counts why a connection stopped reading.
 func (c *conn) noteReadError(err error) {
 	m := c.srv.metrics()
 	switch {

@@ -309,8 +309,7 @@ func (dl *deadlines) release() {
 	}
 }
 
-// requestBuffered reports whether br's buffered bytes end with an empty
-// line, as when an MTA has written one request and waits.
+// requestBuffered reports whether br's bytes end with an empty line.
 func requestBuffered(br *bufio.Reader) bool {
 	b, _ := br.Peek(br.Buffered())
 	return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n"))
@@ -344,8 +343,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.life.Shutdown(ctx, func(c *conn) bool { return !c.active })
 }
 
-// Close closes the listeners and every connection at once (cancelling
-// their ctx) without waiting. ErrServerClosed if already closed.
+// Close closes listeners and connections at once; ErrServerClosed if already done.
 func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()
