@@ -118,8 +118,7 @@ func (m *Metrics) ByAction() (out [numActions]int64) {
 	return out
 }
 
-// New returns the metrics in a new registry with the Go and process
-// collectors; trackedKeys feeds ratelimitd_tracked_keys.
+// New returns the metrics in a new registry with the Go and process collectors.
 func New(trackedKeys func() float64) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	reqs := requestCollector{m: m,
