@@ -13,15 +13,15 @@ import (
 	"time"
 )
 
-// Client talks to the daemon's admin socket. Each call is one HTTP request
-// with a 30 s timeout; a Client is safe for concurrent use.
+// Client talks to the daemon's admin socket, one HTTP request a call (30 s
+// timeout). Safe for concurrent use.
 type Client struct {
 	path string
 	hc   *http.Client
 }
 
-// NewClient returns a client of the admin socket at path. It does not
-// connect until the first call.
+// NewClient returns a client of the admin socket at path; it connects at
+// the first call.
 func NewClient(path string) *Client {
 	return &Client{path: path, hc: &http.Client{
 		Timeout: 30 * time.Second,
@@ -36,11 +36,14 @@ func NewClient(path string) *Client {
 // missing or refuses connections.
 var ErrNoDaemon = errors.New("ratelimitd is not running")
 
-// Do sends a request (method, path with its query, body marshalled as
-// JSON unless nil) and decodes the JSON answer into out (unless nil). It
-// returns ErrNoDaemon when nothing listens on the socket, and the API's
-// error text for an answer of 300 or more.
+// Do sends a request (body as JSON unless nil) and decodes the JSON answer
+// into out (unless nil). Errors: ErrNoDaemon, the API's error text for a
+// status of 300 or more.
 func (c *Client) Do(method, path string, body any, out any) error {
+	return c.do(context.Background(), method, path, body, out)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -49,7 +52,7 @@ func (c *Client) Do(method, path string, body any, out any) error {
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, "http://ratelimitd"+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, "http://ratelimitd"+path, rd)
 	if err != nil {
 		return err
 	}
@@ -74,13 +77,17 @@ func (c *Client) Do(method, path string, body any, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-// Status asks the daemon for its status (GET /v1/status).
-func (c *Client) Status() (Status, error) {
-	var st Status
-	err := c.Do("GET", "/v1/status", nil, &st)
-	return st, err
+// call is Do decoding into a T.
+func call[T any](ctx context.Context, c *Client, method, path string, body any) (T, error) {
+	var out T
+	err := c.do(ctx, method, path, body, &out)
+	return out, err
 }
 
-// SetTimeout sets the time limit of each later call (30 s from NewClient).
-// Call it before the Client is shared.
+// Status asks the daemon for its status (GET /v1/status).
+func (c *Client) Status() (Status, error) {
+	return call[Status](context.Background(), c, "GET", "/v1/status", nil)
+}
+
+// SetTimeout sets each later call's time limit; call it before sharing c.
 func (c *Client) SetTimeout(d time.Duration) { c.hc.Timeout = d }

@@ -1,14 +1,11 @@
-// Package admin is the daemon's admin API: JSON over HTTP on a unix socket
-// (mode 0660, refused in a world-writable directory) that the CLI uses while
-// the daemon runs, since the daemon holds the BoltDB file's lock then.
-//
-// Server serves the API for a running daemon, which it reaches through the
-// Daemon interface (internal/daemon implements it); Client is the CLI's end.
-// Backend is what the rate and quarantine commands work on: Open asks the
-// running daemon (a Client) and, when no daemon answers on the socket,
-// falls back to a Local backend on the state file opened by the caller.
-// The rate and quarantine operations are written once, in Local, and the
-// server answers through a Local on the daemon's own engine and quarantine.
+// Package admin is the daemon's admin API, JSON over HTTP on a unix socket
+// (mode 0660, refused in a world-writable directory), and the services it
+// shares with the web console (services.go). Server serves it for a
+// running Daemon; Client is the CLI's end. Backend is what the rate,
+// quarantine and event commands work on: Open asks the running daemon (a
+// Client) or, when none answers, a Local backend on the state file. The
+// operations are written once, in Local; the server answers through a
+// Local on the daemon's own services.
 //
 // Routes (all answer JSON; errors are {"error": "..."} with a 4xx or 5xx
 // status):
@@ -25,6 +22,5 @@
 //	GET  /v1/events?since=&until=&key=&limit=&action=&max=&before=  []events.Event, newest first
 //	GET  /v1/events/summary?...      []events.KeySummary (same query)
 //
-// Every action is logged with the local user at the other end of the
-// socket (SO_PEERCRED).
+// Every action is logged with the peer's user (SO_PEERCRED).
 package admin

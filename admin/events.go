@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 )
 
 // errNoEvents is returned by a Local backend without an event log (events
@@ -37,16 +37,15 @@ func eventValues(q events.Query) url.Values {
 	return v
 }
 
-// parseEventQuery decodes the query of GET /v1/events: since and until
-// (RFC 3339), key, limit, action (comma-separated), max, before.
-func parseEventQuery(v url.Values) (events.Query, error) {
+// ParseEventQuery decodes the query of GET /v1/events and the console's
+// events page: since and until (ParseWhen, times without a zone in UTC),
+// key, limit, action (comma-separated), max, before.
+func ParseEventQuery(v url.Values, now time.Time) (events.Query, error) {
 	q := events.Query{Key: v.Get("key"), Limit: v.Get("limit"), Before: v.Get("before")}
 	var err error
 	for name, t := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
-		if s := v.Get(name); s != "" {
-			if *t, err = time.Parse(time.RFC3339Nano, s); err != nil {
-				return q, fmt.Errorf("%s: %w", name, err)
-			}
+		if *t, err = ParseWhen(v.Get(name), now.UTC()); err != nil {
+			return q, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	if q.Actions, err = ParseActions(v.Get("action")); err != nil {
@@ -60,15 +59,36 @@ func parseEventQuery(v url.Values) (events.Query, error) {
 	return q, nil
 }
 
-// ParseActions splits a comma-separated list of event actions ("defer,hold");
-// "" is none. An unknown action is an error naming the known ones.
-func ParseActions(s string) ([]string, error) {
+// ParseWhen reads a since or until bound: a period back from now ("24h",
+// "7d"), an RFC 3339 time, or "2006-01-02T15:04", "2006-01-02 15:04[:05]"
+// or "2006-01-02" in now's location; "" is the zero time (no bound).
+func ParseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
-		return nil, nil
+		return time.Time{}, nil
 	}
+	if d, err := human.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04", time.DateTime, "2006-01-02 15:04", time.DateOnly} {
+		if t, err := time.ParseInLocation(layout, s, now.Location()); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is neither a period (24h, 7d) nor a time (2025-03-01T12:00:00Z, 2025-03-01 12:00)", s)
+}
+
+// ParseActions splits a comma-separated list of event actions
+// ("defer,hold"); "" is none. Errors: an unknown action (the error names
+// the known ones).
+func ParseActions(s string) ([]string, error) {
 	var out []string
 	for _, a := range strings.Split(s, ",") {
-		a = strings.TrimSpace(a)
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
 		if !events.IsAction(a) {
 			return nil, fmt.Errorf("unknown action %q: one of %s", a, strings.Join(events.Actions, ", "))
 		}
@@ -77,80 +97,34 @@ func ParseActions(s string) ([]string, error) {
 	return out, nil
 }
 
-func (s *Server) eventRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
-		q, err := parseEventQuery(r.URL.Query())
-		if err != nil {
-			fail(w, http.StatusBadRequest, err)
-			return
-		}
-		es, err := s.local(r).events(r.Context(), q)
-		if err != nil {
-			fail(w, eventErrorCode(err), err)
-			return
-		}
-		writeJSON(w, http.StatusOK, es)
-	})
-	mux.HandleFunc("GET /v1/events/summary", func(w http.ResponseWriter, r *http.Request) {
-		q, err := parseEventQuery(r.URL.Query())
-		if err != nil {
-			fail(w, http.StatusBadRequest, err)
-			return
-		}
-		ks, err := s.local(r).eventSummary(r.Context(), q)
-		if err != nil {
-			fail(w, eventErrorCode(err), err)
-			return
-		}
-		writeJSON(w, http.StatusOK, ks)
-	})
-}
-
-func eventErrorCode(err error) int {
-	if errors.Is(err, errNoEvents) {
-		return http.StatusNotFound
-	}
-	return http.StatusInternalServerError
-}
-
-func (l *Local) events(ctx context.Context, q events.Query) ([]events.Event, error) {
-	if l.Events == nil {
+// EventList implements Backend.
+func (l *Local) EventList(ctx context.Context, q events.Query) ([]events.Event, error) {
+	ev := l.eventLog()
+	if ev == nil {
 		return nil, errNoEvents
 	}
-	es, err := l.Events.Query(ctx, q)
+	es, err := ev.Query(ctx, q)
 	if es == nil {
 		es = []events.Event{}
 	}
 	return es, err
 }
 
-func (l *Local) eventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error) {
-	if l.Events == nil {
+// EventSummary implements Backend.
+func (l *Local) EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error) {
+	ev := l.eventLog()
+	if ev == nil {
 		return nil, errNoEvents
 	}
-	return l.Events.Summary(ctx, q)
+	return ev.Summary(ctx, q)
 }
 
 // EventList implements Backend.
-func (l *Local) EventList(q events.Query) ([]events.Event, error) {
-	return l.events(context.Background(), q)
+func (c *Client) EventList(ctx context.Context, q events.Query) ([]events.Event, error) {
+	return call[[]events.Event](ctx, c, "GET", "/v1/events?"+eventValues(q).Encode(), nil)
 }
 
 // EventSummary implements Backend.
-func (l *Local) EventSummary(q events.Query) ([]events.KeySummary, error) {
-	return l.eventSummary(context.Background(), q)
-}
-
-// EventList implements Backend.
-func (c *Client) EventList(q events.Query) ([]events.Event, error) {
-	var out []events.Event
-	err := c.Do("GET", "/v1/events?"+eventValues(q).Encode(), nil, &out)
-	return out, err
-}
-
-// EventSummary implements Backend.
-func (c *Client) EventSummary(q events.Query) ([]events.KeySummary, error) {
-	var out []events.KeySummary
-	err := c.Do("GET", "/v1/events/summary?"+eventValues(q).Encode(), nil, &out)
-	return out, err
+func (c *Client) EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error) {
+	return call[[]events.KeySummary](ctx, c, "GET", "/v1/events/summary?"+eventValues(q).Encode(), nil)
 }

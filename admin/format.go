@@ -5,20 +5,16 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // readableRates is how many times its limit a rate may be and still be
-// printed as a number (FormatKeyRate).
+// printed as a number.
 const readableRates = 1000
 
-// FormatKeyRate prints k's rate as human.Number does, or as ">N" when it is
-// above N, readableRates times the limit in force (k.Max, at least 1): a
-// rate that high is no count of mail but a long refusal in the limit's
-// arithmetic (an exponential rate grows as e^(wait/period); a state
-// converted from a longer period keeps its wait, see
-// policy.ConvertedView), and the wait says more than its digits.
+// FormatKeyRate prints k's rate as human.Number does, or ">N" above N,
+// readableRates times k.Max (at least 1): a rate that high is a long
+// refusal in the limit's arithmetic, not a count of mail.
 func FormatKeyRate(k policy.KeyRate) string {
 	if bound := readableRates * max(k.Max, 1); k.Rate > bound {
 		return ">" + human.Number(bound)
@@ -26,10 +22,9 @@ func FormatKeyRate(k policy.KeyRate) string {
 	return human.Number(k.Rate)
 }
 
-// ConversionNote says, for rate show and list, that k's state was
-// converted from the limit's earlier parameters: "converted at reload
-// 2026-11-28 01:02:03 from 5/1h (rate 7.2/1h by it)", the rate only when
-// k has it (policy.Engine.Lookup); "" when k was not converted.
+// ConversionNote says that k's state was converted from the limit's
+// earlier parameters: "converted at reload 2026-11-28 01:02:03 from 5/1h
+// (rate 7.2/1h by it)"; "" when it was not.
 func ConversionNote(k policy.KeyRate) string {
 	c := k.Converted
 	if c == nil {

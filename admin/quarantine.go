@@ -4,21 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// ListQuery is the filter of `quarantine list` and GET /v1/quarantine:
-// envelope sender, rate key and limit (exact), states (comma-separated
-// names; "" or "pending" for held and frozen) and age (0: any).
+// ListQuery is the filter of `quarantine list`, GET /v1/quarantine and
+// the console's quarantine page: envelope sender, rate key and limit
+// (exact), states (comma-separated; "" or "pending": held and frozen) and
+// age (0: any).
 type ListQuery struct {
 	Sender string
 	Key    string
@@ -40,23 +39,26 @@ func (lq ListQuery) values() url.Values {
 	return v
 }
 
-func parseListQuery(v url.Values) (ListQuery, error) {
+// ParseListQuery reads a ListQuery from the query parameters sender,
+// key, limit, state and since (a period, human.ParseDuration).
+func ParseListQuery(v url.Values) (ListQuery, error) {
 	lq := ListQuery{Sender: v.Get("sender"), Key: v.Get("key"), Limit: v.Get("limit"), State: v.Get("state")}
 	if s := v.Get("since"); s != "" {
 		d, err := human.ParseDuration(s)
 		if err != nil {
-			return lq, err
+			return lq, fmt.Errorf("since: %w", err)
 		}
 		lq.Since = d
 	}
 	return lq, nil
 }
 
-func (lq ListQuery) filter() (quarantine.Filter, error) {
+// Filter is lq as of now. Errors: an unknown state.
+func (lq ListQuery) Filter(now time.Time) (quarantine.Filter, error) {
 	f := quarantine.Filter{Sender: lq.Sender, Key: lq.Key, Limit: lq.Limit}
 	if lq.State != "" && lq.State != "pending" {
 		for _, name := range strings.Split(lq.State, ",") {
-			st, err := quarantine.ParseState(name)
+			st, err := quarantine.ParseState(strings.TrimSpace(name))
 			if err != nil {
 				return f, err
 			}
@@ -64,72 +66,12 @@ func (lq ListQuery) filter() (quarantine.Filter, error) {
 		}
 	}
 	if lq.Since > 0 {
-		f.Since = time.Now().Add(-lq.Since)
+		f.Since = now.Add(-lq.Since)
 	}
 	return f, nil
 }
 
-func (s *Server) quarantineRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/quarantine", func(w http.ResponseWriter, r *http.Request) {
-		lq, err := parseListQuery(r.URL.Query())
-		if err != nil {
-			fail(w, http.StatusBadRequest, err)
-			return
-		}
-		f, err := lq.filter()
-		if err != nil {
-			fail(w, http.StatusBadRequest, err)
-			return
-		}
-		es, err := s.Daemon.Quarantine().List(f)
-		if err != nil {
-			fail(w, http.StatusInternalServerError, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, es)
-	})
-	mux.HandleFunc("GET /v1/quarantine/{id}", func(w http.ResponseWriter, r *http.Request) {
-		res, err := s.local(r).show(r.Context(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
-		if err != nil {
-			fail(w, http.StatusNotFound, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	})
-	action := func(thaw bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			var sel lifecycle.Selection
-			if err := decode(r, &sel); err != nil {
-				fail(w, http.StatusBadRequest, err)
-				return
-			}
-			out, err := s.local(r).act(r.Context(), thaw, sel)
-			if err != nil {
-				fail(w, http.StatusBadRequest, err)
-				return
-			}
-			writeJSON(w, http.StatusOK, out)
-		}
-	}
-	mux.HandleFunc("POST /v1/quarantine/thaw", action(true))
-	mux.HandleFunc("POST /v1/quarantine/delete", action(false))
-	mux.HandleFunc("POST /v1/quarantine/suspend", func(w http.ResponseWriter, r *http.Request) {
-		var req SuspendRequest
-		if err := decode(r, &req); err != nil || req.Key == "" {
-			fail(w, http.StatusBadRequest, fmt.Errorf("name a key"))
-			return
-		}
-		res, err := s.local(r).suspend(req)
-		if err != nil {
-			fail(w, http.StatusInternalServerError, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	})
-}
-
-// errNoQuarantine is returned by a Local backend opened for the rate
-// operations only.
+// errNoQuarantine is returned by a Local backend without a quarantine.
 var errNoQuarantine = errors.New("quarantine not opened")
 
 // by is who acts: l.By, else offline (a name for this process).
@@ -140,11 +82,10 @@ func (l *Local) by(offline string) string {
 	return offline
 }
 
-// show is the life cycle's Show as the admin API and the offline CLI
-// answer it: quarantine.ErrNotFound is the only error; content that is
-// unavailable (postcat failed, no queue ID) is the result's Error, next
-// to the entry.
-func (l *Local) show(ctx context.Context, id string, raw bool) (ShowResult, error) {
+// Show implements Backend: the life cycle's Show with
+// quarantine.ErrNotFound the only error; content that is unavailable
+// (postcat failed) is res.Error.
+func (l *Local) Show(ctx context.Context, id string, raw bool) (ShowResult, error) {
 	if l.Quarantine == nil {
 		return ShowResult{}, errNoQuarantine
 	}
@@ -171,97 +112,77 @@ func (l *Local) act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]
 	return l.Quarantine.Delete(ctx, sel)
 }
 
-// suspend suspends or resumes req.Key's automatic release. Errors: those
-// of the store.
-func (l *Local) suspend(req SuspendRequest) (SuspendResult, error) {
+// Suspend implements Backend.
+func (l *Local) Suspend(_ context.Context, key string, resume bool) (SuspendResult, error) {
 	if l.Quarantine == nil {
 		return SuspendResult{}, errNoQuarantine
 	}
 	by := l.by("offline CLI")
-	res := SuspendResult{Key: req.Key, Suspended: !req.Resume}
+	res := SuspendResult{Key: key, Suspended: !resume}
+	e := events.Event{Key: key, Action: events.Suspend, By: by, Detail: "automatic release suspended"}
 	var err error
-	if req.Resume {
-		res.Was, err = l.Quarantine.Resume(req.Key, by)
+	if resume {
+		res.Was, err = l.Quarantine.Resume(key, by)
+		e.Action, e.Detail = events.Resume, "automatic release resumed"
+		if !res.Was {
+			e.Detail = "automatic release was not suspended"
+		}
 	} else {
-		err = l.Quarantine.Suspend(req.Key, by)
+		err = l.Quarantine.Suspend(key, by)
 	}
 	if err == nil {
-		e := events.Event{Key: req.Key, Action: events.Suspend, By: by}
-		if req.Resume {
-			e.Action = events.Resume
-		}
-		l.Events.Record(e)
+		l.record(e)
 	}
 	return res, err
 }
 
 // List implements Backend.
-func (l *Local) List(lq ListQuery) ([]quarantine.Entry, error) {
+func (l *Local) List(_ context.Context, lq ListQuery) ([]quarantine.Entry, error) {
 	if l.Quarantine == nil {
 		return nil, errNoQuarantine
 	}
-	f, err := lq.filter()
+	f, err := lq.Filter(time.Now())
 	if err != nil {
-		return nil, err
+		return nil, badRequest{err}
 	}
 	return l.Quarantine.List(f)
 }
 
-// Show implements Backend.
-func (l *Local) Show(id string, raw bool) (ShowResult, error) {
-	return l.show(context.Background(), id, raw)
-}
-
 // Thaw implements Backend.
-func (l *Local) Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return l.act(context.Background(), true, sel)
+func (l *Local) Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return l.act(ctx, true, sel)
 }
 
 // Delete implements Backend.
-func (l *Local) Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return l.act(context.Background(), false, sel)
-}
-
-// Suspend implements Backend.
-func (l *Local) Suspend(key string, resume bool) (SuspendResult, error) {
-	return l.suspend(SuspendRequest{Key: key, Resume: resume})
+func (l *Local) Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return l.act(ctx, false, sel)
 }
 
 // List implements Backend.
-func (c *Client) List(lq ListQuery) ([]quarantine.Entry, error) {
-	var out []quarantine.Entry
-	err := c.Do("GET", "/v1/quarantine?"+lq.values().Encode(), nil, &out)
-	return out, err
+func (c *Client) List(ctx context.Context, lq ListQuery) ([]quarantine.Entry, error) {
+	return call[[]quarantine.Entry](ctx, c, "GET", "/v1/quarantine?"+lq.values().Encode(), nil)
 }
 
 // Show implements Backend.
-func (c *Client) Show(id string, raw bool) (ShowResult, error) {
-	var out ShowResult
+func (c *Client) Show(ctx context.Context, id string, raw bool) (ShowResult, error) {
 	q := ""
 	if raw {
 		q = "?raw=1"
 	}
-	err := c.Do("GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil, &out)
-	return out, err
+	return call[ShowResult](ctx, c, "GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil)
 }
 
 // Thaw implements Backend.
-func (c *Client) Thaw(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	var out []lifecycle.Outcome
-	err := c.Do("POST", "/v1/quarantine/thaw", sel, &out)
-	return out, err
+func (c *Client) Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return call[[]lifecycle.Outcome](ctx, c, "POST", "/v1/quarantine/thaw", sel)
 }
 
 // Delete implements Backend.
-func (c *Client) Delete(sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	var out []lifecycle.Outcome
-	err := c.Do("POST", "/v1/quarantine/delete", sel, &out)
-	return out, err
+func (c *Client) Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return call[[]lifecycle.Outcome](ctx, c, "POST", "/v1/quarantine/delete", sel)
 }
 
 // Suspend implements Backend.
-func (c *Client) Suspend(key string, resume bool) (SuspendResult, error) {
-	var out SuspendResult
-	err := c.Do("POST", "/v1/quarantine/suspend", SuspendRequest{Key: key, Resume: resume}, &out)
-	return out, err
+func (c *Client) Suspend(ctx context.Context, key string, resume bool) (SuspendResult, error) {
+	return call[SuspendResult](ctx, c, "POST", "/v1/quarantine/suspend", SuspendRequest{Key: key, Resume: resume})
 }

@@ -22,42 +22,34 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Daemon is the running daemon as the admin API sees it. Its methods are
-// called concurrently, from one goroutine per request.
+// Daemon is the running daemon as the admin API sees it; its methods are
+// called concurrently. Notify queues a notification and never blocks.
 type Daemon interface {
-	// Status reports the daemon's state now.
 	Status() Status
-	// Rates is the engine whose rates are shown and reset.
 	Rates() Rates
-	// Quarantine is the quarantine's life cycle.
 	Quarantine() *lifecycle.Service
-	// Notify queues a notification (a rate reset's audit event); it
-	// never blocks.
 	Notify(notify.Event)
 }
 
 // Server serves the admin API for a running daemon. Set its fields, then
-// call HTTPServer; the fields must not change afterwards.
+// call HTTPServer; they must not change afterwards.
 type Server struct {
 	Daemon Daemon
-	// Logger receives the audit lines of actions (rate resets).
+	// Logger receives the audit lines of rate resets.
 	Logger *slog.Logger
-	// Events is the event log GET /v1/events reads and operator actions
-	// are recorded in (nil: events off).
+	// Events is the event log (nil: events off).
 	Events *events.Log
 }
 
 type peerKey struct{}
 
-// Listen creates the admin socket at path with mode 0660, creating its
-// directory (0750) if needed. It refuses a path whose directory is
-// writable by every user (anyone could replace the socket), a path where
-// something other than a socket exists, and a socket another daemon
-// answers on (srvconn.ListenUnix); closing the listener removes the socket
-// only if it is still ours. Errors are prefixed "admin socket: ".
+// Listen creates the admin socket at path with mode 0660, and its
+// directory (0750) if needed. It refuses a world-writable directory and
+// whatever srvconn.ListenUnix refuses. Errors begin "admin socket: ".
 func Listen(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -77,28 +69,111 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// local is the backend the server answers through: the daemon's engine
-// and quarantine, the actions attributed to the requesting user.
+// local is the backend the server answers through, acting as r's peer.
 func (s *Server) local(r *http.Request) *Local {
-	return &Local{Engine: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r)}
+	return &Local{RateState: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r),
+		Logger: s.Logger, Notify: s.Daemon.Notify}
 }
 
-// Handler returns the API's routes.
+// badRequest marks an error of the request, answered 400.
+type badRequest struct{ error }
+
+// statusOf is the HTTP status answering err.
+func statusOf(err error) int {
+	var br badRequest
+	switch {
+	case errors.As(err, &br):
+		return http.StatusBadRequest
+	case errors.Is(err, policy.ErrUnknownLimit), errors.Is(err, quarantine.ErrNotFound), errors.Is(err, errNoEvents):
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}
+
+// Handler returns the API's routes (package doc).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.status)
-	mux.HandleFunc("GET /v1/rate", s.rate)
-	mux.HandleFunc("GET /v1/rates", s.rates)
-	mux.HandleFunc("POST /v1/rate/reset", s.reset)
-	s.quarantineRoutes(mux)
-	s.eventRoutes(mux)
+	handle := func(pattern string, fn func(r *http.Request, l *Local) (any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			v, err := fn(r, s.local(r))
+			if err != nil {
+				writeJSON(w, statusOf(err), apiError{Error: err.Error()})
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		})
+	}
+	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return s.Daemon.Status(), nil })
+	handle("GET /v1/rate", func(r *http.Request, l *Local) (any, error) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			return nil, badRequest{errors.New("key is required")}
+		}
+		return l.Rate(r.Context(), key)
+	})
+	handle("GET /v1/rates", func(r *http.Request, l *Local) (any, error) {
+		top, _ := strconv.Atoi(r.URL.Query().Get("top"))
+		return l.Rates(r.Context(), top, r.URL.Query().Get("over") == "1")
+	})
+	handle("POST /v1/rate/reset", func(r *http.Request, l *Local) (any, error) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			return nil, badRequest{errors.New("key is required")}
+		}
+		return l.Reset(r.Context(), key, r.URL.Query().Get("limit"))
+	})
+	handle("GET /v1/quarantine", func(r *http.Request, l *Local) (any, error) {
+		lq, err := ParseListQuery(r.URL.Query())
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		return l.List(r.Context(), lq)
+	})
+	handle("GET /v1/quarantine/{id}", func(r *http.Request, l *Local) (any, error) {
+		return l.Show(r.Context(), r.PathValue("id"), r.URL.Query().Get("raw") == "1")
+	})
+	act := func(thaw bool) func(*http.Request, *Local) (any, error) {
+		return func(r *http.Request, l *Local) (any, error) {
+			var sel lifecycle.Selection
+			if err := decode(r, &sel); err != nil {
+				return nil, badRequest{err}
+			}
+			out, err := l.act(r.Context(), thaw, sel)
+			if err != nil {
+				return nil, badRequest{err}
+			}
+			return out, nil
+		}
+	}
+	handle("POST /v1/quarantine/thaw", act(true))
+	handle("POST /v1/quarantine/delete", act(false))
+	handle("POST /v1/quarantine/suspend", func(r *http.Request, l *Local) (any, error) {
+		var req SuspendRequest
+		if err := decode(r, &req); err != nil || req.Key == "" {
+			return nil, badRequest{errors.New("name a key")}
+		}
+		return l.Suspend(r.Context(), req.Key, req.Resume)
+	})
+	handle("GET /v1/events", func(r *http.Request, l *Local) (any, error) {
+		q, err := ParseEventQuery(r.URL.Query(), time.Now())
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		return l.EventList(r.Context(), q)
+	})
+	handle("GET /v1/events/summary", func(r *http.Request, l *Local) (any, error) {
+		q, err := ParseEventQuery(r.URL.Query(), time.Now())
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		return l.EventSummary(r.Context(), q)
+	})
 	return mux
 }
 
-// HTTPServer returns an http.Server for the API (header timeout 5 s, idle
-// keep-alive connections closed after 60 s) that records the peer of each
-// unix-socket connection for the audit log (so its listener must hand out
-// the *net.UnixConn itself, not a wrapper).
+// HTTPServer returns an http.Server for the API that records each
+// connection's peer for the audit log: its listener must hand out the
+// *net.UnixConn itself.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),
@@ -110,8 +185,8 @@ func (s *Server) HTTPServer() *http.Server {
 	}
 }
 
-// peerName names the local user at the other end of a unix socket
-// (SO_PEERCRED), for the audit log.
+// peerName names the user at the other end of a unix socket
+// (SO_PEERCRED): "alice (uid 1000, pid 42)".
 func peerName(c net.Conn) string {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
@@ -151,60 +226,7 @@ type apiError struct {
 	Error string `json:"error"`
 }
 
-func fail(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, apiError{Error: err.Error()})
-}
-
 // decode reads a JSON request body of at most 1 MiB into v.
 func decode(r *http.Request, v any) error {
 	return json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(v)
-}
-
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.Daemon.Status())
-}
-
-func (s *Server) rate(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
-	if key == "" {
-		fail(w, http.StatusBadRequest, errors.New("key is required"))
-		return
-	}
-	kr, err := s.local(r).rate(r.Context(), key)
-	if err != nil {
-		fail(w, http.StatusInternalServerError, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, kr)
-}
-
-func (s *Server) rates(w http.ResponseWriter, r *http.Request) {
-	top, _ := strconv.Atoi(r.URL.Query().Get("top"))
-	over := r.URL.Query().Get("over") == "1"
-	kr, err := s.local(r).rates(r.Context(), top, over)
-	if err != nil {
-		fail(w, http.StatusInternalServerError, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, kr)
-}
-
-func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
-	key, limit := r.URL.Query().Get("key"), r.URL.Query().Get("limit")
-	if key == "" {
-		fail(w, http.StatusBadRequest, errors.New("key is required"))
-		return
-	}
-	res, err := s.local(r).reset(r.Context(), key, limit)
-	if errors.Is(err, policy.ErrUnknownLimit) {
-		fail(w, http.StatusNotFound, err)
-		return
-	}
-	if err != nil {
-		fail(w, http.StatusInternalServerError, err)
-		return
-	}
-	s.Logger.Info("rate reset", "key", key, "limit", limit, "removed", res.Removed, "by", who(r))
-	s.Daemon.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: res.Removed, By: who(r)})
-	writeJSON(w, http.StatusOK, res)
 }

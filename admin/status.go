@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
@@ -23,63 +23,45 @@ type Status struct {
 	Listeners   []string  `json:"listeners"`
 	TrackedKeys int       `json:"tracked_keys"`
 	Requests    int64     `json:"requests"`
-	// ByAction counts the requests answered with each action (a message
-	// asked about at several requests counts at each).
+	// ByAction counts requests by answer; Messages counts refused, held,
+	// frozen or marked messages by action, each once.
 	ByAction map[string]int64 `json:"decisions"`
-	// Messages counts the messages refused, held, frozen or marked, by
-	// action: each once, however many requests repeated its verdict.
 	Messages map[string]int64 `json:"messages"`
 	Faults   int64            `json:"faults"`
 	BadInput int64            `json:"bad_input"`
 	Limits   []string         `json:"limits"`
-	// Stages are the protocol states each front end has asked at since
-	// start (the hook layout the daemon learned), with request counts.
+	// Stages are the protocol states each front end asked at since
+	// start, with request counts.
 	Stages []policy.StageCount `json:"stages"`
-	// MessagesInFlight is the number of messages whose per-message
-	// bookkeeping is remembered (bounded).
+	// MessagesInFlight counts the messages with bookkeeping remembered.
 	MessagesInFlight int `json:"messages_in_flight"`
-	// Advice lists limits that cannot count as the MTA is hooked up, in
-	// plain words with the line to add.
-	Advice []string `json:"advice,omitempty"`
-	// Notify counts notifications; nil when none are configured.
-	Notify *notify.Stats `json:"notify,omitempty"`
-	// RestartNeeded lists the settings (TOML keys) of the configuration
-	// file that differ from the running ones and take effect only after a
-	// restart (listeners, state, quarantine, milter); empty when the
-	// running daemon matches its file.
-	RestartNeeded []string `json:"restart_needed,omitempty"`
-	// Connections are the policy and milter connections against their
-	// cap (server.max_connections).
-	Connections ConnStatus `json:"connections"`
-	// FrontEnds says, per policy and milter listener, when an MTA last
-	// connected since start.
-	FrontEnds []FrontEndStatus `json:"front_ends,omitempty"`
-	// Quarantine: held/frozen counts and the quarantine's faults.
-	Quarantine *lifecycle.Health `json:"quarantine,omitempty"`
-	// State is the rate state's flush health and key pressure.
-	State *StateStatus `json:"state,omitempty"`
-	// Store is the Redis backend's state (nil with the local backend).
+	// Advice lists limits that cannot count as the MTA is hooked up.
+	Advice []string      `json:"advice,omitempty"`
+	Notify *notify.Stats `json:"notify,omitempty"` // nil: notifications off
+	// RestartNeeded lists the TOML keys whose new values in the file take
+	// effect only after a restart.
+	RestartNeeded []string          `json:"restart_needed,omitempty"`
+	Connections   ConnStatus        `json:"connections"`
+	FrontEnds     []FrontEndStatus  `json:"front_ends,omitempty"`
+	Quarantine    *lifecycle.Health `json:"quarantine,omitempty"`
+	State         *StateStatus      `json:"state,omitempty"`
+	// Store is the Redis backend's state (nil: the local store).
 	Store *redisstore.FailoverStatus `json:"store,omitempty"`
-	// RedisTime is Redis's clock (TIME) as the status was read: the
-	// clock the decisions, `rate show` and `rate list` use with the
-	// Redis backend. It is zero with the local backend and while Redis
-	// does not answer (decisions then use this host's clock corrected
-	// by Store.ClockOffset, Redis's clock minus this host's when last
-	// read).
+	// RedisTime is Redis's clock (TIME), the clock of decisions and rate
+	// commands; zero with the local store or while Redis does not answer.
 	RedisTime time.Time `json:"redis_time,omitzero"`
 }
 
-// ConnStatus is the connection cap's state in Status: connections open
-// now, the cap, and how many were closed at once because it was reached.
+// ConnStatus is the front ends' connections: open now, the cap
+// (server.max_connections), and how many were closed at the cap.
 type ConnStatus struct {
 	Open    int   `json:"open"`
 	Max     int   `json:"max"`
 	Refused int64 `json:"refused"`
 }
 
-// FrontEndStatus is one front-end listener in Status: when an MTA last
-// connected to it (the zero time: never since start) and how many
-// connections it accepted.
+// FrontEndStatus is one front-end listener: when an MTA last connected
+// (zero: never since start) and how many connections it accepted.
 type FrontEndStatus struct {
 	FrontEnd    string    `json:"front_end"`
 	Listen      string    `json:"listen"`
@@ -96,47 +78,33 @@ func (f FrontEndStatus) String() string {
 		f.LastConnect.Format(time.RFC3339), time.Since(f.LastConnect).Round(time.Second), f.Connections)
 }
 
-// StateStatus is the rate-state part of `ratelimitd status`: the health of
-// the write-behind to BoltDB and the pressure on the key bound (max_keys).
+// StateStatus is the local rate state's health: its write-behind to the
+// state file, the key bound (max_keys) and what start-up dropped,
+// converted or lost (ratestore.Stats).
 type StateStatus struct {
-	// LastFlush is when a flush last succeeded, LastFlushAge how long ago
-	// (rounded to the second); the zero time means never.
+	// LastFlush is the last successful flush (zero: never), LastFlushAge
+	// how long ago, to the second.
 	LastFlush    time.Time `json:"last_flush"`
 	LastFlushAge string    `json:"last_flush_age"`
-	// LastError is the last failed flush's or compaction's error, at
-	// LastErrorAt; empty when none failed since the start.
+	// LastError is the last failed flush's or compaction's, at LastErrorAt.
 	LastError          string    `json:"last_error,omitempty"`
 	LastErrorAt        time.Time `json:"last_error_at"`
 	FlushFailures      int64     `json:"flush_failures"`
 	CompactionFailures int64     `json:"compaction_failures"`
-	// Pending is how many changes wait for a flush after a failed one.
-	Pending int `json:"pending"`
-	// MaxKeys is the bound on (limit, key) pairs; Evicted how many were
-	// evicted to respect it; Refused how many new keys were refused (fail
-	// open) because every evictable candidate was over or near its limit.
-	MaxKeys int   `json:"max_keys"`
-	Evicted int64 `json:"evicted"`
-	Refused int64 `json:"keys_refused"`
-	// Malformed is how many stored states were dropped at start-up as not
-	// states (NaN or infinite rate, wrong length); Converted how many were
-	// converted to changed limit parameters; Unconfigured how many states
-	// of limits the configuration does not name were restored and kept;
-	// NotConverted how many conversions were refused (a NaN in the state,
-	// or a result that is not finite: a bug, logged at ERROR), the states
-	// kept as they were.
-	Malformed    int64 `json:"malformed"`
-	Converted    int64 `json:"converted"`
-	NotConverted int64 `json:"not_converted"`
-	Unconfigured int64 `json:"unconfigured"`
-	// RecordsLost is how many unreadable records of the state file were
-	// set aside at start-up (serve --accept-state-loss), KeysLost the keys
-	// they held as far as could be told.
+	Pending            int       `json:"pending"` // changes waiting for a flush
+	MaxKeys            int       `json:"max_keys"`
+	Evicted            int64     `json:"evicted"`
+	Refused            int64     `json:"keys_refused"` // new keys refused under pressure
+	Malformed          int64     `json:"malformed"`
+	Converted          int64     `json:"converted"`
+	NotConverted       int64     `json:"not_converted"`
+	Unconfigured       int64     `json:"unconfigured"`
+	// RecordsLost and KeysLost are what serve --accept-state-loss set aside.
 	RecordsLost int64 `json:"records_lost"`
 	KeysLost    int64 `json:"keys_lost"`
 }
 
-// NewStateStatus reads the rate state p's health now (p is safe for
-// concurrent use).
+// NewStateStatus reads p's health now.
 func NewStateStatus(p *ratestore.Persistent) *StateStatus {
 	st, m := p.Stats(), p.Memory()
 	s := &StateStatus{LastFlush: st.LastFlushAt, LastError: st.LastError, LastErrorAt: st.LastErrorAt,
@@ -150,9 +118,7 @@ func NewStateStatus(p *ratestore.Persistent) *StateStatus {
 	return s
 }
 
-// Print writes st as `ratelimitd status` shows it, one fact a line;
-// operator-facing text from the quarantine is cleaned of control
-// characters.
+// Print writes st as `ratelimitd status` shows it, one fact a line.
 func (st *Status) Print(w io.Writer) {
 	fmt.Fprintf(w, "ratelimitd %s, up %s (since %s)\n", st.Version, st.Uptime, st.Started.Format(time.RFC3339))
 	fmt.Fprintf(w, "config: %s\n", st.Config)
@@ -181,7 +147,7 @@ func (st *Status) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "connections: %d open of max %d, %d closed at the cap\n", st.Connections.Open, st.Connections.Max, st.Connections.Refused)
 	for _, f := range st.FrontEnds {
-		fmt.Fprintf(w, "front end %s\n", quarantine.CleanLine(f.String()))
+		fmt.Fprintf(w, "front end %s\n", termsafe.Line(f.String()))
 	}
 	if n := st.Notify; n != nil {
 		fmt.Fprintf(w, "notifications: %d sent, %d failed, %d dropped (queue full), %d waiting\n", n.Sent, n.Failed, n.Dropped, n.Waiting)
@@ -190,7 +156,7 @@ func (st *Status) Print(w io.Writer) {
 		fmt.Fprintf(w, "quarantine: %d held, %d frozen, %d kept past max_age, %d keys suspended, %d failures\n",
 			q.Held, q.Frozen, q.KeptPastMaxAge, q.Suspended, q.Failures)
 		if q.LastError != "" {
-			fmt.Fprintf(w, "quarantine last error (%s): %s\n", q.LastErrorAt.Format(time.RFC3339), quarantine.CleanLine(q.LastError))
+			fmt.Fprintf(w, "quarantine last error (%s): %s\n", q.LastErrorAt.Format(time.RFC3339), termsafe.Line(q.LastError))
 		}
 	}
 	if st.State != nil {
@@ -199,8 +165,7 @@ func (st *Status) Print(w io.Writer) {
 }
 
 // printDecisions prints the requests and, by action, the messages that
-// did not pass: each message once, so 3 frozen messages read "freeze 3"
-// however many requests (RCPT, END-OF-MESSAGE) were answered for them.
+// did not pass, each once.
 func printDecisions(w io.Writer, st *Status) {
 	fmt.Fprintf(w, "requests: %d (%d passed)\n", st.Requests, st.ByAction[policy.Pass.String()])
 	fmt.Fprintf(w, "messages not passed, each counted once:\n")
@@ -210,10 +175,8 @@ func printDecisions(w io.Writer, st *Status) {
 	}
 }
 
-// printInFlight prints the messages in flight where END-OF-MESSAGE can
-// come to end them: with no END-OF-MESSAGE request seen (Postfix asking
-// only at RCPT), every message stays remembered until the table forgets
-// it, and a count would say mail is in flight that finished long ago.
+// printInFlight prints the messages in flight only where END-OF-MESSAGE
+// ends them: asked only at RCPT, no message ever ends.
 func printInFlight(w io.Writer, st *Status) {
 	for _, sc := range st.Stages {
 		if sc.State == policy.StateEndOfMessage || sc.Via == policy.ViaMilter {
@@ -252,8 +215,8 @@ func (s *StateStatus) Print(w io.Writer) {
 	}
 }
 
-// printStoreStatus prints the Redis backend's lines of `ratelimitd
-// status`; now is Redis's TIME (zero: Redis did not answer).
+// printStoreStatus prints the Redis backend's lines; now is Redis's TIME
+// (zero: Redis did not answer).
 func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus, now time.Time) {
 	if s == nil {
 		return
@@ -286,10 +249,9 @@ func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus, now time.Time) 
 	}
 }
 
-// clockOffset says how this host's clock stands to Redis's, given
-// Redis's minus this host's.
+// clockOffset says how this host's clock stands to Redis's, given Redis's
+// minus this host's, to the second (it is known to within a round trip).
 func clockOffset(d time.Duration) string {
-	// Known to within a round trip to Redis: shown to the second.
 	d = d.Round(time.Second)
 	switch {
 	case d > 0:

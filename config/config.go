@@ -1,6 +1,8 @@
 // Package config reads ratelimitd's TOML configuration file: strict decoding
 // (an unknown key is an error), every error reported with its key, and the
-// embedded default (configs/ratelimitd.toml) when no file is given.
+// embedded default (configs/ratelimitd.toml) when no file is given. Every
+// key is documented once, in the keys table of reference.go, from which
+// `ratelimitd config reference` writes docs/configuration.md.
 package config
 
 import (
@@ -19,37 +21,21 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// File is the whole configuration file.
+// File is the whole configuration file, one field per table.
 type File struct {
-	// Policy is the [policy] table: stages, subnets, exemptions.
-	Policy policy.Config `toml:"policy"`
-	// Limits are the [[limit]] tables, the stack in order.
-	Limits []policy.LimitConfig `toml:"limit"`
-	// Server is the [server] table: listeners, state directory, admin
-	// socket, metrics.
-	Server Server `toml:"server"`
-	// Quarantine is the [quarantine] table: hold/freeze storage and release.
-	Quarantine Quarantine `toml:"quarantine"`
-	// Milter is the [milter] table: the milter front end.
-	Milter Milter `toml:"milter"`
-	// Notify is the [notify] table: webhook and mail notifications.
-	Notify notify.Config `toml:"notify"`
-	// Store is the [store] table: local (memory + BoltDB) or Redis rate
-	// state.
-	Store Store `toml:"store"`
-	// Web is the [web] table: the browser console, off by default.
-	Web Web `toml:"web"`
-	// Events is the [events] table: the history of refusals and actions.
-	Events Events `toml:"events"`
+	Policy     policy.Config        `toml:"policy"`
+	Limits     []policy.LimitConfig `toml:"limit"` // the stack, in order
+	Server     Server               `toml:"server"`
+	Quarantine Quarantine           `toml:"quarantine"`
+	Milter     Milter               `toml:"milter"`
+	Notify     notify.Config        `toml:"notify"`
+	Store      Store                `toml:"store"`
+	Web        Web                  `toml:"web"`
+	Events     Events               `toml:"events"`
 
-	// NoLimits is set by [policy] limits = "none": the file deliberately
-	// has no [[limit]] table and the daemon limits nobody. Without it a
-	// file with no [[limit]] is refused, so that an empty or truncated
-	// file cannot silently turn every limit off.
+	// NoLimits is set by [policy] limits = "none": no [[limit]] on purpose.
 	NoLimits bool `toml:"-"`
-
-	// Source names where the configuration came from (a path, or
-	// "(embedded default)").
+	// Source is the path read, or EmbeddedSource.
 	Source string `toml:"-"`
 }
 
@@ -57,8 +43,8 @@ type File struct {
 // configuration without any [[limit]] table.
 const NoLimitsValue = "none"
 
-// limitsSwitch is the one key of the [policy] table that belongs to the
-// file rather than to policy.Config: [policy] limits = "none".
+// limitsSwitch is [policy] limits, the one key of [policy] that is not
+// policy.Config's.
 type limitsSwitch struct {
 	Policy struct {
 		Limits *string `toml:"limits"`
@@ -165,6 +151,28 @@ func (f *File) validate() []error {
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 
+// setDefault sets *p to d when *p is the zero value.
+func setDefault[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
+}
+
+// setDefaultList sets *p to d when *p is empty.
+func setDefaultList[S ~[]E, E any](p *S, d S) {
+	if len(*p) == 0 {
+		*p = d
+	}
+}
+
+// setDefaultPtr points *p at d when *p is nil (the key is not in the file).
+func setDefaultPtr[T any](p **T, d T) {
+	if *p == nil {
+		*p = &d
+	}
+}
+
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		return j.Unwrap()
@@ -174,12 +182,10 @@ func unjoin(err error) []error {
 
 var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
-// describeTOMLError formats a decoding error as "FILE:LINE:COL: message"
-// followed by the offending line and the one before it, with a caret under
-// the column. The line and column come from the error's byte offset
-// (toml.ParseError.Position.Start), which stays right where the library's
-// own column does not (an error found at the start of a line is reported
-// with the previous line's length as its column).
+// describeTOMLError formats a decoding error as "FILE:LINE:COL: message",
+// the offending line and the one before it, and a caret under the column.
+// Line and column come from the byte offset Position.Start: the library's
+// own column is wrong for an error at the start of a line.
 func describeTOMLError(data []byte, source string, err error) string {
 	var perr toml.ParseError
 	if !errors.As(err, &perr) {

@@ -5,18 +5,10 @@ import (
 	"strings"
 )
 
-// RestartKeys lists, as TOML keys ("server.admin_socket",
-// "quarantine.max_age"), the settings of the [server], [quarantine],
-// [milter], [notify], [store], [web] and [events] tables that differ between running and
-// loaded. A SIGHUP reload applies the [policy] table and the [[limit]]
-// stack at once; these other settings (listeners, state directory,
-// quarantine, milter, notifications, rate store, console, event
-// history) take effect only when the
-// daemon is restarted, so the daemon logs them and shows them in
-// `ratelimitd status`. Both files must have been validated (defaults
-// filled). The tables are restartTables, which the configuration reference
-// also uses. The result is sorted by table, then by field order; nil when
-// nothing differs.
+// RestartKeys lists the keys of restartTables ("server.admin_socket")
+// whose values differ between running and loaded, both validated: a
+// reload keeps their running values until a restart. It returns them in
+// table then field order, nil when nothing differs.
 func RestartKeys(running, loaded *File) []string {
 	var keys []string
 	ra, rb := reflect.ValueOf(*running), reflect.ValueOf(*loaded)

@@ -10,39 +10,20 @@ import (
 )
 
 // Events is the [events] table: the history of refusals, warnings,
-// quarantine and operator actions kept in the state file (package events,
-// `ratelimitd events`).
+// quarantine and operator actions (package events, `ratelimitd events`).
 type Events struct {
-	// Enabled records events; default true.
-	Enabled *bool `toml:"enabled"`
-	// MaxAge: events older than this are deleted; default 30 days.
-	MaxAge policy.Duration `toml:"max_age"`
-	// MaxCount: beyond this many events the oldest are deleted; default
-	// 1,000,000 (docs/performance.md has the state file's growth per
-	// million events).
-	MaxCount int `toml:"max_count"`
+	Enabled  *bool           `toml:"enabled"`
+	MaxAge   policy.Duration `toml:"max_age"`
+	MaxCount int             `toml:"max_count"`
 }
-
-// Defaults for Events.
-const (
-	DefaultEventsMaxAge   = 30 * 24 * time.Hour
-	DefaultEventsMaxCount = 1_000_000
-)
 
 // On reports whether events are recorded.
 func (e *Events) On() bool { return e.Enabled == nil || *e.Enabled }
 
 func (e *Events) withDefaults() {
-	if e.Enabled == nil {
-		on := true
-		e.Enabled = &on
-	}
-	if e.MaxAge == 0 {
-		e.MaxAge = policy.Duration(DefaultEventsMaxAge)
-	}
-	if e.MaxCount == 0 {
-		e.MaxCount = DefaultEventsMaxCount
-	}
+	setDefaultPtr(&e.Enabled, true)
+	setDefault(&e.MaxAge, policy.Duration(30*24*time.Hour))
+	setDefault(&e.MaxCount, 1_000_000)
 }
 
 func (e *Events) validate() []error {

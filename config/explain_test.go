@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -97,7 +98,7 @@ func TestDefaultStateDirForRoot(t *testing.T) {
 	if os.Geteuid() == 0 {
 		want = config.RootStateDir
 	}
-	if f.Server.StateDir != want || f.Server.AdminSocket != want+"/admin.sock" {
+	if f.Server.StateDir != want || f.Server.AdminSocket != filepath.Join(want, "admin.sock") {
 		t.Errorf("embedded default: state_dir %q, admin socket %q; want %q (euid %d)", f.Server.StateDir, f.Server.AdminSocket, want, os.Geteuid())
 	}
 }

@@ -9,102 +9,42 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Quarantine is the [quarantine] table: where held and frozen mail is
-// recorded and how it is released.
+// Quarantine is the [quarantine] table: held and frozen mail. In a command
+// "{queue_id}" stands for a validated Postfix or Exim queue ID; commands
+// run without a shell.
 type Quarantine struct {
-	// MaxSize bounds the bytes of frozen messages stored; a freeze that
-	// would pass it is temp-failed (never lost). Default "2G".
-	MaxSize policy.Size `toml:"max_size"`
-	// MaxAge: entries older than this are deleted (held mail is deleted
-	// from the MTA too). Default "14d"; "0s" keeps entries forever.
-	MaxAge *policy.Duration `toml:"max_age"`
-	// ReinjectAddr is the SMTP listener thawed frozen mail is sent to: an
-	// MTA port without milters or policy checks. Default "127.0.0.1:10026".
-	ReinjectAddr string `toml:"reinject_addr"`
-	// ReinjectHelo is the EHLO name used for re-injection.
-	ReinjectHelo string `toml:"reinject_helo"`
-	// ReleaseCommand, DeleteCommand and ShowCommand act on mail in the
-	// MTA's hold queue; "{queue_id}" is replaced by the queue ID, which is
-	// always a valid Postfix or Exim queue ID, and commands run without a
-	// shell. ReleaseCommand may be one command or a list of commands run
-	// in order (the first decides success). Defaults: postsuper -H then
-	// postqueue -i (schedule delivery now rather than within
-	// queue_run_delay), postsuper -d and postcat -q; for Exim use
-	// ["exim", "-Mt", "{queue_id}"] and ["exim", "-Mrm", "{queue_id}"].
-	ReleaseCommand Commands `toml:"release_command"`
-	DeleteCommand  []string `toml:"delete_command"`
-	ShowCommand    []string `toml:"show_command"`
-	// QueueListCommand lists the MTA's queue (JSON lines, or Exim's
-	// exim -bp listing): every held message's queue ID is confirmed in it
-	// before a command runs on it, and the queue ID of a message held at
-	// its first RCPT (Postfix asks before it has one) is found in it.
-	// Default postqueue -j (Postfix 3.1 and later); Exim: exim -bp. []
-	// disables it, and then held mail is never acted on.
-	QueueListCommand *[]string `toml:"queue_list_command"`
-	// ExpireAction is what happens to held and frozen mail older than
-	// MaxAge: "bounce" (default: frozen mail gets a DSN to its envelope
-	// sender, held mail is returned by the MTA with ExpireCommand; mail
-	// from the null sender is deleted without a DSN) or "keep" (kept and
-	// flagged until an operator acts).
-	ExpireAction string `toml:"expire_action"`
-	// ExpireCommand returns held mail past MaxAge to its sender; one
-	// command or a list. Default postsuper -f then postqueue -i.
-	ExpireCommand Commands `toml:"expire_command"`
-	// AlertEvery logs "KEY has N quarantined messages" each time a key's
-	// count of held/frozen messages reaches a multiple of it; default 10.
-	AlertEvery int `toml:"alert_every"`
+	MaxSize          policy.Size      `toml:"max_size"`
+	MaxAge           *policy.Duration `toml:"max_age"`
+	ReinjectAddr     string           `toml:"reinject_addr"`
+	ReinjectHelo     string           `toml:"reinject_helo"`
+	ReleaseCommand   Commands         `toml:"release_command"`
+	DeleteCommand    []string         `toml:"delete_command"`
+	ShowCommand      []string         `toml:"show_command"`
+	QueueListCommand *[]string        `toml:"queue_list_command"` // [] disables it
+	ExpireAction     string           `toml:"expire_action"`
+	ExpireCommand    Commands         `toml:"expire_command"`
+	AlertEvery       int              `toml:"alert_every"`
 }
 
-// Milter is the [milter] table.
+// Milter is the [milter] table; Listen "" disables the milter.
 type Milter struct {
-	// Listen is "host:port" (loopback unless server.allow_networks) or
-	// "unix:/path"; "" (default) disables the milter front end.
-	Listen string `toml:"listen"`
-	// ReadTimeout closes a milter connection silent for that long;
-	// default 330s.
-	ReadTimeout policy.Duration `toml:"read_timeout"`
-	// MaxMessageSize is the largest message the milter keeps to freeze
-	// (kept only when a freeze limit could apply: the first 256 KiB in
-	// memory, the rest in an unlinked temporary file in server.state_dir);
-	// a bigger one that must be frozen is temp-failed. Default "64M".
-	MaxMessageSize policy.Size `toml:"max_message_size"`
+	Listen         string          `toml:"listen"`
+	ReadTimeout    policy.Duration `toml:"read_timeout"`
+	MaxMessageSize policy.Size     `toml:"max_message_size"`
 }
 
 func (q *Quarantine) withDefaults() {
-	if q.MaxSize == 0 {
-		q.MaxSize = 2 << 30
-	}
-	if q.MaxAge == nil {
-		d := policy.Duration(14 * 24 * time.Hour)
-		q.MaxAge = &d
-	}
-	if q.ReinjectAddr == "" {
-		q.ReinjectAddr = "127.0.0.1:10026"
-	}
-	if q.ReinjectHelo == "" {
-		q.ReinjectHelo = "ratelimitd.localhost"
-	}
-	if len(q.ReleaseCommand) == 0 {
-		q.ReleaseCommand = Commands{{"postsuper", "-H", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}}
-	}
-	if len(q.ExpireCommand) == 0 {
-		q.ExpireCommand = Commands{{"postsuper", "-f", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}}
-	}
-	if q.ExpireAction == "" {
-		q.ExpireAction = "bounce"
-	}
-	if len(q.DeleteCommand) == 0 {
-		q.DeleteCommand = []string{"postsuper", "-d", "{queue_id}"}
-	}
-	if q.QueueListCommand == nil {
-		q.QueueListCommand = &[]string{"postqueue", "-j"}
-	}
-	if len(q.ShowCommand) == 0 {
-		q.ShowCommand = []string{"postcat", "-q", "{queue_id}"}
-	}
-	if q.AlertEvery == 0 {
-		q.AlertEvery = 10
-	}
+	setDefault(&q.MaxSize, 2<<30)
+	setDefaultPtr(&q.MaxAge, policy.Duration(14*24*time.Hour))
+	setDefault(&q.ReinjectAddr, "127.0.0.1:10026")
+	setDefault(&q.ReinjectHelo, "ratelimitd.localhost")
+	setDefaultList(&q.ReleaseCommand, Commands{{"postsuper", "-H", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}})
+	setDefaultList(&q.DeleteCommand, []string{"postsuper", "-d", "{queue_id}"})
+	setDefaultList(&q.ShowCommand, []string{"postcat", "-q", "{queue_id}"})
+	setDefaultPtr(&q.QueueListCommand, []string{"postqueue", "-j"})
+	setDefault(&q.ExpireAction, "bounce")
+	setDefaultList(&q.ExpireCommand, Commands{{"postsuper", "-f", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}})
+	setDefault(&q.AlertEvery, 10)
 }
 
 func (q *Quarantine) validate() []error {
@@ -136,12 +76,8 @@ func (q *Quarantine) validate() []error {
 }
 
 func (m *Milter) withDefaults() {
-	if m.ReadTimeout == 0 {
-		m.ReadTimeout = policy.Duration(330 * time.Second)
-	}
-	if m.MaxMessageSize == 0 {
-		m.MaxMessageSize = 64 << 20
-	}
+	setDefault(&m.ReadTimeout, policy.Duration(330*time.Second))
+	setDefault(&m.MaxMessageSize, 64<<20)
 }
 
 func (m *Milter) validate(allowNetworks []string) []error {
@@ -158,9 +94,8 @@ func (m *Milter) validate(allowNetworks []string) []error {
 	return nil
 }
 
-// Commands is one command (["postsuper", "-H", "{queue_id}"]) or a list
-// of commands run in order ([["postsuper", "-H", "{queue_id}"],
-// ["postqueue", "-i", "{queue_id}"]]); either TOML form decodes to a list.
+// Commands is one command (["postsuper", "-H", "{queue_id}"]) or a list of
+// commands run in order; either TOML form decodes to a list.
 type Commands [][]string
 
 // UnmarshalTOML implements toml.Unmarshaler for both forms.

@@ -3,18 +3,31 @@ package config
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
+
+	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Tables describes each table of the file, in the order the reference
-// shows them. Every key of Keys belongs to one of them.
-var Tables = []struct{ Name, Doc string }{
+// A key is the one place a configuration key is documented; its type and
+// whether SIGHUP applies it come from the structs (fileKeys) and
+// restartTables.
+type key struct {
+	name string // "table.key"; a [[limit]] key is "limit.KEY"
+	def  string // default as a TOML value, "" if none can be written
+	note string // a default computed or applied elsewhere
+	unit string // what a number counts
+	doc  string // one line: what the key does
+}
+
+var tables = []struct{ Name, Doc string }{
 	{"server", "Where the daemon listens and keeps its state."},
 	{"policy", "What is limited: client subnets, the warn header, the no-limits switch."},
 	{"policy.exempt", "Who is never limited."},
 	{"limit", "One `[[limit]]` table per limit; the stack is evaluated in order. At least one is required unless `[policy] limits = \"none\"`."},
 	{"store", "Where rate state lives: this host (memory and the BoltDB file) or Redis, shared by several MTAs (docs/redis.md)."},
-	{"quarantine", "Held and frozen mail: storage, release, expiry (docs/operations.md)."},
+	{"quarantine", "Held and frozen mail: storage, release, expiry (docs/operations.md). In a command, `{queue_id}` is replaced by the message's queue ID, always a valid Postfix or Exim queue ID; commands run without a shell."},
 	{"milter", "The milter front end, needed to freeze (docs/postfix.md)."},
 	{"notify", "Notifications to the postmaster; off until `webhook.url` or `mail.to` is set."},
 	{"notify.webhook", "One signed JSON object per event, POSTed."},
@@ -23,128 +36,231 @@ var Tables = []struct{ Name, Doc string }{
 	{"events", "The history of refusals, warnings, quarantine and operator actions, and reloads in the state file (`ratelimitd events`, docs/operations.md)."},
 }
 
-// Keys documents every key of the configuration file; the package's tests
-// check that it lists exactly the keys of FileKeys and that each Default
-// is the value the loader fills in.
-var Keys = []Key{
-	{Name: "server.policy_listen", Default: `["127.0.0.1:10031"]`, Doc: "Policy delegation listeners: \"host:port\" (loopback unless allow_networks is set) or \"unix:/path\", e.g. \"unix:/var/spool/postfix/private/ratelimitd\". A socket systemd passes (socket activation) for one of these addresses is used as it is; the others are opened by the daemon."},
-	{Name: "server.socket_mode", Default: `"0660"`, Unit: "octal permission", Doc: "Permission of unix policy and milter sockets; world-writable modes are refused."},
-	{Name: "server.socket_group", DefaultNote: "the daemon's group", Doc: "Group of unix policy and milter sockets, e.g. \"postfix\" (Postfix connects as a member of it)."},
-	{Name: "server.allow_networks", Default: `[]`, DefaultNote: "loopback only", Doc: "Client networks (addresses or prefixes) TCP listeners accept; others are closed before anything is read."},
-	{Name: "server.state_dir", DefaultNote: "/var/lib/ratelimitd as root, ./ratelimitd-state otherwise", Doc: "Directory of the BoltDB file (rate state and quarantine) and, by default, the admin socket."},
-	{Name: "server.admin_socket", DefaultNote: "STATE_DIR/admin.sock", Doc: "Admin unix socket the CLI talks to; its directory must not be world-writable."},
-	{Name: "server.metrics_listen", Default: `"127.0.0.1:9731"`, Doc: "Prometheus /metrics address (numeric host:port); \"\" disables it."},
-	{Name: "server.flush_interval", Default: `"1s"`, Doc: "How often rate state is written to BoltDB: a crash loses at most this much counting (at most 1m)."},
-	{Name: "server.max_keys", DefaultNote: "4000000", Unit: "(limit, key) pairs", Doc: "Bound on tracked rate states; the least recently seen are evicted first, never one at or above half its limit."},
-	{Name: "server.idle_timeout", Default: `"330s"`, Doc: "Closes a policy connection idle that long (above Postfix's smtpd_policy_service_max_idle of 300s)."},
-	{Name: "server.request_timeout", Default: `"10s"`, Doc: "Bound on reading and answering one request, from its first byte."},
-	{Name: "server.max_connections", DefaultNote: "0: min(1024, RLIMIT_NOFILE/2)", Unit: "connections", Doc: "Cap on policy and milter connections open at once; one over it is closed at once and counted."},
-	{Name: "server.log_level", Default: `"info"`, Doc: "debug, info, warn or error."},
-	{Name: "server.log_format", Default: `"text"`, Doc: "text or json."},
+// keys documents every key of the file, in reference order. Tests check
+// that it lists exactly the keys of fileKeys and that each Default is the
+// value the loader fills in.
+var keys = []key{
+	{name: "server.policy_listen", def: `["127.0.0.1:10031"]`, doc: "Policy delegation listeners: \"host:port\" (loopback unless allow_networks is set) or \"unix:/path\", e.g. \"unix:/var/spool/postfix/private/ratelimitd\". A socket systemd passes (socket activation) for one of these addresses is used as it is; the others are opened by the daemon."},
+	{name: "server.socket_mode", def: `"0660"`, unit: "octal permission", doc: "Permission of unix policy and milter sockets; world-writable modes are refused."},
+	{name: "server.socket_group", note: "the daemon's group", doc: "Group of unix policy and milter sockets, e.g. \"postfix\" (Postfix connects as a member of it)."},
+	{name: "server.allow_networks", def: `[]`, note: "loopback only", doc: "Client networks (addresses or prefixes) TCP listeners accept; others are closed before anything is read."},
+	{name: "server.state_dir", note: "/var/lib/ratelimitd as root, ./ratelimitd-state otherwise", doc: "Directory of the BoltDB file (rate state and quarantine) and, by default, the admin socket."},
+	{name: "server.admin_socket", note: "STATE_DIR/admin.sock", doc: "Admin unix socket the CLI talks to; its directory must not be world-writable."},
+	{name: "server.metrics_listen", def: `"127.0.0.1:9731"`, doc: "Prometheus /metrics address (numeric host:port); \"\" disables it."},
+	{name: "server.flush_interval", def: `"1s"`, doc: "How often rate state is written to BoltDB: a crash loses at most this much counting (at most 1m)."},
+	{name: "server.max_keys", note: "4000000", unit: "(limit, key) pairs", doc: "Bound on tracked rate states; the least recently seen are evicted first, never one at or above half its limit."},
+	{name: "server.idle_timeout", def: `"330s"`, doc: "Closes a policy connection idle that long (above Postfix's smtpd_policy_service_max_idle of 300s)."},
+	{name: "server.request_timeout", def: `"10s"`, doc: "Bound on reading and answering one request, from its first byte."},
+	{name: "server.max_connections", note: "0: min(1024, RLIMIT_NOFILE/2)", unit: "connections", doc: "Cap on policy and milter connections open at once; one over it is closed at once and counted."},
+	{name: "server.log_level", def: `"info"`, doc: "debug, info, warn or error."},
+	{name: "server.log_format", def: `"text"`, doc: "text or json."},
 
-	{Name: "policy.subnet_v4", DefaultNote: "24", Unit: "prefix bits", Doc: "Prefix length of the client_subnet key for IPv4 clients (1 to 32)."},
-	{Name: "policy.subnet_v6", DefaultNote: "64", Unit: "prefix bits", Doc: "Prefix length of the client_subnet key for IPv6 clients (1 to 128)."},
-	{Name: "policy.address_case", DefaultNote: `"fold"`, Doc: "fold: the local part of addresses is lower-cased in rate keys (Alice@x and alice@x are one key); keep: as sent. Domains are always lower-cased (IDNA ASCII form). docs/keys.md."},
-	{Name: "policy.recipient_delimiter", DefaultNote: `"+"`, Doc: "Characters that start an address extension, removed from rate keys as Postfix's recipient_delimiter (alice+news@x is alice@x); \"\" keeps extensions."},
-	{Name: "policy.ipv4_prefix", DefaultNote: "32", Unit: "prefix bits", Doc: "Prefix length a client_address key is masked to for IPv4 clients (8 to 32); IPv4-mapped IPv6 clients count as IPv4."},
-	{Name: "policy.ipv6_prefix", DefaultNote: "64", Unit: "prefix bits", Doc: "Prefix length a client_address key is masked to for IPv6 clients (32 to 128): one customer network is one key."},
-	{Name: "policy.on_full", DefaultNote: `"defer"`, Doc: "Answer to a new sender when the key table (server.max_keys) is full of keys over or near their limit, which are never evicted: defer (450 4.7.1, logged and counted as a fault) or dunno (let it through unmeasured)."},
-	{Name: "policy.warn_header", DefaultNote: `"X-Ratelimitd-Warning"`, Doc: "Header a warn limit prepends; \"\" means warn only logs."},
-	{Name: "policy.limits", Doc: "\"none\" runs without any [[limit]] on purpose; without it a file with no [[limit]] is refused."},
-	{Name: "policy.stages", Doc: "Obsolete and ignored (config check says so): the protocol states asked at are learned."},
-	{Name: "policy.exempt.networks", Default: `[]`, Doc: "Client addresses or prefixes never limited."},
-	{Name: "policy.exempt.users", Default: `[]`, Doc: "SASL user names never limited (case-insensitive)."},
-	{Name: "policy.exempt.senders", Default: `[]`, Doc: "Envelope senders (\"news@example.org\") or domains (\"@example.org\") never limited (case-insensitive)."},
+	{name: "policy.subnet_v4", note: "24", unit: "prefix bits", doc: "Prefix length of the client_subnet key for IPv4 clients (1 to 32)."},
+	{name: "policy.subnet_v6", note: "64", unit: "prefix bits", doc: "Prefix length of the client_subnet key for IPv6 clients (1 to 128)."},
+	{name: "policy.address_case", note: `"fold"`, doc: "fold: the local part of addresses is lower-cased in rate keys (Alice@x and alice@x are one key); keep: as sent. Domains are always lower-cased (IDNA ASCII form). docs/keys.md."},
+	{name: "policy.recipient_delimiter", note: `"+"`, doc: "Characters that start an address extension, removed from rate keys as Postfix's recipient_delimiter (alice+news@x is alice@x); \"\" keeps extensions."},
+	{name: "policy.ipv4_prefix", note: "32", unit: "prefix bits", doc: "Prefix length a client_address key is masked to for IPv4 clients (8 to 32); IPv4-mapped IPv6 clients count as IPv4."},
+	{name: "policy.ipv6_prefix", note: "64", unit: "prefix bits", doc: "Prefix length a client_address key is masked to for IPv6 clients (32 to 128): one customer network is one key."},
+	{name: "policy.on_full", note: `"defer"`, doc: "Answer to a new sender when the key table (server.max_keys) is full of keys over or near their limit, which are never evicted: defer (450 4.7.1, logged and counted as a fault) or dunno (let it through unmeasured)."},
+	{name: "policy.warn_header", note: `"X-Ratelimitd-Warning"`, doc: "Header a warn limit prepends; \"\" means warn only logs."},
+	{name: "policy.limits", doc: "\"none\" runs without any [[limit]] on purpose; without it a file with no [[limit]] is refused."},
+	{name: "policy.stages", doc: "Obsolete and ignored (config check says so): the protocol states asked at are learned."},
+	{name: "policy.exempt.networks", def: `[]`, doc: "Client addresses or prefixes never limited."},
+	{name: "policy.exempt.users", def: `[]`, doc: "SASL user names never limited (case-insensitive)."},
+	{name: "policy.exempt.senders", def: `[]`, doc: "Envelope senders (\"news@example.org\") or domains (\"@example.org\") never limited (case-insensitive)."},
 
-	{Name: "limit.name", DefaultNote: "required", Doc: "Names the limit in logs, metrics and the CLI: [a-z0-9_-], unique."},
-	{Name: "limit.key", DefaultNote: "required", Doc: "Request attributes joined into the rate key: sasl_username, sender, sender_domain, client_address, client_subnet, client_name, helo_name, recipient, recipient_domain."},
-	{Name: "limit.limit", DefaultNote: "required (baseline: cap)", Unit: "cost per period", Doc: "Permitted cost per period; also the burst a quiet sender may send at once. At most 1e15; at least 1 except per = \"byte\" (and earrrl)."},
-	{Name: "limit.period", DefaultNote: "required", Doc: "Averaging period, e.g. \"1h\", \"24h\"; 1s to 366d."},
-	{Name: "limit.per", DefaultNote: `"mail"`, Doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period)."},
-	{Name: "limit.mode", DefaultNote: `"leaky"`, Doc: "leaky (refused attempts not counted), strict (every attempt counts), forgiving (counted, clamped to the limit) or readonly (measure only)."},
-	{Name: "limit.action", DefaultNote: `"defer"`, Doc: "Over the limit: defer (450), reject (550), warn (header), hold (MTA hold queue) or freeze (milter quarantine)."},
-	{Name: "limit.algorithm", DefaultNote: `"exponential"`, Doc: "exponential (Exim's EWMA), gcra, cooldown, earrrl or baseline (relative to the key's learned peak)."},
-	{Name: "limit.factor", DefaultNote: "3 (baseline only)", Doc: "Baseline: a key is refused above factor times its learned typical peak."},
-	{Name: "limit.floor", DefaultNote: "required with baseline", Unit: "cost per period", Doc: "Baseline: the allowance of a key with no history, and the least any key gets."},
-	{Name: "limit.cap", DefaultNote: "limit (baseline only)", Unit: "cost per period", Doc: "Baseline: the most any key gets."},
-	{Name: "limit.learn_period", DefaultNote: `"4w" (baseline only)`, Doc: "Baseline: a key's learned peak is forgotten by 1/e per learn_period."},
-	{Name: "limit.half_life", DefaultNote: "period × ln 2 (earrrl only)", Doc: "EARRRL's half-life."},
-	{Name: "limit.message", DefaultNote: `"rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"`, Doc: "Client text template; placeholders {name}, {key}, {rate}, {limit}, {period}, {retry}."},
-	{Name: "limit.overrides", Unit: "cost per period", Doc: "Per-key limits, e.g. { news = 5000, \"@partner.example\" = 500 } (\"@domain\": default of that domain's addresses); with baseline, a fixed allowance."},
-	{Name: "limit.via", DefaultNote: "both", Doc: "Front ends this limit measures: \"policy\" and/or \"milter\"; give each limit one when an MTA asks through both."},
-	{Name: "limit.auto_release", DefaultNote: `"none"`, Doc: "\"drip\" releases a key's held/frozen mail oldest first at the limit's rate once it is back under it (hold and freeze limits)."},
+	{name: "limit.name", note: "required", doc: "Names the limit in logs, metrics and the CLI: [a-z0-9_-], unique."},
+	{name: "limit.key", note: "required", doc: "Request attributes joined into the rate key: sasl_username, sender, sender_domain, client_address, client_subnet, client_name, helo_name, recipient, recipient_domain."},
+	{name: "limit.limit", note: "required (baseline: cap)", unit: "cost per period", doc: "Permitted cost per period; also the burst a quiet sender may send at once. At most 1e15; at least 1 except per = \"byte\" (and earrrl)."},
+	{name: "limit.period", note: "required", doc: "Averaging period, e.g. \"1h\", \"24h\"; 1s to 366d."},
+	{name: "limit.per", note: `"mail"`, doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period)."},
+	{name: "limit.mode", note: `"leaky"`, doc: "leaky (refused attempts not counted), strict (every attempt counts), forgiving (counted, clamped to the limit) or readonly (measure only)."},
+	{name: "limit.action", note: `"defer"`, doc: "Over the limit: defer (450), reject (550), warn (header), hold (MTA hold queue) or freeze (milter quarantine)."},
+	{name: "limit.algorithm", note: `"exponential"`, doc: "exponential (Exim's EWMA), gcra, cooldown, earrrl or baseline (relative to the key's learned peak)."},
+	{name: "limit.factor", note: "3 (baseline only)", doc: "Baseline: a key is refused above factor times its learned typical peak."},
+	{name: "limit.floor", note: "required with baseline", unit: "cost per period", doc: "Baseline: the allowance of a key with no history, and the least any key gets."},
+	{name: "limit.cap", note: "limit (baseline only)", unit: "cost per period", doc: "Baseline: the most any key gets."},
+	{name: "limit.learn_period", note: `"4w" (baseline only)`, doc: "Baseline: a key's learned peak is forgotten by 1/e per learn_period."},
+	{name: "limit.half_life", note: "period × ln 2 (earrrl only)", doc: "EARRRL's half-life."},
+	{name: "limit.message", note: `"rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"`, doc: "Client text template; placeholders {name}, {key}, {rate}, {limit}, {period}, {retry}."},
+	{name: "limit.overrides", unit: "cost per period", doc: "Per-key limits, e.g. { news = 5000, \"@partner.example\" = 500 } (\"@domain\": default of that domain's addresses); with baseline, a fixed allowance."},
+	{name: "limit.via", note: "both", doc: "Front ends this limit measures: \"policy\" and/or \"milter\"; give each limit one when an MTA asks through both."},
+	{name: "limit.auto_release", note: `"none"`, doc: "\"drip\" releases a key's held/frozen mail oldest first at the limit's rate once it is back under it (hold and freeze limits)."},
 
-	{Name: "store.backend", Default: `"local"`, Doc: "local (memory and the BoltDB file) or redis."},
-	{Name: "store.redis_addrs", Default: `["127.0.0.1:6379"]`, Doc: "host:port: one for a standalone Redis, several for a Redis Cluster, the Sentinels when redis_sentinel_master is set."},
-	{Name: "store.redis_sentinel_master", Doc: "Master set name the Sentinels monitor; set, redis_addrs are the Sentinels."},
-	{Name: "store.redis_username", Doc: "Redis AUTH user name."},
-	{Name: "store.redis_password", Doc: "Redis AUTH password."},
-	{Name: "store.redis_db", DefaultNote: "0", Unit: "database number", Doc: "Redis SELECT database."},
-	{Name: "store.redis_tls", DefaultNote: "false", Doc: "Use TLS (system roots) for every Redis connection."},
-	{Name: "store.redis_timeout", Default: `"200ms"`, Doc: "Bound on each request's Redis round trip; past it on_redis_error applies."},
-	{Name: "store.on_redis_error", Default: `"local"`, Doc: "When Redis fails: local (decide from this host's copy of the states Redis returned; add what it counted to Redis once on recovery), dunno or defer (docs/redis.md)."},
-	{Name: "store.degraded_share", Default: `"last"`, Doc: "With on_redis_error = local: last (each host may use the whole limit from the state it last knew) or split (each host gets limit/redis_hosts while degraded)."},
-	{Name: "store.redis_hosts", Default: "1", Unit: "hosts", Doc: "How many hosts share the Redis state: the N of degraded_share = split."},
-	{Name: "store.redis_known_records", DefaultNote: "0 (114,688)", Unit: "records", Doc: "Rate keys whose Redis record each host remembers for the fast path (the host decides, the script only confirms; about 100 bytes each; docs/redis.md). 0: the default; -1: no fast path, the script decides every request."},
-	{Name: "store.key_prefix", Default: `"ratelimitd:"`, Doc: "Starts every Redis key; must not contain '{' or '}'."},
+	{name: "store.backend", def: `"local"`, doc: "local (memory and the BoltDB file) or redis."},
+	{name: "store.redis_addrs", def: `["127.0.0.1:6379"]`, doc: "host:port: one for a standalone Redis, several for a Redis Cluster, the Sentinels when redis_sentinel_master is set."},
+	{name: "store.redis_sentinel_master", doc: "Master set name the Sentinels monitor; set, redis_addrs are the Sentinels."},
+	{name: "store.redis_username", doc: "Redis AUTH user name."},
+	{name: "store.redis_password", doc: "Redis AUTH password."},
+	{name: "store.redis_db", note: "0", unit: "database number", doc: "Redis SELECT database."},
+	{name: "store.redis_tls", note: "false", doc: "Use TLS (system roots) for every Redis connection."},
+	{name: "store.redis_timeout", def: `"200ms"`, doc: "Bound on each request's Redis round trip; past it on_redis_error applies."},
+	{name: "store.on_redis_error", def: `"local"`, doc: "When Redis fails: local (decide from this host's copy of the states Redis returned; add what it counted to Redis once on recovery), dunno or defer (docs/redis.md)."},
+	{name: "store.degraded_share", def: `"last"`, doc: "With on_redis_error = local: last (each host may use the whole limit from the state it last knew) or split (each host gets limit/redis_hosts while degraded)."},
+	{name: "store.redis_hosts", def: "1", unit: "hosts", doc: "How many hosts share the Redis state: the N of degraded_share = split."},
+	{name: "store.redis_known_records", note: "0 (114,688)", unit: "records", doc: "Rate keys whose Redis record each host remembers for the fast path (the host decides, the script only confirms; about 100 bytes each; docs/redis.md). 0: the default; -1: no fast path, the script decides every request."},
+	{name: "store.key_prefix", def: `"ratelimitd:"`, doc: "Starts every Redis key; must not contain '{' or '}'."},
 
-	{Name: "quarantine.max_size", Default: `"2G"`, Unit: "bytes", Doc: "Bound on the bytes of frozen messages stored; a freeze beyond it is temp-failed, never lost."},
-	{Name: "quarantine.max_age", Default: `"14d"`, Doc: "Held and frozen mail older than this is handled by expire_action; \"0s\" keeps entries forever."},
-	{Name: "quarantine.reinject_addr", Default: `"127.0.0.1:10026"`, Doc: "SMTP listener thawed frozen mail is sent to: an MTA port without milters or policy checks."},
-	{Name: "quarantine.reinject_helo", Default: `"ratelimitd.localhost"`, Doc: "EHLO name used for re-injection."},
-	{Name: "quarantine.release_command", Default: `[["postsuper", "-H", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, Doc: "Releases held mail; one command or a list run in order (the first decides success). Exim: [\"exim\", \"-Mt\", \"{queue_id}\"]."},
-	{Name: "quarantine.delete_command", Default: `["postsuper", "-d", "{queue_id}"]`, Doc: "Deletes held mail. Exim: [\"exim\", \"-Mrm\", \"{queue_id}\"]."},
-	{Name: "quarantine.show_command", Default: `["postcat", "-q", "{queue_id}"]`, Doc: "Prints held mail for quarantine show."},
-	{Name: "quarantine.queue_list_command", Default: `["postqueue", "-j"]`, Doc: "Lists the MTA's queue (postqueue -j JSON lines, or Exim's [\"exim\", \"-bp\"]): each held message's queue ID is confirmed there (sender, recipients, arrival) before any command runs on it, and mail held at its first RCPT is found there. [] disables it: held mail is then never acted on."},
-	{Name: "quarantine.expire_action", Default: `"bounce"`, Doc: "Past max_age: bounce (frozen mail gets a DSN, held mail expire_command) or keep (flagged until an operator acts)."},
-	{Name: "quarantine.expire_command", Default: `[["postsuper", "-f", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, Doc: "Returns held mail past max_age to its sender; one command or a list."},
-	{Name: "quarantine.alert_every", Default: `10`, Unit: "messages", Doc: "Logs (and notifies) \"KEY has N quarantined messages\" at each multiple of this count."},
+	{name: "quarantine.max_size", def: `"2G"`, unit: "bytes", doc: "Bound on the bytes of frozen messages stored; a freeze beyond it is temp-failed, never lost."},
+	{name: "quarantine.max_age", def: `"14d"`, doc: "Held and frozen mail older than this is handled by expire_action; \"0s\" keeps entries forever."},
+	{name: "quarantine.reinject_addr", def: `"127.0.0.1:10026"`, doc: "SMTP listener thawed frozen mail is sent to: an MTA port without milters or policy checks."},
+	{name: "quarantine.reinject_helo", def: `"ratelimitd.localhost"`, doc: "EHLO name used for re-injection."},
+	{name: "quarantine.release_command", def: `[["postsuper", "-H", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, doc: "Releases held mail; one command or a list run in order (the first decides success). Exim: [\"exim\", \"-Mt\", \"{queue_id}\"]."},
+	{name: "quarantine.delete_command", def: `["postsuper", "-d", "{queue_id}"]`, doc: "Deletes held mail. Exim: [\"exim\", \"-Mrm\", \"{queue_id}\"]."},
+	{name: "quarantine.show_command", def: `["postcat", "-q", "{queue_id}"]`, doc: "Prints held mail for quarantine show."},
+	{name: "quarantine.queue_list_command", def: `["postqueue", "-j"]`, doc: "Lists the MTA's queue (postqueue -j JSON lines, or Exim's [\"exim\", \"-bp\"]): each held message's queue ID is confirmed there (sender, recipients, arrival) before any command runs on it, and mail held at its first RCPT is found there. [] disables it: held mail is then never acted on."},
+	{name: "quarantine.expire_action", def: `"bounce"`, doc: "Past max_age: bounce (frozen mail gets a DSN, or is deleted if its sender is <>; held mail expire_command) or keep (flagged until an operator acts)."},
+	{name: "quarantine.expire_command", def: `[["postsuper", "-f", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, doc: "Returns held mail past max_age to its sender; one command or a list."},
+	{name: "quarantine.alert_every", def: `10`, unit: "messages", doc: "Logs (and notifies) \"KEY has N quarantined messages\" at each multiple of this count."},
 
-	{Name: "milter.listen", DefaultNote: `"": disabled`, Doc: "\"host:port\" (loopback unless server.allow_networks) or \"unix:/path\"; e.g. \"127.0.0.1:10032\"."},
-	{Name: "milter.read_timeout", Default: `"330s"`, Doc: "Closes a milter connection silent for that long."},
-	{Name: "milter.max_message_size", Default: `"64M"`, Unit: "bytes", Doc: "Largest message the milter keeps to freeze (256 KiB in memory, the rest spooled); a bigger one that must be frozen is temp-failed."},
+	{name: "milter.listen", note: `"": disabled`, doc: "\"host:port\" (loopback unless server.allow_networks) or \"unix:/path\"; e.g. \"127.0.0.1:10032\"."},
+	{name: "milter.read_timeout", def: `"330s"`, doc: "Closes a milter connection silent for that long."},
+	{name: "milter.max_message_size", def: `"64M"`, unit: "bytes", doc: "Largest message the milter keeps to freeze (256 KiB in memory, the rest spooled); a bigger one that must be frozen is temp-failed."},
 
-	{Name: "notify.events", DefaultNote: "all", Doc: "Event kinds sent: limit_refused, quarantine_threshold, thawed, deleted, expired, released, rate_reset."},
-	{Name: "notify.queue_size", Default: `1000`, Unit: "events", Doc: "Bound on events waiting to be sent; more are dropped and counted."},
-	{Name: "notify.max_keys", Default: `100000`, Unit: "(limit, key) pairs", Doc: "Bound on the pairs remembered for one limit_refused per key, limit and period; when full, first refusals are dropped and counted."},
-	{Name: "notify.webhook.url", Doc: "http or https endpoint; \"\" disables the webhook."},
-	{Name: "notify.webhook.secret", Doc: "Signs each body: X-Ratelimitd-Signature is \"sha256=\" and the hex HMAC-SHA256 of the body."},
-	{Name: "notify.webhook.timeout", Default: `"10s"`, Doc: "Bound on one attempt."},
-	{Name: "notify.webhook.attempts", Default: `5`, Unit: "attempts", Doc: "Tries per event (network errors, 408, 429 and 5xx are retried) before it is counted as failed."},
-	{Name: "notify.webhook.backoff", Default: `"1s"`, Doc: "Wait after the first failed attempt, doubled after each further one."},
-	{Name: "notify.webhook.max_backoff", Default: `"1m"`, Doc: "Longest wait between attempts."},
-	{Name: "notify.mail.relay", Default: `"127.0.0.1:25"`, Doc: "SMTP relay host:port."},
-	{Name: "notify.mail.helo", Default: `"localhost"`, Doc: "EHLO name."},
-	{Name: "notify.mail.starttls", DefaultNote: "false", Doc: "Requires STARTTLS on the relay, verifying its certificate against the relay host name."},
-	{Name: "notify.mail.from", DefaultNote: "required when to is set", Doc: "Header and envelope sender, e.g. \"ratelimitd@mail.example.org\"."},
-	{Name: "notify.mail.to", Default: `[]`, Doc: "Postmaster addresses; empty disables mail."},
-	{Name: "notify.mail.subject", Default: defaultSubject, Doc: "Subject template (Go text/template over the event)."},
-	{Name: "notify.mail.body", DefaultNote: "the summary, the event's fields and the commands to review and forgive", Doc: "Body template (Go text/template over the event)."},
-	{Name: "notify.mail.notify_sender", DefaultNote: "false", Doc: "Also mails the sender of a refused message; only where senders are authenticated."},
-	{Name: "notify.mail.sender_subject", Default: defaultSenderSubject, Doc: "Subject template of the mail to the sender."},
-	{Name: "notify.mail.sender_body", DefaultNote: "says the mail is limited and what to do if the sender did not send it", Doc: "Body template of the mail to the sender."},
-	{Name: "notify.mail.timeout", Default: `"30s"`, Doc: "Bound on one SMTP transaction."},
-	{Name: "notify.mail.attempts", Default: `5`, Unit: "attempts", Doc: "Tries per mail (network errors and 4xx are retried) before it is counted as failed."},
-	{Name: "notify.mail.backoff", Default: `"1s"`, Doc: "Wait after the first failed attempt, doubled after each further one."},
-	{Name: "notify.mail.max_backoff", Default: `"1m"`, Doc: "Longest wait between attempts."},
+	{name: "notify.events", note: "all", doc: "Event kinds sent: limit_refused, quarantine_threshold, thawed, deleted, expired, released, rate_reset."},
+	{name: "notify.queue_size", def: `1000`, unit: "events", doc: "Bound on events waiting to be sent; more are dropped and counted."},
+	{name: "notify.max_keys", def: `100000`, unit: "(limit, key) pairs", doc: "Bound on the pairs remembered for one limit_refused per key, limit and period; when full, first refusals are dropped and counted."},
+	{name: "notify.webhook.url", doc: "http or https endpoint; \"\" disables the webhook."},
+	{name: "notify.webhook.secret", doc: "Signs each body: X-Ratelimitd-Signature is \"sha256=\" and the hex HMAC-SHA256 of the body."},
+	{name: "notify.webhook.timeout", def: `"10s"`, doc: "Bound on one attempt."},
+	{name: "notify.webhook.attempts", def: `5`, unit: "attempts", doc: "Tries per event (network errors, 408, 429 and 5xx are retried) before it is counted as failed."},
+	{name: "notify.webhook.backoff", def: `"1s"`, doc: "Wait after the first failed attempt, doubled after each further one."},
+	{name: "notify.webhook.max_backoff", def: `"1m"`, doc: "Longest wait between attempts."},
+	{name: "notify.mail.relay", def: `"127.0.0.1:25"`, doc: "SMTP relay host:port."},
+	{name: "notify.mail.helo", def: `"localhost"`, doc: "EHLO name."},
+	{name: "notify.mail.starttls", note: "false", doc: "Requires STARTTLS on the relay, verifying its certificate against the relay host name."},
+	{name: "notify.mail.from", note: "required when to is set", doc: "Header and envelope sender, e.g. \"ratelimitd@mail.example.org\"."},
+	{name: "notify.mail.to", def: `[]`, doc: "Postmaster addresses; empty disables mail."},
+	{name: "notify.mail.subject", def: defaultSubject, doc: "Subject template (Go text/template over the event)."},
+	{name: "notify.mail.body", note: "the summary, the event's fields and the commands to review and forgive", doc: "Body template (Go text/template over the event)."},
+	{name: "notify.mail.notify_sender", note: "false", doc: "Also mails the sender of a refused message; only where senders are authenticated."},
+	{name: "notify.mail.sender_subject", def: defaultSenderSubject, doc: "Subject template of the mail to the sender."},
+	{name: "notify.mail.sender_body", note: "says the mail is limited and what to do if the sender did not send it", doc: "Body template of the mail to the sender."},
+	{name: "notify.mail.timeout", def: `"30s"`, doc: "Bound on one SMTP transaction."},
+	{name: "notify.mail.attempts", def: `5`, unit: "attempts", doc: "Tries per mail (network errors and 4xx are retried) before it is counted as failed."},
+	{name: "notify.mail.backoff", def: `"1s"`, doc: "Wait after the first failed attempt, doubled after each further one."},
+	{name: "notify.mail.max_backoff", def: `"1m"`, doc: "Longest wait between attempts."},
 
-	{Name: "web.listen", DefaultNote: `"": disabled`, Doc: "Numeric \"host:port\" of the console, e.g. \"127.0.0.1:9732\"; not loopback only with tls_cert and tls_key."},
-	{Name: "web.tls_cert", Doc: "PEM certificate (chain) file; with tls_key the console serves HTTPS and its cookie is Secure."},
-	{Name: "web.tls_key", Doc: "PEM private key file for tls_cert."},
-	{Name: "web.users_file", DefaultNote: "STATE_DIR/web-users", Doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
+	{name: "web.listen", note: `"": disabled`, doc: "Numeric \"host:port\" of the console, e.g. \"127.0.0.1:9732\"; not loopback only with tls_cert and tls_key."},
+	{name: "web.tls_cert", doc: "PEM certificate (chain) file; with tls_key the console serves HTTPS and its cookie is Secure."},
+	{name: "web.tls_key", doc: "PEM private key file for tls_cert."},
+	{name: "web.trusted_proxies", def: `[]`, note: "none", doc: "Reverse proxies (addresses or prefixes) whose X-Forwarded-For gives the client address failed logins count against; from any other peer the header is ignored."},
+	{name: "web.users_file", note: "STATE_DIR/web-users", doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
 
-	{Name: "events.enabled", Default: `true`, Doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},
-	{Name: "events.max_age", Default: `"30d"`, Doc: "Events older than this are deleted (at least 1m)."},
-	{Name: "events.max_count", Default: `1000000`, Unit: "events", Doc: "Beyond this many events the oldest are deleted (about 140 bytes of state file each)."},
+	{name: "events.enabled", def: `true`, doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},
+	{name: "events.max_age", def: `"30d"`, doc: "Events older than this are deleted (at least 1m)."},
+	{name: "events.max_count", def: `1000000`, unit: "events", doc: "Beyond this many events the oldest are deleted (about 140 bytes of state file each)."},
 }
+
+// fileKey is a key the configuration structs decode.
+type fileKey struct {
+	name string
+	typ  reflect.Type
+}
+
+// fileKeys lists every key the file accepts, in field order.
+func fileKeys() []fileKey {
+	var out []fileKey
+	add := func(name string, v reflect.Value) {
+		out = append(out, fileKey{strings.Replace(name, "limit[0].", "limit.", 1), v.Type()})
+	}
+	walkKeys(reflect.ValueOf(File{Limits: make([]policy.LimitConfig, 1)}), "", add)
+	walkKeys(reflect.ValueOf(limitsSwitch{}), "", add)
+	return out
+}
+
+// leafTypes are struct or slice types that decode from one TOML value.
+var leafTypes = map[reflect.Type]bool{
+	reflect.TypeFor[policy.KeyList](): true,
+	reflect.TypeFor[Commands]():       true,
+}
+
+// walkKeys calls fn for every key of the struct value v, named
+// "server.idle_timeout" or "limit[2].period"; an embedded struct's keys
+// belong to the embedding table.
+func walkKeys(v reflect.Value, prefix string, fn func(name string, v reflect.Value)) {
+	for i := range v.NumField() {
+		f, fv := v.Type().Field(i), v.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		switch {
+		case !f.IsExported():
+		case f.Anonymous && name == "":
+			walkKeys(fv, prefix, fn)
+		case name == "" || name == "-":
+		case fv.Kind() == reflect.Struct && !leafTypes[fv.Type()]:
+			walkKeys(fv, prefix+name+".", fn)
+		case fv.Kind() == reflect.Slice && fv.Type().Elem().Kind() == reflect.Struct:
+			for j := range fv.Len() {
+				walkKeys(fv.Index(j), fmt.Sprintf("%s%s[%d].", prefix, name, j), fn)
+			}
+		default:
+			fn(prefix+name, fv)
+		}
+	}
+}
+
+// typeName is how the reference names a key's type.
+func typeName(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem() // set or not; same syntax
+	}
+	switch t {
+	case reflect.TypeFor[policy.Duration]():
+		return "duration"
+	case reflect.TypeFor[policy.Size]():
+		return "size"
+	case reflect.TypeFor[policy.KeyList]():
+		return "string or list of strings"
+	case reflect.TypeFor[Commands]():
+		return "command or list of commands"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int64:
+		return "integer"
+	case reflect.Float64:
+		return "number"
+	case reflect.Slice:
+		return "list of " + typeName(t.Elem()) + "s"
+	case reflect.Map:
+		return "table of " + typeName(t.Elem()) + "s"
+	}
+	return t.String()
+}
+
+// restartTables are the tables a SIGHUP reload does not apply: their
+// running values are kept until a restart (RestartKeys).
+var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events"}
+
+// appliedBySIGHUP reports whether a reload applies the key "table.key".
+func appliedBySIGHUP(name string) bool {
+	table, _, _ := strings.Cut(name, ".")
+	for _, t := range restartTables {
+		if t == table {
+			return false
+		}
+	}
+	return true
+}
+
+// The notify package's defaults, as the reference shows them.
+var (
+	defaultSubject       = quote(notify.DefaultSubject)
+	defaultSenderSubject = quote(notify.DefaultSenderSubject)
+)
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
 
 // WriteReference writes the configuration reference (docs/configuration.md)
 // as Markdown: per table, every key with its type, default, unit, whether
 // SIGHUP applies it, and what it does.
 func WriteReference(w io.Writer) error {
 	types := map[string]string{}
-	for _, k := range FileKeys() {
-		types[k.Name] = TypeName(k.Type)
+	for _, k := range fileKeys() {
+		types[k.name] = typeName(k.typ)
 	}
 	var b strings.Builder
 	b.WriteString(`# Configuration reference
@@ -163,38 +279,38 @@ example and the embedded default). An unknown key is an error;
   the daemon restarts (the reload logs the key, and ` + "`ratelimitd status`" + `
   shows "restart needed to apply").
 `)
-	for _, t := range Tables {
+	for _, t := range tables {
 		heading := "[" + t.Name + "]"
 		if t.Name == "limit" {
 			heading = "[[limit]]"
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n\n", heading, t.Doc)
 		b.WriteString("| key | type | default | unit | SIGHUP | description |\n|---|---|---|---|---|---|\n")
-		for _, k := range Keys {
-			table, key := splitKey(k.Name)
+		for _, k := range keys {
+			table, name := splitKey(k.name)
 			if table != t.Name {
 				continue
 			}
-			typ, ok := types[k.Name]
+			typ, ok := types[k.name]
 			if !ok {
-				return fmt.Errorf("config: reference key %s is not in the configuration structs", k.Name)
+				return fmt.Errorf("config: reference key %s is not in the configuration structs", k.name)
 			}
 			reload := "restart"
-			if AppliedBySIGHUP(k.Name) {
+			if appliedBySIGHUP(k.name) {
 				reload = "yes"
 			}
 			def := ""
-			if k.Default != "" {
-				def = "`" + k.Default + "`"
+			if k.def != "" {
+				def = "`" + k.def + "`"
 			}
 			switch {
-			case def != "" && k.DefaultNote != "":
-				def += " (" + k.DefaultNote + ")"
-			case k.DefaultNote != "":
-				def = k.DefaultNote
+			case def != "" && k.note != "":
+				def += " (" + k.note + ")"
+			case k.note != "":
+				def = k.note
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n",
-				key, typ, cell(def), cell(k.Unit), reload, cell(k.Doc))
+				name, typ, cell(def), cell(k.unit), reload, cell(k.doc))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

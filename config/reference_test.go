@@ -10,35 +10,35 @@ import (
 
 // TestReferenceCoversEveryKey: the reference documents exactly the keys
 // the configuration structs decode, each once and in a known table, so a
-// new field without a line in Keys fails here.
+// new field without a line in keys fails here.
 func TestReferenceCoversEveryKey(t *testing.T) {
-	tables := map[string]bool{}
-	for _, tb := range Tables {
-		tables[tb.Name] = true
+	known := map[string]bool{}
+	for _, tb := range tables {
+		known[tb.Name] = true
 	}
 	documented := map[string]bool{}
-	for _, k := range Keys {
-		if documented[k.Name] {
-			t.Errorf("%s is documented twice in Keys", k.Name)
+	for _, k := range keys {
+		if documented[k.name] {
+			t.Errorf("%s is documented twice in keys", k.name)
 		}
-		documented[k.Name] = true
-		if table, _ := splitKey(k.Name); !tables[table] {
-			t.Errorf("%s: table %s is not in Tables", k.Name, table)
+		documented[k.name] = true
+		if table, _ := splitKey(k.name); !known[table] {
+			t.Errorf("%s: table %s is not in tables", k.name, table)
 		}
-		if k.Doc == "" || strings.Contains(k.Doc, "\n") {
-			t.Errorf("%s: want a one-line description, got %q", k.Name, k.Doc)
+		if k.doc == "" || strings.Contains(k.doc, "\n") {
+			t.Errorf("%s: want a one-line description, got %q", k.name, k.doc)
 		}
 	}
 	decoded := map[string]bool{}
-	for _, k := range FileKeys() {
-		decoded[k.Name] = true
-		if !documented[k.Name] {
-			t.Errorf("%s (%s) is a configuration key without a line in config.Keys (reference.go)", k.Name, k.Type)
+	for _, k := range fileKeys() {
+		decoded[k.name] = true
+		if !documented[k.name] {
+			t.Errorf("%s (%s) is a configuration key without a line in keys (reference.go)", k.name, k.typ)
 		}
 	}
 	for name := range documented {
 		if !decoded[name] {
-			t.Errorf("config.Keys documents %s, which no configuration struct decodes", name)
+			t.Errorf("keys documents %s, which no configuration struct decodes", name)
 		}
 	}
 	if len(decoded) < 80 {
@@ -57,26 +57,26 @@ func TestReferenceDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	checked := 0
-	for _, k := range Keys {
-		if k.Default == "" {
+	for _, k := range keys {
+		if k.def == "" {
 			continue
 		}
-		table, key := splitKey(k.Name)
+		table, key := splitKey(k.name)
 		if table == "limit" {
 			continue
 		}
-		text := "[" + table + "]\n" + key + " = " + k.Default + "\n" + limit
+		text := "[" + table + "]\n" + key + " = " + k.def + "\n" + limit
 		explicit, err := Parse([]byte(text), "explicit.toml")
 		if err != nil {
-			t.Errorf("%s: the documented default %s does not load: %v", k.Name, k.Default, err)
+			t.Errorf("%s: the documented default %s does not load: %v", k.name, k.def, err)
 			continue
 		}
-		want := keyValue(reflect.ValueOf(implicit).Elem(), k.Name)
+		want := keyValue(reflect.ValueOf(implicit).Elem(), k.name)
 		if want.IsZero() {
 			continue // filled in later, by the engine
 		}
-		if got := keyValue(reflect.ValueOf(explicit).Elem(), k.Name); !reflect.DeepEqual(got.Interface(), want.Interface()) {
-			t.Errorf("%s: documented default %s gives %v; left out, the loader fills in %v", k.Name, k.Default, got, want)
+		if got := keyValue(reflect.ValueOf(explicit).Elem(), k.name); !reflect.DeepEqual(got.Interface(), want.Interface()) {
+			t.Errorf("%s: documented default %s gives %v; left out, the loader fills in %v", k.name, k.def, got, want)
 		}
 		checked++
 	}
@@ -86,24 +86,13 @@ func TestReferenceDefaults(t *testing.T) {
 }
 
 // keyValue is the field of v that decodes key name ("notify.webhook.url").
-func keyValue(v reflect.Value, name string) reflect.Value {
-	first, rest, nested := strings.Cut(name, ".")
-	for i := range v.NumField() {
-		f := v.Type().Field(i)
-		if f.Anonymous && f.Tag.Get("toml") == "" {
-			if fv := keyValue(v.Field(i), name); fv.IsValid() {
-				return fv
-			}
-			continue
+func keyValue(v reflect.Value, name string) (found reflect.Value) {
+	walkKeys(v, "", func(n string, fv reflect.Value) {
+		if n == name {
+			found = fv
 		}
-		if tag, _, _ := strings.Cut(f.Tag.Get("toml"), ","); tag == first {
-			if nested {
-				return keyValue(v.Field(i), rest)
-			}
-			return v.Field(i)
-		}
-	}
-	return reflect.Value{}
+	})
+	return found
 }
 
 // TestReferenceIsCommitted: docs/configuration.md is what `ratelimitd
@@ -130,8 +119,8 @@ func TestReferenceReloadColumn(t *testing.T) {
 		"server.flush_interval": false, "quarantine.max_age": false, "milter.listen": false,
 		"notify.webhook.url": false, "store.backend": false,
 	} {
-		if got := AppliedBySIGHUP(name); got != want {
-			t.Errorf("AppliedBySIGHUP(%s) = %v, want %v", name, got, want)
+		if got := appliedBySIGHUP(name); got != want {
+			t.Errorf("appliedBySIGHUP(%s) = %v, want %v", name, got, want)
 		}
 	}
 	a, _ := Load("")

@@ -14,11 +14,10 @@ import (
 )
 
 // negativeDurations returns an error for every duration key of f set to a
-// negative value, wherever it is in the file: a negative timeout, interval
-// or age is never meaningful (0 means the key's default).
+// negative value (0 means the key's default).
 func negativeDurations(f *File) []error {
 	var errs []error
-	walkValues(reflect.ValueOf(f).Elem(), "", func(key string, v reflect.Value) {
+	walkKeys(reflect.ValueOf(f).Elem(), "", func(key string, v reflect.Value) {
 		if d, ok := v.Interface().(policy.Duration); ok && d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %s (0 or leaving it out means the default)", key, time.Duration(d)))
 		}
@@ -26,44 +25,9 @@ func negativeDurations(f *File) []error {
 	return errs
 }
 
-// walkValues calls fn for every leaf value of the struct v, named as in
-// FileKeys ("server.idle_timeout", "limit[2].period").
-func walkValues(v reflect.Value, prefix string, fn func(key string, v reflect.Value)) {
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		fv := v.Field(i)
-		if f.Anonymous && f.Tag.Get("toml") == "" {
-			walkValues(fv, prefix, fn)
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if name == "" || name == "-" {
-			if f.Name != "Limits" {
-				continue
-			}
-			name = "limit"
-		}
-		switch {
-		case fv.Kind() == reflect.Struct && !leafTypes[fv.Type()] && fv.Type() != reflect.TypeFor[policy.Duration]():
-			walkValues(fv, prefix+name+".", fn)
-		case fv.Kind() == reflect.Slice && fv.Type().Elem().Kind() == reflect.Struct:
-			for j := range fv.Len() {
-				walkValues(fv.Index(j), fmt.Sprintf("%s%s[%d].", prefix, name, j), fn)
-			}
-		default:
-			fn(prefix+name, fv)
-		}
-	}
-}
-
 // Warnings returns, in plain words, the settings of f that are valid but
 // do nothing as written: limits no front end can reach, and a max_keys the
-// store rounds. `config check` prints them and the daemon logs them at
-// WARN at start and reload.
+// store rounds.
 func (f *File) Warnings() []string {
 	var out []string
 	milter := f.Milter.Listen != ""
@@ -90,24 +54,16 @@ func (f *File) Warnings() []string {
 	return out
 }
 
-// The accepted ranges of a limit's parameters in the configuration file
-// (docs/configuration.md): beyond them a value is a typing error, not a
-// policy (a period of 1ns forgets everything at once, a limit of 1e300
-// never refuses). The engine itself takes any finite positive value (the
-// replays of `suggest` measure with an unreachable limit).
+// The ranges the file accepts for a limit's parameters; beyond them a value
+// is a typing error. The engine itself takes any finite positive value.
 const (
-	// MinPeriod and MaxPeriod bound a limit's period, half_life and
-	// learn_period.
-	MinPeriod = time.Second
-	MaxPeriod = 366 * 24 * time.Hour
-	// MaxLimit bounds limit, cap and floor, in cost per period (messages,
-	// recipients, bytes or connections).
-	MaxLimit = 1e15
+	MinPeriod = time.Second          // period, half_life, learn_period
+	MaxPeriod = 366 * 24 * time.Hour // period, half_life, learn_period
+	MaxLimit  = 1e15                 // limit, cap, floor in cost per period
 )
 
 // limitRanges reports limit parameters outside the accepted ranges, and a
-// limit below the cost of one message, recipient or connection, under
-// which every request would be refused.
+// limit below the cost of one request, which would refuse every request.
 func limitRanges(limits []policy.LimitConfig) []error {
 	var errs []error
 	for i, l := range limits {

@@ -14,74 +14,34 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Server is the [server] table: where the daemon listens and keeps state.
+// Server is the [server] table. Its keys, like every table's, are
+// documented once, in reference.go.
 type Server struct {
-	// PolicyListen are the policy-delegation listeners: "host:port" for
-	// TCP (loopback by default) or "unix:/path" for a unix socket, e.g.
-	// "unix:/var/spool/postfix/private/ratelimitd". Default
-	// ["127.0.0.1:10031"].
-	PolicyListen []string `toml:"policy_listen"`
-	// SocketMode is the permission of unix policy and milter sockets, octal text;
-	// default "0660".
-	SocketMode string `toml:"socket_mode"`
-	// SocketGroup is the group of unix policy and milter sockets (e.g. "postfix");
-	// empty keeps the daemon's group.
-	SocketGroup string `toml:"socket_group"`
-	// AllowNetworks are the client networks TCP listeners accept; a
-	// connection from elsewhere is closed before anything is read. Empty
-	// means loopback only.
-	AllowNetworks []string `toml:"allow_networks"`
-	// StateDir holds the BoltDB file (rate state and quarantine) and, by
-	// default, the admin socket. Default DefaultStateDir(): the
-	// Filesystem Hierarchy Standard's /var/lib/ratelimitd when run as
-	// root, "./ratelimitd-state" otherwise.
-	StateDir string `toml:"state_dir"`
-	// AdminSocket is the admin unix socket the CLI talks to; default
-	// STATE_DIR/admin.sock. Its directory must not be world-writable.
-	AdminSocket string `toml:"admin_socket"`
-	// MetricsListen is the Prometheus /metrics address; default
-	// "127.0.0.1:9731"; "" disables it.
-	MetricsListen *string `toml:"metrics_listen"`
-	// FlushInterval is how often rate state is written to BoltDB (a crash
-	// loses at most this much); default 1s.
-	FlushInterval policy.Duration `toml:"flush_interval"`
-	// MaxKeys bounds the (limit, key) pairs kept in memory and on disk;
-	// the least recently seen are evicted first. Default 4,000,000.
-	MaxKeys int `toml:"max_keys"`
-	// IdleTimeout closes a policy connection idle that long; default 330s
-	// (above Postfix's smtpd_policy_service_max_idle of 300s).
-	IdleTimeout policy.Duration `toml:"idle_timeout"`
-	// RequestTimeout bounds reading and answering one request, from its
-	// first byte; default 10s.
+	PolicyListen   []string        `toml:"policy_listen"`
+	SocketMode     string          `toml:"socket_mode"` // octal
+	SocketGroup    string          `toml:"socket_group"`
+	AllowNetworks  []string        `toml:"allow_networks"`
+	StateDir       string          `toml:"state_dir"`
+	AdminSocket    string          `toml:"admin_socket"`
+	MetricsListen  *string         `toml:"metrics_listen"`
+	FlushInterval  policy.Duration `toml:"flush_interval"`
+	MaxKeys        int             `toml:"max_keys"`
+	IdleTimeout    policy.Duration `toml:"idle_timeout"`
 	RequestTimeout policy.Duration `toml:"request_timeout"`
-	// MaxConnections caps the policy and milter connections open at once
-	// (all their listeners together); a connection over the cap is closed
-	// at once, counted and logged, so the admin socket and metrics keep
-	// answering when the process nears its file-descriptor limit. 0
-	// (default) means min(1024, RLIMIT_NOFILE/2).
-	MaxConnections int `toml:"max_connections"`
-	// LogLevel is debug, info (default), warn or error; LogFormat is text
-	// (default) or json.
-	LogLevel  string `toml:"log_level"`
-	LogFormat string `toml:"log_format"`
+	MaxConnections int             `toml:"max_connections"`
+	LogLevel       string          `toml:"log_level"`
+	LogFormat      string          `toml:"log_format"`
 }
 
-// Defaults for Server.
+// The state directories DefaultStateDir chooses between.
 const (
-	DefaultPolicyListen = "127.0.0.1:10031"
-	// RootStateDir and UserStateDir are DefaultStateDir's answers.
-	RootStateDir         = "/var/lib/ratelimitd"
-	UserStateDir         = "./ratelimitd-state"
-	DefaultMetricsListen = "127.0.0.1:9731"
-	DefaultFlushInterval = time.Second
-	DefaultIdleTimeout   = 330 * time.Second
-	DefaultRequestTimout = 10 * time.Second
+	RootStateDir = "/var/lib/ratelimitd"
+	UserStateDir = "./ratelimitd-state"
 )
 
-// DefaultStateDir is server.state_dir when the configuration leaves it
-// out: RootStateDir for root (the daemon as installed, and the CLI run by
-// the postmaster, meet at RootStateDir/admin.sock), UserStateDir for
-// anyone else.
+// DefaultStateDir is server.state_dir when the file leaves it out:
+// RootStateDir for root, where the installed daemon and the postmaster's
+// CLI meet; UserStateDir for anyone else.
 func DefaultStateDir() string {
 	if os.Geteuid() == 0 {
 		return RootStateDir
@@ -89,39 +49,17 @@ func DefaultStateDir() string {
 	return UserStateDir
 }
 
-// withDefaults fills unset fields.
 func (s *Server) withDefaults() {
-	if len(s.PolicyListen) == 0 {
-		s.PolicyListen = []string{DefaultPolicyListen}
-	}
-	if s.SocketMode == "" {
-		s.SocketMode = "0660"
-	}
-	if s.StateDir == "" {
-		s.StateDir = DefaultStateDir()
-	}
-	if s.AdminSocket == "" {
-		s.AdminSocket = filepath.Join(s.StateDir, "admin.sock")
-	}
-	if s.MetricsListen == nil {
-		m := DefaultMetricsListen
-		s.MetricsListen = &m
-	}
-	if s.FlushInterval == 0 {
-		s.FlushInterval = policy.Duration(DefaultFlushInterval)
-	}
-	if s.IdleTimeout == 0 {
-		s.IdleTimeout = policy.Duration(DefaultIdleTimeout)
-	}
-	if s.RequestTimeout == 0 {
-		s.RequestTimeout = policy.Duration(DefaultRequestTimout)
-	}
-	if s.LogLevel == "" {
-		s.LogLevel = "info"
-	}
-	if s.LogFormat == "" {
-		s.LogFormat = "text"
-	}
+	setDefaultList(&s.PolicyListen, []string{"127.0.0.1:10031"})
+	setDefault(&s.SocketMode, "0660")
+	setDefault(&s.StateDir, DefaultStateDir())
+	setDefault(&s.AdminSocket, filepath.Join(s.StateDir, "admin.sock"))
+	setDefaultPtr(&s.MetricsListen, "127.0.0.1:9731")
+	setDefault(&s.FlushInterval, policy.Duration(time.Second))
+	setDefault(&s.IdleTimeout, policy.Duration(330*time.Second))
+	setDefault(&s.RequestTimeout, policy.Duration(10*time.Second))
+	setDefault(&s.LogLevel, "info")
+	setDefault(&s.LogFormat, "text")
 }
 
 // DBPath is the BoltDB file holding rate state and the quarantine.
@@ -134,9 +72,12 @@ func (s *Server) Mode() uint32 {
 }
 
 // Networks returns AllowNetworks parsed (bare addresses become /32, /128).
-func (s *Server) Networks() []netip.Prefix {
+func (s *Server) Networks() []netip.Prefix { return parsePrefixes(s.AllowNetworks) }
+
+// parsePrefixes parses ns, leaving out what parsePrefix refuses.
+func parsePrefixes(ns []string) []netip.Prefix {
 	var out []netip.Prefix
-	for _, n := range s.AllowNetworks {
+	for _, n := range ns {
 		if p, err := parsePrefix(n); err == nil {
 			out = append(out, p)
 		}

@@ -6,33 +6,21 @@ import (
 	"path/filepath"
 )
 
-// Web is the [web] table: the browser console (package web). It is off
-// unless Listen is set.
+// Web is the [web] table: the browser console (package web), off while
+// Listen is "".
 type Web struct {
-	// Listen is the console's numeric "host:port", e.g.
-	// "127.0.0.1:9732"; "" (default) disables the console. An address
-	// that is not loopback needs TLSCert and TLSKey, or a reverse proxy
-	// with TLS in front on the same host (docs/console.md).
-	Listen string `toml:"listen"`
-	// TLSCert and TLSKey are PEM files; both set, the console serves
-	// HTTPS and its session cookie is Secure. SIGHUP rereads them.
-	TLSCert string `toml:"tls_cert"`
-	TLSKey  string `toml:"tls_key"`
-	// UsersFile holds the console's users, their roles and argon2id
-	// password hashes, managed by `ratelimitd web user add|remove`;
-	// default STATE_DIR/web-users. SIGHUP rereads it.
+	Listen    string `toml:"listen"`
+	TLSCert   string `toml:"tls_cert"`
+	TLSKey    string `toml:"tls_key"`
 	UsersFile string `toml:"users_file"`
+	// TrustedProxies are addresses or prefixes whose X-Forwarded-For the
+	// console believes.
+	TrustedProxies []string `toml:"trusted_proxies"`
 }
 
-// DefaultWebPort is the port docs and examples give [web] listen.
-const DefaultWebPort = 9732
-
-// withDefaults fills unset fields; stateDir is server.state_dir with its
-// default filled in.
+// withDefaults fills unset fields; stateDir is server.state_dir, filled.
 func (w *Web) withDefaults(stateDir string) {
-	if w.UsersFile == "" {
-		w.UsersFile = filepath.Join(stateDir, "web-users")
-	}
+	setDefault(&w.UsersFile, filepath.Join(stateDir, "web-users"))
 }
 
 func (w *Web) validate() []error {
@@ -49,6 +37,11 @@ func (w *Web) validate() []error {
 			bad("listen", "%q is not loopback: set tls_cert and tls_key, or listen on loopback behind a TLS proxy (docs/console.md)", w.Listen)
 		}
 	}
+	for _, p := range w.TrustedProxies {
+		if _, err := parsePrefix(p); err != nil {
+			bad("trusted_proxies", "%q is not an address or prefix", p)
+		}
+	}
 	if (w.TLSCert == "") != (w.TLSKey == "") {
 		bad("tls_cert", "tls_cert and tls_key go together: set both or neither")
 	}
@@ -57,3 +50,6 @@ func (w *Web) validate() []error {
 
 // TLS reports whether the console serves HTTPS.
 func (w *Web) TLS() bool { return w.TLSCert != "" && w.TLSKey != "" }
+
+// Proxies returns TrustedProxies parsed (bare addresses become /32, /128).
+func (w *Web) Proxies() []netip.Prefix { return parsePrefixes(w.TrustedProxies) }

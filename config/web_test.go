@@ -19,6 +19,9 @@ func TestWebTable(t *testing.T) {
 	if f.Web.Listen != "" || f.Web.TLS() {
 		t.Errorf("web on by default: %+v", f.Web)
 	}
+	if len(f.Web.Proxies()) != 0 {
+		t.Errorf("proxies trusted by default: %v", f.Web.Proxies())
+	}
 	if want := filepath.Join("/srv/rl", "web-users"); f.Web.UsersFile != want {
 		t.Errorf("users_file = %q, want %q", f.Web.UsersFile, want)
 	}
@@ -28,6 +31,8 @@ func TestWebTable(t *testing.T) {
 		{"[web]\nlisten = \"192.0.2.1:9732\"\n", "not loopback"},
 		{"[web]\nlisten = \"192.0.2.1:9732\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n", ""},
 		{"[web]\nlisten = \"127.0.0.1:9732\"\ntls_cert = \"c.pem\"\n", "go together"},
+		{"[web]\ntrusted_proxies = [\"127.0.0.1\", \"10.0.0.0/8\"]\n", ""},
+		{"[web]\ntrusted_proxies = [\"proxy.example\"]\n", "web.trusted_proxies"},
 	} {
 		_, err := config.Parse([]byte(tc.text+limit), "t.toml")
 		switch {

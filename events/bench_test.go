@@ -8,16 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/statedb"
 	bolt "go.etcd.io/bbolt"
 )
 
 // BenchmarkRecord: the cost Record adds to a refusal on the decide path,
-// with Run flushing behind.
+// with a Flusher flushing behind.
 func BenchmarkRecord(b *testing.B) {
-	l, _, _ := newLog(b, Options{Now: time.Now, FlushInterval: 10 * time.Millisecond, QueueSize: 1 << 20})
+	l, _, _ := newLog(b, Options{Now: time.Now, QueueSize: 1 << 20})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go l.Run(ctx)
+	f := statedb.NewFlusher(10*time.Millisecond, nil, nil)
+	f.Add("events", l.Tick)
+	go f.Run(ctx)
 	e := Event{Key: "alice@example.org", Limit: "hourly", Action: Defer, Rate: 201, Max: 200,
 		Sender: "alice@example.org", Client: "192.0.2.1", QueueID: "4Q1x2y3zAb"}
 	b.ReportAllocs()

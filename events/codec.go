@@ -16,15 +16,9 @@ import (
 // cut at a character boundary.
 const MaxField = 1024
 
-// formatVersion is the first byte of every record, and the log's format
-// (events/meta "format"): a record of version 2 is a statedb record
-// (statedb.Seal: the version, the fields, a CRC-32C over the key and
-// both); version 1 records, without the checksum, are read in a log of
-// format 1, which Open converts.
-const (
-	formatVersion = 2
-	formatV1      = 1
-)
+// formatVersion is the record version of an event and the log's format
+// (events/meta "format"); a log of another format is refused.
+const formatVersion = 2
 
 // keyLen is the length of a record's key: time and sequence.
 const keyLen = 16
@@ -91,12 +85,8 @@ func seal(key, rec []byte) {
 }
 
 // recordBody returns the record v stored under k without its checksum,
-// checked: a sealed record, or in a log of format 1 (sealed false) one of
-// version 1. The error wraps ErrCorrupt.
-func recordBody(k, v []byte, sealed bool) ([]byte, error) {
-	if !sealed && len(v) > 0 && v[0] == formatV1 {
-		return v, nil
-	}
+// checked. The error wraps ErrCorrupt.
+func recordBody(k, v []byte) ([]byte, error) {
 	if _, _, err := statedb.Unseal(k, v); err != nil {
 		return nil, fmt.Errorf("%w: event %x: %w", ErrCorrupt, k, err)
 	}
@@ -109,34 +99,28 @@ type decoder struct {
 	err error
 }
 
-func (d *decoder) str() string {
+// field returns the next string field's bytes (a slice of the record).
+func (d *decoder) field() []byte {
 	if d.err != nil {
-		return ""
+		return nil
 	}
 	n, w := binary.Uvarint(d.b)
 	if w <= 0 || n > uint64(len(d.b)-w) {
 		d.err = ErrCorrupt
-		return ""
+		return nil
 	}
-	s := string(d.b[w : w+int(n)])
+	s := d.b[w : w+int(n)]
 	d.b = d.b[w+int(n):]
 	return s
 }
 
-// skip passes over a string field, reporting whether it equals want
+func (d *decoder) str() string { return string(d.field()) }
+
+// match passes over a string field, reporting whether it equals want
 // (always true when want is "").
 func (d *decoder) match(want string) bool {
-	if d.err != nil {
-		return false
-	}
-	n, w := binary.Uvarint(d.b)
-	if w <= 0 || n > uint64(len(d.b)-w) {
-		d.err = ErrCorrupt
-		return false
-	}
-	s := d.b[w : w+int(n)]
-	d.b = d.b[w+int(n):]
-	return want == "" || string(s) == want
+	s := d.field()
+	return d.err == nil && (want == "" || string(s) == want)
 }
 
 func (d *decoder) float() float64 {
@@ -154,7 +138,7 @@ func (d *decoder) float() float64 {
 
 // newDecoder reads the record body v (recordBody's).
 func newDecoder(v []byte) *decoder {
-	if len(v) == 0 || (v[0] != formatVersion && v[0] != formatV1) {
+	if len(v) == 0 || v[0] != formatVersion {
 		return &decoder{err: ErrCorrupt}
 	}
 	return &decoder{b: v[1:]}

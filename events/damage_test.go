@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,57 +58,23 @@ func TestDamagedEventReported(t *testing.T) {
 	}
 }
 
-// TestFormat1LogConverted: a log of format 1 (records without checksum)
-// is read, and Open seals its records, several transactions' worth.
-func TestFormat1LogConverted(t *testing.T) {
+// TestOtherFormatRefused: a log of another format is refused, not read.
+func TestOtherFormatRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := convertBatch + 10
 	err = db.Update(func(tx *bolt.Tx) error {
-		lb, _ := tx.CreateBucket(bucketLog)
+		tx.CreateBucket(bucketLog)
 		mb, _ := tx.CreateBucket(bucketMeta)
-		mb.Put(metaFormat, []byte{formatV1})
-		mb.Put(metaCount, []byte{0, 0, 0, 0, 0, 0, byte(n >> 8), byte(n)})
-		for i := range n {
-			e := refusal(fmt.Sprint("user", i), t0.Add(time.Duration(i)*time.Millisecond), 300)
-			rec := encode(nil, &e)
-			rec = rec[:len(rec)-4]
-			rec[0] = formatV1
-			seq, _ := lb.NextSequence()
-			if err := lb.Put(recordKey(e.Time, seq), rec); err != nil {
-				return err
-			}
-		}
-		return nil
+		return mb.Put(metaFormat, []byte{1})
 	})
 	db.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(openDB(t, path, false), Options{Now: func() time.Time { return t0 }, MaxAge: 1000 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	es, err := l.Query(context.Background(), Query{Max: n})
-	if err != nil || len(es) != n || es[0].Key != fmt.Sprint("user", n-1) {
-		t.Fatalf("Query: %d events, %v", len(es), err)
-	}
-	l.db.View(func(tx *bolt.Tx) error {
-		if !sealedTx(tx) {
-			t.Error("the log is not marked format 2")
-		}
-		return tx.Bucket(bucketLog).ForEach(func(k, v []byte) error {
-			if !statedb.Sealed(k, v) {
-				t.Errorf("event %x not sealed", k)
-				return errors.New("stop")
-			}
-			return nil
-		})
-	})
-	if lost, _, err := statedb.Scan(l.db, Formats()); err != nil || len(lost) > 0 {
-		t.Errorf("scan: %v %v", lost, err)
+	if _, err := Open(openDB(t, path, false), Options{}); err == nil || !strings.Contains(err.Error(), "format 01") {
+		t.Errorf("Open of a log of format 1 = %v, want it refused", err)
 	}
 }

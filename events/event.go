@@ -38,9 +38,7 @@ var Refusals = []string{Defer, Reject, Hold, Freeze}
 // IsAction reports whether a is one of Actions.
 func IsAction(a string) bool { return slices.Contains(Actions, a) }
 
-// Event is one decision or action that matters. The zero value of a field
-// means it does not apply (a reload has no key; an operator action has no
-// rate).
+// Event is one decision or action; a zero field does not apply.
 type Event struct {
 	// ID identifies a stored event (32 hex digits: its time and
 	// sequence); set by Query, ignored by Record. Query.Before takes it.
@@ -106,9 +104,8 @@ func (q Query) max() int {
 	return q.Max
 }
 
-// KeySummary is what Summary reports of one key: how many events it had
-// (by default its refusals), the first and last, the limits involved
-// (sorted) and the count per action.
+// KeySummary is Summary's report of one key: its event count (by default
+// of refusals), first and last, limits (sorted) and count per action.
 type KeySummary struct {
 	Key      string         `json:"key"`
 	Refusals int            `json:"refusals"`

@@ -1,12 +1,9 @@
 package events
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -28,10 +25,9 @@ var (
 
 // Defaults of Options.
 const (
-	DefaultMaxAge        = 30 * 24 * time.Hour
-	DefaultMaxCount      = 1_000_000
-	DefaultQueueSize     = 50_000
-	DefaultFlushInterval = time.Second
+	DefaultMaxAge    = 30 * 24 * time.Hour
+	DefaultMaxCount  = 1_000_000
+	DefaultQueueSize = 50_000
 	// pruneBatch bounds the records one pruning transaction deletes.
 	pruneBatch = 50_000
 )
@@ -46,16 +42,11 @@ type Options struct {
 	// MaxCount: beyond this many records the oldest are deleted (default
 	// 1,000,000).
 	MaxCount int
-	// QueueSize bounds the events waiting for the next flush (default
-	// 50,000; they are kept encoded, about 100 bytes each, and at most
-	// 32 MiB in all); beyond it Record drops and counts.
+	// QueueSize bounds the events waiting for a flush (default 50,000,
+	// at most 32 MiB encoded); beyond it Record drops and counts.
 	QueueSize int
-	// FlushInterval is how often Run writes the queue (default 1s).
-	FlushInterval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// Logger receives flush failures (default slog.Default()).
-	Logger *slog.Logger
 }
 
 func (o *Options) withDefaults() {
@@ -68,14 +59,8 @@ func (o *Options) withDefaults() {
 	if o.QueueSize <= 0 {
 		o.QueueSize = DefaultQueueSize
 	}
-	if o.FlushInterval <= 0 {
-		o.FlushInterval = DefaultFlushInterval
-	}
 	if o.Now == nil {
 		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
 	}
 }
 
@@ -103,7 +88,6 @@ type Log struct {
 	db       *bolt.DB
 	opts     Options
 	readOnly bool
-	done     chan struct{}
 
 	// mu guards queue, spare, closed and the counters of stats but
 	// Stored.
@@ -118,9 +102,8 @@ type Log struct {
 	count int
 }
 
-// queue holds the events waiting for a flush, encoded: Record copies an
-// event's fields into buf at once, so the queue holds no caller's memory
-// (a front end's request buffers) and costs one append per event.
+// queue holds the events waiting for a flush, encoded at Record: it
+// keeps none of the caller's memory.
 type queue struct {
 	buf  []byte
 	recs []queued
@@ -161,11 +144,10 @@ func (q *queue) appendQueue(o *queue, n int) {
 }
 
 // Open returns the Log stored in db, creating its buckets unless db is
-// read-only. Errors: a bucket that cannot be created or read, a format
-// this version does not know.
+// read-only. It fails for a log of another format and on BoltDB errors.
 func Open(db *bolt.DB, opts Options) (*Log, error) {
 	opts.withDefaults()
-	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly(), done: make(chan struct{})}
+	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly()}
 	if l.readOnly {
 		err := db.View(func(tx *bolt.Tx) error {
 			l.count = storedCount(tx)
@@ -173,7 +155,6 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		})
 		return l, err
 	}
-	convert := false
 	err := statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		lb, err := tx.CreateBucketIfNotExists(bucketLog)
 		if err != nil {
@@ -190,10 +171,9 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 			if err := t.Put(mb, metaPath, metaFormat, []byte{formatVersion}); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
-		case v == nil || (len(v) == 1 && v[0] == formatV1):
-			convert = true
 		case len(v) != 1 || v[0] != formatVersion:
-			return fmt.Errorf("events: unknown format %x of bucket %s", v, bucketLog)
+			return fmt.Errorf("events: %s holds an event log of format %x; this ratelimitd reads only format %d: move the file aside",
+				db.Path(), v, formatVersion)
 		}
 		if v := mb.Get(metaCount); len(v) == 8 {
 			l.count = int(binary.BigEndian.Uint64(v))
@@ -202,78 +182,19 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		l.count = lb.Stats().KeyN
 		return putCount(t, mb, l.count)
 	})
-	if err == nil && convert {
-		err = l.convert()
-	}
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// convertBatch is the most records one transaction of convert seals.
-const convertBatch = 20_000
-
-// convert seals the records of a log of format 1, convertBatch records
-// per transaction, then marks it format 2. Until then the log is read as
-// format 1, which takes sealed records and unsealed ones alike: a crash
-// leaves it readable, and the next Open goes on.
-func (l *Log) convert() error {
-	var from []byte
-	for {
-		done := false
-		err := statedb.Update(l.db, func(tx *bolt.Tx, t *statedb.Tally) error {
-			lb, mb := tx.Bucket(bucketLog), tx.Bucket(bucketMeta)
-			c := lb.Cursor()
-			k, v := c.First()
-			if from != nil {
-				k, v = c.Seek(from)
-			}
-			var ks, vs [][]byte
-			for ; k != nil && len(ks) < convertBatch; k, v = c.Next() {
-				if len(v) > 0 && v[0] == formatV1 {
-					ks = append(ks, bytes.Clone(k))
-					vs = append(vs, statedb.Seal(nil, k, formatVersion, v[1:]))
-				}
-			}
-			from = bytes.Clone(k)
-			for i := range ks {
-				if err := t.Put(lb, logPath, ks[i], vs[i]); err != nil {
-					return fmt.Errorf("events: convert: %w", err)
-				}
-			}
-			if k != nil {
-				return nil
-			}
-			done = true
-			return t.Put(mb, metaPath, metaFormat, []byte{formatVersion})
-		})
-		if err != nil || done {
-			return err
-		}
-	}
-}
-
-// sealedTx reports whether the log in tx is of format 2: every record
-// sealed.
-func sealedTx(tx *bolt.Tx) bool {
-	mb := tx.Bucket(bucketMeta)
-	if mb == nil {
-		return true
-	}
-	v := mb.Get(metaFormat)
-	return len(v) == 1 && v[0] == formatVersion
-}
-
-// Formats describes the event log's records for statedb's Scan, Check,
-// Salvage and SetAside: each record of events/log is checked (one event,
-// deleted when the operator accepts its loss); events/meta is counted.
+// Formats describes the event log's records for statedb (Scan, Check,
+// Salvage, SetAside): each record of events/log is one event.
 func Formats() []statedb.Format {
 	return []statedb.Format{
-		{Bucket: string(bucketLog), Check: func(tx *bolt.Tx) func([]string, []byte, []byte) (int, error) {
-			sealed := sealedTx(tx)
+		{Bucket: string(bucketLog), Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
 			return func(_ []string, k, v []byte) (int, error) {
-				body, err := recordBody(k, v, sealed)
+				body, err := recordBody(k, v)
 				if err == nil {
 					_, err = decode(k, body)
 				}
@@ -305,9 +226,9 @@ func putCount(t *statedb.Tally, mb *bolt.Bucket, n int) error {
 	return nil
 }
 
-// Record queues e for the next flush and returns at once; Time is set to
-// the Log's clock if zero. When the queue is full, or l is read-only or
-// closed, the event is dropped and counted. A nil Log does nothing.
+// Record queues e for the next flush and returns at once (a zero Time is
+// the Log's clock). With the queue full, or l read-only or closed, e is
+// dropped and counted. A nil Log does nothing.
 func (l *Log) Record(e Event) {
 	if l == nil {
 		return
@@ -340,36 +261,16 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
-// Run flushes every FlushInterval until ctx is done or Close is called,
-// then returns (Close writes what is left). A failed flush is logged and
-// its events written by the next one. Call it once, in its own goroutine;
-// on a read-only Log it returns at once.
-func (l *Log) Run(ctx context.Context) {
-	if l.readOnly {
-		return
+// Tick is Flush for statedb.Flusher: nil after Close and on a
+// read-only Log.
+func (l *Log) Tick() error {
+	if err := l.Flush(); !errors.Is(err, ErrClosed) {
+		return err
 	}
-	t := time.NewTicker(l.opts.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			l.flushLogged()
-			return
-		case <-l.done:
-			return
-		case <-t.C:
-			l.flushLogged()
-		}
-	}
+	return nil
 }
 
-func (l *Log) flushLogged() {
-	if err := l.Flush(); err != nil && !errors.Is(err, ErrClosed) {
-		l.opts.Logger.Error("event log flush failed, will retry", "err", err, "pending", l.Stats().Pending)
-	}
-}
-
-// Close writes the queued events and stops Run; Record drops afterwards.
+// Close writes the queued events; Record drops afterwards.
 // It returns the last flush's error.
 func (l *Log) Close() error {
 	if l == nil {
@@ -378,21 +279,17 @@ func (l *Log) Close() error {
 	err := l.Flush()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.closed {
-		l.closed = true
-		close(l.done)
-	}
+	l.closed = true
 	if errors.Is(err, ErrClosed) {
 		return nil
 	}
 	return err
 }
 
-// Flush writes the queued events and deletes the records beyond the
-// bounds, in one transaction (more when over pruneBatch records are due).
-// On failure the events are queued again (as many as the queue holds; the
-// rest are dropped and counted) and the failure counted. It returns
-// ErrClosed after Close and does nothing on a read-only Log.
+// Flush writes the queued events and prunes beyond the bounds in one
+// transaction (more past pruneBatch). A failed flush queues its events
+// again (as many as fit; the rest dropped and counted) and counts the
+// failure. It returns ErrClosed after Close; read-only it does nothing.
 func (l *Log) Flush() error {
 	if l.readOnly {
 		return nil
@@ -433,9 +330,8 @@ func (l *Log) Flush() error {
 	return err
 }
 
-// write stores batch and prunes in one transaction, and reports whether
-// more records are due for pruning; fmu is held. With an empty batch and
-// nothing to prune it writes nothing.
+// write stores batch and prunes in one transaction (none if there is
+// nothing to do), reporting whether more is due for pruning; fmu is held.
 func (l *Log) write(batch *queue) (more bool, err error) {
 	now := l.opts.Now()
 	if len(batch.recs) == 0 && !l.pruneDue(now) {
@@ -501,9 +397,8 @@ func (l *Log) pruneDue(now time.Time) bool {
 	return due
 }
 
-// pruneTx deletes from lb, oldest first, the records older than MaxAge
-// at now and those beyond MaxCount of the n stored, at most pruneBatch;
-// more reports that the batch was full.
+// pruneTx deletes from lb, oldest first, at most pruneBatch records older
+// than MaxAge or beyond MaxCount of the n stored; more: the batch was full.
 func (l *Log) pruneTx(lb *bolt.Bucket, now time.Time, n int) (deleted int, more bool, err error) {
 	cutoff := string(timeKey(now.Add(-l.opts.MaxAge)))
 	over := n - l.opts.MaxCount

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/statedb"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -234,7 +235,9 @@ func TestSurvivesRestart(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { l.Run(ctx); close(done) }()
+	f := statedb.NewFlusher(time.Second, nil, nil)
+	f.Add("events", l.Tick)
+	go func() { f.Run(ctx); close(done) }()
 	base := time.Now().Add(-time.Hour) // within the default MaxAge
 	for i := range 5 {
 		l.Record(refusal("alice", base.Add(time.Duration(i)*time.Second), 200+float64(i)))
@@ -243,8 +246,8 @@ func TestSurvivesRestart(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	<-done
 	cancel()
+	<-done
 	l.Record(refusal("late", t0, 0)) // after Close: dropped
 	if s := l.Stats(); s.Dropped != 1 || s.Written != 5 {
 		t.Errorf("stats %+v, want 5 written, 1 dropped", s)

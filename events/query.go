@@ -14,10 +14,8 @@ import (
 // context.
 const checkEvery = 4096
 
-// Query returns the events q selects, newest first, at most q.Max (see
-// Query). It flushes the queue first, so what was recorded is found.
-// Errors: ctx's, an invalid q.Before, a record that cannot be decoded
-// (ErrCorrupt), the file's.
+// Query returns the events q selects, newest first, at most q.Max, after
+// a flush. Errors: ctx's, an invalid q.Before, ErrCorrupt, the file's.
 func (l *Log) Query(ctx context.Context, q Query) ([]Event, error) {
 	if err := l.flushForRead(); err != nil {
 		return nil, err
@@ -35,10 +33,9 @@ func (l *Log) Query(ctx context.Context, q Query) ([]Event, error) {
 	return out, err
 }
 
-// Summary returns, per key, the events q selects (by default the refusals:
-// Refusals), most events first (then the latest first), at most q.Max
-// keys. It ignores q.Before and flushes the queue first. Errors are
-// Query's.
+// Summary returns, per key, the events q selects (default Refusals), most
+// events first, then latest, at most q.Max keys, after a flush. It ignores
+// q.Before; errors are Query's.
 func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	if err := l.flushForRead(); err != nil {
 		return nil, err
@@ -101,9 +98,8 @@ func (l *Log) flushForRead() error {
 	return nil
 }
 
-// walk calls fn with each record q's time bounds, q.Before and filters
-// select, newest first (oldest first when newest is false), until fn
-// returns false or an error. The slices are valid during the call only.
+// walk calls fn with each record q selects, newest first (or oldest first),
+// until fn returns false or an error; the slices are valid during the call.
 func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byte) (bool, error)) error {
 	if l == nil {
 		return nil
@@ -129,7 +125,6 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 		if lb == nil {
 			return nil
 		}
-		sealed := sealedTx(tx)
 		c := lb.Cursor()
 		var k, v []byte
 		var step func() ([]byte, []byte)
@@ -158,7 +153,7 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 					return err
 				}
 			}
-			v, err := recordBody(k, v, sealed)
+			v, err := recordBody(k, v)
 			if err != nil {
 				return err
 			}

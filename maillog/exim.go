@@ -8,14 +8,12 @@ import (
 	"time"
 )
 
-// ErrNotExim is returned by ParseExim for a mainlog line that is not about
-// a message (no message ID after the timestamp): daemon starts, SMTP
-// connection notes, rejections before a message existed.
+// ErrNotExim is returned by ParseExim for a mainlog line not about a
+// message (no message ID after the timestamp).
 var ErrNotExim = errors.New("maillog: not an Exim line about a message")
 
-// isEximID reports whether s is an Exim message ID: the classic
-// "1qXyZa-0001Ab-Cd" (6-6-2) or Exim 4.97's "1qXyZa-000000001Ab-Cdef"
-// (6-11-4) form, base-62 characters.
+// isEximID reports whether s is an Exim message ID, base 62: 6-6-2
+// ("1qXyZa-0001Ab-Cd") or Exim 4.97's 6-11-4.
 func isEximID(s string) bool {
 	parts := strings.Split(s, "-")
 	if len(parts) != 3 || len(parts[0]) != 6 {
@@ -35,20 +33,14 @@ func isEximID(s string) bool {
 	return true
 }
 
-// IsEximLine reports whether s starts like an Exim mainlog line
-// ("2026-11-20 18:00:00 ..."), as opposed to an RFC 3339 syslog line.
+// IsEximLine reports whether s starts "2026-11-20 18:00:00 ", like Exim's.
 func IsEximLine(s string) bool {
 	return len(s) > 20 && s[4] == '-' && s[7] == '-' && s[10] == ' ' && s[13] == ':' && s[16] == ':'
 }
 
-// ParseExim parses one line of Exim's mainlog (the Exim specification,
-// chapter "Log files": "Reception and delivery"): a timestamp
-// "2026-11-20 18:00:00", optionally with ".mmm" (log_selector +millisec)
-// and a "+hhmm" offset (log_timezone), an optional "[pid]", then the
-// message ID and a flag: "<=" arrival, "=>" delivery, "->" additional
-// address, "*>" suppressed delivery, "**" failure, "==" deferral, or
-// "Completed". Times without an offset are in loc. It returns ErrNotExim
-// for lines that are not about a message.
+// ParseExim parses one mainlog line (Exim specification, chapter "Log
+// files"): "2026-11-20 18:00:00[.mmm][ +hhmm] [[pid]] ID FLAG ...", FLAG
+// one of <= => -> *> ** == or "Completed"; times without an offset in loc.
 func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 	var r Record
 	if !IsEximLine(s) {
@@ -120,9 +112,7 @@ func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
 	return t, strings.TrimLeft(rest, " "), nil
 }
 
-// eximTokens splits the rest of an Exim line into space-separated tokens;
-// a double-quoted part (T="a subject") stays in one token, with \"
-// escapes.
+// eximTokens splits on spaces, keeping a quoted part (T="a b") whole.
 func eximTokens(s string) ([]string, error) {
 	var toks []string
 	for s != "" {

@@ -14,8 +14,8 @@ import (
 // SyslogPath is where Debian's and Ubuntu's rsyslog write the mail log.
 const SyslogPath = "/var/log/mail.log"
 
-// ErrNoLog is returned by FindLog when this host has no mail log to read,
-// and wrapped by OpenError for a log that does not exist.
+// ErrNoLog is returned by FindLog when there is no mail log, and matches
+// the OpenError of a log that does not exist.
 var ErrNoLog = errors.New("maillog: no mail log")
 
 // noLogAdvice is what to do when Postfix writes no log file.
@@ -23,11 +23,9 @@ const noLogAdvice = "Postfix writes a log file only when main.cf sets maillog_fi
 	"postconf -e maillog_file=/var/log/postfix.log; postfix reload) or a syslog daemon writes it " +
 	"(Debian 12 installs none): set maillog_file or install rsyslog"
 
-// FindLog returns the log Postfix writes on this host: the file named by
-// `postconf -h maillog_file` when postconf is installed and the setting is
-// not empty, else SyslogPath if it exists. Otherwise the error wraps
-// ErrNoLog, names what it tried and says to set maillog_file or install
-// rsyslog.
+// FindLog returns the log Postfix writes here: `postconf -h maillog_file`
+// if set, else SyslogPath if it exists; else an error wrapping ErrNoLog
+// that names what it tried.
 func FindLog(ctx context.Context) (string, error) {
 	return findLog(ctx, "postconf", SyslogPath)
 }
@@ -59,10 +57,8 @@ func findLog(ctx context.Context, postconf, syslogPath string) (string, error) {
 	return "", fmt.Errorf("%w found (%s); %s", ErrNoLog, strings.Join(tried, "; "), noLogAdvice)
 }
 
-// OpenError is ReadFile's error for a log it cannot open. It names the
-// log and, when the log does not exist, says where Postfix logs; it does
-// not wrap the os error, so that the command line gives no advice about
-// its configuration file for it.
+// OpenError is ReadFile's error for a log it cannot open; it does not wrap
+// the os error, so the command line gives no --config advice for it.
 type OpenError struct {
 	Path string
 	Err  error

@@ -12,81 +12,46 @@ type Kind uint8
 
 // The kinds of Record.
 const (
-	// KindOther is a line about a queued message that says nothing the
-	// trace needs (e.g. a milter or DKIM note).
-	KindOther Kind = iota
-	// KindClient is Postfix smtpd's "client=name[addr], sasl_username=":
-	// the message arrived over SMTP.
-	KindClient
-	// KindPickup is Postfix pickup's "uid=N from=<...>": local submission.
-	KindPickup
-	// KindMessageID is cleanup's "message-id=<...>".
-	KindMessageID
-	// KindFrom is qmgr's "from=<...>, size=N, nrcpt=N (queue active)".
-	KindFrom
-	// KindTo is a delivery agent's "to=<...>, orig_to=<...>, status=...",
-	// or an Exim recipient line (=>, ->, **, ==, *>).
-	KindTo
-	// KindRemoved is qmgr's "removed": the queue file is gone.
-	KindRemoved
-	// KindReject is smtpd's or cleanup's "reject:", "discard:",
-	// "milter-reject:" or "milter-discard:" about a message that had a
-	// queue ID (at RCPT only that recipient was refused).
-	KindReject
-	// KindHold is "hold:" or "milter-hold:": the message went to the hold
-	// queue (e.g. a policy service's HOLD); qmgr logs it only once
-	// released.
-	KindHold
-	// KindNoQueue is smtpd's "NOQUEUE: reject: ...": refused before a
-	// queue file existed; not a message.
-	KindNoQueue
-	// KindArrival is Exim's "<=" line: the message was received.
-	KindArrival
-	// KindCompleted is Exim's "Completed".
-	KindCompleted
+	KindOther     Kind = iota // about a queued message, nothing a trace needs
+	KindClient                // smtpd "client=name[addr], sasl_username=..."
+	KindPickup                // pickup "uid=N from=<...>"
+	KindMessageID             // cleanup "message-id=<...>"
+	KindFrom                  // qmgr "from=<...>, size=N, nrcpt=N"
+	KindTo                    // "to=<...>, orig_to=<...>"; Exim =>, ->, **, ==, *>
+	KindRemoved               // qmgr "removed"
+	KindReject                // reject:, discard:, milter-reject:, milter-discard: with a queue ID
+	KindHold                  // hold:, milter-hold:
+	KindNoQueue               // smtpd "NOQUEUE: reject: ..."
+	KindArrival               // Exim "<="
+	KindCompleted             // Exim "Completed"
 )
 
-// Record is what one log line says about one message.
+// Record is what one log line says about one message. Recipient is
+// orig_to= when logged, else to=; Recipients are Exim's "for a b c".
+// Reject is the stage of a KindReject or KindHold line ("RCPT", "DATA",
+// ...). Local marks an Exim arrival without H=, Bounce one of Exim's own
+// bounces (R=).
 type Record struct {
-	Kind Kind
-	// QueueID is the Postfix queue ID or Exim message ID.
-	QueueID string
-	// ClientName and ClientAddress are from smtpd's client= or Exim's H=.
+	Kind                      Kind
+	QueueID                   string
 	ClientName, ClientAddress string
-	// SASLMethod and SASLUsername are from smtpd (sasl_method=,
-	// sasl_username=) or Exim's A= (authenticator:id) or U=.
-	SASLMethod, SASLUsername string
-	// Sender is the envelope sender ("" for <>), from qmgr or Exim's <=.
-	Sender string
-	// Size is the message size in bytes (qmgr size=, Exim S=).
-	Size int64
-	// NRcpt is qmgr's nrcpt=; 0 when not logged.
-	NRcpt int
-	// Recipient is the envelope recipient of a KindTo line: orig_to= when
-	// Postfix logged one (the address the client gave, before aliases),
-	// else to=. Recipients are extra recipients (Exim's "for a b c").
-	Recipient  string
-	Recipients []string
-	// Reject is the stage of a KindReject or KindHold line: "RCPT",
-	// "DATA", "END-OF-MESSAGE", "CONNECT", ... (Sender and Recipient are
-	// then from its "from=<...> to=<...>" part).
-	Reject string
-	// MessageID is cleanup's message-id= or Exim's id=.
-	MessageID string
-	// Local marks an Exim arrival without H= (a local submission, keyed
-	// by U=), Bounce one of Exim's own bounce messages (R= parent).
-	Local, Bounce bool
+	SASLMethod, SASLUsername  string
+	Sender                    string
+	Size                      int64
+	NRcpt                     int
+	Recipient                 string
+	Recipients                []string
+	Reject                    string
+	MessageID                 string
+	Local, Bounce             bool
 }
 
-// ErrNotPostfix is returned by ParsePostfix for a message that is not
-// about a queued message (no "QUEUEID: " prefix): daemon start/stop lines,
-// connect/disconnect, warnings. It is not a parse failure.
+// ErrNotPostfix is returned by ParsePostfix for a line not about a queued
+// message (no "QUEUEID: " prefix); it is not a parse failure.
 var ErrNotPostfix = errors.New("maillog: not a line about a queued message")
 
-// isQueueID reports whether s has the syntax of a Postfix queue ID: short
-// (upper-case hexadecimal) or long (enable_long_queue_ids: letters and
-// digits without vowels), 5 to 32 characters. Words such as "warning" or
-// "statistics" are not queue IDs.
+// isQueueID reports whether s is a Postfix queue ID of 5 to 32
+// characters: upper-case hex, or long (enable_long_queue_ids: no vowels).
 func isQueueID(s string) bool {
 	if len(s) < 5 || len(s) > 32 {
 		return false
@@ -108,12 +73,10 @@ func isQueueID(s string) bool {
 	return hex || long
 }
 
-// ParsePostfix parses the message part of a Postfix log line (after
-// "postfix/daemon[pid]: "), as written by Postfix 2.x and 3.x (see
-// Postfix's README_FILES/… and the logging of smtpd(8), cleanup(8),
-// qmgr(8), pickup(8) and the delivery agents). It returns ErrNotPostfix for
-// lines that are not about a queued message, and another error for a
-// line that starts like one but cannot be parsed.
+// ParsePostfix parses the text after "postfix/daemon[pid]: " of Postfix
+// 2.x and 3.x (smtpd(8), cleanup(8), qmgr(8), pickup(8), the delivery
+// agents): ErrNotPostfix for a line not about a queued message, another
+// error for one that cannot be parsed.
 func ParsePostfix(msg string) (Record, error) {
 	var r Record
 	if strings.HasPrefix(msg, "NOQUEUE: ") {

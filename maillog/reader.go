@@ -12,131 +12,84 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/human"
 )
 
-// Options configures a Reader. The zero value reads classic timestamps in
-// the local time zone and dates each file by its modification time.
+// Options configures a Reader; the zero value is usable.
 type Options struct {
-	// Location is the time zone of timestamps without an offset (classic
-	// syslog, Exim without log_timezone); nil means time.Local.
+	// Location is the zone of timestamps without an offset; nil: time.Local.
 	Location *time.Location
-	// End dates year-less (classic syslog) timestamps: each file's last
-	// such line gets the latest year that puts it no later than End (plus
-	// a day of slack), and earlier lines count back from it, a new year
-	// starting wherever the month goes backwards (December → January).
-	// Zero means the file's modification time (now for standard input).
+	// End dates year-less timestamps: a file's last such line gets the
+	// latest year that puts it no later than End plus a day, earlier lines
+	// count back from it. Zero: the file's modification time (stdin: now).
 	End time.Time
 	// MaxSamples bounds Stats.Samples; 0 means 5.
 	MaxSamples int
 }
 
-// maxLine is the longest log line read; longer ones are counted as
-// unparsable and skipped.
+// maxLine is the longest line read; longer ones are unparsable.
 const maxLine = 64 << 10
 
-// Stats counts what a Reader read. Messages, Senders, Start and End
-// describe the messages returned by Messages.
+// Stats counts what a Reader read. Samples are the first unparsable lines
+// as "FILE:LINE: problem: text"; Senders are distinct SASL users, else
+// envelope senders. Not in the trace: NotSMTP (pickup, bounces, no smtpd
+// line), Incomplete (arrival or queueing not in the logs), Rejected (after
+// a queue ID), NoQueue ("NOQUEUE: reject" lines). Held (never released)
+// are in it, without a size. Start and End are of the first and last
+// message.
 type Stats struct {
-	// Files and Lines read.
-	Files, Lines int
-	// Unparsable lines: not a syslog or Exim line, or a line about a
-	// message whose fields could not be parsed. Samples holds the first
-	// few, as "FILE:LINE: problem: text".
-	Unparsable int
-	Samples    []string
-	// Messages found, and distinct senders among them (the SASL user,
-	// else the envelope sender).
-	Messages, Senders int
-	// Recipients summed over the messages.
-	Recipients int
-	// NotSMTP counts queued messages without an SMTP arrival
-	// (Postfix pickup, bounces and other mail Postfix generates itself, or
-	// whose smtpd line is in a log not read);
-	// they are left out of the trace because no smtpd asked the policy
-	// service about them.
-	NotSMTP int
-	// Incomplete counts messages whose log did not show both their
-	// arrival (smtpd client= / Exim <=) and their queueing (qmgr from=),
-	// e.g. because the log starts or ends in the middle of them. Rejected
-	// counts messages with a queue ID that smtpd or cleanup then
-	// rejected; NoQueue counts "NOQUEUE: reject" lines. None are in the
-	// trace.
+	Files, Lines                  int
+	Unparsable                    int
+	Samples                       []string
+	Messages, Senders, Recipients int
+	NotSMTP                       int
 	Incomplete, Rejected, NoQueue int
-	// Held counts messages put on hold (a policy service's HOLD, a
-	// header_checks HOLD) and not released within the logs; they are in
-	// the trace, with the sender and recipient of the hold line and no
-	// size.
-	Held int
-	// Start and End are the times of the first and last message.
-	Start, End time.Time
+	Held                          int
+	Start, End                    time.Time
 }
 
-// Message is one message joined from its log lines: Postfix's smtpd
-// client=/sasl_username=, cleanup's message-id=, qmgr's from=/size=/nrcpt=
-// and the delivery agents' to= lines, by (host, queue ID); or Exim's <=
-// line and its recipient lines, by message ID. A message qmgr retried
-// after a deferral is still one message.
+// Message is one message joined from its log lines by (host, queue ID),
+// or by Exim message ID. Host is "" for Exim. Received is when the client
+// was accepted, Queued when the message was complete, both UTC. Size is
+// qmgr's size= or Exim's S=, NRcpt qmgr's nrcpt= (0 for Exim). Recipients
+// are distinct, as the client gave them (orig_to=, Exim's <original>), in
+// order. Sender is "" for the null sender.
 type Message struct {
-	// Host is the syslog host name ("" for Exim's mainlog).
-	Host string
-	// QueueID is the Postfix queue ID or Exim message ID.
-	QueueID string
-	// Received is when the client was accepted (smtpd client= line; Exim
-	// <=), and Queued when the message was complete (cleanup message-id=
-	// or the first qmgr from=; Exim <=); both in UTC.
-	Received, Queued time.Time
-	// ClientName and ClientAddress are the SMTP client as smtpd logged it
-	// (after XCLIENT: the address given there; "unknown" for a name that
-	// did not resolve), or Exim's H=.
+	Host, QueueID             string
+	Received, Queued          time.Time
 	ClientName, ClientAddress string
-	// SASLMethod and SASLUsername are smtpd's sasl_method= and
-	// sasl_username= (empty when the client did not authenticate), or
-	// Exim's A= authenticator and id (U= for a local submission).
-	SASLMethod, SASLUsername string
-	// Sender is the envelope sender, "" for the null sender.
-	Sender string
-	// Size in bytes: qmgr's size= (the message with CRLF line ends and the
-	// headers Postfix added, e.g. Received:), or Exim's S=.
-	Size int64
-	// NRcpt is the recipient count qmgr logged (0 for Exim).
-	NRcpt int
-	// Recipients are the distinct envelope recipients seen in delivery
-	// lines (Postfix's orig_to= when present, Exim's <original>), in
-	// order of first appearance.
-	Recipients []string
-	// MessageID is the Message-ID header's value without angle brackets
-	// (cleanup's message-id=, Exim's id=).
-	MessageID string
+	SASLMethod, SASLUsername  string
+	Sender                    string
+	Size                      int64
+	NRcpt                     int
+	Recipients                []string
+	MessageID                 string
 
 	smtp, queued, rejected, local, held bool
 	seq                                 int
 	seen                                time.Time // the time of its latest line
 }
 
-// RecipientCount is the message's number of recipients: qmgr's nrcpt or
-// the distinct recipients seen, whichever is larger.
+// RecipientCount is the larger of NRcpt and len(Recipients).
 func (m *Message) RecipientCount() int { return max(m.NRcpt, len(m.Recipients)) }
 
-// Reader reads mail logs and joins their lines into messages. Give it the
-// files in any order (rotated, .gz): Messages reads them again in time
-// order, joining as it goes, so memory grows with the messages, not the
-// lines. A Reader is not safe for concurrent use.
+// Reader reads mail logs, in any order (rotated, .gz), and joins their
+// lines into messages, reading them a second time in time order. Not safe
+// for concurrent use.
 type Reader struct {
 	opts    Options
 	sources []*source
 	stats   Stats
 }
 
-// source is one log: a file read twice (dating, then joining), or data
-// held in memory (standard input).
+// source is one log: a file at path, or spool, an unlinked copy. The
+// dating pass sets lines, the year of relative year 0 and the first
+// line's time.
 type source struct {
-	name  string
-	path  string // "" when data or spool holds the log
-	data  []byte
-	spool *os.File // an unlinked copy of standard input
-	order int
-	// From the dating pass: lines to read, the year of relative year 0 of
-	// year-less stamps, and the first line's time (zero if none).
+	name     string
+	path     string
+	spool    *os.File
 	lines    int
 	baseYear int
 	first    time.Time
@@ -159,15 +112,12 @@ func NewReader(opts Options) *Reader {
 	return &Reader{opts: opts}
 }
 
-// ReadFile reads the log at path ("-" is standard input, copied to an
-// unlinked temporary file);
-// a gzip file (rotated logs, .gz) is recognised by its magic bytes. It
-// dates the file's lines now and joins them in Messages, which reads the
-// file again (lines appended meanwhile are ignored). Only I/O errors are
-// returned: unparsable lines are counted in Stats.
+// ReadFile dates the lines of the log at path ("-": stdin; gzip is
+// recognised); Messages or Each joins them, ignoring lines appended
+// since. Only I/O errors are returned.
 func (r *Reader) ReadFile(path string) error {
 	if path == "-" {
-		return r.readSpooled(path, os.Stdin)
+		return r.Read(path, os.Stdin, r.opts.End)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -185,23 +135,29 @@ func (r *Reader) ReadFile(path string) error {
 	return r.add(&source{name: path, path: path}, f, end)
 }
 
-// Read reads one log from in, held in memory; name is used in
-// Stats.Samples, end dates year-less timestamps (see Options.End; zero
-// means now). A gzip stream is decompressed.
+// Read is ReadFile of in, copied to an unlinked temporary file, named
+// name and dated by end (zero: now).
 func (r *Reader) Read(name string, in io.Reader, end time.Time) error {
-	data, err := io.ReadAll(in)
+	f, err := os.CreateTemp("", "ratelimitd-maillog-*")
 	if err != nil {
+		return fmt.Errorf("maillog: %s: %w", name, err)
+	}
+	os.Remove(f.Name()) // the open file stays readable
+	if _, err = io.Copy(f, in); err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
 		return fmt.Errorf("maillog: %s: %w", name, err)
 	}
 	if end.IsZero() {
 		end = time.Now()
 	}
-	return r.add(&source{name: name, data: data}, bytes.NewReader(data), end)
+	return r.add(&source{name: name, spool: f}, f, end)
 }
 
 // add runs the dating pass over src and registers it.
 func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
-	src.order = len(r.sources)
 	var d dater
 	firstRel, lastRel := 0, 0
 	var firstP, lastP time.Time
@@ -234,8 +190,6 @@ func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
 	}
 	src.lines = n
 	if !lastP.IsZero() {
-		// The last year-less line gets the latest year that puts it no
-		// later than end plus a day.
 		limit := end.Add(24 * time.Hour)
 		year := end.In(lastP.Location()).Year() + 1
 		for ; year > 1970 && withYear(lastP, year).After(limit); year-- {
@@ -266,9 +220,8 @@ func stampOf(s string, loc *time.Location) (Stamp, bool) {
 	return st, err == nil
 }
 
-// eachLine calls fn with every line of in (gzip is decompressed), without
-// its line end, until fn returns false; long reports a line longer than
-// maxLine, skipped.
+// eachLine calls fn with every line of in (gunzipped), without its end,
+// until fn returns false; long marks a line over maxLine, skipped.
 func eachLine(in io.Reader, fn func(s string, long bool) bool) error {
 	br := bufio.NewReaderSize(in, 64<<10)
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -297,8 +250,7 @@ func eachLine(in io.Reader, fn func(s string, long bool) bool) error {
 
 var errLong = errors.New("line too long")
 
-// readLine returns the next line without its end; errLong for a line
-// longer than maxLine (skipped), io.EOF at the end.
+// readLine returns the next line; errLong past maxLine, io.EOF at the end.
 func readLine(br *bufio.Reader) (string, error) {
 	var buf []byte
 	for {
@@ -325,15 +277,11 @@ func readLine(br *bufio.Reader) (string, error) {
 	}
 }
 
-// halfYear is how far a year-less timestamp may go backwards before it is
-// taken to be in the next year (or forwards, to be a late line of the
-// previous one).
 const halfYear = 183 * 24 * time.Hour
 
 // dater gives year-less timestamps, in file order, their year relative to
-// the file's first: a new year starts where the time goes back by more
-// than half a year (December → January); a line more than half a year
-// ahead is a late line of the previous year.
+// the file's first: a new year where time goes back by more than half a
+// year; a line more than half a year ahead is a late one of the year before.
 type dater struct {
 	cur  int
 	prev time.Time
@@ -358,12 +306,7 @@ func withYear(t time.Time, year int) time.Time {
 	return time.Date(year, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
 }
 
-// Messages reads the logs again, oldest first, joins their lines and
-// returns the messages that arrived over SMTP and were queued (or put on
-// hold), in order of Queued time; it fills Stats. Call it once, after the
-// last ReadFile or Read; it returns nil and counts an I/O error as an
-// unparsable line should a file have become unreadable. It holds every
-// message; Each streams them.
+// Messages is Each collecting the messages, in Queued order.
 func (r *Reader) Messages() []Message {
 	var out []Message
 	r.Each(func(m *Message) error {
@@ -395,8 +338,6 @@ func (r *Reader) join(src *source, j *joiner) error {
 			return err
 		}
 		in = src.spool
-	case src.path == "":
-		in = bytes.NewReader(src.data)
 	default:
 		f, err := os.Open(src.path)
 		if err != nil {
@@ -440,9 +381,7 @@ func (r *Reader) join(src *source, j *joiner) error {
 			return true
 		}
 		l, err := ParseSyslogLine(s, r.opts.Location)
-		// Date exactly the lines the dating pass dated (stampOf: every
-		// line with a timestamp, parsable or not), in the same order, so
-		// each gets the same relative year.
+		// Date the lines the dating pass dated, so each gets its year.
 		rel := 0
 		if l.Stamp.YearLess {
 			rel = d.rel(l.Stamp.Time)
@@ -471,8 +410,8 @@ func (r *Reader) join(src *source, j *joiner) error {
 	})
 }
 
-// add applies one record to its message and hands on the messages it
-// finishes; false once the consumer has failed (j.err).
+// add applies one record and hands on finished messages; false once the
+// consumer has failed.
 func (j *joiner) add(tr timedRecord) bool {
 	j.apply(tr)
 	j.advance(tr.t)
@@ -488,9 +427,7 @@ func (j *joiner) apply(tr timedRecord) {
 		j.st.NoQueue++
 		return
 	case KindClient, KindPickup, KindArrival:
-		// The first line of a message: whatever is open under this
-		// queue ID belongs to an earlier message (a queue ID reused,
-		// a "removed" line not in the logs).
+		// A first line: what is open under this queue ID is earlier mail.
 		j.finish(k)
 	}
 	m := j.open[k]
@@ -513,8 +450,7 @@ func (j *joiner) apply(tr timedRecord) {
 		m.Received = tr.t
 		m.Sender = c(rec.Sender)
 	case KindArrival:
-		// Exim's own bounces are not submissions; local ones are
-		// (acl_not_smtp may ask the policy service), keyed by U=.
+		// Local submissions count (acl_not_smtp); Exim's bounces do not.
 		m.smtp, m.queued, m.local = !rec.Bounce, true, rec.Bounce
 		m.Received, m.Queued = tr.t, tr.t
 		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
@@ -545,8 +481,7 @@ func (j *joiner) apply(tr timedRecord) {
 			m.rejected = true
 		}
 	case KindHold:
-		// Held before qmgr saw it: the sender and one recipient are
-		// on this line; qmgr's from= follows if it is released.
+		// Held before qmgr saw it; from= follows if it is released.
 		m.held = true
 		if m.Sender == "" {
 			m.Sender = c(rec.Sender)
@@ -579,17 +514,15 @@ func (m *Message) addRecipient(a string) {
 	m.Recipients = append(m.Recipients, strings.Clone(a))
 }
 
-// Stats returns the counts so far; Messages, Senders, Start and End are
-// filled by Messages.
+// Stats returns the counts so far.
 func (r *Reader) Stats() Stats { return r.stats }
 
-// WriteSummary writes the one-paragraph summary `trace from-maillog`
-// prints on standard error.
+// WriteSummary writes the summary `trace from-maillog` prints on stderr.
 func (s Stats) WriteSummary(w io.Writer) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d messages (%d recipients) from %d senders", s.Messages, s.Recipients, s.Senders)
 	if s.Messages > 0 {
-		fmt.Fprintf(&b, ", %s to %s (%s)", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), span(s.End.Sub(s.Start)))
+		fmt.Fprintf(&b, ", %s to %s (%s)", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), human.Span(s.End.Sub(s.Start)))
 	}
 	fmt.Fprintf(&b, "\nread %d lines in %d files", s.Lines, s.Files)
 	if s.Unparsable > 0 {
@@ -614,15 +547,4 @@ func (s Stats) WriteSummary(w io.Writer) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
-}
-
-// span prints a duration the way the summary shows time spans.
-func span(d time.Duration) string {
-	switch {
-	case d >= 48*time.Hour:
-		return fmt.Sprintf("%.1f days", d.Hours()/24)
-	case d >= time.Hour:
-		return fmt.Sprintf("%.1f hours", d.Hours())
-	}
-	return d.Round(time.Second).String()
 }

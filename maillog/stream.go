@@ -5,26 +5,16 @@ import (
 	"container/heap"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"time"
 )
 
-// Streaming. Each hands on every message once it is finished, so memory
-// is bounded by the messages open at a time (and those finished within
-// reorderWindow of log time), not by the length of the logs:
-//
-//   - a message is finished by its "removed" line (Exim: "Completed"), by
-//     a new message under its queue ID, by going idle (no line for
-//     idleUnqueued before it was queued: an SMTP session that ended
-//     before its message was complete, which Postfix does not log as
-//     removed; no line for idleQueued after: longer than Postfix's
-//     maximal_queue_lifetime of 5 days), or by the end of the logs;
-//   - finished messages wait until the log has moved reorderWindow past
-//     their Queued time, so they come out in Queued order unless one
-//     finished later than that (a deferred message), which comes out at
-//     once: out of order, as traces may be.
-
+// A message is finished by its "removed" ("Completed") line, a new message
+// under its queue ID, the end of the logs, or going idle: idleUnqueued
+// before it was queued (a session that ended early), idleQueued after
+// (past Postfix's maximal_queue_lifetime). Finished messages wait until
+// the log is reorderWindow past their Queued time, so they come out in
+// Queued order but for those finished later (deferred mail).
 const (
 	idleUnqueued  = time.Hour
 	idleQueued    = 7 * 24 * time.Hour
@@ -32,20 +22,17 @@ const (
 	reorderWindow = time.Hour
 )
 
-// joiner assembles messages from records fed in time order per host and
-// hands on finished ones.
+// joiner assembles messages from records in time order per host and hands
+// on finished ones; sweptAt is the last look for idle messages.
 type joiner struct {
-	open map[qkey]*Message
-	seq  int
-	st   *Stats
-	// now is the time of the latest record, sweptAt that of the last
-	// look for idle messages.
+	open         map[qkey]*Message
+	seq          int
+	st           *Stats
 	now, sweptAt time.Time
 	ready        readyHeap
 	deliver      func(*Message) error
 	err          error
-	// senders are the distinct senders handed on (senderOf).
-	senders map[string]struct{}
+	senders      map[string]struct{} // senderOf the messages handed on
 }
 
 type qkey struct{ host, id string }
@@ -58,8 +45,7 @@ func (j *joiner) finish(k qkey) {
 	}
 }
 
-// advance notes the time of the latest record, finishes idle messages and
-// hands on the ready ones the log has left reorderWindow behind.
+// advance finishes idle messages and hands on those reorderWindow behind t.
 func (j *joiner) advance(t time.Time) {
 	j.now = t
 	if d := t.Sub(j.sweptAt); d >= sweepEvery || d < -sweepEvery {
@@ -86,8 +72,7 @@ func (j *joiner) flush() {
 	}
 }
 
-// hand counts m in Stats and passes it on if it is a message the policy
-// service was asked about.
+// hand counts m and passes it on if the policy service was asked about it.
 func (j *joiner) hand(m *Message) {
 	st := j.st
 	switch {
@@ -139,14 +124,10 @@ func (h *readyHeap) Pop() any {
 	return m
 }
 
-// Each reads the logs again, oldest first, joins their lines and calls fn
-// with every message that arrived over SMTP and was queued (or put on
-// hold), as soon as the message is finished (see the streaming rules
-// above): in order of Queued time, except for messages finished more than
-// an hour of log time after they were queued. fn may keep the message.
-// Each fills Stats. Call it once, after the last ReadFile or Read; an I/O
-// error reading a log again is counted as an unparsable line, fn's error
-// stops the reading and is returned.
+// Each reads the logs again, oldest first, and calls fn with every message
+// that arrived over SMTP and was queued or held, once finished; fn may
+// keep it. It fills Stats. Call it once, after the last ReadFile; an I/O
+// error is counted as an unparsable line; fn's error stops it.
 func (r *Reader) Each(fn func(*Message) error) error {
 	slices.SortStableFunc(r.sources, func(a, b *source) int {
 		if a.first.IsZero() || b.first.IsZero() {
@@ -167,7 +148,6 @@ func (r *Reader) Each(fn func(*Message) error) error {
 		}
 	}
 	for _, src := range r.sources {
-		src.data = nil
 		if src.spool != nil {
 			src.spool.Close()
 		}
@@ -180,34 +160,8 @@ func (r *Reader) Each(fn func(*Message) error) error {
 	return j.err
 }
 
-// readSpooled copies in (standard input) to an unlinked temporary file,
-// which both passes read, and dates it as of now (or Options.End).
-func (r *Reader) readSpooled(name string, in io.Reader) error {
-	f, err := os.CreateTemp("", "ratelimitd-maillog-*")
-	if err != nil {
-		return fmt.Errorf("maillog: %s: %w", name, err)
-	}
-	os.Remove(f.Name()) // the open file stays readable
-	if _, err := io.Copy(f, in); err != nil {
-		f.Close()
-		return fmt.Errorf("maillog: %s: %w", name, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return fmt.Errorf("maillog: %s: %w", name, err)
-	}
-	end := r.opts.End
-	if end.IsZero() {
-		end = time.Now()
-	}
-	return r.add(&source{name: name, spool: f}, f, end)
-}
-
-// StreamTrace writes the trace of the logs' messages to w as Each finds
-// them, like WriteMessages(w, r.Messages(), header) without holding the
-// messages: the trace is in Queued order but for messages finished late,
-// which simulate.Read accepts (it replays in time order). It fills
-// Stats.
+// StreamTrace is WriteTrace(w, Trace(r.Messages()), header) without
+// holding the messages (late-finished ones come out of order).
 func (r *Reader) StreamTrace(w io.Writer, header string) error {
 	tw := newTraceWriter(w, header)
 	err := r.Each(func(m *Message) error {

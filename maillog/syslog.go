@@ -7,30 +7,20 @@ import (
 	"time"
 )
 
-// Stamp is the timestamp of one log line. A classic syslog (RFC 3164)
-// timestamp has no year: YearLess is set and Time carries the month, day
-// and clock time in placeholder year 2000 (a leap year, so 29 February
-// parses), in the reader's time zone; the Reader gives it its year.
+// Stamp is a line's timestamp. An RFC 3164 one has no year: YearLess is
+// set and Time is in placeholderYear until the Reader dates it.
 type Stamp struct {
 	Time     time.Time
 	YearLess bool
 }
 
-// SyslogLine is one line of a syslog-format mail log, as Postfix's own
-// maillog_file (postlogd), rsyslog and syslog-ng write it:
-//
-//	Nov 23 13:33:57 mx1 postfix/smtpd[1234]: 4Y1Kq3x: client=...
-//	Nov 23 13:33:57.123456 mx1 postfix/smtpd[1234]: ...
-//	2026-11-23T13:33:57.123456+01:00 mx1 postfix/smtpd[1234]: ...
+// SyslogLine is one line of a syslog mail log (postlogd, rsyslog,
+// syslog-ng): "Nov 23 13:33:57[.123456] mx1 postfix/smtpd[1234]: Msg", or
+// with an RFC 3339 stamp. Program is the tag without its [pid].
 type SyslogLine struct {
-	Stamp Stamp
-	// Host is the host name field (queue IDs are unique per host).
-	Host string
-	// Program is the tag without its [pid]: "postfix/smtpd",
-	// "postfix/submission/smtpd", "postfix-out/qmgr".
-	Program string
-	// Msg is the text after "program[pid]: ".
-	Msg string
+	Stamp         Stamp
+	Host, Program string
+	Msg           string
 }
 
 var months = map[string]time.Month{
@@ -39,15 +29,12 @@ var months = map[string]time.Month{
 	"Sep": time.September, "Oct": time.October, "Nov": time.November, "Dec": time.December,
 }
 
-// placeholderYear is the year of a year-less Stamp before the Reader
-// assigns the real one (a leap year).
+// placeholderYear is a leap year, so 29 February parses.
 const placeholderYear = 2000
 
-// ParseSyslogLine parses one syslog line; loc is the time zone of classic
-// timestamps (RFC 3339 ones carry their own offset). An optional "<PRI>"
-// prefix is skipped. It returns an error for anything that is not a syslog
-// line with a program tag; the returned line's Stamp is set even then when
-// the line starts with a valid timestamp.
+// ParseSyslogLine parses one syslog line ("<PRI>" skipped), classic
+// timestamps in loc. The error is for a line without a program tag; Stamp
+// is set even then if the timestamp is valid.
 func ParseSyslogLine(s string, loc *time.Location) (SyslogLine, error) {
 	var l SyslogLine
 	if strings.HasPrefix(s, "<") {
@@ -91,8 +78,7 @@ func ParseSyslogLine(s string, loc *time.Location) (SyslogLine, error) {
 	return l, nil
 }
 
-// parseStamp parses a classic "Jan _2 15:04:05[.frac]" or an RFC 3339
-// timestamp at the start of s and returns the rest.
+// parseStamp parses a leading "Jan _2 15:04:05[.frac]" or RFC 3339 stamp.
 func parseStamp(s string, loc *time.Location) (Stamp, string, error) {
 	if len(s) >= 15 && s[3] == ' ' {
 		mon, ok := months[s[:3]]
@@ -128,8 +114,7 @@ func parseStamp(s string, loc *time.Location) (Stamp, string, error) {
 	return Stamp{Time: t}, s[sp:], nil
 }
 
-// parseClock parses "15:04:05" with an optional fraction of up to 9
-// digits and returns the fields and the length consumed.
+// parseClock parses "15:04:05[.frac]" and returns the length consumed.
 func parseClock(s string) (hh, mm, ss, ns, n int, err error) {
 	if len(s) < 8 || s[2] != ':' || s[5] != ':' {
 		return 0, 0, 0, 0, 0, fmt.Errorf("bad clock time")
@@ -166,13 +151,12 @@ func parseClock(s string) (hh, mm, ss, ns, n int, err error) {
 	return hh, mm, ss, ns, n, nil
 }
 
-// minLogYear is the earliest year a log line may carry: a stamp before it
-// is garbage (and year 1, January 1st, 00:00 UTC would read as the zero
-// time, "no time", to the joining pass).
+// minLogYear is the earliest year a log line may carry (year 1 would be
+// the zero time).
 const minLogYear = 1970
 
-// parseRFC3339 parses an RFC 3339 timestamp, also with a "+hhmm" offset
-// (journalctl -o short-iso) instead of "+hh:mm", from minLogYear on.
+// parseRFC3339 parses RFC 3339, also with a "+hhmm" offset (journalctl -o
+// short-iso), from minLogYear on.
 func parseRFC3339(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {

@@ -12,15 +12,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
-// Entries returns the policy requests an MTA would have made for the
-// message, as simulate trace entries: one RCPT request per recipient at
-// the time the client was accepted (recipient_count 0, as Postfix sends
-// it at RCPT), then one END-OF-MESSAGE request at the time the message was
-// queued with queue_id, size and recipient_count (and recipient, when
-// there is exactly one, as Postfix sends it; SMTPD_POLICY_README). Every
-// request carries the SASL user, sender and client, and instance
-// "host/queueid" (the queue ID alone for Exim), the same for all requests
-// of the message.
+// Entries returns the policy requests an MTA would have made for m
+// (SMTPD_POLICY_README): a RCPT per recipient when the client was
+// accepted, then END-OF-MESSAGE when it was queued, all with instance
+// "host/queueid" (Exim: the queue ID).
 func (m *Message) Entries() []simulate.Entry {
 	base := policy.Request{
 		Sender:        m.Sender,
@@ -50,9 +45,7 @@ func (m *Message) Entries() []simulate.Entry {
 	return out
 }
 
-// Trace returns the trace of msgs: every message's Entries, in time order
-// (the requests of one message stay together at equal times), numbered
-// as lines 1, 2, ... in that order.
+// Trace returns msgs' Entries in time order (stable), numbered from line 1.
 func Trace(msgs []Message) *simulate.Trace {
 	t := &simulate.Trace{}
 	for i := range msgs {
@@ -65,8 +58,7 @@ func Trace(msgs []Message) *simulate.Trace {
 	return t
 }
 
-// traceLine is one JSON Lines trace line, in the field order of the trace
-// format of package simulate.
+// traceLine is one JSON Lines trace line.
 type traceLine struct {
 	Time           string `json:"time"`
 	ProtocolState  string `json:"protocol_state"`
@@ -84,28 +76,12 @@ type traceLine struct {
 	Every          string `json:"every,omitempty"`
 }
 
-// WriteTrace writes t as a JSON Lines trace that simulate.Read reads back
-// to the same requests, after a comment line of header text (which may
-// be empty). Times are RFC 3339 in UTC.
+// WriteTrace writes t as JSON Lines that simulate.Read reads back, after a
+// "# header" line unless header is empty.
 func WriteTrace(w io.Writer, t *simulate.Trace, header string) error {
 	tw := newTraceWriter(w, header)
 	for i := range t.Entries {
 		tw.entry(&t.Entries[i])
-	}
-	return tw.flush()
-}
-
-// WriteMessages writes the trace of msgs like WriteTrace(w, Trace(msgs),
-// header), message by message in the order given, without holding the
-// whole trace in memory: the RCPT requests of a message may come after a
-// later-queued message's END-OF-MESSAGE, which simulate.Read accepts
-// (it replays in time order).
-func WriteMessages(w io.Writer, msgs []Message, header string) error {
-	tw := newTraceWriter(w, header)
-	for i := range msgs {
-		for _, e := range msgs[i].Entries() {
-			tw.entry(&e)
-		}
 	}
 	return tw.flush()
 }
@@ -163,8 +139,7 @@ func (tw *traceWriter) flush() error {
 	return tw.bw.Flush()
 }
 
-// instanceOf is the message's policy instance: "host/queueid", or the
-// queue ID alone when the log names no host (Exim's mainlog).
+// instanceOf is "host/queueid", or the queue ID when there is no host.
 func instanceOf(m *Message) string {
 	if m.Host == "" {
 		return m.QueueID

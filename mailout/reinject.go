@@ -2,6 +2,7 @@ package mailout
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -12,33 +13,26 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 )
 
-// Reinjector delivers messages to one SMTP address. The zero value is not
-// usable; fields must not change while Reinject runs. Reinject is safe for
-// concurrent use.
+// Reinjector delivers messages to one SMTP address. Reinject is safe for
+// concurrent use (a connection each); fields must not change meanwhile.
 type Reinjector struct {
-	// Addr is host:port of the re-injection listener.
-	Addr string
-	// Helo is the EHLO name; "" means "localhost".
-	Helo string
+	Addr string // host:port
+	Helo string // EHLO name; "" means "localhost"
 	// Timeout bounds the whole transaction; 0 means 60 s.
 	Timeout time.Duration
-	// StartTLS requires STARTTLS (RFC 3207), verifying the server's
-	// certificate for Addr's host name; the EHLO before it says
-	// "localhost" (go-smtp's NewClientStartTLS), Helo is not used.
+	// StartTLS requires STARTTLS (RFC 3207), verifying the certificate
+	// for Addr's host; the EHLO then says "localhost".
 	StartTLS bool
 }
 
-// ErrNoRecipients is returned by Reinject for an envelope without
-// recipients.
+// ErrNoRecipients: Reinject of an envelope without recipients.
 var ErrNoRecipients = errors.New("mailout: no recipients")
 
-// Reinject sends msg from sender to rcpts, with header (a complete
-// "Name: value" line without line end, or "") prepended. It returns nil
-// only when the server accepted the message for every recipient (250
-// after the data), even if QUIT then fails; otherwise the error wraps the
-// *gosmtp.SMTPError (4xx or 5xx) or the network error, and the caller
-// keeps the message. An empty sender is the null reverse-path (DSNs).
-// When ctx ends the connection is closed, interrupting a stuck server.
+// Reinject sends msg from sender ("" is the null reverse-path) to rcpts,
+// prepending header (a "Name: value" line without line end, or ""). It
+// returns nil once the server accepted the data (250), whatever QUIT
+// says; otherwise the caller keeps the message. ctx's end closes the
+// connection.
 func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string, header string, msg []byte) error {
 	if len(rcpts) == 0 {
 		return ErrNoRecipients
@@ -67,11 +61,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 		}
 	} else {
 		c = gosmtp.NewClient(conn)
-		helo := r.Helo
-		if helo == "" {
-			helo = "localhost"
-		}
-		if err := c.Hello(helo); err != nil {
+		if err := c.Hello(cmp.Or(r.Helo, "localhost")); err != nil {
 			c.Close()
 			return fmt.Errorf("mailout: re-inject EHLO: %w", err)
 		}
@@ -103,10 +93,8 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("mailout: re-inject end of data: %w", err)
 	}
-	// 250 after the data: the server has taken responsibility for the
-	// message (RFC 5321 section 4.1.1.4), so it is delivered whatever
-	// QUIT says; reporting a QUIT error would make the caller send it
-	// again.
+	// 250 after the data: the server has the message (RFC 5321 section
+	// 4.1.1.4); a QUIT error must not make the caller send it again.
 	_ = c.Quit()
 	return nil
 }

@@ -2,8 +2,10 @@ package notify
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"text/template"
 	"time"
@@ -14,78 +16,60 @@ import (
 // Config is the [notify] table. The zero value sends nothing: notifications
 // are on when webhook.url or mail.to is set.
 type Config struct {
-	// Events lists the kinds sent (see Kinds); empty means all.
+	// Events lists the kinds sent (Kinds); empty means all.
 	Events []string `toml:"events"`
-	// QueueSize bounds the events waiting to be sent; more are dropped and
-	// counted. Default 1000.
+	// QueueSize bounds the events waiting (default 1000); more are dropped.
 	QueueSize int `toml:"queue_size"`
 	// MaxKeys bounds the (limit, key) pairs remembered to send one
-	// limit_refused per key, limit and period; when full (and nothing has
-	// expired) further first refusals are dropped and counted rather than
-	// sent twice. Default 100000.
-	MaxKeys int `toml:"max_keys"`
-	// Webhook is [notify.webhook].
+	// limit_refused per period (default 100000); when full, first
+	// refusals are dropped rather than sent twice.
+	MaxKeys int     `toml:"max_keys"`
 	Webhook Webhook `toml:"webhook"`
-	// Mail is [notify.mail].
-	Mail Mail `toml:"mail"`
+	Mail    Mail    `toml:"mail"`
 }
 
 // Webhook is [notify.webhook]: each event is POSTed as one JSON object.
 type Webhook struct {
 	// URL is the http or https endpoint; "" disables the webhook.
 	URL string `toml:"url"`
-	// Secret, when set, signs each body: the header
-	// X-Ratelimitd-Signature is "sha256=" and the hex HMAC-SHA256 of the
-	// body with this key (RFC 2104).
+	// Secret, when set, signs each body (SignatureHeader).
 	Secret string `toml:"secret"`
-	// Retry: timeout (per attempt) default 10s.
-	Retry
+	Retry         // timeout per attempt: default 10s
 }
 
 // Mail is [notify.mail]: mail to the postmaster (and optionally to the
 // sender) through an SMTP relay.
 type Mail struct {
-	// Relay is the SMTP relay host:port, e.g. the local Postfix
-	// "127.0.0.1:25". Default "127.0.0.1:25".
+	// Relay is the SMTP relay host:port (default "127.0.0.1:25"), Helo
+	// the EHLO name (default "localhost").
 	Relay string `toml:"relay"`
-	// Helo is the EHLO name; default "localhost".
-	Helo string `toml:"helo"`
-	// StartTLS requires STARTTLS (RFC 3207) on the relay, verifying its
-	// certificate against the relay host name; the EHLO name is then
-	// "localhost".
+	Helo  string `toml:"helo"`
+	// StartTLS requires STARTTLS (RFC 3207), verifying the relay's
+	// certificate against its host name.
 	StartTLS bool `toml:"starttls"`
-	// From is the header and envelope sender, e.g.
-	// "ratelimitd@mail.example.org"; required when To is set.
+	// From is the header and envelope sender; required when To is set.
 	From string `toml:"from"`
 	// To are the postmaster addresses; empty disables mail.
 	To []string `toml:"to"`
-	// Subject and Body are text/template templates executed with the Event
-	// (fields and the methods Summary, PeriodText, RateText and MaxText).
-	// Defaults:
-	// DefaultSubject and DefaultBody.
+	// Subject and Body are text/template templates executed with the
+	// Event (defaults DefaultSubject, DefaultBody).
 	Subject string `toml:"subject"`
 	Body    string `toml:"body"`
-	// NotifySender also mails the envelope sender of a limit_refused event,
-	// with SenderSubject and SenderBody (defaults DefaultSenderSubject,
-	// DefaultSenderBody). Use it only where senders are authenticated
-	// (submission): a forged sender would otherwise get the mail.
+	// NotifySender also mails a limit_refused event's envelope sender
+	// (SenderSubject, SenderBody). Only where senders are authenticated.
 	NotifySender  bool   `toml:"notify_sender"`
 	SenderSubject string `toml:"sender_subject"`
 	SenderBody    string `toml:"sender_body"`
-	// Retry: timeout (per SMTP transaction) default 30s.
-	Retry
+	Retry                // timeout per SMTP transaction: default 30s
 }
 
-// Retry is how each channel retries: the keys timeout, attempts, backoff
-// and max_backoff of [notify.webhook] and [notify.mail].
+// Retry is how a channel retries a temporary failure (network error,
+// HTTP 408, 429 or 5xx, SMTP 4xx): Attempts tries in all (default 5),
+// waiting Backoff (default 1s), doubled each time up to MaxBackoff
+// (default 1m); Timeout bounds one attempt.
 type Retry struct {
-	// Timeout bounds one attempt.
-	Timeout policy.Duration `toml:"timeout"`
-	// Attempts is how often an event is tried (network error, HTTP 408,
-	// 429 or 5xx, SMTP 4xx) before it is given up and counted; default 5.
-	Attempts int `toml:"attempts"`
-	// Backoff is the wait after the first failed attempt, doubled after
-	// each further one up to MaxBackoff; defaults 1s and 1m.
+	Timeout    policy.Duration `toml:"timeout"`
+	Attempts   int             `toml:"attempts"`
 	Backoff    policy.Duration `toml:"backoff"`
 	MaxBackoff policy.Duration `toml:"max_backoff"`
 }
@@ -133,59 +117,43 @@ func (c *Config) enabled() bool { return c.Webhook.URL != "" || len(c.Mail.To) >
 
 // WithDefaults fills the unset fields.
 func (c *Config) WithDefaults() {
-	if c.QueueSize == 0 {
-		c.QueueSize = 1000
-	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = 100000
-	}
+	orDefault(&c.QueueSize, 1000)
+	orDefault(&c.MaxKeys, 100000)
 	c.Webhook.Retry.withDefaults(10 * time.Second)
 	m := &c.Mail
-	if m.Relay == "" {
-		m.Relay = "127.0.0.1:25"
-	}
-	if m.Helo == "" {
-		m.Helo = "localhost"
-	}
-	if m.Subject == "" {
-		m.Subject = DefaultSubject
-	}
-	if m.Body == "" {
-		m.Body = DefaultBody
-	}
-	if m.SenderSubject == "" {
-		m.SenderSubject = DefaultSenderSubject
-	}
-	if m.SenderBody == "" {
-		m.SenderBody = DefaultSenderBody
-	}
+	orDefault(&m.Relay, "127.0.0.1:25")
+	orDefault(&m.Helo, "localhost")
+	orDefault(&m.Subject, DefaultSubject)
+	orDefault(&m.Body, DefaultBody)
+	orDefault(&m.SenderSubject, DefaultSenderSubject)
+	orDefault(&m.SenderBody, DefaultSenderBody)
 	m.Retry.withDefaults(30 * time.Second)
 }
 
 func (r *Retry) withDefaults(timeout time.Duration) {
-	if r.Timeout == 0 {
-		r.Timeout = policy.Duration(timeout)
-	}
-	if r.Attempts == 0 {
-		r.Attempts = 5
-	}
-	if r.Backoff == 0 {
-		r.Backoff = policy.Duration(time.Second)
-	}
-	if r.MaxBackoff == 0 {
-		r.MaxBackoff = policy.Duration(time.Minute)
+	orDefault(&r.Timeout, policy.Duration(timeout))
+	orDefault(&r.Attempts, 5)
+	orDefault(&r.Backoff, policy.Duration(time.Second))
+	orDefault(&r.MaxBackoff, policy.Duration(time.Minute))
+}
+
+// orDefault sets *v to def if it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
 }
 
-// Validate checks c (after WithDefaults) and returns one error per problem,
-// each naming its key ("notify.webhook.url: ...").
+// Validate checks c after WithDefaults: one error per problem, each
+// naming its key ("notify.webhook.url: ...").
 func (c *Config) Validate() []error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("notify.%s: %s", key, fmt.Sprintf(format, a...)))
 	}
 	for i, e := range c.Events {
-		if !knownKind(Kind(e)) {
+		if !slices.Contains(Kinds, Kind(e)) {
 			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, kindList())
 		}
 	}
@@ -229,25 +197,11 @@ func parseTemplate(name, text string) (*template.Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Execute once on a sample so that a misspelt field is a
-	// configuration error, not a failure at the first event.
-	if err := t.Execute(discard{}, Event{Kind: LimitRefused, Time: time.Unix(0, 0), Key: "k", Limit: "l", Period: time.Hour, Max: 1}); err != nil {
+	// A misspelt field is a configuration error, not a failure later.
+	if err := t.Execute(io.Discard, Event{Kind: LimitRefused, Time: time.Unix(0, 0), Key: "k", Limit: "l", Period: time.Hour, Max: 1}); err != nil {
 		return nil, err
 	}
 	return t, nil
-}
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
-func knownKind(k Kind) bool {
-	for _, x := range Kinds {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 func kindList() string {

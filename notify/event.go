@@ -2,12 +2,10 @@ package notify
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
@@ -18,12 +16,11 @@ type Kind string
 
 // The event kinds.
 const (
-	// LimitRefused: a limit refused (deferred, rejected, held or froze) a
-	// key for the first time in the limit's period. Key, Limit, Period,
-	// Action, Rate, Max are set; Sender, Client when known.
+	// LimitRefused: a limit refused a key for the first time in its
+	// period (Key, Limit, Period, Action, Rate, Max; Sender, Client).
 	LimitRefused Kind = "limit_refused"
-	// QuarantineThreshold: a key's count of held/frozen messages reached
-	// Count (the first one, then every multiple of quarantine.alert_every).
+	// QuarantineThreshold: a key's quarantined messages reached Count
+	// (the first, then every multiple of quarantine.alert_every).
 	QuarantineThreshold Kind = "quarantine_threshold"
 	// Thawed and Deleted: an operator released or deleted Count
 	// quarantined messages (Key/Sender name the selection); By says who.
@@ -31,60 +28,46 @@ const (
 	Deleted Kind = "deleted"
 	// Expired: Count quarantined messages passed quarantine.max_age.
 	Expired Kind = "expired"
-	// Released: a drip run released Count of Key's held/frozen messages
-	// automatically: one event per key and run, when its backlog is
-	// released or the run stops with messages left (Detail says why and
-	// how many are left).
+	// Released: automatic release let Count of Key's messages go, one
+	// event per key and run (Detail: why it stopped early).
 	Released Kind = "released"
-	// RateReset: an operator forgot Key's rate (Limit, or every limit when
-	// empty); Count is the number of limit states removed; By says who.
+	// RateReset: an operator (By) forgot Key's rate under Limit (""
+	// every limit); Count states were removed.
 	RateReset Kind = "rate_reset"
 )
 
-// Kinds lists every Kind, in the order the documentation gives them.
+// Kinds lists every Kind.
 var Kinds = []Kind{LimitRefused, QuarantineThreshold, Thawed, Deleted, Expired, Released, RateReset}
 
 // Event is one notification. Only Kind is required; zero fields are left
-// out of the webhook payload and the mail. Time zero means "when Notify was
-// called". Strings are data from the MTA or the operator: the mail builder
-// and the webhook encoder escape them, templates see them as they are.
+// out (Time: when Notify was called). Strings are client or operator data
+// that the mail builder and the webhook encoder escape.
 type Event struct {
-	Kind Kind `json:"event"`
-	// Time is when it happened (UTC in the payload).
-	Time time.Time `json:"time"`
-	// Key is the rate key value ("alice", "192.0.2.0/24").
-	Key string `json:"key,omitempty"`
-	// Limit is the limit's name; Period its period (for LimitRefused also
-	// the dedup window: one event per key and limit per Period; 0 means 1h).
+	Kind Kind      `json:"event"`
+	Time time.Time `json:"time"` // UTC in the payload
+	Key  string    `json:"key,omitempty"`
+	// Limit is the limit's name, Period its period: for LimitRefused the
+	// dedup window too (0: 1h).
 	Limit  string        `json:"limit,omitempty"`
 	Period time.Duration `json:"-"`
-	// Action is the limit's action ("defer", "reject", "hold", "freeze").
-	Action string `json:"action,omitempty"`
-	// Rate and Max are the measured rate and the limit, in cost per Period.
-	Rate float64 `json:"rate,omitempty"`
-	Max  float64 `json:"max,omitempty"`
-	// Sender is the envelope sender; Client the client address.
-	Sender string `json:"sender,omitempty"`
-	Client string `json:"client_address,omitempty"`
-	// Count: messages quarantined (QuarantineThreshold), messages acted on
-	// (Thawed, Deleted, Expired, Released) or limit states removed
-	// (RateReset).
-	Count int `json:"count,omitempty"`
-	// Failed counts the messages an operator action could not handle.
-	Failed int `json:"failed,omitempty"`
-	// By is who ran an operator action: "root (uid 0, pid 4242)" from the
-	// admin socket's SO_PEERCRED, or the CLI's user.
-	By string `json:"by,omitempty"`
-	// Detail is free text (e.g. the client text of the refusal).
+	Action string        `json:"action,omitempty"`
+	// Rate and Max are the measured rate and the limit, cost per Period.
+	Rate   float64 `json:"rate,omitempty"`
+	Max    float64 `json:"max,omitempty"`
+	Sender string  `json:"sender,omitempty"`
+	Client string  `json:"client_address,omitempty"`
+	// Count is the messages quarantined or acted on, or the states reset;
+	// Failed the messages an operator action could not handle.
+	Count  int    `json:"count,omitempty"`
+	Failed int    `json:"failed,omitempty"`
+	By     string `json:"by,omitempty"` // who ran an operator action
 	Detail string `json:"detail,omitempty"`
 
-	// rawKey is Key before forMail cleaned it, for KeyArg.
-	rawKey *string
+	rawKey *string // Key before forMail cleaned it, for KeyArg
 }
 
-// KeyArg is Key as one argument of a shell command line (ShellQuote),
-// for the command lines a mail suggests: {{.KeyArg}}. It quotes the key as
-// the daemon knows it, even in a mail whose Key field was cleaned.
+// KeyArg is the key as the daemon knows it, even in a mail whose Key was
+// cleaned, as one shell argument (ShellQuote).
 func (e Event) KeyArg() string {
 	if e.rawKey != nil {
 		return ShellQuote(*e.rawKey)
@@ -92,10 +75,8 @@ func (e Event) KeyArg() string {
 	return ShellQuote(e.Key)
 }
 
-// forMail returns e with every text field made safe for one line of a mail
-// (termsafe.Line: control and bidirectional characters become U+FFFD), so
-// that client data cannot add lines or headers; KeyArg still quotes the
-// original key.
+// forMail returns e with every text field made one safe line
+// (termsafe.Line), so that client data cannot add lines or headers.
 func (e Event) forMail() Event {
 	raw := e.Key
 	e.rawKey = &raw
@@ -113,33 +94,27 @@ func (e Event) PeriodText() string {
 	return human.Duration(e.Period)
 }
 
-// RateText and MaxText are Rate and Max rounded for people ("201",
-// "12.3"); a Rate over Max keeps the decimals it takes to read as more
-// than MaxText (200.01 over a limit of 200 is "200.01", never "200").
+// RateText and MaxText are Rate and Max as human.Number prints them; a
+// Rate over Max keeps the decimals it takes to read as more than MaxText
+// (200.01 over 200 is "200.01", never "200").
 func (e Event) RateText() string {
+	s := human.Number(e.Rate)
 	if e.Rate <= e.Max {
-		return round(e.Rate)
+		return s
 	}
-	lim := e.Max
-	if m, err := strconv.ParseFloat(e.MaxText(), 64); err == nil && m > lim {
-		lim = m
-	}
-	if s := round(e.Rate); mustFloat(s) > lim {
+	shown, _ := strconv.ParseFloat(e.MaxText(), 64)
+	lim := max(e.Max, shown)
+	if r, _ := strconv.ParseFloat(s, 64); r > lim {
 		return s
 	}
 	return human.Rate(e.Rate, lim)
 }
 
-func mustFloat(s string) float64 {
-	f, _ := strconv.ParseFloat(s, 64)
-	return f
-}
-
 // MaxText: see RateText.
-func (e Event) MaxText() string { return round(e.Max) }
+func (e Event) MaxText() string { return human.Number(e.Max) }
 
-// Summary is a one-line description of e, the default mail subject and
-// the webhook payload's "summary".
+// Summary describes e in one line: the default subject, the payload's
+// "summary".
 func (e Event) Summary() string {
 	switch e.Kind {
 	case LimitRefused:
@@ -193,14 +168,4 @@ func orNone(s string) string {
 		return "(empty key)"
 	}
 	return s
-}
-
-// round prints a rate the way the CLI does: rounded to one decimal, and
-// without it when that is whole (200.97 is "201", 12.34 is "12.3").
-func round(f float64) string {
-	r := math.Round(f*10) / 10
-	if r == math.Trunc(r) {
-		return strconv.FormatFloat(r, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(r, 'f', 1, 64)
 }

@@ -16,14 +16,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/mailout"
 )
 
-// BuildMail returns the RFC 5322 message for e: From from, To to, Subject
-// and a text/plain UTF-8 body from the templates (the subject's line breaks
-// become spaces), a Date, a Message-ID and an "Auto-Submitted:
-// auto-generated" header (RFC 3834) so that vacation responders stay quiet.
-// Control characters from the event's client data never reach the
-// message: the subject and body are cleaned by termsafe after the
-// templates ran (a CR in a key cannot add a line), and the default
-// templates quote command lines with {{.KeyArg}} (ShellQuote).
+// BuildMail returns e's RFC 5322 text/plain message from the templates,
+// with "Auto-Submitted: auto-generated" (RFC 3834). The subject and body
+// are cleaned by termsafe after the templates ran, so client data cannot
+// add lines or controls.
 func BuildMail(from string, to []string, subject, body *template.Template, e Event) ([]byte, error) {
 	var s, b bytes.Buffer
 	e = e.forMail()
@@ -57,8 +53,6 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 	if err != nil {
 		return nil, err
 	}
-	// Client data (a key, a sender) may carry CR, LF or terminal
-	// controls: the body keeps only the template's own line breaks.
 	text := termsafe.Text(b.String())
 	if _, err := w.Write([]byte(strings.ReplaceAll(text, "\n", "\r\n"))); err != nil {
 		return nil, err
@@ -69,9 +63,8 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 	return out.Bytes(), nil
 }
 
-// sendMail sends e to the postmaster addresses, or with toSender to the
-// event's envelope sender, through the relay. temporary reports a
-// failure worth retrying: a network error or a 4xx reply.
+// sendMail sends e to the postmaster, or to its sender with toSender;
+// temporary reports a network error or a 4xx reply.
 func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (temporary bool, err error) {
 	m := n.cfg.Mail
 	to, subj, body := m.To, n.tmpl.subject, n.tmpl.body
@@ -90,8 +83,7 @@ func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (tempor
 	return false, nil
 }
 
-// envelope extracts the address of a From value such as
-// "ratelimitd <ratelimitd@example.org>".
+// envelope is the address of a From value ("name <addr>").
 func envelope(from string) string {
 	if a, err := mail.ParseAddress(from); err == nil {
 		return a.Address

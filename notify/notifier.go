@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -14,9 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Notifier sends events to the configured webhook and mail recipients from
-// one goroutine. Create it with New; Notify is safe for concurrent use and
-// never blocks; Close stops it.
+// Notifier sends events to the webhook and mail recipients from one
+// goroutine. Notify is safe for concurrent use and never blocks.
 type Notifier struct {
 	cfg    Config
 	log    *slog.Logger
@@ -32,10 +32,8 @@ type Notifier struct {
 	closeMu sync.RWMutex
 	closed  bool
 
-	mu sync.Mutex // guards seen
-	// seen remembers each (limit, key) refused within its period, with a
-	// min-heap on the window's end to forget expired ones.
-	seen windows
+	mu   sync.Mutex // guards seen
+	seen windows    // (limit, key) refused within its period
 
 	queued, dropped, sent, failed, suppressed atomic.Int64
 
@@ -47,8 +45,8 @@ type Notifier struct {
 
 type seenKey struct{ limit, key string }
 
-// windows is a set of (limit, key) with the time each one's window ends,
-// ordered as a min-heap (container/heap) on that time.
+// windows is a set of (limit, key) with the end of each one's window, a
+// min-heap (container/heap) on that end.
 type windows struct {
 	index map[seenKey]int // position in heap
 	heap  []window
@@ -80,45 +78,37 @@ func (w *windows) Pop() any {
 
 type templates struct{ subject, body, senderSubject, senderBody *template.Template }
 
-// Options are New's optional collaborators.
+// Options are New's optional collaborators: the logger of failed
+// deliveries, the webhooks' client (nil: one with webhook.timeout), the
+// clock (nil: time.Now).
 type Options struct {
-	// Logger receives one line per failed delivery; nil discards.
-	Logger *slog.Logger
-	// HTTPClient sends webhooks; nil means a client with
-	// webhook.timeout.
+	Logger     *slog.Logger
 	HTTPClient *http.Client
-	// Now is the clock for event times and the refusal dedup; nil means
-	// time.Now.
-	Now func() time.Time
+	Now        func() time.Time
 }
 
-// Stats are a Notifier's counts since New, for `ratelimitd status`.
+// Stats are a Notifier's counts since New: events queued, dropped (queue
+// full, closed) and suppressed (repeat refusals, max_keys full);
+// deliveries sent and failed after their last attempt; the queue's length.
 type Stats struct {
-	// Queued events were accepted by Notify; Dropped did not fit the
-	// queue (or came after Close); Suppressed were repeat refusals of a
-	// key within its limit's period (or could not be remembered because
-	// notify.max_keys was reached).
 	Queued     int64 `json:"queued"`
 	Dropped    int64 `json:"dropped"`
 	Suppressed int64 `json:"suppressed"`
-	// Sent and Failed count deliveries (one per channel and recipient
-	// set) after their last attempt.
-	Sent   int64 `json:"sent"`
-	Failed int64 `json:"failed"`
-	// Waiting is the queue's current length.
-	Waiting int `json:"waiting"`
+	Sent       int64 `json:"sent"`
+	Failed     int64 `json:"failed"`
+	Waiting    int   `json:"waiting"`
 }
 
-// New validates cfg (WithDefaults is applied to a copy) and starts the
-// sending goroutine. With neither webhook.url nor mail.to set it returns a
-// Notifier that accepts and discards every event. Errors are cfg's, each
-// naming its key, joined.
+// New validates cfg (with defaults) and starts the sending goroutine;
+// with no channel configured the Notifier discards every event. Errors:
+// cfg's, joined.
 func New(cfg Config, o Options) (*Notifier, error) {
 	cfg.WithDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	n := &Notifier{cfg: cfg, log: o.Logger, hc: o.HTTPClient, now: o.Now,
+	n := &Notifier{cfg: cfg, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now,
+		hc:    cmp.Or(o.HTTPClient, &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}),
 		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{index: map[seenKey]int{}},
 		mEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_events_total",
 			Help: "Events accepted into the notification queue, by kind."}, []string{"kind"}),
@@ -129,14 +119,8 @@ func New(cfg Config, o Options) (*Notifier, error) {
 		mFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_failed_total",
 			Help: "Notifications given up after their last attempt, by channel (webhook, mail)."}, []string{"channel"}),
 	}
-	if n.log == nil {
-		n.log = slog.New(slog.DiscardHandler)
-	}
 	if n.now == nil {
 		n.now = time.Now
-	}
-	if n.hc == nil {
-		n.hc = &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}
 	}
 	if len(cfg.Events) > 0 {
 		n.kinds = map[Kind]bool{}
@@ -157,10 +141,8 @@ func New(cfg Config, o Options) (*Notifier, error) {
 // Enabled reports whether a webhook or mail recipient is configured.
 func (n *Notifier) Enabled() bool { return n != nil && n.cfg.enabled() }
 
-// Notify queues e and returns at once: true if it was queued, false if it
-// was not wanted (a kind not in notify.events, notifications off, a repeat
-// refusal within its period) or dropped (queue full, Close called). It
-// never blocks and is safe for concurrent use; a nil Notifier discards.
+// Notify queues e and reports whether it did: not for an unwanted kind, a
+// repeat refusal, a full queue or after Close. A nil Notifier discards.
 func (n *Notifier) Notify(e Event) bool {
 	if !n.Enabled() || (n.kinds != nil && !n.kinds[e.Kind]) {
 		return false
@@ -193,10 +175,9 @@ func (n *Notifier) drop(reason string) {
 	n.mDropped.WithLabelValues(reason).Inc()
 }
 
-// first reports whether e is the first refusal of its key by its limit
-// within e.Period, and remembers it. Memory is bounded by notify.max_keys:
-// expired windows are forgotten first (a heap on their end), and when the
-// set is still full the event is suppressed and counted.
+// first reports whether e is its key's first refusal by its limit within
+// e.Period, and remembers it; expired windows go first, and with
+// max_keys still reached the event is suppressed.
 func (n *Notifier) first(e Event) bool {
 	period := e.Period
 	if period <= 0 {
@@ -227,7 +208,7 @@ func (n *Notifier) first(e Event) bool {
 	return true
 }
 
-// Stats returns the counts so far. Safe for concurrent use.
+// Stats returns the counts so far.
 func (n *Notifier) Stats() Stats {
 	if n == nil {
 		return Stats{}
@@ -245,9 +226,9 @@ func (n *Notifier) Collectors() []prometheus.Collector {
 			Help: "Events waiting to be sent."}, func() float64 { return float64(len(n.queue)) })}
 }
 
-// Close stops accepting events, sends those already queued until ctx is
-// done, then abandons the rest (counted as failed, logged) and returns
-// ctx's error if it had to. A second Close returns ErrClosed.
+// Close stops accepting events and sends those queued until ctx is done,
+// then abandons the rest (failed) and returns ctx's error. A second Close
+// returns ErrClosed.
 func (n *Notifier) Close(ctx context.Context) error {
 	n.closeMu.Lock()
 	if n.closed {
@@ -304,9 +285,8 @@ func (n *Notifier) result(channel string, e Event, err error) {
 	n.log.Error("notification failed", "channel", channel, "event", e.Kind, "key", e.Key, "err", err)
 }
 
-// retry calls try up to r.Attempts times while it reports a temporary
-// failure, waiting r.Backoff, twice that, ... (at most r.MaxBackoff)
-// between attempts. Close's deadline ends the wait.
+// retry calls try while it fails temporarily, as r says; Close's deadline
+// ends the wait.
 func (n *Notifier) retry(r Retry, try func() (temporary bool, err error)) error {
 	var err error
 	attempts, backoff := r.Attempts, time.Duration(r.Backoff)

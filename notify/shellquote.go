@@ -11,16 +11,12 @@ import (
 )
 
 // ShellQuote returns s as exactly one argument of a POSIX sh command line
-// (sh(1), "Quoting" in the POSIX Shell Command Language) that a
-// postmaster can paste from a notification: s is data, never a command,
-// whatever quotes, $(...), backquotes or semicolons it holds. Text
-// without control characters is single-quoted by shellescape.Quote. Text
-// with control, bidirectional-control or invalid UTF-8 bytes (which must
-// not reach a mail body or a terminal) is written as
-// "$(printf '%b' '...')" with those bytes as octal escapes (\0ooo), so the
-// line stays printable and sh still rebuilds s byte for byte, except that
-// command substitution drops line breaks at its very end (a canonical
-// rate key never ends in one). Templates call it as {{shellquote .Key}}.
+// (POSIX Shell Command Language, "Quoting"), data never a command.
+// Printable text is single-quoted (shellescape.Quote); text with unsafe
+// runes (termsafe.Unsafe), tabs or invalid UTF-8 becomes
+// "$(printf '%b' '...')" with those bytes as octal escapes, printable and
+// rebuilt byte for byte but for trailing line breaks. Templates call it as
+// {{shellquote .Key}}.
 func ShellQuote(s string) string {
 	if termsafe.Line(s) == s && !strings.ContainsAny(s, "\t") {
 		return shellescape.Quote(s)

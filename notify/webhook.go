@@ -16,26 +16,23 @@ import (
 	"time"
 )
 
-// SignatureHeader carries the body's HMAC-SHA256 when webhook.secret is
-// set: "sha256=" followed by lower-case hex, as GitHub-style receivers
-// expect. Verify it with Sign on the raw body and hmac.Equal.
-const SignatureHeader = "X-Ratelimitd-Signature"
+// SignatureHeader carries, when webhook.secret is set, "sha256=" and the
+// hex HMAC-SHA256 of the body (RFC 2104), as GitHub-style receivers
+// expect; EventHeader carries the Kind.
+const (
+	SignatureHeader = "X-Ratelimitd-Signature"
+	EventHeader     = "X-Ratelimitd-Event"
+)
 
-// EventHeader carries the event's Kind.
-const EventHeader = "X-Ratelimitd-Event"
-
-// Payload is the JSON object POSTed for each event: the Event's fields,
-// plus its period as text and its Summary.
+// Payload is the JSON object POSTed for each event: the Event, its
+// PeriodText and its Summary.
 type Payload struct {
 	Event
-	// Period is Event.Period as operators write it ("1h"), or absent.
-	Period string `json:"period,omitempty"`
-	// Summary is Event.Summary().
+	Period  string `json:"period,omitempty"`
 	Summary string `json:"summary"`
 }
 
-// NewPayload returns e's webhook payload: Time in UTC, Rate rounded to
-// two decimals.
+// NewPayload returns e's payload: Time in UTC, Rate to two decimals.
 func NewPayload(e Event) Payload {
 	e.Time = e.Time.UTC()
 	e.Rate = math.Round(e.Rate*100) / 100
@@ -49,8 +46,8 @@ func Sign(secret, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// postWebhook sends e once. temporary reports a failure worth retrying:
-// a network error, 408, 429 or 5xx.
+// postWebhook sends e once; temporary reports a network error, 408, 429
+// or 5xx.
 func (n *Notifier) postWebhook(ctx context.Context, e Event) (temporary bool, err error) {
 	body, err := json.Marshal(NewPayload(e))
 	if err != nil {
@@ -70,8 +67,7 @@ func (n *Notifier) postWebhook(ctx context.Context, e Event) (temporary bool, er
 	}
 	resp, err := n.hc.Do(req)
 	if err != nil {
-		// The *url.Error names the whole URL, query included: keep only
-		// its cause behind the redacted URL.
+		// The *url.Error names the URL with its query: keep the cause.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
@@ -87,8 +83,7 @@ func (n *Notifier) postWebhook(ctx context.Context, e Event) (temporary bool, er
 	return temp, fmt.Errorf("%w %s", ErrStatus, resp.Status)
 }
 
-// redact drops a URL's user information and query (they may hold tokens)
-// for logging.
+// redact drops a URL's user information and query (tokens) for logs.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
@@ -52,28 +50,6 @@ func TestRefusalTextNeverReadsWithinLimit(t *testing.T) {
 		}
 		if refused == 0 {
 			t.Fatalf("%s: nothing refused", mode)
-		}
-	}
-}
-
-// TestFormatRateAndRetry: the figures of the refusal that read "200
-// messages per 1h (limit 200); try again in 0s".
-func TestFormatRateAndRetry(t *testing.T) {
-	for _, c := range []struct {
-		rate, limit float64
-		want        string
-	}{{200.01, 200, "200.01"}, {200.0000001, 200, "200.0000001"}, {201, 200, "201"}, {3.04, 3, "3.04"},
-		{200, 200, "200"}, {150.26, 200, "150"}, {2.26, 3, "2.3"}} {
-		if got := human.Rate(c.rate, c.limit); got != c.want {
-			t.Errorf("human.Rate(%v, %v) = %q, want %q", c.rate, c.limit, got, c.want)
-		}
-	}
-	for _, c := range []struct {
-		d    time.Duration
-		want string
-	}{{236 * time.Millisecond, "1s"}, {0, "1s"}, {18*time.Second + time.Millisecond, "19s"}, {time.Hour, "1h"}} {
-		if got := human.Retry(c.d); got != c.want {
-			t.Errorf("human.Retry(%v) = %q, want %q", c.d, got, c.want)
 		}
 	}
 }

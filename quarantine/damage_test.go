@@ -2,9 +2,7 @@ package quarantine
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,7 +93,7 @@ func TestDamagedEntryKept(t *testing.T) {
 		if got := tx.Bucket(bucketDamaged).Get([]byte(id4)); !bytes.Equal(got, raw) {
 			t.Errorf("set aside: %q, want the record byte for byte", got)
 		}
-		if tx.Bucket(bucketBody).Get([]byte(id4)) == nil {
+		if tx.Bucket(bucketMessages).Get([]byte(id4)) == nil {
 			t.Error("the message of a set-aside entry was deleted")
 		}
 		return nil
@@ -108,51 +106,6 @@ func TestDamagedEntryKept(t *testing.T) {
 	}
 }
 
-// TestFormat1Converted: a file of format 1 (bare JSON records) opens, and
-// New seals its entries and suspensions.
-func TestFormat1Converted(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ratelimitd.db")
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := Entry{ID: "19ca9450a0051c69", State: Held, Key: "alice", Created: epoch, Updated: epoch}
-	js, _ := json.Marshal(e)
-	sp, _ := json.Marshal(Suspension{Key: "bob", Time: epoch})
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo, bucketSuspended} {
-			tx.CreateBucket(name)
-		}
-		tx.Bucket(bucketInfo).Put(keyVersion, []byte("1"))
-		tx.Bucket(bucketMeta).Put([]byte(e.ID), js)
-		return tx.Bucket(bucketSuspended).Put([]byte("bob"), sp)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	db = openDB(t, path)
-	s, err := New(db, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := s.Get(e.ID); err != nil || got.Key != "alice" {
-		t.Errorf("Get: %+v %v", got, err)
-	}
-	if m, err := s.Suspended(); err != nil || m["bob"].Key != "bob" {
-		t.Errorf("Suspended: %v %v", m, err)
-	}
-	db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get([]byte(e.ID)); !statedb.Sealed([]byte(e.ID), v) {
-			t.Errorf("entry not sealed: %q", v)
-		}
-		if v := tx.Bucket(bucketInfo).Get(keyVersion); string(v) != "2" {
-			t.Errorf("format %q", v)
-		}
-		return nil
-	})
-}
-
 // TestCheckMessagesFindsDamagedBody: state check compares every frozen
 // message with its SHA-256.
 func TestCheckMessagesFindsDamagedBody(t *testing.T) {
@@ -163,20 +116,12 @@ func TestCheckMessagesFindsDamagedBody(t *testing.T) {
 	if bad, err := CheckMessages(&out, db); err != nil || len(bad) != 0 {
 		t.Fatalf("sound messages: %v %v", bad, err)
 	}
-	db.Update(func(tx *bolt.Tx) error {
-		v := bytes.Clone(tx.Bucket(bucketBody).Get([]byte(id)))
-		v[len(v)-3] ^= 1
-		return tx.Bucket(bucketBody).Put([]byte(id), v)
-	})
+	flipMessageByte(t, db, id, -3)
 	out.Reset()
 	bad, err := CheckMessages(&out, db)
 	if err != nil || len(bad) != 1 || !strings.Contains(bad[0], id) {
 		t.Errorf("a damaged message: %v %v\n%s", bad, err, out.String())
 	}
 	// Restore for the cleanup check.
-	db.Update(func(tx *bolt.Tx) error {
-		v := bytes.Clone(tx.Bucket(bucketBody).Get([]byte(id)))
-		v[len(v)-3] ^= 1
-		return tx.Bucket(bucketBody).Put([]byte(id), v)
-	})
+	flipMessageByte(t, db, id, -3)
 }

@@ -1,6 +1,7 @@
 package quarantine
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -8,19 +9,16 @@ import (
 	"time"
 )
 
-// State is the life-cycle state of a quarantine entry. The zero value is
-// not a valid state.
+// State is an entry's life-cycle state; the zero value is invalid.
 //
 //	Hold   -> Held   --MarkThawed--> Thawed
 //	Freeze -> Frozen --Delete------> Deleted
 //
-// Held and frozen entries are "pending": they wait for an operator.
-// Thawed and deleted entries are kept, without message bytes, as an audit
-// record until Expire or Purge removes them.
+// Thawed and deleted entries stay, without their message, as an audit
+// record until Expire or Purge.
 type State uint8
 
-// The states. Their string names ("held", "frozen", "thawed", "deleted")
-// are what Entry encodes to and what ParseState accepts.
+// The states, encoded and parsed by their names ("held", ...).
 const (
 	Held State = iota + 1
 	Frozen
@@ -38,15 +36,11 @@ func (s State) String() string {
 	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
-// pending reports whether the entry still waits for an operator.
-func (s State) pending() bool { return s == Held || s == Frozen }
-
-// Pending reports whether an entry in state s still waits for an operator
+// Pending reports whether an entry in state s waits for an operator
 // (held or frozen).
-func (s State) Pending() bool { return s.pending() }
+func (s State) Pending() bool { return s == Held || s == Frozen }
 
-// ParseState returns the State named name (case-insensitive). It returns
-// an error wrapping ErrInvalid for an unknown name.
+// ParseState returns the State named name, case-insensitively (ErrInvalid).
 func ParseState(name string) (State, error) {
 	for s := Held; s <= Deleted; s++ {
 		if strings.EqualFold(name, stateNames[s]) {
@@ -65,45 +59,27 @@ func (s State) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
-func (s *State) UnmarshalText(b []byte) error {
-	v, err := ParseState(string(b))
-	if err != nil {
-		return err
-	}
-	*s = v
-	return nil
+func (s *State) UnmarshalText(b []byte) (err error) {
+	*s, err = ParseState(string(b))
+	return err
 }
 
-// Action names recorded in Entry.Action by Hold and Freeze when the caller
-// leaves it empty.
-const (
-	ActionHold   = "hold"
-	ActionFreeze = "freeze"
-)
-
-// Entry is one quarantined message: the policy decision that put it there,
-// the envelope, a few header fields for listing, and its life-cycle state.
-// The message bytes of frozen entries are stored separately (see
-// Store.Message).
-//
-// Entries returned by the Store are copies; changing them changes nothing
-// stored.
+// Entry is one quarantined message: the decision that put it there, its
+// envelope, a few header fields and its state. A frozen entry's message is
+// read with Store.Message. Entries the Store returns are copies.
 type Entry struct {
-	// ID is assigned by Hold and Freeze: 16 lower-case hex digits, the
-	// first 11 the creation time in Unix milliseconds, the last 5 a
-	// sequence within that millisecond that starts at a random value.
-	// IDs sort (as strings) in creation order.
+	// ID is set by the Store: 16 hex digits that sort in creation order.
 	ID string `json:"id"`
-	// State is set by the Store; callers cannot choose it.
+	// State is set by the Store.
 	State State `json:"state"`
-	// Created is when the entry was recorded (set to the Store's clock if
-	// zero). Updated is when it last changed (always set by the Store).
+	// Created is when the entry was recorded (the Store's clock if zero),
+	// Updated when it last changed (set by the Store).
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 
-	// Limit is the name of the limit that was exceeded, Key the value of
-	// its rate key (e.g. "alice"), Rate the measured rate and Max the
-	// limit, both in cost per period. Action is "hold" or "freeze".
+	// Limit is the limit exceeded, Key its rate key, Rate and Max the
+	// measured rate and the limit in cost per period, Action "hold" or
+	// "freeze".
 	Limit  string  `json:"limit,omitempty"`
 	Key    string  `json:"key,omitempty"`
 	Rate   float64 `json:"rate"`
@@ -116,98 +92,68 @@ type Entry struct {
 	ClientAddress string   `json:"client_address,omitempty"`
 	ClientName    string   `json:"client_name,omitempty"`
 	SASLUsername  string   `json:"sasl_username,omitempty"`
-	// QueueID is the MTA's queue ID (held mail is thawed by it, e.g.
-	// postsuper -H). Instance is the Postfix policy "instance" attribute,
-	// the same for every policy request about one message; it links a hold
-	// recorded at RCPT stage to the END-OF-MESSAGE request that knows the
-	// queue ID (see Store.UpdateByInstance).
+	// QueueID is the MTA's queue ID (ValidQueueID). Instance is the
+	// policy "instance" attribute, the same for every request about one
+	// message: it joins a hold recorded at RCPT to the END-OF-MESSAGE
+	// request that knows the queue ID (Store.RecordHold).
 	QueueID  string `json:"queue_id,omitempty"`
 	Instance string `json:"instance,omitempty"`
-	// Unverified says why the MTA's queue did not confirm QueueID the
-	// last time the life cycle looked (not in the hold queue, another
-	// sender or recipients, arrived outside the entry's time): release,
-	// delete and show of the held message are refused while it is set.
-	// Empty when it was confirmed or never checked.
+	// Unverified says why the MTA's queue did not confirm QueueID when
+	// last checked; release, delete and show are refused while it is set.
 	Unverified string `json:"unverified,omitempty"`
 
-	// Size is the message size in bytes: the stored bytes for frozen
-	// entries (set by Freeze), what the MTA reported for held ones.
+	// Size is the message size in bytes: stored (frozen) or as the MTA
+	// reports it (held).
 	Size int64 `json:"size"`
-	// Subject (RFC 2047 decoded, control characters removed) and
-	// MessageID (without angle brackets) are taken from the message header
-	// by Freeze when the caller leaves them empty.
+	// Subject (RFC 2047 decoded, cleaned) and MessageID (without angle
+	// brackets); Freeze takes them from the header when empty.
 	Subject   string `json:"subject,omitempty"`
 	MessageID string `json:"message_id,omitempty"`
-	// Hash is the lower-case hex SHA-256 of the stored message bytes (set
-	// by Freeze; empty for held entries).
+	// Hash is the hex SHA-256 of a frozen entry's message.
 	Hash string `json:"hash,omitempty"`
 
-	// Error is the text of the last failed thaw attempt; Attempts counts
-	// thaw attempts, failed (RecordThawError) and successful (MarkThawed).
+	// Error is the last failed release's text; Attempts counts releases,
+	// failed and successful.
 	Error    string `json:"error,omitempty"`
 	Attempts int    `json:"attempts,omitempty"`
 
-	// Claim is the token of the process acting on the entry right now
-	// (Store.Claim), ClaimedAt when it started; both are cleared by
-	// MarkThawed, RecordThawError, Delete and Unclaim.
+	// Claim is the token of the process acting on the entry (Store.Claim)
+	// since ClaimedAt.
 	Claim     string    `json:"claim,omitempty"`
 	ClaimedAt time.Time `json:"claimed_at,omitzero"`
 }
 
-// WriteTo writes the entry as "Name: value" lines for operator output
-// ("ratelimitd quarantine show"), omitting empty fields. Control
-// characters in values are replaced, so a hostile Subject cannot drive the
-// operator's terminal. It implements io.WriterTo.
+// WriteTo writes the entry as "Name: value" lines for an operator,
+// omitting empty fields and cleaning values (CleanLine).
 func (e *Entry) WriteTo(w io.Writer) (int64, error) {
-	var b strings.Builder
-	line := func(name, value string) {
-		if value == "" {
-			return
-		}
-		fmt.Fprintf(&b, "%-15s %s\n", name+":", cleanLine(value))
-	}
+	num := func(n int64) string { return strings.TrimPrefix(strconv.FormatInt(n, 10), "0") } // "" for 0
 	tm := func(t time.Time) string {
 		if t.IsZero() {
 			return ""
 		}
 		return t.Format(time.RFC3339)
 	}
-	line("ID", e.ID)
-	line("State", e.State.String())
-	line("Created", tm(e.Created))
-	line("Updated", tm(e.Updated))
-	line("Action", e.Action)
-	line("Limit", e.Limit)
-	line("Key", e.Key)
+	rate, client := "", e.ClientName
 	if e.Rate != 0 || e.Max != 0 {
-		line("Rate", strconv.FormatFloat(e.Rate, 'f', -1, 64)+" / "+strconv.FormatFloat(e.Max, 'f', -1, 64))
+		rate = strconv.FormatFloat(e.Rate, 'f', -1, 64) + " / " + strconv.FormatFloat(e.Max, 'f', -1, 64)
 	}
-	line("Sender", e.Sender)
-	if e.Sender == "" {
-		line("Sender", "<>")
-	}
-	for _, r := range e.Recipients {
-		line("Recipient", r)
-	}
-	client := e.ClientName
 	if e.ClientAddress != "" {
 		client += "[" + e.ClientAddress + "]"
 	}
-	line("Client", client)
-	line("SASL username", e.SASLUsername)
-	line("Queue ID", e.QueueID)
-	line("Instance", e.Instance)
-	line("Unverified", e.Unverified)
-	if e.Size != 0 {
-		line("Size", strconv.FormatInt(e.Size, 10))
+	fields := [][2]string{{"ID", e.ID}, {"State", e.State.String()}, {"Created", tm(e.Created)}, {"Updated", tm(e.Updated)},
+		{"Action", e.Action}, {"Limit", e.Limit}, {"Key", e.Key}, {"Rate", rate}, {"Sender", cmp.Or(e.Sender, "<>")}}
+	for _, r := range e.Recipients {
+		fields = append(fields, [2]string{"Recipient", r})
 	}
-	line("Subject", e.Subject)
-	line("Message-ID", e.MessageID)
-	line("SHA-256", e.Hash)
-	if e.Attempts != 0 {
-		line("Thaw attempts", strconv.Itoa(e.Attempts))
+	fields = append(fields, [][2]string{{"Client", client}, {"SASL username", e.SASLUsername}, {"Queue ID", e.QueueID},
+		{"Instance", e.Instance}, {"Unverified", e.Unverified}, {"Size", num(e.Size)}, {"Subject", e.Subject},
+		{"Message-ID", e.MessageID}, {"SHA-256", e.Hash}, {"Thaw attempts", num(int64(e.Attempts))}, {"Last error", e.Error}}...)
+	var b strings.Builder
+	for _, f := range fields {
+		if f[1] != "" {
+			fmt.Fprintf(&b, "%-15s %s\n", f[0]+":", CleanLine(f[1]))
+		}
 	}
-	line("Last error", e.Error)
 	n, err := io.WriteString(w, b.String())
 	return int64(n), err
 }

@@ -2,8 +2,6 @@ package quarantine
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -65,10 +63,11 @@ func checkFile(t testing.TB, path string) {
 
 // checkDB runs bbolt's consistency check and verifies the quarantine's
 // invariants: every record reads and every bucket matches its manifest
-// entry (statedb.Scan), every body belongs to a frozen entry and matches
-// its hash and size, every frozen entry has a body, the byte total is
-// right, the instance index matches the entries, IDs match their keys. A
-// body whose entry was set aside (quarantine/damaged) has no entry.
+// entry (statedb.Scan), every message belongs to a frozen entry and
+// matches its hash and size, every frozen entry has a message, the byte
+// total is right, the instance index matches the entries, IDs match their
+// keys. A message whose entry was set aside (quarantine/damaged) has no
+// entry.
 func checkDB(t testing.TB, db *bolt.DB) {
 	t.Helper()
 	if lost, _, err := statedb.Scan(db, Formats()); err != nil || len(lost) > 0 {
@@ -83,49 +82,23 @@ func checkDB(t testing.TB, db *bolt.DB) {
 			return nil // never initialised
 		}
 		var total int64
-		err := b.body.ForEach(func(k, v []byte) error {
-			total += int64(len(v))
+		err := b.messages.ForEach(func(k, _ []byte) error {
+			msg, err := b.readMessage(string(k))
+			if err != nil {
+				return err
+			}
+			total += int64(len(msg))
 			e, err := b.get(string(k))
 			if d := tx.Bucket(bucketDamaged); err != nil && d != nil && d.Get(k) != nil {
 				return nil // its entry set aside unreadable: the message is kept
 			}
-			if err != nil {
-				return fmt.Errorf("body %s without entry: %w", k, err)
+			if err != nil || e.State != Frozen {
+				return fmt.Errorf("message %s without frozen entry: %v %v", k, e.State, err)
 			}
-			if e.State != Frozen {
-				return fmt.Errorf("body %s kept for %s entry", k, e.State)
-			}
-			sum := sha256.Sum256(v)
-			if hex.EncodeToString(sum[:]) != e.Hash || int64(len(v)) != e.Size {
-				return fmt.Errorf("body %s: hash/size mismatch", k)
-			}
-			return nil
+			return checkMessage(&e, msg)
 		})
 		if err != nil {
 			return err
-		}
-		if b.chunked != nil {
-			// Messages stored in chunks; chunks no entry refers to (a
-			// crash while freezing) are left for New to remove.
-			err = b.chunked.ForEach(func(k, _ []byte) error {
-				e, err := b.get(string(k))
-				if err != nil || e.State != Frozen {
-					return fmt.Errorf("chunked body %s without frozen entry: %v %v", k, e.State, err)
-				}
-				msg, err := b.readMessage(string(k))
-				if err != nil {
-					return err
-				}
-				total += int64(len(msg))
-				sum := sha256.Sum256(msg)
-				if hex.EncodeToString(sum[:]) != e.Hash || int64(len(msg)) != e.Size {
-					return fmt.Errorf("chunked body %s: hash/size mismatch", k)
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
 		}
 		if got := getBytes(b.info); got != total {
 			t.Errorf("byte counter %d, bodies total %d", got, total)
@@ -149,7 +122,7 @@ func checkDB(t testing.TB, db *bolt.DB) {
 		}
 		return b.meta.ForEach(func(k, v []byte) error {
 			var e Entry
-			if err := decodeRecord(k, v, b.sealed, &e); err != nil {
+			if err := decodeRecord(k, v, &e); err != nil {
 				return fmt.Errorf("entry %s: %w", k, err)
 			}
 			if e.ID != string(k) {
@@ -166,6 +139,22 @@ func checkDB(t testing.TB, db *bolt.DB) {
 	})
 	if err != nil {
 		t.Error(err)
+	}
+}
+
+// flipMessageByte flips one bit of byte i of the first chunk of id's
+// stored message.
+func flipMessageByte(t testing.TB, db *bolt.DB, id string, i int) {
+	t.Helper()
+	err := db.Update(func(tx *bolt.Tx) error {
+		ref, _ := parseChunkRef(tx.Bucket(bucketMessages).Get([]byte(id)))
+		b := tx.Bucket(bucketChunks)
+		v := bytes.Clone(b.Get(chunkKey(ref.token, 0)))
+		v[(i+len(v))%len(v)] ^= 1
+		return b.Put(chunkKey(ref.token, 0), v)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

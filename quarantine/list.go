@@ -2,10 +2,7 @@ package quarantine
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -27,9 +24,8 @@ func (s *Store) Get(id string) (Entry, error) {
 	return e, nil
 }
 
-// Message returns a copy of the stored message of a frozen entry, after
-// checking it against the entry's Hash. Errors: ErrNotFound, ErrNoContent
-// (held, thawed or deleted entry), ErrCorrupt (hash mismatch).
+// Message returns a copy of frozen entry id's message, checked against its
+// SHA-256. Errors: ErrNotFound, ErrNoContent, ErrCorrupt.
 func (s *Store) Message(id string) ([]byte, error) {
 	var msg []byte
 	var e Entry
@@ -50,60 +46,33 @@ func (s *Store) Message(id string) ([]byte, error) {
 	if err != nil {
 		return nil, wrap("message", err)
 	}
-	sum := sha256.Sum256(msg)
-	if hex.EncodeToString(sum[:]) != e.Hash {
-		return nil, fmt.Errorf("%w: message %s does not match its SHA-256 %s", ErrCorrupt, id, e.Hash)
+	if err := checkMessage(&e, msg); err != nil {
+		return nil, err
 	}
 	return msg, nil
 }
 
-// WriteMessage writes the stored message of a frozen entry to w (for
-// re-injection or "quarantine show --raw"). The message is copied out of
-// the database and checked against its Hash first, so a slow w never holds
-// a read transaction open. Errors: those of Message, and w's.
-func (s *Store) WriteMessage(id string, w io.Writer) (int64, error) {
-	msg, err := s.Message(id)
-	if err != nil {
-		return 0, err
-	}
-	n, err := w.Write(msg)
-	return int64(n), err
-}
-
-// Preview returns a preview of the stored message of a frozen entry (see
-// PreviewMessage). Errors: those of Message; a malformed message yields
-// a partial preview and the parse error.
-func (s *Store) Preview(id string, maxBytes int) (*Preview, error) {
-	msg, err := s.Message(id)
-	if err != nil {
-		return nil, err
-	}
-	return PreviewMessage(msg, maxBytes)
-}
-
-// Filter selects entries for List. The zero Filter lists every pending
-// (held or frozen) entry, newest first.
+// Filter selects entries for List; the zero Filter selects every
+// pending entry, newest first.
 type Filter struct {
-	// Sender matches Entry.Sender case-insensitively; Key and Limit
-	// match exactly. Empty matches everything.
+	// Sender matches case-insensitively, Key and Limit exactly; empty
+	// matches all.
 	Sender string
 	Key    string
 	Limit  string
-	// States lists the states to include; empty means Held and Frozen.
+	// States to include; empty means Held and Frozen.
 	States []State
-	// Since and Before select Created >= Since and Created < Before;
-	// zero values do not restrict.
+	// Since <= Created < Before; zero does not restrict.
 	Since, Before time.Time
-	// Max bounds the number of entries returned; zero means no bound.
+	// Max bounds the entries returned; zero means no bound.
 	Max int
-	// OldestFirst orders by creation time ascending (the order to thaw
-	// in); the default is newest first (the order to review in).
+	// OldestFirst orders by creation ascending (to thaw in).
 	OldestFirst bool
 }
 
 func (f *Filter) match(e *Entry) bool {
 	if len(f.States) == 0 {
-		if !e.State.pending() {
+		if !e.State.Pending() {
 			return false
 		}
 	} else if !slices.Contains(f.States, e.State) {
@@ -127,8 +96,8 @@ func (f *Filter) match(e *Entry) bool {
 	return true
 }
 
-// idBound returns the smallest (hi false) or largest (hi true) ID that
-// can belong to an entry created in t's millisecond.
+// idBound returns the smallest (hi false) or largest ID of an entry
+// created in t's millisecond.
 func idBound(t time.Time, hi bool) []byte {
 	ms := max(0, min(t.UnixMilli(), 1<<44-1))
 	if hi {
@@ -137,11 +106,8 @@ func idBound(t time.Time, hi bool) []byte {
 	return fmt.Appendf(nil, "%011x00000", ms)
 }
 
-// List returns the entries f selects, newest first unless f.OldestFirst.
-// An entry that cannot be read is skipped (Stats counts and names it).
-// The time bounds are applied with an index seek (IDs sort by creation
-// time); the other criteria by scanning. Errors: ErrCorrupt or a bbolt
-// error.
+// List returns the entries f selects, skipping unreadable ones (Stats
+// counts them). The time bounds seek by ID. Errors: bbolt's.
 func (s *Store) List(f Filter) ([]Entry, error) {
 	var out []Entry
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -150,43 +116,36 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 			return nil
 		}
 		c := b.meta.Cursor()
-		var k, v []byte
-		var step func() ([]byte, []byte)
-		var past func(k []byte) bool
-		if f.OldestFirst {
-			if f.Since.IsZero() {
-				k, v = c.First()
-			} else {
-				k, v = c.Seek(idBound(f.Since, false))
-			}
-			step = c.Next
-			var end []byte
-			if !f.Before.IsZero() {
-				end = idBound(f.Before, true)
-			}
-			past = func(k []byte) bool { return end != nil && bytes.Compare(k, end) > 0 }
-		} else {
-			if f.Before.IsZero() {
-				k, v = c.Last()
-			} else {
-				end := idBound(f.Before, true)
-				k, v = c.Seek(end)
-				if k == nil {
-					k, v = c.Last()
-				} else if bytes.Compare(k, end) > 0 {
-					k, v = c.Prev()
-				}
-			}
-			step = c.Prev
-			var start []byte
-			if !f.Since.IsZero() {
-				start = idBound(f.Since, false)
-			}
-			past = func(k []byte) bool { return start != nil && bytes.Compare(k, start) < 0 }
+		var lo, hi, k, v []byte
+		if !f.Since.IsZero() {
+			lo = idBound(f.Since, false)
 		}
-		for ; k != nil && !past(k); k, v = step() {
+		if !f.Before.IsZero() {
+			hi = idBound(f.Before, true)
+		}
+		step := c.Next
+		switch {
+		case f.OldestFirst && lo == nil:
+			k, v = c.First()
+		case f.OldestFirst:
+			k, v = c.Seek(lo)
+		case hi == nil:
+			step = c.Prev
+			k, v = c.Last()
+		default:
+			step = c.Prev
+			if k, v = c.Seek(hi); k == nil {
+				k, v = c.Last()
+			} else if bytes.Compare(k, hi) > 0 {
+				k, v = c.Prev()
+			}
+		}
+		inRange := func(k []byte) bool {
+			return k != nil && (lo == nil || bytes.Compare(k, lo) >= 0) && (hi == nil || bytes.Compare(k, hi) <= 0)
+		}
+		for ; inRange(k); k, v = step() {
 			var e Entry
-			if decodeRecord(k, v, b.sealed, &e) != nil {
+			if decodeRecord(k, v, &e) != nil {
 				continue // kept, unreadable: Stats counts it
 			}
 			if !f.match(&e) {
@@ -209,27 +168,20 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 type Stats struct {
 	// Entries in each state.
 	Held, Frozen, Thawed, Deleted int
-	// Bytes is the total size of the stored messages (what MaxSize
-	// bounds).
+	// Bytes is the stored message bytes (what MaxSize bounds).
 	Bytes int64
-	// ByKey counts pending (held and frozen) entries per rate key, for
-	// alerts such as "alice has 120 frozen messages". Its size is bounded
-	// by the number of entries.
+	// ByKey counts pending entries per rate key.
 	ByKey map[string]int
-	// Oldest is the creation time of the oldest pending entry (zero if
-	// there is none).
+	// Oldest is the creation time of the oldest pending entry.
 	Oldest time.Time
-	// Damaged counts the entries that cannot be read (a failed checksum),
-	// DamagedIDs names them: kept with their messages, skipped by List
-	// and Expire, until the operator salvages the file or accepts their
-	// loss (they then go to quarantine/damaged, counted in Aside).
+	// Damaged counts the unreadable entries, DamagedIDs names them; Aside
+	// counts those set aside in quarantine/damaged.
 	Damaged    int
 	DamagedIDs []string
 	Aside      int
 }
 
-// Stats counts the entries (a scan of all records). Errors: ErrCorrupt,
-// bbolt errors.
+// Stats counts the entries, scanning every record. Errors: bbolt's.
 func (s *Store) Stats() (Stats, error) {
 	st := Stats{ByKey: map[string]int{}}
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -241,28 +193,22 @@ func (s *Store) Stats() (Stats, error) {
 		if d := tx.Bucket(bucketDamaged); d != nil {
 			st.Aside = d.Stats().KeyN
 		}
+		count := map[State]*int{Held: &st.Held, Frozen: &st.Frozen, Thawed: &st.Thawed, Deleted: &st.Deleted}
 		return b.meta.ForEach(func(k, v []byte) error {
 			var e struct {
 				State   State     `json:"state"`
 				Key     string    `json:"key"`
 				Created time.Time `json:"created"`
 			}
-			if decodeRecord(k, v, b.sealed, &e) != nil {
+			if decodeRecord(k, v, &e) != nil {
 				st.Damaged++
 				st.DamagedIDs = append(st.DamagedIDs, string(k))
 				return nil
 			}
-			switch e.State {
-			case Held:
-				st.Held++
-			case Frozen:
-				st.Frozen++
-			case Thawed:
-				st.Thawed++
-			case Deleted:
-				st.Deleted++
+			if n := count[e.State]; n != nil {
+				*n++
 			}
-			if e.State.pending() {
+			if e.State.Pending() {
 				st.ByKey[e.Key]++
 				if st.Oldest.IsZero() || e.Created.Before(st.Oldest) {
 					st.Oldest = e.Created

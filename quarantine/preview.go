@@ -2,11 +2,11 @@ package quarantine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,26 +16,19 @@ import (
 	"golang.org/x/net/html"
 )
 
-// DefaultPreviewBytes is the text preview size PreviewMessage uses when
-// maxBytes is not positive.
-const DefaultPreviewBytes = 4096
+const (
+	// DefaultPreviewBytes is the text size PreviewMessage shows when
+	// maxBytes is not positive.
+	DefaultPreviewBytes = 4096
+	// MaxMIMENesting is the deepest multipart nesting PreviewMessage
+	// parses: Postfix's mime_nesting_limit default (postconf(5)). Deeper
+	// parts are read as opaque bytes, keeping the work linear.
+	MaxMIMENesting = 100
 
-// maxPreviewHeaders bounds Preview.Header.
-const maxPreviewHeaders = 500
+	maxPreviewHeaders = 500
+	maxPreviewParts   = 1000
+)
 
-// MaxMIMENesting is the deepest multipart nesting PreviewMessage descends
-// into: Postfix's mime_nesting_limit default (postconf(5)), beyond which
-// Postfix itself stops parsing a message. A deeper multipart part is
-// listed with an error and read as opaque bytes, so that the work stays
-// linear in the message size (each nesting level wraps the reader of the
-// one above it).
-const MaxMIMENesting = 100
-
-// maxPreviewParts bounds Preview.Parts; Preview.PartsOmitted says more
-// were there.
-const maxPreviewParts = 1000
-
-// errTooManyParts stops the walk at maxPreviewParts.
 var errTooManyParts = errors.New("too many parts")
 
 // HeaderField is one decoded header field.
@@ -46,59 +39,44 @@ type HeaderField struct {
 
 // Part describes one MIME part of a message.
 type Part struct {
-	// Path is the IMAP section number ("1", "2.1"); the root of a
-	// multipart message has "".
-	Path string
-	// Depth is the nesting level (0 for the root).
-	Depth       int
+	Path        string // IMAP section number ("1", "2.1"); "" for a multipart root
+	Depth       int    // nesting level, 0 for the root
 	ContentType string // media type, lower case; "" if absent or unparsable
-	Charset     string // the charset parameter, if any
+	Charset     string
 	Disposition string // "inline", "attachment" or ""
-	Filename    string // decoded (RFC 2231 and RFC 2047)
-	// Size is the decoded size in bytes: after undoing base64 or
-	// quoted-printable and, for text parts with a charset, after
-	// conversion to UTF-8. 0 for multipart containers.
+	Filename    string // decoded (RFC 2231, RFC 2047)
+	// Size is the decoded size in bytes (transfer encoding undone, text
+	// converted to UTF-8); 0 for multipart containers.
 	Size int64
-	// Err describes a problem with this part (unknown charset or transfer
-	// encoding, undecodable body); the part was read as well as possible.
+	// Err describes a problem with the part, read as well as possible.
 	Err string
 }
 
-// Preview is what "quarantine show" displays of a message: its header,
-// its MIME structure, and the start of its text.
+// Preview is what "quarantine show" displays of a message.
 type Preview struct {
 	Header []HeaderField
 	Parts  []Part
-	// Text is the start of the first text/plain part that is not an
-	// attachment, decoded to UTF-8, or failing that of the first text/html
-	// part with tags removed. TextPath and TextType say which part.
-	Text     string
-	TextPath string
-	TextType string
-	// Truncated reports that the part has more text than Text.
+	// Text is the start of the first inline text/plain part, decoded, or
+	// else of the first text/html part without its tags; TextPath and
+	// TextType name the part, Truncated says there is more.
+	Text      string
+	TextPath  string
+	TextType  string
 	Truncated bool
-	// PartsOmitted reports that the message has more than the 1,000
-	// parts Parts lists.
+	// PartsOmitted says the message has more parts than Parts lists.
 	PartsOmitted bool
 }
 
-// PreviewMessage parses msg (an RFC 5322 message, CRLF or LF line ends)
-// and returns its header fields in order, its MIME parts, and up to
-// maxBytes bytes (DefaultPreviewBytes if maxBytes <= 0) of decoded text:
-// transfer encodings are undone and charsets converted by go-message.
-//
-// It is tolerant: header lines that are not fields are skipped, parts
-// with unknown charsets are shown raw and flagged in Part.Err. If the
-// MIME structure itself is broken, PreviewMessage returns what it read so
-// far together with an error; the Preview is never nil.
+// PreviewMessage is PreviewMessageContext without a deadline.
 func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
 	return PreviewMessageContext(context.Background(), msg, maxBytes)
 }
 
-// PreviewMessageContext is PreviewMessage that stops early, returning what
-// it read and ctx's error, when ctx ends (the operator who asked went
-// away). Multipart parts nested deeper than MaxMIMENesting are listed with
-// an error and not parsed; at most 1,000 parts are listed.
+// PreviewMessageContext parses msg (RFC 5322, CRLF or LF line ends)
+// leniently and returns its header fields in order, its MIME parts and up
+// to maxBytes (DefaultPreviewBytes if <= 0) of decoded text. On a broken
+// MIME structure, or when ctx ends, it returns what it read with the
+// error; the Preview is never nil.
 func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultPreviewBytes
@@ -107,7 +85,7 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 	p := &Preview{}
 	for f := h.Fields(); f.Next() && len(p.Header) < maxPreviewHeaders; {
 		v, _ := f.Text() // on a decoding error: the raw value
-		p.Header = append(p.Header, HeaderField{Key: cleanLine(f.Key()), Value: cleanLine(v)})
+		p.Header = append(p.Header, HeaderField{Key: CleanLine(f.Key()), Value: CleanLine(v)})
 	}
 
 	// An unknown charset or transfer encoding of the root is reported by
@@ -138,10 +116,8 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 		if disp, _, derr := part.Header.ContentDisposition(); derr == nil {
 			pt.Disposition = strings.ToLower(disp)
 		}
-		ah := mail.AttachmentHeader{Header: part.Header}
-		if fn, _ := ah.Filename(); fn != "" {
-			pt.Filename = cleanLine(decodeWords(fn))
-		}
+		fn, _ := (&mail.AttachmentHeader{Header: part.Header}).Filename() // RFC 2231 and 2047 decoded
+		pt.Filename = CleanLine(fn)
 		if part.MultipartReader() != nil {
 			if len(path) >= MaxMIMENesting {
 				pt.Err = fmt.Sprintf("nested deeper than %d levels (Postfix's mime_nesting_limit): not parsed", MaxMIMENesting)
@@ -165,22 +141,15 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 		n, rerr := io.Copy(w, part.Body)
 		pt.Size = n
 		if rerr != nil {
-			if pt.Err != "" {
-				pt.Err += "; "
-			}
-			pt.Err += "reading body: " + rerr.Error()
+			pt.Err = strings.TrimPrefix(pt.Err+"; reading body: "+rerr.Error(), "; ")
 		}
 		p.Parts = append(p.Parts, pt)
 		return nil
 	})
 
-	switch {
-	case plain != nil:
-		p.Text, p.Truncated = plain.text(maxBytes, false)
-		p.TextPath, p.TextType = plain.path, plain.typ
-	case htm != nil:
-		p.Text, p.Truncated = htm.text(maxBytes, true)
-		p.TextPath, p.TextType = htm.path, htm.typ
+	if c := cmp.Or(plain, htm); c != nil {
+		p.Text, p.Truncated = c.text(maxBytes)
+		p.TextPath, p.TextType = c.path, c.typ
 	}
 	switch {
 	case walkErr == nil, errors.Is(walkErr, errTooManyParts):
@@ -191,10 +160,8 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 	return p, fmt.Errorf("quarantine: preview: malformed MIME structure: %w", walkErr)
 }
 
-// walkParts is go-message's Entity.Walk (depth first, 0-based paths,
-// unknown charsets and encodings passed to fn) that does not descend into
-// a multipart part at depth MaxMIMENesting: fn sees it, its children are
-// skipped with the rest of its body by the parent's reader.
+// walkParts is go-message's Entity.Walk that does not descend below
+// MaxMIMENesting.
 func walkParts(e *message.Entity, fn message.WalkFunc) error {
 	var readers []message.MultipartReader
 	var path []int
@@ -224,8 +191,7 @@ func walkParts(e *message.Entity, fn message.WalkFunc) error {
 	}
 }
 
-// sectionPath turns go-message's 0-based part path into an IMAP section
-// number.
+// sectionPath turns a 0-based part path into an IMAP section number.
 func sectionPath(path []int, part *message.Entity) string {
 	if len(path) == 0 {
 		if part.MultipartReader() != nil {
@@ -256,27 +222,24 @@ func (c *capture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// text returns the captured text cleaned for a terminal and cut to max
-// bytes, and whether anything was cut.
-func (c *capture) text(max int, isHTML bool) (string, bool) {
+// text returns the captured text cleaned and cut to max bytes, and
+// whether anything was cut.
+func (c *capture) text(max int) (string, bool) {
 	s := string(c.buf)
 	cut := c.total > int64(len(c.buf))
-	if isHTML {
+	if c.typ == "text/html" {
 		s = stripHTML(s)
 	}
-	s = clean(strings.ReplaceAll(s, "\r\n", "\n"), true)
+	s = CleanText(strings.ReplaceAll(s, "\r\n", "\n"))
 	if len(s) > max {
 		s, cut = truncate(s, max), true
 	}
 	return s, cut
 }
 
-// stripHTML returns the text of an HTML document: tags, comments,
-// doctypes and the content of script and style elements are dropped,
-// entities unescaped, and block elements (p, div, br, tr, li, headings)
-// start a new line. It uses golang.org/x/net/html's tokenizer (the HTML
-// Living Standard's tokenization), so malformed markup never makes it
-// fail: enough to read an HTML-only message, not a renderer.
+// stripHTML returns the text of an HTML document (golang.org/x/net/html's
+// tokenizer): markup, script and style dropped, entities unescaped, block
+// elements on new lines.
 func stripHTML(s string) string {
 	var b strings.Builder
 	z := html.NewTokenizer(strings.NewReader(s))
@@ -284,7 +247,6 @@ func stripHTML(s string) string {
 	for {
 		switch z.Next() {
 		case html.ErrorToken:
-			// io.EOF, or the tokenizer's own buffer limit (none set).
 			return b.String()
 		case html.TextToken:
 			if skip == "" {
@@ -310,28 +272,7 @@ func stripHTML(s string) string {
 	}
 }
 
-// decodeWords decodes RFC 2047 encoded words (some mailers put them in
-// filename parameters), using go-message's charset support.
-func decodeWords(s string) string {
-	d := mime.WordDecoder{CharsetReader: func(cs string, r io.Reader) (io.Reader, error) {
-		switch cs = strings.ToLower(cs); cs {
-		case "utf-8", "us-ascii":
-			return r, nil
-		}
-		if message.CharsetReader == nil {
-			return nil, errors.New("no charset support")
-		}
-		return message.CharsetReader(cs, r)
-	}}
-	if out, err := d.DecodeHeader(s); err == nil {
-		return out
-	}
-	return s
-}
-
-// WriteTo writes the preview for an operator: header fields, the part
-// list, then the text. Everything is cleaned of control characters. It
-// implements io.WriterTo.
+// WriteTo writes the preview for an operator: header, parts, text.
 func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
 	for _, f := range p.Header {
@@ -340,17 +281,10 @@ func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 	if len(p.Parts) > 0 {
 		b.WriteString("\nParts:\n")
 		for _, pt := range p.Parts {
-			path := pt.Path
-			if path == "" {
-				path = "-"
-			}
-			ct := pt.ContentType
-			if ct == "" {
-				ct = "(none)"
-			}
-			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), cleanLine(ct))
+			path, ct := cmp.Or(pt.Path, "-"), cmp.Or(pt.ContentType, "(none)")
+			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), CleanLine(ct))
 			if pt.Charset != "" {
-				fmt.Fprintf(&b, "; charset=%s", cleanLine(pt.Charset))
+				fmt.Fprintf(&b, "; charset=%s", CleanLine(pt.Charset))
 			}
 			if pt.Filename != "" {
 				fmt.Fprintf(&b, " %q", pt.Filename)
@@ -359,7 +293,7 @@ func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 				fmt.Fprintf(&b, " (%d bytes)", pt.Size)
 			}
 			if pt.Err != "" {
-				fmt.Fprintf(&b, " [%s]", cleanLine(pt.Err))
+				fmt.Fprintf(&b, " [%s]", CleanLine(pt.Err))
 			}
 			b.WriteByte('\n')
 		}

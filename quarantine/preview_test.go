@@ -166,7 +166,7 @@ func FuzzPreview(f *testing.F) {
 		if len(p.Text) > max {
 			t.Fatalf("text of %d bytes > %d", len(p.Text), max)
 		}
-		subject, id := headerInfo(msg)
+		subject, id := HeaderInfo(msg)
 		if len(subject) > maxSubjectBytes || len(id) > maxSubjectBytes {
 			t.Fatal("header info too long")
 		}
@@ -199,7 +199,7 @@ func FuzzStripHTML(f *testing.F) {
 	f.Add("<a href='x'>unclosed <")
 	f.Fuzz(func(t *testing.T, s string) {
 		out := stripHTML(s)
-		c := clean(out, true)
+		c := CleanText(out)
 		for _, r := range c {
 			if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
 				t.Fatalf("control character %q in %q", r, c)

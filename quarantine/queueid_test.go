@@ -48,8 +48,8 @@ func TestStoreRefusesInvalidQueueID(t *testing.T) {
 	if _, err := s.Hold(&Entry{Key: "mallory", Instance: "i1"}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.SetQueueID("i1", "ALL"); !errors.Is(err, ErrInvalid) || n != 0 {
-		t.Fatalf("SetQueueID ALL: %d %v, want ErrInvalid", n, err)
+	if r, err := s.AddToHeld(&Entry{Instance: "i1", QueueID: "ALL"}); !errors.Is(err, ErrInvalid) || r.ID != "" {
+		t.Fatalf("AddToHeld ALL: %+v %v, want ErrInvalid", r, err)
 	}
 	es, err := s.List(Filter{Key: "mallory"})
 	if err != nil || len(es) != 1 || es[0].QueueID != "" {

@@ -2,10 +2,11 @@ package quarantine
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
-// TestTwoEntriesNeverShareAQueueID: Hold, Freeze, SetQueueID and
+// TestTwoEntriesNeverShareAQueueID: Hold, Freeze, AddToHeld and
 // LinkQueueID refuse a queue ID another pending entry has, so a forged
 // request cannot record a second entry naming the same queued message; a
 // thawed entry's queue ID no longer counts.
@@ -22,8 +23,18 @@ func TestTwoEntriesNeverShareAQueueID(t *testing.T) {
 		t.Errorf("Freeze with the queue ID: %v", err)
 	}
 	other, _ := s.Hold(&Entry{Key: "mallory", Instance: "forged.1"})
-	if _, err := s.SetQueueID("forged.1", "3F2A1B4C5D"); !errors.Is(err, ErrDuplicateQueueID) {
-		t.Errorf("SetQueueID with the queue ID: %v", err)
+	if r, err := s.AddToHeld(&Entry{Instance: "forged.1", QueueID: "3F2A1B4C5D"}); err != nil || r.ID != other || r.RefusedQueueID != "3F2A1B4C5D" {
+		t.Errorf("AddToHeld with the queue ID: %+v %v", r, err)
+	}
+	if r, err := s.RecordHold(&Entry{Key: "mallory", QueueID: "3F2A1B4C5D"}); err != nil || r.Added || r.RefusedQueueID != "3F2A1B4C5D" {
+		t.Errorf("RecordHold with the queue ID: %+v %v", r, err)
+	} else if e, _ := s.Get(r.ID); e.QueueID != "" {
+		t.Errorf("RecordHold kept queue ID %q", e.QueueID)
+	}
+	if r, err := s.RecordFreeze(&Entry{Key: "mallory", QueueID: "3F2A1B4C5D"}, strings.NewReader("Subject: x\r\n\r\nx\r\n")); err != nil || r.RefusedQueueID != "3F2A1B4C5D" {
+		t.Errorf("RecordFreeze with the queue ID: %+v %v", r, err)
+	} else if e, _ := s.Get(r.ID); e.QueueID != "" || e.State != Frozen {
+		t.Errorf("RecordFreeze: %+v", e)
 	}
 	if err := s.LinkQueueID(other, "3F2A1B4C5D"); !errors.Is(err, ErrState) || !errors.Is(err, ErrDuplicateQueueID) {
 		t.Errorf("LinkQueueID with the queue ID: %v", err)

@@ -1,7 +1,6 @@
 package quarantine
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -11,97 +10,66 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
-	"github.com/ratelimitd/ratelimitd/statedb"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Bucket layout. All buckets are top-level buckets of the daemon's BoltDB
-// file, so the quarantine can share the file with other stores.
+// Top-level buckets of the daemon's BoltDB file.
 var (
-	// bucketMeta maps ID -> JSON-encoded Entry.
-	bucketMeta = []byte("quarantine/meta")
-	// bucketBody maps ID -> the message bytes of a frozen entry of at
-	// most ChunkSize bytes (or any size, frozen before chunking); larger
-	// ones are in bucketChunks (body.go). Only frozen entries have a
-	// value here.
-	bucketBody = []byte("quarantine/body")
-	// bucketInstance maps Instance + "\x00" + ID -> "" for entries whose
-	// Instance is set (index for UpdateByInstance).
-	bucketInstance = []byte("quarantine/index-instance")
-	// bucketInfo holds "version" (decimal) and "bytes" (big-endian
-	// uint64, the sum of the lengths of all values in bucketBody, kept in
-	// the same transactions that change bucketBody).
+	bucketMeta     = []byte("quarantine/meta")           // ID -> sealed JSON Entry
+	bucketInstance = []byte("quarantine/index-instance") // Instance NUL ID -> ""
+	// bucketInfo holds "version" and "bytes" (big-endian uint64: the
+	// stored message bytes).
 	bucketInfo = []byte("quarantine/info")
+	// bucketDamaged holds unreadable records set aside (statedb.SetAside).
+	bucketDamaged = []byte("quarantine/damaged")
 
 	keyVersion = []byte("version")
 	keyBytes   = []byte("bytes")
 )
 
-// formatVersion is the version of the layout above: 2 seals entries and
-// suspensions (see formats.go); files of format 1 are converted by New.
 const (
-	formatVersion     = 2
-	formatVersionText = "2"
-	formatV1          = 1
+	formatVersion      = "3"  // New refuses any other
+	recordVersion      = 1    // statedb.Seal version of entries and suspensions
+	maxIndexedInstance = 1024 // bbolt keys are limited to 32 KiB
+	// DefaultLockTimeout is Open's wait for the file lock when
+	// Options.LockTimeout is zero.
+	DefaultLockTimeout = time.Second
 )
 
-// maxIndexedInstance bounds the instance length put in the index (bbolt
-// keys are limited to 32 KiB; Postfix instances are ~20 bytes).
-const maxIndexedInstance = 1024
-
-// DefaultLockTimeout is how long Open waits for the database file's lock
-// when Options.LockTimeout is zero.
-const DefaultLockTimeout = time.Second
-
-// Options configure a Store. The zero value is usable: no size limit, the
-// real clock.
+// Options configure a Store. The zero value is usable.
 type Options struct {
-	// MaxSize bounds the total bytes of stored message content (frozen
-	// entries). Freeze returns ErrFull instead of exceeding it. Zero means
-	// unlimited. Held entries and metadata are not counted.
+	// MaxSize bounds the stored message bytes (ErrFull); 0: unlimited.
 	MaxSize int64
-
-	// Now returns the current time; nil means time.Now. Tests set it.
+	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-
-	// LockTimeout (Open only) is how long to wait for the file lock
-	// before returning ErrLocked; zero means DefaultLockTimeout.
+	// LockTimeout (Open only): the wait for the file lock before
+	// ErrLocked; 0 means DefaultLockTimeout.
 	LockTimeout time.Duration
-	// ReadOnly (Open only) opens the file read-only: reading methods work,
-	// the others fail with bbolt's ErrDatabaseReadOnly. A read-only open
-	// still waits for the daemon's exclusive lock.
+	// ReadOnly (Open only): writing methods fail with bbolt's
+	// ErrDatabaseReadOnly.
 	ReadOnly bool
 }
 
-// Store is the quarantine. All its methods are safe for concurrent use;
-// write methods are serialised by BoltDB's single writer, and each one is
-// one transaction, committed and fsync'd before the method returns.
-//
-// Stored byte slices never leave a transaction: every value handed out is
-// a copy.
+// Store is the quarantine. It is safe for concurrent use; each writing
+// method is one transaction, committed and fsync'd before it returns.
+// Values handed out are copies.
 type Store struct {
 	db      *bolt.DB
-	owned   bool // Open opened db; Close closes it
+	owned   bool // made by Open: Close closes db
 	maxSize int64
 	now     func() time.Time
-	// chunkBuf is the buffer chunks are read into, used only inside a
-	// write transaction (body.go).
+	// chunkBuf is read into only inside a write transaction (message.go).
 	chunkBuf []byte
 }
 
-// New returns a Store keeping its buckets in db, creating them if needed
-// (unless db is read-only). db stays the caller's: Store.Close does not
-// close it.
-//
-// New returns ErrNoSync if db.NoSync is set (every committed freeze must be
-// fsync'd; bbolt's default is NoSync=false), ErrVersion for buckets written
-// by an incompatible version, or an error from bbolt.
-//
-// New also recounts the stored message bytes, repairing the running
-// total if it disagrees.
+// New returns a Store keeping its buckets in db, creating them unless db
+// is read-only; Close leaves db open. It recounts the stored bytes and
+// removes chunks no entry refers to. Errors: ErrNoSync, ErrVersion,
+// ErrInvalid, bbolt's.
 func New(db *bolt.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalid)
@@ -117,50 +85,30 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 		s.now = time.Now
 	}
 	if db.IsReadOnly() {
-		err := db.View(func(tx *bolt.Tx) error {
-			_, err := checkVersion(tx.Bucket(bucketInfo))
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
+		return s, db.View(func(tx *bolt.Tx) error { return checkVersion(tx.Bucket(bucketInfo)) })
 	}
 	err := statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
-		for _, name := range [][]byte{bucketMeta, bucketBody, bucketInstance, bucketInfo, bucketSuspended, bucketChunks, bucketChunked} {
+		if err := checkVersion(tx.Bucket(bucketInfo)); err != nil {
+			return err
+		}
+		for _, name := range [][]byte{bucketMeta, bucketInstance, bucketInfo, bucketSuspended, bucketChunks, bucketMessages} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("quarantine: create bucket %s: %w", name, err)
 			}
 			t.Ensure([]string{string(name)})
 		}
 		info := tx.Bucket(bucketInfo)
-		found, err := checkVersion(info)
-		if err != nil {
-			return err
-		}
-		if !found || string(info.Get(keyVersion)) != formatVersionText {
-			if err := sealRecords(tx, t); err != nil {
-				return err
-			}
-			if err := t.Put(info, infoPath, keyVersion, []byte(formatVersionText)); err != nil {
+		if info.Get(keyVersion) == nil {
+			if err := t.Put(info, infoPath, keyVersion, []byte(formatVersion)); err != nil {
 				return err
 			}
 		}
-		var total uint64
-		err = tx.Bucket(bucketBody).ForEach(func(_, v []byte) error {
-			total += uint64(len(v))
-			return nil
-		})
+		total, err := sweepChunks(tx, t)
 		if err != nil {
 			return err
 		}
-		chunked, err := sweepChunks(tx, t)
-		if err != nil {
-			return err
-		}
-		total += uint64(chunked)
-		if getBytes(info) != int64(total) || info.Get(keyBytes) == nil {
-			return putBytes(t, info, int64(total))
+		if info.Get(keyBytes) == nil || getBytes(info) != total {
+			return putBytes(t, info, total)
 		}
 		return nil
 	})
@@ -170,36 +118,28 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkVersion returns whether a version is recorded, and ErrVersion if it
-// is one this package does not understand. A nil bucket has no version.
-func checkVersion(info *bolt.Bucket) (bool, error) {
+// checkVersion returns ErrVersion for a recorded version other than
+// formatVersion; a nil bucket or no version is a new quarantine.
+func checkVersion(info *bolt.Bucket) error {
 	if info == nil {
-		return false, nil
+		return nil
 	}
-	v := info.Get(keyVersion)
-	if v == nil {
-		return false, nil
+	if v := info.Get(keyVersion); v != nil && string(v) != formatVersion {
+		return fmt.Errorf("%w: %q (this build reads %s only)", ErrVersion, v, formatVersion)
 	}
-	n, err := strconv.Atoi(string(v))
-	if err != nil || (n != formatVersion && n != formatV1) {
-		return true, fmt.Errorf("%w: %q (this build understands %d and %d)", ErrVersion, v, formatV1, formatVersion)
-	}
-	return true, nil
+	return nil
 }
 
-// Open opens (creating it with mode 0600 if needed, unless ReadOnly) the
-// BoltDB file at path through statedb.OpenTimeout, which refuses a damaged
-// file, and returns a Store on it; Close closes the file. If another
-// process (the daemon) holds the file, Open gives up after
-// opts.LockTimeout and returns an error wrapping both ErrLocked and bbolt's
-// ErrTimeout. The daemon and the CLI open the file with statedb and use
-// New.
+// Open opens (creating it with mode 0600 unless ReadOnly) the file at path
+// through statedb.Open and returns a Store that owns it. Errors:
+// ErrLocked (wrapping bbolt's ErrTimeout) after opts.LockTimeout, those of
+// statedb and New.
 func Open(path string, opts Options) (*Store, error) {
 	timeout := opts.LockTimeout
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	db, err := statedb.OpenTimeout(path, opts.ReadOnly, timeout)
+	db, err := statedb.Open(path, opts.ReadOnly, timeout)
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, path, berrors.ErrTimeout)
@@ -215,8 +155,8 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the database if the Store was made by Open; for a Store
-// made by New it does nothing (the caller owns the database).
+// Close closes the database of a Store made by Open; otherwise it does
+// nothing.
 func (s *Store) Close() error {
 	if !s.owned {
 		return nil
@@ -224,88 +164,129 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// buckets bundles the quarantine's buckets within one transaction. In a
-// read-only database that was never written by this package they are nil;
-// reading methods treat that as empty.
-//
-// sealed tells whether the records are sealed (format 2); t, in a write
-// transaction, counts the changes for the manifest (every write goes
-// through it).
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.db.Path() }
+
+// Formats describes the quarantine's buckets for statedb's Scan, Check,
+// Salvage and SetAside: entries and suspensions are checked (and set
+// aside into quarantine/damaged), the other buckets only counted.
+func Formats() []statedb.Format {
+	check := func(what string) func(tx *bolt.Tx) func([]string, []byte, []byte) (int, error) {
+		return func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
+			return func(_ []string, k, v []byte) (int, error) {
+				if _, err := openRecord(k, v); err != nil {
+					return 1, fmt.Errorf("%s: %w", what, err)
+				}
+				return 1, nil
+			}
+		}
+	}
+	return []statedb.Format{
+		{Bucket: string(bucketMeta), Check: check("quarantine entry"), SetAside: string(bucketDamaged)},
+		{Bucket: string(bucketSuspended), Check: check("suspension"), SetAside: string(bucketDamaged)},
+		{Bucket: string(bucketChunks)},
+		{Bucket: string(bucketMessages)},
+		{Bucket: string(bucketInstance)},
+		{Bucket: string(bucketInfo)},
+		{Bucket: string(bucketDamaged)},
+	}
+}
+
+// sealRecord returns the record of the JSON js stored under key.
+func sealRecord(key, js []byte) []byte {
+	return statedb.Seal(make([]byte, 0, len(js)+statedb.RecordOverhead), key, recordVersion, js)
+}
+
+// openRecord returns the JSON of the record v stored under key. The error
+// wraps ErrCorrupt (and statedb.ErrRecord for a failed checksum).
+func openRecord(key, v []byte) ([]byte, error) {
+	ver, js, err := statedb.Unseal(key, v)
+	if err == nil && ver != recordVersion {
+		err = fmt.Errorf("%w: a record of version %d", statedb.ErrRecord, ver)
+	}
+	if err == nil && !json.Valid(js) {
+		err = errors.New("not JSON")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", ErrCorrupt, key, err)
+	}
+	return js, nil
+}
+
+// decodeRecord decodes the record v under key into x (an Entry, a
+// Suspension or part of one).
+func decodeRecord(key, v []byte, x any) error {
+	js, err := openRecord(key, v)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(js, x); err != nil {
+		return fmt.Errorf("%w: %q: %v", ErrCorrupt, key, err)
+	}
+	return nil
+}
+
+// buckets are the quarantine's buckets in one transaction (nil in a file
+// it never wrote); t counts a write transaction's changes for the
+// manifest.
 type buckets struct {
-	meta, body, inst, info *bolt.Bucket
-	sealed                 bool
-	t                      *statedb.Tally
-	// chunks and chunked hold messages stored in pieces (body.go); nil
-	// in a read-only file written before they existed.
-	chunks, chunked *bolt.Bucket
+	meta, inst, info, chunks, messages *bolt.Bucket
+	t                                  *statedb.Tally
 }
 
 // The buckets' paths in the manifest.
 var (
 	metaPath      = []string{string(bucketMeta)}
-	bodyPath      = []string{string(bucketBody)}
 	instPath      = []string{string(bucketInstance)}
 	infoPath      = []string{string(bucketInfo)}
 	suspendedPath = []string{string(bucketSuspended)}
 	chunksPath    = []string{string(bucketChunks)}
-	chunkedPath   = []string{string(bucketChunked)}
+	messagesPath  = []string{string(bucketMessages)}
 )
 
 func bucketsOf(tx *bolt.Tx) buckets {
-	return buckets{
-		meta:   tx.Bucket(bucketMeta),
-		body:   tx.Bucket(bucketBody),
-		inst:   tx.Bucket(bucketInstance),
-		info:   tx.Bucket(bucketInfo),
-		sealed: sealedTx(tx),
-
-		chunks:  tx.Bucket(bucketChunks),
-		chunked: tx.Bucket(bucketChunked),
-	}
+	return buckets{meta: tx.Bucket(bucketMeta), inst: tx.Bucket(bucketInstance), info: tx.Bucket(bucketInfo),
+		chunks: tx.Bucket(bucketChunks), messages: tx.Bucket(bucketMessages)}
 }
 
-func (b buckets) ok() bool { return b.meta != nil && b.body != nil && b.inst != nil && b.info != nil }
+func (b buckets) ok() bool {
+	return b.meta != nil && b.inst != nil && b.info != nil && b.chunks != nil && b.messages != nil
+}
 
-// mustBuckets returns the buckets for a writing method, whose writes t
-// counts. They always exist in a writable database (New created them).
+var errNoBuckets = errors.New("quarantine: buckets missing (database not initialised by quarantine.New)")
+
+// mustBuckets returns the buckets of a write transaction.
 func mustBuckets(tx *bolt.Tx, t *statedb.Tally) (buckets, error) {
 	b := bucketsOf(tx)
 	b.t = t
 	if !b.ok() {
-		return b, fmt.Errorf("quarantine: buckets missing (database not initialised by quarantine.New)")
+		return b, errNoBuckets
 	}
 	return b, nil
 }
 
 func getBytes(info *bolt.Bucket) int64 {
-	if info == nil {
+	if info == nil || len(info.Get(keyBytes)) != 8 {
 		return 0
 	}
-	v := info.Get(keyBytes)
-	if len(v) != 8 {
-		return 0
-	}
-	return int64(binary.BigEndian.Uint64(v))
+	return int64(binary.BigEndian.Uint64(info.Get(keyBytes)))
 }
 
 func putBytes(t *statedb.Tally, info *bolt.Bucket, n int64) error {
-	if n < 0 {
-		n = 0
-	}
-	return t.Put(info, infoPath, keyBytes, binary.BigEndian.AppendUint64(nil, uint64(n)))
+	return t.Put(info, infoPath, keyBytes, binary.BigEndian.AppendUint64(nil, uint64(max(n, 0))))
 }
 
 // get decodes the entry stored under id (ErrNotFound, ErrCorrupt).
 func (b buckets) get(id string) (Entry, error) {
 	var e Entry
-	if b.meta == nil {
-		return e, fmt.Errorf("%w: %s", ErrNotFound, id)
+	var v []byte
+	if b.meta != nil {
+		v = b.meta.Get([]byte(id))
 	}
-	v := b.meta.Get([]byte(id))
 	if v == nil {
 		return e, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	if err := decodeRecord([]byte(id), v, b.sealed, &e); err != nil {
+	if err := decodeRecord([]byte(id), v, &e); err != nil {
 		return Entry{}, fmt.Errorf("%w (the entry cannot be read; it is kept with its message: ratelimitd state check)", err)
 	}
 	return e, nil
@@ -322,10 +303,7 @@ func (b buckets) put(e *Entry) error {
 }
 
 func instanceKey(instance, id string) []byte {
-	k := make([]byte, 0, len(instance)+1+len(id))
-	k = append(k, instance...)
-	k = append(k, 0)
-	return append(k, id...)
+	return append(append([]byte(instance), 0), id...)
 }
 
 func indexable(instance string) bool {
@@ -346,32 +324,11 @@ func (b buckets) unindex(e *Entry) error {
 	return b.t.Delete(b.inst, instPath, instanceKey(e.Instance, e.ID))
 }
 
-// dropBody removes the message bytes of id, if any, and returns how many
-// bytes were freed.
-func (b buckets) dropBody(id string) (int64, error) {
-	n, err := b.dropChunked(id)
-	if err != nil {
-		return 0, err
-	}
-	if v := b.body.Get([]byte(id)); v != nil {
-		n += int64(len(v))
-		if err := b.t.Delete(b.body, bodyPath, []byte(id)); err != nil {
-			return 0, err
-		}
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	return n, putBytes(b.t, b.info, getBytes(b.info)-n)
-}
-
-// newID returns an unused ID for an entry created at t: the creation time
-// in Unix milliseconds (11 hex digits, good until the year 2527) and a
-// 5-hex-digit sequence that starts at a random value in the lower half and
-// then counts up, so IDs within one millisecond still sort in commit order.
+// newID returns an unused ID for an entry created at t: the Unix
+// milliseconds in 11 hex digits, then a 5-digit sequence that starts at
+// random below 0x80000 and counts up, so IDs sort in commit order.
 func (b buckets) newID(t time.Time) (string, error) {
-	ms := t.UnixMilli()
-	ms = max(0, min(ms, 1<<44-1))
+	ms := max(0, min(t.UnixMilli(), 1<<44-1))
 	prefix := fmt.Sprintf("%011x", ms)
 	last := prefix + "fffff"
 	c := b.meta.Cursor()
@@ -383,8 +340,7 @@ func (b buckets) newID(t time.Time) (string, error) {
 	}
 	seq := uint64(rand.Uint32() & 0x7ffff)
 	if k != nil && strings.HasPrefix(string(k), prefix) {
-		prev, err := strconv.ParseUint(string(k[len(prefix):]), 16, 32)
-		if err == nil {
+		if prev, err := strconv.ParseUint(string(k[len(prefix):]), 16, 32); err == nil {
 			seq = prev + 1
 		}
 	}
@@ -392,29 +348,4 @@ func (b buckets) newID(t time.Time) (string, error) {
 		return "", fmt.Errorf("quarantine: more than 2^19 entries in the millisecond %d", ms)
 	}
 	return fmt.Sprintf("%s%05x", prefix, seq), nil
-}
-
-// Path returns the database file's path (for messages).
-func (s *Store) Path() string { return s.db.Path() }
-
-// sealRecords seals the bare JSON records of a file of format 1 (entries
-// and suspensions), in the transaction that marks it format 2. A record
-// that is not JSON is left as it is: the next scan reports it, unreadable.
-func sealRecords(tx *bolt.Tx, t *statedb.Tally) error {
-	for _, bucket := range [][]byte{bucketMeta, bucketSuspended} {
-		b := tx.Bucket(bucket)
-		var ks, vs [][]byte
-		b.ForEach(func(k, v []byte) error {
-			if v != nil && json.Valid(v) {
-				ks, vs = append(ks, bytes.Clone(k)), append(vs, sealRecord(k, v))
-			}
-			return nil
-		})
-		for i := range ks {
-			if err := t.Put(b, []string{string(bucket)}, ks[i], vs[i]); err != nil {
-				return fmt.Errorf("quarantine: seal %s/%s: %w", bucket, ks[i], err)
-			}
-		}
-	}
-	return nil
 }

@@ -38,7 +38,7 @@ func TestFreezeRoundTrip(t *testing.T) {
 	if len(id) != 16 || strings.Trim(id, "0123456789abcdef") != "" {
 		t.Errorf("ID %q: want 16 lower-case hex digits", id)
 	}
-	if e.ID != id || e.State != Frozen || e.Action != ActionFreeze || e.Size != int64(len(msg)) {
+	if e.ID != id || e.State != Frozen || e.Action != "freeze" || e.Size != int64(len(msg)) {
 		t.Errorf("entry not completed: %+v", e)
 	}
 	sum := sha256.Sum256(msg)
@@ -71,9 +71,8 @@ func TestFreezeRoundTrip(t *testing.T) {
 		t.Error("message not byte-identical")
 	}
 	m[0] = 'X' // a copy: must not change what is stored
-	var buf bytes.Buffer
-	if n, err := s.WriteMessage(id, &buf); err != nil || n != int64(len(msg)) || !bytes.Equal(buf.Bytes(), msg) {
-		t.Errorf("WriteMessage: %d %v", n, err)
+	if again, _ := s.Message(id); !bytes.Equal(again, msg) {
+		t.Error("the stored message changed with the copy")
 	}
 
 	if _, err := s.Get("0000000000000000"); !errors.Is(err, ErrNotFound) {
@@ -312,9 +311,6 @@ func TestStateTransitions(t *testing.T) {
 	if _, err := s.Message(h1); !errors.Is(err, ErrNoContent) {
 		t.Errorf("held content: %v", err)
 	}
-	if _, err := s.Preview(h1, 0); !errors.Is(err, ErrNoContent) {
-		t.Errorf("held preview: %v", err)
-	}
 	if err := s.MarkThawed(h1); err != nil {
 		t.Errorf("thaw held: %v", err)
 	}
@@ -360,12 +356,12 @@ func TestHoldAndQueueID(t *testing.T) {
 	other, _ := s.Hold(&Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
 	// END-OF-MESSAGE: the queue ID is known.
 	// One queue ID is never two entries: the oldest gets it.
-	n, err := s.SetQueueID("8f1.6a3c2b.1", "4F2A12345")
-	if err != nil || n != 1 {
-		t.Fatalf("SetQueueID: %d %v", n, err)
+	r, err := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Size: 900, Recipients: []string{"z@example.org"}})
+	if err != nil || r.ID != a || !r.Added {
+		t.Fatalf("AddToHeld: %+v %v", r, err)
 	}
-	if e, _ := s.Get(a); e.QueueID != "4F2A12345" {
-		t.Errorf("%s: queue ID %q", a, e.QueueID)
+	if e, _ := s.Get(a); e.QueueID != "4F2A12345" || e.Size != 900 || !slices.Equal(e.Recipients, []string{"x@example.org", "z@example.org"}) {
+		t.Errorf("%s: %+v", a, e)
 	}
 	if e, _ := s.Get(b); e.QueueID != "" {
 		t.Errorf("%s: queue ID %q, the other entry of the instance has it", b, e.QueueID)
@@ -373,43 +369,31 @@ func TestHoldAndQueueID(t *testing.T) {
 	if e, _ := s.Get(other); e.QueueID != "" {
 		t.Errorf("other instance got queue ID %q", e.QueueID)
 	}
-	// Set once: a later reuse of the instance does not overwrite it.
-	if n, _ := s.SetQueueID("8f1.6a3c2b.1", "OTHER"); n != 0 {
-		t.Errorf("second SetQueueID changed %d", n)
+	// A later request of the message adds its recipient to the entry
+	// of the queue ID; none of an unknown instance makes an entry.
+	if r, err := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Recipients: []string{"X@example.org", "w@example.org"}}); err != nil || r.ID != a {
+		t.Errorf("RecordHold of the same message: %+v %v", r, err)
 	}
-	if n, _ := s.SetQueueID("unknown", "Q"); n != 0 {
-		t.Errorf("unknown instance changed %d", n)
+	if e, _ := s.Get(a); len(e.Recipients) != 3 {
+		t.Errorf("recipients %v", e.Recipients)
 	}
-	// UpdateByInstance cannot change the protected fields, and re-indexes
-	// a changed instance.
-	n, err = s.UpdateByInstance("8f1.6a3c2b.2", func(e *Entry) bool {
-		e.State = Thawed
-		e.ID = "0"
-		e.Instance = "moved"
-		e.Subject = "set"
-		return true
-	})
-	if err != nil || n != 1 {
-		t.Fatalf("UpdateByInstance: %d %v", n, err)
+	if r, _ := s.AddToHeld(&Entry{Instance: "unknown", QueueID: "5F2A12345"}); r.ID != "" {
+		t.Errorf("unknown instance: %+v", r)
 	}
-	e, _ := s.Get(other)
-	if e.State != Held || e.ID != other || e.Instance != "moved" || e.Subject != "set" {
-		t.Errorf("after UpdateByInstance: %+v", e)
+	// Without a queue ID a hold is never joined to another (a forged
+	// queue ID was dropped: each HOLD has its entry).
+	if r, _ := s.RecordHold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1"}); r.Added {
+		t.Errorf("joined without a queue ID: %+v", r)
 	}
-	if n, _ := s.UpdateByInstance("moved", func(*Entry) bool { return true }); n != 1 {
-		t.Errorf("re-indexed instance: %d", n)
-	}
-	if n, _ := s.UpdateByInstance("8f1.6a3c2b.2", func(*Entry) bool { return true }); n != 0 {
-		t.Errorf("old instance still indexed: %d", n)
+	if r, err := s.RecordHold(&Entry{Key: "carol", Instance: "unknown", QueueID: "5F2A12345"}); err != nil || r.Added || r.ID == "" {
+		t.Errorf("RecordHold of a new message: %+v %v", r, err)
 	}
 	// Purge removes the index entry.
 	if err := s.Purge(a); err != nil {
 		t.Fatal(err)
 	}
-	var seen []string
-	s.UpdateByInstance("8f1.6a3c2b.1", func(e *Entry) bool { seen = append(seen, e.ID); return false })
-	if !slices.Equal(seen, []string{b}) {
-		t.Errorf("after purge: %v", seen)
+	if r, _ := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "6F2A12345"}); r.ID != b {
+		t.Errorf("after purge: %+v", r)
 	}
 }
 
@@ -664,12 +648,12 @@ func TestRepairByteCounter(t *testing.T) {
 func TestCorruptMessage(t *testing.T) {
 	s, db, _ := newStore(t, Options{})
 	id, _ := s.Freeze(&Entry{}, []byte("original"))
-	db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBody).Put([]byte(id), []byte("tampered")) })
+	flipMessageByte(t, db, id, 0)
 	if _, err := s.Message(id); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Message of a tampered body: %v", err)
 	}
 	// Restore for the cleanup check.
-	db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketBody).Put([]byte(id), []byte("original")) })
+	flipMessageByte(t, db, id, 0)
 }
 
 func TestConcurrentFreeze(t *testing.T) {
@@ -734,7 +718,7 @@ func TestSubjectDecoding(t *testing.T) {
 		{"no subject", "From: a@example.com\r\n", ""},
 	} {
 		msg := []byte(tc.header + "X-Other: y\r\n\r\nSubject: not this, it is the body\r\n")
-		subject, _ := headerInfo(msg)
+		subject, _ := HeaderInfo(msg)
 		if subject != tc.subject {
 			t.Errorf("%s: subject %q, want %q", tc.name, subject, tc.subject)
 		}

@@ -10,8 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// bucketSuspended maps a rate key -> JSON Suspension: keys whose held
-// and frozen mail is not released automatically.
+// bucketSuspended maps a rate key -> sealed JSON Suspension.
 var bucketSuspended = []byte("quarantine/suspended")
 
 // Suspension records that a postmaster stopped automatic release for a
@@ -22,10 +21,9 @@ type Suspension struct {
 	Time time.Time `json:"time"`
 }
 
-// Suspend stops automatic release for key until Resume; by says who
-// (for the audit trail). Suspending a suspended key updates By and Time.
-// It commits (fsync) before returning. Errors: ErrInvalid (empty key),
-// bbolt errors.
+// Suspend stops automatic release for key until Resume; by says who.
+// Suspending again updates By and Time. Errors: ErrInvalid (empty key),
+// bbolt's.
 func (s *Store) Suspend(key, by string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
@@ -34,24 +32,20 @@ func (s *Store) Suspend(key, by string) error {
 	if err != nil {
 		return err
 	}
-	err = statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+	return s.write("suspend", func(tx *bolt.Tx, t *statedb.Tally) error {
 		b := tx.Bucket(bucketSuspended)
 		if b == nil {
-			return fmt.Errorf("quarantine: buckets missing (database not initialised by quarantine.New)")
+			return errNoBuckets
 		}
 		return t.Put(b, suspendedPath, []byte(key), sealRecord([]byte(key), v))
 	})
-	if err != nil {
-		return wrap("suspend", err)
-	}
-	return s.syncIfNoSync()
 }
 
 // Resume allows automatic release for key again and reports whether it
-// was suspended. Errors: bbolt errors.
+// was suspended. Errors: bbolt's.
 func (s *Store) Resume(key string) (bool, error) {
 	found := false
-	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+	err := s.write("resume", func(tx *bolt.Tx, t *statedb.Tally) error {
 		b := tx.Bucket(bucketSuspended)
 		if b == nil || b.Get([]byte(key)) == nil {
 			return nil
@@ -59,14 +53,11 @@ func (s *Store) Resume(key string) (bool, error) {
 		found = true
 		return t.Delete(b, suspendedPath, []byte(key))
 	})
-	if err != nil {
-		return false, wrap("resume", err)
-	}
-	return found, s.syncIfNoSync()
+	return found, err
 }
 
-// Suspended returns the suspended keys (a database never written by this
-// version has none). Errors: ErrCorrupt, bbolt errors.
+// Suspended returns the suspended keys. An unreadable record stays
+// suspended (By says so). Errors: bbolt's.
 func (s *Store) Suspended() (map[string]Suspension, error) {
 	out := map[string]Suspension{}
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -74,12 +65,9 @@ func (s *Store) Suspended() (map[string]Suspension, error) {
 		if b == nil {
 			return nil
 		}
-		sealed := sealedTx(tx)
 		return b.ForEach(func(k, v []byte) error {
 			var sp Suspension
-			if err := decodeRecord(k, v, sealed, &sp); err != nil {
-				// Kept suspended, unreadable: automatic release
-				// of the key stays stopped.
+			if err := decodeRecord(k, v, &sp); err != nil {
 				sp = Suspension{Key: string(k), By: "(record unreadable: ratelimitd state check)"}
 			}
 			out[string(k)] = sp

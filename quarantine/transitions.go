@@ -2,6 +2,7 @@ package quarantine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,10 +11,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// update runs fn on the entry id inside a write transaction and stores
-// the result.
+// update runs fn on entry id in one write transaction and stores the
+// result; fn returning errUnchanged stores nothing.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
-	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+	err := s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
@@ -28,47 +29,53 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 		e.Updated = s.now().Round(0)
 		return b.put(&e)
 	})
-	if err != nil {
-		return wrap(op, err)
+	if errors.Is(err, errUnchanged) {
+		return nil
 	}
-	return s.syncIfNoSync()
+	return err
 }
 
 func needPending(op string, e *Entry) error {
-	if !e.State.pending() {
+	if !e.State.Pending() {
 		return fmt.Errorf("%w: cannot %s %s: it is %s", ErrState, op, e.ID, e.State)
 	}
 	return nil
 }
 
-// MarkThawed records that a held or frozen entry was released (held: the
-// MTA released it from its hold queue; frozen: it was re-injected and
-// accepted). The entry becomes Thawed, Attempts is incremented, and the
-// stored message of a frozen entry is deleted to free space; the record
-// stays for audit until Expire or Purge. Call it only after the
-// re-injection succeeded: a crash in between leads to a duplicate on the
-// next thaw, never to a loss.
-//
-// Errors: ErrNotFound, ErrState (entry not held or frozen), bbolt errors.
-func (s *Store) MarkThawed(id string) error {
-	return s.update("thaw", id, func(b buckets, e *Entry) error {
-		if err := needPending("thaw", e); err != nil {
+// MarkThawed records that pending entry id was released (held: by the
+// MTA; frozen: re-injected and accepted): it becomes Thawed, Attempts
+// counts it, the claim is dropped and a frozen message is deleted; the
+// record stays for audit until Expire or Purge. Call it only after the
+// release succeeded: a crash in between repeats the release, never loses
+// it. Errors: ErrNotFound, ErrState, bbolt's.
+func (s *Store) MarkThawed(id string) error { return s.end("thaw", id, Thawed) }
+
+// Delete marks pending entry id Deleted, drops its claim and its stored
+// message; the record stays for audit until Expire or Purge. (The caller
+// deletes a held message from the MTA.) Errors: ErrNotFound, ErrState,
+// bbolt's.
+func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted) }
+
+// end moves pending entry id to state, dropping its claim and message.
+func (s *Store) end(op, id string, state State) error {
+	return s.update(op, id, func(b buckets, e *Entry) error {
+		if err := needPending(op, e); err != nil {
 			return err
 		}
 		if _, err := b.dropBody(id); err != nil {
 			return err
 		}
-		e.State = Thawed
-		e.Attempts++
-		e.Claim, e.ClaimedAt = "", time.Time{}
+		if state == Thawed {
+			e.Attempts++
+		}
+		e.State, e.Claim, e.ClaimedAt = state, "", time.Time{}
 		return nil
 	})
 }
 
-// RecordThawError records a failed thaw attempt: the entry stays held or
-// frozen (with its message), Attempts is incremented and Error set to msg.
-//
-// Errors: ErrNotFound, ErrState (entry not held or frozen), bbolt errors.
+// RecordThawError records a failed release of pending entry id: Attempts
+// counts it, Error is msg, the claim is dropped. Errors: ErrNotFound,
+// ErrState, bbolt's.
 func (s *Store) RecordThawError(id string, msg string) error {
 	return s.update("record thaw error", id, func(_ buckets, e *Entry) error {
 		if err := needPending("record a thaw error for", e); err != nil {
@@ -81,41 +88,15 @@ func (s *Store) RecordThawError(id string, msg string) error {
 	})
 }
 
-// Delete marks a held or frozen entry Deleted and removes its stored
-// message; the record stays for audit until Expire or Purge. (For a held
-// entry the caller deletes the MTA's copy, e.g. postsuper -d.)
-//
-// Errors: ErrNotFound, ErrState (entry not held or frozen), bbolt errors.
-func (s *Store) Delete(id string) error {
-	return s.update("delete", id, func(b buckets, e *Entry) error {
-		if err := needPending("delete", e); err != nil {
-			return err
-		}
-		if _, err := b.dropBody(id); err != nil {
-			return err
-		}
-		e.State = Deleted
-		e.Claim, e.ClaimedAt = "", time.Time{}
-		return nil
-	})
-}
-
-// Claim marks a held or frozen entry as being acted on (released,
-// re-injected, deleted, expired) by the process that owns token, so that
-// each action happens once: claim, act, then MarkThawed, Delete or
-// RecordThawError (which drop the claim), or Unclaim after a failure.
-// The claim is committed (fsync'd) before Claim returns.
-//
-// Only one process can open the database at a time (BoltDB's file lock),
-// so a claim under another token was left by a process that stopped in
-// the middle of an action. Claim takes such a claim over for a held entry
-// (repeating postsuper -H or -d is harmless); for a frozen entry the
-// re-injection may or may not have been accepted, so Claim refuses with
-// ErrInterrupted unless force is set.
-//
-// Errors: ErrNotFound, ErrState (not held or frozen), ErrBusy (claimed
-// under token: an action of this process is in progress), ErrInterrupted,
-// bbolt errors. It returns the entry as claimed.
+// Claim marks pending entry id as acted on by the process that owns token
+// (claim, act, then MarkThawed, Delete, RecordThawError or Unclaim), so
+// each action happens once; the claim is durable when Claim returns. Only
+// one process opens the file at a time, so another token's claim was left
+// by a process that stopped mid-action: Claim takes it over for a held
+// entry (repeating postsuper -H or -d is harmless) and, for a frozen one
+// that may have been re-injected, only with force. It returns the entry
+// as claimed. Errors: ErrNotFound, ErrState, ErrBusy (claimed under
+// token), ErrInterrupted, bbolt's.
 func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	var out Entry
 	err := s.update("claim", id, func(_ buckets, e *Entry) error {
@@ -140,10 +121,8 @@ func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	return out, nil
 }
 
-// Unclaim drops token's claim on id (after an action failed without
-// changing anything), recording note in Error when it is not empty. It
-// is not an error if the entry is not claimed by token.
-// Errors: ErrNotFound, bbolt errors.
+// Unclaim drops token's claim on id, if it has it, and records note as
+// Error when note is not empty. Errors: ErrNotFound, bbolt's.
 func (s *Store) Unclaim(id, token, note string) error {
 	return s.update("unclaim", id, func(_ buckets, e *Entry) error {
 		if e.Claim == token {
@@ -156,19 +135,14 @@ func (s *Store) Unclaim(id, token, note string) error {
 	})
 }
 
-// Note records msg as the Error of a pending entry without counting an
-// attempt (e.g. "kept past max_age: no queue ID recorded"); it does
-// nothing if Error is already msg. Errors: ErrNotFound, ErrState, bbolt
-// errors.
+// Note records msg as the Error of pending entry id without counting an
+// attempt; it writes nothing if Error is msg already. Errors:
+// ErrNotFound, ErrState, bbolt's.
 func (s *Store) Note(id, msg string) error {
-	e, err := s.Get(id)
-	if err != nil {
-		return err
-	}
-	if e.Error == msg {
-		return nil
-	}
 	return s.update("note", id, func(_ buckets, e *Entry) error {
+		if e.Error == msg {
+			return errUnchanged
+		}
 		if err := needPending("annotate", e); err != nil {
 			return err
 		}
@@ -177,11 +151,11 @@ func (s *Store) Note(id, msg string) error {
 	})
 }
 
-// Purge removes the entry, its stored message and its index entries
-// entirely, whatever its state. Errors: ErrNotFound, ErrCorrupt (an entry
-// that cannot be read is kept, with its message), bbolt errors.
+// Purge removes entry id, its message and its index entry, whatever its
+// state. Errors: ErrNotFound, ErrCorrupt (an unreadable entry is kept),
+// bbolt's.
 func (s *Store) Purge(id string) error {
-	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+	return s.write("purge", func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
@@ -189,15 +163,10 @@ func (s *Store) Purge(id string) error {
 		_, err = b.remove(id)
 		return err
 	})
-	if err != nil {
-		return wrap("purge", err)
-	}
-	return s.syncIfNoSync()
 }
 
 // remove deletes everything stored for id and returns the message bytes
-// freed. An entry that cannot be read is refused (ErrCorrupt): neither it
-// nor its message is deleted for want of reading it.
+// freed; an unreadable entry is refused (ErrCorrupt).
 func (b buckets) remove(id string) (int64, error) {
 	e, err := b.get(id)
 	if err != nil {
@@ -213,17 +182,11 @@ func (b buckets) remove(id string) (int64, error) {
 	return n, b.t.Delete(b.meta, metaPath, []byte(id))
 }
 
-// Expire removes entirely (record, message, index) every thawed or
-// deleted entry (an audit record) whose last change (the thaw or delete,
-// Updated) was at or before now-maxAge. Held
-// and frozen entries are never removed here, however old: a held entry
-// names a message that may still be in the MTA's queue and a frozen one
-// is the only copy of a message, so their expiry is the caller's (see
-// package quarantine/lifecycle: a DSN, postsuper -f, or keeping them). It
-// returns the number of entries removed and the message bytes freed, all
-// in one transaction. An entry that cannot be read is skipped, never
-// removed (Stats counts it in Damaged). Errors: ErrInvalid (maxAge <= 0),
-// bbolt errors.
+// Expire removes, in one transaction, every thawed or deleted entry (an
+// audit record) last changed at or before now-maxAge, and returns how
+// many and the message bytes freed. Pending entries are never removed
+// here (their expiry is package lifecycle's), nor unreadable ones.
+// Errors: ErrInvalid (maxAge <= 0), bbolt's.
 func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) {
 	if maxAge <= 0 {
 		return 0, 0, fmt.Errorf("%w: non-positive maximum age %v", ErrInvalid, maxAge)
@@ -231,12 +194,14 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 	cutoff := now.Add(-maxAge)
 	var n int
 	var freed int64
-	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+	err := s.write("expire", func(tx *bolt.Tx, t *statedb.Tally) error {
 		n, freed = 0, 0
 		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
+		// Updated >= Created: scanning IDs (creation times) up to the
+		// cutoff finds every record last changed before it.
 		end := idBound(cutoff, true)
 		var ids []string
 		c := b.meta.Cursor()
@@ -245,12 +210,7 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 				Updated time.Time `json:"updated"`
 				State   State     `json:"state"`
 			}
-			if decodeRecord(k, v, b.sealed, &e) != nil {
-				continue // kept, unreadable: Stats counts it
-			}
-			// Updated >= Created, so scanning by creation time finds
-			// every record last changed before the cutoff.
-			if !e.Updated.After(cutoff) && !e.State.pending() {
+			if decodeRecord(k, v, &e) == nil && !e.Updated.After(cutoff) && !e.State.Pending() {
 				ids = append(ids, string(k))
 			}
 		}
@@ -262,15 +222,13 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 			n++
 			freed += m
 		}
+		if n == 0 {
+			return errUnchanged
+		}
 		return nil
 	})
-	if err != nil {
-		return 0, 0, wrap("expire", err)
-	}
-	if n > 0 {
-		if err := s.syncIfNoSync(); err != nil {
-			return 0, 0, wrap("expire", err)
-		}
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return 0, 0, err
 	}
 	return n, freed, nil
 }

@@ -8,41 +8,22 @@ import (
 	"time"
 )
 
-// Unique recipients: the memory of a per_addr limit.
+// AddrSet remembers the recipients one key has sent to, for a per = "addr"
+// limit: a recipient not sent to recently costs 1, a known one 0 (Exim's
+// per_addr with unique=, Exim specification, chapter "Access control
+// lists", section "Rate limiting incoming messages").
 //
-// A limit with per = "addr" charges a key 1 for each recipient address it
-// has not sent to recently, and 0 for one it has, so a newsletter that
-// writes to the same list every week costs little and a spam run that
-// writes to thousands of new addresses costs a lot (Exim's ratelimit
-// per_addr option with unique=, Exim specification chapter "Rate
-// limiting"). AddrSet is that memory for one key.
+// Time is cut into generations of one period; an address is known when it
+// was added in the current or the previous one (remembered one to two
+// periods). A generation is an exact set of FNV-1a hashes up to
+// AddrExactMax, then a Bloom filter (k = 8, Kirsch-Mitzenmacher double
+// hashing) of 11.03 bits per address of capacity: about 0.5% false
+// positives per generation, which make the count err low, never high. A
+// filter is at most AddrMaxFilterBytes.
 //
-// Time is cut into generations of one period. A recipient is known when it
-// was added in the current or the previous generation, so a recipient is
-// remembered for at least one period and at most two (Exim resets its
-// filter each period, remembering between none and one period).
-//
-// Each generation is an exact set of 64-bit FNV-1a hashes of the
-// addresses up to AddrExactMax of them, then a Bloom filter (Bloom 1970,
-// with Kirsch and Mitzenmacher's double hashing, k = 8 probes) sized for
-// capacity addresses at 11.03 bits each, so that each generation's false
-// positive rate is about 0.5% (AddrFalsePositive gives 0.50%;
-// TestAddrSetFalsePositiveRate measures 0.53%) while it holds no more
-// than capacity addresses, and a lookup, which asks both generations,
-// about 1%. A false positive charges 0 for a new recipient: the count errs
-// low by that rate, never high. A filter is at most AddrMaxFilterBytes; beyond capacity (or that
-// size) its rate rises as AddrFalsePositive says. Callers pass a capacity
-// of twice the limit: a key that has written to more new addresses than
-// that in a period is far over its limit anyway. An exact set costs 8
-// bytes an address, a filter m/8 bytes: a key costs at most
-// 2*AddrMaxFilterBytes.
-//
-// The zero AddrSet is empty and ready to use. An AddrSet is not safe for
-// concurrent use; time is an argument, never read.
+// The zero AddrSet is empty. It is not safe for concurrent use.
 type AddrSet struct {
-	// start is the start of the current generation (Unix ns); 0 when
-	// nothing was ever added.
-	start     int64
+	start     int64 // of the current generation, Unix ns; 0: never added
 	cur, prev addrGen
 }
 
@@ -54,38 +35,24 @@ type addrGen struct {
 
 // Limits of AddrSet.
 const (
-	// AddrExactMax is how many addresses a generation holds exactly
-	// before it becomes a Bloom filter.
-	AddrExactMax = 64
-	// AddrMaxFilterBytes bounds one generation's Bloom filter (64 KiB:
-	// 47,000 addresses at 0.5%).
-	AddrMaxFilterBytes = 64 << 10
-	// addrBitsPerEntry is -ln(0.005)/ln(2)^2, the bits per address for a
-	// 0.5% false positive rate with the optimal k = 8.
-	addrBitsPerEntry = 11.03
-	addrProbes       = 8
+	AddrExactMax       = 64       // addresses held exactly before a filter
+	AddrMaxFilterBytes = 64 << 10 // bound on one generation's filter
+	addrBitsPerEntry   = 11.03    // -ln(0.005)/ln(2)^2: 0.5% with k = 8
+	addrProbes         = 8
 )
 
-// HashAddr is the hash AddrSet keeps of an address: FNV-1a, 64 bits, of
-// addr as given (callers lower-case it first).
+// HashAddr is the hash AddrSet keeps of addr: 64-bit FNV-1a.
 func HashAddr(addr string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(addr))
 	return h.Sum64()
 }
 
-// AddrFilterBits is the size in bits of the Bloom filter AddrSet uses for
-// capacity addresses: capacity*11.03 rounded up to whole 64-bit words, at
-// least one word and at most AddrMaxFilterBytes*8.
+// AddrFilterBits is the filter size in bits for capacity addresses, in
+// whole 64-bit words, at most AddrMaxFilterBytes*8.
 func AddrFilterBits(capacity int) int {
 	m := int(math.Ceil(float64(max(capacity, 1))*addrBitsPerEntry/64)) * 64
 	return min(m, AddrMaxFilterBytes*8)
-}
-
-// AddrFalsePositive is the false positive rate of one generation's filter
-// of m bits holding n addresses: (1 - exp(-k*n/m))^k with k = 8.
-func AddrFalsePositive(n, m int) float64 {
-	return math.Pow(-math.Expm1(-addrProbes*float64(n)/float64(m)), addrProbes)
 }
 
 func (g *addrGen) has(h uint64) bool {
@@ -153,16 +120,15 @@ func (s *AddrSet) rotate(now int64, period time.Duration) {
 	s.start += n * int64(period)
 }
 
-// Seen reports whether the address of hash h was added in the current or
-// previous generation of length period at time now.
+// Seen reports whether hash h was added in the current or previous
+// generation of length period at now.
 func (s *AddrSet) Seen(h uint64, now time.Time, period time.Duration) bool {
 	s.rotate(now.UnixNano(), period)
 	return s.cur.has(h) || s.prev.has(h)
 }
 
-// Add records the address of hash h at time now in the current generation
-// of length period; capacity (addresses per generation, normally twice the
-// limit) sizes the Bloom filter if the generation becomes one.
+// Add records hash h at now; capacity (addresses per generation, twice the
+// limit) sizes the filter if the generation becomes one.
 func (s *AddrSet) Add(h uint64, now time.Time, period time.Duration, capacity int) {
 	t := now.UnixNano()
 	if s.start == 0 {
@@ -172,8 +138,7 @@ func (s *AddrSet) Add(h uint64, now time.Time, period time.Duration, capacity in
 	s.cur.add(h, capacity)
 }
 
-// Empty reports whether s remembers nothing at time now (it may be
-// dropped).
+// Empty reports whether s remembers nothing at now.
 func (s *AddrSet) Empty(now time.Time, period time.Duration) bool {
 	s.rotate(now.UnixNano(), period)
 	return s.cur.empty() && s.prev.empty()

@@ -7,57 +7,28 @@ import (
 	"time"
 )
 
-// ErrNotFinite is returned by Limit.Convert when the converted state would
-// hold a rate that is not a finite number (NaN or infinite); the caller
-// keeps the old state. Convert clamps every rate it computes, so this means
-// the input was not finite or there is a bug.
+// ErrNotFinite is returned by Limit.Convert when the state given or the
+// state converted holds a number that is not finite; the caller keeps the
+// old state.
 var ErrNotFinite = errors.New("ratelimit: converted state is not finite")
 
 // Convert returns the state under l of a key whose state under from is s,
-// at now: what a store does when a reload or restart changes a limit's
-// algorithm, period or (EARRRL) half-life, with or without its limit. It
-// judges s under from as a probe of cost 1 (leaky, not counted) and keeps
-// what that probe saw:
+// at now: for a reload that changes a limit's algorithm, period or
+// half-life. It probes s under from with a request of cost 1 and keeps
+// what that saw, as far as l's state can hold it:
 //
-//   - a key refused for a wait w keeps w: the converted state refuses a
-//     request of cost 1 for w, to the nanosecond where l's state can hold
-//     it; it is never refused longer, and never let through sooner except
-//     where l cannot represent w (an exponential or EARRRL rate is at most
-//     math.MaxFloat64 and a baseline rate math.MaxFloat32, so their
-//     longest wait is about 709, 709 and 88 periods; the converted state
-//     then refuses for that longest wait);
-//   - a key not refused keeps its share of the headroom: with u the
-//     budget it uses now (the decayed rate, the arrival time's lead over
-//     the clock, EARRRL's estimate) and T the most it could use with a
-//     request of cost 1 still allowed (limit - 1 for a rate measured just
-//     now; period - period/limit for GCRA), u'/T' = u/T. It stays not
-//     refused, and a key at 40% of the way to its first refusal is at 40%
-//     after the change. A key using nothing converts to no state.
+//   - a key refused for w stays refused for w, to the nanosecond;
+//   - any other key keeps its share of the headroom: u'/T' = u/T, with u
+//     the budget in use now and T the most usable with a request of cost 1
+//     still allowed. A key using nothing converts to no state.
 //
-// Both rules are their own inverse, so converting to other parameters and
-// back at the same instant returns the same wait, or the same share, and
-// converting a state Convert produced there and back returns that state
-// (to float64 rounding; a baseline rate is a float32, see PackBaseline).
-// The exponential closed form is r' = exp(w/P')*(L' - (1-exp(-w/P'))/(w/P'))
-// (expWait's equation solved for the rate), EARRRL's
-// N' = L'/(lambda'*P')*exp(lambda'*w), GCRA's and Cooldown's arrival time
-// now + w + P' - P'/L'; the state is then moved by whole nanoseconds
-// (bisection on its Time, never past a wait of w) so the wait is exact.
-//
-// To a baseline limit from another baseline limit, a key keeps its learned
-// peak, as the same rate per unit of time (scaled by l.Period/from.Period,
-// so it converts back unchanged); from another algorithm it starts
-// learning afresh. If from or l refuses a request of cost 1 even with no
-// state (a limit below 1 per period), waits mean nothing and the decayed
-// rate is scaled by l.Limit/from.Limit instead. Per-key overrides are not
-// seen: the wait is the one under the limit's own value. A change of mode
-// alone, or of the limit alone, is not a conversion: the state keeps its
-// meaning and the new bar applies at once (see docs/limits.md, "When a
-// limit changes").
-//
-// If s holds a NaN, or the converted state is not finite, Convert returns
-// s and an error wrapping ErrNotFinite. An infinite rate in s is a
-// refusal without end, converted to the longest l's state holds.
+// Both rules are their own inverse, so converting there and back returns
+// the same wait or share. Baseline to baseline keeps the learned peak per
+// unit of time; from another algorithm it learns afresh. When either limit
+// refuses cost 1 with no state (below 1 per period), the decayed rate is
+// scaled by l.Limit/from.Limit instead. A change of mode or limit alone
+// needs no conversion. It returns s and an error wrapping ErrNotFinite for
+// a NaN in s or a result that is not finite.
 func (l Limit) Convert(s State, from Limit, now time.Time) (State, error) {
 	from.Mode, l.Mode = Leaky, Leaky
 	if r, p := UnpackBaseline(s.Rate); math.IsNaN(s.Rate) || from.Algorithm == Baseline && (math.IsNaN(r) || math.IsNaN(p)) {
@@ -99,9 +70,8 @@ func finite(l Limit, s State) bool {
 	return !math.IsInf(s.Rate, 0) && !math.IsNaN(s.Rate)
 }
 
-// probeWait is how long a request of cost 1 is refused by l (leaky)
-// against s at now: 0 when it is allowed, the maximum Duration when it can
-// never be.
+// probeWait is how long l (leaky) refuses a request of cost 1 against s at
+// now: 0 when allowed, the maximum Duration for never.
 func (l Limit) probeWait(s State, now time.Time) time.Duration {
 	l.Mode = Leaky
 	if r := l.Check(s, now, 1); r.Over {
@@ -110,25 +80,24 @@ func (l Limit) probeWait(s State, now time.Time) time.Duration {
 	return 0
 }
 
-// admitsOne reports whether l lets a request of cost 1 through a key with
-// no state.
+// admitsOne reports whether l admits cost 1 with no state.
 func (l Limit) admitsOne(now time.Time) bool { return l.probeWait(State{}, now) == 0 }
 
-// costShare is the part of a request of cost 1 that the exponential
-// algorithm adds to the rate after interval periods: (1-exp(-i))/i.
+// costShare is what a request of cost 1 adds to an exponential rate after
+// interval periods: (1-exp(-i))/i.
 func costShare(interval float64) float64 {
 	interval = math.Max(interval, minInterval)
 	return -math.Expm1(-interval) / interval
 }
 
 // gcraRoom is how far (ns) ahead of the clock an arrival time may stand
-// with a request of cost 1 still allowed (see gcraOver).
+// with a request of cost 1 still allowed.
 func (l Limit) gcraRoom() float64 {
 	return float64(l.Period)*(1+1e-12) - float64(l.Period)/l.Limit
 }
 
-// share is u/T of Convert's doc comment for a state that l does not refuse
-// at now: 0 for no use, 1 at the edge of a refusal.
+// share is Convert's u/T of a state l does not refuse at now: 0 for no
+// use, 1 at the edge of a refusal.
 func (l Limit) share(s State, now time.Time) float64 {
 	if s.IsZero() {
 		return 0
@@ -157,8 +126,8 @@ func (l Limit) share(s State, now time.Time) float64 {
 	return math.Min(u/room, 1)
 }
 
-// withShare is the state under l, measured at now, of a key using share of
-// its headroom (see share), with the learned peak peak for Baseline.
+// withShare is the state under l at now of a key using share of its
+// headroom, with learned peak peak for Baseline.
 func (l Limit) withShare(share, peak float64, now time.Time) State {
 	n := now.UnixNano()
 	var c State
@@ -188,9 +157,10 @@ func (l Limit) withShare(share, peak float64, now time.Time) State {
 	return c
 }
 
-// withWait is the state under l that refuses a request of cost 1 at now
-// for w (or for the longest wait l's state can hold), with the learned
-// peak peak for Baseline.
+// withWait is the state under l that refuses cost 1 at now for w (or the
+// longest wait it can hold), with learned peak peak for Baseline. The
+// closed forms: exponential r' = exp(w/P')*(L' - (1-exp(-w/P'))/(w/P')),
+// EARRRL N' = L'/(lambda'*P')*exp(lambda'*w), GCRA tat = now+w+P'-P'/L'.
 func (l Limit) withWait(w time.Duration, peak float64, now time.Time) State {
 	n := now.UnixNano()
 	period := float64(l.Period)
@@ -221,10 +191,9 @@ func (l Limit) withWait(w time.Duration, peak float64, now time.Time) State {
 	return l.fitWait(c, now, w)
 }
 
-// raiseRate returns s with its rate raised (by doubling, then bisection)
-// until l refuses a request of cost 1 at now for at least w, or to the
-// most the state holds: a baseline's allowance grows with the peak it
-// learns during the wait, which the closed form does not see.
+// raiseRate raises the rate of s (doubling, then bisection) until l
+// refuses cost 1 at now for at least w, or to the most the state holds: a
+// baseline's allowance grows during the wait, which the closed form misses.
 func (l Limit) raiseRate(s State, now time.Time, w time.Duration) State {
 	if l.probeWait(s, now) >= w {
 		return s
@@ -265,9 +234,8 @@ func (l Limit) raiseRate(s State, now time.Time, w time.Duration) State {
 	return with(hi)
 }
 
-// withRate is the state under l of a key whose rate decayed to now is x
-// (cost per l.Period), with the learned peak peak for Baseline: for
-// limits whose waits mean nothing (see Convert).
+// withRate is the state under l of a key whose rate at now is x (cost per
+// l.Period), with learned peak peak for Baseline.
 func (l Limit) withRate(x, peak float64, now time.Time) State {
 	if !(x > 0) && !(peak > 0) {
 		return State{}
@@ -286,13 +254,9 @@ func (l Limit) withRate(x, peak float64, now time.Time) State {
 	}
 }
 
-// fitWait moves s by whole nanoseconds of its Time so that l refuses a
-// request of cost 1 at now for w exactly, or for the longest wait not
-// above w: later for an arrival time, only earlier for a state stamped
-// with its last update (which is never put after now). A later Time means
-// a longer wait for every algorithm, so the first guess (the difference,
-// which is exact for the exponential algorithm and GCRA) is refined by
-// bisection.
+// fitWait moves s.Time by whole nanoseconds (by bisection; a later Time is
+// a longer wait) so that l refuses cost 1 at now for w, or the longest
+// wait not above w; a last-update stamp is only moved earlier.
 func (l Limit) fitWait(s State, now time.Time, w time.Duration) State {
 	at := func(k int64) State { return State{Time: addNs(s.Time, float64(k)), Rate: s.Rate} }
 	wait := func(k int64) time.Duration { return l.probeWait(at(k), now) }

@@ -1,49 +1,32 @@
 // Package ratelimit is the pure rate arithmetic of ratelimitd: Exim's
-// exponentially weighted moving average (EWMA) rate limiter, GCRA and its
-// cooldown variant, and the EARRRL half-life estimator, with the strict,
-// leaky, forgiving and readonly update modes.
+// exponentially weighted moving average (EWMA), GCRA and its cooldown
+// variant, the EARRRL half-life estimator and a baseline relative to a
+// key's own history, with the leaky, strict, forgiving and readonly modes.
+// Time is always an argument; the package does no I/O and imports only the
+// standard library.
 //
-// Nothing here reads the clock, sleeps, starts goroutines or does I/O: every
-// function takes the current time as an argument and returns the state to
-// store, so the same code serves the daemon, the simulator and the tests.
-// The package imports only the standard library.
-//
-// Sources: the exponential algorithm, its burst and recovery properties and
-// the strict/leaky modes are Exim's (Exim specification, chapter "Access
-// control lists", section "Rate limiting incoming messages") as written up
-// in Tony Finch's "Exponential rate limiting" and his Exim ratelimit demo
-// notes; the limit/period parameters, variable cost, GCRA's
-// "time += cost*period/limit" and the forgiving mode from Tony Finch's
-// "GCRA: leaky buckets without the buckets" and "ratelimit
-// clarifications"; the cooldown limiter from the "Simple Cooldown and Rate
-// Control Algorithm" write-up; the half-life estimator (evaluate before
-// update) from John Berryman's "EARRRL - the Estimated Average Recent
-// Request Rate Limiter".
+// Sources: Exim specification, chapter "Access control lists", section
+// "Rate limiting incoming messages"; Tony Finch, "Exponential rate
+// limiting", "GCRA: leaky buckets without the buckets" and "ratelimit
+// clarifications"; "Simple Cooldown and Rate Control Algorithm"; John
+// Berryman, "EARRRL - the Estimated Average Recent Request Rate Limiter".
 package ratelimit
 
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
-// State is what a store keeps per key: 16 bytes. Its meaning depends on the
-// Algorithm that wrote it:
-//
-//   - Exponential: Time is the last counted update, Rate the smoothed rate in
-//     cost per period at that time.
-//   - GCRA and Cooldown: Time is the theoretical arrival time (the earliest
-//     time the client's budget is whole again); Rate is unused (0).
-//   - EARRRL: Time is the last update, Rate the decayed request count N.
-//   - Baseline: Time is the last update; Rate packs two float32, the
-//     exponential rate and the learned peak (see Limit.Baseline).
-//
-// The zero State means "no state": a key never seen, or one whose history has
-// decayed away (see Limit.Negligible).
+// State is what a store keeps per key. Time is in Unix nanoseconds: the
+// last update (Exponential, EARRRL, Baseline) or the theoretical arrival
+// time (GCRA, Cooldown). Rate is the rate in cost per period (Exponential),
+// the decayed count N (EARRRL), two packed float32 (Baseline, see
+// PackBaseline) or 0 (GCRA, Cooldown). The zero State is no state: a key
+// never seen, or one whose history has decayed away (Limit.Negligible).
 type State struct {
-	// Time in Unix nanoseconds.
 	Time int64
-	// Rate, see above.
 	Rate float64
 }
 
@@ -55,34 +38,27 @@ func (s State) IsZero() bool { return s.Time == 0 && s.Rate == 0 }
 type Algorithm uint8
 
 const (
-	// Exponential is Exim's EWMA limiter (Finch, "Exponential rate
-	// limiting"): the measured rate is a concrete number in cost per
-	// period; the limit is also the burst size.
+	// Exponential is Exim's EWMA: a rate in cost per period; the limit is
+	// also the burst size.
 	Exponential Algorithm = iota
-	// GCRA is the generic cell rate algorithm (ITU-T I.371; Finch, "GCRA"):
-	// tat = max(tat, now) + cost*period/limit, allowed while tat-now <= period.
+	// GCRA is the generic cell rate algorithm (ITU-T I.371; Finch):
+	// tat = max(tat, now) + cost*period/limit, allowed while
+	// tat-now <= period.
 	GCRA
-	// Cooldown is the cooldown write-up's single-score variant of GCRA:
-	// the score S advances by cost*period/limit from where it was, even if
-	// that is in the past, and is reset to now+cost*period/limit only when
-	// the advanced score is still behind the clock; in leaky mode a
-	// refusal never changes the score.
+	// Cooldown is the cooldown write-up's variant of GCRA: the score
+	// advances from where it was, even in the past, and is reset to
+	// now+cost*period/limit only when still behind the clock.
 	Cooldown
-	// EARRRL is the half-life estimator of the EARRRL write-up, evaluated
-	// before it is updated: the decision uses the estimate without the
-	// current request.
+	// EARRRL is the half-life estimator, evaluated before the update.
 	EARRRL
-	// Baseline limits a key relative to its own history: the exponential
-	// rate (as Exponential) is refused above Factor times the key's
-	// learned typical peak, kept between Floor and Limit (the cap). See
-	// baseline.go for the arithmetic and the state it stores.
+	// Baseline refuses the exponential rate above Factor times the key's
+	// learned typical peak, kept between Floor and Limit (baseline.go).
 	Baseline
 )
 
 var algorithmNames = [...]string{"exponential", "gcra", "cooldown", "earrrl", "baseline"}
 
-// String returns the configuration name of a ("exponential", "gcra",
-// "cooldown", "earrrl", "baseline").
+// String returns the configuration name of a.
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
 		return algorithmNames[a]
@@ -93,35 +69,23 @@ func (a Algorithm) String() string {
 // ParseAlgorithm maps a configuration name to an Algorithm. It returns
 // ErrUnknownAlgorithm for any other name.
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for i, n := range algorithmNames {
-		if n == s {
-			return Algorithm(i), nil
-		}
+	if i := slices.Index(algorithmNames[:], s); i >= 0 {
+		return Algorithm(i), nil
 	}
 	return 0, fmt.Errorf("%w: %q (want exponential, gcra, cooldown, earrrl or baseline)", ErrUnknownAlgorithm, s)
 }
 
-// Mode says how a Limit updates the stored state of a key (Finch,
-// "Exponential rate limiting" and "ratelimit clarifications"). The zero
-// value is Leaky.
+// Mode says how a Limit updates a key's stored state (Exim's leaky and
+// strict; Finch, "ratelimit clarifications"). The zero value is Leaky.
 type Mode uint8
 
 const (
-	// Leaky counts only admitted requests: a denied request leaves the stored
-	// state unchanged. Right when a denial causes back-pressure (450 to a
-	// relay that retries).
+	// Leaky counts only admitted requests.
 	Leaky Mode = iota
-	// Strict counts every request, admitted or not, so a client that keeps
-	// sending while refused stays refused. Right with freeze for MUAs.
+	// Strict counts every request, admitted or not.
 	Strict
-	// Forgiving counts a denied request but clamps the stored state to that
-	// of a client sending at exactly the limit ("ratelimit
-	// clarifications"): the client stays refused while it sends at or above
-	// the permitted rate and is let in as soon as it slows to one request
-	// of its cost per cost*Period/Limit.
-	// Exponential stores time=now, rate=min(r, limit); GCRA and Cooldown
-	// store an arrival time of now+Period; EARRRL stores the count whose
-	// estimate has decayed to the limit cost*Period/Limit later.
+	// Forgiving counts a denied request but clamps the state to that of a
+	// client sending at exactly the limit.
 	Forgiving
 	// Readonly measures and never stores.
 	Readonly
@@ -140,41 +104,26 @@ func (m Mode) String() string {
 // ParseMode maps a configuration name to a Mode. It returns ErrUnknownMode
 // for any other name.
 func ParseMode(s string) (Mode, error) {
-	for i, n := range modeNames {
-		if n == s {
-			return Mode(i), nil
-		}
+	if i := slices.Index(modeNames[:], s); i >= 0 {
+		return Mode(i), nil
 	}
 	return 0, fmt.Errorf("%w: %q (want leaky, strict, forgiving or readonly)", ErrUnknownMode, s)
 }
 
 // Limit is one rate limit: at most Limit cost per Period, measured with
-// Algorithm and stored according to Mode. A Limit is a plain value, safe to
+// Algorithm and stored according to Mode. It is a plain value, safe to
 // copy and to use from many goroutines.
 type Limit struct {
-	// Limit is the permitted cost per Period, and also the burst size.
-	// It must be > 0.
-	Limit float64
-	// Period is the averaging period (the time for 63% forgetfulness in the
-	// exponential algorithm). It must be > 0.
-	Period time.Duration
-	// Algorithm is the rate arithmetic; zero is Exponential.
+	Limit     float64       // cost per Period, > 0; also the burst size; Baseline: the cap
+	Period    time.Duration // > 0; the 1/e time of the exponential average
 	Algorithm Algorithm
-	// Mode is the update mode; zero is Leaky.
-	Mode Mode
-	// HalfLife is EARRRL's half-life; zero means Period*ln 2, which gives
-	// the same time constant as the exponential algorithm.
-	HalfLife time.Duration
-	// Factor, Floor and LearnPeriod configure Baseline and are ignored by
-	// the other algorithms. For Baseline, Limit is the cap: the most a
-	// key is ever allowed, whatever its history.
-	//
-	// Factor is how many times its learned typical peak rate a key may
-	// reach; zero means DefaultFactor. Floor (cost per Period, > 0,
-	// <= Limit) is the least a key is allowed, so a key with no history
-	// (a new user) is limited to Floor. LearnPeriod is the time constant
-	// (1/e forgetfulness) of the learned peak; zero means
-	// DefaultLearnPeriod; it must not be shorter than Period.
+	Mode      Mode
+	HalfLife  time.Duration // EARRRL; 0 means Period*ln 2
+
+	// Baseline only: a key may reach Factor (0: DefaultFactor) times its
+	// learned peak, at least Floor (cost per Period, in (0, Limit]); the
+	// peak forgets by 1/e per LearnPeriod (0: DefaultLearnPeriod; at
+	// least Period).
 	Factor      float64
 	Floor       float64
 	LearnPeriod time.Duration
@@ -199,46 +148,25 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// Result is the measurement of one request against one Limit.
+// Result is the measurement of one request against one Limit. Rates are in
+// cost per period and saturate at math.MaxFloat64.
 type Result struct {
-	// Over reports that the request exceeds the limit.
-	Over bool
-	// Before is the stored rate decayed to now, without this request, in
-	// cost per period.
-	Before float64
-	// Rate is the measured rate including this request, in cost per period
-	// (for EARRRL, the estimate it decides on, which excludes the request).
-	// It is finite for finite input: an overflow saturates at
-	// math.MaxFloat64.
-	Rate float64
-	// RetryAfter is how long the client must pause before a request of the
-	// same cost would be allowed, counted from the state that Mode stores
-	// when this request is refused (Strict: Counted; Forgiving: Denied;
-	// Leaky and Readonly: the previous state): with that state stored,
-	// Check(state, now+RetryAfter, cost) is not Over. It is 0 when not
-	// Over, and the maximum Duration when the cost alone exceeds the limit
-	// (a request that can never be allowed).
+	Over   bool
+	Before float64 // the stored rate decayed to now, without this request
+	Rate   float64 // with this request (EARRRL: the estimate, without it)
+	// RetryAfter is 0 when not Over; else the wait after which a request
+	// of the same cost is allowed from the state Mode stores on refusal;
+	// the maximum Duration when the cost alone exceeds the limit.
 	RetryAfter time.Duration
-	// Counted is the state to store if this request is counted.
-	Counted State
-	// Denied is the state to store if the request is denied, by this limit
-	// or another one of its stack; Keep is false when Mode says a denied
-	// request leaves the stored state unchanged.
-	Denied State
-	// Keep reports whether Denied should be stored.
-	Keep bool
-	// Limit is the limit this request was measured against, in cost per
-	// period: the Limit's Limit, except for Baseline, where it is the
-	// key's learned allowance (Factor times its peak, within Floor and
-	// the cap).
-	Limit float64
+	Counted    State // to store if the request is counted
+	Denied     State // to store if it is denied, when Keep
+	Keep       bool
+	Limit      float64 // measured against: Limit, or Baseline's allowance
 }
 
 // Next returns the state to store after the request measured in r, and
-// whether to store it at all. admitted is the verdict of the whole stack of
-// limits, not only this one: a leaky limit counts a request only if every
-// limit let it through (Exim's "leaky"; stacked limits as in "ratelimit
-// clarifications").
+// whether to store it; admitted is the verdict of the whole stack
+// (StackAdmits).
 func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	switch {
 	case l.Mode == Readonly:
@@ -250,8 +178,7 @@ func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	}
 }
 
-// deniedState is the state stored after r is refused: Next's choice, or
-// prev when Next stores nothing.
+// deniedState is the state stored after r is refused.
 func (l Limit) deniedState(prev State, r *Result) State {
 	if s, ok := l.Next(*r, false); ok {
 		return s
@@ -259,10 +186,8 @@ func (l Limit) deniedState(prev State, r *Result) State {
 	return prev
 }
 
-// Check measures a request of the given cost at time now against the stored
-// state prev (the zero State for a key with no history). It does not decide
-// what to store; pass the Result to Next with the stack's verdict. cost must
-// be >= 0; a cost of 0 measures without adding (a read-only probe).
+// Check measures a request of cost >= 0 (0: a probe) at now against the
+// stored state prev; Next then chooses what to store.
 func (l Limit) Check(prev State, now time.Time, cost float64) Result {
 	var r Result
 	switch l.Algorithm {
@@ -285,18 +210,13 @@ const minInterval = 1e-10
 // never is the RetryAfter of a request that can never be allowed.
 const never = time.Duration(math.MaxInt64)
 
-// checkExp is the exponential algorithm of Exim (Finch, "Exponential rate
-// limiting"):
+// checkExp is Exim's algorithm:
 //
 //	interval = max((now - t_prev) / period, 1e-10)
 //	alpha    = exp(-interval)
-//	r_now    = (1 - alpha) * cost / interval + alpha * r_prev
-//	r_now    = max(r_now, cost)
+//	r_now    = max((1 - alpha) * cost / interval + alpha * r_prev, cost)
 //
-// 1-alpha is computed as -expm1(-interval): the naive 1-exp(-x) at
-// x = 1e-10 is 8.3e-8 too large relative to x, enough to cut a 200-request
-// burst at 199. RetryAfter is expWait's, not the write-up's
-// t_next = now + period*ln(r_now/limit), which is only its lower bound.
+// 1-alpha is -expm1(-interval), exact near zero where 1-exp(-x) is not.
 func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	period := float64(l.Period)
 	interval := math.Inf(1)
@@ -319,28 +239,21 @@ func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	return res
 }
 
-// expRate is r_now of Exim's algorithm for a request of the given cost after
-// interval periods (already clamped) since a stored rate; it saturates at
-// math.MaxFloat64 instead of overflowing.
+// expRate is r_now after interval periods (clamped), saturating at
+// math.MaxFloat64.
 func expRate(rate, cost, interval float64) float64 {
 	r := -math.Expm1(-interval)*cost/interval + math.Exp(-interval)*rate
 	return math.Min(math.Max(r, cost), math.MaxFloat64)
 }
 
-// expWait returns how long after now a request of the given cost is first
-// allowed against the stored exponential state s: with w the interval in
-// periods since s.Time, the least w with
+// expWait returns how long after now a request of cost is first allowed
+// against state s: the least w (periods since s.Time) with
 //
-//	f(w) = r_s*exp(-w) + cost*(1-exp(-w))/w <= limit.
+//	f(w) = r_s*exp(-w) + cost*(1-exp(-w))/w <= limit
 //
-// Seed 001's penalty time ln(r_s/limit) solves r_s*exp(-w) = limit, the
-// moment the stored rate has decayed to the limit; it leaves out the
-// retried request's own contribution (close to its cost), so a client that
-// retried then would be refused again, and in strict mode counted again.
-// The root lies between ln(r_s/limit) and ln(r_s/(limit-cost)); f is convex
-// and decreasing, so Newton's method started below the root climbs to it
-// without overshooting. The result is rounded up to the nanosecond and
-// confirmed with Check's own arithmetic.
+// Finch's ln(r_s/limit) leaves out the retried request itself and is only
+// the lower bound. f is convex and decreasing, so Newton's method from
+// there climbs to the root; settle confirms it with Check's arithmetic.
 func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 	if cost > l.Limit {
 		return never
@@ -381,11 +294,9 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 	return settle(durationOf(w*period-elapsed), over)
 }
 
-// checkGCRA is GCRA and the cooldown variant. The
-// theoretical arrival time advances by cost*period/limit per request and
-// is stored rounded down to the nanosecond; the arithmetic is done relative
-// to now so that Unix nanoseconds lose no precision in a float64. The
-// reported rate is the budget in use, (tat-now)/period*limit.
+// checkGCRA is GCRA and Cooldown: the arrival time advances by
+// cost*period/limit, computed relative to now so float64 loses no
+// precision; the rate reported is (tat-now)/period*limit.
 func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 	period := float64(l.Period)
 	spend := cost * period / l.Limit
@@ -412,15 +323,14 @@ func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 	return res
 }
 
-// gcraAhead returns how far (ns) ahead of now the arrival time stands after
-// a request that spends spend ns against stored state s.
+// gcraAhead is how far (ns) ahead of now the arrival time stands after a
+// request spending spend ns against s.
 func (l Limit) gcraAhead(s State, now int64, spend float64) float64 {
 	if s.Time == 0 {
 		return spend
 	}
 	backlog := nsBetween(s.Time, now)
 	if l.Algorithm == Cooldown {
-		// Seed 003: Sn = S + T/n; reset to now + T/n when Sn < now.
 		if a := backlog + spend; a >= 0 {
 			return a
 		}
@@ -430,15 +340,13 @@ func (l Limit) gcraAhead(s State, now int64, spend float64) float64 {
 }
 
 // gcraOver reports whether an arrival time ahead ns after now is beyond the
-// period (with a relative slack of 1e-12 for rounding, so a burst of
-// exactly limit requests fits).
+// period, with a slack of 1e-12 so that a burst of exactly limit fits.
 func (l Limit) gcraOver(ahead float64) bool {
 	return ahead > float64(l.Period)*(1+1e-12)
 }
 
-// gcraWait returns how long after now a request spending spend ns is first
-// allowed against stored state s: when the arrival time has come within
-// period - spend of the clock.
+// gcraWait is how long after now a request spending spend ns is first
+// allowed against s.
 func (l Limit) gcraWait(s State, now int64, spend float64) time.Duration {
 	if l.gcraOver(spend) {
 		return never
@@ -461,19 +369,16 @@ func (l Limit) lambda() float64 {
 	return 1 / float64(l.Period)
 }
 
-// checkEARRRL is the EARRRL estimator: with N the decayed count and
-// lambda = ln2/half-life, the rate estimate is N*lambda*exp(-lambda*dt)
-// (per unit time; reported here per period), evaluated before the update
-// N = cost + N*exp(-lambda*dt). A clock that went backwards counts as no
-// time passed.
+// checkEARRRL is the EARRRL estimator: the estimate N*lambda*exp(-lambda*dt)
+// (reported per period), evaluated before N = cost + N*exp(-lambda*dt). A
+// clock that went backwards counts as no time passed.
 func (l Limit) checkEARRRL(prev State, now int64, cost float64) Result {
 	n := l.earrrlCount(prev, now)
 	est := l.earrrlEstimate(n)
 	res := Result{Before: est, Rate: est, Counted: State{Time: now, Rate: math.Min(cost+n, math.MaxFloat64)}}
 	switch l.Mode {
 	case Forgiving:
-		// The count whose estimate decays to exactly the limit in
-		// cost*period/limit, the spacing of a client at the limit.
+		// The count whose estimate decays to the limit in cost*period/limit.
 		lp := l.lambda() * float64(l.Period)
 		nmax := l.Limit / lp * math.Exp(lp*cost/l.Limit)
 		res.Denied, res.Keep = State{Time: now, Rate: math.Min(res.Counted.Rate, nmax)}, true
@@ -500,9 +405,8 @@ func (l Limit) earrrlEstimate(n float64) float64 {
 	return math.Min(n*l.lambda()*float64(l.Period), math.MaxFloat64)
 }
 
-// earrrlWait returns how long after now the estimate of stored state s
-// decays to the limit: ln(estimate/limit)/lambda. The estimate excludes the
-// request, so the cost plays no part.
+// earrrlWait is how long after now the estimate of s decays to the limit:
+// ln(estimate/limit)/lambda.
 func (l Limit) earrrlWait(s State, now int64) time.Duration {
 	est := l.earrrlEstimate(l.earrrlCount(s, now))
 	if !(est > l.Limit) {
@@ -515,15 +419,9 @@ func (l Limit) earrrlWait(s State, now int64) time.Duration {
 	return settle(durationOf(math.Log(est/l.Limit)/l.lambda()), over)
 }
 
-// Negligible reports whether the stored state s has decayed, by time now, to
-// the point where it is equivalent to no state for any request of cost >= 1,
-// so a store may drop it without forgiving anybody. For the exponential
-// algorithm that holds when alpha*r_prev + (1-alpha)/interval <= 1 (then
-// max(r_now, cost) = cost, exactly as for a fresh key); for GCRA when the
-// arrival time has passed; for Cooldown when the score is more than a
-// period old (then any cost up to the limit resets it, as for a fresh key);
-// for EARRRL, whose estimate never reaches zero, when it is below a
-// millionth of the limit (dropping it forgives at most that much).
+// Negligible reports whether s has decayed by now to the equivalent of no
+// state for any request of cost >= 1, so a store may drop it. EARRRL's
+// estimate never reaches zero: below a millionth of the limit counts.
 func (l Limit) Negligible(s State, now time.Time) bool {
 	if s.IsZero() {
 		return true
@@ -547,8 +445,7 @@ func (l Limit) Negligible(s State, now time.Time) bool {
 	}
 }
 
-// Rate returns the rate of stored state s decayed to now without a new
-// request, in cost per period: what `ratelimitd rate show` prints.
+// Rate is the rate of s decayed to now, in cost per period.
 func (l Limit) Rate(s State, now time.Time) float64 {
 	if s.IsZero() {
 		return 0
@@ -557,12 +454,8 @@ func (l Limit) Rate(s State, now time.Time) float64 {
 	return r
 }
 
-// Usage returns the rate of stored state s decayed to now without a new
-// request and the limit it is measured against, both in cost per period
-// (for Baseline, the key's learned allowance): the Before and Limit of
-// Check(s, now, 0), without the RetryAfter an over state would compute
-// (for Baseline, a bisection of microseconds; Usage is for probing many
-// keys, such as the store's eviction).
+// Usage is the Before and Limit of Check(s, now, 0) without computing a
+// RetryAfter: cheap enough to probe many keys.
 func (l Limit) Usage(s State, now time.Time) (rate, limit float64) {
 	if l.Algorithm == Baseline {
 		r := l.measureBaseline(s, now.UnixNano(), 0)
@@ -572,8 +465,7 @@ func (l Limit) Usage(s State, now time.Time) (rate, limit float64) {
 	return r.Before, r.Limit
 }
 
-// durationOf converts nanoseconds to a Duration, rounding up so a client that
-// waits RetryAfter is allowed, and saturating instead of overflowing.
+// durationOf converts ns to a Duration, rounding up and saturating.
 func durationOf(ns float64) time.Duration {
 	if ns >= math.MaxInt64 {
 		return never
@@ -584,10 +476,8 @@ func durationOf(ns float64) time.Duration {
 	return time.Duration(math.Ceil(ns))
 }
 
-// settle returns d, or if over(d) a later duration for which over is false,
-// found by steps that double from 1ns; never when there is none. It guards
-// the float arithmetic of the wait computations: the returned wait is
-// checked with the same arithmetic as Check.
+// settle returns d, or if over(d) the first later duration, by steps that
+// double from 1ns, for which over is false; never when there is none.
 func settle(d time.Duration, over func(time.Duration) bool) time.Duration {
 	for step := time.Duration(1); over(d); step *= 2 {
 		if step > never/2 || d > never-step {
@@ -598,8 +488,7 @@ func settle(d time.Duration, over func(time.Duration) bool) time.Duration {
 	return d
 }
 
-// nsBetween returns a-b in nanoseconds as a float64, exact while the
-// difference is below 2^53 ns (104 days) and free of integer overflow.
+// nsBetween is a-b in ns as a float64, without integer overflow.
 func nsBetween(a, b int64) float64 {
 	d := a - b
 	if (b > 0 && d > a) || (b < 0 && d < a) {
@@ -608,8 +497,7 @@ func nsBetween(a, b int64) float64 {
 	return float64(d)
 }
 
-// addNs returns t+ns, rounding ns toward zero and saturating at the int64
-// range.
+// addNs is t+ns, ns rounded toward zero, saturating.
 func addNs(t int64, ns float64) int64 {
 	switch {
 	case ns >= math.MaxInt64:

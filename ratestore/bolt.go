@@ -18,149 +18,94 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Defaults of PersistOptions.
-const (
-	DefaultFlushInterval = time.Second
-	DefaultSweepInterval = time.Minute
-)
+// DefaultSweepInterval is the default of PersistOptions.SweepInterval.
+const DefaultSweepInterval = time.Minute
 
 // PersistOptions configures NewPersistent. The zero value is usable.
 type PersistOptions struct {
-	// FlushInterval is how often Run writes the changed states to BoltDB;
-	// 0 means DefaultFlushInterval. It bounds what a crash loses.
-	FlushInterval time.Duration
-	// SweepInterval is how often Run drops negligible states from memory
-	// (and, at the next flush, from BoltDB); 0 means
-	// DefaultSweepInterval.
+	// SweepInterval is how often Tick drops negligible states (0:
+	// DefaultSweepInterval).
 	SweepInterval time.Duration
-	// Limits are the parameters of the configured limits, by name (Mode
-	// is ignored). When set, each limit's parameters are stored with its
-	// states (bucket ratemeta), and the stored parameters decide: a state
-	// is negligible when ratelimit.Limit.Negligible says so under the
-	// parameters it was written with, so states of a limit the
-	// configuration no longer names are kept until they have decayed under
-	// their own parameters (or, with no stored parameters, for Retention
-	// after their Time); states of a limit whose algorithm, period or
-	// half-life changed are converted (see Reconfigure); and keys at or
-	// above ProtectFraction of their limit are never evicted
-	// (Memory.SetProtect). Negligible is then not used.
+	// Limits are the configured limits' parameters by name (Mode
+	// ignored). When set they are stored beside the states (ratemeta)
+	// and the stored ones decide: a state is negligible under the
+	// parameters it was written with (unknown ones: Retention after its
+	// Time), states of a limit whose meaning changed are converted (see
+	// Reconfigure), keys at or above ProtectFraction of their limit are
+	// never evicted, and Negligible is not used.
 	Limits map[string]ratelimit.Limit
-	// Retention is how long states of a limit with unknown parameters are
-	// kept after their Time when Limits is set; 0 means DefaultRetention.
+	// Retention keeps states of limits with unknown parameters (0:
+	// DefaultRetention).
 	Retention time.Duration
-	// Negligible reports whether the state of key under limit is, at now,
-	// equivalent to no state, when Limits is nil. Such states are not
-	// restored and are swept. nil means no state is negligible: nothing
-	// is swept, which is only safe with a bound on keys (MaxKeys).
+	// Negligible, used when Limits is nil, reports whether a state is
+	// equivalent to none: such states are not restored and are swept.
+	// nil: nothing is swept (safe only with MaxKeys).
 	Negligible func(limit string, s ratelimit.State, now time.Time) bool
-	// ReadOnly restores without writing anything: nothing negligible or
-	// malformed is deleted, no parameters or converted states are stored,
-	// Update, Delete and Flush return ErrReadOnly and Close does not
-	// flush. For a BoltDB file opened with bbolt.Options.ReadOnly (the
-	// offline CLI's rate list and show).
+	// ReadOnly restores without writing (for a file opened with
+	// bbolt.Options.ReadOnly): Update, Delete and Flush return
+	// ErrReadOnly, Close does not flush.
 	ReadOnly bool
-	// Now returns the current time; nil means time.Now.
+	// Now is the clock (nil: time.Now).
 	Now func() time.Time
-	// Logger receives flush failures and sweep counts; nil discards.
+	// Logger receives failures and sweep counts (nil: discard).
 	Logger *slog.Logger
-	// SkipLost restores what can be read of a file with unreadable
-	// records, counting them (PersistStats.Lost, LostKeys) and Lost
-	// lists them, instead of failing: for `ratelimitd state check`, in
-	// read-only mode. Without it NewPersistent refuses such a file with
+	// SkipLost restores what is readable of a file with unreadable
+	// records, counting and listing them (Lost), for `ratelimitd state
+	// check`; without it NewPersistent refuses such a file with
 	// statedb.RecordsLost's error. Unreadable records are never deleted
-	// here: the daemon sets them aside (statedb.SetAside) once the
-	// operator accepts their loss.
+	// here (the daemon sets them aside: statedb.SetAside).
 	SkipLost bool
 }
 
-// PersistStats are counters of a Persistent since NewPersistent.
+// PersistStats are a Persistent's counters since NewPersistent.
 type PersistStats struct {
-	// Restored is how many states NewPersistent loaded; Dropped how many
-	// stored states it did not load and deleted instead (negligible,
-	// malformed, or of a limit beyond MaxLimits). Malformed counts the
-	// dropped states whose value was not a state (wrong length, NaN or
-	// infinite rate). Unconfigured counts restored states of limits not
-	// in PersistOptions.Limits (kept until they decay); Converted the
-	// states converted to a limit's changed parameters, at restore and by
-	// Reconfigure. NotConverted counts the states whose conversion was
-	// refused (a NaN in the state, or a result that is not finite: a bug)
-	// and that were kept as they were, each time logged at ERROR.
+	// Restored: states loaded; Dropped: stored states deleted instead
+	// (negligible, malformed, or beyond MaxLimits), of which Malformed
+	// were not a state; Unconfigured: restored states of limits not in
+	// Limits; Converted: states converted to changed parameters;
+	// NotConverted: conversions refused (not finite), states kept.
 	Restored, Dropped, Malformed, Unconfigured, Converted, NotConverted int64
-	// Flushes is how many flushes committed; Failures how many failed
-	// (their changes are retried at the next flush).
+	// Flushes committed and Failures failed (retried at the next flush).
 	Flushes, Failures int64
-	// CompactionFailures is how many compactions failed (retried after
-	// the next flush).
+	// CompactionFailures counts failed compactions (retried).
 	CompactionFailures int64
-	// LastError is the error of the last failed flush or compaction, at
-	// LastErrorAt; LastFlushAt is when the last flush succeeded (a flush
-	// with nothing to write succeeds). Zero times mean never.
+	// LastError is the last failed flush's or compaction's error, at
+	// LastErrorAt; LastFlushAt the last successful flush. Zero: never.
 	LastError                string
 	LastErrorAt, LastFlushAt time.Time
-	// Compactions is how many compactions of the journal into the snapshot
-	// completed; Journal is the bytes of records in the journal now.
+	// Compactions completed; Journal: bytes of records in the journal.
 	Compactions, Journal int64
-	// Written and Deleted count keys put and deleted by flushes; Skipped
-	// counts changes that cannot be stored in BoltDB (an empty key or limit
-	// name, or a limit name starting with NUL) and stay in memory only.
+	// Written and Deleted: keys put and deleted by flushes; Skipped:
+	// changes that cannot be stored (empty key or name, name starting
+	// with NUL), kept in memory only.
 	Written, Deleted, Skipped int64
-	// Pending is how many changes wait for the next flush after a failed
-	// one.
+	// Pending: changes waiting after a failed flush.
 	Pending int
 	// LastFlush is the duration of the last committed flush.
 	LastFlush time.Duration
-	// Lost is how many records NewPersistent could not read (with
-	// SkipLost) or were set aside before it (NoteLost), and LostKeys the
-	// keys they held as far as can be told.
+	// Lost: unreadable records (SkipLost, or NoteLost), LostKeys the keys
+	// they held as far as can be told.
 	Lost, LostKeys int64
 }
 
-// Persistent is a Memory whose state is kept in BoltDB by write-behind:
-// every change is made in memory, and a flush appends all states changed or
-// deleted since the previous flush to the journal in one read-write
-// transaction (fsync'd on commit unless the DB was opened with NoSync).
-// Run flushes every FlushInterval and sweeps negligible states every
-// SweepInterval; Close flushes a last time. When the journal has grown
-// past about half the snapshot (at least 32 MiB), Run compacts it into the
-// snapshot in the background, in pieces of at most 20,000 keys, while its
-// flushes go on between the pieces (see compact).
+// Persistent is a Memory kept in BoltDB by write-behind: changes are made
+// in memory, and each flush appends every state changed or deleted since
+// the last one to the journal in one transaction. Tick (called by
+// statedb.Flusher every flush_interval) flushes, sweeps, and starts a
+// compaction of the journal into the snapshot once the journal passes
+// about half the snapshot (at least 32 MiB), in pieces of compactPiece
+// keys between which flushes go on. Close flushes a last time.
 //
-// Crash bound: a crash (SIGKILL, power loss) loses at most the changes
-// made since the last committed flush began collecting them: FlushInterval
-// plus the duration of one flush (and of one compaction piece, which a
-// flush may wait for). Every key's stored state is then one it really had,
-// no older than that (TestPersistentCrashBound kills a writer with SIGKILL
-// and checks this); a flush takes the changes shard by shard, so the file
-// is not a snapshot of one instant across keys. BoltDB's copy-on-write
-// commit keeps the file consistent whenever the process dies, and a
-// compaction does not change the stored state, only where it is kept, so
-// a crash during one loses nothing (TestPersistentCrashBound also kills a
-// writer that compacts every few flushes). A failed flush (disk full)
-// keeps its changes and the next flush retries them; a failed compaction
-// is logged and retried after the next flush.
+// A crash loses at most the changes since the last committed flush began
+// (one interval plus one flush and one compaction piece); every stored
+// state is one the key really had (TestPersistentCrashBound). A failed
+// flush keeps its changes for the next. Delete flushes before it returns.
+// Evictions and sweeps are persisted as deletions by the next flush.
 //
-// Delete (an operator's rate reset) is made durable at once: it flushes
-// before it returns. Evictions (MaxKeys) and sweeps are persisted as
-// deletions by the next flush.
+// Restore, flushes and compaction pieces madvise BoltDB's mapping out of
+// resident memory (Linux).
 //
-// Cost: a flush writes its record, about 20 bytes plus the key per
-// change, so its cost follows the number of changes, not the number of
-// snapshot pages they fall in (BenchmarkFlushRandom100k). A compaction
-// rewrites each snapshot leaf page holding a journaled key (copy-on-write),
-// nearly all of them under random keys, deduplicated and in key order (a
-// radix sort on 8 bytes of each key held with the entry, which reads the
-// keys only to confirm the duplicates, BenchmarkCollect); its memory is 16
-// bytes per journal entry, as keys and states are read from the mapping,
-// plus the pages of one piece. The file holds the snapshot,
-// the journal, and the pages of the largest compaction piece twice.
-// NewPersistent reads every page without writing them, and it, each flush,
-// sweep and compaction piece madvise BoltDB's read-only mapping out of the
-// process's resident memory (Linux; the pages stay in the page cache).
-// BenchmarkPersist2M measures the restore time, resident memory and
-// snapshot size per pair (figures in docs/performance.md).
-//
-// Persistent implements policy.Store; its methods are safe for concurrent
-// use. Create it with NewPersistent.
+// Its methods are safe for concurrent use. Create it with NewPersistent.
 type Persistent struct {
 	db   *bbolt.DB
 	mem  *Memory
@@ -168,11 +113,8 @@ type Persistent struct {
 	log  *slog.Logger
 	done chan struct{}
 
-	mu     sync.Mutex // serialises flushes; guards the fields below
-	closed bool
-	// sealed is set when the file is of the current format (every record
-	// sealed; see bolt_format.go), once restore has converted it.
-	sealed  bool
+	mu      sync.Mutex // serialises flushes; guards the fields below
+	closed  bool
 	lost    []statedb.Lost // the records restore could not read
 	pending batch
 	// metaDirty holds the parameters to store at the next flush.
@@ -185,63 +127,42 @@ type Persistent struct {
 	// The compaction threshold: max(compactMin, compactPerPair * states).
 	compactMin, compactPerPair int64
 
-	// params are the parameters of the states held, by limit name: those
-	// of the configuration (Limits) and, for limits it does not name, the
-	// stored ones. Replaced whole, never modified.
+	// params: the parameters of the states held, by limit (configured or
+	// stored); convs: each limit's last conversion. Replaced whole.
 	params atomic.Pointer[map[string]ratelimit.Limit]
-	// convs holds, by limit name, the last conversion of its states
-	// (LastConversion). Replaced whole, never modified.
-	convs atomic.Pointer[map[string]policy.Conversion]
+	convs  atomic.Pointer[map[string]policy.Conversion]
 
-	// cmu serialises compactions (which take mu only briefly); pieceKeys
-	// is the number of keys of one compaction piece.
-	cmu       sync.Mutex
-	pieceKeys int
+	cmu        sync.Mutex // serialises compactions
+	pieceKeys  int        // keys of one compaction piece
+	compacting atomic.Bool
+	lastSweep  time.Time // by Tick
 
-	// flushBytes and compactBytes are the heap the flushes keep between
-	// them and the running compaction holds (Working).
+	// Heap held between flushes and by a running compaction (Working).
 	flushBytes, compactBytes atomic.Int64
 
-	// Test hooks. beforeTake and afterFlush are called under mu: before a
-	// flush takes the changes, and after it committed n records.
-	// afterPiece is called after compaction piece i committed; when it
-	// returns false the compaction stops there (as if the process died).
+	// Test hooks, called under mu: before a flush takes the changes and
+	// after it committed n records; afterPiece after compaction piece i
+	// (false stops the compaction there, as if the process died).
 	beforeTake func()
 	afterFlush func(n int)
 	afterPiece func(i int) bool
-	// yield lets the request goroutines waiting for this goroutine's CPU
-	// run (runtime.Gosched; a test hook may count the calls): see
-	// yieldEntries.
+	// yield gives the CPU to waiting requests (runtime.Gosched) between
+	// shards and every yieldEntries entries of long flushes and
+	// compactions, which would otherwise hold a single CPU for up to Go's
+	// 10 ms preemption.
 	yield func()
 }
 
-// A flush and a compaction run for milliseconds without blocking: taking
-// some 100,000 changes (cache misses in the store's shards), encoding
-// them, reading, sorting and applying a journal of 800,000 entries. With
-// one CPU (GOMAXPROCS 1) the requests that arrive meanwhile would wait up
-// to Go's 10 ms preemption, which made most of the p99.9 of a daemon
-// pinned to one CPU. So they yield the CPU (Persistent.yield) between the
-// store's shards when taking changes, and every yieldEntries entries or
-// journal record when encoding, collecting and applying; the CPU time is
-// the same, and with several CPUs a yield costs a fraction of a
-// microsecond.
 const yieldEntries = 4096
 
-// NewPersistent restores the state stored in db into mem and returns a
-// Persistent that keeps mem's changes in db. db is open and stays owned by
-// the caller (Close does not close it); mem should be empty (states it
-// already holds win over stored ones, and are written at the first flush).
-// Restoring skips the states opts.Negligible reports negligible now, and
-// appends their deletion to the journal before it returns; mem's MaxKeys
-// bound applies, and a state evicted while restoring is deleted by the
-// first flush. It returns an error wrapping ErrVersion for a bucket or a
-// journal record written in an unknown format, one wrapping ErrDamaged when
-// reading the file panicked (BoltDB panics on corrupt pages; the panic is
-// recovered), or BoltDB's error. Start Run to flush periodically.
+// NewPersistent restores the state stored in db into mem (which should be
+// empty) and returns a Persistent that keeps mem's changes in db; db stays
+// the caller's. Negligible states are not restored and their deletion is
+// journaled; mem's MaxKeys applies. It returns an error wrapping
+// ErrVersion for a file of another format, ErrDamaged when reading the
+// file panicked (recovered), statedb.RecordsLost's for unreadable records
+// (unless SkipLost), or BoltDB's error.
 func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persistent, err error) {
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = DefaultFlushInterval
-	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = DefaultSweepInterval
 	}
@@ -252,7 +173,8 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persisten
 		opts.Retention = DefaultRetention
 	}
 	p = &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
-		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece, yield: runtime.Gosched}
+		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece, yield: runtime.Gosched,
+		lastSweep: time.Now()}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -307,17 +229,13 @@ func (p *Persistent) Params(limit string) (ratelimit.Limit, bool) {
 }
 
 // Reconfigure makes limits (as PersistOptions.Limits) the parameters of
-// the states held, and calls swap, which installs the configuration that
-// uses them (policy.Engine.Reload), while every shard of the memory store
-// is locked, so no request reads a state under parameters other than its
-// own. States of a limit whose algorithm, period or half-life changed are
-// converted so that a sender refused under the old parameters stays
-// refused at least as long under the new ones, and a sender who was not
-// refused is not refused for it (see convert); they and the new parameters
-// are stored by the next flush, in one transaction. Limits no longer named
-// keep their states and parameters. If swap fails nothing changes and its
-// error is returned. It does nothing but call swap when
-// PersistOptions.Limits was nil.
+// the states held and calls swap (policy.Engine.Reload) with every shard
+// locked, so no request reads a state under other parameters. States of a
+// limit whose algorithm, period or half-life changed are converted (a
+// refused sender stays refused as long, an admitted one stays admitted)
+// and stored, with the parameters, by the next flush. If swap fails
+// nothing changes and its error is returned. Without Limits it only calls
+// swap.
 func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() error) error {
 	if p.opts.Limits == nil {
 		return swap()
@@ -377,9 +295,8 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 	return nil
 }
 
-// noteConversions records, under mu, that the states of the limits in
-// conv were converted from conv's old parameters at at, by cause
-// (LastConversion).
+// noteConversions records, under mu, the conversions conv at at, by
+// cause (LastConversion).
 func (p *Persistent) noteConversions(conv map[string][2]ratelimit.Limit, at time.Time, cause string) {
 	if len(conv) == 0 {
 		return
@@ -394,10 +311,9 @@ func (p *Persistent) noteConversions(conv map[string][2]ratelimit.Limit, at time
 	p.convs.Store(&m)
 }
 
-// LastConversion returns the last conversion of the states of limit to
-// changed parameters since NewPersistent (at restore, cause "restore", or
-// by Reconfigure, "reload"), and whether there was one; it implements
-// policy.Conversions. Safe for concurrent use.
+// LastConversion returns the last conversion of limit's states since
+// NewPersistent (cause "restore" or "reload"); it implements
+// policy.Conversions.
 func (p *Persistent) LastConversion(limit string) (policy.Conversion, bool) {
 	if m := p.convs.Load(); m != nil {
 		c, ok := (*m)[limit]
@@ -406,8 +322,8 @@ func (p *Persistent) LastConversion(limit string) (policy.Conversion, bool) {
 	return policy.Conversion{}, false
 }
 
-// setMeta records, under mu, that the parameters of limit are to be
-// stored at the next flush.
+// setMeta has, under mu, the parameters of limit stored at the next
+// flush.
 func (p *Persistent) setMeta(limit string, l ratelimit.Limit) {
 	if p.opts.ReadOnly || !persistableName(limit) {
 		return
@@ -418,9 +334,9 @@ func (p *Persistent) setMeta(limit string, l ratelimit.Limit) {
 	p.metaDirty[limit] = l
 }
 
-// Close flushes a last time and stops Run, and a compaction it runs (after
-// its current transaction). Changes made after Close stay in memory only,
-// and Flush returns ErrClosed. Close does not close the BoltDB file. It returns the last flush's error.
+// Close flushes a last time and stops a running compaction (after its
+// current transaction), returning the flush's error; later Flush calls
+// return ErrClosed. It does not close the BoltDB file.
 func (p *Persistent) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -434,20 +350,15 @@ func (p *Persistent) Close() error {
 	p.closed = true
 	close(p.done)
 	p.mu.Unlock()
-	// Wait for a compaction Run started: it stops after its current
-	// transaction.
+	// Wait for a running compaction.
 	p.cmu.Lock()
 	p.cmu.Unlock() //lint:ignore SA2001 an empty critical section: waits for a running compaction
 	return err
 }
 
-// Working returns the bytes of Go heap p holds beyond its Memory's
-// footprint (Memory.Footprint), for a caller sizing the heap (the daemon's
-// soft memory limit): the arrays a flush keeps for the next one (32 bytes
-// per change taken, twice, plus the keys' bytes and the encoded records),
-// which a flush with nothing to write gives up, and, while a compaction
-// runs, its index of the journal (16 bytes per journal entry). Safe for
-// concurrent use.
+// Working returns the Go heap p holds beyond Memory.Footprint, for the
+// daemon's soft memory limit: the arrays a flush keeps for the next and a
+// running compaction's index (16 bytes per journal entry).
 func (p *Persistent) Working() int64 {
 	return p.flushBytes.Load() + p.compactBytes.Load()
 }
@@ -459,9 +370,8 @@ func (p *Persistent) Stats() PersistStats {
 	return p.stats
 }
 
-// NoteLost adds to the counts of lost records and keys (PersistStats.Lost,
-// LostKeys) those the daemon set aside before restoring, when the
-// operator accepted their loss (serve --accept-state-loss).
+// NoteLost adds the records and keys the daemon set aside before
+// restoring (serve --accept-state-loss) to PersistStats.Lost, LostKeys.
 func (p *Persistent) NoteLost(records, keys int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -469,8 +379,7 @@ func (p *Persistent) NoteLost(records, keys int) {
 	p.stats.LostKeys += int64(keys)
 }
 
-// Lost returns the records NewPersistent could not read (with
-// PersistOptions.SkipLost).
+// Lost returns the records NewPersistent could not read (SkipLost).
 func (p *Persistent) Lost() []statedb.Lost {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -485,8 +394,7 @@ func (p *Persistent) Get(ctx context.Context, limit, key string) (ratelimit.Stat
 	return p.mem.Get(ctx, limit, key)
 }
 
-// Update is Memory.Update; the change is written by the next flush. It
-// returns ErrReadOnly in read-only mode.
+// Update is Memory.Update; the next flush writes the change.
 func (p *Persistent) Update(ctx context.Context, limit, key string, fn func(ratelimit.State) (ratelimit.State, bool)) error {
 	if p.opts.ReadOnly {
 		return ErrReadOnly
@@ -494,10 +402,9 @@ func (p *Persistent) Update(ctx context.Context, limit, key string, fn func(rate
 	return p.mem.Update(ctx, limit, key, fn)
 }
 
-// Delete forgets key under limit and, if it had state, flushes so that
-// the reset survives a restart before Delete returns. If that flush fails
-// the state is gone from memory, the deletion is retried by the next
-// flush, and the error is returned.
+// Delete forgets key under limit and, if it had state, flushes before it
+// returns (an operator's reset survives a restart). If that flush fails,
+// the next retries the deletion, and the error is returned.
 func (p *Persistent) Delete(ctx context.Context, limit, key string) (bool, error) {
 	if p.opts.ReadOnly {
 		return false, ErrReadOnly

@@ -17,70 +17,39 @@ import (
 )
 
 const (
-	// A flush compacts when the journal holds at least
-	// max(compactMinBytes, compactPairBytes per state held) bytes of
-	// records: about half the snapshot (whose size per state
-	// BenchmarkPersist2M measures). Each compaction rewrites the snapshot's
-	// pages holding a journaled key, nearly all of them under random keys,
-	// so it is paid for by at least half a snapshot of cheap appends.
-	// Its cost per journal entry falls as the journal grows, the pages
-	// being rewritten once per compaction (BenchmarkCompact; figures in
-	// docs/performance.md); 32 MiB (some
-	// 800,000 entries) keeps the file, the memory of a compaction (see
-	// Persistent) and the time to read the journal at restore small.
+	// Tick compacts once the journal holds max(compactMinBytes,
+	// compactPairBytes per state held) bytes: about half the snapshot, so
+	// that rewriting the snapshot's pages is paid for by as many cheap
+	// appends (BenchmarkCompact, BenchmarkPersist2M).
 	compactMinBytes  = 32 << 20
 	compactPairBytes = 48
-	// compactPiece is how many keys one write transaction of a compaction
-	// puts or deletes: a contiguous range of the sorted keys, so that it
-	// touches only the snapshot's leaf pages of that range, which BoltDB
-	// keeps in memory until commit.
-	compactPiece = 20_000
-	// compactDeleteMax is how many journal records one transaction of a
-	// compaction deletes at most.
+	// compactPiece is the keys one compaction transaction writes (a range
+	// of sorted keys: few leaf pages), compactDeleteMax the journal
+	// records one deletes.
+	compactPiece     = 20_000
 	compactDeleteMax = 1024
 )
 
 // errCompactionStopped is returned by compact when it was stopped between
 // two pieces.
-var errCompactionStopped = errors.New("store: rate journal compaction stopped")
+var errCompactionStopped = errors.New("ratestore: rate journal compaction stopped")
 
-// compact applies the journal to the snapshot and deletes the records it
-// applied, in several small transactions:
+// compact applies the journal to the snapshot in small transactions:
 //
-//  1. In a read-only transaction, it reads every record of the journal (up
-//     to the last one, of sequence S), keeps the last entry of each
-//     (limit, key) and sorts them by limit and key (collect).
-//  2. It puts or deletes these entries in the snapshot, pieceKeys
-//     (20,000) at a time in key order, one write transaction per piece, so
-//     that each touches only the snapshot's leaf pages of one key range
-//     and BoltDB keeps little in memory until its commit. A piece reads
-//     the keys and states from the records (BoltDB's mapping), which it
-//     looks up again, as a mapping may move between transactions.
-//  3. It deletes the records it read, sequences up to S, oldest first, in
-//     one transaction (or a few, past compactDeleteMax records).
+//  1. collect, in a read-only transaction, reads every journal record (up
+//     to sequence S) and sorts the last entry of each (limit, key);
+//  2. pieceKeys entries at a time, in key order, it puts or deletes them in
+//     the snapshot, reading keys and states from the records again;
+//  3. it deletes the records up to S, oldest first.
 //
-// Flushes run between these transactions and append records of sequence
-// above S, which compact never touches. The stored state (the snapshot
-// with the whole journal replayed) stays the same throughout, so a crash
-// at any moment leaves it restorable and correct: journal records hold
-// absolute states, not differences, so replaying the journal over a
-// snapshot that already holds some pieces, whose states are those of the
-// last entry up to S of their keys, gives each key the state of its last
-// entry in the journal, or its snapshot state if it has none; and deleting
-// the oldest records, whose last entries are all in the snapshot, leaves
-// the journal's last entry of every key it still has unchanged. A crash
-// between pieces leaves the journal whole; the next compaction does the
-// work again.
-//
-// compact stops between two transactions, returning
-// errCompactionStopped, when stop is closed or (if stop is not nil) after
-// Close. Entries of a limit mem does not know (beyond MaxLimits at
-// restore) are dropped. A record that cannot be read (damaged since the
-// restore, which checked them all) is neither applied nor deleted: it is
-// logged at ERROR and recorded as the last error, and the next start
-// refuses the file until the operator salvages it or accepts the loss. A
-// sound record of an unknown format fails with ErrVersion. Every value
-// compact puts in the snapshot is sealed (cellVersion).
+// Flushes run between the transactions and append records above S. The
+// stored state (snapshot plus journal) is the same throughout, as records
+// hold absolute states, so a crash at any moment loses nothing. It returns
+// errCompactionStopped when stop is closed between two transactions.
+// Entries of limits mem does not know are dropped. An unreadable record
+// (damaged since restore) is neither applied nor deleted, but logged and
+// recorded as the last error; the next start refuses the file. A record of
+// an unknown version fails with ErrVersion.
 func (p *Persistent) compact(stop <-chan struct{}) error {
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
@@ -103,7 +72,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 	start := time.Now()
 	c := compaction{yield: p.yield}
 	if err := p.view(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
-		return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+		return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 	}
 	c.recs = nil // the mapping of that transaction
 	if len(c.lost) > 0 {
@@ -133,7 +102,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		}
 		end := min(i+p.pieceKeys, len(c.ents))
 		if err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error { return c.apply(tx, t, i, end, skip) }); err != nil {
-			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 		}
 		p.release()
 		if p.afterPiece != nil && !p.afterPiece(pieces) {
@@ -153,13 +122,13 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 					continue // kept for the operator: see compact
 				}
 				if err := t.Delete(j, journalPath, seq); err != nil {
-					return fmt.Errorf("store: delete %s/%x: %w", journalName, seq, err)
+					return fmt.Errorf("ratestore: delete %s/%x: %w", journalName, seq, err)
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("store: compaction of %s: %w", journalName, err)
+			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 		}
 		var n int64
 		for k, size := range c.sizes[i : i+len(seqs)] {
@@ -187,34 +156,28 @@ type compaction struct {
 	recs  [][]byte // the records, valid during a transaction
 	bytes int64    // the sum of sizes
 	names []string // limit names, indexed by limit index
-	// The last entry of each (limit, key), sorted by limit index and key:
-	// those of limit i are ents[ends[i-1]:ends[i]] (limitEntries).
-	ents []jentry
-	ends []int
-	// yield is Persistent.yield, called by apply every yieldEntries
-	// entries.
-	yield func()
-	// lost are the records that cannot be read, bad their indexes in
-	// seqs: a compaction neither applies nor deletes them.
-	lost []statedb.Lost
-	bad  map[int]bool
-	// cells holds the snapshot values apply puts in one transaction.
-	cells []byte
+	// The last entry of each (limit, key), sorted by limit and key: those
+	// of limit i are ents[ends[i-1]:ends[i]].
+	ents  []jentry
+	ends  []int
+	yield func() // Persistent.yield
+	// lost are the unreadable records, bad their indexes in seqs.
+	lost  []statedb.Lost
+	bad   map[int]bool
+	cells []byte // the snapshot values of one apply
 }
 
 // jentry is a journal entry, 16 bytes: the entry at offset off of record
-// rec (its header, see entry). pre is the 8 bytes of its key after the
-// prefix all the journal's keys of its limit share (zero-padded,
-// big-endian), so that sorting by key need not read the keys, which lie at
-// random places of BoltDB's mapping. Its limit is where it is in
-// compaction.ents.
+// rec. pre is the 8 bytes of its key after the prefix all keys of its
+// limit share (zero-padded, big-endian), so that sorting need not read the
+// keys from the mapping.
 type jentry struct {
 	pre      uint64
 	rec, off uint32
 }
 
-// entry returns the key of e, its state (valueLen bytes) unless the entry
-// is a deletion, and whether it is. collect checked the entry.
+// entry returns the key of e, its state unless it is a deletion, and
+// whether it is.
 func (c *compaction) entry(e jentry) (key, state []byte, del bool) {
 	v := c.recs[e.rec][e.off:]
 	h, w := binary.Uvarint(v)
@@ -239,13 +202,8 @@ func (c *compaction) limitEntries(i int) []jentry {
 	return c.ents[start:c.ends[i]]
 }
 
-// comparePre orders entries by pre, then in journal order (record, then
-// offset in it). pre orders keys as their bytes do, up to ties: for keys
-// sharing their first lcp bytes, the order of key[lcp:lcp+8] padded with
-// zeros is that of the keys wherever it is strict (a key that is a proper
-// prefix of another pads with zeros, which no byte is below). So entries
-// in this order are in key order but for runs of equal pre, which are
-// mostly the entries of one key (see dedup).
+// comparePre orders entries by pre, then in journal order: key order but
+// for runs of equal pre (see dedup).
 func comparePre(x, y jentry) int {
 	switch {
 	case x.pre != y.pre:
@@ -256,10 +214,8 @@ func comparePre(x, y jentry) int {
 	return cmp.Compare(x.off, y.off)
 }
 
-// dedup appends to out the last entry of each key of run, entries of
-// equal pre in journal order, in key order. It reads each key once when
-// they are all the same (a key changed in several flushes), and sorts run
-// by key otherwise.
+// dedup appends to out the last entry of each key of run (entries of
+// equal pre, in journal order), in key order.
 func (c *compaction) dedup(out, run []jentry) []jentry {
 	last := run[len(run)-1]
 	if len(run) == 1 {
@@ -284,16 +240,13 @@ func (c *compaction) dedup(out, run []jentry) []jentry {
 	return out
 }
 
-// radixMin is the number of entries below which sortEntries sorts by
-// insertion.
+// radixMin is the size below which sortEntries sorts by insertion.
 const radixMin = 32
 
 // sortEntries sorts ents, whose pre agree in their first shift bytes, by
-// comparePre, in place: a most-significant-digit radix sort (American
-// flag sort) on the bytes of pre, and an insertion sort of small ranges.
-// It reads no key. (slices.SortFunc takes several times as long: its
-// comparisons are calls.) yield is called before each bucket of at least
-// yieldEntries entries is sorted.
+// comparePre in place without reading keys: an MSD radix sort (American
+// flag sort), insertion sort for small ranges. yield is called before each
+// bucket of at least yieldEntries entries.
 func sortEntries(ents []jentry, shift int, yield func()) {
 	for len(ents) > radixMin && shift < 8 {
 		sh := 56 - 8*shift
@@ -362,8 +315,7 @@ func entryLess(x, y jentry) bool {
 	return x.off < y.off
 }
 
-// keyPrefix returns the first 8 bytes of k as a big-endian integer, padded
-// with zeros.
+// keyPrefix returns the first 8 bytes of k, zero-padded, big-endian.
 func keyPrefix(k []byte) uint64 {
 	if len(k) >= 8 {
 		return binary.BigEndian.Uint64(k)
@@ -373,18 +325,11 @@ func keyPrefix(k []byte) uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// collect reads every record of the journal in tx into c, and sorts and
-// deduplicates its entries. c.recs are slices of BoltDB's mapping, valid
-// until tx ends (the record without its checksum). A record that cannot
-// be read is added to c.lost and c.bad, and its entries dropped; it counts
-// in c.seqs (and is never deleted by a compaction). A sound record of an
-// unknown format fails with ErrVersion.
-//
-// It decodes the records twice, in journal order (sequential reads of the
-// mapping): first to count each limit's entries and find the prefix all
-// its keys share, then to place each entry, with its key's pre, in its
-// limit's part of c.ents, which it sorts (sortEntries) and deduplicates
-// (dedup). Its memory is c.ents, 16 bytes per journal entry.
+// collect reads every journal record in tx into c (c.recs are slices of
+// the mapping, valid until tx ends), sorts the entries and keeps the last
+// of each key, in two passes over the records (countEntries,
+// placeEntries). An unreadable record goes to c.lost and c.bad. A record
+// of an unknown version fails with ErrVersion.
 func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	j := tx.Bucket(journalName)
 	if j == nil {
@@ -403,8 +348,7 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	return nil
 }
 
-// journalLimits indexes the limits named in the journal's records as
-// collect reads them.
+// journalLimits indexes the limits named in the journal.
 type journalLimits struct {
 	lims    []journalLimit
 	ids     map[string]uint16
@@ -412,15 +356,14 @@ type journalLimits struct {
 	lastLim uint16
 }
 
-// journalLimit is what collect's first pass learns of one limit.
+// journalLimit is what countEntries learns of a limit.
 type journalLimit struct {
 	n     int    // entries
 	first []byte // key of the first entry
 	lcp   int    // length of the prefix all keys share
 }
 
-// lookup returns the index of the limit name, adding it to c.names if
-// new; more than 65,536 names is a malformed record.
+// lookup returns the index of the limit name, adding it if new.
 func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
 	if ix.last != nil && bytes.Equal(name, ix.last) {
 		return ix.lastLim, nil
@@ -439,12 +382,9 @@ func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
 	return lim, nil
 }
 
-// countEntries is collect's first pass: it reads every record of the
-// journal bucket j into c, counting each limit's entries and the prefix
-// its keys share. It returns the indexes of the records that cannot be
-// read (their checksum fails, or they do not decode), which it adds to
-// c.lost, and fails only on a sound record of an unknown format
-// (ErrVersion).
+// countEntries is collect's first pass: it reads the records of j into
+// c, counting each limit's entries and their keys' common prefix, and
+// returns the indexes of the unreadable ones (added to c.lost).
 func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLimits) (bad map[int]bool, err error) {
 	cur := j.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
@@ -452,7 +392,7 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 			continue // a bucket: not written by this package
 		}
 		p.yield()
-		body, err := recordBody(k, v, p.sealed)
+		body, err := recordBody(k, v)
 		if err == nil {
 			err = decodeRecord(body, func(name []byte, _, off, n int, _ bool) error {
 				lim, err := ix.lookup(c, name)
@@ -490,9 +430,7 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 }
 
 // placeEntries is collect's second pass: it places each entry of the
-// well-formed records of c, with its key's pre, in its limit's part of
-// ents: those of limit lim are ents[start[lim]:next[lim]] (fewer than
-// counted when a malformed record held some).
+// sound records in its limit's part of ents, ents[start[lim]:next[lim]].
 func (p *Persistent) placeEntries(c *compaction, ix *journalLimits, bad map[int]bool) (ents []jentry, start, next []int, err error) {
 	lims := ix.lims
 	start = make([]int, len(lims)+1)
@@ -523,8 +461,8 @@ func (p *Persistent) placeEntries(c *compaction, ix *journalLimits, bad map[int]
 	return ents, start, next, nil
 }
 
-// sortDedup sorts each limit's entries (sortEntries) and keeps the last
-// of each key (dedup), into c.ents and c.ends.
+// sortDedup sorts each limit's entries and keeps the last of each key,
+// into c.ents and c.ends.
 func (p *Persistent) sortDedup(c *compaction, ents []jentry, start, next []int) {
 	out := ents[:0]
 	for lim := range next {
@@ -560,9 +498,8 @@ func commonPrefix(a, b []byte) int {
 	return n
 }
 
-// apply puts or deletes the entries c.ents[start:end] in the snapshot, in
-// tx, reading them from the journal's records, and deletes the buckets its
-// deletions emptied. Entries of a limit whose skip is set are dropped.
+// apply puts or deletes the entries c.ents[start:end] in the snapshot in
+// tx, skipping limits with skip set, and deletes the buckets emptied.
 func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip []bool) error {
 	root, j := tx.Bucket(bucketName), tx.Bucket(journalName)
 	if root == nil || j == nil {

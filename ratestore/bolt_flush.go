@@ -3,11 +3,9 @@ package ratestore
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -19,82 +17,51 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Run flushes every FlushInterval and sweeps every SweepInterval until ctx
-// is done, then flushes a last time and returns that flush's error; it
-// returns nil at once after Close. A failed periodic flush is logged and
-// retried at the next one. After a flush, when the journal has grown past
-// the threshold, Run starts a compaction in another goroutine and goes on
-// flushing meanwhile; it stops that compaction (between two pieces) and
-// waits for it before it returns. Call Run once, in its own goroutine.
-func (p *Persistent) Run(ctx context.Context) error {
-	flush := time.NewTicker(p.opts.FlushInterval)
-	defer flush.Stop()
-	var sweepC <-chan time.Time
-	if p.sweeps() {
-		sweep := time.NewTicker(p.opts.SweepInterval)
-		defer sweep.Stop()
-		sweepC = sweep.C
+// Tick is the periodic work of the write-behind (statedb.Flusher): flush,
+// sweep every SweepInterval, and start a compaction in another goroutine
+// when the journal is due (Close stops and waits for it). It returns the
+// flush's error; nil after Close or read-only.
+func (p *Persistent) Tick() error {
+	if p.opts.ReadOnly {
+		return nil
 	}
-	stop := make(chan struct{})
-	var compacting chan struct{} // closed when the compaction returns
-	defer func() {
-		close(stop)
-		if compacting != nil {
-			<-compacting
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
-				return err
-			}
-			return nil
-		case <-p.done:
-			return nil
-		case <-flush.C:
-			if err := p.Flush(); err != nil && !errors.Is(err, ErrClosed) {
-				p.log.Error("rate state flush failed, will retry", "err", err, "pending", p.Stats().Pending)
-			}
-			if compacting == nil && p.compactDue() {
-				compacting = make(chan struct{})
-				go func(done chan struct{}) {
-					defer close(done)
-					if err := p.compact(stop); err != nil && !errors.Is(err, errCompactionStopped) {
-						p.mu.Lock()
-						p.stats.CompactionFailures++
-						p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
-						p.mu.Unlock()
-						p.log.Error("rate journal compaction failed, will retry", "err", err)
-					}
-				}(compacting)
-			}
-			p.release()
-		case <-compacting: // nil, never ready, when none runs
-			compacting = nil
-			p.release()
-		case <-sweepC:
-			if n := p.Sweep(); n > 0 {
-				p.log.Debug("swept negligible rate states", "count", n)
-			}
-			p.release()
+	err := p.Flush()
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
+	if p.sweeps() && time.Since(p.lastSweep) >= p.opts.SweepInterval {
+		p.lastSweep = time.Now()
+		if n := p.Sweep(); n > 0 {
+			p.log.Debug("swept negligible rate states", "count", n)
 		}
 	}
+	if p.compactDue() && p.compacting.CompareAndSwap(false, true) {
+		go func() {
+			defer p.compacting.Store(false)
+			defer p.release()
+			if err := p.compact(p.done); err != nil && !errors.Is(err, errCompactionStopped) {
+				p.mu.Lock()
+				p.stats.CompactionFailures++
+				p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
+				p.mu.Unlock()
+				p.log.Error("rate journal compaction failed, will retry", "err", err)
+			}
+		}()
+	}
+	p.release()
+	return err
 }
 
-// release drops BoltDB's mapped pages from the process's resident memory
-// (Linux): after the restore has read them all, and after each flush and
-// sweep, so the file counts in RSS only with the pages read since.
+// release drops BoltDB's mapped pages from resident memory (Linux).
 func (p *Persistent) release() {
 	if err := releaseMapped(p.db); err != nil {
 		p.log.Debug("madvise of the BoltDB mapping failed", "err", err)
 	}
 }
 
-// Sweep drops from memory the states that are negligible now (under the
-// parameters they were written with, see PersistOptions.Limits) and
-// returns how many; the next flush deletes them from BoltDB. It does
-// nothing when neither Limits nor Negligible is set, or in read-only mode.
+// Sweep drops the states negligible now (under the parameters they were
+// written with) and returns how many; the next flush deletes them. It does
+// nothing without Limits or Negligible, or read-only.
 func (p *Persistent) Sweep() int {
 	if !p.sweeps() {
 		return 0
@@ -109,11 +76,10 @@ func (p *Persistent) sweeps() bool {
 	return !p.opts.ReadOnly && (p.opts.Limits != nil || p.opts.Negligible != nil)
 }
 
-// Flush writes every state changed or deleted since the last flush to
-// BoltDB in one transaction and returns when it is committed. On failure
-// the changes are kept and written by the next flush, and the failure is
-// counted (PersistStats.Failures, LastError). It returns ErrClosed after
-// Close and ErrReadOnly in read-only mode.
+// Flush writes every state changed or deleted since the last flush in one
+// transaction and returns once it is committed. A failed flush keeps its
+// changes for the next and is counted (Failures, LastError). It returns
+// ErrClosed after Close and ErrReadOnly in read-only mode.
 func (p *Persistent) Flush() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -138,9 +104,8 @@ func (p *Persistent) flushLocked() error {
 	return nil
 }
 
-// damageSafe runs fn, which reads or writes db, turning a panic of BoltDB
-// (on a damaged page), or a fault on its mapping, into an error wrapping
-// ErrDamaged.
+// damageSafe runs fn, turning a panic of BoltDB or a fault on its mapping
+// into an error wrapping ErrDamaged.
 func damageSafe(db *bbolt.DB, fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -176,9 +141,8 @@ func (p *Persistent) flushChanges() error {
 		p.flushBytes.Store(0)
 		return nil
 	}
-	// The journal keeps the order of a key's changes, so records need only
-	// be grouped by limit; failed flushes, whose changes pile up, keep one
-	// per key.
+	// The journal keeps the order of a key's changes: group by limit;
+	// after failed flushes keep one change per key.
 	if retry {
 		p.pending.compact()
 	} else {
@@ -196,7 +160,7 @@ func (p *Persistent) flushChanges() error {
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("store: flush of %d rate states: %w", len(p.pending.recs), err)
+		return fmt.Errorf("ratestore: flush of %d rate states: %w", len(p.pending.recs), err)
 	}
 	p.metaDirty = nil
 	n := len(p.pending.recs)
@@ -219,12 +183,9 @@ func (p *Persistent) flushChanges() error {
 	return nil
 }
 
-// encode writes the pending batch (grouped by limit) as journal
-// records into p.rbuf, the end of each in p.rends, and counts its changes.
-// Each record is a sealed record of recordV2 whose checksum is left zero
-// (appendJournal computes it over the record's key); a record holds at
-// most journalKeysMax entries and passes journalValueMax bytes by one
-// entry at most.
+// encode writes the pending batch (grouped by limit) as journal records
+// into p.rbuf, their ends in p.rends, checksums left zero for
+// appendJournal, and counts the changes.
 func (p *Persistent) encode() (written, deleted, skipped int64) {
 	buf, ends := p.rbuf[:0], p.rends[:0]
 	var names []string
@@ -265,7 +226,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 				closeRecord()
 			}
 			if len(buf) == start {
-				buf = append(buf, recordV2, 0, 0)
+				buf = append(buf, recordVersion, 0, 0)
 			}
 			if group < 0 {
 				buf = binary.AppendUvarint(buf, uint64(len(name)))
@@ -282,8 +243,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 			if r.del {
 				deleted++
 			} else {
-				buf = binary.BigEndian.AppendUint64(buf, uint64(r.state.Time))
-				buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(r.state.Rate))
+				buf = appendState(buf, r.state)
 				written++
 			}
 			count++
@@ -309,25 +269,23 @@ func (p *Persistent) putMeta(tx *bbolt.Tx, t *statedb.Tally) error {
 	}
 	b, err := tx.CreateBucketIfNotExists(metaName)
 	if err != nil {
-		return fmt.Errorf("store: create bucket %s: %w", metaName, err)
+		return fmt.Errorf("ratestore: create bucket %s: %w", metaName, err)
 	}
 	for name, l := range p.metaDirty {
 		if err := t.Put(b, metaPath, []byte(name), statedb.Seal(nil, []byte(name), metaVersion, encodeParams(l))); err != nil {
-			return fmt.Errorf("store: put %s/%s: %w", metaName, name, err)
+			return fmt.Errorf("ratestore: put %s/%s: %w", metaName, name, err)
 		}
 	}
 	return nil
 }
 
-// appendJournal puts the records encoded in p.rbuf (which BoltDB keeps
-// until commit) at the end of the journal, each sealed with the checksum
-// over its key. A record never replaces another: should the bucket's
-// sequence be behind its last key (a damaged bucket header), it starts
-// after that key.
+// appendJournal appends the records of p.rbuf to the journal, sealing
+// each over its key; should the bucket's sequence be behind its last key
+// (damage), it starts after that key.
 func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 	j, err := tx.CreateBucketIfNotExists(journalName)
 	if err != nil {
-		return fmt.Errorf("store: create bucket %s: %w", journalName, err)
+		return fmt.Errorf("ratestore: create bucket %s: %w", journalName, err)
 	}
 	if k, _ := j.Cursor().Last(); len(k) == 8 && binary.BigEndian.Uint64(k) > j.Sequence() {
 		if err := j.SetSequence(binary.BigEndian.Uint64(k)); err != nil {
@@ -344,7 +302,7 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 		key, rec := binary.BigEndian.AppendUint64(nil, seq), p.rbuf[prev:end]
 		binary.BigEndian.PutUint32(rec[len(rec)-4:], statedb.Sum(key, rec[:len(rec)-4]))
 		if err := t.Append(j, journalPath, key, rec); err != nil {
-			return fmt.Errorf("store: append to %s: %w", journalName, err)
+			return fmt.Errorf("ratestore: append to %s: %w", journalName, err)
 		}
 		prev = end
 	}
@@ -382,9 +340,8 @@ func (b *batch) add(lim uint16, key []byte, s ratelimit.State, del bool) {
 
 func (b *batch) key(r rec) []byte { return b.keys[r.off : r.off+r.n : r.off+r.n] }
 
-// compact sorts the records by limit and key and keeps the last record of
-// each key (records were added in the order the changes happened, which
-// is the order of their key bytes), then packs the key bytes.
+// compact sorts the records by limit and key, keeps the last of each key,
+// and packs the key bytes.
 func (b *batch) compact() {
 	slices.SortFunc(b.recs, func(x, y rec) int {
 		if x.lim != y.lim {
@@ -442,10 +399,8 @@ func (b *batch) bytes() int64 {
 // release empties b and drops its arrays.
 func (b *batch) release() { b.recs, b.keys, b.spare = nil, nil, nil }
 
-// reset empties b for the next flush. It keeps b's arrays when they are at
-// most twice as large as this flush needed (or small), so that a steady
-// load of changes does not grow them again at every flush, and drops them
-// when the load fell.
+// reset empties b, keeping its arrays unless they are over twice (and
+// 64 Ki records) what this flush needed.
 func (b *batch) reset() {
 	if n := max(1<<16, 2*len(b.recs)); cap(b.recs) > n || cap(b.spare) > n {
 		b.recs, b.keys, b.spare = nil, nil, nil

@@ -19,20 +19,16 @@ import (
 // of BoltDB's mapping from resident memory (releaseMappedTx).
 const releaseEvery = 1 << 18
 
-// restore checks the format version, reads the stored limit parameters,
-// loads every stored state into memory in one read-only transaction
-// (restoreTx), then deletes the buckets of limits beyond MaxLimits and
-// appends the deletion of the states it dropped, the states it converted
-// and the changed parameters to the journal (a flush). A failure of that
-// flush is logged: its changes stay pending for the next flush. In
-// read-only mode it writes nothing.
+// restore checks the format, reads the stored parameters, loads every
+// state in one read-only transaction (restoreTx), then deletes the buckets
+// of limits beyond MaxLimits and flushes the deletions, conversions and
+// changed parameters (a failure is logged and retried). Read-only, it
+// writes nothing.
 func (p *Persistent) restore() error {
 	if err := p.checkFormat(); err != nil {
 		return err
 	}
-	// The parameters the stored states were written with; where the
-	// configuration changed a limit's meaning, states are converted as
-	// they are loaded.
+	// States of limits whose meaning changed are converted as loaded.
 	stored, err := p.storedParams()
 	if err != nil {
 		return err
@@ -97,61 +93,38 @@ func (p *Persistent) restore() error {
 			p.log.Error("writing the rate state changes of the restore failed, will retry", "err", err)
 		}
 	}
-	if !p.sealed && len(p.lost) == 0 {
-		return p.convert()
-	}
 	return nil
 }
 
-// checkFormat checks the format version of the snapshot bucket, creating
-// the bucket and marking a format 1 file (snapshot only) as the current
-// format; in read-only mode it writes nothing.
+// checkFormat creates the snapshot bucket in a new file and refuses a
+// file of another format with ErrVersion; in read-only mode it writes
+// nothing.
 func (p *Persistent) checkFormat() error {
-	version := func(tx *bbolt.Tx, t *statedb.Tally) error {
-		root := tx.Bucket(bucketName)
-		if root == nil && (p.opts.ReadOnly || tx.Bucket(journalName) != nil) {
-			return nil // a journal without snapshot: of format 2
-		}
+	var root *bbolt.Bucket
+	if err := p.db.View(func(tx *bbolt.Tx) error {
+		root = tx.Bucket(bucketName)
 		if root == nil {
-			var err error
-			if root, err = tx.CreateBucket(bucketName); err != nil {
-				return fmt.Errorf("store: create bucket %s: %w", bucketName, err)
-			}
-			p.sealed = true
-			return t.Put(root, rootPath, versionKey, []byte(formatVersion))
+			return nil
 		}
-		switch v := root.Get(versionKey); {
-		case v == nil || string(v) == formatV1:
-			if p.opts.ReadOnly {
-				return nil
-			}
-			// Format 2 until converted: an older ratelimitd then
-			// refuses the journal rather than ignore it.
-			if err := t.Put(root, rootPath, versionKey, []byte(formatV2)); err != nil {
-				return fmt.Errorf("store: write format version: %w", err)
-			}
-		case string(v) == formatVersion:
-			p.sealed = true
-		case string(v) != formatV2:
-			return fmt.Errorf("%w: %q (want %s, %s or %s)", ErrVersion, v, formatV1, formatV2, formatVersion)
+		if v := root.Get(versionKey); string(v) != formatVersion {
+			return fmt.Errorf("%w: %s holds rate state of format %q; this ratelimitd reads only format %s: move the file aside",
+				ErrVersion, p.db.Path(), v, formatVersion)
 		}
 		return nil
-	}
-	if p.opts.ReadOnly {
-		return p.db.View(func(tx *bbolt.Tx) error { return version(tx, nil) })
+	}); err != nil || root != nil || p.opts.ReadOnly {
+		return err
 	}
 	return statedb.Update(p.db, func(tx *bbolt.Tx, t *statedb.Tally) error {
-		if err := version(tx, t); err != nil {
-			return err
+		root, err := tx.CreateBucketIfNotExists(bucketName)
+		if err != nil {
+			return fmt.Errorf("ratestore: create bucket %s: %w", bucketName, err)
 		}
-		ensureManifest(tx, t)
-		return nil
+		return t.Put(root, rootPath, versionKey, []byte(formatVersion))
 	})
 }
 
-// storedParams reads the parameters each limit's stored states were
-// written with (the ratemeta bucket); malformed ones are logged and
-// ignored.
+// storedParams reads ratemeta; malformed parameters are logged and
+// ignored, unreadable records added to p.lost.
 func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
 	stored := map[string]ratelimit.Limit{}
 	err := p.db.View(func(tx *bbolt.Tx) error {
@@ -160,18 +133,11 @@ func (p *Persistent) storedParams() (map[string]ratelimit.Limit, error) {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
-			raw := v
-			if p.sealed || len(v) != metaLen {
-				ver, payload, err := statedb.Unseal(k, v)
-				if err == nil && ver != metaVersion {
-					err = fmt.Errorf("%w: parameters of version %d", statedb.ErrRecord, ver)
-				}
-				if err != nil {
-					p.lost = append(p.lost, statedb.Lost{Path: []string{string(metaName)}, Key: bytes.Clone(k),
-						Bytes: len(v), Keys: 1, Err: err})
-					return nil
-				}
-				raw = payload
+			raw, err := openMeta(k, v)
+			if err != nil {
+				p.lost = append(p.lost, statedb.Lost{Path: []string{string(metaName)}, Key: bytes.Clone(k),
+					Bytes: len(v), Keys: 1, Err: err})
+				return nil
 			}
 			if l, ok := decodeParams(raw); ok {
 				stored[string(k)] = l
@@ -194,7 +160,7 @@ func (p *Persistent) deleteBuckets(names []string) error {
 		root := tx.Bucket(bucketName)
 		for _, name := range names {
 			if err := root.DeleteBucket([]byte(name)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
-				return fmt.Errorf("store: delete bucket %s/%s: %w", bucketName, name, err)
+				return fmt.Errorf("ratestore: delete bucket %s/%s: %w", bucketName, name, err)
 			}
 			t.Touch([]string{string(bucketName), name})
 		}
@@ -202,15 +168,11 @@ func (p *Persistent) deleteBuckets(names []string) error {
 	})
 }
 
-// restoreTx loads the stored states into memory: for each limit, it merges
-// the snapshot bucket, in key order, with the journal's last entry of each
-// key, sorted by key; a journal entry wins over the snapshot, and a
-// deleted one removes the key. A state that is malformed or negligible is
-// dropped: its deletion is added to the pending batch. States of a limit
-// in conv are judged under conv's old parameters and converted to its new
-// ones; the converted state is added to the pending batch. It returns the
-// names of the snapshot buckets of limits mem cannot intern (beyond
-// MaxLimits), whose states are dropped.
+// restoreTx loads the stored states: for each limit, the snapshot merged
+// with the journal's last entry of each key (the journal wins; a deletion
+// removes the key). Malformed and negligible states are dropped, states of
+// limits in conv converted, both journaled. It returns the snapshot
+// buckets of limits beyond MaxLimits, whose states are dropped.
 func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit) (bad []string, err error) {
 	var c compaction
 	if err := p.collect(tx, &c); err != nil {
@@ -294,10 +256,8 @@ type stateRestore struct {
 	configured bool // the limit is in the configuration
 }
 
-// merge restores the limit's states: the snapshot bucket b (nil if none),
-// in key order, merged with its journal entries ents of c, sorted by key;
-// a journal entry wins over the snapshot, and a deleted one removes the
-// key.
+// merge restores one limit: the snapshot bucket b (may be nil) merged in
+// key order with its journal entries ents.
 func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 	var cur *bbolt.Cursor
 	var k, v []byte
@@ -331,7 +291,7 @@ func (r *stateRestore) merge(b *bbolt.Bucket, c *compaction, ents []jentry) {
 // lost when it cannot be read.
 func (r *stateRestore) cell(k, v []byte) {
 	p := r.p
-	cell, err := openCell(k, v, p.sealed)
+	cell, err := openCell(k, v)
 	if err != nil {
 		// Never deleted here: the operator decides (see statedb).
 		p.lost = append(p.lost, statedb.Lost{Path: []string{string(bucketName), r.name}, Key: bytes.Clone(k),
@@ -341,9 +301,8 @@ func (r *stateRestore) cell(k, v []byte) {
 	r.state(k, cell)
 }
 
-// state restores the stored state v of key k: loaded into memory, or
-// dropped (its deletion added to the pending batch) when malformed or
-// negligible; converted to the limit's new parameters when converting.
+// state restores the state v of key k: loaded, converted, or dropped
+// (and its deletion journaled).
 func (r *stateRestore) state(k, v []byte) {
 	p := r.p
 	if r.merged++; r.merged%releaseEvery == 0 {
@@ -386,21 +345,5 @@ func (r *stateRestore) state(k, v []byte) {
 		if !r.configured && p.opts.Limits != nil {
 			p.stats.Unconfigured++
 		}
-	}
-}
-
-// ensureManifest has the manifest entries of the rate state's buckets
-// written where a file written before the manifest has none.
-func ensureManifest(tx *bbolt.Tx, t *statedb.Tally) {
-	for _, path := range [][]string{rootPath, journalPath, metaPath} {
-		if tx.Bucket([]byte(path[0])) != nil {
-			t.Ensure(path)
-		}
-	}
-	if root := tx.Bucket(bucketName); root != nil {
-		root.ForEachBucket(func(name []byte) error {
-			t.Ensure([]string{string(bucketName), string(name)})
-			return nil
-		})
 	}
 }

@@ -71,7 +71,7 @@ func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 		if root := tx.Bucket(bucketName); root != nil {
 			err := root.ForEachBucket(func(name []byte) error {
 				return root.Bucket(name).ForEach(func(k, v []byte) error {
-					cell, err := openCell(k, v, false)
+					cell, err := openCell(k, v)
 					if err != nil {
 						t.Errorf("%s/%q: %v", name, k, err)
 						return nil
@@ -93,7 +93,7 @@ func stored(t testing.TB, db *bbolt.DB) map[pair]ratelimit.State {
 			return nil
 		}
 		return j.ForEach(func(seq, v []byte) error {
-			v, err := recordBody(seq, v, false)
+			v, err := recordBody(seq, v)
 			if err != nil {
 				return err
 			}
@@ -459,45 +459,11 @@ func TestPersistentCompactionInterrupted(t *testing.T) {
 	}
 }
 
-// TestPersistentVersion1 reads a snapshot written before the journal.
-func TestPersistentVersion1(t *testing.T) {
-	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
-	s := ratelimit.State{Time: 5, Rate: 2}
-	if err := db.Update(func(tx *bbolt.Tx) error {
-		root, err := tx.CreateBucket(bucketName)
-		if err != nil {
-			return err
-		}
-		if err := root.Put(versionKey, []byte(formatV1)); err != nil {
-			return err
-		}
-		b, err := root.CreateBucket([]byte("hourly"))
-		if err != nil {
-			return err
-		}
-		v := make([]byte, valueLen)
-		encodeState(v, s)
-		return b.Put([]byte("alice"), v)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
-	equalStates(t, "restored", contents(t, p), map[pair]ratelimit.State{{"hourly", "alice"}: s})
-	if err := db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketName).Get(versionKey); string(v) != formatVersion {
-			t.Errorf("version %q after restore, want %s", v, formatVersion)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // journalRecord returns the sealed journal record, under seq, of count
 // entries (as its header says) and the groups given.
 func journalRecord(seq uint64, count uint16, groups []byte) []byte {
 	payload := binary.BigEndian.AppendUint16(nil, count)
-	return statedb.Seal(nil, binary.BigEndian.AppendUint64(nil, seq), recordV2, append(payload, groups...))
+	return statedb.Seal(nil, binary.BigEndian.AppendUint64(nil, seq), recordVersion, append(payload, groups...))
 }
 
 // TestPersistentJournalMalformed refuses a journal record that does not
@@ -532,11 +498,11 @@ func TestPersistentJournalMalformed(t *testing.T) {
 		t.Errorf("stats: %d records, %d keys lost, want 1, 1", st.Lost, st.LostKeys)
 	}
 	p.Close()
-	put(1000, statedb.Seal(nil, binary.BigEndian.AppendUint64(nil, 1000), recordV2+1, nil))
+	put(1000, statedb.Seal(nil, binary.BigEndian.AppendUint64(nil, 1000), recordVersion+1, nil))
 	closeDB()
 	db, _ = openDB(t, path)
 	if _, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{}); !errors.Is(err, ErrVersion) {
-		t.Errorf("NewPersistent with a record of format %d = %v, want ErrVersion", recordV2+1, err)
+		t.Errorf("NewPersistent with a record of format %d = %v, want ErrVersion", recordVersion+1, err)
 	}
 }
 
@@ -551,8 +517,7 @@ func TestPersistentJournalMalformedPartly(t *testing.T) {
 	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
 	p.Update(ctx, "hourly", "alice", set(ratelimit.State{Time: 1, Rate: 1}))
 	p.Close()
-	state := make([]byte, valueLen)
-	encodeState(state, ratelimit.State{Time: 2, Rate: 2})
+	state := appendState(nil, ratelimit.State{Time: 2, Rate: 2})
 	record := func(seq uint64, count byte, keys ...string) []byte {
 		v := []byte{6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, count}
 		for _, k := range keys {
@@ -729,7 +694,7 @@ func TestPersistentEvictionPersisted(t *testing.T) {
 	equalStates(t, "stored after restore", stored(t, db), contents(t, p))
 }
 
-// TestPersistentConcurrent updates from many goroutines while Run flushes
+// TestPersistentConcurrent updates from many goroutines while Tick flushes
 // and sweeps and callers flush and delete; run it with -race.
 func TestPersistentConcurrent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -737,12 +702,10 @@ func TestPersistentConcurrent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
 	db, closeDB := openDB(t, path)
 	p := newPersistent(t, db, MemoryOptions{MaxKeys: 64 * 16}, PersistOptions{
-		FlushInterval: time.Millisecond,
 		SweepInterval: 3 * time.Millisecond,
 		Negligible:    func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate == 7 },
 	})
-	runErr := make(chan error, 1)
-	go func() { runErr <- p.Run(ctx) }()
+	stop := flushEvery(time.Millisecond, func(_ string, err error) { t.Error(err) }, p.Tick)
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {
@@ -769,10 +732,7 @@ func TestPersistentConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	want := contents(t, p)
 	equalStates(t, "stored", stored(t, db), want)
 	if st := p.Stats(); st.Flushes == 0 || st.Failures != 0 {
@@ -819,12 +779,13 @@ func TestPersistentVersion(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return b.Put(versionKey, []byte("99"))
+		return b.Put(versionKey, []byte("2"))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{}); !errors.Is(err, ErrVersion) {
-		t.Errorf("NewPersistent = %v, want ErrVersion", err)
+	_, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{})
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), `format "2"`) || !strings.Contains(err.Error(), "move the file aside") {
+		t.Errorf("NewPersistent = %v, want ErrVersion naming format 2 and the way out", err)
 	}
 }
 
@@ -1017,7 +978,7 @@ func crashChild(path string) {
 	if err != nil {
 		fail(err)
 	}
-	p, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{FlushInterval: 2 * time.Millisecond})
+	p, err := NewPersistent(db, NewMemory(MemoryOptions{}), PersistOptions{})
 	if err != nil {
 		fail(err)
 	}
@@ -1035,11 +996,7 @@ func crashChild(path string) {
 	var taken int64
 	p.beforeTake = func() { taken = applied.Load() }
 	p.afterFlush = func(int) { fmt.Printf("flushed %d %d\n", taken, p.stats.Compactions) }
-	go func() {
-		if err := p.Run(context.Background()); err != nil {
-			fail(err)
-		}
-	}()
+	flushEvery(2*time.Millisecond, func(_ string, err error) { fail(err) }, p.Tick)
 	ctx := context.Background()
 	keys := benchKeys(crashKeys)
 	for v := start + 1; ; v++ {
@@ -1291,7 +1248,7 @@ func (c *compactBench) entries(b *testing.B) int {
 	n := 0
 	err := c.db.View(func(tx *bbolt.Tx) error {
 		return tx.Bucket(journalName).ForEach(func(k, v []byte) error {
-			body, err := recordBody(k, v, true)
+			body, err := recordBody(k, v)
 			if err != nil {
 				return err
 			}
@@ -1399,7 +1356,7 @@ func TestCollectOrder(t *testing.T) {
 		last := map[[2]string]entry{}
 		rec := 0
 		err := tx.Bucket(journalName).ForEach(func(seq, v []byte) error {
-			v, err := recordBody(seq, v, true)
+			v, err := recordBody(seq, v)
 			if err != nil {
 				return err
 			}

@@ -108,9 +108,8 @@ func zeroDataPages(t testing.TB, path string) {
 // reports for an entry (which compaction.entry decodes again) gives the
 // key and the state it reports.
 func FuzzDecodeRecord(f *testing.F) {
-	f.Add([]byte{recordV1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
-	f.Add([]byte{recordV2, 0, 1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
-	f.Add([]byte{recordV1, 1, 'x', 0, 0, 0, 2, 3, 'a'})
+	f.Add([]byte{recordVersion, 0, 1, 6, 'h', 'o', 'u', 'r', 'l', 'y', 0, 0, 0, 1, 2, 'k', 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{recordVersion, 0, 2, 1, 'x', 0, 0, 0, 2, 3, 'a'})
 	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		decodeRecord(v, func(name []byte, at, off, n int, del bool) error {
@@ -333,7 +332,7 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 	defer cancel()
 	db, _ := openDB(t, filepath.Join(t.TempDir(), "ratelimitd.db"))
 	var logs mtatest.SyncBuffer
-	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{FlushInterval: 5 * time.Millisecond,
+	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limits: map[string]ratelimit.Limit{"hourly": hourlyExp}})
 	p.mu.Lock()
 	p.compactMin, p.compactPerPair = 0, 0 // compact after every flush
@@ -346,12 +345,11 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 			return err
 		}
 		key := binary.BigEndian.AppendUint64(nil, 1<<62)
-		return j.Put(key, statedb.Seal(nil, key, recordV2+1, nil))
+		return j.Put(key, statedb.Seal(nil, key, recordVersion+1, nil))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error)
-	go func() { done <- p.Run(ctx) }()
+	stop := flushEvery(5*time.Millisecond, nil, p.Tick)
 	for i := 0; p.Stats().CompactionFailures == 0; i++ {
 		p.Update(ctx, "hourly", fmt.Sprint("k", i), set(ratelimit.State{Time: t0.UnixNano(), Rate: 1}))
 		if i > 20000 {
@@ -359,10 +357,7 @@ func TestPersistentCompactionFailureLoud(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	st := p.Stats()
 	if !strings.Contains(st.LastError, "journal record format 3") || st.LastErrorAt.IsZero() || st.Flushes == 0 || st.LastFlushAt.IsZero() {
 		t.Errorf("stats after a failed compaction: %+v", st)

@@ -333,3 +333,14 @@ func TestPersistentBaselineParamsRoundTrip(t *testing.T) {
 		t.Errorf("logs: %s", logs.String())
 	}
 }
+
+// retryWait is how long a request of cost 1 is refused by l against s at
+// now, probing as a leaky limit (without counting the probe); 0 when it is
+// allowed, math.MaxInt64 when it can never be allowed.
+func retryWait(l ratelimit.Limit, s ratelimit.State, now time.Time) time.Duration {
+	l.Mode = ratelimit.Leaky
+	if r := l.Check(s, now, 1); r.Over {
+		return r.RetryAfter
+	}
+	return 0
+}

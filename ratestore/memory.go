@@ -12,10 +12,9 @@ import (
 const (
 	shardShift = 58                     // the top 6 bits of a key's hash pick its shard
 	numShards  = 1 << (64 - shardShift) // 64
-	// evictSample is how many evictable keys are looked at to pick the
-	// least recently seen one to evict (approximate LRU, as Redis does);
-	// evictScan is how many keys are looked at in all before a full shard
-	// refuses a new key because every one of them is protected.
+	// evictSample keys are looked at to pick the least recently seen to
+	// evict (approximate LRU, as Redis does), evictScan at most before a full
+	// shard of protected keys refuses a new one.
 	evictSample = 8
 	evictScan   = 64
 
@@ -80,20 +79,16 @@ type shard struct {
 
 // MemoryOptions configures NewMemory.
 type MemoryOptions struct {
-	// MaxKeys bounds the number of (limit, key) pairs kept; 0 means
-	// DefaultMaxKeys. The bound is enforced per shard (MaxKeys/64 each, at
-	// most 16,777,214).
+	// MaxKeys bounds the (limit, key) pairs (0: DefaultMaxKeys), per
+	// shard (MaxKeys/64 each, at most 16,777,214).
 	MaxKeys int
-	// Now returns the current time in Unix nanoseconds for recency
-	// bookkeeping, which is kept at one-second resolution; nil means a
-	// per-shard counter of operations is used instead (recency order is
-	// all that matters).
+	// Now is the clock for recency, in Unix ns at one-second resolution;
+	// nil: a per-shard operation counter (only the order matters).
 	Now func() int64
 }
 
-// Memory is a sharded in-memory rate-state store. It implements
-// policy.Store. All methods are safe for concurrent use. Create it with
-// NewMemory; the zero value is not usable.
+// Memory is a sharded in-memory rate-state store implementing
+// policy.Store, safe for concurrent use. Create it with NewMemory.
 type Memory struct {
 	shards      [numShards]shard
 	perShard    int
@@ -109,10 +104,9 @@ type Memory struct {
 	protect atomic.Pointer[func(limit string, s ratelimit.State) bool]
 }
 
-// EffectiveMaxKeys returns the number of (limit, key) pairs a store with
-// MaxKeys n holds at most (Cap): n (DefaultMaxKeys if n <= 0) rounded down
-// to a multiple of the 64 shards, at least 64, at most 64 times the slots
-// a shard can index. `config check` states it when it differs from n.
+// EffectiveMaxKeys returns the pairs a store with MaxKeys n holds at most:
+// n (DefaultMaxKeys if n <= 0) rounded down to a multiple of the 64
+// shards, at least 64, at most 64 times a shard's slots.
 func EffectiveMaxKeys(n int) int { return perShard(n) * numShards }
 
 func perShard(maxKeys int) int {
@@ -170,14 +164,12 @@ func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, err
 	return s, nil
 }
 
-// Update applies fn to the state of key under limit under the shard lock.
-// Storing a new key's state into a full shard first evicts the least
-// recently seen unprotected key of a sample of its keys (see SetProtect).
-// It fails for a key longer than MaxKeyLen (ErrKeyTooLong), beyond
-// MaxLimits limit names (ErrTooManyLimits) or when a shard's key arena is
-// exhausted (ErrFull), without calling fn; and with ErrKeyPressure, after
-// calling fn, when a new key's state cannot be stored because the shard is
-// full of protected keys (nothing is stored; Refused counts it).
+// Update applies fn to the state of key under limit under the shard lock;
+// a new key in a full shard first evicts the least recently seen
+// unprotected key of a sample. Without calling fn it fails with
+// ErrKeyTooLong, ErrTooManyLimits or ErrFull; after calling fn, with
+// ErrKeyPressure when the shard is full of protected keys (nothing stored,
+// counted by Refused).
 func (m *Memory) Update(_ context.Context, limit, key string, fn func(ratelimit.State) (ratelimit.State, bool)) error {
 	lim, err := m.checkKey(limit, key)
 	if err != nil {
@@ -200,9 +192,8 @@ func (m *Memory) checkKey(limit, key string) (uint16, error) {
 	return m.limits.intern(limit)
 }
 
-// updateLocked is Update's body under the lock of sh, key's shard (h its
-// hash, lim its limit's index): it reports whether it stored a new key,
-// which may have evicted or moved other entries of sh.
+// updateLocked is Update's body under the lock of sh (h the key's hash,
+// lim its limit's index); it reports whether it stored a new key.
 func (m *Memory) updateLocked(sh *shard, lim uint16, key string, h uint64, fn func(ratelimit.State) (ratelimit.State, bool)) (inserted bool, err error) {
 	if _, idx, ok := find(sh, lim, key, h); ok {
 		m.applyAt(sh, idx, fn)
@@ -280,21 +271,17 @@ func (m *Memory) Len() int { return int(m.count.Load()) }
 // Evicted returns how many keys have been evicted to respect MaxKeys.
 func (m *Memory) Evicted() int64 { return m.evicted.Load() }
 
-// Refused returns how many new keys were not stored because their shard
-// was full of protected keys (Update's ErrKeyPressure, and states dropped
-// at restore for that reason).
+// Refused returns how many new keys were refused (ErrKeyPressure, or
+// dropped at restore) because their shard was full of protected keys.
 func (m *Memory) Refused() int64 { return m.refused.Load() }
 
 // Cap returns the number of (limit, key) pairs m holds at most: MaxKeys
 // rounded down to a multiple of the shard count (64).
 func (m *Memory) Cap() int { return m.perShard * numShards }
 
-// SetProtect installs the predicate that protects keys from eviction:
-// protect(limit, state) reports a state that must not be evicted to make
-// room for a new key (Persistent installs one that protects rates at or
-// above ProtectFraction of their limit). It is called under a shard lock
-// and must not call the store. nil protects nothing. Safe for concurrent
-// use.
+// SetProtect installs protect, which reports a state that must not be
+// evicted (nil: none). It is called under a shard lock and must not call
+// the store.
 func (m *Memory) SetProtect(protect func(limit string, s ratelimit.State) bool) {
 	if protect == nil {
 		m.protect.Store(nil)
@@ -303,9 +290,8 @@ func (m *Memory) SetProtect(protect func(limit string, s ratelimit.State) bool) 
 	m.protect.Store(&protect)
 }
 
-// Footprint returns the bytes allocated by m's tables, entry slabs, key
-// arenas and change lists: the store's share of the heap, without Go's
-// allocator and garbage-collector overhead.
+// Footprint returns the bytes of m's tables, slabs, key arenas and
+// change lists, without allocator overhead.
 func (m *Memory) Footprint() int64 {
 	var n int64
 	for i := range m.shards {
@@ -320,9 +306,8 @@ func (m *Memory) Footprint() int64 {
 	return n
 }
 
-// Sweep drops every state for which negligible returns true (see
-// ratelimit.Limit.Negligible) and returns how many were dropped. It locks
-// one shard at a time, and shrinks a shard's table when it is mostly empty.
+// Sweep drops every state negligible reports and returns how many, one
+// shard at a time, shrinking mostly empty tables.
 func (m *Memory) Sweep(negligible func(limit string, s ratelimit.State) bool) int {
 	names := m.limits.all()
 	n := 0
@@ -350,14 +335,11 @@ func (m *Memory) Sweep(negligible func(limit string, s ratelimit.State) bool) in
 	return n
 }
 
-// TakeDirty calls put for every state changed and del for every key removed
-// since the previous TakeDirty, and clears those marks: the feed of a
-// write-behind persistence layer. Changes are recorded from the first
-// TakeDirty on (or from NewPersistent); that first call reports every
-// state held. Within one call, a key may be reported deleted and then put
-// again (deleted and re-created): the last report wins. put and del run
-// under a shard lock and must not call the store; the cost is proportional
-// to the number of changes, not of keys.
+// TakeDirty calls put for each state changed and del for each key removed
+// since the previous call (the first reports every state held), and
+// clears the marks; within one call the last report of a key wins. put
+// and del run under a shard lock and must not call the store. Its cost
+// follows the number of changes.
 func (m *Memory) TakeDirty(put func(limit, key string, s ratelimit.State), del func(limit, key string)) {
 	var names []string
 	m.takeDirty(func(lim uint16, key []byte, s ratelimit.State, deleted bool) {
@@ -369,10 +351,8 @@ func (m *Memory) TakeDirty(put func(limit, key string, s ratelimit.State), del f
 	}, nil)
 }
 
-// takeDirty is TakeDirty with the interned limit index and the key bytes,
-// which are valid only during the call of fn. between, if not nil, is
-// called after each shard, with no lock held (Persistent yields the CPU
-// there).
+// takeDirty is TakeDirty with the limit index and the key bytes (valid
+// during fn only); between, if not nil, runs after each shard unlocked.
 func (m *Memory) takeDirty(fn func(lim uint16, key []byte, s ratelimit.State, deleted bool), between func()) {
 	for i := range m.shards {
 		if i > 0 && between != nil {
@@ -416,25 +396,22 @@ func (m *Memory) startTracking() {
 	}
 }
 
-// LostDeletes returns how many deletions were not reported by TakeDirty
-// because a shard ran out of entry slots holding deleted keys (more than
-// 16 million deletions in one shard between two TakeDirty calls). Such a
-// key's last persisted state may come back after a restart, which is
-// stricter, never more forgiving.
+// LostDeletes returns the deletions TakeDirty missed because a shard ran
+// out of slots for deleted keys (over 16 million between two calls); such
+// a key's last persisted state may come back after a restart (stricter,
+// never more forgiving).
 func (m *Memory) LostDeletes() int64 { return m.lostDeletes.Load() }
 
-// Load stores s for key under limit without marking it changed: used when
-// restoring persisted state at start. It replaces a state already held.
-// A state Update would refuse (see its errors) is dropped.
+// Load stores s for key under limit without marking it changed (restore),
+// replacing a state held; a state Update would refuse is dropped.
 func (m *Memory) Load(limit, key string, s ratelimit.State) {
 	if lim, err := m.limits.intern(limit); err == nil {
 		load(m, lim, key, s, true)
 	}
 }
 
-// load stores s for key under limit without marking it changed, replacing
-// a state already held only if replace is set. It reports whether s was
-// stored.
+// load is Load, replacing a held state only if replace is set; it
+// reports whether s was stored.
 func load[K keyBytes](m *Memory, lim uint16, key K, s ratelimit.State, replace bool) bool {
 	if len(key) > MaxKeyLen {
 		return false
@@ -462,11 +439,9 @@ func load[K keyBytes](m *Memory, lim uint16, key K, s ratelimit.State, replace b
 	return true
 }
 
-// withAllLocked locks every shard, calls swap, and if it returns true
-// replaces every state for which conv reports a change with the state conv
-// returns (removing it if that is the zero State), marking it changed. It
-// returns how many states conv changed. No other operation of m runs in
-// between: swap can install what gives the converted states their meaning.
+// withAllLocked locks every shard and calls swap; if it returns true, each
+// state conv changes is replaced (zero: removed) and marked changed. It
+// returns how many changed.
 func (m *Memory) withAllLocked(swap func() bool, conv func(limit string, s ratelimit.State) (ratelimit.State, bool)) int {
 	for i := range m.shards {
 		m.shards[i].mu.Lock()

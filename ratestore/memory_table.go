@@ -69,9 +69,8 @@ func findKey[K keyBytes](sh *shard, key K, h uint64) (uint32, bool) {
 	}
 }
 
-// insert adds a new entry, evicting first if the shard is full. The caller
-// has checked that the key is absent and that canAppend holds. It returns
-// false, storing nothing, when the shard is full and no key may be evicted.
+// insert adds a new entry (absent, canAppend checked), evicting first if
+// the shard is full; false, storing nothing, when no key may be evicted.
 func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s ratelimit.State, dirty bool) bool {
 	if sh.live >= m.perShard {
 		if !m.evict(sh) {
@@ -110,10 +109,9 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 	return true
 }
 
-// evict removes the least recently seen of evictSample unprotected entries
-// found from a random table position, looking at evictScan entries at
-// most. It reports false, removing nothing, when all it looked at are
-// protected (SetProtect).
+// evict removes the least recently seen of evictSample unprotected
+// entries from a random table position, looking at evictScan at most;
+// false when all were protected.
 func (m *Memory) evict(sh *shard) bool {
 	if sh.live == 0 {
 		return true
@@ -235,9 +233,8 @@ func (sh *shard) alloc() (uint32, bool) {
 	return x, true
 }
 
-// release frees entry x, whose key hashes to h and which is no longer in
-// the table, accounting its key bytes as garbage unless another entry
-// shares them.
+// release frees entry x (hash h, out of the table), counting its key
+// bytes as garbage unless another entry shares them.
 func (sh *shard) release(x uint32, h uint64) {
 	e := sh.at(x)
 	if !sh.shared(e.keyOff, e.keyLen, h) {
@@ -279,9 +276,7 @@ func (sh *shard) dropDead() int {
 	return n
 }
 
-// unlink empties table position pos by backward-shift deletion: entries
-// later in the probe run move back unless that would put them before their
-// home position.
+// unlink empties table position pos by backward-shift deletion.
 func (sh *shard) unlink(pos uint32) {
 	mask := uint32(len(sh.table) - 1)
 	i := pos

@@ -6,13 +6,10 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// releaseMapped tells the kernel that BoltDB's read-only shared mapping of
-// the file need not stay in this process's memory (madvise
-// MADV_DONTNEED): the pages stay in the page cache, and a later read
-// faults them back in. After a restore has read every page this takes the
-// file's size off the daemon's RSS. It runs inside a read transaction,
-// which keeps BoltDB from remapping meanwhile. BoltDB writes through the
-// file, never through the mapping, so no page of it is dirty.
+// releaseMapped drops BoltDB's read-only mapping from this process's
+// resident memory (madvise MADV_DONTNEED; the pages stay in the page
+// cache) inside a read transaction, so BoltDB does not remap meanwhile.
+// BoltDB writes through the file, so no mapped page is dirty.
 func releaseMapped(db *bbolt.DB) error {
 	return db.View(func(tx *bbolt.Tx) error { return releaseMappedTx(db, tx) })
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -18,28 +17,17 @@ import (
 )
 
 // Recipients keeps the recent recipients of every (limit, key) pair of the
-// per = "addr" limits: one ratelimit.AddrSet per pair, which says whether
-// the key has sent to an address in the current or previous period (an
-// exact set, then a Bloom filter of about 1% false positives; see
-// ratelimit.AddrSet). It implements policy.RecipientSets.
+// per = "addr" limits, one ratelimit.AddrSet per pair; it implements
+// policy.RecipientSets. At most MaxKeys pairs are kept, each at most
+// 2*ratelimit.AddrMaxFilterBytes; when a shard is full a random pair is
+// dropped (its recipients count as new again: over-counting, never
+// under-counting). Sweep drops pairs whose two generations have expired.
 //
-// Memory is bounded: at most MaxKeys pairs, each at most
-// 2*ratelimit.AddrMaxFilterBytes (128 KiB; a pair that never wrote to more
-// than 64 addresses in a period holds 8 bytes an address). When full, a
-// pair taken at random from the shard is dropped; its key's recipients
-// then count as new again (over-counting, never under-counting). A pair
-// whose two generations have both expired is dropped by Sweep.
-//
-// Persistence is write-behind, like the rate state (Persistent): changes
-// are made in memory and Flush writes the pairs changed since the last
-// flush to BoltDB bucket "rcptsets" (key: limit name, NUL, rate key;
-// value: a record, statedb.Seal of version 1, of the period in ns, 8
-// bytes little-endian, then the AddrSet's MarshalBinary) in one
-// transaction; its key "\x00version" holds "2". A bucket without it was
-// written without checksums: its values are the bare payloads, read as
-// they are and sealed by the first flush, which writes every pair
-// restored. A crash loses at most the recipients added since the last
-// flush: they count as new once more.
+// Persistence is write-behind: Flush writes the pairs changed since the
+// last flush to bucket "rcptsets" in one transaction, each under limit
+// name, NUL, rate key, as a statedb record of version 1 whose payload is
+// the period (ns, 8 bytes little-endian) then the AddrSet's
+// MarshalBinary. A crash loses the recipients added since the last flush.
 //
 // Its methods are safe for concurrent use.
 type Recipients struct {
@@ -50,9 +38,9 @@ type Recipients struct {
 	flushM sync.Mutex // serialises flushes
 	closed chan struct{}
 	once   sync.Once
-	// sealed is set once the bucket is of the current format (under
-	// flushM).
-	sealed bool
+	// lastSweep is when Tick last swept (Tick is called from one
+	// goroutine).
+	lastSweep time.Time
 }
 
 const recipientShards = 32
@@ -60,29 +48,12 @@ const recipientShards = 32
 // rcptBucket is the BoltDB bucket of the recipient sets.
 var rcptBucket = []byte("rcptsets")
 
-// rcptVersion is the version of a sealed recipient set, and
-// rcptFormat the bucket's format (at versionKey).
-const (
-	rcptVersion = 1
-	rcptFormat  = "2"
-)
+// rcptVersion is the record version of a recipient set.
+const rcptVersion = 1
 
-// isVersionKey reports whether k is a bucket's format key (no limit name
-// starts with NUL).
-func isVersionKey(k []byte) bool { return string(k) == string(versionKey) }
-
-// rcptSealed reports whether the recipient sets in b are sealed.
-func rcptSealed(b *bbolt.Bucket) bool {
-	return b != nil && string(b.Get(versionKey)) == rcptFormat
-}
-
-// openRcpt returns the payload of the stored recipient set v of pair k:
-// sealed, checked, or in a bucket not yet converted (sealed false) v
-// itself. The error wraps statedb.ErrRecord.
-func openRcpt(k, v []byte, sealed bool) ([]byte, error) {
-	if !sealed {
-		return v, nil
-	}
+// openRcpt returns the payload of the stored recipient set v of pair k,
+// checked. The error wraps statedb.ErrRecord.
+func openRcpt(k, v []byte) ([]byte, error) {
 	ver, payload, err := statedb.Unseal(k, v)
 	if err == nil && (ver != rcptVersion || len(payload) < 8) {
 		err = fmt.Errorf("%w: a value of version %d and %d bytes, not a recipient set", statedb.ErrRecord, ver, len(payload))
@@ -106,15 +77,8 @@ type rcptShard struct {
 type RecipientOptions struct {
 	// MaxKeys bounds the (limit, key) pairs kept; default 100,000.
 	MaxKeys int
-	// FlushInterval is how often Run flushes; default 1s.
-	FlushInterval time.Duration
-	// SweepInterval is how often Run drops expired sets; default 1m.
+	// SweepInterval is how often Tick drops expired sets; default 1m.
 	SweepInterval time.Duration
-	// Logger receives flush failures; default slog.Default().
-	Logger *slog.Logger
-	// OnFlushError, if set, is called by Run after logging a failed
-	// flush (the daemon counts it as a fault).
-	OnFlushError func(error)
 }
 
 // NewRecipients returns an in-memory Recipients (no persistence), for the
@@ -123,16 +87,10 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 100_000
 	}
-	if opts.FlushInterval <= 0 {
-		opts.FlushInterval = time.Second
-	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = time.Minute
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{})}
+	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{}), lastSweep: time.Now()}
 	for i := range r.shards {
 		r.shards[i].m = make(map[string]*rcptEntry)
 		r.shards[i].dirty = make(map[string]struct{})
@@ -140,15 +98,11 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	return r
 }
 
-// OpenRecipients returns a Recipients kept in db (bucket "rcptsets"),
-// restoring what it holds: sets whose generations have expired by now, and
-// entries it cannot decode, are dropped (and deleted by the first flush);
-// beyond MaxKeys the rest are skipped. db stays owned by the caller. It
-// refuses a bucket with a record that fails its checksum with
-// statedb.RecordsLost's error (the daemon sets such records aside first,
-// when the operator accepts their loss), and returns BoltDB's error,
+// OpenRecipients returns a Recipients kept in db's bucket "rcptsets",
+// restored: expired and undecodable sets are dropped (deleted by the
+// first flush), those beyond MaxKeys skipped. It refuses records that fail
+// their checksum with statedb.RecordsLost's error and returns BoltDB's,
 // wrapping ErrDamaged for a page BoltDB panics on.
-// Start Run to flush periodically; Close flushes a last time.
 func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipients, error) {
 	r := NewRecipients(opts)
 	r.db = db
@@ -156,23 +110,16 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 	var lost []statedb.Lost
 	restore := func(tx *bbolt.Tx) error {
 		b := tx.Bucket(rcptBucket)
-		r.sealed = rcptSealed(b)
 		if b == nil {
 			return nil
 		}
 		return b.ForEach(func(k, v []byte) error {
-			if isVersionKey(k) {
-				return nil
-			}
 			id := string(k)
 			sh := r.shard(id)
-			v, err := openRcpt(k, v, r.sealed)
+			v, err := openRcpt(k, v)
 			if err != nil {
 				lost = append(lost, statedb.Lost{Path: []string{string(rcptBucket)}, Key: bytes.Clone(k), Bytes: len(v), Keys: 1, Err: err})
 				return nil
-			}
-			if !r.sealed {
-				sh.dirty[id] = struct{}{} // sealed by the first flush
 			}
 			var e rcptEntry
 			if len(v) < 8 || e.set.UnmarshalBinary(v[8:]) != nil || n >= r.opts.MaxKeys {
@@ -190,7 +137,7 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 		})
 	}
 	if err := damageSafe(db, func() error { return db.View(restore) }); err != nil {
-		return nil, fmt.Errorf("store: restore %s: %w", rcptBucket, err)
+		return nil, fmt.Errorf("ratestore: restore %s: %w", rcptBucket, err)
 	}
 	if len(lost) > 0 {
 		return nil, statedb.RecordsLost(db.Path(), lost)
@@ -204,10 +151,9 @@ func (r *Recipients) shard(id string) *rcptShard {
 	return &r.shards[maphash.String(r.seed, id)%recipientShards]
 }
 
-// Seen reports whether key sent to the address of hash h (see
-// ratelimit.HashAddr) under limit in the current or previous generation
-// of length period at now. It never fails; the error is for the
-// interface.
+// Seen reports whether key sent to the address of hash h
+// (ratelimit.HashAddr) under limit in the current or previous generation
+// of length period. It never fails.
 func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -220,9 +166,9 @@ func (r *Recipients) Seen(_ context.Context, limit, key string, h uint64, now ti
 	return e.set.Seen(h, now, period), nil
 }
 
-// Add records that key sent to the address of hash h under limit at now;
-// capacity sizes the set's filter (see ratelimit.AddrSet.Add). A key
-// longer than MaxKeyLen returns ErrKeyTooLong and is not recorded.
+// Add records that key sent to the address of hash h under limit;
+// capacity sizes the filter (ratelimit.AddrSet.Add). It returns
+// ErrKeyTooLong for a key longer than MaxKeyLen.
 func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now time.Time, period time.Duration, capacity int) error {
 	if len(key) > MaxKeyLen {
 		return ErrKeyTooLong
@@ -249,9 +195,8 @@ func (r *Recipients) Add(_ context.Context, limit, key string, h uint64, now tim
 	return nil
 }
 
-// Forget drops key's set under limit (an operator's rate reset) and
-// reports whether there was one. The deletion is written by the next
-// flush.
+// Forget drops key's set under limit (rate reset) and reports whether
+// there was one; the next flush deletes it.
 func (r *Recipients) Forget(_ context.Context, limit, key string) (bool, error) {
 	id := pairID(limit, key)
 	sh := r.shard(id)
@@ -309,10 +254,9 @@ func (r *Recipients) Sweep(now time.Time) int {
 	return n
 }
 
-// Flush writes the sets changed since the last flush to BoltDB in one
-// transaction. On failure the changes are kept for the next flush (a page
-// BoltDB panics on is an error wrapping ErrDamaged). It does
-// nothing for an in-memory Recipients, and returns ErrClosed after Close.
+// Flush writes the sets changed since the last flush in one transaction;
+// a failed flush keeps them for the next. It does nothing in memory only
+// and returns ErrClosed after Close.
 func (r *Recipients) Flush() error {
 	select {
 	case <-r.closed:
@@ -357,13 +301,6 @@ func (r *Recipients) flush() error {
 		if err != nil {
 			return err
 		}
-		if !r.sealed {
-			// Every pair restored is among the changes: the bucket is
-			// sealed with this transaction.
-			if err := t.Put(b, path, versionKey, []byte(rcptFormat)); err != nil {
-				return err
-			}
-		}
 		for _, c := range changes {
 			if c.val == nil {
 				err = t.Delete(b, path, []byte(c.id))
@@ -384,40 +321,26 @@ func (r *Recipients) flush() error {
 			sh.dirty[c.id] = struct{}{}
 			sh.mu.Unlock()
 		}
-		return fmt.Errorf("store: flush %s: %w", rcptBucket, err)
+		return fmt.Errorf("ratestore: flush %s: %w", rcptBucket, err)
 	}
-	r.sealed = true
 	return nil
 }
 
-// Run flushes every FlushInterval and sweeps every SweepInterval until ctx
-// is done or Close is called; a failed flush is logged and retried at the
-// next one. Call Run once, in its own goroutine.
-func (r *Recipients) Run(ctx context.Context) {
-	ft := time.NewTicker(r.opts.FlushInterval)
-	defer ft.Stop()
-	st := time.NewTicker(r.opts.SweepInterval)
-	defer st.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.closed:
-			return
-		case now := <-st.C:
-			r.Sweep(now)
-		case <-ft.C:
-			if err := r.flush(); err != nil {
-				r.opts.Logger.Error("recipient sets not written, retrying at the next flush", "err", err)
-				if r.opts.OnFlushError != nil {
-					r.opts.OnFlushError(err)
-				}
-			}
-		}
+// Tick is the periodic work of the write-behind (statedb.Flusher): sweep
+// every SweepInterval, then flush. It returns the flush's error; nil after
+// Close.
+func (r *Recipients) Tick() error {
+	if now := time.Now(); now.Sub(r.lastSweep) >= r.opts.SweepInterval {
+		r.lastSweep = now
+		r.Sweep(now)
 	}
+	if err := r.Flush(); err != ErrClosed {
+		return err
+	}
+	return nil
 }
 
-// Close flushes a last time and stops Run. Later Flush calls return
+// Close flushes a last time. Later Flush calls return
 // ErrClosed.
 func (r *Recipients) Close() error {
 	err := r.flush()
@@ -425,9 +348,8 @@ func (r *Recipients) Close() error {
 	return err
 }
 
-// StoredRecipientPairs lists the (limit, key) pairs held in db's
-// "rcptsets" bucket as "limit|key" strings, in key order, for tests and
-// diagnostics. It returns BoltDB's error.
+// StoredRecipientPairs lists the pairs in db's "rcptsets" bucket as
+// "limit|key", in key order (tests, diagnostics).
 func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 	var out []string
 	err := db.View(func(tx *bbolt.Tx) error {
@@ -436,9 +358,6 @@ func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
 			return nil
 		}
 		return b.ForEach(func(k, _ []byte) error {
-			if isVersionKey(k) {
-				return nil
-			}
 			out = append(out, strings.Replace(string(k), "\x00", "|", 1))
 			return nil
 		})

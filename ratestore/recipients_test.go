@@ -114,10 +114,9 @@ func TestRecipientsBounds(t *testing.T) {
 
 func TestRecipientsConcurrent(t *testing.T) {
 	db, _ := openDB(t, filepath.Join(t.TempDir(), "r.db"))
-	r, _ := OpenRecipients(db, rt0, RecipientOptions{FlushInterval: time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
+	r, _ := OpenRecipients(db, rt0, RecipientOptions{})
+	ctx := context.Background()
+	stop := flushEvery(time.Millisecond, nil, r.Tick)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -135,8 +134,7 @@ func TestRecipientsConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	cancel()
-	<-done
+	stop()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +144,8 @@ func TestRecipientsConcurrent(t *testing.T) {
 	}
 }
 
-// A failed flush (here: a read-only database) is reported to OnFlushError
-// and its changes are kept for the next flush.
+// A failed flush (here: a read-only database) is reported to the
+// Flusher's onError and its changes are kept for the next flush.
 func TestRecipientsFlushFailure(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	_, closeDB := openDB(t, path)
@@ -158,19 +156,17 @@ func TestRecipientsFlushFailure(t *testing.T) {
 	}
 	defer ro.Close()
 	failed := make(chan error, 16)
-	r, err := OpenRecipients(ro, rt0, RecipientOptions{FlushInterval: time.Millisecond,
-		OnFlushError: func(err error) {
-			select {
-			case failed <- err:
-			default:
-			}
-		}})
+	r, err := OpenRecipients(ro, rt0, RecipientOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
+	ctx := context.Background()
+	stop := flushEvery(time.Millisecond, func(_ string, err error) {
+		select {
+		case failed <- err:
+		default:
+		}
+	}, r.Tick)
 	r.Add(ctx, "uniq", "alice", 1, rt0, time.Hour, 10)
 	select {
 	case err := <-failed:
@@ -180,8 +176,7 @@ func TestRecipientsFlushFailure(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no flush failure reported")
 	}
-	cancel()
-	<-done
+	stop()
 	if err := r.Flush(); err == nil {
 		t.Error("the failed change was dropped: the next flush had nothing to write")
 	}

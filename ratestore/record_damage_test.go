@@ -85,7 +85,7 @@ func writeDamageFile(t testing.TB, path string, users int) {
 // that refused the file. A panic fails the test.
 func restoreResult(t testing.TB, path string) (map[pair]ratelimit.State, error) {
 	t.Helper()
-	db, err := statedb.Open(path, false)
+	db, err := statedb.Open(path, false, 0)
 	if err != nil {
 		return nil, err
 	}

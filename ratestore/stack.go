@@ -13,19 +13,12 @@ import (
 // locks; larger ones go through policy.EvaluateStack.
 const stackMax = 16
 
-// EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
-// with the same results as policy.EvaluateStack over this store, measured
-// at now. The whole stack is read, decided and written under the locks of
-// the shards its keys fall in (one shard for limits sharing one rate key,
-// such as 200/hour plus 1000/day by sasl_username; taken in shard order,
-// as Reconfigure takes them all): one hash per key and one lock per shard
-// instead of a Get and an Update per limit, no allocation once the states
-// exist (storing a new key may grow the shard's tables), and atomic per
-// stack (two concurrent requests of one key cannot both take the last
-// room). Stacks of more than 16 limits go through policy.EvaluateStack
-// (atomic per key). An item whose state cannot be stored gets out[i].Err:
-// ErrKeyTooLong, ErrTooManyLimits, ErrFull or ErrKeyPressure, as Update
-// returns them. It never returns an error itself. Safe for concurrent use.
+// EvaluateStack decides a request's stack of limits at now
+// (policy.StackEvaluator), as policy.EvaluateStack would, under the locks
+// of its keys' shards (taken in shard order): one hash per key, no
+// allocation once the states exist, and atomic per stack. Stacks over 16
+// limits go through policy.EvaluateStack. An item that cannot be stored
+// gets out[i].Err as Update returns it; EvaluateStack itself never fails.
 func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if len(items) == 0 {
 		return nil
@@ -124,11 +117,9 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	return nil
 }
 
-// EvaluateStack is Memory.EvaluateStack (policy.StackEvaluator); the
-// changes are written by the next flush. In read-only mode it goes through
-// policy.EvaluateStack over this store: it measures without storing, every
-// item whose new state would be stored (ratelimit.Limit.Next) getting
-// ErrReadOnly and Stored false.
+// EvaluateStack is Memory.EvaluateStack; the next flush writes the
+// changes. Read-only, it measures through policy.EvaluateStack, items to
+// be stored getting ErrReadOnly.
 func (p *Persistent) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if p.opts.ReadOnly {
 		return policy.EvaluateStack(ctx, p, now, items, refused, out)

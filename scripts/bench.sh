@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # make bench: the Go micro-benchmarks, then the load generator
-# (cmd/ratelimitd-bench), which builds and starts ratelimitd with the default
-# limits and BoltDB persistence, measures it against a DUNNO-only server
-# speaking the same protocol over TCP and a unix socket (C = 1, 8, 64;
-# K = 10,000, 100,000, 1,000,000: throughput ratio, p50/p99, server CPU per
-# request from /proc), and reports the daemon's RSS after 1,000,000 distinct
-# users; then the same daemon with the Redis backend (a redis-server it
-# starts) at C = 64, K = 100,000, and Redis's memory per user after
-# 1,000,000 users, and the same load on a 3-master Redis Cluster; then the daemon's throughput with the event log on
-# against off (refusal-heavy load) and the state file's growth per
-# 1,000,000 events. Arguments are passed to the first load generator run
-# (default: --rss-users 1000000 --rss-restart) and skip the Redis run.
+# (tools/ratelimitd-bench, in the tools module), which builds and starts
+# ratelimitd with the default limits and BoltDB persistence, measures it
+# against a DUNNO-only server speaking the same protocol over TCP and a unix
+# socket (C = 1, 8, 64; K = 10,000, 100,000, 1,000,000: throughput ratio,
+# p50/p99, server CPU per request from /proc), and reports the daemon's RSS
+# after 1,000,000 distinct users; then the same daemon with the Redis backend
+# (a redis-server it starts) at C = 64, K = 100,000, and Redis's memory per
+# user after 1,000,000 users, and the same load on a 3-master Redis Cluster;
+# then the daemon's throughput with the event log on against off
+# (refusal-heavy load) and the state file's growth per 1,000,000 events.
+# Arguments are passed to the first load generator run (default:
+# --rss-users 1000000 --rss-restart) and skip the Redis run.
 set -euo pipefail
 GO=${GO:-go}
 export GO
@@ -20,7 +21,7 @@ micro=0
 # codec and engine, and the milter's freeze of a 100 KB message committed
 # to the quarantine (p50-ms: target 5 ms). The store's 2M-state benchmarks
 # take minutes: run them with go test -bench . ./ratestore.
-$GO test -run '^$' -bench 'RequestPath' -benchtime 200000x -benchmem ./cmd/ratelimitd-bench || micro=$?
+(cd tools && $GO test -run '^$' -bench 'RequestPath' -benchtime 200000x -benchmem ./ratelimitd-bench) || micro=$?
 $GO test -run '^$' -bench 'ReadRequest|WriteReply|ServerRoundTrip|EvaluateTwoLimits|Check' -benchmem \
 	./mta/postfix ./policy ./ratelimit || micro=$?
 $GO test -run '^$' -bench 'Freeze100K' -benchtime 200x ./mta/milter || micro=$?
@@ -30,18 +31,18 @@ if [ $# -eq 0 ]; then
 	set -- --rss-users 1000000 --rss-restart
 	redis=1
 fi
-echo "== load generator: go run ./cmd/ratelimitd-bench $*"
-$GO run ./cmd/ratelimitd-bench "$@"
+echo "== load generator: (cd tools && go run ./ratelimitd-bench $*)"
+(cd tools && $GO run ./ratelimitd-bench "$@")
 if [ "$redis" = 1 ]; then
 	echo
-	echo "== Redis backend: go run ./cmd/ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000"
-	$GO run ./cmd/ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000
+	echo "== Redis backend: (cd tools && go run ./ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000)"
+	(cd tools && $GO run ./ratelimitd-bench --backend redis --conns 64 --keys 100000 --rss-users 1000000)
 	echo
 	# The same load on a 3-master Redis Cluster the load generator starts:
 	# Redis's CPU per request per master and in total, to compare with
 	# the standalone figures above.
-	echo "== Redis Cluster: go run ./cmd/ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor"
-	$GO run ./cmd/ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor
+	echo "== Redis Cluster: (cd tools && go run ./ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor)"
+	(cd tools && $GO run ./ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor)
 fi
 echo
 # Events: the same refusal-heavy load (K = 100 users at C = 64: most
@@ -51,7 +52,7 @@ echo
 # 1,000,000 events.
 echo "== events on/off: ratelimitd-bench --no-floor --listeners tcp --conns 64 --keys 100 --duration 5s --events=true|false"
 evdir=$(mktemp -d)
-$GO build -o "$evdir/bench" ./cmd/ratelimitd-bench
+(cd tools && $GO build -o "$evdir/bench" ./ratelimitd-bench)
 $GO build -o "$evdir/ratelimitd" ./cmd/ratelimitd
 for run in 1 2; do
 	for ev in true false; do

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
 
@@ -18,27 +17,23 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Output formats of decisions and summaries.
+// Output formats of decisions and summaries: an aligned table, CSV with a
+// header row, JSON Lines; one row per request (or key).
 const (
-	// OutputTable is aligned text for people (text/tabwriter).
 	OutputTable = "table"
-	// OutputCSV is CSV with a header row, one row per request (or key).
-	OutputCSV = "csv"
-	// OutputJSONL is JSON Lines, one object per request (or key).
+	OutputCSV   = "csv"
 	OutputJSONL = "jsonl"
 )
 
-// Writer writes decisions in one output format. Close flushes; it does not
-// close the underlying io.Writer.
+// Writer writes decisions in one output format; Close flushes and leaves
+// the io.Writer open.
 type Writer interface {
 	Write(r *Result) error
 	Close() error
 }
 
-// NewWriter returns a Writer of the given format (OutputTable, OutputCSV or
-// OutputJSONL) to w. limits is the engine's stack (Engine.Limits), which
-// names the per-limit columns; start is the trace's first time, from which
-// elapsed time is counted.
+// NewWriter returns a Writer of format to w, a column per limit
+// (Engine.Limits), elapsed time counted from start.
 func NewWriter(w io.Writer, format string, limits []policy.LimitInfo, start time.Time) (Writer, error) {
 	cols := newColumns(limits)
 	switch format {
@@ -68,8 +63,7 @@ func newColumns(limits []policy.LimitInfo) columns {
 	return c
 }
 
-// byLimit returns the measures of r in column order (nil where the limit
-// did not apply).
+// byLimit returns r's measures in column order, nil where none.
 func (c columns) byLimit(r *Result) []*policy.Measure {
 	out := make([]*policy.Measure, len(c.limits))
 	for i := range r.Decision.Measures {
@@ -81,9 +75,8 @@ func (c columns) byLimit(r *Result) []*policy.Measure {
 	return out
 }
 
-// FormatElapsed prints a duration as hours:minutes:seconds ("7:48:00",
-// "55:12:00", "0:00:01.5"), the way the simulator shows time since the
-// start of a trace.
+// FormatElapsed prints time since the start of a trace as
+// hours:minutes:seconds ("55:12:00", "0:00:01.5").
 func FormatElapsed(d time.Duration) string {
 	sign := ""
 	if d < 0 {
@@ -98,74 +91,40 @@ func FormatElapsed(d time.Duration) string {
 	return out
 }
 
-// formatRate prints a rate in cost per period compactly.
-func formatRate(v float64) string {
-	switch a := math.Abs(v); {
-	case a >= 1e12:
-		return strconv.FormatFloat(v, 'g', 4, 64)
-	case a >= 1e5:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 2, 64)
-}
-
-// formatLimit prints a configured limit as written ("200", "1e+07" stays
-// "10000000").
-func formatLimit(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-// formatRetry prints a retry-after duration; "never" for a request whose
-// cost alone exceeds the limit.
-func formatRetry(d time.Duration) string {
-	switch {
-	case d <= 0:
+// retry prints a wait for the RETRY column: empty when there is none.
+func retry(d time.Duration) string {
+	if d <= 0 {
 		return ""
-	case d == time.Duration(math.MaxInt64):
-		return "never"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
 	}
-	return human.Duration(d.Round(time.Second))
+	return human.Retry(d)
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// tableSample is how many rows the table writer reads to size its
-// columns; later rows are printed as they come, and a wider cell widens its
-// column from that row on.
-const tableSample = 1000
-
-// tableWriter prints aligned columns (two spaces apart) without holding a
-// whole trace's output in memory as text/tabwriter would.
+// tableWriter prints decisions as a termsafe.Table.
 type tableWriter struct {
-	bw      *bufio.Writer
-	cols    columns
-	start   time.Time
-	header  []string
-	widths  []int
-	pending [][]string
+	t     *termsafe.Table
+	cols  columns
+	start time.Time
 }
 
 func newTableWriter(w io.Writer, cols columns, start time.Time) *tableWriter {
-	t := &tableWriter{bw: bufio.NewWriter(w), cols: cols, start: start}
-	t.header = []string{"TIME", "ELAPSED", "LINE", "KEY"}
+	header := []string{"TIME", "ELAPSED", "LINE", "KEY"}
 	for _, l := range cols.limits {
-		t.header = append(t.header, l.Name+" /"+human.Duration(l.Period))
+		header = append(header, l.Name+" /"+human.Duration(l.Period))
 	}
-	t.header = append(t.header, "ACTION", "BY", "RETRY")
-	return t
+	return &tableWriter{t: termsafe.NewTable(w, append(header, "ACTION", "BY", "RETRY")...), cols: cols, start: start}
 }
 
-// Write prints one row: for each limit "before→after ≤ max" (or "> max"
-// when over), prefixed with the key when it differs from the KEY column.
+// Write prints one row: per limit "[key: ]before→after ≤ max" (> when over).
 func (t *tableWriter) Write(r *Result) error {
-	cells := make([]string, 0, len(t.header))
 	key := "-"
 	if keys := r.Keys(); len(keys) > 0 {
 		key = keys[0]
 	} else if r.Decision.Reason == "exempt" {
 		key = "(exempt)"
 	}
-	cells = append(cells, formatTime(r.Time), "+"+FormatElapsed(r.Time.Sub(t.start)), strconv.Itoa(r.Line), key)
+	cells := []string{formatTime(r.Time), "+" + FormatElapsed(r.Time.Sub(t.start)), strconv.Itoa(r.Line), key}
 	for _, m := range t.cols.byLimit(r) {
 		if m == nil {
 			cells = append(cells, "-")
@@ -179,71 +138,16 @@ func (t *tableWriter) Write(r *Result) error {
 		if m.Over {
 			cmp = ">"
 		}
-		cells = append(cells, fmt.Sprintf("%s%s→%s %s %s", prefix, formatRate(m.Before), formatRate(m.After), cmp, formatLimit(m.Max)))
+		cells = append(cells, fmt.Sprintf("%s%s→%s %s %s", prefix, human.FineRate(m.Before), human.FineRate(m.After), cmp, ftoa(m.Max)))
 	}
 	action := r.Decision.Action.String()
 	if r.Decision.Fault != nil {
 		action += " (fault: " + r.Decision.Fault.Error() + ")"
 	}
-	cells = append(cells, action, r.Decision.Limit, formatRetry(r.Decision.RetryAfter))
-	if t.widths == nil {
-		t.pending = append(t.pending, cells)
-		if len(t.pending) >= tableSample {
-			return t.fix()
-		}
-		return nil
-	}
-	return t.row(cells)
+	return t.t.Row(append(cells, action, r.Decision.Limit, retry(r.Decision.RetryAfter))...)
 }
 
-// fix sizes the columns from the header and the rows read so far and
-// prints them.
-func (t *tableWriter) fix() error {
-	t.widths = make([]int, len(t.header))
-	for _, row := range append([][]string{t.header}, t.pending...) {
-		for i, c := range row {
-			t.widths[i] = max(t.widths[i], utf8.RuneCountInString(termsafe.Line(c)))
-		}
-	}
-	if err := t.row(t.header); err != nil {
-		return err
-	}
-	for _, row := range t.pending {
-		if err := t.row(row); err != nil {
-			return err
-		}
-	}
-	t.pending = nil
-	return nil
-}
-
-func (t *tableWriter) row(cells []string) error {
-	last := len(cells) - 1
-	for last > 0 && cells[last] == "" {
-		last--
-	}
-	for i, c := range cells[:last+1] {
-		// Keys and senders come from traces and mail logs: attacker
-		// data, shown to an operator's terminal.
-		c = termsafe.Line(c)
-		t.bw.WriteString(c)
-		if i < last {
-			n := utf8.RuneCountInString(c)
-			t.widths[i] = max(t.widths[i], n) // a wider cell widens the column from here on
-			t.bw.WriteString(strings.Repeat(" ", t.widths[i]-n+2))
-		}
-	}
-	return t.bw.WriteByte('\n')
-}
-
-func (t *tableWriter) Close() error {
-	if t.widths == nil {
-		if err := t.fix(); err != nil {
-			return err
-		}
-	}
-	return t.bw.Flush()
-}
+func (t *tableWriter) Close() error { return t.t.Flush() }
 
 type csvWriter struct {
 	w     *csv.Writer
@@ -357,23 +261,11 @@ func (j *jsonlWriter) Write(r *Result) error {
 		rec.Fault = d.Fault.Error()
 	}
 	for i, m := range d.Measures {
-		rec.Measures[i] = MeasureRecord{Limit: m.Limit, Key: m.Key, Cost: m.Cost, Before: finite(m.Before),
-			After: finite(m.After), Max: m.Max, Over: m.Over, Action: m.Action.String(),
+		rec.Measures[i] = MeasureRecord{Limit: m.Limit, Key: m.Key, Cost: m.Cost, Before: human.Finite(m.Before),
+			After: human.Finite(m.After), Max: m.Max, Over: m.Over, Action: m.Action.String(),
 			RetryAfterS: jsonSeconds(m.RetryAfter), Stored: m.Stored}
 	}
 	return j.enc.Encode(&rec)
-}
-
-// finite keeps JSON encodable: the engine saturates at MaxFloat64, but be
-// safe against an infinity.
-func finite(v float64) float64 {
-	if math.IsInf(v, 1) {
-		return math.MaxFloat64
-	}
-	if math.IsNaN(v) {
-		return 0
-	}
-	return v
 }
 
 func (j *jsonlWriter) Close() error { return j.bw.Flush() }

@@ -27,21 +27,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// DefaultPlotKeys is how many keys a plot shows per limit when no keys are
-// named: those that came closest to (or went furthest over) the limit.
+// DefaultPlotKeys is how many keys a plot shows per limit by default.
 const DefaultPlotKeys = 6
 
-// PlotOptions tunes Recorder.Save.
+// PlotOptions tunes Recorder.Save: the keys to draw (empty: per limit the
+// MaxKeys, default DefaultPlotKeys, with the highest peak relative to the
+// limit) and a title for the first panel.
 type PlotOptions struct {
-	// Keys names the rate keys to draw; empty means the MaxKeys keys with
-	// the highest peak rate relative to their limit, per limit.
-	Keys []string
-	// MaxKeys bounds the keys drawn per limit when Keys is empty; 0 means
-	// DefaultPlotKeys.
+	Keys    []string
 	MaxKeys int
-	// Title is put in front of the first panel's title (e.g. the trace
-	// file name).
-	Title string
+	Title   string
 }
 
 // sample is one request's effect on one key under one limit.
@@ -61,10 +56,9 @@ type series struct {
 	refused int
 }
 
-// Recorder keeps, for each limit and key, the rate at every request, to
-// plot it. It keeps every request of the keys its Filter selects in memory
-// (about 50 bytes per request and limit). It is not safe for concurrent
-// use.
+// Recorder keeps the rate of every selected key at every request, per
+// limit, to plot it (about 50 bytes per request and limit). Not safe for
+// concurrent use.
 type Recorder struct {
 	cols   columns
 	filter Filter
@@ -74,8 +68,7 @@ type Recorder struct {
 	n      int
 }
 
-// NewRecorder returns a Recorder for an engine with the given limits,
-// recording the keys f selects (f.RefusedOnly is ignored).
+// NewRecorder returns a Recorder of the keys f.Keys selects.
 func NewRecorder(limits []policy.LimitInfo, f Filter) *Recorder {
 	r := &Recorder{cols: newColumns(limits), filter: Filter{Keys: f.Keys}}
 	r.series = make([]map[string]*series, len(limits))
@@ -108,7 +101,7 @@ func (rec *Recorder) Add(r *Result) {
 		if m.Stored {
 			post = m.After
 		}
-		sm := sample{x: x, before: finite(m.Before), after: finite(m.After), post: finite(post), max: m.Max,
+		sm := sample{x: x, before: human.Finite(m.Before), after: human.Finite(m.After), post: human.Finite(post), max: m.Max,
 			refused: r.Refused()}
 		s.samples = append(s.samples, sm)
 		if ratio := sm.after / m.Max; ratio > s.peak {
@@ -120,8 +113,7 @@ func (rec *Recorder) Add(r *Result) {
 	}
 }
 
-// newCanvas returns a white canvas of the given size in format PlotSVG or
-// PlotPNG, and the writer that encodes it.
+// newCanvas returns a white canvas in format and its encoder.
 func newCanvas(format string, width, height vg.Length) (io.WriterTo, draw.Canvas) {
 	var canvas io.WriterTo
 	var dc draw.Canvas
@@ -140,16 +132,15 @@ func newCanvas(format string, width, height vg.Length) (io.WriterTo, draw.Canvas
 
 func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
 
-// Save draws the recorded rates into path, an .svg or .png file: one panel
-// per limit, one line per key (rate in cost per period against hours since
-// the start of the trace), the limit as a dashed horizontal line, and a red
-// cross at requests that were refused.
+// Save draws into path (.svg or .png) a panel per limit: a line per key
+// (rate against hours since the start), the limit dashed, refusals as red
+// crosses.
 func (rec *Recorder) Save(path string, o PlotOptions) error {
 	return savePlot(path, func(w io.Writer, format string) error { return rec.WriteTo(w, format, o) })
 }
 
-// savePlot writes what write draws, in the format named by path's
-// extension, to path; nothing is written when write fails.
+// savePlot writes what write draws in path's format to path, nothing if
+// write fails.
 func savePlot(path string, write func(w io.Writer, format string) error) error {
 	var buf bytes.Buffer
 	if err := write(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")); err != nil {
@@ -173,9 +164,6 @@ const (
 
 // WriteTo draws the plot (see Save) in format PlotSVG or PlotPNG to w.
 func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
-	if format != PlotSVG && format != PlotPNG {
-		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
-	}
 	if len(rec.cols.limits) == 0 {
 		return fmt.Errorf("%w: the configuration has no limits to plot", ErrFormat)
 	}
@@ -183,32 +171,50 @@ func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
 		o.MaxKeys = DefaultPlotKeys
 	}
 	order := rec.order(o)
-	plots := make([][]*plot.Plot, len(rec.cols.limits))
+	plots := make([]*plot.Plot, len(rec.cols.limits))
 	legends := make([]plot.Legend, len(rec.cols.limits))
-	legendW := 1.5 * vg.Inch
 	for i := range rec.cols.limits {
 		p, lg, err := rec.panel(i, order, o)
 		if err != nil {
 			return err
 		}
-		plots[i], legends[i] = []*plot.Plot{p}, lg
-		var c draw.Canvas
-		legendW = max(legendW, lg.Rectangle(c).Size().X+0.3*vg.Inch)
+		plots[i], legends[i] = p, lg
 	}
-	legendW = min(legendW, 3.5*vg.Inch)
-	width, height := plotWidth+legendW, panelHeight*vg.Length(len(plots))
-	canvas, dc := newCanvas(format, width, height)
-	// The panels, aligned, on the left; each panel's legend beside it.
+	return drawPanels(w, format, plots, legends)
+}
+
+// drawPanels draws plots one above the other in format to w, each with
+// its legend, if any, to its right.
+func drawPanels(w io.Writer, format string, plots []*plot.Plot, legends []plot.Legend) error {
+	if format != PlotSVG && format != PlotPNG {
+		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
+	}
+	legendW := vg.Length(0)
+	if legends != nil {
+		legendW = 1.5 * vg.Inch
+		for _, lg := range legends {
+			var c draw.Canvas
+			legendW = max(legendW, lg.Rectangle(c).Size().X+0.3*vg.Inch)
+		}
+		legendW = min(legendW, 3.5*vg.Inch)
+	}
+	canvas, dc := newCanvas(format, plotWidth+legendW, panelHeight*vg.Length(len(plots)))
 	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
 		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.15 * vg.Inch}
-	canvases := plot.Align(plots, tiles, draw.Crop(dc, 0, -legendW, 0, 0))
-	for i := range plots {
+	grid := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		grid[i] = []*plot.Plot{p}
+	}
+	canvases := plot.Align(grid, tiles, draw.Crop(dc, 0, -legendW, 0, 0))
+	for i, p := range plots {
 		pc := canvases[i][0]
-		plots[i][0].Draw(pc)
-		lc := pc
-		lc.Min.X, lc.Max.X = pc.Max.X+0.1*vg.Inch, dc.Max.X-0.1*vg.Inch
-		lc.Max.Y -= 0.3 * vg.Inch // below the title
-		legends[i].Draw(lc)
+		p.Draw(pc)
+		if legends != nil {
+			lc := pc
+			lc.Min.X, lc.Max.X = pc.Max.X+0.1*vg.Inch, dc.Max.X-0.1*vg.Inch
+			lc.Max.Y -= 0.3 * vg.Inch // below the title
+			legends[i].Draw(lc)
+		}
 	}
 	_, err := canvas.WriteTo(w)
 	return err

@@ -10,8 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Evaluator decides one request at a given time; *policy.Engine implements
-// it. The simulator passes the trace's times, never the wall clock.
+// Evaluator decides one request at the trace's time; *policy.Engine is one.
 type Evaluator interface {
 	Evaluate(ctx context.Context, now time.Time, req *policy.Request) policy.Decision
 }
@@ -22,8 +21,8 @@ type Result struct {
 	Decision policy.Decision
 }
 
-// Keys returns the distinct rate keys the request was measured under, in
-// limit order; nil when no limit applied (exempt, unauthenticated, ...).
+// Keys returns the distinct rate keys that measured the request, in limit
+// order; nil when none did.
 func (r *Result) Keys() []string {
 	var keys []string
 	for _, m := range r.Decision.Measures {
@@ -34,14 +33,11 @@ func (r *Result) Keys() []string {
 	return keys
 }
 
-// Refused reports whether the message did not go through as sent: the
-// decision was defer, reject, hold or freeze.
+// Refused reports a defer, reject, hold or freeze.
 func (r *Result) Refused() bool { return !r.Decision.Action.Admits() }
 
-// Replay evaluates every event in order with ev at the event's time and
-// calls fn with each result (the *Result is reused: copy what you keep). It
-// stops at the first error from fn, or when ctx is done, and returns that
-// error.
+// Replay evaluates every event with ev at its time and calls fn with each
+// result (reused: copy what you keep); it returns fn's first error or ctx's.
 func Replay(ctx context.Context, ev Evaluator, events iter.Seq[Event], fn func(*Result) error) error {
 	var r Result
 	for e := range events {
@@ -58,12 +54,10 @@ func Replay(ctx context.Context, ev Evaluator, events iter.Seq[Event], fn func(*
 	return ctx.Err()
 }
 
-// Filter selects results for output. The zero Filter selects everything.
+// Filter selects results: measured under one of Keys (case-insensitive;
+// empty: any), refused if RefusedOnly. The zero Filter selects everything.
 type Filter struct {
-	// Keys, if not empty, selects results measured under one of these
-	// rate keys (compared case-insensitively).
-	Keys []string
-	// RefusedOnly selects only refused results (see Result.Refused).
+	Keys        []string
 	RefusedOnly bool
 }
 
@@ -85,13 +79,5 @@ func (f Filter) Match(r *Result) bool {
 
 // Key reports whether f selects the rate key k.
 func (f Filter) Key(k string) bool {
-	if len(f.Keys) == 0 {
-		return true
-	}
-	for _, want := range f.Keys {
-		if strings.EqualFold(want, k) {
-			return true
-		}
-	}
-	return false
+	return len(f.Keys) == 0 || slices.ContainsFunc(f.Keys, func(w string) bool { return strings.EqualFold(w, k) })
 }

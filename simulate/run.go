@@ -11,26 +11,20 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// RunOptions are the choices of a simulation (`ratelimitd simulate`).
+// RunOptions are the flags of `ratelimitd simulate`: the trace's format
+// ("" sniffs it), the output format, the decisions selected, one line per
+// key instead of every decision (Summary), and the .svg or .png file to
+// plot into (Plot; the keys come from Filter.Keys).
 type RunOptions struct {
-	// InputFormat is the trace's format for ReadFile: FormatJSONL,
-	// FormatJSON, FormatCSV or "" (from the content).
 	InputFormat string
-	// Format is the output format: OutputTable, OutputCSV or OutputJSONL.
-	Format string
-	// Filter selects the decisions printed, summarised and plotted.
-	Filter Filter
-	// Summary prints one line per key (Summarizer) instead of every
-	// decision.
-	Summary bool
-	// Plot, if not empty, is the .svg or .png file the rates are drawn
-	// into (Recorder); Plot.Keys is taken from Filter.Keys.
+	Format      string
+	Filter      Filter
+	Summary     bool
 	Plot        string
 	PlotOptions PlotOptions
 }
 
-// Check reports a bad output format, input format or plot file name,
-// naming the command's flags (--format, --input-format, --plot).
+// Check reports a bad --format, --input-format or --plot.
 func (o RunOptions) Check() error {
 	switch o.Format {
 	case OutputTable, OutputCSV, OutputJSONL:
@@ -45,8 +39,7 @@ func (o RunOptions) Check() error {
 	return CheckPlotPath(o.Plot)
 }
 
-// CheckPlotPath checks a --plot file name: empty (no plot), or ending in
-// .svg or .png.
+// CheckPlotPath checks a --plot file name: empty, *.svg or *.png.
 func CheckPlotPath(path string) error {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".svg", ".png":
@@ -58,10 +51,9 @@ func CheckPlotPath(path string) error {
 	return nil
 }
 
-// Run replays tr through eng, writes every decision that o.Filter selects
-// (or, with o.Summary, one line per key) to w in o.Format, and draws the
-// plot if o.Plot is set. It stops at the first request the engine could
-// not decide (an error naming the trace line) or write error.
+// Run replays tr through eng, writes the decisions o.Filter selects (or
+// the summary) to w, and draws the plot. It stops at the first engine
+// fault (naming the trace line) or write error.
 func Run(ctx context.Context, eng *policy.Engine, tr *Trace, o RunOptions, w io.Writer) error {
 	limits := eng.Limits()
 	start, _ := tr.Span()

@@ -12,36 +12,27 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Defaults of SuggestOptions.
 const (
-	// DefaultHeadroom is the factor between the highest ordinary peak and
-	// the proposed limit.
+	// DefaultHeadroom is the factor from the base peak to the limit.
 	DefaultHeadroom = 1.5
-	// DefaultPercentile is the percentile of the keys' peaks the limit
-	// is based on; keys above the limit it gives are named as outliers.
+	// DefaultPercentile is the percentile of the ordinary keys' peaks the
+	// limit is based on.
 	DefaultPercentile = 95.0
 )
 
-// Bulk sender recognition (see BulkSender).
+// Recognition of a recurring bulk sender (BulkSender).
 const (
-	// bulkGap separates the bursts of one key.
-	bulkGap = 30 * time.Minute
-	// bulkMinRecipients is the number of distinct recipients that makes a
-	// burst a bulk send.
-	bulkMinRecipients = 20
-	// bulkMinSends is how many bulk sends make a recurring sender.
-	bulkMinSends = 3
-	// bulkClockSlack is how far from the first send's time of day the
-	// others may start (75 minutes: a daylight saving change and a late
-	// cron job).
-	bulkClockSlack = 75 * time.Minute
-	// bulkMinSimilarity is the lowest Jaccard similarity of the recipient
-	// lists of consecutive sends.
-	bulkMinSimilarity = 0.5
+	bulkGap           = 30 * time.Minute // between two bursts of one key
+	bulkMinRecipients = 20               // distinct recipients of a bulk send
+	bulkMinSends      = 3
+	bulkClockSlack    = 75 * time.Minute // from the first send's time of day (DST, a late cron job)
+	bulkMinSimilarity = 0.5              // Jaccard, of consecutive sends' recipients
 )
 
 // measureLimit is the limit of the measuring replay: never reached.
@@ -49,166 +40,111 @@ const measureLimit = 1e300
 
 // SuggestOptions tunes Suggest. The zero value uses the defaults.
 type SuggestOptions struct {
-	// Headroom multiplies the base peak to give the proposed limit
-	// (default DefaultHeadroom); must be >= 1.
+	// Headroom (>= 1) multiplies the base peak to give the limit.
 	Headroom float64
-	// Percentile (0 < p <= 100, nearest rank; default DefaultPercentile)
-	// of the ordinary keys' peaks is the base of the limit. 100 means
-	// every key stays under the limit.
+	// Percentile (0 < p <= 100, nearest rank) of the ordinary keys' peaks
+	// is the base; 100 keeps every key under the limit.
 	Percentile float64
-	// Allow names keys the operator says are legitimate bulk senders: they
-	// get an override instead of raising the limit (compared
-	// case-insensitively).
+	// Allow names legitimate bulk senders (case-insensitive): they get an
+	// override instead of raising the limit.
 	Allow []string
-	// NewStore returns an empty rate store; Suggest replays the trace
-	// twice, each time with a new one. Required.
+	// NewStore returns an empty rate store, one per replay. Required.
 	NewStore func() policy.Store
-	// NewRecipientSets returns an empty memory of recipients for the
-	// per = "addr" limits, one per replay, as the daemon has; nil counts
-	// every recipient as new (as per = "rcpt").
+	// NewRecipientSets returns an empty recipient memory for per = "addr",
+	// one per replay; nil counts every recipient as new.
 	NewRecipientSets func() policy.RecipientSets
 }
 
 // Suggestion is Suggest's proposal and the evidence behind it.
 type Suggestion struct {
-	// Start and End are the times of the trace's first and last request;
-	// Requests how many it has.
-	Start, End time.Time
-	Requests   int
-	// Headroom and Percentile are the options in effect.
+	Start, End           time.Time // of the trace's first and last request
+	Requests             int
 	Headroom, Percentile float64
 	// Limits has one proposal per configured limit, in order.
 	Limits []LimitProposal
-	// Refusals lists the keys the proposed configuration refused at least
-	// once when the trace was replayed through it, most refused first.
+	// Refusals are the keys the proposal refused, most refused first.
 	Refusals []Refusal
-	// Config is the proposed policy configuration: the given one with
-	// each limit's Limit and Overrides replaced.
+	// Config is the given configuration with each limit's Limit and
+	// Overrides replaced.
 	Config policy.Config
 }
 
 // LimitProposal is the proposal for one configured limit.
 type LimitProposal struct {
-	// Config is the limit as configured.
 	Config policy.LimitConfig
-	// Proposed is the proposed limit in cost per period (with algorithm
-	// baseline: the cap, at least the floor). Base is the percentile peak
-	// it comes from (Proposed = Base × headroom, rounded up to two
-	// significant digits); 0 when no key was measured, and then Proposed
-	// is the configured limit.
+	// Proposed is the limit in cost per period (baseline: the cap, at
+	// least the floor): Base × headroom rounded up to two significant
+	// digits, or the configured limit when no key was measured.
 	Proposed, Base float64
-	// Peaks has every measured key's peak, highest first. Ordinary counts
-	// the keys that are neither allowed, configured overrides, nor
-	// recurring bulk senders: those the percentile is taken over.
+	// Peaks are every measured key's, highest first; Ordinary counts the
+	// keys the percentile is taken over (not allowed, overridden or bulk).
 	Peaks    []KeyPeak
 	Ordinary int
-	// Median is the median of the ordinary peaks.
-	Median float64
-	// Overrides are the per-key limits proposed for bulk senders and
-	// allowed keys, for the operator to confirm.
+	Median   float64 // of the ordinary peaks
+	// Overrides are proposed for bulk senders and allowed keys.
 	Overrides []Override
-	// Outliers are the ordinary keys whose peak is above Proposed: named,
-	// not accommodated.
+	// Outliers are the ordinary keys peaking above Proposed.
 	Outliers []KeyPeak
-	// TooShort is set when the trace spans less than the limit's period:
-	// no key's rate over a whole period was measured, and the proposal
-	// comes from partial peaks.
+	// TooShort: the trace spans less than the period.
 	TooShort bool
-	// Notes say, in a sentence each, why the proposal is less sure than
-	// the method promises and what Suggest did instead: too few ordinary
-	// keys for the percentile (under MinPercentileKeys), a trace shorter
-	// than the period.
+	// Notes say why the proposal is less sure than the method promises.
 	Notes []string
 }
 
-// KeyPeak is one key's highest measured rate under one limit.
+// KeyPeak is one key's highest measured rate (cost per period, with no
+// limit in the way) under one limit, and when.
 type KeyPeak struct {
-	// Key is the rate key (e.g. a SASL user name).
-	Key string
-	// Peak is the highest rate (cost per period) the key reached, as
-	// ratelimitd measures it (ratelimit package, exponential algorithm),
-	// with no limit in the way; At is when.
-	Peak float64
-	At   time.Time
-	// First is the key's first counted request; Requests how many were
-	// counted.
-	First    time.Time
+	Key      string
+	Peak     float64
+	At       time.Time
+	First    time.Time // the key's first counted request
 	Requests int
 }
 
-// Override is a proposed per-key limit.
+// Override is a proposed per-key limit (cost per period). Reason is
+// "--allow", "configured override" or "recurring bulk sender" (Bulk set).
 type Override struct {
-	// Key is the rate key the override is for.
-	Key string
-	// Limit is the proposed override (cost per period); Peak the key's.
+	Key         string
 	Limit, Peak float64
-	// Reason says why: "--allow", "configured override", or the
-	// recurring bulk pattern found (Bulk is then set).
-	Reason string
-	Bulk   *BulkSender
+	Reason      string
+	Bulk        *BulkSender
 }
 
-// BulkSender describes a key recognised as a legitimate bulk sender: at
-// least three sends to 20 or more distinct recipients each, all starting
-// at the same time of day (within 75 minutes), with consecutive sends
-// going mostly to the same recipients (Jaccard similarity >= 0.5) — a
-// newsletter or a report, not a spam run, which writes to new addresses.
+// BulkSender is a newsletter or report, not a spam run: at least three
+// sends to 20 or more distinct recipients each, starting at the same time
+// of day (within 75 minutes), consecutive sends going mostly to the same
+// recipients (Jaccard similarity >= 0.5).
 type BulkSender struct {
-	// Sends is the number of bulk sends; Recipients their mean number of
-	// distinct recipients; Similarity the mean Jaccard similarity of
-	// consecutive sends' recipient lists.
 	Sends      int
-	Recipients float64
-	Similarity float64
-	// Interval is the median time between sends, rounded to whole days
-	// (at least one day); Clock the first send's time of day (UTC).
-	Interval time.Duration
-	Clock    time.Duration
-	// First is the first send's start.
-	First time.Time
+	Recipients float64       // mean distinct recipients per send
+	Similarity float64       // mean Jaccard similarity of consecutive sends
+	Interval   time.Duration // median time between sends, in whole days
+	Clock      time.Duration // the first send's time of day, UTC
+	First      time.Time
 }
 
-// Refusal is a key the proposed configuration refused.
+// Refusal is a key the proposed configuration refused: by which limits,
+// first and last refused request, refused and total messages (distinct
+// policy instances), and the key's first request.
 type Refusal struct {
-	// Key is the refused rate key.
-	Key string
-	// Limits are the limits that decided the refusals.
-	Limits []string
-	// First and Last are the first and last refused request. Refused is
-	// the number of messages refused (at any of their requests), Messages
-	// the key's messages in the trace (distinct policy instances; a
-	// request without one counts as a message).
+	Key               string
+	Limits            []string
 	First, Last       time.Time
 	Refused, Messages int
-	// KeyFirst is the key's first request in the trace.
-	KeyFirst time.Time
+	KeyFirst          time.Time
 }
 
 // ErrSuggest wraps Suggest's errors about its options.
 var ErrSuggest = errors.New("simulate: cannot suggest limits")
 
-// Suggest proposes limits for the stack of cfg from the traffic in tr.
-//
-// For each configured limit (its key, period and cost unit) it replays the
-// trace with no limit in the way and takes each key's peak rate, as
-// ratelimitd measures it (the exponential algorithm of package ratelimit,
-// the Exim ratelimit EWMA). The proposed limit is the Percentile of the
-// ordinary keys' peaks times Headroom, rounded up to two significant
-// digits: every ordinary key at or below that percentile stays under it
-// with that headroom, and the keys above the limit are named as outliers
-// rather than accommodated. Recurring bulk senders (see BulkSender), keys
-// named in Allow and keys the configuration already overrides are left
-// out of the percentile and get a per-key override of their own peak
-// times Headroom. Finally the trace is replayed through the proposed
-// configuration (configured modes and actions) to list who would have
-// been refused, when and for how long. Both replays ignore the limits' via
-// lists: every request of the trace is measured by every limit.
-//
-// It returns an error wrapping ErrSuggest for bad options, a
-// configuration error from policy.NewEngine, or ctx's error. It keeps
-// every counted request's time and recipients in memory (about 50 bytes
-// each, plus the recipient lists) to recognise bulk senders. It
-// is safe to call concurrently with separate stores.
+// Suggest proposes limits for the stack of cfg from the traffic in tr. Per
+// limit it replays tr with no limit in the way and takes each key's peak
+// rate; the proposal is the Percentile of the ordinary keys' peaks times
+// Headroom, rounded up; recurring bulk senders, Allow keys and configured
+// overrides get overrides of their own. It then replays tr through the
+// proposal to list who it refuses. Both replays ignore via. Errors wrap
+// ErrSuggest, come from policy.NewEngine, or are ctx's. It keeps every
+// counted request's time and recipients in memory.
 func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) (*Suggestion, error) {
 	if o.Headroom == 0 {
 		o.Headroom = DefaultHeadroom
@@ -259,8 +195,7 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	return s, nil
 }
 
-// newEngine returns an engine for one replay of cfg, with a new store and
-// recipient memory from o.
+// newEngine returns an engine of cfg with a new store and recipient memory.
 func newEngine(cfg policy.Config, o SuggestOptions) (*policy.Engine, error) {
 	eng, err := policy.NewEngine(cfg, o.NewStore())
 	if err != nil {
@@ -272,8 +207,7 @@ func newEngine(cfg policy.Config, o SuggestOptions) (*policy.Engine, error) {
 	return eng, nil
 }
 
-// replayChecked replays tr through eng like Replay, and stops with an
-// error at the first request the engine could not decide.
+// replayChecked is Replay that stops at the first engine fault.
 func replayChecked(ctx context.Context, eng Evaluator, tr *Trace, fn func(*Result) error) error {
 	return Replay(ctx, eng, tr.Events(), func(r *Result) error {
 		if r.Decision.Fault != nil {
@@ -295,16 +229,14 @@ type send struct {
 	rcpts []string
 }
 
-// measure replays tr through cfg's limits made unreachable and returns,
-// per limit, every key's statistics.
+// measure replays tr through cfg's limits made unreachable and returns
+// every key's statistics per limit.
 func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) ([]map[string]*keyStat, error) {
 	mc := cfg
 	mc.Limits = make([]policy.LimitConfig, len(cfg.Limits))
 	index := map[string]int{}
 	for i, l := range cfg.Limits {
-		// Only what is measured (key, period, cost unit) is kept: the
-		// exponential algorithm, no overrides, and no via, so every
-		// request is measured, whichever front end asked.
+		// Only key, period and cost unit; no via, so every request counts.
 		mc.Limits[i] = policy.LimitConfig{Name: l.Name, Key: l.Key, Period: l.Period, Per: l.Per,
 			Limit: measureLimit, Mode: "strict", Action: "warn"}
 		index[l.Name] = i
@@ -358,8 +290,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	return stats, err
 }
 
-// propose computes one limit's proposal from its keys' statistics.
-// span is the trace's.
+// propose computes one limit's proposal; span is the trace's.
 func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions, span time.Duration) LimitProposal {
 	lp := LimitProposal{Config: lc, Proposed: lc.Limit}
 	if lc.Cap != 0 {
@@ -410,13 +341,13 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 			}
 			lp.Notes = append(lp.Notes, fmt.Sprintf("only %d ordinary %s: too few for a p%g (it takes %d); "+
 				"the proposal is based on %s, %s, instead",
-				n, plural(n, "key", "keys"), o.Percentile, MinPercentileKeys, which, formatNum(lp.Base)))
+				n, plural.Of(n, "key"), o.Percentile, MinPercentileKeys, which, human.Number(lp.Base)))
 		}
 		if period := time.Duration(lc.Period); span < period {
 			lp.TooShort = true
 			lp.Notes = append(lp.Notes, fmt.Sprintf("the trace spans %s, less than the period %s: no rate over a whole "+
 				"period was measured, so the proposal is based on the partial peaks instead, which may be low; "+
-				"give a trace of at least %s", humanSpan(span), human.Duration(period), human.Duration(period)))
+				"give a trace of at least %s", human.Span(span), human.Duration(period), human.Duration(period)))
 		}
 	}
 	for _, ks := range keys {
@@ -449,18 +380,11 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 	return lp
 }
 
-// percentile returns the nearest-rank p-th percentile of sorted v.
 // MinPercentileKeys is the fewest ordinary keys a percentile below 100 is
 // taken over: with fewer, the nearest-rank p95 is the highest peak.
 const MinPercentileKeys = 20
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
+// percentile returns the nearest-rank p-th percentile of sorted.
 func percentile(sorted []float64, p float64) float64 {
 	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
 	return sorted[min(max(rank, 1), len(sorted))-1]
@@ -477,8 +401,8 @@ func roundUp(x float64) float64 {
 	return math.Ceil(x/step-1e-9) * step
 }
 
-// recurringBulk reports whether sends (one key's counted requests, in
-// time order) look like a recurring bulk sender; see BulkSender.
+// recurringBulk reports whether one key's sends, in time order, are a
+// BulkSender's.
 func recurringBulk(sends []send) (BulkSender, bool) {
 	type burst struct {
 		start time.Time
@@ -545,8 +469,7 @@ func recurringBulk(sends []send) (BulkSender, bool) {
 	return b, true
 }
 
-// refusals replays tr through the proposed configuration and returns who
-// was refused.
+// refusals replays tr through cfg and returns who was refused.
 func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) ([]Refusal, error) {
 	eng, err := newEngine(cfg, o)
 	if err != nil {
@@ -554,8 +477,7 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 	}
 	byKey := map[string]*Refusal{}
 	seen := map[string]time.Time{}
-	// Messages per key, and refused ones, by instance (a request without
-	// one is a message of its own).
+	// Messages per key by instance (a request without one is a message).
 	msgs := map[string]map[string]bool{}
 	refused := map[string]map[string]bool{}
 	mark := func(m map[string]map[string]bool, k, inst string) {
@@ -571,8 +493,7 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 		}
 		keys := r.Keys()
 		if k := r.Decision.Key; k != "" && !slices.Contains(keys, k) {
-			// A later request of a refused message gets the message's
-			// verdict without being measured again.
+			// A refused message's later requests are not measured again.
 			keys = append(keys, k)
 		}
 		for _, k := range keys {
@@ -612,15 +533,4 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 		return strings.Compare(a.Key, b.Key)
 	})
 	return out, nil
-}
-
-// Refusal returns the refusal of key (compared case-insensitively), or
-// nil if the proposal never refused it.
-func (s *Suggestion) Refusal(key string) *Refusal {
-	for i := range s.Refusals {
-		if strings.EqualFold(s.Refusals[i].Key, key) {
-			return &s.Refusals[i]
-		}
-	}
-	return nil
 }

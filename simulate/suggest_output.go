@@ -4,21 +4,19 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// shortTrace is the trace span below which WriteText warns that the
-// proposal rests on too little traffic.
+// shortTrace is the span below which WriteText warns of too little traffic.
 const shortTrace = 14 * 24 * time.Hour
 
 // maxListed bounds the outliers and refusals WriteText lists per section.
@@ -39,13 +37,11 @@ func unit(lc policy.LimitConfig) string {
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") }
 
-// WriteText writes the proposal with its reasoning: the method, per limit
-// the distribution of peaks, the proposed limit and how it was reached, the
-// overrides to confirm and the outliers, then who the proposal would have
-// refused, when and for how long, and the TOML to paste.
+// WriteText writes the proposal with its reasoning, who it would have
+// refused, and the TOML to paste.
 func (s *Suggestion) WriteText(w io.Writer) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "Trace: %d requests from %s to %s (%s).\n", s.Requests, stamp(s.Start), stamp(s.End), humanSpan(s.End.Sub(s.Start)))
+	fmt.Fprintf(&b, "Trace: %d requests from %s to %s (%s).\n", s.Requests, stamp(s.Start), stamp(s.End), human.Span(s.End.Sub(s.Start)))
 	fmt.Fprintf(&b, "Method: every key's peak rate under each limit, as ratelimitd measures it (Exim's EWMA over\n"+
 		"the limit's period) with no limit in the way; the proposed limit is the %gth percentile of the\n"+
 		"ordinary keys' peaks × headroom %g, rounded up. Keys above it are named as outliers, not\n"+
@@ -54,27 +50,27 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 		s.Percentile, s.Headroom)
 	if d := s.End.Sub(s.Start); d < shortTrace {
 		fmt.Fprintf(&b, "Note: the trace covers only %s; base limits on a few weeks of mail, or a weekly\n"+
-			"newsletter or a month-end run will be missing from it.\n", humanSpan(d))
+			"newsletter or a month-end run will be missing from it.\n", human.Span(d))
 	}
 	for i := range s.Limits {
 		lp := &s.Limits[i]
 		lc := lp.Config
 		period := human.Duration(time.Duration(lc.Period))
 		u := unit(lc)
-		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, formatNum(lc.Limit))
+		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, human.Number(lc.Limit))
 		if len(lp.Peaks) == 0 {
-			fmt.Fprintf(&b, "  no key of this limit is in the trace: keeping %s.\n", formatNum(lc.Limit))
+			fmt.Fprintf(&b, "  no key of this limit is in the trace: keeping %s.\n", human.Number(lc.Limit))
 			continue
 		}
 		top := lp.Peaks[0]
 		fmt.Fprintf(&b, "  %d keys measured (%d ordinary); ordinary peaks: median %s, p%g %s; highest %s (%s at %s)\n",
-			len(lp.Peaks), lp.Ordinary, formatNum(lp.Median), s.Percentile, formatNum(lp.Base), formatNum(top.Peak), top.Key, stamp(top.At))
+			len(lp.Peaks), lp.Ordinary, human.Number(lp.Median), s.Percentile, human.Number(lp.Base), human.Number(top.Peak), top.Key, stamp(top.At))
 		switch {
 		case lp.Ordinary > 0:
-			fmt.Fprintf(&b, "  proposed: %s %s per %s = p%g %s × %g = %s, rounded up\n", formatNum(lp.Proposed), u, period,
-				s.Percentile, formatNum(lp.Base), s.Headroom, formatNum(lp.Base*s.Headroom))
+			fmt.Fprintf(&b, "  proposed: %s %s per %s = p%g %s × %g = %s, rounded up\n", human.Number(lp.Proposed), u, period,
+				s.Percentile, human.Number(lp.Base), s.Headroom, human.Number(lp.Base*s.Headroom))
 		default:
-			fmt.Fprintf(&b, "  no ordinary keys: keeping %s\n", formatNum(lp.Proposed))
+			fmt.Fprintf(&b, "  no ordinary keys: keeping %s\n", human.Number(lp.Proposed))
 		}
 		for _, n := range lp.Notes {
 			fmt.Fprintf(&b, "  Note: %s.\n", n)
@@ -86,9 +82,9 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 					bs.Sends, bs.Recipients, every(bs.Interval, bs.First), clockText(bs.Clock), 100*bs.Similarity)
 			}
 			if ov.Peak > 0 {
-				fmt.Fprintf(&b, "  override (confirm): %s = %s (peak %s × %g) — %s\n", ov.Key, formatNum(ov.Limit), formatNum(ov.Peak), s.Headroom, why)
+				fmt.Fprintf(&b, "  override (confirm): %s = %s (peak %s × %g) — %s\n", ov.Key, human.Number(ov.Limit), human.Number(ov.Peak), s.Headroom, why)
 			} else {
-				fmt.Fprintf(&b, "  override: %s = %s — %s\n", ov.Key, formatNum(ov.Limit), why)
+				fmt.Fprintf(&b, "  override: %s = %s — %s\n", ov.Key, human.Number(ov.Limit), why)
 			}
 		}
 		for j, o := range lp.Outliers {
@@ -97,24 +93,22 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 				break
 			}
 			fmt.Fprintf(&b, "  outlier: %s peaked at %s (%.1f× the proposal) at %s — not accommodated; if it is legitimate, --allow %s\n",
-				o.Key, formatNum(o.Peak), o.Peak/lp.Proposed, stamp(o.At), o.Key)
+				o.Key, human.Number(o.Peak), o.Peak/lp.Proposed, stamp(o.At), o.Key)
 		}
 	}
 	b.WriteString("\nReplayed through the proposal (configured modes and actions):\n")
 	if len(s.Refusals) == 0 {
 		b.WriteString("  nobody would have been refused.\n")
 	} else {
-		tw := tabwriter.NewWriter(&b, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "  KEY\tLIMIT\tFIRST REFUSED\tSINCE KEY'S FIRST REQUEST\tLAST REFUSED\tFOR\tREFUSED MESSAGES")
-		for j, rf := range s.Refusals {
-			if j == maxListed {
-				fmt.Fprintf(tw, "  ... and %d more keys\n", len(s.Refusals)-j)
-				break
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d of %d\n", rf.Key, strings.Join(rf.Limits, ","), stamp(rf.First),
-				humanSpan(rf.First.Sub(rf.KeyFirst)), stamp(rf.Last), humanSpan(rf.Last.Sub(rf.First)), rf.Refused, rf.Messages)
+		t := termsafe.NewTable(&b, "  KEY", "LIMIT", "FIRST REFUSED", "SINCE KEY'S FIRST REQUEST", "LAST REFUSED", "FOR", "REFUSED MESSAGES")
+		for _, rf := range s.Refusals[:min(len(s.Refusals), maxListed)] {
+			t.Row("  "+rf.Key, strings.Join(rf.Limits, ","), stamp(rf.First), human.Span(rf.First.Sub(rf.KeyFirst)),
+				stamp(rf.Last), human.Span(rf.Last.Sub(rf.First)), fmt.Sprintf("%d of %d", rf.Refused, rf.Messages))
 		}
-		tw.Flush()
+		t.Flush()
+		if n := len(s.Refusals) - maxListed; n > 0 {
+			fmt.Fprintf(&b, "  ... and %d more keys\n", n)
+		}
 	}
 	toml, err := s.TOML()
 	if err != nil {
@@ -141,29 +135,7 @@ func clockText(d time.Duration) string {
 	return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60)
 }
 
-// humanSpan prints a duration for operators: "0s", "12m", "3h05m", "4.5 days".
-func humanSpan(d time.Duration) string {
-	switch {
-	case d >= 48*time.Hour:
-		return fmt.Sprintf("%.1f days", d.Hours()/24)
-	case d >= time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	case d >= time.Minute:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	}
-	return d.Round(time.Second).String()
-}
-
-// formatNum prints a rate or limit: whole numbers without decimals.
-func formatNum(v float64) string {
-	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.1f", v)
-}
-
-// tomlLimit is a [[limit]] table as TOML writes it, empty settings left
-// out.
+// tomlLimit is a [[limit]] table, empty settings left out.
 type tomlLimit struct {
 	Name      string             `toml:"name"`
 	Key       []string           `toml:"key"`
@@ -184,8 +156,7 @@ type tomlLimit struct {
 	Release   string             `toml:"auto_release,omitempty"`
 }
 
-// TOML returns the proposed stack as [[limit]] tables, ready to paste
-// into a configuration file in place of the old ones.
+// TOML returns the proposed stack as [[limit]] tables.
 func (s *Suggestion) TOML() (string, error) {
 	var doc struct {
 		Limit []tomlLimit `toml:"limit"`

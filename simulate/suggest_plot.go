@@ -13,41 +13,26 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // binsPerDecade is the resolution of the peak histogram (log scale).
 const binsPerDecade = 8
 
-// SavePlot draws the distribution of peaks into path (.svg or .png): one
-// panel per limit, a histogram of the keys' peak rates on a logarithmic
-// axis, the proposed limit as a red dashed line and each override as a
-// green dotted one.
+// SavePlot draws into path (.svg or .png) a panel per limit: a log-scale
+// histogram of the keys' peaks, the proposal red, overrides green.
 func (s *Suggestion) SavePlot(path string) error { return savePlot(path, s.WritePlot) }
 
 // WritePlot draws the plot of SavePlot in format PlotSVG or PlotPNG to w.
 func (s *Suggestion) WritePlot(w io.Writer, format string) error {
-	if format != PlotSVG && format != PlotPNG {
-		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
-	}
-	plots := make([][]*plot.Plot, len(s.Limits))
+	plots := make([]*plot.Plot, len(s.Limits))
 	for i := range s.Limits {
 		p, err := s.peakPanel(&s.Limits[i])
 		if err != nil {
 			return err
 		}
-		plots[i] = []*plot.Plot{p}
+		plots[i] = p
 	}
-	width, height := plotWidth, panelHeight*vg.Length(len(plots))
-	canvas, dc := newCanvas(format, width, height)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
-		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.2 * vg.Inch}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	_, err := canvas.WriteTo(w)
-	return err
+	return drawPanels(w, format, plots, nil)
 }
 
 func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
@@ -55,7 +40,7 @@ func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 	period := human.Duration(time.Duration(lc.Period))
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("limit %q: peak %s per %s of %d keys (%s) — proposed %s", lc.Name, unit(lc), period,
-		len(lp.Peaks), strings.Join(lc.Key, "+"), formatNum(lp.Proposed))
+		len(lp.Peaks), strings.Join(lc.Key, "+"), human.Number(lp.Proposed))
 	p.Title.TextStyle.Font.Size = vg.Points(12)
 	p.X.Label.Text = fmt.Sprintf("peak rate (%s per %s, log scale)", unit(lc), period)
 	p.Y.Label.Text = "keys"
@@ -104,14 +89,14 @@ func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 		return nil, err
 	}
 	p.Add(l)
-	p.Legend.Add(fmt.Sprintf("proposed limit %s", formatNum(lp.Proposed)), l)
+	p.Legend.Add(fmt.Sprintf("proposed limit %s", human.Number(lp.Proposed)), l)
 	for _, ov := range lp.Overrides {
 		l, err := vline(math.Log10(ov.Limit), color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, []vg.Length{vg.Points(2), vg.Points(3)})
 		if err != nil {
 			return nil, err
 		}
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("override %s = %s", legendName(ov.Key), formatNum(ov.Limit)), l)
+		p.Legend.Add(fmt.Sprintf("override %s = %s", legendName(ov.Key), human.Number(ov.Limit)), l)
 	}
 	p.X.Min, p.X.Max = lo, math.Ceil(hi/width)*width+width
 	p.Y.Min, p.Y.Max = 0, ymax*1.1

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
@@ -19,37 +18,31 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// NotMeasured is the KeySummary.Key of requests no limit measured (exempt,
-// unauthenticated under a sasl_username limit, a protocol state no limit
-// counts at).
+// NotMeasured is the KeySummary.Key of requests no limit measured.
 const NotMeasured = "(not measured)"
 
-// KeySummary is what happened to one rate key over a trace. A request
-// measured under several keys (limits keyed differently) counts for each.
+// KeySummary is what happened to one rate key (or NotMeasured) over a
+// trace; a request measured under several keys counts for each.
 type KeySummary struct {
-	// Key is the rate key value, or NotMeasured.
 	Key string `json:"key"`
-	// Requests is Admitted + Deferred + Rejected + Held + Frozen.
+	// Requests is Admitted + Deferred + Rejected + Held + Frozen; Admitted
+	// counts pass and warn, Warned warn alone.
 	Requests int `json:"requests"`
-	// Admitted counts pass and warn decisions; Warned counts warn alone.
 	Admitted int `json:"admitted"`
 	Deferred int `json:"deferred"`
 	Rejected int `json:"rejected"`
 	Held     int `json:"held"`
 	Frozen   int `json:"frozen"`
 	Warned   int `json:"warned"`
-	// First and Last are the times of the key's first and last request.
-	First time.Time `json:"first"`
-	Last  time.Time `json:"last"`
-	// FirstRefused is the time of the first defer, reject, hold or freeze
-	// (zero if none), RefusedBy the limit that decided it and
-	// RefusedAfter the time since First.
+	// First and Last are the key's first and last request; FirstRefused
+	// is zero if none was refused, RefusedAfter counts from First.
+	First        time.Time     `json:"first"`
+	Last         time.Time     `json:"last"`
 	FirstRefused time.Time     `json:"first_refused,omitzero"`
 	RefusedBy    string        `json:"refused_by,omitempty"`
 	RefusedAfter time.Duration `json:"-"`
-	// Peaks is, per limit in configuration order, the highest rate
-	// measured for the key (Measure.After) and the limit in force;
-	// Measured is false for a limit that never measured the key.
+	// Peaks has, per limit in order, the highest Measure.After and the
+	// limit in force.
 	Peaks []Peak `json:"peaks"`
 }
 
@@ -64,21 +57,16 @@ type Peak struct {
 // Refused returns Deferred + Rejected + Held + Frozen.
 func (k *KeySummary) Refused() int { return k.Deferred + k.Rejected + k.Held + k.Frozen }
 
-// Summary is the per-key account of a replayed trace.
+// Summary is the per-key account of a replayed trace. Keys are refused
+// keys by first refusal, then the others by requests, then NotMeasured.
 type Summary struct {
-	// Start and End are the first and last request times; Requests the
-	// number of requests replayed.
 	Start, End time.Time
 	Requests   int
-	// Limits is the configured stack.
-	Limits []policy.LimitInfo
-	// Keys lists refused keys first, by first refusal, then the others by
-	// number of requests (most first), then NotMeasured.
-	Keys []KeySummary
+	Limits     []policy.LimitInfo
+	Keys       []KeySummary
 }
 
-// Summarizer accumulates a Summary from replay results. It is not safe for
-// concurrent use.
+// Summarizer accumulates a Summary; not safe for concurrent use.
 type Summarizer struct {
 	cols   columns
 	filter Filter
@@ -86,9 +74,7 @@ type Summarizer struct {
 	s      Summary
 }
 
-// NewSummarizer returns a Summarizer for an engine with the given limits,
-// keeping only keys the filter selects (Filter.Keys; RefusedOnly is
-// ignored).
+// NewSummarizer returns a Summarizer of the keys f.Keys selects.
 func NewSummarizer(limits []policy.LimitInfo, f Filter) *Summarizer {
 	return &Summarizer{cols: newColumns(limits), filter: f, keys: make(map[string]*KeySummary),
 		s: Summary{Limits: limits}}
@@ -159,6 +145,13 @@ func (s *Summarizer) add(key string, r *Result) {
 	}
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // Summary returns the account so far.
 func (s *Summarizer) Summary() *Summary {
 	out := s.s
@@ -167,44 +160,14 @@ func (s *Summarizer) Summary() *Summary {
 		out.Keys = append(out.Keys, *k)
 	}
 	slices.SortFunc(out.Keys, func(a, b KeySummary) int {
-		if (a.Key == NotMeasured) != (b.Key == NotMeasured) {
-			if a.Key == NotMeasured {
-				return 1
-			}
-			return -1
-		}
-		ar, br := !a.FirstRefused.IsZero(), !b.FirstRefused.IsZero()
-		switch {
-		case ar && !br:
-			return -1
-		case br && !ar:
-			return 1
-		case ar && br:
-			if c := a.FirstRefused.Compare(b.FirstRefused); c != 0 {
-				return c
-			}
-		}
-		if c := cmp.Compare(b.Requests, a.Requests); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(btoi(a.Key == NotMeasured), btoi(b.Key == NotMeasured)),
+			cmp.Compare(btoi(a.FirstRefused.IsZero()), btoi(b.FirstRefused.IsZero())),
+			a.FirstRefused.Compare(b.FirstRefused), cmp.Compare(b.Requests, a.Requests), strings.Compare(a.Key, b.Key))
 	})
 	return &out
 }
 
-// Key returns the summary of one key (compared case-insensitively), or nil.
-func (s *Summary) Key(key string) *KeySummary {
-	for i := range s.Keys {
-		if strings.EqualFold(s.Keys[i].Key, key) {
-			return &s.Keys[i]
-		}
-	}
-	return nil
-}
-
-// Write prints the summary in the given output format: a heading and an
-// aligned table (OutputTable), CSV with a header row, or one JSON object
-// per key.
+// Write prints the summary as a table, CSV or JSON Lines (one key a line).
 func (s *Summary) Write(w io.Writer, format string) error {
 	switch format {
 	case OutputTable, "":
@@ -231,34 +194,29 @@ func (s *Summary) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "%d requests from %s to %s (%s h), %d keys, %d refused\n\n", s.Requests,
 		formatTime(s.Start), formatTime(s.End), FormatElapsed(s.End.Sub(s.Start)), len(s.Keys), refused)
-	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
-	var b strings.Builder
-	b.WriteString("KEY\tREQUESTS\tADMITTED\tDEFERRED\tREJECTED\tHELD\tFROZEN\tWARNED\tFIRST REFUSED\tAFTER\tBY")
+	header := []string{"KEY", "REQUESTS", "ADMITTED", "DEFERRED", "REJECTED", "HELD", "FROZEN", "WARNED", "FIRST REFUSED", "AFTER", "BY"}
 	for _, l := range s.Limits {
-		fmt.Fprintf(&b, "\tPEAK %s /%s", l.Name, human.Duration(l.Period))
+		header = append(header, fmt.Sprintf("PEAK %s /%s", l.Name, human.Duration(l.Period)))
 	}
-	b.WriteByte('\n')
-	io.WriteString(tw, b.String())
+	t := termsafe.NewTable(bw, header...)
 	for i := range s.Keys {
 		k := &s.Keys[i]
-		b.Reset()
 		first, after := "-", ""
 		if !k.FirstRefused.IsZero() {
 			first, after = formatTime(k.FirstRefused), "+"+FormatElapsed(k.RefusedAfter)
 		}
-		fmt.Fprintf(&b, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s", termsafe.Line(k.Key), k.Requests, k.Admitted, k.Deferred,
-			k.Rejected, k.Held, k.Frozen, k.Warned, first, after, k.RefusedBy)
+		row := []string{k.Key, strconv.Itoa(k.Requests), strconv.Itoa(k.Admitted), strconv.Itoa(k.Deferred), strconv.Itoa(k.Rejected),
+			strconv.Itoa(k.Held), strconv.Itoa(k.Frozen), strconv.Itoa(k.Warned), first, after, k.RefusedBy}
 		for _, p := range k.Peaks {
 			if !p.Measured {
-				b.WriteString("\t-")
+				row = append(row, "-")
 				continue
 			}
-			fmt.Fprintf(&b, "\t%s / %s", formatRate(p.Rate), formatLimit(p.Max))
+			row = append(row, human.FineRate(p.Rate)+" / "+ftoa(p.Max))
 		}
-		b.WriteByte('\n')
-		io.WriteString(tw, b.String())
+		t.Row(row...)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	return bw.Flush()

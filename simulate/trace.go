@@ -13,7 +13,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,45 +23,35 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Trace input formats.
+// Trace formats: JSON Lines, one JSON array of the same objects, CSV with
+// a header row naming the fields.
 const (
-	// FormatJSONL is JSON Lines: one JSON object per line.
 	FormatJSONL = "jsonl"
-	// FormatCSV is comma-separated values with a header row naming the
-	// fields.
-	FormatCSV = "csv"
-	// FormatJSON is one JSON array of the objects JSON Lines has one per
-	// line.
-	FormatJSON = "json"
+	FormatCSV   = "csv"
+	FormatJSON  = "json"
 )
 
-// MaxRequests bounds the number of requests a trace may expand to with
-// count, every and until (about 2 GB of output as a table).
+// MaxRequests bounds the requests a trace may expand to with count, every
+// and until.
 const MaxRequests = 20_000_000
 
 // maxErrors is how many line errors Read collects before giving up.
 const maxErrors = 20
 
-// Entry is one line of a trace: a request made Count times, Every apart,
-// starting at Time (all at once when Every is 0).
+// Entry is one line of a trace: Request made Count (>= 1) times, Every
+// apart (0: all at once), from Time (UTC). Line is 1-based.
 type Entry struct {
-	// Line is the 1-based line number in the trace.
-	Line int
-	// Time is the first request's time, in UTC.
-	Time time.Time
-	// Count is the number of requests, at least 1.
-	Count int
-	// Every is the spacing of the repeats; 0 means all at Time.
-	Every time.Duration
-	// Request is the policy request, the same for every repeat.
+	Line    int
+	Time    time.Time
+	Count   int
+	Every   time.Duration
 	Request policy.Request
 }
 
 // last returns the time of the entry's last request.
 func (e *Entry) last() time.Time { return e.Time.Add(time.Duration(e.Count-1) * e.Every) }
 
-// Trace is a parsed trace: its entries in file order. The zero value is an
-// empty trace.
+// Trace is a parsed trace, entries in file order; the zero value is empty.
 type Trace struct {
 	Entries []Entry
 }
@@ -76,8 +65,7 @@ func (t *Trace) Len() int {
 	return n
 }
 
-// Span returns the times of the first and last request; zero times for an
-// empty trace.
+// Span returns the times of the first and last request (zero if none).
 func (t *Trace) Span() (start, end time.Time) {
 	for i := range t.Entries {
 		e := &t.Entries[i]
@@ -91,22 +79,17 @@ func (t *Trace) Span() (start, end time.Time) {
 	return start, end
 }
 
-// Event is one request of an expanded trace.
+// Event is one request of an expanded trace: Seq its 1-based position in
+// replay order, Line its trace line, Time in UTC. Request is shared by the
+// repeats of a line and must not be modified.
 type Event struct {
-	// Seq is the 1-based position in replay order.
-	Seq int
-	// Line is the trace line the request comes from.
-	Line int
-	// Time is when the request is made, in UTC.
-	Time time.Time
-	// Request is shared by every repeat of one line and must not be
-	// modified.
-	Request *policy.Request
+	Seq, Line int
+	Time      time.Time
+	Request   *policy.Request
 }
 
-// Events returns the trace's requests in replay order: by time, and at
-// equal times in file order (every repeat of a line before the next line).
-// Overlapping streams are merged, so the trace need not be sorted.
+// Events returns the requests in replay order: by time, at equal times in
+// file order (the repeats of a line before the next line).
 func (t *Trace) Events() iter.Seq[Event] {
 	return func(yield func(Event) bool) {
 		h := make(cursorHeap, 0, len(t.Entries))
@@ -158,27 +141,12 @@ func (h *cursorHeap) Pop() any {
 	return c
 }
 
-// DetectFormat returns the trace format implied by path's extension:
-// FormatJSONL for .jsonl, .ndjson and .json, FormatCSV for .csv. Otherwise
-// it returns an error wrapping ErrFormat. ReadFile does not use it: it
-// reads a trace by its content (SniffFormat), whatever its name.
-func DetectFormat(path string) (string, error) {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".jsonl", ".ndjson", ".json":
-		return FormatJSONL, nil
-	case ".csv":
-		return FormatCSV, nil
-	}
-	return "", fmt.Errorf("%w: cannot tell the format of %q from its extension (want .jsonl, .json or .csv, or name it with --input-format)", ErrFormat, path)
-}
-
 // sniffLen is how much of a trace SniffFormat looks at.
 const sniffLen = 64 << 10
 
-// SniffFormat tells a trace's format from its first bytes, after a byte
-// order mark, blank lines and '#' comment lines: '[' starts FormatJSON,
-// '{' FormatJSONL, anything else (a header row) FormatCSV; an empty trace
-// is FormatJSONL. It reads nothing from br beyond what it peeks.
+// SniffFormat tells the format from the first byte after a byte order
+// mark, blank and '#' lines: '[' FormatJSON, '{' or none FormatJSONL,
+// else FormatCSV. It only peeks.
 func SniffFormat(br *bufio.Reader) string {
 	b, _ := br.Peek(sniffLen)
 	b = bytes.TrimPrefix(b, bom)
@@ -203,9 +171,7 @@ func SniffFormat(br *bufio.Reader) string {
 	return FormatJSONL
 }
 
-// ReadFile reads the trace at path. format is FormatJSONL, FormatJSON,
-// FormatCSV or "" to tell it from the content (SniffFormat), whatever the
-// file's name. Errors are prefixed with path.
+// ReadFile is Read of the file at path, errors prefixed with path.
 func ReadFile(path, format string) (*Trace, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -222,8 +188,10 @@ func ReadFile(path, format string) (*Trace, error) {
 // prefixErrors puts "path: " in front of every joined error.
 func prefixErrors(path string, err error) error {
 	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok && !isLineError(err) {
-		errs = j.Unwrap()
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		if _, line := err.(*LineError); !line {
+			errs = j.Unwrap()
+		}
 	}
 	out := make([]error, len(errs))
 	for i, e := range errs {
@@ -232,14 +200,8 @@ func prefixErrors(path string, err error) error {
 	return errors.Join(out...)
 }
 
-func isLineError(err error) bool {
-	_, ok := err.(*LineError)
-	return ok
-}
-
-// Read parses a trace in the given format (FormatJSONL, FormatJSON,
-// FormatCSV, or "" to tell it from the content). The error joins up to 20
-// *LineError values, each naming its line.
+// Read parses a trace in format ("" sniffs it). The error joins up to 20
+// *LineError values.
 func Read(r io.Reader, format string) (*Trace, error) {
 	br := bufio.NewReaderSize(r, sniffLen)
 	if format == "" {
@@ -267,24 +229,18 @@ func (l *errList) add(line int, err error) bool {
 	return len(l.errs) < maxErrors
 }
 
-func (l *errList) entry(t *Trace, e Entry) bool {
-	l.total += e.Count
-	if l.total > MaxRequests {
-		l.errs = append(l.errs, &LineError{Line: e.Line,
-			Err: fmt.Errorf("%w: more than %d requests", ErrTooLarge, MaxRequests)})
-		return false
-	}
-	t.Entries = append(t.Entries, e)
-	return true
-}
-
-// take adds e to t, or err as line n's error; false when reading should
-// stop (too many errors or requests).
+// take adds e to t, or err as line n's; false when reading should stop.
 func (l *errList) take(t *Trace, n int, e Entry, err error) bool {
 	if err != nil {
 		return l.add(n, err)
 	}
-	return l.entry(t, e)
+	l.total += e.Count
+	if l.total > MaxRequests {
+		l.add(e.Line, fmt.Errorf("%w: more than %d requests", ErrTooLarge, MaxRequests))
+		return false
+	}
+	t.Entries = append(t.Entries, e)
+	return true
 }
 
 // result is t, or the errors collected.
@@ -330,8 +286,7 @@ func readJSONL(r io.Reader) (*Trace, error) {
 	return el.result(t)
 }
 
-// readJSON reads a JSON array of trace objects; each entry's Line is the
-// line its object starts on.
+// readJSON reads a JSON array; an entry's Line is where its object starts.
 func readJSON(r io.Reader) (*Trace, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -456,40 +411,24 @@ func readCSV(r io.Reader) (*Trace, error) {
 			}
 			continue
 		}
-		if len(rec) != len(header) {
-			if !el.add(n, fmt.Errorf("%d fields, but the header has %d", len(rec), len(header))) {
-				break
-			}
-			continue
-		}
-		b := builder{e: Entry{Line: n, Count: 1}}
-		var ferr error
-		for i, v := range rec {
-			if ferr = b.set(header[i], v); ferr != nil {
-				break
-			}
-		}
-		var e Entry
-		if ferr == nil {
-			e, ferr = b.finish()
-		}
-		if ferr != nil {
-			if !el.add(n, ferr) {
-				break
-			}
-			continue
-		}
-		if !el.entry(t, e) {
+		if e, err := csvEntry(n, header, rec); !el.take(t, n, e, err) {
 			break
 		}
 	}
-	if header == nil && len(el.errs) == 0 {
-		return t, nil // empty file
+	return el.result(t)
+}
+
+func csvEntry(n int, header, rec []string) (Entry, error) {
+	if len(rec) != len(header) {
+		return Entry{}, fmt.Errorf("%d fields, but the header has %d", len(rec), len(header))
 	}
-	if err := el.err(); err != nil {
-		return nil, err
+	b := builder{e: Entry{Line: n, Count: 1}}
+	for i, v := range rec {
+		if err := b.set(header[i], v); err != nil {
+			return Entry{}, err
+		}
 	}
-	return t, nil
+	return b.finish()
 }
 
 func csvHeader(rec []string) ([]string, error) {
@@ -513,8 +452,8 @@ func csvHeader(rec []string) ([]string, error) {
 	return h, errors.Join(errs...)
 }
 
-// ignored are Postfix policy attributes accepted in a trace but not used by
-// the engine (SMTPD_POLICY_README), so traces made from policy logs load.
+// ignored are Postfix policy attributes (SMTPD_POLICY_README) the engine
+// does not use, accepted so traces made from policy logs load.
 var ignored = map[string]bool{
 	"request": true, "client_port": true, "server_address": true, "server_port": true,
 	"encryption_protocol": true, "encryption_cipher": true, "encryption_keysize": true,
@@ -582,6 +521,11 @@ func (b *builder) set(name, v string) error {
 		b.haveRcptCount = true
 	case "size":
 		r.Size, err = policy.ParseSize(v)
+	case "via":
+		if v != policy.ViaPolicy && v != policy.ViaMilter {
+			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
+		}
+		r.Stage = v
 	case "protocol_name":
 		r.ProtocolName = v
 	case "helo_name":
@@ -606,11 +550,6 @@ func (b *builder) set(name, v string) error {
 		r.SASLUsername = v
 	case "sasl_sender":
 		r.SASLSender = v
-	case "via":
-		if v != policy.ViaPolicy && v != policy.ViaMilter {
-			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
-		}
-		r.Stage = v
 	default:
 		if ignored[name] {
 			return nil
@@ -659,8 +598,6 @@ func (b *builder) finish() (Entry, error) {
 		r.RecipientCount = 1
 	}
 	if r.Stage == "" {
-		// As if asked through policy delegation, so limits with
-		// via = ["policy"] measure the trace; "via" picks the milter.
 		r.Stage = policy.ViaPolicy
 	}
 	return e, nil
@@ -674,9 +611,8 @@ func mulOverflows(d time.Duration, n int) (time.Duration, bool) {
 	return p, p/time.Duration(n) != d
 }
 
-// ParseTime parses a trace time: RFC 3339 with optional fractional seconds
-// ("2026-11-20T18:00:00Z", a space instead of T is accepted) or Unix
-// seconds, fractional allowed ("1795197600.5"). The result is in UTC.
+// ParseTime parses RFC 3339 (a space for the T allowed) or Unix seconds
+// ("1795197600.5"), in UTC.
 func ParseTime(s string) (time.Time, error) {
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f > 1<<40 {
@@ -695,8 +631,7 @@ func ParseTime(s string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// parseEvery parses a repeat spacing: a duration ("24s", "1.5s", "1h",
-// "2d") or a number of seconds.
+// parseEvery parses a duration ("24s", "2d") or a number of seconds.
 func parseEvery(s string) (time.Duration, error) {
 	var d time.Duration
 	if f, err := strconv.ParseFloat(s, 64); err == nil {

@@ -12,23 +12,16 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Inspect reads a part of an open state file for Check (the rate state
-// as the daemon would restore it) without writing to it, reporting to the
-// writer it was given; it returns the problems it found (each a short
-// phrase) and an error when it could not read at all. Check recovers its
-// panics and faults.
+// Inspect reads part of an open state file for Check without writing,
+// reporting to w; it returns its problems (short phrases) and an error when
+// it could not read at all. Check recovers its panics and faults.
 type Inspect func(w io.Writer, db *bolt.DB) (problems []string, err error)
 
-// Check writes to w what is readable in the state file at path: its page
-// structure, BoltDB's consistency check, each top-level bucket's keys and
-// nested buckets, the records of the buckets formats describe (counts of
-// records, bytes and keys per bucket, and every record that cannot be
-// read, which makes the file damaged), then what inspect (if not nil)
-// reports. It returns an
-// error wrapping ErrDamaged (Damaged) when the file is damaged, an
-// error saying so when another process holds its lock, and the os error
-// when it cannot be opened at all. It never writes to the file and
-// recovers BoltDB's panics.
+// Check writes to w what is readable in the state file at path: page
+// structure, Tx.Check, each top-level bucket's counts, every record of the
+// formats, then inspect's report (if not nil). It returns Damaged's error
+// for a damaged file, an error saying so for a locked one, and the os
+// error. It never writes and recovers BoltDB's panics.
 func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -100,9 +93,8 @@ func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	return nil
 }
 
-// checkBuckets writes each top-level bucket's counts of keys and nested
-// buckets to w, each read on its own so that one damaged bucket does not
-// hide the others; what cannot be read is added to bad.
+// checkBuckets writes each top-level bucket's counts to w, each read on its
+// own; what cannot be read is added to bad.
 func checkBuckets(w io.Writer, db *bolt.DB, bad *[]string) {
 	var names []string
 	guard(bad, "listing buckets", func() error {

@@ -3,17 +3,13 @@ package statedb
 import "errors"
 
 var (
-	// ErrDamaged is wrapped by CheckPages' error, and by the error of
-	// every reader of the state file that finds it cannot be read (a page
-	// BoltDB panics on, or an inconsistency): ratestore's NewPersistent,
-	// a Persistent's flush or compaction, OpenRecipients and
-	// Recipients.Flush. ratestore.ErrDamaged is this same value. Its text
-	// ("store: damaged state file") is what the daemon has always
-	// printed, and the command line strips it from a cause.
-	ErrDamaged = errors.New("store: damaged state file")
+	// ErrDamaged is wrapped by every error about the state file's content:
+	// CheckPages', Open's, Check's and those of the stores that read the
+	// file (ratestore.ErrDamaged is this value).
+	ErrDamaged = errors.New("statedb: damaged state file")
 
 	// ErrUnreadable is wrapped, beside ErrDamaged, by CheckPages' error
-	// when the file holds a structure BoltDB cannot read without hanging
-	// or crashing: then nothing may be read from the file with BoltDB.
+	// for a structure BoltDB cannot read without hanging or crashing:
+	// nothing may then be read from the file with BoltDB.
 	ErrUnreadable = errors.New("a structure BoltDB cannot read safely")
 )

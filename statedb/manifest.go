@@ -11,28 +11,18 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The manifest. A record's checksum finds a damaged record, not a missing
-// one, and BoltDB checks neither a bucket's name nor its sequence: one bit
-// flipped in a bucket's name hides the bucket whole (its pages are still
-// reachable, so BoltDB's consistency check passes), one in a bucket's
-// sequence makes the next NextSequence reuse a key and overwrite a record,
-// and a disk that loses a page write hands back an older, sound page.
-// So every bucket the formats describe has a manifest entry, written in
-// the same transaction as its records: its count of values and its
-// sequence. Scan compares each bucket with its entry and reports a bucket
-// that holds fewer (or more) values, has another sequence, or is missing,
-// like an unreadable record: serve refuses the file, naming it and the
-// ways out.
+// The manifest. A checksum finds a damaged record, not a missing one, and
+// BoltDB checks neither a bucket's name nor its sequence (a flipped bit
+// hides a bucket whole, or makes NextSequence overwrite a record). So each
+// bucket the formats describe has an entry, written in the transaction of
+// its records, which Scan compares:
 //
 //	statedb/manifest            top-level bucket
-//	  path -> record            path: the bucket's top-level name, then
-//	                            NUL and its nested name for a nested
-//	                            bucket; the record (Seal, version 1) holds
-//	                            uvarint(values) uvarint(sequence)
+//	  path -> record            the top-level name, then NUL and the nested
+//	                            name; Seal version 1 of uvarint(values)
+//	                            uvarint(sequence)
 //
-// A bucket without an entry (a file written before the manifest, until
-// its store writes to it) is not compared; a store writes its buckets'
-// entries when it opens the file (Tally.Ensure).
+// A bucket without an entry is not compared.
 var manifestName = []byte("statedb/manifest")
 
 // ManifestBucket is the name of the manifest's top-level bucket.
@@ -192,8 +182,8 @@ func (t *Tally) Touch(path []string) { t.change(path) }
 // too many to count one by one, or whose effect is unknown).
 func (t *Tally) Recount(path []string) { t.change(path).recount = true }
 
-// Ensure writes an entry for the bucket at path at Save if it has none (a
-// file written before the manifest): its values counted.
+// Ensure writes an entry for the bucket at path at Save if it has none
+// (a bucket just created), its values counted.
 func (t *Tally) Ensure(path []string) {
 	if c := t.change(path); !c.recount && c.delta == 0 {
 		c.ensure = true

@@ -101,7 +101,7 @@ func writeTestTx(t *testing.T, path string, n int) string {
 // refusal (Open's, or RecordsLost's).
 func scanFile(t *testing.T, path string) ([]Lost, error) {
 	t.Helper()
-	db, err := Open(path, false)
+	db, err := Open(path, false, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +241,7 @@ func TestAcceptRecountsManifest(t *testing.T) {
 	damageFile(t, path, func(b []byte) {
 		b[bucketKey(t, b, "hourly")+1] ^= 1
 	})
-	db, err := Open(path, false)
+	db, err := Open(path, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

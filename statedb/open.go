@@ -19,9 +19,8 @@ import (
 var ErrNoFile = errors.New("no state file")
 
 // Damaged returns the error that stops the daemon and the CLI on a damaged
-// state file at path: it wraps ErrDamaged and names the file, the
-// cause (an error or a text) and the way out (state check --salvage, then
-// moving the file aside).
+// state file at path, wrapping ErrDamaged and naming the file, the cause
+// and the way out (state check --salvage, moving the file aside).
 func Damaged(path string, cause any) error {
 	// A cause from the store names the file already.
 	text := strings.TrimPrefix(fmt.Sprint(cause), ErrDamaged.Error()+": ")
@@ -34,21 +33,16 @@ func Damaged(path string, cause any) error {
 		"    mv %s %s.damaged-%s", ErrDamaged, path, cause, path, path, time.Now().UTC().Format("20060102T150405"))
 }
 
-// Open opens the daemon's BoltDB file at path (lock timeout 1 s), shared
-// and read-only when readOnly is set. It refuses a damaged file with
-// Damaged's error: a 0-byte file (BoltDB would silently start it afresh),
-// a file BoltDB cannot open or panics on, a truncated one, or one that
-// fails BoltDB's consistency check (Tx.Check). A file locked by another
-// process is an error saying so (wrapping bbolt's ErrTimeout); in
-// read-only mode a missing file is ErrNoFile. The caller closes the
-// database.
-func Open(path string, readOnly bool) (db *bolt.DB, err error) {
-	return OpenTimeout(path, readOnly, time.Second)
-}
-
-// OpenTimeout is Open waiting up to timeout for another process's lock on
-// the file.
-func OpenTimeout(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
+// Open opens the state file at path, shared and read-only with readOnly,
+// waiting up to timeout (1 s if 0) for another process's lock. It
+// refuses with Damaged's error a 0-byte file, one BoltDB cannot open or
+// panics on, a truncated one, or one failing CheckPages or Tx.Check; a
+// locked file is an error saying so (wrapping bbolt's ErrTimeout);
+// read-only, a missing file is ErrNoFile. The caller closes the database.
+func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
+	if timeout <= 0 {
+		timeout = time.Second
+	}
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.Size() == 0:
@@ -94,10 +88,9 @@ func (e lockedError) Error() string {
 
 func (e lockedError) Unwrap() error { return e.err }
 
-// openBolt opens path with BoltDB (waiting up to timeout for a lock), turning a panic on a
-// damaged page, or a fault on a page past the end of a truncated file
-// (debug.SetPanicOnFault), into an error and then closing the file, which
-// releases its lock.
+// openBolt opens path with BoltDB, turning a panic or a fault
+// (debug.SetPanicOnFault) into an error, after which it closes the file to
+// release its lock.
 func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	var f *os.File
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -120,9 +113,8 @@ func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, e
 		}})
 }
 
-// fileSize is the size of db's file, and highWater the bytes its pages
-// take (the last transaction's high-water mark): reading a page past the
-// end of a truncated file would fault, not panic.
+// fileSize is the size of db's file and highWater the bytes its pages take:
+// a page read past the end of a truncated file would fault.
 func fileSize(db *bolt.DB) int64 {
 	fi, err := os.Stat(db.Path())
 	if err != nil {

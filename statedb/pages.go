@@ -10,26 +10,18 @@ import (
 )
 
 // CheckPages walks the page tree of the BoltDB file at path without BoltDB
-// and returns an error wrapping ErrDamaged for a structure BoltDB itself
-// cannot survive: BoltDB follows page references without checking them, so
-// a branch page that refers to itself or an ancestor sends its cursor and
-// its own consistency check (bbolt.Tx.Check) into an endless descent (a
-// fatal stack overflow, not a panic), and a free list whose count exceeds
-// its page makes bbolt.Open read or allocate past the file. CheckPages
-// reads the meta page of the latest valid transaction, checks the free
-// list's extent, then visits every page reachable from the root bucket and
-// its nested buckets once, checking that each is within the transaction's
-// high-water mark and the file, carries its own id, is a branch or leaf
-// page, and is referenced once. Run it before bbolt.Open on a file that may
-// be damaged; then bbolt.Tx.Check finds what remains (key order, free and
-// unreachable pages). The file is read with ReadAt, one page at a time.
-// It walks past a damaged page to the rest of the tree, and returns the
-// first problem; the error also wraps ErrUnreadable when some structure
-// would hang or crash BoltDB (a cycle, a page referenced twice or out of
-// range, an inline bucket page BoltDB would read as a branch, a free list
-// past its page) rather than make it panic, which a caller can recover:
-// only then must nothing be read from the file with BoltDB (state check
-// --salvage). A missing or unreadable file is returned as the os error.
+// and returns an error wrapping ErrDamaged for what BoltDB cannot survive
+// or would not see: bbolt.Tx.Check recurses into a cycle of page
+// references until a fatal stack overflow, and bbolt.Open reads a free
+// list past its page. From the meta page of the latest valid transaction
+// it checks the free list's extent, then visits each page reachable from
+// the root once: within the high-water mark and the file, carrying its
+// own id, a branch or leaf, referenced once, its elements packed as BoltDB
+// writes them (a damaged element count hides elements from everything
+// else). It returns the first problem; the error also wraps ErrUnreadable
+// when a structure would hang or crash BoltDB rather than make it panic.
+// Tx.Check (Open) finds the rest: key order, free and unreachable pages.
+// A missing or unreadable file is the os error.
 func CheckPages(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -110,47 +102,54 @@ func (w *pageWalker) walk() {
 	w.visit(root, 0)
 }
 
+// metaPage is what readMeta reads of a meta page.
+type metaPage struct {
+	ok                   bool // magic, version and checksum sound
+	txid, root, freelist uint64
+	hwm                  uint64 // pages in use
+	pageSize             int64
+}
+
+// readMeta reads the meta page at offset off of f.
+func readMeta(f io.ReaderAt, off int64) metaPage {
+	buf := make([]byte, pageHeaderSize+metaChecksumAt+8)
+	if n, _ := f.ReadAt(buf, off); n < len(buf) {
+		return metaPage{}
+	}
+	m := buf[pageHeaderSize:]
+	h := fnv.New64a()
+	h.Write(m[:metaChecksumAt])
+	return metaPage{
+		ok: binary.LittleEndian.Uint32(m) == boltMagic && binary.LittleEndian.Uint32(m[4:]) == boltVersion &&
+			h.Sum64() == binary.LittleEndian.Uint64(m[metaChecksumAt:]),
+		pageSize: int64(binary.LittleEndian.Uint32(m[8:])),
+		root:     binary.LittleEndian.Uint64(m[16:]),
+		freelist: binary.LittleEndian.Uint64(m[32:]),
+		hwm:      binary.LittleEndian.Uint64(m[40:]),
+		txid:     binary.LittleEndian.Uint64(m[48:]),
+	}
+}
+
+// metaPages reads both meta pages of f: page 1 is one page size (as page
+// 0 gives it, else the OS page size, as BoltDB does) after page 0.
+func metaPages(f io.ReaderAt) (m0, m1 metaPage) {
+	m0 = readMeta(f, 0)
+	off := int64(os.Getpagesize())
+	if m0.ok {
+		off = m0.pageSize
+	}
+	return m0, readMeta(f, off)
+}
+
 // meta picks the valid meta page of the latest transaction, as BoltDB
 // does, and returns the root bucket's page and the free list's.
 func (w *pageWalker) meta() (root, freelist uint64, err error) {
-	var best struct {
-		ok                        bool
-		txid, root, freelist, hwm uint64
-		pageSize                  int64
-	}
-	buf := make([]byte, 4096)
-	for i := range 2 {
-		// Meta page 1 is one page size after page 0, which the meta
-		// itself gives; read page 0 first.
-		off := int64(0)
-		if i == 1 {
-			if !best.ok {
-				// Page 0 is bad: BoltDB falls back on the OS page size.
-				off = int64(os.Getpagesize())
-			} else {
-				off = best.pageSize
-			}
+	var best metaPage
+	m0, m1 := metaPages(w.f)
+	for _, m := range []metaPage{m0, m1} {
+		if m.ok && m.pageSize >= 1024 && m.pageSize <= 1<<20 && (!best.ok || m.txid > best.txid) {
+			best = m
 		}
-		n, _ := w.f.ReadAt(buf, off)
-		if n < pageHeaderSize+metaChecksumAt+8 {
-			continue
-		}
-		m := buf[pageHeaderSize:]
-		h := fnv.New64a()
-		h.Write(m[:metaChecksumAt])
-		if binary.LittleEndian.Uint32(m) != boltMagic || binary.LittleEndian.Uint32(m[4:]) != boltVersion ||
-			h.Sum64() != binary.LittleEndian.Uint64(m[metaChecksumAt:]) {
-			continue
-		}
-		ps := int64(binary.LittleEndian.Uint32(m[8:]))
-		txid := binary.LittleEndian.Uint64(m[48:])
-		if ps < 1024 || ps > 1<<20 || (best.ok && txid <= best.txid) {
-			continue
-		}
-		best.ok, best.txid, best.pageSize = true, txid, ps
-		best.root = binary.LittleEndian.Uint64(m[16:])
-		best.freelist = binary.LittleEndian.Uint64(m[32:])
-		best.hwm = binary.LittleEndian.Uint64(m[40:])
 	}
 	if !best.ok {
 		return 0, 0, errors.New("no valid meta page")
@@ -236,9 +235,8 @@ func (w *pageWalker) visit(id uint64, depth int) {
 	w.elements(p, id, depth)
 }
 
-// elements checks the elements of page p (id, or 0 for an inline bucket's
-// page, which BoltDB reads without checking its type) and visits the pages
-// they refer to.
+// elements checks the elements of page p (id, or 0 for an inline bucket,
+// whose type BoltDB does not check) and visits their pages.
 func (w *pageWalker) elements(p []byte, id uint64, depth int) {
 	flags, count := binary.LittleEndian.Uint16(p[8:]), int(binary.LittleEndian.Uint16(p[10:]))
 	inline := id == 0
@@ -323,16 +321,11 @@ func (w *pageWalker) span(p []byte, at int, pos, ksize, vsize []byte) error {
 	return nil
 }
 
-// packed checks that the count elements of the branch or leaf page p lie
-// as BoltDB writes them (bbolt's WriteInodeToPage): the data of each
-// element (its key, then a leaf's value) right after the previous one's,
-// the first right after the element headers; an inline bucket's page
-// (inline) ends with its last element's data, and a page without
-// elements is zero where a first element would be (BoltDB writes every
-// page from a zeroed buffer). A count that lost a bit hides the elements
-// past it (their records, or a page of them, silently gone, since each
-// remaining element still reads) and would otherwise be found by nothing:
-// the pages the hidden elements held are still reachable.
+// packed checks that the elements of branch or leaf page p lie as BoltDB
+// writes them (WriteInodeToPage): each element's data right after the
+// previous one's; an inline page ends with its last element; an empty page
+// is zero where a first element would be. A count that lost a bit hides
+// the elements past it from everything else.
 func packed(p []byte, leaf bool, count int, inline bool) error {
 	next := uint64(pageHeaderSize + count*leafElemSize) // branch elements are as long
 	for i := range count {
@@ -370,46 +363,17 @@ func allZero(b []byte) bool {
 }
 
 // MetaFallback reports, for the BoltDB file at path, a meta page that
-// fails its checksum while the other is sound: BoltDB then reads the
-// transaction the sound one describes, silently. When the damaged page
-// still gives its transaction id, and that is the later one, the changes
-// of that last transaction are not in what BoltDB reads (a write torn by
-// a crash, whose commit never returned, or damage since); an older
-// damaged page costs nothing (BoltDB writes it again at the next
-// commit). It returns "" when both pages are sound, or when neither is
-// (Open refuses that file), and the os error when the file cannot be read.
+// fails its checksum while the other is sound (BoltDB then silently reads
+// the sound one's transaction), and whether the changes of the last
+// transaction are lost by it. It returns "" when both or neither are sound
+// (Open refuses the latter), and the os error when the file cannot be read.
 func MetaFallback(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	type metaPage struct {
-		ok       bool
-		txid     uint64
-		pageSize int64
-	}
-	read := func(off int64) metaPage {
-		buf := make([]byte, pageHeaderSize+metaChecksumAt+8)
-		if n, _ := f.ReadAt(buf, off); n < len(buf) {
-			return metaPage{}
-		}
-		m := buf[pageHeaderSize:]
-		h := fnv.New64a()
-		h.Write(m[:metaChecksumAt])
-		return metaPage{
-			ok: binary.LittleEndian.Uint32(m) == boltMagic && binary.LittleEndian.Uint32(m[4:]) == boltVersion &&
-				h.Sum64() == binary.LittleEndian.Uint64(m[metaChecksumAt:]),
-			txid:     binary.LittleEndian.Uint64(m[48:]),
-			pageSize: int64(binary.LittleEndian.Uint32(m[8:])),
-		}
-	}
-	m0 := read(0)
-	off := int64(os.Getpagesize())
-	if m0.ok {
-		off = m0.pageSize
-	}
-	m1 := read(off)
+	m0, m1 := metaPages(f)
 	if m0.ok == m1.ok {
 		return "", nil
 	}

@@ -7,19 +7,14 @@ import (
 	"hash/crc32"
 )
 
-// Records. Every value the stores keep in the state file is a record:
+// Records. Every value the stores keep is
 //
 //	version (1 byte)  payload  CRC-32C (4 bytes, big-endian)
 //
-// The checksum (Castagnoli polynomial, hash/crc32) is over the record's
-// BoltDB key, then its version and payload, so that a damaged key is
-// caught as surely as a damaged value. The payload's length is the
-// value's, which BoltDB knows, less the five bytes of framing; a reader
-// checks every length inside the payload against what remains of it.
-// A record holds at most about MaxRecordBytes or MaxRecordKeys keys, so
-// that one damaged record loses little: a rate state, a recipient set, a
-// quarantine entry, an event, or one journal record of at most 1,000
-// states.
+// the checksum (Castagnoli) over the BoltDB key, then version and payload,
+// so a damaged key is caught too. A record holds at most about
+// MaxRecordBytes or MaxRecordKeys keys, so one damaged record loses
+// little.
 const (
 	// MaxRecordBytes is the size past which a store starts a new record
 	// (a record may pass it by its last key).
@@ -62,10 +57,4 @@ func Unseal(key, v []byte) (version byte, payload []byte, err error) {
 		return 0, nil, fmt.Errorf("%w: checksum mismatch (%d bytes)", ErrRecord, len(v))
 	}
 	return body[0], body[1:], nil
-}
-
-// Sealed reports whether the record v under key passes its checksum.
-func Sealed(key, v []byte) bool {
-	_, _, err := Unseal(key, v)
-	return err == nil
 }

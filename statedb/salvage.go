@@ -70,18 +70,12 @@ type salvager struct {
 	skipped int // buckets skipped
 }
 
-// Salvage copies every bucket of the state file src that can be read into
-// a new BoltDB file dst (which must not exist): each top-level bucket, and
-// for a top-level bucket that cannot be read whole, each of its nested
-// buckets (a limit's rate states, a quarantine bucket) that can. Of the
-// buckets formats describe it copies only the records that pass their
-// check; an unreadable one is reported, and copied into its format's
-// SetAside bucket when it has one (a quarantine entry), else left out. It reports
-// what it copied and skipped to w. It refuses a file whose page tree
-// CheckPages rejects as unreadable (BoltDB cannot read it without hanging)
-// and an existing dst; other errors are those of opening or writing the
-// files. Panics and faults while reading src are recovered and reported as
-// skipped buckets.
+// Salvage copies into the new file dst every readable bucket of src (for a
+// top-level bucket unreadable whole, each readable nested bucket), of the
+// formats' buckets only records that pass their check (an unreadable one
+// goes to its SetAside bucket, if any), reporting to w. It refuses a file
+// CheckPages finds unreadable and an existing dst; panics and faults
+// reading src are recovered and reported as skipped buckets.
 func Salvage(w io.Writer, src, dst string, formats []Format) error {
 	if err := CheckPages(src); errors.Is(err, ErrUnreadable) {
 		return fmt.Errorf("salvage: %w (nothing copied)", err)
@@ -212,9 +206,8 @@ func (s *salvager) bucket(top string) error {
 	return nil
 }
 
-// filter drops from n, the bucket at path read from tx, the records that
-// fail their format's check, reporting each, and keeps those of a format
-// with a SetAside bucket in s.aside.
+// filter drops from n, the bucket at path, the records failing their
+// check, reporting each and keeping those with a SetAside bucket.
 func (s *salvager) filter(tx *bolt.Tx, path []string, n *node) {
 	f, ok := s.formats[path[0]]
 	if !ok || f.Check == nil {

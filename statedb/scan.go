@@ -15,21 +15,17 @@ import (
 // Salvage and SetAside; each store declares its own (ratestore.Formats,
 // quarantine.Formats).
 type Format struct {
-	// Bucket is the top-level bucket's name. With Nested, the records
-	// are the values of its nested buckets (one per limit), and the
-	// values at its top are its own bookkeeping, not checked.
+	// Bucket is the top-level bucket; with Nested, the records are the
+	// values of its nested buckets (its own values are not checked).
 	Bucket string
 	Nested bool
-	// Check returns, for the transaction tx, the check of one record:
-	// k and v in the bucket at path (Bucket, then the nested bucket's
-	// name). It returns the keys the record holds (as far as can be
-	// told when it is damaged) and an error for a record that cannot be
-	// read. Check is nil for a bucket whose records are never checked.
+	// Check returns, for tx, the check of one record (k, v in the bucket at
+	// path): the keys it holds (as far as can be told) and an error if it
+	// cannot be read. nil: not checked.
 	Check func(tx *bolt.Tx) func(path []string, k, v []byte) (keys int, err error)
-	// SetAside names the top-level bucket that SetAside and Salvage move
-	// an unreadable record into, kept byte for byte (a quarantine entry,
-	// which is never dropped); empty: the record is deleted by
-	// SetAside and not copied by Salvage.
+	// SetAside names the bucket SetAside and Salvage keep an unreadable
+	// record in, byte for byte (a quarantine entry); empty: deleted by
+	// SetAside, not copied by Salvage.
 	SetAside string
 }
 
@@ -66,13 +62,10 @@ type Usage struct {
 	Lost                 int // records unreadable
 }
 
-// Scan checks every record of the buckets formats describe in db and
-// returns those that cannot be read, and each bucket's counts. It compares
-// every bucket with its manifest entry (see Tally) and reports, beside the
-// unreadable records, a bucket with records missing, one missing whole, a
-// bucket among records, and a manifest entry that cannot be read. A panic
-// or fault of BoltDB while reading is returned as an error (see Open for
-// the damage it guards against first).
+// Scan checks every record of the formats' buckets in db and each bucket
+// against its manifest entry, returning what cannot be read (records,
+// buckets with records missing or missing whole, manifest entries) and
+// each bucket's counts. A panic or fault of BoltDB is returned as an error.
 func Scan(db *bolt.DB, formats []Format) (lost []Lost, usage []Usage, err error) {
 	err = recovered(func() error {
 		return db.View(func(tx *bolt.Tx) error {
@@ -172,10 +165,10 @@ var ErrRecordsLost = errors.New("records of the state file cannot be read")
 // maxListed is how many unreadable records an error lists.
 const maxListed = 20
 
-// RecordsLost returns the error that stops the daemon on a state file at
-// path with unreadable records: it names the file, the records and the
-// keys they held, and the two ways out (state check --salvage, serve
-// --accept-state-loss). It wraps ErrDamaged and ErrRecordsLost.
+// RecordsLost returns the error that stops the daemon on unreadable
+// records at path: it names them, their keys and the ways out (state check
+// --salvage, serve --accept-state-loss), wrapping ErrDamaged and
+// ErrRecordsLost.
 func RecordsLost(path string, lost []Lost) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d records cannot be read (up to %d keys):\n", path, len(lost), LostKeys(lost))
@@ -196,12 +189,10 @@ func RecordsLost(path string, lost []Lost) error {
 	return fmt.Errorf("%w: %w: %s", ErrDamaged, ErrRecordsLost, b.String())
 }
 
-// SetAside removes the records lost (found by Scan with formats) from
-// db, in one transaction: each is moved into its format's SetAside
-// bucket, kept byte for byte under the same key, or deleted; the manifest
-// entries of their buckets, and of the buckets found to differ from
-// theirs, are counted afresh (an unreadable entry is deleted). It is the
-// operator's decision to go on without them (serve --accept-state-loss).
+// SetAside removes the records lost (Scan's) from db in one transaction:
+// each moved byte for byte into its format's SetAside bucket, or deleted;
+// the affected manifest entries are counted afresh. The operator decides
+// (serve --accept-state-loss).
 func SetAside(db *bolt.DB, formats []Format, lost []Lost) error {
 	aside := map[string]string{}
 	for _, f := range formats {

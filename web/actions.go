@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 
-	"github.com/ratelimitd/ratelimitd/events"
-	"github.com/ratelimitd/ratelimitd/internal/plural"
-	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
@@ -17,69 +16,50 @@ import (
 // by names the operator in logs and events: "NAME (console)".
 func by(u user) string { return u.Name + " (console)" }
 
-// keyAction runs reset, suspend or resume on the key of the path; an
-// operator's POST (post checked the session, CSRF token and role).
+// local is the admin services acting as u.
+func (s *Server) local(u user) *admin.Local {
+	return &admin.Local{RateState: s.opts.Rates, Quarantine: s.opts.Quarantine, Events: s.opts.Events, By: by(u),
+		Logger: s.log, Notify: s.opts.Notify}
+}
+
+// keyAction runs reset, suspend or resume on the path's key.
 func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 	u, key, op := currentUser(r), r.PathValue("key"), r.PathValue("op")
-	ctx, now := r.Context(), s.opts.Now()
-	var done, detail string
+	var err error
 	switch op {
 	case "reset":
-		limit := r.PostForm.Get("limit")
-		n, err := s.opts.Rates.Reset(ctx, key, limit)
-		if errors.Is(err, policy.ErrUnknownLimit) {
-			s.fail(w, r, http.StatusNotFound, fmt.Errorf("no limit named %q", limit))
-			return
-		}
-		if err != nil {
-			s.fail(w, r, http.StatusInternalServerError, err)
-			return
-		}
-		detail = plural.N(n, "rate state") + " removed"
-		s.log.Info("rate reset", "key", key, "limit", limit, "removed", n, "by", by(u))
-		s.opts.Events.Record(events.Event{Time: now, Key: key, Limit: limit, Action: events.Reset, By: by(u), Detail: detail})
-		s.opts.Notify(notify.Event{Kind: notify.RateReset, Key: key, Limit: limit, Count: n, By: by(u)})
-		done = "reset"
-	case "suspend":
-		if err := s.opts.Quarantine.Suspend(key, by(u)); err != nil {
-			s.fail(w, r, http.StatusInternalServerError, err)
-			return
-		}
-		s.opts.Events.Record(events.Event{Time: now, Key: key, Action: events.Suspend, By: by(u), Detail: "automatic release suspended"})
-		done = "suspended"
-	case "resume":
-		was, err := s.opts.Quarantine.Resume(key, by(u))
-		if err != nil {
-			s.fail(w, r, http.StatusInternalServerError, err)
-			return
-		}
-		detail = "automatic release resumed"
-		if !was {
-			detail = "automatic release was not suspended"
-		}
-		s.opts.Events.Record(events.Event{Time: now, Key: key, Action: events.Resume, By: by(u), Detail: detail})
-		done = "resumed"
+		_, err = s.local(u).Reset(r.Context(), key, r.PostForm.Get("limit"))
+	case "suspend", "resume":
+		_, err = s.local(u).Suspend(r.Context(), key, op == "resume")
 	default:
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q", op))
 		return
 	}
+	if errors.Is(err, policy.ErrUnknownLimit) {
+		s.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	s.log.Info("console action", "user", u.Name, "action", op, "key", key)
+	done := map[string]string{"reset": "reset", "suspend": "suspended", "resume": "resumed"}[op]
 	http.Redirect(w, r, "/keys/"+url.PathEscape(key)+"?done="+done, http.StatusSeeOther)
 }
 
-// messageAction thaws or deletes the message of the path. The life
-// cycle records the thaw or delete (with By) in the event log and
-// notifies as for the CLI.
+// messageAction thaws or deletes the path's message; the life cycle
+// records and notifies it.
 func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 	u, id, op := currentUser(r), r.PathValue("id"), r.PathValue("op")
-	sel := lifecycle.Selection{IDs: []string{id}, By: by(u), ResetRate: r.PostForm.Get("reset") == "1"}
+	sel := lifecycle.Selection{IDs: []string{id}, ResetRate: r.PostForm.Get("reset") == "1"}
 	var out []lifecycle.Outcome
 	var err error
 	switch op {
 	case "thaw":
-		out, err = s.opts.Quarantine.Thaw(r.Context(), sel)
+		out, err = s.local(u).Thaw(r.Context(), sel)
 	case "delete":
-		out, err = s.opts.Quarantine.Delete(r.Context(), sel)
+		out, err = s.local(u).Delete(r.Context(), sel)
 	default:
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q", op))
 		return
@@ -104,4 +84,15 @@ func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/quarantine?done="+url.QueryEscape(op+" "+id), http.StatusSeeOther)
+}
+
+// doneText is what an action's redirect may show in the page's banner.
+var doneText = regexp.MustCompile(`^(reset|suspended|resumed|(thaw|delete) [0-9a-f]{16})$`)
+
+// done is the request's "done" banner if it is one of doneText, else "".
+func done(r *http.Request) string {
+	if d := r.URL.Query().Get("done"); doneText.MatchString(d) {
+		return d
+	}
+	return ""
 }

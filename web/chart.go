@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -58,18 +59,15 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 	w.Write(png)
 }
 
-// sample is the key's rate under one limit at one time: as recorded with
-// an event, or now from the rate state.
+// sample is the key's rate under one limit, from an event or the state.
 type sample struct {
 	t       time.Time
 	rate    float64
 	refused bool
 }
 
-// rateSeries is the line of one limit: between two samples the rate
-// decays as the exponential average does with no traffic
-// (r·e^(−Δt/period)), then rises to the next sample, so the line is
-// what the recorded decisions prove: the rate was at least this.
+// rateSeries is one limit's line: between samples the rate decays as
+// r·e^(−Δt/period), as the average does with no traffic.
 func rateSeries(samples []sample, period time.Duration, now time.Time) plotter.XYs {
 	var xys plotter.XYs
 	x := func(t time.Time) float64 { return float64(t.Unix()) }
@@ -107,7 +105,7 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 	byLimit := map[string]*limitSeries{}
 	var order []string
 	for _, kr := range rates {
-		byLimit[kr.Limit] = &limitSeries{name: kr.Limit, max: kr.Max, period: kr.Period}
+		byLimit[kr.Limit] = &limitSeries{name: kr.Limit, max: kr.Max, period: kr.Period, samples: []sample{{t: now, rate: kr.Rate}}}
 		order = append(order, kr.Limit)
 	}
 	for _, e := range evs {
@@ -121,9 +119,6 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 			order = append(order, e.Limit)
 		}
 		ls.samples = append(ls.samples, sample{t: e.Time, rate: e.Rate, refused: slices.Contains(events.Refusals, e.Action)})
-	}
-	for _, kr := range rates {
-		byLimit[kr.Limit].samples = append(byLimit[kr.Limit].samples, sample{t: now, rate: kr.Rate})
 	}
 	var plots [][]*plot.Plot
 	for _, name := range order {
@@ -159,7 +154,7 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 
 func chartPanelPlot(key, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, num(max), dur(period))
+	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, human.Number(max), dur(period))
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Min, p.X.Max = float64(now.Add(-chartWindow).Unix()), float64(now.Unix())
 	p.X.Tick.Marker = plot.TimeTicks{Format: "15:04", Time: func(t float64) time.Time { return time.Unix(int64(t), 0).UTC() }}
@@ -191,12 +186,9 @@ func chartPanelPlot(key, limit string, max float64, period time.Duration, sample
 		p.Add(ln)
 		p.Legend.Add("rate", ln)
 		if len(xys) == 1 {
-			sc, err := plotter.NewScatter(xys)
-			if err != nil {
+			if _, err := addScatter(p, xys, draw.GlyphStyle{Color: rateColor, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
 				return nil, err
 			}
-			sc.GlyphStyle = draw.GlyphStyle{Color: rateColor, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
-			p.Add(sc)
 		}
 	}
 	var refused plotter.XYs
@@ -206,14 +198,23 @@ func chartPanelPlot(key, limit string, max float64, period time.Duration, sample
 		}
 	}
 	if len(refused) > 0 {
-		sc, err := plotter.NewScatter(refused)
+		sc, err := addScatter(p, refused, draw.GlyphStyle{Color: limitColor, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
 		if err != nil {
 			return nil, err
 		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: limitColor, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}}
-		p.Add(sc)
 		p.Legend.Add("refused", sc)
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
 	return p, nil
+}
+
+// addScatter adds the points xys, drawn with g, to p.
+func addScatter(p *plot.Plot, xys plotter.XYs, g draw.GlyphStyle) (*plotter.Scatter, error) {
+	sc, err := plotter.NewScatter(xys)
+	if err != nil {
+		return nil, err
+	}
+	sc.GlyphStyle = g
+	p.Add(sc)
+	return sc, nil
 }

@@ -1,15 +1,13 @@
 package web
 
 import (
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
-	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/admin"
 )
 
 // eventsPerPage is the events page's page size.
@@ -19,9 +17,14 @@ const eventsPerPage = 100
 // events` (since, until, key, limit, action) and paging by "before"
 // (the ID of the last event shown).
 func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
-	q, form, err := eventFilter(r.URL.Query(), s.opts.Now())
+	form := formValues(r.URL.Query(), "since", "until", "key", "limit", "action")
+	q, err := admin.ParseEventQuery(r.URL.Query(), s.opts.Now())
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if _, err := hex.DecodeString(q.Before); err != nil || len(q.Before) != 32 && q.Before != "" {
+		s.fail(w, r, http.StatusBadRequest, errors.New("before: not an event ID"))
 		return
 	}
 	q.Max = eventsPerPage + 1
@@ -46,41 +49,11 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 		"Paged": q.Before != ""})
 }
 
-func eventFilter(v url.Values, now time.Time) (events.Query, map[string]string, error) {
-	form := map[string]string{"since": v.Get("since"), "until": v.Get("until"), "key": v.Get("key"),
-		"limit": v.Get("limit"), "action": v.Get("action")}
-	q := events.Query{Key: form["key"], Limit: form["limit"], Before: v.Get("before")}
-	var err error
-	if q.Since, err = parseWhen(form["since"], now); err != nil {
-		return q, form, fmt.Errorf("since: %w", err)
+// formValues are the query parameters keys of v, for a page's filter form.
+func formValues(v url.Values, keys ...string) map[string]string {
+	form := map[string]string{}
+	for _, k := range keys {
+		form[k] = v.Get(k)
 	}
-	if q.Until, err = parseWhen(form["until"], now); err != nil {
-		return q, form, fmt.Errorf("until: %w", err)
-	}
-	for _, a := range strings.Split(form["action"], ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			if !events.IsAction(a) {
-				return q, form, fmt.Errorf("action %q: want one of %s", a, strings.Join(events.Actions, ", "))
-			}
-			q.Actions = append(q.Actions, a)
-		}
-	}
-	return q, form, nil
-}
-
-// parseWhen reads a duration back from now ("24h", "7d") or a time
-// (RFC 3339, or "2006-01-02 15:04", "2006-01-02" in UTC); "" is zero.
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := human.ParseDuration(s); err == nil {
-		return now.Add(-d), nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("%q is neither a duration (24h) nor a time (2006-01-02 15:04)", s)
+	return form
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,9 +16,7 @@ import (
 //go:embed static
 var staticFiles embed.FS
 
-// csp allows the console's own styles and images (and data: images) and
-// nothing else: no script at all, no inline style, no remote content,
-// no framing, forms posting only to the console.
+// csp allows the console's own styles and images and nothing else.
 const csp = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // user is the logged-in user of a request.
@@ -28,7 +27,7 @@ type user struct {
 	token string
 }
 
-// CanAct reports whether the user may act (templates show the buttons).
+// CanAct reports whether the user may act (the templates' buttons).
 func (u user) CanAct() bool { return u.Role == Operator }
 
 type userKey struct{}
@@ -66,8 +65,7 @@ func (s *Server) secure(next http.Handler) http.Handler {
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		// same-origin, not no-referrer: with no-referrer browsers send
-		// "Origin: null" on form posts, which sameOrigin refuses.
+		// Not no-referrer: browsers would send "Origin: null" on posts.
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
@@ -79,8 +77,8 @@ func (s *Server) secure(next http.Handler) http.Handler {
 	})
 }
 
-// auth passes requests with a live session of a user still in the users
-// file; others are sent to /login (GET) or refused (403).
+// auth passes requests with a live session of a user in the users file;
+// others are sent to /login (GET) or refused (403).
 func (s *Server) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.refreshUsers()
@@ -93,6 +91,9 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 		var u User
 		if ok {
 			u, ok = s.users.Load().Lookup(ss.user)
+			if ok = ok && u.entryID() == ss.entry; !ok {
+				s.sessions.remove(c.Value)
+			}
 		}
 		if !ok {
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
@@ -108,8 +109,7 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 }
 
 // post guards a state-changing request: same origin, the session's CSRF
-// token in the form field "csrf", and at least role need (an operator
-// for every action). Each refusal is 403.
+// token in the form field "csrf", and role need; refusals are 403.
 func (s *Server) post(need Role, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		u := currentUser(r)
@@ -137,9 +137,7 @@ func (s *Server) post(need Role, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// sameOrigin checks the Origin header, when the browser sends one,
-// against the request's host (SameSite=Strict cookies already keep other
-// sites' forms out; this is the second lock).
+// sameOrigin checks the Origin header, if any, against the scheme and host.
 func (s *Server) sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
@@ -148,12 +146,15 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 	if o == "null" {
 		return false
 	}
+	scheme := "http"
+	if s.TLS() || secureRequest(r) {
+		scheme = "https"
+	}
 	ou, err := url.Parse(o)
-	return err == nil && strings.EqualFold(ou.Host, r.Host)
+	return err == nil && ou.Scheme == scheme && strings.EqualFold(ou.Host, r.Host)
 }
 
 func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
-	w.WriteHeader(http.StatusForbidden)
 	s.render(w, r, "error", map[string]any{"Title": "Forbidden", "Message": why, "Code": http.StatusForbidden})
 }
 
@@ -173,46 +174,67 @@ func secureRequest(r *http.Request) bool {
 	return r.TLS != nil || (fromLoopback(r) && r.Header.Get("X-Forwarded-Proto") == "https")
 }
 
-// clientAddr is the address failed logins are counted against: the peer,
-// or behind a reverse proxy on the same host (a loopback peer) the last
-// address of X-Forwarded-For, which that proxy appended.
-func clientAddr(r *http.Request) string {
+// clientAddr is the address failed logins count against: the peer, or
+// behind [web] trusted_proxies the last X-Forwarded-For address that is
+// not one of them.
+func (s *Server) clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if fromLoopback(r) {
-		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-			parts := strings.Split(xff[len(xff)-1], ",")
-			if p, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
-				return p.String()
-			}
+	a, err := netip.ParseAddr(host)
+	if err != nil || !s.trusted(a) {
+		return host
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		p, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if a = p.Unmap(); !s.trusted(a) {
+			break
 		}
 	}
-	return host
+	return a.String()
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.opts.TrustedProxies {
+		if p.Contains(a.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 const loginCookie = "ratelimitd_login"
 
-// loginPage shows the form; a cookie carries a token the form repeats
-// (login CSRF).
+// loginPage shows the form with a token its cookie repeats (login CSRF).
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	tok := randomToken()
-	http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
-	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Next": safeNext(r.URL.Query().Get("next"))})
+	s.loginForm(w, r, http.StatusOK, "", r.URL.Query().Get("next"))
 }
 
-// safeNext keeps a redirect target on this site: a path, never
-// "//host" or a URL.
+// loginForm shows the login form with status code and error message msg.
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request, code int, msg, next string) {
+	tok := randomToken()
+	http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
+	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Code": code, "Next": safeNext(next)})
+}
+
+// safeNext keeps a redirect on this site: a path starting with exactly
+// one '/', without '\' or control characters (browsers drop tabs and
+// newlines, turning "/\t/host" into "//host").
 func safeNext(n string) string {
-	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") || strings.HasPrefix(n, "/\\") {
+	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") ||
+		strings.ContainsFunc(n, func(c rune) bool { return c == '\\' || c < ' ' || c == 0x7f }) {
 		return "/"
 	}
 	return n
 }
 
-// cookie makes a cookie for the whole console: HttpOnly, SameSite=Strict,
-// Secure with TLS (ours or, in tests, the test server's); a negative maxAge deletes it.
+// cookie makes an HttpOnly, SameSite=Strict cookie for the console, Secure
+// with TLS; a negative maxAge deletes it.
 func (s *Server) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
 	age := int(maxAge / time.Second)
 	if maxAge < 0 {
@@ -234,18 +256,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name, password := r.PostForm.Get("username"), r.PostForm.Get("password")
-	addr := clientAddr(r)
-	keys := []string{"user:" + name, "addr:" + addr}
-	now := s.opts.Now()
-	again := func(status int, msg string) {
-		tok := randomToken()
-		http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
-		w.WriteHeader(status)
-		s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Next": safeNext(r.PostForm.Get("next"))})
-	}
-	if d := s.throttle.wait(now, keys...); d > 0 {
+	addr := s.clientAddr(r)
+	userKey, addrKey := "user:"+name, "addr:"+addr
+	again := func(code int, msg string) { s.loginForm(w, r, code, msg, r.PostForm.Get("next")) }
+	if d := s.throttle.charge(s.opts.Now(), userKey, addrKey); d > 0 {
 		s.log.Warn("console: login attempt while slowed down", "user", name, "client", addr, "wait", d.Round(time.Second).String())
-		w.Header().Set("Retry-After", itoa(int(d.Seconds()+1)))
+		w.Header().Set("Retry-After", strconv.Itoa(int(d.Seconds()+1)))
 		again(http.StatusTooManyRequests, "Too many failed attempts: wait "+d.Round(time.Second).String()+" and try again.")
 		return
 	}
@@ -254,13 +270,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	u, ok := s.users.Load().Verify(name, []byte(password))
 	<-s.verify
 	if !ok {
-		s.throttle.fail(s.opts.Now(), keys...)
 		s.log.Warn("console: login failed", "user", name, "client", addr)
 		again(http.StatusUnauthorized, "Wrong user name or password.")
 		return
 	}
-	s.throttle.succeed("user:" + name)
-	tok, _ := s.sessions.create(u.Name, s.opts.Now())
+	s.throttle.succeed(userKey, addrKey)
+	tok, _ := s.sessions.create(u, s.opts.Now())
 	http.SetCookie(w, s.cookie(r, cookieName, tok, sessionMax))
 	http.SetCookie(w, s.cookie(r, loginCookie, "", -1))
 	s.log.Info("console: login", "user", u.Name, "role", string(u.Role), "client", addr)

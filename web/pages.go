@@ -2,28 +2,26 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"fmt"
 	"html/template"
-	"math"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
 //go:embed templates
 var templateFiles embed.FS
 
-// pages are the parsed templates: each page is "layout" and the shared
-// "partials" with its own "content" block.
+// pages are the parsed templates: "layout", "partials" and each page's
+// "content" block.
 type pages struct {
 	byName map[string]*template.Template
 }
@@ -31,7 +29,8 @@ type pages struct {
 var funcs = template.FuncMap{
 	"when":     when,
 	"ago":      ago,
-	"num":      num,
+	"num":      human.Number,
+	"rate":     admin.FormatKeyRate,
 	"dur":      dur,
 	"keyURL":   func(k string) string { return "/keys/" + url.PathEscape(k) },
 	"chartURL": func(k string) string { return "/chart.png?key=" + url.QueryEscape(k) },
@@ -57,8 +56,8 @@ func mustParsePages() *pages {
 	return p
 }
 
-// render writes page name with data (a map; User and Title are added).
-// The page is rendered into a buffer first so that a template error
+// render writes page name with data (User and Path are added) and the
+// status data["Code"] (default 200), buffered so that a template error
 // answers 500, not half a page.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
 	t, ok := s.pages.byName[name]
@@ -79,13 +78,14 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, dat
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
+	code, _ := data["Code"].(int)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(cmp.Or(code, http.StatusOK))
 	w.Write(b.Bytes())
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
 	s.log.Warn("console: request failed", "path", r.URL.Path, "user", currentUser(r).Name, "err", err)
-	w.WriteHeader(code)
 	s.render(w, r, "error", map[string]any{"Title": http.StatusText(code), "Message": err.Error(), "Code": code})
 }
 
@@ -106,14 +106,14 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return
 	}
-	var h Health
-	if s.opts.Health != nil {
-		h = s.opts.Health()
+	var st admin.Status
+	if s.opts.Status != nil {
+		st = s.opts.Status()
 	}
 	s.render(w, r, "overview", map[string]any{
 		"Title": "Overview", "Now": now, "Over": over, "Tracked": tracked,
 		"Refused": refused, "Truncated": len(refused) >= maxOverviewKeys,
-		"Quarantine": s.opts.Quarantine.Health(), "Health": h,
+		"Quarantine": s.opts.Quarantine.Health(), "Status": st,
 	})
 }
 
@@ -131,10 +131,10 @@ func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, "key", map[string]any{"Title": key, "Key": key, "Rates": rates, "Events": evs,
-		"Done": r.URL.Query().Get("done")})
+		"Done": done(r)})
 }
 
-// when formats a time for the pages (UTC, to the second).
+// when prints t in UTC to the second; "never" for the zero time.
 func when(t time.Time) string {
 	if t.IsZero() {
 		return "never"
@@ -149,22 +149,9 @@ func ago(now, t time.Time) string {
 	return dur(now.Sub(t)) + " ago"
 }
 
-func dur(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	return human.Duration(d.Round(time.Second))
-}
-
-func num(f float64) string {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return "-"
-	}
-	if f == math.Trunc(f) && math.Abs(f) < 1e12 {
-		return strconv.FormatFloat(f, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(f, 'f', 1, 64)
-}
+// dur is d rounded to the second as human.Duration prints it; "0s" for
+// no time or less.
+func dur(d time.Duration) string { return human.Duration(max(d, 0).Round(time.Second)) }
 
 func size(n int64) string {
 	switch {
@@ -175,5 +162,3 @@ func size(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

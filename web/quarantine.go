@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
-	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -17,45 +14,27 @@ import (
 // maxListed bounds the quarantine page's rows.
 const maxListed = 500
 
-// quarantineFilter reads the CLI's filters (quarantine list --sender,
-// --key, --limit, --state, --since) from the query string.
-func quarantineFilter(r *http.Request, now time.Time) (quarantine.Filter, map[string]string, error) {
-	q := r.URL.Query()
-	form := map[string]string{"sender": q.Get("sender"), "key": q.Get("key"), "limit": q.Get("limit"),
-		"state": q.Get("state"), "since": q.Get("since")}
-	f := quarantine.Filter{Sender: form["sender"], Key: form["key"], Limit: form["limit"], Max: maxListed}
-	if st := form["state"]; st != "" && st != "pending" {
-		for _, name := range strings.Split(st, ",") {
-			s, err := quarantine.ParseState(strings.TrimSpace(name))
-			if err != nil {
-				return f, form, err
-			}
-			f.States = append(f.States, s)
-		}
-	}
-	if s := form["since"]; s != "" {
-		d, err := human.ParseDuration(s)
-		if err != nil {
-			return f, form, fmt.Errorf("since: %w", err)
-		}
-		f.Since = now.Add(-d)
-	}
-	return f, form, nil
-}
-
+// quarantineList lists the messages the filters of `quarantine list`
+// (sender, key, limit, state, since) select.
 func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
-	f, form, err := quarantineFilter(r, s.opts.Now())
+	form := formValues(r.URL.Query(), "sender", "key", "limit", "state", "since")
+	lq, err := admin.ParseListQuery(r.URL.Query())
+	var f quarantine.Filter
+	if err == nil {
+		f, err = lq.Filter(s.opts.Now())
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
+	f.Max = maxListed
 	es, err := s.opts.Quarantine.List(f)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("quarantine: %w", err))
 		return
 	}
 	s.render(w, r, "quarantine", map[string]any{"Title": "Quarantine", "Entries": es, "Form": form,
-		"Full": len(es) >= maxListed, "Max": maxListed, "Done": r.URL.Query().Get("done")})
+		"Full": len(es) >= maxListed, "Max": maxListed, "Done": done(r)})
 }
 
 // messageView is what the message page shows of the message itself.
@@ -65,8 +44,7 @@ type messageView struct {
 	Text      string
 	TextType  string
 	Truncated bool
-	// Raw is the MTA's own listing (postcat) when the message could not
-	// be parsed from it.
+	// Raw is postcat's listing when no message could be parsed from it.
 	Raw string
 	Err string
 }
@@ -90,10 +68,8 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "message", map[string]any{"Title": "Message " + e.ID, "E": e, "M": v})
 }
 
-// preview parses the message: the stored bytes of frozen mail, the
-// message part of postcat's listing for held mail. The text is the
-// first text part, HTML reduced to text (quarantine.PreviewMessage);
-// nothing of the message is ever rendered as HTML.
+// preview parses the message (frozen: the stored bytes; held: postcat's
+// listing) for a text preview; nothing of it is rendered as HTML.
 func (s *Server) preview(r *http.Request, e quarantine.Entry, body []byte) messageView {
 	msg := body
 	if e.State == quarantine.Held {
@@ -139,8 +115,7 @@ var confirmOps = map[string]struct{ Verb, Post, Explain string }{
 	"delete":     {"Delete", "delete", "The message is removed for good (held mail: postsuper -d) and never delivered."},
 }
 
-// confirm is the confirmation step before a thaw or delete: a page with
-// the message's envelope and one POST button.
+// confirm is the page before a thaw or delete: the envelope and a button.
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 	op := r.URL.Query().Get("op")
 	c, ok := confirmOps[op]

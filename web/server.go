@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,14 +17,14 @@ import (
 
 	"golang.org/x/net/netutil"
 
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/notify"
 )
 
-// Listener limits: at most srvconn.HTTPConns() connections at once (more
-// wait in the kernel's accept queue), like /metrics and the admin socket;
-// readHeaderTimeout to send a request's header, readTimeout for the whole
-// request, idleTimeout between keep-alive requests.
+// Listener limits (at most srvconn.HTTPConns() connections at once, like
+// /metrics and the admin socket) and the largest header and form.
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
@@ -32,32 +34,33 @@ const (
 	maxFormBytes      = 64 << 10
 )
 
-// Options configures a Server.
+// Options configures a Server: the daemon's services (those the admin
+// socket serves) and the console's own files.
 type Options struct {
 	// Listen is the TCP address ("127.0.0.1:9732").
 	Listen string
 	// TLSCert and TLSKey are PEM files; both set, the server speaks TLS
-	// and cookies are Secure. Reload rereads them.
+	// and cookies are Secure. Reload rereads them and UsersFile.
 	TLSCert, TLSKey string
-	// UsersFile is the users file (LoadUsers); Reload rereads it.
-	UsersFile string
+	UsersFile       string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
 
-	Rates      Rates
-	Quarantine Quarantine
-	// Events is the event log; nil (events off) shows no history.
-	Events Events
-	// Health returns the daemon's state for the overview (nil: unknown).
-	Health func() Health
-	// Notify, if set, is told of rate resets (notify.RateReset), as the
-	// admin socket tells it of the CLI's.
+	Rates      admin.Rates
+	Quarantine admin.Quarantine
+	// Events is the event log (nil: no history).
+	Events admin.Events
+	// Status returns the daemon's state for the overview (nil: unknown).
+	Status func() admin.Status
+	// Notify, if set, is told of rate resets, as the admin socket's are.
 	Notify func(notify.Event)
 	Logger *slog.Logger
-	// Now is the clock (time.Now when nil); tests set it.
+	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
 
-// Server is the console. Create it with New; Serve or Start it; Reload
-// on SIGHUP; Shutdown to stop. Its methods are safe for concurrent use.
+// Server is the console: New, Start, Reload on SIGHUP, Shutdown. Safe for
+// concurrent use.
 type Server struct {
 	opts     Options
 	log      *slog.Logger
@@ -69,11 +72,9 @@ type Server struct {
 	verify chan struct{}
 	pages  *pages
 
-	// usersMod is the users file's modification time when last read,
-	// usersCheck when it was last looked at (refreshUsers).
-	usersMu    sync.Mutex
-	usersMod   time.Time
-	usersCheck time.Time
+	// usersFile is the users file as last read (nil: missing).
+	usersMu   sync.Mutex
+	usersFile os.FileInfo
 
 	mu   sync.Mutex
 	http *http.Server
@@ -81,22 +82,18 @@ type Server struct {
 	done chan struct{}
 }
 
-// New checks the options, reads the users file and the TLS files.
+// New checks opts and reads the users and TLS files.
 func New(opts Options) (*Server, error) {
 	if opts.Rates == nil || opts.Quarantine == nil {
 		return nil, errors.New("web: Rates and Quarantine are required")
 	}
-	if opts.Events == nil {
-		opts.Events = noEvents{}
-	}
+	opts.Events = cmp.Or[admin.Events](opts.Events, noEvents{})
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	if opts.Notify == nil {
 		opts.Notify = func(notify.Event) {}
 	}
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("web: TLSCert and TLSKey go together")
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -118,8 +115,8 @@ func New(opts Options) (*Server, error) {
 // TLS reports whether the server speaks HTTPS.
 func (s *Server) TLS() bool { return s.opts.TLSCert != "" }
 
-// Reload rereads the users file and the TLS certificate; on an error the
-// previous ones stay. Sessions of users no longer in the file end.
+// Reload rereads the users file and the TLS certificate, keeping the old
+// ones on an error.
 func (s *Server) Reload() error {
 	if err := s.loadUsers(); err != nil {
 		return err
@@ -134,68 +131,45 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-// refreshUsers rereads the users file when its modification time
-// changed, looking at most once a second, so that `ratelimitd web user
-// add|remove` applies without a reload.
+// refreshUsers rereads the users file when it was replaced or changed
+// since last read, so that `web user add|remove` take effect at the next
+// request.
 func (s *Server) refreshUsers() {
-	now := time.Now()
+	fi, _ := os.Stat(s.opts.UsersFile)
 	s.usersMu.Lock()
-	due := now.Sub(s.usersCheck) >= time.Second
-	if due {
-		s.usersCheck = now
-	}
+	old := s.usersFile
 	s.usersMu.Unlock()
-	if !due {
+	if sameFile(fi, old) {
 		return
 	}
-	var mod time.Time
-	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
-		mod = fi.ModTime()
-	}
-	s.usersMu.Lock()
-	changed := !mod.Equal(s.usersMod)
-	s.usersMu.Unlock()
-	if changed {
-		if err := s.loadUsers(); err != nil {
-			s.log.Error("console: users file unreadable; the previous users stay", "err", err)
-		}
+	if err := s.loadUsers(); err != nil {
+		s.log.Error("console: users file unreadable; the previous users stay", "err", err)
 	}
 }
 
-// loadUsers reads the users file and ends the sessions of users no
-// longer in it.
-func (s *Server) loadUsers() error {
-	var mod time.Time
-	if fi, err := os.Stat(s.opts.UsersFile); err == nil {
-		mod = fi.ModTime()
+// sameFile reports whether a and b (nil: no file) describe one file
+// unchanged.
+func sameFile(a, b os.FileInfo) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
+}
+
+// loadUsers reads the users file.
+func (s *Server) loadUsers() error {
+	fi, _ := os.Stat(s.opts.UsersFile)
 	u, err := LoadUsers(s.opts.UsersFile)
 	if err != nil {
 		return err
 	}
 	s.usersMu.Lock()
-	s.usersMod = mod
+	s.usersFile = fi
 	s.usersMu.Unlock()
-	if old := s.users.Swap(u); old != nil {
-		for _, n := range old.Names() {
-			if _, ok := u.Lookup(n); !ok {
-				s.sessions.removeUser(n)
-			}
-		}
-	}
+	s.users.Store(u)
 	if u.Len() == 0 {
 		s.log.Warn("console has no users: add one with `ratelimitd web user add NAME --role operator`", "users_file", s.opts.UsersFile)
 	}
-	return nil
-}
-
-// Start listens on Options.Listen and serves in the background.
-func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", s.opts.Listen)
-	if err != nil {
-		return fmt.Errorf("web: %w", err)
-	}
-	s.start(ln)
 	return nil
 }
 
@@ -209,7 +183,12 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-func (s *Server) start(ln net.Listener) {
+// Start listens on Options.Listen and serves in the background.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("web: %w", err)
+	}
 	ln = netutil.LimitListener(ln, srvconn.HTTPConns())
 	hs := &http.Server{
 		Handler:           s.Handler(),
@@ -239,10 +218,10 @@ func (s *Server) start(ln net.Listener) {
 			s.log.Error("console stopped", "err", err)
 		}
 	}()
+	return nil
 }
 
-// Shutdown stops accepting, lets requests in progress finish until ctx
-// ends, then closes the rest.
+// Shutdown stops accepting and lets requests finish until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	hs, done := s.http, s.done
@@ -257,6 +236,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	<-done
 	return err
 }
+
+// noEvents is Events when the event log is off: nothing recorded or found.
+type noEvents struct{}
+
+func (noEvents) Query(context.Context, events.Query) ([]events.Event, error)        { return nil, nil }
+func (noEvents) Summary(context.Context, events.Query) ([]events.KeySummary, error) { return nil, nil }
+func (noEvents) Record(events.Event)                                                {}
 
 // URL is the console's base URL ("https://127.0.0.1:9732/"; "" before
 // Start).

@@ -8,31 +8,33 @@ import (
 	"time"
 )
 
-// Session lifetimes: a session ends after sessionIdle without a request
-// or sessionMax after login, whichever comes first.
+// A session ends sessionIdle after its last request or sessionMax after
+// login; at most maxSessions are kept (the least recently seen goes).
 const (
 	sessionIdle = 30 * time.Minute
 	sessionMax  = 12 * time.Hour
-	// maxSessions bounds the sessions kept; the oldest is dropped first.
 	maxSessions = 10000
+	cookieName  = "ratelimitd_session"
 )
 
-// cookieName is the session cookie.
-const cookieName = "ratelimitd_session"
-
 type session struct {
-	user    string
+	user string
+	// entry is the user's entryID at login: a changed password, role or
+	// entry ends the session.
+	entry   string
 	csrf    string
 	created time.Time
 	seen    time.Time
 }
 
-// sessions holds the console's sessions in memory (a restart logs
-// everybody out). Tokens are 32 bytes from crypto/rand. Safe for
-// concurrent use.
+// sessions holds the sessions in memory, by token. Safe for concurrent use.
 type sessions struct {
 	mu sync.Mutex
 	m  map[string]*session
+}
+
+func (ss *session) expired(now time.Time) bool {
+	return now.Sub(ss.seen) > sessionIdle || now.Sub(ss.created) > sessionMax
 }
 
 func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
@@ -40,26 +42,20 @@ func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
 func randomToken() string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
+		panic(err) // crypto/rand does not fail
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// create starts a session for user and returns its token.
-func (s *sessions) create(user string, now time.Time) (string, *session) {
+// create starts a session for u and returns its token.
+func (s *sessions) create(u User, now time.Time) (string, *session) {
 	tok := randomToken()
-	ss := &session{user: user, csrf: randomToken(), created: now, seen: now}
+	ss := &session{user: u.Name, entry: u.entryID(), csrf: randomToken(), created: now, seen: now}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
 	if len(s.m) >= maxSessions {
-		var oldest string
-		for k, v := range s.m {
-			if oldest == "" || v.seen.Before(s.m[oldest].seen) {
-				oldest = k
-			}
-		}
-		delete(s.m, oldest)
+		evictOldest(s.m, func(v *session) time.Time { return v.seen })
 	}
 	s.m[tok] = ss
 	return tok, ss
@@ -73,7 +69,7 @@ func (s *sessions) get(token string, now time.Time) (session, bool) {
 	if !ok {
 		return session{}, false
 	}
-	if now.Sub(ss.seen) > sessionIdle || now.Sub(ss.created) > sessionMax {
+	if ss.expired(now) {
 		delete(s.m, token)
 		return session{}, false
 	}
@@ -87,20 +83,9 @@ func (s *sessions) remove(token string) {
 	s.mu.Unlock()
 }
 
-// removeUser ends every session of user (removed from the users file).
-func (s *sessions) removeUser(user string) {
-	s.mu.Lock()
-	for k, v := range s.m {
-		if v.user == user {
-			delete(s.m, k)
-		}
-	}
-	s.mu.Unlock()
-}
-
 func (s *sessions) expireLocked(now time.Time) {
 	for k, v := range s.m {
-		if now.Sub(v.seen) > sessionIdle || now.Sub(v.created) > sessionMax {
+		if v.expired(now) {
 			delete(s.m, k)
 		}
 	}
@@ -111,11 +96,10 @@ func validCSRF(ss session, token string) bool {
 	return token != "" && subtle.ConstantTimeCompare([]byte(ss.csrf), []byte(token)) == 1
 }
 
-// Failed logins are slowed per user name and per client address: after
-// freeFailures failures, each further attempt must wait a delay that
-// doubles from failureDelay up to maxFailureDelay; the count is
-// forgotten failureWindow after the last failure. The table is bounded
-// (maxThrottled); when full, the oldest entry goes.
+// Failed logins are slowed per user name and client address: after
+// freeFailures, each attempt waits a delay doubling from failureDelay to
+// maxFailureDelay; the count is forgotten failureWindow after the last
+// failure. At most maxThrottled are kept (the oldest goes).
 const (
 	freeFailures    = 3
 	failureDelay    = 2 * time.Second
@@ -138,9 +122,10 @@ type throttle struct {
 
 func newThrottle() *throttle { return &throttle{m: map[string]*failures{}} }
 
-// wait returns how long the keys must still wait before an attempt is
-// checked (0: now).
-func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
+// charge returns how long the keys must wait before an attempt; when
+// none must, it counts the attempt as a failure of each key at once, so
+// that parallel attempts cannot all pass the check.
+func (t *throttle) charge(now time.Time, keys ...string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var longest time.Duration
@@ -156,24 +141,19 @@ func (t *throttle) wait(now time.Time, keys ...string) time.Duration {
 		if f.n < freeFailures {
 			continue
 		}
-		d := failureDelay << min(f.n-freeFailures, 16)
-		d = min(d, maxFailureDelay)
+		d := min(failureDelay<<min(f.n-freeFailures, 16), maxFailureDelay)
 		if w := f.last.Add(d).Sub(now); w > longest {
 			longest = w
 		}
 	}
-	return longest
-}
-
-// fail counts a failed attempt against each key.
-func (t *throttle) fail(now time.Time, keys ...string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	if longest > 0 {
+		return longest
+	}
 	for _, k := range keys {
 		f, ok := t.m[k]
 		if !ok {
 			if len(t.m) >= maxThrottled {
-				t.evictLocked()
+				evictOldest(t.m, func(f *failures) time.Time { return f.last })
 			}
 			f = &failures{}
 			t.m[k] = f
@@ -181,21 +161,27 @@ func (t *throttle) fail(now time.Time, keys ...string) {
 		f.n++
 		f.last = now
 	}
+	return 0
 }
 
-// succeed forgets the failures of key.
-func (t *throttle) succeed(key string) {
+// succeed takes back a charged attempt that logged in: the user's failures
+// are forgotten, the address's count is one less.
+func (t *throttle) succeed(userKey, addrKey string) {
 	t.mu.Lock()
-	delete(t.m, key)
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	delete(t.m, userKey)
+	if f, ok := t.m[addrKey]; ok && f.n > 0 {
+		f.n--
+	}
 }
 
-func (t *throttle) evictLocked() {
+// evictOldest deletes the entry of m whose time is earliest.
+func evictOldest[V any](m map[string]V, at func(V) time.Time) {
 	var oldest string
-	for k, v := range t.m {
-		if oldest == "" || v.last.Before(t.m[oldest].last) {
+	for k, v := range m {
+		if oldest == "" || at(v).Before(at(m[oldest])) {
 			oldest = k
 		}
 	}
-	delete(t.m, oldest)
+	delete(m, oldest)
 }

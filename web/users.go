@@ -4,15 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -38,56 +40,54 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("web: role %q: want viewer or operator", s)
 }
 
-// argon2id parameters for new hashes: RFC 9106 section 4's second
-// recommended option (t=3 passes, 64 MiB of memory) with 2 lanes. Stored
-// hashes carry their own parameters, so these can grow later.
+// argon2id parameters of new hashes: RFC 9106 section 4's second
+// recommended option (t=3, 64 MiB) with 2 lanes. A stored hash carries its
+// own, bounded by maxArgonMemory (KiB) and maxArgonTime.
 const (
-	argonTime    = 3
-	argonMemory  = 64 * 1024 // KiB
-	argonThreads = 2
-	argonKeyLen  = 32
-	argonSaltLen = 16
-	// maxArgonMemory bounds the memory a stored hash may ask for (1 GiB),
-	// so that an edited users file cannot make each login exhaust memory.
+	argonTime      = 3
+	argonMemory    = 64 * 1024 // KiB
+	argonThreads   = 2
+	argonKeyLen    = 32
+	argonSaltLen   = 16
 	maxArgonMemory = 1024 * 1024
 	maxArgonTime   = 16
 )
 
-// hashCost is the cost of new hashes: argonTime and argonMemory, lowered
-// by the package's tests (each login of a test would otherwise cost
-// 64 MiB and, under the race detector, seconds).
+// hashCost is the cost of new hashes; tests lower it.
 var hashCost = struct{ time, memory uint32 }{argonTime, argonMemory}
 
-// validName is what a user name may be: letters, digits and ._@- (no
-// space or colon, which separate the file's fields).
+// validName is what a user name may be.
 var validName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
 // User is one line of the users file.
 type User struct {
 	Name string
 	Role Role
-	// hash is the PHC string "$argon2id$v=19$m=...,t=...,p=...$salt$key";
-	// it is never printed, logged or rendered.
+	// hash is the PHC string "$argon2id$v=19$m=...,t=...,p=...$salt$key",
+	// never printed, logged or rendered.
 	hash string
 }
 
-// String, GoString and LogValue name the user and role only, so that a
-// User printed or logged by mistake never shows the hash.
+// entryID identifies the user's entry: it changes with the password (each
+// hash has its own salt) and the role.
+func (u User) entryID() string {
+	h := sha256.Sum256([]byte(string(u.Role) + " " + u.hash))
+	return string(h[:])
+}
+
+// String, GoString and LogValue show the name and role, never the hash.
 func (u User) String() string       { return u.Name + " (" + string(u.Role) + ")" }
 func (u User) GoString() string     { return "web.User{" + u.String() + "}" }
 func (u User) LogValue() slog.Value { return slog.StringValue(u.String()) }
 
-// Users is the console's users file: one user a line,
-// "NAME ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH" (salt and hash in
-// unpadded base64), '#' starts a comment. The file is written with mode
-// 0600. A Users value is not safe for concurrent modification; the
-// server swaps whole values on reload.
+// Users is the console's users file (mode 0600): one user a line, "NAME
+// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH" (unpadded base64); '#'
+// starts a comment. Not safe for concurrent modification.
 type Users struct {
 	byName map[string]User
 }
 
-// LoadUsers reads the users file at path. A missing file is an empty
-// set of users (nobody can log in).
+// LoadUsers reads the users file at path; a missing file has no users.
 func LoadUsers(path string) (*Users, error) {
 	u := &Users{byName: map[string]User{}}
 	b, err := os.ReadFile(path)
@@ -103,19 +103,21 @@ func LoadUsers(path string) (*Users, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
+		bad := func(why string) error { return fmt.Errorf("web: users file %s:%d: %s", path, n, why) }
 		f := strings.Fields(line)
 		if len(f) != 3 {
-			return nil, fmt.Errorf("web: users file %s:%d: want NAME ROLE HASH", path, n)
+			return nil, bad("want NAME ROLE HASH")
+		}
+		// An unparsable field may be a hash: it is never echoed.
+		if !validName.MatchString(f[0]) {
+			return nil, bad("invalid user name")
 		}
 		role, err := ParseRole(f[1])
 		if err != nil {
-			return nil, fmt.Errorf("web: users file %s:%d: %v", path, n, err)
-		}
-		if !validName.MatchString(f[0]) {
-			return nil, fmt.Errorf("web: users file %s:%d: invalid user name", path, n)
+			return nil, bad("user " + f[0] + ": invalid role")
 		}
 		if _, _, err := parseHash(f[2]); err != nil {
-			return nil, fmt.Errorf("web: users file %s:%d: user %s: %v", path, n, f[0], err)
+			return nil, bad("user " + f[0] + ": " + err.Error())
 		}
 		u.byName[f[0]] = User{Name: f[0], Role: role, hash: f[2]}
 	}
@@ -133,12 +135,7 @@ func (u *Users) Lookup(name string) (User, bool) {
 
 // Names lists the users, sorted.
 func (u *Users) Names() []string {
-	out := make([]string, 0, len(u.byName))
-	for n := range u.byName {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(u.byName))
 }
 
 // Set adds or replaces the user name with role and password.
@@ -167,8 +164,8 @@ func (u *Users) Remove(name string) bool {
 	return ok
 }
 
-// Save writes the users to path atomically (a temporary file in the same
-// directory, fsync, rename) with mode 0600.
+// Save writes the users to path atomically (temporary file, fsync,
+// rename), mode 0600.
 func (u *Users) Save(path string) error {
 	var b bytes.Buffer
 	b.WriteString("# ratelimitd console users: NAME ROLE ARGON2ID-HASH; edit with `ratelimitd web user add|remove`\n")
@@ -176,39 +173,37 @@ func (u *Users) Save(path string) error {
 		x := u.byName[n]
 		fmt.Fprintf(&b, "%s %s %s\n", x.Name, x.Role, x.hash)
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("web: users file: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".web-users-*")
-	if err != nil {
-		return fmt.Errorf("web: users file: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("web: users file: %w", err)
-	}
-	if _, err := f.Write(b.Bytes()); err != nil {
-		f.Close()
-		return fmt.Errorf("web: users file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("web: users file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("web: users file: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := writeFileAtomic(path, b.Bytes()); err != nil {
 		return fmt.Errorf("web: users file: %w", err)
 	}
 	return nil
 }
 
-// Verify reports whether password is name's; it spends the same work on
-// an unknown name (a dummy hash) so that timing does not tell which
-// names exist.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".web-users-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// Verify reports whether password is name's, spending the same work on
+// an unknown name so that timing does not tell which names exist.
 func (u *Users) Verify(name string, password []byte) (User, bool) {
 	x, ok := u.byName[name]
 	h := x.hash
@@ -238,8 +233,7 @@ type argonParams struct {
 	salt         []byte
 }
 
-// parseHash reads a PHC argon2id string, refusing parameters beyond the
-// bounds above.
+// parseHash reads a PHC argon2id string within the bounds above.
 func parseHash(h string) (argonParams, []byte, error) {
 	var p argonParams
 	f := strings.Split(h, "$")
@@ -277,12 +271,11 @@ func checkPassword(h string, password []byte) bool {
 	return subtle.ConstantTimeCompare(got, key) == 1
 }
 
-// dummyHash is verified against for unknown user names; made on first
-// use, not at start-up.
+// dummyHash is verified against for unknown user names.
 var dummyHash = sync.OnceValue(func() string {
 	h, err := hashPassword([]byte("no such user"))
 	if err != nil {
-		panic(err) // crypto/rand does not fail on Linux
+		panic(err) // crypto/rand does not fail
 	}
 	return h
 })

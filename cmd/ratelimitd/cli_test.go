@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/spf13/cobra"
 )
 
@@ -76,14 +74,6 @@ func TestExitStatusAndMessages(t *testing.T) {
 	status, out, _ := runCLI(t, "", "--version")
 	if status != 0 || !strings.HasPrefix(out, "ratelimitd ") || !strings.Contains(out, "go1.") {
 		t.Errorf("--version: %d %q", status, out)
-	}
-}
-
-func TestFormatRate(t *testing.T) {
-	for in, want := range map[float64]string{200: "200", 199.97: "200", 12.34: "12.3", 0.04: "0", 1e6: "1000000", 2.25: "2.3"} {
-		if got := human.Number(in); got != want {
-			t.Errorf("human.Number(%v) = %q, want %q", in, got, want)
-		}
 	}
 }
 

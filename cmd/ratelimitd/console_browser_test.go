@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -355,12 +357,26 @@ func TestConsoleBrowserBurst(t *testing.T) {
 	if st := b.status("POST", b.origin+"/keys/alice/reset"); st != http.StatusForbidden {
 		t.Fatalf("POST without the CSRF token: status %d, want 403", st)
 	}
-	if got := policyQuery(t, addr, "alice", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450") {
-		t.Fatalf("the refused POST reset the rate: %s", got)
+	// The state, not a policy query: at exactly 200/h a query made after
+	// the browser steps may find the rate decayed just below the limit.
+	notReset := func(when string) {
+		t.Helper()
+		krs, err := td.d.Rates().Lookup(context.Background(), time.Now(), "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kr := range krs {
+			if kr.Limit == "hourly" && kr.Rate > 100 {
+				return
+			}
+		}
+		t.Fatalf("%s reset the rate: %+v", when, krs)
 	}
+	notReset("the refused POST")
 	if st := postWithout(t, base, b.cookie("ratelimitd_session"), "/keys/alice/reset"); st != http.StatusForbidden {
 		t.Fatalf("POST with the session cookie but no token: %d, want 403", st)
 	}
+	notReset("the POST without a token")
 
 	b.open("/keys/alice")
 	b.submit("#reset")
@@ -378,8 +394,8 @@ func TestConsoleBrowserBurst(t *testing.T) {
 		t.Fatalf("the action is not logged, or a hash is:\n%s", td.logs.String())
 	}
 	b.open("/events?key=alice&action=defer")
-	if n := b.count("table.events tr") - 1; n != 6 {
-		t.Fatalf("events page: %d defers of alice, want 6 (the burst's 5 and the check after the refused POST)", n)
+	if n := b.count("table.events tr") - 1; n != 5 {
+		t.Fatalf("events page: %d defers of alice, want the burst's 5", n)
 	}
 	if out := b.outside(); len(out) > 0 {
 		t.Fatalf("the browser requested outside the console: %v", out)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
@@ -222,4 +223,14 @@ action = "freeze"
 		}
 	}
 	t.Logf("%d frozen entries stored, all intact; %d discarded messages missing", len(entries), missing)
+}
+
+// bodyOf returns the body of a message (after the first empty line), with
+// CRLF line ends.
+func bodyOf(msg []byte) []byte {
+	msg = bytes.ReplaceAll(bytes.ReplaceAll(msg, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
+	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
+		return msg[i+4:]
+	}
+	return nil
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -37,59 +35,6 @@ func policyQuery(t testing.TB, addr, user, state string) string {
 	t.Helper()
 	return policyAsk(t, addr, "protocol_state="+state, "sasl_username="+user, "sender="+user+"@example.org",
 		"recipient_count=1", "client_address=192.0.2.9")
-}
-
-func TestReloadRefusesInvalidConfig(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "")
-	td := startTestDaemon(t, cfgPath)
-	good, _ := os.ReadFile(cfgPath)
-	if err := os.WriteFile(cfgPath, append(good, []byte("\n[[limit]]\nname = \"broken\"\nmode = \"sloppy\"\n")...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	td.d.Reload()
-	if n := len(td.d.Engine().Limits()); n != 2 {
-		t.Fatalf("invalid reload changed the limits: %d", n)
-	}
-	if !strings.Contains(td.logs.String(), "reload refused") {
-		t.Fatalf("refusal not logged:\n%s", td.logs.String())
-	}
-	lower := strings.Replace(string(good), "limit = 200", "limit = 2", 1)
-	os.WriteFile(cfgPath, []byte(lower), 0o644)
-	td.d.Reload()
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	for i := 0; i < 2; i++ {
-		if got := policyQuery(t, addr, "rex", "END-OF-MESSAGE"); got != "action=DUNNO" {
-			t.Fatalf("message %d: %s", i+1, got)
-		}
-	}
-	if got := policyQuery(t, addr, "rex", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
-		t.Fatalf("after reload to 2/hour, third message: %s", got)
-	}
-}
-
-func TestMetricsEndpoint(t *testing.T) {
-	dir := t.TempDir()
-	port, mport := freePort(t), freePort(t)
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "")
-	text, _ := os.ReadFile(cfgPath)
-	text = []byte(strings.Replace(string(text), `metrics_listen = ""`, fmt.Sprintf(`metrics_listen = "127.0.0.1:%d"`, mport), 1))
-	os.WriteFile(cfgPath, text, 0o644)
-	startTestDaemon(t, cfgPath)
-	policyQuery(t, fmt.Sprintf("127.0.0.1:%d", port), "sue", "RCPT")
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{`ratelimitd_requests_total{action="pass",protocol_state="RCPT"} 1`,
-		"ratelimitd_decision_seconds_bucket", "ratelimitd_tracked_keys", "ratelimitd_quarantine_frozen_messages 0"} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("metrics lack %q", want)
-		}
-	}
 }
 
 // With the daemon running but its admin socket gone, the CLI must not hang

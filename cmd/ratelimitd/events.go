@@ -26,10 +26,10 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			now := time.Now()
-			if q.Since, err = cliout.ParseWhen(since, now); err != nil {
+			if q.Since, err = admin.ParseWhen(since, now); err != nil {
 				return usageError{fmt.Errorf("--since: %w", err)}
 			}
-			if q.Until, err = cliout.ParseWhen(until, now); err != nil {
+			if q.Until, err = admin.ParseWhen(until, now); err != nil {
 				return usageError{fmt.Errorf("--until: %w", err)}
 			}
 			if q.Actions, err = admin.ParseActions(actions); err != nil {
@@ -38,14 +38,14 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 			w := cmd.OutOrStdout()
 			return withBackend(opts, daemon.OpenEvents, func(b admin.Backend, _ *config.File) error {
 				if summary {
-					ks, err := b.EventSummary(q)
+					ks, err := b.EventSummary(cmd.Context(), q)
 					if err != nil || asJSON {
 						return orJSON(w, ks, err)
 					}
 					cliout.EventSummary(w, ks)
 					return nil
 				}
-				es, err := b.EventList(q)
+				es, err := b.EventList(cmd.Context(), q)
 				if err != nil || asJSON {
 					return orJSON(w, es, err)
 				}

@@ -16,9 +16,7 @@ func main() {
 }
 
 // run executes the command line and returns the exit status: 0, 1 for an
-// error, 2 for a usage error (unknown command or flag, wrong arguments).
-// Errors are printed through termsafe, as everything the commands print
-// (newRootCmd): an error may echo an argument or client data.
+// error, 2 for a usage error. Errors are printed through termsafe.
 func run(args []string, stdout, stderr io.Writer) int {
 	stderr = termsafe.NewWriter(stderr)
 	cmd := newRootCmd()

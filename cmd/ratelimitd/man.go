@@ -10,10 +10,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 )
 
-// newManCmd is the hidden `ratelimitd man DIR` that `make man` and
-// `make install` run: one roff page per command, generated from the
-// commands' own help (spf13/cobra/doc), in section 8 (system
-// administration), e.g. ratelimitd.8 and ratelimitd-quarantine-thaw.8.
+// newManCmd is the hidden `ratelimitd man DIR` of `make man`: a section 8
+// page per command from its help (spf13/cobra/doc).
 func newManCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "man DIR",

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -77,8 +78,8 @@ action = "defer"
 		ev[0]["sender"] != "rex@example.org" || ev[0]["action"] != "defer" {
 		t.Errorf("first event %v", ev[0])
 	}
-	if by, _ := ev[1]["by"].(string); ev[1]["event"] != "rate_reset" || !strings.Contains(by, "uid 0") {
-		t.Errorf("second event %v, want rate_reset by uid 0", ev[1])
+	if by, _ := ev[1]["by"].(string); ev[1]["event"] != "rate_reset" || !strings.Contains(by, fmt.Sprintf("uid %d,", os.Getuid())) {
+		t.Errorf("second event %v, want rate_reset by uid %d", ev[1], os.Getuid())
 	}
 	msgs := sink.WaitCount(t, 2, 10*time.Second)
 	if s := msgs[0].Header("Subject"); !strings.Contains(s, "rex is over limit hourly") {
@@ -157,7 +158,7 @@ action = "hold"
 	if e := events[0]; e["event"] != "quarantine_threshold" || e["key"] != "ned" || e["count"] != 1.0 {
 		t.Errorf("first event %v", e)
 	}
-	if e := events[1]; e["event"] != "deleted" || e["key"] != "ned" || e["count"] != 3.0 || !strings.Contains(fmt.Sprint(e["by"]), "uid 0") {
-		t.Errorf("second event %v, want deleted, count 3, by uid 0", e)
+	if e := events[1]; e["event"] != "deleted" || e["key"] != "ned" || e["count"] != 3.0 || !strings.Contains(fmt.Sprint(e["by"]), fmt.Sprintf("uid %d,", os.Getuid())) {
+		t.Errorf("second event %v, want deleted, count 3, by uid %d", e, os.Getuid())
 	}
 }

@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// withQuarantine runs fn on the quarantine of the running daemon, or of
-// the state file when none runs (see withBackend).
+// withQuarantine runs fn on the quarantine (see withBackend).
 func withQuarantine(opts *rootOptions, fn func(admin.Backend) error) error {
 	return withBackend(opts, daemon.OpenQuarantine, func(b admin.Backend, _ *config.File) error { return fn(b) })
 }
@@ -42,7 +41,7 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var es []quarantine.Entry
 			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				es, err = b.List(lq)
+				es, err = b.List(cmd.Context(), lq)
 				return err
 			}); err != nil {
 				return err
@@ -72,7 +71,7 @@ func newQuarantineShowCmd(opts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var res admin.ShowResult
 			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				res, err = b.Show(args[0], raw)
+				res, err = b.Show(cmd.Context(), args[0], raw)
 				return err
 			}); err != nil {
 				return err
@@ -152,7 +151,7 @@ func newQuarantineSuspendCmd(opts *rootOptions, resume bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var res admin.SuspendResult
 			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				res, err = b.Suspend(args[0], resume)
+				res, err = b.Suspend(cmd.Context(), args[0], resume)
 				return err
 			}); err != nil {
 				return err
@@ -167,9 +166,9 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 	var out []lifecycle.Outcome
 	if err := withQuarantine(opts, func(b admin.Backend) (err error) {
 		if op == "thaw" {
-			out, err = b.Thaw(sel)
+			out, err = b.Thaw(cmd.Context(), sel)
 		} else {
-			out, err = b.Delete(sel)
+			out, err = b.Delete(cmd.Context(), sel)
 		}
 		return err
 	}); err != nil {
@@ -178,8 +177,7 @@ func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.S
 	return cliout.Outcomes(cmd.OutOrStdout(), op, sel, out)
 }
 
-// needSelection refuses a thaw or delete that names nothing, naming the
-// selection flags the command has.
+// needSelection refuses a thaw or delete that names nothing.
 func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 	if len(sel.IDs) > 0 || sel.Sender != "" || sel.Key != "" || sel.OlderThan > 0 {
 		return nil
@@ -193,14 +191,12 @@ func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 	return usageError{fmt.Errorf("name the messages to %s: IDs (see ratelimitd quarantine list) or %s", cmd.Name(), strings.Join(flags, ", "))}
 }
 
-// confirmDelete counts the messages a delete would select and, when there
-// is more than one, asks on standard input; anything but "y" or "yes"
-// (including end of input) cancels.
+// confirmDelete asks on stdin before a delete of more than one message.
 func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selection) error {
 	n := len(sel.IDs)
 	if n == 0 {
 		if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-			n, err = admin.CountSelected(b, sel)
+			n, err = admin.CountSelected(cmd.Context(), b, sel)
 			return err
 		}); err != nil {
 			return err

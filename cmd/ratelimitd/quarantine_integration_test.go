@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -100,16 +102,6 @@ via = ["policy"]
 	if !strings.Contains(td.logs.String(), "alice has 1 quarantined message") || !strings.Contains(td.logs.String(), "alice has 20 quarantined messages") {
 		t.Fatalf("no alert lines in the log:\n%s", td.logs.String())
 	}
-}
-
-// bodyOf returns the body of a message (after the first empty line), with
-// CRLF line ends.
-func bodyOf(msg []byte) []byte {
-	msg = bytes.ReplaceAll(bytes.ReplaceAll(msg, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
-	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
-		return msg[i+4:]
-	}
-	return nil
 }
 
 // TestIntegrationFreezeThroughMilter: Postfix with both the policy service

@@ -14,9 +14,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// withRates runs fn on the rates of the running daemon, or of its state
-// file when it is not running: read-only (shared lock, nothing written, not
-// even decayed states deleted) unless write is set (rate reset).
+// withRates runs fn on the rates (see withBackend); offline the state file
+// is opened read-only unless write is set.
 func withRates(opts *rootOptions, write bool, fn func(admin.Backend, *config.File) error) error {
 	return withBackend(opts, func(f *config.File) (*admin.Local, error) { return daemon.OpenRates(f, write) }, fn)
 }
@@ -40,7 +39,7 @@ func newRateShowCmd(opts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var kr []policy.KeyRate
 			if err := withRates(opts, false, func(b admin.Backend, _ *config.File) (err error) {
-				kr, err = b.Rate(args[0])
+				kr, err = b.Rate(cmd.Context(), args[0])
 				return err
 			}); err != nil {
 				return err
@@ -77,7 +76,7 @@ func newRateListCmd(opts *rootOptions) *cobra.Command {
 			}
 			var kr []policy.KeyRate
 			if err := withRates(opts, false, func(b admin.Backend, _ *config.File) (err error) {
-				kr, err = b.Rates(n, over)
+				kr, err = b.Rates(cmd.Context(), n, over)
 				return err
 			}); err != nil {
 				return err
@@ -116,7 +115,7 @@ func newRateResetCmd(opts *rootOptions) *cobra.Command {
 			if err := withRates(opts, true, func(b admin.Backend, cf *config.File) (err error) {
 				_, offline = b.(*admin.Local)
 				f = cf
-				res, err = b.Reset(args[0], limit)
+				res, err = b.Reset(cmd.Context(), args[0], limit)
 				return err
 			}); err != nil {
 				return err

@@ -20,9 +20,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
-	"github.com/ratelimitd/ratelimitd/internal/daemon"
-	"github.com/ratelimitd/ratelimitd/internal/srvconn"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // adminStatus asks the running daemon for its status over the admin socket.
@@ -35,65 +32,20 @@ func adminStatus(t testing.TB, td *testDaemon) admin.Status {
 	return st
 }
 
-// A SIGHUP with an empty file (or one without limits) is refused: the
-// running limits stay.
-func TestReloadRefusesLimitlessConfig(t *testing.T) {
+// config check refuses a file without limits, naming limits = "none",
+// and accepts limits = "none" said explicitly, loudly.
+func TestConfigCheckLimitlessFile(t *testing.T) {
 	dir := t.TempDir()
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
-	td := startTestDaemon(t, cfgPath)
-	for _, text := range []string{"", "[server]\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\n"} {
-		os.WriteFile(cfgPath, []byte(text), 0o644)
-		td.d.Reload()
-		if n := len(td.d.Engine().Limits()); n != 2 {
-			t.Fatalf("reload with %q left %d limits, want the running 2", text, n)
-		}
-	}
-	logs := td.logs.String()
-	if !strings.Contains(logs, "reload refused") || !strings.Contains(logs, "no [[limit]] table") {
-		t.Fatalf("refusal not logged with its cause:\n%s", logs)
-	}
-	if strings.Contains(logs, "configuration reloaded") {
-		t.Fatalf("a limit-less file was reported as reloaded:\n%s", logs)
-	}
+	cfgPath := filepath.Join(dir, "ratelimitd.toml")
+	os.WriteFile(cfgPath, []byte("[server]\nstate_dir = \""+filepath.Join(dir, "state")+"\"\n"), 0o644)
 	out, err := cli(t, "config", "check", cfgPath)
 	if err == nil || !strings.Contains(out, `limits = "none"`) {
 		t.Fatalf("config check of a limit-less file: %v\n%s", err, out)
 	}
-	// Said explicitly, it is accepted, and loud.
 	os.WriteFile(cfgPath, []byte("[policy]\nlimits = \"none\"\n[server]\nstate_dir = \""+filepath.Join(dir, "state")+"\"\n"), 0o644)
 	if out, err := cli(t, "config", "check", cfgPath); err != nil || !strings.Contains(out, "every sender is unlimited") {
 		t.Fatalf("config check with limits = \"none\": %v\n%s", err, out)
 	}
-	td.d.Reload()
-	if n := len(td.d.Engine().Limits()); n != 0 || !strings.Contains(td.logs.String(), "running without limits") {
-		t.Fatalf("reload to limits = \"none\": %d limits; log:\n%s", n, td.logs.String())
-	}
-}
-
-// Reload and the admin status handler run concurrently without a data race
-// on the configuration (run with -race).
-func TestReloadAndStatusRace(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
-	td := startTestDaemon(t, cfgPath)
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for range 20 {
-			td.d.Reload()
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for range 20 {
-			if st := adminStatus(t, td); st.Config != cfgPath {
-				t.Errorf("status config %q, want %q", st.Config, cfgPath)
-				return
-			}
-		}
-	}()
-	wg.Wait()
 }
 
 // A reload that changes settings only a restart applies says so in the log
@@ -129,100 +81,6 @@ func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
 	td.d.Reload()
 	if st := adminStatus(t, td); len(st.RestartNeeded) != 0 {
 		t.Fatalf("after reverting, restart_needed = %v", st.RestartNeeded)
-	}
-}
-
-// After a reload that changes admin_socket, shutdown removes only the
-// socket it created, never what is at the new path.
-func TestShutdownKeepsFileAtReloadedAdminSocket(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
-	td := startTestDaemon(t, cfgPath)
-	running := td.d.Config().Server.AdminSocket
-	other := filepath.Join(dir, "precious")
-	os.WriteFile(other, []byte("not ours"), 0o600)
-	text, _ := os.ReadFile(cfgPath)
-	os.WriteFile(cfgPath, []byte(strings.Replace(string(text), "[server]\n", fmt.Sprintf("[server]\nadmin_socket = %q\n", other), 1)), 0o644)
-	td.d.Reload()
-	td.stop()
-	if b, err := os.ReadFile(other); err != nil || string(b) != "not ours" {
-		t.Fatalf("shutdown removed the file at the reloaded admin_socket: %q %v", b, err)
-	}
-	if _, err := os.Lstat(running); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("shutdown left its own admin socket: %v", err)
-	}
-}
-
-// The admin, milter and unix policy listeners refuse to remove a file that
-// is not a socket, and a live socket means another daemon is running.
-func TestListenersNeverRemoveNonSockets(t *testing.T) {
-	for _, tc := range []struct{ name, extra string }{
-		{"admin", "admin_socket = %q\n"},
-		{"milter", "\n[milter]\nlisten = \"unix:%s\"\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			file := filepath.Join(dir, "precious")
-			os.WriteFile(file, []byte("keep"), 0o600)
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
-			text, _ := os.ReadFile(cfgPath)
-			extra := fmt.Sprintf(tc.extra, file)
-			if tc.name == "admin" {
-				text = []byte(strings.Replace(string(text), "[server]\n", "[server]\n"+extra, 1))
-			} else {
-				text = append(text, extra...)
-			}
-			os.WriteFile(cfgPath, text, 0o644)
-			if err := tryStart(t, cfgPath); !errors.Is(err, srvconn.ErrNotSocket) {
-				t.Errorf("start with a regular file at the %s socket path: %v, want ErrNotSocket", tc.name, err)
-			}
-			if b, rerr := os.ReadFile(file); rerr != nil || string(b) != "keep" {
-				t.Fatalf("the file at the %s socket path was removed: %q %v", tc.name, b, rerr)
-			}
-		})
-	}
-	t.Run("policy", func(t *testing.T) {
-		dir := t.TempDir()
-		file := filepath.Join(dir, "precious")
-		os.WriteFile(file, []byte("keep"), 0o600)
-		if err := tryStart(t, writeConfig(t, dir, "unix:"+file, "")); err == nil {
-			t.Errorf("started over a regular file at the policy socket path")
-		}
-		if b, rerr := os.ReadFile(file); rerr != nil || string(b) != "keep" {
-			t.Fatalf("the file at the policy socket path was removed: %q %v", b, rerr)
-		}
-	})
-}
-
-// tryStart starts a daemon on the configuration at cfgPath and returns
-// startDaemon's error; a daemon that did start is shut down at once.
-func tryStart(t *testing.T, cfgPath string) error {
-	t.Helper()
-	f, err := config.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.Start(f, cfgPath, &syncBuffer{})
-	if err == nil {
-		ctx, cancel := contextWithTimeout(5e9)
-		d.Shutdown(ctx)
-		cancel()
-	}
-	return err
-}
-
-// A second daemon on the same milter socket is refused as "already
-// running" and leaves the first one's socket working.
-func TestMilterSocketOfRunningDaemon(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "milter.sock")
-	extra := fmt.Sprintf("\n[milter]\nlisten = \"unix:%s\"\n", sock)
-	startTestDaemon(t, writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), extra))
-	err := tryStart(t, writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), extra))
-	if !errors.Is(err, srvconn.ErrSocketInUse) || !strings.Contains(err.Error(), "already running") {
-		t.Fatalf("second daemon on a live milter socket: %v", err)
-	}
-	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != os.ModeSocket {
-		t.Fatalf("the running daemon's milter socket is gone: %v", err)
 	}
 }
 
@@ -422,41 +280,6 @@ via = ["milter"]
 			}
 			if ents, _ := os.ReadDir(filepath.Join(dir, "state")); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasSuffix(e.Name(), ".spool") }) {
 				t.Fatalf("spool files left in the state directory: %v", ents)
-			}
-		})
-	}
-}
-
-// MayFreeze is true only when a freeze limit measured through the milter
-// has its key in the request.
-func TestMilterMayFreeze(t *testing.T) {
-	freeze := `
-[[limit]]
-name = "mua"
-key = ["sasl_username"]
-limit = 10
-period = "1h"
-mode = "strict"
-action = "freeze"
-via = ["milter"]
-`
-	user := &policy.Request{Stage: policy.ViaMilter, SASLUsername: "alice", Sender: "alice@example.org", RecipientCount: 1}
-	anon := &policy.Request{Stage: policy.ViaMilter, Sender: "bob@example.org", ClientAddress: "192.0.2.1", RecipientCount: 1}
-	for _, tc := range []struct {
-		name, limits string
-		req          *policy.Request
-		want         bool
-	}{
-		{"no freeze limit", "", user, false},
-		{"freeze limit, key present", freeze, user, true},
-		{"freeze limit, key missing", freeze, anon, false},
-		{"freeze limit for policy only", strings.Replace(freeze, `via = ["milter"]`, `via = ["policy"]`, 1), user, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			td := startTestDaemon(t, writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), tc.limits))
-			if got := td.d.MayFreeze(t.Context(), tc.req); got != tc.want {
-				t.Fatalf("MayFreeze = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -21,9 +21,7 @@ type rootOptions struct {
 	configPath string
 }
 
-// DefaultConfigPath is where `make install` puts the configuration; used
-// when neither --config nor $RATELIMITD_CONFIG names one and the file
-// exists.
+// DefaultConfigPath is where `make install` puts the configuration.
 const DefaultConfigPath = "/etc/ratelimitd/ratelimitd.toml"
 
 // defaultConfig is the --config default: $RATELIMITD_CONFIG, else
@@ -52,10 +50,8 @@ func newRootCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&opts.configPath, "config", "c", "",
 		"configuration file (TOML); default $RATELIMITD_CONFIG, else "+DefaultConfigPath+" if it exists, else the embedded default")
 	cmd.PersistentPreRun = func(c *cobra.Command, _ []string) {
-		// Everything the commands print goes through termsafe: keys,
-		// senders, subjects and echoed arguments are client data (JSON is
-		// escaped, not stripped: cliout.JSON; data streams use
-		// termsafe.Unwrap).
+		// Output may carry client data: through termsafe (data streams
+		// use termsafe.Unwrap).
 		cmd.SetOut(termsafe.NewWriter(cmd.OutOrStdout()))
 		cmd.SetErr(termsafe.NewWriter(cmd.ErrOrStderr()))
 		if f := c.Flag("config"); f == nil || !f.Changed {

@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -75,16 +72,6 @@ func rewriteLimits(t *testing.T, cfgPath, name, limits string) string {
 	return path
 }
 
-const dailyLimit = `
-[[limit]]
-name = "daily"
-key = ["sasl_username"]
-limit = 1000
-period = "24h"
-mode = "strict"
-action = "defer"
-`
-
 // With the daemon stopped, `--config
 // other.toml rate list` deleted every state of the limits other.toml does
 // not name. Offline reads open the file read-only.
@@ -115,65 +102,6 @@ period = "7d"
 	if err != nil || !strings.Contains(out, "hourly") {
 		t.Fatalf("rate show with the daemon's configuration: %v\n%s", err, out)
 	}
-	startTestDaemon(t, cfg)
-	mustDefer(t, addr, "mallory")
-}
-
-// Neither a reload that drops a limit (and the periodic
-// sweep after it) nor a start-up without it forgets its states.
-func TestDroppedLimitKeepsState(t *testing.T) {
-	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, "")
-	full, _ := os.ReadFile(cfg)
-	td := startTestDaemon(t, cfg)
-	refuse(t, addr, "mallory", 200)
-	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit) // cfg itself: it now names daily only
-	td.d.Reload()
-	if n := len(td.d.Engine().Limits()); n != 1 {
-		t.Fatalf("reload to one limit: %d limits", n)
-	}
-	if n := td.d.State().Sweep(); n != 0 {
-		t.Errorf("the sweep after the reload dropped %d states", n)
-	}
-	if err := td.d.State().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(cfg, full, 0o644)
-	td.d.Reload()
-	mustDefer(t, addr, "mallory")
-
-	// A start-up with the limit commented out, then one with it back.
-	td.stop()
-	rewriteLimits(t, cfg, "ratelimitd.toml", dailyLimit)
-	td = startTestDaemon(t, cfg)
-	if n := td.d.State().Sweep(); n != 0 {
-		t.Errorf("the sweep after a start-up without the limit dropped %d states", n)
-	}
-	td.stop()
-	os.WriteFile(cfg, full, 0o644)
-	startTestDaemon(t, cfg)
-	mustDefer(t, addr, "mallory")
-}
-
-// A reload from exponential to gcra must not read the stored {time,
-// rate} as an arrival time long past, letting a deferred sender through:
-// its state is converted.
-func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
-	td, addr, cfg := startRefusing(t, "")
-	text, _ := os.ReadFile(cfg)
-	gcra := strings.Replace(string(text), `period = "1h"`, "period = \"1h\"\nalgorithm = \"gcra\"", 1)
-	os.WriteFile(cfg, []byte(gcra), 0o644)
-	td.d.Reload()
-	if a := td.d.Engine().Limits()[0].Algorithm; a != "gcra" {
-		t.Fatalf("reload: hourly is %s", a)
-	}
-	mustDefer(t, addr, "mallory")
-	if got := policyQuery(t, addr, "carol", "END-OF-MESSAGE"); got != "action=DUNNO" {
-		t.Fatalf("a new sender after the reload: %s", got)
-	}
-	// And after a restart with the gcra configuration.
-	td.stop()
 	startTestDaemon(t, cfg)
 	mustDefer(t, addr, "mallory")
 }
@@ -305,105 +233,6 @@ func metricValue(body, name string) float64 {
 		}
 	}
 	return -1
-}
-
-// With the state directory's file system full, failed flushes must be
-// loud: a log line, a metric and status. The test mounts a 1 MiB tmpfs as
-// the state directory (it needs root), fills it while the daemon counts,
-// checks the log, metric and status, frees space, checks the recovery,
-// then kills the daemon with SIGKILL and checks that the restart forgives
-// nobody counted while the disk was full.
-func TestDiskFullIsLoud(t *testing.T) {
-	dir := t.TempDir()
-	stateDir := filepath.Join(dir, "state")
-	if err := os.MkdirAll(stateDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "tmpfs", stateDir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs (this test runs as root): %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", stateDir).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v %s", err, out)
-		}
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	mport := freePort(t)
-	cfg := writeConfig(t, dir, addr, "")
-	text, _ := os.ReadFile(cfg)
-	os.WriteFile(cfg, []byte(strings.Replace(string(text), `metrics_listen = ""`, fmt.Sprintf(`metrics_listen = "127.0.0.1:%d"`, mport), 1)), 0o644)
-	metrics := func() string {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	run := func() (*exec.Cmd, *syncBuffer) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "RATELIMITD_RUN_MAIN=1", "RATELIMITD_ARGS=serve --config "+cfg)
-		out := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		waitFor("the daemon to start", func() bool { return strings.Contains(out.String(), "ratelimitd started") })
-		return cmd, out
-	}
-	cmd, logs := run()
-	refuse(t, addr, "mallory", 200)
-	waitFor("a flush", func() bool { return metricValue(metrics(), "ratelimitd_state_flushes_total") > 0 })
-
-	filler := fillFileSystem(t, stateDir)
-	// Counting goes on with the disk full: rex is refused, and new keys
-	// make the file grow, which fails.
-	refuse(t, addr, "rex", 200)
-	for i := range 600 {
-		policyQuery(t, addr, fmt.Sprintf("newcomer-with-a-long-name-%04d", i), "END-OF-MESSAGE")
-	}
-	waitFor("a failed flush counted", func() bool { return metricValue(metrics(), "ratelimitd_state_flush_failures_total") > 0 })
-	if m := metrics(); metricValue(m, "ratelimitd_state_pending_changes") <= 0 || metricValue(m, "ratelimitd_state_last_error_timestamp_seconds") <= 0 {
-		t.Errorf("metrics during the failure:\n%s", m)
-	}
-	if l := logs.String(); !strings.Contains(l, "rate state flush failed") || !strings.Contains(l, "no space left on device") {
-		t.Fatalf("the failed flush is not logged with its cause:\n%s", l)
-	}
-	out, err := cli(t, "--config", cfg, "status")
-	if err != nil || !strings.Contains(out, "no space left on device") || !strings.Contains(out, "rate state: last flush") {
-		t.Fatalf("status during the failure: %v\n%s", err, out)
-	}
-
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	waitFor("the recovery", func() bool {
-		m := metrics()
-		return metricValue(m, "ratelimitd_state_pending_changes") == 0 &&
-			metricValue(m, "ratelimitd_state_last_flush_timestamp_seconds") > metricValue(m, "ratelimitd_state_last_error_timestamp_seconds")
-	})
-	out, _ = cli(t, "--config", cfg, "status")
-	if !strings.Contains(out, "0 changes pending") {
-		t.Errorf("status after the recovery:\n%s", out)
-	}
-	cmd.Process.Kill() // SIGKILL: no final flush
-	cmd.Wait()
-	run()
-	mustDefer(t, addr, "mallory")
-	mustDefer(t, addr, "rex")
-	if got := policyQuery(t, addr, "newcomer-with-a-long-name-0599", "END-OF-MESSAGE"); got != "action=DUNNO" {
-		t.Errorf("a newcomer's second message: %s", got)
-	}
 }
 
 // state check --salvage copies what is readable into a new state file:

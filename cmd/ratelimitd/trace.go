@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
-// maillogOptions are the flags that say how to read mail logs, shared by
-// "trace from-maillog" and "suggest --maillog".
+// maillogOptions are the mail log flags of trace from-maillog and suggest.
 type maillogOptions struct {
 	tz     string
 	logEnd string

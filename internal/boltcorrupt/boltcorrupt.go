@@ -16,11 +16,10 @@ const (
 	LeafPageFlag   = 0x02 // the flags of a leaf page
 )
 
-// ZeroBucketPages zeroes, in the BoltDB file image b, every page but the
-// two meta pages and the free list of the latest transaction (whose damage
-// bbolt.Open itself panics on): the pages of the buckets. Pages are the
-// OS page size, BoltDB's default. It panics on an image too short to hold
-// the meta pages.
+// ZeroBucketPages zeroes, in the BoltDB file image b (OS-sized pages),
+// every page but the two meta pages and the latest free list, whose damage
+// bbolt.Open panics on. It panics on an image too short for the meta
+// pages.
 func ZeroBucketPages(b []byte) {
 	ps := os.Getpagesize()
 	// A meta page: page header (16 bytes), then magic, version, page

@@ -5,9 +5,9 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -67,21 +67,19 @@ func via(l policy.LimitInfo) []string {
 	return l.Via
 }
 
-// Limits prints that the configuration is valid and its limit stack: one
-// row per limit (key, rate, mode, action, front ends, when it counts), the
-// baseline range of adaptive limits and one row per override.
+// Limits prints that the configuration is valid and its limit stack, with
+// baseline ranges and overrides as rows of their own.
 func Limits(w io.Writer, source string, eng *policy.Engine) {
 	fmt.Fprintf(w, "configuration %s is valid\n", source)
 	fmt.Fprintf(w, "each message is counted once per limit, whichever protocol states the MTA asks at\n\n")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LIMIT\tKEY\tRATE\tPER\tMODE\tALGORITHM\tACTION\tVIA\tCOUNTED AT")
+	t := termsafe.NewTable(w, "LIMIT", "KEY", "RATE", "PER", "MODE", "ALGORITHM", "ACTION", "VIA", "COUNTED AT")
 	for _, l := range eng.Limits() {
-		at := l.CountAt
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Name, strings.Join(l.Key, "+"), human.Number(l.Limit),
-			human.Duration(l.Period), l.Per, l.Mode, l.Algorithm, l.Action, strings.Join(via(l), "+"), at)
+		period := human.Duration(l.Period)
+		t.Row(l.Name, strings.Join(l.Key, "+"), human.Number(l.Limit)+"/"+period, l.Per, l.Mode, l.Algorithm, l.Action,
+			strings.Join(via(l), "+"), l.CountAt)
 		if l.Algorithm == "baseline" {
-			fmt.Fprintf(tw, "  baseline\t\t%s-%s/%s\t\t\t\t\t\t%g x the key's peak, learned over %s\n",
-				human.Number(l.Floor), human.Number(l.Limit), human.Duration(l.Period), l.Factor, human.Duration(l.LearnPeriod))
+			t.Row("  baseline", "", human.Number(l.Floor)+"-"+human.Number(l.Limit)+"/"+period, "", "", "", "", "",
+				fmt.Sprintf("%g x the key's peak, learned over %s", l.Factor, human.Duration(l.LearnPeriod)))
 		}
 		keys := make([]string, 0, len(l.Overrides))
 		for k := range l.Overrides {
@@ -89,8 +87,8 @@ func Limits(w io.Writer, source string, eng *policy.Engine) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(tw, "  override\t%s\t%s/%s\t\t\t\t\t\t\n", k, human.Number(l.Overrides[k]), human.Duration(l.Period))
+			t.Row("  override", k, human.Number(l.Overrides[k])+"/"+period)
 		}
 	}
-	tw.Flush()
+	t.Flush()
 }

@@ -11,10 +11,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// MarkUsageErrors makes argument-count errors of c and its subcommands
-// usage errors (wrapped by usage) and gives every command group (rate,
-// quarantine, config, the root) an unknown-subcommand error instead of
-// printing its help and exiting 0.
+// MarkUsageErrors wraps argument-count errors of c and its subcommands
+// with usage, and makes an unknown subcommand of a group an error.
 func MarkUsageErrors(c *cobra.Command, usage func(error) error) {
 	if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
 		c.Args = cobra.ArbitraryArgs
@@ -50,14 +48,11 @@ func MarkUsageErrors(c *cobra.Command, usage func(error) error) {
 	}
 }
 
-// pkgPrefix matches the "package: " prefixes of our packages' errors
-// (STYLE.md's convention inside the code), which mean nothing to an
-// operator.
+// pkgPrefix matches the "package: " prefixes of our errors.
 var pkgPrefix = regexp.MustCompile(`(^|: )(config|config: invalid|policy|quarantine|notify|store|ratelimit|smtp|postfix|milter|bolt|maillog): `)
 
-// ErrorMessage is err's text for an operator: without package prefixes,
-// followed by the fix where one is known. defaultConfig is the
-// configuration file used without --config or $RATELIMITD_CONFIG.
+// ErrorMessage is err's text for an operator, without package prefixes and
+// with the fix where one is known; defaultConfig is the --config default.
 func ErrorMessage(err error, defaultConfig string) string {
 	msg := pkgPrefix.ReplaceAllString(err.Error(), "$1")
 	switch {

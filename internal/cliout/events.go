@@ -3,8 +3,8 @@ package cliout
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
@@ -19,8 +19,7 @@ func Events(w io.Writer, es []events.Event) {
 		fmt.Fprintln(w, "no events")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tACTION\tKEY\tLIMIT\tRATE/MAX\tDETAILS")
+	t := termsafe.NewTable(w, "TIME", "ACTION", "KEY", "LIMIT", "RATE/MAX", "DETAILS")
 	for _, e := range es {
 		rate := ""
 		if e.Max != 0 {
@@ -32,10 +31,9 @@ func Events(w io.Writer, es []events.Event) {
 				details = append(details, f[0]+"="+termsafe.Line(f[1]))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.DateTime), termsafe.Line(e.Action),
-			orDash(termsafe.Line(e.Key)), orDash(termsafe.Line(e.Limit)), orDash(rate), strings.Join(details, " "))
+		t.Row(e.Time.Local().Format(time.DateTime), e.Action, orDash(e.Key), orDash(e.Limit), orDash(rate), strings.Join(details, " "))
 	}
-	tw.Flush()
+	t.Flush()
 }
 
 // EventSummary prints one line per key.
@@ -44,13 +42,12 @@ func EventSummary(w io.Writer, ks []events.KeySummary) {
 		fmt.Fprintln(w, "no events")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tREFUSALS\tFIRST\tLAST\tLIMITS")
+	t := termsafe.NewTable(w, "KEY", "REFUSALS", "FIRST", "LAST", "LIMITS")
 	for _, k := range ks {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", orDash(termsafe.Line(k.Key)), k.Refusals, k.First.Local().Format(time.DateTime),
-			k.Last.Local().Format(time.DateTime), orDash(termsafe.Line(strings.Join(k.Limits, ","))))
+		t.Row(orDash(k.Key), strconv.Itoa(k.Refusals), k.First.Local().Format(time.DateTime),
+			k.Last.Local().Format(time.DateTime), orDash(strings.Join(k.Limits, ",")))
 	}
-	tw.Flush()
+	t.Flush()
 }
 
 func orDash(s string) string {

@@ -8,9 +8,8 @@ import (
 	"strings"
 )
 
-// Confirm asks question on out with " [y/N] " and reads one line of in: it
-// reports whether the answer is "y" or "yes" (any case); anything else,
-// including end of input, is no (and ends the prompt's line).
+// Confirm asks question with " [y/N] " and reports whether the line read
+// from in is "y" or "yes" (any case).
 func Confirm(in io.Reader, out io.Writer, question string) bool {
 	fmt.Fprintf(out, "%s [y/N] ", question)
 	answer, _ := bufio.NewReader(in).ReadString('\n')
@@ -21,9 +20,8 @@ func Confirm(in io.Reader, out io.Writer, question string) bool {
 	return false
 }
 
-// Create opens the output named by a -o/--output flag: the file at path
-// (created or truncated), or stdout when path is "" or "-". The returned
-// function closes the file (nothing for stdout).
+// Create opens the output of a -o flag: the file at path (truncated), or
+// stdout for "" and "-"; the function returned closes it.
 func Create(path string, stdout io.Writer) (io.Writer, func() error, error) {
 	if path == "" || path == "-" {
 		return stdout, func() error { return nil }, nil

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
@@ -20,8 +20,7 @@ import (
 // Entries prints one table row per quarantined message (subjects cut to
 // 60 characters) and the count.
 func Entries(w io.Writer, es []quarantine.Entry) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE_ID\tAGE\tSENDER\tRCPTS\tSIZE\tLIMIT\tSUBJECT")
+	t := termsafe.NewTable(w, "ID", "STATE", "QUEUE_ID", "AGE", "SENDER", "RCPTS", "SIZE", "LIMIT", "SUBJECT")
 	now := time.Now()
 	for _, e := range es {
 		subj := []rune(quarantine.CleanLine(e.Subject))
@@ -32,45 +31,36 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 		if sender == "" {
 			sender = "<>"
 		}
-		qid := quarantine.CleanLine(e.QueueID)
-		if qid == "" {
-			qid = "-"
-		}
 		state := e.State.String()
 		if e.Unverified != "" {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", quarantine.CleanLine(e.ID), state, qid, human.Duration(now.Sub(e.Created).Round(time.Second)),
-			sender, len(e.Recipients), e.Size, quarantine.CleanLine(e.Limit), string(subj))
+		t.Row(e.ID, state, orDash(quarantine.CleanLine(e.QueueID)), human.Duration(now.Sub(e.Created).Round(time.Second)),
+			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, string(subj))
 	}
-	tw.Flush()
+	t.Flush()
 	fmt.Fprintln(w, plural.N(len(es), "message"))
 }
 
-// Show prints a message for `quarantine show`: with raw its stored bytes
-// (or the MTA's queue file) as they are, else the entry, the cleaned text
-// preview and why the content is unavailable, if it is.
+// Show prints `quarantine show`: with raw the bytes as they are, else the
+// entry, the cleaned preview and why the content is unavailable.
 func Show(w io.Writer, res admin.ShowResult, raw bool) {
 	if raw {
-		// The message's own bytes, for a file (> msg.eml): data, not
-		// text for the terminal.
+		// Data for a file (> msg.eml), not text for the terminal.
 		io.WriteString(termsafe.Unwrap(w), res.Body)
 		return
 	}
 	res.Entry.WriteTo(w)
 	fmt.Fprintln(w)
-	// Held mail is shown by the MTA (postcat): its output is message
-	// content and is cleaned like our own preview.
+	// postcat's output for held mail is message content: cleaned too.
 	io.WriteString(w, quarantine.CleanText(res.Body))
 	if res.Error != "" {
 		fmt.Fprintf(w, "\n(content unavailable: %s)\n", quarantine.CleanLine(res.Error))
 	}
 }
 
-// Outcomes prints one line per message of a thaw or delete (op is "thaw"
-// or "delete") of the selection sel, a count, and the keys whose rate was
-// reset; the error says how many failed (nil if none), or that nothing
-// matched sel.
+// Outcomes prints a line per message of a "thaw" or "delete", a count and
+// the keys reset; the error says how many failed, or that none matched.
 func Outcomes(w io.Writer, op string, sel lifecycle.Selection, out []lifecycle.Outcome) error {
 	if len(out) == 0 {
 		return NoMatch(sel)
@@ -104,8 +94,7 @@ func Outcomes(w io.Writer, op string, sel lifecycle.Selection, out []lifecycle.O
 	return nil
 }
 
-// NoMatch is the error of a thaw or delete whose selection matched no
-// message.
+// NoMatch is the error of a thaw or delete that matched nothing.
 func NoMatch(sel lifecycle.Selection) error {
 	var what []string
 	for _, f := range []struct{ flag, v string }{{"--sender", sel.Sender}, {"--key", sel.Key}} {
@@ -122,8 +111,7 @@ func NoMatch(sel lifecycle.Selection) error {
 	return fmt.Errorf("no message matches %s (held or frozen; see ratelimitd quarantine list)", strings.Join(what, " "))
 }
 
-// Suspended prints the result of `quarantine suspend` (resume false) or
-// `quarantine resume`.
+// Suspended prints the result of `quarantine suspend` or `resume`.
 func Suspended(w io.Writer, res admin.SuspendResult, resume bool) {
 	key := quarantine.CleanLine(res.Key)
 	switch {

@@ -5,20 +5,18 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Rates prints one table row per key and limit: rate, max, period and
-// whether (and for how long) the key is refused.
+// Rates prints a row per key and limit, with how long it is refused.
 func Rates(w io.Writer, kr []policy.KeyRate) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tLIMIT\tRATE\tMAX\tPERIOD\tSTATUS")
+	t := termsafe.NewTable(w, "KEY", "LIMIT", "RATE", "MAX", "PERIOD", "STATUS")
 	for _, k := range kr {
 		status := "ok"
 		switch {
@@ -35,14 +33,13 @@ func Rates(w io.Writer, kr []policy.KeyRate) {
 		if note := admin.ConversionNote(k); note != "" {
 			status += "; " + note
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Key, k.Limit, admin.FormatKeyRate(k), maxText, human.Duration(k.Period), status)
+		t.Row(k.Key, k.Limit, admin.FormatKeyRate(k), maxText, human.Duration(k.Period), status)
 	}
-	tw.Flush()
+	t.Flush()
 }
 
-// RateRow is one element of `rate show/list --json`: the rate rounded to
-// two decimals (below 2^52), the period as text and in seconds, the time until the key
-// is admitted again in whole seconds (rounded up).
+// RateRow is one element of `rate show/list --json`: the rate to two
+// decimals, the wait in whole seconds rounded up.
 type RateRow struct {
 	Key               string  `json:"key"`
 	Limit             string  `json:"limit"`
@@ -53,8 +50,8 @@ type RateRow struct {
 	Over              bool    `json:"over"`
 	Refusing          bool    `json:"refusing"`
 	RetryAfterSeconds float64 `json:"retry_after_seconds"`
-	// Converted says the state was converted from the limit's earlier
-	// parameters (see policy.ConvertedView).
+	// Converted: the state was converted from the limit's earlier
+	// parameters (policy.ConvertedView).
 	Converted *ConvertedRow `json:"converted,omitempty"`
 }
 
@@ -84,9 +81,7 @@ func RateRows(kr []policy.KeyRate) []RateRow {
 	return out
 }
 
-// round2 rounds x to two decimals, or returns it as it is when it has
-// none to round (at 2^52 and above; x*100 would overflow to an infinity,
-// which JSON cannot encode, for x near math.MaxFloat64).
+// round2 rounds x to two decimals below 2^52 (x*100 could overflow).
 func round2(x float64) float64 {
 	if math.Abs(x) >= 1<<52 {
 		return x

@@ -49,8 +49,10 @@ type Daemon struct {
 	mem          *ratestore.Memory
 	state        *ratestore.Persistent
 	rcpts        *ratestore.Recipients // per = "addr" recipient sets
-	events       *events.Log           // nil with [events] enabled = false
-	web          *web.Server           // nil with [web] listen = ""
+	flusher      *statedb.Flusher      // the state file's write-behind
+	stopFlusher  context.CancelFunc
+	events       *events.Log // nil with [events] enabled = false
+	web          *web.Server // nil with [web] listen = ""
 	engine       *policy.Engine
 	metrics      *metrics.Metrics
 	policy       *postfix.Server
@@ -141,8 +143,9 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 	return d, nil
 }
 
-// openStores opens the state file, the rate state, the engine (on it or on
-// Redis), the metrics and the recipient sets, and starts their loops.
+// openStores opens the state file, restores the rate state, builds the
+// engine on it (or on Redis), the metrics, the recipient sets and the
+// event log, and starts their write-behind flusher and the memory limit.
 func (d *Daemon) openStores() (err error) {
 	f, s := d.cfg, d.cfg.Server
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
@@ -152,7 +155,7 @@ func (d *Daemon) openStores() (err error) {
 	if warn, _ := statedb.MetaFallback(s.DBPath()); warn != "" {
 		d.log.Warn("state file: "+warn, "file", s.DBPath())
 	}
-	d.db, err = statedb.Open(s.DBPath(), false)
+	d.db, err = statedb.Open(s.DBPath(), false, 0)
 	if err != nil {
 		return err
 	}
@@ -161,7 +164,7 @@ func (d *Daemon) openStores() (err error) {
 		return err
 	}
 	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
-	d.state, err = openState(d.db, d.mem, time.Duration(s.FlushInterval), storeLimits(f.PolicyConfig()), false, d.log)
+	d.state, err = openState(d.db, d.mem, storeLimits(f.PolicyConfig()), false, d.log)
 	if err != nil {
 		if errors.Is(err, ratestore.ErrDamaged) {
 			return statedb.Damaged(s.DBPath(), err)
@@ -182,20 +185,27 @@ func (d *Daemon) openStores() (err error) {
 	if err != nil {
 		return err
 	}
-	d.goRun(d.state.Run)
+	d.flusher = statedb.NewFlusher(time.Duration(s.FlushInterval), d.log, func(name string, _ error) { d.metrics.Fault(name + " flush") })
+	d.flusher.Add("rate state", d.state.Tick)
 	if os.Getenv("GOMEMLIMIT") == "" {
 		d.startMemoryLimit()
 	}
 	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
-	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{FlushInterval: time.Duration(s.FlushInterval), Logger: d.log,
-		OnFlushError: func(error) { d.metrics.Fault("rcptsets flush") }})
+	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{})
 	if err != nil {
 		return err
 	}
 	d.cleanup = append(d.cleanup, func() { d.rcpts.Close() })
 	d.engine.UseRecipientSets(d.rcpts)
-	d.goRun(func(ctx context.Context) error { d.rcpts.Run(ctx); return nil })
-	return d.openEvents()
+	d.flusher.Add("rcptsets", d.rcpts.Tick)
+	if err := d.openEvents(); err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	d.goRun(func(context.Context) error { d.flusher.Run(ctx); return nil })
+	d.stopFlusher = stop
+	d.cleanup = append(d.cleanup, stop)
+	return nil
 }
 
 // StateFormats describes every record of the state file, for statedb.
@@ -226,7 +236,7 @@ func (d *Daemon) checkRecords() error {
 	return nil
 }
 
-// goRun runs a store's write-behind loop until the store is closed.
+// goRun runs a background loop that Shutdown waits for.
 func (d *Daemon) goRun(run func(context.Context) error) {
 	d.wg.Add(1)
 	go func() {

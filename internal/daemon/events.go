@@ -16,24 +16,22 @@ import (
 
 // eventOptions are the event log's options from the [events] table.
 func eventOptions(f *config.File) events.Options {
-	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount,
-		FlushInterval: time.Duration(f.Server.FlushInterval)}
+	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount}
 }
 
-// openEvents opens the event log and its loop unless [events] is off.
+// openEvents opens the event log and adds it to the flusher, unless
+// [events] is off (d.events stays nil).
 func (d *Daemon) openEvents() error {
 	if !d.cfg.Events.On() {
 		return nil
 	}
-	opts := eventOptions(d.cfg)
-	opts.Logger = d.log
-	l, err := events.Open(d.db, opts)
+	l, err := events.Open(d.db, eventOptions(d.cfg))
 	if err != nil {
 		return fmt.Errorf("%s: %w", d.cfg.Server.DBPath(), err)
 	}
 	d.events = l
 	d.cleanup = append(d.cleanup, func() { l.Close() })
-	d.goRun(func(ctx context.Context) error { l.Run(ctx); return nil })
+	d.flusher.Add("event log", l.Tick)
 	return nil
 }
 
@@ -103,7 +101,7 @@ func (d *Daemon) Events() *events.Log { return d.events }
 // OpenEvents opens f's event log read-only for `ratelimitd events` when no
 // daemon runs; a missing state file has no events.
 func OpenEvents(f *config.File) (*admin.Local, error) {
-	db, err := statedb.Open(f.Server.DBPath(), true)
+	db, err := statedb.Open(f.Server.DBPath(), true, 0)
 	if errors.Is(err, statedb.ErrNoFile) {
 		return &admin.Local{}, nil
 	}

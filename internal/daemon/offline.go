@@ -35,11 +35,12 @@ func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 	return m
 }
 
-// openState restores db's rate state into mem with the configured limits'
-// parameters; the caller runs Run, or Flush and Close.
-func openState(db *bolt.DB, mem *ratestore.Memory, flush time.Duration, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
-	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{FlushInterval: flush, Limits: limits,
-		ReadOnly: readOnly, Logger: log})
+// openState restores the rate state kept in db into mem, with the
+// parameters of the configured limits (stored states of other limits are
+// kept until they decay under their own stored parameters). The caller
+// has a statedb.Flusher call its Tick, or calls Flush/Close.
+func openState(db *bolt.DB, mem *ratestore.Memory, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
+	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: limits, ReadOnly: readOnly, Logger: log})
 }
 
 // offline is the state opened by the CLI when no daemon runs; db and state
@@ -55,7 +56,7 @@ type offline struct {
 // openOffline opens the state; readOnly shares the file and writes nothing.
 func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
-	db, err := statedb.Open(f.Server.DBPath(), readOnly)
+	db, err := statedb.Open(f.Server.DBPath(), readOnly, 0)
 	if errors.Is(err, statedb.ErrNoFile) {
 		eng, err := policy.NewEngine(f.PolicyConfig(), mem)
 		return &offline{engine: eng}, err
@@ -68,7 +69,7 @@ func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 			db.Close()
 		}
 	}()
-	state, err := openState(db, mem, 0, storeLimits(f.PolicyConfig()), readOnly, nil)
+	state, err := openState(db, mem, storeLimits(f.PolicyConfig()), readOnly, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
 	}
@@ -105,7 +106,7 @@ func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &admin.Local{Engine: o.engine, Events: o.events, Closer: o.close}, nil
+	return &admin.Local{RateState: o.engine, Events: o.events, Closer: o.close}, nil
 }
 
 // openRedisRates answers the rate commands from Redis directly.
@@ -119,7 +120,7 @@ func openRedisRates(f *config.File) (*admin.Local, error) {
 		r.Close()
 		return nil, err
 	}
-	return &admin.Local{Engine: redisClock{Rates: eng, now: r.Now}, Closer: func() error { r.Close(); return nil }}, nil
+	return &admin.Local{RateState: redisClock{Rates: eng, now: r.RedisTime}, Closer: func() error { r.Close(); return nil }}, nil
 }
 
 // OpenQuarantine opens f's state file for writing with its quarantine, for
@@ -137,7 +138,7 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 			hooks = eventRecorder{o.events}
 		}
 		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), hooks); err == nil {
-			return &admin.Local{Engine: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
+			return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
 		}
 	}
 	o.close()

@@ -73,7 +73,7 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	cctx, cancel := context.WithTimeout(context.Background(), max(time.Duration(s.RedisTimeout), time.Second))
 	r.Connect(cctx)
 	cancel()
-	f := redisstore.NewFailoverWith(r, local, pol, d.log, redisstore.FailoverOptions{
+	f := redisstore.NewFailover(r, local, d.log, redisstore.FailoverOptions{OnError: pol,
 		Split: s.DegradedShare == "split", Hosts: s.RedisHosts})
 	if err := f.LoadPending(filepath.Join(d.cfg.Server.StateDir, pendingMergeFile)); err != nil {
 		d.log.Warn("counts of an earlier redis outage not loaded", "err", err)

@@ -133,7 +133,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.redis.Close()
 		d.redisClient.Close()
 	}
-	// Close flushes the rate state a last time and stops its Run loop.
+	// The flusher's last flush, then each store's Close flushes what is
+	// left.
+	d.stopFlusher()
 	if err := d.state.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
 	}
@@ -154,7 +156,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // Rates implements admin.Daemon: the engine.
 func (d *Daemon) Rates() admin.Rates {
 	if d.redis != nil {
-		return redisClock{Rates: d.engine, now: d.redis.Now}
+		return redisClock{Rates: d.engine, now: d.redis.RedisTime}
 	}
 	return d.engine
 }

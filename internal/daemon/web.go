@@ -13,8 +13,8 @@ func (d *Daemon) startWeb() error {
 	if c.Listen == "" {
 		return nil
 	}
-	opts := web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile,
-		Rates: d.engine, Quarantine: d.q.svc, Health: d.webHealth, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
+	opts := web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile, TrustedProxies: c.Proxies(),
+		Rates: d.Rates(), Quarantine: d.q.svc, Status: d.Status, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
 	if d.events != nil {
 		opts.Events = d.events
 	}
@@ -29,22 +29,6 @@ func (d *Daemon) startWeb() error {
 	d.cleanup = append(d.cleanup, func() { s.Shutdown(context.Background()) })
 	d.listeners = append(d.listeners, "console "+s.URL())
 	return nil
-}
-
-// webHealth is the daemon's state on the console's overview.
-func (d *Daemon) webHealth() web.Health {
-	st := d.Status()
-	h := web.Health{Backend: "local", Version: st.Version, Started: st.Started}
-	if st.Store != nil {
-		h.Backend, h.Degraded, h.DegradedSince, h.StoreError = "redis", st.Store.Degraded, st.Store.Since, st.Store.LastError
-	}
-	if st.State != nil {
-		h.LastFlushError, h.LastFlushErrorAt = st.State.LastError, st.State.LastErrorAt
-	}
-	if st.Notify != nil {
-		h.NotifyFailed, h.NotifyDropped = st.Notify.Failed, st.Notify.Dropped
-	}
-	return h
 }
 
 // WebAddr is the console's listening address ("" when it is off).

@@ -46,7 +46,7 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 // Duration prints d the way operators write periods: "1h", "24h", "7d",
-// "90s"; whole days above 48h.
+// "1m30s"; whole days from 48h.
 func Duration(d time.Duration) string {
 	switch {
 	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
@@ -82,6 +82,33 @@ func Rate(rate, limit float64) string {
 		}
 	}
 	return strconv.FormatFloat(rate, 'g', -1, 64)
+}
+
+// FineRate prints a rate to two decimals, whole from 1e5 and with an
+// exponent from 1e12, for tables that show each request's change
+// ("1.50→2.49").
+func FineRate(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e12:
+		return strconv.FormatFloat(v, 'g', 4, 64)
+	case a >= 1e5:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// Span prints the length of a trace or a log: "0s", "12m", "3h05m",
+// "4.5 days".
+func Span(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%.1f days", d.Hours()/24)
+	case d >= time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	case d >= time.Minute:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	}
+	return d.Round(time.Second).String()
 }
 
 // Number prints a rate or count in a table: whole numbers without

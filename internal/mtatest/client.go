@@ -56,9 +56,8 @@ type Mail struct {
 }
 
 // SendError is the failure of one stage of a transaction. Err is a
-// *smtp.SMTPError when the server replied with an error, so
-// errors.As(err, &smtpErr) yields the code (e.g. 450) and enhanced code
-// (e.g. 4.7.1); otherwise it is a network or protocol error.
+// *smtp.SMTPError when the server replied with an error, else a network
+// or protocol error.
 type SendError struct {
 	Stage Stage
 	Rcpt  string // the recipient, for StageRcpt
@@ -117,10 +116,8 @@ func (r *Result) Err() error {
 	return errors.Join(errs...)
 }
 
-// Send sends m to the SMTP server at addr and returns nil if it was
-// accepted for every recipient; see SendResult for the details. A 450
-// at RCPT comes back as a *SendError with Stage StageRcpt wrapping a
-// *smtp.SMTPError with Code 450.
+// Send is SendResult(t, addr, m).Err(): nil if every recipient was
+// accepted, else *SendError values.
 func Send(t testing.TB, addr string, m Mail) error {
 	t.Helper()
 	return SendResult(t, addr, m).Err()
@@ -177,9 +174,8 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 }
 
 // greet reads the greeting and, when m sets a login or client, makes the
-// XCLIENT exchange by hand; the go-smtp client then gets the connection
-// with the last 220 greeting replayed to it. It returns the stage and
-// error that ended the session.
+// XCLIENT exchange by hand, replaying the last 220 greeting to the go-smtp
+// client. It returns the stage and error that ended the session.
 func greet(conn net.Conn, tp *textproto.Conn, m Mail, helo string) (Stage, error) {
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, _, err := tp.ReadResponse(220); err != nil {
@@ -207,11 +203,8 @@ func greet(conn net.Conn, tp *textproto.Conn, m Mail, helo string) (Stage, error
 	return "", nil
 }
 
-// transact sends m on c: EHLO, MAIL, every RCPT (a refused recipient is
-// recorded in res.Errors and the others go on), DATA unless no recipient
-// was accepted, and QUIT. It records the accepted recipients, the final
-// reply and the queue ID in res, and returns the stage and error that
-// ended the transaction early.
+// transact runs the transaction of SendResult on c, recording in res,
+// and returns the stage and error that ended it early.
 func transact(c *smtp.Client, m Mail, helo string, res *Result) (Stage, error) {
 	if err := c.Hello(helo); err != nil {
 		return StageHello, err
@@ -323,9 +316,8 @@ func toSMTPError(err error) error {
 	return se
 }
 
-// replayConn is a net.Conn whose reads come from r (a replayed greeting
-// followed by whatever the textproto reader had buffered, then the
-// connection).
+// replayConn is a net.Conn whose reads come from r: a replayed greeting,
+// what the textproto reader had buffered, then the connection.
 type replayConn struct {
 	net.Conn
 	r io.Reader
@@ -374,10 +366,9 @@ func (c *recordingConn) Write(p []byte) (int, error) {
 
 var mailDecoder mime.WordDecoder
 
-// BuildMessage returns a simple RFC 5322 text/plain message with From, To,
-// Subject (RFC 2047-encoded if not ASCII), Date, a fresh Message-ID, and
-// body with its line ends turned into CRLF and a final CRLF added if
-// missing.
+// BuildMessage returns an RFC 5322 text/plain message with From, To,
+// Subject (RFC 2047-encoded if not ASCII), Date, a fresh Message-ID and
+// body, with CRLF line ends.
 func BuildMessage(from, to, subject, body string) []byte {
 	var id [12]byte
 	_, _ = rand.Read(id[:])
@@ -387,7 +378,7 @@ func BuildMessage(from, to, subject, body string) []byte {
 		body += "\r\n"
 	}
 	cte := "7bit"
-	if !isASCII(body) {
+	if strings.ContainsFunc(body, func(r rune) bool { return r >= 0x80 }) {
 		cte = "8bit"
 	}
 	var b bytes.Buffer
@@ -402,13 +393,4 @@ func BuildMessage(from, to, subject, body string) []byte {
 	b.WriteString("\r\n")
 	b.WriteString(body)
 	return b.Bytes()
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }

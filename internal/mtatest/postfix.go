@@ -27,10 +27,8 @@ type PostfixOptions struct {
 	SinkAddr string
 
 	// PolicyService ("inet:127.0.0.1:10031" or "unix:/abs/path"), when set,
-	// is asked at RCPT (first in smtpd_recipient_restrictions, before
-	// permit_sasl_authenticated, so authenticated senders are limited too)
-	// and at END-OF-MESSAGE (smtpd_end_of_data_restrictions), with
-	// default_action=DUNNO and a timeout of PolicyTimeout.
+	// is asked at RCPT (before permit_sasl_authenticated) and at
+	// END-OF-MESSAGE, with default_action=DUNNO.
 	PolicyService string
 	// PolicyTimeout is the policy service's timeout; 0 means 10s.
 	PolicyTimeout time.Duration
@@ -40,17 +38,13 @@ type PostfixOptions struct {
 	// milter_protocol = 6.
 	Milter string
 	// MilterPrivate, when set (and Milter is not), names a unix socket in
-	// the instance's private/ directory (QUEUE/private/NAME, owned by the
-	// postfix user, mode 0700, as in a real installation): smtpd_milters
-	// is unix: and its absolute path (Postfix.PrivateSocket). smtpd
-	// connects to it as the postfix user, so the milter must make the
-	// socket reachable by the postfix group.
+	// the instance's private/ directory (Postfix.PrivateSocket), which
+	// smtpd reaches as the postfix user.
 	MilterPrivate string
 
-	// ReinjectPort adds a second smtpd on another free port, with no
-	// milter, no policy service and smtpd_recipient_restrictions =
-	// permit_mynetworks, reject: the way back into Postfix for thawed
-	// messages. Its address is in Postfix.ReinjectAddr.
+	// ReinjectPort adds a second smtpd (Postfix.ReinjectAddr) with no
+	// milter or policy service, open to mynetworks: the way back in for
+	// thawed messages.
 	ReinjectPort bool
 
 	// ExtraMainCF sets main.cf parameters, replacing the harness's value
@@ -131,9 +125,9 @@ func requirePostfix(t testing.TB, opts PostfixOptions) (postfixBin string, uid, 
 	return postfixBin, uid, gid
 }
 
-// newInstanceDirs creates the instance's temporary directory with its
-// configuration, queue and data directories (removed at t.Cleanup unless
-// MTATEST_KEEP is set) and returns the instance and its data directory.
+// newInstanceDirs creates the instance's directories (removed at
+// t.Cleanup unless MTATEST_KEEP is set) and returns the instance and its
+// data directory.
 func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "mtatest-")
@@ -209,10 +203,8 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 	p.master = filepath.Join(dirs[0], "master")
 	p.cmdDir = dirs[1]
 
-	// The queue directories with the owners and modes of postfix-files,
-	// as "postfix check" (post-install create-missing) would create them,
-	// in a millisecond instead of seconds of postconf runs. Should that
-	// file be unusable, "postfix check" does it.
+	// The queue directories as postfix-files lists them: a millisecond,
+	// where "postfix check" (the fallback) takes seconds.
 	if err := createQueueDirs(dirs[2], p.queueDir, uid, dirs[3]); err != nil {
 		t.Logf("mtatest: %v; running postfix check instead", err)
 		if out, err := exec.Command(postfixBin, "-c", p.confDir, "check").CombinedOutput(); err != nil {
@@ -223,9 +215,8 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 }
 
 // startOnFreePorts writes master.cf with free ports and starts the
-// master. A port picked free can be taken by someone else before the
-// master binds it; the master then exits without a word (its stderr is
-// /dev/null and postlogd is not up yet), so it tries again with new ports.
+// master, again with new ports while a master exits silently because a
+// port was taken meanwhile.
 func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster string) {
 	t.Helper()
 	const attempts = 3
@@ -307,11 +298,9 @@ func busyPorts(ports []int) []int {
 func banner(root string) string { return filepath.Base(root) }
 
 // waitGreeting polls addr until this instance's smtpd sends its 220
-// greeting there (one that ends with banner). A greeting without it comes
-// from another Postfix holding the port (picked free, then taken by a test
-// running in parallel before this master could bind it), and this master
-// exits for want of the port: waitGreeting waits for that, so that the
-// caller retries with other ports instead of testing the other instance.
+// greeting (one that ends with banner). When another Postfix holds the
+// port, it waits for this master to exit, so the caller retries with
+// other ports.
 func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
@@ -339,11 +328,9 @@ func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	return fmt.Errorf("timeout after %v: %v", timeout, lastErr)
 }
 
-// Stop stops the instance the way "postfix stop" does (SIGTERM to the
-// master), waits for the master and every daemon of its process group to
-// exit, killing them if they take more than a few seconds, and reaps them.
-// It is called at t.Cleanup; calling it earlier (to test an MTA that went
-// away) is fine, and further calls do nothing.
+// Stop sends the master SIGTERM (as "postfix stop" does) and reaps its
+// process group, killing what is left after a few seconds. It runs at
+// t.Cleanup; an earlier call is fine and later calls do nothing.
 func (p *Postfix) Stop(t testing.TB) {
 	t.Helper()
 	p.stopOnce.Do(func() {
@@ -408,8 +395,8 @@ func (p *Postfix) QueueDir() string { return p.queueDir }
 // LogFile returns the path of the instance's maillog_file.
 func (p *Postfix) LogFile() string { return p.logFile }
 
-// Log returns the whole Postfix log so far ("" before the first line).
-// Log lines reach the file through postlogd, a moment after the event.
+// Log returns the Postfix log so far; lines arrive through postlogd, a
+// moment after the event.
 func (p *Postfix) Log() string {
 	b, _ := os.ReadFile(p.logFile)
 	return string(b)
@@ -432,14 +419,10 @@ func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) st
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago
-// and that this process has not handed out before. It is picked at random
-// below the kernel's ephemeral range (net.ipv4.ip_local_port_range), not
-// by binding port 0: a port from the ephemeral range could be taken, before
-// the caller binds it, by any outgoing connection of a parallel test (to
-// Redis, to Postfix), which made a daemon fail with "address already in
-// use" in CI. Another process may still take it, but only by picking it on
-// purpose.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that this process has not handed out before, picked at random below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range), where outgoing
+// connections of parallel tests cannot take it.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	low := ephemeralLow()

@@ -14,10 +14,8 @@ import (
 	"time"
 )
 
-// writeConfig writes a file into the configuration directory, backdated:
-// Postfix will not read a main.cf modified within the last second or so (it
-// might be half-written) and polls every 300 ms until the file is old
-// enough, which would cost ~2 s per command.
+// writeConfig writes a file into the configuration directory, backdated a
+// minute: Postfix waits until a main.cf is older than a second or so.
 func (p *Postfix) writeConfig(name, content string) error {
 	path := filepath.Join(p.confDir, name)
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

@@ -11,10 +11,8 @@ import (
 )
 
 // Command returns an *exec.Cmd running the Postfix command name (postsuper,
-// postqueue, postcat, postconf, postfix, postmap, sendmail, ...) against
-// this instance, i.e. with "-c DIR" ("-C DIR" for sendmail) before args.
-// Its Args are what production code configured with these commands would
-// run.
+// postqueue, sendmail, ...) against this instance: "-c DIR" ("-C DIR" for
+// sendmail) before args.
 func (p *Postfix) Command(name string, args ...string) *exec.Cmd {
 	path := name
 	if !strings.Contains(name, "/") {
@@ -111,9 +109,9 @@ func (p *Postfix) WaitQueueEmpty(t testing.TB, timeout time.Duration) {
 	p.WaitQueue(t, timeout, func(all, _ []string) bool { return len(all) == 0 })
 }
 
-// Release releases a held message with "postsuper -H ID"; it moves to the
-// deferred queue, and the next queue run (within about a second) delivers
-// it. It fails the test unless exactly one message was released.
+// Release releases a held message with "postsuper -H ID" (the next queue
+// run, within a second, delivers it); it fails the test unless exactly one
+// message was released.
 func (p *Postfix) Release(t testing.TB, id string) {
 	t.Helper()
 	_, stderr := p.run(t, "postsuper", "-H", id)

@@ -15,10 +15,9 @@ const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER from <linux/prctl.h>
 
 var subreaperOnce sync.Once
 
-// becomeSubreaper makes the test binary the reaper of orphaned descendants,
-// so that the Postfix daemons, which outlive their master by a moment, can
-// be waited for instead of lingering as zombies under a PID 1 that does not
-// reap. It is process-wide and idempotent.
+// becomeSubreaper makes the test binary the reaper of orphaned
+// descendants (PR_SET_CHILD_SUBREAPER), so the daemons that outlive their
+// master can be waited for. It is process-wide and idempotent.
 func becomeSubreaper() {
 	subreaperOnce.Do(func() {
 		_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
@@ -31,10 +30,9 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 }
 
-// reapGroup waits until no live process is left in process group pgid
-// (the master's: it is a process group leader and its daemons inherit the
-// group), reaping those that were reparented to us. Processes still alive
-// after grace are sent SIGKILL. It returns the PIDs that survived even that.
+// reapGroup waits until no live process is left in process group pgid,
+// reaping those reparented to us and sending SIGKILL to those alive after
+// grace; it returns the PIDs that survived even that.
 func reapGroup(pgid int, grace time.Duration) []int {
 	deadline := time.Now().Add(grace)
 	killed := false

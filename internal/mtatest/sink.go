@@ -64,8 +64,7 @@ type Sink struct {
 	t        testing.TB
 }
 
-// StartSink starts a Sink on 127.0.0.1 and a free port and closes it at
-// t.Cleanup.
+// StartSink starts a Sink on a free 127.0.0.1 port.
 func StartSink(t testing.TB) *Sink {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,8 +97,7 @@ func (s *Sink) Addr() string { return s.ln.Addr().String() }
 // Port returns the sink's TCP port.
 func (s *Sink) Port() int { return s.ln.Addr().(*net.TCPAddr).Port }
 
-// Messages returns a copy of the messages accepted so far, in order of
-// arrival.
+// Messages returns a copy of the messages accepted so far, in order.
 func (s *Sink) Messages() []Message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,10 +118,9 @@ func (s *Sink) Rejected() int {
 	return s.rejected
 }
 
-// FailQuit makes the sink drop the connection, without a reply, when a
-// client sends QUIT (on), as a server that crashes or times out after
-// accepting the data would; off restores the 221 reply. A message whose
-// data was accepted with 250 is kept either way.
+// FailQuit(true) makes the sink drop the connection without a reply at
+// QUIT, as a server that dies after accepting the data; accepted messages
+// are kept either way.
 func (s *Sink) FailQuit(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,13 +184,10 @@ func (s *Sink) WaitCount(t testing.TB, n int, timeout time.Duration) []Message {
 	}
 }
 
-// SetReply makes the sink answer every later transaction with err at the
-// given stage: StageMail (MAIL FROM), StageRcpt (each RCPT TO) or
-// StageEndOfData (the reply after the message content; StageData means the
-// same, since go-smtp answers the DATA command with 354 itself). A nil err
-// restores the default of accepting. Use it to make a relay or a thaw fail,
-// e.g. SetReply(StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode:
-// smtp.EnhancedCode{4, 3, 0}, Message: "try later"}).
+// SetReply makes the sink answer every later transaction with err at
+// stage: StageMail, StageRcpt (each RCPT TO) or StageEndOfData (StageData
+// is the same: go-smtp answers DATA with 354 itself). A nil err accepts
+// again.
 func (s *Sink) SetReply(stage Stage, err *smtp.SMTPError) {
 	if stage == StageData {
 		stage = StageEndOfData

@@ -9,12 +9,10 @@ import (
 	"testing"
 )
 
-// Exclusive makes the calling test the only one, among the tests of every
-// package of this module that call it, to run until it ends: `go test
-// ./...` runs packages in parallel, and tests that put Redis and the
-// daemon under load while they assert latency budgets (the outage
-// tests) would otherwise measure each other. It takes an exclusive lock
-// (flock) on a file in the temporary directory, released by t.Cleanup.
+// Exclusive makes the calling test the only one running, among the
+// callers in every package of this module, until it ends: tests that
+// assert latency budgets under load must not measure each other. It takes
+// a flock on a file in the temporary directory, released at t.Cleanup.
 func Exclusive(t testing.TB) {
 	t.Helper()
 	path := filepath.Join(os.TempDir(), "ratelimitd-exclusive-load-tests.lock")

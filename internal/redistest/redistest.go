@@ -120,9 +120,8 @@ func (s *Server) waitPing() {
 	}
 }
 
-// Restart starts a server ended by Kill again, on the same port and
-// directory (with persistence turned on, its data set is loaded again),
-// and waits until it answers PING.
+// Restart starts a server ended by Kill again on the same port and
+// directory, and waits until it answers PING.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
@@ -130,8 +129,7 @@ func (s *Server) Restart() {
 	s.waitPing()
 }
 
-// StartOn runs a standalone redis-server on a given port (one a test
-// chose before, to start Redis after its clients).
+// StartOn runs a standalone redis-server on port.
 func StartOn(t testing.TB, port int, extra ...string) *Server {
 	t.Helper()
 	return startPort(t, binary(t, "redis-server"), false, port, extra...)

@@ -1,17 +1,7 @@
-// Package termsafe makes client-supplied text safe to show an operator:
-// the one sanitiser for every operator-facing output (CLI tables and
-// text, suggest, echoed arguments, log fields shown by status, the
-// console's plain-text views).
-//
-// Keys, envelope senders, subjects and MTA output are attacker-chosen. In a
-// terminal a C0 or C1 control starts an escape sequence (ECMA-48: ESC,
-// CSI U+009B, OSC ... BEL) that can retitle the window, clear the screen
-// or answer with keystrokes; the Unicode bidirectional controls (Unicode
-// Standard Annex #9: U+202A-U+202E, U+2066-U+2069, U+200E, U+200F, U+061C)
-// reorder what is shown, so "exe.txt" can read as "txt.exe" ("Trojan
-// Source", CVE-2021-42574). termsafe replaces each of them, and each
-// invalid UTF-8 sequence, with U+FFFD, so the operator sees that something
-// was there. JSON output must not use it: JSON escapes, it does not strip.
+// Package termsafe makes client-supplied text safe to show an operator: it
+// replaces C0 and C1 controls (ECMA-48 escape sequences), the Unicode
+// bidirectional controls (UAX #9; CVE-2021-42574) and invalid UTF-8 with
+// U+FFFD. JSON output must not use it: JSON escapes, it does not strip.
 package termsafe
 
 import (

@@ -11,36 +11,33 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// Selection is what Thaw and Delete act on: IDs, or every held/frozen
-// entry matching the filters (oldest first).
+// Selection is what Thaw and Delete act on: IDs, or every pending entry
+// matching the filters, oldest first.
 type Selection struct {
 	IDs       []string      `json:"ids,omitempty"`
 	Sender    string        `json:"sender,omitempty"`
 	Key       string        `json:"key,omitempty"`
 	OlderThan time.Duration `json:"older_than,omitempty"`
-	// ResetRate (Thaw) forgets the rate of every key involved first.
+	// ResetRate (Thaw) forgets the keys' rates first.
 	ResetRate bool `json:"reset_rate,omitempty"`
-	// Force (Thaw, Delete) acts on frozen entries whose last action was
-	// interrupted by a crash (quarantine.ErrInterrupted): they may have
-	// been delivered already. With Delete it also forgets held entries
-	// whose queue ID the MTA's hold queue does not confirm, without
-	// running any command.
+	// Force acts on frozen entries whose last action was interrupted
+	// (quarantine.ErrInterrupted: maybe delivered already); with Delete
+	// it also forgets held entries the MTA's queue does not confirm,
+	// running no command.
 	Force bool `json:"force,omitempty"`
 	// By names who asked, for the log and Events.
 	By string `json:"-"`
 }
 
-// Outcome is the result for one entry of a Thaw or Delete.
+// Outcome is the result of a Thaw or Delete for one entry.
 type Outcome struct {
 	ID     string `json:"id"`
 	Sender string `json:"sender"`
 	Key    string `json:"key"`
 	OK     bool   `json:"ok"`
 	Error  string `json:"error,omitempty"`
-	// Note qualifies a success (e.g. "released, but postqueue -i failed").
-	Note string `json:"note,omitempty"`
-	// RateReset (Thaw with ResetRate) reports that Key's rate was reset
-	// before the release, whether or not the release then succeeded.
+	Note   string `json:"note,omitempty"` // qualifies a success
+	// RateReset: Key's rate was reset before the release.
 	RateReset bool `json:"rate_reset,omitempty"`
 }
 
@@ -69,36 +66,31 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 // List returns the entries f selects (quarantine.Store.List).
 func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) { return s.q.List(f) }
 
-// Thaw releases the selected entries: held mail with Queue.Release
-// (postsuper -H, postqueue -i), frozen mail by SMTP re-injection with its
-// original envelope and an X-Ratelimitd-Thawed header. Each entry is
-// claimed first, so a concurrent Thaw (or automatic release) of the same
-// entry fails with quarantine.ErrBusy instead of sending it twice. A
-// failed release leaves the entry held or frozen with the error recorded.
-// With ResetRate the keys' rates are forgotten first, so the sender may
-// send again at once. The error is for the selection (no entry matched
-// the IDs, a rate reset failed); per-entry failures are in the Outcomes.
+// Thaw releases the selected entries: held mail with Queue.Release, frozen
+// mail by re-injection with its envelope and an X-Ratelimitd-Thawed
+// header. Each entry is claimed first (a concurrent release gets
+// quarantine.ErrBusy); a failed release is recorded on the entry. The
+// error is the selection's (an unknown ID, a failed rate reset); the
+// entries' are in the Outcomes.
 func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
 		return nil, err
 	}
-	done := map[string]bool{} // keys whose rate was reset
 	if sel.ResetRate && s.opts.Rates == nil {
 		return nil, errors.New("the rates cannot be reset here: thaw without --reset-rate, then ratelimitd rate reset KEY")
 	}
-	if sel.ResetRate {
-		for _, e := range entries {
-			if e.Key == "" || done[e.Key] {
-				continue
-			}
-			done[e.Key] = true
-			n, err := s.opts.Rates.Reset(ctx, e.Key, "")
-			if err != nil {
-				return nil, fmt.Errorf("reset rate of %s: %w", e.Key, err)
-			}
-			s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
+	done := map[string]bool{} // keys whose rate was reset
+	for _, e := range entries {
+		if !sel.ResetRate || e.Key == "" || done[e.Key] {
+			continue
 		}
+		done[e.Key] = true
+		n, err := s.opts.Rates.Reset(ctx, e.Key, "")
+		if err != nil {
+			return nil, fmt.Errorf("reset rate of %s: %w", e.Key, err)
+		}
+		s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 	}
 	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
 		return s.release(ctx, e, sel.By, sel.Force, Thawed)
@@ -109,8 +101,7 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	return out, nil
 }
 
-// apply runs op on each entry, logs each result as what, and forgets the
-// entries it succeeded on for alerting.
+// apply runs op on each entry and logs each result as what.
 func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, op func(quarantine.Entry) (string, error)) []Outcome {
 	out := make([]Outcome, 0, len(entries))
 	for _, e := range entries {
@@ -129,10 +120,8 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 	return out
 }
 
-// release claims e, releases it (held: Queue.Release; frozen:
-// re-injection) and marks it thawed; kind is the event to report
-// (Thawed, or Released for automatic release). It returns a note for a
-// success with a warning.
+// release claims e, releases it and marks it thawed, reporting kind
+// (Thawed, or Released); it returns a note qualifying a success.
 func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force bool, kind Kind) (string, error) {
 	e, err := s.q.Claim(e.ID, s.token, force)
 	if err != nil {
@@ -157,9 +146,8 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		return "", err
 	}
 	if err := s.q.MarkThawed(e.ID); err != nil {
-		// Released, but the record says otherwise: loud. A later thaw
-		// in this process gets ErrBusy; after a restart a held entry is
-		// released again (harmless), a frozen one needs --force.
+		// Loud: after a restart a held entry is released again
+		// (harmless), a frozen one needs --force.
 		s.fail("store", err)
 		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
 		return "", fmt.Errorf("released, but recording it failed: %w", err)
@@ -204,13 +192,10 @@ func headerSafe(s string) string {
 	}, s)
 }
 
-// Delete deletes the selected entries: held mail from the MTA too
-// (Queue.Delete, postsuper -d), frozen mail from the store. Each entry
-// is claimed first (see Thaw). A held entry without a queue ID names
-// nothing the MTA could delete: the operator's delete forgets the record
-// and says so in the Outcome's Note. A held entry whose queue ID the MTA's
-// hold queue does not confirm (confirmHeld) is refused; with Force its
-// record is forgotten and the MTA's queue is not touched.
+// Delete deletes the selected entries, held mail from the MTA's queue too
+// (Queue.Delete), each claimed first. A held entry without a queue ID is
+// forgotten, the MTA untouched (said in the Note); one the MTA's queue
+// does not confirm is refused, or with Force forgotten.
 func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -232,7 +217,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		case e.State == quarantine.Held:
 			if e.QueueID == "" {
 				note = "no queue ID was recorded: the MTA's queue was not touched"
-			} else if err := s.deleteHeld(ctx, e.QueueID); err != nil {
+			} else if err := s.runHeld(ctx, s.queue.Delete, e.QueueID); err != nil {
 				s.fail("delete", err)
 				s.q.Unclaim(e.ID, s.token, quarantine.CleanLine(err.Error()))
 				return "", err
@@ -249,11 +234,10 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 	}), nil
 }
 
-// Show returns the entry and the message preview: ours for frozen mail
-// (quarantine.Preview; the stored bytes with raw), the MTA's (Queue.Show,
-// postcat -q) for held mail. The caller cleans MTA output before
-// printing it (quarantine.CleanText). Errors: quarantine.ErrNotFound, or
-// the reason the content is unavailable (with the entry).
+// Show returns the entry and its message: a preview (the stored bytes
+// with raw) for frozen mail, Queue.Show's output for held mail, which the
+// caller cleans (quarantine.CleanText). Errors: quarantine.ErrNotFound, or
+// why the message is unavailable (with the entry).
 func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Entry, []byte, error) {
 	e, err := s.q.Get(id)
 	if err != nil {
@@ -261,12 +245,12 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	}
 	var body []byte
 	switch {
-	case e.State == quarantine.Frozen && raw:
-		body, err = s.q.Message(id)
 	case e.State == quarantine.Frozen:
-		var p *quarantine.Preview
-		if p, err = s.q.Preview(id, 4096); err == nil {
-			body = []byte(p.String())
+		if body, err = s.q.Message(id); err == nil && !raw {
+			p, perr := quarantine.PreviewMessage(body, 0)
+			if body, err = []byte(p.String()), perr; err != nil {
+				body = nil
+			}
 		}
 	case e.State == quarantine.Held:
 		if e.QueueID == "" {
@@ -282,13 +266,14 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 		if err != nil {
 			return e, nil, err
 		}
-		body, err = s.showHeld(ctx, e.QueueID)
+		if err = checkQueueID(e.QueueID); err == nil {
+			body, err = s.queue.Show(ctx, e.QueueID)
+		}
 	}
 	return e, body, err
 }
 
-// Suspend stops automatic release for key (persisted) and Resume allows
-// it again; by names who, for the log.
+// Suspend stops automatic release for key; by names who.
 func (s *Service) Suspend(key, by string) error {
 	if err := s.q.Suspend(key, by); err != nil {
 		return err
@@ -298,7 +283,7 @@ func (s *Service) Suspend(key, by string) error {
 }
 
 // Resume allows automatic release for key again and reports whether it
-// was suspended.
+// was suspended; by names who.
 func (s *Service) Resume(key, by string) (bool, error) {
 	ok, err := s.q.Resume(key)
 	if err == nil && ok {

@@ -10,21 +10,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// A message held through policy delegation is recorded when the policy
-// decides, before the MTA has queued it: the entry has the recipient of
-// the RCPT that was refused and, at best, the size of the END-OF-MESSAGE
-// request. CompleteHeld takes the rest from the MTA's queue once the
-// message is there: every recipient and the size from the queue listing
-// (postqueue -j), the Subject and Message-ID from the queue file (the
-// header of postcat -q's output).
-
 const (
-	// maxIncomplete bounds the held entries waiting to be completed.
-	maxIncomplete = 10000
-	// completeAttempts is how many runs of CompleteHeld (one per
-	// automatic-release tick, 5 s) look for an entry's message before
-	// giving up on it.
-	completeAttempts = 12
+	maxIncomplete    = 10000 // held entries waiting to be completed
+	completeAttempts = 12    // CompleteHeld runs that look for a message
 )
 
 // noteIncomplete marks held entry id for CompleteHeld.
@@ -36,8 +24,8 @@ func (s *Service) noteIncomplete(id string) {
 	s.mu.Unlock()
 }
 
-// noteIncompleteStored marks the held entries stored without a size or a
-// subject (held before a restart) for CompleteHeld.
+// noteIncompleteStored marks held entries without a size or subject
+// (held before a restart) for CompleteHeld.
 func (s *Service) noteIncompleteStored() {
 	es, err := s.q.List(quarantine.Filter{States: []quarantine.State{quarantine.Held}})
 	if err != nil {
@@ -52,12 +40,10 @@ func (s *Service) noteIncompleteStored() {
 }
 
 // CompleteHeld completes the held entries recorded since the last run
-// with what the MTA's queue knows of their messages (recipients, size,
-// subject, Message-ID; quarantine.Store.CompleteHeld) and returns how
-// many it completed. It lists the queue once (Queue.List) and reads the
-// header of each message without a subject (Queue.Show). An entry whose
-// message is not in the queue yet is tried again at the next run, up to
-// completeAttempts runs. Safe for concurrent use; Run calls it.
+// (before the MTA had queued their message) with the recipients and size
+// of the queue listing and the Subject and Message-ID of the queue file,
+// and returns how many it completed; a message not queued yet is looked
+// for again, up to completeAttempts runs. Run calls it.
 func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 	s.mu.Lock()
 	ids := slices.Sorted(maps.Keys(s.incomplete))
@@ -88,9 +74,8 @@ func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 	return completed
 }
 
-// completeOne completes held entry id from the queue listing msgs (nil:
-// the MTA cannot list its queue, only the header is read) and reports
-// whether nothing is left to do for it.
+// completeOne completes held entry id from the listing msgs (nil: only
+// the header is read) and reports whether nothing is left to do.
 func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.QueuedMessage) bool {
 	e, err := s.q.Get(id)
 	if err != nil || e.State != quarantine.Held {
@@ -125,9 +110,8 @@ func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.
 	return true
 }
 
-// messageContents returns the message in the MTA's printout of a queue
-// file: after postcat's "*** MESSAGE CONTENTS ... ***" line when there is
-// one, else all of it (a command that prints the message itself).
+// messageContents returns the message in a queue file's printout: after
+// postcat's "*** MESSAGE CONTENTS" line, or all of it.
 func messageContents(out []byte) []byte {
 	i := bytes.Index(out, []byte("*** MESSAGE CONTENTS"))
 	if i < 0 {

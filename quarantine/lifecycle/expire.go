@@ -2,8 +2,10 @@ package lifecycle
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -17,24 +19,18 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// ExpireReport counts what one Expire run did.
+// ExpireReport counts what one Expire run did: messages returned to their
+// sender, frozen ones from <> deleted, kept past max_age, and audit
+// records removed.
 type ExpireReport struct {
-	// Bounced: returned to the sender (a DSN for frozen mail, the
-	// expire commands for held mail). NullSender: frozen mail from <>
-	// deleted without a DSN. Kept: past max_age but kept (expire_action
-	// keep, no queue ID, or a bounce that failed). Purged: audit records
-	// of thawed/deleted mail removed.
 	Bounced, NullSender, Kept, Purged int
 }
 
-// Expire handles every held or frozen entry created more than MaxAge
-// before now, then removes audit records older than MaxAge. With
-// ExpireKeep, or when the message may still be in the MTA's queue and
-// cannot be returned (no queue ID recorded, the expire command failed) or
-// the DSN could not be sent, the entry is kept and flagged: its Error
-// says why, an error is logged, and ratelimitd_quarantine_kept_past_max_age
-// counts it. A record is never forgotten while its message may still
-// exist. It does nothing when MaxAge is zero.
+// Expire applies ExpireAction to every pending entry older than MaxAge,
+// then removes older audit records. An entry that cannot be returned (no
+// queue ID, a failed command or DSN) is kept, flagged, logged and counted:
+// a record is never forgotten while its message may exist. It does
+// nothing when MaxAge is zero.
 func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	var r ExpireReport
 	maxAge := s.opts.MaxAge
@@ -57,8 +53,6 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 			r.Kept++
 			s.m.expired.WithLabelValues("failed").Inc()
 			s.fail("expire", err)
-			// Logged before the flag is stored: whoever sees the flag
-			// finds the log line.
 			s.log.Error("quarantine expiry: message past max_age kept (it may still be in the MTA's queue)", "id", e.ID,
 				"state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "err", err)
 			note := "past max_age, kept: " + quarantine.CleanLine(err.Error())
@@ -102,50 +96,47 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 
 // expireOne returns the outcome label ("bounced", "deleted_null_sender",
 // "kept") and a log detail, or the error that kept the entry.
-func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (string, string, error) {
+func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (outcome, detail string, err error) {
 	if s.opts.ExpireAction == ExpireKeep {
 		return "kept", "kept", nil
 	}
-	e, err := s.q.Claim(e.ID, s.token, false)
-	if err != nil {
+	if e, err = s.q.Claim(e.ID, s.token, false); err != nil {
 		return "", "", err
 	}
+	done := false // past the point where the claim must go
+	defer func() {
+		if err != nil && !done {
+			s.q.Unclaim(e.ID, s.token, "")
+		}
+	}()
 	if e, err = s.confirmHeld(ctx, e); err != nil {
-		s.q.Unclaim(e.ID, s.token, "")
 		return "", "", err
 	}
-	if e.State == quarantine.Held && e.QueueID == "" {
-		s.q.Unclaim(e.ID, s.token, "")
+	outcome, detail = "bounced", "returned to the sender"
+	switch {
+	case e.State == quarantine.Held && e.QueueID == "":
 		return "", "", errNoQueueID
-	}
-	outcome, detail := "bounced", "returned to the sender"
-	switch e.State {
-	case quarantine.Held:
+	case e.State == quarantine.Held:
 		var warn error
-		warn, err = s.releaseHeld(ctx, "expire", s.queue.Expire, e.QueueID)
-		if err == nil && warn != nil {
+		if warn, err = s.releaseHeld(ctx, "expire", s.queue.Expire, e.QueueID); err == nil && warn != nil {
 			detail += " (" + warn.Error() + ")"
 		}
-	case quarantine.Frozen:
-		if e.Sender == "" {
-			outcome, detail = "deleted_null_sender", "deleted: null sender, no DSN"
-			break
-		}
-		err = s.sendDSN(ctx, e, now)
-		detail = "returned to the sender with a DSN"
+	case e.Sender == "":
+		outcome, detail = "deleted_null_sender", "deleted: null sender, no DSN"
+	default:
+		err, detail = s.sendDSN(ctx, e, now), "returned to the sender with a DSN"
 	}
 	if err != nil {
-		s.q.Unclaim(e.ID, s.token, "")
 		return "", "", err
 	}
+	done = true
 	if err := s.q.Delete(e.ID); err != nil {
 		return "", "", fmt.Errorf("returned to the sender, but recording it failed: %w", err)
 	}
 	return outcome, detail, nil
 }
 
-// sendDSN builds a DSN for frozen entry e and sends it from the null
-// sender to e.Sender through the re-injection listener.
+// sendDSN sends the DSN of frozen entry e from the null sender.
 func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time) error {
 	if s.opts.Reinjector == nil {
 		return fmt.Errorf("lifecycle: no re-injection listener configured for the DSN")
@@ -169,20 +160,13 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	return nil
 }
 
-// BuildDSN returns a delivery status notification (RFC 3464: a
-// multipart/report; report-type=delivery-status with a text/plain
-// explanation, a message/delivery-status part with one failed
-// recipient block per recipient, Status 5.4.7 "delivery time expired"
-// from RFC 3463, and the original header as text/rfc822-headers) telling
-// e.Sender that the frozen message original was not delivered within
-// maxAge. reportingMTA names this host. The DSN is built with
-// github.com/emersion/go-message and uses CRLF line ends. Errors: those of
-// go-message.
+// BuildDSN returns the delivery status notification (RFC 3464: a text
+// part, message/delivery-status with Status 5.4.7 per recipient, RFC 3463,
+// and the original header as text/rfc822-headers) telling e.Sender that
+// original was not delivered within maxAge, with CRLF line ends.
+// reportingMTA names this host. Errors: go-message's.
 func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time.Time, maxAge time.Duration) ([]byte, error) {
-	reportingMTA = headerValue(reportingMTA)
-	if reportingMTA == "" {
-		reportingMTA = "localhost"
-	}
+	reportingMTA = cmp.Or(headerValue(reportingMTA), "localhost")
 	var h mail.Header
 	h.SetAddressList("From", []*mail.Address{{Name: "Mail Delivery System", Address: "MAILER-DAEMON@" + reportingMTA}})
 	h.SetAddressList("To", []*mail.Address{{Address: e.Sender}})
@@ -194,23 +178,6 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	h.Set("Auto-Submitted", "auto-replied") // RFC 3834
 	h.SetContentType("multipart/report", map[string]string{"report-type": "delivery-status"})
 
-	var buf bytes.Buffer
-	w, err := message.CreateWriter(&buf, h.Header)
-	if err != nil {
-		return nil, err
-	}
-	part := func(ct string, params map[string]string, body string) error {
-		var ph message.Header
-		ph.SetContentType(ct, params)
-		pw, err := w.CreatePart(ph)
-		if err != nil {
-			return err
-		}
-		if _, err := pw.Write([]byte(body)); err != nil {
-			return err
-		}
-		return pw.Close()
-	}
 	var text strings.Builder
 	fmt.Fprintf(&text, "This is the mail system at host %s.\r\n\r\n", reportingMTA)
 	fmt.Fprintf(&text, "Your message to %s was stopped by a sending rate limit (%s) on %s\r\n",
@@ -218,9 +185,6 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	fmt.Fprintf(&text, "and was not released by the postmaster within %s. It has not been delivered.\r\n", human.Duration(maxAge))
 	if e.Subject != "" {
 		fmt.Fprintf(&text, "\r\nSubject: %s\r\n", headerValue(e.Subject))
-	}
-	if err := part("text/plain", map[string]string{"charset": "utf-8"}, text.String()); err != nil {
-		return nil, err
 	}
 	var st strings.Builder
 	fmt.Fprintf(&st, "Reporting-MTA: dns; %s\r\n", reportingMTA)
@@ -234,11 +198,33 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 			"Diagnostic-Code: smtp; 550 5.4.7 message held by a rate limit expired after %s\r\nLast-Attempt-Date: %s\r\n",
 			headerValue(rc), human.Duration(maxAge), now.UTC().Format(time.RFC1123Z))
 	}
-	if err := part("message/delivery-status", nil, st.String()); err != nil {
+
+	var buf bytes.Buffer
+	w, err := message.CreateWriter(&buf, h.Header)
+	if err != nil {
 		return nil, err
 	}
-	if err := part("text/rfc822-headers", nil, headerOf(original)); err != nil {
-		return nil, err
+	for _, p := range []struct {
+		ct     string
+		params map[string]string
+		body   string
+	}{
+		{"text/plain", map[string]string{"charset": "utf-8"}, text.String()},
+		{"message/delivery-status", nil, st.String()},
+		{"text/rfc822-headers", nil, headerOf(original)},
+	} {
+		var ph message.Header
+		ph.SetContentType(p.ct, p.params)
+		pw, err := w.CreatePart(ph)
+		if err == nil {
+			_, err = io.WriteString(pw, p.body)
+		}
+		if err == nil {
+			err = pw.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if err := w.Close(); err != nil {
 		return nil, err

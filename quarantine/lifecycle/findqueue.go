@@ -11,31 +11,17 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// A message held at its first RCPT has no queue ID in its record: Postfix
-// asks smtpd_recipient_restrictions before it opens the queue file
-// (smtpd_delay_open_until_valid_rcpt), and with the policy service in
-// smtpd_recipient_restrictions only, no later request of a one-recipient
-// message brings the ID. linkQueued finds it in the hold queue listing
-// (postqueue -j, Postfix 3.1 and later: one JSON object per queued
-// message, postqueue(1)) by the envelope and arrival time, before the
-// entry is released, deleted, shown or expired. An entry that has a queue
-// ID has it confirmed in the same listing first (confirmHeld).
-
 // queueWindowBefore and queueWindowAfter bound a held message's arrival
-// time around its record's creation (the hold is decided at RCPT, the
-// queue file is created right after it; DATA may take long).
+// around its entry's creation (DATA may take long).
 const (
 	queueWindowBefore = time.Minute
 	queueWindowAfter  = 30 * time.Minute
 )
 
-// linkQueued links held entry e, which has no queue ID, to its message
-// in msgs (the MTA's queue listing) and returns the entry as stored; an
-// entry that is not held or has a queue ID, or that no queued message
-// matches, is returned unchanged (the caller then reports errNoQueueID). A message matches when it is in the hold queue,
-// has e's sender and every one of e's recipients, arrived within the
-// window around e.Created, and no other pending entry names it
-// (quarantine.Store.LinkQueueID refuses that); the closest arrival wins.
+// linkQueued links held entry e, which has no queue ID (held at its first
+// RCPT, before Postfix opened the queue file), to the message of the
+// queue listing msgs that matches it (mismatch) and no other pending
+// entry names, the closest arrival first, and returns e as stored.
 func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage) quarantine.Entry {
 	if e.State != quarantine.Held || e.QueueID != "" {
 		return e
@@ -48,8 +34,6 @@ func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage
 	}
 	dist := func(m *quarantine.QueuedMessage) time.Duration { return m.Arrival.Sub(e.Created).Abs() }
 	slices.SortStableFunc(cands, func(a, b *quarantine.QueuedMessage) int { return cmp.Compare(dist(a), dist(b)) })
-	// The closest match may already belong to another entry (two held
-	// messages of one envelope): LinkQueueID refuses it, try the next.
 	for _, m := range cands {
 		err := s.q.LinkQueueID(e.ID, m.QueueID)
 		if err == nil {
@@ -66,9 +50,8 @@ func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage
 	return e
 }
 
-// mismatch says why queued message m is not held entry e's message, or
-// returns "" when it is: m is in the hold queue, has e's sender and every
-// one of e's recipients (case-insensitively), and arrived within the
+// mismatch says why queued message m is not held entry e's, or returns ""
+// when m is on hold, has e's sender and recipients and arrived within the
 // window around e.Created.
 func mismatch(m *quarantine.QueuedMessage, e quarantine.Entry) string {
 	switch {
@@ -87,29 +70,20 @@ func mismatch(m *quarantine.QueuedMessage, e quarantine.Entry) string {
 
 func hasRecipients(m *quarantine.QueuedMessage, want []string) bool {
 	for _, w := range want {
-		found := false
-		for _, r := range m.Recipients {
-			if sameAddress(r, w) {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !slices.ContainsFunc(m.Recipients, func(r string) bool { return sameAddress(r, w) }) {
 			return false
 		}
 	}
 	return true
 }
 
-// sameAddress compares two envelope addresses case-insensitively, a
-// quoted local part ("a b"@example.org) equal to its unquoted form: the
-// policy protocol and the queue listing need not quote alike.
+// sameAddress compares envelope addresses case-insensitively, a quoted
+// local part ("a b"@example.org) equal to its unquoted form.
 func sameAddress(a, b string) bool {
 	return strings.EqualFold(unquoteLocal(a), unquoteLocal(b))
 }
 
-// unquoteLocal removes the quotes (and backslash escapes inside them) of
-// a quoted local part.
+// unquoteLocal removes the quotes and escapes of a quoted local part.
 func unquoteLocal(addr string) string {
 	at := strings.LastIndexByte(addr, '@')
 	if at < 2 || addr[0] != '"' || addr[at-1] != '"' {

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,79 +19,58 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// ExpireAction says what happens to held and frozen mail nobody reviewed
-// within MaxAge.
+// ExpireAction says what happens to pending mail older than MaxAge.
 type ExpireAction string
 
 const (
-	// ExpireBounce returns the message to its envelope sender: frozen
-	// mail with a DSN (RFC 3464) built here and sent from the null sender
-	// through the re-injection listener, held mail with
-	// Queue.Expire (Postfix: postsuper -f, which makes Postfix
-	// return it with its own DSN). Mail from the null sender gets no DSN
-	// (it is deleted, and logged).
+	// ExpireBounce returns the message to its sender: frozen mail with a
+	// DSN (RFC 3464) from the null sender, held mail with Queue.Expire
+	// (postsuper -f: Postfix's own DSN). Frozen mail from the null sender
+	// is deleted.
 	ExpireBounce ExpireAction = "bounce"
-	// ExpireKeep keeps the message and flags the entry ("past max_age")
-	// until an operator thaws or deletes it.
+	// ExpireKeep keeps the message, flagged, for an operator.
 	ExpireKeep ExpireAction = "keep"
 )
 
-// Rates is what the Service needs of the rate engine (*policy.Engine
-// implements it): forgetting a key's rate (thaw --reset-rate) and reading
-// it (automatic release).
+// Rates is what the Service needs of the rate engine (*policy.Engine).
 type Rates interface {
-	// Reset forgets key's rate under limit, or every limit when limit is
-	// "", and returns how many states were removed.
+	// Reset forgets key's rate under limit ("" for all) and returns how
+	// many states it removed.
 	Reset(ctx context.Context, key, limit string) (int, error)
-	// Lookup returns key's rate under every limit with state for it,
-	// decayed to now.
+	// Lookup returns key's rates under every limit, decayed to now.
 	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
-	// Limits returns the configured limits.
 	Limits() []policy.LimitInfo
 }
 
 // Options configure a Service.
 type Options struct {
-	// Queue acts on held mail in the MTA's queue: release, return to the
-	// sender on expiry, delete, show, and list to find a queue ID
-	// (postfix.Queue runs Postfix's or Exim's commands). Nil means none:
-	// every action on held mail fails.
+	// Queue acts on held mail in the MTA's queue; nil: every action on
+	// held mail fails.
 	Queue Queue
-
-	// Reinjector sends thawed frozen mail and DSNs; nil disables both
-	// (thaws of frozen mail fail).
+	// Reinjector sends thawed frozen mail and DSNs; nil: both fail.
 	Reinjector *mailout.Reinjector
-	// ReportingMTA is the host name in DSNs (Reporting-MTA); "" means
-	// os.Hostname.
+	// ReportingMTA is the DSNs' Reporting-MTA; "" means os.Hostname.
 	ReportingMTA string
-
-	// MaxAge: held and frozen mail older than this is expired with
-	// ExpireAction, audit records of thawed and deleted mail are removed.
-	// Zero keeps everything.
+	// MaxAge: pending mail older than this is expired with ExpireAction,
+	// older audit records removed; zero keeps everything.
 	MaxAge       time.Duration
 	ExpireAction ExpireAction
-
-	// AlertEvery logs "KEY has N quarantined messages" each time a key's
-	// count reaches a multiple of it (and at 1); zero means only at 1.
+	// AlertEvery logs "KEY has N quarantined messages" at 1 and each
+	// multiple of it.
 	AlertEvery int
-
-	// DripLimits names the limits whose held/frozen mail is released
-	// automatically once the key is back under the limit, one message
-	// per period/limit (auto_release = "drip").
+	// DripLimits name the limits with auto_release = "drip".
 	DripLimits []string
-
 	// Rates is the rate engine; nil disables --reset-rate and dripping.
 	Rates Rates
-	// Events receives what happens; nil means none (NopEvents).
+	// Events receives what happens; nil means NopEvents.
 	Events Events
-	// Logger; nil means slog.Default().
+	// Logger; nil means slog.Default(). Now; nil means time.Now.
 	Logger *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	Now    func() time.Time
 }
 
 // Service runs the quarantine life cycle on one Store. It is safe for
-// concurrent use. The zero value is not usable; call New.
+// concurrent use; make it with New.
 type Service struct {
 	q     *quarantine.Store
 	queue Queue
@@ -101,34 +80,22 @@ type Service struct {
 	now   func() time.Time
 	token string // this process's claim token
 
-	mu sync.Mutex
-	// pending counts held/frozen entries per key (alerting);
-	// awaitingQueueID remembers policy instances held at RCPT whose
-	// queue ID arrives at END-OF-MESSAGE; lastDrip is when each key last
-	// had a message released automatically.
-	pending         map[string]int
-	awaitingQueueID map[string]struct{}
-	// incomplete are the held entries whose recipients, size and
-	// subject CompleteHeld still takes from the MTA's queue, with the
-	// attempts made (bounded by maxIncomplete).
-	incomplete map[string]int
-	lastDrip   map[string]time.Time
-	// runs are the drip runs in progress, by limit and key (AutoRelease).
-	runs map[string]*dripRun
-	// drip is the set of limits with auto_release = "drip".
-	drip map[string]bool
-	// health is what Health reports besides the store's counts.
-	health Health
+	mu              sync.Mutex
+	pending         map[string]int       // pending entries per key (alerts)
+	awaitingQueueID map[string]struct{}  // instances held at RCPT without a queue ID
+	incomplete      map[string]int       // held entries CompleteHeld completes: attempts
+	lastDrip        map[string]time.Time // limit NUL key: last automatic release
+	runs            map[string]*dripRun  // limit NUL key: drip runs in progress
+	drip            map[string]bool      // limits with auto_release = "drip"
+	health          Health               // what Health adds to the store's counts
 
 	m metrics
 }
 
-// maxAwaiting bounds the instances remembered between RCPT and
-// END-OF-MESSAGE.
+// maxAwaiting bounds awaitingQueueID and lastDrip.
 const maxAwaiting = 10000
 
-// New returns a Service on q. Errors: those of q.Stats (a corrupt
-// store), an invalid ExpireAction.
+// New returns a Service on q. Errors: q.Stats's, an unknown ExpireAction.
 func New(q *quarantine.Store, opts Options) (*Service, error) {
 	switch opts.ExpireAction {
 	case "":
@@ -139,13 +106,12 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	}
 	tok := make([]byte, 8)
 	rand.Read(tok)
-	s := &Service{q: q, opts: opts, log: opts.Logger, ev: opts.Events, now: opts.Now, token: hex.EncodeToString(tok),
-		drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{}, incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
-	if s.queue = opts.Queue; s.queue == nil {
+	// Not cmp.Or for Queue and Events: their dynamic types may not be comparable.
+	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
+		now: opts.Now, token: hex.EncodeToString(tok), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
+		incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
+	if s.queue == nil {
 		s.queue = noQueue{}
-	}
-	if s.log == nil {
-		s.log = slog.Default()
 	}
 	if s.ev == nil {
 		s.ev = NopEvents{}
@@ -169,8 +135,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	return s, nil
 }
 
-// SetDripLimits replaces the set of limits whose mail is released
-// automatically (a configuration reload); it is safe for concurrent use.
+// SetDripLimits replaces Options.DripLimits (a configuration reload).
 func (s *Service) SetDripLimits(names []string) {
 	m := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -181,41 +146,133 @@ func (s *Service) SetDripLimits(names []string) {
 	s.mu.Unlock()
 }
 
-// Store returns the quarantine store the Service acts on.
-func (s *Service) Store() *quarantine.Store { return s.q }
-
 // emit sends an event.
 func (s *Service) emit(ctx context.Context, kind Kind, e quarantine.Entry, by, detail string) {
 	s.ev.QuarantineEvent(ctx, Event{Kind: kind, Time: s.now(), Entry: e, By: by, Detail: detail})
 }
 
-// entryFor builds a quarantine entry from a request and its decision. A
-// queue ID that is not in an MTA's syntax is left out (logged and
-// counted): it is client data and must never reach postsuper.
-func (s *Service) entryFor(req *policy.Request, d *policy.Decision, rcpts []string) *quarantine.Entry {
+// Message is what a front end knows of the message a decision is about.
+type Message struct {
+	Request *policy.Request
+	// Recipients are the accepted recipients (the milter's); nil means
+	// Request.Recipient.
+	Recipients []string
+	// Body reads the whole message (the milter's, for a freeze); nil
+	// through policy delegation.
+	Body io.ReadSeeker
+}
+
+// Record records in the quarantine what decision d means for the message
+// m, once per decision of either front end:
+//
+//   - Hold, or Freeze without m.Body (policy delegation answers a freeze
+//     HOLD): a held entry, or with a queue ID the queue ID, size and
+//     recipient added to the one held for the same message (same
+//     Request.Instance; quarantine.Store.RecordHold);
+//   - Freeze with m.Body: a frozen entry holding the whole message;
+//   - any other action at END-OF-MESSAGE: the entry held at RCPT for the
+//     message gets its queue ID.
+//
+// It returns the entry's ID ("" when there is none) once it is committed
+// and fsync'd. On error nothing was recorded: the caller must not answer
+// HOLD or discard the message (it defers or temp-fails), and the failure
+// is logged and counted. A queue ID not in an MTA's syntax, or that
+// another pending entry has, is left out (logged and counted).
+func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (string, error) {
+	req := m.Request
+	hold := d.Action == policy.Hold || d.Action == policy.Freeze
+	freeze := d.Action == policy.Freeze && m.Body != nil
+	if !hold && (req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" || !s.awaiting(req.Instance, false)) {
+		return "", nil
+	}
+	e := s.entryFor(m, d)
+	var r quarantine.Recorded
+	var err error
+	failed := "linking a held message to its queue ID failed"
+	switch {
+	case freeze:
+		failed = "freezing a message failed: temp-failing it"
+		if _, err = m.Body.Seek(0, io.SeekStart); err == nil {
+			r, err = s.q.RecordFreeze(e, m.Body)
+		}
+	case hold:
+		failed = "recording a held message failed: deferring it instead of holding it"
+		r, err = s.q.RecordHold(e)
+	case e.QueueID != "":
+		r, err = s.q.AddToHeld(e)
+	}
+	if err != nil {
+		s.fail("record", err)
+		s.log.Error(failed, "err", err, "queue_id", e.QueueID)
+		return "", err
+	}
+	if hold && !freeze {
+		s.awaiting(req.Instance, req.QueueID == "") // without one, RecordHold made a new entry
+		if !r.Added {
+			s.noteIncomplete(r.ID)
+		}
+	}
+	s.recorded(ctx, e, r)
+	return r.ID, nil
+}
+
+// awaiting remembers instance as held at RCPT without a queue ID (await
+// true), or forgets it; it reports whether it was remembered.
+func (s *Service) awaiting(instance string, await bool) bool {
+	if instance == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, was := s.awaitingQueueID[instance]
+	if !await {
+		delete(s.awaitingQueueID, instance)
+		return was
+	}
+	if len(s.awaitingQueueID) >= maxAwaiting {
+		clear(s.awaitingQueueID) // END-OF-MESSAGE never came: those keep no queue ID
+	}
+	// A clone: the decoder's strings share blocks (mta/postfix.Decoder).
+	s.awaitingQueueID[strings.Clone(instance)] = struct{}{}
+	return was
+}
+
+// entryFor builds the entry of m and d. A queue ID not in an MTA's syntax
+// is client data that must never reach postsuper: it is left out, logged
+// and counted.
+func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
+	req := m.Request
+	rcpts := m.Recipients
 	if len(rcpts) == 0 && req.Recipient != "" {
 		rcpts = []string{req.Recipient}
 	}
-	return &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
+	e := &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
-		QueueID: s.queueID(req), Instance: req.Instance, Size: req.Size}
-}
-
-// queueID returns req.QueueID if it is valid, else "" after logging and
-// counting it.
-func (s *Service) queueID(req *policy.Request) string {
-	if req.QueueID == "" || quarantine.ValidQueueID(req.QueueID) {
-		return req.QueueID
+		QueueID: req.QueueID, Instance: req.Instance, Size: req.Size}
+	if e.QueueID != "" && !quarantine.ValidQueueID(e.QueueID) {
+		s.refusedQueueID(e, e.QueueID, "is not in Postfix or Exim syntax")
+		e.QueueID = ""
 	}
-	s.m.badQueueIDs.Inc()
-	s.log.Warn("refusing a queue ID that is not in Postfix or Exim syntax (forged policy request?); the hold is recorded without one",
-		"queue_id", quarantine.CleanLine(req.QueueID[:min(len(req.QueueID), 64)]), "client_address", req.ClientAddress,
-		"sasl_username", req.SASLUsername, "instance", req.Instance)
-	return ""
+	return e
 }
 
-// recorded counts a new hold/freeze for alerting and reports it.
-func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, action string) {
+// refusedQueueID logs and counts e's queue ID qid refused for why.
+func (s *Service) refusedQueueID(e *quarantine.Entry, qid, why string) {
+	s.m.badQueueIDs.Inc()
+	s.log.Warn("refusing a queue ID that "+why+" (forged policy request?); the hold is recorded without one",
+		"queue_id", clip(qid, 64), "client_address", e.ClientAddress, "sasl_username", e.SASLUsername, "instance", e.Instance)
+}
+
+// recorded reports what Record stored: a refused queue ID, and for a new
+// entry the alert count, metric and Quarantined event.
+func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantine.Recorded) {
+	if r.RefusedQueueID != "" {
+		s.refusedQueueID(e, r.RefusedQueueID, "another quarantined message already has")
+	}
+	if r.Added || r.ID == "" {
+		return
+	}
+	action := e.Action
 	s.m.quarantined.WithLabelValues(e.Limit, action).Inc()
 	s.mu.Lock()
 	s.pending[e.Key]++
@@ -233,199 +290,65 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, action stri
 // forget drops a key's entry from the alert count.
 func (s *Service) forget(key string) {
 	s.mu.Lock()
-	if s.pending[key] > 1 {
-		s.pending[key]--
-	} else {
+	if s.pending[key]--; s.pending[key] <= 0 {
 		delete(s.pending, key)
 	}
 	s.mu.Unlock()
 }
 
-// PolicyHold records a HOLD answered through policy delegation (a policy
-// Freeze is sent as HOLD too). At RCPT the queue ID is not known yet: the
-// entry is linked by instance and completed at END-OF-MESSAGE
-// (EndOfMessage). One entry per message. The entry is committed (fsync)
-// before PolicyHold returns nil; a failure to record it is logged, counted
-// and returned, and the caller must not answer HOLD (the daemon defers
-// instead), so that no message waits in the MTA's hold queue without an
-// entry.
+// PolicyHold is Record of a HOLD (or Freeze) answered through policy
+// delegation.
+//
+// Deprecated: use Record.
 func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy.Decision) error {
-	if req.Instance != "" {
-		s.mu.Lock()
-		_, awaiting := s.awaitingQueueID[req.Instance]
-		s.mu.Unlock()
-		if awaiting {
-			// Already recorded at RCPT: this is the same message.
-			s.EndOfMessage(req)
-			return nil
-		}
+	hold := *d
+	if hold.Action != policy.Freeze {
+		hold.Action = policy.Hold
 	}
-	if s.sameHeldMessage(req) {
-		return nil
-	}
-	e := s.entryFor(req, d, nil)
-	id, err := s.record(e, s.q.Hold)
-	if err != nil {
-		s.fail("record", err)
-		s.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", e.QueueID)
-		return err
-	}
-	if req.Instance != "" && req.QueueID == "" {
-		s.mu.Lock()
-		if len(s.awaitingQueueID) >= maxAwaiting {
-			// END-OF-MESSAGE never came for these (clients that gave
-			// up): their entries keep no queue ID.
-			clear(s.awaitingQueueID)
-		}
-		// A clone: the decoder's string shares a block with other
-		// requests' values (mta/postfix.Decoder).
-		s.awaitingQueueID[strings.Clone(req.Instance)] = struct{}{}
-		s.mu.Unlock()
-	}
-	s.noteIncomplete(id)
-	s.recorded(ctx, e, "hold")
-	return nil
+	_, err := s.Record(ctx, Message{Request: req}, &hold)
+	return err
 }
 
-// EndOfMessage completes the entries held at RCPT for req.Instance with
-// the queue ID (when it is valid), size and last recipient.
+// EndOfMessage is Record of a decision at END-OF-MESSAGE that is not a
+// hold.
+//
+// Deprecated: use Record.
 func (s *Service) EndOfMessage(req *policy.Request) {
-	if req.Instance == "" || req.QueueID == "" {
-		return
-	}
-	s.mu.Lock()
-	_, ok := s.awaitingQueueID[req.Instance]
-	delete(s.awaitingQueueID, req.Instance)
-	s.mu.Unlock()
-	if !ok {
-		return
-	}
-	qid := s.queueID(req)
-	if qid == "" {
-		return
-	}
-	set := false
-	_, err := s.q.UpdateByInstance(req.Instance, func(e *quarantine.Entry) bool {
-		if set || e.QueueID != "" {
-			return false
-		}
-		set = true
-		e.QueueID, e.Size = qid, req.Size
-		if req.RecipientCount > len(e.Recipients) && req.Recipient != "" {
-			e.Recipients = append(e.Recipients, req.Recipient)
-		}
-		return true
-	})
-	switch {
-	case errors.Is(err, quarantine.ErrDuplicateQueueID):
-		s.duplicateQueueID(req, qid)
-	case err != nil:
-		s.fail("record", err)
-		s.log.Error("linking a held message to its queue ID failed", "err", err, "queue_id", qid)
-	}
+	s.Record(context.Background(), Message{Request: req}, &policy.Decision{})
 }
 
-// sameHeldMessage reports whether req is a later request about a message
-// already held under its instance and queue ID (Postfix has a queue ID
-// from the second RCPT on): that entry gains req's recipient and no second
-// entry is made. A failure is logged and reported as false.
-func (s *Service) sameHeldMessage(req *policy.Request) bool {
-	if req.Instance == "" || req.QueueID == "" || !quarantine.ValidQueueID(req.QueueID) {
-		return false
-	}
-	n, err := s.q.UpdateByInstance(req.Instance, func(e *quarantine.Entry) bool {
-		if e.State != quarantine.Held || e.QueueID != req.QueueID {
-			return false
-		}
-		if req.Recipient != "" && !slices.Contains(e.Recipients, req.Recipient) {
-			e.Recipients = append(e.Recipients, req.Recipient)
-		}
-		return true
-	})
-	if err != nil {
-		s.fail("record", err)
-		s.log.Error("adding to a held message's entry failed", "err", err, "queue_id", req.QueueID)
-		return false
-	}
-	return n > 0
-}
-
-// record stores e with put (Store.Hold, or a Freeze); a queue ID another
-// pending entry already has is refused (quarantine.ErrDuplicateQueueID:
-// forged, or a message recorded twice) and e is stored without it.
-func (s *Service) record(e *quarantine.Entry, put func(*quarantine.Entry) (string, error)) (string, error) {
-	id, err := put(e)
-	if errors.Is(err, quarantine.ErrDuplicateQueueID) {
-		s.duplicateQueueID(&policy.Request{QueueID: e.QueueID, ClientAddress: e.ClientAddress,
-			SASLUsername: e.SASLUsername, Instance: e.Instance}, e.QueueID)
-		e.QueueID = ""
-		id, err = put(e)
-	}
-	return id, err
-}
-
-// duplicateQueueID logs and counts a queue ID refused because another
-// pending entry has it.
-func (s *Service) duplicateQueueID(req *policy.Request, qid string) {
-	s.m.badQueueIDs.Inc()
-	s.log.Warn("refusing a queue ID another quarantined message already has (forged policy request?); the hold is recorded without one",
-		"queue_id", qid, "client_address", req.ClientAddress, "sasl_username", req.SASLUsername, "instance", req.Instance)
-}
-
-// Freeze stores a whole message, read from body to its end, as frozen
-// (quarantine.Store.FreezeFrom: a large message is streamed into the
-// store, never held in memory whole); it returns only after the entry is
-// committed and fsync'd, so the MTA may then be told to discard its copy.
-// On error nothing is stored and the caller must temp-fail the message.
+// Freeze is Record of a milter Freeze.
+//
+// Deprecated: use Record.
 func (s *Service) Freeze(ctx context.Context, req *policy.Request, rcpts []string, body io.ReadSeeker, d policy.Decision) (string, error) {
-	e := s.entryFor(req, &d, rcpts)
-	id, err := s.record(e, func(e *quarantine.Entry) (string, error) {
-		if _, err := body.Seek(0, io.SeekStart); err != nil { // again after a refused queue ID
-			return "", err
-		}
-		return s.q.FreezeFrom(e, body)
-	})
-	if err != nil {
-		return "", err
-	}
-	s.recorded(ctx, e, "freeze")
-	return id, nil
+	d.Action = policy.Freeze
+	return s.Record(ctx, Message{Request: req, Recipients: rcpts, Body: body}, &d)
 }
 
-// Hold records a message the milter put on hold (its queue ID in
-// req.QueueID).
+// Hold is Record of a milter Hold.
+//
+// Deprecated: use Record.
 func (s *Service) Hold(ctx context.Context, req *policy.Request, rcpts []string, d policy.Decision) (string, error) {
-	e := s.entryFor(req, &d, rcpts)
-	id, err := s.record(e, s.q.Hold)
-	if err != nil {
-		return "", err
-	}
-	s.noteIncomplete(id)
-	s.recorded(ctx, e, "hold")
-	return id, nil
+	d.Action = policy.Hold
+	return s.Record(ctx, Message{Request: req, Recipients: rcpts}, &d)
 }
 
-// Health is the quarantine's part of "ratelimitd status": the loud
-// summary of its faults.
+// Health is the quarantine's part of "ratelimitd status".
 type Health struct {
 	Held   int `json:"held"`
 	Frozen int `json:"frozen"`
-	// Failures counts failed operations since start (the sum of
-	// ratelimitd_quarantine_failures_total); LastError is the latest, at
-	// LastErrorAt.
+	// Failures counts failed operations since start; LastError is the
+	// latest, at LastErrorAt.
 	Failures    int64     `json:"failures"`
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
-	// KeptPastMaxAge is how many messages the last expiry run kept past
-	// max_age; Suspended how many keys have automatic release suspended.
+	// KeptPastMaxAge: messages the last expiry run kept past max_age.
 	KeptPastMaxAge int `json:"kept_past_max_age"`
 	Suspended      int `json:"suspended_keys"`
-	// Damaged counts the entries that cannot be read (kept, skipped).
-	Damaged int `json:"damaged,omitempty"`
+	Damaged        int `json:"damaged,omitempty"` // unreadable entries
 }
 
-// Health returns the quarantine's counts and faults. It is safe for
-// concurrent use.
+// Health returns the quarantine's counts and faults.
 func (s *Service) Health() Health {
 	s.mu.Lock()
 	h := s.health
@@ -451,6 +374,4 @@ func (s *Service) fail(op string, err error) {
 	}
 }
 
-// errNoQueueID: a held entry without a queue ID cannot be released in the
-// MTA.
 var errNoQueueID = errors.New("lifecycle: no MTA queue ID recorded for this held message (find it with postqueue -p)")

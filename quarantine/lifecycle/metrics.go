@@ -17,35 +17,26 @@ type metrics struct {
 }
 
 func newMetrics() metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
 	return metrics{
-		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimitd_quarantined_total",
-			Help: "Messages held or frozen, by limit and action.",
-		}, []string{"limit", "action"}),
-		keyAlerts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimitd_quarantine_key_alerts_total",
-			Help: "Times a key started being held/frozen, or its quarantined count reached another multiple of quarantine.alert_every.",
-		}),
-		badQueueIDs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimitd_quarantine_invalid_queue_ids_total",
-			Help: "Queue IDs refused because they are not in Postfix's or Exim's syntax or another quarantined message has them already (forged policy requests); the entry is recorded without one.",
-		}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimitd_quarantine_failures_total",
-			Help: "Failed quarantine operations: record, release, schedule (postqueue -i), reinject, delete, expire, dsn, store, queue_list, verify (a queue ID the MTA's hold queue does not confirm).",
-		}, []string{"operation"}),
-		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimitd_quarantine_expired_total",
-			Help: "Held or frozen messages past quarantine.max_age, by outcome: bounced, deleted_null_sender, kept, failed.",
-		}, []string{"outcome"}),
-		keptPastAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ratelimitd_quarantine_kept_past_max_age",
-			Help: "Held or frozen messages past quarantine.max_age still kept at the last expiry run (expire_action keep, no queue ID, or a failed bounce).",
-		}),
-		autoReleased: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimitd_quarantine_auto_released_total",
-			Help: "Messages released automatically (auto_release = \"drip\").",
-		}),
+		quarantined: vec("ratelimitd_quarantined_total", "Messages held or frozen, by limit and action.", "limit", "action"),
+		keyAlerts: counter("ratelimitd_quarantine_key_alerts_total",
+			"Times a key started being held/frozen, or its quarantined count reached another multiple of quarantine.alert_every."),
+		badQueueIDs: counter("ratelimitd_quarantine_invalid_queue_ids_total",
+			"Queue IDs refused because they are not in Postfix's or Exim's syntax or another quarantined message has them already (forged policy requests); the entry is recorded without one."),
+		failures: vec("ratelimitd_quarantine_failures_total",
+			"Failed quarantine operations: record, release, schedule (postqueue -i), reinject, delete, expire, dsn, store, queue_list, verify (a queue ID the MTA's hold queue does not confirm).",
+			"operation"),
+		expired: vec("ratelimitd_quarantine_expired_total",
+			"Held or frozen messages past quarantine.max_age, by outcome: bounced, deleted_null_sender, kept, failed.", "outcome"),
+		keptPastAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_kept_past_max_age",
+			Help: "Held or frozen messages past quarantine.max_age still kept at the last expiry run (expire_action keep, no queue ID, or a failed bounce)."}),
+		autoReleased: counter("ratelimitd_quarantine_auto_released_total", "Messages released automatically (auto_release = \"drip\")."),
 	}
 }
 

@@ -8,41 +8,29 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// Queue is the MTA's queue, as the life cycle acts on held mail (mail the
-// MTA keeps in its own hold queue). The Postfix implementation, running
-// postsuper, postqueue and postcat, is postfix.Queue in mta/postfix; the
-// same type runs Exim's commands (exim -Mt, exim -Mrm) when configured
-// with them.
-//
-// queueID is always a valid queue ID (quarantine.ValidQueueID): the
-// Service checks it before every call. Methods are called concurrently
-// and must be safe for concurrent use; ctx bounds each call.
+// Queue is the MTA's queue of held mail (postfix.Queue in mta/postfix
+// runs Postfix's postsuper, postqueue and postcat, or Exim's commands).
+// queueID is always valid (quarantine.ValidQueueID). Methods must be safe
+// for concurrent use; ctx bounds each call.
 type Queue interface {
-	// Release releases the held message to delivery (Postfix: postsuper
-	// -H, then postqueue -i to deliver it now rather than at the next
-	// queue run). err means it was not released; warnings are failures
-	// of follow-up steps after it was (the message then waits for the
-	// MTA's next queue run).
+	// Release releases the held message (postsuper -H, then postqueue
+	// -i). err: not released; warnings: follow-up steps that failed after
+	// it was.
 	Release(ctx context.Context, queueID string) (warnings []error, err error)
-	// Expire returns the held message to its sender (Postfix: postsuper
-	// -f, then postqueue -i), with the same contract as Release.
+	// Expire returns it to its sender (postsuper -f, postqueue -i), as
+	// Release.
 	Expire(ctx context.Context, queueID string) (warnings []error, err error)
-	// Delete removes the held message from the MTA's queue (postsuper -d).
+	// Delete removes it (postsuper -d).
 	Delete(ctx context.Context, queueID string) error
-	// Show returns the message as the MTA prints it (postcat -q); the
-	// caller cleans it before printing (quarantine.CleanText).
+	// Show prints it (postcat -q).
 	Show(ctx context.Context, queueID string) ([]byte, error)
-	// List lists the MTA's queue (postqueue -j, exim -bp): every held
-	// message's queue ID is confirmed in it (sender, recipients, arrival)
-	// before Release, Expire, Delete or Show run, and the queue ID of a
-	// message held at its first RCPT, before the MTA had one, is found in
-	// it. A Queue that cannot list returns quarantine.ErrNoQueueList:
-	// held mail with a queue ID is then never acted on.
+	// List lists the queue (postqueue -j, exim -bp), where held messages
+	// are confirmed and found before any other call; quarantine.
+	// ErrNoQueueList when it cannot.
 	List(ctx context.Context) ([]quarantine.QueuedMessage, error)
 }
 
-// noQueue is the Queue of a Service configured without one: every action
-// on held mail fails, and so does listing.
+// noQueue is the Queue of a Service without one: everything fails.
 type noQueue struct{}
 
 var errNoQueue = errors.New("lifecycle: no MTA queue commands configured")
@@ -55,24 +43,24 @@ func (noQueue) List(context.Context) ([]quarantine.QueuedMessage, error) {
 	return nil, quarantine.ErrNoQueueList
 }
 
-// checkQueueID returns why queueID must not be given to the Queue: none
-// was recorded (errNoQueueID), or it is not a valid queue ID (recorded
-// before queue IDs were checked: it is never passed on).
+// checkQueueID returns why queueID must not be given to the Queue: there
+// is none (errNoQueueID), or it is invalid.
 func checkQueueID(queueID string) error {
 	if queueID == "" {
 		return errNoQueueID
 	}
 	if !quarantine.ValidQueueID(queueID) {
-		return fmt.Errorf("lifecycle: refusing to run a command with %q: not a Postfix or Exim queue ID",
-			quarantine.CleanLine(queueID[:min(len(queueID), 64)]))
+		return fmt.Errorf("lifecycle: refusing to run a command with %q: not a Postfix or Exim queue ID", clip(queueID, 64))
 	}
 	return nil
 }
 
-// releaseHeld runs release (the Queue's Release or Expire) for queueID,
-// op naming it in the fault counts: a failure is counted as op, each
-// failed follow-up step as "schedule" and logged; the follow-ups'
-// failures are joined in warn.
+// clip returns s cleaned for a log line and bounded to n bytes.
+func clip(s string, n int) string { return quarantine.CleanLine(s[:min(len(s), n)]) }
+
+// releaseHeld runs release (Queue.Release or Expire) for queueID, counting
+// a failure as op and each failed follow-up as "schedule"; warn joins the
+// follow-ups' failures.
 func (s *Service) releaseHeld(ctx context.Context, op string, release func(context.Context, string) ([]error, error), queueID string) (warn, err error) {
 	if err := checkQueueID(queueID); err != nil {
 		s.fail(op, err)
@@ -91,18 +79,10 @@ func (s *Service) releaseHeld(ctx context.Context, op string, release func(conte
 	return errors.Join(warns...), nil
 }
 
-// deleteHeld deletes the held message queueID from the MTA's queue.
-func (s *Service) deleteHeld(ctx context.Context, queueID string) error {
+// runHeld runs cmd (a Queue method) for queueID once checkQueueID allows it.
+func (s *Service) runHeld(ctx context.Context, cmd func(context.Context, string) error, queueID string) error {
 	if err := checkQueueID(queueID); err != nil {
 		return err
 	}
-	return s.queue.Delete(ctx, queueID)
-}
-
-// showHeld returns the held message queueID as the MTA prints it.
-func (s *Service) showHeld(ctx context.Context, queueID string) ([]byte, error) {
-	if err := checkQueueID(queueID); err != nil {
-		return nil, err
-	}
-	return s.queue.Show(ctx, queueID)
+	return cmd(ctx, queueID)
 }

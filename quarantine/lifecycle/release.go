@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -8,20 +9,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// AutoRelease releases, for every key with held or frozen mail stopped
-// by a drip limit (Options.DripLimits), the oldest such message when the
-// key is back under that limit (the rate engine would let a message of
-// cost 1 through now), is not suspended, and its last automatic release
-// was at least period/limit ago (the limit's own rate; overrides apply).
-// So a key's backlog leaves the quarantine one message per period/limit
-// once the sender has slowed down, and stops whenever the sender is
-// refused again. It returns how many messages it released. Errors are
-// logged and counted, never returned: the next call tries again.
-//
-// Each released message is a Released event; a key's releases from its
-// first until its backlog is empty, or until the drip stops with
-// messages left (refused again, suspended, auto_release turned off), are
-// one drip run, reported once as a ReleaseRun event with their number.
+// AutoRelease releases, for each key with pending mail of a drip limit,
+// the oldest message when the key is under that limit, not suspended, and
+// had no automatic release for period/limit (the limit's own rate), and
+// returns how many it released. Errors are logged and counted; the next
+// call tries again. Each release is a Released event; a key's releases
+// until its backlog is gone or the drip stops are one ReleaseRun event.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	s.mu.Lock()
 	drip := s.drip
@@ -50,8 +43,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		lk := e.Limit + "\x00" + e.Key
 		left[lk]++
 		if !drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
-			// A claimed frozen message is being thawed, or its last
-			// thaw was interrupted: that needs an operator (--force).
+			// Being thawed, or interrupted: an operator's (--force).
 			continue
 		}
 		if seen[lk] {
@@ -93,13 +85,10 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		released++
 		left[lk]--
 		s.mu.Lock()
-		r := s.runs[lk]
-		if r == nil {
-			r = &dripRun{}
-			s.runs[lk] = r
-		}
+		r := cmp.Or(s.runs[lk], &dripRun{})
 		r.count++
 		r.last = e
+		s.runs[lk] = r
 		s.mu.Unlock()
 		s.m.autoReleased.Inc()
 		s.log.Info("quarantine auto-release", "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
@@ -115,16 +104,14 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	return released
 }
 
-// dripRun is a key's automatic release in progress: the messages it
-// released and the last of them.
+// dripRun is a key's automatic release in progress.
 type dripRun struct {
 	count int
 	last  quarantine.Entry
 }
 
-// endRuns reports and forgets each drip run that ended (ended returns
-// why: "" for a backlog released in full); left counts the messages
-// still held or frozen per limit and key.
+// endRuns reports and forgets each drip run that ended (ended says why,
+// "" for a backlog released); left counts pending messages per run.
 func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bool), left map[string]int) {
 	type done struct {
 		run    *dripRun
@@ -149,8 +136,7 @@ func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bo
 }
 
 // underLimit reports whether key is under limit now, and the interval
-// between two automatic releases at that limit's rate (period / limit in
-// force for the key).
+// between two automatic releases (period / the key's limit).
 func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key string) (time.Duration, bool) {
 	rates, err := s.opts.Rates.Lookup(ctx, now, key)
 	if err != nil {
@@ -184,9 +170,8 @@ func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key stri
 	return 0, false // the limit is no longer configured: wait for an operator
 }
 
-// Run runs expiry every expireEvery (and once at start) and automatic
-// release every dripEvery until ctx is done. Zero durations mean one hour
-// and five seconds.
+// Run runs Expire at start and every expireEvery (0: an hour), and
+// AutoRelease and CompleteHeld every dripEvery (0: 5 s), until ctx ends.
 func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration) {
 	if expireEvery <= 0 {
 		expireEvery = time.Hour

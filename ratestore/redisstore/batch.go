@@ -6,21 +6,12 @@ import (
 	"time"
 )
 
-// Batching of concurrent requests, per Redis server: the one standalone
-// or Sentinel-managed Redis, or each Redis Cluster master (one script
-// call decides requests of many slots, all served by that master). While
-// a script call of EvaluateStack is in flight to a server, the
-// requests that arrive wait in one pending batch and are then decided
-// together by one call, in arrival order, up to maxBatchItems limits per
-// call. The pending batch is sent when a call in flight ends, or as a
-// second call in flight once it holds secondCallItems limits, so that
-// under load Redis has the next batch queued when it finishes one instead
-// of waiting for the daemon's turnaround, while batches stay large enough
-// to share a call's fixed cost. A request that finds the pending batch
-// full gets a call of its own at once (so under overload more calls are
-// in flight, and such a request may be decided before the batch that
-// waits). An idle store adds no wait: a request that finds no call in
-// flight is sent at once.
+// Batching (doc.go), per Redis server: while a call is in flight the
+// requests that arrive wait in one pending batch, sent when a call ends,
+// or as another call once it holds secondCallItems limits (so Redis has
+// the next batch when it finishes one), up to maxInFlight calls. A
+// request that finds the batch full (maxBatchItems limits) is sent alone
+// at once, and so is one that finds no call in flight.
 const (
 	maxInFlight     = 2
 	secondCallItems = 96
@@ -37,19 +28,16 @@ type batch struct {
 	err      error
 }
 
-// batcher collects the requests for one Redis server that arrive while
-// calls are in flight (at most maxInFlight, but for requests that found
-// the batch full); send makes a call.
+// batcher batches the requests for one Redis server; send makes a call.
 type batcher struct {
 	mu       sync.Mutex
 	inFlight int
 	pending  *batch
 	send     func(ctx context.Context, reqs ...*request) (answer, error)
-	// single, if set, allows one call in flight, not maxInFlight.
-	single bool
+	single   bool // one call in flight, not maxInFlight (a Cluster master)
 }
 
-// calls is how many calls b lets be in flight before requests wait.
+// calls is how many calls may be in flight before requests wait.
 func (b *batcher) calls() int {
 	if b.single {
 		return 1
@@ -57,21 +45,18 @@ func (b *batcher) calls() int {
 	return maxInFlight
 }
 
-// decideBatched decides r in phase "d" on Redis's clock through b,
-// batched with the requests of other goroutines (see maxInFlight).
+// decideBatched decides r in phase "d" through b.
 func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answer, error) {
 	if err := ctx.Err(); err != nil {
 		return answer{}, unavailable(err)
 	}
-	// The call's deadline is redis_timeout after the request's arrival;
-	// a caller's own earlier deadline ends only its own wait (select
-	// below), never the call of the other requests of its batch.
+	// The call's deadline is Timeout after the request's arrival; the
+	// caller's own earlier deadline ends only its own wait, not the call.
 	dl := time.Now().Add(s.opts.Timeout)
 	b.mu.Lock()
 	p := b.pending
 	if b.inFlight == 0 || p != nil && p.items+len(r.idx) > maxBatchItems {
-		// No call in flight, or a full batch waits already: this
-		// request goes alone.
+		// No call in flight, or a full batch waits: r goes alone.
 		b.inFlight++
 		b.mu.Unlock()
 		cctx, cancel := context.WithDeadline(ctx, dl)
@@ -98,9 +83,8 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 	} else {
 		b.mu.Unlock()
 	}
-	// No timer of its own: the calls in flight end by their deadlines,
-	// which are earlier (their requests came first), and p runs with the
-	// earliest deadline of its requests, so done is closed by dl.
+	// No timer: the calls in flight end by their earlier deadlines and p
+	// runs with its requests' earliest one, so done is closed by dl.
 	select {
 	case <-p.done:
 		if r.dropped {
@@ -108,9 +92,8 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 		}
 		return p.v, p.err
 	case <-ctx.Done():
-		// A request still waiting when its batch is sent is not sent
-		// (run); one already sent may still be decided and counted,
-		// as a script call whose answer came too late would.
+		// If p was not sent yet, r will not be (run); if it was, r
+		// may still be counted, as a late answer would have been.
 		return answer{}, unavailable(ctx.Err())
 	}
 }
@@ -129,9 +112,8 @@ func (b *batcher) release() {
 	go b.run(p)
 }
 
-// run sends batch p and hands its answer to its requests.
-// The requests whose callers have given up are not sent: nothing counts
-// a request its MTA will ask again.
+// run sends batch p, but for the requests whose callers gave up (their
+// MTAs will ask again), and hands them its answer.
 func (b *batcher) run(p *batch) {
 	live := p.reqs[:0]
 	for _, r := range p.reqs {

@@ -9,10 +9,9 @@ import (
 	"time"
 )
 
-// clusterRouting is what a Store knows of a Redis Cluster to batch its
-// requests per master: the master serving each hash slot (CLUSTER SLOTS,
-// refreshed when a master answers that it does not serve a request's
-// slot), and a batcher per master.
+// clusterRouting batches a Cluster's requests per master: the master of
+// each hash slot (CLUSTER SLOTS, read again when a master does not serve
+// a request's slot) and a batcher per master.
 type clusterRouting struct {
 	owners     atomic.Pointer[[slotCount]string]
 	refreshing atomic.Bool
@@ -24,14 +23,10 @@ type clusterRouting struct {
 // slotRefreshEvery bounds how often the slot map is read again.
 const slotRefreshEvery = 100 * time.Millisecond
 
-// decideInCluster decides r (all of one slot) in phase "d" on Redis's
-// clock: batched with the other requests for the master that serves slot
-// (one script call per master, like a standalone Redis), or, when the
-// store does not know that master yet or the master answers that it does
-// not serve the slot (moved, or migrating away), alone through the
-// cluster client, which follows MOVED and ASK. The fall-back call keeps
-// the request's deadline (redis_timeout after its arrival); a failed call
-// to the master is not repeated.
+// decideInCluster decides r (all of one slot) in phase "d": batched for
+// the master serving slot, or, when that master is not known or does not
+// serve the slot, alone through the cluster client, which follows MOVED
+// and ASK, within the request's deadline. A failed call is not repeated.
 func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (answer, error) {
 	dl := time.Now().Add(s.opts.Timeout)
 	if b := s.nodeBatcher(slot); b != nil {
@@ -59,8 +54,7 @@ func (r *request) notHere(v answer) bool {
 }
 
 // nodeBatcher returns the batcher of the master serving slot, or nil
-// when the slot map is not known yet (its reading is started) or has no
-// master for the slot.
+// when the slot map is not known yet (it is read) or has none.
 func (s *Store) nodeBatcher(slot uint16) *batcher {
 	owners := s.routing.owners.Load()
 	if owners == nil {
@@ -81,8 +75,8 @@ func (s *Store) nodeBatcher(slot uint16) *batcher {
 	return v.(*batcher)
 }
 
-// refreshSlots reads the slot map again in the background, at most once
-// per slotRefreshEvery.
+// refreshSlots reads the slot map in the background, at most once per
+// slotRefreshEvery.
 func (s *Store) refreshSlots() {
 	rt := &s.routing
 	rt.lastMu.Lock()
@@ -105,11 +99,9 @@ func (s *Store) refreshSlots() {
 	}()
 }
 
-// execOn runs the script in phase "d" on the master at addr for reqs,
-// whose records fall in many slots served by that master (the keys go in
-// ARGV: one call may declare the keys of one slot only). It returns
-// errNotHere when the store has no connection to addr (no longer a node
-// of the cluster).
+// execOn runs the script in phase "d" for reqs on the master at addr,
+// with the keys in ARGV (a call may declare keys of one slot only). It
+// returns errNotHere when addr is no longer a node of the cluster.
 func (s *Store) execOn(ctx context.Context, addr string, reqs ...*request) (answer, error) {
 	c, err := s.client()
 	if err != nil {

@@ -1,3 +1,5 @@
+//go:build integration
+
 package redisstore_test
 
 import (
@@ -25,7 +27,7 @@ func TestExpiryKept(t *testing.T) {
 	hourly := ratelimit.Limit{Limit: 200, Period: time.Hour}
 	s := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Limits: func(string) (ratelimit.Limit, bool) { return hourly, true }})
 	items := []policy.StackItem{{Limit: "hourly", Key: "erin", Params: hourly, Cost: 1, Count: true, Refuses: true}}
-	key := s.Key("hourly", "erin")
+	key := s.Key("erin")
 	decide := func(cost float64) {
 		t.Helper()
 		items[0].Cost = cost

@@ -13,20 +13,18 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// OnError is what a Failover does with a request while Redis does not
-// answer (configuration key on_redis_error).
+// OnError is what a Failover does while Redis does not answer
+// (on_redis_error).
 type OnError uint8
 
 const (
-	// Local decides with this host's own store, which holds a copy of
-	// every state Redis returned (written through on each decision): a
-	// sender is limited from what this host last knew of it, not from
-	// zero. On recovery what the host counted during the outage is
-	// added to the shared state, once.
+	// Local decides with this host's store, which holds a copy of every
+	// state Redis returned; on recovery what it counted meanwhile is
+	// added to Redis, once.
 	Local OnError = iota
-	// Dunno answers DUNNO (fail open; counted as a fault).
+	// Dunno answers DUNNO (fail open).
 	Dunno
-	// Defer answers 450 4.7.1 (try again later) to every request.
+	// Defer answers 450 4.7.1.
 	Defer
 )
 
@@ -51,58 +49,32 @@ func ParseOnError(s string) (OnError, error) {
 	return 0, fmt.Errorf("%w: on_redis_error %q (want local, dunno or defer)", ErrConfig, s)
 }
 
-// maxTouched bounds the (limit, key) pairs a Failover remembers counting
-// locally during an outage; beyond it a new key's outage counts are not
-// added to Redis on recovery (they still decide locally).
+// maxTouched bounds the (limit, key) pairs whose outage counts a Failover
+// keeps for the merge; beyond it new keys are still decided locally.
 const maxTouched = 1 << 20
 
-// Failover is the daemon's rate store with the Redis backend: the Redis
-// Store while Redis answers, and OnError's policy while it does not. It
-// implements policy.Store and policy.StackEvaluator and is safe for
-// concurrent use.
+// Failover is the daemon's rate store with Redis: the Store while Redis
+// answers, OnError's policy while it does not. It implements policy.Store
+// and policy.StackEvaluator and is safe for concurrent use.
 //
-// Every state a decision script returns is also written to the local
-// store (write-through), so that the local store holds what this host
-// last knew of each key. A request that Redis fails to answer within its
-// timeout marks its shard down (the one Redis, or with a Redis Cluster
-// the request's hash slot, widened by the probe to every slot of the
-// node serving it) and is decided per OnError; later requests of a shard
-// that is down do not wait for Redis. With Local they are decided with
-// the local store (on the host's clock corrected by the offset to
-// Redis's clock last measured), each request's cost multiplied by Hosts
-// when Split is set, and what they count is also kept apart, counted
-// from zero (the outage's delta).
-//
-// A probe reads from Redis every ProbeInterval (a read that a Redis
-// still LOADING or BUSY refuses); as soon as it succeeds the shard is
-// shared again, under load or not, and the shard's deltas are added to
-// the shared state (Store.Merge) under a merge identifier, exactly once
-// even if the merge is retried or the daemon restarts in between (the
-// unmerged deltas are kept in PendingFile, see LoadPending). One switch
-// to degraded and one back are logged and counted per outage, however
-// many requests failed.
+// Every state Redis returns is written through to the local store. A
+// request Redis fails to answer marks its shard down (the one Redis, or
+// its hash slot, widened by the probe to every slot of its node); later
+// requests of a shard down do not wait for Redis. With Local they are
+// decided with the local store on the host's clock corrected by the
+// offset to Redis's (each cost times Hosts with Split), and what they
+// count is also kept apart, from zero: the outage's delta. A probe reads
+// from Redis every ProbeInterval; once it succeeds the shard is shared
+// again and its deltas are merged (Store.Merge) exactly once, even across
+// a restart (LoadPending). Each outage is logged once each way.
 type Failover struct {
-	redis  *Store
-	local  policy.Store
-	policy OnError
-	log    *slog.Logger
-	// OnSwitch, if set before use, is called once per switch (true: to
-	// degraded) for metrics.
-	OnSwitch func(degraded bool)
-	// ProbeInterval is the pause between probes while degraded; zero
-	// means 250ms. Set it through NewFailoverWith: the probe may run
-	// from the start.
-	ProbeInterval time.Duration
-	// Split (degraded_share = "split") gives each of Hosts hosts a
-	// share of every limit while degraded: local requests cost Hosts
-	// times their cost, so that the hosts together admit about the
-	// limit. Set both through NewFailoverWith.
-	Split bool
-	Hosts int
+	redis *Store
+	local policy.Store
+	log   *slog.Logger
+	opts  FailoverOptions
 
-	// down[shard] is set while the shard is degraded: shard 0 for a
-	// standalone or Sentinel-managed Redis, the hash slot with a
-	// Cluster. nDown counts the shards down.
+	// down[shard] is set while the shard is degraded: 0 without a
+	// Cluster, else the hash slot.
 	down  [slotCount]atomic.Bool
 	nDown atomic.Int32
 
@@ -110,25 +82,20 @@ type Failover struct {
 	switches   atomic.Int64
 	recoveries atomic.Int64
 	lastErr    atomic.Pointer[string]
-	// degradedNs is the time spent degraded before the current outage.
-	degradedNs atomic.Int64
-	// Requests decided locally, by reason (see LocalDecisions).
+	degradedNs atomic.Int64 // before the current outage
+	// Requests decided locally, by reason (LocalDecisions).
 	localOutage, localFailed atomic.Int64
 	merges, merged           atomic.Int64
 
-	// localMu is held shared by each local decision and exclusively by
-	// a recovery, between marking its shards up and taking their deltas,
-	// so that no local count is left behind.
+	// localMu is held shared by each local decision, and exclusively by
+	// a recovery between marking shards up and taking their deltas.
 	localMu sync.RWMutex
 
-	mu      sync.Mutex
-	delta   map[[2]string]*deltaEntry
-	pending []pendingMerge
-	// pendingFile, if set, keeps pending (LoadPending).
-	pendingFile string
-	// downNodes are the cluster nodes found down (address: since), for
-	// logging each once.
-	downNodes map[string]time.Time
+	mu          sync.Mutex
+	delta       map[[2]string]*deltaEntry
+	pending     []pendingMerge
+	pendingFile string               // keeps pending (LoadPending)
+	downNodes   map[string]time.Time // Cluster nodes found down, logged once
 	// outage is set from the first shard down to the last one up;
 	// relapse when it began within relapseWindow of recovered, the end
 	// of the previous one.
@@ -137,49 +104,42 @@ type Failover struct {
 	recovered time.Time
 	probing   bool
 	stop      chan struct{}
-	// ctx is cancelled by Close, ending a recovery in progress.
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // slotCount is the number of Redis Cluster hash slots.
 const slotCount = 16384
 
 // deltaEntry is what this host counted of one (limit, key) during an
-// outage, counted from no state.
+// outage, from no state.
 type deltaEntry struct {
 	l    ratelimit.Limit
 	st   ratelimit.State
 	slot uint16
 }
 
-// NewFailover returns a Failover over the Redis store r and the host's own
-// store local, with policy p. log receives the switch and recovery lines.
-// When r is not connected yet (Open), the Failover starts degraded and
-// its probe connects. It is NewFailoverWith with no options.
-func NewFailover(r *Store, local policy.Store, p OnError, log *slog.Logger) *Failover {
-	return NewFailoverWith(r, local, p, log, FailoverOptions{})
-}
-
-// FailoverOptions are the settings of a Failover that its probe reads,
-// and so must be in place before it starts: NewFailoverWith sets them
-// before the probe of a Redis not yet connected runs (setting the fields
-// after NewFailover raced with it).
+// FailoverOptions configures NewFailover.
 type FailoverOptions struct {
-	// ProbeInterval, Split and Hosts set the Failover fields of the same
-	// names.
+	OnError OnError
+	// ProbeInterval is the pause between probes while degraded; zero
+	// means 250ms.
 	ProbeInterval time.Duration
-	Split         bool
-	Hosts         int
+	// Split (degraded_share = "split") gives each of Hosts hosts a share
+	// of every limit while degraded: local requests cost Hosts times
+	// their cost.
+	Split bool
+	Hosts int
 }
 
-// NewFailoverWith is NewFailover with options o in place from the start.
-func NewFailoverWith(r *Store, local policy.Store, p OnError, log *slog.Logger, o FailoverOptions) *Failover {
+// NewFailover returns a Failover over the Redis store r and the host's
+// own store local; log receives the switch and recovery lines. When r is
+// not connected yet (Open), it starts degraded and its probe connects.
+func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Failover{redis: r, local: local, policy: p, log: log, delta: map[[2]string]*deltaEntry{},
-		downNodes: map[string]time.Time{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel,
-		ProbeInterval: o.ProbeInterval, Split: o.Split, Hosts: o.Hosts}
+	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
+		downNodes: map[string]time.Time{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
 	if !r.Connected() {
 		f.markAllDown(errNotConnected)
 	}
@@ -200,15 +160,14 @@ type FailoverStatus struct {
 	Cluster   bool   `json:"cluster"`
 	// Connected is false until Redis was first reached.
 	Connected bool `json:"connected"`
-	// SlotsDown counts the shards degraded: with a Cluster the hash
-	// slots, else 1 while degraded.
+	// SlotsDown counts the hash slots degraded (1 without a Cluster).
 	SlotsDown int `json:"slots_down,omitempty"`
 	// DegradedSeconds is the total time spent degraded.
 	DegradedSeconds float64 `json:"degraded_seconds"`
 	// LocalDecisions counts requests decided locally, by reason.
 	LocalDecisions map[string]int64 `json:"local_decisions,omitempty"`
-	// Merges counts completed merges of outage counts, StatesMerged the
-	// states they added to; PendingMerges the merges still to do.
+	// Merges counts the merges of outage counts done, StatesMerged the
+	// states they added to, PendingMerges those still to do.
 	Merges        int64 `json:"merges"`
 	StatesMerged  int64 `json:"states_merged"`
 	PendingMerges int   `json:"pending_merges,omitempty"`
@@ -222,7 +181,7 @@ type FailoverStatus struct {
 // Status reports the current state.
 func (f *Failover) Status() FailoverStatus {
 	n := int(f.nDown.Load())
-	st := FailoverStatus{Backend: "redis", OnError: f.policy.String(), Degraded: n > 0,
+	st := FailoverStatus{Backend: "redis", OnError: f.opts.OnError.String(), Degraded: n > 0,
 		Switches: f.switches.Load(), Recoveries: f.recoveries.Load(), Cluster: f.redis.Cluster(),
 		Connected: f.redis.Connected(), DegradedSeconds: f.DegradedTime().Seconds(),
 		LocalDecisions: f.LocalDecisions(), Merges: f.merges.Load(), StatesMerged: f.merged.Load(),
@@ -239,8 +198,8 @@ func (f *Failover) Status() FailoverStatus {
 	if ns := f.since.Load(); ns != 0 {
 		st.Since = time.Unix(0, ns)
 	}
-	if f.Split {
-		st.Share, st.Hosts = "split", f.Hosts
+	if f.opts.Split {
+		st.Share, st.Hosts = "split", f.opts.Hosts
 	}
 	f.mu.Lock()
 	st.PendingMerges = len(f.pending)
@@ -248,8 +207,7 @@ func (f *Failover) Status() FailoverStatus {
 	return st
 }
 
-// Degraded reports whether some of Redis (all of it, or some cluster
-// slots) is currently considered down.
+// Degraded reports whether some of Redis is considered down.
 func (f *Failover) Degraded() bool { return f.nDown.Load() > 0 }
 
 // DegradedTime is the total time spent degraded, the current outage
@@ -265,22 +223,20 @@ func (f *Failover) DegradedTime() time.Duration {
 }
 
 // LocalDecisions counts the requests decided with the local store, by
-// reason: "outage" (their shard was known down) and "failed" (their Redis
-// call failed).
+// reason: "outage" (their shard was down) and "failed" (their call failed).
 func (f *Failover) LocalDecisions() map[string]int64 {
 	return map[string]int64{"outage": f.localOutage.Load(), "failed": f.localFailed.Load()}
 }
 
-// Merges returns how many merges of outage counts completed and how many
+// Merges returns how many merges of outage counts were done and how many
 // states they added to.
 func (f *Failover) Merges() (merges, states int64) { return f.merges.Load(), f.merged.Load() }
 
 // FastPath is the Redis store's Store.FastPath.
 func (f *Failover) FastPath() (confirmed, refused int64) { return f.redis.FastPath() }
 
-// Close stops the probe. Counts of an outage still in progress are kept
-// in the pending file (LoadPending), to be added when the daemon next
-// reaches Redis.
+// Close stops the probe. The counts of an outage in progress are kept in
+// the pending file (LoadPending).
 func (f *Failover) Close() {
 	f.mu.Lock()
 	select {
@@ -299,9 +255,9 @@ func (f *Failover) Close() {
 	f.savePending()
 }
 
-// EvaluateStack decides with Redis, or per the policy when Redis (the
-// request's shard) is down. With Dunno and Defer it returns an error
-// wrapping ErrUnavailable (the caller answers DUNNO or 450 4.7.1).
+// EvaluateStack decides with Redis, or per OnError while the request's
+// shard is down: with Dunno and Defer it returns an error wrapping
+// ErrUnavailable.
 func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if f.nDown.Load() == 0 || !f.anyDown(items) {
 		err := f.redis.EvaluateStack(ctx, now, items, refused, out)
@@ -313,25 +269,26 @@ func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []pol
 			return err
 		}
 		f.markDown(items, err)
-		if f.policy != Local {
+		if f.opts.OnError != Local {
 			return err
 		}
 		f.localFailed.Add(1)
 		return f.decideLocal(ctx, now, items, refused, out, true)
 	}
-	if f.policy != Local {
-		return fmt.Errorf("%w: deciding per on_redis_error=%s", ErrUnavailable, f.policy)
+	if f.opts.OnError != Local {
+		return fmt.Errorf("%w: deciding per on_redis_error=%s", ErrUnavailable, f.opts.OnError)
 	}
 	f.localOutage.Add(1)
 	return f.decideLocal(ctx, now, items, refused, out, false)
 }
 
-// shard is the shard of a Redis key: its hash slot with a Cluster, else 0.
-func (f *Failover) shard(limit, key string) uint16 {
+// shard is the shard of rate key key: its record's hash slot with a
+// Cluster, else 0.
+func (f *Failover) shard(key string) uint16 {
 	if !f.redis.Cluster() {
 		return 0
 	}
-	return Slot(f.redis.Key(limit, key))
+	return Slot(f.redis.Key(key))
 }
 
 // anyDown reports whether any item's shard is down.
@@ -340,15 +297,15 @@ func (f *Failover) anyDown(items []policy.StackItem) bool {
 		return f.down[0].Load()
 	}
 	for i := range items {
-		if f.down[f.shard(items[i].Limit, items[i].Key)].Load() {
+		if f.down[f.shard(items[i].Key)].Load() {
 			return true
 		}
 	}
 	return false
 }
 
-// writeThrough copies the states Redis now holds for the items (their
-// previous state, or the one the script stored) into the local store.
+// writeThrough copies the states Redis now holds for the items into the
+// local store.
 func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, refused bool, out []policy.StackResult) {
 	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
 		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
@@ -369,10 +326,9 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 	}
 }
 
-// decideLocal decides with the local store (its cost multiplied by Hosts
-// with Split) and adds what it counted to the outage's delta. Unless
-// force is set it rechecks, under localMu, that the request's shard is
-// still down, and asks Redis if a recovery came first.
+// decideLocal decides with the local store and adds what it counted to
+// the outage's delta. Unless force is set it asks Redis instead if a
+// recovery came first.
 func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult, force bool) error {
 	f.localMu.RLock()
 	if !force && !f.anyDown(items) {
@@ -382,10 +338,10 @@ func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []polic
 	defer f.localMu.RUnlock()
 	now = now.Add(f.redis.ClockOffset())
 	local := items
-	if f.Split && f.Hosts > 1 {
+	if f.opts.Split && f.opts.Hosts > 1 {
 		local = make([]policy.StackItem, len(items))
 		for i, it := range items {
-			it.Cost *= float64(f.Hosts)
+			it.Cost *= float64(f.opts.Hosts)
 			local[i] = it
 		}
 	}
@@ -403,7 +359,7 @@ func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []polic
 			if len(f.delta) >= maxTouched {
 				continue
 			}
-			d = &deltaEntry{l: it.Params, slot: f.shard(it.Limit, it.Key)}
+			d = &deltaEntry{l: it.Params, slot: f.shard(it.Key)}
 			f.delta[k] = d
 		}
 		d.l = it.Params
@@ -415,7 +371,7 @@ func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []polic
 // Get returns the shared state, or the local one while Redis is down.
 func (f *Failover) Get(ctx context.Context, limit, key string) (ratelimit.State, error) {
 	st, err := f.redis.Get(ctx, limit, key)
-	if err != nil && errors.Is(err, ErrUnavailable) && f.policy == Local {
+	if err != nil && errors.Is(err, ErrUnavailable) && f.opts.OnError == Local {
 		return f.local.Get(ctx, limit, key)
 	}
 	return st, err
@@ -426,10 +382,8 @@ func (f *Failover) Update(ctx context.Context, limit, key string, fn func(rateli
 	return f.redis.Update(ctx, limit, key, fn)
 }
 
-// Delete resets key under limit in Redis (every host sees it at once), in
-// the local store and in the outage's counts; it reports whether Redis or
-// the local store had state. A Redis error is returned after the local
-// reset.
+// Delete resets key under limit in Redis, in the local store and in the
+// outage's counts, and reports whether either store had state.
 func (f *Failover) Delete(ctx context.Context, limit, key string) (bool, error) {
 	f.mu.Lock()
 	delete(f.delta, [2]string{limit, key})
@@ -441,16 +395,16 @@ func (f *Failover) Delete(ctx context.Context, limit, key string) (bool, error) 
 
 // Range walks the shared state, or the local one while Redis is down.
 func (f *Failover) Range(ctx context.Context, fn func(limit, key string, s ratelimit.State) bool) error {
-	if f.Degraded() && f.policy == Local {
+	if f.Degraded() && f.opts.OnError == Local {
 		return f.local.Range(ctx, fn)
 	}
 	return f.redis.Range(ctx, fn)
 }
 
-// Now is Redis's clock (Store.Now), for the `rate` commands.
-func (f *Failover) Now(ctx context.Context) time.Time {
+// RedisTime is Store.RedisTime, without asking Redis while degraded.
+func (f *Failover) RedisTime(ctx context.Context) time.Time {
 	if f.Degraded() {
 		return time.Now().Add(f.redis.ClockOffset())
 	}
-	return f.redis.Now(ctx)
+	return f.redis.RedisTime(ctx)
 }

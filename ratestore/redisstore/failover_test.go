@@ -1,3 +1,5 @@
+//go:build integration
+
 package redisstore_test
 
 import (
@@ -30,8 +32,8 @@ func hourly(key string) []policy.StackItem {
 // newFailover is a Failover with local fallback over r, with a fast probe.
 func newFailover(t *testing.T, r *redisstore.Store) (*redisstore.Failover, *mtatest.SyncBuffer) {
 	logs := &mtatest.SyncBuffer{}
-	f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
-		slog.New(slog.NewTextHandler(logs, nil)), redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond})
+	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.NewTextHandler(logs, nil)),
+		redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond})
 	t.Cleanup(f.Close)
 	return f, logs
 }
@@ -156,7 +158,7 @@ func TestFailoverPolicies(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, p := range []redisstore.OnError{redisstore.Dunno, redisstore.Defer} {
 		r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 500 * time.Millisecond})
-		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), p, slog.New(slog.DiscardHandler))
+		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.DiscardHandler), redisstore.FailoverOptions{OnError: p})
 		t.Cleanup(f.Close)
 		decide(t, f, "x")
 		srv.Stop()
@@ -186,7 +188,7 @@ func TestSentinelFailover(t *testing.T) {
 	waitUntil(t, "the store to follow the new master", func() bool {
 		out := make([]policy.StackResult, 1)
 		return f.EvaluateStack(context.Background(), time.Now(), hourly("after"), false, out) == nil && !f.Degraded() &&
-			ss.Replica.Must("EXISTS", r.Key("hourly", "after")) == "1"
+			ss.Replica.Must("EXISTS", r.Key("after")) == "1"
 	})
 	close(stop)
 	answered, failed, slowest := wait()
@@ -262,7 +264,7 @@ func TestMergeAddsOnce(t *testing.T) {
 		// The expiry follows the limit's arithmetic (EARRRL's estimate is
 		// negligible below a millionth of the limit: about 16 periods
 		// here), not DefaultTTL.
-		ttl := srv.Must("PTTL", r.Key(c.limit, c.key))
+		ttl := srv.Must("PTTL", r.Key(c.key))
 		if ms, err := strconv.ParseInt(ttl, 10, 64); err != nil || ms < 0 || ms > int64(20*time.Hour/time.Millisecond) {
 			t.Errorf("%s %s: PTTL %s, want an expiry within 20h", c.limit, c.key, ttl)
 		}

@@ -9,46 +9,27 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// The fast path. A decision in Lua costs Redis several times what
-// reading and writing the record costs (docs/performance.md): most of a
-// script's time went to unpacking, measuring and repacking states. So
-// when this host knows the current record of every rate key of a request
-// (knownRecords: what it last saw or stored), it decides the request
-// itself, in Go, with package ratelimit (the reference arithmetic, so
-// exact by construction), and sends the script the records it expects
-// and the records to store. The script stores each new record with one
-// SET ... GET and compares the old value it returns with the expected
-// one: if every record of the request was the expected one, the decision
-// stands (flagFast); if not (another host, `rate reset` or a merge wrote
-// the key since), it puts the old values back and decides the request
-// itself, as without the fast path, and returns the records it left, so
-// that the host knows them for the next request. Either way each request
-// is decided atomically on the state Redis holds.
-//
-// The fast path measures at this host's clock corrected by the offset to
-// Redis's clock seen in the last answer (Options.UseCallerTime: the
-// caller's time), where the script measures at Redis TIME; the two differ
-// by the offset's error (about a round trip), which moves a state's time
-// by as much, as if the message had arrived that much earlier or later.
+// The fast path (doc.go): a request whose records this host knows is
+// decided in Go with package ratelimit, and the script only stores the
+// new records if the old ones are still the ones expected (flagFast);
+// else it decides the request itself. It measures at this host's clock
+// corrected by the offset to Redis's, which is off by about a round trip.
 
-// Expiry kinds of a key of a fast request (what the script does after
-// confirming it; see stack.lua).
+// What the script does with the expiry of a fast request's key (stack.lua).
 const (
 	expiryKeep  = 0 // store the record, keep the key's expiry
 	expiryAt    = 1 // store it, then PEXPIREAT ms
-	expiryIn    = 2 // store it, then PEXPIRE ms (Options.UseCallerTime)
+	expiryIn    = 2 // store it, then PEXPIRE ms (Options.callerTime)
 	expiryCheck = 3 // only compare: nothing of this key changes
 )
 
-// flagFast marks an item of a request decided by the fast path and
-// confirmed by the script.
+// flagFast marks an item of a fast request the script confirmed.
 const flagFast = 32
 
-// speculation is a request's decision made by the fast path: per item
-// the previous state, the measure and whether a state is stored; per key
-// the record expected in Redis, the one to store and its expiry.
+// speculation is the fast path's decision of a request: per item the
+// previous state, the result and whether a state is stored; per key the
+// record expected, the one to store and its expiry.
 type speculation struct {
-	now     time.Time
 	prevs   []ratelimit.State
 	results []ratelimit.Result
 	stored  []bool
@@ -56,7 +37,7 @@ type speculation struct {
 	recs    []string
 	kinds   []byte
 	ms      []int64
-	// Room for the usual few items and keys without more allocations.
+	// Room for the usual few items and keys without allocations.
 	prevBuf   [4]ratelimit.State
 	resultBuf [4]ratelimit.Result
 	storedBuf [4]bool
@@ -68,14 +49,12 @@ type speculation struct {
 
 // speculate decides r (phase "d") in Go at now from the records known of
 // its keys, and reports whether it could: every key's record known and
-// holding a state for every limit of r (a limit still in the earlier
-// layout is read by the script).
+// holding a state for every limit of r.
 func (s *Store) speculate(r *request, now time.Time) bool {
 	if s.known == nil {
 		return false
 	}
 	sp := &r.spec
-	sp.now = now
 	sp.expect, sp.recs, sp.kinds, sp.ms = sp.expectBuf[:0], sp.recBuf[:0], sp.kindBuf[:0], sp.msBuf[:0]
 	for _, k := range r.keys {
 		rec, ok := s.known.get(k)
@@ -102,7 +81,7 @@ func (s *Store) speculate(r *request, now time.Time) bool {
 		return sp.results[j].Over && r.bits[j]&2 != 0
 	})
 	nowms := now.UnixMilli()
-	caller := s.opts.UseCallerTime
+	caller := s.opts.callerTime
 	for k := range r.keys {
 		var rec []byte // the new record, once a state of k changes
 		var need, slack int64
@@ -128,8 +107,7 @@ func (s *Store) speculate(r *request, now time.Time) bool {
 		switch {
 		case rec == nil:
 		case caller:
-			// As the script does with the caller's time: a
-			// lifetime of at least an hour on Redis's clock.
+			// As the script does: at least an hour on Redis's clock.
 			kind, ms = expiryIn, max(need, 3600000)
 		default:
 			at := math.Float64frombits(binary.LittleEndian.Uint64(rec))
@@ -162,9 +140,8 @@ func patchState(rec []byte, limit, st string) {
 	}
 }
 
-// remember records, once assemble has speculated r, the records r is to
-// store as known: the next request of the same keys, even in a call sent
-// before this one's answer, expects them.
+// remember makes the records speculated r stores known: the next request
+// of its keys, even in a call sent before this one's answer, expects them.
 func (s *Store) remember(r *request) {
 	for k, key := range r.keys {
 		if r.spec.kinds[k] != expiryCheck {
@@ -173,12 +150,10 @@ func (s *Store) remember(r *request) {
 	}
 }
 
-// learn updates the known records from the answer a (err: the call's
-// error) of a phase "d" call for reqs: a request decided by the script
-// leaves its keys' records in a.recs, one after the other (length, then
-// the record; empty for none), in the order of each request's keys; a
-// request not decided, or any request of a failed call, forgets its
-// keys' records.
+// learn updates the known records from the answer a (or err) of a phase
+// "d" call for reqs: from a.recs for the requests the script decided (per
+// key a length, then the record); a request not decided, or of a failed
+// call, forgets its keys' records.
 func (s *Store) learn(reqs []*request, a answer, err error) error {
 	if s.known == nil {
 		return nil
@@ -225,9 +200,8 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 	return nil
 }
 
-// forget drops the known records of r's keys: a call that failed may or
-// may not have changed them, and a commit of a stack of several Cluster
-// slots (phase "w") changes them without saying how.
+// forget drops the known records of r's keys (a failed call, or phase
+// "w", which does not return them).
 func (s *Store) forget(r *request) {
 	if s.known == nil {
 		return
@@ -237,11 +211,9 @@ func (s *Store) forget(r *request) {
 	}
 }
 
-// FastPath returns how many requests the fast path decided in Go and the
-// script confirmed, and how many it refused because a record had changed
-// (the script decided them). Several hosts sending one sender's mail
-// alternately refuse often: each request finds the record the other host
-// wrote. Safe for concurrent use.
+// FastPath returns how many requests decided in Go the script confirmed,
+// and how many it refused because a record had changed (hosts sending one
+// sender's mail alternately refuse often).
 func (s *Store) FastPath() (confirmed, refused int64) {
 	return s.fastConfirmed.Load(), s.fastRefused.Load()
 }

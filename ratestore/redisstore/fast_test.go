@@ -1,3 +1,5 @@
+//go:build integration
+
 package redisstore_test
 
 import (
@@ -39,8 +41,8 @@ func admit(t *testing.T, s policy.StackEvaluator, now time.Time, items []policy.
 // those of the script alone (KnownRecords < 0) to 1e-12.
 func TestFastPathDecidesKnownSenders(t *testing.T) {
 	srv := redistest.Start(t)
-	fast := open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true})
-	script := open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true, KnownRecords: -1})
+	fast := open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: []string{srv.Addr}}))
+	script := open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: []string{srv.Addr}, KnownRecords: -1}))
 	t0 := time.Now()
 	for i := range 30 {
 		now := t0.Add(time.Duration(i) * time.Second)
@@ -123,7 +125,7 @@ func TestFastPathRefusalKeepsExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
 	a, b := open(t, o), open(t, o)
-	key := a.Key("hourly", "carol")
+	key := a.Key("carol")
 	pttl := func() int64 {
 		v, err := strconv.ParseInt(srv.Must("PTTL", key), 10, 64)
 		if err != nil {
@@ -176,7 +178,7 @@ func TestFastPathRefusalPutsBackWhatItDoesNotChange(t *testing.T) {
 	srv := redistest.Start(t)
 	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
 	a, b := open(t, o), open(t, o)
-	key := a.Key("hourly", "dave")
+	key := a.Key("dave")
 	if !admit(t, a, time.Now(), hourly("dave")) {
 		t.Fatal("first message refused")
 	}
@@ -262,7 +264,7 @@ func TestFastPathForgetsAfterSeveralSlots(t *testing.T) {
 	}
 	s := open(t, redisstore.Options{Addrs: addrs})
 	user, ip := "erin", "192.0.2.7"
-	if redisstore.Slot(s.Key("hourly", user)) == redisstore.Slot(s.Key("byip", ip)) {
+	if redisstore.Slot(s.Key(user)) == redisstore.Slot(s.Key(ip)) {
 		t.Fatal("test keys share a slot")
 	}
 	both := append(hourly(user), policy.StackItem{Limit: "byip", Key: ip,

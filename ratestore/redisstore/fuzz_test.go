@@ -6,18 +6,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// FuzzDecode: whatever bytes Redis holds under a state key, decode never
-// panics, accepts exactly the 20-byte form, the 28-byte form the decision
-// script wrote in the earlier layout (state and expiry) or none, and a state it reads is written back in
-// a form that reads the same.
+// FuzzDecode: whatever bytes Redis holds as a state, decode never panics,
+// accepts exactly the 20-byte form or none, and a state it reads is
+// written back in a form that reads the same.
 func FuzzDecode(f *testing.F) {
 	f.Add("")
 	f.Add(encode(ratelimit.State{Time: 1_790_000_000_123_456_789, Rate: 199.5}))
 	f.Add("short")
-	f.Add(encode(ratelimit.State{Time: 1_790_000_000_123_456_789, Rate: 3}) + "\x00\x00\x00\x00\x00\x00\x00\x00")
 	f.Fuzz(func(t *testing.T, v string) {
 		st, err := decode(v)
-		if (err == nil) != (len(v) == 0 || len(v) == stateLen || len(v) == legacyStateLen) {
+		if (err == nil) != (len(v) == 0 || len(v) == stateLen) {
 			t.Fatalf("decode(%d bytes): %v", len(v), err)
 		}
 		if err != nil {
@@ -30,27 +28,24 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// FuzzKey: every (limit, rate key) pair has a key of the earlier layout
-// that parses back to it, every rate key a hash that parses back to it,
-// and the hash and all the limits' keys of one non-empty rate key share
-// a hash slot.
+// FuzzKey: every rate key's record name parses back to it and has the
+// rate key as its hash tag.
 func FuzzKey(f *testing.F) {
-	f.Add("hourly", "alice@example.org")
-	f.Add("daily", "a}b{c%d")
-	f.Add("x}", "{}")
-	f.Fuzz(func(t *testing.T, limit, key string) {
+	f.Add("alice@example.org")
+	f.Add("a}b{c%d")
+	f.Add("{}")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, key string) {
 		s := &Store{prefix: DefaultKeyPrefix}
-		k := s.LegacyKey(limit, key)
-		l2, k2, ok := s.parseKey(k)
-		if !ok || l2 != limit || k2 != key {
-			t.Fatalf("parseKey(LegacyKey(%q, %q) = %q) = %q, %q, %v", limit, key, k, l2, k2, ok)
+		k := s.Key(key)
+		if k2, ok := s.parseKey(k); !ok || k2 != key {
+			t.Fatalf("parseKey(Key(%q) = %q) = %q, %v", key, k, k2, ok)
 		}
-		h := s.Key(limit, key)
-		if l2, k2, ok := s.parseKey(h); !ok || l2 != "" || k2 != key {
-			t.Fatalf("parseKey(Key(%q, %q) = %q) = %q, %q, %v", limit, key, h, l2, k2, ok)
+		if got := string(s.appendKey(nil, key)); got != k {
+			t.Fatalf("appendKey(%q) = %q, Key = %q", key, got, k)
 		}
-		if key != "" && (Slot(k) != Slot(s.LegacyKey(limit+"x", key)) || Slot(k) != Slot(h)) {
-			t.Fatalf("limits of %q in different slots", key)
+		if Slot(k) != Slot(k+"hourly#outage") {
+			t.Fatalf("the merge marker of %q is in another slot", key)
 		}
 	})
 }

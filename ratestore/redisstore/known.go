@@ -6,42 +6,32 @@ import (
 	"sync"
 )
 
-// DefaultKnownRecords is the number of rate keys' records a Store
-// remembers for its fast path when Options.KnownRecords is zero. A
-// record of up to knownInline bytes (two limits with names of up to 18
-// bytes each) is kept inline, without pointers for the garbage collector
-// to follow, under a 64-bit hash of its rate key; a longer one is kept
-// as a string beside it. 114,688 is 16 shards of 7,168 records, which
-// fill a map of 8,192 slots of 80 bytes to Go's maximum load of 7/8:
-// about 10.5 MiB in all.
+// DefaultKnownRecords is the number of records the fast path remembers
+// when Options.KnownRecords is zero: 16 shards of 7,168, which fill maps
+// of 8,192 slots of 80 bytes to Go's maximum load of 7/8 (10.5 MiB).
 const DefaultKnownRecords = 16 * 7168
 
-// knownShards spreads the remembered records over independently locked
-// maps, so that concurrent decisions rarely wait for each other.
+// knownShards is the number of independently locked maps.
 const knownShards = 16
 
-// knownInline is the longest record kept inline (knownRecord).
+// knownInline is the longest record kept inline (two limits with names of
+// up to 18 bytes); longer ones are strings in knownShard.long.
 const knownInline = 71
 
-// knownRecords remembers, per Redis key, the record this host last saw
-// in Redis or last asked Redis to store (a speculation until the script
-// confirms it): the fast path (fast.go) decides a request from them in
-// Go, and the script only checks that each record is still the one
-// remembered before storing the new one. A wrong entry (another host
-// wrote the key, a `rate reset`, a merge, a failed call, two keys whose
-// hashes collide) costs one decision by the script, never a wrong one:
-// the script compares the whole record. When a shard is full it is
-// rebuilt with an arbitrary three quarters of its records: a map keeps
-// the slots of deleted entries, so deleting a few at a time let 131,072
-// records take 45 MiB after 1,000,000 keys had gone through. Safe for
-// concurrent use.
+// knownRecords remembers, under a 64-bit hash of each Redis key, the
+// record this host last saw or asked Redis to store. A wrong entry (a
+// record changed, a hash collision) costs a decision by the script, never
+// a wrong one: the script compares the whole record. A full shard is
+// rebuilt with three quarters of its records (a map keeps the room of
+// deleted entries). Safe for concurrent use.
 type knownRecords struct {
 	seed   maphash.Seed
 	max    int // entries per shard
 	shards [knownShards]knownShard
 }
 
-// knownRecord is a record of up to knownInline bytes, without pointers.
+// knownRecord is a record of up to knownInline bytes, without pointers
+// for the garbage collector to follow.
 type knownRecord struct {
 	n uint8
 	b [knownInline]byte
@@ -127,16 +117,4 @@ func (sh *knownShard) rebuild(max int) {
 		long[h] = rec
 	}
 	sh.m, sh.long = m, long
-}
-
-// len returns the number of records remembered.
-func (k *knownRecords) len() int {
-	n := 0
-	for i := range k.shards {
-		sh := &k.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m) + len(sh.long)
-		sh.mu.Unlock()
-	}
-	return n
 }

@@ -35,3 +35,15 @@ func TestKnownRecords(t *testing.T) {
 		t.Errorf("%d records remembered, capacity 64", n)
 	}
 }
+
+// len returns the number of records remembered.
+func (k *knownRecords) len() int {
+	n := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m) + len(sh.long)
+		sh.mu.Unlock()
+	}
+	return n
+}

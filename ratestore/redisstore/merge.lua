@@ -1,27 +1,21 @@
 -- ratelimitd: after an outage, add what this host counted alone to the
 -- shared state (Store.Merge, Failover), exactly once per outage.
 -- KEYS[1] the rate key's record (stack.lua describes it); KEYS[2] the
--- outage's marker for the limit's state: when the marker exists the
--- outage was merged into it already (a retried or restarted merge) and
--- nothing is added; KEYS[3] the state's key in the earlier layout (read
--- when the record has no entry for the limit, as stack.lua does; the
--- record itself when there is none).
+-- outage's marker for the limit's state: when it exists the outage was
+-- merged already (a retried or restarted merge) and nothing is added.
 -- ARGV[1] algorithm (0 exponential, 1 gcra, 2 cooldown, 3 earrrl);
 -- ARGV[2] limit; ARGV[3] period (ns); ARGV[4] decay time constant (ns:
 -- the period for the exponential, 1/lambda for EARRRL); ARGV[5], ARGV[6],
 -- ARGV[7] the host's outage delta: time (Unix seconds, nanoseconds) and
--- rate, in the limit's own meaning (ratelimit.State) as counted from no
--- state; ARGV[8] how long the marker lives (ms); ARGV[9] the limit.
+-- rate (ratelimit.State) as counted from no state; ARGV[8] how long the
+-- marker lives (ms); ARGV[9] the limit.
 --
--- The sum, per algorithm: the exponential rate and EARRRL's count are
--- sums of decayed contributions, so the shared and the local one are
--- each decayed to now and added (time: now); GCRA's and cooldown's
--- arrival time is advanced by the host's backlog still ahead of now
--- (max(tat, now) + max(delta - now, 0)). A state of another length than
--- 20 or 28 bytes, or a value that is not a record, counts as none (and
--- is replaced). The result is stored as the decision script stores
--- states (the entry, and the key's expiry moved later if the sum needs
--- it).
+-- The sum: the exponential rate and EARRRL's count are sums of decayed
+-- contributions, so both are decayed to now and added; GCRA's and
+-- cooldown's arrival time is advanced by the host's backlog still ahead
+-- of now (max(tat, now) + max(delta - now, 0)). A value that is not a
+-- record counts as none and is replaced. The key's expiry is moved later
+-- if the sum needs it, as stack.lua does.
 -- Returns 1 if added, 0 if the marker was there already.
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[8]) == false then return 0 end
 local t = redis.call('TIME')
@@ -31,17 +25,8 @@ local ls, lns, lr = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local floor, exp, log = math.floor, math.exp, math.log
 local sub = string.sub
 local v, at, head = readEntry(KEYS[1], ARGV[9])
-local raw = false
-if at then
-  raw = sub(v, at, at + 19)
-elseif KEYS[3] ~= KEYS[1] then
-  raw = redis.pcall('GET', KEYS[3])
-  if type(raw) ~= 'string' then raw = false end
-end
 local ps, pns, pr
-if raw and (#raw == 20 or #raw == 28) then
-  ps, pns, pr = struct.unpack('<i8I4d', raw)
-end
+if at then ps, pns, pr = struct.unpack('<i8I4d', sub(v, at, at + 19)) end
 -- ago is how long before now (ns, >= 0) the time (s, ns) was.
 local function ago(s, ns)
   local d = (nows - s) * 1e9 + (nowns - ns)

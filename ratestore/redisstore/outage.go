@@ -15,13 +15,12 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// pendingMerge is one merge of outage counts: its identifier (the
-// marker Store.Merge leaves beside each key) and the deltas.
+// pendingMerge is one merge of outage counts: its identifier (Store.Merge's
+// marker) and the deltas.
 type pendingMerge struct {
 	ID      string         `json:"id"`
 	Entries []pendingEntry `json:"entries"`
-	// failed is set once a failure of this merge was logged.
-	failed bool
+	failed  bool           // a failure of it was logged
 }
 
 // pendingEntry is one (limit, key)'s delta (ratelimit.State).
@@ -45,16 +44,15 @@ func (f *Failover) markAllDown(cause error) {
 func (f *Failover) markDown(items []policy.StackItem, cause error) {
 	f.markShards(cause, func(mark func(uint16)) {
 		for i := range items {
-			mark(f.shard(items[i].Limit, items[i].Key))
+			mark(f.shard(items[i].Key))
 		}
 	})
 }
 
-// markShards marks shards down; the first shard down starts an outage:
-// logged once, counted, and the probe started.
+// markShards marks shards down; the first starts an outage (logged,
+// counted) and the probe.
 func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
-	msg := cause.Error()
-	f.lastErr.Store(&msg)
+	f.setErr(cause)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	select {
@@ -71,25 +69,21 @@ func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
 	if was == 0 && f.nDown.Load() > 0 && !f.outage {
 		f.outage = true
 		f.since.Store(time.Now().UnixNano())
-		// A relapse soon after a recovery (connections of a restarted
-		// Redis found stale, a node still loading) continues the
-		// outage: not logged or counted again.
+		// A relapse soon after a recovery (stale connections to a
+		// restarted Redis, a node still loading) is not logged again.
 		f.relapse = time.Since(f.recovered) < relapseWindow
 		if !f.relapse {
 			f.switches.Add(1)
-			f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.policy.String(),
+			f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.opts.OnError.String(),
 				"share", f.shareName(), "err", cause)
-			if f.OnSwitch != nil {
-				f.OnSwitch(true)
-			}
 		}
 	}
 	f.startProbe()
 }
 
 func (f *Failover) shareName() string {
-	if f.Split && f.Hosts > 1 {
-		return fmt.Sprintf("split among %d hosts", f.Hosts)
+	if f.opts.Split && f.opts.Hosts > 1 {
+		return fmt.Sprintf("split among %d hosts", f.opts.Hosts)
 	}
 	return "last known state"
 }
@@ -105,11 +99,11 @@ func (f *Failover) startProbe() {
 }
 
 // probe runs while shards are down or merges pending: every
-// ProbeInterval it probes the shards down and recovers those that
-// answer, then retries the pending merges.
+// ProbeInterval it recovers the shards that answer and retries the
+// pending merges.
 func (f *Failover) probe() {
 	defer f.wg.Done()
-	every := f.ProbeInterval
+	every := f.opts.ProbeInterval
 	if every <= 0 {
 		every = 250 * time.Millisecond
 	}
@@ -135,46 +129,41 @@ func (f *Failover) probe() {
 	}
 }
 
-// probeShards probes the shards down: the one Redis, or per cluster node
-// serving slots that are down (each node's slots found down widened to
-// all its slots first, so that they stop waiting for timeouts).
+// probeShards probes the shards down: the one Redis, or each Cluster node
+// serving some (a node that does not answer has all its slots marked
+// down, so that they stop waiting for timeouts).
 func (f *Failover) probeShards() {
 	r := f.redis
 	if err := r.Connect(f.ctx); err != nil {
 		return
 	}
-	if !r.Cluster() {
-		if err := r.ProbeSlot(f.ctx, 0); err != nil {
+	var owners *[slotCount]string // nil without a Cluster
+	if r.Cluster() {
+		var err error
+		if owners, err = r.slotOwners(f.ctx); err != nil {
 			f.setErr(err)
 			return
 		}
-		var all []uint16
-		for s := range slotCount {
-			if f.down[s].Load() {
-				all = append(all, uint16(s))
-			}
-		}
-		f.recover(all, "")
-		return
-	}
-	owners, err := r.slotOwners(f.ctx)
-	if err != nil {
-		f.setErr(err)
-		return
 	}
 	groups := map[string][]uint16{}
 	for s := range slotCount {
 		if f.down[s].Load() {
-			groups[owners[s]] = append(groups[owners[s]], uint16(s))
+			node := ""
+			if owners != nil {
+				node = owners[s]
+			}
+			groups[node] = append(groups[node], uint16(s))
 		}
 	}
 	for node, slots := range groups {
-		if node == "" {
+		if owners != nil && node == "" {
 			continue // no master serves these slots: they stay local
 		}
-		if err := r.ProbeSlot(f.ctx, slots[0]); err != nil {
+		if err := r.probeSlot(f.ctx, slots[0]); err != nil {
 			f.setErr(err)
-			f.widen(node, owners, err)
+			if owners != nil {
+				f.widen(node, owners, err)
+			}
 			continue
 		}
 		f.recover(slots, node)
@@ -186,8 +175,7 @@ func (f *Failover) setErr(err error) {
 	f.lastErr.Store(&msg)
 }
 
-// widen marks every slot of a cluster node that does not answer down,
-// logging the node once.
+// widen marks every slot of node down, logging the node once.
 func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
 	f.mu.Lock()
 	if _, ok := f.downNodes[node]; !ok {
@@ -204,16 +192,16 @@ func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
 	})
 }
 
-// recover shares the shards again: marks them up, waits for the local
-// decisions in progress (localMu), takes their deltas as a pending merge
-// and merges. The last shard up ends the outage (logged once).
+// recover marks slots up, waits for the local decisions in progress,
+// takes their deltas as a pending merge and merges. The last shard up
+// ends the outage.
 func (f *Failover) recover(slots []uint16, node string) {
 	if len(slots) == 0 {
 		return
 	}
 	f.mu.Lock()
-	// The outage ends (logged and counted) before its last shard is
-	// marked up: whoever sees it shared sees it recovered.
+	// The outage ends before its last shard is marked up: whoever sees
+	// it shared sees it recovered.
 	up := 0
 	for _, s := range slots {
 		if f.down[s].Load() {
@@ -229,9 +217,6 @@ func (f *Failover) recover(slots []uint16, node string) {
 		if !f.relapse {
 			f.recoveries.Add(1)
 			f.log.Info("redis available again: rate state shared", "outage", time.Since(began).Round(time.Millisecond).String())
-			if f.OnSwitch != nil {
-				f.OnSwitch(false)
-			}
 		}
 	}
 	for _, s := range slots {
@@ -265,12 +250,12 @@ func (f *Failover) recover(slots []uint16, node string) {
 	}
 }
 
-// relapseWindow is how soon after a recovery a new failure continues the
-// outage instead of starting one.
+// relapseWindow is how soon after a recovery a failure continues the
+// outage.
 const relapseWindow = 2 * time.Second
 
-// takeDelta removes the deltas of the shards in (all with nil) and
-// returns them as a pending merge with a new identifier (f.mu held).
+// takeDelta removes the deltas of the shards in (all if nil) and returns
+// them as a new pending merge (f.mu held).
 func (f *Failover) takeDelta(in func(uint16) bool) pendingMerge {
 	pm := pendingMerge{ID: newMergeID()}
 	for k, d := range f.delta {
@@ -290,10 +275,8 @@ func newMergeID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// mergePending merges the pending merges whose shards are up, each under
-// its identifier; a merge that fails stays pending (retried by the
-// probe, its keys already done skipped by their markers). It returns how
-// many states were added.
+// mergePending does the pending merges whose shards are up; one that fails
+// stays pending. It returns how many states were added.
 func (f *Failover) mergePending() int {
 	f.mu.Lock()
 	todo := append([]pendingMerge(nil), f.pending...)
@@ -323,13 +306,13 @@ func (f *Failover) mergePending() int {
 	return total
 }
 
-// merge adds one pending merge's deltas whose shards are up, per limit;
-// deltas of shards still down are left for later (an error).
+// merge adds pm's deltas whose shards are up, per limit; those of shards
+// still down are left, with an error.
 func (f *Failover) merge(pm pendingMerge) (int, error) {
 	byLimit := map[string][]int{}
 	var later error
 	for i, e := range pm.Entries {
-		if f.down[f.shard(e.Limit, e.Key)].Load() {
+		if f.down[f.shard(e.Key)].Load() {
 			later = fmt.Errorf("%w: shard still down", ErrUnavailable)
 			continue
 		}
@@ -358,11 +341,8 @@ func (f *Failover) merge(pm pendingMerge) (int, error) {
 }
 
 // LoadPending makes path the file that keeps the outage counts not yet
-// merged into Redis (written when a merge begins and at Close, removed
-// when none is left), and loads the merges a previous run left there;
-// they are merged once Redis answers, each under its identifier, so a
-// merge the daemon was stopped in the middle of adds nothing twice.
-// Call it once, before use.
+// merged (JSON; removed when none is left) and loads what a previous run
+// left there. Call it once, before use.
 func (f *Failover) LoadPending(path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -385,9 +365,8 @@ func (f *Failover) LoadPending(path string) error {
 	return nil
 }
 
-// savePending writes the pending merges to the pending file, or removes
-// it when none is left (f.mu held). It writes a new file and renames it,
-// so a crash leaves the old or the new list.
+// savePending replaces the pending file (write and rename), or removes it
+// when nothing is pending (f.mu held).
 func (f *Failover) savePending() {
 	if f.pendingFile == "" {
 		return

@@ -1,3 +1,5 @@
+//go:build integration
+
 package redisstore_test
 
 import (
@@ -60,8 +62,8 @@ func outageHosts(t *testing.T, o redisstore.Options, n int, split bool, connect 
 			t.Cleanup(r.Close)
 		}
 		buf := &mtatest.SyncBuffer{}
-		f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local,
-			slog.New(slog.NewTextHandler(buf, nil)), redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond, Split: split, Hosts: n})
+		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.NewTextHandler(buf, nil)),
+			redisstore.FailoverOptions{ProbeInterval: 50 * time.Millisecond, Split: split, Hosts: n})
 		t.Cleanup(f.Close)
 		fs = append(fs, f)
 		logs = append(logs, buf)
@@ -445,7 +447,7 @@ func TestOutageMergeSurvivesRestart(t *testing.T) {
 	path := t.TempDir() + "/outage.json"
 	newHost := func() *redisstore.Failover {
 		r := open(t, o)
-		f := redisstore.NewFailoverWith(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local, slog.New(slog.DiscardHandler),
+		f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.DiscardHandler),
 			redisstore.FailoverOptions{ProbeInterval: 20 * time.Millisecond})
 		if err := f.LoadPending(path); err != nil {
 			t.Fatal(err)
@@ -488,9 +490,7 @@ func TestOutageMergeSurvivesRestart(t *testing.T) {
 // one user's key (the record of all its limits), is replaced by fresh
 // states for that key alone (reported once per limit through
 // OnBadState); other users are decided as usual, and the store stays
-// shared. A bad state of one limit in the earlier layout's key (one key
-// per limit, read while the record has no entry for it) is that limit's
-// problem alone.
+// shared.
 func TestBadStateIsItsKeysProblem(t *testing.T) {
 	srv := redistest.Start(t)
 	var bad []string
@@ -498,14 +498,14 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 	o := redisstore.Options{Addrs: []string{srv.Addr}, Timeout: outageTimeout, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1)),
 		OnBadState: func(limit, key string) { mu.Lock(); bad = append(bad, limit+" "+key); mu.Unlock() }}
 	r := open(t, o)
-	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), redisstore.Local, slog.New(slog.DiscardHandler))
+	f := redisstore.NewFailover(r, ratestore.NewMemory(ratestore.MemoryOptions{}), slog.New(slog.DiscardHandler), redisstore.FailoverOptions{})
 	t.Cleanup(f.Close)
 	out := make([]policy.StackResult, 2)
 	for range 30 {
 		f.EvaluateStack(context.Background(), time.Now(), outageStack("bad2@x.org"), false, out)
 		f.EvaluateStack(context.Background(), time.Now(), outageStack("good@x.org"), false, out)
 	}
-	srv.Must("SET", r.Key("hourly", "bad2@x.org"), "xyz")
+	srv.Must("SET", r.Key("bad2@x.org"), "xyz")
 	if err := f.EvaluateStack(context.Background(), time.Now(), outageStack("bad2@x.org"), false, out); err != nil {
 		t.Fatalf("request of the user with a bad state: %v", err)
 	}
@@ -522,23 +522,10 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 	if got, err := r.Get(context.Background(), "daily", "bad2@x.org"); err != nil || got.Rate < 0.99 || got.Rate > 1.01 {
 		t.Errorf("the bad value was not replaced: daily %+v, %v", got, err)
 	}
-	// One limit's bad state in the earlier layout: the other limit of
-	// the request still counts what it counted.
-	for range 5 {
-		f.EvaluateStack(context.Background(), time.Now(), outageStack("bad3@x.org"), false, out)
-	}
-	if ok, err := r.Delete(context.Background(), "hourly", "bad3@x.org"); !ok || err != nil {
-		t.Fatalf("Delete: %v %v", ok, err)
-	}
-	srv.Must("SET", r.LegacyKey("hourly", "bad3@x.org"), "xyz")
-	if err := f.EvaluateStack(context.Background(), time.Now(), outageStack("bad3@x.org"), false, out); err != nil ||
-		out[0].Result.Rate > 1.01 || out[1].Result.Rate < 5.9 {
-		t.Errorf("a bad earlier state of hourly: %v, hourly %+v, daily %+v", err, out[0], out[1])
-	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(bad) != 3 || bad[0] != "hourly bad2@x.org" || bad[1] != "daily bad2@x.org" || bad[2] != "hourly bad3@x.org" {
-		t.Errorf("OnBadState calls: %q, want hourly and daily of bad2@x.org, hourly of bad3@x.org", bad)
+	if len(bad) != 2 || bad[0] != "hourly bad2@x.org" || bad[1] != "daily bad2@x.org" {
+		t.Errorf("OnBadState calls: %q, want hourly and daily of bad2@x.org", bad)
 	}
 }
 

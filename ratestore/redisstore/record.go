@@ -1,15 +1,14 @@
 package redisstore
 
-// A rate key's record (stack.lua): the key's expiry as the scripts last
-// set it (Unix ms, float64, little-endian), then per limit a length
-// byte, the limit's name and its stateLen-byte state.
+// A record (doc.go, stack.lua): the key's expiry (Unix ms, float64),
+// then per limit a length byte, the limit's name and its state.
 
 // recordExpiryLen is the length of a record's expiry.
 const recordExpiryLen = 8
 
 // recordEach calls fn with each limit's name and state in record v until
-// fn returns false; it reports whether v parses as a record (nothing is
-// passed to fn if it does not).
+// fn returns false; it reports whether v parses (if not, fn is not
+// called).
 func recordEach(v string, fn func(name, state string) bool) bool {
 	if !recordValid(v) {
 		return false
@@ -24,8 +23,7 @@ func recordEach(v string, fn func(name, state string) bool) bool {
 	return true
 }
 
-// recordValid reports whether v parses as a record: the expiry, then
-// whole entries.
+// recordValid reports whether v is an expiry, then whole entries.
 func recordValid(v string) bool {
 	if len(v) < recordExpiryLen {
 		return false
@@ -37,8 +35,7 @@ func recordValid(v string) bool {
 	return p == len(v)
 }
 
-// recordState returns the state of limit in record v ("" if v has none
-// or does not parse).
+// recordState returns limit's state in record v ("" if none).
 func recordState(v, limit string) string {
 	var st string
 	recordEach(v, func(name, state string) bool {

@@ -7,14 +7,14 @@ import (
 	"sync"
 )
 
-// slotTags[s] is a short string whose hash slot is s (see tagFor).
+// slotTags.tags[s] is a short string whose hash slot is s (tagFor).
 var slotTags struct {
 	once sync.Once
 	tags [slotCount]string
 }
 
 // tagFor returns a hash tag of slot s: the first decimal number whose
-// slot it is (all 16384 found once, in a few milliseconds).
+// slot it is.
 func tagFor(s uint16) string {
 	slotTags.once.Do(func() {
 		left := slotCount
@@ -29,12 +29,11 @@ func tagFor(s uint16) string {
 	return slotTags.tags[s]
 }
 
-// ProbeSlot connects if needed and checks that Redis serves data within
-// the timeout: with a Redis Cluster, the node serving slot s (the
-// client follows MOVED and ASK). It reads one key, which a Redis still
-// LOADING its data set or BUSY running a script refuses (PING and TIME
-// it would answer). Errors wrap ErrUnavailable.
-func (s *Store) ProbeSlot(ctx context.Context, slot uint16) error {
+// probeSlot connects if needed and checks that Redis (with a Cluster, the
+// node serving slot) serves data within the timeout: it reads a key,
+// which a Redis LOADING or BUSY refuses (PING it would answer). Errors
+// wrap ErrUnavailable.
+func (s *Store) probeSlot(ctx context.Context, slot uint16) error {
 	if err := s.Connect(ctx); err != nil {
 		return err
 	}
@@ -52,7 +51,7 @@ func (s *Store) ProbeSlot(ctx context.Context, slot uint16) error {
 }
 
 // slotOwners returns the address of the master serving each hash slot
-// ("" for none), from CLUSTER SLOTS of the first node that answers.
+// ("" for none): CLUSTER SLOTS of the first node that answers.
 func (s *Store) slotOwners(ctx context.Context) (*[slotCount]string, error) {
 	c, err := s.client()
 	if err != nil {

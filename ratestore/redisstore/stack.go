@@ -18,8 +18,8 @@ import (
 )
 
 // request is one policy request's items of one hash slot, as sent to the
-// script: it owns copies of everything the script call needs, so that a
-// caller that gave up (timeout) leaves nothing shared behind.
+// script. It owns copies of all the call needs, so a caller that gave up
+// leaves nothing shared behind.
 type request struct {
 	idx   []int    // indexes into the caller's items
 	keys  []string // the distinct hashes of the items' rate keys
@@ -30,18 +30,17 @@ type request struct {
 	costs []float64
 	flag  bool // "d": already refused; "w": admitted
 	base  int  // index of the request's first item in the answer (set by assemble)
-	// ctx is the caller's, while the request waits in a batch; dropped
-	// is set (before the batch's done is closed) when the caller had
-	// given up by the time the batch was sent, so it was not sent.
+	// ctx is the caller's while the request waits in a batch; dropped is
+	// set before the batch's done is closed if it was not sent because
+	// the caller had given up.
 	ctx     context.Context
 	dropped bool
-	// kb holds the items' Redis keys (evaluateOne).
-	kb []byte
-	// The fast path (fast.go), set by assemble: the request decided in
-	// Go from the records known of its keys, for the script to confirm.
+	kb      []byte // the keys' bytes (evaluateOne)
+	// fast is set by assemble when the request was decided in Go (spec),
+	// for the script to confirm.
 	fast bool
 	spec speculation
-	// Room for the usual few items without more allocations.
+	// Room for the usual few items without allocations.
 	idxBuf  [4]int
 	keyBuf  [4]string
 	kidxBuf [4]int
@@ -57,8 +56,7 @@ func (r *request) init() {
 	r.lims, r.bits, r.costs = r.limBuf[:0], r.bitBuf[:0], r.costBuf[:0]
 }
 
-// reset empties a request taken from Store.reqs for reuse, keeping its
-// buffers.
+// reset empties a request for reuse, keeping its buffers.
 func (r *request) reset() {
 	kb := r.kb[:0]
 	*r = request{kb: kb}
@@ -82,15 +80,13 @@ func (r *request) add(i, k int, it *policy.StackItem) {
 	r.costs = append(r.costs, it.Cost)
 }
 
-// spec is a limit as the script knows it: its name (the field of its
-// states) and parameters.
+// spec is a limit as the script knows it.
 type spec struct {
 	name string
 	l    ratelimit.Limit
 }
 
-// specArgs returns the script's 6 ARGV values of a limit (name, limit,
-// period, mode, algorithm, half-life), formatted once per distinct limit.
+// specArgs returns the script's 6 ARGV values of a limit, formatted once.
 func (s *Store) specArgs(sp spec) *[6]string {
 	if v, ok := s.specs.Load(sp); ok {
 		return v.(*[6]string)
@@ -102,13 +98,11 @@ func (s *Store) specArgs(sp spec) *[6]string {
 	return v.(*[6]string)
 }
 
-// assemble builds the script's KEYS and ARGV for reqs (see stack.lua) and
-// sets each request's base; it returns the number of items. With
-// keysInArgs (a batch for one Redis Cluster node, of many slots) the
-// hashes follow the packed requests in ARGV and KEYS is empty. In phase
-// "d" it decides in Go the requests whose records are known (the fast
-// path, fast.go): their expected and new records follow, two ARGV values
-// per key.
+// assemble builds the script's KEYS and ARGV for reqs (stack.lua), sets
+// each request's base and returns the number of items. With keysInArgs
+// (a batch of many slots for one Cluster node) the keys go in ARGV. In
+// phase "d" it decides in Go the requests whose records are known
+// (fast.go).
 func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool) (keys, args []string, items int) {
 	nk := 0
 	for _, r := range reqs {
@@ -153,17 +147,16 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		a := s.specArgs(sp)
 		args = append(args, a[:]...)
 	}
-	// The records of fast requests follow the packed requests (and the
-	// keys, with keysInArgs): the first is ARGV[recBase+1].
+	// The fast requests' records come last, from ARGV[recBase+1].
 	recBase := len(args) + 1
 	if keysInArgs {
 		recBase += nk
 	}
 	recs := make([]string, 0, 2*fastKeys)
 	packed := make([]byte, 0, 5+7*len(reqs)+16*items+17*fastKeys)
-	// The keys of the requests the script decides come first: it reads
-	// them with one MGET (not with keysInArgs: a Cluster batch's keys
-	// fall in many slots). Then the fast requests' keys.
+	// The keys of the requests the script decides come first, for one
+	// MGET (not with keysInArgs: they fall in many slots); then the fast
+	// requests' keys.
 	kbases := make([]int, len(reqs))
 	for pass := range 2 {
 		for ri, r := range reqs {
@@ -223,8 +216,8 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	return keys, append(args, recs...), items
 }
 
-// fastNow is the time the fast path measures at: the caller's (ts, tns
-// as given to the script), or this host's clock corrected to Redis's.
+// fastNow is the time the fast path measures at: the caller's (ts, tns),
+// or this host's clock corrected to Redis's.
 func (s *Store) fastNow(ts, tns string) time.Time {
 	if ts == "" || ts == "?" {
 		return time.Now().Add(s.ClockOffset())
@@ -234,31 +227,28 @@ func (s *Store) fastNow(ts, tns string) time.Time {
 	return time.Unix(sec, nsec)
 }
 
-// answer is a script call's answer: Redis's now, and per item (in the
-// order of the call's requests) itemLen bytes: a flag byte, over + 2*stored
-// + 4*(1 if there was a previous state) + 8*(1 if the stored value was
-// undecodable and replaced by a fresh state) + 16*(1 if the request was
-// not decided: a Cluster node that does not serve its hash), then that
-// state's 20 bytes (zeros if none).
+// answer is a script call's answer (stack.lua): Redis's now, per item
+// itemLen bytes (a flag byte, then the previous state or zeros), and in
+// phase "d" the records the script left (Store.learn).
 type answer struct {
 	now   time.Time
 	items string
-	recs  string // phase "d": the records the script left (Store.learn)
+	recs  string
 }
 
-// itemLen is the length of one item's part of answer.items.
 const itemLen = 1 + stateLen
 
-// Flags of an item in answer.items beside over (1), stored (2) and had a
-// previous state (4).
+// The flags of an item in answer.items (and flagFast, fast.go).
 const (
-	flagBad      = 8
-	flagNotHere  = 16
-	flagPrevious = 4
+	flagOver     = 1
+	flagStored   = 2
+	flagPrevious = 4  // the item had a state
+	flagBad      = 8  // the stored value was undecodable and replaced
+	flagNotHere  = 16 // not decided: the node does not serve the key
 )
 
-// item returns the flag byte and the previous state's bytes ("" for none)
-// of the k-th item of the call.
+// item returns the flag byte and previous state ("" for none) of the
+// call's k-th item.
 func (a answer) item(k int) (flag byte, prev string) {
 	p := a.items[k*itemLen : (k+1)*itemLen]
 	if p[0]&flagPrevious != 0 {
@@ -267,9 +257,7 @@ func (a answer) item(k int) (flag byte, prev string) {
 	return p[0], prev
 }
 
-// exec runs the script on reqs (all of one slot) and checks the answer's
-// shape. On Redis's clock (not Options.UseCallerTime) it records the
-// clock offset.
+// exec runs the script on reqs, all of one slot.
 func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) (answer, error) {
 	c, err := s.client()
 	if err != nil {
@@ -281,8 +269,8 @@ func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*reques
 	return s.settle(phase, reqs, v, err, items, start)
 }
 
-// settle checks the answer v (or the error err) of a script call for
-// reqs in phase, sent at start, and updates the known records from it.
+// settle checks the answer v (or err) of a call for reqs sent at start,
+// and updates the known records from it.
 func (s *Store) settle(phase string, reqs []*request, v []rueidis.RedisMessage, err error, items int, start time.Time) (answer, error) {
 	var a answer
 	if err != nil {
@@ -303,8 +291,8 @@ func (s *Store) settle(phase string, reqs []*request, v []rueidis.RedisMessage, 
 	return a, err
 }
 
-// parseAnswer checks the shape of a script call's answer v for items
-// items, sent at start.
+// parseAnswer checks the shape of the answer v of a call of items items
+// sent at start, and measures the clock offset from it.
 func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time) (answer, error) {
 	if s.opts.OnRoundTrip != nil {
 		s.opts.OnRoundTrip(time.Since(start))
@@ -324,12 +312,10 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 	}
 	a := answer{now: time.Unix(sec, nsec), items: packed, recs: recs}
 	if sec == 0 && nsec == 0 {
-		// Every request decided by the fast path, the script did not
-		// read Redis's clock (clockArg).
+		// Every request confirmed: the script did not read TIME.
 		a.now = time.Time{}
-	} else if !s.opts.UseCallerTime {
-		// Redis read its clock between the call's start and its
-		// answer: the midpoint is the best guess of when.
+	} else if !s.opts.callerTime {
+		// TIME was read between start and answer: take the midpoint.
 		end := time.Now()
 		s.offset.Store(int64(a.now.Sub(start.Add(end.Sub(start) / 2))))
 		s.offsetAt.Store(end.UnixNano())
@@ -337,25 +323,18 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 	return a, nil
 }
 
-// EvaluateStack decides a request's stack of limits (policy.StackEvaluator)
-// with one script call per hash slot (one in all, unless the store talks to
-// a Redis Cluster and the keys fall in several slots), on Redis's clock
-// (the caller's now only with Options.UseCallerTime). Requests of
-// concurrent callers that arrive while earlier calls to the same Redis
-// server (with a Cluster, the master serving the request's slot; a stack
-// of one slot) are in flight are decided together by one script call,
-// one after the other, each seeing the states the previous ones stored.
-// Items of an unknown algorithm get ErrAlgorithm and take no
-// part. It returns an error wrapping ErrUnavailable when Redis did not
-// answer within the timeout (nothing was decided, as far as the caller
-// knows; with several slots, some may have committed), or ErrProtocol for
-// an answer it cannot read. Safe for concurrent use.
+// EvaluateStack decides a request's stack of limits on Redis's clock (now
+// is ignored; policy.StackEvaluator), batched with concurrent callers'
+// requests, with one script call per hash slot. Items of an algorithm the
+// script does not implement get ErrAlgorithm and take no part. Errors
+// wrap ErrUnavailable (nothing was decided as far as the caller knows;
+// of a stack of several slots some may have committed) or ErrProtocol.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if !s.Cluster() {
 		return s.evaluateOne(ctx, now, items, refused, out)
 	}
-	// One request per slot; never reallocated (the requests' slices
-	// point into their own buffers).
+	// One request per slot; never reallocated (their slices point into
+	// their own buffers).
 	reqs := make([]request, 0, len(items))
 	var slots map[uint16]int
 	for i := range items {
@@ -363,7 +342,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		if !scriptable(it, &out[i]) {
 			continue
 		}
-		k := s.Key(it.Limit, it.Key)
+		k := s.Key(it.Key)
 		if slots == nil {
 			slots = make(map[uint16]int, 2)
 		}
@@ -389,16 +368,13 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		}
 		return out[0].Err // every item failed alone
 	}
-	ts, tns := s.timeArgs(now)
 	if len(reqs) == 1 {
 		r := &reqs[0]
 		r.flag = refused
 		var v answer
 		var err error
-		if s.opts.UseCallerTime {
-			cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-			v, err = s.exec(cctx, "d", ts, tns, r)
-			cancel()
+		if s.opts.callerTime {
+			v, err = s.decideAt(ctx, now, r)
 		} else {
 			v, err = s.decideInCluster(ctx, r, Slot(r.keys[0]))
 		}
@@ -408,6 +384,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		return s.read(v, r, items, out, true)
 	}
 	// Several slots: check every slot, decide, commit on every slot.
+	ts, tns := s.timeArgs(now)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	res := s.execSlots(ctx, reqs, "c", ts, tns)
@@ -429,8 +406,8 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	for ri := range reqs {
 		r := &reqs[ri]
 		if err := res[ri].err; err != nil {
-			// Items of a slot that failed to commit carry their
-			// own Err; the others' verdicts stand.
+			// The items of a slot that failed carry its error;
+			// the others' verdicts stand.
 			for _, i := range r.idx {
 				out[i].Err = err
 			}
@@ -439,19 +416,15 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		v := res[ri].v
 		for j, i := range r.idx {
 			code, _ := v.item(r.base + j)
-			out[i].Stored = code&2 != 0
+			out[i].Stored = code&flagStored != 0
 		}
 	}
 	return nil
 }
 
-// evaluateOne is EvaluateStack on a standalone or Sentinel-managed Redis:
-// one script call (batched with other callers' unless
-// Options.UseCallerTime) decides the whole stack. Its request comes from
-// Store.reqs and goes back once no batch refers to it, and the items'
-// Redis keys are substrings of one string, so that a stack costs one
-// allocation of its own, that string (the call's are shared by its
-// batch).
+// evaluateOne is EvaluateStack without a Cluster: one batched script
+// call decides the whole stack. The request comes from Store.reqs and the
+// keys are substrings of one string: one allocation per stack.
 func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	r, _ := s.reqs.Get().(*request)
 	if r == nil {
@@ -473,7 +446,7 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 			}
 		}
 		if ki < 0 {
-			r.kb = s.appendKey(r.kb, "", it.Key)
+			r.kb = s.appendKey(r.kb, it.Key)
 			end = append(end, len(r.kb))
 			ki = len(r.keys)
 			r.keys = append(r.keys, "")
@@ -496,17 +469,13 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 	r.flag = refused
 	var v answer
 	var err error
-	if s.opts.UseCallerTime {
-		ts, tns := s.timeArgs(now)
-		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		v, err = s.exec(cctx, "d", ts, tns, r)
-		cancel()
+	if s.opts.callerTime {
+		v, err = s.decideAt(ctx, now, r)
 	} else {
 		v, err = s.decideBatched(ctx, &s.batch, r)
 	}
 	if err != nil {
-		// A batch may still hold r (its caller gave up first): r is
-		// left to the garbage collector.
+		// A batch may still hold r: left to the garbage collector.
 		return err
 	}
 	err = s.read(v, r, items, out, true)
@@ -514,9 +483,17 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 	return err
 }
 
+// decideAt decides r alone at now (Options.callerTime).
+func (s *Store) decideAt(ctx context.Context, now time.Time, r *request) (answer, error) {
+	ts, tns := s.timeArgs(now)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	return s.exec(ctx, "d", ts, tns, r)
+}
+
 // clockArg is the script's ARGV[2] for a phase "d" call on Redis's clock:
-// "?" (read TIME only if a request is decided by the script) while the
-// clock offset was measured in the last second, else "" (read it).
+// "?" (read TIME only if the script decides a request) while the offset
+// is less than a second old, else "".
 func (s *Store) clockArg() string {
 	if time.Now().UnixNano()-s.offsetAt.Load() < int64(time.Second) {
 		return "?"
@@ -524,20 +501,18 @@ func (s *Store) clockArg() string {
 	return ""
 }
 
-// timeArgs returns the script's time arguments (ARGV[2], ARGV[3]): now as
-// Unix seconds and nanoseconds with Options.UseCallerTime, else "" and ""
-// (Redis's TIME).
+// timeArgs returns the script's ARGV[2] and ARGV[3]: now as Unix seconds
+// and nanoseconds with Options.callerTime, else "" and "" (Redis TIME).
 func (s *Store) timeArgs(now time.Time) (ts, tns string) {
-	if !s.opts.UseCallerTime {
+	if !s.opts.callerTime {
 		return "", ""
 	}
 	sec, nsec := splitNs(now.UnixNano())
 	return strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10)
 }
 
-// scriptable clears out, the result of item it, and reports whether the
-// script knows its algorithm; if not, out.Err wraps ErrAlgorithm and the
-// item takes no part in the call.
+// scriptable clears out, the result of it, and reports whether the script
+// implements its algorithm; if not, out.Err wraps ErrAlgorithm.
 func scriptable(it *policy.StackItem, out *policy.StackResult) bool {
 	*out = policy.StackResult{}
 	if it.Params.Algorithm > ratelimit.EARRRL {
@@ -552,8 +527,7 @@ type slotResult struct {
 	err error
 }
 
-// execSlots runs the script on every request concurrently (one slot
-// each).
+// execSlots runs the script concurrently on each request (one slot each).
 func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns string) []slotResult {
 	res := make([]slotResult, len(reqs))
 	var wg sync.WaitGroup
@@ -568,14 +542,12 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 	return res
 }
 
-// errNotHere is the error of an item the script could not decide on the
-// node it was sent to (a Cluster slot moving, or its map out of date).
+// errNotHere is the error of an item the node asked does not serve.
 var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
 
-// read fills out for the items of r from the script's answer v: the
-// previous state and the script's verdict; the Result is recomputed from
-// them with package ratelimit (so Before, Rate and RetryAfter are exactly
-// the reference arithmetic at Redis's now).
+// read fills out for r's items from answer v: the previous state, and the
+// Result recomputed from it with package ratelimit at Redis's now, with
+// the script's verdict.
 func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult, stored bool) error {
 	now := v.now
 	for j, i := range r.idx {
@@ -599,13 +571,12 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 		if code&flagBad != 0 && s.opts.OnBadState != nil {
 			s.opts.OnBadState(items[i].Limit, items[i].Key)
 		}
-		over := code&1 != 0
+		over := code&flagOver != 0
 		it := &items[i]
 		res := it.Params.Check(prev, now, it.Cost)
 		if res.Over != over {
-			// The script's exp and log differ from Go's by an ulp
-			// or so; at the very boundary its verdict is the one
-			// that was stored.
+			// Lua's exp and log differ from Go's by an ulp; at the
+			// boundary the stored verdict stands.
 			res.Over = over
 			if res.Over {
 				res.RetryAfter = max(res.RetryAfter, time.Nanosecond)
@@ -615,7 +586,7 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 		}
 		out[i].Prev, out[i].Result = prev, res
 		if stored {
-			out[i].Stored = code&2 != 0
+			out[i].Stored = code&flagStored != 0
 		}
 	}
 	return nil

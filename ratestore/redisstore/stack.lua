@@ -1,100 +1,59 @@
 -- ratelimitd: decide stacks of rate limits atomically, on the server's
 -- clock, with the arithmetic of Go package ratelimit (Check and Next):
--- Exim's exponential rate (Exim specification, chapter "Rate limiting"),
--- GCRA, its cooldown variant and the EARRRL half-life estimator. One call
--- decides one or more requests' stacks (a batch), one request after the
+-- Exim's exponential rate (Exim specification, chapter "Access control
+-- lists", section "Rate limiting incoming messages"), GCRA, cooldown and
+-- EARRRL. One call decides one or more requests' stacks, one after the
 -- other, each seeing what the previous ones stored.
 --
--- The states of one rate key live in one string, PREFIX{KEY} (a
--- record): the key's expiry as this script last set it (Unix ms on
--- Redis's clock, '<d'), then per limit its name (a length byte and the
--- bytes) and its 20-byte state struct.pack('<i8I4d', sec, nsec, rate),
--- a time and a rate whose meaning is the algorithm's (ratelimit.State).
--- Unix nanoseconds do not fit a Lua number (a double) exactly, so times
--- are kept as seconds and nanoseconds and subtracted in parts. A limit
--- the record does not hold is read from the key of the earlier layout,
--- PREFIX{KEY}LIMIT (a string of 20 or 28 bytes, written by earlier
--- versions), so an upgrade forgives no one; the next write puts it in
--- the record. (The empty rate key's record is PREFIX{%}, and it has no
--- earlier key to read: that one was in another slot.) A record that does
--- not parse is another program's value: every limit of its rate key
--- starts afresh (flag 8) and the next write replaces it.
+-- A rate key's record (PREFIX{KEY}): the key's expiry as last set (Unix
+-- ms on Redis's clock, '<d'), then per limit a length byte, its name and
+-- its state struct.pack('<i8I4d', sec, nsec, rate) (ratelimit.State;
+-- Unix nanoseconds do not fit a double, so times are kept in two parts).
+-- A record that does not parse is another program's value: every limit
+-- of its rate key starts afresh (flag 8) and the next write replaces it.
 --
--- KEYS     the records of the requests' rate keys (with a Redis Cluster
---          all of one slot); or none, and then the records follow the
---          packed requests in ARGV: a batch sent to one Redis Cluster
---          node, whose records are served by that node but fall in many
---          slots (one call may declare the keys of one slot only;
---          undeclared keys of other slots are allowed to scripts without
---          flags). Records are read one by one (GET) when a request is
---          decided here and its record was not read at once.
+-- KEYS     the records of the requests (with a Cluster all of one slot);
+--          or none, and then they follow the packed requests in ARGV (a
+--          batch of many slots for one Cluster node)
 -- ARGV[1]  phase: "d" decide and commit, "c" check only (no writes),
 --          "w" commit with the verdict given per request
 -- ARGV[2], ARGV[3]  "" "" to use Redis TIME, "?" "" to read TIME only if
 --          a request is decided here (else the answer's time is 0 0), or
---          the caller's now as Unix seconds and nanoseconds (tests and
---          simulation)
--- ARGV[4]  S, the number of limit specifications; then 6 values per
---          specification: name, limit, period (ns), mode (0 leaky,
---          1 strict, 2 forgiving, 3 readonly), algorithm (0 exponential,
---          1 gcra, 2 cooldown, 3 earrrl), half-life (ns; 0: the
---          period's time constant)
--- then one string, the requests packed little-endian: '<I4' the number
---          of KEYS, from the first, that the script reads at once (MGET:
---          those of the requests it is to decide), 'B' 1 if the caller
---          wants the records the requests decided here leave, then
---          (struct format
---          '<I4BI2' per request, '<I4I4d' per item, one after the
---          other): per request its number of items n, a flag ("d": 1 if
---          the message was already refused, so leaky limits are not
---          charged; "w": 1 if the stack admitted the request; "c":
---          ignored) and m, the number of its keys if the caller decided
---          it (the fast path below), else 0; then
---          per item spec*4 + count + 2*refuses (spec counted from 0;
---          count and refuses 0/1), the index of its record (from 1) and
---          the cost. One string instead of values per item spares Redis
---          an object, a Lua string and a number conversion per value.
---          A request with m > 0 has, between its m and its items, per
---          record of the request '<I4I4Bd': the index of
---          the record, the ARGV index of the record the caller expects
---          (the record to store follows it in ARGV), what to do with the
---          key's expiry (0 keep, 1 PEXPIREAT, 2 PEXPIRE, 3 only compare:
---          nothing of the key changes) and its argument (ms).
--- then the records of the requests with m > 0, two per key: the one
---          expected, the one to store.
+--          the caller's now as Unix seconds and nanoseconds (tests)
+-- ARGV[4]  S, the number of limit specifications; then 6 values each:
+--          name, limit, period (ns), mode (0 leaky, 1 strict, 2 forgiving,
+--          3 readonly), algorithm (0 exponential, 1 gcra, 2 cooldown,
+--          3 earrrl), half-life (ns; 0: the period)
+-- then one string, little-endian: '<I4' how many KEYS, from the first,
+--          to read at once (MGET), 'B' 1 if the caller wants the records
+--          left; then per request '<I4BI2': its number of items n, a flag
+--          ("d": 1 if already refused, so leaky limits are not charged;
+--          "w": 1 if the stack admitted it) and m, its number of keys if
+--          the caller decided it (the fast path), else 0; then m times
+--          '<I4I4Bd': the record's index, the ARGV index of the record
+--          expected (the one to store follows it), the expiry kind (0 keep,
+--          1 PEXPIREAT, 2 PEXPIRE, 3 compare only) and its argument (ms);
+--          then n times '<I4I4d': spec*4 + count + 2*refuses, the record's
+--          index (from 1) and the cost
+-- then per key of the requests with m > 0, the records expected and to store.
 --
--- The fast path: a caller that knows the current record of every key of
--- a request decides it itself (the arithmetic below, in Go) and sends the
--- records it expects and the ones to store. Each is stored with one
--- SET ... KEEPTTL GET, whose answer, the old record, must be the
--- expected one; if one is not (another host wrote the key since), the
--- request is decided here from the old records, as any other, and the
--- records it does not change are put back.
--- Either way each request is decided on the state Redis holds.
+-- The fast path: each record of a request decided by the caller is
+-- stored with SET ... KEEPTTL GET, whose answer must be the one expected;
+-- if one is not, the request is decided here from the old records and
+-- the records it does not change are put back.
 --
--- A request's record is written once (SET), with all its limits. Its
--- expiry is set (SET PXAT) only when a state needs a later one than the
--- key has, and then an eighth of the state's lifetime later than
--- needed, so a steady sender's key gets a new expiry every so often, not
--- at every message (SET KEEPTTL): setting an expiry costs Redis about a
--- third of a decision.
+-- A record is written once per request (SET), with a new expiry only when
+-- a state needs a later one than the key has, and then an eighth of the
+-- state's lifetime more (setting an expiry is costly). A request one of
+-- whose records this node cannot read (Cluster: moved, migrating) writes
+-- nothing (flag 16); all reads come before any write.
 --
--- A request one of whose records cannot be read here (a Redis Cluster
--- node that does not serve its slot, or a slot migrating away) is not
--- decided and nothing of it is written (flag 16): the caller sends it
--- again to the node that serves it. All reads of a request come before
--- any write.
---
--- Returns {sec, nsec, items, records}: items is one string of 21 bytes
--- per item, a flag byte over + 2*stored + 4*(1 if there was a previous
--- state) + 8*(1 if the stored value was undecodable and counted as none)
--- + 16*(1 if not decided here) + 32*(1 if decided by the caller and
--- confirmed: nothing else of the item is given), then that state (20
--- bytes; zeros if none). One string instead of values per item spares
--- Redis and the daemon a reply object per value. records (phase "d"):
--- per request decided here, per key of it in order of first use, '<I2'
--- the length of the record it left and the record (empty for none), for
--- the caller's fast path.
+-- Returns {sec, nsec, items, records}: items is per item a flag byte,
+-- over + 2*stored + 4*(had a state) + 8*(the value was undecodable) +
+-- 16*(not decided here) + 32*(decided by the caller and confirmed), then
+-- that state (20 bytes; zeros if none). records (phase "d"): per key of
+-- each request decided here, in order of first use, '<I2' its length and
+-- the record it left.
 
 local MAXF = 1.7976931348623157e308
 local MININTERVAL = 1e-10
@@ -423,18 +382,6 @@ local function slow()
     return nil
   end
 
-  -- legacy returns the state of limit s of key in the earlier layout ('' for
-  -- none), nil if it cannot be read here.
-  local function legacy(key, s)
-    if ssub(key, -3) == '{%}' then return '' end
-    local old = pcall_('GET', key .. NAME[s])
-    if type(old) == 'table' then
-      if sformat('%.9s', old.err) ~= 'WRONGTYPE' then return nil end
-      return ''
-    end
-    return old or ''
-  end
-
   local IC, IK, ICOST, IRAW = {}, {}, {}, {} -- the current request's items
   local OR, OF = {}, {} -- per item its previous state ('' for none), its flag
   local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
@@ -461,14 +408,8 @@ local function slow()
         if v == false then
           here = false
         else
-          local s = floor(code / 4)
-          local at = v ~= '' and find(v, s)
-          if at then
-            IRAW[i] = ssub(v, at, at + 19)
-          else
-            IRAW[i] = legacy(key, s)
-            if IRAW[i] == nil then here = false end
-          end
+          local at = v ~= '' and find(v, floor(code / 4))
+          IRAW[i] = at and ssub(v, at, at + 19) or ''
         end
       end
     end
@@ -481,18 +422,8 @@ local function slow()
         local code, key, raw = IC[i], IK[i], IRAW[i]
         local s = floor(code / 4)
         local ps, pns, pr
-        local b = 0
-        if raw ~= '' then
-          if #raw == 20 or #raw == 28 then
-            ps, pns, pr = sunpack('<i8I4d', raw)
-          else
-            -- Undecodable (another program wrote it): this limit of this
-            -- key starts afresh and the caller is told (flag 8); the
-            -- other items and requests are decided as usual.
-            raw, b = '', 8
-          end
-        end
-        if bad[key] then b = 8 end
+        if raw ~= '' then ps, pns, pr = sunpack('<i8I4d', raw) end
+        local b = bad[key] and 8 or 0
         local over
         over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
           measure(ALG[s], LIM[s], PER[s], MODE[s], ICOST[i], HL[s], ps, pns, pr)
@@ -577,7 +508,6 @@ local function slow()
       local raw, c = OR[i], OF[i]
       if raw ~= '' then
         c = c + 4
-        if #raw ~= 20 then raw = ssub(raw, 1, 20) end
       else
         raw = Z20
       end

@@ -20,114 +20,92 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-//go:embed stack.lua
-var stackScript string
+// The scripts; recordScript, which reads a record, is prepended to
+// mergeScript and casScript.
+var (
+	//go:embed stack.lua
+	stackScript string
+	//go:embed merge.lua
+	mergeScript string
+	//go:embed cas.lua
+	casScript string
+	//go:embed record.lua
+	recordScript string
+)
 
-//go:embed merge.lua
-var mergeScript string
-
-//go:embed cas.lua
-var casScript string
-
-// recordScript is prepended to mergeScript and casScript: it reads a rate
-// key's record.
-//
-//go:embed record.lua
-var recordScript string
-
-// Options configures New.
+// Options configures Open and New.
 type Options struct {
-	// Addrs are the Redis addresses (host:port): one for a standalone
-	// server, several for a Redis Cluster, or the Sentinels when
-	// SentinelMaster is set. At least one is required.
+	// Addrs are host:port addresses: one standalone server, the nodes of
+	// a Redis Cluster, or the Sentinels when SentinelMaster is set.
+	// Required.
 	Addrs []string
-	// SentinelMaster names the master set the Sentinels at Addrs
-	// monitor; the store follows its failovers.
+	// SentinelMaster names the master set the Sentinels monitor.
 	SentinelMaster string
-	// Username, Password and DB are Redis's AUTH and SELECT parameters
-	// (DB is ignored by Redis Cluster). TLS, when set, is used for every
-	// connection.
+	// Username, Password and DB are AUTH's and SELECT's (DB is ignored by
+	// a Cluster). TLS, if set, is used for every connection.
 	Username, Password string
 	DB                 int
 	TLS                *tls.Config
-	// Timeout bounds every call (each policy request's script, each CLI
-	// read); zero means 200ms.
+	// Timeout bounds every call; zero means 200ms.
 	Timeout time.Duration
-	// KeyPrefix starts every key; it must not contain '{' or '}'. Empty
+	// KeyPrefix starts every key and must not contain '{' or '}'; empty
 	// means DefaultKeyPrefix.
 	KeyPrefix string
-	// Limits returns the parameters of a limit by name, for the expiry of
+	// Limits looks a limit's parameters up by name, for the expiry of
 	// states written by Update and Merge; nil or an unknown name gives
-	// them DefaultTTL.
+	// DefaultTTL.
 	Limits func(name string) (ratelimit.Limit, bool)
-	// UseCallerTime makes EvaluateStack measure at the time it is given
-	// instead of Redis TIME: for the conformance tests and replaying
-	// traces, never for several daemons sharing state.
-	UseCallerTime bool
-	// OnBadState, if set, is called (from the deciding goroutine) for
-	// every state the decision script found undecodable and replaced
-	// by a fresh one, with its limit and rate key.
+	// OnBadState, if set, is called from the deciding goroutine for each
+	// state the script found undecodable and replaced by a fresh one.
 	OnBadState func(limit, key string)
 	// OnRoundTrip, if set, receives the duration of every script call
-	// that Redis answered (the round-trip latency).
+	// Redis answered.
 	OnRoundTrip func(time.Duration)
-	// KnownRecords is how many rate keys' records the store remembers
-	// for its fast path (the decision made in Go, the script only
-	// confirming that the records are still the ones remembered; see
-	// "Fast path" in the package documentation): 0 means
-	// DefaultKnownRecords, a negative number turns the fast path off.
+	// KnownRecords is how many records the fast path remembers: 0 means
+	// DefaultKnownRecords, negative turns the fast path off.
 	KnownRecords int
+
+	// callerTime makes EvaluateStack measure at the time it is given, not
+	// Redis TIME: set by the tests only (export_test.go), whose traces
+	// leap hours ahead, which no Redis command can do to its clock.
+	callerTime bool
 }
 
 // DefaultKeyPrefix is the key prefix when Options.KeyPrefix is empty.
 const DefaultKeyPrefix = "ratelimitd:"
 
-// DefaultTTL is the expiry of a state written for a limit whose parameters
-// the store does not know (see Options.Limits).
+// DefaultTTL is the expiry of a state of a limit the store does not know
+// (Options.Limits).
 const DefaultTTL = 7 * 24 * time.Hour
 
 // stateLen is the length of a stored state: int64 seconds, uint32
-// nanoseconds, float64 rate. States of the earlier layout (a key per
-// limit) written by the decision script are legacyStateLen bytes: the
-// same, then the key's expiry (Unix ms, float64).
-const (
-	stateLen       = 20
-	legacyStateLen = stateLen + 8
-)
+// nanoseconds, float64 rate, little-endian.
+const stateLen = 20
 
-// Store is a rate-state store in Redis. It implements policy.Store and
-// policy.StackEvaluator; all methods are safe for concurrent use. Create it
-// with New; Close it when done.
+// Store is a rate-state store in Redis, safe for concurrent use. Create
+// it with New or Open; Close it when done.
 type Store struct {
-	// cl holds the connection once made (see Open and Connect).
-	cl     atomic.Pointer[conn]
+	cl     atomic.Pointer[conn] // set by Connect
 	connMu sync.Mutex
 	opts   Options
 	prefix string
 	stack  *rueidis.Lua
 	merge  *rueidis.Lua
 	cas    *rueidis.Lua
-	// offset is Redis's clock minus this host's (ns), as last seen, at
+	// offset is Redis's clock minus this host's (ns), measured at
 	// offsetAt (this host's Unix ns).
 	offset, offsetAt atomic.Int64
-	// specs caches the script arguments of each limit
-	// (spec -> *[6]string).
-	specs sync.Map
-	batch batcher
-	// routing batches a Redis Cluster's requests per master.
-	routing clusterRouting
-	// reqs holds *request values for reuse (evaluateOne).
-	reqs sync.Pool
-	// known holds the records of the fast path (nil: off).
-	known *knownRecords
-	// fastConfirmed and fastRefused count the fast path's requests
-	// (FastPath).
+	specs            sync.Map // spec -> *[6]string, its script arguments
+	batch            batcher
+	routing          clusterRouting
+	reqs             sync.Pool     // *request, for reuse by evaluateOne
+	known            *knownRecords // the fast path's; nil when off
+	// fastConfirmed and fastRefused count the fast path's requests.
 	fastConfirmed, fastRefused atomic.Int64
 }
 
-// New connects to Redis (standalone, Sentinel or Cluster) and returns the
-// store. It returns an error wrapping ErrConfig for unusable Options, or
-// ErrUnavailable when no address answers within the timeout.
+// New returns a store connected to Redis (standalone, Sentinel or
+// Cluster). Errors wrap ErrConfig or ErrUnavailable.
 func New(ctx context.Context, o Options) (*Store, error) {
 	s, err := Open(o)
 	if err != nil {
@@ -140,9 +118,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 }
 
 // Open returns the store without connecting: calls fail with
-// ErrUnavailable until Connect succeeds (the daemon starts while Redis is
-// unreachable, and its Failover connects from its probe). It returns an
-// error wrapping ErrConfig for unusable Options.
+// ErrUnavailable until Connect succeeds. Errors wrap ErrConfig.
 func Open(o Options) (*Store, error) {
 	if len(o.Addrs) == 0 {
 		return nil, fmt.Errorf("%w: no address", ErrConfig)
@@ -170,16 +146,14 @@ func Open(o Options) (*Store, error) {
 	return s, nil
 }
 
-// conn is a connection made by Connect.
 type conn struct {
 	c       rueidis.Client
 	cluster bool
 }
 
-// Connect connects the store if it is not connected yet: it reaches one
-// of the addresses (or the master the Sentinels name, or the cluster)
-// within the timeout (at least a second) and learns whether it is a
-// Redis Cluster. Errors wrap ErrUnavailable. Safe for concurrent use.
+// Connect connects the store unless it is connected, within the timeout
+// (at least a second), and learns whether Redis is a Cluster. Errors wrap
+// ErrUnavailable.
 func (s *Store) Connect(ctx context.Context) error {
 	if s.cl.Load() != nil {
 		return nil
@@ -221,11 +195,9 @@ func (s *Store) Connect(ctx context.Context) error {
 	return nil
 }
 
-// errNotConnected is the error of every call before Connect succeeded.
 var errNotConnected = fmt.Errorf("%w: not connected", ErrUnavailable)
 
-// client returns the connection, or an error wrapping ErrUnavailable
-// before Connect succeeded.
+// client returns the connection, or errNotConnected.
 func (s *Store) client() (rueidis.Client, error) {
 	if c := s.cl.Load(); c != nil {
 		return c.c, nil
@@ -245,24 +217,18 @@ func (s *Store) Close() {
 // Connected reports whether Connect has succeeded.
 func (s *Store) Connected() bool { return s.cl.Load() != nil }
 
-// Cluster reports whether the store talks to a Redis Cluster (false
-// before Connect succeeded).
+// Cluster reports whether the store is connected to a Redis Cluster.
 func (s *Store) Cluster() bool {
 	c := s.cl.Load()
 	return c != nil && c.cluster
 }
 
-// Timeout is the bound on every call (Options.Timeout).
-func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
-
-// ClockOffset is Redis's clock minus this host's, as last measured by
-// EvaluateStack (zero before the first request): Failover decides locally
-// on the host's clock plus this offset.
+// ClockOffset is Redis's clock minus this host's, as last measured (zero
+// before).
 func (s *Store) ClockOffset() time.Duration { return time.Duration(s.offset.Load()) }
 
-// Ping checks that Redis answers within the timeout and returns its clock.
-// Errors wrap ErrUnavailable, or ErrProtocol for a TIME answer it cannot
-// read.
+// Ping returns Redis's clock (TIME), asked within the timeout. Errors
+// wrap ErrUnavailable or ErrProtocol.
 func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 	c, err := s.client()
 	if err != nil {
@@ -283,70 +249,38 @@ func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%w: TIME answered %q", ErrProtocol, v)
 	}
 	now := time.Unix(sec, usec*1000)
-	if !s.opts.UseCallerTime {
+	if !s.opts.callerTime {
 		s.offset.Store(int64(time.Until(now)))
 		s.offsetAt.Store(time.Now().UnixNano())
 	}
 	return now, nil
 }
 
-// Now is Redis's clock: TIME when Redis answers, else this host's clock
-// corrected by the offset last measured (the `rate` commands measure on
-// it, as the decisions do).
-func (s *Store) Now(ctx context.Context) time.Time {
+// RedisTime asks Redis for its clock (Ping); when Redis does not answer
+// it returns this host's clock corrected by ClockOffset.
+func (s *Store) RedisTime(ctx context.Context) time.Time {
 	if now, err := s.Ping(ctx); err == nil {
 		return now
 	}
 	return time.Now().Add(s.ClockOffset())
 }
 
-// Key returns the Redis key holding the state of key under limit: key's
-// record, PREFIX + "{" + key + "}" (key percent-escaped), one string
-// holding the states of all its limits (see the package documentation),
-// so limit does not change it. The empty rate key's record is PREFIX{%}
-// (no escaped key is "%"), so that its hash tag is not empty.
-func (s *Store) Key(limit, key string) string {
-	if key == "" {
-		return s.prefix + "{%}"
+// Key returns the Redis key of rate key key's record: PREFIX + "{" + key
+// + "}", with '%', '{' and '}' in key percent-escaped and the empty key
+// written "%" (an empty hash tag is no hash tag).
+func (s *Store) Key(key string) string {
+	if key != "" && strings.IndexAny(key, "%{}") < 0 {
+		return s.prefix + "{" + key + "}" // one allocation
 	}
-	return s.LegacyKey("", key)
+	return string(s.appendKey(nil, key))
 }
 
-// legacyRead is the key of the earlier layout a script reads for key
-// under limit: LegacyKey, but for the empty rate key, whose earlier key
-// is in another hash slot than its hash (the empty hash tag {} counts
-// as none), the hash itself (which reads as no state).
-func (s *Store) legacyRead(limit, key string) string {
-	if key == "" {
-		return s.Key(limit, key)
-	}
-	return s.LegacyKey(limit, key)
-}
-
-// markerBase is the start of the name of an outage's merge marker for
-// key under limit (Merge): LegacyKey, the name the earlier layout's
-// merges used, in the hash's slot (for the empty rate key the hash's
-// name and the limit).
-func (s *Store) markerBase(limit, key string) string {
-	if key == "" {
-		return s.Key(limit, key) + limit
-	}
-	return s.LegacyKey(limit, key)
-}
-
-// LegacyKey returns the Redis key that held the state of key under limit
-// in the earlier layout (one string per limit and key), still read where
-// the hash has no field for the limit.
-func (s *Store) LegacyKey(limit, key string) string {
-	if strings.IndexAny(key, "%{}") < 0 {
-		return s.prefix + "{" + key + "}" + limit // one allocation
-	}
-	return string(s.appendKey(nil, limit, key))
-}
-
-// appendKey appends LegacyKey(limit, key) to b (Key(_, key) for limit "").
-func (s *Store) appendKey(b []byte, limit, key string) []byte {
+// appendKey appends Key(key) to b.
+func (s *Store) appendKey(b []byte, key string) []byte {
 	b = append(b, s.prefix...)
+	if key == "" {
+		return append(b, "{%}"...)
+	}
 	b = append(b, '{')
 	for i := 0; i < len(key); i++ {
 		switch c := key[i]; c {
@@ -356,33 +290,28 @@ func (s *Store) appendKey(b []byte, limit, key string) []byte {
 			b = append(b, c)
 		}
 	}
-	b = append(b, '}')
-	return append(b, limit...)
+	return append(b, '}')
 }
 
 const hexDigits = "0123456789ABCDEF"
 
-// parseKey is the inverse of LegacyKey (a hash, Key, gives limit ""); ok
-// is false for a key of another shape.
-func (s *Store) parseKey(k string) (limit, key string, ok bool) {
+// parseKey is the inverse of Key; ok is false for a key of another
+// shape (a merge marker, another program's key).
+func (s *Store) parseKey(k string) (key string, ok bool) {
 	rest, ok := strings.CutPrefix(k, s.prefix)
-	if !ok || len(rest) < 2 || rest[0] != '{' {
-		return "", "", false
+	if !ok || len(rest) < 2 || rest[0] != '{' || strings.IndexByte(rest, '}') != len(rest)-1 {
+		return "", false
 	}
-	end := strings.IndexByte(rest, '}')
-	if end < 0 {
-		return "", "", false
-	}
-	esc, limit := rest[1:end], rest[end+1:]
+	esc := rest[1 : len(rest)-1]
 	if esc == "%" {
-		return limit, "", true // the empty rate key's hash
+		return "", true
 	}
 	var b strings.Builder
 	for i := 0; i < len(esc); i++ {
 		if esc[i] == '%' && i+2 < len(esc) {
 			v, err := strconv.ParseUint(esc[i+1:i+3], 16, 8)
 			if err != nil {
-				return "", "", false
+				return "", false
 			}
 			b.WriteByte(byte(v))
 			i += 2
@@ -390,10 +319,10 @@ func (s *Store) parseKey(k string) (limit, key string, ok bool) {
 		}
 		b.WriteByte(esc[i])
 	}
-	return limit, b.String(), true
+	return b.String(), true
 }
 
-// encode and decode convert a State to and from its 20-byte Redis form.
+// encode returns st's stateLen-byte form.
 func encode(st ratelimit.State) string {
 	sec, nsec := splitNs(st.Time)
 	var b [stateLen]byte
@@ -403,11 +332,13 @@ func encode(st ratelimit.State) string {
 	return string(b[:])
 }
 
+// decode is the inverse of encode; "" is the zero state, any other length
+// ErrProtocol.
 func decode(v string) (ratelimit.State, error) {
 	if v == "" {
 		return ratelimit.State{}, nil
 	}
-	if len(v) != stateLen && len(v) != legacyStateLen {
+	if len(v) != stateLen {
 		return ratelimit.State{}, fmt.Errorf("%w: state of %d bytes", ErrProtocol, len(v))
 	}
 	sec := int64(binary.LittleEndian.Uint64([]byte(v[0:8])))
@@ -427,7 +358,7 @@ func splitNs(t int64) (sec, nsec int64) {
 }
 
 // Get returns the state of key under limit (zero if none). Errors wrap
-// ErrUnavailable (Redis did not answer in time) or ErrProtocol.
+// ErrUnavailable or ErrProtocol.
 func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, error) {
 	c, err := s.client()
 	if err != nil {
@@ -442,97 +373,75 @@ func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, er
 	return decode(v)
 }
 
-// readRaw returns the stored state of key under limit ("" for none):
-// the entry of key's record, else the earlier layout's key, as the
-// scripts read them (a value that is not a record counts as none).
+// readRaw returns the state of key under limit in key's record ("" for
+// none; a value that is not a record holds none).
 func (s *Store) readRaw(ctx context.Context, c rueidis.Client, limit, key string) (string, error) {
-	res := c.DoMulti(ctx, c.B().Get().Key(s.Key(limit, key)).Build(),
-		c.B().Get().Key(s.legacyRead(limit, key)).Build())
-	v, err := res[0].ToString()
+	v, err := c.Do(ctx, c.B().Get().Key(s.Key(key)).Build()).ToString()
 	if err != nil && !rueidis.IsRedisNil(err) && !wrongType(err) {
 		return "", unavailable(err)
 	}
-	if st := recordState(v, limit); st != "" {
-		return st, nil
-	}
-	if key == "" {
-		return "", nil // no earlier key (legacyRead)
-	}
-	v, err = res[1].ToString()
-	if rueidis.IsRedisNil(err) || wrongType(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", unavailable(err)
-	}
-	return v, nil
+	return recordState(v, limit), nil
 }
 
-// wrongType reports whether err is Redis's WRONGTYPE error (a key of
-// another type than the command's).
+// wrongType reports whether err is Redis's WRONGTYPE error.
 func wrongType(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && strings.HasPrefix(e.Error(), "WRONGTYPE")
 }
 
-// Delete forgets key under limit and reports whether it had state: `rate
-// reset`, seen by every host at once. Errors wrap ErrUnavailable.
+// Delete forgets key under limit and reports whether it had state.
+// Errors wrap ErrUnavailable.
 func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
-	c, err := s.client()
-	if err != nil {
-		return false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	for range 16 {
-		raw, err := s.readRaw(ctx, c, limit, key)
-		if err != nil {
-			return false, err
-		}
-		if raw == "" {
-			return false, nil
-		}
-		done, err := s.cas.Exec(ctx, c, []string{s.Key(limit, key), s.legacyRead(limit, key)}, []string{limit, raw, "", "0"}).AsInt64()
-		if err != nil {
-			return false, unavailable(err)
-		}
-		if done == 1 {
-			return true, nil
-		}
-	}
-	return false, fmt.Errorf("%w: delete of %s %q kept racing", ErrUnavailable, limit, key)
+	had := false
+	err := s.swap(ctx, limit, key, func(raw string) (string, int64, bool) {
+		had = raw != ""
+		return "", 0, had
+	})
+	return had && err == nil, err
 }
 
-// Update applies fn to the current state of key under limit and stores its
-// result with a compare-and-set script, retrying (up to 16 times) when
-// another writer changed the state in between. The state expires as
-// Options.Limits says. It is not on the daemon's request path
-// (EvaluateStack is). Errors wrap ErrProtocol (the stored state cannot
-// be read) or ErrUnavailable (also when all 16 attempts raced).
+// Update applies fn to the state of key under limit and stores its result
+// by compare-and-set, retrying up to 16 times when another writer came
+// between. Errors wrap ErrProtocol or ErrUnavailable (also when every
+// attempt raced).
 func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratelimit.State) (ratelimit.State, bool)) error {
+	var err error
+	serr := s.swap(ctx, limit, key, func(raw string) (string, int64, bool) {
+		var old ratelimit.State
+		if old, err = decode(raw); err != nil {
+			return "", 0, false
+		}
+		next, ok := fn(old)
+		if !ok {
+			return "", 0, false
+		}
+		l, known := s.limit(limit)
+		return encode(next), s.expiry(l, known, next), true
+	})
+	return cmp.Or(err, serr)
+}
+
+// swap replaces the state of key under limit by what fn makes of it
+// (cas.lua: "" deletes it; at is the expiry it needs, Unix ms), unless fn
+// returns false, retrying when another writer came between.
+func (s *Store) swap(ctx context.Context, limit, key string, fn func(raw string) (next string, at int64, ok bool)) error {
 	c, err := s.client()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	k, legacy := s.Key(limit, key), s.legacyRead(limit, key)
+	k := s.Key(key)
 	for range 16 {
 		raw, err := s.readRaw(ctx, c, limit, key)
 		if err != nil {
 			return err
 		}
-		old, err := decode(raw)
-		if err != nil {
-			return err
-		}
-		next, ok := fn(old)
+		next, at, ok := fn(raw)
 		if !ok {
 			return nil
 		}
-		l, known := s.limit(limit)
-		at := s.expiry(l, known, next)
-		done, err := s.cas.Exec(ctx, c, []string{k, legacy}, []string{limit, raw, encode(next), strconv.FormatInt(at, 10)}).AsInt64()
+		done, err := s.cas.Exec(ctx, c, []string{k}, []string{limit, raw, next, strconv.FormatInt(at, 10)}).AsInt64()
 		if err != nil {
 			return unavailable(err)
 		}
@@ -540,11 +449,10 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: update of %s kept racing", ErrUnavailable, k)
+	return fmt.Errorf("%w: update of %s %q kept racing", ErrUnavailable, limit, key)
 }
 
-// limit returns the parameters of the named limit (Options.Limits); known
-// is false when the store does not know them.
+// limit looks name up in Options.Limits.
 func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
 	if s.opts.Limits == nil {
 		return ratelimit.Limit{}, false
@@ -552,10 +460,8 @@ func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
 	return s.opts.Limits(name)
 }
 
-// expiry is when st, stored under the limit l, has decayed to negligible
-// (ratelimit.Limit.Negligible), in Unix milliseconds on Redis's clock;
-// DefaultTTL from now when l is not known. It is never earlier than a
-// millisecond from now.
+// expiry is expiryOf(l, st), or DefaultTTL from now when l is not known,
+// in Unix ms on Redis's clock, and at least a millisecond from now.
 func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 {
 	now := time.Now().Add(s.ClockOffset())
 	at := now.Add(DefaultTTL).UnixMilli()
@@ -565,8 +471,8 @@ func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 
 	return max(at, now.UnixMilli()+1)
 }
 
-// expiryOf is the Unix millisecond at which st is negligible under l (at
-// or after; rounded up).
+// expiryOf is the Unix millisecond (rounded up) from which st is
+// negligible under l (ratelimit.Limit.Negligible).
 func expiryOf(l ratelimit.Limit, st ratelimit.State) int64 {
 	period := float64(l.Period)
 	var ns float64 // after st.Time
@@ -591,11 +497,9 @@ func earrrlLambda(l ratelimit.Limit) float64 {
 	return 1 / float64(l.Period)
 }
 
-// Range calls fn for every stored state, found with SCAN on every master,
-// until fn returns false. Keys of other shapes under the prefix are
-// skipped, and so are values of the wrong length. The view is not a
-// snapshot: states written during the scan may or may not be seen. Errors
-// wrap ErrUnavailable.
+// Range calls fn for every stored state (SCAN on every master) until fn
+// returns false; values that are not records are skipped. It is not a
+// snapshot. Errors wrap ErrUnavailable.
 func (s *Store) Range(ctx context.Context, fn func(limit, key string, st ratelimit.State) bool) error {
 	nodes, err := s.masters(ctx)
 	if err != nil {
@@ -610,8 +514,7 @@ func (s *Store) Range(ctx context.Context, fn func(limit, key string, st ratelim
 	return nil
 }
 
-// masters returns a client per node holding primary data: the one node,
-// or every cluster master.
+// masters returns the one node, or every Cluster master.
 func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 	c, err := s.client()
 	if err != nil {
@@ -637,9 +540,8 @@ func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 	return out, nil
 }
 
-// scan calls fn for the states on node n: every entry of every record,
-// and every key of the earlier layout whose limit has no entry in its
-// rate key's record. Values that do not parse are skipped.
+// scan calls fn for every entry of every record on node n; values that
+// do not parse are skipped.
 func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key string, st ratelimit.State) bool) (bool, error) {
 	var cursor uint64
 	for {
@@ -649,13 +551,12 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 			cancel()
 			return false, unavailable(err)
 		}
-		// Per key its value, and for a key of the earlier layout its
-		// rate key's record.
-		cmds := make(rueidis.Commands, 0, 2*len(e.Elements))
+		var keys []string
+		cmds := make(rueidis.Commands, 0, len(e.Elements))
 		for _, k := range e.Elements {
-			cmds = append(cmds, n.B().Get().Key(k).Build())
-			if limit, key, ok := s.parseKey(k); ok && limit != "" {
-				cmds = append(cmds, n.B().Get().Key(s.Key(limit, key)).Build())
+			if key, ok := s.parseKey(k); ok {
+				keys = append(keys, key)
+				cmds = append(cmds, n.B().Get().Key(k).Build())
 			}
 		}
 		var res []rueidis.RedisResult
@@ -663,35 +564,21 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 			res = n.DoMulti(cctx, cmds...)
 		}
 		cancel()
-		r := 0
-		for _, k := range e.Elements {
-			limit, key, ok := s.parseKey(k)
-			v, err := res[r].ToString()
-			r++
-			var rec string
-			if ok && limit != "" {
-				rec, _ = res[r].ToString()
-				r++
-			}
-			if rueidis.IsRedisNil(err) || wrongType(err) || !ok {
-				continue // expired or reset since SCAN, or not a state
+		for i, key := range keys {
+			v, err := res[i].ToString()
+			if rueidis.IsRedisNil(err) || wrongType(err) {
+				continue // expired or reset since SCAN
 			}
 			if err != nil {
 				return false, unavailable(err)
 			}
 			cont := true
-			if limit == "" {
-				recordEach(v, func(name, state string) bool {
-					if st, err := decode(state); err == nil {
-						cont = fn(name, key, st)
-					}
-					return cont
-				})
-			} else if recordState(rec, limit) == "" {
-				if st, err := decode(v); err == nil {
-					cont = fn(limit, key, st)
+			recordEach(v, func(name, state string) bool {
+				if st, err := decode(state); err == nil {
+					cont = fn(name, key, st)
 				}
-			}
+				return cont
+			})
 			if !cont {
 				return false, nil
 			}
@@ -703,23 +590,17 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 	}
 }
 
-// MarkerTTL is how long Merge's marker of an outage lives in Redis: a
-// merge retried (or restarted with the daemon) within it adds nothing
-// twice.
-const MarkerTTL = 7 * 24 * time.Hour
+// markerTTL is how long Merge's marker of an outage lives: a merge
+// retried within it adds nothing twice.
+const markerTTL = 7 * 24 * time.Hour
 
-// Merge adds what this host counted alone during the outage outage (an
-// identifier unique to the host and the outage) to the shared states of
-// limit: deltas[i] is the state of keys[i] counted from no state with
-// the outage's local requests only. Each key's sum is the limit's own
-// (merge.lua: decayed rates or counts added, GCRA's backlog added to the
-// arrival time) and is made at most once per (outage, limit, key): a
-// marker beside the key, written by the same script, makes a retried or
-// restarted merge skip the keys already done. It returns how many states
-// were added, and with it an error wrapping ErrUnavailable if a chunk
-// failed (the keys of the failed chunk may be retried). A limit
-// Options.Limits does not know is added as an exponential one with a
-// period of half DefaultTTL.
+// Merge adds what this host counted alone during outage (an identifier
+// unique to host and outage) to the shared states of limit: deltas[i] is
+// keys[i]'s state counted from none (merge.lua). Each (outage, limit,
+// key) is added at most once: a marker beside the record makes a retried
+// merge skip it. A limit Options.Limits does not know is merged as an
+// exponential one with a period of half DefaultTTL. It returns how many
+// states were added; errors wrap ErrUnavailable.
 func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, deltas []ratelimit.State) (int, error) {
 	c, err := s.client()
 	if err != nil {
@@ -735,8 +616,8 @@ func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, 
 	}
 	spec := []string{strconv.Itoa(int(l.Algorithm)), strconv.FormatFloat(l.Limit, 'g', -1, 64),
 		strconv.FormatInt(int64(l.Period), 10), strconv.FormatFloat(tau, 'g', -1, 64)}
-	markerTTL := strconv.FormatInt(MarkerTTL.Milliseconds(), 10)
-	// Pipelined in chunks: an outage may leave a million states to add.
+	markerTTL := strconv.FormatInt(markerTTL.Milliseconds(), 10)
+	// Pipelined in chunks: an outage may leave a million states.
 	const chunk = 512
 	n := 0
 	for lo := 0; lo < len(keys); lo += chunk {
@@ -748,10 +629,8 @@ func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, 
 			sec, nsec := splitNs(deltas[i].Time)
 			args := append(append(make([]string, 0, 9), spec...), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
 				strconv.FormatFloat(deltas[i].Rate, 'g', -1, 64), markerTTL, limit)
-			// The marker's name is the earlier layout's (a merge made
-			// before an upgrade is not made again after it).
-			execs = append(execs, rueidis.LuaExec{Keys: []string{s.Key(limit, keys[i]), s.markerBase(limit, keys[i]) + "#" + outage,
-				s.legacyRead(limit, keys[i])}, Args: args})
+			k := s.Key(keys[i])
+			execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + limit + "#" + outage}, Args: args})
 		}
 		if len(execs) == 0 {
 			continue
@@ -770,8 +649,7 @@ func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, 
 	return n, nil
 }
 
-// unavailable wraps a client error in ErrUnavailable (Redis down, slow,
-// failing over, or answering with an error).
+// unavailable wraps a client error in ErrUnavailable.
 func unavailable(err error) error {
 	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrProtocol) {
 		return err

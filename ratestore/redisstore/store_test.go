@@ -1,3 +1,5 @@
+//go:build integration
+
 package redisstore_test
 
 import (
@@ -54,7 +56,7 @@ func TestConformance(t *testing.T) {
 	}{{"FastPath", 0}, {"ScriptOnly", -1}, {"TwoKnown", 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) policy.Store {
-				return open(t, redisstore.Options{Addrs: []string{srv.Addr}, UseCallerTime: true, KnownRecords: c.known})
+				return open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: []string{srv.Addr}, KnownRecords: c.known}))
 			})
 		})
 	}
@@ -69,17 +71,17 @@ func TestClusterConformance(t *testing.T) {
 	for _, n := range nodes {
 		addrs = append(addrs, n.Addr)
 	}
-	s := open(t, redisstore.Options{Addrs: addrs, UseCallerTime: true})
+	s := open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: addrs}))
 	if !s.Cluster() {
 		t.Fatal("store did not detect the cluster")
 	}
 	// The keys of the suite must span several slots and nodes for the
 	// test to mean anything.
-	if a, b := redisstore.Slot(s.Key("l", "alice")), redisstore.Slot(s.Key("l", "bob@example.org")); a == b {
+	if a, b := redisstore.Slot(s.Key("alice")), redisstore.Slot(s.Key("bob@example.org")); a == b {
 		t.Fatalf("test keys share slot %d", a)
 	}
 	storetest.Run(t, func(t *testing.T) policy.Store {
-		return open(t, redisstore.Options{Addrs: addrs, UseCallerTime: true})
+		return open(t, redisstore.AtCallerTime(redisstore.Options{Addrs: addrs}))
 	})
 	// Range found the states on every master: each master holds some.
 	for _, n := range nodes {
@@ -151,7 +153,7 @@ func TestAtomicStack(t *testing.T) {
 	// periods of the state that lives longest, plus an eighth), never
 	// none. The hash holds both limits: the daily state at ~256 lives
 	// ln(512) days.
-	ttl := srv.Must("PTTL", s.Key("hourly", "mallory"))
+	ttl := srv.Must("PTTL", s.Key("mallory"))
 	if ms, _ := strconv.ParseInt(ttl, 10, 64); ms < int64(140*time.Hour/time.Millisecond) || ms > int64(175*time.Hour/time.Millisecond) {
 		t.Errorf("PTTL of a 1000/day state at rate ~256 = %s ms, want ln(512) days (+1/8) ≈ 150-169 h", ttl)
 	}
@@ -159,14 +161,17 @@ func TestAtomicStack(t *testing.T) {
 
 // TestSkewedClocks: two hosts whose clocks differ by 17 minutes share one
 // sender; the answers are those of one clock (Redis TIME). With the hosts'
-// own clocks (UseCallerTime) the same traffic is measured differently,
+// own clocks (AtCallerTime) the same traffic is measured differently,
 // which is what the test would catch.
 func TestSkewedClocks(t *testing.T) {
 	srv := redistest.Start(t)
 	run := func(callerTime bool) (admitted int, retries []time.Duration) {
 		prefix := fmt.Sprintf("skew%v%d:", callerTime, prefixes.Add(1))
-		a := open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix, UseCallerTime: callerTime})
-		b := open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix, UseCallerTime: callerTime})
+		o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: prefix}
+		if callerTime {
+			o = redisstore.AtCallerTime(o)
+		}
+		a, b := open(t, o), open(t, o)
 		items := []policy.StackItem{{Limit: "hourly", Key: "carol", Params: ratelimit.Limit{Limit: 10, Period: time.Hour},
 			Cost: 1, Count: true, Refuses: true}}
 		for i := range 30 {

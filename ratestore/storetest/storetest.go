@@ -132,7 +132,7 @@ func testContract(t *testing.T, st policy.Store) {
 }
 
 // testBurst: a fresh key is allowed exactly limit requests at one instant
-// (the expm1 accuracy that seed 001's naive 1-exp(-x) lacks).
+// (which needs expm1, not 1-exp(-x)).
 func testBurst(t *testing.T, st policy.Store) {
 	ctx := context.Background()
 	now := time.Unix(1_790_000_000, 5)

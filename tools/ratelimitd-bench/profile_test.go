@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratestore"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 var inuseProfile = flag.String("inuse", "", "BenchmarkInProcessDaemon: write a heap profile of the running daemon parts (after the final flush and a GC) to this file, prefixed with the sub-benchmark name")
@@ -31,7 +32,7 @@ var inuseProfile = flag.String("inuse", "", "BenchmarkInProcessDaemon: write a h
 // metrics and log lines), so that the profiling flags of go test show
 // where the daemon's time and memory go:
 //
-//	go test -run '^$' -bench InProcess -benchtime 1x -cpuprofile cpu.out -memprofile mem.out ./cmd/ratelimitd-bench
+//	go test -run '^$' -bench InProcess -benchtime 1x -cpuprofile cpu.out -memprofile mem.out ./ratelimitd-bench
 //
 // The client shares the process (and its profile: the connection
 // goroutines of runLoad are main.(*worker) frames). Each sub-benchmark is
@@ -225,7 +226,6 @@ func newInProcessEngine(b *testing.B) (*policy.Engine, *ratestore.Persistent, fu
 	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 	var engine *policy.Engine
 	p, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{
-		FlushInterval: time.Duration(f.Server.FlushInterval),
 		Negligible: func(l string, s ratelimit.State, now time.Time) bool {
 			return engine.Negligible(l, s, now)
 		},
@@ -240,8 +240,10 @@ func newInProcessEngine(b *testing.B) (*policy.Engine, *ratestore.Persistent, fu
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
+	flusher := statedb.NewFlusher(time.Duration(f.Server.FlushInterval), nil, nil)
+	flusher.Add("rate state", p.Tick)
 	go func() {
-		p.Run(ctx)
+		flusher.Run(ctx)
 		close(ran)
 	}()
 	return engine, p, func() {

@@ -1,10 +1,10 @@
 // Command redis-client-bench compares github.com/redis/rueidis and
 // github.com/redis/go-redis/v9 on the Redis store's workload: one EVALSHA
 // of a read-modify-write script per request, C concurrent callers, many
-// keys. It is a separate module so the daemon does not depend on the
-// library it did not choose. Usage:
+// keys. It lives in the tools module so the daemon does not depend on the
+// library it did not choose. Usage (in tools/):
 //
-//	go run . -addr 127.0.0.1:6379 -c 64 -n 200000 -users 100000
+//	go run ./redis-client-bench -addr 127.0.0.1:6379 -c 64 -n 200000 -users 100000
 package main
 
 import (

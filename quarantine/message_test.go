@@ -2,8 +2,6 @@ package quarantine
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"testing"
 
@@ -15,8 +13,7 @@ import (
 // TestLargeMessageStoredInChunks: a message above ChunkSize is stored in
 // chunks and read back whole, its SHA-256 checked (a changed chunk is
 // ErrCorrupt, never handed out); deleting it frees its bytes; chunks no
-// entry refers to (a crash while freezing) are removed by New; a large
-// message stored whole in one value, as before chunking, still reads.
+// entry refers to (a crash while freezing) are removed by New.
 func TestLargeMessageStoredInChunks(t *testing.T) {
 	s, db, _ := newStore(t, Options{})
 	msg := append(testMessage("large", ""), bytes.Repeat([]byte("0123456789abcdef\r\n"), (3*ChunkSize+ChunkSize/2)/18)...)
@@ -34,10 +31,7 @@ func TestLargeMessageStoredInChunks(t *testing.T) {
 	}
 	var ref chunkRef
 	db.View(func(tx *bolt.Tx) error {
-		ref, _ = parseChunkRef(tx.Bucket(bucketChunked).Get([]byte(id)))
-		if v := tx.Bucket(bucketBody).Get([]byte(id)); v != nil {
-			t.Errorf("a chunked message also has a %d-byte body value", len(v))
-		}
+		ref, _ = parseChunkRef(tx.Bucket(bucketMessages).Get([]byte(id)))
 		return nil
 	})
 	if ref.n != 4 {
@@ -77,23 +71,4 @@ func TestLargeMessageStoredInChunks(t *testing.T) {
 		}
 		return nil
 	})
-
-	// A message frozen whole before chunking existed.
-	old, err := s.Freeze(&Entry{Key: "bob"}, testMessage("old", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := append(testMessage("old", ""), bytes.Repeat([]byte("x"), 2*ChunkSize)...)
-	sum := sha256.Sum256(big)
-	statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, _ := mustBuckets(tx, t)
-		e, _ := b.get(old)
-		e.Size, e.Hash = int64(len(big)), hex.EncodeToString(sum[:])
-		b.put(&e)
-		putBytes(t, b.info, int64(len(big)))
-		return t.Put(b.body, bodyPath, []byte(old), big)
-	})
-	if got, err := s.Message(old); err != nil || !bytes.Equal(got, big) {
-		t.Fatalf("old whole message: %d bytes, %v", len(got), err)
-	}
 }

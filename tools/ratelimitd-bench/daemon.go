@@ -18,22 +18,26 @@ import (
 	"github.com/ratelimitd/ratelimitd/configs"
 )
 
-// daemonPkg is the package `go build` builds when no --daemon is given.
-const daemonPkg = "github.com/ratelimitd/ratelimitd/cmd/ratelimitd"
-
 // buildDaemon builds ratelimitd into dir and returns the binary's path.
-// It must run inside the module (make bench and go run do).
+// It must run inside the tools module, whose go.mod points
+// github.com/ratelimitd/ratelimitd at the product's directory: the daemon
+// is built there, with the product's own go.mod.
 func buildDaemon(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "ratelimitd")
 	goCmd := os.Getenv("GO")
 	if goCmd == "" {
 		goCmd = "go"
 	}
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, daemonPkg)
+	root, err := exec.CommandContext(ctx, goCmd, "list", "-m", "-f", "{{.Dir}}", "github.com/ratelimitd/ratelimitd").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m github.com/ratelimitd/ratelimitd: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "./cmd/ratelimitd")
+	cmd.Dir = strings.TrimSpace(string(root))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", daemonPkg, err, out.Bytes())
+		return "", fmt.Errorf("go build ./cmd/ratelimitd in %s: %w\n%s", cmd.Dir, err, out.Bytes())
 	}
 	return bin, nil
 }

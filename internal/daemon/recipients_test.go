@@ -1,19 +1,20 @@
-package main
+package daemon
 
 import (
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-func rcptQuery(t testing.TB, addr, user, rcpt string) string {
-	t.Helper()
-	return policyAsk(t, addr, "protocol_state=RCPT", "sasl_username="+user, "sender="+user+"@example.org",
+func (td *testDaemon) rcpt(user, rcpt string) string {
+	td.t.Helper()
+	return td.ask("protocol_state=RCPT", "sasl_username="+user, "sender="+user+"@example.org",
 		"recipient="+rcpt, "client_address=192.0.2.9")
 }
 
@@ -36,26 +37,25 @@ period = "1h"
 
 // The daemon keeps a per = "addr" limit's recipients across a restart (the
 // "rcptsets" bucket): after the restart the two known recipients cost
-// nothing and a third, new one is deferred. rate show prints the baseline
-// limit's allowance and learned peak.
+// nothing and a third, new one is deferred. The baseline limit's rate
+// carries its allowance and learned peak.
 func TestDaemonRecipientSetsPersist(t *testing.T) {
 	dir := t.TempDir()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, dir, addr, uniqueBaselineLimits)
+	cfg := testConfig(t, dir, loopback(t), uniqueBaselineLimits)
 	td := startTestDaemon(t, cfg)
 	for _, r := range []string{"a@example.net", "b@example.net"} {
-		if got := rcptQuery(t, addr, "uma", r); got != "action=DUNNO" {
+		if got := td.rcpt("uma", r); got != "action=DUNNO" {
 			t.Fatalf("%s: %s", r, got)
 		}
 	}
-	out, err := cli(t, "-c", cfg, "rate", "show", "uma")
-	if err != nil || !strings.Contains(out, "baseline: learned peak 0.0, max is the allowance, cap 100") ||
-		!strings.Contains(out, "usual  2     50.0") {
-		t.Errorf("rate show: %v\n%s", err, out)
+	rates, err := td.Rates().Lookup(t.Context(), time.Now(), "uma")
+	if i := slices.IndexFunc(rates, func(r policy.KeyRate) bool { return r.Limit == "usual" }); err != nil || i < 0 ||
+		!rates[i].Baseline || rates[i].Peak != 0 || rates[i].Cap != 100 || rates[i].Max != 50 || rates[i].Rate < 1.99 || rates[i].Rate > 2 {
+		t.Errorf("uma's rates: %+v %v", rates, err)
 	}
 	td.stop()
 
-	db, err := statedb.Open(filepath.Join(dir, "state", "ratelimitd.db"), false)
+	db, err := statedb.Open(filepath.Join(dir, "state", "ratelimitd.db"), false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,13 +65,13 @@ func TestDaemonRecipientSetsPersist(t *testing.T) {
 		t.Fatalf("stored pairs %v %v", pairs, err)
 	}
 
-	startTestDaemon(t, cfg)
+	td = startTestDaemon(t, cfg)
 	for _, r := range []string{"a@example.net", "B@example.net"} {
-		if got := rcptQuery(t, addr, "uma", r); got != "action=DUNNO" {
+		if got := td.rcpt("uma", r); got != "action=DUNNO" {
 			t.Fatalf("known recipient %s after restart: %s", r, got)
 		}
 	}
-	if got := rcptQuery(t, addr, "uma", "c@example.net"); !strings.HasPrefix(got, "action=450 4.7.1") {
+	if got := td.rcpt("uma", "c@example.net"); !strings.HasPrefix(got, "action=450 4.7.1") {
 		t.Fatalf("new recipient over the limit after restart: %s", got)
 	}
 }

@@ -35,12 +35,12 @@
 // Everything runs on 127.0.0.1 and every run is bounded in time; the
 // program stops the servers it started when it ends or is interrupted.
 //
-// Usage:
+// Usage (in tools/):
 //
-//	go run ./cmd/ratelimitd-bench [flags]
-//	go run ./cmd/ratelimitd-bench --conns 64 --keys 100000 --duration 10s
-//	go run ./cmd/ratelimitd-bench --rss-users 1000000 --rss-restart
-//	go run ./cmd/ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor
+//	go run ./ratelimitd-bench [flags]
+//	go run ./ratelimitd-bench --conns 64 --keys 100000 --duration 10s
+//	go run ./ratelimitd-bench --rss-users 1000000 --rss-restart
+//	go run ./ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor
 package main
 
 import (

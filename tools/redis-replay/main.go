@@ -13,10 +13,10 @@
 // users' slots, as the daemon batches per master). Comparing one server,
 // three standalone servers and a 3-master Cluster at the same batch size
 // separates what Redis Cluster costs from what several processes taking
-// turns on the same CPUs cost (docs/performance.md). Usage:
+// turns on the same CPUs cost (docs/performance.md). Usage (in tools/):
 //
-//	go run ./scripts/redis-replay -addrs 127.0.0.1:6379 -batch 12
-//	go run ./scripts/redis-replay -cluster -addrs A,B,C -batch 6
+//	go run ./redis-replay -addrs 127.0.0.1:6379 -batch 12
+//	go run ./redis-replay -cluster -addrs A,B,C -batch 6
 package main
 
 import (
@@ -92,7 +92,7 @@ func run(addrs []string, cluster bool, batch, users, calls int, scriptPath strin
 	// then per limit its name and 20-byte state.
 	version := make(map[string]int, users)
 	for u := range users {
-		k := names.Key("", fmt.Sprintf("user%07d@example.org", u))
+		k := names.Key(fmt.Sprintf("user%07d@example.org", u))
 		s := srvs[u%len(srvs)]
 		if cluster {
 			s = owner(srvs, int64(redisstore.Slot(k)))

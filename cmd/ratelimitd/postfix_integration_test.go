@@ -1,0 +1,96 @@
+//go:build integration
+
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+)
+
+// TestIntegrationPostfixPolicy runs a real Postfix whose
+// check_policy_service points at ratelimitd, and real SMTP sessions as SASL
+// users (XCLIENT LOGIN=).
+func TestIntegrationPostfixPolicy(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "")
+	td := startTestDaemon(t, cfgPath)
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
+
+	// alice sends 250: the hourly burst of 200 passes, then 450 4.7.1.
+	accepted, deferred := 0, 0
+	for i := 1; i <= 250; i++ {
+		err := sendAs(t, pf, "alice", i)
+		if err == nil {
+			accepted++
+			if deferred > 0 {
+				t.Fatalf("message %d accepted after a deferral", i)
+			}
+			continue
+		}
+		code, enh := smtpCode(err)
+		if code != 450 || enh != "4.7.1" {
+			t.Fatalf("message %d: %v (want 450 4.7.1)", i, err)
+		}
+		deferred++
+	}
+	if accepted != 200 || deferred != 50 {
+		t.Fatalf("alice: %d accepted, %d deferred; want 200 and 50\n%s", accepted, deferred, td.logs.String())
+	}
+	// Another user is unaffected.
+	for i := 1; i <= 5; i++ {
+		if err := sendAs(t, pf, "bob", i); err != nil {
+			t.Fatalf("bob message %d: %v", i, err)
+		}
+	}
+	sink.WaitCount(t, 205, 60*time.Second)
+
+	out, err := cli(t, "--config", cfgPath, "rate", "show", "alice")
+	if err != nil || !strings.Contains(out, "hourly") || !strings.Contains(out, "at limit: allowed again in") {
+		t.Fatalf("rate show alice: %v\n%s", err, out)
+	}
+	out, err = cli(t, "--config", cfgPath, "rate", "list", "--over")
+	if err != nil || !strings.Contains(out, "alice") || strings.Contains(out, "bob") {
+		t.Fatalf("rate list --over: %v\n%s", err, out)
+	}
+	out, err = cli(t, "--config", cfgPath, "status")
+	if err != nil || !strings.Contains(out, "defer") {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	// The operator resets alice: she can send again at once.
+	out, err = cli(t, "--config", cfgPath, "rate", "reset", "alice")
+	if err != nil || !strings.Contains(out, "2 limit states removed") {
+		t.Fatalf("rate reset: %v\n%s", err, out)
+	}
+	if !strings.Contains(td.logs.String(), "rate reset") {
+		t.Fatalf("reset not logged:\n%s", td.logs.String())
+	}
+	if err := sendAs(t, pf, "alice", 251); err != nil {
+		t.Fatalf("alice after reset: %v", err)
+	}
+
+	// carol fills her hourly burst; a restart of the daemon keeps it.
+	for i := 1; i <= 200; i++ {
+		if err := sendAs(t, pf, "carol", i); err != nil {
+			t.Fatalf("carol message %d: %v", i, err)
+		}
+	}
+	td.stop()
+	td = startTestDaemon(t, cfgPath)
+	err = sendAs(t, pf, "carol", 201)
+	if code, _ := smtpCode(err); code != 450 {
+		t.Fatalf("carol after daemon restart: %v (want 450: state must survive)", err)
+	}
+	sink.WaitCount(t, 406, 60*time.Second)
+	if log := pf.Log(); strings.Contains(log, "451 4.3.5") || strings.Contains(log, "problem talking to server") {
+		t.Fatalf("Postfix saw a policy protocol error:\n%s", log)
+	}
+	if !strings.Contains(td.logs.String()+pf.Log(), "450 4.7.1") {
+		t.Fatal("no 450 4.7.1 in the logs")
+	}
+}

@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// Stored rate state is never forgiven silently by a reload or restart.
+
+// refuseMallory sends mallory's 200 messages of the hourly default limit
+// and checks that the 201st is deferred.
+func (td *testDaemon) refuseMallory() {
+	td.t.Helper()
+	for i := range 200 {
+		if got := td.message("mallory", "END-OF-MESSAGE"); got != "action=DUNNO" {
+			td.t.Fatalf("mallory message %d: %s", i+1, got)
+		}
+	}
+	td.deferred("mallory")
+}
+
+// deferred checks that user's next message is deferred.
+func (td *testDaemon) deferred(user string) {
+	td.t.Helper()
+	if got := td.message(user, "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
+		td.t.Fatalf("%s is let through: %s", user, got)
+	}
+}
+
+// Neither a reload that drops a limit (and the periodic sweep after it)
+// nor a start-up without it forgets its states.
+func TestDroppedLimitKeepsState(t *testing.T) {
+	dir, addr := t.TempDir(), loopback(t)
+	cfg := testConfig(t, dir, addr, "")
+	full, _ := os.ReadFile(cfg)
+	dailyOnly := func() {
+		testConfig(t, dir, addr, "[[limit]]"+testLimits[strings.Index(testLimits, "\nname = \"daily\""):])
+	}
+	td := startTestDaemon(t, cfg)
+	td.refuseMallory()
+	dailyOnly()
+	td.Reload()
+	if n := len(td.Engine().Limits()); n != 1 {
+		t.Fatalf("reload to one limit: %d limits", n)
+	}
+	if n := td.State().Sweep(); n != 0 {
+		t.Errorf("the sweep after the reload dropped %d states", n)
+	}
+	if err := td.State().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(cfg, full, 0o644)
+	td.Reload()
+	td.deferred("mallory")
+
+	// A start-up with the limit commented out, then one with it back.
+	td.stop()
+	dailyOnly()
+	td = startTestDaemon(t, cfg)
+	if n := td.State().Sweep(); n != 0 {
+		t.Errorf("the sweep after a start-up without the limit dropped %d states", n)
+	}
+	td.stop()
+	os.WriteFile(cfg, full, 0o644)
+	startTestDaemon(t, cfg).deferred("mallory")
+}
+
+// A reload from exponential to gcra must not read the stored {time,
+// rate} as an arrival time long past, letting a deferred sender through:
+// its state is converted.
+func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), loopback(t), "")
+	td := startTestDaemon(t, cfg)
+	td.refuseMallory()
+	text, _ := os.ReadFile(cfg)
+	gcra := strings.Replace(string(text), `period = "1h"`, "period = \"1h\"\nalgorithm = \"gcra\"", 1)
+	os.WriteFile(cfg, []byte(gcra), 0o644)
+	td.Reload()
+	if a := td.Engine().Limits()[0].Algorithm; a != "gcra" {
+		t.Fatalf("reload: hourly is %s", a)
+	}
+	td.deferred("mallory")
+	if got := td.message("carol", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Fatalf("a new sender after the reload: %s", got)
+	}
+	// And after a restart with the gcra configuration.
+	td.stop()
+	startTestDaemon(t, cfg).deferred("mallory")
+}

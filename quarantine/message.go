@@ -1,0 +1,284 @@
+package quarantine
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
+)
+
+// A frozen message is stored in chunks of ChunkSize bytes under a random
+// upload token. Every chunk but the last is committed in a transaction of
+// its own while the message is read (bbolt keeps a transaction's dirty
+// pages in memory until commit); the last one, and the entry's reference
+// to the chunks, are written in the transaction that records the entry.
+// New removes chunks no entry refers to (a crash while freezing).
+var (
+	bucketChunks   = []byte("quarantine/chunks")   // token (8 bytes) + number (4, big-endian) -> bytes
+	bucketMessages = []byte("quarantine/messages") // ID -> token + chunk count (4 bytes, big-endian)
+)
+
+const (
+	// ChunkSize is the size of a message's pieces (1 MiB); concurrent
+	// freezes share one buffer of this size.
+	ChunkSize = 1 << 20
+	// maxHeaderScan is the start of a message kept for HeaderInfo.
+	maxHeaderScan = 64 << 10
+)
+
+// chunkRef is the value of bucketMessages.
+type chunkRef struct {
+	token [8]byte
+	n     uint32
+}
+
+func parseChunkRef(v []byte) (chunkRef, bool) {
+	var r chunkRef
+	if len(v) != 12 {
+		return r, false
+	}
+	copy(r.token[:], v)
+	r.n = binary.BigEndian.Uint32(v[8:])
+	return r, true
+}
+
+func chunkKey(token [8]byte, i uint32) []byte { return binary.BigEndian.AppendUint32(token[:], i) }
+
+// streamed is a message read by readBody: the chunks committed (ref), the
+// last one still to store, the message's start, size and SHA-256.
+type streamed struct {
+	ref        chunkRef
+	last, head []byte
+	size       int64
+	sum        string
+}
+
+// readBody reads r to its end, committing every full chunk and keeping
+// the last (possibly empty) one. Chunks are read inside a write
+// transaction into the Store's one buffer, so r must be quick to read (a
+// local spool file). On error the chunks written are removed.
+func (s *Store) readBody(r io.Reader) (*streamed, error) {
+	h := sha256.New()
+	st := &streamed{}
+	rand.Read(st.ref.token[:])
+	for done := false; !done; {
+		var rerr error
+		err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+			b := tx.Bucket(bucketChunks)
+			if b == nil {
+				return errNoBuckets
+			}
+			if s.chunkBuf == nil {
+				s.chunkBuf = make([]byte, ChunkSize)
+			}
+			n, err := io.ReadFull(r, s.chunkBuf)
+			buf := s.chunkBuf[:n]
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				done = true
+			} else if err != nil {
+				rerr = err
+				return nil
+			}
+			h.Write(buf)
+			st.size += int64(n)
+			if st.head == nil {
+				st.head = bytes.Clone(buf[:min(n, maxHeaderScan)])
+			}
+			if done {
+				st.last = bytes.Clone(buf)
+				return nil
+			}
+			if st.ref.n == 1<<32-2 {
+				return errors.New("quarantine: message too large")
+			}
+			if err := t.Append(b, chunksPath, chunkKey(st.ref.token, st.ref.n), buf); err != nil {
+				return err
+			}
+			st.ref.n++
+			return nil
+		})
+		if err == nil && rerr != nil {
+			err = fmt.Errorf("quarantine: reading the message: %w", rerr)
+		} else if err != nil {
+			err = fmt.Errorf("quarantine: store message chunk: %w", err)
+		}
+		if err != nil {
+			s.dropChunks(st.ref)
+			return nil, err
+		}
+	}
+	st.sum = hex.EncodeToString(h.Sum(nil))
+	return st, nil
+}
+
+// dropChunks removes the committed chunks of ref (best effort: New
+// sweeps what is left).
+func (s *Store) dropChunks(ref chunkRef) {
+	if ref.n == 0 {
+		return
+	}
+	statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+		if b := tx.Bucket(bucketChunks); b != nil {
+			_, err := deleteChunks(t, b, ref)
+			return err
+		}
+		return nil
+	})
+}
+
+// deleteChunks deletes the chunks of ref and returns their bytes.
+func deleteChunks(t *statedb.Tally, b *bolt.Bucket, ref chunkRef) (int64, error) {
+	var n int64
+	for i := range ref.n {
+		k := chunkKey(ref.token, i)
+		if v := b.Get(k); v != nil {
+			n += int64(len(v))
+			if err := t.Delete(b, chunksPath, k); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// putBody stores st's last chunk and the reference for entry id, within
+// the transaction that records it.
+func (b buckets) putBody(id string, st *streamed) error {
+	ref := st.ref
+	if err := b.t.Put(b.chunks, chunksPath, chunkKey(ref.token, ref.n), st.last); err != nil {
+		return err
+	}
+	return b.t.Put(b.messages, messagesPath, []byte(id), binary.BigEndian.AppendUint32(ref.token[:], ref.n+1))
+}
+
+// readMessage copies the stored message of id out of the transaction, or
+// returns nil when it has none. Errors: ErrCorrupt for a missing chunk.
+func (b buckets) readMessage(id string) ([]byte, error) {
+	if b.messages == nil || b.chunks == nil {
+		return nil, nil
+	}
+	ref, ok := parseChunkRef(b.messages.Get([]byte(id)))
+	if !ok {
+		return nil, nil
+	}
+	msg := []byte{}
+	for i := range ref.n {
+		v := b.chunks.Get(chunkKey(ref.token, i))
+		if v == nil {
+			return nil, fmt.Errorf("%w: message %s lacks chunk %d of %d", ErrCorrupt, id, i, ref.n)
+		}
+		msg = append(msg, v...)
+	}
+	return msg, nil
+}
+
+// dropBody removes the stored message of id, if any, and returns the
+// bytes freed.
+func (b buckets) dropBody(id string) (int64, error) {
+	ref, ok := parseChunkRef(b.messages.Get([]byte(id)))
+	if !ok {
+		return 0, nil
+	}
+	n, err := deleteChunks(b.t, b.chunks, ref)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.t.Delete(b.messages, messagesPath, []byte(id)); err != nil {
+		return 0, err
+	}
+	return n, putBytes(b.t, b.info, getBytes(b.info)-n)
+}
+
+// sweepChunks removes chunks no entry refers to and returns the bytes of
+// the others.
+func sweepChunks(tx *bolt.Tx, t *statedb.Tally) (int64, error) {
+	live := map[[8]byte]uint32{}
+	if err := tx.Bucket(bucketMessages).ForEach(func(_, v []byte) error {
+		if ref, ok := parseChunkRef(v); ok {
+			live[ref.token] = ref.n
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	var total int64
+	var orphans [][]byte
+	chunks := tx.Bucket(bucketChunks)
+	if err := chunks.ForEach(func(k, v []byte) error {
+		var tok [8]byte
+		copy(tok[:], k)
+		if n, ok := live[tok]; ok && len(k) == 12 && binary.BigEndian.Uint32(k[8:]) < n {
+			total += int64(len(v))
+		} else {
+			orphans = append(orphans, bytes.Clone(k))
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	for _, k := range orphans {
+		if err := t.Delete(chunks, chunksPath, k); err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// checkMessage returns ErrCorrupt when msg does not match e's SHA-256 and
+// size.
+func checkMessage(e *Entry, msg []byte) error {
+	sum := sha256.Sum256(msg)
+	if hex.EncodeToString(sum[:]) != e.Hash || int64(len(msg)) != e.Size {
+		return fmt.Errorf("%w: message %s (%d bytes) does not match its entry's SHA-256 and size (%d bytes)", ErrCorrupt, e.ID, len(msg), e.Size)
+	}
+	return nil
+}
+
+// CheckMessages is the quarantine's part of `ratelimitd state check` (a
+// statedb.Inspect): it compares every frozen message with its entry's
+// SHA-256 and size, reports to w, and returns the damaged ones. It never
+// writes to db.
+func CheckMessages(w io.Writer, db *bolt.DB) (bad []string, err error) {
+	checked, aside := 0, 0
+	err = db.View(func(tx *bolt.Tx) error {
+		b := bucketsOf(tx)
+		if !b.ok() {
+			return nil
+		}
+		return b.messages.ForEach(func(k, _ []byte) error {
+			e, err := b.get(string(k))
+			switch {
+			case errors.Is(err, ErrNotFound):
+				aside++
+				return nil
+			case err != nil:
+				return nil // reported by the scan of the records
+			}
+			checked++
+			msg, err := b.readMessage(e.ID)
+			if err == nil {
+				err = checkMessage(&e, msg)
+			}
+			if err != nil {
+				p := fmt.Sprintf("frozen message %s: %v: a thaw refuses it", k, err)
+				fmt.Fprintf(w, "DAMAGED: %s\n", p)
+				bad = append(bad, p)
+			}
+			return nil
+		})
+	})
+	fmt.Fprintf(w, "quarantine: %d frozen messages checked against their SHA-256, %d damaged", checked, len(bad))
+	if aside > 0 {
+		fmt.Fprintf(w, ", %d kept without a readable entry (set aside in %s)", aside, bucketDamaged)
+	}
+	fmt.Fprintln(w)
+	return bad, err
+}
