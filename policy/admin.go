@@ -10,8 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// LimitInfo describes one configured limit, for `ratelimitd config check`
-// and the admin API.
+// LimitInfo describes one configured limit (config check, admin API).
 type LimitInfo struct {
 	Name        string             `json:"name"`
 	Key         []string           `json:"key"`
@@ -103,8 +102,7 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 	return out, nil
 }
 
-// conversion returns the store's last conversion of the states of the
-// named limit (Conversions), or nil.
+// conversion returns the store's last conversion of limit's states, or nil.
 func (e *Engine) conversion(name string) *Conversion {
 	cs, ok := e.store.(Conversions)
 	if !ok {
@@ -147,8 +145,7 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 	return kr
 }
 
-// All returns every stored key's rate decayed to now, for `rate list`.
-// States of limits no longer configured are skipped.
+// All returns every configured limit's keys' rates at now (rate list).
 func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 	c := e.cfg.Load()
 	byName := make(map[string]*limit, len(c.limits))
@@ -249,8 +246,7 @@ func LimitParams(c Config) (map[string]ratelimit.Limit, error) {
 	return out, nil
 }
 
-// LimitParams returns the running limit name's arithmetic, if any. Safe
-// for concurrent use; no allocation.
+// LimitParams returns the running limit's arithmetic; no allocation.
 func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
 	c := e.cfg.Load()
 	for i := range c.limits {
@@ -261,6 +257,5 @@ func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
 	return ratelimit.Limit{}, false
 }
 
-// CanonicalKey returns key in the canonical form the configured limits
-// count it under (KeyForm.Key): what `rate show` and `rate reset` look up.
+// CanonicalKey returns key as the limits count it (KeyForm.Key).
 func (e *Engine) CanonicalKey(key string) string { return e.cfg.Load().form.Key(key) }

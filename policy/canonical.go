@@ -33,8 +33,7 @@ func DefaultKeyForm() KeyForm {
 	return KeyForm{FoldCase: true, Delimiters: "+", IPv4Prefix: 32, IPv6Prefix: 64}
 }
 
-// NullSender is the key of the null envelope sender (bounces, MAIL
-// FROM:<>), which Postfix's policy delegation sends as an empty sender=.
+// NullSender is the key of the null sender (Postfix sends sender=).
 const NullSender = "<>"
 
 // Address returns the canonical form of an envelope address: domain
@@ -160,8 +159,7 @@ func (f KeyForm) user(u string) string {
 	return strings.ToLower(u)
 }
 
-// join returns local + "@" + domain, which is orig itself when nothing
-// changed (the common case on the request path: no allocation).
+// join returns local@domain, orig itself when unchanged (no allocation).
 func join(orig, local, domain string) string {
 	if len(local)+1+len(domain) == len(orig) && strings.HasPrefix(orig, local) &&
 		orig[len(local)] == '@' && strings.HasSuffix(orig, domain) {
@@ -204,8 +202,7 @@ func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 	return f
 }
 
-// foldedOverrides returns a warning for each pair of override keys of lc
-// that are one key in canonical form f (the stricter value is used).
+// foldedOverrides warns of override keys of lc that fold into one.
 func foldedOverrides(lc LimitConfig, f KeyForm) []string {
 	seen := make(map[string]string, len(lc.Overrides))
 	keys := make([]string, 0, len(lc.Overrides))

@@ -54,8 +54,7 @@ type compiled struct {
 	exemptSenders map[string]bool
 }
 
-// Engine evaluates requests against a stack of limits. It is safe for
-// concurrent use; Reload swaps the configuration atomically.
+// Engine evaluates requests against a stack of limits; safe for concurrent use.
 type Engine struct {
 	cfg   atomic.Pointer[compiled]
 	store Store
@@ -115,8 +114,7 @@ type probe struct {
 // maxStack bounds the stack size handled without allocation.
 const maxStack = 8
 
-// scratch is one evaluation's memory handed to the store, pooled
-// (Engine.scratch) so it stays warm in cache.
+// scratch is one evaluation's memory handed to the store, pooled to stay warm.
 type scratch struct {
 	probes [maxStack]probe
 	items  [maxStack]StackItem

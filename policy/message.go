@@ -9,17 +9,11 @@ import (
 	"sync/atomic"
 )
 
-// Per-message bookkeeping. An MTA may ask about one message at RCPT, DATA
-// and END-OF-MESSAGE, through policy delegation and the milter; each
-// message is charged once per limit (docs/limits.md, "How messages are
-// counted"), and every later request gets the message's verdict, as Exim
-// gives every RCPT of a message its answer. A message is identified by
-// front end, client address, SASL user, sender and instance; the milter's
-// view joins the policy service's by client, user and sender, first come
-// first joined. Two generations of at most msgGenSize entries bound the
-// memory: a forgotten message asked about again is charged again (over-,
-// never under-counting). Keys are 64-bit hashes checked against the bytes
-// kept, and entries are reused: no allocation once warm.
+// Per-message bookkeeping: each message is charged once per limit however
+// often and through which front end the MTA asks (docs/limits.md), and its
+// later requests get its verdict. Two generations of msgGenSize entries
+// bound the memory (a forgotten message is charged again: over-, never
+// under-counting); keys are hashes checked against kept bytes.
 
 // msgGenSize bounds one generation of the message table.
 const msgGenSize = 1 << 15

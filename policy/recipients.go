@@ -63,8 +63,7 @@ func (e *Engine) recordAddrs(ctx context.Context, now time.Time, probes []probe,
 	return first
 }
 
-// limitOf is the limit a measure was made against: the learned allowance
-// for a baseline limit, else the configured one after overrides.
+// limitOf is the limit measured against (a baseline's learned allowance).
 func limitOf(it *StackItem, r *ratelimit.Result) float64 {
 	if r.Limit > 0 {
 		return r.Limit

@@ -5,13 +5,11 @@ import (
 	"sync/atomic"
 )
 
-// stateNames are the protocol states counted by stageCounts, in the order
-// of an SMTP session.
+// stateNames are the states stageCounts counts, in session order.
 var stateNames = [...]string{StateConnect, StateEHLO, StateHELO, StateMail, StateRcpt, StateData,
 	StateEndOfMessage, StateVrfy, StateEtrn}
 
-// stateIndex is s's index in stateNames, or -1. It is on every request's
-// path: a switch, not a search.
+// stateIndex is s's index in stateNames, or -1 (a switch: hot path).
 func stateIndex(s string) int {
 	switch s {
 	case StateConnect:
@@ -68,15 +66,13 @@ func (s *stageCounts) get(front int, state string) uint64 {
 	return 0
 }
 
-// asked reports whether front has asked at state at least once (a flag:
-// cheap on every request's path).
+// asked reports whether front has asked at state (a flag: hot path).
 func (s *stageCounts) asked(front int, state string) bool {
 	i := stateIndex(state)
 	return i >= 0 && s.seen[front][i].Load()
 }
 
-// messageRequests returns the number of requests front end front has sent
-// about mail transactions (MAIL, RCPT, DATA, END-OF-MESSAGE).
+// messageRequests returns front's requests about mail transactions.
 func (s *stageCounts) messageRequests(front int) uint64 {
 	c := &s.n[front]
 	return c[3].Load() + c[4].Load() + c[5].Load() + c[6].Load() // MAIL, RCPT, DATA, END-OF-MESSAGE
@@ -86,8 +82,7 @@ func (s *stageCounts) messageRequests(front int) uint64 {
 // messages stop waiting for a front end that has not asked yet.
 const joinWarmUp = 4096
 
-// joinable reports whether a new message of front end front may wait for,
-// or be joined by, the other front end's view of it.
+// joinable reports whether front's new message may join the other's view.
 func (s *stageCounts) joinable(front int) bool {
 	if s.anyMsg[1-front].Load() {
 		return true
@@ -102,8 +97,7 @@ func (s *stageCounts) joinable(front int) bool {
 	return false
 }
 
-// StageCount is how many requests one front end has sent at one protocol
-// state since the daemon started.
+// StageCount is one front end's requests at one state since start.
 type StageCount struct {
 	// Via is the front end, ViaPolicy or ViaMilter.
 	Via      string `json:"via"`
@@ -111,8 +105,7 @@ type StageCount struct {
 	Requests uint64 `json:"requests"`
 }
 
-// Stages returns the states each front end asked at since start, in
-// session order, with counts.
+// Stages returns the states each front end asked at, with counts.
 func (e *Engine) Stages() []StageCount {
 	var out []StageCount
 	for f, via := range []string{ViaPolicy, ViaMilter} {
@@ -125,12 +118,10 @@ func (e *Engine) Stages() []StageCount {
 	return out
 }
 
-// InFlight returns the number of messages whose bookkeeping (what each limit
-// has charged them, their verdict) is remembered; it is bounded.
+// InFlight returns the number of messages remembered (bounded).
 func (e *Engine) InFlight() int { return e.msgs.len() }
 
-// Footprint estimates the message bookkeeping's memory, in bytes
-// (bounded). Safe for concurrent use.
+// Footprint estimates the message table's memory, in bytes.
 func (e *Engine) Footprint() int64 { return e.msgs.footprint() }
 
 // Advice returns plain-word warnings about limits that cannot count as
@@ -162,8 +153,7 @@ func (e *Engine) Advice() []string {
 	return out
 }
 
-// ConfigAdvice returns the warnings about c that do not depend on the MTA
-// (config check, the daemon's start-up log).
+// ConfigAdvice returns the warnings about c alone (config check, start).
 func ConfigAdvice(c Config) []string {
 	var out []string
 	if len(c.Stages) > 0 {

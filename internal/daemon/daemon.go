@@ -39,8 +39,7 @@ import (
 // uses git describe); "dev" otherwise.
 var Version = "dev"
 
-// Daemon is a running ratelimitd: engine, stores, listeners. Start it with
-// Start and stop it with Shutdown.
+// Daemon is a running ratelimitd; Start it, stop it with Shutdown.
 type Daemon struct {
 	cfg          *config.File // as started; a reload replaces only the limits, so read without a lock
 	configPath   string
@@ -237,8 +236,7 @@ func (d *Daemon) checkRecords() error {
 	return nil
 }
 
-// goRun runs a background loop that Shutdown waits for; its result is
-// of no use then.
+// goRun runs a background loop that Shutdown waits for.
 func (d *Daemon) goRun(run func(context.Context) error) {
 	d.wg.Add(1)
 	go func() {
@@ -247,8 +245,7 @@ func (d *Daemon) goRun(run func(context.Context) error) {
 	}()
 }
 
-// openServices sets up the connection cap, the metrics' collectors, the
-// notifier, the quarantine and the policy server.
+// openServices sets up the connection cap, collectors, notifier, quarantine, policy server.
 func (d *Daemon) openServices() error {
 	s := d.cfg.Server
 	d.conns = srvconn.NewLimiter(s.MaxConnections, d.log, d.metrics.ConnRefused)
@@ -326,8 +323,7 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	return ls, inh.Untaken()
 }
 
-// socketUnitHint explains a unix socket not created for want of
-// permission: the packaged unit's sockets come from ratelimitd.socket.
+// socketUnitHint explains a unix socket not created for want of permission.
 func socketUnitHint(addr string, err error, inh *srvconn.Inherited) string {
 	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
 		return ""

@@ -36,11 +36,12 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) policy.Decisio
 }
 
 // policyConfig is f's policy configuration for the daemon's engine:
-// without Measures, and with on_redis_error = defer in the fault table.
+// without Measures, and with the running [store]'s on_redis_error = defer
+// in the fault table ([store] changes need a restart).
 func (d *Daemon) policyConfig(f *config.File) policy.Config {
 	pc := f.PolicyConfig()
 	pc.OmitMeasures = true
-	if f.Store.Redis() && f.Store.OnRedisError == "defer" {
+	if s := d.cfg.Store; s.Redis() && s.OnRedisError == "defer" {
 		pc.DeferOnUnavailable = redisstore.ErrUnavailable
 	}
 	return pc

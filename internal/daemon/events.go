@@ -49,8 +49,7 @@ func (d *Daemon) recordDecision(now time.Time, req *policy.Request, dec *policy.
 	d.events.Record(e)
 }
 
-// recordReload records a configuration reload: its source, or why it was
-// refused.
+// recordReload records a reload's source, or why it was refused.
 func (d *Daemon) recordReload(source string, err error) {
 	e := events.Event{Action: events.Reload, Detail: source}
 	if err != nil {
@@ -66,8 +65,7 @@ var lifecycleActions = map[lifecycle.Kind]string{
 	lifecycle.Expired: events.Expire, lifecycle.Released: events.Release,
 }
 
-// eventRecorder records the quarantine life cycle's events in an event
-// log (lifecycle.Events); it never blocks.
+// eventRecorder records life-cycle events in the event log; never blocks.
 type eventRecorder struct{ log *events.Log }
 
 // QuarantineEvent implements lifecycle.Events.
@@ -85,8 +83,7 @@ func (r eventRecorder) QuarantineEvent(_ context.Context, ev lifecycle.Event) {
 		QueueID: ev.Entry.QueueID, By: ev.By, Detail: detail})
 }
 
-// lifecycleEvents sends the life cycle's events to each of its members
-// (nil members are skipped).
+// lifecycleEvents sends life-cycle events to each non-nil member.
 type lifecycleEvents []lifecycle.Events
 
 // QuarantineEvent implements lifecycle.Events.

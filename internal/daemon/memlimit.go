@@ -34,8 +34,7 @@ type releaser struct {
 	released time.Time // the last release
 }
 
-// tick records the buffers' size working (bytes) at now and reports
-// whether to release now.
+// tick records the buffers' size at now and reports whether to release.
 func (r *releaser) tick(now time.Time, working int64) bool {
 	r.due = r.due || shouldRelease(r.last, working)
 	r.last = working

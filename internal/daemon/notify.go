@@ -12,8 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// startNotify starts the [notify] sender and registers its metrics.
-// Changes to [notify] take effect at the next restart, not on SIGHUP.
+// startNotify starts the [notify] sender (changes need a restart).
 func (d *Daemon) startNotify() error {
 	n, err := notify.New(d.cfg.Notify, notify.Options{Logger: d.log})
 	if err != nil {
@@ -51,8 +50,7 @@ type coalesceKey struct {
 	key, by string
 }
 
-// coalesceWindow gathers operator-action events; at most maxCoalesce
-// groups wait.
+// coalesceWindow gathers operator-action events; maxCoalesce groups at most.
 const (
 	coalesceWindow = 2 * time.Second
 	maxCoalesce    = 1024
@@ -121,8 +119,7 @@ func (q *quarantineNotify) flush(ck coalesceKey) {
 	}
 }
 
-// flushAll sends every gathered event now (at shutdown, before the
-// notifier drains its queue).
+// flushAll sends every gathered event now (at shutdown).
 func (q *quarantineNotify) flushAll() {
 	q.mu.Lock()
 	groups := q.pending

@@ -53,8 +53,7 @@ type offline struct {
 	events *events.Log
 }
 
-// openOffline opens the state; readOnly opens the BoltDB file shared and
-// read-only and writes nothing (rate list, rate show).
+// openOffline opens the state; readOnly shares the file and writes nothing.
 func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 	db, err := statedb.Open(f.Server.DBPath(), readOnly, 0)

@@ -49,12 +49,10 @@ func dripLimits(f *config.File) []string {
 	return names
 }
 
-// milterQuarantine is the milter's Quarantine: the daemon records holds
-// for both front ends (Daemon.recordHold).
+// milterQuarantine is the milter's Quarantine; holds go to Daemon.recordHold.
 type milterQuarantine struct{ d *Daemon }
 
-// Freeze implements milter.Quarantine: the message is committed (fsync)
-// before Freeze returns.
+// Freeze implements milter.Quarantine; the message is fsync'd on return.
 func (m milterQuarantine) Freeze(ctx context.Context, msg *milter.Message, d policy.Decision) (string, error) {
 	return m.d.q.svc.Freeze(ctx, &msg.Request, msg.Recipients, msg.Body, d)
 }

@@ -16,8 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
-// redisOptions maps the [store] table to the Redis store's options. limits
-// looks a limit's parameters up by name (for the expiry of merged states).
+// redisOptions maps [store] to the Redis store's options.
 func redisOptions(s config.Store, limits func(string) (ratelimit.Limit, bool)) redisstore.Options {
 	o := redisstore.Options{Addrs: s.RedisAddrs, SentinelMaster: s.RedisSentinelMaster, Username: s.RedisUsername,
 		Password: s.RedisPassword, DB: s.RedisDB, Timeout: time.Duration(s.RedisTimeout), KeyPrefix: s.KeyPrefix,
@@ -93,8 +92,7 @@ type oncePerKey struct {
 
 func newOncePerKey(max int) *oncePerKey { return &oncePerKey{seen: map[string]struct{}{}, max: max} }
 
-// first reports whether k is seen for the first time (always true once
-// max keys are remembered).
+// first reports whether k is new (always, once max keys are remembered).
 func (o *oncePerKey) first(k string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()

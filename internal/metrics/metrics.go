@@ -31,14 +31,12 @@ type Metrics struct {
 	decisions *prometheus.CounterVec // limit, action
 	faults    *prometheus.CounterVec // kind
 	badInput  *prometheus.CounterVec // reason
-	// connRefused counts connections closed over max_connections, by
-	// listener (policy, milter).
+	// connRefused counts refusals over max_connections, by listener.
 	connRefused *prometheus.CounterVec
 
 	nFaults atomic.Int64
 	nBad    atomic.Int64
-	// msgs counts the messages refused, held, frozen or marked, by
-	// action: each once (Decision.Repeated verdicts are not counted).
+	// msgs counts non-pass messages by action, each once.
 	msgs [numActions]atomic.Int64
 }
 
@@ -120,8 +118,7 @@ func (m *Metrics) ByAction() (out [numActions]int64) {
 	return out
 }
 
-// New returns the metrics in a new registry with the Go and process
-// collectors; trackedKeys feeds ratelimitd_tracked_keys.
+// New returns the metrics in a new registry with the Go and process collectors.
 func New(trackedKeys func() float64) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	reqs := requestCollector{m: m,

@@ -8,8 +8,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
-// StateCollectors returns the Prometheus metrics of the rate state p: flush
-// and compaction health, and key pressure. Register them once.
+// StateCollectors returns rate state p's flush and key-pressure metrics.
 func StateCollectors(p *ratestore.Persistent) []prometheus.Collector {
 	stat := func(f func(ratestore.PersistStats) float64) func() float64 {
 		return func() float64 { return f(p.Stats()) }

@@ -11,12 +11,10 @@ import (
 
 // Bounds of DefaultMaxConns.
 const (
-	// MaxConnsCeiling is the largest default connection cap: far more
-	// than the smtpd processes of one Postfix (default_process_limit 100)
-	// that hold a policy or milter connection each.
+	// MaxConnsCeiling is the largest default cap, far above one Postfix's
+	// smtpd processes (default_process_limit 100).
 	MaxConnsCeiling = 1024
-	// limitLogEvery is how often, at most, refused connections are
-	// logged (with the count since the last line).
+	// limitLogEvery throttles the refusal log lines.
 	limitLogEvery = 10 * time.Second
 )
 
@@ -90,8 +88,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return &limitConn{Conn: c, lim: l.lim}, nil
 		}
 		l.lim.open.Add(-1)
-		// Counted and logged before the close: a client that has seen
-		// its connection closed finds the refusal in the metrics.
+		// Counted before the close, so the client finds it in the metrics.
 		l.lim.refuse(l.name, c)
 		c.Close()
 	}

@@ -54,8 +54,7 @@ func New[C comparable](errClosed error, name string) *Tracker[C] {
 	return t
 }
 
-// BaseContext is the parent of every ctx the server passes on: it is
-// cancelled by Close.
+// BaseContext is the parent of every ctx passed on; Close cancels it.
 func (t *Tracker[C]) BaseContext() context.Context { return t.baseCtx }
 
 // Lock locks the Tracker's mutex.
@@ -81,8 +80,7 @@ func (t *Tracker[C]) IsClosed() bool {
 	return t.closed
 }
 
-// Remove forgets c once its connection has ended; it reports whether c was
-// still tracked.
+// Remove forgets c's ended connection; whether c was still tracked.
 func (t *Tracker[C]) Remove(c C) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -102,14 +100,11 @@ type Accept[C comparable] struct {
 	Logger *slog.Logger
 	// Allowed is the allow-list applied by Allowed.
 	Allowed []netip.Prefix
-	// New makes the connection's key (and its log) from the accepted
-	// connection, before the allow-list is applied.
+	// New makes the connection's key from it, before the allow-list.
 	New func(rwc net.Conn) C
-	// Refused is called for a connection refused by the allow-list,
-	// before Serve closes it unread.
+	// Refused is called for a refused connection before it is closed.
 	Refused func(c C)
-	// Start is called for an allowed connection once it is tracked; it
-	// must not block (it starts the connection's goroutine).
+	// Start is called for an allowed, tracked connection; must not block.
 	Start func(c C)
 }
 
@@ -206,8 +201,7 @@ func Allowed(allowed []netip.Prefix, rwc net.Conn, unixListener bool) bool {
 	}
 }
 
-// RemoteString is rwc's remote address for the log: its string form, else
-// its network, else "".
+// RemoteString is rwc's remote address (or network) for the log.
 func RemoteString(rwc net.Conn) string {
 	ra := rwc.RemoteAddr()
 	if ra == nil {
@@ -243,16 +237,14 @@ func (t *Tracker[C]) Shutdown(ctx context.Context, idle func(c C) bool) error {
 	}
 }
 
-// Close closes the listeners and every connection and cancels
-// BaseContext, without waiting; errClosed if already closed.
+// Close closes listeners and connections, cancels BaseContext; errClosed if done.
 func (t *Tracker[C]) Close() error {
 	err := t.beginClose()
 	if errors.Is(err, t.errClosed) {
 		err = nil
 	}
-	// The connections are closed before the requests' contexts are
-	// cancelled: a request that returns on the cancellation must find its
-	// connection closed, not write a reply after Close.
+	// Connections close before the contexts are cancelled, so no reply
+	// is written after Close.
 	t.mu.Lock()
 	if t.hardClosed {
 		t.mu.Unlock()
@@ -300,4 +292,12 @@ func (t *Tracker[C]) closeIdle(idle func(c C) bool) int {
 		}
 	}
 	return len(t.conns)
+}
+
+// OrDefault returns v if it is positive, else d: a server field's value.
+func OrDefault[T int64 | time.Duration](v, d T) T {
+	if v > 0 {
+		return v
+	}
+	return d
 }

@@ -15,12 +15,9 @@ import (
 
 // Errors of ListenUnix.
 var (
-	// ErrNotSocket is returned (wrapped) by ListenUnix when something
-	// other than a socket exists at the path: it is never removed.
+	// ErrNotSocket (wrapped): something else is at the path; it stays.
 	ErrNotSocket = errors.New("srvconn: path exists and is not a socket (refusing to remove it)")
-	// ErrSocketInUse is returned (wrapped) by ListenUnix when a server
-	// accepts connections on the socket at the path: another daemon is
-	// already running there.
+	// ErrSocketInUse (wrapped): a server accepts on the path.
 	ErrSocketInUse = errors.New("srvconn: socket in use: another daemon is already running on it")
 )
 

@@ -10,8 +10,7 @@ import (
 // own limit, above Postfix's header_size_limit (102400).
 const MaxPacketSize = 1 << 20
 
-// frameHooks lets a frameReader consult its connection. A nil frameHooks is
-// allowed (fuzzing).
+// frameHooks lets a frameReader consult its connection; nil for fuzzing.
 type frameHooks interface {
 	// beforeHeader is called before the reader waits for the next packet;
 	// a non-nil error ends the stream with that error (shutdown, or a

@@ -1,6 +1,7 @@
 package milter
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -119,46 +120,24 @@ func (s *Server) init() {
 	})
 }
 
-func (s *Server) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics {
-	if s.Metrics != nil {
-		return s.Metrics
-	}
-	return noMetrics{}
-}
+func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
 
 func (s *Server) readTimeout() time.Duration {
-	if s.ReadTimeout > 0 {
-		return s.ReadTimeout
-	}
-	return DefaultReadTimeout
+	return srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
 }
 
 func (s *Server) decideTimeout() time.Duration {
-	if s.DecideTimeout > 0 {
-		return s.DecideTimeout
-	}
-	return DefaultDecideTimeout
+	return srvconn.OrDefault(s.DecideTimeout, DefaultDecideTimeout)
 }
 
 func (s *Server) spoolThreshold() int64 {
-	if s.SpoolThreshold > 0 {
-		return s.SpoolThreshold
-	}
-	return DefaultSpoolThreshold
+	return srvconn.OrDefault(s.SpoolThreshold, DefaultSpoolThreshold)
 }
 
 func (s *Server) maxMessageSize() int64 {
-	if s.MaxMessageSize > 0 {
-		return s.MaxMessageSize
-	}
-	return DefaultMaxMessageSize
+	return srvconn.OrDefault(s.MaxMessageSize, DefaultMaxMessageSize)
 }
 
 // Serve serves connections on l until it fails or the server stops, backing
@@ -186,8 +165,7 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// startSession hands c to a go-milter Server of its own, whose NewMilter
-// (called again after every final reply) returns c's session.
+// startSession gives c a go-milter Server whose NewMilter returns c's session.
 func (s *Server) startSession(c *conn) {
 	lib := &gomilter.Server{
 		NewMilter: func() gomilter.Milter { return c.sess },
@@ -206,8 +184,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.life.Shutdown(ctx, func(c *conn) bool { return c.waiting && !c.inMessage })
 }
 
-// Close closes the listeners and every connection at once (cancelling
-// their ctx) without waiting. ErrServerClosed if already closed.
+// Close closes listeners and connections at once; ErrServerClosed if already done.
 func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()
@@ -243,8 +220,7 @@ func (s *Server) newConn(rwc net.Conn) *conn {
 	return c
 }
 
-// beforeHeader implements frameHooks: the previous packet has been answered
-// and the library waits for the next one.
+// beforeHeader implements frameHooks: the library waits for a packet.
 func (c *conn) beforeHeader() error {
 	if c.poisoned {
 		return errSessionPoisoned
@@ -290,8 +266,7 @@ func (c *conn) command(code byte, data []byte) {
 	}
 }
 
-// canDo reports whether the MTA offered action a. Before (or without) an
-// option negotiation seen in full, it assumes yes.
+// canDo reports whether the MTA offered a (yes before option negotiation).
 func (c *conn) canDo(a gomilter.OptAction) bool {
 	return !c.optneg || c.mtaActions&a != 0
 }
@@ -348,8 +323,7 @@ func (g guardConn) SetDeadline(t time.Time) error      { return g.c.rwc.SetDeadl
 func (g guardConn) SetReadDeadline(t time.Time) error  { return g.c.rwc.SetReadDeadline(t) }
 func (g guardConn) SetWriteDeadline(t time.Time) error { return g.c.rwc.SetWriteDeadline(t) }
 
-// noteReadError logs and counts why a connection stopped reading, and
-// closes it at once for bad input.
+// noteReadError logs and counts why a connection stopped reading.
 func (c *conn) noteReadError(err error) {
 	m := c.srv.metrics()
 	switch {

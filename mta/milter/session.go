@@ -104,8 +104,7 @@ func (s *session) recoverTo(event string, resp *gomilter.Response, err *error) {
 	}
 }
 
-// absorb takes the macros of the latest SMFIC_MACRO packet (go-milter
-// keeps only those), with or without braces.
+// absorb takes the latest SMFIC_MACRO packet's macros, braced or not.
 func (s *session) absorb(macros map[string]string) {
 	if len(macros) == 0 {
 		return
@@ -231,8 +230,7 @@ func (m *message) noteWarn(d policy.Decision) {
 	m.warnHeaders = append(m.warnHeaders, d.Header)
 }
 
-// Header implements go-milter's Milter (SMFIC_HEADER); continuation lines
-// come separated by "\n" (Postfix) or "\r\n".
+// Header implements go-milter's Milter (SMFIC_HEADER).
 func (s *session) Header(name string, value string, m *gomilter.Modifier) (resp gomilter.Response, err error) {
 	defer s.recoverTo("header", &resp, &err)
 	s.absorb(m.Macros)
@@ -280,8 +278,7 @@ func (s *session) BodyChunk(chunk []byte, m *gomilter.Modifier) (resp gomilter.R
 	return gomilter.RespContinue, nil
 }
 
-// add counts p in the message's size and keeps it if the message is kept
-// for freezing, up to MaxMessageSize.
+// add counts p in the size and keeps it, up to MaxMessageSize, if kept.
 func (s *session) add(p []byte) {
 	m := s.msg
 	m.size += int64(len(p))
@@ -532,8 +529,7 @@ func (s *session) decide(req *policy.Request) policy.Decision {
 	return d
 }
 
-// quarantineReason is the SMFIR_QUARANTINE reason, never empty (Sendmail
-// refuses one).
+// quarantineReason is the SMFIR_QUARANTINE reason, never empty.
 func quarantineReason(d policy.Decision) string {
 	r := "ratelimitd"
 	if d.Limit != "" {

@@ -19,8 +19,7 @@ const (
 	MaxAttributes = 1024
 )
 
-// RequestType is the only value of the request attribute this package
-// answers (SMTPD_POLICY_README, "Protocol description").
+// RequestType is the only request attribute value answered.
 const RequestType = "smtpd_access_policy"
 
 // StagePolicy is the policy.Request.Stage set by Decode.
@@ -83,8 +82,7 @@ func (d *Decoder) Reset(r *bufio.Reader) {
 	d.r = r
 }
 
-// ReadRequest reads one request from r into req, like Decode on a new
-// Decoder; prefer a Decoder to read many requests from one connection.
+// ReadRequest reads one request from r into req, as a new Decoder would.
 func ReadRequest(r *bufio.Reader, req *policy.Request) error {
 	d := Decoder{r: r}
 	return d.Decode(req)
@@ -213,8 +211,7 @@ func (d *Decoder) readAttributes() (rcptCount, size int64, err error) {
 	return rcptCount, size, nil
 }
 
-// stringField returns the string field of the attribute name, or -1 for
-// an attribute policy.Request has no string field for.
+// stringField returns the string field of attribute name, or -1.
 func stringField(name []byte) int {
 	switch string(name) {
 	case "protocol_state":
@@ -316,8 +313,7 @@ func (d *Decoder) carve(b []byte) string {
 var knownStates = [...]string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
 	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
 
-// constant returns the constant string equal to v for field f, if there is
-// one (empty, a protocol_state, protocol_name SMTP or ESMTP).
+// constant returns a constant string equal to v for field f, if any.
 func constant(f int, v []byte) (string, bool) {
 	if len(v) == 0 {
 		return "", true

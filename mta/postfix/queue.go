@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// DefaultCommandTimeout bounds each queue command of a Queue whose Timeout
-// is zero.
+// DefaultCommandTimeout bounds each queue command when Timeout is zero.
 const DefaultCommandTimeout = 30 * time.Second
 
 // Queue runs the MTA's queue commands on held mail for quarantine/lifecycle:

@@ -3,6 +3,7 @@ package postfix
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,32 +92,16 @@ func (s *Server) init() {
 	})
 }
 
-func (s *Server) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.Default()
-}
+func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics {
-	if s.Metrics != nil {
-		return s.Metrics
-	}
-	return noMetrics{}
-}
+func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
 
 func (s *Server) idleTimeout() time.Duration {
-	if s.IdleTimeout > 0 {
-		return s.IdleTimeout
-	}
-	return DefaultIdleTimeout
+	return srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
 }
 
 func (s *Server) requestTimeout() time.Duration {
-	if s.RequestTimeout > 0 {
-		return s.RequestTimeout
-	}
-	return DefaultRequestTimeout
+	return srvconn.OrDefault(s.RequestTimeout, DefaultRequestTimeout)
 }
 
 // Serve serves connections on l until it fails or the server stops, backing
@@ -324,8 +309,7 @@ func (dl *deadlines) release() {
 	}
 }
 
-// requestBuffered reports whether br's buffered bytes end with an empty
-// line, as when an MTA has written one request and waits.
+// requestBuffered reports whether br's bytes end with an empty line.
 func requestBuffered(br *bufio.Reader) bool {
 	b, _ := br.Peek(br.Buffered())
 	return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n"))
@@ -359,8 +343,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.life.Shutdown(ctx, func(c *conn) bool { return !c.active })
 }
 
-// Close closes the listeners and every connection at once (cancelling
-// their ctx) without waiting. ErrServerClosed if already closed.
+// Close closes listeners and connections at once; ErrServerClosed if already done.
 func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()
