@@ -6,10 +6,9 @@ import (
 	"time"
 )
 
-// Batching per Redis server: while a call is in flight new requests join
-// one pending batch, sent when a call ends, or as another call at
-// secondCallItems limits, up to maxInFlight calls. A request finding the
-// batch full (maxBatchItems) or no call in flight is sent alone.
+// Batching per server: requests arriving during a call join one pending
+// batch, sent when a call ends or at secondCallItems (up to maxInFlight
+// calls); with no call in flight or a full batch, one goes alone.
 const (
 	maxInFlight     = 2
 	secondCallItems = 96

@@ -22,9 +22,8 @@ type clusterRouting struct {
 // slotRefreshEvery bounds how often the slot map is read again.
 const slotRefreshEvery = 100 * time.Millisecond
 
-// decideInCluster decides r (one slot) in phase "d", batched for slot's
-// master, or else alone through the cluster client (MOVED, ASK). A failed
-// call is not repeated.
+// decideInCluster decides r (one slot) batched for slot's master, else
+// alone through the cluster client (MOVED, ASK); failures are final.
 func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (answer, error) {
 	dl := time.Now().Add(s.opts.Timeout)
 	if b := s.nodeBatcher(slot); b != nil {

@@ -54,12 +54,10 @@ const maxTouched = 1 << 20
 // OnError's policy while it does not. It implements policy.Store and
 // policy.StackEvaluator and is safe for concurrent use.
 //
-// States Redis returns are written through to the local store. A failed
-// request marks its shard (slot, or 0 without a Cluster) down; with Local
-// such shards are decided locally on the corrected clock (cost times
-// Hosts with Split), the counts kept as deltas. A probe every
-// ProbeInterval recovers shards and merges their deltas once (Store.Merge,
-// LoadPending across restarts).
+// States Redis returns are written through locally. A failed request
+// marks its shard (slot, or 0) down; with Local those are decided locally,
+// counts kept as deltas, until the probe recovers the shard and merges
+// them once (Store.Merge, LoadPending).
 type Failover struct {
 	redis *Store
 	local policy.Store
@@ -120,8 +118,8 @@ type FailoverOptions struct {
 	Hosts int
 }
 
-// NewFailover returns a Failover over Redis store r and local store local,
-// logging to log. If r is not connected (Open) it starts degraded.
+// NewFailover returns a Failover over r and local; unconnected, it starts
+// degraded.
 func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
@@ -237,8 +235,7 @@ func (f *Failover) Close() {
 	f.savePending()
 }
 
-// EvaluateStack decides with Redis, or per OnError while a shard is down
-// (Dunno and Defer: an error wrapping ErrUnavailable).
+// EvaluateStack decides with Redis, or per OnError while a shard is down.
 func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if f.nDown.Load() == 0 || !f.anyDown(items) {
 		err := f.redis.EvaluateStack(ctx, now, items, refused, out)

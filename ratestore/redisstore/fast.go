@@ -202,8 +202,7 @@ func (s *Store) forget(r *request) {
 	}
 }
 
-// FastPath returns how many fast requests the script confirmed, and how
-// many it refused because a record had changed.
+// FastPath returns the fast requests the script confirmed and refused.
 func (s *Store) FastPath() (confirmed, refused int64) {
 	return s.fastConfirmed.Load(), s.fastRefused.Load()
 }

@@ -17,10 +17,9 @@ const knownShards = 16
 // in knownShard.long.
 const knownInline = 71
 
-// knownRecords remembers, by 64-bit hash of each Redis key, the record
-// this host last saw or stored. A wrong entry only costs a script
-// decision (the script compares the whole record). A full shard is
-// rebuilt with three quarters of its records. Safe for concurrent use.
+// knownRecords remembers, by 64-bit key hash, the record last seen or
+// stored; a wrong one only costs a script decision. Safe for concurrent
+// use.
 type knownRecords struct {
 	seed   maphash.Seed
 	max    int // entries per shard

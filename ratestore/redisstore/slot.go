@@ -7,8 +7,7 @@ import (
 )
 
 // Slot returns key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash
-// tag, or of the whole key, mod 16384 (Cluster spec, "Keys distribution
-// model").
+// tag or key, mod 16384 (Cluster spec, "Keys distribution model").
 func Slot(key string) uint16 {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {

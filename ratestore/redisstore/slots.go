@@ -28,9 +28,8 @@ func tagFor(s uint16) string {
 	return slotTags.tags[s]
 }
 
-// probeSlot checks within the timeout that Redis (or slot's node) serves
-// data by reading a key (refused while LOADING or BUSY). Errors wrap
-// ErrUnavailable.
+// probeSlot reads a key on slot's node (refused if LOADING or BUSY).
+// Errors wrap ErrUnavailable.
 func (s *Store) probeSlot(ctx context.Context, slot uint16) error {
 	if err := s.Connect(ctx); err != nil {
 		return err

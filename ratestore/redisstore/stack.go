@@ -91,9 +91,8 @@ func (s *Store) specArgs(sp spec) *[6]string {
 	return v.(*[6]string)
 }
 
-// assemble builds KEYS and ARGV for reqs (stack.lua), sets each base and
-// returns the item count. keysInArgs (a multi-slot Cluster batch) puts
-// keys in ARGV. Phase "d" decides known records in Go (fast.go).
+// assemble builds KEYS and ARGV for reqs (stack.lua; keysInArgs: keys in
+// ARGV), sets each base and returns the item count.
 func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool) (keys, args []string, items int) {
 	nk := 0
 	for _, r := range reqs {
@@ -308,10 +307,9 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 	return a, nil
 }
 
-// EvaluateStack decides a stack of limits on Redis's clock (now is
-// ignored), batched with concurrent callers, one script call per hash
-// slot. Items the script cannot do get ErrAlgorithm. Errors wrap
-// ErrUnavailable (on several slots some may have committed) or
+// EvaluateStack decides a stack on Redis's clock (now is ignored), one
+// batched script call per hash slot; unscripted items get ErrAlgorithm.
+// Errors wrap ErrUnavailable (some slots may have committed) or
 // ErrProtocol.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if !s.Cluster() {

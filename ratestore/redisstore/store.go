@@ -378,9 +378,8 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 	return had && err == nil, err
 }
 
-// Update applies fn to the state of key under limit and stores its result
-// by compare-and-set, up to 16 attempts. Errors wrap ErrProtocol or
-// ErrUnavailable.
+// Update stores fn's result for key under limit by compare-and-set (up to
+// 16 attempts). Errors wrap ErrProtocol or ErrUnavailable.
 func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratelimit.State) (ratelimit.State, bool)) error {
 	var err error
 	serr := s.swap(ctx, limit, key, func(raw string) (string, int64, bool) {
@@ -565,10 +564,9 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 const markerTTL = 7 * 24 * time.Hour
 
 // Merge adds this host's counts of outage (unique per host and outage)
-// to the shared states of limit: deltas[i] is keys[i]'s state counted
-// from none (merge.lua). A marker makes each (outage, limit, key) count
-// once. Unknown limits merge as exponential with period DefaultTTL/2.
-// It returns the states added; errors wrap ErrUnavailable.
+// to the shared states of limit: deltas[i] is keys[i]'s (merge.lua),
+// counted once per marker. It returns the states added; errors wrap
+// ErrUnavailable.
 func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, deltas []ratelimit.State) (int, error) {
 	c, err := s.client()
 	if err != nil {
