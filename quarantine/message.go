@@ -57,9 +57,8 @@ type streamed struct {
 	sum        string
 }
 
-// readBody reads r to its end, committing every full chunk, inside write
-// transactions into the Store's one buffer, so r must be quick (a local
-// spool file). On error the chunks written are removed.
+// readBody reads r, committing every full chunk, inside write transactions
+// (r must be quick: a local spool file). On error the chunks are removed.
 func (s *Store) readBody(r io.Reader) (*streamed, error) {
 	h := sha256.New()
 	st := &streamed{}
@@ -232,9 +231,8 @@ func checkMessage(e *Entry, msg []byte) error {
 	return nil
 }
 
-// CheckMessages is the quarantine's part of `ratelimitd state check`: it
-// compares every frozen message with its entry's SHA-256 and size,
-// reports to w and returns the damaged IDs. Read-only.
+// CheckMessages checks frozen messages against their SHA-256 and size for
+// `ratelimitd state check`, reports to w and returns the damaged IDs.
 func CheckMessages(w io.Writer, db *bolt.DB) (bad []string, err error) {
 	checked, aside := 0, 0
 	err = db.View(func(tx *bolt.Tx) error {

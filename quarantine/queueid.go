@@ -5,9 +5,7 @@ import (
 	"time"
 )
 
-// Queue IDs reach postsuper, postcat or exim as one argv element, so only
-// the MTAs' own syntaxes are accepted:
-//
+// Queue IDs reach postsuper, postcat or exim as argv, so only these pass:
 //   - Postfix short form (src/global/mail_queue.h): [0-9A-F]{6,};
 //   - Postfix long form (postconf(5) enable_long_queue_ids): 10+ chars of
 //     postfixSafe, 'z', then the inode number without 'z';

@@ -62,9 +62,8 @@ type Store struct {
 	chunkBuf []byte
 }
 
-// New returns a Store keeping its buckets in db (created unless
-// read-only); Close leaves db open. It recounts bytes and sweeps orphan
-// chunks. Errors: ErrNoSync, ErrVersion, ErrInvalid, bbolt's.
+// New returns a Store keeping its buckets in db; Close leaves db open.
+// Errors: ErrNoSync, ErrVersion, ErrInvalid, bbolt's.
 func New(db *bolt.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalid)
@@ -124,9 +123,8 @@ func checkVersion(info *bolt.Bucket) error {
 	return nil
 }
 
-// Open opens or creates (0600, unless ReadOnly) the file at path via
-// statedb.Open and returns a Store owning it. Errors: ErrLocked, those
-// of statedb and New.
+// Open opens or creates (0600) the file at path and returns a Store owning
+// it. Errors: ErrLocked, statedb.Open's and New's.
 func Open(path string, opts Options) (*Store, error) {
 	timeout := opts.LockTimeout
 	if timeout <= 0 {
@@ -311,8 +309,7 @@ func (b buckets) unindex(e *Entry) error {
 }
 
 // newID returns an unused ID for t: Unix ms in 11 hex digits, then a
-// 5-digit sequence from a random start below 0x80000, so IDs sort in
-// commit order.
+// 5-digit sequence from a random start below 0x80000 (sorts by commit).
 func (b buckets) newID(t time.Time) (string, error) {
 	ms := max(0, min(t.UnixMilli(), 1<<44-1))
 	prefix := fmt.Sprintf("%011x", ms)

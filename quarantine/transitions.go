@@ -42,15 +42,13 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records that pending entry id was released: it becomes
-// Thawed, Attempts counts it, the claim and any frozen message go. Call
-// it only after the release succeeded. Errors: ErrNotFound, ErrState,
-// bbolt's.
+// MarkThawed records, after the release succeeded, that pending entry id
+// is Thawed, dropping its claim and message. Errors: ErrNotFound,
+// ErrState, bbolt's.
 func (s *Store) MarkThawed(id string) error { return s.end("thaw", id, Thawed) }
 
-// Delete marks pending entry id Deleted, dropping its claim and message
-// (the caller deletes a held message from the MTA). Errors: ErrNotFound,
-// ErrState, bbolt's.
+// Delete marks pending entry id Deleted, dropping its claim and message.
+// Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted) }
 
 func (s *Store) end(op, id string, state State) error {
@@ -171,9 +169,8 @@ func (b buckets) remove(id string) (int64, error) {
 	return n, b.t.Delete(b.meta, metaPath, []byte(id))
 }
 
-// Expire removes every thawed or deleted entry last changed at or before
-// now-maxAge, in one transaction, and returns the count and bytes freed.
-// Errors: ErrInvalid (maxAge <= 0), bbolt's.
+// Expire removes thawed and deleted entries unchanged since now-maxAge and
+// returns the count and bytes freed. Errors: ErrInvalid, bbolt's.
 func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) {
 	if maxAge <= 0 {
 		return 0, 0, fmt.Errorf("%w: non-positive maximum age %v", ErrInvalid, maxAge)

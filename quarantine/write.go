@@ -207,9 +207,8 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 	return s.FreezeFrom(e, bytes.NewReader(msg))
 }
 
-// FreezeFrom stores e as a frozen entry with the message read from r and
-// copies the result into *e (State, ID, Size, SHA-256 Hash, Subject and
-// MessageID). It returns once fsync'd; on error nothing is stored.
+// FreezeFrom stores e as frozen with the message read from r, copies the
+// result into *e, and returns once fsync'd; on error nothing is stored.
 // Errors: ErrInvalid, ErrDuplicateQueueID, ErrFull, r's, bbolt's.
 func (s *Store) FreezeFrom(e *Entry, r io.Reader) (string, error) {
 	rec, err := s.freeze(e, r, true)
@@ -276,8 +275,7 @@ func (s *Store) freeze(e *Entry, r io.Reader, strict bool) (Recorded, error) {
 	return rec, nil
 }
 
-// uniqueQueueID returns ErrDuplicateQueueID if a pending entry other than
-// self has queueID ("" never is).
+// uniqueQueueID returns ErrDuplicateQueueID if another pending entry has it.
 func (b buckets) uniqueQueueID(queueID, self string) error {
 	if queueID == "" {
 		return nil
@@ -311,8 +309,7 @@ func (s *Store) SetUnverified(id, reason string) error {
 }
 
 // LinkQueueID sets the queue ID of held entry id, which has none. Errors:
-// ErrInvalid, ErrState (not held, has one, or a duplicate), ErrNotFound,
-// bbolt's.
+// ErrInvalid, ErrState, ErrNotFound, bbolt's.
 func (s *Store) LinkQueueID(id, queueID string) error {
 	if !ValidQueueID(queueID) {
 		return fmt.Errorf("%w: queue ID %q", ErrInvalid, CleanLine(queueID))
