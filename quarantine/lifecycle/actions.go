@@ -64,10 +64,9 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 // List returns the entries f selects (quarantine.Store.List).
 func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) { return s.q.List(f) }
 
-// Thaw releases the selected entries: held mail with Queue.Release,
-// frozen mail by re-injection with an X-Ratelimitd-Thawed header. Each is
-// claimed first (quarantine.ErrBusy). The error is the selection's; the
-// entries' are in the Outcomes.
+// Thaw releases the selected entries (Queue.Release, or re-injection with
+// an X-Ratelimitd-Thawed header), each claimed first. The error is the
+// selection's; the entries' are in the Outcomes.
 func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -226,9 +225,8 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 }
 
 // Show returns the entry and its message: a preview (raw: the bytes) for
-// frozen mail, Queue.Show's output for held mail (caller cleans it with
-// quarantine.CleanText). Errors: quarantine.ErrNotFound, or why the
-// message is unavailable.
+// frozen mail, Queue.Show's output (uncleaned) for held mail. Errors:
+// quarantine.ErrNotFound, or why the message is unavailable.
 func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Entry, []byte, error) {
 	e, err := s.q.Get(id)
 	if err != nil {

@@ -37,9 +37,8 @@ func (s *Service) noteIncompleteStored() {
 	}
 }
 
-// CompleteHeld completes recently held entries from the queue listing
-// (recipients, size) and queue file (Subject, Message-ID), retrying up to
-// completeAttempts runs, and returns how many it completed.
+// CompleteHeld fills recently held entries from the MTA's queue, up to
+// completeAttempts runs each, and returns how many it completed.
 func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 	s.mu.Lock()
 	ids := slices.Sorted(maps.Keys(s.incomplete))

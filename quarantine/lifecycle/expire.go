@@ -25,9 +25,8 @@ type ExpireReport struct {
 	Bounced, NullSender, Kept, Purged int
 }
 
-// Expire applies ExpireAction to pending entries older than MaxAge, then
-// removes older audit records. An entry that cannot be returned is kept,
-// flagged, logged and counted. MaxAge zero: nothing.
+// Expire applies ExpireAction to pending entries older than MaxAge (if
+// set), then older audit records; an entry it cannot return is kept.
 func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	var r ExpireReport
 	maxAge := s.opts.MaxAge

@@ -18,9 +18,8 @@ const (
 	queueWindowAfter  = 30 * time.Minute
 )
 
-// linkQueued links held entry e without a queue ID to the closest-arriving
-// message of msgs that matches it and no other pending entry names, and
-// returns e as stored.
+// linkQueued links held entry e without a queue ID to the closest matching
+// unclaimed message of msgs and returns e as stored.
 func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage) quarantine.Entry {
 	if e.State != quarantine.Held || e.QueueID != "" {
 		return e

@@ -165,8 +165,7 @@ type Message struct {
 //   - other actions at END-OF-MESSAGE: the RCPT entry gets its queue ID.
 //
 // It returns the entry's ID ("" if none) once fsync'd. On error nothing
-// was recorded and the caller must defer or temp-fail, not HOLD or
-// discard. Invalid or duplicate queue IDs are left out, logged, counted.
+// was recorded: the caller must defer or temp-fail, not HOLD or discard.
 func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (string, error) {
 	req := m.Request
 	hold := d.Action == policy.Hold || d.Action == policy.Freeze
@@ -205,8 +204,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	return r.ID, nil
 }
 
-// awaiting remembers (await) or forgets instance as held at RCPT without
-// a queue ID; it reports whether it was remembered.
+// awaiting remembers or forgets instance as held at RCPT without queue ID.
 func (s *Service) awaiting(instance string, await bool) bool {
 	if instance == "" {
 		return false
@@ -250,8 +248,7 @@ func (s *Service) refusedQueueID(e *quarantine.Entry, qid, why string) {
 		"queue_id", clip(qid, 64), "client_address", e.ClientAddress, "sasl_username", e.SASLUsername, "instance", e.Instance)
 }
 
-// recorded logs a refused queue ID and, for a new entry, alerts, counts
-// and emits Quarantined.
+// recorded logs, counts and emits what Record stored.
 func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantine.Recorded) {
 	if r.RefusedQueueID != "" {
 		s.refusedQueueID(e, r.RefusedQueueID, "another quarantined message already has")

@@ -8,9 +8,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// Queue is the MTA's queue of held mail (postfix.Queue in mta/postfix).
-// queueID is always valid (quarantine.ValidQueueID). Safe for concurrent
-// use; ctx bounds each call.
+// Queue is the MTA's queue of held mail (postfix.Queue); queueID is always
+// valid. Safe for concurrent use; ctx bounds each call.
 type Queue interface {
 	// Release releases the held message (postsuper -H, postqueue -i);
 	// warnings are follow-up steps that failed after it was.

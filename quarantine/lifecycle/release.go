@@ -11,8 +11,7 @@ import (
 
 // AutoRelease releases, per key with pending mail of a drip limit, the
 // oldest message once the key is under the limit, not suspended, and
-// unreleased for period/limit, and returns how many. Errors are logged
-// and counted. Events: Released each, ReleaseRun per backlog.
+// unreleased for period/limit; it returns how many. Errors are logged.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	s.mu.Lock()
 	drip := s.drip

@@ -12,9 +12,8 @@ import (
 var errUnverified = errors.New("lifecycle: the MTA's hold queue does not confirm the queue ID; no command was run")
 
 // confirmHeld returns held entry e with its queue ID confirmed in (or
-// found by linkQueued from) the MTA's queue listing; other entries pass.
-// A contradiction is logged, counted and recorded (Entry.Unverified); the
-// error wraps errUnverified.
+// found from) the MTA's queue listing; other entries pass. Errors wrap
+// errUnverified (recorded in Entry.Unverified).
 func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quarantine.Entry, error) {
 	if e.State != quarantine.Held {
 		return e, nil
