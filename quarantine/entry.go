@@ -14,8 +14,7 @@ import (
 //	Hold   -> Held   --MarkThawed--> Thawed
 //	Freeze -> Frozen --Delete------> Deleted
 //
-// Thawed and deleted entries stay, without their message, as an audit
-// record until Expire or Purge.
+// Thawed and deleted entries stay, without message, until Expire or Purge.
 type State uint8
 
 // The states, encoded and parsed by their names ("held", ...).
@@ -36,8 +35,7 @@ func (s State) String() string {
 	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Pending reports whether an entry in state s waits for an operator
-// (held or frozen).
+// Pending reports whether s is Held or Frozen.
 func (s State) Pending() bool { return s == Held || s == Frozen }
 
 // ParseState returns the State named name, case-insensitively (ErrInvalid).
@@ -64,22 +62,20 @@ func (s *State) UnmarshalText(b []byte) (err error) {
 	return err
 }
 
-// Entry is one quarantined message: the decision that put it there, its
-// envelope, a few header fields and its state. A frozen entry's message is
-// read with Store.Message. Entries the Store returns are copies.
+// Entry is one quarantined message: the decision, envelope, a few header
+// fields and its state. Entries the Store returns are copies.
 type Entry struct {
 	// ID is set by the Store: 16 hex digits that sort in creation order.
 	ID string `json:"id"`
 	// State is set by the Store.
 	State State `json:"state"`
-	// Created is when the entry was recorded (the Store's clock if zero),
-	// Updated when it last changed (set by the Store).
+	// Created is when recorded (the Store's clock if zero), Updated when
+	// last changed.
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 
-	// Limit is the limit exceeded, Key its rate key, Rate and Max the
-	// measured rate and the limit in cost per period, Action "hold" or
-	// "freeze".
+	// Limit, Key, Rate and Max (cost per period) of the decision; Action
+	// "hold" or "freeze".
 	Limit  string  `json:"limit,omitempty"`
 	Key    string  `json:"key,omitempty"`
 	Rate   float64 `json:"rate"`
@@ -93,38 +89,34 @@ type Entry struct {
 	ClientName    string   `json:"client_name,omitempty"`
 	SASLUsername  string   `json:"sasl_username,omitempty"`
 	// QueueID is the MTA's queue ID (ValidQueueID). Instance is the
-	// policy "instance" attribute, the same for every request about one
-	// message: it joins a hold recorded at RCPT to the END-OF-MESSAGE
-	// request that knows the queue ID (Store.RecordHold).
+	// policy "instance" attribute, joining a hold at RCPT to the
+	// END-OF-MESSAGE request that knows the queue ID (Store.RecordHold).
 	QueueID  string `json:"queue_id,omitempty"`
 	Instance string `json:"instance,omitempty"`
-	// Unverified says why the MTA's queue did not confirm QueueID when
-	// last checked; release, delete and show are refused while it is set.
+	// Unverified says why the MTA's queue did not confirm QueueID; release,
+	// delete and show are refused while set.
 	Unverified string `json:"unverified,omitempty"`
 
-	// Size is the message size in bytes: stored (frozen) or as the MTA
-	// reports it (held).
+	// Size is the message size in bytes (stored, or MTA-reported if held).
 	Size int64 `json:"size"`
-	// Subject (RFC 2047 decoded, cleaned) and MessageID (without angle
+	// Subject (RFC 2047 decoded, cleaned) and MessageID (no angle
 	// brackets); Freeze takes them from the header when empty.
 	Subject   string `json:"subject,omitempty"`
 	MessageID string `json:"message_id,omitempty"`
 	// Hash is the hex SHA-256 of a frozen entry's message.
 	Hash string `json:"hash,omitempty"`
 
-	// Error is the last failed release's text; Attempts counts releases,
-	// failed and successful.
+	// Error is the last failed release's text; Attempts counts releases.
 	Error    string `json:"error,omitempty"`
 	Attempts int    `json:"attempts,omitempty"`
 
-	// Claim is the token of the process acting on the entry (Store.Claim)
-	// since ClaimedAt.
+	// Claim is the token of the process acting on it since ClaimedAt.
 	Claim     string    `json:"claim,omitempty"`
 	ClaimedAt time.Time `json:"claimed_at,omitzero"`
 }
 
-// WriteTo writes the entry as "Name: value" lines for an operator,
-// omitting empty fields and cleaning values (CleanLine).
+// WriteTo writes the entry as "Name: value" lines, omitting empty fields
+// and cleaning values (CleanLine).
 func (e *Entry) WriteTo(w io.Writer) (int64, error) {
 	num := func(n int64) string { return strings.TrimPrefix(strconv.FormatInt(n, 10), "0") } // "" for 0
 	tm := func(t time.Time) string {

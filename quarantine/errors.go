@@ -2,38 +2,34 @@ package quarantine
 
 import "errors"
 
-// Errors the Store returns, possibly wrapped with context; others wrap
-// go.etcd.io/bbolt's. Test with errors.Is.
+// Errors the Store returns, possibly wrapped; others wrap bbolt's.
 var (
 	// ErrNotFound: no entry has the ID.
 	ErrNotFound = errors.New("quarantine: no such entry")
 	// ErrNoContent: the entry has no stored message (it is not frozen).
 	ErrNoContent = errors.New("quarantine: entry has no stored message")
-	// ErrFull: the message would take the stored bytes above
-	// Options.MaxSize; nothing was stored.
+	// ErrFull: the message would exceed Options.MaxSize; nothing stored.
 	ErrFull = errors.New("quarantine: quarantine is full")
 	// ErrState: the entry is not in a state the change starts from.
 	ErrState = errors.New("quarantine: entry is not in a state that allows this")
 	// ErrBusy: this process is acting on the entry already (Claim).
 	ErrBusy = errors.New("quarantine: entry is being released or deleted right now")
-	// ErrInterrupted: an earlier re-injection of the frozen entry stopped
-	// midway and may have delivered it (Claim without force).
+	// ErrInterrupted: a re-injection of the frozen entry stopped midway
+	// and may have delivered it (Claim without force).
 	ErrInterrupted = errors.New("quarantine: an earlier action on this entry was interrupted")
-	// ErrCorrupt: stored data cannot be decoded, or a message no longer
-	// matches its SHA-256; it is never handed out for re-injection.
+	// ErrCorrupt: stored data cannot be decoded or fails its SHA-256.
 	ErrCorrupt = errors.New("quarantine: stored data is corrupt")
-	// ErrDuplicateQueueID: another pending entry has the queue ID, so a
-	// forged request cannot make one queued message two entries.
+	// ErrDuplicateQueueID: another pending entry has the queue ID.
 	ErrDuplicateQueueID = errors.New("quarantine: another quarantined message already has this queue ID")
-	// ErrNoQueueList: the life cycle's Queue cannot list the MTA's queue,
-	// so queue IDs cannot be confirmed and held mail is not acted on.
+	// ErrNoQueueList: the MTA's queue cannot be listed, so held mail is
+	// not acted on.
 	ErrNoQueueList = errors.New("quarantine: no command configured to list the MTA's queue (queue_list_command)")
 	// ErrInvalid: an invalid argument (nil entry, invalid queue ID, ...).
 	ErrInvalid = errors.New("quarantine: invalid argument")
 	// ErrNoSync: New was given a database with NoSync set.
 	ErrNoSync = errors.New("quarantine: database has NoSync set; quarantined mail would not be durable")
 	// ErrLocked: Open waited Options.LockTimeout for another process's
-	// lock (wraps bbolt's ErrTimeout); use the daemon's admin socket.
+	// lock (wraps bbolt's ErrTimeout).
 	ErrLocked = errors.New("quarantine: database is locked by another process (is the daemon running?)")
 	// ErrVersion: the buckets are of another format version.
 	ErrVersion = errors.New("quarantine: unsupported quarantine format version")

@@ -15,14 +15,11 @@ import (
 // maxHeaderBytes bounds how much of a message is read as its header.
 const maxHeaderBytes = 1 << 20
 
-// maxSubjectBytes bounds Entry.Subject and MessageID (RFC 5322 section
-// 2.1.1's line length).
+// maxSubjectBytes bounds Entry.Subject and MessageID (RFC 5322 2.1.1).
 const maxSubjectBytes = 998
 
-// readHeader parses the header of msg leniently (go-message's
-// textproto.ReadHeader stops at the first malformed line): lines that are
-// not fields are skipped, LF and CRLF line ends accepted, at most
-// maxHeaderBytes read. It returns the header and the body's offset.
+// readHeader parses msg's header leniently: non-field lines skipped, LF
+// or CRLF, at most maxHeaderBytes. It returns the header and body offset.
 func readHeader(msg []byte) (message.Header, int) {
 	type field struct {
 		key   string
@@ -75,15 +72,13 @@ func readHeader(msg []byte) (message.Header, int) {
 	return h, pos
 }
 
-// validKey reports whether k is an RFC 5322 field name (printable ASCII
-// except colon).
+// validKey reports whether k is an RFC 5322 field name.
 func validKey(k []byte) bool {
 	return bytes.IndexFunc(k, func(r rune) bool { return r < 33 || r > 126 }) < 0
 }
 
-// HeaderInfo returns the decoded Subject and the Message-ID (without angle
-// brackets) of the message or header msg, cleaned (CleanLine) and bounded.
-// Fields that cannot be parsed yield what can be salvaged, or "".
+// HeaderInfo returns the decoded Subject and Message-ID (no angle
+// brackets) of msg, cleaned (CleanLine) and bounded; "" if unparsable.
 func HeaderInfo(msg []byte) (subject, messageID string) {
 	h, _ := readHeader(msg)
 	mh := mail.Header{Header: h}
@@ -95,13 +90,11 @@ func HeaderInfo(msg []byte) (subject, messageID string) {
 	return truncate(CleanLine(subject), maxSubjectBytes), truncate(CleanLine(id), maxSubjectBytes)
 }
 
-// CleanLine returns s safe to print on one line of a terminal
-// (termsafe.Line): client data such as senders and subjects cannot drive
-// it. Safe for concurrent use.
+// CleanLine returns s safe to print on one terminal line (termsafe.Line).
+// Safe for concurrent use.
 func CleanLine(s string) string { return termsafe.Line(s) }
 
-// CleanText is CleanLine for multi-line text (termsafe.Text: newlines and
-// tabs kept).
+// CleanText is CleanLine for multi-line text (termsafe.Text).
 func CleanText(s string) string { return termsafe.Text(s) }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

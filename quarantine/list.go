@@ -24,8 +24,8 @@ func (s *Store) Get(id string) (Entry, error) {
 	return e, nil
 }
 
-// Message returns a copy of frozen entry id's message, checked against its
-// SHA-256. Errors: ErrNotFound, ErrNoContent, ErrCorrupt.
+// Message returns a copy of frozen entry id's message, checked against
+// its SHA-256. Errors: ErrNotFound, ErrNoContent, ErrCorrupt.
 func (s *Store) Message(id string) ([]byte, error) {
 	var msg []byte
 	var e Entry
@@ -52,11 +52,10 @@ func (s *Store) Message(id string) ([]byte, error) {
 	return msg, nil
 }
 
-// Filter selects entries for List; the zero Filter selects every
-// pending entry, newest first.
+// Filter selects entries for List; the zero Filter selects every pending
+// entry, newest first.
 type Filter struct {
-	// Sender matches case-insensitively, Key and Limit exactly; empty
-	// matches all.
+	// Sender matches case-insensitively, Key and Limit exactly; "" all.
 	Sender string
 	Key    string
 	Limit  string
@@ -96,8 +95,7 @@ func (f *Filter) match(e *Entry) bool {
 	return true
 }
 
-// idBound returns the smallest (hi false) or largest ID of an entry
-// created in t's millisecond.
+// idBound returns the smallest (or, hi, largest) ID created in t's ms.
 func idBound(t time.Time, hi bool) []byte {
 	ms := max(0, min(t.UnixMilli(), 1<<44-1))
 	if hi {
@@ -106,8 +104,8 @@ func idBound(t time.Time, hi bool) []byte {
 	return fmt.Appendf(nil, "%011x00000", ms)
 }
 
-// List returns the entries f selects, skipping unreadable ones (Stats
-// counts them). The time bounds seek by ID. Errors: bbolt's.
+// List returns the entries f selects, skipping unreadable ones. Errors:
+// bbolt's.
 func (s *Store) List(f Filter) ([]Entry, error) {
 	var out []Entry
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -174,8 +172,8 @@ type Stats struct {
 	ByKey map[string]int
 	// Oldest is the creation time of the oldest pending entry.
 	Oldest time.Time
-	// Damaged counts the unreadable entries, DamagedIDs names them; Aside
-	// counts those set aside in quarantine/damaged.
+	// Damaged counts unreadable entries (DamagedIDs); Aside those in
+	// quarantine/damaged.
 	Damaged    int
 	DamagedIDs []string
 	Aside      int

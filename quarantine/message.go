@@ -15,20 +15,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// A frozen message is stored in chunks of ChunkSize bytes under a random
-// upload token. Every chunk but the last is committed in a transaction of
-// its own while the message is read (bbolt keeps a transaction's dirty
-// pages in memory until commit); the last one, and the entry's reference
-// to the chunks, are written in the transaction that records the entry.
-// New removes chunks no entry refers to (a crash while freezing).
+// A frozen message is stored in ChunkSize chunks under a random upload
+// token, each committed on its own but the last, which is written with
+// the entry. New removes chunks no entry refers to.
 var (
 	bucketChunks   = []byte("quarantine/chunks")   // token (8 bytes) + number (4, big-endian) -> bytes
 	bucketMessages = []byte("quarantine/messages") // ID -> token + chunk count (4 bytes, big-endian)
 )
 
 const (
-	// ChunkSize is the size of a message's pieces (1 MiB); concurrent
-	// freezes share one buffer of this size.
+	// ChunkSize is a message chunk's size (bytes); freezes share one buffer.
 	ChunkSize = 1 << 20
 	// maxHeaderScan is the start of a message kept for HeaderInfo.
 	maxHeaderScan = 64 << 10
@@ -52,8 +48,8 @@ func parseChunkRef(v []byte) (chunkRef, bool) {
 
 func chunkKey(token [8]byte, i uint32) []byte { return binary.BigEndian.AppendUint32(token[:], i) }
 
-// streamed is a message read by readBody: the chunks committed (ref), the
-// last one still to store, the message's start, size and SHA-256.
+// streamed is a message read by readBody: committed chunks (ref), the
+// last one, the start, size and SHA-256.
 type streamed struct {
 	ref        chunkRef
 	last, head []byte
@@ -61,10 +57,8 @@ type streamed struct {
 	sum        string
 }
 
-// readBody reads r to its end, committing every full chunk and keeping
-// the last (possibly empty) one. Chunks are read inside a write
-// transaction into the Store's one buffer, so r must be quick to read (a
-// local spool file). On error the chunks written are removed.
+// readBody reads r, committing every full chunk, inside write transactions
+// (r must be quick: a local spool file). On error the chunks are removed.
 func (s *Store) readBody(r io.Reader) (*streamed, error) {
 	h := sha256.New()
 	st := &streamed{}
@@ -119,8 +113,7 @@ func (s *Store) readBody(r io.Reader) (*streamed, error) {
 	return st, nil
 }
 
-// dropChunks removes the committed chunks of ref (best effort: New
-// sweeps what is left).
+// dropChunks removes ref's committed chunks (best effort).
 func (s *Store) dropChunks(ref chunkRef) {
 	if ref.n == 0 {
 		return
@@ -149,8 +142,7 @@ func deleteChunks(t *statedb.Tally, b *bolt.Bucket, ref chunkRef) (int64, error)
 	return n, nil
 }
 
-// putBody stores st's last chunk and the reference for entry id, within
-// the transaction that records it.
+// putBody stores st's last chunk and the reference for entry id.
 func (b buckets) putBody(id string, st *streamed) error {
 	ref := st.ref
 	if err := b.t.Put(b.chunks, chunksPath, chunkKey(ref.token, ref.n), st.last); err != nil {
@@ -159,8 +151,8 @@ func (b buckets) putBody(id string, st *streamed) error {
 	return b.t.Put(b.messages, messagesPath, []byte(id), binary.BigEndian.AppendUint32(ref.token[:], ref.n+1))
 }
 
-// readMessage copies the stored message of id out of the transaction, or
-// returns nil when it has none. Errors: ErrCorrupt for a missing chunk.
+// readMessage copies id's stored message out (nil if none). Errors:
+// ErrCorrupt.
 func (b buckets) readMessage(id string) ([]byte, error) {
 	if b.messages == nil || b.chunks == nil {
 		return nil, nil
@@ -180,8 +172,7 @@ func (b buckets) readMessage(id string) ([]byte, error) {
 	return msg, nil
 }
 
-// dropBody removes the stored message of id, if any, and returns the
-// bytes freed.
+// dropBody removes id's stored message and returns the bytes freed.
 func (b buckets) dropBody(id string) (int64, error) {
 	ref, ok := parseChunkRef(b.messages.Get([]byte(id)))
 	if !ok {
@@ -197,8 +188,7 @@ func (b buckets) dropBody(id string) (int64, error) {
 	return n, putBytes(b.t, b.info, getBytes(b.info)-n)
 }
 
-// sweepChunks removes chunks no entry refers to and returns the bytes of
-// the others.
+// sweepChunks removes unreferenced chunks; it returns the others' bytes.
 func sweepChunks(tx *bolt.Tx, t *statedb.Tally) (int64, error) {
 	live := map[[8]byte]uint32{}
 	if err := tx.Bucket(bucketMessages).ForEach(func(_, v []byte) error {
@@ -232,8 +222,7 @@ func sweepChunks(tx *bolt.Tx, t *statedb.Tally) (int64, error) {
 	return total, nil
 }
 
-// checkMessage returns ErrCorrupt when msg does not match e's SHA-256 and
-// size.
+// checkMessage returns ErrCorrupt unless msg matches e's SHA-256 and size.
 func checkMessage(e *Entry, msg []byte) error {
 	sum := sha256.Sum256(msg)
 	if hex.EncodeToString(sum[:]) != e.Hash || int64(len(msg)) != e.Size {
@@ -242,10 +231,8 @@ func checkMessage(e *Entry, msg []byte) error {
 	return nil
 }
 
-// CheckMessages is the quarantine's part of `ratelimitd state check` (a
-// statedb.Inspect): it compares every frozen message with its entry's
-// SHA-256 and size, reports to w, and returns the damaged ones. It never
-// writes to db.
+// CheckMessages checks frozen messages against their SHA-256 and size for
+// `ratelimitd state check`, reports to w and returns the damaged IDs.
 func CheckMessages(w io.Writer, db *bolt.DB) (bad []string, err error) {
 	checked, aside := 0, 0
 	err = db.View(func(tx *bolt.Tx) error {

@@ -17,12 +17,10 @@ import (
 )
 
 const (
-	// DefaultPreviewBytes is the text size PreviewMessage shows when
-	// maxBytes is not positive.
+	// DefaultPreviewBytes is PreviewMessage's text size if maxBytes <= 0.
 	DefaultPreviewBytes = 4096
-	// MaxMIMENesting is the deepest multipart nesting PreviewMessage
-	// parses: Postfix's mime_nesting_limit default (postconf(5)). Deeper
-	// parts are read as opaque bytes, keeping the work linear.
+	// MaxMIMENesting is the deepest multipart nesting parsed (Postfix's
+	// mime_nesting_limit default, postconf(5)); deeper parts are opaque.
 	MaxMIMENesting = 100
 
 	maxPreviewHeaders = 500
@@ -45,8 +43,7 @@ type Part struct {
 	Charset     string
 	Disposition string // "inline", "attachment" or ""
 	Filename    string // decoded (RFC 2231, RFC 2047)
-	// Size is the decoded size in bytes (transfer encoding undone, text
-	// converted to UTF-8); 0 for multipart containers.
+	// Size is the decoded size in bytes; 0 for multipart containers.
 	Size int64
 	// Err describes a problem with the part, read as well as possible.
 	Err string
@@ -56,9 +53,8 @@ type Part struct {
 type Preview struct {
 	Header []HeaderField
 	Parts  []Part
-	// Text is the start of the first inline text/plain part, decoded, or
-	// else of the first text/html part without its tags; TextPath and
-	// TextType name the part, Truncated says there is more.
+	// Text is the start of the first inline text/plain part, else of the
+	// first text/html part untagged; TextPath, TextType name it.
 	Text      string
 	TextPath  string
 	TextType  string
@@ -72,11 +68,10 @@ func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
 	return PreviewMessageContext(context.Background(), msg, maxBytes)
 }
 
-// PreviewMessageContext parses msg (RFC 5322, CRLF or LF line ends)
-// leniently and returns its header fields in order, its MIME parts and up
-// to maxBytes (DefaultPreviewBytes if <= 0) of decoded text. On a broken
-// MIME structure, or when ctx ends, it returns what it read with the
-// error; the Preview is never nil.
+// PreviewMessageContext parses msg (RFC 5322, CRLF or LF) leniently and
+// returns its header fields, MIME parts and up to maxBytes
+// (DefaultPreviewBytes if <= 0) of decoded text. On error it returns
+// what it read with the error; the Preview is never nil.
 func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultPreviewBytes
@@ -88,8 +83,7 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 		p.Header = append(p.Header, HeaderField{Key: CleanLine(f.Key()), Value: CleanLine(v)})
 	}
 
-	// An unknown charset or transfer encoding of the root is reported by
-	// New, of the other parts by Walk.
+	// Charset or encoding errors: the root's from New, others' from Walk.
 	ent, rootErr := message.New(h, bytes.NewReader(msg[bodyStart:]))
 	if ent == nil {
 		return p, fmt.Errorf("quarantine: preview: %w", rootErr)
@@ -160,8 +154,7 @@ func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Prev
 	return p, fmt.Errorf("quarantine: preview: malformed MIME structure: %w", walkErr)
 }
 
-// walkParts is go-message's Entity.Walk that does not descend below
-// MaxMIMENesting.
+// walkParts is Entity.Walk stopping at MaxMIMENesting.
 func walkParts(e *message.Entity, fn message.WalkFunc) error {
 	var readers []message.MultipartReader
 	var path []int
@@ -222,8 +215,8 @@ func (c *capture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// text returns the captured text cleaned and cut to max bytes, and
-// whether anything was cut.
+// text returns the captured text cleaned, cut to max bytes, and whether
+// anything was cut.
 func (c *capture) text(max int) (string, bool) {
 	s := string(c.buf)
 	cut := c.total > int64(len(c.buf))
@@ -237,9 +230,8 @@ func (c *capture) text(max int) (string, bool) {
 	return s, cut
 }
 
-// stripHTML returns the text of an HTML document (golang.org/x/net/html's
-// tokenizer): markup, script and style dropped, entities unescaped, block
-// elements on new lines.
+// stripHTML returns an HTML document's text (x/net/html tokenizer):
+// markup, script and style dropped, blocks on new lines.
 func stripHTML(s string) string {
 	var b strings.Builder
 	z := html.NewTokenizer(strings.NewReader(s))

@@ -5,27 +5,20 @@ import (
 	"time"
 )
 
-// Queue IDs come from the MTA through the policy protocol or the milter,
-// where any local user can write one, and are passed to postsuper, postcat
-// or exim as one argv element: only the MTAs' own syntaxes are accepted,
-// which excludes "ALL", "-", options and anything a shell or terminal
-// interprets.
-//
+// Queue IDs reach postsuper, postcat or exim as argv, so only these pass:
 //   - Postfix short form (src/global/mail_queue.h): [0-9A-F]{6,};
-//   - Postfix long form (postconf(5) enable_long_queue_ids): ten or more
-//     characters of the base-52 alphabet postfixSafe, 'z', then the inode
-//     number in that alphabet without 'z';
-//   - Exim message IDs (spec chapter "How Exim receives and delivers
-//     mail"): base-62 groups XXXXXX-XXXXXX-XX, or XXXXXX-XXXXXXXXXXX-XXXX
-//     since Exim 4.97.
+//   - Postfix long form (postconf(5) enable_long_queue_ids): 10+ chars of
+//     postfixSafe, 'z', then the inode number without 'z';
+//   - Exim (spec chapter "How Exim receives and delivers mail"):
+//     XXXXXX-XXXXXX-XX, or XXXXXX-XXXXXXXXXXX-XXXX since 4.97.
 const (
 	maxQueueIDLen = 32
 	postfixSafe   = "0123456789BCDFGHJKLMNPQRSTVWXYZbcdfghjklmnpqrstvwxyz" // safe_ultostr.c
 )
 
-// ValidQueueID reports whether id is a Postfix (short or long) or Exim
-// queue ID. A valid ID is at most 32 bytes of ASCII letters, digits and
-// dashes and never starts with '-'. Safe for concurrent use.
+// ValidQueueID reports whether id is a Postfix or Exim queue ID: at most
+// 32 ASCII letters, digits and dashes, not starting with '-'. Safe for
+// concurrent use.
 func ValidQueueID(id string) bool {
 	if id == "" || len(id) > maxQueueIDLen {
 		return false
@@ -36,7 +29,6 @@ func ValidQueueID(id string) bool {
 		eximID(id)
 }
 
-// only reports whether every byte of s is in set.
 func only(s, set string) bool {
 	for i := 0; i < len(s); i++ {
 		if strings.IndexByte(set, s[i]) < 0 {
@@ -73,8 +65,8 @@ func isAlnum(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
 }
 
-// QueuedMessage is one message of the MTA's queue listing (Postfix: an
-// object of postqueue -j, postqueue(1)).
+// QueuedMessage is one message of the MTA's queue listing (Postfix:
+// postqueue -j, postqueue(1)).
 type QueuedMessage struct {
 	Queue      string // "hold", "incoming", "active", "deferred", "maildrop"
 	QueueID    string // not yet checked with ValidQueueID

@@ -21,8 +21,7 @@ import (
 var (
 	bucketMeta     = []byte("quarantine/meta")           // ID -> sealed JSON Entry
 	bucketInstance = []byte("quarantine/index-instance") // Instance NUL ID -> ""
-	// bucketInfo holds "version" and "bytes" (big-endian uint64: the
-	// stored message bytes).
+	// bucketInfo holds "version" and "bytes" (big-endian uint64).
 	bucketInfo = []byte("quarantine/info")
 	// bucketDamaged holds unreadable records set aside (statedb.SetAside).
 	bucketDamaged = []byte("quarantine/damaged")
@@ -35,8 +34,7 @@ const (
 	formatVersion      = "3"  // New refuses any other
 	recordVersion      = 1    // statedb.Seal version of entries and suspensions
 	maxIndexedInstance = 1024 // bbolt keys are limited to 32 KiB
-	// DefaultLockTimeout is Open's wait for the file lock when
-	// Options.LockTimeout is zero.
+	// DefaultLockTimeout is Open's lock wait if Options.LockTimeout is 0.
 	DefaultLockTimeout = time.Second
 )
 
@@ -46,17 +44,15 @@ type Options struct {
 	MaxSize int64
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// LockTimeout (Open only): the wait for the file lock before
-	// ErrLocked; 0 means DefaultLockTimeout.
+	// LockTimeout (Open only): the lock wait before ErrLocked; 0 means
+	// DefaultLockTimeout.
 	LockTimeout time.Duration
-	// ReadOnly (Open only): writing methods fail with bbolt's
-	// ErrDatabaseReadOnly.
+	// ReadOnly (Open only): writes fail with bbolt's ErrDatabaseReadOnly.
 	ReadOnly bool
 }
 
-// Store is the quarantine. It is safe for concurrent use; each writing
-// method is one transaction, committed and fsync'd before it returns.
-// Values handed out are copies.
+// Store is the quarantine, safe for concurrent use; each write is one
+// transaction, fsync'd before it returns. Values handed out are copies.
 type Store struct {
 	db      *bolt.DB
 	owned   bool // made by Open: Close closes db
@@ -66,10 +62,8 @@ type Store struct {
 	chunkBuf []byte
 }
 
-// New returns a Store keeping its buckets in db, creating them unless db
-// is read-only; Close leaves db open. It recounts the stored bytes and
-// removes chunks no entry refers to. Errors: ErrNoSync, ErrVersion,
-// ErrInvalid, bbolt's.
+// New returns a Store keeping its buckets in db; Close leaves db open.
+// Errors: ErrNoSync, ErrVersion, ErrInvalid, bbolt's.
 func New(db *bolt.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalid)
@@ -118,8 +112,7 @@ func New(db *bolt.DB, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkVersion returns ErrVersion for a recorded version other than
-// formatVersion; a nil bucket or no version is a new quarantine.
+// checkVersion returns ErrVersion for a version other than formatVersion.
 func checkVersion(info *bolt.Bucket) error {
 	if info == nil {
 		return nil
@@ -130,10 +123,8 @@ func checkVersion(info *bolt.Bucket) error {
 	return nil
 }
 
-// Open opens (creating it with mode 0600 unless ReadOnly) the file at path
-// through statedb.Open and returns a Store that owns it. Errors:
-// ErrLocked (wrapping bbolt's ErrTimeout) after opts.LockTimeout, those of
-// statedb and New.
+// Open opens or creates (0600) the file at path and returns a Store owning
+// it. Errors: ErrLocked, statedb.Open's and New's.
 func Open(path string, opts Options) (*Store, error) {
 	timeout := opts.LockTimeout
 	if timeout <= 0 {
@@ -155,8 +146,7 @@ func Open(path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the database of a Store made by Open; otherwise it does
-// nothing.
+// Close closes the database of a Store made by Open, else does nothing.
 func (s *Store) Close() error {
 	if !s.owned {
 		return nil
@@ -167,9 +157,8 @@ func (s *Store) Close() error {
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.db.Path() }
 
-// Formats describes the quarantine's buckets for statedb's Scan, Check,
-// Salvage and SetAside: entries and suspensions are checked (and set
-// aside into quarantine/damaged), the other buckets only counted.
+// Formats describes the buckets for statedb's Scan, Check, Salvage and
+// SetAside: entries and suspensions are checked, the rest counted.
 func Formats() []statedb.Format {
 	check := func(what string) func(tx *bolt.Tx) func([]string, []byte, []byte) (int, error) {
 		return func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
@@ -192,13 +181,12 @@ func Formats() []statedb.Format {
 	}
 }
 
-// sealRecord returns the record of the JSON js stored under key.
 func sealRecord(key, js []byte) []byte {
 	return statedb.Seal(make([]byte, 0, len(js)+statedb.RecordOverhead), key, recordVersion, js)
 }
 
-// openRecord returns the JSON of the record v stored under key. The error
-// wraps ErrCorrupt (and statedb.ErrRecord for a failed checksum).
+// openRecord returns the JSON of record v under key. Errors wrap
+// ErrCorrupt (and statedb.ErrRecord for a bad checksum).
 func openRecord(key, v []byte) ([]byte, error) {
 	ver, js, err := statedb.Unseal(key, v)
 	if err == nil && ver != recordVersion {
@@ -213,8 +201,7 @@ func openRecord(key, v []byte) ([]byte, error) {
 	return js, nil
 }
 
-// decodeRecord decodes the record v under key into x (an Entry, a
-// Suspension or part of one).
+// decodeRecord decodes record v under key into x.
 func decodeRecord(key, v []byte, x any) error {
 	js, err := openRecord(key, v)
 	if err != nil {
@@ -226,9 +213,8 @@ func decodeRecord(key, v []byte, x any) error {
 	return nil
 }
 
-// buckets are the quarantine's buckets in one transaction (nil in a file
-// it never wrote); t counts a write transaction's changes for the
-// manifest.
+// buckets are the quarantine's buckets in one transaction (nil if never
+// written); t counts a write's changes for the manifest.
 type buckets struct {
 	meta, inst, info, chunks, messages *bolt.Bucket
 	t                                  *statedb.Tally
@@ -255,7 +241,6 @@ func (b buckets) ok() bool {
 
 var errNoBuckets = errors.New("quarantine: buckets missing (database not initialised by quarantine.New)")
 
-// mustBuckets returns the buckets of a write transaction.
 func mustBuckets(tx *bolt.Tx, t *statedb.Tally) (buckets, error) {
 	b := bucketsOf(tx)
 	b.t = t
@@ -292,7 +277,6 @@ func (b buckets) get(id string) (Entry, error) {
 	return e, nil
 }
 
-// put stores e under e.ID.
 func (b buckets) put(e *Entry) error {
 	e.Rate, e.Max = human.Finite(e.Rate), human.Finite(e.Max)
 	data, err := json.Marshal(e)
@@ -324,9 +308,8 @@ func (b buckets) unindex(e *Entry) error {
 	return b.t.Delete(b.inst, instPath, instanceKey(e.Instance, e.ID))
 }
 
-// newID returns an unused ID for an entry created at t: the Unix
-// milliseconds in 11 hex digits, then a 5-digit sequence that starts at
-// random below 0x80000 and counts up, so IDs sort in commit order.
+// newID returns an unused ID for t: Unix ms in 11 hex digits, then a
+// 5-digit sequence from a random start below 0x80000 (sorts by commit).
 func (b buckets) newID(t time.Time) (string, error) {
 	ms := max(0, min(t.UnixMilli(), 1<<44-1))
 	prefix := fmt.Sprintf("%011x", ms)

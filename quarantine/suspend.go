@@ -22,8 +22,7 @@ type Suspension struct {
 }
 
 // Suspend stops automatic release for key until Resume; by says who.
-// Suspending again updates By and Time. Errors: ErrInvalid (empty key),
-// bbolt's.
+// Errors: ErrInvalid (empty key), bbolt's.
 func (s *Store) Suspend(key, by string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty key", ErrInvalid)
@@ -56,8 +55,8 @@ func (s *Store) Resume(key string) (bool, error) {
 	return found, err
 }
 
-// Suspended returns the suspended keys. An unreadable record stays
-// suspended (By says so). Errors: bbolt's.
+// Suspended returns the suspended keys (unreadable records included).
+// Errors: bbolt's.
 func (s *Store) Suspended() (map[string]Suspension, error) {
 	out := map[string]Suspension{}
 	err := s.db.View(func(tx *bolt.Tx) error {

@@ -12,7 +12,7 @@ import (
 )
 
 // update runs fn on entry id in one write transaction and stores the
-// result; fn returning errUnchanged stores nothing.
+// result unless fn returns errUnchanged.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
 	err := s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
@@ -42,21 +42,15 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records that pending entry id was released (held: by the
-// MTA; frozen: re-injected and accepted): it becomes Thawed, Attempts
-// counts it, the claim is dropped and a frozen message is deleted; the
-// record stays for audit until Expire or Purge. Call it only after the
-// release succeeded: a crash in between repeats the release, never loses
-// it. Errors: ErrNotFound, ErrState, bbolt's.
+// MarkThawed records, after the release succeeded, that pending entry id
+// is Thawed, dropping its claim and message. Errors: ErrNotFound,
+// ErrState, bbolt's.
 func (s *Store) MarkThawed(id string) error { return s.end("thaw", id, Thawed) }
 
-// Delete marks pending entry id Deleted, drops its claim and its stored
-// message; the record stays for audit until Expire or Purge. (The caller
-// deletes a held message from the MTA.) Errors: ErrNotFound, ErrState,
-// bbolt's.
+// Delete marks pending entry id Deleted, dropping its claim and message.
+// Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted) }
 
-// end moves pending entry id to state, dropping its claim and message.
 func (s *Store) end(op, id string, state State) error {
 	return s.update(op, id, func(b buckets, e *Entry) error {
 		if err := needPending(op, e); err != nil {
@@ -73,9 +67,8 @@ func (s *Store) end(op, id string, state State) error {
 	})
 }
 
-// RecordThawError records a failed release of pending entry id: Attempts
-// counts it, Error is msg, the claim is dropped. Errors: ErrNotFound,
-// ErrState, bbolt's.
+// RecordThawError records a failed release of pending entry id (Attempts,
+// Error, claim dropped). Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) RecordThawError(id string, msg string) error {
 	return s.update("record thaw error", id, func(_ buckets, e *Entry) error {
 		if err := needPending("record a thaw error for", e); err != nil {
@@ -88,15 +81,11 @@ func (s *Store) RecordThawError(id string, msg string) error {
 	})
 }
 
-// Claim marks pending entry id as acted on by the process that owns token
-// (claim, act, then MarkThawed, Delete, RecordThawError or Unclaim), so
-// each action happens once; the claim is durable when Claim returns. Only
-// one process opens the file at a time, so another token's claim was left
-// by a process that stopped mid-action: Claim takes it over for a held
-// entry (repeating postsuper -H or -d is harmless) and, for a frozen one
-// that may have been re-injected, only with force. It returns the entry
-// as claimed. Errors: ErrNotFound, ErrState, ErrBusy (claimed under
-// token), ErrInterrupted, bbolt's.
+// Claim marks pending entry id as acted on by token's process, so each
+// action happens once; the claim is durable on return. Another token's
+// claim was left by a stopped process: Claim takes it over for a held
+// entry, and for a frozen one only with force. It returns the claimed
+// entry. Errors: ErrNotFound, ErrState, ErrBusy, ErrInterrupted, bbolt's.
 func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	var out Entry
 	err := s.update("claim", id, func(_ buckets, e *Entry) error {
@@ -121,8 +110,8 @@ func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	return out, nil
 }
 
-// Unclaim drops token's claim on id, if it has it, and records note as
-// Error when note is not empty. Errors: ErrNotFound, bbolt's.
+// Unclaim drops token's claim on id and records note, if any, as Error.
+// Errors: ErrNotFound, bbolt's.
 func (s *Store) Unclaim(id, token, note string) error {
 	return s.update("unclaim", id, func(_ buckets, e *Entry) error {
 		if e.Claim == token {
@@ -135,9 +124,8 @@ func (s *Store) Unclaim(id, token, note string) error {
 	})
 }
 
-// Note records msg as the Error of pending entry id without counting an
-// attempt; it writes nothing if Error is msg already. Errors:
-// ErrNotFound, ErrState, bbolt's.
+// Note sets pending entry id's Error to msg without counting an attempt.
+// Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) Note(id, msg string) error {
 	return s.update("note", id, func(_ buckets, e *Entry) error {
 		if e.Error == msg {
@@ -151,9 +139,8 @@ func (s *Store) Note(id, msg string) error {
 	})
 }
 
-// Purge removes entry id, its message and its index entry, whatever its
-// state. Errors: ErrNotFound, ErrCorrupt (an unreadable entry is kept),
-// bbolt's.
+// Purge removes entry id whatever its state. Errors: ErrNotFound,
+// ErrCorrupt (unreadable entries are kept), bbolt's.
 func (s *Store) Purge(id string) error {
 	return s.write("purge", func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
@@ -165,8 +152,8 @@ func (s *Store) Purge(id string) error {
 	})
 }
 
-// remove deletes everything stored for id and returns the message bytes
-// freed; an unreadable entry is refused (ErrCorrupt).
+// remove deletes everything of id and returns the bytes freed
+// (ErrCorrupt for an unreadable entry).
 func (b buckets) remove(id string) (int64, error) {
 	e, err := b.get(id)
 	if err != nil {
@@ -182,11 +169,8 @@ func (b buckets) remove(id string) (int64, error) {
 	return n, b.t.Delete(b.meta, metaPath, []byte(id))
 }
 
-// Expire removes, in one transaction, every thawed or deleted entry (an
-// audit record) last changed at or before now-maxAge, and returns how
-// many and the message bytes freed. Pending entries are never removed
-// here (their expiry is package lifecycle's), nor unreadable ones.
-// Errors: ErrInvalid (maxAge <= 0), bbolt's.
+// Expire removes thawed and deleted entries unchanged since now-maxAge and
+// returns the count and bytes freed. Errors: ErrInvalid, bbolt's.
 func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) {
 	if maxAge <= 0 {
 		return 0, 0, fmt.Errorf("%w: non-positive maximum age %v", ErrInvalid, maxAge)
@@ -200,8 +184,7 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 		if err != nil {
 			return err
 		}
-		// Updated >= Created: scanning IDs (creation times) up to the
-		// cutoff finds every record last changed before it.
+		// Updated >= Created, so scanning IDs up to the cutoff suffices.
 		end := idBound(cutoff, true)
 		var ids []string
 		c := b.meta.Cursor()

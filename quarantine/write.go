@@ -15,8 +15,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// write runs fn in one write transaction and returns once it is durable;
-// op names the operation in errors.
+// write runs fn in one write transaction and returns once it is durable.
 func (s *Store) write(op string, fn func(*bolt.Tx, *statedb.Tally) error) error {
 	err := statedb.Update(s.db, fn)
 	if err == nil && s.db.NoSync { // set after New
@@ -36,9 +35,8 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("quarantine: %s: %w", op, err)
 }
 
-// checkQueueID returns ErrInvalid for a queue ID that is set but not in an
-// MTA's syntax (ValidQueueID): release and delete pass it to postsuper or
-// exim.
+// checkQueueID returns ErrInvalid for a set queue ID that fails
+// ValidQueueID.
 func checkQueueID(id string) error {
 	if id != "" && !ValidQueueID(id) {
 		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, CleanLine(id))
@@ -46,9 +44,8 @@ func checkQueueID(id string) error {
 	return nil
 }
 
-// prepare returns a copy of e as a new entry in state: Created (if zero),
-// Updated and Action (if empty) set, ID, Error, Attempts and the claim
-// cleared. Errors: ErrInvalid (nil e, an invalid QueueID).
+// prepare returns a copy of e as a new entry in state. Errors:
+// ErrInvalid.
 func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	if e == nil {
 		return Entry{}, fmt.Errorf("%w: nil entry", ErrInvalid)
@@ -75,34 +72,30 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 type Recorded struct {
 	// ID is the entry recorded or added to; "" when AddToHeld found none.
 	ID string
-	// Added: the message had a held entry (same Instance) that got the
-	// queue ID, size and recipients; no entry was made.
+	// Added: e's queue ID, size and recipients went to a held entry of
+	// the same Instance; no entry was made.
 	Added bool
-	// RefusedQueueID is the queue ID another pending entry has already
-	// (a forged request, or one message recorded twice): the entry was
-	// recorded without it.
+	// RefusedQueueID is a queue ID another pending entry has; the entry
+	// was recorded without it.
 	RefusedQueueID string
 }
 
-// Hold records e as a new held entry (the MTA keeps the message in its
-// hold queue) and copies the completed entry back into *e. Errors:
-// ErrInvalid, ErrDuplicateQueueID, bbolt's.
+// Hold records e as a new held entry and copies the result into *e.
+// Errors: ErrInvalid, ErrDuplicateQueueID, bbolt's.
 func (s *Store) Hold(e *Entry) (string, error) {
 	r, err := s.hold(e, true, true)
 	return r.ID, err
 }
 
-// RecordHold records e as held, in one transaction: when e has a queue ID,
-// a held entry of e.Instance with that queue ID, or else one without a
-// queue ID, is the same message and gets e's queue ID, size and
-// recipients (Recorded.Added); otherwise a new entry is made. A queue ID
-// another pending entry has is left out (Recorded.RefusedQueueID).
+// RecordHold records e as held in one transaction: with a queue ID, a
+// held entry of e.Instance with that queue ID, or else without one, gets
+// e's queue ID, size and recipients (Recorded.Added); else a new entry is
+// made. A duplicate queue ID is left out (Recorded.RefusedQueueID).
 // Errors: ErrInvalid, bbolt's.
 func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true, false) }
 
-// AddToHeld is RecordHold that never makes an entry: at END-OF-MESSAGE
-// it links the entry held at RCPT to its queue ID. Recorded.ID is "" when
-// no held entry of e.Instance takes e.
+// AddToHeld is RecordHold that never makes an entry; Recorded.ID is ""
+// when no held entry of e.Instance takes e.
 func (s *Store) AddToHeld(e *Entry) (Recorded, error) { return s.hold(e, false, false) }
 
 func (s *Store) hold(e *Entry, create, strict bool) (Recorded, error) {
@@ -146,9 +139,8 @@ func (s *Store) hold(e *Entry, create, strict bool) (Recorded, error) {
 	return r, nil
 }
 
-// addToHeld adds e, which has a queue ID, to the oldest held entry of
-// e.Instance with that queue ID, or failing that without one, and returns
-// it (ID "" if there is none).
+// addToHeld adds e to the oldest held entry of e.Instance with its queue
+// ID, else without one (ID "" if none).
 func (b buckets) addToHeld(e *Entry, now time.Time) (Recorded, error) {
 	if e.QueueID == "" || !indexable(e.Instance) {
 		return Recorded{}, nil
@@ -188,8 +180,7 @@ func (b buckets) addToHeld(e *Entry, now time.Time) (Recorded, error) {
 	return r, b.put(o)
 }
 
-// addRecipients appends to have the addresses of add it lacks (compared
-// case-insensitively).
+// addRecipients appends add's addresses have lacks (case-insensitive).
 func addRecipients(have, add []string) []string {
 	for _, r := range add {
 		if r != "" && !slices.ContainsFunc(have, func(o string) bool { return strings.EqualFold(o, r) }) {
@@ -199,9 +190,8 @@ func addRecipients(have, add []string) []string {
 	return have
 }
 
-// claimQueueID checks that no other pending entry has e's queue ID. If
-// one has it, strict returns ErrDuplicateQueueID; otherwise e loses the
-// queue ID, which is returned.
+// claimQueueID checks no other pending entry has e's queue ID: if one
+// does, strict gives ErrDuplicateQueueID, else e loses it (returned).
 func (b buckets) claimQueueID(e *Entry, strict bool) (string, error) {
 	err := b.uniqueQueueID(e.QueueID, e.ID)
 	if err == nil || strict {
@@ -217,19 +207,16 @@ func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
 	return s.FreezeFrom(e, bytes.NewReader(msg))
 }
 
-// FreezeFrom stores e as a frozen entry with the whole message read from r
-// and copies the completed entry back into *e (State, ID, Size, Hash:
-// SHA-256; Subject and MessageID from the header when empty). It returns
-// only once the entry is committed and fsync'd: the MTA may then discard
-// its copy. On error nothing is stored and the caller must temp-fail the
-// message. Errors: ErrInvalid, ErrDuplicateQueueID, ErrFull, r's, bbolt's.
+// FreezeFrom stores e as frozen with the message read from r, copies the
+// result into *e, and returns once fsync'd; on error nothing is stored.
+// Errors: ErrInvalid, ErrDuplicateQueueID, ErrFull, r's, bbolt's.
 func (s *Store) FreezeFrom(e *Entry, r io.Reader) (string, error) {
 	rec, err := s.freeze(e, r, true)
 	return rec.ID, err
 }
 
-// RecordFreeze is FreezeFrom that records e without a queue ID another
-// pending entry has (Recorded.RefusedQueueID) instead of failing.
+// RecordFreeze is FreezeFrom that drops a duplicate queue ID
+// (Recorded.RefusedQueueID) instead of failing.
 func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) { return s.freeze(e, r, false) }
 
 func (s *Store) freeze(e *Entry, r io.Reader, strict bool) (Recorded, error) {
@@ -288,9 +275,7 @@ func (s *Store) freeze(e *Entry, r io.Reader, strict bool) (Recorded, error) {
 	return rec, nil
 }
 
-// uniqueQueueID returns ErrDuplicateQueueID if a pending entry other than
-// self has queueID ("" is never a duplicate). It scans every record,
-// decoding only those that contain the ID.
+// uniqueQueueID returns ErrDuplicateQueueID if another pending entry has it.
 func (b buckets) uniqueQueueID(queueID, self string) error {
 	if queueID == "" {
 		return nil
@@ -308,9 +293,8 @@ func (b buckets) uniqueQueueID(queueID, self string) error {
 	})
 }
 
-// SetUnverified records why the MTA's queue did not confirm the queue ID
-// of pending entry id (Entry.Unverified), or clears it with "". Errors:
-// ErrNotFound, ErrState (not pending), bbolt's.
+// SetUnverified sets pending entry id's Entry.Unverified ("" clears).
+// Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) SetUnverified(id, reason string) error {
 	return s.update("unverified", id, func(_ buckets, e *Entry) error {
 		if e.Unverified == reason {
@@ -324,10 +308,8 @@ func (s *Store) SetUnverified(id, reason string) error {
 	})
 }
 
-// LinkQueueID sets the queue ID of held entry id, which has none (found in
-// the MTA's queue listing). Errors: ErrInvalid (invalid queueID), ErrState
-// (not held, has a queue ID, or another pending entry has queueID),
-// ErrNotFound, bbolt's.
+// LinkQueueID sets the queue ID of held entry id, which has none. Errors:
+// ErrInvalid, ErrState, ErrNotFound, bbolt's.
 func (s *Store) LinkQueueID(id, queueID string) error {
 	if !ValidQueueID(queueID) {
 		return fmt.Errorf("%w: queue ID %q", ErrInvalid, CleanLine(queueID))
@@ -344,8 +326,8 @@ func (s *Store) LinkQueueID(id, queueID string) error {
 	})
 }
 
-// HeldDetails are what the MTA's queue tells of a held message
-// (Store.CompleteHeld): recipients, size in bytes, Subject, Message-ID.
+// HeldDetails are what the MTA's queue tells of a held message: recipients,
+// size in bytes, Subject, Message-ID.
 type HeldDetails struct {
 	Recipients []string
 	Size       int64
@@ -353,9 +335,9 @@ type HeldDetails struct {
 	MessageID  string
 }
 
-// CompleteHeld adds to held entry id the recipients of d it lacks, sets
-// its Size when d has one, and its Subject and MessageID when it has none.
-// Errors: ErrNotFound, ErrState (not held), bbolt's.
+// CompleteHeld adds d's missing recipients to held entry id, d's Size if
+// set, and Subject and MessageID if id lacks them. Errors: ErrNotFound,
+// ErrState, bbolt's.
 func (s *Store) CompleteHeld(id string, d HeldDetails) error {
 	return s.update("complete", id, func(_ buckets, e *Entry) error {
 		if e.State != Held {

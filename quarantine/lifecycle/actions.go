@@ -20,10 +20,8 @@ type Selection struct {
 	OlderThan time.Duration `json:"older_than,omitempty"`
 	// ResetRate (Thaw) forgets the keys' rates first.
 	ResetRate bool `json:"reset_rate,omitempty"`
-	// Force acts on frozen entries whose last action was interrupted
-	// (quarantine.ErrInterrupted: maybe delivered already); with Delete
-	// it also forgets held entries the MTA's queue does not confirm,
-	// running no command.
+	// Force acts on interrupted frozen entries (quarantine.ErrInterrupted);
+	// with Delete it also forgets unconfirmed held entries.
 	Force bool `json:"force,omitempty"`
 	// By names who asked, for the log and Events.
 	By string `json:"-"`
@@ -66,12 +64,9 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 // List returns the entries f selects (quarantine.Store.List).
 func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) { return s.q.List(f) }
 
-// Thaw releases the selected entries: held mail with Queue.Release, frozen
-// mail by re-injection with its envelope and an X-Ratelimitd-Thawed
-// header. Each entry is claimed first (a concurrent release gets
-// quarantine.ErrBusy); a failed release is recorded on the entry. The
-// error is the selection's (an unknown ID, a failed rate reset); the
-// entries' are in the Outcomes.
+// Thaw releases the selected entries (Queue.Release, or re-injection with
+// an X-Ratelimitd-Thawed header), each claimed first. The error is the
+// selection's; the entries' are in the Outcomes.
 func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -101,7 +96,6 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	return out, nil
 }
 
-// apply runs op on each entry and logs each result as what.
 func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, op func(quarantine.Entry) (string, error)) []Outcome {
 	out := make([]Outcome, 0, len(entries))
 	for _, e := range entries {
@@ -120,8 +114,7 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 	return out
 }
 
-// release claims e, releases it and marks it thawed, reporting kind
-// (Thawed, or Released); it returns a note qualifying a success.
+// release claims, releases and marks e thawed; it returns a note.
 func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force bool, kind Kind) (string, error) {
 	e, err := s.q.Claim(e.ID, s.token, force)
 	if err != nil {
@@ -146,8 +139,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		return "", err
 	}
 	if err := s.q.MarkThawed(e.ID); err != nil {
-		// Loud: after a restart a held entry is released again
-		// (harmless), a frozen one needs --force.
+		// Loud: on restart a frozen entry needs --force.
 		s.fail("store", err)
 		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
 		return "", fmt.Errorf("released, but recording it failed: %w", err)
@@ -165,7 +157,6 @@ func (s *Service) recordError(id string, err error) {
 	}
 }
 
-// reinject sends a frozen message to the re-injection listener.
 func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) error {
 	if s.opts.Reinjector == nil {
 		return errors.New("lifecycle: no re-injection listener configured")
@@ -192,10 +183,9 @@ func headerSafe(s string) string {
 	}, s)
 }
 
-// Delete deletes the selected entries, held mail from the MTA's queue too
-// (Queue.Delete), each claimed first. A held entry without a queue ID is
-// forgotten, the MTA untouched (said in the Note); one the MTA's queue
-// does not confirm is refused, or with Force forgotten.
+// Delete deletes the selected entries, claimed first, held mail from the
+// MTA's queue too (Queue.Delete). A held entry without a queue ID is only
+// forgotten; an unconfirmed one is refused unless Force.
 func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -234,10 +224,9 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 	}), nil
 }
 
-// Show returns the entry and its message: a preview (the stored bytes
-// with raw) for frozen mail, Queue.Show's output for held mail, which the
-// caller cleans (quarantine.CleanText). Errors: quarantine.ErrNotFound, or
-// why the message is unavailable (with the entry).
+// Show returns the entry and its message: a preview (raw: the bytes) for
+// frozen mail, Queue.Show's output (uncleaned) for held mail. Errors:
+// quarantine.ErrNotFound, or why the message is unavailable.
 func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Entry, []byte, error) {
 	e, err := s.q.Get(id)
 	if err != nil {
@@ -283,7 +272,7 @@ func (s *Service) Suspend(key, by string) error {
 }
 
 // Resume allows automatic release for key again and reports whether it
-// was suspended; by names who.
+// was suspended.
 func (s *Service) Resume(key, by string) (bool, error) {
 	ok, err := s.q.Resume(key)
 	if err == nil && ok {

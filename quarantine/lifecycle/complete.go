@@ -15,7 +15,6 @@ const (
 	completeAttempts = 12    // CompleteHeld runs that look for a message
 )
 
-// noteIncomplete marks held entry id for CompleteHeld.
 func (s *Service) noteIncomplete(id string) {
 	s.mu.Lock()
 	if _, ok := s.incomplete[id]; !ok && len(s.incomplete) < maxIncomplete {
@@ -24,8 +23,7 @@ func (s *Service) noteIncomplete(id string) {
 	s.mu.Unlock()
 }
 
-// noteIncompleteStored marks held entries without a size or subject
-// (held before a restart) for CompleteHeld.
+// noteIncompleteStored marks stored held entries lacking size or subject.
 func (s *Service) noteIncompleteStored() {
 	es, err := s.q.List(quarantine.Filter{States: []quarantine.State{quarantine.Held}})
 	if err != nil {
@@ -39,11 +37,8 @@ func (s *Service) noteIncompleteStored() {
 	}
 }
 
-// CompleteHeld completes the held entries recorded since the last run
-// (before the MTA had queued their message) with the recipients and size
-// of the queue listing and the Subject and Message-ID of the queue file,
-// and returns how many it completed; a message not queued yet is looked
-// for again, up to completeAttempts runs. Run calls it.
+// CompleteHeld fills recently held entries from the MTA's queue, up to
+// completeAttempts runs each, and returns how many it completed.
 func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 	s.mu.Lock()
 	ids := slices.Sorted(maps.Keys(s.incomplete))
@@ -74,8 +69,8 @@ func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 	return completed
 }
 
-// completeOne completes held entry id from the listing msgs (nil: only
-// the header is read) and reports whether nothing is left to do.
+// completeOne completes held entry id from msgs (nil: header only) and
+// reports whether nothing is left to do.
 func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.QueuedMessage) bool {
 	e, err := s.q.Get(id)
 	if err != nil || e.State != quarantine.Held {
@@ -110,8 +105,8 @@ func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.
 	return true
 }
 
-// messageContents returns the message in a queue file's printout: after
-// postcat's "*** MESSAGE CONTENTS" line, or all of it.
+// messageContents returns what follows postcat's "*** MESSAGE CONTENTS",
+// or all of out.
 func messageContents(out []byte) []byte {
 	i := bytes.Index(out, []byte("*** MESSAGE CONTENTS"))
 	if i < 0 {

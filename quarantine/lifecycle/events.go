@@ -15,14 +15,11 @@ const (
 	Quarantined Kind = "quarantined" // held or frozen (Detail "hold" or "freeze")
 	Thawed      Kind = "thawed"      // released by an operator
 	Deleted     Kind = "deleted"     // deleted by an operator
-	// Expired: past max_age, returned to its sender or (null sender)
-	// deleted; Detail says which.
+	// Expired: past max_age, bounced or (null sender) deleted; see Detail.
 	Expired  Kind = "expired"
 	Released Kind = "released" // released automatically ("drip")
-	// ReleaseRun: a key's drip run ended, its backlog released (Detail
-	// "") or stopped (Detail "refused again", "suspended", "auto_release
-	// turned off"); Count is the messages released, Pending those left,
-	// Entry the last released.
+	// ReleaseRun: a key's drip run ended (Detail "" or why it stopped);
+	// Count released, Pending left, Entry the last released.
 	ReleaseRun Kind = "release_run"
 )
 
@@ -31,20 +28,18 @@ type Event struct {
 	Kind  Kind
 	Time  time.Time
 	Entry quarantine.Entry // as it was then
-	// By is who acted: the operator's Unix user, "offline CLI",
-	// "expiry", "auto-release"; "" for Quarantined.
+	// By is who acted (Unix user, "offline CLI", "expiry", "auto-release").
 	By     string
 	Detail string
-	// Pending is, for Quarantined, the key's pending messages; Alert says
-	// it just reached an alert threshold (Options.AlertEvery).
+	// Pending (Quarantined): the key's pending messages; Alert: it reached
+	// an alert threshold (Options.AlertEvery).
 	Pending int
 	Alert   bool
 	Count   int // ReleaseRun: messages released
 }
 
-// Events receives the Service's events. QuarantineEvent is called on the
-// path that caused the event, possibly concurrently: it must be safe for
-// concurrent use and must not block.
+// Events receives the Service's events, possibly concurrently; it must
+// not block.
 type Events interface {
 	QuarantineEvent(ctx context.Context, ev Event)
 }

@@ -19,18 +19,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// ExpireReport counts what one Expire run did: messages returned to their
-// sender, frozen ones from <> deleted, kept past max_age, and audit
-// records removed.
+// ExpireReport counts one Expire run: bounced, deleted (null sender),
+// kept past max_age, audit records removed.
 type ExpireReport struct {
 	Bounced, NullSender, Kept, Purged int
 }
 
-// Expire applies ExpireAction to every pending entry older than MaxAge,
-// then removes older audit records. An entry that cannot be returned (no
-// queue ID, a failed command or DSN) is kept, flagged, logged and counted:
-// a record is never forgotten while its message may exist. It does
-// nothing when MaxAge is zero.
+// Expire applies ExpireAction to pending entries older than MaxAge (if
+// set), then older audit records; an entry it cannot return is kept.
 func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	var r ExpireReport
 	maxAge := s.opts.MaxAge
@@ -94,8 +90,8 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	return r
 }
 
-// expireOne returns the outcome label ("bounced", "deleted_null_sender",
-// "kept") and a log detail, or the error that kept the entry.
+// expireOne returns the outcome label and a log detail, or the error that
+// kept the entry.
 func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (outcome, detail string, err error) {
 	if s.opts.ExpireAction == ExpireKeep {
 		return "kept", "kept", nil
@@ -136,7 +132,6 @@ func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Ti
 	return outcome, detail, nil
 }
 
-// sendDSN sends the DSN of frozen entry e from the null sender.
 func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time) error {
 	if s.opts.Reinjector == nil {
 		return fmt.Errorf("lifecycle: no re-injection listener configured for the DSN")
@@ -160,11 +155,9 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	return nil
 }
 
-// BuildDSN returns the delivery status notification (RFC 3464: a text
-// part, message/delivery-status with Status 5.4.7 per recipient, RFC 3463,
-// and the original header as text/rfc822-headers) telling e.Sender that
-// original was not delivered within maxAge, with CRLF line ends.
-// reportingMTA names this host. Errors: go-message's.
+// BuildDSN returns an RFC 3464 DSN (Status 5.4.7 per recipient, RFC 3463;
+// text/rfc822-headers) from reportingMTA telling e.Sender that original
+// was not delivered within maxAge, with CRLF. Errors: go-message's.
 func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time.Time, maxAge time.Duration) ([]byte, error) {
 	reportingMTA = cmp.Or(headerValue(reportingMTA), "localhost")
 	var h mail.Header
@@ -232,7 +225,6 @@ func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	return buf.Bytes(), nil
 }
 
-// headerOf returns the header of msg with CRLF line ends.
 func headerOf(msg []byte) string {
 	end := len(msg)
 	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
@@ -244,7 +236,6 @@ func headerOf(msg []byte) string {
 	return strings.ReplaceAll(h, "\n", "\r\n")
 }
 
-// headerValue makes s safe inside one header or DSN field line.
 func headerValue(s string) string {
 	return mta.ReplyText(s, 900)
 }

@@ -12,16 +12,14 @@ import (
 )
 
 // queueWindowBefore and queueWindowAfter bound a held message's arrival
-// around its entry's creation (DATA may take long).
+// around its entry's creation.
 const (
 	queueWindowBefore = time.Minute
 	queueWindowAfter  = 30 * time.Minute
 )
 
-// linkQueued links held entry e, which has no queue ID (held at its first
-// RCPT, before Postfix opened the queue file), to the message of the
-// queue listing msgs that matches it (mismatch) and no other pending
-// entry names, the closest arrival first, and returns e as stored.
+// linkQueued links held entry e without a queue ID to the closest matching
+// unclaimed message of msgs and returns e as stored.
 func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage) quarantine.Entry {
 	if e.State != quarantine.Held || e.QueueID != "" {
 		return e
@@ -50,9 +48,8 @@ func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage
 	return e
 }
 
-// mismatch says why queued message m is not held entry e's, or returns ""
-// when m is on hold, has e's sender and recipients and arrived within the
-// window around e.Created.
+// mismatch says why queued m is not e's, or "" when on hold with e's
+// sender and recipients within the window around e.Created.
 func mismatch(m *quarantine.QueuedMessage, e quarantine.Entry) string {
 	switch {
 	case m.Queue != "hold":
@@ -77,13 +74,12 @@ func hasRecipients(m *quarantine.QueuedMessage, want []string) bool {
 	return true
 }
 
-// sameAddress compares envelope addresses case-insensitively, a quoted
-// local part ("a b"@example.org) equal to its unquoted form.
+// sameAddress compares addresses case-insensitively, quoted local parts
+// unquoted.
 func sameAddress(a, b string) bool {
 	return strings.EqualFold(unquoteLocal(a), unquoteLocal(b))
 }
 
-// unquoteLocal removes the quotes and escapes of a quoted local part.
 func unquoteLocal(addr string) string {
 	at := strings.LastIndexByte(addr, '@')
 	if at < 2 || addr[0] != '"' || addr[at-1] != '"' {

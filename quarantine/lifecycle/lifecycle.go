@@ -23,10 +23,9 @@ import (
 type ExpireAction string
 
 const (
-	// ExpireBounce returns the message to its sender: frozen mail with a
-	// DSN (RFC 3464) from the null sender, held mail with Queue.Expire
-	// (postsuper -f: Postfix's own DSN). Frozen mail from the null sender
-	// is deleted.
+	// ExpireBounce returns the message to its sender: frozen mail by DSN
+	// (RFC 3464), held by Queue.Expire (postsuper -f); frozen mail from
+	// the null sender is deleted.
 	ExpireBounce ExpireAction = "bounce"
 	// ExpireKeep keeps the message, flagged, for an operator.
 	ExpireKeep ExpireAction = "keep"
@@ -34,8 +33,8 @@ const (
 
 // Rates is what the Service needs of the rate engine (*policy.Engine).
 type Rates interface {
-	// Reset forgets key's rate under limit ("" for all) and returns how
-	// many states it removed.
+	// Reset forgets key's rate under limit ("" for all) and returns the
+	// states removed.
 	Reset(ctx context.Context, key, limit string) (int, error)
 	// Lookup returns key's rates under every limit, decayed to now.
 	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
@@ -44,19 +43,18 @@ type Rates interface {
 
 // Options configure a Service.
 type Options struct {
-	// Queue acts on held mail in the MTA's queue; nil: every action on
-	// held mail fails.
+	// Queue acts on held mail; nil: every held-mail action fails.
 	Queue Queue
 	// Reinjector sends thawed frozen mail and DSNs; nil: both fail.
 	Reinjector *mailout.Reinjector
 	// ReportingMTA is the DSNs' Reporting-MTA; "" means os.Hostname.
 	ReportingMTA string
-	// MaxAge: pending mail older than this is expired with ExpireAction,
-	// older audit records removed; zero keeps everything.
+	// MaxAge: pending mail older is expired per ExpireAction, older audit
+	// records removed; zero keeps everything.
 	MaxAge       time.Duration
 	ExpireAction ExpireAction
 	// AlertEvery logs "KEY has N quarantined messages" at 1 and each
-	// multiple of it.
+	// multiple.
 	AlertEvery int
 	// DripLimits name the limits with auto_release = "drip".
 	DripLimits []string
@@ -69,7 +67,7 @@ type Options struct {
 	Now    func() time.Time
 }
 
-// Service runs the quarantine life cycle on one Store. It is safe for
+// Service runs the quarantine life cycle on one Store, safe for
 // concurrent use; make it with New.
 type Service struct {
 	q     *quarantine.Store
@@ -146,7 +144,6 @@ func (s *Service) SetDripLimits(names []string) {
 	s.mu.Unlock()
 }
 
-// emit sends an event.
 func (s *Service) emit(ctx context.Context, kind Kind, e quarantine.Entry, by, detail string) {
 	s.ev.QuarantineEvent(ctx, Event{Kind: kind, Time: s.now(), Entry: e, By: by, Detail: detail})
 }
@@ -154,30 +151,21 @@ func (s *Service) emit(ctx context.Context, kind Kind, e quarantine.Entry, by, d
 // Message is what a front end knows of the message a decision is about.
 type Message struct {
 	Request *policy.Request
-	// Recipients are the accepted recipients (the milter's); nil means
-	// Request.Recipient.
+	// Recipients are the accepted recipients; nil means Request.Recipient.
 	Recipients []string
-	// Body reads the whole message (the milter's, for a freeze); nil
-	// through policy delegation.
+	// Body reads the whole message (milter freeze); nil via policy.
 	Body io.ReadSeeker
 }
 
-// Record records in the quarantine what decision d means for the message
-// m, once per decision of either front end:
+// Record records what decision d means for message m, once per decision:
 //
-//   - Hold, or Freeze without m.Body (policy delegation answers a freeze
-//     HOLD): a held entry, or with a queue ID the queue ID, size and
-//     recipient added to the one held for the same message (same
-//     Request.Instance; quarantine.Store.RecordHold);
+//   - Hold, or Freeze without m.Body: a held entry, or with a queue ID
+//     added to the one held for the same Request.Instance (RecordHold);
 //   - Freeze with m.Body: a frozen entry holding the whole message;
-//   - any other action at END-OF-MESSAGE: the entry held at RCPT for the
-//     message gets its queue ID.
+//   - other actions at END-OF-MESSAGE: the RCPT entry gets its queue ID.
 //
-// It returns the entry's ID ("" when there is none) once it is committed
-// and fsync'd. On error nothing was recorded: the caller must not answer
-// HOLD or discard the message (it defers or temp-fails), and the failure
-// is logged and counted. A queue ID not in an MTA's syntax, or that
-// another pending entry has, is left out (logged and counted).
+// It returns the entry's ID ("" if none) once fsync'd. On error nothing
+// was recorded: the caller must defer or temp-fail, not HOLD or discard.
 func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (string, error) {
 	req := m.Request
 	hold := d.Action == policy.Hold || d.Action == policy.Freeze
@@ -216,8 +204,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	return r.ID, nil
 }
 
-// awaiting remembers instance as held at RCPT without a queue ID (await
-// true), or forgets it; it reports whether it was remembered.
+// awaiting remembers or forgets instance as held at RCPT without queue ID.
 func (s *Service) awaiting(instance string, await bool) bool {
 	if instance == "" {
 		return false
@@ -232,14 +219,13 @@ func (s *Service) awaiting(instance string, await bool) bool {
 	if len(s.awaitingQueueID) >= maxAwaiting {
 		clear(s.awaitingQueueID) // END-OF-MESSAGE never came: those keep no queue ID
 	}
-	// A clone: the decoder's strings share blocks (mta/postfix.Decoder).
+	// A clone: the decoder's strings share blocks.
 	s.awaitingQueueID[strings.Clone(instance)] = struct{}{}
 	return was
 }
 
-// entryFor builds the entry of m and d. A queue ID not in an MTA's syntax
-// is client data that must never reach postsuper: it is left out, logged
-// and counted.
+// entryFor builds the entry of m and d, leaving out (logged, counted) a
+// queue ID not in an MTA's syntax.
 func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
 	req := m.Request
 	rcpts := m.Recipients
@@ -256,15 +242,13 @@ func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
 	return e
 }
 
-// refusedQueueID logs and counts e's queue ID qid refused for why.
 func (s *Service) refusedQueueID(e *quarantine.Entry, qid, why string) {
 	s.m.badQueueIDs.Inc()
 	s.log.Warn("refusing a queue ID that "+why+" (forged policy request?); the hold is recorded without one",
 		"queue_id", clip(qid, 64), "client_address", e.ClientAddress, "sasl_username", e.SASLUsername, "instance", e.Instance)
 }
 
-// recorded reports what Record stored: a refused queue ID, and for a new
-// entry the alert count, metric and Quarantined event.
+// recorded logs, counts and emits what Record stored.
 func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantine.Recorded) {
 	if r.RefusedQueueID != "" {
 		s.refusedQueueID(e, r.RefusedQueueID, "another quarantined message already has")
@@ -287,7 +271,6 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantin
 	s.ev.QuarantineEvent(ctx, Event{Kind: Quarantined, Time: s.now(), Entry: *e, Detail: action, Pending: n, Alert: alert})
 }
 
-// forget drops a key's entry from the alert count.
 func (s *Service) forget(key string) {
 	s.mu.Lock()
 	if s.pending[key]--; s.pending[key] <= 0 {
@@ -296,8 +279,7 @@ func (s *Service) forget(key string) {
 	s.mu.Unlock()
 }
 
-// PolicyHold is Record of a HOLD (or Freeze) answered through policy
-// delegation.
+// PolicyHold is Record of a HOLD (or Freeze) through policy delegation.
 //
 // Deprecated: use Record.
 func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy.Decision) error {
@@ -309,8 +291,7 @@ func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy
 	return err
 }
 
-// EndOfMessage is Record of a decision at END-OF-MESSAGE that is not a
-// hold.
+// EndOfMessage is Record of a non-hold decision at END-OF-MESSAGE.
 //
 // Deprecated: use Record.
 func (s *Service) EndOfMessage(req *policy.Request) {
@@ -362,7 +343,7 @@ func (s *Service) Health() Health {
 	return h
 }
 
-// fail counts a failed operation (metric and Health); the caller logs it.
+// fail counts a failed operation; the caller logs it.
 func (s *Service) fail(op string, err error) {
 	s.m.failures.WithLabelValues(op).Inc()
 	s.mu.Lock()

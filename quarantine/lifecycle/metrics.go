@@ -40,9 +40,8 @@ func newMetrics() metrics {
 	}
 }
 
-// Collectors returns the quarantine metrics for a Prometheus registry:
-// counters, and gauges of quarantined messages and bytes read at scrape
-// time.
+// Collectors returns the quarantine's Prometheus counters, and gauges of
+// quarantined messages and bytes read at scrape time.
 func (s *Service) Collectors() []prometheus.Collector {
 	stat := func(f func(quarantine.Stats) float64) func() float64 {
 		return func() float64 {

@@ -8,29 +8,23 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// Queue is the MTA's queue of held mail (postfix.Queue in mta/postfix
-// runs Postfix's postsuper, postqueue and postcat, or Exim's commands).
-// queueID is always valid (quarantine.ValidQueueID). Methods must be safe
-// for concurrent use; ctx bounds each call.
+// Queue is the MTA's queue of held mail (postfix.Queue); queueID is always
+// valid. Safe for concurrent use; ctx bounds each call.
 type Queue interface {
-	// Release releases the held message (postsuper -H, then postqueue
-	// -i). err: not released; warnings: follow-up steps that failed after
-	// it was.
+	// Release releases the held message (postsuper -H, postqueue -i);
+	// warnings are follow-up steps that failed after it was.
 	Release(ctx context.Context, queueID string) (warnings []error, err error)
-	// Expire returns it to its sender (postsuper -f, postqueue -i), as
-	// Release.
+	// Expire returns it to its sender (postsuper -f), as Release.
 	Expire(ctx context.Context, queueID string) (warnings []error, err error)
 	// Delete removes it (postsuper -d).
 	Delete(ctx context.Context, queueID string) error
 	// Show prints it (postcat -q).
 	Show(ctx context.Context, queueID string) ([]byte, error)
-	// List lists the queue (postqueue -j, exim -bp), where held messages
-	// are confirmed and found before any other call; quarantine.
-	// ErrNoQueueList when it cannot.
+	// List lists the queue (postqueue -j, exim -bp);
+	// quarantine.ErrNoQueueList when it cannot.
 	List(ctx context.Context) ([]quarantine.QueuedMessage, error)
 }
 
-// noQueue is the Queue of a Service without one: everything fails.
 type noQueue struct{}
 
 var errNoQueue = errors.New("lifecycle: no MTA queue commands configured")
@@ -43,8 +37,7 @@ func (noQueue) List(context.Context) ([]quarantine.QueuedMessage, error) {
 	return nil, quarantine.ErrNoQueueList
 }
 
-// checkQueueID returns why queueID must not be given to the Queue: there
-// is none (errNoQueueID), or it is invalid.
+// checkQueueID returns errNoQueueID or why queueID is invalid.
 func checkQueueID(queueID string) error {
 	if queueID == "" {
 		return errNoQueueID
@@ -55,12 +48,10 @@ func checkQueueID(queueID string) error {
 	return nil
 }
 
-// clip returns s cleaned for a log line and bounded to n bytes.
 func clip(s string, n int) string { return quarantine.CleanLine(s[:min(len(s), n)]) }
 
 // releaseHeld runs release (Queue.Release or Expire) for queueID, counting
-// a failure as op and each failed follow-up as "schedule"; warn joins the
-// follow-ups' failures.
+// failures as op and follow-ups as "schedule"; warn joins the latter.
 func (s *Service) releaseHeld(ctx context.Context, op string, release func(context.Context, string) ([]error, error), queueID string) (warn, err error) {
 	if err := checkQueueID(queueID); err != nil {
 		s.fail(op, err)

@@ -9,12 +9,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// AutoRelease releases, for each key with pending mail of a drip limit,
-// the oldest message when the key is under that limit, not suspended, and
-// had no automatic release for period/limit (the limit's own rate), and
-// returns how many it released. Errors are logged and counted; the next
-// call tries again. Each release is a Released event; a key's releases
-// until its backlog is gone or the drip stops are one ReleaseRun event.
+// AutoRelease releases, per key with pending mail of a drip limit, the
+// oldest message once the key is under the limit, not suspended, and
+// unreleased for period/limit; it returns how many. Errors are logged.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	s.mu.Lock()
 	drip := s.drip
@@ -43,7 +40,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		lk := e.Limit + "\x00" + e.Key
 		left[lk]++
 		if !drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
-			// Being thawed, or interrupted: an operator's (--force).
+			// Being thawed, or interrupted (--force).
 			continue
 		}
 		if seen[lk] {
@@ -104,14 +101,13 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	return released
 }
 
-// dripRun is a key's automatic release in progress.
 type dripRun struct {
 	count int
 	last  quarantine.Entry
 }
 
-// endRuns reports and forgets each drip run that ended (ended says why,
-// "" for a backlog released); left counts pending messages per run.
+// endRuns reports and forgets each ended drip run (ended says why, ""
+// when released); left counts pending messages per run.
 func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bool), left map[string]int) {
 	type done struct {
 		run    *dripRun
@@ -136,7 +132,7 @@ func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bo
 }
 
 // underLimit reports whether key is under limit now, and the interval
-// between two automatic releases (period / the key's limit).
+// between automatic releases (period / limit).
 func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key string) (time.Duration, bool) {
 	rates, err := s.opts.Rates.Lookup(ctx, now, key)
 	if err != nil {
@@ -170,8 +166,8 @@ func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key stri
 	return 0, false // the limit is no longer configured: wait for an operator
 }
 
-// Run runs Expire at start and every expireEvery (0: an hour), and
-// AutoRelease and CompleteHeld every dripEvery (0: 5 s), until ctx ends.
+// Run runs Expire at start and every expireEvery (0: 1h), AutoRelease and
+// CompleteHeld every dripEvery (0: 5s), until ctx ends.
 func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration) {
 	if expireEvery <= 0 {
 		expireEvery = time.Hour

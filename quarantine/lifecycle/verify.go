@@ -11,11 +11,9 @@ import (
 // errUnverified wraps every refusal of confirmHeld.
 var errUnverified = errors.New("lifecycle: the MTA's hold queue does not confirm the queue ID; no command was run")
 
-// confirmHeld returns held entry e with its queue ID confirmed in the
-// MTA's queue listing (anyone who reaches the policy port can forge one),
-// or found there (linkQueued) when it has none; other entries are
-// returned as they are. A contradiction is logged, counted ("verify") and
-// recorded (Entry.Unverified); the error wraps errUnverified.
+// confirmHeld returns held entry e with its queue ID confirmed in (or
+// found from) the MTA's queue listing; other entries pass. Errors wrap
+// errUnverified (recorded in Entry.Unverified).
 func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quarantine.Entry, error) {
 	if e.State != quarantine.Held {
 		return e, nil

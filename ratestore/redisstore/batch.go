@@ -6,12 +6,9 @@ import (
 	"time"
 )
 
-// Batching (doc.go), per Redis server: while a call is in flight the
-// requests that arrive wait in one pending batch, sent when a call ends,
-// or as another call once it holds secondCallItems limits (so Redis has
-// the next batch when it finishes one), up to maxInFlight calls. A
-// request that finds the batch full (maxBatchItems limits) is sent alone
-// at once, and so is one that finds no call in flight.
+// Batching per server: requests arriving during a call join one pending
+// batch, sent when a call ends or at secondCallItems (up to maxInFlight
+// calls); with no call in flight or a full batch, one goes alone.
 const (
 	maxInFlight     = 2
 	secondCallItems = 96
@@ -37,7 +34,6 @@ type batcher struct {
 	single   bool // one call in flight, not maxInFlight (a Cluster master)
 }
 
-// calls is how many calls may be in flight before requests wait.
 func (b *batcher) calls() int {
 	if b.single {
 		return 1
@@ -45,13 +41,12 @@ func (b *batcher) calls() int {
 	return maxInFlight
 }
 
-// decideBatched decides r in phase "d" through b.
 func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answer, error) {
 	if err := ctx.Err(); err != nil {
 		return answer{}, unavailable(err)
 	}
-	// The call's deadline is Timeout after the request's arrival; the
-	// caller's own earlier deadline ends only its own wait, not the call.
+	// The call's deadline is Timeout after arrival; the caller's earlier
+	// deadline ends only its own wait.
 	dl := time.Now().Add(s.opts.Timeout)
 	b.mu.Lock()
 	p := b.pending
@@ -83,8 +78,8 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 	} else {
 		b.mu.Unlock()
 	}
-	// No timer: the calls in flight end by their earlier deadlines and p
-	// runs with its requests' earliest one, so done is closed by dl.
+	// No timer: p runs with its requests' earliest deadline, so done is
+	// closed by dl.
 	select {
 	case <-p.done:
 		if r.dropped {
@@ -92,8 +87,7 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 		}
 		return p.v, p.err
 	case <-ctx.Done():
-		// If p was not sent yet, r will not be (run); if it was, r
-		// may still be counted, as a late answer would have been.
+		// Unsent, r will not be sent; if sent, r may still be counted.
 		return answer{}, unavailable(ctx.Err())
 	}
 }
@@ -112,8 +106,8 @@ func (b *batcher) release() {
 	go b.run(p)
 }
 
-// run sends batch p, but for the requests whose callers gave up (their
-// MTAs will ask again), and hands them its answer.
+// run sends batch p, skipping requests whose callers gave up, and hands
+// them its answer.
 func (b *batcher) run(p *batch) {
 	live := p.reqs[:0]
 	for _, r := range p.reqs {

@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-// clusterRouting batches a Cluster's requests per master: the master of
-// each hash slot (CLUSTER SLOTS, read again when a master does not serve
-// a request's slot) and a batcher per master.
+// clusterRouting keeps the master of each hash slot (CLUSTER SLOTS) and a
+// batcher per master.
 type clusterRouting struct {
 	owners     atomic.Pointer[[slotCount]string]
 	refreshing atomic.Bool
@@ -23,10 +22,8 @@ type clusterRouting struct {
 // slotRefreshEvery bounds how often the slot map is read again.
 const slotRefreshEvery = 100 * time.Millisecond
 
-// decideInCluster decides r (all of one slot) in phase "d": batched for
-// the master serving slot, or, when that master is not known or does not
-// serve the slot, alone through the cluster client, which follows MOVED
-// and ASK, within the request's deadline. A failed call is not repeated.
+// decideInCluster decides r (one slot) batched for slot's master, else
+// alone through the cluster client (MOVED, ASK); failures are final.
 func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (answer, error) {
 	dl := time.Now().Add(s.opts.Timeout)
 	if b := s.nodeBatcher(slot); b != nil {
@@ -53,8 +50,7 @@ func (r *request) notHere(v answer) bool {
 	return flag&flagNotHere != 0
 }
 
-// nodeBatcher returns the batcher of the master serving slot, or nil
-// when the slot map is not known yet (it is read) or has none.
+// nodeBatcher returns the batcher of slot's master, or nil if not known.
 func (s *Store) nodeBatcher(slot uint16) *batcher {
 	owners := s.routing.owners.Load()
 	if owners == nil {
@@ -75,7 +71,7 @@ func (s *Store) nodeBatcher(slot uint16) *batcher {
 	return v.(*batcher)
 }
 
-// refreshSlots reads the slot map in the background, at most once per
+// refreshSlots rereads the slot map in the background, at most once per
 // slotRefreshEvery.
 func (s *Store) refreshSlots() {
 	rt := &s.routing
@@ -99,9 +95,8 @@ func (s *Store) refreshSlots() {
 	}()
 }
 
-// execOn runs the script in phase "d" for reqs on the master at addr,
-// with the keys in ARGV (a call may declare keys of one slot only). It
-// returns errNotHere when addr is no longer a node of the cluster.
+// execOn runs phase "d" for reqs on the master at addr, keys in ARGV. It
+// returns errNotHere when addr is no longer a cluster node.
 func (s *Store) execOn(ctx context.Context, addr string, reqs ...*request) (answer, error) {
 	c, err := s.client()
 	if err != nil {

@@ -18,9 +18,7 @@ import (
 type OnError uint8
 
 const (
-	// Local decides with this host's store, which holds a copy of every
-	// state Redis returned; on recovery what it counted meanwhile is
-	// added to Redis, once.
+	// Local decides with this host's store; its counts are merged once.
 	Local OnError = iota
 	// Dunno answers DUNNO (fail open).
 	Dunno
@@ -49,32 +47,24 @@ func ParseOnError(s string) (OnError, error) {
 	return 0, fmt.Errorf("%w: on_redis_error %q (want local, dunno or defer)", ErrConfig, s)
 }
 
-// maxTouched bounds the (limit, key) pairs whose outage counts a Failover
-// keeps for the merge; beyond it new keys are still decided locally.
+// maxTouched bounds the (limit, key) deltas kept for the merge.
 const maxTouched = 1 << 20
 
-// Failover is the daemon's rate store with Redis: the Store while Redis
-// answers, OnError's policy while it does not. It implements policy.Store
-// and policy.StackEvaluator and is safe for concurrent use.
+// Failover is the daemon's rate store: the Store while Redis answers,
+// OnError's policy while it does not. It implements policy.Store and
+// policy.StackEvaluator and is safe for concurrent use.
 //
-// Every state Redis returns is written through to the local store. A
-// request Redis fails to answer marks its shard down (the one Redis, or
-// its hash slot, widened by the probe to every slot of its node); later
-// requests of a shard down do not wait for Redis. With Local they are
-// decided with the local store on the host's clock corrected by the
-// offset to Redis's (each cost times Hosts with Split), and what they
-// count is also kept apart, from zero: the outage's delta. A probe reads
-// from Redis every ProbeInterval; once it succeeds the shard is shared
-// again and its deltas are merged (Store.Merge) exactly once, even across
-// a restart (LoadPending). Each outage is logged once each way.
+// States Redis returns are written through locally. A failed request
+// marks its shard (slot, or 0) down; with Local those are decided locally,
+// counts kept as deltas, until the probe recovers the shard and merges
+// them once (Store.Merge, LoadPending).
 type Failover struct {
 	redis *Store
 	local policy.Store
 	log   *slog.Logger
 	opts  FailoverOptions
 
-	// down[shard] is set while the shard is degraded: 0 without a
-	// Cluster, else the hash slot.
+	// down[shard] is set while the shard is degraded.
 	down  [slotCount]atomic.Bool
 	nDown atomic.Int32
 
@@ -87,8 +77,7 @@ type Failover struct {
 	localOutage, localFailed atomic.Int64
 	merges, merged           atomic.Int64
 
-	// localMu is held shared by each local decision, and exclusively by
-	// a recovery between marking shards up and taking their deltas.
+	// localMu is held shared by local decisions, exclusively by recovery.
 	localMu sync.RWMutex
 
 	mu          sync.Mutex
@@ -96,9 +85,8 @@ type Failover struct {
 	pending     []pendingMerge
 	pendingFile string               // keeps pending (LoadPending)
 	downNodes   map[string]time.Time // Cluster nodes found down, logged once
-	// outage is set from the first shard down to the last one up;
-	// relapse when it began within relapseWindow of recovered, the end
-	// of the previous one.
+	// outage spans first shard down to last up; relapse if it began
+	// within relapseWindow of recovered.
 	outage    bool
 	relapse   bool
 	recovered time.Time
@@ -112,8 +100,7 @@ type Failover struct {
 // slotCount is the number of Redis Cluster hash slots.
 const slotCount = 16384
 
-// deltaEntry is what this host counted of one (limit, key) during an
-// outage, from no state.
+// deltaEntry is one (limit, key)'s count during an outage, from none.
 type deltaEntry struct {
 	l    ratelimit.Limit
 	st   ratelimit.State
@@ -123,19 +110,16 @@ type deltaEntry struct {
 // FailoverOptions configures NewFailover.
 type FailoverOptions struct {
 	OnError OnError
-	// ProbeInterval is the pause between probes while degraded; zero
-	// means 250ms.
+	// ProbeInterval is the pause between probes; zero means 250ms.
 	ProbeInterval time.Duration
-	// Split (degraded_share = "split") gives each of Hosts hosts a share
-	// of every limit while degraded: local requests cost Hosts times
-	// their cost.
+	// Split (degraded_share = "split"): while degraded local requests
+	// cost Hosts times their cost.
 	Split bool
 	Hosts int
 }
 
-// NewFailover returns a Failover over the Redis store r and the host's
-// own store local; log receives the switch and recovery lines. When r is
-// not connected yet (Open), it starts degraded and its probe connects.
+// NewFailover returns a Failover over r and local; unconnected, it starts
+// degraded.
 func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
@@ -166,8 +150,8 @@ type FailoverStatus struct {
 	DegradedSeconds float64 `json:"degraded_seconds"`
 	// LocalDecisions counts requests decided locally, by reason.
 	LocalDecisions map[string]int64 `json:"local_decisions,omitempty"`
-	// Merges counts the merges of outage counts done, StatesMerged the
-	// states they added to, PendingMerges those still to do.
+	// Merges and StatesMerged count merges done and states added;
+	// PendingMerges those still to do.
 	Merges        int64 `json:"merges"`
 	StatesMerged  int64 `json:"states_merged"`
 	PendingMerges int   `json:"pending_merges,omitempty"`
@@ -210,8 +194,7 @@ func (f *Failover) Status() FailoverStatus {
 // Degraded reports whether some of Redis is considered down.
 func (f *Failover) Degraded() bool { return f.nDown.Load() > 0 }
 
-// DegradedTime is the total time spent degraded, the current outage
-// included.
+// DegradedTime is the total time spent degraded, current outage included.
 func (f *Failover) DegradedTime() time.Duration {
 	d := time.Duration(f.degradedNs.Load())
 	if f.Degraded() {
@@ -222,21 +205,18 @@ func (f *Failover) DegradedTime() time.Duration {
 	return d
 }
 
-// LocalDecisions counts the requests decided with the local store, by
-// reason: "outage" (their shard was down) and "failed" (their call failed).
+// LocalDecisions counts local decisions by reason: "outage" or "failed".
 func (f *Failover) LocalDecisions() map[string]int64 {
 	return map[string]int64{"outage": f.localOutage.Load(), "failed": f.localFailed.Load()}
 }
 
-// Merges returns how many merges of outage counts were done and how many
-// states they added to.
+// Merges returns the merges done and the states they added.
 func (f *Failover) Merges() (merges, states int64) { return f.merges.Load(), f.merged.Load() }
 
 // FastPath is the Redis store's Store.FastPath.
 func (f *Failover) FastPath() (confirmed, refused int64) { return f.redis.FastPath() }
 
-// Close stops the probe. The counts of an outage in progress are kept in
-// the pending file (LoadPending).
+// Close stops the probe; an outage's counts stay in the pending file.
 func (f *Failover) Close() {
 	f.mu.Lock()
 	select {
@@ -255,9 +235,7 @@ func (f *Failover) Close() {
 	f.savePending()
 }
 
-// EvaluateStack decides with Redis, or per OnError while the request's
-// shard is down: with Dunno and Defer it returns an error wrapping
-// ErrUnavailable.
+// EvaluateStack decides with Redis, or per OnError while a shard is down.
 func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if f.nDown.Load() == 0 || !f.anyDown(items) {
 		err := f.redis.EvaluateStack(ctx, now, items, refused, out)
@@ -282,8 +260,7 @@ func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []pol
 	return f.decideLocal(ctx, now, items, refused, out, false)
 }
 
-// shard is the shard of rate key key: its record's hash slot with a
-// Cluster, else 0.
+// shard is key's record's hash slot with a Cluster, else 0.
 func (f *Failover) shard(key string) uint16 {
 	if !f.redis.Cluster() {
 		return 0
@@ -291,7 +268,6 @@ func (f *Failover) shard(key string) uint16 {
 	return Slot(f.redis.Key(key))
 }
 
-// anyDown reports whether any item's shard is down.
 func (f *Failover) anyDown(items []policy.StackItem) bool {
 	if !f.redis.Cluster() {
 		return f.down[0].Load()
@@ -304,8 +280,7 @@ func (f *Failover) anyDown(items []policy.StackItem) bool {
 	return false
 }
 
-// writeThrough copies the states Redis now holds for the items into the
-// local store.
+// writeThrough copies the states Redis returned into the local store.
 func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, refused bool, out []policy.StackResult) {
 	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
 		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
@@ -326,9 +301,8 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 	}
 }
 
-// decideLocal decides with the local store and adds what it counted to
-// the outage's delta. Unless force is set it asks Redis instead if a
-// recovery came first.
+// decideLocal decides locally and adds the counts to the outage's delta;
+// unless force, it asks Redis instead if a recovery came first.
 func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult, force bool) error {
 	f.localMu.RLock()
 	if !force && !f.anyDown(items) {
@@ -382,8 +356,8 @@ func (f *Failover) Update(ctx context.Context, limit, key string, fn func(rateli
 	return f.redis.Update(ctx, limit, key, fn)
 }
 
-// Delete resets key under limit in Redis, in the local store and in the
-// outage's counts, and reports whether either store had state.
+// Delete resets key under limit in Redis, locally and in the deltas, and
+// reports whether either store had state.
 func (f *Failover) Delete(ctx context.Context, limit, key string) (bool, error) {
 	f.mu.Lock()
 	delete(f.delta, [2]string{limit, key})

@@ -9,11 +9,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// The fast path (doc.go): a request whose records this host knows is
-// decided in Go with package ratelimit, and the script only stores the
-// new records if the old ones are still the ones expected (flagFast);
-// else it decides the request itself. It measures at this host's clock
-// corrected by the offset to Redis's, which is off by about a round trip.
+// The fast path: a request whose records are known is decided in Go on
+// the corrected clock, and the script stores the new records only if the
+// old ones are unchanged (flagFast), else decides itself.
 
 // What the script does with the expiry of a fast request's key (stack.lua).
 const (
@@ -26,9 +24,8 @@ const (
 // flagFast marks an item of a fast request the script confirmed.
 const flagFast = 32
 
-// speculation is the fast path's decision of a request: per item the
-// previous state, the result and whether a state is stored; per key the
-// record expected, the one to store and its expiry.
+// speculation is the fast path's decision: per item the previous state,
+// result and whether stored; per key the expected and new record, expiry.
 type speculation struct {
 	prevs   []ratelimit.State
 	results []ratelimit.Result
@@ -37,7 +34,7 @@ type speculation struct {
 	recs    []string
 	kinds   []byte
 	ms      []int64
-	// Room for the usual few items and keys without allocations.
+	// Room for a few items and keys without allocations.
 	prevBuf   [4]ratelimit.State
 	resultBuf [4]ratelimit.Result
 	storedBuf [4]bool
@@ -47,9 +44,8 @@ type speculation struct {
 	msBuf     [2]int64
 }
 
-// speculate decides r (phase "d") in Go at now from the records known of
-// its keys, and reports whether it could: every key's record known and
-// holding a state for every limit of r.
+// speculate decides r in Go at now from the known records and reports
+// whether every key's record was known with every limit of r.
 func (s *Store) speculate(r *request, now time.Time) bool {
 	if s.known == nil {
 		return false
@@ -127,8 +123,7 @@ func (s *Store) speculate(r *request, now time.Time) bool {
 	return true
 }
 
-// patchState overwrites the state of limit in record rec (which holds
-// one) with st.
+// patchState overwrites limit's state in rec with st.
 func patchState(rec []byte, limit, st string) {
 	for p := recordExpiryLen; p < len(rec); {
 		n := int(rec[p])
@@ -140,8 +135,7 @@ func patchState(rec []byte, limit, st string) {
 	}
 }
 
-// remember makes the records speculated r stores known: the next request
-// of its keys, even in a call sent before this one's answer, expects them.
+// remember makes the records r stores known to the next requests.
 func (s *Store) remember(r *request) {
 	for k, key := range r.keys {
 		if r.spec.kinds[k] != expiryCheck {
@@ -150,10 +144,8 @@ func (s *Store) remember(r *request) {
 	}
 }
 
-// learn updates the known records from the answer a (or err) of a phase
-// "d" call for reqs: from a.recs for the requests the script decided (per
-// key a length, then the record); a request not decided, or of a failed
-// call, forgets its keys' records.
+// learn updates the known records from a phase "d" answer (a.recs: per
+// key a length, then the record); undecided or failed requests forget.
 func (s *Store) learn(reqs []*request, a answer, err error) error {
 	if s.known == nil {
 		return nil
@@ -200,8 +192,7 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 	return nil
 }
 
-// forget drops the known records of r's keys (a failed call, or phase
-// "w", which does not return them).
+// forget drops the known records of r's keys.
 func (s *Store) forget(r *request) {
 	if s.known == nil {
 		return
@@ -211,9 +202,7 @@ func (s *Store) forget(r *request) {
 	}
 }
 
-// FastPath returns how many requests decided in Go the script confirmed,
-// and how many it refused because a record had changed (hosts sending one
-// sender's mail alternately refuse often).
+// FastPath returns the fast requests the script confirmed and refused.
 func (s *Store) FastPath() (confirmed, refused int64) {
 	return s.fastConfirmed.Load(), s.fastRefused.Load()
 }

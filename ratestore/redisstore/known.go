@@ -6,32 +6,27 @@ import (
 	"sync"
 )
 
-// DefaultKnownRecords is the number of records the fast path remembers
-// when Options.KnownRecords is zero: 16 shards of 7,168, which fill maps
-// of 8,192 slots of 80 bytes to Go's maximum load of 7/8 (10.5 MiB).
+// DefaultKnownRecords is the fast path's record count when
+// Options.KnownRecords is zero: 16 shards of 7,168.
 const DefaultKnownRecords = 16 * 7168
 
 // knownShards is the number of independently locked maps.
 const knownShards = 16
 
-// knownInline is the longest record kept inline (two limits with names of
-// up to 18 bytes); longer ones are strings in knownShard.long.
+// knownInline is the longest record kept inline (bytes); longer ones go
+// in knownShard.long.
 const knownInline = 71
 
-// knownRecords remembers, under a 64-bit hash of each Redis key, the
-// record this host last saw or asked Redis to store. A wrong entry (a
-// record changed, a hash collision) costs a decision by the script, never
-// a wrong one: the script compares the whole record. A full shard is
-// rebuilt with three quarters of its records (a map keeps the room of
-// deleted entries). Safe for concurrent use.
+// knownRecords remembers, by 64-bit key hash, the record last seen or
+// stored; a wrong one only costs a script decision. Safe for concurrent
+// use.
 type knownRecords struct {
 	seed   maphash.Seed
 	max    int // entries per shard
 	shards [knownShards]knownShard
 }
 
-// knownRecord is a record of up to knownInline bytes, without pointers
-// for the garbage collector to follow.
+// knownRecord is a record of up to knownInline bytes, without pointers.
 type knownRecord struct {
 	n uint8
 	b [knownInline]byte
@@ -58,7 +53,6 @@ func (k *knownRecords) shard(key string) (*knownShard, uint64) {
 	return &k.shards[h%knownShards], h
 }
 
-// get returns the record remembered for key.
 func (k *knownRecords) get(key string) (string, bool) {
 	sh, h := k.shard(key)
 	sh.mu.Lock()
@@ -98,8 +92,7 @@ func (k *knownRecords) set(key, rec string) {
 	sh.m[h] = r
 }
 
-// rebuild keeps three quarters of the shard's records (of at most max)
-// in new maps (sh.mu held).
+// rebuild keeps three quarters of the shard's records (sh.mu held).
 func (sh *knownShard) rebuild(max int) {
 	keep := max * 3 / 4
 	m := make(map[uint64]knownRecord, max)

@@ -15,8 +15,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// pendingMerge is one merge of outage counts: its identifier (Store.Merge's
-// marker) and the deltas.
+// pendingMerge is one merge of outage counts: its Store.Merge marker and
+// the deltas.
 type pendingMerge struct {
 	ID      string         `json:"id"`
 	Entries []pendingEntry `json:"entries"`
@@ -49,8 +49,7 @@ func (f *Failover) markDown(items []policy.StackItem, cause error) {
 	})
 }
 
-// markShards marks shards down; the first starts an outage (logged,
-// counted) and the probe.
+// markShards marks shards down; the first starts an outage and the probe.
 func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
 	f.setErr(cause)
 	f.mu.Lock()
@@ -69,8 +68,7 @@ func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
 	if was == 0 && f.nDown.Load() > 0 && !f.outage {
 		f.outage = true
 		f.since.Store(time.Now().UnixNano())
-		// A relapse soon after a recovery (stale connections to a
-		// restarted Redis, a node still loading) is not logged again.
+		// A relapse soon after a recovery is not logged again.
 		f.relapse = time.Since(f.recovered) < relapseWindow
 		if !f.relapse {
 			f.switches.Add(1)
@@ -98,9 +96,7 @@ func (f *Failover) startProbe() {
 	go f.probe()
 }
 
-// probe runs while shards are down or merges pending: every
-// ProbeInterval it recovers the shards that answer and retries the
-// pending merges.
+// probe runs while shards are down or merges pending, every ProbeInterval.
 func (f *Failover) probe() {
 	defer f.wg.Done()
 	every := f.opts.ProbeInterval
@@ -129,9 +125,8 @@ func (f *Failover) probe() {
 	}
 }
 
-// probeShards probes the shards down: the one Redis, or each Cluster node
-// serving some (a node that does not answer has all its slots marked
-// down, so that they stop waiting for timeouts).
+// probeShards probes the down shards; a node that does not answer has
+// all its slots marked down.
 func (f *Failover) probeShards() {
 	r := f.redis
 	if err := r.Connect(f.ctx); err != nil {
@@ -192,16 +187,14 @@ func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
 	})
 }
 
-// recover marks slots up, waits for the local decisions in progress,
-// takes their deltas as a pending merge and merges. The last shard up
-// ends the outage.
+// recover marks slots up, waits for local decisions in progress, takes
+// their deltas and merges. The last shard up ends the outage.
 func (f *Failover) recover(slots []uint16, node string) {
 	if len(slots) == 0 {
 		return
 	}
 	f.mu.Lock()
-	// The outage ends before its last shard is marked up: whoever sees
-	// it shared sees it recovered.
+	// The outage ends before its last shard is marked up.
 	up := 0
 	for _, s := range slots {
 		if f.down[s].Load() {
@@ -250,12 +243,11 @@ func (f *Failover) recover(slots []uint16, node string) {
 	}
 }
 
-// relapseWindow is how soon after a recovery a failure continues the
-// outage.
+// relapseWindow is how soon after a recovery a failure continues the outage.
 const relapseWindow = 2 * time.Second
 
-// takeDelta removes the deltas of the shards in (all if nil) and returns
-// them as a new pending merge (f.mu held).
+// takeDelta removes the deltas of shards in (all if nil) as a new pending
+// merge (f.mu held).
 func (f *Failover) takeDelta(in func(uint16) bool) pendingMerge {
 	pm := pendingMerge{ID: newMergeID()}
 	for k, d := range f.delta {
@@ -268,15 +260,14 @@ func (f *Failover) takeDelta(in func(uint16) bool) pendingMerge {
 	return pm
 }
 
-// newMergeID returns a random merge identifier.
 func newMergeID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// mergePending does the pending merges whose shards are up; one that fails
-// stays pending. It returns how many states were added.
+// mergePending does the pending merges whose shards are up and returns the
+// states added; failed ones stay pending.
 func (f *Failover) mergePending() int {
 	f.mu.Lock()
 	todo := append([]pendingMerge(nil), f.pending...)
@@ -306,8 +297,8 @@ func (f *Failover) mergePending() int {
 	return total
 }
 
-// merge adds pm's deltas whose shards are up, per limit; those of shards
-// still down are left, with an error.
+// merge adds pm's deltas of shards up, per limit; the rest stay, with an
+// error.
 func (f *Failover) merge(pm pendingMerge) (int, error) {
 	byLimit := map[string][]int{}
 	var later error
@@ -340,9 +331,8 @@ func (f *Failover) merge(pm pendingMerge) (int, error) {
 	return n, later
 }
 
-// LoadPending makes path the file that keeps the outage counts not yet
-// merged (JSON; removed when none is left) and loads what a previous run
-// left there. Call it once, before use.
+// LoadPending sets path as the JSON file of unmerged outage counts and
+// loads what a previous run left. Call it once, before use.
 func (f *Failover) LoadPending(path string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -365,8 +355,8 @@ func (f *Failover) LoadPending(path string) error {
 	return nil
 }
 
-// savePending replaces the pending file (write and rename), or removes it
-// when nothing is pending (f.mu held).
+// savePending writes the pending file by rename, or removes it if empty
+// (f.mu held).
 func (f *Failover) savePending() {
 	if f.pendingFile == "" {
 		return

@@ -1,14 +1,10 @@
 package redisstore
 
-// A record (doc.go, stack.lua): the key's expiry (Unix ms, float64),
-// then per limit a length byte, the limit's name and its state.
-
-// recordExpiryLen is the length of a record's expiry.
+// recordExpiryLen is the length of a record's expiry (float64 Unix ms).
 const recordExpiryLen = 8
 
-// recordEach calls fn with each limit's name and state in record v until
-// fn returns false; it reports whether v parses (if not, fn is not
-// called).
+// recordEach calls fn per limit's name and state in record v until fn
+// returns false; it reports whether v parses.
 func recordEach(v string, fn func(name, state string) bool) bool {
 	if !recordValid(v) {
 		return false

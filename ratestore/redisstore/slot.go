@@ -6,10 +6,8 @@ import (
 	"time"
 )
 
-// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
-// key's hash tag (the part between the first '{' and the next '}', when
-// not empty) or of the whole key, modulo 16384 (Redis Cluster
-// specification, "Keys distribution model").
+// Slot returns key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash
+// tag or key, mod 16384 (Cluster spec, "Keys distribution model").
 func Slot(key string) uint16 {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
@@ -30,8 +28,7 @@ func Slot(key string) uint16 {
 	return crc & 16383
 }
 
-// netDialer bounds connecting to a Redis node by the store's timeout (at
-// least 100ms, so a busy loopback still connects).
+// netDialer bounds dialing by timeout, at least 100ms.
 func netDialer(timeout time.Duration) net.Dialer {
 	return net.Dialer{Timeout: max(timeout, 100*time.Millisecond), KeepAlive: 30 * time.Second}
 }

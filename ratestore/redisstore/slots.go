@@ -13,8 +13,7 @@ var slotTags struct {
 	tags [slotCount]string
 }
 
-// tagFor returns a hash tag of slot s: the first decimal number whose
-// slot it is.
+// tagFor returns the first decimal number whose hash slot is s.
 func tagFor(s uint16) string {
 	slotTags.once.Do(func() {
 		left := slotCount
@@ -29,10 +28,8 @@ func tagFor(s uint16) string {
 	return slotTags.tags[s]
 }
 
-// probeSlot connects if needed and checks that Redis (with a Cluster, the
-// node serving slot) serves data within the timeout: it reads a key,
-// which a Redis LOADING or BUSY refuses (PING it would answer). Errors
-// wrap ErrUnavailable.
+// probeSlot reads a key on slot's node (refused if LOADING or BUSY).
+// Errors wrap ErrUnavailable.
 func (s *Store) probeSlot(ctx context.Context, slot uint16) error {
 	if err := s.Connect(ctx); err != nil {
 		return err
@@ -50,8 +47,7 @@ func (s *Store) probeSlot(ctx context.Context, slot uint16) error {
 	return unavailable(c.Do(ctx, c.B().Exists().Key(key).Build()).Error())
 }
 
-// slotOwners returns the address of the master serving each hash slot
-// ("" for none): CLUSTER SLOTS of the first node that answers.
+// slotOwners returns each slot's master address ("" for none).
 func (s *Store) slotOwners(ctx context.Context) (*[slotCount]string, error) {
 	c, err := s.client()
 	if err != nil {

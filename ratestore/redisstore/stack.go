@@ -18,8 +18,7 @@ import (
 )
 
 // request is one policy request's items of one hash slot, as sent to the
-// script. It owns copies of all the call needs, so a caller that gave up
-// leaves nothing shared behind.
+// script; it owns copies of all the call needs.
 type request struct {
 	idx   []int    // indexes into the caller's items
 	keys  []string // the distinct hashes of the items' rate keys
@@ -30,17 +29,15 @@ type request struct {
 	costs []float64
 	flag  bool // "d": already refused; "w": admitted
 	base  int  // index of the request's first item in the answer (set by assemble)
-	// ctx is the caller's while the request waits in a batch; dropped is
-	// set before the batch's done is closed if it was not sent because
-	// the caller had given up.
+	// ctx is the caller's while queued; dropped is set before done closes
+	// if it was not sent because the caller gave up.
 	ctx     context.Context
 	dropped bool
 	kb      []byte // the keys' bytes (evaluateOne)
-	// fast is set by assemble when the request was decided in Go (spec),
-	// for the script to confirm.
+	// fast is set by assemble when decided in Go, for the script to confirm.
 	fast bool
 	spec speculation
-	// Room for the usual few items without allocations.
+	// Room for a few items without allocations.
 	idxBuf  [4]int
 	keyBuf  [4]string
 	kidxBuf [4]int
@@ -50,20 +47,17 @@ type request struct {
 	costBuf [4]float64
 }
 
-// init points r's slices at its own buffers.
 func (r *request) init() {
 	r.idx, r.keys, r.kidx, r.names = r.idxBuf[:0], r.keyBuf[:0], r.kidxBuf[:0], r.nameBuf[:0]
 	r.lims, r.bits, r.costs = r.limBuf[:0], r.bitBuf[:0], r.costBuf[:0]
 }
 
-// reset empties a request for reuse, keeping its buffers.
 func (r *request) reset() {
 	kb := r.kb[:0]
 	*r = request{kb: kb}
 	r.init()
 }
 
-// add appends item i, whose hash is r.keys[k].
 func (r *request) add(i, k int, it *policy.StackItem) {
 	r.idx = append(r.idx, i)
 	r.kidx = append(r.kidx, k)
@@ -80,13 +74,12 @@ func (r *request) add(i, k int, it *policy.StackItem) {
 	r.costs = append(r.costs, it.Cost)
 }
 
-// spec is a limit as the script knows it.
 type spec struct {
 	name string
 	l    ratelimit.Limit
 }
 
-// specArgs returns the script's 6 ARGV values of a limit, formatted once.
+// specArgs returns a limit's 6 script ARGV values, formatted once.
 func (s *Store) specArgs(sp spec) *[6]string {
 	if v, ok := s.specs.Load(sp); ok {
 		return v.(*[6]string)
@@ -98,11 +91,8 @@ func (s *Store) specArgs(sp spec) *[6]string {
 	return v.(*[6]string)
 }
 
-// assemble builds the script's KEYS and ARGV for reqs (stack.lua), sets
-// each request's base and returns the number of items. With keysInArgs
-// (a batch of many slots for one Cluster node) the keys go in ARGV. In
-// phase "d" it decides in Go the requests whose records are known
-// (fast.go).
+// assemble builds KEYS and ARGV for reqs (stack.lua; keysInArgs: keys in
+// ARGV), sets each base and returns the item count.
 func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool) (keys, args []string, items int) {
 	nk := 0
 	for _, r := range reqs {
@@ -154,9 +144,8 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	}
 	recs := make([]string, 0, 2*fastKeys)
 	packed := make([]byte, 0, 5+7*len(reqs)+16*items+17*fastKeys)
-	// The keys of the requests the script decides come first, for one
-	// MGET (not with keysInArgs: they fall in many slots); then the fast
-	// requests' keys.
+	// Keys the script decides come first, for one MGET (not with
+	// keysInArgs); then the fast requests' keys.
 	kbases := make([]int, len(reqs))
 	for pass := range 2 {
 		for ri, r := range reqs {
@@ -216,8 +205,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	return keys, append(args, recs...), items
 }
 
-// fastNow is the time the fast path measures at: the caller's (ts, tns),
-// or this host's clock corrected to Redis's.
+// fastNow is (ts, tns), or this host's clock corrected to Redis's.
 func (s *Store) fastNow(ts, tns string) time.Time {
 	if ts == "" || ts == "?" {
 		return time.Now().Add(s.ClockOffset())
@@ -228,8 +216,7 @@ func (s *Store) fastNow(ts, tns string) time.Time {
 }
 
 // answer is a script call's answer (stack.lua): Redis's now, per item
-// itemLen bytes (a flag byte, then the previous state or zeros), and in
-// phase "d" the records the script left (Store.learn).
+// itemLen bytes (flag, previous state or zeros), and in phase "d" records.
 type answer struct {
 	now   time.Time
 	items string
@@ -247,8 +234,7 @@ const (
 	flagNotHere  = 16 // not decided: the node does not serve the key
 )
 
-// item returns the flag byte and previous state ("" for none) of the
-// call's k-th item.
+// item returns the k-th item's flag and previous state ("" for none).
 func (a answer) item(k int) (flag byte, prev string) {
 	p := a.items[k*itemLen : (k+1)*itemLen]
 	if p[0]&flagPrevious != 0 {
@@ -269,8 +255,7 @@ func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*reques
 	return s.settle(phase, reqs, v, err, items, start)
 }
 
-// settle checks the answer v (or err) of a call for reqs sent at start,
-// and updates the known records from it.
+// settle checks a call's answer and updates the known records.
 func (s *Store) settle(phase string, reqs []*request, v []rueidis.RedisMessage, err error, items int, start time.Time) (answer, error) {
 	var a answer
 	if err != nil {
@@ -291,8 +276,7 @@ func (s *Store) settle(phase string, reqs []*request, v []rueidis.RedisMessage, 
 	return a, err
 }
 
-// parseAnswer checks the shape of the answer v of a call of items items
-// sent at start, and measures the clock offset from it.
+// parseAnswer checks the answer's shape and measures the clock offset.
 func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time) (answer, error) {
 	if s.opts.OnRoundTrip != nil {
 		s.opts.OnRoundTrip(time.Since(start))
@@ -323,18 +307,15 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 	return a, nil
 }
 
-// EvaluateStack decides a request's stack of limits on Redis's clock (now
-// is ignored; policy.StackEvaluator), batched with concurrent callers'
-// requests, with one script call per hash slot. Items of an algorithm the
-// script does not implement get ErrAlgorithm and take no part. Errors
-// wrap ErrUnavailable (nothing was decided as far as the caller knows;
-// of a stack of several slots some may have committed) or ErrProtocol.
+// EvaluateStack decides a stack on Redis's clock (now is ignored), one
+// batched script call per hash slot; unscripted items get ErrAlgorithm.
+// Errors wrap ErrUnavailable (some slots may have committed) or
+// ErrProtocol.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if !s.Cluster() {
 		return s.evaluateOne(ctx, now, items, refused, out)
 	}
-	// One request per slot; never reallocated (their slices point into
-	// their own buffers).
+	// One request per slot; never reallocated.
 	reqs := make([]request, 0, len(items))
 	var slots map[uint16]int
 	for i := range items {
@@ -406,8 +387,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	for ri := range reqs {
 		r := &reqs[ri]
 		if err := res[ri].err; err != nil {
-			// The items of a slot that failed carry its error;
-			// the others' verdicts stand.
+			// A failed slot's items carry its error; others stand.
 			for _, i := range r.idx {
 				out[i].Err = err
 			}
@@ -422,9 +402,8 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	return nil
 }
 
-// evaluateOne is EvaluateStack without a Cluster: one batched script
-// call decides the whole stack. The request comes from Store.reqs and the
-// keys are substrings of one string: one allocation per stack.
+// evaluateOne is EvaluateStack without a Cluster: one batched call, one
+// allocation per stack.
 func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	r, _ := s.reqs.Get().(*request)
 	if r == nil {
@@ -491,9 +470,8 @@ func (s *Store) decideAt(ctx context.Context, now time.Time, r *request) (answer
 	return s.exec(ctx, "d", ts, tns, r)
 }
 
-// clockArg is the script's ARGV[2] for a phase "d" call on Redis's clock:
-// "?" (read TIME only if the script decides a request) while the offset
-// is less than a second old, else "".
+// clockArg is ARGV[2] for phase "d": "?" (TIME only if the script decides)
+// while the offset is under 1s old, else "".
 func (s *Store) clockArg() string {
 	if time.Now().UnixNano()-s.offsetAt.Load() < int64(time.Second) {
 		return "?"
@@ -501,8 +479,8 @@ func (s *Store) clockArg() string {
 	return ""
 }
 
-// timeArgs returns the script's ARGV[2] and ARGV[3]: now as Unix seconds
-// and nanoseconds with Options.callerTime, else "" and "" (Redis TIME).
+// timeArgs returns ARGV[2] and ARGV[3]: now as Unix s and ns with
+// callerTime, else "" and "".
 func (s *Store) timeArgs(now time.Time) (ts, tns string) {
 	if !s.opts.callerTime {
 		return "", ""
@@ -511,8 +489,8 @@ func (s *Store) timeArgs(now time.Time) (ts, tns string) {
 	return strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10)
 }
 
-// scriptable clears out, the result of it, and reports whether the script
-// implements its algorithm; if not, out.Err wraps ErrAlgorithm.
+// scriptable clears out and reports whether the script implements its
+// algorithm; if not, out.Err wraps ErrAlgorithm.
 func scriptable(it *policy.StackItem, out *policy.StackResult) bool {
 	*out = policy.StackResult{}
 	if it.Params.Algorithm > ratelimit.EARRRL {
@@ -545,9 +523,8 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 // errNotHere is the error of an item the node asked does not serve.
 var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
 
-// read fills out for r's items from answer v: the previous state, and the
-// Result recomputed from it with package ratelimit at Redis's now, with
-// the script's verdict.
+// read fills out for r's items from v: previous state and the Result
+// recomputed with package ratelimit at Redis's now.
 func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult, stored bool) error {
 	now := v.now
 	for j, i := range r.idx {
@@ -575,8 +552,7 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 		it := &items[i]
 		res := it.Params.Check(prev, now, it.Cost)
 		if res.Over != over {
-			// Lua's exp and log differ from Go's by an ulp; at the
-			// boundary the stored verdict stands.
+			// Lua and Go differ by an ulp; at the boundary the script wins.
 			res.Over = over
 			if res.Over {
 				res.RetryAfter = max(res.RetryAfter, time.Nanosecond)

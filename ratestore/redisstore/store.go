@@ -20,8 +20,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// The scripts; recordScript, which reads a record, is prepended to
-// mergeScript and casScript.
+// The scripts; recordScript is prepended to mergeScript and casScript.
 var (
 	//go:embed stack.lua
 	stackScript string
@@ -35,39 +34,32 @@ var (
 
 // Options configures Open and New.
 type Options struct {
-	// Addrs are host:port addresses: one standalone server, the nodes of
-	// a Redis Cluster, or the Sentinels when SentinelMaster is set.
-	// Required.
+	// Addrs (host:port, required): one server, the Cluster nodes, or the
+	// Sentinels when SentinelMaster is set.
 	Addrs []string
 	// SentinelMaster names the master set the Sentinels monitor.
 	SentinelMaster string
-	// Username, Password and DB are AUTH's and SELECT's (DB is ignored by
-	// a Cluster). TLS, if set, is used for every connection.
+	// Username, Password and DB are for AUTH and SELECT (no DB on a
+	// Cluster); TLS, if set, applies to every connection.
 	Username, Password string
 	DB                 int
 	TLS                *tls.Config
 	// Timeout bounds every call; zero means 200ms.
 	Timeout time.Duration
-	// KeyPrefix starts every key and must not contain '{' or '}'; empty
-	// means DefaultKeyPrefix.
+	// KeyPrefix starts every key, without '{' or '}'; "" is DefaultKeyPrefix.
 	KeyPrefix string
-	// Limits looks a limit's parameters up by name, for the expiry of
-	// states written by Update and Merge; nil or an unknown name gives
-	// DefaultTTL.
+	// Limits looks limits up by name for the expiry of states written by
+	// Update and Merge; unknown ones get DefaultTTL.
 	Limits func(name string) (ratelimit.Limit, bool)
-	// OnBadState, if set, is called from the deciding goroutine for each
-	// state the script found undecodable and replaced by a fresh one.
+	// OnBadState, if set, is called for each undecodable state replaced.
 	OnBadState func(limit, key string)
-	// OnRoundTrip, if set, receives the duration of every script call
-	// Redis answered.
+	// OnRoundTrip, if set, receives each answered script call's duration.
 	OnRoundTrip func(time.Duration)
 	// KnownRecords is how many records the fast path remembers: 0 means
 	// DefaultKnownRecords, negative turns the fast path off.
 	KnownRecords int
 
-	// callerTime makes EvaluateStack measure at the time it is given, not
-	// Redis TIME: set by the tests only (export_test.go), whose traces
-	// leap hours ahead, which no Redis command can do to its clock.
+	// callerTime makes EvaluateStack use its now, not Redis TIME (tests).
 	callerTime bool
 }
 
@@ -78,12 +70,10 @@ const DefaultKeyPrefix = "ratelimitd:"
 // (Options.Limits).
 const DefaultTTL = 7 * 24 * time.Hour
 
-// stateLen is the length of a stored state: int64 seconds, uint32
-// nanoseconds, float64 rate, little-endian.
+// stateLen is the length of an encoded state (see package doc).
 const stateLen = 20
 
-// Store is a rate-state store in Redis, safe for concurrent use. Create
-// it with New or Open; Close it when done.
+// Store is a rate-state store in Redis, safe for concurrent use.
 type Store struct {
 	cl     atomic.Pointer[conn] // set by Connect
 	connMu sync.Mutex
@@ -92,8 +82,7 @@ type Store struct {
 	stack  *rueidis.Lua
 	merge  *rueidis.Lua
 	cas    *rueidis.Lua
-	// offset is Redis's clock minus this host's (ns), measured at
-	// offsetAt (this host's Unix ns).
+	// offset is Redis's clock minus this host's (ns), at offsetAt (Unix ns).
 	offset, offsetAt atomic.Int64
 	specs            sync.Map // spec -> *[6]string, its script arguments
 	batch            batcher
@@ -151,9 +140,8 @@ type conn struct {
 	cluster bool
 }
 
-// Connect connects the store unless it is connected, within the timeout
-// (at least a second), and learns whether Redis is a Cluster. Errors wrap
-// ErrUnavailable.
+// Connect connects unless connected, within the timeout (at least 1s),
+// and learns whether Redis is a Cluster. Errors wrap ErrUnavailable.
 func (s *Store) Connect(ctx context.Context) error {
 	if s.cl.Load() != nil {
 		return nil
@@ -197,7 +185,6 @@ func (s *Store) Connect(ctx context.Context) error {
 
 var errNotConnected = fmt.Errorf("%w: not connected", ErrUnavailable)
 
-// client returns the connection, or errNotConnected.
 func (s *Store) client() (rueidis.Client, error) {
 	if c := s.cl.Load(); c != nil {
 		return c.c, nil
@@ -223,8 +210,7 @@ func (s *Store) Cluster() bool {
 	return c != nil && c.cluster
 }
 
-// ClockOffset is Redis's clock minus this host's, as last measured (zero
-// before).
+// ClockOffset is Redis's clock minus this host's, as last measured.
 func (s *Store) ClockOffset() time.Duration { return time.Duration(s.offset.Load()) }
 
 // Ping returns Redis's clock (TIME), asked within the timeout. Errors
@@ -256,8 +242,7 @@ func (s *Store) Ping(ctx context.Context) (time.Time, error) {
 	return now, nil
 }
 
-// RedisTime asks Redis for its clock (Ping); when Redis does not answer
-// it returns this host's clock corrected by ClockOffset.
+// RedisTime is Ping's answer, or this host's clock plus ClockOffset.
 func (s *Store) RedisTime(ctx context.Context) time.Time {
 	if now, err := s.Ping(ctx); err == nil {
 		return now
@@ -275,7 +260,6 @@ func (s *Store) Key(key string) string {
 	return string(s.appendKey(nil, key))
 }
 
-// appendKey appends Key(key) to b.
 func (s *Store) appendKey(b []byte, key string) []byte {
 	b = append(b, s.prefix...)
 	if key == "" {
@@ -295,8 +279,7 @@ func (s *Store) appendKey(b []byte, key string) []byte {
 
 const hexDigits = "0123456789ABCDEF"
 
-// parseKey is the inverse of Key; ok is false for a key of another
-// shape (a merge marker, another program's key).
+// parseKey is the inverse of Key; ok is false for other keys.
 func (s *Store) parseKey(k string) (key string, ok bool) {
 	rest, ok := strings.CutPrefix(k, s.prefix)
 	if !ok || len(rest) < 2 || rest[0] != '{' || strings.IndexByte(rest, '}') != len(rest)-1 {
@@ -322,7 +305,6 @@ func (s *Store) parseKey(k string) (key string, ok bool) {
 	return b.String(), true
 }
 
-// encode returns st's stateLen-byte form.
 func encode(st ratelimit.State) string {
 	sec, nsec := splitNs(st.Time)
 	var b [stateLen]byte
@@ -332,8 +314,7 @@ func encode(st ratelimit.State) string {
 	return string(b[:])
 }
 
-// decode is the inverse of encode; "" is the zero state, any other length
-// ErrProtocol.
+// decode is the inverse of encode; "" is the zero state.
 func decode(v string) (ratelimit.State, error) {
 	if v == "" {
 		return ratelimit.State{}, nil
@@ -347,8 +328,7 @@ func decode(v string) (ratelimit.State, error) {
 	return ratelimit.State{Time: sec*1e9 + nsec, Rate: rate}, nil
 }
 
-// splitNs splits Unix nanoseconds into seconds and a non-negative
-// nanosecond remainder.
+// splitNs splits Unix ns into seconds and a non-negative remainder.
 func splitNs(t int64) (sec, nsec int64) {
 	sec, nsec = t/1e9, t%1e9
 	if nsec < 0 {
@@ -373,8 +353,7 @@ func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, er
 	return decode(v)
 }
 
-// readRaw returns the state of key under limit in key's record ("" for
-// none; a value that is not a record holds none).
+// readRaw returns key's state under limit from its record ("" if none).
 func (s *Store) readRaw(ctx context.Context, c rueidis.Client, limit, key string) (string, error) {
 	v, err := c.Do(ctx, c.B().Get().Key(s.Key(key)).Build()).ToString()
 	if err != nil && !rueidis.IsRedisNil(err) && !wrongType(err) {
@@ -383,7 +362,6 @@ func (s *Store) readRaw(ctx context.Context, c rueidis.Client, limit, key string
 	return recordState(v, limit), nil
 }
 
-// wrongType reports whether err is Redis's WRONGTYPE error.
 func wrongType(err error) bool {
 	e, ok := rueidis.IsRedisErr(err)
 	return ok && strings.HasPrefix(e.Error(), "WRONGTYPE")
@@ -400,10 +378,8 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 	return had && err == nil, err
 }
 
-// Update applies fn to the state of key under limit and stores its result
-// by compare-and-set, retrying up to 16 times when another writer came
-// between. Errors wrap ErrProtocol or ErrUnavailable (also when every
-// attempt raced).
+// Update stores fn's result for key under limit by compare-and-set (up to
+// 16 attempts). Errors wrap ErrProtocol or ErrUnavailable.
 func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratelimit.State) (ratelimit.State, bool)) error {
 	var err error
 	serr := s.swap(ctx, limit, key, func(raw string) (string, int64, bool) {
@@ -421,9 +397,8 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 	return cmp.Or(err, serr)
 }
 
-// swap replaces the state of key under limit by what fn makes of it
-// (cas.lua: "" deletes it; at is the expiry it needs, Unix ms), unless fn
-// returns false, retrying when another writer came between.
+// swap stores fn's result (cas.lua; "" deletes, at is the expiry in Unix
+// ms) unless fn returns false, retrying on races.
 func (s *Store) swap(ctx context.Context, limit, key string, fn func(raw string) (next string, at int64, ok bool)) error {
 	c, err := s.client()
 	if err != nil {
@@ -452,7 +427,6 @@ func (s *Store) swap(ctx context.Context, limit, key string, fn func(raw string)
 	return fmt.Errorf("%w: update of %s %q kept racing", ErrUnavailable, limit, key)
 }
 
-// limit looks name up in Options.Limits.
 func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
 	if s.opts.Limits == nil {
 		return ratelimit.Limit{}, false
@@ -460,8 +434,8 @@ func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
 	return s.opts.Limits(name)
 }
 
-// expiry is expiryOf(l, st), or DefaultTTL from now when l is not known,
-// in Unix ms on Redis's clock, and at least a millisecond from now.
+// expiry is expiryOf(l, st) (DefaultTTL if !known) in Unix ms on Redis's
+// clock, at least 1ms from now.
 func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 {
 	now := time.Now().Add(s.ClockOffset())
 	at := now.Add(DefaultTTL).UnixMilli()
@@ -471,8 +445,7 @@ func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 
 	return max(at, now.UnixMilli()+1)
 }
 
-// expiryOf is the Unix millisecond (rounded up) from which st is
-// negligible under l (ratelimit.Limit.Negligible).
+// expiryOf is the Unix ms (rounded up) from which st is negligible.
 func expiryOf(l ratelimit.Limit, st ratelimit.State) int64 {
 	period := float64(l.Period)
 	var ns float64 // after st.Time
@@ -489,7 +462,7 @@ func expiryOf(l ratelimit.Limit, st ratelimit.State) int64 {
 	return (st.Time+int64(math.Min(ns, float64(math.MaxInt64/2))))/1e6 + 1
 }
 
-// earrrlLambda is EARRRL's decay constant in 1/ns (ratelimit's lambda).
+// earrrlLambda is EARRRL's decay constant in 1/ns.
 func earrrlLambda(l ratelimit.Limit) float64 {
 	if l.HalfLife > 0 {
 		return math.Ln2 / float64(l.HalfLife)
@@ -498,8 +471,7 @@ func earrrlLambda(l ratelimit.Limit) float64 {
 }
 
 // Range calls fn for every stored state (SCAN on every master) until fn
-// returns false; values that are not records are skipped. It is not a
-// snapshot. Errors wrap ErrUnavailable.
+// returns false; not a snapshot. Errors wrap ErrUnavailable.
 func (s *Store) Range(ctx context.Context, fn func(limit, key string, st ratelimit.State) bool) error {
 	nodes, err := s.masters(ctx)
 	if err != nil {
@@ -514,7 +486,6 @@ func (s *Store) Range(ctx context.Context, fn func(limit, key string, st ratelim
 	return nil
 }
 
-// masters returns the one node, or every Cluster master.
 func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 	c, err := s.client()
 	if err != nil {
@@ -540,8 +511,7 @@ func (s *Store) masters(ctx context.Context) ([]rueidis.Client, error) {
 	return out, nil
 }
 
-// scan calls fn for every entry of every record on node n; values that
-// do not parse are skipped.
+// scan calls fn for every entry of every record on node n.
 func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key string, st ratelimit.State) bool) (bool, error) {
 	var cursor uint64
 	for {
@@ -590,17 +560,13 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 	}
 }
 
-// markerTTL is how long Merge's marker of an outage lives: a merge
-// retried within it adds nothing twice.
+// markerTTL is how long Merge's outage marker lives.
 const markerTTL = 7 * 24 * time.Hour
 
-// Merge adds what this host counted alone during outage (an identifier
-// unique to host and outage) to the shared states of limit: deltas[i] is
-// keys[i]'s state counted from none (merge.lua). Each (outage, limit,
-// key) is added at most once: a marker beside the record makes a retried
-// merge skip it. A limit Options.Limits does not know is merged as an
-// exponential one with a period of half DefaultTTL. It returns how many
-// states were added; errors wrap ErrUnavailable.
+// Merge adds this host's counts of outage (unique per host and outage)
+// to the shared states of limit: deltas[i] is keys[i]'s (merge.lua),
+// counted once per marker. It returns the states added; errors wrap
+// ErrUnavailable.
 func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, deltas []ratelimit.State) (int, error) {
 	c, err := s.client()
 	if err != nil {
@@ -649,7 +615,6 @@ func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, 
 	return n, nil
 }
 
-// unavailable wraps a client error in ErrUnavailable.
 func unavailable(err error) error {
 	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrProtocol) {
 		return err
