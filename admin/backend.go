@@ -20,38 +20,34 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Backend answers the rate, quarantine and event commands: a Client of
-// the running daemon or a Local backend (Open picks). Error texts are fit
-// for the operator.
+// Backend answers the rate, quarantine and event commands: a Client or a
+// Local. Error texts are fit for the operator.
 type Backend interface {
 	// Rate returns each limit's rate of key.
 	Rate(ctx context.Context, key string) ([]policy.KeyRate, error)
-	// Rates returns the rates nearest their limits first, at most top
-	// (0: all), only the refused ones when over is set.
+	// Rates returns at most top (0: all) rates nearest their limits first.
 	Rates(ctx context.Context, top int, over bool) ([]policy.KeyRate, error)
 	// Reset forgets key's rate under limit ("": every limit).
 	Reset(ctx context.Context, key, limit string) (ResetResult, error)
 	// List returns the quarantined messages lq selects, newest first.
 	List(ctx context.Context, lq ListQuery) ([]quarantine.Entry, error)
-	// Show returns one quarantined message and its content (raw: the
-	// stored bytes); quarantine.ErrNotFound when there is none.
+	// Show returns one quarantined message; quarantine.ErrNotFound.
 	Show(ctx context.Context, id string, raw bool) (ShowResult, error)
 	// Thaw and Delete act on the messages sel selects, one outcome each.
 	Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	// Suspend suspends or resumes the automatic release of key's mail.
 	Suspend(ctx context.Context, key string, resume bool) (SuspendResult, error)
-	// EventList returns the events q selects, newest first;
-	// EventSummary sums them up per key.
+	// EventList returns the events q selects, newest first; EventSummary
+	// sums them per key.
 	EventList(ctx context.Context, q events.Query) ([]events.Event, error)
 	EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error)
 	// Close releases the backend (a Local one closes the file).
 	Close() error
 }
 
-// With runs fn on a Client of the daemon at socket when one answers, else
-// on offline()'s backend, and closes it. It returns the error of asking
-// the daemon (but ErrNoDaemon), offline's, fn's, else Close's.
+// With runs fn on a Client of the daemon at socket, else on offline()'s
+// backend, and closes it; it returns the first error.
 func With(socket string, offline func() (Backend, error), fn func(Backend) error) error {
 	var b Backend = NewClient(socket)
 	if _, err := b.(*Client).Status(); errors.Is(err, ErrNoDaemon) {
@@ -75,35 +71,31 @@ type ResetResult struct {
 	Removed int    `json:"removed"`
 }
 
-// ShowResult is the answer to GET /v1/quarantine/{id}: the entry, its
-// content and, when that is unavailable (postcat failed), why.
+// ShowResult is the answer to GET /v1/quarantine/{id}; Error says why
+// content is missing.
 type ShowResult struct {
 	Entry quarantine.Entry `json:"entry"`
 	Body  string           `json:"body"`
 	Error string           `json:"error,omitempty"`
 }
 
-// SuspendRequest and SuspendResult are POST /v1/quarantine/suspend; Was
-// reports, on a resume, whether the key was suspended.
+// SuspendRequest is the body of POST /v1/quarantine/suspend.
 type SuspendRequest struct {
 	Key    string `json:"key"`
 	Resume bool   `json:"resume,omitempty"`
 }
 
-// SuspendResult: see SuspendRequest.
+// SuspendResult answers it; Was: the key was suspended.
 type SuspendResult struct {
 	Key       string `json:"key"`
 	Suspended bool   `json:"suspended"`
 	Was       bool   `json:"was_suspended,omitempty"`
 }
 
-// Local is the Backend on services of this process: the daemon's own
-// (the admin API and the console act through it), or the state file
-// opened by the CLI when no daemon runs. Quarantine may be nil for the
-// rate operations, Events nil (or a nil *events.Log) when the event log
-// is off. By names who acts ("": the local user, offline); Logger and
-// Notify, if set, are told of rate resets. Safe for concurrent use as far
-// as its services are.
+// Local is the Backend on services of this process: the daemon's own, or
+// the state file the CLI opened. Quarantine and Events may be nil; By
+// names who acts ("": the local user). Safe for concurrent use as far as
+// its services are.
 type Local struct {
 	RateState  Rates
 	Quarantine Quarantine
@@ -115,7 +107,6 @@ type Local struct {
 	Closer func() error
 }
 
-// eventLog is l.Events, nil when there is none.
 func (l *Local) eventLog() Events {
 	if lg, ok := l.Events.(*events.Log); l.Events == nil || ok && lg == nil {
 		return nil
@@ -123,14 +114,12 @@ func (l *Local) eventLog() Events {
 	return l.Events
 }
 
-// record adds e to the event log, if any.
 func (l *Local) record(e events.Event) {
 	if ev := l.eventLog(); ev != nil {
 		ev.Record(e)
 	}
 }
 
-// unknownLimit is policy.ErrUnknownLimit naming the limit.
 type unknownLimit string
 
 func (u unknownLimit) Error() string      { return fmt.Sprintf("no limit named %q", string(u)) }
@@ -178,8 +167,8 @@ func (l *Local) Close() error {
 	return l.Closer()
 }
 
-// TopRates sorts all by rate/max, highest first, and keeps the first top
-// (0: all), only those refused now when over is set. It reuses all.
+// TopRates sorts all by rate/max, highest first, and keeps top (0: all),
+// only refused ones with over. It reuses all.
 func TopRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
 	out := all[:0]
 	for _, k := range all {
@@ -222,8 +211,7 @@ func (c *Client) Reset(ctx context.Context, key, limit string) (ResetResult, err
 // Close implements Backend; a Client holds nothing to release.
 func (c *Client) Close() error { return nil }
 
-// LocalUser names the user running this process for the audit trail:
-// "alice (uid 1000)".
+// LocalUser names this process's user: "alice (uid 1000)".
 func LocalUser() string {
 	uid := os.Getuid()
 	if u, err := user.LookupId(fmt.Sprint(uid)); err == nil {

@@ -20,8 +20,7 @@ type Client struct {
 	hc   *http.Client
 }
 
-// NewClient returns a client of the admin socket at path; it connects at
-// the first call.
+// NewClient returns a client of the admin socket at path.
 func NewClient(path string) *Client {
 	return &Client{path: path, hc: &http.Client{
 		Timeout: 30 * time.Second,
@@ -32,13 +31,11 @@ func NewClient(path string) *Client {
 	}}
 }
 
-// ErrNoDaemon means nothing listens on the admin socket: the socket is
-// missing or refuses connections.
+// ErrNoDaemon means nothing listens on the admin socket.
 var ErrNoDaemon = errors.New("ratelimitd is not running")
 
-// Do sends a request (body as JSON unless nil) and decodes the JSON answer
-// into out (unless nil). Errors: ErrNoDaemon, the API's error text for a
-// status of 300 or more.
+// Do sends body as JSON and decodes the answer into out (each unless nil).
+// Errors: ErrNoDaemon, the API's error text for a status >= 300.
 func (c *Client) Do(method, path string, body any, out any) error {
 	return c.do(context.Background(), method, path, body, out)
 }
@@ -77,7 +74,6 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any)
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-// call is Do decoding into a T.
 func call[T any](ctx context.Context, c *Client, method, path string, body any) (T, error) {
 	var out T
 	err := c.do(ctx, method, path, body, &out)

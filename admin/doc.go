@@ -1,11 +1,7 @@
 // Package admin is the daemon's admin API, JSON over HTTP on a unix socket
-// (mode 0660, refused in a world-writable directory), and the services it
-// shares with the web console (services.go). Server serves it for a
-// running Daemon; Client is the CLI's end. Backend is what the rate,
-// quarantine and event commands work on: Open asks the running daemon (a
-// Client) or, when none answers, a Local backend on the state file. The
-// operations are written once, in Local; the server answers through a
-// Local on the daemon's own services.
+// (mode 0660), and the services it shares with the web console. Server
+// serves it; Client is the CLI's end. Backend is what the commands work
+// on: a Client of the running daemon, else a Local on the state file.
 //
 // Routes (all answer JSON; errors are {"error": "..."} with a 4xx or 5xx
 // status):

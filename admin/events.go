@@ -13,8 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/human"
 )
 
-// errNoEvents is returned by a Local backend without an event log (events
-// off, or a backend opened for other commands).
+// errNoEvents is returned by a Local backend without an event log.
 var errNoEvents = errors.New("no event log: [events] enabled = false, or the state file has none")
 
 // eventValues encodes q as the query of GET /v1/events.
@@ -37,9 +36,8 @@ func eventValues(q events.Query) url.Values {
 	return v
 }
 
-// ParseEventQuery decodes the query of GET /v1/events and the console's
-// events page: since and until (ParseWhen, times without a zone in UTC),
-// key, limit, action (comma-separated), max, before.
+// ParseEventQuery decodes the query of GET /v1/events: since, until
+// (ParseWhen), key, limit, action, max, before.
 func ParseEventQuery(v url.Values, now time.Time) (events.Query, error) {
 	q := events.Query{Key: v.Get("key"), Limit: v.Get("limit"), Before: v.Get("before")}
 	var err error
@@ -59,9 +57,8 @@ func ParseEventQuery(v url.Values, now time.Time) (events.Query, error) {
 	return q, nil
 }
 
-// ParseWhen reads a since or until bound: a period back from now ("24h",
-// "7d"), an RFC 3339 time, or "2006-01-02T15:04", "2006-01-02 15:04[:05]"
-// or "2006-01-02" in now's location; "" is the zero time (no bound).
+// ParseWhen reads a bound: a period back ("7d"), RFC 3339, "2006-01-02",
+// "…T15:04" or "… 15:04[:05]" in now's location; "" is no bound.
 func ParseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
@@ -80,9 +77,8 @@ func ParseWhen(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is neither a period (24h, 7d) nor a time (2025-03-01T12:00:00Z, 2025-03-01 12:00)", s)
 }
 
-// ParseActions splits a comma-separated list of event actions
-// ("defer,hold"); "" is none. Errors: an unknown action (the error names
-// the known ones).
+// ParseActions splits "defer,hold" into actions; errors name the known
+// ones.
 func ParseActions(s string) ([]string, error) {
 	var out []string
 	for _, a := range strings.Split(s, ",") {

@@ -8,13 +8,11 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// readableRates is how many times its limit a rate may be and still be
-// printed as a number.
+// readableRates is how many times its limit a rate is printed as a number.
 const readableRates = 1000
 
-// FormatKeyRate prints k's rate as human.Number does, or ">N" above N,
-// readableRates times k.Max (at least 1): a rate that high is a long
-// refusal in the limit's arithmetic, not a count of mail.
+// FormatKeyRate prints k's rate as human.Number does, or ">N" above N =
+// readableRates*k.Max (at least 1).
 func FormatKeyRate(k policy.KeyRate) string {
 	if bound := readableRates * max(k.Max, 1); k.Rate > bound {
 		return ">" + human.Number(bound)
@@ -22,9 +20,8 @@ func FormatKeyRate(k policy.KeyRate) string {
 	return human.Number(k.Rate)
 }
 
-// ConversionNote says that k's state was converted from the limit's
-// earlier parameters: "converted at reload 2026-11-28 01:02:03 from 5/1h
-// (rate 7.2/1h by it)"; "" when it was not.
+// ConversionNote says k's state was converted at reload: "converted at
+// reload 2026-11-28 01:02:03 from 5/1h (rate 7.2/1h by it)", or "".
 func ConversionNote(k policy.KeyRate) string {
 	c := k.Converted
 	if c == nil {

@@ -14,10 +14,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// ListQuery is the filter of `quarantine list`, GET /v1/quarantine and
-// the console's quarantine page: envelope sender, rate key and limit
-// (exact), states (comma-separated; "" or "pending": held and frozen) and
-// age (0: any).
+// ListQuery is the filter of GET /v1/quarantine: exact sender, key and
+// limit, states ("" or "pending": held and frozen) and age (0: any).
 type ListQuery struct {
 	Sender string
 	Key    string
@@ -39,8 +37,7 @@ func (lq ListQuery) values() url.Values {
 	return v
 }
 
-// ParseListQuery reads a ListQuery from the query parameters sender,
-// key, limit, state and since (a period, human.ParseDuration).
+// ParseListQuery reads sender, key, limit, state and since (a period).
 func ParseListQuery(v url.Values) (ListQuery, error) {
 	lq := ListQuery{Sender: v.Get("sender"), Key: v.Get("key"), Limit: v.Get("limit"), State: v.Get("state")}
 	if s := v.Get("since"); s != "" {
@@ -74,7 +71,6 @@ func (lq ListQuery) Filter(now time.Time) (quarantine.Filter, error) {
 // errNoQuarantine is returned by a Local backend without a quarantine.
 var errNoQuarantine = errors.New("quarantine not opened")
 
-// by is who acts: l.By, else offline (a name for this process).
 func (l *Local) by(offline string) string {
 	if l.By != "" {
 		return l.By
@@ -82,9 +78,7 @@ func (l *Local) by(offline string) string {
 	return offline
 }
 
-// Show implements Backend: the life cycle's Show with
-// quarantine.ErrNotFound the only error; content that is unavailable
-// (postcat failed) is res.Error.
+// Show implements Backend; unavailable content is res.Error.
 func (l *Local) Show(ctx context.Context, id string, raw bool) (ShowResult, error) {
 	if l.Quarantine == nil {
 		return ShowResult{}, errNoQuarantine
@@ -100,7 +94,6 @@ func (l *Local) Show(ctx context.Context, id string, raw bool) (ShowResult, erro
 	return res, nil
 }
 
-// act thaws (thaw set) or deletes the messages sel selects.
 func (l *Local) act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
 	if l.Quarantine == nil {
 		return nil, errNoQuarantine

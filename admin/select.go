@@ -24,8 +24,7 @@ func OfDomain(kr []policy.KeyRate, d string) []policy.KeyRate {
 }
 
 // CountSelected is how many messages a thaw or delete of sel would act
-// on: its IDs, else the pending messages of its sender or key older than
-// sel.OlderThan (0: any).
+// on.
 func CountSelected(ctx context.Context, b Backend, sel lifecycle.Selection) (int, error) {
 	if len(sel.IDs) > 0 {
 		return len(sel.IDs), nil

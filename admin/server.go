@@ -47,9 +47,8 @@ type Server struct {
 
 type peerKey struct{}
 
-// Listen creates the admin socket at path with mode 0660, and its
-// directory (0750) if needed. It refuses a world-writable directory and
-// whatever srvconn.ListenUnix refuses. Errors begin "admin socket: ".
+// Listen creates the admin socket at path (0660; directory 0750), refusing
+// a world-writable directory. Errors begin "admin socket: ".
 func Listen(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -69,16 +68,14 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// local is the backend the server answers through, acting as r's peer.
 func (s *Server) local(r *http.Request) *Local {
 	return &Local{RateState: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r),
 		Logger: s.Logger, Notify: s.Daemon.Notify}
 }
 
-// badRequest marks an error of the request, answered 400.
+// badRequest marks an error answered 400.
 type badRequest struct{ error }
 
-// statusOf is the HTTP status answering err.
 func statusOf(err error) int {
 	var br badRequest
 	switch {
@@ -171,9 +168,8 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// HTTPServer returns an http.Server for the API that records each
-// connection's peer for the audit log: its listener must hand out the
-// *net.UnixConn itself.
+// HTTPServer returns an http.Server for the API recording each peer; its
+// listener must hand out *net.UnixConn.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s.Handler(),

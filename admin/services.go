@@ -13,25 +13,22 @@ import (
 // The daemon's services as its front ends for people (this API and the
 // web console) use them. Implementations must be safe for concurrent use.
 
-// Rates is the rate state: *policy.Engine, over the local or the Redis
-// store.
+// Rates is the rate state: *policy.Engine.
 type Rates interface {
 	// Lookup returns key's rate under each limit with state for it.
 	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
 	// All returns every tracked (limit, key).
 	All(ctx context.Context, now time.Time) ([]policy.KeyRate, error)
-	// Reset forgets key's rate under limit ("": every limit) and returns
-	// how many states it removed; policy.ErrUnknownLimit for a limit the
-	// configuration does not have.
+	// Reset forgets key's rate under limit ("": all) and returns how many
+	// states it removed; policy.ErrUnknownLimit.
 	Reset(ctx context.Context, key, limit string) (int, error)
 }
 
 // Quarantine is the quarantine's life cycle: *lifecycle.Service.
 type Quarantine interface {
 	List(quarantine.Filter) ([]quarantine.Entry, error)
-	// Show returns the entry and its message: the stored bytes of frozen
-	// mail with raw, the MTA's queue file (postcat) for held mail;
-	// quarantine.ErrNotFound when there is no such entry.
+	// Show returns the entry and its message (raw: stored bytes, held mail:
+	// postcat); quarantine.ErrNotFound.
 	Show(ctx context.Context, id string, raw bool) (quarantine.Entry, []byte, error)
 	Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
@@ -42,9 +39,7 @@ type Quarantine interface {
 	Health() lifecycle.Health
 }
 
-// Events is the event log: *events.Log. Query returns events newest
-// first, Summary the refusals per key; Record queues one and never
-// blocks.
+// Events is the event log: *events.Log. Record never blocks.
 type Events interface {
 	Query(ctx context.Context, q events.Query) ([]events.Event, error)
 	Summary(ctx context.Context, q events.Query) ([]events.KeySummary, error)

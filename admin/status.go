@@ -23,23 +23,21 @@ type Status struct {
 	Listeners   []string  `json:"listeners"`
 	TrackedKeys int       `json:"tracked_keys"`
 	Requests    int64     `json:"requests"`
-	// ByAction counts requests by answer; Messages counts refused, held,
-	// frozen or marked messages by action, each once.
+	// ByAction counts requests by answer; Messages the messages that did
+	// not pass, by action.
 	ByAction map[string]int64 `json:"decisions"`
 	Messages map[string]int64 `json:"messages"`
 	Faults   int64            `json:"faults"`
 	BadInput int64            `json:"bad_input"`
 	Limits   []string         `json:"limits"`
-	// Stages are the protocol states each front end asked at since
-	// start, with request counts.
+	// Stages counts requests per front end and protocol state.
 	Stages []policy.StageCount `json:"stages"`
 	// MessagesInFlight counts the messages with bookkeeping remembered.
 	MessagesInFlight int `json:"messages_in_flight"`
 	// Advice lists limits that cannot count as the MTA is hooked up.
 	Advice []string      `json:"advice,omitempty"`
 	Notify *notify.Stats `json:"notify,omitempty"` // nil: notifications off
-	// RestartNeeded lists the TOML keys whose new values in the file take
-	// effect only after a restart.
+	// RestartNeeded lists changed TOML keys that need a restart.
 	RestartNeeded []string          `json:"restart_needed,omitempty"`
 	Connections   ConnStatus        `json:"connections"`
 	FrontEnds     []FrontEndStatus  `json:"front_ends,omitempty"`
@@ -47,21 +45,19 @@ type Status struct {
 	State         *StateStatus      `json:"state,omitempty"`
 	// Store is the Redis backend's state (nil: the local store).
 	Store *redisstore.FailoverStatus `json:"store,omitempty"`
-	// RedisTime is Redis's clock (TIME), the clock of decisions and rate
-	// commands; zero with the local store or while Redis does not answer.
+	// RedisTime is Redis's TIME; zero without Redis.
 	RedisTime time.Time `json:"redis_time,omitzero"`
 }
 
-// ConnStatus is the front ends' connections: open now, the cap
-// (server.max_connections), and how many were closed at the cap.
+// ConnStatus is the front ends' connections: open, the cap and those
+// closed at it.
 type ConnStatus struct {
 	Open    int   `json:"open"`
 	Max     int   `json:"max"`
 	Refused int64 `json:"refused"`
 }
 
-// FrontEndStatus is one front-end listener: when an MTA last connected
-// (zero: never since start) and how many connections it accepted.
+// FrontEndStatus is one front-end listener's last and total connections.
 type FrontEndStatus struct {
 	FrontEnd    string    `json:"front_end"`
 	Listen      string    `json:"listen"`
@@ -78,12 +74,9 @@ func (f FrontEndStatus) String() string {
 		f.LastConnect.Format(time.RFC3339), time.Since(f.LastConnect).Round(time.Second), f.Connections)
 }
 
-// StateStatus is the local rate state's health: its write-behind to the
-// state file, the key bound (max_keys) and what start-up dropped,
-// converted or lost (ratestore.Stats).
+// StateStatus is the local rate state's health (ratestore.Stats).
 type StateStatus struct {
-	// LastFlush is the last successful flush (zero: never), LastFlushAge
-	// how long ago, to the second.
+	// LastFlush is the last successful flush (zero: never).
 	LastFlush    time.Time `json:"last_flush"`
 	LastFlushAge string    `json:"last_flush_age"`
 	// LastError is the last failed flush's or compaction's, at LastErrorAt.
@@ -164,8 +157,7 @@ func (st *Status) Print(w io.Writer) {
 	}
 }
 
-// printDecisions prints the requests and, by action, the messages that
-// did not pass, each once.
+// printDecisions prints the requests and refused messages by action.
 func printDecisions(w io.Writer, st *Status) {
 	fmt.Fprintf(w, "requests: %d (%d passed)\n", st.Requests, st.ByAction[policy.Pass.String()])
 	fmt.Fprintf(w, "messages not passed, each counted once:\n")
@@ -175,8 +167,7 @@ func printDecisions(w io.Writer, st *Status) {
 	}
 }
 
-// printInFlight prints the messages in flight only where END-OF-MESSAGE
-// ends them: asked only at RCPT, no message ever ends.
+// printInFlight prints messages in flight where END-OF-MESSAGE ends them.
 func printInFlight(w io.Writer, st *Status) {
 	for _, sc := range st.Stages {
 		if sc.State == policy.StateEndOfMessage || sc.Via == policy.ViaMilter {
@@ -215,8 +206,7 @@ func (s *StateStatus) Print(w io.Writer) {
 	}
 }
 
-// printStoreStatus prints the Redis backend's lines; now is Redis's TIME
-// (zero: Redis did not answer).
+// printStoreStatus prints the Redis lines; now is Redis's TIME or zero.
 func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus, now time.Time) {
 	if s == nil {
 		return
@@ -249,8 +239,7 @@ func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus, now time.Time) 
 	}
 }
 
-// clockOffset says how this host's clock stands to Redis's, given Redis's
-// minus this host's, to the second (it is known to within a round trip).
+// clockOffset describes Redis's clock minus this host's, to the second.
 func clockOffset(d time.Duration) string {
 	d = d.Round(time.Second)
 	switch {

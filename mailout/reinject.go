@@ -28,11 +28,9 @@ type Reinjector struct {
 // ErrNoRecipients: Reinject of an envelope without recipients.
 var ErrNoRecipients = errors.New("mailout: no recipients")
 
-// Reinject sends msg from sender ("" is the null reverse-path) to rcpts,
-// prepending header (a "Name: value" line without line end, or ""). It
-// returns nil once the server accepted the data (250), whatever QUIT
-// says; otherwise the caller keeps the message. ctx's end closes the
-// connection.
+// Reinject sends msg from sender ("" is <>) to rcpts, prepending header
+// ("Name: value" without line end, or ""). It returns nil once the data
+// got 250, whatever QUIT says; ctx's end closes the connection.
 func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string, header string, msg []byte) error {
 	if len(rcpts) == 0 {
 		return ErrNoRecipients
@@ -93,8 +91,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("mailout: re-inject end of data: %w", err)
 	}
-	// 250 after the data: the server has the message (RFC 5321 section
-	// 4.1.1.4); a QUIT error must not make the caller send it again.
+	// 250 after the data: the server has it (RFC 5321 4.1.1.4).
 	_ = c.Quit()
 	return nil
 }

@@ -13,16 +13,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Config is the [notify] table. The zero value sends nothing: notifications
-// are on when webhook.url or mail.to is set.
+// Config is the [notify] table; on when webhook.url or mail.to is set.
 type Config struct {
 	// Events lists the kinds sent (Kinds); empty means all.
 	Events []string `toml:"events"`
 	// QueueSize bounds the events waiting (default 1000); more are dropped.
 	QueueSize int `toml:"queue_size"`
-	// MaxKeys bounds the (limit, key) pairs remembered to send one
-	// limit_refused per period (default 100000); when full, first
-	// refusals are dropped rather than sent twice.
+	// MaxKeys bounds the (limit, key) pairs remembered for limit_refused
+	// (default 100000); when full, first refusals are dropped.
 	MaxKeys int     `toml:"max_keys"`
 	Webhook Webhook `toml:"webhook"`
 	Mail    Mail    `toml:"mail"`
@@ -37,36 +35,32 @@ type Webhook struct {
 	Retry         // timeout per attempt: default 10s
 }
 
-// Mail is [notify.mail]: mail to the postmaster (and optionally to the
-// sender) through an SMTP relay.
+// Mail is [notify.mail]: mail through an SMTP relay.
 type Mail struct {
 	// Relay is the SMTP relay host:port (default "127.0.0.1:25"), Helo
 	// the EHLO name (default "localhost").
 	Relay string `toml:"relay"`
 	Helo  string `toml:"helo"`
-	// StartTLS requires STARTTLS (RFC 3207), verifying the relay's
-	// certificate against its host name.
+	// StartTLS requires STARTTLS (RFC 3207) with a verified certificate.
 	StartTLS bool `toml:"starttls"`
 	// From is the header and envelope sender; required when To is set.
 	From string `toml:"from"`
 	// To are the postmaster addresses; empty disables mail.
 	To []string `toml:"to"`
-	// Subject and Body are text/template templates executed with the
-	// Event (defaults DefaultSubject, DefaultBody).
+	// Subject and Body are text/template templates of the Event.
 	Subject string `toml:"subject"`
 	Body    string `toml:"body"`
-	// NotifySender also mails a limit_refused event's envelope sender
-	// (SenderSubject, SenderBody). Only where senders are authenticated.
+	// NotifySender also mails a limit_refused event's sender (SenderSubject,
+	// SenderBody); only where senders are authenticated.
 	NotifySender  bool   `toml:"notify_sender"`
 	SenderSubject string `toml:"sender_subject"`
 	SenderBody    string `toml:"sender_body"`
 	Retry                // timeout per SMTP transaction: default 30s
 }
 
-// Retry is how a channel retries a temporary failure (network error,
-// HTTP 408, 429 or 5xx, SMTP 4xx): Attempts tries in all (default 5),
-// waiting Backoff (default 1s), doubled each time up to MaxBackoff
-// (default 1m); Timeout bounds one attempt.
+// Retry is how a channel retries a temporary failure (network, HTTP 408,
+// 429, 5xx, SMTP 4xx): Attempts (5) tries, Backoff (1s) doubled up to
+// MaxBackoff (1m); Timeout bounds one attempt.
 type Retry struct {
 	Timeout    policy.Duration `toml:"timeout"`
 	Attempts   int             `toml:"attempts"`
@@ -112,7 +106,6 @@ else: change it and tell the postmaster.
 `
 )
 
-// enabled reports whether any channel is configured.
 func (c *Config) enabled() bool { return c.Webhook.URL != "" || len(c.Mail.To) > 0 }
 
 // WithDefaults fills the unset fields.
@@ -137,7 +130,6 @@ func (r *Retry) withDefaults(timeout time.Duration) {
 	orDefault(&r.MaxBackoff, policy.Duration(time.Minute))
 }
 
-// orDefault sets *v to def if it is the zero value.
 func orDefault[T comparable](v *T, def T) {
 	var zero T
 	if *v == zero {
@@ -145,8 +137,7 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
-// Validate checks c after WithDefaults: one error per problem, each
-// naming its key ("notify.webhook.url: ...").
+// Validate checks c after WithDefaults, one error per key at fault.
 func (c *Config) Validate() []error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
@@ -197,7 +188,6 @@ func parseTemplate(name, text string) (*template.Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A misspelt field is a configuration error, not a failure later.
 	if err := t.Execute(io.Discard, Event{Kind: LimitRefused, Time: time.Unix(0, 0), Key: "k", Limit: "l", Period: time.Hour, Max: 1}); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,5 @@ import "errors"
 // Notifier drops the event and returns false.
 var ErrClosed = errors.New("notify: closed")
 
-// ErrStatus is wrapped by the webhook error when the receiver answers with
-// an HTTP status other than 2xx.
+// ErrStatus is wrapped by the webhook error for a status other than 2xx.
 var ErrStatus = errors.New("notify: webhook answered")

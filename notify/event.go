@@ -10,8 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
-// Kind names an event; it is the "event" field of the webhook payload and
-// what [notify] events = [...] lists.
+// Kind names an event: the payload's "event", what [notify] events lists.
 type Kind string
 
 // The event kinds.
@@ -19,29 +18,24 @@ const (
 	// LimitRefused: a limit refused a key for the first time in its
 	// period (Key, Limit, Period, Action, Rate, Max; Sender, Client).
 	LimitRefused Kind = "limit_refused"
-	// QuarantineThreshold: a key's quarantined messages reached Count
-	// (the first, then every multiple of quarantine.alert_every).
+	// QuarantineThreshold: a key's quarantined messages reached Count.
 	QuarantineThreshold Kind = "quarantine_threshold"
-	// Thawed and Deleted: an operator released or deleted Count
-	// quarantined messages (Key/Sender name the selection); By says who.
+	// Thawed and Deleted: operator By released or deleted Count messages.
 	Thawed  Kind = "thawed"
 	Deleted Kind = "deleted"
 	// Expired: Count quarantined messages passed quarantine.max_age.
 	Expired Kind = "expired"
-	// Released: automatic release let Count of Key's messages go, one
-	// event per key and run (Detail: why it stopped early).
+	// Released: automatic release let Count of Key's messages go.
 	Released Kind = "released"
-	// RateReset: an operator (By) forgot Key's rate under Limit (""
-	// every limit); Count states were removed.
+	// RateReset: operator By removed Count states of Key under Limit.
 	RateReset Kind = "rate_reset"
 )
 
 // Kinds lists every Kind.
 var Kinds = []Kind{LimitRefused, QuarantineThreshold, Thawed, Deleted, Expired, Released, RateReset}
 
-// Event is one notification. Only Kind is required; zero fields are left
-// out (Time: when Notify was called). Strings are client or operator data
-// that the mail builder and the webhook encoder escape.
+// Event is one notification. Only Kind is required (Time: when Notify was
+// called); strings are client data, escaped on output.
 type Event struct {
 	Kind Kind      `json:"event"`
 	Time time.Time `json:"time"` // UTC in the payload
@@ -56,8 +50,7 @@ type Event struct {
 	Max    float64 `json:"max,omitempty"`
 	Sender string  `json:"sender,omitempty"`
 	Client string  `json:"client_address,omitempty"`
-	// Count is the messages quarantined or acted on, or the states reset;
-	// Failed the messages an operator action could not handle.
+	// Count is messages or states; Failed those an action could not handle.
 	Count  int    `json:"count,omitempty"`
 	Failed int    `json:"failed,omitempty"`
 	By     string `json:"by,omitempty"` // who ran an operator action
@@ -66,8 +59,7 @@ type Event struct {
 	rawKey *string // Key before forMail cleaned it, for KeyArg
 }
 
-// KeyArg is the key as the daemon knows it, even in a mail whose Key was
-// cleaned, as one shell argument (ShellQuote).
+// KeyArg is the uncleaned key as one shell argument (ShellQuote).
 func (e Event) KeyArg() string {
 	if e.rawKey != nil {
 		return ShellQuote(*e.rawKey)
@@ -75,8 +67,7 @@ func (e Event) KeyArg() string {
 	return ShellQuote(e.Key)
 }
 
-// forMail returns e with every text field made one safe line
-// (termsafe.Line), so that client data cannot add lines or headers.
+// forMail returns e with every text field made one termsafe.Line.
 func (e Event) forMail() Event {
 	raw := e.Key
 	e.rawKey = &raw
@@ -95,8 +86,7 @@ func (e Event) PeriodText() string {
 }
 
 // RateText and MaxText are Rate and Max as human.Number prints them; a
-// Rate over Max keeps the decimals it takes to read as more than MaxText
-// (200.01 over 200 is "200.01", never "200").
+// Rate over Max keeps the decimals to read as more ("200.01").
 func (e Event) RateText() string {
 	s := human.Number(e.Rate)
 	if e.Rate <= e.Max {
@@ -113,8 +103,7 @@ func (e Event) RateText() string {
 // MaxText: see RateText.
 func (e Event) MaxText() string { return human.Number(e.Max) }
 
-// Summary describes e in one line: the default subject, the payload's
-// "summary".
+// Summary describes e in one line (default subject, payload "summary").
 func (e Event) Summary() string {
 	switch e.Kind {
 	case LimitRefused:

@@ -17,9 +17,7 @@ import (
 )
 
 // BuildMail returns e's RFC 5322 text/plain message from the templates,
-// with "Auto-Submitted: auto-generated" (RFC 3834). The subject and body
-// are cleaned by termsafe after the templates ran, so client data cannot
-// add lines or controls.
+// Auto-Submitted (RFC 3834), subject and body cleaned by termsafe.
 func BuildMail(from string, to []string, subject, body *template.Template, e Event) ([]byte, error) {
 	var s, b bytes.Buffer
 	e = e.forMail()
@@ -63,8 +61,7 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 	return out.Bytes(), nil
 }
 
-// sendMail sends e to the postmaster, or to its sender with toSender;
-// temporary reports a network error or a 4xx reply.
+// sendMail sends e (to its sender with toSender); temporary: network, 4xx.
 func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (temporary bool, err error) {
 	m := n.cfg.Mail
 	to, subj, body := m.To, n.tmpl.subject, n.tmpl.body
@@ -83,7 +80,6 @@ func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (tempor
 	return false, nil
 }
 
-// envelope is the address of a From value ("name <addr>").
 func envelope(from string) string {
 	if a, err := mail.ParseAddress(from); err == nil {
 		return a.Address

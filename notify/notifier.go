@@ -45,8 +45,7 @@ type Notifier struct {
 
 type seenKey struct{ limit, key string }
 
-// windows is a set of (limit, key) with the end of each one's window, a
-// min-heap (container/heap) on that end.
+// windows is a min-heap of (limit, key) on each one's window end.
 type windows struct {
 	index map[seenKey]int // position in heap
 	heap  []window
@@ -78,18 +77,15 @@ func (w *windows) Pop() any {
 
 type templates struct{ subject, body, senderSubject, senderBody *template.Template }
 
-// Options are New's optional collaborators: the logger of failed
-// deliveries, the webhooks' client (nil: one with webhook.timeout), the
-// clock (nil: time.Now).
+// Options are New's optional logger, HTTP client and clock.
 type Options struct {
 	Logger     *slog.Logger
 	HTTPClient *http.Client
 	Now        func() time.Time
 }
 
-// Stats are a Notifier's counts since New: events queued, dropped (queue
-// full, closed) and suppressed (repeat refusals, max_keys full);
-// deliveries sent and failed after their last attempt; the queue's length.
+// Stats are a Notifier's event and delivery counts since New, and the
+// queue's length.
 type Stats struct {
 	Queued     int64 `json:"queued"`
 	Dropped    int64 `json:"dropped"`
@@ -99,9 +95,8 @@ type Stats struct {
 	Waiting    int   `json:"waiting"`
 }
 
-// New validates cfg (with defaults) and starts the sending goroutine;
-// with no channel configured the Notifier discards every event. Errors:
-// cfg's, joined.
+// New validates cfg (with defaults) and starts the sending goroutine.
+// Errors: cfg's, joined.
 func New(cfg Config, o Options) (*Notifier, error) {
 	cfg.WithDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -141,8 +136,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 // Enabled reports whether a webhook or mail recipient is configured.
 func (n *Notifier) Enabled() bool { return n != nil && n.cfg.enabled() }
 
-// Notify queues e and reports whether it did: not for an unwanted kind, a
-// repeat refusal, a full queue or after Close. A nil Notifier discards.
+// Notify queues e and reports whether it did. A nil Notifier discards.
 func (n *Notifier) Notify(e Event) bool {
 	if !n.Enabled() || (n.kinds != nil && !n.kinds[e.Kind]) {
 		return false
@@ -176,8 +170,7 @@ func (n *Notifier) drop(reason string) {
 }
 
 // first reports whether e is its key's first refusal by its limit within
-// e.Period, and remembers it; expired windows go first, and with
-// max_keys still reached the event is suppressed.
+// e.Period, and remembers it.
 func (n *Notifier) first(e Event) bool {
 	period := e.Period
 	if period <= 0 {
@@ -217,18 +210,15 @@ func (n *Notifier) Stats() Stats {
 		Sent: n.sent.Load(), Failed: n.failed.Load(), Waiting: len(n.queue)}
 }
 
-// Collectors returns the Prometheus metrics: ratelimitd_notify_events_total,
-// _dropped_total, _sent_total, _failed_total and the gauge
-// ratelimitd_notify_queue_length.
+// Collectors returns the ratelimitd_notify_* Prometheus metrics.
 func (n *Notifier) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{n.mEvents, n.mDropped, n.mSent, n.mFailed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_notify_queue_length",
 			Help: "Events waiting to be sent."}, func() float64 { return float64(len(n.queue)) })}
 }
 
-// Close stops accepting events and sends those queued until ctx is done,
-// then abandons the rest (failed) and returns ctx's error. A second Close
-// returns ErrClosed.
+// Close sends the queued events until ctx is done, then abandons the rest
+// and returns ctx's error; a second Close returns ErrClosed.
 func (n *Notifier) Close(ctx context.Context) error {
 	n.closeMu.Lock()
 	if n.closed {
@@ -285,8 +275,7 @@ func (n *Notifier) result(channel string, e Event, err error) {
 	n.log.Error("notification failed", "channel", channel, "event", e.Kind, "key", e.Key, "err", err)
 }
 
-// retry calls try while it fails temporarily, as r says; Close's deadline
-// ends the wait.
+// retry calls try while it fails temporarily, as r says.
 func (n *Notifier) retry(r Retry, try func() (temporary bool, err error)) error {
 	var err error
 	attempts, backoff := r.Attempts, time.Duration(r.Backoff)

@@ -10,13 +10,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
-// ShellQuote returns s as exactly one argument of a POSIX sh command line
-// (POSIX Shell Command Language, "Quoting"), data never a command.
-// Printable text is single-quoted (shellescape.Quote); text with unsafe
-// runes (termsafe.Unsafe), tabs or invalid UTF-8 becomes
-// "$(printf '%b' '...')" with those bytes as octal escapes, printable and
-// rebuilt byte for byte but for trailing line breaks. Templates call it as
-// {{shellquote .Key}}.
+// ShellQuote returns s as exactly one POSIX sh argument (POSIX Shell
+// Command Language, "Quoting"): single-quoted, or with unsafe runes
+// "$(printf '%b' '...')" of octal escapes. Templates: {{shellquote .Key}}.
 func ShellQuote(s string) string {
 	if termsafe.Line(s) == s && !strings.ContainsAny(s, "\t") {
 		return shellescape.Quote(s)

@@ -16,16 +16,14 @@ import (
 	"time"
 )
 
-// SignatureHeader carries, when webhook.secret is set, "sha256=" and the
-// hex HMAC-SHA256 of the body (RFC 2104), as GitHub-style receivers
-// expect; EventHeader carries the Kind.
+// SignatureHeader carries "sha256=" and the hex HMAC-SHA256 (RFC 2104) of
+// the body under webhook.secret; EventHeader carries the Kind.
 const (
 	SignatureHeader = "X-Ratelimitd-Signature"
 	EventHeader     = "X-Ratelimitd-Event"
 )
 
-// Payload is the JSON object POSTed for each event: the Event, its
-// PeriodText and its Summary.
+// Payload is the JSON object POSTed: the Event, PeriodText and Summary.
 type Payload struct {
 	Event
 	Period  string `json:"period,omitempty"`
@@ -46,8 +44,7 @@ func Sign(secret, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// postWebhook sends e once; temporary reports a network error, 408, 429
-// or 5xx.
+// postWebhook sends e once; temporary: network error, 408, 429 or 5xx.
 func (n *Notifier) postWebhook(ctx context.Context, e Event) (temporary bool, err error) {
 	body, err := json.Marshal(NewPayload(e))
 	if err != nil {
@@ -67,7 +64,6 @@ func (n *Notifier) postWebhook(ctx context.Context, e Event) (temporary bool, er
 	}
 	resp, err := n.hc.Do(req)
 	if err != nil {
-		// The *url.Error names the URL with its query: keep the cause.
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err

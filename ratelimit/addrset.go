@@ -13,13 +13,10 @@ import (
 // per_addr with unique=, Exim specification, chapter "Access control
 // lists", section "Rate limiting incoming messages").
 //
-// Time is cut into generations of one period; an address is known when it
-// was added in the current or the previous one (remembered one to two
-// periods). A generation is an exact set of FNV-1a hashes up to
-// AddrExactMax, then a Bloom filter (k = 8, Kirsch-Mitzenmacher double
-// hashing) of 11.03 bits per address of capacity: about 0.5% false
-// positives per generation, which make the count err low, never high. A
-// filter is at most AddrMaxFilterBytes.
+// An address is known when added in the current or previous generation of
+// one period. A generation is an exact set of FNV-1a hashes up to
+// AddrExactMax, then a Bloom filter (k = 8, Kirsch-Mitzenmacher) of about
+// 0.5% false positives (the count errs low), at most AddrMaxFilterBytes.
 //
 // The zero AddrSet is empty. It is not safe for concurrent use.
 type AddrSet struct {

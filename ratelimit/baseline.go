@@ -6,11 +6,10 @@ import (
 	"time"
 )
 
-// Baseline: a limit relative to the key's own history, so that a user who
-// sends five messages a day is stopped at 150 an hour long before a fixed
-// limit would notice. It measures the exponential rate r (as Exponential)
-// and learns the key's typical peak P, the BaselineQuantile time-weighted
-// quantile of r with exponential forgetting. A request is over when
+// Baseline: a limit relative to the key's own history. It measures the
+// exponential rate r and learns the key's typical peak P, the
+// BaselineQuantile time-weighted quantile of r with exponential
+// forgetting. A request is over when
 //
 //	r > allowed = min(Limit, max(Floor, Factor*P))
 //
@@ -20,8 +19,7 @@ import (
 //	ln P += (a/(1-q) - dt) / LearnPeriod
 //
 // P stays 0 until r first passes Floor/Factor and never rises above B, so
-// time spent refused teaches nothing: a key cannot raise its own allowance
-// by being refused. State.Rate packs r and P as two float32 (PackBaseline).
+// being refused teaches nothing. State.Rate packs r and P (PackBaseline).
 
 // Defaults of the Baseline parameters.
 const (

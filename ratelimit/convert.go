@@ -22,13 +22,10 @@ var ErrNotFinite = errors.New("ratelimit: converted state is not finite")
 //     the budget in use now and T the most usable with a request of cost 1
 //     still allowed. A key using nothing converts to no state.
 //
-// Both rules are their own inverse, so converting there and back returns
-// the same wait or share. Baseline to baseline keeps the learned peak per
-// unit of time; from another algorithm it learns afresh. When either limit
-// refuses cost 1 with no state (below 1 per period), the decayed rate is
-// scaled by l.Limit/from.Limit instead. A change of mode or limit alone
-// needs no conversion. It returns s and an error wrapping ErrNotFinite for
-// a NaN in s or a result that is not finite.
+// Both rules are their own inverse. Baseline to baseline keeps the peak
+// per unit of time. When either limit refuses cost 1 with no state, the
+// rate is scaled by l.Limit/from.Limit instead. It returns s and an error
+// wrapping ErrNotFinite for a result that is not finite.
 func (l Limit) Convert(s State, from Limit, now time.Time) (State, error) {
 	from.Mode, l.Mode = Leaky, Leaky
 	if r, p := UnpackBaseline(s.Rate); math.IsNaN(s.Rate) || from.Algorithm == Baseline && (math.IsNaN(r) || math.IsNaN(p)) {
@@ -192,8 +189,7 @@ func (l Limit) withWait(w time.Duration, peak float64, now time.Time) State {
 }
 
 // raiseRate raises the rate of s (doubling, then bisection) until l
-// refuses cost 1 at now for at least w, or to the most the state holds: a
-// baseline's allowance grows during the wait, which the closed form misses.
+// refuses cost 1 at now for at least w, or to the most the state holds.
 func (l Limit) raiseRate(s State, now time.Time, w time.Duration) State {
 	if l.probeWait(s, now) >= w {
 		return s

@@ -1,9 +1,7 @@
-// Package ratelimit is the pure rate arithmetic of ratelimitd: Exim's
-// exponentially weighted moving average (EWMA), GCRA and its cooldown
-// variant, the EARRRL half-life estimator and a baseline relative to a
-// key's own history, with the leaky, strict, forgiving and readonly modes.
-// Time is always an argument; the package does no I/O and imports only the
-// standard library.
+// Package ratelimit is the pure rate arithmetic of ratelimitd: Exim's EWMA,
+// GCRA and its cooldown variant, EARRRL and a baseline of the key's own
+// history, in leaky, strict, forgiving and readonly modes. Time is always
+// an argument; no I/O.
 //
 // Sources: Exim specification, chapter "Access control lists", section
 // "Rate limiting incoming messages"; Tony Finch, "Exponential rate
@@ -111,8 +109,7 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Limit is one rate limit: at most Limit cost per Period, measured with
-// Algorithm and stored according to Mode. It is a plain value, safe to
-// copy and to use from many goroutines.
+// Algorithm, stored per Mode. A plain value, safe for concurrent use.
 type Limit struct {
 	Limit     float64       // cost per Period, > 0; also the burst size; Baseline: the cap
 	Period    time.Duration // > 0; the 1/e time of the exponential average
@@ -164,9 +161,8 @@ type Result struct {
 	Limit      float64 // measured against: Limit, or Baseline's allowance
 }
 
-// Next returns the state to store after the request measured in r, and
-// whether to store it; admitted is the verdict of the whole stack
-// (StackAdmits).
+// Next returns the state to store after r and whether to store it;
+// admitted is the stack's verdict (StackAdmits).
 func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	switch {
 	case l.Mode == Readonly:
@@ -186,8 +182,7 @@ func (l Limit) deniedState(prev State, r *Result) State {
 	return prev
 }
 
-// Check measures a request of cost >= 0 (0: a probe) at now against the
-// stored state prev; Next then chooses what to store.
+// Check measures a request of cost >= 0 (0: a probe) at now against prev.
 func (l Limit) Check(prev State, now time.Time, cost float64) Result {
 	var r Result
 	switch l.Algorithm {
@@ -247,13 +242,11 @@ func expRate(rate, cost, interval float64) float64 {
 }
 
 // expWait returns how long after now a request of cost is first allowed
-// against state s: the least w (periods since s.Time) with
+// against s: the least w (periods since s.Time) with
 //
 //	f(w) = r_s*exp(-w) + cost*(1-exp(-w))/w <= limit
 //
-// Finch's ln(r_s/limit) leaves out the retried request itself and is only
-// the lower bound. f is convex and decreasing, so Newton's method from
-// there climbs to the root; settle confirms it with Check's arithmetic.
+// by Newton's method from Finch's lower bound ln(r_s/limit).
 func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 	if cost > l.Limit {
 		return never
@@ -294,9 +287,8 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 	return settle(durationOf(w*period-elapsed), over)
 }
 
-// checkGCRA is GCRA and Cooldown: the arrival time advances by
-// cost*period/limit, computed relative to now so float64 loses no
-// precision; the rate reported is (tat-now)/period*limit.
+// checkGCRA is GCRA and Cooldown: tat advances by cost*period/limit
+// (relative to now); the rate is (tat-now)/period*limit.
 func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 	period := float64(l.Period)
 	spend := cost * period / l.Limit
@@ -454,8 +446,7 @@ func (l Limit) Rate(s State, now time.Time) float64 {
 	return r
 }
 
-// Usage is the Before and Limit of Check(s, now, 0) without computing a
-// RetryAfter: cheap enough to probe many keys.
+// Usage is the Before and Limit of Check(s, now, 0) without RetryAfter.
 func (l Limit) Usage(s State, now time.Time) (rate, limit float64) {
 	if l.Algorithm == Baseline {
 		r := l.measureBaseline(s, now.UnixNano(), 0)

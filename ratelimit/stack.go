@@ -2,14 +2,10 @@ package ratelimit
 
 import "time"
 
-// StackAdmits is the stack rule, the verdict each limit's Next is given: a
-// request is admitted unless refused (an earlier request of its message
-// was) or refusing(i) reports, for a limit i in [0, n), that it is over
-// with an action that stops delivery (not warn). So a leaky limit counts a
-// request only if every limit let it through (Exim's leaky mode over a
-// stack, as in Finch's "ratelimit clarifications"). redisstore's script
-// holds a copy, kept in step by ratestore/storetest. refusing is called in
-// order until one refuses.
+// StackAdmits is the stack rule, the verdict each limit's Next is given:
+// admitted unless refused or refusing(i), called in order for i in [0, n),
+// reports a limit over with an action that stops delivery (Finch,
+// "ratelimit clarifications"). redisstore's script holds a copy.
 func StackAdmits(refused bool, n int, refusing func(i int) bool) bool {
 	if refused {
 		return false

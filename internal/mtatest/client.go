@@ -38,9 +38,7 @@ const (
 // Mail is one message to send with Send.
 type Mail struct {
 	// Login, ClientAddr and ClientName, when any is set, are sent with
-	// XCLIENT (LOGIN=, ADDR=, NAME=) after a first EHLO, so that Postfix
-	// treats the session as coming from that SASL user and client. An
-	// IPv6 ClientAddr gets its "IPV6:" prefix added.
+	// XCLIENT (LOGIN=, ADDR=, NAME=) after a first EHLO.
 	Login      string
 	ClientAddr string
 	ClientName string
@@ -50,14 +48,12 @@ type Mail struct {
 	From string
 	// To are the envelope recipients.
 	To []string
-	// Data is the message (header, empty line, body). Bare LF line ends
-	// are sent as CRLF.
+	// Data is the message; bare LF is sent as CRLF.
 	Data []byte
 }
 
-// SendError is the failure of one stage of a transaction. Err is a
-// *smtp.SMTPError when the server replied with an error, else a network
-// or protocol error.
+// SendError is the failure of one stage; Err is a *smtp.SMTPError for an
+// error reply.
 type SendError struct {
 	Stage Stage
 	Rcpt  string // the recipient, for StageRcpt
@@ -73,8 +69,7 @@ func (e *SendError) Error() string {
 
 func (e *SendError) Unwrap() error { return e.Err }
 
-// Code returns the SMTP reply code of the failure, or 0 if the server did
-// not reply with one.
+// Code returns the SMTP reply code of the failure, or 0.
 func (e *SendError) Code() int {
 	var se *smtp.SMTPError
 	if errors.As(e.Err, &se) {
@@ -87,21 +82,18 @@ func (e *SendError) Code() int {
 type Result struct {
 	// Accepted are the recipients the server accepted at RCPT.
 	Accepted []string
-	// Errors are the failures, in order: at most one per stage except
-	// StageRcpt, which has one per rejected recipient. When some
-	// recipients were accepted the message was still sent to them.
+	// Errors are the failures in order: one per stage, or per rejected
+	// recipient.
 	Errors []*SendError
-	// Reply is the server's final reply text after the message content,
-	// e.g. "2.0.0 Ok: queued as 4F3A21C0A2", and QueueID the ID parsed
-	// from it ("" if none).
+	// Reply is the final reply text ("2.0.0 Ok: queued as 4F3A21C0A2"),
+	// QueueID the ID in it.
 	Reply   string
 	QueueID string
 	// Transcript is the whole SMTP conversation (C: and S: lines).
 	Transcript string
 }
 
-// Err returns nil if the message was accepted for every recipient, the
-// only *SendError if there was one, or errors.Join of all of them.
+// Err returns nil, the only *SendError, or errors.Join of them all.
 func (r *Result) Err() error {
 	switch len(r.Errors) {
 	case 0:
@@ -116,17 +108,14 @@ func (r *Result) Err() error {
 	return errors.Join(errs...)
 }
 
-// Send is SendResult(t, addr, m).Err(): nil if every recipient was
-// accepted, else *SendError values.
+// Send is SendResult(t, addr, m).Err().
 func Send(t testing.TB, addr string, m Mail) error {
 	t.Helper()
 	return SendResult(t, addr, m).Err()
 }
 
-// SendResult sends m to the SMTP server at addr: EHLO, XCLIENT and EHLO
-// again if m asks for it, MAIL FROM, one RCPT TO per recipient (going on
-// after a rejected one), and DATA if any recipient was accepted. Every
-// command has a 30-second deadline. It never fails the test itself.
+// SendResult sends m to addr (DATA if any recipient was accepted), each
+// command within 30 s. It never fails the test itself.
 func SendResult(t testing.TB, addr string, m Mail) *Result {
 	t.Helper()
 	var tr transcript
@@ -164,8 +153,6 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 	defer c.Close()
 	if stage, err := transact(c, m, helo, res); err != nil {
 		fail(stage, err)
-		// After an error reply the server is still talking: say goodbye
-		// properly, so that its log shows no "lost connection".
 		if errors.As(err, new(*smtp.SMTPError)) {
 			_ = c.Quit()
 		}
@@ -173,9 +160,8 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 	return res
 }
 
-// greet reads the greeting and, when m sets a login or client, makes the
-// XCLIENT exchange by hand, replaying the last 220 greeting to the go-smtp
-// client. It returns the stage and error that ended the session.
+// greet reads the greeting and makes the XCLIENT exchange, replaying the
+// last 220 to the go-smtp client.
 func greet(conn net.Conn, tp *textproto.Conn, m Mail, helo string) (Stage, error) {
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, _, err := tp.ReadResponse(220); err != nil {
@@ -203,8 +189,7 @@ func greet(conn net.Conn, tp *textproto.Conn, m Mail, helo string) (Stage, error
 	return "", nil
 }
 
-// transact runs the transaction of SendResult on c, recording in res,
-// and returns the stage and error that ended it early.
+// transact runs SendResult's transaction on c, recording in res.
 func transact(c *smtp.Client, m Mail, helo string, res *Result) (Stage, error) {
 	if err := c.Hello(helo); err != nil {
 		return StageHello, err
@@ -287,8 +272,7 @@ func xtext(s string) string {
 	return b.String()
 }
 
-// toSMTPError turns a textproto reply error into a *smtp.SMTPError with its
-// enhanced code parsed, as the go-smtp client does.
+// toSMTPError turns a textproto error into a *smtp.SMTPError.
 func toSMTPError(err error) error {
 	var pe *textproto.Error
 	if !errors.As(err, &pe) {
@@ -316,8 +300,7 @@ func toSMTPError(err error) error {
 	return se
 }
 
-// replayConn is a net.Conn whose reads come from r: a replayed greeting,
-// what the textproto reader had buffered, then the connection.
+// replayConn is a net.Conn whose reads come from r.
 type replayConn struct {
 	net.Conn
 	r io.Reader
@@ -366,9 +349,8 @@ func (c *recordingConn) Write(p []byte) (int, error) {
 
 var mailDecoder mime.WordDecoder
 
-// BuildMessage returns an RFC 5322 text/plain message with From, To,
-// Subject (RFC 2047-encoded if not ASCII), Date, a fresh Message-ID and
-// body, with CRLF line ends.
+// BuildMessage returns an RFC 5322 text/plain message (RFC 2047 subject),
+// CRLF line ends.
 func BuildMessage(from, to, subject, body string) []byte {
 	var id [12]byte
 	_, _ = rand.Read(id[:])

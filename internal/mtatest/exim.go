@@ -6,10 +6,8 @@ import (
 	"testing"
 )
 
-// EximBinary returns the path of the Exim binary that scripts/deps.sh
-// unpacks ($RATELIMITD_EXIM_DIR, default /opt/ratelimitd-test/exim, then
-// usr/sbin/exim4; Debian's exim4 package conflicts with postfix, so it is
-// not installed). It fails the test (never skips it) when it is missing.
+// EximBinary returns $RATELIMITD_EXIM_DIR (default
+// /opt/ratelimitd-test/exim)/usr/sbin/exim4; it fails the test without it.
 func EximBinary(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("RATELIMITD_EXIM_DIR")

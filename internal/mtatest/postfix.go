@@ -21,45 +21,37 @@ import (
 // PostfixOptions configures StartPostfix. The zero value is a Postfix that
 // relays nowhere (mail stays deferred) and asks no policy service.
 type PostfixOptions struct {
-	// SinkAddr ("127.0.0.1:PORT") becomes relayhost = [127.0.0.1]:PORT,
-	// where all mail goes. Empty means defer_transports = smtp: accepted
-	// mail stays in the queue (deferred).
+	// SinkAddr ("127.0.0.1:PORT") becomes the relayhost; empty: mail stays
+	// deferred.
 	SinkAddr string
 
-	// PolicyService ("inet:127.0.0.1:10031" or "unix:/abs/path"), when set,
-	// is asked at RCPT (before permit_sasl_authenticated) and at
-	// END-OF-MESSAGE, with default_action=DUNNO.
+	// PolicyService ("inet:HOST:PORT" or "unix:/path") is asked at RCPT and
+	// END-OF-MESSAGE, default_action=DUNNO.
 	PolicyService string
 	// PolicyTimeout is the policy service's timeout; 0 means 10s.
 	PolicyTimeout time.Duration
 
-	// Milter ("inet:127.0.0.1:PORT" or "unix:/abs/path"), when set, becomes
-	// smtpd_milters with milter_default_action = tempfail and
-	// milter_protocol = 6.
+	// Milter ("inet:HOST:PORT" or "unix:/path") becomes smtpd_milters
+	// (tempfail by default, protocol 6).
 	Milter string
-	// MilterPrivate, when set (and Milter is not), names a unix socket in
-	// the instance's private/ directory (Postfix.PrivateSocket), which
-	// smtpd reaches as the postfix user.
+	// MilterPrivate names a socket in private/ (Postfix.PrivateSocket),
+	// used when Milter is not set.
 	MilterPrivate string
 
-	// ReinjectPort adds a second smtpd (Postfix.ReinjectAddr) with no
-	// milter or policy service, open to mynetworks: the way back in for
-	// thawed messages.
+	// ReinjectPort adds a second smtpd (Postfix.ReinjectAddr) without
+	// milter or policy service.
 	ReinjectPort bool
 
-	// ExtraMainCF sets main.cf parameters, replacing the harness's value
-	// of the same name.
+	// ExtraMainCF sets main.cf parameters over the harness's.
 	ExtraMainCF map[string]string
 	// ExtraMasterCF is appended to master.cf as is.
 	ExtraMasterCF string
 }
 
-// Postfix is a running private Postfix instance. Its methods may be called
-// from several goroutines. It is stopped and its directory removed at
-// t.Cleanup (set MTATEST_KEEP=1 to keep the directory).
+// Postfix is a running private instance, safe for concurrent use, removed
+// at t.Cleanup (MTATEST_KEEP=1 keeps the directory).
 type Postfix struct {
-	// ReinjectAddr is the address of the re-injection smtpd
-	// ("127.0.0.1:PORT"), set if PostfixOptions.ReinjectPort was.
+	// ReinjectAddr is the re-injection smtpd's address (ReinjectPort).
 	ReinjectAddr string
 
 	root     string // temporary directory holding everything below
@@ -76,9 +68,8 @@ type Postfix struct {
 	stopOnce sync.Once
 }
 
-// StartPostfix starts a private Postfix and waits until its SMTP port
-// answers with a 220 greeting. It fails the test (never skips it) when
-// Postfix is not installed or the test does not run as root.
+// StartPostfix starts a private Postfix and waits for its 220 greeting; it
+// fails the test without Postfix or root.
 func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	t.Helper()
 	postfixBin, uid, gid := requirePostfix(t, opts)
@@ -95,9 +86,8 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	return p
 }
 
-// requirePostfix checks that Postfix is installed, that the test runs as
-// root and that opts names valid services; it returns the postfix binary
-// and the postfix user's uid and gid.
+// requirePostfix checks for Postfix, root and valid opts; it returns the
+// postfix binary and the postfix user's uid and gid.
 func requirePostfix(t testing.TB, opts PostfixOptions) (postfixBin string, uid, gid int) {
 	t.Helper()
 	postfixBin = lookCommand("postfix", "")
@@ -125,9 +115,7 @@ func requirePostfix(t testing.TB, opts PostfixOptions) (postfixBin string, uid, 
 	return postfixBin, uid, gid
 }
 
-// newInstanceDirs creates the instance's directories (removed at
-// t.Cleanup unless MTATEST_KEEP is set) and returns the instance and its
-// data directory.
+// newInstanceDirs creates the instance's directories.
 func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "mtatest-")
@@ -169,9 +157,8 @@ func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 	return p, dataDir
 }
 
-// configure writes main.cf (and the system's master.cf, given its ports
-// at start), asks postconf for the daemon and command directories, and
-// creates the queue directories. It returns the system's master.cf.
+// configure writes main.cf and the queue directories; it returns the
+// system's master.cf.
 func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataDir string, uid int) string {
 	t.Helper()
 	mainCF, err := buildMainCF(opts, p.root, p.queueDir, dataDir, p.logFile)
@@ -182,7 +169,6 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 	if err != nil {
 		t.Fatalf("mtatest: %v", err)
 	}
-	// master.cf gets its ports below; postconf needs the file to exist.
 	if err := p.writeConfig("main.cf", mainCF); err != nil {
 		t.Fatalf("mtatest: %v", err)
 	}
@@ -203,8 +189,6 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 	p.master = filepath.Join(dirs[0], "master")
 	p.cmdDir = dirs[1]
 
-	// The queue directories as postfix-files lists them: a millisecond,
-	// where "postfix check" (the fallback) takes seconds.
 	if err := createQueueDirs(dirs[2], p.queueDir, uid, dirs[3]); err != nil {
 		t.Logf("mtatest: %v; running postfix check instead", err)
 		if out, err := exec.Command(postfixBin, "-c", p.confDir, "check").CombinedOutput(); err != nil {
@@ -214,9 +198,8 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 	return string(sysMaster)
 }
 
-// startOnFreePorts writes master.cf with free ports and starts the
-// master, again with new ports while a master exits silently because a
-// port was taken meanwhile.
+// startOnFreePorts starts the master on free ports, retrying with new ones
+// when a port was taken meanwhile.
 func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster string) {
 	t.Helper()
 	const attempts = 3
@@ -293,14 +276,11 @@ func busyPorts(ports []int) []int {
 	return busy
 }
 
-// banner is the word the greeting of the instance in directory root ends
-// with: the directory's name, unique among the instances running.
+// banner ends the instance's greeting: its directory's name.
 func banner(root string) string { return filepath.Base(root) }
 
-// waitGreeting polls addr until this instance's smtpd sends its 220
-// greeting (one that ends with banner). When another Postfix holds the
-// port, it waits for this master to exit, so the caller retries with
-// other ports.
+// waitGreeting polls addr until this instance's 220 greeting (ending with
+// banner), or until the master exits because another holds the port.
 func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var lastErr error
@@ -328,9 +308,8 @@ func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	return fmt.Errorf("timeout after %v: %v", timeout, lastErr)
 }
 
-// Stop sends the master SIGTERM (as "postfix stop" does) and reaps its
-// process group, killing what is left after a few seconds. It runs at
-// t.Cleanup; an earlier call is fine and later calls do nothing.
+// Stop sends the master SIGTERM and reaps its process group, SIGKILLing
+// what is left. It runs at t.Cleanup; later calls do nothing.
 func (p *Postfix) Stop(t testing.TB) {
 	t.Helper()
 	p.stopOnce.Do(func() {
@@ -340,8 +319,7 @@ func (p *Postfix) Stop(t testing.TB) {
 	})
 }
 
-// halt stops the current master, if any, and its daemons, and returns what
-// went wrong.
+// halt stops the current master and its daemons.
 func (p *Postfix) halt() []string {
 	if p.cmd == nil {
 		return nil
@@ -360,8 +338,6 @@ func (p *Postfix) halt() []string {
 		<-p.exited
 		problems = append(problems, fmt.Sprintf("Postfix master %d ignored SIGTERM for 10s; killed", pid))
 	}
-	// The master is a process group leader; its daemons are in its group
-	// and outlive it briefly.
 	if left := reapGroup(pid, 5*time.Second); len(left) > 0 {
 		problems = append(problems, fmt.Sprintf("Postfix processes %v of master %d survived SIGKILL", left, pid))
 	}
@@ -375,16 +351,13 @@ func (p *Postfix) halt() []string {
 // Addr returns the address of the main smtpd, "127.0.0.1:PORT".
 func (p *Postfix) Addr() string { return p.addr }
 
-// Dir returns the temporary directory holding the whole instance: etc/
-// (ConfigDir), queue/ (QueueDir), data/ and maillog (LogFile).
+// Dir returns the instance's temporary directory.
 func (p *Postfix) Dir() string { return p.root }
 
-// ConfigDir returns the instance's configuration directory, the DIR in
-// "postfix -c DIR".
+// ConfigDir returns the DIR of "postfix -c DIR".
 func (p *Postfix) ConfigDir() string { return p.confDir }
 
-// PrivateSocket returns the path of the socket name in the instance's
-// private/ directory (see PostfixOptions.MilterPrivate).
+// PrivateSocket returns the path of socket name in private/.
 func (p *Postfix) PrivateSocket(name string) string {
 	return filepath.Join(p.queueDir, "private", name)
 }
@@ -395,15 +368,13 @@ func (p *Postfix) QueueDir() string { return p.queueDir }
 // LogFile returns the path of the instance's maillog_file.
 func (p *Postfix) LogFile() string { return p.logFile }
 
-// Log returns the Postfix log so far; lines arrive through postlogd, a
-// moment after the event.
+// Log returns the Postfix log so far (postlogd writes it a moment late).
 func (p *Postfix) Log() string {
 	b, _ := os.ReadFile(p.logFile)
 	return string(b)
 }
 
-// WaitLog polls the log until it contains substr and returns the log; it
-// fails the test if that does not happen within timeout.
+// WaitLog polls the log until it contains substr, failing after timeout.
 func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) string {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -419,10 +390,8 @@ func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) st
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// that this process has not handed out before, picked at random below the
-// kernel's ephemeral range (net.ipv4.ip_local_port_range), where outgoing
-// connections of parallel tests cannot take it.
+// FreePort returns a 127.0.0.1 TCP port free a moment ago, not handed out
+// before, below the kernel's ephemeral range.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	low := ephemeralLow()
@@ -451,8 +420,7 @@ var freePorts = struct {
 	given map[int]bool
 }{given: map[int]bool{}}
 
-// ephemeralLow is the low end of the kernel's ephemeral port range
-// (32768 by default), at least 20000.
+// ephemeralLow is the low end of the ephemeral port range, at least 20000.
 func ephemeralLow() int {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {

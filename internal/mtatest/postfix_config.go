@@ -25,9 +25,8 @@ func (p *Postfix) writeConfig(name, content string) error {
 	return os.Chtimes(path, old, old)
 }
 
-// createQueueDirs creates the $queue_directory entries of type d listed in
-// metaDir/postfix-files, with their owner ($mail_owner or root), group
-// ($setgid_group or unchanged) and mode.
+// createQueueDirs creates the queue directories metaDir/postfix-files
+// lists, with their owner, group and mode.
 func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string) error {
 	spec, err := os.ReadFile(filepath.Join(metaDir, "postfix-files"))
 	if err != nil {
@@ -88,8 +87,7 @@ func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string
 // mainParam is one main.cf parameter.
 type mainParam struct{ k, v string }
 
-// buildMainCF returns the instance's main.cf: the harness's fixed
-// parameters, those opts asks for, and opts.ExtraMainCF over both.
+// buildMainCF returns the instance's main.cf.
 func buildMainCF(opts PostfixOptions, root, queueDir, dataDir, logFile string) (string, error) {
 	if opts.Milter == "" && opts.MilterPrivate != "" {
 		if strings.ContainsAny(opts.MilterPrivate, "/ \t\r\n,{}") {
@@ -112,8 +110,7 @@ func buildMainCF(opts PostfixOptions, root, queueDir, dataDir, logFile string) (
 	return b.String(), nil
 }
 
-// baseParams are the parameters of every instance: its directories and
-// log, a local-only network, and fast relaying and retries.
+// baseParams are the parameters of every instance.
 func baseParams(root, queueDir, dataDir, logFile string) []mainParam {
 	return []mainParam{
 		{"compatibility_level", "3.6"},
@@ -121,8 +118,6 @@ func baseParams(root, queueDir, dataDir, logFile string) []mainParam {
 		{"data_directory", dataDir},
 		{"maillog_file", logFile},
 		{"maillog_file_prefixes", root},
-		// The greeting names the instance (banner), so that waitGreeting
-		// knows its own master from another that holds the port.
 		{"smtpd_banner", "$myhostname ESMTP Postfix " + banner(root)},
 		{"myhostname", "mtatest.localdomain"},
 		{"mydomain", "localdomain"},
@@ -137,7 +132,6 @@ func baseParams(root, queueDir, dataDir, logFile string) []mainParam {
 		{"biff", "no"},
 		{"append_dot_mydomain", "no"},
 		{"readme_directory", "no"},
-		// Fast relay to the sink and fast retries.
 		{"smtp_dns_support_level", "disabled"},
 		{"smtpd_peername_lookup", "no"},
 		{"smtp_connect_timeout", "2s"},
@@ -146,7 +140,6 @@ func baseParams(root, queueDir, dataDir, logFile string) []mainParam {
 		{"minimal_backoff_time", "1s"},
 		{"maximal_backoff_time", "2s"},
 		{"in_flow_delay", "0"},
-		// No tarpitting of a test client that gets 4xx replies.
 		{"smtpd_error_sleep_time", "0"},
 		{"smtpd_soft_error_limit", "1000"},
 		{"smtpd_hard_error_limit", "1000"},
@@ -158,8 +151,7 @@ func baseParams(root, queueDir, dataDir, logFile string) []mainParam {
 	}
 }
 
-// optionParams appends to params the relay host, the restrictions with
-// the policy service and the milter that opts asks for.
+// optionParams appends the parameters opts asks for.
 func optionParams(opts PostfixOptions, params []mainParam) ([]mainParam, error) {
 	if opts.SinkAddr != "" {
 		host, port, err := net.SplitHostPort(opts.SinkAddr)
@@ -195,8 +187,7 @@ func optionParams(opts PostfixOptions, params []mainParam) ([]mainParam, error) 
 	return params, nil
 }
 
-// extraParams applies extra (PostfixOptions.ExtraMainCF) to params: a
-// parameter already set is replaced, any other appended, in name order.
+// extraParams sets extra over params, new names appended in order.
 func extraParams(params []mainParam, extra map[string]string) ([]mainParam, error) {
 	names := make([]string, 0, len(extra))
 	for k := range extra {
@@ -227,10 +218,8 @@ func extraParams(params []mainParam, extra map[string]string) ([]mainParam, erro
 	return params, nil
 }
 
-// buildMasterCF turns the system master.cf into the instance's: the "smtp
-// inet" service listens on 127.0.0.1:smtpPort, every other inet service is
-// commented out, every chroot column is "n", and the re-injection smtpd and
-// extra are appended.
+// buildMasterCF turns the system master.cf into the instance's: smtp on
+// 127.0.0.1:smtpPort, no other inet service, no chroot, extra appended.
 func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string, error) {
 	var b strings.Builder
 	b.WriteString("# Written by ratelimitd internal/mtatest from /etc/postfix/master.cf.\n")
@@ -294,8 +283,7 @@ func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string
 	return b.String(), nil
 }
 
-// validateService checks a policy or milter endpoint for what would break
-// the main.cf syntax.
+// validateService rejects an endpoint that would break main.cf.
 func validateService(s string) error {
 	if s == "" {
 		return nil
@@ -309,8 +297,7 @@ func validateService(s string) error {
 	return nil
 }
 
-// lookCommand finds a Postfix command in PATH, then in dir and the usual
-// sbin directories (PATH may lack them for non-login shells).
+// lookCommand finds a Postfix command in PATH, dir or the sbin directories.
 func lookCommand(name, dir string) string {
 	if p, err := exec.LookPath(name); err == nil {
 		return p
@@ -327,8 +314,7 @@ func lookCommand(name, dir string) string {
 	return ""
 }
 
-// checkSearchable fails if dir or one of its ancestors is not searchable by
-// other users (the postfix user needs to reach its data directory).
+// checkSearchable fails unless dir and its ancestors are searchable by all.
 func checkSearchable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)

@@ -10,9 +10,8 @@ import (
 	"time"
 )
 
-// Command returns an *exec.Cmd running the Postfix command name (postsuper,
-// postqueue, sendmail, ...) against this instance: "-c DIR" ("-C DIR" for
-// sendmail) before args.
+// Command returns the Postfix command name against this instance ("-c
+// DIR", sendmail "-C DIR", before args).
 func (p *Postfix) Command(name string, args ...string) *exec.Cmd {
 	path := name
 	if !strings.Contains(name, "/") {
@@ -54,8 +53,7 @@ type QueueEntry struct {
 	} `json:"recipients"`
 }
 
-// Queue lists the queue with "postqueue -c DIR -j" (the JSON form of
-// "postqueue -p", where held messages have "!" after their ID).
+// Queue lists the queue ("postqueue -j").
 func (p *Postfix) Queue(t testing.TB) []QueueEntry {
 	t.Helper()
 	out, _ := p.run(t, "postqueue", "-j")
@@ -73,8 +71,7 @@ func (p *Postfix) Queue(t testing.TB) []QueueEntry {
 	return entries
 }
 
-// QueueIDs returns the IDs of all queued messages and, separately, of those
-// in the hold queue.
+// QueueIDs returns the IDs of all queued messages and of the held ones.
 func (p *Postfix) QueueIDs(t testing.TB) (all, held []string) {
 	t.Helper()
 	for _, e := range p.Queue(t) {
@@ -86,8 +83,7 @@ func (p *Postfix) QueueIDs(t testing.TB) (all, held []string) {
 	return all, held
 }
 
-// WaitQueue polls QueueIDs until done returns true and returns what it saw
-// last; it fails the test if that does not happen within timeout.
+// WaitQueue polls QueueIDs until done holds, failing after timeout.
 func (p *Postfix) WaitQueue(t testing.TB, timeout time.Duration, done func(all, held []string) bool) (all, held []string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -109,9 +105,8 @@ func (p *Postfix) WaitQueueEmpty(t testing.TB, timeout time.Duration) {
 	p.WaitQueue(t, timeout, func(all, _ []string) bool { return len(all) == 0 })
 }
 
-// Release releases a held message with "postsuper -H ID" (the next queue
-// run, within a second, delivers it); it fails the test unless exactly one
-// message was released.
+// Release releases a held message ("postsuper -H ID"); it fails the test
+// unless exactly one was.
 func (p *Postfix) Release(t testing.TB, id string) {
 	t.Helper()
 	_, stderr := p.run(t, "postsuper", "-H", id)
@@ -120,8 +115,7 @@ func (p *Postfix) Release(t testing.TB, id string) {
 	}
 }
 
-// Delete deletes a queued message with "postsuper -d ID"; it fails the test
-// unless exactly one message was deleted.
+// Delete deletes a queued message ("postsuper -d ID"), exactly one.
 func (p *Postfix) Delete(t testing.TB, id string) {
 	t.Helper()
 	_, stderr := p.run(t, "postsuper", "-d", id)

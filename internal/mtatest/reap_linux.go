@@ -15,24 +15,21 @@ const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER from <linux/prctl.h>
 
 var subreaperOnce sync.Once
 
-// becomeSubreaper makes the test binary the reaper of orphaned
-// descendants (PR_SET_CHILD_SUBREAPER), so the daemons that outlive their
-// master can be waited for. It is process-wide and idempotent.
+// becomeSubreaper makes this process the reaper of orphaned descendants
+// (PR_SET_CHILD_SUBREAPER); idempotent.
 func becomeSubreaper() {
 	subreaperOnce.Do(func() {
 		_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	})
 }
 
-// sysProcAttr starts the master with a parent-death signal, so that a
-// crashed or killed test binary does not leave a running Postfix behind.
+// sysProcAttr starts the master with a parent-death signal.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 }
 
-// reapGroup waits until no live process is left in process group pgid,
-// reaping those reparented to us and sending SIGKILL to those alive after
-// grace; it returns the PIDs that survived even that.
+// reapGroup reaps process group pgid, SIGKILLing it after grace; it returns
+// the PIDs that survived.
 func reapGroup(pgid int, grace time.Duration) []int {
 	deadline := time.Now().Add(grace)
 	killed := false
@@ -49,7 +46,6 @@ func reapGroup(pgid int, grace time.Duration) []int {
 		reap()
 		alive := groupMembers(pgid)
 		if len(alive) == 0 {
-			// Members that exited after the reap above are zombies now.
 			reap()
 			return nil
 		}
@@ -57,7 +53,6 @@ func reapGroup(pgid int, grace time.Duration) []int {
 			if killed {
 				return alive
 			}
-			// The group is the master's, which this package started.
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			killed = true
 			deadline = time.Now().Add(2 * time.Second)

@@ -7,8 +7,7 @@ import (
 	"time"
 )
 
-// Postfix runs on Linux in this project's tests; elsewhere the daemons are
-// left to exit on their own after the master's SIGTERM.
+// Elsewhere than Linux the daemons exit on their own after SIGTERM.
 
 func becomeSubreaper() {}
 

@@ -22,8 +22,7 @@ type Message struct {
 	Received time.Time // when the end of data was read
 }
 
-// Header returns the first value of the named header field of m, decoded
-// as net/mail does, or "" if there is none or the header does not parse.
+// Header returns the first value of header field name, or "".
 func (m Message) Header(key string) string {
 	msg, err := mail.ReadMessage(bytes.NewReader(m.Data))
 	if err != nil {
@@ -36,8 +35,7 @@ func (m Message) Header(key string) string {
 	return v
 }
 
-// Body returns the part of m after the first empty line (the header/body
-// separator), or nil if there is none.
+// Body returns m after the first empty line, or nil.
 func (m Message) Body() []byte {
 	if i := bytes.Index(m.Data, []byte("\r\n\r\n")); i >= 0 {
 		return m.Data[i+4:]
@@ -48,9 +46,8 @@ func (m Message) Body() []byte {
 	return nil
 }
 
-// Sink is an SMTP server on 127.0.0.1 that accepts every message and keeps
-// it in memory, the final destination of a test Postfix's relayhost.
-// Its methods are safe for concurrent use. It is closed at t.Cleanup.
+// Sink is an SMTP server on 127.0.0.1 keeping every message in memory.
+// Safe for concurrent use; closed at t.Cleanup.
 type Sink struct {
 	srv *smtp.Server
 	ln  net.Listener
@@ -118,9 +115,7 @@ func (s *Sink) Rejected() int {
 	return s.rejected
 }
 
-// FailQuit(true) makes the sink drop the connection without a reply at
-// QUIT, as a server that dies after accepting the data; accepted messages
-// are kept either way.
+// FailQuit(true) makes the sink drop the connection at QUIT, unanswered.
 func (s *Sink) FailQuit(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -146,8 +141,7 @@ type quitConn struct {
 	s *Sink
 }
 
-// Read closes the connection instead of passing on a QUIT command when
-// FailQuit is on (a client sends QUIT alone, after the reply to the data).
+// Read closes the connection at QUIT when FailQuit is on.
 func (c *quitConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.s.mu.Lock()
@@ -168,8 +162,7 @@ func (s *Sink) Reset() {
 	s.rejected = 0
 }
 
-// WaitCount polls until the sink has accepted at least n messages and returns
-// them; if that does not happen within timeout it fails the test.
+// WaitCount waits for at least n messages, failing after timeout.
 func (s *Sink) WaitCount(t testing.TB, n int, timeout time.Duration) []Message {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -184,10 +177,8 @@ func (s *Sink) WaitCount(t testing.TB, n int, timeout time.Duration) []Message {
 	}
 }
 
-// SetReply makes the sink answer every later transaction with err at
-// stage: StageMail, StageRcpt (each RCPT TO) or StageEndOfData (StageData
-// is the same: go-smtp answers DATA with 354 itself). A nil err accepts
-// again.
+// SetReply makes the sink answer later transactions with err at StageMail,
+// StageRcpt or StageEndOfData (= StageData); nil accepts again.
 func (s *Sink) SetReply(stage Stage, err *smtp.SMTPError) {
 	if stage == StageData {
 		stage = StageEndOfData
@@ -264,8 +255,7 @@ func (ss *sinkSession) Data(r io.Reader) error {
 	return nil
 }
 
-// sinkLogger sends go-smtp's internal errors to the test log while the test
-// runs (t.Log after the test has finished would panic).
+// sinkLogger sends go-smtp's errors to the test log while the test runs.
 type sinkLogger struct{ s *Sink }
 
 func (l sinkLogger) Printf(format string, v ...any) {

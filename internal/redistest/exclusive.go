@@ -9,10 +9,8 @@ import (
 	"testing"
 )
 
-// Exclusive makes the calling test the only one running, among the
-// callers in every package of this module, until it ends: tests that
-// assert latency budgets under load must not measure each other. It takes
-// a flock on a file in the temporary directory, released at t.Cleanup.
+// Exclusive makes the calling test the only caller running in this
+// module until it ends (a flock released at t.Cleanup).
 func Exclusive(t testing.TB) {
 	t.Helper()
 	path := filepath.Join(os.TempDir(), "ratelimitd-exclusive-load-tests.lock")

@@ -2,9 +2,8 @@ package redistest
 
 import "syscall"
 
-// procAttr puts a server in its own process group and has the kernel kill
-// it if the test binary dies (killed by a timeout or a signal), so no
-// server outlives its test.
+// procAttr puts a server in its own process group, killed with the test
+// binary.
 func procAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -1,9 +1,7 @@
-// Package redistest runs real Redis servers inside Go tests: a standalone
-// server, a master with a replica watched by Sentinels, and a Redis
-// Cluster of masters, each on free 127.0.0.1 ports with its files in a
-// temporary directory, all stopped at t.Cleanup. The binaries come from
-// Debian's redis-server, redis-sentinel and redis-tools packages
-// (scripts/deps.sh); a missing binary fails the test.
+// Package redistest runs real Redis servers in Go tests (standalone,
+// Sentinels, Cluster) on free 127.0.0.1 ports, stopped at t.Cleanup. A
+// missing binary (Debian's redis-server, redis-sentinel, redis-tools)
+// fails the test.
 package redistest
 
 import (
@@ -26,18 +24,15 @@ import (
 
 // Server is one running redis-server (or Sentinel) process.
 type Server struct {
-	// Addr is its 127.0.0.1:PORT address.
+	// Addr is "127.0.0.1:PORT", Port its port, Dir its files.
 	Addr string
-	// Port is the port of Addr.
 	Port int
-	// Dir holds its configuration, data and log.
 	Dir  string
 	cmd  *exec.Cmd
 	args []string // the binary and its arguments
 	t    testing.TB
 }
 
-// binary returns the path of name or fails the test.
 func binary(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
@@ -47,14 +42,12 @@ func binary(t testing.TB, name string) string {
 	return p
 }
 
-// start runs bin with the configuration lines conf (port, dir, logfile
-// added) and waits until it answers PING.
+// start runs bin with configuration lines conf and waits for PING.
 func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
 	t.Helper()
 	return startPort(t, bin, sentinel, mtatest.FreePort(t), conf...)
 }
 
-// startPort is start on a given port.
 func startPort(t testing.TB, bin string, sentinel bool, port int, conf ...string) *Server {
 	t.Helper()
 	dir := t.TempDir()
@@ -68,7 +61,6 @@ func startPort(t testing.TB, bin string, sentinel bool, port int, conf ...string
 		"protected-mode no",
 	}
 	if !sentinel {
-		// Before conf, so that a test may turn persistence on.
 		lines = append(lines, `save ""`, "appendonly no")
 	}
 	lines = append(lines, conf...)
@@ -96,7 +88,6 @@ func startPort(t testing.TB, bin string, sentinel bool, port int, conf ...string
 	return s
 }
 
-// run starts the process of s.args.
 func (s *Server) run() {
 	s.t.Helper()
 	s.cmd = exec.Command(s.args[0], s.args[1:]...)
@@ -120,8 +111,7 @@ func (s *Server) waitPing() {
 	}
 }
 
-// Restart starts a server ended by Kill again on the same port and
-// directory, and waits until it answers PING.
+// Restart starts a killed server again on its port and directory.
 func (s *Server) Restart() {
 	s.t.Helper()
 	s.Kill()
@@ -135,16 +125,14 @@ func StartOn(t testing.TB, port int, extra ...string) *Server {
 	return startPort(t, binary(t, "redis-server"), false, port, extra...)
 }
 
-// Start runs a standalone redis-server; extra are more configuration
-// lines ("maxmemory 10mb").
+// Start runs a standalone redis-server with extra configuration lines.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	return start(t, binary(t, "redis-server"), false, extra...)
 }
 
-// Do sends one command with a plain RESP client (2s deadline) and returns
-// the reply as text: a simple string, integer or bulk string as is, an
-// array one element per line. An error reply is returned as an error.
+// Do sends one RESP command (2 s deadline) and returns the reply as text,
+// an array one element a line; an error reply is an error.
 func (s *Server) Do(args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", s.Addr, 2*time.Second)
 	if err != nil {
@@ -216,8 +204,7 @@ func (s *Server) Must(args ...string) string {
 	return v
 }
 
-// Kill ends the server with SIGKILL (as a crash would) and waits for it;
-// calling it again is harmless.
+// Kill ends the server with SIGKILL and waits; idempotent.
 func (s *Server) Kill() {
 	if s.cmd == nil || s.cmd.Process == nil || s.cmd.ProcessState != nil {
 		return
@@ -227,15 +214,13 @@ func (s *Server) Kill() {
 	s.cmd.Wait()
 }
 
-// Stop pauses the server with SIGSTOP: connections stay open and nothing
-// is answered, as with a hung host. Resume undoes it.
+// Stop pauses the server with SIGSTOP, as a hung host; Resume undoes it.
 func (s *Server) Stop() { s.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Resume continues a server paused by Stop.
 func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
 
-// Info returns the value of field in INFO section (for example
-// "used_memory" in "memory").
+// Info returns field of INFO section ("used_memory" in "memory").
 func (s *Server) Info(section, field string) string {
 	s.t.Helper()
 	for _, l := range strings.Split(s.Must("INFO", section), "\r\n") {

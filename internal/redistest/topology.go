@@ -10,9 +10,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
-// Sentinels is a master, its replica and three Sentinels watching them
-// under the master set name Name, with a quick failover (the master is
-// considered down after 500ms).
+// Sentinels is a master, its replica and three Sentinels watching them as
+// Name (down after 500 ms).
 type Sentinels struct {
 	Name      string
 	Master    *Server
@@ -43,8 +42,6 @@ func StartSentinels(t testing.TB) *Sentinels {
 			"sentinel failover-timeout "+ss.Name+" 3000",
 			"sentinel parallel-syncs "+ss.Name+" 1"))
 	}
-	// Wait until the replica is in sync and every Sentinel knows it and
-	// the other Sentinels, so a failover can be elected.
 	waitFor(t, 20*time.Second, "replica in sync and sentinels ready", func() bool {
 		if !strings.Contains(ss.Replica.Info("replication", "master_link_status"), "up") {
 			return false
@@ -81,10 +78,8 @@ func (s *Sentinels) MasterAddr() string {
 	return ""
 }
 
-// StartCluster runs n masters (no replicas) joined into a Redis Cluster
-// with `redis-cli --cluster create`, and waits until it is ok. The
-// cluster keeps serving the slots of live masters when one fails
-// (cluster-require-full-coverage no).
+// StartCluster runs a Redis Cluster of n masters, no replicas, with
+// cluster-require-full-coverage no, and waits until it is ok.
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
 	cli := binary(t, "redis-cli")
@@ -117,8 +112,7 @@ func StartCluster(t testing.TB, n int) []*Server {
 	return nodes
 }
 
-// waitFor polls cond every 50ms until it holds, or fails the test after
-// limit.
+// waitFor polls cond every 50 ms, failing the test after limit.
 func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
@@ -130,9 +124,8 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
-// SlotOwners returns, for each of the 16,384 hash slots, the index in
-// nodes of the master serving it (-1: none), per CLUSTER SLOTS of the
-// first node that answers; nil if none answers.
+// SlotOwners returns per hash slot (16384) the index in nodes of its
+// master (-1: none), per CLUSTER SLOTS; nil if no node answers.
 func SlotOwners(nodes []*Server) []int {
 	for _, n := range nodes {
 		v, err := n.Do("CLUSTER", "SLOTS")
@@ -143,8 +136,7 @@ func SlotOwners(nodes []*Server) []int {
 		for i := range owners {
 			owners[i] = -1
 		}
-		// Flattened: start, end, host, port, id per range (masters
-		// only, no replicas: 5 values per range).
+		// start, end, host, port, id per range.
 		f := strings.Split(v, "\n")
 		for i := 0; i+4 < len(f); i += 5 {
 			lo, _ := strconv.Atoi(f[i])

@@ -10,11 +10,9 @@ import (
 // tableSample is how many rows a Table holds to size its columns.
 const tableSample = 1000
 
-// Table writes rows as columns two spaces apart, each cell cleaned as by
-// Line but not trimmed, trailing empty cells dropped. Columns are sized
-// from the header and the first 1,000 rows; later rows are written as they
-// come, a wider cell widening its column from that row on, so memory does
-// not grow with the output. Not safe for concurrent use.
+// Table writes rows as columns two spaces apart, cells cleaned as by Line
+// (untrimmed), sized from the first tableSample rows; a later wider cell
+// widens its column from there on. Not safe for concurrent use.
 type Table struct {
 	bw      *bufio.Writer
 	widths  []int
@@ -43,7 +41,6 @@ func (t *Table) Row(cells ...string) error {
 	return nil
 }
 
-// sized sizes the columns from the rows held and writes them.
 func (t *Table) sized() error {
 	t.widths = []int{}
 	for _, row := range t.pending {

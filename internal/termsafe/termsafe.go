@@ -29,17 +29,14 @@ func Unsafe(r rune) bool {
 	return false
 }
 
-// Line returns s made safe for one line of output: valid UTF-8, tabs as
-// spaces, every other unsafe rune (Unsafe, including CR and LF) replaced
-// by U+FFFD, surrounding space trimmed. It is safe for concurrent use and
-// allocates only when s needs a change.
+// Line returns s made one safe line: tabs as spaces, every other unsafe
+// rune (CR and LF too) as U+FFFD, trimmed. It allocates only for a change.
 func Line(s string) string {
 	return strings.TrimSpace(clean(s, false))
 }
 
-// Text is Line for multi-line text (a message preview, postcat's output):
-// it keeps newlines and tabs, drops carriage returns, replaces every other
-// unsafe rune by U+FFFD, and does not trim.
+// Text is Line for multi-line text: it keeps newlines and tabs, drops CR,
+// and does not trim.
 func Text(s string) string { return clean(s, true) }
 
 func clean(s string, multiline bool) string {
@@ -81,13 +78,9 @@ func safe[T string | []byte](s T) bool {
 	return true
 }
 
-// NewWriter returns a writer that passes what is written to w through
-// Text: every unsafe rune becomes U+FFFD, newlines and tabs stay, carriage
-// returns go. A UTF-8 sequence split across writes is held until its end
-// arrives. The command line wraps its standard output and error with it,
-// so no operator-facing text reaches the terminal raw, whichever field it
-// came from; JSON written through it must escape unsafe runes first
-// (EscapeJSON), so that it passes unchanged. Not safe for concurrent use.
+// NewWriter returns a writer passing what is written to w through Text,
+// holding a UTF-8 sequence split across writes. JSON must be escaped
+// first (EscapeJSON). Not safe for concurrent use.
 func NewWriter(w io.Writer) io.Writer { return &writer{w: w} }
 
 type writer struct {
@@ -97,8 +90,6 @@ type writer struct {
 
 func (t *writer) Write(p []byte) (int, error) {
 	if len(t.pending) == 0 && safe(p) {
-		// The common case (our own text, a log line): written as it is,
-		// without a copy.
 		return t.w.Write(p)
 	}
 	data := p
@@ -121,11 +112,8 @@ func (t *writer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// EscapeJSON returns JSON text js with every unsafe rune that
-// encoding/json leaves raw (DEL, C1 controls, bidirectional controls)
-// written as a \uXXXX escape: the same JSON value, safe to print. Such
-// runes can only occur inside JSON strings, where the escape means the
-// same character.
+// EscapeJSON returns JSON text js with the unsafe runes encoding/json
+// leaves raw (DEL, C1, bidi controls) as \uXXXX: the same value.
 func EscapeJSON(js []byte) []byte {
 	if safe(string(js)) {
 		return js
@@ -143,9 +131,8 @@ func EscapeJSON(js []byte) []byte {
 	return out
 }
 
-// Unwrap returns the writer a NewWriter wraps, or w itself: for output
-// that is data, not text for a terminal (quarantine show --raw, a trace
-// written to standard output), which must reach a file byte for byte.
+// Unwrap returns the writer a NewWriter wraps, or w itself, for output
+// that is data (quarantine show --raw).
 func Unwrap(w io.Writer) io.Writer {
 	if t, ok := w.(*writer); ok {
 		return t.w
@@ -153,9 +140,8 @@ func Unwrap(w io.Writer) io.Writer {
 	return w
 }
 
-// NewJSONWriter returns a writer for a json.Encoder (which writes each
-// value in one Write) that escapes the unsafe runes encoding/json leaves
-// raw (EscapeJSON) before writing to w.
+// NewJSONWriter returns a writer for a json.Encoder (one value a Write)
+// that applies EscapeJSON before writing to w.
 func NewJSONWriter(w io.Writer) io.Writer { return jsonWriter{w} }
 
 type jsonWriter struct{ w io.Writer }

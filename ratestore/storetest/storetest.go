@@ -18,8 +18,7 @@ import (
 // measured by the store under test and by the reference.
 const Tolerance = 1e-12
 
-// Opener returns a new, empty store for one subtest; the store is closed
-// by the opener's own t.Cleanup.
+// Opener returns a new, empty store for one subtest, closed at t.Cleanup.
 type Opener func(t *testing.T) policy.Store
 
 // Run runs the whole suite against the stores open returns.
@@ -57,8 +56,7 @@ func Evaluate(ctx context.Context, st policy.Store, now time.Time, items []polic
 	return out, err
 }
 
-// keys are rate keys of every shape the daemon makes, and a few that a
-// key-value store must escape.
+// keys are rate keys of every shape, some a key-value store must escape.
 var keys = []string{"alice", "bob@example.org", "192.0.2.0/24", "2001:db8::/48", "alice|192.0.2.1", "a}b{c%d", "{x}", ""}
 
 func testContract(t *testing.T, st policy.Store) {
@@ -131,8 +129,7 @@ func testContract(t *testing.T, st policy.Store) {
 	}
 }
 
-// testBurst: a fresh key is allowed exactly limit requests at one instant
-// (which needs expm1, not 1-exp(-x)).
+// testBurst: a fresh key is allowed exactly limit requests at one instant.
 func testBurst(t *testing.T, st policy.Store) {
 	ctx := context.Background()
 	now := time.Unix(1_790_000_000, 5)
@@ -172,8 +169,7 @@ func limitSet(r *rand.Rand, modes []ratelimit.Mode, algs []ratelimit.Algorithm) 
 	return out
 }
 
-// testTrace replays a random trace of stacked requests on st and on the
-// reference, comparing every result and the final states.
+// testTrace replays a random trace on st and the reference, comparing.
 func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, algs []ratelimit.Algorithm, seed uint64) {
 	ctx := context.Background()
 	ref := ratestore.NewMemory(ratestore.MemoryOptions{})
@@ -183,8 +179,6 @@ func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, algs []rat
 	users := keys[:5]
 	overs, stored := 0, 0
 	for step := range 1500 {
-		// Time: bursts at one instant, spacing near the limits' rates,
-		// now and then a pause of several periods.
 		switch x := r.Float64(); {
 		case x < 0.3:
 		case x < 0.97:
@@ -209,8 +203,6 @@ func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, algs []rat
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		// The reference is the function, not the in-memory store's own
-		// StackEvaluator (which is under test too).
 		want := make([]policy.StackResult, len(items))
 		err = policy.EvaluateStack(ctx, ref, now, items, refused, want)
 		if err != nil {
@@ -230,9 +222,7 @@ func testTrace(t *testing.T, st policy.Store, modes []ratelimit.Mode, algs []rat
 			}
 		}
 	}
-	// The trace must exercise both verdicts, and store, unless readonly
-	// (which stores nothing, so EARRRL, measuring before the request,
-	// never goes over).
+	// Readonly stores nothing, so EARRRL never goes over.
 	if modes[0] != ratelimit.Readonly && (overs == 0 || stored == 0) {
 		t.Errorf("trace too tame: %d over, %d stored", overs, stored)
 	}
@@ -270,8 +260,7 @@ func near(a, b float64) bool {
 	return a == b || math.Abs(a-b) <= Tolerance*math.Max(math.Abs(a), math.Abs(b))
 }
 
-// closeDur allows the retry time a nanosecond of rounding besides the
-// relative tolerance: it is rounded up to whole nanoseconds.
+// closeDur compares retry times to Tolerance plus a nanosecond.
 func closeDur(a, b time.Duration) bool {
 	d := a - b
 	if d < 0 {
