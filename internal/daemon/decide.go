@@ -8,6 +8,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
@@ -29,7 +30,7 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) policy.Decisio
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, nil, &dec)
 		} else if req.ProtocolState == policy.StateEndOfMessage {
-			d.q.svc.EndOfMessage(req)
+			d.q.svc.Record(ctx, lifecycle.Message{Request: req}, &policy.Decision{}) // links a held entry to its queue ID
 		}
 	}
 	return dec

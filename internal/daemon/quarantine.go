@@ -54,7 +54,8 @@ type milterQuarantine struct{ d *Daemon }
 
 // Freeze implements milter.Quarantine; the message is fsync'd on return.
 func (m milterQuarantine) Freeze(ctx context.Context, msg *milter.Message, d policy.Decision) (string, error) {
-	return m.d.q.svc.Freeze(ctx, &msg.Request, msg.Recipients, msg.Body, d)
+	d.Action = policy.Freeze
+	return m.d.q.svc.Record(ctx, lifecycle.Message{Request: &msg.Request, Recipients: msg.Recipients, Body: msg.Body}, &d)
 }
 
 // Hold implements milter.Quarantine.
@@ -101,16 +102,11 @@ func (d *Daemon) openQuarantine() error {
 // for policy delegation). When it cannot, *dec becomes 450 4.7.1, counted
 // as hold_record: never a hold no entry tracks.
 func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients []string, dec *policy.Decision) {
-	var err error
-	fault := mta.FaultHoldRecord
+	hold, fault := *dec, mta.FaultHoldRecord
 	if req.Stage == policy.ViaMilter {
-		if _, err = d.q.svc.Hold(ctx, req, recipients, *dec); err != nil {
-			d.log.Error("recording a held message failed: deferring it instead of holding it", "err", err, "queue_id", req.QueueID)
-		}
-		fault = "milter " + fault
-	} else {
-		err = d.q.svc.PolicyHold(ctx, req, dec) // logs its failure
+		hold.Action, fault = policy.Hold, "milter "+fault
 	}
+	_, err := d.q.svc.Record(ctx, lifecycle.Message{Request: req, Recipients: recipients}, &hold) // logs its failure
 	if err != nil {
 		d.metrics.Fault(fault)
 		*dec = policy.Decision{Action: policy.Defer, Code: 450, Enhanced: "4.7.1", Text: "Message cannot be held now, try again later",

@@ -55,13 +55,13 @@ func TestHeldEntryCompletedFromQueue(t *testing.T) {
 	ctx := context.Background()
 	hold := &policy.Decision{Action: policy.Hold, Limit: "hourly", Key: "alice", Rate: 201, Max: 200}
 	// Message 1: held at RCPT, linked at END-OF-MESSAGE (size 2000).
-	e.svc.PolicyHold(ctx, &policy.Request{Instance: "i1", Sender: "alice@example.org", Recipient: "a@example.net",
-		ProtocolState: policy.StateRcpt}, hold)
-	e.svc.EndOfMessage(&policy.Request{Instance: "i1", QueueID: "4F2A1B3C4D", Sender: "alice@example.org", Size: 2000,
-		RecipientCount: 2, ProtocolState: policy.StateEndOfMessage})
+	e.svc.Record(ctx, Message{Request: &policy.Request{Instance: "i1", Sender: "alice@example.org", Recipient: "a@example.net",
+		ProtocolState: policy.StateRcpt}}, hold)
+	e.svc.Record(ctx, Message{Request: &policy.Request{Instance: "i1", QueueID: "4F2A1B3C4D", Sender: "alice@example.org", Size: 2000,
+		RecipientCount: 2, ProtocolState: policy.StateEndOfMessage}}, &policy.Decision{})
 	// Message 2: held at RCPT, no END-OF-MESSAGE request.
-	e.svc.PolicyHold(ctx, &policy.Request{Instance: "i2", Sender: "alice@example.org", Recipient: "c@example.net",
-		ProtocolState: policy.StateRcpt}, hold)
+	e.svc.Record(ctx, Message{Request: &policy.Request{Instance: "i2", Sender: "alice@example.org", Recipient: "c@example.net",
+		ProtocolState: policy.StateRcpt}}, hold)
 	held := func() map[string]quarantine.Entry {
 		es, err := e.q.List(quarantine.Filter{Key: "alice"})
 		if err != nil || len(es) != 2 {
@@ -109,8 +109,7 @@ func TestHeldEntryCompletedFromQueue(t *testing.T) {
 func TestHeldEntryGivenUpAfterAttempts(t *testing.T) {
 	q := &listQueue{files: map[string]string{}}
 	e := newEnv(t, Options{Queue: q})
-	e.svc.PolicyHold(context.Background(), &policy.Request{Sender: "bob@example.org", Recipient: "x@example.net", QueueID: "4A4A4A4A4A"},
-		&policy.Decision{Action: policy.Hold, Limit: "hourly", Key: "bob"})
+	e.svc.Record(context.Background(), Message{Request: &policy.Request{Sender: "bob@example.org", Recipient: "x@example.net", QueueID: "4A4A4A4A4A"}}, &policy.Decision{Action: policy.Hold, Limit: "hourly", Key: "bob"})
 	for range completeAttempts {
 		e.svc.CompleteHeld(context.Background())
 	}

@@ -25,8 +25,8 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func (e *env) hold(t *testing.T, qid string) string {
 	t.Helper()
-	id, err := e.svc.Hold(context.Background(), &policy.Request{Sender: "alice@example.org", QueueID: qid},
-		[]string{"rcpt@example.net"}, policy.Decision{Limit: "tenhold", Key: "alice"})
+	id, err := e.svc.Record(context.Background(), Message{Request: &policy.Request{Sender: "alice@example.org", QueueID: qid}, Recipients: []string{"rcpt@example.net"}},
+		&policy.Decision{Action: policy.Hold, Limit: "tenhold", Key: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}

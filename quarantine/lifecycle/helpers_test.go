@@ -89,8 +89,8 @@ func (e *env) freeze(t *testing.T, sender string, n int) []string {
 	var ids []string
 	for i := range n {
 		msg := mtatest.BuildMessage(sender, "rcpt@example.net", fmt.Sprintf("message %02d", i), "hello\n")
-		id, err := e.svc.Freeze(context.Background(), &policy.Request{Sender: sender, SASLUsername: "alice"},
-			[]string{"rcpt@example.net"}, bytes.NewReader(msg), policy.Decision{Limit: "tenfreeze", Key: "alice", Rate: 11, Max: 10})
+		id, err := e.svc.Record(context.Background(), Message{Request: &policy.Request{Sender: sender, SASLUsername: "alice"}, Recipients: []string{"rcpt@example.net"}, Body: bytes.NewReader(msg)},
+			&policy.Decision{Action: policy.Freeze, Limit: "tenfreeze", Key: "alice", Rate: 11, Max: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -279,41 +279,6 @@ func (s *Service) forget(key string) {
 	s.mu.Unlock()
 }
 
-// PolicyHold is Record of a HOLD (or Freeze) through policy delegation.
-//
-// Deprecated: use Record.
-func (s *Service) PolicyHold(ctx context.Context, req *policy.Request, d *policy.Decision) error {
-	hold := *d
-	if hold.Action != policy.Freeze {
-		hold.Action = policy.Hold
-	}
-	_, err := s.Record(ctx, Message{Request: req}, &hold)
-	return err
-}
-
-// EndOfMessage is Record of a non-hold decision at END-OF-MESSAGE.
-//
-// Deprecated: use Record.
-func (s *Service) EndOfMessage(req *policy.Request) {
-	s.Record(context.Background(), Message{Request: req}, &policy.Decision{})
-}
-
-// Freeze is Record of a milter Freeze.
-//
-// Deprecated: use Record.
-func (s *Service) Freeze(ctx context.Context, req *policy.Request, rcpts []string, body io.ReadSeeker, d policy.Decision) (string, error) {
-	d.Action = policy.Freeze
-	return s.Record(ctx, Message{Request: req, Recipients: rcpts, Body: body}, &d)
-}
-
-// Hold is Record of a milter Hold.
-//
-// Deprecated: use Record.
-func (s *Service) Hold(ctx context.Context, req *policy.Request, rcpts []string, d policy.Decision) (string, error) {
-	d.Action = policy.Hold
-	return s.Record(ctx, Message{Request: req, Recipients: rcpts}, &d)
-}
-
 // Health is the quarantine's part of "ratelimitd status".
 type Health struct {
 	Held   int `json:"held"`

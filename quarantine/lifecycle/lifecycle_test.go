@@ -118,8 +118,7 @@ func TestInterruptedThawNeedsForce(t *testing.T) {
 func TestPolicyHoldRefusesForgedQueueID(t *testing.T) {
 	e := newEnv(t, Options{Queue: &postfix.Queue{DeleteCommand: []string{"false", "{queue_id}"}}})
 	for _, qid := range []string{"ALL", "-", "4F2A1; reboot"} {
-		e.svc.PolicyHold(context.Background(), &policy.Request{QueueID: qid, Instance: "i-" + qid, Sender: "m@example.org"},
-			&policy.Decision{Limit: "hold", Key: "mallory"})
+		e.svc.Record(context.Background(), Message{Request: &policy.Request{QueueID: qid, Instance: "i-" + qid, Sender: "m@example.org"}}, &policy.Decision{Action: policy.Hold, Limit: "hold", Key: "mallory"})
 	}
 	es, err := e.q.List(quarantine.Filter{Key: "mallory"})
 	if err != nil || len(es) != 3 {

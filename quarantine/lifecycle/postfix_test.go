@@ -75,8 +75,8 @@ func TestThawHeldSchedulesDelivery(t *testing.T) {
 	pf := startHoldingPostfix(t, sink)
 	ids := sendHeld(t, pf, "alice", 1)
 	e := newEnv(t, Options{Queue: &postfix.Queue{ReleaseCommands: postfixCommands(pf), ListCommand: listPostfix(pf)}})
-	id, err := e.svc.Hold(context.Background(), &policy.Request{Sender: "alice@example.org", QueueID: ids[0]},
-		[]string{"rcpt@example.net"}, policy.Decision{Limit: "tenhold", Key: "alice"})
+	id, err := e.svc.Record(context.Background(), Message{Request: &policy.Request{Sender: "alice@example.org", QueueID: ids[0]}, Recipients: []string{"rcpt@example.net"}},
+		&policy.Decision{Action: policy.Hold, Limit: "tenhold", Key: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
