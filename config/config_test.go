@@ -135,7 +135,7 @@ func TestNoLimitsMustBeExplicit(t *testing.T) {
 		"empty file":   "",
 		"only comment": "# nothing here\n",
 		"server only":  "[server]\nstate_dir = \"/tmp/x\"\n",
-		"policy only":  "[policy]\nstages = [\"RCPT\"]\n",
+		"policy only":  "[policy]\non_full = \"defer\"\n",
 	} {
 		_, err := config.Parse([]byte(text), "empty.toml")
 		if !errors.Is(err, config.ErrInvalid) {

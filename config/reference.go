@@ -64,7 +64,6 @@ var keys = []key{
 	{name: "policy.on_full", note: `"defer"`, doc: "Answer to a new sender when the key table (server.max_keys) is full of keys over or near their limit, which are never evicted: defer (450 4.7.1, logged and counted as a fault) or dunno (let it through unmeasured)."},
 	{name: "policy.warn_header", note: `"X-Ratelimitd-Warning"`, doc: "Header a warn limit prepends; \"\" means warn only logs."},
 	{name: "policy.limits", doc: "\"none\" runs without any [[limit]] on purpose; without it a file with no [[limit]] is refused."},
-	{name: "policy.stages", doc: "Obsolete and ignored (config check says so): the protocol states asked at are learned."},
 	{name: "policy.exempt.networks", def: `[]`, doc: "Client addresses or prefixes never limited."},
 	{name: "policy.exempt.users", def: `[]`, doc: "SASL user names never limited (case-insensitive)."},
 	{name: "policy.exempt.senders", def: `[]`, doc: "Envelope senders (\"news@example.org\") or domains (\"@example.org\") never limited (case-insensitive)."},

@@ -310,11 +310,11 @@ func TestCountingHoldAtRcpt(t *testing.T) {
 // Required behaviour 7: the daemon learns the stages it is asked at and says
 // in plain words when a limit cannot count as hooked.
 func TestCountingLearnsStagesAndAdvises(t *testing.T) {
-	c := policy.Config{Stages: []string{"RCPT"}, Limits: []policy.LimitConfig{
+	c := policy.Config{Limits: []policy.LimitConfig{
 		{Name: "bytes", Key: []string{"sasl_username"}, Limit: 1 << 20, Period: policy.Duration(time.Hour), Per: "byte"},
 	}}
 	adv := strings.Join(policy.ConfigAdvice(c), "\n")
-	if !strings.Contains(adv, "policy.stages is no longer used") || !strings.Contains(adv, "smtpd_end_of_data_restrictions") {
+	if !strings.Contains(adv, "smtpd_end_of_data_restrictions") {
 		t.Fatalf("config advice:\n%s", adv)
 	}
 	e := newEngine(t, c)

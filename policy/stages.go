@@ -156,10 +156,6 @@ func (e *Engine) Advice() []string {
 // ConfigAdvice returns the warnings about c alone (config check, start).
 func ConfigAdvice(c Config) []string {
 	var out []string
-	if len(c.Stages) > 0 {
-		out = append(out, "policy.stages is no longer used and is ignored: the daemon learns the protocol states "+
-			"it is asked at and counts each message once whatever they are; remove it")
-	}
 	form := c.keyForm(func(string, string, ...any) {})
 	for _, l := range c.Limits {
 		out = append(out, foldedOverrides(l, form)...)
