@@ -17,14 +17,11 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Tick flushes, sweeps every SweepInterval and starts a compaction when
+// Tick sweeps every SweepInterval, flushes (the sweep's deletions too, so
+// the last Tick leaves the file as memory is) and starts a compaction when
 // due (statedb.Flusher). It returns the flush's error.
 func (p *Persistent) Tick() error {
 	if p.opts.ReadOnly {
-		return nil
-	}
-	err := p.Flush()
-	if errors.Is(err, ErrClosed) {
 		return nil
 	}
 	if p.sweeps() && time.Since(p.lastSweep) >= p.opts.SweepInterval {
@@ -32,6 +29,10 @@ func (p *Persistent) Tick() error {
 		if n := p.Sweep(); n > 0 {
 			p.log.Debug("swept negligible rate states", "count", n)
 		}
+	}
+	err := p.Flush()
+	if errors.Is(err, ErrClosed) {
+		return nil
 	}
 	if p.compactDue() && p.compacting.CompareAndSwap(false, true) {
 		go func() {
