@@ -179,6 +179,7 @@ log_level = "info"
 			<-exited
 		}
 		if t.Failed() {
+			t.Logf("daemon %s log, warnings and errors:\n%s", d.PolicyAddr, d.logLevels(40))
 			t.Logf("daemon %s log (tail):\n%s", d.PolicyAddr, d.logTail(4000))
 		}
 	})
@@ -209,6 +210,21 @@ func (d *daemon) status() (admin.Status, error) {
 }
 
 // logTail is the last n bytes of the daemon's output.
+// logLevels returns the first n WARN and ERROR lines of d's log.
+func (d *daemon) logLevels(n int) string {
+	b, err := os.ReadFile(d.log)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if len(out) < n && (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 func (d *daemon) logTail(n int) string {
 	b, err := os.ReadFile(d.log)
 	if err != nil {
