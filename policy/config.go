@@ -208,7 +208,9 @@ func compile(c Config) (*compiled, error) {
 			bad(at+".name", "%q is used twice", lc.Name)
 		}
 		seen[lc.Name] = true
-		out.limits = append(out.limits, compileLimit(lc, at, out.form, bad))
+		l := compileLimit(lc, at, out.form, bad)
+		l.idx = i
+		out.limits = append(out.limits, l)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Action is what the MTA is told, ordered by strictness (Reject > Defer >
-// Freeze > Hold > Warn > Pass); the zero value is Pass.
+// Action is what the MTA is told when a limit is over; the zero value is
+// Pass. Actions are not ranked: the first limit of the stack that answers
+// (Answers) decides (docs/limits.md, "Escalation").
 type Action uint8
 
 const (
@@ -38,8 +39,19 @@ func ParseAction(s string) (Action, error) {
 	return 0, fmt.Errorf("%w: %q (want pass, warn, hold, freeze, defer or reject)", ErrUnknownAction, s)
 }
 
-// Admits reports whether a lets the message on (Pass, Warn).
+// Admits reports whether a lets the message on to delivery now (Pass,
+// Warn).
 func (a Action) Admits() bool { return a <= Warn }
+
+// Answers reports whether a limit over with action a decides the stack's
+// answer (Hold, Freeze, Defer, Reject); Pass and Warn are measure-only and
+// dry runs, so the ladder goes on past them.
+func (a Action) Answers() bool { return a > Warn }
+
+// Refuses reports whether the MTA refuses the message (Defer, Reject), so
+// the sender must try it again; a held or frozen message is accepted and
+// kept, and counts as admitted for leaky limits.
+func (a Action) Refuses() bool { return a == Defer || a == Reject }
 
 // Measure is one limit's measurement of one request; rates in cost per
 // period.
@@ -72,7 +84,7 @@ type Decision struct {
 	Max        float64
 	Period     time.Duration
 	RetryAfter time.Duration
-	Measures   []Measure // every limit that applied, in order
+	Measures   []Measure // every limit that applied, in stack order
 	// Fault is set on a fail-open Pass after a store fault or panic, or
 	// when some limits could not be measured; it is logged and counted.
 	Fault error

@@ -29,6 +29,7 @@ const (
 // limit is one compiled [[limit]].
 type limit struct {
 	name      string
+	idx       int // its place in the stack, from 0
 	key       []string
 	per       int
 	rl        ratelimit.Limit
@@ -133,8 +134,10 @@ func messageState(s string) bool {
 
 // Evaluate decides req at now: its message (charged once per limit
 // whatever stages the MTA asks at, docs/limits.md), the limits that apply,
-// the store's measure, the strictest action; a message's requests share
-// its verdict, combined with their own per_rcpt one. A store fault is a
+// the store's measure; the first over limit in stack order whose action
+// answers decides (docs/limits.md, "Escalation"), a warning only if none
+// does. A message's requests share its verdict, combined in the same
+// order with their own per_rcpt one. A store fault is a
 // Pass with Fault set, or the fault table's answer (faultAnswer).
 // Measures is nil under Config.OmitMeasures. Safe for concurrent use; a
 // panic is left to the front end.
@@ -180,7 +183,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		refusedMsg, doneMsg = finish(m, req, d.Action)
 		return d
 	}
-	out, err := e.measure(ctx, now, items, !prev.Action.Admits(), sc)
+	out, err := e.measure(ctx, now, items, prev.Action.Refuses(), sc)
 	if err != nil {
 		// Nothing decided: fail open, bookkeeping untouched.
 		d = Decision{Reason: "rate store error, failing open", Fault: err}
@@ -198,17 +201,17 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	msgDecisive, rcptDecisive, fault := decisive(probes, items, out, measures)
 	var msgVerdict Decision
 	switch {
-	case prev.Action != Pass && (msgDecisive < 0 || prev.Action >= probes[msgDecisive].l.action):
+	case prev.Action != Pass && (msgDecisive < 0 || !c.before(probes[msgDecisive].l, prev)):
 		msgVerdict = prev
 		msgVerdict.Repeated = true
 	case msgDecisive >= 0:
 		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result)
 	}
 	final := msgVerdict
-	if rcptDecisive >= 0 && probes[rcptDecisive].l.action > msgVerdict.Action {
+	if rcptDecisive >= 0 && c.before(probes[rcptDecisive].l, msgVerdict) {
 		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result)
 	}
-	admitted := final.Action.Admits()
+	admitted := !final.Action.Refuses()
 	for i := range items {
 		if out[i].Err == nil {
 			probes[i].commit(state, &items[i], admitted)
@@ -281,7 +284,7 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		if l.per == perAddr {
 			cost = e.addrCost(ctx, now, l, key, req, cost, &p)
 		}
-		it := StackItem{Limit: l.name, Key: key, Params: l.rl, Cost: cost, Count: count, Refuses: !l.action.Admits()}
+		it := StackItem{Limit: l.name, Key: key, Params: l.rl, Cost: cost, Count: count, Refuses: l.action.Refuses()}
 		if v, ok := l.override(key); ok {
 			it.Params = overridden(it.Params, v)
 		}
@@ -309,12 +312,12 @@ func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, 
 }
 
 // decisive returns the index of the limit deciding the message's verdict
-// (strictest over per_mail, per_byte, per_conn; then longest retry) and of
-// the one deciding the per_rcpt verdict, -1 for none, and the first item
-// error; measures, if not nil, gets every Measure.
+// (over per_mail, per_byte, per_conn) and of the one deciding the per_rcpt
+// verdict, -1 for none, and the first item error; measures, if not nil,
+// gets every Measure. Each is the first over limit in stack order whose
+// action answers (Action.Answers), else the first over one (a warning).
 func decisive(probes []probe, items []StackItem, out []StackResult, measures []Measure) (msgDecisive, rcptDecisive int, fault error) {
 	msgDecisive, rcptDecisive = -1, -1
-	msgAction, rcptAction := Pass, Pass
 	for i := range items {
 		it, r, p := &items[i], &out[i], &probes[i]
 		var ms *Measure
@@ -338,15 +341,34 @@ func decisive(probes []probe, items []StackItem, out []StackResult, measures []M
 		if ms != nil {
 			ms.Action = p.l.action
 		}
-		act, dec := &msgAction, &msgDecisive
+		dec := &msgDecisive
 		if p.per == perRcpt {
-			act, dec = &rcptAction, &rcptDecisive
+			dec = &rcptDecisive
 		}
-		if p.l.action > *act || (*dec >= 0 && p.l.action == *act && r.Result.RetryAfter > out[*dec].Result.RetryAfter) {
-			*act, *dec = p.l.action, i
+		if *dec < 0 || (p.l.action.Answers() && !probes[*dec].l.action.Answers()) {
+			*dec = i
 		}
 	}
 	return msgDecisive, rcptDecisive, fault
+}
+
+// before reports whether limit l, over, decides ahead of the verdict d:
+// d does not answer and l's action does, or both answer (or both warn)
+// and l comes first in the stack. A verdict of a limit no longer in the
+// stack keeps its place ahead of every limit.
+func (c *compiled) before(l *limit, d Decision) bool {
+	if d.Action == Pass {
+		return true
+	}
+	if l.action.Answers() != d.Action.Answers() {
+		return l.action.Answers()
+	}
+	for i := range c.limits {
+		if c.limits[i].name == d.Limit {
+			return l.idx < i
+		}
+	}
+	return false
 }
 
 // finish says how a decided request ends its message's bookkeeping: a

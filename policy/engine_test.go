@@ -141,28 +141,6 @@ func TestUnauthenticatedNotCounted(t *testing.T) {
 	}
 }
 
-func TestStrictestActionWins(t *testing.T) {
-	c := policy.Config{Limits: []policy.LimitConfig{
-		{Name: "warn", Key: []string{"sender"}, Limit: 1, Period: policy.Duration(time.Hour), Action: "warn"},
-		{Name: "hold", Key: []string{"sender"}, Limit: 2, Period: policy.Duration(time.Hour), Action: "hold", Mode: "strict"},
-		{Name: "reject", Key: []string{"sender_domain"}, Limit: 3, Period: policy.Duration(time.Hour), Action: "reject", Mode: "strict"},
-	}}
-	e := newEngine(t, c)
-	want := []policy.Action{policy.Pass, policy.Warn, policy.Hold, policy.Reject, policy.Reject}
-	for i, w := range want {
-		d := e.Evaluate(context.Background(), t0, eom("dave"))
-		if d.Action != w {
-			t.Fatalf("message %d: %v, want %v (%s)", i+1, d.Action, w, d.Reason)
-		}
-		if w == policy.Warn && !strings.HasPrefix(d.Header, "X-Ratelimitd-Warning: limit=warn") {
-			t.Fatalf("warn header %q", d.Header)
-		}
-		if w == policy.Reject && (d.Code != 550 || d.Enhanced != "5.7.1") {
-			t.Fatalf("reject codes %+v", d)
-		}
-	}
-}
-
 // A leaky limit counts a request only if the whole stack admitted it.
 func TestLeakyCountsOnlyAdmitted(t *testing.T) {
 	c := policy.Config{Limits: []policy.LimitConfig{

@@ -29,9 +29,11 @@ type StackItem struct {
 	Params     ratelimit.Limit // after overrides
 	Cost       float64         // in the limit's unit, >= 0
 	Count      bool            // charged; false: measured only
-	// Refuses: the limit's action keeps the message from delivery; an
-	// over item that refuses means the stack did not admit the request
-	// (Exim specification, "Rate limiting": leaky mode).
+	// Refuses: the limit's action has the MTA refuse the message
+	// (Action.Refuses: defer, reject); an over item that refuses means
+	// the stack did not admit the request (Exim specification, "Rate
+	// limiting": leaky mode). A held or frozen message is admitted: the
+	// MTA accepted it and keeps it.
 	Refuses bool
 }
 

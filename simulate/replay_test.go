@@ -15,15 +15,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
-// stacked is a stack whose four limits fire one after the other for one
-// sender: warn at 1, hold at 2, reject at 3 per hour (as in the engine's
-// TestStrictestActionWins), plus a per-client limit that never fires.
+// stacked is a stack whose four limits answer one after the other for one
+// sender: warn at 1, hold at 2, reject at 3 per hour (the reject limit
+// written first, so it answers once it is over), plus a per-client limit
+// that never fires.
 func stacked(t *testing.T) *policy.Engine {
 	t.Helper()
 	c := policy.Config{Limits: []policy.LimitConfig{
 		{Name: "warn", Key: []string{"sender"}, Limit: 1, Period: policy.Duration(time.Hour), Action: "warn"},
-		{Name: "hold", Key: []string{"sender"}, Limit: 2, Period: policy.Duration(time.Hour), Action: "hold", Mode: "strict"},
 		{Name: "reject", Key: []string{"sender_domain"}, Limit: 3, Period: policy.Duration(time.Hour), Action: "reject", Mode: "strict"},
+		{Name: "hold", Key: []string{"sender"}, Limit: 2, Period: policy.Duration(time.Hour), Action: "hold", Mode: "strict"},
 		{Name: "client", Key: []string{"client_address"}, Limit: 1000, Period: policy.Duration(24 * time.Hour)},
 	}}
 	e, err := policy.NewEngine(c, ratestore.NewMemory(ratestore.MemoryOptions{}))
@@ -80,12 +81,13 @@ func TestSummaryCountsEveryAction(t *testing.T) {
 		d.Refused() != 3 || d.RefusedBy != "hold" || d.RefusedAfter != 0 {
 		t.Errorf("dave %+v", d)
 	}
-	// The leaky warn limit stores only admitted requests (pass, warn): its
-	// highest measured rate is the hold attempt on top of those two.
-	if p := d.Peaks[0]; !p.Measured || p.Limit != "warn" || p.Rate < 2.99 || p.Rate > 3.01 || p.Max != 1 {
+	// The leaky warn limit stores only admitted requests (pass, warn,
+	// hold): its highest measured rate is the first rejected attempt on
+	// top of those three.
+	if p := d.Peaks[0]; !p.Measured || p.Limit != "warn" || p.Rate < 3.99 || p.Rate > 4.01 || p.Max != 1 {
 		t.Errorf("dave warn peak %+v", p)
 	}
-	if d.Peaks[2].Measured || d.Peaks[3].Measured {
+	if d.Peaks[1].Measured || d.Peaks[3].Measured {
 		t.Errorf("dave is not a domain or a client: %+v", d.Peaks)
 	}
 	if c := summaryOf(s, "192.0.2.9"); c.Requests != 6 || c.Refused() != 3 {
@@ -169,7 +171,7 @@ func TestDecisionWriters(t *testing.T) {
 		case simulate.OutputJSONL:
 			var d simulate.DecisionRecord
 			if err := json.Unmarshal([]byte(lines[2]), &d); err != nil || d.Action != "reject" || d.Code != 550 ||
-				len(d.Measures) != 4 || d.Measures[2].Key != "example.org" || !d.Measures[2].Over {
+				len(d.Measures) != 4 || d.Measures[1].Key != "example.org" || !d.Measures[1].Over {
 				t.Errorf("jsonl %+v %v", d, err)
 			}
 		}
