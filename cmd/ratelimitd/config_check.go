@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -42,14 +43,16 @@ func newConfigCmd(opts *rootOptions) *cobra.Command {
 				return reportConfigErrors(cmd.ErrOrStderr(), err)
 			}
 			advice := policy.ConfigAdvice(f.PolicyConfig())
+			warnings := append(policy.LadderWarnings(f.PolicyConfig()), f.Warnings()...)
 			if asJSON {
-				return cliout.JSON(cmd.OutOrStdout(), cliout.NewConfigReport(f.Source, eng, append(advice, f.Warnings()...)))
+				return cliout.JSON(cmd.OutOrStdout(), cliout.NewConfigReport(f.Source, eng, append(advice, warnings...)))
 			}
 			cliout.Limits(cmd.OutOrStdout(), f.Source, eng)
+			printLadders(cmd.OutOrStdout(), eng.Ladders())
 			for _, a := range advice {
 				fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", a)
 			}
-			for _, w := range f.Warnings() {
+			for _, w := range warnings {
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w)
 			}
 			if f.NoLimits {
@@ -71,4 +74,26 @@ func reportConfigErrors(w io.Writer, err error) error {
 		fmt.Fprintln(w, l)
 	}
 	return fmt.Errorf("configuration is not valid (%d problems)", len(lines))
+}
+
+// printLadders prints each ladder of the stack: its key and cost unit, then
+// its limits in stack order, the first of which over a request answers.
+func printLadders(w io.Writer, lds []policy.Ladder) {
+	for _, ld := range lds {
+		fmt.Fprintf(w, "\nladder %s, per %s (the first limit over a request that answers decides):\n", strings.Join(ld.Key, "+"), ld.Per)
+		for i, s := range ld.Steps {
+			var tail []string
+			tail = append(tail, s.Mode)
+			if len(s.Via) > 0 {
+				tail = append(tail, "via "+strings.Join(s.Via, ", "))
+			}
+			if !s.Action.Answers() {
+				tail = append(tail, "dry run: the ladder goes on")
+			}
+			if s.Shadowed != "" {
+				tail = append(tail, "never answers: "+s.Shadowed+" refuses first")
+			}
+			fmt.Fprintf(w, "  %d. %s (%s)\n", i+1, s, strings.Join(tail, "; "))
+		}
+	}
 }

@@ -1,0 +1,204 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/ratelimit"
+)
+
+// Step is one limit's place in its Ladder.
+type Step struct {
+	Limit  string
+	Action Action
+	Max    float64       // the limit in cost per Period, before overrides
+	Period time.Duration // the limit's period
+	Mode   string        // leaky, strict, forgiving, readonly
+	Via    []string      // the front ends that measure it; empty: all
+	// Shadowed names the earlier limit of the ladder that answers first at
+	// a threshold no higher, in count and in rate, so this one never
+	// answers; empty if it can.
+	Shadowed string
+}
+
+// Ladder is the limits of a stack over one key and cost unit, in stack
+// order: of those over a request, the first whose action answers decides
+// (Exim's ACL statements and postfwd's rules are evaluated the same way).
+type Ladder struct {
+	Key   []string // the key attributes, as configured
+	Per   string   // the cost unit: mail, rcpt, byte, conn, addr
+	Steps []Step
+}
+
+// actionVerbs says, per Action, what a limit does above its threshold.
+var actionVerbs = [...]string{"measures", "warns", "holds", "freezes", "defers", "rejects"}
+
+// String is the step as config check prints it: "hourly defers above
+// 200/h", "daily freezes above 1,000/24h".
+func (s Step) String() string {
+	verb := s.Action.String()
+	if int(s.Action) < len(actionVerbs) {
+		verb = actionVerbs[s.Action]
+	}
+	return fmt.Sprintf("%s %s above %s", s.Limit, verb, perPeriod(s.Max, s.Period))
+}
+
+// perPeriod prints a threshold: "200/h", "1,000/24h".
+func perPeriod(max float64, period time.Duration) string {
+	p := human.Duration(period)
+	if period == time.Hour {
+		p = "h"
+	}
+	return thousands(max) + "/" + p
+}
+
+// thousands prints f as human.Number does, with "," between thousands.
+func thousands(f float64) string {
+	s := human.Number(f)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	whole, frac, _ := strings.Cut(s, ".")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if frac != "" {
+		b.WriteString("." + frac)
+	}
+	return b.String()
+}
+
+// Ladders returns c's limits grouped by key and cost unit, in the order of
+// each ladder's first limit; the error is Check's.
+func Ladders(c Config) ([]Ladder, error) {
+	cc, err := compile(c)
+	if err != nil {
+		return nil, err
+	}
+	return cc.ladders(), nil
+}
+
+// Ladders returns the engine's stack as Ladders would.
+func (e *Engine) Ladders() []Ladder { return e.cfg.Load().ladders() }
+
+// ladders groups c's limits by key and cost unit and marks shadowed steps.
+func (c *compiled) ladders() []Ladder {
+	var out []Ladder
+	var of [][]*limit // the limits of out[i]
+	for i := range c.limits {
+		l := &c.limits[i]
+		j := slices.IndexFunc(out, func(ld Ladder) bool {
+			return ld.Per == perNames[l.per] && slices.Equal(ld.Key, l.key)
+		})
+		if j < 0 {
+			out = append(out, Ladder{Key: l.key, Per: perNames[l.per]})
+			of = append(of, nil)
+			j = len(out) - 1
+		}
+		s := Step{Limit: l.name, Action: l.action, Max: l.rl.Limit, Period: l.rl.Period, Mode: l.rl.Mode.String(), Via: l.via}
+		for _, a := range of[j] {
+			if shadows(a, l) {
+				s.Shadowed = a.name
+				break
+			}
+		}
+		out[j].Steps = append(out[j].Steps, s)
+		of[j] = append(of[j], l)
+	}
+	return out
+}
+
+// shadows reports whether a, earlier in the stack over the same key and
+// cost unit, is over whenever b is, and answers: it is measured wherever
+// b is, has no overrides, and its threshold is no higher both as a count
+// (a burst) and as a rate per unit of time (a steady sender).
+func shadows(a, b *limit) bool {
+	if !a.action.Answers() || b.action == Pass || len(a.overrides) > 0 {
+		return false
+	}
+	if a.rl.Algorithm == ratelimit.Baseline || b.rl.Algorithm == ratelimit.Baseline {
+		return false
+	}
+	if len(a.via) > 0 && (len(b.via) == 0 || slices.ContainsFunc(b.via, func(v string) bool { return !slices.Contains(a.via, v) })) {
+		return false
+	}
+	return a.rl.Limit <= b.rl.Limit && a.rl.Limit*float64(b.rl.Period) <= b.rl.Limit*float64(a.rl.Period)
+}
+
+// LadderWarnings returns config check's warnings about c's ladders: a
+// limit that never answers because an earlier one refuses first, and a
+// limit measured only by the milter that never counts the attempts policy
+// delegation refuses first (Postfix asks smtpd_*_restrictions, and so the
+// policy service, before the milters at each stage). Nil if c does not
+// validate.
+func LadderWarnings(c Config) []string {
+	cc, err := compile(c)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ld := range cc.ladders() {
+		for _, s := range ld.Steps {
+			if s.Shadowed == "" {
+				continue
+			}
+			a := cc.limits[slices.IndexFunc(cc.limits, func(l limit) bool { return l.name == s.Shadowed })]
+			out = append(out, fmt.Sprintf("limit %s can never answer: %s, earlier over the same key and counting, %s first",
+				s.Limit, s.Shadowed, strings.TrimPrefix(Step{Limit: a.name, Action: a.action, Max: a.rl.Limit, Period: a.rl.Period}.String(), a.name+" ")))
+		}
+	}
+	for i := range cc.limits {
+		b := &cc.limits[i]
+		if len(b.via) == 0 || slices.Contains(b.via, ViaPolicy) || b.rl.Mode == ratelimit.Leaky {
+			continue
+		}
+		for j := range cc.limits {
+			a := &cc.limits[j]
+			if !a.action.Refuses() || (len(a.via) > 0 && !slices.Contains(a.via, ViaPolicy)) {
+				continue
+			}
+			out = append(out, fmt.Sprintf("limit %s (%s, via %s) never counts the attempts %s %s through policy delegation: "+
+				"Postfix asks the policy service before the milter, so the milter never sees them; "+
+				"measure both on one front end (via = [%s] for %s too) to count them",
+				b.name, b.rl.Mode, strings.Join(b.via, ", "), a.name, actionVerbs[a.action], strconv.Quote(b.via[0]), a.name))
+		}
+	}
+	return out
+}
+
+// NextStep says what comes after limit name in its ladder, for a sender it
+// answered: the step that answers at the next higher threshold ("daily
+// freezes above 1,000/24h"), or "" if name is its ladder's last step or
+// not in the stack.
+func (e *Engine) NextStep(name string) string {
+	c := e.cfg.Load()
+	i := slices.IndexFunc(c.limits, func(l limit) bool { return l.name == name })
+	if i < 0 {
+		return ""
+	}
+	cur := &c.limits[i]
+	var next *limit
+	for j := range c.limits {
+		l := &c.limits[j]
+		if j == i || l.per != cur.per || !slices.Equal(l.key, cur.key) || !l.action.Answers() || l.rl.Limit <= cur.rl.Limit {
+			continue
+		}
+		if next == nil || l.rl.Limit < next.rl.Limit {
+			next = l
+		}
+	}
+	if next == nil {
+		return ""
+	}
+	return Step{Limit: next.name, Action: next.action, Max: next.rl.Limit, Period: next.rl.Period}.String()
+}
