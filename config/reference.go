@@ -25,7 +25,7 @@ var tables = []struct{ Name, Doc string }{
 	{"server", "Where the daemon listens and keeps its state."},
 	{"policy", "What is limited: client subnets, the warn header, the no-limits switch."},
 	{"policy.exempt", "Who is never limited."},
-	{"limit", "One `[[limit]]` table per limit; the stack is evaluated in order. At least one is required unless `[policy] limits = \"none\"`."},
+	{"limit", "One `[[limit]]` table per limit, an ordered list: of the limits over a request, the first in file order whose action answers (`hold`, `freeze`, `defer`, `reject`; `warn` is a dry run) decides (docs/limits.md, \"Escalation\"). At least one is required unless `[policy] limits = \"none\"`."},
 	{"store", "Where rate state lives: this host (memory and the BoltDB file) or Redis, shared by several MTAs (docs/redis.md)."},
 	{"quarantine", "Held and frozen mail: storage, release, expiry (docs/operations.md). In a command, `{queue_id}` is replaced by the message's queue ID, always a valid Postfix or Exim queue ID; commands run without a shell."},
 	{"milter", "The milter front end, needed to freeze (docs/postfix.md)."},
