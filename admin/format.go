@@ -33,3 +33,27 @@ func ConversionNote(k policy.KeyRate) string {
 	}
 	return note
 }
+
+// answered is what an answering limit did to a message, by action name.
+var answered = map[string]string{"hold": "held", "freeze": "frozen", "defer": "deferred", "reject": "rejected"}
+
+// AnswerLine says which limit of kr (Engine.Lookup's, one key) answers the
+// key's next request and its ladder's next step: "deferred by hourly;
+// daily freezes above 1,000/24h"; "" when no limit refuses it.
+func AnswerLine(kr []policy.KeyRate) string {
+	for _, k := range kr {
+		if !k.Answers {
+			continue
+		}
+		verb := answered[k.Action]
+		if verb == "" {
+			verb = k.Action
+		}
+		line := verb + " by " + k.Limit
+		if k.NextStep != "" {
+			line += "; " + k.NextStep
+		}
+		return line
+	}
+	return ""
+}

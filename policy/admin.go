@@ -79,15 +79,23 @@ type KeyRate struct {
 	Cap      float64 `json:"cap,omitempty"`
 	// Converted: the state was converted from earlier parameters.
 	Converted *ConvertedView `json:"converted,omitempty"`
+	// Answers (Lookup only): this limit answers the key's next request,
+	// the first refusing one in stack order whose action answers; Action
+	// is its action and NextStep its ladder's next step (Engine.NextStep).
+	Answers  bool   `json:"answers,omitempty"`
+	Action   string `json:"action,omitempty"`
+	NextStep string `json:"next_step,omitempty"`
 }
 
 // Lookup returns, for every limit with state for key (in any spelling:
-// made canonical first), the key's rate decayed to now. Errors are the
-// store's.
+// made canonical first), the key's rate decayed to now, in stack order,
+// the limit that would answer its next request marked (KeyRate.Answers).
+// Errors are the store's.
 func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRate, error) {
 	c := e.cfg.Load()
 	key = c.form.Key(key)
 	var out []KeyRate
+	answered := false
 	for i := range c.limits {
 		l := &c.limits[i]
 		s, err := e.store.Get(ctx, l.name, key)
@@ -97,7 +105,12 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 		if s.IsZero() {
 			continue
 		}
-		out = append(out, l.view(key, s, now, e.conversion(l.name), true))
+		kr := l.view(key, s, now, e.conversion(l.name), true)
+		if kr.Refusing && l.action.Answers() && !answered {
+			answered = true
+			kr.Answers, kr.Action, kr.NextStep = true, l.action.String(), c.nextStep(i)
+		}
+		out = append(out, kr)
 	}
 	return out, nil
 }

@@ -186,6 +186,11 @@ func (e *Engine) NextStep(name string) string {
 	if i < 0 {
 		return ""
 	}
+	return c.nextStep(i)
+}
+
+// nextStep is NextStep of c.limits[i].
+func (c *compiled) nextStep(i int) string {
 	cur := &c.limits[i]
 	var next *limit
 	for j := range c.limits {

@@ -31,6 +31,7 @@ var funcs = template.FuncMap{
 	"ago":      ago,
 	"num":      human.Number,
 	"rate":     admin.FormatKeyRate,
+	"answer":   admin.AnswerLine,
 	"dur":      dur,
 	"keyURL":   func(k string) string { return "/keys/" + url.PathEscape(k) },
 	"chartURL": func(k string) string { return "/chart.png?key=" + url.QueryEscape(k) },

@@ -155,6 +155,9 @@ func TestCLIOperations(t *testing.T) {
 	if f := strings.Fields(strings.Split(out, "\n")[1]); len(f) < 5 || f[2] != "4" || f[3] != "2" {
 		t.Errorf("rate show: want holly's rate and max printed rounded: 4 and 2:\n%s", out)
 	}
+	if !strings.Contains(out, "\nnext message: held by hourly\n") {
+		t.Errorf("rate show does not say which limit answers:\n%s", out)
+	}
 
 	// Two held messages: delete asks, and "n" or no answer deletes nothing.
 	for _, stdin := range []string{"n\n", ""} {

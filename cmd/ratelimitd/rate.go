@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/plural"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -52,6 +53,9 @@ func newRateShowCmd(opts *rootOptions) *cobra.Command {
 				return nil
 			}
 			cliout.Rates(cmd.OutOrStdout(), kr)
+			if line := admin.AnswerLine(kr); line != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "next message: %s\n", termsafe.Line(line))
+			}
 			return nil
 		},
 	}
