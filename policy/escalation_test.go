@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -54,63 +53,50 @@ func checkLadder(t *testing.T, name string, got, want []policy.Action) {
 	}
 }
 
-// TestLadderHoldAboveDeferWrittenFirst: [hold 8/h strict, defer 5/h leaky]
-// answers DUNNO 1–5, DEFER 6–8 (the hold limit counts the deferred
-// attempts), HOLD from 9 (the hold limit is first); repeated for several
-// senders so one's state does not leak into another's.
-func TestLadderHoldAboveDeferWrittenFirst(t *testing.T) {
-	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{
-		ladderLimit("hold", "hold", "strict", 8),
-		ladderLimit("hourly", "defer", "leaky", 5),
-	}})
-	for _, user := range []string{"dave", "erin", "fred"} {
-		checkLadder(t, user, answers(t, e, user, 14),
-			want(14, []int{1, 6, 9}, []policy.Action{policy.Pass, policy.Defer, policy.Hold}))
-		if r := rateOf(t, e, t0, user, "hold"); !near(r, 14) {
-			t.Fatalf("%s: strict hold rate %v, want 14", user, r)
-		}
-		// Messages 9–14 were held while the hourly limit was over them:
-		// as a request it would defer, it does not count them.
-		if r := rateOf(t, e, t0, user, "hourly"); !near(r, 5) {
-			t.Fatalf("%s: leaky hourly rate %v, want 5", user, r)
-		}
+// TestLadderAnswers: ladders of one user's limits, each played by several
+// senders in turn so one's state cannot make another's answer:
+//   - [hold 8/h strict, defer 5/h leaky]: DUNNO 1–5, DEFER 6–8 (the hold
+//     limit counts the deferred attempts), HOLD from 9 (it is first);
+//   - [defer 5/h leaky, hold 8/h strict]: DUNNO 1–5, DEFER from 6;
+//   - [freeze 8/h strict, defer 5/h leaky]: DUNNO 1–5, DEFER 6–8, freeze
+//     from 9;
+//   - [defer 5/h leaky, hold 3/h strict]: held messages 4–5 are admitted
+//     and counted by the leaky defer, which answers from 6 (not everything
+//     above 3 held for ever).
+//
+// rates are the leaky hourly limit's rate after 14 messages: the messages
+// held while it was over are not counted, as attempts it refuses.
+func TestLadderAnswers(t *testing.T) {
+	P, D, H, F := policy.Pass, policy.Defer, policy.Hold, policy.Freeze
+	for _, tc := range []struct {
+		name    string
+		limits  []policy.LimitConfig
+		from    []int
+		actions []policy.Action
+		hourly  float64
+	}{
+		{"hold above defer", []policy.LimitConfig{ladderLimit("hold", "hold", "strict", 8), ladderLimit("hourly", "defer", "leaky", 5)},
+			[]int{1, 6, 9}, []policy.Action{P, D, H}, 5},
+		{"defer before hold", []policy.LimitConfig{ladderLimit("hourly", "defer", "leaky", 5), ladderLimit("hold", "hold", "strict", 8)},
+			[]int{1, 6}, []policy.Action{P, D}, 5},
+		{"freeze above defer", []policy.LimitConfig{ladderLimit("freeze", "freeze", "strict", 8), ladderLimit("hourly", "defer", "leaky", 5)},
+			[]int{1, 6, 9}, []policy.Action{P, D, F}, 5},
+		{"hold below defer", []policy.LimitConfig{ladderLimit("hourly", "defer", "leaky", 5), ladderLimit("hold", "hold", "strict", 3)},
+			[]int{1, 4, 6}, []policy.Action{P, H, D}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, policy.Config{Limits: tc.limits})
+			for _, user := range []string{"dave", "erin", "fred"} {
+				checkLadder(t, user, answers(t, e, user, 14), want(14, tc.from, tc.actions))
+				if r := rateOf(t, e, t0, user, "hourly"); !near(r, tc.hourly) {
+					t.Fatalf("%s: leaky hourly rate %v, want %v", user, r, tc.hourly)
+				}
+				if r := rateOf(t, e, t0, user, tc.limits[0].Name); tc.limits[0].Mode == "strict" && !near(r, 14) {
+					t.Fatalf("%s: strict %s rate %v, want 14", user, tc.limits[0].Name, r)
+				}
+			}
+		})
 	}
-}
-
-// TestLadderDeferWrittenFirstShadowsHold: [defer 5/h leaky, hold 8/h
-// strict] answers DUNNO 1–5, DEFER from 6: the defer limit refuses first.
-func TestLadderDeferWrittenFirstShadowsHold(t *testing.T) {
-	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{
-		ladderLimit("hourly", "defer", "leaky", 5),
-		ladderLimit("hold", "hold", "strict", 8),
-	}})
-	for _, user := range []string{"dave", "erin"} {
-		checkLadder(t, user, answers(t, e, user, 14),
-			want(14, []int{1, 6}, []policy.Action{policy.Pass, policy.Defer}))
-	}
-}
-
-// TestLadderFreezeAboveDefer: [freeze 8/h strict, defer 5/h leaky]
-// delivers 1–5, defers 6–8, freezes from 9.
-func TestLadderFreezeAboveDefer(t *testing.T) {
-	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{
-		ladderLimit("freeze", "freeze", "strict", 8),
-		ladderLimit("hourly", "defer", "leaky", 5),
-	}})
-	checkLadder(t, "gil", answers(t, e, "gil", 12),
-		want(12, []int{1, 6, 9}, []policy.Action{policy.Pass, policy.Defer, policy.Freeze}))
-}
-
-// TestHeldMessagesCountForLeakyDefer: a hold below a leaky defer holds 4–5
-// and the defer answers from 6, since held messages are admitted and
-// counted; it does not hold everything above 3 for ever.
-func TestHeldMessagesCountForLeakyDefer(t *testing.T) {
-	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{
-		ladderLimit("hourly", "defer", "leaky", 5),
-		ladderLimit("hold", "hold", "strict", 3),
-	}})
-	checkLadder(t, "hal", answers(t, e, "hal", 10),
-		want(10, []int{1, 4, 6}, []policy.Action{policy.Pass, policy.Hold, policy.Defer}))
 }
 
 // TestFirstRefusingLimitAnswers: a warning does not stop the ladder, and a
@@ -124,7 +110,7 @@ func TestFirstRefusingLimitAnswers(t *testing.T) {
 	e := newEngine(t, c)
 	want := []policy.Action{policy.Pass, policy.Warn, policy.Hold, policy.Hold, policy.Hold}
 	for i, w := range want {
-		d := e.Evaluate(context.Background(), t0, eom("dave"))
+		d := msg{user: "dave", inst: fmt.Sprint("d", i)}.eom(e, t0, 1)
 		if d.Action != w {
 			t.Fatalf("message %d: %v, want %v (%s)", i+1, d.Action, w, d.Reason)
 		}
@@ -136,7 +122,7 @@ func TestFirstRefusingLimitAnswers(t *testing.T) {
 		}
 	}
 	// Another sender of the domain meets only the reject limit.
-	if d := e.Evaluate(context.Background(), t0, eom("eve")); d.Action != policy.Reject || d.Code != 550 || d.Enhanced != "5.7.1" {
+	if d := (msg{user: "eve", inst: "e1"}).eom(e, t0, 1); d.Action != policy.Reject || d.Code != 550 || d.Enhanced != "5.7.1" {
 		t.Fatalf("eve's message: %+v, want reject 550 5.7.1", d)
 	}
 }

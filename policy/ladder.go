@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -169,8 +168,8 @@ func LadderWarnings(c Config) []string {
 			}
 			out = append(out, fmt.Sprintf("limit %s (%s, via %s) never counts the attempts %s %s through policy delegation: "+
 				"Postfix asks the policy service before the milter, so the milter never sees them; "+
-				"measure both on one front end (via = [%s] for %s too) to count them",
-				b.name, b.rl.Mode, strings.Join(b.via, ", "), a.name, actionVerbs[a.action], strconv.Quote(b.via[0]), a.name))
+				"measure both on one front end (via = [%q] for %s too) to count them",
+				b.name, b.rl.Mode, strings.Join(b.via, ", "), a.name, actionVerbs[a.action], b.via[0], a.name))
 		}
 	}
 	return out

@@ -114,13 +114,14 @@ func TestIntegrationLadderThroughPolicyDelegation(t *testing.T) {
 // delivers 1–5, temp-fails 6–8 and freezes from 9; thawed, each frozen
 // message is delivered once. Played by two users in turn.
 func TestIntegrationLadderThroughMilter(t *testing.T) {
-	dir := t.TempDir()
-	port, mport := freePort(t), freePort(t)
+	policyAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	milterAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(),
-		PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port), Milter: fmt.Sprintf("inet:127.0.0.1:%d", mport), ReinjectPort: true})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("\n[milter]\nlisten = \"127.0.0.1:%d\"\n\n[quarantine]\nreinject_addr = %q\n",
-		mport, pf.ReinjectAddr)+ladderLimits("milter", [4]string{"freeze", "freeze", "strict", "8"}, [4]string{"hourly", "defer", "leaky", "5"}))
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ReinjectPort: true,
+		PolicyService: "inet:" + policyAddr, Milter: "inet:" + milterAddr})
+	milterConf := fmt.Sprintf("\n[milter]\nlisten = %q\n\n[quarantine]\nreinject_addr = %q\n", milterAddr, pf.ReinjectAddr)
+	cfgPath := writeConfig(t, t.TempDir(), policyAddr,
+		milterConf+ladderLimits("milter", [4]string{"freeze", "freeze", "strict", "8"}, [4]string{"hourly", "defer", "leaky", "5"}))
 	if out, err := cli(t, "config", "check", cfgPath); err != nil || strings.Contains(out, "warning: limit") {
 		t.Fatalf("config check: %v\n%s", err, out)
 	}

@@ -35,7 +35,7 @@ func newRateShowCmd(opts *rootOptions) *cobra.Command {
 	var asJSON bool
 	show := &cobra.Command{
 		Use:   "show KEY",
-		Short: "Print each limit's current rate for KEY and when it is allowed again",
+		Short: "Print each limit's current rate for KEY, when it is allowed again and which limit answers its next message",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var kr []policy.KeyRate

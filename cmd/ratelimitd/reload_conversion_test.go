@@ -136,8 +136,8 @@ func TestRateShowExplainsConversion(t *testing.T) {
 				t.Fatalf("rate show: %d %s", status, stderr)
 			}
 			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if len(lines) != 2 {
-				t.Fatalf("rate show: want a heading and one line:\n%s", out)
+			if len(lines) != 3 || lines[2] != "next message: deferred by hourly" {
+				t.Fatalf("rate show: want a heading, one line and the limit that answers:\n%s", out)
 			}
 			f := strings.Fields(lines[1])
 			if len(f) < 6 || f[2] != ">3000" || f[3] != "3" || f[4] != to {
