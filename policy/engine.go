@@ -341,6 +341,9 @@ func decisive(probes []probe, items []StackItem, out []StackResult, measures []M
 		if ms != nil {
 			ms.Action = p.l.action
 		}
+		if p.l.action == Pass {
+			continue // measure only
+		}
 		dec := &msgDecisive
 		if p.per == perRcpt {
 			dec = &rcptDecisive

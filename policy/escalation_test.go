@@ -155,3 +155,13 @@ func TestLaterStageOrderedAgainstMessageVerdict(t *testing.T) {
 		})
 	}
 }
+
+// TestMeasureOnlyLimitDoesNotHideAWarning: an over "pass" limit measures
+// only; a later warn limit still warns.
+func TestMeasureOnlyLimitDoesNotHideAWarning(t *testing.T) {
+	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{
+		ladderLimit("measure", "pass", "leaky", 1),
+		ladderLimit("watch", "warn", "leaky", 1),
+	}})
+	checkLadder(t, "kim", answers(t, e, "kim", 3), want(3, []int{1, 2}, []policy.Action{policy.Pass, policy.Warn}))
+}
