@@ -476,10 +476,10 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 }
 
 // keyOf builds l's key for req: the attributes joined with "|", "" when
-// any is missing.
+// any is missing, bounded by BoundKey.
 func (c *compiled) keyOf(l *limit, req *Request) string {
 	if len(l.key) == 1 {
-		return c.attr(l.key[0], req)
+		return BoundKey(c.attr(l.key[0], req))
 	}
 	parts := make([]string, 0, len(l.key))
 	for _, k := range l.key {
@@ -489,7 +489,7 @@ func (c *compiled) keyOf(l *limit, req *Request) string {
 		}
 		parts = append(parts, v)
 	}
-	return strings.Join(parts, "|")
+	return BoundKey(strings.Join(parts, "|"))
 }
 
 func (c *compiled) attr(name string, req *Request) string {
@@ -516,11 +516,10 @@ func (c *compiled) attr(name string, req *Request) string {
 		}
 		return c.form.Client(req.ClientAddress)
 	case "client_subnet":
-		a, err := netip.ParseAddr(req.ClientAddress)
-		if err != nil {
+		a, ok := c.form.clientAddr(strings.TrimSpace(req.ClientAddress))
+		if !ok {
 			return ""
 		}
-		a = a.Unmap()
 		bits := c.subnet6
 		if a.Is4() {
 			bits = c.subnet4
@@ -551,7 +550,7 @@ func (c *compiled) exempt(req *Request) bool {
 		return true
 	}
 	if len(c.exemptSenders) > 0 && req.Sender != "" {
-		s := c.form.Address(req.Sender)
+		s := BoundKey(c.form.Address(req.Sender))
 		if c.exemptSenders[s] {
 			return true
 		}
@@ -560,10 +559,10 @@ func (c *compiled) exempt(req *Request) bool {
 		}
 	}
 	if len(c.exemptNets) > 0 && req.ClientAddress != "" {
-		if a, err := netip.ParseAddr(req.ClientAddress); err == nil {
-			a = a.Unmap()
+		if a, ok := parseClient(strings.TrimSpace(req.ClientAddress)); ok {
+			a, carried := a.Unmap().WithZone(""), c.form.carried(a)
 			for _, p := range c.exemptNets {
-				if p.Contains(a) {
+				if p.Contains(a) || p.Contains(carried) {
 					return true
 				}
 			}
