@@ -144,7 +144,7 @@ var keys = []key{
 	{name: "web.listen", note: `"": disabled`, doc: "Numeric \"host:port\" of the console, e.g. \"127.0.0.1:9732\"; not loopback only with tls_cert and tls_key."},
 	{name: "web.tls_cert", doc: "PEM certificate (chain) file; with tls_key the console serves HTTPS and its cookie is Secure."},
 	{name: "web.tls_key", doc: "PEM private key file for tls_cert."},
-	{name: "web.trusted_proxies", def: `[]`, note: "none", doc: "Reverse proxies (addresses or prefixes) whose X-Forwarded-For gives the client address failed logins count against; from any other peer the header is ignored."},
+	{name: "web.trusted_proxies", def: `[]`, note: "none", doc: "Reverse proxies (addresses or prefixes) whose X-Forwarded-For gives the client address failed logins count against and whose X-Forwarded-Proto https makes cookies Secure; from any other peer, loopback included, both headers are ignored."},
 	{name: "web.users_file", note: "STATE_DIR/web-users", doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
 
 	{name: "events.enabled", def: `true`, doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},
