@@ -127,7 +127,7 @@ func refusedAfterBase(t *testing.T, c policy.Config, attr, base, spelling string
 	mk := func(v string) *policy.Request {
 		r := &policy.Request{ProtocolState: policy.StateEndOfMessage, Sender: "x@example.org", RecipientCount: 1, ClientAddress: "192.0.2.1"}
 		switch attr {
-		case "sender":
+		case "sender", "sender_domain":
 			r.Sender = v
 		default:
 			r.ClientAddress = v
@@ -151,6 +151,8 @@ func TestOtherSpellingsOfOneSenderShareItsLimit(t *testing.T) {
 		{"sender", "alice13@example.org", "<alice13@example.org>"},
 		{"sender", "alice29@example.org", "@relay.example:alice29@example.org"},
 		{"sender", "alice29@example.org", "<@relay.example,@b.example:Alice29+x@Example.ORG>"},
+		{"sender_domain", "a@example.org", "<b@Example.ORG>"},
+		{"sender_domain", "a@example.org", "<@relay.example:b@example.org>"},
 		{"client_address", "192.0.2.9", "3221225993"},
 		{"client_address", "192.0.2.15", "0300.0.02.017"},
 		{"client_address", "192.0.2.8", "[192.0.2.8]"},

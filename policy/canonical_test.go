@@ -173,3 +173,16 @@ func TestCanonicalKeysOfCanonicalInputDoNotAllocate(t *testing.T) {
 		t.Errorf("Address = %q", got)
 	}
 }
+
+// BenchmarkCanonicalKeys measures the keys of one request in the common
+// spellings: canonical, capitals and an extension, and an IPv6 client.
+func BenchmarkCanonicalKeys(b *testing.B) {
+	f := DefaultKeyForm()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = f.Address("alice@example.org")
+		_ = f.Address("Alice+news@Example.ORG")
+		_ = f.Client("192.0.2.7")
+		_ = f.Client("2001:db8:1:1::1")
+	}
+}

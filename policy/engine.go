@@ -537,7 +537,10 @@ func (c *compiled) attr(name string, req *Request) string {
 	return ""
 }
 
+// domainOf returns the canonical domain of an envelope address (angle
+// brackets and a source route removed), "" if it has none.
 func domainOf(addr string) string {
+	addr = stripPath(strings.TrimSpace(addr))
 	i := strings.LastIndexByte(addr, '@')
 	if i < 0 || i == len(addr)-1 {
 		return ""
