@@ -17,17 +17,20 @@ import (
 // literal's form were keys of their own on the policy delegation wire,
 // each admitted after the base spelling was refused.
 func TestPolicySpellingsShareALimit(t *testing.T) {
-	for _, c := range []struct{ key, base, spelling string }{
-		{"sender", "alice13@example.org", "<alice13@example.org>"},
-		{"sender", "alice3@example.org", `"alice3"@example.org`},
-		{"sender", "alice5@example.org", `"alice5+x"@example.org`},
-		{"sender", "alice29@example.org", "@relay.example:alice29@example.org"},
-		{"client_address", "192.0.2.9", "3221225993"},
-		{"client_address", "2001:db8:3:3::5", "[2001:db8:3:3::1]"},
-		{"client_address", "2001:db8:4:4::7", "IPv6:2001:db8:4:4::1"},
-		{"client_address", "192.0.2.20", "64:ff9b::192.0.2.20"},
-		{"client_address", "192.0.2.11", "::192.0.2.11"},
-	} {
+	// Base spelling, then another spelling of it, for each key attribute.
+	spellings := map[string][]string{
+		"sender": {"alice13@example.org", "<alice13@example.org>", "alice3@example.org", `"alice3"@example.org`,
+			"alice5@example.org", `"alice5+x"@example.org`, "alice29@example.org", "@relay.example:alice29@example.org"},
+		"client_address": {"192.0.2.9", "3221225993", "2001:db8:3:3::5", "[2001:db8:3:3::1]", "2001:db8:4:4::7",
+			"IPv6:2001:db8:4:4::1", "192.0.2.20", "64:ff9b::192.0.2.20", "192.0.2.11", "::192.0.2.11"},
+	}
+	var cases []struct{ key, base, spelling string }
+	for key, s := range spellings {
+		for i := 0; i < len(s); i += 2 {
+			cases = append(cases, struct{ key, base, spelling string }{key, s[i], s[i+1]})
+		}
+	}
+	for _, c := range cases {
 		for range 3 {
 			e, err := policy.NewEngine(policy.Config{Limits: []policy.LimitConfig{{Name: "l", Key: []string{c.key}, Limit: 3,
 				Period: policy.Duration(time.Hour), Mode: "strict", Action: "defer"}}}, ratestore.NewMemory(ratestore.MemoryOptions{}))
