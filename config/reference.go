@@ -61,6 +61,7 @@ var keys = []key{
 	{name: "policy.recipient_delimiter", note: `"+"`, doc: "Characters that start an address extension, removed from rate keys as Postfix's recipient_delimiter (alice+news@x is alice@x); \"\" keeps extensions."},
 	{name: "policy.ipv4_prefix", note: "32", unit: "prefix bits", doc: "Prefix length a client_address key is masked to for IPv4 clients (8 to 32); IPv4-mapped IPv6 clients count as IPv4."},
 	{name: "policy.ipv6_prefix", note: "64", unit: "prefix bits", doc: "Prefix length a client_address key is masked to for IPv6 clients (32 to 128): one customer network is one key."},
+	{name: "policy.nat64_prefixes", def: `[]`, doc: "NAT64 prefixes besides 64:ff9b::/96 (RFC 6052: /32, /40, /48, /56, /64 or /96): a client inside one is keyed by the IPv4 address it carries, as are IPv4-compatible, Teredo and 6to4 clients. docs/keys.md."},
 	{name: "policy.on_full", note: `"defer"`, doc: "Answer to a new sender when the key table (server.max_keys) is full of keys over or near their limit, which are never evicted: defer (450 4.7.1, logged and counted as a fault) or dunno (let it through unmeasured)."},
 	{name: "policy.warn_header", note: `"X-Ratelimitd-Warning"`, doc: "Header a warn limit prepends; \"\" means warn only logs."},
 	{name: "policy.limits", doc: "\"none\" runs without any [[limit]] on purpose; without it a file with no [[limit]] is refused."},
@@ -143,7 +144,7 @@ var keys = []key{
 	{name: "web.listen", note: `"": disabled`, doc: "Numeric \"host:port\" of the console, e.g. \"127.0.0.1:9732\"; not loopback only with tls_cert and tls_key."},
 	{name: "web.tls_cert", doc: "PEM certificate (chain) file; with tls_key the console serves HTTPS and its cookie is Secure."},
 	{name: "web.tls_key", doc: "PEM private key file for tls_cert."},
-	{name: "web.trusted_proxies", def: `[]`, note: "none", doc: "Reverse proxies (addresses or prefixes) whose X-Forwarded-For gives the client address failed logins count against; from any other peer the header is ignored."},
+	{name: "web.trusted_proxies", def: `[]`, note: "none", doc: "Reverse proxies (addresses or prefixes) whose X-Forwarded-For gives the client address failed logins count against and whose X-Forwarded-Proto https makes cookies Secure; from any other peer, loopback included, both headers are ignored."},
 	{name: "web.users_file", note: "STATE_DIR/web-users", doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
 
 	{name: "events.enabled", def: `true`, doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},

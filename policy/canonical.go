@@ -1,21 +1,27 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
 
 // KeyForm says how request attributes become rate keys, so one mailbox or
 // network is one key however spelt ([policy] address_case,
-// recipient_delimiter, ipv4_prefix, ipv6_prefix; start from
-// DefaultKeyForm). The rules follow Postfix's recipient_delimiter
+// recipient_delimiter, ipv4_prefix, ipv6_prefix, nat64_prefixes; start
+// from DefaultKeyForm). The rules follow Postfix's recipient_delimiter
 // (postconf(5)), Exim's ${lc:} and ${mask:} (Exim specification, "Access
-// control lists"), RFC 5321 2.4, RFC 1035 2.3.3 and IDNA (RFC 5891).
+// control lists"), RFC 5321 2.4, 4.1.2 and 4.1.3, RFC 1035 2.3.3, IDNA
+// (RFC 5891), inet_aton(3), and the IPv6 transition formats of RFC 6052
+// (NAT64), RFC 4291 2.5.5 (IPv4-compatible and -mapped), RFC 4380
+// (Teredo) and RFC 3056 (6to4). The zero value is not useful.
 type KeyForm struct {
 	// FoldCase lower-cases local parts ("fold"); domains always are.
 	FoldCase bool
@@ -25,6 +31,10 @@ type KeyForm struct {
 	// IPv4Prefix and IPv6Prefix are the bits a client address is keyed by
 	// (RFC 6177 for /64).
 	IPv4Prefix, IPv6Prefix int
+	// NAT64 are NAT64 prefixes besides 64:ff9b::/96 (RFC 6052 2.2: /32,
+	// /40, /48, /56, /64 or /96); a client inside one is keyed by the
+	// IPv4 address it carries.
+	NAT64 []netip.Prefix
 }
 
 // DefaultKeyForm folds local parts, removes "+" extensions, keeps IPv4
@@ -36,33 +46,189 @@ func DefaultKeyForm() KeyForm {
 // NullSender is the key of the null sender (Postfix sends sender=).
 const NullSender = "<>"
 
-// Address returns the canonical form of an envelope address: domain
-// lower-cased in IDNA ASCII, local part lower-cased unless FoldCase is off,
-// extension removed, spaces trimmed; "" and "<>" are NullSender. Safe for
-// concurrent use.
+// InvalidClient is the one key of every client address written in a
+// numeric form that inet_aton(3) and RFC 4291 refuse ("192.0.2.15.",
+// "192.000.002.008", "[2001:db8::g]"): a malformed spelling earns no
+// allowance of its own.
+const InvalidClient = "invalid-address"
+
+// MaxKeyLen is the longest rate key, in bytes: two addresses of RFC
+// 5321's longest path (4.5.3.1.3: 256 octets with the angle brackets,
+// so 254 without) and a separator fit. A longer key keeps its first
+// bytes and ends in "~" and 32 hexadecimal digits of its SHA-256, so
+// distinct long keys stay distinct and no key costs more than this.
+const MaxKeyLen = 512
+
+// hashSuffixLen is the length of "~" and the hexadecimal digest.
+const hashSuffixLen = 1 + 32
+
+// BoundKey returns k unchanged if it is at most MaxKeyLen bytes, else its
+// first bytes (cut at a UTF-8 boundary) followed by "~" and 32 lower-case
+// hexadecimal digits of SHA-256(k). Every rate key the engine makes or an
+// operator types passes through it. Safe for concurrent use.
+func BoundKey(k string) string {
+	if len(k) <= MaxKeyLen {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	n := MaxKeyLen - hashSuffixLen
+	for n > 0 && !utf8.RuneStart(k[n]) {
+		n--
+	}
+	return k[:n] + "~" + hex.EncodeToString(sum[:16])
+}
+
+// bounded reports whether k has the shape BoundKey gives a long key.
+func bounded(k string) bool {
+	if len(k) > MaxKeyLen || len(k) < MaxKeyLen-utf8.UTFMax-hashSuffixLen || k[len(k)-hashSuffixLen] != '~' {
+		return false
+	}
+	for _, c := range []byte(k[len(k)-hashSuffixLen+1:]) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Address returns the canonical form of an envelope address: angle
+// brackets and a source route ("@relay.example:") removed, a quoted local
+// part unquoted (RFC 5321 4.1.2: "a"@x is a@x), the extension removed,
+// the local part lower-cased unless FoldCase is off, the domain
+// lower-cased in IDNA ASCII; a local part that is not a dot-string after
+// that is written as a quoted string with only " and \ escaped (one
+// with a control character as sent); "" and
+// "<>" are NullSender. Safe for concurrent use.
 func (f KeyForm) Address(addr string) string {
-	addr = strings.TrimSpace(addr)
+	addr = stripPath(strings.TrimSpace(addr))
 	if addr == "" || addr == NullSender {
 		return NullSender
 	}
-	local, domain := addr, ""
+	raw, domain := addr, ""
 	at := strings.LastIndexByte(addr, '@')
 	if at >= 0 {
-		local, domain = addr[:at], addr[at+1:]
+		raw, domain = addr[:at], addr[at+1:]
 	}
-	if f.Delimiters != "" && !strings.HasPrefix(local, "\"") {
+	local, quoted := unquote(raw)
+	if f.Delimiters != "" {
 		if i := strings.IndexAny(local, f.Delimiters); i > 0 {
 			local = local[:i]
 		}
 	}
-	local = strings.TrimSpace(local)
+	if !quoted {
+		local = strings.TrimSpace(local)
+	}
 	if f.FoldCase {
 		local = strings.ToLower(local)
+	}
+	if !dotString(local) && quotable(local) {
+		local = quote(local)
 	}
 	if at < 0 {
 		return local
 	}
 	return join(addr, local, Domain(domain))
+}
+
+// stripPath removes the angle brackets and the source route of an RFC
+// 5321 path (4.1.2: "<@a,@b:user@domain>"), however often repeated.
+func stripPath(s string) string {
+	for {
+		switch {
+		case len(s) >= 2 && s[0] == '<' && s[len(s)-1] == '>':
+			s = strings.TrimSpace(s[1 : len(s)-1])
+		case len(s) > 1 && s[0] == '@' && route(s) > 0:
+			s = strings.TrimSpace(s[route(s)+1:])
+		default:
+			return s
+		}
+	}
+}
+
+// route returns the index of the ":" that ends the source route s starts
+// with, or -1: the route holds no quote or bracket and a mailbox (with
+// "@") follows it.
+func route(s string) int {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 || strings.ContainsAny(s[:i], "\"<>") || !strings.Contains(s[i+1:], "@") {
+		return -1
+	}
+	return i
+}
+
+// unquote returns the content of an RFC 5321 quoted-string (4.1.2,
+// with RFC 6531's UTF-8) and true, or s and false if s is not one.
+func unquote(s string) (string, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return s, false
+	}
+	in := s[1 : len(s)-1]
+	if !strings.ContainsAny(in, "\\\"") {
+		for i := 0; i < len(in); i++ {
+			if in[i] < ' ' || in[i] == 0x7f {
+				return s, false
+			}
+		}
+		return in, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(in); i++ {
+		c := in[i]
+		switch {
+		case c == '\\' && i+1 < len(in) && in[i+1] >= ' ' && in[i+1] < 0x7f:
+			i++
+			b.WriteByte(in[i])
+		case c == '\\' || c == '"' || c < ' ' || c == 0x7f:
+			return s, false
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
+
+// quotable reports whether local has no control character, which no
+// quoted-string may hold (those stay as sent).
+func quotable(local string) bool {
+	for i := 0; i < len(local); i++ {
+		if local[i] < ' ' || local[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// quote returns local as an RFC 5321 quoted-string, escaping " and \.
+func quote(local string) string {
+	var b strings.Builder
+	b.Grow(len(local) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(local); i++ {
+		if local[i] == '"' || local[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(local[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// dotString reports whether s is an RFC 5321 Dot-string (atext, with RFC
+// 6531's UTF-8, in dot-separated atoms), which needs no quotes.
+func dotString(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 {
+			continue // UTF8-non-ascii (RFC 6531 3.3); its validity is the MTA's
+		}
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // Domain returns a domain lower-cased, without trailing dots, in IDNA
@@ -83,18 +249,178 @@ func Domain(d string) string {
 	return d
 }
 
-// Client returns the key of a client address: masked to IPv4Prefix or
-// IPv6Prefix bits (IPv4-mapped as IPv4), bare at full length, else a
-// prefix; no zone; a non-address lower-cased.
+// Client returns the key of a client address in any form an MTA or a
+// resolver writes it ("[2001:db8::1]", "IPv6:2001:db8::1", inet_aton's
+// "3221225993"): the IPv4 address an IPv4-mapped, IPv4-compatible, NAT64,
+// Teredo or 6to4 address carries, masked to IPv4Prefix or IPv6Prefix
+// bits, bare at full length, else a prefix; no zone; "::" and "::1" whole.
+// A numeric form that does not parse is InvalidClient; anything else
+// ("unknown") is lower-cased. Safe for concurrent use.
 func (f KeyForm) Client(addr string) string {
-	a, err := netip.ParseAddr(strings.TrimSpace(addr))
-	if err != nil {
-		if p, perr := netip.ParsePrefix(strings.TrimSpace(addr)); perr == nil {
-			return f.prefix(p.Addr(), p.Bits())
-		}
-		return strings.ToLower(addr)
+	s := strings.TrimSpace(addr)
+	if a, ok := f.clientAddr(s); ok {
+		return f.prefix(a, 128)
 	}
-	return f.prefix(a, 128)
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return f.prefix(p.Addr(), p.Bits())
+	}
+	if numeric(s) {
+		return InvalidClient
+	}
+	return strings.ToLower(s)
+}
+
+// clientAddr parses a client address as Client does and returns the
+// address it stands for: the carried IPv4 address of a transition form.
+func (f KeyForm) clientAddr(s string) (netip.Addr, bool) {
+	a, ok := parseClient(s)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	return f.carried(a), true
+}
+
+// parseClient parses s as netip does, after removing the brackets and
+// the "IPv6:" tag of an RFC 5321 address literal (4.1.3), or else as
+// inet_aton(3) does (1 to 4 parts, each decimal, 0 octal or 0x hex).
+func parseClient(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		s = s[1 : len(s)-1]
+	}
+	if len(s) > 5 && strings.EqualFold(s[:5], "ipv6:") {
+		a, err := netip.ParseAddr(s[5:])
+		return a, err == nil && a.Is6()
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	return inetAton(s)
+}
+
+// inetAton parses s as glibc's inet_aton(3) does, without its tolerance
+// of trailing text: "a.b.c.d", "a.b.c" (c 16 bits), "a.b" (b 24 bits) or
+// "a" (32 bits), each part decimal, octal with a leading 0, or
+// hexadecimal with 0x.
+func inetAton(s string) (netip.Addr, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 4 || s == "" {
+		return netip.Addr{}, false
+	}
+	var v [4]uint64
+	for i, p := range parts {
+		base, digits := uint64(10), p
+		switch {
+		case len(p) > 1 && (p[:2] == "0x" || p[:2] == "0X"):
+			base, digits = 16, p[2:]
+		case len(p) > 1 && p[0] == '0':
+			base, digits = 8, p[1:]
+		}
+		if digits == "" && base != 8 {
+			return netip.Addr{}, false
+		}
+		var n uint64
+		for _, c := range []byte(digits) {
+			var d uint64
+			switch {
+			case '0' <= c && c <= '9':
+				d = uint64(c - '0')
+			case 'a' <= c && c <= 'f':
+				d = uint64(c-'a') + 10
+			case 'A' <= c && c <= 'F':
+				d = uint64(c-'A') + 10
+			default:
+				return netip.Addr{}, false
+			}
+			if d >= base {
+				return netip.Addr{}, false
+			}
+			if n = n*base + d; n > 0xffffffff {
+				return netip.Addr{}, false
+			}
+		}
+		v[i] = n
+	}
+	last := len(parts) - 1
+	if limit := uint64(0xffffffff) >> (8 * last); v[last] > limit {
+		return netip.Addr{}, false
+	}
+	var u uint64
+	for i := range last {
+		if v[i] > 0xff {
+			return netip.Addr{}, false
+		}
+		u |= v[i] << (24 - 8*i)
+	}
+	u |= v[last]
+	return netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)}), true
+}
+
+// numeric reports whether s is an address literal (in brackets or with
+// an "IPv6:" tag) or made only of what one holds (hexadecimal digits,
+// ".", ":", "x"), so a failure to parse it is a malformed address, not a
+// name.
+func numeric(s string) bool {
+	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' || len(s) >= 5 && strings.EqualFold(s[:5], "ipv6:") {
+		return true
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '.' || c == ':' || c == 'x' || c == 'X') {
+			return false
+		}
+	}
+	return true
+}
+
+// nat64WellKnown is RFC 6052's well-known prefix.
+var nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+
+// carried returns the IPv4 address an IPv6 transition address carries
+// (IPv4-mapped, IPv4-compatible but not "::" or "::1", NAT64, Teredo's
+// client, 6to4), else a unzoned.
+func (f KeyForm) carried(a netip.Addr) netip.Addr {
+	a = a.Unmap().WithZone("")
+	if !a.Is6() {
+		return a
+	}
+	b := a.As16()
+	for _, p := range f.NAT64 {
+		if p.Contains(a) {
+			return nat64IPv4(b, p.Bits())
+		}
+	}
+	switch {
+	case nat64WellKnown.Contains(a):
+		return nat64IPv4(b, 96)
+	case b == [16]byte{12: b[12], 13: b[13], 14: b[14], 15: b[15]} && b[12] != 0:
+		return netip.AddrFrom4([4]byte(b[12:16])) // IPv4-compatible
+	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0: // Teredo: the client, obfuscated
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
+	case b[0] == 0x20 && b[1] == 0x02:
+		return netip.AddrFrom4([4]byte(b[2:6])) // 6to4
+	}
+	return a
+}
+
+// nat64IPv4 extracts the IPv4 address of an IPv4-embedded IPv6 address
+// under a prefix of bits bits (RFC 6052 2.2: bits 64 to 71 skipped).
+func nat64IPv4(b [16]byte, bits int) netip.Addr {
+	var v4 [4]byte
+	i := bits / 8
+	for n := 0; n < 4; i++ {
+		if i == 8 {
+			continue
+		}
+		v4[n] = b[i]
+		n++
+	}
+	return netip.AddrFrom4(v4)
 }
 
 func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
@@ -106,6 +432,8 @@ func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 		if maxBits == 128 {
 			maxBits = 32
 		}
+	} else if maxBits == 128 && (a.IsUnspecified() || a.IsLoopback()) {
+		return a.String()
 	}
 	bits = max(min(bits, maxBits), 0)
 	if bits >= full {
@@ -120,16 +448,20 @@ func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 
 // Key returns the canonical form of a key an operator typed (rate show,
 // reset, overrides, exemptions): each "|" part as a client, an address
-// ("@domain" kept), or lower-cased. Key(Key(k)) == Key(k).
+// ("@domain" kept), or lower-cased, the whole bounded by BoundKey; a key
+// BoundKey cut is kept as it is. Key(Key(k)) == Key(k).
 func (f KeyForm) Key(k string) string {
+	if bounded(k) {
+		return k
+	}
 	if !strings.Contains(k, "|") {
-		return f.part(k)
+		return BoundKey(f.part(k))
 	}
 	parts := strings.Split(k, "|")
 	for i, p := range parts {
 		parts[i] = f.part(p)
 	}
-	return strings.Join(parts, "|")
+	return BoundKey(strings.Join(parts, "|"))
 }
 
 func (f KeyForm) part(p string) string {
@@ -141,13 +473,24 @@ func (f KeyForm) part(p string) string {
 	case strings.Contains(p, "@"):
 		return f.Address(p)
 	}
-	if _, err := netip.ParseAddr(p); err == nil {
+	if _, ok := parseClientLiteral(p); ok {
 		return f.Client(p)
 	}
 	if _, err := netip.ParsePrefix(p); err == nil {
 		return f.Client(p)
 	}
 	return strings.ToLower(p)
+}
+
+// parseClientLiteral parses p as parseClient does, but not in inet_aton's
+// forms of fewer than four parts, which an operator's "1234" (a login, a
+// HELO name) would be mistaken for.
+func parseClientLiteral(p string) (netip.Addr, bool) {
+	a, ok := parseClient(p)
+	if ok && a.Is4() && strings.Count(p, ".") != 3 && !strings.Contains(p, ":") {
+		return netip.Addr{}, false
+	}
+	return a, ok
 }
 
 // user returns a SASL login's key: lower-cased, domain canonical,
@@ -198,6 +541,17 @@ func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 			bad("policy.ipv6_prefix", "must be 32..128, got %d", c.IPv6Prefix)
 		}
 		f.IPv6Prefix = c.IPv6Prefix
+	}
+	for i, n := range c.NAT64Prefixes {
+		p, err := netip.ParsePrefix(n)
+		switch {
+		case err != nil || !p.Addr().Is6() || p.Addr().Is4In6():
+			bad(fmt.Sprintf("policy.nat64_prefixes[%d]", i), "%q is not an IPv6 prefix", n)
+		case !slices.Contains([]int{32, 40, 48, 56, 64, 96}, p.Bits()):
+			bad(fmt.Sprintf("policy.nat64_prefixes[%d]", i), "%q: a NAT64 prefix is /32, /40, /48, /56, /64 or /96 (RFC 6052 2.2)", n)
+		default:
+			f.NAT64 = append(f.NAT64, p.Masked())
+		}
 	}
 	return f
 }

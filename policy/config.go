@@ -84,15 +84,16 @@ func ParseSize(text string) (int64, error) {
 // [policy.exempt], [[limit]]); NewEngine validates it. Each key is
 // documented once, in docs/configuration.md (config.Keys).
 type Config struct {
-	SubnetV4           int     `toml:"subnet_v4"`
-	SubnetV6           int     `toml:"subnet_v6"`
-	AddressCase        string  `toml:"address_case"`
-	RecipientDelimiter *string `toml:"recipient_delimiter"`
-	IPv4Prefix         int     `toml:"ipv4_prefix"`
-	IPv6Prefix         int     `toml:"ipv6_prefix"`
-	OnFull             string  `toml:"on_full"`
-	WarnHeader         *string `toml:"warn_header"`
-	Exempt             Exempt  `toml:"exempt"`
+	SubnetV4           int      `toml:"subnet_v4"`
+	SubnetV6           int      `toml:"subnet_v6"`
+	AddressCase        string   `toml:"address_case"`
+	RecipientDelimiter *string  `toml:"recipient_delimiter"`
+	IPv4Prefix         int      `toml:"ipv4_prefix"`
+	IPv6Prefix         int      `toml:"ipv6_prefix"`
+	NAT64Prefixes      []string `toml:"nat64_prefixes"`
+	OnFull             string   `toml:"on_full"`
+	WarnHeader         *string  `toml:"warn_header"`
+	Exempt             Exempt   `toml:"exempt"`
 	// DeferOnUnavailable, if not nil, is the error a store outage wraps
 	// (redisstore.ErrUnavailable under on_redis_error = defer): a request
 	// it leaves undecided is answered 450 4.7.1 instead of DUNNO.

@@ -501,10 +501,10 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 }
 
 // keyOf builds l's key for req: the attributes joined with "|", "" when
-// any is missing.
+// any is missing, bounded by BoundKey.
 func (c *compiled) keyOf(l *limit, req *Request) string {
 	if len(l.key) == 1 {
-		return c.attr(l.key[0], req)
+		return BoundKey(c.attr(l.key[0], req))
 	}
 	parts := make([]string, 0, len(l.key))
 	for _, k := range l.key {
@@ -514,7 +514,7 @@ func (c *compiled) keyOf(l *limit, req *Request) string {
 		}
 		parts = append(parts, v)
 	}
-	return strings.Join(parts, "|")
+	return BoundKey(strings.Join(parts, "|"))
 }
 
 func (c *compiled) attr(name string, req *Request) string {
@@ -541,11 +541,10 @@ func (c *compiled) attr(name string, req *Request) string {
 		}
 		return c.form.Client(req.ClientAddress)
 	case "client_subnet":
-		a, err := netip.ParseAddr(req.ClientAddress)
-		if err != nil {
+		a, ok := c.form.clientAddr(strings.TrimSpace(req.ClientAddress))
+		if !ok {
 			return ""
 		}
-		a = a.Unmap()
 		bits := c.subnet6
 		if a.Is4() {
 			bits = c.subnet4
@@ -563,7 +562,10 @@ func (c *compiled) attr(name string, req *Request) string {
 	return ""
 }
 
+// domainOf returns the canonical domain of an envelope address (angle
+// brackets and a source route removed), "" if it has none.
 func domainOf(addr string) string {
+	addr = stripPath(strings.TrimSpace(addr))
 	i := strings.LastIndexByte(addr, '@')
 	if i < 0 || i == len(addr)-1 {
 		return ""
@@ -576,7 +578,7 @@ func (c *compiled) exempt(req *Request) bool {
 		return true
 	}
 	if len(c.exemptSenders) > 0 && req.Sender != "" {
-		s := c.form.Address(req.Sender)
+		s := BoundKey(c.form.Address(req.Sender))
 		if c.exemptSenders[s] {
 			return true
 		}
@@ -585,10 +587,10 @@ func (c *compiled) exempt(req *Request) bool {
 		}
 	}
 	if len(c.exemptNets) > 0 && req.ClientAddress != "" {
-		if a, err := netip.ParseAddr(req.ClientAddress); err == nil {
-			a = a.Unmap()
+		if a, ok := parseClient(strings.TrimSpace(req.ClientAddress)); ok {
+			a, carried := a.Unmap().WithZone(""), c.form.carried(a)
 			for _, p := range c.exemptNets {
-				if p.Contains(a) {
+				if p.Contains(a) || p.Contains(carried) {
 					return true
 				}
 			}

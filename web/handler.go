@@ -147,7 +147,7 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 		return false
 	}
 	scheme := "http"
-	if s.TLS() || secureRequest(r) {
+	if s.TLS() || s.secureRequest(r) {
 		scheme = "https"
 	}
 	ou, err := url.Parse(o)
@@ -158,20 +158,22 @@ func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
 	s.render(w, r, "error", map[string]any{"Title": "Forbidden", "Message": why, "Code": http.StatusForbidden})
 }
 
-// fromLoopback reports whether the peer is on this host (a reverse proxy).
-func fromLoopback(r *http.Request) bool {
+// secureRequest reports a request that came over TLS: to us, or to a
+// reverse proxy in [web] trusted_proxies that says so with
+// X-Forwarded-Proto (from any other peer the header is ignored).
+func (s *Server) secureRequest(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if r.Header.Get("X-Forwarded-Proto") != "https" {
+		return false
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return false
 	}
 	a, err := netip.ParseAddr(host)
-	return err == nil && a.IsLoopback()
-}
-
-// secureRequest reports a request that came over TLS: to us, or to a
-// reverse proxy on this host that says so with X-Forwarded-Proto.
-func secureRequest(r *http.Request) bool {
-	return r.TLS != nil || (fromLoopback(r) && r.Header.Get("X-Forwarded-Proto") == "https")
+	return err == nil && s.trusted(a)
 }
 
 // clientAddr is the address failed logins count against: the peer, or
@@ -241,7 +243,7 @@ func (s *Server) cookie(r *http.Request, name, value string, maxAge time.Duratio
 		age = -1
 	}
 	return &http.Cookie{Name: name, Value: value, Path: "/", MaxAge: age,
-		HttpOnly: true, Secure: s.TLS() || secureRequest(r), SameSite: http.SameSiteStrictMode}
+		HttpOnly: true, Secure: s.TLS() || s.secureRequest(r), SameSite: http.SameSiteStrictMode}
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -59,7 +60,7 @@ func mustParsePages() *pages {
 
 // render writes page name with data (User and Path are added) and the
 // status data["Code"] (default 200), buffered so that a template error
-// answers 500, not half a page.
+// answers 500, not half a page, and cleaned by cleanPage.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
 	t, ok := s.pages.byName[name]
 	if !ok {
@@ -82,8 +83,14 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, dat
 	code, _ := data["Code"].(int)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(cmp.Or(code, http.StatusOK))
-	w.Write(b.Bytes())
+	io.WriteString(w, cleanPage(b.String()))
 }
+
+// cleanPage is the one cleaner every field a page shows goes through:
+// the executed page, as termsafe.Text (controls, bidirectional, zero-width
+// and tag characters as U+FFFD; newlines and tabs kept), so a field no
+// template marks is cleaned too. The templates' own text is plain.
+func cleanPage(page string) string { return termsafe.Text(page) }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
 	s.log.Warn("console: request failed", "path", r.URL.Path, "user", currentUser(r).Name, "err", err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -397,18 +398,52 @@ func TestUsersFile(t *testing.T) {
 // header from another host is not believed.
 func TestSecureCookieBehindProxy(t *testing.T) {
 	f := newFixture(t, false)
-	for _, tc := range []struct {
-		remote string
-		secure bool
-	}{{"127.0.0.1:40000", true}, {"[::1]:40000", true}, {"192.0.2.1:40000", false}} {
-		req := httptest.NewRequest("GET", "/login", nil)
-		req.RemoteAddr = tc.remote
-		req.Header.Set("X-Forwarded-Proto", "https")
-		rec := httptest.NewRecorder()
-		f.srv.Handler().ServeHTTP(rec, req)
-		cs := rec.Result().Cookies()
-		if len(cs) != 1 || cs[0].Secure != tc.secure {
-			t.Errorf("from %s: cookies %v, want Secure=%v", tc.remote, cs, tc.secure)
+	for _, trusted := range []bool{false, true} {
+		if trusted {
+			f.srv.opts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+		}
+		for _, tc := range []struct {
+			remote string
+			secure bool
+		}{{"127.0.0.1:40000", trusted}, {"[::1]:40000", trusted}, {"192.0.2.1:40000", false}} {
+			req := httptest.NewRequest("GET", "/login", nil)
+			req.RemoteAddr = tc.remote
+			req.Header.Set("X-Forwarded-Proto", "https")
+			rec := httptest.NewRecorder()
+			f.srv.Handler().ServeHTTP(rec, req)
+			cs := rec.Result().Cookies()
+			if len(cs) != 1 || cs[0].Secure != tc.secure {
+				t.Errorf("trusted_proxies %v, from %s: cookies %v, want Secure=%v", trusted, tc.remote, cs, tc.secure)
+			}
+		}
+	}
+}
+
+// TestForwardedProtoNeedsTrustedProxy: from a peer not in
+// trusted_proxies (a local user on loopback) X-Forwarded-Proto https does
+// not make the expected Origin scheme https.
+func TestForwardedProtoNeedsTrustedProxy(t *testing.T) {
+	f := newFixture(t, false)
+	c := f.client(t)
+	_, csrf := f.login(t, c, "op", "secret-password")
+	host := f.ts.Listener.Addr().String()
+	for _, trusted := range []bool{false, true} {
+		if trusted {
+			f.srv.opts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		}
+		for origin, ok := range map[string]bool{"https://" + host: trusted, "http://" + host: !trusted} {
+			req, _ := http.NewRequest("POST", f.ts.URL+"/keys/alice/reset", strings.NewReader(url.Values{"csrf": {csrf}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", origin)
+			req.Header.Set("X-Forwarded-Proto", "https")
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := resp.StatusCode == http.StatusSeeOther; got != ok {
+				t.Errorf("trusted_proxies %v, Origin %s with X-Forwarded-Proto https: %s", trusted, origin, resp.Status)
+			}
 		}
 	}
 }

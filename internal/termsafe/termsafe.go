@@ -1,7 +1,9 @@
 // Package termsafe makes client-supplied text safe to show an operator: it
 // replaces C0 and C1 controls (ECMA-48 escape sequences), the Unicode
-// bidirectional controls (UAX #9; CVE-2021-42574) and invalid UTF-8 with
-// U+FFFD. JSON output must not use it: JSON escapes, it does not strip.
+// bidirectional controls (UAX #9; CVE-2021-42574), the invisible
+// zero-width characters and tag characters (Unicode TR #36 3.1, UTS #39)
+// and invalid UTF-8 with U+FFFD. JSON output must not use it: JSON
+// escapes, it does not strip.
 package termsafe
 
 import (
@@ -9,6 +11,7 @@ import (
 	"io"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -17,13 +20,18 @@ const Replacement = '\uFFFD'
 
 // Unsafe reports whether r must not reach a terminal as it is: a C0 or C1
 // control or DEL (unicode.IsControl), a bidirectional formatting control,
-// or a line or paragraph separator (U+2028, U+2029).
+// a line or paragraph separator (U+2028, U+2029), an invisible character
+// that makes two strings look alike (U+200B to U+200D zero widths, U+2060
+// word joiner, U+FEFF byte order mark) or a tag character (U+E0000 to
+// U+E007F).
 func Unsafe(r rune) bool {
 	switch {
 	case unicode.IsControl(r):
 		return true
 	case r >= '\u202A' && r <= '\u202E', r >= '\u2066' && r <= '\u2069',
 		r == '\u200E', r == '\u200F', r == '\u061C', r == '\u2028', r == '\u2029':
+		return true
+	case r >= '\u200B' && r <= '\u200D', r == '\u2060', r == '\uFEFF', r >= 0xE0000 && r <= 0xE007F:
 		return true
 	}
 	return false
@@ -121,9 +129,13 @@ func EscapeJSON(js []byte) []byte {
 	out := make([]byte, 0, len(js)+16)
 	for i := 0; i < len(js); {
 		r, n := utf8.DecodeRune(js[i:])
-		if (r != utf8.RuneError || n > 1) && Unsafe(r) && r >= 0x20 {
+		switch {
+		case (r != utf8.RuneError || n > 1) && Unsafe(r) && r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r) // JSON escapes outside the BMP as a surrogate pair
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		case (r != utf8.RuneError || n > 1) && Unsafe(r) && r >= 0x20:
 			out = fmt.Appendf(out, `\u%04x`, r)
-		} else {
+		default:
 			out = append(out, js[i:i+n]...)
 		}
 		i += n

@@ -1,6 +1,7 @@
 package termsafe
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -18,6 +19,9 @@ func TestLine(t *testing.T) {
 		{"bad\xffutf8", "bad\uFFFDutf8"},
 		{"\ttabbed\t", "tabbed"},
 		{"Bücher ✓", "Bücher ✓"},
+		{"ali\u200bce\u200c\u200d@exa\u2060mple.org\ufeff", "ali\uFFFDce\uFFFD\uFFFD@exa\uFFFDmple.org\uFFFD"},
+		{"ok\U000E0001\U000E0041\U000E007Fend", "ok\uFFFD\uFFFD\uFFFDend"},
+		{"x\u200ax\u2061\U000E0080", "x\u200ax\u2061\U000E0080"}, // neighbours pass
 	} {
 		if got := Line(c.in); got != c.want {
 			t.Errorf("Line(%q) = %q, want %q", c.in, got, c.want)
@@ -31,7 +35,7 @@ func TestLine(t *testing.T) {
 // FuzzTermsafe checks that no unsafe rune survives, that the output is
 // valid UTF-8, that cleaning is idempotent, and that nothing panics.
 func FuzzTermsafe(f *testing.F) {
-	for _, s := range []string{"", "plain", "\x1b]0;x\x07", "\u202e", "\xff\xfe", "a\r\nb", "\x9b6n"} {
+	for _, s := range []string{"", "plain", "\x1b]0;x\x07", "\u202e", "\xff\xfe", "a\r\nb", "\x9b6n", "\u200b\ufeff", "\U000E0041"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -74,5 +78,24 @@ func TestWriterSplitWrites(t *testing.T) {
 	NewWriter(&b).Write([]byte("plain ✓\ttext\n"))
 	if b.String() != "plain ✓\ttext\n" {
 		t.Fatalf("safe text changed: %q", b.String())
+	}
+}
+
+// TestEscapeJSONInvisibles: zero-width and tag characters are escaped
+// (tag characters as a UTF-16 surrogate pair), and the JSON value is the
+// same.
+func TestEscapeJSONInvisibles(t *testing.T) {
+	in := "a\u200b\ufeffb\U000E0041c"
+	js, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := EscapeJSON(js)
+	if want := `"a\u200b\ufeffb\udb40\udc41c"`; string(out) != want {
+		t.Fatalf("EscapeJSON = %s, want %s", out, want)
+	}
+	var back string
+	if err := json.Unmarshal(out, &back); err != nil || back != in {
+		t.Fatalf("decoded %q, %v; want %q", back, err, in)
 	}
 }
