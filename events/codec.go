@@ -27,6 +27,9 @@ const formatVersion = 3
 // keyLen is the length of a record's key: class, time and sequence.
 const keyLen = 17
 
+// IDLen is the length of an Event.ID: the record's key in hex.
+const IDLen = 2 * keyLen
+
 // ErrCorrupt is wrapped by Query's and Summary's error for a bad record.
 var ErrCorrupt = errors.New("events: corrupt record")
 

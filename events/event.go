@@ -62,7 +62,7 @@ func classOf(a string) class {
 
 // Event is one decision or action; a zero field does not apply.
 type Event struct {
-	// ID identifies a stored event (34 hex digits); set by Query.
+	// ID identifies a stored event (IDLen hex digits); set by Query.
 	ID string `json:"id,omitempty"`
 	// Time is when it happened (zero: the Log's clock), to the ns; for
 	// coalesced decisions the first's time.

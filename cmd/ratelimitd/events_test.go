@@ -103,8 +103,8 @@ func hostileSender(i int) string {
 
 // TestFloodLeavesTheResetListed: with [events] max_count = 500, one rate
 // reset and then 1,000 refused requests from one client with 30 KB
-// senders (coalesced into one or two events of 30 KB senders clipped to
-// events.MaxField), then 600 refusals of distinct keys (not coalesced,
+// senders (coalesced, with coalesce = "1d", into one event, or two at
+// midnight, of 30 KB senders clipped to events.MaxField), then 600 refusals of distinct keys (not coalesced,
 // 100 or more refusal events pruned): `events --action reset` still
 // lists the reset, and `status --json` counts the coalesced, pruned and
 // dropped events.
@@ -113,6 +113,7 @@ func TestFloodLeavesTheResetListed(t *testing.T) {
 	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), `
 [events]
 max_count = 500
+coalesce = "1d"
 
 [[limit]]
 name = "per-sender"
@@ -166,7 +167,7 @@ action = "defer"
 			t.Errorf("event of %d-byte sender %.40q…, limit %s", len(e.Sender), e.Sender, e.Limit)
 		}
 	}
-	if n != 995 || len(es) > 2 { // 2: the flood straddled a minute
+	if n != 995 || len(es) > 2 { // 2: the flood straddled midnight
 		t.Fatalf("%d refusals in %d events, want 995 in 1 or 2", n, len(es))
 	}
 
