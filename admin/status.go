@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -165,10 +166,10 @@ func (st *Status) Print(w io.Writer) {
 
 // printEvents prints the event log's counters.
 func printEvents(w io.Writer, e *events.Stats) {
-	fmt.Fprintf(w, "events stored: %d refusals and warnings, %d actions; %d waiting, %d flush failures\n",
-		e.Stored, e.ActionsStored, e.Pending, e.Failures)
-	fmt.Fprintf(w, "events since start: %d written, %d refusals coalesced, %d dropped (%d actions), pruned %d refusals and %d actions\n",
-		e.Written, e.Coalesced, e.Dropped, e.ActionsDropped, e.Pruned, e.ActionsPruned)
+	fmt.Fprintf(w, "events stored: %d refusals and warnings, %s; %d waiting, %d flush failures\n",
+		e.Stored, plural.N(e.ActionsStored, "action"), e.Pending, e.Failures)
+	fmt.Fprintf(w, "events since start: %d written, %d refusals coalesced, %d dropped (%s), pruned %d refusals and %s\n",
+		e.Written, e.Coalesced, e.Dropped, plural.N(int(e.ActionsDropped), "action"), e.Pruned, plural.N(int(e.ActionsPruned), "action"))
 	if e.LastError != "" {
 		fmt.Fprintf(w, "events last error: %s\n", termsafe.Line(e.LastError))
 	}

@@ -192,6 +192,9 @@ action = "defer"
 	if e := st.Events; e.Coalesced < 993 || e.Pruned < 100 || e.ActionsPruned != 0 || e.Dropped != 0 || e.Stored > 500 || e.ActionsStored != 1 {
 		t.Errorf("status --json events: %+v", *e)
 	}
+	if text := cli("status"); testing.Verbose() {
+		t.Log(text)
+	}
 	if text := cli("status"); !strings.Contains(text, "events since start: ") || !strings.Contains(text, " dropped (0 actions), pruned ") {
 		t.Errorf("status lacks the event counts:\n%s", text)
 	}
