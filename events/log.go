@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -390,7 +391,10 @@ func (l *Log) track(e *Event) *pending {
 			return nil
 		}
 	}
-	p := &pending{ck: keyOf(e), window: w, count: 1, last: e.Time.UnixNano(), rate: e.Rate}
+	ck := keyOf(e)
+	// The map outlives the request: keep no slice of its buffers.
+	ck.key, ck.limit = strings.Clone(ck.key), strings.Clone(ck.limit)
+	p := &pending{ck: ck, window: w, count: 1, last: e.Time.UnixNano(), rate: e.Rate}
 	l.open[p.ck] = p
 	return p
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // TestFloodKeepsOperatorActions: with MaxCount 500, one reset and then
@@ -69,6 +71,11 @@ func TestRefusalsOfOneKeyCoalesce(t *testing.T) {
 		l, _, _ := newLog(t, Options{Coalesce: time.Minute})
 		const n, writers = 1001, 4
 		l.Record(refusal("alice", t0.Add(time.Millisecond), 200))
+		ctx, cancel := context.WithCancel(context.Background())
+		f := statedb.NewFlusher(time.Millisecond, nil, nil)
+		f.Add("events", l.Tick)
+		flushed := make(chan struct{})
+		go func() { f.Run(ctx); close(flushed) }()
 		var wg sync.WaitGroup
 		for w := range writers {
 			wg.Add(1)
@@ -80,21 +87,8 @@ func TestRefusalsOfOneKeyCoalesce(t *testing.T) {
 				}
 			}()
 		}
-		stop := make(chan struct{})
-		flushed := make(chan struct{})
-		go func() {
-			defer close(flushed)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					l.Flush()
-				}
-			}
-		}()
 		wg.Wait()
-		close(stop)
+		cancel()
 		<-flushed
 		l.Record(refusal("alice", t0.Add(time.Minute), 500)) // the next interval
 		e := refusal("alice", t0.Add(2*time.Second), 500)

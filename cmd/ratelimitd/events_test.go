@@ -28,14 +28,7 @@ func TestEventsListRefusalsOfBurst(t *testing.T) {
 	if deferred != 5 {
 		t.Fatalf("%d of 205 deferred, want 5", deferred)
 	}
-	cli := func(args ...string) string {
-		t.Helper()
-		status, out, stderr := runCLI(t, "", append([]string{"--config", cfg}, args...)...)
-		if status != 0 {
-			t.Fatalf("%q: exit %d: %s", args, status, stderr)
-		}
-		return out
-	}
+	cli := cliWith(t, cfg)
 	checkRefusals := func(where string) {
 		t.Helper()
 		var es []events.Event
@@ -132,14 +125,7 @@ mode = "strict"
 action = "defer"
 `)
 	td := startTestDaemon(t, cfg)
-	cli := func(args ...string) string {
-		t.Helper()
-		status, out, stderr := runCLI(t, "", append([]string{"--config", cfg}, args...)...)
-		if status != 0 {
-			t.Fatalf("%q: exit %d: %s", args, status, stderr)
-		}
-		return out
-	}
+	cli := cliWith(t, cfg)
 	ask := func(sender, client string) bool {
 		return strings.HasPrefix(policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sender="+sender,
 			"recipient_count=1", "client_address="+client), "action=450")
@@ -197,5 +183,18 @@ action = "defer"
 	}
 	if text := cli("status"); !strings.Contains(text, "events since start: ") || !strings.Contains(text, " dropped (0 actions), pruned ") {
 		t.Errorf("status lacks the event counts:\n%s", text)
+	}
+}
+
+// cliWith returns a runner of the command line with --config cfg that
+// fails t on a non-zero exit and returns the output.
+func cliWith(t *testing.T, cfg string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		status, out, stderr := runCLI(t, "", append([]string{"--config", cfg}, args...)...)
+		if status != 0 {
+			t.Fatalf("%q: exit %d: %s", args, status, stderr)
+		}
+		return out
 	}
 }
