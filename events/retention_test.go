@@ -195,3 +195,37 @@ func fileSize(t *testing.T, path string) int64 {
 	}
 	return fi.Size()
 }
+
+// TestFailedFlushKeepsCoalescedCounts: a flush that fails (the log's
+// bucket gone) requeues the coalesced record with its count; the next
+// flush writes it, and later refusals grow the written record.
+func TestFailedFlushKeepsCoalescedCounts(t *testing.T) {
+	l, _, _ := newLog(t, Options{})
+	buckets := func(f func(*bolt.Tx, []byte) error) {
+		t.Helper()
+		if err := l.db.Update(func(tx *bolt.Tx) error { return f(tx, bucketLog) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buckets(func(tx *bolt.Tx, b []byte) error { return tx.DeleteBucket(b) })
+	for i := range 3 {
+		l.Record(refusal("alice", t0.Add(time.Duration(i)*time.Second), 300))
+	}
+	l.Record(Event{Time: t0, Action: Reload})
+	if err := l.Flush(); err == nil {
+		t.Fatal("a flush without the log's bucket succeeded")
+	}
+	l.Record(refusal("alice", t0.Add(3*time.Second), 300))
+	buckets(func(tx *bolt.Tx, b []byte) error { _, err := tx.CreateBucket(b); return err })
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	l.Record(refusal("alice", t0.Add(4*time.Second), 300))
+	got, err := l.Query(context.Background(), Query{})
+	if err != nil || len(got) != 2 || got[1].Count != 5 || !got[1].Last.Equal(t0.Add(4*time.Second)) || got[0].Action != Reload {
+		t.Fatalf("after a failed flush: %+v, %v", got, err)
+	}
+	if s := l.Stats(); s.Failures != 1 || s.Coalesced != 4 || s.Dropped != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
