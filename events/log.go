@@ -129,6 +129,7 @@ type Log struct {
 	spare  queue // the previous flush's queue, reused
 	open   map[coalesceKey]*pending
 	dirty  []*pending // written, with a count grown since
+	swept  int64      // the interval of expire's last sweep
 	closed bool
 	stats  Stats
 
@@ -382,7 +383,8 @@ func (l *Log) coalesce(e *Event) bool {
 }
 
 // track opens decision e for coalescing and returns its totals, or nil
-// with QueueSize records already open this interval; mu held.
+// with QueueSize records already open (e is then a record of its own,
+// and the next refusals of its key too, until the interval ends); mu held.
 func (l *Log) track(e *Event) *pending {
 	w := l.window(e.Time)
 	if len(l.open) >= l.opts.QueueSize {
@@ -393,7 +395,7 @@ func (l *Log) track(e *Event) *pending {
 	}
 	ck := keyOf(e)
 	// The map outlives the request: keep no slice of its buffers.
-	ck.key, ck.limit = strings.Clone(ck.key), strings.Clone(ck.limit)
+	ck.key = strings.Clone(ck.key)
 	p := &pending{ck: ck, window: w, count: 1, last: e.Time.UnixNano(), rate: e.Rate}
 	l.open[p.ck] = p
 	return p
@@ -401,6 +403,10 @@ func (l *Log) track(e *Event) *pending {
 
 // expire closes the records of intervals before w; mu held.
 func (l *Log) expire(w int64) {
+	if w <= l.swept {
+		return // nothing closed since the last sweep
+	}
+	l.swept = w
 	for k, p := range l.open {
 		if p.window < w {
 			delete(l.open, k)

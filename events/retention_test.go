@@ -229,3 +229,26 @@ func TestFailedFlushKeepsCoalescedCounts(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestOpenRecordsBounded: with QueueSize records open in one interval a
+// new key's refusals are records of their own, not coalesced and not
+// tracked; in the next interval the old ones close and coalescing resumes.
+func TestOpenRecordsBounded(t *testing.T) {
+	l, c, _ := newLog(t, Options{QueueSize: 10})
+	for i := range 10 {
+		l.Record(refusal(fmt.Sprint("k", i), t0, 300))
+	}
+	l.Flush()
+	l.Record(refusal("late", t0, 300))
+	l.Record(refusal("late", t0, 300))
+	if s := l.Stats(); s.Coalesced != 0 || s.Recorded != 12 || len(l.open) != 10 {
+		t.Errorf("beyond the bound: %+v, %d open", s, len(l.open))
+	}
+	c.Add(time.Minute)
+	l.Flush()
+	l.Record(refusal("late", c.Now(), 300))
+	l.Record(refusal("late", c.Now(), 300))
+	if s := l.Stats(); s.Coalesced != 1 || len(l.open) != 1 {
+		t.Errorf("next interval: %+v, %d open", s, len(l.open))
+	}
+}
