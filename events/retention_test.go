@@ -3,7 +3,6 @@ package events
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -146,8 +145,9 @@ func hostile(i int) string {
 
 // TestHostileEventsBounded: events whose every field is 30 KB take at most
 // MaxRecord bytes each; 1,000 refusals of one key with 30 KB senders are
-// one record; 1,000 of distinct 30 KB keys stay within MaxRecord bytes on
-// disk each (the file's growth, with BoltDB's page overhead).
+// one record; 1,000 of distinct 30 KB keys, and 1,000 events of eight 30
+// KB fields, stay within MaxRecord bytes of leaves each, and the state
+// file's pages in use (BoltDB's high-water mark) grow by about that.
 func TestHostileEventsBounded(t *testing.T) {
 	h := hostile(0)
 	e := Event{Time: t0, Key: h, Limit: h, Action: Defer, Sender: h, Client: h, QueueID: h, By: h, Detail: h, Rate: 1, Max: 1}
@@ -155,9 +155,9 @@ func TestHostileEventsBounded(t *testing.T) {
 		t.Errorf("a record of 30 KB fields: %d bytes, more than MaxRecord %d", n, MaxRecord)
 	}
 
-	l, _, path := newLog(t, Options{})
+	l, _, _ := newLog(t, Options{})
 	l.Flush()
-	before := fileSize(t, path)
+	before := dbSize(l.db)
 	for i := range 1000 {
 		e := refusal("192.0.2.1", t0.Add(time.Duration(i)*time.Millisecond), 300)
 		e.Sender = hostile(i)
@@ -168,32 +168,40 @@ func TestHostileEventsBounded(t *testing.T) {
 	if len(got) != 1 || got[0].Count != 1000 || len(got[0].Sender) > MaxField {
 		t.Fatalf("1,000 refusals of one client: %d records, count %d", len(got), got[0].Count)
 	}
-	t.Logf("1,000 refusals of one client with 30 KB senders: file grew %d bytes", fileSize(t, path)-before)
+	t.Logf("1,000 refusals of one client with 30 KB senders: pages in use grew %d bytes", dbSize(l.db)-before)
 
-	before = fileSize(t, path)
+	before = dbSize(l.db)
 	for i := range 1000 {
 		e := refusal(hostile(i), t0.Add(time.Duration(i)*time.Millisecond), 300)
 		e.Sender = hostile(i)
 		l.Record(e)
 	}
 	l.Flush()
-	grown := fileSize(t, path) - before
+	grown := dbSize(l.db) - before
 	var leaf int
 	l.db.View(func(tx *bolt.Tx) error { leaf = tx.Bucket(bucketLog).Stats().LeafInuse; return nil })
-	t.Logf("1,000 refusals of distinct 30 KB keys and senders: file grew %d bytes (%d a refusal), %d bytes of leaves in use for 1,001 records",
+	t.Logf("1,000 refusals of distinct 30 KB keys and senders: pages in use grew %d bytes (%d a refusal), %d bytes of leaves in use for 1,001 records",
 		grown, grown/1000, leaf)
 	if grown/1000 > MaxRecord || leaf/1001 > MaxRecord {
 		t.Errorf("%d bytes on disk a refusal, %d in leaves a record: more than MaxRecord %d", grown/1000, leaf/1001, MaxRecord)
 	}
-}
 
-func fileSize(t *testing.T, path string) int64 {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
+	before, leafBefore := dbSize(l.db), leaf
+	for i := range 1000 {
+		h := hostile(i)
+		l.Record(Event{Time: t0.Add(time.Duration(i) * time.Millisecond), Key: h, Limit: h, Action: Defer,
+			Sender: h, Client: h, QueueID: h, By: h, Detail: h})
 	}
-	return fi.Size()
+	l.Flush()
+	grown = dbSize(l.db) - before
+	l.db.View(func(tx *bolt.Tx) error { leaf = tx.Bucket(bucketLog).Stats().LeafInuse; return nil })
+	t.Logf("1,000 events of eight distinct 30 KB fields: pages in use grew %d bytes (%d an event), %d bytes of leaves an event",
+		grown, grown/1000, (leaf-leafBefore)/1000)
+	// A page holds one such record, or two: the pages are at most twice it.
+	if (leaf-leafBefore)/1000 > MaxRecord || grown/1000 > 2*MaxRecord {
+		t.Errorf("an event of 30 KB fields: %d bytes in leaves, %d of pages: more than MaxRecord %d (twice it)",
+			(leaf-leafBefore)/1000, grown/1000, MaxRecord)
+	}
 }
 
 // TestFailedFlushKeepsCoalescedCounts: a flush that fails (the log's
