@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -43,6 +45,8 @@ type Status struct {
 	FrontEnds     []FrontEndStatus  `json:"front_ends,omitempty"`
 	Quarantine    *lifecycle.Health `json:"quarantine,omitempty"`
 	State         *StateStatus      `json:"state,omitempty"`
+	// Events is the event log's counters since start (nil: events off).
+	Events *events.Stats `json:"events,omitempty"`
 	// Store is the Redis backend's state (nil: the local store).
 	Store *redisstore.FailoverStatus `json:"store,omitempty"`
 	// RedisTime is Redis's TIME; zero without Redis.
@@ -154,6 +158,20 @@ func (st *Status) Print(w io.Writer) {
 	}
 	if st.State != nil {
 		st.State.Print(w)
+	}
+	if e := st.Events; e != nil {
+		printEvents(w, e)
+	}
+}
+
+// printEvents prints the event log's counters.
+func printEvents(w io.Writer, e *events.Stats) {
+	fmt.Fprintf(w, "events stored: %d refusals and warnings, %s; %d waiting, %d flush failures\n",
+		e.Stored, plural.N(e.ActionsStored, "action"), e.Pending, e.Failures)
+	fmt.Fprintf(w, "events since start: %d written, %d refusals coalesced, %d dropped (%s), pruned %d refusals and %s\n",
+		e.Written, e.Coalesced, e.Dropped, plural.N(int(e.ActionsDropped), "action"), e.Pruned, plural.N(int(e.ActionsPruned), "action"))
+	if e.LastError != "" {
+		fmt.Fprintf(w, "events last error: %s\n", termsafe.Line(e.LastError))
 	}
 }
 

@@ -11,10 +11,16 @@ import (
 
 // Events is the [events] table: the history of refusals, warnings,
 // quarantine and operator actions (package events, `ratelimitd events`).
+// MaxAge and MaxCount bound the refusals and warnings, ActionsMaxAge and
+// ActionsMaxCount every other event, apart; Coalesce is the interval
+// within which one key's refusals of one limit are one event.
 type Events struct {
-	Enabled  *bool           `toml:"enabled"`
-	MaxAge   policy.Duration `toml:"max_age"`
-	MaxCount int             `toml:"max_count"`
+	Enabled         *bool           `toml:"enabled"`
+	MaxAge          policy.Duration `toml:"max_age"`
+	MaxCount        int             `toml:"max_count"`
+	ActionsMaxAge   policy.Duration `toml:"actions_max_age"`
+	ActionsMaxCount int             `toml:"actions_max_count"`
+	Coalesce        policy.Duration `toml:"coalesce"`
 }
 
 // On reports whether events are recorded.
@@ -24,6 +30,9 @@ func (e *Events) withDefaults() {
 	setDefaultPtr(&e.Enabled, true)
 	setDefault(&e.MaxAge, policy.Duration(30*24*time.Hour))
 	setDefault(&e.MaxCount, 1_000_000)
+	setDefault(&e.ActionsMaxAge, policy.Duration(365*24*time.Hour))
+	setDefault(&e.ActionsMaxCount, 100_000)
+	setDefault(&e.Coalesce, policy.Duration(time.Minute))
 }
 
 func (e *Events) validate() []error {
@@ -33,6 +42,15 @@ func (e *Events) validate() []error {
 	}
 	if e.MaxCount < 1 {
 		errs = append(errs, fmt.Errorf("events.max_count: %d: at least 1", e.MaxCount))
+	}
+	if e.ActionsMaxAge < policy.Duration(time.Minute) {
+		errs = append(errs, fmt.Errorf("events.actions_max_age: %s is too short: at least 1m", human.Duration(time.Duration(e.ActionsMaxAge))))
+	}
+	if e.ActionsMaxCount < 1 {
+		errs = append(errs, fmt.Errorf("events.actions_max_count: %d: at least 1", e.ActionsMaxCount))
+	}
+	if e.Coalesce < policy.Duration(time.Second) || e.Coalesce > policy.Duration(24*time.Hour) {
+		errs = append(errs, fmt.Errorf("events.coalesce: %s: from 1s to 1d", human.Duration(time.Duration(e.Coalesce))))
 	}
 	return errs
 }

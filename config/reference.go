@@ -148,8 +148,11 @@ var keys = []key{
 	{name: "web.users_file", note: "STATE_DIR/web-users", doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
 
 	{name: "events.enabled", def: `true`, doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},
-	{name: "events.max_age", def: `"30d"`, doc: "Events older than this are deleted (at least 1m)."},
-	{name: "events.max_count", def: `1000000`, unit: "events", doc: "Beyond this many events the oldest are deleted (about 140 bytes of state file each)."},
+	{name: "events.max_age", def: `"30d"`, doc: "Refusals and warnings older than this are deleted (at least 1m)."},
+	{name: "events.max_count", def: `1000000`, unit: "events", doc: "Beyond this many refusal and warning events the oldest are deleted (about 165 bytes of state file each; whatever the mail holds at most 2,130 bytes of record and 4,260 of pages); operator actions are never pruned by them."},
+	{name: "events.actions_max_age", def: `"365d"`, doc: "Quarantine and operator actions (thaw, delete, expire, release, reset, suspend, resume) and reloads older than this are deleted (at least 1m)."},
+	{name: "events.actions_max_count", def: `100000`, unit: "events", doc: "Beyond this many quarantine and operator action and reload events the oldest are deleted."},
+	{name: "events.coalesce", def: `"1m"`, doc: "The refusals (or warnings) of one key by one limit with one action within one such interval (aligned to the clock) are one event with a count, first and last time (1s to 1d)."},
 }
 
 // fileKey is a key the configuration structs decode.

@@ -13,26 +13,34 @@ import (
 )
 
 // BenchmarkRecord: the cost Record adds to a refusal on the decide path,
-// with a Flusher flushing behind.
+// with a Flusher flushing behind: "coalesced", one key refused again and
+// again; "new", every refusal a record of its own (Coalesce 1 ns).
 func BenchmarkRecord(b *testing.B) {
-	l, _, _ := newLog(b, Options{Now: time.Now, QueueSize: 1 << 20})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	f := statedb.NewFlusher(10*time.Millisecond, nil, nil)
-	f.Add("events", l.Tick)
-	go f.Run(ctx)
-	e := Event{Key: "alice@example.org", Limit: "hourly", Action: Defer, Rate: 201, Max: 200,
-		Sender: "alice@example.org", Client: "192.0.2.1", QueueID: "4Q1x2y3zAb"}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			l.Record(e)
-		}
-	})
-	b.StopTimer()
-	l.Close()
-	if s := l.Stats(); s.Dropped > 0 {
-		b.Logf("dropped %d of %d", s.Dropped, s.Recorded+s.Dropped)
+	for _, bc := range []struct {
+		name     string
+		coalesce time.Duration
+	}{{"coalesced", time.Minute}, {"new", time.Nanosecond}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, _, _ := newLog(b, Options{Now: time.Now, QueueSize: 1 << 20, Coalesce: bc.coalesce})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			f := statedb.NewFlusher(10*time.Millisecond, nil, nil)
+			f.Add("events", l.Tick)
+			go f.Run(ctx)
+			e := Event{Key: "alice@example.org", Limit: "hourly", Action: Defer, Rate: 201, Max: 200,
+				Sender: "alice@example.org", Client: "192.0.2.1", QueueID: "4Q1x2y3zAb"}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l.Record(e)
+				}
+			})
+			b.StopTimer()
+			l.Close()
+			if s := l.Stats(); s.Dropped > 0 {
+				b.Logf("dropped %d of %d", s.Dropped, s.Recorded+s.Coalesced+s.Dropped)
+			}
+		})
 	}
 }
 

@@ -30,7 +30,7 @@ func TestDamagedEventReported(t *testing.T) {
 	if lost, _, err := statedb.Scan(l.db, Formats()); err != nil || len(lost) > 0 {
 		t.Fatalf("an undamaged log: %v %v", lost, err)
 	}
-	key := recordKey(t0.Add(7*time.Second), 8)
+	key := recordKey(classDecision, t0.Add(7*time.Second), 8)
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketLog)
 		v := bytes.Clone(b.Get(key))

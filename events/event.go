@@ -34,12 +34,45 @@ var Refusals = []string{Defer, Reject, Hold, Freeze}
 // IsAction reports whether a is one of Actions.
 func IsAction(a string) bool { return slices.Contains(Actions, a) }
 
+// Decisions are the actions the policy decides (refusals and the
+// warning). They are coalesced and kept under Options.MaxAge and
+// MaxCount; every other action (an operator's, the quarantine's, a
+// reload) is kept apart under ActionMaxAge and ActionMaxCount, so no
+// flood of refusals prunes one.
+var Decisions = []string{Defer, Reject, Warn, Hold, Freeze}
+
+// class is the retention class of a record, its key's first byte.
+type class byte
+
+const (
+	classDecision class = iota
+	classAction
+)
+
+// numClasses is the number of classes.
+const numClasses = 2
+
+// classOf returns the class of action a.
+func classOf(a string) class {
+	if slices.Contains(Decisions, a) {
+		return classDecision
+	}
+	return classAction
+}
+
 // Event is one decision or action; a zero field does not apply.
 type Event struct {
-	// ID identifies a stored event (32 hex digits); set by Query.
+	// ID identifies a stored event (IDLen hex digits); set by Query.
 	ID string `json:"id,omitempty"`
-	// Time is when it happened (zero: the Log's clock), to the ns.
+	// Time is when it happened (zero: the Log's clock), to the ns; for
+	// coalesced decisions the first's time.
 	Time time.Time `json:"time"`
+	// Count is the decisions of one key, limit and action coalesced into
+	// this event (see Options.Coalesce), Last the last one's time; 1 and
+	// Time for every other event. Rate is the highest of them; Sender,
+	// Client and QueueID are the first's.
+	Count int       `json:"count"`
+	Last  time.Time `json:"last"`
 	// Key is the rate key ("alice", "192.0.2.0/24"); Limit the limit's
 	// name; Action one of Actions.
 	Key    string `json:"key,omitempty"`
@@ -92,8 +125,8 @@ func (q Query) max() int {
 	return q.Max
 }
 
-// KeySummary is Summary's report of one key: event count, first and last,
-// limits (sorted) and count per action.
+// KeySummary is Summary's report of one key: decisions (coalesced ones
+// each counted), first and last, limits (sorted) and count per action.
 type KeySummary struct {
 	Key      string         `json:"key"`
 	Refusals int            `json:"refusals"`

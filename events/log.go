@@ -1,9 +1,11 @@
 package events
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,9 +27,12 @@ var (
 
 // Defaults of Options.
 const (
-	DefaultMaxAge    = 30 * 24 * time.Hour
-	DefaultMaxCount  = 1_000_000
-	DefaultQueueSize = 50_000
+	DefaultMaxAge         = 30 * 24 * time.Hour
+	DefaultMaxCount       = 1_000_000
+	DefaultActionMaxAge   = 365 * 24 * time.Hour
+	DefaultActionMaxCount = 100_000
+	DefaultCoalesce       = time.Minute
+	DefaultQueueSize      = 50_000
 	// pruneBatch bounds the records one pruning transaction deletes.
 	pruneBatch = 50_000
 )
@@ -37,11 +42,20 @@ var ErrClosed = errors.New("events: log closed")
 
 // Options configure a Log; zero fields take the defaults above.
 type Options struct {
-	// MaxAge: records older than this are deleted (default 30 days).
-	MaxAge time.Duration
-	// MaxCount: beyond this many records the oldest are deleted.
+	// MaxAge and MaxCount bound the records of Decisions: older ones and
+	// the oldest beyond the count are deleted.
+	MaxAge   time.Duration
 	MaxCount int
-	// QueueSize bounds the events waiting for a flush (Record drops beyond).
+	// ActionMaxAge and ActionMaxCount bound every other action's records
+	// the same way, apart.
+	ActionMaxAge   time.Duration
+	ActionMaxCount int
+	// Coalesce is the interval of coalescing: the decisions of one key,
+	// limit and action within one interval (aligned to multiples of it
+	// since the Unix epoch) are one record with a count.
+	Coalesce time.Duration
+	// QueueSize bounds the events of each class waiting for a flush, and
+	// the decisions open for coalescing (Record drops beyond).
 	QueueSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -54,6 +68,15 @@ func (o *Options) withDefaults() {
 	if o.MaxCount <= 0 {
 		o.MaxCount = DefaultMaxCount
 	}
+	if o.ActionMaxAge <= 0 {
+		o.ActionMaxAge = DefaultActionMaxAge
+	}
+	if o.ActionMaxCount <= 0 {
+		o.ActionMaxCount = DefaultActionMaxCount
+	}
+	if o.Coalesce <= 0 {
+		o.Coalesce = DefaultCoalesce
+	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = DefaultQueueSize
 	}
@@ -62,17 +85,32 @@ func (o *Options) withDefaults() {
 	}
 }
 
-// Stats are a Log's counters since Open.
+// bounds returns class c's age and count bounds.
+func (o *Options) bounds(c class) (time.Duration, int) {
+	if c == classAction {
+		return o.ActionMaxAge, o.ActionMaxCount
+	}
+	return o.MaxAge, o.MaxCount
+}
+
+// Stats are a Log's counters since Open; the Actions ones count the
+// records of actions other than Decisions, the others those of Decisions.
 type Stats struct {
-	// Recorded: events queued; Dropped: queue full, read-only or closed.
-	Recorded uint64 `json:"recorded"`
-	Dropped  uint64 `json:"dropped"`
-	// Written: events flushed; Pruned: records deleted by the bounds.
-	Written uint64 `json:"written"`
-	Pruned  uint64 `json:"pruned"`
-	// Pending is the events queued now; Stored the records in the file.
-	Pending int `json:"pending"`
-	Stored  int `json:"stored"`
+	// Recorded: records queued; Coalesced: decisions added to an earlier
+	// record's count instead.
+	Recorded  uint64 `json:"recorded"`
+	Coalesced uint64 `json:"coalesced"`
+	// Dropped: events lost with the queue full, read-only or closed.
+	Dropped        uint64 `json:"dropped"`
+	ActionsDropped uint64 `json:"actions_dropped"`
+	// Written: records flushed; Pruned: records deleted by the bounds.
+	Written       uint64 `json:"written"`
+	Pruned        uint64 `json:"pruned"`
+	ActionsPruned uint64 `json:"actions_pruned"`
+	// Pending is the records queued now; Stored the records in the file.
+	Pending       int `json:"pending"`
+	Stored        int `json:"stored"`
+	ActionsStored int `json:"actions_stored"`
 	// Failures counts failed flushes; LastError is the last one's error.
 	Failures  uint64 `json:"failures"`
 	LastError string `json:"last_error,omitempty"`
@@ -84,38 +122,69 @@ type Log struct {
 	opts     Options
 	readOnly bool
 
-	// mu guards queue, spare, closed and stats but Stored.
+	// mu guards queue, spare, open, dirty, every pending, closed and
+	// stats but Stored.
 	mu     sync.Mutex
 	queue  queue
 	spare  queue // the previous flush's queue, reused
+	open   map[coalesceKey]*pending
+	dirty  []*pending // written, with a count grown since
+	swept  int64      // the interval of expire's last sweep
 	closed bool
 	stats  Stats
 
 	// fmu serialises flushes and pruning, and guards count.
 	fmu   sync.Mutex
-	count int
+	count [numClasses]int
 }
 
 // queue holds the events waiting for a flush, encoded at Record.
 type queue struct {
-	buf  []byte
-	recs []queued
+	buf   []byte
+	recs  []queued
+	n     [numClasses]int // records per class
+	bytes [numClasses]int // bytes per class
 }
 
-// queued is one queued event: time (Unix ns) and record buf[off:end].
+// queued is one queued event: class, time (Unix ns), record
+// buf[off:end] and, for a decision open for coalescing, its totals.
 type queued struct {
+	c        class
 	t        int64
 	off, end int
+	p        *pending
 }
 
-// maxQueueBytes bounds the bytes of encoded events queued.
+// coalesceKey names the decisions coalesced into one record.
+type coalesceKey struct{ key, limit, action string }
+
+// pending is a coalesced decision's totals; guarded by Log.mu.
+type pending struct {
+	ck     coalesceKey
+	window int64 // Unix ns / Coalesce
+	count  uint32
+	last   int64 // Unix ns
+	rate   float64
+	key    []byte // the record's key once written
+	stored uint32 // the count written or being written
+	dirty  bool   // in Log.dirty
+}
+
+// maxQueueBytes bounds the bytes of encoded events of a class queued.
 const maxQueueBytes = 32 << 20
 
-// add appends the encoded event e.
-func (q *queue) add(e *Event) {
+// add appends the encoded event e of class c.
+func (q *queue) add(e *Event, c class, p *pending) {
 	off := len(q.buf)
 	q.buf = encode(q.buf, e)
-	q.recs = append(q.recs, queued{t: max(e.Time.UnixNano(), 0), off: off, end: len(q.buf)})
+	q.recs = append(q.recs, queued{c: c, t: max(e.Time.UnixNano(), 0), off: off, end: len(q.buf), p: p})
+	q.n[c]++
+	q.bytes[c] += len(q.buf) - off
+}
+
+// full reports whether q holds as many records of class c as it may.
+func (q *queue) full(c class, size int) bool {
+	return q.n[c] >= size || q.bytes[c] >= maxQueueBytes
 }
 
 // record returns the i-th record's bytes, capacity capped.
@@ -124,20 +193,29 @@ func (q *queue) record(i int) []byte {
 	return q.buf[r.off:r.end:r.end]
 }
 
-// appendQueue appends the first n events of o to q.
-func (q *queue) appendQueue(o *queue, n int) {
-	for i := range n {
+// appendQueue appends o's records to q while their class has room in
+// size, and returns those that had none.
+func (q *queue) appendQueue(o *queue, size int) (dropped []queued) {
+	for i, r := range o.recs {
+		if q.full(r.c, size) {
+			dropped = append(dropped, r)
+			continue
+		}
 		off := len(q.buf)
 		q.buf = append(q.buf, o.record(i)...)
-		q.recs = append(q.recs, queued{t: o.recs[i].t, off: off, end: len(q.buf)})
+		r.off, r.end = off, len(q.buf)
+		q.recs = append(q.recs, r)
+		q.n[r.c]++
+		q.bytes[r.c] += r.end - r.off
 	}
+	return dropped
 }
 
 // Open returns the Log stored in db, creating its buckets unless
 // read-only. Errors: another format, BoltDB's.
 func Open(db *bolt.DB, opts Options) (*Log, error) {
 	opts.withDefaults()
-	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly()}
+	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly(), open: map[coalesceKey]*pending{}}
 	if l.readOnly {
 		err := db.View(func(tx *bolt.Tx) error {
 			l.count = storedCount(tx)
@@ -165,11 +243,11 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 			return fmt.Errorf("events: %s holds an event log of format %x; this ratelimitd reads only format %d: move the file aside",
 				db.Path(), v, formatVersion)
 		}
-		if v := mb.Get(metaCount); len(v) == 8 {
-			l.count = int(binary.BigEndian.Uint64(v))
+		if v := mb.Get(metaCount); len(v) == 8*numClasses {
+			l.count = decodeCount(v)
 			return nil
 		}
-		l.count = lb.Stats().KeyN
+		l.count = countRecords(lb)
 		return putCount(t, mb, l.count)
 	})
 	if err != nil {
@@ -194,28 +272,53 @@ func Formats() []statedb.Format {
 	}
 }
 
-// storedCount reads events/meta's record count, or counts the records.
-func storedCount(tx *bolt.Tx) int {
+// storedCount reads events/meta's record counts, or counts the records.
+func storedCount(tx *bolt.Tx) (n [numClasses]int) {
 	if mb := tx.Bucket(bucketMeta); mb != nil {
-		if v := mb.Get(metaCount); len(v) == 8 {
-			return int(binary.BigEndian.Uint64(v))
+		if v := mb.Get(metaCount); len(v) == 8*numClasses {
+			return decodeCount(v)
 		}
 	}
 	if lb := tx.Bucket(bucketLog); lb != nil {
-		return lb.Stats().KeyN
+		return countRecords(lb)
 	}
-	return 0
+	return n
 }
 
-func putCount(t *statedb.Tally, mb *bolt.Bucket, n int) error {
-	if err := t.Put(mb, metaPath, metaCount, binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
+// countRecords counts lb's records per class.
+func countRecords(lb *bolt.Bucket) (n [numClasses]int) {
+	c := lb.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) > 0 && k[0] < byte(numClasses) {
+			n[k[0]]++
+		}
+	}
+	return n
+}
+
+// decodeCount reads a count record: a uint64 per class, big-endian.
+func decodeCount(v []byte) (n [numClasses]int) {
+	for c := range n {
+		n[c] = int(binary.BigEndian.Uint64(v[8*c:]))
+	}
+	return n
+}
+
+func putCount(t *statedb.Tally, mb *bolt.Bucket, n [numClasses]int) error {
+	var v []byte
+	for _, x := range n {
+		v = binary.BigEndian.AppendUint64(v, uint64(x))
+	}
+	if err := t.Put(mb, metaPath, metaCount, v); err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
 	return nil
 }
 
-// Record queues e for the next flush without waiting; with the queue
-// full, or l read-only or closed, e is dropped and counted.
+// Record queues e for the next flush without waiting, or adds a decision
+// to the count of its key's, limit's and action's record of the same
+// interval; with the queue full, or l read-only or closed, e is dropped
+// and counted.
 func (l *Log) Record(e Event) {
 	if l == nil {
 		return
@@ -223,14 +326,99 @@ func (l *Log) Record(e Event) {
 	if e.Time.IsZero() {
 		e.Time = l.opts.Now()
 	}
+	c := classOf(e.Action)
 	l.mu.Lock()
-	if l.closed || l.readOnly || len(l.queue.recs) >= l.opts.QueueSize || len(l.queue.buf) >= maxQueueBytes {
-		l.stats.Dropped++
-	} else {
-		l.queue.add(&e)
-		l.stats.Recorded++
+	defer l.mu.Unlock()
+	if l.closed || l.readOnly {
+		l.drop(c)
+		return
 	}
-	l.mu.Unlock()
+	if c == classDecision && l.coalesce(&e) {
+		l.stats.Coalesced++
+		return
+	}
+	if l.queue.full(c, l.opts.QueueSize) {
+		l.drop(c)
+		return
+	}
+	var p *pending
+	if c == classDecision {
+		p = l.track(&e)
+	}
+	l.queue.add(&e, c, p)
+	l.stats.Recorded++
+}
+
+// drop counts an event of class c dropped; mu held.
+func (l *Log) drop(c class) {
+	l.stats.Dropped++
+	if c == classAction {
+		l.stats.ActionsDropped++
+	}
+}
+
+// window is the coalescing interval of t.
+func (l *Log) window(t time.Time) int64 { return max(t.UnixNano(), 0) / int64(l.opts.Coalesce) }
+
+// keyOf is e's coalescing key.
+func keyOf(e *Event) coalesceKey { return coalesceKey{Clip(e.Key), Clip(e.Limit), e.Action} }
+
+// coalesce adds decision e to its open record of the same interval and
+// reports whether there was one; mu held.
+func (l *Log) coalesce(e *Event) bool {
+	p := l.open[keyOf(e)]
+	if p == nil || p.window != l.window(e.Time) {
+		return false
+	}
+	if p.count < maxCount {
+		p.count++
+	}
+	p.last = max(p.last, e.Time.UnixNano())
+	p.rate = max(p.rate, e.Rate)
+	if p.key != nil && !p.dirty {
+		p.dirty = true
+		l.dirty = append(l.dirty, p)
+	}
+	return true
+}
+
+// track opens decision e for coalescing and returns its totals, or nil
+// with QueueSize records already open (e is then a record of its own,
+// and the next refusals of its key too, until the interval ends); mu held.
+func (l *Log) track(e *Event) *pending {
+	w := l.window(e.Time)
+	if len(l.open) >= l.opts.QueueSize {
+		l.expire(w)
+		if len(l.open) >= l.opts.QueueSize {
+			return nil
+		}
+	}
+	ck := keyOf(e)
+	// The map outlives the request: keep no slice of its buffers.
+	ck.key = strings.Clone(ck.key)
+	p := &pending{ck: ck, window: w, count: 1, last: e.Time.UnixNano(), rate: e.Rate}
+	l.open[p.ck] = p
+	return p
+}
+
+// expire closes the records of intervals before w; mu held.
+func (l *Log) expire(w int64) {
+	if w <= l.swept {
+		return // nothing closed since the last sweep
+	}
+	l.swept = w
+	for k, p := range l.open {
+		if p.window < w {
+			delete(l.open, k)
+		}
+	}
+}
+
+// forget closes p's record (never written, or gone); mu held.
+func (l *Log) forget(p *pending) {
+	if l.open[p.ck] == p {
+		delete(l.open, p.ck)
+	}
 }
 
 // Stats returns the counters now. A nil Log has none.
@@ -243,7 +431,7 @@ func (l *Log) Stats() Stats {
 	s.Pending = len(l.queue.recs)
 	l.mu.Unlock()
 	l.fmu.Lock()
-	s.Stored = l.count
+	s.Stored, s.ActionsStored = l.count[classDecision], l.count[classAction]
 	l.fmu.Unlock()
 	return s
 }
@@ -271,8 +459,19 @@ func (l *Log) Close() error {
 	return err
 }
 
-// Flush writes the queued events and prunes in one transaction; a failed
-// flush requeues what fits. Error: ErrClosed after Close, BoltDB's.
+// update is a written record's new totals.
+type update struct {
+	p     *pending
+	key   []byte
+	count uint32
+	last  int64
+	rate  float64
+	gone  bool // the record was pruned meanwhile
+}
+
+// Flush writes the queued events and the grown counts and prunes, in one
+// transaction; a failed flush requeues what fits. Error: ErrClosed after
+// Close, BoltDB's.
 func (l *Log) Flush() error {
 	if l.readOnly {
 		return nil
@@ -287,8 +486,21 @@ func (l *Log) Flush() error {
 	batch := l.queue
 	l.queue = queue{buf: l.spare.buf[:0], recs: l.spare.recs[:0]}
 	l.spare = queue{}
+	for i, r := range batch.recs {
+		if p := r.p; p != nil {
+			patch(batch.record(i), p.count, p.last, p.rate)
+			p.stored = p.count
+		}
+	}
+	updates := make([]update, 0, len(l.dirty))
+	for _, p := range l.dirty {
+		updates = append(updates, update{p: p, key: p.key, count: p.count, last: p.last, rate: p.rate})
+		p.stored, p.dirty = p.count, false
+	}
+	l.dirty = l.dirty[:0]
+	l.expire(l.window(l.opts.Now()))
 	l.mu.Unlock()
-	more, err := l.write(&batch)
+	keys, more, err := l.write(&batch, updates)
 	l.mu.Lock()
 	if err != nil {
 		l.stats.Failures++
@@ -296,35 +508,68 @@ func (l *Log) Flush() error {
 		// The failed batch first, then what came meanwhile.
 		newer := l.queue
 		l.queue = batch
-		n := min(len(newer.recs), max(l.opts.QueueSize-len(batch.recs), 0))
-		l.queue.appendQueue(&newer, n)
-		l.stats.Dropped += uint64(len(newer.recs) - n)
+		for _, r := range l.queue.appendQueue(&newer, l.opts.QueueSize) {
+			l.drop(r.c)
+			if r.p != nil {
+				l.forget(r.p)
+			}
+		}
+		for _, u := range updates {
+			l.markDirty(u.p)
+		}
 	} else {
 		l.stats.Written += uint64(len(batch.recs))
+		for i, r := range batch.recs {
+			if p := r.p; p != nil {
+				p.key = keys[i]
+				if p.count > p.stored {
+					l.markDirty(p)
+				}
+			}
+		}
+		for _, u := range updates {
+			if u.gone {
+				l.forget(u.p)
+			}
+		}
 		if cap(batch.buf) <= maxQueueBytes/4 {
+			clear(batch.recs)
 			l.spare = queue{buf: batch.buf[:0], recs: batch.recs[:0]}
 		}
 	}
 	l.mu.Unlock()
 	for more && err == nil {
-		more, err = l.write(&queue{})
+		_, more, err = l.write(&queue{}, nil)
 	}
 	return err
 }
 
-// write stores batch and prunes in one transaction; more: pruning due.
-func (l *Log) write(batch *queue) (more bool, err error) {
-	now := l.opts.Now()
-	if len(batch.recs) == 0 && !l.pruneDue(now) {
-		return false, nil
+// markDirty queues p's count to be written again; mu held.
+func (l *Log) markDirty(p *pending) {
+	p.stored = 0
+	if !p.dirty {
+		p.dirty = true
+		l.dirty = append(l.dirty, p)
 	}
-	n, pruned := l.count, 0
+}
+
+// write stores batch and updates and prunes in one transaction; it
+// returns the keys of batch's coalesced records and more: pruning due.
+func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, err error) {
+	now := l.opts.Now()
+	if len(batch.recs) == 0 && len(updates) == 0 && !l.pruneDue(now) {
+		return nil, false, nil
+	}
+	keys = make([][]byte, len(batch.recs))
+	n := l.count
+	var pruned [numClasses]int
 	err = statedb.Update(l.db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		lb, mb := tx.Bucket(bucketLog), tx.Bucket(bucketMeta)
 		if lb == nil || mb == nil {
 			return fmt.Errorf("events: buckets %s, %s missing", bucketLog, bucketMeta)
 		}
-		// Keys mostly come in time order, at the end: fill the pages.
+		// Keys mostly come in time order, at the end of their class:
+		// fill the pages.
 		lb.FillPercent = 0.95
 		// BoltDB keeps each value until the commit.
 		for i, r := range batch.recs {
@@ -332,57 +577,83 @@ func (l *Log) write(batch *queue) (more bool, err error) {
 			if err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
-			key, rec := recordKey(time.Unix(0, r.t), seq), batch.record(i)
+			key, rec := recordKey(r.c, time.Unix(0, r.t), seq), batch.record(i)
 			seal(key, rec)
 			if err := t.Append(lb, logPath, key, rec); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
+			if r.p != nil {
+				keys[i] = key
+			}
 		}
-		n += len(batch.recs)
-		var err error
-		if pruned, more, err = l.pruneTx(lb, now, n); err != nil {
-			return err
+		for i := range updates {
+			u := &updates[i]
+			v := lb.Get(u.key)
+			if v == nil {
+				u.gone = true
+				continue
+			}
+			if _, err := recordBody(u.key, v); err != nil {
+				return err
+			}
+			rec := bytes.Clone(v)
+			patch(rec, u.count, u.last, u.rate)
+			seal(u.key, rec)
+			if err := lb.Put(u.key, rec); err != nil {
+				return fmt.Errorf("events: %w", err)
+			}
 		}
-		t.Added(logPath, -pruned)
-		n -= pruned
+		for c := range class(numClasses) {
+			n[c] += batch.n[c]
+			d, m, err := l.pruneTx(lb, c, now, n[c])
+			if err != nil {
+				return err
+			}
+			t.Added(logPath, -d)
+			n[c] -= d
+			pruned[c], more = d, more || m
+		}
 		return putCount(t, mb, n)
 	})
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	l.count = n
-	if pruned > 0 {
-		l.mu.Lock()
-		l.stats.Pruned += uint64(pruned)
-		l.mu.Unlock()
-	}
-	return more, nil
+	l.mu.Lock()
+	l.stats.Pruned += uint64(pruned[classDecision])
+	l.stats.ActionsPruned += uint64(pruned[classAction])
+	l.mu.Unlock()
+	return keys, more, nil
 }
 
 // pruneDue reports whether records are beyond the bounds; fmu held.
 func (l *Log) pruneDue(now time.Time) bool {
-	if l.count > l.opts.MaxCount {
-		return true
-	}
-	cutoff := timeKey(now.Add(-l.opts.MaxAge))
 	due := false
 	l.db.View(func(tx *bolt.Tx) error {
-		if lb := tx.Bucket(bucketLog); lb != nil {
-			k, _ := lb.Cursor().First()
-			due = k != nil && string(k) < string(cutoff)
+		lb := tx.Bucket(bucketLog)
+		for c := range class(numClasses) {
+			maxAge, maxN := l.opts.bounds(c)
+			if l.count[c] > maxN {
+				due = true
+			} else if lb != nil {
+				k, _ := lb.Cursor().Seek([]byte{byte(c)})
+				due = due || k != nil && k[0] == byte(c) && string(k) < string(timeKey(c, now.Add(-maxAge)))
+			}
 		}
 		return nil
 	})
 	return due
 }
 
-// pruneTx deletes up to pruneBatch records beyond the bounds, oldest first.
-func (l *Log) pruneTx(lb *bolt.Bucket, now time.Time, n int) (deleted int, more bool, err error) {
-	cutoff := string(timeKey(now.Add(-l.opts.MaxAge)))
-	over := n - l.opts.MaxCount
+// pruneTx deletes up to pruneBatch records of class c, of which n are
+// stored, beyond c's bounds, oldest first.
+func (l *Log) pruneTx(lb *bolt.Bucket, c class, now time.Time, n int) (deleted int, more bool, err error) {
+	maxAge, maxN := l.opts.bounds(c)
+	cutoff := string(timeKey(c, now.Add(-maxAge)))
+	over := n - maxN
 	var keys [][]byte
-	c := lb.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	cur := lb.Cursor()
+	for k, _ := cur.Seek([]byte{byte(c)}); k != nil && k[0] == byte(c); k, _ = cur.Next() {
 		if len(keys) >= over && string(k) >= cutoff {
 			break
 		}

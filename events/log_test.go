@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ratelimitd/ratelimitd/statedb"
 	bolt "go.etcd.io/bbolt"
@@ -76,7 +78,7 @@ func keysOf(es []Event) []string {
 }
 
 func TestQueryNewestFirstWithFilters(t *testing.T) {
-	l, _, _ := newLog(t, Options{})
+	l, _, _ := newLog(t, Options{Coalesce: time.Second})
 	l.Record(refusal("alice", t0.Add(1*time.Second), 201))
 	l.Record(Event{Time: t0.Add(2 * time.Second), Key: "bob", Limit: "daily", Action: Warn, Rate: 900, Max: 1000})
 	l.Record(refusal("alice", t0.Add(3*time.Second), 202))
@@ -93,7 +95,7 @@ func TestQueryNewestFirstWithFilters(t *testing.T) {
 		t.Fatalf("Query{} = %q, want %q", got, want)
 	}
 	if e := all[2]; e.Limit != "hourly" || e.Rate != 202 || e.Max != 200 || e.Sender != "alice@example.org" ||
-		e.Client != "192.0.2.1" || e.QueueID != "4Q1x2y3z" || !e.Time.Equal(t0.Add(3*time.Second)) || len(e.ID) != 32 {
+		e.Client != "192.0.2.1" || e.QueueID != "4Q1x2y3z" || !e.Time.Equal(t0.Add(3*time.Second)) || len(e.ID) != 34 {
 		t.Errorf("stored event = %+v", e)
 	}
 	for _, tc := range []struct {
@@ -207,7 +209,7 @@ func TestBoundByAgeDeletesOlder(t *testing.T) {
 // TestPruneInBatches: more records due than one transaction deletes are
 // all deleted by one Flush.
 func TestPruneInBatches(t *testing.T) {
-	l, c, _ := newLog(t, Options{MaxAge: time.Hour, QueueSize: 2 * pruneBatch})
+	l, c, _ := newLog(t, Options{MaxAge: time.Hour, QueueSize: 2 * pruneBatch, Coalesce: time.Nanosecond})
 	for i := range pruneBatch + 500 {
 		l.Record(Event{Time: t0.Add(time.Duration(i) * time.Microsecond), Key: "k", Action: Defer})
 	}
@@ -229,7 +231,7 @@ func TestSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(db, Options{})
+	l, err := Open(db, Options{Coalesce: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +375,7 @@ func TestCorruptRecordIsReported(t *testing.T) {
 	l.Record(refusal("alice", t0, 1))
 	l.Flush()
 	l.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketLog).Put(recordKey(t0.Add(time.Second), 99), []byte{formatVersion, 200})
+		return tx.Bucket(bucketLog).Put(recordKey(classDecision, t0.Add(time.Second), 99), []byte{formatVersion, 200})
 	})
 	if _, err := l.Query(context.Background(), Query{}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Query = %v, want ErrCorrupt", err)
@@ -383,13 +385,24 @@ func TestCorruptRecordIsReported(t *testing.T) {
 	}
 }
 
+// TestLongFieldsAreClipped: a field beyond MaxField is cut at a character
+// boundary and ends in the marker with the bytes cut, within MaxField.
 func TestLongFieldsAreClipped(t *testing.T) {
 	l, _, _ := newLog(t, Options{})
-	long := string(make([]byte, 3000))
-	l.Record(Event{Time: t0, Key: "k", Action: Reload, Detail: "é" + long})
+	long := strings.Repeat("é", 1500)
+	l.Record(Event{Time: t0, Key: "k", Action: Reload, Detail: long, By: strings.Repeat("b", MaxField)})
 	got, err := l.Query(context.Background(), Query{})
-	if err != nil || len(got) != 1 || len(got[0].Detail) != MaxField {
-		t.Fatalf("got %d bytes of detail, err %v", len(got[0].Detail), err)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("got %v, err %v", got, err)
+	}
+	d := got[0].Detail
+	kept := d[:max(strings.Index(d, clipMarker), 0)]
+	if len(d) > MaxField || !utf8.ValidString(d) || !strings.HasPrefix(long, kept) ||
+		!strings.HasSuffix(d, fmt.Sprintf("…[+%d]", len(long)-len(kept))) {
+		t.Errorf("detail of %d bytes: %q", len(d), d)
+	}
+	if got[0].By != strings.Repeat("b", MaxField) {
+		t.Errorf("a field of exactly MaxField bytes was changed: %q", got[0].By)
 	}
 }
 

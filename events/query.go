@@ -50,12 +50,14 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 		}
 		s := byKey[e.Key]
 		if s == nil {
-			s = &KeySummary{Key: e.Key, First: e.Time, Last: e.Time, Actions: map[string]int{}}
+			s = &KeySummary{Key: e.Key, First: e.Time, Last: e.Last, Actions: map[string]int{}} // the walk goes oldest first
 			byKey[e.Key] = s
 		}
-		s.Refusals++
-		s.Last = e.Time // the walk goes oldest first
-		s.Actions[e.Action]++
+		s.Refusals += e.Count
+		if e.Last.After(s.Last) {
+			s.Last = e.Last
+		}
+		s.Actions[e.Action] += e.Count
 		if e.Limit != "" && !slices.Contains(s.Limits, e.Limit) {
 			s.Limits = append(s.Limits, e.Limit)
 		}
@@ -96,25 +98,26 @@ func (l *Log) flushForRead() error {
 }
 
 // walk calls fn with each record q selects, newest or oldest first, until
-// false or an error; slices valid during the call.
+// false or an error; slices valid during the call. The classes q.Actions
+// selects are walked side by side, in the order of time and sequence.
 func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byte) (bool, error)) error {
 	if l == nil {
 		return nil
 	}
-	var lower, upper []byte // lower inclusive, upper exclusive; nil: none
+	var lower, upper []byte // time and sequence; lower inclusive, upper exclusive; nil: none
 	if !q.Since.IsZero() {
-		lower = timeKey(q.Since)
+		lower = timeKey(0, q.Since)[1:]
 	}
 	if !q.Until.IsZero() {
-		upper = timeKey(q.Until.Add(1))
+		upper = timeKey(0, q.Until.Add(1))[1:]
 	}
 	if q.Before != "" {
 		b, err := parseID(q.Before)
 		if err != nil {
 			return err
 		}
-		if upper == nil || bytes.Compare(b, upper) < 0 {
-			upper = b
+		if upper == nil || bytes.Compare(b[1:], upper) < 0 {
+			upper = b[1:]
 		}
 	}
 	return l.db.View(func(tx *bolt.Tx) error {
@@ -122,30 +125,25 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 		if lb == nil {
 			return nil
 		}
-		c := lb.Cursor()
-		var k, v []byte
-		var step func() ([]byte, []byte)
-		inRange := func(k []byte) bool { return k != nil && (upper == nil || bytes.Compare(k, upper) < 0) }
-		if newest {
-			step = c.Prev
-			if upper == nil {
-				k, v = c.Last()
-			} else if k, _ = c.Seek(upper); k == nil {
-				k, v = c.Last()
-			} else {
-				k, v = c.Prev()
-			}
-			inRange = func(k []byte) bool { return k != nil && (lower == nil || bytes.Compare(k, lower) >= 0) }
-		} else {
-			step = c.Next
-			if lower == nil {
-				k, v = c.First()
-			} else {
-				k, v = c.Seek(lower)
+		var its []*classIter
+		for c := range class(numClasses) {
+			if wants(q.Actions, c) {
+				its = append(its, newClassIter(lb.Cursor(), c, lower, upper, newest))
 			}
 		}
-		for n := 0; inRange(k); k, v = step() {
-			if n++; n%checkEvery == 0 {
+		for n := 0; ; n++ {
+			var it *classIter
+			for _, o := range its {
+				if o.k != nil && (it == nil || (bytes.Compare(o.k[1:], it.k[1:]) > 0) == newest) {
+					it = o
+				}
+			}
+			if it == nil {
+				return nil
+			}
+			k, v := it.k, it.v
+			it.step()
+			if n%checkEvery == checkEvery-1 {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -165,6 +163,64 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 				return err
 			}
 		}
-		return nil
 	})
+}
+
+// wants reports whether actions (none: all) select records of class c.
+func wants(actions []string, c class) bool {
+	if len(actions) == 0 {
+		return true
+	}
+	for _, a := range actions {
+		if classOf(a) == c {
+			return true
+		}
+	}
+	return false
+}
+
+// classIter walks the records of one class within bounds; k is nil
+// when it is done.
+type classIter struct {
+	cur    *bolt.Cursor
+	lo, hi []byte // whole keys; lo inclusive, hi exclusive
+	newest bool
+	k, v   []byte
+}
+
+// newClassIter returns an iterator over class c's records with time and
+// sequence in [lower, upper) (nil: unbounded), at its first record.
+func newClassIter(cur *bolt.Cursor, c class, lower, upper []byte, newest bool) *classIter {
+	it := &classIter{cur: cur, newest: newest, lo: append([]byte{byte(c)}, lower...), hi: []byte{byte(c) + 1}}
+	if upper != nil {
+		it.hi = append([]byte{byte(c)}, upper...)
+	}
+	if newest {
+		if it.k, it.v = cur.Seek(it.hi); it.k == nil {
+			it.k, it.v = cur.Last()
+		} else {
+			it.k, it.v = cur.Prev()
+		}
+	} else {
+		it.k, it.v = cur.Seek(it.lo)
+	}
+	it.bound()
+	return it
+}
+
+// step moves to the next record.
+func (it *classIter) step() {
+	if it.newest {
+		it.k, it.v = it.cur.Prev()
+	} else {
+		it.k, it.v = it.cur.Next()
+	}
+	it.bound()
+}
+
+// bound ends the walk at a key out of bounds.
+func (it *classIter) bound() {
+	if it.k != nil && (bytes.Compare(it.k, it.lo) < 0 || bytes.Compare(it.k, it.hi) >= 0) {
+		it.k, it.v = nil, nil
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/events"
 )
 
 // eventsPerPage is the events page's page size.
@@ -23,7 +24,7 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	if _, err := hex.DecodeString(q.Before); err != nil || len(q.Before) != 32 && q.Before != "" {
+	if _, err := hex.DecodeString(q.Before); err != nil || len(q.Before) != events.IDLen && q.Before != "" {
 		s.fail(w, r, http.StatusBadRequest, errors.New("before: not an event ID"))
 		return
 	}

@@ -321,7 +321,7 @@ func TestOverviewAndChart(t *testing.T) {
 func TestEventsPaging(t *testing.T) {
 	f := newFixture(t, false)
 	for i := range eventsPerPage + 20 {
-		f.events.Record(events.Event{Time: f.now.Add(time.Duration(i-500) * time.Second), Key: "k", Action: "defer"})
+		f.events.Record(events.Event{Time: f.now.Add(time.Duration(i-500) * time.Second), Key: fmt.Sprint("k", i), Action: "defer"})
 	}
 	c := f.client(t)
 	f.login(t, c, "view", "secret-password")
@@ -336,6 +336,21 @@ func TestEventsPaging(t *testing.T) {
 	_, page = get(t, c, f.ts.URL+strings.ReplaceAll(m[1], "&amp;", "&"))
 	if n := strings.Count(page, "<td>defer</td>"); n != 20 {
 		t.Fatalf("second page: %d events, want 20", n)
+	}
+}
+
+// TestEventsPageShowsCoalescedCount: refusals of one key coalesced into
+// one event show as one row with the count and the last time.
+func TestEventsPageShowsCoalescedCount(t *testing.T) {
+	f := newFixture(t, false)
+	for i := range 7 {
+		f.events.Record(events.Event{Time: f.now.Add(time.Duration(i-30) * time.Second), Key: "alice", Limit: "hourly", Action: "defer"})
+	}
+	c := f.client(t)
+	f.login(t, c, "view", "secret-password")
+	_, page := get(t, c, f.ts.URL+"/events")
+	if n := strings.Count(page, "<td>defer ×7</td>"); n != 1 || !strings.Contains(page, " to "+when(f.now.Add(-24*time.Second))+"</td>") {
+		t.Errorf("events page: %d rows of defer ×7, want 1 ending at %s:\n%s", n, when(f.now.Add(-24*time.Second)), page)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
-// Events prints one line per event, every field through termsafe.
+// Events prints one line per event, every field through termsafe; a
+// coalesced event shows its count and last time.
 func Events(w io.Writer, es []events.Event) {
 	if len(es) == 0 {
 		fmt.Fprintln(w, "no events")
@@ -26,6 +27,9 @@ func Events(w io.Writer, es []events.Event) {
 			rate = human.Number(e.Rate) + "/" + human.Number(e.Max)
 		}
 		var details []string
+		if e.Count > 1 {
+			details = append(details, fmt.Sprintf("count=%d last=%s", e.Count, e.Last.Local().Format(time.DateTime)))
+		}
 		for _, f := range [][2]string{{"sender", e.Sender}, {"client", e.Client}, {"queue_id", e.QueueID}, {"by", e.By}, {"detail", e.Detail}} {
 			if f[1] != "" {
 				details = append(details, f[0]+"="+termsafe.Line(f[1]))

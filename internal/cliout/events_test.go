@@ -3,6 +3,7 @@ package cliout
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/events"
 )
@@ -19,5 +20,20 @@ func TestEventsPrintsKeysSafely(t *testing.T) {
 	EventSummary(&b, []events.KeySummary{{Key: "x\x07y", Refusals: 2, Limits: []string{"h\x1b"}}})
 	if out := b.String(); strings.ContainsAny(out, "\x07\x1b") {
 		t.Errorf("EventSummary: %q", out)
+	}
+}
+
+// TestEventsPrintsCoalescedCount: an event of coalesced refusals shows
+// its count and last time; a single one shows neither.
+func TestEventsPrintsCoalescedCount(t *testing.T) {
+	var b strings.Builder
+	first := time.Date(2026, 11, 28, 1, 3, 0, 0, time.Local)
+	Events(&b, []events.Event{
+		{Time: first, Last: first.Add(59 * time.Second), Count: 995, Key: "192.0.2.66", Action: events.Defer, Limit: "per-client"},
+		{Time: first, Last: first, Count: 1, Key: "alice", Action: events.Reset, By: "root"},
+	})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "count=995 last=2026-11-28 01:03:59") || strings.Contains(lines[2], "count=") {
+		t.Errorf("Events:\n%s", b.String())
 	}
 }

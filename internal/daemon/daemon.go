@@ -251,6 +251,7 @@ func (d *Daemon) openServices() error {
 	d.conns = srvconn.NewLimiter(s.MaxConnections, d.log, d.metrics.ConnRefused)
 	d.metrics.WatchConns(d.conns)
 	d.metrics.Registry().MustRegister(metrics.StateCollectors(d.state)...)
+	d.metrics.Registry().MustRegister(metrics.EventCollectors(d.events)...)
 	// The notifier first: the quarantine's expiry loop may notify at once.
 	if err := d.startNotify(); err != nil {
 		return err

@@ -16,7 +16,9 @@ import (
 
 // eventOptions are the event log's options from the [events] table.
 func eventOptions(f *config.File) events.Options {
-	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount}
+	return events.Options{MaxAge: time.Duration(f.Events.MaxAge), MaxCount: f.Events.MaxCount,
+		ActionMaxAge: time.Duration(f.Events.ActionsMaxAge), ActionMaxCount: f.Events.ActionsMaxCount,
+		Coalesce: time.Duration(f.Events.Coalesce)}
 }
 
 // openEvents opens the event log and adds it to the flusher, unless

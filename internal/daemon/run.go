@@ -83,6 +83,10 @@ func (d *Daemon) Status() admin.Status {
 		st.Notify = &ns
 	}
 	st.State = admin.NewStateStatus(d.state)
+	if d.events != nil {
+		es := d.events.Stats()
+		st.Events = &es
+	}
 	if d.redis != nil {
 		// Redis's clock (TIME, refreshing the offset), only while shared.
 		if !d.redis.Degraded() {
