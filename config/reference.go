@@ -72,7 +72,7 @@ var keys = []key{
 	{name: "limit.key", note: "required", doc: "Request attributes joined into the rate key: sasl_username, sender, sender_domain, client_address, client_subnet, client_name, helo_name, recipient, recipient_domain."},
 	{name: "limit.limit", note: "required (baseline: cap)", unit: "cost per period", doc: "Permitted cost per period; also the burst a quiet sender may send at once. At most 1e15; at least 1 except per = \"byte\" (and earrrl)."},
 	{name: "limit.period", note: "required", doc: "Averaging period, e.g. \"1h\", \"24h\"; 1s to 366d."},
-	{name: "limit.per", note: `"mail"`, doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period)."},
+	{name: "limit.per", note: `"mail"`, doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period); or an outcome of the sender's mail, counted when it arrives from an outcome feed: bounce (1 per recipient failed with 5.x.x), unknown_rcpt (5.1.0, 5.1.1, 5.1.10) or deferral (1 per recipient deferred, however often retried). When an outcome limit is over, the sender's next messages get its action."},
 	{name: "limit.mode", note: `"leaky"`, doc: "leaky (refused attempts not counted), strict (every attempt counts), forgiving (counted, clamped to the limit) or readonly (measure only)."},
 	{name: "limit.action", note: `"defer"`, doc: "Over the limit: defer (450), reject (550), warn (header), hold (MTA hold queue) or freeze (milter quarantine)."},
 	{name: "limit.algorithm", note: `"exponential"`, doc: "exponential (Exim's EWMA), gcra, cooldown, earrrl or baseline (relative to the key's learned peak)."},
