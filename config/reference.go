@@ -33,6 +33,7 @@ var tables = []struct{ Name, Doc string }{
 	{"notify.webhook", "One signed JSON object per event, POSTed."},
 	{"notify.mail", "Mail to the postmaster (and optionally the sender) through an SMTP relay."},
 	{"web", "The browser console (docs/console.md); off until `listen` is set. SIGHUP rereads the users file and the TLS files."},
+	{"outcome", "The outcome feed that outcome limits (`per = \"bounce\"`, `\"unknown_rcpt\"`, `\"deferral\"`) count: what happened to each sender's mail, joined by queue ID to the request that submitted it (docs/limits.md, \"Outcome limits\")."},
 	{"events", "The history of refusals, warnings, quarantine and operator actions, and reloads in the state file (`ratelimitd events`, docs/operations.md)."},
 }
 
@@ -146,6 +147,10 @@ var keys = []key{
 	{name: "web.trusted_proxies", def: `[]`, note: "none", doc: "Reverse proxies (addresses or prefixes) whose X-Forwarded-For gives the client address failed logins count against; from any other peer the header is ignored."},
 	{name: "web.users_file", note: "STATE_DIR/web-users", doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
 
+	{name: "outcome.maillog", def: `""`, note: "off", doc: "Postfix mail log to follow for outcomes (maillog_file, or syslog's /var/log/mail.log), across rotation (the rotated file is PATH.1) and restarts; \"\" disables the feed. The daemon must be able to read it."},
+	{name: "outcome.lifetime", def: `"5d"`, doc: "How long a queue ID stays joined to its submission (Postfix's maximal_queue_lifetime); outcomes later than that are not counted (at least 1h)."},
+	{name: "outcome.max_messages", def: `500000`, unit: "queue IDs", doc: "Bound on the messages joined at a time (about 100 bytes each, also in the state file); a message submitted while it is full is not counted, and logged."},
+	{name: "outcome.poll", def: `"1s"`, doc: "How often the mail log is looked at for new lines and rotation (10ms to 1m)."},
 	{name: "events.enabled", def: `true`, doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},
 	{name: "events.max_age", def: `"30d"`, doc: "Events older than this are deleted (at least 1m)."},
 	{name: "events.max_count", def: `1000000`, unit: "events", doc: "Beyond this many events the oldest are deleted (about 140 bytes of state file each)."},
@@ -232,7 +237,7 @@ func typeName(t reflect.Type) string {
 
 // restartTables are the tables a SIGHUP reload does not apply: their
 // running values are kept until a restart (RestartKeys).
-var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events"}
+var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events", "outcome"}
 
 // appliedBySIGHUP reports whether a reload applies the key "table.key".
 func appliedBySIGHUP(name string) bool {

@@ -54,7 +54,8 @@ type Follower struct {
 // Follow calls fn with each complete line appended to the log from pos on
 // (without its newline) and the position just past it, until ctx is done
 // (it returns ctx.Err()) or the log cannot be read. From the zero
-// Position it starts at the log's end; from a Position of a file that is
+// Position it starts at the log's end (at its start if the log is created
+// after Follow was called); from a Position of a file that is
 // no longer Path it reads the rest of Rotated if that is the file, then
 // Path from its start. A log that does not exist yet is waited for.
 func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte, pos Position)) error {
@@ -84,6 +85,9 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 			return err
 		}
 		if file == nil {
+			if pos == (Position{}) {
+				pos.Offset = -1 // a log created after the start is read whole
+			}
 			if err := wait(); err != nil {
 				return err
 			}
@@ -147,6 +151,7 @@ func (f *Follower) start(pos Position, rotated string, fn func([]byte, Position)
 	switch {
 	case pos == Position{}:
 		here.Offset = fi.Size()
+	case pos == Position{Offset: -1}:
 	case pos.Dev == here.Dev && pos.Ino == here.Ino:
 		if pos.Offset <= fi.Size() {
 			here.Offset = pos.Offset

@@ -137,3 +137,18 @@ func TestPositionRoundTrip(t *testing.T) {
 		t.Error("a short position decoded")
 	}
 }
+
+// TestFollowerReadsALogCreatedLater whole: a Follow that found no log
+// goes on from the position "start of the log" (Offset -1), so the lines
+// written before it looks again are not skipped.
+func TestFollowerReadsALogCreatedLater(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mail.log")
+	c := &collector{}
+	stop := run(&Follower{Path: path, Poll: 5 * time.Millisecond}, Position{Offset: -1}, c)
+	defer stop()
+	appendLines(t, path, 0, 3, "")
+	c.waitFor(t, 3)
+	if !slices.Equal(c.lines, want(0, 3)) {
+		t.Fatalf("lines %q", c.lines)
+	}
+}

@@ -188,6 +188,17 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 	return true
 }
 
+// SetSender sets the sender of queueID's submission if it has none: the
+// log's qmgr line names it after smtpd's client line.
+func (j *Join) SetSender(queueID, sender string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if e, ok := j.m[queueID]; ok && e.sub.Sender == "" && sender != "" {
+		e.sub.Sender = sender
+		j.dirty[queueID] = struct{}{}
+	}
+}
+
 // Lookup returns the submission joined to queueID.
 func (j *Join) Lookup(queueID string) (Submission, bool) {
 	j.mu.Lock()

@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/maillog"
+	"github.com/ratelimitd/ratelimitd/outcome"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// openOutcome opens the outcome join in the state file and adds it to the
+// flusher, when [outcome] has a feed (d.join stays nil otherwise).
+func (d *Daemon) openOutcome() error {
+	o := d.cfg.Outcome
+	if o.Maillog == "" {
+		return nil
+	}
+	j, err := outcome.Open(d.db, time.Now(), outcome.Options{Lifetime: time.Duration(o.Lifetime), MaxMessages: o.MaxMessages})
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.cfg.Server.DBPath(), err)
+	}
+	d.join = j
+	d.cleanup = append(d.cleanup, func() { j.Close() })
+	d.flusher.Add("outcome join", j.Tick)
+	return nil
+}
+
+// startOutcomeFeed follows the mail log into the engine's outcome limits
+// until Shutdown.
+func (d *Daemon) startOutcomeFeed() {
+	if d.join == nil {
+		return
+	}
+	feed := &outcome.LogFeed{Join: d.join, Sink: outcome.NewSink(d.join, d.engine), Log: d.log,
+		Follower: maillog.Follower{Path: d.cfg.Outcome.Maillog, Poll: time.Duration(d.cfg.Outcome.Poll)}}
+	ctx, stop := context.WithCancel(context.Background())
+	d.stopFeed = stop
+	d.goRun(func(context.Context) error {
+		for {
+			err := feed.Run(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			d.metrics.Fault("outcome feed")
+			d.log.Error("outcome feed: cannot read the mail log, retrying in 10s", "log", feed.Follower.Path, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Second):
+			}
+		}
+	})
+}
+
+// joinSubmission joins an END-OF-MESSAGE request's queue ID to it when the
+// message goes on to delivery; a message held, frozen or refused is not
+// the sender's to answer for, so its queue ID is forgotten.
+func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.Decision) {
+	if d.join == nil || req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
+		return
+	}
+	if dec.Action.Admits() {
+		if !d.join.Record(req.QueueID, outcome.SubmissionOf(now, req)) && outcome.ValidQueueID(req.QueueID) {
+			d.metrics.Fault("outcome join full")
+		}
+		return
+	}
+	d.join.Forget(req.QueueID)
+}
+
+// closeOutcome stops the feed and writes the join a last time.
+func (d *Daemon) closeOutcome() error {
+	if d.stopFeed != nil {
+		d.stopFeed()
+	}
+	if d.join == nil {
+		return nil
+	}
+	if err := d.join.Close(); err != nil && !errors.Is(err, outcome.ErrClosed) {
+		return fmt.Errorf("flush outcome join: %w", err)
+	}
+	return nil
+}
