@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -13,10 +15,11 @@ import (
 // sender's mail, which outcome limits (per = "bounce", "unknown_rcpt",
 // "deferral") count (package outcome, docs/limits.md).
 type Outcome struct {
-	Maillog     string          `toml:"maillog"`
-	Lifetime    policy.Duration `toml:"lifetime"`
-	MaxMessages int             `toml:"max_messages"`
-	Poll        policy.Duration `toml:"poll"`
+	Maillog       string          `toml:"maillog"`
+	NoticesListen string          `toml:"notices_listen"`
+	Lifetime      policy.Duration `toml:"lifetime"`
+	MaxMessages   int             `toml:"max_messages"`
+	Poll          policy.Duration `toml:"poll"`
 }
 
 func (o *Outcome) withDefaults() {
@@ -30,6 +33,13 @@ func (o *Outcome) validate() []error {
 	if o.Maillog != "" && !filepath.IsAbs(o.Maillog) {
 		errs = append(errs, fmt.Errorf("outcome.maillog: %q is not an absolute path (e.g. /var/log/mail.log)", o.Maillog))
 	}
+	if o.NoticesListen != "" {
+		host, _, err := net.SplitHostPort(o.NoticesListen)
+		a, aerr := netip.ParseAddr(host)
+		if err != nil || aerr != nil || !a.IsLoopback() {
+			errs = append(errs, fmt.Errorf("outcome.notices_listen: %q is not a loopback host:port (e.g. 127.0.0.1:10027)", o.NoticesListen))
+		}
+	}
 	if o.Lifetime < policy.Duration(time.Hour) {
 		errs = append(errs, fmt.Errorf("outcome.lifetime: %s is too short: at least 1h (Postfix keeps mail 5d)", human.Duration(time.Duration(o.Lifetime))))
 	}
@@ -42,9 +52,12 @@ func (o *Outcome) validate() []error {
 	return errs
 }
 
+// Feeds reports whether an outcome feed is configured.
+func (o *Outcome) Feeds() bool { return o.Maillog != "" || o.NoticesListen != "" }
+
 // outcomeWarnings are the notes about outcome limits without a feed.
 func (f *File) outcomeWarnings() []string {
-	if f.Outcome.Maillog != "" {
+	if f.Outcome.Feeds() {
 		return nil
 	}
 	var out []string
@@ -52,7 +65,7 @@ func (f *File) outcomeWarnings() []string {
 		switch l.Per {
 		case "bounce", "unknown_rcpt", "deferral":
 			out = append(out, fmt.Sprintf("limit %s counts nothing: per = %q counts outcomes, and no outcome feed is configured "+
-				"([outcome] maillog is empty)", l.Name, l.Per))
+				"([outcome] maillog and notices_listen are empty)", l.Name, l.Per))
 		}
 	}
 	return out

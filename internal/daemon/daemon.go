@@ -83,6 +83,8 @@ type Daemon struct {
 
 	join     *outcome.Join // nil without an [outcome] feed
 	stopFeed context.CancelFunc
+	noticesL net.Listener          // nil without [outcome] notices_listen
+	notices  *outcome.NoticeServer // nil without [outcome] notices_listen
 }
 
 func newLogger(s config.Server, w io.Writer) *slog.Logger {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/maillog"
@@ -12,10 +13,11 @@ import (
 )
 
 // openOutcome opens the outcome join in the state file and adds it to the
-// flusher, when [outcome] has a feed (d.join stays nil otherwise).
+// flusher, and the notice listener, when [outcome] has a feed (d.join
+// stays nil otherwise).
 func (d *Daemon) openOutcome() error {
 	o := d.cfg.Outcome
-	if o.Maillog == "" {
+	if !o.Feeds() {
 		return nil
 	}
 	j, err := outcome.Open(d.db, time.Now(), outcome.Options{Lifetime: time.Duration(o.Lifetime), MaxMessages: o.MaxMessages})
@@ -25,6 +27,12 @@ func (d *Daemon) openOutcome() error {
 	d.join = j
 	d.cleanup = append(d.cleanup, func() { j.Close() })
 	d.flusher.Add("outcome join", j.Tick)
+	if o.NoticesListen != "" {
+		if d.noticesL, err = net.Listen("tcp", o.NoticesListen); err != nil {
+			return fmt.Errorf("outcome.notices_listen: %w", err)
+		}
+		d.cleanup = append(d.cleanup, func() { d.noticesL.Close() })
+	}
 	return nil
 }
 
@@ -34,7 +42,16 @@ func (d *Daemon) startOutcomeFeed() {
 	if d.join == nil {
 		return
 	}
-	feed := &outcome.LogFeed{Join: d.join, Sink: outcome.NewSink(d.join, d.engine), Log: d.log,
+	sink := outcome.NewSink(d.join, d.engine)
+	if d.noticesL != nil {
+		d.notices = outcome.NewNoticeServer(sink, d.log)
+		d.goServe("outcome notices", func() error { return d.notices.Serve(d.noticesL) }, outcome.ErrServerClosed)
+		d.log.Info("outcome feed: receiving notices over LMTP", "listen", d.noticesL.Addr().String())
+	}
+	if d.cfg.Outcome.Maillog == "" {
+		return
+	}
+	feed := &outcome.LogFeed{Join: d.join, Sink: sink, Log: d.log,
 		Follower: maillog.Follower{Path: d.cfg.Outcome.Maillog, Poll: time.Duration(d.cfg.Outcome.Poll)}}
 	ctx, stop := context.WithCancel(context.Background())
 	d.stopFeed = stop
@@ -71,11 +88,23 @@ func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.
 	d.join.Forget(req.QueueID)
 }
 
-// closeOutcome stops the feed and writes the join a last time.
-func (d *Daemon) closeOutcome() error {
+// stopOutcomeFeeds stops the log feed and the notice listener, before the
+// stores' last flush.
+func (d *Daemon) stopOutcomeFeeds() {
 	if d.stopFeed != nil {
 		d.stopFeed()
 	}
+	if d.notices != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if d.notices.Shutdown(ctx) != nil {
+			d.notices.Close()
+		}
+	}
+}
+
+// closeOutcome writes the join a last time.
+func (d *Daemon) closeOutcome() error {
 	if d.join == nil {
 		return nil
 	}

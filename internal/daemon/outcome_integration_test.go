@@ -22,18 +22,40 @@ import (
 // 200/h volume limit: the mail log feed counts each bounce, and the first
 // message after the 10th is frozen, as are the rest.
 func TestIntegrationUnknownRecipientsFreezeThroughTheMaillog(t *testing.T) {
+	unknownRecipientsFreeze(t, nil, func(pf *mtatest.Postfix) string {
+		return fmt.Sprintf("maillog = %q\npoll = \"50ms\"\n", pf.LogFile())
+	})
+}
+
+// TestIntegrationUnknownRecipientsFreezeThroughNotices: the same through
+// Postfix's postmaster notices (notify_classes) routed to the daemon's
+// LMTP listener, without the mail log.
+func TestIntegrationUnknownRecipientsFreezeThroughNotices(t *testing.T) {
+	lmtpAddr := loopback(t)
+	notices := "bounces@ratelimitd.invalid"
+	unknownRecipientsFreeze(t, map[string]string{
+		"notify_classes":           "bounce, delay, 2bounce",
+		"bounce_notice_recipient":  notices,
+		"delay_notice_recipient":   notices,
+		"2bounce_notice_recipient": notices,
+		"transport_maps":           "inline:{ratelimitd.invalid=lmtp:inet:" + lmtpAddr + "}",
+	}, func(*mtatest.Postfix) string { return fmt.Sprintf("notices_listen = %q\n", lmtpAddr) })
+}
+
+// unknownRecipientsFreeze runs the scenario with Postfix's main.cf
+// extended by mainCF and the [outcome] table feed(pf).
+func unknownRecipientsFreeze(t *testing.T, mainCF map[string]string, feed func(pf *mtatest.Postfix) string) {
 	dir := t.TempDir()
 	policyAddr, milterAddr := loopback(t), loopback(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + policyAddr,
-		Milter: "inet:" + milterAddr})
+		Milter: "inet:" + milterAddr, ExtraMainCF: mainCF})
 	path := testConfig(t, dir, policyAddr, fmt.Sprintf(`
 [milter]
 listen = %q
 
 [outcome]
-maillog = %q
-poll = "50ms"
+%s
 
 [[limit]]
 name = "hourly"
@@ -50,7 +72,7 @@ limit = 10
 period = "1h"
 action = "freeze"
 via = ["milter"]
-`, milterAddr, pf.LogFile()))
+`, milterAddr, feed(pf)))
 	td := startTestDaemon(t, path)
 	send := func(user, rcpt string) {
 		t.Helper()

@@ -133,9 +133,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.redis.Close()
 		d.redisClient.Close()
 	}
-	if d.stopFeed != nil {
-		d.stopFeed()
-	}
+	d.stopOutcomeFeeds()
 	// The flusher's last flush, then each store's Close flushes what is
 	// left.
 	d.stopFlusher()
