@@ -17,6 +17,7 @@ import (
 type Outcome struct {
 	Maillog       string          `toml:"maillog"`
 	NoticesListen string          `toml:"notices_listen"`
+	EximListen    string          `toml:"exim_listen"`
 	Lifetime      policy.Duration `toml:"lifetime"`
 	MaxMessages   int             `toml:"max_messages"`
 	Poll          policy.Duration `toml:"poll"`
@@ -33,11 +34,14 @@ func (o *Outcome) validate() []error {
 	if o.Maillog != "" && !filepath.IsAbs(o.Maillog) {
 		errs = append(errs, fmt.Errorf("outcome.maillog: %q is not an absolute path (e.g. /var/log/mail.log)", o.Maillog))
 	}
-	if o.NoticesListen != "" {
-		host, _, err := net.SplitHostPort(o.NoticesListen)
+	for key, addr := range map[string]string{"notices_listen": o.NoticesListen, "exim_listen": o.EximListen} {
+		if addr == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(addr)
 		a, aerr := netip.ParseAddr(host)
 		if err != nil || aerr != nil || !a.IsLoopback() {
-			errs = append(errs, fmt.Errorf("outcome.notices_listen: %q is not a loopback host:port (e.g. 127.0.0.1:10027)", o.NoticesListen))
+			errs = append(errs, fmt.Errorf("outcome.%s: %q is not a loopback host:port (e.g. 127.0.0.1:10027)", key, addr))
 		}
 	}
 	if o.Lifetime < policy.Duration(time.Hour) {
@@ -53,7 +57,7 @@ func (o *Outcome) validate() []error {
 }
 
 // Feeds reports whether an outcome feed is configured.
-func (o *Outcome) Feeds() bool { return o.Maillog != "" || o.NoticesListen != "" }
+func (o *Outcome) Feeds() bool { return o.Maillog != "" || o.NoticesListen != "" || o.EximListen != "" }
 
 // outcomeWarnings are the notes about outcome limits without a feed.
 func (f *File) outcomeWarnings() []string {
@@ -65,7 +69,7 @@ func (f *File) outcomeWarnings() []string {
 		switch l.Per {
 		case "bounce", "unknown_rcpt", "deferral":
 			out = append(out, fmt.Sprintf("limit %s counts nothing: per = %q counts outcomes, and no outcome feed is configured "+
-				"([outcome] maillog and notices_listen are empty)", l.Name, l.Per))
+				"([outcome] maillog, notices_listen and exim_listen are empty)", l.Name, l.Per))
 		}
 	}
 	return out

@@ -149,6 +149,7 @@ var keys = []key{
 
 	{name: "outcome.maillog", def: `""`, note: "off", doc: "Postfix mail log to follow for outcomes (maillog_file, or syslog's /var/log/mail.log), across rotation (the rotated file is PATH.1) and restarts; \"\" disables the feed. The daemon must be able to read it."},
 	{name: "outcome.notices_listen", def: `""`, note: "off", doc: "Loopback host:port of the LMTP listener for Postfix's postmaster notices (notify_classes = bounce, delay; bounce_notice_recipient and delay_notice_recipient routed to lmtp:inet:HOST:PORT, docs/limits.md); \"\" disables it."},
+	{name: "outcome.exim_listen", def: `""`, note: "off", doc: "Loopback host:port that Exim's transport event_action sends delivery failures and deferrals to with ${readsocket} (docs/exim.md); \"\" disables it."},
 	{name: "outcome.lifetime", def: `"5d"`, doc: "How long a queue ID stays joined to its submission (Postfix's maximal_queue_lifetime); outcomes later than that are not counted (at least 1h)."},
 	{name: "outcome.max_messages", def: `500000`, unit: "queue IDs", doc: "Bound on the messages joined at a time (about 100 bytes each, also in the state file); a message submitted while it is full is not counted, and logged."},
 	{name: "outcome.poll", def: `"1s"`, doc: "How often the mail log is looked at for new lines and rotation (10ms to 1m)."},

@@ -85,6 +85,8 @@ type Daemon struct {
 	stopFeed context.CancelFunc
 	noticesL net.Listener          // nil without [outcome] notices_listen
 	notices  *outcome.NoticeServer // nil without [outcome] notices_listen
+	eximL    net.Listener          // nil without [outcome] exim_listen
+	exim     *outcome.EximServer   // nil without [outcome] exim_listen
 }
 
 func newLogger(s config.Server, w io.Writer) *slog.Logger {

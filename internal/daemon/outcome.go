@@ -33,6 +33,12 @@ func (d *Daemon) openOutcome() error {
 		}
 		d.cleanup = append(d.cleanup, func() { d.noticesL.Close() })
 	}
+	if o.EximListen != "" {
+		if d.eximL, err = net.Listen("tcp", o.EximListen); err != nil {
+			return fmt.Errorf("outcome.exim_listen: %w", err)
+		}
+		d.cleanup = append(d.cleanup, func() { d.eximL.Close() })
+	}
 	return nil
 }
 
@@ -47,6 +53,11 @@ func (d *Daemon) startOutcomeFeed() {
 		d.notices = outcome.NewNoticeServer(sink, d.log)
 		d.goServe("outcome notices", func() error { return d.notices.Serve(d.noticesL) }, outcome.ErrServerClosed)
 		d.log.Info("outcome feed: receiving notices over LMTP", "listen", d.noticesL.Addr().String())
+	}
+	if d.eximL != nil {
+		d.exim = outcome.NewEximServer(sink, d.log)
+		d.goServe("outcome exim", func() error { return d.exim.Serve(d.eximL) }, outcome.ErrServerClosed)
+		d.log.Info("outcome feed: receiving Exim delivery events", "listen", d.eximL.Addr().String())
 	}
 	if d.cfg.Outcome.Maillog == "" {
 		return
@@ -93,6 +104,9 @@ func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.
 func (d *Daemon) stopOutcomeFeeds() {
 	if d.stopFeed != nil {
 		d.stopFeed()
+	}
+	if d.exim != nil {
+		d.exim.Close()
 	}
 	if d.notices != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
