@@ -60,18 +60,11 @@ func FuzzParseEximEvent(f *testing.F) {
 // TestEximServerCountsEvents: events over the readsocket protocol are
 // counted once per recipient; garbage is closed unanswered.
 func TestEximServerCountsEvents(t *testing.T) {
-	e := testEngine(t)
-	j := NewJoin(nil, Options{})
-	j.Record("1wXyZ2-000Abc-Q1", Submission{Time: time.Now(), SASLUsername: "alice"})
-	s := NewEximServer(NewSink(j, e), nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(l)
-	defer s.Close()
+	e, sink := joinedSink(t, "1wXyZ2-000Abc-Q1")
+	s := NewEximServer(sink, nil)
+	addr := serve(t, s.Serve, s.Close)
 	send := func(req string) string {
-		c, err := net.Dial("tcp", l.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}

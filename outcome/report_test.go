@@ -77,17 +77,10 @@ func TestNoticeServerCountsAReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := testEngine(t)
-	j := NewJoin(nil, Options{})
-	j.Record("4A1B2C3D4E", Submission{Time: time.Now(), SASLUsername: "alice", Sender: "alice@example.org"})
-	ns := NewNoticeServer(NewSink(j, e), nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Serve(l)
-	defer ns.Close()
-	conn, err := net.Dial("tcp", l.Addr().String())
+	e, sink := joinedSink(t, "4A1B2C3D4E")
+	ns := NewNoticeServer(sink, nil)
+	addr := serve(t, ns.Serve, ns.Close)
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,4 +103,27 @@ func TestNoticeServerCountsAReport(t *testing.T) {
 	if ns.Notices.Load() != 3 || ns.Unreadable.Load() != 1 {
 		t.Errorf("notices %d, unreadable %d; want 3, 1", ns.Notices.Load(), ns.Unreadable.Load())
 	}
+}
+
+// joinedSink returns an engine and a Sink into it whose join has alice's
+// message queueID.
+func joinedSink(t *testing.T, queueID string) (*policy.Engine, *Sink) {
+	t.Helper()
+	e := testEngine(t)
+	j := NewJoin(nil, Options{})
+	j.Record(queueID, Submission{Time: time.Now(), SASLUsername: "alice", Sender: "alice@example.org"})
+	return e, NewSink(j, e)
+}
+
+// serve runs a server on a loopback port until the test ends and returns
+// the address.
+func serve(t *testing.T, run func(net.Listener) error, stop func() error) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go run(l)
+	t.Cleanup(func() { stop() })
+	return l.Addr().String()
 }
