@@ -157,15 +157,3 @@ func (e *Engine) RecordOutcome(ctx context.Context, now time.Time, req *Request,
 	}
 	return n, first
 }
-
-// OutcomeLimits reports whether the configuration has an outcome limit,
-// so the daemon knows whether to follow an outcome feed.
-func (e *Engine) OutcomeLimits() bool {
-	c := e.cfg.Load()
-	for i := range c.limits {
-		if c.limits[i].outcome() {
-			return true
-		}
-	}
-	return false
-}

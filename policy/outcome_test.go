@@ -76,9 +76,6 @@ func TestOutcomeKindsCountInTheirLimits(t *testing.T) {
 			t.Errorf("%s %v: counted in %d limits (%v), want %d", tc.user, tc.kind, n, err, tc.want)
 		}
 	}
-	if !e.OutcomeLimits() {
-		t.Error("OutcomeLimits = false with three outcome limits")
-	}
 }
 
 // TestFewBouncesNeverRefuse: a sender with 2 of 100 recipients bouncing is

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/outcome"
@@ -49,6 +52,7 @@ func (d *Daemon) startOutcomeFeed() {
 		return
 	}
 	sink := outcome.NewSink(d.join, d.engine)
+	d.registerOutcomeMetrics(sink)
 	if d.noticesL != nil {
 		d.notices = outcome.NewNoticeServer(sink, d.log)
 		d.goServe("outcome notices", func() error { return d.notices.Serve(d.noticesL) }, outcome.ErrServerClosed)
@@ -126,4 +130,22 @@ func (d *Daemon) closeOutcome() error {
 		return fmt.Errorf("flush outcome join: %w", err)
 	}
 	return nil
+}
+
+// registerOutcomeMetrics exports the outcome feed's counts:
+// ratelimitd_outcomes_total{result} (counted in the limits, not joined,
+// seen before, store failed) and the join's size and refusals.
+func (d *Daemon) registerOutcomeMetrics(sink *outcome.Sink) {
+	reg := d.metrics.Registry()
+	for result, c := range map[string]*atomic.Int64{"counted": &sink.Counted, "unjoined": &sink.Unjoined,
+		"repeated": &sink.Repeated, "failed": &sink.Failed} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcomes_total",
+			Help:        "Outcomes (bounces, unknown recipients, deferrals) the feeds reported, by what became of them.",
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(c.Load()) }))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_outcome_join_messages",
+		Help: "Queue IDs joined to their submission, awaiting outcomes."}, func() float64 { return float64(d.join.Len()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcome_join_dropped_total",
+		Help: "Submissions not joined because the join was full (outcome.max_messages): their outcomes are not counted."},
+		func() float64 { return float64(d.join.Dropped()) }))
 }

@@ -105,6 +105,12 @@ func TestOutcomeFeedHoldsTheNextMessage(t *testing.T) {
 	}
 	appendLog(t, logPath, bounceLine("2BCDEF0000", 0))
 	td.waitRate("bob", 0.99) // read past the held message's line
+	if got := td.outcomeMetric("counted"); got != 4 {
+		t.Errorf("ratelimitd_outcomes_total{result=\"counted\"} = %v, want 4 (3 of alice, 1 of bob)", got)
+	}
+	if got := td.outcomeMetric("unjoined"); got != 1 {
+		t.Errorf("ratelimitd_outcomes_total{result=\"unjoined\"} = %v, want 1 (the held message)", got)
+	}
 	before := td.unknownRate("alice")
 	if before > 3.01 {
 		t.Errorf("alice's rate %v counts the held message's bounce or the line before the start", before)
@@ -121,4 +127,27 @@ func TestOutcomeFeedHoldsTheNextMessage(t *testing.T) {
 	if b := td.unknownRate("bob"); b > 2.01 {
 		t.Errorf("bob's rate %v after the restart, want 2: a line read twice", b)
 	}
+}
+
+// outcomeMetric is ratelimitd_outcomes_total{result}.
+func (td *testDaemon) outcomeMetric(result string) float64 {
+	td.t.Helper()
+	mfs, err := td.metrics.Registry().Gather()
+	if err != nil {
+		td.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ratelimitd_outcomes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	td.t.Fatalf("no ratelimitd_outcomes_total{result=%q}", result)
+	return 0
 }
