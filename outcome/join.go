@@ -96,6 +96,9 @@ type Join struct {
 type entry struct {
 	sub    Submission
 	claims []claim
+	// excluded: the message was held, frozen or refused; its outcomes are
+	// not the sender's (Exclude).
+	excluded bool
 }
 
 // claim is one outcome counted: a recipient's hash and its kind.
@@ -167,7 +170,7 @@ func ValidQueueID(id string) bool {
 }
 
 // Record joins queueID to sub, replacing what it joined before (a queue ID
-// reused). It reports false for an invalid queue ID and when the join is
+// reused), unless queueID is excluded. It reports false for an invalid queue ID and when the join is
 // full (MaxMessages queue IDs within their lifetime): that message's
 // outcomes will not be counted.
 func (j *Join) Record(queueID string, sub Submission) bool {
@@ -176,6 +179,9 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if e, ok := j.m[queueID]; ok && e.excluded {
+		return true
+	}
 	if _, ok := j.m[queueID]; !ok && len(j.m) >= j.opts.MaxMessages {
 		j.sweep(sub.Time)
 		if len(j.m) >= j.opts.MaxMessages {
@@ -193,7 +199,7 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 func (j *Join) SetSender(queueID, sender string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if e, ok := j.m[queueID]; ok && e.sub.Sender == "" && sender != "" {
+	if e, ok := j.m[queueID]; ok && !e.excluded && e.sub.Sender == "" && sender != "" {
 		e.sub.Sender = sender
 		j.dirty[queueID] = struct{}{}
 	}
@@ -204,10 +210,31 @@ func (j *Join) Lookup(queueID string) (Submission, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	e, ok := j.m[queueID]
-	if !ok {
+	if !ok || e.excluded {
 		return Submission{}, false
 	}
 	return e.sub, true
+}
+
+// Exclude marks queueID's message as not the sender's to answer for (held,
+// frozen or refused), for the join's lifetime: its outcomes are not
+// counted, whatever front end joins it later.
+func (j *Join) Exclude(queueID string, now time.Time) {
+	if !ValidQueueID(queueID) {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.m[queueID]
+	if !ok {
+		if len(j.m) >= j.opts.MaxMessages {
+			return
+		}
+		e = &entry{sub: Submission{Time: now}}
+		j.m[queueID] = e
+	}
+	e.excluded = true
+	j.dirty[queueID] = struct{}{}
 }
 
 // Claim returns the submission of queueID if an outcome of kind for rcpt
@@ -221,7 +248,7 @@ func (j *Join) Claim(queueID, rcpt string, kind policy.OutcomeKind) (Submission,
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	e, ok := j.m[queueID]
-	if !ok || len(e.claims) >= maxClaims {
+	if !ok || e.excluded || len(e.claims) >= maxClaims {
 		return Submission{}, false
 	}
 	for _, old := range e.claims {
@@ -373,7 +400,8 @@ func (j *Join) Close() error {
 
 // encodeEntry returns e's record under key: uvarint Unix nanoseconds, the
 // five attributes each as uvarint length and bytes, uvarint claim count,
-// each claim as 8 bytes of recipient hash (big-endian) and its kind.
+// each claim as 8 bytes of recipient hash (big-endian) and its kind, then
+// a flags byte (1: excluded).
 func encodeEntry(key []byte, e *entry) []byte {
 	p := binary.AppendUvarint(nil, uint64(e.sub.Time.UnixNano()))
 	for _, s := range e.sub.strings() {
@@ -385,6 +413,11 @@ func encodeEntry(key []byte, e *entry) []byte {
 		p = binary.BigEndian.AppendUint64(p, c.rcpt)
 		p = append(p, byte(c.kind))
 	}
+	var flags byte
+	if e.excluded {
+		flags = 1
+	}
+	p = append(p, flags)
 	return statedb.Seal(nil, key, recordVersion, p)
 }
 
@@ -422,7 +455,7 @@ func decodeEntry(key, v []byte) (*entry, error) {
 		p = p[n+int(l):]
 	}
 	count, n := binary.Uvarint(p)
-	if n <= 0 || count > maxClaims || uint64(len(p)-n) != count*9 {
+	if n <= 0 || count > maxClaims || uint64(len(p)-n) != count*9+1 || p[len(p)-1] > 1 {
 		return nil, errRecord
 	}
 	p = p[n:]
@@ -431,6 +464,7 @@ func decodeEntry(key, v []byte) (*entry, error) {
 		e.claims[i] = claim{rcpt: binary.BigEndian.Uint64(p), kind: policy.OutcomeKind(p[8])}
 		p = p[9:]
 	}
+	e.excluded = p[0] == 1
 	return e, nil
 }
 

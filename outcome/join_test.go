@@ -134,3 +134,33 @@ func TestDecodeRejectsDamage(t *testing.T) {
 		t.Error("a damaged record decoded")
 	}
 }
+
+// TestExcludedStaysExcluded: a message one front end held stays out of
+// the join when the other front end admits it afterwards, across a
+// restart.
+func TestExcludedStaysExcluded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	now := time.Now()
+	db := openDB(t, path)
+	j := NewJoin(db, Options{})
+	j.Exclude("ABCDE1", now)
+	if !j.Record("ABCDE1", Submission{Time: now, SASLUsername: "alice"}) {
+		t.Fatal("Record refused")
+	}
+	if _, ok := j.Claim("ABCDE1", "r@example.net", policy.OutcomeBounce); ok {
+		t.Error("an excluded message's bounce was claimed")
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = openDB(t, path)
+	defer db.Close()
+	j, err := Open(db, now, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := j.Lookup("ABCDE1"); ok {
+		t.Error("an excluded message is joined after a restart")
+	}
+}

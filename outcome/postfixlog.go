@@ -96,8 +96,10 @@ func (f *LogFeed) Line(ctx context.Context, line string) {
 		}
 	case maillog.KindFrom:
 		f.Join.SetSender(rec.QueueID, rec.Sender)
-	case maillog.KindRemoved, maillog.KindHold:
+	case maillog.KindRemoved:
 		f.Join.Forget(rec.QueueID)
+	case maillog.KindHold:
+		f.Join.Exclude(rec.QueueID, now)
 	case maillog.KindTo:
 		if !deliveryAgents[prog] {
 			return

@@ -88,8 +88,9 @@ func (d *Daemon) startOutcomeFeed() {
 }
 
 // joinSubmission joins an END-OF-MESSAGE request's queue ID to it when the
-// message goes on to delivery; a message held, frozen or refused is not
-// the sender's to answer for, so its queue ID is forgotten.
+// message goes on to delivery; a message held, frozen or refused (by
+// either front end, in either order) is not the sender's to answer for,
+// so its queue ID is excluded.
 func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.Decision) {
 	if d.join == nil || req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
 		return
@@ -100,7 +101,7 @@ func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.
 		}
 		return
 	}
-	d.join.Forget(req.QueueID)
+	d.join.Exclude(req.QueueID, now)
 }
 
 // stopOutcomeFeeds stops the log feed and the notice listener, before the
