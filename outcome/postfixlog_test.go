@@ -10,7 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
-func testEngine(t *testing.T) *policy.Engine {
+func testEngine(t testing.TB) *policy.Engine {
 	t.Helper()
 	e, err := policy.NewEngine(policy.Config{Limits: []policy.LimitConfig{
 		{Name: "bounces", Key: policy.KeyList{"sasl_username"}, Per: "bounce", Limit: 100, Period: policy.Duration(time.Hour)},
@@ -23,7 +23,7 @@ func testEngine(t *testing.T) *policy.Engine {
 	return e
 }
 
-func rate(t *testing.T, e *policy.Engine, limit, key string) float64 {
+func rate(t testing.TB, e *policy.Engine, limit, key string) float64 {
 	t.Helper()
 	s, err := e.Store().Get(context.Background(), limit, key)
 	if err != nil {
@@ -101,4 +101,22 @@ func TestLogFeedKeepsTheRequestsJoin(t *testing.T) {
 	if got := rate(t, e, "unknown", "mallory"); got != 0 {
 		t.Errorf("mallory was charged %v for bob's message", got)
 	}
+}
+
+// FuzzLogFeedLine: any log line is taken without a panic, and counts at
+// most one outcome.
+func FuzzLogFeedLine(f *testing.F) {
+	f.Add("Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<a@example.net>, relay=mx[192.0.2.9]:25, dsn=5.1.1, status=bounced (550 5.1.1 x)")
+	f.Add("Dec  1 10:00:00 mx postfix/smtpd[10]: 4A1B2C3D4E: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=alice")
+	f.Add("2026-12-01T10:00:00.000000+00:00 mx postfix/qmgr[11]: 4A1B2C3D4E: removed")
+	e := testEngine(f)
+	f.Fuzz(func(t *testing.T, line string) {
+		j := NewJoin(nil, Options{})
+		j.Record("4A1B2C3D4E", Submission{Time: time.Now(), SASLUsername: "alice"})
+		lf := &LogFeed{Join: j, Sink: NewSink(j, e)}
+		lf.Line(context.Background(), line)
+		if n := lf.Sink.Counted.Load() + lf.Sink.Repeated.Load() + lf.Sink.Unjoined.Load(); n > 1 {
+			t.Fatalf("one line gave %d outcomes", n)
+		}
+	})
 }
