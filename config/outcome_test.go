@@ -11,11 +11,10 @@ import (
 const outcomeLimit = `
 [[limit]]
 name = "unknown"
-key = "sasl_username"
-per = "unknown_rcpt"
-limit = 10
-period = "1h"
-action = "freeze"
+key = "sender"
+per = "bounce"
+limit = 25
+period = "1d"
 `
 
 func TestOutcomeLimitWithoutAFeedIsWarned(t *testing.T) {
