@@ -5,8 +5,11 @@
 // milter's queue ID at end of message) and so to its rate keys; a Sink
 // counts an outcome of a joined message once per recipient and kind.
 //
-// The feed here is Postfix's mail log (MAILLOG_README): a delivery agent's
-// "to=<...>, ..., dsn=X.Y.Z, status=bounced|deferred" line is an outcome,
-// qmgr's "removed" ends the message. The log is followed as it grows
-// (maillog.Follower) from the position the Join keeps.
+// Three feeds give outcomes: LogFeed follows Postfix's mail log
+// (MAILLOG_README: a delivery agent's "dsn=X.Y.Z, status=bounced|deferred"
+// line; qmgr's "removed" ends the message) with maillog.Follower;
+// NoticeServer receives Postfix's postmaster notices over LMTP (RFC 2033)
+// and reads their RFC 3464 reports; EximServer receives Exim's transport
+// event_action requests over the readsocket protocol (Exim specification,
+// "Event actions").
 package outcome
