@@ -32,6 +32,7 @@ type File struct {
 	Store      Store                `toml:"store"`
 	Web        Web                  `toml:"web"`
 	Events     Events               `toml:"events"`
+	Outcome    Outcome              `toml:"outcome"`
 
 	// NoLimits is set by [policy] limits = "none": no [[limit]] on purpose.
 	NoLimits bool `toml:"-"`
@@ -141,6 +142,8 @@ func (f *File) validate() []error {
 	errs = append(errs, f.Web.validate()...)
 	f.Events.withDefaults()
 	errs = append(errs, f.Events.validate()...)
+	f.Outcome.withDefaults()
+	errs = append(errs, f.Outcome.validate()...)
 	errs = append(errs, f.Store.validate(f.Limits, f.Server.RequestTimeout)...)
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()

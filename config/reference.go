@@ -33,6 +33,7 @@ var tables = []struct{ Name, Doc string }{
 	{"notify.webhook", "One signed JSON object per event, POSTed."},
 	{"notify.mail", "Mail to the postmaster (and optionally the sender) through an SMTP relay."},
 	{"web", "The browser console (docs/console.md); off until `listen` is set. SIGHUP rereads the users file and the TLS files."},
+	{"outcome", "The outcome feed that outcome limits (`per = \"bounce\"`, `\"unknown_rcpt\"`, `\"deferral\"`) count: what happened to each sender's mail, joined by queue ID to the request that submitted it (docs/limits.md, \"Outcome limits\")."},
 	{"events", "The history of refusals, warnings, quarantine and operator actions, and reloads in the state file (`ratelimitd events`, docs/operations.md)."},
 }
 
@@ -73,7 +74,7 @@ var keys = []key{
 	{name: "limit.key", note: "required", doc: "Request attributes joined into the rate key: sasl_username, sender, sender_domain, client_address, client_subnet, client_name, helo_name, recipient, recipient_domain."},
 	{name: "limit.limit", note: "required (baseline: cap)", unit: "cost per period", doc: "Permitted cost per period; also the burst a quiet sender may send at once. At most 1e15; at least 1 except per = \"byte\" (and earrrl)."},
 	{name: "limit.period", note: "required", doc: "Averaging period, e.g. \"1h\", \"24h\"; 1s to 366d."},
-	{name: "limit.per", note: `"mail"`, doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period)."},
+	{name: "limit.per", note: `"mail"`, doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period); or an outcome of the sender's mail, counted when it arrives from an outcome feed: bounce (1 per recipient failed with 5.x.x), unknown_rcpt (5.1.0, 5.1.1, 5.1.10) or deferral (1 per recipient deferred, however often retried). When an outcome limit is over, the sender's next messages get its action."},
 	{name: "limit.mode", note: `"leaky"`, doc: "leaky (refused attempts not counted), strict (every attempt counts), forgiving (counted, clamped to the limit) or readonly (measure only)."},
 	{name: "limit.action", note: `"defer"`, doc: "Over the limit: defer (450), reject (550), warn (header), hold (MTA hold queue) or freeze (milter quarantine)."},
 	{name: "limit.algorithm", note: `"exponential"`, doc: "exponential (Exim's EWMA), gcra, cooldown, earrrl or baseline (relative to the key's learned peak)."},
@@ -147,6 +148,12 @@ var keys = []key{
 	{name: "web.trusted_proxies", def: `[]`, note: "none", doc: "Reverse proxies (addresses or prefixes) whose X-Forwarded-For gives the client address failed logins count against and whose X-Forwarded-Proto https makes cookies Secure; from any other peer, loopback included, both headers are ignored."},
 	{name: "web.users_file", note: "STATE_DIR/web-users", doc: "Console users, roles (viewer, operator) and argon2id hashes; managed by `ratelimitd web user add|remove`."},
 
+	{name: "outcome.maillog", def: `""`, note: "off", doc: "Postfix mail log to follow for outcomes (maillog_file, or syslog's /var/log/mail.log), across rotation (the rotated file is PATH.1) and restarts; \"\" disables the feed. The daemon must be able to read it."},
+	{name: "outcome.notices_listen", def: `""`, note: "off", doc: "Loopback host:port of the LMTP listener for Postfix's postmaster notices (notify_classes = bounce, delay; bounce_notice_recipient and delay_notice_recipient routed to lmtp:inet:HOST:PORT, docs/limits.md); \"\" disables it."},
+	{name: "outcome.exim_listen", def: `""`, note: "off", doc: "Loopback host:port that Exim's transport event_action sends delivery failures and deferrals to with ${readsocket} (docs/exim.md); \"\" disables it."},
+	{name: "outcome.lifetime", def: `"5d"`, doc: "How long a queue ID stays joined to its submission (Postfix's maximal_queue_lifetime); outcomes later than that are not counted (at least 1h)."},
+	{name: "outcome.max_messages", def: `500000`, unit: "queue IDs", doc: "Bound on the messages joined at a time (about 100 bytes each, also in the state file); a message submitted while it is full is not counted, and logged."},
+	{name: "outcome.poll", def: `"1s"`, doc: "How often the mail log is looked at for new lines and rotation (10ms to 1m)."},
 	{name: "events.enabled", def: `true`, doc: "Records every refusal, warning, quarantine action, rate reset, suspend/resume and reload; written behind the answer to the MTA, like the rate state."},
 	{name: "events.max_age", def: `"30d"`, doc: "Refusals and warnings older than this are deleted (at least 1m)."},
 	{name: "events.max_count", def: `1000000`, unit: "events", doc: "Beyond this many refusal and warning events the oldest are deleted (about 165 bytes of state file each; whatever the mail holds at most 2,130 bytes of record and 4,260 of pages); operator actions are never pruned by them."},
@@ -236,7 +243,7 @@ func typeName(t reflect.Type) string {
 
 // restartTables are the tables a SIGHUP reload does not apply: their
 // running values are kept until a restart (RestartKeys).
-var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events"}
+var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events", "outcome"}
 
 // appliedBySIGHUP reports whether a reload applies the key "table.key".
 func appliedBySIGHUP(name string) bool {

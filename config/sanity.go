@@ -46,6 +46,7 @@ func (f *File) Warnings() []string {
 				"a message; through policy delegation it holds instead", l.Name))
 		}
 	}
+	out = append(out, f.outcomeWarnings()...)
 	if n := f.Server.MaxKeys; n > 0 {
 		if eff := ratestore.EffectiveMaxKeys(n); eff != n {
 			out = append(out, fmt.Sprintf("server.max_keys = %d is used as %d: the key table has 64 shards of equal size", n, eff))

@@ -10,4 +10,7 @@
 // a trace; unparsable lines are counted and sampled in Stats, never fatal.
 // Messages are handed on as they finish, so memory is bounded by the
 // messages open at a time.
+//
+// Follower reads a live log as it grows, across rotation and restarts,
+// for the outcome feed (package outcome).
 package maillog

@@ -15,7 +15,9 @@ func TestParsePostfix(t *testing.T) {
 	}{
 		{"ABCDEF1234: from=<>, status=expired, returned to sender", Record{Kind: KindOther, QueueID: "ABCDEF1234"}, ""},
 		{`ABCDEF1234: to=<"odd>, name"@example.net>, orig_to=<>, relay=x, status=sent (250 a, b)`,
-			Record{Kind: KindTo, QueueID: "ABCDEF1234", Recipient: `"odd>, name"@example.net`}, ""},
+			Record{Kind: KindTo, QueueID: "ABCDEF1234", Recipient: `"odd>, name"@example.net`, Status: "sent"}, ""},
+		{"ABCDEF1234: to=<u@example.net>, relay=mx[192.0.2.9]:25, delay=0.1, delays=0/0/0/0, dsn=5.1.1, status=bounced (host mx said: 550 5.1.1 no such user, sorry)",
+			Record{Kind: KindTo, QueueID: "ABCDEF1234", Recipient: "u@example.net", DSN: "5.1.1", Status: "bounced"}, ""},
 		{"ABCDEF1234: client=host[IPv6:2001:db8::1]:25", Record{Kind: KindClient, QueueID: "ABCDEF1234",
 			ClientName: "host", ClientAddress: "2001:db8::1"}, ""},
 		{"ABCDEF1234: from=<a@b>, size=-1, nrcpt=1 (queue active)", Record{}, "bad size"},

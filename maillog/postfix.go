@@ -30,7 +30,8 @@ const (
 // orig_to= when logged, else to=; Recipients are Exim's "for a b c".
 // Reject is the stage of a KindReject or KindHold line ("RCPT", "DATA",
 // ...). Local marks an Exim arrival without H=, Bounce one of Exim's own
-// bounces (R=).
+// bounces (R=). DSN and Status are a Postfix KindTo line's dsn= ("5.1.1")
+// and the first word of its status= ("sent", "deferred", "bounced").
 type Record struct {
 	Kind                      Kind
 	QueueID                   string
@@ -44,6 +45,7 @@ type Record struct {
 	Reject                    string
 	MessageID                 string
 	Local, Bounce             bool
+	DSN, Status               string
 }
 
 // ErrNotPostfix is returned by ParsePostfix for a line not about a queued
@@ -148,6 +150,8 @@ func ParsePostfix(msg string) (Record, error) {
 		if o, ok := f["orig_to"]; ok && o != "" {
 			r.Recipient = o
 		}
+		r.DSN = f["dsn"]
+		r.Status, _, _ = strings.Cut(f["status"], " ")
 	case rest == "removed":
 		r.Kind = KindRemoved
 	case hasAnyPrefix(rest, "reject: ", "discard: ", "milter-reject: ", "milter-discard: "):

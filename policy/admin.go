@@ -53,11 +53,14 @@ func (e *Engine) Limits() []LimitInfo {
 
 // countAtText describes, per cost unit, when a message is charged.
 var countAtText = [...]string{
-	perMail: "once per message, at its first request",
-	perRcpt: "once per recipient (RCPT, else recipient_count)",
-	perByte: "size at the first request, topped up at END-OF-MESSAGE",
-	perConn: "at CONNECT (else once per message)",
-	perAddr: "once per recipient not sent to within the period (RCPT; else the only recipient, or recipient_count as an upper bound)",
+	perMail:     "once per message, at its first request",
+	perRcpt:     "once per recipient (RCPT, else recipient_count)",
+	perByte:     "size at the first request, topped up at END-OF-MESSAGE",
+	perConn:     "at CONNECT (else once per message)",
+	perAddr:     "once per recipient not sent to within the period (RCPT; else the only recipient, or recipient_count as an upper bound)",
+	perBounce:   "once per recipient that failed permanently (5.x.x), when the outcome arrives",
+	perUnknown:  "once per recipient unknown at its server (5.1.0, 5.1.1, 5.1.10), when the outcome arrives",
+	perDeferral: "once per recipient deferred (4.x.x), however often retried, when the outcome arrives",
 }
 
 // KeyRate is one limit's view of one key at a given time.

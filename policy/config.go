@@ -172,7 +172,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 var keyAttrs = []string{"sasl_username", "sender", "sender_domain", "client_address", "client_subnet",
 	"client_name", "helo_name", "recipient", "recipient_domain"}
 
-var perNames = []string{"mail", "rcpt", "byte", "conn", "addr"}
+var perNames = []string{"mail", "rcpt", "byte", "conn", "addr", "bounce", "unknown_rcpt", "deferral"}
 
 // compile validates c into the engine's form, or returns every error,
 // each prefixed with its TOML key.
@@ -279,7 +279,7 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 	}
 	l.per = slices.Index(perNames, per)
 	if l.per < 0 {
-		bad(at+".per", "%v %q (want mail, rcpt, byte, conn or addr)", ErrUnknownPer, lc.Per)
+		bad(at+".per", "%v %q (want mail, rcpt, byte, conn, addr, bounce, unknown_rcpt or deferral)", ErrUnknownPer, lc.Per)
 	}
 	var err error
 	if lc.Mode != "" {
@@ -335,6 +335,9 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 	}
 	if l.message == "" {
 		l.message = DefaultMessage
+		if l.outcome() {
+			l.message = DefaultOutcomeMessage
+		}
 	}
 	return l
 }

@@ -24,6 +24,9 @@ const (
 	perByte
 	perConn
 	perAddr
+	perBounce   // outcome: recipients that failed permanently (outcome.go)
+	perUnknown  // outcome: recipients unknown at their server
+	perDeferral // outcome: recipients deferred
 )
 
 // limit is one compiled [[limit]].
@@ -387,6 +390,9 @@ func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 // (nil: no message): the cost, whether it is counted (false: measured
 // only), and whether l applies.
 func (l *limit) cost(req *Request, state string, ch *charge, front int, connectSeen bool, size float64) (float64, bool, bool) {
+	if l.outcome() {
+		return outcomeProbe(state)
+	}
 	switch l.per {
 	case perMail:
 		if state == StateConnect || (ch != nil && ch.mail) {
@@ -486,6 +492,9 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
 	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
 		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
+	if l.outcome() {
+		d.Reason = outcomeReason(l, it, r, lim)
+	}
 	switch l.action {
 	case Defer:
 		d.Code, d.Enhanced = 450, "4.7.1"

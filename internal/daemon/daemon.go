@@ -27,6 +27,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/outcome"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/ratestore"
@@ -79,6 +80,13 @@ type Daemon struct {
 
 	opts Options
 	lost []statedb.Lost // unreadable records set aside at start
+
+	join     *outcome.Join // nil without an [outcome] feed
+	stopFeed context.CancelFunc
+	noticesL net.Listener          // nil without [outcome] notices_listen
+	notices  *outcome.NoticeServer // nil without [outcome] notices_listen
+	eximL    net.Listener          // nil without [outcome] exim_listen
+	exim     *outcome.EximServer   // nil without [outcome] exim_listen
 }
 
 func newLogger(s config.Server, w io.Writer) *slog.Logger {
@@ -137,6 +145,7 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 		return nil, err
 	}
 	d.serve(ls)
+	d.startOutcomeFeed()
 	d.log.Info("ratelimitd started", "version", Version, "config", f.Source, "listeners", d.listeners,
 		"state", f.Server.DBPath(), "restored_keys", d.mem.Len())
 	d.logConfigNotes(f)
@@ -201,6 +210,9 @@ func (d *Daemon) openStores() (err error) {
 	if err := d.openEvents(); err != nil {
 		return err
 	}
+	if err := d.openOutcome(); err != nil {
+		return err
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	d.goRun(func(context.Context) error { d.flusher.Run(ctx); return nil })
 	d.stopFlusher = stop
@@ -210,7 +222,7 @@ func (d *Daemon) openStores() (err error) {
 
 // StateFormats describes every record of the state file, for statedb.
 func StateFormats() []statedb.Format {
-	return slices.Concat(ratestore.Formats(), quarantine.Formats(), events.Formats())
+	return slices.Concat(ratestore.Formats(), quarantine.Formats(), events.Formats(), outcome.Formats())
 }
 
 // checkRecords refuses a state file with unreadable records, naming them,

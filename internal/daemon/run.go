@@ -137,6 +137,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.redis.Close()
 		d.redisClient.Close()
 	}
+	d.stopOutcomeFeeds()
 	// The flusher's last flush, then each store's Close flushes what is
 	// left.
 	d.stopFlusher()
@@ -148,6 +149,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	if err := d.events.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush events: %w", err))
+	}
+	if err := d.closeOutcome(); err != nil {
+		errs = append(errs, err)
 	}
 	d.wg.Wait()
 	if err := d.db.Close(); err != nil {

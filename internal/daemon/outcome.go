@@ -1,0 +1,152 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimitd/ratelimitd/maillog"
+	"github.com/ratelimitd/ratelimitd/outcome"
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// openOutcome opens the outcome join in the state file and adds it to the
+// flusher, and the notice listener, when [outcome] has a feed (d.join
+// stays nil otherwise).
+func (d *Daemon) openOutcome() error {
+	o := d.cfg.Outcome
+	if !o.Feeds() {
+		return nil
+	}
+	j, err := outcome.Open(d.db, time.Now(), outcome.Options{Lifetime: time.Duration(o.Lifetime), MaxMessages: o.MaxMessages})
+	if err != nil {
+		return fmt.Errorf("%s: %w", d.cfg.Server.DBPath(), err)
+	}
+	d.join = j
+	d.cleanup = append(d.cleanup, func() { j.Close() })
+	d.flusher.Add("outcome join", j.Tick)
+	if o.NoticesListen != "" {
+		if d.noticesL, err = net.Listen("tcp", o.NoticesListen); err != nil {
+			return fmt.Errorf("outcome.notices_listen: %w", err)
+		}
+		d.cleanup = append(d.cleanup, func() { d.noticesL.Close() })
+	}
+	if o.EximListen != "" {
+		if d.eximL, err = net.Listen("tcp", o.EximListen); err != nil {
+			return fmt.Errorf("outcome.exim_listen: %w", err)
+		}
+		d.cleanup = append(d.cleanup, func() { d.eximL.Close() })
+	}
+	return nil
+}
+
+// startOutcomeFeed follows the mail log into the engine's outcome limits
+// until Shutdown.
+func (d *Daemon) startOutcomeFeed() {
+	if d.join == nil {
+		return
+	}
+	sink := outcome.NewSink(d.join, d.engine)
+	d.registerOutcomeMetrics(sink)
+	if d.noticesL != nil {
+		d.notices = outcome.NewNoticeServer(sink, d.log)
+		d.goServe("outcome notices", func() error { return d.notices.Serve(d.noticesL) }, outcome.ErrServerClosed)
+		d.log.Info("outcome feed: receiving notices over LMTP", "listen", d.noticesL.Addr().String())
+	}
+	if d.eximL != nil {
+		d.exim = outcome.NewEximServer(sink, d.log)
+		d.goServe("outcome exim", func() error { return d.exim.Serve(d.eximL) }, outcome.ErrServerClosed)
+		d.log.Info("outcome feed: receiving Exim delivery events", "listen", d.eximL.Addr().String())
+	}
+	if d.cfg.Outcome.Maillog == "" {
+		return
+	}
+	feed := &outcome.LogFeed{Join: d.join, Sink: sink, Log: d.log,
+		Follower: maillog.Follower{Path: d.cfg.Outcome.Maillog, Poll: time.Duration(d.cfg.Outcome.Poll)}}
+	ctx, stop := context.WithCancel(context.Background())
+	d.stopFeed = stop
+	d.goRun(func(context.Context) error {
+		for {
+			err := feed.Run(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			d.metrics.Fault("outcome feed")
+			d.log.Error("outcome feed: cannot read the mail log, retrying in 10s", "log", feed.Follower.Path, "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Second):
+			}
+		}
+	})
+}
+
+// joinSubmission joins an END-OF-MESSAGE request's queue ID to it when the
+// message goes on to delivery; a message held, frozen or refused (by
+// either front end, in either order) is not the sender's to answer for,
+// so its queue ID is excluded.
+func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.Decision) {
+	if d.join == nil || req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
+		return
+	}
+	if dec.Action.Admits() {
+		if !d.join.Record(req.QueueID, outcome.SubmissionOf(now, req)) && outcome.ValidQueueID(req.QueueID) {
+			d.metrics.Fault("outcome join full")
+		}
+		return
+	}
+	d.join.Exclude(req.QueueID, now)
+}
+
+// stopOutcomeFeeds stops the log feed and the notice listener, before the
+// stores' last flush.
+func (d *Daemon) stopOutcomeFeeds() {
+	if d.stopFeed != nil {
+		d.stopFeed()
+	}
+	if d.exim != nil {
+		d.exim.Close()
+	}
+	if d.notices != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if d.notices.Shutdown(ctx) != nil {
+			d.notices.Close()
+		}
+	}
+}
+
+// closeOutcome writes the join a last time.
+func (d *Daemon) closeOutcome() error {
+	if d.join == nil {
+		return nil
+	}
+	if err := d.join.Close(); err != nil && !errors.Is(err, outcome.ErrClosed) {
+		return fmt.Errorf("flush outcome join: %w", err)
+	}
+	return nil
+}
+
+// registerOutcomeMetrics exports the outcome feed's counts:
+// ratelimitd_outcomes_total{result} (counted in the limits, not joined,
+// seen before, store failed) and the join's size and refusals.
+func (d *Daemon) registerOutcomeMetrics(sink *outcome.Sink) {
+	reg := d.metrics.Registry()
+	for result, c := range map[string]*atomic.Int64{"counted": &sink.Counted, "unjoined": &sink.Unjoined,
+		"repeated": &sink.Repeated, "failed": &sink.Failed} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcomes_total",
+			Help:        "Outcomes (bounces, unknown recipients, deferrals) the feeds reported, by what became of them.",
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(c.Load()) }))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_outcome_join_messages",
+		Help: "Queue IDs joined to their submission, awaiting outcomes."}, func() float64 { return float64(d.join.Len()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcome_join_dropped_total",
+		Help: "Submissions not joined because the join was full (outcome.max_messages): their outcomes are not counted."},
+		func() float64 { return float64(d.join.Dropped()) }))
+}

@@ -1,0 +1,99 @@
+package outcome
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/emersion/go-smtp"
+)
+
+// NoticeServer is the bounce-notice feed: an LMTP server (RFC 2033,
+// emersion/go-smtp) that Postfix's postmaster notices are routed to
+// (notify_classes = bounce, delay; bounce_notice_recipient and
+// delay_notice_recipient an address whose transport is
+// lmtp:inet:HOST:PORT or lmtp:unix:PATH). Each notice's RFC 3464 report
+// (ParseReport) gives outcomes to the Sink. Every notice is accepted, one
+// that is not a report too (counted in Unreadable): a refused notice would
+// only bounce to the postmaster. Reads and writes have deadlines; a
+// panic closes its connection. Safe for concurrent use.
+type NoticeServer struct {
+	srv  *smtp.Server
+	sink *Sink
+	log  *slog.Logger
+	// Notices counts the notices received, Unreadable those without a
+	// usable report.
+	Notices, Unreadable atomic.Int64
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = smtp.ErrServerClosed
+
+// NewNoticeServer returns a NoticeServer giving outcomes to sink; log may
+// be nil.
+func NewNoticeServer(sink *Sink, log *slog.Logger) *NoticeServer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &NoticeServer{sink: sink, log: log}
+	s.srv = smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &noticeSession{s: s}, nil }))
+	s.srv.LMTP = true
+	s.srv.Domain = "ratelimitd"
+	s.srv.ReadTimeout = 5 * time.Minute // Postfix's lmtp_data_done_timeout is 600s, its others 300s
+	s.srv.WriteTimeout = 5 * time.Minute
+	s.srv.MaxMessageBytes = 10 << 20
+	s.srv.MaxRecipients = 100
+	s.srv.ErrorLog = slogLogger{log}
+	return s
+}
+
+// Serve accepts LMTP connections on l until Close; it returns
+// ErrServerClosed then.
+func (s *NoticeServer) Serve(l net.Listener) error { return s.srv.Serve(l) }
+
+// Close stops the listeners and closes every connection.
+func (s *NoticeServer) Close() error { return s.srv.Close() }
+
+// Shutdown stops the listeners and waits for the connections to end until ctx is done.
+func (s *NoticeServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// noticeSession is one LMTP session.
+type noticeSession struct{ s *NoticeServer }
+
+func (*noticeSession) Reset()                               {}
+func (*noticeSession) Logout() error                        { return nil }
+func (*noticeSession) Mail(string, *smtp.MailOptions) error { return nil }
+func (*noticeSession) Rcpt(string, *smtp.RcptOptions) error { return nil }
+func (ns *noticeSession) Data(r io.Reader) error {
+	s := ns.s
+	s.Notices.Add(1)
+	rep, err := ParseReport(r)
+	io.Copy(io.Discard, r)
+	if err != nil {
+		s.Unreadable.Add(1)
+		if !errors.Is(err, ErrNotReport) {
+			s.log.Warn("outcome notice: unreadable report", "err", err)
+		}
+		return nil
+	}
+	now := time.Now()
+	for _, o := range rep.Outcomes() {
+		if err := s.sink.Deliver(context.Background(), now, o); err != nil {
+			s.log.Warn("outcome notice: outcome not counted: rate store error", "queue_id", o.QueueID, "err", err)
+		}
+	}
+	return nil
+}
+
+// slogLogger is go-smtp's Logger over slog.
+type slogLogger struct{ l *slog.Logger }
+
+func (g slogLogger) Printf(format string, v ...any) {
+	g.l.Debug("outcome notice server", "msg", fmt.Sprintf(format, v...))
+}
+func (g slogLogger) Println(v ...any) { g.l.Debug("outcome notice server", "msg", fmt.Sprint(v...)) }

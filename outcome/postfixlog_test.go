@@ -1,0 +1,122 @@
+package outcome
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratestore"
+)
+
+func testEngine(t testing.TB) *policy.Engine {
+	t.Helper()
+	e, err := policy.NewEngine(policy.Config{Limits: []policy.LimitConfig{
+		{Name: "bounces", Key: policy.KeyList{"sasl_username"}, Per: "bounce", Limit: 100, Period: policy.Duration(time.Hour)},
+		{Name: "unknown", Key: policy.KeyList{"sasl_username"}, Per: "unknown_rcpt", Limit: 10, Period: policy.Duration(time.Hour), Action: "freeze"},
+		{Name: "deferrals", Key: policy.KeyList{"sender"}, Per: "deferral", Limit: 100, Period: policy.Duration(time.Hour)},
+	}}, ratestore.NewMemory(ratestore.MemoryOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func rate(t testing.TB, e *policy.Engine, limit, key string) float64 {
+	t.Helper()
+	s, err := e.Store().Get(context.Background(), limit, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Rate
+}
+
+// TestLogFeedCountsEachOutcomeOnce reads a Postfix log: bounces count
+// once per recipient, a deferral retried counts once, a postsuper -d
+// removal and a held message's bounce count nothing, nor does the log of
+// a message no request or smtpd line joined.
+func TestLogFeedCountsEachOutcomeOnce(t *testing.T) {
+	e := testEngine(t)
+	j := NewJoin(nil, Options{})
+	f := &LogFeed{Join: j, Sink: NewSink(j, e)}
+	lines := []string{
+		// Joined by the log itself.
+		"Dec  1 10:00:00 mx postfix/submission/smtpd[10]: 4A1B2C3D4E: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=alice",
+		"Dec  1 10:00:00 mx postfix/qmgr[11]: 4A1B2C3D4E: from=<alice@example.org>, size=300, nrcpt=4 (queue active)",
+		"Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<a@example.net>, relay=mx[192.0.2.9]:25, delay=1, delays=0/0/0/1, dsn=5.1.1, status=bounced (host mx[192.0.2.9] said: 550 5.1.1 <a@example.net>: no such user (in reply to RCPT TO command))",
+		"Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<b@example.net>, relay=mx[192.0.2.9]:25, delay=1, delays=0/0/0/1, dsn=5.7.1, status=bounced (host said: 550 5.7.1 spam)",
+		"Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<c@example.net>, relay=mx[192.0.2.9]:25, delay=1, delays=0/0/0/1, dsn=4.2.0, status=deferred (host said: 450 4.2.0 greylisted)",
+		"Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<d@example.net>, relay=mx[192.0.2.9]:25, delay=1, delays=0/0/0/1, dsn=2.0.0, status=sent (250 ok)",
+		"Dec  1 10:05:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<c@example.net>, relay=mx[192.0.2.9]:25, delay=300, delays=0/0/0/1, dsn=4.2.0, status=deferred (host said: 450 4.2.0 greylisted)",
+		"Dec  1 10:05:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<a@example.net>, relay=mx[192.0.2.9]:25, delay=1, delays=0/0/0/1, dsn=5.1.1, status=bounced (the same line read twice)",
+		// Deleted by the postmaster: no failure.
+		"Dec  1 10:06:00 mx postfix/smtpd[10]: 5B1B2C3D4F: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=alice",
+		"Dec  1 10:06:01 mx postfix/postsuper[20]: 5B1B2C3D4F: removed",
+		"Dec  1 10:06:02 mx postfix/smtp[12]: 5B1B2C3D4F: to=<x@example.net>, relay=none, delay=1, dsn=5.1.1, status=bounced (late line)",
+		// Held (by us or a header check): its fate is the postmaster's.
+		"Dec  1 10:07:00 mx postfix/smtpd[10]: 6C1B2C3D4F: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=alice",
+		"Dec  1 10:07:00 mx postfix/cleanup[13]: 6C1B2C3D4F: hold: END-OF-MESSAGE from pc[192.0.2.7]: 4.7.1 held; from=<alice@example.org> to=<y@example.net> proto=ESMTP helo=<pc>",
+		"Dec  1 10:08:00 mx postfix/smtp[12]: 6C1B2C3D4F: to=<y@example.net>, relay=mx[192.0.2.9]:25, delay=60, dsn=5.1.1, status=bounced (after release)",
+		// Never joined: a bounce message, local mail.
+		"Dec  1 10:09:00 mx postfix/smtp[12]: 7D1B2C3D4F: to=<z@example.net>, relay=mx[192.0.2.9]:25, delay=1, dsn=5.1.1, status=bounced (x)",
+		"garbage",
+	}
+	for _, l := range lines {
+		f.Line(context.Background(), l)
+	}
+	if got := rate(t, e, "unknown", "alice"); got < 0.99 || got > 1.01 {
+		t.Errorf("unknown recipients of alice: rate %v, want 1", got)
+	}
+	if got := rate(t, e, "bounces", "alice"); got < 1.98 || got > 2.01 {
+		t.Errorf("bounces of alice: rate %v, want 2 (5.1.1 and 5.7.1)", got)
+	}
+	if got := rate(t, e, "deferrals", "alice@example.org"); got < 0.99 || got > 1.01 {
+		t.Errorf("deferrals of alice@example.org: rate %v, want 1 (one recipient retried)", got)
+	}
+	s := f.Sink
+	if s.Counted.Load() != 3 || s.Repeated.Load() != 2 || s.Unjoined.Load() != 3 {
+		t.Errorf("counted %d, repeated %d, unjoined %d; want 3, 2, 3", s.Counted.Load(), s.Repeated.Load(), s.Unjoined.Load())
+	}
+	if f.Unparsable.Load() != 1 {
+		t.Errorf("unparsable %d, want 1", f.Unparsable.Load())
+	}
+}
+
+// TestLogFeedKeepsTheRequestsJoin: a message the policy service joined at
+// END-OF-MESSAGE keeps that join (with its sender) over smtpd's line.
+func TestLogFeedKeepsTheRequestsJoin(t *testing.T) {
+	e := testEngine(t)
+	j := NewJoin(nil, Options{})
+	now := time.Now()
+	j.Record("4A1B2C3D4E", SubmissionOf(now, &policy.Request{SASLUsername: "bob", Sender: "bob@example.org"}))
+	f := &LogFeed{Join: j, Sink: NewSink(j, e)}
+	f.Line(context.Background(), "Dec  1 10:00:00 mx postfix/smtpd[10]: 4A1B2C3D4E: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=mallory")
+	for i := range 3 {
+		f.Line(context.Background(), fmt.Sprintf("Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<u%d@example.net>, relay=none, delay=1, dsn=5.1.1, status=bounced (x)", i))
+	}
+	if got := rate(t, e, "unknown", "bob"); got < 2.9 {
+		t.Errorf("bob's unknown recipients: %v, want 3", got)
+	}
+	if got := rate(t, e, "unknown", "mallory"); got != 0 {
+		t.Errorf("mallory was charged %v for bob's message", got)
+	}
+}
+
+// FuzzLogFeedLine: any log line is taken without a panic, and counts at
+// most one outcome.
+func FuzzLogFeedLine(f *testing.F) {
+	f.Add("Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<a@example.net>, relay=mx[192.0.2.9]:25, dsn=5.1.1, status=bounced (550 5.1.1 x)")
+	f.Add("Dec  1 10:00:00 mx postfix/smtpd[10]: 4A1B2C3D4E: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=alice")
+	f.Add("2026-12-01T10:00:00.000000+00:00 mx postfix/qmgr[11]: 4A1B2C3D4E: removed")
+	e := testEngine(f)
+	f.Fuzz(func(t *testing.T, line string) {
+		j := NewJoin(nil, Options{})
+		j.Record("4A1B2C3D4E", Submission{Time: time.Now(), SASLUsername: "alice"})
+		lf := &LogFeed{Join: j, Sink: NewSink(j, e)}
+		lf.Line(context.Background(), line)
+		if n := lf.Sink.Counted.Load() + lf.Sink.Repeated.Load() + lf.Sink.Unjoined.Load(); n > 1 {
+			t.Fatalf("one line gave %d outcomes", n)
+		}
+	})
+}

@@ -1,0 +1,159 @@
+package outcome
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"regexp"
+	"strings"
+
+	"github.com/emersion/go-message"
+	"github.com/emersion/go-message/textproto"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Report is what a delivery status notification (RFC 3464) from Postfix
+// says: the queue ID and sender of the message it reports on (Postfix's
+// X-Postfix-Queue-ID and X-Postfix-Sender fields) and each recipient's
+// fate.
+type Report struct {
+	QueueID, Sender string
+	Recipients      []RecipientStatus
+}
+
+// RecipientStatus is one per-recipient block of a report: Final-Recipient
+// (the address, without its "rfc822;" type), Action ("failed", "delayed",
+// ...), Status ("5.1.1") and Diagnostic-Code (as given).
+type RecipientStatus struct {
+	Recipient, Action, Status, Diagnostic string
+}
+
+// Errors of ParseReport.
+var (
+	// ErrNotReport: the message has no message/delivery-status part (a
+	// transcript of a rejected session, or not a notice at all).
+	ErrNotReport = errors.New("outcome: not a delivery status notification")
+	// ErrMalformedReport: the delivery-status part cannot be read.
+	ErrMalformedReport = errors.New("outcome: malformed delivery status notification")
+)
+
+// Bounds on what ParseReport reads.
+const (
+	maxReportParts      = 16
+	maxReportRecipients = 1000
+	maxReportBytes      = 1 << 20 // of the delivery-status part
+)
+
+// ParseReport reads an RFC 3464 report (multipart/report with a
+// message/delivery-status part, RFC 6522) from r: ErrNotReport or
+// ErrMalformedReport for what it cannot use.
+func ParseReport(r io.Reader) (Report, error) {
+	e, err := message.Read(r)
+	if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
+		return Report{}, fmt.Errorf("%w: %v", ErrMalformedReport, err)
+	}
+	mr := e.MultipartReader()
+	if mr == nil {
+		return Report{}, ErrNotReport
+	}
+	for range maxReportParts {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
+			return Report{}, fmt.Errorf("%w: %v", ErrMalformedReport, err)
+		}
+		t, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type"))
+		if t == "message/delivery-status" || t == "message/global-delivery-status" {
+			return parseStatus(io.LimitReader(p.Body, maxReportBytes))
+		}
+	}
+	return Report{}, ErrNotReport
+}
+
+// parseStatus reads the per-message fields, then each per-recipient
+// block, of a delivery-status body.
+func parseStatus(r io.Reader) (Report, error) {
+	br := bufio.NewReader(r)
+	h, err := textproto.ReadHeader(br)
+	if err != nil {
+		return Report{}, fmt.Errorf("%w: %v", ErrMalformedReport, err)
+	}
+	rep := Report{QueueID: strings.TrimSpace(h.Get("X-Postfix-Queue-ID")), Sender: addressOf(h.Get("X-Postfix-Sender"))}
+	for len(rep.Recipients) < maxReportRecipients {
+		if _, err := br.Peek(1); err != nil {
+			break
+		}
+		h, err := textproto.ReadHeader(br)
+		if err != nil {
+			return rep, fmt.Errorf("%w: %v", ErrMalformedReport, err)
+		}
+		if !h.Has("Final-Recipient") {
+			if h.Len() == 0 {
+				continue
+			}
+			break
+		}
+		rep.Recipients = append(rep.Recipients, RecipientStatus{Recipient: addressOf(h.Get("Final-Recipient")),
+			Action: strings.ToLower(strings.TrimSpace(h.Get("Action"))), Status: statusCode(h.Get("Status")),
+			Diagnostic: strings.TrimSpace(h.Get("Diagnostic-Code"))})
+	}
+	if rep.QueueID == "" {
+		return rep, fmt.Errorf("%w: no X-Postfix-Queue-ID", ErrMalformedReport)
+	}
+	return rep, nil
+}
+
+// addressOf returns the address of an RFC 3464 "type; address" field.
+func addressOf(v string) string {
+	if _, a, ok := strings.Cut(v, ";"); ok {
+		v = a
+	}
+	return strings.Trim(strings.TrimSpace(v), "<>")
+}
+
+// statusCode returns the leading status code of a Status field ("5.1.1
+// (unknown user)" is "5.1.1").
+func statusCode(v string) string {
+	v = strings.TrimSpace(v)
+	if i := strings.IndexAny(v, " \t("); i >= 0 {
+		v = v[:i]
+	}
+	return v
+}
+
+// enhancedRE finds an enhanced status code in a diagnostic ("smtp; 550
+// 5.1.1 <x>: no such user").
+var enhancedRE = regexp.MustCompile(`\b([245])\.(\d{1,3})\.(\d{1,3})\b`)
+
+// Outcomes returns what rep says for the outcome limits: a "failed"
+// recipient with a 5.x.x status is a bounce (or unknown), a "delayed" one
+// with 4.x.x a deferral; a generic status (X.0.0) takes the more precise
+// code of the same class from its diagnostic.
+func (rep Report) Outcomes() []Outcome {
+	var out []Outcome
+	for _, rs := range rep.Recipients {
+		status := rs.Status
+		if strings.HasSuffix(status, ".0.0") {
+			if m := enhancedRE.FindString(rs.Diagnostic); m != "" && m[0] == status[0] {
+				status = m
+			}
+		}
+		kind, ok := policy.ClassifyDSN(status)
+		if !ok || rs.Recipient == "" {
+			continue
+		}
+		switch {
+		case rs.Action == "failed" && kind != policy.OutcomeDeferral:
+		case rs.Action == "delayed" && kind == policy.OutcomeDeferral:
+		default:
+			continue
+		}
+		out = append(out, Outcome{QueueID: rep.QueueID, Recipient: rs.Recipient, Kind: kind})
+	}
+	return out
+}

@@ -1,0 +1,57 @@
+package outcome
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
+)
+
+// Outcome is what one feed says happened to one recipient of a queued
+// message.
+type Outcome struct {
+	QueueID   string
+	Recipient string
+	Kind      policy.OutcomeKind
+}
+
+// Recorder counts an outcome in the outcome limits
+// (policy.Engine.RecordOutcome).
+type Recorder interface {
+	RecordOutcome(ctx context.Context, now time.Time, req *policy.Request, kind policy.OutcomeKind) (int, error)
+}
+
+// Sink counts each outcome of a joined message once per recipient and
+// kind. Safe for concurrent use.
+type Sink struct {
+	join *Join
+	rec  Recorder
+	// Counted, Unjoined, Repeated and Failed count outcomes: counted in
+	// the limits, of a message not joined (not submitted through us, held
+	// or frozen by us, or past the join's lifetime), seen before, and
+	// those the store failed to count.
+	Counted, Unjoined, Repeated, Failed atomic.Int64
+}
+
+// NewSink returns a Sink joining through j and counting in rec.
+func NewSink(j *Join, rec Recorder) *Sink { return &Sink{join: j, rec: rec} }
+
+// Deliver counts o at now; it returns the store's error, if any.
+func (s *Sink) Deliver(ctx context.Context, now time.Time, o Outcome) error {
+	if _, ok := s.join.Lookup(o.QueueID); !ok {
+		s.Unjoined.Add(1)
+		return nil
+	}
+	sub, ok := s.join.Claim(o.QueueID, o.Recipient, o.Kind)
+	if !ok {
+		s.Repeated.Add(1)
+		return nil
+	}
+	if _, err := s.rec.RecordOutcome(ctx, now, sub.Request(o.Recipient), o.Kind); err != nil {
+		s.Failed.Add(1)
+		return err
+	}
+	s.Counted.Add(1)
+	return nil
+}
