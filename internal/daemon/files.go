@@ -48,13 +48,13 @@ func (s *Files) Reopen() error {
 	if s.LogPath == "" {
 		return nil
 	}
-	_, statErr := os.Stat(s.LogPath)
 	f, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {
 		return fmt.Errorf("--log-file: %w", err)
 	}
-	if s.owner != nil && statErr != nil {
-		// Root made it: the dropped daemon reopens it after logrotate.
+	if s.owner != nil && os.Geteuid() == 0 {
+		// The user's, as if it had made it: the dropped daemon reopens
+		// it after logrotate.
 		if err := f.Chown(s.owner.uid, s.owner.gid); err != nil {
 			f.Close()
 			return fmt.Errorf("--log-file: %w", err)

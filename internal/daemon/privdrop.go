@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -69,8 +68,8 @@ func ownerHint(path, dir, user, group string) error {
 }
 
 // checkStateDir makes sure the user r drops to owns the state directory
-// (made for it when missing) and may write every file in it, before the
-// daemon opens them as root. It returns whether the state file exists.
+// (made for it when missing) and may write the state file in it, before
+// the daemon opens them as root. It returns whether the state file exists.
 func (r *runAs) checkStateDir(dir, dbPath string) (dbExists bool, err error) {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -83,17 +82,13 @@ func (r *runAs) checkStateDir(dir, dbPath string) (dbExists bool, err error) {
 	if !r.mayWrite(dir, true) {
 		return false, ownerHint(dir, dir, r.user, r.group)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return false, fmt.Errorf("state_dir: %w", err)
+	if _, err := os.Stat(dbPath); err != nil {
+		return false, nil
 	}
-	for _, e := range entries {
-		if e.Type().IsRegular() && !r.mayWrite(filepath.Join(dir, e.Name()), false) {
-			return false, ownerHint(filepath.Join(dir, e.Name()), dir, r.user, r.group)
-		}
+	if !r.mayWrite(dbPath, false) {
+		return false, ownerHint(dbPath, dir, r.user, r.group)
 	}
-	_, err = os.Stat(dbPath)
-	return err == nil, nil
+	return true, nil
 }
 
 // mayWrite reports whether r may read and write path (and enter it, for a
