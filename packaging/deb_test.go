@@ -70,9 +70,17 @@ func TestDebianPackage(t *testing.T) {
 	deb := buildDeb(t)
 	lintianClean(t, deb)
 
+	before, _ := filepath.Glob(stateDir + ".purged-*")
 	t.Cleanup(func() {
 		if out, err := exec.Command("dpkg", "-P", "ratelimitd").CombinedOutput(); err != nil {
 			t.Logf("cleanup: dpkg -P ratelimitd: %v\n%s", err, out)
+		}
+		// The state a purge kept aside, if this test made it.
+		after, _ := filepath.Glob(stateDir + ".purged-*")
+		for _, d := range after {
+			if !slices.Contains(before, d) {
+				os.RemoveAll(d)
+			}
 		}
 	})
 	// Postfix first: its harness makes this process the reaper of
@@ -238,7 +246,6 @@ func TestDebianPackage(t *testing.T) {
 	if kept == nil || !strings.Contains(out, "holds "+count[1]+" held or frozen messages") {
 		t.Fatalf("dpkg -P did not say where it kept the quarantine of %s messages:\n%s", count[1], out)
 	}
-	t.Cleanup(func() { os.RemoveAll(kept[1]) })
 	t.Logf("dpkg -P:\n%s", out)
 	recovered := filepath.Join(t.TempDir(), "recovered.toml")
 	if err := os.WriteFile(recovered, []byte(fmt.Sprintf("[server]\nstate_dir = %q\nadmin_socket = %q\n[policy]\nlimits = \"none\"\n",
