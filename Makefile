@@ -48,10 +48,15 @@ install: build man
 	install -d -m 0750 $(DESTDIR)/var/lib/ratelimitd
 
 # uninstall removes what install put in place, except what holds data or
-# local edits: /var/lib/ratelimitd (rate state, quarantine) and an edited
+# local edits: /var/lib/ratelimitd (rate state, quarantine: held and frozen
+# mail is never removed; their count is printed) and an edited
 # /etc/ratelimitd/ratelimitd.toml (removed only while identical to the
 # shipped example; the .dist copy always goes).
 uninstall:
+	@if [ -x $(DESTDIR)$(SBINDIR)/ratelimitd ] && [ -e $(DESTDIR)/var/lib/ratelimitd/ratelimitd.db ]; then \
+		n=$$($(DESTDIR)$(SBINDIR)/ratelimitd quarantine list --config $(DESTDIR)$(SYSCONFDIR)/ratelimitd/ratelimitd.toml 2>/dev/null | sed -n 's/^\([0-9][0-9]*\) messages*$$/\1/p' | tail -n 1); \
+		echo "uninstall: the quarantine in $(DESTDIR)/var/lib/ratelimitd holds $${n:-an unknown number of} held or frozen messages; it is kept (ratelimitd quarantine list, thaw, delete)"; \
+	fi
 	rm -f $(DESTDIR)$(SBINDIR)/ratelimitd
 	rm -f $(DESTDIR)$(MANDIR)/man8/ratelimitd.8 $(DESTDIR)$(MANDIR)/man8/ratelimitd-*.8
 	rm -f $(DESTDIR)$(UNITDIR)/ratelimitd.service

@@ -203,3 +203,21 @@ func TestMaxConnections(t *testing.T) {
 		t.Fatalf("negative max_connections: %v", err)
 	}
 }
+
+// TestServerUser checks server.user and server.group: a group without a
+// user and root as the user are refused, a user alone is accepted.
+func TestServerUser(t *testing.T) {
+	const limit = "\n[[limit]]\nname = \"h\"\nkey = [\"sasl_username\"]\nlimit = 200\nperiod = \"1h\"\n"
+	f, err := config.Parse([]byte("[server]\nuser = \"ratelimitd\"\n"+limit), "t")
+	if err != nil || f.Server.User != "ratelimitd" || f.Server.Group != "" {
+		t.Fatalf("user alone: %v %+v", err, f)
+	}
+	for text, want := range map[string]string{
+		"[server]\ngroup = \"postfix\"\n": "server.group",
+		"[server]\nuser = \"root\"\n":     "server.user",
+	} {
+		if _, err := config.Parse([]byte(text+limit), "t"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error naming %s", text, err, want)
+		}
+	}
+}

@@ -44,6 +44,8 @@ var keys = []key{
 	{name: "server.policy_listen", def: `["127.0.0.1:10031"]`, doc: "Policy delegation listeners: \"host:port\" (loopback unless allow_networks is set) or \"unix:/path\", e.g. \"unix:/var/spool/postfix/private/ratelimitd\". A socket systemd passes (socket activation) for one of these addresses is used as it is; the others are opened by the daemon."},
 	{name: "server.socket_mode", def: `"0660"`, unit: "octal permission", doc: "Permission of unix policy and milter sockets; world-writable modes are refused."},
 	{name: "server.socket_group", note: "the daemon's group", doc: "Group of unix policy and milter sockets, e.g. \"postfix\" (Postfix connects as a member of it)."},
+	{name: "server.user", note: "no change of user", doc: "User the daemon runs as, like Postfix's mail_owner: started as root it opens its listeners (the socket in Postfix's private/ too), the log file and the state file, then drops to this user and its groups for good. The state directory must be this user's. Ignored when not started as root."},
+	{name: "server.group", note: "the user's primary group", doc: "Group the daemon runs as, with server.user (the user's other groups are kept, e.g. postdrop for postqueue)."},
 	{name: "server.allow_networks", def: `[]`, note: "loopback only", doc: "Client networks (addresses or prefixes) TCP listeners accept; others are closed before anything is read."},
 	{name: "server.state_dir", note: "/var/lib/ratelimitd as root, ./ratelimitd-state otherwise", doc: "Directory of the BoltDB file (rate state and quarantine) and, by default, the admin socket."},
 	{name: "server.admin_socket", note: "STATE_DIR/admin.sock", doc: "Admin unix socket the CLI talks to; its directory must not be world-writable."},

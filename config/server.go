@@ -20,6 +20,8 @@ type Server struct {
 	PolicyListen   []string        `toml:"policy_listen"`
 	SocketMode     string          `toml:"socket_mode"` // octal
 	SocketGroup    string          `toml:"socket_group"`
+	User           string          `toml:"user"`
+	Group          string          `toml:"group"`
 	AllowNetworks  []string        `toml:"allow_networks"`
 	StateDir       string          `toml:"state_dir"`
 	AdminSocket    string          `toml:"admin_socket"`
@@ -150,6 +152,12 @@ func (s *Server) validate() []error {
 	case "text", "json":
 	default:
 		bad("log_format", "%q is not text or json", s.LogFormat)
+	}
+	if s.Group != "" && s.User == "" {
+		bad("group", "%q is set without server.user: set the user to drop privileges to", s.Group)
+	}
+	if s.User == "root" || s.User == "0" {
+		bad("user", "%q: name the unprivileged user the daemon runs as (e.g. \"ratelimitd\"), or leave it out", s.User)
 	}
 	return errs
 }

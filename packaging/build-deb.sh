@@ -37,17 +37,20 @@ for f in "$stage"/man.tmp/*.8; do
 done
 rm -rf "$stage/man.tmp"
 
-# The configuration with the package's paths: state in /var/lib/ratelimitd
-# (the unit's StateDirectory), the policy socket in Postfix's private
-# directory, made by ratelimitd.socket (a daemon started without it, as
-# root, makes it itself, handed to Postfix's group).
+# The configuration with the package's paths and user: state in
+# /var/lib/ratelimitd (the unit's StateDirectory), the policy socket in
+# Postfix's private directory, made by ratelimitd.socket under systemd; the
+# init script starts the daemon as root, which makes it itself, handed to
+# Postfix's group, and then runs as the user ratelimitd.
 sock='policy_listen = ["unix:/var/spool/postfix/private/ratelimitd"]'
 sed -e "s|^policy_listen = \\[\"127.0.0.1:10031\"\\]\$|$sock|" \
 	-e 's|^#socket_group = "postfix"$|socket_group = "postfix"|' \
 	-e 's|^#state_dir = "/var/lib/ratelimitd"$|state_dir = "/var/lib/ratelimitd"|' \
+	-e 's|^#user = "ratelimitd"$|user = "ratelimitd"|' \
+	-e 's|^#group = "ratelimitd"$|group = "ratelimitd"|' \
 	-e 's|^# `make install` copies it to /etc/ratelimitd/ratelimitd.toml.$|# the Debian package installs it as /etc/ratelimitd/ratelimitd.toml.|' \
 	configs/ratelimitd.toml >"$stage/ratelimitd.toml"
-for want in "$sock" 'socket_group = "postfix"' 'state_dir = "/var/lib/ratelimitd"'; do
+for want in "$sock" 'socket_group = "postfix"' 'state_dir = "/var/lib/ratelimitd"' 'user = "ratelimitd"' 'group = "ratelimitd"'; do
 	grep -qxF "$want" "$stage/ratelimitd.toml" || {
 		echo "build-deb.sh: configs/ratelimitd.toml changed: could not set $want" >&2
 		exit 1

@@ -1,6 +1,6 @@
 // Package packaging holds the Debian package's files (nfpm.yaml, the
-// systemd units ratelimitd.service and ratelimitd.socket, the maintainer
-// scripts, build-deb.sh; `make deb`) and the
+// systemd units ratelimitd.service and ratelimitd.socket, the init script
+// ratelimitd.init, the maintainer scripts, build-deb.sh; `make deb`) and the
 // tests that build, lint, install and run that package, and that check
 // the monitoring files in docs/grafana and docs/prometheus against the
 // metrics the daemon exports. It has no Go API.

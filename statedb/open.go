@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
+	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,20 +35,25 @@ func Damaged(path string, cause any) error {
 
 // Open opens the state file at path (shared with readOnly), waiting up to
 // timeout (0: 1 s) for the lock. Errors: Damaged's, a locked file's
-// (wrapping bbolt's ErrTimeout), ErrNoFile. The caller closes db.
+// (wrapping bbolt's ErrTimeout), ErrNoFile, one wrapping ErrPermission.
+// The caller closes db.
 func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	if timeout <= 0 {
 		timeout = time.Second
 	}
 	fi, err := os.Stat(path)
 	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return nil, notPermitted(path, err)
 	case err == nil && fi.Size() == 0:
 		return nil, Damaged(path, "the file is empty (0 bytes)")
 	case errors.Is(err, fs.ErrNotExist) && readOnly:
 		return nil, ErrNoFile
 	case err == nil:
 		// BoltDB trusts page references: a cycle would hang or crash it.
-		if err := CheckPages(path); err != nil {
+		if err := CheckPages(path); errors.Is(err, fs.ErrPermission) {
+			return nil, notPermitted(path, err)
+		} else if err != nil {
 			return nil, Damaged(path, err)
 		}
 	}
@@ -54,7 +62,7 @@ func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err e
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, lockedError{path, err}
 	case errors.Is(err, fs.ErrPermission):
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, notPermitted(path, err)
 	case err != nil:
 		return nil, Damaged(path, err)
 	}
@@ -67,6 +75,50 @@ func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err e
 		return nil, Damaged(path, "consistency check failed: "+strings.Join(problems, "; "))
 	}
 	return db, nil
+}
+
+// notPermitted is Open's error when cause, a permission error, stopped it
+// at path: it names the file (or the directory, when the file cannot even
+// be looked at), its owner and mode, and this process's user.
+func notPermitted(path string, cause error) error {
+	what := path
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrPermission) {
+		what = filepath.Dir(path)
+	}
+	return fmt.Errorf("%w: %s is %s; this process runs as %s (%w)", ErrPermission, what, Owner(what), processUser(), cause)
+}
+
+// Owner describes path's owner, group and mode for an error message:
+// "owned by root:root (mode 0600)".
+func Owner(path string) string {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return "not readable: " + err.Error()
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Sprintf("mode %04o", fi.Mode().Perm())
+	}
+	return fmt.Sprintf("owned by %s:%s (mode %04o)", userName(int(st.Uid)), groupName(int(st.Gid)), fi.Mode().Perm())
+}
+
+// processUser is this process's user and group, "ratelimitd:ratelimitd".
+func processUser() string { return userName(os.Geteuid()) + ":" + groupName(os.Getegid()) }
+
+// userName is uid's name, or the number when it has none.
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(uid)
+}
+
+// groupName is gid's name, or the number when it has none.
+func groupName(gid int) string {
+	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
+		return g.Name
+	}
+	return strconv.Itoa(gid)
 }
 
 // lockedError is Open's error on a locked file (wraps bbolt's ErrTimeout).

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"errors"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/config"
@@ -18,6 +21,10 @@ func newServeCmd(ropts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := config.Load(ropts.configPath)
 			if err != nil {
+				// The reason in the log file too: a daemon started in
+				// the background has no standard error.
+				files.LogFatal("text", "ratelimitd not started: configuration is not valid",
+					errors.New(strings.Join(config.ErrorLines(err), "; ")))
 				return reportConfigErrors(cmd.ErrOrStderr(), err)
 			}
 			return daemon.Serve(f, ropts.configPath, files, opts, cmd.ErrOrStderr())

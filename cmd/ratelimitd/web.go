@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"os/user"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -40,7 +43,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 			if err := users.Set(args[0], r, pw); err != nil {
 				return err
 			}
-			if err := users.Save(path); err != nil {
+			if err := saveUsersFile(opts, path, users); err != nil {
 				return err
 			}
 			verb := "added"
@@ -66,7 +69,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 			if !users.Remove(args[0]) {
 				return fmt.Errorf("no console user %s in %s", args[0], path)
 			}
-			if err := users.Save(path); err != nil {
+			if err := saveUsersFile(opts, path, users); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "removed console user %s from %s\n", args[0], path)
@@ -95,6 +98,35 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 }
 
 // loadUsersFile reads [web] users_file of the configuration.
+// saveUsersFile saves users to path. Run as root with [server] user set,
+// it gives the file to root and the daemon's group, mode 0640: the daemon,
+// which reads it after dropping to that user, may read it, not change it.
+func saveUsersFile(opts *rootOptions, path string, users *web.Users) error {
+	if err := users.Save(path); err != nil {
+		return err
+	}
+	f, err := config.Load(opts.configPath)
+	if err != nil || os.Geteuid() != 0 || f.Server.User == "" {
+		return err
+	}
+	var g *user.Group
+	if f.Server.Group != "" {
+		g, err = user.LookupGroup(f.Server.Group)
+	} else if u, uerr := user.Lookup(f.Server.User); uerr != nil {
+		err = uerr
+	} else {
+		g, err = user.LookupGroupId(u.Gid)
+	}
+	if err != nil {
+		return fmt.Errorf("%s saved, but not readable by the daemon's user %s: %w", path, f.Server.User, err)
+	}
+	gid, _ := strconv.Atoi(g.Gid)
+	if err := os.Chown(path, 0, gid); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o640)
+}
+
 func loadUsersFile(opts *rootOptions) (string, *web.Users, error) {
 	f, err := config.Load(opts.configPath)
 	if err != nil {

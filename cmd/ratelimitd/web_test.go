@@ -2,8 +2,11 @@ package main
 
 import (
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ratelimitd/ratelimitd/web"
@@ -46,5 +49,35 @@ func TestWebUserAddRemove(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "", "--config", cfg, "web", "user", "remove", "alice"); code == 0 {
 		t.Errorf("removing a missing user succeeded")
+	}
+}
+
+// TestWebUserAddAsRootForDaemonUser: run as root with [server] user set,
+// `web user add` leaves the users file root's and readable by the
+// daemon's group (0640), which reads it after dropping to that user.
+func TestWebUserAddAsRootForDaemonUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the file is given to the daemon's group")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	cfg := filepath.Join(dir, "r.toml")
+	os.WriteFile(cfg, []byte("[server]\nuser = \"nobody\"\nstate_dir = \""+dir+"\"\n[web]\nusers_file = \""+users+"\"\n[[limit]]\nname = \"x\"\nkey = \"sender\"\nlimit = 1\nperiod = \"1h\"\n"), 0o644)
+	for range 2 { // added, then updated: each save keeps the sharing
+		if code, out, errs := runCLI(t, "s3cret-password\n", "--config", cfg, "web", "user", "add", "alice", "--role", "viewer", "--password-stdin"); code != 0 {
+			t.Fatalf("add: %d %q %q", code, out, errs)
+		}
+		fi, err := os.Stat(users)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != 0o640 || st.Uid != 0 || strconv.Itoa(int(st.Gid)) != nobody.Gid {
+			t.Errorf("users file %v %d:%d, want 0640 root:%s (the daemon's group)", fi.Mode().Perm(), st.Uid, st.Gid, nobody.Gid)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"slices"
 	"strings"
 	"sync"
@@ -131,8 +132,27 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 			}
 		}
 	}()
+	ra, err := lookupRunAs(f.Server)
+	if err != nil {
+		return nil, err
+	}
+	if cu, _ := user.Current(); ra == nil && f.Server.User != "" && (cu == nil || cu.Username != f.Server.User) {
+		d.log.Warn("not started as root: server.user does not apply", "user", f.Server.User, "uid", os.Geteuid())
+	}
+	dbExists := true
+	if ra != nil {
+		if dbExists, err = ra.checkStateDir(f.Server.StateDir, f.Server.DBPath()); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.openStores(); err != nil {
 		return nil, err
+	}
+	if ra != nil && !dbExists {
+		// Made by root just now: the user's, as if it had made it.
+		if err := os.Chown(f.Server.DBPath(), ra.uid, ra.gid); err != nil {
+			return nil, fmt.Errorf("state file: %w", err)
+		}
 	}
 	if err := d.openServices(); err != nil {
 		return nil, err
@@ -143,6 +163,12 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 	}
 	if err := d.startWeb(); err != nil {
 		return nil, err
+	}
+	if ra != nil {
+		if err := ra.drop(); err != nil {
+			return nil, err
+		}
+		d.log.Info("dropped privileges", "user", ra.user, "group", ra.group, "uid", ra.uid, "gid", ra.gid)
 	}
 	d.serve(ls)
 	d.startOutcomeFeed()
@@ -165,6 +191,9 @@ func (d *Daemon) openStores() (err error) {
 		d.log.Warn("state file: "+warn, "file", s.DBPath())
 	}
 	d.db, err = statedb.Open(s.DBPath(), false, 0)
+	if errors.Is(err, statedb.ErrPermission) {
+		return notMine(s.StateDir, s.DBPath())
+	}
 	if err != nil {
 		return err
 	}
@@ -312,7 +341,7 @@ func (d *Daemon) listen() (ls listeners, err error) {
 			}
 		}
 		if err != nil {
-			return ls, fmt.Errorf("policy listener %s: %w%s", addr, err, socketUnitHint(addr, err, inh))
+			return ls, listenError("policy", addr, err, inh)
 		}
 		opened = append(opened, l)
 		ls.policy = append(ls.policy, l)
@@ -336,12 +365,16 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	return ls, inh.Untaken()
 }
 
-// socketUnitHint explains a unix socket not created for want of permission.
-func socketUnitHint(addr string, err error, inh *srvconn.Inherited) string {
+// listenError is the error of the kind ("policy") of listener at addr
+// that failed with err. A unix socket not created for want of permission
+// gets the ways to have it made, and no longer wraps fs.ErrPermission,
+// whose CLI advice ("run as root") is not about the daemon.
+func listenError(kind, addr string, err error, inh *srvconn.Inherited) error {
 	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
-		return ""
+		return fmt.Errorf("%s listener %s: %w", kind, addr, err)
 	}
-	return " (under systemd, a socket unit such as ratelimitd.socket creates it: systemctl start ratelimitd.socket)"
+	return fmt.Errorf("%s listener %s: %v (start the daemon as root with server.user set: it opens the socket, then drops to that user; "+
+		"or, under systemd, a socket unit such as ratelimitd.socket creates it: systemctl start ratelimitd.socket)", kind, addr, err)
 }
 
 // serve starts serving on every listener.

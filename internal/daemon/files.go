@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"github.com/ratelimitd/ratelimitd/config"
 )
 
 // Files are serve's --log-file and --pid-file, for hosts without systemd
@@ -16,8 +18,9 @@ import (
 type Files struct {
 	LogPath, PidPath string
 
-	mu  sync.Mutex
-	log *os.File // the open log file (nil: standard error)
+	mu    sync.Mutex
+	log   *os.File // the open log file (nil: standard error)
+	owner *runAs   // the user a log file root makes is given to (nil: none)
 }
 
 // Writer opens the log file and returns the daemon's log writer: the file
@@ -49,6 +52,14 @@ func (s *Files) Reopen() error {
 	if err != nil {
 		return fmt.Errorf("--log-file: %w", err)
 	}
+	if s.owner != nil && os.Geteuid() == 0 {
+		// The user's, as if it had made it: the dropped daemon reopens
+		// it after logrotate.
+		if err := f.Chown(s.owner.uid, s.owner.gid); err != nil {
+			f.Close()
+			return fmt.Errorf("--log-file: %w", err)
+		}
+	}
 	s.mu.Lock()
 	old := s.log
 	s.log = f
@@ -57,6 +68,24 @@ func (s *Files) Reopen() error {
 		old.Close()
 	}
 	return nil
+}
+
+// LogFatal writes the error that stops the daemon (msg, err) to the log
+// file, opening it if need be, so that a daemon started in the background
+// (start-stop-daemon --background discards standard error) leaves its
+// reason there. A no-op without a log file: the caller prints err to
+// standard error.
+func (s *Files) LogFatal(format string, msg string, err error) {
+	if s.LogPath == "" {
+		return
+	}
+	s.mu.Lock()
+	open := s.log != nil
+	s.mu.Unlock()
+	if !open && s.Reopen() != nil {
+		return
+	}
+	newLogger(config.Server{LogFormat: format}, s).Error(msg, "err", err)
 }
 
 // WritePid writes the process ID to the pid file through a renamed

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -33,7 +32,7 @@ func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("milter listener %s: %w%s", m.Listen, err, socketUnitHint(m.Listen, err, inh))
+		return listenError("milter", m.Listen, err, inh)
 	}
 	*ls = append(*ls, l)
 	d.q.milterL = l

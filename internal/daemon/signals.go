@@ -13,13 +13,22 @@ import (
 
 // Serve runs the daemon of f: it opens the log file, starts the daemon,
 // writes the pid file, reopens the log and reloads on SIGHUP, and shuts
-// down (10 s to finish) on SIGTERM or SIGINT.
-func Serve(f *config.File, configPath string, files *Files, opts Options, stderr io.Writer) error {
+// down (10 s to finish) on SIGTERM or SIGINT. The error that ends it is
+// also logged to the log file, if there is one.
+func Serve(f *config.File, configPath string, files *Files, opts Options, stderr io.Writer) (err error) {
+	defer files.Close()
+	defer func() {
+		if err != nil {
+			files.LogFatal(f.Server.LogFormat, "ratelimitd stopped on an error", err)
+		}
+	}()
+	if files.owner, err = lookupRunAs(f.Server); err != nil {
+		return err
+	}
 	logw, err := files.Writer(stderr)
 	if err != nil {
 		return err
 	}
-	defer files.Close()
 	// Signals are caught before the daemon starts: a SIGTERM that came
 	// while it was starting (or just after "ratelimitd started") killed
 	// it without a shutdown, losing the write-behind state; now it waits
