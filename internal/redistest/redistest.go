@@ -48,9 +48,24 @@ func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
 	return startPort(t, bin, sentinel, mtatest.FreePort(t), conf...)
 }
 
+// serverDir returns a directory for one server's files, removed at
+// cleanup: on tmpfs (/dev/shm) where there is one, since a Cluster node
+// fsyncs nodes.conf in its main thread at every slot change (a reshard of
+// 3,000 slots makes thousands), and on a shared virtual disk one slow
+// fsync stalls the master past the tests' redis_timeout.
+func serverDir(t testing.TB) string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		if dir, err := os.MkdirTemp("/dev/shm", "redistest-"); err == nil {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
+}
+
 func startPort(t testing.TB, bin string, sentinel bool, port int, conf ...string) *Server {
 	t.Helper()
-	dir := t.TempDir()
+	dir := serverDir(t)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, t: t}
 	lines := []string{
 		"bind 127.0.0.1",
