@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
@@ -24,7 +22,8 @@ import (
 )
 
 // Listener limits (at most srvconn.HTTPConns() connections at once, like
-// /metrics and the admin socket) and the largest header and form.
+// /metrics; at the cap the connection idle longest gives way to a new
+// one) and the largest header and form.
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
@@ -189,8 +188,10 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
 	}
-	ln = netutil.LimitListener(ln, srvconn.HTTPConns())
+	lim := srvconn.NewHTTPLimit(srvconn.HTTPConns())
+	ln = lim.Listener(ln)
 	hs := &http.Server{
+		ConnState:         lim.ConnState,
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
