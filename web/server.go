@@ -67,8 +67,10 @@ type Server struct {
 	cert     atomic.Pointer[tls.Certificate]
 	sessions *sessions
 	throttle *throttle
-	// verify bounds concurrent password checks (64 MiB each).
+	// verify bounds concurrent password checks (64 MiB each), charts
+	// concurrent chart renders.
 	verify chan struct{}
+	charts chan struct{}
 	pages  *pages
 
 	// usersFile is the users file as last read (nil: missing).
@@ -103,6 +105,7 @@ func New(opts Options) (*Server, error) {
 		sessions: newSessions(),
 		throttle: newThrottle(),
 		verify:   make(chan struct{}, 2),
+		charts:   make(chan struct{}, chartRenders),
 		pages:    mustParsePages(),
 	}
 	if err := s.Reload(); err != nil {

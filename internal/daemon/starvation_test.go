@@ -155,3 +155,37 @@ func setConfig(t *testing.T, path, old, new string) {
 		t.Fatal(err)
 	}
 }
+
+// Idle keep-alive connections to /metrics at its cap give way to a new
+// scrape: it is served at once, not after the 30 s idle timeout.
+func TestIdleKeepAlivesCannotBlockMetrics(t *testing.T) {
+	cfgPath := testConfig(t, t.TempDir(), loopback(t), "")
+	maddr := serveMetrics(t, cfgPath)
+	startTestDaemon(t, cfgPath)
+	for round := range 3 {
+		for range srvconn.HTTPConns() {
+			c, err := net.DialTimeout("tcp", maddr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: %s\r\n\r\n", maddr)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("round %d: keep-alive scrape: %v", round, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := hc.Get("http://" + maddr + "/metrics")
+		if err != nil {
+			t.Fatalf("round %d: scrape with %d idle keep-alive connections open: %v", round, srvconn.HTTPConns(), err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("round %d: status %d", round, resp.StatusCode)
+		}
+	}
+}
