@@ -81,9 +81,9 @@ func (s *budgetServer) accept(t *testing.T, from string) (client, server net.Con
 	return nil, nil
 }
 
-func (s *budgetServer) mark(c net.Conn, busy bool) {
+func (s *budgetServer) mark(c net.Conn, a Activity) {
 	s.t.Lock()
-	s.t.MarkLocked(c, busy)
+	s.t.MarkLocked(c, a)
 	s.t.Unlock()
 }
 
@@ -111,8 +111,8 @@ func TestBudgetEvictsOldestIdle(t *testing.T) {
 			c, sc := s.accept(t, "127.0.0.1")
 			clients, servers = append(clients, c), append(servers, sc)
 		}
-		s.mark(servers[0], true)
-		s.mark(servers[0], false) // idle again: now the newest idle
+		s.mark(servers[0], Busy)
+		s.mark(servers[0], Idle) // idle again: now the newest idle
 		c4, _ := s.accept(t, "127.0.0.1")
 		if !closedByServer(clients[1]) {
 			t.Fatal("the oldest idle connection was not closed for a new one")
@@ -125,7 +125,7 @@ func TestBudgetEvictsOldestIdle(t *testing.T) {
 		}
 		s.t.Lock()
 		for c := range s.t.conns {
-			s.t.MarkLocked(c, true)
+			s.t.MarkLocked(c, Busy)
 		}
 		s.t.Unlock()
 		c5 := s.dial(t, "127.0.0.1")
@@ -161,7 +161,7 @@ func TestBudgetPerClient(t *testing.T) {
 	other, _ := s.accept(t, "127.0.0.2")
 	a1, s1 := s.accept(t, "127.0.0.1")
 	_, s2 := s.accept(t, "127.0.0.1")
-	s.mark(s2, true)
+	s.mark(s2, Busy)
 	s.accept(t, "127.0.0.1")
 	if !closedByServer(a1) {
 		t.Fatal("the client's own idle connection was not closed for its new one")
@@ -169,7 +169,7 @@ func TestBudgetPerClient(t *testing.T) {
 	_ = s1
 	s.t.Lock()
 	for c := range s.t.conns {
-		s.t.MarkLocked(c, true)
+		s.t.MarkLocked(c, Busy)
 	}
 	s.t.Unlock()
 	if c := s.dial(t, "127.0.0.1"); !closedByServer(c) {
@@ -193,5 +193,27 @@ func TestDefaultMaxConns(t *testing.T) {
 	}
 	if got := (Budget{Max: 100, PerClient: 256}).perClient(); got != 100 {
 		t.Fatalf("per-client cap above Max = %d, want Max", got)
+	}
+}
+
+// A connection Held inside a transaction gives way only when no
+// connection is Idle, the one held longest first.
+func TestBudgetClosesHeldAfterIdle(t *testing.T) {
+	s := startBudget(t, Budget{Max: 3})
+	h1, sh1 := s.accept(t, "127.0.0.1")
+	h2, sh2 := s.accept(t, "127.0.0.1")
+	idle, _ := s.accept(t, "127.0.0.1")
+	for _, c := range []net.Conn{sh1, sh2} {
+		s.mark(c, Busy)
+		s.mark(c, Held)
+	}
+	_, sn := s.accept(t, "127.0.0.1")
+	if !closedByServer(idle) || !stillOpen(h1) {
+		t.Fatal("a held connection was closed while one was idle")
+	}
+	s.mark(sn, Busy)
+	s.accept(t, "127.0.0.1")
+	if !closedByServer(h1) || !stillOpen(h2) {
+		t.Fatal("the connection held longest was not the one closed")
 	}
 }

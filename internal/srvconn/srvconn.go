@@ -49,7 +49,7 @@ type entry struct {
 	rwc     net.Conn
 	closing bool       // the Tracker has closed rwc
 	counted bool       // counted in open and clients
-	busy    bool       // in a request (MarkLocked); never closed for room
+	state   Activity   // MarkLocked
 	since   time.Time  // accepted, or last marked idle
 	client  netip.Addr // clientAddr(rwc)
 }
@@ -118,17 +118,34 @@ func (t *Tracker[C]) RemoveLocked(c C) bool {
 	return ok
 }
 
-// MarkLocked marks c busy (in a request: never closed to make room) or
-// idle (from now on).
-func (t *Tracker[C]) MarkLocked(c C, busy bool) {
+// Activity is what a connection is doing, as the protocol marks it
+// (MarkLocked): which connections may be closed to make room, in which
+// order.
+type Activity int
+
+// The activities of a connection; a new connection is Idle.
+const (
+	// Idle: waiting for a request; the connection idle longest is closed
+	// first to make room.
+	Idle Activity = iota
+	// Held: waiting inside a transaction (a milter connection within a
+	// message); closed to make room only when no connection is Idle.
+	Held
+	// Busy: a request is being answered; never closed to make room.
+	Busy
+)
+
+// MarkLocked marks what c is doing; a change from Busy starts its idle
+// time.
+func (t *Tracker[C]) MarkLocked(c C, a Activity) {
 	e := t.conns[c]
 	if e == nil {
 		return
 	}
-	if e.busy && !busy {
+	if e.state == Busy && a != Busy {
 		e.since = time.Now()
 	}
-	e.busy = busy
+	e.state = a
 }
 
 // CountClosed counts a connection the protocol closed for a budget
@@ -186,15 +203,15 @@ func (t *Tracker[C]) admitLocked(client netip.Addr) (reason string, ok bool) {
 	return "", true
 }
 
-// evictLocked closes the connection idle longest (of client, if valid);
-// false if none is idle.
+// evictLocked closes the connection idle longest (of client, if valid),
+// Idle before Held; false if every one is Busy.
 func (t *Tracker[C]) evictLocked(client netip.Addr) bool {
 	var oldest *entry
 	for _, e := range t.conns {
-		if !e.counted || e.busy || (client.IsValid() && e.client != client) {
+		if !e.counted || e.state == Busy || (client.IsValid() && e.client != client) {
 			continue
 		}
-		if oldest == nil || e.since.Before(oldest.since) {
+		if oldest == nil || e.state < oldest.state || (e.state == oldest.state && e.since.Before(oldest.since)) {
 			oldest = e
 		}
 	}

@@ -111,8 +111,9 @@ type Server struct {
 	// Unix sockets are not checked.
 	AllowedNetworks []netip.Prefix
 	// Budget bounds the connections of all listeners served: a
-	// connection waiting for a packet between messages is idle and may
-	// be closed to make room. The zero value has no cap.
+	// connection waiting for a packet may be closed to make room, one
+	// between messages before one within a message. The zero value has
+	// no cap.
 	Budget srvconn.Budget
 
 	initOnce sync.Once
@@ -259,7 +260,11 @@ func (c *conn) beforeHeader() error {
 		return ErrServerClosed
 	}
 	c.waiting = true
-	s.life.MarkLocked(c, c.inMessage)
+	if c.inMessage {
+		s.life.MarkLocked(c, srvconn.Held)
+	} else {
+		s.life.MarkLocked(c, srvconn.Idle)
+	}
 	return nil
 }
 
@@ -268,7 +273,7 @@ func (c *conn) afterHeader() {
 	s := c.srv
 	s.life.Lock()
 	c.waiting = false
-	s.life.MarkLocked(c, true)
+	s.life.MarkLocked(c, srvconn.Busy)
 	s.life.Unlock()
 }
 

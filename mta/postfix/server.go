@@ -77,8 +77,8 @@ type Server struct {
 	// empty: loopback only. Unix sockets are not checked.
 	AllowedNetworks []netip.Prefix
 	// Budget bounds the connections of all listeners served: a
-	// connection waiting for its next request is idle and may be closed
-	// to make room. The zero value has no cap.
+	// connection waiting for or reading a request is idle and may be
+	// closed to make room. The zero value has no cap.
 	Budget srvconn.Budget
 
 	initOnce sync.Once
@@ -163,7 +163,22 @@ func (s *Server) setActive(c *conn, active bool) bool {
 		return false
 	}
 	c.active = active
-	s.life.MarkLocked(c, active)
+	if !active {
+		s.life.MarkLocked(c, srvconn.Idle)
+	}
+	return true
+}
+
+// setDeciding marks c's request read whole: from now until its reply c is
+// never closed to make room (a request still being read may be, so slow
+// partial requests cannot hold the budget). False means c must stop.
+func (s *Server) setDeciding(c *conn) bool {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.life.ClosingLocked(c) {
+		return false
+	}
+	s.life.MarkLocked(c, srvconn.Busy)
 	return true
 }
 
@@ -244,9 +259,16 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			if st.n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstRequestTimedOut(c)
 			}
+			if s.closedForRoom(c) {
+				c.log.Debug("connection closed to make room for a new one", "requests", st.n)
+				return false
+			}
 			reason := badInputReason(err)
 			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", st.n)
 			m.BadInput(reason)
+			return false
+		}
+		if !s.setDeciding(c) {
 			return false
 		}
 		st.dl.first = time.Time{}
@@ -260,6 +282,13 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			return false
 		}
 	}
+}
+
+// closedForRoom reports whether the budget closed c for a new connection.
+func (s *Server) closedForRoom(c *conn) bool {
+	s.life.Lock()
+	defer s.life.Unlock()
+	return s.life.ClosingLocked(c) && !s.life.ClosedLocked()
 }
 
 // firstRequestTimedOut counts and logs a connection closed for sending no
