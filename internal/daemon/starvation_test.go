@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,26 +163,26 @@ func TestIdleKeepAlivesCannotBlockMetrics(t *testing.T) {
 	cfgPath := testConfig(t, t.TempDir(), loopback(t), "")
 	maddr := serveMetrics(t, cfgPath)
 	startTestDaemon(t, cfgPath)
+	n := srvconn.HTTPConns()
 	for round := range 3 {
-		for range srvconn.HTTPConns() {
-			c, err := net.DialTimeout("tcp", maddr, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: %s\r\n\r\n", maddr)
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Fatalf("round %d: keep-alive scrape: %v", round, err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+		// n scrapes at once open n connections, left idle in the pool.
+		pool := &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
+		defer pool.CloseIdleConnections()
+		scrapers := &http.Client{Transport: pool, Timeout: 10 * time.Second}
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				if resp, err := scrapers.Get("http://" + maddr + "/metrics"); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
 		}
+		wg.Wait()
 		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		resp, err := hc.Get("http://" + maddr + "/metrics")
 		if err != nil {
-			t.Fatalf("round %d: scrape with %d idle keep-alive connections open: %v", round, srvconn.HTTPConns(), err)
+			t.Fatalf("round %d: scrape with %d idle keep-alive connections open: %v", round, n, err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
