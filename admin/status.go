@@ -41,7 +41,7 @@ type Status struct {
 	Notify *notify.Stats `json:"notify,omitempty"` // nil: notifications off
 	// RestartNeeded lists changed TOML keys that need a restart.
 	RestartNeeded []string          `json:"restart_needed,omitempty"`
-	Connections   ConnStatus        `json:"connections"`
+	Connections   []ConnStatus      `json:"connections"`
 	FrontEnds     []FrontEndStatus  `json:"front_ends,omitempty"`
 	Quarantine    *lifecycle.Health `json:"quarantine,omitempty"`
 	State         *StateStatus      `json:"state,omitempty"`
@@ -53,12 +53,21 @@ type Status struct {
 	RedisTime time.Time `json:"redis_time,omitzero"`
 }
 
-// ConnStatus is the front ends' connections: open, the cap and those
-// closed at it.
+// ConnStatus is one front end's connection budget: open, the caps and
+// the connections it closed, by reason (max_connections, max_per_client,
+// evicted, first_request_timeout).
 type ConnStatus struct {
-	Open    int   `json:"open"`
-	Max     int   `json:"max"`
-	Refused int64 `json:"refused"`
+	FrontEnd  string           `json:"front_end"`
+	Open      int              `json:"open"`
+	Max       int              `json:"max"`
+	PerClient int              `json:"max_per_client"`
+	Closed    map[string]int64 `json:"closed"`
+}
+
+// String is the front end's line in `ratelimitd status`.
+func (c ConnStatus) String() string {
+	return fmt.Sprintf("%s %d open of max %d (%d per client); closed: %d at max_connections, %d at max_per_client, %d idle for a new one, %d first_request_timeout",
+		c.FrontEnd, c.Open, c.Max, c.PerClient, c.Closed["max_connections"], c.Closed["max_per_client"], c.Closed["evicted"], c.Closed["first_request_timeout"])
 }
 
 // FrontEndStatus is one front-end listener's last and total connections.
@@ -142,7 +151,9 @@ func (st *Status) Print(w io.Writer) {
 	for _, a := range st.Advice {
 		fmt.Fprintf(w, "warning: %s\n", a)
 	}
-	fmt.Fprintf(w, "connections: %d open of max %d, %d closed at the cap\n", st.Connections.Open, st.Connections.Max, st.Connections.Refused)
+	for _, c := range st.Connections {
+		fmt.Fprintf(w, "connections: %s\n", c)
+	}
 	for _, f := range st.FrontEnds {
 		fmt.Fprintf(w, "front end %s\n", termsafe.Line(f.String()))
 	}

@@ -31,6 +31,10 @@ type Milter struct {
 	Listen         string          `toml:"listen"`
 	ReadTimeout    policy.Duration `toml:"read_timeout"`
 	MaxMessageSize policy.Size     `toml:"max_message_size"`
+
+	FirstRequestTimeout     policy.Duration `toml:"first_request_timeout"`
+	MaxConnections          int             `toml:"max_connections"`
+	MaxConnectionsPerClient int             `toml:"max_connections_per_client"`
 }
 
 func (q *Quarantine) withDefaults() {
@@ -77,12 +81,20 @@ func (q *Quarantine) validate() []error {
 
 func (m *Milter) withDefaults() {
 	setDefault(&m.ReadTimeout, policy.Duration(330*time.Second))
+	setDefault(&m.FirstRequestTimeout, policy.Duration(10*time.Second))
 	setDefault(&m.MaxMessageSize, 64<<20)
 }
 
 func (m *Milter) validate(allowNetworks []string) []error {
-	if m.Listen == "" || strings.HasPrefix(m.Listen, "unix:") {
-		return nil
+	var errs []error
+	if m.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("milter.max_connections: must not be negative (0 means min(1024, RLIMIT_NOFILE/4))"))
+	}
+	if m.MaxConnectionsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("milter.max_connections_per_client: must not be negative (0 means min(256, max_connections))"))
+	}
+	if errs != nil || m.Listen == "" || strings.HasPrefix(m.Listen, "unix:") {
+		return errs
 	}
 	ap, err := netip.ParseAddrPort(m.Listen)
 	if err != nil {

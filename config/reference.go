@@ -54,7 +54,9 @@ var keys = []key{
 	{name: "server.max_keys", note: "4000000", unit: "(limit, key) pairs", doc: "Bound on tracked rate states; the least recently seen are evicted first, never one at or above half its limit."},
 	{name: "server.idle_timeout", def: `"330s"`, doc: "Closes a policy connection idle that long (above Postfix's smtpd_policy_service_max_idle of 300s)."},
 	{name: "server.request_timeout", def: `"10s"`, doc: "Bound on reading and answering one request, from its first byte."},
-	{name: "server.max_connections", note: "0: min(1024, RLIMIT_NOFILE/2)", unit: "connections", doc: "Cap on policy and milter connections open at once; one over it is closed at once and counted."},
+	{name: "server.first_request_timeout", def: `"10s"`, doc: "Closes a policy connection that has sent no complete request this long after it was accepted (Postfix and Exim send theirs at once)."},
+	{name: "server.max_connections", note: "0: min(1024, RLIMIT_NOFILE/2)", unit: "connections", doc: "Cap on policy connections open at once (the milter has its own). At the cap a new connection closes the connection idle longest; if every one is in a request, the new one is closed at once. Each is counted (docs/limits.md)."},
+	{name: "server.max_connections_per_client", note: "0: min(256, max_connections)", unit: "connections", doc: "Cap on policy connections open at once from one TCP client address, applied the same way; size it above the MTA host's smtpd processes (Postfix's default_process_limit, 100)."},
 	{name: "server.log_level", def: `"info"`, doc: "debug, info, warn or error."},
 	{name: "server.log_format", def: `"text"`, doc: "text or json."},
 
@@ -118,6 +120,9 @@ var keys = []key{
 
 	{name: "milter.listen", note: `"": disabled`, doc: "\"host:port\" (loopback unless server.allow_networks) or \"unix:/path\"; e.g. \"127.0.0.1:10032\"."},
 	{name: "milter.read_timeout", def: `"330s"`, doc: "Closes a milter connection silent for that long."},
+	{name: "milter.first_request_timeout", def: `"10s"`, doc: "Closes a milter connection that has sent no complete packet this long after it was accepted (the MTA sends its option negotiation at once)."},
+	{name: "milter.max_connections", note: "0: min(1024, RLIMIT_NOFILE/4)", unit: "connections", doc: "Cap on milter connections open at once, apart from the policy service's; at the cap a connection waiting between messages gives way to a new one, as for server.max_connections."},
+	{name: "milter.max_connections_per_client", note: "0: min(256, max_connections)", unit: "connections", doc: "Cap on milter connections open at once from one TCP client address."},
 	{name: "milter.max_message_size", def: `"64M"`, unit: "bytes", doc: "Largest message the milter keeps to freeze (256 KiB in memory, the rest spooled); a bigger one that must be frozen is temp-failed."},
 
 	{name: "notify.events", note: "all", doc: "Event kinds sent: limit_refused, quarantine_threshold, thawed, deleted, expired, released, rate_reset."},

@@ -33,6 +33,9 @@ type Server struct {
 	MaxConnections int             `toml:"max_connections"`
 	LogLevel       string          `toml:"log_level"`
 	LogFormat      string          `toml:"log_format"`
+
+	MaxConnectionsPerClient int             `toml:"max_connections_per_client"`
+	FirstRequestTimeout     policy.Duration `toml:"first_request_timeout"`
 }
 
 // The state directories DefaultStateDir chooses between.
@@ -60,6 +63,7 @@ func (s *Server) withDefaults() {
 	setDefault(&s.FlushInterval, policy.Duration(time.Second))
 	setDefault(&s.IdleTimeout, policy.Duration(330*time.Second))
 	setDefault(&s.RequestTimeout, policy.Duration(10*time.Second))
+	setDefault(&s.FirstRequestTimeout, policy.Duration(10*time.Second))
 	setDefault(&s.LogLevel, "info")
 	setDefault(&s.LogFormat, "text")
 }
@@ -142,6 +146,9 @@ func (s *Server) validate() []error {
 	}
 	if s.MaxConnections < 0 {
 		bad("max_connections", "must not be negative (0 means min(1024, RLIMIT_NOFILE/2))")
+	}
+	if s.MaxConnectionsPerClient < 0 {
+		bad("max_connections_per_client", "must not be negative (0 means min(256, max_connections))")
 	}
 	switch s.LogLevel {
 	case "debug", "info", "warn", "error":

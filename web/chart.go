@@ -2,6 +2,8 @@ package web
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"image/color"
 	"math"
@@ -22,13 +24,20 @@ import (
 )
 
 // The key page's chart: one panel per limit with state for the key, over
-// the last chartWindow, rendered as PNG by gonum.org/v1/plot.
+// the last chartWindow, rendered as PNG by gonum.org/v1/plot. Renders are
+// bounded: chartRenders at once (more are answered 503 with Retry-After at
+// once), each within chartTimeout, each panel thinned to chartPoints
+// samples (the highest rate of each slot of the window kept).
 const (
 	chartWindow  = 24 * time.Hour
 	chartWidth   = 9 * vg.Inch
 	chartPanel   = 2.4 * vg.Inch
 	chartDPI     = 96
 	maxChartEvts = 20000
+	chartRenders = 1
+	chartTimeout = 10 * time.Second
+	chartPoints  = 1000
+	chartRetry   = "2" // seconds, the Retry-After of a 503
 )
 
 var (
@@ -36,10 +45,20 @@ var (
 	limitColor = color.RGBA{214, 39, 40, 255}
 )
 
-// chart answers GET /chart.png?key=K.
+// chart answers GET /chart.png?key=K: 503 with Retry-After while
+// chartRenders others are drawn or when the render passes chartTimeout.
 func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
+	select {
+	case s.charts <- struct{}{}:
+		defer func() { <-s.charts }()
+	default:
+		chartBusy(w, "another chart is being drawn")
+		return
+	}
 	key := r.URL.Query().Get("key")
-	ctx, now := r.Context(), s.opts.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), chartTimeout)
+	defer cancel()
+	now := s.opts.Now()
 	rates, err := s.opts.Rates.Lookup(ctx, now, key)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
@@ -50,13 +69,24 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	png, err := renderChart(key, rates, evs, now)
+	png, err := renderChart(ctx, key, rates, evs, now)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("chart not drawn within its deadline", "key", key, "timeout", chartTimeout)
+		chartBusy(w, "the chart took too long to draw")
+		return
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	w.Header().Set("Content-Type", "image/png")
 	w.Write(png)
+}
+
+// chartBusy answers 503 with Retry-After, saying why.
+func chartBusy(w http.ResponseWriter, why string) {
+	w.Header().Set("Retry-After", chartRetry)
+	http.Error(w, "chart: "+why+"; try again in "+chartRetry+" s", http.StatusServiceUnavailable)
 }
 
 // sample is the key's rate under one limit, from an event or the state.
@@ -71,12 +101,12 @@ type sample struct {
 func rateSeries(samples []sample, period time.Duration, now time.Time) plotter.XYs {
 	var xys plotter.XYs
 	x := func(t time.Time) float64 { return float64(t.Unix()) }
+	steps := min(24, max(1, chartPoints/max(len(samples), 1)))
 	for i, sm := range samples {
 		if i > 0 {
 			prev := samples[i-1]
-			const steps = 24
 			for k := 1; k < steps; k++ {
-				t := prev.t.Add(time.Duration(k) * sm.t.Sub(prev.t) / steps)
+				t := prev.t.Add(time.Duration(k) * sm.t.Sub(prev.t) / time.Duration(steps))
 				xys = append(xys, plotter.XY{X: x(t), Y: decay(prev.rate, t.Sub(prev.t), period)})
 			}
 			xys = append(xys, plotter.XY{X: x(sm.t), Y: decay(prev.rate, sm.t.Sub(prev.t), period)})
@@ -93,9 +123,32 @@ func decay(rate float64, d time.Duration, period time.Duration) float64 {
 	return rate * math.Exp(-d.Seconds()/period.Seconds())
 }
 
+// thin keeps at most n of samples (sorted by time) between from and to:
+// of each of n equal slots, the sample of the highest rate, refused if any
+// in the slot was.
+func thin(samples []sample, from, to time.Time, n int) []sample {
+	if len(samples) <= n || !to.After(from) {
+		return samples
+	}
+	out := samples[:0:0]
+	slot := func(t time.Time) int { return int(float64(n) * float64(t.Sub(from)) / float64(to.Sub(from))) }
+	for _, sm := range samples {
+		if k := len(out) - 1; k >= 0 && slot(out[k].t) == slot(sm.t) {
+			refused := out[k].refused || sm.refused
+			if sm.rate > out[k].rate {
+				out[k] = sm
+			}
+			out[k].refused = refused
+			continue
+		}
+		out = append(out, sm)
+	}
+	return out
+}
+
 // renderChart draws one panel per limit: the rate line, the limit
-// (dashed) and the refusals (crosses).
-func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
+// (dashed) and the refusals (crosses); ctx's error once it ends.
+func renderChart(ctx context.Context, key string, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
 	type limitSeries struct {
 		name    string
 		max     float64
@@ -122,8 +175,12 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 	}
 	var plots [][]*plot.Plot
 	for _, name := range order {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		ls := byLimit[name]
 		sort.SliceStable(ls.samples, func(i, j int) bool { return ls.samples[i].t.Before(ls.samples[j].t) })
+		ls.samples = thin(ls.samples, now.Add(-chartWindow), now, chartPoints)
 		p, err := chartPanelPlot(key, ls.name, ls.max, ls.period, ls.samples, now)
 		if err != nil {
 			return nil, err
@@ -143,6 +200,9 @@ func renderChart(key string, rates []policy.KeyRate, evs []events.Event, now tim
 		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.2 * vg.Inch}
 	canvases := plot.Align(plots, tiles, dc)
 	for i := range plots {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		plots[i][0].Draw(canvases[i][0])
 	}
 	var b bytes.Buffer

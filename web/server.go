@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
@@ -24,7 +22,8 @@ import (
 )
 
 // Listener limits (at most srvconn.HTTPConns() connections at once, like
-// /metrics and the admin socket) and the largest header and form.
+// /metrics; at the cap the connection idle longest gives way to a new
+// one) and the largest header and form.
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
@@ -68,8 +67,10 @@ type Server struct {
 	cert     atomic.Pointer[tls.Certificate]
 	sessions *sessions
 	throttle *throttle
-	// verify bounds concurrent password checks (64 MiB each).
+	// verify bounds concurrent password checks (64 MiB each), charts
+	// concurrent chart renders.
 	verify chan struct{}
+	charts chan struct{}
 	pages  *pages
 
 	// usersFile is the users file as last read (nil: missing).
@@ -104,6 +105,7 @@ func New(opts Options) (*Server, error) {
 		sessions: newSessions(),
 		throttle: newThrottle(),
 		verify:   make(chan struct{}, 2),
+		charts:   make(chan struct{}, chartRenders),
 		pages:    mustParsePages(),
 	}
 	if err := s.Reload(); err != nil {
@@ -189,8 +191,10 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
 	}
-	ln = netutil.LimitListener(ln, srvconn.HTTPConns())
+	lim := srvconn.NewHTTPLimit(srvconn.HTTPConns())
+	ln = lim.Listener(ln)
 	hs := &http.Server{
+		ConnState:         lim.ConnState,
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,

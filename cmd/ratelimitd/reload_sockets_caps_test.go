@@ -116,22 +116,25 @@ func statusWithin(sock string, limit time.Duration) (admin.Status, error) {
 }
 
 // At a low file-descriptor limit, a flood of policy and milter connections
-// is capped (max_connections defaults to RLIMIT_NOFILE/2): the ones over
-// the cap are closed at once and counted, and the admin socket, /metrics
-// and the connections already open keep answering.
+// is capped per front end (max_connections defaults to RLIMIT_NOFILE/2,
+// the milter's to RLIMIT_NOFILE/4): the silent connections over the cap
+// close the oldest idle ones, counted, and the admin socket, /metrics and
+// the newest connections keep answering.
 func TestConnectionCapKeepsAdminAlive(t *testing.T) {
 	dir := t.TempDir()
 	port, mport, milterPort := freePort(t), freePort(t), freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cfgPath := writeConfig(t, dir, addr, fmt.Sprintf("\n[milter]\nlisten = \"127.0.0.1:%d\"\n", milterPort))
+	// The silent connections are kept for as long as the test runs.
+	cfgPath := writeConfig(t, dir, addr, fmt.Sprintf("\n[milter]\nlisten = \"127.0.0.1:%d\"\nfirst_request_timeout = \"300s\"\n", milterPort))
 	text, _ := os.ReadFile(cfgPath)
 	text = []byte(strings.Replace(string(text), `metrics_listen = ""`, fmt.Sprintf(`metrics_listen = "127.0.0.1:%d"`, mport), 1))
+	text = []byte(strings.Replace(string(text), "[server]\n", "[server]\nfirst_request_timeout = \"300s\"\n", 1))
 	if v := os.Getenv("RATELIMITD_TEST_MAX_CONNECTIONS"); v != "" { // to see the test fail without a cap
 		text = []byte(strings.Replace(string(text), "[server]\n", "[server]\nmax_connections = "+v+"\n", 1))
 	}
 	os.WriteFile(cfgPath, text, 0o644)
 	const nofile, policyConns, milterConns = 64, 60, 8
-	const want = nofile / 2 // the default cap
+	const want, wantMilter = nofile / 2, nofile / 4 // the default caps
 	startSubprocessDaemon(t, cfgPath, fmt.Sprintf("RATELIMITD_TEST_NOFILE=%d", nofile))
 	f, err := config.Load(cfgPath)
 	if err != nil {
@@ -156,16 +159,18 @@ func TestConnectionCapKeepsAdminAlive(t *testing.T) {
 		if err != nil {
 			t.Fatalf("admin status with %d connections open: %v", len(conns), err)
 		}
-		if st.Connections.Open+int(st.Connections.Refused) == len(conns) {
+		if len(st.Connections) == 2 && st.Connections[0].Open+int(st.Connections[0].Closed["evicted"]) == policyConns &&
+			st.Connections[1].Open == milterConns {
 			break
 		}
 		if i == 1000 {
-			t.Fatalf("connections not all accepted or refused: %+v", st.Connections)
+			t.Fatalf("connections not all accepted or evicted: %+v", st.Connections)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if st.Connections.Max != want || st.Connections.Open != want || st.Connections.Refused != int64(len(conns)-want) {
-		t.Fatalf("connections %+v; want %d open of max %d, %d refused", st.Connections, want, want, len(conns)-want)
+	if p, m := st.Connections[0], st.Connections[1]; p.FrontEnd != "policy" || p.Max != want || p.Open != want ||
+		p.Closed["evicted"] != int64(policyConns-want) || m.FrontEnd != "milter" || m.Max != wantMilter {
+		t.Fatalf("connections %+v; want policy %d open of max %d, %d evicted; milter max %d", st.Connections, want, want, policyConns-want, wantMilter)
 	}
 	hc := &http.Client{Timeout: 5 * time.Second}
 	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport))
@@ -174,21 +179,17 @@ func TestConnectionCapKeepsAdminAlive(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	// Which listener's connections were refused depends on the order the
-	// two accept loops ran in; the total does not.
-	refused := 0
+	evicted := 0
 	for _, line := range strings.Split(string(body), "\n") {
-		if rest, ok := strings.CutPrefix(line, "ratelimitd_connections_refused_total{listener="); ok {
-			_, v, _ := strings.Cut(rest, " ")
-			n, _ := strconv.Atoi(v)
-			refused += n
+		if rest, ok := strings.CutPrefix(line, `ratelimitd_connections_refused_total{listener="policy",reason="evicted"} `); ok {
+			evicted, _ = strconv.Atoi(rest)
 		}
 	}
-	if refused != len(conns)-want || !strings.Contains(string(body), fmt.Sprintf("ratelimitd_connections_open %d", want)) {
-		t.Errorf("metrics: %d refused (want %d) or open gauge not %d:\n%s", refused, len(conns)-want, want, body)
+	if evicted != policyConns-want || !strings.Contains(string(body), fmt.Sprintf(`ratelimitd_connections_open{listener="policy"} %d`, want)) {
+		t.Errorf("metrics: %d evicted (want %d) or open gauge not %d:\n%s", evicted, policyConns-want, want, body)
 	}
-	// A connection under the cap is still served.
-	c := conns[0]
+	// The newest connection, under the cap, is still served.
+	c := conns[policyConns-1]
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, "request=smtpd_access_policy\nprotocol_state=RCPT\nsasl_username=cap\nclient_address=192.0.2.9\n\n")
 	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "action=DUNNO") {

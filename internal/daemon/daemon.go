@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	bolt "go.etcd.io/bbolt"
-	"golang.org/x/net/netutil"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
@@ -61,7 +61,6 @@ type Daemon struct {
 	admin        *http.Server
 	metricsSrv   *http.Server
 	listeners    []string
-	conns        *srvconn.Limiter // server.max_connections over policy and milter
 	seen         frontEnds
 	q            *quarantineState
 	wg           sync.WaitGroup
@@ -286,11 +285,9 @@ func (d *Daemon) goRun(run func(context.Context) error) {
 	}()
 }
 
-// openServices sets up the connection cap, collectors, notifier, quarantine, policy server.
+// openServices sets up the collectors, notifier, quarantine, policy server.
 func (d *Daemon) openServices() error {
 	s := d.cfg.Server
-	d.conns = srvconn.NewLimiter(s.MaxConnections, d.log, d.metrics.ConnRefused)
-	d.metrics.WatchConns(d.conns)
 	d.metrics.Registry().MustRegister(metrics.StateCollectors(d.state)...)
 	d.metrics.Registry().MustRegister(metrics.EventCollectors(d.events)...)
 	// The notifier first: the quarantine's expiry loop may notify at once.
@@ -311,8 +308,32 @@ func (d *Daemon) openServices() error {
 		IdleTimeout:     time.Duration(s.IdleTimeout),
 		RequestTimeout:  time.Duration(s.RequestTimeout),
 		AllowedNetworks: s.Networks(),
+
+		FirstRequestTimeout: time.Duration(s.FirstRequestTimeout),
+		Budget:              d.budget("policy", s.MaxConnections, srvconn.DefaultMaxConns(), s.MaxConnectionsPerClient),
 	}
 	return nil
+}
+
+// budget is a front end's connection budget: maxConns (0: def),
+// perClient from one address (0: srvconn.DefaultPerClient, at most max),
+// each closed connection counted under frontEnd.
+func (d *Daemon) budget(frontEnd string, maxConns, def, perClient int) srvconn.Budget {
+	return srvconn.Budget{Max: cmp.Or(maxConns, def), PerClient: cmp.Or(perClient, srvconn.DefaultPerClient),
+		Closed: func(reason string) { d.metrics.ConnClosed(frontEnd, reason) }}
+}
+
+// connStatus is the front ends' connection budgets, for status.
+func (d *Daemon) connStatus() []admin.ConnStatus {
+	out := []admin.ConnStatus{connStatus("policy", d.policy.ConnStats())}
+	if d.q.milter != nil {
+		out = append(out, connStatus("milter", d.q.milter.ConnStats()))
+	}
+	return out
+}
+
+func connStatus(frontEnd string, st srvconn.Stats) admin.ConnStatus {
+	return admin.ConnStatus{FrontEnd: frontEnd, Open: st.Open, Max: st.Max, PerClient: st.PerClient, Closed: st.Closed}
 }
 
 // listen opens the policy, admin, metrics and milter listeners, taking
@@ -379,20 +400,27 @@ func listenError(kind, addr string, err error, inh *srvconn.Inherited) error {
 
 // serve starts serving on every listener.
 func (d *Daemon) serve(ls listeners) {
+	budgets := map[string]func() srvconn.Stats{"policy": d.policy.ConnStats}
+	if d.q.milter != nil {
+		budgets["milter"] = d.q.milter.ConnStats
+	}
+	d.metrics.WatchConns(budgets)
 	for _, l := range ls.policy {
-		l := d.seen.watch(d.conns.Listener(l, "policy"), "policy", listenerName(l))
+		l := d.seen.watch(l, "policy", listenerName(l))
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
-	// /metrics is capped (srvconn.HTTPConns); the admin socket, reached
-	// only by the postmaster, is not (the CLI's keep-alives would wait).
+	// /metrics is capped (srvconn.HTTPConns; idle connections give way to
+	// new ones); the admin socket, reached only by the postmaster, is not
+	// (the CLI's keep-alives would wait).
 	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()
 	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
 	if ls.metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.Registry(), promhttp.HandlerOpts{}))
+		lim := srvconn.NewHTTPLimit(srvconn.HTTPConns())
 		d.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second}
-		metricsL := netutil.LimitListener(ls.metrics, srvconn.HTTPConns())
+			WriteTimeout: 30 * time.Second, IdleTimeout: 30 * time.Second, ConnState: lim.ConnState}
+		metricsL := lim.Listener(ls.metrics)
 		d.goServe("metrics", func() error { return d.metricsSrv.Serve(metricsL) }, http.ErrServerClosed)
 	}
 	d.serveMilter()

@@ -47,6 +47,9 @@ func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 		MaxMessageSize:  int64(m.MaxMessageSize),
 		// Messages kept for freezing spill from memory to files here.
 		SpoolDir: d.cfg.Server.StateDir,
+
+		FirstRequestTimeout: time.Duration(m.FirstRequestTimeout),
+		Budget:              d.budget("milter", m.MaxConnections, srvconn.DefaultMilterConns(), m.MaxConnectionsPerClient),
 	}
 	return nil
 }
@@ -61,7 +64,7 @@ func (d *Daemon) MayFreeze(_ context.Context, req *policy.Request) bool {
 func (d *Daemon) serveMilter() {
 	if d.q.milter != nil {
 		d.goServe("milter", func() error {
-			return d.q.milter.Serve(d.seen.watch(d.conns.Listener(d.q.milterL, "milter"), "milter", listenerName(d.q.milterL)))
+			return d.q.milter.Serve(d.seen.watch(d.q.milterL, "milter", listenerName(d.q.milterL)))
 		}, milter.ErrServerClosed)
 	}
 }

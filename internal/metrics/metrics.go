@@ -31,7 +31,8 @@ type Metrics struct {
 	decisions *prometheus.CounterVec // limit, action
 	faults    *prometheus.CounterVec // kind
 	badInput  *prometheus.CounterVec // reason
-	// connRefused counts refusals over max_connections, by listener.
+	// connRefused counts connections the budgets closed, by front end
+	// and reason.
 	connRefused *prometheus.CounterVec
 
 	nFaults atomic.Int64
@@ -144,25 +145,48 @@ func New(trackedKeys func() float64) *Metrics {
 	}, trackedKeys)
 	m.connRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ratelimitd_connections_refused_total",
-		Help: "Connections closed at once because server.max_connections were open, by listener.",
-	}, []string{"listener"})
+		Help: "Policy and milter connections closed by their connection budget, by front end (listener) and reason: " +
+			"max_connections and max_per_client (a new connection closed at once, every connection in a request), " +
+			"evicted (the connection idle longest closed to make room for a new one), " +
+			"first_request_timeout (no complete request in time).",
+	}, []string{"listener", "reason"})
+	for _, fe := range []string{"policy", "milter"} {
+		for _, r := range srvconn.Reasons {
+			m.connRefused.WithLabelValues(fe, r)
+		}
+	}
 	m.reg.MustRegister(m.connRefused)
 	m.reg.MustRegister(reqs, m.decisions, m.faults, m.badInput, tracked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// WatchConns exports the connection cap's gauges; call it once.
-func (m *Metrics) WatchConns(lim *srvconn.Limiter) {
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ratelimitd_connections_open",
-			Help: "Policy and milter connections open now.",
-		}, func() float64 { return float64(lim.Open()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "ratelimitd_connections_max",
-			Help: "The cap on open policy and milter connections (server.max_connections).",
-		}, func() float64 { return float64(lim.Max()) }))
+// WatchConns exports the connection budgets' gauges, by front end
+// (listener label: "policy", "milter"); call it once.
+func (m *Metrics) WatchConns(budgets map[string]func() srvconn.Stats) {
+	m.reg.MustRegister(connCollector{budgets: budgets,
+		open: prometheus.NewDesc("ratelimitd_connections_open", "Connections open now, by front end.", []string{"listener"}, nil),
+		max: prometheus.NewDesc("ratelimitd_connections_max",
+			"The cap on open connections, by front end (server.max_connections, milter.max_connections).", []string{"listener"}, nil)})
+}
+
+// connCollector exports the connection budgets' gauges.
+type connCollector struct {
+	budgets   map[string]func() srvconn.Stats
+	open, max *prometheus.Desc
+}
+
+func (c connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.open
+	ch <- c.max
+}
+
+func (c connCollector) Collect(ch chan<- prometheus.Metric) {
+	for fe, stats := range c.budgets {
+		st := stats()
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(st.Open), fe)
+		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(st.Max), fe)
+	}
 }
 
 // stateIndex is s's index in knownStates, or that of "OTHER".
@@ -244,5 +268,8 @@ func (m *Metrics) Faults() int64 { return m.nFaults.Load() }
 // BadInput is the number of malformed inputs counted (Bad).
 func (m *Metrics) BadInput() int64 { return m.nBad.Load() }
 
-// ConnRefused counts a connection closed over server.max_connections.
-func (m *Metrics) ConnRefused(listener string) { m.connRefused.WithLabelValues(listener).Inc() }
+// ConnClosed counts a connection of front end listener ("policy",
+// "milter") closed by its budget for reason (srvconn.Reasons).
+func (m *Metrics) ConnClosed(listener, reason string) {
+	m.connRefused.WithLabelValues(listener, reason).Inc()
+}

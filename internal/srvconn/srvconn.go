@@ -2,7 +2,10 @@
 // mta/milter in the shape of net/http's Server: listeners and connections,
 // the accept loop with back-off, the allow-list, Shutdown and Close. With
 // it: ListenUnix, Limiter (a connection cap over several listeners) and
-// InheritedListeners (systemd socket activation, sd_listen_fds(3)).
+// InheritedListeners (systemd socket activation, sd_listen_fds(3)), and
+// the connection Budget a Tracker keeps (a cap, a per-client cap, the
+// oldest idle connection closed to make room) and HTTPLimit for the HTTP
+// listeners.
 package srvconn
 
 import (
@@ -13,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,23 +36,40 @@ type Tracker[C comparable] struct {
 	listeners  map[*net.Listener]struct{}
 	conns      map[C]*entry
 	serveGroup sync.WaitGroup
+
+	budget  Budget
+	open    int                // entries counted against the budget
+	clients map[netip.Addr]int // counted entries by client address
+	nClosed map[string]*atomic.Int64
+	logs    *ThrottledLog // set by the first Serve
 }
 
 // entry is the Tracker's state of one connection, under Tracker.mu.
 type entry struct {
 	rwc     net.Conn
-	closing bool // the Tracker has closed rwc
+	closing bool       // the Tracker has closed rwc
+	counted bool       // counted in open and clients
+	state   Activity   // MarkLocked
+	since   time.Time  // accepted, or last marked idle
+	client  netip.Addr // clientAddr(rwc)
 }
 
 // New returns a Tracker whose Serve, Shutdown and Close return errClosed
-// once stopped; name prefixes accept errors.
-func New[C comparable](errClosed error, name string) *Tracker[C] {
+// once stopped; name prefixes accept errors and budget bounds the
+// connections of every listener it serves.
+func New[C comparable](errClosed error, name string, budget Budget) *Tracker[C] {
 	t := &Tracker[C]{
 		errClosed: errClosed,
 		name:      name,
 		done:      make(chan struct{}),
 		listeners: make(map[*net.Listener]struct{}),
 		conns:     make(map[C]*entry),
+		budget:    budget,
+		clients:   make(map[netip.Addr]int),
+		nClosed:   make(map[string]*atomic.Int64, len(Reasons)),
+	}
+	for _, r := range Reasons {
+		t.nClosed[r] = new(atomic.Int64)
 	}
 	t.baseCtx, t.cancelBase = context.WithCancel(context.Background())
 	return t
@@ -89,9 +110,121 @@ func (t *Tracker[C]) Remove(c C) bool {
 
 // RemoveLocked is Remove with the mutex held.
 func (t *Tracker[C]) RemoveLocked(c C) bool {
-	_, ok := t.conns[c]
+	e, ok := t.conns[c]
+	if ok {
+		t.releaseLocked(e)
+	}
 	delete(t.conns, c)
 	return ok
+}
+
+// Activity is what a connection is doing, as the protocol marks it
+// (MarkLocked): which connections may be closed to make room, in which
+// order.
+type Activity int
+
+// The activities of a connection; a new connection is Idle.
+const (
+	// Idle: waiting for a request; the connection idle longest is closed
+	// first to make room.
+	Idle Activity = iota
+	// Held: waiting inside a transaction (a milter connection within a
+	// message); closed to make room only when no connection is Idle.
+	Held
+	// Busy: a request is being answered; never closed to make room.
+	Busy
+)
+
+// MarkLocked marks what c is doing; a change from Busy starts its idle
+// time.
+func (t *Tracker[C]) MarkLocked(c C, a Activity) {
+	e := t.conns[c]
+	if e == nil {
+		return
+	}
+	if e.state == Busy && a != Busy {
+		e.since = time.Now()
+	}
+	e.state = a
+}
+
+// CountClosed counts a connection the protocol closed for a budget
+// reason (ReasonFirstRequest).
+func (t *Tracker[C]) CountClosed(reason string) {
+	if n := t.nClosed[reason]; n != nil {
+		n.Add(1)
+	}
+	if t.budget.Closed != nil {
+		t.budget.Closed(reason)
+	}
+}
+
+// Stats returns the budget's state now.
+func (t *Tracker[C]) Stats() Stats {
+	st := Stats{Max: max(t.budget.Max, 0), PerClient: t.budget.perClient(), Closed: make(map[string]int64, len(Reasons))}
+	for r, n := range t.nClosed {
+		st.Closed[r] = n.Load()
+	}
+	t.mu.Lock()
+	st.Open = t.open
+	t.mu.Unlock()
+	return st
+}
+
+// releaseLocked takes e off the budget's counts, once.
+func (t *Tracker[C]) releaseLocked(e *entry) {
+	if !e.counted {
+		return
+	}
+	e.counted = false
+	t.open--
+	if e.client.IsValid() {
+		if t.clients[e.client]--; t.clients[e.client] <= 0 {
+			delete(t.clients, e.client)
+		}
+	}
+}
+
+// admitLocked makes room for a connection from client under the budget,
+// closing the oldest idle connection within a cap that is reached; the
+// reason if there is no room.
+func (t *Tracker[C]) admitLocked(client netip.Addr) (reason string, ok bool) {
+	pc := t.budget.perClient()
+	if pc > 0 && (pc < t.budget.Max || t.budget.Max < 1) && client.IsValid() && t.clients[client] >= pc {
+		if !t.evictLocked(client) {
+			return ReasonMaxPerClient, false
+		}
+	}
+	if t.budget.Max > 0 && t.open >= t.budget.Max {
+		if !t.evictLocked(netip.Addr{}) {
+			return ReasonMaxConnections, false
+		}
+	}
+	return "", true
+}
+
+// evictLocked closes the connection idle longest (of client, if valid),
+// Idle before Held; false if every one is Busy.
+func (t *Tracker[C]) evictLocked(client netip.Addr) bool {
+	var oldest *entry
+	for _, e := range t.conns {
+		if !e.counted || e.state == Busy || (client.IsValid() && e.client != client) {
+			continue
+		}
+		if oldest == nil || e.state < oldest.state || (e.state == oldest.state && e.since.Before(oldest.since)) {
+			oldest = e
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	oldest.closing = true
+	oldest.rwc.Close()
+	t.releaseLocked(oldest)
+	t.CountClosed(ReasonEvicted)
+	t.logs.Warn("idle connection closed to make room for a new one", "server", t.name,
+		"remote", RemoteString(oldest.rwc), "max_connections", t.budget.Max, "max_per_client", t.budget.perClient())
+	return true
 }
 
 // Accept says what Serve does with each accepted connection.
@@ -102,7 +235,8 @@ type Accept[C comparable] struct {
 	Allowed []netip.Prefix
 	// New makes the connection's key from it, before the allow-list.
 	New func(rwc net.Conn) C
-	// Refused is called for a refused connection before it is closed.
+	// Refused is called for a connection the allow-list refused, before
+	// it is closed.
 	Refused func(c C)
 	// Start is called for an allowed, tracked connection; must not block.
 	Start func(c C)
@@ -120,6 +254,9 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 	}
 	t.listeners[&l] = struct{}{}
 	t.serveGroup.Add(1)
+	if t.logs == nil {
+		t.logs = NewThrottledLog(a.Logger, limitLogEvery)
+	}
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
@@ -162,13 +299,27 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 			rwc.Close()
 			continue
 		}
+		client := clientAddr(rwc)
 		t.mu.Lock()
 		if t.closed {
 			t.mu.Unlock()
 			rwc.Close()
 			return t.errClosed
 		}
-		t.conns[c] = &entry{rwc: rwc}
+		if reason, ok := t.admitLocked(client); !ok {
+			t.mu.Unlock()
+			// Counted before the close, so the client finds it in the metrics.
+			t.CountClosed(reason)
+			t.logs.Warn("connection closed at once: "+reason+" reached", "server", t.name, "listener", l.Addr().String(),
+				"remote", RemoteString(rwc), "max_connections", t.budget.Max, "max_per_client", t.budget.perClient())
+			rwc.Close()
+			continue
+		}
+		t.conns[c] = &entry{rwc: rwc, counted: true, since: time.Now(), client: client}
+		t.open++
+		if client.IsValid() {
+			t.clients[client]++
+		}
 		t.mu.Unlock()
 		a.Start(c)
 	}
@@ -255,6 +406,7 @@ func (t *Tracker[C]) Close() error {
 	for _, e := range t.conns {
 		e.closing = true
 		e.rwc.Close()
+		t.releaseLocked(e)
 	}
 	t.mu.Unlock()
 	t.cancelBase()
@@ -289,6 +441,7 @@ func (t *Tracker[C]) closeIdle(idle func(c C) bool) int {
 		if !e.closing && idle(c) {
 			e.closing = true
 			e.rwc.Close()
+			t.releaseLocked(e)
 		}
 	}
 	return len(t.conns)

@@ -103,9 +103,18 @@ type Server struct {
 	MaxMessageSize int64
 	SpoolThreshold int64
 	SpoolDir       string
+	// FirstRequestTimeout bounds the wait for a connection's first
+	// complete packet (the MTA's SMFIC_OPTNEG, written at once), from its
+	// accept; 0: srvconn.DefaultFirstRequestTimeout.
+	FirstRequestTimeout time.Duration
 	// AllowedNetworks are the TCP clients allowed; empty: loopback only.
 	// Unix sockets are not checked.
 	AllowedNetworks []netip.Prefix
+	// Budget bounds the connections of all listeners served: a
+	// connection waiting for a packet may be closed to make room, one
+	// between messages before one within a message. The zero value has
+	// no cap.
+	Budget srvconn.Budget
 
 	initOnce sync.Once
 	nextID   atomic.Uint64
@@ -115,7 +124,7 @@ type Server struct {
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.life = srvconn.New[*conn](ErrServerClosed, "milter")
+		s.life = srvconn.New[*conn](ErrServerClosed, "milter", s.Budget)
 		s.instance = fmt.Sprintf("milter.%08x", rand.Uint32())
 	})
 }
@@ -130,6 +139,17 @@ func (s *Server) readTimeout() time.Duration {
 
 func (s *Server) decideTimeout() time.Duration {
 	return srvconn.OrDefault(s.DecideTimeout, DefaultDecideTimeout)
+}
+
+// firstRequestTimeout is FirstRequestTimeout, at most ReadTimeout.
+func (s *Server) firstRequestTimeout() time.Duration {
+	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.readTimeout())
+}
+
+// ConnStats returns the connection budget's state now.
+func (s *Server) ConnStats() srvconn.Stats {
+	s.init()
+	return s.life.Stats()
 }
 
 func (s *Server) spoolThreshold() int64 {
@@ -204,6 +224,8 @@ type conn struct {
 	ended     bool // the session has ended
 
 	// Used by the session goroutine only.
+	firstBy    time.Time // deadline of the first packet
+	headers    int       // packet headers waited for (beforeHeader)
 	frame      *frameReader
 	lastCode   byte               // command byte of the last packet
 	mtaActions gomilter.OptAction // actions the MTA offered (SMFIC_OPTNEG)
@@ -213,7 +235,7 @@ type conn struct {
 }
 
 func (s *Server) newConn(rwc net.Conn) *conn {
-	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1)}
+	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1), firstBy: time.Now().Add(s.firstRequestTimeout())}
 	c.log = s.logger().With("conn", c.id, "remote", srvconn.RemoteString(rwc))
 	c.sess = &session{c: c}
 	c.frame = newFrameReader(deadlineReader{c}, MaxPacketSize, c)
@@ -225,6 +247,7 @@ func (c *conn) beforeHeader() error {
 	if c.poisoned {
 		return errSessionPoisoned
 	}
+	c.headers++
 	s := c.srv
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -237,6 +260,11 @@ func (c *conn) beforeHeader() error {
 		return ErrServerClosed
 	}
 	c.waiting = true
+	if c.inMessage {
+		s.life.MarkLocked(c, srvconn.Held)
+	} else {
+		s.life.MarkLocked(c, srvconn.Idle)
+	}
 	return nil
 }
 
@@ -245,6 +273,7 @@ func (c *conn) afterHeader() {
 	s := c.srv
 	s.life.Lock()
 	c.waiting = false
+	s.life.MarkLocked(c, srvconn.Busy)
 	s.life.Unlock()
 }
 
@@ -335,6 +364,10 @@ func (c *conn) noteReadError(err error) {
 		c.log.Warn("closing connection: packet too large", "err", err)
 		m.BadInput(ReasonPacketTooLarge)
 		c.rwc.Close()
+	case errors.Is(err, os.ErrDeadlineExceeded) && c.headers <= 1:
+		c.log.Debug("closing connection: no complete packet within the first-request timeout", "timeout", c.srv.firstRequestTimeout())
+		c.srv.life.CountClosed(srvconn.ReasonFirstRequest)
+		m.BadInput(ReasonTimeout)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		c.log.Info("closing connection: read timeout", "timeout", c.srv.readTimeout())
 		m.BadInput(ReasonTimeout)
@@ -345,7 +378,12 @@ func (c *conn) noteReadError(err error) {
 	case err == io.EOF:
 		c.log.Debug("connection closed by MTA")
 	default:
-		if c.srv.life.IsClosed() {
+		c.srv.life.Lock()
+		room := c.srv.life.ClosingLocked(c) && !c.srv.life.ClosedLocked()
+		c.srv.life.Unlock()
+		if room {
+			c.log.Debug("connection closed to make room for a new one")
+		} else if c.srv.life.IsClosed() {
 			c.log.Debug("connection closed by server", "err", err)
 		} else {
 			c.log.Info("read error", "err", err)
@@ -353,11 +391,16 @@ func (c *conn) noteReadError(err error) {
 	}
 }
 
-// deadlineReader sets the read deadline before every read.
+// deadlineReader sets the read deadline before every read: the
+// first-request deadline until the first packet is read whole.
 type deadlineReader struct{ c *conn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
-	d.c.rwc.SetReadDeadline(time.Now().Add(d.c.srv.readTimeout()))
+	if d.c.headers <= 1 {
+		d.c.rwc.SetReadDeadline(d.c.firstBy)
+	} else {
+		d.c.rwc.SetReadDeadline(time.Now().Add(d.c.srv.readTimeout()))
+	}
 	return d.c.rwc.Read(p)
 }
 

@@ -69,9 +69,17 @@ type Server struct {
 	// may end up to a tenth (at most 1 s) early.
 	IdleTimeout    time.Duration
 	RequestTimeout time.Duration
+	// FirstRequestTimeout bounds the wait for a connection's first
+	// complete request, from its accept (Postfix writes it at once); zero
+	// means srvconn.DefaultFirstRequestTimeout.
+	FirstRequestTimeout time.Duration
 	// AllowedNetworks are the TCP clients allowed (IPv4-mapped as IPv4);
 	// empty: loopback only. Unix sockets are not checked.
 	AllowedNetworks []netip.Prefix
+	// Budget bounds the connections of all listeners served: a
+	// connection waiting for or reading a request is idle and may be
+	// closed to make room. The zero value has no cap.
+	Budget srvconn.Budget
 
 	initOnce sync.Once
 	nextID   atomic.Uint64
@@ -80,15 +88,16 @@ type Server struct {
 
 // conn is one accepted connection.
 type conn struct {
-	rwc    net.Conn
-	id     uint64
-	log    *slog.Logger
-	active bool // a request is being handled; under Server.life's mutex
+	rwc      net.Conn
+	accepted time.Time
+	id       uint64
+	log      *slog.Logger
+	active   bool // a request is being handled; under Server.life's mutex
 }
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
-		s.life = srvconn.New[*conn](ErrServerClosed, "postfix")
+		s.life = srvconn.New[*conn](ErrServerClosed, "postfix", s.Budget)
 	})
 }
 
@@ -102,6 +111,18 @@ func (s *Server) idleTimeout() time.Duration {
 
 func (s *Server) requestTimeout() time.Duration {
 	return srvconn.OrDefault(s.RequestTimeout, DefaultRequestTimeout)
+}
+
+// firstRequestTimeout is FirstRequestTimeout, at most IdleTimeout +
+// RequestTimeout (the bound it would have without it).
+func (s *Server) firstRequestTimeout() time.Duration {
+	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.idleTimeout()+s.requestTimeout())
+}
+
+// ConnStats returns the connection budget's state now.
+func (s *Server) ConnStats() srvconn.Stats {
+	s.init()
+	return s.life.Stats()
 }
 
 // Serve serves connections on l until it fails or the server stops, backing
@@ -118,7 +139,7 @@ func (s *Server) Serve(l net.Listener) error {
 		Logger:  log,
 		Allowed: s.AllowedNetworks,
 		New: func(rwc net.Conn) *conn {
-			c := &conn{rwc: rwc, id: s.nextID.Add(1)}
+			c := &conn{rwc: rwc, accepted: time.Now(), id: s.nextID.Add(1)}
 			c.log = log.With("conn", c.id, "remote", srvconn.RemoteString(rwc))
 			return c
 		},
@@ -142,6 +163,22 @@ func (s *Server) setActive(c *conn, active bool) bool {
 		return false
 	}
 	c.active = active
+	if !active {
+		s.life.MarkLocked(c, srvconn.Idle)
+	}
+	return true
+}
+
+// setDeciding marks c's request read whole: from now until its reply c is
+// never closed to make room (a request still being read may be, so slow
+// partial requests cannot hold the budget). False means c must stop.
+func (s *Server) setDeciding(c *conn) bool {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.life.ClosingLocked(c) {
+		return false
+	}
+	s.life.MarkLocked(c, srvconn.Busy)
 	return true
 }
 
@@ -162,7 +199,8 @@ type connState struct {
 func (s *Server) serveConn(c *conn) {
 	m := s.metrics()
 	st := &connState{br: bufio.NewReader(c.rwc), bw: bufio.NewWriterSize(c.rwc, MaxReplyLen+2),
-		dl: deadlines{idle: s.idleTimeout(), request: s.requestTimeout()}, tracker: messageTracker{conn: c.id}}
+		dl:      deadlines{idle: s.idleTimeout(), request: s.requestTimeout(), first: c.accepted.Add(s.firstRequestTimeout())},
+		tracker: messageTracker{conn: c.id}}
 	st.dec = NewDecoder(st.br)
 	defer func() {
 		st.dl.release()
@@ -201,6 +239,8 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			switch {
 			case err == io.EOF:
 				c.log.Debug("connection closed by client", "requests", st.n)
+			case errors.Is(err, os.ErrDeadlineExceeded) && st.n == 0:
+				s.firstRequestTimedOut(c)
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				c.log.Debug("idle timeout", "requests", st.n, "idle", st.dl.idle)
 			case s.life.IsClosed():
@@ -216,11 +256,22 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 		st.start = time.Now()
 		ctx := st.dl.readRequest(c.rwc, st.br, st.start, s.life.BaseContext())
 		if err := st.dec.Decode(&st.req); err != nil {
+			if st.n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				s.firstRequestTimedOut(c)
+			}
+			if s.closedForRoom(c) {
+				c.log.Debug("connection closed to make room for a new one", "requests", st.n)
+				return false
+			}
 			reason := badInputReason(err)
 			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", st.n)
 			m.BadInput(reason)
 			return false
 		}
+		if !s.setDeciding(c) {
+			return false
+		}
+		st.dl.first = time.Time{}
 		st.tracker.fill(&st.req)
 		st.req.Received = st.start
 		st.deciding = true
@@ -231,6 +282,20 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			return false
 		}
 	}
+}
+
+// closedForRoom reports whether the budget closed c for a new connection.
+func (s *Server) closedForRoom(c *conn) bool {
+	s.life.Lock()
+	defer s.life.Unlock()
+	return s.life.ClosingLocked(c) && !s.life.ClosedLocked()
+}
+
+// firstRequestTimedOut counts and logs a connection closed for sending no
+// complete request within the first-request timeout.
+func (s *Server) firstRequestTimedOut(c *conn) {
+	s.life.CountClosed(srvconn.ReasonFirstRequest)
+	c.log.Debug("closing connection: no complete request within the first-request timeout", "timeout", s.firstRequestTimeout())
 }
 
 // answer writes the reply d to the current request; false means the
@@ -254,6 +319,7 @@ func (s *Server) answer(c *conn, st *connState, d policy.Decision) bool {
 // short, and not at all for a request already wholly buffered.
 type deadlines struct {
 	idle, request time.Duration
+	first         time.Time // the first request's deadline; zero once it is read
 	read          time.Time // the read deadline set
 	readIdle      bool      // read is an idle deadline (else a request's)
 	write         time.Time // the write deadline set
@@ -265,8 +331,14 @@ type deadlines struct {
 // slack is how far a deadline for timeout d may fall short.
 func slack(d time.Duration) time.Duration { return min(d/10, time.Second) }
 
-// waitRequest bounds the wait for the next request's first byte.
+// waitRequest bounds the wait for the next request's first byte (for the
+// first request, by the first-request deadline).
 func (dl *deadlines) waitRequest(rwc net.Conn, now time.Time) {
+	if !dl.first.IsZero() {
+		dl.read, dl.readIdle = dl.first, false
+		rwc.SetReadDeadline(dl.first)
+		return
+	}
 	want := now.Add(dl.idle)
 	if dl.readIdle && dl.read.After(want.Add(-slack(dl.idle))) {
 		return
@@ -275,13 +347,17 @@ func (dl *deadlines) waitRequest(rwc net.Conn, now time.Time) {
 	rwc.SetReadDeadline(want)
 }
 
-// readRequest bounds reading the request begun at start and returns the
-// context of its decision, ending at about start + the request timeout.
+// readRequest bounds reading the request begun at start (the first also
+// by the first-request deadline) and returns the context of its decision,
+// ending at about start + the request timeout.
 func (dl *deadlines) readRequest(rwc net.Conn, br *bufio.Reader, start time.Time, base context.Context) context.Context {
 	want := start.Add(dl.request)
-	if !requestBuffered(br) {
-		dl.read, dl.readIdle = want, false
-		rwc.SetReadDeadline(want)
+	if read := want; !requestBuffered(br) {
+		if !dl.first.IsZero() && dl.first.Before(read) {
+			read = dl.first
+		}
+		dl.read, dl.readIdle = read, false
+		rwc.SetReadDeadline(read)
 	}
 	if dl.ctx == nil || dl.ctx.Err() != nil || dl.ctxDeadline.Before(want.Add(-slack(dl.request))) {
 		dl.release()

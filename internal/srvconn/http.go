@@ -1,0 +1,149 @@
+package srvconn
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HTTPLimit caps the connections of an http.Server (/metrics, the
+// console) at once. At the cap a new connection closes the oldest idle
+// one (a keep-alive connection between requests, or one that has not sent
+// its first request yet), so idle keep-alives cannot lock clients out; it
+// waits only while every connection is in a request. Use Listener for the
+// server's listener and ConnState as its http.Server.ConnState. Safe for
+// concurrent use; make one with NewHTTPLimit.
+type HTTPLimit struct {
+	max      int
+	evicted  atomic.Int64
+	mu       sync.Mutex
+	cond     *sync.Cond // signalled when a connection closes or goes idle
+	conns    map[*httpConn]struct{}
+	closedLn bool // a Listener was closed
+}
+
+// NewHTTPLimit returns an HTTPLimit of n connections (< 1: 1).
+func NewHTTPLimit(n int) *HTTPLimit {
+	h := &HTTPLimit{max: max(n, 1), conns: make(map[*httpConn]struct{})}
+	h.cond = sync.NewCond(&h.mu)
+	return h
+}
+
+// Max is the cap.
+func (h *HTTPLimit) Max() int { return h.max }
+
+// Open is the number of connections open now.
+func (h *HTTPLimit) Open() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
+// Evicted is the number of idle connections closed to make room.
+func (h *HTTPLimit) Evicted() int64 { return h.evicted.Load() }
+
+// Listener wraps l: Accept returns a connection once there is room for
+// it, closing the oldest idle connection if that makes room. Closing the
+// returned listener closes l and ends a wait for room with net.ErrClosed.
+func (h *HTTPLimit) Listener(l net.Listener) net.Listener { return &httpListener{Listener: l, h: h} }
+
+// ConnState is the http.Server.ConnState hook that tells the limit which
+// connections are idle; it sees through a *tls.Conn to the connection
+// Listener returned.
+func (h *HTTPLimit) ConnState(nc net.Conn, state http.ConnState) {
+	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = tc.NetConn()
+	}
+	c, ok := nc.(*httpConn)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch state {
+	case http.StateIdle:
+		c.idle, c.since = true, time.Now()
+		h.cond.Broadcast()
+	case http.StateActive, http.StateHijacked:
+		c.idle = false
+	}
+}
+
+type httpListener struct {
+	net.Listener
+	h *HTTPLimit
+}
+
+// Accept returns the next connection once there is room for it.
+func (l *httpListener) Accept() (net.Conn, error) {
+	rwc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	h := l.h
+	h.mu.Lock()
+	for len(h.conns) >= h.max {
+		if h.closedLn {
+			h.mu.Unlock()
+			rwc.Close()
+			return nil, net.ErrClosed
+		}
+		if victim := h.oldestIdleLocked(); victim != nil {
+			victim.idle = false
+			h.evicted.Add(1)
+			h.mu.Unlock()
+			victim.Close()
+			h.mu.Lock()
+			continue
+		}
+		h.cond.Wait()
+	}
+	// A connection that has not sent a request yet is idle since now.
+	c := &httpConn{Conn: rwc, h: h, idle: true, since: time.Now()}
+	h.conns[c] = struct{}{}
+	h.mu.Unlock()
+	return c, nil
+}
+
+// Close closes the listener and ends Accept's wait for room.
+func (l *httpListener) Close() error {
+	err := l.Listener.Close()
+	l.h.mu.Lock()
+	l.h.closedLn = true
+	l.h.cond.Broadcast()
+	l.h.mu.Unlock()
+	return err
+}
+
+// oldestIdleLocked is the connection idle longest, or nil.
+func (h *HTTPLimit) oldestIdleLocked() *httpConn {
+	var oldest *httpConn
+	for c := range h.conns {
+		if c.idle && (oldest == nil || c.since.Before(oldest.since)) {
+			oldest = c
+		}
+	}
+	return oldest
+}
+
+// httpConn is a connection counted by an HTTPLimit until its first Close.
+type httpConn struct {
+	net.Conn
+	h     *HTTPLimit
+	once  sync.Once
+	idle  bool      // under h.mu
+	since time.Time // under h.mu: accepted, or last idle
+}
+
+func (c *httpConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.h.mu.Lock()
+		delete(c.h.conns, c)
+		c.h.cond.Broadcast()
+		c.h.mu.Unlock()
+	})
+	return err
+}
