@@ -262,6 +262,7 @@ func (d *Daemon) openServices() error {
 	if err := d.openQuarantine(); err != nil {
 		return err
 	}
+	d.presetMetrics()
 	d.policy = &postfix.Server{
 		Decider:         mta.DeciderFunc(d.Decide),
 		Logger:          d.log,

@@ -46,6 +46,7 @@ func (d *Daemon) Reload() {
 		return
 	}
 	d.loaded = f
+	d.presetLimitMetrics()
 	d.q.svc.SetDripLimits(dripLimits(f)) // auto_release belongs to the [[limit]] stack
 	d.restartNeeded = config.RestartKeys(d.cfg, f)
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))

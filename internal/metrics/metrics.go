@@ -246,3 +246,26 @@ func (m *Metrics) BadInput() int64 { return m.nBad.Load() }
 
 // ConnRefused counts a connection closed over server.max_connections.
 func (m *Metrics) ConnRefused(listener string) { m.connRefused.WithLabelValues(listener).Inc() }
+
+// Preset makes the labelled counters' series exist at zero before their
+// first increment, so that increase() and rate() see the first one (an
+// alert on a first failure): faults by kind, malformed input by reason and
+// refused connections by listener. Label values not named here still
+// appear at their first increment. Safe for concurrent use.
+func (m *Metrics) Preset(faultKinds, badReasons, listeners []string) {
+	for _, k := range faultKinds {
+		m.faults.WithLabelValues(k)
+	}
+	for _, r := range badReasons {
+		m.badInput.WithLabelValues(r)
+	}
+	for _, l := range listeners {
+		m.connRefused.WithLabelValues(l)
+	}
+}
+
+// PresetDecision makes ratelimitd_decisions_total{limit, action} exist at
+// zero (Preset); call it for every configured limit, at start and reload.
+func (m *Metrics) PresetDecision(limit, action string) {
+	m.decisions.WithLabelValues(limit, action)
+}
