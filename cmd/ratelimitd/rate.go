@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/internal/plural"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -119,6 +120,14 @@ func newRateResetCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}); err != nil {
 				return err
+			}
+			if res.Removed == 0 {
+				what := "no rate recorded"
+				if limit != "" {
+					what += " under limit " + limit
+				}
+				return fmt.Errorf("%s: %s (never seen, already reset, or decayed away): nothing reset; `ratelimitd rate list` shows the keys",
+					termsafe.Line(args[0]), what)
 			}
 			if offline {
 				// No daemon to send the audit event: send it from here.
