@@ -137,7 +137,7 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 		return nil, err
 	}
 	d.serve(ls)
-	d.log.Info("ratelimitd started", "version", Version, "config", f.Source, "listeners", d.listeners,
+	d.log.Info("ratelimitd started", "version", ReleaseVersion(), "config", f.Source, "listeners", d.listeners,
 		"state", f.Server.DBPath(), "restored_keys", d.mem.Len())
 	d.logConfigNotes(f)
 	return d, nil

@@ -63,7 +63,7 @@ func (d *Daemon) Status() admin.Status {
 	d.reloadMu.Lock()
 	source, restart := d.loaded.Source, slices.Clone(d.restartNeeded)
 	d.reloadMu.Unlock()
-	st := admin.Status{Version: Version, Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
+	st := admin.Status{Version: ReleaseVersion(), Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
 		Config: source, RestartNeeded: restart, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
 		Faults: d.metrics.Faults(), BadInput: d.metrics.BadInput(),
 		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice(),
