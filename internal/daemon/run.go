@@ -66,7 +66,7 @@ func (d *Daemon) Status() admin.Status {
 	st := admin.Status{Version: ReleaseVersion(), Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
 		Config: source, RestartNeeded: restart, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
 		Faults: d.metrics.Faults(), BadInput: d.metrics.BadInput(),
-		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice(),
+		Stages: d.engine.Stages(), MessagesInFlight: d.engine.MessagesOpen(), Advice: d.engine.Advice(),
 		Connections: admin.ConnStatus{Open: d.conns.Open(), Max: d.conns.Max(), Refused: d.conns.Refused()},
 		FrontEnds:   d.seen.status()}
 	for a, n := range d.metrics.ByAction() {
