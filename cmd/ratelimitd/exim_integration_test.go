@@ -208,14 +208,8 @@ func TestIntegrationEximLocalSubmissionsLimited(t *testing.T) {
 			port := freePort(t)
 			conf := eximConfWith(t, dir, fmt.Sprintf("RATELIMITD_SOCKET = inet:127.0.0.1:%d\nacl_not_smtp = acl_ratelimitd_not_smtp\n", port),
 				eximNotSMTPACL(t))
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), `
-[[limit]]
-name = "local"
-key = ["local_user"]
-limit = 5
-period = "1h"
-action = "hold"
-`)
+			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port),
+				limitTable(`name = "local"`, `key = ["local_user"]`, `limit = 5`, `period = "1h"`, `action = "hold"`))
 			startTestDaemon(t, cfgPath)
 			for i := 1; i <= 20; i++ {
 				args := []string{"-C", conf, "-odq", "-t"}

@@ -107,14 +107,8 @@ func TestIntegrationPostfixReplyText(t *testing.T) {
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), `
-[[limit]]
-name = "hourly"
-key = ["sasl_username"]
-limit = 1
-period = "1h"
-message = "too much mail from {key}: {rate} messages per {period} (limit {limit}); try again in {retry}"
-`)
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), limitTable(`name = "hourly"`, `key = ["sasl_username"]`,
+		`limit = 1`, `period = "1h"`, `message = "too much mail from {key}: {rate} messages per {period} (limit {limit}); try again in {retry}"`))
 	startTestDaemon(t, cfgPath)
 	if err := sendAs(t, pf, "alice", 1); err != nil {
 		t.Fatal(err)

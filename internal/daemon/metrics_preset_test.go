@@ -16,20 +16,9 @@ import (
 // limit added by a reload gets its decision series at once.
 func TestMetricsExistFromStart(t *testing.T) {
 	dir := t.TempDir()
-	path := testConfig(t, dir, loopback(t), `
-[[limit]]
-name = "hourly"
-key = ["sasl_username"]
-limit = 10
-period = "1h"
-
-[[limit]]
-name = "frozen"
-key = ["sasl_username"]
-limit = 100
-period = "1h"
-action = "freeze"
-`)
+	limits := "[[limit]]\nname = \"hourly\"\nkey = [\"sasl_username\"]\nlimit = 10\nperiod = \"1h\"\n" +
+		"[[limit]]\nname = \"frozen\"\nkey = [\"sasl_username\"]\nlimit = 100\nperiod = \"1h\"\naction = \"freeze\"\n"
+	path := testConfig(t, dir, loopback(t), limits)
 	td := startTestDaemon(t, path)
 	fams := gatherFamilies(t, td)
 
