@@ -60,7 +60,8 @@ func (s *Service) completeNow() {
 }
 
 // complete is CompleteHeld; count says whether an unfinished entry uses
-// one of its completeAttempts. Calls run one at a time.
+// one of its completeAttempts and a failed queue listing is counted and
+// logged. Calls run one at a time.
 func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 	s.completeMu.Lock()
 	defer s.completeMu.Unlock()
@@ -75,8 +76,10 @@ func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 		msgs, err = nil, nil // the queue files are still shown (Queue.Show)
 	}
 	if err != nil {
-		s.fail("queue_list", err)
-		s.log.Error("listing the MTA's queue to complete held messages failed", "err", err)
+		if count { // a listing's completion leaves reporting to the periodic run
+			s.fail("queue_list", err)
+			s.log.Error("listing the MTA's queue to complete held messages failed", "err", err)
+		}
 		return 0
 	}
 	for _, id := range ids {
