@@ -34,7 +34,8 @@ type Status struct {
 	Limits   []string         `json:"limits"`
 	// Stages counts requests per front end and protocol state.
 	Stages []policy.StageCount `json:"stages"`
-	// MessagesInFlight counts the messages with bookkeeping remembered.
+	// MessagesInFlight counts the messages in flight: asked about, admitted
+	// so far, not yet at END-OF-MESSAGE (policy.Engine.MessagesOpen).
 	MessagesInFlight int `json:"messages_in_flight"`
 	// Advice lists limits that cannot count as the MTA is hooked up.
 	Advice []string      `json:"advice,omitempty"`

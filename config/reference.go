@@ -75,7 +75,7 @@ var keys = []key{
 	{name: "policy.exempt.senders", def: `[]`, doc: "Envelope senders (\"news@example.org\") or domains (\"@example.org\") never limited (case-insensitive)."},
 
 	{name: "limit.name", note: "required", doc: "Names the limit in logs, metrics and the CLI: [a-z0-9_-], unique."},
-	{name: "limit.key", note: "required", doc: "Request attributes joined into the rate key: sasl_username, sender, sender_domain, client_address, client_subnet, client_name, helo_name, recipient, recipient_domain."},
+	{name: "limit.key", note: "required", doc: "Request attributes joined into the rate key: sasl_username, sender, sender_domain, client_address, client_subnet, client_name, helo_name, recipient, recipient_domain, local_user (the uid of a local sendmail submission; docs/postfix.md, \"Local submissions\")."},
 	{name: "limit.limit", note: "required (baseline: cap)", unit: "cost per period", doc: "Permitted cost per period; also the burst a quiet sender may send at once. At most 1e15; at least 1 except per = \"byte\" (and earrrl)."},
 	{name: "limit.period", note: "required", doc: "Averaging period, e.g. \"1h\", \"24h\"; 1s to 366d."},
 	{name: "limit.per", note: `"mail"`, doc: "Cost unit: mail, rcpt, byte, conn, or addr (1 per recipient not sent to within the period); or an outcome of the sender's mail, counted when it arrives from an outcome feed: bounce (1 per recipient failed with 5.x.x), unknown_rcpt (5.1.0, 5.1.1, 5.1.10) or deferral (1 per recipient deferred, however often retried). When an outcome limit is over, the sender's next messages get its action."},

@@ -114,6 +114,18 @@ func New(cfg Config, o Options) (*Notifier, error) {
 		mFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_failed_total",
 			Help: "Notifications given up after their last attempt, by channel (webhook, mail)."}, []string{"channel"}),
 	}
+	// Every label value exists at zero from the start, so that an alert
+	// on increase() sees the first drop or failure.
+	for _, k := range Kinds {
+		n.mEvents.WithLabelValues(string(k))
+	}
+	for _, r := range []string{"queue_full", "closed", "dedup_full"} {
+		n.mDropped.WithLabelValues(r)
+	}
+	for _, c := range []string{"webhook", "mail"} {
+		n.mSent.WithLabelValues(c)
+		n.mFailed.WithLabelValues(c)
+	}
 	if n.now == nil {
 		n.now = time.Now
 	}

@@ -170,7 +170,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // keyAttrs are the attributes a limit key may name.
 var keyAttrs = []string{"sasl_username", "sender", "sender_domain", "client_address", "client_subnet",
-	"client_name", "helo_name", "recipient", "recipient_domain"}
+	"client_name", "helo_name", "recipient", "recipient_domain", "local_user"}
 
 var perNames = []string{"mail", "rcpt", "byte", "conn", "addr", "bounce", "unknown_rcpt", "deferral"}
 

@@ -567,6 +567,8 @@ func (c *compiled) attr(name string, req *Request) string {
 		return strings.ToLower(req.ClientName)
 	case "helo_name":
 		return strings.ToLower(req.HeloName)
+	case "local_user":
+		return req.LocalUser
 	}
 	return ""
 }

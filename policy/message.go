@@ -58,6 +58,9 @@ type msgEntry struct {
 	id      [2][]byte // message key (appendID) per front end; empty: no view
 	hash    [2]uint64 // hashID of id
 	refs    int32     // slots, pending list and requests holding it; 0: reuse
+	// open: the message is in flight (its last request was admitted and
+	// was not its END-OF-MESSAGE); counted in the shard's nOpen.
+	open bool
 	// While waiting for the other front end: join fingerprint, its hash,
 	// the front end and generation that registered it, list neighbours.
 	pending            bool
@@ -128,6 +131,7 @@ type msgShard struct {
 	free     []*msgEntry
 	inUse    int          // entries not in free
 	live     atomic.Int64 // inUse, for status
+	nOpen    atomic.Int64 // entries open (msgEntry.open), for status
 }
 
 // maxIDLen bounds the key bytes built on the stack.
@@ -214,6 +218,16 @@ func (t *msgTable) len() int {
 	return n
 }
 
+// open returns the number of messages in flight: asked about, admitted so
+// far, not yet at END-OF-MESSAGE (or forgotten by the bound).
+func (t *msgTable) open() int {
+	n := 0
+	for i := range t.shards {
+		n += int(t.shards[i].nOpen.Load())
+	}
+	return n
+}
+
 // footprint estimates the table's memory in bytes.
 func (t *msgTable) footprint() int64 {
 	var n int64
@@ -286,6 +300,7 @@ func (t *msgShard) unref(m *msgEntry) {
 	}
 	t.inUse--
 	t.live.Store(int64(t.inUse))
+	t.setOpen(m, false)
 	if len(t.free) >= freeMax {
 		return
 	}
@@ -419,6 +434,7 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 	front := frontIndex(req.Stage)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.setOpen(m, !refused && !done)
 	if refused {
 		t.unlinkPending(m)
 	}
@@ -433,6 +449,19 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 		}
 	}
 	t.unref(m)
+}
+
+// setOpen records whether m is in flight, under the shard's mutex.
+func (t *msgShard) setOpen(m *msgEntry, open bool) {
+	if m.open == open {
+		return
+	}
+	m.open = open
+	if open {
+		t.nOpen.Add(1)
+	} else {
+		t.nOpen.Add(-1)
+	}
 }
 
 // entryBytes estimates one remembered message's memory.

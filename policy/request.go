@@ -41,6 +41,10 @@ type Request struct {
 	// Received is when the front end received the request, the time it
 	// is decided at (zero: the decider reads the clock); not logged.
 	Received time.Time
+	// LocalUser (local_user) is the numeric uid of the local user who
+	// submitted non-SMTP mail (sendmail): the uid Postfix's pickup records
+	// in its Received: header, or Exim's $caller_uid; "" for SMTP mail.
+	LocalUser string
 }
 
 // LogValue implements slog.LogValuer: one request's log attributes, the

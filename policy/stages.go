@@ -118,8 +118,14 @@ func (e *Engine) Stages() []StageCount {
 	return out
 }
 
-// InFlight returns the number of messages remembered (bounded).
+// InFlight returns the number of messages remembered (bounded): in flight,
+// and finished ones kept for their later requests or a join.
 func (e *Engine) InFlight() int { return e.msgs.len() }
+
+// MessagesOpen returns the number of messages in flight: asked about,
+// admitted so far and not yet at END-OF-MESSAGE. A message the client
+// abandons stays counted until the bounded table forgets it.
+func (e *Engine) MessagesOpen() int { return e.msgs.open() }
 
 // Footprint estimates the message table's memory, in bytes.
 func (e *Engine) Footprint() int64 { return e.msgs.footprint() }

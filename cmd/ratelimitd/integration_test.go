@@ -53,6 +53,9 @@ mode = "strict"
 action = "defer"
 `
 
+// limitTable is one [[limit]] table of the TOML lines kv.
+func limitTable(kv ...string) string { return "\n[[limit]]\n" + strings.Join(kv, "\n") + "\n" }
+
 // writeConfig writes a configuration whose [server] points into dir, with
 // the embedded default limits unless extra has [[limit]] tables.
 func writeConfig(t testing.TB, dir, policyAddr, extra string) string {

@@ -24,7 +24,7 @@ func newManCmd() *cobra.Command {
 			}
 			root := cmd.Root()
 			root.DisableAutoGenTag = true // reproducible pages
-			err := doc.GenManTree(root, &doc.GenManHeader{Title: "RATELIMITD", Section: "8", Source: "ratelimitd " + daemon.Version,
+			err := doc.GenManTree(root, &doc.GenManHeader{Title: "RATELIMITD", Section: "8", Source: "ratelimitd " + daemon.ReleaseVersion(),
 				Manual: "ratelimitd manual"}, args[0])
 			if err != nil {
 				return fmt.Errorf("writing manual pages: %w", err)

@@ -69,6 +69,10 @@ action = "defer"
 	if _, err := cli(t, "--config", cfgPath, "rate", "reset", "rex"); err != nil {
 		t.Fatal(err)
 	}
+	// One message under the limit again, for the offline reset below.
+	if ans := policyQuery(t, td.policyAddr, "rex", "END-OF-MESSAGE"); !strings.HasPrefix(ans, "action=DUNNO") {
+		t.Fatalf("message after the reset: %s", ans)
+	}
 	td.stop() // drains the notification queue
 	ev := got()
 	if len(ev) != 2 {

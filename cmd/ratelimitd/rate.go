@@ -124,6 +124,14 @@ func newRateResetCmd(opts *rootOptions) *cobra.Command {
 			}); err != nil {
 				return err
 			}
+			if res.Removed == 0 {
+				what := "no rate recorded"
+				if limit != "" {
+					what += " under limit " + limit
+				}
+				return fmt.Errorf("%s: %s (never seen, already reset, or decayed away): nothing reset; `ratelimitd rate list` shows the keys",
+					termsafe.Line(args[0]), what)
+			}
 			if offline {
 				// No daemon to send the audit event: send it from here.
 				e := notify.Event{Kind: notify.RateReset, Key: args[0], Limit: limit, Count: res.Removed, By: admin.LocalUser()}

@@ -6,10 +6,28 @@ import (
 	"strings"
 )
 
-// BuildVersion describes this binary for --version: Version or the module
-// version, the VCS revision and time (debug.ReadBuildInfo), "+dirty", Go.
+// BuildVersion describes this binary for --version: ReleaseVersion, the
+// VCS revision and time (debug.ReadBuildInfo), "+dirty", Go.
 func BuildVersion() string {
 	return describeBuild(Version, readBuildInfo())
+}
+
+// ReleaseVersion is this binary's one version string, the same in the
+// log, status, the console, the manual pages and --version: Version as
+// linked (make build: git describe), else the module version the go
+// command stamped (a tag, or a pseudo-version v0.0.0-DATE-REVISION), else
+// "dev".
+func ReleaseVersion() string { return releaseVersion(Version, readBuildInfo()) }
+
+func releaseVersion(linked string, bi *debug.BuildInfo) string {
+	v := linked
+	if bi != nil && (v == "" || v == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	if v == "" {
+		v = "dev"
+	}
+	return v
 }
 
 func readBuildInfo() *debug.BuildInfo {
@@ -18,15 +36,12 @@ func readBuildInfo() *debug.BuildInfo {
 }
 
 func describeBuild(linked string, bi *debug.BuildInfo) string {
-	v := linked
+	v := releaseVersion(linked, bi)
 	goVersion := runtime.Version()
 	var rev, when string
 	dirty := false
 	if bi != nil {
 		goVersion = bi.GoVersion
-		if (v == "" || v == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			v = bi.Main.Version
-		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -37,9 +52,6 @@ func describeBuild(linked string, bi *debug.BuildInfo) string {
 				dirty = s.Value == "true"
 			}
 		}
-	}
-	if v == "" {
-		v = "dev"
 	}
 	var extra []string
 	if rev != "" {

@@ -171,7 +171,7 @@ func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) 
 	}
 	d.serve(ls)
 	d.startOutcomeFeed()
-	d.log.Info("ratelimitd started", "version", Version, "config", f.Source, "listeners", d.listeners,
+	d.log.Info("ratelimitd started", "version", ReleaseVersion(), "config", f.Source, "listeners", d.listeners,
 		"state", f.Server.DBPath(), "restored_keys", d.mem.Len())
 	d.logConfigNotes(f)
 	return d, nil
@@ -301,6 +301,7 @@ func (d *Daemon) openServices() error {
 	if err := d.openQuarantine(); err != nil {
 		return err
 	}
+	d.presetMetrics()
 	d.policy = &postfix.Server{
 		Decider:         mta.DeciderFunc(d.Decide),
 		Logger:          d.log,

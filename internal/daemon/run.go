@@ -46,6 +46,7 @@ func (d *Daemon) Reload() {
 		return
 	}
 	d.loaded = f
+	d.presetLimitMetrics()
 	d.q.svc.SetDripLimits(dripLimits(f)) // auto_release belongs to the [[limit]] stack
 	d.restartNeeded = config.RestartKeys(d.cfg, f)
 	d.log.Info("configuration reloaded", "config", f.Source, "limits", len(d.engine.Limits()))
@@ -62,10 +63,10 @@ func (d *Daemon) Status() admin.Status {
 	d.reloadMu.Lock()
 	source, restart := d.loaded.Source, slices.Clone(d.restartNeeded)
 	d.reloadMu.Unlock()
-	st := admin.Status{Version: Version, Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
+	st := admin.Status{Version: ReleaseVersion(), Started: d.started, Uptime: time.Since(d.started).Round(time.Second).String(),
 		Config: source, RestartNeeded: restart, Listeners: d.listeners, TrackedKeys: d.mem.Len(), ByAction: map[string]int64{},
 		Faults: d.metrics.Faults(), BadInput: d.metrics.BadInput(),
-		Stages: d.engine.Stages(), MessagesInFlight: d.engine.InFlight(), Advice: d.engine.Advice(),
+		Stages: d.engine.Stages(), MessagesInFlight: d.engine.MessagesOpen(), Advice: d.engine.Advice(),
 		Connections: d.connStatus(),
 		FrontEnds:   d.seen.status()}
 	for a, n := range d.metrics.ByAction() {

@@ -273,3 +273,24 @@ func (m *Metrics) BadInput() int64 { return m.nBad.Load() }
 func (m *Metrics) ConnClosed(listener, reason string) {
 	m.connRefused.WithLabelValues(listener, reason).Inc()
 }
+
+// Preset makes the labelled counters' series exist at zero before their
+// first increment, so that increase() and rate() see the first one (an
+// alert on a first failure): faults by kind and malformed input by reason
+// (connections closed, by front end and reason, exist from New). Label
+// values not named here appear at their first increment. Safe for
+// concurrent use.
+func (m *Metrics) Preset(faultKinds, badReasons []string) {
+	for _, k := range faultKinds {
+		m.faults.WithLabelValues(k)
+	}
+	for _, r := range badReasons {
+		m.badInput.WithLabelValues(r)
+	}
+}
+
+// PresetDecision makes ratelimitd_decisions_total{limit, action} exist at
+// zero (Preset); call it for every configured limit, at start and reload.
+func (m *Metrics) PresetDecision(limit, action string) {
+	m.decisions.WithLabelValues(limit, action)
+}

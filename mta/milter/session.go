@@ -25,7 +25,8 @@ type session struct {
 	// from SMFIC_CONNECT and SMFIC_HELO, or the {client_*} macros
 	clientAddr, clientName, clientPtr string
 	helo                              string
-	messages                          int // messages begun (MAIL) on this connection
+	messages                          int  // messages begun (MAIL) on this connection
+	nonSMTP                           bool // Postfix's non-SMTP emulation (nonSMTPClient)
 
 	msg *message // nil outside a transaction
 }
@@ -37,6 +38,10 @@ type message struct {
 	// SASL login from {auth_type}, {auth_authen}, {auth_author}.
 	saslMethod, saslUser, saslSender string
 	queueID                          string // {i}
+	// localUser is the uid in the message's first header when that is
+	// LocalUserHeader on a non-SMTP connection; headers counts headers.
+	localUser string
+	headers   int
 
 	recipients []string // accepted
 	// rcpt is the strictest decision of an accepted recipient.
@@ -156,6 +161,7 @@ func (s *session) Connect(host string, family string, port uint16, addr net.IP, 
 	} else {
 		s.clientName = "unknown"
 	}
+	s.nonSMTP = nonSMTPClient(host, port, addr)
 	s.absorb(m.Macros)
 	s.c.log.Debug("milter connect", "client", s.clientName, "client_addr", s.clientAddr, "family", family)
 	return gomilter.RespContinue, nil
@@ -236,6 +242,9 @@ func (s *session) Header(name string, value string, m *gomilter.Modifier) (resp 
 	s.absorb(m.Macros)
 	if s.msg == nil {
 		return gomilter.RespContinue, nil
+	}
+	if s.msg.headers++; s.msg.headers == 1 && s.nonSMTP && strings.EqualFold(name, LocalUserHeader) {
+		s.msg.localUser, _ = localUser(value)
 	}
 	line := make([]byte, 0, len(name)+len(value)+8)
 	line = append(line, name...)
@@ -512,6 +521,7 @@ func (s *session) request(state string) policy.Request {
 		SASLMethod:        msg.saslMethod,
 		SASLUsername:      msg.saslUser,
 		SASLSender:        msg.saslSender,
+		LocalUser:         msg.localUser,
 		Stage:             policy.ViaMilter,
 	}
 }

@@ -40,6 +40,7 @@ const (
 	fSASLMethod
 	fSASLUsername
 	fSASLSender
+	fLocalUser
 	nStringFields
 )
 
@@ -130,6 +131,7 @@ func (d *Decoder) Decode(req *policy.Request) error {
 	req.SASLMethod = get(fSASLMethod)
 	req.SASLUsername = get(fSASLUsername)
 	req.SASLSender = get(fSASLSender)
+	req.LocalUser = get(fLocalUser)
 	return nil
 }
 
@@ -240,6 +242,8 @@ func stringField(name []byte) int {
 		return fSASLUsername
 	case "sasl_sender":
 		return fSASLSender
+	case "local_user":
+		return fLocalUser
 	}
 	return -1
 }

@@ -61,8 +61,14 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 	return s.q.List(f)
 }
 
-// List returns the entries f selects (quarantine.Store.List).
-func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) { return s.q.List(f) }
+// List returns the entries f selects (quarantine.Store.List), held
+// entries recorded without their queue ID, size or subject first completed
+// from the MTA's queue (completeNow), so a listing right after a hold
+// shows what the queue has rather than what the policy request said.
+func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) {
+	s.completeNow()
+	return s.q.List(f)
+}
 
 // Thaw releases the selected entries (Queue.Release, or re-injection with
 // an X-Ratelimitd-Thawed header), each claimed first. The error is the
@@ -228,6 +234,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 // frozen mail, Queue.Show's output (uncleaned) for held mail. Errors:
 // quarantine.ErrNotFound, or why the message is unavailable.
 func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Entry, []byte, error) {
+	s.completeNow()
 	e, err := s.q.Get(id)
 	if err != nil {
 		return e, nil, err

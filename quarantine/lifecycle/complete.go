@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -37,9 +38,33 @@ func (s *Service) noteIncompleteStored() {
 	}
 }
 
+// completeTimeout bounds the completion a listing waits for.
+const completeTimeout = 10 * time.Second
+
 // CompleteHeld fills recently held entries from the MTA's queue, up to
 // completeAttempts runs each, and returns how many it completed.
-func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
+func (s *Service) CompleteHeld(ctx context.Context) (completed int) { return s.complete(ctx, true) }
+
+// completeNow completes the held entries waiting for it before a listing
+// (no attempt counted: the periodic run gives up, not a reader).
+func (s *Service) completeNow() {
+	s.mu.Lock()
+	n := len(s.incomplete)
+	s.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
+	defer cancel()
+	s.complete(ctx, false)
+}
+
+// complete is CompleteHeld; count says whether an unfinished entry uses
+// one of its completeAttempts and a failed queue listing is counted and
+// logged. Calls run one at a time.
+func (s *Service) complete(ctx context.Context, count bool) (completed int) {
+	s.completeMu.Lock()
+	defer s.completeMu.Unlock()
 	s.mu.Lock()
 	ids := slices.Sorted(maps.Keys(s.incomplete))
 	s.mu.Unlock()
@@ -51,8 +76,10 @@ func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 		msgs, err = nil, nil // the queue files are still shown (Queue.Show)
 	}
 	if err != nil {
-		s.fail("queue_list", err)
-		s.log.Error("listing the MTA's queue to complete held messages failed", "err", err)
+		if count { // a listing's completion leaves reporting to the periodic run
+			s.fail("queue_list", err)
+			s.log.Error("listing the MTA's queue to complete held messages failed", "err", err)
+		}
 		return 0
 	}
 	for _, id := range ids {
@@ -61,8 +88,10 @@ func (s *Service) CompleteHeld(ctx context.Context) (completed int) {
 		if done {
 			delete(s.incomplete, id)
 			completed++
-		} else if s.incomplete[id]++; s.incomplete[id] >= completeAttempts {
-			delete(s.incomplete, id)
+		} else if count {
+			if s.incomplete[id]++; s.incomplete[id] >= completeAttempts {
+				delete(s.incomplete, id)
+			}
 		}
 		s.mu.Unlock()
 	}

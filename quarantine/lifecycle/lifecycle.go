@@ -82,6 +82,7 @@ type Service struct {
 	pending         map[string]int       // pending entries per key (alerts)
 	awaitingQueueID map[string]struct{}  // instances held at RCPT without a queue ID
 	incomplete      map[string]int       // held entries CompleteHeld completes: attempts
+	completeMu      sync.Mutex           // one completion at a time (complete)
 	lastDrip        map[string]time.Time // limit NUL key: last automatic release
 	runs            map[string]*dripRun  // limit NUL key: drip runs in progress
 	drip            map[string]bool      // limits with auto_release = "drip"

@@ -16,6 +16,15 @@ type metrics struct {
 	autoReleased prometheus.Counter
 }
 
+// failureOps and expiryOutcomes are the label values of
+// ratelimitd_quarantine_failures_total and ratelimitd_quarantine_expired_total,
+// made at zero by newMetrics so that an alert sees the first failure.
+var (
+	failureOps = []string{"record", "release", "schedule", "reinject", "delete", "expire", "dsn", "store", "list",
+		"queue_list", "verify", "auto-release"}
+	expiryOutcomes = []string{"bounced", "deleted_null_sender", "kept", "failed"}
+)
+
 func newMetrics() metrics {
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
@@ -23,7 +32,7 @@ func newMetrics() metrics {
 	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	}
-	return metrics{
+	m := metrics{
 		quarantined: vec("ratelimitd_quarantined_total", "Messages held or frozen, by limit and action.", "limit", "action"),
 		keyAlerts: counter("ratelimitd_quarantine_key_alerts_total",
 			"Times a key started being held/frozen, or its quarantined count reached another multiple of quarantine.alert_every."),
@@ -38,7 +47,18 @@ func newMetrics() metrics {
 			Help: "Held or frozen messages past quarantine.max_age still kept at the last expiry run (expire_action keep, no queue ID, or a failed bounce)."}),
 		autoReleased: counter("ratelimitd_quarantine_auto_released_total", "Messages released automatically (auto_release = \"drip\")."),
 	}
+	for _, op := range failureOps {
+		m.failures.WithLabelValues(op)
+	}
+	for _, o := range expiryOutcomes {
+		m.expired.WithLabelValues(o)
+	}
+	return m
 }
+
+// PresetLimit makes ratelimitd_quarantined_total{limit, action} exist at
+// zero before the limit's first hold or freeze; safe for concurrent use.
+func (s *Service) PresetLimit(limit, action string) { s.m.quarantined.WithLabelValues(limit, action) }
 
 // Collectors returns the quarantine's Prometheus counters, and gauges of
 // quarantined messages and bytes read at scrape time.
