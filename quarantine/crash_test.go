@@ -60,7 +60,7 @@ func crashChild(path string) int {
 		switch i % 5 {
 		case 2:
 			id, frozen = frozen[0], frozen[1:]
-			if err := s.MarkThawed(id); err != nil {
+			if err := s.MarkThawed(id, "", ""); err != nil {
 				fmt.Fprintln(os.Stderr, "thaw:", err)
 				return 3
 			}

@@ -40,7 +40,7 @@ func Example() {
 	if _, err := s.Message(id); err != nil {
 		log.Fatal(err)
 	}
-	if err := s.MarkThawed(id); err != nil {
+	if err := s.MarkThawed(id, "", ""); err != nil {
 		log.Fatal(err)
 	}
 	st, _ := s.Stats()

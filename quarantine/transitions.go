@@ -43,15 +43,17 @@ func needPending(op string, e *Entry) error {
 }
 
 // MarkThawed records, after the release succeeded, that pending entry id
-// is Thawed, dropping its claim and message. Errors: ErrNotFound,
-// ErrState, bbolt's.
-func (s *Store) MarkThawed(id string) error { return s.end("thaw", id, Thawed) }
+// is Thawed, dropping its claim and message; to and as are Entry.ThawedTo
+// and ThawedAs ("" for held mail). Errors: ErrNotFound, ErrState, bbolt's.
+func (s *Store) MarkThawed(id, to, as string) error {
+	return s.end("thaw", id, Thawed, func(e *Entry) { e.ThawedTo, e.ThawedAs = to, as })
+}
 
 // Delete marks pending entry id Deleted, dropping its claim and message.
 // Errors: ErrNotFound, ErrState, bbolt's.
-func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted) }
+func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted, func(*Entry) {}) }
 
-func (s *Store) end(op, id string, state State) error {
+func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 	return s.update(op, id, func(b buckets, e *Entry) error {
 		if err := needPending(op, e); err != nil {
 			return err
@@ -62,6 +64,7 @@ func (s *Store) end(op, id string, state State) error {
 		if state == Thawed {
 			e.Attempts++
 		}
+		set(e)
 		e.State, e.Claim, e.ClaimedAt = state, "", time.Time{}
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -124,7 +125,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		s.recordError(e.ID, err)
 		return "", err
 	}
-	note := ""
+	note, to, as := "", "", ""
 	switch e.State {
 	case quarantine.Held:
 		var warn error
@@ -132,20 +133,30 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 			note = "released, but: " + warn.Error()
 		}
 	case quarantine.Frozen:
-		err = s.reinject(ctx, e, by)
+		var reply string
+		if to, reply, err = s.reinject(ctx, e, by); err == nil {
+			// The server's own words: bounded and cleaned, they are stored and shown.
+			reply = clip(reply, 200)
+			if as = mailout.QueuedAs(reply); as != "" {
+				note = "re-injected to " + to + ", queued as " + as
+			} else {
+				as = reply
+				note = "re-injected to " + to + ", answered 250 " + reply
+			}
+		}
 	}
 	if err != nil {
 		s.recordError(e.ID, err)
 		return "", err
 	}
-	if err := s.q.MarkThawed(e.ID); err != nil {
+	if err := s.q.MarkThawed(e.ID, to, as); err != nil {
 		// Loud: on restart a frozen entry needs --force.
 		s.fail("store", err)
 		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
 		return "", fmt.Errorf("released, but recording it failed: %w", err)
 	}
 	s.forget(e.Key)
-	e.State = quarantine.Thawed
+	e.State, e.ThawedTo, e.ThawedAs = quarantine.Thawed, to, as
 	s.emit(ctx, kind, e, by, note)
 	return note, nil
 }
@@ -157,21 +168,24 @@ func (s *Service) recordError(id string, err error) {
 	}
 }
 
-func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) error {
+// reinject sends frozen e to the re-injection listener; it returns the
+// listener's address and its reply to the data.
+func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) (string, string, error) {
 	if s.opts.Reinjector == nil {
-		return errors.New("lifecycle: no re-injection listener configured")
+		return "", "", errors.New("lifecycle: no re-injection listener configured")
 	}
 	msg, err := s.q.Message(e.ID)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; limit=%s; key=%s; frozen=%s; thawed=%s; by=%s", e.ID,
 		e.Limit, e.Key, e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339), headerSafe(by))
-	if err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, mta.ReplyText(hdr, 900), msg); err != nil {
+	reply, err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, mta.ReplyText(hdr, 900), msg)
+	if err != nil {
 		s.fail("reinject", err)
-		return err
+		return "", "", err
 	}
-	return nil
+	return s.opts.Reinjector.Addr, reply, nil
 }
 
 func headerSafe(s string) string {

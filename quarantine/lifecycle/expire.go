@@ -148,7 +148,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	if err != nil {
 		return err
 	}
-	if err := s.opts.Reinjector.Reinject(ctx, "", []string{e.Sender}, "", dsn); err != nil {
+	if _, err := s.opts.Reinjector.Reinject(ctx, "", []string{e.Sender}, "", dsn); err != nil {
 		s.fail("dsn", err)
 		return fmt.Errorf("sending the DSN to <%s>: %w", e.Sender, err)
 	}

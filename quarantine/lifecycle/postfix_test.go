@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
 // startHoldingPostfix starts a real private Postfix that puts every
@@ -115,4 +116,49 @@ func TestExpireHeldReturnsToSender(t *testing.T) {
 		t.Fatalf("bounce envelope %q -> %v", msgs[0].From, msgs[0].To)
 	}
 	pf.WaitQueueEmpty(t, 30*time.Second)
+}
+
+// TestThawRecordsPostfixQueueID: a frozen message thawed through a real
+// Postfix's re-injection smtpd records the queue ID Postfix answered
+// ("250 2.0.0 Ok: queued as ...") in the entry, the event and the
+// outcome, and Postfix delivers the message under that queue ID.
+func TestThawRecordsPostfixQueueID(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ReinjectPort: true})
+	e := newEnv(t, Options{Reinjector: reinjector(pf.ReinjectAddr)})
+	ids := e.freeze(t, "alice@example.org", 3)
+	out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root"})
+	if err != nil || len(out) != 3 {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	sink.WaitCount(t, 3, 60*time.Second)
+	seen := map[string]bool{}
+	for i, id := range ids {
+		got, err := e.q.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out[i].OK || got.State != quarantine.Thawed || got.ThawedTo != pf.ReinjectAddr || !quarantine.ValidQueueID(got.ThawedAs) || seen[got.ThawedAs] {
+			t.Fatalf("entry %s after thaw: %+v (outcome %+v)", id, got, out[i])
+		}
+		seen[got.ThawedAs] = true
+		if !strings.Contains(out[i].Note, "queued as "+got.ThawedAs) {
+			t.Errorf("outcome note %q lacks queued as %s", out[i].Note, got.ThawedAs)
+		}
+		pf.WaitLog(t, got.ThawedAs+": to=<rcpt@example.net>", 30*time.Second)
+	}
+	e.ev.mu.Lock()
+	defer e.ev.mu.Unlock()
+	thawed := 0
+	for _, ev := range e.ev.evs {
+		if ev.Kind == Thawed {
+			thawed++
+			if !seen[ev.Entry.ThawedAs] || !strings.Contains(ev.Detail, "queued as "+ev.Entry.ThawedAs) {
+				t.Errorf("thaw event %+v lacks the new queue ID", ev)
+			}
+		}
+	}
+	if thawed != 3 {
+		t.Errorf("%d thaw events, want 3", thawed)
+	}
 }
