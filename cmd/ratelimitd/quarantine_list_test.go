@@ -31,7 +31,9 @@ via = ["policy"]
 	if !strings.HasPrefix(ans, "action=HOLD") {
 		t.Fatalf("policy answered %s", ans)
 	}
-	cli := func(args ...string) (int, string, string) { return runCLI(t, "", append([]string{"--config", cfg}, args...)...) }
+	cli := func(args ...string) (int, string, string) {
+		return runCLI(t, "", append([]string{"--config", cfg}, args...)...)
+	}
 	if status, out, stderr := cli("quarantine", "thaw", "--key", "holly@example.org"); status != 1 || !strings.Contains(out, "FAILED") {
 		t.Fatalf("thaw: exit %d:\n%s%s", status, out, stderr)
 	}
