@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/mailout"
@@ -134,7 +133,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		}
 	case quarantine.Frozen:
 		var reply string
-		if to, reply, err = s.reinject(ctx, e, by); err == nil {
+		if to, reply, err = s.reinject(ctx, e); err == nil {
 			// The server's own words: bounded and cleaned, they are stored and shown.
 			reply = clip(reply, 200)
 			if as = mailout.QueuedAs(reply); as != "" {
@@ -170,7 +169,7 @@ func (s *Service) recordError(id string, err error) {
 
 // reinject sends frozen e to the re-injection listener; it returns the
 // listener's address and its reply to the data.
-func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) (string, string, error) {
+func (s *Service) reinject(ctx context.Context, e quarantine.Entry) (string, string, error) {
 	if s.opts.Reinjector == nil {
 		return "", "", errors.New("lifecycle: no re-injection listener configured")
 	}
@@ -178,23 +177,16 @@ func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) (
 	if err != nil {
 		return "", "", err
 	}
-	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; limit=%s; key=%s; frozen=%s; thawed=%s; by=%s", e.ID,
-		e.Limit, e.Key, e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339), headerSafe(by))
+	// What every recipient may see: no key (the sender's login), limit or
+	// operator; the ID finds the rest in the quarantine and event log.
+	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; frozen=%s; thawed=%s", e.ID,
+		e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339))
 	reply, err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, mta.ReplyText(hdr, 900), msg)
 	if err != nil {
 		s.fail("reinject", err)
 		return "", "", err
 	}
 	return s.opts.Reinjector.Addr, reply, nil
-}
-
-func headerSafe(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == ';' || r < 0x20 || r > 0x7e {
-			return '_'
-		}
-		return r
-	}, s)
 }
 
 // Delete deletes the selected entries, claimed first, held mail from the

@@ -169,3 +169,24 @@ func TestEventsAndSuspend(t *testing.T) {
 		t.Fatal("unknown expire action accepted")
 	}
 }
+
+// TestThawHeaderTellsRecipientsOnly: the X-Ratelimitd-Thawed header a
+// thawed message carries to every recipient names the quarantine entry
+// and times, not the operator (user, uid, pid), key or limit.
+func TestThawHeaderTellsRecipientsOnly(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr())})
+	ids := e.freeze(t, "alice@example.org", 1)
+	if out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root (uid 0, pid 21157)"}); err != nil || len(out) != 1 || !out[0].OK {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	h := sink.WaitCount(t, 1, 10*time.Second)[0].Header("X-Ratelimitd-Thawed")
+	if !strings.HasPrefix(h, "id="+ids[0]+"; frozen=") || !strings.Contains(h, "; thawed=") {
+		t.Errorf("header %q lacks the entry and times", h)
+	}
+	for _, leak := range []string{"root", "uid", "pid", "by=", "alice", "key=", "tenfreeze"} {
+		if strings.Contains(h, leak) {
+			t.Errorf("header %q tells recipients %q", h, leak)
+		}
+	}
+}
