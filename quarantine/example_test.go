@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -41,6 +42,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	if err := s.MarkThawed(id, "", ""); err != nil {
+		log.Fatal(err)
+	}
+	// The message is kept for a repeated thaw until swept.
+	if _, err := s.SweepThawed(time.Now()); err != nil {
 		log.Fatal(err)
 	}
 	st, _ := s.Stats()

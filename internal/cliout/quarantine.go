@@ -129,10 +129,10 @@ func Suspended(w io.Writer, res admin.SuspendResult, resume bool) {
 func lastThaw(e quarantine.Entry) string {
 	s := ""
 	switch {
+	case e.Error != "" && e.State != quarantine.Deleted:
+		s = "failed: " + e.Error
 	case e.State == quarantine.Thawed && e.ThawedAs != "":
 		s = "queued as " + e.ThawedAs + " at " + e.ThawedTo
-	case e.State.Pending() && e.Error != "":
-		s = "failed: " + e.Error
 	}
 	r := []rune(quarantine.CleanLine(s))
 	if len(r) > 80 {

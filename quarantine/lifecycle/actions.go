@@ -20,6 +20,10 @@ type Selection struct {
 	OlderThan time.Duration `json:"older_than,omitempty"`
 	// ResetRate (Thaw) forgets the keys' rates first.
 	ResetRate bool `json:"reset_rate,omitempty"`
+	// Again (Thaw, IDs only) re-injects thawed frozen messages whose body
+	// is still kept (Options.KeepThawed), e.g. after a thaw went to the
+	// wrong listener.
+	Again bool `json:"again,omitempty"`
 	// Force acts on interrupted frozen entries (quarantine.ErrInterrupted);
 	// with Delete it also forgets unconfirmed held entries.
 	Force bool `json:"force,omitempty"`
@@ -72,6 +76,9 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sel.Again && len(sel.IDs) == 0 {
+		return nil, errors.New("thaw --again needs the IDs of thawed messages (see ratelimitd quarantine list --state thawed)")
+	}
 	if sel.ResetRate && s.opts.Rates == nil {
 		return nil, errors.New("the rates cannot be reset here: thaw without --reset-rate, then ratelimitd rate reset KEY")
 	}
@@ -88,6 +95,9 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 		s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 	}
 	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
+		if sel.Again {
+			return s.releaseAgain(ctx, e, sel.By)
+		}
 		return s.release(ctx, e, sel.By, sel.Force, Thawed)
 	})
 	for i := range out {
@@ -124,6 +134,23 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		s.recordError(e.ID, err)
 		return "", err
 	}
+	return s.released(ctx, e, by, kind, false)
+}
+
+// releaseAgain claims thawed e and re-injects its kept body.
+func (s *Service) releaseAgain(ctx context.Context, e quarantine.Entry, by string) (string, error) {
+	e, err := s.q.ClaimThawed(e.ID, s.token)
+	if err != nil {
+		return "", err
+	}
+	e.State = quarantine.Frozen // what it was: re-injected as a frozen message
+	return s.released(ctx, e, by, Thawed, true)
+}
+
+// released releases claimed e (again: thawed before) and marks it
+// thawed; it returns a note.
+func (s *Service) released(ctx context.Context, e quarantine.Entry, by string, kind Kind, again bool) (string, error) {
+	var err error
 	note, to, as := "", "", ""
 	switch e.State {
 	case quarantine.Held:
@@ -154,7 +181,11 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
 		return "", fmt.Errorf("released, but recording it failed: %w", err)
 	}
-	s.forget(e.Key)
+	if again {
+		note = "again: " + note
+	} else {
+		s.forget(e.Key)
+	}
 	e.State, e.ThawedTo, e.ThawedAs = quarantine.Thawed, to, as
 	s.emit(ctx, kind, e, by, note)
 	return note, nil
@@ -240,8 +271,12 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	}
 	var body []byte
 	switch {
-	case e.State == quarantine.Frozen:
-		if body, err = s.q.Message(id); err == nil && !raw {
+	case e.State == quarantine.Frozen || e.State == quarantine.Thawed && e.Hash != "":
+		body, err = s.q.Message(id)
+		if e.State == quarantine.Thawed && errors.Is(err, quarantine.ErrNoContent) {
+			return e, nil, nil // swept after keep_thawed
+		}
+		if err == nil && !raw {
 			p, perr := quarantine.PreviewMessage(body, 0)
 			if body, err = []byte(p.String()), perr; err != nil {
 				body = nil

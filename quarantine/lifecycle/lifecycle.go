@@ -53,6 +53,10 @@ type Options struct {
 	// records removed; zero keeps everything.
 	MaxAge       time.Duration
 	ExpireAction ExpireAction
+	// KeepThawed is how long a thawed frozen message's body is kept, so
+	// Selection.Again can send it again; Expire sweeps it after. Zero
+	// sweeps it at the next Expire.
+	KeepThawed time.Duration
 	// AlertEvery logs "KEY has N quarantined messages" at 1 and each
 	// multiple.
 	AlertEvery int

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -188,5 +189,48 @@ func TestThawHeaderTellsRecipientsOnly(t *testing.T) {
 		if strings.Contains(h, leak) {
 			t.Errorf("header %q tells recipients %q", h, leak)
 		}
+	}
+}
+
+// TestThawedBodySweptAfterKeepThawed: a thawed message's body is kept for
+// KeepThawed (show still has it, --again can send it), and Expire drops
+// it after; --again is then refused and sends nothing.
+func TestThawedBodySweptAfterKeepThawed(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	clk := &clock{t0}
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr()), KeepThawed: time.Hour, Now: clk.now})
+	ids := e.freeze(t, "alice@example.org", 2)
+	if out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root"}); err != nil || len(out) != 2 || !out[1].OK {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	clk.t = t0.Add(59 * time.Minute)
+	e.svc.Expire(context.Background(), clk.t)
+	if _, body, err := e.svc.Show(context.Background(), ids[0], true); err != nil || !bytes.Contains(body, []byte("message 00")) {
+		t.Fatalf("show within keep_thawed: %q %v", body, err)
+	}
+	if out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids[:1], Again: true, By: "root"}); len(out) != 1 || !out[0].OK {
+		t.Fatalf("thaw --again within keep_thawed: %+v", out)
+	}
+	sink.WaitCount(t, 3, 10*time.Second)
+	// ids[0] was thawed again at 59m: its hour starts then.
+	clk.t = t0.Add(61 * time.Minute)
+	e.svc.Expire(context.Background(), clk.t)
+	if _, body, err := e.svc.Show(context.Background(), ids[0], true); err != nil || body == nil {
+		t.Fatalf("show of the message thawed again: %q %v", body, err)
+	}
+	if _, body, err := e.svc.Show(context.Background(), ids[1], true); err != nil || body != nil {
+		t.Fatalf("show past keep_thawed: %q %v", body, err)
+	}
+	out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids[1:], Again: true, By: "root"})
+	if len(out) != 1 || out[0].OK || !strings.Contains(out[0].Error, "swept") {
+		t.Fatalf("thaw --again past keep_thawed: %+v", out)
+	}
+	clk.t = t0.Add(2 * time.Hour)
+	e.svc.Expire(context.Background(), clk.t)
+	if _, body, _ := e.svc.Show(context.Background(), ids[0], true); body != nil {
+		t.Fatalf("show of ids[0] past keep_thawed: %q", body)
+	}
+	if n := sink.Count(); n != 3 {
+		t.Fatalf("sink has %d messages, want 3", n)
 	}
 }

@@ -162,3 +162,45 @@ func TestThawRecordsPostfixQueueID(t *testing.T) {
 		t.Errorf("%d thaw events, want 3", thawed)
 	}
 }
+
+// TestThawAgainAfterWrongListener: a thaw whose re-injection reached the
+// wrong listener (an SMTP sink on another port, which answered 250) is
+// repeated from the kept body once reinject_addr is fixed: Postfix then
+// delivers it once, and the entry names Postfix's queue ID.
+func TestThawAgainAfterWrongListener(t *testing.T) {
+	wrong, sink := mtatest.StartSink(t), mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ReinjectPort: true})
+	r := reinjector(wrong.Addr())
+	e := newEnv(t, Options{Reinjector: r, KeepThawed: time.Hour})
+	ids := e.freeze(t, "alice@example.org", 3)
+	if out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root"}); err != nil || len(out) != 3 || !out[2].OK {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	wrong.WaitCount(t, 3, 30*time.Second)
+	if out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids[:1], By: "root"}); len(out) != 1 || out[0].OK {
+		t.Fatalf("a plain second thaw must not send again: %+v", out)
+	}
+	r.Addr = pf.ReinjectAddr
+	out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, Again: true, By: "root"})
+	if err != nil || len(out) != 3 || !out[0].OK || !out[1].OK || !out[2].OK || !strings.HasPrefix(out[0].Note, "again: re-injected to "+pf.ReinjectAddr) {
+		t.Fatalf("thaw --again: %+v %v\n%s", out, err, e.logs.String())
+	}
+	msgs := sink.WaitCount(t, 3, 60*time.Second)
+	pf.WaitQueueEmpty(t, 30*time.Second)
+	subjects := map[string]int{}
+	for _, m := range sink.Messages() {
+		subjects[m.Header("Subject")]++
+	}
+	if len(msgs) != 3 || len(subjects) != 3 {
+		t.Fatalf("delivered %v, want each of 3 once", subjects)
+	}
+	for _, id := range ids {
+		got, _ := e.q.Get(id)
+		if got.State != quarantine.Thawed || got.ThawedTo != pf.ReinjectAddr || !quarantine.ValidQueueID(got.ThawedAs) || got.Attempts < 2 {
+			t.Errorf("entry after the repeat: %+v", got)
+		}
+	}
+	if wrong.Count() != 3 {
+		t.Errorf("the wrong listener got %d messages, want 3", wrong.Count())
+	}
+}
