@@ -234,3 +234,26 @@ func TestThawedBodySweptAfterKeepThawed(t *testing.T) {
 		t.Fatalf("sink has %d messages, want 3", n)
 	}
 }
+
+// TestFreezeKeepsReceivedTrace: a milter freeze stores the Received line
+// the MTA wrote on its own copy (with ESMTPA for a SASL login), and
+// client-chosen values (HELO) cannot fold it or add a field.
+func TestFreezeKeepsReceivedTrace(t *testing.T) {
+	e := newEnv(t, Options{ReportingMTA: "mx.example.org", Now: (&clock{t0}).now})
+	msg := mtatest.BuildMessage("alice@example.org", "rcpt@example.net", "trace", "hello\n")
+	req := &policy.Request{Sender: "alice@example.org", SASLUsername: "alice", SASLMethod: "PLAIN", HeloName: "evil\r\nBcc: x@example.com (",
+		ClientName: "client.example.org", ClientAddress: "192.0.2.7", QueueID: "4XbY1z3kQ9z9"}
+	id, err := e.svc.Record(context.Background(), Message{Request: req, Recipients: []string{"rcpt@example.net"}, Body: bytes.NewReader(msg)},
+		&policy.Decision{Action: policy.Freeze, Limit: "tenfreeze", Key: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.q.Message(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Received: from evilBcc:x@example.com (client.example.org [192.0.2.7])\r\n\tby mx.example.org (ratelimitd, for the MTA) with ESMTPA id 4XbY1z3kQ9z9\r\n\tfor <rcpt@example.net>; Sun, 01 Mar 2026 12:00:00 +0000\r\n"
+	if !bytes.HasPrefix(got, []byte(want)) || !bytes.HasSuffix(got, msg) {
+		t.Fatalf("stored message:\n%q\nwant prefix\n%q", got[:min(len(got), 300)], want)
+	}
+}
