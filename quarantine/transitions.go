@@ -100,43 +100,44 @@ func (s *Store) RecordThawError(id string, msg string) error {
 // entry, and for a frozen one only with force. It returns the claimed
 // entry. Errors: ErrNotFound, ErrState, ErrBusy, ErrInterrupted, bbolt's.
 func (s *Store) Claim(id, token string, force bool) (Entry, error) {
-	var out Entry
-	err := s.update("claim", id, func(_ buckets, e *Entry) error {
+	return s.claim("claim", id, token, func(_ buckets, e *Entry) error {
 		if err := needPending("claim", e); err != nil {
 			return err
 		}
-		switch {
-		case e.Claim == "":
-		case e.Claim == token:
-			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
-		case e.State == Frozen && !force:
+		if e.State == Frozen && e.Claim != "" && e.Claim != token && !force {
 			return fmt.Errorf("%w: %s: an earlier thaw or delete stopped at %s, after it may have re-injected the message",
 				ErrInterrupted, id, e.ClaimedAt.Format(time.RFC3339))
 		}
-		e.Claim, e.ClaimedAt = token, s.now().Round(0)
-		out = *e
 		return nil
 	})
-	if err != nil {
-		return Entry{}, err
-	}
-	return out, nil
 }
 
 // ClaimThawed claims thawed entry id whose message is still kept (see
-// SweepThawed), to release it again, as Claim does a pending one. Errors:
-// ErrNotFound, ErrState (not thawed), ErrNoContent (message swept),
-// ErrBusy (claimed by token), bbolt's.
+// SweepThawed), to release it again, as Claim does a pending one (another
+// token's claim is taken over). Errors: ErrNotFound, ErrState (not
+// thawed), ErrNoContent (message swept), ErrBusy (claimed by token),
+// bbolt's.
 func (s *Store) ClaimThawed(id, token string) (Entry, error) {
-	var out Entry
-	err := s.update("claim again", id, func(b buckets, e *Entry) error {
-		switch {
-		case e.State != Thawed:
+	return s.claim("claim again", id, token, func(b buckets, e *Entry) error {
+		if e.State != Thawed {
 			return fmt.Errorf("%w: cannot thaw %s again: it is %s", ErrState, id, e.State)
-		case e.Claim == token: // another token's claim: a stopped process's, taken over
-			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
-		case b.messages.Get([]byte(id)) == nil:
+		}
+		if b.messages.Get([]byte(id)) == nil {
 			return fmt.Errorf("%w: %s: its message was swept after keep_thawed", ErrNoContent, id)
+		}
+		return nil
+	})
+}
+
+// claim claims id for token once check passes; ErrBusy if token holds it.
+func (s *Store) claim(op, id, token string, check func(b buckets, e *Entry) error) (Entry, error) {
+	var out Entry
+	err := s.update(op, id, func(b buckets, e *Entry) error {
+		if err := check(b, e); err != nil {
+			return err
+		}
+		if e.Claim == token {
+			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
 		}
 		e.Claim, e.ClaimedAt = token, s.now().Round(0)
 		out = *e
