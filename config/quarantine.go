@@ -15,6 +15,7 @@ import (
 type Quarantine struct {
 	MaxSize          policy.Size      `toml:"max_size"`
 	MaxAge           *policy.Duration `toml:"max_age"`
+	KeepThawed       *policy.Duration `toml:"keep_thawed"`
 	ReinjectAddr     string           `toml:"reinject_addr"`
 	ReinjectHelo     string           `toml:"reinject_helo"`
 	ReleaseCommand   Commands         `toml:"release_command"`
@@ -40,6 +41,7 @@ type Milter struct {
 func (q *Quarantine) withDefaults() {
 	setDefault(&q.MaxSize, 2<<30)
 	setDefaultPtr(&q.MaxAge, policy.Duration(14*24*time.Hour))
+	setDefaultPtr(&q.KeepThawed, policy.Duration(7*24*time.Hour))
 	setDefault(&q.ReinjectAddr, "127.0.0.1:10026")
 	setDefault(&q.ReinjectHelo, "ratelimitd.localhost")
 	setDefaultList(&q.ReleaseCommand, Commands{{"postsuper", "-H", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}})
@@ -58,6 +60,9 @@ func (q *Quarantine) validate() []error {
 	}
 	if *q.MaxAge < 0 {
 		errs = append(errs, fmt.Errorf("quarantine.max_age: must not be negative"))
+	}
+	if *q.KeepThawed < 0 {
+		errs = append(errs, fmt.Errorf("quarantine.keep_thawed: must not be negative"))
 	}
 	if _, err := netip.ParseAddrPort(q.ReinjectAddr); err != nil {
 		errs = append(errs, fmt.Errorf("quarantine.reinject_addr: %q is not a numeric host:port", q.ReinjectAddr))

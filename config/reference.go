@@ -108,6 +108,7 @@ var keys = []key{
 
 	{name: "quarantine.max_size", def: `"2G"`, unit: "bytes", doc: "Bound on the bytes of frozen messages stored; a freeze beyond it is temp-failed, never lost."},
 	{name: "quarantine.max_age", def: `"14d"`, doc: "Held and frozen mail older than this is handled by expire_action; \"0s\" keeps entries forever."},
+	{name: "quarantine.keep_thawed", def: `"7d"`, doc: "A thawed frozen message's body is kept this long, so quarantine thaw --again ID can send it once more (a thaw to the wrong place); swept at the next expiry run after. \"0s\": swept at the next run."},
 	{name: "quarantine.reinject_addr", def: `"127.0.0.1:10026"`, doc: "SMTP listener thawed frozen mail is sent to: an MTA port without milters or policy checks."},
 	{name: "quarantine.reinject_helo", def: `"ratelimitd.localhost"`, doc: "EHLO name used for re-injection."},
 	{name: "quarantine.release_command", def: `[["postsuper", "-H", "{queue_id}"], ["postqueue", "-i", "{queue_id}"]]`, doc: "Releases held mail; one command or a list run in order (the first decides success). Exim: [\"exim\", \"-Mt\", \"{queue_id}\"]."},

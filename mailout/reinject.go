@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
@@ -29,11 +30,13 @@ type Reinjector struct {
 var ErrNoRecipients = errors.New("mailout: no recipients")
 
 // Reinject sends msg from sender ("" is <>) to rcpts, prepending header
-// ("Name: value" without line end, or ""). It returns nil once the data
-// got 250, whatever QUIT says; ctx's end closes the connection.
-func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string, header string, msg []byte) error {
+// ("Name: value" without line end, or ""). Once the data got 250 it
+// returns that reply's text (after the code, e.g. "2.0.0 Ok: queued as
+// 4XbY1z3kQ9z9"; QueuedAs finds the ID) and a nil error, whatever QUIT
+// says; ctx's end closes the connection.
+func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string, header string, msg []byte) (string, error) {
 	if len(rcpts) == 0 {
-		return ErrNoRecipients
+		return "", ErrNoRecipients
 	}
 	timeout := r.Timeout
 	if timeout <= 0 {
@@ -44,7 +47,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", r.Addr)
 	if err != nil {
-		return fmt.Errorf("mailout: re-inject to %s: %w", r.Addr, err)
+		return "", fmt.Errorf("mailout: re-inject to %s: %w", r.Addr, err)
 	}
 	deadline, _ := ctx.Deadline()
 	conn.SetDeadline(deadline)
@@ -55,43 +58,71 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 		host, _, _ := net.SplitHostPort(r.Addr)
 		if c, err = gosmtp.NewClientStartTLS(conn, &tls.Config{ServerName: host}); err != nil {
 			conn.Close()
-			return fmt.Errorf("mailout: re-inject STARTTLS: %w", err)
+			return "", fmt.Errorf("mailout: re-inject STARTTLS: %w", err)
 		}
 	} else {
 		c = gosmtp.NewClient(conn)
 		if err := c.Hello(cmp.Or(r.Helo, "localhost")); err != nil {
 			c.Close()
-			return fmt.Errorf("mailout: re-inject EHLO: %w", err)
+			return "", fmt.Errorf("mailout: re-inject EHLO: %w", err)
 		}
 	}
 	defer c.Close()
 	if err := c.Mail(sender, nil); err != nil {
-		return fmt.Errorf("mailout: re-inject MAIL FROM:<%s>: %w", sender, err)
+		return "", fmt.Errorf("mailout: re-inject MAIL FROM:<%s>: %w", sender, err)
 	}
 	for _, rc := range rcpts {
 		if err := c.Rcpt(rc, nil); err != nil {
-			return fmt.Errorf("mailout: re-inject RCPT TO:<%s>: %w", rc, err)
+			return "", fmt.Errorf("mailout: re-inject RCPT TO:<%s>: %w", rc, err)
 		}
 	}
 	w, err := c.Data()
 	if err != nil {
-		return fmt.Errorf("mailout: re-inject DATA: %w", err)
+		return "", fmt.Errorf("mailout: re-inject DATA: %w", err)
 	}
 	if header != "" {
 		if _, err := w.Write([]byte(header + "\r\n")); err != nil {
-			return fmt.Errorf("mailout: re-inject: %w", err)
+			return "", fmt.Errorf("mailout: re-inject: %w", err)
 		}
 	}
 	if _, err := w.Write(msg); err != nil {
-		return fmt.Errorf("mailout: re-inject: %w", err)
+		return "", fmt.Errorf("mailout: re-inject: %w", err)
 	}
 	if !bytes.HasSuffix(msg, []byte("\n")) {
 		w.Write([]byte("\r\n"))
 	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("mailout: re-inject end of data: %w", err)
+	resp, err := w.CloseWithResponse()
+	if err != nil {
+		return "", fmt.Errorf("mailout: re-inject end of data: %w", err)
 	}
 	// 250 after the data: the server has it (RFC 5321 4.1.1.4).
 	_ = c.Quit()
-	return nil
+	return resp.StatusText, nil
 }
+
+// QueuedAs returns the queue ID in a 250 reply's text to the data, as
+// Postfix's smtpd writes it ("2.0.0 Ok: queued as 4XbY1z3kQ9z9",
+// Postfix's cleanup(8) queue ID) or Exim's ("OK id=1tGxyZ-000abc-Qr",
+// Exim spec chapter 4.4's message ID); "" when it names none.
+func QueuedAs(reply string) string {
+	for _, mark := range []string{"queued as ", "id="} {
+		i := strings.Index(reply, mark)
+		if i < 0 {
+			continue
+		}
+		id := reply[i+len(mark):]
+		if end := strings.IndexFunc(id, func(r rune) bool {
+			return !(r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r == '-')
+		}); end >= 0 {
+			id = id[:end]
+		}
+		if id != "" && len(id) <= maxQueueID {
+			return id
+		}
+	}
+	return ""
+}
+
+// maxQueueID bounds a queue ID QueuedAs accepts (Postfix's long IDs are
+// at most 20 characters, Exim's 23).
+const maxQueueID = 32

@@ -73,7 +73,7 @@ func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (tempor
 		return false, err
 	}
 	r := mailout.Reinjector{Addr: m.Relay, Helo: m.Helo, Timeout: time.Duration(m.Timeout), StartTLS: m.StartTLS}
-	if err := r.Reinject(ctx, envelope(m.From), to, "", msg); err != nil {
+	if _, err := r.Reinject(ctx, envelope(m.From), to, "", msg); err != nil {
 		var se *gosmtp.SMTPError
 		return !errors.As(err, &se) || se.Code/100 == 4, fmt.Errorf("mail relay %s: %w", m.Relay, err)
 	}

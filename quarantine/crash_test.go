@@ -60,7 +60,7 @@ func crashChild(path string) int {
 		switch i % 5 {
 		case 2:
 			id, frozen = frozen[0], frozen[1:]
-			if err := s.MarkThawed(id); err != nil {
+			if err := s.MarkThawed(id, "", ""); err != nil {
 				fmt.Fprintln(os.Stderr, "thaw:", err)
 				return 3
 			}
@@ -183,11 +183,11 @@ func verifyCrashDB(t *testing.T, path string, want map[string]State) {
 		found[e.ID] = e
 		msg, err := s.Message(e.ID)
 		switch {
-		case e.State == Frozen && err != nil:
-			t.Errorf("frozen %s: %v", e.ID, err)
-		case e.State == Frozen && int64(len(msg)) != e.Size:
-			t.Errorf("frozen %s: %d bytes, entry says %d", e.ID, len(msg), e.Size)
-		case e.State != Frozen && !errors.Is(err, ErrNoContent):
+		case (e.State == Frozen || e.State == Thawed) && err != nil: // thawed: kept until swept
+			t.Errorf("%s %s: %v", e.State, e.ID, err)
+		case (e.State == Frozen || e.State == Thawed) && int64(len(msg)) != e.Size:
+			t.Errorf("%s %s: %d bytes, entry says %d", e.State, e.ID, len(msg), e.Size)
+		case e.State == Deleted && !errors.Is(err, ErrNoContent):
 			t.Errorf("%s %s: content: %v", e.State, e.ID, err)
 		}
 	}

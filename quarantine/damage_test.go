@@ -45,7 +45,7 @@ func TestDamagedEntryKept(t *testing.T) {
 		ids = append(ids, id)
 	}
 	damaged := ids[1]
-	if err := s.MarkThawed(damaged); err != nil { // an audit record: Expire's to remove
+	if err := s.MarkThawed(damaged, "", ""); err != nil { // an audit record: Expire's to remove
 		t.Fatal(err)
 	}
 	// Frozen again for the body check below: freeze a fourth, damage it.

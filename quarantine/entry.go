@@ -106,6 +106,12 @@ type Entry struct {
 	// Hash is the hex SHA-256 of a frozen entry's message.
 	Hash string `json:"hash,omitempty"`
 
+	// ThawedTo is the host:port a frozen message was last re-injected to;
+	// ThawedAs the queue ID that server's 250 named (mailout.QueuedAs),
+	// or its whole reply text when it named none.
+	ThawedTo string `json:"thawed_to,omitempty"`
+	ThawedAs string `json:"thawed_as,omitempty"`
+
 	// Error is the last failed release's text; Attempts counts releases.
 	Error    string `json:"error,omitempty"`
 	Attempts int    `json:"attempts,omitempty"`
@@ -139,7 +145,7 @@ func (e *Entry) WriteTo(w io.Writer) (int64, error) {
 	}
 	fields = append(fields, [][2]string{{"Client", client}, {"SASL username", e.SASLUsername}, {"Queue ID", e.QueueID},
 		{"Instance", e.Instance}, {"Unverified", e.Unverified}, {"Size", num(e.Size)}, {"Subject", e.Subject},
-		{"Message-ID", e.MessageID}, {"SHA-256", e.Hash}, {"Thaw attempts", num(int64(e.Attempts))}, {"Last error", e.Error}}...)
+		{"Message-ID", e.MessageID}, {"SHA-256", e.Hash}, {"Thawed to", e.ThawedTo}, {"Thawed as", e.ThawedAs}, {"Thaw attempts", num(int64(e.Attempts))}, {"Last error", e.Error}}...)
 	var b strings.Builder
 	for _, f := range fields {
 		if f[1] != "" {

@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -40,7 +41,11 @@ func Example() {
 	if _, err := s.Message(id); err != nil {
 		log.Fatal(err)
 	}
-	if err := s.MarkThawed(id); err != nil {
+	if err := s.MarkThawed(id, "", ""); err != nil {
+		log.Fatal(err)
+	}
+	// The message is kept for a repeated thaw until swept.
+	if _, err := s.SweepThawed(time.Now()); err != nil {
 		log.Fatal(err)
 	}
 	st, _ := s.Stats()

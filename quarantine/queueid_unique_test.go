@@ -48,7 +48,7 @@ func TestTwoEntriesNeverShareAQueueID(t *testing.T) {
 	if e, _ := s.Get(first); e.Unverified != "not on hold" {
 		t.Errorf("Unverified %q", e.Unverified)
 	}
-	if err := s.MarkThawed(first); err != nil {
+	if err := s.MarkThawed(first, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Hold(&Entry{Key: "alice", QueueID: "3F2A1B4C5D"}); err != nil {

@@ -140,11 +140,17 @@ func TestFreezeLarge(t *testing.T) {
 	if e.Subject != "big" || e.Size != 50<<20 {
 		t.Errorf("entry %+v", e)
 	}
-	if err := s.MarkThawed(id); err != nil {
+	if err := s.MarkThawed(id, "", ""); err != nil {
 		t.Fatal(err)
 	}
+	if st, _ := s.Stats(); st.Bytes != 50<<20 {
+		t.Errorf("bytes after thaw: %d, want the message kept", st.Bytes)
+	}
+	if n, err := s.SweepThawed(time.Now()); n != 1 || err != nil {
+		t.Fatalf("SweepThawed: %d %v", n, err)
+	}
 	if st, _ := s.Stats(); st.Bytes != 0 {
-		t.Errorf("bytes after thaw: %d", st.Bytes)
+		t.Errorf("bytes after the sweep: %d", st.Bytes)
 	}
 }
 
@@ -175,8 +181,14 @@ func TestFull(t *testing.T) {
 	if _, err := s.Hold(&Entry{Key: "h"}); err != nil {
 		t.Errorf("Hold when full: %v", err)
 	}
-	// Thawing frees the room.
-	if err := s.MarkThawed(a); err != nil {
+	// Thawing, once the kept message is swept, frees the room.
+	if err := s.MarkThawed(a, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Freeze(&Entry{Key: "b"}, bytes.Repeat([]byte("b"), 500)); !errors.Is(err, ErrFull) {
+		t.Errorf("Freeze while a thawed message is kept: %v", err)
+	}
+	if _, err := s.SweepThawed(time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Freeze(&Entry{Key: "b"}, bytes.Repeat([]byte("b"), 500)); err != nil {
@@ -221,7 +233,7 @@ func TestList(t *testing.T) {
 		t.Errorf("IDs not in creation order: %v", ids)
 	}
 	// ids[3] thawed, ids[1] deleted: no longer pending.
-	if err := s.MarkThawed(ids[3]); err != nil {
+	if err := s.MarkThawed(ids[3], "", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Delete(ids[1]); err != nil {
@@ -289,15 +301,24 @@ func TestStateTransitions(t *testing.T) {
 	if _, err := s.Message(f1); err != nil {
 		t.Errorf("content gone after a thaw error: %v", err)
 	}
-	if err := s.MarkThawed(f1); err != nil {
+	if err := s.MarkThawed(f1, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	e, _ = s.Get(f1)
 	if e.State != Thawed || e.Attempts != 2 || e.Hash == "" {
 		t.Errorf("after thaw: %+v", e)
 	}
+	if got, err := s.Message(f1); err != nil || !bytes.Equal(got, msg) {
+		t.Errorf("kept thawed content: %v", err)
+	}
+	if n, err := s.SweepThawed(clk.Now().Add(-time.Second)); n != 0 || err != nil {
+		t.Errorf("SweepThawed before the thaw: %d %v", n, err)
+	}
+	if n, err := s.SweepThawed(clk.Now()); n != 1 || err != nil {
+		t.Errorf("SweepThawed: %d %v", n, err)
+	}
 	if _, err := s.Message(f1); !errors.Is(err, ErrNoContent) {
-		t.Errorf("thawed content: %v", err)
+		t.Errorf("swept thawed content: %v", err)
 	}
 	if err := s.Delete(f2); err != nil {
 		t.Fatal(err)
@@ -311,13 +332,13 @@ func TestStateTransitions(t *testing.T) {
 	if _, err := s.Message(h1); !errors.Is(err, ErrNoContent) {
 		t.Errorf("held content: %v", err)
 	}
-	if err := s.MarkThawed(h1); err != nil {
+	if err := s.MarkThawed(h1, "", ""); err != nil {
 		t.Errorf("thaw held: %v", err)
 	}
 
 	// No transitions out of thawed or deleted.
 	for _, id := range []string{f1, f2, h1} {
-		if err := s.MarkThawed(id); !errors.Is(err, ErrState) {
+		if err := s.MarkThawed(id, "", ""); !errors.Is(err, ErrState) {
 			t.Errorf("MarkThawed(%s): %v", id, err)
 		}
 		if err := s.Delete(id); !errors.Is(err, ErrState) {
@@ -327,7 +348,7 @@ func TestStateTransitions(t *testing.T) {
 			t.Errorf("RecordThawError(%s): %v", id, err)
 		}
 	}
-	for _, err := range []error{s.MarkThawed("ffffffffffffffff"), s.Delete("x"), s.RecordThawError("x", ""), s.Purge("x")} {
+	for _, err := range []error{s.MarkThawed("ffffffffffffffff", "", ""), s.Delete("x"), s.RecordThawError("x", ""), s.Purge("x")} {
 		if !errors.Is(err, ErrNotFound) {
 			t.Errorf("missing entry: %v", err)
 		}
@@ -412,7 +433,8 @@ func TestExpire(t *testing.T) {
 		clk.Advance(time.Hour)
 	}
 	h, _ := s.Hold(&Entry{Instance: "i1"}) // created at epoch+6h
-	s.MarkThawed(ids[1])                   // its bytes are already gone
+	s.MarkThawed(ids[1], "", "")
+	s.SweepThawed(epoch.Add(6 * time.Hour)) // its bytes are gone
 	s.Delete(ids[2])
 
 	// Entries created at epoch, +1h, +2h, +3h are at least 3h old at +6h,
@@ -490,7 +512,7 @@ func TestClaim(t *testing.T) {
 		t.Fatalf("after Unclaim: %+v", e)
 	}
 	s.Claim(h, "p1", false)
-	if err := s.MarkThawed(h); err != nil {
+	if err := s.MarkThawed(h, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Claim(h, "p1", false); !errors.Is(err, ErrState) {

@@ -35,6 +35,15 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 	return err
 }
 
+// needPendingOrClaimed is needPending, also passing a thawed entry
+// claimed by ClaimThawed.
+func needPendingOrClaimed(op string, e *Entry) error {
+	if e.State == Thawed && e.Claim != "" {
+		return nil
+	}
+	return needPending(op, e)
+}
+
 func needPending(op string, e *Entry) error {
 	if !e.State.Pending() {
 		return fmt.Errorf("%w: cannot %s %s: it is %s", ErrState, op, e.ID, e.State)
@@ -42,36 +51,40 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records, after the release succeeded, that pending entry id
-// is Thawed, dropping its claim and message. Errors: ErrNotFound,
-// ErrState, bbolt's.
-func (s *Store) MarkThawed(id string) error { return s.end("thaw", id, Thawed) }
+// MarkThawed records, after the release succeeded, that entry id is
+// Thawed: pending, or thawed and claimed by ClaimThawed. It drops the
+// claim and Error and keeps the message (SweepThawed drops it); to and as
+// are Entry.ThawedTo and ThawedAs ("" for held mail). Errors:
+// ErrNotFound, ErrState, bbolt's.
+func (s *Store) MarkThawed(id, to, as string) error {
+	return s.end("thaw", id, Thawed, func(e *Entry) { e.ThawedTo, e.ThawedAs, e.Error = to, as, "" })
+}
 
 // Delete marks pending entry id Deleted, dropping its claim and message.
 // Errors: ErrNotFound, ErrState, bbolt's.
-func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted) }
+func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted, func(*Entry) {}) }
 
-func (s *Store) end(op, id string, state State) error {
+func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 	return s.update(op, id, func(b buckets, e *Entry) error {
-		if err := needPending(op, e); err != nil {
-			return err
-		}
-		if _, err := b.dropBody(id); err != nil {
+		if err := needPendingOrClaimed(op, e); err != nil {
 			return err
 		}
 		if state == Thawed {
 			e.Attempts++
+		} else if _, err := b.dropBody(id); err != nil {
+			return err
 		}
+		set(e)
 		e.State, e.Claim, e.ClaimedAt = state, "", time.Time{}
 		return nil
 	})
 }
 
-// RecordThawError records a failed release of pending entry id (Attempts,
-// Error, claim dropped). Errors: ErrNotFound, ErrState, bbolt's.
+// RecordThawError records a failed release of entry id, pending or
+// claimed by ClaimThawed (Attempts, Error, claim dropped). Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) RecordThawError(id string, msg string) error {
 	return s.update("record thaw error", id, func(_ buckets, e *Entry) error {
-		if err := needPending("record a thaw error for", e); err != nil {
+		if err := needPendingOrClaimed("record a thaw error for", e); err != nil {
 			return err
 		}
 		e.Attempts++
@@ -87,18 +100,44 @@ func (s *Store) RecordThawError(id string, msg string) error {
 // entry, and for a frozen one only with force. It returns the claimed
 // entry. Errors: ErrNotFound, ErrState, ErrBusy, ErrInterrupted, bbolt's.
 func (s *Store) Claim(id, token string, force bool) (Entry, error) {
-	var out Entry
-	err := s.update("claim", id, func(_ buckets, e *Entry) error {
+	return s.claim("claim", id, token, func(_ buckets, e *Entry) error {
 		if err := needPending("claim", e); err != nil {
 			return err
 		}
-		switch {
-		case e.Claim == "":
-		case e.Claim == token:
-			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
-		case e.State == Frozen && !force:
+		if e.State == Frozen && e.Claim != "" && e.Claim != token && !force {
 			return fmt.Errorf("%w: %s: an earlier thaw or delete stopped at %s, after it may have re-injected the message",
 				ErrInterrupted, id, e.ClaimedAt.Format(time.RFC3339))
+		}
+		return nil
+	})
+}
+
+// ClaimThawed claims thawed entry id whose message is still kept (see
+// SweepThawed), to release it again, as Claim does a pending one (another
+// token's claim is taken over). Errors: ErrNotFound, ErrState (not
+// thawed), ErrNoContent (message swept), ErrBusy (claimed by token),
+// bbolt's.
+func (s *Store) ClaimThawed(id, token string) (Entry, error) {
+	return s.claim("claim again", id, token, func(b buckets, e *Entry) error {
+		if e.State != Thawed {
+			return fmt.Errorf("%w: cannot thaw %s again: it is %s", ErrState, id, e.State)
+		}
+		if b.messages.Get([]byte(id)) == nil {
+			return fmt.Errorf("%w: %s: its message was swept after keep_thawed", ErrNoContent, id)
+		}
+		return nil
+	})
+}
+
+// claim claims id for token once check passes; ErrBusy if token holds it.
+func (s *Store) claim(op, id, token string, check func(b buckets, e *Entry) error) (Entry, error) {
+	var out Entry
+	err := s.update(op, id, func(b buckets, e *Entry) error {
+		if err := check(b, e); err != nil {
+			return err
+		}
+		if e.Claim == token {
+			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
 		}
 		e.Claim, e.ClaimedAt = token, s.now().Round(0)
 		out = *e
@@ -108,6 +147,42 @@ func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 		return Entry{}, err
 	}
 	return out, nil
+}
+
+// SweepThawed drops the kept message of each unclaimed thawed entry last
+// updated at or before cutoff; it returns how many. Errors: bbolt's.
+func (s *Store) SweepThawed(cutoff time.Time) (int, error) {
+	n := 0
+	err := s.write("sweep thawed", func(tx *bolt.Tx, t *statedb.Tally) error {
+		n = 0
+		b, err := mustBuckets(tx, t)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		c := b.messages.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			ids = append(ids, string(k))
+		}
+		for _, id := range ids {
+			e, err := b.get(id)
+			if err != nil || e.State != Thawed || e.Claim != "" || e.Updated.After(cutoff) {
+				continue // unreadable entries are kept with their messages
+			}
+			if _, err := b.dropBody(id); err != nil {
+				return err
+			}
+			n++
+		}
+		if n == 0 {
+			return errUnchanged
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return 0, err
+	}
+	return n, nil
 }
 
 // Unclaim drops token's claim on id and records note, if any, as Error.

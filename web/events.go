@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
@@ -47,7 +48,7 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 		next = "/events?" + v.Encode()
 	}
 	s.render(w, r, "events", map[string]any{"Title": "Events", "Events": evs, "Form": form, "Next": next,
-		"Paged": q.Before != ""})
+		"Paged": q.Before != "", "UntilExample": s.opts.Now().UTC().Truncate(time.Hour).Format("2006-01-02 15:04")})
 }
 
 // formValues are the query parameters keys of v, for a page's filter form.

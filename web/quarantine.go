@@ -115,8 +115,13 @@ var confirmOps = map[string]struct{ Verb, Post, Explain string }{
 	"delete":     {"Delete", "delete", "The message is removed for good (held mail: postsuper -d) and never delivered."},
 }
 
-// confirm is the page before a thaw or delete: the envelope and a button.
+// confirm is the page before a thaw or delete: the envelope and a button;
+// 403 to a viewer, who may not submit it.
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+	if u := currentUser(r); !u.CanAct() {
+		s.forbidden(w, r, "your role ("+string(u.Role)+") may not act; an operator may")
+		return
+	}
 	op := r.URL.Query().Get("op")
 	c, ok := confirmOps[op]
 	if !ok {

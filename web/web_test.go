@@ -223,6 +223,14 @@ func TestPostNeedsCSRFTokenAndOperator(t *testing.T) {
 	if _, page := get(t, viewer, f.ts.URL+"/quarantine/0000000000000001"); strings.Contains(page, "confirm?op=thaw") {
 		t.Errorf("the viewer is offered thaw")
 	}
+	for _, op := range []string{"thaw", "thaw-reset", "delete"} {
+		if resp, page := get(t, viewer, f.ts.URL+"/quarantine/0000000000000001/confirm?op="+op); resp.StatusCode != http.StatusForbidden || strings.Contains(page, `id="confirm"`) {
+			t.Errorf("viewer GET confirm?op=%s: %s, want 403 without the form", op, resp.Status)
+		}
+	}
+	if _, page := get(t, viewer, f.ts.URL+"/events"); strings.Contains(page, "2006-01-02") || !regexp.MustCompile(`placeholder="20\d\d-\d\d-\d\d \d\d:00"`).MatchString(page) {
+		t.Errorf("the events filter's until placeholder is not a real time:\n%s", page)
+	}
 
 	resp, _ := post(t, op, f.ts.URL+"/quarantine/0000000000000001/thaw", url.Values{"csrf": {csrf}, "reset": {"1"}})
 	if resp.StatusCode != http.StatusSeeOther || len(f.q.thawed) != 1 || f.q.thawed[0].By != "op (console)" || !f.q.thawed[0].ResetRate {

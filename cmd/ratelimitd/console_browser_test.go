@@ -551,13 +551,16 @@ via = ["policy"]
 		t.Fatalf("after delete the queue has %v (held %v); part 04 was %s", all, held, queueIDs["04"])
 	}
 
-	// A viewer's thaw is refused and changes nothing.
+	// A viewer's thaw is refused and changes nothing: the confirmation
+	// page itself is 403, with no form to submit.
 	v := b.tab()
 	v.login("view", pw)
 	v.open("/quarantine/" + ids["05"] + "/confirm?op=thaw")
-	v.submit("#confirm")
-	if st := v.status("POST", v.origin+"/quarantine/"+ids["05"]+"/thaw"); st != http.StatusForbidden {
-		t.Fatalf("viewer's thaw: status %d, want 403", st)
+	if st := v.status("GET", v.origin+"/quarantine/"+ids["05"]+"/confirm?op=thaw"); st != http.StatusForbidden {
+		t.Fatalf("viewer's confirmation page: status %d, want 403", st)
+	}
+	if txt := v.text("main"); !strings.Contains(txt, "may not act") {
+		t.Fatalf("the viewer's confirmation page does not refuse:\n%s", txt)
 	}
 	time.Sleep(500 * time.Millisecond)
 	if _, held := pf.QueueIDs(t); len(held) != 1 || sink.Count() != 3 {

@@ -105,6 +105,7 @@ func newQuarantineThawCmd(opts *rootOptions) *cobra.Command {
 	thaw.Flags().StringVar(&sel.Sender, "sender", "", "every held/frozen message from this envelope sender")
 	thaw.Flags().StringVar(&sel.Key, "key", "", "every held/frozen message of this rate key")
 	thaw.Flags().BoolVar(&sel.ResetRate, "reset-rate", false, "also reset the rate of the keys involved")
+	thaw.Flags().BoolVar(&sel.Again, "again", false, "re-inject thawed frozen messages (IDs) once more from the body kept for keep_thawed, e.g. after a thaw went to the wrong listener")
 	thaw.Flags().BoolVar(&sel.Force, "force", false, "also re-inject frozen messages whose last thaw was interrupted (they may be delivered twice)")
 	return thaw
 }

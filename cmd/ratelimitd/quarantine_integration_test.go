@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -199,6 +200,10 @@ via = ["policy"]
 		}
 		if m.Header("X-Ratelimitd-Thawed") != "" {
 			thawed++
+			// The milter's copy keeps the trace Postfix's smtpd wrote on its own.
+			if !regexp.MustCompile(`(?m)^Received: from \S+ \(\S+ \[192\.0\.2\.7\]\)\r?\n\s+by .* with ESMTPA id [0-9A-Za-z]+`).Match(m.Data) {
+				t.Errorf("%s: no Received line with ESMTPA:\n%s", subj, m.Data[:min(len(m.Data), 1500)])
+			}
 			if m.From != "alice@example.org" || len(m.To) != 1 || m.To[0] != "rcpt@example.net" {
 				t.Errorf("%s: envelope %s -> %v", subj, m.From, m.To)
 			}

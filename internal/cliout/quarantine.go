@@ -20,7 +20,7 @@ import (
 // Entries prints one table row per quarantined message (subjects cut to
 // 60 characters) and the count.
 func Entries(w io.Writer, es []quarantine.Entry) {
-	t := termsafe.NewTable(w, "ID", "STATE", "QUEUE_ID", "AGE", "SENDER", "RCPTS", "SIZE", "LIMIT", "SUBJECT")
+	t := termsafe.NewTable(w, "ID", "STATE", "QUEUE_ID", "AGE", "SENDER", "RCPTS", "SIZE", "LIMIT", "SUBJECT", "LAST_THAW")
 	now := time.Now()
 	for _, e := range es {
 		subj := []rune(quarantine.CleanLine(e.Subject))
@@ -36,7 +36,7 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
 		t.Row(e.ID, state, orDash(quarantine.CleanLine(e.QueueID)), human.Duration(now.Sub(e.Created).Round(time.Second)),
-			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, string(subj))
+			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, string(subj), lastThaw(e))
 	}
 	t.Flush()
 	fmt.Fprintln(w, plural.N(len(es), "message"))
@@ -122,4 +122,21 @@ func Suspended(w io.Writer, res admin.SuspendResult, resume bool) {
 	default:
 		fmt.Fprintf(w, "%s: was not suspended\n", key)
 	}
+}
+
+// lastThaw says where the last thaw of e went, or why it failed, in at
+// most 80 characters; "-" if none.
+func lastThaw(e quarantine.Entry) string {
+	s := ""
+	switch {
+	case e.Error != "" && e.State != quarantine.Deleted:
+		s = "failed: " + e.Error
+	case e.State == quarantine.Thawed && e.ThawedAs != "":
+		s = "queued as " + e.ThawedAs + " at " + e.ThawedTo
+	}
+	r := []rune(quarantine.CleanLine(s))
+	if len(r) > 80 {
+		r = append(r[:77], []rune("...")...)
+	}
+	return orDash(string(r))
 }

@@ -26,6 +26,7 @@ func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *
 			DeleteCommand: c.DeleteCommand, ShowCommand: c.ShowCommand, ListCommand: *c.QueueListCommand},
 		Reinjector:   &mailout.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
 		MaxAge:       time.Duration(*c.MaxAge),
+		KeepThawed:   time.Duration(*c.KeepThawed),
 		ExpireAction: lifecycle.ExpireAction(c.ExpireAction),
 		AlertEvery:   c.AlertEvery,
 		Logger:       log,

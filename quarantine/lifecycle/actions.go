@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -20,6 +20,10 @@ type Selection struct {
 	OlderThan time.Duration `json:"older_than,omitempty"`
 	// ResetRate (Thaw) forgets the keys' rates first.
 	ResetRate bool `json:"reset_rate,omitempty"`
+	// Again (Thaw, IDs only) re-injects thawed frozen messages whose body
+	// is still kept (Options.KeepThawed), e.g. after a thaw went to the
+	// wrong listener.
+	Again bool `json:"again,omitempty"`
 	// Force acts on interrupted frozen entries (quarantine.ErrInterrupted);
 	// with Delete it also forgets unconfirmed held entries.
 	Force bool `json:"force,omitempty"`
@@ -78,6 +82,9 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sel.Again && len(sel.IDs) == 0 {
+		return nil, errors.New("thaw --again needs the IDs of thawed messages (see ratelimitd quarantine list --state thawed)")
+	}
 	if sel.ResetRate && s.opts.Rates == nil {
 		return nil, errors.New("the rates cannot be reset here: thaw without --reset-rate, then ratelimitd rate reset KEY")
 	}
@@ -94,6 +101,9 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 		s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 	}
 	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
+		if sel.Again {
+			return s.releaseAgain(ctx, e, sel.By)
+		}
 		return s.release(ctx, e, sel.By, sel.Force, Thawed)
 	})
 	for i := range out {
@@ -130,7 +140,24 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		s.recordError(e.ID, err)
 		return "", err
 	}
-	note := ""
+	return s.released(ctx, e, by, kind, false)
+}
+
+// releaseAgain claims thawed e and re-injects its kept body.
+func (s *Service) releaseAgain(ctx context.Context, e quarantine.Entry, by string) (string, error) {
+	e, err := s.q.ClaimThawed(e.ID, s.token)
+	if err != nil {
+		return "", err
+	}
+	e.State = quarantine.Frozen // what it was: re-injected as a frozen message
+	return s.released(ctx, e, by, Thawed, true)
+}
+
+// released releases claimed e (again: thawed before) and marks it
+// thawed; it returns a note.
+func (s *Service) released(ctx context.Context, e quarantine.Entry, by string, kind Kind, again bool) (string, error) {
+	var err error
+	note, to, as := "", "", ""
 	switch e.State {
 	case quarantine.Held:
 		var warn error
@@ -138,20 +165,34 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 			note = "released, but: " + warn.Error()
 		}
 	case quarantine.Frozen:
-		err = s.reinject(ctx, e, by)
+		var reply string
+		if to, reply, err = s.reinject(ctx, e); err == nil {
+			// The server's own words: bounded and cleaned, they are stored and shown.
+			reply = clip(reply, 200)
+			if as = mailout.QueuedAs(reply); as != "" {
+				note = "re-injected to " + to + ", queued as " + as
+			} else {
+				as = reply
+				note = "re-injected to " + to + ", answered 250 " + reply
+			}
+		}
 	}
 	if err != nil {
 		s.recordError(e.ID, err)
 		return "", err
 	}
-	if err := s.q.MarkThawed(e.ID); err != nil {
+	if err := s.q.MarkThawed(e.ID, to, as); err != nil {
 		// Loud: on restart a frozen entry needs --force.
 		s.fail("store", err)
 		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
 		return "", fmt.Errorf("released, but recording it failed: %w", err)
 	}
-	s.forget(e.Key)
-	e.State = quarantine.Thawed
+	if again {
+		note = "again: " + note
+	} else {
+		s.forget(e.Key)
+	}
+	e.State, e.ThawedTo, e.ThawedAs = quarantine.Thawed, to, as
 	s.emit(ctx, kind, e, by, note)
 	return note, nil
 }
@@ -163,30 +204,26 @@ func (s *Service) recordError(id string, err error) {
 	}
 }
 
-func (s *Service) reinject(ctx context.Context, e quarantine.Entry, by string) error {
+// reinject sends frozen e to the re-injection listener; it returns the
+// listener's address and its reply to the data.
+func (s *Service) reinject(ctx context.Context, e quarantine.Entry) (string, string, error) {
 	if s.opts.Reinjector == nil {
-		return errors.New("lifecycle: no re-injection listener configured")
+		return "", "", errors.New("lifecycle: no re-injection listener configured")
 	}
 	msg, err := s.q.Message(e.ID)
 	if err != nil {
-		return err
+		return "", "", err
 	}
-	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; limit=%s; key=%s; frozen=%s; thawed=%s; by=%s", e.ID,
-		e.Limit, e.Key, e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339), headerSafe(by))
-	if err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, mta.ReplyText(hdr, 900), msg); err != nil {
+	// What every recipient may see: no key (the sender's login), limit or
+	// operator; the ID finds the rest in the quarantine and event log.
+	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; frozen=%s; thawed=%s", e.ID,
+		e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339))
+	reply, err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, mta.ReplyText(hdr, 900), msg)
+	if err != nil {
 		s.fail("reinject", err)
-		return err
+		return "", "", err
 	}
-	return nil
-}
-
-func headerSafe(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == ';' || r < 0x20 || r > 0x7e {
-			return '_'
-		}
-		return r
-	}, s)
+	return s.opts.Reinjector.Addr, reply, nil
 }
 
 // Delete deletes the selected entries, claimed first, held mail from the
@@ -241,8 +278,12 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	}
 	var body []byte
 	switch {
-	case e.State == quarantine.Frozen:
-		if body, err = s.q.Message(id); err == nil && !raw {
+	case e.State == quarantine.Frozen || e.State == quarantine.Thawed && e.Hash != "":
+		body, err = s.q.Message(id)
+		if e.State == quarantine.Thawed && errors.Is(err, quarantine.ErrNoContent) {
+			return e, nil, nil // swept after keep_thawed
+		}
+		if err == nil && !raw {
 			p, perr := quarantine.PreviewMessage(body, 0)
 			if body, err = []byte(p.String()), perr; err != nil {
 				body = nil

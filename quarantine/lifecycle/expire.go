@@ -25,10 +25,18 @@ type ExpireReport struct {
 	Bounced, NullSender, Kept, Purged int
 }
 
-// Expire applies ExpireAction to pending entries older than MaxAge (if
-// set), then older audit records; an entry it cannot return is kept.
+// Expire drops thawed messages kept past KeepThawed, applies ExpireAction
+// to pending entries older than MaxAge (if set), then removes older audit
+// records; an entry it cannot return is kept.
 func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	var r ExpireReport
+	if n, err := s.q.SweepThawed(now.Add(-s.opts.KeepThawed)); err != nil {
+		s.fail("expire", err)
+		s.log.Error("quarantine expiry: sweeping thawed messages failed", "err", err)
+	} else if n > 0 {
+		s.log.Info("quarantine expiry: thawed messages past keep_thawed dropped", "messages", n,
+			"keep_thawed", human.Duration(s.opts.KeepThawed))
+	}
 	maxAge := s.opts.MaxAge
 	if maxAge <= 0 {
 		return r
@@ -148,7 +156,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	if err != nil {
 		return err
 	}
-	if err := s.opts.Reinjector.Reinject(ctx, "", []string{e.Sender}, "", dsn); err != nil {
+	if _, err := s.opts.Reinjector.Reinject(ctx, "", []string{e.Sender}, "", dsn); err != nil {
 		s.fail("dsn", err)
 		return fmt.Errorf("sending the DSN to <%s>: %w", e.Sender, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,10 @@ type Options struct {
 	// records removed; zero keeps everything.
 	MaxAge       time.Duration
 	ExpireAction ExpireAction
+	// KeepThawed is how long a thawed frozen message's body is kept, so
+	// Selection.Again can send it again; Expire sweeps it after. Zero
+	// sweeps it at the next Expire.
+	KeepThawed time.Duration
 	// AlertEvery logs "KEY has N quarantined messages" at 1 and each
 	// multiple.
 	AlertEvery int
@@ -182,7 +187,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	case freeze:
 		failed = "freezing a message failed: temp-failing it"
 		if _, err = m.Body.Seek(0, io.SeekStart); err == nil {
-			r, err = s.q.RecordFreeze(e, m.Body)
+			r, err = s.q.RecordFreeze(e, io.MultiReader(strings.NewReader(s.received(req, rcpts(m))), m.Body))
 		}
 	case hold:
 		failed = "recording a held message failed: deferring it instead of holding it"
@@ -203,6 +208,49 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	}
 	s.recorded(ctx, e, r)
 	return r.ID, nil
+}
+
+// rcpts are m's recipients (Message.Recipients, else Request.Recipient).
+func rcpts(m Message) []string {
+	if len(m.Recipients) == 0 && m.Request.Recipient != "" {
+		return []string{m.Request.Recipient}
+	}
+	return m.Recipients
+}
+
+// received returns the Received: field (RFC 5321 4.4, with CRLF) the MTA
+// put on its own copy, rebuilt from req: a milter's copy lacks it, and the
+// thawed message keeps its trace. Like Postfix's smtpd it says ESMTPA for
+// a SASL login and names a single recipient; the host is ReportingMTA.
+func (s *Service) received(req *policy.Request, rcpts []string) string {
+	safe := func(v, or string) string { // one atom-ish token, no folding or comment breakers
+		v = strings.Map(func(r rune) rune {
+			if r <= ' ' || r > '~' || r == '(' || r == ')' || r == ';' || r == '[' || r == ']' || r == '<' || r == '>' {
+				return -1
+			}
+			return r
+		}, v)
+		return cmp.Or(clip(v, 255), or)
+	}
+	proto := "ESMTP"
+	if req.SASLMethod != "" || req.SASLUsername != "" {
+		proto = "ESMTPA"
+	}
+	host := s.opts.ReportingMTA
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Received: from %s (%s [%s])\r\n\tby %s (ratelimitd, for the MTA) with %s", safe(req.HeloName, "unknown"),
+		safe(req.ClientName, "unknown"), safe(req.ClientAddress, "unknown"), safe(host, "localhost"), proto)
+	if q := req.QueueID; quarantine.ValidQueueID(q) {
+		b.WriteString(" id " + q)
+	}
+	if len(rcpts) == 1 {
+		b.WriteString("\r\n\tfor <" + safe(rcpts[0], "") + ">")
+	}
+	b.WriteString("; " + s.now().Format(time.RFC1123Z) + "\r\n")
+	return b.String()
 }
 
 // awaiting remembers or forgets instance as held at RCPT without queue ID.

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -83,8 +84,9 @@ func TestThawQuitFailureCountsAsDelivered(t *testing.T) {
 	if len(out) != 1 || out[0].OK {
 		t.Fatalf("second thaw: %+v", out)
 	}
-	if ent, _ := e.q.Get(ids[0]); ent.State != quarantine.Thawed {
-		t.Fatalf("entry %s after thaw", ent.State)
+	// go-smtp's server names no queue ID: the whole reply is recorded.
+	if ent, _ := e.q.Get(ids[0]); ent.State != quarantine.Thawed || ent.ThawedTo != sink.Addr() || !strings.Contains(ent.ThawedAs, "OK: queued") {
+		t.Fatalf("entry after thaw: %+v", ent)
 	}
 	if n := sink.Count(); n != 1 {
 		t.Fatalf("sink has %d messages, want 1", n)
@@ -166,5 +168,92 @@ func TestEventsAndSuspend(t *testing.T) {
 	nop.QuarantineEvent(context.Background(), Event{})
 	if _, err := New(e.q, Options{ExpireAction: "shred"}); err == nil || errors.Is(err, nil) {
 		t.Fatal("unknown expire action accepted")
+	}
+}
+
+// TestThawHeaderTellsRecipientsOnly: the X-Ratelimitd-Thawed header a
+// thawed message carries to every recipient names the quarantine entry
+// and times, not the operator (user, uid, pid), key or limit.
+func TestThawHeaderTellsRecipientsOnly(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr())})
+	ids := e.freeze(t, "alice@example.org", 1)
+	if out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root (uid 0, pid 21157)"}); err != nil || len(out) != 1 || !out[0].OK {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	h := sink.WaitCount(t, 1, 10*time.Second)[0].Header("X-Ratelimitd-Thawed")
+	if !strings.HasPrefix(h, "id="+ids[0]+"; frozen=") || !strings.Contains(h, "; thawed=") {
+		t.Errorf("header %q lacks the entry and times", h)
+	}
+	for _, leak := range []string{"root", "uid", "pid", "by=", "alice", "key=", "tenfreeze"} {
+		if strings.Contains(h, leak) {
+			t.Errorf("header %q tells recipients %q", h, leak)
+		}
+	}
+}
+
+// TestThawedBodySweptAfterKeepThawed: a thawed message's body is kept for
+// KeepThawed (show still has it, --again can send it), and Expire drops
+// it after; --again is then refused and sends nothing.
+func TestThawedBodySweptAfterKeepThawed(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	clk := &clock{t0}
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr()), KeepThawed: time.Hour, Now: clk.now})
+	ids := e.freeze(t, "alice@example.org", 2)
+	if out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root"}); err != nil || len(out) != 2 || !out[1].OK {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	clk.t = t0.Add(59 * time.Minute)
+	e.svc.Expire(context.Background(), clk.t)
+	if _, body, err := e.svc.Show(context.Background(), ids[0], true); err != nil || !bytes.Contains(body, []byte("message 00")) {
+		t.Fatalf("show within keep_thawed: %q %v", body, err)
+	}
+	if out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids[:1], Again: true, By: "root"}); len(out) != 1 || !out[0].OK {
+		t.Fatalf("thaw --again within keep_thawed: %+v", out)
+	}
+	sink.WaitCount(t, 3, 10*time.Second)
+	// ids[0] was thawed again at 59m: its hour starts then.
+	clk.t = t0.Add(61 * time.Minute)
+	e.svc.Expire(context.Background(), clk.t)
+	if _, body, err := e.svc.Show(context.Background(), ids[0], true); err != nil || body == nil {
+		t.Fatalf("show of the message thawed again: %q %v", body, err)
+	}
+	if _, body, err := e.svc.Show(context.Background(), ids[1], true); err != nil || body != nil {
+		t.Fatalf("show past keep_thawed: %q %v", body, err)
+	}
+	out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids[1:], Again: true, By: "root"})
+	if len(out) != 1 || out[0].OK || !strings.Contains(out[0].Error, "swept") {
+		t.Fatalf("thaw --again past keep_thawed: %+v", out)
+	}
+	clk.t = t0.Add(2 * time.Hour)
+	e.svc.Expire(context.Background(), clk.t)
+	if _, body, _ := e.svc.Show(context.Background(), ids[0], true); body != nil {
+		t.Fatalf("show of ids[0] past keep_thawed: %q", body)
+	}
+	if n := sink.Count(); n != 3 {
+		t.Fatalf("sink has %d messages, want 3", n)
+	}
+}
+
+// TestFreezeKeepsReceivedTrace: a milter freeze stores the Received line
+// the MTA wrote on its own copy (with ESMTPA for a SASL login), and
+// client-chosen values (HELO) cannot fold it or add a field.
+func TestFreezeKeepsReceivedTrace(t *testing.T) {
+	e := newEnv(t, Options{ReportingMTA: "mx.example.org", Now: (&clock{t0}).now})
+	msg := mtatest.BuildMessage("alice@example.org", "rcpt@example.net", "trace", "hello\n")
+	req := &policy.Request{Sender: "alice@example.org", SASLUsername: "alice", SASLMethod: "PLAIN", HeloName: "evil\r\nBcc: x@example.com (",
+		ClientName: "client.example.org", ClientAddress: "192.0.2.7", QueueID: "4XbY1z3kQ9z9"}
+	id, err := e.svc.Record(context.Background(), Message{Request: req, Recipients: []string{"rcpt@example.net"}, Body: bytes.NewReader(msg)},
+		&policy.Decision{Action: policy.Freeze, Limit: "tenfreeze", Key: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.q.Message(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Received: from evilBcc:x@example.com (client.example.org [192.0.2.7])\r\n\tby mx.example.org (ratelimitd, for the MTA) with ESMTPA id 4XbY1z3kQ9z9\r\n\tfor <rcpt@example.net>; Sun, 01 Mar 2026 12:00:00 +0000\r\n"
+	if !bytes.HasPrefix(got, []byte(want)) || !bytes.HasSuffix(got, msg) {
+		t.Fatalf("stored message:\n%q\nwant prefix\n%q", got[:min(len(got), 300)], want)
 	}
 }

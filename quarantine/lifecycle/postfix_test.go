@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
 // startHoldingPostfix starts a real private Postfix that puts every
@@ -115,4 +116,91 @@ func TestExpireHeldReturnsToSender(t *testing.T) {
 		t.Fatalf("bounce envelope %q -> %v", msgs[0].From, msgs[0].To)
 	}
 	pf.WaitQueueEmpty(t, 30*time.Second)
+}
+
+// TestThawRecordsPostfixQueueID: a frozen message thawed through a real
+// Postfix's re-injection smtpd records the queue ID Postfix answered
+// ("250 2.0.0 Ok: queued as ...") in the entry, the event and the
+// outcome, and Postfix delivers the message under that queue ID.
+func TestThawRecordsPostfixQueueID(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ReinjectPort: true})
+	e := newEnv(t, Options{Reinjector: reinjector(pf.ReinjectAddr)})
+	ids := e.freeze(t, "alice@example.org", 3)
+	out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root"})
+	if err != nil || len(out) != 3 {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	sink.WaitCount(t, 3, 60*time.Second)
+	seen := map[string]bool{}
+	for i, id := range ids {
+		got, err := e.q.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out[i].OK || got.State != quarantine.Thawed || got.ThawedTo != pf.ReinjectAddr || !quarantine.ValidQueueID(got.ThawedAs) || seen[got.ThawedAs] {
+			t.Fatalf("entry %s after thaw: %+v (outcome %+v)", id, got, out[i])
+		}
+		seen[got.ThawedAs] = true
+		if !strings.Contains(out[i].Note, "queued as "+got.ThawedAs) {
+			t.Errorf("outcome note %q lacks queued as %s", out[i].Note, got.ThawedAs)
+		}
+		pf.WaitLog(t, got.ThawedAs+": to=<rcpt@example.net>", 30*time.Second)
+	}
+	e.ev.mu.Lock()
+	defer e.ev.mu.Unlock()
+	thawed := 0
+	for _, ev := range e.ev.evs {
+		if ev.Kind == Thawed {
+			thawed++
+			if !seen[ev.Entry.ThawedAs] || !strings.Contains(ev.Detail, "queued as "+ev.Entry.ThawedAs) {
+				t.Errorf("thaw event %+v lacks the new queue ID", ev)
+			}
+		}
+	}
+	if thawed != 3 {
+		t.Errorf("%d thaw events, want 3", thawed)
+	}
+}
+
+// TestThawAgainAfterWrongListener: a thaw whose re-injection reached the
+// wrong listener (an SMTP sink on another port, which answered 250) is
+// repeated from the kept body once reinject_addr is fixed: Postfix then
+// delivers it once, and the entry names Postfix's queue ID.
+func TestThawAgainAfterWrongListener(t *testing.T) {
+	wrong, sink := mtatest.StartSink(t), mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ReinjectPort: true})
+	r := reinjector(wrong.Addr())
+	e := newEnv(t, Options{Reinjector: r, KeepThawed: time.Hour})
+	ids := e.freeze(t, "alice@example.org", 3)
+	if out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, By: "root"}); err != nil || len(out) != 3 || !out[2].OK {
+		t.Fatalf("thaw: %+v %v", out, err)
+	}
+	wrong.WaitCount(t, 3, 30*time.Second)
+	if out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids[:1], By: "root"}); len(out) != 1 || out[0].OK {
+		t.Fatalf("a plain second thaw must not send again: %+v", out)
+	}
+	r.Addr = pf.ReinjectAddr
+	out, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, Again: true, By: "root"})
+	if err != nil || len(out) != 3 || !out[0].OK || !out[1].OK || !out[2].OK || !strings.HasPrefix(out[0].Note, "again: re-injected to "+pf.ReinjectAddr) {
+		t.Fatalf("thaw --again: %+v %v\n%s", out, err, e.logs.String())
+	}
+	msgs := sink.WaitCount(t, 3, 60*time.Second)
+	pf.WaitQueueEmpty(t, 30*time.Second)
+	subjects := map[string]int{}
+	for _, m := range sink.Messages() {
+		subjects[m.Header("Subject")]++
+	}
+	if len(msgs) != 3 || len(subjects) != 3 {
+		t.Fatalf("delivered %v, want each of 3 once", subjects)
+	}
+	for _, id := range ids {
+		got, _ := e.q.Get(id)
+		if got.State != quarantine.Thawed || got.ThawedTo != pf.ReinjectAddr || !quarantine.ValidQueueID(got.ThawedAs) || got.Attempts < 2 {
+			t.Errorf("entry after the repeat: %+v", got)
+		}
+	}
+	if wrong.Count() != 3 {
+		t.Errorf("the wrong listener got %d messages, want 3", wrong.Count())
+	}
 }
