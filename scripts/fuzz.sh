@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Fuzz target in the module for a bounded run each ($1: a -fuzztime,
-# default 100000x executions).
+# default 50000x executions).
 set -euo pipefail
-t=${1:-100000x}
+t=${1:-50000x}
 for pkg in $(go list ./...); do
 	dir=$(go list -f '{{.Dir}}' "$pkg")
 	for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | awk '{print $2}'); do

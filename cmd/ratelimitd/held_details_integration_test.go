@@ -72,7 +72,7 @@ via = ["policy"]
 	out, _ := cli(t, "--config", cfgPath, "quarantine", "list")
 	row := strings.Fields(strings.Split(out, "\n")[1])
 	if len(row) < 9 || row[1] != "held" || row[2] != held[0] || row[5] != "3" || row[6] != fmt.Sprint(e.Size) ||
-		!strings.HasSuffix(strings.Split(out, "\n")[1], "quarterly report 2") {
+		!strings.HasSuffix(strings.Split(out, "\n")[1], "quarterly report 2  -") {
 		t.Errorf("quarantine list:\n%s", out)
 	}
 	out, _ = cli(t, "--config", cfgPath, "events", "--action", "hold")
