@@ -127,7 +127,11 @@ func TestPrivilegeDrop(t *testing.T) {
 				t.Fatalf("start %d, request %d: %q", i, j, got)
 			}
 		}
-		cmd.Process.Signal(syscall.SIGHUP) // reopens the log file as the user
+		// SIGHUP reopens the log file as the user. The test waits for
+		// the reload before SIGTERM: two signals sent back to back may
+		// be taken by two threads and reach the daemon in either order.
+		cmd.Process.Signal(syscall.SIGHUP)
+		waitLog(t, path, `msg="configuration reloaded"`, i+1, logs)
 		cmd.Process.Signal(syscall.SIGTERM)
 		if err := waitExit(cmd); err != nil {
 			t.Fatalf("start %d: serve exited with %v\n%s", i, err, logs)
@@ -239,6 +243,18 @@ func readLog(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// waitLog waits up to a minute for the log file beside the configuration
+// at path to hold n lines containing text.
+func waitLog(t *testing.T, path, text string, n int, logs *strings.Builder) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Count(readLog(t, path), text) >= n {
+			return
+		}
+	}
+	t.Fatalf("log: no %d lines with %q within a minute\n%s\n%s", n, text, readLog(t, path), logs)
 }
 
 // copyFile copies the executable src to dst (mode 0755).
