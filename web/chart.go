@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,12 +25,11 @@ import (
 )
 
 // The key page's chart: one panel per limit with state for the key, over
-// the last chartWindow, rendered as PNG by gonum.org/v1/plot. Renders are
+// a chartWindow, rendered as PNG by gonum.org/v1/plot. Renders are
 // bounded: chartRenders at once (more are answered 503 with Retry-After at
 // once), each within chartTimeout, each panel thinned to chartPoints
 // samples (the highest rate of each slot of the window kept).
 const (
-	chartWindow  = 24 * time.Hour
 	chartWidth   = 9 * vg.Inch
 	chartPanel   = 2.4 * vg.Inch
 	chartDPI     = 96
@@ -40,12 +40,67 @@ const (
 	chartRetry   = "2" // seconds, the Retry-After of a 503
 )
 
+// chartWindow is a span the key page offers: the last D, labelled every
+// Step in Format (UTC).
+type chartWindow struct {
+	Name   string
+	D      time.Duration
+	Step   time.Duration
+	Format string
+}
+
+// chartWindows are the windows offered, shortest first; defaultWindow is
+// the key page's without ?window=.
+var chartWindows = []chartWindow{
+	{"1h", time.Hour, 10 * time.Minute, "15:04"},
+	{"6h", 6 * time.Hour, time.Hour, "15:04"},
+	{"24h", 24 * time.Hour, 3 * time.Hour, "15:04"},
+	{"7d", 7 * 24 * time.Hour, 24 * time.Hour, "Mon 01-02"},
+}
+
+const defaultWindow = "24h"
+
+// windowFor is the chartWindow named by ?window= ("" is defaultWindow);
+// an error names the choices.
+func windowFor(r *http.Request) (chartWindow, error) {
+	name := cmp.Or(r.URL.Query().Get("window"), defaultWindow)
+	for _, w := range chartWindows {
+		if w.Name == name {
+			return w, nil
+		}
+	}
+	return chartWindow{}, fmt.Errorf("window %q: want 1h, 6h, 24h or 7d", name)
+}
+
+// showing is the shortest window that shows a refusal at t.
+func showing(now, t time.Time) string {
+	for _, w := range chartWindows {
+		if now.Sub(t) < w.D*9/10 {
+			return w.Name
+		}
+	}
+	return chartWindows[len(chartWindows)-1].Name
+}
+
+// Ticks marks every Step between min and max (Unix seconds), aligned to
+// UTC: plot.Ticker.
+func (cw chartWindow) Ticks(min, max float64) []plot.Tick {
+	var ticks []plot.Tick
+	for t := time.Unix(int64(min), 0).UTC().Truncate(cw.Step); float64(t.Unix()) <= max; t = t.Add(cw.Step) {
+		if float64(t.Unix()) >= min {
+			ticks = append(ticks, plot.Tick{Value: float64(t.Unix()), Label: t.Format(cw.Format)})
+		}
+	}
+	return ticks
+}
+
 var (
 	rateColor  = color.RGBA{31, 119, 180, 255}
 	limitColor = color.RGBA{214, 39, 40, 255}
 )
 
-// chart answers GET /chart.png?key=K: 503 with Retry-After while
+// chart answers GET /chart.png?key=K&window=W (chartWindows; 400 for
+// another): 503 with Retry-After while
 // chartRenders others are drawn or when the render passes chartTimeout.
 func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 	select {
@@ -56,6 +111,11 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.URL.Query().Get("key")
+	cw, err := windowFor(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), chartTimeout)
 	defer cancel()
 	now := s.opts.Now()
@@ -64,12 +124,12 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	evs, err := s.opts.Events.Query(ctx, events.Query{Key: key, Since: now.Add(-chartWindow), Max: maxChartEvts})
+	evs, err := s.opts.Events.Query(ctx, events.Query{Key: key, Since: now.Add(-cw.D), Max: maxChartEvts})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	png, err := renderChart(ctx, key, rates, evs, now)
+	png, err := renderChart(ctx, key, cw, rates, evs, now)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.log.Warn("chart not drawn within its deadline", "key", key, "timeout", chartTimeout)
 		chartBusy(w, "the chart took too long to draw")
@@ -89,11 +149,12 @@ func chartBusy(w http.ResponseWriter, why string) {
 	http.Error(w, "chart: "+why+"; try again in "+chartRetry+" s", http.StatusServiceUnavailable)
 }
 
-// sample is the key's rate under one limit, from an event or the state.
+// sample is the key's rate under one limit, from an event or the state;
+// refused counts the refusals it stands for (coalesced events' Count).
 type sample struct {
 	t       time.Time
 	rate    float64
-	refused bool
+	refused int
 }
 
 // rateSeries is one limit's line: between samples the rate decays as
@@ -124,8 +185,8 @@ func decay(rate float64, d time.Duration, period time.Duration) float64 {
 }
 
 // thin keeps at most n of samples (sorted by time) between from and to:
-// of each of n equal slots, the sample of the highest rate, refused if any
-// in the slot was.
+// of each of n equal slots, the sample of the highest rate, with the
+// slot's refusals.
 func thin(samples []sample, from, to time.Time, n int) []sample {
 	if len(samples) <= n || !to.After(from) {
 		return samples
@@ -134,7 +195,7 @@ func thin(samples []sample, from, to time.Time, n int) []sample {
 	slot := func(t time.Time) int { return int(float64(n) * float64(t.Sub(from)) / float64(to.Sub(from))) }
 	for _, sm := range samples {
 		if k := len(out) - 1; k >= 0 && slot(out[k].t) == slot(sm.t) {
-			refused := out[k].refused || sm.refused
+			refused := out[k].refused + sm.refused
 			if sm.rate > out[k].rate {
 				out[k] = sm
 			}
@@ -146,9 +207,10 @@ func thin(samples []sample, from, to time.Time, n int) []sample {
 	return out
 }
 
-// renderChart draws one panel per limit: the rate line, the limit
-// (dashed) and the refusals (crosses); ctx's error once it ends.
-func renderChart(ctx context.Context, key string, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
+// renderChart draws one panel per limit over the window cw: the rate
+// line, the limit (dashed) and the refusals (crosses, larger for more);
+// ctx's error once it ends.
+func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
 	type limitSeries struct {
 		name    string
 		max     float64
@@ -171,7 +233,11 @@ func renderChart(ctx context.Context, key string, rates []policy.KeyRate, evs []
 			byLimit[e.Limit] = ls
 			order = append(order, e.Limit)
 		}
-		ls.samples = append(ls.samples, sample{t: e.Time, rate: e.Rate, refused: slices.Contains(events.Refusals, e.Action)})
+		sm := sample{t: e.Time, rate: e.Rate}
+		if slices.Contains(events.Refusals, e.Action) {
+			sm.refused = max(e.Count, 1)
+		}
+		ls.samples = append(ls.samples, sm)
 	}
 	var plots [][]*plot.Plot
 	for _, name := range order {
@@ -180,8 +246,8 @@ func renderChart(ctx context.Context, key string, rates []policy.KeyRate, evs []
 		}
 		ls := byLimit[name]
 		sort.SliceStable(ls.samples, func(i, j int) bool { return ls.samples[i].t.Before(ls.samples[j].t) })
-		ls.samples = thin(ls.samples, now.Add(-chartWindow), now, chartPoints)
-		p, err := chartPanelPlot(key, ls.name, ls.max, ls.period, ls.samples, now)
+		ls.samples = thin(ls.samples, now.Add(-cw.D), now, chartPoints)
+		p, err := chartPanelPlot(key, cw, ls.name, ls.max, ls.period, ls.samples, now)
 		if err != nil {
 			return nil, err
 		}
@@ -212,13 +278,13 @@ func renderChart(ctx context.Context, key string, rates []policy.KeyRate, evs []
 	return b.Bytes(), nil
 }
 
-func chartPanelPlot(key, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
+func chartPanelPlot(key string, cw chartWindow, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, human.Number(max), dur(period))
 	p.Title.TextStyle.Font.Size = vg.Points(11)
-	p.X.Min, p.X.Max = float64(now.Add(-chartWindow).Unix()), float64(now.Unix())
-	p.X.Tick.Marker = plot.TimeTicks{Format: "15:04", Time: func(t float64) time.Time { return time.Unix(int64(t), 0).UTC() }}
-	p.X.Label.Text = "time (UTC)"
+	p.X.Min, p.X.Max = float64(now.Add(-cw.D).Unix()), float64(now.Unix())
+	p.X.Tick.Marker = cw
+	p.X.Label.Text = "time (UTC), the last " + cw.Name
 	p.Y.Label.Text = "rate per period"
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
@@ -252,9 +318,11 @@ func chartPanelPlot(key, limit string, max float64, period time.Duration, sample
 		}
 	}
 	var refused plotter.XYs
+	var counts []int
 	for _, sm := range samples {
-		if sm.refused {
+		if sm.refused > 0 {
 			refused = append(refused, plotter.XY{X: float64(sm.t.Unix()), Y: sm.rate})
+			counts = append(counts, sm.refused)
 		}
 	}
 	if len(refused) > 0 {
@@ -262,10 +330,22 @@ func chartPanelPlot(key, limit string, max float64, period time.Duration, sample
 		if err != nil {
 			return nil, err
 		}
-		p.Legend.Add("refused", sc)
+		sc.GlyphStyleFunc = func(i int) draw.GlyphStyle {
+			g := sc.GlyphStyle
+			g.Radius *= vg.Length(1 + math.Log10(float64(counts[i])))
+			return g
+		}
+		p.Legend.Add(fmt.Sprintf("refused (%d)", sumInts(counts)), sc)
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
 	return p, nil
+}
+
+func sumInts(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // addScatter adds the points xys, drawn with g, to p.

@@ -17,7 +17,7 @@ func benchChart(b *testing.B, n int) {
 	}
 	rates := []policy.KeyRate{{Limit: "hourly", Key: "k", Rate: 200, Max: 200, Period: time.Hour}}
 	for b.Loop() {
-		if _, err := renderChart(b.Context(), "k", rates, evs, now); err != nil {
+		if _, err := renderChart(b.Context(), "k", chartWindows[2], rates, evs, now); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,11 +1,13 @@
 package web
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
@@ -47,8 +49,26 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 		v.Set("before", evs[len(evs)-1].ID)
 		next = "/events?" + v.Encode()
 	}
-	s.render(w, r, "events", map[string]any{"Title": "Events", "Events": evs, "Form": form, "Next": next,
+	s.render(w, r, "events", map[string]any{"Title": "Events", "Events": group(evs), "Form": form, "Next": next,
 		"Paged": q.Before != "", "UntilExample": s.opts.Now().UTC().Truncate(time.Hour).Format("2006-01-02 15:04")})
+}
+
+// group joins consecutive decisions (newest first) of one key, limit and
+// action into one row: the counts added, Time the oldest's, Last the
+// newest's, Rate the highest; the other fields are the oldest's.
+func group(evs []events.Event) []events.Event {
+	var out []events.Event
+	for _, e := range evs {
+		e.Count, e.Last = max(e.Count, 1), cmp.Or(e.Last, e.Time)
+		if k := len(out) - 1; k >= 0 && slices.Contains(events.Decisions, e.Action) &&
+			out[k].Key == e.Key && out[k].Limit == e.Limit && out[k].Action == e.Action {
+			e.Count, e.Last, e.Rate = e.Count+out[k].Count, out[k].Last, max(e.Rate, out[k].Rate)
+			out[k] = e
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // formValues are the query parameters keys of v, for a page's filter form.

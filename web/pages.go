@@ -35,10 +35,12 @@ var funcs = template.FuncMap{
 	"answer":   admin.AnswerLine,
 	"dur":      dur,
 	"keyURL":   func(k string) string { return "/keys/" + url.PathEscape(k) },
-	"chartURL": func(k string) string { return "/chart.png?key=" + url.QueryEscape(k) },
+	"chartURL": func(k, w string) string { return "/chart.png?" + url.Values{"key": {k}, "window": {w}}.Encode() },
+	"showing":  showing,
 	"clean":    termsafe.Line,
 	"join":     strings.Join,
 	"size":     size,
+	"span":     span,
 }
 
 func mustParsePages() *pages {
@@ -125,8 +127,15 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// keyPage shows a key's limits, its chart over ?window= (windowFor) and
+// its recent events.
 func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	cw, err := windowFor(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
 	ctx, now := r.Context(), s.opts.Now()
 	rates, err := s.opts.Rates.Lookup(ctx, now, key)
 	if err != nil {
@@ -138,8 +147,8 @@ func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return
 	}
-	s.render(w, r, "key", map[string]any{"Title": key, "Key": key, "Rates": rates, "Events": evs,
-		"Done": done(r)})
+	s.render(w, r, "key", map[string]any{"Title": key, "Key": key, "Rates": rates, "Events": group(evs),
+		"Window": cw, "Windows": chartWindows, "Done": done(r)})
 }
 
 // when prints t in UTC to the second; "never" for the zero time.
@@ -148,6 +157,20 @@ func when(t time.Time) string {
 		return "never"
 	}
 	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// span prints first to last (UTC) short for a table cell: "Dec 02
+// 15:04:05", "Dec 02 15:04:05–15:09:12" on one day, else "Dec 01
+// 23:58–Dec 02 00:03"; when gives the full times.
+func span(first, last time.Time) string {
+	first, last = first.UTC(), last.UTC()
+	switch {
+	case !last.After(first):
+		return first.Format("Jan 02 15:04:05")
+	case first.YearDay() == last.YearDay() && first.Year() == last.Year():
+		return first.Format("Jan 02 15:04:05–") + last.Format("15:04:05")
+	}
+	return first.Format("Jan 02 15:04–") + last.Format("Jan 02 15:04")
 }
 
 func ago(now, t time.Time) string {

@@ -321,8 +321,8 @@ func TestOverviewAndChart(t *testing.T) {
 		t.Fatalf("chart: %s %v", resp.Header.Get("Content-Type"), err)
 	}
 	_, page = get(t, c, f.ts.URL+"/events?key=alice&since=24h")
-	if n := strings.Count(page, "<td>defer</td>"); n != 5 {
-		t.Errorf("events page lists %d defers in 24h, want 5", n)
+	if n := strings.Count(page, `<td class="action">defer ×5</td>`); n != 1 {
+		t.Errorf("events page lists %d rows of 5 defers in 24h, want 1:\n%s", n, page)
 	}
 }
 
@@ -334,7 +334,7 @@ func TestEventsPaging(t *testing.T) {
 	c := f.client(t)
 	f.login(t, c, "view", "secret-password")
 	_, page := get(t, c, f.ts.URL+"/events")
-	if n := strings.Count(page, "<td>defer</td>"); n != eventsPerPage {
+	if n := strings.Count(page, `<td class="action">defer</td>`); n != eventsPerPage {
 		t.Fatalf("first page: %d events", n)
 	}
 	m := regexp.MustCompile(`id="older" href="([^"]+)"`).FindStringSubmatch(page)
@@ -342,7 +342,7 @@ func TestEventsPaging(t *testing.T) {
 		t.Fatal("no link to older events")
 	}
 	_, page = get(t, c, f.ts.URL+strings.ReplaceAll(m[1], "&amp;", "&"))
-	if n := strings.Count(page, "<td>defer</td>"); n != 20 {
+	if n := strings.Count(page, `<td class="action">defer</td>`); n != 20 {
 		t.Fatalf("second page: %d events, want 20", n)
 	}
 }
@@ -357,7 +357,7 @@ func TestEventsPageShowsCoalescedCount(t *testing.T) {
 	c := f.client(t)
 	f.login(t, c, "view", "secret-password")
 	_, page := get(t, c, f.ts.URL+"/events")
-	if n := strings.Count(page, "<td>defer ×7</td>"); n != 1 || !strings.Contains(page, " to "+when(f.now.Add(-24*time.Second))+"</td>") {
+	if n := strings.Count(page, `<td class="action">defer ×7</td>`); n != 1 || !strings.Contains(page, " to "+when(f.now.Add(-24*time.Second))+`">`) {
 		t.Errorf("events page: %d rows of defer ×7, want 1 ending at %s:\n%s", n, when(f.now.Add(-24*time.Second)), page)
 	}
 }

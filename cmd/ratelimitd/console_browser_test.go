@@ -319,7 +319,7 @@ func TestConsoleBrowserBurst(t *testing.T) {
 	shots := screenshotDir(t)
 
 	b.open("/")
-	count := b.text(`#refused tr:has(a[href="/keys/alice"]) td.count`)
+	count := b.text(`#refused tr:has(a[href="/keys/alice?window=1h"]) td.count`)
 	if count != "5" {
 		t.Fatalf("overview: alice refused %q times, want 5\n%s", count, b.text("main"))
 	}
@@ -331,7 +331,7 @@ func TestConsoleBrowserBurst(t *testing.T) {
 	}
 	b.screenshot(shots, "overview")
 
-	b.submit(`#refused a[href="/keys/alice"]`)
+	b.submit(`#refused a[href="/keys/alice?window=1h"]`)
 	if lim := b.text("#limits"); !strings.Contains(lim, "hourly") || !strings.Contains(lim, "refusing") || !strings.Contains(lim, "daily") {
 		t.Fatalf("key page limits:\n%s", lim)
 	}
@@ -345,7 +345,7 @@ func TestConsoleBrowserBurst(t *testing.T) {
 	if width < 500 {
 		t.Fatalf("the chart did not load (naturalWidth %d)", width)
 	}
-	if st := b.status("GET", b.origin+"/chart.png?key=alice"); st != 200 {
+	if st := b.status("GET", b.origin+"/chart.png?key=alice&window=1h"); st != 200 {
 		t.Fatalf("chart request: status %d", st)
 	}
 	b.screenshot(shots, "key")
