@@ -163,7 +163,7 @@ func when(t time.Time) string {
 // 15:04:05", "Dec 02 15:04:05–15:09:12" on one day, else "Dec 01
 // 23:58–Dec 02 00:03"; when gives the full times.
 func span(first, last time.Time) string {
-	first, last = first.UTC(), last.UTC()
+	first, last = first.UTC().Truncate(time.Second), last.UTC().Truncate(time.Second)
 	switch {
 	case !last.After(first):
 		return first.Format("Jan 02 15:04:05")

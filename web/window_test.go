@@ -118,3 +118,19 @@ func TestGroupEvents(t *testing.T) {
 		}
 	}
 }
+
+func TestSpan(t *testing.T) {
+	at := time.Date(2026, 12, 1, 23, 58, 7, 400, time.UTC)
+	for _, tc := range []struct {
+		last time.Time
+		want string
+	}{
+		{at.Add(300 * time.Millisecond), "Dec 01 23:58:07"},
+		{at.Add(time.Minute), "Dec 01 23:58:07–23:59:07"},
+		{at.Add(5 * time.Minute), "Dec 01 23:58–Dec 02 00:03"},
+	} {
+		if got := span(at, tc.last); got != tc.want {
+			t.Errorf("span to %s: %q, want %q", tc.last, got, tc.want)
+		}
+	}
+}
