@@ -67,20 +67,7 @@ func TestConsoleBrowserIncident(t *testing.T) {
 		}
 	}
 	sink.WaitCount(t, 2, 30*time.Second)
-	var entries []quarantine.Entry
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		var err error
-		if entries, err = td.d.Quarantine().List(quarantine.Filter{}); err != nil {
-			t.Fatal(err)
-		}
-		ok := len(entries) == 3
-		for _, e := range entries {
-			ok = ok && e.QueueID != ""
-		}
-		if ok || time.Now().After(deadline) {
-			break
-		}
-	}
+	entries := heldWithQueueIDs(t, td, 3)
 	if len(entries) != 3 {
 		t.Fatalf("held entries: %+v", entries)
 	}
@@ -99,7 +86,7 @@ func TestConsoleBrowserIncident(t *testing.T) {
 	for i := range 3 {
 		fit := eval[string](b, fmt.Sprintf(`(() => {
 			const t = document.querySelector("#entries"), de = document.documentElement;
-			const q = document.querySelectorAll("#entries td.qid")[%d*2+1], r = q.getBoundingClientRect();
+			const q = document.querySelectorAll("#entries tr")[%d+1].lastElementChild, r = q.getBoundingClientRect();
 			return [t.scrollWidth <= t.clientWidth, de.scrollWidth <= de.clientWidth, r.right <= window.innerWidth,
 				q.scrollWidth <= q.clientWidth, q.textContent].join(" ");
 		})()`, i))
@@ -112,7 +99,7 @@ func TestConsoleBrowserIncident(t *testing.T) {
 	b.open("/events")
 	if lines := eval[int](b, `(() => {
 		const r = document.createRange();
-		r.selectNodeContents(document.querySelector("table.events td.time"));
+		r.selectNodeContents(document.querySelector("table.events tr:nth-child(2) td"));
 		return r.getClientRects().length;
 	})()`); lines != 1 {
 		t.Errorf("the events page's first date is on %d lines, want 1", lines)
@@ -152,6 +139,25 @@ func TestConsoleBrowserIncident(t *testing.T) {
 	for _, br := range []*browser{b, v} {
 		if out := br.outside(); len(out) > 0 {
 			t.Fatalf("the browser requested outside the console: %v", out)
+		}
+	}
+}
+
+// heldWithQueueIDs waits up to 30 s for n quarantine entries that all
+// have a queue ID and returns the entries it last listed.
+func heldWithQueueIDs(t *testing.T, td *testDaemon, n int) []quarantine.Entry {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		entries, err := td.d.Quarantine().List(quarantine.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := len(entries) == n
+		for _, e := range entries {
+			ok = ok && e.QueueID != ""
+		}
+		if ok || time.Now().After(deadline) {
+			return entries
 		}
 	}
 }
