@@ -134,3 +134,14 @@ func TestSpan(t *testing.T) {
 		}
 	}
 }
+
+// TestThinAddsRefusals: samples thinned into one slot keep the highest
+// rate and the refusals of all (coalesced events' counts).
+func TestThinAddsRefusals(t *testing.T) {
+	from := time.Date(2026, 3, 1, 11, 0, 0, 0, time.UTC)
+	got := thin([]sample{{from.Add(time.Second), 201, 5}, {from.Add(2 * time.Second), 205, 3}, {from.Add(30 * time.Minute), 150, 0}},
+		from, from.Add(time.Hour), 2)
+	if len(got) != 2 || got[0].rate != 205 || got[0].refused != 8 || got[1].refused != 0 {
+		t.Fatalf("thinned: %+v", got)
+	}
+}
