@@ -338,6 +338,9 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 		p.Legend.Add(fmt.Sprintf("refused (%d)", sumInts(counts)), sc)
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
+	// Add widened the axis to the data; the window is the axis, what lies
+	// outside is clipped.
+	p.X.Min, p.X.Max = float64(now.Add(-cw.D).Unix()), float64(now.Unix())
 	return p, nil
 }
 

@@ -145,3 +145,24 @@ func TestThinAddsRefusals(t *testing.T) {
 		t.Fatalf("thinned: %+v", got)
 	}
 }
+
+// TestChartKeepsWindow: a sample before the window (the rate decaying
+// into it) does not widen the 1-hour axis.
+func TestChartKeepsWindow(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	evs := []events.Event{
+		{Time: now.Add(-30 * time.Minute), Key: "k", Limit: "hourly", Action: "defer", Rate: 210, Max: 200},
+		{Time: now.Add(-5 * time.Hour), Key: "k", Limit: "hourly", Action: "defer", Rate: 210, Max: 200},
+	}
+	b, err := renderChart(t.Context(), "k", chartWindows[0], []policy.KeyRate{{Limit: "hourly", Key: "k", Rate: 150, Max: 200, Period: time.Hour}}, evs, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := rateLineStart(img); x < 0.4 || x > 0.65 {
+		t.Errorf("the rate line's rise starts at %.2f of the width, want 0.4 to 0.65 (the axis is the hour)", x)
+	}
+}
