@@ -30,7 +30,7 @@ const longSender = "mallory.newsletter-campaign+bounces-2026-12-02-0001@mailing-
 // a real Postfix, has 3 messages held with a long sender, six recipients
 // and a long subject. In chromium at 1,280 px: the quarantine table does
 // not overflow and its queue-ID cells are shown whole; the events page
-// shows carol's defers as one row whose date is on one line; a viewer
+// fits and shows carol's defers as one row whose date is on one line; a viewer
 // sees no action link on a message or key page. The overview links carol
 // at 1 h; once the burst is 45 s old, it spans several pixels of the
 // 1-hour chart's right edge and a sliver of the 24-hour one. With
@@ -103,6 +103,9 @@ func TestConsoleBrowserIncident(t *testing.T) {
 		return r.getClientRects().length;
 	})()`); lines != 1 {
 		t.Errorf("the events page's first date is on %d lines, want 1", lines)
+	}
+	if !eval[bool](b, `document.documentElement.scrollWidth <= document.documentElement.clientWidth`) {
+		t.Errorf("the events page is wider than 1,280 px")
 	}
 	if n := b.count(`table.events tr:has(a[href="/keys/carol"])`); n < 1 || n > 2 {
 		t.Errorf("carol's 5 defers are %d rows, want 1 (2 if the burst straddled a minute)", n)
