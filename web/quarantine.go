@@ -28,7 +28,7 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.Max = maxListed
-	es, err := s.opts.Quarantine.List(f)
+	es, err := s.list(r, f)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("quarantine: %w", err))
 		return
@@ -54,7 +54,7 @@ const previewBytes = 16 << 10
 
 func (s *Server) message(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	e, body, err := s.opts.Quarantine.Show(r.Context(), id, true)
+	e, body, err := s.show(r, id)
 	if errors.Is(err, quarantine.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no quarantined message %s", id))
 		return
@@ -128,7 +128,7 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q", op))
 		return
 	}
-	e, _, err := s.opts.Quarantine.Show(r.Context(), r.PathValue("id"), true)
+	e, _, err := s.show(r, r.PathValue("id"))
 	if errors.Is(err, quarantine.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no quarantined message %s", r.PathValue("id")))
 		return
