@@ -1,0 +1,277 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+)
+
+// testLimits are a stack with each kind of key a domain scope decides.
+var testLimits = []policy.LimitInfo{
+	{Name: "per-user", Key: []string{"sasl_username"}},
+	{Name: "per-sender", Key: []string{"sender"}},
+	{Name: "per-domain", Key: []string{"sender_domain"}},
+	{Name: "per-client", Key: []string{"client_address"}},
+	{Name: "user-client", Key: []string{"client_address", "sasl_username"}},
+	{Name: "per-rcpt", Key: []string{"recipient"}},
+}
+
+func testScope(t *testing.T, domains ...string) Scope {
+	t.Helper()
+	ds, err := ParseDomains(domains)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newScope(ds, testLimits)
+}
+
+// TestScopeAllowsSenderOrLogin: a message is in a domain operator's scope
+// by its sender's or its SASL login's domain, in any case and IDNA form;
+// a subdomain is not included unless listed; a login without "@" has no
+// domain.
+func TestScopeAllowsSenderOrLogin(t *testing.T) {
+	sc := testScope(t, "Example.ORG", "bücher.example")
+	for _, c := range []struct {
+		sender, login string
+		want          bool
+	}{
+		{"alice@example.org", "", true},
+		{"<ALICE+news@EXAMPLE.org>", "", true},
+		{"bob@example.net", "alice@example.org", true},
+		{"bob@example.net", "", false},
+		{"bob@example.net", "alice", false},
+		{"alice@mail.example.org", "", false},
+		{"alice@example.org.evil.example", "", false},
+		{"a@BÜCHER.example", "", true},
+		{"a@xn--bcher-kva.example", "", true},
+		{"", "", false},
+		{"<>", "example.org", false},
+	} {
+		if got := sc.Allows(c.sender, c.login); got != c.want {
+			t.Errorf("Allows(%q, %q) = %v, want %v", c.sender, c.login, got, c.want)
+		}
+	}
+	if sub := testScope(t, "example.org", "mail.example.org"); !sub.Allows("alice@mail.example.org", "") {
+		t.Error("a listed subdomain is not in scope")
+	}
+	if !(Scope{}).Allows("bob@example.net", "") || !(Scope{}).SiteWide() {
+		t.Error("the zero Scope is not site-wide")
+	}
+}
+
+// TestScopeAllowsKeyByKind: a key is decided by its limit's key
+// attributes: an address of a SASL login or sender, or a sender domain;
+// a client address or a recipient is in no domain; an unknown limit hides
+// the key; limit "" means any configured limit.
+func TestScopeAllowsKeyByKind(t *testing.T) {
+	sc := testScope(t, "example.org")
+	for _, c := range []struct {
+		limit, key string
+		want       bool
+	}{
+		{"per-user", "alice@example.org", true},
+		{"per-user", "bob@example.net", false},
+		{"per-user", "alice", false},
+		{"per-sender", "alice@example.org", true},
+		{"per-domain", "example.org", true},
+		{"per-domain", "mail.example.org", false},
+		{"per-client", "192.0.2.1", false},
+		{"per-client", "alice@example.org", false},
+		{"user-client", "192.0.2.1|alice@example.org", true},
+		{"user-client", "192.0.2.1|bob@example.net", false},
+		{"user-client", "alice@example.org", false},
+		{"per-rcpt", "alice@example.org", false},
+		{"gone", "alice@example.org", false},
+		{"", "alice@example.org", true},
+		{"", "192.0.2.1", false},
+		{"", "bob@example.net", false},
+	} {
+		if got := sc.AllowsKey(c.limit, c.key); got != c.want {
+			t.Errorf("AllowsKey(%q, %q) = %v, want %v", c.limit, c.key, got, c.want)
+		}
+	}
+	if !(Scope{}).AllowsKey("per-client", "192.0.2.1") {
+		t.Error("a site-wide scope hides a client key")
+	}
+}
+
+// TestScopeAllowsEvent: an event is in scope by its key, or as a single
+// decision by its sender; a count of coalesced decisions of a key outside
+// the scope is not (they span senders), nor an event without a key.
+func TestScopeAllowsEvent(t *testing.T) {
+	sc := testScope(t, "example.org")
+	for _, c := range []struct {
+		e    events.Event
+		want bool
+	}{
+		{events.Event{Key: "alice@example.org", Limit: "per-user", Count: 9}, true},
+		{events.Event{Key: "alice@example.org", Action: events.Reset}, true},
+		{events.Event{Key: "192.0.2.1", Limit: "per-client", Count: 1, Sender: "alice@example.org"}, true},
+		{events.Event{Key: "192.0.2.1", Limit: "per-client", Count: 4, Sender: "alice@example.org"}, false},
+		{events.Event{Key: "bob@example.net", Limit: "per-user", Count: 1, Sender: "bob@example.net"}, false},
+		{events.Event{Action: events.Reload, Count: 1}, false},
+	} {
+		if got := sc.allowsEvent(c.e); got != c.want {
+			t.Errorf("allowsEvent(%+v) = %v, want %v", c.e, got, c.want)
+		}
+	}
+}
+
+// TestParseDomains: canonical (lower case, no trailing dot, IDNA
+// A-labels), sorted, no repeats; "@example.org", spaces, empty labels
+// and non-domains are refused.
+func TestParseDomains(t *testing.T) {
+	got, err := ParseDomains([]string{"Example.ORG.", "bücher.example", "example.org"})
+	if err != nil || strings.Join(got, ",") != "example.org,xn--bcher-kva.example" {
+		t.Fatalf("ParseDomains = %q, %v", got, err)
+	}
+	for _, bad := range []string{"@example.org", "a b", "example..org", "", "-x.example", "x_y.example", strings.Repeat("a", 64) + ".example"} {
+		if _, err := ParseDomains([]string{bad}); err == nil {
+			t.Errorf("ParseDomains(%q) accepted", bad)
+		}
+	}
+}
+
+// domainFixture is newFixture with a domain operator "dom" of example.org
+// and, for alice@example.org, bob@example.net and the client 192.0.2.1:
+// rates at their limits, refusals in the last hour, and held or frozen
+// messages.
+func domainFixture(t *testing.T) *fixture {
+	f := newFixture(t, false)
+	f.srv.opts.Limits = func() []policy.LimitInfo { return testLimits }
+	u, err := LoadUsers(f.srv.opts.UsersFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Set("dom", Operator, []byte("secret-password"), "example.org"); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Save(f.srv.opts.UsersFile); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct{ limit, key string }{{"per-user", "alice@example.org"}, {"per-user", "bob@example.net"}, {"per-client", "192.0.2.1"}} {
+		f.rates.rates = append(f.rates.rates, policy.KeyRate{Limit: k.limit, Key: k.key, Rate: 10, Max: 10, Period: time.Hour, Over: true, Refusing: true})
+		for i := range 3 {
+			f.events.Record(events.Event{Time: f.now.Add(time.Duration(i-30) * time.Minute), Key: k.key, Limit: k.limit, Action: "defer", Count: 1, Sender: "x@example.com"})
+		}
+	}
+	for id, e := range map[string]quarantine.Entry{
+		"00000000000000a1": {State: quarantine.Held, Key: "alice@example.org", Limit: "per-user", Sender: "alice@example.org", SASLUsername: "alice@example.org"},
+		"00000000000000a2": {State: quarantine.Frozen, Key: "192.0.2.1", Limit: "per-client", Sender: "noreply@other.example", SASLUsername: "alice@example.org"},
+		"00000000000000b1": {State: quarantine.Frozen, Key: "bob@example.net", Limit: "per-user", Sender: "bob@example.net", SASLUsername: "bob@example.net"},
+	} {
+		e.ID, e.Created = id, f.now.Add(-time.Minute)
+		f.q.entries[id] = e
+	}
+	return f
+}
+
+// TestDomainOperatorSeesOnlyTheirDomain: over HTTP, a domain operator of
+// example.org sees alice@example.org's key, messages and events; bob's
+// key page, chart, message, confirmation page and actions and the client
+// key are 404 (nothing happens); the overview's rows and counts and the
+// events and quarantine pages leave example.net and the client key out.
+// A site-wide operator sees all of it.
+func TestDomainOperatorSeesOnlyTheirDomain(t *testing.T) {
+	f := domainFixture(t)
+	dom, op := f.client(t), f.client(t)
+	_, csrf := f.login(t, dom, "dom", "secret-password")
+	f.login(t, op, "op", "secret-password")
+	for _, p := range []string{"/keys/alice@example.org", "/chart.png?key=alice@example.org", "/quarantine/00000000000000a1", "/quarantine/00000000000000a2",
+		"/quarantine/00000000000000a1/confirm?op=thaw"} {
+		if resp, _ := get(t, dom, f.ts.URL+p); resp.StatusCode != http.StatusOK {
+			t.Errorf("domain operator: GET %s: %s, want 200", p, resp.Status)
+		}
+	}
+	hidden := []string{"/keys/bob@example.net", "/chart.png?key=bob@example.net", "/keys/192.0.2.1", "/chart.png?key=192.0.2.1",
+		"/quarantine/00000000000000b1", "/quarantine/00000000000000b1/confirm?op=thaw"}
+	for _, p := range hidden {
+		if resp, body := get(t, dom, f.ts.URL+p); resp.StatusCode != http.StatusNotFound || strings.Contains(body, "per-") {
+			t.Errorf("domain operator: GET %s: %s, want 404 showing nothing of it:\n%s", p, resp.Status, body)
+		}
+		if resp, _ := get(t, op, f.ts.URL+p); resp.StatusCode != http.StatusOK {
+			t.Errorf("site-wide operator: GET %s: %s, want 200", p, resp.Status)
+		}
+	}
+	for _, p := range []string{"/keys/bob@example.net/reset", "/quarantine/00000000000000b1/thaw", "/quarantine/00000000000000b1/delete"} {
+		if resp, _ := post(t, dom, f.ts.URL+p, url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("domain operator: POST %s: %s, want 404", p, resp.Status)
+		}
+	}
+	if len(f.rates.resets)+len(f.q.thawed)+len(f.q.deleted) != 0 {
+		t.Fatalf("a hidden key or message was acted on: %v %v %v", f.rates.resets, f.q.thawed, f.q.deleted)
+	}
+	if resp, _ := post(t, dom, f.ts.URL+"/quarantine/00000000000000a1/thaw", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusSeeOther || len(f.q.thawed) != 1 {
+		t.Fatalf("domain operator's thaw of alice's message: %s, %d thawed", resp.Status, len(f.q.thawed))
+	}
+
+	_, page := get(t, dom, f.ts.URL+"/")
+	for _, want := range []string{"alice@example.org", `<a href="/quarantine?state=held">1</a>`, `<a href="/quarantine?state=frozen">1</a>`, "dom (operator of example.org)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("domain operator's overview lacks %q:\n%s", want, page)
+		}
+	}
+	for _, p := range []string{"/", "/events"} {
+		_, page := get(t, dom, f.ts.URL+p)
+		if strings.Contains(page, "example.net") || strings.Contains(page, "192.0.2.1") || strings.Contains(page, "00000000000000b1") {
+			t.Errorf("domain operator's %s shows another domain's mail:\n%s", p, page)
+		}
+	}
+	for _, p := range []string{"/events?key=bob@example.net", "/events?key=192.0.2.1"} {
+		if _, page := get(t, dom, f.ts.URL+p); strings.Contains(page, "<td>defer</td>") {
+			t.Errorf("domain operator's %s lists events:\n%s", p, page)
+		}
+		if _, page := get(t, op, f.ts.URL+p); strings.Count(page, "<td>defer</td>") != 3 {
+			t.Errorf("site-wide %s: want 3 defers:\n%s", p, page)
+		}
+	}
+	if _, page := get(t, dom, f.ts.URL+"/events"); strings.Count(page, "<td>defer</td>") != 3 {
+		t.Errorf("domain operator's events page: want alice's 3 defers:\n%s", page)
+	}
+	if _, page := get(t, dom, f.ts.URL+"/quarantine"); !strings.Contains(page, "00000000000000a1") || !strings.Contains(page, "00000000000000a2") ||
+		strings.Contains(page, "00000000000000b1") || strings.Contains(page, "example.net") {
+		t.Errorf("domain operator's quarantine page: want alice's messages, not bob's:\n%s", page)
+	}
+	_, page = get(t, op, f.ts.URL+"/")
+	for _, want := range []string{"alice@example.org", "bob@example.net", "192.0.2.1", "kept past max_age"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("site-wide overview lacks %q", want)
+		}
+	}
+	if _, page := get(t, op, f.ts.URL+"/events"); strings.Count(page, "<td>defer</td>") != 9 {
+		t.Errorf("site-wide events page: want 9 defers:\n%s", page)
+	}
+}
+
+// TestSessionEndsWhenDomainsChange: a user's sessions end when their
+// domains change, the password (hash) being the same.
+func TestSessionEndsWhenDomainsChange(t *testing.T) {
+	f := domainFixture(t)
+	dom := f.client(t)
+	f.login(t, dom, "dom", "secret-password")
+	u, err := LoadUsers(f.srv.opts.UsersFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := u.Lookup("dom")
+	x.Domains = []string{"example.net", "example.org"}
+	u.byName["dom"] = x
+	if err := u.Save(f.srv.opts.UsersFile); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := get(t, dom, f.ts.URL+"/"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("after a change of domains the old session got %s, want 303 to /login", resp.Status)
+	}
+	if _, csrf := f.login(t, dom, "dom", "secret-password"); csrf == "" {
+		t.Fatal("cannot log in again")
+	}
+	if _, page := get(t, dom, f.ts.URL+"/"); !strings.Contains(page, "bob@example.net") {
+		t.Error("the new session does not see the added domain")
+	}
+}
