@@ -26,7 +26,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
-	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
 // The console's tests in a real browser: Debian's chromium, headless,
@@ -479,20 +478,7 @@ via = ["policy"]
 	// Which entry is which: the queue file's subject.
 	ids := map[string]string{} // "03", "04", "05" → quarantine ID
 	queueIDs := map[string]string{}
-	var entries []quarantine.Entry
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		var err error
-		if entries, err = td.d.Quarantine().List(quarantine.Filter{}); err != nil {
-			t.Fatal(err)
-		}
-		ok := len(entries) == 3
-		for _, e := range entries {
-			ok = ok && e.QueueID != ""
-		}
-		if ok || time.Now().After(deadline) {
-			break
-		}
-	}
+	entries := heldEntries(t, td, 3)
 	for _, e := range entries {
 		cat := pf.Cat(t, e.QueueID)
 		for _, n := range []string{"03", "04", "05"} {

@@ -26,19 +26,7 @@ import (
 // there as domain-overview.png.
 func TestConsoleBrowserDomainOperator(t *testing.T) {
 	dir := t.TempDir()
-	port := freePort(t)
-	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), webConfig(t, dir)+"\n[quarantine]\n"+postfixHoldCommands(pf)+`
-[[limit]]
-name = "onehold"
-key = ["sasl_username"]
-limit = 1
-period = "1h"
-mode = "strict"
-action = "hold"
-via = ["policy"]
-`)
+	cfgPath, pf, sink := postfixOneHold(t, dir, webConfig(t, dir))
 	pw := consoleUsers(t, cfgPath)
 	if code, out, errs := runCLI(t, pw+"\n", "--config", cfgPath, "web", "user", "add", "dora", "--role", "operator",
 		"--domain", "Example.ORG", "--password-stdin"); code != 0 {
@@ -57,20 +45,7 @@ via = ["policy"]
 	}
 	sink.WaitCount(t, 2, 30*time.Second)
 	pf.WaitQueue(t, 30*time.Second, func(all, held []string) bool { return len(held) == 4 })
-	var entries []quarantine.Entry
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		var err error
-		if entries, err = td.d.Quarantine().List(quarantine.Filter{}); err != nil {
-			t.Fatal(err)
-		}
-		ok := len(entries) == 4
-		for _, e := range entries {
-			ok = ok && e.QueueID != ""
-		}
-		if ok || time.Now().After(deadline) {
-			break
-		}
-	}
+	entries := heldEntries(t, td, 4)
 	ids := map[string][]string{}
 	for _, e := range entries {
 		ids[e.Sender] = append(ids[e.Sender], e.ID)
@@ -147,6 +122,35 @@ via = ["policy"]
 	for _, br := range []*browser{b, o} {
 		if out := br.outside(); len(out) > 0 {
 			t.Fatalf("the browser requested outside the console: %v", out)
+		}
+	}
+}
+
+// postfixOneHold starts an SMTP sink and a private Postfix whose policy
+// service is a daemon to be configured with extra, Postfix's hold commands
+// and oneHoldLimit; it returns the configuration's path.
+func postfixOneHold(t *testing.T, dir, extra string) (string, *mtatest.Postfix, *mtatest.Sink) {
+	port := freePort(t)
+	sink := mtatest.StartSink(t)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
+	return writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), extra+"\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit), pf, sink
+}
+
+// heldEntries waits up to 20 s for n pending entries in td's quarantine,
+// each with its queue ID, and returns the entries it found.
+func heldEntries(t *testing.T, td *testDaemon, n int) []quarantine.Entry {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		entries, err := td.d.Quarantine().List(quarantine.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := len(entries) == n
+		for _, e := range entries {
+			ok = ok && e.QueueID != ""
+		}
+		if ok || time.Now().After(deadline) {
+			return entries
 		}
 	}
 }
