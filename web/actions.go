@@ -31,7 +31,7 @@ func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch op {
 	case "reset":
-		_, err = s.local(u).Reset(r.Context(), key, r.PostForm.Get("limit"))
+		err = s.reset(r, key, r.PostForm.Get("limit"))
 	case "suspend", "resume":
 		_, err = s.local(u).Suspend(r.Context(), key, op == "resume")
 	default:

@@ -238,3 +238,24 @@ func (s *Server) health(r *http.Request) (lifecycle.Health, error) {
 	}
 	return h, err
 }
+
+// reset forgets key's rate under limit ("": every limit); a domain
+// operator's under each limit of the scope only (policy.ErrUnknownLimit
+// for another).
+func (s *Server) reset(r *http.Request, key, limit string) error {
+	sc, l := scopeOf(r), s.local(currentUser(r))
+	if sc.SiteWide() {
+		_, err := l.Reset(r.Context(), key, limit)
+		return err
+	}
+	if limit != "" && !sc.AllowsKey(limit, key) {
+		return fmt.Errorf("%w %q", policy.ErrUnknownLimit, limit)
+	}
+	rs, err := s.lookup(r, key)
+	for _, kr := range rs {
+		if err == nil && (limit == "" || kr.Limit == limit) {
+			_, err = l.Reset(r.Context(), key, kr.Limit)
+		}
+	}
+	return err
+}

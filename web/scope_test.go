@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 func testScope(t *testing.T, domains ...string) Scope {
@@ -226,5 +227,24 @@ func TestSessionEndsWhenDomainsChange(t *testing.T) {
 	}
 	if _, page := get(t, dom, f.ts.URL+"/"); !strings.Contains(page, "bob@example.net") {
 		t.Error("the new session does not see the added domain")
+	}
+}
+
+// TestDomainOperatorResetsOnlyTheirLimits: a domain operator's reset of
+// a key forgets its rate under the limits of their scope only, never
+// under one that counts the key as a recipient; naming such a limit is 404.
+func TestDomainOperatorResetsOnlyTheirLimits(t *testing.T) {
+	f := domainFixture(t)
+	f.rates.rates = append(f.rates.rates, policy.KeyRate{Limit: "per-rcpt", Key: "alice@example.org", Rate: 1, Max: 10})
+	dom := f.client(t)
+	_, csrf := f.login(t, dom, "dom", "secret-password")
+	if resp, _ := post(t, dom, f.ts.URL+"/keys/alice@example.org/reset", url.Values{"csrf": {csrf}, "limit": {"per-rcpt"}}); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("reset under per-rcpt: %s, want 404", resp.Status)
+	}
+	if resp, _ := post(t, dom, f.ts.URL+"/keys/alice@example.org/reset", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("reset: %s", resp.Status)
+	}
+	if got := strings.Join(f.rates.resets, " "); got != "alice@example.org/per-user" {
+		t.Fatalf("resets %q, want alice@example.org/per-user only", got)
 	}
 }
