@@ -67,16 +67,22 @@ func (e *bulkEnv) freeze(t *testing.T, key string, n int) []string {
 	var ids []string
 	for range n {
 		e.n++
-		msg := mtatest.BuildMessage(key+"@example.org", "rcpt@example.net", fmt.Sprintf("message %03d", e.n), "hello\n")
-		id, err := e.svc.Record(context.Background(), lifecycle.Message{Request: &policy.Request{Sender: key + "@example.org", SASLUsername: key},
-			Recipients: []string{"rcpt@example.net"}, Body: bytes.NewReader(msg)},
-			&policy.Decision{Action: policy.Freeze, Limit: "tenfreeze", Key: key, Rate: 11, Max: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
+		ids = append(ids, e.record(t, key, key+"@example.org", fmt.Sprintf("message %03d", e.n)))
 	}
 	return ids
+}
+
+// record stores one frozen message of key and returns its ID.
+func (e *bulkEnv) record(t *testing.T, key, sender, subject string) string {
+	t.Helper()
+	msg := mtatest.BuildMessage(sender, "rcpt@example.net", subject, "hello\n")
+	id, err := e.svc.Record(context.Background(), lifecycle.Message{Request: &policy.Request{Sender: sender, SASLUsername: key},
+		Recipients: []string{"rcpt@example.net"}, Body: bytes.NewReader(msg)},
+		&policy.Decision{Action: policy.Freeze, Limit: "tenfreeze", Key: key, Rate: 11, Max: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 var hiddenID = regexp.MustCompile(`name="id" value="([0-9a-f]{16})"`)
@@ -287,5 +293,25 @@ func TestBulkRefusals(t *testing.T) {
 	}
 	if es, _ := e.store.List(quarantine.Filter{}); len(es) != 3 || e.sink.Count() != 0 {
 		t.Fatalf("after refusals: %d pending, sink %d; want 3 and 0", len(es), e.sink.Count())
+	}
+}
+
+// TestBulkPagesShowMarkupAsText: a sender and subject full of markup
+// are text on the confirmation and the result page.
+func TestBulkPagesShowMarkupAsText(t *testing.T) {
+	const evil = `<script>alert(1)</script><img src=http://192.0.2.1/x.png>`
+	e := newBulkEnv(t)
+	c := e.client(t)
+	_, csrf := e.login(t, c, "op", "secret-password")
+	e.record(t, "mallory", `"`+evil+`"@example.org`, "offer "+evil)
+	ids, page := e.confirmPage(t, c, "op=delete&key=mallory")
+	done := e.submit(t, c, csrf, "delete", ids, false)
+	for name, p := range map[string]string{"confirmation": page, "result": done} {
+		if strings.Contains(p, "<script") || strings.Contains(p, "<img") || !strings.Contains(p, "&lt;script&gt;") {
+			t.Errorf("%s page renders the markup:\n%s", name, p)
+		}
+	}
+	if !strings.Contains(page, "offer &lt;script&gt;") {
+		t.Errorf("confirmation lacks the subject as text:\n%s", page)
 	}
 }

@@ -22,8 +22,8 @@ import (
 // the operator filters the quarantine by her key and thaws all that
 // match with one confirmation (count and first 5 shown): each of the 42
 // reaches the sink exactly once (by Message-ID), the events page shows
-// each thaw's new queue ID, and each is the queue ID Postfix logged for
-// that Message-ID. Then 3 more are frozen; checked and thawed with a
+// each thaw's new queue ID (the entry's thawed_as), and each is the
+// queue ID Postfix logged for that Message-ID. Then 3 more are frozen; checked and thawed with a
 // rate reset, her rate is reset once and her next message is delivered.
 // A viewer's bulk confirmation is 403. Screenshots of the quarantine
 // with the bulk selection, of the confirmation and of the result are
@@ -118,12 +118,20 @@ reinject_addr = %q
 	}
 	b.open("/events?key=alice&action=thaw")
 	page := b.text("table.events")
+	thawed, err := td.d.Quarantine().List(quarantine.Filter{States: []quarantine.State{quarantine.Thawed}})
+	if err != nil || len(thawed) != 40 {
+		t.Fatalf("thawed entries: %d %v", len(thawed), err)
+	}
+	thawedAs := map[string]bool{}
+	for _, e := range thawed {
+		thawedAs[e.ThawedAs] = true
+	}
 	queuedAs := regexp.MustCompile(`queued as ([0-9A-Za-z]+)`)
 	logged := map[string]bool{}
 	for _, ev := range evs {
 		m := queuedAs.FindStringSubmatch(ev.Detail)
-		if m == nil || ev.By != "op (console)" {
-			t.Fatalf("thaw event %+v: no new queue ID, or not by the operator", ev)
+		if m == nil || ev.By != "op (console)" || !thawedAs[m[1]] {
+			t.Fatalf("thaw event %+v: no new queue ID, not by the operator, or not the entry's thawed_as", ev)
 		}
 		if !strings.Contains(page, "queued as "+m[1]) {
 			t.Errorf("the events page does not show queue ID %s", m[1])
