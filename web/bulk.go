@@ -122,11 +122,12 @@ func (s *Server) bulkAction(w http.ResponseWriter, r *http.Request) {
 			gone = append(gone, lifecycle.Outcome{ID: id, Error: "no longer held or frozen"})
 		}
 	}
-	var out []lifecycle.Outcome
+	// What was confirmed runs to its end if the browser leaves.
+	ctx, out := context.WithoutCancel(r.Context()), []lifecycle.Outcome(nil)
 	if len(sel.IDs) > 0 && op == "thaw" {
-		out, err = s.local(u).Thaw(r.Context(), sel)
+		out, err = s.local(u).Thaw(ctx, sel)
 	} else if len(sel.IDs) > 0 {
-		out, err = s.local(u).Delete(r.Context(), sel)
+		out, err = s.local(u).Delete(ctx, sel)
 	}
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)

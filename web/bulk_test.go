@@ -315,3 +315,26 @@ func TestBulkPagesShowMarkupAsText(t *testing.T) {
 		t.Errorf("confirmation lacks the subject as text:\n%s", page)
 	}
 }
+
+// TestBulkRunsToTheEndWithoutTheBrowser: a browser that gives up while
+// 100 messages are being thawed does not stop the thaw half-way.
+func TestBulkRunsToTheEndWithoutTheBrowser(t *testing.T) {
+	e := newBulkEnv(t)
+	c := e.client(t)
+	_, csrf := e.login(t, c, "op", "secret-password")
+	e.freeze(t, "alice", 100)
+	ids, _ := e.confirmPage(t, c, "op=thaw&key=alice")
+	c.Timeout = 50 * time.Millisecond
+	if resp, err := c.PostForm(e.ts.URL+"/quarantine/bulk/thaw", url.Values{"csrf": {csrf}, "id": ids}); err == nil {
+		resp.Body.Close()
+		t.Log("the thaw ended within the client's timeout: nothing was cut off")
+	}
+	e.sink.WaitCount(t, 100, 60*time.Second)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if es, _ := e.store.List(quarantine.Filter{}); len(es) == 0 {
+			return
+		}
+	}
+	es, _ := e.store.List(quarantine.Filter{})
+	t.Fatalf("%d still frozen after the browser left", len(es))
+}
