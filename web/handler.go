@@ -54,6 +54,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /chart.png", s.auth(s.chart))
 	mux.Handle("POST /keys/{key}/{op}", s.auth(s.post(Operator, s.keyAction)))
 	mux.Handle("GET /quarantine", s.auth(s.quarantineList))
+	mux.Handle("GET /quarantine/bulk", s.auth(s.bulkConfirm))
+	mux.Handle("POST /quarantine/bulk/{op}", s.auth(s.post(Operator, s.bulkAction)))
 	mux.Handle("GET /quarantine/{id}", s.auth(s.message))
 	mux.Handle("GET /quarantine/{id}/confirm", s.auth(s.confirm))
 	mux.Handle("POST /quarantine/{id}/{op}", s.auth(s.post(Operator, s.messageAction)))

@@ -2,6 +2,7 @@ package web
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -121,7 +122,13 @@ func keep[T any](sc Scope, xs []T, ok func(T) bool) []T {
 }
 
 // scopeOf is the scope of the request's user.
-func scopeOf(r *http.Request) Scope { return currentUser(r).Scope }
+func scopeOf(r *http.Request) Scope { return scopeIn(r.Context()) }
+
+// scopeIn is the scope of the user of the request ctx belongs to.
+func scopeIn(ctx context.Context) Scope {
+	u, _ := ctx.Value(userKey{}).(user)
+	return u.Scope
+}
 
 // keyHidden answers 404 for a key outside the request's scope, as for a
 // key that does not exist, and reports whether it did.
@@ -156,10 +163,11 @@ func (s *Server) entryHidden(w http.ResponseWriter, r *http.Request, id string) 
 	return true
 }
 
-// list is Quarantine.List within the request's scope: every page and
-// action that selects messages lists them here.
-func (s *Server) list(r *http.Request, f quarantine.Filter) ([]quarantine.Entry, error) {
-	sc := scopeOf(r)
+// list is Quarantine.List within the scope of ctx's request: every page
+// and action (bulk ones too, through entries) that selects messages lists
+// them here.
+func (s *Server) list(ctx context.Context, f quarantine.Filter) ([]quarantine.Entry, error) {
+	sc := scopeIn(ctx)
 	if sc.SiteWide() {
 		return s.opts.Quarantine.List(f)
 	}
@@ -226,7 +234,7 @@ func (s *Server) health(r *http.Request) (lifecycle.Health, error) {
 	if scopeOf(r).SiteWide() {
 		return s.opts.Quarantine.Health(), nil
 	}
-	es, err := s.list(r, quarantine.Filter{})
+	es, err := s.entries(r.Context(), quarantine.Filter{})
 	var h lifecycle.Health
 	for _, e := range es {
 		switch e.State {

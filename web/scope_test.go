@@ -248,3 +248,24 @@ func TestDomainOperatorResetsOnlyTheirLimits(t *testing.T) {
 		t.Fatalf("resets %q, want alice@example.org/per-user only", got)
 	}
 }
+
+// TestDomainOperatorBulkSelectsOnlyTheirMail: a domain operator's bulk
+// confirmation selects from their messages only (a filter for another
+// domain matches nothing), and a bulk post of another domain's ID acts on
+// none of it, as for a message that is gone.
+func TestDomainOperatorBulkSelectsOnlyTheirMail(t *testing.T) {
+	f := domainFixture(t)
+	dom := f.client(t)
+	_, csrf := f.login(t, dom, "dom", "secret-password")
+	if resp, page := get(t, dom, f.ts.URL+"/quarantine/bulk?op=thaw&sender=bob@example.net"); resp.StatusCode != http.StatusBadRequest || strings.Contains(page, "00000000000000b1") {
+		t.Errorf("bulk confirmation for bob's mail: %s, want 400 naming none of it", resp.Status)
+	}
+	if resp, page := get(t, dom, f.ts.URL+"/quarantine/bulk?op=delete&since=24h"); resp.StatusCode != http.StatusOK ||
+		!strings.Contains(page, "00000000000000a1") || strings.Contains(page, "00000000000000b1") {
+		t.Errorf("bulk confirmation of the last day: %s, want alice's messages, not bob's:\n%s", resp.Status, page)
+	}
+	post(t, dom, f.ts.URL+"/quarantine/bulk/delete", url.Values{"csrf": {csrf}, "id": {"00000000000000b1", "00000000000000a1"}})
+	if len(f.q.deleted) != 1 || strings.Join(f.q.deleted[0].IDs, ",") != "00000000000000a1" {
+		t.Fatalf("bulk delete acted on %+v, want alice's message only", f.q.deleted)
+	}
+}
