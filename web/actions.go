@@ -25,10 +25,13 @@ func (s *Server) local(u user) *admin.Local {
 // keyAction runs reset, suspend or resume on the path's key.
 func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 	u, key, op := currentUser(r), r.PathValue("key"), r.PathValue("op")
+	if s.keyHidden(w, r, key) {
+		return
+	}
 	var err error
 	switch op {
 	case "reset":
-		_, err = s.local(u).Reset(r.Context(), key, r.PostForm.Get("limit"))
+		err = s.reset(r, key, r.PostForm.Get("limit"))
 	case "suspend", "resume":
 		_, err = s.local(u).Suspend(r.Context(), key, op == "resume")
 	default:
@@ -52,6 +55,9 @@ func (s *Server) keyAction(w http.ResponseWriter, r *http.Request) {
 // records and notifies it.
 func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 	u, id, op := currentUser(r), r.PathValue("id"), r.PathValue("op")
+	if s.entryHidden(w, r, id) {
+		return
+	}
 	sel := lifecycle.Selection{IDs: []string{id}, ResetRate: r.PostForm.Get("reset") == "1"}
 	var out []lifecycle.Outcome
 	var err error

@@ -111,6 +111,9 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.URL.Query().Get("key")
+	if s.keyHidden(w, r, key) {
+		return
+	}
 	cw, err := windowFor(r)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
@@ -118,13 +121,13 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), chartTimeout)
 	defer cancel()
-	now := s.opts.Now()
-	rates, err := s.opts.Rates.Lookup(ctx, now, key)
+	now, r := s.opts.Now(), r.WithContext(ctx)
+	rates, err := s.lookup(r, key)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	evs, err := s.opts.Events.Query(ctx, events.Query{Key: key, Since: now.Add(-cw.D), Max: maxChartEvts})
+	evs, err := s.queryEvents(r, events.Query{Key: key, Since: now.Add(-cw.D), Max: maxChartEvts})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return

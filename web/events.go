@@ -32,7 +32,7 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.Max = eventsPerPage + 1
-	evs, err := s.opts.Events.Query(r.Context(), q)
+	evs, err := s.queryEvents(r, q)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return

@@ -115,3 +115,47 @@ func newEventLog(t *testing.T, now func() time.Time) *events.Log {
 	t.Cleanup(func() { l.Close(); db.Close() })
 	return l
 }
+
+// testLimits are a stack with each kind of key a domain scope decides.
+var testLimits = []policy.LimitInfo{
+	{Name: "per-user", Key: []string{"sasl_username"}},
+	{Name: "per-sender", Key: []string{"sender"}},
+	{Name: "per-domain", Key: []string{"sender_domain"}},
+	{Name: "per-client", Key: []string{"client_address"}},
+	{Name: "user-client", Key: []string{"client_address", "sasl_username"}},
+	{Name: "per-rcpt", Key: []string{"recipient"}},
+}
+
+// domainFixture is newFixture with a domain operator "dom" of example.org
+// and, for alice@example.org, bob@example.net and the client 192.0.2.1:
+// rates at their limits, refusals in the last hour, and held or frozen
+// messages.
+func domainFixture(t *testing.T) *fixture {
+	f := newFixture(t, false)
+	f.srv.opts.Limits = func() []policy.LimitInfo { return testLimits }
+	u, err := LoadUsers(f.srv.opts.UsersFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Set("dom", Operator, []byte("secret-password"), "example.org"); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Save(f.srv.opts.UsersFile); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct{ limit, key string }{{"per-user", "alice@example.org"}, {"per-user", "bob@example.net"}, {"per-client", "192.0.2.1"}} {
+		f.rates.rates = append(f.rates.rates, policy.KeyRate{Limit: k.limit, Key: k.key, Rate: 10, Max: 10, Period: time.Hour, Over: true, Refusing: true})
+		for i := range 3 {
+			f.events.Record(events.Event{Time: f.now.Add(time.Duration(i-30) * time.Minute), Key: k.key, Limit: k.limit, Action: "defer", Count: 1, Sender: "x@example.com"})
+		}
+	}
+	for id, e := range map[string]quarantine.Entry{
+		"00000000000000a1": {State: quarantine.Held, Key: "alice@example.org", Limit: "per-user", Sender: "alice@example.org", SASLUsername: "alice@example.org"},
+		"00000000000000a2": {State: quarantine.Frozen, Key: "192.0.2.1", Limit: "per-client", Sender: "noreply@other.example", SASLUsername: "alice@example.org"},
+		"00000000000000b1": {State: quarantine.Frozen, Key: "bob@example.net", Limit: "per-user", Sender: "bob@example.net", SASLUsername: "bob@example.net"},
+	} {
+		e.ID, e.Created = id, f.now.Add(-time.Minute)
+		f.q.entries[id] = e
+	}
+	return f
+}

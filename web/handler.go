@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 //go:embed static
@@ -19,11 +21,12 @@ var staticFiles embed.FS
 // csp allows the console's own styles and images and nothing else.
 const csp = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-// user is the logged-in user of a request.
+// user is the logged-in user of a request and the mail it may see.
 type user struct {
 	Name  string
 	Role  Role
 	CSRF  string
+	Scope Scope
 	token string
 }
 
@@ -51,6 +54,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /chart.png", s.auth(s.chart))
 	mux.Handle("POST /keys/{key}/{op}", s.auth(s.post(Operator, s.keyAction)))
 	mux.Handle("GET /quarantine", s.auth(s.quarantineList))
+	mux.Handle("GET /quarantine/bulk", s.auth(s.bulkConfirm))
+	mux.Handle("POST /quarantine/bulk/{op}", s.auth(s.post(Operator, s.bulkAction)))
 	mux.Handle("GET /quarantine/{id}", s.auth(s.message))
 	mux.Handle("GET /quarantine/{id}/confirm", s.auth(s.confirm))
 	mux.Handle("POST /quarantine/{id}/{op}", s.auth(s.post(Operator, s.messageAction)))
@@ -103,7 +108,12 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 			http.Error(w, "not logged in", http.StatusForbidden)
 			return
 		}
-		ctx := context.WithValue(r.Context(), userKey{}, user{Name: u.Name, Role: u.Role, CSRF: ss.csrf, token: c.Value})
+		var limits []policy.LimitInfo
+		if len(u.Domains) > 0 && s.opts.Limits != nil {
+			limits = s.opts.Limits()
+		}
+		sc := newScope(u.Domains, limits)
+		ctx := context.WithValue(r.Context(), userKey{}, user{Name: u.Name, Role: u.Role, CSRF: ss.csrf, Scope: sc, token: c.Value})
 		next(w, r.WithContext(ctx))
 	})
 }
@@ -280,7 +290,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	tok, _ := s.sessions.create(u, s.opts.Now())
 	http.SetCookie(w, s.cookie(r, cookieName, tok, sessionMax))
 	http.SetCookie(w, s.cookie(r, loginCookie, "", -1))
-	s.log.Info("console: login", "user", u.Name, "role", string(u.Role), "client", addr)
+	s.log.Info("console: login", "user", u.Name, "role", string(u.Role), "domains", strings.Join(u.Domains, ","), "client", addr)
 	http.Redirect(w, r, safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 //go:embed templates
@@ -109,9 +110,11 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
 		return
 	}
+	sc := scopeOf(r)
+	all = keep(sc, all, func(kr policy.KeyRate) bool { return sc.AllowsKey(kr.Limit, kr.Key) })
 	tracked := len(all)
 	over := admin.TopRates(all, 0, true) // as `ratelimitd rate list --over`
-	refused, err := s.opts.Events.Summary(ctx, events.Query{Since: now.Add(-24 * time.Hour), Actions: events.Refusals, Max: maxOverviewKeys})
+	refused, err := s.refused(r, events.Query{Since: now.Add(-24 * time.Hour), Actions: events.Refusals, Max: maxOverviewKeys})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return
@@ -120,10 +123,15 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Status != nil {
 		st = s.opts.Status()
 	}
+	health, err := s.health(r)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("quarantine: %w", err))
+		return
+	}
 	s.render(w, r, "overview", map[string]any{
 		"Title": "Overview", "Now": now, "Over": over, "Tracked": tracked,
 		"Refused": refused, "Truncated": len(refused) >= maxOverviewKeys,
-		"Quarantine": s.opts.Quarantine.Health(), "Status": st,
+		"Quarantine": health, "Status": st,
 	})
 }
 
@@ -131,18 +139,20 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 // its recent events.
 func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if s.keyHidden(w, r, key) {
+		return
+	}
 	cw, err := windowFor(r)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	ctx, now := r.Context(), s.opts.Now()
-	rates, err := s.opts.Rates.Lookup(ctx, now, key)
+	rates, err := s.lookup(r, key)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
 		return
 	}
-	evs, err := s.opts.Events.Query(ctx, events.Query{Key: key, Max: 100})
+	evs, err := s.queryEvents(r, events.Query{Key: key, Max: 100})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("events: %w", err))
 		return

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
+	"net/url"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
@@ -28,13 +30,25 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.Max = maxListed
-	es, err := s.opts.Quarantine.List(f)
+	es, err := s.entries(r.Context(), f)
 	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("quarantine: %w", err))
+		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	all := map[string]template.URL{} // the bulk actions on every match
+	if lq != (admin.ListQuery{}) {
+		for op := range confirmOps {
+			v := url.Values{"op": {op}}
+			for k, val := range form {
+				if val != "" {
+					v.Set(k, val)
+				}
+			}
+			all[op] = template.URL("/quarantine/bulk?" + v.Encode())
+		}
+	}
 	s.render(w, r, "quarantine", map[string]any{"Title": "Quarantine", "Entries": es, "Form": form,
-		"Full": len(es) >= maxListed, "Max": maxListed, "Done": done(r)})
+		"Full": len(es) >= maxListed, "Max": maxListed, "Done": done(r), "All": all})
 }
 
 // messageView is what the message page shows of the message itself.
@@ -54,7 +68,7 @@ const previewBytes = 16 << 10
 
 func (s *Server) message(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	e, body, err := s.opts.Quarantine.Show(r.Context(), id, true)
+	e, body, err := s.show(r, id)
 	if errors.Is(err, quarantine.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no quarantined message %s", id))
 		return
@@ -110,9 +124,9 @@ func postcatMessage(out []byte) ([]byte, bool) {
 
 // confirmOps are the quarantine actions and their confirmation wording.
 var confirmOps = map[string]struct{ Verb, Post, Explain string }{
-	"thaw":       {"Thaw", "thaw", "The message is released to its recipients (held mail: postsuper -H; frozen mail: re-injected over SMTP)."},
-	"thaw-reset": {"Thaw and reset the rate of", "thaw", "The key's rate is forgotten under every limit, then the message is released."},
-	"delete":     {"Delete", "delete", "The message is removed for good (held mail: postsuper -d) and never delivered."},
+	"thaw":       {"Thaw", "thaw", "Each message is released to its recipients (held mail: postsuper -H; frozen mail: re-injected over SMTP)."},
+	"thaw-reset": {"Thaw and reset the rate of", "thaw", "The rate of each key involved is forgotten under every limit, once, then each message is released."},
+	"delete":     {"Delete", "delete", "Each message is removed for good (held mail: postsuper -d) and never delivered."},
 }
 
 // confirm is the page before a thaw or delete: the envelope and a button;
@@ -128,7 +142,7 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q", op))
 		return
 	}
-	e, _, err := s.opts.Quarantine.Show(r.Context(), r.PathValue("id"), true)
+	e, _, err := s.show(r, r.PathValue("id"))
 	if errors.Is(err, quarantine.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no quarantined message %s", r.PathValue("id")))
 		return

@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Listener limits (at most srvconn.HTTPConns() connections at once, like
@@ -49,6 +50,9 @@ type Options struct {
 	Quarantine admin.Quarantine
 	// Events is the event log (nil: no history).
 	Events admin.Events
+	// Limits returns the configured limits, whose key attributes decide a
+	// domain operator's keys (nil: a domain operator sees no key).
+	Limits func() []policy.LimitInfo
 	// Status returns the daemon's state for the overview (nil: unknown).
 	Status func() admin.Status
 	// Notify, if set, is told of rate resets, as the admin socket's are.

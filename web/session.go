@@ -20,7 +20,7 @@ const (
 type session struct {
 	user string
 	// entry is the user's entryID at login: a changed password, role or
-	// entry ends the session.
+	// list of domains ends the session.
 	entry   string
 	csrf    string
 	created time.Time

@@ -19,6 +19,8 @@ import (
 	"sync"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Role is what a console user may do.
@@ -63,26 +65,35 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 type User struct {
 	Name string
 	Role Role
+	// Domains, if any, are the sender domains (canonical, sorted) whose
+	// mail alone the user sees and acts on (Scope); none: site-wide.
+	Domains []string
 	// hash is the PHC string "$argon2id$v=19$m=...,t=...,p=...$salt$key",
 	// never printed, logged or rendered.
 	hash string
 }
 
 // entryID identifies the user's entry: it changes with the password (each
-// hash has its own salt) and the role.
+// hash has its own salt), the role and the domains.
 func (u User) entryID() string {
-	h := sha256.Sum256([]byte(string(u.Role) + " " + u.hash))
+	h := sha256.Sum256([]byte(string(u.Role) + " " + u.hash + " " + strings.Join(u.Domains, ",")))
 	return string(h[:])
 }
 
-// String, GoString and LogValue show the name and role, never the hash.
-func (u User) String() string       { return u.Name + " (" + string(u.Role) + ")" }
+// String, GoString and LogValue show the name, role and domains, never
+// the hash.
+func (u User) String() string {
+	if len(u.Domains) > 0 {
+		return u.Name + " (" + string(u.Role) + " of " + strings.Join(u.Domains, ", ") + ")"
+	}
+	return u.Name + " (" + string(u.Role) + ")"
+}
 func (u User) GoString() string     { return "web.User{" + u.String() + "}" }
 func (u User) LogValue() slog.Value { return slog.StringValue(u.String()) }
 
 // Users is the console's users file (mode 0600): one user a line, "NAME
-// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH" (unpadded base64); '#'
-// starts a comment. Not safe for concurrent modification.
+// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH [DOMAIN,...]" (unpadded
+// base64; the domains of a domain operator, canonical); '#' starts a comment. Not safe for concurrent modification.
 type Users struct {
 	byName map[string]User
 }
@@ -105,8 +116,8 @@ func LoadUsers(path string) (*Users, error) {
 		}
 		bad := func(why string) error { return fmt.Errorf("web: users file %s:%d: %s", path, n, why) }
 		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, bad("want NAME ROLE HASH")
+		if len(f) != 3 && len(f) != 4 {
+			return nil, bad("want NAME ROLE HASH [DOMAIN,...]")
 		}
 		// An unparsable field may be a hash: it is never echoed.
 		if !validName.MatchString(f[0]) {
@@ -119,7 +130,13 @@ func LoadUsers(path string) (*Users, error) {
 		if _, _, err := parseHash(f[2]); err != nil {
 			return nil, bad("user " + f[0] + ": " + err.Error())
 		}
-		u.byName[f[0]] = User{Name: f[0], Role: role, hash: f[2]}
+		x := User{Name: f[0], Role: role, hash: f[2]}
+		if len(f) == 4 {
+			if x.Domains, err = ParseDomains(strings.Split(f[3], ",")); err != nil {
+				return nil, bad("user " + f[0] + ": " + err.Error())
+			}
+		}
+		u.byName[f[0]] = x
 	}
 	return u, sc.Err()
 }
@@ -138,12 +155,17 @@ func (u *Users) Names() []string {
 	return slices.Sorted(maps.Keys(u.byName))
 }
 
-// Set adds or replaces the user name with role and password.
-func (u *Users) Set(name string, role Role, password []byte) error {
+// Set adds or replaces the user name with role, password and the domains
+// of a domain operator (none: site-wide; ParseDomains' errors).
+func (u *Users) Set(name string, role Role, password []byte, domains ...string) error {
 	if !validName.MatchString(name) {
 		return fmt.Errorf("web: user name %q: use 1 to 64 letters, digits and . _ @ -", name)
 	}
 	if _, err := ParseRole(string(role)); err != nil {
+		return err
+	}
+	ds, err := ParseDomains(domains)
+	if err != nil {
 		return err
 	}
 	if len(password) < 8 {
@@ -153,8 +175,29 @@ func (u *Users) Set(name string, role Role, password []byte) error {
 	if err != nil {
 		return err
 	}
-	u.byName[name] = User{Name: name, Role: role, hash: h}
+	u.byName[name] = User{Name: name, Role: role, Domains: ds, hash: h}
 	return nil
+}
+
+// validDomain is a canonical domain: LDH labels (RFC 1035 2.3.1, IDNA
+// A-labels included) of at most 63 octets, dot-separated.
+var validDomain = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ParseDomains returns the canonical forms (policy.Domain: lower case,
+// IDNA A-labels), sorted and without repeats, of the domains a domain
+// operator sees ("example.org", "bücher.example"); an error names one
+// that is not a domain ("@example.org", "a b"). No domain: nil.
+func ParseDomains(ds []string) ([]string, error) {
+	var out []string
+	for _, d := range ds {
+		c := policy.Domain(d)
+		if strings.HasPrefix(d, "@") || len(c) > 253 || !validDomain.MatchString(c) {
+			return nil, fmt.Errorf("web: domain %q: want a domain name such as example.org, without @", d)
+		}
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // Remove deletes the user name and reports whether it existed.
@@ -168,10 +211,14 @@ func (u *Users) Remove(name string) bool {
 // rename), mode 0600.
 func (u *Users) Save(path string) error {
 	var b bytes.Buffer
-	b.WriteString("# ratelimitd console users: NAME ROLE ARGON2ID-HASH; edit with `ratelimitd web user add|remove`\n")
+	b.WriteString("# ratelimitd console users: NAME ROLE ARGON2ID-HASH [DOMAIN,...]; edit with `ratelimitd web user add|remove`\n")
 	for _, n := range u.Names() {
 		x := u.byName[n]
-		fmt.Fprintf(&b, "%s %s %s\n", x.Name, x.Role, x.hash)
+		fmt.Fprintf(&b, "%s %s %s", x.Name, x.Role, x.hash)
+		if len(x.Domains) > 0 {
+			b.WriteString(" " + strings.Join(x.Domains, ","))
+		}
+		b.WriteByte('\n')
 	}
 	if err := writeFileAtomic(path, b.Bytes()); err != nil {
 		return fmt.Errorf("web: users file: %w", err)

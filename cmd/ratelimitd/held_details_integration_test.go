@@ -20,19 +20,7 @@ import (
 // the hold is an event.
 func TestIntegrationHeldEntryHasRecipientsSizeSubject(t *testing.T) {
 	dir := t.TempDir()
-	port := freePort(t)
-	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+`
-[[limit]]
-name = "onehold"
-key = ["sasl_username"]
-limit = 1
-period = "1h"
-mode = "strict"
-action = "hold"
-via = ["policy"]
-`)
+	cfgPath, pf, _ := postfixOneHold(t, dir, "")
 	startTestDaemon(t, cfgPath)
 	rcpts := []string{"rcpt@example.net", "second@example.net", "third@example.net"}
 	for i, to := range [][]string{rcpts[:1], rcpts} {

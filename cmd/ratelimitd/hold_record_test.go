@@ -4,7 +4,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // TestIntegrationHoldNeverUntracked: with the state directory's file
@@ -24,19 +21,7 @@ func TestIntegrationHoldNeverUntracked(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	mountTmpfs(t, stateDir)
-	port := freePort(t)
-	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+`
-[[limit]]
-name = "onehold"
-key = ["sasl_username"]
-limit = 1
-period = "1h"
-mode = "strict"
-action = "hold"
-via = ["policy"]
-`)
+	cfgPath, pf, sink := postfixOneHold(t, dir, "")
 	td := startTestDaemon(t, cfgPath)
 	if err := sendNumbered(t, pf.Addr(), "alice", 1); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,15 +22,19 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 	}
 	user := &cobra.Command{Use: "user", Short: "Add, change or remove a console user"}
 	var role string
+	var domains []string
 	var fromStdin bool
 	add := &cobra.Command{
-		Use:   "add NAME --role viewer|operator",
-		Short: "Add a user, or set an existing user's role and password",
+		Use:   "add NAME --role viewer|operator [--domain DOMAIN]...",
+		Short: "Add a user, or set an existing user's role, domains and password",
 		Long:  helpText("web user add"),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := web.ParseRole(role)
 			if err != nil {
+				return usageError{err}
+			}
+			if _, err := web.ParseDomains(domains); err != nil {
 				return usageError{err}
 			}
 			path, users, err := loadUsersFile(opts)
@@ -40,7 +46,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 				return err
 			}
 			_, existed := users.Lookup(args[0])
-			if err := users.Set(args[0], r, pw); err != nil {
+			if err := users.Set(args[0], r, pw, domains...); err != nil {
 				return err
 			}
 			if err := saveUsersFile(opts, path, users); err != nil {
@@ -50,11 +56,13 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 			if existed {
 				verb = "updated"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s console user %s (%s) in %s\n", verb, args[0], r, path)
+			u, _ := users.Lookup(args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "%s console user %s in %s\n", verb, u, path)
 			return nil
 		},
 	}
 	add.Flags().StringVar(&role, "role", "", "viewer (reads) or operator (also acts)")
+	add.Flags().StringArrayVar(&domains, "domain", nil, "a sender domain whose mail alone the user sees and acts on (repeatable; none: every domain)")
 	add.Flags().BoolVar(&fromStdin, "password-stdin", false, "read the password from the first line of standard input")
 	add.MarkFlagRequired("role")
 	remove := &cobra.Command{
@@ -78,7 +86,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 	}
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the users and their roles",
+		Short: "List the users, their roles and domains",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, users, err := loadUsersFile(opts)
@@ -87,7 +95,8 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 			}
 			for _, n := range users.Names() {
 				u, _ := users.Lookup(n)
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", u.Name, u.Role)
+				ds := strings.Join(u.Domains, ",")
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\t%s\n", u.Name, u.Role, cmp.Or(ds, "(all domains)"))
 			}
 			return nil
 		},

@@ -41,7 +41,7 @@ func TestWebUserAddRemove(t *testing.T) {
 	if code, _, errs := runCLI(t, "x\n", "--config", cfg, "web", "user", "add", "bob", "--role", "admin", "--password-stdin"); code != 2 || !strings.Contains(errs, "viewer or operator") {
 		t.Errorf("bad role: %d %q", code, errs)
 	}
-	if code, out, _ := runCLI(t, "", "--config", cfg, "web", "user", "list"); code != 0 || out != "alice\toperator\n" {
+	if code, out, _ := runCLI(t, "", "--config", cfg, "web", "user", "list"); code != 0 || out != "alice\toperator\t(all domains)\n" {
 		t.Errorf("list: %d %q", code, out)
 	}
 	if code, out, errs := runCLI(t, "", "--config", cfg, "web", "user", "remove", "alice"); code != 0 || !strings.Contains(out, "removed") {
@@ -49,6 +49,45 @@ func TestWebUserAddRemove(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "", "--config", cfg, "web", "user", "remove", "alice"); code == 0 {
 		t.Errorf("removing a missing user succeeded")
+	}
+}
+
+// TestWebUserAddDomains: --domain (repeatable) makes a domain operator;
+// the domains are stored canonical (lower case, IDNA A-labels) and listed;
+// a re-add changes them; "@example.org" and "a b" are usage errors that
+// change nothing.
+func TestWebUserAddDomains(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "users")
+	cfg := filepath.Join(dir, "r.toml")
+	os.WriteFile(cfg, []byte("[server]\nstate_dir = \""+dir+"\"\n[web]\nusers_file = \""+users+"\"\n[policy]\nlimits = \"none\"\n"), 0o644)
+	add := func(domains ...string) (int, string, string) {
+		args := []string{"--config", cfg, "web", "user", "add", "dora", "--role", "operator", "--password-stdin"}
+		for _, d := range domains {
+			args = append(args, "--domain", d)
+		}
+		return runCLI(t, "s3cret-password\n", args...)
+	}
+	if code, out, errs := add("Example.ORG", "bücher.example"); code != 0 || !strings.Contains(out, "added console user dora (operator of example.org, xn--bcher-kva.example)") {
+		t.Fatalf("add: %d %q %q", code, out, errs)
+	}
+	list := func() string {
+		_, out, _ := runCLI(t, "", "--config", cfg, "web", "user", "list")
+		return out
+	}
+	if got := list(); got != "dora\toperator\texample.org,xn--bcher-kva.example\n" {
+		t.Errorf("list: %q", got)
+	}
+	for _, bad := range []string{"@example.org", "a b", "example..org"} {
+		if code, _, errs := add(bad); code != 2 || !strings.Contains(errs, "want a domain name") {
+			t.Errorf("--domain %q: %d %q", bad, code, errs)
+		}
+	}
+	if code, out, errs := add("example.net"); code != 0 || !strings.Contains(out, "updated console user dora (operator of example.net)") {
+		t.Fatalf("re-add: %d %q %q", code, out, errs)
+	}
+	if got := list(); got != "dora\toperator\texample.net\n" {
+		t.Errorf("list after re-add: %q", got)
 	}
 }
 

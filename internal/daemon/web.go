@@ -14,7 +14,7 @@ func (d *Daemon) startWeb() error {
 		return nil
 	}
 	opts := web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile, TrustedProxies: c.Proxies(),
-		Rates: d.Rates(), Quarantine: d.q.svc, Status: d.Status, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
+		Rates: d.Rates(), Quarantine: d.q.svc, Limits: d.engine.Limits, Status: d.Status, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
 	if d.events != nil {
 		opts.Events = d.events
 	}
