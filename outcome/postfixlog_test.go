@@ -120,3 +120,43 @@ func FuzzLogFeedLine(f *testing.F) {
 		}
 	})
 }
+
+// TestLogFeedCountsNoQueueRejectsOfALogin: smtpd's reject of an unknown
+// recipient counts for the login last seen with its client and sender,
+// each attempt once; a reject of another client or sender, of another
+// kind, by postscreen, or older than the window counts nothing.
+func TestLogFeedCountsNoQueueRejectsOfALogin(t *testing.T) {
+	e := testEngine(t)
+	j := NewJoin(nil, Options{})
+	now := time.Now()
+	f := &LogFeed{Join: j, Sink: NewSink(j, e), now: func() time.Time { return now }}
+	j.Saw(SubmissionOf(now.Add(-time.Minute), &policy.Request{SASLUsername: "alice", Sender: "Alice@example.org", ClientAddress: "192.0.2.7"}))
+	j.Saw(SubmissionOf(now.Add(-2*time.Hour), &policy.Request{SASLUsername: "carol", Sender: "carol@example.org", ClientAddress: "192.0.2.8"}))
+	j.Saw(SubmissionOf(now, &policy.Request{Sender: "dave@example.org", ClientAddress: "192.0.2.9"})) // no login
+	reject := func(prog, client, code, from string) string {
+		return "Dec  1 10:00:00 mx postfix/" + prog + "[10]: NOQUEUE: reject: RCPT from pc[" + client + "]: " + code +
+			" <n@example.net>: Recipient address rejected: User unknown; from=<" + from + "> to=<n@example.net> proto=ESMTP helo=<pc>"
+	}
+	for _, l := range []string{
+		reject("submission/smtpd", "192.0.2.7", "550 5.1.1", "alice@example.org"),
+		reject("smtpd", "192.0.2.7", "550 5.1.1", "alice@example.org"), // the client tried again
+		reject("smtpd", "192.0.2.99", "550 5.1.1", "alice@example.org"),
+		reject("smtpd", "192.0.2.7", "554 5.7.1", "alice@example.org"),
+		reject("postscreen", "192.0.2.7", "550 5.1.1", "alice@example.org"),
+		reject("smtpd", "192.0.2.8", "550 5.1.1", "carol@example.org"),
+		reject("smtpd", "192.0.2.9", "550 5.1.1", "dave@example.org"),
+	} {
+		f.Line(context.Background(), l)
+	}
+	if got := rate(t, e, "unknown", "alice"); got < 1.99 || got > 2.01 {
+		t.Errorf("alice's unknown recipients: %v, want 2", got)
+	}
+	for _, k := range []string{"carol", "dave", ""} {
+		if got := rate(t, e, "unknown", k); got != 0 {
+			t.Errorf("%q was charged %v", k, got)
+		}
+	}
+	if s := f.Sink; s.Counted.Load() != 2 || s.Unjoined.Load() != 3 {
+		t.Errorf("counted %d, unjoined %d; want 2, 3", s.Counted.Load(), s.Unjoined.Load())
+	}
+}

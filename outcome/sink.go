@@ -48,7 +48,12 @@ func (s *Sink) Deliver(ctx context.Context, now time.Time, o Outcome) error {
 		s.Repeated.Add(1)
 		return nil
 	}
-	if _, err := s.rec.RecordOutcome(ctx, now, sub.Request(o.Recipient), o.Kind); err != nil {
+	return s.count(ctx, now, sub, o.Recipient, o.Kind)
+}
+
+// count counts an outcome of kind for recipient rcpt of sub's message.
+func (s *Sink) count(ctx context.Context, now time.Time, sub Submission, rcpt string, kind policy.OutcomeKind) error {
+	if _, err := s.rec.RecordOutcome(ctx, now, sub.Request(rcpt), kind); err != nil {
 		s.Failed.Add(1)
 		return err
 	}

@@ -87,12 +87,17 @@ func (d *Daemon) startOutcomeFeed() {
 	})
 }
 
-// joinSubmission joins an END-OF-MESSAGE request's queue ID to it when the
-// message goes on to delivery; a message held, frozen or refused (by
-// either front end, in either order) is not the sender's to answer for,
-// so its queue ID is excluded.
+// joinSubmission notes a request with a SASL login for smtpd's NOQUEUE
+// rejects (outcome.Join.Saw) and joins an END-OF-MESSAGE request's queue
+// ID to it when the message goes on to delivery; a message held, frozen or
+// refused (by either front end, in either order) is not the sender's to
+// answer for, so its queue ID is excluded.
 func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.Decision) {
-	if d.join == nil || req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
+	if d.join == nil {
+		return
+	}
+	d.join.Saw(outcome.SubmissionOf(now, req))
+	if req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
 		return
 	}
 	if dec.Action.Admits() {
