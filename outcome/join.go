@@ -208,15 +208,18 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 	return true
 }
 
-// SetSender sets the sender of queueID's submission if it has none: the
-// log's qmgr line names it after smtpd's client line.
-func (j *Join) SetSender(queueID, sender string) {
+// SetSender sets the sender of queueID's submission if it has none (the
+// log's qmgr line names it after smtpd's client line) and returns the
+// submission it set it in.
+func (j *Join) SetSender(queueID, sender string) (Submission, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if e, ok := j.m[queueID]; ok && !e.excluded && e.sub.Sender == "" && sender != "" {
 		e.sub.Sender = sender
 		j.dirty[queueID] = struct{}{}
+		return e.sub, true
 	}
+	return Submission{}, false
 }
 
 // Lookup returns the submission joined to queueID.

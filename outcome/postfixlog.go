@@ -97,7 +97,12 @@ func (f *LogFeed) Line(ctx context.Context, line string) {
 				ClientName: rec.ClientName})
 		}
 	case maillog.KindFrom:
-		f.Join.SetSender(rec.QueueID, rec.Sender)
+		// A message the log joined: its recipients count here.
+		if sub, ok := f.Join.SetSender(rec.QueueID, rec.Sender); ok {
+			if err := f.Sink.recipients(ctx, now, sub, rec.NRcpt); err != nil {
+				f.Log.Warn("outcome feed: recipients not counted: rate store error", "queue_id", rec.QueueID, "err", err)
+			}
+		}
 	case maillog.KindRemoved:
 		f.Join.Forget(rec.QueueID)
 	case maillog.KindHold:
@@ -138,7 +143,11 @@ func (f *LogFeed) noQueue(ctx context.Context, now time.Time, prog string, rec *
 		f.Sink.Unjoined.Add(1)
 		return
 	}
-	if err := f.Sink.count(ctx, now, sub, rec.Recipient, policy.OutcomeUnknownRcpt); err != nil {
+	err := f.Sink.recipients(ctx, now, sub, 1)
+	if err == nil {
+		err = f.Sink.count(ctx, now, sub, rec.Recipient, policy.OutcomeUnknownRcpt)
+	}
+	if err != nil {
 		f.Log.Warn("outcome feed: outcome not counted: rate store error", "client", rec.ClientAddress, "err", err)
 	}
 }

@@ -16,6 +16,7 @@ func testEngine(t testing.TB) *policy.Engine {
 		{Name: "bounces", Key: policy.KeyList{"sasl_username"}, Per: "bounce", Limit: 100, Period: policy.Duration(time.Hour)},
 		{Name: "unknown", Key: policy.KeyList{"sasl_username"}, Per: "unknown_rcpt", Limit: 10, Period: policy.Duration(time.Hour), Action: "freeze"},
 		{Name: "deferrals", Key: policy.KeyList{"sender"}, Per: "deferral", Limit: 100, Period: policy.Duration(time.Hour)},
+		{Name: "ratio", Key: policy.KeyList{"sasl_username"}, Per: "bounce", Ratio: 0.1, MinCount: 50, Period: policy.Duration(time.Hour)},
 	}}, ratestore.NewMemory(ratestore.MemoryOptions{}))
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +71,9 @@ func TestLogFeedCountsEachOutcomeOnce(t *testing.T) {
 	}
 	if got := rate(t, e, "bounces", "alice"); got < 1.98 || got > 2.01 {
 		t.Errorf("bounces of alice: rate %v, want 2 (5.1.1 and 5.7.1)", got)
+	}
+	if got := rate(t, e, "ratio/rcpt", "alice"); got < 3.99 || got > 4.01 {
+		t.Errorf("recipients of alice: rate %v, want 4 (qmgr's nrcpt of the message the log joined)", got)
 	}
 	if got := rate(t, e, "deferrals", "alice@example.org"); got < 0.99 || got > 1.01 {
 		t.Errorf("deferrals of alice@example.org: rate %v, want 1 (one recipient retried)", got)
@@ -148,8 +152,10 @@ func TestLogFeedCountsNoQueueRejectsOfALogin(t *testing.T) {
 	} {
 		f.Line(context.Background(), l)
 	}
-	if got := rate(t, e, "unknown", "alice"); got < 1.99 || got > 2.01 {
-		t.Errorf("alice's unknown recipients: %v, want 2", got)
+	for _, limit := range []string{"unknown", "ratio", "ratio/rcpt"} {
+		if got := rate(t, e, limit, "alice"); got < 1.99 || got > 2.01 {
+			t.Errorf("alice's %s: %v, want 2", limit, got)
+		}
 	}
 	for _, k := range []string{"carol", "dave", ""} {
 		if got := rate(t, e, "unknown", k); got != 0 {

@@ -20,6 +20,7 @@ type Outcome struct {
 // (policy.Engine.RecordOutcome).
 type Recorder interface {
 	RecordOutcome(ctx context.Context, now time.Time, req *policy.Request, kind policy.OutcomeKind) (int, error)
+	RecordRecipients(ctx context.Context, now time.Time, req *policy.Request, n int) (int, error)
 }
 
 // Sink counts each outcome of a joined message once per recipient and
@@ -59,4 +60,11 @@ func (s *Sink) count(ctx context.Context, now time.Time, sub Submission, rcpt st
 	}
 	s.Counted.Add(1)
 	return nil
+}
+
+// recipients counts n recipients of sub's message in the ratio limits
+// (policy.Engine.RecordRecipients).
+func (s *Sink) recipients(ctx context.Context, now time.Time, sub Submission, n int) error {
+	_, err := s.rec.RecordRecipients(ctx, now, sub.Request(""), n)
+	return err
 }
