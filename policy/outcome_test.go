@@ -188,3 +188,30 @@ func TestRatioFormIsValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestNewsletterStaysUnderTheDefaultRatio: one message to 10,000
+// addresses of which 2% bounce over the next ten minutes leaves its
+// sender under the documented default (more than 10% of at least 50 per
+// hour).
+func TestNewsletterStaysUnderTheDefaultRatio(t *testing.T) {
+	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{ratioLimit}})
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	m := msg{user: "news", rcpts: 1, inst: "list"}
+	if _, end := m.send(e, now, true, true); end.Action != policy.Pass {
+		t.Fatalf("the newsletter: %v", end.Action)
+	}
+	r := m.req(policy.StateEndOfMessage)
+	if _, err := e.RecordRecipients(ctx, now, r, 10_000); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if _, err := e.RecordOutcome(ctx, now.Add(time.Duration(i)*3*time.Second), r, policy.OutcomeUnknownRcpt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.inst = "next"
+	if _, end := m.send(e, now.Add(10*time.Minute), true, true); end.Action != policy.Pass {
+		t.Errorf("the next message: %v (%s), want pass", end.Action, end.Reason)
+	}
+}
