@@ -113,10 +113,12 @@ func FuzzLogFeedLine(f *testing.F) {
 	f.Add("Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<a@example.net>, relay=mx[192.0.2.9]:25, dsn=5.1.1, status=bounced (550 5.1.1 x)")
 	f.Add("Dec  1 10:00:00 mx postfix/smtpd[10]: 4A1B2C3D4E: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=alice")
 	f.Add("2026-12-01T10:00:00.000000+00:00 mx postfix/qmgr[11]: 4A1B2C3D4E: removed")
+	f.Add("Dec  1 10:00:00 mx postfix/smtpd[10]: NOQUEUE: reject: RCPT from pc[192.0.2.7]: 550 5.1.1 <n@x>: Recipient address rejected: User unknown; from=<a@b> to=<n@x> proto=ESMTP helo=<pc>")
 	e := testEngine(f)
 	f.Fuzz(func(t *testing.T, line string) {
 		j := NewJoin(nil, Options{})
 		j.Record("4A1B2C3D4E", Submission{Time: time.Now(), SASLUsername: "alice"})
+		j.Saw(Submission{Time: time.Now(), SASLUsername: "alice", Sender: "a@b", ClientAddress: "192.0.2.7"})
 		lf := &LogFeed{Join: j, Sink: NewSink(j, e)}
 		lf.Line(context.Background(), line)
 		if n := lf.Sink.Counted.Load() + lf.Sink.Repeated.Load() + lf.Sink.Unjoined.Load(); n > 1 {
