@@ -36,8 +36,12 @@ func (k OutcomeKind) String() string {
 	return fmt.Sprintf("OutcomeKind(%d)", uint8(k))
 }
 
-// DefaultOutcomeMessage is the client text of an outcome limit without one.
-const DefaultOutcomeMessage = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
+// DefaultOutcomeMessage and DefaultRatioMessage are the client text of an
+// outcome limit without one, and of one in the ratio form.
+const (
+	DefaultOutcomeMessage = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
+	DefaultRatioMessage   = "too many of your recent recipients failed; try again in {retry}"
+)
 
 // ClassifyDSN returns the kind of an RFC 3463 status code such as "5.1.1"
 // (a Postfix dsn=, a DSN's Status field); ok is false for a success (2.x.x)
@@ -145,6 +149,9 @@ func (l *limit) compileRatio(lc LimitConfig, at string, bad func(key, format str
 		bad(at+".ratio", "works with algorithm = \"exponential\" and without overrides")
 	}
 	l.rl.Limit = l.minCount // what the rate state is kept under; the limit is set per request
+	if lc.Message == "" {
+		l.message = DefaultRatioMessage
+	}
 }
 
 // ratioItem sets it, ratio limit l's share of a request, to measure the

@@ -164,8 +164,8 @@ func TestRatioLimitRefusesAHighShareOfFailures(t *testing.T) {
 		t.Fatalf("alice refused at message %d: %v by %q, want freeze after her 50th recipient", at, d.Action, d.Limit)
 	}
 	if !strings.Contains(d.Outcome, "recipients bounced (limit 10% of at least 50 per 1h)") || !strings.Contains(d.Reason, d.Outcome) ||
-		d.RetryAfter <= 0 || d.RetryAfter > time.Hour {
-		t.Errorf("outcome %q, reason %q, retry after %v", d.Outcome, d.Reason, d.RetryAfter)
+		d.RetryAfter <= 0 || d.RetryAfter > time.Hour || !strings.HasPrefix(d.Text, "too many of your recent recipients failed; try again in ") {
+		t.Errorf("outcome %q, reason %q, retry after %v, text %q", d.Outcome, d.Reason, d.RetryAfter, d.Text)
 	}
 	t.Logf("refused at message %d: %s; retry after %v", at, d.Outcome, d.RetryAfter)
 }
