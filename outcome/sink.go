@@ -30,8 +30,8 @@ type Sink struct {
 	rec  Recorder
 	// Counted, Unjoined, Repeated and Failed count outcomes: counted in
 	// the limits, of a message not joined (not submitted through us, held
-	// or frozen by us, or past the join's lifetime), seen before, and
-	// those the store failed to count.
+	// or frozen by us, or past the join's lifetime; a NOQUEUE reject of
+	// no login seen), seen before, and those the store failed to count.
 	Counted, Unjoined, Repeated, Failed atomic.Int64
 }
 
