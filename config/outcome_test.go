@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/configs"
 )
 
 const outcomeLimit = `
@@ -54,5 +55,23 @@ func TestOutcomeTableIsValidated(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%s: error %v, want one naming %s", text, err, want)
 		}
+	}
+}
+
+// TestShippedOutcomeExampleValidates: the suggested default outcome limit,
+// commented in configs/ratelimitd.toml, is a valid ratio form.
+func TestShippedOutcomeExampleValidates(t *testing.T) {
+	text := string(configs.Default)
+	start, end := strings.Index(text, "# [outcome]\n"), strings.Index(text, "# Several MTAs")
+	if start < 0 || end < start {
+		t.Fatal("configs/ratelimitd.toml lacks the commented [outcome] example")
+	}
+	block := strings.ReplaceAll(strings.ReplaceAll(text[start:end], "# ", ""), "#\n", "\n")
+	f, err := config.Parse([]byte(block), "example")
+	if err != nil {
+		t.Fatalf("the outcome example does not validate: %v\n%s", err, block)
+	}
+	if l := f.Limits[0]; l.Ratio != 0.10 || l.MinCount != 50 || l.Per != "bounce" || f.Outcome.Maillog == "" {
+		t.Errorf("example read as %+v, outcome %+v", l, f.Outcome)
 	}
 }

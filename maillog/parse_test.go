@@ -23,9 +23,16 @@ func TestParsePostfix(t *testing.T) {
 		{"ABCDEF1234: from=<a@b>, size=-1, nrcpt=1 (queue active)", Record{}, "bad size"},
 		{"ABCDEF1234: client=nobrackets", Record{}, "malformed client"},
 		{"warning: hostname does not resolve", Record{}, "not a line about a queued message"},
-		{"ABCDEF1234: reject: DATA from x[1.2.3.4]: 550 no", Record{Kind: KindReject, QueueID: "ABCDEF1234", Reject: "DATA"}, ""},
+		{"ABCDEF1234: reject: DATA from x[1.2.3.4]: 550 no", Record{Kind: KindReject, QueueID: "ABCDEF1234", Reject: "DATA",
+			ClientName: "x", ClientAddress: "1.2.3.4"}, ""},
+		{"NOQUEUE: reject: RCPT from unknown[192.0.2.7]: 550 5.1.1 <n@example.net>: Recipient address rejected: User unknown; " +
+			"from=<alice@example.org> to=<n@example.net> proto=ESMTP helo=<h>", Record{Kind: KindNoQueue, Reject: "RCPT",
+			ClientName: "unknown", ClientAddress: "192.0.2.7", DSN: "5.1.1", Sender: "alice@example.org", Recipient: "n@example.net"}, ""},
+		{"NOQUEUE: reject: RCPT from h[IPv6:2001:db8::7]: 554 4.1.1 <n@x>: no; from=<> to=<n@x>", Record{Kind: KindNoQueue,
+			Reject: "RCPT", ClientName: "h", ClientAddress: "2001:db8::7", Recipient: "n@x"}, ""},
 		{"ABCDEF1234: milter-hold: END-OF-MESSAGE from x[1.2.3.4]: milter triggers HOLD action; from=<a@b> to=<c@d> proto=ESMTP helo=<h>",
-			Record{Kind: KindHold, QueueID: "ABCDEF1234", Reject: "END-OF-MESSAGE", Sender: "a@b", Recipient: "c@d"}, ""},
+			Record{Kind: KindHold, QueueID: "ABCDEF1234", Reject: "END-OF-MESSAGE", ClientName: "x", ClientAddress: "1.2.3.4",
+				Sender: "a@b", Recipient: "c@d"}, ""},
 	} {
 		got, err := ParsePostfix(c.msg)
 		if c.err != "" {

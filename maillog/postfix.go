@@ -28,8 +28,9 @@ const (
 
 // Record is what one log line says about one message. Recipient is
 // orig_to= when logged, else to=; Recipients are Exim's "for a b c".
-// Reject is the stage of a KindReject or KindHold line ("RCPT", "DATA",
-// ...). Local marks an Exim arrival without H=, Bounce one of Exim's own
+// Reject is the stage of a KindReject, KindNoQueue or KindHold line
+// ("RCPT", "DATA", ...), with the client, sender, recipient and the reply's
+// enhanced code in DSN where the line has them. Local marks an Exim arrival without H=, Bounce one of Exim's own
 // bounces (R=). DSN and Status are a Postfix KindTo line's dsn= ("5.1.1")
 // and the first word of its status= ("sent", "deferred", "bounced").
 type Record struct {
@@ -85,6 +86,7 @@ func ParsePostfix(msg string) (Record, error) {
 		rest := msg[len("NOQUEUE: "):]
 		if strings.HasPrefix(rest, "reject: ") || strings.HasPrefix(rest, "discard: ") {
 			r.Kind = KindNoQueue
+			parseAction(&r, rest)
 			return r, nil
 		}
 		return r, ErrNotPostfix
@@ -175,11 +177,21 @@ func hasAnyPrefix(s string, prefixes ...string) bool {
 	return false
 }
 
-// parseAction reads smtpd's and cleanup's "ACTION: STAGE from CLIENT: TEXT;
-// from=<s> to=<r> proto=ESMTP helo=<h>": the stage, sender and recipient.
+// parseAction reads smtpd's and cleanup's "ACTION: STAGE from
+// NAME[ADDR]: CODE X.Y.Z TEXT; from=<s> to=<r> proto=ESMTP helo=<h>": the
+// stage, client, the reply's enhanced status code (RFC 3463) when it has
+// one, sender and recipient.
 func parseAction(r *Record, rest string) {
 	_, after, _ := strings.Cut(rest, ": ")
 	r.Reject, _, _ = strings.Cut(after, " ")
+	if client, text, ok := strings.Cut(strings.TrimPrefix(after, r.Reject+" from "), ": "); ok {
+		r.ClientName, r.ClientAddress, _ = splitClient(client)
+		code, tail, _ := strings.Cut(text, " ")
+		dsn, _, _ := strings.Cut(tail, " ")
+		if len(code) == 3 && strings.Count(dsn, ".") == 2 && dsn[0] == code[0] {
+			r.DSN = dsn
+		}
+	}
 	semi := strings.LastIndex(after, "; from=<")
 	if semi < 0 {
 		return

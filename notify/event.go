@@ -16,7 +16,8 @@ type Kind string
 // The event kinds.
 const (
 	// LimitRefused: a limit refused a key for the first time in its
-	// period (Key, Limit, Period, Action, Rate, Max; Sender, Client).
+	// period (Key, Limit, Period, Action, Rate, Max, an outcome limit's
+	// Outcome; Sender, Client).
 	LimitRefused Kind = "limit_refused"
 	// QuarantineThreshold: a key's quarantined messages reached Count.
 	QuarantineThreshold Kind = "quarantine_threshold"
@@ -46,10 +47,13 @@ type Event struct {
 	Period time.Duration `json:"-"`
 	Action string        `json:"action,omitempty"`
 	// Rate and Max are the measured rate and the limit, cost per Period.
-	Rate   float64 `json:"rate,omitempty"`
-	Max    float64 `json:"max,omitempty"`
-	Sender string  `json:"sender,omitempty"`
-	Client string  `json:"client_address,omitempty"`
+	Rate float64 `json:"rate,omitempty"`
+	Max  float64 `json:"max,omitempty"`
+	// Outcome is an outcome limit's counts (policy.Decision.Outcome):
+	// "23 of the last 60 recipients bounced (limit 10% of at least 50 per 1h)".
+	Outcome string `json:"outcome,omitempty"`
+	Sender  string `json:"sender,omitempty"`
+	Client  string `json:"client_address,omitempty"`
 	// Count is messages or states; Failed those an action could not handle.
 	Count  int    `json:"count,omitempty"`
 	Failed int    `json:"failed,omitempty"`
@@ -71,7 +75,7 @@ func (e Event) KeyArg() string {
 func (e Event) forMail() Event {
 	raw := e.Key
 	e.rawKey = &raw
-	for _, f := range []*string{&e.Key, &e.Limit, &e.Action, &e.Sender, &e.Client, &e.By, &e.Detail} {
+	for _, f := range []*string{&e.Key, &e.Limit, &e.Action, &e.Outcome, &e.Sender, &e.Client, &e.By, &e.Detail} {
 		*f = termsafe.Line(*f)
 	}
 	return e
@@ -107,6 +111,9 @@ func (e Event) MaxText() string { return human.Number(e.Max) }
 func (e Event) Summary() string {
 	switch e.Kind {
 	case LimitRefused:
+		if e.Outcome != "" {
+			return fmt.Sprintf("%s: %s, action %s", orNone(e.Key), e.Outcome, e.Action)
+		}
 		return fmt.Sprintf("%s is over limit %s: %s per %s (limit %s), action %s",
 			orNone(e.Key), e.Limit, e.RateText(), e.PeriodText(), e.MaxText(), e.Action)
 	case QuarantineThreshold:

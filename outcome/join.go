@@ -91,7 +91,21 @@ type Join struct {
 	cdirty  map[string]struct{} // cursors to write
 	dropped int                 // submissions not kept: the join was full
 	closed  bool
+	// sessions are the SASL-authenticated requests seen in the last
+	// sessionWindow, by client address and sender (Saw); memory only.
+	sessions map[sessionKey]Submission
 }
+
+// sessionKey is a client address and a sender, lower case.
+type sessionKey struct{ client, sender string }
+
+// sessionWindow is how long after an authenticated request smtpd's
+// NOQUEUE rejects of its client and sender are the login's; maxSessions
+// bounds the sessions kept.
+const (
+	sessionWindow = time.Hour
+	maxSessions   = 50_000
+)
 
 type entry struct {
 	sub    Submission
@@ -116,7 +130,7 @@ func NewJoin(db *bolt.DB, opts Options) *Join {
 		opts.MaxMessages = DefaultMaxMessages
 	}
 	return &Join{db: db, opts: opts, m: map[string]*entry{}, cursors: map[string][]byte{},
-		dirty: map[string]struct{}{}, cdirty: map[string]struct{}{}}
+		dirty: map[string]struct{}{}, cdirty: map[string]struct{}{}, sessions: map[sessionKey]Submission{}}
 }
 
 // Open returns the Join kept in db, restored; records past their lifetime
@@ -194,15 +208,18 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 	return true
 }
 
-// SetSender sets the sender of queueID's submission if it has none: the
-// log's qmgr line names it after smtpd's client line.
-func (j *Join) SetSender(queueID, sender string) {
+// SetSender sets the sender of queueID's submission if it has none (the
+// log's qmgr line names it after smtpd's client line) and returns the
+// submission it set it in.
+func (j *Join) SetSender(queueID, sender string) (Submission, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if e, ok := j.m[queueID]; ok && !e.excluded && e.sub.Sender == "" && sender != "" {
 		e.sub.Sender = sender
 		j.dirty[queueID] = struct{}{}
+		return e.sub, true
 	}
+	return Submission{}, false
 }
 
 // Lookup returns the submission joined to queueID.
@@ -269,6 +286,39 @@ func (j *Join) Forget(queueID string) {
 		delete(j.m, queueID)
 		j.dirty[queueID] = struct{}{}
 	}
+}
+
+// Saw notes sub, a request with a SASL login, as the latest of its client
+// address and sender, for Session. A full table (maxSessions within
+// sessionWindow) keeps what it has.
+func (j *Join) Saw(sub Submission) {
+	if sub.SASLUsername == "" || sub.ClientAddress == "" {
+		return
+	}
+	k := sessionKey{strings.ToLower(sub.ClientAddress), strings.ToLower(sub.Sender)}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, ok := j.sessions[k]; !ok && len(j.sessions) >= maxSessions {
+		for k, s := range j.sessions {
+			if sub.Time.Sub(s.Time) > sessionWindow {
+				delete(j.sessions, k)
+			}
+		}
+		if len(j.sessions) >= maxSessions {
+			return
+		}
+	}
+	j.sessions[k] = sub
+}
+
+// Session returns the latest request Saw from clientAddr with sender
+// within sessionWindow before now: the login of smtpd's NOQUEUE reject of
+// that client and sender, whose log line does not name it.
+func (j *Join) Session(clientAddr, sender string, now time.Time) (Submission, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s, ok := j.sessions[sessionKey{strings.ToLower(clientAddr), strings.ToLower(sender)}]
+	return s, ok && now.Sub(s.Time) <= sessionWindow
 }
 
 // Cursor returns the position feed name saved with SetCursor, or nil.

@@ -22,7 +22,9 @@ var deliveryAgents = map[string]bool{"smtp": true, "lmtp": true, "local": true, 
 // status=bounced (dsn=5.x.x) or status=deferred (4.x.x) is an outcome of
 // its recipient. It also joins a message the policy service was not asked
 // about at END-OF-MESSAGE by smtpd's "client=..., sasl_username=..." and
-// qmgr's "from=<...>" lines, and forgets a message at its "removed"
+// qmgr's "from=<...>" lines, counts smtpd's NOQUEUE rejects of unknown
+// recipients for the SASL login last seen with their client and sender
+// (noQueue), and forgets a message at its "removed"
 // (delivered, returned, or deleted by postsuper -d: no failure) and at a
 // "hold:" (held mail's fate is the postmaster's, not the sender's). Its position is
 // kept in the Join. Not safe for concurrent use; Run once.
@@ -95,11 +97,18 @@ func (f *LogFeed) Line(ctx context.Context, line string) {
 				ClientName: rec.ClientName})
 		}
 	case maillog.KindFrom:
-		f.Join.SetSender(rec.QueueID, rec.Sender)
+		// A message the log joined: its recipients count here.
+		if sub, ok := f.Join.SetSender(rec.QueueID, rec.Sender); ok {
+			if err := f.Sink.recipients(ctx, now, sub, rec.NRcpt); err != nil {
+				f.Log.Warn("outcome feed: recipients not counted: rate store error", "queue_id", rec.QueueID, "err", err)
+			}
+		}
 	case maillog.KindRemoved:
 		f.Join.Forget(rec.QueueID)
 	case maillog.KindHold:
 		f.Join.Exclude(rec.QueueID, now)
+	case maillog.KindNoQueue:
+		f.noQueue(ctx, now, prog, &rec)
 	case maillog.KindTo:
 		if !deliveryAgents[prog] {
 			return
@@ -116,5 +125,29 @@ func (f *LogFeed) Line(ctx context.Context, line string) {
 		if err := f.Sink.Deliver(ctx, now, Outcome{QueueID: rec.QueueID, Recipient: rec.Recipient, Kind: kind}); err != nil {
 			f.Log.Warn("outcome feed: outcome not counted: rate store error", "queue_id", rec.QueueID, "err", err)
 		}
+	}
+}
+
+// noQueue counts smtpd's reject of an unknown recipient at RCPT
+// ("NOQUEUE: reject: RCPT from NAME[ADDR]: 550 5.1.1 <r>: ...;
+// from=<s> to=<r> ...") for the request of its client address and sender
+// the daemon last saw with a SASL login within the hour (Join.Session):
+// the line names no login, and a reject of anyone else (an unauthenticated
+// client, a forged sender) is no sender's.
+func (f *LogFeed) noQueue(ctx context.Context, now time.Time, prog string, rec *maillog.Record) {
+	if kind, _ := policy.ClassifyDSN(rec.DSN); prog != "smtpd" || rec.Reject != "RCPT" || kind != policy.OutcomeUnknownRcpt {
+		return
+	}
+	sub, ok := f.Join.Session(rec.ClientAddress, rec.Sender, now)
+	if !ok {
+		f.Sink.Unjoined.Add(1)
+		return
+	}
+	err := f.Sink.recipients(ctx, now, sub, 1)
+	if err == nil {
+		err = f.Sink.count(ctx, now, sub, rec.Recipient, policy.OutcomeUnknownRcpt)
+	}
+	if err != nil {
+		f.Log.Warn("outcome feed: outcome not counted: rate store error", "client", rec.ClientAddress, "err", err)
 	}
 }

@@ -16,6 +16,7 @@ func testEngine(t testing.TB) *policy.Engine {
 		{Name: "bounces", Key: policy.KeyList{"sasl_username"}, Per: "bounce", Limit: 100, Period: policy.Duration(time.Hour)},
 		{Name: "unknown", Key: policy.KeyList{"sasl_username"}, Per: "unknown_rcpt", Limit: 10, Period: policy.Duration(time.Hour), Action: "freeze"},
 		{Name: "deferrals", Key: policy.KeyList{"sender"}, Per: "deferral", Limit: 100, Period: policy.Duration(time.Hour)},
+		{Name: "ratio", Key: policy.KeyList{"sasl_username"}, Per: "bounce", Ratio: 0.1, MinCount: 50, Period: policy.Duration(time.Hour)},
 	}}, ratestore.NewMemory(ratestore.MemoryOptions{}))
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +72,9 @@ func TestLogFeedCountsEachOutcomeOnce(t *testing.T) {
 	if got := rate(t, e, "bounces", "alice"); got < 1.98 || got > 2.01 {
 		t.Errorf("bounces of alice: rate %v, want 2 (5.1.1 and 5.7.1)", got)
 	}
+	if got := rate(t, e, "ratio/rcpt", "alice"); got < 3.99 || got > 4.01 {
+		t.Errorf("recipients of alice: rate %v, want 4 (qmgr's nrcpt of the message the log joined)", got)
+	}
 	if got := rate(t, e, "deferrals", "alice@example.org"); got < 0.99 || got > 1.01 {
 		t.Errorf("deferrals of alice@example.org: rate %v, want 1 (one recipient retried)", got)
 	}
@@ -109,14 +113,58 @@ func FuzzLogFeedLine(f *testing.F) {
 	f.Add("Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<a@example.net>, relay=mx[192.0.2.9]:25, dsn=5.1.1, status=bounced (550 5.1.1 x)")
 	f.Add("Dec  1 10:00:00 mx postfix/smtpd[10]: 4A1B2C3D4E: client=pc[192.0.2.7], sasl_method=PLAIN, sasl_username=alice")
 	f.Add("2026-12-01T10:00:00.000000+00:00 mx postfix/qmgr[11]: 4A1B2C3D4E: removed")
+	f.Add("Dec  1 10:00:00 mx postfix/smtpd[10]: NOQUEUE: reject: RCPT from pc[192.0.2.7]: 550 5.1.1 <n@x>: Recipient address rejected: User unknown; from=<a@b> to=<n@x> proto=ESMTP helo=<pc>")
 	e := testEngine(f)
 	f.Fuzz(func(t *testing.T, line string) {
 		j := NewJoin(nil, Options{})
 		j.Record("4A1B2C3D4E", Submission{Time: time.Now(), SASLUsername: "alice"})
+		j.Saw(Submission{Time: time.Now(), SASLUsername: "alice", Sender: "a@b", ClientAddress: "192.0.2.7"})
 		lf := &LogFeed{Join: j, Sink: NewSink(j, e)}
 		lf.Line(context.Background(), line)
 		if n := lf.Sink.Counted.Load() + lf.Sink.Repeated.Load() + lf.Sink.Unjoined.Load(); n > 1 {
 			t.Fatalf("one line gave %d outcomes", n)
 		}
 	})
+}
+
+// TestLogFeedCountsNoQueueRejectsOfALogin: smtpd's reject of an unknown
+// recipient counts for the login last seen with its client and sender,
+// each attempt once; a reject of another client or sender, of another
+// kind, by postscreen, or older than the window counts nothing.
+func TestLogFeedCountsNoQueueRejectsOfALogin(t *testing.T) {
+	e := testEngine(t)
+	j := NewJoin(nil, Options{})
+	now := time.Now()
+	f := &LogFeed{Join: j, Sink: NewSink(j, e), now: func() time.Time { return now }}
+	j.Saw(SubmissionOf(now.Add(-time.Minute), &policy.Request{SASLUsername: "alice", Sender: "Alice@example.org", ClientAddress: "192.0.2.7"}))
+	j.Saw(SubmissionOf(now.Add(-2*time.Hour), &policy.Request{SASLUsername: "carol", Sender: "carol@example.org", ClientAddress: "192.0.2.8"}))
+	j.Saw(SubmissionOf(now, &policy.Request{Sender: "dave@example.org", ClientAddress: "192.0.2.9"})) // no login
+	reject := func(prog, client, code, from string) string {
+		return "Dec  1 10:00:00 mx postfix/" + prog + "[10]: NOQUEUE: reject: RCPT from pc[" + client + "]: " + code +
+			" <n@example.net>: Recipient address rejected: User unknown; from=<" + from + "> to=<n@example.net> proto=ESMTP helo=<pc>"
+	}
+	for _, l := range []string{
+		reject("submission/smtpd", "192.0.2.7", "550 5.1.1", "alice@example.org"),
+		reject("smtpd", "192.0.2.7", "550 5.1.1", "alice@example.org"), // the client tried again
+		reject("smtpd", "192.0.2.99", "550 5.1.1", "alice@example.org"),
+		reject("smtpd", "192.0.2.7", "554 5.7.1", "alice@example.org"),
+		reject("postscreen", "192.0.2.7", "550 5.1.1", "alice@example.org"),
+		reject("smtpd", "192.0.2.8", "550 5.1.1", "carol@example.org"),
+		reject("smtpd", "192.0.2.9", "550 5.1.1", "dave@example.org"),
+	} {
+		f.Line(context.Background(), l)
+	}
+	for _, limit := range []string{"unknown", "ratio", "ratio/rcpt"} {
+		if got := rate(t, e, limit, "alice"); got < 1.99 || got > 2.01 {
+			t.Errorf("alice's %s: %v, want 2", limit, got)
+		}
+	}
+	for _, k := range []string{"carol", "dave", ""} {
+		if got := rate(t, e, "unknown", k); got != 0 {
+			t.Errorf("%q was charged %v", k, got)
+		}
+	}
+	if s := f.Sink; s.Counted.Load() != 2 || s.Unjoined.Load() != 3 {
+		t.Errorf("counted %d, unjoined %d; want 2, 3", s.Counted.Load(), s.Unjoined.Load())
+	}
 }

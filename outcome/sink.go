@@ -20,6 +20,7 @@ type Outcome struct {
 // (policy.Engine.RecordOutcome).
 type Recorder interface {
 	RecordOutcome(ctx context.Context, now time.Time, req *policy.Request, kind policy.OutcomeKind) (int, error)
+	RecordRecipients(ctx context.Context, now time.Time, req *policy.Request, n int) (int, error)
 }
 
 // Sink counts each outcome of a joined message once per recipient and
@@ -29,8 +30,8 @@ type Sink struct {
 	rec  Recorder
 	// Counted, Unjoined, Repeated and Failed count outcomes: counted in
 	// the limits, of a message not joined (not submitted through us, held
-	// or frozen by us, or past the join's lifetime), seen before, and
-	// those the store failed to count.
+	// or frozen by us, or past the join's lifetime; a NOQUEUE reject of
+	// no login seen), seen before, and those the store failed to count.
 	Counted, Unjoined, Repeated, Failed atomic.Int64
 }
 
@@ -48,10 +49,22 @@ func (s *Sink) Deliver(ctx context.Context, now time.Time, o Outcome) error {
 		s.Repeated.Add(1)
 		return nil
 	}
-	if _, err := s.rec.RecordOutcome(ctx, now, sub.Request(o.Recipient), o.Kind); err != nil {
+	return s.count(ctx, now, sub, o.Recipient, o.Kind)
+}
+
+// count counts an outcome of kind for recipient rcpt of sub's message.
+func (s *Sink) count(ctx context.Context, now time.Time, sub Submission, rcpt string, kind policy.OutcomeKind) error {
+	if _, err := s.rec.RecordOutcome(ctx, now, sub.Request(rcpt), kind); err != nil {
 		s.Failed.Add(1)
 		return err
 	}
 	s.Counted.Add(1)
 	return nil
+}
+
+// recipients counts n recipients of sub's message in the ratio limits
+// (policy.Engine.RecordRecipients).
+func (s *Sink) recipients(ctx context.Context, now time.Time, sub Submission, n int) error {
+	_, err := s.rec.RecordRecipients(ctx, now, sub.Request(""), n)
+	return err
 }

@@ -197,6 +197,11 @@ func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 				return n, err
 			}
 		}
+		if l.ratio > 0 {
+			if _, err := e.store.Delete(ctx, ratioName(l.name), key); err != nil {
+				return n, err
+			}
+		}
 		ok, err := e.store.Delete(ctx, l.name, key)
 		if err != nil {
 			return n, err
@@ -214,11 +219,8 @@ func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 // Negligible reports whether s, under the named limit, equals no state
 // (ratelimit.Limit.Negligible); states of unknown limits are.
 func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool {
-	c := e.cfg.Load()
-	for i := range c.limits {
-		if c.limits[i].name == limit {
-			return c.limits[i].rl.Negligible(s, now)
-		}
+	if l := e.cfg.Load().stateOf(limit); l != nil {
+		return l.rl.Negligible(s, now)
 	}
 	return true
 }
@@ -258,19 +260,31 @@ func LimitParams(c Config) (map[string]ratelimit.Limit, error) {
 	out := make(map[string]ratelimit.Limit, len(cc.limits))
 	for i := range cc.limits {
 		out[cc.limits[i].name] = cc.limits[i].rl
+		if cc.limits[i].ratio > 0 {
+			out[ratioName(cc.limits[i].name)] = cc.limits[i].rl
+		}
 	}
 	return out, nil
 }
 
 // LimitParams returns the running limit's arithmetic; no allocation.
 func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
-	c := e.cfg.Load()
-	for i := range c.limits {
-		if c.limits[i].name == name {
-			return c.limits[i].rl, true
-		}
+	if l := e.cfg.Load().stateOf(name); l != nil {
+		return l.rl, true
 	}
 	return ratelimit.Limit{}, false
+}
+
+// stateOf returns the limit whose states are kept under name: its own, or
+// a ratio limit's recipients (ratioName); nil if none.
+func (c *compiled) stateOf(name string) *limit {
+	for i := range c.limits {
+		l := &c.limits[i]
+		if l.name == name || l.ratio > 0 && ratioName(l.name) == name {
+			return l
+		}
+	}
+	return nil
 }
 
 // CanonicalKey returns key as the limits count it (KeyForm.Key).

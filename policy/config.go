@@ -131,6 +131,8 @@ type LimitConfig struct {
 	Overrides   map[string]float64 `toml:"overrides"`
 	Via         []string           `toml:"via"`
 	AutoRelease string             `toml:"auto_release"` // used by the quarantine life cycle
+	Ratio       float64            `toml:"ratio"`        // Ratio, MinCount: an outcome limit's ratio form
+	MinCount    float64            `toml:"min_count"`
 }
 
 // KeyList is LimitConfig.Key: a TOML list of names, or one string.
@@ -302,6 +304,9 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 	l.rl.Period = time.Duration(lc.Period)
 	l.rl.HalfLife = time.Duration(lc.HalfLife)
 	compileBaseline(&l.rl, lc, at, bad)
+	if lc.Ratio != 0 || lc.MinCount != 0 {
+		l.compileRatio(lc, at, bad)
+	}
 	if err := l.rl.Validate(); err != nil {
 		bad(at, "%v", err)
 	}

@@ -84,7 +84,10 @@ type Decision struct {
 	Max        float64
 	Period     time.Duration
 	RetryAfter time.Duration
-	Measures   []Measure // every limit that applied, in stack order
+	// Outcome is an outcome limit's counts, e.g. "23 of the last 60
+	// recipients bounced (limit 10% of at least 50 per 1h)".
+	Outcome  string
+	Measures []Measure // every limit that applied, in stack order
 	// Fault is set on a fail-open Pass after a store fault or panic, or
 	// when some limits could not be measured; it is logged and counted.
 	Fault error

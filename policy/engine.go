@@ -43,6 +43,9 @@ type limit struct {
 	domainOverrides bool
 	// via restricts the limit to these front ends; empty: all.
 	via []string
+	// ratio and minCount are an outcome limit's ratio form (outcome.go):
+	// over above ratio of at least minCount recipients; ratio 0: a count.
+	ratio, minCount float64
 }
 
 type compiled struct {
@@ -291,6 +294,9 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		if v, ok := l.override(key); ok {
 			it.Params = overridden(it.Params, v)
 		}
+		if l.ratio > 0 && !e.ratioItem(ctx, now, l, &it) {
+			continue
+		}
 		probes = append(probes, p)
 		items = append(items, it)
 	}
@@ -486,6 +492,11 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 // verdict is the Decision of limit l being over with result r.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decision {
 	lim := limitOf(it, r)
+	if l.ratio > 0 {
+		rr := *r
+		rr.RetryAfter = l.ratioWait(it)
+		r = &rr
+	}
 	// The key is cloned: it may share a Decoder block and is kept long.
 	d := Decision{Action: l.action, Limit: l.name, Key: strings.Clone(it.Key), Rate: r.Rate, Max: lim, Period: it.Params.Period,
 		RetryAfter: r.RetryAfter}
@@ -493,7 +504,8 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
 		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	if l.outcome() {
-		d.Reason = outcomeReason(l, it, r, lim)
+		d.Outcome = l.outcomeText(r.Before, lim, it.Params.Period)
+		d.Reason = fmt.Sprintf("limit %s key %q: %s (%s, %s)", l.name, it.Key, d.Outcome, it.Params.Mode, it.Params.Algorithm)
 	}
 	switch l.action {
 	case Defer:

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -35,8 +36,12 @@ func (k OutcomeKind) String() string {
 	return fmt.Sprintf("OutcomeKind(%d)", uint8(k))
 }
 
-// DefaultOutcomeMessage is the client text of an outcome limit without one.
-const DefaultOutcomeMessage = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
+// DefaultOutcomeMessage and DefaultRatioMessage are the client text of an
+// outcome limit without one, and of one in the ratio form.
+const (
+	DefaultOutcomeMessage = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
+	DefaultRatioMessage   = "too many of your recent recipients failed; try again in {retry}"
+)
 
 // ClassifyDSN returns the kind of an RFC 3463 status code such as "5.1.1"
 // (a Postfix dsn=, a DSN's Status field); ok is false for a success (2.x.x)
@@ -108,13 +113,67 @@ var outcomeNouns = map[int]string{
 	perDeferral: "were deferred",
 }
 
-// outcomeReason is the log reason of outcome limit l over with r:
-// `limit unknown key "alice": 10 of her recipients per 1h bounced as
-// unknown users (limit 10, ...)`.
-func outcomeReason(l *limit, it *StackItem, r *ratelimit.Result, lim float64) string {
-	return fmt.Sprintf("limit %s key %q: %s of the sender's recipients per %s %s (limit %g, %s, %s)", l.name, it.Key,
-		human.Rate(r.Before, lim), human.Duration(it.Params.Period), outcomeNouns[l.per], lim, it.Params.Mode,
-		it.Params.Algorithm)
+// outcomeText is what outcome limit l saw, over with failures against
+// limit lim per period: "10 recipients per 1h bounced as unknown users
+// (limit 10)", or in the ratio form "23 of the last 60 recipients bounced
+// (limit 10% of at least 50 per 1h)", the rates rounded to whole
+// recipients. It is the log reason's and the notification's text.
+func (l *limit) outcomeText(failures, lim float64, period time.Duration) string {
+	if l.ratio > 0 {
+		return fmt.Sprintf("%.0f of the last %.0f recipients %s (limit %g%% of at least %g per %s)", failures, lim/l.ratio,
+			outcomeNouns[l.per], 100*l.ratio, l.minCount, human.Duration(period))
+	}
+	return fmt.Sprintf("%s recipients per %s %s (limit %g)", human.Rate(failures, lim), human.Duration(period),
+		outcomeNouns[l.per], lim)
+}
+
+// ratioName is the name the recipients' rate of ratio limit name is kept
+// under: limit names have no '/'.
+func ratioName(name string) string { return name + "/rcpt" }
+
+// compileRatio validates lc's ratio form into l: failures over more than
+// ratio of the recipients, measured once at least min_count recipients
+// were counted; both rates exponential over the limit's period.
+func (l *limit) compileRatio(lc LimitConfig, at string, bad func(key, format string, a ...any)) {
+	l.ratio, l.minCount = lc.Ratio, lc.MinCount
+	switch {
+	case !l.outcome():
+		bad(at+".ratio", "needs per = \"bounce\", \"unknown_rcpt\" or \"deferral\"")
+	case !(lc.Ratio > 0 && lc.Ratio < 1):
+		bad(at+".ratio", "%v: want more than 0 and less than 1 (0.1 is 10%%)", lc.Ratio)
+	case !(lc.MinCount >= 1 && lc.MinCount <= 1e15):
+		bad(at+".min_count", "%v: want at least 1 recipient (e.g. 50) with ratio", lc.MinCount)
+	case lc.Limit != 0:
+		bad(at+".limit", "with ratio the limit is ratio times the recipients: give ratio and min_count, not limit")
+	case l.rl.Algorithm != ratelimit.Exponential || len(lc.Overrides) > 0:
+		bad(at+".ratio", "works with algorithm = \"exponential\" and without overrides")
+	}
+	l.rl.Limit = l.minCount // what the rate state is kept under; the limit is set per request
+	if lc.Message == "" {
+		l.message = DefaultRatioMessage
+	}
+}
+
+// ratioItem sets it, ratio limit l's share of a request, to measure the
+// failures against ratio times the recipients' rate, decayed to now (cost
+// 0: over when more than ratio of them failed); false when fewer than
+// min_count recipients were counted, or their rate cannot be read (fail
+// open).
+func (e *Engine) ratioItem(ctx context.Context, now time.Time, l *limit, it *StackItem) bool {
+	s, err := e.store.Get(ctx, ratioName(l.name), it.Key)
+	rcpts := l.rl.Rate(s, now)
+	if err != nil || rcpts < l.minCount {
+		return false
+	}
+	it.Params.Limit, it.Cost = l.ratio*rcpts, 0
+	return true
+}
+
+// ratioWait is how long ratio limit l, over at it, stays over without new
+// recipients: until their rate decays below min_count (the failures' rate
+// decays as fast, so the ratio stays).
+func (l *limit) ratioWait(it *StackItem) time.Duration {
+	return time.Duration(float64(it.Params.Period) * math.Log(max(it.Params.Limit/l.ratio/l.minCount, 1)))
 }
 
 // RecordOutcome counts, at now, one recipient's outcome of kind in every
@@ -125,6 +184,23 @@ func outcomeReason(l *limit, it *StackItem, r *ratelimit.Result, lim float64) st
 // senders and keys req cannot build count nowhere. It returns how many
 // limits counted it and the first store error. Safe for concurrent use.
 func (e *Engine) RecordOutcome(ctx context.Context, now time.Time, req *Request, kind OutcomeKind) (int, error) {
+	return e.record(ctx, now, req, 1, func(l *limit) (string, bool) { return l.name, l.counts(kind) })
+}
+
+// RecordRecipients counts, at now, n recipients of a message req submitted
+// whose outcomes the feeds will see (joined by queue ID, or rejected by
+// smtpd) in every outcome limit of the ratio form, as RecordOutcome counts
+// a failure. Safe for concurrent use.
+func (e *Engine) RecordRecipients(ctx context.Context, now time.Time, req *Request, n int) (int, error) {
+	if n <= 0 {
+		return 0, nil
+	}
+	return e.record(ctx, now, req, float64(n), func(l *limit) (string, bool) { return ratioName(l.name), l.ratio > 0 })
+}
+
+// record counts cost in the state each limit that of picks keeps for
+// req's key.
+func (e *Engine) record(ctx context.Context, now time.Time, req *Request, cost float64, of func(*limit) (string, bool)) (int, error) {
 	c := e.cfg.Load()
 	if c.exempt(req) {
 		return 0, nil
@@ -133,7 +209,8 @@ func (e *Engine) RecordOutcome(ctx context.Context, now time.Time, req *Request,
 	var first error
 	for i := range c.limits {
 		l := &c.limits[i]
-		if !l.counts(kind) {
+		name, ok := of(l)
+		if !ok {
 			continue
 		}
 		key := c.keyOf(l, req)
@@ -144,8 +221,8 @@ func (e *Engine) RecordOutcome(ctx context.Context, now time.Time, req *Request,
 		if v, ok := l.override(key); ok {
 			rl = overridden(rl, v)
 		}
-		err := e.store.Update(ctx, l.name, key, func(old ratelimit.State) (ratelimit.State, bool) {
-			return rl.Next(rl.Check(old, now, 1), true)
+		err := e.store.Update(ctx, name, key, func(old ratelimit.State) (ratelimit.State, bool) {
+			return rl.Next(rl.Check(old, now, cost), true)
 		})
 		if err != nil {
 			if first == nil {

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,102 @@ func TestOutcomePerIsValidated(t *testing.T) {
 		Limit: 1, Period: policy.Duration(time.Hour)}}})
 	if err == nil || !strings.Contains(err.Error(), "unknown_rcpt") {
 		t.Errorf("per = \"bounces\": %v, want an error naming the outcome units", err)
+	}
+}
+
+// ratioLimit is the documented ratio form: more than 10% of at least 50
+// recipients per hour bounced.
+var ratioLimit = policy.LimitConfig{Name: "bounce-ratio", Key: policy.KeyList{"sasl_username"}, Per: "bounce",
+	Ratio: 0.10, MinCount: 50, Period: policy.Duration(time.Hour), Action: "freeze"}
+
+// sendWithOutcomes sends n one-recipient messages of user 10s apart,
+// each counted as a recipient; bounces(i) says whether message i bounces.
+// It returns the first refused message's number (n+1: none) and decision.
+func sendWithOutcomes(t *testing.T, e *policy.Engine, user string, n int, bounces func(i int) bool) (int, policy.Decision) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	m := msg{user: user, rcpts: 1}
+	for i := range n {
+		m.inst = fmt.Sprint(i)
+		if _, end := m.send(e, now, true, true); end.Action != policy.Pass {
+			return i + 1, end
+		}
+		r := m.req(policy.StateEndOfMessage)
+		if _, err := e.RecordRecipients(ctx, now, r, 1); err != nil {
+			t.Fatal(err)
+		}
+		if bounces(i) {
+			if _, err := e.RecordOutcome(ctx, now.Add(5*time.Second), r, policy.OutcomeUnknownRcpt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now = now.Add(10 * time.Second)
+	}
+	return n + 1, policy.Decision{}
+}
+
+// TestRatioLimitRefusesAHighShareOfFailures: 2 of 100 recipients bouncing
+// are never refused; 23 of 60 are, once 50 recipients were counted, and
+// the decision says how many of how many failed.
+func TestRatioLimitRefusesAHighShareOfFailures(t *testing.T) {
+	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{ratioLimit}})
+	if at, d := sendWithOutcomes(t, e, "bob", 100, func(i int) bool { return i == 30 || i == 70 }); at <= 100 {
+		t.Fatalf("bob's message %d: %v (%s), want none refused", at, d.Action, d.Reason)
+	}
+	at, d := sendWithOutcomes(t, e, "alice", 61, func(i int) bool { return i*23/60 != (i+1)*23/60 })
+	if at <= 50 || at > 61 || d.Action != policy.Freeze || d.Limit != "bounce-ratio" {
+		t.Fatalf("alice refused at message %d: %v by %q, want freeze after her 50th recipient", at, d.Action, d.Limit)
+	}
+	if !strings.Contains(d.Outcome, "recipients bounced (limit 10% of at least 50 per 1h)") || !strings.Contains(d.Reason, d.Outcome) ||
+		d.RetryAfter <= 0 || d.RetryAfter > time.Hour || !strings.HasPrefix(d.Text, "too many of your recent recipients failed; try again in ") {
+		t.Errorf("outcome %q, reason %q, retry after %v, text %q", d.Outcome, d.Reason, d.RetryAfter, d.Text)
+	}
+	t.Logf("refused at message %d: %s; retry after %v", at, d.Outcome, d.RetryAfter)
+}
+
+func TestRatioFormIsValidated(t *testing.T) {
+	for _, c := range []struct {
+		change func(*policy.LimitConfig)
+		want   string
+	}{
+		{func(l *policy.LimitConfig) { l.Per = "mail" }, "ratio: needs per"},
+		{func(l *policy.LimitConfig) { l.Ratio = 1.5 }, "less than 1"},
+		{func(l *policy.LimitConfig) { l.MinCount = 0 }, "min_count"},
+		{func(l *policy.LimitConfig) { l.Limit = 10 }, "not limit"},
+		{func(l *policy.LimitConfig) { l.Algorithm = "gcra" }, "exponential"},
+	} {
+		l := ratioLimit
+		c.change(&l)
+		if err := policy.Check(policy.Config{Limits: []policy.LimitConfig{l}}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", l, err, c.want)
+		}
+	}
+}
+
+// TestNewsletterStaysUnderTheDefaultRatio: one message to 10,000
+// addresses of which 2% bounce over the next ten minutes leaves its
+// sender under the documented default (more than 10% of at least 50 per
+// hour).
+func TestNewsletterStaysUnderTheDefaultRatio(t *testing.T) {
+	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{ratioLimit}})
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	m := msg{user: "news", rcpts: 1, inst: "list"}
+	if _, end := m.send(e, now, true, true); end.Action != policy.Pass {
+		t.Fatalf("the newsletter: %v", end.Action)
+	}
+	r := m.req(policy.StateEndOfMessage)
+	if _, err := e.RecordRecipients(ctx, now, r, 10_000); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if _, err := e.RecordOutcome(ctx, now.Add(time.Duration(i)*3*time.Second), r, policy.OutcomeUnknownRcpt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.inst = "next"
+	if _, end := m.send(e, now.Add(10*time.Minute), true, true); end.Action != policy.Pass {
+		t.Errorf("the next message: %v (%s), want pass", end.Action, end.Reason)
 	}
 }

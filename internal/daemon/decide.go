@@ -26,7 +26,7 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) policy.Decisio
 	d.metrics.Observe(req, &dec)
 	d.notifyRefusal(req, &dec)
 	d.recordDecision(now, req, &dec)
-	d.joinSubmission(now, req, &dec)
+	d.joinSubmission(ctx, now, req, &dec)
 	if req.Stage != policy.ViaMilter {
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, nil, &dec)

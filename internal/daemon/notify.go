@@ -30,7 +30,7 @@ func (d *Daemon) notifyRefusal(req *policy.Request, dec *policy.Decision) {
 		return
 	}
 	d.notifier.Notify(notify.Event{Kind: notify.LimitRefused, Key: dec.Key, Limit: dec.Limit, Period: dec.Period,
-		Action: dec.Action.String(), Rate: dec.Rate, Max: dec.Max, Sender: req.Sender, Client: req.ClientAddress,
+		Action: dec.Action.String(), Rate: dec.Rate, Max: dec.Max, Outcome: dec.Outcome, Sender: req.Sender, Client: req.ClientAddress,
 		Detail: dec.Text})
 }
 

@@ -87,21 +87,38 @@ func (d *Daemon) startOutcomeFeed() {
 	})
 }
 
-// joinSubmission joins an END-OF-MESSAGE request's queue ID to it when the
-// message goes on to delivery; a message held, frozen or refused (by
-// either front end, in either order) is not the sender's to answer for,
-// so its queue ID is excluded.
-func (d *Daemon) joinSubmission(now time.Time, req *policy.Request, dec *policy.Decision) {
-	if d.join == nil || req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
+// joinSubmission notes a request with a SASL login for smtpd's NOQUEUE
+// rejects (outcome.Join.Saw) and joins an END-OF-MESSAGE request's queue
+// ID to it when the message goes on to delivery, its recipients counted
+// in the ratio limits; a message held, frozen or
+// refused (by either front end, in either order) is not the sender's to
+// answer for, so its queue ID is excluded.
+func (d *Daemon) joinSubmission(ctx context.Context, now time.Time, req *policy.Request, dec *policy.Decision) {
+	if d.join == nil {
 		return
 	}
-	if dec.Action.Admits() {
-		if !d.join.Record(req.QueueID, outcome.SubmissionOf(now, req)) && outcome.ValidQueueID(req.QueueID) {
+	d.join.Saw(outcome.SubmissionOf(now, req))
+	if req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
+		return
+	}
+	if !dec.Action.Admits() {
+		d.join.Exclude(req.QueueID, now)
+		return
+	}
+	_, before := d.join.Lookup(req.QueueID) // by the other front end, its recipients counted
+	if !d.join.Record(req.QueueID, outcome.SubmissionOf(now, req)) {
+		if outcome.ValidQueueID(req.QueueID) {
 			d.metrics.Fault("outcome join full")
 		}
 		return
 	}
-	d.join.Exclude(req.QueueID, now)
+	if _, joined := d.join.Lookup(req.QueueID); !joined || before {
+		return // excluded by the other front end, or counted
+	}
+	if _, err := d.engine.RecordRecipients(ctx, now, req, req.RecipientCount); err != nil {
+		d.metrics.Fault("outcome recipients")
+		d.log.Warn("outcome: recipients not counted in the ratio limits: rate store error", "queue_id", req.QueueID, "err", err)
+	}
 }
 
 // stopOutcomeFeeds stops the log feed and the notice listener, before the

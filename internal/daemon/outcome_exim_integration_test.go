@@ -3,12 +3,14 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/emersion/go-smtp"
 
@@ -79,15 +81,18 @@ begin retry
 }
 
 // TestIntegrationUnknownRecipientsFreezeThroughExim: a real Exim with
-// the documented event_action, delivering to a sink that answers
-// 550 5.1.1: alice@example.org's 11th message to unknown recipients is
-// frozen (and the rest), after 10 bounces that Exim reported at delivery.
+// the documented event_action, delivering to a sink. carol's message
+// deferred (451) and removed with exim -Mrm is one deferral and no
+// bounce; bob's 100 messages of which 2 bounce are never refused; the sink
+// answering 550 5.1.1, alice@example.org's 11th message to unknown
+// recipients is frozen (and the rest), after 10 bounces that Exim
+// reported at delivery.
 func TestIntegrationUnknownRecipientsFreezeThroughExim(t *testing.T) {
 	bin := mtatest.EximBinary(t)
 	dir := t.TempDir()
 	policyAddr, eximAddr := loopback(t), loopback(t)
 	sink := mtatest.StartSink(t)
-	sink.SetReply(mtatest.StageRcpt, &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such user here"})
+	unknown := &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such user here"}
 	path := testConfig(t, dir, policyAddr, fmt.Sprintf(`
 [outcome]
 exim_listen = %q
@@ -105,19 +110,84 @@ per = "unknown_rcpt"
 limit = 10
 period = "1h"
 action = "freeze"
+
+[[limit]]
+name = "bounces"
+key = "sender"
+per = "bounce"
+limit = 1000
+period = "1h"
+
+[[limit]]
+name = "deferrals"
+key = "sender"
+per = "deferral"
+limit = 1000
+period = "1h"
 `, eximAddr))
 	td := startTestDaemon(t, path)
 	conf := eximOutcomeConf(t, dir, policyAddr, eximAddr, sink.Port())
 	mainlog := filepath.Join(dir, "log", "mainlog")
-	for i := range 30 {
-		rcpt := fmt.Sprintf("nobody%d@example.net", i)
+	// send submits a message over SMTP and returns Exim's message ID.
+	send := func(from, rcpt string) string {
+		t.Helper()
 		cmd := exec.Command(bin, "-C", conf, "-odi", "-bs")
-		cmd.Stdin = strings.NewReader("EHLO pc.example.org\r\nMAIL FROM:<alice@example.org>\r\nRCPT TO:<" + rcpt +
+		cmd.Stdin = strings.NewReader("EHLO pc.example.org\r\nMAIL FROM:<" + from + ">\r\nRCPT TO:<" + rcpt +
 			">\r\nDATA\r\nSubject: hello\r\n\r\nHello.\r\n.\r\nQUIT\r\n")
 		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "250 OK id=") {
-			t.Fatalf("message %d: %v\n%s", i+1, err, out)
+		_, id, ok := strings.Cut(string(out), "250 OK id=")
+		if err != nil || !ok {
+			t.Fatalf("%s to %s: %v\n%s", from, rcpt, err, out)
 		}
+		return strings.TrimSpace(strings.SplitN(id, "\n", 2)[0])
+	}
+	rate := func(limit, key string) float64 {
+		t.Helper()
+		s, err := td.engine.Store().Get(context.Background(), limit, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Rate
+	}
+	waitFor := func(limit, key string, want float64) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); rate(limit, key) < want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s of %s: %v, want %v", limit, key, rate(limit, key), want)
+			}
+		}
+	}
+
+	sink.SetReply(mtatest.StageRcpt, &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"})
+	id := send("carol@example.org", "later@example.net")
+	waitFor("deferrals", "carol@example.org", 0.98)
+	if out, err := exec.Command(bin, "-C", conf, "-Mrm", id).CombinedOutput(); err != nil {
+		t.Fatalf("exim -Mrm %s: %v\n%s", id, err, out)
+	}
+	sink.SetReply(mtatest.StageRcpt, unknown)
+	send("carol@example.org", "nobody@example.net")
+	waitFor("bounces", "carol@example.org", 0.98)
+	if d, b := rate("deferrals", "carol@example.org"), rate("bounces", "carol@example.org"); d > 1.01 || b > 1.01 {
+		t.Errorf("carol: %v deferrals and %v bounces, want 1 and 1: the removal by exim -Mrm counted", d, b)
+	}
+
+	for i := range 100 {
+		sink.SetReply(mtatest.StageRcpt, nil)
+		if i == 30 || i == 70 {
+			sink.SetReply(mtatest.StageRcpt, unknown)
+		}
+		rcpt := fmt.Sprintf("bob%d@example.net", i)
+		send("bob@example.org", rcpt)
+		if log, _ := os.ReadFile(mainlog); strings.Contains(string(log), "ratelimitd: HOLD") {
+			t.Fatalf("bob's message %d was frozen:\n%s", i+1, log)
+		}
+	}
+	waitFor("bounces", "bob@example.org", 1.9)
+
+	sink.SetReply(mtatest.StageRcpt, unknown)
+	for i := range 30 {
+		rcpt := fmt.Sprintf("nobody%d@example.net", i)
+		send("alice@example.org", rcpt)
 		log, _ := os.ReadFile(mainlog)
 		bounced := strings.Contains(string(log), "** "+rcpt)
 		if i < 10 {

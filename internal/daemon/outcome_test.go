@@ -151,3 +151,60 @@ func (td *testDaemon) outcomeMetric(result string) float64 {
 	td.t.Fatalf("no ratelimitd_outcomes_total{result=%q}", result)
 	return 0
 }
+
+// TestRatioLimitCountsEachMessagesRecipientsOnce: a message joined at
+// END-OF-MESSAGE by both front ends counts its recipients once in a ratio
+// limit; a held message's none. Once 50 recipients were counted and 20
+// of them bounced in the log, the next message is held.
+func TestRatioLimitCountsEachMessagesRecipientsOnce(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "mail.log")
+	appendLog(t, logPath)
+	td := startTestDaemon(t, testConfig(t, dir, loopback(t), fmt.Sprintf(`
+[outcome]
+maillog = %q
+poll = "20ms"
+
+[[limit]]
+name = "unknown"
+key = "sasl_username"
+per = "bounce"
+ratio = 0.1
+min_count = 50
+period = "1h"
+action = "hold"
+`, logPath)))
+	recipients := func() float64 {
+		s, err := td.engine.Store().Get(context.Background(), "unknown/rcpt", "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Rate
+	}
+	held := 0
+	for i := 0; held == 0 && i < 60; i++ {
+		id := fmt.Sprintf("1BCDEF%04d", i)
+		for range 2 { // the policy service and the milter
+			if got := td.eom("alice", id); strings.HasPrefix(got, "action=HOLD") {
+				held = i + 1
+				break
+			} else if got != "action=DUNNO" {
+				t.Fatalf("message %d: %s, want DUNNO", i+1, got)
+			}
+		}
+		if r := recipients(); r > float64(i+1)+0.01 {
+			t.Fatalf("after message %d: %v recipients", i+1, r)
+		}
+		if i%3 == 0 && held == 0 {
+			appendLog(t, logPath, bounceLine(id, i))
+			td.waitRate("alice", 0.9*float64(i/3+1))
+		}
+	}
+	// A third bounced: held once the recipients' rate (decayed) is 50.
+	if held <= 50 || !strings.Contains(td.logs.String(), "of the last") {
+		t.Fatalf("held at message %d (0: never), want after the 50th", held)
+	}
+	if r := recipients(); r < 49 || r > float64(held) {
+		t.Errorf("%v recipients counted, want %d decayed, the held message's none", r, held-1)
+	}
+}
