@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Kind says what a log line tells about a message.
@@ -164,6 +166,21 @@ func ParsePostfix(msg string) (Record, error) {
 		r.Kind = KindOther
 	}
 	return r, nil
+}
+
+// Outcome returns the outcome a KindTo line reports: status=bounced with
+// a 5.x.x dsn=, or status=deferred with a 4.x.x one (policy.ClassifyDSN).
+func (r *Record) Outcome() (policy.OutcomeKind, bool) {
+	kind, ok := policy.ClassifyDSN(r.DSN)
+	switch {
+	case !ok || r.Kind != KindTo:
+		return 0, false
+	case r.Status == "bounced":
+		return kind, kind != policy.OutcomeDeferral
+	case r.Status == "deferred":
+		return kind, kind == policy.OutcomeDeferral
+	}
+	return 0, false
 }
 
 func hasAnyPrefix(s string, prefixes ...string) bool {

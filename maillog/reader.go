@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Options configures a Reader; the zero value is usable.
@@ -54,7 +55,8 @@ type Stats struct {
 // was accepted, Queued when the message was complete, both UTC. Size is
 // qmgr's size= or Exim's S=, NRcpt qmgr's nrcpt= (0 for Exim). Recipients
 // are distinct, as the client gave them (orig_to=, Exim's <original>), in
-// order. Sender is "" for the null sender.
+// order. Sender is "" for the null sender. Outcomes are its recipients'
+// failures (Postfix delivery lines), each recipient and kind once.
 type Message struct {
 	Host, QueueID             string
 	Received, Queued          time.Time
@@ -65,10 +67,19 @@ type Message struct {
 	NRcpt                     int
 	Recipients                []string
 	MessageID                 string
+	Outcomes                  []Outcome
 
 	smtp, queued, rejected, local, held bool
 	seq                                 int
 	seen                                time.Time // the time of its latest line
+}
+
+// Outcome is what happened to one recipient of a Message, when it was
+// logged.
+type Outcome struct {
+	Time      time.Time
+	Recipient string
+	Kind      policy.OutcomeKind
 }
 
 // RecipientCount is the larger of NRcpt and len(Recipients).
@@ -476,6 +487,11 @@ func (j *joiner) apply(tr timedRecord) {
 		}
 	case KindTo:
 		m.addRecipient(rec.Recipient)
+		if k, ok := rec.Outcome(); ok && !slices.ContainsFunc(m.Outcomes, func(o Outcome) bool {
+			return o.Kind == k && strings.EqualFold(o.Recipient, rec.Recipient)
+		}) {
+			m.Outcomes = append(m.Outcomes, Outcome{Time: tr.t, Recipient: c(rec.Recipient), Kind: k})
+		}
 	case KindReject:
 		if rec.Reject != "RCPT" {
 			m.rejected = true

@@ -210,13 +210,13 @@ func TestEximMainlog(t *testing.T) {
 }
 
 // TestTraceRoundTrip writes the trace of the classic fixture and reads it
-// back with package simulate: the same requests, RCPT per recipient and
-// one END-OF-MESSAGE per message.
+// back with package simulate: the same requests, RCPT per recipient, one
+// END-OF-MESSAGE per message, and frank's deferral as an outcome.
 func TestTraceRoundTrip(t *testing.T) {
 	msgs, _ := readFixture(t, Options{Location: time.UTC, End: mustTime(t, "2027-01-02T12:00:00Z")}, "postfix-classic.log")
 	tr := Trace(msgs)
-	if len(tr.Entries) != 7+5 {
-		t.Fatalf("%d entries, want 12", len(tr.Entries))
+	if len(tr.Entries) != 7+5+1 {
+		t.Fatalf("%d entries, want 13", len(tr.Entries))
 	}
 	var b bytes.Buffer
 	if err := WriteTrace(&b, tr, "from postfix-classic.log"); err != nil {
@@ -231,7 +231,7 @@ func TestTraceRoundTrip(t *testing.T) {
 	}
 	for i := range tr.Entries {
 		a, b := tr.Entries[i], back.Entries[i]
-		if !a.Time.Equal(b.Time) || a.Count != b.Count || !reflect.DeepEqual(a.Request, b.Request) {
+		if !a.Time.Equal(b.Time) || a.Count != b.Count || a.Outcome != b.Outcome || !reflect.DeepEqual(a.Request, b.Request) {
 			t.Fatalf("entry %d:\n wrote %+v\n  read %+v", i, a, b)
 		}
 	}
@@ -261,6 +261,10 @@ func TestTraceRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(a, s) {
 			t.Fatalf("StreamTrace replays\n%s\nWriteTrace replays\n%s", strings.Join(s, "\n"), strings.Join(a, "\n"))
 		}
+	}
+	if d := tr.Entries[8]; d.Outcome != policy.OutcomeDeferral || d.Request.Recipient != "frank@example.net" ||
+		d.Request.Instance != "mx2/5B6C7D8E9F" {
+		t.Fatalf("frank's deferral: %+v", d)
 	}
 	eom := tr.Entries[3]
 	if eom.Request.ProtocolState != policy.StateEndOfMessage || eom.Request.RecipientCount != 3 ||
