@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -47,6 +48,7 @@ type Stats struct {
 	NotSMTP                       int
 	Incomplete, Rejected, NoQueue int
 	Held                          int
+	Outcomes                      int // recipients' bounces and deferrals in the trace
 	Start, End                    time.Time
 }
 
@@ -545,6 +547,9 @@ func (s Stats) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(&b, "; %d lines unparsable (not counted), e.g.:\n  %s", s.Unparsable, strings.Join(s.Samples, "\n  "))
 	}
 	b.WriteByte('\n')
+	if s.Outcomes > 0 {
+		fmt.Fprintf(&b, "%s (bounces, deferrals) in the trace for outcome limits\n", plural.N(s.Outcomes, "recipient outcome"))
+	}
 	if s.Held > 0 {
 		fmt.Fprintf(&b, "%d messages on hold and never released are in the trace without a size\n", s.Held)
 	}

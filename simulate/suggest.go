@@ -359,10 +359,8 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 		if lc.Algorithm == "baseline" {
 			lp.Proposed = max(lp.Proposed, lc.Floor) // a cap below the floor is refused
 		}
-		if outcomePer(lc.Per) && lp.Proposed < OutcomeFloor {
-			lp.Proposed = OutcomeFloor
-			lp.Notes = append(lp.Notes, fmt.Sprintf("p%g × headroom is %s: raised to the floor of outcome limits, %g",
-				o.Percentile, human.Number(roundUp(lp.Base*o.Headroom)), OutcomeFloor))
+		if outcomePer(lc.Per) {
+			lp.Proposed = max(lp.Proposed, OutcomeFloor)
 		}
 		if n := len(ordinary); n < MinPercentileKeys && o.Percentile < 100 {
 			rank := min(max(int(math.Ceil(o.Percentile/100*float64(n))), 1), n)
@@ -417,9 +415,7 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 const OutcomeFloor float64 = 10
 
 // outcomePer reports whether per counts outcomes.
-func outcomePer(per string) bool {
-	return per == "bounce" || per == "unknown_rcpt" || per == "deferral"
-}
+func outcomePer(per string) bool { _, ok := outcomeKinds[per]; return ok }
 
 // MinPercentileKeys is the fewest ordinary keys a percentile below 100 is
 // taken over: with fewer, the nearest-rank p95 is the highest peak.
