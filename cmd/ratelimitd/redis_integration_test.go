@@ -4,9 +4,11 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +84,8 @@ func TestRedisTwoDaemons(t *testing.T) {
 // limit of 3 per hour; olga's message is submitted through the first,
 // which receives three Exim delivery events of unknown recipients for it;
 // the second host then refuses olga's next message with the outcome
-// limit, and its `rate show` lists the failures. Repeated for three users.
+// limit, its `rate show` lists the failures and its events the refusal.
+// Repeated for three users.
 func TestRedisOutcomesShared(t *testing.T) {
 	srv := redistest.Start(t)
 	outcomeLimit := limitTable(`name = "unknown"`, `key = ["sasl_username"]`, `per = "unknown_rcpt"`, `limit = 3`,
@@ -123,12 +126,25 @@ func TestRedisOutcomesShared(t *testing.T) {
 			}
 		}
 		out, err := cli(t, "--config", cfgs[1], "rate", "show", user)
-		if err != nil || !regexp.MustCompile(`(?m)^`+user+`\s+unknown\s+3(\.0)? `).MatchString(out) {
+		if err != nil || !regexp.MustCompile(`(?m)^`+user+`\s+unknown\s+3(\.0)? .*; counts unknown recipients \(unknown_rcpt\)$`).MatchString(out) {
 			t.Fatalf("rate show %s on the second host: %v\n%s", user, err, out)
 		}
 		if got := policyQuery(t, addrs[1], user, "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") ||
 			!strings.Contains(got, "recipients failed") {
 			t.Fatalf("%s's next message on the second host after 3 unknown recipients on the first: %s", user, got)
 		}
+	}
+	// The refusals are events of the second host, naming the outcome limit.
+	out, err := cli(t, "--config", cfgs[1], "events", "--json")
+	var evs []struct{ Key, Limit, Action string }
+	if err != nil || json.Unmarshal([]byte(out), &evs) != nil {
+		t.Fatalf("events: %v\n%s", err, out)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Key+" "+e.Limit+" "+e.Action)
+	}
+	if slices.Sort(got); strings.Join(got, ", ") != "olga unknown defer, oscar unknown defer, otto unknown defer" {
+		t.Fatalf("events of the second host: %v", got)
 	}
 }
