@@ -24,6 +24,8 @@ func TestParsePostfix(t *testing.T) {
 		{"ABCDEF1234: client=nobrackets", Record{}, "malformed client"},
 		{"warning: hostname does not resolve", Record{}, "not a line about a queued message"},
 		{"ABCDEF1234: reject: DATA from x[1.2.3.4]: 550 no", Record{Kind: KindReject, QueueID: "ABCDEF1234", Reject: "DATA"}, ""},
+		{"ABCDEF1234: reject: RCPT from x[1.2.3.4]: 550 5.1.1 <c@d>: Recipient address rejected: User unknown; from=<a@b> to=<c@d> proto=ESMTP helo=<h>",
+			Record{Kind: KindReject, QueueID: "ABCDEF1234", Reject: "RCPT", Sender: "a@b", Recipient: "c@d", DSN: "5.1.1"}, ""},
 		{"ABCDEF1234: milter-hold: END-OF-MESSAGE from x[1.2.3.4]: milter triggers HOLD action; from=<a@b> to=<c@d> proto=ESMTP helo=<h>",
 			Record{Kind: KindHold, QueueID: "ABCDEF1234", Reject: "END-OF-MESSAGE", Sender: "a@b", Recipient: "c@d"}, ""},
 	} {

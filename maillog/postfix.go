@@ -33,7 +33,8 @@ const (
 // Reject is the stage of a KindReject or KindHold line ("RCPT", "DATA",
 // ...). Local marks an Exim arrival without H=, Bounce one of Exim's own
 // bounces (R=). DSN and Status are a Postfix KindTo line's dsn= ("5.1.1")
-// and the first word of its status= ("sent", "deferred", "bounced").
+// and the first word of its status= ("sent", "deferred", "bounced"); DSN
+// is also a KindReject line's enhanced status code.
 type Record struct {
 	Kind                      Kind
 	QueueID                   string
@@ -168,11 +169,14 @@ func ParsePostfix(msg string) (Record, error) {
 	return r, nil
 }
 
-// Outcome returns the outcome a KindTo line reports: status=bounced with
-// a 5.x.x dsn=, or status=deferred with a 4.x.x one (policy.ClassifyDSN).
+// Outcome returns the outcome a line reports (policy.ClassifyDSN): a
+// KindTo line's status=bounced with a 5.x.x dsn= or status=deferred with a
+// 4.x.x one, or smtpd's reject of a recipient as unknown (RCPT, 5.1.1).
 func (r *Record) Outcome() (policy.OutcomeKind, bool) {
 	kind, ok := policy.ClassifyDSN(r.DSN)
 	switch {
+	case ok && r.Kind == KindReject:
+		return kind, r.Reject == "RCPT" && kind == policy.OutcomeUnknownRcpt
 	case !ok || r.Kind != KindTo:
 		return 0, false
 	case r.Status == "bounced":
@@ -197,6 +201,14 @@ func hasAnyPrefix(s string, prefixes ...string) bool {
 func parseAction(r *Record, rest string) {
 	_, after, _ := strings.Cut(rest, ": ")
 	r.Reject, _, _ = strings.Cut(after, " ")
+	if _, text, ok := strings.Cut(after, "]: "); ok {
+		code, more, _ := strings.Cut(text, " ")
+		if dsn, _, _ := strings.Cut(more, " "); len(code) == 3 {
+			if _, ok := policy.ClassifyDSN(dsn); ok {
+				r.DSN = dsn
+			}
+		}
+	}
 	semi := strings.LastIndex(after, "; from=<")
 	if semi < 0 {
 		return

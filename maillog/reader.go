@@ -489,15 +489,12 @@ func (j *joiner) apply(tr timedRecord) {
 		}
 	case KindTo:
 		m.addRecipient(rec.Recipient)
-		if k, ok := rec.Outcome(); ok && !slices.ContainsFunc(m.Outcomes, func(o Outcome) bool {
-			return o.Kind == k && strings.EqualFold(o.Recipient, rec.Recipient)
-		}) {
-			m.Outcomes = append(m.Outcomes, Outcome{Time: tr.t, Recipient: c(rec.Recipient), Kind: k})
-		}
+		m.addOutcome(tr.t, rec)
 	case KindReject:
 		if rec.Reject != "RCPT" {
 			m.rejected = true
 		}
+		m.addOutcome(tr.t, rec)
 	case KindHold:
 		// Held before qmgr saw it; from= follows if it is released.
 		m.held = true
@@ -518,6 +515,17 @@ func senderOf(m *Message) string {
 		return "user " + strings.ToLower(m.SASLUsername)
 	}
 	return "sender " + strings.ToLower(m.Sender)
+}
+
+// addOutcome adds the outcome rec reports at t, if any, once per
+// recipient and kind.
+func (m *Message) addOutcome(t time.Time, rec *Record) {
+	k, ok := rec.Outcome()
+	if ok && rec.Recipient != "" && !slices.ContainsFunc(m.Outcomes, func(o Outcome) bool {
+		return o.Kind == k && strings.EqualFold(o.Recipient, rec.Recipient)
+	}) {
+		m.Outcomes = append(m.Outcomes, Outcome{Time: t, Recipient: strings.Clone(rec.Recipient), Kind: k})
+	}
 }
 
 func (m *Message) addRecipient(a string) {
@@ -548,7 +556,7 @@ func (s Stats) WriteSummary(w io.Writer) error {
 	}
 	b.WriteByte('\n')
 	if s.Outcomes > 0 {
-		fmt.Fprintf(&b, "%s (bounces, deferrals) in the trace for outcome limits\n", plural.N(s.Outcomes, "recipient outcome"))
+		fmt.Fprintf(&b, "%s (bounces, deferrals, unknown recipients) in the trace for outcome limits\n", plural.N(s.Outcomes, "recipient outcome"))
 	}
 	if s.Held > 0 {
 		fmt.Fprintf(&b, "%d messages on hold and never released are in the trace without a size\n", s.Held)

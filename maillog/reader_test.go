@@ -211,12 +211,22 @@ func TestEximMainlog(t *testing.T) {
 
 // TestTraceRoundTrip writes the trace of the classic fixture and reads it
 // back with package simulate: the same requests, RCPT per recipient, one
-// END-OF-MESSAGE per message, and frank's deferral as an outcome.
+// END-OF-MESSAGE per message, and as outcomes frank's deferral and the
+// recipient smtpd rejected in alice's message as unknown (5.1.1).
 func TestTraceRoundTrip(t *testing.T) {
 	msgs, _ := readFixture(t, Options{Location: time.UTC, End: mustTime(t, "2027-01-02T12:00:00Z")}, "postfix-classic.log")
 	tr := Trace(msgs)
-	if len(tr.Entries) != 7+5+1 {
-		t.Fatalf("%d entries, want 13", len(tr.Entries))
+	if len(tr.Entries) != 7+5+2 {
+		t.Fatalf("%d entries, want 14", len(tr.Entries))
+	}
+	var outcomes []string
+	for _, e := range tr.Entries {
+		if e.Outcome != 0 {
+			outcomes = append(outcomes, e.Request.SASLUsername+" "+e.Request.Recipient+" "+e.Outcome.String())
+		}
+	}
+	if strings.Join(outcomes, ", ") != "erin@example.com frank@example.net deferral, alice nobody@example.org unknown_rcpt" {
+		t.Fatalf("outcomes %q", outcomes)
 	}
 	var b bytes.Buffer
 	if err := WriteTrace(&b, tr, "from postfix-classic.log"); err != nil {
