@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,7 +183,8 @@ func TestRFC3339Syslog(t *testing.T) {
 // TestEximMainlog reads arrivals with A= and U=, recipients from the
 // "for" list and from =>, ->, ** and == lines (the deferred one once),
 // the original address of an alias delivery, Exim 4.97 message IDs,
-// +millisec and log_timezone stamps, and skips Exim's own bounce.
+// +millisec and log_timezone stamps, and skips Exim's own bounce; the **
+// line is an unknown recipient (its 5.1.1), the == line a deferral.
 func TestEximMainlog(t *testing.T) {
 	msgs, st := readFixture(t, Options{Location: time.UTC}, "exim-mainlog")
 	want := []brief{
@@ -206,6 +208,16 @@ func TestEximMainlog(t *testing.T) {
 	}
 	if msgs[1].SASLMethod != "dovecot_plain" || msgs[1].ClientName != "laptop.example.org" {
 		t.Fatalf("alice's message: %+v", msgs[1])
+	}
+	var outcomes []string
+	for _, m := range msgs {
+		for _, o := range m.Outcomes {
+			outcomes = append(outcomes, m.QueueID+" "+o.Recipient+" "+o.Kind.String())
+		}
+	}
+	slices.Sort(outcomes)
+	if want := "1qXyZb-0001Ac-De nobody@example.net unknown_rcpt, 1rAbCd-000000001Ab-Cdef frank@example.net deferral"; strings.Join(outcomes, ", ") != want {
+		t.Fatalf("outcomes %q, want %s", outcomes, want)
 	}
 }
 
