@@ -60,7 +60,7 @@ type Trace struct {
 	Entries []Entry
 }
 
-// Len returns the number of requests the trace expands to.
+// Len returns the number of requests (and outcomes) the trace expands to.
 func (t *Trace) Len() int {
 	n := 0
 	for i := range t.Entries {
