@@ -3,6 +3,7 @@ package maillog
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -70,6 +71,16 @@ func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 	case "=>", "->", "*>", "**", "==":
 		r.Kind = KindTo
 		err = parseEximRecipient(&r, rest)
+		if flag == "**" || flag == "==" {
+			// A bounce or a deferral, as Postfix's status= and dsn= say it.
+			r.Status, r.DSN = "bounced", "5.0.0"
+			if flag == "==" {
+				r.Status, r.DSN = "deferred", "4.0.0"
+			}
+			if code := enhancedCode.FindString(rest); code != "" && code[0] == r.DSN[0] {
+				r.DSN = code
+			}
+		}
 	case "Completed":
 		r.Kind = KindCompleted
 	default:
@@ -77,6 +88,9 @@ func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 	}
 	return t, r, err
 }
+
+// enhancedCode finds an RFC 3463 status code in an Exim error text.
+var enhancedCode = regexp.MustCompile(`\b[245]\.\d{1,3}\.\d{1,3}\b`)
 
 func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
 	y, err1 := strconv.Atoi(s[0:4])

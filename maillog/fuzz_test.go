@@ -93,7 +93,7 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("incomplete message %+v", m)
 			}
 			tr := Trace([]Message{m})
-			if len(tr.Entries) != len(m.Recipients)+1 {
+			if len(tr.Entries) != len(m.Recipients)+1+len(m.Outcomes) {
 				t.Fatalf("%d entries for %d recipients", len(tr.Entries), len(m.Recipients))
 			}
 		}

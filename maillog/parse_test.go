@@ -30,6 +30,8 @@ func TestParsePostfix(t *testing.T) {
 			ClientName: "unknown", ClientAddress: "192.0.2.7", DSN: "5.1.1", Sender: "alice@example.org", Recipient: "n@example.net"}, ""},
 		{"NOQUEUE: reject: RCPT from h[IPv6:2001:db8::7]: 554 4.1.1 <n@x>: no; from=<> to=<n@x>", Record{Kind: KindNoQueue,
 			Reject: "RCPT", ClientName: "h", ClientAddress: "2001:db8::7", Recipient: "n@x"}, ""},
+		{"ABCDEF1234: reject: RCPT from x[1.2.3.4]: 550 5.1.1 <c@d>: Recipient address rejected: User unknown; from=<a@b> to=<c@d> proto=ESMTP helo=<h>",
+			Record{Kind: KindReject, QueueID: "ABCDEF1234", Reject: "RCPT", ClientName: "x", ClientAddress: "1.2.3.4", Sender: "a@b", Recipient: "c@d", DSN: "5.1.1"}, ""},
 		{"ABCDEF1234: milter-hold: END-OF-MESSAGE from x[1.2.3.4]: milter triggers HOLD action; from=<a@b> to=<c@d> proto=ESMTP helo=<h>",
 			Record{Kind: KindHold, QueueID: "ABCDEF1234", Reject: "END-OF-MESSAGE", ClientName: "x", ClientAddress: "1.2.3.4",
 				Sender: "a@b", Recipient: "c@d"}, ""},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Kind says what a log line tells about a message.
@@ -32,7 +34,8 @@ const (
 // ("RCPT", "DATA", ...), with the client, sender, recipient and the reply's
 // enhanced code in DSN where the line has them. Local marks an Exim arrival without H=, Bounce one of Exim's own
 // bounces (R=). DSN and Status are a Postfix KindTo line's dsn= ("5.1.1")
-// and the first word of its status= ("sent", "deferred", "bounced").
+// and the first word of its status= ("sent", "deferred", "bounced"); DSN
+// is also a KindReject line's enhanced status code.
 type Record struct {
 	Kind                      Kind
 	QueueID                   string
@@ -166,6 +169,24 @@ func ParsePostfix(msg string) (Record, error) {
 		r.Kind = KindOther
 	}
 	return r, nil
+}
+
+// Outcome returns the outcome a line reports (policy.ClassifyDSN): a
+// KindTo line's status=bounced with a 5.x.x dsn= or status=deferred with a
+// 4.x.x one, or smtpd's reject of a recipient as unknown (RCPT, 5.1.1).
+func (r *Record) Outcome() (policy.OutcomeKind, bool) {
+	kind, ok := policy.ClassifyDSN(r.DSN)
+	switch {
+	case ok && r.Kind == KindReject:
+		return kind, r.Reject == "RCPT" && kind == policy.OutcomeUnknownRcpt
+	case !ok || r.Kind != KindTo:
+		return 0, false
+	case r.Status == "bounced":
+		return kind, kind != policy.OutcomeDeferral
+	case r.Status == "deferred":
+		return kind, kind == policy.OutcomeDeferral
+	}
+	return 0, false
 }
 
 func hasAnyPrefix(s string, prefixes ...string) bool {

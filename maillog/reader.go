@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/plural"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Options configures a Reader; the zero value is usable.
@@ -46,6 +48,7 @@ type Stats struct {
 	NotSMTP                       int
 	Incomplete, Rejected, NoQueue int
 	Held                          int
+	Outcomes                      int // recipients' bounces and deferrals in the trace
 	Start, End                    time.Time
 }
 
@@ -54,7 +57,8 @@ type Stats struct {
 // was accepted, Queued when the message was complete, both UTC. Size is
 // qmgr's size= or Exim's S=, NRcpt qmgr's nrcpt= (0 for Exim). Recipients
 // are distinct, as the client gave them (orig_to=, Exim's <original>), in
-// order. Sender is "" for the null sender.
+// order. Sender is "" for the null sender. Outcomes are its recipients'
+// failures (Postfix delivery lines), each recipient and kind once.
 type Message struct {
 	Host, QueueID             string
 	Received, Queued          time.Time
@@ -65,10 +69,19 @@ type Message struct {
 	NRcpt                     int
 	Recipients                []string
 	MessageID                 string
+	Outcomes                  []Outcome
 
 	smtp, queued, rejected, local, held bool
 	seq                                 int
 	seen                                time.Time // the time of its latest line
+}
+
+// Outcome is what happened to one recipient of a Message, when it was
+// logged.
+type Outcome struct {
+	Time      time.Time
+	Recipient string
+	Kind      policy.OutcomeKind
 }
 
 // RecipientCount is the larger of NRcpt and len(Recipients).
@@ -476,10 +489,12 @@ func (j *joiner) apply(tr timedRecord) {
 		}
 	case KindTo:
 		m.addRecipient(rec.Recipient)
+		m.addOutcome(tr.t, rec)
 	case KindReject:
 		if rec.Reject != "RCPT" {
 			m.rejected = true
 		}
+		m.addOutcome(tr.t, rec)
 	case KindHold:
 		// Held before qmgr saw it; from= follows if it is released.
 		m.held = true
@@ -500,6 +515,17 @@ func senderOf(m *Message) string {
 		return "user " + strings.ToLower(m.SASLUsername)
 	}
 	return "sender " + strings.ToLower(m.Sender)
+}
+
+// addOutcome adds the outcome rec reports at t, if any, once per
+// recipient and kind.
+func (m *Message) addOutcome(t time.Time, rec *Record) {
+	k, ok := rec.Outcome()
+	if ok && rec.Recipient != "" && !slices.ContainsFunc(m.Outcomes, func(o Outcome) bool {
+		return o.Kind == k && strings.EqualFold(o.Recipient, rec.Recipient)
+	}) {
+		m.Outcomes = append(m.Outcomes, Outcome{Time: t, Recipient: strings.Clone(rec.Recipient), Kind: k})
+	}
 }
 
 func (m *Message) addRecipient(a string) {
@@ -529,6 +555,9 @@ func (s Stats) WriteSummary(w io.Writer) error {
 		fmt.Fprintf(&b, "; %d lines unparsable (not counted), e.g.:\n  %s", s.Unparsable, strings.Join(s.Samples, "\n  "))
 	}
 	b.WriteByte('\n')
+	if s.Outcomes > 0 {
+		fmt.Fprintf(&b, "%s (bounces, deferrals, unknown recipients) in the trace for outcome limits\n", plural.N(s.Outcomes, "recipient outcome"))
+	}
 	if s.Held > 0 {
 		fmt.Fprintf(&b, "%d messages on hold and never released are in the trace without a size\n", s.Held)
 	}

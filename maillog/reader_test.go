@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,7 +183,8 @@ func TestRFC3339Syslog(t *testing.T) {
 // TestEximMainlog reads arrivals with A= and U=, recipients from the
 // "for" list and from =>, ->, ** and == lines (the deferred one once),
 // the original address of an alias delivery, Exim 4.97 message IDs,
-// +millisec and log_timezone stamps, and skips Exim's own bounce.
+// +millisec and log_timezone stamps, and skips Exim's own bounce; the **
+// line is an unknown recipient (its 5.1.1), the == line a deferral.
 func TestEximMainlog(t *testing.T) {
 	msgs, st := readFixture(t, Options{Location: time.UTC}, "exim-mainlog")
 	want := []brief{
@@ -207,16 +209,36 @@ func TestEximMainlog(t *testing.T) {
 	if msgs[1].SASLMethod != "dovecot_plain" || msgs[1].ClientName != "laptop.example.org" {
 		t.Fatalf("alice's message: %+v", msgs[1])
 	}
+	var outcomes []string
+	for _, m := range msgs {
+		for _, o := range m.Outcomes {
+			outcomes = append(outcomes, m.QueueID+" "+o.Recipient+" "+o.Kind.String())
+		}
+	}
+	slices.Sort(outcomes)
+	if want := "1qXyZb-0001Ac-De nobody@example.net unknown_rcpt, 1rAbCd-000000001Ab-Cdef frank@example.net deferral"; strings.Join(outcomes, ", ") != want {
+		t.Fatalf("outcomes %q, want %s", outcomes, want)
+	}
 }
 
 // TestTraceRoundTrip writes the trace of the classic fixture and reads it
-// back with package simulate: the same requests, RCPT per recipient and
-// one END-OF-MESSAGE per message.
+// back with package simulate: the same requests, RCPT per recipient, one
+// END-OF-MESSAGE per message, and as outcomes frank's deferral and the
+// recipient smtpd rejected in alice's message as unknown (5.1.1).
 func TestTraceRoundTrip(t *testing.T) {
 	msgs, _ := readFixture(t, Options{Location: time.UTC, End: mustTime(t, "2027-01-02T12:00:00Z")}, "postfix-classic.log")
 	tr := Trace(msgs)
-	if len(tr.Entries) != 7+5 {
-		t.Fatalf("%d entries, want 12", len(tr.Entries))
+	if len(tr.Entries) != 7+5+2 {
+		t.Fatalf("%d entries, want 14", len(tr.Entries))
+	}
+	var outcomes []string
+	for _, e := range tr.Entries {
+		if e.Outcome != 0 {
+			outcomes = append(outcomes, e.Request.SASLUsername+" "+e.Request.Recipient+" "+e.Outcome.String())
+		}
+	}
+	if strings.Join(outcomes, ", ") != "erin@example.com frank@example.net deferral, alice nobody@example.org unknown_rcpt" {
+		t.Fatalf("outcomes %q", outcomes)
 	}
 	var b bytes.Buffer
 	if err := WriteTrace(&b, tr, "from postfix-classic.log"); err != nil {
@@ -231,7 +253,7 @@ func TestTraceRoundTrip(t *testing.T) {
 	}
 	for i := range tr.Entries {
 		a, b := tr.Entries[i], back.Entries[i]
-		if !a.Time.Equal(b.Time) || a.Count != b.Count || !reflect.DeepEqual(a.Request, b.Request) {
+		if !a.Time.Equal(b.Time) || a.Count != b.Count || a.Outcome != b.Outcome || !reflect.DeepEqual(a.Request, b.Request) {
 			t.Fatalf("entry %d:\n wrote %+v\n  read %+v", i, a, b)
 		}
 	}
@@ -261,6 +283,10 @@ func TestTraceRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(a, s) {
 			t.Fatalf("StreamTrace replays\n%s\nWriteTrace replays\n%s", strings.Join(s, "\n"), strings.Join(a, "\n"))
 		}
+	}
+	if d := tr.Entries[8]; d.Outcome != policy.OutcomeDeferral || d.Request.Recipient != "frank@example.net" ||
+		d.Request.Instance != "mx2/5B6C7D8E9F" {
+		t.Fatalf("frank's deferral: %+v", d)
 	}
 	eom := tr.Entries[3]
 	if eom.Request.ProtocolState != policy.StateEndOfMessage || eom.Request.RecipientCount != 3 ||

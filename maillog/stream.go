@@ -94,6 +94,7 @@ func (j *joiner) hand(m *Message) {
 	}
 	st.Messages++
 	st.Recipients += m.RecipientCount()
+	st.Outcomes += len(m.Outcomes)
 	j.senders[senderOf(m)] = struct{}{}
 	if st.Start.IsZero() || m.Queued.Before(st.Start) {
 		st.Start = m.Queued

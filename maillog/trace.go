@@ -15,7 +15,7 @@ import (
 // Entries returns the policy requests an MTA would have made for m
 // (SMTPD_POLICY_README): a RCPT per recipient when the client was
 // accepted, then END-OF-MESSAGE when it was queued, all with instance
-// "host/queueid" (Exim: the queue ID).
+// "host/queueid" (Exim: the queue ID); then its Outcomes at their times.
 func (m *Message) Entries() []simulate.Entry {
 	base := policy.Request{
 		Sender:        m.Sender,
@@ -42,6 +42,11 @@ func (m *Message) Entries() []simulate.Entry {
 		r.Recipient = m.Recipients[0]
 	}
 	out = append(out, simulate.Entry{Time: m.Queued, Count: 1, Request: r})
+	for _, o := range m.Outcomes {
+		r := base
+		r.ProtocolState, r.Recipient = policy.StateEndOfMessage, o.Recipient
+		out = append(out, simulate.Entry{Time: o.Time, Count: 1, Request: r, Outcome: o.Kind})
+	}
 	return out
 }
 
@@ -74,6 +79,7 @@ type traceLine struct {
 	Instance       string `json:"instance,omitempty"`
 	Count          int    `json:"count,omitempty"`
 	Every          string `json:"every,omitempty"`
+	Outcome        string `json:"outcome,omitempty"`
 }
 
 // WriteTrace writes t as JSON Lines that simulate.Read reads back, after a
@@ -119,7 +125,9 @@ func (tw *traceWriter) entry(e *simulate.Entry) {
 		QueueID:       r.QueueID,
 		Instance:      r.Instance,
 	}
-	if r.ProtocolState != policy.StateRcpt {
+	if e.Outcome != 0 {
+		l.Outcome = e.Outcome.String()
+	} else if r.ProtocolState != policy.StateRcpt {
 		l.RecipientCount = strconv.Itoa(r.RecipientCount)
 		l.Size = strconv.FormatInt(r.Size, 10)
 	}

@@ -70,6 +70,7 @@ type KeyRate struct {
 	Rate   float64       `json:"rate"` // decayed to now, cost per period
 	Max    float64       `json:"max"`  // after overrides
 	Period time.Duration `json:"period"`
+	Per    string        `json:"per"` // the limit's cost unit: "mail", ..., "unknown_rcpt"
 	// Refusing: a request of cost 1 now would be refused, RetryAfter
 	// until it would not.
 	Over       bool            `json:"over"`
@@ -137,7 +138,7 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 	if v, ok := l.override(key); ok {
 		rl = overridden(rl, v)
 	}
-	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, State: s}
+	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, Per: perNames[l.per], State: s}
 	kr.Rate = rl.Rate(s, now)
 	if rl.Algorithm == ratelimit.Baseline {
 		b := rl.Baseline(s, now)

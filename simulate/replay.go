@@ -15,7 +15,14 @@ type Evaluator interface {
 	Evaluate(ctx context.Context, now time.Time, req *policy.Request) policy.Decision
 }
 
-// Result is one replayed request and the engine's decision on it.
+// OutcomeRecorder counts an outcome in the outcome limits;
+// *policy.Engine is one.
+type OutcomeRecorder interface {
+	RecordOutcome(ctx context.Context, now time.Time, req *policy.Request, kind policy.OutcomeKind) (int, error)
+}
+
+// Result is one replayed request and the engine's decision on it, or one
+// outcome replayed (Event.Outcome set; Decision is zero but for a Fault).
 type Result struct {
 	Event
 	Decision policy.Decision
@@ -38,15 +45,32 @@ func (r *Result) Refused() bool { return !r.Decision.Action.Admits() }
 
 // Replay evaluates every event with ev at its time and calls fn with each
 // result (reused: copy what you keep); it returns fn's first error or ctx's.
+// An outcome is counted with ev's RecordOutcome (if ev has one) unless the
+// replay refused its message (the same instance), as the daemon excludes
+// a message it held, froze or refused.
 func Replay(ctx context.Context, ev Evaluator, events iter.Seq[Event], fn func(*Result) error) error {
 	var r Result
+	rec, _ := ev.(OutcomeRecorder)
+	refused := map[string]bool{} // instances refused
 	for e := range events {
 		if e.Seq%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
-		r = Result{Event: e, Decision: ev.Evaluate(ctx, e.Time, e.Request)}
+		r = Result{Event: e}
+		inst := e.Request.Instance
+		switch {
+		case e.Outcome == 0:
+			r.Decision = ev.Evaluate(ctx, e.Time, e.Request)
+			if inst != "" && r.Refused() {
+				refused[inst] = true
+			}
+		case rec == nil || inst != "" && refused[inst]:
+			continue
+		default:
+			_, r.Decision.Fault = rec.RecordOutcome(ctx, e.Time, e.Request, e.Outcome)
+		}
 		if err := fn(&r); err != nil {
 			return err
 		}

@@ -70,6 +70,9 @@ func Run(ctx context.Context, eng *policy.Engine, tr *Trace, o RunOptions, w io.
 		rec = NewRecorder(limits, o.Filter)
 	}
 	err = replayChecked(ctx, eng, tr, func(r *Result) error {
+		if r.Outcome != 0 {
+			return nil // counted, not decided
+		}
 		if sum != nil {
 			sum.Add(r)
 		}

@@ -245,14 +245,50 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	if err != nil {
 		return nil, err
 	}
+	// Outcome limits alone, so a probe after each outcome reads its key's
+	// rate without counting a message.
+	oc := mc
+	oc.Limits = slices.DeleteFunc(slices.Clone(mc.Limits), func(l policy.LimitConfig) bool { return !outcomePer(l.Per) })
+	oeng, err := newEngine(oc, o)
+	if err != nil {
+		return nil, err
+	}
 	stats := make([]map[string]*keyStat, len(mc.Limits))
 	for i := range stats {
 		stats[i] = map[string]*keyStat{}
+	}
+	peak := func(i int, key string, rate float64, t time.Time) *keyStat {
+		ks := stats[i][key]
+		if ks == nil {
+			ks = &keyStat{KeyPeak: KeyPeak{Key: key, First: t}}
+			stats[i][key] = ks
+		}
+		ks.Requests++
+		if rate > ks.Peak {
+			ks.Peak, ks.At = rate, t
+		}
+		return ks
 	}
 	// Recipients of messages in progress, by instance, from RCPT requests.
 	pending := map[string][]string{}
 	err = replayChecked(ctx, eng, tr, func(r *Result) error {
 		req := r.Request
+		if r.Outcome != 0 {
+			if len(oc.Limits) == 0 {
+				return nil
+			}
+			if _, err := oeng.RecordOutcome(ctx, r.Time, req, r.Outcome); err != nil {
+				return fmt.Errorf("line %d: %w", r.Line, err)
+			}
+			probe := *req
+			probe.ProtocolState, probe.Instance, probe.QueueID = policy.StateEndOfMessage, "", ""
+			for _, m := range oeng.Evaluate(ctx, r.Time, &probe).Measures {
+				if i, ok := index[m.Limit]; ok && m.Before > 0 {
+					peak(i, m.Key, m.Before, r.Time)
+				}
+			}
+			return nil
+		}
 		var rcpts []string
 		switch {
 		case req.ProtocolState == policy.StateRcpt && req.Instance != "":
@@ -270,20 +306,10 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 			if !m.Stored {
 				continue
 			}
-			i, ok := index[m.Limit]
-			if !ok {
-				continue
+			if i, ok := index[m.Limit]; ok {
+				ks := peak(i, m.Key, m.After, r.Time)
+				ks.sends = append(ks.sends, send{t: r.Time, rcpts: rcpts})
 			}
-			ks := stats[i][m.Key]
-			if ks == nil {
-				ks = &keyStat{KeyPeak: KeyPeak{Key: m.Key, First: r.Time}}
-				stats[i][m.Key] = ks
-			}
-			ks.Requests++
-			if m.After > ks.Peak {
-				ks.Peak, ks.At = m.After, r.Time
-			}
-			ks.sends = append(ks.sends, send{t: r.Time, rcpts: rcpts})
 		}
 		return nil
 	})
@@ -333,6 +359,9 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 		if lc.Algorithm == "baseline" {
 			lp.Proposed = max(lp.Proposed, lc.Floor) // a cap below the floor is refused
 		}
+		if outcomePer(lc.Per) {
+			lp.Proposed = max(lp.Proposed, OutcomeFloor)
+		}
 		if n := len(ordinary); n < MinPercentileKeys && o.Percentile < 100 {
 			rank := min(max(int(math.Ceil(o.Percentile/100*float64(n))), 1), n)
 			which := "the highest ordinary peak"
@@ -379,6 +408,14 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 	}
 	return lp
 }
+
+// OutcomeFloor is the least limit Suggest proposes for an outcome limit
+// (per = "bounce", "unknown_rcpt", "deferral"): a few failures in a period
+// are any sender's lot, and a limit at them would refuse honest mail.
+const OutcomeFloor float64 = 10
+
+// outcomePer reports whether per counts outcomes.
+func outcomePer(per string) bool { _, ok := outcomeKinds[per]; return ok }
 
 // MinPercentileKeys is the fewest ordinary keys a percentile below 100 is
 // taken over: with fewer, the nearest-rank p95 is the highest peak.
@@ -487,6 +524,9 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 		m[k][inst] = true
 	}
 	err = replayChecked(ctx, eng, tr, func(r *Result) error {
+		if r.Outcome != 0 {
+			return nil
+		}
 		inst := r.Request.Instance
 		if inst == "" {
 			inst = fmt.Sprintf("#%d", r.Seq)

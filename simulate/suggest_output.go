@@ -31,6 +31,12 @@ func unit(lc policy.LimitConfig) string {
 		return "bytes"
 	case "conn":
 		return "connections"
+	case "bounce":
+		return "bounces"
+	case "unknown_rcpt":
+		return "unknown recipients"
+	case "deferral":
+		return "deferrals"
 	}
 	return "messages"
 }
@@ -66,6 +72,9 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  %d keys measured (%d ordinary); ordinary peaks: median %s, p%g %s; highest %s (%s at %s)\n",
 			len(lp.Peaks), lp.Ordinary, human.Number(lp.Median), s.Percentile, human.Number(lp.Base), human.Number(top.Peak), top.Key, stamp(top.At))
 		switch {
+		case lp.Ordinary > 0 && lp.Proposed > roundUp(lp.Base*s.Headroom):
+			fmt.Fprintf(&b, "  proposed: %s %s per %s, the floor of outcome limits (p%g %s × %g = %s is below it)\n",
+				human.Number(lp.Proposed), u, period, s.Percentile, human.Number(lp.Base), s.Headroom, human.Number(lp.Base*s.Headroom))
 		case lp.Ordinary > 0:
 			fmt.Fprintf(&b, "  proposed: %s %s per %s = p%g %s × %g = %s, rounded up\n", human.Number(lp.Proposed), u, period,
 				s.Percentile, human.Number(lp.Base), s.Headroom, human.Number(lp.Base*s.Headroom))

@@ -39,13 +39,17 @@ const MaxRequests = 20_000_000
 const maxErrors = 20
 
 // Entry is one line of a trace: Request made Count (>= 1) times, Every
-// apart (0: all at once), from Time (UTC). Line is 1-based.
+// apart (0: all at once), from Time (UTC). Line is 1-based. With Outcome
+// set, the line is not a request but what happened to Request's recipient
+// (field "outcome": bounce, unknown_rcpt or deferral), Request being the
+// message's submission, for the outcome limits.
 type Entry struct {
 	Line    int
 	Time    time.Time
 	Count   int
 	Every   time.Duration
 	Request policy.Request
+	Outcome policy.OutcomeKind
 }
 
 // last returns the time of the entry's last request.
@@ -56,7 +60,7 @@ type Trace struct {
 	Entries []Entry
 }
 
-// Len returns the number of requests the trace expands to.
+// Len returns the number of requests (and outcomes) the trace expands to.
 func (t *Trace) Len() int {
 	n := 0
 	for i := range t.Entries {
@@ -79,13 +83,14 @@ func (t *Trace) Span() (start, end time.Time) {
 	return start, end
 }
 
-// Event is one request of an expanded trace: Seq its 1-based position in
-// replay order, Line its trace line, Time in UTC. Request is shared by the
-// repeats of a line and must not be modified.
+// Event is one request (or outcome) of an expanded trace: Seq its
+// 1-based position in replay order, Line its trace line, Time in UTC.
+// Request is shared by the repeats of a line and must not be modified.
 type Event struct {
 	Seq, Line int
 	Time      time.Time
 	Request   *policy.Request
+	Outcome   policy.OutcomeKind
 }
 
 // Events returns the requests in replay order: by time, at equal times in
@@ -102,7 +107,7 @@ func (t *Trace) Events() iter.Seq[Event] {
 			c := &h[0]
 			e := &t.Entries[c.entry]
 			seq++
-			if !yield(Event{Seq: seq, Line: e.Line, Time: c.t, Request: &e.Request}) {
+			if !yield(Event{Seq: seq, Line: e.Line, Time: c.t, Request: &e.Request, Outcome: e.Outcome}) {
 				return
 			}
 			c.k++
@@ -466,8 +471,12 @@ var fields = []string{
 	"time", "count", "every", "until",
 	"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
 	"recipient_count", "client_address", "client_name", "reverse_client_name", "instance",
-	"sasl_method", "sasl_username", "sasl_sender", "size", "via",
+	"sasl_method", "sasl_username", "sasl_sender", "size", "via", "outcome",
 }
+
+// outcomeKinds are the values of the field "outcome".
+var outcomeKinds = map[string]policy.OutcomeKind{"bounce": policy.OutcomeBounce,
+	"unknown_rcpt": policy.OutcomeUnknownRcpt, "deferral": policy.OutcomeDeferral}
 
 func known(name string) bool { return slices.Contains(fields, name) || ignored[name] }
 
@@ -550,6 +559,11 @@ func (b *builder) set(name, v string) error {
 		r.SASLUsername = v
 	case "sasl_sender":
 		r.SASLSender = v
+	case "outcome":
+		var ok bool
+		if b.e.Outcome, ok = outcomeKinds[v]; !ok {
+			err = fmt.Errorf("unknown outcome %q (want bounce, unknown_rcpt or deferral)", v)
+		}
 	default:
 		if ignored[name] {
 			return nil
@@ -594,7 +608,7 @@ func (b *builder) finish() (Entry, error) {
 	if r.ProtocolState == "" {
 		r.ProtocolState = policy.StateEndOfMessage
 	}
-	if !b.haveRcptCount && (r.ProtocolState == policy.StateEndOfMessage || r.ProtocolState == policy.StateData) {
+	if !b.haveRcptCount && e.Outcome == 0 && (r.ProtocolState == policy.StateEndOfMessage || r.ProtocolState == policy.StateData) {
 		r.RecipientCount = 1
 	}
 	if r.Stage == "" {

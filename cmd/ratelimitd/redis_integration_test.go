@@ -3,9 +3,15 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"net"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
@@ -70,5 +76,75 @@ func TestRedisTwoDaemons(t *testing.T) {
 	out, err = cli(t, "--config", off, "rate", "list")
 	if err != nil || !strings.Contains(out, "walter") {
 		t.Fatalf("offline rate list: %v\n%s", err, out)
+	}
+}
+
+// TestRedisOutcomesShared: an unknown recipient reported to one host
+// counts on the other. Two daemons share one Redis with an unknown_rcpt
+// limit of 3 per hour; olga's message is submitted through the first,
+// which receives three Exim delivery events of unknown recipients for it;
+// the second host then refuses olga's next message with the outcome
+// limit, its `rate show` lists the failures and its events the refusal.
+// Repeated for three users.
+func TestRedisOutcomesShared(t *testing.T) {
+	srv := redistest.Start(t)
+	outcomeLimit := limitTable(`name = "unknown"`, `key = ["sasl_username"]`, `per = "unknown_rcpt"`, `limit = 3`,
+		`period = "1h"`, `mode = "strict"`, `action = "defer"`)
+	var cfgs, addrs []string
+	exim := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	for i := range 2 {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		feed := fmt.Sprintf("\n[outcome]\nexim_listen = %q\n", exim)
+		if i == 1 {
+			feed = fmt.Sprintf("\n[outcome]\nexim_listen = \"127.0.0.1:%d\"\n", freePort(t))
+		}
+		cfgs = append(cfgs, writeConfig(t, t.TempDir(), addr, redisConfig(srv.Addr, "local")+outcomeLimit+feed))
+		addrs = append(addrs, addr)
+		startServe(t, cfgs[i])
+	}
+	for round, user := range []string{"olga", "oscar", "otto"} {
+		qid := fmt.Sprintf("1wXyZ%d-000Abc-Q1", round)
+		eom := func(addr string) string {
+			return policyAsk(t, addr, "protocol_state=END-OF-MESSAGE", "sasl_username="+user, "sender="+user+"@example.org",
+				"recipient_count=3", "client_address=192.0.2.9", "queue_id="+qid)
+		}
+		if got := eom(addrs[0]); got != "action=DUNNO" {
+			t.Fatalf("%s's message on the first host: %s", user, got)
+		}
+		for i := range 3 {
+			c, err := net.DialTimeout("tcp", exim, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(c, "request=exim_outcome\nevent=msg:fail:delivery\nqueue_id=%s\nrecipient=nobody%d@example.net\n"+
+				"data=SMTP error from remote mail server after RCPT TO:<nobody%d@example.net>: 550 5.1.1 User unknown\n\n", qid, i, i)
+			reply, err := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if err != nil || reply != "action=DUNNO\n" {
+				t.Fatalf("exim event %d: %q %v", i, reply, err)
+			}
+		}
+		out, err := cli(t, "--config", cfgs[1], "rate", "show", user)
+		if err != nil || !regexp.MustCompile(`(?m)^`+user+`\s+unknown\s+3(\.0)? .*; counts unknown recipients \(unknown_rcpt\)$`).MatchString(out) {
+			t.Fatalf("rate show %s on the second host: %v\n%s", user, err, out)
+		}
+		if got := policyQuery(t, addrs[1], user, "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") ||
+			!strings.Contains(got, "recipients failed") {
+			t.Fatalf("%s's next message on the second host after 3 unknown recipients on the first: %s", user, got)
+		}
+	}
+	// The refusals are events of the second host, naming the outcome limit.
+	out, err := cli(t, "--config", cfgs[1], "events", "--json")
+	var evs []struct{ Key, Limit, Action string }
+	if err != nil || json.Unmarshal([]byte(out), &evs) != nil {
+		t.Fatalf("events: %v\n%s", err, out)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Key+" "+e.Limit+" "+e.Action)
+	}
+	if slices.Sort(got); strings.Join(got, ", ") != "olga unknown defer, oscar unknown defer, otto unknown defer" {
+		t.Fatalf("events of the second host: %v", got)
 	}
 }

@@ -19,7 +19,8 @@ func TestTraceFromMaillogCLI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
-	for _, want := range []string{"11 messages (16 recipients) from 6 senders", "4 lines unparsable", "left out: 2 not received over SMTP"} {
+	for _, want := range []string{"11 messages (16 recipients) from 6 senders", "4 lines unparsable", "left out: 2 not received over SMTP",
+		"4 recipient outcomes (bounces, deferrals, unknown recipients)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q:\n%s", want, text)
 		}
@@ -28,8 +29,8 @@ func TestTraceFromMaillogCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := tr.Len(); n != 16+11 {
-		t.Fatalf("%d requests, want 27 (16 RCPT, 11 END-OF-MESSAGE)", n)
+	if n := tr.Len(); n != 16+11+4 {
+		t.Fatalf("%d requests and outcomes, want 31 (16 RCPT, 11 END-OF-MESSAGE, 2 deferrals, 2 unknown recipients)", n)
 	}
 	out2, err := cli(t, "simulate", "--summary", out)
 	if err != nil || !strings.Contains(out2, "alice") || !strings.Contains(out2, "www-data") {

@@ -30,6 +30,9 @@ func Rates(w io.Writer, kr []policy.KeyRate) {
 			maxText = strconv.FormatFloat(k.Max, 'f', 1, 64)
 			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %s)", k.Peak, human.Number(k.Cap))
 		}
+		if noun := outcomeNouns[k.Per]; noun != "" {
+			status += "; counts " + noun + " (" + k.Per + ")"
+		}
 		if note := admin.ConversionNote(k); note != "" {
 			status += "; " + note
 		}
@@ -37,6 +40,10 @@ func Rates(w io.Writer, kr []policy.KeyRate) {
 	}
 	t.Flush()
 }
+
+// outcomeNouns name what an outcome limit counts, by its per.
+var outcomeNouns = map[string]string{"bounce": "bounced recipients", "unknown_rcpt": "unknown recipients",
+	"deferral": "deferred recipients"}
 
 // RateRow is one element of `rate show/list --json`: the rate to two
 // decimals, the wait in whole seconds rounded up.
@@ -47,6 +54,7 @@ type RateRow struct {
 	Max               float64 `json:"max"`
 	Period            string  `json:"period"`
 	PeriodSeconds     float64 `json:"period_seconds"`
+	Per               string  `json:"per"` // what the limit counts: mail, rcpt, ..., unknown_rcpt
 	Over              bool    `json:"over"`
 	Refusing          bool    `json:"refusing"`
 	RetryAfterSeconds float64 `json:"retry_after_seconds"`
@@ -70,7 +78,7 @@ type ConvertedRow struct {
 func RateRows(kr []policy.KeyRate) []RateRow {
 	out := make([]RateRow, len(kr))
 	for i, k := range kr {
-		out[i] = RateRow{Key: k.Key, Limit: k.Limit, Rate: round2(k.Rate), Max: k.Max,
+		out[i] = RateRow{Key: k.Key, Limit: k.Limit, Rate: round2(k.Rate), Max: k.Max, Per: k.Per,
 			Period: human.Duration(k.Period), PeriodSeconds: k.Period.Seconds(), Over: k.Over, Refusing: k.Refusing,
 			RetryAfterSeconds: math.Ceil(k.RetryAfter.Seconds())}
 		if c := k.Converted; c != nil {

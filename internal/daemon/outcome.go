@@ -51,7 +51,7 @@ func (d *Daemon) startOutcomeFeed() {
 	if d.join == nil {
 		return
 	}
-	sink := outcome.NewSink(d.join, d.engine)
+	sink := outcome.NewSink(d.join, d.metrics.CountOutcomes(d.engine))
 	d.registerOutcomeMetrics(sink)
 	if d.noticesL != nil {
 		d.notices = outcome.NewNoticeServer(sink, d.log)
