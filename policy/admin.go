@@ -272,6 +272,3 @@ func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
 	}
 	return ratelimit.Limit{}, false
 }
-
-// CanonicalKey returns key as the limits count it (KeyForm.Key).
-func (e *Engine) CanonicalKey(key string) string { return e.cfg.Load().form.Key(key) }

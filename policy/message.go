@@ -130,7 +130,6 @@ type msgShard struct {
 	gen      uint64 // number of cur; old is gen-1
 	free     []*msgEntry
 	inUse    int          // entries not in free
-	live     atomic.Int64 // inUse, for status
 	nOpen    atomic.Int64 // entries open (msgEntry.open), for status
 }
 
@@ -209,15 +208,6 @@ func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
 	m.shard.end(m, req, refused, done)
 }
 
-// len returns the number of messages remembered.
-func (t *msgTable) len() int {
-	n := 0
-	for i := range t.shards {
-		n += int(t.shards[i].live.Load())
-	}
-	return n
-}
-
 // open returns the number of messages in flight: asked about, admitted so
 // far, not yet at END-OF-MESSAGE (or forgotten by the bound).
 func (t *msgTable) open() int {
@@ -282,7 +272,6 @@ func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *m
 // alloc returns a cleared entry, reused if one is free.
 func (t *msgShard) alloc() *msgEntry {
 	t.inUse++
-	t.live.Store(int64(t.inUse))
 	if n := len(t.free); n > 0 {
 		m := t.free[n-1]
 		t.free[n-1] = nil
@@ -299,7 +288,6 @@ func (t *msgShard) unref(m *msgEntry) {
 		return
 	}
 	t.inUse--
-	t.live.Store(int64(t.inUse))
 	t.setOpen(m, false)
 	if len(t.free) >= freeMax {
 		return
