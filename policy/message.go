@@ -124,8 +124,8 @@ type msgShard struct {
 	mu       sync.Mutex
 	seed     maphash.Seed
 	cur, old msgGen
-	gen      uint64 // number of cur; old is gen-1
-	inUse    int // entries referenced
+	gen      uint64       // number of cur; old is gen-1
+	inUse    int          // entries referenced
 	nOpen    atomic.Int64 // entries open (msgEntry.open), for status
 }
 
