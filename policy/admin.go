@@ -287,6 +287,3 @@ func (c *compiled) stateOf(name string) *limit {
 	}
 	return nil
 }
-
-// CanonicalKey returns key as the limits count it (KeyForm.Key).
-func (e *Engine) CanonicalKey(key string) string { return e.cfg.Load().form.Key(key) }

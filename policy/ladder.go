@@ -77,17 +77,8 @@ func thousands(f float64) string {
 	return b.String()
 }
 
-// Ladders returns c's limits grouped by key and cost unit, in the order of
-// each ladder's first limit; the error is Check's.
-func Ladders(c Config) ([]Ladder, error) {
-	cc, err := compile(c)
-	if err != nil {
-		return nil, err
-	}
-	return cc.ladders(), nil
-}
-
-// Ladders returns the engine's stack as Ladders would.
+// Ladders returns the engine's limits grouped by key and cost unit, in the
+// order of each ladder's first limit.
 func (e *Engine) Ladders() []Ladder { return e.cfg.Load().ladders() }
 
 // ladders groups c's limits by key and cost unit and marks shadowed steps.

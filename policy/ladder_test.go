@@ -8,6 +8,15 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
+// ladders returns the ladders of an engine on c.
+func ladders(c policy.Config) ([]policy.Ladder, error) {
+	e, err := policy.NewEngine(c, nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.Ladders(), nil
+}
+
 func stepsOf(ld policy.Ladder) string {
 	var s []string
 	for _, st := range ld.Steps {
@@ -22,7 +31,7 @@ func stepsOf(ld policy.Ladder) string {
 
 // TestLaddersOfTheDefaultStack: one ladder, in file order.
 func TestLaddersOfTheDefaultStack(t *testing.T) {
-	lds, err := policy.Ladders(hourlyDaily())
+	lds, err := ladders(hourlyDaily())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +55,7 @@ func TestLadderWarnsAboutAStepThatNeverAnswers(t *testing.T) {
 	if len(w) != 1 || w[0] != "limit hold can never answer: hourly, earlier over the same key and counting, defers above 5/h first" {
 		t.Fatalf("warnings %q", w)
 	}
-	lds, _ := policy.Ladders(shadowed)
+	lds, _ := ladders(shadowed)
 	if len(lds) != 1 || stepsOf(lds[0]) != "hourly defers above 5/h; hold holds above 8/h [after hourly]" {
 		t.Fatalf("ladders %+v", lds)
 	}
@@ -70,7 +79,7 @@ func TestLadderWarnsAboutAStepThatNeverAnswers(t *testing.T) {
 	if w := policy.LadderWarnings(c); len(w) != 0 {
 		t.Fatalf("warnings %q", w)
 	}
-	lds, _ = policy.Ladders(c)
+	lds, _ = ladders(c)
 	if len(lds) != 3 || stepsOf(lds[0]) != "watch warns above 1/h; burst freezes above 30/1m; hourly defers above 200/h" ||
 		lds[1].Per != "rcpt" || lds[2].Key[0] != "client_address" {
 		t.Fatalf("ladders %+v", lds)

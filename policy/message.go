@@ -24,9 +24,6 @@ const shardGenSize = msgGenSize / msgShards
 // pendMax bounds one fingerprint's messages waiting to be joined.
 const pendMax = 16
 
-// freeMax bounds the entries kept for reuse by one shard.
-const freeMax = shardGenSize
-
 // frontIndex maps Request.Stage to 0 (policy) or 1 (milter).
 func frontIndex(stage string) int {
 	if stage == ViaMilter {
@@ -127,10 +124,8 @@ type msgShard struct {
 	mu       sync.Mutex
 	seed     maphash.Seed
 	cur, old msgGen
-	gen      uint64 // number of cur; old is gen-1
-	free     []*msgEntry
-	inUse    int          // entries not in free
-	live     atomic.Int64 // inUse, for status
+	gen      uint64       // number of cur; old is gen-1
+	inUse    int          // entries referenced
 	nOpen    atomic.Int64 // entries open (msgEntry.open), for status
 }
 
@@ -209,15 +204,6 @@ func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
 	m.shard.end(m, req, refused, done)
 }
 
-// len returns the number of messages remembered.
-func (t *msgTable) len() int {
-	n := 0
-	for i := range t.shards {
-		n += int(t.shards[i].live.Load())
-	}
-	return n
-}
-
 // open returns the number of messages in flight: asked about, admitted so
 // far, not yet at END-OF-MESSAGE (or forgotten by the bound).
 func (t *msgTable) open() int {
@@ -279,37 +265,20 @@ func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *m
 	return m
 }
 
-// alloc returns a cleared entry, reused if one is free.
+// alloc returns a new entry.
 func (t *msgShard) alloc() *msgEntry {
 	t.inUse++
-	t.live.Store(int64(t.inUse))
-	if n := len(t.free); n > 0 {
-		m := t.free[n-1]
-		t.free[n-1] = nil
-		t.free = t.free[:n-1]
-		return m
-	}
 	return &msgEntry{shard: t}
 }
 
-// unref drops one reference to m, reusing it when none is left.
+// unref drops one reference to m, forgetting it when none is left.
 func (t *msgShard) unref(m *msgEntry) {
 	m.refs--
 	if m.refs > 0 {
 		return
 	}
 	t.inUse--
-	t.live.Store(int64(t.inUse))
 	t.setOpen(m, false)
-	if len(t.free) >= freeMax {
-		return
-	}
-	m.verdict = [2]*Decision{}
-	m.charges = m.charges[:0]
-	m.id[0], m.id[1] = m.id[0][:0], m.id[1][:0]
-	m.fp = m.fp[:0]
-	m.pending, m.pendPrev, m.pendNext = false, nil, nil
-	t.free = append(t.free, m)
 }
 
 // put stores m under h in the current generation, rotating when full, and
@@ -470,7 +439,7 @@ const entryBytes = 512
 // footprint estimates the shard's memory in bytes.
 func (t *msgShard) footprint() int64 {
 	t.mu.Lock()
-	n := t.inUse + len(t.free)
+	n := t.inUse
 	t.mu.Unlock()
 	return int64(n) * entryBytes
 }

@@ -118,10 +118,6 @@ func (e *Engine) Stages() []StageCount {
 	return out
 }
 
-// InFlight returns the number of messages remembered (bounded): in flight,
-// and finished ones kept for their later requests or a join.
-func (e *Engine) InFlight() int { return e.msgs.len() }
-
 // MessagesOpen returns the number of messages in flight: asked about,
 // admitted so far and not yet at END-OF-MESSAGE. A message the client
 // abandons stays counted until the bounded table forgets it.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // crashEnv names the database a re-executed test binary freezes into
@@ -28,7 +30,12 @@ func TestMain(m *testing.M) {
 // deleting some, forever, reporting each committed operation on stdout
 // (one write(2) per line, so a line is either wholly out or not at all).
 func crashChild(path string) int {
-	s, err := Open(path, Options{LockTimeout: 10 * time.Second})
+	db, err := statedb.Open(path, false, 10*time.Second)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	s, err := New(db, Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -169,11 +176,8 @@ func TestCrashSafety(t *testing.T) {
 func verifyCrashDB(t *testing.T, path string, want map[string]State) {
 	t.Helper()
 	checkFile(t, path)
-	s, err := Open(path, Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, db := openFile(t, path, true)
+	defer db.Close()
 	all, err := s.List(Filter{States: []State{Held, Frozen, Thawed, Deleted}})
 	if err != nil {
 		t.Fatal(err)

@@ -28,9 +28,6 @@ var (
 	ErrInvalid = errors.New("quarantine: invalid argument")
 	// ErrNoSync: New was given a database with NoSync set.
 	ErrNoSync = errors.New("quarantine: database has NoSync set; quarantined mail would not be durable")
-	// ErrLocked: Open waited Options.LockTimeout for another process's
-	// lock (wraps bbolt's ErrTimeout).
-	ErrLocked = errors.New("quarantine: database is locked by another process (is the daemon running?)")
 	// ErrVersion: the buckets are of another format version.
 	ErrVersion = errors.New("quarantine: unsupported quarantine format version")
 )

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 func Example() {
@@ -17,13 +18,16 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 
-	// The daemon passes its own *bbolt.DB to quarantine.New; the CLI's
-	// offline path uses Open.
-	s, err := quarantine.Open(filepath.Join(dir, "ratelimitd.db"), quarantine.Options{MaxSize: 1 << 30})
+	// The quarantine keeps its buckets in the daemon's state file.
+	db, err := statedb.Open(filepath.Join(dir, "ratelimitd.db"), false, 0)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer s.Close()
+	defer db.Close()
+	s, err := quarantine.New(db, quarantine.Options{MaxSize: 1 << 30})
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	msg := []byte("From: alice@example.com\r\nSubject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n\r\nHello\r\n")
 	e := &quarantine.Entry{Limit: "user-hour", Key: "alice", Rate: 240, Max: 200, Sender: "alice@example.com"}

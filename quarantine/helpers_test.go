@@ -49,6 +49,22 @@ func newStore(t testing.TB, opts Options) (*Store, *bolt.DB, string) {
 	return s, db, path
 }
 
+// openFile opens the state file at path as the daemon (ro false) or the
+// CLI (ro true) does and returns a Store on it; close db to reopen.
+func openFile(t testing.TB, path string, ro bool) (*Store, *bolt.DB) {
+	t.Helper()
+	db, err := statedb.Open(path, ro, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(db, Options{})
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	return s, db
+}
+
 // checkFile reopens path and checks it.
 func checkFile(t testing.TB, path string) {
 	t.Helper()

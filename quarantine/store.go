@@ -11,7 +11,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/statedb"
@@ -34,8 +33,6 @@ const (
 	formatVersion      = "3"  // New refuses any other
 	recordVersion      = 1    // statedb.Seal version of entries and suspensions
 	maxIndexedInstance = 1024 // bbolt keys are limited to 32 KiB
-	// DefaultLockTimeout is Open's lock wait if Options.LockTimeout is 0.
-	DefaultLockTimeout = time.Second
 )
 
 // Options configure a Store. The zero value is usable.
@@ -44,25 +41,20 @@ type Options struct {
 	MaxSize int64
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// LockTimeout (Open only): the lock wait before ErrLocked; 0 means
-	// DefaultLockTimeout.
-	LockTimeout time.Duration
-	// ReadOnly (Open only): writes fail with bbolt's ErrDatabaseReadOnly.
-	ReadOnly bool
 }
 
 // Store is the quarantine, safe for concurrent use; each write is one
 // transaction, fsync'd before it returns. Values handed out are copies.
 type Store struct {
 	db      *bolt.DB
-	owned   bool // made by Open: Close closes db
 	maxSize int64
 	now     func() time.Time
 	// chunkBuf is read into only inside a write transaction (message.go).
 	chunkBuf []byte
 }
 
-// New returns a Store keeping its buckets in db; Close leaves db open.
+// New returns a Store keeping its buckets in db (the caller's; read-only
+// db: writes fail with bbolt's ErrDatabaseReadOnly).
 // Errors: ErrNoSync, ErrVersion, ErrInvalid, bbolt's.
 func New(db *bolt.DB, opts Options) (*Store, error) {
 	if db == nil {
@@ -121,37 +113,6 @@ func checkVersion(info *bolt.Bucket) error {
 		return fmt.Errorf("%w: %q (this build reads %s only)", ErrVersion, v, formatVersion)
 	}
 	return nil
-}
-
-// Open opens or creates (0600) the file at path and returns a Store owning
-// it. Errors: ErrLocked, statedb.Open's and New's.
-func Open(path string, opts Options) (*Store, error) {
-	timeout := opts.LockTimeout
-	if timeout <= 0 {
-		timeout = DefaultLockTimeout
-	}
-	db, err := statedb.Open(path, opts.ReadOnly, timeout)
-	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, path, berrors.ErrTimeout)
-		}
-		return nil, fmt.Errorf("quarantine: open %s: %w", path, err)
-	}
-	s, err := New(db, opts)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	s.owned = true
-	return s, nil
-}
-
-// Close closes the database of a Store made by Open, else does nothing.
-func (s *Store) Close() error {
-	if !s.owned {
-		return nil
-	}
-	return s.db.Close()
 }
 
 // Path returns the database file's path.

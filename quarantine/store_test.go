@@ -16,7 +16,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
@@ -533,11 +532,8 @@ func TestSuspend(t *testing.T) {
 		t.Fatal("resumed a key never suspended")
 	}
 	s.db.Close()
-	s2, err := Open(path, Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2, db2 := openFile(t, path, true)
+	defer db2.Close()
 	sp, err := s2.Suspended()
 	if err != nil || len(sp) != 1 || sp["alice"].By != "root" {
 		t.Fatalf("suspended after reopen: %v %v", sp, err)
@@ -572,10 +568,7 @@ func TestStats(t *testing.T) {
 
 func TestReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, db := openFile(t, path, false)
 	msgs := map[string][]byte{}
 	for i := range 5 {
 		msg := testMessage("m"+strings.Repeat("x", i), strings.Repeat("line\r\n", 100*i))
@@ -587,22 +580,12 @@ func TestReopen(t *testing.T) {
 	}
 	held, _ := s.Hold(&Entry{Key: "h"})
 
-	// While open, a second Open times out with ErrLocked.
-	start := time.Now()
-	if _, err := Open(path, Options{LockTimeout: 200 * time.Millisecond}); !errors.Is(err, ErrLocked) || !errors.Is(err, berrors.ErrTimeout) {
-		t.Errorf("second Open: %v", err)
-	} else if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("second Open took %v", d)
-	}
-	if err := s.Close(); err != nil {
+	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	for _, ro := range []bool{false, true} {
-		s, err = Open(path, Options{ReadOnly: ro})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, db = openFile(t, path, ro)
 		for id, msg := range msgs {
 			got, err := s.Message(id)
 			if err != nil || !bytes.Equal(got, msg) {
@@ -620,7 +603,7 @@ func TestReopen(t *testing.T) {
 				t.Error("Delete on a read-only store succeeded")
 			}
 		}
-		s.Close()
+		db.Close()
 	}
 	checkFile(t, path)
 }
@@ -629,11 +612,8 @@ func TestReadOnlyEmpty(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
 	db := openDB(t, path) // a daemon file that never had a quarantine
 	db.Close()
-	s, err := Open(path, Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, ro := openFile(t, path, true)
+	defer ro.Close()
 	if es, err := s.List(Filter{}); err != nil || len(es) != 0 {
 		t.Errorf("List: %v %v", es, err)
 	}

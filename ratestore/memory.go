@@ -41,7 +41,7 @@ const MaxLimits = 1 << 16
 // entry flags.
 const (
 	fLive  = 1 << iota // in the table
-	fDirty             // listed in shard.dirty, to be reported by TakeDirty
+	fDirty             // listed in shard.dirty, to be reported by takeDirty
 	fDead              // deleted while tracking; kept until reported
 )
 
@@ -83,15 +83,14 @@ type MemoryOptions struct {
 // Memory is a sharded in-memory rate-state store implementing
 // policy.Store, safe for concurrent use. Create it with NewMemory.
 type Memory struct {
-	shards      [numShards]shard
-	perShard    int
-	seed        maphash.Seed
-	now         func() int64
-	limits      registry
-	evicted     atomic.Int64
-	refused     atomic.Int64
-	count       atomic.Int64
-	lostDeletes atomic.Int64
+	shards   [numShards]shard
+	perShard int
+	seed     maphash.Seed
+	now      func() int64
+	limits   registry
+	evicted  atomic.Int64
+	refused  atomic.Int64
+	count    atomic.Int64
 	// protect reports keys that must not be evicted (SetProtect).
 	protect atomic.Pointer[func(limit string, s ratelimit.State) bool]
 }
@@ -313,21 +312,9 @@ func (m *Memory) Sweep(negligible func(limit string, s ratelimit.State) bool) in
 	return n
 }
 
-// TakeDirty calls put for each state changed and del for each key removed
-// since the last call, and clears the marks; put and del run under a
-// shard lock and must not call the store.
-func (m *Memory) TakeDirty(put func(limit, key string, s ratelimit.State), del func(limit, key string)) {
-	var names []string
-	m.takeDirty(func(lim uint16, key []byte, s ratelimit.State, deleted bool) {
-		if deleted {
-			del(m.limits.name(lim, &names), string(key))
-		} else {
-			put(m.limits.name(lim, &names), string(key), s)
-		}
-	}, nil)
-}
-
-// takeDirty is TakeDirty by index; between runs after each shard.
+// takeDirty calls fn for each state changed or key removed (deleted)
+// since the last call, under a shard lock, and clears the marks; between
+// runs after each shard.
 func (m *Memory) takeDirty(fn func(lim uint16, key []byte, s ratelimit.State, deleted bool), between func()) {
 	for i := range m.shards {
 		if i > 0 && between != nil {
@@ -369,10 +356,6 @@ func (m *Memory) startTracking() {
 		sh.mu.Unlock()
 	}
 }
-
-// LostDeletes returns the deletions TakeDirty missed (over 16 million
-// between calls in a shard); such states may return after a restart.
-func (m *Memory) LostDeletes() int64 { return m.lostDeletes.Load() }
 
 // Load stores s for key under limit without marking it changed.
 func (m *Memory) Load(limit, key string, s ratelimit.State) {

@@ -82,7 +82,7 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 	x, ok := sh.alloc()
 	if !ok {
 		// Every slot held by an unreported deletion: drop them.
-		m.lostDeletes.Add(int64(sh.dropDead()))
+		sh.dropDead()
 		x, _ = sh.alloc() // live < perShard < maxSlots: a slot is free now
 	}
 	off, shared := findKey(sh, key, h)
@@ -146,7 +146,7 @@ func (m *Memory) evict(sh *shard) bool {
 	return true
 }
 
-// remove takes entry x at pos out of the table (dead until TakeDirty when
+// remove takes entry x at pos out of the table (dead until takeDirty when
 // tracking).
 func (m *Memory) remove(sh *shard, pos, x uint32, h uint64) {
 	sh.unlink(pos)
@@ -254,17 +254,14 @@ func (sh *shard) shared(off, n uint32, h uint64) bool {
 	return false
 }
 
-// dropDead frees every dead entry unreported and returns how many.
-func (sh *shard) dropDead() int {
-	n := 0
+// dropDead frees every dead entry unreported: those deletions never reach
+// the state file, and the states may return after a restart.
+func (sh *shard) dropDead() {
 	for _, x := range sh.dirty {
-		e := sh.at(x)
-		if e.flags&fDead != 0 {
+		if e := sh.at(x); e.flags&fDead != 0 {
 			sh.release(x, maphash.Bytes(sh.seed, sh.key(e)))
-			n++
 		}
 	}
-	return n
 }
 
 // unlink empties table position pos by backward-shift deletion.

@@ -63,6 +63,19 @@ func equalStates(t testing.TB, what string, got, want map[pair]ratelimit.State) 
 	}
 }
 
+// TakeDirty calls put for each state changed and del for each key removed
+// since the last call, and clears the marks (takeDirty by name).
+func (m *Memory) TakeDirty(put func(limit, key string, s ratelimit.State), del func(limit, key string)) {
+	var names []string
+	m.takeDirty(func(lim uint16, key []byte, s ratelimit.State, deleted bool) {
+		if deleted {
+			del(m.limits.name(lim, &names), string(key))
+		} else {
+			put(m.limits.name(lim, &names), string(key), s)
+		}
+	}, nil)
+}
+
 // takeInto applies TakeDirty's reports to mirror, the way a persistence
 // layer would.
 func takeInto(m *Memory, mirror map[pair]ratelimit.State) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // crashDaemon runs the real daemon (this test binary re-executed) and lets
@@ -198,11 +199,15 @@ action = "freeze"
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := quarantine.Open(f.Server.DBPath(), quarantine.Options{})
+	db, err := statedb.Open(f.Server.DBPath(), true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
+	defer db.Close()
+	q, err := quarantine.New(db, quarantine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	entries, err := q.List(quarantine.Filter{States: []quarantine.State{quarantine.Frozen}})
 	if err != nil {
 		t.Fatal(err)

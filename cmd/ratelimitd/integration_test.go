@@ -85,7 +85,7 @@ func startTestDaemon(t testing.TB, configPath string) *testDaemon {
 		t.Fatal(err)
 	}
 	td := &testDaemon{t: t, configPath: configPath, policyAddr: f.Server.PolicyListen[0], logs: &syncBuffer{}}
-	td.d, err = daemon.Start(f, configPath, td.logs)
+	td.d, err = daemon.Start(f, configPath, td.logs, daemon.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

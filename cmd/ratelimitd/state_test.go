@@ -207,7 +207,7 @@ func TestDamagedStateFile(t *testing.T) {
 					}
 				}
 			}
-			_, err := daemon.Start(f, cfg, io.Discard)
+			_, err := daemon.Start(f, cfg, io.Discard, daemon.Options{})
 			check("serve", err)
 			_, err = daemon.OpenRates(f, false)
 			check("rate list", err)

@@ -117,12 +117,7 @@ type Options struct {
 // Start opens the state, starts every listener and returns the running
 // daemon, logging to logw; Reload rereads configPath. On error nothing is
 // left running.
-func Start(f *config.File, configPath string, logw io.Writer) (*Daemon, error) {
-	return StartWith(f, configPath, logw, Options{})
-}
-
-// StartWith is Start with opts.
-func StartWith(f *config.File, configPath string, logw io.Writer, opts Options) (_ *Daemon, err error) {
+func Start(f *config.File, configPath string, logw io.Writer, opts Options) (_ *Daemon, err error) {
 	d := &Daemon{cfg: f, loaded: f, configPath: configPath, log: newLogger(f.Server, logw), started: time.Now(), opts: opts}
 	defer func() {
 		if err != nil {

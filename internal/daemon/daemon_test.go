@@ -169,7 +169,7 @@ func tryStart(t *testing.T, cfgPath string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Start(f, cfgPath, &mtatest.SyncBuffer{})
+	d, err := Start(f, cfgPath, &mtatest.SyncBuffer{}, Options{})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		d.Shutdown(ctx)

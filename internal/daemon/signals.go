@@ -36,7 +36,7 @@ func Serve(f *config.File, configPath string, files *Files, opts Options, stderr
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
-	d, err := StartWith(f, configPath, logw, opts)
+	d, err := Start(f, configPath, logw, opts)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func startTestDaemon(t testing.TB, path string) *testDaemon {
 		t.Fatal(err)
 	}
 	td := &testDaemon{t: t, configPath: path, policyAddr: f.Server.PolicyListen[0], logs: &mtatest.SyncBuffer{}}
-	if td.Daemon, err = Start(f, path, td.logs); err != nil {
+	if td.Daemon, err = Start(f, path, td.logs, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(td.stop)

@@ -351,9 +351,6 @@ func (p *Postfix) halt() []string {
 // Addr returns the address of the main smtpd, "127.0.0.1:PORT".
 func (p *Postfix) Addr() string { return p.addr }
 
-// Dir returns the instance's temporary directory.
-func (p *Postfix) Dir() string { return p.root }
-
 // ConfigDir returns the DIR of "postfix -c DIR".
 func (p *Postfix) ConfigDir() string { return p.confDir }
 
@@ -361,9 +358,6 @@ func (p *Postfix) ConfigDir() string { return p.confDir }
 func (p *Postfix) PrivateSocket(name string) string {
 	return filepath.Join(p.queueDir, "private", name)
 }
-
-// QueueDir returns the instance's queue_directory.
-func (p *Postfix) QueueDir() string { return p.queueDir }
 
 // LogFile returns the path of the instance's maillog_file.
 func (p *Postfix) LogFile() string { return p.logFile }

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // storeQuarantine keeps frozen messages in a real quarantine.Store (BoltDB,
@@ -37,6 +38,22 @@ func (q storeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) 
 
 // freezingServer is a Server that freezes every message at its end into
 // qs, keyed by the SASL login, logging warnings and errors only.
+// openQuarantine returns a quarantine in a new state file at path, closed
+// at the end of the test.
+func openQuarantine(tb testing.TB, path string) *quarantine.Store {
+	tb.Helper()
+	db, err := statedb.Open(path, false, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	qs, err := quarantine.New(db, quarantine.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return qs
+}
+
 func freezingServer(qs *quarantine.Store) *Server {
 	return &Server{
 		Decider: mta.DeciderFunc(func(_ context.Context, req *policy.Request) policy.Decision {
@@ -57,11 +74,7 @@ func freezingServer(qs *quarantine.Store) *Server {
 // to the quarantine (BoltDB, fsync'd). It reports the median and p99 of
 // that time (the session's other steps are not timed).
 func BenchmarkFreeze100K(b *testing.B) {
-	qs, err := quarantine.Open(filepath.Join(b.TempDir(), "ratelimitd.db"), quarantine.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer qs.Close()
+	qs := openQuarantine(b, filepath.Join(b.TempDir(), "ratelimitd.db"))
 	srv := freezingServer(qs)
 	l, err := net.Listen("unix", filepath.Join(b.TempDir(), "milter.sock"))
 	if err != nil {

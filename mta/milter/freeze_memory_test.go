@@ -41,11 +41,7 @@ func TestFreezeMemoryEightConcurrent50MB(t *testing.T) {
 		size = 50 << 20
 	)
 	dir := t.TempDir()
-	qs, err := quarantine.Open(filepath.Join(dir, "ratelimitd.db"), quarantine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qs.Close()
+	qs := openQuarantine(t, filepath.Join(dir, "ratelimitd.db"))
 	srv := freezingServer(qs)
 	srv.MaxMessageSize, srv.SpoolDir = size+1<<20, dir
 	l, err := net.Listen("unix", filepath.Join(dir, "milter.sock"))

@@ -78,17 +78,6 @@ func NewDecoder(r *bufio.Reader) *Decoder {
 	return &Decoder{r: r}
 }
 
-// Reset makes d read from r, keeping its buffers.
-func (d *Decoder) Reset(r *bufio.Reader) {
-	d.r = r
-}
-
-// ReadRequest reads one request from r into req, as a new Decoder would.
-func ReadRequest(r *bufio.Reader, req *policy.Request) error {
-	d := Decoder{r: r}
-	return d.Decode(req)
-}
-
 // Decode reads the next request (SMTPD_POLICY_README, "Protocol
 // description") into req, overwriting every field, with Stage ViaPolicy:
 // name=value lines ("\r\n" accepted) ended by an empty line, or by EOF

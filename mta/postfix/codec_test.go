@@ -17,6 +17,9 @@ import (
 )
 
 // transcript reads testdata/postfix/name.
+// readRequest reads one request from r into req with a new Decoder.
+func readRequest(r *bufio.Reader, req *policy.Request) error { return NewDecoder(r).Decode(req) }
+
 func transcript(tb testing.TB, name string) []byte {
 	tb.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "postfix", name))
@@ -113,7 +116,7 @@ func TestDecodeTranscripts(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			in := transcript(t, tc.file)
 			var req policy.Request
-			if err := ReadRequest(bufio.NewReader(bytes.NewReader(in)), &req); err != nil {
+			if err := readRequest(bufio.NewReader(bytes.NewReader(in)), &req); err != nil {
 				t.Fatal(err)
 			}
 			if req != tc.want {
@@ -121,7 +124,7 @@ func TestDecodeTranscripts(t *testing.T) {
 			}
 			// Round trip through the client-side encoding.
 			var again policy.Request
-			if err := ReadRequest(bufio.NewReader(bytes.NewReader(encodeRequest(&req))), &again); err != nil {
+			if err := readRequest(bufio.NewReader(bytes.NewReader(encodeRequest(&req))), &again); err != nil {
 				t.Fatal(err)
 			}
 			if again != req {
@@ -196,7 +199,7 @@ func TestDecodeDetails(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := policy.Request{Recipient: "stale", RecipientCount: 9, Stage: "milter"}
-			if err := ReadRequest(bufio.NewReader(strings.NewReader(tc.in)), &req); err != nil {
+			if err := readRequest(bufio.NewReader(strings.NewReader(tc.in)), &req); err != nil {
 				t.Fatal(err)
 			}
 			tc.want.Stage = StagePolicy
@@ -227,7 +230,7 @@ func TestDecodeLimits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var req policy.Request
-			err := ReadRequest(bufio.NewReader(strings.NewReader(tc.in)), &req)
+			err := readRequest(bufio.NewReader(strings.NewReader(tc.in)), &req)
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -266,7 +269,7 @@ func TestDecodeErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var req policy.Request
-			err := ReadRequest(bufio.NewReader(strings.NewReader(tc.in)), &req)
+			err := readRequest(bufio.NewReader(strings.NewReader(tc.in)), &req)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}

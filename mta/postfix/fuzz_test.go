@@ -73,7 +73,7 @@ func FuzzReadRequest(f *testing.F) {
 			kept = append(kept, req)
 			saved = append(saved, cloneRequest(req))
 			var again policy.Request
-			if err := ReadRequest(bufio.NewReader(bytes.NewReader(encodeRequest(&req))), &again); err != nil {
+			if err := readRequest(bufio.NewReader(bytes.NewReader(encodeRequest(&req))), &again); err != nil {
 				t.Fatalf("re-encoded %+v does not decode: %v", req, err)
 			}
 			if again != req {
