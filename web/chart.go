@@ -60,16 +60,21 @@ var chartWindows = []chartWindow{
 
 const defaultWindow = "24h"
 
-// windowFor is the chartWindow named by ?window= ("" is defaultWindow);
-// an error names the choices.
-func windowFor(r *http.Request) (chartWindow, error) {
+// keyWindow is the chartWindow named by ?window= ("" is defaultWindow)
+// for key; false when it has answered: 404 for a key outside the
+// request's scope, 400 naming the choices for another window.
+func (s *Server) keyWindow(w http.ResponseWriter, r *http.Request, key string) (chartWindow, bool) {
+	if s.keyHidden(w, r, key) {
+		return chartWindow{}, false
+	}
 	name := cmp.Or(r.URL.Query().Get("window"), defaultWindow)
-	for _, w := range chartWindows {
-		if w.Name == name {
-			return w, nil
+	for _, cw := range chartWindows {
+		if cw.Name == name {
+			return cw, true
 		}
 	}
-	return chartWindow{}, fmt.Errorf("window %q: want 1h, 6h, 24h or 7d", name)
+	s.fail(w, r, http.StatusBadRequest, fmt.Errorf("window %q: want 1h, 6h, 24h or 7d", name))
+	return chartWindow{}, false
 }
 
 // showing is the shortest window that shows a refusal at t.
@@ -111,12 +116,8 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.URL.Query().Get("key")
-	if s.keyHidden(w, r, key) {
-		return
-	}
-	cw, err := windowFor(r)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, err)
+	cw, ok := s.keyWindow(w, r, key)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), chartTimeout)

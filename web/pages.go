@@ -135,16 +135,12 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// keyPage shows a key's limits, its chart over ?window= (windowFor) and
+// keyPage shows a key's limits, its chart over ?window= (keyWindow) and
 // its recent events.
 func (s *Server) keyPage(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if s.keyHidden(w, r, key) {
-		return
-	}
-	cw, err := windowFor(r)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, err)
+	cw, ok := s.keyWindow(w, r, key)
+	if !ok {
 		return
 	}
 	rates, err := s.lookup(r, key)
