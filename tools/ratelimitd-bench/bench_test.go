@@ -71,7 +71,7 @@ func TestRequestsLikePostfix(t *testing.T) {
 			t.Errorf("%s: attributes\n got %q\nwant %q", tc.file, got, wantNames)
 		}
 		var req policy.Request
-		if err := postfix.ReadRequest(bufio.NewReader(bytes.NewReader(tc.req)), &req); err != nil {
+		if err := postfix.NewDecoder(bufio.NewReader(bytes.NewReader(tc.req))).Decode(&req); err != nil {
 			t.Fatalf("%s: %v\n%s", tc.file, err, tc.req)
 		}
 		if req.SASLUsername != "user0123456@example.org" || req.Sender != req.SASLUsername {
@@ -82,7 +82,7 @@ func TestRequestsLikePostfix(t *testing.T) {
 		}
 	}
 	var eom policy.Request
-	postfix.ReadRequest(bufio.NewReader(bytes.NewReader(m.eom.b)), &eom)
+	postfix.NewDecoder(bufio.NewReader(bytes.NewReader(m.eom.b))).Decode(&eom)
 	if eom.ProtocolState != policy.StateEndOfMessage || eom.QueueID != "000300000ABC" || eom.RecipientCount != 2 {
 		t.Errorf("END-OF-MESSAGE: state %q queue_id %q recipient_count %d", eom.ProtocolState, eom.QueueID, eom.RecipientCount)
 	}
