@@ -53,6 +53,19 @@ func (a Action) Answers() bool { return a > Warn }
 // kept, and counts as admitted for leaky limits.
 func (a Action) Refuses() bool { return a == Defer || a == Reject }
 
+// Ahead reports whether d decides a message ahead of o, two decisions on
+// requests of one message (a milter's RCPTs and END-OF-MESSAGE): when both
+// answer (Action.Answers) and both name their limit's Place, the limit
+// earlier in the stack decides (docs/limits.md, "Escalation"); on a tie,
+// or when either names no limit, the stricter action in the order Pass <
+// Warn < Hold < Freeze < Defer < Reject.
+func (d Decision) Ahead(o Decision) bool {
+	if d.Action.Answers() && o.Action.Answers() && d.Place > 0 && o.Place > 0 && d.Place != o.Place {
+		return d.Place < o.Place
+	}
+	return d.Action > o.Action
+}
+
 // Measure is one limit's measurement of one request; rates in cost per
 // period.
 type Measure struct {
@@ -84,6 +97,9 @@ type Decision struct {
 	Max        float64
 	Period     time.Duration
 	RetryAfter time.Duration
+	// Place is the deciding limit's place in the stack, from 1 (the first
+	// [[limit]] in the file); 0 for a decision of no limit (Pass, a fault).
+	Place int
 	// Outcome is an outcome limit's counts, e.g. "23 of the last 60
 	// recipients bounced (limit 10% of at least 50 per 1h)".
 	Outcome  string

@@ -16,8 +16,15 @@ import (
 // 3/1h defer limit keyed by key.
 func startEngine(t *testing.T, key string) *testEnv {
 	t.Helper()
-	e, err := policy.NewEngine(policy.Config{Limits: []policy.LimitConfig{{Name: "l", Key: []string{key}, Limit: 3,
-		Period: policy.Duration(time.Hour), Mode: "strict", Action: "defer"}}}, ratestore.NewMemory(ratestore.MemoryOptions{}))
+	return startStack(t, []policy.LimitConfig{{Name: "l", Key: []string{key}, Limit: 3,
+		Period: policy.Duration(time.Hour), Mode: "strict", Action: "defer"}})
+}
+
+// startStack runs the milter in front of a real engine with limits, over
+// a fresh memory store.
+func startStack(t *testing.T, limits []policy.LimitConfig) *testEnv {
+	t.Helper()
+	e, err := policy.NewEngine(policy.Config{Limits: limits}, ratestore.NewMemory(ratestore.MemoryOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}

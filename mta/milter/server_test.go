@@ -188,10 +188,10 @@ func TestWarnAddsHeader(t *testing.T) {
 	}
 }
 
-// TestStrictestApplies: a Freeze decided at RCPT is carried out at the end
-// of the message even though the END-OF-MESSAGE decision is Warn, and Warn
-// headers from RCPT are deduplicated.
-func TestStrictestApplies(t *testing.T) {
+// TestRcptFreezeOutranksWarn: a Freeze decided at RCPT is carried out at
+// the end of the message even though the END-OF-MESSAGE decision is Warn (a
+// warning never answers), and Warn headers from RCPT are deduplicated.
+func TestRcptFreezeOutranksWarn(t *testing.T) {
 	dec := &fakeDecider{rule: func(req *policy.Request) policy.Decision {
 		switch {
 		case req.ProtocolState == policy.StateRcpt && req.Recipient == "bob@example.org":

@@ -44,7 +44,8 @@ type message struct {
 	headers   int
 
 	recipients []string // accepted
-	// rcpt is the strictest decision of an accepted recipient.
+	// rcpt is the accepted recipients' decision that decides ahead of the
+	// others (Decision.Ahead).
 	rcpt        policy.Decision
 	warnHeaders []string // Decision.Header of every Warn, deduplicated
 
@@ -216,7 +217,7 @@ func (s *session) RcptTo(rcpt string, m *gomilter.Modifier) (resp gomilter.Respo
 	}
 	msg := s.msg
 	msg.recipients = append(msg.recipients, rcpt)
-	if d.Action > msg.rcpt.Action {
+	if d.Ahead(msg.rcpt) {
 		msg.rcpt = d
 	}
 	msg.noteWarn(d)
@@ -351,7 +352,8 @@ func (s *session) Abort(_ *gomilter.Modifier) (err error) {
 func (s *session) end() { s.dropMsg() }
 
 // Body implements go-milter's Milter (SMFIC_BODYEOB): decide at
-// END-OF-MESSAGE and apply the strictest of it and the RCPT decisions.
+// END-OF-MESSAGE and apply, of it and the RCPT decisions, the one of the
+// limit earliest in the stack (Decision.Ahead).
 func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error) {
 	defer s.recoverTo("eom", &resp, &err)
 	s.absorb(m.Macros)
@@ -370,7 +372,7 @@ func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error)
 	req.Size = msg.size
 	d := s.decide(&req)
 	msg.noteWarn(d)
-	if msg.rcpt.Action > d.Action {
+	if msg.rcpt.Ahead(d) {
 		d = msg.rcpt
 	}
 	return s.apply(m, msg, req, d)
