@@ -274,3 +274,39 @@ func TestNewsletterStaysUnderTheDefaultRatio(t *testing.T) {
 		t.Errorf("the next message: %v (%s), want pass", end.Action, end.Reason)
 	}
 }
+
+// TestRatesShowTheRatioFormsRecipients: rate list and rate show fold a
+// ratio limit's recipients into its row (failures of recipients, over
+// when more than the ratio of at least min_count failed), list a sender
+// with recipients and no failures, and show no row of the recipients'
+// own state.
+func TestRatesShowTheRatioFormsRecipients(t *testing.T) {
+	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{ratioLimit}})
+	sendWithOutcomes(t, e, "bob", 60, func(int) bool { return false })
+	at, _ := sendWithOutcomes(t, e, "alice", 61, func(i int) bool { return i*23/60 != (i+1)*23/60 })
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Add(time.Duration(at-1) * 10 * time.Second) // when alice was refused
+	ctx := context.Background()
+	all, err := e.All(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := e.Lookup(ctx, now, "alice")
+	rows := map[string]policy.KeyRate{}
+	for _, kr := range all {
+		if kr.Limit != "bounce-ratio" {
+			t.Fatalf("row of limit %q: %+v", kr.Limit, kr)
+		}
+		rows[kr.Key] = kr
+	}
+	a, b := rows["alice"], rows["bob"]
+	if len(rows) != 2 || a.Ratio != 0.1 || a.MinCount != 50 || a.Recipients < 50 || a.Rate < 0.1*a.Recipients || !a.Over ||
+		!a.Refusing || a.RetryAfter <= 0 || a.Max != 0.1*a.Recipients {
+		t.Fatalf("rate list: alice %+v", a)
+	}
+	if b.Recipients < 40 || b.Rate != 0 || b.Over || b.Refusing || b.Max != 0.1*max(b.Recipients, 50) {
+		t.Fatalf("rate list: bob %+v", b)
+	}
+	if len(alice) != 1 || alice[0].Recipients != a.Recipients || alice[0].Over != a.Over || !alice[0].Answers {
+		t.Fatalf("rate show alice: %+v, want %+v", alice, a)
+	}
+}
