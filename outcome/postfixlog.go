@@ -140,7 +140,7 @@ func (f *LogFeed) noQueue(ctx context.Context, now time.Time, prog string, rec *
 	}
 	sub, ok := f.Join.Session(rec.ClientAddress, rec.Sender, now)
 	if !ok {
-		f.Sink.Unjoined.Add(1)
+		f.Sink.Unjoined.Add(policy.OutcomeUnknownRcpt)
 		return
 	}
 	err := f.Sink.recipients(ctx, now, sub, 1)

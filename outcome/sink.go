@@ -28,11 +28,40 @@ type Recorder interface {
 type Sink struct {
 	join *Join
 	rec  Recorder
-	// Counted, Unjoined, Repeated and Failed count outcomes: counted in
-	// the limits, of a message not joined (not submitted through us, held
-	// or frozen by us, or past the join's lifetime; a NOQUEUE reject of
-	// no login seen), seen before, and those the store failed to count.
-	Counted, Unjoined, Repeated, Failed atomic.Int64
+	// Counted, Unjoined, Repeated and Failed count outcomes by kind:
+	// counted in the limits, of a message not joined (not submitted
+	// through us, held or frozen by us, or past the join's lifetime; a
+	// NOQUEUE reject of no login seen), seen before, and those the store
+	// failed to count.
+	Counted, Unjoined, Repeated, Failed Counts
+}
+
+// Counts counts outcomes by kind. The zero value is ready; safe for
+// concurrent use.
+type Counts [policy.OutcomeDeferral + 1]atomic.Int64
+
+// Add counts one outcome of kind k (ignored if k is no kind).
+func (c *Counts) Add(k policy.OutcomeKind) {
+	if k >= policy.OutcomeBounce && int(k) < len(c) {
+		c[k].Add(1)
+	}
+}
+
+// Load returns how many outcomes of kind k were counted.
+func (c *Counts) Load(k policy.OutcomeKind) int64 {
+	if k >= policy.OutcomeBounce && int(k) < len(c) {
+		return c[k].Load()
+	}
+	return 0
+}
+
+// Total returns how many outcomes of every kind were counted.
+func (c *Counts) Total() int64 {
+	var n int64
+	for i := range c {
+		n += c[i].Load()
+	}
+	return n
 }
 
 // NewSink returns a Sink joining through j and counting in rec.
@@ -41,12 +70,12 @@ func NewSink(j *Join, rec Recorder) *Sink { return &Sink{join: j, rec: rec} }
 // Deliver counts o at now; it returns the store's error, if any.
 func (s *Sink) Deliver(ctx context.Context, now time.Time, o Outcome) error {
 	if _, ok := s.join.Lookup(o.QueueID); !ok {
-		s.Unjoined.Add(1)
+		s.Unjoined.Add(o.Kind)
 		return nil
 	}
 	sub, ok := s.join.Claim(o.QueueID, o.Recipient, o.Kind)
 	if !ok {
-		s.Repeated.Add(1)
+		s.Repeated.Add(o.Kind)
 		return nil
 	}
 	return s.count(ctx, now, sub, o.Recipient, o.Kind)
@@ -55,10 +84,10 @@ func (s *Sink) Deliver(ctx context.Context, now time.Time, o Outcome) error {
 // count counts an outcome of kind for recipient rcpt of sub's message.
 func (s *Sink) count(ctx context.Context, now time.Time, sub Submission, rcpt string, kind policy.OutcomeKind) error {
 	if _, err := s.rec.RecordOutcome(ctx, now, sub.Request(rcpt), kind); err != nil {
-		s.Failed.Add(1)
+		s.Failed.Add(kind)
 		return err
 	}
-	s.Counted.Add(1)
+	s.Counted.Add(kind)
 	return nil
 }
 

@@ -81,6 +81,12 @@ type KeyRate struct {
 	Baseline bool    `json:"baseline,omitempty"`
 	Peak     float64 `json:"peak,omitempty"`
 	Cap      float64 `json:"cap,omitempty"`
+	// Ratio, MinCount: a limit of the ratio form, Rate its failures,
+	// Recipients the recipients' rate and Max the failures it permits
+	// (Ratio of the recipients, of at least MinCount).
+	Ratio      float64 `json:"ratio,omitempty"`
+	MinCount   float64 `json:"min_count,omitempty"`
+	Recipients float64 `json:"recipients,omitempty"`
 	// Converted: the state was converted from earlier parameters.
 	Converted *ConvertedView `json:"converted,omitempty"`
 	// Answers (Lookup only): this limit answers the key's next request,
@@ -106,10 +112,19 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 		if err != nil {
 			return nil, err
 		}
-		if s.IsZero() {
+		var rs ratelimit.State
+		if l.ratio > 0 {
+			if rs, err = e.store.Get(ctx, ratioName(l.name), key); err != nil {
+				return nil, err
+			}
+		}
+		if s.IsZero() && rs.IsZero() {
 			continue
 		}
 		kr := l.view(key, s, now, e.conversion(l.name), true)
+		if l.ratio > 0 {
+			l.ratioView(&kr, rs, now)
+		}
 		if kr.Refusing && l.action.Answers() && !answered {
 			answered = true
 			kr.Answers, kr.Action, kr.NextStep = true, l.action.String(), c.nextStep(i)
@@ -172,12 +187,29 @@ func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 		convs[c.limits[i].name] = e.conversion(c.limits[i].name)
 	}
 	var out []KeyRate
+	type ratioKey struct{ limit, key string }
+	rcpts := map[ratioKey]ratelimit.State{} // the ratio limits' recipients
 	err := e.store.Range(ctx, func(name, key string, s ratelimit.State) bool {
 		if l := byName[name]; l != nil {
 			out = append(out, l.view(key, s, now, convs[name], false))
+		} else if l := c.stateOf(name); l != nil {
+			rcpts[ratioKey{l.name, key}] = s
 		}
 		return true
 	})
+	for i := range out {
+		if l := byName[out[i].Limit]; l.ratio > 0 {
+			k := ratioKey{l.name, out[i].Key}
+			l.ratioView(&out[i], rcpts[k], now)
+			delete(rcpts, k)
+		}
+	}
+	for k, rs := range rcpts { // recipients without failures
+		l := byName[k.limit]
+		kr := l.view(k.key, ratelimit.State{}, now, convs[k.limit], false)
+		l.ratioView(&kr, rs, now)
+		out = append(out, kr)
+	}
 	return out, err
 }
 

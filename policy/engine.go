@@ -211,11 +211,13 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		msgVerdict = prev
 		msgVerdict.Repeated = true
 	case msgDecisive >= 0:
-		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result)
+		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result,
+			e.unknownOf(ctx, now, c, probes[msgDecisive].l, req, items[msgDecisive].Key))
 	}
 	final := msgVerdict
 	if rcptDecisive >= 0 && c.before(probes[rcptDecisive].l, msgVerdict) {
-		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result)
+		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result,
+			e.unknownOf(ctx, now, c, probes[rcptDecisive].l, req, items[rcptDecisive].Key))
 	}
 	admitted := !final.Action.Refuses()
 	for i := range items {
@@ -489,8 +491,9 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 	}
 }
 
-// verdict is the Decision of limit l being over with result r.
-func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decision {
+// verdict is the Decision of limit l being over with result r; unknown
+// is an outcome limit's unknown users (unknownOf).
+func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result, unknown float64) Decision {
 	lim := limitOf(it, r)
 	if l.ratio > 0 {
 		rr := *r
@@ -504,7 +507,7 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result) Decisio
 	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
 		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	if l.outcome() {
-		d.Outcome = l.outcomeText(r.Before, lim, it.Params.Period)
+		d.Outcome = l.outcomeText(r.Before, unknown, lim, it.Params.Period)
 		d.Reason = fmt.Sprintf("limit %s key %q: %s (%s, %s)", l.name, it.Key, d.Outcome, it.Params.Mode, it.Params.Algorithm)
 	}
 	switch l.action {

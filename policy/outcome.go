@@ -115,16 +115,52 @@ var outcomeNouns = map[int]string{
 
 // outcomeText is what outcome limit l saw, over with failures against
 // limit lim per period: "10 recipients per 1h bounced as unknown users
-// (limit 10)", or in the ratio form "23 of the last 60 recipients bounced
-// (limit 10% of at least 50 per 1h)", the rates rounded to whole
-// recipients. It is the log reason's and the notification's text.
-func (l *limit) outcomeText(failures, lim float64, period time.Duration) string {
+// (limit 10)", or in the ratio form "23 of the last 60 recipients
+// bounced, 19 as unknown users (limit 10% of at least 50 per 1h)", the
+// rates rounded to whole recipients; unknown is the unknown users'
+// share of a bounce limit's failures, negative when not known. It is the
+// log reason's and the notification's text.
+func (l *limit) outcomeText(failures, unknown, lim float64, period time.Duration) string {
+	noun := outcomeNouns[l.per]
+	if unknown >= 0 {
+		noun += fmt.Sprintf(", %.0f as unknown users", min(unknown, failures))
+	}
 	if l.ratio > 0 {
 		return fmt.Sprintf("%.0f of the last %.0f recipients %s (limit %g%% of at least %g per %s)", failures, lim/l.ratio,
-			outcomeNouns[l.per], 100*l.ratio, l.minCount, human.Duration(period))
+			noun, 100*l.ratio, l.minCount, human.Duration(period))
 	}
 	return fmt.Sprintf("%s recipients per %s %s (limit %g)", human.Rate(failures, lim), human.Duration(period),
-		outcomeNouns[l.per], lim)
+		noun, lim)
+}
+
+// unknownOf is how many of bounce limit l's failures for key were
+// unknown users, decayed to now: the rate of a limit with per =
+// "unknown_rcpt" on the same key and period, both exponential and
+// neither forgiving nor readonly, so that both count every unknown
+// recipient alike. It is negative when l is no bounce limit, no such
+// limit exists or its state cannot be read.
+func (e *Engine) unknownOf(ctx context.Context, now time.Time, c *compiled, l *limit, req *Request, key string) float64 {
+	if l.per != perBounce || !plainCount(l) {
+		return -1
+	}
+	for i := range c.limits {
+		s := &c.limits[i]
+		if s.per != perUnknown || !plainCount(s) || s.rl.Period != l.rl.Period || c.keyOf(s, req) != key {
+			continue
+		}
+		st, err := e.store.Get(ctx, s.name, key)
+		if err != nil {
+			return -1
+		}
+		return s.rl.Rate(st, now)
+	}
+	return -1
+}
+
+// plainCount reports whether l's stored rate is every outcome it counted,
+// decayed: exponential, neither forgiving (clamped) nor readonly.
+func plainCount(l *limit) bool {
+	return l.rl.Algorithm == ratelimit.Exponential && l.rl.Mode != ratelimit.Forgiving && l.rl.Mode != ratelimit.Readonly
 }
 
 // ratioName is the name the recipients' rate of ratio limit name is kept
@@ -174,6 +210,22 @@ func (e *Engine) ratioItem(ctx context.Context, now time.Time, l *limit, it *Sta
 // decays as fast, so the ratio stays).
 func (l *limit) ratioWait(it *StackItem) time.Duration {
 	return time.Duration(float64(it.Params.Period) * math.Log(max(it.Params.Limit/l.ratio/l.minCount, 1)))
+}
+
+// ratioView folds ratio limit l's recipients' state rs into kr, l's view
+// at now of the failures' state for the same key: Recipients their rate,
+// Max the failures permitted (ratio of them, of at least min_count), Over
+// and Refusing when at least min_count were counted and more than ratio
+// of them failed, RetryAfter as ratioWait.
+func (l *limit) ratioView(kr *KeyRate, rs ratelimit.State, now time.Time) {
+	rcpts := l.rl.Rate(rs, now)
+	kr.Ratio, kr.MinCount, kr.Recipients = l.ratio, l.minCount, human.Finite(rcpts)
+	kr.Max = human.Finite(l.ratio * max(rcpts, l.minCount))
+	kr.Over = rcpts >= l.minCount && kr.Rate > l.ratio*rcpts
+	kr.Refusing, kr.RetryAfter = kr.Over, 0
+	if kr.Over {
+		kr.RetryAfter = l.ratioWait(&StackItem{Params: ratelimit.Limit{Limit: l.ratio * rcpts, Period: l.rl.Period}})
+	}
 }
 
 // RecordOutcome counts, at now, one recipient's outcome of kind in every

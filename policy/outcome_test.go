@@ -3,6 +3,8 @@ package policy_test
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +131,18 @@ var ratioLimit = policy.LimitConfig{Name: "bounce-ratio", Key: policy.KeyList{"s
 // It returns the first refused message's number (n+1: none) and decision.
 func sendWithOutcomes(t *testing.T, e *policy.Engine, user string, n int, bounces func(i int) bool) (int, policy.Decision) {
 	t.Helper()
+	return sendWithKinds(t, e, user, n, func(i int) policy.OutcomeKind {
+		if bounces(i) {
+			return policy.OutcomeUnknownRcpt
+		}
+		return 0
+	})
+}
+
+// sendWithKinds is sendWithOutcomes with kind(i) the outcome of message
+// i's recipient (0: delivered).
+func sendWithKinds(t *testing.T, e *policy.Engine, user string, n int, kind func(i int) policy.OutcomeKind) (int, policy.Decision) {
+	t.Helper()
 	ctx := context.Background()
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	m := msg{user: user, rcpts: 1}
@@ -141,14 +155,59 @@ func sendWithOutcomes(t *testing.T, e *policy.Engine, user string, n int, bounce
 		if _, err := e.RecordRecipients(ctx, now, r, 1); err != nil {
 			t.Fatal(err)
 		}
-		if bounces(i) {
-			if _, err := e.RecordOutcome(ctx, now.Add(5*time.Second), r, policy.OutcomeUnknownRcpt); err != nil {
+		if k := kind(i); k != 0 {
+			if _, err := e.RecordOutcome(ctx, now.Add(5*time.Second), r, k); err != nil {
 				t.Fatal(err)
 			}
 		}
 		now = now.Add(10 * time.Second)
 	}
 	return n + 1, policy.Decision{}
+}
+
+// TestBounceLimitSaysHowManyWereUnknownUsers: a bounce limit beside an
+// unknown_rcpt limit on the same key and period says how many of its
+// bounces were unknown users; alone, it says only that they bounced.
+func TestBounceLimitSaysHowManyWereUnknownUsers(t *testing.T) {
+	unknown := policy.LimitConfig{Name: "unknown", Key: policy.KeyList{"sasl_username"}, Per: "unknown_rcpt",
+		Limit: 1000, Period: policy.Duration(time.Hour), Action: "warn"}
+	// Of every 60 recipients 24 bounce, 18 of them (3 in 4) as unknown users.
+	kind := func(i int) policy.OutcomeKind {
+		switch {
+		case i%5 > 1:
+			return 0
+		case i%10 == 1:
+			return policy.OutcomeBounce
+		}
+		return policy.OutcomeUnknownRcpt
+	}
+	for _, c := range []struct {
+		limits []policy.LimitConfig
+		want   *regexp.Regexp
+	}{
+		{[]policy.LimitConfig{ratioLimit, unknown}, regexp.MustCompile(`^(\d+) of the last (\d+) recipients bounced, (\d+) as unknown users \(limit 10% of at least 50 per 1h\)$`)},
+		{[]policy.LimitConfig{ratioLimit}, regexp.MustCompile(`^(\d+) of the last (\d+) recipients bounced \(limit 10% of at least 50 per 1h\)$`)},
+		{[]policy.LimitConfig{ratioLimit, func() policy.LimitConfig { u := unknown; u.Period = policy.Duration(time.Minute); return u }()},
+			regexp.MustCompile(`^(\d+) of the last (\d+) recipients bounced \(limit`)},
+	} {
+		e := newEngine(t, policy.Config{Limits: c.limits})
+		at, d := sendWithKinds(t, e, "alice", 70, kind)
+		if at > 70 || d.Limit != "bounce-ratio" {
+			t.Fatalf("%d limits: refused at %d by %q, want the ratio limit", len(c.limits), at, d.Limit)
+		}
+		m := c.want.FindStringSubmatch(d.Outcome)
+		if m == nil || !strings.Contains(d.Reason, d.Outcome) {
+			t.Fatalf("%d limits: outcome %q, reason %q, want %v", len(c.limits), d.Outcome, d.Reason, c.want)
+		}
+		if len(m) == 4 {
+			bounced, _ := strconv.Atoi(m[1])
+			unknowns, _ := strconv.Atoi(m[3])
+			if unknowns < bounced/2 || unknowns >= bounced {
+				t.Errorf("outcome %q: want about 3 in 4 bounces as unknown users", d.Outcome)
+			}
+		}
+		t.Logf("%s", d.Outcome)
+	}
 }
 
 // TestRatioLimitRefusesAHighShareOfFailures: 2 of 100 recipients bouncing
@@ -213,5 +272,41 @@ func TestNewsletterStaysUnderTheDefaultRatio(t *testing.T) {
 	m.inst = "next"
 	if _, end := m.send(e, now.Add(10*time.Minute), true, true); end.Action != policy.Pass {
 		t.Errorf("the next message: %v (%s), want pass", end.Action, end.Reason)
+	}
+}
+
+// TestRatesShowTheRatioFormsRecipients: rate list and rate show fold a
+// ratio limit's recipients into its row (failures of recipients, over
+// when more than the ratio of at least min_count failed), list a sender
+// with recipients and no failures, and show no row of the recipients'
+// own state.
+func TestRatesShowTheRatioFormsRecipients(t *testing.T) {
+	e := newEngine(t, policy.Config{Limits: []policy.LimitConfig{ratioLimit}})
+	sendWithOutcomes(t, e, "bob", 60, func(int) bool { return false })
+	at, _ := sendWithOutcomes(t, e, "alice", 61, func(i int) bool { return i*23/60 != (i+1)*23/60 })
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Add(time.Duration(at-1) * 10 * time.Second) // when alice was refused
+	ctx := context.Background()
+	all, err := e.All(ctx, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := e.Lookup(ctx, now, "alice")
+	rows := map[string]policy.KeyRate{}
+	for _, kr := range all {
+		if kr.Limit != "bounce-ratio" {
+			t.Fatalf("row of limit %q: %+v", kr.Limit, kr)
+		}
+		rows[kr.Key] = kr
+	}
+	a, b := rows["alice"], rows["bob"]
+	if len(rows) != 2 || a.Ratio != 0.1 || a.MinCount != 50 || a.Recipients < 50 || a.Rate < 0.1*a.Recipients || !a.Over ||
+		!a.Refusing || a.RetryAfter <= 0 || a.Max != 0.1*a.Recipients {
+		t.Fatalf("rate list: alice %+v", a)
+	}
+	if b.Recipients < 40 || b.Rate != 0 || b.Over || b.Refusing || b.Max != 0.1*max(b.Recipients, 50) {
+		t.Fatalf("rate list: bob %+v", b)
+	}
+	if len(alice) != 1 || alice[0].Recipients != a.Recipients || alice[0].Over != a.Over || !alice[0].Answers {
+		t.Fatalf("rate show alice: %+v, want %+v", alice, a)
 	}
 }

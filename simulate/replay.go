@@ -15,10 +15,11 @@ type Evaluator interface {
 	Evaluate(ctx context.Context, now time.Time, req *policy.Request) policy.Decision
 }
 
-// OutcomeRecorder counts an outcome in the outcome limits;
-// *policy.Engine is one.
+// OutcomeRecorder counts an outcome in the outcome limits, and a
+// message's recipients in those of the ratio form; *policy.Engine is one.
 type OutcomeRecorder interface {
 	RecordOutcome(ctx context.Context, now time.Time, req *policy.Request, kind policy.OutcomeKind) (int, error)
+	RecordRecipients(ctx context.Context, now time.Time, req *policy.Request, n int) (int, error)
 }
 
 // Result is one replayed request and the engine's decision on it, or one
@@ -47,11 +48,14 @@ func (r *Result) Refused() bool { return !r.Decision.Action.Admits() }
 // result (reused: copy what you keep); it returns fn's first error or ctx's.
 // An outcome is counted with ev's RecordOutcome (if ev has one) unless the
 // replay refused its message (the same instance), as the daemon excludes
-// a message it held, froze or refused.
+// a message it held, froze or refused; the recipients of an admitted
+// END-OF-MESSAGE request are counted with RecordRecipients, once per
+// instance, as the daemon counts them when it joins the queue ID.
 func Replay(ctx context.Context, ev Evaluator, events iter.Seq[Event], fn func(*Result) error) error {
 	var r Result
 	rec, _ := ev.(OutcomeRecorder)
 	refused := map[string]bool{} // instances refused
+	counted := map[string]bool{} // instances whose recipients were counted
 	for e := range events {
 		if e.Seq%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -65,6 +69,15 @@ func Replay(ctx context.Context, ev Evaluator, events iter.Seq[Event], fn func(*
 			r.Decision = ev.Evaluate(ctx, e.Time, e.Request)
 			if inst != "" && r.Refused() {
 				refused[inst] = true
+			}
+			req := e.Request
+			if rec != nil && req.ProtocolState == policy.StateEndOfMessage && !r.Refused() && !refused[inst] && !counted[inst] {
+				if inst != "" {
+					counted[inst] = true
+				}
+				if _, err := rec.RecordRecipients(ctx, e.Time, req, req.RecipientCount); err != nil && r.Decision.Fault == nil {
+					r.Decision.Fault = err
+				}
 			}
 		case rec == nil || inst != "" && refused[inst]:
 			continue

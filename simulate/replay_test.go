@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -305,3 +306,60 @@ func TestTraceOutcomeField(t *testing.T) {
 }
 
 func two(n int) string { return string(rune('0'+n/10)) + string(rune('0'+n%10)) }
+
+// TestReplayCountsRecipientsForTheRatioForm: the replay counts each
+// admitted message's recipients, as the daemon does when it joins the
+// queue ID, so a ratio limit (more than 10% of at least 50 recipients an
+// hour unknown) refuses a sender with 30% unknown recipients once the
+// recipients' rate reached 50 (after about 65 at 120 an hour), and never
+// one with 2%.
+func TestReplayCountsRecipientsForTheRatioForm(t *testing.T) {
+	c := policy.Config{Limits: []policy.LimitConfig{{Name: "unknown-ratio", Key: []string{"sasl_username"}, Per: "unknown_rcpt",
+		Ratio: 0.10, MinCount: 50, Period: policy.Duration(time.Hour), Action: "freeze"}}}
+	start := time.Date(2026, 11, 20, 18, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	for i := range 100 {
+		for _, s := range []struct {
+			user string
+			bad  bool
+		}{{"mallory", i%10 < 3}, {"newsletter", i == 20 || i == 70}} {
+			at := start.Add(time.Duration(i) * 30 * time.Second)
+			inst := s.user + "-" + strconv.Itoa(i)
+			b.WriteString(`{"time":"` + at.Format(time.RFC3339) + `","sasl_username":"` + s.user + `","instance":"` + inst + `"}` + "\n")
+			if s.bad {
+				b.WriteString(`{"time":"` + at.Add(10*time.Second).Format(time.RFC3339) + `","sasl_username":"` + s.user +
+					`","instance":"` + inst + `","recipient":"x` + strconv.Itoa(i) + `@example.net","outcome":"unknown_rcpt"}` + "\n")
+			}
+		}
+	}
+	for round := range 3 {
+		e, err := policy.NewEngine(c, ratestore.NewMemory(ratestore.MemoryOptions{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := map[string]int{} // each user's first refused message, by number
+		sent := map[string]int{}
+		replayAll(t, e, b.String(), func(r *simulate.Result) {
+			if r.Decision.Fault != nil {
+				t.Fatalf("fault: %v", r.Decision.Fault)
+			}
+			if r.Outcome != 0 {
+				return
+			}
+			u := r.Request.SASLUsername
+			sent[u]++
+			if r.Refused() && first[u] == 0 {
+				first[u] = sent[u]
+				if r.Decision.Limit != "unknown-ratio" || !strings.Contains(r.Decision.Outcome, "unknown users") {
+					t.Fatalf("round %d: %s refused by %q: %s", round, u, r.Decision.Limit, r.Decision.Outcome)
+				}
+			}
+		})
+		if at := first["mallory"]; at <= 50 || at > 80 {
+			t.Fatalf("round %d: mallory first refused at message %d, want after her 50th recipient and by her 80th", round, at)
+		}
+		if at := first["newsletter"]; at != 0 {
+			t.Fatalf("round %d: newsletter refused at message %d, want never", round, at)
+		}
+	}
+}

@@ -30,13 +30,19 @@ func Rates(w io.Writer, kr []policy.KeyRate) {
 			maxText = strconv.FormatFloat(k.Max, 'f', 1, 64)
 			status += fmt.Sprintf(" (baseline: learned peak %.1f, max is the allowance, cap %s)", k.Peak, human.Number(k.Cap))
 		}
+		rate := admin.FormatKeyRate(k)
 		if noun := outcomeNouns[k.Per]; noun != "" {
 			status += "; counts " + noun + " (" + k.Per + ")"
+		}
+		if k.Ratio > 0 {
+			rate = fmt.Sprintf("%s of %s", human.Number(math.Round(k.Rate)), human.Number(math.Round(k.Recipients)))
+			maxText = strconv.FormatFloat(100*k.Ratio, 'g', -1, 64) + "%"
+			status += " of at least " + human.Number(k.MinCount) + " recipients"
 		}
 		if note := admin.ConversionNote(k); note != "" {
 			status += "; " + note
 		}
-		t.Row(k.Key, k.Limit, admin.FormatKeyRate(k), maxText, human.Duration(k.Period), status)
+		t.Row(k.Key, k.Limit, rate, maxText, human.Duration(k.Period), status)
 	}
 	t.Flush()
 }
@@ -58,6 +64,12 @@ type RateRow struct {
 	Over              bool    `json:"over"`
 	Refusing          bool    `json:"refusing"`
 	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	// Ratio, MinCount, Recipients: a limit of the ratio form, Rate its
+	// failures and Max those it permits of Recipients (the recipients'
+	// rate to two decimals).
+	Ratio      float64 `json:"ratio,omitempty"`
+	MinCount   float64 `json:"min_count,omitempty"`
+	Recipients float64 `json:"recipients,omitempty"`
 	// Converted: the state was converted from the limit's earlier
 	// parameters (policy.ConvertedView).
 	Converted *ConvertedRow `json:"converted,omitempty"`
@@ -80,7 +92,7 @@ func RateRows(kr []policy.KeyRate) []RateRow {
 	for i, k := range kr {
 		out[i] = RateRow{Key: k.Key, Limit: k.Limit, Rate: round2(k.Rate), Max: k.Max, Per: k.Per,
 			Period: human.Duration(k.Period), PeriodSeconds: k.Period.Seconds(), Over: k.Over, Refusing: k.Refusing,
-			RetryAfterSeconds: math.Ceil(k.RetryAfter.Seconds())}
+			RetryAfterSeconds: math.Ceil(k.RetryAfter.Seconds()), Ratio: k.Ratio, MinCount: k.MinCount, Recipients: round2(k.Recipients)}
 		if c := k.Converted; c != nil {
 			out[i].Converted = &ConvertedRow{From: c.From, PeriodSeconds: c.Period.Seconds(), Algorithm: c.Algorithm,
 				At: c.At, Cause: c.Cause, Rate: round2(c.Rate)}

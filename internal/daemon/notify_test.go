@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 // TestAutoReleaseNotifiesOncePerRun: the messages of a drip run, released
@@ -77,16 +78,43 @@ func webhookNotifier(t *testing.T) (*notify.Notifier, func() []map[string]any) {
 
 // TestOutcomeRefusalNotifiesWhatFailed: the notification of an outcome
 // limit says how many of the sender's recipients failed, as the limit
-// counted them.
+// counted them, and how many as unknown users when an unknown_rcpt limit
+// counts them too.
 func TestOutcomeRefusalNotifiesWhatFailed(t *testing.T) {
+	key := policy.KeyList{"sasl_username"}
+	e, err := policy.NewEngine(policy.Config{Limits: []policy.LimitConfig{
+		{Name: "bounce-ratio", Key: key, Per: "bounce", Ratio: 0.10, MinCount: 50, Period: policy.Duration(time.Hour), Action: "freeze"},
+		{Name: "unknown", Key: key, Per: "unknown_rcpt", Limit: 1000, Period: policy.Duration(time.Hour), Action: "warn"},
+	}}, ratestore.NewMemory(ratestore.MemoryOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	req := &policy.Request{SASLUsername: "alice", Sender: "alice@example.org", ProtocolState: policy.StateEndOfMessage,
+		Stage: policy.ViaPolicy, RecipientCount: 1}
+	if _, err := e.RecordRecipients(ctx, now, req, 60); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 23 {
+		kind := policy.OutcomeUnknownRcpt
+		if i%6 == 0 {
+			kind = policy.OutcomeBounce // 4 of 23
+		}
+		if _, err := e.RecordOutcome(ctx, now, req, kind); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dec := e.Evaluate(ctx, now.Add(time.Second), req)
+	if dec.Action != policy.Freeze || dec.Limit != "bounce-ratio" {
+		t.Fatalf("decision %v by %q (%s), want freeze by bounce-ratio", dec.Action, dec.Limit, dec.Reason)
+	}
 	n, sent := webhookNotifier(t)
 	d := &Daemon{notifier: n}
-	req := &policy.Request{SASLUsername: "alice", Sender: "alice@example.org"}
-	d.notifyRefusal(req, &policy.Decision{Action: policy.Freeze, Limit: "bounce-ratio", Key: "alice", Rate: 23, Max: 6,
-		Period: time.Hour, Outcome: "23 of the last 60 recipients bounced (limit 10% of at least 50 per 1h)"})
+	d.notifyRefusal(req, &dec)
 	got := sent()
-	if len(got) != 1 || got[0]["summary"] != "alice: 23 of the last 60 recipients bounced (limit 10% of at least 50 per 1h), action freeze" ||
-		got[0]["outcome"] == nil {
-		t.Errorf("notifications %v", got)
+	want := "alice: 23 of the last 60 recipients bounced, 19 as unknown users (limit 10% of at least 50 per 1h), action freeze"
+	if len(got) != 1 || got[0]["summary"] != want || got[0]["outcome"] == nil {
+		t.Errorf("notifications %v, want summary %q", got, want)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +50,7 @@ func (d *Daemon) startOutcomeFeed() {
 	if d.join == nil {
 		return
 	}
-	sink := outcome.NewSink(d.join, d.metrics.CountOutcomes(d.engine))
+	sink := outcome.NewSink(d.join, d.engine)
 	d.registerOutcomeMetrics(sink)
 	if d.noticesL != nil {
 		d.notices = outcome.NewNoticeServer(sink, d.log)
@@ -151,15 +150,18 @@ func (d *Daemon) closeOutcome() error {
 }
 
 // registerOutcomeMetrics exports the outcome feed's counts:
-// ratelimitd_outcomes_total{result} (counted in the limits, not joined,
-// seen before, store failed) and the join's size and refusals.
+// ratelimitd_outcomes_total{result,kind} (counted in the limits, not
+// joined, seen before, store failed; bounce, unknown_rcpt, deferral) and
+// the join's size and refusals.
 func (d *Daemon) registerOutcomeMetrics(sink *outcome.Sink) {
 	reg := d.metrics.Registry()
-	for result, c := range map[string]*atomic.Int64{"counted": &sink.Counted, "unjoined": &sink.Unjoined,
+	for result, c := range map[string]*outcome.Counts{"counted": &sink.Counted, "unjoined": &sink.Unjoined,
 		"repeated": &sink.Repeated, "failed": &sink.Failed} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcomes_total",
-			Help:        "Outcomes (bounces, unknown recipients, deferrals) the feeds reported, by what became of them.",
-			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(c.Load()) }))
+		for k := policy.OutcomeBounce; k <= policy.OutcomeDeferral; k++ {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcomes_total",
+				Help:        "Outcomes the feeds reported, by what became of them and kind (bounce, unknown_rcpt, deferral).",
+				ConstLabels: prometheus.Labels{"result": result, "kind": k.String()}}, func() float64 { return float64(c.Load(k)) }))
+		}
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_outcome_join_messages",
 		Help: "Queue IDs joined to their submission, awaiting outcomes."}, func() float64 { return float64(d.join.Len()) }))

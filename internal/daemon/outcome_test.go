@@ -105,11 +105,11 @@ func TestOutcomeFeedHoldsTheNextMessage(t *testing.T) {
 	}
 	appendLog(t, logPath, bounceLine("2BCDEF0000", 0))
 	td.waitRate("bob", 0.99) // read past the held message's line
-	if got := td.outcomeMetric("counted"); got != 4 {
-		t.Errorf("ratelimitd_outcomes_total{result=\"counted\"} = %v, want 4 (3 of alice, 1 of bob)", got)
+	if got, all := td.outcomeMetric("counted", "unknown_rcpt"), td.outcomeMetric("counted", ""); got != 4 || all != 4 {
+		t.Errorf("ratelimitd_outcomes_total{result=\"counted\",kind=\"unknown_rcpt\"} = %v of %v counted, want 4 of 4 (3 of alice, 1 of bob)", got, all)
 	}
-	if got := td.outcomeMetric("unjoined"); got != 1 {
-		t.Errorf("ratelimitd_outcomes_total{result=\"unjoined\"} = %v, want 1 (the held message)", got)
+	if got, bounce := td.outcomeMetric("unjoined", "unknown_rcpt"), td.outcomeMetric("unjoined", "bounce"); got != 1 || bounce != 0 {
+		t.Errorf("ratelimitd_outcomes_total{result=\"unjoined\"}: unknown_rcpt %v, bounce %v; want 1 (the held message), 0", got, bounce)
 	}
 	before := td.unknownRate("alice")
 	if before > 3.01 {
@@ -129,27 +129,33 @@ func TestOutcomeFeedHoldsTheNextMessage(t *testing.T) {
 	}
 }
 
-// outcomeMetric is ratelimitd_outcomes_total{result}.
-func (td *testDaemon) outcomeMetric(result string) float64 {
+// outcomeMetric is ratelimitd_outcomes_total{result,kind}, summed over
+// the kinds when kind is "".
+func (td *testDaemon) outcomeMetric(result, kind string) float64 {
 	td.t.Helper()
 	mfs, err := td.metrics.Registry().Gather()
 	if err != nil {
 		td.t.Fatal(err)
 	}
+	sum, found := 0.0, false
 	for _, mf := range mfs {
 		if mf.GetName() != "ratelimitd_outcomes_total" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["result"] == result && (kind == "" || labels["kind"] == kind) {
+				sum, found = sum+m.GetCounter().GetValue(), true
 			}
 		}
 	}
-	td.t.Fatalf("no ratelimitd_outcomes_total{result=%q}", result)
-	return 0
+	if !found {
+		td.t.Fatalf("no ratelimitd_outcomes_total{result=%q,kind=%q}", result, kind)
+	}
+	return sum
 }
 
 // TestRatioLimitCountsEachMessagesRecipientsOnce: a message joined at

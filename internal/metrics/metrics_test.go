@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -80,39 +78,5 @@ ratelimitd_decision_seconds_count 1008
 	}
 	if by := m.ByAction(); by[policy.Pass] != 1001 || by[policy.Defer] != 7 {
 		t.Errorf("byAction: pass %d, defer %d; want 1001, 7", by[policy.Pass], by[policy.Defer])
-	}
-}
-
-// outcomeStub counts nothing, failing for deferrals.
-type outcomeStub struct{}
-
-func (outcomeStub) RecordRecipients(context.Context, time.Time, *policy.Request, int) (int, error) {
-	return 0, nil
-}
-
-func (outcomeStub) RecordOutcome(_ context.Context, _ time.Time, _ *policy.Request, k policy.OutcomeKind) (int, error) {
-	if k == policy.OutcomeDeferral {
-		return 0, errors.New("store down")
-	}
-	return 1, nil
-}
-
-// TestOutcomeKindsCounted: outcomes recorded are counted by kind, all
-// three series exported from the start, a store error not counted.
-func TestOutcomeKindsCounted(t *testing.T) {
-	m := New(func() float64 { return 0 })
-	rec := m.CountOutcomes(outcomeStub{})
-	for _, k := range []policy.OutcomeKind{policy.OutcomeUnknownRcpt, policy.OutcomeUnknownRcpt, policy.OutcomeBounce, policy.OutcomeDeferral} {
-		rec.RecordOutcome(context.Background(), time.Now(), &policy.Request{}, k)
-	}
-	want := `
-# HELP ratelimitd_outcome_kinds_total Outcomes counted in the outcome limits, by kind: bounce, unknown_rcpt, deferral.
-# TYPE ratelimitd_outcome_kinds_total counter
-ratelimitd_outcome_kinds_total{kind="bounce"} 1
-ratelimitd_outcome_kinds_total{kind="deferral"} 0
-ratelimitd_outcome_kinds_total{kind="unknown_rcpt"} 2
-`
-	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "ratelimitd_outcome_kinds_total"); err != nil {
-		t.Fatal(err)
 	}
 }
