@@ -180,11 +180,18 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 
 	sc := e.scratch.Get().(*scratch)
 	defer e.scratch.Put(sc)
-	probes, items := e.stack(ctx, now, c, req, m, front, sc)
+	probes, items, stackErr := e.stack(ctx, now, c, req, m, front, sc)
 	if len(items) == 0 {
 		if prev.Action != Pass {
 			d = prev
 			d.Repeated = true
+		}
+		if stackErr != nil {
+			d.Fault = stackErr
+			if d.Action == Pass {
+				d.Reason = "rate store error for some limits"
+			}
+			d = c.faultAnswer(d)
 		}
 		refusedMsg, doneMsg = finish(m, req, d.Action)
 		return d
@@ -205,6 +212,9 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		measures = make([]Measure, len(items))
 	}
 	msgDecisive, rcptDecisive, fault := decisive(probes, items, out, measures)
+	if fault == nil {
+		fault = stackErr
+	}
 	var msgVerdict Decision
 	switch {
 	case prev.Action != Pass && (msgDecisive < 0 || !c.before(probes[msgDecisive].l, prev)):
@@ -266,8 +276,11 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 }
 
 // stack returns, in sc's memory, the limits that apply to req: a probe
-// (limit, charge record, bookkeeping) and a StackItem each.
-func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Request, m *msgEntry, front int, sc *scratch) ([]probe, []StackItem) {
+// (limit, charge record, bookkeeping) and a StackItem each; and the first
+// store error of a limit left out because its state could not be read
+// (a ratio limit's recipients), to be counted as a fault.
+func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Request, m *msgEntry, front int, sc *scratch) ([]probe, []StackItem, error) {
+	var first error
 	state := req.ProtocolState
 	connectSeen := e.seen.asked(front, StateConnect)
 	probes, items := sc.probes[:0], sc.items[:0]
@@ -296,13 +309,19 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		if v, ok := l.override(key); ok {
 			it.Params = overridden(it.Params, v)
 		}
-		if l.ratio > 0 && !e.ratioItem(ctx, now, l, &it) {
-			continue
+		if l.ratio > 0 {
+			ok, err := e.ratioItem(ctx, now, l, &it)
+			if err != nil && first == nil {
+				first = err
+			}
+			if !ok {
+				continue
+			}
 		}
 		probes = append(probes, p)
 		items = append(items, it)
 	}
-	return probes, items
+	return probes, items, first
 }
 
 // measure has the store evaluate items at now (refused: the message was

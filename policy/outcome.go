@@ -193,16 +193,19 @@ func (l *limit) compileRatio(lc LimitConfig, at string, bad func(key, format str
 // ratioItem sets it, ratio limit l's share of a request, to measure the
 // failures against ratio times the recipients' rate, decayed to now (cost
 // 0: over when more than ratio of them failed); false when fewer than
-// min_count recipients were counted, or their rate cannot be read (fail
-// open).
-func (e *Engine) ratioItem(ctx context.Context, now time.Time, l *limit, it *StackItem) bool {
+// min_count recipients were counted, or their rate cannot be read: then
+// also the store's error (the limit fails open, the fault is counted).
+func (e *Engine) ratioItem(ctx context.Context, now time.Time, l *limit, it *StackItem) (bool, error) {
 	s, err := e.store.Get(ctx, ratioName(l.name), it.Key)
+	if err != nil {
+		return false, err
+	}
 	rcpts := l.rl.Rate(s, now)
-	if err != nil || rcpts < l.minCount {
-		return false
+	if rcpts < l.minCount {
+		return false, nil
 	}
 	it.Params.Limit, it.Cost = l.ratio*rcpts, 0
-	return true
+	return true, nil
 }
 
 // ratioWait is how long ratio limit l, over at it, stays over without new

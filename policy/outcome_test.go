@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
 func outcomeEngine(t *testing.T, extra ...policy.LimitConfig) *policy.Engine {
@@ -227,6 +229,31 @@ func TestRatioLimitRefusesAHighShareOfFailures(t *testing.T) {
 		t.Errorf("outcome %q, reason %q, retry after %v, text %q", d.Outcome, d.Reason, d.RetryAfter, d.Text)
 	}
 	t.Logf("refused at message %d: %s; retry after %v", at, d.Outcome, d.RetryAfter)
+}
+
+// A ratio limit whose recipients' state cannot be read fails open and
+// says so: the decision carries the store's error, which the daemon logs
+// and counts as a fault, alone or beside another limit's verdict.
+func TestRatioLimitStoreErrorIsAFault(t *testing.T) {
+	tight := policy.LimitConfig{Name: "tight", Key: policy.KeyList{"sasl_username"}, Limit: 1, Period: policy.Duration(time.Hour)}
+	for _, c := range []struct {
+		limits []policy.LimitConfig
+		want   policy.Action
+	}{
+		{[]policy.LimitConfig{ratioLimit}, policy.Pass},
+		{[]policy.LimitConfig{ratioLimit, tight}, policy.Defer},
+	} {
+		store := oneLimitFails{Store: ratestore.NewMemory(ratestore.MemoryOptions{}), limit: "bounce-ratio/rcpt"}
+		e, err := policy.NewEngine(policy.Config{Limits: c.limits}, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Evaluate(context.Background(), t0, eom("rita"))
+		d := e.Evaluate(context.Background(), t0, eom("rita"))
+		if d.Action != c.want || !errors.Is(d.Fault, ratestore.ErrKeyTooLong) {
+			t.Errorf("%d limits: %v, fault %v; want %v and the store's error", len(c.limits), d.Action, d.Fault, c.want)
+		}
+	}
 }
 
 func TestRatioFormIsValidated(t *testing.T) {
