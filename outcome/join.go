@@ -54,10 +54,13 @@ type Submission struct {
 	HeloName                  string
 }
 
-// SubmissionOf returns the part of req the join keeps.
+// SubmissionOf returns the part of req the join keeps, its strings
+// copied: a request's strings may be cut from a policy Decoder's blocks,
+// which a string kept for days would pin (mta/postfix.Decoder).
 func SubmissionOf(now time.Time, req *policy.Request) Submission {
-	return Submission{Time: now, SASLUsername: req.SASLUsername, Sender: req.Sender, ClientAddress: req.ClientAddress,
-		ClientName: req.ClientName, HeloName: req.HeloName}
+	return Submission{Time: now, SASLUsername: strings.Clone(req.SASLUsername), Sender: strings.Clone(req.Sender),
+		ClientAddress: strings.Clone(req.ClientAddress), ClientName: strings.Clone(req.ClientName),
+		HeloName: strings.Clone(req.HeloName)}
 }
 
 // Request returns the request s stands for, about recipient rcpt, for
@@ -288,13 +291,14 @@ func (j *Join) Forget(queueID string) {
 	}
 }
 
-// Saw notes sub, a request with a SASL login, as the latest of its client
-// address and sender, for Session. A full table (maxSessions within
-// sessionWindow) keeps what it has.
-func (j *Join) Saw(sub Submission) {
-	if sub.SASLUsername == "" || sub.ClientAddress == "" {
+// Saw notes req at now, if it has a SASL login and a client address, as
+// the latest of its client address and sender, for Session. A full table
+// (maxSessions within sessionWindow) keeps what it has.
+func (j *Join) Saw(now time.Time, req *policy.Request) {
+	if req.SASLUsername == "" || req.ClientAddress == "" {
 		return
 	}
+	sub := SubmissionOf(now, req)
 	k := sessionKey{strings.ToLower(sub.ClientAddress), strings.ToLower(sub.Sender)}
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -162,5 +163,20 @@ func TestExcludedStaysExcluded(t *testing.T) {
 	}
 	if _, ok := j.Lookup("ABCDE1"); ok {
 		t.Error("an excluded message is joined after a restart")
+	}
+}
+
+// The join keeps its submissions for days: their strings must not share
+// memory with the request's, which a policy Decoder cuts from blocks of
+// up to 16 KiB that each kept string would pin.
+func TestSubmissionOfCopiesStrings(t *testing.T) {
+	req := &policy.Request{SASLUsername: "alice", Sender: "alice@example.org", ClientAddress: "192.0.2.7",
+		ClientName: "pc.example.org", HeloName: "pc"}
+	sub := SubmissionOf(time.Now(), req)
+	for _, p := range [][2]string{{sub.SASLUsername, req.SASLUsername}, {sub.Sender, req.Sender},
+		{sub.ClientAddress, req.ClientAddress}, {sub.ClientName, req.ClientName}, {sub.HeloName, req.HeloName}} {
+		if p[0] != p[1] || unsafe.StringData(p[0]) == unsafe.StringData(p[1]) {
+			t.Errorf("kept %q shares the request's memory (or differs from %q)", p[0], p[1])
+		}
 	}
 }

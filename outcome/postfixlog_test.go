@@ -118,7 +118,7 @@ func FuzzLogFeedLine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line string) {
 		j := NewJoin(nil, Options{})
 		j.Record("4A1B2C3D4E", Submission{Time: time.Now(), SASLUsername: "alice"})
-		j.Saw(Submission{Time: time.Now(), SASLUsername: "alice", Sender: "a@b", ClientAddress: "192.0.2.7"})
+		j.Saw(time.Now(), &policy.Request{SASLUsername: "alice", Sender: "a@b", ClientAddress: "192.0.2.7"})
 		lf := &LogFeed{Join: j, Sink: NewSink(j, e)}
 		lf.Line(context.Background(), line)
 		if n := lf.Sink.Counted.Total() + lf.Sink.Repeated.Total() + lf.Sink.Unjoined.Total(); n > 1 {
@@ -136,9 +136,9 @@ func TestLogFeedCountsNoQueueRejectsOfALogin(t *testing.T) {
 	j := NewJoin(nil, Options{})
 	now := time.Now()
 	f := &LogFeed{Join: j, Sink: NewSink(j, e), now: func() time.Time { return now }}
-	j.Saw(SubmissionOf(now.Add(-time.Minute), &policy.Request{SASLUsername: "alice", Sender: "Alice@example.org", ClientAddress: "192.0.2.7"}))
-	j.Saw(SubmissionOf(now.Add(-2*time.Hour), &policy.Request{SASLUsername: "carol", Sender: "carol@example.org", ClientAddress: "192.0.2.8"}))
-	j.Saw(SubmissionOf(now, &policy.Request{Sender: "dave@example.org", ClientAddress: "192.0.2.9"})) // no login
+	j.Saw(now.Add(-time.Minute), &policy.Request{SASLUsername: "alice", Sender: "Alice@example.org", ClientAddress: "192.0.2.7"})
+	j.Saw(now.Add(-2*time.Hour), &policy.Request{SASLUsername: "carol", Sender: "carol@example.org", ClientAddress: "192.0.2.8"})
+	j.Saw(now, &policy.Request{Sender: "dave@example.org", ClientAddress: "192.0.2.9"}) // no login
 	reject := func(prog, client, code, from string) string {
 		return "Dec  1 10:00:00 mx postfix/" + prog + "[10]: NOQUEUE: reject: RCPT from pc[" + client + "]: " + code +
 			" <n@example.net>: Recipient address rejected: User unknown; from=<" + from + "> to=<n@example.net> proto=ESMTP helo=<pc>"

@@ -96,7 +96,7 @@ func (d *Daemon) joinSubmission(ctx context.Context, now time.Time, req *policy.
 	if d.join == nil {
 		return
 	}
-	d.join.Saw(outcome.SubmissionOf(now, req))
+	d.join.Saw(now, req)
 	if req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" {
 		return
 	}
