@@ -173,11 +173,12 @@ func ParsePostfix(msg string) (Record, error) {
 
 // Outcome returns the outcome a line reports (policy.ClassifyDSN): a
 // KindTo line's status=bounced with a 5.x.x dsn= or status=deferred with a
-// 4.x.x one, or smtpd's reject of a recipient as unknown (RCPT, 5.1.1).
+// 4.x.x one, or a reject of a recipient as unknown (RCPT, 5.1.1), before
+// the message had a queue file (NOQUEUE) or after.
 func (r *Record) Outcome() (policy.OutcomeKind, bool) {
 	kind, ok := policy.ClassifyDSN(r.DSN)
 	switch {
-	case ok && r.Kind == KindReject:
+	case ok && (r.Kind == KindReject || r.Kind == KindNoQueue):
 		return kind, r.Reject == "RCPT" && kind == policy.OutcomeUnknownRcpt
 	case !ok || r.Kind != KindTo:
 		return 0, false

@@ -107,19 +107,11 @@ func (f *LogFeed) Line(ctx context.Context, line string) {
 		f.Join.Forget(rec.QueueID)
 	case maillog.KindHold:
 		f.Join.Exclude(rec.QueueID, now)
-	case maillog.KindNoQueue:
-		f.noQueue(ctx, now, prog, &rec)
+	case maillog.KindNoQueue, maillog.KindReject:
+		f.rcptReject(ctx, now, prog, &rec)
 	case maillog.KindTo:
-		if !deliveryAgents[prog] {
-			return
-		}
-		kind, ok := policy.ClassifyDSN(rec.DSN)
-		switch {
-		case !ok:
-			return
-		case rec.Status == "bounced" && kind != policy.OutcomeDeferral:
-		case rec.Status == "deferred" && kind == policy.OutcomeDeferral:
-		default:
+		kind, ok := rec.Outcome()
+		if !ok || !deliveryAgents[prog] {
 			return
 		}
 		if err := f.Sink.Deliver(ctx, now, Outcome{QueueID: rec.QueueID, Recipient: rec.Recipient, Kind: kind}); err != nil {
@@ -128,14 +120,16 @@ func (f *LogFeed) Line(ctx context.Context, line string) {
 	}
 }
 
-// noQueue counts smtpd's reject of an unknown recipient at RCPT
+// rcptReject counts smtpd's reject of an unknown recipient at RCPT
 // ("NOQUEUE: reject: RCPT from NAME[ADDR]: 550 5.1.1 <r>: ...;
-// from=<s> to=<r> ...") for the request of its client address and sender
-// the daemon last saw with a SASL login within the hour (Join.Session):
-// the line names no login, and a reject of anyone else (an unauthenticated
+// from=<s> to=<r> ...", or "QUEUEID: reject: ..." once an earlier
+// recipient was accepted) for the request of its client address and
+// sender the daemon last saw with a SASL login within the hour
+// (Join.Session): the line names no login, the message is not joined
+// before END-OF-MESSAGE, and a reject of anyone else (an unauthenticated
 // client, a forged sender) is no sender's.
-func (f *LogFeed) noQueue(ctx context.Context, now time.Time, prog string, rec *maillog.Record) {
-	if kind, _ := policy.ClassifyDSN(rec.DSN); prog != "smtpd" || rec.Reject != "RCPT" || kind != policy.OutcomeUnknownRcpt {
+func (f *LogFeed) rcptReject(ctx context.Context, now time.Time, prog string, rec *maillog.Record) {
+	if _, ok := rec.Outcome(); !ok || prog != "smtpd" {
 		return
 	}
 	sub, ok := f.Join.Session(rec.ClientAddress, rec.Sender, now)

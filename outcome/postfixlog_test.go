@@ -140,12 +140,14 @@ func TestLogFeedCountsNoQueueRejectsOfALogin(t *testing.T) {
 	j.Saw(now.Add(-2*time.Hour), &policy.Request{SASLUsername: "carol", Sender: "carol@example.org", ClientAddress: "192.0.2.8"})
 	j.Saw(now, &policy.Request{Sender: "dave@example.org", ClientAddress: "192.0.2.9"}) // no login
 	reject := func(prog, client, code, from string) string {
-		return "Dec  1 10:00:00 mx postfix/" + prog + "[10]: NOQUEUE: reject: RCPT from pc[" + client + "]: " + code +
-			" <n@example.net>: Recipient address rejected: User unknown; from=<" + from + "> to=<n@example.net> proto=ESMTP helo=<pc>"
+		return rejectIn("NOQUEUE", prog, client, code, from)
 	}
 	for _, l := range []string{
 		reject("submission/smtpd", "192.0.2.7", "550 5.1.1", "alice@example.org"),
 		reject("smtpd", "192.0.2.7", "550 5.1.1", "alice@example.org"), // the client tried again
+		// after an accepted recipient, in a message not yet joined
+		rejectIn("4A1B2C3D4E", "smtpd", "192.0.2.7", "550 5.1.1", "alice@example.org"),
+		rejectIn("4A1B2C3D4E", "smtpd", "192.0.2.7", "554 5.7.1", "alice@example.org"),
 		reject("smtpd", "192.0.2.99", "550 5.1.1", "alice@example.org"),
 		reject("smtpd", "192.0.2.7", "554 5.7.1", "alice@example.org"),
 		reject("postscreen", "192.0.2.7", "550 5.1.1", "alice@example.org"),
@@ -155,8 +157,8 @@ func TestLogFeedCountsNoQueueRejectsOfALogin(t *testing.T) {
 		f.Line(context.Background(), l)
 	}
 	for _, limit := range []string{"unknown", "ratio", "ratio/rcpt"} {
-		if got := rate(t, e, limit, "alice"); got < 1.99 || got > 2.01 {
-			t.Errorf("alice's %s: %v, want 2", limit, got)
+		if got := rate(t, e, limit, "alice"); got < 2.99 || got > 3.01 {
+			t.Errorf("alice's %s: %v, want 3", limit, got)
 		}
 	}
 	for _, k := range []string{"carol", "dave", ""} {
@@ -164,7 +166,15 @@ func TestLogFeedCountsNoQueueRejectsOfALogin(t *testing.T) {
 			t.Errorf("%q was charged %v", k, got)
 		}
 	}
-	if s := f.Sink; s.Counted.Total() != 2 || s.Unjoined.Total() != 3 {
-		t.Errorf("counted %d, unjoined %d; want 2, 3", s.Counted.Total(), s.Unjoined.Total())
+	if s := f.Sink; s.Counted.Total() != 3 || s.Unjoined.Total() != 3 {
+		t.Errorf("counted %d, unjoined %d; want 3, 3", s.Counted.Total(), s.Unjoined.Total())
 	}
+}
+
+// rejectIn is smtpd's reject of an unknown recipient n@example.net at RCPT,
+// logged under id (NOQUEUE, or the queue ID once the message has a queue
+// file), from client with reply code.
+func rejectIn(id, prog, client, code, from string) string {
+	return "Dec  1 10:00:00 mx postfix/" + prog + "[10]: " + id + ": reject: RCPT from pc[" + client + "]: " + code +
+		" <n@example.net>: Recipient address rejected: User unknown; from=<" + from + "> to=<n@example.net> proto=ESMTP helo=<pc>"
 }
