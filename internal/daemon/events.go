@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
@@ -64,7 +65,7 @@ func (d *Daemon) recordReload(source string, err error) {
 // recorded by Decide, with its rate and limit).
 var lifecycleActions = map[lifecycle.Kind]string{
 	lifecycle.Thawed: events.Thaw, lifecycle.Deleted: events.Delete,
-	lifecycle.Expired: events.Expire, lifecycle.Released: events.Release,
+	lifecycle.Expired: events.Expire, lifecycle.Released: events.Release, lifecycle.RateReset: events.Reset,
 }
 
 // eventRecorder records life-cycle events in the event log; never blocks.
@@ -76,9 +77,9 @@ func (r eventRecorder) QuarantineEvent(_ context.Context, ev lifecycle.Event) {
 	if !ok {
 		return
 	}
-	detail := "quarantine " + ev.Entry.ID
-	if ev.Detail != "" {
-		detail += ": " + ev.Detail
+	detail := ev.Detail
+	if ev.Entry.ID != "" {
+		detail = strings.TrimSuffix("quarantine "+ev.Entry.ID+": "+ev.Detail, ": ")
 	}
 	r.log.Record(events.Event{Time: ev.Time, Key: ev.Entry.Key, Limit: ev.Entry.Limit, Action: action,
 		Rate: ev.Entry.Rate, Max: ev.Entry.Max, Sender: ev.Entry.Sender, Client: ev.Entry.ClientAddress,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -99,6 +100,7 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 			return nil, fmt.Errorf("reset rate of %s: %w", e.Key, err)
 		}
 		s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
+		s.emit(ctx, RateReset, quarantine.Entry{Key: e.Key}, sel.By, plural.N(n, "rate state")+" removed with a thaw")
 	}
 	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
 		if sel.Again {

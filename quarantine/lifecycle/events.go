@@ -21,6 +21,10 @@ const (
 	// ReleaseRun: a key's drip run ended (Detail "" or why it stopped);
 	// Count released, Pending left, Entry the last released.
 	ReleaseRun Kind = "release_run"
+	// RateReset: a thaw with Selection.ResetRate forgot a key's rates
+	// under every limit; Entry carries only the key, Detail how many
+	// states went.
+	RateReset Kind = "rate_reset"
 )
 
 // Event is one thing that happened to one quarantined message.

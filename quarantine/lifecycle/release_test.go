@@ -120,3 +120,28 @@ func TestAutoReleaseReportsOneRun(t *testing.T) {
 	}
 	sink.WaitCount(t, 5, 10*time.Second)
 }
+
+// A thaw with ResetRate records the reset as an event, once per key
+// however many of its messages it thaws, naming the key, the operator and
+// how many states went, as `ratelimitd rate reset` does.
+func TestThawWithResetRecordsTheReset(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr()), Rates: &fakeRates{}})
+	ids := e.freeze(t, "alice@example.org", 3)
+	if _, err := e.svc.Thaw(context.Background(), Selection{IDs: ids, ResetRate: true, By: "op (console)"}); err != nil {
+		t.Fatal(err)
+	}
+	sink.WaitCount(t, 3, 10*time.Second)
+	var resets []Event
+	e.ev.mu.Lock()
+	for _, ev := range e.ev.evs {
+		if ev.Kind == RateReset {
+			resets = append(resets, ev)
+		}
+	}
+	e.ev.mu.Unlock()
+	if len(resets) != 1 || resets[0].Entry.Key != "alice" || resets[0].By != "op (console)" ||
+		resets[0].Detail != "0 rate states removed with a thaw" {
+		t.Fatalf("reset events %+v, want one for alice by the operator", resets)
+	}
+}
