@@ -34,11 +34,9 @@ var Refusals = []string{Defer, Reject, Hold, Freeze}
 // IsAction reports whether a is one of Actions.
 func IsAction(a string) bool { return slices.Contains(Actions, a) }
 
-// Decisions are the actions the policy decides (refusals and the
-// warning). They are coalesced and kept under Options.MaxAge and
-// MaxCount; every other action (an operator's, the quarantine's, a
-// reload) is kept apart under ActionMaxAge and ActionMaxCount, so no
-// flood of refusals prunes one.
+// Decisions are the actions the policy decides: coalesced, and bounded
+// by Options.MaxAge and MaxCount (the others by ActionMaxAge and
+// ActionMaxCount).
 var Decisions = []string{Defer, Reject, Warn, Hold, Freeze}
 
 // class is the retention class of a record, its key's first byte.
@@ -49,7 +47,6 @@ const (
 	classAction
 )
 
-// numClasses is the number of classes.
 const numClasses = 2
 
 // classOf returns the class of action a.
@@ -64,13 +61,12 @@ func classOf(a string) class {
 type Event struct {
 	// ID identifies a stored event (IDLen hex digits); set by Query.
 	ID string `json:"id,omitempty"`
-	// Time is when it happened (zero: the Log's clock), to the ns; for
-	// coalesced decisions the first's time.
+	// Time is when it happened (zero: the Log's clock), the first's for
+	// coalesced decisions.
 	Time time.Time `json:"time"`
-	// Count is the decisions of one key, limit and action coalesced into
-	// this event (see Options.Coalesce), Last the last one's time; 1 and
-	// Time for every other event. Rate is the highest of them; Sender,
-	// Client and QueueID are the first's.
+	// Count is the decisions coalesced into this event, Last the last
+	// one's time (1 and Time otherwise); Rate is their highest, Sender,
+	// Client and QueueID the first's.
 	Count int       `json:"count"`
 	Last  time.Time `json:"last"`
 	// Key is the rate key ("alice", "192.0.2.0/24"); Limit the limit's
@@ -82,8 +78,7 @@ type Event struct {
 	// limit's period (refusals and warnings).
 	Rate float64 `json:"rate"`
 	Max  float64 `json:"max"`
-	// Sender is the envelope sender, Client the client's address,
-	// QueueID the MTA's queue ID, as far as known.
+	// Envelope sender, client address and MTA queue ID, as far as known.
 	Sender  string `json:"sender,omitempty"`
 	Client  string `json:"client,omitempty"`
 	QueueID string `json:"queue_id,omitempty"`
@@ -126,7 +121,7 @@ func (q Query) max() int {
 }
 
 // KeySummary is Summary's report of one key: decisions (coalesced ones
-// each counted), first and last, limits (sorted) and count per action.
+// each counted), first and last, limits (sorted), count per action.
 type KeySummary struct {
 	Key      string         `json:"key"`
 	Refusals int            `json:"refusals"`

@@ -14,15 +14,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// The buckets of the state file the Log owns.
+// The buckets the Log owns and their paths in the manifest (statedb.Tally).
 var (
 	bucketLog  = []byte("events/log")
 	bucketMeta = []byte("events/meta")
 	metaCount  = []byte("count")
 	metaFormat = []byte("format")
-	// Their paths in the manifest (statedb.Tally).
-	logPath  = []string{"events/log"}
-	metaPath = []string{"events/meta"}
+	logPath    = []string{"events/log"}
+	metaPath   = []string{"events/meta"}
 )
 
 // Defaults of Options.
@@ -42,17 +41,15 @@ var ErrClosed = errors.New("events: log closed")
 
 // Options configure a Log; zero fields take the defaults above.
 type Options struct {
-	// MaxAge and MaxCount bound the records of Decisions: older ones and
-	// the oldest beyond the count are deleted.
-	MaxAge   time.Duration
-	MaxCount int
-	// ActionMaxAge and ActionMaxCount bound every other action's records
-	// the same way, apart.
+	// MaxAge and MaxCount bound the records of Decisions (older ones and
+	// the oldest beyond the count are deleted); ActionMaxAge and
+	// ActionMaxCount those of every other action.
+	MaxAge         time.Duration
+	MaxCount       int
 	ActionMaxAge   time.Duration
 	ActionMaxCount int
-	// Coalesce is the interval of coalescing: the decisions of one key,
-	// limit and action within one interval (aligned to multiples of it
-	// since the Unix epoch) are one record with a count.
+	// Coalesce: the decisions of one key, limit and action within one
+	// interval (aligned to the Unix epoch) are one record with a count.
 	Coalesce time.Duration
 	// QueueSize bounds the events of each class waiting for a flush, and
 	// the decisions open for coalescing (Record drops beyond).
@@ -62,26 +59,20 @@ type Options struct {
 }
 
 func (o *Options) withDefaults() {
-	if o.MaxAge <= 0 {
-		o.MaxAge = DefaultMaxAge
-	}
-	if o.MaxCount <= 0 {
-		o.MaxCount = DefaultMaxCount
-	}
-	if o.ActionMaxAge <= 0 {
-		o.ActionMaxAge = DefaultActionMaxAge
-	}
-	if o.ActionMaxCount <= 0 {
-		o.ActionMaxCount = DefaultActionMaxCount
-	}
-	if o.Coalesce <= 0 {
-		o.Coalesce = DefaultCoalesce
-	}
-	if o.QueueSize <= 0 {
-		o.QueueSize = DefaultQueueSize
-	}
+	orDefault(&o.MaxAge, DefaultMaxAge)
+	orDefault(&o.MaxCount, DefaultMaxCount)
+	orDefault(&o.ActionMaxAge, DefaultActionMaxAge)
+	orDefault(&o.ActionMaxCount, DefaultActionMaxCount)
+	orDefault(&o.Coalesce, DefaultCoalesce)
+	orDefault(&o.QueueSize, DefaultQueueSize)
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+}
+
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 
@@ -93,24 +84,22 @@ func (o *Options) bounds(c class) (time.Duration, int) {
 	return o.MaxAge, o.MaxCount
 }
 
-// Stats are a Log's counters since Open; the Actions ones count the
-// records of actions other than Decisions, the others those of Decisions.
+// Stats are a Log's counters since Open: Recorded queued, Coalesced
+// added to an earlier record's count, Dropped lost (queue full,
+// read-only, closed), Written flushed, Pruned deleted by the bounds;
+// Pending queued now, Stored in the file. Dropped counts every event;
+// Pruned and Stored count Decisions, the Actions ones the others.
 type Stats struct {
-	// Recorded: records queued; Coalesced: decisions added to an earlier
-	// record's count instead.
-	Recorded  uint64 `json:"recorded"`
-	Coalesced uint64 `json:"coalesced"`
-	// Dropped: events lost with the queue full, read-only or closed.
+	Recorded       uint64 `json:"recorded"`
+	Coalesced      uint64 `json:"coalesced"`
 	Dropped        uint64 `json:"dropped"`
 	ActionsDropped uint64 `json:"actions_dropped"`
-	// Written: records flushed; Pruned: records deleted by the bounds.
-	Written       uint64 `json:"written"`
-	Pruned        uint64 `json:"pruned"`
-	ActionsPruned uint64 `json:"actions_pruned"`
-	// Pending is the records queued now; Stored the records in the file.
-	Pending       int `json:"pending"`
-	Stored        int `json:"stored"`
-	ActionsStored int `json:"actions_stored"`
+	Written        uint64 `json:"written"`
+	Pruned         uint64 `json:"pruned"`
+	ActionsPruned  uint64 `json:"actions_pruned"`
+	Pending        int    `json:"pending"`
+	Stored         int    `json:"stored"`
+	ActionsStored  int    `json:"actions_stored"`
 	// Failures counts failed flushes; LastError is the last one's error.
 	Failures  uint64 `json:"failures"`
 	LastError string `json:"last_error,omitempty"`
@@ -122,11 +111,9 @@ type Log struct {
 	opts     Options
 	readOnly bool
 
-	// mu guards queue, spare, open, dirty, every pending, closed and
-	// stats but Stored.
+	// mu guards queue, open, dirty, every pending, closed and stats.
 	mu     sync.Mutex
 	queue  queue
-	spare  queue // the previous flush's queue, reused
 	open   map[coalesceKey]*pending
 	dirty  []*pending // written, with a count grown since
 	swept  int64      // the interval of expire's last sweep
@@ -146,8 +133,8 @@ type queue struct {
 	bytes [numClasses]int // bytes per class
 }
 
-// queued is one queued event: class, time (Unix ns), record
-// buf[off:end] and, for a decision open for coalescing, its totals.
+// queued is one queued event: class, time (Unix ns), record buf[off:end]
+// and a decision's coalesced totals.
 type queued struct {
 	c        class
 	t        int64
@@ -170,7 +157,7 @@ type pending struct {
 	dirty  bool   // in Log.dirty
 }
 
-// maxQueueBytes bounds the bytes of encoded events of a class queued.
+// maxQueueBytes bounds the encoded events of a class queued.
 const maxQueueBytes = 32 << 20
 
 // add appends the encoded event e of class c.
@@ -217,11 +204,10 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 	opts.withDefaults()
 	l := &Log{db: db, opts: opts, readOnly: db.IsReadOnly(), open: map[coalesceKey]*pending{}}
 	if l.readOnly {
-		err := db.View(func(tx *bolt.Tx) error {
+		return l, db.View(func(tx *bolt.Tx) error {
 			l.count = storedCount(tx)
 			return nil
 		})
-		return l, err
 	}
 	err := statedb.Update(db, func(tx *bolt.Tx, t *statedb.Tally) error {
 		lb, err := tx.CreateBucketIfNotExists(bucketLog)
@@ -247,7 +233,7 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 			l.count = decodeCount(v)
 			return nil
 		}
-		l.count = countRecords(lb)
+		l.count = storedCount(tx)
 		return putCount(t, mb, l.count)
 	})
 	if err != nil {
@@ -280,17 +266,11 @@ func storedCount(tx *bolt.Tx) (n [numClasses]int) {
 		}
 	}
 	if lb := tx.Bucket(bucketLog); lb != nil {
-		return countRecords(lb)
-	}
-	return n
-}
-
-// countRecords counts lb's records per class.
-func countRecords(lb *bolt.Bucket) (n [numClasses]int) {
-	c := lb.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
-		if len(k) > 0 && k[0] < byte(numClasses) {
-			n[k[0]]++
+		c := lb.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) > 0 && k[0] < byte(numClasses) {
+				n[k[0]]++
+			}
 		}
 	}
 	return n
@@ -316,9 +296,8 @@ func putCount(t *statedb.Tally, mb *bolt.Bucket, n [numClasses]int) error {
 }
 
 // Record queues e for the next flush without waiting, or adds a decision
-// to the count of its key's, limit's and action's record of the same
-// interval; with the queue full, or l read-only or closed, e is dropped
-// and counted.
+// to its coalesced record's count; with the queue full, or l read-only or
+// closed, e is dropped and counted.
 func (l *Log) Record(e Event) {
 	if l == nil {
 		return
@@ -383,8 +362,7 @@ func (l *Log) coalesce(e *Event) bool {
 }
 
 // track opens decision e for coalescing and returns its totals, or nil
-// with QueueSize records already open (e is then a record of its own,
-// and the next refusals of its key too, until the interval ends); mu held.
+// with QueueSize records already open (e then stays uncoalesced); mu held.
 func (l *Log) track(e *Event) *pending {
 	w := l.window(e.Time)
 	if len(l.open) >= l.opts.QueueSize {
@@ -394,8 +372,7 @@ func (l *Log) track(e *Event) *pending {
 		}
 	}
 	ck := keyOf(e)
-	// The map outlives the request: keep no slice of its buffers.
-	ck.key = strings.Clone(ck.key)
+	ck.key = strings.Clone(ck.key) // the map outlives the request's buffers
 	p := &pending{ck: ck, window: w, count: 1, last: e.Time.UnixNano(), rate: e.Rate}
 	l.open[p.ck] = p
 	return p
@@ -484,8 +461,7 @@ func (l *Log) Flush() error {
 		return ErrClosed
 	}
 	batch := l.queue
-	l.queue = queue{buf: l.spare.buf[:0], recs: l.spare.recs[:0]}
-	l.spare = queue{}
+	l.queue = queue{}
 	for i, r := range batch.recs {
 		if p := r.p; p != nil {
 			patch(batch.record(i), p.count, p.last, p.rate)
@@ -532,10 +508,6 @@ func (l *Log) Flush() error {
 				l.forget(u.p)
 			}
 		}
-		if cap(batch.buf) <= maxQueueBytes/4 {
-			clear(batch.recs)
-			l.spare = queue{buf: batch.buf[:0], recs: batch.recs[:0]}
-		}
 	}
 	l.mu.Unlock()
 	for more && err == nil {
@@ -568,11 +540,8 @@ func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, e
 		if lb == nil || mb == nil {
 			return fmt.Errorf("events: buckets %s, %s missing", bucketLog, bucketMeta)
 		}
-		// Keys mostly come in time order, at the end of their class:
-		// fill the pages.
-		lb.FillPercent = 0.95
-		// BoltDB keeps each value until the commit.
-		for i, r := range batch.recs {
+		lb.FillPercent = 0.95          // keys mostly come in time order
+		for i, r := range batch.recs { // BoltDB keeps each value until the commit
 			seq, err := lb.NextSequence()
 			if err != nil {
 				return fmt.Errorf("events: %w", err)
