@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -13,28 +14,28 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// MaxField is the most bytes of a stored string field; a longer one is
-// cut at a character boundary and ends in a marker (Clip).
-const MaxField = 256
-
-// MaxRecord bounds the bytes of one stored event, key and BoltDB's
-// element header included, whatever its fields hold.
-const MaxRecord = keyLen + 16 + 1 + 8*(2+MaxField) + 28 + 4
-
-// formatVersion is the event record version and log format (events/meta).
-const formatVersion = 3
-
-// keyLen is the length of a record's key: class, time and sequence.
-const keyLen = 17
-
-// IDLen is the length of an Event.ID: the record's key in hex.
-const IDLen = 2 * keyLen
+// A record's key is class (1 byte), time (Unix ns, before 1970: 1970)
+// and sequence (8 bytes each, big-endian). Its value is the version, the
+// strings key, limit, action, sender, client, queue ID, by and detail
+// (uvarint length, bytes, each through Clip), count (4 bytes), last (Unix
+// ns), rate and max (IEEE 754 bits), all big-endian, and the checksum
+// (statedb.Sum). events/meta holds the format and each class's count.
+const (
+	// MaxField is the most bytes of a stored string field (Clip).
+	MaxField = 256
+	// MaxRecord bounds one stored event, key and BoltDB's element header
+	// included.
+	MaxRecord = keyLen + 16 + 1 + 8*(2+MaxField) + 28 + 4
+	// IDLen is the length of an Event.ID: the record's key in hex.
+	IDLen         = 2 * keyLen
+	keyLen        = 17
+	formatVersion = 3 // record version and log format
+)
 
 // ErrCorrupt is wrapped by Query's and Summary's error for a bad record.
 var ErrCorrupt = errors.New("events: corrupt record")
 
-// recordKey returns the key of an event of class c at t (before 1970:
-// 1970), seq.
+// recordKey returns the key of an event of class c at t, seq.
 func recordKey(c class, t time.Time, seq uint64) []byte {
 	k := make([]byte, keyLen)
 	k[0] = byte(c)
@@ -65,8 +66,7 @@ const clipMarker = "…[+"
 
 // Clip returns s if it has at most MaxField bytes, else its longest
 // prefix (cut at a character boundary) followed by "…[+N]", N the bytes
-// cut, within MaxField bytes in all. Every string field of an Event is
-// stored through Clip.
+// cut, within MaxField bytes in all.
 func Clip(s string) string {
 	if len(s) <= MaxField {
 		return s
@@ -79,9 +79,7 @@ func Clip(s string) string {
 	return s[:i] + clipMarker + strconv.Itoa(len(s)-i) + "]"
 }
 
-// Offsets, from a record's end, of the fixed-size fields before the
-// checksum: count (uint32), last (Unix ns), rate and max (IEEE 754 bits),
-// all big-endian.
+// Offsets from a record's end of count, last and rate.
 const (
 	offCount = 4 + 8 + 8 + 8 + 4
 	offLast  = offCount - 4
@@ -91,8 +89,8 @@ const (
 // maxCount is where a coalesced record's count saturates.
 const maxCount = math.MaxUint32
 
-// encode appends e's record (class and time in the key) to b, room left
-// for seal; Count 0 is stored as 1, Last zero as Time.
+// encode appends e's record to b, room left for seal; Count 0 is stored
+// as 1, Last before Time as Time.
 func encode(b []byte, e *Event) []byte {
 	b = append(b, formatVersion)
 	for _, s := range [...]string{e.Key, e.Limit, e.Action, e.Sender, e.Client, e.QueueID, e.By, e.Detail} {
@@ -111,8 +109,7 @@ func encode(b []byte, e *Event) []byte {
 	return append(b, 0, 0, 0, 0)
 }
 
-// patch overwrites record rec's count, last and rate (a coalesced
-// refusal's totals); seal it again after.
+// patch overwrites record rec's count, last and rate; seal it again after.
 func patch(rec []byte, count uint32, last int64, rate float64) {
 	n := len(rec)
 	binary.BigEndian.PutUint32(rec[n-offCount:], count)
@@ -120,7 +117,7 @@ func patch(rec []byte, count uint32, last int64, rate float64) {
 	binary.BigEndian.PutUint64(rec[n-offRate:], math.Float64bits(rate))
 }
 
-// seal writes the checksum of the record rec (encode's) stored under key.
+// seal writes the checksum of record rec stored under key.
 func seal(key, rec []byte) {
 	binary.BigEndian.PutUint32(rec[len(rec)-4:], statedb.Sum(key, rec[:len(rec)-4]))
 }
@@ -139,7 +136,7 @@ type decoder struct {
 	err error
 }
 
-// field returns the next string field's bytes (a slice of the record).
+// field returns the next string field's bytes.
 func (d *decoder) field() []byte {
 	if d.err != nil {
 		return nil
@@ -155,47 +152,6 @@ func (d *decoder) field() []byte {
 }
 
 func (d *decoder) str() string { return string(d.field()) }
-
-// match skips a string field, reporting whether it equals want ("": true).
-func (d *decoder) match(want string) bool {
-	s := d.field()
-	return d.err == nil && (want == "" || string(s) == want)
-}
-
-// fixed returns the next n bytes (nil: too short).
-func (d *decoder) fixed(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if len(d.b) < n {
-		d.err = ErrCorrupt
-		return nil
-	}
-	b := d.b[:n]
-	d.b = d.b[n:]
-	return b
-}
-
-func (d *decoder) float() float64 {
-	if b := d.fixed(8); b != nil {
-		return math.Float64frombits(binary.BigEndian.Uint64(b))
-	}
-	return 0
-}
-
-func (d *decoder) count() int {
-	if b := d.fixed(4); b != nil {
-		return int(binary.BigEndian.Uint32(b))
-	}
-	return 0
-}
-
-func (d *decoder) time() time.Time {
-	if b := d.fixed(8); b != nil {
-		return time.Unix(0, int64(binary.BigEndian.Uint64(b)))
-	}
-	return time.Time{}
-}
 
 // newDecoder reads the record body v (recordBody's).
 func newDecoder(v []byte) *decoder {
@@ -214,41 +170,18 @@ func decode(k, v []byte) (Event, error) {
 	e := Event{ID: hex.EncodeToString(k), Time: keyTime(k)}
 	e.Key, e.Limit, e.Action = d.str(), d.str(), d.str()
 	e.Sender, e.Client, e.QueueID, e.By, e.Detail = d.str(), d.str(), d.str(), d.str(), d.str()
-	e.Count, e.Last = d.count(), d.time()
-	e.Rate, e.Max = d.float(), d.float()
-	if d.err == nil && len(d.b) != 0 {
-		d.err = ErrCorrupt
+	if d.err != nil || len(d.b) != 28 {
+		return Event{}, fmt.Errorf("%w: event %x", ErrCorrupt, k)
 	}
-	if d.err != nil {
-		return Event{}, fmt.Errorf("%w: event %x", d.err, k)
-	}
+	e.Count = int(binary.BigEndian.Uint32(d.b))
+	e.Last = time.Unix(0, int64(binary.BigEndian.Uint64(d.b[4:])))
+	e.Rate = math.Float64frombits(binary.BigEndian.Uint64(d.b[12:]))
+	e.Max = math.Float64frombits(binary.BigEndian.Uint64(d.b[20:]))
 	return e, nil
 }
 
-// matches reports whether record v passes q's key, limit and action filters.
-func matches(v []byte, q *Query) (bool, error) {
-	if q.Key == "" && q.Limit == "" && len(q.Actions) == 0 {
-		return true, nil
-	}
-	d := newDecoder(v)
-	ok := d.match(q.Key) && d.match(q.Limit)
-	var action string
-	if ok {
-		action = d.str()
-	}
-	if d.err != nil {
-		return false, d.err
-	}
-	if !ok {
-		return false, nil
-	}
-	if len(q.Actions) == 0 {
-		return true, nil
-	}
-	for _, a := range q.Actions {
-		if a == action {
-			return true, nil
-		}
-	}
-	return false, nil
+// selects reports whether e passes q's key, limit and action filters.
+func (q *Query) selects(e *Event) bool {
+	return (q.Key == "" || q.Key == e.Key) && (q.Limit == "" || q.Limit == e.Limit) &&
+		(len(q.Actions) == 0 || slices.Contains(q.Actions, e.Action))
 }

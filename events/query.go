@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -21,13 +20,9 @@ func (l *Log) Query(ctx context.Context, q Query) ([]Event, error) {
 	}
 	limit := q.max()
 	var out []Event
-	err := l.walk(ctx, q, true, func(k, v []byte) (bool, error) {
-		e, err := decode(k, v)
-		if err != nil {
-			return false, err
-		}
+	err := l.walk(ctx, q, true, func(e Event) bool {
 		out = append(out, e)
-		return len(out) < limit, nil
+		return len(out) < limit
 	})
 	return out, err
 }
@@ -43,11 +38,7 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	}
 	q.Before = ""
 	byKey := map[string]*KeySummary{}
-	err := l.walk(ctx, q, false, func(k, v []byte) (bool, error) {
-		e, err := decode(k, v)
-		if err != nil {
-			return false, err
-		}
+	err := l.walk(ctx, q, false, func(e Event) bool {
 		s := byKey[e.Key]
 		if s == nil {
 			s = &KeySummary{Key: e.Key, First: e.Time, Last: e.Last, Actions: map[string]int{}} // the walk goes oldest first
@@ -61,7 +52,7 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 		if e.Limit != "" && !slices.Contains(s.Limits, e.Limit) {
 			s.Limits = append(s.Limits, e.Limit)
 		}
-		return true, nil
+		return true
 	})
 	if err != nil {
 		return nil, err
@@ -91,16 +82,13 @@ func (l *Log) flushForRead() error {
 	if l == nil {
 		return nil
 	}
-	if err := l.Flush(); err != nil && err != ErrClosed {
-		return err
-	}
-	return nil
+	return l.Tick()
 }
 
-// walk calls fn with each record q selects, newest or oldest first, until
-// false or an error; slices valid during the call. The classes q.Actions
-// selects are walked side by side, in the order of time and sequence.
-func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byte) (bool, error)) error {
+// walk calls fn with each event q selects, newest or oldest first, until
+// false or an error. The classes q.Actions selects are walked side by
+// side, in the order of time and sequence.
+func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(Event) bool) error {
 	if l == nil {
 		return nil
 	}
@@ -152,15 +140,12 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 			if err != nil {
 				return err
 			}
-			ok, err := matches(v, &q)
+			e, err := decode(k, v)
 			if err != nil {
-				return fmt.Errorf("%w: event %x", err, k)
-			}
-			if !ok {
-				continue
-			}
-			if more, err := fn(k, v); err != nil || !more {
 				return err
+			}
+			if q.selects(&e) && !fn(e) {
+				return nil
 			}
 		}
 	})
@@ -168,15 +153,7 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(k, v []byt
 
 // wants reports whether actions (none: all) select records of class c.
 func wants(actions []string, c class) bool {
-	if len(actions) == 0 {
-		return true
-	}
-	for _, a := range actions {
-		if classOf(a) == c {
-			return true
-		}
-	}
-	return false
+	return len(actions) == 0 || slices.ContainsFunc(actions, func(a string) bool { return classOf(a) == c })
 }
 
 // classIter walks the records of one class within bounds; k is nil
