@@ -14,7 +14,7 @@ func BenchmarkFreeze(b *testing.B) {
 	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.Freeze(&Entry{Key: "alice", Sender: "alice@example.com"}, msg); err != nil {
+		if _, err := freeze(s, &Entry{Key: "alice", Sender: "alice@example.com"}, msg); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -29,7 +29,7 @@ func BenchmarkFreezeParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := s.Freeze(&Entry{Key: "alice"}, msg); err != nil {
+			if _, err := freeze(s, &Entry{Key: "alice"}, msg); err != nil {
 				b.Error(err)
 				return
 			}
@@ -40,7 +40,7 @@ func BenchmarkFreezeParallel(b *testing.B) {
 func BenchmarkMessage(b *testing.B) {
 	s, _, _ := newStore(b, Options{})
 	msg := testMessage("bench", strings.Repeat("0123456789abcdef", 10<<10/16))
-	id, err := s.Freeze(&Entry{}, msg)
+	id, err := freeze(s, &Entry{}, msg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func BenchmarkList(b *testing.B) {
 	s, db, _ := newStore(b, Options{})
 	db.NoSync = true // setup only
 	for range 1000 {
-		if _, err := s.Hold(&Entry{Key: "alice", Sender: "alice@example.com", Recipients: []string{"bob@example.org"}}); err != nil {
+		if _, err := hold(s, &Entry{Key: "alice", Sender: "alice@example.com", Recipients: []string{"bob@example.org"}}); err != nil {
 			b.Fatal(err)
 		}
 	}

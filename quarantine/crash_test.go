@@ -57,7 +57,7 @@ func crashChild(path string) int {
 			}
 		}
 		copy(msg, fmt.Sprintf("Subject: crash %d\r\n\r\n", i))
-		id, err := s.Freeze(&Entry{Key: "crash", Instance: fmt.Sprintf("inst.%d", i%3)}, msg)
+		id, err := freeze(s, &Entry{Key: "crash", Instance: fmt.Sprintf("inst.%d", i%3)}, msg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "freeze:", err)
 			return 3

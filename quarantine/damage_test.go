@@ -38,7 +38,7 @@ func TestDamagedEntryKept(t *testing.T) {
 	s, db, _ := newStore(t, Options{Now: clock.Now})
 	var ids []string
 	for i := range 3 {
-		id, err := s.Freeze(&Entry{Key: "alice", Limit: "hourly"}, testMessage("m"+strconv.Itoa(i), "body"))
+		id, err := freeze(s, &Entry{Key: "alice", Limit: "hourly"}, testMessage("m"+strconv.Itoa(i), "body"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestDamagedEntryKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Frozen again for the body check below: freeze a fourth, damage it.
-	id4, _ := s.Freeze(&Entry{Key: "alice"}, testMessage("m4", "body"))
+	id4, _ := freeze(s, &Entry{Key: "alice"}, testMessage("m4", "body"))
 	damageRecord(t, db, damaged)
 	damageRecord(t, db, id4)
 
@@ -110,8 +110,8 @@ func TestDamagedEntryKept(t *testing.T) {
 // message with its SHA-256.
 func TestCheckMessagesFindsDamagedBody(t *testing.T) {
 	s, db, _ := newStore(t, Options{})
-	id, _ := s.Freeze(&Entry{}, testMessage("x", "original"))
-	s.Freeze(&Entry{}, testMessage("y", "sound"))
+	id, _ := freeze(s, &Entry{}, testMessage("x", "original"))
+	freeze(s, &Entry{}, testMessage("y", "sound"))
 	var out strings.Builder
 	if bad, err := CheckMessages(&out, db); err != nil || len(bad) != 0 {
 		t.Fatalf("sound messages: %v %v", bad, err)

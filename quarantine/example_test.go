@@ -1,6 +1,7 @@
 package quarantine_test
 
 import (
+	"bytes"
 	"fmt"
 	"log"
 	"os"
@@ -31,7 +32,7 @@ func Example() {
 
 	msg := []byte("From: alice@example.com\r\nSubject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n\r\nHello\r\n")
 	e := &quarantine.Entry{Limit: "user-hour", Key: "alice", Rate: 240, Max: 200, Sender: "alice@example.com"}
-	id, err := s.Freeze(e, msg)
+	r, err := s.RecordFreeze(e, bytes.NewReader(msg))
 	if err != nil {
 		// Not stored: tell the MTA to temp-fail (450), never to discard.
 		log.Fatal(err)
@@ -42,10 +43,10 @@ func Example() {
 	fmt.Println(len(list), list[0].State, list[0].Subject)
 
 	// Thaw: re-inject the message (not shown), then record the success.
-	if _, err := s.Message(id); err != nil {
+	if _, err := s.Message(r.ID); err != nil {
 		log.Fatal(err)
 	}
-	if err := s.MarkThawed(id, "", ""); err != nil {
+	if err := s.MarkThawed(r.ID, "", ""); err != nil {
 		log.Fatal(err)
 	}
 	// The message is kept for a repeated thaw until swept.

@@ -183,3 +183,26 @@ func testMessage(subject, body string) []byte {
 		"Date: Sun, 01 Mar 2026 12:00:00 +0000\r\n" +
 		"\r\n" + body + "\r\n")
 }
+
+// hold records e as a new held entry (RecordHold); a refused queue ID is
+// ErrDuplicateQueueID.
+func hold(s *Store, e *Entry) (string, error) {
+	r, err := s.RecordHold(e)
+	return recordedID(r, err)
+}
+
+// freeze is hold for RecordFreeze of msg.
+func freeze(s *Store, e *Entry, msg []byte) (string, error) {
+	r, err := s.RecordFreeze(e, bytes.NewReader(msg))
+	return recordedID(r, err)
+}
+
+func recordedID(r Recorded, err error) (string, error) {
+	switch {
+	case err == nil && r.Added:
+		err = fmt.Errorf("added to held entry %s, not recorded", r.ID)
+	case err == nil && r.RefusedQueueID != "":
+		err = ErrDuplicateQueueID
+	}
+	return r.ID, err
+}

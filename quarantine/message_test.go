@@ -17,7 +17,7 @@ import (
 func TestLargeMessageStoredInChunks(t *testing.T) {
 	s, db, _ := newStore(t, Options{})
 	msg := append(testMessage("large", ""), bytes.Repeat([]byte("0123456789abcdef\r\n"), (3*ChunkSize+ChunkSize/2)/18)...)
-	id, err := s.FreezeFrom(&Entry{Key: "alice"}, bytes.NewReader(msg))
+	id, err := freeze(s, &Entry{Key: "alice"}, msg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,13 +39,13 @@ func TestValidQueueID(t *testing.T) {
 // never reaches the store, whichever way it comes.
 func TestStoreRefusesInvalidQueueID(t *testing.T) {
 	s, _, _ := newStore(t, Options{})
-	if _, err := s.Hold(&Entry{Key: "mallory", QueueID: "ALL"}); !errors.Is(err, ErrInvalid) {
+	if _, err := hold(s, &Entry{Key: "mallory", QueueID: "ALL"}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Hold with queue ID ALL: %v, want ErrInvalid", err)
 	}
-	if _, err := s.Freeze(&Entry{Key: "mallory", QueueID: "-"}, []byte("Subject: x\r\n\r\nx\r\n")); !errors.Is(err, ErrInvalid) {
+	if _, err := freeze(s, &Entry{Key: "mallory", QueueID: "-"}, []byte("Subject: x\r\n\r\nx\r\n")); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Freeze with queue ID -: %v, want ErrInvalid", err)
 	}
-	if _, err := s.Hold(&Entry{Key: "mallory", Instance: "i1"}); err != nil {
+	if _, err := hold(s, &Entry{Key: "mallory", Instance: "i1"}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := s.AddToHeld(&Entry{Instance: "i1", QueueID: "ALL"}); !errors.Is(err, ErrInvalid) || r.ID != "" {

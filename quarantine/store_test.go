@@ -30,7 +30,7 @@ func TestFreezeRoundTrip(t *testing.T) {
 		ClientAddress: "192.0.2.7", ClientName: "mua.example.com", SASLUsername: "alice",
 		Instance: "1a2b.3c4d.1",
 	}
-	id, err := s.Freeze(e, msg)
+	id, err := freeze(s, e, msg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestFreezeRoundTrip(t *testing.T) {
 	if _, err := s.Message("nonsense"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Message missing: %v", err)
 	}
-	if _, err := s.Freeze(nil, msg); !errors.Is(err, ErrInvalid) {
+	if _, err := freeze(s, nil, msg); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Freeze(nil): %v", err)
 	}
 }
@@ -92,7 +92,7 @@ func equalEntry(a, b Entry) bool {
 
 func TestFreezeEmptyAndNonFinite(t *testing.T) {
 	s, _, _ := newStore(t, Options{})
-	id, err := s.Freeze(&Entry{Rate: math.Inf(1), Max: math.NaN()}, nil)
+	id, err := freeze(s, &Entry{Rate: math.Inf(1), Max: math.NaN()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +114,12 @@ func TestFreezeLarge(t *testing.T) {
 	msg := make([]byte, 50<<20)
 	rand.NewChaCha8([32]byte{1}).Read(msg)
 	copy(msg, "Subject: big\r\n\r\n")
-	id, err := s.Freeze(&Entry{Sender: "big@example.com"}, msg)
+	id, err := freeze(s, &Entry{Sender: "big@example.com"}, msg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The limit counts it: another 20 MB does not fit.
-	if _, err := s.Freeze(&Entry{}, msg[:20<<20]); !errors.Is(err, ErrFull) {
+	if _, err := freeze(s, &Entry{}, msg[:20<<20]); !errors.Is(err, ErrFull) {
 		t.Fatalf("second freeze: %v", err)
 	}
 	db.Close()
@@ -155,12 +155,12 @@ func TestFreezeLarge(t *testing.T) {
 
 func TestFull(t *testing.T) {
 	s, _, _ := newStore(t, Options{MaxSize: 1000})
-	a, err := s.Freeze(&Entry{Key: "a"}, bytes.Repeat([]byte("a"), 600))
+	a, err := freeze(s, &Entry{Key: "a"}, bytes.Repeat([]byte("a"), 600))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &Entry{Key: "b"}
-	_, err = s.Freeze(e, bytes.Repeat([]byte("b"), 500))
+	_, err = freeze(s, e, bytes.Repeat([]byte("b"), 500))
 	if !errors.Is(err, ErrFull) {
 		t.Fatalf("want ErrFull, got %v", err)
 	}
@@ -173,24 +173,24 @@ func TestFull(t *testing.T) {
 		t.Fatalf("half-stored: %d entries, %+v", len(all), st)
 	}
 	// A message larger than the whole limit never fits.
-	if _, err := s.Freeze(&Entry{}, make([]byte, 1001)); !errors.Is(err, ErrFull) {
+	if _, err := freeze(s, &Entry{}, make([]byte, 1001)); !errors.Is(err, ErrFull) {
 		t.Errorf("oversize: %v", err)
 	}
 	// Held entries take no room.
-	if _, err := s.Hold(&Entry{Key: "h"}); err != nil {
+	if _, err := hold(s, &Entry{Key: "h"}); err != nil {
 		t.Errorf("Hold when full: %v", err)
 	}
 	// Thawing, once the kept message is swept, frees the room.
 	if err := s.MarkThawed(a, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Freeze(&Entry{Key: "b"}, bytes.Repeat([]byte("b"), 500)); !errors.Is(err, ErrFull) {
+	if _, err := freeze(s, &Entry{Key: "b"}, bytes.Repeat([]byte("b"), 500)); !errors.Is(err, ErrFull) {
 		t.Errorf("Freeze while a thawed message is kept: %v", err)
 	}
 	if _, err := s.SweepThawed(time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Freeze(&Entry{Key: "b"}, bytes.Repeat([]byte("b"), 500)); err != nil {
+	if _, err := freeze(s, &Entry{Key: "b"}, bytes.Repeat([]byte("b"), 500)); err != nil {
 		t.Fatalf("after thaw: %v", err)
 	}
 	if st, _ := s.Stats(); st.Bytes != 500 {
@@ -218,9 +218,9 @@ func TestList(t *testing.T) {
 		var id string
 		var err error
 		if r.hold {
-			id, err = s.Hold(e)
+			id, err = hold(s, e)
 		} else {
-			id, err = s.Freeze(e, testMessage("m", "x"))
+			id, err = freeze(s, e, testMessage("m", "x"))
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -285,9 +285,9 @@ func TestStateTransitions(t *testing.T) {
 	clk := &testClock{t: epoch}
 	s, _, _ := newStore(t, Options{Now: clk.Now})
 	msg := testMessage("t", "body")
-	f1, _ := s.Freeze(&Entry{Key: "k"}, msg)
-	f2, _ := s.Freeze(&Entry{Key: "k"}, msg)
-	h1, _ := s.Hold(&Entry{Key: "k", QueueID: "4ABC123"})
+	f1, _ := freeze(s, &Entry{Key: "k"}, msg)
+	f2, _ := freeze(s, &Entry{Key: "k"}, msg)
+	h1, _ := hold(s, &Entry{Key: "k", QueueID: "4ABC123"})
 
 	clk.Advance(time.Minute)
 	if err := s.RecordThawError(f1, "451 4.3.0 try later"); err != nil {
@@ -371,9 +371,9 @@ func TestStateTransitions(t *testing.T) {
 func TestHoldAndQueueID(t *testing.T) {
 	s, _, _ := newStore(t, Options{})
 	// RCPT stage: two recipients of one message over the limit.
-	a, _ := s.Hold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"x@example.org"}})
-	b, _ := s.Hold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"y@example.org"}})
-	other, _ := s.Hold(&Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
+	a, _ := hold(s, &Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"x@example.org"}})
+	b, _ := hold(s, &Entry{Key: "alice", Instance: "8f1.6a3c2b.1", Recipients: []string{"y@example.org"}})
+	other, _ := hold(s, &Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
 	// END-OF-MESSAGE: the queue ID is known.
 	// One queue ID is never two entries: the oldest gets it.
 	r, err := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Size: 900, Recipients: []string{"z@example.org"}})
@@ -424,14 +424,14 @@ func TestExpire(t *testing.T) {
 	var sizes []int64
 	for i := range 6 {
 		msg := bytes.Repeat([]byte{'x'}, 100*(i+1))
-		id, err := s.Freeze(&Entry{}, msg)
+		id, err := freeze(s, &Entry{}, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids, sizes = append(ids, id), append(sizes, int64(len(msg)))
 		clk.Advance(time.Hour)
 	}
-	h, _ := s.Hold(&Entry{Instance: "i1"}) // created at epoch+6h
+	h, _ := hold(s, &Entry{Instance: "i1"}) // created at epoch+6h
 	s.MarkThawed(ids[1], "", "")
 	s.SweepThawed(epoch.Add(6 * time.Hour)) // its bytes are gone
 	s.Delete(ids[2])
@@ -478,8 +478,8 @@ func TestExpire(t *testing.T) {
 // forced; the state transitions drop the claim.
 func TestClaim(t *testing.T) {
 	s, _, _ := newStore(t, Options{})
-	f, _ := s.Freeze(&Entry{Key: "k"}, []byte("x"))
-	h, _ := s.Hold(&Entry{Key: "k", QueueID: "4F2A12345"})
+	f, _ := freeze(s, &Entry{Key: "k"}, []byte("x"))
+	h, _ := hold(s, &Entry{Key: "k", QueueID: "4F2A12345"})
 	if e, err := s.Claim(f, "p1", false); err != nil || e.Claim != "p1" {
 		t.Fatalf("first claim: %+v %v", e, err)
 	}
@@ -544,12 +544,12 @@ func TestStats(t *testing.T) {
 	clk := &testClock{t: epoch}
 	s, _, _ := newStore(t, Options{Now: clk.Now})
 	for range 3 {
-		s.Freeze(&Entry{Key: "alice"}, []byte("12345"))
+		freeze(s, &Entry{Key: "alice"}, []byte("12345"))
 		clk.Advance(time.Second)
 	}
-	s.Hold(&Entry{Key: "alice"})
-	s.Hold(&Entry{Key: "bob"})
-	id, _ := s.Freeze(&Entry{Key: "carol"}, []byte("1"))
+	hold(s, &Entry{Key: "alice"})
+	hold(s, &Entry{Key: "bob"})
+	id, _ := freeze(s, &Entry{Key: "carol"}, []byte("1"))
 	s.Delete(id)
 	st, err := s.Stats()
 	if err != nil {
@@ -572,13 +572,13 @@ func TestReopen(t *testing.T) {
 	msgs := map[string][]byte{}
 	for i := range 5 {
 		msg := testMessage("m"+strings.Repeat("x", i), strings.Repeat("line\r\n", 100*i))
-		id, err := s.Freeze(&Entry{Key: "k", Instance: "inst"}, msg)
+		id, err := freeze(s, &Entry{Key: "k", Instance: "inst"}, msg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		msgs[id] = msg
 	}
-	held, _ := s.Hold(&Entry{Key: "h"})
+	held, _ := hold(s, &Entry{Key: "h"})
 
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -636,7 +636,7 @@ func TestNoSyncRefused(t *testing.T) {
 
 func TestRepairByteCounter(t *testing.T) {
 	s, db, _ := newStore(t, Options{})
-	s.Freeze(&Entry{}, []byte("0123456789"))
+	freeze(s, &Entry{}, []byte("0123456789"))
 	statedb.Update(db, func(tx *bolt.Tx, m *statedb.Tally) error { return putBytes(m, tx.Bucket(bucketInfo), 12345) })
 	s, err := New(db, Options{})
 	if err != nil {
@@ -649,7 +649,7 @@ func TestRepairByteCounter(t *testing.T) {
 
 func TestCorruptMessage(t *testing.T) {
 	s, db, _ := newStore(t, Options{})
-	id, _ := s.Freeze(&Entry{}, []byte("original"))
+	id, _ := freeze(s, &Entry{}, []byte("original"))
 	flipMessageByte(t, db, id, 0)
 	if _, err := s.Message(id); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Message of a tampered body: %v", err)
@@ -668,7 +668,7 @@ func TestConcurrentFreeze(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				msg := testMessage("w", strings.Repeat(string(rune('a'+w)), 100+i))
-				id, err := s.Freeze(&Entry{Key: string(rune('a' + w))}, msg)
+				id, err := freeze(s, &Entry{Key: string(rune('a' + w))}, msg)
 				if err != nil {
 					t.Error(err)
 					return
@@ -735,7 +735,7 @@ func TestSubjectDecoding(t *testing.T) {
 		bytes.Repeat([]byte("X-Long: a\r\n"), 200000), // header > 1 MB, no body
 	} {
 		e := &Entry{}
-		if _, err := s.Freeze(e, msg); err != nil {
+		if _, err := freeze(s, e, msg); err != nil {
 			t.Errorf("Freeze garbage: %v", err)
 		}
 		if len(e.Subject) > maxSubjectBytes {
@@ -783,8 +783,8 @@ func TestEntryWriteTo(t *testing.T) {
 // MTA's queue, once, and never a queue ID another pending entry names.
 func TestLinkQueueID(t *testing.T) {
 	s, _, _ := newStore(t, Options{})
-	a, _ := s.Hold(&Entry{Key: "k", Sender: "a@example.org"})
-	b, _ := s.Hold(&Entry{Key: "k", Sender: "a@example.org"})
+	a, _ := hold(s, &Entry{Key: "k", Sender: "a@example.org"})
+	b, _ := hold(s, &Entry{Key: "k", Sender: "a@example.org"})
 	if err := s.LinkQueueID(a, "ALL"); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("invalid queue ID: %v", err)
 	}

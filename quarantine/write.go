@@ -80,25 +80,18 @@ type Recorded struct {
 	RefusedQueueID string
 }
 
-// Hold records e as a new held entry and copies the result into *e.
-// Errors: ErrInvalid, ErrDuplicateQueueID, bbolt's.
-func (s *Store) Hold(e *Entry) (string, error) {
-	r, err := s.hold(e, true, true)
-	return r.ID, err
-}
-
 // RecordHold records e as held in one transaction: with a queue ID, a
 // held entry of e.Instance with that queue ID, or else without one, gets
 // e's queue ID, size and recipients (Recorded.Added); else a new entry is
-// made. A duplicate queue ID is left out (Recorded.RefusedQueueID).
-// Errors: ErrInvalid, bbolt's.
-func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true, false) }
+// made and copied into *e. A queue ID another pending entry has is left
+// out (Recorded.RefusedQueueID). Errors: ErrInvalid, bbolt's.
+func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true) }
 
 // AddToHeld is RecordHold that never makes an entry; Recorded.ID is ""
 // when no held entry of e.Instance takes e.
-func (s *Store) AddToHeld(e *Entry) (Recorded, error) { return s.hold(e, false, false) }
+func (s *Store) AddToHeld(e *Entry) (Recorded, error) { return s.hold(e, false) }
 
-func (s *Store) hold(e *Entry, create, strict bool) (Recorded, error) {
+func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
 	ent, err := s.prepare(e, Held)
 	if err != nil {
 		return Recorded{}, err
@@ -110,18 +103,13 @@ func (s *Store) hold(e *Entry, create, strict bool) (Recorded, error) {
 		if err != nil {
 			return err
 		}
-		if !strict {
-			if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" {
-				return err
-			}
-		}
-		if !create {
-			return nil
+		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || !create {
+			return err
 		}
 		if ent.ID, err = b.newID(ent.Created); err != nil {
 			return err
 		}
-		if r.RefusedQueueID, err = b.claimQueueID(&ent, strict); err != nil {
+		if r.RefusedQueueID, err = b.claimQueueID(&ent); err != nil {
 			return err
 		}
 		r.ID = ent.ID
@@ -190,11 +178,11 @@ func addRecipients(have, add []string) []string {
 	return have
 }
 
-// claimQueueID checks no other pending entry has e's queue ID: if one
-// does, strict gives ErrDuplicateQueueID, else e loses it (returned).
-func (b buckets) claimQueueID(e *Entry, strict bool) (string, error) {
+// claimQueueID drops e's queue ID, and returns it, if another pending
+// entry has it.
+func (b buckets) claimQueueID(e *Entry) (string, error) {
 	err := b.uniqueQueueID(e.QueueID, e.ID)
-	if err == nil || strict {
+	if !errors.Is(err, ErrDuplicateQueueID) {
 		return "", err
 	}
 	qid := e.QueueID
@@ -202,32 +190,14 @@ func (b buckets) claimQueueID(e *Entry, strict bool) (string, error) {
 	return qid, nil
 }
 
-// Freeze is FreezeFrom with msg's bytes.
-func (s *Store) Freeze(e *Entry, msg []byte) (string, error) {
-	return s.FreezeFrom(e, bytes.NewReader(msg))
-}
-
-// FreezeFrom stores e as frozen with the message read from r, copies the
-// result into *e, and returns once fsync'd; on error nothing is stored.
-// Errors: ErrInvalid, ErrDuplicateQueueID, ErrFull, r's, bbolt's.
-func (s *Store) FreezeFrom(e *Entry, r io.Reader) (string, error) {
-	rec, err := s.freeze(e, r, true)
-	return rec.ID, err
-}
-
-// RecordFreeze is FreezeFrom that drops a duplicate queue ID
-// (Recorded.RefusedQueueID) instead of failing.
-func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) { return s.freeze(e, r, false) }
-
-func (s *Store) freeze(e *Entry, r io.Reader, strict bool) (Recorded, error) {
+// RecordFreeze stores e as frozen with the message read from r, copies
+// the result into *e, and returns once fsync'd; on error nothing is
+// stored. A queue ID another pending entry has is left out
+// (Recorded.RefusedQueueID). Errors: ErrInvalid, ErrFull, r's, bbolt's.
+func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 	ent, err := s.prepare(e, Frozen)
 	if err != nil {
 		return Recorded{}, err
-	}
-	if strict && ent.QueueID != "" { // refused before the message is read
-		if err := s.db.View(func(tx *bolt.Tx) error { return bucketsOf(tx).uniqueQueueID(ent.QueueID, "") }); err != nil {
-			return Recorded{}, err
-		}
 	}
 	st, err := s.readBody(r)
 	if err != nil {
@@ -252,7 +222,7 @@ func (s *Store) freeze(e *Entry, r io.Reader, strict bool) (Recorded, error) {
 		if ent.ID, err = b.newID(ent.Created); err != nil {
 			return err
 		}
-		if rec.RefusedQueueID, err = b.claimQueueID(&ent, strict); err != nil {
+		if rec.RefusedQueueID, err = b.claimQueueID(&ent); err != nil {
 			return err
 		}
 		if err := b.put(&ent); err != nil {

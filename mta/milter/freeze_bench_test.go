@@ -25,12 +25,13 @@ import (
 type storeQuarantine struct{ s *quarantine.Store }
 
 func (q storeQuarantine) Freeze(_ context.Context, m *Message, d policy.Decision) (string, error) {
-	return q.s.FreezeFrom(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender,
+	r, err := q.s.RecordFreeze(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender,
 		Recipients: m.Recipients, QueueID: m.Request.QueueID}, m.Body)
+	return r.ID, err
 }
 
 func (q storeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) policy.Decision {
-	if _, err := q.s.Hold(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender, QueueID: m.Request.QueueID}); err != nil {
+	if _, err := q.s.RecordHold(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender, QueueID: m.Request.QueueID}); err != nil {
 		return policy.Decision{Action: policy.Defer, Fault: err}
 	}
 	return d
