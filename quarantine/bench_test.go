@@ -1,6 +1,7 @@
 package quarantine
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -76,7 +77,7 @@ func BenchmarkPreview(b *testing.B) {
 	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := PreviewMessage(msg, 0); err != nil {
+		if _, err := PreviewMessage(context.Background(), msg, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package quarantine_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log"
 	"os"
@@ -66,11 +67,11 @@ func ExamplePreviewMessage() {
 		"Content-Transfer-Encoding: quoted-printable\r\n" +
 		"\r\n" +
 		"Un caf=E9, s'il vous pla=EEt.\r\n")
-	p, err := quarantine.PreviewMessage(msg, 0)
+	p, err := quarantine.PreviewMessage(context.Background(), msg, 0)
 	if err != nil {
 		log.Fatal(err)
 	}
-	p.WriteTo(os.Stdout)
+	fmt.Print(p)
 	// Output:
 	// Subject: Café
 	// Content-Type: text/plain; charset=iso-8859-1

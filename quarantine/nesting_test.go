@@ -30,7 +30,7 @@ func nestedMessage(depth int) []byte {
 // and indentation, 50 MB for 5,000 levels).
 func TestPreviewStopsAtMIMENestingLimit(t *testing.T) {
 	msg := nestedMessage(5000)
-	p, err := PreviewMessage(msg, 0)
+	p, err := PreviewMessage(context.Background(), msg, 0)
 	if err != nil {
 		t.Fatalf("preview: %v", err)
 	}
@@ -45,7 +45,7 @@ func TestPreviewStopsAtMIMENestingLimit(t *testing.T) {
 		t.Fatalf("preview is %d bytes for a %d-byte message", len(out), len(msg))
 	}
 	// Within the limit everything is parsed, the text found.
-	p, err = PreviewMessage(nestedMessage(50), 0)
+	p, err = PreviewMessage(context.Background(), nestedMessage(50), 0)
 	if err != nil || len(p.Parts) != 51 || !strings.Contains(p.Text, "innermost text") {
 		t.Fatalf("50 levels: %d parts, text %q, err %v", len(p.Parts), p.Text, err)
 	}
@@ -60,7 +60,7 @@ func TestPreviewManyPartsIsBounded(t *testing.T) {
 		b.WriteString("--x\r\nContent-Type: text/plain\r\n\r\nhi\r\n")
 	}
 	b.WriteString("--x--\r\n")
-	p, err := PreviewMessage([]byte(b.String()), 0)
+	p, err := PreviewMessage(context.Background(), []byte(b.String()), 0)
 	if err != nil || len(p.Parts) != maxPreviewParts || !p.PartsOmitted || !strings.Contains(p.String(), "the rest not listed") {
 		t.Fatalf("%d parts, omitted %v, err %v", len(p.Parts), p.PartsOmitted, err)
 	}
@@ -70,7 +70,7 @@ func TestPreviewManyPartsIsBounded(t *testing.T) {
 func TestPreviewStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p, err := PreviewMessageContext(ctx, nestedMessage(10), 0)
+	p, err := PreviewMessage(ctx, nestedMessage(10), 0)
 	if !errors.Is(err, context.Canceled) || p == nil || len(p.Parts) != 0 {
 		t.Fatalf("cancelled preview: %d parts, err %v", len(p.Parts), err)
 	}

@@ -63,16 +63,11 @@ type Preview struct {
 	PartsOmitted bool
 }
 
-// PreviewMessage is PreviewMessageContext without a deadline.
-func PreviewMessage(msg []byte, maxBytes int) (*Preview, error) {
-	return PreviewMessageContext(context.Background(), msg, maxBytes)
-}
-
-// PreviewMessageContext parses msg (RFC 5322, CRLF or LF) leniently and
+// PreviewMessage parses msg (RFC 5322, CRLF or LF) leniently and
 // returns its header fields, MIME parts and up to maxBytes
 // (DefaultPreviewBytes if <= 0) of decoded text. On error it returns
 // what it read with the error; the Preview is never nil.
-func PreviewMessageContext(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
+func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultPreviewBytes
 	}
@@ -264,8 +259,8 @@ func stripHTML(s string) string {
 	}
 }
 
-// WriteTo writes the preview for an operator: header, parts, text.
-func (p *Preview) WriteTo(w io.Writer) (int64, error) {
+// String returns the preview for an operator: header, parts, text.
+func (p *Preview) String() string {
 	var b strings.Builder
 	for _, f := range p.Header {
 		fmt.Fprintf(&b, "%s: %s\n", f.Key, f.Value)
@@ -304,13 +299,5 @@ func (p *Preview) WriteTo(w io.Writer) (int64, error) {
 			b.WriteByte('\n')
 		}
 	}
-	n, err := io.WriteString(w, b.String())
-	return int64(n), err
-}
-
-// String returns the preview as WriteTo writes it.
-func (p *Preview) String() string {
-	var b strings.Builder
-	p.WriteTo(&b)
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package quarantine
 
 import (
+	"context"
 	"encoding/base64"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ const multipartMsg = "From: =?ISO-8859-1?Q?Andr=E9?= <andre@example.com>\r\n" +
 	"--outer--\r\n"
 
 func TestPreviewMultipart(t *testing.T) {
-	p, err := PreviewMessage([]byte(multipartMsg), 0)
+	p, err := PreviewMessage(context.Background(), []byte(multipartMsg), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestPreviewMultipart(t *testing.T) {
 
 func TestPreviewTruncateAndHTML(t *testing.T) {
 	msg := "Subject: x\nContent-Type: text/plain; charset=utf-8\n\n" + strings.Repeat("é", 100)
-	p, err := PreviewMessage([]byte(msg), 11)
+	p, err := PreviewMessage(context.Background(), []byte(msg), 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestPreviewTruncateAndHTML(t *testing.T) {
 
 	msg = "Content-Type: text/html\r\n\r\n<html><head><style>p{color:red}</style><script>alert(1)</script></head>" +
 		"<body><!-- hidden --><p>Hello &amp; welcome</p></body></html>"
-	p, err = PreviewMessage([]byte(msg), 100)
+	p, err = PreviewMessage(context.Background(), []byte(msg), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestPreviewBroken(t *testing.T) {
 		"bad base64":        "Content-Transfer-Encoding: base64\r\n\r\n!!!not base64!!!\r\n",
 		"escape in body":    "Subject: x\r\n\r\n\x1b]0;owned\x07text\r\n",
 	} {
-		p, err := PreviewMessage([]byte(msg), 0)
+		p, err := PreviewMessage(context.Background(), []byte(msg), 0)
 		if p == nil {
 			t.Errorf("%s: nil preview (err %v)", name, err)
 			continue
@@ -140,11 +141,11 @@ func TestPreviewBroken(t *testing.T) {
 			}
 		}
 	}
-	p, _ := PreviewMessage([]byte("Content-Type: text/plain; charset=x-klingon\r\n\r\nqapla'\r\n"), 0)
+	p, _ := PreviewMessage(context.Background(), []byte("Content-Type: text/plain; charset=x-klingon\r\n\r\nqapla'\r\n"), 0)
 	if p.Text != "qapla'\n" || !strings.Contains(p.Parts[0].Err, "charset") {
 		t.Errorf("unknown charset: %q %+v", p.Text, p.Parts)
 	}
-	p, _ = PreviewMessage([]byte("garbage line\r\nSubject: ok\r\n\r\nbody"), 0)
+	p, _ = PreviewMessage(context.Background(), []byte("garbage line\r\nSubject: ok\r\n\r\nbody"), 0)
 	if len(p.Header) != 1 || p.Header[0].Value != "ok" || p.Text != "body" {
 		t.Errorf("garbage header: %+v", p)
 	}
@@ -156,7 +157,7 @@ func FuzzPreview(f *testing.F) {
 	f.Add([]byte("Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\r\n--b--"), 5)
 	f.Fuzz(func(t *testing.T, msg []byte, max int) {
 		max %= 1 << 16
-		p, _ := PreviewMessage(msg, max)
+		p, _ := PreviewMessage(context.Background(), msg, max)
 		if p == nil {
 			t.Fatal("nil preview")
 		}
@@ -181,7 +182,7 @@ func FuzzPreview(f *testing.F) {
 func TestPreviewHTMLLowercaseChangesLength(t *testing.T) {
 	kelvin := strings.Repeat("\u212a", 6)
 	msg := "Content-Type: text/html; charset=utf-8\r\n\r\n" + kelvin + "<b>bold</b> <SCRIPT>evil()</SCRIPT>after" + kelvin + "<p>end"
-	p, err := PreviewMessage([]byte(msg), 0)
+	p, err := PreviewMessage(context.Background(), []byte(msg), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

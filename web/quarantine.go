@@ -92,7 +92,7 @@ func (s *Server) preview(r *http.Request, e quarantine.Entry, body []byte) messa
 			return messageView{Raw: termsafe.Text(string(body))}
 		}
 	}
-	p, err := quarantine.PreviewMessageContext(r.Context(), msg, previewBytes)
+	p, err := quarantine.PreviewMessage(r.Context(), msg, previewBytes)
 	if err != nil {
 		return messageView{Err: err.Error(), Raw: termsafe.Text(string(body))}
 	}

@@ -286,7 +286,7 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 			return e, nil, nil // swept after keep_thawed
 		}
 		if err == nil && !raw {
-			p, perr := quarantine.PreviewMessage(body, 0)
+			p, perr := quarantine.PreviewMessage(ctx, body, 0)
 			if body, err = []byte(p.String()), perr; err != nil {
 				body = nil
 			}
