@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
 // State is an entry's life-cycle state; the zero value is invalid.
@@ -122,7 +124,7 @@ type Entry struct {
 }
 
 // WriteTo writes the entry as "Name: value" lines, omitting empty fields
-// and cleaning values (CleanLine).
+// and cleaning values (termsafe.Line).
 func (e *Entry) WriteTo(w io.Writer) (int64, error) {
 	num := func(n int64) string { return strings.TrimPrefix(strconv.FormatInt(n, 10), "0") } // "" for 0
 	tm := func(t time.Time) string {
@@ -149,7 +151,7 @@ func (e *Entry) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
 	for _, f := range fields {
 		if f[1] != "" {
-			fmt.Fprintf(&b, "%-15s %s\n", f[0]+":", CleanLine(f[1]))
+			fmt.Fprintf(&b, "%-15s %s\n", f[0]+":", termsafe.Line(f[1]))
 		}
 	}
 	n, err := io.WriteString(w, b.String())

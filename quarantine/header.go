@@ -78,7 +78,7 @@ func validKey(k []byte) bool {
 }
 
 // HeaderInfo returns the decoded Subject and Message-ID (no angle
-// brackets) of msg, cleaned (CleanLine) and bounded; "" if unparsable.
+// brackets) of msg, cleaned (termsafe.Line) and bounded; "" if unparsable.
 func HeaderInfo(msg []byte) (subject, messageID string) {
 	h, _ := readHeader(msg)
 	mh := mail.Header{Header: h}
@@ -87,15 +87,8 @@ func HeaderInfo(msg []byte) (subject, messageID string) {
 	if err != nil || id == "" {
 		id = strings.Trim(strings.TrimSpace(h.Get("Message-Id")), "<>")
 	}
-	return truncate(CleanLine(subject), maxSubjectBytes), truncate(CleanLine(id), maxSubjectBytes)
+	return truncate(termsafe.Line(subject), maxSubjectBytes), truncate(termsafe.Line(id), maxSubjectBytes)
 }
-
-// CleanLine returns s safe to print on one terminal line (termsafe.Line).
-// Safe for concurrent use.
-func CleanLine(s string) string { return termsafe.Line(s) }
-
-// CleanText is CleanLine for multi-line text (termsafe.Text).
-func CleanText(s string) string { return termsafe.Text(s) }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
 func truncate(s string, n int) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/mail"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"golang.org/x/net/html"
 )
 
@@ -75,7 +76,7 @@ func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, er
 	p := &Preview{}
 	for f := h.Fields(); f.Next() && len(p.Header) < maxPreviewHeaders; {
 		v, _ := f.Text() // on a decoding error: the raw value
-		p.Header = append(p.Header, HeaderField{Key: CleanLine(f.Key()), Value: CleanLine(v)})
+		p.Header = append(p.Header, HeaderField{Key: termsafe.Line(f.Key()), Value: termsafe.Line(v)})
 	}
 
 	// Charset or encoding errors: the root's from New, others' from Walk.
@@ -106,7 +107,7 @@ func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, er
 			pt.Disposition = strings.ToLower(disp)
 		}
 		fn, _ := (&mail.AttachmentHeader{Header: part.Header}).Filename() // RFC 2231 and 2047 decoded
-		pt.Filename = CleanLine(fn)
+		pt.Filename = termsafe.Line(fn)
 		if part.MultipartReader() != nil {
 			if len(path) >= MaxMIMENesting {
 				pt.Err = fmt.Sprintf("nested deeper than %d levels (Postfix's mime_nesting_limit): not parsed", MaxMIMENesting)
@@ -218,7 +219,7 @@ func (c *capture) text(max int) (string, bool) {
 	if c.typ == "text/html" {
 		s = stripHTML(s)
 	}
-	s = CleanText(strings.ReplaceAll(s, "\r\n", "\n"))
+	s = termsafe.Text(strings.ReplaceAll(s, "\r\n", "\n"))
 	if len(s) > max {
 		s, cut = truncate(s, max), true
 	}
@@ -269,9 +270,9 @@ func (p *Preview) String() string {
 		b.WriteString("\nParts:\n")
 		for _, pt := range p.Parts {
 			path, ct := cmp.Or(pt.Path, "-"), cmp.Or(pt.ContentType, "(none)")
-			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), CleanLine(ct))
+			fmt.Fprintf(&b, "  %-8s %s%s", path, strings.Repeat("  ", pt.Depth), termsafe.Line(ct))
 			if pt.Charset != "" {
-				fmt.Fprintf(&b, "; charset=%s", CleanLine(pt.Charset))
+				fmt.Fprintf(&b, "; charset=%s", termsafe.Line(pt.Charset))
 			}
 			if pt.Filename != "" {
 				fmt.Fprintf(&b, " %q", pt.Filename)
@@ -280,7 +281,7 @@ func (p *Preview) String() string {
 				fmt.Fprintf(&b, " (%d bytes)", pt.Size)
 			}
 			if pt.Err != "" {
-				fmt.Fprintf(&b, " [%s]", CleanLine(pt.Err))
+				fmt.Fprintf(&b, " [%s]", termsafe.Line(pt.Err))
 			}
 			b.WriteByte('\n')
 		}

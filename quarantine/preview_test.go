@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
 // A multipart/alternative message with a quoted-printable ISO-8859-1
@@ -200,7 +202,7 @@ func FuzzStripHTML(f *testing.F) {
 	f.Add("<a href='x'>unclosed <")
 	f.Fuzz(func(t *testing.T, s string) {
 		out := stripHTML(s)
-		c := CleanText(out)
+		c := termsafe.Text(out)
 		for _, r := range c {
 			if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
 				t.Fatalf("control character %q in %q", r, c)

@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
@@ -39,7 +40,7 @@ func wrap(op string, err error) error {
 // ValidQueueID.
 func checkQueueID(id string) error {
 	if id != "" && !ValidQueueID(id) {
-		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, CleanLine(id))
+		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, termsafe.Line(id))
 	}
 	return nil
 }
@@ -282,7 +283,7 @@ func (s *Store) SetUnverified(id, reason string) error {
 // ErrInvalid, ErrState, ErrNotFound, bbolt's.
 func (s *Store) LinkQueueID(id, queueID string) error {
 	if !ValidQueueID(queueID) {
-		return fmt.Errorf("%w: queue ID %q", ErrInvalid, CleanLine(queueID))
+		return fmt.Errorf("%w: queue ID %q", ErrInvalid, termsafe.Line(queueID))
 	}
 	return s.update("link", id, func(b buckets, e *Entry) error {
 		if e.State != Held || e.QueueID != "" {
@@ -317,8 +318,8 @@ func (s *Store) CompleteHeld(id string, d HeldDetails) error {
 		if d.Size > 0 {
 			e.Size = d.Size
 		}
-		e.Subject = cmp.Or(e.Subject, truncate(CleanLine(d.Subject), maxSubjectBytes))
-		e.MessageID = cmp.Or(e.MessageID, truncate(CleanLine(d.MessageID), maxSubjectBytes))
+		e.Subject = cmp.Or(e.Subject, truncate(termsafe.Line(d.Subject), maxSubjectBytes))
+		e.MessageID = cmp.Or(e.MessageID, truncate(termsafe.Line(d.MessageID), maxSubjectBytes))
 		return nil
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -138,7 +139,7 @@ func (q *Queue) sequence(ctx context.Context, op string, cmds [][]string, queueI
 func (q *Queue) run(ctx context.Context, tmpl []string, queueID string) ([]byte, error) {
 	if !quarantine.ValidQueueID(queueID) {
 		return nil, fmt.Errorf("postfix: refusing to run a command with %q: not a Postfix or Exim queue ID",
-			quarantine.CleanLine(queueID[:min(len(queueID), 64)]))
+			termsafe.Line(queueID[:min(len(queueID), 64)]))
 	}
 	if len(tmpl) == 0 {
 		return nil, errors.New("postfix: empty command")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/plural"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -50,7 +51,7 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 		for _, id := range sel.IDs {
 			e, err := s.q.Get(id)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", quarantine.CleanLine(id), err)
+				return nil, fmt.Errorf("%s: %w", termsafe.Line(id), err)
 			}
 			out = append(out, e)
 		}
@@ -200,7 +201,7 @@ func (s *Service) released(ctx context.Context, e quarantine.Entry, by string, k
 }
 
 func (s *Service) recordError(id string, err error) {
-	if rerr := s.q.RecordThawError(id, quarantine.CleanLine(err.Error())); rerr != nil {
+	if rerr := s.q.RecordThawError(id, termsafe.Line(err.Error())); rerr != nil {
 		s.fail("store", rerr)
 		s.log.Error("recording a failed release failed", "id", id, "err", rerr, "release_err", err)
 	}
@@ -254,7 +255,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 				note = "no queue ID was recorded: the MTA's queue was not touched"
 			} else if err := s.runHeld(ctx, s.queue.Delete, e.QueueID); err != nil {
 				s.fail("delete", err)
-				s.q.Unclaim(e.ID, s.token, quarantine.CleanLine(err.Error()))
+				s.q.Unclaim(e.ID, s.token, termsafe.Line(err.Error()))
 				return "", err
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/mail"
@@ -59,7 +60,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 			s.fail("expire", err)
 			s.log.Error("quarantine expiry: message past max_age kept (it may still be in the MTA's queue)", "id", e.ID,
 				"state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "err", err)
-			note := "past max_age, kept: " + quarantine.CleanLine(err.Error())
+			note := "past max_age, kept: " + termsafe.Line(err.Error())
 			if nerr := s.q.Note(e.ID, note); nerr != nil {
 				s.log.Error("quarantine expiry: flagging an entry failed", "id", e.ID, "err", nerr)
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/plural"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -314,7 +315,7 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantin
 	alert := n == 1 || (s.opts.AlertEvery > 0 && n%s.opts.AlertEvery == 0)
 	if alert {
 		s.m.keyAlerts.Inc()
-		s.log.Warn(quarantine.CleanLine(e.Key)+" has "+plural.N(n, "quarantined message"), "key", e.Key, "count", n,
+		s.log.Warn(termsafe.Line(e.Key)+" has "+plural.N(n, "quarantined message"), "key", e.Key, "count", n,
 			"limit", e.Limit, "action", action, "rate", e.Rate, "max", e.Max)
 	}
 	s.ev.QuarantineEvent(ctx, Event{Kind: Quarantined, Time: s.now(), Entry: *e, Detail: action, Pending: n, Alert: alert})
@@ -364,7 +365,7 @@ func (s *Service) fail(op string, err error) {
 	defer s.mu.Unlock()
 	s.health.Failures++
 	if err != nil {
-		s.health.LastError = op + ": " + quarantine.CleanLine(err.Error())
+		s.health.LastError = op + ": " + termsafe.Line(err.Error())
 		s.health.LastErrorAt = s.now()
 	}
 }

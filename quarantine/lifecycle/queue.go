@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -48,7 +49,7 @@ func checkQueueID(queueID string) error {
 	return nil
 }
 
-func clip(s string, n int) string { return quarantine.CleanLine(s[:min(len(s), n)]) }
+func clip(s string, n int) string { return termsafe.Line(s[:min(len(s), n)]) }
 
 // releaseHeld runs release (Queue.Release or Expire) for queueID, counting
 // failures as op and follow-ups as "schedule"; warn joins the latter.
