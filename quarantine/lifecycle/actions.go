@@ -22,9 +22,8 @@ type Selection struct {
 	OlderThan time.Duration `json:"older_than,omitempty"`
 	// ResetRate (Thaw) forgets the keys' rates first.
 	ResetRate bool `json:"reset_rate,omitempty"`
-	// Again (Thaw, IDs only) re-injects thawed frozen messages whose body
-	// is still kept (Options.KeepThawed), e.g. after a thaw went to the
-	// wrong listener.
+	// Again (Thaw, IDs only) re-injects thawed frozen messages still kept
+	// (Options.KeepThawed).
 	Again bool `json:"again,omitempty"`
 	// Force acts on interrupted frozen entries (quarantine.ErrInterrupted);
 	// with Delete it also forgets unconfirmed held entries.
@@ -68,9 +67,7 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 }
 
 // List returns the entries f selects (quarantine.Store.List), held
-// entries recorded without their queue ID, size or subject first completed
-// from the MTA's queue (completeNow), so a listing right after a hold
-// shows what the queue has rather than what the policy request said.
+// entries first completed from the MTA's queue (queue ID, size, subject).
 func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) {
 	s.completeNow()
 	return s.q.List(f)
@@ -170,8 +167,7 @@ func (s *Service) released(ctx context.Context, e quarantine.Entry, by string, k
 	case quarantine.Frozen:
 		var reply string
 		if to, reply, err = s.reinject(ctx, e); err == nil {
-			// The server's own words: bounded and cleaned, they are stored and shown.
-			reply = clip(reply, 200)
+			reply = clip(reply, 200) // the server's words, stored and shown
 			if as = mailout.QueuedAs(reply); as != "" {
 				note = "re-injected to " + to + ", queued as " + as
 			} else {
@@ -217,8 +213,7 @@ func (s *Service) reinject(ctx context.Context, e quarantine.Entry) (string, str
 	if err != nil {
 		return "", "", err
 	}
-	// What every recipient may see: no key (the sender's login), limit or
-	// operator; the ID finds the rest in the quarantine and event log.
+	// Every recipient sees it: no key (the sender's login), limit or operator.
 	hdr := fmt.Sprintf("X-Ratelimitd-Thawed: id=%s; frozen=%s; thawed=%s", e.ID,
 		e.Created.UTC().Format(time.RFC3339), s.now().UTC().Format(time.RFC3339))
 	reply, err := s.opts.Reinjector.Reinject(ctx, e.Sender, e.Recipients, mta.ReplyText(hdr, 900), msg)

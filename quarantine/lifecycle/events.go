@@ -21,9 +21,8 @@ const (
 	// ReleaseRun: a key's drip run ended (Detail "" or why it stopped);
 	// Count released, Pending left, Entry the last released.
 	ReleaseRun Kind = "release_run"
-	// RateReset: a thaw with Selection.ResetRate forgot a key's rates
-	// under every limit; Entry carries only the key, Detail how many
-	// states went.
+	// RateReset: a thaw with Selection.ResetRate forgot a key's rates;
+	// Entry carries only the key, Detail how many states went.
 	RateReset Kind = "rate_reset"
 )
 
@@ -42,13 +41,13 @@ type Event struct {
 	Count   int // ReleaseRun: messages released
 }
 
-// Events receives the Service's events, possibly concurrently; it must
-// not block.
+// Events receives the Service's events, possibly concurrently, without
+// blocking.
 type Events interface {
 	QuarantineEvent(ctx context.Context, ev Event)
 }
 
-// NopEvents is the default Events: it does nothing.
+// NopEvents is the default Events.
 type NopEvents struct{}
 
 // QuarantineEvent does nothing.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -149,11 +148,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	if err != nil {
 		return err
 	}
-	host := s.opts.ReportingMTA
-	if host == "" {
-		host, _ = os.Hostname()
-	}
-	dsn, err := BuildDSN(host, e, msg, now, s.opts.MaxAge)
+	dsn, err := BuildDSN(s.reportingMTA(), e, msg, now, s.opts.MaxAge)
 	if err != nil {
 		return err
 	}

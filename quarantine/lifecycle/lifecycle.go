@@ -33,12 +33,11 @@ const (
 	ExpireKeep ExpireAction = "keep"
 )
 
-// Rates is what the Service needs of the rate engine (*policy.Engine).
+// Rates is what the Service needs of the rate engine (*policy.Engine):
+// Reset forgets key's rate under limit ("" for all) and returns the states
+// removed; Lookup returns key's rates under every limit, decayed to now.
 type Rates interface {
-	// Reset forgets key's rate under limit ("" for all) and returns the
-	// states removed.
 	Reset(ctx context.Context, key, limit string) (int, error)
-	// Lookup returns key's rates under every limit, decayed to now.
 	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
 	Limits() []policy.LimitInfo
 }
@@ -55,9 +54,8 @@ type Options struct {
 	// records removed; zero keeps everything.
 	MaxAge       time.Duration
 	ExpireAction ExpireAction
-	// KeepThawed is how long a thawed frozen message's body is kept, so
-	// Selection.Again can send it again; Expire sweeps it after. Zero
-	// sweeps it at the next Expire.
+	// KeepThawed is how long a thawed frozen message is kept for
+	// Selection.Again (zero: until the next Expire).
 	KeepThawed time.Duration
 	// AlertEvery logs "KEY has N quarantined messages" at 1 and each
 	// multiple.
@@ -133,10 +131,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 		s.log.Error("quarantine entries cannot be read: kept with their messages, skipped by list, release and expiry (ratelimitd state check)",
 			"entries", st.Damaged, "ids", st.DamagedIDs)
 	}
-	s.pending = st.ByKey
-	if s.pending == nil {
-		s.pending = map[string]int{}
-	}
+	s.pending = st.ByKey // never nil
 	return s, nil
 }
 
@@ -180,7 +175,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	if !hold && (req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" || !s.awaiting(req.Instance, false)) {
 		return "", nil
 	}
-	e := s.entryFor(m, d)
+	e := s.entryFor(req, rcpts(m), d)
 	var r quarantine.Recorded
 	var err error
 	failed := "linking a held message to its queue ID failed"
@@ -188,7 +183,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	case freeze:
 		failed = "freezing a message failed: temp-failing it"
 		if _, err = m.Body.Seek(0, io.SeekStart); err == nil {
-			r, err = s.q.RecordFreeze(e, io.MultiReader(strings.NewReader(s.received(req, rcpts(m))), m.Body))
+			r, err = s.q.RecordFreeze(e, io.MultiReader(strings.NewReader(s.received(req, e.Recipients)), m.Body))
 		}
 	case hold:
 		failed = "recording a held message failed: deferring it instead of holding it"
@@ -237,13 +232,9 @@ func (s *Service) received(req *policy.Request, rcpts []string) string {
 	if req.SASLMethod != "" || req.SASLUsername != "" {
 		proto = "ESMTPA"
 	}
-	host := s.opts.ReportingMTA
-	if host == "" {
-		host, _ = os.Hostname()
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Received: from %s (%s [%s])\r\n\tby %s (ratelimitd, for the MTA) with %s", safe(req.HeloName, "unknown"),
-		safe(req.ClientName, "unknown"), safe(req.ClientAddress, "unknown"), safe(host, "localhost"), proto)
+		safe(req.ClientName, "unknown"), safe(req.ClientAddress, "unknown"), safe(s.reportingMTA(), "localhost"), proto)
 	if q := req.QueueID; quarantine.ValidQueueID(q) {
 		b.WriteString(" id " + q)
 	}
@@ -252,6 +243,15 @@ func (s *Service) received(req *policy.Request, rcpts []string) string {
 	}
 	b.WriteString("; " + s.now().Format(time.RFC1123Z) + "\r\n")
 	return b.String()
+}
+
+// reportingMTA is Options.ReportingMTA, else the host's name.
+func (s *Service) reportingMTA() string {
+	if s.opts.ReportingMTA != "" {
+		return s.opts.ReportingMTA
+	}
+	host, _ := os.Hostname()
+	return host
 }
 
 // awaiting remembers or forgets instance as held at RCPT without queue ID.
@@ -269,19 +269,13 @@ func (s *Service) awaiting(instance string, await bool) bool {
 	if len(s.awaitingQueueID) >= maxAwaiting {
 		clear(s.awaitingQueueID) // END-OF-MESSAGE never came: those keep no queue ID
 	}
-	// A clone: the decoder's strings share blocks.
-	s.awaitingQueueID[strings.Clone(instance)] = struct{}{}
+	s.awaitingQueueID[strings.Clone(instance)] = struct{}{} // not the decoder's shared block
 	return was
 }
 
-// entryFor builds the entry of m and d, leaving out (logged, counted) a
-// queue ID not in an MTA's syntax.
-func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
-	req := m.Request
-	rcpts := m.Recipients
-	if len(rcpts) == 0 && req.Recipient != "" {
-		rcpts = []string{req.Recipient}
-	}
+// entryFor builds the entry of req, rcpts and d, leaving out (logged,
+// counted) a queue ID not in an MTA's syntax.
+func (s *Service) entryFor(req *policy.Request, rcpts []string, d *policy.Decision) *quarantine.Entry {
 	e := &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
 		QueueID: req.QueueID, Instance: req.Instance, Size: req.Size}
@@ -306,8 +300,7 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantin
 	if r.Added || r.ID == "" {
 		return
 	}
-	action := e.Action
-	s.m.quarantined.WithLabelValues(e.Limit, action).Inc()
+	s.m.quarantined.WithLabelValues(e.Limit, e.Action).Inc()
 	s.mu.Lock()
 	s.pending[e.Key]++
 	n := s.pending[e.Key]
@@ -316,9 +309,9 @@ func (s *Service) recorded(ctx context.Context, e *quarantine.Entry, r quarantin
 	if alert {
 		s.m.keyAlerts.Inc()
 		s.log.Warn(termsafe.Line(e.Key)+" has "+plural.N(n, "quarantined message"), "key", e.Key, "count", n,
-			"limit", e.Limit, "action", action, "rate", e.Rate, "max", e.Max)
+			"limit", e.Limit, "action", e.Action, "rate", e.Rate, "max", e.Max)
 	}
-	s.ev.QuarantineEvent(ctx, Event{Kind: Quarantined, Time: s.now(), Entry: *e, Detail: action, Pending: n, Alert: alert})
+	s.ev.QuarantineEvent(ctx, Event{Kind: Quarantined, Time: s.now(), Entry: *e, Detail: e.Action, Pending: n, Alert: alert})
 }
 
 func (s *Service) forget(key string) {
@@ -333,8 +326,7 @@ func (s *Service) forget(key string) {
 type Health struct {
 	Held   int `json:"held"`
 	Frozen int `json:"frozen"`
-	// Failures counts failed operations since start; LastError is the
-	// latest, at LastErrorAt.
+	// Failures counts failed operations since start, LastError the last.
 	Failures    int64     `json:"failures"`
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
