@@ -1,7 +1,7 @@
 package quarantine
 
 import (
-	"strings"
+	"regexp"
 	"time"
 )
 
@@ -16,53 +16,14 @@ const (
 	postfixSafe   = "0123456789BCDFGHJKLMNPQRSTVWXYZbcdfghjklmnpqrstvwxyz" // safe_ultostr.c
 )
 
+var queueIDSyntax = regexp.MustCompile(`^(?:[0-9A-F]{6,}|[` + postfixSafe + `]{10,}z[` + postfixSafe[:51] + `]+|` +
+	`[0-9A-Za-z]{6}-(?:[0-9A-Za-z]{6}-[0-9A-Za-z]{2}|[0-9A-Za-z]{11}-[0-9A-Za-z]{4}))$`)
+
 // ValidQueueID reports whether id is a Postfix or Exim queue ID: at most
 // 32 ASCII letters, digits and dashes, not starting with '-'. Safe for
 // concurrent use.
 func ValidQueueID(id string) bool {
-	if id == "" || len(id) > maxQueueIDLen {
-		return false
-	}
-	sep := strings.LastIndexByte(id, 'z')
-	return len(id) >= 6 && strings.Trim(id, "0123456789ABCDEF") == "" ||
-		sep >= 10 && sep < len(id)-1 && only(id[:sep], postfixSafe) && only(id[sep+1:], postfixSafe[:51]) ||
-		eximID(id)
-}
-
-func only(s, set string) bool {
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(set, s[i]) < 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func eximID(id string) bool {
-	groups := map[int][]int{16: {6, 6, 2}, 23: {6, 11, 4}}[len(id)]
-	if groups == nil {
-		return false
-	}
-	pos := 0
-	for g, n := range groups {
-		if g > 0 {
-			if id[pos] != '-' {
-				return false
-			}
-			pos++
-		}
-		for _, c := range []byte(id[pos : pos+n]) {
-			if !isAlnum(c) {
-				return false
-			}
-		}
-		pos += n
-	}
-	return true
-}
-
-func isAlnum(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
+	return len(id) <= maxQueueIDLen && queueIDSyntax.MatchString(id)
 }
 
 // QueuedMessage is one message of the MTA's queue listing (Postfix:
