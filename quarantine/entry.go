@@ -71,13 +71,12 @@ type Entry struct {
 	ID string `json:"id"`
 	// State is set by the Store.
 	State State `json:"state"`
-	// Created is when recorded (the Store's clock if zero), Updated when
-	// last changed.
+	// Created is when recorded (zero: now), Updated when last changed.
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 
-	// Limit, Key, Rate and Max (cost per period) of the decision; Action
-	// "hold" or "freeze".
+	// The decision: Rate and Max in cost per period; Action "hold" or
+	// "freeze".
 	Limit  string  `json:"limit,omitempty"`
 	Key    string  `json:"key,omitempty"`
 	Rate   float64 `json:"rate"`
@@ -95,22 +94,20 @@ type Entry struct {
 	// END-OF-MESSAGE request that knows the queue ID (Store.RecordHold).
 	QueueID  string `json:"queue_id,omitempty"`
 	Instance string `json:"instance,omitempty"`
-	// Unverified says why the MTA's queue did not confirm QueueID; release,
-	// delete and show are refused while set.
+	// Unverified says why the MTA's queue did not confirm QueueID.
 	Unverified string `json:"unverified,omitempty"`
 
 	// Size is the message size in bytes (stored, or MTA-reported if held).
 	Size int64 `json:"size"`
 	// Subject (RFC 2047 decoded, cleaned) and MessageID (no angle
-	// brackets); Freeze takes them from the header when empty.
+	// brackets), from the header if empty.
 	Subject   string `json:"subject,omitempty"`
 	MessageID string `json:"message_id,omitempty"`
 	// Hash is the hex SHA-256 of a frozen entry's message.
 	Hash string `json:"hash,omitempty"`
 
-	// ThawedTo is the host:port a frozen message was last re-injected to;
-	// ThawedAs the queue ID that server's 250 named (mailout.QueuedAs),
-	// or its whole reply text when it named none.
+	// ThawedTo is the host:port a frozen message was last re-injected to,
+	// ThawedAs the queue ID its 250 named (mailout.QueuedAs), else its text.
 	ThawedTo string `json:"thawed_to,omitempty"`
 	ThawedAs string `json:"thawed_as,omitempty"`
 

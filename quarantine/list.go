@@ -53,20 +53,15 @@ func (s *Store) Message(id string) ([]byte, error) {
 }
 
 // Filter selects entries for List; the zero Filter selects every pending
-// entry, newest first.
+// entry, newest first. Sender matches case-insensitively, Key and Limit
+// exactly ("": all); no States means Held and Frozen; Since <= Created <
+// Before (zero: no bound); Max 0 means no bound.
 type Filter struct {
-	// Sender matches case-insensitively, Key and Limit exactly; "" all.
-	Sender string
-	Key    string
-	Limit  string
-	// States to include; empty means Held and Frozen.
-	States []State
-	// Since <= Created < Before; zero does not restrict.
-	Since, Before time.Time
-	// Max bounds the entries returned; zero means no bound.
-	Max int
-	// OldestFirst orders by creation ascending (to thaw in).
-	OldestFirst bool
+	Sender, Key, Limit string
+	States             []State
+	Since, Before      time.Time
+	Max                int
+	OldestFirst        bool
 }
 
 func (f *Filter) match(e *Entry) bool {
@@ -162,21 +157,18 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 	return out, nil
 }
 
-// Stats summarises the quarantine.
+// Stats summarises the quarantine: entries per state, stored message
+// bytes (what MaxSize bounds), pending entries per key, the oldest
+// pending's creation, unreadable entries (Damaged, DamagedIDs) and those
+// set aside in quarantine/damaged.
 type Stats struct {
-	// Entries in each state.
 	Held, Frozen, Thawed, Deleted int
-	// Bytes is the stored message bytes (what MaxSize bounds).
-	Bytes int64
-	// ByKey counts pending entries per rate key.
-	ByKey map[string]int
-	// Oldest is the creation time of the oldest pending entry.
-	Oldest time.Time
-	// Damaged counts unreadable entries (DamagedIDs); Aside those in
-	// quarantine/damaged.
-	Damaged    int
-	DamagedIDs []string
-	Aside      int
+	Bytes                         int64
+	ByKey                         map[string]int
+	Oldest                        time.Time
+	Damaged                       int
+	DamagedIDs                    []string
+	Aside                         int
 }
 
 // Stats counts the entries, scanning every record. Errors: bbolt's.

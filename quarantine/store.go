@@ -20,10 +20,8 @@ import (
 var (
 	bucketMeta     = []byte("quarantine/meta")           // ID -> sealed JSON Entry
 	bucketInstance = []byte("quarantine/index-instance") // Instance NUL ID -> ""
-	// bucketInfo holds "version" and "bytes" (big-endian uint64).
-	bucketInfo = []byte("quarantine/info")
-	// bucketDamaged holds unreadable records set aside (statedb.SetAside).
-	bucketDamaged = []byte("quarantine/damaged")
+	bucketInfo     = []byte("quarantine/info")           // "version", "bytes" (big-endian uint64)
+	bucketDamaged  = []byte("quarantine/damaged")        // unreadable records set aside
 
 	keyVersion = []byte("version")
 	keyBytes   = []byte("bytes")
@@ -53,9 +51,9 @@ type Store struct {
 	chunkBuf []byte
 }
 
-// New returns a Store keeping its buckets in db (the caller's; read-only
-// db: writes fail with bbolt's ErrDatabaseReadOnly).
-// Errors: ErrNoSync, ErrVersion, ErrInvalid, bbolt's.
+// New returns a Store keeping its buckets in db (read-only: writes fail
+// with bbolt's ErrDatabaseReadOnly). Errors: ErrNoSync, ErrVersion,
+// ErrInvalid, bbolt's.
 func New(db *bolt.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalid)
@@ -118,8 +116,8 @@ func checkVersion(info *bolt.Bucket) error {
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.db.Path() }
 
-// Formats describes the buckets for statedb's Scan, Check, Salvage and
-// SetAside: entries and suspensions are checked, the rest counted.
+// Formats describes the buckets for statedb: entries and suspensions are
+// checked, the rest counted.
 func Formats() []statedb.Format {
 	check := func(what string) func(tx *bolt.Tx) func([]string, []byte, []byte) (int, error) {
 		return func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
@@ -175,7 +173,7 @@ func decodeRecord(key, v []byte, x any) error {
 }
 
 // buckets are the quarantine's buckets in one transaction (nil if never
-// written); t counts a write's changes for the manifest.
+// written); t is a write's manifest tally.
 type buckets struct {
 	meta, inst, info, chunks, messages *bolt.Bucket
 	t                                  *statedb.Tally

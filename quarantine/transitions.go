@@ -35,8 +35,7 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 	return err
 }
 
-// needPendingOrClaimed is needPending, also passing a thawed entry
-// claimed by ClaimThawed.
+// needPendingOrClaimed also passes a thawed entry claimed by ClaimThawed.
 func needPendingOrClaimed(op string, e *Entry) error {
 	if e.State == Thawed && e.Claim != "" {
 		return nil
@@ -51,11 +50,10 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records, after the release succeeded, that entry id is
-// Thawed: pending, or thawed and claimed by ClaimThawed. It drops the
-// claim and Error and keeps the message (SweepThawed drops it); to and as
-// are Entry.ThawedTo and ThawedAs ("" for held mail). Errors:
-// ErrNotFound, ErrState, bbolt's.
+// MarkThawed records, after the release succeeded, that entry id
+// (pending, or claimed by ClaimThawed) is Thawed, with Entry.ThawedTo and
+// ThawedAs; the message stays until SweepThawed. Errors: ErrNotFound,
+// ErrState, bbolt's.
 func (s *Store) MarkThawed(id, to, as string) error {
 	return s.end("thaw", id, Thawed, func(e *Entry) { e.ThawedTo, e.ThawedAs, e.Error = to, as, "" })
 }
@@ -81,7 +79,7 @@ func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 }
 
 // RecordThawError records a failed release of entry id, pending or
-// claimed by ClaimThawed (Attempts, Error, claim dropped). Errors: ErrNotFound, ErrState, bbolt's.
+// claimed by ClaimThawed. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) RecordThawError(id string, msg string) error {
 	return s.update("record thaw error", id, func(_ buckets, e *Entry) error {
 		if err := needPendingOrClaimed("record a thaw error for", e); err != nil {
@@ -94,11 +92,10 @@ func (s *Store) RecordThawError(id string, msg string) error {
 	})
 }
 
-// Claim marks pending entry id as acted on by token's process, so each
-// action happens once; the claim is durable on return. Another token's
-// claim was left by a stopped process: Claim takes it over for a held
-// entry, and for a frozen one only with force. It returns the claimed
-// entry. Errors: ErrNotFound, ErrState, ErrBusy, ErrInterrupted, bbolt's.
+// Claim marks pending entry id as acted on by token's process, durably,
+// so each action happens once, and returns it. Another token's claim (a
+// stopped process's) is taken over for a held entry, for a frozen one only
+// with force. Errors: ErrNotFound, ErrState, ErrBusy, ErrInterrupted, bbolt's.
 func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	return s.claim("claim", id, token, func(_ buckets, e *Entry) error {
 		if err := needPending("claim", e); err != nil {
@@ -112,11 +109,9 @@ func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	})
 }
 
-// ClaimThawed claims thawed entry id whose message is still kept (see
-// SweepThawed), to release it again, as Claim does a pending one (another
-// token's claim is taken over). Errors: ErrNotFound, ErrState (not
-// thawed), ErrNoContent (message swept), ErrBusy (claimed by token),
-// bbolt's.
+// ClaimThawed claims thawed entry id whose message is still kept, to
+// release it again. Errors: ErrNotFound, ErrState, ErrNoContent (swept),
+// ErrBusy, bbolt's.
 func (s *Store) ClaimThawed(id, token string) (Entry, error) {
 	return s.claim("claim again", id, token, func(b buckets, e *Entry) error {
 		if e.State != Thawed {

@@ -36,8 +36,7 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("quarantine: %s: %w", op, err)
 }
 
-// checkQueueID returns ErrInvalid for a set queue ID that fails
-// ValidQueueID.
+// checkQueueID returns ErrInvalid for a set queue ID that is not valid.
 func checkQueueID(id string) error {
 	if id != "" && !ValidQueueID(id) {
 		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, termsafe.Line(id))
@@ -45,8 +44,7 @@ func checkQueueID(id string) error {
 	return nil
 }
 
-// prepare returns a copy of e as a new entry in state. Errors:
-// ErrInvalid.
+// prepare returns a copy of e as a new entry in state (ErrInvalid).
 func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	if e == nil {
 		return Entry{}, fmt.Errorf("%w: nil entry", ErrInvalid)
@@ -69,15 +67,13 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	return ent, nil
 }
 
-// Recorded says what RecordHold, AddToHeld or RecordFreeze did.
+// Recorded says what RecordHold, AddToHeld or RecordFreeze did: ID is the
+// entry recorded or added to ("" when AddToHeld found none); Added, that
+// it went to a held entry of the same Instance; RefusedQueueID, a queue
+// ID another pending entry has, left out.
 type Recorded struct {
-	// ID is the entry recorded or added to; "" when AddToHeld found none.
-	ID string
-	// Added: e's queue ID, size and recipients went to a held entry of
-	// the same Instance; no entry was made.
-	Added bool
-	// RefusedQueueID is a queue ID another pending entry has; the entry
-	// was recorded without it.
+	ID             string
+	Added          bool
 	RefusedQueueID string
 }
 
@@ -297,8 +293,7 @@ func (s *Store) LinkQueueID(id, queueID string) error {
 	})
 }
 
-// HeldDetails are what the MTA's queue tells of a held message: recipients,
-// size in bytes, Subject, Message-ID.
+// HeldDetails are what the MTA's queue tells of a held message.
 type HeldDetails struct {
 	Recipients []string
 	Size       int64
