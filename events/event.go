@@ -111,13 +111,10 @@ const (
 )
 
 func (q Query) max() int {
-	switch {
-	case q.Max <= 0:
+	if q.Max <= 0 {
 		return DefaultMax
-	case q.Max > MaxQuery:
-		return MaxQuery
 	}
-	return q.Max
+	return min(q.Max, MaxQuery)
 }
 
 // KeySummary is Summary's report of one key: decisions (coalesced ones

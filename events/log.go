@@ -426,13 +426,10 @@ func (l *Log) Close() error {
 	if l == nil {
 		return nil
 	}
-	err := l.Flush()
+	err := l.Tick()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-	if errors.Is(err, ErrClosed) {
-		return nil
-	}
 	return err
 }
 

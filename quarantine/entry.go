@@ -16,7 +16,7 @@ import (
 //	Hold   -> Held   --MarkThawed--> Thawed
 //	Freeze -> Frozen --Delete------> Deleted
 //
-// Thawed and deleted entries stay, without message, until Expire or Purge.
+// Thawed and deleted entries stay, without message, until Expire.
 type State uint8
 
 // The states, encoded and parsed by their names ("held", ...).

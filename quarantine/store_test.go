@@ -347,7 +347,7 @@ func TestStateTransitions(t *testing.T) {
 			t.Errorf("RecordThawError(%s): %v", id, err)
 		}
 	}
-	for _, err := range []error{s.MarkThawed("ffffffffffffffff", "", ""), s.Delete("x"), s.RecordThawError("x", ""), s.Purge("x")} {
+	for _, err := range []error{s.MarkThawed("ffffffffffffffff", "", ""), s.Delete("x"), s.RecordThawError("x", "")} {
 		if !errors.Is(err, ErrNotFound) {
 			t.Errorf("missing entry: %v", err)
 		}
@@ -359,12 +359,6 @@ func TestStateTransitions(t *testing.T) {
 	}
 	if st.Frozen != 0 || st.Thawed != 2 || st.Deleted != 1 || st.Held != 0 || st.Bytes != 0 {
 		t.Errorf("stats %+v", st)
-	}
-	if err := s.Purge(f1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Get(f1); !errors.Is(err, ErrNotFound) {
-		t.Errorf("after purge: %v", err)
 	}
 }
 
@@ -408,12 +402,15 @@ func TestHoldAndQueueID(t *testing.T) {
 	if r, err := s.RecordHold(&Entry{Key: "carol", Instance: "unknown", QueueID: "5F2A12345"}); err != nil || r.Added || r.ID == "" {
 		t.Errorf("RecordHold of a new message: %+v %v", r, err)
 	}
-	// Purge removes the index entry.
-	if err := s.Purge(a); err != nil {
+	// Expiry removes the index entry.
+	if err := s.Delete(a); err != nil {
 		t.Fatal(err)
 	}
+	if n, _, err := s.Expire(time.Now().Add(48*time.Hour), time.Hour); err != nil || n != 1 {
+		t.Fatalf("Expire: %d, %v", n, err)
+	}
 	if r, _ := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "6F2A12345"}); r.ID != b {
-		t.Errorf("after purge: %+v", r)
+		t.Errorf("after expiry: %+v", r)
 	}
 }
 

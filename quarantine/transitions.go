@@ -209,19 +209,6 @@ func (s *Store) Note(id, msg string) error {
 	})
 }
 
-// Purge removes entry id whatever its state. Errors: ErrNotFound,
-// ErrCorrupt (unreadable entries are kept), bbolt's.
-func (s *Store) Purge(id string) error {
-	return s.write("purge", func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
-		_, err = b.remove(id)
-		return err
-	})
-}
-
 // remove deletes everything of id and returns the bytes freed
 // (ErrCorrupt for an unreadable entry).
 func (b buckets) remove(id string) (int64, error) {
