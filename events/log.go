@@ -133,8 +133,7 @@ type queue struct {
 	bytes [numClasses]int // bytes per class
 }
 
-// queued is one queued event: class, time (Unix ns), record buf[off:end]
-// and a decision's coalesced totals.
+// queued is one queued event: record buf[off:end], a decision's totals.
 type queued struct {
 	c        class
 	t        int64
@@ -342,8 +341,7 @@ func (l *Log) window(t time.Time) int64 { return max(t.UnixNano(), 0) / int64(l.
 // keyOf is e's coalescing key.
 func keyOf(e *Event) coalesceKey { return coalesceKey{Clip(e.Key), Clip(e.Limit), e.Action} }
 
-// coalesce adds decision e to its open record of the same interval and
-// reports whether there was one; mu held.
+// coalesce adds decision e to its open record of the interval, if any; mu held.
 func (l *Log) coalesce(e *Event) bool {
 	p := l.open[keyOf(e)]
 	if p == nil || p.window != l.window(e.Time) {
@@ -443,9 +441,8 @@ type update struct {
 	gone  bool // the record was pruned meanwhile
 }
 
-// Flush writes the queued events and the grown counts and prunes, in one
-// transaction; a failed flush requeues what fits. Error: ErrClosed after
-// Close, BoltDB's.
+// Flush writes the queued events and grown counts and prunes, in one
+// transaction; a failed flush requeues what fits. Errors: ErrClosed, BoltDB's.
 func (l *Log) Flush() error {
 	if l.readOnly {
 		return nil
@@ -523,7 +520,7 @@ func (l *Log) markDirty(p *pending) {
 }
 
 // write stores batch and updates and prunes in one transaction; it
-// returns the keys of batch's coalesced records and more: pruning due.
+// returns the keys of batch's coalesced records, and whether more pruning is due.
 func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, err error) {
 	now := l.opts.Now()
 	if len(batch.recs) == 0 && len(updates) == 0 && !l.pruneDue(now) {
