@@ -17,11 +17,11 @@ import (
 // A record's key is class (1 byte), time (Unix ns, before 1970: 1970)
 // and sequence (8 bytes each, big-endian). Its value is the version, the
 // strings key, limit, action, sender, client, queue ID, by and detail
-// (uvarint length, bytes, each through Clip), count (4 bytes), last (Unix
+// (uvarint length, bytes, each through clip), count (4 bytes), last (Unix
 // ns), rate and max (IEEE 754 bits), all big-endian, and the checksum
 // (statedb.Sum). events/meta holds the format and each class's count.
 const (
-	// MaxField is the most bytes of a stored string field (Clip).
+	// MaxField is the most bytes of a stored string field (clip).
 	MaxField = 256
 	// MaxRecord bounds one stored event, key and BoltDB's element header
 	// included.
@@ -64,10 +64,10 @@ func parseID(id string) ([]byte, error) {
 // clipMarker ends a clipped field; the bytes cut follow it in decimal.
 const clipMarker = "…[+"
 
-// Clip returns s if it has at most MaxField bytes, else its longest
+// clip returns s if it has at most MaxField bytes, else its longest
 // prefix (cut at a character boundary) followed by "…[+N]", N the bytes
 // cut, within MaxField bytes in all.
-func Clip(s string) string {
+func clip(s string) string {
 	if len(s) <= MaxField {
 		return s
 	}
@@ -94,7 +94,7 @@ const maxCount = math.MaxUint32
 func encode(b []byte, e *Event) []byte {
 	b = append(b, formatVersion)
 	for _, s := range [...]string{e.Key, e.Limit, e.Action, e.Sender, e.Client, e.QueueID, e.By, e.Detail} {
-		s = Clip(s)
+		s = clip(s)
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // FuzzDecode: any record body decodes to an event or ErrCorrupt, never a
-// panic; an encoded event decodes to itself, its fields through Clip.
+// panic; an encoded event decodes to itself, its fields through clip.
 func FuzzDecode(f *testing.F) {
 	long := string(make([]byte, 2*MaxField))
 	for _, e := range []Event{
@@ -25,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 		e := Event{Time: time.Unix(0, 5), Key: key, Action: Warn, Detail: detail, Count: count}
 		rec := encode(nil, &e)
 		got, err := decode(k, rec[:len(rec)-4])
-		if err != nil || got.Key != Clip(key) || got.Detail != Clip(detail) || got.Count != min(max(count, 1), maxCount) ||
+		if err != nil || got.Key != clip(key) || got.Detail != clip(detail) || got.Count != min(max(count, 1), maxCount) ||
 			len(rec) > MaxRecord-keyLen-16 {
 			t.Fatalf("round trip of %q, %q, %d: %+v, %v (%d bytes)", key, detail, count, got, err, len(rec))
 		}

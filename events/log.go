@@ -339,7 +339,7 @@ func (l *Log) drop(c class) {
 func (l *Log) window(t time.Time) int64 { return max(t.UnixNano(), 0) / int64(l.opts.Coalesce) }
 
 // keyOf is e's coalescing key.
-func keyOf(e *Event) coalesceKey { return coalesceKey{Clip(e.Key), Clip(e.Limit), e.Action} }
+func keyOf(e *Event) coalesceKey { return coalesceKey{clip(e.Key), clip(e.Limit), e.Action} }
 
 // coalesce adds decision e to its open record of the interval, if any; mu held.
 func (l *Log) coalesce(e *Event) bool {

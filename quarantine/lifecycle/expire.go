@@ -148,7 +148,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	if err != nil {
 		return err
 	}
-	dsn, err := BuildDSN(s.reportingMTA(), e, msg, now, s.opts.MaxAge)
+	dsn, err := buildDSN(s.reportingMTA(), e, msg, now, s.opts.MaxAge)
 	if err != nil {
 		return err
 	}
@@ -159,10 +159,10 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	return nil
 }
 
-// BuildDSN returns an RFC 3464 DSN (Status 5.4.7 per recipient, RFC 3463;
+// buildDSN returns an RFC 3464 DSN (Status 5.4.7 per recipient, RFC 3463;
 // text/rfc822-headers) from reportingMTA telling e.Sender that original
 // was not delivered within maxAge, with CRLF. Errors: go-message's.
-func BuildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time.Time, maxAge time.Duration) ([]byte, error) {
+func buildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time.Time, maxAge time.Duration) ([]byte, error) {
 	reportingMTA = cmp.Or(headerValue(reportingMTA), "localhost")
 	var h mail.Header
 	h.SetAddressList("From", []*mail.Address{{Name: "Mail Delivery System", Address: "MAILER-DAEMON@" + reportingMTA}})
