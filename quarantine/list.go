@@ -109,7 +109,7 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 			return nil
 		}
 		c := b.meta.Cursor()
-		var lo, hi, k, v []byte
+		var lo, hi []byte
 		if !f.Since.IsZero() {
 			lo = idBound(f.Since, false)
 		}
@@ -117,17 +117,10 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 			hi = idBound(f.Before, true)
 		}
 		step := c.Next
-		switch {
-		case f.OldestFirst && lo == nil:
-			k, v = c.First()
-		case f.OldestFirst:
-			k, v = c.Seek(lo)
-		case hi == nil:
+		k, v := c.Seek(lo) // nil: the first
+		if !f.OldestFirst {
 			step = c.Prev
-			k, v = c.Last()
-		default:
-			step = c.Prev
-			if k, v = c.Seek(hi); k == nil {
+			if k, v = c.Seek(hi); k == nil || hi == nil {
 				k, v = c.Last()
 			} else if bytes.Compare(k, hi) > 0 {
 				k, v = c.Prev()
