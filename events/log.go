@@ -352,9 +352,8 @@ func (l *Log) coalesce(e *Event) bool {
 	}
 	p.last = max(p.last, e.Time.UnixNano())
 	p.rate = max(p.rate, e.Rate)
-	if p.key != nil && !p.dirty {
-		p.dirty = true
-		l.dirty = append(l.dirty, p)
+	if p.key != nil {
+		l.markDirty(p)
 	}
 	return true
 }
