@@ -137,13 +137,10 @@ func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.
 // messageContents returns what follows postcat's "*** MESSAGE CONTENTS",
 // or all of out.
 func messageContents(out []byte) []byte {
-	i := bytes.Index(out, []byte("*** MESSAGE CONTENTS"))
-	if i < 0 {
+	_, after, found := bytes.Cut(out, []byte("*** MESSAGE CONTENTS"))
+	if !found {
 		return out
 	}
-	out = out[i:]
-	if j := bytes.IndexByte(out, '\n'); j >= 0 {
-		return out[j+1:]
-	}
-	return nil
+	_, body, _ := bytes.Cut(after, []byte("\n"))
+	return body
 }
