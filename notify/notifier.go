@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/template"
@@ -21,19 +22,17 @@ type Notifier struct {
 	cfg    Config
 	log    *slog.Logger
 	hc     *http.Client
-	kinds  map[Kind]bool
 	tmpl   templates
 	now    func() time.Time
 	queue  chan Event
 	ctx    context.Context // cancelled by Close when its deadline passes
 	cancel context.CancelFunc
 	done   chan struct{}
-	// closeMu orders Notify's send before Close's close of queue.
-	closeMu sync.RWMutex
-	closed  bool
 
-	mu   sync.Mutex // guards seen
-	seen windows    // (limit, key) refused within its period
+	closeMu sync.RWMutex // orders Notify's send before Close's close of queue
+	closed  bool
+	mu      sync.Mutex // guards seen
+	seen    windows    // (limit, key) refused within its period
 
 	queued, dropped, sent, failed, suppressed atomic.Int64
 
@@ -114,8 +113,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 		mFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_failed_total",
 			Help: "Notifications given up after their last attempt, by channel (webhook, mail)."}, []string{"channel"}),
 	}
-	// Every label value exists at zero from the start, so that an alert
-	// on increase() sees the first drop or failure.
+	// Every series exists at zero, so that increase() sees the first one.
 	for _, k := range Kinds {
 		n.mEvents.WithLabelValues(string(k))
 	}
@@ -128,12 +126,6 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	}
 	if n.now == nil {
 		n.now = time.Now
-	}
-	if len(cfg.Events) > 0 {
-		n.kinds = map[Kind]bool{}
-		for _, k := range cfg.Events {
-			n.kinds[Kind(k)] = true
-		}
 	}
 	m := cfg.Mail
 	n.tmpl.subject, _ = parseTemplate("subject", m.Subject)
@@ -150,7 +142,7 @@ func (n *Notifier) Enabled() bool { return n != nil && n.cfg.enabled() }
 
 // Notify queues e and reports whether it did. A nil Notifier discards.
 func (n *Notifier) Notify(e Event) bool {
-	if !n.Enabled() || (n.kinds != nil && !n.kinds[e.Kind]) {
+	if !n.Enabled() || len(n.cfg.Events) > 0 && !slices.Contains(n.cfg.Events, string(e.Kind)) {
 		return false
 	}
 	if e.Time.IsZero() {
