@@ -23,11 +23,7 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 	t := termsafe.NewTable(w, "ID", "STATE", "QUEUE_ID", "AGE", "SENDER", "RCPTS", "SIZE", "LIMIT", "SUBJECT", "LAST_THAW")
 	now := time.Now()
 	for _, e := range es {
-		subj := []rune(quarantine.CleanLine(e.Subject))
-		if len(subj) > 60 {
-			subj = append(subj[:57], []rune("...")...)
-		}
-		sender := quarantine.CleanLine(e.Sender)
+		sender := termsafe.Line(e.Sender)
 		if sender == "" {
 			sender = "<>"
 		}
@@ -35,8 +31,8 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 		if e.Unverified != "" {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
-		t.Row(e.ID, state, orDash(quarantine.CleanLine(e.QueueID)), human.Duration(now.Sub(e.Created).Round(time.Second)),
-			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, string(subj), lastThaw(e))
+		t.Row(e.ID, state, orDash(termsafe.Line(e.QueueID)), human.Duration(now.Sub(e.Created).Round(time.Second)),
+			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, cut(termsafe.Line(e.Subject), 60), lastThaw(e))
 	}
 	t.Flush()
 	fmt.Fprintln(w, plural.N(len(es), "message"))
@@ -53,9 +49,9 @@ func Show(w io.Writer, res admin.ShowResult, raw bool) {
 	res.Entry.WriteTo(w)
 	fmt.Fprintln(w)
 	// postcat's output for held mail is message content: cleaned too.
-	io.WriteString(w, quarantine.CleanText(res.Body))
+	io.WriteString(w, termsafe.Text(res.Body))
 	if res.Error != "" {
-		fmt.Fprintf(w, "\n(content unavailable: %s)\n", quarantine.CleanLine(res.Error))
+		fmt.Fprintf(w, "\n(content unavailable: %s)\n", termsafe.Line(res.Error))
 	}
 }
 
@@ -72,21 +68,21 @@ func Outcomes(w io.Writer, op string, sel lifecycle.Selection, out []lifecycle.O
 		if o.RateReset && !slices.Contains(reset, o.Key) {
 			reset = append(reset, o.Key)
 		}
-		id, sender := quarantine.CleanLine(o.ID), quarantine.CleanLine(o.Sender)
+		id, sender := termsafe.Line(o.ID), termsafe.Line(o.Sender)
 		if o.OK {
 			note := ""
 			if o.Note != "" {
-				note = " (" + quarantine.CleanLine(o.Note) + ")"
+				note = " (" + termsafe.Line(o.Note) + ")"
 			}
 			fmt.Fprintf(w, "%s %s: %s%s\n", id, sender, done, note)
 		} else {
 			failed++
-			fmt.Fprintf(w, "%s %s: FAILED: %s\n", id, sender, quarantine.CleanLine(o.Error))
+			fmt.Fprintf(w, "%s %s: FAILED: %s\n", id, sender, termsafe.Line(o.Error))
 		}
 	}
 	fmt.Fprintf(w, "%d %s, %d failed\n", len(out)-failed, done, failed)
 	for _, k := range reset {
-		fmt.Fprintf(w, "%s: rate reset\n", quarantine.CleanLine(k))
+		fmt.Fprintf(w, "%s: rate reset\n", termsafe.Line(k))
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %s could not be %s", failed, plural.N(len(out), "message"), done)
@@ -99,7 +95,7 @@ func NoMatch(sel lifecycle.Selection) error {
 	var what []string
 	for _, f := range []struct{ flag, v string }{{"--sender", sel.Sender}, {"--key", sel.Key}} {
 		if f.v != "" {
-			what = append(what, f.flag+" "+quarantine.CleanLine(f.v))
+			what = append(what, f.flag+" "+termsafe.Line(f.v))
 		}
 	}
 	if sel.OlderThan > 0 {
@@ -113,7 +109,7 @@ func NoMatch(sel lifecycle.Selection) error {
 
 // Suspended prints the result of `quarantine suspend` or `resume`.
 func Suspended(w io.Writer, res admin.SuspendResult, resume bool) {
-	key := quarantine.CleanLine(res.Key)
+	key := termsafe.Line(res.Key)
 	switch {
 	case !resume:
 		fmt.Fprintf(w, "%s: automatic release suspended\n", key)
@@ -134,9 +130,13 @@ func lastThaw(e quarantine.Entry) string {
 	case e.State == quarantine.Thawed && e.ThawedAs != "":
 		s = "queued as " + e.ThawedAs + " at " + e.ThawedTo
 	}
-	r := []rune(quarantine.CleanLine(s))
-	if len(r) > 80 {
-		r = append(r[:77], []rune("...")...)
+	return orDash(cut(termsafe.Line(s), 80))
+}
+
+// cut shortens s to n runes, the last three "...".
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
 	}
-	return orDash(string(r))
+	return s
 }
