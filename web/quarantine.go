@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"net/url"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
@@ -38,12 +37,8 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 	all := map[string]template.URL{} // the bulk actions on every match
 	if lq != (admin.ListQuery{}) {
 		for op := range confirmOps {
-			v := url.Values{"op": {op}}
-			for k, val := range form {
-				if val != "" {
-					v.Set(k, val)
-				}
-			}
+			v := query(form)
+			v.Set("op", op)
 			all[op] = template.URL("/quarantine/bulk?" + v.Encode())
 		}
 	}

@@ -26,8 +26,7 @@ import (
 // Role is what a console user may do.
 type Role string
 
-// The roles: a Viewer reads every page; an Operator also acts (reset,
-// suspend, resume, thaw, delete).
+// The roles: a Viewer reads every page; an Operator also acts.
 const (
 	Viewer   Role = "viewer"
 	Operator Role = "operator"
@@ -43,8 +42,7 @@ func ParseRole(s string) (Role, error) {
 }
 
 // argon2id parameters of new hashes: RFC 9106 section 4's second
-// recommended option (t=3, 64 MiB) with 2 lanes. A stored hash carries its
-// own, bounded by maxArgonMemory (KiB) and maxArgonTime.
+// option (t=3, 64 MiB), 2 lanes; a stored hash's own are bounded.
 const (
 	argonTime      = 3
 	argonMemory    = 64 * 1024 // KiB
@@ -58,23 +56,19 @@ const (
 // hashCost is the cost of new hashes; tests lower it.
 var hashCost = struct{ time, memory uint32 }{argonTime, argonMemory}
 
-// validName is what a user name may be.
 var validName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
-// User is one line of the users file.
+// User is one line of the users file; Domains, if any, are the sender
+// domains (canonical, sorted) whose mail alone the user sees (Scope).
 type User struct {
-	Name string
-	Role Role
-	// Domains, if any, are the sender domains (canonical, sorted) whose
-	// mail alone the user sees and acts on (Scope); none: site-wide.
+	Name    string
+	Role    Role
 	Domains []string
-	// hash is the PHC string "$argon2id$v=19$m=...,t=...,p=...$salt$key",
-	// never printed, logged or rendered.
-	hash string
+	hash    string // PHC string, never printed, logged or rendered
 }
 
-// entryID identifies the user's entry: it changes with the password (each
-// hash has its own salt), the role and the domains.
+// entryID changes with the user's password (each hash has its own salt),
+// role and domains.
 func (u User) entryID() string {
 	h := sha256.Sum256([]byte(string(u.Role) + " " + u.hash + " " + strings.Join(u.Domains, ",")))
 	return string(h[:])
@@ -92,8 +86,8 @@ func (u User) GoString() string     { return "web.User{" + u.String() + "}" }
 func (u User) LogValue() slog.Value { return slog.StringValue(u.String()) }
 
 // Users is the console's users file (mode 0600): one user a line, "NAME
-// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH [DOMAIN,...]" (unpadded
-// base64; the domains of a domain operator, canonical); '#' starts a comment. Not safe for concurrent modification.
+// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH [DOMAIN,...]"; '#' starts
+// a comment. Not safe for concurrent modification.
 type Users struct {
 	byName map[string]User
 }
@@ -257,8 +251,7 @@ func (u *Users) Verify(name string, password []byte) (User, bool) {
 	if !ok {
 		h = dummyHash()
 	}
-	good := checkPassword(h, password)
-	return x, ok && good
+	return x, checkPassword(h, password) && ok // the check runs for an unknown name too
 }
 
 var b64 = base64.RawStdEncoding
