@@ -39,10 +39,8 @@ type Daemon interface {
 // call HTTPServer; they must not change afterwards.
 type Server struct {
 	Daemon Daemon
-	// Logger receives the audit lines of rate resets.
-	Logger *slog.Logger
-	// Events is the event log (nil: events off).
-	Events *events.Log
+	Logger *slog.Logger // the audit lines of rate resets
+	Events *events.Log  // nil: events off
 }
 
 type peerKey struct{}
@@ -73,7 +71,6 @@ func (s *Server) local(r *http.Request) *Local {
 		Logger: s.Logger, Notify: s.Daemon.Notify}
 }
 
-// badRequest marks an error answered 400.
 type badRequest struct{ error }
 
 func statusOf(err error) int {
