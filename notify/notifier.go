@@ -44,10 +44,10 @@ type Notifier struct {
 
 type seenKey struct{ limit, key string }
 
-// windows is a min-heap of (limit, key) on each one's window end.
+// windows is a min-heap of refusal windows on their end, and their keys.
 type windows struct {
-	index map[seenKey]int // position in heap
-	heap  []window
+	keys map[seenKey]bool
+	heap []window
 }
 
 type window struct {
@@ -57,20 +57,11 @@ type window struct {
 
 func (w *windows) Len() int           { return len(w.heap) }
 func (w *windows) Less(i, j int) bool { return w.heap[i].until.Before(w.heap[j].until) }
-func (w *windows) Swap(i, j int) {
-	w.heap[i], w.heap[j] = w.heap[j], w.heap[i]
-	w.index[w.heap[i].k] = i
-	w.index[w.heap[j].k] = j
-}
-func (w *windows) Push(x any) {
-	e := x.(window)
-	w.index[e.k] = len(w.heap)
-	w.heap = append(w.heap, e)
-}
+func (w *windows) Swap(i, j int)      { w.heap[i], w.heap[j] = w.heap[j], w.heap[i] }
+func (w *windows) Push(x any)         { w.heap = append(w.heap, x.(window)) }
 func (w *windows) Pop() any {
 	e := w.heap[len(w.heap)-1]
 	w.heap = w.heap[:len(w.heap)-1]
-	delete(w.index, e.k)
 	return e
 }
 
@@ -103,7 +94,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	}
 	n := &Notifier{cfg: cfg, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now,
 		hc:    cmp.Or(o.HTTPClient, &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}),
-		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{index: map[seenKey]int{}},
+		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{keys: map[seenKey]bool{}},
 		mEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_events_total",
 			Help: "Events accepted into the notification queue, by kind."}, []string{"kind"}),
 		mDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_dropped_total",
@@ -185,22 +176,18 @@ func (n *Notifier) first(e Event) bool {
 	defer n.mu.Unlock()
 	w := &n.seen
 	for w.Len() > 0 && !e.Time.Before(w.heap[0].until) {
-		heap.Pop(w)
+		delete(w.keys, heap.Pop(w).(window).k)
 	}
-	if i, ok := w.index[k]; ok {
-		if e.Time.Before(w.heap[i].until) {
-			n.suppressed.Add(1)
-			return false
-		}
-		w.heap[i].until = e.Time.Add(period)
-		heap.Fix(w, i)
-		return true
+	if w.keys[k] { // its window has not ended: every ended one is gone
+		n.suppressed.Add(1)
+		return false
 	}
 	if w.Len() >= n.cfg.MaxKeys {
 		n.suppressed.Add(1)
 		n.mDropped.WithLabelValues("dedup_full").Inc()
 		return false
 	}
+	w.keys[k] = true
 	heap.Push(w, window{k, e.Time.Add(period)})
 	return true
 }
