@@ -23,9 +23,9 @@ import (
 // Backend answers the rate, quarantine and event commands: a Client or a
 // Local. Error texts are fit for the operator.
 type Backend interface {
-	// Rate returns each limit's rate of key.
+	// Rate returns each limit's rate of key; Rates at most top (0: all)
+	// rates, nearest their limits first.
 	Rate(ctx context.Context, key string) ([]policy.KeyRate, error)
-	// Rates returns at most top (0: all) rates nearest their limits first.
 	Rates(ctx context.Context, top int, over bool) ([]policy.KeyRate, error)
 	// Reset forgets key's rate under limit ("": every limit).
 	Reset(ctx context.Context, key, limit string) (ResetResult, error)
@@ -42,8 +42,7 @@ type Backend interface {
 	// sums them per key.
 	EventList(ctx context.Context, q events.Query) ([]events.Event, error)
 	EventSummary(ctx context.Context, q events.Query) ([]events.KeySummary, error)
-	// Close releases the backend (a Local one closes the file).
-	Close() error
+	Close() error // a Local one closes the file
 }
 
 // With runs fn on a Client of the daemon at socket, else on offline()'s
@@ -103,8 +102,7 @@ type Local struct {
 	By         string
 	Logger     *slog.Logger
 	Notify     func(notify.Event)
-	// Closer, if not nil, is called by Close.
-	Closer func() error
+	Closer     func() error // called by Close, if not nil
 }
 
 func (l *Local) eventLog() Events {
@@ -161,10 +159,10 @@ func (l *Local) Reset(ctx context.Context, key, limit string) (ResetResult, erro
 
 // Close implements Backend.
 func (l *Local) Close() error {
-	if l.Closer == nil {
-		return nil
+	if l.Closer != nil {
+		return l.Closer()
 	}
-	return l.Closer()
+	return nil
 }
 
 // TopRates sorts all by rate/max, highest first, and keeps top (0: all),

@@ -39,10 +39,8 @@ type Daemon interface {
 // call HTTPServer; they must not change afterwards.
 type Server struct {
 	Daemon Daemon
-	// Logger receives the audit lines of rate resets.
-	Logger *slog.Logger
-	// Events is the event log (nil: events off).
-	Events *events.Log
+	Logger *slog.Logger // the audit lines of rate resets
+	Events *events.Log  // nil: events off
 }
 
 type peerKey struct{}
@@ -73,7 +71,6 @@ func (s *Server) local(r *http.Request) *Local {
 		Logger: s.Logger, Notify: s.Daemon.Notify}
 }
 
-// badRequest marks an error answered 400.
 type badRequest struct{ error }
 
 func statusOf(err error) int {
@@ -151,20 +148,18 @@ func (s *Server) Handler() http.Handler {
 		}
 		return l.Suspend(r.Context(), req.Key, req.Resume)
 	})
-	handle("GET /v1/events", func(r *http.Request, l *Local) (any, error) {
-		q, err := ParseEventQuery(r.URL.Query(), time.Now())
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		return l.EventList(r.Context(), q)
-	})
-	handle("GET /v1/events/summary", func(r *http.Request, l *Local) (any, error) {
-		q, err := ParseEventQuery(r.URL.Query(), time.Now())
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		return l.EventSummary(r.Context(), q)
-	})
+	for path, summary := range map[string]bool{"GET /v1/events": false, "GET /v1/events/summary": true} {
+		handle(path, func(r *http.Request, l *Local) (any, error) {
+			q, err := ParseEventQuery(r.URL.Query(), time.Now())
+			switch {
+			case err != nil:
+				return nil, badRequest{err}
+			case summary:
+				return l.EventSummary(r.Context(), q)
+			}
+			return l.EventList(r.Context(), q)
+		})
+	}
 	return mux
 }
 

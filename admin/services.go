@@ -10,14 +10,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// The daemon's services as its front ends for people (this API and the
-// web console) use them. Implementations must be safe for concurrent use.
+// The daemon's services as this API and the web console use them; safe
+// for concurrent use.
 
 // Rates is the rate state: *policy.Engine.
 type Rates interface {
-	// Lookup returns key's rate under each limit with state for it.
+	// Lookup returns key's rate under each limit with state for it, All
+	// every tracked (limit, key).
 	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
-	// All returns every tracked (limit, key).
 	All(ctx context.Context, now time.Time) ([]policy.KeyRate, error)
 	// Reset forgets key's rate under limit ("": all) and returns how many
 	// states it removed; policy.ErrUnknownLimit.

@@ -18,40 +18,32 @@ import (
 
 // Status is what GET /v1/status returns and `ratelimitd status` prints.
 type Status struct {
-	Version     string    `json:"version"`
-	Started     time.Time `json:"started"`
-	Uptime      string    `json:"uptime"`
-	Config      string    `json:"config"`
-	Listeners   []string  `json:"listeners"`
-	TrackedKeys int       `json:"tracked_keys"`
-	Requests    int64     `json:"requests"`
-	// ByAction counts requests by answer; Messages the messages that did
-	// not pass, by action.
-	ByAction map[string]int64 `json:"decisions"`
-	Messages map[string]int64 `json:"messages"`
-	Faults   int64            `json:"faults"`
-	BadInput int64            `json:"bad_input"`
-	Limits   []string         `json:"limits"`
-	// Stages counts requests per front end and protocol state.
-	Stages []policy.StageCount `json:"stages"`
-	// MessagesInFlight counts the messages in flight: asked about, admitted
-	// so far, not yet at END-OF-MESSAGE (policy.Engine.MessagesOpen).
-	MessagesInFlight int `json:"messages_in_flight"`
-	// Advice lists limits that cannot count as the MTA is hooked up.
-	Advice []string      `json:"advice,omitempty"`
-	Notify *notify.Stats `json:"notify,omitempty"` // nil: notifications off
-	// RestartNeeded lists changed TOML keys that need a restart.
-	RestartNeeded []string          `json:"restart_needed,omitempty"`
-	Connections   []ConnStatus      `json:"connections"`
-	FrontEnds     []FrontEndStatus  `json:"front_ends,omitempty"`
-	Quarantine    *lifecycle.Health `json:"quarantine,omitempty"`
-	State         *StateStatus      `json:"state,omitempty"`
-	// Events is the event log's counters since start (nil: events off).
-	Events *events.Stats `json:"events,omitempty"`
-	// Store is the Redis backend's state (nil: the local store).
-	Store *redisstore.FailoverStatus `json:"store,omitempty"`
-	// RedisTime is Redis's TIME; zero without Redis.
-	RedisTime time.Time `json:"redis_time,omitzero"`
+	Version     string              `json:"version"`
+	Started     time.Time           `json:"started"`
+	Uptime      string              `json:"uptime"`
+	Config      string              `json:"config"`
+	Listeners   []string            `json:"listeners"`
+	TrackedKeys int                 `json:"tracked_keys"`
+	Requests    int64               `json:"requests"`
+	ByAction    map[string]int64    `json:"decisions"` // requests by answer
+	Messages    map[string]int64    `json:"messages"`  // messages not passed, by action
+	Faults      int64               `json:"faults"`
+	BadInput    int64               `json:"bad_input"`
+	Limits      []string            `json:"limits"`
+	Stages      []policy.StageCount `json:"stages"` // requests per front end and protocol state
+	// MessagesInFlight: asked about, admitted so far, not yet at
+	// END-OF-MESSAGE (policy.Engine.MessagesOpen).
+	MessagesInFlight int                        `json:"messages_in_flight"`
+	Advice           []string                   `json:"advice,omitempty"`         // limits that cannot count as the MTA is hooked up
+	Notify           *notify.Stats              `json:"notify,omitempty"`         // nil: notifications off
+	RestartNeeded    []string                   `json:"restart_needed,omitempty"` // changed keys that need a restart
+	Connections      []ConnStatus               `json:"connections"`
+	FrontEnds        []FrontEndStatus           `json:"front_ends,omitempty"`
+	Quarantine       *lifecycle.Health          `json:"quarantine,omitempty"`
+	State            *StateStatus               `json:"state,omitempty"`
+	Events           *events.Stats              `json:"events,omitempty"`    // since start; nil: events off
+	Store            *redisstore.FailoverStatus `json:"store,omitempty"`     // nil: the local store
+	RedisTime        time.Time                  `json:"redis_time,omitzero"` // Redis's TIME; zero without Redis
 }
 
 // ConnStatus is one front end's connection budget: open, the caps and
@@ -90,11 +82,9 @@ func (f FrontEndStatus) String() string {
 
 // StateStatus is the local rate state's health (ratestore.Stats).
 type StateStatus struct {
-	// LastFlush is the last successful flush (zero: never).
-	LastFlush    time.Time `json:"last_flush"`
-	LastFlushAge string    `json:"last_flush_age"`
-	// LastError is the last failed flush's or compaction's, at LastErrorAt.
-	LastError          string    `json:"last_error,omitempty"`
+	LastFlush          time.Time `json:"last_flush"` // zero: never
+	LastFlushAge       string    `json:"last_flush_age"`
+	LastError          string    `json:"last_error,omitempty"` // of the last failed flush or compaction
 	LastErrorAt        time.Time `json:"last_error_at"`
 	FlushFailures      int64     `json:"flush_failures"`
 	CompactionFailures int64     `json:"compaction_failures"`
@@ -106,9 +96,8 @@ type StateStatus struct {
 	Converted          int64     `json:"converted"`
 	NotConverted       int64     `json:"not_converted"`
 	Unconfigured       int64     `json:"unconfigured"`
-	// RecordsLost and KeysLost are what serve --accept-state-loss set aside.
-	RecordsLost int64 `json:"records_lost"`
-	KeysLost    int64 `json:"keys_lost"`
+	RecordsLost        int64     `json:"records_lost"` // set aside by serve --accept-state-loss
+	KeysLost           int64     `json:"keys_lost"`
 }
 
 // NewStateStatus reads p's health now.
@@ -176,7 +165,6 @@ func (st *Status) Print(w io.Writer) {
 	}
 }
 
-// printEvents prints the event log's counters.
 func printEvents(w io.Writer, e *events.Stats) {
 	fmt.Fprintf(w, "events stored: %d refusals and warnings, %s; %d waiting, %d flush failures\n",
 		e.Stored, plural.N(e.ActionsStored, "action"), e.Pending, e.Failures)
@@ -187,7 +175,6 @@ func printEvents(w io.Writer, e *events.Stats) {
 	}
 }
 
-// printDecisions prints the requests and refused messages by action.
 func printDecisions(w io.Writer, st *Status) {
 	fmt.Fprintf(w, "requests: %d (%d passed)\n", st.Requests, st.ByAction[policy.Pass.String()])
 	fmt.Fprintf(w, "messages not passed, each counted once:\n")

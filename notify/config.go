@@ -148,11 +148,14 @@ func (c *Config) Validate() []error {
 			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, kindList())
 		}
 	}
-	if c.QueueSize < 0 {
-		bad("queue_size", "must not be negative")
-	}
-	if c.MaxKeys < 0 {
-		bad("max_keys", "must not be negative")
+	m := c.Mail
+	for _, n := range []struct {
+		key string
+		v   int
+	}{{"queue_size", c.QueueSize}, {"max_keys", c.MaxKeys}, {"webhook.attempts", c.Webhook.Attempts}, {"mail.attempts", m.Attempts}} {
+		if n.v < 0 {
+			bad(n.key, "must not be negative")
+		}
 	}
 	if u := c.Webhook.URL; u != "" {
 		p, err := url.Parse(u)
@@ -160,10 +163,6 @@ func (c *Config) Validate() []error {
 			bad("webhook.url", "%q is not an http:// or https:// URL", u)
 		}
 	}
-	if c.Webhook.Attempts < 0 {
-		bad("webhook.attempts", "must not be negative")
-	}
-	m := c.Mail
 	if len(m.To) > 0 {
 		if m.From == "" {
 			bad("mail.from", "is required when notify.mail.to is set (e.g. \"ratelimitd@mail.example.org\")")
@@ -171,9 +170,6 @@ func (c *Config) Validate() []error {
 		if _, _, err := net.SplitHostPort(m.Relay); err != nil {
 			bad("mail.relay", "%q is not host:port", m.Relay)
 		}
-	}
-	if m.Attempts < 0 {
-		bad("mail.attempts", "must not be negative")
 	}
 	for key, t := range map[string]string{"subject": m.Subject, "body": m.Body, "sender_subject": m.SenderSubject, "sender_body": m.SenderBody} {
 		if _, err := parseTemplate(key, t); err != nil {

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"time"
@@ -60,21 +61,15 @@ type Event struct {
 	By     string `json:"by,omitempty"` // who ran an operator action
 	Detail string `json:"detail,omitempty"`
 
-	rawKey *string // Key before forMail cleaned it, for KeyArg
+	rawKey string // Key before forMail cleaned it, for KeyArg
 }
 
 // KeyArg is the uncleaned key as one shell argument (ShellQuote).
-func (e Event) KeyArg() string {
-	if e.rawKey != nil {
-		return ShellQuote(*e.rawKey)
-	}
-	return ShellQuote(e.Key)
-}
+func (e Event) KeyArg() string { return ShellQuote(cmp.Or(e.rawKey, e.Key)) }
 
 // forMail returns e with every text field made one termsafe.Line.
 func (e Event) forMail() Event {
-	raw := e.Key
-	e.rawKey = &raw
+	e.rawKey = e.Key
 	for _, f := range []*string{&e.Key, &e.Limit, &e.Action, &e.Outcome, &e.Sender, &e.Client, &e.By, &e.Detail} {
 		*f = termsafe.Line(*f)
 	}
@@ -126,8 +121,11 @@ func (e Event) Summary() string {
 		return s
 	case Thawed, Deleted, Expired:
 		s := fmt.Sprintf("%s %s", plural.N(e.Count, "quarantined message"), e.Kind)
-		if sel := e.Key + e.Sender; sel != "" {
-			s += " of " + selection(e)
+		switch {
+		case e.Key != "" && e.Sender != "":
+			s += " of " + e.Key + " (" + e.Sender + ")"
+		case e.Key+e.Sender != "":
+			s += " of " + e.Key + e.Sender
 		}
 		if e.Failed > 0 {
 			s += fmt.Sprintf(", %d failed", e.Failed)
@@ -147,16 +145,6 @@ func (e Event) Summary() string {
 		return s
 	}
 	return string(e.Kind) + " " + e.Key
-}
-
-func selection(e Event) string {
-	switch {
-	case e.Key != "" && e.Sender != "":
-		return e.Key + " (" + e.Sender + ")"
-	case e.Key != "":
-		return e.Key
-	}
-	return e.Sender
 }
 
 func orNone(s string) string {

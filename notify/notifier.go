@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"text/template"
@@ -21,19 +22,17 @@ type Notifier struct {
 	cfg    Config
 	log    *slog.Logger
 	hc     *http.Client
-	kinds  map[Kind]bool
 	tmpl   templates
 	now    func() time.Time
 	queue  chan Event
 	ctx    context.Context // cancelled by Close when its deadline passes
 	cancel context.CancelFunc
 	done   chan struct{}
-	// closeMu orders Notify's send before Close's close of queue.
-	closeMu sync.RWMutex
-	closed  bool
 
-	mu   sync.Mutex // guards seen
-	seen windows    // (limit, key) refused within its period
+	closeMu sync.RWMutex // orders Notify's send before Close's close of queue
+	closed  bool
+	mu      sync.Mutex // guards seen
+	seen    windows    // (limit, key) refused within its period
 
 	queued, dropped, sent, failed, suppressed atomic.Int64
 
@@ -45,10 +44,10 @@ type Notifier struct {
 
 type seenKey struct{ limit, key string }
 
-// windows is a min-heap of (limit, key) on each one's window end.
+// windows is a min-heap of refusal windows on their end, and their keys.
 type windows struct {
-	index map[seenKey]int // position in heap
-	heap  []window
+	keys map[seenKey]bool
+	heap []window
 }
 
 type window struct {
@@ -58,20 +57,11 @@ type window struct {
 
 func (w *windows) Len() int           { return len(w.heap) }
 func (w *windows) Less(i, j int) bool { return w.heap[i].until.Before(w.heap[j].until) }
-func (w *windows) Swap(i, j int) {
-	w.heap[i], w.heap[j] = w.heap[j], w.heap[i]
-	w.index[w.heap[i].k] = i
-	w.index[w.heap[j].k] = j
-}
-func (w *windows) Push(x any) {
-	e := x.(window)
-	w.index[e.k] = len(w.heap)
-	w.heap = append(w.heap, e)
-}
+func (w *windows) Swap(i, j int)      { w.heap[i], w.heap[j] = w.heap[j], w.heap[i] }
+func (w *windows) Push(x any)         { w.heap = append(w.heap, x.(window)) }
 func (w *windows) Pop() any {
 	e := w.heap[len(w.heap)-1]
 	w.heap = w.heap[:len(w.heap)-1]
-	delete(w.index, e.k)
 	return e
 }
 
@@ -104,7 +94,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	}
 	n := &Notifier{cfg: cfg, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now,
 		hc:    cmp.Or(o.HTTPClient, &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}),
-		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{index: map[seenKey]int{}},
+		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{keys: map[seenKey]bool{}},
 		mEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_events_total",
 			Help: "Events accepted into the notification queue, by kind."}, []string{"kind"}),
 		mDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_dropped_total",
@@ -114,8 +104,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 		mFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_failed_total",
 			Help: "Notifications given up after their last attempt, by channel (webhook, mail)."}, []string{"channel"}),
 	}
-	// Every label value exists at zero from the start, so that an alert
-	// on increase() sees the first drop or failure.
+	// Every series exists at zero, so that increase() sees the first one.
 	for _, k := range Kinds {
 		n.mEvents.WithLabelValues(string(k))
 	}
@@ -128,12 +117,6 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	}
 	if n.now == nil {
 		n.now = time.Now
-	}
-	if len(cfg.Events) > 0 {
-		n.kinds = map[Kind]bool{}
-		for _, k := range cfg.Events {
-			n.kinds[Kind(k)] = true
-		}
 	}
 	m := cfg.Mail
 	n.tmpl.subject, _ = parseTemplate("subject", m.Subject)
@@ -150,7 +133,7 @@ func (n *Notifier) Enabled() bool { return n != nil && n.cfg.enabled() }
 
 // Notify queues e and reports whether it did. A nil Notifier discards.
 func (n *Notifier) Notify(e Event) bool {
-	if !n.Enabled() || (n.kinds != nil && !n.kinds[e.Kind]) {
+	if !n.Enabled() || len(n.cfg.Events) > 0 && !slices.Contains(n.cfg.Events, string(e.Kind)) {
 		return false
 	}
 	if e.Time.IsZero() {
@@ -193,22 +176,18 @@ func (n *Notifier) first(e Event) bool {
 	defer n.mu.Unlock()
 	w := &n.seen
 	for w.Len() > 0 && !e.Time.Before(w.heap[0].until) {
-		heap.Pop(w)
+		delete(w.keys, heap.Pop(w).(window).k)
 	}
-	if i, ok := w.index[k]; ok {
-		if e.Time.Before(w.heap[i].until) {
-			n.suppressed.Add(1)
-			return false
-		}
-		w.heap[i].until = e.Time.Add(period)
-		heap.Fix(w, i)
-		return true
+	if w.keys[k] { // its window has not ended: every ended one is gone
+		n.suppressed.Add(1)
+		return false
 	}
 	if w.Len() >= n.cfg.MaxKeys {
 		n.suppressed.Add(1)
 		n.mDropped.WithLabelValues("dedup_full").Inc()
 		return false
 	}
+	w.keys[k] = true
 	heap.Push(w, window{k, e.Time.Add(period)})
 	return true
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -58,18 +59,13 @@ func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 	if s.entryHidden(w, r, id) {
 		return
 	}
-	sel := lifecycle.Selection{IDs: []string{id}, ResetRate: r.PostForm.Get("reset") == "1"}
-	var out []lifecycle.Outcome
-	var err error
-	switch op {
-	case "thaw":
-		out, err = s.local(u).Thaw(r.Context(), sel)
-	case "delete":
-		out, err = s.local(u).Delete(r.Context(), sel)
-	default:
+	act := s.act(u, op)
+	if act == nil {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q", op))
 		return
 	}
+	sel := lifecycle.Selection{IDs: []string{id}, ResetRate: r.PostForm.Get("reset") == "1"}
+	out, err := act(r.Context(), sel)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
@@ -81,15 +77,20 @@ func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.log.Info("console action", "user", u.Name, "action", op, "id", id, "reset_rate", sel.ResetRate, "ok", len(failed) == 0)
-	if len(failed) > 0 || len(out) == 0 {
-		msg := strings.Join(failed, "; ")
-		if len(out) == 0 {
-			msg = "nothing to " + op + ": the message is no longer held or frozen"
-		}
-		s.fail(w, r, http.StatusConflict, errors.New(msg))
+	if len(out) == 0 {
+		failed = []string{"nothing to " + op + ": the message is no longer held or frozen"}
+	}
+	if len(failed) > 0 {
+		s.fail(w, r, http.StatusConflict, errors.New(strings.Join(failed, "; ")))
 		return
 	}
 	http.Redirect(w, r, "/quarantine?done="+url.QueryEscape(op+" "+id), http.StatusSeeOther)
+}
+
+// act is u's thaw or delete by op, nil for another op.
+func (s *Server) act(u user, op string) func(context.Context, lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	l := s.local(u)
+	return map[string]func(context.Context, lifecycle.Selection) ([]lifecycle.Outcome, error){"thaw": l.Thaw, "delete": l.Delete}[op]
 }
 
 // doneText is what an action's redirect may show in the page's banner.

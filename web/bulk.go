@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -15,29 +14,19 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Bulk actions: the confirmation page lists what a filter or a set of
-// checked IDs selects and posts the IDs it showed; the action acts on
-// those IDs only (lifecycle.Thaw and Delete claim each first, so an entry
-// released meanwhile by someone else fails alone and is never sent
-// twice).
+// Bulk actions: the confirmation page lists what a filter or the checked
+// IDs select and posts the IDs it showed; the action acts on those IDs
+// only (lifecycle claims each first, so one released meanwhile fails
+// alone and is never sent twice).
 
 // bulkPreview is how many entries the confirmation page names.
 const bulkPreview = 5
 
-// entries is the one listing the quarantine page and the bulk actions
-// select from: what f selects of the quarantine, for the user of ctx.
-func (s *Server) entries(ctx context.Context, f quarantine.Filter) ([]quarantine.Entry, error) {
-	es, err := s.list(ctx, f)
-	if err != nil {
-		return nil, fmt.Errorf("quarantine: %w", err)
-	}
-	return es, nil
-}
-
-// bulkSelect is what the form v selects: the held and frozen entries the
-// page's filters select, oldest first, only the checked ones ("id") if
-// any; at most maxListed, and how many there were.
-func (s *Server) bulkSelect(ctx context.Context, v url.Values) ([]quarantine.Entry, int, error) {
+// bulkSelect is what the request's query selects: the held and frozen
+// entries its filters select, oldest first, only the checked ones ("id")
+// if any; at most maxListed, and how many there were.
+func (s *Server) bulkSelect(r *http.Request) ([]quarantine.Entry, int, error) {
+	v := r.URL.Query()
 	lq, err := admin.ParseListQuery(v)
 	if err != nil {
 		return nil, 0, err
@@ -55,7 +44,7 @@ func (s *Server) bulkSelect(ctx context.Context, v url.Values) ([]quarantine.Ent
 		return nil, 0, err
 	}
 	f.OldestFirst = true
-	es, err := s.entries(ctx, f)
+	es, err := s.entries(r, f)
 	if ids := v["id"]; len(ids) > 0 {
 		checked := map[string]bool{}
 		for _, id := range ids {
@@ -69,18 +58,11 @@ func (s *Server) bulkSelect(ctx context.Context, v url.Values) ([]quarantine.Ent
 // bulkConfirm is the page before a bulk thaw or delete: the count, the
 // first few messages and a button posting their IDs; 403 to a viewer.
 func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request) {
-	if u := currentUser(r); !u.CanAct() {
-		s.forbidden(w, r, "your role ("+string(u.Role)+") may not act; an operator may")
-		return
-	}
-	q := r.URL.Query()
-	op := q.Get("op")
-	c, ok := confirmOps[op]
+	op, c, ok := s.confirmOp(w, r)
 	if !ok {
-		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q", op))
 		return
 	}
-	es, total, err := s.bulkSelect(r.Context(), q)
+	es, total, err := s.bulkSelect(r)
 	if err == nil && len(es) == 0 {
 		err = errors.New("no held or frozen message matches: they may have been released or deleted already")
 	}
@@ -88,10 +70,12 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
+	q := r.URL.Query()
 	q.Del("op")
 	q.Del("id")
+	first := es[:min(len(es), bulkPreview)]
 	s.render(w, r, "bulk", map[string]any{"Title": c.Verb + " messages", "C": c, "Op": op, "Entries": es,
-		"First": es[:min(len(es), bulkPreview)], "More": len(es) - min(len(es), bulkPreview), "Total": total,
+		"First": first, "More": len(es) - len(first), "Total": total,
 		"Reset": op == "thaw-reset", "Cancel": template.URL("/quarantine?" + q.Encode())})
 }
 
@@ -104,7 +88,7 @@ func (s *Server) bulkAction(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("%s of %d messages: post 1 to %d IDs to thaw or delete", op, len(ids), maxListed))
 		return
 	}
-	es, err := s.entries(r.Context(), quarantine.Filter{OldestFirst: true})
+	es, err := s.entries(r, quarantine.Filter{OldestFirst: true})
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -122,20 +106,17 @@ func (s *Server) bulkAction(w http.ResponseWriter, r *http.Request) {
 			gone = append(gone, lifecycle.Outcome{ID: id, Error: "no longer held or frozen"})
 		}
 	}
-	// What was confirmed runs to its end if the browser leaves.
-	ctx, out := context.WithoutCancel(r.Context()), []lifecycle.Outcome(nil)
-	if len(sel.IDs) > 0 && op == "thaw" {
-		out, err = s.local(u).Thaw(ctx, sel)
-	} else if len(sel.IDs) > 0 {
-		out, err = s.local(u).Delete(ctx, sel)
+	var out []lifecycle.Outcome
+	if len(sel.IDs) > 0 {
+		// What was confirmed runs to its end if the browser leaves.
+		out, err = s.act(u, op)(context.WithoutCancel(r.Context()), sel)
 	}
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	out = append(out, gone...)
 	var ok, failed []lifecycle.Outcome
-	for _, o := range out {
+	for _, o := range append(out, gone...) {
 		if o.OK {
 			ok = append(ok, o)
 		} else {

@@ -24,11 +24,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// The key page's chart: one panel per limit with state for the key, over
-// a chartWindow, rendered as PNG by gonum.org/v1/plot. Renders are
-// bounded: chartRenders at once (more are answered 503 with Retry-After at
-// once), each within chartTimeout, each panel thinned to chartPoints
-// samples (the highest rate of each slot of the window kept).
+// The key page's chart: one panel per limit of the key over a
+// chartWindow, a PNG drawn by gonum.org/v1/plot; chartRenders at once
+// (more get 503), each within chartTimeout, each panel thinned to
+// chartPoints samples.
 const (
 	chartWidth   = 9 * vg.Inch
 	chartPanel   = 2.4 * vg.Inch
@@ -49,8 +48,7 @@ type chartWindow struct {
 	Format string
 }
 
-// chartWindows are the windows offered, shortest first; defaultWindow is
-// the key page's without ?window=.
+// chartWindows are the windows offered, shortest first.
 var chartWindows = []chartWindow{
 	{"1h", time.Hour, 10 * time.Minute, "15:04"},
 	{"6h", 6 * time.Hour, time.Hour, "15:04"},
@@ -60,9 +58,8 @@ var chartWindows = []chartWindow{
 
 const defaultWindow = "24h"
 
-// keyWindow is the chartWindow named by ?window= ("" is defaultWindow)
-// for key; false when it has answered: 404 for a key outside the
-// request's scope, 400 naming the choices for another window.
+// keyWindow is the chartWindow of ?window= for key; false when it has
+// answered: 404 for a key out of scope, 400 for another window.
 func (s *Server) keyWindow(w http.ResponseWriter, r *http.Request, key string) (chartWindow, bool) {
 	if s.keyHidden(w, r, key) {
 		return chartWindow{}, false
@@ -104,9 +101,8 @@ var (
 	limitColor = color.RGBA{214, 39, 40, 255}
 )
 
-// chart answers GET /chart.png?key=K&window=W (chartWindows; 400 for
-// another): 503 with Retry-After while
-// chartRenders others are drawn or when the render passes chartTimeout.
+// chart answers GET /chart.png?key=K&window=W: 503 with Retry-After
+// while chartRenders others are drawn or past chartTimeout.
 func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 	select {
 	case s.charts <- struct{}{}:
@@ -124,27 +120,24 @@ func (s *Server) chart(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	now, r := s.opts.Now(), r.WithContext(ctx)
 	rates, err := s.lookup(r, key)
-	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
-		return
+	var evs []events.Event
+	if err == nil {
+		evs, err = s.queryEvents(r, events.Query{Key: key, Since: now.Add(-cw.D), Max: maxChartEvts})
 	}
-	evs, err := s.queryEvents(r, events.Query{Key: key, Since: now.Add(-cw.D), Max: maxChartEvts})
-	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, err)
-		return
+	var png []byte
+	if err == nil {
+		png, err = renderChart(ctx, key, cw, rates, evs, now)
 	}
-	png, err := renderChart(ctx, key, cw, rates, evs, now)
-	if errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		s.log.Warn("chart not drawn within its deadline", "key", key, "timeout", chartTimeout)
 		chartBusy(w, "the chart took too long to draw")
-		return
-	}
-	if err != nil {
+	case err != nil:
 		s.fail(w, r, http.StatusInternalServerError, err)
-		return
+	default:
+		w.Header().Set("Content-Type", "image/png")
+		w.Write(png)
 	}
-	w.Header().Set("Content-Type", "image/png")
-	w.Write(png)
 }
 
 // chartBusy answers 503 with Retry-After, saying why.
@@ -153,8 +146,8 @@ func chartBusy(w http.ResponseWriter, why string) {
 	http.Error(w, "chart: "+why+"; try again in "+chartRetry+" s", http.StatusServiceUnavailable)
 }
 
-// sample is the key's rate under one limit, from an event or the state;
-// refused counts the refusals it stands for (coalesced events' Count).
+// sample is the key's rate under one limit, from an event or the state,
+// and the refusals it stands for.
 type sample struct {
 	t       time.Time
 	rate    float64
@@ -188,9 +181,8 @@ func decay(rate float64, d time.Duration, period time.Duration) float64 {
 	return rate * math.Exp(-d.Seconds()/period.Seconds())
 }
 
-// thin keeps at most n of samples (sorted by time) between from and to:
-// of each of n equal slots, the sample of the highest rate, with the
-// slot's refusals.
+// thin keeps of samples (sorted by time) the highest rate of each of n
+// equal slots between from and to, with the slot's refusals.
 func thin(samples []sample, from, to time.Time, n int) []sample {
 	if len(samples) <= n || !to.After(from) {
 		return samples
@@ -211,9 +203,9 @@ func thin(samples []sample, from, to time.Time, n int) []sample {
 	return out
 }
 
-// renderChart draws one panel per limit over the window cw: the rate
-// line, the limit (dashed) and the refusals (crosses, larger for more);
-// ctx's error once it ends.
+// renderChart draws a panel per limit over cw: the rate line, the limit
+// (dashed), the refusals (crosses, larger for more); ctx's error once it
+// ends.
 func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
 	type limitSeries struct {
 		name    string
@@ -323,10 +315,12 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 	}
 	var refused plotter.XYs
 	var counts []int
+	total := 0
 	for _, sm := range samples {
 		if sm.refused > 0 {
 			refused = append(refused, plotter.XY{X: float64(sm.t.Unix()), Y: sm.rate})
 			counts = append(counts, sm.refused)
+			total += sm.refused
 		}
 	}
 	if len(refused) > 0 {
@@ -339,20 +333,12 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 			g.Radius *= vg.Length(1 + math.Log10(float64(counts[i])))
 			return g
 		}
-		p.Legend.Add(fmt.Sprintf("refused (%d)", sumInts(counts)), sc)
+		p.Legend.Add(fmt.Sprintf("refused (%d)", total), sc)
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
-	// Add widened the axis to the data; the window is the axis, what lies
-	// outside is clipped.
+	// Add widened the axis to the data: clip to the window.
 	p.X.Min, p.X.Max = float64(now.Add(-cw.D).Unix()), float64(now.Unix())
 	return p, nil
-}
-
-func sumInts(xs []int) (n int) {
-	for _, x := range xs {
-		n += x
-	}
-	return n
 }
 
 // addScatter adds the points xys, drawn with g, to p.

@@ -45,9 +45,13 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFiles, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
-	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
+		s.loginForm(w, r, http.StatusOK, "", r.URL.Query().Get("next"))
+	})
 	mux.HandleFunc("POST /login", s.login)
-	mux.Handle("GET /logout", s.auth(s.logoutPage))
+	mux.Handle("GET /logout", s.auth(func(w http.ResponseWriter, r *http.Request) {
+		s.render(w, r, "logout", map[string]any{"Title": "Log out"})
+	}))
 	mux.Handle("POST /logout", s.auth(s.post(Viewer, s.logout)))
 	mux.Handle("GET /{$}", s.auth(s.overview))
 	mux.Handle("GET /keys/{key}", s.auth(s.keyPage))
@@ -172,30 +176,27 @@ func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
 // reverse proxy in [web] trusted_proxies that says so with
 // X-Forwarded-Proto (from any other peer the header is ignored).
 func (s *Server) secureRequest(r *http.Request) bool {
-	if r.TLS != nil {
-		return true
-	}
-	if r.Header.Get("X-Forwarded-Proto") != "https" {
-		return false
-	}
+	_, _, proxy := s.peer(r)
+	return r.TLS != nil || proxy && r.Header.Get("X-Forwarded-Proto") == "https"
+}
+
+// peer is the request's peer host, its address and whether it is one of
+// [web] trusted_proxies.
+func (s *Server) peer(r *http.Request) (string, netip.Addr, bool) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return false
+		host = r.RemoteAddr
 	}
 	a, err := netip.ParseAddr(host)
-	return err == nil && s.trusted(a)
+	return host, a, err == nil && s.trusted(a)
 }
 
 // clientAddr is the address failed logins count against: the peer, or
 // behind [web] trusted_proxies the last X-Forwarded-For address that is
 // not one of them.
 func (s *Server) clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil || !s.trusted(a) {
+	host, a, proxy := s.peer(r)
+	if !proxy {
 		return host
 	}
 	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
@@ -222,12 +223,8 @@ func (s *Server) trusted(a netip.Addr) bool {
 
 const loginCookie = "ratelimitd_login"
 
-// loginPage shows the form with a token its cookie repeats (login CSRF).
-func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	s.loginForm(w, r, http.StatusOK, "", r.URL.Query().Get("next"))
-}
-
-// loginForm shows the login form with status code and error message msg.
+// loginForm shows the login form with status code and error message msg,
+// and a token its cookie repeats (login CSRF).
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request, code int, msg, next string) {
 	tok := randomToken()
 	http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
@@ -292,10 +289,6 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, s.cookie(r, loginCookie, "", -1))
 	s.log.Info("console: login", "user", u.Name, "role", string(u.Role), "domains", strings.Join(u.Domains, ","), "client", addr)
 	http.Redirect(w, r, safeNext(r.PostForm.Get("next")), http.StatusSeeOther)
-}
-
-func (s *Server) logoutPage(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, "logout", map[string]any{"Title": "Log out"})
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {

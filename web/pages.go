@@ -16,17 +16,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 //go:embed templates
 var templateFiles embed.FS
-
-// pages are the parsed templates: "layout", "partials" and each page's
-// "content" block.
-type pages struct {
-	byName map[string]*template.Template
-}
 
 var funcs = template.FuncMap{
 	"when":     when,
@@ -44,34 +37,28 @@ var funcs = template.FuncMap{
 	"span":     span,
 }
 
-func mustParsePages() *pages {
-	p := &pages{byName: map[string]*template.Template{}}
-	names, err := templateFiles.ReadDir("templates")
-	if err != nil {
-		panic(err)
-	}
+// parsePages parses each page's template with "layout" and "partials".
+func parsePages() map[string]*template.Template {
+	pages := map[string]*template.Template{}
+	names, _ := templateFiles.ReadDir("templates")
 	for _, n := range names {
-		name := strings.TrimSuffix(n.Name(), ".html")
-		if name == "layout" || name == "partials" {
-			continue
+		if name := strings.TrimSuffix(n.Name(), ".html"); name != "layout" && name != "partials" {
+			pages[name] = template.Must(template.New("layout.html").Funcs(funcs).
+				ParseFS(templateFiles, "templates/layout.html", "templates/partials.html", "templates/"+n.Name()))
 		}
-		p.byName[name] = template.Must(template.New("layout.html").Funcs(funcs).
-			ParseFS(templateFiles, "templates/layout.html", "templates/partials.html", "templates/"+n.Name()))
 	}
-	return p
+	return pages
 }
 
 // render writes page name with data (User and Path are added) and the
 // status data["Code"] (default 200), buffered so that a template error
-// answers 500, not half a page, and cleaned by cleanPage.
+// answers 500, not half a page. The page goes through termsafe.Text, the
+// one cleaner of every field shown, marked in a template or not.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
-	t, ok := s.pages.byName[name]
+	t, ok := s.pages[name]
 	if !ok {
 		http.Error(w, "no page "+name, http.StatusInternalServerError)
 		return
-	}
-	if data == nil {
-		data = map[string]any{}
 	}
 	if u := currentUser(r); u.Name != "" {
 		data["User"] = u
@@ -86,14 +73,8 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, dat
 	code, _ := data["Code"].(int)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(cmp.Or(code, http.StatusOK))
-	io.WriteString(w, cleanPage(b.String()))
+	io.WriteString(w, termsafe.Text(b.String()))
 }
-
-// cleanPage is the one cleaner every field a page shows goes through:
-// the executed page, as termsafe.Text (controls, bidirectional, zero-width
-// and tag characters as U+FFFD; newlines and tabs kept), so a field no
-// template marks is cleaned too. The templates' own text is plain.
-func cleanPage(page string) string { return termsafe.Text(page) }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
 	s.log.Warn("console: request failed", "path", r.URL.Path, "user", currentUser(r).Name, "err", err)
@@ -110,8 +91,8 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
 		return
 	}
-	sc := scopeOf(r)
-	all = keep(sc, all, func(kr policy.KeyRate) bool { return sc.AllowsKey(kr.Limit, kr.Key) })
+	sc := currentUser(r).Scope
+	all = keep(sc, all, sc.allowsRate)
 	tracked := len(all)
 	over := admin.TopRates(all, 0, true) // as `ratelimitd rate list --over`
 	refused, err := s.refused(r, events.Query{Since: now.Add(-24 * time.Hour), Actions: events.Refusals, Max: maxOverviewKeys})

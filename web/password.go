@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // ReadPassword reads a password for `ratelimitd web user add`: the first
@@ -24,27 +24,13 @@ func ReadPassword(in io.Reader, prompts io.Writer, fromStdin bool) ([]byte, erro
 		return bytes.TrimRight(line, "\r\n"), nil
 	}
 	f, ok := in.(*os.File)
-	if !ok {
-		return nil, errors.New("no terminal to prompt on: use --password-stdin")
-	}
-	fd := int(f.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
+	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil, errors.New("standard input is not a terminal: use --password-stdin")
 	}
-	noEcho := *old
-	noEcho.Lflag &^= unix.ECHO
-	noEcho.Lflag |= unix.ICANON | unix.ISIG
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &noEcho); err != nil {
-		return nil, err
-	}
-	defer unix.IoctlSetTermios(fd, unix.TCSETS, old)
-	rd := bufio.NewReader(f)
 	ask := func(prompt string) ([]byte, error) {
 		fmt.Fprint(prompts, prompt)
-		line, err := rd.ReadBytes('\n')
-		fmt.Fprintln(prompts)
-		return bytes.TrimRight(line, "\r\n"), err
+		defer fmt.Fprintln(prompts)
+		return term.ReadPassword(int(f.Fd()))
 	}
 	pw, err := ask("Password: ")
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"net/url"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
@@ -30,7 +29,7 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.Max = maxListed
-	es, err := s.entries(r.Context(), f)
+	es, err := s.entries(r, f)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -38,12 +37,8 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 	all := map[string]template.URL{} // the bulk actions on every match
 	if lq != (admin.ListQuery{}) {
 		for op := range confirmOps {
-			v := url.Values{"op": {op}}
-			for k, val := range form {
-				if val != "" {
-					v.Set(k, val)
-				}
-			}
+			v := query(form)
+			v.Set("op", op)
 			all[op] = template.URL("/quarantine/bulk?" + v.Encode())
 		}
 	}
@@ -51,16 +46,15 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 		"Full": len(es) >= maxListed, "Max": maxListed, "Done": done(r), "All": all})
 }
 
-// messageView is what the message page shows of the message itself.
+// messageView is what the message page shows of the message itself; Raw
+// is postcat's listing when no message could be parsed from it.
 type messageView struct {
 	Header    []quarantine.HeaderField
 	Parts     []quarantine.Part
 	Text      string
 	TextType  string
 	Truncated bool
-	// Raw is postcat's listing when no message could be parsed from it.
-	Raw string
-	Err string
+	Raw, Err  string
 }
 
 // previewBytes is the text preview's size on the message page.
@@ -123,23 +117,33 @@ func postcatMessage(out []byte) ([]byte, bool) {
 }
 
 // confirmOps are the quarantine actions and their confirmation wording.
-var confirmOps = map[string]struct{ Verb, Post, Explain string }{
+var confirmOps = map[string]opText{
 	"thaw":       {"Thaw", "thaw", "Each message is released to its recipients (held mail: postsuper -H; frozen mail: re-injected over SMTP)."},
 	"thaw-reset": {"Thaw and reset the rate of", "thaw", "The rate of each key involved is forgotten under every limit, once, then each message is released."},
 	"delete":     {"Delete", "delete", "Each message is removed for good (held mail: postsuper -d) and never delivered."},
 }
 
-// confirm is the page before a thaw or delete: the envelope and a button;
-// 403 to a viewer, who may not submit it.
-func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
-	if u := currentUser(r); !u.CanAct() {
-		s.forbidden(w, r, "your role ("+string(u.Role)+") may not act; an operator may")
-		return
-	}
+type opText = struct{ Verb, Post, Explain string }
+
+// confirmOp is the request's ?op= for a confirmation page; false when it
+// has answered: 403 to a viewer, 400 for an unknown op.
+func (s *Server) confirmOp(w http.ResponseWriter, r *http.Request) (string, opText, bool) {
 	op := r.URL.Query().Get("op")
 	c, ok := confirmOps[op]
+	if u := currentUser(r); !u.CanAct() {
+		s.forbidden(w, r, "your role ("+string(u.Role)+") may not act; an operator may")
+		return op, c, false
+	}
 	if !ok {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("unknown action %q", op))
+	}
+	return op, c, ok
+}
+
+// confirm is the page before a thaw or delete: the envelope and a button.
+func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+	op, c, ok := s.confirmOp(w, r)
+	if !ok {
 		return
 	}
 	e, _, err := s.show(r, r.PathValue("id"))

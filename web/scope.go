@@ -2,7 +2,6 @@ package web
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,17 +15,14 @@ import (
 )
 
 // Scope is the mail a console user sees and acts on: everything (the zero
-// Scope, a site-wide user), or that of a domain operator's sender domains.
-// A message is in scope when its envelope sender's or its SASL login's
-// domain is one of them (exactly: a subdomain is not included unless it is
-// listed); a rate key when, under its limit's key attributes, a
-// sasl_username or sender part has such a domain or a sender_domain part
-// is one; a key of no such attribute (a client address) is in no domain.
-// Safe for concurrent use.
+// Scope), or that of a domain operator's sender domains (exactly: a
+// subdomain only if listed). A message is in scope by its envelope
+// sender's or SASL login's domain; a rate key by a sasl_username or sender
+// part at such a domain, or a sender_domain part that is one, under its
+// limit's key attributes. Safe for concurrent use.
 type Scope struct {
 	domains []string
-	// attrs are the key attributes of each configured limit.
-	attrs map[string][]string
+	attrs   map[string][]string // limit name → key attributes
 }
 
 // newScope is the scope of domains (none: site-wide) under limits.
@@ -60,7 +56,7 @@ func (sc Scope) Allows(sender, saslUser string) bool {
 	return sc.SiteWide() || sc.in(sender) || sc.in(saslUser)
 }
 
-// AllowsKey reports whether key is in scope under limit ("": under any
+// AllowsKey reports whether key is in scope under limit ("": any
 // configured limit).
 func (sc Scope) AllowsKey(limit, key string) bool {
 	if sc.SiteWide() {
@@ -79,15 +75,9 @@ func (sc Scope) AllowsKey(limit, key string) bool {
 		return false
 	}
 	for i, a := range attrs {
-		switch a {
-		case "sasl_username", "sender":
-			if sc.in(parts[i]) {
-				return true
-			}
-		case "sender_domain":
-			if slices.Contains(sc.domains, parts[i]) {
-				return true
-			}
+		if (a == "sasl_username" || a == "sender") && sc.in(parts[i]) ||
+			a == "sender_domain" && slices.Contains(sc.domains, parts[i]) {
+			return true
 		}
 	}
 	return false
@@ -101,39 +91,25 @@ func (sc Scope) allowsEvent(e events.Event) bool {
 
 func (sc Scope) allowsEntry(e quarantine.Entry) bool { return sc.Allows(e.Sender, e.SASLUsername) }
 
+func (sc Scope) allowsRate(k policy.KeyRate) bool { return sc.AllowsKey(k.Limit, k.Key) }
+
 // allowsSummary: a key refused under a limit of the scope.
 func (sc Scope) allowsSummary(k events.KeySummary) bool {
 	return slices.ContainsFunc(k.Limits, func(l string) bool { return sc.AllowsKey(l, k.Key) })
 }
 
-// keep returns the elements of xs ok allows, xs itself for a site-wide
-// scope.
+// keep returns the elements of xs ok allows; xs itself when site-wide.
 func keep[T any](sc Scope, xs []T, ok func(T) bool) []T {
 	if sc.SiteWide() {
 		return xs
 	}
-	var out []T
-	for _, x := range xs {
-		if ok(x) {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// scopeOf is the scope of the request's user.
-func scopeOf(r *http.Request) Scope { return scopeIn(r.Context()) }
-
-// scopeIn is the scope of the user of the request ctx belongs to.
-func scopeIn(ctx context.Context) Scope {
-	u, _ := ctx.Value(userKey{}).(user)
-	return u.Scope
+	return slices.DeleteFunc(slices.Clone(xs), func(x T) bool { return !ok(x) })
 }
 
 // keyHidden answers 404 for a key outside the request's scope, as for a
 // key that does not exist, and reports whether it did.
 func (s *Server) keyHidden(w http.ResponseWriter, r *http.Request, key string) bool {
-	if scopeOf(r).AllowsKey("", key) {
+	if currentUser(r).Scope.AllowsKey("", key) {
 		return false
 	}
 	s.fail(w, r, http.StatusNotFound, fmt.Errorf("no key %s", key))
@@ -144,16 +120,16 @@ func (s *Server) keyHidden(w http.ResponseWriter, r *http.Request, key string) b
 // it is quarantine.ErrNotFound.
 func (s *Server) show(r *http.Request, id string) (quarantine.Entry, []byte, error) {
 	e, body, err := s.opts.Quarantine.Show(r.Context(), id, true)
-	if !scopeOf(r).allowsEntry(e) {
+	if !currentUser(r).Scope.allowsEntry(e) {
 		return quarantine.Entry{}, nil, quarantine.ErrNotFound
 	}
 	return e, body, err
 }
 
-// entryHidden answers 404 for a message outside the request's domain
-// scope, as for one that does not exist, and reports whether it did.
+// entryHidden answers 404 for a message outside the request's scope, as
+// for one that does not exist, and reports whether it did.
 func (s *Server) entryHidden(w http.ResponseWriter, r *http.Request, id string) bool {
-	if scopeOf(r).SiteWide() {
+	if currentUser(r).Scope.SiteWide() {
 		return false
 	}
 	if _, _, err := s.show(r, id); !errors.Is(err, quarantine.ErrNotFound) {
@@ -163,32 +139,28 @@ func (s *Server) entryHidden(w http.ResponseWriter, r *http.Request, id string) 
 	return true
 }
 
-// list is Quarantine.List within the scope of ctx's request: every page
-// and action (bulk ones too, through entries) that selects messages lists
-// them here.
-func (s *Server) list(ctx context.Context, f quarantine.Filter) ([]quarantine.Entry, error) {
-	sc := scopeIn(ctx)
-	if sc.SiteWide() {
-		return s.opts.Quarantine.List(f)
+// entries is Quarantine.List within the request's scope: every page and
+// action that selects messages lists them here.
+func (s *Server) entries(r *http.Request, f quarantine.Filter) ([]quarantine.Entry, error) {
+	sc, n := currentUser(r).Scope, f.Max
+	if !sc.SiteWide() {
+		f.Max = 0
 	}
-	n := f.Max
-	f.Max = 0
 	es, err := s.opts.Quarantine.List(f)
-	es = keep(sc, es, sc.allowsEntry)
-	if n > 0 && len(es) > n {
-		es = es[:n]
+	if err != nil {
+		return nil, fmt.Errorf("quarantine: %w", err)
 	}
-	return es, err
+	es = keep(sc, es, sc.allowsEntry)
+	return es[:min(len(es), cmp.Or(n, len(es)))], nil
 }
 
 // maxScanned bounds the events a domain operator's query reads.
 const maxScanned = events.MaxQuery
 
 // queryEvents is Events.Query within the request's scope: for a domain
-// operator, up to q.Max events of the scope among the maxScanned newest
-// that q selects.
+// operator, up to q.Max of the maxScanned newest events q selects.
 func (s *Server) queryEvents(r *http.Request, q events.Query) ([]events.Event, error) {
-	sc := scopeOf(r)
+	sc := currentUser(r).Scope
 	if sc.SiteWide() {
 		return s.opts.Events.Query(r.Context(), q)
 	}
@@ -211,15 +183,15 @@ func (s *Server) queryEvents(r *http.Request, q events.Query) ([]events.Event, e
 
 // lookup is Rates.Lookup within the request's scope.
 func (s *Server) lookup(r *http.Request, key string) ([]policy.KeyRate, error) {
-	sc := scopeOf(r)
+	sc := currentUser(r).Scope
 	rs, err := s.opts.Rates.Lookup(r.Context(), s.opts.Now(), key)
-	return keep(sc, rs, func(kr policy.KeyRate) bool { return sc.AllowsKey(kr.Limit, kr.Key) }), err
+	return keep(sc, rs, sc.allowsRate), err
 }
 
 // refused is Events.Summary within the request's scope (for a domain
 // operator, of the maxScanned keys most refused).
 func (s *Server) refused(r *http.Request, q events.Query) ([]events.KeySummary, error) {
-	sc, n := scopeOf(r), q.Max
+	sc, n := currentUser(r).Scope, q.Max
 	if !sc.SiteWide() {
 		q.Max = maxScanned
 	}
@@ -229,12 +201,12 @@ func (s *Server) refused(r *http.Request, q events.Query) ([]events.KeySummary, 
 }
 
 // health is the quarantine's health; for a domain operator only the
-// counts of its held and frozen messages (the rest is site-wide).
+// counts of its held and frozen messages.
 func (s *Server) health(r *http.Request) (lifecycle.Health, error) {
-	if scopeOf(r).SiteWide() {
+	if currentUser(r).Scope.SiteWide() {
 		return s.opts.Quarantine.Health(), nil
 	}
-	es, err := s.entries(r.Context(), quarantine.Filter{})
+	es, err := s.entries(r, quarantine.Filter{})
 	var h lifecycle.Health
 	for _, e := range es {
 		switch e.State {
@@ -248,15 +220,16 @@ func (s *Server) health(r *http.Request) (lifecycle.Health, error) {
 }
 
 // reset forgets key's rate under limit ("": every limit); a domain
-// operator's under each limit of the scope only (policy.ErrUnknownLimit
-// for another).
+// operator's only under limits of the scope (policy.ErrUnknownLimit for
+// another).
 func (s *Server) reset(r *http.Request, key, limit string) error {
-	sc, l := scopeOf(r), s.local(currentUser(r))
-	if sc.SiteWide() {
+	u := currentUser(r)
+	l := s.local(u)
+	if u.Scope.SiteWide() {
 		_, err := l.Reset(r.Context(), key, limit)
 		return err
 	}
-	if limit != "" && !sc.AllowsKey(limit, key) {
+	if limit != "" && !u.Scope.AllowsKey(limit, key) {
 		return fmt.Errorf("%w %q", policy.ErrUnknownLimit, limit)
 	}
 	rs, err := s.lookup(r, key)

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"html/template"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,9 +23,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Listener limits (at most srvconn.HTTPConns() connections at once, like
-// /metrics; at the cap the connection idle longest gives way to a new
-// one) and the largest header and form.
+// Listener limits (and srvconn.HTTPConns() connections, as /metrics) and
+// the largest header and form.
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = 30 * time.Second
@@ -34,32 +34,26 @@ const (
 	maxFormBytes      = 64 << 10
 )
 
-// Options configures a Server: the daemon's services (those the admin
-// socket serves) and the console's own files.
+// Options configures a Server: the TCP address Listen ("127.0.0.1:9732"),
+// PEM files TLSCert and TLSKey (both or neither: TLS and Secure cookies),
+// the users file, the proxies whose X-Forwarded-For is believed, and the
+// daemon's services as the admin socket serves them. Nil Events: no
+// history; nil Limits: a domain operator sees no key; nil Status:
+// unknown; Notify is told of rate resets; nil Now: time.Now.
 type Options struct {
-	// Listen is the TCP address ("127.0.0.1:9732").
-	Listen string
-	// TLSCert and TLSKey are PEM files; both set, the server speaks TLS
-	// and cookies are Secure. Reload rereads them and UsersFile.
+	Listen          string
 	TLSCert, TLSKey string
 	UsersFile       string
-	// TrustedProxies are the peers whose X-Forwarded-For is believed.
-	TrustedProxies []netip.Prefix
+	TrustedProxies  []netip.Prefix
 
 	Rates      admin.Rates
 	Quarantine admin.Quarantine
-	// Events is the event log (nil: no history).
-	Events admin.Events
-	// Limits returns the configured limits, whose key attributes decide a
-	// domain operator's keys (nil: a domain operator sees no key).
-	Limits func() []policy.LimitInfo
-	// Status returns the daemon's state for the overview (nil: unknown).
-	Status func() admin.Status
-	// Notify, if set, is told of rate resets, as the admin socket's are.
-	Notify func(notify.Event)
-	Logger *slog.Logger
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	Events     admin.Events
+	Limits     func() []policy.LimitInfo
+	Status     func() admin.Status
+	Notify     func(notify.Event)
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Server is the console: New, Start, Reload on SIGHUP, Shutdown. Safe for
@@ -71,15 +65,12 @@ type Server struct {
 	cert     atomic.Pointer[tls.Certificate]
 	sessions *sessions
 	throttle *throttle
-	// verify bounds concurrent password checks (64 MiB each), charts
-	// concurrent chart renders.
-	verify chan struct{}
-	charts chan struct{}
-	pages  *pages
+	verify   chan struct{} // bounds password checks (64 MiB each)
+	charts   chan struct{} // bounds chart renders
+	pages    map[string]*template.Template
 
-	// usersFile is the users file as last read (nil: missing).
 	usersMu   sync.Mutex
-	usersFile os.FileInfo
+	usersFile os.FileInfo // as last read (nil: missing)
 
 	mu   sync.Mutex
 	http *http.Server
@@ -92,13 +83,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Rates == nil || opts.Quarantine == nil {
 		return nil, errors.New("web: Rates and Quarantine are required")
 	}
+	if (opts.TLSCert == "") != (opts.TLSKey == "") {
+		return nil, errors.New("web: TLSCert and TLSKey go together")
+	}
 	opts.Events = cmp.Or[admin.Events](opts.Events, noEvents{})
 	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	if opts.Notify == nil {
 		opts.Notify = func(notify.Event) {}
-	}
-	if (opts.TLSCert == "") != (opts.TLSKey == "") {
-		return nil, errors.New("web: TLSCert and TLSKey go together")
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -110,7 +101,7 @@ func New(opts Options) (*Server, error) {
 		throttle: newThrottle(),
 		verify:   make(chan struct{}, 2),
 		charts:   make(chan struct{}, chartRenders),
-		pages:    mustParsePages(),
+		pages:    parsePages(),
 	}
 	if err := s.Reload(); err != nil {
 		return nil, err
@@ -137,9 +128,8 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-// refreshUsers rereads the users file when it was replaced or changed
-// since last read, so that `web user add|remove` take effect at the next
-// request.
+// refreshUsers rereads the users file when it changed since last read,
+// so that `web user add|remove` take effect at the next request.
 func (s *Server) refreshUsers() {
 	fi, _ := os.Stat(s.opts.UsersFile)
 	s.usersMu.Lock()
@@ -153,8 +143,7 @@ func (s *Server) refreshUsers() {
 	}
 }
 
-// sameFile reports whether a and b (nil: no file) describe one file
-// unchanged.
+// sameFile reports whether a and b (nil: none) are one file unchanged.
 func sameFile(a, b os.FileInfo) bool {
 	if a == nil || b == nil {
 		return a == b

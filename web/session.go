@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"maps"
 	"sync"
 	"time"
 )
@@ -18,10 +19,8 @@ const (
 )
 
 type session struct {
-	user string
-	// entry is the user's entryID at login: a changed password, role or
-	// list of domains ends the session.
-	entry   string
+	user    string
+	entry   string // the user's entryID at login: a change ends the session
 	csrf    string
 	created time.Time
 	seen    time.Time
@@ -53,7 +52,7 @@ func (s *sessions) create(u User, now time.Time) (string, *session) {
 	ss := &session{user: u.Name, entry: u.entryID(), csrf: randomToken(), created: now, seen: now}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expireLocked(now)
+	maps.DeleteFunc(s.m, func(_ string, v *session) bool { return v.expired(now) })
 	if len(s.m) >= maxSessions {
 		evictOldest(s.m, func(v *session) time.Time { return v.seen })
 	}
@@ -81,14 +80,6 @@ func (s *sessions) remove(token string) {
 	s.mu.Lock()
 	delete(s.m, token)
 	s.mu.Unlock()
-}
-
-func (s *sessions) expireLocked(now time.Time) {
-	for k, v := range s.m {
-		if v.expired(now) {
-			delete(s.m, k)
-		}
-	}
 }
 
 // validCSRF compares a form's token with the session's in constant time.

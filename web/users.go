@@ -3,10 +3,7 @@ package web
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +15,7 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/crypto/argon2"
+	"github.com/alexedwards/argon2id"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -26,8 +23,7 @@ import (
 // Role is what a console user may do.
 type Role string
 
-// The roles: a Viewer reads every page; an Operator also acts (reset,
-// suspend, resume, thaw, delete).
+// The roles: a Viewer reads every page; an Operator also acts.
 const (
 	Viewer   Role = "viewer"
 	Operator Role = "operator"
@@ -43,8 +39,7 @@ func ParseRole(s string) (Role, error) {
 }
 
 // argon2id parameters of new hashes: RFC 9106 section 4's second
-// recommended option (t=3, 64 MiB) with 2 lanes. A stored hash carries its
-// own, bounded by maxArgonMemory (KiB) and maxArgonTime.
+// option (t=3, 64 MiB), 2 lanes; a stored hash's own are bounded.
 const (
 	argonTime      = 3
 	argonMemory    = 64 * 1024 // KiB
@@ -58,23 +53,19 @@ const (
 // hashCost is the cost of new hashes; tests lower it.
 var hashCost = struct{ time, memory uint32 }{argonTime, argonMemory}
 
-// validName is what a user name may be.
 var validName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
-// User is one line of the users file.
+// User is one line of the users file; Domains, if any, are the sender
+// domains (canonical, sorted) whose mail alone the user sees (Scope).
 type User struct {
-	Name string
-	Role Role
-	// Domains, if any, are the sender domains (canonical, sorted) whose
-	// mail alone the user sees and acts on (Scope); none: site-wide.
+	Name    string
+	Role    Role
 	Domains []string
-	// hash is the PHC string "$argon2id$v=19$m=...,t=...,p=...$salt$key",
-	// never printed, logged or rendered.
-	hash string
+	hash    string // PHC string, never printed, logged or rendered
 }
 
-// entryID identifies the user's entry: it changes with the password (each
-// hash has its own salt), the role and the domains.
+// entryID changes with the user's password (each hash has its own salt),
+// role and domains.
 func (u User) entryID() string {
 	h := sha256.Sum256([]byte(string(u.Role) + " " + u.hash + " " + strings.Join(u.Domains, ",")))
 	return string(h[:])
@@ -92,8 +83,8 @@ func (u User) GoString() string     { return "web.User{" + u.String() + "}" }
 func (u User) LogValue() slog.Value { return slog.StringValue(u.String()) }
 
 // Users is the console's users file (mode 0600): one user a line, "NAME
-// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH [DOMAIN,...]" (unpadded
-// base64; the domains of a domain operator, canonical); '#' starts a comment. Not safe for concurrent modification.
+// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH [DOMAIN,...]"; '#' starts
+// a comment. Not safe for concurrent modification.
 type Users struct {
 	byName map[string]User
 }
@@ -127,7 +118,7 @@ func LoadUsers(path string) (*Users, error) {
 		if err != nil {
 			return nil, bad("user " + f[0] + ": invalid role")
 		}
-		if _, _, err := parseHash(f[2]); err != nil {
+		if err := checkHash(f[2]); err != nil {
 			return nil, bad("user " + f[0] + ": " + err.Error())
 		}
 		x := User{Name: f[0], Role: role, hash: f[2]}
@@ -257,65 +248,38 @@ func (u *Users) Verify(name string, password []byte) (User, bool) {
 	if !ok {
 		h = dummyHash()
 	}
-	good := checkPassword(h, password)
-	return x, ok && good
+	return x, checkPassword(h, password) && ok // the check runs for an unknown name too
 }
-
-var b64 = base64.RawStdEncoding
 
 // hashPassword returns the PHC string of a new argon2id hash.
 func hashPassword(password []byte) (string, error) {
-	salt := make([]byte, argonSaltLen)
-	if _, err := rand.Read(salt); err != nil {
-		return "", err
-	}
-	key := argon2.IDKey(password, salt, hashCost.time, hashCost.memory, argonThreads, argonKeyLen)
-	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, hashCost.memory, hashCost.time, argonThreads,
-		b64.EncodeToString(salt), b64.EncodeToString(key)), nil
+	return argon2id.CreateHash(string(password), &argon2id.Params{Memory: hashCost.memory, Iterations: hashCost.time,
+		Parallelism: argonThreads, SaltLength: argonSaltLen, KeyLength: argonKeyLen})
 }
 
-type argonParams struct {
-	time, memory uint32
-	threads      uint8
-	salt         []byte
+// checkHash checks a PHC argon2id string and the bounds above; its errors
+// never echo the hash.
+func checkHash(h string) error {
+	p, salt, key, err := argon2id.DecodeHash(h)
+	switch {
+	case err != nil:
+		return errors.New("not an argon2id hash")
+	case p.Memory < 8*uint32(max(p.Parallelism, 1)) || p.Memory > maxArgonMemory || p.Iterations < 1 || p.Iterations > maxArgonTime || p.Parallelism < 1:
+		return errors.New("argon2id parameters out of range")
+	case len(salt) < 8 || len(key) < 16 || len(key) > 64:
+		return errors.New("bad argon2id salt or hash")
+	}
+	return nil
 }
 
-// parseHash reads a PHC argon2id string within the bounds above.
-func parseHash(h string) (argonParams, []byte, error) {
-	var p argonParams
-	f := strings.Split(h, "$")
-	if len(f) != 6 || f[0] != "" || f[1] != "argon2id" {
-		return p, nil, errors.New("not an argon2id hash")
-	}
-	var v int
-	if _, err := fmt.Sscanf(f[2], "v=%d", &v); err != nil || v != argon2.Version {
-		return p, nil, errors.New("unsupported argon2 version")
-	}
-	if _, err := fmt.Sscanf(f[3], "m=%d,t=%d,p=%d", &p.memory, &p.time, &p.threads); err != nil {
-		return p, nil, errors.New("bad argon2id parameters")
-	}
-	if p.memory < 8*uint32(max(p.threads, 1)) || p.memory > maxArgonMemory || p.time < 1 || p.time > maxArgonTime || p.threads < 1 {
-		return p, nil, errors.New("argon2id parameters out of range")
-	}
-	salt, err := b64.DecodeString(f[4])
-	if err != nil || len(salt) < 8 {
-		return p, nil, errors.New("bad argon2id salt")
-	}
-	key, err := b64.DecodeString(f[5])
-	if err != nil || len(key) < 16 || len(key) > 64 {
-		return p, nil, errors.New("bad argon2id hash")
-	}
-	p.salt = salt
-	return p, key, nil
-}
-
+// checkPassword reports whether password is h's, never spending more than
+// the bounds allow.
 func checkPassword(h string, password []byte) bool {
-	p, key, err := parseHash(h)
-	if err != nil {
+	if checkHash(h) != nil {
 		return false
 	}
-	got := argon2.IDKey(password, p.salt, p.time, p.memory, p.threads, uint32(len(key)))
-	return subtle.ConstantTimeCompare(got, key) == 1
+	ok, err := argon2id.ComparePasswordAndHash(string(password), h)
+	return err == nil && ok
 }
 
 // dummyHash is verified against for unknown user names.

@@ -3,6 +3,7 @@ package cliout
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -81,12 +82,7 @@ func Limits(w io.Writer, source string, eng *policy.Engine) {
 			t.Row("  baseline", "", human.Number(l.Floor)+"-"+human.Number(l.Limit)+"/"+period, "", "", "", "", "",
 				fmt.Sprintf("%g x the key's peak, learned over %s", l.Factor, human.Duration(l.LearnPeriod)))
 		}
-		keys := make([]string, 0, len(l.Overrides))
-		for k := range l.Overrides {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(l.Overrides)) {
 			t.Row("  override", k, human.Number(l.Overrides[k])+"/"+period)
 		}
 	}

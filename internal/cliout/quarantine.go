@@ -23,10 +23,6 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 	t := termsafe.NewTable(w, "ID", "STATE", "QUEUE_ID", "AGE", "SENDER", "RCPTS", "SIZE", "LIMIT", "SUBJECT", "LAST_THAW")
 	now := time.Now()
 	for _, e := range es {
-		subj := []rune(termsafe.Line(e.Subject))
-		if len(subj) > 60 {
-			subj = append(subj[:57], []rune("...")...)
-		}
 		sender := termsafe.Line(e.Sender)
 		if sender == "" {
 			sender = "<>"
@@ -36,7 +32,7 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
 		t.Row(e.ID, state, orDash(termsafe.Line(e.QueueID)), human.Duration(now.Sub(e.Created).Round(time.Second)),
-			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, string(subj), lastThaw(e))
+			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, cut(termsafe.Line(e.Subject), 60), lastThaw(e))
 	}
 	t.Flush()
 	fmt.Fprintln(w, plural.N(len(es), "message"))
@@ -134,9 +130,13 @@ func lastThaw(e quarantine.Entry) string {
 	case e.State == quarantine.Thawed && e.ThawedAs != "":
 		s = "queued as " + e.ThawedAs + " at " + e.ThawedTo
 	}
-	r := []rune(termsafe.Line(s))
-	if len(r) > 80 {
-		r = append(r[:77], []rune("...")...)
+	return orDash(cut(termsafe.Line(s), 80))
+}
+
+// cut shortens s to n runes, the last three "...".
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
 	}
-	return orDash(string(r))
+	return s
 }

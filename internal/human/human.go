@@ -132,13 +132,7 @@ func Retry(d time.Duration) string {
 	if d >= time.Duration(math.MaxInt64) {
 		return Never
 	}
-	if d < time.Second {
-		d = time.Second
-	}
-	if r := d % time.Second; r != 0 {
-		d += time.Second - r
-	}
-	return Duration(d)
+	return Duration((max(d, time.Second) + time.Second - 1).Truncate(time.Second))
 }
 
 // Finite returns f for JSON, which has no NaN or infinity: NaN as 0 and

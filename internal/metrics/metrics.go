@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -20,34 +21,27 @@ const numActions = int(policy.Reject) + 1
 
 // Metrics are the daemon's Prometheus metrics and the counters `status`
 // prints; make them with New; safe for concurrent use. The per-request
-// series (ratelimitd_requests_total, ratelimitd_decision_seconds) are
-// counted in stripes picked at random and summed when scraped, so CPUs
-// seldom share a cache line.
+// series are counted in stripes picked at random (docs/performance.md)
+// and summed when scraped.
 type Metrics struct {
-	reg *prometheus.Registry
-	// redisRTT is the Redis round-trip histogram (RegisterRedis).
-	redisRTT  prometheus.Histogram
-	stripes   [metricStripes]requestStripe
-	decisions *prometheus.CounterVec // limit, action
-	faults    *prometheus.CounterVec // kind
-	badInput  *prometheus.CounterVec // reason
-	// connRefused counts connections the budgets closed, by front end
-	// and reason.
-	connRefused *prometheus.CounterVec
+	reg         *prometheus.Registry
+	redisRTT    prometheus.Histogram // RegisterRedis
+	stripes     [metricStripes]requestStripe
+	decisions   *prometheus.CounterVec // limit, action
+	faults      *prometheus.CounterVec // kind
+	badInput    *prometheus.CounterVec // reason
+	connRefused *prometheus.CounterVec // listener, reason
 
 	nFaults atomic.Int64
 	nBad    atomic.Int64
-	// msgs counts non-pass messages by action, each once.
-	msgs [numActions]atomic.Int64
+	msgs    [numActions]atomic.Int64 // non-pass messages by action, each once
 }
 
-// metricStripes is the number of copies of the per-request counts.
 const metricStripes = 16
 
 // latencyBuckets are the upper bounds of ratelimitd_decision_seconds.
 var latencyBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1, 1}
 
-// latencyBounds are latencyBuckets as durations.
 var latencyBounds = func() (b [12]time.Duration) {
 	for i, s := range latencyBuckets {
 		b[i] = time.Duration(s * float64(time.Second))
@@ -191,25 +185,8 @@ func (c connCollector) Collect(ch chan<- prometheus.Metric) {
 
 // stateIndex is s's index in knownStates, or that of "OTHER".
 func stateIndex(s string) int {
-	switch s {
-	case policy.StateConnect:
-		return 0
-	case policy.StateHELO:
-		return 1
-	case policy.StateEHLO:
-		return 2
-	case policy.StateMail:
-		return 3
-	case policy.StateRcpt:
-		return 4
-	case policy.StateData:
-		return 5
-	case policy.StateEndOfMessage:
-		return 6
-	case policy.StateVrfy:
-		return 7
-	case policy.StateEtrn:
-		return 8
+	if i := slices.Index(knownStates[:numStates-1], s); i >= 0 {
+		return i
 	}
 	return numStates - 1
 }
@@ -274,12 +251,9 @@ func (m *Metrics) ConnClosed(listener, reason string) {
 	m.connRefused.WithLabelValues(listener, reason).Inc()
 }
 
-// Preset makes the labelled counters' series exist at zero before their
-// first increment, so that increase() and rate() see the first one (an
-// alert on a first failure): faults by kind and malformed input by reason
-// (connections closed, by front end and reason, exist from New). Label
-// values not named here appear at their first increment. Safe for
-// concurrent use.
+// Preset makes the series of faults by kind and malformed input by reason
+// exist at zero, so that increase() sees the first one (an alert on a
+// first failure).
 func (m *Metrics) Preset(faultKinds, badReasons []string) {
 	for _, k := range faultKinds {
 		m.faults.WithLabelValues(k)

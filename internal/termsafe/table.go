@@ -7,7 +7,6 @@ import (
 	"unicode/utf8"
 )
 
-// tableSample is how many rows a Table holds to size its columns.
 const tableSample = 1000
 
 // Table writes rows as columns two spaces apart, cells cleaned as by Line

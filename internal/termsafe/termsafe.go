@@ -19,22 +19,13 @@ import (
 const Replacement = '\uFFFD'
 
 // Unsafe reports whether r must not reach a terminal as it is: a C0 or C1
-// control or DEL (unicode.IsControl), a bidirectional formatting control,
-// a line or paragraph separator (U+2028, U+2029), an invisible character
-// that makes two strings look alike (U+200B to U+200D zero widths, U+2060
-// word joiner, U+FEFF byte order mark) or a tag character (U+E0000 to
-// U+E007F).
+// control or DEL, a bidirectional control, U+2028 and U+2029, the
+// zero-width U+200B to U+200D, U+2060 and U+FEFF, or a tag character.
 func Unsafe(r rune) bool {
-	switch {
-	case unicode.IsControl(r):
-		return true
-	case r >= '\u202A' && r <= '\u202E', r >= '\u2066' && r <= '\u2069',
-		r == '\u200E', r == '\u200F', r == '\u061C', r == '\u2028', r == '\u2029':
-		return true
-	case r >= '\u200B' && r <= '\u200D', r == '\u2060', r == '\uFEFF', r >= 0xE0000 && r <= 0xE007F:
-		return true
-	}
-	return false
+	return unicode.IsControl(r) ||
+		r >= '\u202A' && r <= '\u202E' || r >= '\u2066' && r <= '\u2069' ||
+		r == '\u200E' || r == '\u200F' || r == '\u061C' || r == '\u2028' || r == '\u2029' ||
+		r >= '\u200B' && r <= '\u200D' || r == '\u2060' || r == '\uFEFF' || r >= 0xE0000 && r <= 0xE007F
 }
 
 // Line returns s made one safe line: tabs as spaces, every other unsafe
