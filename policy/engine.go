@@ -156,7 +156,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			m.mu.Lock()
 			defer func() {
 				m.mu.Unlock()
-				e.msgs.end(m, req, refusedMsg, doneMsg)
+				m.shard.end(m, req, refusedMsg, doneMsg)
 			}()
 		}
 	}
@@ -402,8 +402,8 @@ func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 // no message), whether it is counted (else measured only), and whether l
 // applies.
 func (l *limit) cost(req *Request, state string, ch *charge, front int, connectSeen bool, size float64) (float64, bool, bool) {
-	if l.outcome() {
-		return outcomeProbe(state)
+	if l.outcome() { // would one more failure be over? measured, not counted
+		return 1, false, messageState(state)
 	}
 	switch l.per {
 	case perMail:
