@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -133,16 +135,12 @@ func (f *File) PolicyConfig() policy.Config {
 
 // validate fills defaults and checks the non-policy sections.
 func (f *File) validate() []error {
-	f.Server.withDefaults()
-	f.Quarantine.withDefaults()
-	f.Milter.withDefaults()
-	f.Store.withDefaults()
-	f.Web.withDefaults(f.Server.StateDir)
+	if err := f.withDefaults(); err != nil {
+		return []error{err}
+	}
 	errs := f.Server.validate()
 	errs = append(errs, f.Web.validate()...)
-	f.Events.withDefaults()
 	errs = append(errs, f.Events.validate()...)
-	f.Outcome.withDefaults()
 	errs = append(errs, f.Outcome.validate()...)
 	errs = append(errs, f.Store.validate(f.Limits, f.Server.RequestTimeout)...)
 	errs = append(errs, f.Quarantine.validate()...)
@@ -154,26 +152,39 @@ func (f *File) validate() []error {
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 
-// setDefault sets *p to d when *p is the zero value.
-func setDefault[T comparable](p *T, d T) {
-	var zero T
-	if *p == zero {
-		*p = d
+// withDefaults sets every key of the tables config owns that the file
+// leaves out (zero, empty or nil) to its documented default (keys), and
+// the defaults computed from others.
+func (f *File) withDefaults() error {
+	defaults := map[string]string{}
+	for _, k := range keys {
+		if table, _ := splitKey(k.name); k.def != "" && table != "policy" && table != "limit" && !strings.HasPrefix(table, "notify") {
+			defaults[k.name] = k.def
+		}
 	}
-}
-
-// setDefaultList sets *p to d when *p is empty.
-func setDefaultList[S ~[]E, E any](p *S, d S) {
-	if len(*p) == 0 {
-		*p = d
+	var err error
+	walkKeys(reflect.ValueOf(f).Elem(), "", func(name string, v reflect.Value) {
+		def, ok := defaults[name]
+		if !ok || !(v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0) {
+			return
+		}
+		p := reflect.New(reflect.StructOf([]reflect.StructField{{Name: "V", Type: v.Type(), Tag: `toml:"v"`}}))
+		if _, derr := toml.Decode("v = "+def, p.Interface()); derr != nil {
+			err = fmt.Errorf("config: default of %s: %w", name, derr) // a typing error in keys
+		} else if d := p.Elem().Field(0); !d.IsZero() && !(d.Kind() == reflect.Slice && d.Len() == 0) {
+			v.Set(d)
+		}
+	})
+	if f.Server.StateDir == "" {
+		f.Server.StateDir = DefaultStateDir()
 	}
-}
-
-// setDefaultPtr points *p at d when *p is nil (the key is not in the file).
-func setDefaultPtr[T any](p **T, d T) {
-	if *p == nil {
-		*p = &d
+	if f.Server.AdminSocket == "" {
+		f.Server.AdminSocket = filepath.Join(f.Server.StateDir, "admin.sock")
 	}
+	if f.Web.UsersFile == "" {
+		f.Web.UsersFile = filepath.Join(f.Server.StateDir, "web-users")
+	}
+	return err
 }
 
 func unjoin(err error) []error {

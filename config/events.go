@@ -26,15 +26,6 @@ type Events struct {
 // On reports whether events are recorded.
 func (e *Events) On() bool { return e.Enabled == nil || *e.Enabled }
 
-func (e *Events) withDefaults() {
-	setDefaultPtr(&e.Enabled, true)
-	setDefault(&e.MaxAge, policy.Duration(30*24*time.Hour))
-	setDefault(&e.MaxCount, 1_000_000)
-	setDefault(&e.ActionsMaxAge, policy.Duration(365*24*time.Hour))
-	setDefault(&e.ActionsMaxCount, 100_000)
-	setDefault(&e.Coalesce, policy.Duration(time.Minute))
-}
-
 func (e *Events) validate() []error {
 	var errs []error
 	if e.MaxAge < policy.Duration(time.Minute) {

@@ -54,20 +54,6 @@ func DefaultStateDir() string {
 	return UserStateDir
 }
 
-func (s *Server) withDefaults() {
-	setDefaultList(&s.PolicyListen, []string{"127.0.0.1:10031"})
-	setDefault(&s.SocketMode, "0660")
-	setDefault(&s.StateDir, DefaultStateDir())
-	setDefault(&s.AdminSocket, filepath.Join(s.StateDir, "admin.sock"))
-	setDefaultPtr(&s.MetricsListen, "127.0.0.1:9731")
-	setDefault(&s.FlushInterval, policy.Duration(time.Second))
-	setDefault(&s.IdleTimeout, policy.Duration(330*time.Second))
-	setDefault(&s.RequestTimeout, policy.Duration(10*time.Second))
-	setDefault(&s.FirstRequestTimeout, policy.Duration(10*time.Second))
-	setDefault(&s.LogLevel, "info")
-	setDefault(&s.LogFormat, "text")
-}
-
 // DBPath is the BoltDB file holding rate state and the quarantine.
 func (s *Server) DBPath() string { return filepath.Join(s.StateDir, "ratelimitd.db") }
 
