@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/notify"
@@ -258,12 +259,7 @@ var restartTables = []string{"server", "quarantine", "milter", "notify", "store"
 // appliedBySIGHUP reports whether a reload applies the key "table.key".
 func appliedBySIGHUP(name string) bool {
 	table, _, _ := strings.Cut(name, ".")
-	for _, t := range restartTables {
-		if t == table {
-			return false
-		}
-	}
-	return true
+	return !slices.Contains(restartTables, table)
 }
 
 // The notify package's defaults, as the reference shows them.

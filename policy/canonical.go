@@ -168,28 +168,13 @@ func unquote(s string) (string, bool) {
 
 // quotable reports whether local has no control character.
 func quotable(local string) bool {
-	for i := 0; i < len(local); i++ {
-		if local[i] < ' ' || local[i] == 0x7f {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(local, func(r rune) bool { return r < ' ' || r == 0x7f })
 }
 
+var quoter = strings.NewReplacer(`"`, `\"`, `\`, `\\`)
+
 // quote returns local as an RFC 5321 quoted-string, escaping " and \.
-func quote(local string) string {
-	var b strings.Builder
-	b.Grow(len(local) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(local); i++ {
-		if local[i] == '"' || local[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(local[i])
-	}
-	b.WriteByte('"')
-	return b.String()
-}
+func quote(local string) string { return `"` + quoter.Replace(local) + `"` }
 
 // dotString reports whether s is an RFC 5321 Dot-string (RFC 6531 UTF-8
 // allowed), which needs no quotes.
@@ -316,16 +301,7 @@ func numeric(s string) bool {
 	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' || len(s) >= 5 && strings.EqualFold(s[:5], "ipv6:") {
 		return true
 	}
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '.' || c == ':' || c == 'x' || c == 'X') {
-			return false
-		}
-	}
-	return true
+	return s != "" && strings.Trim(s, "0123456789abcdefABCDEF.:xX") == ""
 }
 
 // nat64WellKnown is RFC 6052's well-known prefix.

@@ -123,13 +123,11 @@ type scratch struct {
 	upd    stackUpdate
 }
 
-// messageState reports whether s is within a mail transaction.
+// messageState reports whether s is within a mail transaction (MAIL to
+// END-OF-MESSAGE).
 func messageState(s string) bool {
-	switch s {
-	case StateMail, StateRcpt, StateData, StateEndOfMessage:
-		return true
-	}
-	return false
+	i := stateIndex(s)
+	return i >= 3 && i <= 6
 }
 
 // Evaluate decides req at now: a message is charged once per limit
@@ -205,19 +203,20 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	if fault == nil {
 		fault = stackErr
 	}
+	verdictOf := func(i int) Decision {
+		return c.verdict(probes[i].l, &items[i], &out[i].Result, e.unknownOf(ctx, now, c, probes[i].l, req, items[i].Key))
+	}
 	var msgVerdict Decision
 	switch {
 	case prev.Action != Pass && (msgDecisive < 0 || !c.before(probes[msgDecisive].l, prev)):
 		msgVerdict = prev
 		msgVerdict.Repeated = true
 	case msgDecisive >= 0:
-		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result,
-			e.unknownOf(ctx, now, c, probes[msgDecisive].l, req, items[msgDecisive].Key))
+		msgVerdict = verdictOf(msgDecisive)
 	}
 	final := msgVerdict
 	if rcptDecisive >= 0 && c.before(probes[rcptDecisive].l, msgVerdict) {
-		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result,
-			e.unknownOf(ctx, now, c, probes[rcptDecisive].l, req, items[rcptDecisive].Key))
+		final = verdictOf(rcptDecisive)
 	}
 	admitted := !final.Action.Refuses()
 	for i := range items {

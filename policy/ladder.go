@@ -56,23 +56,11 @@ func perPeriod(max float64, period time.Duration) string {
 // thousands prints f as human.Number does, with "," between thousands.
 func thousands(f float64) string {
 	s := human.Number(f)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	whole, frac, _ := strings.Cut(s, ".")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
+	i := strings.IndexByte(s+".", '.')
+	for i -= 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	for i, c := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if frac != "" {
-		b.WriteString("." + frac)
-	}
-	return b.String()
+	return s
 }
 
 // Ladders returns the engine's limits grouped by key and cost unit, in the

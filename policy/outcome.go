@@ -61,15 +61,7 @@ func ClassifyDSN(status string) (kind OutcomeKind, ok bool) {
 
 // digits reports whether s is 1 to n decimal digits.
 func digits(s string, n int) bool {
-	if s == "" || len(s) > n {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= n && strings.Trim(s, "0123456789") == ""
 }
 
 // outcome reports whether l counts outcomes rather than submissions.
