@@ -1,8 +1,7 @@
-// Package config reads ratelimitd's TOML configuration file: strict decoding
-// (an unknown key is an error), every error reported with its key, and the
-// embedded default (configs/ratelimitd.toml) when no file is given. Every
-// key is documented once, in the keys table of reference.go, from which
-// `ratelimitd config reference` writes docs/configuration.md.
+// Package config reads ratelimitd's TOML configuration file: strict
+// decoding, every error reported with its key, the embedded default
+// (configs/ratelimitd.toml) when no file is given. Every key and its
+// default are written once, in reference.go's keys table.
 package config
 
 import (
@@ -42,12 +41,10 @@ type File struct {
 	Source string `toml:"-"`
 }
 
-// NoLimitsValue is the value of [policy] limits that allows a
-// configuration without any [[limit]] table.
+// NoLimitsValue is the [policy] limits that allows no [[limit]] table.
 const NoLimitsValue = "none"
 
-// limitsSwitch is [policy] limits, the one key of [policy] that is not
-// policy.Config's.
+// limitsSwitch is [policy] limits, not a policy.Config key.
 type limitsSwitch struct {
 	Policy struct {
 		Limits *string `toml:"limits"`
@@ -57,8 +54,7 @@ type limitsSwitch struct {
 // EmbeddedSource is File.Source for the embedded default configuration.
 const EmbeddedSource = "(embedded default)"
 
-// ErrInvalid wraps every error Load and Parse return for a configuration
-// that was read but is not valid.
+// ErrInvalid wraps every error Load and Parse return for an invalid file.
 var ErrInvalid = errors.New("config: invalid")
 
 // Load reads and validates the file at path; path "" means the embedded
@@ -74,8 +70,7 @@ func Load(path string) (*File, error) {
 	return Parse(b, path)
 }
 
-// Parse decodes and validates a configuration. source is used in error
-// messages.
+// Parse decodes and validates a configuration read from source.
 func Parse(data []byte, source string) (*File, error) {
 	f := &File{Source: source}
 	md, err := toml.Decode(string(data), f)
@@ -197,9 +192,8 @@ func unjoin(err error) []error {
 var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 // describeTOMLError formats a decoding error as "FILE:LINE:COL: message",
-// the offending line and the one before it, and a caret under the column.
-// Line and column come from the byte offset Position.Start: the library's
-// own column is wrong for an error at the start of a line.
+// the line and the one before it, and a caret; from Position.Start, as the
+// library's column is wrong at the start of a line.
 func describeTOMLError(data []byte, source string, err error) string {
 	var perr toml.ParseError
 	if !errors.As(err, &perr) {

@@ -10,10 +10,7 @@ import (
 )
 
 // Events is the [events] table: the history of refusals, warnings,
-// quarantine and operator actions (package events, `ratelimitd events`).
-// MaxAge and MaxCount bound the refusals and warnings, ActionsMaxAge and
-// ActionsMaxCount every other event, apart; Coalesce is the interval
-// within which one key's refusals of one limit are one event.
+// quarantine and operator actions (package events).
 type Events struct {
 	Enabled         *bool           `toml:"enabled"`
 	MaxAge          policy.Duration `toml:"max_age"`

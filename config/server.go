@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Server is the [server] table. Its keys, like every table's, are
-// documented once, in reference.go.
+// Server is the [server] table (keys documented in reference.go).
 type Server struct {
 	PolicyListen   []string        `toml:"policy_listen"`
 	SocketMode     string          `toml:"socket_mode"` // octal
@@ -44,9 +43,8 @@ const (
 	UserStateDir = "./ratelimitd-state"
 )
 
-// DefaultStateDir is server.state_dir when the file leaves it out:
-// RootStateDir for root, where the installed daemon and the postmaster's
-// CLI meet; UserStateDir for anyone else.
+// DefaultStateDir is the default server.state_dir: RootStateDir for root,
+// else UserStateDir.
 func DefaultStateDir() string {
 	if os.Geteuid() == 0 {
 		return RootStateDir
