@@ -218,20 +218,20 @@ func walkKeys(v reflect.Value, prefix string, fn func(name string, v reflect.Val
 	}
 }
 
+var typeNames = map[reflect.Type]string{
+	reflect.TypeFor[policy.Duration](): "duration",
+	reflect.TypeFor[policy.Size]():     "size",
+	reflect.TypeFor[policy.KeyList]():  "string or list of strings",
+	reflect.TypeFor[Commands]():        "command or list of commands",
+}
+
 // typeName is how the reference names a key's type.
 func typeName(t reflect.Type) string {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem() // set or not; same syntax
 	}
-	switch t {
-	case reflect.TypeFor[policy.Duration]():
-		return "duration"
-	case reflect.TypeFor[policy.Size]():
-		return "size"
-	case reflect.TypeFor[policy.KeyList]():
-		return "string or list of strings"
-	case reflect.TypeFor[Commands]():
-		return "command or list of commands"
+	if n, ok := typeNames[t]; ok {
+		return n
 	}
 	switch t.Kind() {
 	case reflect.String:

@@ -66,15 +66,8 @@ func BoundKey(k string) string {
 
 // bounded reports whether k has the shape BoundKey gives a long key.
 func bounded(k string) bool {
-	if len(k) > MaxKeyLen || len(k) < MaxKeyLen-utf8.UTFMax-hashSuffixLen || k[len(k)-hashSuffixLen] != '~' {
-		return false
-	}
-	for _, c := range []byte(k[len(k)-hashSuffixLen+1:]) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return len(k) <= MaxKeyLen && len(k) >= MaxKeyLen-utf8.UTFMax-hashSuffixLen && k[len(k)-hashSuffixLen] == '~' &&
+		strings.Trim(k[len(k)-hashSuffixLen+1:], "0123456789abcdef") == ""
 }
 
 // Address returns the canonical form of an envelope address: brackets and
@@ -377,9 +370,6 @@ func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 func (f KeyForm) Key(k string) string {
 	if bounded(k) {
 		return k
-	}
-	if !strings.Contains(k, "|") {
-		return BoundKey(f.part(k))
 	}
 	parts := strings.Split(k, "|")
 	for i, p := range parts {
