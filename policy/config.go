@@ -299,23 +299,19 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 	if err := l.rl.Validate(); err != nil {
 		bad(at, "%v", err)
 	}
+	if len(lc.Overrides) > 0 {
+		l.overrides = make(map[string]float64, len(lc.Overrides))
+	}
 	for k, v := range lc.Overrides {
 		if !(v > 0) || math.IsInf(v, 1) {
 			bad(at+".overrides."+k, "must be a positive finite limit, got %v", v)
 		}
-	}
-	if len(lc.Overrides) > 0 {
-		l.overrides = make(map[string]float64, len(lc.Overrides))
-		for k, v := range lc.Overrides {
-			ck := form.Key(k) // spellings folded together keep the lower value
-			if old, ok := l.overrides[ck]; ok {
-				v = min(old, v)
-			}
-			l.overrides[ck] = v
-			if strings.HasPrefix(k, "@") {
-				l.domainOverrides = true
-			}
+		ck := form.Key(k) // spellings folded together keep the lower value
+		if old, ok := l.overrides[ck]; ok {
+			v = min(old, v)
 		}
+		l.overrides[ck] = v
+		l.domainOverrides = l.domainOverrides || strings.HasPrefix(k, "@")
 	}
 	for _, v := range lc.Via {
 		switch v {
