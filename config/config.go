@@ -1,8 +1,7 @@
-// Package config reads ratelimitd's TOML configuration file: strict decoding
-// (an unknown key is an error), every error reported with its key, and the
-// embedded default (configs/ratelimitd.toml) when no file is given. Every
-// key is documented once, in the keys table of reference.go, from which
-// `ratelimitd config reference` writes docs/configuration.md.
+// Package config reads ratelimitd's TOML configuration file: strict
+// decoding, every error reported with its key, the embedded default
+// (configs/ratelimitd.toml) when no file is given. Every key and its
+// default are written once, in reference.go's keys table.
 package config
 
 import (
@@ -10,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,12 +41,10 @@ type File struct {
 	Source string `toml:"-"`
 }
 
-// NoLimitsValue is the value of [policy] limits that allows a
-// configuration without any [[limit]] table.
+// NoLimitsValue is the [policy] limits that allows no [[limit]] table.
 const NoLimitsValue = "none"
 
-// limitsSwitch is [policy] limits, the one key of [policy] that is not
-// policy.Config's.
+// limitsSwitch is [policy] limits, not a policy.Config key.
 type limitsSwitch struct {
 	Policy struct {
 		Limits *string `toml:"limits"`
@@ -55,8 +54,7 @@ type limitsSwitch struct {
 // EmbeddedSource is File.Source for the embedded default configuration.
 const EmbeddedSource = "(embedded default)"
 
-// ErrInvalid wraps every error Load and Parse return for a configuration
-// that was read but is not valid.
+// ErrInvalid wraps every error Load and Parse return for an invalid file.
 var ErrInvalid = errors.New("config: invalid")
 
 // Load reads and validates the file at path; path "" means the embedded
@@ -72,8 +70,7 @@ func Load(path string) (*File, error) {
 	return Parse(b, path)
 }
 
-// Parse decodes and validates a configuration. source is used in error
-// messages.
+// Parse decodes and validates a configuration read from source.
 func Parse(data []byte, source string) (*File, error) {
 	f := &File{Source: source}
 	md, err := toml.Decode(string(data), f)
@@ -133,16 +130,12 @@ func (f *File) PolicyConfig() policy.Config {
 
 // validate fills defaults and checks the non-policy sections.
 func (f *File) validate() []error {
-	f.Server.withDefaults()
-	f.Quarantine.withDefaults()
-	f.Milter.withDefaults()
-	f.Store.withDefaults()
-	f.Web.withDefaults(f.Server.StateDir)
+	if err := f.withDefaults(); err != nil {
+		return []error{err}
+	}
 	errs := f.Server.validate()
 	errs = append(errs, f.Web.validate()...)
-	f.Events.withDefaults()
 	errs = append(errs, f.Events.validate()...)
-	f.Outcome.withDefaults()
 	errs = append(errs, f.Outcome.validate()...)
 	errs = append(errs, f.Store.validate(f.Limits, f.Server.RequestTimeout)...)
 	errs = append(errs, f.Quarantine.validate()...)
@@ -154,26 +147,39 @@ func (f *File) validate() []error {
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
 }
 
-// setDefault sets *p to d when *p is the zero value.
-func setDefault[T comparable](p *T, d T) {
-	var zero T
-	if *p == zero {
-		*p = d
+// withDefaults sets every key of the tables config owns that the file
+// leaves out (zero, empty or nil) to its documented default (keys), and
+// the defaults computed from others.
+func (f *File) withDefaults() error {
+	defaults := map[string]string{}
+	for _, k := range keys {
+		if table, _ := splitKey(k.name); k.def != "" && table != "policy" && table != "limit" && !strings.HasPrefix(table, "notify") {
+			defaults[k.name] = k.def
+		}
 	}
-}
-
-// setDefaultList sets *p to d when *p is empty.
-func setDefaultList[S ~[]E, E any](p *S, d S) {
-	if len(*p) == 0 {
-		*p = d
+	var err error
+	walkKeys(reflect.ValueOf(f).Elem(), "", func(name string, v reflect.Value) {
+		def, ok := defaults[name]
+		if !ok || !(v.IsZero() || v.Kind() == reflect.Slice && v.Len() == 0) {
+			return
+		}
+		p := reflect.New(reflect.StructOf([]reflect.StructField{{Name: "V", Type: v.Type(), Tag: `toml:"v"`}}))
+		if _, derr := toml.Decode("v = "+def, p.Interface()); derr != nil {
+			err = fmt.Errorf("config: default of %s: %w", name, derr) // a typing error in keys
+		} else if d := p.Elem().Field(0); !d.IsZero() && !(d.Kind() == reflect.Slice && d.Len() == 0) {
+			v.Set(d)
+		}
+	})
+	if f.Server.StateDir == "" {
+		f.Server.StateDir = DefaultStateDir()
 	}
-}
-
-// setDefaultPtr points *p at d when *p is nil (the key is not in the file).
-func setDefaultPtr[T any](p **T, d T) {
-	if *p == nil {
-		*p = &d
+	if f.Server.AdminSocket == "" {
+		f.Server.AdminSocket = filepath.Join(f.Server.StateDir, "admin.sock")
 	}
+	if f.Web.UsersFile == "" {
+		f.Web.UsersFile = filepath.Join(f.Server.StateDir, "web-users")
+	}
+	return err
 }
 
 func unjoin(err error) []error {
@@ -186,9 +192,8 @@ func unjoin(err error) []error {
 var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 // describeTOMLError formats a decoding error as "FILE:LINE:COL: message",
-// the offending line and the one before it, and a caret under the column.
-// Line and column come from the byte offset Position.Start: the library's
-// own column is wrong for an error at the start of a line.
+// the line and the one before it, and a caret; from Position.Start, as the
+// library's column is wrong at the start of a line.
 func describeTOMLError(data []byte, source string, err error) string {
 	var perr toml.ParseError
 	if !errors.As(err, &perr) {

@@ -5,10 +5,9 @@ import (
 	"strings"
 )
 
-// RestartKeys lists the keys of restartTables ("server.admin_socket")
-// whose values differ between running and loaded, both validated: a
-// reload keeps their running values until a restart. It returns them in
-// table then field order, nil when nothing differs.
+// RestartKeys lists, in table then field order, the keys of restartTables
+// ("server.admin_socket") whose values differ between running and loaded,
+// both validated; a reload keeps their running values.
 func RestartKeys(running, loaded *File) []string {
 	var keys []string
 	ra, rb := reflect.ValueOf(*running), reflect.ValueOf(*loaded)

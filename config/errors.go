@@ -2,9 +2,8 @@ package config
 
 import "strings"
 
-// ErrorLines splits an error of Load (several problems joined with
-// errors.Join) into one line per problem, without the "config: invalid: "
-// prefix, for printing to an operator.
+// ErrorLines splits an error of Load into one line per problem, without
+// the "config: invalid: " prefix.
 func ErrorLines(err error) []string {
 	errs := unjoin(err)
 	out := make([]string, len(errs))

@@ -10,10 +10,7 @@ import (
 )
 
 // Events is the [events] table: the history of refusals, warnings,
-// quarantine and operator actions (package events, `ratelimitd events`).
-// MaxAge and MaxCount bound the refusals and warnings, ActionsMaxAge and
-// ActionsMaxCount every other event, apart; Coalesce is the interval
-// within which one key's refusals of one limit are one event.
+// quarantine and operator actions (package events).
 type Events struct {
 	Enabled         *bool           `toml:"enabled"`
 	MaxAge          policy.Duration `toml:"max_age"`
@@ -25,15 +22,6 @@ type Events struct {
 
 // On reports whether events are recorded.
 func (e *Events) On() bool { return e.Enabled == nil || *e.Enabled }
-
-func (e *Events) withDefaults() {
-	setDefaultPtr(&e.Enabled, true)
-	setDefault(&e.MaxAge, policy.Duration(30*24*time.Hour))
-	setDefault(&e.MaxCount, 1_000_000)
-	setDefault(&e.ActionsMaxAge, policy.Duration(365*24*time.Hour))
-	setDefault(&e.ActionsMaxCount, 100_000)
-	setDefault(&e.Coalesce, policy.Duration(time.Minute))
-}
 
 func (e *Events) validate() []error {
 	var errs []error

@@ -23,12 +23,6 @@ type Outcome struct {
 	Poll          policy.Duration `toml:"poll"`
 }
 
-func (o *Outcome) withDefaults() {
-	setDefault(&o.Lifetime, policy.Duration(5*24*time.Hour))
-	setDefault(&o.MaxMessages, 500_000)
-	setDefault(&o.Poll, policy.Duration(time.Second))
-}
-
 func (o *Outcome) validate() []error {
 	var errs []error
 	if o.Maillog != "" && !filepath.IsAbs(o.Maillog) {

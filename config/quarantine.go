@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -38,21 +37,6 @@ type Milter struct {
 	MaxConnectionsPerClient int             `toml:"max_connections_per_client"`
 }
 
-func (q *Quarantine) withDefaults() {
-	setDefault(&q.MaxSize, 2<<30)
-	setDefaultPtr(&q.MaxAge, policy.Duration(14*24*time.Hour))
-	setDefaultPtr(&q.KeepThawed, policy.Duration(7*24*time.Hour))
-	setDefault(&q.ReinjectAddr, "127.0.0.1:10026")
-	setDefault(&q.ReinjectHelo, "ratelimitd.localhost")
-	setDefaultList(&q.ReleaseCommand, Commands{{"postsuper", "-H", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}})
-	setDefaultList(&q.DeleteCommand, []string{"postsuper", "-d", "{queue_id}"})
-	setDefaultList(&q.ShowCommand, []string{"postcat", "-q", "{queue_id}"})
-	setDefaultPtr(&q.QueueListCommand, []string{"postqueue", "-j"})
-	setDefault(&q.ExpireAction, "bounce")
-	setDefaultList(&q.ExpireCommand, Commands{{"postsuper", "-f", "{queue_id}"}, {"postqueue", "-i", "{queue_id}"}})
-	setDefault(&q.AlertEvery, 10)
-}
-
 func (q *Quarantine) validate() []error {
 	var errs []error
 	if q.MaxSize < 0 {
@@ -82,12 +66,6 @@ func (q *Quarantine) validate() []error {
 		errs = append(errs, fmt.Errorf("quarantine.alert_every: must not be negative"))
 	}
 	return errs
-}
-
-func (m *Milter) withDefaults() {
-	setDefault(&m.ReadTimeout, policy.Duration(330*time.Second))
-	setDefault(&m.FirstRequestTimeout, policy.Duration(10*time.Second))
-	setDefault(&m.MaxMessageSize, 64<<20)
 }
 
 func (m *Milter) validate(allowNetworks []string) []error {

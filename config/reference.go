@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/notify"
@@ -11,8 +12,7 @@ import (
 )
 
 // A key is the one place a configuration key is documented; its type and
-// whether SIGHUP applies it come from the structs (fileKeys) and
-// restartTables.
+// whether SIGHUP applies it come from fileKeys and restartTables.
 type key struct {
 	name string // "table.key"; a [[limit]] key is "limit.KEY"
 	def  string // default as a TOML value, "" if none can be written
@@ -37,9 +37,8 @@ var tables = []struct{ Name, Doc string }{
 	{"events", "The history of refusals, warnings, quarantine and operator actions, and reloads in the state file (`ratelimitd events`, docs/operations.md)."},
 }
 
-// keys documents every key of the file, in reference order. Tests check
-// that it lists exactly the keys of fileKeys and that each Default is the
-// value the loader fills in.
+// keys documents every key of the file, in reference order; withDefaults
+// applies each def.
 var keys = []key{
 	{name: "server.policy_listen", def: `["127.0.0.1:10031"]`, doc: "Policy delegation listeners: \"host:port\" (loopback unless allow_networks is set) or \"unix:/path\", e.g. \"unix:/var/spool/postfix/private/ratelimitd\". A socket systemd passes (socket activation) for one of these addresses is used as it is; the others are opened by the daemon."},
 	{name: "server.socket_mode", def: `"0660"`, unit: "octal permission", doc: "Permission of unix policy and milter sockets; world-writable modes are refused."},
@@ -219,20 +218,20 @@ func walkKeys(v reflect.Value, prefix string, fn func(name string, v reflect.Val
 	}
 }
 
+var typeNames = map[reflect.Type]string{
+	reflect.TypeFor[policy.Duration](): "duration",
+	reflect.TypeFor[policy.Size]():     "size",
+	reflect.TypeFor[policy.KeyList]():  "string or list of strings",
+	reflect.TypeFor[Commands]():        "command or list of commands",
+}
+
 // typeName is how the reference names a key's type.
 func typeName(t reflect.Type) string {
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem() // set or not; same syntax
 	}
-	switch t {
-	case reflect.TypeFor[policy.Duration]():
-		return "duration"
-	case reflect.TypeFor[policy.Size]():
-		return "size"
-	case reflect.TypeFor[policy.KeyList]():
-		return "string or list of strings"
-	case reflect.TypeFor[Commands]():
-		return "command or list of commands"
+	if n, ok := typeNames[t]; ok {
+		return n
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -251,19 +250,13 @@ func typeName(t reflect.Type) string {
 	return t.String()
 }
 
-// restartTables are the tables a SIGHUP reload does not apply: their
-// running values are kept until a restart (RestartKeys).
+// restartTables are the tables a SIGHUP reload does not apply.
 var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events", "outcome"}
 
 // appliedBySIGHUP reports whether a reload applies the key "table.key".
 func appliedBySIGHUP(name string) bool {
 	table, _, _ := strings.Cut(name, ".")
-	for _, t := range restartTables {
-		if t == table {
-			return false
-		}
-	}
-	return true
+	return !slices.Contains(restartTables, table)
 }
 
 // The notify package's defaults, as the reference shows them.

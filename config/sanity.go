@@ -55,8 +55,8 @@ func (f *File) Warnings() []string {
 	return out
 }
 
-// The ranges the file accepts for a limit's parameters; beyond them a value
-// is a typing error. The engine itself takes any finite positive value.
+// The ranges the file accepts for a limit's parameters (the engine takes
+// any finite positive value).
 const (
 	MinPeriod = time.Second          // period, half_life, learn_period
 	MaxPeriod = 366 * 24 * time.Hour // period, half_life, learn_period

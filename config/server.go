@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Server is the [server] table. Its keys, like every table's, are
-// documented once, in reference.go.
+// Server is the [server] table (keys documented in reference.go).
 type Server struct {
 	PolicyListen   []string        `toml:"policy_listen"`
 	SocketMode     string          `toml:"socket_mode"` // octal
@@ -44,28 +43,13 @@ const (
 	UserStateDir = "./ratelimitd-state"
 )
 
-// DefaultStateDir is server.state_dir when the file leaves it out:
-// RootStateDir for root, where the installed daemon and the postmaster's
-// CLI meet; UserStateDir for anyone else.
+// DefaultStateDir is the default server.state_dir: RootStateDir for root,
+// else UserStateDir.
 func DefaultStateDir() string {
 	if os.Geteuid() == 0 {
 		return RootStateDir
 	}
 	return UserStateDir
-}
-
-func (s *Server) withDefaults() {
-	setDefaultList(&s.PolicyListen, []string{"127.0.0.1:10031"})
-	setDefault(&s.SocketMode, "0660")
-	setDefault(&s.StateDir, DefaultStateDir())
-	setDefault(&s.AdminSocket, filepath.Join(s.StateDir, "admin.sock"))
-	setDefaultPtr(&s.MetricsListen, "127.0.0.1:9731")
-	setDefault(&s.FlushInterval, policy.Duration(time.Second))
-	setDefault(&s.IdleTimeout, policy.Duration(330*time.Second))
-	setDefault(&s.RequestTimeout, policy.Duration(10*time.Second))
-	setDefault(&s.FirstRequestTimeout, policy.Duration(10*time.Second))
-	setDefault(&s.LogLevel, "info")
-	setDefault(&s.LogFormat, "text")
 }
 
 // DBPath is the BoltDB file holding rate state and the quarantine.

@@ -29,16 +29,6 @@ type Store struct {
 // Redis reports whether the Redis backend is selected.
 func (s *Store) Redis() bool { return s.Backend == "redis" }
 
-func (s *Store) withDefaults() {
-	setDefault(&s.Backend, "local")
-	setDefaultList(&s.RedisAddrs, []string{"127.0.0.1:6379"})
-	setDefault(&s.RedisTimeout, policy.Duration(200*time.Millisecond))
-	setDefault(&s.OnRedisError, "local")
-	setDefault(&s.DegradedShare, "last")
-	setDefault(&s.RedisHosts, 1)
-	setDefault(&s.KeyPrefix, "ratelimitd:")
-}
-
 // validate checks the table against the stack (Redis has no baseline) and
 // server.request_timeout (a Redis round trip must end well before it).
 func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Duration) []error {

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net/netip"
-	"path/filepath"
 )
 
 // Web is the [web] table: the browser console (package web), off while
@@ -16,11 +15,6 @@ type Web struct {
 	// TrustedProxies are addresses or prefixes whose X-Forwarded-For the
 	// console believes.
 	TrustedProxies []string `toml:"trusted_proxies"`
-}
-
-// withDefaults fills unset fields; stateDir is server.state_dir, filled.
-func (w *Web) withDefaults(stateDir string) {
-	setDefault(&w.UsersFile, filepath.Join(stateDir, "web-users"))
 }
 
 func (w *Web) validate() []error {

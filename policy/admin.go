@@ -70,9 +70,8 @@ type KeyRate struct {
 	Rate   float64       `json:"rate"` // decayed to now, cost per period
 	Max    float64       `json:"max"`  // after overrides
 	Period time.Duration `json:"period"`
-	Per    string        `json:"per"` // the limit's cost unit: "mail", ..., "unknown_rcpt"
-	// Refusing: a request of cost 1 now would be refused, RetryAfter
-	// until it would not.
+	Per    string        `json:"per"` // the limit's cost unit
+	// Refusing: a request of cost 1 now would be refused, for RetryAfter.
 	Over       bool            `json:"over"`
 	Refusing   bool            `json:"refusing"`
 	RetryAfter time.Duration   `json:"retry_after"`
@@ -81,26 +80,21 @@ type KeyRate struct {
 	Baseline bool    `json:"baseline,omitempty"`
 	Peak     float64 `json:"peak,omitempty"`
 	Cap      float64 `json:"cap,omitempty"`
-	// Ratio, MinCount: a limit of the ratio form, Rate its failures,
-	// Recipients the recipients' rate and Max the failures it permits
-	// (Ratio of the recipients, of at least MinCount).
-	Ratio      float64 `json:"ratio,omitempty"`
-	MinCount   float64 `json:"min_count,omitempty"`
-	Recipients float64 `json:"recipients,omitempty"`
-	// Converted: the state was converted from earlier parameters.
-	Converted *ConvertedView `json:"converted,omitempty"`
-	// Answers (Lookup only): this limit answers the key's next request,
-	// the first refusing one in stack order whose action answers; Action
-	// is its action and NextStep its ladder's next step (Engine.NextStep).
+	// Ratio, MinCount: the ratio form; Rate counts failures, Recipients
+	// the recipients and Max the failures permitted.
+	Ratio      float64        `json:"ratio,omitempty"`
+	MinCount   float64        `json:"min_count,omitempty"`
+	Recipients float64        `json:"recipients,omitempty"`
+	Converted  *ConvertedView `json:"converted,omitempty"`
+	// Answers (Lookup only): this limit answers the key's next request
+	// with Action; NextStep is Engine.NextStep.
 	Answers  bool   `json:"answers,omitempty"`
 	Action   string `json:"action,omitempty"`
 	NextStep string `json:"next_step,omitempty"`
 }
 
-// Lookup returns, for every limit with state for key (in any spelling:
-// made canonical first), the key's rate decayed to now, in stack order,
-// the limit that would answer its next request marked (KeyRate.Answers).
-// Errors are the store's.
+// Lookup returns, in stack order, every limit's view at now of key (made
+// canonical) where it has state. Errors are the store's.
 func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRate, error) {
 	c := e.cfg.Load()
 	key = c.form.Key(key)
@@ -146,8 +140,7 @@ func (e *Engine) conversion(name string) *Conversion {
 	return nil
 }
 
-// view is l's view of key's state s at now; conv marks a converted state
-// (with the old parameters' rate when back).
+// view is l's view of key's state s at now; conv, back as convertedView.
 func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
 	rl := l.rl
 	if v, ok := l.override(key); ok {
@@ -159,8 +152,7 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 		b := rl.Baseline(s, now)
 		kr.Baseline, kr.Peak, kr.Cap, kr.Max = true, b.Peak, rl.Limit, b.Allowed
 	}
-	// Probe as a leaky limit: the wait for a request of cost 1.
-	probe := rl
+	probe := rl // leaky: the wait for a request of cost 1
 	probe.Mode = ratelimit.Leaky
 	kr.Over = kr.Rate > kr.Max
 	if r := probe.Check(s, now, 1); r.Over {
@@ -169,7 +161,6 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 	if conv != nil {
 		kr.Converted = l.convertedView(*conv, s, kr.Refusing, now, back)
 	}
-	// JSON has no NaN or infinity: show the largest finite value.
 	kr.Rate, kr.Max, kr.Peak = human.Finite(kr.Rate), human.Finite(kr.Max), human.Finite(kr.Peak)
 	if !kr.Baseline {
 		kr.State.Rate = human.Finite(kr.State.Rate)
@@ -213,8 +204,8 @@ func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 	return out, err
 }
 
-// Reset forgets key's rate (any spelling) under limit, or every limit for
-// "", and returns how many states went; ErrUnknownLimit for an unknown one.
+// Reset forgets key's rate under limit, or every limit for "", and returns
+// how many states went; ErrUnknownLimit for an unknown limit.
 func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 	c := e.cfg.Load()
 	key = c.form.Key(key)
@@ -258,9 +249,8 @@ func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool
 	return true
 }
 
-// MayFreeze reports whether a freeze limit could refuse req: it measures
-// req's front end and finds its key (a recipient key once RecipientCount >
-// 0), and req is not exempt. Safe for concurrent use; reads no rate state.
+// MayFreeze reports whether a freeze limit could refuse req (measures its
+// front end, finds its key); reads no rate state. Safe for concurrent use.
 func (e *Engine) MayFreeze(req *Request) bool {
 	c := e.cfg.Load()
 	if c.exempt(req) {
@@ -282,9 +272,8 @@ func (e *Engine) MayFreeze(req *Request) bool {
 	return false
 }
 
-// LimitParams returns the compiled arithmetic of c's limits by name,
-// without overrides, as a store keeps it with its states; the error is
-// Check's.
+// LimitParams returns c's limits' arithmetic by state name, without
+// overrides; the error is Check's.
 func LimitParams(c Config) (map[string]ratelimit.Limit, error) {
 	cc, err := compile(c)
 	if err != nil {
@@ -308,8 +297,8 @@ func (e *Engine) LimitParams(name string) (ratelimit.Limit, bool) {
 	return ratelimit.Limit{}, false
 }
 
-// stateOf returns the limit whose states are kept under name: its own, or
-// a ratio limit's recipients (ratioName); nil if none.
+// stateOf returns the limit whose states are kept under name (ratioName
+// too), or nil.
 func (c *compiled) stateOf(name string) *limit {
 	for i := range c.limits {
 		l := &c.limits[i]

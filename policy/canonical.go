@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -14,26 +15,17 @@ import (
 )
 
 // KeyForm says how request attributes become rate keys, so one mailbox or
-// network is one key however spelt ([policy] address_case,
-// recipient_delimiter, ipv4_prefix, ipv6_prefix, nat64_prefixes; start
-// from DefaultKeyForm). The rules follow Postfix's recipient_delimiter
-// (postconf(5)), Exim's ${lc:} and ${mask:} (Exim specification, "Access
-// control lists"), RFC 5321 2.4, 4.1.2 and 4.1.3, RFC 1035 2.3.3, IDNA
-// (RFC 5891), inet_aton(3), and the IPv6 transition formats of RFC 6052
-// (NAT64), RFC 4291 2.5.5 (IPv4-compatible and -mapped), RFC 4380
-// (Teredo) and RFC 3056 (6to4). The zero value is not useful.
+// network is one key however spelt ([policy] address_case and the keys
+// after it; docs/keys.md). Sources: Postfix's recipient_delimiter
+// (postconf(5)), RFC 5321 2.4, 4.1.2, 4.1.3, RFC 1035 2.3.3, IDNA (RFC
+// 5891), inet_aton(3), RFC 6052 (NAT64), RFC 4291 2.5.5, RFC 4380
+// (Teredo), RFC 3056 (6to4). Start from DefaultKeyForm.
 type KeyForm struct {
-	// FoldCase lower-cases local parts ("fold"); domains always are.
-	FoldCase bool
-	// Delimiters start an address extension (recipient_delimiter); "":
-	// extensions kept.
-	Delimiters string
-	// IPv4Prefix and IPv6Prefix are the bits a client address is keyed by
-	// (RFC 6177 for /64).
-	IPv4Prefix, IPv6Prefix int
-	// NAT64 are NAT64 prefixes besides 64:ff9b::/96 (RFC 6052 2.2: /32,
-	// /40, /48, /56, /64 or /96); a client inside one is keyed by the
-	// IPv4 address it carries.
+	FoldCase               bool   // lower-case local parts; domains always are
+	Delimiters             string // start an address extension; "": kept
+	IPv4Prefix, IPv6Prefix int    // the bits a client address is keyed by
+	// NAT64 are NAT64 prefixes besides 64:ff9b::/96: a client inside one
+	// is keyed by the IPv4 address it carries.
 	NAT64 []netip.Prefix
 }
 
@@ -46,26 +38,20 @@ func DefaultKeyForm() KeyForm {
 // NullSender is the key of the null sender (Postfix sends sender=).
 const NullSender = "<>"
 
-// InvalidClient is the one key of every client address written in a
-// numeric form that inet_aton(3) and RFC 4291 refuse ("192.0.2.15.",
-// "192.000.002.008", "[2001:db8::g]"): a malformed spelling earns no
-// allowance of its own.
+// InvalidClient is the one key of every malformed numeric client address
+// ("192.0.2.15.", "[2001:db8::g]"), so none earns an allowance of its own.
 const InvalidClient = "invalid-address"
 
-// MaxKeyLen is the longest rate key, in bytes: two addresses of RFC
-// 5321's longest path (4.5.3.1.3: 256 octets with the angle brackets,
-// so 254 without) and a separator fit. A longer key keeps its first
-// bytes and ends in "~" and 32 hexadecimal digits of its SHA-256, so
-// distinct long keys stay distinct and no key costs more than this.
+// MaxKeyLen is the longest rate key, in bytes: two of RFC 5321's longest
+// paths (4.5.3.1.3) and a separator fit.
 const MaxKeyLen = 512
 
 // hashSuffixLen is the length of "~" and the hexadecimal digest.
 const hashSuffixLen = 1 + 32
 
-// BoundKey returns k unchanged if it is at most MaxKeyLen bytes, else its
-// first bytes (cut at a UTF-8 boundary) followed by "~" and 32 lower-case
-// hexadecimal digits of SHA-256(k). Every rate key the engine makes or an
-// operator types passes through it. Safe for concurrent use.
+// BoundKey returns k if it is at most MaxKeyLen bytes, else its first
+// bytes (cut at a UTF-8 boundary), "~" and 32 hexadecimal digits of
+// SHA-256(k), so distinct long keys stay distinct.
 func BoundKey(k string) string {
 	if len(k) <= MaxKeyLen {
 		return k
@@ -80,25 +66,14 @@ func BoundKey(k string) string {
 
 // bounded reports whether k has the shape BoundKey gives a long key.
 func bounded(k string) bool {
-	if len(k) > MaxKeyLen || len(k) < MaxKeyLen-utf8.UTFMax-hashSuffixLen || k[len(k)-hashSuffixLen] != '~' {
-		return false
-	}
-	for _, c := range []byte(k[len(k)-hashSuffixLen+1:]) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return len(k) <= MaxKeyLen && len(k) >= MaxKeyLen-utf8.UTFMax-hashSuffixLen && k[len(k)-hashSuffixLen] == '~' &&
+		strings.Trim(k[len(k)-hashSuffixLen+1:], "0123456789abcdef") == ""
 }
 
-// Address returns the canonical form of an envelope address: angle
-// brackets and a source route ("@relay.example:") removed, a quoted local
-// part unquoted (RFC 5321 4.1.2: "a"@x is a@x), the extension removed,
-// the local part lower-cased unless FoldCase is off, the domain
-// lower-cased in IDNA ASCII; a local part that is not a dot-string after
-// that is written as a quoted string with only " and \ escaped (one
-// with a control character as sent); "" and
-// "<>" are NullSender. Safe for concurrent use.
+// Address returns the canonical form of an envelope address: brackets and
+// source route removed, the local part unquoted (RFC 5321 4.1.2), without
+// extension, folded per FoldCase, quoted again if not a dot-string; the
+// domain as Domain; "" and "<>" are NullSender.
 func (f KeyForm) Address(addr string) string {
 	addr = stripPath(strings.TrimSpace(addr))
 	if addr == "" || addr == NullSender {
@@ -130,8 +105,8 @@ func (f KeyForm) Address(addr string) string {
 	return join(addr, local, Domain(domain))
 }
 
-// stripPath removes the angle brackets and the source route of an RFC
-// 5321 path (4.1.2: "<@a,@b:user@domain>"), however often repeated.
+// stripPath removes the angle brackets and source route of an RFC 5321
+// path ("<@a,@b:user@domain>"), however often repeated.
 func stripPath(s string) string {
 	for {
 		switch {
@@ -145,9 +120,8 @@ func stripPath(s string) string {
 	}
 }
 
-// route returns the index of the ":" that ends the source route s starts
-// with, or -1: the route holds no quote or bracket and a mailbox (with
-// "@") follows it.
+// route returns the index of the ":" ending the source route s starts
+// with, or -1.
 func route(s string) int {
 	i := strings.IndexByte(s, ':')
 	if i <= 0 || strings.ContainsAny(s[:i], "\"<>") || !strings.Contains(s[i+1:], "@") {
@@ -156,18 +130,16 @@ func route(s string) int {
 	return i
 }
 
-// unquote returns the content of an RFC 5321 quoted-string (4.1.2,
-// with RFC 6531's UTF-8) and true, or s and false if s is not one.
+// unquote returns the content of an RFC 5321 quoted-string and true, or s
+// and false if s is not one.
 func unquote(s string) (string, bool) {
 	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
 		return s, false
 	}
 	in := s[1 : len(s)-1]
 	if !strings.ContainsAny(in, "\\\"") {
-		for i := 0; i < len(in); i++ {
-			if in[i] < ' ' || in[i] == 0x7f {
-				return s, false
-			}
+		if !quotable(in) {
+			return s, false
 		}
 		return in, true
 	}
@@ -187,34 +159,18 @@ func unquote(s string) (string, bool) {
 	return b.String(), true
 }
 
-// quotable reports whether local has no control character, which no
-// quoted-string may hold (those stay as sent).
+// quotable reports whether local has no control character.
 func quotable(local string) bool {
-	for i := 0; i < len(local); i++ {
-		if local[i] < ' ' || local[i] == 0x7f {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(local, func(r rune) bool { return r < ' ' || r == 0x7f })
 }
+
+var quoter = strings.NewReplacer(`"`, `\"`, `\`, `\\`)
 
 // quote returns local as an RFC 5321 quoted-string, escaping " and \.
-func quote(local string) string {
-	var b strings.Builder
-	b.Grow(len(local) + 2)
-	b.WriteByte('"')
-	for i := 0; i < len(local); i++ {
-		if local[i] == '"' || local[i] == '\\' {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(local[i])
-	}
-	b.WriteByte('"')
-	return b.String()
-}
+func quote(local string) string { return `"` + quoter.Replace(local) + `"` }
 
-// dotString reports whether s is an RFC 5321 Dot-string (atext, with RFC
-// 6531's UTF-8, in dot-separated atoms), which needs no quotes.
+// dotString reports whether s is an RFC 5321 Dot-string (RFC 6531 UTF-8
+// allowed), which needs no quotes.
 func dotString(s string) bool {
 	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
 		return false
@@ -222,7 +178,7 @@ func dotString(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 0x80 {
-			continue // UTF8-non-ascii (RFC 6531 3.3); its validity is the MTA's
+			continue // its validity is the MTA's
 		}
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0) {
 			return false
@@ -238,8 +194,7 @@ func Domain(d string) string {
 	d = strings.TrimRightFunc(d, func(r rune) bool { return r == '.' || unicode.IsSpace(r) })
 	d = strings.ToLower(d)
 	for i := 0; i < len(d); i++ {
-		if d[i] >= 0x80 {
-			// Lower-cased first, so the key does not depend on the case.
+		if d[i] >= 0x80 { // lower-cased first: the key does not depend on the case
 			if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
 				return strings.TrimRight(strings.ToLower(a), ".") // "。" maps to "."
 			}
@@ -249,13 +204,10 @@ func Domain(d string) string {
 	return d
 }
 
-// Client returns the key of a client address in any form an MTA or a
-// resolver writes it ("[2001:db8::1]", "IPv6:2001:db8::1", inet_aton's
-// "3221225993"): the IPv4 address an IPv4-mapped, IPv4-compatible, NAT64,
-// Teredo or 6to4 address carries, masked to IPv4Prefix or IPv6Prefix
-// bits, bare at full length, else a prefix; no zone; "::" and "::1" whole.
-// A numeric form that does not parse is InvalidClient; anything else
-// ("unknown") is lower-cased. Safe for concurrent use.
+// Client returns the key of a client address in any form an MTA writes it
+// ("[2001:db8::1]", "IPv6:2001:db8::1", "3221225993"): the IPv4 address a
+// transition address carries, masked to IPv4Prefix or IPv6Prefix bits;
+// InvalidClient for a malformed numeric form, else lower-cased.
 func (f KeyForm) Client(addr string) string {
 	s := strings.TrimSpace(addr)
 	if a, ok := f.clientAddr(s); ok {
@@ -270,8 +222,8 @@ func (f KeyForm) Client(addr string) string {
 	return strings.ToLower(s)
 }
 
-// clientAddr parses a client address as Client does and returns the
-// address it stands for: the carried IPv4 address of a transition form.
+// clientAddr parses a client address as Client does, carried address
+// included.
 func (f KeyForm) clientAddr(s string) (netip.Addr, bool) {
 	a, ok := parseClient(s)
 	if !ok {
@@ -280,13 +232,9 @@ func (f KeyForm) clientAddr(s string) (netip.Addr, bool) {
 	return f.carried(a), true
 }
 
-// parseClient parses s as netip does, after removing the brackets and
-// the "IPv6:" tag of an RFC 5321 address literal (4.1.3), or else as
-// inet_aton(3) does (1 to 4 parts, each decimal, 0 octal or 0x hex).
+// parseClient parses s as netip does, without the brackets and "IPv6:"
+// tag of an RFC 5321 address literal (4.1.3), else as inet_aton(3).
 func parseClient(s string) (netip.Addr, bool) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a, true
-	}
 	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' {
 		s = s[1 : len(s)-1]
 	}
@@ -300,10 +248,8 @@ func parseClient(s string) (netip.Addr, bool) {
 	return inetAton(s)
 }
 
-// inetAton parses s as glibc's inet_aton(3) does, without its tolerance
-// of trailing text: "a.b.c.d", "a.b.c" (c 16 bits), "a.b" (b 24 bits) or
-// "a" (32 bits), each part decimal, octal with a leading 0, or
-// hexadecimal with 0x.
+// inetAton parses s as glibc's inet_aton(3) does, without trailing text:
+// "a.b.c.d", "a.b.c", "a.b" or "a", each part decimal, 0 octal or 0x hex.
 func inetAton(s string) (netip.Addr, bool) {
 	parts := strings.Split(s, ".")
 	if len(parts) > 4 || s == "" {
@@ -311,35 +257,19 @@ func inetAton(s string) (netip.Addr, bool) {
 	}
 	var v [4]uint64
 	for i, p := range parts {
-		base, digits := uint64(10), p
+		base, digits := 10, p
 		switch {
 		case len(p) > 1 && (p[:2] == "0x" || p[:2] == "0X"):
 			base, digits = 16, p[2:]
 		case len(p) > 1 && p[0] == '0':
 			base, digits = 8, p[1:]
 		}
-		if digits == "" && base != 8 {
-			return netip.Addr{}, false
+		if digits == "" && base == 8 {
+			continue // "0"
 		}
-		var n uint64
-		for _, c := range []byte(digits) {
-			var d uint64
-			switch {
-			case '0' <= c && c <= '9':
-				d = uint64(c - '0')
-			case 'a' <= c && c <= 'f':
-				d = uint64(c-'a') + 10
-			case 'A' <= c && c <= 'F':
-				d = uint64(c-'A') + 10
-			default:
-				return netip.Addr{}, false
-			}
-			if d >= base {
-				return netip.Addr{}, false
-			}
-			if n = n*base + d; n > 0xffffffff {
-				return netip.Addr{}, false
-			}
+		n, err := strconv.ParseUint(digits, base, 32)
+		if err != nil {
+			return netip.Addr{}, false
 		}
 		v[i] = n
 	}
@@ -358,32 +288,20 @@ func inetAton(s string) (netip.Addr, bool) {
 	return netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)}), true
 }
 
-// numeric reports whether s is an address literal (in brackets or with
-// an "IPv6:" tag) or made only of what one holds (hexadecimal digits,
-// ".", ":", "x"), so a failure to parse it is a malformed address, not a
-// name.
+// numeric reports whether s is an address literal or made only of what
+// one holds, so a failure to parse it is a malformed address, not a name.
 func numeric(s string) bool {
 	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' || len(s) >= 5 && strings.EqualFold(s[:5], "ipv6:") {
 		return true
 	}
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' || c == '.' || c == ':' || c == 'x' || c == 'X') {
-			return false
-		}
-	}
-	return true
+	return s != "" && strings.Trim(s, "0123456789abcdefABCDEF.:xX") == ""
 }
 
 // nat64WellKnown is RFC 6052's well-known prefix.
 var nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
 
 // carried returns the IPv4 address an IPv6 transition address carries
-// (IPv4-mapped, IPv4-compatible but not "::" or "::1", NAT64, Teredo's
-// client, 6to4), else a unzoned.
+// (mapped, compatible, NAT64, Teredo's client, 6to4), else a unzoned.
 func (f KeyForm) carried(a netip.Addr) netip.Addr {
 	a = a.Unmap().WithZone("")
 	if !a.Is6() {
@@ -447,15 +365,11 @@ func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 }
 
 // Key returns the canonical form of a key an operator typed (rate show,
-// reset, overrides, exemptions): each "|" part as a client, an address
-// ("@domain" kept), or lower-cased, the whole bounded by BoundKey; a key
-// BoundKey cut is kept as it is. Key(Key(k)) == Key(k).
+// reset, overrides, exemptions): each "|" part as a client, an address,
+// "@domain" or lower-cased, bounded by BoundKey. Key(Key(k)) == Key(k).
 func (f KeyForm) Key(k string) string {
 	if bounded(k) {
 		return k
-	}
-	if !strings.Contains(k, "|") {
-		return BoundKey(f.part(k))
 	}
 	parts := strings.Split(k, "|")
 	for i, p := range parts {
@@ -482,9 +396,8 @@ func (f KeyForm) part(p string) string {
 	return strings.ToLower(p)
 }
 
-// parseClientLiteral parses p as parseClient does, but not in inet_aton's
-// forms of fewer than four parts, which an operator's "1234" (a login, a
-// HELO name) would be mistaken for.
+// parseClientLiteral is parseClient without inet_aton's short forms, so
+// an operator's "1234" (a login) is no address.
 func parseClientLiteral(p string) (netip.Addr, bool) {
 	a, ok := parseClient(p)
 	if ok && a.Is4() && strings.Count(p, ".") != 3 && !strings.Contains(p, ":") {
@@ -494,7 +407,7 @@ func parseClientLiteral(p string) (netip.Addr, bool) {
 }
 
 // user returns a SASL login's key: lower-cased, domain canonical,
-// extension kept (the login is authenticated).
+// extension kept.
 func (f KeyForm) user(u string) string {
 	if i := strings.LastIndexByte(u, '@'); i >= 0 {
 		return join(u, strings.ToLower(u[:i]), Domain(u[i+1:]))
@@ -530,18 +443,8 @@ func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 			}
 		}
 	}
-	if c.IPv4Prefix != 0 {
-		if c.IPv4Prefix < 8 || c.IPv4Prefix > 32 {
-			bad("policy.ipv4_prefix", "must be 8..32, got %d", c.IPv4Prefix)
-		}
-		f.IPv4Prefix = c.IPv4Prefix
-	}
-	if c.IPv6Prefix != 0 {
-		if c.IPv6Prefix < 32 || c.IPv6Prefix > 128 {
-			bad("policy.ipv6_prefix", "must be 32..128, got %d", c.IPv6Prefix)
-		}
-		f.IPv6Prefix = c.IPv6Prefix
-	}
+	setInt(bad, "policy.ipv4_prefix", c.IPv4Prefix, 8, 32, &f.IPv4Prefix)
+	setInt(bad, "policy.ipv6_prefix", c.IPv6Prefix, 32, 128, &f.IPv6Prefix)
 	for i, n := range c.NAT64Prefixes {
 		p, err := netip.ParsePrefix(n)
 		switch {

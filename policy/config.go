@@ -59,18 +59,8 @@ func ParseSize(text string) (int64, error) {
 	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
 	mult := int64(1)
 	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			s = s[:n-1]
+		if i := strings.IndexByte("KMGT", s[n-1]); i >= 0 {
+			mult, s = 1<<(10*(i+1)), s[:n-1]
 		}
 	}
 	f, err := strconv.ParseFloat(s, 64)
@@ -81,8 +71,7 @@ func ParseSize(text string) (int64, error) {
 }
 
 // Config is the policy part of the configuration file ([policy],
-// [policy.exempt], [[limit]]); NewEngine validates it. Each key is
-// documented once, in docs/configuration.md (config.Keys).
+// [policy.exempt], [[limit]]), documented in docs/configuration.md.
 type Config struct {
 	SubnetV4           int      `toml:"subnet_v4"`
 	SubnetV6           int      `toml:"subnet_v6"`
@@ -94,12 +83,10 @@ type Config struct {
 	OnFull             string   `toml:"on_full"`
 	WarnHeader         *string  `toml:"warn_header"`
 	Exempt             Exempt   `toml:"exempt"`
-	// DeferOnUnavailable, if not nil, is the error a store outage wraps
-	// (redisstore.ErrUnavailable under on_redis_error = defer): a request
-	// it leaves undecided is answered 450 4.7.1 instead of DUNNO.
+	// DeferOnUnavailable, if not nil, is the error a store outage wraps: a
+	// request it leaves undecided is answered 450 4.7.1, not DUNNO.
 	DeferOnUnavailable error `toml:"-"`
-	// OmitMeasures leaves Decision.Measures nil, so that Evaluate does not
-	// allocate in the common case (the daemon; simulate wants them).
+	// OmitMeasures leaves Decision.Measures nil (no allocation).
 	OmitMeasures bool          `toml:"-"`
 	Limits       []LimitConfig `toml:"-"` // the stack, in order
 }
@@ -223,18 +210,8 @@ func compile(c Config) (*compiled, error) {
 
 // compilePolicy sets out's policy-wide settings from c.
 func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...any)) {
-	if c.SubnetV4 != 0 {
-		if c.SubnetV4 < 1 || c.SubnetV4 > 32 {
-			bad("policy.subnet_v4", "must be 1..32, got %d", c.SubnetV4)
-		}
-		out.subnet4 = c.SubnetV4
-	}
-	if c.SubnetV6 != 0 {
-		if c.SubnetV6 < 1 || c.SubnetV6 > 128 {
-			bad("policy.subnet_v6", "must be 1..128, got %d", c.SubnetV6)
-		}
-		out.subnet6 = c.SubnetV6
-	}
+	setInt(bad, "policy.subnet_v4", c.SubnetV4, 1, 32, &out.subnet4)
+	setInt(bad, "policy.subnet_v6", c.SubnetV6, 1, 128, &out.subnet6)
 	if c.WarnHeader != nil {
 		out.warnHeader = *c.WarnHeader
 		if out.warnHeader != "" && !headerNameRE.MatchString(out.warnHeader) {
@@ -261,6 +238,18 @@ func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...an
 	for _, s := range c.Exempt.Senders {
 		out.exemptSenders[out.form.Key(s)] = true
 	}
+}
+
+// setInt sets *dst to v unless v is 0 (the default), which must be in
+// lo..hi.
+func setInt(bad func(key, format string, a ...any), key string, v, lo, hi int, dst *int) {
+	if v == 0 {
+		return
+	}
+	if v < lo || v > hi {
+		bad(key, "must be %d..%d, got %d", lo, hi, v)
+	}
+	*dst = v
 }
 
 // compileLimit returns the engine's form of lc (at: its TOML key).
@@ -310,25 +299,19 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 	if err := l.rl.Validate(); err != nil {
 		bad(at, "%v", err)
 	}
+	if len(lc.Overrides) > 0 {
+		l.overrides = make(map[string]float64, len(lc.Overrides))
+	}
 	for k, v := range lc.Overrides {
 		if !(v > 0) || math.IsInf(v, 1) {
 			bad(at+".overrides."+k, "must be a positive finite limit, got %v", v)
 		}
-	}
-	if len(lc.Overrides) > 0 {
-		l.overrides = make(map[string]float64, len(lc.Overrides))
-		for k, v := range lc.Overrides {
-			// Spellings that fold together keep the stricter value
-			// (ConfigAdvice warns).
-			ck := form.Key(k)
-			if old, ok := l.overrides[ck]; ok {
-				v = min(old, v)
-			}
-			l.overrides[ck] = v
-			if strings.HasPrefix(k, "@") {
-				l.domainOverrides = true
-			}
+		ck := form.Key(k) // spellings folded together keep the lower value
+		if old, ok := l.overrides[ck]; ok {
+			v = min(old, v)
 		}
+		l.overrides[ck] = v
+		l.domainOverrides = l.domainOverrides || strings.HasPrefix(k, "@")
 	}
 	for _, v := range lc.Via {
 		switch v {

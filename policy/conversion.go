@@ -12,16 +12,12 @@ import (
 // Conversion records that a store converted a limit's states to changed
 // parameters (ratelimit.Limit.Convert).
 type Conversion struct {
-	// From are the parameters converted from (without the mode).
-	From ratelimit.Limit
-	// At is the conversion's instant.
-	At time.Time
-	// Cause is "reload" or "restore".
-	Cause string
+	From  ratelimit.Limit // the parameters converted from (without the mode)
+	At    time.Time
+	Cause string // "reload" or "restore"
 }
 
-// Conversions is implemented by a store that converts states
-// (ratestore.Persistent), for KeyRate.
+// Conversions is implemented by a store that converts states.
 type Conversions interface {
 	// LastConversion returns limit's last conversion since the store
 	// opened, if any. Safe for concurrent use.
@@ -29,24 +25,19 @@ type Conversions interface {
 }
 
 // ConvertedView says a KeyRate's state was converted: a refused key keeps
-// its wait, so its new rate may look huge; Before is its rate by the old
-// parameters.
+// its wait, so its new rate may look huge.
 type ConvertedView struct {
-	// From is the old limit ("5/1h", "5/1h gcra" when the algorithm changed).
-	From      string        `json:"from"`
+	From      string        `json:"from"` // "5/1h", or "5/1h gcra" when the algorithm changed
 	Limit     float64       `json:"from_limit"`
 	Period    time.Duration `json:"from_period"`
 	Algorithm string        `json:"from_algorithm"`
-	// At and Cause are the Conversion's.
-	At    time.Time `json:"at"`
-	Cause string    `json:"cause"`
-	// Rate is the key's rate now by the old parameters (Lookup only).
-	Rate float64 `json:"from_rate,omitempty"`
+	At        time.Time     `json:"at"`
+	Cause     string        `json:"cause"`
+	Rate      float64       `json:"from_rate,omitempty"` // by the old parameters (Lookup only)
 }
 
-// convertedView returns what l's view of key's state s at now says about
-// c, or nil when c did not convert s (a later update, or for GCRA an
-// admitted key); back computes the old rate by bisection.
+// convertedView returns what c says of l's state s at now, or nil when c
+// did not convert s; back computes the old rate.
 func (l *limit) convertedView(c Conversion, s ratelimit.State, refusing bool, now time.Time, back bool) *ConvertedView {
 	gcra := l.rl.Algorithm == ratelimit.GCRA || l.rl.Algorithm == ratelimit.Cooldown
 	if gcra && !refusing || !gcra && s.Time > c.At.UnixNano() {

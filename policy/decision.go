@@ -6,8 +6,7 @@ import (
 )
 
 // Action is what the MTA is told when a limit is over; the zero value is
-// Pass. Actions are not ranked: the first limit of the stack that answers
-// (Answers) decides (docs/limits.md, "Escalation").
+// Pass.
 type Action uint8
 
 const (
@@ -44,21 +43,15 @@ func ParseAction(s string) (Action, error) {
 func (a Action) Admits() bool { return a <= Warn }
 
 // Answers reports whether a limit over with action a decides the stack's
-// answer (Hold, Freeze, Defer, Reject); Pass and Warn are measure-only and
-// dry runs, so the ladder goes on past them.
+// answer (Hold, Freeze, Defer, Reject); Pass and Warn do not.
 func (a Action) Answers() bool { return a > Warn }
 
-// Refuses reports whether the MTA refuses the message (Defer, Reject), so
-// the sender must try it again; a held or frozen message is accepted and
-// kept, and counts as admitted for leaky limits.
+// Refuses reports whether the MTA refuses the message (Defer, Reject); a
+// held or frozen message is admitted.
 func (a Action) Refuses() bool { return a == Defer || a == Reject }
 
-// Ahead reports whether d decides a message ahead of o, two decisions on
-// requests of one message (a milter's RCPTs and END-OF-MESSAGE): when both
-// answer (Action.Answers) and both name their limit's Place, the limit
-// earlier in the stack decides (docs/limits.md, "Escalation"); on a tie,
-// or when either names no limit, the stricter action in the order Pass <
-// Warn < Hold < Freeze < Defer < Reject.
+// Ahead reports whether d decides a message ahead of o, another decision
+// on it: the earlier Place when both answer, else the stricter Action.
 func (d Decision) Ahead(o Decision) bool {
 	if d.Action.Answers() && o.Action.Answers() && d.Place > 0 && o.Place > 0 && d.Place != o.Place {
 		return d.Place < o.Place
@@ -84,29 +77,22 @@ type Decision struct {
 	Action   Action
 	Code     int    // SMTP reply code of Defer and Reject (450, 550)
 	Enhanced string // RFC 3463 code ("4.7.1")
-	// Text is the client text as the limit's template expands it; the
-	// front ends make it safe for the wire (mta.ReplyText).
-	Text   string
-	Header string // "Name: value" to prepend (Warn)
-	Reason string // for the log, never sent
-	// The limit that decided (empty for Pass): its name, key, measured
-	// rate and limit per Period, and the wait before the key may send.
+	Text     string // client text, made safe for the wire by the front end
+	Header   string // "Name: value" to prepend (Warn)
+	Reason   string // for the log, never sent
+	// The limit that decided (empty for Pass), its key, the rate and
+	// limit per Period, and the wait before the key may send.
 	Limit      string
 	Key        string
 	Rate       float64
 	Max        float64
 	Period     time.Duration
 	RetryAfter time.Duration
-	// Place is the deciding limit's place in the stack, from 1 (the first
-	// [[limit]] in the file); 0 for a decision of no limit (Pass, a fault).
-	Place int
-	// Outcome is an outcome limit's counts, e.g. "23 of the last 60
-	// recipients bounced (limit 10% of at least 50 per 1h)".
-	Outcome  string
-	Measures []Measure // every limit that applied, in stack order
-	// Fault is set on a fail-open Pass after a store fault or panic, or
-	// when some limits could not be measured; it is logged and counted.
-	Fault error
-	// Repeated: the message's verdict given again at a later request.
-	Repeated bool
+	Place      int       // the deciding limit's place in the stack, from 1; 0: none
+	Outcome    string    // an outcome limit's counts (outcomeText)
+	Measures   []Measure // every limit that applied, in stack order
+	// Fault is a store fault or panic that left limits unmeasured; it is
+	// logged and counted.
+	Fault    error
+	Repeated bool // the message's verdict given again at a later request
 }

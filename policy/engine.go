@@ -24,9 +24,9 @@ const (
 	perByte
 	perConn
 	perAddr
-	perBounce   // outcome: recipients that failed permanently (outcome.go)
-	perUnknown  // outcome: recipients unknown at their server
-	perDeferral // outcome: recipients deferred
+	perBounce // outcomes (outcome.go)
+	perUnknown
+	perDeferral
 )
 
 // limit is one compiled [[limit]].
@@ -39,12 +39,10 @@ type limit struct {
 	action    Action
 	message   string
 	overrides map[string]float64
-	// domainOverrides reports an "@domain" entry in overrides.
+	// domainOverrides: overrides has an "@domain" entry.
 	domainOverrides bool
-	// via restricts the limit to these front ends; empty: all.
-	via []string
-	// ratio and minCount are an outcome limit's ratio form (outcome.go):
-	// over above ratio of at least minCount recipients; ratio 0: a count.
+	via             []string // the front ends that measure it; empty: all
+	// ratio, minCount: an outcome limit's ratio form; ratio 0: a count.
 	ratio, minCount float64
 }
 
@@ -63,13 +61,12 @@ type compiled struct {
 
 // Engine evaluates requests against a stack of limits; safe for concurrent use.
 type Engine struct {
-	cfg   atomic.Pointer[compiled]
-	store Store
-	msgs  msgTable
-	seen  stageCounts
-	rcpts RecipientSets // per = "addr" memory; nil: every recipient is new
-	// scratch holds *scratch values.
-	scratch sync.Pool
+	cfg     atomic.Pointer[compiled]
+	store   Store
+	msgs    msgTable
+	seen    stageCounts
+	rcpts   RecipientSets // per = "addr" memory; nil: every recipient is new
+	scratch sync.Pool     // of *scratch
 }
 
 // NewEngine validates c and returns an Engine keeping rate state in st; the
@@ -108,20 +105,17 @@ func (e *Engine) Store() Store { return e.store }
 
 // probe is the per-limit scratch of one evaluation.
 type probe struct {
-	l   *limit
-	ch  *charge // the message's charge record of l; nil without a message
-	per int
-	// size is the message size this request knows (per_byte bookkeeping).
-	size float64
-	// addr is the recipient hash a per = "addr" limit measured.
-	addr    uint64
+	l       *limit
+	ch      *charge // the message's charge record of l; nil without a message
+	size    float64 // the message size this request knows
+	addr    uint64  // the recipient hash a per = "addr" limit measured
 	hasAddr bool
 }
 
 // maxStack bounds the stack size handled without allocation.
 const maxStack = 8
 
-// scratch is one evaluation's memory handed to the store, pooled to stay warm.
+// scratch is one evaluation's memory handed to the store.
 type scratch struct {
 	probes [maxStack]probe
 	items  [maxStack]StackItem
@@ -129,24 +123,18 @@ type scratch struct {
 	upd    stackUpdate
 }
 
-// messageState reports whether s is within a mail transaction.
+// messageState reports whether s is within a mail transaction (MAIL to
+// END-OF-MESSAGE).
 func messageState(s string) bool {
-	switch s {
-	case StateMail, StateRcpt, StateData, StateEndOfMessage:
-		return true
-	}
-	return false
+	i := stateIndex(s)
+	return i >= 3 && i <= 6
 }
 
-// Evaluate decides req at now: its message (charged once per limit
-// whatever stages the MTA asks at, docs/limits.md), the limits that apply,
-// the store's measure; the first over limit in stack order whose action
-// answers decides (docs/limits.md, "Escalation"), a warning only if none
-// does. A message's requests share its verdict, combined in the same
-// order with their own per_rcpt one. A store fault is a
-// Pass with Fault set, or the fault table's answer (faultAnswer).
-// Measures is nil under Config.OmitMeasures. Safe for concurrent use; a
-// panic is left to the front end.
+// Evaluate decides req at now: a message is charged once per limit
+// whatever stages the MTA asks at, and the first over limit in stack order
+// whose action answers decides (docs/limits.md, "Escalation"). A store
+// fault is a Pass with Fault set, or the fault table's answer. Safe for
+// concurrent use; a panic is left to the front end.
 func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d Decision) {
 	c := e.cfg.Load()
 	state := req.ProtocolState
@@ -166,7 +154,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			m.mu.Lock()
 			defer func() {
 				m.mu.Unlock()
-				e.msgs.end(m, req, refusedMsg, doneMsg)
+				m.shard.end(m, req, refusedMsg, doneMsg)
 			}()
 		}
 	}
@@ -215,19 +203,20 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	if fault == nil {
 		fault = stackErr
 	}
+	verdictOf := func(i int) Decision {
+		return c.verdict(probes[i].l, &items[i], &out[i].Result, e.unknownOf(ctx, now, c, probes[i].l, req, items[i].Key))
+	}
 	var msgVerdict Decision
 	switch {
 	case prev.Action != Pass && (msgDecisive < 0 || !c.before(probes[msgDecisive].l, prev)):
 		msgVerdict = prev
 		msgVerdict.Repeated = true
 	case msgDecisive >= 0:
-		msgVerdict = c.verdict(probes[msgDecisive].l, &items[msgDecisive], &out[msgDecisive].Result,
-			e.unknownOf(ctx, now, c, probes[msgDecisive].l, req, items[msgDecisive].Key))
+		msgVerdict = verdictOf(msgDecisive)
 	}
 	final := msgVerdict
 	if rcptDecisive >= 0 && c.before(probes[rcptDecisive].l, msgVerdict) {
-		final = c.verdict(probes[rcptDecisive].l, &items[rcptDecisive], &out[rcptDecisive].Result,
-			e.unknownOf(ctx, now, c, probes[rcptDecisive].l, req, items[rcptDecisive].Key))
+		final = verdictOf(rcptDecisive)
 	}
 	admitted := !final.Action.Refuses()
 	for i := range items {
@@ -253,8 +242,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	return final
 }
 
-// storeFault is a row of the fault table: a Pass that a store fault
-// wrapping err left is deferred with text.
+// storeFault is a row of the fault table: a Pass left by a store fault
+// wrapping err is deferred with text.
 type storeFault struct {
 	err          error
 	text, reason string
@@ -275,10 +264,9 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 	return d
 }
 
-// stack returns, in sc's memory, the limits that apply to req: a probe
-// (limit, charge record, bookkeeping) and a StackItem each; and the first
-// store error of a limit left out because its state could not be read
-// (a ratio limit's recipients), to be counted as a fault.
+// stack returns, in sc's memory, a probe and a StackItem for each limit
+// that applies to req, and the first store error of a limit left out
+// because its state could not be read (a ratio limit's recipients).
 func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Request, m *msgEntry, front int, sc *scratch) ([]probe, []StackItem, error) {
 	var first error
 	state := req.ProtocolState
@@ -293,7 +281,7 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		if m != nil {
 			ch = m.chargeOf(l.name)
 		}
-		p := probe{l: l, ch: ch, per: l.per, size: float64(max(req.Size, 0))}
+		p := probe{l: l, ch: ch, size: float64(max(req.Size, 0))}
 		cost, count, ok := l.cost(req, state, ch, front, connectSeen, p.size)
 		if !ok {
 			continue
@@ -324,8 +312,7 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 	return probes, items, first
 }
 
-// measure has the store evaluate items at now (refused: the message was
-// refused before).
+// measure has the store evaluate items at now (refused: the message was).
 func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, refused bool, sc *scratch) ([]StackResult, error) {
 	out := sc.out[:]
 	if len(items) > maxStack {
@@ -342,10 +329,9 @@ func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, 
 }
 
 // decisive returns the index of the limit deciding the message's verdict
-// (over per_mail, per_byte, per_conn) and of the one deciding the per_rcpt
-// verdict, -1 for none, and the first item error; measures, if not nil,
-// gets every Measure. Each is the first over limit in stack order whose
-// action answers (Action.Answers), else the first over one (a warning).
+// and of the one deciding the per_rcpt verdict (-1: none): the first over
+// one in stack order whose action answers, else the first over one. It
+// fills measures if not nil and returns the first item error.
 func decisive(probes []probe, items []StackItem, out []StackResult, measures []Measure) (msgDecisive, rcptDecisive int, fault error) {
 	msgDecisive, rcptDecisive = -1, -1
 	for i := range items {
@@ -375,7 +361,7 @@ func decisive(probes []probe, items []StackItem, out []StackResult, measures []M
 			continue // measure only
 		}
 		dec := &msgDecisive
-		if p.per == perRcpt {
+		if p.l.per == perRcpt {
 			dec = &rcptDecisive
 		}
 		if *dec < 0 || (p.l.action.Answers() && !probes[*dec].l.action.Answers()) {
@@ -386,9 +372,8 @@ func decisive(probes []probe, items []StackItem, out []StackResult, measures []M
 }
 
 // before reports whether limit l, over, decides ahead of the verdict d:
-// d does not answer and l's action does, or both answer (or both warn)
-// and l comes first in the stack. A verdict of a limit no longer in the
-// stack keeps its place ahead of every limit.
+// l answers and d does not, or both do alike and l is first in the stack
+// (a limit no longer in the stack stays ahead).
 func (c *compiled) before(l *limit, d Decision) bool {
 	if d.Action == Pass {
 		return true
@@ -404,8 +389,7 @@ func (c *compiled) before(l *limit, d Decision) bool {
 	return false
 }
 
-// finish says how a decided request ends its message's bookkeeping: a
-// refused message is no longer joinable, END-OF-MESSAGE forgets it.
+// finish says how a request ends its message's bookkeeping (msgShard.end).
 func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 	if m == nil {
 		return false, false
@@ -413,12 +397,12 @@ func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 	return !a.Admits(), req.ProtocolState == StateEndOfMessage
 }
 
-// cost decides what req charges l at state given the message's charge ch
-// (nil: no message): the cost, whether it is counted (false: measured
-// only), and whether l applies.
+// cost is what req charges l at state given the message's charge ch (nil:
+// no message), whether it is counted (else measured only), and whether l
+// applies.
 func (l *limit) cost(req *Request, state string, ch *charge, front int, connectSeen bool, size float64) (float64, bool, bool) {
-	if l.outcome() {
-		return outcomeProbe(state)
+	if l.outcome() { // would one more failure be over? measured, not counted
+		return 1, false, messageState(state)
 	}
 	switch l.per {
 	case perMail:
@@ -486,7 +470,7 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 	if ch == nil {
 		return
 	}
-	switch p.per {
+	switch p.l.per {
 	case perMail, perConn:
 		ch.mail = true
 	case perByte:
@@ -510,8 +494,8 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 	}
 }
 
-// verdict is the Decision of limit l being over with result r; unknown
-// is an outcome limit's unknown users (unknownOf).
+// verdict is the Decision of limit l over with result r; unknown as
+// unknownOf.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result, unknown float64) Decision {
 	lim := limitOf(it, r)
 	if l.ratio > 0 {
@@ -543,8 +527,8 @@ func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result, unknown
 	return d
 }
 
-// keyOf builds l's key for req: the attributes joined with "|", "" when
-// any is missing, bounded by BoundKey.
+// keyOf is l's key for req: the attributes joined with "|", bounded by
+// BoundKey; "" when one is missing.
 func (c *compiled) keyOf(l *limit, req *Request) string {
 	if len(l.key) == 1 {
 		return BoundKey(c.attr(l.key[0], req))
@@ -607,8 +591,7 @@ func (c *compiled) attr(name string, req *Request) string {
 	return ""
 }
 
-// domainOf returns the canonical domain of an envelope address (angle
-// brackets and a source route removed), "" if it has none.
+// domainOf returns the canonical domain of an envelope address, or "".
 func domainOf(addr string) string {
 	addr = stripPath(strings.TrimSpace(addr))
 	i := strings.LastIndexByte(addr, '@')
@@ -644,39 +627,10 @@ func (c *compiled) exempt(req *Request) bool {
 	return false
 }
 
-// expand fills a message template: {name}, {key}, {rate}, {limit},
-// {period}, {retry}; other {words} stay.
+// expand fills a message template's {name}, {key}, {rate}, {limit},
+// {period} and {retry}; other {words} stay.
 func expand(tmpl, name, key string, rate, lim float64, period, retry time.Duration) string {
-	var b strings.Builder
-	b.Grow(len(tmpl) + 32)
-	for {
-		i := strings.IndexByte(tmpl, '{')
-		if i < 0 {
-			b.WriteString(tmpl)
-			return b.String()
-		}
-		j := strings.IndexByte(tmpl[i:], '}')
-		if j < 0 {
-			b.WriteString(tmpl)
-			return b.String()
-		}
-		b.WriteString(tmpl[:i])
-		switch word := tmpl[i+1 : i+j]; word {
-		case "name":
-			b.WriteString(name)
-		case "key":
-			b.WriteString(key)
-		case "rate":
-			b.WriteString(human.Rate(rate, lim))
-		case "limit":
-			b.WriteString(strconv.FormatFloat(lim, 'g', -1, 64))
-		case "period":
-			b.WriteString(human.Duration(period))
-		case "retry":
-			b.WriteString(human.Retry(retry))
-		default:
-			b.WriteString(tmpl[i : i+j+1])
-		}
-		tmpl = tmpl[i+j+1:]
-	}
+	return strings.NewReplacer("{name}", name, "{key}", key, "{rate}", human.Rate(rate, lim),
+		"{limit}", strconv.FormatFloat(lim, 'g', -1, 64), "{period}", human.Duration(period),
+		"{retry}", human.Retry(retry)).Replace(tmpl)
 }

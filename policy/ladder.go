@@ -18,15 +18,13 @@ type Step struct {
 	Period time.Duration // the limit's period
 	Mode   string        // leaky, strict, forgiving, readonly
 	Via    []string      // the front ends that measure it; empty: all
-	// Shadowed names the earlier limit of the ladder that answers first at
-	// a threshold no higher, in count and in rate, so this one never
-	// answers; empty if it can.
+	// Shadowed names the earlier limit that always answers first; "" if
+	// none does.
 	Shadowed string
 }
 
 // Ladder is the limits of a stack over one key and cost unit, in stack
-// order: of those over a request, the first whose action answers decides
-// (Exim's ACL statements and postfwd's rules are evaluated the same way).
+// order.
 type Ladder struct {
 	Key   []string // the key attributes, as configured
 	Per   string   // the cost unit: mail, rcpt, byte, conn, addr
@@ -58,23 +56,11 @@ func perPeriod(max float64, period time.Duration) string {
 // thousands prints f as human.Number does, with "," between thousands.
 func thousands(f float64) string {
 	s := human.Number(f)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	whole, frac, _ := strings.Cut(s, ".")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
+	i := strings.IndexByte(s+".", '.')
+	for i -= 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	for i, c := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if frac != "" {
-		b.WriteString("." + frac)
-	}
-	return b.String()
+	return s
 }
 
 // Ladders returns the engine's limits grouped by key and cost unit, in the
@@ -108,10 +94,9 @@ func (c *compiled) ladders() []Ladder {
 	return out
 }
 
-// shadows reports whether a, earlier in the stack over the same key and
-// cost unit, is over whenever b is, and answers: it is measured wherever
-// b is, has no overrides, and its threshold is no higher both as a count
-// (a burst) and as a rate per unit of time (a steady sender).
+// shadows reports whether a, earlier on b's ladder, answers whenever b is
+// over: measured wherever b is, no overrides, and a threshold no higher as
+// a count (a burst) and as a rate (a steady sender).
 func shadows(a, b *limit) bool {
 	if !a.action.Answers() || b.action == Pass || len(a.overrides) > 0 {
 		return false
@@ -126,11 +111,9 @@ func shadows(a, b *limit) bool {
 }
 
 // LadderWarnings returns config check's warnings about c's ladders: a
-// limit that never answers because an earlier one refuses first, and a
-// limit measured only by the milter that never counts the attempts policy
-// delegation refuses first (Postfix asks smtpd_*_restrictions, and so the
-// policy service, before the milters at each stage). Nil if c does not
-// validate.
+// shadowed limit, and a milter-only limit that never counts the attempts
+// policy delegation refuses first (Postfix asks the policy service before
+// the milters). Nil if c does not validate.
 func LadderWarnings(c Config) []string {
 	cc, err := compile(c)
 	if err != nil {
@@ -166,10 +149,8 @@ func LadderWarnings(c Config) []string {
 	return out
 }
 
-// NextStep says what comes after limit name in its ladder, for a sender it
-// answered: the step that answers at the next higher threshold ("daily
-// freezes above 1,000/24h"), or "" if name is its ladder's last step or
-// not in the stack.
+// NextStep returns the step of name's ladder that answers at the next
+// higher threshold ("daily freezes above 1,000/24h"), or "".
 func (e *Engine) NextStep(name string) string {
 	c := e.cfg.Load()
 	i := slices.IndexFunc(c.limits, func(l limit) bool { return l.name == name })

@@ -10,19 +10,17 @@ import (
 )
 
 // Per-message bookkeeping: each message is charged once per limit however
-// often and through which front end the MTA asks (docs/limits.md), and its
-// later requests get its verdict. Two generations of msgGenSize entries
-// bound the memory (a forgotten message is charged again: over-, never
-// under-counting); keys are hashes checked against kept bytes.
-
-// msgGenSize bounds one generation of the message table.
-const msgGenSize = 1 << 15
-
-// shardGenSize bounds one generation of one shard.
-const shardGenSize = msgGenSize / msgShards
-
-// pendMax bounds one fingerprint's messages waiting to be joined.
-const pendMax = 16
+// often and through which front end the MTA asks (docs/limits.md). Two
+// generations bound the memory (a forgotten message is charged again:
+// over-, never under-counting).
+const (
+	msgGenSize   = 1 << 15                // entries of one generation of the table
+	shardGenSize = msgGenSize / msgShards // of one shard
+	pendMax      = 16                     // one fingerprint's messages waiting to be joined
+	msgShards    = 16                     // a power of two
+	maxIDLen     = 256                    // key bytes built on the stack
+	entryBytes   = 512                    // estimated memory of one entry
+)
 
 // frontIndex maps Request.Stage to 0 (policy) or 1 (milter).
 func frontIndex(stage string) int {
@@ -46,18 +44,14 @@ type charge struct {
 // msgEntry is one message in flight. mu guards verdict and charges; the
 // other fields are the shard's, under its mutex.
 type msgEntry struct {
-	mu    sync.Mutex
-	shard *msgShard
-	// verdict is the message's verdict per front end, without Measures;
-	// nil while admitted without warning.
-	verdict [2]*Decision
+	mu      sync.Mutex
+	shard   *msgShard
+	verdict [2]*Decision // per front end, without Measures; nil: Pass
 	charges []charge
 	id      [2][]byte // message key (appendID) per front end; empty: no view
 	hash    [2]uint64 // hashID of id
-	refs    int32     // slots, pending list and requests holding it; 0: reuse
-	// open: the message is in flight (its last request was admitted and
-	// was not its END-OF-MESSAGE); counted in the shard's nOpen.
-	open bool
+	refs    int32     // slots, pending list and requests holding it
+	open    bool      // last request admitted, not END-OF-MESSAGE (nOpen)
 	// While waiting for the other front end: join fingerprint, its hash,
 	// the front end and generation that registered it, list neighbours.
 	pending            bool
@@ -98,10 +92,9 @@ func (m *msgEntry) chargeOf(name string) *charge {
 
 // msgGen is one generation of the table.
 type msgGen struct {
-	msgs map[uint64]*msgEntry // by hash of the message key
-	pend map[uint64]*msgEntry // oldest waiting message, by fingerprint hash
-	// npend is the number of entries in pend's lists.
-	npend int
+	msgs  map[uint64]*msgEntry // by hash of the message key
+	pend  map[uint64]*msgEntry // oldest waiting message, by fingerprint hash
+	npend int                  // entries in pend's lists
 }
 
 func (g *msgGen) size() int { return len(g.msgs) + g.npend }
@@ -113,11 +106,7 @@ type msgTable struct {
 	shards [msgShards]msgShard
 }
 
-// msgShards is the number of shards of the message table (a power of two).
-const msgShards = 16
-
-// fpSeed hashes join fingerprints (shard and pending lists).
-var fpSeed = maphash.MakeSeed()
+var fpSeed = maphash.MakeSeed() // of join fingerprints
 
 // msgShard is one shard of the table.
 type msgShard struct {
@@ -129,12 +118,8 @@ type msgShard struct {
 	nOpen    atomic.Int64 // entries open (msgEntry.open), for status
 }
 
-// maxIDLen bounds the key bytes built on the stack.
-const maxIDLen = 256
-
 // appendID appends req's message key: stage, join fingerprint and
-// instance; with the identity in it, a forged request reusing a real
-// message's instance makes a message of its own.
+// instance (a forged request reusing an instance makes its own message).
 func appendID(b []byte, req *Request) []byte {
 	b = append(b, req.Stage...)
 	b = append(b, 0)
@@ -159,8 +144,7 @@ func appendLower(b []byte, s string) []byte {
 	dst := b[n:]
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x80 {
-			// s[i:] starts a rune: ToLower maps rune by rune.
+		if c >= 0x80 { // s[i:] starts a rune; ToLower maps rune by rune
 			return append(b[:n+i], strings.ToLower(s[i:])...)
 		}
 		if 'A' <= c && c <= 'Z' {
@@ -185,9 +169,9 @@ func (t *msgShard) hashID(front int, id []byte) uint64 {
 	return maphash.Bytes(t.seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
 }
 
-// get returns the entry of req's message, creating it (joined to the other
-// front end's view if one waits, and joinable reports the other front end
-// is in use) when new; nil without an instance. Give it back with end.
+// get returns the entry of req's message, new (joined to the other front
+// end's waiting view when joinable) if need be; nil without an instance.
+// Give it back with msgShard.end.
 func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	if req.Instance == "" {
 		return nil
@@ -199,13 +183,7 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	return t.shards[fh%msgShards].get(req, id, fp, fh, joinable)
 }
 
-// end gives back the entry of one request (msgShard.end).
-func (t *msgTable) end(m *msgEntry, req *Request, refused, done bool) {
-	m.shard.end(m, req, refused, done)
-}
-
-// open returns the number of messages in flight: asked about, admitted so
-// far, not yet at END-OF-MESSAGE (or forgotten by the bound).
+// open returns the number of open messages (msgEntry.open).
 func (t *msgTable) open() int {
 	n := 0
 	for i := range t.shards {
@@ -282,8 +260,7 @@ func (t *msgShard) unref(m *msgEntry) {
 }
 
 // put stores m under h in the current generation, rotating when full, and
-// takes a reference for the slot; held, a colliding entry under h, is
-// forgotten.
+// takes a reference for the slot; held, colliding under h, is forgotten.
 func (t *msgShard) put(h uint64, m, held *msgEntry) {
 	if t.cur.size() >= shardGenSize {
 		t.rotate()
@@ -432,9 +409,6 @@ func (t *msgShard) setOpen(m *msgEntry, open bool) {
 		t.nOpen.Add(-1)
 	}
 }
-
-// entryBytes estimates one remembered message's memory.
-const entryBytes = 512
 
 // footprint estimates the shard's memory in bytes.
 func (t *msgShard) footprint() int64 {

@@ -26,9 +26,11 @@ func BenchmarkMessageTable(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		if i >= inFlight {
 			r := &reqs[(i-inFlight)%len(reqs)][1]
-			t.end(t.get(r, false), r, false, true)
+			m := t.get(r, false)
+			m.shard.end(m, r, false, true)
 		}
 		r := &reqs[i%len(reqs)][0]
-		t.end(t.get(r, false), r, false, false)
+		m := t.get(r, false)
+		m.shard.end(m, r, false, false)
 	}
 }

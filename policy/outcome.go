@@ -25,13 +25,8 @@ const (
 // String returns "bounce", "unknown_rcpt" or "deferral", the per value
 // that counts the kind.
 func (k OutcomeKind) String() string {
-	switch k {
-	case OutcomeBounce:
-		return "bounce"
-	case OutcomeUnknownRcpt:
-		return "unknown_rcpt"
-	case OutcomeDeferral:
-		return "deferral"
+	if k >= OutcomeBounce && k <= OutcomeDeferral {
+		return perNames[perBounce+int(k)-1]
 	}
 	return fmt.Sprintf("OutcomeKind(%d)", uint8(k))
 }
@@ -66,15 +61,7 @@ func ClassifyDSN(status string) (kind OutcomeKind, ok bool) {
 
 // digits reports whether s is 1 to n decimal digits.
 func digits(s string, n int) bool {
-	if s == "" || len(s) > n {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= n && strings.Trim(s, "0123456789") == ""
 }
 
 // outcome reports whether l counts outcomes rather than submissions.
@@ -95,17 +82,6 @@ func (l *limit) counts(k OutcomeKind) bool {
 	return false
 }
 
-// outcomeProbe is an outcome limit's share of a request: within a message
-// it measures, without counting, whether one more failure would be over,
-// so the sender's next message after the limit's last permitted failure
-// gets its action.
-func outcomeProbe(state string) (cost float64, count, applies bool) {
-	if !messageState(state) {
-		return 0, false, false
-	}
-	return 1, false, true
-}
-
 // outcomeNouns describes, per outcome cost unit, what was counted.
 var outcomeNouns = map[int]string{
 	perBounce:   "bounced",
@@ -113,13 +89,10 @@ var outcomeNouns = map[int]string{
 	perDeferral: "were deferred",
 }
 
-// outcomeText is what outcome limit l saw, over with failures against
-// limit lim per period: "10 recipients per 1h bounced as unknown users
-// (limit 10)", or in the ratio form "23 of the last 60 recipients
-// bounced, 19 as unknown users (limit 10% of at least 50 per 1h)", the
-// rates rounded to whole recipients; unknown is the unknown users'
-// share of a bounce limit's failures, negative when not known. It is the
-// log reason's and the notification's text.
+// outcomeText is what outcome limit l saw, over with failures against lim
+// per period: "10 recipients per 1h bounced as unknown users (limit 10)",
+// or "23 of the last 60 recipients bounced, 19 as unknown users (limit 10%
+// of at least 50 per 1h)"; unknown < 0: not known.
 func (l *limit) outcomeText(failures, unknown, lim float64, period time.Duration) string {
 	noun := outcomeNouns[l.per]
 	if unknown >= 0 {
@@ -133,12 +106,10 @@ func (l *limit) outcomeText(failures, unknown, lim float64, period time.Duration
 		noun, lim)
 }
 
-// unknownOf is how many of bounce limit l's failures for key were
-// unknown users, decayed to now: the rate of a limit with per =
-// "unknown_rcpt" on the same key and period, both exponential and
-// neither forgiving nor readonly, so that both count every unknown
-// recipient alike. It is negative when l is no bounce limit, no such
-// limit exists or its state cannot be read.
+// unknownOf is how many of bounce limit l's failures for key were unknown
+// users at now: the rate of an unknown_rcpt limit on the same key and
+// period, both plainCount; negative when there is none or it cannot be
+// read.
 func (e *Engine) unknownOf(ctx context.Context, now time.Time, c *compiled, l *limit, req *Request, key string) float64 {
 	if l.per != perBounce || !plainCount(l) {
 		return -1
@@ -163,13 +134,11 @@ func plainCount(l *limit) bool {
 	return l.rl.Algorithm == ratelimit.Exponential && l.rl.Mode != ratelimit.Forgiving && l.rl.Mode != ratelimit.Readonly
 }
 
-// ratioName is the name the recipients' rate of ratio limit name is kept
-// under: limit names have no '/'.
+// ratioName is the state name of ratio limit name's recipients (limit
+// names have no '/').
 func ratioName(name string) string { return name + "/rcpt" }
 
-// compileRatio validates lc's ratio form into l: failures over more than
-// ratio of the recipients, measured once at least min_count recipients
-// were counted; both rates exponential over the limit's period.
+// compileRatio validates lc's ratio form into l.
 func (l *limit) compileRatio(lc LimitConfig, at string, bad func(key, format string, a ...any)) {
 	l.ratio, l.minCount = lc.Ratio, lc.MinCount
 	switch {
@@ -190,11 +159,9 @@ func (l *limit) compileRatio(lc LimitConfig, at string, bad func(key, format str
 	}
 }
 
-// ratioItem sets it, ratio limit l's share of a request, to measure the
-// failures against ratio times the recipients' rate, decayed to now (cost
-// 0: over when more than ratio of them failed); false when fewer than
-// min_count recipients were counted, or their rate cannot be read: then
-// also the store's error (the limit fails open, the fault is counted).
+// ratioItem sets it to measure the failures against ratio times the
+// recipients' rate at now (cost 0); false when fewer than min_count were
+// counted or, with the store's error, their rate cannot be read.
 func (e *Engine) ratioItem(ctx context.Context, now time.Time, l *limit, it *StackItem) (bool, error) {
 	s, err := e.store.Get(ctx, ratioName(l.name), it.Key)
 	if err != nil {
@@ -209,17 +176,13 @@ func (e *Engine) ratioItem(ctx context.Context, now time.Time, l *limit, it *Sta
 }
 
 // ratioWait is how long ratio limit l, over at it, stays over without new
-// recipients: until their rate decays below min_count (the failures' rate
-// decays as fast, so the ratio stays).
+// recipients: until their rate decays below min_count.
 func (l *limit) ratioWait(it *StackItem) time.Duration {
 	return time.Duration(float64(it.Params.Period) * math.Log(max(it.Params.Limit/l.ratio/l.minCount, 1)))
 }
 
 // ratioView folds ratio limit l's recipients' state rs into kr, l's view
-// at now of the failures' state for the same key: Recipients their rate,
-// Max the failures permitted (ratio of them, of at least min_count), Over
-// and Refusing when at least min_count were counted and more than ratio
-// of them failed, RetryAfter as ratioWait.
+// at now of the failures for the same key.
 func (l *limit) ratioView(kr *KeyRate, rs ratelimit.State, now time.Time) {
 	rcpts := l.rl.Rate(rs, now)
 	kr.Ratio, kr.MinCount, kr.Recipients = l.ratio, l.minCount, human.Finite(rcpts)
@@ -232,20 +195,17 @@ func (l *limit) ratioView(kr *KeyRate, rs ratelimit.State, now time.Time) {
 }
 
 // RecordOutcome counts, at now, one recipient's outcome of kind in every
-// outcome limit that counts it (per = "bounce" counts unknown recipients
-// too), keyed by req: the request that submitted the message, with
-// Recipient the recipient the outcome is about. An outcome is always
-// counted, as an admitted request is (mode readonly: never); exempt
-// senders and keys req cannot build count nowhere. It returns how many
-// limits counted it and the first store error. Safe for concurrent use.
+// outcome limit that counts it, keyed by req, the request that submitted
+// the message with Recipient the one the outcome is about; as admitted
+// (readonly: never). It returns how many limits counted it and the first
+// store error. Safe for concurrent use.
 func (e *Engine) RecordOutcome(ctx context.Context, now time.Time, req *Request, kind OutcomeKind) (int, error) {
 	return e.record(ctx, now, req, 1, func(l *limit) (string, bool) { return l.name, l.counts(kind) })
 }
 
 // RecordRecipients counts, at now, n recipients of a message req submitted
-// whose outcomes the feeds will see (joined by queue ID, or rejected by
-// smtpd) in every outcome limit of the ratio form, as RecordOutcome counts
-// a failure. Safe for concurrent use.
+// whose outcomes the feeds will see, in every limit of the ratio form, as
+// RecordOutcome does. Safe for concurrent use.
 func (e *Engine) RecordRecipients(ctx context.Context, now time.Time, req *Request, n int) (int, error) {
 	if n <= 0 {
 		return 0, nil
@@ -253,8 +213,7 @@ func (e *Engine) RecordRecipients(ctx context.Context, now time.Time, req *Reque
 	return e.record(ctx, now, req, float64(n), func(l *limit) (string, bool) { return ratioName(l.name), l.ratio > 0 })
 }
 
-// record counts cost in the state each limit that of picks keeps for
-// req's key.
+// record counts cost in the state of req's key named by of.
 func (e *Engine) record(ctx context.Context, now time.Time, req *Request, cost float64, of func(*limit) (string, bool)) (int, error) {
 	c := e.cfg.Load()
 	if c.exempt(req) {

@@ -36,14 +36,12 @@ type Request struct {
 	Instance          string // instance: the same for every request of one message
 	// sasl_method, sasl_username (empty: unauthenticated), sasl_sender.
 	SASLMethod, SASLUsername, SASLSender string
-	Size                                 int64  // size in bytes: at END-OF-MESSAGE, or MAIL FROM SIZE=
-	Stage                                string // the front end: ViaPolicy or ViaMilter
-	// Received is when the front end received the request, the time it
-	// is decided at (zero: the decider reads the clock); not logged.
-	Received time.Time
-	// LocalUser (local_user) is the numeric uid of the local user who
-	// submitted non-SMTP mail (sendmail): the uid Postfix's pickup records
-	// in its Received: header, or Exim's $caller_uid; "" for SMTP mail.
+	Size                                 int64     // size in bytes: at END-OF-MESSAGE, or MAIL FROM SIZE=
+	Stage                                string    // the front end: ViaPolicy or ViaMilter
+	Received                             time.Time // when it arrived, the time it is decided at (zero: now)
+	// LocalUser (local_user) is the uid of the local user who submitted
+	// non-SMTP mail (Postfix pickup's Received: header, Exim's
+	// $caller_uid); "" for SMTP mail.
 	LocalUser string
 }
 

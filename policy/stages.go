@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 )
 
@@ -9,33 +10,11 @@ import (
 var stateNames = [...]string{StateConnect, StateEHLO, StateHELO, StateMail, StateRcpt, StateData,
 	StateEndOfMessage, StateVrfy, StateEtrn}
 
-// stateIndex is s's index in stateNames, or -1 (a switch: hot path).
-func stateIndex(s string) int {
-	switch s {
-	case StateConnect:
-		return 0
-	case StateEHLO:
-		return 1
-	case StateHELO:
-		return 2
-	case StateMail:
-		return 3
-	case StateRcpt:
-		return 4
-	case StateData:
-		return 5
-	case StateEndOfMessage:
-		return 6
-	case StateVrfy:
-		return 7
-	case StateEtrn:
-		return 8
-	}
-	return -1
-}
+// stateIndex is s's index in stateNames, or -1.
+func stateIndex(s string) int { return slices.Index(stateNames[:], s) }
 
 // stageCounts counts requests per front end and protocol state, so the
-// daemon learns where the MTA asks; the hot checks read flags set once.
+// daemon learns where the MTA asks.
 type stageCounts struct {
 	n [2][len(stateNames)]atomic.Uint64
 	// seen: front asked at stateNames[i]; anyMsg: about a message; warm:
@@ -66,7 +45,7 @@ func (s *stageCounts) get(front int, state string) uint64 {
 	return 0
 }
 
-// asked reports whether front has asked at state (a flag: hot path).
+// asked reports whether front has asked at state.
 func (s *stageCounts) asked(front int, state string) bool {
 	i := stateIndex(state)
 	return i >= 0 && s.seen[front][i].Load()
@@ -118,9 +97,8 @@ func (e *Engine) Stages() []StageCount {
 	return out
 }
 
-// MessagesOpen returns the number of messages in flight: asked about,
-// admitted so far and not yet at END-OF-MESSAGE. A message the client
-// abandons stays counted until the bounded table forgets it.
+// MessagesOpen returns the number of messages asked about, admitted so
+// far and not yet at END-OF-MESSAGE (nor forgotten by the bounded table).
 func (e *Engine) MessagesOpen() int { return e.msgs.open() }
 
 // Footprint estimates the message table's memory, in bytes.

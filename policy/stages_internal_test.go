@@ -2,7 +2,7 @@ package policy
 
 import "testing"
 
-// stateIndex is a switch for speed: it must agree with stateNames, and the
+// stateIndex must agree with stateNames, and the
 // MAIL..END-OF-MESSAGE indexes messageRequests adds up.
 func TestStateIndexMatchesNames(t *testing.T) {
 	for i, n := range stateNames {

@@ -8,9 +8,7 @@ import (
 )
 
 // Store keeps the rate state of every (limit, key) pair; the zero
-// ratelimit.State is "no state". Update re-applies a request to the current
-// state, so concurrent requests of a key are never lost. Safe for
-// concurrent use.
+// ratelimit.State is "no state". Safe for concurrent use.
 type Store interface {
 	Get(ctx context.Context, limit, key string) (ratelimit.State, error)
 	// Update calls fn with the current state, holding the key
@@ -29,12 +27,7 @@ type StackItem struct {
 	Params     ratelimit.Limit // after overrides
 	Cost       float64         // in the limit's unit, >= 0
 	Count      bool            // charged; false: measured only
-	// Refuses: the limit's action has the MTA refuse the message
-	// (Action.Refuses: defer, reject); an over item that refuses means
-	// the stack did not admit the request (Exim specification, "Rate
-	// limiting": leaky mode). A held or frozen message is admitted: the
-	// MTA accepted it and keeps it.
-	Refuses bool
+	Refuses    bool            // the limit's Action.Refuses
 }
 
 // StackResult is the outcome for one StackItem.
@@ -43,34 +36,25 @@ type StackResult struct {
 	Result ratelimit.Result // Params.Check of Prev
 	Stored bool
 	Err    error // this item alone failed; the others' verdicts stand
-
 }
 
 // StackEvaluator decides a whole stack in one atomic step (the Redis
-// script, on the server's clock): it measures every item at now, computes
-//
-//	admitted = !refused && no item is both Over and Refuses
-//
-// (ratelimit.StackAdmits), stores Params.Next(result, admitted) for every
-// item with Count and fills out (len(items)). An item failing alone gets
-// out[i].Err; the error is returned only when nothing was decided. Safe for
-// concurrent use.
+// script): it measures every item at now, stores Params.Next(result,
+// ratelimit.StackAdmits(...)) for every item with Count and fills out. An
+// item failing alone gets out[i].Err; the error is returned only when
+// nothing was decided. Safe for concurrent use.
 type StackEvaluator interface {
 	EvaluateStack(ctx context.Context, now time.Time, items []StackItem, refused bool, out []StackResult) error
 }
 
-// EvaluateStack is the reference StackEvaluator over any Store: Get every
-// item, decide, Update each counted item (re-applied on a changed state).
-// It is atomic per key, not per stack. An item whose Get or Update fails
-// gets out[i].Err; the error is returned only when every item failed.
-// Every store gives its results for a sequential history (the conformance
-// suite).
+// EvaluateStack is the reference StackEvaluator over any Store, atomic
+// per key, not per stack; errors as StackEvaluator's.
 func EvaluateStack(ctx context.Context, st Store, now time.Time, items []StackItem, refused bool, out []StackResult) error {
 	return evaluateStack(ctx, st, now, items, refused, out, new(stackUpdate))
 }
 
-// stackUpdate is one item's Store.Update function, bound once so a reused
-// one does not allocate.
+// stackUpdate is one item's Store.Update function, bound once (no
+// allocation).
 type stackUpdate struct {
 	rl         ratelimit.Limit
 	prev, next ratelimit.State

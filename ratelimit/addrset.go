@@ -8,17 +8,13 @@ import (
 	"time"
 )
 
-// AddrSet remembers the recipients one key has sent to, for a per = "addr"
-// limit: a recipient not sent to recently costs 1, a known one 0 (Exim's
-// per_addr with unique=, Exim specification, chapter "Access control
-// lists", section "Rate limiting incoming messages").
-//
-// An address is known when added in the current or previous generation of
-// one period. A generation is an exact set of FNV-1a hashes up to
+// AddrSet remembers the recipients one key has sent to in the current or
+// previous generation of one period, for a per = "addr" limit (Exim's
+// per_addr with unique=, Exim specification, "Rate limiting incoming
+// messages"). A generation is an exact set of FNV-1a hashes up to
 // AddrExactMax, then a Bloom filter (k = 8, Kirsch-Mitzenmacher) of about
-// 0.5% false positives (the count errs low), at most AddrMaxFilterBytes.
-//
-// The zero AddrSet is empty. It is not safe for concurrent use.
+// 0.5% false positives. The zero AddrSet is empty; not safe for concurrent
+// use.
 type AddrSet struct {
 	start     int64 // of the current generation, Unix ns; 0: never added
 	cur, prev addrGen
@@ -144,9 +140,9 @@ func (s *AddrSet) Empty(now time.Time, period time.Duration) bool {
 // Bytes is the memory s holds for addresses, in bytes.
 func (s *AddrSet) Bytes() int { return s.cur.bytes() + s.prev.bytes() }
 
-// MarshalBinary encodes s: a format byte (1), the generation start (8
-// bytes), then per generation (current, previous) a kind byte (0 exact, 1
-// filter), a word count (4 bytes) and the words, all little-endian.
+// MarshalBinary encodes s: a format byte (1), the generation start, then
+// per generation (current, previous) a kind byte (0 exact, 1 filter), a
+// uint32 word count and the words, little-endian.
 func (s *AddrSet) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, 9+2*5+s.Bytes())
 	b = append(b, 1)

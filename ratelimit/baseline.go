@@ -21,7 +21,6 @@ import (
 // P stays 0 until r first passes Floor/Factor and never rises above B, so
 // being refused teaches nothing. State.Rate packs r and P (PackBaseline).
 
-// Defaults of the Baseline parameters.
 const (
 	DefaultFactor      = 3                   // Limit.Factor when zero
 	DefaultLearnPeriod = 28 * 24 * time.Hour // Limit.LearnPeriod when zero
@@ -55,9 +54,8 @@ func (l Limit) validateBaseline() error {
 }
 
 // PackBaseline returns the State.Rate of a Baseline state: rate rounded
-// toward zero (so a burst of exactly the allowance fits) to a float32 in
-// the high 32 bits, peak as a float32 in the low 32 bits, both clipped to
-// math.MaxFloat32.
+// toward zero to a float32 in the high 32 bits, peak as a float32 in the
+// low ones, both clipped to math.MaxFloat32.
 func PackBaseline(rate, peak float64) float64 {
 	r := float32(math.Min(rate, math.MaxFloat32))
 	if float64(r) > rate {
@@ -78,8 +76,7 @@ func (l Limit) allowed(peak float64) float64 {
 	return math.Min(l.Limit, math.Max(l.Floor, l.factor()*peak))
 }
 
-// learn returns the peak learned after dt ns in which the rate decayed from
-// rate.
+// learn returns the peak learned in dt ns while the rate decayed from rate.
 func (l Limit) learn(rate, peak, dt float64) float64 {
 	if !(dt > 0) {
 		return peak
@@ -134,8 +131,8 @@ func (l Limit) measureBaseline(prev State, now int64, cost float64) Result {
 	return res
 }
 
-// baselineWait is expWait against the allowance at now, moved by bisection
-// to where the allowance learned meanwhile lets the request through.
+// baselineWait is expWait against the allowance at now, bisected to where
+// the allowance learned meanwhile admits the request.
 func (l Limit) baselineWait(s State, now int64, cost float64) time.Duration {
 	if cost > l.Limit {
 		return never
@@ -195,8 +192,7 @@ func (l Limit) baselineNegligible(s State, now int64) bool {
 	return peak*math.Exp(-dt/float64(l.learnPeriod())) <= l.Floor/l.factor()
 }
 
-// BaselineView is what a Baseline state says about its key at some time,
-// in cost per Period.
+// BaselineView is a Baseline state's key at some time, in cost per Period.
 type BaselineView struct {
 	Rate    float64 // decayed to that time
 	Peak    float64 // learned typical peak; 0 without history

@@ -7,25 +7,21 @@ import (
 	"time"
 )
 
-// ErrNotFinite is returned by Limit.Convert when the state given or the
-// state converted holds a number that is not finite; the caller keeps the
-// old state.
+// ErrNotFinite is returned by Limit.Convert for a state, given or
+// converted, that holds a number that is not finite.
 var ErrNotFinite = errors.New("ratelimit: converted state is not finite")
 
-// Convert returns the state under l of a key whose state under from is s,
-// at now: for a reload that changes a limit's algorithm, period or
-// half-life. It probes s under from with a request of cost 1 and keeps
-// what that saw, as far as l's state can hold it:
+// Convert returns the state under l at now of a key whose state under from
+// is s (a reload that changes a limit's algorithm, period or half-life),
+// as a request of cost 1 sees it:
 //
 //   - a key refused for w stays refused for w, to the nanosecond;
-//   - any other key keeps its share of the headroom: u'/T' = u/T, with u
-//     the budget in use now and T the most usable with a request of cost 1
-//     still allowed. A key using nothing converts to no state.
+//   - any other key keeps its share u/T of the headroom (u in use, T the
+//     most usable with cost 1 still allowed).
 //
-// Both rules are their own inverse. Baseline to baseline keeps the peak
-// per unit of time. When either limit refuses cost 1 with no state, the
-// rate is scaled by l.Limit/from.Limit instead. It returns s and an error
-// wrapping ErrNotFinite for a result that is not finite.
+// Baseline to baseline keeps the peak per unit of time; when either limit
+// refuses cost 1 with no state, the rate is scaled by the limits instead.
+// A non-finite result returns s and ErrNotFinite.
 func (l Limit) Convert(s State, from Limit, now time.Time) (State, error) {
 	from.Mode, l.Mode = Leaky, Leaky
 	if r, p := UnpackBaseline(s.Rate); math.IsNaN(s.Rate) || from.Algorithm == Baseline && (math.IsNaN(r) || math.IsNaN(p)) {
@@ -155,9 +151,7 @@ func (l Limit) withShare(share, peak float64, now time.Time) State {
 }
 
 // withWait is the state under l that refuses cost 1 at now for w (or the
-// longest wait it can hold), with learned peak peak for Baseline. The
-// closed forms: exponential r' = exp(w/P')*(L' - (1-exp(-w/P'))/(w/P')),
-// EARRRL N' = L'/(lambda'*P')*exp(lambda'*w), GCRA tat = now+w+P'-P'/L'.
+// longest wait it can hold), with learned peak peak for Baseline.
 func (l Limit) withWait(w time.Duration, peak float64, now time.Time) State {
 	n := now.UnixNano()
 	period := float64(l.Period)
@@ -250,9 +244,9 @@ func (l Limit) withRate(x, peak float64, now time.Time) State {
 	}
 }
 
-// fitWait moves s.Time by whole nanoseconds (by bisection; a later Time is
-// a longer wait) so that l refuses cost 1 at now for w, or the longest
-// wait not above w; a last-update stamp is only moved earlier.
+// fitWait moves s.Time by whole nanoseconds (bisection) so that l refuses
+// cost 1 at now for w, or the longest wait below; a last-update stamp is
+// only moved earlier.
 func (l Limit) fitWait(s State, now time.Time, w time.Duration) State {
 	at := func(k int64) State { return State{Time: addNs(s.Time, float64(k)), Rate: s.Rate} }
 	wait := func(k int64) time.Duration { return l.probeWait(at(k), now) }

@@ -1,13 +1,12 @@
 // Package ratelimit is the pure rate arithmetic of ratelimitd: Exim's EWMA,
 // GCRA and its cooldown variant, EARRRL and a baseline of the key's own
 // history, in leaky, strict, forgiving and readonly modes. Time is always
-// an argument; no I/O.
+// an argument.
 //
-// Sources: Exim specification, chapter "Access control lists", section
-// "Rate limiting incoming messages"; Tony Finch, "Exponential rate
-// limiting", "GCRA: leaky buckets without the buckets" and "ratelimit
-// clarifications"; "Simple Cooldown and Rate Control Algorithm"; John
-// Berryman, "EARRRL - the Estimated Average Recent Request Rate Limiter".
+// Sources: Exim specification, "Rate limiting incoming messages"; Tony
+// Finch, "Exponential rate limiting", "GCRA: leaky buckets without the
+// buckets", "ratelimit clarifications"; "Simple Cooldown and Rate Control
+// Algorithm"; John Berryman, "EARRRL".
 package ratelimit
 
 import (
@@ -17,12 +16,10 @@ import (
 	"time"
 )
 
-// State is what a store keeps per key. Time is in Unix nanoseconds: the
-// last update (Exponential, EARRRL, Baseline) or the theoretical arrival
-// time (GCRA, Cooldown). Rate is the rate in cost per period (Exponential),
-// the decayed count N (EARRRL), two packed float32 (Baseline, see
-// PackBaseline) or 0 (GCRA, Cooldown). The zero State is no state: a key
-// never seen, or one whose history has decayed away (Limit.Negligible).
+// State is what a store keeps per key: Time in Unix ns, the last update
+// or (GCRA, Cooldown) the theoretical arrival time; Rate in cost per
+// period, EARRRL's count N, PackBaseline's pair or 0 (GCRA, Cooldown).
+// The zero State is no state.
 type State struct {
 	Time int64
 	Rate float64
@@ -39,13 +36,11 @@ const (
 	// Exponential is Exim's EWMA: a rate in cost per period; the limit is
 	// also the burst size.
 	Exponential Algorithm = iota
-	// GCRA is the generic cell rate algorithm (ITU-T I.371; Finch):
-	// tat = max(tat, now) + cost*period/limit, allowed while
-	// tat-now <= period.
+	// GCRA is the generic cell rate algorithm (ITU-T I.371):
+	// tat = max(tat, now) + cost*period/limit, allowed while tat-now <= period.
 	GCRA
-	// Cooldown is the cooldown write-up's variant of GCRA: the score
-	// advances from where it was, even in the past, and is reset to
-	// now+cost*period/limit only when still behind the clock.
+	// Cooldown is GCRA whose tat advances from where it was, even in the
+	// past, reset to now+cost*period/limit only when still behind.
 	Cooldown
 	// EARRRL is the half-life estimator, evaluated before the update.
 	EARRRL
@@ -64,8 +59,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm maps a configuration name to an Algorithm. It returns
-// ErrUnknownAlgorithm for any other name.
+// ParseAlgorithm maps a configuration name to an Algorithm, or
+// ErrUnknownAlgorithm.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	if i := slices.Index(algorithmNames[:], s); i >= 0 {
 		return Algorithm(i), nil
@@ -73,8 +68,8 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("%w: %q (want exponential, gcra, cooldown, earrrl or baseline)", ErrUnknownAlgorithm, s)
 }
 
-// Mode says how a Limit updates a key's stored state (Exim's leaky and
-// strict; Finch, "ratelimit clarifications"). The zero value is Leaky.
+// Mode says how a Limit updates a key's stored state. The zero value is
+// Leaky.
 type Mode uint8
 
 const (
@@ -82,8 +77,7 @@ const (
 	Leaky Mode = iota
 	// Strict counts every request, admitted or not.
 	Strict
-	// Forgiving counts a denied request but clamps the state to that of a
-	// client sending at exactly the limit.
+	// Forgiving counts a denied request, clamped to the limit.
 	Forgiving
 	// Readonly measures and never stores.
 	Readonly
@@ -99,8 +93,7 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
-// ParseMode maps a configuration name to a Mode. It returns ErrUnknownMode
-// for any other name.
+// ParseMode maps a configuration name to a Mode, or ErrUnknownMode.
 func ParseMode(s string) (Mode, error) {
 	if i := slices.Index(modeNames[:], s); i >= 0 {
 		return Mode(i), nil
@@ -117,10 +110,9 @@ type Limit struct {
 	Mode      Mode
 	HalfLife  time.Duration // EARRRL; 0 means Period*ln 2
 
-	// Baseline only: a key may reach Factor (0: DefaultFactor) times its
-	// learned peak, at least Floor (cost per Period, in (0, Limit]); the
-	// peak forgets by 1/e per LearnPeriod (0: DefaultLearnPeriod; at
-	// least Period).
+	// Baseline only: Factor times the learned peak (0: DefaultFactor), at
+	// least Floor (in (0, Limit]); the peak forgets by 1/e per LearnPeriod
+	// (0: DefaultLearnPeriod; at least Period).
 	Factor      float64
 	Floor       float64
 	LearnPeriod time.Duration
@@ -151,9 +143,8 @@ type Result struct {
 	Over   bool
 	Before float64 // the stored rate decayed to now, without this request
 	Rate   float64 // with this request (EARRRL: the estimate, without it)
-	// RetryAfter is 0 when not Over; else the wait after which a request
-	// of the same cost is allowed from the state Mode stores on refusal;
-	// the maximum Duration when the cost alone exceeds the limit.
+	// RetryAfter is 0 when not Over, else the wait until a request of the
+	// same cost is allowed (the maximum Duration: never).
 	RetryAfter time.Duration
 	Counted    State // to store if the request is counted
 	Denied     State // to store if it is denied, when Keep
@@ -234,8 +225,7 @@ func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	return res
 }
 
-// expRate is r_now after interval periods (clamped), saturating at
-// math.MaxFloat64.
+// expRate is r_now after interval periods (clamped), saturating.
 func expRate(rate, cost, interval float64) float64 {
 	r := -math.Expm1(-interval)*cost/interval + math.Exp(-interval)*rate
 	return math.Min(math.Max(r, cost), math.MaxFloat64)
@@ -287,8 +277,7 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 	return settle(durationOf(w*period-elapsed), over)
 }
 
-// checkGCRA is GCRA and Cooldown: tat advances by cost*period/limit
-// (relative to now); the rate is (tat-now)/period*limit.
+// checkGCRA is GCRA and Cooldown; the rate is (tat-now)/period*limit.
 func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 	period := float64(l.Period)
 	spend := cost * period / l.Limit
@@ -315,8 +304,8 @@ func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 	return res
 }
 
-// gcraAhead is how far (ns) ahead of now the arrival time stands after a
-// request spending spend ns against s.
+// gcraAhead is how far (ns) ahead of now tat stands after spending spend
+// ns against s.
 func (l Limit) gcraAhead(s State, now int64, spend float64) float64 {
 	if s.Time == 0 {
 		return spend
@@ -331,8 +320,8 @@ func (l Limit) gcraAhead(s State, now int64, spend float64) float64 {
 	return math.Max(backlog, 0) + spend
 }
 
-// gcraOver reports whether an arrival time ahead ns after now is beyond the
-// period, with a slack of 1e-12 so that a burst of exactly limit fits.
+// gcraOver reports whether tat ahead ns after now is beyond the period
+// (slack 1e-12: a burst of exactly limit fits).
 func (l Limit) gcraOver(ahead float64) bool {
 	return ahead > float64(l.Period)*(1+1e-12)
 }
@@ -361,9 +350,8 @@ func (l Limit) lambda() float64 {
 	return 1 / float64(l.Period)
 }
 
-// checkEARRRL is the EARRRL estimator: the estimate N*lambda*exp(-lambda*dt)
-// (reported per period), evaluated before N = cost + N*exp(-lambda*dt). A
-// clock that went backwards counts as no time passed.
+// checkEARRRL is the estimate N*lambda*exp(-lambda*dt) (per period),
+// before N = cost + N*exp(-lambda*dt); a clock going back is no time.
 func (l Limit) checkEARRRL(prev State, now int64, cost float64) Result {
 	n := l.earrrlCount(prev, now)
 	est := l.earrrlEstimate(n)
@@ -397,8 +385,7 @@ func (l Limit) earrrlEstimate(n float64) float64 {
 	return math.Min(n*l.lambda()*float64(l.Period), math.MaxFloat64)
 }
 
-// earrrlWait is how long after now the estimate of s decays to the limit:
-// ln(estimate/limit)/lambda.
+// earrrlWait is how long after now the estimate of s decays to the limit.
 func (l Limit) earrrlWait(s State, now int64) time.Duration {
 	est := l.earrrlEstimate(l.earrrlCount(s, now))
 	if !(est > l.Limit) {
@@ -412,8 +399,8 @@ func (l Limit) earrrlWait(s State, now int64) time.Duration {
 }
 
 // Negligible reports whether s has decayed by now to the equivalent of no
-// state for any request of cost >= 1, so a store may drop it. EARRRL's
-// estimate never reaches zero: below a millionth of the limit counts.
+// state for any request of cost >= 1 (EARRRL: below a millionth of the
+// limit), so a store may drop it.
 func (l Limit) Negligible(s State, now time.Time) bool {
 	if s.IsZero() {
 		return true
@@ -467,8 +454,8 @@ func durationOf(ns float64) time.Duration {
 	return time.Duration(math.Ceil(ns))
 }
 
-// settle returns d, or if over(d) the first later duration, by steps that
-// double from 1ns, for which over is false; never when there is none.
+// settle returns d, or the first later duration, by doubling steps from
+// 1ns, where over is false; never when there is none.
 func settle(d time.Duration, over func(time.Duration) bool) time.Duration {
 	for step := time.Duration(1); over(d); step *= 2 {
 		if step > never/2 || d > never-step {

@@ -3,9 +3,8 @@ package ratelimit
 import "time"
 
 // StackAdmits is the stack rule, the verdict each limit's Next is given:
-// admitted unless refused or refusing(i), called in order for i in [0, n),
-// reports a limit over with an action that stops delivery (Finch,
-// "ratelimit clarifications"). redisstore's script holds a copy.
+// admitted unless refused or refusing(i) for some i in [0, n), a limit over
+// whose action stops delivery. redisstore's script holds a copy.
 func StackAdmits(refused bool, n int, refusing func(i int) bool) bool {
 	if refused {
 		return false
@@ -19,9 +18,8 @@ func StackAdmits(refused bool, n int, refusing func(i int) bool) bool {
 }
 
 // Reapply returns what to store for a request measured from prev, giving
-// next, when the stored state is now old: next if old is still prev, else
-// Next of the request measured again from old, so a concurrent update is
-// never lost.
+// next, when the stored state is now old: next, or if old is not prev the
+// request measured again from old (no concurrent update is lost).
 func (l Limit) Reapply(old, prev, next State, now time.Time, cost float64, admitted bool) (State, bool) {
 	if old == prev {
 		return next, true
