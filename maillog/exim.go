@@ -77,9 +77,7 @@ func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 			if flag == "==" {
 				r.Status, r.DSN = "deferred", "4.0.0"
 			}
-			if code := enhancedCode.FindString(rest); code != "" && code[0] == r.DSN[0] {
-				r.DSN = code
-			}
+			r.DSN = RefineDSN(r.DSN, rest)
 		}
 	case "Completed":
 		r.Kind = KindCompleted
@@ -89,8 +87,17 @@ func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 	return t, r, err
 }
 
-// enhancedCode finds an RFC 3463 status code in an Exim error text.
 var enhancedCode = regexp.MustCompile(`\b[245]\.\d{1,3}\.\d{1,3}\b`)
+
+// RefineDSN returns a generic status code (X.0.0) made precise by the
+// first RFC 3463 code in text ("smtp; 550 5.1.1 <x>: no such user") if
+// it is of the same class; else dsn.
+func RefineDSN(dsn, text string) string {
+	if code := enhancedCode.FindString(text); code != "" && strings.HasSuffix(dsn, ".0.0") && code[0] == dsn[0] {
+		return code
+	}
+	return dsn
+}
 
 func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
 	y, err1 := strconv.Atoi(s[0:4])
