@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// ErrNotExim is returned by ParseExim for a mainlog line not about a
-// message (no message ID after the timestamp).
+// ErrNotExim is returned by ParseExim for a mainlog line not about a message.
 var ErrNotExim = errors.New("maillog: not an Exim line about a message")
 
 // isEximID reports whether s is an Exim message ID, base 62: 6-6-2
@@ -23,16 +22,10 @@ func isEximID(s string) bool {
 	if !(len(parts[1]) == 6 && len(parts[2]) == 2) && !(len(parts[1]) == 11 && len(parts[2]) == 4) {
 		return false
 	}
-	for _, p := range parts {
-		for i := 0; i < len(p); i++ {
-			c := p[i]
-			if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
-				return false
-			}
-		}
-	}
-	return true
+	return strings.Trim(s, base62+"-") == ""
 }
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 // IsEximLine reports whether s starts "2026-11-20 18:00:00 ", like Exim's.
 func IsEximLine(s string) bool {
@@ -170,17 +163,11 @@ func eximTokens(s string) ([]string, error) {
 	return toks, nil
 }
 
-// isTag reports whether tok is "X=..." with X a log field name (letters).
+// isTag splits tok "X=..." with X a log field name (letters).
 func isTag(tok string) (string, string, bool) {
 	eq := strings.IndexByte(tok, '=')
-	if eq <= 0 || eq > 12 {
+	if eq <= 0 || eq > 12 || strings.Trim(tok[:eq], base62[10:]) != "" {
 		return "", "", false
-	}
-	for i := 0; i < eq; i++ {
-		c := tok[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
-			return "", "", false
-		}
 	}
 	return tok[:eq], tok[eq+1:], true
 }

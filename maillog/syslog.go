@@ -7,16 +7,15 @@ import (
 	"time"
 )
 
-// Stamp is a line's timestamp. An RFC 3164 one has no year: YearLess is
-// set and Time is in placeholderYear until the Reader dates it.
+// Stamp is a line's timestamp; an RFC 3164 one is YearLess, in placeholderYear.
 type Stamp struct {
 	Time     time.Time
 	YearLess bool
 }
 
-// SyslogLine is one line of a syslog mail log (postlogd, rsyslog,
-// syslog-ng): "Nov 23 13:33:57[.123456] mx1 postfix/smtpd[1234]: Msg", or
-// with an RFC 3339 stamp. Program is the tag without its [pid].
+// SyslogLine is one line of a syslog mail log (postlogd, rsyslog):
+// "Nov 23 13:33:57[.123456] mx1 postfix/smtpd[1234]: Msg", or with an RFC
+// 3339 stamp. Program is the tag without its [pid].
 type SyslogLine struct {
 	Stamp         Stamp
 	Host, Program string
@@ -33,8 +32,7 @@ var months = map[string]time.Month{
 const placeholderYear = 2000
 
 // ParseSyslogLine parses one syslog line ("<PRI>" skipped), classic
-// timestamps in loc. The error is for a line without a program tag; Stamp
-// is set even then if the timestamp is valid.
+// timestamps in loc. Stamp is set even with an error if it is valid.
 func ParseSyslogLine(s string, loc *time.Location) (SyslogLine, error) {
 	var l SyslogLine
 	if strings.HasPrefix(s, "<") {
@@ -151,12 +149,10 @@ func parseClock(s string) (hh, mm, ss, ns, n int, err error) {
 	return hh, mm, ss, ns, n, nil
 }
 
-// minLogYear is the earliest year a log line may carry (year 1 would be
-// the zero time).
 const minLogYear = 1970
 
 // parseRFC3339 parses RFC 3339, also with a "+hhmm" offset (journalctl -o
-// short-iso), from minLogYear on.
+// short-iso).
 func parseRFC3339(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {

@@ -52,6 +52,51 @@ type Entry struct {
 	Outcome policy.OutcomeKind
 }
 
+// traceLine is the JSON Lines form of an Entry.
+type traceLine struct {
+	Time           string `json:"time"`
+	ProtocolState  string `json:"protocol_state"`
+	SASLUsername   string `json:"sasl_username,omitempty"`
+	SASLMethod     string `json:"sasl_method,omitempty"`
+	Sender         string `json:"sender"`
+	Recipient      string `json:"recipient,omitempty"`
+	RecipientCount string `json:"recipient_count,omitempty"`
+	Size           string `json:"size,omitempty"`
+	ClientAddress  string `json:"client_address,omitempty"`
+	ClientName     string `json:"client_name,omitempty"`
+	QueueID        string `json:"queue_id,omitempty"`
+	Instance       string `json:"instance,omitempty"`
+	Count          int    `json:"count,omitempty"`
+	Every          string `json:"every,omitempty"`
+	Outcome        string `json:"outcome,omitempty"`
+}
+
+// MarshalJSON returns e as one trace object that Read reads back: the
+// request attributes a trace from a mail log has, count and every.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	r := &e.Request
+	l := traceLine{Time: e.Time.UTC().Format(time.RFC3339Nano), ProtocolState: r.ProtocolState,
+		SASLUsername: r.SASLUsername, SASLMethod: r.SASLMethod, Sender: r.Sender, Recipient: r.Recipient,
+		ClientAddress: r.ClientAddress, ClientName: r.ClientName, QueueID: r.QueueID, Instance: r.Instance}
+	if e.Outcome != 0 {
+		l.Outcome = e.Outcome.String()
+	} else if r.ProtocolState != policy.StateRcpt {
+		l.RecipientCount = strconv.Itoa(r.RecipientCount)
+		l.Size = strconv.FormatInt(r.Size, 10)
+	}
+	if e.Count > 1 {
+		l.Count = e.Count
+		if e.Every > 0 {
+			l.Every = e.Every.String()
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(&l)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
+}
+
 // last returns the time of the entry's last request.
 func (e *Entry) last() time.Time { return e.Time.Add(time.Duration(e.Count-1) * e.Every) }
 
