@@ -23,26 +23,23 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Trace formats: JSON Lines, one JSON array of the same objects, CSV with
-// a header row naming the fields.
+// Trace formats: JSON Lines, a JSON array of the same objects, CSV with a header row.
 const (
 	FormatJSONL = "jsonl"
 	FormatCSV   = "csv"
 	FormatJSON  = "json"
 )
 
-// MaxRequests bounds the requests a trace may expand to with count, every
-// and until.
-const MaxRequests = 20_000_000
+// MaxRequests bounds the requests a trace may expand to; Read gives up
+// after maxErrors line errors.
+const (
+	MaxRequests = 20_000_000
+	maxErrors   = 20
+)
 
-// maxErrors is how many line errors Read collects before giving up.
-const maxErrors = 20
-
-// Entry is one line of a trace: Request made Count (>= 1) times, Every
-// apart (0: all at once), from Time (UTC). Line is 1-based. With Outcome
-// set, the line is not a request but what happened to Request's recipient
-// (field "outcome": bounce, unknown_rcpt or deferral), Request being the
-// message's submission, for the outcome limits.
+// Entry is one line of a trace (Line, 1-based): Request made Count (>= 1)
+// times, Every apart, from Time (UTC). With Outcome set, it is what
+// happened to Request's recipient, Request being the submission.
 type Entry struct {
 	Line    int
 	Time    time.Time
@@ -128,9 +125,9 @@ func (t *Trace) Span() (start, end time.Time) {
 	return start, end
 }
 
-// Event is one request (or outcome) of an expanded trace: Seq its
-// 1-based position in replay order, Line its trace line, Time in UTC.
-// Request is shared by the repeats of a line and must not be modified.
+// Event is one request (or outcome) of an expanded trace: Seq its 1-based
+// position in replay order, Line its trace line. Request is shared by the
+// repeats of a line and must not be modified.
 type Event struct {
 	Seq, Line int
 	Time      time.Time
@@ -191,12 +188,11 @@ func (h *cursorHeap) Pop() any {
 	return c
 }
 
-// sniffLen is how much of a trace SniffFormat looks at.
-const sniffLen = 64 << 10
+const sniffLen = 64 << 10 // how much SniffFormat peeks at
 
 // SniffFormat tells the format from the first byte after a byte order
 // mark, blank and '#' lines: '[' FormatJSON, '{' or none FormatJSONL,
-// else FormatCSV. It only peeks.
+// else FormatCSV.
 func SniffFormat(br *bufio.Reader) string {
 	b, _ := br.Peek(sniffLen)
 	b = bytes.TrimPrefix(b, bom)
@@ -250,8 +246,8 @@ func prefixErrors(path string, err error) error {
 	return errors.Join(out...)
 }
 
-// Read parses a trace in format ("" sniffs it). The error joins up to 20
-// *LineError values.
+// Read parses a trace in format ("" sniffs it). The error joins up to
+// maxErrors *LineError values.
 func Read(r io.Reader, format string) (*Trace, error) {
 	br := bufio.NewReaderSize(r, sniffLen)
 	if format == "" {
@@ -502,8 +498,7 @@ func csvHeader(rec []string) ([]string, error) {
 	return h, errors.Join(errs...)
 }
 
-// ignored are Postfix policy attributes (SMTPD_POLICY_README) the engine
-// does not use, accepted so traces made from policy logs load.
+// ignored are policy attributes (SMTPD_POLICY_README) the engine does not use.
 var ignored = map[string]bool{
 	"request": true, "client_port": true, "server_address": true, "server_port": true,
 	"encryption_protocol": true, "encryption_cipher": true, "encryption_keysize": true,
@@ -512,18 +507,31 @@ var ignored = map[string]bool{
 	"compatibility_level": true, "mail_version": true,
 }
 
-var fields = []string{
-	"time", "count", "every", "until",
-	"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
-	"recipient_count", "client_address", "client_name", "reverse_client_name", "instance",
-	"sasl_method", "sasl_username", "sasl_sender", "size", "via", "outcome",
+var fields = []string{"time", "count", "every", "until", "protocol_state", "recipient_count", "size", "via", "outcome"}
+
+// textFields are the request attributes taken as they are.
+var textFields = map[string]func(*policy.Request) *string{
+	"protocol_name":       func(r *policy.Request) *string { return &r.ProtocolName },
+	"helo_name":           func(r *policy.Request) *string { return &r.HeloName },
+	"queue_id":            func(r *policy.Request) *string { return &r.QueueID },
+	"sender":              func(r *policy.Request) *string { return &r.Sender },
+	"recipient":           func(r *policy.Request) *string { return &r.Recipient },
+	"client_address":      func(r *policy.Request) *string { return &r.ClientAddress },
+	"client_name":         func(r *policy.Request) *string { return &r.ClientName },
+	"reverse_client_name": func(r *policy.Request) *string { return &r.ReverseClientName },
+	"instance":            func(r *policy.Request) *string { return &r.Instance },
+	"sasl_method":         func(r *policy.Request) *string { return &r.SASLMethod },
+	"sasl_username":       func(r *policy.Request) *string { return &r.SASLUsername },
+	"sasl_sender":         func(r *policy.Request) *string { return &r.SASLSender },
 }
 
 // outcomeKinds are the values of the field "outcome".
 var outcomeKinds = map[string]policy.OutcomeKind{"bounce": policy.OutcomeBounce,
 	"unknown_rcpt": policy.OutcomeUnknownRcpt, "deferral": policy.OutcomeDeferral}
 
-func known(name string) bool { return slices.Contains(fields, name) || ignored[name] }
+func known(name string) bool {
+	return slices.Contains(fields, name) || textFields[name] != nil || ignored[name]
+}
 
 var states = []string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
 	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
@@ -580,40 +588,17 @@ func (b *builder) set(name, v string) error {
 			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
 		}
 		r.Stage = v
-	case "protocol_name":
-		r.ProtocolName = v
-	case "helo_name":
-		r.HeloName = v
-	case "queue_id":
-		r.QueueID = v
-	case "sender":
-		r.Sender = v
-	case "recipient":
-		r.Recipient = v
-	case "client_address":
-		r.ClientAddress = v
-	case "client_name":
-		r.ClientName = v
-	case "reverse_client_name":
-		r.ReverseClientName = v
-	case "instance":
-		r.Instance = v
-	case "sasl_method":
-		r.SASLMethod = v
-	case "sasl_username":
-		r.SASLUsername = v
-	case "sasl_sender":
-		r.SASLSender = v
 	case "outcome":
 		var ok bool
 		if b.e.Outcome, ok = outcomeKinds[v]; !ok {
 			err = fmt.Errorf("unknown outcome %q (want bounce, unknown_rcpt or deferral)", v)
 		}
 	default:
-		if ignored[name] {
-			return nil
+		if f := textFields[name]; f != nil {
+			*f(r) = v
+		} else if !ignored[name] {
+			return fmt.Errorf("unknown field %q", name)
 		}
-		return fmt.Errorf("unknown field %q", name)
 	}
 	if err != nil {
 		return fmt.Errorf("field %q: %v", name, err)
