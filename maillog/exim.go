@@ -93,37 +93,20 @@ func RefineDSN(dsn, text string) string {
 }
 
 func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
-	y, err1 := strconv.Atoi(s[0:4])
-	mo, err2 := strconv.Atoi(s[5:7])
-	d, err3 := strconv.Atoi(s[8:10])
-	if err1 != nil || err2 != nil || err3 != nil || y < minLogYear || mo < 1 || mo > 12 || d < 1 || d > 31 {
-		return time.Time{}, "", fmt.Errorf("bad date %q", s[:10])
+	layout, n := "2006-01-02 15:04:05", stampLen(s, 19)
+	if z := s[n:]; len(z) >= 6 && z[0] == ' ' && (z[1] == '+' || z[1] == '-') && strings.Trim(z[2:6], "0123456789") == "" {
+		layout, n = layout+" -0700", n+6
 	}
-	hh, mm, ss, ns, n, err := parseClock(s[11:])
-	if err != nil {
+	t, err := parseClock(layout, s[:n], loc)
+	switch {
+	case err != nil:
 		return time.Time{}, "", err
-	}
-	rest := s[11+n:]
-	zone := loc
-	if len(rest) >= 6 && rest[0] == ' ' && (rest[1] == '+' || rest[1] == '-') {
-		off, err := strconv.Atoi(rest[2:6])
-		if err == nil && len(strings.TrimLeft(rest[2:6], "0123456789")) == 0 {
-			sec := (off/100)*3600 + (off%100)*60
-			if rest[1] == '-' {
-				sec = -sec
-			}
-			zone = time.FixedZone("", sec)
-			rest = rest[6:]
-		}
-	}
-	t := time.Date(y, time.Month(mo), d, hh, mm, ss, ns, zone)
-	if t.Day() != d {
-		return time.Time{}, "", fmt.Errorf("no day %d in month %d", d, mo)
-	}
-	if !strings.HasPrefix(rest, " ") {
+	case t.Year() < minLogYear:
+		return time.Time{}, "", fmt.Errorf("timestamp %q before %d", s[:10], minLogYear)
+	case !strings.HasPrefix(s[n:], " "):
 		return time.Time{}, "", fmt.Errorf("no space after the timestamp")
 	}
-	return t, strings.TrimLeft(rest, " "), nil
+	return t, strings.TrimLeft(s[n:], " "), nil
 }
 
 // eximTokens splits on spaces, keeping a quoted part (T="a b") whole.

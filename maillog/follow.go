@@ -19,18 +19,15 @@ type Position struct {
 }
 
 // MarshalBinary encodes p in 24 bytes, big-endian.
-func (p Position) MarshalBinary() ([]byte, error) {
-	b := binary.BigEndian.AppendUint64(nil, p.Dev)
-	b = binary.BigEndian.AppendUint64(b, p.Ino)
-	return binary.BigEndian.AppendUint64(b, uint64(p.Offset)), nil
-}
+func (p Position) MarshalBinary() ([]byte, error) { return binary.Append(nil, binary.BigEndian, p) }
 
 // UnmarshalBinary decodes MarshalBinary's form.
 func (p *Position) UnmarshalBinary(b []byte) error {
-	if len(b) != 24 || int64(binary.BigEndian.Uint64(b[16:])) < 0 {
+	var q Position
+	if n, err := binary.Decode(b, binary.BigEndian, &q); err != nil || n != len(b) || q.Offset < 0 {
 		return errors.New("maillog: malformed log position")
 	}
-	*p = Position{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), int64(binary.BigEndian.Uint64(b[16:]))}
+	*p = q
 	return nil
 }
 
