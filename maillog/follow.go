@@ -34,29 +34,25 @@ func (p *Position) UnmarshalBinary(b []byte) error {
 // Follower reads a log file as it grows, like tail -F: across rotation by
 // rename (the old file to its end, then the new one) and by truncation
 // (copytruncate), and after a restart from a saved Position, so no line is
-// read twice. A line longer than 64 KiB is skipped. Not safe for
-// concurrent use.
+// read twice; a restart looks for the rest of a rotated log in Path.1. A
+// line longer than 64 KiB is skipped. Not safe for concurrent use.
 type Follower struct {
-	Path    string        // the log, e.g. /var/log/mail.log
-	Rotated string        // the rotated log a restart looks in; "": Path + ".1"
-	Poll    time.Duration // how often the log is looked at; 0: one second
+	Path string        // the log, e.g. /var/log/mail.log
+	Poll time.Duration // how often the log is looked at; 0: one second
 }
 
 // Follow calls fn with each complete line appended to the log from pos on
 // (without its newline) and the position past it, until ctx is done (it
 // returns ctx.Err()) or the log cannot be read. From the zero Position it
 // starts at the log's end (its start if the log is created later); from a
-// Position in Rotated it reads the rest of that first. A missing log is
+// Position in Path.1 it reads the rest of that first. A missing log is
 // waited for.
 func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte, pos Position)) error {
 	poll := f.Poll
 	if poll <= 0 {
 		poll = time.Second
 	}
-	rotated := f.Rotated
-	if rotated == "" {
-		rotated = f.Path + ".1"
-	}
+	rotated := f.Path + ".1"
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	wait := func() error {

@@ -25,12 +25,23 @@ type Options struct {
 	// End dates year-less timestamps: a file's last line gets the latest
 	// year that puts it before End plus a day. Zero: the file's
 	// modification time (stdin: now).
-	End        time.Time
-	MaxSamples int // bounds Stats.Samples; 0: 5
+	End time.Time
 }
 
-// maxLine is the longest line read; longer ones are unparsable.
-const maxLine = 64 << 10
+// maxLine is the longest line read; longer ones are unparsable. Stats
+// samples maxSamples of them.
+const (
+	maxLine    = 64 << 10
+	maxSamples = 5
+)
+
+// unparsable counts an unparsable line and samples it.
+func (r *Reader) unparsable(sample string) {
+	r.stats.Unparsable++
+	if len(r.stats.Samples) < maxSamples {
+		r.stats.Samples = append(r.stats.Samples, sample)
+	}
+}
 
 // Stats counts what a Reader read. Samples are the first unparsable lines
 // as "FILE:LINE: problem: text"; Senders are distinct SASL users, else
@@ -113,9 +124,6 @@ type timedRecord struct {
 func NewReader(opts Options) *Reader {
 	if opts.Location == nil {
 		opts.Location = time.Local
-	}
-	if opts.MaxSamples == 0 {
-		opts.MaxSamples = 5
 	}
 	return &Reader{opts: opts}
 }
@@ -280,12 +288,7 @@ func (r *Reader) Messages() []Message {
 		out = append(out, *m)
 		return nil
 	})
-	slices.SortStableFunc(out, func(a, b Message) int {
-		if c := a.Queued.Compare(b.Queued); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
+	slices.SortStableFunc(out, func(a, b Message) int { return cmp.Or(a.Queued.Compare(b.Queued), cmp.Compare(a.seq, b.seq)) })
 	return out
 }
 
@@ -316,10 +319,7 @@ func (r *Reader) join(src *source, j *joiner) error {
 	var d dater
 	n := 0
 	sample := func(problem, text string) {
-		r.stats.Unparsable++
-		if len(r.stats.Samples) < r.opts.MaxSamples {
-			r.stats.Samples = append(r.stats.Samples, fmt.Sprintf("%s:%d: %s: %q", src.name, n, problem, trunc(text, 120)))
-		}
+		r.unparsable(fmt.Sprintf("%s:%d: %s: %q", src.name, n, problem, trunc(text, 120)))
 	}
 	return eachLine(in, func(s string, long bool) bool {
 		n++

@@ -142,10 +142,7 @@ func (r *Reader) Each(fn func(*Message) error) error {
 			break
 		}
 		if err := r.join(src, j); err != nil {
-			r.stats.Unparsable++
-			if len(r.stats.Samples) < r.opts.MaxSamples {
-				r.stats.Samples = append(r.stats.Samples, fmt.Sprintf("%s: %v", src.name, err))
-			}
+			r.unparsable(fmt.Sprintf("%s: %v", src.name, err))
 		}
 	}
 	for _, src := range r.sources {

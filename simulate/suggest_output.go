@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -176,13 +175,4 @@ func (s *Suggestion) TOML() (string, error) {
 		return "", fmt.Errorf("simulate: encoding the proposal: %w", err)
 	}
 	return b.String(), nil
-}
-
-// SaveTOML writes the TOML proposal to the file at path (mode 0644).
-func (s *Suggestion) SaveTOML(path string) error {
-	text, err := s.TOML()
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(text), 0o644)
 }
