@@ -226,13 +226,8 @@ func stampOf(s string, loc *time.Location) (Stamp, bool) {
 		t, _, err := parseEximStamp(s, loc)
 		return Stamp{Time: t}, err == nil
 	}
-	if strings.HasPrefix(s, "<") {
-		if i := strings.IndexByte(s, '>'); i > 0 && i <= 4 {
-			s = s[i+1:]
-		}
-	}
-	st, _, err := parseStamp(s, loc)
-	return st, err == nil
+	l, _ := ParseSyslogLine(s, loc)
+	return l.Stamp, !l.Stamp.Time.IsZero()
 }
 
 // eachLine calls fn with every line of in (gunzipped) until fn returns

@@ -250,6 +250,9 @@ func prefixErrors(path string, err error) error {
 // maxErrors *LineError values.
 func Read(r io.Reader, format string) (*Trace, error) {
 	br := bufio.NewReaderSize(r, sniffLen)
+	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
+		br.Discard(len(bom))
+	}
 	if format == "" {
 		format = SniffFormat(br)
 	}
@@ -314,11 +317,7 @@ func readJSONL(r io.Reader) (*Trace, error) {
 	n := 0
 	for sc.Scan() {
 		n++
-		line := sc.Bytes()
-		if n == 1 {
-			line = bytes.TrimPrefix(line, bom)
-		}
-		line = bytes.TrimSpace(line)
+		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
@@ -338,7 +337,6 @@ func readJSON(r io.Reader) (*Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	data = bytes.TrimPrefix(data, bom)
 	t := &Trace{}
 	var el errList
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -423,11 +421,7 @@ func jsonType(v any) string {
 }
 
 func readCSV(r io.Reader) (*Trace, error) {
-	br := bufio.NewReader(r)
-	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
-		br.Discard(len(bom))
-	}
-	cr := csv.NewReader(br)
+	cr := csv.NewReader(r)
 	cr.Comment = '#'
 	cr.TrimLeadingSpace = true
 	cr.FieldsPerRecord = -1
