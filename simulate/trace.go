@@ -503,20 +503,13 @@ var ignored = map[string]bool{
 
 var fields = []string{"time", "count", "every", "until", "protocol_state", "recipient_count", "size", "via", "outcome"}
 
-// textFields are the request attributes taken as they are.
-var textFields = map[string]func(*policy.Request) *string{
-	"protocol_name":       func(r *policy.Request) *string { return &r.ProtocolName },
-	"helo_name":           func(r *policy.Request) *string { return &r.HeloName },
-	"queue_id":            func(r *policy.Request) *string { return &r.QueueID },
-	"sender":              func(r *policy.Request) *string { return &r.Sender },
-	"recipient":           func(r *policy.Request) *string { return &r.Recipient },
-	"client_address":      func(r *policy.Request) *string { return &r.ClientAddress },
-	"client_name":         func(r *policy.Request) *string { return &r.ClientName },
-	"reverse_client_name": func(r *policy.Request) *string { return &r.ReverseClientName },
-	"instance":            func(r *policy.Request) *string { return &r.Instance },
-	"sasl_method":         func(r *policy.Request) *string { return &r.SASLMethod },
-	"sasl_username":       func(r *policy.Request) *string { return &r.SASLUsername },
-	"sasl_sender":         func(r *policy.Request) *string { return &r.SASLSender },
+// textFields are the request attributes taken as they are, in textAttrs' order.
+var textFields = []string{"protocol_name", "helo_name", "queue_id", "sender", "recipient", "client_address",
+	"client_name", "reverse_client_name", "instance", "sasl_method", "sasl_username", "sasl_sender"}
+
+func textAttrs(r *policy.Request) []*string {
+	return []*string{&r.ProtocolName, &r.HeloName, &r.QueueID, &r.Sender, &r.Recipient, &r.ClientAddress,
+		&r.ClientName, &r.ReverseClientName, &r.Instance, &r.SASLMethod, &r.SASLUsername, &r.SASLSender}
 }
 
 // outcomeKinds are the values of the field "outcome".
@@ -524,7 +517,7 @@ var outcomeKinds = map[string]policy.OutcomeKind{"bounce": policy.OutcomeBounce,
 	"unknown_rcpt": policy.OutcomeUnknownRcpt, "deferral": policy.OutcomeDeferral}
 
 func known(name string) bool {
-	return slices.Contains(fields, name) || textFields[name] != nil || ignored[name]
+	return slices.Contains(fields, name) || slices.Contains(textFields, name) || ignored[name]
 }
 
 var states = []string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
@@ -588,8 +581,8 @@ func (b *builder) set(name, v string) error {
 			err = fmt.Errorf("unknown outcome %q (want bounce, unknown_rcpt or deferral)", v)
 		}
 	default:
-		if f := textFields[name]; f != nil {
-			*f(r) = v
+		if i := slices.Index(textFields, name); i >= 0 {
+			*textAttrs(r)[i] = v
 		} else if !ignored[name] {
 			return fmt.Errorf("unknown field %q", name)
 		}
