@@ -9,8 +9,7 @@ import (
 	"time"
 )
 
-// ErrNotExim is returned by ParseExim for a mainlog line not about a
-// message (no message ID after the timestamp).
+// ErrNotExim is returned by ParseExim for a mainlog line not about a message.
 var ErrNotExim = errors.New("maillog: not an Exim line about a message")
 
 // isEximID reports whether s is an Exim message ID, base 62: 6-6-2
@@ -23,16 +22,10 @@ func isEximID(s string) bool {
 	if !(len(parts[1]) == 6 && len(parts[2]) == 2) && !(len(parts[1]) == 11 && len(parts[2]) == 4) {
 		return false
 	}
-	for _, p := range parts {
-		for i := 0; i < len(p); i++ {
-			c := p[i]
-			if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
-				return false
-			}
-		}
-	}
-	return true
+	return strings.Trim(s, base62+"-") == ""
 }
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 // IsEximLine reports whether s starts "2026-11-20 18:00:00 ", like Exim's.
 func IsEximLine(s string) bool {
@@ -77,9 +70,7 @@ func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 			if flag == "==" {
 				r.Status, r.DSN = "deferred", "4.0.0"
 			}
-			if code := enhancedCode.FindString(rest); code != "" && code[0] == r.DSN[0] {
-				r.DSN = code
-			}
+			r.DSN = RefineDSN(r.DSN, rest)
 		}
 	case "Completed":
 		r.Kind = KindCompleted
@@ -89,41 +80,33 @@ func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 	return t, r, err
 }
 
-// enhancedCode finds an RFC 3463 status code in an Exim error text.
 var enhancedCode = regexp.MustCompile(`\b[245]\.\d{1,3}\.\d{1,3}\b`)
 
+// RefineDSN returns a generic status code (X.0.0) made precise by the
+// first RFC 3463 code in text ("smtp; 550 5.1.1 <x>: no such user") if
+// it is of the same class; else dsn.
+func RefineDSN(dsn, text string) string {
+	if code := enhancedCode.FindString(text); code != "" && strings.HasSuffix(dsn, ".0.0") && code[0] == dsn[0] {
+		return code
+	}
+	return dsn
+}
+
 func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
-	y, err1 := strconv.Atoi(s[0:4])
-	mo, err2 := strconv.Atoi(s[5:7])
-	d, err3 := strconv.Atoi(s[8:10])
-	if err1 != nil || err2 != nil || err3 != nil || y < minLogYear || mo < 1 || mo > 12 || d < 1 || d > 31 {
-		return time.Time{}, "", fmt.Errorf("bad date %q", s[:10])
+	layout, n := "2006-01-02 15:04:05", stampLen(s, 19)
+	if z := s[n:]; len(z) >= 6 && z[0] == ' ' && (z[1] == '+' || z[1] == '-') && strings.Trim(z[2:6], "0123456789") == "" {
+		layout, n = layout+" -0700", n+6
 	}
-	hh, mm, ss, ns, n, err := parseClock(s[11:])
-	if err != nil {
+	t, err := parseClock(layout, s[:n], loc)
+	switch {
+	case err != nil:
 		return time.Time{}, "", err
-	}
-	rest := s[11+n:]
-	zone := loc
-	if len(rest) >= 6 && rest[0] == ' ' && (rest[1] == '+' || rest[1] == '-') {
-		off, err := strconv.Atoi(rest[2:6])
-		if err == nil && len(strings.TrimLeft(rest[2:6], "0123456789")) == 0 {
-			sec := (off/100)*3600 + (off%100)*60
-			if rest[1] == '-' {
-				sec = -sec
-			}
-			zone = time.FixedZone("", sec)
-			rest = rest[6:]
-		}
-	}
-	t := time.Date(y, time.Month(mo), d, hh, mm, ss, ns, zone)
-	if t.Day() != d {
-		return time.Time{}, "", fmt.Errorf("no day %d in month %d", d, mo)
-	}
-	if !strings.HasPrefix(rest, " ") {
+	case t.Year() < minLogYear:
+		return time.Time{}, "", fmt.Errorf("timestamp %q before %d", s[:10], minLogYear)
+	case !strings.HasPrefix(s[n:], " "):
 		return time.Time{}, "", fmt.Errorf("no space after the timestamp")
 	}
-	return t, strings.TrimLeft(rest, " "), nil
+	return t, strings.TrimLeft(s[n:], " "), nil
 }
 
 // eximTokens splits on spaces, keeping a quoted part (T="a b") whole.
@@ -163,17 +146,11 @@ func eximTokens(s string) ([]string, error) {
 	return toks, nil
 }
 
-// isTag reports whether tok is "X=..." with X a log field name (letters).
+// isTag splits tok "X=..." with X a log field name (letters).
 func isTag(tok string) (string, string, bool) {
 	eq := strings.IndexByte(tok, '=')
-	if eq <= 0 || eq > 12 {
+	if eq <= 0 || eq > 12 || strings.Trim(tok[:eq], base62[10:]) != "" {
 		return "", "", false
-	}
-	for i := 0; i < eq; i++ {
-		c := tok[i]
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z') {
-			return "", "", false
-		}
 	}
 	return tok[:eq], tok[eq+1:], true
 }

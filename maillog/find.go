@@ -14,8 +14,8 @@ import (
 // SyslogPath is where Debian's and Ubuntu's rsyslog write the mail log.
 const SyslogPath = "/var/log/mail.log"
 
-// ErrNoLog is returned by FindLog when there is no mail log, and matches
-// the OpenError of a log that does not exist.
+// ErrNoLog is returned by FindLog when there is no mail log; it matches
+// the OpenError of a missing log.
 var ErrNoLog = errors.New("maillog: no mail log")
 
 // noLogAdvice is what to do when Postfix writes no log file.
@@ -23,9 +23,8 @@ const noLogAdvice = "Postfix writes a log file only when main.cf sets maillog_fi
 	"postconf -e maillog_file=/var/log/postfix.log; postfix reload) or a syslog daemon writes it " +
 	"(Debian 12 installs none): set maillog_file or install rsyslog"
 
-// FindLog returns the log Postfix writes here: `postconf -h maillog_file`
-// if set, else SyslogPath if it exists; else an error wrapping ErrNoLog
-// that names what it tried.
+// FindLog returns `postconf -h maillog_file` if set, else SyslogPath if it
+// exists, else an error wrapping ErrNoLog that names what it tried.
 func FindLog(ctx context.Context) (string, error) {
 	return findLog(ctx, "postconf", SyslogPath)
 }
@@ -57,8 +56,8 @@ func findLog(ctx context.Context, postconf, syslogPath string) (string, error) {
 	return "", fmt.Errorf("%w found (%s); %s", ErrNoLog, strings.Join(tried, "; "), noLogAdvice)
 }
 
-// OpenError is ReadFile's error for a log it cannot open; it does not wrap
-// the os error, so the command line gives no --config advice for it.
+// OpenError is ReadFile's error for a log it cannot open; not wrapping the
+// os error, it gets no --config advice from the command line.
 type OpenError struct {
 	Path string
 	Err  error

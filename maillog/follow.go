@@ -12,61 +12,47 @@ import (
 )
 
 // Position is where a Follower stopped: the file (device and inode) and
-// the offset just past its last complete line. The zero Position is "not
-// started".
+// the offset past its last complete line; zero: not started.
 type Position struct {
 	Dev, Ino uint64
 	Offset   int64
 }
 
 // MarshalBinary encodes p in 24 bytes, big-endian.
-func (p Position) MarshalBinary() ([]byte, error) {
-	b := binary.BigEndian.AppendUint64(nil, p.Dev)
-	b = binary.BigEndian.AppendUint64(b, p.Ino)
-	return binary.BigEndian.AppendUint64(b, uint64(p.Offset)), nil
-}
+func (p Position) MarshalBinary() ([]byte, error) { return binary.Append(nil, binary.BigEndian, p) }
 
 // UnmarshalBinary decodes MarshalBinary's form.
 func (p *Position) UnmarshalBinary(b []byte) error {
-	if len(b) != 24 || int64(binary.BigEndian.Uint64(b[16:])) < 0 {
+	var q Position
+	if n, err := binary.Decode(b, binary.BigEndian, &q); err != nil || n != len(b) || q.Offset < 0 {
 		return errors.New("maillog: malformed log position")
 	}
-	*p = Position{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]), int64(binary.BigEndian.Uint64(b[16:]))}
+	*p = q
 	return nil
 }
 
-// Follower reads a log file as it grows, like tail -F: across rotation
-// by rename (the old file is read to its end, then the new one from its
-// start) and by truncation (copytruncate: read again from the start), and
-// after a restart from a saved Position, so no line is read twice. A line
-// longer than 64 KiB is skipped. Not safe for concurrent use.
+// Follower reads a log file as it grows, like tail -F: across rotation by
+// rename (the old file to its end, then the new one) and by truncation
+// (copytruncate), and after a restart from a saved Position, so no line is
+// read twice; a restart looks for the rest of a rotated log in Path.1. A
+// line longer than 64 KiB is skipped. Not safe for concurrent use.
 type Follower struct {
-	// Path is the log, e.g. /var/log/mail.log or Postfix's maillog_file.
-	Path string
-	// Rotated is the name rotation gives the old file, where a restart
-	// looks for the rest of a rotated log; "": Path + ".1".
-	Rotated string
-	// Poll is how often the log is looked at for growth and rotation;
-	// 0: one second.
-	Poll time.Duration
+	Path string        // the log, e.g. /var/log/mail.log
+	Poll time.Duration // how often the log is looked at; 0: one second
 }
 
 // Follow calls fn with each complete line appended to the log from pos on
-// (without its newline) and the position just past it, until ctx is done
-// (it returns ctx.Err()) or the log cannot be read. From the zero
-// Position it starts at the log's end (at its start if the log is created
-// after Follow was called); from a Position of a file that is
-// no longer Path it reads the rest of Rotated if that is the file, then
-// Path from its start. A log that does not exist yet is waited for.
+// (without its newline) and the position past it, until ctx is done (it
+// returns ctx.Err()) or the log cannot be read. From the zero Position it
+// starts at the log's end (its start if the log is created later); from a
+// Position in Path.1 it reads the rest of that first. A missing log is
+// waited for.
 func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte, pos Position)) error {
 	poll := f.Poll
 	if poll <= 0 {
 		poll = time.Second
 	}
-	rotated := f.Rotated
-	if rotated == "" {
-		rotated = f.Path + ".1"
-	}
+	rotated := f.Path + ".1"
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	wait := func() error {
@@ -94,9 +80,15 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 		}
 	}
 	defer func() { file.Close() }()
-	r := &lineReader{br: bufio.NewReaderSize(file, 64<<10), pos: pos}
+	each := func(line []byte, long bool, p Position) bool {
+		if !long {
+			fn(line, p)
+		}
+		return true
+	}
+	r := newLineReader(file, pos, false)
 	for {
-		if err := r.lines(fn); err != nil {
+		if err := r.lines(each); err != nil {
 			return err
 		}
 		if err := wait(); err != nil {
@@ -112,7 +104,7 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 			return err
 		case err == nil && !os.SameFile(cur, st):
 			// Rotated by rename: finish the old file, then the new one.
-			if err := r.lines(fn); err != nil {
+			if err := r.lines(each); err != nil {
 				return err
 			}
 			next, err := os.Open(f.Path)
@@ -124,13 +116,13 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 			}
 			file.Close()
 			file = next
-			r = &lineReader{br: bufio.NewReaderSize(file, 64<<10), pos: positionOf(file, 0)}
+			r = newLineReader(file, positionOf(file, 0), false)
 		case err == nil && cur.Size() < r.pos.Offset:
 			// Truncated (copytruncate): read it again from its start.
 			if _, err := file.Seek(0, io.SeekStart); err != nil {
 				return err
 			}
-			r = &lineReader{br: bufio.NewReaderSize(file, 64<<10), pos: positionOf(file, 0)}
+			r = newLineReader(file, positionOf(file, 0), false)
 		}
 	}
 }
@@ -160,9 +152,12 @@ func (f *Follower) start(pos Position, rotated string, fn func([]byte, Position)
 		if old, err := os.Open(rotated); err == nil {
 			if p := positionOf(old, pos.Offset); p.Dev == pos.Dev && p.Ino == pos.Ino {
 				if _, err := old.Seek(pos.Offset, io.SeekStart); err == nil {
-					r := &lineReader{br: bufio.NewReaderSize(old, 64<<10), pos: p}
-					r.lines(fn)
-					r.last(fn)
+					newLineReader(old, p, true).lines(func(line []byte, long bool, p Position) bool {
+						if !long {
+							fn(line, p)
+						}
+						return true
+					})
 				}
 			}
 			old.Close()
@@ -176,52 +171,46 @@ func (f *Follower) start(pos Position, rotated string, fn func([]byte, Position)
 }
 
 // lineReader splits a file into lines, keeping a partial last line until
-// it is complete.
+// it is complete; in a whole file (one that grows no more) the partial
+// line at the end is the last.
 type lineReader struct {
 	br      *bufio.Reader
 	pos     Position
 	partial []byte
-	skip    bool // within a line too long to keep
+	long    bool // within a line longer than maxLine
+	whole   bool
 }
 
-// lines calls fn for every complete line readable now.
-func (r *lineReader) lines(fn func([]byte, Position)) error {
+func newLineReader(r io.Reader, pos Position, whole bool) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 64<<10), pos: pos, whole: whole}
+}
+
+// lines calls fn with every line readable now, without its end, and the
+// position past it, until fn returns false; long marks a line longer than
+// maxLine, whose text is not kept.
+func (r *lineReader) lines(fn func(line []byte, long bool, pos Position) bool) error {
 	for {
 		chunk, err := r.br.ReadSlice('\n')
 		r.pos.Offset += int64(len(chunk))
-		if len(chunk) > 0 && chunk[len(chunk)-1] == '\n' {
-			line := chunk[:len(chunk)-1]
-			if len(r.partial) > 0 {
-				line = append(r.partial, line...)
+		eof := errors.Is(err, io.EOF)
+		if n := len(chunk); n > 0 && chunk[n-1] == '\n' || eof && r.whole && (len(r.partial)+n > 0 || r.long) {
+			line := bytes.TrimRight(append(r.partial, chunk...), "\r\n")
+			long := r.long || len(line) > maxLine
+			r.partial, r.long = line[:0], false
+			if !fn(line, long, r.pos) {
+				return nil
 			}
-			if !r.skip && len(line) <= maxLine {
-				fn(bytes.TrimSuffix(line, []byte{'\r'}), r.pos)
-			}
-			r.partial, r.skip = r.partial[:0], false
-			continue
-		}
-		if len(chunk) > 0 {
-			if r.skip || len(r.partial)+len(chunk) > maxLine {
-				r.partial, r.skip = r.partial[:0], true
-			} else {
-				r.partial = append(r.partial, chunk...)
-			}
+		} else if len(r.partial)+n > maxLine {
+			r.partial, r.long = r.partial[:0], true
+		} else if !r.long {
+			r.partial = append(r.partial, chunk...)
 		}
 		switch {
 		case err == nil, errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
+		case eof:
 			return nil
 		default:
 			return err
 		}
-	}
-}
-
-// last calls fn with a final line without a newline: the end of a rotated
-// file, which grows no more.
-func (r *lineReader) last(fn func([]byte, Position)) {
-	if len(r.partial) > 0 && !r.skip {
-		fn(r.partial, r.pos)
 	}
 }

@@ -110,9 +110,7 @@ func TestIntegrationPostfixMaillog(t *testing.T) {
 	// The trace reads back with one END-OF-MESSAGE per message and one
 	// RCPT per recipient, bob's burst among them.
 	var b bytes.Buffer
-	if err := WriteTrace(&b, Trace(msgs), ""); err != nil {
-		t.Fatal(err)
-	}
+	writeTrace(t, &b, Trace(msgs))
 	tr, err := simulate.Read(&b, simulate.FormatJSONL)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package maillog
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,12 +31,10 @@ const (
 
 // Record is what one log line says about one message. Recipient is
 // orig_to= when logged, else to=; Recipients are Exim's "for a b c".
-// Reject is the stage of a KindReject, KindNoQueue or KindHold line
-// ("RCPT", "DATA", ...), with the client, sender, recipient and the reply's
-// enhanced code in DSN where the line has them. Local marks an Exim arrival without H=, Bounce one of Exim's own
-// bounces (R=). DSN and Status are a Postfix KindTo line's dsn= ("5.1.1")
-// and the first word of its status= ("sent", "deferred", "bounced"); DSN
-// is also a KindReject line's enhanced status code.
+// Reject is the stage ("RCPT", "DATA") of a reject, NOQUEUE or hold line.
+// DSN is a to= line's dsn= ("5.1.1") or a reject's enhanced code, Status
+// the first word of status= ("sent", "deferred", "bounced"). Local marks
+// an Exim arrival without H=, Bounce one of Exim's own bounces (R=).
 type Record struct {
 	Kind                      Kind
 	QueueID                   string
@@ -53,7 +52,7 @@ type Record struct {
 }
 
 // ErrNotPostfix is returned by ParsePostfix for a line not about a queued
-// message (no "QUEUEID: " prefix); it is not a parse failure.
+// message; it is not a parse failure.
 var ErrNotPostfix = errors.New("maillog: not a line about a queued message")
 
 // isQueueID reports whether s is a Postfix queue ID of 5 to 32
@@ -80,9 +79,7 @@ func isQueueID(s string) bool {
 }
 
 // ParsePostfix parses the text after "postfix/daemon[pid]: " of Postfix
-// 2.x and 3.x (smtpd(8), cleanup(8), qmgr(8), pickup(8), the delivery
-// agents): ErrNotPostfix for a line not about a queued message, another
-// error for one that cannot be parsed.
+// 2.x and 3.x (smtpd(8), cleanup(8), qmgr(8), pickup(8), delivery agents).
 func ParsePostfix(msg string) (Record, error) {
 	var r Record
 	if strings.HasPrefix(msg, "NOQUEUE: ") {
@@ -171,10 +168,9 @@ func ParsePostfix(msg string) (Record, error) {
 	return r, nil
 }
 
-// Outcome returns the outcome a line reports (policy.ClassifyDSN): a
-// KindTo line's status=bounced with a 5.x.x dsn= or status=deferred with a
-// 4.x.x one, or a reject of a recipient as unknown (RCPT, 5.1.1), before
-// the message had a queue file (NOQUEUE) or after.
+// Outcome returns the outcome a line reports (policy.ClassifyDSN): a to=
+// line's status=bounced with a 5.x.x dsn= or status=deferred with 4.x.x,
+// or a reject of a recipient as unknown (RCPT, 5.1.1).
 func (r *Record) Outcome() (policy.OutcomeKind, bool) {
 	kind, ok := policy.ClassifyDSN(r.DSN)
 	switch {
@@ -191,18 +187,11 @@ func (r *Record) Outcome() (policy.OutcomeKind, bool) {
 }
 
 func hasAnyPrefix(s string, prefixes ...string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s, p) })
 }
 
 // parseAction reads smtpd's and cleanup's "ACTION: STAGE from
-// NAME[ADDR]: CODE X.Y.Z TEXT; from=<s> to=<r> proto=ESMTP helo=<h>": the
-// stage, client, the reply's enhanced status code (RFC 3463) when it has
-// one, sender and recipient.
+// NAME[ADDR]: CODE X.Y.Z TEXT; from=<s> to=<r> proto=ESMTP helo=<h>".
 func parseAction(r *Record, rest string) {
 	_, after, _ := strings.Cut(rest, ": ")
 	r.Reject, _, _ = strings.Cut(after, " ")
@@ -230,8 +219,7 @@ func parseAction(r *Record, rest string) {
 }
 
 // fields parses Postfix's "name=value, name=value, ..." list. A value in
-// angle brackets runs to its closing '>'; status= and everything after it
-// is taken whole (its text may contain commas).
+// angle brackets runs to its closing '>'; status= takes the rest.
 func fields(s string) (map[string]string, error) {
 	f := make(map[string]string, 8)
 	for s != "" {
@@ -267,18 +255,15 @@ func fields(s string) (map[string]string, error) {
 			break
 		}
 		if !strings.HasPrefix(s, ", ") {
-			// Text after the list, e.g. "nrcpt=2 (queue active)" is
-			// handled by the caller; anything else ends the list.
-			break
+			break // text after the list, e.g. "(queue active)"
 		}
 		s = s[2:]
 	}
 	return f, nil
 }
 
-// angle returns the address inside a leading "<...>" and what follows it.
-// The closing bracket is the first '>' outside a quoted local part that is
-// followed by ',', ' ' or the end.
+// angle returns the address inside a leading "<...>" and what follows: up
+// to the first '>' outside quotes before ',', ' ' or the end.
 func angle(s string) (addr, rest string, ok bool) {
 	if !strings.HasPrefix(s, "<") {
 		return "", s, false

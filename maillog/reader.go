@@ -22,22 +22,31 @@ import (
 type Options struct {
 	// Location is the zone of timestamps without an offset; nil: time.Local.
 	Location *time.Location
-	// End dates year-less timestamps: a file's last such line gets the
-	// latest year that puts it no later than End plus a day, earlier lines
-	// count back from it. Zero: the file's modification time (stdin: now).
+	// End dates year-less timestamps: a file's last line gets the latest
+	// year that puts it before End plus a day. Zero: the file's
+	// modification time (stdin: now).
 	End time.Time
-	// MaxSamples bounds Stats.Samples; 0 means 5.
-	MaxSamples int
 }
 
-// maxLine is the longest line read; longer ones are unparsable.
-const maxLine = 64 << 10
+// maxLine is the longest line read; longer ones are unparsable. Stats
+// samples maxSamples of them.
+const (
+	maxLine    = 64 << 10
+	maxSamples = 5
+)
+
+// unparsable counts an unparsable line and samples it.
+func (r *Reader) unparsable(sample string) {
+	r.stats.Unparsable++
+	if len(r.stats.Samples) < maxSamples {
+		r.stats.Samples = append(r.stats.Samples, sample)
+	}
+}
 
 // Stats counts what a Reader read. Samples are the first unparsable lines
 // as "FILE:LINE: problem: text"; Senders are distinct SASL users, else
-// envelope senders. Not in the trace: NotSMTP (pickup, bounces, no smtpd
-// line), Incomplete (arrival or queueing not in the logs), Rejected (after
-// a queue ID), NoQueue ("NOQUEUE: reject" lines). Held (never released)
+// envelope senders. Not in the trace: NotSMTP (pickup, bounces),
+// Incomplete, Rejected (after a queue ID), NoQueue. Held (never released)
 // are in it, without a size. Start and End are of the first and last
 // message.
 type Stats struct {
@@ -52,13 +61,12 @@ type Stats struct {
 	Start, End                    time.Time
 }
 
-// Message is one message joined from its log lines by (host, queue ID),
-// or by Exim message ID. Host is "" for Exim. Received is when the client
-// was accepted, Queued when the message was complete, both UTC. Size is
-// qmgr's size= or Exim's S=, NRcpt qmgr's nrcpt= (0 for Exim). Recipients
-// are distinct, as the client gave them (orig_to=, Exim's <original>), in
-// order. Sender is "" for the null sender. Outcomes are its recipients'
-// failures (Postfix delivery lines), each recipient and kind once.
+// Message is one message joined from its log lines by host and queue ID
+// (Exim: message ID, Host ""). Received is when the client was accepted,
+// Queued when the message was complete, both UTC. Size is qmgr's size= or
+// Exim's S=, NRcpt qmgr's nrcpt=. Recipients are distinct, as the client
+// gave them (orig_to=), in order. Outcomes are its recipients' failures,
+// each recipient and kind once.
 type Message struct {
 	Host, QueueID             string
 	Received, Queued          time.Time
@@ -76,8 +84,7 @@ type Message struct {
 	seen                                time.Time // the time of its latest line
 }
 
-// Outcome is what happened to one recipient of a Message, when it was
-// logged.
+// Outcome is what happened to one recipient of a Message, and when.
 type Outcome struct {
 	Time      time.Time
 	Recipient string
@@ -88,8 +95,8 @@ type Outcome struct {
 func (m *Message) RecipientCount() int { return max(m.NRcpt, len(m.Recipients)) }
 
 // Reader reads mail logs, in any order (rotated, .gz), and joins their
-// lines into messages, reading them a second time in time order. Not safe
-// for concurrent use.
+// lines into messages in a second pass in time order. Not safe for
+// concurrent use.
 type Reader struct {
 	opts    Options
 	sources []*source
@@ -97,8 +104,7 @@ type Reader struct {
 }
 
 // source is one log: a file at path, or spool, an unlinked copy. The
-// dating pass sets lines, the year of relative year 0 and the first
-// line's time.
+// dating pass sets lines, baseYear (of relative year 0) and first.
 type source struct {
 	name     string
 	path     string
@@ -119,15 +125,11 @@ func NewReader(opts Options) *Reader {
 	if opts.Location == nil {
 		opts.Location = time.Local
 	}
-	if opts.MaxSamples == 0 {
-		opts.MaxSamples = 5
-	}
 	return &Reader{opts: opts}
 }
 
-// ReadFile dates the lines of the log at path ("-": stdin; gzip is
-// recognised); Messages or Each joins them, ignoring lines appended
-// since. Only I/O errors are returned.
+// ReadFile dates the lines of the log at path ("-": stdin; gzip
+// recognised) for Messages or Each. Only I/O errors are returned.
 func (r *Reader) ReadFile(path string) error {
 	if path == "-" {
 		return r.Read(path, os.Stdin, r.opts.End)
@@ -224,17 +226,12 @@ func stampOf(s string, loc *time.Location) (Stamp, bool) {
 		t, _, err := parseEximStamp(s, loc)
 		return Stamp{Time: t}, err == nil
 	}
-	if strings.HasPrefix(s, "<") {
-		if i := strings.IndexByte(s, '>'); i > 0 && i <= 4 {
-			s = s[i+1:]
-		}
-	}
-	st, _, err := parseStamp(s, loc)
-	return st, err == nil
+	l, _ := ParseSyslogLine(s, loc)
+	return l.Stamp, !l.Stamp.Time.IsZero()
 }
 
-// eachLine calls fn with every line of in (gunzipped), without its end,
-// until fn returns false; long marks a line over maxLine, skipped.
+// eachLine calls fn with every line of in (gunzipped) until fn returns
+// false; long marks a line over maxLine.
 func eachLine(in io.Reader, fn func(s string, long bool) bool) error {
 	br := bufio.NewReaderSize(in, 64<<10)
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -245,56 +242,16 @@ func eachLine(in io.Reader, fn func(s string, long bool) bool) error {
 		defer gz.Close()
 		br = bufio.NewReaderSize(gz, 64<<10)
 	}
-	for {
-		line, err := readLine(br)
-		if len(line) > 0 || err == nil || err == errLong {
-			if !fn(line, err == errLong) {
-				return nil
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil && err != errLong {
-			return err
-		}
-	}
-}
-
-var errLong = errors.New("line too long")
-
-// readLine returns the next line; errLong past maxLine, io.EOF at the end.
-func readLine(br *bufio.Reader) (string, error) {
-	var buf []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(buf)+len(chunk) <= maxLine {
-			buf = append(buf, chunk...)
-		} else {
-			for err == bufio.ErrBufferFull {
-				_, err = br.ReadSlice('\n')
-			}
-			if err != nil && err != io.EOF {
-				return "", err
-			}
-			return "", errLong
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		line := strings.TrimRight(string(buf), "\r\n")
-		if err == io.EOF && len(buf) > 0 {
-			return line, nil // the last line, without a newline
-		}
-		return line, err
-	}
+	return newLineReader(br, Position{}, true).lines(func(line []byte, long bool, _ Position) bool {
+		return fn(string(line), long)
+	})
 }
 
 const halfYear = 183 * 24 * time.Hour
 
 // dater gives year-less timestamps, in file order, their year relative to
-// the file's first: a new year where time goes back by more than half a
-// year; a line more than half a year ahead is a late one of the year before.
+// the file's first: a new year where time goes back by over half a year;
+// a line over half a year ahead is a late one of the year before.
 type dater struct {
 	cur  int
 	prev time.Time
@@ -326,12 +283,7 @@ func (r *Reader) Messages() []Message {
 		out = append(out, *m)
 		return nil
 	})
-	slices.SortStableFunc(out, func(a, b Message) int {
-		if c := a.Queued.Compare(b.Queued); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
+	slices.SortStableFunc(out, func(a, b Message) int { return cmp.Or(a.Queued.Compare(b.Queued), cmp.Compare(a.seq, b.seq)) })
 	return out
 }
 
@@ -362,10 +314,7 @@ func (r *Reader) join(src *source, j *joiner) error {
 	var d dater
 	n := 0
 	sample := func(problem, text string) {
-		r.stats.Unparsable++
-		if len(r.stats.Samples) < r.opts.MaxSamples {
-			r.stats.Samples = append(r.stats.Samples, fmt.Sprintf("%s:%d: %s: %q", src.name, n, problem, trunc(text, 120)))
-		}
+		r.unparsable(fmt.Sprintf("%s:%d: %s: %q", src.name, n, problem, trunc(text, 120)))
 	}
 	return eachLine(in, func(s string, long bool) bool {
 		n++
@@ -423,8 +372,7 @@ func (r *Reader) join(src *source, j *joiner) error {
 	})
 }
 
-// add applies one record and hands on finished messages; false once the
-// consumer has failed.
+// add applies one record and hands on finished messages; false once fn failed.
 func (j *joiner) add(tr timedRecord) bool {
 	j.apply(tr)
 	j.advance(tr.t)
@@ -517,8 +465,7 @@ func senderOf(m *Message) string {
 	return "sender " + strings.ToLower(m.Sender)
 }
 
-// addOutcome adds the outcome rec reports at t, if any, once per
-// recipient and kind.
+// addOutcome adds the outcome rec reports at t, once per recipient and kind.
 func (m *Message) addOutcome(t time.Time, rec *Record) {
 	k, ok := rec.Outcome()
 	if ok && rec.Recipient != "" && !slices.ContainsFunc(m.Outcomes, func(o Outcome) bool {
@@ -529,15 +476,9 @@ func (m *Message) addOutcome(t time.Time, rec *Record) {
 }
 
 func (m *Message) addRecipient(a string) {
-	if a == "" {
-		return
+	if a != "" && !slices.ContainsFunc(m.Recipients, func(x string) bool { return strings.EqualFold(x, a) }) {
+		m.Recipients = append(m.Recipients, strings.Clone(a))
 	}
-	for _, x := range m.Recipients {
-		if strings.EqualFold(x, a) {
-			return
-		}
-	}
-	m.Recipients = append(m.Recipients, strings.Clone(a))
 }
 
 // Stats returns the counts so far.

@@ -3,6 +3,8 @@ package maillog
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -241,9 +243,7 @@ func TestTraceRoundTrip(t *testing.T) {
 		t.Fatalf("outcomes %q", outcomes)
 	}
 	var b bytes.Buffer
-	if err := WriteTrace(&b, tr, "from postfix-classic.log"); err != nil {
-		t.Fatal(err)
-	}
+	writeTrace(t, &b, tr)
 	back, err := simulate.Read(&b, simulate.FormatJSONL)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, b.String())
@@ -281,7 +281,7 @@ func TestTraceRoundTrip(t *testing.T) {
 			s = append(s, e.Time.String()+" "+e.Request.ProtocolState+" "+e.Request.Instance+" "+e.Request.Recipient)
 		}
 		if !reflect.DeepEqual(a, s) {
-			t.Fatalf("StreamTrace replays\n%s\nWriteTrace replays\n%s", strings.Join(s, "\n"), strings.Join(a, "\n"))
+			t.Fatalf("StreamTrace replays\n%s\nTrace replays\n%s", strings.Join(s, "\n"), strings.Join(a, "\n"))
 		}
 	}
 	if d := tr.Entries[8]; d.Outcome != policy.OutcomeDeferral || d.Request.Recipient != "frank@example.net" ||
@@ -292,5 +292,16 @@ func TestTraceRoundTrip(t *testing.T) {
 	if eom.Request.ProtocolState != policy.StateEndOfMessage || eom.Request.RecipientCount != 3 ||
 		eom.Request.Size != 1234 || eom.Request.Instance != "mx1/4A1B2C3D4E" || eom.Request.Recipient != "" {
 		t.Fatalf("alice's END-OF-MESSAGE request: %+v", eom.Request)
+	}
+}
+
+// writeTrace writes tr as JSON Lines.
+func writeTrace(t *testing.T, w io.Writer, tr *simulate.Trace) {
+	t.Helper()
+	enc := json.NewEncoder(w)
+	for _, e := range tr.Entries {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

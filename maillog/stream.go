@@ -1,8 +1,10 @@
 package maillog
 
 import (
+	"bufio"
 	"cmp"
 	"container/heap"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -10,11 +12,9 @@ import (
 )
 
 // A message is finished by its "removed" ("Completed") line, a new message
-// under its queue ID, the end of the logs, or going idle: idleUnqueued
-// before it was queued (a session that ended early), idleQueued after
-// (past Postfix's maximal_queue_lifetime). Finished messages wait until
-// the log is reorderWindow past their Queued time, so they come out in
-// Queued order but for those finished later (deferred mail).
+// under its queue ID, the end of the logs, or going idle (idleQueued:
+// past maximal_queue_lifetime). Finished messages wait reorderWindow past
+// their Queued time, to come out in Queued order.
 const (
 	idleUnqueued  = time.Hour
 	idleQueued    = 7 * 24 * time.Hour
@@ -23,12 +23,12 @@ const (
 )
 
 // joiner assembles messages from records in time order per host and hands
-// on finished ones; sweptAt is the last look for idle messages.
+// on finished ones.
 type joiner struct {
 	open         map[qkey]*Message
 	seq          int
 	st           *Stats
-	now, sweptAt time.Time
+	now, sweptAt time.Time // sweptAt: the last look for idle messages
 	ready        readyHeap
 	deliver      func(*Message) error
 	err          error
@@ -125,10 +125,10 @@ func (h *readyHeap) Pop() any {
 	return m
 }
 
-// Each reads the logs again, oldest first, and calls fn with every message
-// that arrived over SMTP and was queued or held, once finished; fn may
-// keep it. It fills Stats. Call it once, after the last ReadFile; an I/O
-// error is counted as an unparsable line; fn's error stops it.
+// Each reads the logs again, oldest first, and calls fn with every finished
+// message that arrived over SMTP and was queued or held; fn may keep it
+// and its error stops Each. It fills Stats; an I/O error counts as an
+// unparsable line. Call it once, after the last ReadFile.
 func (r *Reader) Each(fn func(*Message) error) error {
 	slices.SortStableFunc(r.sources, func(a, b *source) int {
 		if a.first.IsZero() || b.first.IsZero() {
@@ -142,10 +142,7 @@ func (r *Reader) Each(fn func(*Message) error) error {
 			break
 		}
 		if err := r.join(src, j); err != nil {
-			r.stats.Unparsable++
-			if len(r.stats.Samples) < r.opts.MaxSamples {
-				r.stats.Samples = append(r.stats.Samples, fmt.Sprintf("%s: %v", src.name, err))
-			}
+			r.unparsable(fmt.Sprintf("%s: %v", src.name, err))
 		}
 	}
 	for _, src := range r.sources {
@@ -161,18 +158,27 @@ func (r *Reader) Each(fn func(*Message) error) error {
 	return j.err
 }
 
-// StreamTrace is WriteTrace(w, Trace(r.Messages()), header) without
-// holding the messages (late-finished ones come out of order).
+// StreamTrace writes the Entries of Each's messages to w as a JSON Lines
+// trace, after a "# header" line unless header is empty. Unlike
+// Trace(r.Messages()) it holds no messages: late-finished ones come out
+// of order.
 func (r *Reader) StreamTrace(w io.Writer, header string) error {
-	tw := newTraceWriter(w, header)
+	bw := bufio.NewWriter(w)
+	if header != "" {
+		bw.WriteString("# " + header + "\n")
+	}
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
 	err := r.Each(func(m *Message) error {
 		for _, e := range m.Entries() {
-			tw.entry(&e)
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
 		}
-		return tw.err
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	return tw.flush()
+	return bw.Flush()
 }

@@ -9,10 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
+	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -26,22 +27,19 @@ const (
 	eximDeadline = 10 * time.Second
 )
 
-// Errors of ParseEximEvent.
+// Errors of ParseEximEvent; ErrEximIgnored is a well-formed event that is
+// not an outcome (another event, a success, no recipient).
 var (
 	ErrEximMalformed = errors.New("outcome: malformed Exim event request")
-	// ErrEximIgnored: a well-formed event that is not an outcome (another
-	// event name, a success, no recipient).
-	ErrEximIgnored = errors.New("outcome: Exim event is not an outcome")
+	ErrEximIgnored   = errors.New("outcome: Exim event is not an outcome")
 )
 
 // ParseEximEvent reads one request of Exim's transport event_action
-// (docs/exim.md; Exim specification, "Event actions"), in the policy
-// delegation protocol's form: name=value lines ending with an empty line
-// or the end of input, with request=exim_outcome, event=$event_name,
-// queue_id=$message_exim_id, recipient=$local_part@$domain and
-// data=$event_data (the error). msg:fail:delivery and msg:fail:internal
-// are bounces (unknown recipients when the error's enhanced status code
-// says so), msg:defer and msg:rcpt:defer deferrals. Errors wrap
+// (docs/exim.md; Exim specification, "Event actions"): name=value lines
+// up to an empty line or the end of input, with request=exim_outcome,
+// event, queue_id, recipient and data (the error). msg:fail:delivery and
+// msg:fail:internal are bounces (unknown recipients by the error's
+// enhanced code), msg:defer and msg:rcpt:defer deferrals. Errors wrap
 // ErrEximMalformed or ErrEximIgnored.
 func ParseEximEvent(r *bufio.Reader) (Outcome, error) {
 	attrs := map[string]string{}
@@ -68,7 +66,7 @@ func ParseEximEvent(r *bufio.Reader) (Outcome, error) {
 			attrs[string(name)] = string(value)
 		}
 		if err != nil {
-			break // end of input ends the request, as Exim's readsocket shuts down its side
+			break // readsocket shuts down its side
 		}
 	}
 	if attrs["request"] != EximRequestType {
@@ -81,13 +79,9 @@ func ParseEximEvent(r *bufio.Reader) (Outcome, error) {
 	if o.Recipient == "" || o.Recipient == "@" {
 		return Outcome{}, fmt.Errorf("%w: no recipient", ErrEximIgnored)
 	}
-	code := enhancedRE.FindString(attrs["data"])
 	switch attrs["event"] {
 	case "msg:fail:delivery", "msg:fail:internal":
-		o.Kind = policy.OutcomeBounce
-		if k, ok := policy.ClassifyDSN(code); ok && k == policy.OutcomeUnknownRcpt {
-			o.Kind = k
-		}
+		o.Kind, _ = policy.ClassifyDSN(maillog.RefineDSN("5.0.0", attrs["data"]))
 	case "msg:defer", "msg:rcpt:defer":
 		o.Kind = policy.OutcomeDeferral
 	default:
@@ -97,20 +91,16 @@ func ParseEximEvent(r *bufio.Reader) (Outcome, error) {
 }
 
 // EximServer receives Exim's delivery events (ParseEximEvent), one
-// request per connection as ${readsocket} sends it, and gives them to a
-// Sink; it answers "action=DUNNO" and closes. Garbage closes the
-// connection without a reply. Every connection has a deadline; a panic
-// closes its connection. Safe for concurrent use.
+// request per connection as ${readsocket} sends it, gives them to a Sink,
+// answers "action=DUNNO" and closes; garbage is closed unanswered. Every
+// connection has a deadline; a panic closes its connection. Safe for
+// concurrent use.
 type EximServer struct {
 	sink *Sink
 	log  *slog.Logger
+	life *srvconn.Tracker[net.Conn]
 	// Events counts the requests read, Malformed those closed unanswered.
 	Events, Malformed atomic.Int64
-
-	mu     sync.Mutex
-	ls     []net.Listener
-	closed bool
-	wg     sync.WaitGroup
 }
 
 // NewEximServer returns an EximServer giving outcomes to sink; log may be nil.
@@ -118,44 +108,18 @@ func NewEximServer(sink *Sink, log *slog.Logger) *EximServer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &EximServer{sink: sink, log: log}
+	return &EximServer{sink: sink, log: log, life: srvconn.New[net.Conn](ErrServerClosed, "outcome exim", srvconn.Budget{})}
 }
 
-// Serve accepts connections on l until Close; it returns ErrServerClosed then.
+// Serve accepts connections on l (TCP from loopback, unix sockets) until
+// Close; it returns ErrServerClosed then.
 func (s *EximServer) Serve(l net.Listener) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrServerClosed
-	}
-	s.ls = append(s.ls, l)
-	s.mu.Unlock()
-	var backoff time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
-		}
-		backoff = 0
-		s.wg.Add(1)
-		go s.serveConn(c)
-	}
+	return s.life.Serve(l, srvconn.Accept[net.Conn]{Logger: s.log, New: func(c net.Conn) net.Conn { return c },
+		Refused: func(net.Conn) {}, Start: func(c net.Conn) { go s.serveConn(c) }})
 }
 
 func (s *EximServer) serveConn(c net.Conn) {
-	defer s.wg.Done()
+	defer s.life.Remove(c)
 	defer c.Close()
 	defer func() {
 		if p := recover(); p != nil {
@@ -180,12 +144,5 @@ func (s *EximServer) serveConn(c net.Conn) {
 // Close stops the listeners and waits for the connections (each within
 // its deadline).
 func (s *EximServer) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	for _, l := range s.ls {
-		l.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	return nil
+	return s.life.Shutdown(context.Background(), func(net.Conn) bool { return false })
 }

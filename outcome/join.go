@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,11 +18,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// The join's buckets in the state file:
-//
-//	outcome/join     queue ID -> Seal version 1 of the submission and the
-//	                 recipients already counted (see encode)
-//	outcome/cursor   feed name -> Seal version 1 of the feed's position
+// The join's buckets: queue ID -> entry (encodeEntry), feed name -> position.
 var (
 	bucketJoin   = []byte("outcome/join")
 	bucketCursor = []byte("outcome/cursor")
@@ -30,16 +28,12 @@ var (
 
 const recordVersion = 1
 
-// Defaults of Options.
+// Defaults of Options; maxClaims bounds the outcomes counted per message:
+// smtpd_recipient_limit (1000) recipients, each deferred and bounced.
 const (
-	// DefaultLifetime is Postfix's maximal_queue_lifetime: a message still
-	// queued after it has been returned to its sender.
-	DefaultLifetime = 5 * 24 * time.Hour
-	// DefaultMaxMessages bounds the messages joined at a time.
+	DefaultLifetime    = 5 * 24 * time.Hour // Postfix's maximal_queue_lifetime
 	DefaultMaxMessages = 500_000
-	// maxClaims bounds the outcomes counted per message: smtpd's default
-	// smtpd_recipient_limit (1000) recipients, each deferred and bounced.
-	maxClaims = 2000
+	maxClaims          = 2000
 )
 
 // ErrClosed is returned by Tick after Close.
@@ -54,9 +48,8 @@ type Submission struct {
 	HeloName                  string
 }
 
-// SubmissionOf returns the part of req the join keeps, its strings
-// copied: a request's strings may be cut from a policy Decoder's blocks,
-// which a string kept for days would pin (mta/postfix.Decoder).
+// SubmissionOf returns the part of req the join keeps, its strings copied
+// so as not to pin a policy Decoder's blocks for days.
 func SubmissionOf(now time.Time, req *policy.Request) Submission {
 	return Submission{Time: now, SASLUsername: strings.Clone(req.SASLUsername), Sender: strings.Clone(req.Sender),
 		ClientAddress: strings.Clone(req.ClientAddress), ClientName: strings.Clone(req.ClientName),
@@ -77,26 +70,21 @@ type Options struct {
 }
 
 // Join maps queue IDs to the submissions of their messages, with the
-// outcomes already counted per message so none is counted twice (a
-// recipient deferred for days counts once), and the feeds' positions. It
-// lives in memory and is written behind to the state file by Tick (the
-// statedb.Flusher's), claims and positions in one transaction, so a feed
-// resumed after a restart finds the outcomes it had counted. Safe for
-// concurrent use.
+// outcomes counted per message so none counts twice, and the feeds'
+// positions. It is written behind to the state file by Tick, claims and
+// positions in one transaction. Safe for concurrent use.
 type Join struct {
 	db   *bolt.DB
 	opts Options
 
-	mu      sync.Mutex
-	m       map[string]*entry
-	cursors map[string][]byte
-	dirty   map[string]struct{} // queue IDs to write or delete
-	cdirty  map[string]struct{} // cursors to write
-	dropped int                 // submissions not kept: the join was full
-	closed  bool
-	// sessions are the SASL-authenticated requests seen in the last
-	// sessionWindow, by client address and sender (Saw); memory only.
-	sessions map[sessionKey]Submission
+	mu       sync.Mutex
+	m        map[string]*entry
+	cursors  map[string][]byte
+	dirty    map[string]struct{} // queue IDs to write or delete
+	cdirty   map[string]struct{} // cursors to write
+	dropped  int                 // submissions not kept: the join was full
+	closed   bool
+	sessions map[sessionKey]Submission // Saw's, memory only
 }
 
 // sessionKey is a client address and a sender, lower case.
@@ -111,11 +99,9 @@ const (
 )
 
 type entry struct {
-	sub    Submission
-	claims []claim
-	// excluded: the message was held, frozen or refused; its outcomes are
-	// not the sender's (Exclude).
-	excluded bool
+	sub      Submission
+	claims   []claim
+	excluded bool // held, frozen or refused (Exclude)
 }
 
 // claim is one outcome counted: a recipient's hash and its kind.
@@ -171,25 +157,17 @@ func Open(db *bolt.DB, now time.Time, opts Options) (*Join, error) {
 	return j, nil
 }
 
+const queueIDChars = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-"
+
 // ValidQueueID reports whether id can be a Postfix queue ID (short hex or
 // long) or an Exim message ID: 5 to 32 letters, digits and '-'.
 func ValidQueueID(id string) bool {
-	if len(id) < 5 || len(id) > 32 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return len(id) >= 5 && len(id) <= 32 && strings.Trim(id, queueIDChars) == ""
 }
 
-// Record joins queueID to sub, replacing what it joined before (a queue ID
-// reused), unless queueID is excluded. It reports false for an invalid queue ID and when the join is
-// full (MaxMessages queue IDs within their lifetime): that message's
-// outcomes will not be counted.
+// Record joins queueID to sub, replacing a reused queue ID's, unless
+// queueID is excluded. It reports false for an invalid queue ID and when
+// the join is full (MaxMessages): that message's outcomes are not counted.
 func (j *Join) Record(queueID string, sub Submission) bool {
 	if !ValidQueueID(queueID) {
 		return false
@@ -198,8 +176,7 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 	defer j.mu.Unlock()
 	if e, ok := j.m[queueID]; ok && e.excluded {
 		return true
-	}
-	if _, ok := j.m[queueID]; !ok && len(j.m) >= j.opts.MaxMessages {
+	} else if !ok && len(j.m) >= j.opts.MaxMessages {
 		j.sweep(sub.Time)
 		if len(j.m) >= j.opts.MaxMessages {
 			j.dropped++
@@ -211,9 +188,8 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 	return true
 }
 
-// SetSender sets the sender of queueID's submission if it has none (the
-// log's qmgr line names it after smtpd's client line) and returns the
-// submission it set it in.
+// SetSender sets the sender of queueID's submission if it has none (qmgr's
+// line names it after smtpd's) and returns that submission.
 func (j *Join) SetSender(queueID, sender string) (Submission, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -236,9 +212,9 @@ func (j *Join) Lookup(queueID string) (Submission, bool) {
 	return e.sub, true
 }
 
-// Exclude marks queueID's message as not the sender's to answer for (held,
-// frozen or refused), for the join's lifetime: its outcomes are not
-// counted, whatever front end joins it later.
+// Exclude marks queueID's message (held, frozen or refused) as not the
+// sender's to answer for: its outcomes are not counted, whatever joins it
+// later.
 func (j *Join) Exclude(queueID string, now time.Time) {
 	if !ValidQueueID(queueID) {
 		return
@@ -257,10 +233,9 @@ func (j *Join) Exclude(queueID string, now time.Time) {
 	j.dirty[queueID] = struct{}{}
 }
 
-// Claim returns the submission of queueID if an outcome of kind for rcpt
-// (compared case-insensitively) has not been claimed before, and claims
-// it; false when the queue ID is not joined, the outcome was counted
-// already, or the message has had its fill of outcomes.
+// Claim claims an outcome of kind for rcpt (case-insensitive) and returns
+// queueID's submission; false when the queue ID is not joined, the outcome
+// was claimed before, or the message has maxClaims.
 func (j *Join) Claim(queueID, rcpt string, kind policy.OutcomeKind) (Submission, bool) {
 	h := fnv.New64a()
 	h.Write([]byte(strings.ToLower(rcpt)))
@@ -268,13 +243,8 @@ func (j *Join) Claim(queueID, rcpt string, kind policy.OutcomeKind) (Submission,
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	e, ok := j.m[queueID]
-	if !ok || e.excluded || len(e.claims) >= maxClaims {
+	if !ok || e.excluded || len(e.claims) >= maxClaims || slices.Contains(e.claims, c) {
 		return Submission{}, false
-	}
-	for _, old := range e.claims {
-		if old == c {
-			return Submission{}, false
-		}
 	}
 	e.claims = append(e.claims, c)
 	j.dirty[queueID] = struct{}{}
@@ -291,9 +261,8 @@ func (j *Join) Forget(queueID string) {
 	}
 }
 
-// Saw notes req at now, if it has a SASL login and a client address, as
-// the latest of its client address and sender, for Session. A full table
-// (maxSessions within sessionWindow) keeps what it has.
+// Saw notes req at now, if it has a SASL login and a client address, for
+// Session. A full table (maxSessions) keeps what it has.
 func (j *Join) Saw(now time.Time, req *policy.Request) {
 	if req.SASLUsername == "" || req.ClientAddress == "" {
 		return
@@ -316,8 +285,7 @@ func (j *Join) Saw(now time.Time, req *policy.Request) {
 }
 
 // Session returns the latest request Saw from clientAddr with sender
-// within sessionWindow before now: the login of smtpd's NOQUEUE reject of
-// that client and sender, whose log line does not name it.
+// within sessionWindow before now: the login a NOQUEUE reject does not name.
 func (j *Join) Session(clientAddr, sender string, now time.Time) (Submission, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -332,8 +300,7 @@ func (j *Join) Cursor(name string) []byte {
 	return bytes.Clone(j.cursors[name])
 }
 
-// SetCursor saves feed name's position p, written with the claims made
-// before it.
+// SetCursor saves feed name's position p, written with the claims before it.
 func (j *Join) SetCursor(name string, p []byte) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -365,9 +332,8 @@ func (j *Join) sweep(now time.Time) {
 	}
 }
 
-// Tick sweeps queue IDs past their lifetime and writes what changed since
-// the last Tick in one transaction (statedb.Flusher); a failed write is
-// retried at the next. Without a db it only sweeps.
+// Tick sweeps queue IDs past their lifetime and writes what changed in one
+// transaction (statedb.Flusher); a failed write is retried at the next.
 func (j *Join) Tick() error { return j.tick(time.Now()) }
 
 func (j *Join) tick(now time.Time) error {
@@ -426,14 +392,9 @@ func (j *Join) tick(now time.Time) error {
 		return nil
 	})
 	if err != nil {
-		// Retry at the next Tick: what changed since stays dirty too.
 		j.mu.Lock()
-		for id := range dirty {
-			j.dirty[id] = struct{}{}
-		}
-		for name := range cdirty {
-			j.cdirty[name] = struct{}{}
-		}
+		maps.Copy(j.dirty, dirty)
+		maps.Copy(j.cdirty, cdirty)
 		j.mu.Unlock()
 		return fmt.Errorf("outcome: %w", err)
 	}
@@ -452,10 +413,9 @@ func (j *Join) Close() error {
 	return err
 }
 
-// encodeEntry returns e's record under key: uvarint Unix nanoseconds, the
-// five attributes each as uvarint length and bytes, uvarint claim count,
-// each claim as 8 bytes of recipient hash (big-endian) and its kind, then
-// a flags byte (1: excluded).
+// encodeEntry seals e under key: uvarint Unix nanoseconds, each string
+// as uvarint length and bytes, uvarint claim count, each claim as 8 bytes
+// of recipient hash and its kind, a flags byte (1: excluded).
 func encodeEntry(key []byte, e *entry) []byte {
 	p := binary.AppendUvarint(nil, uint64(e.sub.Time.UnixNano()))
 	for _, s := range e.sub.strings() {
@@ -480,11 +440,9 @@ func (s *Submission) strings() []*string {
 	return []*string{&s.SASLUsername, &s.Sender, &s.ClientAddress, &s.ClientName, &s.HeloName}
 }
 
-// errRecord is wrapped for a record that checks but does not decode.
 var errRecord = errors.New("outcome: malformed join record")
 
-// decodeEntry is encodeEntry's inverse; the error wraps statedb.ErrRecord
-// or errRecord.
+// decodeEntry is encodeEntry's inverse; errors wrap statedb.ErrRecord or errRecord.
 func decodeEntry(key, v []byte) (*entry, error) {
 	ver, p, err := statedb.Unseal(key, v)
 	if err != nil {

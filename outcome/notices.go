@@ -13,29 +13,23 @@ import (
 	"github.com/emersion/go-smtp"
 )
 
-// NoticeServer is the bounce-notice feed: an LMTP server (RFC 2033,
-// emersion/go-smtp) that Postfix's postmaster notices are routed to
-// (notify_classes = bounce, delay; bounce_notice_recipient and
-// delay_notice_recipient an address whose transport is
-// lmtp:inet:HOST:PORT or lmtp:unix:PATH). Each notice's RFC 3464 report
-// (ParseReport) gives outcomes to the Sink. Every notice is accepted, one
-// that is not a report too (counted in Unreadable): a refused notice would
-// only bounce to the postmaster. Reads and writes have deadlines; a
-// panic closes its connection. Safe for concurrent use.
+// NoticeServer is an LMTP server (RFC 2033) for Postfix's postmaster
+// notices (notify_classes = bounce, delay; bounce_notice_recipient routed
+// to lmtp:inet:HOST:PORT). Each notice's report (ParseReport) gives
+// outcomes to the Sink. Every notice is accepted, since a refused one
+// would bounce to the postmaster. Safe for concurrent use.
 type NoticeServer struct {
 	srv  *smtp.Server
 	sink *Sink
 	log  *slog.Logger
-	// Notices counts the notices received, Unreadable those without a
-	// usable report.
+	// Notices counts the notices received, Unreadable those without a report.
 	Notices, Unreadable atomic.Int64
 }
 
 // ErrServerClosed is returned by Serve after Close.
 var ErrServerClosed = smtp.ErrServerClosed
 
-// NewNoticeServer returns a NoticeServer giving outcomes to sink; log may
-// be nil.
+// NewNoticeServer returns a NoticeServer giving outcomes to sink; log may be nil.
 func NewNoticeServer(sink *Sink, log *slog.Logger) *NoticeServer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -52,17 +46,15 @@ func NewNoticeServer(sink *Sink, log *slog.Logger) *NoticeServer {
 	return s
 }
 
-// Serve accepts LMTP connections on l until Close; it returns
-// ErrServerClosed then.
+// Serve accepts LMTP connections on l until Close; it returns ErrServerClosed then.
 func (s *NoticeServer) Serve(l net.Listener) error { return s.srv.Serve(l) }
 
 // Close stops the listeners and closes every connection.
 func (s *NoticeServer) Close() error { return s.srv.Close() }
 
-// Shutdown stops the listeners and waits for the connections to end until ctx is done.
+// Shutdown stops the listeners and waits for the connections until ctx is done.
 func (s *NoticeServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
 
-// noticeSession is one LMTP session.
 type noticeSession struct{ s *NoticeServer }
 
 func (*noticeSession) Reset()                               {}

@@ -6,37 +6,35 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"regexp"
 	"strings"
 
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/textproto"
 
+	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Report is what a delivery status notification (RFC 3464) from Postfix
-// says: the queue ID and sender of the message it reports on (Postfix's
-// X-Postfix-Queue-ID and X-Postfix-Sender fields) and each recipient's
-// fate.
+// says: the queue ID and sender of the message (X-Postfix-Queue-ID,
+// X-Postfix-Sender) and each recipient's fate.
 type Report struct {
 	QueueID, Sender string
 	Recipients      []RecipientStatus
 }
 
-// RecipientStatus is one per-recipient block of a report: Final-Recipient
-// (the address, without its "rfc822;" type), Action ("failed", "delayed",
-// ...), Status ("5.1.1") and Diagnostic-Code (as given).
+// RecipientStatus is one per-recipient block: Final-Recipient (without
+// "rfc822;"), Action ("failed", "delayed"), Status ("5.1.1") and
+// Diagnostic-Code.
 type RecipientStatus struct {
 	Recipient, Action, Status, Diagnostic string
 }
 
-// Errors of ParseReport.
+// Errors of ParseReport: ErrNotReport for a message without a
+// message/delivery-status part (a transcript of a rejected session),
+// ErrMalformedReport for one that cannot be read.
 var (
-	// ErrNotReport: the message has no message/delivery-status part (a
-	// transcript of a rejected session, or not a notice at all).
-	ErrNotReport = errors.New("outcome: not a delivery status notification")
-	// ErrMalformedReport: the delivery-status part cannot be read.
+	ErrNotReport       = errors.New("outcome: not a delivery status notification")
 	ErrMalformedReport = errors.New("outcome: malformed delivery status notification")
 )
 
@@ -48,8 +46,7 @@ const (
 )
 
 // ParseReport reads an RFC 3464 report (multipart/report with a
-// message/delivery-status part, RFC 6522) from r: ErrNotReport or
-// ErrMalformedReport for what it cannot use.
+// message/delivery-status part, RFC 6522) from r.
 func ParseReport(r io.Reader) (Report, error) {
 	e, err := message.Read(r)
 	if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
@@ -75,8 +72,7 @@ func ParseReport(r io.Reader) (Report, error) {
 	return Report{}, ErrNotReport
 }
 
-// parseStatus reads the per-message fields, then each per-recipient
-// block, of a delivery-status body.
+// parseStatus reads the per-message, then the per-recipient fields.
 func parseStatus(r io.Reader) (Report, error) {
 	br := bufio.NewReader(r)
 	h, err := textproto.ReadHeader(br)
@@ -116,8 +112,7 @@ func addressOf(v string) string {
 	return strings.Trim(strings.TrimSpace(v), "<>")
 }
 
-// statusCode returns the leading status code of a Status field ("5.1.1
-// (unknown user)" is "5.1.1").
+// statusCode returns a Status field's code ("5.1.1 (unknown user)": "5.1.1").
 func statusCode(v string) string {
 	v = strings.TrimSpace(v)
 	if i := strings.IndexAny(v, " \t("); i >= 0 {
@@ -126,24 +121,13 @@ func statusCode(v string) string {
 	return v
 }
 
-// enhancedRE finds an enhanced status code in a diagnostic ("smtp; 550
-// 5.1.1 <x>: no such user").
-var enhancedRE = regexp.MustCompile(`\b([245])\.(\d{1,3})\.(\d{1,3})\b`)
-
 // Outcomes returns what rep says for the outcome limits: a "failed"
 // recipient with a 5.x.x status is a bounce (or unknown), a "delayed" one
-// with 4.x.x a deferral; a generic status (X.0.0) takes the more precise
-// code of the same class from its diagnostic.
+// with 4.x.x a deferral (maillog.RefineDSN by the diagnostic).
 func (rep Report) Outcomes() []Outcome {
 	var out []Outcome
 	for _, rs := range rep.Recipients {
-		status := rs.Status
-		if strings.HasSuffix(status, ".0.0") {
-			if m := enhancedRE.FindString(rs.Diagnostic); m != "" && m[0] == status[0] {
-				status = m
-			}
-		}
-		kind, ok := policy.ClassifyDSN(status)
+		kind, ok := policy.ClassifyDSN(maillog.RefineDSN(rs.Status, rs.Diagnostic))
 		if !ok || rs.Recipient == "" {
 			continue
 		}

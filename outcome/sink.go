@@ -8,16 +8,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Outcome is what one feed says happened to one recipient of a queued
-// message.
+// Outcome is what a feed says happened to one recipient of a queued message.
 type Outcome struct {
 	QueueID   string
 	Recipient string
 	Kind      policy.OutcomeKind
 }
 
-// Recorder counts an outcome in the outcome limits
-// (policy.Engine.RecordOutcome).
+// Recorder counts outcomes and recipients in the outcome limits; *policy.Engine is one.
 type Recorder interface {
 	RecordOutcome(ctx context.Context, now time.Time, req *policy.Request, kind policy.OutcomeKind) (int, error)
 	RecordRecipients(ctx context.Context, now time.Time, req *policy.Request, n int) (int, error)
@@ -29,15 +27,12 @@ type Sink struct {
 	join *Join
 	rec  Recorder
 	// Counted, Unjoined, Repeated and Failed count outcomes by kind:
-	// counted in the limits, of a message not joined (not submitted
-	// through us, held or frozen by us, or past the join's lifetime; a
-	// NOQUEUE reject of no login seen), seen before, and those the store
-	// failed to count.
+	// counted, of a message not joined (not ours, held, past its lifetime),
+	// seen before, and not counted for a store error.
 	Counted, Unjoined, Repeated, Failed Counts
 }
 
-// Counts counts outcomes by kind. The zero value is ready; safe for
-// concurrent use.
+// Counts counts outcomes by kind; the zero value is ready. Safe for concurrent use.
 type Counts [policy.OutcomeDeferral + 1]atomic.Int64
 
 // Add counts one outcome of kind k (ignored if k is no kind).

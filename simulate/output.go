@@ -17,16 +17,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Output formats of decisions and summaries: an aligned table, CSV with a
-// header row, JSON Lines; one row per request (or key).
+// Output formats of decisions and summaries, a row per request (or key).
 const (
 	OutputTable = "table"
 	OutputCSV   = "csv"
 	OutputJSONL = "jsonl"
 )
 
-// Writer writes decisions in one output format; Close flushes and leaves
-// the io.Writer open.
+// Writer writes decisions in one output format; Close flushes.
 type Writer interface {
 	Write(r *Result) error
 	Close() error
@@ -75,8 +73,8 @@ func (c columns) byLimit(r *Result) []*policy.Measure {
 	return out
 }
 
-// FormatElapsed prints time since the start of a trace as
-// hours:minutes:seconds ("55:12:00", "0:00:01.5").
+// FormatElapsed prints time since the start of a trace as h:mm:ss
+// ("55:12:00", "0:00:01.5").
 func FormatElapsed(d time.Duration) string {
 	sign := ""
 	if d < 0 {
@@ -91,7 +89,6 @@ func FormatElapsed(d time.Duration) string {
 	return out
 }
 
-// retry prints a wait for the RETRY column: empty when there is none.
 func retry(d time.Duration) string {
 	if d <= 0 {
 		return ""

@@ -27,26 +27,23 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// DefaultPlotKeys is how many keys a plot shows per limit by default.
+// DefaultPlotKeys is PlotOptions.MaxKeys's default.
 const DefaultPlotKeys = 6
 
 // PlotOptions tunes Recorder.Save: the keys to draw (empty: per limit the
-// MaxKeys, default DefaultPlotKeys, with the highest peak relative to the
-// limit) and a title for the first panel.
+// MaxKeys with the highest peak relative to the limit) and a title for the
+// first panel.
 type PlotOptions struct {
 	Keys    []string
 	MaxKeys int
 	Title   string
 }
 
-// sample is one request's effect on one key under one limit.
+// sample is one request's effect on one key under one limit, at x hours:
+// the rates before and with it, the rate stored, the limit in force.
 type sample struct {
-	x       float64 // hours since the start of the trace
-	before  float64 // rate decayed to the request, without it
-	after   float64 // measured rate with the request
-	post    float64 // rate stored after the request (after if counted, else before)
-	max     float64 // the limit in force for the key
-	refused bool
+	x, before, after, post, max float64
+	refused                     bool
 }
 
 type series struct {
@@ -57,8 +54,7 @@ type series struct {
 }
 
 // Recorder keeps the rate of every selected key at every request, per
-// limit, to plot it (about 50 bytes per request and limit). Not safe for
-// concurrent use.
+// limit, to plot it. Not safe for concurrent use.
 type Recorder struct {
 	cols   columns
 	filter Filter
@@ -133,14 +129,12 @@ func newCanvas(format string, width, height vg.Length) (io.WriterTo, draw.Canvas
 func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
 
 // Save draws into path (.svg or .png) a panel per limit: a line per key
-// (rate against hours since the start), the limit dashed, refusals as red
-// crosses.
+// (rate against hours), the limit dashed, refusals as red crosses.
 func (rec *Recorder) Save(path string, o PlotOptions) error {
 	return savePlot(path, func(w io.Writer, format string) error { return rec.WriteTo(w, format, o) })
 }
 
-// savePlot writes what write draws in path's format to path, nothing if
-// write fails.
+// savePlot writes what write draws in path's format to path, if it succeeds.
 func savePlot(path string, write func(w io.Writer, format string) error) error {
 	var buf bytes.Buffer
 	if err := write(&buf, strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")); err != nil {
@@ -183,8 +177,8 @@ func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
 	return drawPanels(w, format, plots, legends)
 }
 
-// drawPanels draws plots one above the other in format to w, each with
-// its legend, if any, to its right.
+// drawPanels draws plots one above the other in format to w, each legend
+// (if any) to its right.
 func drawPanels(w io.Writer, format string, plots []*plot.Plot, legends []plot.Legend) error {
 	if format != PlotSVG && format != PlotPNG {
 		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
@@ -237,9 +231,9 @@ var (
 	limitColor   = color.RGBA{90, 90, 90, 255}
 )
 
-// order ranks every recorded key, most interesting first: the keys named in
-// o.Keys in that order, else by the highest peak rate relative to the limit
-// under any limit. A key keeps its rank, and so its colour, in every panel.
+// order ranks the recorded keys: o.Keys in that order, else by the
+// highest peak relative to any limit. A key keeps its rank, and so its
+// colour, in every panel.
 func (rec *Recorder) order(o PlotOptions) []string {
 	score := map[string]float64{}
 	count := map[string]int{}
@@ -262,13 +256,7 @@ func (rec *Recorder) order(o PlotOptions) []string {
 	}
 	keys := slices.Collect(maps.Keys(score))
 	slices.SortFunc(keys, func(a, b string) int {
-		if c := cmp.Compare(score[b], score[a]); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(count[b], count[a]); c != 0 {
-			return c
-		}
-		return strings.Compare(a, b)
+		return cmp.Or(cmp.Compare(score[b], score[a]), cmp.Compare(count[b], count[a]), strings.Compare(a, b))
 	})
 	return keys
 }
@@ -382,8 +370,7 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 }
 
 // xEnd is the right end of the time axis in hours: the last request, or
-// for a trace of one instant (a burst) the shortest period, so the decay
-// after the burst shows.
+// for a burst at one instant the shortest period.
 func (rec *Recorder) xEnd() float64 {
 	if rec.endX > 0 {
 		return rec.endX
@@ -403,11 +390,10 @@ func hline(y, endX float64) *plotter.Line {
 	return ln
 }
 
-// line returns the key's rate curve: at each request a vertical step from
-// the rate before it to the rate stored after it, and between requests the
-// decay, interpolated geometrically (exact for the exponential algorithm)
-// when the gap is wide enough to show. After the last request the rate
-// decays to the end of the trace when decays is true (exponential).
+// line returns the key's rate curve: at each request a step from the rate
+// before it to the rate stored, between requests the decay interpolated
+// geometrically (exact for exponential), and after the last the decay to
+// the end when decays.
 func (s *series) line(endX, periodH float64, decays bool) plotter.XYs {
 	const minGapSteps = 1.0 / 300 // of the x range
 	xys := make(plotter.XYs, 0, 2*len(s.samples)+32)
@@ -436,8 +422,8 @@ func (s *series) line(endX, periodH float64, decays bool) plotter.XYs {
 	return xys
 }
 
-// refusals returns one marker per refused request, at most one per 1/150
-// of the x range (a steady refused stream would otherwise be a smear).
+// refusals returns a marker per refused request, at most one per 1/150 of
+// the x range.
 func (s *series) refusals(endX float64) plotter.XYs {
 	var out plotter.XYs
 	bucket := endX / 150
@@ -456,9 +442,8 @@ func (s *series) refusals(endX float64) plotter.XYs {
 	return out
 }
 
-// decimate bounds the points of a line to about 4*buckets by keeping, per
-// bucket of x, the first, lowest, highest and last point: the envelope of
-// a sawtooth survives.
+// decimate bounds a line to about 4*buckets points, keeping per bucket of
+// x the first, lowest, highest and last (the envelope of a sawtooth).
 func decimate(xys plotter.XYs, buckets int) plotter.XYs {
 	if len(xys) <= 4*buckets {
 		return xys
@@ -494,8 +479,7 @@ func decimate(xys plotter.XYs, buckets int) plotter.XYs {
 	return out
 }
 
-// hourTicks marks the x axis in whole hours, minutes for short traces, at a
-// step that gives 6 to 14 labelled ticks (1, 2, 3, 6, 12, 24 hours, ...).
+// hourTicks marks the x axis in hours (h:mm for short traces), 6 to 14 labels.
 type hourTicks struct{}
 
 // step returns the labelled tick spacing in hours for a span of hours.
@@ -533,7 +517,7 @@ func hourLabel(v, step float64) string {
 }
 
 // rateTicks labels the rate axis at 1, 2, 2.5 or 5 times a power of ten,
-// four to eight labels, with k and M for thousands and millions.
+// with k and M for thousands and millions.
 type rateTicks struct{}
 
 // Ticks implements plot.Ticker.

@@ -15,22 +15,20 @@ type Evaluator interface {
 	Evaluate(ctx context.Context, now time.Time, req *policy.Request) policy.Decision
 }
 
-// OutcomeRecorder counts an outcome in the outcome limits, and a
-// message's recipients in those of the ratio form; *policy.Engine is one.
+// OutcomeRecorder counts outcomes and recipients; *policy.Engine is one.
 type OutcomeRecorder interface {
 	RecordOutcome(ctx context.Context, now time.Time, req *policy.Request, kind policy.OutcomeKind) (int, error)
 	RecordRecipients(ctx context.Context, now time.Time, req *policy.Request, n int) (int, error)
 }
 
-// Result is one replayed request and the engine's decision on it, or one
-// outcome replayed (Event.Outcome set; Decision is zero but for a Fault).
+// Result is one replayed request and the decision on it, or an outcome
+// replayed (Event.Outcome set; Decision zero but for a Fault).
 type Result struct {
 	Event
 	Decision policy.Decision
 }
 
-// Keys returns the distinct rate keys that measured the request, in limit
-// order; nil when none did.
+// Keys returns the distinct rate keys that measured the request, in limit order.
 func (r *Result) Keys() []string {
 	var keys []string
 	for _, m := range r.Decision.Measures {
@@ -45,12 +43,10 @@ func (r *Result) Keys() []string {
 func (r *Result) Refused() bool { return !r.Decision.Action.Admits() }
 
 // Replay evaluates every event with ev at its time and calls fn with each
-// result (reused: copy what you keep); it returns fn's first error or ctx's.
-// An outcome is counted with ev's RecordOutcome (if ev has one) unless the
-// replay refused its message (the same instance), as the daemon excludes
-// a message it held, froze or refused; the recipients of an admitted
-// END-OF-MESSAGE request are counted with RecordRecipients, once per
-// instance, as the daemon counts them when it joins the queue ID.
+// result (reused); it returns fn's first error or ctx's. As the daemon
+// does, an OutcomeRecorder ev counts an outcome unless its message (the
+// instance) was refused, and an admitted END-OF-MESSAGE request's
+// recipients once per instance.
 func Replay(ctx context.Context, ev Evaluator, events iter.Seq[Event], fn func(*Result) error) error {
 	var r Result
 	rec, _ := ev.(OutcomeRecorder)

@@ -12,9 +12,8 @@ import (
 )
 
 // RunOptions are the flags of `ratelimitd simulate`: the trace's format
-// ("" sniffs it), the output format, the decisions selected, one line per
-// key instead of every decision (Summary), and the .svg or .png file to
-// plot into (Plot; the keys come from Filter.Keys).
+// ("" sniffs it), the output format, the decisions selected, a line per
+// key instead (Summary), and the .svg or .png file to plot into.
 type RunOptions struct {
 	InputFormat string
 	Format      string
@@ -53,7 +52,7 @@ func CheckPlotPath(path string) error {
 
 // Run replays tr through eng, writes the decisions o.Filter selects (or
 // the summary) to w, and draws the plot. It stops at the first engine
-// fault (naming the trace line) or write error.
+// fault or write error.
 func Run(ctx context.Context, eng *policy.Engine, tr *Trace, o RunOptions, w io.Writer) error {
 	limits := eng.Limits()
 	start, _ := tr.Span()

@@ -19,10 +19,7 @@ import (
 
 // Defaults of SuggestOptions.
 const (
-	// DefaultHeadroom is the factor from the base peak to the limit.
-	DefaultHeadroom = 1.5
-	// DefaultPercentile is the percentile of the ordinary keys' peaks the
-	// limit is based on.
+	DefaultHeadroom   = 1.5
 	DefaultPercentile = 95.0
 )
 
@@ -35,60 +32,50 @@ const (
 	bulkMinSimilarity = 0.5              // Jaccard, of consecutive sends' recipients
 )
 
-// measureLimit is the limit of the measuring replay: never reached.
-const measureLimit = 1e300
+const measureLimit = 1e300 // of the measuring replay: never reached
 
-// SuggestOptions tunes Suggest. The zero value uses the defaults.
+// SuggestOptions tunes Suggest; zero fields take the defaults. The limit is
+// the Percentile (0 < p <= 100, nearest rank) of the ordinary keys' peaks
+// times Headroom (>= 1). Allow names legitimate bulk senders
+// (case-insensitive), given overrides. NewStore (required) and
+// NewRecipientSets (per = "addr"; nil: every recipient new) return empty
+// stores, one per replay.
 type SuggestOptions struct {
-	// Headroom (>= 1) multiplies the base peak to give the limit.
-	Headroom float64
-	// Percentile (0 < p <= 100, nearest rank) of the ordinary keys' peaks
-	// is the base; 100 keeps every key under the limit.
-	Percentile float64
-	// Allow names legitimate bulk senders (case-insensitive): they get an
-	// override instead of raising the limit.
-	Allow []string
-	// NewStore returns an empty rate store, one per replay. Required.
-	NewStore func() policy.Store
-	// NewRecipientSets returns an empty recipient memory for per = "addr",
-	// one per replay; nil counts every recipient as new.
-	NewRecipientSets func() policy.RecipientSets
+	Headroom, Percentile float64
+	Allow                []string
+	NewStore             func() policy.Store
+	NewRecipientSets     func() policy.RecipientSets
 }
 
-// Suggestion is Suggest's proposal and the evidence behind it.
+// Suggestion is Suggest's proposal and the evidence behind it: a proposal
+// per configured limit, the keys it refused (most refused first), and the
+// configuration with each limit's Limit and Overrides replaced.
 type Suggestion struct {
 	Start, End           time.Time // of the trace's first and last request
 	Requests             int
 	Headroom, Percentile float64
-	// Limits has one proposal per configured limit, in order.
-	Limits []LimitProposal
-	// Refusals are the keys the proposal refused, most refused first.
-	Refusals []Refusal
-	// Config is the given configuration with each limit's Limit and
-	// Overrides replaced.
-	Config policy.Config
+	Limits               []LimitProposal
+	Refusals             []Refusal
+	Config               policy.Config
 }
 
-// LimitProposal is the proposal for one configured limit.
+// LimitProposal is the proposal for one configured limit. Proposed is the
+// limit in cost per period (baseline: the cap, at least the floor): Base ×
+// headroom rounded up to two significant digits, or the configured limit
+// when no key was measured. Peaks are every key's, highest first; Ordinary
+// counts those the percentile is over (not allowed, overridden or bulk);
+// Outliers are ordinary keys above Proposed. TooShort: the trace is
+// shorter than the period. Notes say why the proposal is less sure.
 type LimitProposal struct {
-	Config policy.LimitConfig
-	// Proposed is the limit in cost per period (baseline: the cap, at
-	// least the floor): Base × headroom rounded up to two significant
-	// digits, or the configured limit when no key was measured.
+	Config         policy.LimitConfig
 	Proposed, Base float64
-	// Peaks are every measured key's, highest first; Ordinary counts the
-	// keys the percentile is taken over (not allowed, overridden or bulk).
-	Peaks    []KeyPeak
-	Ordinary int
-	Median   float64 // of the ordinary peaks
-	// Overrides are proposed for bulk senders and allowed keys.
-	Overrides []Override
-	// Outliers are the ordinary keys peaking above Proposed.
-	Outliers []KeyPeak
-	// TooShort: the trace spans less than the period.
-	TooShort bool
-	// Notes say why the proposal is less sure than the method promises.
-	Notes []string
+	Peaks          []KeyPeak
+	Ordinary       int
+	Median         float64 // of the ordinary peaks
+	Overrides      []Override
+	Outliers       []KeyPeak
+	TooShort       bool
+	Notes          []string
 }
 
 // KeyPeak is one key's highest measured rate (cost per period, with no
@@ -137,14 +124,13 @@ type Refusal struct {
 // ErrSuggest wraps Suggest's errors about its options.
 var ErrSuggest = errors.New("simulate: cannot suggest limits")
 
-// Suggest proposes limits for the stack of cfg from the traffic in tr. Per
-// limit it replays tr with no limit in the way and takes each key's peak
-// rate; the proposal is the Percentile of the ordinary keys' peaks times
-// Headroom, rounded up; recurring bulk senders, Allow keys and configured
-// overrides get overrides of their own. It then replays tr through the
-// proposal to list who it refuses. Both replays ignore via. Errors wrap
-// ErrSuggest, come from policy.NewEngine, or are ctx's. It keeps every
-// counted request's time and recipients in memory.
+// Suggest proposes limits for the stack of cfg from the traffic in tr: per
+// limit it replays tr with no limit in the way, takes each key's peak rate
+// and proposes the Percentile of the ordinary keys' peaks times Headroom;
+// bulk senders, Allow keys and configured overrides get overrides. A
+// second replay through the proposal lists who it refuses; both ignore
+// via. Errors wrap ErrSuggest, or are policy.NewEngine's or ctx's. It keeps
+// every counted request's time and recipients in memory.
 func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) (*Suggestion, error) {
 	if o.Headroom == 0 {
 		o.Headroom = DefaultHeadroom
@@ -207,7 +193,7 @@ func newEngine(cfg policy.Config, o SuggestOptions) (*policy.Engine, error) {
 	return eng, nil
 }
 
-// replayChecked is Replay that stops at the first engine fault.
+// replayChecked is Replay stopping at the first engine fault.
 func replayChecked(ctx context.Context, eng Evaluator, tr *Trace, fn func(*Result) error) error {
 	return Replay(ctx, eng, tr.Events(), func(r *Result) error {
 		if r.Decision.Fault != nil {
@@ -236,7 +222,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	mc.Limits = make([]policy.LimitConfig, len(cfg.Limits))
 	index := map[string]int{}
 	for i, l := range cfg.Limits {
-		// Only key, period and cost unit; no via, so every request counts.
+		// No via, so every request counts.
 		mc.Limits[i] = policy.LimitConfig{Name: l.Name, Key: l.Key, Period: l.Period, Per: l.Per,
 			Limit: measureLimit, Mode: "strict", Action: "warn"}
 		index[l.Name] = i
@@ -245,8 +231,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 	if err != nil {
 		return nil, err
 	}
-	// Outcome limits alone, so a probe after each outcome reads its key's
-	// rate without counting a message.
+	// Outcome limits alone, for a probe of an outcome's rate that counts no message.
 	oc := mc
 	oc.Limits = slices.DeleteFunc(slices.Clone(mc.Limits), func(l policy.LimitConfig) bool { return !outcomePer(l.Per) })
 	oeng, err := newEngine(oc, o)
@@ -323,10 +308,7 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 		lp.Proposed = lc.Cap // baseline: the cap is the limit
 	}
 	keys := slices.SortedFunc(maps.Values(stats), func(a, b *keyStat) int {
-		if c := cmp.Compare(b.Peak, a.Peak); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(b.Peak, a.Peak), strings.Compare(a.Key, b.Key))
 	})
 	special := map[string]Override{}
 	configured := map[string]float64{}
@@ -409,16 +391,15 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 	return lp
 }
 
-// OutcomeFloor is the least limit Suggest proposes for an outcome limit
-// (per = "bounce", "unknown_rcpt", "deferral"): a few failures in a period
-// are any sender's lot, and a limit at them would refuse honest mail.
+// OutcomeFloor is the least limit Suggest proposes for an outcome limit: a
+// few failures in a period are any sender's lot.
 const OutcomeFloor float64 = 10
 
 // outcomePer reports whether per counts outcomes.
 func outcomePer(per string) bool { _, ok := outcomeKinds[per]; return ok }
 
 // MinPercentileKeys is the fewest ordinary keys a percentile below 100 is
-// taken over: with fewer, the nearest-rank p95 is the highest peak.
+// meaningful over.
 const MinPercentileKeys = 20
 
 // percentile returns the nearest-rank p-th percentile of sorted.
@@ -434,12 +415,10 @@ func roundUp(x float64) float64 {
 		return 1
 	}
 	step := math.Max(1, math.Pow(10, math.Floor(math.Log10(x))-1))
-	// Guard against 15.000000001 becoming 16.
 	return math.Ceil(x/step-1e-9) * step
 }
 
-// recurringBulk reports whether one key's sends, in time order, are a
-// BulkSender's.
+// recurringBulk reports whether a key's sends, in time order, are a BulkSender's.
 func recurringBulk(sends []send) (BulkSender, bool) {
 	type burst struct {
 		start time.Time
@@ -514,9 +493,8 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 	}
 	byKey := map[string]*Refusal{}
 	seen := map[string]time.Time{}
-	// Messages per key by instance (a request without one is a message).
-	msgs := map[string]map[string]bool{}
-	refused := map[string]map[string]bool{}
+	// Per key, its messages' instances (a request without one is a message).
+	msgs, refused := map[string]map[string]bool{}, map[string]map[string]bool{}
 	mark := func(m map[string]map[string]bool, k, inst string) {
 		if m[k] == nil {
 			m[k] = map[string]bool{}
@@ -567,10 +545,7 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 		out = append(out, *rf)
 	}
 	slices.SortFunc(out, func(a, b Refusal) int {
-		if c := cmp.Compare(b.Refused, a.Refused); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(b.Refused, a.Refused), strings.Compare(a.Key, b.Key))
 	})
 	return out, nil
 }

@@ -2,9 +2,9 @@ package simulate
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -16,30 +16,18 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// shortTrace is the span below which WriteText warns of too little traffic.
-const shortTrace = 14 * 24 * time.Hour
+// WriteText warns of a trace shorter than shortTrace and lists maxListed
+// outliers and refusals.
+const (
+	shortTrace = 14 * 24 * time.Hour
+	maxListed  = 20
+)
 
-// maxListed bounds the outliers and refusals WriteText lists per section.
-const maxListed = 20
+var units = map[string]string{"rcpt": "recipients", "byte": "bytes", "conn": "connections", "bounce": "bounces",
+	"unknown_rcpt": "unknown recipients", "deferral": "deferrals"}
 
-// unit names a limit's cost unit for the text output.
-func unit(lc policy.LimitConfig) string {
-	switch lc.Per {
-	case "rcpt":
-		return "recipients"
-	case "byte":
-		return "bytes"
-	case "conn":
-		return "connections"
-	case "bounce":
-		return "bounces"
-	case "unknown_rcpt":
-		return "unknown recipients"
-	case "deferral":
-		return "deferrals"
-	}
-	return "messages"
-}
+// unit names a limit's cost unit.
+func unit(lc policy.LimitConfig) string { return cmp.Or(units[lc.Per], "messages") }
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") }
 
@@ -187,13 +175,4 @@ func (s *Suggestion) TOML() (string, error) {
 		return "", fmt.Errorf("simulate: encoding the proposal: %w", err)
 	}
 	return b.String(), nil
-}
-
-// SaveTOML writes the TOML proposal to the file at path (mode 0644).
-func (s *Suggestion) SaveTOML(path string) error {
-	text, err := s.TOML()
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(text), 0o644)
 }

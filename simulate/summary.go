@@ -22,28 +22,25 @@ import (
 const NotMeasured = "(not measured)"
 
 // KeySummary is what happened to one rate key (or NotMeasured) over a
-// trace; a request measured under several keys counts for each.
+// trace; a request measured under several keys counts for each. Admitted
+// counts pass and warn, Warned warn alone. FirstRefused is zero if none
+// was refused, RefusedAfter counts from First. Peaks has, per limit, the
+// highest Measure.After and the limit in force.
 type KeySummary struct {
-	Key string `json:"key"`
-	// Requests is Admitted + Deferred + Rejected + Held + Frozen; Admitted
-	// counts pass and warn, Warned warn alone.
-	Requests int `json:"requests"`
-	Admitted int `json:"admitted"`
-	Deferred int `json:"deferred"`
-	Rejected int `json:"rejected"`
-	Held     int `json:"held"`
-	Frozen   int `json:"frozen"`
-	Warned   int `json:"warned"`
-	// First and Last are the key's first and last request; FirstRefused
-	// is zero if none was refused, RefusedAfter counts from First.
+	Key          string        `json:"key"`
+	Requests     int           `json:"requests"`
+	Admitted     int           `json:"admitted"`
+	Deferred     int           `json:"deferred"`
+	Rejected     int           `json:"rejected"`
+	Held         int           `json:"held"`
+	Frozen       int           `json:"frozen"`
+	Warned       int           `json:"warned"`
 	First        time.Time     `json:"first"`
 	Last         time.Time     `json:"last"`
 	FirstRefused time.Time     `json:"first_refused,omitzero"`
 	RefusedBy    string        `json:"refused_by,omitempty"`
 	RefusedAfter time.Duration `json:"-"`
-	// Peaks has, per limit in order, the highest Measure.After and the
-	// limit in force.
-	Peaks []Peak `json:"peaks"`
+	Peaks        []Peak        `json:"peaks"`
 }
 
 // Peak is the highest rate one limit measured for one key.
@@ -57,8 +54,8 @@ type Peak struct {
 // Refused returns Deferred + Rejected + Held + Frozen.
 func (k *KeySummary) Refused() int { return k.Deferred + k.Rejected + k.Held + k.Frozen }
 
-// Summary is the per-key account of a replayed trace. Keys are refused
-// keys by first refusal, then the others by requests, then NotMeasured.
+// Summary is the per-key account of a replayed trace: refused keys by
+// first refusal, then the others by requests, then NotMeasured.
 type Summary struct {
 	Start, End time.Time
 	Requests   int

@@ -23,26 +23,23 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Trace formats: JSON Lines, one JSON array of the same objects, CSV with
-// a header row naming the fields.
+// Trace formats: JSON Lines, a JSON array of the same objects, CSV with a header row.
 const (
 	FormatJSONL = "jsonl"
 	FormatCSV   = "csv"
 	FormatJSON  = "json"
 )
 
-// MaxRequests bounds the requests a trace may expand to with count, every
-// and until.
-const MaxRequests = 20_000_000
+// MaxRequests bounds the requests a trace may expand to; Read gives up
+// after maxErrors line errors.
+const (
+	MaxRequests = 20_000_000
+	maxErrors   = 20
+)
 
-// maxErrors is how many line errors Read collects before giving up.
-const maxErrors = 20
-
-// Entry is one line of a trace: Request made Count (>= 1) times, Every
-// apart (0: all at once), from Time (UTC). Line is 1-based. With Outcome
-// set, the line is not a request but what happened to Request's recipient
-// (field "outcome": bounce, unknown_rcpt or deferral), Request being the
-// message's submission, for the outcome limits.
+// Entry is one line of a trace (Line, 1-based): Request made Count (>= 1)
+// times, Every apart, from Time (UTC). With Outcome set, it is what
+// happened to Request's recipient, Request being the submission.
 type Entry struct {
 	Line    int
 	Time    time.Time
@@ -50,6 +47,51 @@ type Entry struct {
 	Every   time.Duration
 	Request policy.Request
 	Outcome policy.OutcomeKind
+}
+
+// traceLine is the JSON Lines form of an Entry.
+type traceLine struct {
+	Time           string `json:"time"`
+	ProtocolState  string `json:"protocol_state"`
+	SASLUsername   string `json:"sasl_username,omitempty"`
+	SASLMethod     string `json:"sasl_method,omitempty"`
+	Sender         string `json:"sender"`
+	Recipient      string `json:"recipient,omitempty"`
+	RecipientCount string `json:"recipient_count,omitempty"`
+	Size           string `json:"size,omitempty"`
+	ClientAddress  string `json:"client_address,omitempty"`
+	ClientName     string `json:"client_name,omitempty"`
+	QueueID        string `json:"queue_id,omitempty"`
+	Instance       string `json:"instance,omitempty"`
+	Count          int    `json:"count,omitempty"`
+	Every          string `json:"every,omitempty"`
+	Outcome        string `json:"outcome,omitempty"`
+}
+
+// MarshalJSON returns e as one trace object that Read reads back: the
+// request attributes a trace from a mail log has, count and every.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	r := &e.Request
+	l := traceLine{Time: e.Time.UTC().Format(time.RFC3339Nano), ProtocolState: r.ProtocolState,
+		SASLUsername: r.SASLUsername, SASLMethod: r.SASLMethod, Sender: r.Sender, Recipient: r.Recipient,
+		ClientAddress: r.ClientAddress, ClientName: r.ClientName, QueueID: r.QueueID, Instance: r.Instance}
+	if e.Outcome != 0 {
+		l.Outcome = e.Outcome.String()
+	} else if r.ProtocolState != policy.StateRcpt {
+		l.RecipientCount = strconv.Itoa(r.RecipientCount)
+		l.Size = strconv.FormatInt(r.Size, 10)
+	}
+	if e.Count > 1 {
+		l.Count = e.Count
+		if e.Every > 0 {
+			l.Every = e.Every.String()
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(&l)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
 }
 
 // last returns the time of the entry's last request.
@@ -83,9 +125,9 @@ func (t *Trace) Span() (start, end time.Time) {
 	return start, end
 }
 
-// Event is one request (or outcome) of an expanded trace: Seq its
-// 1-based position in replay order, Line its trace line, Time in UTC.
-// Request is shared by the repeats of a line and must not be modified.
+// Event is one request (or outcome) of an expanded trace: Seq its 1-based
+// position in replay order, Line its trace line. Request is shared by the
+// repeats of a line and must not be modified.
 type Event struct {
 	Seq, Line int
 	Time      time.Time
@@ -146,12 +188,11 @@ func (h *cursorHeap) Pop() any {
 	return c
 }
 
-// sniffLen is how much of a trace SniffFormat looks at.
-const sniffLen = 64 << 10
+const sniffLen = 64 << 10 // how much SniffFormat peeks at
 
 // SniffFormat tells the format from the first byte after a byte order
 // mark, blank and '#' lines: '[' FormatJSON, '{' or none FormatJSONL,
-// else FormatCSV. It only peeks.
+// else FormatCSV.
 func SniffFormat(br *bufio.Reader) string {
 	b, _ := br.Peek(sniffLen)
 	b = bytes.TrimPrefix(b, bom)
@@ -205,10 +246,13 @@ func prefixErrors(path string, err error) error {
 	return errors.Join(out...)
 }
 
-// Read parses a trace in format ("" sniffs it). The error joins up to 20
-// *LineError values.
+// Read parses a trace in format ("" sniffs it). The error joins up to
+// maxErrors *LineError values.
 func Read(r io.Reader, format string) (*Trace, error) {
 	br := bufio.NewReaderSize(r, sniffLen)
+	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
+		br.Discard(len(bom))
+	}
 	if format == "" {
 		format = SniffFormat(br)
 	}
@@ -273,11 +317,7 @@ func readJSONL(r io.Reader) (*Trace, error) {
 	n := 0
 	for sc.Scan() {
 		n++
-		line := sc.Bytes()
-		if n == 1 {
-			line = bytes.TrimPrefix(line, bom)
-		}
-		line = bytes.TrimSpace(line)
+		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
@@ -297,7 +337,6 @@ func readJSON(r io.Reader) (*Trace, error) {
 	if err != nil {
 		return nil, err
 	}
-	data = bytes.TrimPrefix(data, bom)
 	t := &Trace{}
 	var el errList
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -382,11 +421,7 @@ func jsonType(v any) string {
 }
 
 func readCSV(r io.Reader) (*Trace, error) {
-	br := bufio.NewReader(r)
-	if b, err := br.Peek(len(bom)); err == nil && bytes.Equal(b, bom) {
-		br.Discard(len(bom))
-	}
-	cr := csv.NewReader(br)
+	cr := csv.NewReader(r)
 	cr.Comment = '#'
 	cr.TrimLeadingSpace = true
 	cr.FieldsPerRecord = -1
@@ -457,8 +492,7 @@ func csvHeader(rec []string) ([]string, error) {
 	return h, errors.Join(errs...)
 }
 
-// ignored are Postfix policy attributes (SMTPD_POLICY_README) the engine
-// does not use, accepted so traces made from policy logs load.
+// ignored are policy attributes (SMTPD_POLICY_README) the engine does not use.
 var ignored = map[string]bool{
 	"request": true, "client_port": true, "server_address": true, "server_port": true,
 	"encryption_protocol": true, "encryption_cipher": true, "encryption_keysize": true,
@@ -467,18 +501,24 @@ var ignored = map[string]bool{
 	"compatibility_level": true, "mail_version": true,
 }
 
-var fields = []string{
-	"time", "count", "every", "until",
-	"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
-	"recipient_count", "client_address", "client_name", "reverse_client_name", "instance",
-	"sasl_method", "sasl_username", "sasl_sender", "size", "via", "outcome",
+var fields = []string{"time", "count", "every", "until", "protocol_state", "recipient_count", "size", "via", "outcome"}
+
+// textFields are the request attributes taken as they are, in textAttrs' order.
+var textFields = []string{"protocol_name", "helo_name", "queue_id", "sender", "recipient", "client_address",
+	"client_name", "reverse_client_name", "instance", "sasl_method", "sasl_username", "sasl_sender"}
+
+func textAttrs(r *policy.Request) []*string {
+	return []*string{&r.ProtocolName, &r.HeloName, &r.QueueID, &r.Sender, &r.Recipient, &r.ClientAddress,
+		&r.ClientName, &r.ReverseClientName, &r.Instance, &r.SASLMethod, &r.SASLUsername, &r.SASLSender}
 }
 
 // outcomeKinds are the values of the field "outcome".
 var outcomeKinds = map[string]policy.OutcomeKind{"bounce": policy.OutcomeBounce,
 	"unknown_rcpt": policy.OutcomeUnknownRcpt, "deferral": policy.OutcomeDeferral}
 
-func known(name string) bool { return slices.Contains(fields, name) || ignored[name] }
+func known(name string) bool {
+	return slices.Contains(fields, name) || slices.Contains(textFields, name) || ignored[name]
+}
 
 var states = []string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
 	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
@@ -535,40 +575,17 @@ func (b *builder) set(name, v string) error {
 			err = fmt.Errorf("unknown front end %q (want policy or milter)", v)
 		}
 		r.Stage = v
-	case "protocol_name":
-		r.ProtocolName = v
-	case "helo_name":
-		r.HeloName = v
-	case "queue_id":
-		r.QueueID = v
-	case "sender":
-		r.Sender = v
-	case "recipient":
-		r.Recipient = v
-	case "client_address":
-		r.ClientAddress = v
-	case "client_name":
-		r.ClientName = v
-	case "reverse_client_name":
-		r.ReverseClientName = v
-	case "instance":
-		r.Instance = v
-	case "sasl_method":
-		r.SASLMethod = v
-	case "sasl_username":
-		r.SASLUsername = v
-	case "sasl_sender":
-		r.SASLSender = v
 	case "outcome":
 		var ok bool
 		if b.e.Outcome, ok = outcomeKinds[v]; !ok {
 			err = fmt.Errorf("unknown outcome %q (want bounce, unknown_rcpt or deferral)", v)
 		}
 	default:
-		if ignored[name] {
-			return nil
+		if i := slices.Index(textFields, name); i >= 0 {
+			*textAttrs(r)[i] = v
+		} else if !ignored[name] {
+			return fmt.Errorf("unknown field %q", name)
 		}
-		return fmt.Errorf("unknown field %q", name)
 	}
 	if err != nil {
 		return fmt.Errorf("field %q: %v", name, err)

@@ -236,3 +236,20 @@ func TestViaField(t *testing.T) {
 		t.Fatal(`via "smtp" accepted`)
 	}
 }
+
+// TestTextFieldsSetTheirAttributes: each text field of a trace line sets
+// the request attribute of its name.
+func TestTextFieldsSetTheirAttributes(t *testing.T) {
+	tr, err := simulate.Read(strings.NewReader(`{"time":1,"protocol_name":"p","helo_name":"h","queue_id":"q","sender":"s",`+
+		`"recipient":"r","client_address":"ca","client_name":"cn","reverse_client_name":"rn","instance":"i",`+
+		`"sasl_method":"sm","sasl_username":"su","sasl_sender":"ss"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tr.Entries[0].Request
+	got := []string{r.ProtocolName, r.HeloName, r.QueueID, r.Sender, r.Recipient, r.ClientAddress, r.ClientName,
+		r.ReverseClientName, r.Instance, r.SASLMethod, r.SASLUsername, r.SASLSender}
+	if want := []string{"p", "h", "q", "s", "r", "ca", "cn", "rn", "i", "sm", "su", "ss"}; !slices.Equal(got, want) {
+		t.Fatalf("attributes %q, want %q", got, want)
+	}
+}

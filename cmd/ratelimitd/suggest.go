@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -87,7 +88,11 @@ func runSuggest(cmd *cobra.Command, opts *rootOptions, so *suggestOptions, args 
 		return err
 	}
 	if so.toml != "" {
-		if err := s.SaveTOML(so.toml); err != nil {
+		text, err := s.TOML()
+		if err == nil {
+			err = os.WriteFile(so.toml, []byte(text), 0o644)
+		}
+		if err != nil {
 			return err
 		}
 	}

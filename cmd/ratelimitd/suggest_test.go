@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -92,8 +93,12 @@ func syntheticMonth(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := maillog.WriteTrace(f, maillog.Trace(msgs), "synthetic month: 40 users, a weekly newsletter, dave compromised on day 20"); err != nil {
-		t.Fatal(err)
+	fmt.Fprintln(f, "# synthetic month: 40 users, a weekly newsletter, dave compromised on day 20")
+	enc := json.NewEncoder(f)
+	for _, e := range maillog.Trace(msgs).Entries {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)

@@ -43,7 +43,13 @@ func (mo *maillogOptions) reader(paths []string) (*maillog.Reader, error) {
 		}
 		opts.End = t
 	}
-	return maillog.ReadFiles(opts, paths...)
+	r := maillog.NewReader(opts)
+	for _, p := range paths {
+		if err := r.ReadFile(p); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 func newTraceCmd() *cobra.Command {
