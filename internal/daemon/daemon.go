@@ -348,21 +348,12 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	}
 	defer inh.Close()
 	for _, addr := range s.PolicyListen {
-		l, from := inh.Take(addr), " (from systemd)"
-		if l == nil {
-			from = ""
-			if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-				l, err = postfix.ListenUnix(path, os.FileMode(s.Mode()), s.SocketGroup)
-			} else {
-				l, err = postfix.ListenTCP(addr)
-			}
-		}
+		l, err := d.listenMTA("policy", addr, inh)
 		if err != nil {
-			return ls, listenError("policy", addr, err, inh)
+			return ls, err
 		}
 		opened = append(opened, l)
 		ls.policy = append(ls.policy, l)
-		d.listeners = append(d.listeners, "policy "+listenerName(l)+from)
 	}
 	if ls.admin, err = admin.Listen(s.AdminSocket); err != nil {
 		return ls, err
@@ -382,10 +373,31 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	return ls, inh.Untaken()
 }
 
-// listenError is the error of the kind ("policy") of listener at addr
-// that failed with err. A unix socket not created for want of permission
-// gets the ways to have it made, and no longer wraps fs.ErrPermission,
-// whose CLI advice ("run as root") is not about the daemon.
+// listenMTA opens the listener of kind ("policy", "milter") at addr
+// ("unix:/path" with server.socket_mode and socket_group, or host:port),
+// taking the one systemd passed for it.
+func (d *Daemon) listenMTA(kind, addr string, inh *srvconn.Inherited) (net.Listener, error) {
+	l, from := inh.Take(addr), " (from systemd)"
+	var err error
+	if l == nil {
+		from = ""
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			l, err = srvconn.ListenUnixGroup(path, os.FileMode(d.cfg.Server.Mode()), d.cfg.Server.SocketGroup)
+		} else {
+			l, err = net.Listen("tcp", addr)
+		}
+	}
+	if err != nil {
+		return nil, listenError(kind, addr, err, inh)
+	}
+	d.listeners = append(d.listeners, kind+" "+srvconn.Name(l)+from)
+	return l, nil
+}
+
+// listenError is the error of the kind of listener at addr that failed
+// with err. A unix socket denied for want of permission gets the ways to
+// have it made, and does not wrap fs.ErrPermission, whose CLI advice
+// ("run as root") is not about the daemon.
 func listenError(kind, addr string, err error, inh *srvconn.Inherited) error {
 	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
 		return fmt.Errorf("%s listener %s: %w", kind, addr, err)
@@ -402,7 +414,7 @@ func (d *Daemon) serve(ls listeners) {
 	}
 	d.metrics.WatchConns(budgets)
 	for _, l := range ls.policy {
-		l := d.seen.watch(l, "policy", listenerName(l))
+		l := d.seen.watch(l, "policy", srvconn.Name(l))
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
 	// /metrics is capped (srvconn.HTTPConns; idle connections give way to
@@ -435,8 +447,6 @@ func (d *Daemon) logConfigNotes(f *config.File) {
 		d.log.Warn(`running without limits ([policy] limits = "none"): every sender is unlimited`)
 	}
 }
-
-func listenerName(l net.Listener) string { return srvconn.Name(l) }
 
 func (d *Daemon) goServe(name string, serve func() error, closed error) {
 	d.wg.Add(1)
