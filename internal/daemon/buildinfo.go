@@ -12,11 +12,9 @@ func BuildVersion() string {
 	return describeBuild(Version, readBuildInfo())
 }
 
-// ReleaseVersion is this binary's one version string, the same in the
-// log, status, the console, the manual pages and --version: Version as
-// linked (make build: git describe), else the module version the go
-// command stamped (a tag, or a pseudo-version v0.0.0-DATE-REVISION), else
-// "dev".
+// ReleaseVersion is this binary's one version string (log, status,
+// console, manual pages, --version): Version as linked, else the module
+// version the go command stamped, else "dev".
 func ReleaseVersion() string { return releaseVersion(Version, readBuildInfo()) }
 
 func releaseVersion(linked string, bi *debug.BuildInfo) string {

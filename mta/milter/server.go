@@ -70,13 +70,6 @@ type Message struct {
 	Size int64
 }
 
-// Metrics receives a Server's counts; must not block.
-type Metrics interface {
-	mta.Metrics
-	Decision(state string, action policy.Action, elapsed time.Duration) // every Decide
-	Message(action policy.Action)                                       // per message ended, the action applied
-}
-
 // Server is the milter front end in the shape of net/http's Server. The
 // fields must not change once Serve is called.
 type Server struct {
@@ -85,7 +78,7 @@ type Server struct {
 	Decider       mta.Decider
 	Quarantine    Quarantine    // nil: holds unrecorded, freezes temp-failed
 	Logger        *slog.Logger  // nil: slog.Default()
-	Metrics       Metrics       // may be nil
+	Metrics       mta.Metrics   // may be nil
 	ReadTimeout   time.Duration // every read and write; 0: DefaultReadTimeout
 	DecideTimeout time.Duration // 0: DefaultDecideTimeout
 	// MaxMessageSize bounds the bytes kept for freezing (a larger message
@@ -118,7 +111,7 @@ func (s *Server) init() {
 
 func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
+func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
 
 func (s *Server) readTimeout() time.Duration {
 	return srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
@@ -400,12 +393,3 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 
 func (l *oneConnListener) Close() error   { return nil }
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
-
-type noMetrics struct{}
-
-func (noMetrics) Conn(bool)                                     {}
-func (noMetrics) ConnDone()                                     {}
-func (noMetrics) Decision(string, policy.Action, time.Duration) {}
-func (noMetrics) Message(policy.Action)                         {}
-func (noMetrics) BadInput(string)                               {}
-func (noMetrics) Fault(string)                                  {}

@@ -142,7 +142,7 @@ func TestEndOfMessageDeferReject(t *testing.T) {
 		text string
 	}{
 		{"defer", policy.Decision{Action: policy.Defer, Code: 451, Enhanced: "4.7.0", Text: "slow down"}, 451, "4.7.0 slow down"},
-		{"defer-defaults", policy.Decision{Action: policy.Defer}, 450, "4.7.1 " + textDefer},
+		{"defer-defaults", policy.Decision{Action: policy.Defer}, 450, "4.7.1 " + mta.DeferText},
 		{"reject", policy.Decision{Action: policy.Reject, Code: 554, Enhanced: "5.7.1", Text: "too much\r\nmail"}, 554, "5.7.1 too much mail"},
 		{"reject-bad-enhanced", policy.Decision{Action: policy.Reject, Code: 550, Enhanced: "4.7.1", Text: "x"}, 550, "5.7.1 x"},
 	} {

@@ -78,8 +78,6 @@ func (s *session) dropMsg() {
 
 // Default reply texts.
 const (
-	textDefer       = "Rate limit exceeded, try again later"
-	textReject      = "Rate limit exceeded"
 	textFault       = "Temporary rate limit failure, try again later"
 	textFreezeFault = "Temporary quarantine failure, try again later"
 	textTooLarge    = "Message too large to quarantine, try again later"
@@ -204,11 +202,8 @@ func (s *session) RcptTo(rcpt string, m *gomilter.Modifier) (resp gomilter.Respo
 	req := s.request(policy.StateRcpt)
 	req.Recipient = rcpt
 	d := s.decide(&req)
-	switch d.Action {
-	case policy.Defer:
-		return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
-	case policy.Reject:
-		return decisionReply(d, 550, "5.7.1", '5', textReject), nil
+	if d.Action == policy.Defer || d.Action == policy.Reject {
+		return reply(mta.Refusal(&d)), nil
 	}
 	msg := s.msg
 	msg.recipients = append(msg.recipients, rcpt)
@@ -381,11 +376,11 @@ func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, 
 		return gomilter.RespAccept, nil
 
 	case policy.Defer:
-		return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
+		return reply(mta.Refusal(&d)), nil
 
 	case policy.Reject:
 		applied = policy.Reject
-		return decisionReply(d, 550, "5.7.1", '5', textReject), nil
+		return reply(mta.Refusal(&d)), nil
 
 	case policy.Hold:
 		return s.hold(m, msg, qm, d, log, &applied)
@@ -413,7 +408,7 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 		d = srv.Quarantine.Hold(ctx, qm, d)
 		cancel()
 		if d.Action != policy.Hold {
-			return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
+			return reply(mta.Refusal(&d)), nil
 		}
 	} else {
 		log.Warn("no quarantine configured: held message not recorded")

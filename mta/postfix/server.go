@@ -40,13 +40,6 @@ const (
 	ReasonReadError         = "read_error"          // connection error inside a request
 )
 
-// Metrics receives a Server's counts and, per answered request, its action
-// and the time from its first byte to the reply. Must not block.
-type Metrics interface {
-	mta.Metrics
-	Request(action policy.Action, elapsed time.Duration)
-}
-
 // Server answers policy delegation requests with a Decider's verdicts, in
 // the shape of net/http's Server. Bad input or a request not complete in
 // RequestTimeout closes the connection without a reply; a panic or fault
@@ -57,7 +50,7 @@ type Server struct {
 	// request's first byte, or at Close.
 	Decider mta.Decider
 	Logger  *slog.Logger // nil: slog.Default()
-	Metrics Metrics      // may be nil
+	Metrics mta.Metrics  // may be nil
 	// IdleTimeout bounds the wait for a request's first byte,
 	// RequestTimeout the rest of it, Decide and the reply (0: defaults);
 	// renewed about once a second, so up to a tenth (at most 1 s) early.
@@ -93,7 +86,7 @@ func (s *Server) init() {
 
 func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
+func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
 
 func (s *Server) idleTimeout() time.Duration {
 	return srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
@@ -292,7 +285,7 @@ func (s *Server) answer(c *conn, st *connState, d policy.Decision) bool {
 		c.log.Info("write error", "err", err)
 		return false
 	}
-	s.metrics().Request(d.Action, time.Since(st.start))
+	s.metrics().Decision(st.req.ProtocolState, d.Action, time.Since(st.start))
 	if !s.setActive(c, false) {
 		return false
 	}
@@ -408,11 +401,3 @@ func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()
 }
-
-type noMetrics struct{}
-
-func (noMetrics) Conn(bool)                            {}
-func (noMetrics) ConnDone()                            {}
-func (noMetrics) Request(policy.Action, time.Duration) {}
-func (noMetrics) BadInput(string)                      {}
-func (noMetrics) Fault(string)                         {}

@@ -34,6 +34,7 @@ type syncBuffer = mtatest.SyncBuffer
 
 // testMetrics records a Server's counts.
 type testMetrics struct {
+	mta.NoMetrics
 	mu                   sync.Mutex
 	conns, refused, done int
 	requests             map[policy.Action]int
@@ -60,7 +61,7 @@ func (m *testMetrics) ConnDone() {
 	m.done++
 }
 
-func (m *testMetrics) Request(a policy.Action, _ time.Duration) {
+func (m *testMetrics) Decision(_ string, a policy.Action, _ time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests[a]++
