@@ -35,7 +35,6 @@ type Metrics interface {
 	// Decision is called per decision answered, with the time from the
 	// request's first byte (milter: the Decide call) to the answer.
 	Decision(state string, action policy.Action, elapsed time.Duration)
-	Message(action policy.Action) // milter: per message ended, the action applied
 }
 
 // NoMetrics is a Metrics that counts nothing.
@@ -46,7 +45,6 @@ func (NoMetrics) ConnDone()                                     {}
 func (NoMetrics) BadInput(string)                               {}
 func (NoMetrics) Fault(string)                                  {}
 func (NoMetrics) Decision(string, policy.Action, time.Duration) {}
-func (NoMetrics) Message(policy.Action)                         {}
 
 // Kinds passed to Metrics.Fault.
 const (

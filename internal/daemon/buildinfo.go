@@ -3,7 +3,6 @@ package daemon
 import (
 	"runtime"
 	"runtime/debug"
-	"strings"
 )
 
 // BuildVersion describes this binary for --version: ReleaseVersion, the
@@ -34,34 +33,23 @@ func readBuildInfo() *debug.BuildInfo {
 }
 
 func describeBuild(linked string, bi *debug.BuildInfo) string {
-	v := releaseVersion(linked, bi)
-	goVersion := runtime.Version()
-	var rev, when string
-	dirty := false
+	goVersion, rev := runtime.Version(), ""
 	if bi != nil {
 		goVersion = bi.GoVersion
+		set := map[string]string{}
 		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.time":
-				when = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
+			set[s.Key] = s.Value
+		}
+		if r := set["vcs.revision"]; r != "" {
+			rev = "revision " + r[:min(12, len(r))]
+			if set["vcs.modified"] == "true" {
+				rev += "+dirty"
 			}
+			if t := set["vcs.time"]; t != "" {
+				rev += " " + t
+			}
+			rev += ", "
 		}
 	}
-	var extra []string
-	if rev != "" {
-		r := rev[:min(12, len(rev))]
-		if dirty {
-			r += "+dirty"
-		}
-		if when != "" {
-			r += " " + when
-		}
-		extra = append(extra, "revision "+r)
-	}
-	extra = append(extra, goVersion)
-	return v + " (" + strings.Join(extra, ", ") + ")"
+	return releaseVersion(linked, bi) + " (" + rev + goVersion + ")"
 }

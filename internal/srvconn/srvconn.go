@@ -88,6 +88,13 @@ func (t *Tracker[C]) ClosingLocked(c C) bool {
 	return e != nil && e.closing
 }
 
+// ClosedForRoom reports whether the budget closed c for a new connection.
+func (t *Tracker[C]) ClosedForRoom(c C) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ClosingLocked(c) && !t.closed
+}
+
 // IsClosed reports whether Shutdown or Close has been called.
 func (t *Tracker[C]) IsClosed() bool {
 	t.mu.Lock()

@@ -350,17 +350,12 @@ func (c *conn) noteReadError(err error) {
 		c.log.Debug("closing connection: server shutting down")
 	case err == io.EOF:
 		c.log.Debug("connection closed by MTA")
+	case c.srv.life.ClosedForRoom(c):
+		c.log.Debug("connection closed to make room for a new one")
+	case c.srv.life.IsClosed():
+		c.log.Debug("connection closed by server", "err", err)
 	default:
-		c.srv.life.Lock()
-		room := c.srv.life.ClosingLocked(c) && !c.srv.life.ClosedLocked()
-		c.srv.life.Unlock()
-		if room {
-			c.log.Debug("connection closed to make room for a new one")
-		} else if c.srv.life.IsClosed() {
-			c.log.Debug("connection closed by server", "err", err)
-		} else {
-			c.log.Info("read error", "err", err)
-		}
+		c.log.Info("read error", "err", err)
 	}
 }
 

@@ -356,47 +356,30 @@ func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error)
 
 // apply carries out the final decision d on the message.
 func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, d policy.Decision) (gomilter.Response, error) {
-	c, srv := s.c, s.c.srv
 	qm := &Message{Request: req, Recipients: msg.recipients}
-	log := c.log.With("queue_id", req.QueueID, "action", d.Action.String(), "limit", d.Limit, "key", d.Key)
-	// applied is what the MTA is told: temp-fail unless a branch completes.
-	applied := policy.Defer
-	defer func() { srv.metrics().Message(applied) }()
-
+	log := s.c.log.With("queue_id", req.QueueID, "action", d.Action.String(), "limit", d.Limit, "key", d.Key)
 	switch d.Action {
 	case policy.Pass:
-		applied = policy.Pass
 		return gomilter.RespAccept, nil
-
 	case policy.Warn:
 		if err := s.addHeaders(m, msg); err != nil {
 			return nil, err
 		}
-		applied = policy.Warn
 		return gomilter.RespAccept, nil
-
-	case policy.Defer:
+	case policy.Defer, policy.Reject:
 		return reply(mta.Refusal(&d)), nil
-
-	case policy.Reject:
-		applied = policy.Reject
-		return reply(mta.Refusal(&d)), nil
-
 	case policy.Hold:
-		return s.hold(m, msg, qm, d, log, &applied)
-
+		return s.hold(m, msg, qm, d, log)
 	case policy.Freeze:
-		return s.freeze(msg, qm, d, log, &applied)
+		return s.freeze(msg, qm, d, log)
 	}
-	// An Action outside the policy package's range: fail open.
-	log.Warn("unknown action; accepting")
-	applied = policy.Pass
+	log.Warn("unknown action; accepting") // fail open
 	return gomilter.RespAccept, nil
 }
 
 // hold has the daemon record the hold (Quarantine.Hold: a hold it could
 // not record comes back as a defer), then tells the MTA to quarantine.
-func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
+func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy.Decision, log *slog.Logger) (gomilter.Response, error) {
 	c, srv := s.c, s.c.srv
 	if !c.canDo(gomilter.OptQuarantine) {
 		log.Error("cannot hold: the MTA did not offer the quarantine action; temp-failing")
@@ -420,14 +403,13 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 	if err := s.addHeaders(m, msg); err != nil {
 		return nil, err
 	}
-	*applied = policy.Hold
 	log.Info("message held")
 	return gomilter.RespAccept, nil
 }
 
 // freeze stores the message (Quarantine.Freeze) and, only once it is
 // durable, tells the MTA to discard its copy; any failure temp-fails.
-func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
+func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog.Logger) (gomilter.Response, error) {
 	srv := s.c.srv
 	fail := func(msg string, err error, args ...any) (gomilter.Response, error) {
 		log.Error(msg, append([]any{"err", err}, args...)...)
@@ -457,7 +439,6 @@ func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog
 		return fail("freezing failed; temp-failing the message", err)
 	}
 	// Durable in the quarantine: only now may the MTA drop its copy.
-	*applied = policy.Freeze
 	log.Info("message frozen; MTA told to discard its copy", "quarantine_id", id, "size", msg.size)
 	return gomilter.RespDiscard, nil
 }

@@ -240,7 +240,7 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			if st.n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstRequestTimedOut(c)
 			}
-			if s.closedForRoom(c) {
+			if s.life.ClosedForRoom(c) {
 				c.log.Debug("connection closed to make room for a new one", "requests", st.n)
 				return false
 			}
@@ -263,13 +263,6 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			return false
 		}
 	}
-}
-
-// closedForRoom reports whether the budget closed c for a new connection.
-func (s *Server) closedForRoom(c *conn) bool {
-	s.life.Lock()
-	defer s.life.Unlock()
-	return s.life.ClosingLocked(c) && !s.life.ClosedLocked()
 }
 
 // firstRequestTimedOut counts and logs a first-request timeout.
@@ -368,24 +361,21 @@ func requestBuffered(br *bufio.Reader) bool {
 	return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n"))
 }
 
+// badInputReasons maps Decode errors to Reason constants.
+var badInputReasons = []struct {
+	err    error
+	reason string
+}{{ErrLineTooLong, ReasonLineTooLong}, {ErrTooManyAttributes, ReasonTooManyAttributes}, {ErrMalformed, ReasonMalformed},
+	{ErrUnknownRequest, ReasonUnknownRequest}, {io.ErrUnexpectedEOF, ReasonUnexpectedEOF}, {os.ErrDeadlineExceeded, ReasonTimeout}}
+
 // badInputReason maps a Decode error to a Reason constant.
 func badInputReason(err error) string {
-	switch {
-	case errors.Is(err, ErrLineTooLong):
-		return ReasonLineTooLong
-	case errors.Is(err, ErrTooManyAttributes):
-		return ReasonTooManyAttributes
-	case errors.Is(err, ErrMalformed):
-		return ReasonMalformed
-	case errors.Is(err, ErrUnknownRequest):
-		return ReasonUnknownRequest
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return ReasonUnexpectedEOF
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return ReasonTimeout
-	default:
-		return ReasonReadError
+	for _, r := range badInputReasons {
+		if errors.Is(err, r.err) {
+			return r.reason
+		}
 	}
+	return ReasonReadError
 }
 
 // Shutdown closes the listeners and idle connections, lets requests in
