@@ -3,6 +3,7 @@ package mta
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -24,14 +25,26 @@ func (f DeciderFunc) Decide(ctx context.Context, req *policy.Request) policy.Dec
 	return f(ctx, req)
 }
 
-// Metrics receives the counts of every front end; each front end's own
-// Metrics embeds it. Called concurrently; must not block.
+// Metrics receives a front end's counts. Called concurrently; must not
+// block.
 type Metrics interface {
 	Conn(allowed bool)      // per connection; false: refused by the allow-list
 	ConnDone()              // an allowed connection closed
 	BadInput(reason string) // closed without a reply; a front end's Reason
 	Fault(kind string)      // one of the Fault kinds
+	// Decision is called per decision answered, with the time from the
+	// request's first byte (milter: the Decide call) to the answer.
+	Decision(state string, action policy.Action, elapsed time.Duration)
 }
+
+// NoMetrics is a Metrics that counts nothing.
+type NoMetrics struct{}
+
+func (NoMetrics) Conn(bool)                                     {}
+func (NoMetrics) ConnDone()                                     {}
+func (NoMetrics) BadInput(string)                               {}
+func (NoMetrics) Fault(string)                                  {}
+func (NoMetrics) Decision(string, policy.Action, time.Duration) {}
 
 // Kinds passed to Metrics.Fault.
 const (

@@ -3,6 +3,8 @@ package mta
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // MaxTextLen is the longest reply text, in bytes: an SMTP reply line is at
@@ -47,6 +49,33 @@ func ReplyText(s string, max int) string {
 		b.WriteRune(r)
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// Texts of a Defer or Reject without one.
+const (
+	DeferText  = "Rate limit exceeded, try again later"
+	RejectText = "Rate limit exceeded"
+)
+
+// Refusal returns the reply to a Reject (550 5.7.1 RejectText) or any
+// other refusal (450 4.7.1 DeferText): d's Code, Enhanced and Text where
+// valid for the class (RFC 5321 4.2, RFC 3463), else these defaults. The
+// text is not yet made safe (ReplyText).
+func Refusal(d *policy.Decision) (code int, enhanced, text string) {
+	code, enhanced, text, class := 450, "4.7.1", DeferText, byte('4')
+	if d.Action == policy.Reject {
+		code, enhanced, text, class = 550, "5.7.1", RejectText, '5'
+	}
+	if d.Code/100 == int(class-'0') {
+		code = d.Code
+	}
+	if ValidEnhanced(d.Enhanced, class) {
+		enhanced = d.Enhanced
+	}
+	if ReplyText(d.Text, MaxTextLen) != "" {
+		text = d.Text
+	}
+	return code, enhanced, text
 }
 
 // ValidEnhanced reports whether s is an RFC 3463 enhanced status code

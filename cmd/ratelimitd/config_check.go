@@ -82,8 +82,7 @@ func printLadders(w io.Writer, lds []policy.Ladder) {
 	for _, ld := range lds {
 		fmt.Fprintf(w, "\nladder %s, per %s (the first limit over a request that answers decides):\n", strings.Join(ld.Key, "+"), ld.Per)
 		for i, s := range ld.Steps {
-			var tail []string
-			tail = append(tail, s.Mode)
+			tail := []string{s.Mode}
 			if len(s.Via) > 0 {
 				tail = append(tail, "via "+strings.Join(s.Via, ", "))
 			}

@@ -21,8 +21,7 @@ func newServeCmd(ropts *rootOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := config.Load(ropts.configPath)
 			if err != nil {
-				// The reason in the log file too: a daemon started in
-				// the background has no standard error.
+				// In the log file too: in the background there is no stderr.
 				files.LogFatal("text", "ratelimitd not started: configuration is not valid",
 					errors.New(strings.Join(config.ErrorLines(err), "; ")))
 				return reportConfigErrors(cmd.ErrOrStderr(), err)

@@ -106,10 +106,9 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 	return cmd
 }
 
-// loadUsersFile reads [web] users_file of the configuration.
 // saveUsersFile saves users to path. Run as root with [server] user set,
-// it gives the file to root and the daemon's group, mode 0640: the daemon,
-// which reads it after dropping to that user, may read it, not change it.
+// it gives the file to root and the daemon's group, mode 0640: the daemon
+// may read it, not change it.
 func saveUsersFile(opts *rootOptions, path string, users *web.Users) error {
 	if err := users.Save(path); err != nil {
 		return err
@@ -136,6 +135,7 @@ func saveUsersFile(opts *rootOptions, path string, users *web.Users) error {
 	return os.Chmod(path, 0o640)
 }
 
+// loadUsersFile reads [web] users_file of the configuration.
 func loadUsersFile(opts *rootOptions) (string, *web.Users, error) {
 	f, err := config.Load(opts.configPath)
 	if err != nil {

@@ -3,7 +3,6 @@ package daemon
 import (
 	"runtime"
 	"runtime/debug"
-	"strings"
 )
 
 // BuildVersion describes this binary for --version: ReleaseVersion, the
@@ -12,11 +11,9 @@ func BuildVersion() string {
 	return describeBuild(Version, readBuildInfo())
 }
 
-// ReleaseVersion is this binary's one version string, the same in the
-// log, status, the console, the manual pages and --version: Version as
-// linked (make build: git describe), else the module version the go
-// command stamped (a tag, or a pseudo-version v0.0.0-DATE-REVISION), else
-// "dev".
+// ReleaseVersion is this binary's one version string (log, status,
+// console, manual pages, --version): Version as linked, else the module
+// version the go command stamped, else "dev".
 func ReleaseVersion() string { return releaseVersion(Version, readBuildInfo()) }
 
 func releaseVersion(linked string, bi *debug.BuildInfo) string {
@@ -36,34 +33,23 @@ func readBuildInfo() *debug.BuildInfo {
 }
 
 func describeBuild(linked string, bi *debug.BuildInfo) string {
-	v := releaseVersion(linked, bi)
-	goVersion := runtime.Version()
-	var rev, when string
-	dirty := false
+	goVersion, rev := runtime.Version(), ""
 	if bi != nil {
 		goVersion = bi.GoVersion
+		set := map[string]string{}
 		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.time":
-				when = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
+			set[s.Key] = s.Value
+		}
+		if r := set["vcs.revision"]; r != "" {
+			rev = "revision " + r[:min(12, len(r))]
+			if set["vcs.modified"] == "true" {
+				rev += "+dirty"
 			}
+			if t := set["vcs.time"]; t != "" {
+				rev += " " + t
+			}
+			rev += ", "
 		}
 	}
-	var extra []string
-	if rev != "" {
-		r := rev[:min(12, len(rev))]
-		if dirty {
-			r += "+dirty"
-		}
-		if when != "" {
-			r += " " + when
-		}
-		extra = append(extra, "revision "+r)
-	}
-	extra = append(extra, goVersion)
-	return v + " (" + strings.Join(extra, ", ") + ")"
+	return releaseVersion(linked, bi) + " (" + rev + goVersion + ")"
 }

@@ -37,21 +37,20 @@ import (
 	"github.com/ratelimitd/ratelimitd/web"
 )
 
-// Version is set at link time (-ldflags -X ...daemon.Version=; make build
-// uses git describe); "dev" otherwise.
+// Version is set at link time (-ldflags -X ...daemon.Version=).
 var Version = "dev"
 
 // Daemon is a running ratelimitd; Start it, stop it with Shutdown.
 type Daemon struct {
-	cfg          *config.File // as started; a reload replaces only the limits, so read without a lock
+	cfg          *config.File // as started; a reload replaces only the limits
 	configPath   string
 	log          *slog.Logger
 	started      time.Time
 	db           *bolt.DB
 	mem          *ratestore.Memory
 	state        *ratestore.Persistent
-	rcpts        *ratestore.Recipients // per = "addr" recipient sets
-	flusher      *statedb.Flusher      // the state file's write-behind
+	rcpts        *ratestore.Recipients
+	flusher      *statedb.Flusher
 	stopFlusher  context.CancelFunc
 	events       *events.Log // nil with [events] enabled = false
 	web          *web.Server // nil with [web] listen = ""
@@ -69,24 +68,25 @@ type Daemon struct {
 	stopMemLimit func()   // nil if not started
 	cleanup      []func() // undoes Start's steps, last first, on a failure
 
-	reloadMu      sync.Mutex   // serialises reloads; guards loaded and restartNeeded
+	reloadMu      sync.Mutex   // guards loaded and restartNeeded
 	loaded        *config.File // the last file accepted
-	restartNeeded []string     // config.RestartKeys(cfg, loaded)
+	restartNeeded []string
 
 	redis       *redisstore.Failover // nil unless [store] backend = "redis"
 	redisClient *redisstore.Store
-	redisLog    *srvconn.ThrottledLog // requests decided per on_redis_error
-	badStates   *oncePerKey           // undecodable Redis states logged
+	redisLog    *srvconn.ThrottledLog
+	badStates   *oncePerKey
 
 	opts Options
 	lost []statedb.Lost // unreadable records set aside at start
 
-	join     *outcome.Join // nil without an [outcome] feed
+	// nil without the [outcome] feed or listener
+	join     *outcome.Join
 	stopFeed context.CancelFunc
-	noticesL net.Listener          // nil without [outcome] notices_listen
-	notices  *outcome.NoticeServer // nil without [outcome] notices_listen
-	eximL    net.Listener          // nil without [outcome] exim_listen
-	exim     *outcome.EximServer   // nil without [outcome] exim_listen
+	noticesL net.Listener
+	notices  *outcome.NoticeServer
+	eximL    net.Listener
+	exim     *outcome.EximServer
 }
 
 func newLogger(s config.Server, w io.Writer) *slog.Logger {
@@ -109,8 +109,8 @@ type listeners struct {
 // Options are Start's choices beyond the configuration.
 type Options struct {
 	// AcceptStateLoss (serve --accept-state-loss) starts on a state file
-	// with unreadable records, set aside (statedb.SetAside), logged and
-	// counted; without it Start refuses the file (statedb.RecordsLost).
+	// with unreadable records, set aside (statedb.SetAside); without it
+	// Start refuses the file (statedb.RecordsLost).
 	AcceptStateLoss bool
 }
 
@@ -172,9 +172,9 @@ func Start(f *config.File, configPath string, logw io.Writer, opts Options) (_ *
 	return d, nil
 }
 
-// openStores opens the state file, restores the rate state, builds the
-// engine on it (or on Redis), the metrics, the recipient sets and the
-// event log, and starts their write-behind flusher and the memory limit.
+// openStores opens the state file, the rate state, the engine (on it or
+// on Redis), the metrics, the recipient sets, the event log and the
+// outcome join, and starts their flusher and the memory limit.
 func (d *Daemon) openStores() (err error) {
 	f, s := d.cfg, d.cfg.Server
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
@@ -237,7 +237,7 @@ func (d *Daemon) openStores() (err error) {
 		return err
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	d.goRun(func(context.Context) error { d.flusher.Run(ctx); return nil })
+	d.wg.Go(func() { d.flusher.Run(ctx) })
 	d.stopFlusher = stop
 	d.cleanup = append(d.cleanup, stop)
 	return nil
@@ -248,8 +248,8 @@ func StateFormats() []statedb.Format {
 	return slices.Concat(ratestore.Formats(), quarantine.Formats(), events.Formats(), outcome.Formats())
 }
 
-// checkRecords refuses a state file with unreadable records, naming them,
-// unless the operator accepted their loss: then they are set aside.
+// checkRecords refuses a state file with unreadable records unless the
+// operator accepted their loss: then they are set aside.
 func (d *Daemon) checkRecords() error {
 	path := d.cfg.Server.DBPath()
 	lost, _, err := statedb.Scan(d.db, StateFormats())
@@ -269,15 +269,6 @@ func (d *Daemon) checkRecords() error {
 	d.log.Error("starting without the unreadable records of the state file (--accept-state-loss): their keys start afresh, quarantine entries are kept in quarantine/damaged",
 		"file", path, "records", len(lost), "keys", statedb.LostKeys(lost))
 	return nil
-}
-
-// goRun runs a background loop that Shutdown waits for.
-func (d *Daemon) goRun(run func(context.Context) error) {
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		run(context.Background())
-	}()
 }
 
 // openServices sets up the collectors, notifier, quarantine, policy server.
@@ -311,9 +302,8 @@ func (d *Daemon) openServices() error {
 	return nil
 }
 
-// budget is a front end's connection budget: maxConns (0: def),
-// perClient from one address (0: srvconn.DefaultPerClient, at most max),
-// each closed connection counted under frontEnd.
+// budget is a front end's connection budget (0: the defaults), each
+// closed connection counted under frontEnd.
 func (d *Daemon) budget(frontEnd string, maxConns, def, perClient int) srvconn.Budget {
 	return srvconn.Budget{Max: cmp.Or(maxConns, def), PerClient: cmp.Or(perClient, srvconn.DefaultPerClient),
 		Closed: func(reason string) { d.metrics.ConnClosed(frontEnd, reason) }}
@@ -348,21 +338,12 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	}
 	defer inh.Close()
 	for _, addr := range s.PolicyListen {
-		l, from := inh.Take(addr), " (from systemd)"
-		if l == nil {
-			from = ""
-			if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-				l, err = postfix.ListenUnix(path, os.FileMode(s.Mode()), s.SocketGroup)
-			} else {
-				l, err = postfix.ListenTCP(addr)
-			}
-		}
+		l, err := d.listenMTA("policy", addr, inh)
 		if err != nil {
-			return ls, listenError("policy", addr, err, inh)
+			return ls, err
 		}
 		opened = append(opened, l)
 		ls.policy = append(ls.policy, l)
-		d.listeners = append(d.listeners, "policy "+listenerName(l)+from)
 	}
 	if ls.admin, err = admin.Listen(s.AdminSocket); err != nil {
 		return ls, err
@@ -382,10 +363,31 @@ func (d *Daemon) listen() (ls listeners, err error) {
 	return ls, inh.Untaken()
 }
 
-// listenError is the error of the kind ("policy") of listener at addr
-// that failed with err. A unix socket not created for want of permission
-// gets the ways to have it made, and no longer wraps fs.ErrPermission,
-// whose CLI advice ("run as root") is not about the daemon.
+// listenMTA opens the listener of kind ("policy", "milter") at addr
+// ("unix:/path" with server.socket_mode and socket_group, or host:port),
+// taking the one systemd passed for it.
+func (d *Daemon) listenMTA(kind, addr string, inh *srvconn.Inherited) (net.Listener, error) {
+	l, from := inh.Take(addr), " (from systemd)"
+	var err error
+	if l == nil {
+		from = ""
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			l, err = srvconn.ListenUnixGroup(path, os.FileMode(d.cfg.Server.Mode()), d.cfg.Server.SocketGroup)
+		} else {
+			l, err = net.Listen("tcp", addr)
+		}
+	}
+	if err != nil {
+		return nil, listenError(kind, addr, err, inh)
+	}
+	d.listeners = append(d.listeners, kind+" "+srvconn.Name(l)+from)
+	return l, nil
+}
+
+// listenError is the error of the kind of listener at addr that failed
+// with err. A unix socket denied for want of permission gets the ways to
+// have it made, and does not wrap fs.ErrPermission, whose CLI advice
+// ("run as root") is not about the daemon.
 func listenError(kind, addr string, err error, inh *srvconn.Inherited) error {
 	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
 		return fmt.Errorf("%s listener %s: %w", kind, addr, err)
@@ -402,12 +404,11 @@ func (d *Daemon) serve(ls listeners) {
 	}
 	d.metrics.WatchConns(budgets)
 	for _, l := range ls.policy {
-		l := d.seen.watch(l, "policy", listenerName(l))
+		l := d.seen.watch(l, "policy", srvconn.Name(l))
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
-	// /metrics is capped (srvconn.HTTPConns; idle connections give way to
-	// new ones); the admin socket, reached only by the postmaster, is not
-	// (the CLI's keep-alives would wait).
+	// /metrics is capped; the admin socket, the postmaster's, is not (the
+	// CLI's keep-alives would wait).
 	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()
 	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
 	if ls.metrics != nil {
@@ -422,8 +423,8 @@ func (d *Daemon) serve(ls listeners) {
 	d.serveMilter()
 }
 
-// logConfigNotes logs what the configuration needs of the MTA
-// (policy.ConfigAdvice) and, loudly, a configuration without limits.
+// logConfigNotes logs policy.ConfigAdvice, the warnings and, loudly, a
+// configuration without limits.
 func (d *Daemon) logConfigNotes(f *config.File) {
 	for _, a := range policy.ConfigAdvice(f.PolicyConfig()) {
 		d.log.Info("configuration note: " + a)
@@ -436,14 +437,11 @@ func (d *Daemon) logConfigNotes(f *config.File) {
 	}
 }
 
-func listenerName(l net.Listener) string { return srvconn.Name(l) }
-
+// goServe runs serve until Shutdown, logging an error other than closed.
 func (d *Daemon) goServe(name string, serve func() error, closed error) {
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	d.wg.Go(func() {
 		if err := serve(); err != nil && !errors.Is(err, closed) {
 			d.log.Error("listener failed", "listener", name, "err", err)
 		}
-	}()
+	})
 }

@@ -12,10 +12,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
-// Decide is both front ends' Decider: evaluate, then the side effects of
-// the decision, each once: metrics, notification, event, hold record (the
-// policy service's; the milter's come through milterQuarantine.Hold).
-// Panics are recovered by the front end. Safe for concurrent use.
+// Decide is both front ends' Decider: evaluate, then the decision's side
+// effects, each once: metrics, notification, event, outcome join, hold
+// record (the milter's through milterQuarantine.Hold).
 func (d *Daemon) Decide(ctx context.Context, req *policy.Request) policy.Decision {
 	now := req.Received
 	if now.IsZero() {
@@ -31,15 +30,14 @@ func (d *Daemon) Decide(ctx context.Context, req *policy.Request) policy.Decisio
 		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
 			d.recordHold(ctx, req, nil, &dec)
 		} else if req.ProtocolState == policy.StateEndOfMessage {
-			d.q.svc.Record(ctx, lifecycle.Message{Request: req}, &policy.Decision{}) // links a held entry to its queue ID
+			d.q.svc.Record(ctx, lifecycle.Message{Request: req}, &policy.Decision{}) // a held entry's queue ID
 		}
 	}
 	return dec
 }
 
 // policyConfig is f's policy configuration for the daemon's engine:
-// without Measures, and with the running [store]'s on_redis_error = defer
-// in the fault table ([store] changes need a restart).
+// without Measures, and with the running [store]'s on_redis_error.
 func (d *Daemon) policyConfig(f *config.File) policy.Config {
 	pc := f.PolicyConfig()
 	pc.OmitMeasures = true
@@ -49,8 +47,8 @@ func (d *Daemon) policyConfig(f *config.File) policy.Config {
 	return pc
 }
 
-// redisFault counts a decision Redis could not make, logged at most every
-// 10 s; its answer is the engine's fault table's.
+// redisFault counts a decision Redis could not make (answered by the
+// engine's fault table), logged at most every 10 s.
 func (d *Daemon) redisFault(dec *policy.Decision) {
 	if d.redis == nil || dec.Fault == nil || !errors.Is(dec.Fault, redisstore.ErrUnavailable) {
 		return
@@ -61,19 +59,15 @@ func (d *Daemon) redisFault(dec *policy.Decision) {
 	dec.Fault = nil
 }
 
-// frontEndMetrics feeds a front end's latency, bad input and faults into
-// the daemon metrics, labels prefixed ("milter " or "").
+// frontEndMetrics feeds a front end's counts into the daemon metrics,
+// labels prefixed ("milter " or "").
 type frontEndMetrics struct {
 	m      *metrics.Metrics
 	prefix string
 }
 
-func (frontEndMetrics) Conn(bool)                                        {}
-func (frontEndMetrics) ConnDone()                                        {}
-func (frontEndMetrics) Message(policy.Action)                            {}
-func (f frontEndMetrics) Request(_ policy.Action, elapsed time.Duration) { f.m.Latency(elapsed) }
-func (f frontEndMetrics) Decision(_ string, _ policy.Action, elapsed time.Duration) {
-	f.m.Latency(elapsed)
-}
-func (f frontEndMetrics) BadInput(reason string) { f.m.Bad(f.prefix + reason) }
-func (f frontEndMetrics) Fault(kind string)      { f.m.Fault(f.prefix + kind) }
+func (frontEndMetrics) Conn(bool)                                                {}
+func (frontEndMetrics) ConnDone()                                                {}
+func (f frontEndMetrics) Decision(_ string, _ policy.Action, took time.Duration) { f.m.Latency(took) }
+func (f frontEndMetrics) BadInput(reason string)                                 { f.m.Bad(f.prefix + reason) }
+func (f frontEndMetrics) Fault(kind string)                                      { f.m.Fault(f.prefix + kind) }

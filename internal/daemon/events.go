@@ -22,8 +22,7 @@ func eventOptions(f *config.File) events.Options {
 		Coalesce: time.Duration(f.Events.Coalesce)}
 }
 
-// openEvents opens the event log and adds it to the flusher, unless
-// [events] is off (d.events stays nil).
+// openEvents opens the event log, unless [events] is off.
 func (d *Daemon) openEvents() error {
 	if !d.cfg.Events.On() {
 		return nil
@@ -61,8 +60,8 @@ func (d *Daemon) recordReload(source string, err error) {
 	d.events.Record(e)
 }
 
-// lifecycleActions maps life-cycle events to event actions (Quarantined is
-// recorded by Decide, with its rate and limit).
+// lifecycleActions maps life-cycle events to event actions (Quarantined:
+// by Decide).
 var lifecycleActions = map[lifecycle.Kind]string{
 	lifecycle.Thawed: events.Thaw, lifecycle.Deleted: events.Delete,
 	lifecycle.Expired: events.Expire, lifecycle.Released: events.Release, lifecycle.RateReset: events.Reset,
@@ -101,8 +100,8 @@ func (ls lifecycleEvents) QuarantineEvent(ctx context.Context, ev lifecycle.Even
 // Events is the daemon's event log (nil with [events] enabled = false).
 func (d *Daemon) Events() *events.Log { return d.events }
 
-// OpenEvents opens f's event log read-only for `ratelimitd events` when no
-// daemon runs; a missing state file has no events.
+// OpenEvents opens f's event log read-only when no daemon runs; a missing
+// state file has no events.
 func OpenEvents(f *config.File) (*admin.Local, error) {
 	db, err := statedb.Open(f.Server.DBPath(), true, 0)
 	if errors.Is(err, statedb.ErrNoFile) {

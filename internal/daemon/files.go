@@ -12,15 +12,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
-// Files are serve's --log-file and --pid-file, for hosts without systemd
-// (docs/debian.md); without them the log goes to standard error. The log
-// writer is safe for concurrent use, Reopen included.
+// Files are serve's --log-file and --pid-file, for hosts without systemd;
+// without them the log goes to standard error. Safe for concurrent use.
 type Files struct {
 	LogPath, PidPath string
 
 	mu    sync.Mutex
-	log   *os.File // the open log file (nil: standard error)
-	owner *runAs   // the user a log file root makes is given to (nil: none)
+	log   *os.File // nil: standard error
+	owner *runAs   // given the log file root makes (nil: none)
 }
 
 // Writer opens the log file and returns the daemon's log writer: the file
@@ -42,8 +41,8 @@ func (s *Files) Write(p []byte) (int, error) {
 	return s.log.Write(p)
 }
 
-// Reopen opens the log file again (after logrotate moved it); the old
-// file stays in use if that fails. A no-op without a log file.
+// Reopen opens the log file again (after logrotate); the old one stays
+// in use if that fails. A no-op without a log file.
 func (s *Files) Reopen() error {
 	if s.LogPath == "" {
 		return nil
@@ -53,8 +52,7 @@ func (s *Files) Reopen() error {
 		return fmt.Errorf("--log-file: %w", err)
 	}
 	if s.owner != nil && os.Geteuid() == 0 {
-		// The user's, as if it had made it: the dropped daemon reopens
-		// it after logrotate.
+		// The dropped daemon reopens it after logrotate.
 		if err := f.Chown(s.owner.uid, s.owner.gid); err != nil {
 			f.Close()
 			return fmt.Errorf("--log-file: %w", err)
@@ -70,11 +68,9 @@ func (s *Files) Reopen() error {
 	return nil
 }
 
-// LogFatal writes the error that stops the daemon (msg, err) to the log
-// file, opening it if need be, so that a daemon started in the background
-// (start-stop-daemon --background discards standard error) leaves its
-// reason there. A no-op without a log file: the caller prints err to
-// standard error.
+// LogFatal writes the error that stops the daemon to the log file,
+// opening it if need be: start-stop-daemon --background discards standard
+// error. A no-op without a log file.
 func (s *Files) LogFatal(format string, msg string, err error) {
 	if s.LogPath == "" {
 		return
@@ -88,8 +84,7 @@ func (s *Files) LogFatal(format string, msg string, err error) {
 	newLogger(config.Server{LogFormat: format}, s).Error(msg, "err", err)
 }
 
-// WritePid writes the process ID to the pid file through a renamed
-// temporary file, replacing one an earlier run left.
+// WritePid writes the process ID to the pid file (a renamed temporary).
 func (s *Files) WritePid() error {
 	if s.PidPath == "" {
 		return nil

@@ -10,7 +10,7 @@ import (
 )
 
 // frontEnds remembers when an MTA last connected to each front-end
-// listener, for status ("never" shows a socket the MTA cannot reach).
+// listener, for status.
 type frontEnds struct {
 	mu   sync.Mutex
 	list []*seenListener
@@ -20,7 +20,7 @@ type frontEnds struct {
 type seenListener struct {
 	net.Listener
 	frontEnd string // "policy" or "milter"
-	name     string // listenerName of the listener
+	name     string
 	last     atomic.Int64
 	count    atomic.Int64
 }
@@ -44,8 +44,7 @@ func (f *frontEnds) watch(l net.Listener, frontEnd, name string) net.Listener {
 	return s
 }
 
-// status returns each watched listener's connection times, in the order
-// they were watched.
+// status returns each watched listener's connections, in watch order.
 func (f *frontEnds) status() []admin.FrontEndStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()

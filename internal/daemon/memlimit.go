@@ -6,23 +6,20 @@ import (
 	"time"
 )
 
-// Soft memory limit (startMemoryLimit).
+// Soft memory limit (startMemoryLimit): the heap held plus
+// memoryHeadroom, at least memoryFloor. Freed memory is given back when the
+// flush and compaction buffers shrink by releaseDrop, or from releaseQuiet
+// to nothing; at most once per releaseEvery.
 const (
-	// memoryHeadroom is the heap left above what the daemon holds: the
-	// collector runs about once per this many bytes allocated.
 	memoryHeadroom = 32 << 20
-	// memoryFloor is the least limit set.
-	memoryFloor = 128 << 20
-	// Freed memory is given back (debug.FreeOSMemory) when the flush and
-	// compaction buffers shrink by releaseDrop, or from releaseQuiet to
-	// nothing; at most once per releaseEvery.
-	releaseDrop  = 16 << 20
-	releaseQuiet = 1 << 20
-	releaseEvery = 2 * time.Second
+	memoryFloor    = 128 << 20
+	releaseDrop    = 16 << 20
+	releaseQuiet   = 1 << 20
+	releaseEvery   = 2 * time.Second
 )
 
 // shouldRelease reports whether the buffers going from last to working
-// bytes calls for giving memory back (releaseDrop).
+// bytes calls for giving memory back.
 func shouldRelease(last, working int64) bool {
 	return last-working >= releaseDrop || (working == 0 && last >= releaseQuiet)
 }
@@ -45,9 +42,8 @@ func (r *releaser) tick(now time.Time, working int64) bool {
 	return true
 }
 
-// memoryLimit is the soft memory limit, in bytes: the larger of the heap
-// known held (knownHeap) and the last live heap, plus memoryHeadroom, at
-// least memoryFloor; and the flush and compaction buffers' part.
+// memoryLimit is the soft memory limit in bytes (the larger of knownHeap
+// and the live heap, plus the headroom), and the buffers' part.
 func (d *Daemon) memoryLimit() (limit, working int64) {
 	known, working := d.knownHeap()
 	live := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
@@ -65,21 +61,17 @@ func (d *Daemon) knownHeap() (known, working int64) {
 	return d.mem.Footprint() + d.engine.Footprint() + working, working
 }
 
-// startMemoryLimit sets the soft memory limit to memoryLimit every second,
-// so flush garbage is collected before the heap doubles, and returns freed
-// memory at once (debug.FreeOSMemory) when a compaction ends or the load
-// stops. GOMEMLIMIT in the environment turns it off.
+// startMemoryLimit sets the soft memory limit every second, so flush
+// garbage is collected before the heap doubles, and returns freed memory
+// when a compaction ends or the load stops. GOMEMLIMIT turns it off.
 func (d *Daemon) startMemoryLimit() {
-	// The restore's buffers are garbage: give them back now.
-	debug.FreeOSMemory()
+	debug.FreeOSMemory() // the restore's buffers
 	limit, working := d.memoryLimit()
 	debug.SetMemoryLimit(limit)
 	rel := releaser{last: working, released: time.Now()}
 	stop := make(chan struct{})
 	d.stopMemLimit = func() { close(stop) }
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	d.wg.Go(func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
@@ -94,5 +86,5 @@ func (d *Daemon) startMemoryLimit() {
 				}
 			}
 		}
-	}()
+	})
 }

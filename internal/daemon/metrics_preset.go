@@ -6,20 +6,17 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 )
 
-// frontEndFaults are the fault kinds a front end counts (mta), the milter's
-// with the "milter " prefix of its frontEndMetrics.
+// frontEndFaults are the fault kinds a front end counts (mta), the
+// milter's prefixed "milter ".
 var frontEndFaults = []string{mta.FaultPanic, mta.FaultDecision, mta.FaultHoldRecord, mta.FaultFreeze,
 	mta.FaultNoQuarantineAction, mta.FaultSpool}
 
-// daemonFaults are the fault kinds the daemon itself counts: a refused
-// reload, Redis, and each Flusher member's failed flush.
+// daemonFaults are the fault kinds the daemon itself counts.
 var daemonFaults = []string{"reload", "redis unavailable", "redis bad state",
 	"rate state flush", "rcptsets flush", "event log flush"}
 
-// presetMetrics makes every fault kind and bad-input reason of
-// ratelimitd_faults_total and ratelimitd_bad_input_total exist at zero
-// from the start, and
-// the decisions of the running limits (presetLimitMetrics).
+// presetMetrics makes every fault kind, bad-input reason and running
+// limit's decisions exist at zero from the start.
 func (d *Daemon) presetMetrics() {
 	kinds := append([]string(nil), daemonFaults...)
 	for _, k := range frontEndFaults {
@@ -32,9 +29,8 @@ func (d *Daemon) presetMetrics() {
 	d.presetLimitMetrics()
 }
 
-// presetLimitMetrics makes ratelimitd_decisions_total (and, for hold and
-// freeze limits, ratelimitd_quarantined_total) of every running limit
-// exist at zero.
+// presetLimitMetrics makes the decisions (and quarantined) counts of
+// every running limit exist at zero.
 func (d *Daemon) presetLimitMetrics() {
 	for _, l := range d.engine.Limits() {
 		d.metrics.PresetDecision(l.Name, l.Action)

@@ -3,8 +3,6 @@ package daemon
 import (
 	"context"
 	"net"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
@@ -18,25 +16,12 @@ func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 	if m.Listen == "" {
 		return nil
 	}
-	// A socket systemd passed for the address is used as it is.
-	l, from := inh.Take(m.Listen), " (from systemd)"
-	var err error
-	if l == nil {
-		from = ""
-		if path, ok := strings.CutPrefix(m.Listen, "unix:"); ok {
-			// The MTA connects as a member of socket_group, like the
-			// policy service's unix sockets.
-			l, err = srvconn.ListenUnixGroup(path, os.FileMode(d.cfg.Server.Mode()), d.cfg.Server.SocketGroup)
-		} else {
-			l, err = net.Listen("tcp", m.Listen)
-		}
-	}
+	l, err := d.listenMTA("milter", m.Listen, inh)
 	if err != nil {
-		return listenError("milter", m.Listen, err, inh)
+		return err
 	}
 	*ls = append(*ls, l)
 	d.q.milterL = l
-	d.listeners = append(d.listeners, "milter "+listenerName(l)+from)
 	d.q.milter = &milter.Server{
 		Decider:         d,
 		Quarantine:      milterQuarantine{d},
@@ -45,8 +30,7 @@ func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 		AllowedNetworks: d.cfg.Server.Networks(),
 		ReadTimeout:     time.Duration(m.ReadTimeout),
 		MaxMessageSize:  int64(m.MaxMessageSize),
-		// Messages kept for freezing spill from memory to files here.
-		SpoolDir: d.cfg.Server.StateDir,
+		SpoolDir:        d.cfg.Server.StateDir,
 
 		FirstRequestTimeout: time.Duration(m.FirstRequestTimeout),
 		Budget:              d.budget("milter", m.MaxConnections, srvconn.DefaultMilterConns(), m.MaxConnectionsPerClient),
@@ -64,7 +48,7 @@ func (d *Daemon) MayFreeze(_ context.Context, req *policy.Request) bool {
 func (d *Daemon) serveMilter() {
 	if d.q.milter != nil {
 		d.goServe("milter", func() error {
-			return d.q.milter.Serve(d.seen.watch(d.q.milterL, "milter", listenerName(d.q.milterL)))
+			return d.q.milter.Serve(d.seen.watch(d.q.milterL, "milter", srvconn.Name(d.q.milterL)))
 		}, milter.ErrServerClosed)
 	}
 }

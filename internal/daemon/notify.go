@@ -35,9 +35,8 @@ func (d *Daemon) notifyRefusal(req *policy.Request, dec *policy.Decision) {
 }
 
 // quarantineNotify turns life-cycle events into notifications: an alert
-// threshold becomes quarantine_threshold; thaw, delete and expiry one
-// event per kind, key and actor over coalesceWindow; a drip release one
-// per key and run.
+// threshold, a drip release per key and run, and thaw, delete and expiry
+// one per kind, key and actor over coalesceWindow.
 type quarantineNotify struct {
 	d *Daemon
 

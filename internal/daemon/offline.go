@@ -27,18 +27,15 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// storeLimits returns the compiled parameters of c's limits
-// (ratestore.PersistOptions.Limits); nil for a configuration the engine
-// refuses.
+// storeLimits returns the compiled parameters of c's limits; nil for a
+// configuration the engine refuses.
 func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 	m, _ := policy.LimitParams(c)
 	return m
 }
 
-// openState restores the rate state kept in db into mem, with the
-// parameters of the configured limits (stored states of other limits are
-// kept until they decay under their own stored parameters). The caller
-// has a statedb.Flusher call its Tick, or calls Flush/Close.
+// openState restores the rate state kept in db into mem; states of limits
+// not configured keep decaying under their stored parameters.
 func openState(db *bolt.DB, mem *ratestore.Memory, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
 	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: limits, ReadOnly: readOnly, Logger: log})
 }
@@ -49,8 +46,7 @@ type offline struct {
 	db     *bolt.DB
 	state  *ratestore.Persistent
 	engine *policy.Engine
-	// events records the operator's actions; nil without [events].
-	events *events.Log
+	events *events.Log // the operator's actions; nil without [events]
 }
 
 // openOffline opens the state; readOnly shares the file and writes nothing.
@@ -96,8 +92,7 @@ func (o *offline) close() error {
 }
 
 // OpenRates opens f's rate state for the rate commands when no daemon
-// runs: Redis directly, or the state file, read-only unless write (rate
-// reset). Errors: statedb.Open's, restoring, Redis, the engine.
+// runs: Redis, or the state file, read-only unless write (rate reset).
 func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 	if f.Store.Redis() {
 		return openRedisRates(f)
@@ -148,7 +143,7 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 // InspectState is what `ratelimitd state check` reads beyond the records:
 // the rate state, then every frozen message against its SHA-256.
 func InspectState(f *config.File) statedb.Inspect {
-	rates := InspectRates(f)
+	rates := inspectRates(f)
 	return func(w io.Writer, db *bolt.DB) ([]string, error) {
 		bad, err := rates(w, db)
 		if err != nil {
@@ -159,9 +154,9 @@ func InspectState(f *config.File) statedb.Inspect {
 	}
 }
 
-// InspectRates reads f's rate state as the daemon would restore it,
+// inspectRates reads f's rate state as the daemon would restore it,
 // without writing, counting states per limit; malformed ones are problems.
-func InspectRates(f *config.File) statedb.Inspect {
+func inspectRates(f *config.File) statedb.Inspect {
 	return func(w io.Writer, db *bolt.DB) (bad []string, err error) {
 		mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 		// Unreadable records are reported by Check's scan of every record.

@@ -14,9 +14,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// openOutcome opens the outcome join in the state file and adds it to the
-// flusher, and the notice listener, when [outcome] has a feed (d.join
-// stays nil otherwise).
+// openOutcome opens the outcome join and its listeners when [outcome] has
+// a feed.
 func (d *Daemon) openOutcome() error {
 	o := d.cfg.Outcome
 	if !o.Feeds() {
@@ -44,8 +43,7 @@ func (d *Daemon) openOutcome() error {
 	return nil
 }
 
-// startOutcomeFeed follows the mail log into the engine's outcome limits
-// until Shutdown.
+// startOutcomeFeed serves the outcome feeds until Shutdown.
 func (d *Daemon) startOutcomeFeed() {
 	if d.join == nil {
 		return
@@ -69,29 +67,28 @@ func (d *Daemon) startOutcomeFeed() {
 		Follower: maillog.Follower{Path: d.cfg.Outcome.Maillog, Poll: time.Duration(d.cfg.Outcome.Poll)}}
 	ctx, stop := context.WithCancel(context.Background())
 	d.stopFeed = stop
-	d.goRun(func(context.Context) error {
+	d.wg.Go(func() {
 		for {
 			err := feed.Run(ctx)
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
 			d.metrics.Fault("outcome feed")
 			d.log.Error("outcome feed: cannot read the mail log, retrying in 10s", "log", feed.Follower.Path, "err", err)
 			select {
 			case <-ctx.Done():
-				return nil
+				return
 			case <-time.After(10 * time.Second):
 			}
 		}
 	})
 }
 
-// joinSubmission notes a request with a SASL login for smtpd's NOQUEUE
-// rejects (outcome.Join.Saw) and joins an END-OF-MESSAGE request's queue
-// ID to it when the message goes on to delivery, its recipients counted
-// in the ratio limits; a message held, frozen or
-// refused (by either front end, in either order) is not the sender's to
-// answer for, so its queue ID is excluded.
+// joinSubmission notes a request for smtpd's NOQUEUE rejects
+// (outcome.Join.Saw) and joins an END-OF-MESSAGE request's queue ID to it
+// when the message goes on to delivery, counting its recipients in the
+// ratio limits; one held, frozen or refused (by either front end) is
+// excluded.
 func (d *Daemon) joinSubmission(ctx context.Context, now time.Time, req *policy.Request, dec *policy.Decision) {
 	if d.join == nil {
 		return
@@ -120,8 +117,7 @@ func (d *Daemon) joinSubmission(ctx context.Context, now time.Time, req *policy.
 	}
 }
 
-// stopOutcomeFeeds stops the log feed and the notice listener, before the
-// stores' last flush.
+// stopOutcomeFeeds stops the feeds, before the stores' last flush.
 func (d *Daemon) stopOutcomeFeeds() {
 	if d.stopFeed != nil {
 		d.stopFeed()
@@ -149,10 +145,8 @@ func (d *Daemon) closeOutcome() error {
 	return nil
 }
 
-// registerOutcomeMetrics exports the outcome feed's counts:
-// ratelimitd_outcomes_total{result,kind} (counted in the limits, not
-// joined, seen before, store failed; bounce, unknown_rcpt, deferral) and
-// the join's size and refusals.
+// registerOutcomeMetrics exports the outcome feed's counts and the join's
+// size and refusals.
 func (d *Daemon) registerOutcomeMetrics(sink *outcome.Sink) {
 	reg := d.metrics.Registry()
 	for result, c := range map[string]*outcome.Counts{"counted": &sink.Counted, "unjoined": &sink.Unjoined,

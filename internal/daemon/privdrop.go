@@ -14,16 +14,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// runAs is the user and group a daemon started as root drops to
-// ([server] user and group), as Postfix's daemons drop to mail_owner.
+// runAs is the user and group a daemon started as root drops to, as
+// Postfix's daemons drop to mail_owner.
 type runAs struct {
 	user, group string
 	uid, gid    int
 	groups      []int // supplementary: the user's groups and gid (initgroups(3))
 }
 
-// lookupRunAs resolves server.user and server.group. It returns nil
-// (no drop) when the user is not set or this process is not root.
+// lookupRunAs resolves server.user and server.group; nil (no drop) unless
+// the user is set and this process is root.
 func lookupRunAs(s config.Server) (*runAs, error) {
 	if s.User == "" || os.Geteuid() != 0 {
 		return nil, nil
@@ -60,16 +60,16 @@ func lookupRunAs(s config.Server) (*runAs, error) {
 	return r, nil
 }
 
-// ownerHint is the error for path in the state directory dir, which the
+// ownerHint is the error for path in the state directory dir that the
 // daemon's user cannot use: the owner, and the chown that fixes it.
 func ownerHint(path, dir, user, group string) error {
 	return fmt.Errorf("%w: %s is %s, the daemon runs as %s: chown -R %s:%s %s", statedb.ErrPermission,
 		path, statedb.Owner(path), user, user, group, dir)
 }
 
-// checkStateDir makes sure the user r drops to owns the state directory
-// (made for it when missing) and may write the state file in it, before
-// the daemon opens them as root. It returns whether the state file exists.
+// checkStateDir makes sure r may write the state directory (made for it
+// when missing) and the state file, before the daemon opens them as root;
+// whether the state file exists.
 func (r *runAs) checkStateDir(dir, dbPath string) (dbExists bool, err error) {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -91,8 +91,8 @@ func (r *runAs) checkStateDir(dir, dbPath string) (dbExists bool, err error) {
 	return true, nil
 }
 
-// mayWrite reports whether r may read and write path (and enter it, for a
-// directory) by its permission bits.
+// mayWrite reports whether r may read and write (a directory: write and
+// enter) path by its permission bits.
 func (r *runAs) mayWrite(path string, dir bool) bool {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -116,10 +116,8 @@ func (r *runAs) mayWrite(path string, dir bool) bool {
 	return perm&want == want
 }
 
-// drop changes this process's groups, group and user to r's, for good
-// (real, effective and saved IDs; on Linux Go applies them to every
-// thread). Anything it cannot change is an error: the daemon must not go
-// on as root.
+// drop changes this process's groups, group and user to r's for good
+// (real, effective and saved IDs, every thread); any failure is an error.
 func (r *runAs) drop() error {
 	if err := syscall.Setgroups(r.groups); err != nil {
 		return fmt.Errorf("server.group: setgroups: %w", err)
@@ -136,8 +134,8 @@ func (r *runAs) drop() error {
 	return nil
 }
 
-// notMine is the error for a state file (in dir) this process, not root,
-// may not open: who owns it and the chown that gives it to this process.
+// notMine is the error for a state file (in dir) this process may not
+// open: who owns it and the chown that gives it to this process.
 func notMine(dir, dbPath string) error {
 	path := dbPath
 	if _, err := os.Lstat(dbPath); errors.Is(err, fs.ErrPermission) {

@@ -17,8 +17,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// newLifecycle wires the quarantine life cycle to q, the configuration and
-// the engine, for the daemon and the offline CLI; events may be nil.
+// newLifecycle wires the quarantine life cycle for the daemon and the
+// offline CLI; events may be nil.
 func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
 	opts := lifecycle.Options{
@@ -91,17 +91,12 @@ func (d *Daemon) openQuarantine() error {
 	d.metrics.Registry().MustRegister(svc.Collectors()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.q.stopRun = cancel
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		svc.Run(ctx, time.Hour, 5*time.Second)
-	}()
+	d.wg.Go(func() { svc.Run(ctx, time.Hour, 5*time.Second) })
 	return nil
 }
 
-// recordHold records a hold durably before the MTA is told (recipients nil
-// for policy delegation). When it cannot, *dec becomes 450 4.7.1, counted
-// as hold_record: never a hold no entry tracks.
+// recordHold records a hold durably before the MTA is told; when it
+// cannot, *dec becomes 450 4.7.1, counted as hold_record.
 func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients []string, dec *policy.Decision) {
 	hold, fault := *dec, mta.FaultHoldRecord
 	if req.Stage == policy.ViaMilter {

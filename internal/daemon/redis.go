@@ -38,12 +38,12 @@ func engineLimits(eng func() *policy.Engine) func(string) (ratelimit.Limit, bool
 	}
 }
 
-// pendingMergeFile is the file in state_dir that keeps the counts of a
-// Redis outage not yet added to Redis (redisstore.Failover.LoadPending).
+// pendingMergeFile, in state_dir, keeps the counts of a Redis outage not
+// yet added to Redis.
 const pendingMergeFile = "redis-outage-counts.json"
 
-// openRedis returns a Failover over Redis and local, which keeps a copy of
-// every state Redis returns. Redis need not answer at start.
+// openRedis returns a Failover over Redis and local; Redis need not
+// answer at start.
 func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Failover, error) {
 	pol, err := redisstore.ParseOnError(s.OnRedisError)
 	if err != nil {
@@ -68,8 +68,7 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	if err != nil {
 		return nil, fmt.Errorf("store: redis %v: %w", s.RedisAddrs, err)
 	}
-	// Unreachable (or loading): the Failover starts degraded, logs it
-	// once and joins Redis from its probe.
+	// Unreachable: the Failover starts degraded and joins from its probe.
 	cctx, cancel := context.WithTimeout(context.Background(), max(time.Duration(s.RedisTimeout), time.Second))
 	r.Connect(cctx)
 	cancel()
@@ -92,7 +91,7 @@ type oncePerKey struct {
 
 func newOncePerKey(max int) *oncePerKey { return &oncePerKey{seen: map[string]struct{}{}, max: max} }
 
-// first reports whether k is new (always, once max keys are remembered).
+// first reports whether k is new (always once max keys are remembered).
 func (o *oncePerKey) first(k string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()

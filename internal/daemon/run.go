@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -23,13 +22,13 @@ import (
 )
 
 // Reload rereads the configuration file; an invalid one is refused, logged
-// and counted. Limits apply at once; settings that need a restart
-// (config.RestartKeys) are logged and shown by status.
+// and counted. Limits apply at once; settings that need a restart are
+// logged and shown by status.
 func (d *Daemon) Reload() {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	if d.web != nil {
-		// The console's users and TLS files, even if the configuration is refused.
+		// Even if the configuration is refused.
 		if err := d.web.Reload(); err != nil {
 			d.log.Error("console: rereading the users or TLS files failed; the previous ones stay", "err", err)
 		}
@@ -89,7 +88,7 @@ func (d *Daemon) Status() admin.Status {
 		st.Events = &es
 	}
 	if d.redis != nil {
-		// Redis's clock (TIME, refreshing the offset), only while shared.
+		// Redis's TIME, refreshing the offset, only while shared.
 		if !d.redis.Degraded() {
 			if now, err := d.redisClient.Ping(context.Background()); err == nil {
 				st.RedisTime = now
@@ -110,8 +109,7 @@ func (d *Daemon) Status() admin.Status {
 }
 
 // Shutdown stops accepting, lets requests finish until ctx is done,
-// flushes the state and closes the file; its error joins what failed.
-// Call it once.
+// flushes the state and closes the file; errors joined. Call it once.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	var errs []error
 	if err := d.policy.Shutdown(ctx); err != nil {
@@ -139,8 +137,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.redisClient.Close()
 	}
 	d.stopOutcomeFeeds()
-	// The flusher's last flush, then each store's Close flushes what is
-	// left.
+	// The flusher's last flush, then each store's Close flushes the rest.
 	d.stopFlusher()
 	if err := d.state.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
@@ -177,8 +174,8 @@ func (d *Daemon) Quarantine() *lifecycle.Service { return d.q.svc }
 // blocks.
 func (d *Daemon) Notify(e notify.Event) { d.notifier.Notify(e) }
 
-// Config is the configuration the daemon started with (its listeners,
-// state, quarantine and milter run on it; a reload does not replace it).
+// Config is the configuration the daemon started with (a reload replaces
+// only the limits).
 func (d *Daemon) Config() *config.File { return d.cfg }
 
 // Engine is the policy engine (safe for concurrent use).
@@ -192,6 +189,3 @@ func (d *Daemon) Registry() *prometheus.Registry { return d.metrics.Registry() }
 
 // Redis is the shared rate store with [store] backend = "redis", else nil.
 func (d *Daemon) Redis() *redisstore.Failover { return d.redis }
-
-// Logger is the daemon's logger (server.log_level, log_format).
-func (d *Daemon) Logger() *slog.Logger { return d.log }

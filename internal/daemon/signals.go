@@ -11,10 +11,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
-// Serve runs the daemon of f: it opens the log file, starts the daemon,
-// writes the pid file, reopens the log and reloads on SIGHUP, and shuts
-// down (10 s to finish) on SIGTERM or SIGINT. The error that ends it is
-// also logged to the log file, if there is one.
+// Serve runs the daemon of f: opens the log file, starts the daemon,
+// writes the pid file, reopens the log and reloads on SIGHUP, shuts down
+// (10 s to finish) on SIGTERM or SIGINT. The error that ends it is also
+// logged to the log file.
 func Serve(f *config.File, configPath string, files *Files, opts Options, stderr io.Writer) (err error) {
 	defer files.Close()
 	defer func() {
@@ -29,10 +29,8 @@ func Serve(f *config.File, configPath string, files *Files, opts Options, stderr
 	if err != nil {
 		return err
 	}
-	// Signals are caught before the daemon starts: a SIGTERM that came
-	// while it was starting (or just after "ratelimitd started") killed
-	// it without a shutdown, losing the write-behind state; now it waits
-	// in sig and shuts the daemon down cleanly once started.
+	// Caught before Start: a SIGTERM while starting waits here and shuts
+	// the daemon down cleanly, the write-behind state flushed.
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
@@ -47,12 +45,12 @@ func Serve(f *config.File, configPath string, files *Files, opts Options, stderr
 	for s := range sig {
 		if s == syscall.SIGHUP {
 			if err := files.Reopen(); err != nil {
-				d.Logger().Error("reopening the log file", "err", err)
+				d.log.Error("reopening the log file", "err", err)
 			}
 			d.Reload()
 			continue
 		}
-		d.Logger().Info("shutting down", "signal", s.String())
+		d.log.Info("shutting down", "signal", s.String())
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := d.Shutdown(ctx)
 		cancel()

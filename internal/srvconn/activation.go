@@ -12,9 +12,8 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 )
 
-// Inherited are the listening sockets systemd passed (sd_listen_fds(3),
-// read with go-systemd's activation package), taken by the address they
-// are configured with. Not safe for concurrent use.
+// Inherited are the listening sockets systemd passed (sd_listen_fds(3)),
+// taken by their configured address. Not safe for concurrent use.
 type Inherited struct {
 	ls []inherited
 }
@@ -25,10 +24,8 @@ type inherited struct {
 	taken bool
 }
 
-// InheritedListeners returns the listeners systemd passed, if any; call it
-// once: it clears LISTEN_* from the environment and marks the descriptors
-// close-on-exec. A descriptor that is not a listening stream socket is an
-// error.
+// InheritedListeners returns the listeners systemd passed; call it once (it
+// clears LISTEN_*). A descriptor not a listening stream socket is an error.
 func InheritedListeners() (*Inherited, error) {
 	return inheritFiles(activation.Files(true))
 }
@@ -54,8 +51,7 @@ func inheritFiles(files []*os.File) (*Inherited, error) {
 }
 
 // Take returns the inherited listener for addr ("unix:/path" or a numeric
-// "host:port"), or nil; the IPv4 and IPv6 unspecified addresses match each
-// other. Closing a taken unix listener leaves its file to systemd.
+// "host:port"), or nil; the IPv4 and IPv6 unspecified addresses match.
 func (in *Inherited) Take(addr string) net.Listener {
 	if in == nil {
 		return nil
@@ -81,10 +77,20 @@ func (in *Inherited) Len() int {
 // Untaken closes the listeners not taken and returns an error naming
 // them: nobody would serve their clients.
 func (in *Inherited) Untaken() error {
+	if names := in.closeUntaken(); len(names) > 0 {
+		return fmt.Errorf("systemd passed sockets that no configured listener names: %s", strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// Close closes the listeners not taken.
+func (in *Inherited) Close() { in.closeUntaken() }
+
+// closeUntaken closes the listeners not taken and returns their names.
+func (in *Inherited) closeUntaken() (names []string) {
 	if in == nil {
 		return nil
 	}
-	var names []string
 	for i := range in.ls {
 		if e := &in.ls[i]; !e.taken {
 			e.l.Close()
@@ -92,23 +98,7 @@ func (in *Inherited) Untaken() error {
 			names = append(names, fmt.Sprintf("%s (%s)", Name(e.l), e.name))
 		}
 	}
-	if len(names) == 0 {
-		return nil
-	}
-	return fmt.Errorf("systemd passed sockets that no configured listener names: %s", strings.Join(names, ", "))
-}
-
-// Close closes the listeners not taken.
-func (in *Inherited) Close() {
-	if in == nil {
-		return
-	}
-	for i := range in.ls {
-		if e := &in.ls[i]; !e.taken {
-			e.l.Close()
-			e.taken = true
-		}
-	}
+	return names
 }
 
 // Name is a listener's address as configured: "unix:/path" or host:port.

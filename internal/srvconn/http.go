@@ -8,13 +8,11 @@ import (
 	"time"
 )
 
-// HTTPLimit caps the connections of an http.Server (/metrics, the
-// console) at once. At the cap a new connection closes the oldest idle
-// one (a keep-alive connection between requests, or one that has not sent
-// its first request yet), so idle keep-alives cannot lock clients out; it
-// waits only while every connection is in a request. Use Listener for the
-// server's listener and ConnState as its http.Server.ConnState. Safe for
-// concurrent use; make one with NewHTTPLimit.
+// HTTPLimit caps the connections of an http.Server. At the cap a new
+// connection closes the oldest idle one (between requests or before the
+// first), and waits only while every connection is in a request. Use
+// Listener for the server's listener and ConnState as its
+// http.Server.ConnState. Safe for concurrent use.
 type HTTPLimit struct {
 	max      int
 	evicted  atomic.Int64
@@ -45,13 +43,10 @@ func (h *HTTPLimit) Open() int {
 func (h *HTTPLimit) Evicted() int64 { return h.evicted.Load() }
 
 // Listener wraps l: Accept returns a connection once there is room for
-// it, closing the oldest idle connection if that makes room. Closing the
-// returned listener closes l and ends a wait for room with net.ErrClosed.
+// it. Closing it closes l and ends a wait for room with net.ErrClosed.
 func (h *HTTPLimit) Listener(l net.Listener) net.Listener { return &httpListener{Listener: l, h: h} }
 
-// ConnState is the http.Server.ConnState hook that tells the limit which
-// connections are idle; it sees through a *tls.Conn to the connection
-// Listener returned.
+// ConnState is the http.Server.ConnState hook; it sees through a *tls.Conn.
 func (h *HTTPLimit) ConnState(nc net.Conn, state http.ConnState) {
 	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok {
 		nc = tc.NetConn()

@@ -1,11 +1,7 @@
-// Package srvconn is the connection lifecycle of mta/postfix and
-// mta/milter in the shape of net/http's Server: listeners and connections,
-// the accept loop with back-off, the allow-list, Shutdown and Close. With
-// it: ListenUnix, Limiter (a connection cap over several listeners) and
-// InheritedListeners (systemd socket activation, sd_listen_fds(3)), and
-// the connection Budget a Tracker keeps (a cap, a per-client cap, the
-// oldest idle connection closed to make room) and HTTPLimit for the HTTP
-// listeners.
+// Package srvconn is the connection life cycle of mta/postfix and
+// mta/milter in the shape of net/http's Server (accept loop with back-off,
+// allow-list, connection Budget, Shutdown, Close), with ListenUnix,
+// systemd socket activation (sd_listen_fds(3)) and HTTPLimit.
 package srvconn
 
 import (
@@ -20,19 +16,19 @@ import (
 	"time"
 )
 
-// Tracker tracks a server's listeners and connections, keyed by C. Methods
-// are safe for concurrent use; Lock and Unlock lend the protocol the mutex
-// for its own per-connection state, and the ...Locked methods need it held.
+// Tracker tracks a server's listeners and connections, keyed by C. Safe
+// for concurrent use; Lock lends the protocol the mutex for its own
+// per-connection state, and the ...Locked methods need it held.
 type Tracker[C comparable] struct {
-	errClosed  error  // returned once closed
+	errClosed  error
 	name       string // prefix of accept errors
 	baseCtx    context.Context
 	cancelBase context.CancelFunc
 
 	mu         sync.Mutex
-	closed     bool          // Shutdown or Close called
-	hardClosed bool          // Close called
-	done       chan struct{} // closed with closed
+	closed     bool // Shutdown or Close called
+	hardClosed bool // Close called
+	done       chan struct{}
 	listeners  map[*net.Listener]struct{}
 	conns      map[C]*entry
 	serveGroup sync.WaitGroup
@@ -44,19 +40,18 @@ type Tracker[C comparable] struct {
 	logs    *ThrottledLog // set by the first Serve
 }
 
-// entry is the Tracker's state of one connection, under Tracker.mu.
+// entry is one connection, under Tracker.mu.
 type entry struct {
 	rwc     net.Conn
-	closing bool       // the Tracker has closed rwc
-	counted bool       // counted in open and clients
-	state   Activity   // MarkLocked
-	since   time.Time  // accepted, or last marked idle
-	client  netip.Addr // clientAddr(rwc)
+	closing bool // the Tracker has closed rwc
+	counted bool // counted in open and clients
+	state   Activity
+	since   time.Time // accepted, or last marked idle
+	client  netip.Addr
 }
 
 // New returns a Tracker whose Serve, Shutdown and Close return errClosed
-// once stopped; name prefixes accept errors and budget bounds the
-// connections of every listener it serves.
+// once stopped; name prefixes accept errors.
 func New[C comparable](errClosed error, name string, budget Budget) *Tracker[C] {
 	t := &Tracker[C]{
 		errClosed: errClosed,
@@ -87,11 +82,17 @@ func (t *Tracker[C]) Unlock() { t.mu.Unlock() }
 // ClosedLocked reports whether Shutdown or Close has been called.
 func (t *Tracker[C]) ClosedLocked() bool { return t.closed }
 
-// ClosingLocked reports whether the Tracker has closed c's connection
-// (Close, or Shutdown finding it idle).
+// ClosingLocked reports whether the Tracker has closed c's connection.
 func (t *Tracker[C]) ClosingLocked(c C) bool {
 	e := t.conns[c]
 	return e != nil && e.closing
+}
+
+// ClosedForRoom reports whether the budget closed c for a new connection.
+func (t *Tracker[C]) ClosedForRoom(c C) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ClosingLocked(c) && !t.closed
 }
 
 // IsClosed reports whether Shutdown or Close has been called.
@@ -118,25 +119,17 @@ func (t *Tracker[C]) RemoveLocked(c C) bool {
 	return ok
 }
 
-// Activity is what a connection is doing, as the protocol marks it
-// (MarkLocked): which connections may be closed to make room, in which
-// order.
+// Activity is what a connection is doing (MarkLocked): which connections
+// may be closed to make room, in which order. A new connection is Idle.
 type Activity int
 
-// The activities of a connection; a new connection is Idle.
 const (
-	// Idle: waiting for a request; the connection idle longest is closed
-	// first to make room.
-	Idle Activity = iota
-	// Held: waiting inside a transaction (a milter connection within a
-	// message); closed to make room only when no connection is Idle.
-	Held
-	// Busy: a request is being answered; never closed to make room.
-	Busy
+	Idle Activity = iota // waiting for a request; closed first to make room, oldest first
+	Held                 // waiting inside a transaction; closed for room only when none is Idle
+	Busy                 // answering a request; never closed for room
 )
 
-// MarkLocked marks what c is doing; a change from Busy starts its idle
-// time.
+// MarkLocked marks what c is doing; a change from Busy starts its idle time.
 func (t *Tracker[C]) MarkLocked(c C, a Activity) {
 	e := t.conns[c]
 	if e == nil {
@@ -148,8 +141,7 @@ func (t *Tracker[C]) MarkLocked(c C, a Activity) {
 	e.state = a
 }
 
-// CountClosed counts a connection the protocol closed for a budget
-// reason (ReasonFirstRequest).
+// CountClosed counts a connection closed for a budget reason.
 func (t *Tracker[C]) CountClosed(reason string) {
 	if n := t.nClosed[reason]; n != nil {
 		n.Add(1)
@@ -185,9 +177,8 @@ func (t *Tracker[C]) releaseLocked(e *entry) {
 	}
 }
 
-// admitLocked makes room for a connection from client under the budget,
-// closing the oldest idle connection within a cap that is reached; the
-// reason if there is no room.
+// admitLocked makes room for a connection from client, closing the oldest
+// idle connection within a cap that is reached; the reason if none.
 func (t *Tracker[C]) admitLocked(client netip.Addr) (reason string, ok bool) {
 	pc := t.budget.perClient()
 	if pc > 0 && (pc < t.budget.Max || t.budget.Max < 1) && client.IsValid() && t.clients[client] >= pc {
@@ -229,17 +220,11 @@ func (t *Tracker[C]) evictLocked(client netip.Addr) bool {
 
 // Accept says what Serve does with each accepted connection.
 type Accept[C comparable] struct {
-	// Logger receives the accept errors.
-	Logger *slog.Logger
-	// Allowed is the allow-list applied by Allowed.
-	Allowed []netip.Prefix
-	// New makes the connection's key from it, before the allow-list.
-	New func(rwc net.Conn) C
-	// Refused is called for a connection the allow-list refused, before
-	// it is closed.
-	Refused func(c C)
-	// Start is called for an allowed, tracked connection; must not block.
-	Start func(c C)
+	Logger  *slog.Logger
+	Allowed []netip.Prefix   // the allow-list (Allowed)
+	New     func(net.Conn) C // the key, made before the allow-list
+	Refused func(c C)        // refused by the allow-list, before the close
+	Start   func(c C)        // allowed and tracked; must not block
 }
 
 // Serve accepts connections on l for a until l fails or the server stops,
@@ -308,7 +293,7 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 		}
 		if reason, ok := t.admitLocked(client); !ok {
 			t.mu.Unlock()
-			// Counted before the close, so the client finds it in the metrics.
+			// Counted before the close, so the client finds it counted.
 			t.CountClosed(reason)
 			t.logs.Warn("connection closed at once: "+reason+" reached", "server", t.name, "listener", l.Addr().String(),
 				"remote", RemoteString(rwc), "max_connections", t.budget.Max, "max_per_client", t.budget.perClient())
@@ -364,9 +349,9 @@ func RemoteString(rwc net.Conn) string {
 	return ra.Network()
 }
 
-// Shutdown closes the listeners, then the connections idle reports (with
-// the mutex held), polling until none is left and every Serve returned.
-// ctx.Err() if ctx ends first; errClosed if already stopped.
+// Shutdown closes the listeners, then the connections idle reports (mutex
+// held), polling until none is left and every Serve returned; ctx.Err()
+// if ctx ends first, errClosed if already stopped.
 func (t *Tracker[C]) Shutdown(ctx context.Context, idle func(c C) bool) error {
 	if err := t.beginClose(); err != nil {
 		return err
@@ -394,8 +379,7 @@ func (t *Tracker[C]) Close() error {
 	if errors.Is(err, t.errClosed) {
 		err = nil
 	}
-	// Connections close before the contexts are cancelled, so no reply
-	// is written after Close.
+	// Connections close before the contexts are cancelled: no reply after Close.
 	t.mu.Lock()
 	if t.hardClosed {
 		t.mu.Unlock()
@@ -413,8 +397,7 @@ func (t *Tracker[C]) Close() error {
 	return err
 }
 
-// beginClose marks the server closed and closes its listeners. Calling it
-// after Shutdown lets Close still close the connections.
+// beginClose marks the server closed and closes its listeners.
 func (t *Tracker[C]) beginClose() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -432,8 +415,7 @@ func (t *Tracker[C]) beginClose() error {
 	return err
 }
 
-// closeIdle closes the connections for which idle reports true and returns
-// the number of connections left.
+// closeIdle closes the connections idle reports; the number left.
 func (t *Tracker[C]) closeIdle(idle func(c C) bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -447,7 +429,7 @@ func (t *Tracker[C]) closeIdle(idle func(c C) bool) int {
 	return len(t.conns)
 }
 
-// OrDefault returns v if it is positive, else d: a server field's value.
+// OrDefault returns v if it is positive, else d.
 func OrDefault[T int64 | time.Duration](v, d T) T {
 	if v > 0 {
 		return v

@@ -13,19 +13,17 @@ import (
 	"time"
 )
 
-// Errors of ListenUnix.
+// Errors of ListenUnix, wrapped.
 var (
-	// ErrNotSocket (wrapped): something else is at the path; it stays.
-	ErrNotSocket = errors.New("srvconn: path exists and is not a socket (refusing to remove it)")
-	// ErrSocketInUse (wrapped): a server accepts on the path.
+	ErrNotSocket   = errors.New("srvconn: path exists and is not a socket (refusing to remove it)")
 	ErrSocketInUse = errors.New("srvconn: socket in use: another daemon is already running on it")
 )
 
 // ListenUnix listens on a unix socket at path with mode (set after
 // creation: keep it in a private directory). A stale socket is removed; a
 // live one is ErrSocketInUse; any other file is ErrNotSocket and left.
-// Close removes the file only if it is still the socket created (same
-// device and inode); it may be called more than once.
+// Close, idempotent, removes the file only if it is still the socket
+// created (same device and inode).
 func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, fmt.Errorf("listen unix %s: %w", path, err)
@@ -52,8 +50,7 @@ func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
 }
 
 // ListenUnixGroup is ListenUnix, then chowns the socket to group (name or
-// id; "": unchanged) so the MTA's group can use mode 0660; on failure the
-// socket is removed.
+// id; "": unchanged) so the MTA's group can use mode 0660.
 func ListenUnixGroup(path string, mode os.FileMode, group string) (net.Listener, error) {
 	gid := -1
 	if group != "" {
@@ -131,7 +128,7 @@ type unixListener struct {
 }
 
 // Close closes the listener and removes the socket file if it is still
-// the one the listener created.
+// the one created.
 func (l *unixListener) Close() error {
 	l.once.Do(func() {
 		l.err = l.UnixListener.Close()
@@ -141,7 +138,3 @@ func (l *unixListener) Close() error {
 	})
 	return l.err
 }
-
-// Accept returns the next connection (net.Listener); it is the embedded
-// listener's, named here so the type is a net.Listener with our Close.
-func (l *unixListener) Accept() (net.Conn, error) { return l.UnixListener.Accept() }

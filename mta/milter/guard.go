@@ -12,14 +12,9 @@ const MaxPacketSize = 1 << 20
 
 // frameHooks lets a frameReader consult its connection; nil for fuzzing.
 type frameHooks interface {
-	// beforeHeader is called before the reader waits for the next packet;
-	// a non-nil error ends the stream with that error (shutdown, or a
-	// session that must be closed after a panic).
-	beforeHeader() error
-	// afterHeader is called once a valid length header has been read.
-	afterHeader()
-	// command is called with the command byte (the first payload byte)
-	// of every packet passed through, and up to the first 12 data bytes
+	beforeHeader() error // before waiting for a packet; an error ends the stream
+	afterHeader()        // a valid length header was read
+	// command gets every packet's command byte and up to 12 data bytes
 	// that followed it in the same read (enough for SMFIC_OPTNEG).
 	command(code byte, data []byte)
 }

@@ -116,7 +116,6 @@ type countMetrics struct {
 	refused   int
 	done      int
 	decisions map[string]int // state/action
-	messages  map[policy.Action]int
 	bad       map[string]int
 	faults    map[string]int
 }
@@ -124,7 +123,6 @@ type countMetrics struct {
 func newCountMetrics() *countMetrics {
 	return &countMetrics{
 		decisions: map[string]int{},
-		messages:  map[policy.Action]int{},
 		bad:       map[string]int{},
 		faults:    map[string]int{},
 	}
@@ -150,12 +148,6 @@ func (m *countMetrics) Decision(state string, a policy.Action, _ time.Duration) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.decisions[state+"/"+a.String()]++
-}
-
-func (m *countMetrics) Message(a policy.Action) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.messages[a]++
 }
 
 func (m *countMetrics) BadInput(reason string) {

@@ -5,12 +5,9 @@ import (
 	"strings"
 )
 
-// LocalUserHeader is the header that carries the uid of a local (sendmail)
-// submission to the milter. Postfix does not pass its own Received: header
-// ("by HOST (Postfix, from userid UID)", written by pickup) to milters, so
-// the documented recipe (docs/postfix.md, "Local submissions") has the
-// cleanup service that serves pickup copy the uid into this header with a
-// header_checks PREPEND and IGNORE every copy the message brings itself.
+// LocalUserHeader carries the uid of a local (sendmail) submission to the
+// milter: Postfix does not pass pickup's Received: header to milters, so
+// docs/postfix.md ("Local submissions") has pickup's cleanup PREPEND it.
 const LocalUserHeader = "X-Ratelimitd-Local-User"
 
 // nonSMTPClient reports whether a connect is Postfix's emulation for
@@ -24,13 +21,8 @@ func nonSMTPClient(host string, port uint16, addr net.IP) bool {
 // digits, surrounding white space ignored; ok is false for anything else.
 func localUser(value string) (uid string, ok bool) {
 	v := strings.TrimSpace(value)
-	if len(v) == 0 || len(v) > 10 {
+	if len(v) == 0 || len(v) > 10 || strings.Trim(v, "0123456789") != "" {
 		return "", false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return "", false
-		}
 	}
 	return v, true
 }

@@ -7,7 +7,6 @@ import (
 	gomilter "github.com/emersion/go-milter"
 
 	"github.com/ratelimitd/ratelimitd/mta"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // maxHeaderLine is the longest header line (without CRLF) AddHeader writes
@@ -29,24 +28,6 @@ func reply(code int, enhanced, text string) gomilter.Response {
 		b.WriteString(strings.ReplaceAll(text, "%", "%%"))
 	}
 	return gomilter.NewResponseStr(byte(gomilter.ActReplyCode), b.String())
-}
-
-// decisionReply is the reply to a Defer ('4') or Reject ('5'): d's Code,
-// Enhanced and Text when valid for the class, else the defaults.
-func decisionReply(d policy.Decision, defCode int, defEnhanced string, class byte, defText string) gomilter.Response {
-	code := d.Code
-	if code/100 != int(class-'0') || code > 599 {
-		code = defCode
-	}
-	enhanced := d.Enhanced
-	if !mta.ValidEnhanced(enhanced, class) {
-		enhanced = defEnhanced
-	}
-	text := d.Text
-	if strings.TrimSpace(text) == "" {
-		text = defText
-	}
-	return reply(code, enhanced, text)
 }
 
 // splitHeader splits a Decision.Header "Name: value" for AddHeader: a valid

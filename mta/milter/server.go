@@ -41,24 +41,22 @@ const (
 )
 
 // FreezeAdvisor is an optional interface of a Decider: at a message's
-// first header byte (req at DATA, with RecipientCount) MayFreeze says
-// whether a freeze could apply; only then is the message kept. It must err
-// towards true: a message not kept that must be frozen is temp-failed
-// (ErrNotKept). Called concurrently.
+// first header byte (req at DATA) MayFreeze says whether a freeze could
+// apply; only then is the message kept. It must err towards true: a
+// message not kept that must be frozen is temp-failed (ErrNotKept).
 type FreezeAdvisor interface {
 	MayFreeze(ctx context.Context, req *policy.Request) bool
 }
 
-// Quarantine stores frozen messages and records held ones; the daemon
-// implements it. Methods are called concurrently with a ctx of
-// DefaultQuarantineTimeout; m is not touched after a call returns.
+// Quarantine stores frozen messages and records held ones. Called
+// concurrently with a ctx of DefaultQuarantineTimeout; m is not touched
+// after a call returns.
 type Quarantine interface {
-	// Freeze stores the message read from m.Body, returning only once it
-	// is durable (fsync'd): the MTA is then told to discard its copy. On
-	// error the message is temp-failed. id is for the log.
+	// Freeze stores m.Body and returns once it is durable (fsync'd); the
+	// MTA is then told to discard its copy. On error it is temp-failed.
 	Freeze(ctx context.Context, m *Message, d policy.Decision) (id string, err error)
-	// Hold records a message the MTA holds (m.Body nil) and returns d,
-	// or the defer that replaces a hold it could not record.
+	// Hold records a held message (m.Body nil) and returns d, or the
+	// defer that replaces a hold it could not record.
 	Hold(ctx context.Context, m *Message, d policy.Decision) policy.Decision
 }
 
@@ -67,34 +65,21 @@ type Message struct {
 	Request    policy.Request // at END-OF-MESSAGE
 	Recipients []string       // accepted, in RCPT order
 	// Body (Freeze only) reads Size bytes as the MTA would deliver them
-	// (CRLF; without the MTA's own topmost Received:).
+	// (CRLF, without the MTA's own topmost Received:).
 	Body io.ReadSeeker
 	Size int64
 }
 
-// Metrics receives a Server's counts (Fault kinds: mta.FaultPanic,
-// FaultDecision, FaultFreeze, FaultNoQuarantineAction, FaultSpool).
-// Called concurrently; must not block.
-type Metrics interface {
-	mta.Metrics
-	// Decision is called for every Decide.
-	Decision(state string, action policy.Action, elapsed time.Duration)
-	// Message is called per message ended, with the action applied.
-	Message(action policy.Action)
-}
-
-// Server is the milter front end in the shape of net/http's Server: set
-// the fields, Serve each listener, Shutdown or Close. The fields must not
-// change once Serve is called.
+// Server is the milter front end in the shape of net/http's Server. The
+// fields must not change once Serve is called.
 type Server struct {
-	// Decider decides every RCPT and END-OF-MESSAGE; required. req is
-	// fresh per call; ctx ends at DecideTimeout or Close.
-	Decider    mta.Decider
-	Quarantine Quarantine   // nil: holds unrecorded, freezes temp-failed
-	Logger     *slog.Logger // nil: slog.Default(); lines carry "conn"
-	Metrics    Metrics      // may be nil
-	// ReadTimeout bounds every read and write; 0: DefaultReadTimeout.
-	ReadTimeout   time.Duration
+	// Decider decides every RCPT and END-OF-MESSAGE; required. ctx ends at
+	// DecideTimeout or Close.
+	Decider       mta.Decider
+	Quarantine    Quarantine    // nil: holds unrecorded, freezes temp-failed
+	Logger        *slog.Logger  // nil: slog.Default()
+	Metrics       mta.Metrics   // may be nil
+	ReadTimeout   time.Duration // every read and write; 0: DefaultReadTimeout
 	DecideTimeout time.Duration // 0: DefaultDecideTimeout
 	// MaxMessageSize bounds the bytes kept for freezing (a larger message
 	// that must be frozen gets 452 4.3.4); SpoolThreshold of them stay in
@@ -103,17 +88,12 @@ type Server struct {
 	MaxMessageSize int64
 	SpoolThreshold int64
 	SpoolDir       string
-	// FirstRequestTimeout bounds the wait for a connection's first
-	// complete packet (the MTA's SMFIC_OPTNEG, written at once), from its
-	// accept; 0: srvconn.DefaultFirstRequestTimeout.
+	// FirstRequestTimeout bounds the wait for the first complete packet
+	// from the accept; 0: srvconn.DefaultFirstRequestTimeout.
 	FirstRequestTimeout time.Duration
-	// AllowedNetworks are the TCP clients allowed; empty: loopback only.
-	// Unix sockets are not checked.
-	AllowedNetworks []netip.Prefix
-	// Budget bounds the connections of all listeners served: a
-	// connection waiting for a packet may be closed to make room, one
-	// between messages before one within a message. The zero value has
-	// no cap.
+	AllowedNetworks     []netip.Prefix // TCP clients allowed; empty: loopback only
+	// Budget bounds the connections of all listeners served; one waiting
+	// for a packet may be closed to make room, between messages first.
 	Budget srvconn.Budget
 
 	initOnce sync.Once
@@ -131,7 +111,7 @@ func (s *Server) init() {
 
 func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
+func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
 
 func (s *Server) readTimeout() time.Duration {
 	return srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
@@ -185,20 +165,19 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// startSession gives c a go-milter Server whose NewMilter returns c's session.
+// startSession serves c with go-milter.
 func (s *Server) startSession(c *conn) {
 	lib := &gomilter.Server{
 		NewMilter: func() gomilter.Milter { return c.sess },
 		Actions:   gomilter.OptAddHeader | gomilter.OptQuarantine,
 		Protocol:  gomilter.OptNoUnknown, // go-milter cannot parse SMFIC_UNKNOWN
 	}
-	_ = lib.Serve(&oneConnListener{c: c.guard()})
+	_ = lib.Serve(&oneConnListener{c: guardConn{c}})
 }
 
 // Shutdown closes the listeners and the connections between messages, lets
 // messages in progress reach their end-of-message reply, and returns when
-// every connection is closed, or ctx.Err() first. ErrServerClosed if
-// already stopped.
+// every connection is closed (or ctx.Err()); ErrServerClosed if stopped.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	return s.life.Shutdown(ctx, func(c *conn) bool { return c.waiting && !c.inMessage })
@@ -221,17 +200,17 @@ type conn struct {
 	// Under srv.life's mutex.
 	waiting   bool // blocked on the next packet's length header
 	inMessage bool // between MAIL and the end-of-message reply or abort
-	ended     bool // the session has ended
+	ended     bool
 
-	// Used by the session goroutine only.
+	// The session goroutine's.
 	firstBy    time.Time // deadline of the first packet
-	headers    int       // packet headers waited for (beforeHeader)
+	headers    int       // packet headers waited for
 	frame      *frameReader
 	lastCode   byte               // command byte of the last packet
-	mtaActions gomilter.OptAction // actions the MTA offered (SMFIC_OPTNEG)
+	mtaActions gomilter.OptAction // offered in SMFIC_OPTNEG
 	optneg     bool               // mtaActions is known
-	readErr    error              // why reading stopped
-	poisoned   bool               // close after the current reply (panic)
+	readErr    error
+	poisoned   bool // close after the current reply (panic)
 }
 
 func (s *Server) newConn(rwc net.Conn) *conn {
@@ -251,9 +230,7 @@ func (c *conn) beforeHeader() error {
 	s := c.srv
 	s.life.Lock()
 	defer s.life.Unlock()
-	switch c.lastCode {
-	case byte(gomilter.CodeEOB), byte(gomilter.CodeAbort):
-		// end-of-message reply written, or aborted
+	if c.lastCode == byte(gomilter.CodeEOB) || c.lastCode == byte(gomilter.CodeAbort) {
 		c.inMessage = false
 	}
 	if s.life.ClosedLocked() && !c.inMessage {
@@ -300,24 +277,20 @@ func (c *conn) canDo(a gomilter.OptAction) bool {
 	return !c.optneg || c.mtaActions&a != 0
 }
 
-// guard returns the net.Conn given to go-milter: reads go through the
-// framing guard with a deadline on each, writes get a deadline, and Close
-// marks the end of the session.
-func (c *conn) guard() net.Conn { return guardConn{c} }
-
-// guardConn is the connection as go-milter sees it.
+// guardConn is the connection as go-milter sees it: reads through the
+// framing guard with a deadline on each, writes with a deadline, and Close
+// ending the session.
 type guardConn struct{ c *conn }
 
 func (g guardConn) Read(p []byte) (int, error) {
 	c := g.c
 	n, err := c.frame.Read(p)
-	if err != nil && c.readErr == nil {
-		c.readErr = err
-		c.noteReadError(err)
-	}
 	if err != nil {
-		// logged here; go-milter would log all but io.EOF again
-		err = io.EOF
+		if c.readErr == nil {
+			c.readErr = err
+			c.noteReadError(err)
+		}
+		err = io.EOF // logged here; go-milter would log it again
 	}
 	return n, err
 }
@@ -377,17 +350,12 @@ func (c *conn) noteReadError(err error) {
 		c.log.Debug("closing connection: server shutting down")
 	case err == io.EOF:
 		c.log.Debug("connection closed by MTA")
+	case c.srv.life.ClosedForRoom(c):
+		c.log.Debug("connection closed to make room for a new one")
+	case c.srv.life.IsClosed():
+		c.log.Debug("connection closed by server", "err", err)
 	default:
-		c.srv.life.Lock()
-		room := c.srv.life.ClosingLocked(c) && !c.srv.life.ClosedLocked()
-		c.srv.life.Unlock()
-		if room {
-			c.log.Debug("connection closed to make room for a new one")
-		} else if c.srv.life.IsClosed() {
-			c.log.Debug("connection closed by server", "err", err)
-		} else {
-			c.log.Info("read error", "err", err)
-		}
+		c.log.Info("read error", "err", err)
 	}
 }
 
@@ -420,12 +388,3 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 
 func (l *oneConnListener) Close() error   { return nil }
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
-
-type noMetrics struct{}
-
-func (noMetrics) Conn(bool)                                     {}
-func (noMetrics) ConnDone()                                     {}
-func (noMetrics) Decision(string, policy.Action, time.Duration) {}
-func (noMetrics) Message(policy.Action)                         {}
-func (noMetrics) BadInput(string)                               {}
-func (noMetrics) Fault(string)                                  {}

@@ -1,11 +1,14 @@
 package milter
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/textproto"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,13 +20,11 @@ import (
 )
 
 // session is go-milter's Milter for one connection, called one event at a
-// time; go-milter gets it back after every final reply, so message state
-// is reset explicitly (MAIL, abort, end of message).
+// time; message state is reset explicitly (MAIL, abort, end of message).
 type session struct {
 	c *conn
 
-	// from SMFIC_CONNECT and SMFIC_HELO, or the {client_*} macros
-	clientAddr, clientName, clientPtr string
+	clientAddr, clientName, clientPtr string // SMFIC_CONNECT or {client_*}
 	helo                              string
 	messages                          int  // messages begun (MAIL) on this connection
 	nonSMTP                           bool // Postfix's non-SMTP emulation (nonSMTPClient)
@@ -35,27 +36,21 @@ type session struct {
 type message struct {
 	instance string
 	sender   string
-	// SASL login from {auth_type}, {auth_authen}, {auth_author}.
+	// {auth_type}, {auth_authen}, {auth_author}
 	saslMethod, saslUser, saslSender string
 	queueID                          string // {i}
-	// localUser is the uid in the message's first header when that is
-	// LocalUserHeader on a non-SMTP connection; headers counts headers.
-	localUser string
-	headers   int
+	localUser                        string // a first header LocalUserHeader on a non-SMTP connection
+	headers                          int
 
-	recipients []string // accepted
-	// rcpt is the accepted recipients' decision that decides ahead of the
-	// others (Decision.Ahead).
-	rcpt        policy.Decision
-	warnHeaders []string // Decision.Header of every Warn, deduplicated
+	recipients  []string        // accepted
+	rcpt        policy.Decision // the accepted recipients' decision ahead of the others
+	warnHeaders []string        // Decision.Header of every Warn, deduplicated
 
-	// keep: kept for freezing (decided at the first header or body
-	// byte); buf holds it.
-	keep      keepState
-	buf       *spool
-	size      int64 // bytes of the whole message, kept or not
-	truncated bool  // the message exceeded MaxMessageSize and was dropped
-	eoh       bool  // the empty line after the header has been added
+	keep      keepState // decided at the first header or body byte
+	buf       *spool    // the message kept
+	size      int64     // bytes of the whole message, kept or not
+	truncated bool      // the message exceeded MaxMessageSize and was dropped
+	eoh       bool      // the empty line after the header has been added
 }
 
 // keepState says whether a message is kept for freezing.
@@ -83,8 +78,6 @@ func (s *session) dropMsg() {
 
 // Default reply texts.
 const (
-	textDefer       = "Rate limit exceeded, try again later"
-	textReject      = "Rate limit exceeded"
 	textFault       = "Temporary rate limit failure, try again later"
 	textFreezeFault = "Temporary quarantine failure, try again later"
 	textTooLarge    = "Message too large to quarantine, try again later"
@@ -92,7 +85,7 @@ const (
 )
 
 // recoverTo, deferred in every event handler, is the milter's one
-// recover: the command is temp-failed and the connection closed after it.
+// recover: the command is temp-failed and the connection closed.
 func (s *session) recoverTo(event string, resp *gomilter.Response, err *error) {
 	r := recover()
 	if r == nil {
@@ -209,11 +202,8 @@ func (s *session) RcptTo(rcpt string, m *gomilter.Modifier) (resp gomilter.Respo
 	req := s.request(policy.StateRcpt)
 	req.Recipient = rcpt
 	d := s.decide(&req)
-	switch d.Action {
-	case policy.Defer:
-		return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
-	case policy.Reject:
-		return decisionReply(d, 550, "5.7.1", '5', textReject), nil
+	if d.Action == policy.Defer || d.Action == policy.Reject {
+		return reply(mta.Refusal(&d)), nil
 	}
 	msg := s.msg
 	msg.recipients = append(msg.recipients, rcpt)
@@ -226,15 +216,9 @@ func (s *session) RcptTo(rcpt string, m *gomilter.Modifier) (resp gomilter.Respo
 
 // noteWarn remembers the header of a Warn decision.
 func (m *message) noteWarn(d policy.Decision) {
-	if d.Action != policy.Warn || d.Header == "" {
-		return
+	if d.Action == policy.Warn && d.Header != "" && !slices.Contains(m.warnHeaders, d.Header) {
+		m.warnHeaders = append(m.warnHeaders, d.Header)
 	}
-	for _, h := range m.warnHeaders {
-		if h == d.Header {
-			return
-		}
-	}
-	m.warnHeaders = append(m.warnHeaders, d.Header)
 }
 
 // Header implements go-milter's Milter (SMFIC_HEADER).
@@ -318,10 +302,6 @@ func (s *session) decideKeep() {
 	adv, ok := srv.Decider.(FreezeAdvisor)
 	if ok && m.rcpt.Action != policy.Freeze {
 		req := s.request(policy.StateData)
-		req.RecipientCount = len(m.recipients)
-		if len(m.recipients) == 1 {
-			req.Recipient = m.recipients[0]
-		}
 		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
 		may := adv.MayFreeze(ctx, &req)
 		cancel()
@@ -365,10 +345,6 @@ func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error)
 	s.endHeader()
 
 	req := s.request(policy.StateEndOfMessage)
-	req.RecipientCount = len(msg.recipients)
-	if len(msg.recipients) == 1 {
-		req.Recipient = msg.recipients[0]
-	}
 	req.Size = msg.size
 	d := s.decide(&req)
 	msg.noteWarn(d)
@@ -380,47 +356,30 @@ func (s *session) Body(m *gomilter.Modifier) (resp gomilter.Response, err error)
 
 // apply carries out the final decision d on the message.
 func (s *session) apply(m *gomilter.Modifier, msg *message, req policy.Request, d policy.Decision) (gomilter.Response, error) {
-	c, srv := s.c, s.c.srv
 	qm := &Message{Request: req, Recipients: msg.recipients}
-	log := c.log.With("queue_id", req.QueueID, "action", d.Action.String(), "limit", d.Limit, "key", d.Key)
-	// applied is what the MTA is told: temp-fail unless a branch completes.
-	applied := policy.Defer
-	defer func() { srv.metrics().Message(applied) }()
-
+	log := s.c.log.With("queue_id", req.QueueID, "action", d.Action.String(), "limit", d.Limit, "key", d.Key)
 	switch d.Action {
 	case policy.Pass:
-		applied = policy.Pass
 		return gomilter.RespAccept, nil
-
 	case policy.Warn:
 		if err := s.addHeaders(m, msg); err != nil {
 			return nil, err
 		}
-		applied = policy.Warn
 		return gomilter.RespAccept, nil
-
-	case policy.Defer:
-		return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
-
-	case policy.Reject:
-		applied = policy.Reject
-		return decisionReply(d, 550, "5.7.1", '5', textReject), nil
-
+	case policy.Defer, policy.Reject:
+		return reply(mta.Refusal(&d)), nil
 	case policy.Hold:
-		return s.hold(m, msg, qm, d, log, &applied)
-
+		return s.hold(m, msg, qm, d, log)
 	case policy.Freeze:
-		return s.freeze(msg, qm, d, log, &applied)
+		return s.freeze(msg, qm, d, log)
 	}
-	// An Action outside the policy package's range: fail open.
-	log.Warn("unknown action; accepting")
-	applied = policy.Pass
+	log.Warn("unknown action; accepting") // fail open
 	return gomilter.RespAccept, nil
 }
 
 // hold has the daemon record the hold (Quarantine.Hold: a hold it could
 // not record comes back as a defer), then tells the MTA to quarantine.
-func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
+func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy.Decision, log *slog.Logger) (gomilter.Response, error) {
 	c, srv := s.c, s.c.srv
 	if !c.canDo(gomilter.OptQuarantine) {
 		log.Error("cannot hold: the MTA did not offer the quarantine action; temp-failing")
@@ -432,7 +391,7 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 		d = srv.Quarantine.Hold(ctx, qm, d)
 		cancel()
 		if d.Action != policy.Hold {
-			return decisionReply(d, 450, "4.7.1", '4', textDefer), nil
+			return reply(mta.Refusal(&d)), nil
 		}
 	} else {
 		log.Warn("no quarantine configured: held message not recorded")
@@ -444,47 +403,42 @@ func (s *session) hold(m *gomilter.Modifier, msg *message, qm *Message, d policy
 	if err := s.addHeaders(m, msg); err != nil {
 		return nil, err
 	}
-	*applied = policy.Hold
 	log.Info("message held")
 	return gomilter.RespAccept, nil
 }
 
 // freeze stores the message (Quarantine.Freeze) and, only once it is
 // durable, tells the MTA to discard its copy; any failure temp-fails.
-func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog.Logger, applied *policy.Action) (gomilter.Response, error) {
+func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog.Logger) (gomilter.Response, error) {
 	srv := s.c.srv
+	fail := func(msg string, err error, args ...any) (gomilter.Response, error) {
+		log.Error(msg, append([]any{"err", err}, args...)...)
+		srv.metrics().Fault(mta.FaultFreeze)
+		if errors.Is(err, ErrMessageTooLarge) {
+			return reply(452, "4.3.4", textTooLarge), nil
+		}
+		return reply(451, "4.3.0", textFreezeFault), nil
+	}
 	switch {
 	case srv.Quarantine == nil:
-		log.Error("cannot freeze; temp-failing", "err", ErrNoQuarantine)
-		srv.metrics().Fault(mta.FaultFreeze)
-		return reply(451, "4.3.0", textFreezeFault), nil
+		return fail("cannot freeze; temp-failing", ErrNoQuarantine)
 	case msg.truncated:
-		log.Error("cannot freeze; temp-failing", "err", ErrMessageTooLarge,
-			"size", msg.size, "max_message_size", srv.maxMessageSize())
-		srv.metrics().Fault(mta.FaultFreeze)
-		return reply(452, "4.3.4", textTooLarge), nil
+		return fail("cannot freeze; temp-failing", ErrMessageTooLarge, "size", msg.size, "max_message_size", srv.maxMessageSize())
 	case msg.keep != keepYes:
-		log.Error("cannot freeze; temp-failing", "err", ErrNotKept)
-		srv.metrics().Fault(mta.FaultFreeze)
-		return reply(451, "4.3.0", textFreezeFault), nil
+		return fail("cannot freeze; temp-failing", ErrNotKept)
 	}
 	body, err := msg.buf.reader()
 	if err != nil {
-		log.Error("cannot freeze; temp-failing", "err", err)
-		srv.metrics().Fault(mta.FaultFreeze)
-		return reply(451, "4.3.0", textFreezeFault), nil
+		return fail("cannot freeze; temp-failing", err)
 	}
 	qm.Body, qm.Size = body, msg.buf.n
 	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultQuarantineTimeout)
 	id, err := srv.Quarantine.Freeze(ctx, qm, d)
 	cancel()
 	if err != nil {
-		log.Error("freezing failed; temp-failing the message", "err", err)
-		srv.metrics().Fault(mta.FaultFreeze)
-		return reply(451, "4.3.0", textFreezeFault), nil
+		return fail("freezing failed; temp-failing the message", err)
 	}
 	// Durable in the quarantine: only now may the MTA drop its copy.
-	*applied = policy.Freeze
 	log.Info("message frozen; MTA told to discard its copy", "quarantine_id", id, "size", msg.size)
 	return gomilter.RespDiscard, nil
 }
@@ -508,10 +462,11 @@ func (s *session) addHeaders(m *gomilter.Modifier, msg *message) error {
 	return nil
 }
 
-// request returns the policy request for the current transaction.
+// request returns the policy request for the current transaction; after
+// RCPT with the recipients' count (and the recipient if only one).
 func (s *session) request(state string) policy.Request {
 	msg := s.msg
-	return policy.Request{
+	req := policy.Request{
 		ProtocolState:     state,
 		HeloName:          s.helo,
 		QueueID:           msg.queueID,
@@ -526,6 +481,13 @@ func (s *session) request(state string) policy.Request {
 		LocalUser:         msg.localUser,
 		Stage:             policy.ViaMilter,
 	}
+	if state != policy.StateRcpt {
+		req.RecipientCount = len(msg.recipients)
+		if len(msg.recipients) == 1 {
+			req.Recipient = msg.recipients[0]
+		}
+	}
+	return req
 }
 
 // decide calls the Decider, logs and counts the decision.
@@ -547,19 +509,10 @@ func quarantineReason(d policy.Decision) string {
 	if d.Limit != "" {
 		r += " limit " + d.Limit
 	}
-	if t := firstNonEmpty(d.Reason, d.Text); t != "" {
+	if t := cmp.Or(d.Reason, d.Text); t != "" {
 		r += ": " + t
 	}
 	return mta.ReplyText(r, mta.MaxTextLen)
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 var _ gomilter.Milter = (*session)(nil)

@@ -56,7 +56,7 @@ func BenchmarkWriteReply(b *testing.B) {
 // BenchmarkServerRoundTrip measures one request and reply over a loopback
 // TCP connection, Decide included (a no-op).
 func BenchmarkServerRoundTrip(b *testing.B) {
-	l, err := ListenTCP("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,17 +13,14 @@ import (
 
 // Limits on a request (Postfix's are about 30 lines, under 1 KiB).
 const (
-	// MaxLineLen is the longest request line, in bytes, without "\n".
-	MaxLineLen = 64 << 10
-	// MaxAttributes is the most attribute lines of one request.
-	MaxAttributes = 1024
+	MaxLineLen    = 64 << 10 // bytes of a line, without "\n"
+	MaxAttributes = 1024     // attribute lines of one request
 )
 
-// RequestType is the only request attribute value answered.
-const RequestType = "smtpd_access_policy"
-
-// StagePolicy is the policy.Request.Stage set by Decode.
-const StagePolicy = "policy"
+const (
+	RequestType = "smtpd_access_policy" // the only request attribute value answered
+	StagePolicy = "policy"              // the policy.Request.Stage set by Decode
+)
 
 // Indexes of the string attributes Decode keeps.
 const (
@@ -54,22 +51,18 @@ const (
 type span struct{ off, n int32 }
 
 // A Decoder reads policy requests from a buffered reader, one per
-// connection, not safe for concurrent use. Strings equal to the previous
-// request's field are reused, the others cut from append-only blocks of up
-// to 16 KiB: about one allocation per hundred requests. A consumer keeping
-// a field for long should strings.Clone it, not to pin the block.
+// connection; not safe for concurrent use. Strings equal to the previous
+// request's are reused, others cut from append-only blocks of up to
+// 16 KiB; a consumer keeping one for long should strings.Clone it.
 type Decoder struct {
 	r     *bufio.Reader
 	long  []byte // reassembly of a line longer than r's buffer
 	vals  []byte // values of the current request's known attributes
 	fresh []byte // the values not found in prev
-	// arena is the block the strings of new values are cut from (carve);
-	// its bytes up to len are handed out and never written again.
-	arena []byte
+	arena []byte // carve's block; bytes up to len handed out, never rewritten
 	spans [nStringFields]span
 	seen  uint32
-	// prev holds the string fields of the previous request.
-	prev [nStringFields]string
+	prev  [nStringFields]string // the previous request's strings
 }
 
 // NewDecoder returns a Decoder reading from r; lines up to MaxLineLen
@@ -79,13 +72,11 @@ func NewDecoder(r *bufio.Reader) *Decoder {
 }
 
 // Decode reads the next request (SMTPD_POLICY_README, "Protocol
-// description") into req, overwriting every field, with Stage ViaPolicy:
-// name=value lines ("\r\n" accepted) ended by an empty line, or by EOF
-// after a whole line (Exim readsocket). Unknown attributes are ignored, a
-// repeated one keeps its first value, empty numbers are 0. Errors: io.EOF
-// before the first byte, io.ErrUnexpectedEOF inside a line, ErrLineTooLong,
-// ErrTooManyAttributes, ErrMalformed, ErrUnknownRequest, or the reader's;
-// after an error close the connection.
+// description") into req, overwriting every field: name=value lines
+// ("\r\n" accepted) ended by an empty line, or by EOF after a whole line
+// (Exim readsocket). Unknown attributes are ignored, a repeated one keeps
+// its first value, empty numbers are 0. Errors: see errors.go; after one,
+// close the connection.
 func (d *Decoder) Decode(req *policy.Request) error {
 	// Do not keep an exceptionally large request's memory.
 	if cap(d.vals) > decoderKeep {
@@ -274,15 +265,14 @@ func (d *Decoder) internValues() {
 	}
 }
 
-// arenaSize is the largest block carve cuts strings from; the first is
-// arenaMin, each next twice the last (one-request connections stay small).
+// Sizes of carve's blocks: the first arenaMin, each next twice the last.
 const (
 	arenaMin  = 1 << 10
 	arenaSize = 16 << 10
 )
 
-// carve returns a copy of b cut from the current append-only block (a new
-// one when full): an ordinary immutable string that pins its block.
+// carve returns a copy of b cut from the current append-only block: an
+// immutable string that pins its block.
 func (d *Decoder) carve(b []byte) string {
 	if len(b) == 0 {
 		return ""

@@ -11,5 +11,5 @@
 //
 // Where Postfix ignores HOLD (before MAIL, VRFY, ETRN) WARN is sent. Every
 // reply is one line of valid UTF-8 within MaxReplyLen. Queue runs the MTA's
-// queue commands for quarantine/lifecycle.
+// queue commands.
 package postfix

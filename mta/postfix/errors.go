@@ -2,10 +2,10 @@ package postfix
 
 import "errors"
 
-// Errors of the codec, the server and the listen helpers; codec errors are
-// wrapped with the line or attribute, test them with errors.Is. Decode also
-// returns io.EOF before a request's first byte, io.ErrUnexpectedEOF inside
-// a line, and the reader's own errors.
+// Errors of the codec and the server; codec errors are wrapped with the
+// line or attribute (errors.Is). Decode also returns io.EOF before a
+// request's first byte, io.ErrUnexpectedEOF inside a line, and the
+// reader's own errors.
 var (
 	ErrLineTooLong       = errors.New("postfix: request line too long")          // longer than MaxLineLen
 	ErrTooManyAttributes = errors.New("postfix: too many attributes in request") // more than MaxAttributes
@@ -15,6 +15,4 @@ var (
 	ErrUnknownRequest = errors.New("postfix: unknown request type")  // request= missing or not smtpd_access_policy
 	ErrServerClosed   = errors.New("postfix: server closed")         // Serve after Shutdown or Close; Shutdown/Close again
 	ErrNoDecider      = errors.New("postfix: server has no Decider") // Serve
-	ErrSocketInUse    = errors.New("postfix: socket in use")         // ListenUnix: a live server has the path
-	ErrNotSocket      = errors.New("postfix: path exists and is not a socket")
 )

@@ -4,6 +4,7 @@ package postfix
 
 import (
 	"context"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestKeysAgreeWithPostfixParsing(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var last string // the sender of the last policy request
-	l, err := ListenTCP("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -19,27 +20,20 @@ import (
 const DefaultCommandTimeout = 30 * time.Second
 
 // Queue runs the MTA's queue commands on held mail for quarantine/lifecycle:
-// argument vectors run without a shell, "{queue_id}" replaced by a queue ID
-// that quarantine.ValidQueueID accepts (never one starting with '-'). The
-// daemon sets Postfix's (postsuper -H/-f/-d, postqueue -i/-j, postcat -q)
-// or Exim's (exim -Mt, -Mrm, -Mvc, -bp; Exim specification, "The Exim
-// command line"). List confirms a queue ID before any command runs on it.
-// Fields must not change once in use; methods are safe for concurrent use.
+// argument vectors without a shell, "{queue_id}" replaced by a queue ID
+// that quarantine.ValidQueueID accepts (never one starting with '-'):
+// Postfix's postsuper, postqueue and postcat, or Exim's exim -Mt, -Mrm,
+// -Mvc and -bp (Exim specification, "The Exim command line"). Fields must
+// not change once in use; methods are safe for concurrent use.
 type Queue struct {
 	// ReleaseCommands release a held message: the first decides success
 	// (postsuper -H), later ones' failures are warnings (postqueue -i).
 	ReleaseCommands [][]string
-	// ExpireCommands bounce it (postsuper -f, postqueue -i).
-	ExpireCommands [][]string
-	// DeleteCommand deletes a held message (postsuper -d).
-	DeleteCommand []string
-	// ShowCommand prints a held message (postcat -q).
-	ShowCommand []string
-	// ListCommand lists the queue (postqueue -j JSON lines, or exim -bp);
-	// empty: List returns quarantine.ErrNoQueueList.
-	ListCommand []string
-	// Timeout bounds each command; zero means DefaultCommandTimeout.
-	Timeout time.Duration
+	ExpireCommands  [][]string    // bounce it (postsuper -f, postqueue -i), like Release
+	DeleteCommand   []string      // postsuper -d
+	ShowCommand     []string      // postcat -q
+	ListCommand     []string      // postqueue -j or exim -bp; empty: quarantine.ErrNoQueueList
+	Timeout         time.Duration // each command's; 0: DefaultCommandTimeout
 }
 
 // Release runs ReleaseCommands for queueID: the first command's failure is
@@ -76,15 +70,14 @@ type queuedMessage struct {
 	} `json:"recipients"`
 }
 
-// List runs ListCommand and parses postqueue -j JSON lines or Exim's
-// exim -bp listing (ParseEximQueue); bad JSON lines are skipped. Without a
-// ListCommand it returns quarantine.ErrNoQueueList.
+// List runs ListCommand and parses postqueue -j JSON lines (bad ones
+// skipped) or exim -bp (ParseEximQueue).
 func (q *Queue) List(ctx context.Context) ([]quarantine.QueuedMessage, error) {
 	args := q.ListCommand
 	if len(args) == 0 {
 		return nil, quarantine.ErrNoQueueList
 	}
-	ctx, cancel := context.WithTimeout(ctx, q.timeout())
+	ctx, cancel := context.WithTimeout(ctx, srvconn.OrDefault(q.Timeout, DefaultCommandTimeout))
 	defer cancel()
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
 	if err != nil {
@@ -109,13 +102,6 @@ func (q *Queue) List(ctx context.Context) ([]quarantine.QueuedMessage, error) {
 		msgs = append(msgs, qm)
 	}
 	return msgs, sc.Err()
-}
-
-func (q *Queue) timeout() time.Duration {
-	if q.Timeout > 0 {
-		return q.Timeout
-	}
-	return DefaultCommandTimeout
 }
 
 // sequence runs cmds in order for queueID: the first decides success (its
@@ -148,7 +134,7 @@ func (q *Queue) run(ctx context.Context, tmpl []string, queueID string) ([]byte,
 	for i, a := range tmpl {
 		args[i] = strings.ReplaceAll(a, "{queue_id}", queueID)
 	}
-	ctx, cancel := context.WithTimeout(ctx, q.timeout())
+	ctx, cancel := context.WithTimeout(ctx, srvconn.OrDefault(q.Timeout, DefaultCommandTimeout))
 	defer cancel()
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
 	if err != nil {

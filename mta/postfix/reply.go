@@ -2,6 +2,7 @@ package postfix
 
 import (
 	"bufio"
+	"cmp"
 	"strconv"
 
 	"github.com/ratelimitd/ratelimitd/mta"
@@ -11,12 +12,6 @@ import (
 // MaxReplyLen is the longest reply line, in bytes, with "action=" and
 // without "\n": within an SMTP reply line (RFC 5321 4.5.3.1.5).
 const MaxReplyLen = 510
-
-// Texts of a Defer or Reject without one (a bare number reads as OK).
-const (
-	DefaultDeferText  = "Rate limit exceeded, try again later"
-	DefaultRejectText = "Rate limit exceeded"
-)
 
 // WriteReply writes the reply to a request at protocol state state to w,
 // "action=...\n\n" (package doc), and flushes. It does not allocate when
@@ -39,10 +34,12 @@ func AppendReply(dst []byte, d policy.Decision, state string) []byte {
 	limit := len(dst) + MaxReplyLen
 	dst = append(dst, "action="...)
 	switch d.Action {
-	case policy.Defer:
-		dst = appendNumeric(dst, d, 450, "4.7.1", '4', DefaultDeferText, limit)
-	case policy.Reject:
-		dst = appendNumeric(dst, d, 550, "5.7.1", '5', DefaultRejectText, limit)
+	case policy.Defer, policy.Reject:
+		code, enhanced, text := mta.Refusal(&d)
+		dst = strconv.AppendInt(dst, int64(code), 10)
+		dst = append(dst, ' ')
+		dst = append(dst, enhanced...)
+		dst = appendText(dst, text, limit)
 	case policy.Hold, policy.Freeze:
 		if holdAllowed(state) {
 			dst = append(dst, "HOLD"...)
@@ -65,37 +62,10 @@ func AppendReply(dst []byte, d policy.Decision, state string) []byte {
 	return append(dst, '\n', '\n')
 }
 
-// appendNumeric appends "code enhanced text" for Defer (class '4') and Reject
-// (class '5'), replacing a code or enhanced status code of the wrong class.
-func appendNumeric(dst []byte, d policy.Decision, defCode int, defEnhanced string, class byte, defText string, limit int) []byte {
-	code := d.Code
-	if code/100 != int(class-'0') {
-		code = defCode
-	}
-	enhanced := d.Enhanced
-	if !mta.ValidEnhanced(enhanced, class) {
-		enhanced = defEnhanced
-	}
-	dst = strconv.AppendInt(dst, int64(code), 10)
-	dst = append(dst, ' ')
-	dst = append(dst, enhanced...)
-	n := len(dst)
-	dst = appendText(dst, d.Text, limit)
-	if len(dst) == n {
-		dst = append(dst, ' ')
-		dst = append(dst, defText...)
-	}
-	return dst
-}
-
 // appendLogText appends " text" for HOLD and WARN, whose text Postfix only
 // logs: Decision.Text, else Decision.Reason, else nothing.
 func appendLogText(dst []byte, d policy.Decision, limit int) []byte {
-	text := d.Text
-	if text == "" {
-		text = d.Reason
-	}
-	return appendText(dst, text, limit)
+	return appendText(dst, cmp.Or(d.Text, d.Reason), limit)
 }
 
 // appendHeader appends "PREPEND Name: value" if h is a "Name: value" header

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -37,7 +38,7 @@ func TestWriteReply(t *testing.T) {
 		{"unknown action fails open", policy.Decision{Action: 99, Text: "x"}, rcpt, "action=DUNNO"},
 
 		{"defer defaults", policy.Decision{Action: policy.Defer}, rcpt,
-			"action=450 4.7.1 " + DefaultDeferText},
+			"action=450 4.7.1 " + mta.DeferText},
 		{"defer text", policy.Decision{Action: policy.Defer, Text: "Too many messages from alice, slow down"}, eom,
 			"action=450 4.7.1 Too many messages from alice, slow down"},
 		{"defer code", policy.Decision{Action: policy.Defer, Code: 451, Enhanced: "4.7.28", Text: "t"}, rcpt,
@@ -49,9 +50,9 @@ func TestWriteReply(t *testing.T) {
 		{"defer enhanced too long", policy.Decision{Action: policy.Defer, Enhanced: "4.7.1000", Text: "t"}, rcpt,
 			"action=450 4.7.1 t"},
 		{"defer text all control", policy.Decision{Action: policy.Defer, Text: "\r\n\x00"}, rcpt,
-			"action=450 4.7.1 " + DefaultDeferText},
+			"action=450 4.7.1 " + mta.DeferText},
 		{"reject defaults", policy.Decision{Action: policy.Reject}, rcpt,
-			"action=550 5.7.1 " + DefaultRejectText},
+			"action=550 5.7.1 " + mta.RejectText},
 		{"reject code", policy.Decision{Action: policy.Reject, Code: 554, Enhanced: "5.7.0", Text: "no"}, eom,
 			"action=554 5.7.0 no"},
 		{"reject wrong class", policy.Decision{Action: policy.Reject, Code: 450, Enhanced: "4.7.1", Text: "no"}, eom,

@@ -22,10 +22,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Default timeouts of a Server: idle above Postfix's
-// smtpd_policy_service_max_idle (300 s), so Postfix closes first; request
-// far below smtpd_policy_service_timeout (100 s), so a fail-open DUNNO
-// arrives before Postfix gives up.
+// Default timeouts: idle above Postfix's smtpd_policy_service_max_idle
+// (300 s), request far below smtpd_policy_service_timeout (100 s).
 const (
 	DefaultIdleTimeout    = 330 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
@@ -42,43 +40,28 @@ const (
 	ReasonReadError         = "read_error"          // connection error inside a request
 )
 
-// Metrics receives a Server's counts (Fault kinds mta.FaultPanic and
-// FaultDecision) and, per answered request, its action and the time from
-// its first byte to the reply. Called concurrently; must not block.
-type Metrics interface {
-	mta.Metrics
-	Request(action policy.Action, elapsed time.Duration)
-}
-
 // Server answers policy delegation requests with a Decider's verdicts, in
-// the shape of net/http's Server: set the fields, Serve each listener,
-// Shutdown or Close. Bad input or a request not complete within
-// RequestTimeout closes the connection without a reply (logged, counted);
-// a panic or fault in Decide is answered DUNNO. The fields must not change
-// once Serve is called.
+// the shape of net/http's Server. Bad input or a request not complete in
+// RequestTimeout closes the connection without a reply; a panic or fault
+// in Decide is answered DUNNO. Fields must not change once Serve is called.
 type Server struct {
 	// Decider decides every request; required. *req is reused for the
-	// connection's next request; req.Received is its first byte. ctx ends
-	// about RequestTimeout after it, or at Close.
+	// connection's next request. ctx ends about RequestTimeout after the
+	// request's first byte, or at Close.
 	Decider mta.Decider
-	Logger  *slog.Logger // nil: slog.Default(); lines carry "conn"
-	Metrics Metrics      // may be nil
-	// IdleTimeout bounds the wait for a request's first byte and
-	// RequestTimeout the rest of it, Decide and the reply; zero means the
-	// defaults. Deadlines are renewed about once a second, so a timeout
-	// may end up to a tenth (at most 1 s) early.
+	Logger  *slog.Logger // nil: slog.Default()
+	Metrics mta.Metrics  // may be nil
+	// IdleTimeout bounds the wait for a request's first byte,
+	// RequestTimeout the rest of it, Decide and the reply (0: defaults);
+	// renewed about once a second, so up to a tenth (at most 1 s) early.
 	IdleTimeout    time.Duration
 	RequestTimeout time.Duration
-	// FirstRequestTimeout bounds the wait for a connection's first
-	// complete request, from its accept (Postfix writes it at once); zero
-	// means srvconn.DefaultFirstRequestTimeout.
+	// FirstRequestTimeout bounds the wait for the first complete request
+	// from the accept; 0: srvconn.DefaultFirstRequestTimeout.
 	FirstRequestTimeout time.Duration
-	// AllowedNetworks are the TCP clients allowed (IPv4-mapped as IPv4);
-	// empty: loopback only. Unix sockets are not checked.
-	AllowedNetworks []netip.Prefix
-	// Budget bounds the connections of all listeners served: a
-	// connection waiting for or reading a request is idle and may be
-	// closed to make room. The zero value has no cap.
+	AllowedNetworks     []netip.Prefix // TCP clients allowed; empty: loopback only
+	// Budget bounds the connections of all listeners served; one waiting
+	// for or reading a request may be closed to make room.
 	Budget srvconn.Budget
 
 	initOnce sync.Once
@@ -103,7 +86,7 @@ func (s *Server) init() {
 
 func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
-func (s *Server) metrics() Metrics { return cmp.Or[Metrics](s.Metrics, noMetrics{}) }
+func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
 
 func (s *Server) idleTimeout() time.Duration {
 	return srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
@@ -114,7 +97,7 @@ func (s *Server) requestTimeout() time.Duration {
 }
 
 // firstRequestTimeout is FirstRequestTimeout, at most IdleTimeout +
-// RequestTimeout (the bound it would have without it).
+// RequestTimeout.
 func (s *Server) firstRequestTimeout() time.Duration {
 	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.idleTimeout()+s.requestTimeout())
 }
@@ -154,8 +137,7 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// setActive marks c as handling a request or idle; false means c must
-// stop (closed, or going idle during shutdown).
+// setActive marks c as handling a request or idle; false: c must stop.
 func (s *Server) setActive(c *conn, active bool) bool {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -169,9 +151,9 @@ func (s *Server) setActive(c *conn, active bool) bool {
 	return true
 }
 
-// setDeciding marks c's request read whole: from now until its reply c is
-// never closed to make room (a request still being read may be, so slow
-// partial requests cannot hold the budget). False means c must stop.
+// setDeciding marks c's request read whole: until its reply c is never
+// closed to make room (slow partial requests cannot hold the budget).
+// False: c must stop.
 func (s *Server) setDeciding(c *conn) bool {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -214,9 +196,8 @@ func (s *Server) serveConn(c *conn) {
 }
 
 // serveRequests answers requests until the connection ends. It holds the
-// front end's one recover: a panic in Decide is answered DUNNO (fail open,
-// logged, counted) and serveRequests returns true to be called again; a
-// panic elsewhere closes the connection.
+// front end's one recover: a panic in Decide is answered DUNNO (logged,
+// counted) and it returns true to be called again; elsewhere it closes.
 func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 	m := s.metrics()
 	defer func() {
@@ -259,7 +240,7 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			if st.n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstRequestTimedOut(c)
 			}
-			if s.closedForRoom(c) {
+			if s.life.ClosedForRoom(c) {
 				c.log.Debug("connection closed to make room for a new one", "requests", st.n)
 				return false
 			}
@@ -284,29 +265,20 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 	}
 }
 
-// closedForRoom reports whether the budget closed c for a new connection.
-func (s *Server) closedForRoom(c *conn) bool {
-	s.life.Lock()
-	defer s.life.Unlock()
-	return s.life.ClosingLocked(c) && !s.life.ClosedLocked()
-}
-
-// firstRequestTimedOut counts and logs a connection closed for sending no
-// complete request within the first-request timeout.
+// firstRequestTimedOut counts and logs a first-request timeout.
 func (s *Server) firstRequestTimedOut(c *conn) {
 	s.life.CountClosed(srvconn.ReasonFirstRequest)
 	c.log.Debug("closing connection: no complete request within the first-request timeout", "timeout", s.firstRequestTimeout())
 }
 
-// answer writes the reply d to the current request; false means the
-// connection must end (a write error, or shutdown once it is answered).
+// answer writes the reply d; false: the connection must end.
 func (s *Server) answer(c *conn, st *connState, d policy.Decision) bool {
 	st.dl.writeReply(c.rwc, time.Now())
 	if err := WriteReply(st.bw, d, st.req.ProtocolState); err != nil {
 		c.log.Info("write error", "err", err)
 		return false
 	}
-	s.metrics().Request(d.Action, time.Since(st.start))
+	s.metrics().Decision(st.req.ProtocolState, d.Action, time.Since(st.start))
 	if !s.setActive(c, false) {
 		return false
 	}
@@ -315,8 +287,8 @@ func (s *Server) answer(c *conn, st *connState, d policy.Decision) bool {
 }
 
 // deadlines sets a connection's deadlines and request context without a
-// timer per request: one is moved only when it falls more than slack
-// short, and not at all for a request already wholly buffered.
+// timer per request: moved only when more than slack short, and not for a
+// request already buffered whole.
 type deadlines struct {
 	idle, request time.Duration
 	first         time.Time // the first request's deadline; zero once it is read
@@ -331,8 +303,7 @@ type deadlines struct {
 // slack is how far a deadline for timeout d may fall short.
 func slack(d time.Duration) time.Duration { return min(d/10, time.Second) }
 
-// waitRequest bounds the wait for the next request's first byte (for the
-// first request, by the first-request deadline).
+// waitRequest bounds the wait for the next request's first byte.
 func (dl *deadlines) waitRequest(rwc net.Conn, now time.Time) {
 	if !dl.first.IsZero() {
 		dl.read, dl.readIdle = dl.first, false
@@ -347,9 +318,8 @@ func (dl *deadlines) waitRequest(rwc net.Conn, now time.Time) {
 	rwc.SetReadDeadline(want)
 }
 
-// readRequest bounds reading the request begun at start (the first also
-// by the first-request deadline) and returns the context of its decision,
-// ending at about start + the request timeout.
+// readRequest bounds reading the request begun at start and returns its
+// decision's context, ending about start + the request timeout.
 func (dl *deadlines) readRequest(rwc net.Conn, br *bufio.Reader, start time.Time, base context.Context) context.Context {
 	want := start.Add(dl.request)
 	if read := want; !requestBuffered(br) {
@@ -391,29 +361,26 @@ func requestBuffered(br *bufio.Reader) bool {
 	return bytes.HasSuffix(b, []byte("\n\n")) || bytes.HasSuffix(b, []byte("\n\r\n"))
 }
 
+// badInputReasons maps Decode errors to Reason constants.
+var badInputReasons = []struct {
+	err    error
+	reason string
+}{{ErrLineTooLong, ReasonLineTooLong}, {ErrTooManyAttributes, ReasonTooManyAttributes}, {ErrMalformed, ReasonMalformed},
+	{ErrUnknownRequest, ReasonUnknownRequest}, {io.ErrUnexpectedEOF, ReasonUnexpectedEOF}, {os.ErrDeadlineExceeded, ReasonTimeout}}
+
 // badInputReason maps a Decode error to a Reason constant.
 func badInputReason(err error) string {
-	switch {
-	case errors.Is(err, ErrLineTooLong):
-		return ReasonLineTooLong
-	case errors.Is(err, ErrTooManyAttributes):
-		return ReasonTooManyAttributes
-	case errors.Is(err, ErrMalformed):
-		return ReasonMalformed
-	case errors.Is(err, ErrUnknownRequest):
-		return ReasonUnknownRequest
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return ReasonUnexpectedEOF
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return ReasonTimeout
-	default:
-		return ReasonReadError
+	for _, r := range badInputReasons {
+		if errors.Is(err, r.err) {
+			return r.reason
+		}
 	}
+	return ReasonReadError
 }
 
 // Shutdown closes the listeners and idle connections, lets requests in
-// progress be answered, and returns when every connection is closed, or
-// ctx.Err() first. ErrServerClosed if already stopped.
+// progress be answered, and returns when every connection is closed (or
+// ctx.Err()); ErrServerClosed if already stopped.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.init()
 	return s.life.Shutdown(ctx, func(c *conn) bool { return !c.active })
@@ -424,11 +391,3 @@ func (s *Server) Close() error {
 	s.init()
 	return s.life.Close()
 }
-
-type noMetrics struct{}
-
-func (noMetrics) Conn(bool)                            {}
-func (noMetrics) ConnDone()                            {}
-func (noMetrics) Request(policy.Action, time.Duration) {}
-func (noMetrics) BadInput(string)                      {}
-func (noMetrics) Fault(string)                         {}

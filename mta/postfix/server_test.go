@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 )
 
 // syncBuffer is a log sink safe for concurrent writes (mtatest.SyncBuffer).
@@ -33,6 +34,7 @@ type syncBuffer = mtatest.SyncBuffer
 
 // testMetrics records a Server's counts.
 type testMetrics struct {
+	mta.NoMetrics
 	mu                   sync.Mutex
 	conns, refused, done int
 	requests             map[policy.Action]int
@@ -59,7 +61,7 @@ func (m *testMetrics) ConnDone() {
 	m.done++
 }
 
-func (m *testMetrics) Request(a policy.Action, _ time.Duration) {
+func (m *testMetrics) Decision(_ string, a policy.Action, _ time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.requests[a]++
@@ -112,7 +114,7 @@ func startServer(t *testing.T, srv *Server, l net.Listener) *testServer {
 	t.Helper()
 	if l == nil {
 		var err error
-		if l, err = ListenTCP("127.0.0.1:0"); err != nil {
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -472,7 +474,7 @@ func TestServerUnixSocket(t *testing.T) {
 		t.Skip("no group name for the current gid:", err)
 	}
 	path := filepath.Join(t.TempDir(), "policy")
-	l, err := ListenUnix(path, 0o600, g.Name)
+	l, err := srvconn.ListenUnixGroup(path, 0o600, g.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +500,7 @@ func TestServerUnixSocket(t *testing.T) {
 		}
 	}
 	// A live socket is not taken over.
-	if _, err := ListenUnix(path, 0, ""); !errors.Is(err, ErrSocketInUse) {
+	if _, err := srvconn.ListenUnixGroup(path, 0o660, ""); !errors.Is(err, srvconn.ErrSocketInUse) {
 		t.Fatalf("second ListenUnix: %v, want ErrSocketInUse", err)
 	}
 	ts.Close()
@@ -519,7 +521,7 @@ func TestListenUnixStale(t *testing.T) {
 	if _, err := os.Lstat(path); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := ListenUnix(path, 0, "")
+	l2, err := srvconn.ListenUnixGroup(path, 0o660, "")
 	if err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
@@ -527,8 +529,8 @@ func TestListenUnixStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != DefaultSocketMode {
-		t.Errorf("mode %v, want %v", fi.Mode().Perm(), DefaultSocketMode)
+	if fi.Mode().Perm() != 0o660 {
+		t.Errorf("mode %v, want %v", fi.Mode().Perm(), os.FileMode(0o660))
 	}
 	l2.Close()
 
@@ -537,7 +539,7 @@ func TestListenUnixStale(t *testing.T) {
 	if err := os.WriteFile(file, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ListenUnix(file, 0, ""); !errors.Is(err, ErrNotSocket) {
+	if _, err := srvconn.ListenUnixGroup(file, 0o660, ""); !errors.Is(err, srvconn.ErrNotSocket) {
 		t.Fatalf("ListenUnix on a file: %v, want ErrNotSocket", err)
 	}
 	if _, err := os.Stat(file); err != nil {
@@ -545,7 +547,7 @@ func TestListenUnixStale(t *testing.T) {
 	}
 
 	// An unknown group fails and leaves no socket.
-	if _, err := ListenUnix(path, 0, "no-such-group-ratelimitd"); err == nil {
+	if _, err := srvconn.ListenUnixGroup(path, 0o660, "no-such-group-ratelimitd"); err == nil {
 		t.Fatal("ListenUnix with an unknown group succeeded")
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
@@ -735,7 +737,7 @@ func TestServerDeadlinesRenewed(t *testing.T) {
 
 func mustListen(t *testing.T) net.Listener {
 	t.Helper()
-	l, err := ListenTCP("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -800,7 +802,7 @@ func ExampleServer() {
 		}),
 		Logger: slog.New(slog.DiscardHandler),
 	}
-	l, err := ListenTCP("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}

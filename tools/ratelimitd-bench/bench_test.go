@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 // startTestFloor runs the floor server in-process on 127.0.0.1:0.
 func startTestFloor(t *testing.T) string {
 	t.Helper()
-	l, err := postfix.ListenTCP("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestRunProgram(t *testing.T) {
 // A run over a unix socket measures the server's CPU time from /proc.
 func TestRunOverUnixSocket(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "floor.sock")
-	l, err := postfix.ListenUnix(path, 0o600, "")
+	l, err := srvconn.ListenUnix(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -53,9 +54,9 @@ func serveFloor(addrs []string) int {
 		var l net.Listener
 		var err error
 		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-			l, err = postfix.ListenUnix(path, 0o600, "")
+			l, err = srvconn.ListenUnix(path, 0o600)
 		} else {
-			l, err = postfix.ListenTCP(addr)
+			l, err = net.Listen("tcp", addr)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "floor:", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -85,7 +86,7 @@ func startInProcessDaemon(b *testing.B) (string, *ratestore.Persistent, func()) 
 	srv.Decider = mta.DeciderFunc(func(ctx context.Context, req *policy.Request) policy.Decision {
 		return engine.Evaluate(ctx, time.Now(), req)
 	})
-	l, err := postfix.ListenTCP("127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
