@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
-	"strings"
 	"sync"
 	"time"
 
@@ -324,20 +323,4 @@ func (r *Recipients) Close() error {
 	err := r.flush()
 	r.once.Do(func() { close(r.closed) })
 	return err
-}
-
-// StoredRecipientPairs lists db's "rcptsets" pairs as "limit|key", sorted.
-func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
-	var out []string
-	err := db.View(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(rcptBucket)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, _ []byte) error {
-			out = append(out, strings.Replace(string(k), "\x00", "|", 1))
-			return nil
-		})
-	})
-	return out, err
 }
