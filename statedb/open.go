@@ -66,10 +66,6 @@ func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err e
 	case err != nil:
 		return nil, Damaged(path, err)
 	}
-	if size := fileSize(db); size < highWater(db) {
-		db.Close()
-		return nil, Damaged(path, fmt.Sprintf("truncated: %d bytes, its pages need %d", size, highWater(db)))
-	}
 	if problems := checkDB(db, 5); len(problems) > 0 {
 		db.Close()
 		return nil, Damaged(path, "consistency check failed: "+strings.Join(problems, "; "))
@@ -153,23 +149,6 @@ func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, e
 			f, err = os.OpenFile(name, flag, mode)
 			return f, err
 		}})
-}
-
-// fileSize is the size of db's file, highWater the bytes its pages take.
-func fileSize(db *bolt.DB) int64 {
-	fi, err := os.Stat(db.Path())
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-func highWater(db *bolt.DB) (n int64) {
-	db.View(func(tx *bolt.Tx) error {
-		n = tx.Size()
-		return nil
-	})
-	return n
 }
 
 // checkDB runs Tx.Check and returns at most max problems.
