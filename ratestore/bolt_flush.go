@@ -17,14 +17,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Tick sweeps every SweepInterval, flushes (the sweep's deletions too, so
+// Tick sweeps every minute, flushes (the sweep's deletions too, so
 // the last Tick leaves the file as memory is) and starts a compaction when
 // due (statedb.Flusher). It returns the flush's error.
 func (p *Persistent) Tick() error {
 	if p.opts.ReadOnly {
 		return nil
 	}
-	if p.sweeps() && time.Since(p.lastSweep) >= p.opts.SweepInterval {
+	if p.sweeps() && time.Since(p.lastSweep) >= p.sweepEvery {
 		p.lastSweep = time.Now()
 		if n := p.Sweep(); n > 0 {
 			p.log.Debug("swept negligible rate states", "count", n)

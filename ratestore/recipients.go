@@ -65,17 +65,12 @@ type rcptShard struct {
 type RecipientOptions struct {
 	// MaxKeys bounds the (limit, key) pairs kept; default 100,000.
 	MaxKeys int
-	// SweepInterval is how often Tick drops expired sets; default 1m.
-	SweepInterval time.Duration
 }
 
 // NewRecipients returns an in-memory Recipients (no persistence).
 func NewRecipients(opts RecipientOptions) *Recipients {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 100_000
-	}
-	if opts.SweepInterval <= 0 {
-		opts.SweepInterval = time.Minute
 	}
 	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{}), lastSweep: time.Now()}
 	for i := range r.shards {
@@ -306,9 +301,9 @@ func (r *Recipients) flush() error {
 	return nil
 }
 
-// Tick sweeps every SweepInterval, then flushes (statedb.Flusher).
+// Tick sweeps every minute, then flushes (statedb.Flusher).
 func (r *Recipients) Tick() error {
-	if now := time.Now(); now.Sub(r.lastSweep) >= r.opts.SweepInterval {
+	if now := time.Now(); now.Sub(r.lastSweep) >= sweepInterval {
 		r.lastSweep = now
 		r.Sweep(now)
 	}
