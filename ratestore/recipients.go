@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -27,8 +28,7 @@ type Recipients struct {
 	seed   maphash.Seed
 	shards [recipientShards]rcptShard
 	flushM sync.Mutex // serialises flushes
-	closed chan struct{}
-	once   sync.Once
+	closed atomic.Bool
 	// lastSweep is when Tick last swept (one goroutine).
 	lastSweep time.Time
 }
@@ -72,7 +72,7 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 100_000
 	}
-	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{}), lastSweep: time.Now()}
+	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), lastSweep: time.Now()}
 	for i := range r.shards {
 		r.shards[i].m = make(map[string]*rcptEntry)
 		r.shards[i].dirty = make(map[string]struct{})
@@ -234,10 +234,8 @@ func (r *Recipients) Sweep(now time.Time) int {
 // Flush writes the changed sets in one transaction (kept on failure);
 // ErrClosed after Close.
 func (r *Recipients) Flush() error {
-	select {
-	case <-r.closed:
+	if r.closed.Load() {
 		return ErrClosed
-	default:
 	}
 	return r.flush()
 }
@@ -316,6 +314,6 @@ func (r *Recipients) Tick() error {
 // Close flushes a last time; later Flush calls return ErrClosed.
 func (r *Recipients) Close() error {
 	err := r.flush()
-	r.once.Do(func() { close(r.closed) })
+	r.closed.Store(true)
 	return err
 }

@@ -101,7 +101,7 @@ func Owner(path string) string {
 // processUser is this process's user and group, "ratelimitd:ratelimitd".
 func processUser() string { return userName(os.Geteuid()) + ":" + groupName(os.Getegid()) }
 
-// userName is uid's name, or the number when it has none.
+// userName and groupName are the names of a uid and a gid, or the number.
 func userName(uid int) string {
 	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
 		return u.Username
@@ -109,7 +109,6 @@ func userName(uid int) string {
 	return strconv.Itoa(uid)
 }
 
-// groupName is gid's name, or the number when it has none.
 func groupName(gid int) string {
 	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
 		return g.Name
