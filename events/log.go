@@ -244,14 +244,12 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 // Formats describes the event log's records for statedb.
 func Formats() []statedb.Format {
 	return []statedb.Format{
-		{Bucket: string(bucketLog), Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
-			return func(_ []string, k, v []byte) (int, error) {
-				body, err := recordBody(k, v)
-				if err == nil {
-					_, err = decode(k, body)
-				}
-				return 1, err
+		{Bucket: string(bucketLog), Check: func(k, v []byte) (int, error) {
+			body, err := recordBody(k, v)
+			if err == nil {
+				_, err = decode(k, body)
 			}
+			return 1, err
 		}},
 		{Bucket: string(bucketMeta)},
 	}

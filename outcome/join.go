@@ -483,11 +483,9 @@ func decodeEntry(key, v []byte) (*entry, error) {
 // Formats describes the join's records for statedb.
 func Formats() []statedb.Format {
 	return []statedb.Format{
-		{Bucket: string(bucketJoin), Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
-			return func(_ []string, k, v []byte) (int, error) {
-				_, err := decodeEntry(k, v)
-				return 1, err
-			}
+		{Bucket: string(bucketJoin), Check: func(k, v []byte) (int, error) {
+			_, err := decodeEntry(k, v)
+			return 1, err
 		}},
 		{Bucket: string(bucketCursor)},
 	}

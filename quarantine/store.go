@@ -119,14 +119,12 @@ func (s *Store) Path() string { return s.db.Path() }
 // Formats describes the buckets for statedb: entries and suspensions are
 // checked, the rest counted.
 func Formats() []statedb.Format {
-	check := func(what string) func(tx *bolt.Tx) func([]string, []byte, []byte) (int, error) {
-		return func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
-			return func(_ []string, k, v []byte) (int, error) {
-				if _, err := openRecord(k, v); err != nil {
-					return 1, fmt.Errorf("%s: %w", what, err)
-				}
-				return 1, nil
+	check := func(what string) func(k, v []byte) (int, error) {
+		return func(k, v []byte) (int, error) {
+			if _, err := openRecord(k, v); err != nil {
+				return 1, fmt.Errorf("%s: %w", what, err)
 			}
+			return 1, nil
 		}
 	}
 	return []statedb.Format{

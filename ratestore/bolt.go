@@ -18,22 +18,13 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// DefaultSweepInterval is the default of PersistOptions.SweepInterval.
-const DefaultSweepInterval = time.Minute
-
 // PersistOptions configures NewPersistent. The zero value is usable.
 type PersistOptions struct {
-	// SweepInterval is how often Tick drops negligible states (0:
-	// DefaultSweepInterval).
-	SweepInterval time.Duration
 	// Limits are the configured limits by name. When set they are stored
 	// beside the states, changed ones are converted (Reconfigure), keys
 	// at or above ProtectFraction are never evicted, and Negligible is
 	// not used.
 	Limits map[string]ratelimit.Limit
-	// Retention keeps states of limits with unknown parameters (0:
-	// DefaultRetention).
-	Retention time.Duration
 	// Negligible (Limits nil) reports a state equivalent to none: not
 	// restored, swept. nil: nothing is swept.
 	Negligible func(limit string, s ratelimit.State, now time.Time) bool
@@ -108,7 +99,8 @@ type Persistent struct {
 	cmu        sync.Mutex // serialises compactions
 	pieceKeys  int        // keys of one compaction piece
 	compacting atomic.Bool
-	lastSweep  time.Time // by Tick
+	lastSweep  time.Time     // by Tick
+	sweepEvery time.Duration // sweepInterval; tests shorten it
 
 	// Heap held between flushes and by a running compaction (Working).
 	flushBytes, compactBytes atomic.Int64
@@ -129,18 +121,12 @@ const yieldEntries = 4096
 // ErrVersion, ErrDamaged, statedb.RecordsLost's (unless SkipLost), or
 // BoltDB's.
 func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persistent, err error) {
-	if opts.SweepInterval <= 0 {
-		opts.SweepInterval = DefaultSweepInterval
-	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Retention <= 0 {
-		opts.Retention = DefaultRetention
-	}
 	p = &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
 		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece, yield: runtime.Gosched,
-		lastSweep: time.Now()}
+		lastSweep: time.Now(), sweepEvery: sweepInterval}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -166,7 +152,7 @@ func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) 
 	if l, ok := (*p.params.Load())[limit]; ok {
 		return l.Negligible(s, now)
 	}
-	return now.UnixNano()-s.Time > int64(p.opts.Retention)
+	return now.UnixNano()-s.Time > int64(retention)
 }
 
 // protected reports whether s's rate is at or above ProtectFraction of
@@ -222,7 +208,7 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		if !ok {
 			return s, false
 		}
-		cs, err := convert(s, c[0], c[1], now)
+		cs, err := c[1].Convert(s, c[0], now)
 		if err != nil {
 			notConv++
 			p.convErr = err

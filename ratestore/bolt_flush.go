@@ -17,14 +17,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// Tick sweeps every SweepInterval, flushes (the sweep's deletions too, so
+// Tick sweeps every minute, flushes (the sweep's deletions too, so
 // the last Tick leaves the file as memory is) and starts a compaction when
 // due (statedb.Flusher). It returns the flush's error.
 func (p *Persistent) Tick() error {
 	if p.opts.ReadOnly {
 		return nil
 	}
-	if p.sweeps() && time.Since(p.lastSweep) >= p.opts.SweepInterval {
+	if p.sweeps() && time.Since(p.lastSweep) >= p.sweepEvery {
 		p.lastSweep = time.Now()
 		if n := p.Sweep(); n > 0 {
 			p.log.Debug("swept negligible rate states", "count", n)
@@ -53,7 +53,7 @@ func (p *Persistent) Tick() error {
 
 // release drops BoltDB's mapped pages from resident memory (Linux).
 func (p *Persistent) release() {
-	if err := releaseMapped(p.db); err != nil {
+	if err := p.db.View(func(tx *bbolt.Tx) error { return releaseMappedTx(p.db, tx) }); err != nil {
 		p.log.Debug("madvise of the BoltDB mapping failed", "err", err)
 	}
 }
@@ -164,7 +164,7 @@ func (p *Persistent) flushChanges() error {
 	p.stats.Journal = p.journal
 	p.stats.LastFlush = time.Since(start)
 	p.pending.reset()
-	if cap(p.rbuf) > 4*journalValueMax {
+	if cap(p.rbuf) > 4*statedb.MaxRecordBytes {
 		p.rbuf = nil
 	}
 	p.flushBytes.Store(p.pending.bytes() + int64(cap(p.rbuf)) + int64(cap(p.rends))*int64(unsafe.Sizeof(0)))
@@ -212,7 +212,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 				skipped++
 				continue
 			}
-			if len(buf) > start && (len(buf)-start >= journalValueMax || keys >= journalKeysMax) {
+			if len(buf) > start && (len(buf)-start >= statedb.MaxRecordBytes || keys >= statedb.MaxRecordKeys) {
 				closeRecord()
 			}
 			if len(buf) == start {

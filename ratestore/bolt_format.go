@@ -47,9 +47,6 @@ const (
 	metaVersion   = 1
 	valueLen      = 16
 	cellLen       = valueLen + statedb.RecordOverhead
-	// A journal record ends past journalValueMax bytes or journalKeysMax keys.
-	journalValueMax = statedb.MaxRecordBytes
-	journalKeysMax  = statedb.MaxRecordKeys
 )
 
 // recordBody returns journal record v's checked body (statedb.ErrRecord).
@@ -112,7 +109,7 @@ func decodeRecord(v []byte, fn func(name []byte, at, off, n int, del bool) error
 // recordKeys returns the entry count record v claims, unchecked.
 func recordKeys(v []byte) int {
 	if len(v) >= 3 {
-		return min(int(binary.BigEndian.Uint16(v[1:])), journalKeysMax)
+		return min(int(binary.BigEndian.Uint16(v[1:])), statedb.MaxRecordKeys)
 	}
 	return 1
 }

@@ -299,7 +299,7 @@ func (r *stateRestore) state(k, v []byte) {
 	}
 	if r.converting && ok {
 		// Judged under the parameters it was written with.
-		c, err := convert(s, r.cv[0], r.cv[1], r.now)
+		c, err := r.cv[1].Convert(s, r.cv[0], r.now)
 		if err != nil {
 			// Kept as stored, counted, and logged once (restore).
 			p.stats.NotConverted++

@@ -702,9 +702,9 @@ func TestPersistentConcurrent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
 	db, closeDB := openDB(t, path)
 	p := newPersistent(t, db, MemoryOptions{MaxKeys: 64 * 16}, PersistOptions{
-		SweepInterval: 3 * time.Millisecond,
-		Negligible:    func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate == 7 },
+		Negligible: func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate == 7 },
 	})
+	p.sweepEvery = 3 * time.Millisecond
 	stop := flushEvery(time.Millisecond, func(_ string, err error) { t.Error(err) }, p.Tick)
 	var wg sync.WaitGroup
 	for g := range 16 {

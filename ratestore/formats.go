@@ -3,8 +3,6 @@ package ratestore
 import (
 	"fmt"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
@@ -12,11 +10,11 @@ import (
 // statedb's Scan, Check, Salvage and SetAside.
 func Formats() []statedb.Format {
 	return []statedb.Format{
-		{Bucket: string(bucketName), Nested: true, Check: checkWith(func(k, v []byte) (int, error) {
+		{Bucket: string(bucketName), Nested: true, Check: func(k, v []byte) (int, error) {
 			_, err := openCell(k, v)
 			return 1, err
-		})},
-		{Bucket: string(journalName), Check: checkWith(func(k, v []byte) (int, error) {
+		}},
+		{Bucket: string(journalName), Check: func(k, v []byte) (int, error) {
 			body, err := recordBody(k, v)
 			if err != nil {
 				return recordKeys(v), err
@@ -26,22 +24,15 @@ func Formats() []statedb.Format {
 				return recordKeys(v), err
 			}
 			return n, nil
-		})},
-		{Bucket: string(metaName), Check: checkWith(func(k, v []byte) (int, error) {
+		}},
+		{Bucket: string(metaName), Check: func(k, v []byte) (int, error) {
 			_, err := openMeta(k, v)
 			return 1, err
-		})},
-		{Bucket: string(rcptBucket), Check: checkWith(func(k, v []byte) (int, error) {
+		}},
+		{Bucket: string(rcptBucket), Check: func(k, v []byte) (int, error) {
 			_, err := openRcpt(k, v)
 			return 1, err
-		})},
-	}
-}
-
-// checkWith adapts a record check to statedb.Format.Check.
-func checkWith(check func(k, v []byte) (int, error)) func(*bbolt.Tx) func([]string, []byte, []byte) (int, error) {
-	return func(*bbolt.Tx) func([]string, []byte, []byte) (int, error) {
-		return func(_ []string, k, v []byte) (int, error) { return check(k, v) }
+		}},
 	}
 }
 

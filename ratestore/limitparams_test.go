@@ -95,13 +95,13 @@ func TestPersistentUnknownParamsRetention(t *testing.T) {
 	p.Close()
 	closeDB()
 	var now atomic.Int64
-	now.Store(t0.Add(DefaultRetention - time.Hour).UnixNano())
+	now.Store(t0.Add(retention - time.Hour).UnixNano())
 	db, closeDB = openDB(t, path)
 	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{Limits: map[string]ratelimit.Limit{}, Now: clock(&now)})
 	if p.Memory().Len() != 1 || p.Sweep() != 0 {
 		t.Fatalf("state of unknown parameters dropped within the retention")
 	}
-	now.Store(t0.Add(DefaultRetention + time.Hour).UnixNano())
+	now.Store(t0.Add(retention + time.Hour).UnixNano())
 	if n := p.Sweep(); n != 1 {
 		t.Fatalf("sweep after the retention dropped %d, want 1", n)
 	}
@@ -181,7 +181,7 @@ func TestConvertNeverShortensRefusal(t *testing.T) {
 			if w == 0 {
 				t.Fatalf("%s: the burst is not refused under the old parameters", name)
 			}
-			c, err := convert(over, from, to, now)
+			c, err := to.Convert(over, from, now)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -192,7 +192,7 @@ func TestConvertNeverShortensRefusal(t *testing.T) {
 			if retryWait(from, light, now) != 0 {
 				t.Fatalf("%s: 2 messages refused", name)
 			}
-			cl, err := convert(light, from, to, now)
+			cl, err := to.Convert(light, from, now)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}

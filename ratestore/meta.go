@@ -19,8 +19,12 @@ const (
 	metaLen    = 50
 )
 
-// DefaultRetention keeps states of unknown parameters after their Time.
-const DefaultRetention = 30 * 24 * time.Hour
+const (
+	// retention keeps states of unknown parameters after their Time.
+	retention = 30 * 24 * time.Hour
+	// sweepInterval is how often Tick drops negligible states or sets.
+	sweepInterval = time.Minute
+)
 
 // ProtectFraction is the share of its limit from which a key is not evicted.
 const ProtectFraction = 0.5
@@ -69,10 +73,4 @@ func meaning(l ratelimit.Limit) ratelimit.Limit {
 func sameMeaning(a, b ratelimit.Limit) bool {
 	a, b = meaning(a), meaning(b)
 	return a.Algorithm == b.Algorithm && a.Period == b.Period && a.HalfLife == b.HalfLife
-}
-
-// convert is ratelimit.Limit.Convert of s from from to to at now; errors
-// wrap ratelimit.ErrNotFinite.
-func convert(s ratelimit.State, from, to ratelimit.Limit, now time.Time) (ratelimit.State, error) {
-	return to.Convert(s, from, now)
 }

@@ -6,8 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -28,8 +28,7 @@ type Recipients struct {
 	seed   maphash.Seed
 	shards [recipientShards]rcptShard
 	flushM sync.Mutex // serialises flushes
-	closed chan struct{}
-	once   sync.Once
+	closed atomic.Bool
 	// lastSweep is when Tick last swept (one goroutine).
 	lastSweep time.Time
 }
@@ -66,8 +65,6 @@ type rcptShard struct {
 type RecipientOptions struct {
 	// MaxKeys bounds the (limit, key) pairs kept; default 100,000.
 	MaxKeys int
-	// SweepInterval is how often Tick drops expired sets; default 1m.
-	SweepInterval time.Duration
 }
 
 // NewRecipients returns an in-memory Recipients (no persistence).
@@ -75,10 +72,7 @@ func NewRecipients(opts RecipientOptions) *Recipients {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = 100_000
 	}
-	if opts.SweepInterval <= 0 {
-		opts.SweepInterval = time.Minute
-	}
-	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), closed: make(chan struct{}), lastSweep: time.Now()}
+	r := &Recipients{opts: opts, seed: maphash.MakeSeed(), lastSweep: time.Now()}
 	for i := range r.shards {
 		r.shards[i].m = make(map[string]*rcptEntry)
 		r.shards[i].dirty = make(map[string]struct{})
@@ -240,10 +234,8 @@ func (r *Recipients) Sweep(now time.Time) int {
 // Flush writes the changed sets in one transaction (kept on failure);
 // ErrClosed after Close.
 func (r *Recipients) Flush() error {
-	select {
-	case <-r.closed:
+	if r.closed.Load() {
 		return ErrClosed
-	default:
 	}
 	return r.flush()
 }
@@ -307,9 +299,9 @@ func (r *Recipients) flush() error {
 	return nil
 }
 
-// Tick sweeps every SweepInterval, then flushes (statedb.Flusher).
+// Tick sweeps every minute, then flushes (statedb.Flusher).
 func (r *Recipients) Tick() error {
-	if now := time.Now(); now.Sub(r.lastSweep) >= r.opts.SweepInterval {
+	if now := time.Now(); now.Sub(r.lastSweep) >= sweepInterval {
 		r.lastSweep = now
 		r.Sweep(now)
 	}
@@ -322,22 +314,6 @@ func (r *Recipients) Tick() error {
 // Close flushes a last time; later Flush calls return ErrClosed.
 func (r *Recipients) Close() error {
 	err := r.flush()
-	r.once.Do(func() { close(r.closed) })
+	r.closed.Store(true)
 	return err
-}
-
-// StoredRecipientPairs lists db's "rcptsets" pairs as "limit|key", sorted.
-func StoredRecipientPairs(db *bbolt.DB) ([]string, error) {
-	var out []string
-	err := db.View(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(rcptBucket)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, _ []byte) error {
-			out = append(out, strings.Replace(string(k), "\x00", "|", 1))
-			return nil
-		})
-	})
-	return out, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestRecipientsPersist(t *testing.T) {
 	if err := r.Flush(); err != ErrClosed {
 		t.Errorf("Flush after Close: %v", err)
 	}
-	pairs, _ := StoredRecipientPairs(db)
+	pairs, _ := storedRecipientPairs(db)
 	if want := []string{"daily|carol", "uniq|alice", "uniq|bob"}; !slices.Equal(pairs, want) {
 		t.Fatalf("stored %v, want %v", pairs, want)
 	}
@@ -57,7 +58,7 @@ func TestRecipientsPersist(t *testing.T) {
 		t.Error("carol's recipient lost across the restart")
 	}
 	r2.Close()
-	pairs, _ = StoredRecipientPairs(db)
+	pairs, _ = storedRecipientPairs(db)
 	if want := []string{"daily|carol"}; !slices.Equal(pairs, want) {
 		t.Errorf("after restore and flush: %v, want %v", pairs, want)
 	}
@@ -138,7 +139,7 @@ func TestRecipientsConcurrent(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	pairs, _ := StoredRecipientPairs(db)
+	pairs, _ := storedRecipientPairs(db)
 	if len(pairs) != 50 {
 		t.Errorf("%d pairs stored, want 50", len(pairs))
 	}
@@ -207,4 +208,20 @@ func TestRecipientsZeroedPages(t *testing.T) {
 	if _, err := OpenRecipients(db, rt0, RecipientOptions{}); !errors.Is(err, ErrDamaged) {
 		t.Fatalf("OpenRecipients on zeroed pages: %v", err)
 	}
+}
+
+// storedRecipientPairs lists db's "rcptsets" pairs as "limit|key", sorted.
+func storedRecipientPairs(db *bbolt.DB) ([]string, error) {
+	var out []string
+	err := db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(rcptBucket)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			out = append(out, strings.Replace(string(k), "\x00", "|", 1))
+			return nil
+		})
+	})
+	return out, err
 }

@@ -7,9 +7,7 @@ var (
 	ErrDamaged = errors.New("statedb: damaged state file")
 
 	// ErrPermission is wrapped (with fs.ErrPermission) by Open's error
-	// when this process may not open the state file or enter its
-	// directory: a file of another user (root's, after a run as root),
-	// never a damaged one.
+	// when this process may not open the state file or enter its directory.
 	ErrPermission = errors.New("statedb: permission denied")
 
 	// ErrUnreadable is wrapped by CheckPages' error for a structure BoltDB

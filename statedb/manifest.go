@@ -103,15 +103,10 @@ type change struct {
 	ensure  bool // only if it has no entry
 }
 
-// NewTally returns a Tally for the write transaction tx.
-func NewTally(tx *bolt.Tx) *Tally {
-	return &Tally{tx: tx, changes: map[string]*change{}}
-}
-
 // Update runs fn in a write transaction of db with a Tally, then saves it.
 func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
 	return db.Update(func(tx *bolt.Tx) error {
-		t := NewTally(tx)
+		t := &Tally{tx: tx, changes: map[string]*change{}}
 		if err := fn(tx, t); err != nil {
 			return err
 		}

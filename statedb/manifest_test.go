@@ -19,17 +19,13 @@ import (
 // makes BoltDB read the transaction before the last.
 
 var testFormats = []Format{
-	{Bucket: "recs", Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
-		return func(_ []string, k, v []byte) (int, error) {
-			_, _, err := Unseal(k, v)
-			return 1, err
-		}
+	{Bucket: "recs", Check: func(k, v []byte) (int, error) {
+		_, _, err := Unseal(k, v)
+		return 1, err
 	}},
-	{Bucket: "limits", Nested: true, Check: func(*bolt.Tx) func([]string, []byte, []byte) (int, error) {
-		return func(_ []string, k, v []byte) (int, error) {
-			_, _, err := Unseal(k, v)
-			return 1, err
-		}
+	{Bucket: "limits", Nested: true, Check: func(k, v []byte) (int, error) {
+		_, _, err := Unseal(k, v)
+		return 1, err
 	}},
 }
 

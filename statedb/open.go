@@ -66,10 +66,6 @@ func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err e
 	case err != nil:
 		return nil, Damaged(path, err)
 	}
-	if size := fileSize(db); size < highWater(db) {
-		db.Close()
-		return nil, Damaged(path, fmt.Sprintf("truncated: %d bytes, its pages need %d", size, highWater(db)))
-	}
 	if problems := checkDB(db, 5); len(problems) > 0 {
 		db.Close()
 		return nil, Damaged(path, "consistency check failed: "+strings.Join(problems, "; "))
@@ -105,7 +101,7 @@ func Owner(path string) string {
 // processUser is this process's user and group, "ratelimitd:ratelimitd".
 func processUser() string { return userName(os.Geteuid()) + ":" + groupName(os.Getegid()) }
 
-// userName is uid's name, or the number when it has none.
+// userName and groupName are the names of a uid and a gid, or the number.
 func userName(uid int) string {
 	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
 		return u.Username
@@ -113,7 +109,6 @@ func userName(uid int) string {
 	return strconv.Itoa(uid)
 }
 
-// groupName is gid's name, or the number when it has none.
 func groupName(gid int) string {
 	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
 		return g.Name
@@ -153,23 +148,6 @@ func openBolt(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, e
 			f, err = os.OpenFile(name, flag, mode)
 			return f, err
 		}})
-}
-
-// fileSize is the size of db's file, highWater the bytes its pages take.
-func fileSize(db *bolt.DB) int64 {
-	fi, err := os.Stat(db.Path())
-	if err != nil {
-		return 0
-	}
-	return fi.Size()
-}
-
-func highWater(db *bolt.DB) (n int64) {
-	db.View(func(tx *bolt.Tx) error {
-		n = tx.Size()
-		return nil
-	})
-	return n
 }
 
 // checkDB runs Tx.Check and returns at most max problems.

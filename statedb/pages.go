@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"slices"
 )
 
 // CheckPages walks the page tree of the BoltDB file at path without BoltDB
@@ -327,19 +328,10 @@ func packed(p []byte, leaf bool, count int, inline bool) error {
 		return fmt.Errorf("inline bucket of %d bytes, its %d elements end at %d "+
 			"(a damaged element count hides elements)", len(p), count, next)
 	case !inline && count == 0 && len(p) >= pageHeaderSize+leafElemSize &&
-		!allZero(p[pageHeaderSize:pageHeaderSize+leafElemSize]):
+		slices.ContainsFunc(p[pageHeaderSize:pageHeaderSize+leafElemSize], func(c byte) bool { return c != 0 }):
 		return fmt.Errorf("no elements, yet a first element follows its header (a damaged element count hides elements)")
 	}
 	return nil
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // MetaFallback reports a meta page of the BoltDB file at path that fails

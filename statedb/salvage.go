@@ -156,7 +156,7 @@ func (s *salvager) bucket(top string) error {
 	err := s.read(func(tx *bolt.Tx) error {
 		var err error
 		if n, err = readNode(tx.Bucket([]byte(top))); err == nil {
-			s.filter(tx, []string{top}, n)
+			s.filter([]string{top}, n)
 		}
 		return err
 	})
@@ -183,7 +183,7 @@ func (s *salvager) bucket(top string) error {
 		err := s.read(func(tx *bolt.Tx) error {
 			var err error
 			if n, err = readNode(tx.Bucket([]byte(top)).Bucket([]byte(child))); err == nil {
-				s.filter(tx, []string{top, child}, n)
+				s.filter([]string{top, child}, n)
 			}
 			return err
 		})
@@ -200,21 +200,20 @@ func (s *salvager) bucket(top string) error {
 }
 
 // filter drops the records of n failing their check, reporting each.
-func (s *salvager) filter(tx *bolt.Tx, path []string, n *node) {
+func (s *salvager) filter(path []string, n *node) {
 	f, ok := s.formats[path[0]]
 	if !ok || f.Check == nil {
 		return
 	}
-	check := f.Check(tx)
 	if f.Nested && len(path) == 1 {
 		for name, child := range n.buckets {
-			s.filter(tx, []string{path[0], name}, child)
+			s.filter([]string{path[0], name}, child)
 		}
 		return
 	}
 	kept := n.kvs[:0]
 	for _, kv := range n.kvs {
-		keys, err := check(path, kv[0], kv[1])
+		keys, err := f.Check(kv[0], kv[1])
 		if err == nil {
 			kept = append(kept, kv)
 			continue

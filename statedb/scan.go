@@ -18,9 +18,9 @@ type Format struct {
 	// buckets.
 	Bucket string
 	Nested bool
-	// Check returns for tx a record check: the keys it holds and an error
-	// if unreadable. nil: not checked.
-	Check func(tx *bolt.Tx) func(path []string, k, v []byte) (keys int, err error)
+	// Check returns the keys record v under k holds and an error if it is
+	// unreadable. nil: not checked.
+	Check func(k, v []byte) (keys int, err error)
 	// SetAside names the bucket unreadable records are kept in; empty:
 	// deleted.
 	SetAside string
@@ -96,10 +96,6 @@ func scanFormat(tx *bolt.Tx, f Format, m *manifest) (u Usage, lost []Lost) {
 	if b == nil {
 		return u, nil
 	}
-	var check func(path []string, k, v []byte) (int, error)
-	if f.Check != nil {
-		check = f.Check(tx)
-	}
 	// visit checks b at path and returns its nested buckets.
 	visit := func(path []string, b *bolt.Bucket, records bool) (nested [][]byte) {
 		var values uint64
@@ -109,10 +105,10 @@ func scanFormat(tx *bolt.Tx, f Format, m *manifest) (u Usage, lost []Lost) {
 				return nil
 			}
 			values++
-			if !records || check == nil {
+			if !records || f.Check == nil {
 				return nil
 			}
-			n, err := check(path, k, v)
+			n, err := f.Check(k, v)
 			u.Records++
 			u.Bytes += len(v)
 			u.Keys += n

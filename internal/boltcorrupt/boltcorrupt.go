@@ -50,11 +50,10 @@ func ZeroBucketPages(b []byte) {
 func SelfReference(b []byte) bool {
 	ps := os.Getpagesize()
 	for pg := 2; pg < len(b)/ps; pg++ {
-		// Page header: id (8), flags (2; branch 0x01), count (2),
-		// overflow (4); then branch elements: pos (4), ksize (4), pgid (8).
+		// A branch element: pos (4), ksize (4), pgid (8).
 		p := b[pg*ps:]
-		if binary.LittleEndian.Uint64(p) == uint64(pg) && binary.LittleEndian.Uint16(p[8:]) == 0x01 {
-			binary.LittleEndian.PutUint64(p[16+8:], uint64(pg))
+		if binary.LittleEndian.Uint64(p) == uint64(pg) && binary.LittleEndian.Uint16(p[8:]) == BranchPageFlag {
+			binary.LittleEndian.PutUint64(p[PageHeaderSize+8:], uint64(pg))
 			return true
 		}
 	}

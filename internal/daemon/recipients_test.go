@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
@@ -59,7 +60,13 @@ func TestDaemonRecipientSetsPersist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pairs, err := ratestore.StoredRecipientPairs(db)
+	var pairs []string // "limit|key" of the stored recipient sets
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("rcptsets")).ForEach(func(k, _ []byte) error {
+			pairs = append(pairs, strings.Replace(string(k), "\x00", "|", 1))
+			return nil
+		})
+	})
 	db.Close()
 	if err != nil || !slices.Equal(pairs, []string{"uniq|uma"}) {
 		t.Fatalf("stored pairs %v %v", pairs, err)
