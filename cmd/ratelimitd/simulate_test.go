@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
 const tracesDir = "../../testdata/traces"
@@ -44,21 +46,11 @@ func mustRun(t *testing.T, args ...string) string {
 
 // keySummary is one line of `simulate --summary --format jsonl`.
 type keySummary struct {
-	Key           string    `json:"key"`
-	Requests      int       `json:"requests"`
-	Admitted      int       `json:"admitted"`
-	Deferred      int       `json:"deferred"`
-	Rejected      int       `json:"rejected"`
-	Held          int       `json:"held"`
-	Frozen        int       `json:"frozen"`
-	Warned        int       `json:"warned"`
-	First         time.Time `json:"first"`
-	FirstRefused  time.Time `json:"first_refused"`
-	RefusedBy     string    `json:"refused_by"`
-	RefusedAfterS float64   `json:"refused_after_s"`
+	simulate.KeySummary
+	RefusedAfterS float64 `json:"refused_after_s"`
 }
 
-func (k keySummary) refused() int { return k.Deferred + k.Rejected + k.Held + k.Frozen }
+func (k keySummary) refused() int { return k.Refused() }
 
 func summaries(t *testing.T, args ...string) map[string]keySummary {
 	t.Helper()
