@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/spf13/cobra"
 )
 
@@ -77,26 +75,17 @@ func TestExitStatusAndMessages(t *testing.T) {
 	}
 }
 
-// policyAsk sends one policy request with the given attributes to addr
+// policyAsk sends one policy request with attrs (name=value) to addr
 // (host:port, or unix:PATH) and returns the action line.
 func policyAsk(t testing.TB, addr string, attrs ...string) string {
 	t.Helper()
-	network := "tcp"
-	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		network, addr = "unix", path
-	}
-	c, err := net.DialTimeout(network, addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n\n", strings.Join(attrs, "\n"))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(line)
+	return mtatest.PolicyAsk(t, addr, attrs...)
+}
+
+// sendPolicy is policyAsk with attrs as "name=value\n" lines.
+func sendPolicy(t testing.TB, addr, attrs string) string {
+	t.Helper()
+	return mtatest.PolicyAsk(t, addr, strings.Split(strings.TrimSuffix(attrs, "\n"), "\n")...)
 }
 
 // operationsDaemon starts a daemon with a hold limit of 2 per hour and
@@ -111,7 +100,7 @@ func operationsDaemon(t *testing.T) (td *testDaemon, cli func(stdin string, args
 release_command = [["true", "{queue_id}"]]
 delete_command = ["true", "{queue_id}"]
 show_command = ["echo", "queue file {queue_id}"]
-`+fakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D", "3F2A1B4C5FF")+`
+`+mtatest.FakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D", "3F2A1B4C5FF")+`
 
 [[limit]]
 name = "hourly"

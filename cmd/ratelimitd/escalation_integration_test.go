@@ -70,7 +70,7 @@ func TestIntegrationLadderThroughPolicyDelegation(t *testing.T) {
 			port := freePort(t)
 			sink := mtatest.StartSink(t)
 			pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+
+			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+pf.HoldCommands()+
 				ladderLimits("policy", tc.steps...))
 			out, err := cli(t, "config", "check", cfgPath)
 			if err != nil || (tc.warn != "") != strings.Contains(out, "warning: limit") || !strings.Contains(out, tc.warn) {

@@ -80,7 +80,7 @@ func TestIntegrationHeldEntryCompleteAtOnce(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port),
 		ExtraMainCF: map[string]string{"smtpd_end_of_data_restrictions": ""}})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit)
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+pf.HoldCommands()+mtatest.OneHoldLimit)
 	startTestDaemon(t, cfgPath)
 	for _, user := range []string{"alice", "bob", "carol"} {
 		var subject string

@@ -131,7 +131,7 @@ limit = 1
 period = "1h"
 mode = "strict"
 action = "hold"
-`, hook.URL, fakeHeldQueue(t, dir, "ned@example.org", nil, "4A2B1C3DB", "4A2B1C3DC", "4A2B1C3DD")))
+`, hook.URL, mtatest.FakeHeldQueue(t, dir, "ned@example.org", nil, "4A2B1C3DB", "4A2B1C3DC", "4A2B1C3DD")))
 	td := startTestDaemon(t, cfgPath)
 	for i := range 4 {
 		ans := policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username=ned", "sender=ned@example.org",
