@@ -15,13 +15,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
+// sendNumbered sends mtatest.Newsletter(user, n) to the MTA at addr.
 func sendNumbered(t *testing.T, addr, user string, n int) error {
-	return mtatest.Send(t, addr, mtatest.Mail{
-		Login: user, ClientAddr: "192.0.2.7",
-		From: user + "@example.org", To: []string{"rcpt@example.net"},
-		Data: mtatest.BuildMessage(user+"@example.org", "rcpt@example.net", fmt.Sprintf("newsletter part %02d", n),
-			fmt.Sprintf("Dear reader,\nthis is part %d of the newsletter.\n", n)),
-	})
+	return mtatest.Send(t, addr, mtatest.Newsletter(user, n))
 }
 
 // TestIntegrationHoldThroughPolicy: a strict 10/hour hold limit answered

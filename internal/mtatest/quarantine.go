@@ -56,3 +56,14 @@ func FakeHeldQueue(t testing.TB, dir, sender string, rcpts []string, qids ...str
 	}
 	return fmt.Sprintf("queue_list_command = [\"cat\", %q]\n", path)
 }
+
+// Newsletter is part n of SASL user's newsletter from user@example.org,
+// sent from 192.0.2.7 to rcpt@example.net (subject "newsletter part 0n").
+func Newsletter(user string, n int) Mail {
+	return Mail{
+		Login: user, ClientAddr: "192.0.2.7",
+		From: user + "@example.org", To: []string{"rcpt@example.net"},
+		Data: BuildMessage(user+"@example.org", "rcpt@example.net", fmt.Sprintf("newsletter part %02d", n),
+			fmt.Sprintf("Dear reader,\nthis is part %d of the newsletter.\n", n)),
+	}
+}
