@@ -466,7 +466,7 @@ via = ["policy"]
 	base := "http://" + td.d.WebAddr() + "/"
 
 	for i := 1; i <= 4; i++ {
-		if err := sendNumbered(t, pf.Addr(), "alice", i); err != nil {
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("alice", i)); err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
 	}

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // TestRateResetUnknownKey: resetting a key with no rate recorded exits 1
@@ -25,5 +29,30 @@ func TestRateResetUnknownKey(t *testing.T) {
 			t.Errorf("%s: rate reset %s: exit %d\nstdout: %s\nstderr: %s", mode, user, status, out, stderr)
 		}
 		td.stop()
+	}
+}
+
+// TestRateResetOfflineNotifies: `rate reset` with no daemon running sends
+// the rate_reset notification itself, by the local user, and warns of
+// nothing.
+func TestRateResetOfflineNotifies(t *testing.T) {
+	hook := mtatest.StartWebhook(t)
+	cfgPath := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+[notify]
+events = ["rate_reset"]
+[notify.webhook]
+url = %q
+`, hook.URL))
+	td := startTestDaemon(t, cfgPath)
+	if ans := policyQuery(t, td.policyAddr, "rex", "END-OF-MESSAGE"); ans != "action=DUNNO" {
+		t.Fatalf("rex's message: %s", ans)
+	}
+	td.stop()
+	out, err := cli(t, "--config", cfgPath, "rate", "reset", "rex")
+	if err != nil || strings.Contains(out, "warning") {
+		t.Fatalf("offline reset: %v\n%s", err, out)
+	}
+	if ev := hook.Events(); len(ev) != 1 || ev[0]["event"] != "rate_reset" || ev[0]["by"] != admin.LocalUser() {
+		t.Fatalf("offline reset events %v, want one rate_reset by %q", ev, admin.LocalUser())
 	}
 }

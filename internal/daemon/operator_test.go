@@ -91,6 +91,18 @@ func (td *testDaemon) quarantineList(lq admin.ListQuery) string {
 	return b.String()
 }
 
+// show is `ratelimitd quarantine show ID`.
+func (td *testDaemon) show(id string) string {
+	td.t.Helper()
+	res, err := td.admin().Show(td.t.Context(), id, false)
+	if err != nil {
+		td.t.Fatalf("quarantine show %s: %v", id, err)
+	}
+	var b strings.Builder
+	cliout.Show(&b, res, false)
+	return b.String()
+}
+
 // thaw is `ratelimitd quarantine thaw` of sel; err is the command's.
 func (td *testDaemon) thaw(sel lifecycle.Selection) (string, error) {
 	return td.act("thaw", sel, td.admin().Thaw)
