@@ -38,6 +38,9 @@ func (td *testDaemon) rateShow(key string) string {
 	}
 	var b strings.Builder
 	cliout.Rates(&b, kr)
+	if line := admin.AnswerLine(kr); line != "" {
+		fmt.Fprintf(&b, "next message: %s\n", line)
+	}
 	return b.String()
 }
 
