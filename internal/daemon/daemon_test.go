@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -243,5 +244,39 @@ func TestMetricsEndpoint(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// A reload that changes settings only a restart applies says so in the log
+// and in status, instead of silently keeping the old ones.
+func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
+	cfgPath := testConfig(t, t.TempDir(), loopback(t), "")
+	td := startTestDaemon(t, cfgPath)
+	if st := td.adminStatus(); len(st.RestartNeeded) != 0 {
+		t.Fatalf("fresh daemon needs a restart: %v", st.RestartNeeded)
+	}
+	text, _ := os.ReadFile(cfgPath)
+	os.WriteFile(cfgPath, append(text, []byte("\n[quarantine]\nalert_every = 3\nmax_age = \"2d\"\n")...), 0o644)
+	td.Reload()
+	st := td.adminStatus()
+	for _, k := range []string{"quarantine.alert_every", "quarantine.max_age"} {
+		if !slices.Contains(st.RestartNeeded, k) {
+			t.Errorf("status restart_needed %v lacks %s", st.RestartNeeded, k)
+		}
+		if !strings.Contains(td.logs.String(), k) {
+			t.Errorf("log does not name %s:\n%s", k, td.logs.String())
+		}
+	}
+	if !strings.Contains(td.logs.String(), "restart") {
+		t.Errorf("log does not say a restart is needed:\n%s", td.logs.String())
+	}
+	if out := td.statusText(); !strings.Contains(out, "quarantine.alert_every") {
+		t.Errorf("ratelimitd status does not show the pending settings:\n%s", out)
+	}
+	// Back to the running values: nothing pending.
+	os.WriteFile(cfgPath, text, 0o644)
+	td.Reload()
+	if st := td.adminStatus(); len(st.RestartNeeded) != 0 {
+		t.Fatalf("after reverting, restart_needed = %v", st.RestartNeeded)
 	}
 }
