@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -278,5 +279,35 @@ func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
 	td.Reload()
 	if st := td.adminStatus(); len(st.RestartNeeded) != 0 {
 		t.Fatalf("after reverting, restart_needed = %v", st.RestartNeeded)
+	}
+}
+
+// TestStatusCountsMessagesNotRequests: three deferred messages asked about
+// at two RCPTs each read "defer 3" in status, not the 6 requests (before:
+// "freeze 6" for 3 frozen messages, the same count of every request of a
+// refused message); the requests are still counted, and --json has both.
+func TestStatusCountsMessagesNotRequests(t *testing.T) {
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), `
+[[limit]]
+name = "hourly"
+key = "sasl_username"
+limit = 1
+period = "1h"
+mode = "strict"
+`))
+	for i := range 4 {
+		for _, rcpt := range []string{"a@example.net", "b@example.net"} {
+			ans := td.ask("protocol_state=RCPT", "sasl_username=carol", "sender=carol@example.org",
+				"recipient="+rcpt, fmt.Sprintf("instance=c%d", i))
+			if deferred := strings.HasPrefix(ans, "action=450"); deferred != (i > 0) {
+				t.Fatalf("message %d to %s: %s", i+1, rcpt, ans)
+			}
+		}
+	}
+	if out := td.statusText(); !strings.Contains(out, "requests: 8 (2 passed)\n") || !regexp.MustCompile(`(?m)^  defer +3$`).MatchString(out) {
+		t.Errorf("status does not count 3 deferred messages among 8 requests:\n%s", out)
+	}
+	if st := td.adminStatus(); st.Messages["defer"] != 3 || st.ByAction["defer"] != 6 {
+		t.Errorf("status --json: messages %v, decisions (requests) %v", st.Messages, st.ByAction)
 	}
 }
