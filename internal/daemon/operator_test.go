@@ -3,11 +3,15 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"testing"
 
 	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
+	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
@@ -20,37 +24,51 @@ func (td *testDaemon) admin() *admin.Client {
 	return admin.NewClient(td.Config().Server.AdminSocket)
 }
 
+// asked is what get answers (what names the command for a failure).
+func asked[T any](td *testDaemon, what string, get func(context.Context) (T, error)) T {
+	td.t.Helper()
+	v, err := get(td.t.Context())
+	if err != nil {
+		td.t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// printed is v as print writes it.
+func printed[T any](v T, print func(io.Writer, T)) string {
+	var b strings.Builder
+	print(&b, v)
+	return b.String()
+}
+
 // statusText is `ratelimitd status`.
 func (td *testDaemon) statusText() string {
 	td.t.Helper()
-	var b strings.Builder
 	st := td.adminStatus()
-	st.Print(&b)
-	return b.String()
+	return printed(&st, func(w io.Writer, st *admin.Status) { st.Print(w) })
 }
 
 // rateShow is `ratelimitd rate show KEY`.
 func (td *testDaemon) rateShow(key string) string {
 	td.t.Helper()
-	kr, err := td.admin().Rate(td.t.Context(), key)
-	if err != nil {
-		td.t.Fatalf("rate show %s: %v", key, err)
-	}
-	var b strings.Builder
-	cliout.Rates(&b, kr)
+	kr := td.rates(key)
+	out := printed(kr, cliout.Rates)
 	if line := admin.AnswerLine(kr); line != "" {
-		fmt.Fprintf(&b, "next message: %s\n", line)
+		out += fmt.Sprintf("next message: %s\n", line)
 	}
-	return b.String()
+	return out
+}
+
+// rates is key's rates under each limit.
+func (td *testDaemon) rates(key string) []policy.KeyRate {
+	td.t.Helper()
+	return asked(td, "rate show "+key, func(ctx context.Context) ([]policy.KeyRate, error) { return td.admin().Rate(ctx, key) })
 }
 
 // rateOf is key's rate under limit (`rate show KEY`'s RATE column).
 func (td *testDaemon) rateOf(key, limit string) float64 {
 	td.t.Helper()
-	kr, err := td.admin().Rate(td.t.Context(), key)
-	if err != nil {
-		td.t.Fatalf("rate show %s: %v", key, err)
-	}
+	kr := td.rates(key)
 	for _, r := range kr {
 		if r.Limit == limit {
 			return r.Rate
@@ -63,47 +81,28 @@ func (td *testDaemon) rateOf(key, limit string) float64 {
 // rateList is `ratelimitd rate list [--over]` (top 20).
 func (td *testDaemon) rateList(over bool) string {
 	td.t.Helper()
-	kr, err := td.admin().Rates(td.t.Context(), 20, over)
-	if err != nil {
-		td.t.Fatalf("rate list: %v", err)
-	}
-	var b strings.Builder
-	cliout.Rates(&b, kr)
-	return b.String()
+	return printed(asked(td, "rate list", func(ctx context.Context) ([]policy.KeyRate, error) { return td.admin().Rates(ctx, 20, over) }), cliout.Rates)
 }
 
 // listed lists the quarantine (key "": all pending entries).
 func (td *testDaemon) listed(key string) []quarantine.Entry {
 	td.t.Helper()
-	es, err := td.admin().List(td.t.Context(), admin.ListQuery{Key: key})
-	if err != nil {
-		td.t.Fatalf("quarantine list: %v", err)
-	}
-	return es
+	return asked(td, "quarantine list", func(ctx context.Context) ([]quarantine.Entry, error) {
+		return td.admin().List(ctx, admin.ListQuery{Key: key})
+	})
 }
 
 // quarantineList is `ratelimitd quarantine list` of lq.
 func (td *testDaemon) quarantineList(lq admin.ListQuery) string {
 	td.t.Helper()
-	es, err := td.admin().List(td.t.Context(), lq)
-	if err != nil {
-		td.t.Fatalf("quarantine list: %v", err)
-	}
-	var b strings.Builder
-	cliout.Entries(&b, es)
-	return b.String()
+	return printed(asked(td, "quarantine list", func(ctx context.Context) ([]quarantine.Entry, error) { return td.admin().List(ctx, lq) }), cliout.Entries)
 }
 
 // show is `ratelimitd quarantine show ID`.
 func (td *testDaemon) show(id string) string {
 	td.t.Helper()
-	res, err := td.admin().Show(td.t.Context(), id, false)
-	if err != nil {
-		td.t.Fatalf("quarantine show %s: %v", id, err)
-	}
-	var b strings.Builder
-	cliout.Show(&b, res, false)
-	return b.String()
+	res := asked(td, "quarantine show "+id, func(ctx context.Context) (admin.ShowResult, error) { return td.admin().Show(ctx, id, false) })
+	return printed(res, func(w io.Writer, res admin.ShowResult) { cliout.Show(w, res, false) })
 }
 
 // thaw is `ratelimitd quarantine thaw` of sel; err is the command's.
@@ -127,15 +126,24 @@ func (td *testDaemon) act(op string, sel lifecycle.Selection, do func(context.Co
 }
 
 // eventList is `ratelimitd events` of q.
-func (td *testDaemon) eventList(q events.Query) string {
+func (td *testDaemon) eventList(q events.Query) []events.Event {
 	td.t.Helper()
-	es, err := td.admin().EventList(td.t.Context(), q)
+	return asked(td, "events", func(ctx context.Context) ([]events.Event, error) { return td.admin().EventList(ctx, q) })
+}
+
+// openRates opens the rate state of the configuration at path as the rate
+// commands do with no daemon running (read-only); the caller closes it.
+func openRates(t *testing.T, path string) *admin.Local {
+	t.Helper()
+	f, err := config.Load(path)
 	if err != nil {
-		td.t.Fatalf("events: %v", err)
+		t.Fatal(err)
 	}
-	var b strings.Builder
-	cliout.Events(&b, es)
-	return b.String()
+	l, err := OpenRates(f, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // entriesText is es one per line, for failure messages.

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
@@ -278,14 +277,7 @@ func TestRedisTwoDaemons(t *testing.T) {
 	}
 	// The offline rate commands (no daemon behind the config's admin
 	// socket) read Redis directly.
-	f, err := config.Load(testConfig(t, t.TempDir(), loopback(t), redisConfig(srv.Addr, "local")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	off, err := OpenRates(f, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	off := openRates(t, testConfig(t, t.TempDir(), loopback(t), redisConfig(srv.Addr, "local")))
 	defer off.Close()
 	if kr, err := off.Rates(t.Context(), 20, false); err != nil || !slices.ContainsFunc(kr, func(r policy.KeyRate) bool { return r.Key == "walter" }) {
 		t.Fatalf("offline rate list: %v %+v", err, kr)
@@ -344,10 +336,7 @@ func TestRedisOutcomesShared(t *testing.T) {
 		}
 	}
 	// The refusals are events of the second host, naming the outcome limit.
-	evs, err := tds[1].admin().EventList(t.Context(), events.Query{})
-	if err != nil {
-		t.Fatalf("events: %v", err)
-	}
+	evs := tds[1].eventList(events.Query{})
 	var got []string
 	for _, e := range evs {
 		got = append(got, e.Key+" "+e.Limit+" "+e.Action)

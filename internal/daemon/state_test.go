@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -116,22 +115,15 @@ func TestOfflineReadWithOtherConfigKeepsState(t *testing.T) {
 	}
 	read := func(path string) []policy.KeyRate {
 		t.Helper()
-		f, err := config.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := OpenRates(f, false)
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := openRates(t, path)
 		defer l.Close()
-		var kr []policy.KeyRate
 		for _, over := range []bool{false, true} {
 			if _, err := l.Rates(t.Context(), 20, over); err != nil {
 				t.Fatalf("rate list (over %v): %v", over, err)
 			}
 		}
-		if kr, err = l.Rate(t.Context(), "mallory"); err != nil {
+		kr, err := l.Rate(t.Context(), "mallory")
+		if err != nil {
 			t.Fatalf("rate show mallory: %v", err)
 		}
 		return kr
