@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
@@ -36,13 +37,15 @@ func TestRateResetUnknownKey(t *testing.T) {
 // the rate_reset notification itself, by the local user, and warns of
 // nothing.
 func TestRateResetOfflineNotifies(t *testing.T) {
-	hook := mtatest.StartWebhook(t)
+	sink := mtatest.StartSink(t)
 	cfgPath := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
 [notify]
 events = ["rate_reset"]
-[notify.webhook]
-url = %q
-`, hook.URL))
+[notify.mail]
+relay = %q
+from = "ratelimitd@mx.example.org"
+to = ["postmaster@example.org"]
+`, sink.Addr()))
 	td := startTestDaemon(t, cfgPath)
 	if ans := policyQuery(t, td.policyAddr, "rex", "END-OF-MESSAGE"); ans != "action=DUNNO" {
 		t.Fatalf("rex's message: %s", ans)
@@ -52,7 +55,8 @@ url = %q
 	if err != nil || strings.Contains(out, "warning") {
 		t.Fatalf("offline reset: %v\n%s", err, out)
 	}
-	if ev := hook.Events(); len(ev) != 1 || ev[0]["event"] != "rate_reset" || ev[0]["by"] != admin.LocalUser() {
-		t.Fatalf("offline reset events %v, want one rate_reset by %q", ev, admin.LocalUser())
+	msgs := sink.WaitCount(t, 1, 10*time.Second)
+	if len(msgs) != 1 || !strings.Contains(msgs[0].Header("Subject"), "rex") || !strings.Contains(string(msgs[0].Data), admin.LocalUser()) {
+		t.Fatalf("offline reset: want one rate_reset mail by %q, got %d:\n%s", admin.LocalUser(), len(msgs), msgs)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // limit_refused event (webhook and mail), and a rate reset through the
 // admin socket gives a rate_reset naming the local user (SO_PEERCRED).
 func TestNotifyFirstRefusalAndReset(t *testing.T) {
-	hook, sink := mtatest.StartWebhook(t), mtatest.StartSink(t)
+	hook, sink := startWebhook(t), mtatest.StartSink(t)
 	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), fmt.Sprintf(`
 [notify]
 [notify.webhook]
@@ -65,7 +65,7 @@ action = "defer"
 // quarantine_threshold, and deleting its held messages sends one "deleted"
 // event with their number and who ran it, not one per message.
 func TestNotifyQuarantineEvents(t *testing.T) {
-	hook := mtatest.StartWebhook(t)
+	hook := startWebhook(t)
 	dir := t.TempDir()
 	td := startTestDaemon(t, testConfig(t, dir, loopback(t), fmt.Sprintf(`
 [notify]

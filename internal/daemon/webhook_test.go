@@ -1,4 +1,4 @@
-package mtatest
+package daemon
 
 import (
 	"encoding/json"
@@ -10,22 +10,22 @@ import (
 	"time"
 )
 
-// Webhook is an HTTP server on 127.0.0.1 that keeps the JSON object of
+// webhook is an HTTP server on 127.0.0.1 that keeps the JSON object of
 // every request's body, closed at t.Cleanup. Safe for concurrent use.
-type Webhook struct {
+type webhook struct {
 	URL    string
 	mu     sync.Mutex
 	events []map[string]any
 }
 
-// StartWebhook starts a Webhook; a body that is no JSON object fails t.
-func StartWebhook(t testing.TB) *Webhook {
-	w := &Webhook{}
+// startWebhook starts a webhook; a body that is no JSON object fails t.
+func startWebhook(t testing.TB) *webhook {
+	w := &webhook{}
 	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		var e map[string]any
 		if err := json.Unmarshal(b, &e); err != nil {
-			t.Errorf("mtatest: webhook body %q: %v", b, err)
+			t.Errorf("webhook body %q: %v", b, err)
 		}
 		w.mu.Lock()
 		w.events = append(w.events, e)
@@ -37,14 +37,14 @@ func StartWebhook(t testing.TB) *Webhook {
 }
 
 // Events returns the objects received so far, oldest first.
-func (w *Webhook) Events() []map[string]any {
+func (w *webhook) Events() []map[string]any {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]map[string]any(nil), w.events...)
 }
 
 // WaitCount waits up to timeout for n objects and returns those received.
-func (w *Webhook) WaitCount(n int, timeout time.Duration) []map[string]any {
+func (w *webhook) WaitCount(n int, timeout time.Duration) []map[string]any {
 	for deadline := time.Now().Add(timeout); len(w.Events()) < n && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
