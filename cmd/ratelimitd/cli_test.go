@@ -1,21 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/spf13/cobra"
 )
 
@@ -77,26 +74,17 @@ func TestExitStatusAndMessages(t *testing.T) {
 	}
 }
 
-// policyAsk sends one policy request with the given attributes to addr
+// policyAsk sends one policy request with attrs (name=value) to addr
 // (host:port, or unix:PATH) and returns the action line.
 func policyAsk(t testing.TB, addr string, attrs ...string) string {
 	t.Helper()
-	network := "tcp"
-	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		network, addr = "unix", path
-	}
-	c, err := net.DialTimeout(network, addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n\n", strings.Join(attrs, "\n"))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(line)
+	return mtatest.PolicyAsk(t, addr, attrs...)
+}
+
+// sendPolicy is policyAsk with attrs as "name=value\n" lines.
+func sendPolicy(t testing.TB, addr, attrs string) string {
+	t.Helper()
+	return mtatest.PolicyAsk(t, addr, strings.Split(strings.TrimSuffix(attrs, "\n"), "\n")...)
 }
 
 // operationsDaemon starts a daemon with a hold limit of 2 per hour and
@@ -111,7 +99,7 @@ func operationsDaemon(t *testing.T) (td *testDaemon, cli func(stdin string, args
 release_command = [["true", "{queue_id}"]]
 delete_command = ["true", "{queue_id}"]
 show_command = ["echo", "queue file {queue_id}"]
-`+fakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D", "3F2A1B4C5FF")+`
+`+mtatest.FakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C", "3F2A1B4C5D", "3F2A1B4C5FF")+`
 
 [[limit]]
 name = "hourly"
@@ -307,47 +295,6 @@ func TestThawSaysWhatItDid(t *testing.T) {
 	}
 	if _, out, _ := cli("rate", "show", "holly@example.org"); strings.Contains(out, "hourly") {
 		t.Errorf("rate not reset:\n%s", out)
-	}
-}
-
-// TestStatusCountsMessagesNotRequests: three deferred messages asked about
-// at two RCPTs each read "defer 3" in status, not the 6 requests (before:
-// "freeze 6" for 3 frozen messages, the same count of every request of a
-// refused message); the requests are still counted, and --json has both.
-func TestStatusCountsMessagesNotRequests(t *testing.T) {
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), `
-[[limit]]
-name = "hourly"
-key = "sasl_username"
-limit = 1
-period = "1h"
-mode = "strict"
-`)
-	td := startTestDaemon(t, cfg)
-	for i := range 4 {
-		for _, rcpt := range []string{"a@example.net", "b@example.net"} {
-			ans := policyAsk(t, td.policyAddr, "protocol_state=RCPT", "sasl_username=carol", "sender=carol@example.org",
-				"recipient="+rcpt, fmt.Sprintf("instance=c%d", i))
-			if deferred := strings.HasPrefix(ans, "action=450"); deferred != (i > 0) {
-				t.Fatalf("message %d to %s: %s", i+1, rcpt, ans)
-			}
-		}
-	}
-	status, out, stderr := runCLI(t, "", "--config", cfg, "status")
-	if status != 0 {
-		t.Fatalf("status: %d %s", status, stderr)
-	}
-	if !strings.Contains(out, "requests: 8 (2 passed)\n") || !regexp.MustCompile(`(?m)^  defer +3$`).MatchString(out) {
-		t.Errorf("status does not count 3 deferred messages among 8 requests:\n%s", out)
-	}
-	_, out, _ = runCLI(t, "", "--config", cfg, "status", "--json")
-	var st struct {
-		Decisions map[string]int64
-		Messages  map[string]int64
-	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Messages["defer"] != 3 || st.Decisions["defer"] != 6 {
-		t.Errorf("status --json: messages %v, decisions (requests) %v, %v", st.Messages, st.Decisions, err)
 	}
 }
 

@@ -451,7 +451,7 @@ func TestConsoleBrowserQuarantine(t *testing.T) {
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), webConfig(t, dir)+"\n[quarantine]\n"+postfixHoldCommands(pf)+`
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), webConfig(t, dir)+"\n[quarantine]\n"+pf.HoldCommands()+`
 [[limit]]
 name = "twohold"
 key = ["sasl_username"]
@@ -466,7 +466,7 @@ via = ["policy"]
 	base := "http://" + td.d.WebAddr() + "/"
 
 	for i := 1; i <= 4; i++ {
-		if err := sendNumbered(t, pf.Addr(), "alice", i); err != nil {
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("alice", i)); err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
 	}
@@ -691,7 +691,7 @@ func TestConsoleBrowserIncident(t *testing.T) {
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), webConfig(t, dir)+"\n[quarantine]\n"+postfixHoldCommands(pf)+
+	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), webConfig(t, dir)+"\n[quarantine]\n"+pf.HoldCommands()+
 		limitTable(`name = "hourly"`, `key = ["sasl_username"]`, "limit = 200", `period = "1h"`, `action = "defer"`)+
 		limitTable(`name = "twohold"`, `key = ["sender"]`, "limit = 1000000", `period = "1h"`, `mode = "strict"`,
 			`action = "hold"`, `via = ["policy"]`, fmt.Sprintf("overrides = { %q = 2 }", longSender)))

@@ -48,7 +48,7 @@ reinject_addr = %q
 	send := func(from, to int) {
 		t.Helper()
 		for i := from; i <= to; i++ {
-			if err := sendNumbered(t, pf.Addr(), "alice", i); err != nil {
+			if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("alice", i)); err != nil {
 				t.Fatalf("message %d: %v", i, err)
 			}
 		}

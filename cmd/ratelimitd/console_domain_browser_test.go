@@ -128,12 +128,12 @@ func TestConsoleBrowserDomainOperator(t *testing.T) {
 
 // postfixOneHold starts an SMTP sink and a private Postfix whose policy
 // service is a daemon to be configured with extra, Postfix's hold commands
-// and oneHoldLimit; it returns the configuration's path.
+// and mtatest.OneHoldLimit; it returns the configuration's path.
 func postfixOneHold(t *testing.T, dir, extra string) (string, *mtatest.Postfix, *mtatest.Sink) {
 	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	return writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), extra+"\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit), pf, sink
+	return writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), extra+"\n[quarantine]\n"+pf.HoldCommands()+mtatest.OneHoldLimit), pf, sink
 }
 
 // heldEntries waits up to 20 s for n pending entries in td's quarantine,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
@@ -17,6 +16,7 @@ import (
 	gomilter "github.com/emersion/go-milter"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
@@ -218,7 +218,7 @@ action = "freeze"
 		if err != nil {
 			t.Fatalf("entry %s is damaged: %v", e.ID, err)
 		}
-		stored[fmt.Sprintf("%x", sha256.Sum256(bodyOf(msg)))] = true
+		stored[fmt.Sprintf("%x", sha256.Sum256(mtatest.BodyOf(msg)))] = true
 	}
 	missing := 0
 	for h, n := range discarded {
@@ -228,14 +228,4 @@ action = "freeze"
 		}
 	}
 	t.Logf("%d frozen entries stored, all intact; %d discarded messages missing", len(entries), missing)
-}
-
-// bodyOf returns the body of a message (after the first empty line), with
-// CRLF line ends.
-func bodyOf(msg []byte) []byte {
-	msg = bytes.ReplaceAll(bytes.ReplaceAll(msg, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
-	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
-		return msg[i+4:]
-	}
-	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // TestOperatorOutputStripsControlCharacters: envelope
@@ -21,7 +23,7 @@ func TestOperatorOutputStripsControlCharacters(t *testing.T) {
 release_command = ["sh", "-c", "printf '\\033]0;pwned\\007release failed'; exit 1", "sh", "{queue_id}"]
 delete_command = ["sh", "-c", "printf '\\033[2Jdelete failed'; exit 1", "sh", "{queue_id}"]
 show_command = ["sh", "-c", "printf 'Subject: \\033[31mred\\033[0m\\r\\n\\r\\nbody of %s\\233\\n' \"$1\"", "sh", "{queue_id}"]
-`+fakeHeldQueue(t, dir, sender, []string{"r@example.net"}, "4F2A12341", "4F2A12342")+oneHoldLimit)
+`+mtatest.FakeHeldQueue(t, dir, sender, []string{"r@example.net"}, "4F2A12341", "4F2A12342")+mtatest.OneHoldLimit)
 	td := startTestDaemon(t, cfgPath)
 	for i := range 3 { // the first is within the limit
 		sendPolicy(t, td.policyAddr, fmt.Sprintf("protocol_state=END-OF-MESSAGE\nsasl_username=mallory\nsender=%s\n"+

@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/emersion/go-smtp"
 
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
@@ -120,20 +117,4 @@ func cli(t testing.TB, args ...string) (string, error) {
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	return out.String(), err
-}
-
-func sendAs(t testing.TB, pf *mtatest.Postfix, user string, n int) error {
-	return mtatest.Send(t, pf.Addr(), mtatest.Mail{
-		Login: user, ClientAddr: "192.0.2.7",
-		From: user + "@example.org", To: []string{"rcpt@example.net"},
-		Data: mtatest.BuildMessage(user+"@example.org", "rcpt@example.net", fmt.Sprintf("message %d from %s", n, user), "hello\n"),
-	})
-}
-
-func smtpCode(err error) (int, string) {
-	var se *smtp.SMTPError
-	if errors.As(err, &se) {
-		return se.Code, fmt.Sprintf("%d.%d.%d", se.EnhancedCode[0], se.EnhancedCode[1], se.EnhancedCode[2])
-	}
-	return 0, ""
 }

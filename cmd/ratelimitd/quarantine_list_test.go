@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // TestListShowsFailedThaw: a thaw whose release command fails leaves the
@@ -13,7 +15,7 @@ func TestListShowsFailedThaw(t *testing.T) {
 	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), `
 [quarantine]
 release_command = [["sh", "-c", "echo 'postsuper: fatal: queue file not found' >&2; exit 1", "sh", "{queue_id}"]]
-`+fakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C")+`
+`+mtatest.FakeHeldQueue(t, dir, "holly@example.org", []string{"r@example.net"}, "3F2A1B4C5C")+`
 
 [[limit]]
 name = "hourly"

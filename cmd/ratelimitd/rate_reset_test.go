@@ -1,8 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // TestRateResetUnknownKey: resetting a key with no rate recorded exits 1
@@ -25,5 +30,33 @@ func TestRateResetUnknownKey(t *testing.T) {
 			t.Errorf("%s: rate reset %s: exit %d\nstdout: %s\nstderr: %s", mode, user, status, out, stderr)
 		}
 		td.stop()
+	}
+}
+
+// TestRateResetOfflineNotifies: `rate reset` with no daemon running sends
+// the rate_reset notification itself, by the local user, and warns of
+// nothing.
+func TestRateResetOfflineNotifies(t *testing.T) {
+	sink := mtatest.StartSink(t)
+	cfgPath := writeConfig(t, t.TempDir(), fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+[notify]
+events = ["rate_reset"]
+[notify.mail]
+relay = %q
+from = "ratelimitd@mx.example.org"
+to = ["postmaster@example.org"]
+`, sink.Addr()))
+	td := startTestDaemon(t, cfgPath)
+	if ans := policyQuery(t, td.policyAddr, "rex", "END-OF-MESSAGE"); ans != "action=DUNNO" {
+		t.Fatalf("rex's message: %s", ans)
+	}
+	td.stop()
+	out, err := cli(t, "--config", cfgPath, "rate", "reset", "rex")
+	if err != nil || strings.Contains(out, "warning") {
+		t.Fatalf("offline reset: %v\n%s", err, out)
+	}
+	msgs := sink.WaitCount(t, 1, 10*time.Second)
+	if len(msgs) != 1 || !strings.Contains(msgs[0].Header("Subject"), "rex") || !strings.Contains(string(msgs[0].Data), admin.LocalUser()) {
+		t.Fatalf("offline reset: want one rate_reset mail by %q, got %d:\n%s", admin.LocalUser(), len(msgs), msgs)
 	}
 }

@@ -22,16 +22,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 )
 
-// adminStatus asks the running daemon for its status over the admin socket.
-func adminStatus(t testing.TB, td *testDaemon) admin.Status {
-	t.Helper()
-	var st admin.Status
-	if err := admin.NewClient(td.d.Config().Server.AdminSocket).Do("GET", "/v1/status", nil, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // config check refuses a file without limits, naming limits = "none",
 // and accepts limits = "none" said explicitly, loudly.
 func TestConfigCheckLimitlessFile(t *testing.T) {
@@ -45,42 +35,6 @@ func TestConfigCheckLimitlessFile(t *testing.T) {
 	os.WriteFile(cfgPath, []byte("[policy]\nlimits = \"none\"\n[server]\nstate_dir = \""+filepath.Join(dir, "state")+"\"\n"), 0o644)
 	if out, err := cli(t, "config", "check", cfgPath); err != nil || !strings.Contains(out, "every sender is unlimited") {
 		t.Fatalf("config check with limits = \"none\": %v\n%s", err, out)
-	}
-}
-
-// A reload that changes settings only a restart applies says so in the log
-// and in status, instead of silently keeping the old ones.
-func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
-	td := startTestDaemon(t, cfgPath)
-	if st := adminStatus(t, td); len(st.RestartNeeded) != 0 {
-		t.Fatalf("fresh daemon needs a restart: %v", st.RestartNeeded)
-	}
-	text, _ := os.ReadFile(cfgPath)
-	os.WriteFile(cfgPath, append(text, []byte("\n[quarantine]\nalert_every = 3\nmax_age = \"2d\"\n")...), 0o644)
-	td.d.Reload()
-	st := adminStatus(t, td)
-	for _, k := range []string{"quarantine.alert_every", "quarantine.max_age"} {
-		if !slices.Contains(st.RestartNeeded, k) {
-			t.Errorf("status restart_needed %v lacks %s", st.RestartNeeded, k)
-		}
-		if !strings.Contains(td.logs.String(), k) {
-			t.Errorf("log does not name %s:\n%s", k, td.logs.String())
-		}
-	}
-	if !strings.Contains(td.logs.String(), "restart") {
-		t.Errorf("log does not say a restart is needed:\n%s", td.logs.String())
-	}
-	out, err := cli(t, "--config", cfgPath, "status")
-	if err != nil || !strings.Contains(out, "quarantine.alert_every") {
-		t.Errorf("ratelimitd status does not show the pending settings: %v\n%s", err, out)
-	}
-	// Back to the running values: nothing pending.
-	os.WriteFile(cfgPath, text, 0o644)
-	td.d.Reload()
-	if st := adminStatus(t, td); len(st.RestartNeeded) != 0 {
-		t.Fatalf("after reverting, restart_needed = %v", st.RestartNeeded)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
 // With the state directory's file system full, failed flushes must be
@@ -23,17 +25,7 @@ import (
 func TestDiskFullIsLoud(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
-	if err := os.MkdirAll(stateDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "tmpfs", stateDir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs (this test runs as root): %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", stateDir).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v %s", err, out)
-		}
-	})
+	mtatest.MountTmpfs(t, stateDir)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	mport := freePort(t)
 	cfg := writeConfig(t, dir, addr, "")
@@ -72,7 +64,7 @@ func TestDiskFullIsLoud(t *testing.T) {
 	refuse(t, addr, "mallory", 200)
 	waitFor("a flush", func() bool { return metricValue(metrics(), "ratelimitd_state_flushes_total") > 0 })
 
-	filler := fillFileSystem(t, stateDir)
+	filler := mtatest.FillFileSystem(t, stateDir)
 	// Counting goes on with the disk full: rex is refused, and new keys
 	// make the file grow, which fails.
 	refuse(t, addr, "rex", 200)

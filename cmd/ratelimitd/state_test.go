@@ -20,9 +20,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
 
-// Tests, through the daemon and the CLI, that stored rate state is never
-// forgiven silently: not by an offline read with another configuration, a
-// reload, a key flood, a damaged file or a full disk.
+// Tests of `state check` (and --salvage) and of the daemon's refusal to
+// start on a damaged state file: stored rate state is never forgiven
+// silently.
 
 // startRefusing starts a daemon on a new configuration (writeConfig with
 // extra, in a temporary directory) and has it refuse mallory (refuse, 200
@@ -53,74 +53,6 @@ func mustDefer(t *testing.T, addr, user string) {
 	t.Helper()
 	if got := policyQuery(t, addr, user, "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") {
 		t.Fatalf("%s is let through: %s", user, got)
-	}
-}
-
-// rewriteLimits writes, next to cfgPath, a configuration with the same
-// [server] table and the given [[limit]] tables.
-func rewriteLimits(t *testing.T, cfgPath, name, limits string) string {
-	t.Helper()
-	text, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, _, _ := strings.Cut(string(text), "[[limit]]")
-	path := filepath.Join(filepath.Dir(cfgPath), name)
-	if err := os.WriteFile(path, []byte(server+limits), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// With the daemon stopped, `--config
-// other.toml rate list` deleted every state of the limits other.toml does
-// not name. Offline reads open the file read-only.
-func TestOfflineReadWithOtherConfigKeepsState(t *testing.T) {
-	td, addr, cfg := startRefusing(t, "")
-	td.stop()
-	other := rewriteLimits(t, cfg, "other.toml", `
-[[limit]]
-name = "weekly"
-key = ["sender"]
-limit = 5000
-period = "7d"
-`)
-	dbPath := filepath.Join(filepath.Dir(cfg), "state", "ratelimitd.db")
-	before, err := os.ReadFile(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{{"rate", "list"}, {"rate", "show", "mallory"}, {"rate", "list", "--over"}} {
-		if out, err := cli(t, append([]string{"--config", other}, args...)...); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
-		}
-	}
-	if after, _ := os.ReadFile(dbPath); !bytes.Equal(before, after) {
-		t.Fatal("an offline read with another configuration changed the state file")
-	}
-	out, err := cli(t, "--config", cfg, "rate", "show", "mallory")
-	if err != nil || !strings.Contains(out, "hourly") {
-		t.Fatalf("rate show with the daemon's configuration: %v\n%s", err, out)
-	}
-	startTestDaemon(t, cfg)
-	mustDefer(t, addr, "mallory")
-}
-
-// max_keys 1,000 flooded with 1,500 distinct senders must not evict an
-// over-limit sender.
-func TestKeyFloodKeepsOffender(t *testing.T) {
-	td, addr, cfg := startRefusing(t, "max_keys = 1000\n")
-	for i := range 1500 {
-		policyQuery(t, addr, fmt.Sprintf("flood%04d", i), "END-OF-MESSAGE")
-	}
-	mustDefer(t, addr, "mallory")
-	st := td.d.Status().State
-	if st.Evicted == 0 || st.MaxKeys != 960 {
-		t.Errorf("status after the flood: %+v", st)
-	}
-	out, err := cli(t, "--config", cfg, "status")
-	if err != nil || !strings.Contains(out, "rate keys: max 960, evicted ") {
-		t.Errorf("status: %v\n%s", err, out)
 	}
 }
 

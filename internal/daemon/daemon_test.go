@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -243,5 +245,69 @@ func TestMetricsEndpoint(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// A reload that changes settings only a restart applies says so in the log
+// and in status, instead of silently keeping the old ones.
+func TestReloadNamesSettingsNeedingRestart(t *testing.T) {
+	cfgPath := testConfig(t, t.TempDir(), loopback(t), "")
+	td := startTestDaemon(t, cfgPath)
+	if st := td.adminStatus(); len(st.RestartNeeded) != 0 {
+		t.Fatalf("fresh daemon needs a restart: %v", st.RestartNeeded)
+	}
+	text, _ := os.ReadFile(cfgPath)
+	os.WriteFile(cfgPath, append(text, []byte("\n[quarantine]\nalert_every = 3\nmax_age = \"2d\"\n")...), 0o644)
+	td.Reload()
+	st := td.adminStatus()
+	for _, k := range []string{"quarantine.alert_every", "quarantine.max_age"} {
+		if !slices.Contains(st.RestartNeeded, k) {
+			t.Errorf("status restart_needed %v lacks %s", st.RestartNeeded, k)
+		}
+		if !strings.Contains(td.logs.String(), k) {
+			t.Errorf("log does not name %s:\n%s", k, td.logs.String())
+		}
+	}
+	if !strings.Contains(td.logs.String(), "restart") {
+		t.Errorf("log does not say a restart is needed:\n%s", td.logs.String())
+	}
+	if out := td.statusText(); !strings.Contains(out, "quarantine.alert_every") {
+		t.Errorf("ratelimitd status does not show the pending settings:\n%s", out)
+	}
+	// Back to the running values: nothing pending.
+	os.WriteFile(cfgPath, text, 0o644)
+	td.Reload()
+	if st := td.adminStatus(); len(st.RestartNeeded) != 0 {
+		t.Fatalf("after reverting, restart_needed = %v", st.RestartNeeded)
+	}
+}
+
+// TestStatusCountsMessagesNotRequests: three deferred messages asked about
+// at two RCPTs each read "defer 3" in status, not the 6 requests (before:
+// "freeze 6" for 3 frozen messages, the same count of every request of a
+// refused message); the requests are still counted, and --json has both.
+func TestStatusCountsMessagesNotRequests(t *testing.T) {
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), `
+[[limit]]
+name = "hourly"
+key = "sasl_username"
+limit = 1
+period = "1h"
+mode = "strict"
+`))
+	for i := range 4 {
+		for _, rcpt := range []string{"a@example.net", "b@example.net"} {
+			ans := td.ask("protocol_state=RCPT", "sasl_username=carol", "sender=carol@example.org",
+				"recipient="+rcpt, fmt.Sprintf("instance=c%d", i))
+			if deferred := strings.HasPrefix(ans, "action=450"); deferred != (i > 0) {
+				t.Fatalf("message %d to %s: %s", i+1, rcpt, ans)
+			}
+		}
+	}
+	if out := td.statusText(); !strings.Contains(out, "requests: 8 (2 passed)\n") || !regexp.MustCompile(`(?m)^  defer +3$`).MatchString(out) {
+		t.Errorf("status does not count 3 deferred messages among 8 requests:\n%s", out)
+	}
+	if st := td.adminStatus(); st.Messages["defer"] != 3 || st.ByAction["defer"] != 6 {
+		t.Errorf("status --json: messages %v, decisions (requests) %v", st.Messages, st.ByAction)
 	}
 }

@@ -2,11 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,17 +46,7 @@ func TestAutoReleaseNotifiesOncePerRun(t *testing.T) {
 // webhookNotifier returns a notifier posting to a webhook, and a function
 // that closes it and returns the payloads it sent.
 func webhookNotifier(t *testing.T) (*notify.Notifier, func() []map[string]any) {
-	var mu sync.Mutex
-	var got []map[string]any
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var e map[string]any
-		b, _ := io.ReadAll(r.Body)
-		json.Unmarshal(b, &e)
-		mu.Lock()
-		got = append(got, e)
-		mu.Unlock()
-	}))
-	t.Cleanup(hook.Close)
+	hook := startWebhook(t)
 	n, err := notify.New(notify.Config{Webhook: notify.Webhook{URL: hook.URL}}, notify.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -70,9 +55,7 @@ func webhookNotifier(t *testing.T) (*notify.Notifier, func() []map[string]any) {
 		if err := n.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return got
+		return hook.Events()
 	}
 }
 

@@ -6,12 +6,16 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // redisLimit is the default hourly limit at 20 an hour (leaky, per SASL
@@ -232,5 +236,112 @@ func TestRedisKnownRecordsSetting(t *testing.T) {
 		if st := td.Status(); st.Store == nil || st.Store.Degraded {
 			t.Errorf("%q: store status %+v", c.setting, st.Store)
 		}
+	}
+}
+
+// TestRedisTwoDaemons: two daemons share one Redis.
+// One user's 60 messages alternate between them and exactly the limit (20)
+// is admitted; `rate reset` on one host lets the user through on the
+// other at once; `rate show` and `status` on either report the shared
+// state.
+func TestRedisTwoDaemons(t *testing.T) {
+	srv := redistest.Start(t)
+	var tds []*testDaemon
+	for range 2 {
+		tds = append(tds, startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), redisConfig(srv.Addr, "local"))))
+	}
+	admitted := 0
+	for i := range 60 {
+		got := tds[i%2].message("walter", "END-OF-MESSAGE")
+		switch {
+		case got == "action=DUNNO":
+			admitted++
+		case !strings.HasPrefix(got, "action=450 4.7.1"):
+			t.Fatalf("message %d: %s", i+1, got)
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("60 messages alternating between two hosts: %d admitted, want 20", admitted)
+	}
+	if out := tds[1].rateShow("walter"); !strings.Contains(out, "hourly") {
+		t.Fatalf("rate show on the second host:\n%s", out)
+	}
+	if out := tds[1].statusText(); !strings.Contains(out, "store: redis, shared") {
+		t.Fatalf("status on the second host:\n%s", out)
+	}
+	if res, err := tds[0].admin().Reset(t.Context(), "walter", ""); err != nil || res.Removed == 0 {
+		t.Fatalf("rate reset on the first host: %v %+v", err, res)
+	}
+	if got := tds[1].message("walter", "END-OF-MESSAGE"); got != "action=DUNNO" {
+		t.Fatalf("after a reset on the first host the second answers %s", got)
+	}
+	// The offline rate commands (no daemon behind the config's admin
+	// socket) read Redis directly.
+	off := openRates(t, testConfig(t, t.TempDir(), loopback(t), redisConfig(srv.Addr, "local")))
+	defer off.Close()
+	if kr, err := off.Rates(t.Context(), 20, false); err != nil || !slices.ContainsFunc(kr, func(r policy.KeyRate) bool { return r.Key == "walter" }) {
+		t.Fatalf("offline rate list: %v %+v", err, kr)
+	}
+}
+
+// TestRedisOutcomesShared: an unknown recipient reported to one host
+// counts on the other. Two daemons share one Redis with an unknown_rcpt
+// limit of 3 per hour; olga's message is submitted through the first,
+// which receives three Exim delivery events of unknown recipients for it;
+// the second host then refuses olga's next message with the outcome
+// limit, its `rate show` lists the failures and its events the refusal.
+// Repeated for three users.
+func TestRedisOutcomesShared(t *testing.T) {
+	srv := redistest.Start(t)
+	const outcomeLimit = "\n[[limit]]\nname = \"unknown\"\nkey = [\"sasl_username\"]\nper = \"unknown_rcpt\"\nlimit = 3\n" +
+		"period = \"1h\"\nmode = \"strict\"\naction = \"defer\"\n"
+	var tds []*testDaemon
+	exim := loopback(t)
+	for i := range 2 {
+		feed := fmt.Sprintf("\n[outcome]\nexim_listen = %q\n", exim)
+		if i == 1 {
+			feed = fmt.Sprintf("\n[outcome]\nexim_listen = %q\n", loopback(t))
+		}
+		tds = append(tds, startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), redisConfig(srv.Addr, "local")+outcomeLimit+feed)))
+	}
+	for round, user := range []string{"olga", "oscar", "otto"} {
+		qid := fmt.Sprintf("1wXyZ%d-000Abc-Q1", round)
+		eom := func(td *testDaemon) string {
+			return td.ask("protocol_state=END-OF-MESSAGE", "sasl_username="+user, "sender="+user+"@example.org",
+				"recipient_count=3", "client_address=192.0.2.9", "queue_id="+qid)
+		}
+		if got := eom(tds[0]); got != "action=DUNNO" {
+			t.Fatalf("%s's message on the first host: %s", user, got)
+		}
+		for i := range 3 {
+			c, err := net.DialTimeout("tcp", exim, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(c, "request=exim_outcome\nevent=msg:fail:delivery\nqueue_id=%s\nrecipient=nobody%d@example.net\n"+
+				"data=SMTP error from remote mail server after RCPT TO:<nobody%d@example.net>: 550 5.1.1 User unknown\n\n", qid, i, i)
+			reply, err := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if err != nil || reply != "action=DUNNO\n" {
+				t.Fatalf("exim event %d: %q %v", i, reply, err)
+			}
+		}
+		if out := tds[1].rateShow(user); !regexp.MustCompile(`(?m)^` + user + `\s+unknown\s+3(\.0)? .*; counts unknown recipients \(unknown_rcpt\)$`).MatchString(out) {
+			t.Fatalf("rate show %s on the second host:\n%s", user, out)
+		}
+		if got := tds[1].message(user, "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450 4.7.1") ||
+			!strings.Contains(got, "recipients failed") {
+			t.Fatalf("%s's next message on the second host after 3 unknown recipients on the first: %s", user, got)
+		}
+	}
+	// The refusals are events of the second host, naming the outcome limit.
+	evs := tds[1].eventList(events.Query{})
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Key+" "+e.Limit+" "+e.Action)
+	}
+	if slices.Sort(got); strings.Join(got, ", ") != "olga unknown defer, oscar unknown defer, otto unknown defer" {
+		t.Fatalf("events of the second host: %v", got)
 	}
 }

@@ -1,9 +1,15 @@
 package daemon
 
 import (
+	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Stored rate state is never forgiven silently by a reload or restart.
@@ -87,4 +93,64 @@ func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
 	// And after a restart with the gcra configuration.
 	td.stop()
 	startTestDaemon(t, cfg).deferred("mallory")
+}
+
+// With the daemon stopped, `--config other.toml rate list` (OpenRates)
+// deleted every state of the limits other.toml does not name. Offline
+// reads open the file read-only.
+func TestOfflineReadWithOtherConfigKeepsState(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, loopback(t), "")
+	td := startTestDaemon(t, cfg)
+	td.refuseMallory()
+	td.stop()
+	text, _ := os.ReadFile(cfg)
+	server, _, _ := strings.Cut(string(text), "[[limit]]")
+	other := filepath.Join(dir, "other.toml")
+	os.WriteFile(other, []byte(server+"[[limit]]\nname = \"weekly\"\nkey = [\"sender\"]\nlimit = 5000\nperiod = \"7d\"\n"), 0o644)
+	dbPath := filepath.Join(dir, "state", "ratelimitd.db")
+	before, err := os.ReadFile(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(path string) []policy.KeyRate {
+		t.Helper()
+		l := openRates(t, path)
+		defer l.Close()
+		for _, over := range []bool{false, true} {
+			if _, err := l.Rates(t.Context(), 20, over); err != nil {
+				t.Fatalf("rate list (over %v): %v", over, err)
+			}
+		}
+		kr, err := l.Rate(t.Context(), "mallory")
+		if err != nil {
+			t.Fatalf("rate show mallory: %v", err)
+		}
+		return kr
+	}
+	read(other)
+	if after, _ := os.ReadFile(dbPath); !bytes.Equal(before, after) {
+		t.Fatal("an offline read with another configuration changed the state file")
+	}
+	if kr := read(cfg); !slices.ContainsFunc(kr, func(r policy.KeyRate) bool { return r.Limit == "hourly" }) {
+		t.Fatalf("rate show with the daemon's configuration: %+v", kr)
+	}
+	startTestDaemon(t, cfg).deferred("mallory")
+}
+
+// max_keys 1,000 flooded with 1,500 distinct senders must not evict an
+// over-limit sender.
+func TestKeyFloodKeepsOffender(t *testing.T) {
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), "max_keys = 1000\n"))
+	td.refuseMallory()
+	for i := range 1500 {
+		td.message(fmt.Sprintf("flood%04d", i), "END-OF-MESSAGE")
+	}
+	td.deferred("mallory")
+	if st := td.Status().State; st.Evicted == 0 || st.MaxKeys != 960 {
+		t.Errorf("status after the flood: %+v", st)
+	}
+	if out := td.statusText(); !strings.Contains(out, "rate keys: max 960, evicted ") {
+		t.Errorf("status:\n%s", out)
+	}
 }

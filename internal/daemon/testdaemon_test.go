@@ -1,11 +1,9 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,22 +92,7 @@ func (td *testDaemon) adminStatus() admin.Status {
 // returns the action line.
 func (td *testDaemon) ask(attrs ...string) string {
 	td.t.Helper()
-	network, addr := "tcp", td.policyAddr
-	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
-		network, addr = "unix", path
-	}
-	c, err := net.DialTimeout(network, addr, 5*time.Second)
-	if err != nil {
-		td.t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n\n", strings.Join(attrs, "\n"))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		td.t.Fatal(err)
-	}
-	return strings.TrimSpace(line)
+	return mtatest.PolicyAsk(td.t, td.policyAddr, attrs...)
 }
 
 // message asks at protocol state for one message of SASL user.

@@ -273,3 +273,13 @@ func (l sinkLogger) Println(v ...any) {
 		l.s.t.Log(append([]any{"mtatest: sink:"}, v...)...)
 	}
 }
+
+// BodyOf returns msg's body (after the first empty line) with CRLF line
+// ends, or nil: comparable between a message sent and one received.
+func BodyOf(msg []byte) []byte {
+	msg = bytes.ReplaceAll(bytes.ReplaceAll(msg, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
+	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
+		return msg[i+4:]
+	}
+	return nil
+}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"bytes"
@@ -9,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/policy"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
 // ladderLimits is a [[limit]] per step, keyed by SASL user, per hour:
@@ -23,9 +27,10 @@ func ladderLimits(via string, steps ...[4]string) string {
 	return b.String()
 }
 
-// outcome sends message n of user and returns "sent" or the SMTP code.
-func outcome(t *testing.T, addr, user string, n int) string {
-	err := sendNumbered(t, addr, user, n)
+// sendOutcome sends mtatest.Newsletter(user, n) to the MTA at addr and
+// returns "sent" or the SMTP code.
+func sendOutcome(t *testing.T, addr, user string, n int) string {
+	err := mtatest.Send(t, addr, mtatest.Newsletter(user, n))
 	if err == nil {
 		return "sent"
 	}
@@ -34,6 +39,21 @@ func outcome(t *testing.T, addr, user string, n int) string {
 		t.Fatalf("%s message %d: %v", user, n, err)
 	}
 	return fmt.Sprint(code)
+}
+
+// ladderWarnings is the configuration's ladder warnings at cfgPath, a
+// "warning: " line each, as `ratelimitd config check` prints them.
+func ladderWarnings(t *testing.T, cfgPath string) string {
+	t.Helper()
+	f, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, w := range append(policy.LadderWarnings(f.PolicyConfig()), f.Warnings()...) {
+		b.WriteString("warning: " + w + "\n")
+	}
+	return b.String()
 }
 
 // TestIntegrationLadderThroughPolicyDelegation: a real Postfix asking
@@ -66,22 +86,19 @@ func TestIntegrationLadderThroughPolicyDelegation(t *testing.T) {
 			}, 0, "warning: limit hold can never answer: hourly, earlier over the same key and counting, defers above 5/h first"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			port := freePort(t)
+			addr := loopback(t)
 			sink := mtatest.StartSink(t)
-			pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+
-				ladderLimits("policy", tc.steps...))
-			out, err := cli(t, "config", "check", cfgPath)
-			if err != nil || (tc.warn != "") != strings.Contains(out, "warning: limit") || !strings.Contains(out, tc.warn) {
-				t.Fatalf("config check: %v\n%s", err, out)
+			pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + addr})
+			cfgPath := testConfig(t, t.TempDir(), addr, "\n[quarantine]\n"+pf.HoldCommands()+ladderLimits("policy", tc.steps...))
+			if out := ladderWarnings(t, cfgPath); (tc.warn != "") != strings.Contains(out, "warning: limit") || !strings.Contains(out, tc.warn) {
+				t.Fatalf("config check:\n%s", out)
 			}
-			startTestDaemon(t, cfgPath)
+			td := startTestDaemon(t, cfgPath)
 			users := []string{"alice", "bob", "carol"}
 			delivered := 0
 			for _, u := range users {
 				for n := 1; n <= 12; n++ {
-					got := outcome(t, pf.Addr(), u, n)
+					got := sendOutcome(t, pf.Addr(), u, n)
 					if got == "sent" && n <= 5 {
 						delivered++
 					}
@@ -100,9 +117,8 @@ func TestIntegrationLadderThroughPolicyDelegation(t *testing.T) {
 				t.Fatalf("sink has %d, want %d", n, 5*len(users))
 			}
 			if tc.held > 0 {
-				out, err := cli(t, "--config", cfgPath, "quarantine", "list", "--sender", "alice@example.org")
-				if err != nil || strings.Count(out, " held ") != tc.held {
-					t.Fatalf("quarantine list: %v\n%s", err, out)
+				if out := td.quarantineList(admin.ListQuery{Sender: "alice@example.org"}); strings.Count(out, " held ") != tc.held {
+					t.Fatalf("quarantine list:\n%s", out)
 				}
 			}
 		})
@@ -114,18 +130,17 @@ func TestIntegrationLadderThroughPolicyDelegation(t *testing.T) {
 // delivers 1–5, temp-fails 6–8 and freezes from 9; thawed, each frozen
 // message is delivered once. Played by two users in turn.
 func TestIntegrationLadderThroughMilter(t *testing.T) {
-	policyAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	milterAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	policyAddr, milterAddr := loopback(t), loopback(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ReinjectPort: true,
 		PolicyService: "inet:" + policyAddr, Milter: "inet:" + milterAddr})
 	milterConf := fmt.Sprintf("\n[milter]\nlisten = %q\n\n[quarantine]\nreinject_addr = %q\n", milterAddr, pf.ReinjectAddr)
-	cfgPath := writeConfig(t, t.TempDir(), policyAddr,
+	cfgPath := testConfig(t, t.TempDir(), policyAddr,
 		milterConf+ladderLimits("milter", [4]string{"freeze", "freeze", "strict", "8"}, [4]string{"hourly", "defer", "leaky", "5"}))
-	if out, err := cli(t, "config", "check", cfgPath); err != nil || strings.Contains(out, "warning: limit") {
-		t.Fatalf("config check: %v\n%s", err, out)
+	if out := ladderWarnings(t, cfgPath); strings.Contains(out, "warning: limit") {
+		t.Fatalf("config check:\n%s", out)
 	}
-	startTestDaemon(t, cfgPath)
+	td := startTestDaemon(t, cfgPath)
 	// Postfix's start-up probe found no milter before the daemon; wait for
 	// its line so it is not taken for a warning about the test's mail.
 	for i := 0; !strings.Contains(pf.Log(), "Connection refused") && i < 250; i++ {
@@ -136,7 +151,7 @@ func TestIntegrationLadderThroughMilter(t *testing.T) {
 	users := []string{"alice", "bob"}
 	for _, u := range users {
 		for n := 1; n <= 12; n++ {
-			got := outcome(t, pf.Addr(), u, n)
+			got := sendOutcome(t, pf.Addr(), u, n)
 			want := "sent" // delivered, or accepted and frozen
 			if n >= 6 && n <= 8 {
 				want = "450"
@@ -153,16 +168,16 @@ func TestIntegrationLadderThroughMilter(t *testing.T) {
 	}
 	pf.WaitQueueEmpty(t, 30*time.Second)
 	for _, u := range users {
-		out, err := cli(t, "--config", cfgPath, "quarantine", "list", "--sender", u+"@example.org")
-		if err != nil || strings.Count(out, " frozen ") != 4 {
-			t.Fatalf("quarantine list %s: %v\n%s", u, err, out)
+		out := td.quarantineList(admin.ListQuery{Sender: u + "@example.org"})
+		if strings.Count(out, " frozen ") != 4 {
+			t.Fatalf("quarantine list %s:\n%s", u, out)
 		}
 		for n := 9; n <= 12; n++ {
 			if !strings.Contains(out, fmt.Sprintf("newsletter part %02d", n)) {
 				t.Fatalf("%s: list lacks message %d:\n%s", u, n, out)
 			}
 		}
-		out, err = cli(t, "--config", cfgPath, "quarantine", "thaw", "--sender", u+"@example.org")
+		out, err := td.thaw(lifecycle.Selection{Sender: u + "@example.org"})
 		if err != nil || !strings.Contains(out, "4 thawed, 0 failed") {
 			t.Fatalf("thaw %s: %v\n%s", u, err, out)
 		}

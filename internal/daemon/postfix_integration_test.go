@@ -1,10 +1,9 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +17,11 @@ import (
 // check_policy_service points at ratelimitd, and real SMTP sessions as SASL
 // users (XCLIENT LOGIN=).
 func TestIntegrationPostfixPolicy(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "")
+	addr := loopback(t)
+	cfgPath := testConfig(t, t.TempDir(), addr, "")
 	td := startTestDaemon(t, cfgPath)
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + addr})
 
 	// alice sends 250: the hourly burst of 200 passes, then 450 4.7.1.
 	accepted, deferred := 0, 0
@@ -53,22 +51,18 @@ func TestIntegrationPostfixPolicy(t *testing.T) {
 	}
 	sink.WaitCount(t, 205, 60*time.Second)
 
-	out, err := cli(t, "--config", cfgPath, "rate", "show", "alice")
-	if err != nil || !strings.Contains(out, "hourly") || !strings.Contains(out, "at limit: allowed again in") {
-		t.Fatalf("rate show alice: %v\n%s", err, out)
+	if out := td.rateShow("alice"); !strings.Contains(out, "hourly") || !strings.Contains(out, "at limit: allowed again in") {
+		t.Fatalf("rate show alice:\n%s", out)
 	}
-	out, err = cli(t, "--config", cfgPath, "rate", "list", "--over")
-	if err != nil || !strings.Contains(out, "alice") || strings.Contains(out, "bob") {
-		t.Fatalf("rate list --over: %v\n%s", err, out)
+	if out := td.rateList(true); !strings.Contains(out, "alice") || strings.Contains(out, "bob") {
+		t.Fatalf("rate list --over:\n%s", out)
 	}
-	out, err = cli(t, "--config", cfgPath, "status")
-	if err != nil || !strings.Contains(out, "defer") {
-		t.Fatalf("status: %v\n%s", err, out)
+	if out := td.statusText(); !strings.Contains(out, "defer") {
+		t.Fatalf("status:\n%s", out)
 	}
 	// The operator resets alice: she can send again at once.
-	out, err = cli(t, "--config", cfgPath, "rate", "reset", "alice")
-	if err != nil || !strings.Contains(out, "2 limit states removed") {
-		t.Fatalf("rate reset: %v\n%s", err, out)
+	if res, err := td.admin().Reset(t.Context(), "alice", ""); err != nil || res.Removed != 2 {
+		t.Fatalf("rate reset: %v %+v", err, res)
 	}
 	if !strings.Contains(td.logs.String(), "rate reset") {
 		t.Fatalf("reset not logged:\n%s", td.logs.String())
@@ -85,7 +79,7 @@ func TestIntegrationPostfixPolicy(t *testing.T) {
 	}
 	td.stop()
 	td = startTestDaemon(t, cfgPath)
-	err = sendAs(t, pf, "carol", 201)
+	err := sendAs(t, pf, "carol", 201)
 	if code, _ := smtpCode(err); code != 450 {
 		t.Fatalf("carol after daemon restart: %v (want 450: state must survive)", err)
 	}
@@ -103,13 +97,17 @@ func TestIntegrationPostfixPolicy(t *testing.T) {
 // docs/postfix.md quote: Postfix puts "<RECIPIENT>: Recipient address
 // rejected: " before the daemon's text.
 func TestIntegrationPostfixReplyText(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
+	addr := loopback(t)
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), limitTable(`name = "hourly"`, `key = ["sasl_username"]`,
-		`limit = 1`, `period = "1h"`, `message = "too much mail from {key}: {rate} messages per {period} (limit {limit}); try again in {retry}"`))
-	startTestDaemon(t, cfgPath)
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + addr})
+	startTestDaemon(t, testConfig(t, t.TempDir(), addr, `
+[[limit]]
+name = "hourly"
+key = ["sasl_username"]
+limit = 1
+period = "1h"
+message = "too much mail from {key}: {rate} messages per {period} (limit {limit}); try again in {retry}"
+`))
 	if err := sendAs(t, pf, "alice", 1); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
-package main
+package daemon
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,15 +9,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/internal/cliout"
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // conversionDaemon starts a daemon whose only limit is "hourly" (strict,
 // per SASL user, period "1h" and limit given) and sends n messages from
 // alice, so that she is refused.
-func conversionDaemon(t *testing.T, limit int, n int) (*testDaemon, func(args ...string) (int, string, string)) {
+func conversionDaemon(t *testing.T, limit int, n int) *testDaemon {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), fmt.Sprintf(`
 [[limit]]
 name = "hourly"
 key = "sasl_username"
@@ -24,15 +27,11 @@ limit = %d
 period = "1h"
 mode = "strict"
 action = "defer"
-`, limit))
-	td := startTestDaemon(t, cfg)
+`, limit)))
 	for range n {
-		policyQuery(t, td.policyAddr, "alice", "END-OF-MESSAGE")
+		td.message("alice", "END-OF-MESSAGE")
 	}
-	cli := func(args ...string) (int, string, string) {
-		return runCLI(t, "", append([]string{"--config", cfg}, args...)...)
-	}
-	return td, cli
+	return td
 }
 
 // reloadWith rewrites the daemon's configuration with hourly's period and
@@ -48,38 +47,45 @@ func reloadWith(t *testing.T, td *testDaemon, period string, limit int) {
 	if err := os.WriteFile(td.configPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	td.d.Reload()
+	td.Reload()
 	if strings.Contains(td.logs.String(), "reload refused") {
 		t.Fatalf("reload to %d/%s refused:\n%s", limit, period, td.logs.String())
 	}
 }
 
-// rateJSON runs `rate show --json alice` and `rate list --json` and returns
-// alice's row of the first.
-func rateJSON(t *testing.T, cli func(args ...string) (int, string, string)) map[string]any {
+// rateJSON encodes, as `rate list --json` and `rate show --json alice`
+// do, the daemon's rates and alice's, and returns alice's row.
+func rateJSON(t *testing.T, td *testDaemon) map[string]any {
 	t.Helper()
-	for _, args := range [][]string{{"rate", "list", "--json"}, {"rate", "show", "--json", "alice"}} {
-		status, out, stderr := cli(args...)
-		if status != 0 {
-			t.Fatalf("%s: exit %d: %s", strings.Join(args, " "), status, stderr)
+	all, err := td.admin().Rates(t.Context(), 20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := td.admin().Rate(t.Context(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row map[string]any
+	for _, kr := range [][]policy.KeyRate{all, alice} {
+		var b bytes.Buffer
+		if err := cliout.JSONList(&b, cliout.RateRows(kr)); err != nil {
+			t.Fatalf("rate --json: %v", err)
 		}
 		var rows []map[string]any
-		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
-			t.Fatalf("%s: %v:\n%s", strings.Join(args, " "), err, out)
+		if err := json.Unmarshal(b.Bytes(), &rows); err != nil || len(rows) != 1 {
+			t.Fatalf("rate --json: %v:\n%s", err, b.String())
 		}
-		if args[1] == "show" {
-			return rows[0]
-		}
+		row = rows[0]
 	}
-	return nil
+	return row
 }
 
 // TestReloadRoundTripsKeepTheWait reloads a refused sender's limit between
 // 1h and 2h thirty times, as thirty SIGHUPs would: her wait stays what it
 // was, and rate show and list --json still answer.
 func TestReloadRoundTripsKeepTheWait(t *testing.T) {
-	td, cli := conversionDaemon(t, 2, 6)
-	before := rateJSON(t, cli)["retry_after_seconds"].(float64)
+	td := conversionDaemon(t, 2, 6)
+	before := rateJSON(t, td)["retry_after_seconds"].(float64)
 	if before < 1800 {
 		t.Fatalf("alice refused for %vs only", before)
 	}
@@ -91,12 +97,12 @@ func TestReloadRoundTripsKeepTheWait(t *testing.T) {
 		}
 		reloadWith(t, td, period, 2)
 	}
-	row := rateJSON(t, cli)
+	row := rateJSON(t, td)
 	after := row["retry_after_seconds"].(float64)
 	if elapsed := time.Since(start).Seconds(); after > before+1 || after < before-elapsed-2 {
 		t.Errorf("after 30 reloads alice's wait is %vs, was %vs (%.1fs ago):\n%v", after, before, elapsed, row)
 	}
-	if got := policyQuery(t, td.policyAddr, "alice", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450") {
+	if got := td.message("alice", "END-OF-MESSAGE"); !strings.HasPrefix(got, "action=450") {
 		t.Errorf("alice's next message after the reloads: %s", got)
 	}
 }
@@ -111,13 +117,13 @@ func TestReloadRoundTripsKeepTheWait(t *testing.T) {
 func TestRateShowExplainsConversion(t *testing.T) {
 	for _, to := range []string{"1m", "1s"} {
 		t.Run(to, func(t *testing.T) {
-			td, cli := conversionDaemon(t, 5, 7)
-			before := rateJSON(t, cli)["retry_after_seconds"].(float64)
+			td := conversionDaemon(t, 5, 7)
+			before := rateJSON(t, td)["retry_after_seconds"].(float64)
 			if before < 900 {
 				t.Fatalf("alice refused for %vs only", before)
 			}
 			reloadWith(t, td, to, 3)
-			row := rateJSON(t, cli)
+			row := rateJSON(t, td)
 			// An exponential rate holds a wait of at most about 709
 			// periods (math.MaxFloat64 = e^709.78): 11m49s at 1s.
 			wait := min(before, 709)
@@ -131,10 +137,7 @@ func TestRateShowExplainsConversion(t *testing.T) {
 			if !ok || conv["from"] != "5/1h" || conv["cause"] != "reload" {
 				t.Errorf("rate show --json does not say what alice's state was converted from:\n%v", row)
 			}
-			status, out, stderr := cli("rate", "show", "alice")
-			if status != 0 {
-				t.Fatalf("rate show: %d %s", status, stderr)
-			}
+			out := td.rateShow("alice")
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if len(lines) != 3 || lines[2] != "next message: deferred by hourly" {
 				t.Fatalf("rate show: want a heading, one line and the limit that answers:\n%s", out)

@@ -1,48 +1,23 @@
-package main
+package daemon
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
 // TestNotifyFirstRefusalAndReset runs the daemon with [notify] pointed at a
 // real webhook receiver and the SMTP sink: ten refused messages give one
-// limit_refused event (webhook and mail), a rate reset through the admin
-// socket gives a rate_reset naming the local user (SO_PEERCRED), and a
-// reset by the CLI with no daemon running is sent by the CLI itself.
+// limit_refused event (webhook and mail), and a rate reset through the
+// admin socket gives a rate_reset naming the local user (SO_PEERCRED).
 func TestNotifyFirstRefusalAndReset(t *testing.T) {
-	var mu sync.Mutex
-	var events []map[string]any
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		var e map[string]any
-		if err := json.Unmarshal(b, &e); err != nil {
-			t.Errorf("webhook body %q: %v", b, err)
-		}
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	}))
-	defer hook.Close()
-	got := func() []map[string]any {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]map[string]any(nil), events...)
-	}
-	sink := mtatest.StartSink(t)
-	dir := t.TempDir()
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+	hook, sink := startWebhook(t), mtatest.StartSink(t)
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), fmt.Sprintf(`
 [notify]
 [notify.webhook]
 url = %q
@@ -58,23 +33,18 @@ key = "sasl_username"
 limit = 2
 period = "1h"
 action = "defer"
-`, hook.URL, sink.Addr()))
-	td := startTestDaemon(t, cfgPath)
+`, hook.URL, sink.Addr())))
 	for i := range 10 {
-		ans := policyQuery(t, td.policyAddr, "rex", "END-OF-MESSAGE")
+		ans := td.message("rex", "END-OF-MESSAGE")
 		if refused := strings.HasPrefix(ans, "action=450 4.7.1"); refused != (i >= 2) {
 			t.Fatalf("message %d: %s", i+1, ans)
 		}
 	}
-	if _, err := cli(t, "--config", cfgPath, "rate", "reset", "rex"); err != nil {
+	if _, err := td.admin().Reset(t.Context(), "rex", ""); err != nil {
 		t.Fatal(err)
 	}
-	// One message under the limit again, for the offline reset below.
-	if ans := policyQuery(t, td.policyAddr, "rex", "END-OF-MESSAGE"); !strings.HasPrefix(ans, "action=DUNNO") {
-		t.Fatalf("message after the reset: %s", ans)
-	}
 	td.stop() // drains the notification queue
-	ev := got()
+	ev := hook.Events()
 	if len(ev) != 2 {
 		t.Fatalf("webhook got %d events, want limit_refused and rate_reset: %v", len(ev), ev)
 	}
@@ -89,33 +59,15 @@ action = "defer"
 	if s := msgs[0].Header("Subject"); !strings.Contains(s, "rex is over limit hourly") {
 		t.Errorf("first mail subject %q", s)
 	}
-
-	out, err := cli(t, "--config", cfgPath, "rate", "reset", "rex")
-	if err != nil || strings.Contains(out, "warning") {
-		t.Fatalf("offline reset: %v\n%s", err, out)
-	}
-	ev = got()
-	if len(ev) != 3 || ev[2]["event"] != "rate_reset" || ev[2]["by"] != admin.LocalUser() {
-		t.Fatalf("offline reset events %v, want a third, rate_reset by %q", ev, admin.LocalUser())
-	}
 }
 
 // TestNotifyQuarantineEvents: a key's first held message is announced as
 // quarantine_threshold, and deleting its held messages sends one "deleted"
 // event with their number and who ran it, not one per message.
 func TestNotifyQuarantineEvents(t *testing.T) {
-	var mu sync.Mutex
-	var events []map[string]any
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var e map[string]any
-		json.NewDecoder(r.Body).Decode(&e)
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook := startWebhook(t)
 	dir := t.TempDir()
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+	td := startTestDaemon(t, testConfig(t, dir, loopback(t), fmt.Sprintf(`
 [notify]
 events = ["quarantine_threshold", "deleted"]
 [notify.webhook]
@@ -131,31 +83,19 @@ limit = 1
 period = "1h"
 mode = "strict"
 action = "hold"
-`, hook.URL, fakeHeldQueue(t, dir, "ned@example.org", nil, "4A2B1C3DB", "4A2B1C3DC", "4A2B1C3DD")))
-	td := startTestDaemon(t, cfgPath)
+`, hook.URL, mtatest.FakeHeldQueue(t, dir, "ned@example.org", nil, "4A2B1C3DB", "4A2B1C3DC", "4A2B1C3DD"))))
 	for i := range 4 {
-		ans := policyAsk(t, td.policyAddr, "protocol_state=END-OF-MESSAGE", "sasl_username=ned", "sender=ned@example.org",
+		ans := td.ask("protocol_state=END-OF-MESSAGE", "sasl_username=ned", "sender=ned@example.org",
 			fmt.Sprintf("queue_id=4A2B1C3D%X", 10+i), fmt.Sprintf("instance=n%d", i))
 		if held := strings.HasPrefix(ans, "action=HOLD"); held != (i >= 1) {
 			t.Fatalf("message %d: %s", i+1, ans)
 		}
 	}
-	if status, out, stderr := runCLI(t, "", "--config", cfgPath, "quarantine", "delete", "--key", "ned", "--yes"); status != 0 {
-		t.Fatalf("delete: %d\n%s%s", status, out, stderr)
+	if out, err := td.deleteEntries(lifecycle.Selection{Key: "ned"}); err != nil {
+		t.Fatalf("delete: %v\n%s", err, out)
 	}
 	td.stop() // sends the gathered events, then drains the queue
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		mu.Lock()
-		n := len(events)
-		mu.Unlock()
-		if n >= 2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	mu.Lock()
-	defer mu.Unlock()
+	events := hook.WaitCount(2, 10*time.Second)
 	if len(events) != 2 {
 		t.Fatalf("got %d events, want quarantine_threshold and one deleted: %v", len(events), events)
 	}

@@ -1,38 +1,32 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
-
-func sendNumbered(t *testing.T, addr, user string, n int) error {
-	return mtatest.Send(t, addr, mtatest.Mail{
-		Login: user, ClientAddr: "192.0.2.7",
-		From: user + "@example.org", To: []string{"rcpt@example.net"},
-		Data: mtatest.BuildMessage(user+"@example.org", "rcpt@example.net", fmt.Sprintf("newsletter part %02d", n),
-			fmt.Sprintf("Dear reader,\nthis is part %d of the newsletter.\n", n)),
-	})
-}
 
 // TestIntegrationHoldThroughPolicy: a strict 10/hour hold limit answered
 // through policy delegation puts messages 11-30 in Postfix's hold queue;
 // quarantine thaw --sender --reset-rate releases them with postsuper -H.
 func TestIntegrationHoldThroughPolicy(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
+	addr := loopback(t)
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+`
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + addr})
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), addr, "\n[quarantine]\n"+pf.HoldCommands()+`
 [[limit]]
 name = "tenhold"
 key = ["sasl_username"]
@@ -41,11 +35,10 @@ period = "1h"
 mode = "strict"
 action = "hold"
 via = ["policy"]
-`)
-	td := startTestDaemon(t, cfgPath)
+`))
 
 	for i := 1; i <= 30; i++ {
-		if err := sendNumbered(t, pf.Addr(), "alice", i); err != nil {
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("alice", i)); err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
 	}
@@ -58,26 +51,22 @@ via = ["policy"]
 	if n := sink.Count(); n != 10 {
 		t.Fatalf("sink has %d, want 10 before thaw", n)
 	}
-	out, err := cli(t, "--config", cfgPath, "quarantine", "list", "--sender", "alice@example.org")
-	if err != nil || !strings.Contains(out, "20 messages") || strings.Count(out, " held ") != 20 {
-		t.Fatalf("quarantine list: %v\n%s", err, out)
+	out := td.quarantineList(admin.ListQuery{Sender: "alice@example.org"})
+	if !strings.Contains(out, "20 messages") || strings.Count(out, " held ") != 20 {
+		t.Fatalf("quarantine list:\n%s", out)
 	}
 	first := strings.Fields(strings.Split(out, "\n")[1])[0]
-	jl, err := cli(t, "--config", cfgPath, "quarantine", "list", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := td.listed("")
 	for _, id := range held {
-		if !strings.Contains(jl, `"queue_id": "`+id+`"`) {
-			t.Fatalf("held queue ID %s not recorded:\n%s", id, jl)
+		if !slices.ContainsFunc(es, func(e quarantine.Entry) bool { return e.QueueID == id }) {
+			t.Fatalf("held queue ID %s not recorded:\n%s", id, entriesText(es))
 		}
 	}
 	// show uses postcat for held mail.
-	out, err = cli(t, "--config", cfgPath, "quarantine", "show", first)
-	if err != nil || !strings.Contains(out, "newsletter part") {
-		t.Fatalf("quarantine show %s: %v\n%s", first, err, out)
+	if out := td.show(first); !strings.Contains(out, "newsletter part") {
+		t.Fatalf("quarantine show %s:\n%s", first, out)
 	}
-	out, err = cli(t, "--config", cfgPath, "quarantine", "thaw", "--sender", "alice@example.org", "--reset-rate")
+	out, err := td.thaw(lifecycle.Selection{Sender: "alice@example.org", ResetRate: true})
 	if err != nil || !strings.Contains(out, "20 thawed, 0 failed") {
 		t.Fatalf("thaw: %v\n%s", err, out)
 	}
@@ -93,7 +82,7 @@ via = ["policy"]
 		}
 	}
 	// The rate was reset: alice can send again at once.
-	if err := sendNumbered(t, pf.Addr(), "alice", 31); err != nil {
+	if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("alice", 31)); err != nil {
 		t.Fatal(err)
 	}
 	sink.WaitCount(t, 31, 30*time.Second)
@@ -111,14 +100,13 @@ via = ["policy"]
 // re-injects all 20 (30 in total, each once, byte-identical bodies) and the
 // user can send again.
 func TestIntegrationFreezeThroughMilter(t *testing.T) {
-	dir := t.TempDir()
-	port, mport := freePort(t), freePort(t)
+	addr, maddr := loopback(t), loopback(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(),
-		PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port), Milter: fmt.Sprintf("inet:127.0.0.1:%d", mport), ReinjectPort: true})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+		PolicyService: "inet:" + addr, Milter: "inet:" + maddr, ReinjectPort: true})
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), addr, fmt.Sprintf(`
 [milter]
-listen = "127.0.0.1:%d"
+listen = %q
 
 [quarantine]
 reinject_addr = %q
@@ -138,8 +126,7 @@ key = ["sasl_username"]
 limit = 200
 period = "1h"
 via = ["policy"]
-`, mport, pf.ReinjectAddr))
-	td := startTestDaemon(t, cfgPath)
+`, maddr, pf.ReinjectAddr)))
 	// Before the daemon, Postfix's start-up probe found no milter; its
 	// smtpd logs that asynchronously, so wait for the line (on a loaded
 	// machine it came after the daemon had started, and the check below
@@ -154,7 +141,7 @@ via = ["policy"]
 		subj := fmt.Sprintf("newsletter part %02d", i)
 		data := mtatest.BuildMessage("alice@example.org", "rcpt@example.net", subj,
 			fmt.Sprintf("Dear reader,\nthis is part %d of the newsletter.\n=?utf-8?q?not_a_header?= \xc3\xa9\n", i))
-		sent[subj] = bodyOf(data)
+		sent[subj] = mtatest.BodyOf(data)
 		if err := mtatest.Send(t, pf.Addr(), mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7",
 			From: "alice@example.org", To: []string{"rcpt@example.net"}, Data: data}); err != nil {
 			t.Fatalf("message %d: %v", i, err)
@@ -166,9 +153,9 @@ via = ["policy"]
 		t.Fatalf("sink has %d before thaw, want 10", n)
 	}
 	pf.WaitQueueEmpty(t, 30*time.Second) // frozen mail was discarded by Postfix
-	out, err := cli(t, "--config", cfgPath, "quarantine", "list")
-	if err != nil || !strings.Contains(out, "20 messages") || strings.Count(out, " frozen ") != 20 {
-		t.Fatalf("quarantine list: %v\n%s", err, out)
+	out := td.quarantineList(admin.ListQuery{})
+	if !strings.Contains(out, "20 messages") || strings.Count(out, " frozen ") != 20 {
+		t.Fatalf("quarantine list:\n%s", out)
 	}
 	for i := 11; i <= 30; i++ {
 		if !strings.Contains(out, fmt.Sprintf("newsletter part %02d", i)) {
@@ -176,11 +163,10 @@ via = ["policy"]
 		}
 	}
 	first := strings.Fields(strings.Split(out, "\n")[1])[0]
-	out, err = cli(t, "--config", cfgPath, "quarantine", "show", first)
-	if err != nil || !strings.Contains(out, "Dear reader") || !strings.Contains(out, "tenfreeze") {
-		t.Fatalf("quarantine show: %v\n%s", err, out)
+	if out := td.show(first); !strings.Contains(out, "Dear reader") || !strings.Contains(out, "tenfreeze") {
+		t.Fatalf("quarantine show:\n%s", out)
 	}
-	out, err = cli(t, "--config", cfgPath, "quarantine", "thaw", "--sender", "alice@example.org", "--reset-rate")
+	out, err := td.thaw(lifecycle.Selection{Sender: "alice@example.org", ResetRate: true})
 	if err != nil || !strings.Contains(out, "20 thawed, 0 failed") {
 		t.Fatalf("thaw: %v\n%s", err, out)
 	}
@@ -195,8 +181,8 @@ via = ["policy"]
 	for _, m := range msgs {
 		subj := m.Header("Subject")
 		seen[subj]++
-		if !bytes.Equal(bodyOf(m.Data), sent[subj]) {
-			t.Errorf("%s: body differs:\n%q\nwant\n%q", subj, bodyOf(m.Data), sent[subj])
+		if !bytes.Equal(mtatest.BodyOf(m.Data), sent[subj]) {
+			t.Errorf("%s: body differs:\n%q\nwant\n%q", subj, mtatest.BodyOf(m.Data), sent[subj])
 		}
 		if m.Header("X-Ratelimitd-Thawed") != "" {
 			thawed++
@@ -213,7 +199,7 @@ via = ["policy"]
 		t.Fatalf("%d distinct subjects, %d thawed; want 30 and 20", len(seen), thawed)
 	}
 	// The rate was reset: alice sends again and is delivered, not frozen.
-	if err := sendNumbered(t, pf.Addr(), "alice", 31); err != nil {
+	if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("alice", 31)); err != nil {
 		t.Fatal(err)
 	}
 	sink.WaitCount(t, 31, 30*time.Second)
@@ -228,15 +214,14 @@ via = ["policy"]
 // TestIntegrationThawFailureKeepsFrozen: a re-injection refused by the
 // MTA leaves the message frozen with the error recorded.
 func TestIntegrationThawFailureKeepsFrozen(t *testing.T) {
-	dir := t.TempDir()
-	port, mport := freePort(t), freePort(t)
+	maddr := loopback(t)
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), Milter: fmt.Sprintf("inet:127.0.0.1:%d", mport)})
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), Milter: "inet:" + maddr})
 	// Re-inject straight into the sink, which refuses the data.
 	sink.SetReply(mtatest.StageEndOfData, &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 3, 1}, Message: "disk full"})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), fmt.Sprintf(`
 [milter]
-listen = "127.0.0.1:%d"
+listen = %q
 [quarantine]
 reinject_addr = %q
 [[limit]]
@@ -246,32 +231,28 @@ limit = 1
 period = "1h"
 mode = "strict"
 action = "freeze"
-`, mport, sink.Addr()))
-	startTestDaemon(t, cfgPath)
+`, maddr, sink.Addr())))
 	for i := 1; i <= 2; i++ {
-		if err := sendNumbered(t, pf.Addr(), "bert", i); err != nil {
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("bert", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	out, err := cli(t, "--config", cfgPath, "quarantine", "thaw", "--sender", "bert@example.org")
+	out, err := td.thaw(lifecycle.Selection{Sender: "bert@example.org"})
 	if err == nil || !strings.Contains(out, "452") {
 		t.Fatalf("thaw into a refusing server: %v\n%s", err, out)
 	}
-	out, _ = cli(t, "--config", cfgPath, "quarantine", "list", "--json")
-	if !strings.Contains(out, `"state": "frozen"`) || !strings.Contains(out, "disk full") || !strings.Contains(out, `"attempts": 1`) {
-		t.Fatalf("entry after failed thaw:\n%s", out)
+	if es := td.listed(""); len(es) != 1 || es[0].State != quarantine.Frozen || !strings.Contains(es[0].Error, "disk full") || es[0].Attempts != 1 {
+		t.Fatalf("entry after failed thaw:\n%s", entriesText(es))
 	}
 	// The postmaster gives up on it: delete drops it from the quarantine.
-	out, err = cli(t, "--config", cfgPath, "quarantine", "delete", "--sender", "bert@example.org")
+	out, err = td.deleteEntries(lifecycle.Selection{Sender: "bert@example.org"})
 	if err != nil || !strings.Contains(out, "1 deleted, 0 failed") {
 		t.Fatalf("delete: %v\n%s", err, out)
 	}
-	out, _ = cli(t, "--config", cfgPath, "quarantine", "list")
-	if !strings.Contains(out, "0 messages") {
+	if out := td.quarantineList(admin.ListQuery{}); !strings.Contains(out, "0 messages") {
 		t.Fatalf("list after delete:\n%s", out)
 	}
-	out, _ = cli(t, "--config", cfgPath, "quarantine", "list", "--state", "deleted", "--json")
-	if !strings.Contains(out, `"state": "deleted"`) {
-		t.Fatalf("deleted entry not kept for audit:\n%s", out)
+	if es, err := td.admin().List(t.Context(), admin.ListQuery{State: "deleted"}); err != nil || len(es) != 1 || es[0].State != quarantine.Deleted {
+		t.Fatalf("deleted entry not kept for audit: %v\n%s", err, entriesText(es))
 	}
 }

@@ -1,10 +1,8 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
-	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"regexp"
@@ -14,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
 
@@ -81,20 +78,6 @@ func skewedRedis(t *testing.T, addr string, skew time.Duration) string {
 	return ln.Addr().String()
 }
 
-// statusJSON runs `ratelimitd status --json` against cfg.
-func statusJSON(t *testing.T, cfg string) admin.Status {
-	t.Helper()
-	out, err := cli(t, "--config", cfg, "status", "--json")
-	if err != nil {
-		t.Fatalf("status --json: %v\n%s", err, out)
-	}
-	var st admin.Status
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, out)
-	}
-	return st
-}
-
 // TestStatusShowsRedisClock: with the Redis backend, `ratelimitd status`
 // shows Redis's clock (TIME), the one decisions and `rate show` use, not
 // this host's: behind a Redis whose clock is 2 hours ahead it says so
@@ -103,13 +86,11 @@ func statusJSON(t *testing.T, cfg string) admin.Status {
 func TestStatusShowsRedisClock(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := skewedRedis(t, srv.Addr, 2*time.Hour)
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeConfig(t, t.TempDir(), addr, redisConfig(proxy, "local"))
-	td := startTestDaemon(t, cfg)
-	if got := policyQuery(t, addr, "tina", "RCPT"); got != "action=DUNNO" {
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), redisConfig(proxy, "local")))
+	if got := td.message("tina", "RCPT"); got != "action=DUNNO" {
 		t.Fatalf("first request: %s", got)
 	}
-	st := statusJSON(t, cfg)
+	st := td.adminStatus()
 	if st.Store == nil || st.Store.Degraded {
 		t.Fatalf("store status: %+v", st.Store)
 	}
@@ -119,23 +100,21 @@ func TestStatusShowsRedisClock(t *testing.T) {
 	if off := st.Store.ClockOffset; off < 2*time.Hour-time.Second || off > 2*time.Hour+time.Second {
 		t.Errorf("status clock offset %v, want 2h", off)
 	}
-	out, err := cli(t, "--config", cfg, "status")
-	if err != nil || !strings.Contains(out, "store: redis clock "+st.RedisTime.UTC().Format("2006-01-02T15")) ||
+	if out := td.statusText(); !strings.Contains(out, "store: redis clock "+st.RedisTime.UTC().Format("2006-01-02T15")) ||
 		!strings.Contains(out, "this host's clock 2h0m0") || !strings.Contains(out, "behind redis") {
-		t.Errorf("status with a Redis 2h ahead: %v\n%s", err, out)
+		t.Errorf("status with a Redis 2h ahead:\n%s", out)
 	}
 
 	srv.Stop()
 	defer srv.Resume()
-	policyQuery(t, addr, "tina", "RCPT") // decided locally after redis_timeout
-	if s := td.d.Status().Store; s == nil || !s.Degraded {
+	td.message("tina", "RCPT") // decided locally after redis_timeout
+	if s := td.Status().Store; s == nil || !s.Degraded {
 		t.Fatalf("store not degraded with Redis paused: %+v", s)
 	}
-	if st := statusJSON(t, cfg); !st.RedisTime.IsZero() {
+	if st := td.adminStatus(); !st.RedisTime.IsZero() {
 		t.Errorf("status redis_time %v while Redis does not answer, want none", st.RedisTime)
 	}
-	out, err = cli(t, "--config", cfg, "status")
-	if err != nil || !strings.Contains(out, "store: redis clock not read (redis not answering)") || !strings.Contains(out, "2h0m0") {
-		t.Errorf("status with Redis paused: %v\n%s", err, out)
+	if out := td.statusText(); !strings.Contains(out, "store: redis clock not read (redis not answering)") || !strings.Contains(out, "2h0m0") {
+		t.Errorf("status with Redis paused:\n%s", out)
 	}
 }

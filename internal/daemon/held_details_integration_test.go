@@ -1,14 +1,14 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
@@ -21,7 +21,7 @@ import (
 func TestIntegrationHeldEntryHasRecipientsSizeSubject(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath, pf, _ := postfixOneHold(t, dir, "")
-	startTestDaemon(t, cfgPath)
+	td := startTestDaemon(t, cfgPath)
 	rcpts := []string{"rcpt@example.net", "second@example.net", "third@example.net"}
 	for i, to := range [][]string{rcpts[:1], rcpts} {
 		subject := fmt.Sprintf("quarterly report %d", i+1)
@@ -37,13 +37,8 @@ func TestIntegrationHeldEntryHasRecipientsSizeSubject(t *testing.T) {
 	var e quarantine.Entry
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, err := cli(t, "--config", cfgPath, "quarantine", "list", "--json")
-		if err != nil {
-			t.Fatal(err)
-		}
 		e = quarantine.Entry{}
-		var es []quarantine.Entry
-		if json.Unmarshal([]byte(out), &es); len(es) > 0 {
+		if es := td.listed(""); len(es) > 0 {
 			e = es[0]
 		}
 		if len(e.Recipients) == 3 && e.Size > 0 && e.Subject != "" {
@@ -54,18 +49,12 @@ func TestIntegrationHeldEntryHasRecipientsSizeSubject(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if e.QueueID != held[0] || e.Subject != "quarterly report 2" || e.Size < 100 {
+	if e.State != quarantine.Held || e.QueueID != held[0] || e.Subject != "quarterly report 2" || e.Size < 100 || e.Unverified != "" {
 		t.Errorf("held entry: %+v (queue %s)", e, held[0])
 	}
-	out, _ := cli(t, "--config", cfgPath, "quarantine", "list")
-	row := strings.Fields(strings.Split(out, "\n")[1])
-	if len(row) < 9 || row[1] != "held" || row[2] != held[0] || row[5] != "3" || row[6] != fmt.Sprint(e.Size) ||
-		!strings.HasSuffix(strings.Split(out, "\n")[1], "quarterly report 2  -") {
-		t.Errorf("quarantine list:\n%s", out)
-	}
-	out, _ = cli(t, "--config", cfgPath, "events", "--action", "hold")
-	if !strings.Contains(out, "alice") || !strings.Contains(out, "onehold") || !strings.Contains(out, "2/1") {
-		t.Errorf("events --action hold:\n%s", out)
+	evs := td.eventList(events.Query{Actions: []string{"hold"}})
+	if len(evs) == 0 || evs[0].Key != "alice" || evs[0].Limit != "onehold" || evs[0].Rate < 1.9 || evs[0].Rate > 2 || evs[0].Max != 1 {
+		t.Errorf("events --action hold: %+v", evs)
 	}
 }
 
@@ -75,13 +64,11 @@ func TestIntegrationHeldEntryHasRecipientsSizeSubject(t *testing.T) {
 // reports and its subject, not only after the periodic completion or a
 // quarantine show; three times over.
 func TestIntegrationHeldEntryCompleteAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
+	addr := loopback(t)
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port),
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + addr,
 		ExtraMainCF: map[string]string{"smtpd_end_of_data_restrictions": ""}})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), "\n[quarantine]\n"+postfixHoldCommands(pf)+oneHoldLimit)
-	startTestDaemon(t, cfgPath)
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), addr, "\n[quarantine]\n"+pf.HoldCommands()+mtatest.OneHoldLimit))
 	for _, user := range []string{"alice", "bob", "carol"} {
 		var subject string
 		for i := range 2 {
@@ -91,13 +78,9 @@ func TestIntegrationHeldEntryCompleteAtOnce(t *testing.T) {
 				t.Fatalf("%s message %d: %v", user, i+1, err)
 			}
 		}
-		out, err := cli(t, "--config", cfgPath, "quarantine", "list", "--key", user, "--json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var es []quarantine.Entry
-		if err := json.Unmarshal([]byte(out), &es); err != nil || len(es) != 1 {
-			t.Fatalf("%s: quarantine list --json: %v\n%s", user, err, out)
+		es := td.listed(user)
+		if len(es) != 1 {
+			t.Fatalf("%s: quarantine list:\n%s", user, entriesText(es))
 		}
 		e := es[0]
 		var size int64

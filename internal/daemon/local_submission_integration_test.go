@@ -1,6 +1,6 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
@@ -39,17 +40,16 @@ func TestIntegrationLocalSubmissionsLimited(t *testing.T) {
 			t.Fatalf("%s (util-linux) runs sendmail as another user against the private Postfix: %v", tool, err)
 		}
 	}
-	mport := freePort(t)
+	maddr := loopback(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr()})
-	installLocalRecipe(t, pf, fmt.Sprintf("inet:127.0.0.1:%d", mport))
+	installLocalRecipe(t, pf, "inet:"+maddr)
 
 	for _, run := range []struct{ name, from string }{{"sendmail", ""}, {"sendmail -f", "someone-else@example.com"}} {
 		t.Run(run.name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf(`
+			td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), fmt.Sprintf(`
 [milter]
-listen = "127.0.0.1:%d"
+listen = %q
 
 [[limit]]
 name = "local"
@@ -57,8 +57,7 @@ key = ["local_user"]
 limit = 5
 period = "1h"
 action = "freeze"
-`, mport))
-			td := startTestDaemon(t, cfgPath)
+`, maddr)))
 			before := sink.Count()
 			for i := 1; i <= 20; i++ {
 				localSendmail(t, pf, u, run.from, fmt.Sprintf("To: rcpt@example.net\nSubject: local %d\n\nhello %d\n", i, i))
@@ -66,7 +65,7 @@ action = "freeze"
 			var out string
 			deadline := time.Now().Add(90 * time.Second)
 			for {
-				out, _ = cli(t, "--config", cfgPath, "quarantine", "list")
+				out = td.quarantineList(admin.ListQuery{})
 				if strings.Count(out, " frozen ") >= 15 && sink.Count()-before >= 5 || time.Now().After(deadline) {
 					break
 				}
@@ -74,11 +73,11 @@ action = "freeze"
 			}
 			pf.WaitQueueEmpty(t, 30*time.Second)
 			time.Sleep(500 * time.Millisecond)
-			out, _ = cli(t, "--config", cfgPath, "quarantine", "list")
+			out = td.quarantineList(admin.ListQuery{})
 			if got, frozen := sink.Count()-before, strings.Count(out, " frozen "); got != 5 || frozen != 15 {
 				t.Fatalf("%d delivered, %d frozen; want 5 and 15\nquarantine list:\n%s\ndaemon log:\n%s", got, frozen, out, td.logs.String())
 			}
-			if out, _ := cli(t, "--config", cfgPath, "quarantine", "list", "--key", u.Uid); strings.Count(out, " frozen ") != 15 {
+			if out := td.quarantineList(admin.ListQuery{Key: u.Uid}); strings.Count(out, " frozen ") != 15 {
 				t.Fatalf("quarantine list --key %s (the uid):\n%s", u.Uid, out)
 			}
 			if run.from != "" {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"fmt"
@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
 // TestIntegrationMilterSocketInPostfixPrivate: the milter listens on a
@@ -24,12 +26,10 @@ import (
 // Postfix log "Permission denied" and apply milter_default_action
 // (tempfail here) to every message.
 func TestIntegrationMilterSocketInPostfixPrivate(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
 	sink := mtatest.StartSink(t)
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), MilterPrivate: "ratelimitd-milter"})
 	sock := pf.PrivateSocket("ratelimitd-milter")
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`socket_group = "postfix"
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), loopback(t), fmt.Sprintf(`socket_group = "postfix"
 
 [milter]
 listen = "unix:%s"
@@ -41,8 +41,7 @@ limit = 1
 period = "1h"
 mode = "strict"
 action = "freeze"
-`, sock))
-	startTestDaemon(t, cfgPath)
+`, sock)))
 
 	grp, err := user.LookupGroup("postfix")
 	if err != nil {
@@ -55,26 +54,35 @@ action = "freeze"
 	if gid := strconv.Itoa(int(fi.Sys().(*syscall.Stat_t).Gid)); gid != grp.Gid {
 		t.Errorf("milter socket %s has group %s, want postfix (%s), mode %v", sock, gid, grp.Gid, fi.Mode())
 	}
-	out, _ := cli(t, "--config", cfgPath, "status")
-	if !strings.Contains(out, "front end milter unix:"+sock+": no MTA has connected since start") {
-		t.Errorf("status before any mail does not say the milter was never reached:\n%s", out)
+	if fe := td.milterStatus(); fe.Listen != "unix:"+sock || !fe.LastConnect.IsZero() {
+		t.Errorf("status before any mail does not say the milter was never reached: %s", fe)
 	}
 
 	for i := 1; i <= 2; i++ {
-		if err := sendNumbered(t, pf.Addr(), "milly", i); err != nil {
+		if err := mtatest.Send(t, pf.Addr(), mtatest.Newsletter("milly", i)); err != nil {
 			t.Fatalf("message %d: %v\nPostfix log:\n%s", i, err, pf.Log())
 		}
 	}
 	sink.WaitCount(t, 1, 30*time.Second)
-	out, err = cli(t, "--config", cfgPath, "quarantine", "list", "--json")
-	if err != nil || strings.Count(out, `"state": "frozen"`) != 1 || !strings.Contains(out, "newsletter part 02") {
-		t.Fatalf("quarantine list after two messages: %v\n%s", err, out)
+	if es := td.listed(""); len(es) != 1 || es[0].State != quarantine.Frozen || es[0].Subject != "newsletter part 02" {
+		t.Fatalf("quarantine list after two messages:\n%s", entriesText(es))
 	}
 	if strings.Contains(pf.Log(), "Permission denied") {
 		t.Errorf("Postfix could not reach the milter:\n%s", pf.Log())
 	}
-	out, _ = cli(t, "--config", cfgPath, "status")
-	if !strings.Contains(out, "front end milter unix:"+sock+": MTA last connected") {
-		t.Errorf("status does not show Postfix's milter connection:\n%s", out)
+	if fe := td.milterStatus(); fe.LastConnect.IsZero() || fe.Connections == 0 {
+		t.Errorf("status does not show Postfix's milter connection: %s", fe)
 	}
+}
+
+// milterStatus is the milter's front-end line of the daemon's status.
+func (td *testDaemon) milterStatus() admin.FrontEndStatus {
+	td.t.Helper()
+	for _, fe := range td.adminStatus().FrontEnds {
+		if fe.FrontEnd == "milter" {
+			return fe
+		}
+	}
+	td.t.Fatal("status names no milter front end")
+	return admin.FrontEndStatus{}
 }

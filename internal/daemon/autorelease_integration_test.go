@@ -1,14 +1,14 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
 
@@ -19,11 +19,10 @@ import (
 // clock hours ahead), the held messages leave the hold queue oldest first,
 // one per period/limit (20 minutes), and never while the key is suspended.
 func TestIntegrationAutoReleaseDrip(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
+	addr := loopback(t)
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + addr})
+	cfgPath := testConfig(t, t.TempDir(), addr, fmt.Sprintf(`
 [quarantine]
 release_command = [["postsuper", "-c", %q, "-H", "{queue_id}"], ["postqueue", "-c", %q, "-i", "{queue_id}"]]
 delete_command = ["postsuper", "-c", %q, "-d", "{queue_id}"]
@@ -49,7 +48,7 @@ auto_release = "drip"
 	if _, held := pf.WaitQueue(t, 30*time.Second, func(_, held []string) bool { return len(held) == 3 }); len(held) != 3 {
 		t.Fatalf("%d held, want 3", len(held))
 	}
-	svc := td.d.Quarantine()
+	svc := td.Quarantine()
 	ctx := context.Background()
 	now := time.Now()
 	step := func(at time.Duration, want int) {
@@ -61,12 +60,12 @@ auto_release = "drip"
 	heldNow := func() int { _, held := pf.QueueIDs(t); return len(held) }
 
 	step(0, 0) // alice is over her limit
-	if out, err := cli(t, "--config", cfgPath, "quarantine", "suspend", "alice"); err != nil || !strings.Contains(out, "suspended") {
-		t.Fatalf("suspend: %v %s", err, out)
+	if res, err := td.admin().Suspend(ctx, "alice", false); err != nil {
+		t.Fatalf("suspend: %v %+v", err, res)
 	}
 	step(5*time.Hour, 0) // under the limit, but suspended
-	if out, err := cli(t, "--config", cfgPath, "quarantine", "resume", "alice"); err != nil || !strings.Contains(out, "resumed") {
-		t.Fatalf("resume: %v %s", err, out)
+	if res, err := td.admin().Suspend(ctx, "alice", true); err != nil {
+		t.Fatalf("resume: %v %+v", err, res)
 	}
 	if n := heldNow(); n != 3 {
 		t.Fatalf("%d held before the release, want 3", n)
@@ -94,8 +93,7 @@ auto_release = "drip"
 			t.Fatalf("%q delivered %d times", s, seen[s])
 		}
 	}
-	out, _ := cli(t, "--config", cfgPath, "quarantine", "list", "--state", "thawed")
-	if !strings.Contains(out, "3 messages") {
-		t.Fatalf("thawed entries:\n%s", out)
+	if es, err := td.admin().List(ctx, admin.ListQuery{State: "thawed"}); err != nil || len(es) != 3 {
+		t.Fatalf("thawed entries: %v\n%s", err, entriesText(es))
 	}
 }

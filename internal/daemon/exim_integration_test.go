@@ -1,6 +1,6 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"fmt"
@@ -12,10 +12,6 @@ import (
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
 )
-
-// eximBinary is the Exim that scripts/deps.sh unpacks (Debian's exim4
-// conflicts with postfix, so it is not installed).
-func eximBinary(t *testing.T) string { return mtatest.EximBinary(t) }
 
 // runExim plays an SMTP session through Exim's ACLs with -bh (no
 // delivery) and returns Exim's replies.
@@ -38,26 +34,25 @@ func runExim(t *testing.T, bin, conf, socket, session string) string {
 // the daemon's "450 4.7.1 ..." at RCPT, and with the daemon gone mail flows
 // (fail open).
 func TestIntegrationEximReadsocket(t *testing.T) {
-	bin := eximBinary(t)
+	bin := mtatest.EximBinary(t)
 	dir := t.TempDir()
 	conf := eximConf(t, dir, true)
 
-	port := freePort(t)
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), `
+	addr := loopback(t)
+	td := startTestDaemon(t, testConfig(t, dir, addr, `
 [[limit]]
 name = "sender"
 key = ["sender"]
 limit = 2
 period = "1h"
-`)
-	td := startTestDaemon(t, cfgPath)
+`))
 	var session strings.Builder
 	session.WriteString("EHLO client.example.com\r\n")
 	for i := 1; i <= 3; i++ {
 		fmt.Fprintf(&session, "MAIL FROM:<bob@example.org>\r\nRCPT TO:<x@example.net>\r\nDATA\r\nSubject: %d\r\n\r\nhello\r\n.\r\n", i)
 	}
 	session.WriteString("QUIT\r\n")
-	socket := fmt.Sprintf("inet:127.0.0.1:%d", port)
+	socket := "inet:" + addr
 	out := runExim(t, bin, conf, socket, session.String())
 	if n := strings.Count(out, "250 OK id="); n != 2 {
 		t.Fatalf("%d messages accepted, want 2:\n%s", n, out)
@@ -82,29 +77,28 @@ period = "1h"
 // deferred at every one of its RCPTs with the same text, and the DATA ACL
 // does not count a message again.
 func TestIntegrationEximLayouts(t *testing.T) {
-	bin := eximBinary(t)
+	bin := mtatest.EximBinary(t)
 	for _, withData := range []bool{false, true} {
 		name := map[bool]string{false: "rcpt-acl-only", true: "rcpt-and-data-acl"}[withData]
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			conf := eximConf(t, dir, withData)
-			port := freePort(t)
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), `
+			addr := loopback(t)
+			td := startTestDaemon(t, testConfig(t, dir, addr, `
 [[limit]]
 name = "sender"
 key = ["sender"]
 limit = 2
 period = "1h"
 mode = "strict"
-`)
-			td := startTestDaemon(t, cfgPath)
+`))
 			var session strings.Builder
 			session.WriteString("EHLO client.example.com\r\n")
 			for i := 1; i <= 3; i++ {
 				fmt.Fprintf(&session, "MAIL FROM:<bob@example.org>\r\nRCPT TO:<x@example.net>\r\nRCPT TO:<y@example.net>\r\nRCPT TO:<z@example.net>\r\nDATA\r\nSubject: %d\r\n\r\nhello\r\n.\r\nRSET\r\n", i)
 			}
 			session.WriteString("QUIT\r\n")
-			out := runExim(t, bin, conf, fmt.Sprintf("inet:127.0.0.1:%d", port), session.String())
+			out := runExim(t, bin, conf, "inet:"+addr, session.String())
 			if n := strings.Count(out, "250 OK id="); n != 2 {
 				t.Fatalf("%d messages accepted, want 2:\n%s", n, out)
 			}
@@ -119,7 +113,7 @@ mode = "strict"
 			if deferrals != 3 || texts[0] != texts[1] || texts[1] != texts[2] {
 				t.Fatalf("third message: %d deferrals, want 3 with one text:\n%s", deferrals, out)
 			}
-			if r := rateFromCLI(t, cfgPath, "bob@example.org", "sender"); r < 2.9 || r > 3.1 {
+			if r := td.rateOf("bob@example.org", "sender"); r < 2.9 || r > 3.1 {
 				t.Fatalf("strict rate %.2f, want 3 (three messages, each once):\n%s", r, td.logs.String())
 			}
 		})
@@ -201,16 +195,13 @@ func eximNotSMTPACL(t *testing.T) string {
 // queued and 15 frozen, and 20 more with -f someone-else@… the same,
 // because the key is the caller's uid.
 func TestIntegrationEximLocalSubmissionsLimited(t *testing.T) {
-	bin := eximBinary(t)
+	bin := mtatest.EximBinary(t)
 	for _, run := range []struct{ name, from string }{{"exim -t", ""}, {"exim -t -f", "someone-else@example.com"}} {
 		t.Run(run.name, func(t *testing.T) {
 			dir := t.TempDir()
-			port := freePort(t)
-			conf := eximConfWith(t, dir, fmt.Sprintf("RATELIMITD_SOCKET = inet:127.0.0.1:%d\nacl_not_smtp = acl_ratelimitd_not_smtp\n", port),
-				eximNotSMTPACL(t))
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port),
-				limitTable(`name = "local"`, `key = ["local_user"]`, `limit = 5`, `period = "1h"`, `action = "hold"`))
-			startTestDaemon(t, cfgPath)
+			addr := loopback(t)
+			conf := eximConfWith(t, dir, "RATELIMITD_SOCKET = inet:"+addr+"\nacl_not_smtp = acl_ratelimitd_not_smtp\n", eximNotSMTPACL(t))
+			td := startTestDaemon(t, testConfig(t, dir, addr, "\n[[limit]]\nname = \"local\"\nkey = [\"local_user\"]\nlimit = 5\nperiod = \"1h\"\naction = \"hold\"\n"))
 			for i := 1; i <= 20; i++ {
 				args := []string{"-C", conf, "-odq", "-t"}
 				if run.from != "" {
@@ -231,7 +222,7 @@ func TestIntegrationEximLocalSubmissionsLimited(t *testing.T) {
 			if queued != 20 || frozen != 15 {
 				t.Fatalf("%d queued, %d of them frozen; want 20 and 15\n%s", queued, frozen, out)
 			}
-			if out, _ := cli(t, "--config", cfgPath, "rate", "show", fmt.Sprint(os.Getuid())); !strings.Contains(out, "local") {
+			if out := td.rateShow(fmt.Sprint(os.Getuid())); !strings.Contains(out, "local") {
 				t.Fatalf("rate show %d (the caller's uid):\n%s", os.Getuid(), out)
 			}
 		})

@@ -1,38 +1,18 @@
 //go:build integration
 
-package main
+package daemon
 
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
-
-// rateFromCLI returns the RATE column of `rate show KEY` for limit.
-func rateFromCLI(t *testing.T, cfgPath, key, limit string) float64 {
-	t.Helper()
-	out, err := cli(t, "--config", cfgPath, "rate", "show", key)
-	if err != nil {
-		t.Fatalf("rate show %s: %v\n%s", key, err, out)
-	}
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) >= 3 && f[0] == key && f[1] == limit {
-			r, err := strconv.ParseFloat(f[2], 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r
-		}
-	}
-	t.Fatalf("rate show %s has no %s line:\n%s", key, limit, out)
-	return 0
-}
 
 // TestIntegrationHookLayouts runs the default limits (200/h leaky + 1000/day
 // strict per SASL user, plus a per_rcpt limit) behind a real Postfix hooked
@@ -58,19 +38,17 @@ func TestIntegrationHookLayouts(t *testing.T) {
 	}
 	for _, lay := range layouts {
 		t.Run(lay.name, func(t *testing.T) {
-			dir := t.TempDir()
-			port := freePort(t)
-			cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), defaultTestLimits+`
+			addr := loopback(t)
+			td := startTestDaemon(t, testConfig(t, t.TempDir(), addr, testLimits+`
 [[limit]]
 name = "rcpts"
 key = ["sasl_username"]
 limit = 5000
 period = "1h"
 per = "rcpt"
-`)
-			td := startTestDaemon(t, cfgPath)
+`))
 			sink := mtatest.StartSink(t)
-			svc := fmt.Sprintf("check_policy_service { inet:127.0.0.1:%d, timeout=10s, default_action=DUNNO }", port)
+			svc := "check_policy_service { inet:" + addr + ", timeout=10s, default_action=DUNNO }"
 			main := map[string]string{"smtpd_recipient_restrictions": plain, "smtpd_end_of_data_restrictions": ""}
 			if lay.rcpt {
 				main["smtpd_recipient_restrictions"] = svc + ", " + plain
@@ -135,13 +113,13 @@ per = "rcpt"
 			}{{"alice", "hourly", 200, time.Hour}, {"alice", "daily", 205, 24 * time.Hour}, {"bob", "hourly", 60, time.Hour},
 				{"bob", "daily", 60, 24 * time.Hour}, {"bob", "rcpts", 300, time.Hour}} {
 				low := c.want*math.Exp(-elapsed.Seconds()/c.period.Seconds()) - 0.1
-				if r := rateFromCLI(t, cfgPath, c.key, c.limit); r < low || r > c.want+0.1 {
+				if r := td.rateOf(c.key, c.limit); r < low || r > c.want+0.1 {
 					t.Errorf("%s %s: rate %.1f, want %.0f (at least %.2f after %v of decay)", c.key, c.limit, r, c.want, low, elapsed)
 				}
 			}
-			out, err := cli(t, "--config", cfgPath, "status")
-			if err != nil || strings.Contains(out, "warning:") {
-				t.Fatalf("status: %v\n%s", err, out)
+			out := td.statusText()
+			if strings.Contains(out, "warning:") {
+				t.Fatalf("status:\n%s", out)
 			}
 			for _, want := range []string{map[bool]string{true: "asked at: policy RCPT", false: "asked at: policy END-OF-MESSAGE"}[lay.rcpt || !lay.eod]} {
 				if lay.data {
@@ -163,14 +141,12 @@ per = "rcpt"
 // that name no front end, counts each message once: 25 messages against
 // 20/hour deliver 20 and the stored rate is 20, not 40.
 func TestIntegrationPolicyAndMilterCountOnce(t *testing.T) {
-	dir := t.TempDir()
-	port, mport := freePort(t), freePort(t)
+	addr, maddr := loopback(t), loopback(t)
 	sink := mtatest.StartSink(t)
-	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(),
-		PolicyService: fmt.Sprintf("inet:127.0.0.1:%d", port), Milter: fmt.Sprintf("inet:127.0.0.1:%d", mport)})
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), PolicyService: "inet:" + addr, Milter: "inet:" + maddr})
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), addr, fmt.Sprintf(`
 [milter]
-listen = "127.0.0.1:%d"
+listen = %q
 
 [[limit]]
 name = "hourly"
@@ -184,8 +160,7 @@ key = ["sasl_username"]
 limit = 1000
 period = "1h"
 per = "rcpt"
-`, mport))
-	startTestDaemon(t, cfgPath)
+`, maddr)))
 	deferred := 0
 	for i := 1; i <= 25; i++ {
 		err := mtatest.Send(t, pf.Addr(), mtatest.Mail{Login: "alice", ClientAddr: "192.0.2.7",
@@ -203,14 +178,13 @@ per = "rcpt"
 	if sink.Count() != 20 || deferred != 5 {
 		t.Fatalf("%d delivered, %d deferred; want 20 and 5", sink.Count(), deferred)
 	}
-	if r := rateFromCLI(t, cfgPath, "alice", "hourly"); r < 19.9 || r > 20.1 {
+	if r := td.rateOf("alice", "hourly"); r < 19.9 || r > 20.1 {
 		t.Fatalf("hourly rate %.2f, want 20 (each message once across both front ends)", r)
 	}
-	if r := rateFromCLI(t, cfgPath, "alice", "rcpts"); r < 39.9 || r > 40.1 {
+	if r := td.rateOf("alice", "rcpts"); r < 39.9 || r > 40.1 {
 		t.Fatalf("rcpts rate %.2f, want 40 (each accepted recipient once)", r)
 	}
-	out, _ := cli(t, "--config", cfgPath, "status")
-	if !strings.Contains(out, "asked at: milter RCPT") || !strings.Contains(out, "asked at: policy RCPT") {
+	if out := td.statusText(); !strings.Contains(out, "asked at: milter RCPT") || !strings.Contains(out, "asked at: policy RCPT") {
 		t.Fatalf("status:\n%s", out)
 	}
 }
@@ -222,15 +196,14 @@ per = "rcpt"
 // first RCPT; the quarantine finds each one's queue ID (postqueue -j) and
 // thaw releases every one exactly once.
 func TestIntegrationHoldAtRcptOnly(t *testing.T) {
-	dir := t.TempDir()
-	port := freePort(t)
+	addr := loopback(t)
 	sink := mtatest.StartSink(t)
 	const plain = "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
-	svc := fmt.Sprintf("check_policy_service { inet:127.0.0.1:%d, timeout=10s, default_action=DUNNO }", port)
+	svc := "check_policy_service { inet:" + addr + ", timeout=10s, default_action=DUNNO }"
 	pf := mtatest.StartPostfix(t, mtatest.PostfixOptions{SinkAddr: sink.Addr(), ExtraMainCF: map[string]string{
 		"smtpd_recipient_restrictions": svc + ", " + plain, "smtpd_end_of_data_restrictions": ""}})
 	c := pf.ConfigDir()
-	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(`
+	td := startTestDaemon(t, testConfig(t, t.TempDir(), addr, fmt.Sprintf(`
 [quarantine]
 release_command = [["postsuper", "-c", %q, "-H", "{queue_id}"], ["postqueue", "-c", %q, "-i", "{queue_id}"]]
 delete_command = ["postsuper", "-c", %q, "-d", "{queue_id}"]
@@ -244,8 +217,7 @@ limit = 5
 period = "1h"
 mode = "strict"
 action = "hold"
-`, c, c, c, c, c))
-	startTestDaemon(t, cfgPath)
+`, c, c, c, c, c)))
 	for i := 1; i <= 12; i++ {
 		to := []string{"rcpt@example.net"}
 		if i%2 == 0 {
@@ -262,11 +234,10 @@ action = "hold"
 	if len(held) != 7 {
 		t.Fatalf("%d held, want 7", len(held))
 	}
-	out, err := cli(t, "--config", cfgPath, "quarantine", "list")
-	if err != nil || strings.Count(out, " held ") != 7 {
-		t.Fatalf("quarantine list: %v\n%s", err, out)
+	if out := td.quarantineList(admin.ListQuery{}); strings.Count(out, " held ") != 7 {
+		t.Fatalf("quarantine list:\n%s", out)
 	}
-	out, err = cli(t, "--config", cfgPath, "quarantine", "thaw", "--key", "alice", "--reset-rate")
+	out, err := td.thaw(lifecycle.Selection{Key: "alice", ResetRate: true})
 	if err != nil || !strings.Contains(out, "7 thawed, 0 failed") {
 		t.Fatalf("thaw: %v\n%s", err, out)
 	}
