@@ -16,8 +16,12 @@ const MaxTextLen = 500
 // values, quarantine reasons): control characters (C0, DEL, C1, U+2028,
 // U+2029) become spaces, invalid UTF-8 becomes U+FFFD, runs of spaces
 // collapse, surrounding spaces are trimmed, and the result is cut at a
-// rune boundary to at most max bytes. It allocates only when s changes.
+// rune boundary to at most max bytes ("" if max < 1). It allocates only
+// when s changes.
 func ReplyText(s string, max int) string {
+	if max < 1 {
+		return ""
+	}
 	clean := true
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f {

@@ -31,6 +31,11 @@ func TestReplyText(t *testing.T) {
 			t.Errorf("ReplyText(%q) = %q, want %q", in, got, want)
 		}
 	}
+	for _, max := range []int{0, -1} {
+		if got := ReplyText("", max); got != "" {
+			t.Errorf("ReplyText(\"\", %d) = %q", max, got)
+		}
+	}
 	long := ReplyText(strings.Repeat("é", 400), MaxTextLen)
 	if len(long) > MaxTextLen || !utf8.ValidString(long) {
 		t.Errorf("long text: %d bytes, valid %v", len(long), utf8.ValidString(long))

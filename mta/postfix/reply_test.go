@@ -82,6 +82,8 @@ func TestWriteReply(t *testing.T) {
 		{"warn header empty name", policy.Decision{Action: policy.Warn, Header: ": v"}, rcpt, "action=WARN"},
 		{"warn header CRLF injection", policy.Decision{Action: policy.Warn, Header: "X-R: a\r\nBcc: evil@example.com"}, rcpt,
 			"action=PREPEND X-R: a Bcc: evil@example.com"},
+		{"warn header filling the line", policy.Decision{Action: policy.Warn, Header: "X-" + strings.Repeat("a", 492) + ":"}, rcpt,
+			"action=PREPEND X-" + strings.Repeat("a", 492) + ":"},
 		{"warn text", policy.Decision{Action: policy.Warn, Text: "would defer"}, rcpt, "action=WARN would defer"},
 		{"warn reason", policy.Decision{Action: policy.Warn, Reason: "dry run"}, rcpt, "action=WARN dry run"},
 
