@@ -39,21 +39,10 @@ func TestIntegrationEximReadsocket(t *testing.T) {
 	conf := eximConf(t, dir, true)
 
 	addr := loopback(t)
-	td := startTestDaemon(t, testConfig(t, dir, addr, `
-[[limit]]
-name = "sender"
-key = ["sender"]
-limit = 2
-period = "1h"
-`))
-	var session strings.Builder
-	session.WriteString("EHLO client.example.com\r\n")
-	for i := 1; i <= 3; i++ {
-		fmt.Fprintf(&session, "MAIL FROM:<bob@example.org>\r\nRCPT TO:<x@example.net>\r\nDATA\r\nSubject: %d\r\n\r\nhello\r\n.\r\n", i)
-	}
-	session.WriteString("QUIT\r\n")
+	td := startTestDaemon(t, testConfig(t, dir, addr, senderLimit("leaky")))
+	session := eximSession("x@example.net")
 	socket := "inet:" + addr
-	out := runExim(t, bin, conf, socket, session.String())
+	out := runExim(t, bin, conf, socket, session)
 	if n := strings.Count(out, "250 OK id="); n != 2 {
 		t.Fatalf("%d messages accepted, want 2:\n%s", n, out)
 	}
@@ -65,7 +54,7 @@ period = "1h"
 	}
 	// Without the daemon, Exim's readsocket fails and mail flows.
 	td.stop()
-	out = runExim(t, bin, conf, socket, session.String())
+	out = runExim(t, bin, conf, socket, session)
 	if n := strings.Count(out, "250 OK id="); n != 3 {
 		t.Fatalf("daemon down: %d accepted, want 3 (fail open):\n%s", n, out)
 	}
@@ -84,21 +73,8 @@ func TestIntegrationEximLayouts(t *testing.T) {
 			dir := t.TempDir()
 			conf := eximConf(t, dir, withData)
 			addr := loopback(t)
-			td := startTestDaemon(t, testConfig(t, dir, addr, `
-[[limit]]
-name = "sender"
-key = ["sender"]
-limit = 2
-period = "1h"
-mode = "strict"
-`))
-			var session strings.Builder
-			session.WriteString("EHLO client.example.com\r\n")
-			for i := 1; i <= 3; i++ {
-				fmt.Fprintf(&session, "MAIL FROM:<bob@example.org>\r\nRCPT TO:<x@example.net>\r\nRCPT TO:<y@example.net>\r\nRCPT TO:<z@example.net>\r\nDATA\r\nSubject: %d\r\n\r\nhello\r\n.\r\nRSET\r\n", i)
-			}
-			session.WriteString("QUIT\r\n")
-			out := runExim(t, bin, conf, "inet:"+addr, session.String())
+			td := startTestDaemon(t, testConfig(t, dir, addr, senderLimit("strict")))
+			out := runExim(t, bin, conf, "inet:"+addr, eximSession("x@example.net", "y@example.net", "z@example.net"))
 			if n := strings.Count(out, "250 OK id="); n != 2 {
 				t.Fatalf("%d messages accepted, want 2:\n%s", n, out)
 			}
@@ -118,6 +94,28 @@ mode = "strict"
 			}
 		})
 	}
+}
+
+// senderLimit is a 2/hour limit per envelope sender in mode (leaky or
+// strict), as TOML.
+func senderLimit(mode string) string {
+	return fmt.Sprintf("\n[[limit]]\nname = \"sender\"\nkey = [\"sender\"]\nlimit = 2\nperiod = \"1h\"\nmode = %q\n", mode)
+}
+
+// eximSession is an SMTP session of three messages from bob@example.org,
+// each to rcpts, each followed by RSET.
+func eximSession(rcpts ...string) string {
+	var b strings.Builder
+	b.WriteString("EHLO client.example.com\r\n")
+	for i := 1; i <= 3; i++ {
+		b.WriteString("MAIL FROM:<bob@example.org>\r\n")
+		for _, r := range rcpts {
+			fmt.Fprintf(&b, "RCPT TO:<%s>\r\n", r)
+		}
+		fmt.Fprintf(&b, "DATA\r\nSubject: %d\r\n\r\nhello\r\n.\r\nRSET\r\n", i)
+	}
+	b.WriteString("QUIT\r\n")
+	return b.String()
 }
 
 // eximConf writes an Exim configuration whose RCPT ACL (and, with
