@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"image/color"
 	"io"
@@ -15,14 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/chart"
 	"github.com/ratelimitd/ratelimitd/internal/human"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -109,23 +109,6 @@ func (rec *Recorder) Add(r *Result) {
 	}
 }
 
-// newCanvas returns a white canvas in format and its encoder.
-func newCanvas(format string, width, height vg.Length) (io.WriterTo, draw.Canvas) {
-	var canvas io.WriterTo
-	var dc draw.Canvas
-	switch format {
-	case PlotSVG:
-		c := vgsvg.New(width, height)
-		canvas, dc = c, draw.New(c)
-	default:
-		c := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(pngDPI),
-			vgimg.UseBackgroundColor(color.White))
-		canvas, dc = vgimg.PngCanvas{Canvas: c}, draw.New(c)
-	}
-	dc.FillPolygon(color.White, []vg.Point{dc.Min, {X: dc.Max.X, Y: dc.Min.Y}, dc.Max, {X: dc.Min.X, Y: dc.Max.Y}})
-	return canvas, dc
-}
-
 func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
 
 // Save draws into path (.svg or .png) a panel per limit: a line per key
@@ -145,16 +128,11 @@ func savePlot(path string, write func(w io.Writer, format string) error) error {
 
 // Plot image formats for WriteTo.
 const (
-	PlotSVG = "svg"
-	PlotPNG = "png"
+	PlotSVG = chart.SVG
+	PlotPNG = chart.PNG
 )
 
-// Panel geometry.
-const (
-	plotWidth   = 10 * vg.Inch
-	panelHeight = 3.6 * vg.Inch
-	pngDPI      = 120
-)
+var page = chart.Page{Width: 10 * vg.Inch, Panel: 3.6 * vg.Inch, DPI: 120}
 
 // WriteTo draws the plot (see Save) in format PlotSVG or PlotPNG to w.
 func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
@@ -183,40 +161,12 @@ func drawPanels(w io.Writer, format string, plots []*plot.Plot, legends []plot.L
 	if format != PlotSVG && format != PlotPNG {
 		return fmt.Errorf("%w: plot format %q (want .svg or .png)", ErrFormat, format)
 	}
-	legendW := vg.Length(0)
-	if legends != nil {
-		legendW = 1.5 * vg.Inch
-		for _, lg := range legends {
-			var c draw.Canvas
-			legendW = max(legendW, lg.Rectangle(c).Size().X+0.3*vg.Inch)
-		}
-		legendW = min(legendW, 3.5*vg.Inch)
-	}
-	canvas, dc := newCanvas(format, plotWidth+legendW, panelHeight*vg.Length(len(plots)))
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
-		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.15 * vg.Inch}
-	grid := make([][]*plot.Plot, len(plots))
-	for i, p := range plots {
-		grid[i] = []*plot.Plot{p}
-	}
-	canvases := plot.Align(grid, tiles, draw.Crop(dc, 0, -legendW, 0, 0))
-	for i, p := range plots {
-		pc := canvases[i][0]
-		p.Draw(pc)
-		if legends != nil {
-			lc := pc
-			lc.Min.X, lc.Max.X = pc.Max.X+0.1*vg.Inch, dc.Max.X-0.1*vg.Inch
-			lc.Max.Y -= 0.3 * vg.Inch // below the title
-			legends[i].Draw(lc)
-		}
-	}
-	_, err := canvas.WriteTo(w)
-	return err
+	return chart.Stack(context.Background(), w, format, page, plots, legends)
 }
 
 // palette avoids red (refusals) and grey (the limit line).
 var palette = []color.Color{
-	color.RGBA{31, 119, 180, 255},  // blue
+	chart.Blue,
 	color.RGBA{255, 127, 14, 255},  // orange
 	color.RGBA{44, 160, 44, 255},   // green
 	color.RGBA{148, 103, 189, 255}, // purple
@@ -225,11 +175,6 @@ var palette = []color.Color{
 	color.RGBA{188, 189, 34, 255},  // olive
 	color.RGBA{227, 119, 194, 255}, // pink
 }
-
-var (
-	refusedColor = color.RGBA{214, 39, 40, 255}
-	limitColor   = color.RGBA{90, 90, 90, 255}
-)
 
 // order ranks the recorded keys: o.Keys in that order, else by the
 // highest peak relative to any limit. A key keeps its rank, and so its
@@ -320,17 +265,14 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 	var refusedXY plotter.XYs
 	var overrides []float64
 	for j, s := range shown {
-		xys := s.line(endX, l.Period.Hours(), decays)
-		xys = decimate(xys, 3000)
+		xys := decimate(s.line(endX, l.Period.Hours(), decays), 3000)
 		for _, pt := range xys {
 			ymax = max(ymax, pt.Y)
 		}
-		ln, err := plotter.NewLine(xys)
+		ln, err := chart.Line(xys, colors[j], 1.5)
 		if err != nil {
 			return nil, lg, fmt.Errorf("simulate: plot %s/%s: %w", l.Name, s.key, err)
 		}
-		ln.Color = colors[j]
-		ln.Width = vg.Points(1.5)
 		p.Add(ln)
 		label := legendName(s.key)
 		if s.refused > 0 {
@@ -347,23 +289,25 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		ymax = max(ymax, pt.Y)
 	}
 	p.Y.Max = ymax * 1.08
-	lim := hline(l.Limit, endX)
-	lim.Color, lim.Width, lim.Dashes = limitColor, vg.Points(1.2), []vg.Length{vg.Points(6), vg.Points(3)}
+	lim, err := chart.Line(plotter.XYs{{X: 0, Y: l.Limit}, {X: endX, Y: l.Limit}}, chart.Grey, 1.2, 6, 3)
+	if err != nil {
+		return nil, lg, err
+	}
 	p.Add(lim)
 	lg.Add(fmt.Sprintf("limit %g per %s", l.Limit, period), lim)
 	for _, m := range overrides {
-		ov := hline(m, endX)
-		ov.Color, ov.Width, ov.Dashes = limitColor, vg.Points(1), []vg.Length{vg.Points(2), vg.Points(2)}
+		ov, err := chart.Line(plotter.XYs{{X: 0, Y: m}, {X: endX, Y: m}}, chart.Grey, 1, 2, 2)
+		if err != nil {
+			return nil, lg, err
+		}
 		p.Add(ov)
 		lg.Add(fmt.Sprintf("override %g per %s", m, period), ov)
 	}
 	if len(refusedXY) > 0 {
-		sc, err := plotter.NewScatter(refusedXY)
+		sc, err := chart.Markers(p, refusedXY, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.2), Shape: draw.CrossGlyph{}})
 		if err != nil {
 			return nil, lg, err
 		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: refusedColor, Radius: vg.Points(2.2), Shape: draw.CrossGlyph{}}
-		p.Add(sc)
 		lg.Add("refused request", sc)
 	}
 	return p, lg, nil
@@ -385,11 +329,6 @@ func (rec *Recorder) xEnd() float64 {
 	return end
 }
 
-func hline(y, endX float64) *plotter.Line {
-	ln, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: endX, Y: y}})
-	return ln
-}
-
 // line returns the key's rate curve: at each request a step from the rate
 // before it to the rate stored, between requests the decay interpolated
 // geometrically (exact for exponential), and after the last the decay to
@@ -399,25 +338,16 @@ func (s *series) line(endX, periodH float64, decays bool) plotter.XYs {
 	xys := make(plotter.XYs, 0, 2*len(s.samples)+32)
 	gap := endX * minGapSteps
 	for i, sm := range s.samples {
-		if i > 0 {
+		if i > 0 && sm.x-s.samples[i-1].x > gap {
 			prev := s.samples[i-1]
-			if dx := sm.x - prev.x; dx > gap && prev.post > 0 && sm.before > 0 {
-				steps := min(int(dx/gap), 40)
-				ratio := sm.before / prev.post
-				for k := 1; k < steps; k++ {
-					f := float64(k) / float64(steps)
-					xys = append(xys, plotter.XY{X: prev.x + f*dx, Y: prev.post * math.Pow(ratio, f)})
-				}
-			}
+			xys = chart.Decay(xys, prev.x, prev.post, sm.x, sm.before, min(int((sm.x-prev.x)/gap), 40))
+		} else {
+			xys = append(xys, plotter.XY{X: sm.x, Y: sm.before})
 		}
-		xys = append(xys, plotter.XY{X: sm.x, Y: sm.before}, plotter.XY{X: sm.x, Y: sm.post})
+		xys = append(xys, plotter.XY{X: sm.x, Y: sm.post})
 	}
 	if last := s.samples[len(s.samples)-1]; decays && endX > last.x && periodH > 0 {
-		const steps = 40
-		for k := 1; k <= steps; k++ {
-			x := last.x + (endX-last.x)*float64(k)/steps
-			xys = append(xys, plotter.XY{X: x, Y: last.post * math.Exp(-(x-last.x)/periodH)})
-		}
+		xys = chart.Decay(xys, last.x, last.post, endX, last.post*math.Exp(-(endX-last.x)/periodH), 40)
 	}
 	return xys
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/internal/chart"
 	"github.com/ratelimitd/ratelimitd/internal/human"
 
 	"gonum.org/v1/plot"
@@ -76,22 +77,17 @@ func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 		LineStyle: plotter.DefaultLineStyle}
 	p.Add(h)
 	p.Legend.Add("keys by peak", h)
-	vline := func(x float64, c color.Color, dashes []vg.Length) (*plotter.Line, error) {
-		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax * 1.05}})
-		if err != nil {
-			return nil, err
-		}
-		l.Color, l.Width, l.Dashes = c, vg.Points(2), dashes
-		return l, nil
+	vline := func(x float64, c color.Color, dashes ...float64) (*plotter.Line, error) {
+		return chart.Line(plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax * 1.05}}, c, 2, dashes...)
 	}
-	l, err := vline(math.Log10(lp.Proposed), color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, []vg.Length{vg.Points(6), vg.Points(4)})
+	l, err := vline(math.Log10(lp.Proposed), chart.Red, 6, 4)
 	if err != nil {
 		return nil, err
 	}
 	p.Add(l)
 	p.Legend.Add(fmt.Sprintf("proposed limit %s", human.Number(lp.Proposed)), l)
 	for _, ov := range lp.Overrides {
-		l, err := vline(math.Log10(ov.Limit), color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, []vg.Length{vg.Points(2), vg.Points(3)})
+		l, err := vline(math.Log10(ov.Limit), palette[2], 2, 3)
 		if err != nil {
 			return nil, err
 		}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"image/color"
 	"math"
 	"net/http"
 	"slices"
@@ -17,9 +16,9 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/chart"
 	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
@@ -29,15 +28,14 @@ import (
 // (more get 503), each within chartTimeout, each panel thinned to
 // chartPoints samples.
 const (
-	chartWidth   = 9 * vg.Inch
-	chartPanel   = 2.4 * vg.Inch
-	chartDPI     = 96
 	maxChartEvts = 20000
 	chartRenders = 1
 	chartTimeout = 10 * time.Second
 	chartPoints  = 1000
 	chartRetry   = "2" // seconds, the Retry-After of a 503
 )
+
+var chartPage = chart.Page{Width: 9 * vg.Inch, Panel: 2.4 * vg.Inch, DPI: 96}
 
 // chartWindow is a span the key page offers: the last D, labelled every
 // Step in Format (UTC).
@@ -95,11 +93,6 @@ func (cw chartWindow) Ticks(min, max float64) []plot.Tick {
 	}
 	return ticks
 }
-
-var (
-	rateColor  = color.RGBA{31, 119, 180, 255}
-	limitColor = color.RGBA{214, 39, 40, 255}
-)
 
 // chart answers GET /chart.png?key=K&window=W: 503 with Retry-After
 // while chartRenders others are drawn or past chartTimeout.
@@ -162,23 +155,15 @@ func rateSeries(samples []sample, period time.Duration, now time.Time) plotter.X
 	steps := min(24, max(1, chartPoints/max(len(samples), 1)))
 	for i, sm := range samples {
 		if i > 0 {
-			prev := samples[i-1]
-			for k := 1; k < steps; k++ {
-				t := prev.t.Add(time.Duration(k) * sm.t.Sub(prev.t) / time.Duration(steps))
-				xys = append(xys, plotter.XY{X: x(t), Y: decay(prev.rate, t.Sub(prev.t), period)})
+			prev, decayed := samples[i-1], samples[i-1].rate
+			if period > 0 {
+				decayed *= math.Exp(-sm.t.Sub(prev.t).Seconds() / period.Seconds())
 			}
-			xys = append(xys, plotter.XY{X: x(sm.t), Y: decay(prev.rate, sm.t.Sub(prev.t), period)})
+			xys = chart.Decay(xys, x(prev.t), prev.rate, x(sm.t), decayed, steps)
 		}
 		xys = append(xys, plotter.XY{X: x(sm.t), Y: sm.rate})
 	}
 	return xys
-}
-
-func decay(rate float64, d time.Duration, period time.Duration) float64 {
-	if period <= 0 {
-		return rate
-	}
-	return rate * math.Exp(-d.Seconds()/period.Seconds())
 }
 
 // thin keeps of samples (sorted by time) the highest rate of each of n
@@ -235,7 +220,7 @@ func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy
 		}
 		ls.samples = append(ls.samples, sm)
 	}
-	var plots [][]*plot.Plot
+	var plots []*plot.Plot
 	for _, name := range order {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -247,28 +232,16 @@ func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy
 		if err != nil {
 			return nil, err
 		}
-		plots = append(plots, []*plot.Plot{p})
+		plots = append(plots, p)
 	}
 	if len(plots) == 0 {
 		p := plot.New()
 		p.Title.Text = key + ": no rate state and no events in the last 24 h"
 		p.HideAxes()
-		plots = append(plots, []*plot.Plot{p})
-	}
-	height := chartPanel * vg.Length(len(plots))
-	c := vgimg.NewWith(vgimg.UseWH(chartWidth, height), vgimg.UseDPI(chartDPI), vgimg.UseBackgroundColor(color.White))
-	dc := draw.New(c)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: 0.2 * vg.Inch, PadTop: 0.1 * vg.Inch,
-		PadBottom: 0.1 * vg.Inch, PadLeft: 0.1 * vg.Inch, PadRight: 0.2 * vg.Inch}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		plots[i][0].Draw(canvases[i][0])
+		plots = append(plots, p)
 	}
 	var b bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&b); err != nil {
+	if err := chart.Stack(ctx, &b, chart.PNG, chartPage, plots, nil); err != nil {
 		return nil, fmt.Errorf("chart: %w", err)
 	}
 	return b.Bytes(), nil
@@ -292,23 +265,21 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 	if p.Y.Max == 0 {
 		p.Y.Max = 1
 	}
-	lim, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}})
+	lim, err := chart.Line(plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}}, chart.Red, 1.2, 6, 3)
 	if err != nil {
 		return nil, err
 	}
-	lim.Color, lim.Width, lim.Dashes = limitColor, vg.Points(1.2), []vg.Length{vg.Points(6), vg.Points(3)}
 	p.Add(lim)
 	p.Legend.Add("limit", lim)
 	if xys := rateSeries(samples, period, now); len(xys) > 0 {
-		ln, err := plotter.NewLine(xys)
+		ln, err := chart.Line(xys, chart.Blue, 1.5)
 		if err != nil {
 			return nil, err
 		}
-		ln.Color, ln.Width = rateColor, vg.Points(1.5)
 		p.Add(ln)
 		p.Legend.Add("rate", ln)
 		if len(xys) == 1 {
-			if _, err := addScatter(p, xys, draw.GlyphStyle{Color: rateColor, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
+			if _, err := chart.Markers(p, xys, draw.GlyphStyle{Color: chart.Blue, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
 				return nil, err
 			}
 		}
@@ -324,7 +295,7 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 		}
 	}
 	if len(refused) > 0 {
-		sc, err := addScatter(p, refused, draw.GlyphStyle{Color: limitColor, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
+		sc, err := chart.Markers(p, refused, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
 		if err != nil {
 			return nil, err
 		}
@@ -339,15 +310,4 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 	// Add widened the axis to the data: clip to the window.
 	p.X.Min, p.X.Max = float64(now.Add(-cw.D).Unix()), float64(now.Unix())
 	return p, nil
-}
-
-// addScatter adds the points xys, drawn with g, to p.
-func addScatter(p *plot.Plot, xys plotter.XYs, g draw.GlyphStyle) (*plotter.Scatter, error) {
-	sc, err := plotter.NewScatter(xys)
-	if err != nil {
-		return nil, err
-	}
-	sc.GlyphStyle = g
-	p.Add(sc)
-	return sc, nil
 }
