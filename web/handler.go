@@ -86,8 +86,8 @@ func (s *Server) secure(next http.Handler) http.Handler {
 	})
 }
 
-// auth passes requests with a live session of a user in the users file;
-// others are sent to /login (GET) or refused (403).
+// auth passes requests with a live session; others are sent to /login
+// (GET) or refused (403).
 func (s *Server) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.refreshUsers()
@@ -172,9 +172,8 @@ func (s *Server) forbidden(w http.ResponseWriter, r *http.Request, why string) {
 	s.render(w, r, "error", map[string]any{"Title": "Forbidden", "Message": why, "Code": http.StatusForbidden})
 }
 
-// secureRequest reports a request that came over TLS: to us, or to a
-// reverse proxy in [web] trusted_proxies that says so with
-// X-Forwarded-Proto (from any other peer the header is ignored).
+// secureRequest reports a request over TLS, to us or to a trusted proxy
+// that says so with X-Forwarded-Proto.
 func (s *Server) secureRequest(r *http.Request) bool {
 	_, _, proxy := s.peer(r)
 	return r.TLS != nil || proxy && r.Header.Get("X-Forwarded-Proto") == "https"
@@ -191,9 +190,8 @@ func (s *Server) peer(r *http.Request) (string, netip.Addr, bool) {
 	return host, a, err == nil && s.trusted(a)
 }
 
-// clientAddr is the address failed logins count against: the peer, or
-// behind [web] trusted_proxies the last X-Forwarded-For address that is
-// not one of them.
+// clientAddr is the peer, or behind trusted proxies the last
+// X-Forwarded-For address that is not one.
 func (s *Server) clientAddr(r *http.Request) string {
 	host, a, proxy := s.peer(r)
 	if !proxy {
@@ -223,17 +221,16 @@ func (s *Server) trusted(a netip.Addr) bool {
 
 const loginCookie = "ratelimitd_login"
 
-// loginForm shows the login form with status code and error message msg,
-// and a token its cookie repeats (login CSRF).
+// loginForm shows the login form with a token its cookie repeats (login
+// CSRF).
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request, code int, msg, next string) {
 	tok := randomToken()
 	http.SetCookie(w, s.cookie(r, loginCookie, tok, 10*time.Minute))
 	s.render(w, r, "login", map[string]any{"Title": "Log in", "CSRF": tok, "Error": msg, "Code": code, "Next": safeNext(next)})
 }
 
-// safeNext keeps a redirect on this site: a path starting with exactly
-// one '/', without '\' or control characters (browsers drop tabs and
-// newlines, turning "/\t/host" into "//host").
+// safeNext keeps a redirect on this site: one leading '/', no '\' or
+// control characters (browsers drop tabs: "/\t/host" is "//host").
 func safeNext(n string) string {
 	if !strings.HasPrefix(n, "/") || strings.HasPrefix(n, "//") ||
 		strings.ContainsFunc(n, func(c rune) bool { return c == '\\' || c < ' ' || c == 0x7f }) {
@@ -242,8 +239,8 @@ func safeNext(n string) string {
 	return n
 }
 
-// cookie makes an HttpOnly, SameSite=Strict cookie for the console, Secure
-// with TLS; a negative maxAge deletes it.
+// cookie makes an HttpOnly, SameSite=Strict cookie, Secure with TLS; a
+// negative maxAge deletes it.
 func (s *Server) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
 	age := int(maxAge / time.Second)
 	if maxAge < 0 {

@@ -15,11 +15,9 @@ import (
 )
 
 // Scope is the mail a console user sees and acts on: everything (the zero
-// Scope), or that of a domain operator's sender domains (exactly: a
-// subdomain only if listed). A message is in scope by its envelope
-// sender's or SASL login's domain; a rate key by a sasl_username or sender
-// part at such a domain, or a sender_domain part that is one, under its
-// limit's key attributes. Safe for concurrent use.
+// Scope), or a domain operator's sender domains (a subdomain only if
+// listed): a message by its sender's or SASL login's domain, a rate key by
+// its sasl_username, sender or sender_domain part. Safe for concurrent use.
 type Scope struct {
 	domains []string
 	attrs   map[string][]string // limit name → key attributes
@@ -83,8 +81,8 @@ func (sc Scope) AllowsKey(limit, key string) bool {
 	return false
 }
 
-// allowsEvent: an event of a key in scope, or a single decision (not a
-// coalesced count, which spans senders) of a sender in scope.
+// allowsEvent: a key in scope, or one decision (a coalesced count spans
+// senders) of a sender in scope.
 func (sc Scope) allowsEvent(e events.Event) bool {
 	return sc.AllowsKey(e.Limit, e.Key) || e.Key != "" && e.Count <= 1 && sc.Allows(e.Sender, "")
 }
@@ -106,8 +104,8 @@ func keep[T any](sc Scope, xs []T, ok func(T) bool) []T {
 	return slices.DeleteFunc(slices.Clone(xs), func(x T) bool { return !ok(x) })
 }
 
-// keyHidden answers 404 for a key outside the request's scope, as for a
-// key that does not exist, and reports whether it did.
+// keyHidden answers 404, as for no such key, for a key out of scope and
+// reports whether it did.
 func (s *Server) keyHidden(w http.ResponseWriter, r *http.Request, key string) bool {
 	if currentUser(r).Scope.AllowsKey("", key) {
 		return false
@@ -116,8 +114,8 @@ func (s *Server) keyHidden(w http.ResponseWriter, r *http.Request, key string) b
 	return true
 }
 
-// show is Quarantine.Show within the request's scope: a message outside
-// it is quarantine.ErrNotFound.
+// show is Quarantine.Show within the request's scope (outside it:
+// quarantine.ErrNotFound).
 func (s *Server) show(r *http.Request, id string) (quarantine.Entry, []byte, error) {
 	e, body, err := s.opts.Quarantine.Show(r.Context(), id, true)
 	if !currentUser(r).Scope.allowsEntry(e) {
@@ -126,8 +124,7 @@ func (s *Server) show(r *http.Request, id string) (quarantine.Entry, []byte, err
 	return e, body, err
 }
 
-// entryHidden answers 404 for a message outside the request's scope, as
-// for one that does not exist, and reports whether it did.
+// entryHidden is keyHidden for a quarantined message.
 func (s *Server) entryHidden(w http.ResponseWriter, r *http.Request, id string) bool {
 	if currentUser(r).Scope.SiteWide() {
 		return false
@@ -139,8 +136,7 @@ func (s *Server) entryHidden(w http.ResponseWriter, r *http.Request, id string) 
 	return true
 }
 
-// entries is Quarantine.List within the request's scope: every page and
-// action that selects messages lists them here.
+// entries is Quarantine.List within the request's scope.
 func (s *Server) entries(r *http.Request, f quarantine.Filter) ([]quarantine.Entry, error) {
 	sc, n := currentUser(r).Scope, f.Max
 	if !sc.SiteWide() {
@@ -219,9 +215,8 @@ func (s *Server) health(r *http.Request) (lifecycle.Health, error) {
 	return h, err
 }
 
-// reset forgets key's rate under limit ("": every limit); a domain
-// operator's only under limits of the scope (policy.ErrUnknownLimit for
-// another).
+// reset forgets key's rate under limit ("": every limit), for a domain
+// operator only under limits of the scope (else policy.ErrUnknownLimit).
 func (s *Server) reset(r *http.Request, key, limit string) error {
 	u := currentUser(r)
 	l := s.local(u)

@@ -34,12 +34,10 @@ const (
 	maxFormBytes      = 64 << 10
 )
 
-// Options configures a Server: the TCP address Listen ("127.0.0.1:9732"),
-// PEM files TLSCert and TLSKey (both or neither: TLS and Secure cookies),
-// the users file, the proxies whose X-Forwarded-For is believed, and the
-// daemon's services as the admin socket serves them. Nil Events: no
-// history; nil Limits: a domain operator sees no key; nil Status:
-// unknown; Notify is told of rate resets; nil Now: time.Now.
+// Options configures a Server: Listen ("127.0.0.1:9732"), PEM files
+// TLSCert and TLSKey (both or neither), the users file, the proxies whose
+// X-Forwarded-For is believed, and the daemon's services. Nil Events: no
+// history; nil Limits: a domain operator sees no key; nil Now: time.Now.
 type Options struct {
 	Listen          string
 	TLSCert, TLSKey string
@@ -128,8 +126,8 @@ func (s *Server) Reload() error {
 	return nil
 }
 
-// refreshUsers rereads the users file when it changed since last read,
-// so that `web user add|remove` take effect at the next request.
+// refreshUsers rereads the users file when it changed, so that `web user
+// add|remove` take effect at the next request.
 func (s *Server) refreshUsers() {
 	fi, _ := os.Stat(s.opts.UsersFile)
 	s.usersMu.Lock()
@@ -151,7 +149,6 @@ func sameFile(a, b os.FileInfo) bool {
 	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime()) && a.Size() == b.Size()
 }
 
-// loadUsers reads the users file.
 func (s *Server) loadUsers() error {
 	fi, _ := os.Stat(s.opts.UsersFile)
 	u, err := LoadUsers(s.opts.UsersFile)
@@ -241,8 +238,7 @@ func (noEvents) Query(context.Context, events.Query) ([]events.Event, error)    
 func (noEvents) Summary(context.Context, events.Query) ([]events.KeySummary, error) { return nil, nil }
 func (noEvents) Record(events.Event)                                                {}
 
-// URL is the console's base URL ("https://127.0.0.1:9732/"; "" before
-// Start).
+// URL is the console's base URL ("" before Start).
 func (s *Server) URL() string {
 	scheme := "http"
 	if s.TLS() {

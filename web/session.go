@@ -87,10 +87,9 @@ func validCSRF(ss session, token string) bool {
 	return token != "" && subtle.ConstantTimeCompare([]byte(ss.csrf), []byte(token)) == 1
 }
 
-// Failed logins are slowed per user name and client address: after
-// freeFailures, each attempt waits a delay doubling from failureDelay to
-// maxFailureDelay; the count is forgotten failureWindow after the last
-// failure. At most maxThrottled are kept (the oldest goes).
+// After freeFailures failed logins of a user name or client address, each
+// attempt waits a delay doubling from failureDelay to maxFailureDelay;
+// failureWindow after the last failure the count is forgotten.
 const (
 	freeFailures    = 3
 	failureDelay    = 2 * time.Second
@@ -113,9 +112,9 @@ type throttle struct {
 
 func newThrottle() *throttle { return &throttle{m: map[string]*failures{}} }
 
-// charge returns how long the keys must wait before an attempt; when
-// none must, it counts the attempt as a failure of each key at once, so
-// that parallel attempts cannot all pass the check.
+// charge returns how long the keys must wait; when none must, it counts
+// the attempt as a failure of each at once, so parallel attempts cannot
+// all pass.
 func (t *throttle) charge(now time.Time, keys ...string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -155,8 +154,7 @@ func (t *throttle) charge(now time.Time, keys ...string) time.Duration {
 	return 0
 }
 
-// succeed takes back a charged attempt that logged in: the user's failures
-// are forgotten, the address's count is one less.
+// succeed takes back a charged attempt that logged in.
 func (t *throttle) succeed(userKey, addrKey string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -23,7 +23,7 @@ import (
 // Role is what a console user may do.
 type Role string
 
-// The roles: a Viewer reads every page; an Operator also acts.
+// A Viewer reads every page; an Operator also acts.
 const (
 	Viewer   Role = "viewer"
 	Operator Role = "operator"
@@ -38,8 +38,8 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("web: role %q: want viewer or operator", s)
 }
 
-// argon2id parameters of new hashes: RFC 9106 section 4's second
-// option (t=3, 64 MiB), 2 lanes; a stored hash's own are bounded.
+// argon2id parameters of new hashes (RFC 9106 section 4, second option)
+// and the bounds of a stored hash's.
 const (
 	argonTime      = 3
 	argonMemory    = 64 * 1024 // KiB
@@ -55,8 +55,8 @@ var hashCost = struct{ time, memory uint32 }{argonTime, argonMemory}
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
 
-// User is one line of the users file; Domains, if any, are the sender
-// domains (canonical, sorted) whose mail alone the user sees (Scope).
+// User is one line of the users file; Domains (canonical, sorted), if
+// any, are the sender domains whose mail alone the user sees.
 type User struct {
 	Name    string
 	Role    Role
@@ -64,27 +64,28 @@ type User struct {
 	hash    string // PHC string, never printed, logged or rendered
 }
 
-// entryID changes with the user's password (each hash has its own salt),
-// role and domains.
+// entryID changes with the user's password, role and domains.
 func (u User) entryID() string {
 	h := sha256.Sum256([]byte(string(u.Role) + " " + u.hash + " " + strings.Join(u.Domains, ",")))
 	return string(h[:])
 }
 
-// String, GoString and LogValue show the name, role and domains, never
-// the hash.
+// String shows the name, role and domains, never the hash.
 func (u User) String() string {
 	if len(u.Domains) > 0 {
 		return u.Name + " (" + string(u.Role) + " of " + strings.Join(u.Domains, ", ") + ")"
 	}
 	return u.Name + " (" + string(u.Role) + ")"
 }
-func (u User) GoString() string     { return "web.User{" + u.String() + "}" }
+
+// GoString is String for %#v.
+func (u User) GoString() string { return "web.User{" + u.String() + "}" }
+
+// LogValue is String for slog.
 func (u User) LogValue() slog.Value { return slog.StringValue(u.String()) }
 
-// Users is the console's users file (mode 0600): one user a line, "NAME
-// ROLE $argon2id$v=19$m=65536,t=3,p=2$SALT$HASH [DOMAIN,...]"; '#' starts
-// a comment. Not safe for concurrent modification.
+// Users is the users file (mode 0600): "NAME ROLE ARGON2ID-PHC
+// [DOMAIN,...]" a line, '#' comments. Not safe for concurrent modification.
 type Users struct {
 	byName map[string]User
 }
@@ -146,8 +147,7 @@ func (u *Users) Names() []string {
 	return slices.Sorted(maps.Keys(u.byName))
 }
 
-// Set adds or replaces the user name with role, password and the domains
-// of a domain operator (none: site-wide; ParseDomains' errors).
+// Set adds or replaces a user; no domains: site-wide.
 func (u *Users) Set(name string, role Role, password []byte, domains ...string) error {
 	if !validName.MatchString(name) {
 		return fmt.Errorf("web: user name %q: use 1 to 64 letters, digits and . _ @ -", name)
@@ -170,14 +170,11 @@ func (u *Users) Set(name string, role Role, password []byte, domains ...string) 
 	return nil
 }
 
-// validDomain is a canonical domain: LDH labels (RFC 1035 2.3.1, IDNA
-// A-labels included) of at most 63 octets, dot-separated.
+// validDomain is a canonical domain: LDH labels (RFC 1035 2.3.1).
 var validDomain = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-// ParseDomains returns the canonical forms (policy.Domain: lower case,
-// IDNA A-labels), sorted and without repeats, of the domains a domain
-// operator sees ("example.org", "bücher.example"); an error names one
-// that is not a domain ("@example.org", "a b"). No domain: nil.
+// ParseDomains returns the domains' canonical forms (policy.Domain),
+// sorted and without repeats; an error names one that is not a domain.
 func ParseDomains(ds []string) ([]string, error) {
 	var out []string
 	for _, d := range ds {
@@ -198,8 +195,7 @@ func (u *Users) Remove(name string) bool {
 	return ok
 }
 
-// Save writes the users to path atomically (temporary file, fsync,
-// rename), mode 0600.
+// Save writes the users to path atomically, mode 0600.
 func (u *Users) Save(path string) error {
 	var b bytes.Buffer
 	b.WriteString("# ratelimitd console users: NAME ROLE ARGON2ID-HASH [DOMAIN,...]; edit with `ratelimitd web user add|remove`\n")
@@ -240,25 +236,23 @@ func writeFileAtomic(path string, data []byte) error {
 	return os.Rename(f.Name(), path)
 }
 
-// Verify reports whether password is name's, spending the same work on
-// an unknown name so that timing does not tell which names exist.
+// Verify reports whether password is name's; an unknown name costs the
+// same work, so timing does not tell which names exist.
 func (u *Users) Verify(name string, password []byte) (User, bool) {
 	x, ok := u.byName[name]
 	h := x.hash
 	if !ok {
 		h = dummyHash()
 	}
-	return x, checkPassword(h, password) && ok // the check runs for an unknown name too
+	return x, checkPassword(h, password) && ok
 }
 
-// hashPassword returns the PHC string of a new argon2id hash.
 func hashPassword(password []byte) (string, error) {
 	return argon2id.CreateHash(string(password), &argon2id.Params{Memory: hashCost.memory, Iterations: hashCost.time,
 		Parallelism: argonThreads, SaltLength: argonSaltLen, KeyLength: argonKeyLen})
 }
 
-// checkHash checks a PHC argon2id string and the bounds above; its errors
-// never echo the hash.
+// checkHash checks a PHC argon2id string; its errors never echo the hash.
 func checkHash(h string) error {
 	p, salt, key, err := argon2id.DecodeHash(h)
 	switch {
@@ -272,8 +266,6 @@ func checkHash(h string) error {
 	return nil
 }
 
-// checkPassword reports whether password is h's, never spending more than
-// the bounds allow.
 func checkPassword(h string, password []byte) bool {
 	if checkHash(h) != nil {
 		return false
