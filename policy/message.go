@@ -222,31 +222,22 @@ func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *m
 		t.put(h, m, held)
 		return m
 	}
-	if !joinable {
-		m := t.alloc()
-		m.refs++ // this request
-		m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
-		t.put(h, m, held)
-		return m
+	var m *msgEntry
+	if joinable {
+		m = t.takePending(fp, fh, 1-front)
 	}
-	if m := t.takePending(fp, fh, 1-front); m != nil {
-		m.refs++ // this request, first: put may rotate
-		m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
-		t.put(h, m, held)
-		return m
+	isNew := m == nil
+	if isNew {
+		t.inUse++
+		m = &msgEntry{shard: t}
 	}
-	m := t.alloc()
-	m.refs++ // this request
+	m.refs++ // this request, first: put may rotate
 	m.id[front], m.hash[front] = append(m.id[front][:0], id...), h
 	t.put(h, m, held)
-	t.addPending(m, fp, fh, front)
+	if joinable && isNew {
+		t.addPending(m, fp, fh, front)
+	}
 	return m
-}
-
-// alloc returns a new entry.
-func (t *msgShard) alloc() *msgEntry {
-	t.inUse++
-	return &msgEntry{shard: t}
 }
 
 // unref drops one reference to m, forgetting it when none is left.
