@@ -50,10 +50,9 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records, after the release succeeded, that entry id
-// (pending, or claimed by ClaimThawed) is Thawed, with Entry.ThawedTo and
-// ThawedAs; the message stays until SweepThawed. Errors: ErrNotFound,
-// ErrState, bbolt's.
+// MarkThawed records released entry id (pending, or ClaimThawed's) as
+// Thawed to and as; the message stays until SweepThawed. Errors:
+// ErrNotFound, ErrState, bbolt's.
 func (s *Store) MarkThawed(id, to, as string) error {
 	return s.end("thaw", id, Thawed, func(e *Entry) { e.ThawedTo, e.ThawedAs, e.Error = to, as, "" })
 }
@@ -92,10 +91,10 @@ func (s *Store) RecordThawError(id string, msg string) error {
 	})
 }
 
-// Claim marks pending entry id as acted on by token's process, durably,
-// so each action happens once, and returns it. Another token's claim (a
-// stopped process's) is taken over for a held entry, for a frozen one only
-// with force. Errors: ErrNotFound, ErrState, ErrBusy, ErrInterrupted, bbolt's.
+// Claim durably marks pending entry id as acted on by token, so each
+// action happens once, and returns it; another token's claim is taken
+// over, of a frozen entry only with force. Errors: ErrNotFound, ErrState,
+// ErrBusy, ErrInterrupted, bbolt's.
 func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	return s.claim("claim", id, token, func(_ buckets, e *Entry) error {
 		if err := needPending("claim", e); err != nil {
@@ -109,9 +108,8 @@ func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	})
 }
 
-// ClaimThawed claims thawed entry id whose message is still kept, to
-// release it again. Errors: ErrNotFound, ErrState, ErrNoContent (swept),
-// ErrBusy, bbolt's.
+// ClaimThawed claims thawed entry id with its message kept. Errors:
+// ErrNotFound, ErrState, ErrNoContent (swept), ErrBusy, bbolt's.
 func (s *Store) ClaimThawed(id, token string) (Entry, error) {
 	return s.claim("claim again", id, token, func(b buckets, e *Entry) error {
 		if e.State != Thawed {

@@ -68,20 +68,18 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 }
 
 // Recorded says what RecordHold, AddToHeld or RecordFreeze did: ID is the
-// entry recorded or added to ("" when AddToHeld found none); Added, that
-// it went to a held entry of the same Instance; RefusedQueueID, a queue
-// ID another pending entry has, left out.
+// entry recorded or added to (""), Added that it was a held entry of the
+// same Instance, RefusedQueueID a queue ID another entry has, left out.
 type Recorded struct {
 	ID             string
 	Added          bool
 	RefusedQueueID string
 }
 
-// RecordHold records e as held in one transaction: with a queue ID, a
-// held entry of e.Instance with that queue ID, or else without one, gets
-// e's queue ID, size and recipients (Recorded.Added); else a new entry is
-// made and copied into *e. A queue ID another pending entry has is left
-// out (Recorded.RefusedQueueID). Errors: ErrInvalid, bbolt's.
+// RecordHold records e as held: with a queue ID, a held entry of
+// e.Instance with it, else without one, takes e's queue ID, size and
+// recipients (Recorded.Added); else a new entry is made and copied into
+// *e. Errors: ErrInvalid, bbolt's.
 func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true) }
 
 // AddToHeld is RecordHold that never makes an entry; Recorded.ID is ""
@@ -125,7 +123,7 @@ func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
 }
 
 // addToHeld adds e to the oldest held entry of e.Instance with its queue
-// ID, else without one (ID "" if none).
+// ID, else without one.
 func (b buckets) addToHeld(e *Entry, now time.Time) (Recorded, error) {
 	if e.QueueID == "" || !indexable(e.Instance) {
 		return Recorded{}, nil
@@ -175,8 +173,7 @@ func addRecipients(have, add []string) []string {
 	return have
 }
 
-// claimQueueID drops e's queue ID, and returns it, if another pending
-// entry has it.
+// claimQueueID drops and returns e's queue ID if another entry has it.
 func (b buckets) claimQueueID(e *Entry) (string, error) {
 	err := b.uniqueQueueID(e.QueueID, e.ID)
 	if !errors.Is(err, ErrDuplicateQueueID) {
@@ -187,10 +184,9 @@ func (b buckets) claimQueueID(e *Entry) (string, error) {
 	return qid, nil
 }
 
-// RecordFreeze stores e as frozen with the message read from r, copies
-// the result into *e, and returns once fsync'd; on error nothing is
-// stored. A queue ID another pending entry has is left out
-// (Recorded.RefusedQueueID). Errors: ErrInvalid, ErrFull, r's, bbolt's.
+// RecordFreeze stores e as frozen with the message read from r and
+// copies the result into *e; on error nothing is stored. Errors:
+// ErrInvalid, ErrFull, r's, bbolt's.
 func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 	ent, err := s.prepare(e, Frozen)
 	if err != nil {
@@ -275,8 +271,8 @@ func (s *Store) SetUnverified(id, reason string) error {
 	})
 }
 
-// LinkQueueID sets the queue ID of held entry id, which has none. Errors:
-// ErrInvalid, ErrState, ErrNotFound, bbolt's.
+// LinkQueueID sets held entry id's missing queue ID. Errors: ErrInvalid,
+// ErrState, ErrNotFound, bbolt's.
 func (s *Store) LinkQueueID(id, queueID string) error {
 	if !ValidQueueID(queueID) {
 		return fmt.Errorf("%w: queue ID %q", ErrInvalid, termsafe.Line(queueID))
@@ -301,9 +297,9 @@ type HeldDetails struct {
 	MessageID  string
 }
 
-// CompleteHeld adds d's missing recipients to held entry id, d's Size if
-// set, and Subject and MessageID if id lacks them. Errors: ErrNotFound,
-// ErrState, bbolt's.
+// CompleteHeld adds d's missing recipients, Size if set, Subject and
+// MessageID if missing to held entry id. Errors: ErrNotFound, ErrState,
+// bbolt's.
 func (s *Store) CompleteHeld(id string, d HeldDetails) error {
 	return s.update("complete", id, func(_ buckets, e *Entry) error {
 		if e.State != Held {

@@ -16,9 +16,7 @@ type metrics struct {
 	autoReleased prometheus.Counter
 }
 
-// failureOps and expiryOutcomes are the label values of
-// ratelimitd_quarantine_failures_total and ratelimitd_quarantine_expired_total,
-// made at zero by newMetrics so that an alert sees the first failure.
+// The label values newMetrics makes at zero, so that alerts see the first.
 var (
 	failureOps = []string{"record", "release", "schedule", "reinject", "delete", "expire", "dsn", "store", "list",
 		"queue_list", "verify", "auto-release"}
@@ -60,8 +58,7 @@ func newMetrics() metrics {
 // zero before the limit's first hold or freeze; safe for concurrent use.
 func (s *Service) PresetLimit(limit, action string) { s.m.quarantined.WithLabelValues(limit, action) }
 
-// Collectors returns the quarantine's Prometheus counters, and gauges of
-// quarantined messages and bytes read at scrape time.
+// Collectors returns the quarantine's Prometheus collectors.
 func (s *Service) Collectors() []prometheus.Collector {
 	stat := func(f func(quarantine.Stats) float64) func() float64 {
 		return func() float64 {
