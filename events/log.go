@@ -210,10 +210,6 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 			return fmt.Errorf("events: %s holds an event log of format %x; this ratelimitd reads only format %d: move the file aside",
 				db.Path(), v, formatVersion)
 		}
-		if v := mb.Get(metaCount); len(v) == 8*numClasses {
-			l.count = decodeCount(v)
-			return nil
-		}
 		l.count = storedCount(tx)
 		return putCount(t, mb, l.count)
 	})

@@ -2,7 +2,6 @@ package quarantine
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // update runs fn on entry id in one write transaction and stores the
 // result unless fn returns errUnchanged.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
-	err := s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
+	return s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
@@ -29,10 +28,6 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 		e.Updated = s.now().Round(0)
 		return b.put(&e)
 	})
-	if errors.Is(err, errUnchanged) {
-		return nil
-	}
-	return err
 }
 
 // needPendingOrClaimed also passes a thawed entry claimed by ClaimThawed.
@@ -172,7 +167,7 @@ func (s *Store) SweepThawed(cutoff time.Time) (int, error) {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errUnchanged) {
+	if err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -195,16 +190,7 @@ func (s *Store) Unclaim(id, token, note string) error {
 // Note sets pending entry id's Error to msg without counting an attempt.
 // Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) Note(id, msg string) error {
-	return s.update("note", id, func(_ buckets, e *Entry) error {
-		if e.Error == msg {
-			return errUnchanged
-		}
-		if err := needPending("annotate", e); err != nil {
-			return err
-		}
-		e.Error = msg
-		return nil
-	})
+	return s.setText("annotate", id, msg, func(e *Entry) *string { return &e.Error })
 }
 
 // remove deletes everything of id and returns the bytes freed
@@ -265,7 +251,7 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errUnchanged) {
+	if err != nil {
 		return 0, 0, err
 	}
 	return n, freed, nil

@@ -16,13 +16,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// write runs fn in one write transaction and returns once it is durable.
+// write runs fn in one write transaction and returns once it is durable;
+// fn's errUnchanged rolls back and returns nil.
 func (s *Store) write(op string, fn func(*bolt.Tx, *statedb.Tally) error) error {
 	err := statedb.Update(s.db, fn)
 	if err == nil && s.db.NoSync { // set after New
 		err = s.db.Sync()
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errUnchanged) {
 		return wrap(op, err)
 	}
 	return nil
@@ -101,17 +102,9 @@ func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
 		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || !create {
 			return err
 		}
-		if ent.ID, err = b.newID(ent.Created); err != nil {
-			return err
-		}
-		if r.RefusedQueueID, err = b.claimQueueID(&ent); err != nil {
-			return err
-		}
+		r.RefusedQueueID, err = b.insert(&ent)
 		r.ID = ent.ID
-		if err := b.put(&ent); err != nil {
-			return err
-		}
-		return b.index(&ent)
+		return err
 	})
 	if err != nil {
 		return Recorded{}, err
@@ -173,15 +166,22 @@ func addRecipients(have, add []string) []string {
 	return have
 }
 
-// claimQueueID drops and returns e's queue ID if another entry has it.
-func (b buckets) claimQueueID(e *Entry) (string, error) {
-	err := b.uniqueQueueID(e.QueueID, e.ID)
-	if !errors.Is(err, ErrDuplicateQueueID) {
+// insert stores new entry e under a new ID, without (returned) a queue
+// ID another entry has.
+func (b buckets) insert(e *Entry) (refusedQueueID string, err error) {
+	if e.ID, err = b.newID(e.Created); err != nil {
 		return "", err
 	}
-	qid := e.QueueID
-	e.QueueID = ""
-	return qid, nil
+	err = b.uniqueQueueID(e.QueueID, e.ID)
+	if errors.Is(err, ErrDuplicateQueueID) {
+		refusedQueueID, e.QueueID = e.QueueID, ""
+	} else if err != nil {
+		return "", err
+	}
+	if err := b.put(e); err != nil {
+		return "", err
+	}
+	return refusedQueueID, b.index(e)
 }
 
 // RecordFreeze stores e as frozen with the message read from r and
@@ -212,20 +212,11 @@ func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 		if s.maxSize > 0 && total+ent.Size > s.maxSize {
 			return fmt.Errorf("%w: %d bytes stored, message of %d bytes, limit %d", ErrFull, total, ent.Size, s.maxSize)
 		}
-		if ent.ID, err = b.newID(ent.Created); err != nil {
-			return err
-		}
-		if rec.RefusedQueueID, err = b.claimQueueID(&ent); err != nil {
-			return err
-		}
-		if err := b.put(&ent); err != nil {
+		if rec.RefusedQueueID, err = b.insert(&ent); err != nil {
 			return err
 		}
 		if err := b.putBody(ent.ID, st); err != nil {
 			return fmt.Errorf("quarantine: store message: %w", err)
-		}
-		if err := b.index(&ent); err != nil {
-			return err
 		}
 		return putBytes(t, b.info, total+ent.Size)
 	})
@@ -259,14 +250,19 @@ func (b buckets) uniqueQueueID(queueID, self string) error {
 // SetUnverified sets pending entry id's Entry.Unverified ("" clears).
 // Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) SetUnverified(id, reason string) error {
-	return s.update("unverified", id, func(_ buckets, e *Entry) error {
-		if e.Unverified == reason {
+	return s.setText("flag", id, reason, func(e *Entry) *string { return &e.Unverified })
+}
+
+// setText sets pending entry id's text field to v.
+func (s *Store) setText(op, id, v string, field func(*Entry) *string) error {
+	return s.update(op, id, func(_ buckets, e *Entry) error {
+		if *field(e) == v {
 			return errUnchanged
 		}
-		if err := needPending("flag", e); err != nil {
+		if err := needPending(op, e); err != nil {
 			return err
 		}
-		e.Unverified = reason
+		*field(e) = v
 		return nil
 	})
 }

@@ -98,10 +98,7 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 		s.emit(ctx, RateReset, quarantine.Entry{Key: e.Key}, sel.By, plural.N(n, "rate state")+" removed with a thaw")
 	}
 	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
-		if sel.Again {
-			return s.releaseAgain(ctx, e, sel.By)
-		}
-		return s.release(ctx, e, sel.By, sel.Force, Thawed)
+		return s.release(ctx, e, sel.By, sel.Force, sel.Again, Thawed)
 	})
 	for i := range out {
 		out[i].RateReset = done[out[i].Key]
@@ -127,32 +124,21 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 	return out
 }
 
-// release claims, releases and marks e thawed; it returns a note.
-func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force bool, kind Kind) (string, error) {
-	e, err := s.q.Claim(e.ID, s.token, force)
-	if err != nil {
+// release claims, releases and marks e thawed (again: thawed e's kept
+// message re-injected); it returns a note.
+func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force, again bool, kind Kind) (string, error) {
+	var err error
+	if again {
+		if e, err = s.q.ClaimThawed(e.ID, s.token); err != nil {
+			return "", err
+		}
+		e.State = quarantine.Frozen // re-injected as the frozen message it was
+	} else if e, err = s.q.Claim(e.ID, s.token, force); err != nil {
 		return "", err
-	}
-	if e, err = s.confirmHeld(ctx, e); err != nil {
+	} else if e, err = s.confirmHeld(ctx, e); err != nil {
 		s.recordError(e.ID, err)
 		return "", err
 	}
-	return s.released(ctx, e, by, kind, false)
-}
-
-// releaseAgain claims thawed e and re-injects its kept body.
-func (s *Service) releaseAgain(ctx context.Context, e quarantine.Entry, by string) (string, error) {
-	e, err := s.q.ClaimThawed(e.ID, s.token)
-	if err != nil {
-		return "", err
-	}
-	e.State = quarantine.Frozen // what it was: re-injected as a frozen message
-	return s.released(ctx, e, by, Thawed, true)
-}
-
-// released releases claimed e and marks it thawed; it returns a note.
-func (s *Service) released(ctx context.Context, e quarantine.Entry, by string, kind Kind, again bool) (string, error) {
-	var err error
 	note, to, as := "", "", ""
 	switch e.State {
 	case quarantine.Held:

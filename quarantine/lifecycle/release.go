@@ -62,7 +62,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		if had && now.Sub(last) < interval {
 			continue
 		}
-		note, err := s.release(ctx, e, "auto-release", false, Released)
+		note, err := s.release(ctx, e, "auto-release", false, false, Released)
 		if errors.Is(err, quarantine.ErrBusy) {
 			continue // an operator is thawing it right now
 		}
