@@ -14,17 +14,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// A record's key is class (1 byte), time (Unix ns, before 1970: 1970)
-// and sequence (8 bytes each, big-endian). Its value is the version, the
-// strings key, limit, action, sender, client, queue ID, by and detail
-// (uvarint length, bytes, each through clip), count (4 bytes), last (Unix
-// ns), rate and max (IEEE 754 bits), all big-endian, and the checksum
-// (statedb.Sum). events/meta holds the format and each class's count.
+// A record's key: class (1 byte), Unix ns and sequence (8 bytes each).
+// Its value: version, key, limit, action, sender, client, queue ID, by,
+// detail (uvarint length, bytes), count (4 bytes), last (Unix ns), rate,
+// max (IEEE 754), checksum (statedb.Sum); integers big-endian.
 const (
 	// MaxField is the most bytes of a stored string field (clip).
 	MaxField = 256
-	// MaxRecord bounds one stored event, key and BoltDB's element header
-	// included.
+	// MaxRecord bounds one stored event with key and BoltDB's header.
 	MaxRecord = keyLen + 16 + 1 + 8*(2+MaxField) + 28 + 4
 	// IDLen is the length of an Event.ID: the record's key in hex.
 	IDLen         = 2 * keyLen
@@ -64,9 +61,8 @@ func parseID(id string) ([]byte, error) {
 // clipMarker ends a clipped field; the bytes cut follow it in decimal.
 const clipMarker = "…[+"
 
-// clip returns s if it has at most MaxField bytes, else its longest
-// prefix (cut at a character boundary) followed by "…[+N]", N the bytes
-// cut, within MaxField bytes in all.
+// clip cuts s beyond MaxField bytes to MaxField, ending in
+// "…[+N]" (N the bytes cut), at a character boundary.
 func clip(s string) string {
 	if len(s) <= MaxField {
 		return s

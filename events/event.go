@@ -35,8 +35,7 @@ var Refusals = []string{Defer, Reject, Hold, Freeze}
 func IsAction(a string) bool { return slices.Contains(Actions, a) }
 
 // Decisions are the actions the policy decides: coalesced, and bounded
-// by Options.MaxAge and MaxCount (the others by ActionMaxAge and
-// ActionMaxCount).
+// by Options.MaxAge and MaxCount.
 var Decisions = []string{Defer, Reject, Warn, Hold, Freeze}
 
 // class is the retention class of a record, its key's first byte.
@@ -64,9 +63,8 @@ type Event struct {
 	// Time is when it happened (zero: the Log's clock), the first's for
 	// coalesced decisions.
 	Time time.Time `json:"time"`
-	// Count is the decisions coalesced into this event, Last the last
-	// one's time (1 and Time otherwise); Rate is their highest, Sender,
-	// Client and QueueID the first's.
+	// Count is the decisions coalesced, Last the last one's time; Rate is
+	// their highest, Sender, Client and QueueID the first's.
 	Count int       `json:"count"`
 	Last  time.Time `json:"last"`
 	// Key is the rate key ("alice", "192.0.2.0/24"); Limit the limit's

@@ -41,9 +41,8 @@ var ErrClosed = errors.New("events: log closed")
 
 // Options configure a Log; zero fields take the defaults above.
 type Options struct {
-	// MaxAge and MaxCount bound the records of Decisions (older ones and
-	// the oldest beyond the count are deleted); ActionMaxAge and
-	// ActionMaxCount those of every other action.
+	// MaxAge and MaxCount bound the records of Decisions, ActionMaxAge
+	// and ActionMaxCount those of other actions.
 	MaxAge         time.Duration
 	MaxCount       int
 	ActionMaxAge   time.Duration
@@ -51,8 +50,8 @@ type Options struct {
 	// Coalesce: the decisions of one key, limit and action within one
 	// interval (aligned to the Unix epoch) are one record with a count.
 	Coalesce time.Duration
-	// QueueSize bounds the events of each class waiting for a flush, and
-	// the decisions open for coalescing (Record drops beyond).
+	// QueueSize bounds each class's queued events and the decisions open
+	// for coalescing.
 	QueueSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -85,10 +84,9 @@ func (o *Options) bounds(c class) (time.Duration, int) {
 }
 
 // Stats are a Log's counters since Open: Recorded queued, Coalesced
-// added to an earlier record's count, Dropped lost (queue full,
-// read-only, closed), Written flushed, Pruned deleted by the bounds;
-// Pending queued now, Stored in the file. Dropped counts every event;
-// Pruned and Stored count Decisions, the Actions ones the others.
+// into an earlier record, Dropped lost, Written, Pruned by the bounds,
+// Pending now, Stored in the file. Pruned and Stored count Decisions,
+// the Actions ones the others.
 type Stats struct {
 	Recorded       uint64 `json:"recorded"`
 	Coalesced      uint64 `json:"coalesced"`
@@ -100,9 +98,8 @@ type Stats struct {
 	Pending        int    `json:"pending"`
 	Stored         int    `json:"stored"`
 	ActionsStored  int    `json:"actions_stored"`
-	// Failures counts failed flushes; LastError is the last one's error.
-	Failures  uint64 `json:"failures"`
-	LastError string `json:"last_error,omitempty"`
+	Failures       uint64 `json:"failures"` // failed flushes
+	LastError      string `json:"last_error,omitempty"`
 }
 
 // Log is the event history in a BoltDB file. Create it with Open.
@@ -127,18 +124,17 @@ type Log struct {
 
 // queue holds the events waiting for a flush, encoded at Record.
 type queue struct {
-	buf   []byte
 	recs  []queued
 	n     [numClasses]int // records per class
 	bytes [numClasses]int // bytes per class
 }
 
-// queued is one queued event: record buf[off:end], a decision's totals.
+// queued is one queued event: its record and a decision's totals.
 type queued struct {
-	c        class
-	t        int64
-	off, end int
-	p        *pending
+	c   class
+	t   int64
+	rec []byte
+	p   *pending
 }
 
 // coalesceKey names the decisions coalesced into one record.
@@ -159,13 +155,10 @@ type pending struct {
 // maxQueueBytes bounds the encoded events of a class queued.
 const maxQueueBytes = 32 << 20
 
-// add appends the encoded event e of class c.
-func (q *queue) add(e *Event, c class, p *pending) {
-	off := len(q.buf)
-	q.buf = encode(q.buf, e)
-	q.recs = append(q.recs, queued{c: c, t: max(e.Time.UnixNano(), 0), off: off, end: len(q.buf), p: p})
-	q.n[c]++
-	q.bytes[c] += len(q.buf) - off
+func (q *queue) add(r queued) {
+	q.recs = append(q.recs, r)
+	q.n[r.c]++
+	q.bytes[r.c] += len(r.rec)
 }
 
 // full reports whether q holds as many records of class c as it may.
@@ -173,26 +166,15 @@ func (q *queue) full(c class, size int) bool {
 	return q.n[c] >= size || q.bytes[c] >= maxQueueBytes
 }
 
-// record returns the i-th record's bytes, capacity capped.
-func (q *queue) record(i int) []byte {
-	r := q.recs[i]
-	return q.buf[r.off:r.end:r.end]
-}
-
 // appendQueue appends o's records to q while their class has room in
 // size, and returns those that had none.
 func (q *queue) appendQueue(o *queue, size int) (dropped []queued) {
-	for i, r := range o.recs {
+	for _, r := range o.recs {
 		if q.full(r.c, size) {
 			dropped = append(dropped, r)
-			continue
+		} else {
+			q.add(r)
 		}
-		off := len(q.buf)
-		q.buf = append(q.buf, o.record(i)...)
-		r.off, r.end = off, len(q.buf)
-		q.recs = append(q.recs, r)
-		q.n[r.c]++
-		q.bytes[r.c] += r.end - r.off
 	}
 	return dropped
 }
@@ -227,10 +209,6 @@ func Open(db *bolt.DB, opts Options) (*Log, error) {
 		case len(v) != 1 || v[0] != formatVersion:
 			return fmt.Errorf("events: %s holds an event log of format %x; this ratelimitd reads only format %d: move the file aside",
 				db.Path(), v, formatVersion)
-		}
-		if v := mb.Get(metaCount); len(v) == 8*numClasses {
-			l.count = decodeCount(v)
-			return nil
 		}
 		l.count = storedCount(tx)
 		return putCount(t, mb, l.count)
@@ -293,8 +271,8 @@ func putCount(t *statedb.Tally, mb *bolt.Bucket, n [numClasses]int) error {
 }
 
 // Record queues e for the next flush without waiting, or adds a decision
-// to its coalesced record's count; with the queue full, or l read-only or
-// closed, e is dropped and counted.
+// to its coalesced record; with the queue full, or l read-only or closed,
+// it is dropped.
 func (l *Log) Record(e Event) {
 	if l == nil {
 		return
@@ -321,7 +299,7 @@ func (l *Log) Record(e Event) {
 	if c == classDecision {
 		p = l.track(&e)
 	}
-	l.queue.add(&e, c, p)
+	l.queue.add(queued{c: c, t: max(e.Time.UnixNano(), 0), rec: encode(nil, &e), p: p})
 	l.stats.Recorded++
 }
 
@@ -356,8 +334,8 @@ func (l *Log) coalesce(e *Event) bool {
 	return true
 }
 
-// track opens decision e for coalescing and returns its totals, or nil
-// with QueueSize records already open (e then stays uncoalesced); mu held.
+// track opens decision e for coalescing and returns its totals (nil:
+// QueueSize already open); mu held.
 func (l *Log) track(e *Event) *pending {
 	w := l.window(e.Time)
 	if len(l.open) >= l.opts.QueueSize {
@@ -408,7 +386,7 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
-// Tick is Flush for statedb.Flusher (nil after Close or read-only).
+// Tick is Flush for statedb.Flusher (nil after Close, read-only or nil).
 func (l *Log) Tick() error {
 	if err := l.Flush(); !errors.Is(err, ErrClosed) {
 		return err
@@ -418,10 +396,10 @@ func (l *Log) Tick() error {
 
 // Close writes the queued events and returns the flush's error.
 func (l *Log) Close() error {
+	err := l.Tick()
 	if l == nil {
 		return nil
 	}
-	err := l.Tick()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
@@ -441,7 +419,7 @@ type update struct {
 // Flush writes the queued events and grown counts and prunes, in one
 // transaction; a failed flush requeues what fits. Errors: ErrClosed, BoltDB's.
 func (l *Log) Flush() error {
-	if l.readOnly {
+	if l == nil || l.readOnly {
 		return nil
 	}
 	l.fmu.Lock()
@@ -453,9 +431,9 @@ func (l *Log) Flush() error {
 	}
 	batch := l.queue
 	l.queue = queue{}
-	for i, r := range batch.recs {
+	for _, r := range batch.recs {
 		if p := r.p; p != nil {
-			patch(batch.record(i), p.count, p.last, p.rate)
+			patch(r.rec, p.count, p.last, p.rate)
 			p.stored = p.count
 		}
 	}
@@ -517,7 +495,7 @@ func (l *Log) markDirty(p *pending) {
 }
 
 // write stores batch and updates and prunes in one transaction; it
-// returns the keys of batch's coalesced records, and whether more pruning is due.
+// returns the keys of batch's coalesced records and if more pruning is due.
 func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, err error) {
 	now := l.opts.Now()
 	if len(batch.recs) == 0 && len(updates) == 0 && !l.pruneDue(now) {
@@ -537,7 +515,7 @@ func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, e
 			if err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
-			key, rec := recordKey(r.c, time.Unix(0, r.t), seq), batch.record(i)
+			key, rec := recordKey(r.c, time.Unix(0, r.t), seq), r.rec
 			seal(key, rec)
 			if err := t.Append(lb, logPath, key, rec); err != nil {
 				return fmt.Errorf("events: %w", err)

@@ -15,7 +15,7 @@ const checkEvery = 4096
 // Query returns the events q selects, newest first, at most q.Max, after
 // a flush. Errors: ctx's, an invalid q.Before, ErrCorrupt, the file's.
 func (l *Log) Query(ctx context.Context, q Query) ([]Event, error) {
-	if err := l.flushForRead(); err != nil {
+	if err := l.Tick(); err != nil {
 		return nil, err
 	}
 	limit := q.max()
@@ -30,7 +30,7 @@ func (l *Log) Query(ctx context.Context, q Query) ([]Event, error) {
 // Summary returns per key the events q selects (default Refusals), most
 // first, at most q.Max keys; errors are Query's.
 func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
-	if err := l.flushForRead(); err != nil {
+	if err := l.Tick(); err != nil {
 		return nil, err
 	}
 	if len(q.Actions) == 0 {
@@ -77,17 +77,8 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	return out[:min(len(out), q.max())], nil
 }
 
-// flushForRead writes the queue before a read.
-func (l *Log) flushForRead() error {
-	if l == nil {
-		return nil
-	}
-	return l.Tick()
-}
-
 // walk calls fn with each event q selects, newest or oldest first, until
-// false or an error. The classes q.Actions selects are walked side by
-// side, in the order of time and sequence.
+// false or an error, walking q's classes side by side.
 func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(Event) bool) error {
 	if l == nil {
 		return nil

@@ -1,9 +1,6 @@
-// Package quarantine stores the mail ratelimitd holds (a record of a
-// message in the MTA's hold queue, Postfix HOLD) or freezes (the whole
-// message, which the MTA discards; thawed by SMTP re-injection).
-//
-// The Store keeps sealed records (statedb.Seal) and chunked messages in
-// the daemon's BoltDB file; writes return once fsync'd (ErrNoSync),
-// messages are checked against their SHA-256 (ErrCorrupt). Safe for
-// concurrent use; the life cycle is package quarantine/lifecycle's.
+// Package quarantine stores held mail (a record of a message in the MTA's
+// hold queue) and frozen mail (the whole message, thawed by SMTP
+// re-injection) in the daemon's BoltDB file: sealed records and chunked
+// messages checked against their SHA-256. Writes return once fsync'd. The
+// Store is safe for concurrent use; the life cycle is package lifecycle's.
 package quarantine

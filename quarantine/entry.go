@@ -11,12 +11,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
-// State is an entry's life-cycle state; the zero value is invalid.
-//
-//	Hold   -> Held   --MarkThawed--> Thawed
-//	Freeze -> Frozen --Delete------> Deleted
-//
-// Thawed and deleted entries stay, without message, until Expire.
+// State is an entry's life-cycle state (zero: invalid): Held or Frozen,
+// then Thawed or Deleted, which stay without message until Expire.
 type State uint8
 
 // The states, encoded and parsed by their names ("held", ...).
@@ -89,9 +85,8 @@ type Entry struct {
 	ClientAddress string   `json:"client_address,omitempty"`
 	ClientName    string   `json:"client_name,omitempty"`
 	SASLUsername  string   `json:"sasl_username,omitempty"`
-	// QueueID is the MTA's queue ID (ValidQueueID). Instance is the
-	// policy "instance" attribute, joining a hold at RCPT to the
-	// END-OF-MESSAGE request that knows the queue ID (Store.RecordHold).
+	// QueueID is the MTA's (ValidQueueID); Instance, the policy
+	// "instance" attribute, joins a hold at RCPT to END-OF-MESSAGE's.
 	QueueID  string `json:"queue_id,omitempty"`
 	Instance string `json:"instance,omitempty"`
 	// Unverified says why the MTA's queue did not confirm QueueID.
@@ -99,15 +94,14 @@ type Entry struct {
 
 	// Size is the message size in bytes (stored, or MTA-reported if held).
 	Size int64 `json:"size"`
-	// Subject (RFC 2047 decoded, cleaned) and MessageID (no angle
-	// brackets), from the header if empty.
+	// Subject (RFC 2047 decoded) and MessageID (no <>), from the header.
 	Subject   string `json:"subject,omitempty"`
 	MessageID string `json:"message_id,omitempty"`
 	// Hash is the hex SHA-256 of a frozen entry's message.
 	Hash string `json:"hash,omitempty"`
 
-	// ThawedTo is the host:port a frozen message was last re-injected to,
-	// ThawedAs the queue ID its 250 named (mailout.QueuedAs), else its text.
+	// ThawedTo is the host:port of the last re-injection, ThawedAs the
+	// queue ID its 250 named (mailout.QueuedAs), else its text.
 	ThawedTo string `json:"thawed_to,omitempty"`
 	ThawedAs string `json:"thawed_as,omitempty"`
 

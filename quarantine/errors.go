@@ -14,15 +14,13 @@ var (
 	ErrState = errors.New("quarantine: entry is not in a state that allows this")
 	// ErrBusy: this process is acting on the entry already (Claim).
 	ErrBusy = errors.New("quarantine: entry is being released or deleted right now")
-	// ErrInterrupted: a re-injection of the frozen entry stopped midway
-	// and may have delivered it (Claim without force).
+	// ErrInterrupted: a re-injection stopped midway, maybe delivered.
 	ErrInterrupted = errors.New("quarantine: an earlier action on this entry was interrupted")
 	// ErrCorrupt: stored data cannot be decoded or fails its SHA-256.
 	ErrCorrupt = errors.New("quarantine: stored data is corrupt")
 	// ErrDuplicateQueueID: another pending entry has the queue ID.
 	ErrDuplicateQueueID = errors.New("quarantine: another quarantined message already has this queue ID")
-	// ErrNoQueueList: the MTA's queue cannot be listed, so held mail is
-	// not acted on.
+	// ErrNoQueueList: the MTA's queue cannot be listed.
 	ErrNoQueueList = errors.New("quarantine: no command configured to list the MTA's queue (queue_list_command)")
 	// ErrInvalid: an invalid argument (nil entry, invalid queue ID, ...).
 	ErrInvalid = errors.New("quarantine: invalid argument")

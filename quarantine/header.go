@@ -18,8 +18,8 @@ const maxHeaderBytes = 1 << 20
 // maxSubjectBytes bounds Entry.Subject and MessageID (RFC 5322 2.1.1).
 const maxSubjectBytes = 998
 
-// readHeader parses msg's header leniently: non-field lines skipped, LF
-// or CRLF, at most maxHeaderBytes. It returns the header and body offset.
+// readHeader parses msg's header leniently (non-field lines skipped, LF
+// or CRLF); it returns the header and body offset.
 func readHeader(msg []byte) (message.Header, int) {
 	type field struct {
 		key   string
@@ -77,8 +77,8 @@ func validKey(k []byte) bool {
 	return bytes.IndexFunc(k, func(r rune) bool { return r < 33 || r > 126 }) < 0
 }
 
-// HeaderInfo returns the decoded Subject and Message-ID (no angle
-// brackets) of msg, cleaned (termsafe.Line) and bounded; "" if unparsable.
+// HeaderInfo returns msg's decoded Subject and Message-ID (no <>),
+// cleaned and bounded; "" if unparsable.
 func HeaderInfo(msg []byte) (subject, messageID string) {
 	h, _ := readHeader(msg)
 	mh := mail.Header{Header: h}

@@ -52,10 +52,9 @@ func (s *Store) Message(id string) ([]byte, error) {
 	return msg, nil
 }
 
-// Filter selects entries for List; the zero Filter selects every pending
-// entry, newest first. Sender matches case-insensitively, Key and Limit
-// exactly ("": all); no States means Held and Frozen; Since <= Created <
-// Before (zero: no bound); Max 0 means no bound.
+// Filter selects entries for List (zero: the pending ones, newest first):
+// Sender case-insensitively, Key and Limit exactly, States (none: Held
+// and Frozen), Since <= Created < Before; zero fields do not bound.
 type Filter struct {
 	Sender, Key, Limit string
 	States             []State
@@ -150,10 +149,9 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 	return out, nil
 }
 
-// Stats summarises the quarantine: entries per state, stored message
-// bytes (what MaxSize bounds), pending entries per key, the oldest
-// pending's creation, unreadable entries (Damaged, DamagedIDs) and those
-// set aside in quarantine/damaged.
+// Stats summarises the quarantine: entries per state, message bytes,
+// pending per key, the oldest pending, unreadable entries and those set
+// aside in quarantine/damaged.
 type Stats struct {
 	Held, Frozen, Thawed, Deleted int
 	Bytes                         int64

@@ -15,9 +15,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// A frozen message is stored in ChunkSize chunks under a random upload
-// token, each committed on its own but the last, which is written with
-// the entry. New removes chunks no entry refers to.
+// A frozen message is stored in chunks under a random token, each
+// committed alone but the last, written with the entry.
 var (
 	bucketChunks   = []byte("quarantine/chunks")   // token (8 bytes) + number (4, big-endian) -> bytes
 	bucketMessages = []byte("quarantine/messages") // ID -> token + chunk count (4 bytes, big-endian)
@@ -48,8 +47,7 @@ func parseChunkRef(v []byte) (chunkRef, bool) {
 
 func chunkKey(token [8]byte, i uint32) []byte { return binary.BigEndian.AppendUint32(token[:], i) }
 
-// streamed is a message read by readBody: committed chunks (ref), the
-// last one, the start, size and SHA-256.
+// streamed is a message read by readBody.
 type streamed struct {
 	ref        chunkRef
 	last, head []byte
@@ -57,8 +55,8 @@ type streamed struct {
 	sum        string
 }
 
-// readBody reads r, committing every full chunk, inside write transactions
-// (r must be quick: a local spool file). On error the chunks are removed.
+// readBody reads r (a quick local file) inside write transactions,
+// committing every full chunk; on error they are removed.
 func (s *Store) readBody(r io.Reader) (*streamed, error) {
 	h := sha256.New()
 	st := &streamed{}
@@ -231,8 +229,8 @@ func checkMessage(e *Entry, msg []byte) error {
 	return nil
 }
 
-// CheckMessages checks frozen messages against their SHA-256 and size for
-// `ratelimitd state check`, reports to w and returns the damaged IDs.
+// CheckMessages checks frozen messages' SHA-256 and size for `ratelimitd
+// state check`, reports to w and returns the damaged.
 func CheckMessages(w io.Writer, db *bolt.DB) (bad []string, err error) {
 	checked, aside := 0, 0
 	err = db.View(func(tx *bolt.Tx) error {

@@ -54,8 +54,8 @@ type Part struct {
 type Preview struct {
 	Header []HeaderField
 	Parts  []Part
-	// Text is the start of the first inline text/plain part, else of the
-	// first text/html part untagged; TextPath, TextType name it.
+	// Text starts the first inline text/plain part, else text/html
+	// untagged; TextPath, TextType name it.
 	Text      string
 	TextPath  string
 	TextType  string
@@ -64,10 +64,9 @@ type Preview struct {
 	PartsOmitted bool
 }
 
-// PreviewMessage parses msg (RFC 5322, CRLF or LF) leniently and
-// returns its header fields, MIME parts and up to maxBytes
-// (DefaultPreviewBytes if <= 0) of decoded text. On error it returns
-// what it read with the error; the Preview is never nil.
+// PreviewMessage parses msg (RFC 5322, CRLF or LF) leniently into header
+// fields, MIME parts and up to maxBytes (<= 0: DefaultPreviewBytes) of
+// text; on error it returns what it read. The Preview is never nil.
 func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultPreviewBytes

@@ -6,11 +6,9 @@ import (
 )
 
 // Queue IDs reach postsuper, postcat or exim as argv, so only these pass:
-//   - Postfix short form (src/global/mail_queue.h): [0-9A-F]{6,};
-//   - Postfix long form (postconf(5) enable_long_queue_ids): 10+ chars of
-//     postfixSafe, 'z', then the inode number without 'z';
-//   - Exim (spec chapter "How Exim receives and delivers mail"):
-//     XXXXXX-XXXXXX-XX, or XXXXXX-XXXXXXXXXXX-XXXX since 4.97.
+// Postfix short (src/global/mail_queue.h) and long (postconf(5)
+// enable_long_queue_ids) forms, Exim's (spec chapter "How Exim receives
+// and delivers mail"), XXXXXX-XXXXXXXXXXX-XXXX since 4.97.
 const (
 	maxQueueIDLen = 32
 	postfixSafe   = "0123456789BCDFGHJKLMNPQRSTVWXYZbcdfghjklmnpqrstvwxyz" // safe_ultostr.c
@@ -19,9 +17,8 @@ const (
 var queueIDSyntax = regexp.MustCompile(`^(?:[0-9A-F]{6,}|[` + postfixSafe + `]{10,}z[` + postfixSafe[:51] + `]+|` +
 	`[0-9A-Za-z]{6}-(?:[0-9A-Za-z]{6}-[0-9A-Za-z]{2}|[0-9A-Za-z]{11}-[0-9A-Za-z]{4}))$`)
 
-// ValidQueueID reports whether id is a Postfix or Exim queue ID: at most
-// 32 ASCII letters, digits and dashes, not starting with '-'. Safe for
-// concurrent use.
+// ValidQueueID reports whether id is a Postfix or Exim queue ID (at most
+// 32 ASCII letters, digits and dashes, not starting with '-').
 func ValidQueueID(id string) bool {
 	return len(id) <= maxQueueIDLen && queueIDSyntax.MatchString(id)
 }

@@ -41,8 +41,7 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is the quarantine, safe for concurrent use; each write is one
-// transaction, fsync'd before it returns. Values handed out are copies.
+// Store is the quarantine; each write is one fsync'd transaction.
 type Store struct {
 	db      *bolt.DB
 	maxSize int64
@@ -51,9 +50,8 @@ type Store struct {
 	chunkBuf []byte
 }
 
-// New returns a Store keeping its buckets in db (read-only: writes fail
-// with bbolt's ErrDatabaseReadOnly). Errors: ErrNoSync, ErrVersion,
-// ErrInvalid, bbolt's.
+// New returns a Store keeping its buckets in db (read-only: writes
+// fail). Errors: ErrNoSync, ErrVersion, ErrInvalid, bbolt's.
 func New(db *bolt.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil database", ErrInvalid)
@@ -116,8 +114,7 @@ func checkVersion(info *bolt.Bucket) error {
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.db.Path() }
 
-// Formats describes the buckets for statedb: entries and suspensions are
-// checked, the rest counted.
+// Formats describes the buckets for statedb.
 func Formats() []statedb.Format {
 	check := func(what string) func(k, v []byte) (int, error) {
 		return func(k, v []byte) (int, error) {
@@ -170,8 +167,8 @@ func decodeRecord(key, v []byte, x any) error {
 	return nil
 }
 
-// buckets are the quarantine's buckets in one transaction (nil if never
-// written); t is a write's manifest tally.
+// buckets are the quarantine's buckets in one transaction; t is a
+// write's manifest tally.
 type buckets struct {
 	meta, inst, info, chunks, messages *bolt.Bucket
 	t                                  *statedb.Tally
@@ -266,7 +263,7 @@ func (b buckets) unindex(e *Entry) error {
 }
 
 // newID returns an unused ID for t: Unix ms in 11 hex digits, then a
-// 5-digit sequence from a random start below 0x80000 (sorts by commit).
+// 5-digit sequence from a random start below 0x80000.
 func (b buckets) newID(t time.Time) (string, error) {
 	ms := max(0, min(t.UnixMilli(), 1<<44-1))
 	prefix := fmt.Sprintf("%011x", ms)

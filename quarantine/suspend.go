@@ -40,8 +40,8 @@ func (s *Store) Suspend(key, by string) error {
 	})
 }
 
-// Resume allows automatic release for key again and reports whether it
-// was suspended. Errors: bbolt's.
+// Resume allows automatic release for key and reports whether it was
+// suspended. Errors: bbolt's.
 func (s *Store) Resume(key string) (bool, error) {
 	found := false
 	err := s.write("resume", func(tx *bolt.Tx, t *statedb.Tally) error {

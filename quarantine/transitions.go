@@ -2,7 +2,6 @@ package quarantine
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // update runs fn on entry id in one write transaction and stores the
 // result unless fn returns errUnchanged.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
-	err := s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
+	return s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
@@ -29,10 +28,6 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 		e.Updated = s.now().Round(0)
 		return b.put(&e)
 	})
-	if errors.Is(err, errUnchanged) {
-		return nil
-	}
-	return err
 }
 
 // needPendingOrClaimed also passes a thawed entry claimed by ClaimThawed.
@@ -50,10 +45,9 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records, after the release succeeded, that entry id
-// (pending, or claimed by ClaimThawed) is Thawed, with Entry.ThawedTo and
-// ThawedAs; the message stays until SweepThawed. Errors: ErrNotFound,
-// ErrState, bbolt's.
+// MarkThawed records released entry id (pending, or ClaimThawed's) as
+// Thawed to and as; the message stays until SweepThawed. Errors:
+// ErrNotFound, ErrState, bbolt's.
 func (s *Store) MarkThawed(id, to, as string) error {
 	return s.end("thaw", id, Thawed, func(e *Entry) { e.ThawedTo, e.ThawedAs, e.Error = to, as, "" })
 }
@@ -92,10 +86,10 @@ func (s *Store) RecordThawError(id string, msg string) error {
 	})
 }
 
-// Claim marks pending entry id as acted on by token's process, durably,
-// so each action happens once, and returns it. Another token's claim (a
-// stopped process's) is taken over for a held entry, for a frozen one only
-// with force. Errors: ErrNotFound, ErrState, ErrBusy, ErrInterrupted, bbolt's.
+// Claim durably marks pending entry id as acted on by token, so each
+// action happens once, and returns it; another token's claim is taken
+// over, of a frozen entry only with force. Errors: ErrNotFound, ErrState,
+// ErrBusy, ErrInterrupted, bbolt's.
 func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	return s.claim("claim", id, token, func(_ buckets, e *Entry) error {
 		if err := needPending("claim", e); err != nil {
@@ -109,9 +103,8 @@ func (s *Store) Claim(id, token string, force bool) (Entry, error) {
 	})
 }
 
-// ClaimThawed claims thawed entry id whose message is still kept, to
-// release it again. Errors: ErrNotFound, ErrState, ErrNoContent (swept),
-// ErrBusy, bbolt's.
+// ClaimThawed claims thawed entry id with its message kept. Errors:
+// ErrNotFound, ErrState, ErrNoContent (swept), ErrBusy, bbolt's.
 func (s *Store) ClaimThawed(id, token string) (Entry, error) {
 	return s.claim("claim again", id, token, func(b buckets, e *Entry) error {
 		if e.State != Thawed {
@@ -174,7 +167,7 @@ func (s *Store) SweepThawed(cutoff time.Time) (int, error) {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errUnchanged) {
+	if err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -197,16 +190,7 @@ func (s *Store) Unclaim(id, token, note string) error {
 // Note sets pending entry id's Error to msg without counting an attempt.
 // Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) Note(id, msg string) error {
-	return s.update("note", id, func(_ buckets, e *Entry) error {
-		if e.Error == msg {
-			return errUnchanged
-		}
-		if err := needPending("annotate", e); err != nil {
-			return err
-		}
-		e.Error = msg
-		return nil
-	})
+	return s.setText("annotate", id, msg, func(e *Entry) *string { return &e.Error })
 }
 
 // remove deletes everything of id and returns the bytes freed
@@ -267,7 +251,7 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errUnchanged) {
+	if err != nil {
 		return 0, 0, err
 	}
 	return n, freed, nil

@@ -16,13 +16,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// write runs fn in one write transaction and returns once it is durable.
+// write runs fn in one write transaction and returns once it is durable;
+// fn's errUnchanged rolls back and returns nil.
 func (s *Store) write(op string, fn func(*bolt.Tx, *statedb.Tally) error) error {
 	err := statedb.Update(s.db, fn)
 	if err == nil && s.db.NoSync { // set after New
 		err = s.db.Sync()
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errUnchanged) {
 		return wrap(op, err)
 	}
 	return nil
@@ -68,20 +69,18 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 }
 
 // Recorded says what RecordHold, AddToHeld or RecordFreeze did: ID is the
-// entry recorded or added to ("" when AddToHeld found none); Added, that
-// it went to a held entry of the same Instance; RefusedQueueID, a queue
-// ID another pending entry has, left out.
+// entry recorded or added to (""), Added that it was a held entry of the
+// same Instance, RefusedQueueID a queue ID another entry has, left out.
 type Recorded struct {
 	ID             string
 	Added          bool
 	RefusedQueueID string
 }
 
-// RecordHold records e as held in one transaction: with a queue ID, a
-// held entry of e.Instance with that queue ID, or else without one, gets
-// e's queue ID, size and recipients (Recorded.Added); else a new entry is
-// made and copied into *e. A queue ID another pending entry has is left
-// out (Recorded.RefusedQueueID). Errors: ErrInvalid, bbolt's.
+// RecordHold records e as held: with a queue ID, a held entry of
+// e.Instance with it, else without one, takes e's queue ID, size and
+// recipients (Recorded.Added); else a new entry is made and copied into
+// *e. Errors: ErrInvalid, bbolt's.
 func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true) }
 
 // AddToHeld is RecordHold that never makes an entry; Recorded.ID is ""
@@ -103,17 +102,9 @@ func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
 		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || !create {
 			return err
 		}
-		if ent.ID, err = b.newID(ent.Created); err != nil {
-			return err
-		}
-		if r.RefusedQueueID, err = b.claimQueueID(&ent); err != nil {
-			return err
-		}
+		r.RefusedQueueID, err = b.insert(&ent)
 		r.ID = ent.ID
-		if err := b.put(&ent); err != nil {
-			return err
-		}
-		return b.index(&ent)
+		return err
 	})
 	if err != nil {
 		return Recorded{}, err
@@ -125,7 +116,7 @@ func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
 }
 
 // addToHeld adds e to the oldest held entry of e.Instance with its queue
-// ID, else without one (ID "" if none).
+// ID, else without one.
 func (b buckets) addToHeld(e *Entry, now time.Time) (Recorded, error) {
 	if e.QueueID == "" || !indexable(e.Instance) {
 		return Recorded{}, nil
@@ -175,22 +166,27 @@ func addRecipients(have, add []string) []string {
 	return have
 }
 
-// claimQueueID drops e's queue ID, and returns it, if another pending
-// entry has it.
-func (b buckets) claimQueueID(e *Entry) (string, error) {
-	err := b.uniqueQueueID(e.QueueID, e.ID)
-	if !errors.Is(err, ErrDuplicateQueueID) {
+// insert stores new entry e under a new ID, without (returned) a queue
+// ID another entry has.
+func (b buckets) insert(e *Entry) (refusedQueueID string, err error) {
+	if e.ID, err = b.newID(e.Created); err != nil {
 		return "", err
 	}
-	qid := e.QueueID
-	e.QueueID = ""
-	return qid, nil
+	err = b.uniqueQueueID(e.QueueID, e.ID)
+	if errors.Is(err, ErrDuplicateQueueID) {
+		refusedQueueID, e.QueueID = e.QueueID, ""
+	} else if err != nil {
+		return "", err
+	}
+	if err := b.put(e); err != nil {
+		return "", err
+	}
+	return refusedQueueID, b.index(e)
 }
 
-// RecordFreeze stores e as frozen with the message read from r, copies
-// the result into *e, and returns once fsync'd; on error nothing is
-// stored. A queue ID another pending entry has is left out
-// (Recorded.RefusedQueueID). Errors: ErrInvalid, ErrFull, r's, bbolt's.
+// RecordFreeze stores e as frozen with the message read from r and
+// copies the result into *e; on error nothing is stored. Errors:
+// ErrInvalid, ErrFull, r's, bbolt's.
 func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 	ent, err := s.prepare(e, Frozen)
 	if err != nil {
@@ -216,20 +212,11 @@ func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 		if s.maxSize > 0 && total+ent.Size > s.maxSize {
 			return fmt.Errorf("%w: %d bytes stored, message of %d bytes, limit %d", ErrFull, total, ent.Size, s.maxSize)
 		}
-		if ent.ID, err = b.newID(ent.Created); err != nil {
-			return err
-		}
-		if rec.RefusedQueueID, err = b.claimQueueID(&ent); err != nil {
-			return err
-		}
-		if err := b.put(&ent); err != nil {
+		if rec.RefusedQueueID, err = b.insert(&ent); err != nil {
 			return err
 		}
 		if err := b.putBody(ent.ID, st); err != nil {
 			return fmt.Errorf("quarantine: store message: %w", err)
-		}
-		if err := b.index(&ent); err != nil {
-			return err
 		}
 		return putBytes(t, b.info, total+ent.Size)
 	})
@@ -263,20 +250,25 @@ func (b buckets) uniqueQueueID(queueID, self string) error {
 // SetUnverified sets pending entry id's Entry.Unverified ("" clears).
 // Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) SetUnverified(id, reason string) error {
-	return s.update("unverified", id, func(_ buckets, e *Entry) error {
-		if e.Unverified == reason {
+	return s.setText("flag", id, reason, func(e *Entry) *string { return &e.Unverified })
+}
+
+// setText sets pending entry id's text field to v.
+func (s *Store) setText(op, id, v string, field func(*Entry) *string) error {
+	return s.update(op, id, func(_ buckets, e *Entry) error {
+		if *field(e) == v {
 			return errUnchanged
 		}
-		if err := needPending("flag", e); err != nil {
+		if err := needPending(op, e); err != nil {
 			return err
 		}
-		e.Unverified = reason
+		*field(e) = v
 		return nil
 	})
 }
 
-// LinkQueueID sets the queue ID of held entry id, which has none. Errors:
-// ErrInvalid, ErrState, ErrNotFound, bbolt's.
+// LinkQueueID sets held entry id's missing queue ID. Errors: ErrInvalid,
+// ErrState, ErrNotFound, bbolt's.
 func (s *Store) LinkQueueID(id, queueID string) error {
 	if !ValidQueueID(queueID) {
 		return fmt.Errorf("%w: queue ID %q", ErrInvalid, termsafe.Line(queueID))
@@ -301,9 +293,9 @@ type HeldDetails struct {
 	MessageID  string
 }
 
-// CompleteHeld adds d's missing recipients to held entry id, d's Size if
-// set, and Subject and MessageID if id lacks them. Errors: ErrNotFound,
-// ErrState, bbolt's.
+// CompleteHeld adds d's missing recipients, Size if set, Subject and
+// MessageID if missing to held entry id. Errors: ErrNotFound, ErrState,
+// bbolt's.
 func (s *Store) CompleteHeld(id string, d HeldDetails) error {
 	return s.update("complete", id, func(_ buckets, e *Entry) error {
 		if e.State != Held {

@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// Selection is what Thaw and Delete act on: IDs, or every pending entry
+// Selection is what Thaw and Delete act on: IDs, or the pending entries
 // matching the filters, oldest first.
 type Selection struct {
 	IDs       []string      `json:"ids,omitempty"`
@@ -22,11 +22,10 @@ type Selection struct {
 	OlderThan time.Duration `json:"older_than,omitempty"`
 	// ResetRate (Thaw) forgets the keys' rates first.
 	ResetRate bool `json:"reset_rate,omitempty"`
-	// Again (Thaw, IDs only) re-injects thawed frozen messages still kept
-	// (Options.KeepThawed).
+	// Again (Thaw, IDs only) re-injects thawed messages still kept.
 	Again bool `json:"again,omitempty"`
-	// Force acts on interrupted frozen entries (quarantine.ErrInterrupted);
-	// with Delete it also forgets unconfirmed held entries.
+	// Force acts on interrupted frozen entries; with Delete it also
+	// forgets unconfirmed held entries.
 	Force bool `json:"force,omitempty"`
 	// By names who asked, for the log and Events.
 	By string `json:"-"`
@@ -34,14 +33,13 @@ type Selection struct {
 
 // Outcome is the result of a Thaw or Delete for one entry.
 type Outcome struct {
-	ID     string `json:"id"`
-	Sender string `json:"sender"`
-	Key    string `json:"key"`
-	OK     bool   `json:"ok"`
-	Error  string `json:"error,omitempty"`
-	Note   string `json:"note,omitempty"` // qualifies a success
-	// RateReset: Key's rate was reset before the release.
-	RateReset bool `json:"rate_reset,omitempty"`
+	ID        string `json:"id"`
+	Sender    string `json:"sender"`
+	Key       string `json:"key"`
+	OK        bool   `json:"ok"`
+	Error     string `json:"error,omitempty"`
+	Note      string `json:"note,omitempty"`       // qualifies a success
+	RateReset bool   `json:"rate_reset,omitempty"` // Key's rate was reset first
 }
 
 func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
@@ -66,16 +64,15 @@ func (s *Service) selectEntries(sel Selection) ([]quarantine.Entry, error) {
 	return s.q.List(f)
 }
 
-// List returns the entries f selects (quarantine.Store.List), held
-// entries first completed from the MTA's queue (queue ID, size, subject).
+// List is Store.List, held entries first completed from the MTA's queue.
 func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) {
 	s.completeNow()
 	return s.q.List(f)
 }
 
-// Thaw releases the selected entries (Queue.Release, or re-injection with
-// an X-Ratelimitd-Thawed header), each claimed first. The error is the
-// selection's; the entries' are in the Outcomes.
+// Thaw releases the selected entries (Queue.Release, or re-injection
+// with an X-Ratelimitd-Thawed header). The error is the selection's; the
+// entries' are in the Outcomes.
 func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -101,10 +98,7 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 		s.emit(ctx, RateReset, quarantine.Entry{Key: e.Key}, sel.By, plural.N(n, "rate state")+" removed with a thaw")
 	}
 	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
-		if sel.Again {
-			return s.releaseAgain(ctx, e, sel.By)
-		}
-		return s.release(ctx, e, sel.By, sel.Force, Thawed)
+		return s.release(ctx, e, sel.By, sel.Force, sel.Again, Thawed)
 	})
 	for i := range out {
 		out[i].RateReset = done[out[i].Key]
@@ -130,33 +124,21 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 	return out
 }
 
-// release claims, releases and marks e thawed; it returns a note.
-func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force bool, kind Kind) (string, error) {
-	e, err := s.q.Claim(e.ID, s.token, force)
-	if err != nil {
+// release claims, releases and marks e thawed (again: thawed e's kept
+// message re-injected); it returns a note.
+func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force, again bool, kind Kind) (string, error) {
+	var err error
+	if again {
+		if e, err = s.q.ClaimThawed(e.ID, s.token); err != nil {
+			return "", err
+		}
+		e.State = quarantine.Frozen // re-injected as the frozen message it was
+	} else if e, err = s.q.Claim(e.ID, s.token, force); err != nil {
 		return "", err
-	}
-	if e, err = s.confirmHeld(ctx, e); err != nil {
+	} else if e, err = s.confirmHeld(ctx, e); err != nil {
 		s.recordError(e.ID, err)
 		return "", err
 	}
-	return s.released(ctx, e, by, kind, false)
-}
-
-// releaseAgain claims thawed e and re-injects its kept body.
-func (s *Service) releaseAgain(ctx context.Context, e quarantine.Entry, by string) (string, error) {
-	e, err := s.q.ClaimThawed(e.ID, s.token)
-	if err != nil {
-		return "", err
-	}
-	e.State = quarantine.Frozen // what it was: re-injected as a frozen message
-	return s.released(ctx, e, by, Thawed, true)
-}
-
-// released releases claimed e (again: thawed before) and marks it
-// thawed; it returns a note.
-func (s *Service) released(ctx context.Context, e quarantine.Entry, by string, kind Kind, again bool) (string, error) {
-	var err error
 	note, to, as := "", "", ""
 	switch e.State {
 	case quarantine.Held:
@@ -203,8 +185,7 @@ func (s *Service) recordError(id string, err error) {
 	}
 }
 
-// reinject sends frozen e to the re-injection listener; it returns the
-// listener's address and its reply to the data.
+// reinject sends frozen e; it returns the listener's address and reply.
 func (s *Service) reinject(ctx context.Context, e quarantine.Entry) (string, string, error) {
 	if s.opts.Reinjector == nil {
 		return "", "", errors.New("lifecycle: no re-injection listener configured")
@@ -224,9 +205,9 @@ func (s *Service) reinject(ctx context.Context, e quarantine.Entry) (string, str
 	return s.opts.Reinjector.Addr, reply, nil
 }
 
-// Delete deletes the selected entries, claimed first, held mail from the
-// MTA's queue too (Queue.Delete). A held entry without a queue ID is only
-// forgotten; an unconfirmed one is refused unless Force.
+// Delete deletes the selected entries, held mail from the MTA's queue
+// too; a held entry without a queue ID is only forgotten, an unconfirmed
+// one refused unless Force.
 func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -317,8 +298,7 @@ func (s *Service) Suspend(key, by string) error {
 	return nil
 }
 
-// Resume allows automatic release for key again and reports whether it
-// was suspended.
+// Resume allows automatic release for key and reports if it was suspended.
 func (s *Service) Resume(key, by string) (bool, error) {
 	ok, err := s.q.Resume(key)
 	if err == nil && ok {

@@ -45,8 +45,7 @@ const completeTimeout = 10 * time.Second
 // completeAttempts runs each, and returns how many it completed.
 func (s *Service) CompleteHeld(ctx context.Context) (completed int) { return s.complete(ctx, true) }
 
-// completeNow completes the held entries waiting for it before a listing
-// (no attempt counted: the periodic run gives up, not a reader).
+// completeNow completes the waiting held entries before a listing.
 func (s *Service) completeNow() {
 	s.mu.Lock()
 	n := len(s.incomplete)
@@ -59,9 +58,8 @@ func (s *Service) completeNow() {
 	s.complete(ctx, false)
 }
 
-// complete is CompleteHeld; count says whether an unfinished entry uses
-// one of its completeAttempts and a failed queue listing is counted and
-// logged. Calls run one at a time.
+// complete is CompleteHeld; count says whether attempts and a failed
+// queue listing count. Calls run one at a time.
 func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 	s.completeMu.Lock()
 	defer s.completeMu.Unlock()
@@ -99,7 +97,7 @@ func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 }
 
 // completeOne completes held entry id from msgs (nil: header only) and
-// reports whether nothing is left to do.
+// reports whether it is done.
 func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.QueuedMessage) bool {
 	e, err := s.q.Get(id)
 	if err != nil || e.State != quarantine.Held {
@@ -134,8 +132,7 @@ func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.
 	return true
 }
 
-// messageContents returns what follows postcat's "*** MESSAGE CONTENTS",
-// or all of out.
+// messageContents returns what follows postcat's "*** MESSAGE CONTENTS".
 func messageContents(out []byte) []byte {
 	_, after, found := bytes.Cut(out, []byte("*** MESSAGE CONTENTS"))
 	if !found {

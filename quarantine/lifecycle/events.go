@@ -18,12 +18,10 @@ const (
 	// Expired: past max_age, bounced or (null sender) deleted; see Detail.
 	Expired  Kind = "expired"
 	Released Kind = "released" // released automatically ("drip")
-	// ReleaseRun: a key's drip run ended (Detail "" or why it stopped);
-	// Count released, Pending left, Entry the last released.
+	// ReleaseRun: a drip run ended (Detail why); Count released,
+	// Pending left, Entry the last released.
 	ReleaseRun Kind = "release_run"
-	// RateReset: a thaw with Selection.ResetRate forgot a key's rates;
-	// Entry carries only the key, Detail how many states went.
-	RateReset Kind = "rate_reset"
+	RateReset  Kind = "rate_reset" // Selection.ResetRate; Entry has only Key
 )
 
 // Event is one thing that happened to one quarantined message.
@@ -32,17 +30,14 @@ type Event struct {
 	Time  time.Time
 	Entry quarantine.Entry // as it was then
 	// By is who acted (Unix user, "offline CLI", "expiry", "auto-release").
-	By     string
-	Detail string
-	// Pending (Quarantined): the key's pending messages; Alert: it reached
-	// an alert threshold (Options.AlertEvery).
-	Pending int
-	Alert   bool
-	Count   int // ReleaseRun: messages released
+	By      string
+	Detail  string
+	Pending int  // the key's pending messages
+	Alert   bool // Pending reached Options.AlertEvery's threshold
+	Count   int  // ReleaseRun: messages released
 }
 
-// Events receives the Service's events, possibly concurrently, without
-// blocking.
+// Events receives the Service's events concurrently, without blocking.
 type Events interface {
 	QuarantineEvent(ctx context.Context, ev Event)
 }

@@ -25,9 +25,8 @@ type ExpireReport struct {
 	Bounced, NullSender, Kept, Purged int
 }
 
-// Expire drops thawed messages kept past KeepThawed, applies ExpireAction
-// to pending entries older than MaxAge (if set), then removes older audit
-// records; an entry it cannot return is kept.
+// Expire drops thawed messages past KeepThawed, applies ExpireAction to
+// pending entries past MaxAge (if set) and removes older audit records.
 func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	var r ExpireReport
 	if n, err := s.q.SweepThawed(now.Add(-s.opts.KeepThawed)); err != nil {
@@ -98,8 +97,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	return r
 }
 
-// expireOne returns the outcome label and a log detail, or the error that
-// kept the entry.
+// expireOne returns the outcome label and a detail, or why e was kept.
 func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (outcome, detail string, err error) {
 	if s.opts.ExpireAction == ExpireKeep {
 		return "kept", "kept", nil
@@ -159,9 +157,8 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	return nil
 }
 
-// buildDSN returns an RFC 3464 DSN (Status 5.4.7 per recipient, RFC 3463;
-// text/rfc822-headers) from reportingMTA telling e.Sender that original
-// was not delivered within maxAge, with CRLF. Errors: go-message's.
+// buildDSN returns an RFC 3464 DSN (5.4.7, RFC 3463) telling e.Sender
+// that original was not delivered within maxAge. Errors: go-message's.
 func buildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time.Time, maxAge time.Duration) ([]byte, error) {
 	reportingMTA = cmp.Or(headerValue(reportingMTA), "localhost")
 	var h mail.Header

@@ -25,17 +25,15 @@ import (
 type ExpireAction string
 
 const (
-	// ExpireBounce returns the message to its sender: frozen mail by DSN
-	// (RFC 3464), held by Queue.Expire (postsuper -f); frozen mail from
-	// the null sender is deleted.
+	// ExpireBounce returns frozen mail by DSN (RFC 3464), held mail by
+	// Queue.Expire (postsuper -f); frozen mail from <> is deleted.
 	ExpireBounce ExpireAction = "bounce"
 	// ExpireKeep keeps the message, flagged, for an operator.
 	ExpireKeep ExpireAction = "keep"
 )
 
-// Rates is what the Service needs of the rate engine (*policy.Engine):
-// Reset forgets key's rate under limit ("" for all) and returns the states
-// removed; Lookup returns key's rates under every limit, decayed to now.
+// Rates is what the Service needs of *policy.Engine: Reset (limit "":
+// all) returns the states removed; Lookup returns key's decayed rates.
 type Rates interface {
 	Reset(ctx context.Context, key, limit string) (int, error)
 	Lookup(ctx context.Context, now time.Time, key string) ([]policy.KeyRate, error)
@@ -50,15 +48,14 @@ type Options struct {
 	Reinjector *mailout.Reinjector
 	// ReportingMTA is the DSNs' Reporting-MTA; "" means os.Hostname.
 	ReportingMTA string
-	// MaxAge: pending mail older is expired per ExpireAction, older audit
-	// records removed; zero keeps everything.
+	// MaxAge: older pending mail is expired, older audit records
+	// removed; zero keeps everything.
 	MaxAge       time.Duration
 	ExpireAction ExpireAction
-	// KeepThawed is how long a thawed frozen message is kept for
-	// Selection.Again (zero: until the next Expire).
+	// KeepThawed keeps thawed frozen messages for Selection.Again (zero:
+	// until the next Expire).
 	KeepThawed time.Duration
-	// AlertEvery logs "KEY has N quarantined messages" at 1 and each
-	// multiple.
+	// AlertEvery logs "KEY has N quarantined messages" at 1 and multiples.
 	AlertEvery int
 	// DripLimits name the limits with auto_release = "drip".
 	DripLimits []string
@@ -71,8 +68,7 @@ type Options struct {
 	Now    func() time.Time
 }
 
-// Service runs the quarantine life cycle on one Store, safe for
-// concurrent use; make it with New.
+// Service runs the quarantine life cycle on one Store; make it with New.
 type Service struct {
 	q     *quarantine.Store
 	queue Queue
@@ -159,15 +155,11 @@ type Message struct {
 	Body io.ReadSeeker
 }
 
-// Record records what decision d means for message m, once per decision:
-//
-//   - Hold, or Freeze without m.Body: a held entry, or with a queue ID
-//     added to the one held for the same Request.Instance (RecordHold);
-//   - Freeze with m.Body: a frozen entry holding the whole message;
-//   - other actions at END-OF-MESSAGE: the RCPT entry gets its queue ID.
-//
-// It returns the entry's ID ("" if none) once fsync'd. On error nothing
-// was recorded: the caller must defer or temp-fail, not HOLD or discard.
+// Record stores what decision d means for m: a held entry (Hold, or
+// Freeze without m.Body; Store.RecordHold), a frozen one with m.Body, or
+// at END-OF-MESSAGE the RCPT entry's queue ID. It returns the entry's ID
+// ("" if none) once fsync'd; on error nothing was recorded, and the
+// caller must defer or temp-fail, not HOLD or discard.
 func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (string, error) {
 	req := m.Request
 	hold := d.Action == policy.Hold || d.Action == policy.Freeze
@@ -214,10 +206,9 @@ func rcpts(m Message) []string {
 	return m.Recipients
 }
 
-// received returns the Received: field (RFC 5321 4.4, with CRLF) the MTA
-// put on its own copy, rebuilt from req: a milter's copy lacks it, and the
-// thawed message keeps its trace. Like Postfix's smtpd it says ESMTPA for
-// a SASL login and names a single recipient; the host is ReportingMTA.
+// received rebuilds from req the Received: field (RFC 5321 4.4, CRLF) the
+// MTA puts on its copy, which a milter's copy lacks, as Postfix's smtpd
+// does (ESMTPA for SASL, a single recipient named).
 func (s *Service) received(req *policy.Request, rcpts []string) string {
 	safe := func(v, or string) string { // one atom-ish token, no folding or comment breakers
 		v = strings.Map(func(r rune) rune {
@@ -273,8 +264,8 @@ func (s *Service) awaiting(instance string, await bool) bool {
 	return was
 }
 
-// entryFor builds the entry of req, rcpts and d, leaving out (logged,
-// counted) a queue ID not in an MTA's syntax.
+// entryFor builds the entry of req, rcpts and d, without (logged) a
+// queue ID not in an MTA's syntax.
 func (s *Service) entryFor(req *policy.Request, rcpts []string, d *policy.Decision) *quarantine.Entry {
 	e := &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
@@ -324,10 +315,9 @@ func (s *Service) forget(key string) {
 
 // Health is the quarantine's part of "ratelimitd status".
 type Health struct {
-	Held   int `json:"held"`
-	Frozen int `json:"frozen"`
-	// Failures counts failed operations since start, LastError the last.
-	Failures    int64     `json:"failures"`
+	Held        int       `json:"held"`
+	Frozen      int       `json:"frozen"`
+	Failures    int64     `json:"failures"` // since start
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 	// KeptPastMaxAge: messages the last expiry run kept past max_age.

@@ -16,9 +16,7 @@ type metrics struct {
 	autoReleased prometheus.Counter
 }
 
-// failureOps and expiryOutcomes are the label values of
-// ratelimitd_quarantine_failures_total and ratelimitd_quarantine_expired_total,
-// made at zero by newMetrics so that an alert sees the first failure.
+// The label values newMetrics makes at zero, so that alerts see the first.
 var (
 	failureOps = []string{"record", "release", "schedule", "reinject", "delete", "expire", "dsn", "store", "list",
 		"queue_list", "verify", "auto-release"}
@@ -60,26 +58,24 @@ func newMetrics() metrics {
 // zero before the limit's first hold or freeze; safe for concurrent use.
 func (s *Service) PresetLimit(limit, action string) { s.m.quarantined.WithLabelValues(limit, action) }
 
-// Collectors returns the quarantine's Prometheus counters, and gauges of
-// quarantined messages and bytes read at scrape time.
+// Collectors returns the quarantine's Prometheus collectors.
 func (s *Service) Collectors() []prometheus.Collector {
-	stat := func(f func(quarantine.Stats) float64) func() float64 {
-		return func() float64 {
+	stat := func(name, help string, f func(quarantine.Stats) int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
 			st, err := s.q.Stats()
 			if err != nil {
 				return -1
 			}
-			return f(st)
-		}
+			return float64(f(st))
+		})
 	}
 	m := s.m
 	return []prometheus.Collector{m.quarantined, m.keyAlerts, m.badQueueIDs, m.failures, m.expired, m.keptPastAge, m.autoReleased,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_frozen_messages", Help: "Frozen messages waiting for review."},
-			stat(func(st quarantine.Stats) float64 { return float64(st.Frozen) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_held_messages", Help: "Messages in the MTA hold queue recorded for review."},
-			stat(func(st quarantine.Stats) float64 { return float64(st.Held) })),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_bytes", Help: "Bytes of frozen messages stored."},
-			stat(func(st quarantine.Stats) float64 { return float64(st.Bytes) })),
+		stat("ratelimitd_quarantine_frozen_messages", "Frozen messages waiting for review.",
+			func(st quarantine.Stats) int64 { return int64(st.Frozen) }),
+		stat("ratelimitd_quarantine_held_messages", "Messages in the MTA hold queue recorded for review.",
+			func(st quarantine.Stats) int64 { return int64(st.Held) }),
+		stat("ratelimitd_quarantine_bytes", "Bytes of frozen messages stored.", func(st quarantine.Stats) int64 { return st.Bytes }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_max_key_messages", Help: "Quarantined messages of the key with the most."},
 			func() float64 {
 				s.mu.Lock()

@@ -51,8 +51,7 @@ func checkQueueID(queueID string) error {
 
 func clip(s string, n int) string { return termsafe.Line(s[:min(len(s), n)]) }
 
-// releaseHeld runs release (Queue.Release or Expire) for queueID, counting
-// failures as op and follow-ups as "schedule"; warn joins the latter.
+// releaseHeld runs Queue.Release or Expire; warn joins failed follow-ups.
 func (s *Service) releaseHeld(ctx context.Context, op string, release func(context.Context, string) ([]error, error), queueID string) (warn, err error) {
 	if err := checkQueueID(queueID); err != nil {
 		s.fail(op, err)

@@ -9,9 +9,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// AutoRelease releases, per key with pending mail of a drip limit, the
-// oldest message once the key is under the limit, not suspended, and
-// unreleased for period/limit; it returns how many. Errors are logged.
+// AutoRelease releases per key of a drip limit its oldest message once
+// under the limit, unsuspended, and period/limit after the last; it
+// returns how many. Errors are logged.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	s.mu.Lock()
 	drip := s.drip
@@ -62,7 +62,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		if had && now.Sub(last) < interval {
 			continue
 		}
-		note, err := s.release(ctx, e, "auto-release", false, Released)
+		note, err := s.release(ctx, e, "auto-release", false, false, Released)
 		if errors.Is(err, quarantine.ErrBusy) {
 			continue // an operator is thawing it right now
 		}
@@ -106,8 +106,8 @@ type dripRun struct {
 	last  quarantine.Entry
 }
 
-// endRuns reports and forgets each ended drip run (ended says why, ""
-// when released); left counts pending messages per run.
+// endRuns reports and forgets ended drip runs (ended says why); left
+// counts pending messages per run.
 func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bool), left map[string]int) {
 	type done struct {
 		run    *dripRun
@@ -131,8 +131,7 @@ func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bo
 	}
 }
 
-// underLimit reports whether key is under limit now, and the interval
-// between automatic releases (period / limit).
+// underLimit reports whether key is under limit now, and period/limit.
 func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key string) (time.Duration, bool) {
 	rates, err := s.opts.Rates.Lookup(ctx, now, key)
 	if err != nil {
@@ -166,7 +165,7 @@ func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key stri
 	return 0, false // the limit is no longer configured: wait for an operator
 }
 
-// Run runs Expire at start and every expireEvery (0: 1h), AutoRelease and
+// Run runs Expire now and every expireEvery (0: 1h), AutoRelease and
 // CompleteHeld every dripEvery (0: 5s), until ctx ends.
 func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration) {
 	if expireEvery <= 0 {

@@ -12,8 +12,7 @@ import (
 var errUnverified = errors.New("lifecycle: the MTA's hold queue does not confirm the queue ID; no command was run")
 
 // confirmHeld returns held entry e with its queue ID confirmed in (or
-// found from) the MTA's queue listing; other entries pass. Errors wrap
-// errUnverified (recorded in Entry.Unverified).
+// found from) the MTA's queue; errors wrap errUnverified.
 func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quarantine.Entry, error) {
 	if e.State != quarantine.Held {
 		return e, nil
