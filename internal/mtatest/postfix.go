@@ -2,7 +2,6 @@ package mtatest
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -64,7 +63,7 @@ type Postfix struct {
 
 	cmd      *exec.Cmd
 	exited   chan struct{} // closed when the master has exited
-	output   lockedBuffer  // master's stdout and stderr
+	output   SyncBuffer    // master's stdout and stderr
 	stopOnce sync.Once
 }
 
@@ -433,21 +432,4 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

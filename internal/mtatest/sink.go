@@ -35,16 +35,8 @@ func (m Message) Header(key string) string {
 	return v
 }
 
-// Body returns m after the first empty line, or nil.
-func (m Message) Body() []byte {
-	if i := bytes.Index(m.Data, []byte("\r\n\r\n")); i >= 0 {
-		return m.Data[i+4:]
-	}
-	if i := bytes.Index(m.Data, []byte("\n\n")); i >= 0 {
-		return m.Data[i+2:]
-	}
-	return nil
-}
+// Body returns m after the first empty line, or nil (BodyOf).
+func (m Message) Body() []byte { return BodyOf(m.Data) }
 
 // Sink is an SMTP server on 127.0.0.1 keeping every message in memory.
 // Safe for concurrent use; closed at t.Cleanup.
