@@ -137,30 +137,17 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// setActive marks c as handling a request or idle; false: c must stop.
-func (s *Server) setActive(c *conn, active bool) bool {
+// mark records whether c is in a request (for Shutdown) and its Activity
+// (for the budget; Busy once a request is read whole, so slow partial
+// requests cannot hold the budget); false: c must stop.
+func (s *Server) mark(c *conn, active bool, a srvconn.Activity) bool {
 	s.life.Lock()
 	defer s.life.Unlock()
 	if s.life.ClosingLocked(c) || (!active && s.life.ClosedLocked()) {
 		return false
 	}
 	c.active = active
-	if !active {
-		s.life.MarkLocked(c, srvconn.Idle)
-	}
-	return true
-}
-
-// setDeciding marks c's request read whole: until its reply c is never
-// closed to make room (slow partial requests cannot hold the budget).
-// False: c must stop.
-func (s *Server) setDeciding(c *conn) bool {
-	s.life.Lock()
-	defer s.life.Unlock()
-	if s.life.ClosingLocked(c) {
-		return false
-	}
-	s.life.MarkLocked(c, srvconn.Busy)
+	s.life.MarkLocked(c, a)
 	return true
 }
 
@@ -231,7 +218,7 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			}
 			return false
 		}
-		if !s.setActive(c, true) {
+		if !s.mark(c, true, srvconn.Idle) {
 			return false
 		}
 		st.start = time.Now()
@@ -249,7 +236,7 @@ func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
 			m.BadInput(reason)
 			return false
 		}
-		if !s.setDeciding(c) {
+		if !s.mark(c, true, srvconn.Busy) {
 			return false
 		}
 		st.dl.first = time.Time{}
@@ -279,7 +266,7 @@ func (s *Server) answer(c *conn, st *connState, d policy.Decision) bool {
 		return false
 	}
 	s.metrics().Decision(st.req.ProtocolState, d.Action, time.Since(st.start))
-	if !s.setActive(c, false) {
+	if !s.mark(c, false, srvconn.Idle) {
 		return false
 	}
 	st.n++
