@@ -1,6 +1,7 @@
 package mta
 
 import (
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -82,26 +83,12 @@ func Refusal(d *policy.Decision) (code int, enhanced, text string) {
 	return code, enhanced, text
 }
 
+// enhancedRE is an RFC 3463 enhanced status code: class.subject.detail.
+var enhancedRE = regexp.MustCompile(`^[245]\.[0-9]{1,3}\.[0-9]{1,3}$`)
+
 // ValidEnhanced reports whether s is an RFC 3463 enhanced status code
 // "class.subject.detail" of the given class ('4' or '5'), subject and
 // detail of one to three digits.
 func ValidEnhanced(s string, class byte) bool {
-	if len(s) < 5 || s[0] != class || s[1] != '.' {
-		return false
-	}
-	parts, digits := 0, 0
-	for i := 2; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			digits++
-			if digits > 3 {
-				return false
-			}
-		case c == '.' && digits > 0 && parts == 0:
-			parts, digits = 1, 0
-		default:
-			return false
-		}
-	}
-	return parts == 1 && digits > 0
+	return s != "" && s[0] == class && enhancedRE.MatchString(s)
 }

@@ -11,9 +11,7 @@ import (
 	"net"
 	"net/textproto"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -118,7 +116,7 @@ func Send(t testing.TB, addr string, m Mail) error {
 // command within 30 s. It never fails the test itself.
 func SendResult(t testing.TB, addr string, m Mail) *Result {
 	t.Helper()
-	var tr transcript
+	var tr SyncBuffer
 	res := &Result{}
 	defer func() { res.Transcript = tr.String() }()
 	fail := func(stage Stage, err error) *Result {
@@ -272,31 +270,21 @@ func xtext(s string) string {
 	return b.String()
 }
 
-// toSMTPError turns a textproto error into a *smtp.SMTPError.
+// toSMTPError turns a textproto error into a *smtp.SMTPError, with the
+// enhanced code (RFC 3463) that starts its text.
 func toSMTPError(err error) error {
 	var pe *textproto.Error
 	if !errors.As(err, &pe) {
 		return err
 	}
 	se := &smtp.SMTPError{Code: pe.Code, Message: pe.Msg}
-	code, msg, ok := strings.Cut(pe.Msg, " ")
-	if !ok {
-		return se
-	}
-	parts := strings.Split(code, ".")
-	if len(parts) != 3 {
-		return se
-	}
 	var ec smtp.EnhancedCode
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return se
+	if code, msg, ok := strings.Cut(pe.Msg, " "); ok {
+		_, err := fmt.Sscanf(code, "%d.%d.%d", &ec[0], &ec[1], &ec[2])
+		if err == nil && fmt.Sprintf("%d.%d.%d", ec[0], ec[1], ec[2]) == code {
+			se.EnhancedCode, se.Message = ec, msg
 		}
-		ec[i] = n
 	}
-	se.EnhancedCode = ec
-	se.Message = msg
 	return se
 }
 
@@ -308,43 +296,32 @@ type replayConn struct {
 
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
-// transcript collects an SMTP conversation.
-type transcript struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (t *transcript) add(prefix string, p []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, line := range strings.SplitAfter(string(p), "\n") {
-		if line != "" {
-			t.buf.WriteString(prefix + strings.TrimRight(line, "\r\n") + "\n")
-		}
-	}
-}
-
-func (t *transcript) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.buf.String()
-}
-
+// recordingConn copies the conversation to tr as "C: " and "S: " lines.
 type recordingConn struct {
 	net.Conn
-	tr *transcript
+	tr *SyncBuffer
 }
 
 func (c *recordingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	c.tr.add("S: ", p[:n])
+	c.tr.Write(prefixLines("S: ", p[:n]))
 	return n, err
 }
 
 func (c *recordingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	c.tr.add("C: ", p[:n])
+	c.tr.Write(prefixLines("C: ", p[:n]))
 	return n, err
+}
+
+func prefixLines(prefix string, p []byte) []byte {
+	var b []byte
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line != "" {
+			b = fmt.Appendf(b, "%s%s\n", prefix, strings.TrimRight(line, "\r\n"))
+		}
+	}
+	return b
 }
 
 var mailDecoder mime.WordDecoder

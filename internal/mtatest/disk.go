@@ -13,9 +13,7 @@ import (
 // it needs root.
 func MountTmpfs(t testing.TB, dir string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.MkdirAll(dir, 0o750))
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mtatest: mount a tmpfs (this test runs as root): %v %s", err, out)
 	}

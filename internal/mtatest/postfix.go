@@ -2,7 +2,6 @@ package mtatest
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -64,7 +63,7 @@ type Postfix struct {
 
 	cmd      *exec.Cmd
 	exited   chan struct{} // closed when the master has exited
-	output   lockedBuffer  // master's stdout and stderr
+	output   SyncBuffer    // master's stdout and stderr
 	stopOnce sync.Once
 }
 
@@ -138,16 +137,10 @@ func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 	})
 	dataDir := filepath.Join(root, "data")
 	for _, d := range []string{root, p.confDir, p.queueDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatalf("mtatest: %v", err)
-		}
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatalf("mtatest: %v", err)
-		}
+		must(t, os.MkdirAll(d, 0o755))
+		must(t, os.Chmod(d, 0o755))
 	}
-	if err := os.Mkdir(dataDir, 0o700); err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, os.Mkdir(dataDir, 0o700))
 	if err := os.Chown(dataDir, uid, gid); err != nil {
 		t.Fatalf("mtatest: chown data_directory to postfix: %v", err)
 	}
@@ -169,12 +162,8 @@ func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataD
 	if err != nil {
 		t.Fatalf("mtatest: %v", err)
 	}
-	if err := p.writeConfig("main.cf", mainCF); err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
-	if err := p.writeConfig("master.cf", string(sysMaster)); err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, p.writeConfig("main.cf", mainCF))
+	must(t, p.writeConfig("master.cf", string(sysMaster)))
 
 	postconf := lookCommand("postconf", filepath.Dir(postfixBin))
 	out, err := exec.Command(postconf, "-c", p.confDir, "-h",
@@ -216,9 +205,7 @@ func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster 
 		if err != nil {
 			t.Fatalf("mtatest: %v", err)
 		}
-		if err := p.writeConfig("master.cf", masterCF); err != nil {
-			t.Fatalf("mtatest: %v", err)
-		}
+		must(t, p.writeConfig("master.cf", masterCF))
 		err = p.startMaster()
 		if err == nil {
 			return
@@ -427,27 +414,18 @@ func ephemeralLow() int {
 	return max(low, 20000)
 }
 
+// must fails the test if err is not nil.
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("mtatest: %v", err)
+	}
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

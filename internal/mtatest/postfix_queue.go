@@ -109,18 +109,19 @@ func (p *Postfix) WaitQueueEmpty(t testing.TB, timeout time.Duration) {
 // unless exactly one was.
 func (p *Postfix) Release(t testing.TB, id string) {
 	t.Helper()
-	_, stderr := p.run(t, "postsuper", "-H", id)
-	if !strings.Contains(stderr, "Released from hold: 1 message") {
-		t.Fatalf("mtatest: postsuper -H %s released nothing: %s", id, stderr)
-	}
+	p.postsuper(t, "-H", id, "Released from hold: 1 message")
 }
 
 // Delete deletes a queued message ("postsuper -d ID"), exactly one.
 func (p *Postfix) Delete(t testing.TB, id string) {
 	t.Helper()
-	_, stderr := p.run(t, "postsuper", "-d", id)
-	if !strings.Contains(stderr, "Deleted: 1 message") {
-		t.Fatalf("mtatest: postsuper -d %s deleted nothing: %s", id, stderr)
+	p.postsuper(t, "-d", id, "Deleted: 1 message")
+}
+
+func (p *Postfix) postsuper(t testing.TB, flag, id, want string) {
+	t.Helper()
+	if _, stderr := p.run(t, "postsuper", flag, id); !strings.Contains(stderr, want) {
+		t.Fatalf("mtatest: postsuper %s %s did not say %q: %s", flag, id, want, stderr)
 	}
 }
 

@@ -51,9 +51,7 @@ func FakeHeldQueue(t testing.TB, dir, sender string, rcpts []string, qids ...str
 		b = append(append(b, line...), '\n')
 	}
 	path := filepath.Join(dir, "postqueue-j.json")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	must(t, os.WriteFile(path, b, 0o644))
 	return fmt.Sprintf("queue_list_command = [\"cat\", %q]\n", path)
 }
 

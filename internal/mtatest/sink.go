@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/mail"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,16 +37,8 @@ func (m Message) Header(key string) string {
 	return v
 }
 
-// Body returns m after the first empty line, or nil.
-func (m Message) Body() []byte {
-	if i := bytes.Index(m.Data, []byte("\r\n\r\n")); i >= 0 {
-		return m.Data[i+4:]
-	}
-	if i := bytes.Index(m.Data, []byte("\n\n")); i >= 0 {
-		return m.Data[i+2:]
-	}
-	return nil
-}
+// Body returns m after the first empty line, or nil (BodyOf).
+func (m Message) Body() []byte { return BodyOf(m.Data) }
 
 // Sink is an SMTP server on 127.0.0.1 keeping every message in memory.
 // Safe for concurrent use; closed at t.Cleanup.
@@ -76,7 +70,7 @@ func StartSink(t testing.TB) *Sink {
 	srv.ReadTimeout = 30 * time.Second
 	srv.WriteTimeout = 30 * time.Second
 	srv.MaxMessageBytes = 64 << 20
-	srv.ErrorLog = sinkLogger{s}
+	srv.ErrorLog = log.New(sinkLog{s}, "mtatest: sink: ", 0)
 	s.srv = srv
 	go func() { _ = srv.Serve(quitListener{ln, s}) }()
 	t.Cleanup(func() {
@@ -255,23 +249,16 @@ func (ss *sinkSession) Data(r io.Reader) error {
 	return nil
 }
 
-// sinkLogger sends go-smtp's errors to the test log while the test runs.
-type sinkLogger struct{ s *Sink }
+// sinkLog sends go-smtp's errors to the test log while the test runs.
+type sinkLog struct{ s *Sink }
 
-func (l sinkLogger) Printf(format string, v ...any) {
+func (l sinkLog) Write(p []byte) (int, error) {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	if !l.s.closed {
-		l.s.t.Logf("mtatest: sink: "+format, v...)
+		l.s.t.Log(strings.TrimSuffix(string(p), "\n"))
 	}
-}
-
-func (l sinkLogger) Println(v ...any) {
-	l.s.mu.Lock()
-	defer l.s.mu.Unlock()
-	if !l.s.closed {
-		l.s.t.Log(append([]any{"mtatest: sink:"}, v...)...)
-	}
+	return len(p), nil
 }
 
 // BodyOf returns msg's body (after the first empty line) with CRLF line

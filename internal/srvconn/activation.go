@@ -77,20 +77,10 @@ func (in *Inherited) Len() int {
 // Untaken closes the listeners not taken and returns an error naming
 // them: nobody would serve their clients.
 func (in *Inherited) Untaken() error {
-	if names := in.closeUntaken(); len(names) > 0 {
-		return fmt.Errorf("systemd passed sockets that no configured listener names: %s", strings.Join(names, ", "))
-	}
-	return nil
-}
-
-// Close closes the listeners not taken.
-func (in *Inherited) Close() { in.closeUntaken() }
-
-// closeUntaken closes the listeners not taken and returns their names.
-func (in *Inherited) closeUntaken() (names []string) {
 	if in == nil {
 		return nil
 	}
+	var names []string
 	for i := range in.ls {
 		if e := &in.ls[i]; !e.taken {
 			e.l.Close()
@@ -98,8 +88,14 @@ func (in *Inherited) closeUntaken() (names []string) {
 			names = append(names, fmt.Sprintf("%s (%s)", Name(e.l), e.name))
 		}
 	}
-	return names
+	if len(names) > 0 {
+		return fmt.Errorf("systemd passed sockets that no configured listener names: %s", strings.Join(names, ", "))
+	}
+	return nil
 }
+
+// Close closes the listeners not taken.
+func (in *Inherited) Close() { _ = in.Untaken() }
 
 // Name is a listener's address as configured: "unix:/path" or host:port.
 func Name(l net.Listener) string {

@@ -69,13 +69,22 @@ type Server struct {
 	life     *srvconn.Tracker[*conn] // its mutex guards conn.active
 }
 
-// conn is one accepted connection.
+// conn is one accepted connection and what its requests share.
 type conn struct {
 	rwc      net.Conn
 	accepted time.Time
 	id       uint64
 	log      *slog.Logger
 	active   bool // a request is being handled; under Server.life's mutex
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	dec      *Decoder
+	dl       deadlines
+	req      policy.Request
+	tracker  messageTracker
+	n        int       // requests answered
+	start    time.Time // the current request's first byte
+	deciding bool      // Decide is running
 }
 
 func (s *Server) init() {
@@ -137,129 +146,103 @@ func (s *Server) Serve(l net.Listener) error {
 	})
 }
 
-// setActive marks c as handling a request or idle; false: c must stop.
-func (s *Server) setActive(c *conn, active bool) bool {
+// mark records whether c is in a request (for Shutdown) and its Activity
+// (for the budget; Busy once a request is read whole, so slow partial
+// requests cannot hold the budget); false: c must stop.
+func (s *Server) mark(c *conn, active bool, a srvconn.Activity) bool {
 	s.life.Lock()
 	defer s.life.Unlock()
 	if s.life.ClosingLocked(c) || (!active && s.life.ClosedLocked()) {
 		return false
 	}
 	c.active = active
-	if !active {
-		s.life.MarkLocked(c, srvconn.Idle)
-	}
+	s.life.MarkLocked(c, a)
 	return true
-}
-
-// setDeciding marks c's request read whole: until its reply c is never
-// closed to make room (slow partial requests cannot hold the budget).
-// False: c must stop.
-func (s *Server) setDeciding(c *conn) bool {
-	s.life.Lock()
-	defer s.life.Unlock()
-	if s.life.ClosingLocked(c) {
-		return false
-	}
-	s.life.MarkLocked(c, srvconn.Busy)
-	return true
-}
-
-// connState is what a connection's requests share.
-type connState struct {
-	br       *bufio.Reader
-	bw       *bufio.Writer
-	dec      *Decoder
-	dl       deadlines
-	req      policy.Request
-	tracker  messageTracker
-	n        int       // requests answered
-	start    time.Time // the current request's first byte
-	deciding bool      // Decide is running
 }
 
 // serveConn answers the requests of one connection until it ends.
 func (s *Server) serveConn(c *conn) {
 	m := s.metrics()
-	st := &connState{br: bufio.NewReader(c.rwc), bw: bufio.NewWriterSize(c.rwc, MaxReplyLen+2),
-		dl:      deadlines{idle: s.idleTimeout(), request: s.requestTimeout(), first: c.accepted.Add(s.firstRequestTimeout())},
-		tracker: messageTracker{conn: c.id}}
-	st.dec = NewDecoder(st.br)
+	c.br, c.bw = bufio.NewReader(c.rwc), bufio.NewWriterSize(c.rwc, MaxReplyLen+2)
+	c.dec = NewDecoder(c.br)
+	c.dl = deadlines{idle: s.idleTimeout(), request: s.requestTimeout(), first: c.accepted.Add(s.firstRequestTimeout())}
+	c.tracker = messageTracker{conn: c.id}
 	defer func() {
-		st.dl.release()
+		c.dl.release()
 		c.rwc.Close()
 		s.life.Remove(c)
 		m.ConnDone()
 	}()
 	c.log.Debug("connection opened")
-	for s.serveRequests(c, st) {
+	for s.serveRequests(c) {
 	}
 }
 
 // serveRequests answers requests until the connection ends. It holds the
 // front end's one recover: a panic in Decide is answered DUNNO (logged,
 // counted) and it returns true to be called again; elsewhere it closes.
-func (s *Server) serveRequests(c *conn, st *connState) (again bool) {
+func (s *Server) serveRequests(c *conn) (again bool) {
 	m := s.metrics()
 	defer func() {
 		r := recover()
 		if r == nil {
 			return
 		}
-		c.log.Error("panic serving connection", "panic", r, "stack", string(debug.Stack()), "deciding", st.deciding)
+		c.log.Error("panic serving connection", "panic", r, "stack", string(debug.Stack()), "deciding", c.deciding)
 		m.Fault(mta.FaultPanic)
-		if st.deciding {
-			st.deciding = false
+		if c.deciding {
+			c.deciding = false
 			d := policy.Decision{Fault: fmt.Errorf("%w: %v", policy.ErrPanic, r)}
-			mta.LogDecision(c.log, nil, &st.req, &d)
-			again = s.answer(c, st, d)
+			mta.LogDecision(c.log, nil, &c.req, &d)
+			again = s.answer(c, d)
 		}
 	}()
 	for {
-		st.dl.waitRequest(c.rwc, time.Now())
-		if _, err := st.br.Peek(1); err != nil {
+		c.dl.waitRequest(c.rwc, time.Now())
+		if _, err := c.br.Peek(1); err != nil {
 			switch {
 			case err == io.EOF:
-				c.log.Debug("connection closed by client", "requests", st.n)
-			case errors.Is(err, os.ErrDeadlineExceeded) && st.n == 0:
+				c.log.Debug("connection closed by client", "requests", c.n)
+			case errors.Is(err, os.ErrDeadlineExceeded) && c.n == 0:
 				s.firstRequestTimedOut(c)
 			case errors.Is(err, os.ErrDeadlineExceeded):
-				c.log.Debug("idle timeout", "requests", st.n, "idle", st.dl.idle)
+				c.log.Debug("idle timeout", "requests", c.n, "idle", c.dl.idle)
 			case s.life.IsClosed():
-				c.log.Debug("connection closed by shutdown", "requests", st.n)
+				c.log.Debug("connection closed by shutdown", "requests", c.n)
 			default:
-				c.log.Debug("read error", "requests", st.n, "err", err)
+				c.log.Debug("read error", "requests", c.n, "err", err)
 			}
 			return false
 		}
-		if !s.setActive(c, true) {
+		if !s.mark(c, true, srvconn.Idle) {
 			return false
 		}
-		st.start = time.Now()
-		ctx := st.dl.readRequest(c.rwc, st.br, st.start, s.life.BaseContext())
-		if err := st.dec.Decode(&st.req); err != nil {
-			if st.n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.start = time.Now()
+		ctx := c.dl.readRequest(c.rwc, c.br, c.start, s.life.BaseContext())
+		if err := c.dec.Decode(&c.req); err != nil {
+			if c.n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 				s.firstRequestTimedOut(c)
 			}
 			if s.life.ClosedForRoom(c) {
-				c.log.Debug("connection closed to make room for a new one", "requests", st.n)
+				c.log.Debug("connection closed to make room for a new one", "requests", c.n)
 				return false
 			}
 			reason := badInputReason(err)
-			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", st.n)
+			c.log.Warn("closing connection without reply", "reason", reason, "err", err, "requests", c.n)
 			m.BadInput(reason)
 			return false
 		}
-		if !s.setDeciding(c) {
+		if !s.mark(c, true, srvconn.Busy) {
 			return false
 		}
-		st.dl.first = time.Time{}
-		st.tracker.fill(&st.req)
-		st.req.Received = st.start
-		st.deciding = true
-		d := s.Decider.Decide(ctx, &st.req)
-		st.deciding = false
-		mta.LogDecision(c.log, m, &st.req, &d)
-		if !s.answer(c, st, d) {
+		c.dl.first = time.Time{}
+		c.tracker.fill(&c.req)
+		c.req.Received = c.start
+		c.deciding = true
+		d := s.Decider.Decide(ctx, &c.req)
+		c.deciding = false
+		mta.LogDecision(c.log, m, &c.req, &d)
+		if !s.answer(c, d) {
 			return false
 		}
 	}
@@ -272,17 +255,17 @@ func (s *Server) firstRequestTimedOut(c *conn) {
 }
 
 // answer writes the reply d; false: the connection must end.
-func (s *Server) answer(c *conn, st *connState, d policy.Decision) bool {
-	st.dl.writeReply(c.rwc, time.Now())
-	if err := WriteReply(st.bw, d, st.req.ProtocolState); err != nil {
+func (s *Server) answer(c *conn, d policy.Decision) bool {
+	c.dl.writeReply(c.rwc, time.Now())
+	if err := WriteReply(c.bw, d, c.req.ProtocolState); err != nil {
 		c.log.Info("write error", "err", err)
 		return false
 	}
-	s.metrics().Decision(st.req.ProtocolState, d.Action, time.Since(st.start))
-	if !s.setActive(c, false) {
+	s.metrics().Decision(c.req.ProtocolState, d.Action, time.Since(c.start))
+	if !s.mark(c, false, srvconn.Idle) {
 		return false
 	}
-	st.n++
+	c.n++
 	return true
 }
 
