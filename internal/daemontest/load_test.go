@@ -35,6 +35,8 @@ type load struct {
 	late      atomic.Int64 // answered later than the budget
 	slowest   atomic.Int64 // nanoseconds
 	firstErr  atomic.Pointer[string]
+	lateMu    sync.Mutex
+	lateSeen  []string // the first late requests: when sent, how long, where
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	started   time.Time
@@ -157,6 +159,12 @@ func (l *load) run() {
 		}
 		if took > latencyBudget() {
 			l.late.Add(1)
+			l.lateMu.Lock()
+			if len(l.lateSeen) < 10 {
+				l.lateSeen = append(l.lateSeen, fmt.Sprintf("sent at %v, answered after %v, via %s",
+					start.Sub(l.started).Round(time.Millisecond), took.Round(time.Millisecond), l.daemons[h].PolicyAddr))
+			}
+			l.lateMu.Unlock()
 		}
 		switch {
 		case err != nil:
@@ -227,6 +235,9 @@ func (l *load) checkAnswers(t *testing.T) {
 		t.Errorf("%d requests unanswered or misanswered, the first: %s", n, *l.firstErr.Load())
 	}
 	if n := l.late.Load(); n != 0 {
+		for _, s := range l.lateSeen {
+			t.Logf("late: %s", s)
+		}
 		t.Errorf("%d requests answered later than redis_timeout + %v, the slowest after %v",
 			n, latencyBudget()-redisTimeout, slowest.Round(time.Millisecond))
 	}

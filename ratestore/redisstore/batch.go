@@ -21,6 +21,8 @@ type batch struct {
 	items    int
 	deadline time.Time
 	done     chan struct{}
+	expired  chan struct{} // closed at deadline: the waits end
+	timer    *time.Timer
 	v        answer // the answer, once done is closed
 	err      error
 }
@@ -41,6 +43,9 @@ func (b *batcher) calls() int {
 	return maxInFlight
 }
 
+// decideBatched decides r in a call of b's. It returns by Timeout after
+// r's arrival (or ctx's end) even when the call outlives its deadline, as
+// rueidis's does while it waits on another caller's dial.
 func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answer, error) {
 	if err := ctx.Err(); err != nil {
 		return answer{}, unavailable(err)
@@ -48,48 +53,54 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 	// The call's deadline is Timeout after arrival; the caller's earlier
 	// deadline ends only its own wait.
 	dl := time.Now().Add(s.opts.Timeout)
+	r.ctx = ctx
 	b.mu.Lock()
 	p := b.pending
-	if b.inFlight == 0 || p != nil && p.items+len(r.idx) > maxBatchItems {
+	switch {
+	case b.inFlight == 0 || p != nil && p.items+len(r.idx) > maxBatchItems:
 		// No call in flight, or a full batch waits: r goes alone.
+		p = newBatch(dl)
+		p.reqs = append(p.reqs, r)
 		b.inFlight++
-		b.mu.Unlock()
-		cctx, cancel := context.WithDeadline(ctx, dl)
-		v, err := b.send(cctx, r)
-		cancel()
-		b.release()
-		return v, err
-	}
-	if p == nil {
-		p = &batch{deadline: dl, done: make(chan struct{})}
-		b.pending = p
-	}
-	r.ctx = ctx
-	p.reqs = append(p.reqs, r)
-	p.items += len(r.idx)
-	if dl.Before(p.deadline) {
-		p.deadline = dl
-	}
-	if b.inFlight < b.calls() && p.items >= secondCallItems {
-		b.pending = nil
-		b.inFlight++
-		b.mu.Unlock()
 		go b.run(p)
-	} else {
-		b.mu.Unlock()
+	default:
+		if p == nil {
+			p = newBatch(dl)
+			b.pending = p
+		}
+		p.reqs = append(p.reqs, r)
+		p.items += len(r.idx)
+		if b.inFlight < b.calls() && p.items >= secondCallItems {
+			b.pending = nil
+			b.inFlight++
+			go b.run(p)
+		}
 	}
-	// No timer: p runs with its requests' earliest deadline, so done is
-	// closed by dl.
+	b.mu.Unlock()
 	select {
 	case <-p.done:
-		if r.dropped {
-			return answer{}, unavailable(ctx.Err())
-		}
-		return p.v, p.err
 	case <-ctx.Done():
 		// Unsent, r will not be sent; if sent, r may still be counted.
 		return answer{}, unavailable(ctx.Err())
+	case <-p.expired:
+		select {
+		case <-p.done:
+		default: // the call outlived its deadline: r may still be counted
+			return answer{}, unavailable(context.DeadlineExceeded)
+		}
 	}
+	if r.dropped {
+		return answer{}, unavailable(ctx.Err())
+	}
+	return p.v, p.err
+}
+
+// newBatch returns an empty batch whose waits end at deadline (the
+// earliest of its requests', the first's).
+func newBatch(deadline time.Time) *batch {
+	p := &batch{deadline: deadline, done: make(chan struct{}), expired: make(chan struct{})}
+	p.timer = time.AfterFunc(time.Until(deadline), func() { close(p.expired) })
+	return p
 }
 
 // release ends a call: the pending batch, if any, takes its place.
@@ -123,5 +134,6 @@ func (b *batcher) run(p *batch) {
 		cancel()
 	}
 	close(p.done)
+	p.timer.Stop()
 	b.release()
 }

@@ -180,6 +180,11 @@ func TestSentinelFailover(t *testing.T) {
 	r := open(t, redisstore.Options{Addrs: ss.Addrs(), SentinelMaster: ss.Name, Timeout: 200 * time.Millisecond})
 	f, logs := newFailover(t, r)
 	decide(t, f, "before")
+	// Replication is asynchronous (and the replica's first sync may still
+	// run): the master is killed once the replica holds "before".
+	waitUntil(t, "the replica to hold the state written before", func() bool {
+		return ss.Replica.Must("EXISTS", r.Key("before")) == "1"
+	})
 	stop := make(chan struct{})
 	wait := load(f, 8, stop)
 	time.Sleep(100 * time.Millisecond)
