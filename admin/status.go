@@ -254,6 +254,9 @@ func printStoreStatus(w io.Writer, s *redisstore.FailoverStatus, now time.Time) 
 		fmt.Fprintf(w, "store: %d requests decided locally (%d in outages, %d failed calls); %d merges added %d states to redis, %d pending\n",
 			n, s.LocalDecisions["outage"], s.LocalDecisions["failed"], s.Merges, s.StatesMerged, s.PendingMerges)
 	}
+	if s.StatesRestored > 0 {
+		fmt.Fprintf(w, "store: %d states redis had lost (FLUSHALL, a restart without persistence, eviction) restored from this host's copies\n", s.StatesRestored)
+	}
 }
 
 // clockOffset describes Redis's clock minus this host's, to the second.

@@ -76,6 +76,7 @@ type Failover struct {
 	// Requests decided locally, by reason (LocalDecisions).
 	localOutage, localFailed atomic.Int64
 	merges, merged           atomic.Int64
+	restored                 atomic.Int64 // states Redis lost, restored from local copies
 
 	// localMu is held shared by local decisions, exclusively by recovery.
 	localMu sync.RWMutex
@@ -155,6 +156,9 @@ type FailoverStatus struct {
 	Merges        int64 `json:"merges"`
 	StatesMerged  int64 `json:"states_merged"`
 	PendingMerges int   `json:"pending_merges,omitempty"`
+	// StatesRestored counts states Redis no longer had (FLUSHALL, a
+	// restart without persistence, eviction) restored from this host's copy.
+	StatesRestored int64 `json:"states_restored,omitempty"`
 	// ClockOffset is Redis's clock minus this host's.
 	ClockOffset time.Duration `json:"clock_offset_ns"`
 	// Share is "split" when degraded_share = "split", with Hosts.
@@ -169,7 +173,7 @@ func (f *Failover) Status() FailoverStatus {
 		Switches: f.switches.Load(), Recoveries: f.recoveries.Load(), Cluster: f.redis.Cluster(),
 		Connected: f.redis.Connected(), DegradedSeconds: f.DegradedTime().Seconds(),
 		LocalDecisions: f.LocalDecisions(), Merges: f.merges.Load(), StatesMerged: f.merged.Load(),
-		ClockOffset: f.redis.ClockOffset()}
+		StatesRestored: f.restored.Load(), ClockOffset: f.redis.ClockOffset()}
 	if n > 0 {
 		st.SlotsDown = n
 		if !f.redis.Cluster() {
@@ -280,11 +284,16 @@ func (f *Failover) anyDown(items []policy.StackItem) bool {
 	return false
 }
 
-// writeThrough copies the states Redis returned into the local store.
+// writeThrough copies the states Redis returned into the local store. A
+// state Redis no longer had (FLUSHALL, a restart without persistence,
+// eviction) while this host's copy still lives is restored from the copy
+// (the message just decided is the one that got through).
 func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, refused bool, out []policy.StackResult) {
 	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
 		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
 	})
+	nowms := time.Now().Add(f.redis.ClockOffset()).UnixMilli()
+	var lost []pendingEntry
 	for i := range items {
 		it, o := &items[i], &out[i]
 		if o.Err != nil {
@@ -297,8 +306,40 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 		if st.IsZero() {
 			continue
 		}
-		f.local.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) { return st, old != st })
+		f.local.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
+			if o.Prev.IsZero() && !old.IsZero() && expiryOf(it.Params, old) > nowms {
+				lost = append(lost, pendingEntry{Limit: it.Limit, Key: it.Key, Time: old.Time, Rate: old.Rate})
+			}
+			return st, old != st
+		})
 	}
+	if len(lost) == 0 {
+		return
+	}
+	// While an outage's counts are unmerged, a copy may hold them (scaled,
+	// with split): the merge, not a restore, adds them.
+	f.mu.Lock()
+	unmerged := len(f.pending) > 0 || len(f.delta) > 0
+	f.mu.Unlock()
+	if !unmerged {
+		f.restore(pendingMerge{ID: newMergeID(), Entries: lost})
+	}
+}
+
+// restore adds pm, this host's copies of states Redis lost, to Redis now,
+// or later with the outage merges if Redis does not answer.
+func (f *Failover) restore(pm pendingMerge) {
+	f.restored.Add(int64(len(pm.Entries)))
+	ctx, cancel := context.WithTimeout(f.ctx, f.redis.opts.Timeout)
+	defer cancel()
+	if _, err := f.merge(ctx, pm); err == nil {
+		return
+	}
+	f.mu.Lock()
+	f.pending = append(f.pending, pm)
+	f.savePending()
+	f.startProbe()
+	f.mu.Unlock()
 }
 
 // decideLocal decides locally and adds the counts to the outage's delta;

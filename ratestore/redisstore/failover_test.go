@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,5 +278,54 @@ func TestMergeAddsOnce(t *testing.T) {
 	merge("outage2", 2) // another outage adds again
 	if got, _ := r.Get(ctx, "exp", "b"); math.Abs(got.Rate-18) > 0.01 {
 		t.Errorf("after a second outage's merge: %+v, want rate 18", got)
+	}
+}
+
+// TestFailoverRestoresLostState: two hosts share a sender at the limit
+// (10/h); Redis loses its data (FLUSHALL). Of the sender's next 20
+// messages, each through a host picked at random, at most one per host
+// is admitted: the first host to see the state missing restores it from
+// its own copy. A sender reset (Delete) through one host is not restored
+// by the other from its older copy: the reset stands. Repeated 5 times.
+func TestFailoverRestoresLostState(t *testing.T) {
+	srv := redistest.Start(t)
+	for round := range 5 {
+		var hosts []*redisstore.Failover
+		for range 2 {
+			f, _ := newFailover(t, open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("shared%d:", round)}))
+			hosts = append(hosts, f)
+		}
+		send := func(key string, n int, random bool) (admitted int) {
+			for i := range n {
+				h := hosts[i%2]
+				if random {
+					h = hosts[rand.IntN(2)]
+				}
+				if !decide(t, h, key).Result.Over {
+					admitted++
+				}
+			}
+			return admitted
+		}
+		lost, reset := fmt.Sprintf("lost%d", round), fmt.Sprintf("reset%d", round)
+		if n := send(lost, 12, false); n != 10 {
+			t.Fatalf("round %d: %d of 12 admitted before the loss, want 10", round, n)
+		}
+		if n := send(reset, 12, false); n != 10 {
+			t.Fatalf("round %d: %d of 12 admitted before the reset, want 10", round, n)
+		}
+		if _, err := hosts[0].Delete(context.Background(), "hourly", reset); err != nil {
+			t.Fatal(err)
+		}
+		if n := send(reset, 12, true); n != 10 {
+			t.Errorf("round %d: after a reset through one host, %d of 12 admitted, want 10 (the other host's copy restored?)", round, n)
+		}
+		srv.Must("FLUSHALL")
+		if n := send(lost, 20, true); n > 2 {
+			t.Errorf("round %d: after FLUSHALL, %d of 20 admitted through 2 hosts, want at most one per host", round, n)
+		}
+		if hosts[0].Status().StatesRestored+hosts[1].Status().StatesRestored == 0 {
+			t.Errorf("round %d: no host restored a state after FLUSHALL", round)
+		}
 	}
 }

@@ -2,7 +2,9 @@
 -- shared state (Store.Merge, Failover), exactly once per outage.
 -- KEYS[1] the rate key's record (stack.lua describes it); KEYS[2] the
 -- outage's marker for the limit's state: when it exists the outage was
--- merged already (a retried or restarted merge) and nothing is added.
+-- merged already (a retried or restarted merge) and nothing is added;
+-- KEYS[3] the limit's reset marker (Store.Delete): while it lives the
+-- state was reset after the host counted it, and nothing is added.
 -- ARGV[1] algorithm (0 exponential, 1 gcra, 2 cooldown, 3 earrrl);
 -- ARGV[2] limit; ARGV[3] period (ns); ARGV[4] decay time constant (ns:
 -- the period for the exponential, 1/lambda for EARRRL); ARGV[5], ARGV[6],
@@ -16,7 +18,8 @@
 -- of now (max(tat, now) + max(delta - now, 0)). A value that is not a
 -- record counts as none and is replaced. The key's expiry is moved later
 -- if the sum needs it, as stack.lua does.
--- Returns 1 if added, 0 if the marker was there already.
+-- Returns 1 if added, 0 if a marker was there already.
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[8]) == false then return 0 end
 local t = redis.call('TIME')
 local nows, nowns = tonumber(t[1]), tonumber(t[2]) * 1000

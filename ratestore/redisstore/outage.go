@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -274,7 +275,7 @@ func (f *Failover) mergePending() int {
 	f.mu.Unlock()
 	total := 0
 	for _, pm := range todo {
-		n, err := f.merge(pm)
+		n, err := f.merge(f.ctx, pm)
 		total += n
 		f.merged.Add(int64(n))
 		f.mu.Lock()
@@ -299,7 +300,7 @@ func (f *Failover) mergePending() int {
 
 // merge adds pm's deltas of shards up, per limit; the rest stay, with an
 // error.
-func (f *Failover) merge(pm pendingMerge) (int, error) {
+func (f *Failover) merge(ctx context.Context, pm pendingMerge) (int, error) {
 	byLimit := map[string][]int{}
 	var later error
 	for i, e := range pm.Entries {
@@ -322,7 +323,7 @@ func (f *Failover) merge(pm pendingMerge) (int, error) {
 		for j, i := range idx {
 			keys[j], sts[j] = pm.Entries[i].Key, ratelimit.State{Time: pm.Entries[i].Time, Rate: pm.Entries[i].Rate}
 		}
-		m, err := f.redis.Merge(f.ctx, pm.ID, limit, keys, sts)
+		m, err := f.redis.Merge(ctx, pm.ID, limit, keys, sts)
 		n += m
 		if err != nil {
 			return n, err

@@ -370,13 +370,37 @@ func wrongType(err error) bool {
 // Delete forgets key under limit and reports whether it had state.
 // Errors wrap ErrUnavailable.
 func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
-	had := false
+	var old string
 	err := s.swap(ctx, limit, key, func(raw string) (string, int64, bool) {
-		had = raw != ""
-		return "", 0, had
+		old = raw
+		return "", 0, raw != ""
 	})
-	return had && err == nil, err
+	if err != nil || old == "" {
+		return false, err
+	}
+	// The reset marker lives as long as the state would have: no host
+	// restores or merges its older copy meanwhile (Failover, merge.lua).
+	st, err := decode(old)
+	if err != nil {
+		return true, err
+	}
+	c, err := s.client()
+	if err != nil {
+		return true, err
+	}
+	l, known := s.limit(limit)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	k := s.Key(key)
+	at := time.UnixMilli(s.expiry(l, known, st))
+	if err := c.Do(cctx, c.B().Set().Key(resetMarker(k, limit)).Value("1").Pxat(at).Build()).Error(); err != nil {
+		return true, unavailable(err)
+	}
+	return true, nil
 }
+
+// resetMarker is the key of record k's marker of limit's last reset.
+func resetMarker(k, limit string) string { return k + limit + "#reset" }
 
 // Update stores fn's result for key under limit by compare-and-set (up to
 // 16 attempts). Errors wrap ErrProtocol or ErrUnavailable.
@@ -596,7 +620,7 @@ func (s *Store) Merge(ctx context.Context, outage, limit string, keys []string, 
 			args := append(append(make([]string, 0, 9), spec...), strconv.FormatInt(sec, 10), strconv.FormatInt(nsec, 10),
 				strconv.FormatFloat(deltas[i].Rate, 'g', -1, 64), markerTTL, limit)
 			k := s.Key(keys[i])
-			execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + limit + "#" + outage}, Args: args})
+			execs = append(execs, rueidis.LuaExec{Keys: []string{k, k + limit + "#" + outage, resetMarker(k, limit)}, Args: args})
 		}
 		if len(execs) == 0 {
 			continue
