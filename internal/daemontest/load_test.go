@@ -4,7 +4,9 @@ package daemontest
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -27,6 +29,8 @@ const (
 type load struct {
 	daemons   []*daemon
 	users     int
+	name      string // users are name0@example.org ... ("user" unless set)
+	random    bool   // each message through a daemon picked at random
 	maxRounds int64
 	admitted  []atomic.Int32
 	next      atomic.Int64 // the next message: user next%users, round next/users
@@ -61,8 +65,14 @@ func latencyBudget() time.Duration {
 // itself).
 func startLoad(t *testing.T, daemons []*daemon, users, g int, maxRounds int64) *load {
 	t.Helper()
-	l := &load{daemons: daemons, users: users, maxRounds: maxRounds, admitted: make([]atomic.Int32, users),
-		stop: make(chan struct{}), started: time.Now()}
+	return startLoadOf(t, &load{daemons: daemons, users: users, maxRounds: maxRounds}, g)
+}
+
+// startLoadOf starts l (daemons, users, maxRounds and optionally name and
+// random set) with g goroutines.
+func startLoadOf(t *testing.T, l *load, g int) *load {
+	t.Helper()
+	l.admitted, l.stop, l.started = make([]atomic.Int32, l.users), make(chan struct{}), time.Now()
 	for range g {
 		l.wg.Add(1)
 		go l.run()
@@ -134,6 +144,9 @@ func (l *load) run() {
 			return
 		}
 		h := (u + int(round)) % len(l.daemons)
+		if l.random {
+			h = rand.IntN(len(l.daemons))
+		}
 		if conns[h] == nil {
 			c, err := net.DialTimeout("tcp", l.daemons[h].PolicyAddr, 5*time.Second)
 			if err != nil {
@@ -142,7 +155,7 @@ func (l *load) run() {
 			}
 			conns[h] = &policyConn{c: c, r: bufio.NewReader(c)}
 		}
-		user := fmt.Sprintf("user%d@example.org", u)
+		user := fmt.Sprintf("%s%d@example.org", cmp.Or(l.name, "user"), u)
 		req := fmt.Sprintf("request=smtpd_access_policy\nprotocol_state=RCPT\nprotocol_name=ESMTP\ninstance=%x.%x\n"+
 			"client_address=192.0.2.9\nclient_name=client.example.org\nhelo_name=client.example.org\n"+
 			"sasl_method=plain\nsasl_username=%s\nsender=%s\nrecipient=rcpt@example.net\nrecipient_count=0\n",

@@ -285,14 +285,15 @@ func (f *Failover) anyDown(items []policy.StackItem) bool {
 }
 
 // writeThrough copies the states Redis returned into the local store. A
-// state Redis no longer had (FLUSHALL, a restart without persistence,
-// eviction) while this host's copy still lives is restored from the copy
-// (the message just decided is the one that got through).
+// state Redis lost (FLUSHALL, a restart without persistence, eviction) or
+// holds more than a message below this host's live copy (lost, then
+// counted again from less: another host restored an older copy) is
+// restored from the copy; the message just decided got through.
 func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, refused bool, out []policy.StackResult) {
 	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
 		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
 	})
-	nowms := time.Now().Add(f.redis.ClockOffset()).UnixMilli()
+	now := time.Now().Add(f.redis.ClockOffset())
 	var lost []pendingEntry
 	for i := range items {
 		it, o := &items[i], &out[i]
@@ -307,10 +308,20 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 			continue
 		}
 		f.local.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
-			if o.Prev.IsZero() && !old.IsZero() && expiryOf(it.Params, old) > nowms {
-				lost = append(lost, pendingEntry{Limit: it.Limit, Key: it.Key, Time: old.Time, Rate: old.Rate})
+			if old.IsZero() || expiryOf(it.Params, old) <= now.UnixMilli() {
+				return st, old != st
 			}
-			return st, old != st
+			mine, theirs := it.Params.Check(old, now, 0).Before, o.Result.Before
+			if !o.Prev.IsZero() && mine <= theirs+max(it.Cost, 1) {
+				return st, old != st
+			}
+			// The copy stands until Redis answers with it restored.
+			add := old
+			if !o.Prev.IsZero() && it.Params.Algorithm == ratelimit.Exponential {
+				add = ratelimit.State{Time: now.UnixNano(), Rate: mine - theirs} // decayed rates add up
+			}
+			lost = append(lost, pendingEntry{Limit: it.Limit, Key: it.Key, Time: add.Time, Rate: add.Rate})
+			return old, false
 		})
 	}
 	if len(lost) == 0 {
