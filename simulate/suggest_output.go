@@ -51,7 +51,15 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 		lc := lp.Config
 		period := human.Duration(time.Duration(lc.Period))
 		u := unit(lc)
-		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, human.Number(lc.Limit))
+		configured := human.Number(lc.Limit)
+		if lc.Ratio != 0 {
+			configured = fmt.Sprintf("ratio %g of at least %s recipients", lc.Ratio, human.Number(lc.MinCount))
+		}
+		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, configured)
+		if lc.Ratio != 0 {
+			b.WriteString("  kept as configured: suggest proposes counts, not shares of recipients.\n")
+			continue
+		}
 		if len(lp.Peaks) == 0 {
 			fmt.Fprintf(&b, "  no key of this limit is in the trace: keeping %s.\n", human.Number(lc.Limit))
 			continue
@@ -136,7 +144,7 @@ func clockText(d time.Duration) string {
 type tomlLimit struct {
 	Name      string             `toml:"name"`
 	Key       []string           `toml:"key"`
-	Limit     float64            `toml:"limit"`
+	Limit     float64            `toml:"limit,omitzero"` // none with ratio
 	Period    string             `toml:"period"`
 	Per       string             `toml:"per,omitempty"`
 	Mode      string             `toml:"mode,omitempty"`
@@ -151,6 +159,8 @@ type tomlLimit struct {
 	Via       []string           `toml:"via,omitempty"`
 	Overrides map[string]float64 `toml:"overrides,omitempty"`
 	Release   string             `toml:"auto_release,omitempty"`
+	Ratio     float64            `toml:"ratio,omitzero"`
+	MinCount  float64            `toml:"min_count,omitzero"`
 }
 
 // TOML returns the proposed stack as [[limit]] tables.
@@ -161,7 +171,7 @@ func (s *Suggestion) TOML() (string, error) {
 	for _, l := range s.Config.Limits {
 		t := tomlLimit{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: human.Duration(time.Duration(l.Period)),
 			Per: l.Per, Mode: l.Mode, Action: l.Action, Algorithm: l.Algorithm, Factor: l.Factor, Floor: l.Floor, Cap: l.Cap,
-			Message: l.Message, Via: l.Via, Overrides: l.Overrides, Release: l.AutoRelease}
+			Message: l.Message, Via: l.Via, Overrides: l.Overrides, Release: l.AutoRelease, Ratio: l.Ratio, MinCount: l.MinCount}
 		if l.HalfLife != 0 {
 			t.HalfLife = human.Duration(time.Duration(l.HalfLife))
 		}
