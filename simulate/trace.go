@@ -616,10 +616,8 @@ func (b *builder) finish() (Entry, error) {
 	case e.Every != 0 && !b.haveCount:
 		return e, errors.New(`"every" needs "count" or "until"`)
 	}
-	if e.Every > 0 && e.Count > 1 {
-		if _, over := mulOverflows(e.Every, e.Count-1); over {
-			return e, errors.New(`"count" times "every" is too long`)
-		}
+	if e.Count > 1 && e.Every > time.Duration(math.MaxInt64)/time.Duration(e.Count-1) {
+		return e, errors.New(`"count" times "every" is too long`)
 	}
 	r := &e.Request
 	if r.ProtocolState == "" {
@@ -632,14 +630,6 @@ func (b *builder) finish() (Entry, error) {
 		r.Stage = policy.ViaPolicy
 	}
 	return e, nil
-}
-
-func mulOverflows(d time.Duration, n int) (time.Duration, bool) {
-	if n == 0 {
-		return 0, false
-	}
-	p := d * time.Duration(n)
-	return p, p/time.Duration(n) != d
 }
 
 // ParseTime parses RFC 3339 (a space for the T allowed) or Unix seconds
