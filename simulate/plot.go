@@ -80,7 +80,7 @@ func (rec *Recorder) Add(r *Result) {
 		rec.start = r.Time
 	}
 	rec.n++
-	x := hoursSince(rec.start, r.Time)
+	x := r.Time.Sub(rec.start).Hours()
 	rec.endX = x
 	for i := range r.Decision.Measures {
 		m := &r.Decision.Measures[i]
@@ -108,8 +108,6 @@ func (rec *Recorder) Add(r *Result) {
 		}
 	}
 }
-
-func hoursSince(start, t time.Time) float64 { return t.Sub(start).Hours() }
 
 // Save draws into path (.svg or .png) a panel per limit: a line per key
 // (rate against hours), the limit dashed, refusals as red crosses.

@@ -62,7 +62,7 @@ type Suggestion struct {
 // LimitProposal is the proposal for one configured limit. Proposed is the
 // limit in cost per period (baseline: the cap, at least the floor): Base ×
 // headroom rounded up to two significant digits, or the configured limit
-// when no key was measured. Peaks are every key's, highest first; Ordinary
+// when no key was measured; 0 for the ratio form, kept as configured. Peaks are every key's, highest first; Ordinary
 // counts those the percentile is over (not allowed, overridden or bulk);
 // Outliers are ordinary keys above Proposed. TooShort: the trace is
 // shorter than the period. Notes say why the proposal is less sure.
@@ -303,10 +303,7 @@ func measure(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 
 // propose computes one limit's proposal; span is the trace's.
 func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions, span time.Duration) LimitProposal {
-	lp := LimitProposal{Config: lc, Proposed: lc.Limit}
-	if lc.Cap != 0 {
-		lp.Proposed = lc.Cap // baseline: the cap is the limit
-	}
+	lp := LimitProposal{Config: lc, Proposed: cmp.Or(lc.Cap, lc.Limit)} // baseline: the cap is the limit
 	keys := slices.SortedFunc(maps.Values(stats), func(a, b *keyStat) int {
 		return cmp.Or(cmp.Compare(b.Peak, a.Peak), strings.Compare(a.Key, b.Key))
 	})
@@ -333,6 +330,9 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 		}
 	}
 	lp.Ordinary = len(ordinary)
+	if lc.Ratio != 0 {
+		return lp // a share of the recipients, not a count: kept as configured
+	}
 	if len(ordinary) > 0 {
 		slices.Sort(ordinary)
 		lp.Base = percentile(ordinary, o.Percentile)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/simulate"
 )
 
@@ -29,15 +28,7 @@ func TestSuggestSaysWhenTheTraceIsTooThin(t *testing.T) {
 			fmt.Fprintf(&b, `{"time":"2026-11-02T09:00:00Z","sasl_username":"u%02d","count":%d,"every":"%s"}`+"\n",
 				u, 20+u, (span / time.Duration(20+u)).String())
 		}
-		tr, err := simulate.Read(strings.NewReader(b.String()), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := simulate.Suggest(t.Context(), cfg, tr, simulate.SuggestOptions{
-			NewStore: func() policy.Store { return ratestore.NewMemory(ratestore.MemoryOptions{}) }})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := suggestFrom(t, cfg, b.String(), simulate.SuggestOptions{})
 		var out bytes.Buffer
 		if err := s.WriteText(&out); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
@@ -51,7 +52,15 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 		lc := lp.Config
 		period := human.Duration(time.Duration(lc.Period))
 		u := unit(lc)
-		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, human.Number(lc.Limit))
+		configured := human.Number(lc.Limit)
+		if lc.Ratio != 0 {
+			configured = fmt.Sprintf("ratio %g of at least %s recipients", lc.Ratio, human.Number(lc.MinCount))
+		}
+		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, configured)
+		if lc.Ratio != 0 {
+			b.WriteString("  kept as configured: suggest proposes counts, not shares of recipients.\n")
+			continue
+		}
 		if len(lp.Peaks) == 0 {
 			fmt.Fprintf(&b, "  no key of this limit is in the trace: keeping %s.\n", human.Number(lc.Limit))
 			continue
@@ -132,43 +141,26 @@ func clockText(d time.Duration) string {
 	return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60)
 }
 
-// tomlLimit is a [[limit]] table, empty settings left out.
-type tomlLimit struct {
-	Name      string             `toml:"name"`
-	Key       []string           `toml:"key"`
-	Limit     float64            `toml:"limit"`
-	Period    string             `toml:"period"`
-	Per       string             `toml:"per,omitempty"`
-	Mode      string             `toml:"mode,omitempty"`
-	Action    string             `toml:"action,omitempty"`
-	Algorithm string             `toml:"algorithm,omitempty"`
-	Factor    float64            `toml:"factor,omitzero"`
-	Floor     float64            `toml:"floor,omitzero"`
-	Cap       float64            `toml:"cap,omitzero"`
-	Learn     string             `toml:"learn_period,omitempty"`
-	HalfLife  string             `toml:"half_life,omitempty"`
-	Message   string             `toml:"message,omitempty"`
-	Via       []string           `toml:"via,omitempty"`
-	Overrides map[string]float64 `toml:"overrides,omitempty"`
-	Release   string             `toml:"auto_release,omitempty"`
-}
+// limitTOML is policy.LimitConfig with every setting left out when
+// empty: a [[limit]] table as an operator writes it, and no copy of the
+// fields to keep in step with the configuration.
+var limitTOML = func() reflect.Type {
+	t := reflect.TypeFor[policy.LimitConfig]()
+	fields := make([]reflect.StructField, t.NumField())
+	for i := range fields {
+		fields[i] = t.Field(i)
+		fields[i].Tag = reflect.StructTag(`toml:"` + fields[i].Tag.Get("toml") + `,omitempty,omitzero"`)
+	}
+	return reflect.StructOf(fields)
+}()
 
 // TOML returns the proposed stack as [[limit]] tables.
 func (s *Suggestion) TOML() (string, error) {
 	var doc struct {
-		Limit []tomlLimit `toml:"limit"`
+		Limit []any `toml:"limit"`
 	}
 	for _, l := range s.Config.Limits {
-		t := tomlLimit{Name: l.Name, Key: l.Key, Limit: l.Limit, Period: human.Duration(time.Duration(l.Period)),
-			Per: l.Per, Mode: l.Mode, Action: l.Action, Algorithm: l.Algorithm, Factor: l.Factor, Floor: l.Floor, Cap: l.Cap,
-			Message: l.Message, Via: l.Via, Overrides: l.Overrides, Release: l.AutoRelease}
-		if l.HalfLife != 0 {
-			t.HalfLife = human.Duration(time.Duration(l.HalfLife))
-		}
-		if l.LearnPeriod != 0 {
-			t.Learn = human.Duration(time.Duration(l.LearnPeriod))
-		}
-		doc.Limit = append(doc.Limit, t)
+		doc.Limit = append(doc.Limit, reflect.ValueOf(l).Convert(limitTOML).Interface())
 	}
 	var b bytes.Buffer
 	if err := toml.NewEncoder(&b).Encode(doc); err != nil {

@@ -40,8 +40,12 @@ func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 	lc := lp.Config
 	period := human.Duration(time.Duration(lc.Period))
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("limit %q: peak %s per %s of %d keys (%s) — proposed %s", lc.Name, unit(lc), period,
-		len(lp.Peaks), strings.Join(lc.Key, "+"), human.Number(lp.Proposed))
+	proposed := "proposed " + human.Number(lp.Proposed)
+	if lc.Ratio != 0 {
+		proposed = "ratio form kept"
+	}
+	p.Title.Text = fmt.Sprintf("limit %q: peak %s per %s of %d keys (%s) — %s", lc.Name, unit(lc), period,
+		len(lp.Peaks), strings.Join(lc.Key, "+"), proposed)
 	p.Title.TextStyle.Font.Size = vg.Points(12)
 	p.X.Label.Text = fmt.Sprintf("peak rate (%s per %s, log scale)", unit(lc), period)
 	p.Y.Label.Text = "keys"
@@ -80,12 +84,14 @@ func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 	vline := func(x float64, c color.Color, dashes ...float64) (*plotter.Line, error) {
 		return chart.Line(plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax * 1.05}}, c, 2, dashes...)
 	}
-	l, err := vline(math.Log10(lp.Proposed), chart.Red, 6, 4)
-	if err != nil {
-		return nil, err
+	if lp.Proposed > 0 {
+		l, err := vline(math.Log10(lp.Proposed), chart.Red, 6, 4)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("proposed limit %s", human.Number(lp.Proposed)), l)
 	}
-	p.Add(l)
-	p.Legend.Add(fmt.Sprintf("proposed limit %s", human.Number(lp.Proposed)), l)
 	for _, ov := range lp.Overrides {
 		l, err := vline(math.Log10(ov.Limit), palette[2], 2, 3)
 		if err != nil {

@@ -188,14 +188,12 @@ func (h *cursorHeap) Pop() any {
 	return c
 }
 
-const sniffLen = 64 << 10 // how much SniffFormat peeks at
+const sniffLen = 64 << 10 // how much sniffFormat peeks at
 
-// SniffFormat tells the format from the first byte after a byte order
-// mark, blank and '#' lines: '[' FormatJSON, '{' or none FormatJSONL,
-// else FormatCSV.
-func SniffFormat(br *bufio.Reader) string {
+// sniffFormat tells the format from the first byte after blank and '#'
+// lines: '[' FormatJSON, '{' or none FormatJSONL, else FormatCSV.
+func sniffFormat(br *bufio.Reader) string {
 	b, _ := br.Peek(sniffLen)
-	b = bytes.TrimPrefix(b, bom)
 	for len(b) > 0 {
 		switch b[0] {
 		case ' ', '\t', '\r', '\n':
@@ -254,7 +252,7 @@ func Read(r io.Reader, format string) (*Trace, error) {
 		br.Discard(len(bom))
 	}
 	if format == "" {
-		format = SniffFormat(br)
+		format = sniffFormat(br)
 	}
 	switch format {
 	case FormatJSONL:
@@ -294,17 +292,13 @@ func (l *errList) take(t *Trace, n int, e Entry, err error) bool {
 
 // result is t, or the errors collected.
 func (l *errList) result(t *Trace) (*Trace, error) {
-	if err := l.err(); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-func (l *errList) err() error {
 	if len(l.errs) >= maxErrors {
 		l.errs = append(l.errs, fmt.Errorf("%w: too many errors, stopped", ErrTrace))
 	}
-	return errors.Join(l.errs...)
+	if err := errors.Join(l.errs...); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 var bom = []byte("\ufeff")
@@ -351,7 +345,7 @@ func readJSON(r io.Reader) (*Trace, error) {
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
 		el.add(lineAt(0), errors.New("not a JSON array of trace objects"))
-		return nil, el.err()
+		return el.result(nil)
 	}
 	for dec.More() {
 		n := lineAt(dec.InputOffset())
@@ -616,10 +610,8 @@ func (b *builder) finish() (Entry, error) {
 	case e.Every != 0 && !b.haveCount:
 		return e, errors.New(`"every" needs "count" or "until"`)
 	}
-	if e.Every > 0 && e.Count > 1 {
-		if _, over := mulOverflows(e.Every, e.Count-1); over {
-			return e, errors.New(`"count" times "every" is too long`)
-		}
+	if e.Count > 1 && e.Every > time.Duration(math.MaxInt64)/time.Duration(e.Count-1) {
+		return e, errors.New(`"count" times "every" is too long`)
 	}
 	r := &e.Request
 	if r.ProtocolState == "" {
@@ -632,14 +624,6 @@ func (b *builder) finish() (Entry, error) {
 		r.Stage = policy.ViaPolicy
 	}
 	return e, nil
-}
-
-func mulOverflows(d time.Duration, n int) (time.Duration, bool) {
-	if n == 0 {
-		return 0, false
-	}
-	p := d * time.Duration(n)
-	return p, p/time.Duration(n) != d
 }
 
 // ParseTime parses RFC 3339 (a space for the T allowed) or Unix seconds

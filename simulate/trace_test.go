@@ -152,6 +152,7 @@ func TestErrors(t *testing.T) {
 		{"jsonl", `{"time":1,"every":"-1s","count":2}`, `line 1: field "every": "-1s" must be positive`},
 		{"jsonl", `{"time":1,"every":"1s","count":2,"until":5}`, `give "count" or "until", not both`},
 		{"jsonl", `{"time":1,"until":5}`, `"until" needs "every"`},
+		{"jsonl", `{"time":1,"count":100,"every":"10000d"}`, `"count" times "every" is too long`},
 		{"jsonl", `{"time":10,"until":5,"every":1}`, `"until" is not after "time"`},
 		{"jsonl", `{"time":1,"protocol_state":"SLEEP"}`, `unknown protocol state "SLEEP"`},
 		{"jsonl", `{"time":1,"recipient_count":-1}`, `field "recipient_count": must not be negative`},
