@@ -54,7 +54,12 @@ func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Dura
 			time.Duration(s.RedisTimeout), time.Duration(requestTimeout))
 	}
 	switch s.DegradedShare {
-	case "last", "split":
+	case "last":
+	case "split":
+		if s.RedisHosts == 1 {
+			bad("degraded_share", "\"split\" needs redis_hosts, the number of hosts sharing the Redis state: with "+
+				"redis_hosts = 1 (the default) each host would get the whole limit, as with \"last\"")
+		}
 	default:
 		bad("degraded_share", "%q (want last or split)", s.DegradedShare)
 	}

@@ -89,3 +89,18 @@ algorithm = "baseline"
 		t.Errorf("unknown backend: %v", err)
 	}
 }
+
+// degraded_share = "split" divides a limit by redis_hosts: with one host
+// (the default) it would do nothing, so it is refused; with two it is taken.
+func TestStoreSplitNeedsHosts(t *testing.T) {
+	const stack = "\n[[limit]]\nname = \"hourly\"\nkey = [\"sasl_username\"]\nlimit = 200\nperiod = \"1h\"\n"
+	for _, hosts := range []string{"", "redis_hosts = 1\n"} {
+		_, err := config.Parse([]byte("[store]\nbackend = \"redis\"\ndegraded_share = \"split\"\n"+hosts+stack), "split.toml")
+		if err == nil || !strings.Contains(err.Error(), `store.degraded_share: "split" needs redis_hosts`) {
+			t.Errorf("split with %q: %v", hosts, err)
+		}
+	}
+	if _, err := config.Parse([]byte("[store]\nbackend = \"redis\"\ndegraded_share = \"split\"\nredis_hosts = 2\n"+stack), "split2.toml"); err != nil {
+		t.Errorf("split over 2 hosts: %v", err)
+	}
+}
