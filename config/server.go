@@ -111,8 +111,8 @@ func (s *Server) validate() []error {
 			bad("metrics_listen", "%q is not a numeric host:port", *s.MetricsListen)
 		}
 	}
-	if s.FlushInterval < 0 || time.Duration(s.FlushInterval) > time.Minute {
-		bad("flush_interval", "must be between 0 and 1m, got %s", human.Duration(time.Duration(s.FlushInterval)))
+	if time.Duration(s.FlushInterval) > time.Minute { // negative: negativeDurations
+		bad("flush_interval", "must be at most 1m, got %s", human.Duration(time.Duration(s.FlushInterval)))
 	}
 	if s.MaxKeys < 0 {
 		bad("max_keys", "must not be negative")

@@ -44,9 +44,6 @@ func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Dura
 		bad("backend", "%q is not a backend (want local or redis)", s.Backend)
 		return errs
 	}
-	if s.RedisTimeout < 0 {
-		bad("redis_timeout", "must be positive")
-	}
 	if requestTimeout > 0 && s.RedisTimeout >= requestTimeout {
 		bad("redis_timeout", "%s is not below server.request_timeout (%s): a Redis that hangs would leave requests unanswered "+
 			"and on_redis_error never applied; keep it well under Postfix's policy time limit too "+

@@ -104,3 +104,16 @@ func TestStoreSplitNeedsHosts(t *testing.T) {
 		t.Errorf("split over 2 hosts: %v", err)
 	}
 }
+
+// A negative duration is one problem, reported once (redis_timeout and
+// flush_interval were reported twice: by their table and by the check of
+// every duration).
+func TestNegativeDurationReportedOnce(t *testing.T) {
+	_, err := config.Parse([]byte("[server]\nflush_interval = \"-1s\"\n[store]\nbackend = \"redis\"\nredis_timeout = \"-1s\"\n"+
+		"\n[[limit]]\nname = \"hourly\"\nkey = [\"sasl_username\"]\nlimit = 200\nperiod = \"1h\"\n"), "neg.toml")
+	for _, key := range []string{"store.redis_timeout", "server.flush_interval"} {
+		if n := strings.Count(err.Error(), key); n != 1 {
+			t.Errorf("%s reported %d times:\n%v", key, n, err)
+		}
+	}
+}
