@@ -120,7 +120,6 @@ type scratch struct {
 	probes [maxStack]probe
 	items  [maxStack]StackItem
 	out    [maxStack]StackResult
-	upd    stackUpdate
 }
 
 // messageState reports whether s is within a mail transaction (MAIL to
@@ -323,7 +322,7 @@ func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, 
 	if se, ok := e.store.(StackEvaluator); ok {
 		err = se.EvaluateStack(ctx, now, items, refused, out)
 	} else {
-		err = evaluateStack(ctx, e.store, now, items, refused, out, &sc.upd)
+		err = EvaluateStack(ctx, e.store, now, items, refused, out)
 	}
 	return out, err
 }
