@@ -16,8 +16,7 @@ func stateIndex(s string) int { return slices.Index(stateNames[:], s) }
 // stageCounts counts requests per front end and protocol state, so the
 // daemon learns where the MTA asks.
 type stageCounts struct {
-	n    [2][len(stateNames)]atomic.Uint64
-	warm [2]atomic.Bool // front sent joinWarmUp message requests
+	n [2][len(stateNames)]atomic.Uint64
 }
 
 func (s *stageCounts) add(front int, state string) {
@@ -48,17 +47,7 @@ const joinWarmUp = 4096
 
 // joinable reports whether front's new message may join the other's view.
 func (s *stageCounts) joinable(front int) bool {
-	if s.messageRequests(1-front) > 0 {
-		return true
-	}
-	if s.warm[front].Load() {
-		return false
-	}
-	if s.messageRequests(front) < joinWarmUp {
-		return true
-	}
-	s.warm[front].Store(true)
-	return false
+	return s.messageRequests(1-front) > 0 || s.messageRequests(front) < joinWarmUp
 }
 
 // StageCount is one front end's requests at one state since start.
