@@ -184,7 +184,6 @@ func fileKeys() []fileKey {
 		out = append(out, fileKey{strings.Replace(name, "limit[0].", "limit.", 1), v.Type()})
 	}
 	walkKeys(reflect.ValueOf(File{Limits: make([]policy.LimitConfig, 1)}), "", add)
-	walkKeys(reflect.ValueOf(limitsSwitch{}), "", add)
 	return out
 }
 
