@@ -34,21 +34,17 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(human.Duration(t
 // a binary suffix: "512K", "10M", "1G" (powers of 1024).
 type Size int64
 
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (s *Size) UnmarshalText(b []byte) error {
-	v, err := ParseSize(string(b))
-	*s = Size(v)
-	return err
-}
-
-// UnmarshalTOML accepts a bare integer as well as text.
+// UnmarshalTOML implements BurntSushi/toml's Unmarshaler: an integer or
+// text as ParseSize reads it.
 func (s *Size) UnmarshalTOML(v any) error {
 	switch x := v.(type) {
 	case int64:
 		*s = Size(x)
 		return nil
 	case string:
-		return s.UnmarshalText([]byte(x))
+		n, err := ParseSize(x)
+		*s = Size(n)
+		return err
 	}
 	return fmt.Errorf("invalid size %v (use e.g. 10M)", v)
 }
