@@ -100,6 +100,9 @@ func (e *Engine) Reload(c Config) error {
 	return nil
 }
 
+// Store returns the engine's rate-state store.
+func (e *Engine) Store() Store { return e.store }
+
 // probe is the per-limit scratch of one evaluation.
 type probe struct {
 	l       *limit

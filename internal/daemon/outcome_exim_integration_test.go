@@ -143,7 +143,7 @@ period = "1h"
 	}
 	rate := func(limit, key string) float64 {
 		t.Helper()
-		s, err := td.state.Get(context.Background(), limit, key)
+		s, err := td.engine.Store().Get(context.Background(), limit, key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,7 +56,7 @@ func bounceLine(id string, i int) string {
 // unknownRate is the stored rate of user's "unknown" limit.
 func (td *testDaemon) unknownRate(user string) float64 {
 	td.t.Helper()
-	s, err := td.state.Get(context.Background(), "unknown", user)
+	s, err := td.engine.Store().Get(context.Background(), "unknown", user)
 	if err != nil {
 		td.t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ period = "1h"
 action = "hold"
 `, logPath)))
 	recipients := func() float64 {
-		s, err := td.state.Get(context.Background(), "unknown/rcpt", "alice")
+		s, err := td.engine.Store().Get(context.Background(), "unknown/rcpt", "alice")
 		if err != nil {
 			t.Fatal(err)
 		}
