@@ -133,7 +133,6 @@ func (f *File) validate() []error {
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()
 	errs = append(errs, f.Notify.Validate()...)
-	errs = append(errs, validateAutoRelease(f.Limits)...)
 	errs = append(errs, negativeDurations(f)...)
 	errs = append(errs, limitRanges(f.Limits)...)
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)

@@ -318,6 +318,15 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 		l.overrides[ck] = v
 		l.domainOverrides = l.domainOverrides || strings.HasPrefix(k, "@")
 	}
+	switch lc.AutoRelease {
+	case "", "none":
+	case "drip":
+		if l.action != Hold && l.action != Freeze {
+			bad(at+".auto_release", "\"drip\" needs action \"hold\" or \"freeze\"")
+		}
+	default:
+		bad(at+".auto_release", "%q is neither \"drip\" nor \"none\"", lc.AutoRelease)
+	}
 	for _, v := range lc.Via {
 		switch v {
 		case ViaPolicy, ViaMilter:
