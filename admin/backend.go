@@ -49,7 +49,7 @@ type Backend interface {
 // backend, and closes it; it returns the first error.
 func With(socket string, offline func() (Backend, error), fn func(Backend) error) error {
 	var b Backend = NewClient(socket)
-	if _, err := b.(*Client).Status(); errors.Is(err, ErrNoDaemon) {
+	if _, err := b.(*Client).Status(context.Background()); errors.Is(err, ErrNoDaemon) {
 		if b, err = offline(); err != nil {
 			return err
 		}

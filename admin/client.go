@@ -34,12 +34,8 @@ func NewClient(path string) *Client {
 // ErrNoDaemon means nothing listens on the admin socket.
 var ErrNoDaemon = errors.New("ratelimitd is not running")
 
-// Do sends body as JSON and decodes the answer into out (each unless nil).
+// do sends body as JSON and decodes the answer into out (each unless nil).
 // Errors: ErrNoDaemon, the API's error text for a status >= 300.
-func (c *Client) Do(method, path string, body any, out any) error {
-	return c.do(context.Background(), method, path, body, out)
-}
-
 func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -80,10 +76,7 @@ func call[T any](ctx context.Context, c *Client, method, path string, body any) 
 	return out, err
 }
 
-// Status asks the daemon for its status (GET /v1/status).
-func (c *Client) Status() (Status, error) {
-	return call[Status](context.Background(), c, "GET", "/v1/status", nil)
+// Status asks the daemon for its status (GET /v1/status); errors as do's.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	return call[Status](ctx, c, "GET", "/v1/status", nil)
 }
-
-// SetTimeout sets each later call's time limit; call it before sharing c.
-func (c *Client) SetTimeout(d time.Duration) { c.hc.Timeout = d }

@@ -24,7 +24,7 @@ import (
 
 // File is the whole configuration file, one field per table.
 type File struct {
-	Policy     policy.Config        `toml:"policy"`
+	Policy     Policy               `toml:"policy"`
 	Limits     []policy.LimitConfig `toml:"limit"` // the stack, in order
 	Server     Server               `toml:"server"`
 	Quarantine Quarantine           `toml:"quarantine"`
@@ -44,11 +44,10 @@ type File struct {
 // NoLimitsValue is the [policy] limits that allows no [[limit]] table.
 const NoLimitsValue = "none"
 
-// limitsSwitch is [policy] limits, not a policy.Config key.
-type limitsSwitch struct {
-	Policy struct {
-		Limits *string `toml:"limits"`
-	} `toml:"policy"`
+// Policy is the [policy] table: policy.Config and the limits switch.
+type Policy struct {
+	policy.Config
+	Limits *string `toml:"limits"` // NoLimitsValue, or nil
 }
 
 // EmbeddedSource is File.Source for the embedded default configuration.
@@ -79,12 +78,9 @@ func Parse(data []byte, source string) (*File, error) {
 	}
 	var errs []error
 	for _, k := range md.Undecoded() {
-		if k.String() == "policy.limits" {
-			continue // limitsSwitch
-		}
 		errs = append(errs, fmt.Errorf("%w: %s: unknown key %s", ErrInvalid, source, k))
 	}
-	if err := f.checkLimitsSwitch(data); err != nil {
+	if err := f.checkLimitsSwitch(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err))
 	}
 	if err := policy.Check(f.PolicyConfig()); err != nil {
@@ -103,12 +99,8 @@ func Parse(data []byte, source string) (*File, error) {
 
 // checkLimitsSwitch reads [policy] limits and refuses a file without
 // [[limit]] tables unless it says limits = "none".
-func (f *File) checkLimitsSwitch(data []byte) error {
-	var sw limitsSwitch
-	if _, err := toml.Decode(string(data), &sw); err != nil {
-		return fmt.Errorf("policy.limits: %v", err)
-	}
-	switch v := sw.Policy.Limits; {
+func (f *File) checkLimitsSwitch() error {
+	switch v := f.Policy.Limits; {
 	case v != nil && *v != NoLimitsValue:
 		return fmt.Errorf("policy.limits: %q is not a valid value: the only one is %q (run without any limit)", *v, NoLimitsValue)
 	case v != nil && len(f.Limits) > 0:
@@ -123,7 +115,7 @@ func (f *File) checkLimitsSwitch(data []byte) error {
 
 // PolicyConfig returns the policy configuration with its limit stack.
 func (f *File) PolicyConfig() policy.Config {
-	c := f.Policy
+	c := f.Policy.Config
 	c.Limits = f.Limits
 	return c
 }
@@ -141,7 +133,6 @@ func (f *File) validate() []error {
 	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()
 	errs = append(errs, f.Notify.Validate()...)
-	errs = append(errs, validateAutoRelease(f.Limits)...)
 	errs = append(errs, negativeDurations(f)...)
 	errs = append(errs, limitRanges(f.Limits)...)
 	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)

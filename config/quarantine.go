@@ -128,20 +128,3 @@ func (c *Commands) UnmarshalTOML(v any) error {
 	*c = many
 	return nil
 }
-
-// validateAutoRelease checks each [[limit]]'s auto_release.
-func validateAutoRelease(limits []policy.LimitConfig) []error {
-	var errs []error
-	for i, l := range limits {
-		switch l.AutoRelease {
-		case "", "none":
-		case "drip":
-			if l.Action != "hold" && l.Action != "freeze" {
-				errs = append(errs, fmt.Errorf("limit[%d] (%s).auto_release: \"drip\" needs action \"hold\" or \"freeze\"", i, l.Name))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("limit[%d] (%s).auto_release: %q is neither \"drip\" nor \"none\"", i, l.Name, l.AutoRelease))
-		}
-	}
-	return errs
-}

@@ -102,8 +102,8 @@ var keys = []key{
 	{name: "store.redis_tls", note: "false", doc: "Use TLS (system roots) for every Redis connection."},
 	{name: "store.redis_timeout", def: `"200ms"`, doc: "Bound on each request's Redis round trip; past it on_redis_error applies."},
 	{name: "store.on_redis_error", def: `"local"`, doc: "When Redis fails: local (decide from this host's copy of the states Redis returned; add what it counted to Redis once on recovery), dunno or defer (docs/redis.md)."},
-	{name: "store.degraded_share", def: `"last"`, doc: "With on_redis_error = local: last (each host may use the whole limit from the state it last knew) or split (each host gets limit/redis_hosts while degraded)."},
-	{name: "store.redis_hosts", def: "1", unit: "hosts", doc: "How many hosts share the Redis state: the N of degraded_share = split."},
+	{name: "store.degraded_share", def: `"last"`, doc: "With on_redis_error = local: last (each host may use the whole limit from the state it last knew) or split (each host gets limit/redis_hosts while degraded; needs redis_hosts of 2 or more)."},
+	{name: "store.redis_hosts", def: "1", unit: "hosts", doc: "How many hosts share the Redis state: the N of degraded_share = split, which refuses 1."},
 	{name: "store.redis_known_records", note: "0 (114,688)", unit: "records", doc: "Rate keys whose Redis record each host remembers for the fast path (the host decides, the script only confirms; about 100 bytes each; docs/redis.md). 0: the default; -1: no fast path, the script decides every request."},
 	{name: "store.key_prefix", def: `"ratelimitd:"`, doc: "Starts every Redis key; must not contain '{' or '}'."},
 
@@ -184,7 +184,6 @@ func fileKeys() []fileKey {
 		out = append(out, fileKey{strings.Replace(name, "limit[0].", "limit.", 1), v.Type()})
 	}
 	walkKeys(reflect.ValueOf(File{Limits: make([]policy.LimitConfig, 1)}), "", add)
-	walkKeys(reflect.ValueOf(limitsSwitch{}), "", add)
 	return out
 }
 

@@ -64,26 +64,15 @@ func (s *Server) Mode() uint32 {
 // Networks returns AllowNetworks parsed (bare addresses become /32, /128).
 func (s *Server) Networks() []netip.Prefix { return parsePrefixes(s.AllowNetworks) }
 
-// parsePrefixes parses ns, leaving out what parsePrefix refuses.
+// parsePrefixes parses ns, leaving out what policy.ParsePrefix refuses.
 func parsePrefixes(ns []string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, n := range ns {
-		if p, err := parsePrefix(n); err == nil {
+		if p, err := policy.ParsePrefix(n); err == nil {
 			out = append(out, p)
 		}
 	}
 	return out
-}
-
-func parsePrefix(n string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(n); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(n)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 func (s *Server) validate() []error {
@@ -113,7 +102,7 @@ func (s *Server) validate() []error {
 		bad("socket_mode", "%q lets every local user talk to the policy socket", s.SocketMode)
 	}
 	for i, n := range s.AllowNetworks {
-		if _, err := parsePrefix(n); err != nil {
+		if _, err := policy.ParsePrefix(n); err != nil {
 			bad(fmt.Sprintf("allow_networks[%d]", i), "%q is not an address or prefix", n)
 		}
 	}
@@ -122,8 +111,8 @@ func (s *Server) validate() []error {
 			bad("metrics_listen", "%q is not a numeric host:port", *s.MetricsListen)
 		}
 	}
-	if s.FlushInterval < 0 || time.Duration(s.FlushInterval) > time.Minute {
-		bad("flush_interval", "must be between 0 and 1m, got %s", human.Duration(time.Duration(s.FlushInterval)))
+	if time.Duration(s.FlushInterval) > time.Minute { // negative: negativeDurations
+		bad("flush_interval", "must be at most 1m, got %s", human.Duration(time.Duration(s.FlushInterval)))
 	}
 	if s.MaxKeys < 0 {
 		bad("max_keys", "must not be negative")

@@ -44,9 +44,6 @@ func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Dura
 		bad("backend", "%q is not a backend (want local or redis)", s.Backend)
 		return errs
 	}
-	if s.RedisTimeout < 0 {
-		bad("redis_timeout", "must be positive")
-	}
 	if requestTimeout > 0 && s.RedisTimeout >= requestTimeout {
 		bad("redis_timeout", "%s is not below server.request_timeout (%s): a Redis that hangs would leave requests unanswered "+
 			"and on_redis_error never applied; keep it well under Postfix's policy time limit too "+
@@ -54,7 +51,12 @@ func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Dura
 			time.Duration(s.RedisTimeout), time.Duration(requestTimeout))
 	}
 	switch s.DegradedShare {
-	case "last", "split":
+	case "last":
+	case "split":
+		if s.RedisHosts == 1 {
+			bad("degraded_share", "\"split\" needs redis_hosts, the number of hosts sharing the Redis state: with "+
+				"redis_hosts = 1 (the default) each host would get the whole limit, as with \"last\"")
+		}
 	default:
 		bad("degraded_share", "%q (want last or split)", s.DegradedShare)
 	}

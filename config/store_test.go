@@ -89,3 +89,31 @@ algorithm = "baseline"
 		t.Errorf("unknown backend: %v", err)
 	}
 }
+
+// degraded_share = "split" divides a limit by redis_hosts: with one host
+// (the default) it would do nothing, so it is refused; with two it is taken.
+func TestStoreSplitNeedsHosts(t *testing.T) {
+	const stack = "\n[[limit]]\nname = \"hourly\"\nkey = [\"sasl_username\"]\nlimit = 200\nperiod = \"1h\"\n"
+	for _, hosts := range []string{"", "redis_hosts = 1\n"} {
+		_, err := config.Parse([]byte("[store]\nbackend = \"redis\"\ndegraded_share = \"split\"\n"+hosts+stack), "split.toml")
+		if err == nil || !strings.Contains(err.Error(), `store.degraded_share: "split" needs redis_hosts`) {
+			t.Errorf("split with %q: %v", hosts, err)
+		}
+	}
+	if _, err := config.Parse([]byte("[store]\nbackend = \"redis\"\ndegraded_share = \"split\"\nredis_hosts = 2\n"+stack), "split2.toml"); err != nil {
+		t.Errorf("split over 2 hosts: %v", err)
+	}
+}
+
+// A negative duration is one problem, reported once (redis_timeout and
+// flush_interval were reported twice: by their table and by the check of
+// every duration).
+func TestNegativeDurationReportedOnce(t *testing.T) {
+	_, err := config.Parse([]byte("[server]\nflush_interval = \"-1s\"\n[store]\nbackend = \"redis\"\nredis_timeout = \"-1s\"\n"+
+		"\n[[limit]]\nname = \"hourly\"\nkey = [\"sasl_username\"]\nlimit = 200\nperiod = \"1h\"\n"), "neg.toml")
+	for _, key := range []string{"store.redis_timeout", "server.flush_interval"} {
+		if n := strings.Count(err.Error(), key); n != 1 {
+			t.Errorf("%s reported %d times:\n%v", key, n, err)
+		}
+	}
+}

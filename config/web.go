@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Web is the [web] table: the browser console (package web), off while
@@ -32,7 +34,7 @@ func (w *Web) validate() []error {
 		}
 	}
 	for _, p := range w.TrustedProxies {
-		if _, err := parsePrefix(p); err != nil {
+		if _, err := policy.ParsePrefix(p); err != nil {
 			bad("trusted_proxies", "%q is not an address or prefix", p)
 		}
 	}

@@ -87,7 +87,7 @@ type KeyRate struct {
 	Recipients float64        `json:"recipients,omitempty"`
 	Converted  *ConvertedView `json:"converted,omitempty"`
 	// Answers (Lookup only): this limit answers the key's next request
-	// with Action; NextStep is Engine.NextStep.
+	// with Action; NextStep: the step of its ladder answering above it.
 	Answers  bool   `json:"answers,omitempty"`
 	Action   string `json:"action,omitempty"`
 	NextStep string `json:"next_step,omitempty"`

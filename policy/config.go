@@ -34,21 +34,17 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(human.Duration(t
 // a binary suffix: "512K", "10M", "1G" (powers of 1024).
 type Size int64
 
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (s *Size) UnmarshalText(b []byte) error {
-	v, err := ParseSize(string(b))
-	*s = Size(v)
-	return err
-}
-
-// UnmarshalTOML accepts a bare integer as well as text.
+// UnmarshalTOML implements BurntSushi/toml's Unmarshaler: an integer or
+// text as ParseSize reads it.
 func (s *Size) UnmarshalTOML(v any) error {
 	switch x := v.(type) {
 	case int64:
 		*s = Size(x)
 		return nil
 	case string:
-		return s.UnmarshalText([]byte(x))
+		n, err := ParseSize(x)
+		*s = Size(n)
+		return err
 	}
 	return fmt.Errorf("invalid size %v (use e.g. 10M)", v)
 }
@@ -219,16 +215,12 @@ func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...an
 		}
 	}
 	for i, n := range c.Exempt.Networks {
-		p, err := netip.ParsePrefix(n)
+		p, err := ParsePrefix(n)
 		if err != nil {
-			a, aerr := netip.ParseAddr(n)
-			if aerr != nil {
-				bad(fmt.Sprintf("policy.exempt.networks[%d]", i), "%q is not an address or prefix", n)
-				continue
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
+			bad(fmt.Sprintf("policy.exempt.networks[%d]", i), "%q is not an address or prefix", n)
+			continue
 		}
-		out.exemptNets = append(out.exemptNets, p.Masked())
+		out.exemptNets = append(out.exemptNets, p)
 	}
 	out.exemptUsers = make(map[string]bool)
 	for _, u := range c.Exempt.Users {
@@ -238,6 +230,19 @@ func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...an
 	for _, s := range c.Exempt.Senders {
 		out.exemptSenders[out.form.Key(s)] = true
 	}
+}
+
+// ParsePrefix parses an address or prefix ("192.0.2.1", "2001:db8::/32")
+// as a prefix with its host bits cleared; an address is a /32 or /128.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // setInt sets *dst to v unless v is 0 (the default), which must be in
@@ -260,7 +265,7 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 	}
 	for _, k := range lc.Key {
 		if !slices.Contains(keyAttrs, k) {
-			bad(at+".key", "%v %q (want one of %s)", ErrUnknownKey, k, strings.Join(keyAttrs, ", "))
+			bad(at+".key", "unknown key attribute %q (want one of %s)", k, strings.Join(keyAttrs, ", "))
 		}
 	}
 	l.key = lc.Key
@@ -270,7 +275,7 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 	}
 	l.per = slices.Index(perNames, per)
 	if l.per < 0 {
-		bad(at+".per", "%v %q (want mail, rcpt, byte, conn, addr, bounce, unknown_rcpt or deferral)", ErrUnknownPer, lc.Per)
+		bad(at+".per", "unknown cost unit %q (want mail, rcpt, byte, conn, addr, bounce, unknown_rcpt or deferral)", lc.Per)
 	}
 	var err error
 	if lc.Mode != "" {
@@ -312,6 +317,15 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 		}
 		l.overrides[ck] = v
 		l.domainOverrides = l.domainOverrides || strings.HasPrefix(k, "@")
+	}
+	switch lc.AutoRelease {
+	case "", "none":
+	case "drip":
+		if l.action != Hold && l.action != Freeze {
+			bad(at+".auto_release", "\"drip\" needs action \"hold\" or \"freeze\"")
+		}
+	default:
+		bad(at+".auto_release", "%q is neither \"drip\" nor \"none\"", lc.AutoRelease)
 	}
 	for _, v := range lc.Via {
 		switch v {

@@ -28,14 +28,14 @@ func (a Action) String() string {
 	return fmt.Sprintf("action(%d)", uint8(a))
 }
 
-// ParseAction maps a configuration name to an Action, or ErrUnknownAction.
+// ParseAction maps a configuration name to an Action.
 func ParseAction(s string) (Action, error) {
 	for i, n := range actionNames {
 		if n == s {
 			return Action(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q (want pass, warn, hold, freeze, defer or reject)", ErrUnknownAction, s)
+	return 0, fmt.Errorf("unknown action %q (want pass, warn, hold, freeze, defer or reject)", s)
 }
 
 // Admits reports whether a lets the message on to delivery now (Pass,

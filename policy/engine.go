@@ -120,7 +120,6 @@ type scratch struct {
 	probes [maxStack]probe
 	items  [maxStack]StackItem
 	out    [maxStack]StackResult
-	upd    stackUpdate
 }
 
 // messageState reports whether s is within a mail transaction (MAIL to
@@ -174,13 +173,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			d = prev
 			d.Repeated = true
 		}
-		if stackErr != nil {
-			d.Fault = stackErr
-			if d.Action == Pass {
-				d.Reason = "rate store error for some limits"
-			}
-			d = c.faultAnswer(d)
-		}
+		d.Fault = stackErr
+		d = c.faultAnswer(d)
 		refusedMsg, doneMsg = finish(m, req, d.Action)
 		return d
 	}
@@ -234,9 +228,6 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	}
 	final.Measures = measures
 	final.Fault = fault
-	if fault != nil && final.Action == Pass && final.Reason == "" {
-		final.Reason = "rate store error for some limits"
-	}
 	final = c.faultAnswer(final)
 	refusedMsg, doneMsg = finish(m, req, final.Action)
 	return final
@@ -250,7 +241,8 @@ type storeFault struct {
 }
 
 // faultAnswer returns the fault table's answer (on_full, on_redis_error)
-// to a Pass that a store fault left; any other decision as it is.
+// to a Pass that a store fault left, else that Pass with a reason; any
+// other decision as it is.
 func (c *compiled) faultAnswer(d Decision) Decision {
 	if d.Fault == nil || d.Action != Pass {
 		return d
@@ -260,6 +252,9 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 			return Decision{Action: Defer, Code: 450, Enhanced: "4.7.1", Text: f.text,
 				Reason: f.reason + ": " + d.Fault.Error(), Measures: d.Measures, Fault: d.Fault}
 		}
+	}
+	if d.Reason == "" {
+		d.Reason = "rate store error for some limits"
 	}
 	return d
 }
@@ -323,7 +318,7 @@ func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, 
 	if se, ok := e.store.(StackEvaluator); ok {
 		err = se.EvaluateStack(ctx, now, items, refused, out)
 	} else {
-		err = evaluateStack(ctx, e.store, now, items, refused, out, &sc.upd)
+		err = EvaluateStack(ctx, e.store, now, items, refused, out)
 	}
 	return out, err
 }

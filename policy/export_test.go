@@ -1,5 +1,7 @@
 package policy
 
+import "slices"
+
 // InFlight returns the number of messages remembered (bounded): in flight,
 // and finished ones kept for their later requests or a join.
 func (e *Engine) InFlight() int {
@@ -11,4 +13,14 @@ func (e *Engine) InFlight() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// NextStep is compiled.nextStep of the limit named name, or "".
+func (e *Engine) NextStep(name string) string {
+	c := e.cfg.Load()
+	i := slices.IndexFunc(c.limits, func(l limit) bool { return l.name == name })
+	if i < 0 {
+		return ""
+	}
+	return c.nextStep(i)
 }

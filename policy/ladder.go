@@ -149,18 +149,8 @@ func LadderWarnings(c Config) []string {
 	return out
 }
 
-// NextStep returns the step of name's ladder that answers at the next
-// higher threshold ("daily freezes above 1,000/24h"), or "".
-func (e *Engine) NextStep(name string) string {
-	c := e.cfg.Load()
-	i := slices.IndexFunc(c.limits, func(l limit) bool { return l.name == name })
-	if i < 0 {
-		return ""
-	}
-	return c.nextStep(i)
-}
-
-// nextStep is NextStep of c.limits[i].
+// nextStep returns the step of c.limits[i]'s ladder that answers at the
+// next higher threshold ("daily freezes above 1,000/24h"), or "".
 func (c *compiled) nextStep(i int) string {
 	cur := &c.limits[i]
 	var next *limit

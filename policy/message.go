@@ -106,12 +106,11 @@ type msgTable struct {
 	shards [msgShards]msgShard
 }
 
-var fpSeed = maphash.MakeSeed() // of join fingerprints
+var seed = maphash.MakeSeed() // of join fingerprints and message keys
 
 // msgShard is one shard of the table.
 type msgShard struct {
 	mu       sync.Mutex
-	seed     maphash.Seed
 	cur, old msgGen
 	gen      uint64       // number of cur; old is gen-1
 	inUse    int          // entries referenced
@@ -157,7 +156,6 @@ func appendLower(b []byte, s string) []byte {
 
 func (t *msgShard) init() {
 	if t.cur.msgs == nil {
-		t.seed = maphash.MakeSeed()
 		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
 		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
 		t.gen = 1
@@ -166,7 +164,7 @@ func (t *msgShard) init() {
 
 // hashID hashes a message key with the front end index.
 func (t *msgShard) hashID(front int, id []byte) uint64 {
-	return maphash.Bytes(t.seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
+	return maphash.Bytes(seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
 }
 
 // get returns the entry of req's message, new (joined to the other front
@@ -179,7 +177,7 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	var buf [maxIDLen]byte
 	id := appendID(buf[:0], req)
 	fp := id[len(req.Stage)+1 : len(id)-len(req.Instance)-1] // appendID's fingerprint
-	fh := maphash.Bytes(fpSeed, fp)
+	fh := maphash.Bytes(seed, fp)
 	return t.shards[fh%msgShards].get(req, id, fp, fh, joinable)
 }
 

@@ -17,24 +17,11 @@ func stateIndex(s string) int { return slices.Index(stateNames[:], s) }
 // daemon learns where the MTA asks.
 type stageCounts struct {
 	n [2][len(stateNames)]atomic.Uint64
-	// seen: front asked at stateNames[i]; anyMsg: about a message; warm:
-	// joinWarmUp of those.
-	seen   [2][len(stateNames)]atomic.Bool
-	anyMsg [2]atomic.Bool
-	warm   [2]atomic.Bool
 }
 
 func (s *stageCounts) add(front int, state string) {
-	i := stateIndex(state)
-	if i < 0 {
-		return
-	}
-	s.n[front][i].Add(1)
-	if !s.seen[front][i].Load() {
-		s.seen[front][i].Store(true)
-	}
-	if i >= 3 && i <= 6 && !s.anyMsg[front].Load() {
-		s.anyMsg[front].Store(true)
+	if i := stateIndex(state); i >= 0 {
+		s.n[front][i].Add(1)
 	}
 }
 
@@ -46,10 +33,7 @@ func (s *stageCounts) get(front int, state string) uint64 {
 }
 
 // asked reports whether front has asked at state.
-func (s *stageCounts) asked(front int, state string) bool {
-	i := stateIndex(state)
-	return i >= 0 && s.seen[front][i].Load()
-}
+func (s *stageCounts) asked(front int, state string) bool { return s.get(front, state) > 0 }
 
 // messageRequests returns front's requests about mail transactions.
 func (s *stageCounts) messageRequests(front int) uint64 {
@@ -63,17 +47,7 @@ const joinWarmUp = 4096
 
 // joinable reports whether front's new message may join the other's view.
 func (s *stageCounts) joinable(front int) bool {
-	if s.anyMsg[1-front].Load() {
-		return true
-	}
-	if s.warm[front].Load() {
-		return false
-	}
-	if s.messageRequests(front) < joinWarmUp {
-		return true
-	}
-	s.warm[front].Store(true)
-	return false
+	return s.messageRequests(1-front) > 0 || s.messageRequests(front) < joinWarmUp
 }
 
 // StageCount is one front end's requests at one state since start.

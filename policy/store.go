@@ -50,29 +50,6 @@ type StackEvaluator interface {
 // EvaluateStack is the reference StackEvaluator over any Store, atomic
 // per key, not per stack; errors as StackEvaluator's.
 func EvaluateStack(ctx context.Context, st Store, now time.Time, items []StackItem, refused bool, out []StackResult) error {
-	return evaluateStack(ctx, st, now, items, refused, out, new(stackUpdate))
-}
-
-// stackUpdate is one item's Store.Update function, bound once (no
-// allocation).
-type stackUpdate struct {
-	rl         ratelimit.Limit
-	prev, next ratelimit.State
-	now        time.Time
-	cost       float64
-	admitted   bool
-	fn         func(ratelimit.State) (ratelimit.State, bool)
-}
-
-func (u *stackUpdate) apply(old ratelimit.State) (ratelimit.State, bool) {
-	return u.rl.Reapply(old, u.prev, u.next, u.now, u.cost, u.admitted)
-}
-
-// evaluateStack is EvaluateStack with the caller's stackUpdate.
-func evaluateStack(ctx context.Context, st Store, now time.Time, items []StackItem, refused bool, out []StackResult, u *stackUpdate) error {
-	if u.fn == nil {
-		u.fn = u.apply
-	}
 	failed := 0
 	for i := range items {
 		it := &items[i]
@@ -99,8 +76,9 @@ func evaluateStack(ctx context.Context, st Store, now time.Time, items []StackIt
 		if !store {
 			continue
 		}
-		u.rl, u.prev, u.next, u.now, u.cost, u.admitted = it.Params, out[i].Prev, next, now, it.Cost, admitted
-		err := st.Update(ctx, it.Limit, it.Key, u.fn)
+		err := st.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
+			return it.Params.Reapply(old, out[i].Prev, next, now, it.Cost, admitted)
+		})
 		if err != nil {
 			out[i].Err = err
 			continue

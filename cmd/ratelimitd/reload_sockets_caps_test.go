@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -62,11 +63,9 @@ func startSubprocessDaemon(t *testing.T, cfgPath string, env ...string) (*exec.C
 // statusWithin asks the daemon's admin socket for its status, failing
 // after limit instead of the CLI's 30 s.
 func statusWithin(sock string, limit time.Duration) (admin.Status, error) {
-	c := admin.NewClient(sock)
-	c.SetTimeout(limit)
-	var st admin.Status
-	err := c.Do("GET", "/v1/status", nil, &st)
-	return st, err
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	return admin.NewClient(sock).Status(ctx)
 }
 
 // At a low file-descriptor limit, a flood of policy and milter connections

@@ -22,7 +22,7 @@ func newStatusCmd(opts *rootOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := admin.NewClient(f.Server.AdminSocket).Status()
+			st, err := admin.NewClient(f.Server.AdminSocket).Status(cmd.Context())
 			if err != nil {
 				if errors.Is(err, admin.ErrNoDaemon) {
 					return fmt.Errorf("%w (no answer on %s)", err, f.Server.AdminSocket)

@@ -3,6 +3,7 @@
 package daemontest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -202,11 +203,9 @@ log_level = "info"
 
 // status asks the daemon's admin socket for its status (2s at most).
 func (d *daemon) status() (admin.Status, error) {
-	c := admin.NewClient(d.Admin)
-	c.SetTimeout(2 * time.Second)
-	var st admin.Status
-	err := c.Do("GET", "/v1/status", nil, &st)
-	return st, err
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return admin.NewClient(d.Admin).Status(ctx)
 }
 
 // logTail is the last n bytes of the daemon's output.
