@@ -166,19 +166,6 @@ func (q *queue) full(c class, size int) bool {
 	return q.n[c] >= size || q.bytes[c] >= maxQueueBytes
 }
 
-// appendQueue appends o's records to q while their class has room in
-// size, and returns those that had none.
-func (q *queue) appendQueue(o *queue, size int) (dropped []queued) {
-	for _, r := range o.recs {
-		if q.full(r.c, size) {
-			dropped = append(dropped, r)
-		} else {
-			q.add(r)
-		}
-	}
-	return dropped
-}
-
 // Open returns the Log stored in db, creating its buckets unless
 // read-only. Errors: another format, BoltDB's.
 func Open(db *bolt.DB, opts Options) (*Log, error) {
@@ -453,7 +440,11 @@ func (l *Log) Flush() error {
 		// The failed batch first, then what came meanwhile.
 		newer := l.queue
 		l.queue = batch
-		for _, r := range l.queue.appendQueue(&newer, l.opts.QueueSize) {
+		for _, r := range newer.recs {
+			if !l.queue.full(r.c, l.opts.QueueSize) {
+				l.queue.add(r)
+				continue
+			}
 			l.drop(r.c)
 			if r.p != nil {
 				l.forget(r.p)

@@ -150,16 +150,13 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 }
 
 // Stats summarises the quarantine: entries per state, message bytes,
-// pending per key, the oldest pending, unreadable entries and those set
-// aside in quarantine/damaged.
+// pending per key, the oldest pending and the unreadable entries' IDs.
 type Stats struct {
 	Held, Frozen, Thawed, Deleted int
 	Bytes                         int64
 	ByKey                         map[string]int
 	Oldest                        time.Time
-	Damaged                       int
 	DamagedIDs                    []string
-	Aside                         int
 }
 
 // Stats counts the entries, scanning every record. Errors: bbolt's.
@@ -171,9 +168,6 @@ func (s *Store) Stats() (Stats, error) {
 			return nil
 		}
 		st.Bytes = getBytes(b.info)
-		if d := tx.Bucket(bucketDamaged); d != nil {
-			st.Aside = d.Stats().KeyN
-		}
 		count := map[State]*int{Held: &st.Held, Frozen: &st.Frozen, Thawed: &st.Thawed, Deleted: &st.Deleted}
 		return b.meta.ForEach(func(k, v []byte) error {
 			var e struct {
@@ -182,7 +176,6 @@ func (s *Store) Stats() (Stats, error) {
 				Created time.Time `json:"created"`
 			}
 			if decodeRecord(k, v, &e) != nil {
-				st.Damaged++
 				st.DamagedIDs = append(st.DamagedIDs, string(k))
 				return nil
 			}

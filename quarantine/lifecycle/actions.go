@@ -229,7 +229,10 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		case e.State == quarantine.Held:
 			if e.QueueID == "" {
 				note = "no queue ID was recorded: the MTA's queue was not touched"
-			} else if err := s.runHeld(ctx, s.queue.Delete, e.QueueID); err != nil {
+			} else if err = checkQueueID(e.QueueID); err == nil {
+				err = s.queue.Delete(ctx, e.QueueID)
+			}
+			if err != nil {
 				s.fail("delete", err)
 				s.q.Unclaim(e.ID, s.token, termsafe.Line(err.Error()))
 				return "", err

@@ -123,9 +123,9 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Damaged > 0 {
+	if len(st.DamagedIDs) > 0 {
 		s.log.Error("quarantine entries cannot be read: kept with their messages, skipped by list, release and expiry (ratelimitd state check)",
-			"entries", st.Damaged, "ids", st.DamagedIDs)
+			"entries", len(st.DamagedIDs), "ids", st.DamagedIDs)
 	}
 	s.pending = st.ByKey // never nil
 	return s, nil
@@ -332,7 +332,7 @@ func (s *Service) Health() Health {
 	h := s.health
 	s.mu.Unlock()
 	if st, err := s.q.Stats(); err == nil {
-		h.Held, h.Frozen, h.Damaged = st.Held, st.Frozen, st.Damaged
+		h.Held, h.Frozen, h.Damaged = st.Held, st.Frozen, len(st.DamagedIDs)
 	}
 	if sp, err := s.q.Suspended(); err == nil {
 		h.Suspended = len(sp)
