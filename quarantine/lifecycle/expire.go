@@ -30,8 +30,7 @@ type ExpireReport struct {
 func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	var r ExpireReport
 	if n, err := s.q.SweepThawed(now.Add(-s.opts.KeepThawed)); err != nil {
-		s.fail("expire", err)
-		s.log.Error("quarantine expiry: sweeping thawed messages failed", "err", err)
+		s.failed("expire", err, "quarantine expiry: sweeping thawed messages failed")
 	} else if n > 0 {
 		s.log.Info("quarantine expiry: thawed messages past keep_thawed dropped", "messages", n,
 			"keep_thawed", human.Duration(s.opts.KeepThawed))
@@ -42,8 +41,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	}
 	old, err := s.q.List(quarantine.Filter{Before: now.Add(-maxAge), OldestFirst: true})
 	if err != nil {
-		s.fail("expire", err)
-		s.log.Error("quarantine expiry: listing failed", "err", err)
+		s.failed("expire", err, "quarantine expiry: listing failed")
 		return r
 	}
 	for _, e := range old {
@@ -55,9 +53,8 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 		case err != nil:
 			r.Kept++
 			s.m.expired.WithLabelValues("failed").Inc()
-			s.fail("expire", err)
-			s.log.Error("quarantine expiry: message past max_age kept (it may still be in the MTA's queue)", "id", e.ID,
-				"state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "err", err)
+			s.failed("expire", err, "quarantine expiry: message past max_age kept (it may still be in the MTA's queue)",
+				"id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID)
 			note := "past max_age, kept: " + termsafe.Line(err.Error())
 			if nerr := s.q.Note(e.ID, note); nerr != nil {
 				s.log.Error("quarantine expiry: flagging an entry failed", "id", e.ID, "err", nerr)
@@ -88,8 +85,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	s.mu.Unlock()
 	n, bytes, err := s.q.Expire(now, maxAge)
 	if err != nil {
-		s.fail("expire", err)
-		s.log.Error("quarantine expiry of audit records failed", "err", err)
+		s.failed("expire", err, "quarantine expiry of audit records failed")
 	} else if n > 0 {
 		r.Purged = n
 		s.log.Info("quarantine audit records expired", "count", n, "bytes", bytes, "max_age", human.Duration(maxAge))

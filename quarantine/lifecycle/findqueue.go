@@ -40,8 +40,7 @@ func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage
 			return e
 		}
 		if !errors.Is(err, quarantine.ErrState) {
-			s.fail("store", err)
-			s.log.Error("recording the queue ID of a held message failed", "id", e.ID, "err", err)
+			s.failed("store", err, "recording the queue ID of a held message failed", "id", e.ID)
 			return e
 		}
 	}

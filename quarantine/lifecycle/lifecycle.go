@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -103,11 +102,9 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	default:
 		return nil, fmt.Errorf("lifecycle: unknown expire action %q (bounce or keep)", opts.ExpireAction)
 	}
-	tok := make([]byte, 8)
-	rand.Read(tok)
 	// Not cmp.Or for Queue and Events: their dynamic types may not be comparable.
 	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
-		now: opts.Now, token: hex.EncodeToString(tok), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
+		now: opts.Now, token: rand.Text(), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
 		incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
 	if s.queue == nil {
 		s.queue = noQueue{}
@@ -184,8 +181,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 		r, err = s.q.AddToHeld(e)
 	}
 	if err != nil {
-		s.fail("record", err)
-		s.log.Error(failed, "err", err, "queue_id", e.QueueID)
+		s.failed("record", err, failed, "queue_id", e.QueueID)
 		return "", err
 	}
 	if hold && !freeze {
@@ -338,6 +334,12 @@ func (s *Service) Health() Health {
 		h.Suspended = len(sp)
 	}
 	return h
+}
+
+// failed counts a failed operation and logs msg with args and err.
+func (s *Service) failed(op string, err error, msg string, args ...any) {
+	s.fail(op, err)
+	s.log.Error(msg, append(args, "err", err)...)
 }
 
 // fail counts a failed operation; the caller logs it.
