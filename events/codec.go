@@ -21,8 +21,6 @@ import (
 const (
 	// MaxField is the most bytes of a stored string field (clip).
 	MaxField = 256
-	// MaxRecord bounds one stored event with key and BoltDB's header.
-	MaxRecord = keyLen + 16 + 1 + 8*(2+MaxField) + 28 + 4
 	// IDLen is the length of an Event.ID: the record's key in hex.
 	IDLen         = 2 * keyLen
 	keyLen        = 17

@@ -24,46 +24,38 @@ var (
 	metaPath   = []string{"events/meta"}
 )
 
-// Defaults of Options.
-const (
-	DefaultMaxAge         = 30 * 24 * time.Hour
-	DefaultMaxCount       = 1_000_000
-	DefaultActionMaxAge   = 365 * 24 * time.Hour
-	DefaultActionMaxCount = 100_000
-	DefaultCoalesce       = time.Minute
-	DefaultQueueSize      = 50_000
-	// pruneBatch bounds the records one pruning transaction deletes.
-	pruneBatch = 50_000
-)
+// pruneBatch bounds the records one pruning transaction deletes.
+const pruneBatch = 50_000
 
 // ErrClosed is returned by Flush after Close.
 var ErrClosed = errors.New("events: log closed")
 
-// Options configure a Log; zero fields take the defaults above.
+// Options configure a Log; zero fields take the defaults in parentheses.
 type Options struct {
-	// MaxAge and MaxCount bound the records of Decisions, ActionMaxAge
-	// and ActionMaxCount those of other actions.
+	// MaxAge (30 days) and MaxCount (1,000,000) bound the records of
+	// Decisions, ActionMaxAge (365 days) and ActionMaxCount (100,000)
+	// those of other actions.
 	MaxAge         time.Duration
 	MaxCount       int
 	ActionMaxAge   time.Duration
 	ActionMaxCount int
-	// Coalesce: the decisions of one key, limit and action within one
+	// Coalesce (1m): the decisions of one key, limit and action within one
 	// interval (aligned to the Unix epoch) are one record with a count.
 	Coalesce time.Duration
-	// QueueSize bounds each class's queued events and the decisions open
-	// for coalescing.
+	// QueueSize (50,000) bounds each class's queued events and the
+	// decisions open for coalescing.
 	QueueSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
 
 func (o *Options) withDefaults() {
-	orDefault(&o.MaxAge, DefaultMaxAge)
-	orDefault(&o.MaxCount, DefaultMaxCount)
-	orDefault(&o.ActionMaxAge, DefaultActionMaxAge)
-	orDefault(&o.ActionMaxCount, DefaultActionMaxCount)
-	orDefault(&o.Coalesce, DefaultCoalesce)
-	orDefault(&o.QueueSize, DefaultQueueSize)
+	orDefault(&o.MaxAge, 30*24*time.Hour)
+	orDefault(&o.MaxCount, 1_000_000)
+	orDefault(&o.ActionMaxAge, 365*24*time.Hour)
+	orDefault(&o.ActionMaxCount, 100_000)
+	orDefault(&o.Coalesce, time.Minute)
+	orDefault(&o.QueueSize, 50_000)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -13,6 +13,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
+// MaxRecord bounds one stored event with key and BoltDB's header.
+const MaxRecord = keyLen + 16 + 1 + 8*(2+MaxField) + 28 + 4
+
 // TestFloodKeepsOperatorActions: with MaxCount 500, one reset and then
 // 1,000 refusals of distinct keys (nothing to coalesce) prune 500
 // refusals and no action; the reset is still listed.

@@ -16,9 +16,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/mailout"
 )
 
-// BuildMail returns e's RFC 5322 text/plain message from the templates,
+// buildMail returns e's RFC 5322 text/plain message from the templates,
 // Auto-Submitted (RFC 3834), subject and body cleaned by termsafe.
-func BuildMail(from string, to []string, subject, body *template.Template, e Event) ([]byte, error) {
+func buildMail(from string, to []string, subject, body *template.Template, e Event) ([]byte, error) {
 	var s, b bytes.Buffer
 	e = e.forMail()
 	if err := subject.Execute(&s, e); err != nil {
@@ -64,11 +64,11 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 // sendMail sends e (to its sender with toSender); temporary: network, 4xx.
 func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (temporary bool, err error) {
 	m := n.cfg.Mail
-	to, subj, body := m.To, n.tmpl.subject, n.tmpl.body
+	to, prefix := m.To, ""
 	if toSender {
-		to, subj, body = []string{e.Sender}, n.tmpl.senderSubject, n.tmpl.senderBody
+		to, prefix = []string{e.Sender}, "sender_"
 	}
-	msg, err := BuildMail(m.From, to, subj, body, e)
+	msg, err := buildMail(m.From, to, n.tmpl[prefix+"subject"], n.tmpl[prefix+"body"], e)
 	if err != nil {
 		return false, err
 	}

@@ -22,7 +22,7 @@ type Notifier struct {
 	cfg    Config
 	log    *slog.Logger
 	hc     *http.Client
-	tmpl   templates
+	tmpl   map[string]*template.Template // by key of [notify.mail]
 	now    func() time.Time
 	queue  chan Event
 	ctx    context.Context // cancelled by Close when its deadline passes
@@ -64,8 +64,6 @@ func (w *windows) Pop() any {
 	w.heap = w.heap[:len(w.heap)-1]
 	return e
 }
-
-type templates struct{ subject, body, senderSubject, senderBody *template.Template }
 
 // Options are New's optional logger, HTTP client and clock.
 type Options struct {
@@ -118,11 +116,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	if n.now == nil {
 		n.now = time.Now
 	}
-	m := cfg.Mail
-	n.tmpl.subject, _ = parseTemplate("subject", m.Subject)
-	n.tmpl.body, _ = parseTemplate("body", m.Body)
-	n.tmpl.senderSubject, _ = parseTemplate("sender_subject", m.SenderSubject)
-	n.tmpl.senderBody, _ = parseTemplate("sender_body", m.SenderBody)
+	n.tmpl, _ = cfg.Mail.templates()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	go n.run()
 	return n, nil
