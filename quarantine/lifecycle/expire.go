@@ -142,7 +142,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	if err != nil {
 		return err
 	}
-	dsn, err := buildDSN(s.reportingMTA(), e, msg, now, s.opts.MaxAge)
+	dsn, err := buildDSN(s.opts.ReportingMTA, e, msg, now, s.opts.MaxAge)
 	if err != nil {
 		return err
 	}

@@ -102,6 +102,9 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	default:
 		return nil, fmt.Errorf("lifecycle: unknown expire action %q (bounce or keep)", opts.ExpireAction)
 	}
+	if opts.ReportingMTA == "" {
+		opts.ReportingMTA, _ = os.Hostname()
+	}
 	// Not cmp.Or for Queue and Events: their dynamic types may not be comparable.
 	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
 		now: opts.Now, token: rand.Text(), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
@@ -221,7 +224,7 @@ func (s *Service) received(req *policy.Request, rcpts []string) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Received: from %s (%s [%s])\r\n\tby %s (ratelimitd, for the MTA) with %s", safe(req.HeloName, "unknown"),
-		safe(req.ClientName, "unknown"), safe(req.ClientAddress, "unknown"), safe(s.reportingMTA(), "localhost"), proto)
+		safe(req.ClientName, "unknown"), safe(req.ClientAddress, "unknown"), safe(s.opts.ReportingMTA, "localhost"), proto)
 	if q := req.QueueID; quarantine.ValidQueueID(q) {
 		b.WriteString(" id " + q)
 	}
@@ -230,15 +233,6 @@ func (s *Service) received(req *policy.Request, rcpts []string) string {
 	}
 	b.WriteString("; " + s.now().Format(time.RFC1123Z) + "\r\n")
 	return b.String()
-}
-
-// reportingMTA is Options.ReportingMTA, else the host's name.
-func (s *Service) reportingMTA() string {
-	if s.opts.ReportingMTA != "" {
-		return s.opts.ReportingMTA
-	}
-	host, _ := os.Hostname()
-	return host
 }
 
 // awaiting remembers or forgets instance as held at RCPT without queue ID.
