@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -26,9 +25,6 @@ var (
 
 // pruneBatch bounds the records one pruning transaction deletes.
 const pruneBatch = 50_000
-
-// ErrClosed is returned by Flush after Close.
-var ErrClosed = errors.New("events: log closed")
 
 // Options configure a Log; zero fields take the defaults in parentheses.
 type Options struct {
@@ -365,14 +361,6 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
-// Tick is Flush for statedb.Flusher (nil after Close, read-only or nil).
-func (l *Log) Tick() error {
-	if err := l.Flush(); !errors.Is(err, ErrClosed) {
-		return err
-	}
-	return nil
-}
-
 // Close writes the queued events and returns the flush's error.
 func (l *Log) Close() error {
 	err := l.Tick()
@@ -395,9 +383,10 @@ type update struct {
 	gone  bool // the record was pruned meanwhile
 }
 
-// Flush writes the queued events and grown counts and prunes, in one
-// transaction; a failed flush requeues what fits. Errors: ErrClosed, BoltDB's.
-func (l *Log) Flush() error {
+// Tick writes the queued events and grown counts and prunes, in one
+// transaction (statedb.Flusher); a failed flush requeues what fits. After
+// Close, read-only or nil it does nothing. Errors: BoltDB's.
+func (l *Log) Tick() error {
 	if l == nil || l.readOnly {
 		return nil
 	}
@@ -406,7 +395,7 @@ func (l *Log) Flush() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return ErrClosed
+		return nil
 	}
 	batch := l.queue
 	l.queue = queue{}
