@@ -19,16 +19,10 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// ExpireReport counts one Expire run: bounced, deleted (null sender),
-// kept past max_age, audit records removed.
-type ExpireReport struct {
-	Bounced, NullSender, Kept, Purged int
-}
-
 // Expire drops thawed messages past KeepThawed, applies ExpireAction to
-// pending entries past MaxAge (if set) and removes older audit records.
-func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
-	var r ExpireReport
+// pending entries past MaxAge (if set) and removes older audit records;
+// ratelimitd_quarantine_expired_total and Health count the outcomes.
+func (s *Service) Expire(ctx context.Context, now time.Time) {
 	if n, err := s.q.SweepThawed(now.Add(-s.opts.KeepThawed)); err != nil {
 		s.failed("expire", err, "quarantine expiry: sweeping thawed messages failed")
 	} else if n > 0 {
@@ -37,13 +31,14 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 	}
 	maxAge := s.opts.MaxAge
 	if maxAge <= 0 {
-		return r
+		return
 	}
 	old, err := s.q.List(quarantine.Filter{Before: now.Add(-maxAge), OldestFirst: true})
 	if err != nil {
 		s.failed("expire", err, "quarantine expiry: listing failed")
-		return r
+		return
 	}
+	kept := 0
 	for _, e := range old {
 		if ctx.Err() != nil {
 			break
@@ -51,7 +46,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 		outcome, detail, err := s.expireOne(ctx, e, now)
 		switch {
 		case err != nil:
-			r.Kept++
+			kept++
 			s.m.expired.WithLabelValues("failed").Inc()
 			s.failed("expire", err, "quarantine expiry: message past max_age kept (it may still be in the MTA's queue)",
 				"id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID)
@@ -60,17 +55,12 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 				s.log.Error("quarantine expiry: flagging an entry failed", "id", e.ID, "err", nerr)
 			}
 		case outcome == "kept":
-			r.Kept++
+			kept++
 			s.m.expired.WithLabelValues("kept").Inc()
 			s.q.Note(e.ID, "past max_age, kept (expire_action = keep)")
 			s.log.Warn("quarantine expiry: message past max_age kept (expire_action = keep)", "id", e.ID,
 				"state", e.State.String(), "sender", e.Sender, "key", e.Key)
 		default:
-			if outcome == "bounced" {
-				r.Bounced++
-			} else {
-				r.NullSender++
-			}
 			s.m.expired.WithLabelValues(outcome).Inc()
 			s.forget(e.Key)
 			s.log.Info("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
@@ -79,18 +69,16 @@ func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
 			s.emit(ctx, Expired, e, "expiry", detail)
 		}
 	}
-	s.m.keptPastAge.Set(float64(r.Kept))
+	s.m.keptPastAge.Set(float64(kept))
 	s.mu.Lock()
-	s.health.KeptPastMaxAge = r.Kept
+	s.health.KeptPastMaxAge = kept
 	s.mu.Unlock()
 	n, bytes, err := s.q.Expire(now, maxAge)
 	if err != nil {
 		s.failed("expire", err, "quarantine expiry of audit records failed")
 	} else if n > 0 {
-		r.Purged = n
 		s.log.Info("quarantine audit records expired", "count", n, "bytes", bytes, "max_age", human.Duration(maxAge))
 	}
-	return r
 }
 
 // expireOne returns the outcome label and a detail, or why e was kept.
