@@ -111,9 +111,6 @@ func checkVersion(info *bolt.Bucket) error {
 	return nil
 }
 
-// Path returns the database file's path.
-func (s *Store) Path() string { return s.db.Path() }
-
 // Formats describes the buckets for statedb.
 func Formats() []statedb.Format {
 	check := func(what string) func(k, v []byte) (int, error) {
@@ -253,15 +250,10 @@ func (b buckets) unindex(e *Entry) error {
 // newID returns an unused ID for t: Unix ms in 11 hex digits, then a
 // 5-digit sequence from a random start below 0x80000.
 func (b buckets) newID(t time.Time) (string, error) {
-	last := string(idBound(t, true))
-	prefix := last[:11]
-	c := b.meta.Cursor()
-	k, _ := c.Seek([]byte(last))
-	if k == nil {
-		k, _ = c.Last()
-	} else if string(k) > last {
-		k, _ = c.Prev()
-	}
+	last := idBound(t, true)
+	prefix := string(last[:11])
+	var k []byte // the last ID up to last
+	b.scan(nil, last, true, func(id, _ []byte) bool { k = id; return false })
 	seq := uint64(rand.Uint32() & 0x7ffff)
 	if k != nil && strings.HasPrefix(string(k), prefix) {
 		if prev, err := strconv.ParseUint(string(k[len(prefix):]), 16, 32); err == nil {

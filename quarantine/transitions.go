@@ -1,7 +1,6 @@
 package quarantine
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 
@@ -229,9 +228,7 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 	n, err := s.sweep("expire", func(b buckets) (ids []string) {
 		freed = 0
 		// Updated >= Created, so scanning IDs up to the cutoff suffices.
-		end := idBound(cutoff, true)
-		c := b.meta.Cursor()
-		for k, v := c.First(); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+		b.scan(nil, idBound(cutoff, true), false, func(k, v []byte) bool {
 			var e struct {
 				Updated time.Time `json:"updated"`
 				State   State     `json:"state"`
@@ -239,7 +236,8 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 			if decodeRecord(k, v, &e) == nil && !e.Updated.After(cutoff) && !e.State.Pending() {
 				ids = append(ids, string(k))
 			}
-		}
+			return true
+		})
 		return ids
 	}, func(b buckets, id string) error {
 		m, err := b.remove(id)
