@@ -44,30 +44,28 @@ func (s *Service) Expire(ctx context.Context, now time.Time) {
 			break
 		}
 		outcome, detail, err := s.expireOne(ctx, e, now)
-		switch {
-		case err != nil:
-			kept++
-			s.m.expired.WithLabelValues("failed").Inc()
+		if err != nil {
+			outcome, detail = "failed", "kept: "+termsafe.Line(err.Error())
 			s.failed("expire", err, "quarantine expiry: message past max_age kept (it may still be in the MTA's queue)",
 				"id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID)
-			note := "past max_age, kept: " + termsafe.Line(err.Error())
-			if nerr := s.q.Note(e.ID, note); nerr != nil {
+		}
+		s.m.expired.WithLabelValues(outcome).Inc()
+		if outcome == "failed" || outcome == "kept" {
+			kept++
+			if outcome == "kept" {
+				s.log.Warn("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
+					"sender", e.Sender, "key", e.Key)
+			}
+			if nerr := s.q.Note(e.ID, "past max_age, "+detail); nerr != nil {
 				s.log.Error("quarantine expiry: flagging an entry failed", "id", e.ID, "err", nerr)
 			}
-		case outcome == "kept":
-			kept++
-			s.m.expired.WithLabelValues("kept").Inc()
-			s.q.Note(e.ID, "past max_age, kept (expire_action = keep)")
-			s.log.Warn("quarantine expiry: message past max_age kept (expire_action = keep)", "id", e.ID,
-				"state", e.State.String(), "sender", e.Sender, "key", e.Key)
-		default:
-			s.m.expired.WithLabelValues(outcome).Inc()
-			s.forget(e.Key)
-			s.log.Info("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
-				"sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "max_age", human.Duration(maxAge))
-			e.State = quarantine.Deleted
-			s.emit(ctx, Expired, e, "expiry", detail)
+			continue
 		}
+		s.forget(e.Key)
+		s.log.Info("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
+			"sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "max_age", human.Duration(maxAge))
+		e.State = quarantine.Deleted
+		s.emit(ctx, Expired, e, "expiry", detail)
 	}
 	s.m.keptPastAge.Set(float64(kept))
 	s.mu.Lock()
@@ -84,7 +82,7 @@ func (s *Service) Expire(ctx context.Context, now time.Time) {
 // expireOne returns the outcome label and a detail, or why e was kept.
 func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (outcome, detail string, err error) {
 	if s.opts.ExpireAction == ExpireKeep {
-		return "kept", "kept", nil
+		return "kept", "kept (expire_action = keep)", nil
 	}
 	if e, err = s.q.Claim(e.ID, s.token, false); err != nil {
 		return "", "", err
