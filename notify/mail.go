@@ -30,11 +30,7 @@ func buildMail(from string, to []string, subject, body *template.Template, e Eve
 	var h mail.Header
 	h.SetDate(e.Time)
 	h.SetSubject(termsafe.Line(strings.Join(strings.Fields(s.String()), " ")))
-	fa, err := mail.ParseAddress(from)
-	if err != nil {
-		fa = &mail.Address{Address: from}
-	}
-	h.SetAddressList("From", []*mail.Address{fa})
+	h.SetAddressList("From", []*mail.Address{fromAddress(from)})
 	tos := make([]*mail.Address, len(to))
 	for i, t := range to {
 		tos[i] = &mail.Address{Address: t}
@@ -73,16 +69,17 @@ func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (tempor
 		return false, err
 	}
 	r := mailout.Reinjector{Addr: m.Relay, Helo: m.Helo, Timeout: time.Duration(m.Timeout), StartTLS: m.StartTLS}
-	if _, err := r.Reinject(ctx, envelope(m.From), to, "", msg); err != nil {
+	if _, err := r.Reinject(ctx, fromAddress(m.From).Address, to, "", msg); err != nil {
 		var se *gosmtp.SMTPError
 		return !errors.As(err, &se) || se.Code/100 == 4, fmt.Errorf("mail relay %s: %w", m.Relay, err)
 	}
 	return false, nil
 }
 
-func envelope(from string) string {
+// fromAddress is notify.mail.from parsed, or as it is if it does not parse.
+func fromAddress(from string) *mail.Address {
 	if a, err := mail.ParseAddress(from); err == nil {
-		return a.Address
+		return a
 	}
-	return from
+	return &mail.Address{Address: from}
 }
