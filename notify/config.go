@@ -145,7 +145,7 @@ func (c *Config) Validate() []error {
 	}
 	for i, e := range c.Events {
 		if !slices.Contains(Kinds, Kind(e)) {
-			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, kindList())
+			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, strings.Join(kindNames(), ", "))
 		}
 	}
 	m := c.Mail
@@ -193,10 +193,10 @@ func (m *Mail) templates() (map[string]*template.Template, []error) {
 	return ts, errs
 }
 
-func kindList() string {
+func kindNames() []string {
 	s := make([]string, len(Kinds))
 	for i, k := range Kinds {
 		s[i] = string(k)
 	}
-	return strings.Join(s, ", ")
+	return s
 }
