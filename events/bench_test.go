@@ -69,7 +69,7 @@ func BenchmarkStateFileGrowth(b *testing.B) {
 				Action: Defer, Rate: 200 + float64(i%50), Max: 200, Sender: user,
 				Client: fmt.Sprintf("198.51.100.%d", i%250), QueueID: fmt.Sprintf("4Q%08X", i)})
 			if (i+1)%flush == 0 {
-				if err := l.Flush(); err != nil {
+				if err := l.Tick(); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -21,8 +21,6 @@ import (
 const (
 	// MaxField is the most bytes of a stored string field (clip).
 	MaxField = 256
-	// MaxRecord bounds one stored event with key and BoltDB's header.
-	MaxRecord = keyLen + 16 + 1 + 8*(2+MaxField) + 28 + 4
 	// IDLen is the length of an Event.ID: the record's key in hex.
 	IDLen         = 2 * keyLen
 	keyLen        = 17
@@ -126,53 +124,28 @@ func recordBody(k, v []byte) ([]byte, error) {
 	return v[:len(v)-4], nil
 }
 
-// decoder reads a record's fields in order.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-// field returns the next string field's bytes.
-func (d *decoder) field() []byte {
-	if d.err != nil {
-		return nil
-	}
-	n, w := binary.Uvarint(d.b)
-	if w <= 0 || n > uint64(len(d.b)-w) {
-		d.err = ErrCorrupt
-		return nil
-	}
-	s := d.b[w : w+int(n)]
-	d.b = d.b[w+int(n):]
-	return s
-}
-
-func (d *decoder) str() string { return string(d.field()) }
-
-// newDecoder reads the record body v (recordBody's).
-func newDecoder(v []byte) *decoder {
-	if len(v) == 0 || v[0] != formatVersion {
-		return &decoder{err: ErrCorrupt}
-	}
-	return &decoder{b: v[1:]}
-}
-
 // decode returns the event of key k and body v (strings copied).
 func decode(k, v []byte) (Event, error) {
-	if len(k) != keyLen {
-		return Event{}, fmt.Errorf("%w: key of %d bytes", ErrCorrupt, len(k))
+	bad := func() (Event, error) { return Event{}, fmt.Errorf("%w: event %x", ErrCorrupt, k) }
+	if len(k) != keyLen || len(v) == 0 || v[0] != formatVersion {
+		return bad()
 	}
-	d := newDecoder(v)
 	e := Event{ID: hex.EncodeToString(k), Time: keyTime(k)}
-	e.Key, e.Limit, e.Action = d.str(), d.str(), d.str()
-	e.Sender, e.Client, e.QueueID, e.By, e.Detail = d.str(), d.str(), d.str(), d.str(), d.str()
-	if d.err != nil || len(d.b) != 28 {
-		return Event{}, fmt.Errorf("%w: event %x", ErrCorrupt, k)
+	v = v[1:]
+	for _, f := range [...]*string{&e.Key, &e.Limit, &e.Action, &e.Sender, &e.Client, &e.QueueID, &e.By, &e.Detail} {
+		n, w := binary.Uvarint(v)
+		if w <= 0 || n > uint64(len(v)-w) {
+			return bad()
+		}
+		*f, v = string(v[w:w+int(n)]), v[w+int(n):]
 	}
-	e.Count = int(binary.BigEndian.Uint32(d.b))
-	e.Last = time.Unix(0, int64(binary.BigEndian.Uint64(d.b[4:])))
-	e.Rate = math.Float64frombits(binary.BigEndian.Uint64(d.b[12:]))
-	e.Max = math.Float64frombits(binary.BigEndian.Uint64(d.b[20:]))
+	if len(v) != 28 {
+		return bad()
+	}
+	e.Count = int(binary.BigEndian.Uint32(v))
+	e.Last = time.Unix(0, int64(binary.BigEndian.Uint64(v[4:])))
+	e.Rate = math.Float64frombits(binary.BigEndian.Uint64(v[12:]))
+	e.Max = math.Float64frombits(binary.BigEndian.Uint64(v[20:]))
 	return e, nil
 }
 

@@ -24,7 +24,7 @@ func TestDamagedEventReported(t *testing.T) {
 	for i := range 50 {
 		l.Record(refusal(fmt.Sprint("user", i), t0.Add(time.Duration(i)*time.Second), 300))
 	}
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	if lost, _, err := statedb.Scan(l.db, Formats()); err != nil || len(lost) > 0 {

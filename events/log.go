@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,46 +23,35 @@ var (
 	metaPath   = []string{"events/meta"}
 )
 
-// Defaults of Options.
-const (
-	DefaultMaxAge         = 30 * 24 * time.Hour
-	DefaultMaxCount       = 1_000_000
-	DefaultActionMaxAge   = 365 * 24 * time.Hour
-	DefaultActionMaxCount = 100_000
-	DefaultCoalesce       = time.Minute
-	DefaultQueueSize      = 50_000
-	// pruneBatch bounds the records one pruning transaction deletes.
-	pruneBatch = 50_000
-)
+// pruneBatch bounds the records one pruning transaction deletes.
+const pruneBatch = 50_000
 
-// ErrClosed is returned by Flush after Close.
-var ErrClosed = errors.New("events: log closed")
-
-// Options configure a Log; zero fields take the defaults above.
+// Options configure a Log; zero fields take the defaults in parentheses.
 type Options struct {
-	// MaxAge and MaxCount bound the records of Decisions, ActionMaxAge
-	// and ActionMaxCount those of other actions.
+	// MaxAge (30 days) and MaxCount (1,000,000) bound the records of
+	// Decisions, ActionMaxAge (365 days) and ActionMaxCount (100,000)
+	// those of other actions.
 	MaxAge         time.Duration
 	MaxCount       int
 	ActionMaxAge   time.Duration
 	ActionMaxCount int
-	// Coalesce: the decisions of one key, limit and action within one
+	// Coalesce (1m): the decisions of one key, limit and action within one
 	// interval (aligned to the Unix epoch) are one record with a count.
 	Coalesce time.Duration
-	// QueueSize bounds each class's queued events and the decisions open
-	// for coalescing.
+	// QueueSize (50,000) bounds each class's queued events and the
+	// decisions open for coalescing.
 	QueueSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
 
 func (o *Options) withDefaults() {
-	orDefault(&o.MaxAge, DefaultMaxAge)
-	orDefault(&o.MaxCount, DefaultMaxCount)
-	orDefault(&o.ActionMaxAge, DefaultActionMaxAge)
-	orDefault(&o.ActionMaxCount, DefaultActionMaxCount)
-	orDefault(&o.Coalesce, DefaultCoalesce)
-	orDefault(&o.QueueSize, DefaultQueueSize)
+	orDefault(&o.MaxAge, 30*24*time.Hour)
+	orDefault(&o.MaxCount, 1_000_000)
+	orDefault(&o.ActionMaxAge, 365*24*time.Hour)
+	orDefault(&o.ActionMaxCount, 100_000)
+	orDefault(&o.Coalesce, time.Minute)
+	orDefault(&o.QueueSize, 50_000)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -164,19 +152,6 @@ func (q *queue) add(r queued) {
 // full reports whether q holds as many records of class c as it may.
 func (q *queue) full(c class, size int) bool {
 	return q.n[c] >= size || q.bytes[c] >= maxQueueBytes
-}
-
-// appendQueue appends o's records to q while their class has room in
-// size, and returns those that had none.
-func (q *queue) appendQueue(o *queue, size int) (dropped []queued) {
-	for _, r := range o.recs {
-		if q.full(r.c, size) {
-			dropped = append(dropped, r)
-		} else {
-			q.add(r)
-		}
-	}
-	return dropped
 }
 
 // Open returns the Log stored in db, creating its buckets unless
@@ -386,14 +361,6 @@ func (l *Log) Stats() Stats {
 	return s
 }
 
-// Tick is Flush for statedb.Flusher (nil after Close, read-only or nil).
-func (l *Log) Tick() error {
-	if err := l.Flush(); !errors.Is(err, ErrClosed) {
-		return err
-	}
-	return nil
-}
-
 // Close writes the queued events and returns the flush's error.
 func (l *Log) Close() error {
 	err := l.Tick()
@@ -416,9 +383,10 @@ type update struct {
 	gone  bool // the record was pruned meanwhile
 }
 
-// Flush writes the queued events and grown counts and prunes, in one
-// transaction; a failed flush requeues what fits. Errors: ErrClosed, BoltDB's.
-func (l *Log) Flush() error {
+// Tick writes the queued events and grown counts and prunes, in one
+// transaction (statedb.Flusher); a failed flush requeues what fits. After
+// Close, read-only or nil it does nothing. Errors: BoltDB's.
+func (l *Log) Tick() error {
 	if l == nil || l.readOnly {
 		return nil
 	}
@@ -427,7 +395,7 @@ func (l *Log) Flush() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return ErrClosed
+		return nil
 	}
 	batch := l.queue
 	l.queue = queue{}
@@ -453,7 +421,11 @@ func (l *Log) Flush() error {
 		// The failed batch first, then what came meanwhile.
 		newer := l.queue
 		l.queue = batch
-		for _, r := range l.queue.appendQueue(&newer, l.opts.QueueSize) {
+		for _, r := range newer.recs {
+			if !l.queue.full(r.c, l.opts.QueueSize) {
+				l.queue.add(r)
+				continue
+			}
 			l.drop(r.c)
 			if r.p != nil {
 				l.forget(r.p)

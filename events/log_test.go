@@ -163,12 +163,12 @@ func TestBoundByCountDeletesOldest(t *testing.T) {
 	for i := range 250 {
 		l.Record(refusal(fmt.Sprint(i), c.Now().Add(time.Duration(i)*time.Millisecond), 0))
 		if i%60 == 0 {
-			if err := l.Flush(); err != nil {
+			if err := l.Tick(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	got, err := l.Query(context.Background(), Query{Max: 1000})
@@ -189,7 +189,7 @@ func TestBoundByAgeDeletesOlder(t *testing.T) {
 		l.Record(refusal(fmt.Sprint("h", h), t0.Add(time.Duration(h)*time.Hour), 0))
 	}
 	c.Add(47 * time.Hour) // now = the last event; 24 h ago is hour 23
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := l.Query(context.Background(), Query{})
@@ -198,7 +198,7 @@ func TestBoundByAgeDeletesOlder(t *testing.T) {
 	}
 	// Time passing alone prunes, at the next flush with nothing queued.
 	c.Add(10 * time.Hour)
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := l.Query(context.Background(), Query{}); len(got) != 15 || l.Stats().Stored != 15 {
@@ -207,17 +207,17 @@ func TestBoundByAgeDeletesOlder(t *testing.T) {
 }
 
 // TestPruneInBatches: more records due than one transaction deletes are
-// all deleted by one Flush.
+// all deleted by one Tick.
 func TestPruneInBatches(t *testing.T) {
 	l, c, _ := newLog(t, Options{MaxAge: time.Hour, QueueSize: 2 * pruneBatch, Coalesce: time.Nanosecond})
 	for i := range pruneBatch + 500 {
 		l.Record(Event{Time: t0.Add(time.Duration(i) * time.Microsecond), Key: "k", Action: Defer})
 	}
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	c.Add(2 * time.Hour)
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	if s := l.Stats(); s.Stored != 0 || s.Pruned != pruneBatch+500 {
@@ -293,7 +293,7 @@ func TestRecordDoesNotBlockOnTheFile(t *testing.T) {
 	<-locked
 	flushed := make(chan error)
 	l.Record(refusal("first", t0, 0))
-	go func() { flushed <- l.Flush() }()
+	go func() { flushed <- l.Tick() }()
 	start := time.Now()
 	for i := range 10000 {
 		l.Record(refusal(fmt.Sprint(i), t0, 0))
@@ -310,7 +310,7 @@ func TestRecordDoesNotBlockOnTheFile(t *testing.T) {
 	if err := <-flushed; err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	if s := l.Stats(); s.Written != 10001 || s.Dropped != 0 {
@@ -373,7 +373,7 @@ func TestSummaryPerKey(t *testing.T) {
 func TestCorruptRecordIsReported(t *testing.T) {
 	l, _, _ := newLog(t, Options{})
 	l.Record(refusal("alice", t0, 1))
-	l.Flush()
+	l.Tick()
 	l.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketLog).Put(recordKey(classDecision, t0.Add(time.Second), 99), []byte{formatVersion, 200})
 	})

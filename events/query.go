@@ -66,13 +66,7 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b KeySummary) int {
-		if c := cmp.Compare(b.Refusals, a.Refusals); c != 0 {
-			return c
-		}
-		if c := b.Last.Compare(a.Last); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Key, b.Key)
+		return cmp.Or(cmp.Compare(b.Refusals, a.Refusals), b.Last.Compare(a.Last), cmp.Compare(a.Key, b.Key))
 	})
 	return out[:min(len(out), q.max())], nil
 }

@@ -13,17 +13,20 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
+// MaxRecord bounds one stored event with key and BoltDB's header.
+const MaxRecord = keyLen + 16 + 1 + 8*(2+MaxField) + 28 + 4
+
 // TestFloodKeepsOperatorActions: with MaxCount 500, one reset and then
 // 1,000 refusals of distinct keys (nothing to coalesce) prune 500
 // refusals and no action; the reset is still listed.
 func TestFloodKeepsOperatorActions(t *testing.T) {
 	l, _, _ := newLog(t, Options{MaxCount: 500})
 	l.Record(Event{Time: t0, Key: "alice", Limit: "hourly", Action: Reset, By: "root (uid 0)"})
-	l.Flush()
+	l.Tick()
 	for i := range 1000 {
 		l.Record(refusal(fmt.Sprint("k", i), t0.Add(time.Duration(i+1)*time.Millisecond), 300))
 		if i%100 == 99 {
-			l.Flush()
+			l.Tick()
 		}
 	}
 	got, err := l.Query(context.Background(), Query{Actions: []string{Reset}})
@@ -47,13 +50,13 @@ func TestActionsHaveTheirOwnBounds(t *testing.T) {
 	for i := range 5 {
 		l.Record(Event{Time: t0.Add(time.Duration(i) * time.Second), Action: Reload, Detail: fmt.Sprint("r", i)})
 	}
-	l.Flush()
+	l.Tick()
 	got, _ := l.Query(context.Background(), Query{Actions: []string{Reload}})
 	if len(got) != 3 || got[0].Detail != "r4" || got[2].Detail != "r2" {
 		t.Errorf("reloads kept: %v", got)
 	}
 	c.Add(2 * time.Hour)
-	l.Flush()
+	l.Tick()
 	if s := l.Stats(); s.ActionsPruned != 5 || s.ActionsStored != 0 || s.Stored != 1 || s.Pruned != 0 {
 		t.Errorf("after ActionMaxAge: %+v", s)
 	}
@@ -64,7 +67,7 @@ func TestActionsHaveTheirOwnBounds(t *testing.T) {
 // highest rate, also when flushes fall between them (Sender, Client and
 // QueueID are the first's); the next interval
 // and another action start new records. Repeated, with Record racing
-// Flush.
+// Tick.
 func TestRefusalsOfOneKeyCoalesce(t *testing.T) {
 	for round := range 5 {
 		l, _, _ := newLog(t, Options{Coalesce: time.Minute})
@@ -120,7 +123,7 @@ func TestRefusalsOfOneKeyCoalesce(t *testing.T) {
 func TestCoalescedCountSurvivesRestart(t *testing.T) {
 	l, _, path := newLog(t, Options{})
 	l.Record(refusal("alice", t0, 300))
-	l.Flush()
+	l.Tick()
 	for i := range 9 {
 		l.Record(refusal("alice", t0.Add(time.Duration(i+1)*time.Second), 300))
 	}
@@ -156,14 +159,14 @@ func TestHostileEventsBounded(t *testing.T) {
 	}
 
 	l, _, _ := newLog(t, Options{})
-	l.Flush()
+	l.Tick()
 	before := dbSize(l.db)
 	for i := range 1000 {
 		e := refusal("192.0.2.1", t0.Add(time.Duration(i)*time.Millisecond), 300)
 		e.Sender = hostile(i)
 		l.Record(e)
 	}
-	l.Flush()
+	l.Tick()
 	got, _ := l.Query(context.Background(), Query{})
 	if len(got) != 1 || got[0].Count != 1000 || len(got[0].Sender) > MaxField {
 		t.Fatalf("1,000 refusals of one client: %d records, count %d", len(got), got[0].Count)
@@ -176,7 +179,7 @@ func TestHostileEventsBounded(t *testing.T) {
 		e.Sender = hostile(i)
 		l.Record(e)
 	}
-	l.Flush()
+	l.Tick()
 	grown := dbSize(l.db) - before
 	var leaf int
 	l.db.View(func(tx *bolt.Tx) error { leaf = tx.Bucket(bucketLog).Stats().LeafInuse; return nil })
@@ -192,7 +195,7 @@ func TestHostileEventsBounded(t *testing.T) {
 		l.Record(Event{Time: t0.Add(time.Duration(i) * time.Millisecond), Key: h, Limit: h, Action: Defer,
 			Sender: h, Client: h, QueueID: h, By: h, Detail: h})
 	}
-	l.Flush()
+	l.Tick()
 	grown = dbSize(l.db) - before
 	l.db.View(func(tx *bolt.Tx) error { leaf = tx.Bucket(bucketLog).Stats().LeafInuse; return nil })
 	t.Logf("1,000 events of eight distinct 30 KB fields: pages in use grew %d bytes (%d an event), %d bytes of leaves an event",
@@ -220,12 +223,12 @@ func TestFailedFlushKeepsCoalescedCounts(t *testing.T) {
 		l.Record(refusal("alice", t0.Add(time.Duration(i)*time.Second), 300))
 	}
 	l.Record(Event{Time: t0, Action: Reload})
-	if err := l.Flush(); err == nil {
+	if err := l.Tick(); err == nil {
 		t.Fatal("a flush without the log's bucket succeeded")
 	}
 	l.Record(refusal("alice", t0.Add(3*time.Second), 300))
 	buckets(func(tx *bolt.Tx, b []byte) error { _, err := tx.CreateBucket(b); return err })
-	if err := l.Flush(); err != nil {
+	if err := l.Tick(); err != nil {
 		t.Fatal(err)
 	}
 	l.Record(refusal("alice", t0.Add(4*time.Second), 300))
@@ -246,14 +249,14 @@ func TestOpenRecordsBounded(t *testing.T) {
 	for i := range 10 {
 		l.Record(refusal(fmt.Sprint("k", i), t0, 300))
 	}
-	l.Flush()
+	l.Tick()
 	l.Record(refusal("late", t0, 300))
 	l.Record(refusal("late", t0, 300))
 	if s := l.Stats(); s.Coalesced != 0 || s.Recorded != 12 || len(l.open) != 10 {
 		t.Errorf("beyond the bound: %+v, %d open", s, len(l.open))
 	}
 	c.Add(time.Minute)
-	l.Flush()
+	l.Tick()
 	l.Record(refusal("late", c.Now(), 300))
 	l.Record(refusal("late", c.Now(), 300))
 	if s := l.Stats(); s.Coalesced != 1 || len(l.open) != 1 {

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
+	"regexp"
 	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
@@ -105,24 +105,14 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 // Postfix's cleanup(8) queue ID) or Exim's ("OK id=1tGxyZ-000abc-Qr",
 // Exim spec chapter 4.4's message ID); "" when it names none.
 func QueuedAs(reply string) string {
-	for _, mark := range []string{"queued as ", "id="} {
-		i := strings.Index(reply, mark)
-		if i < 0 {
-			continue
-		}
-		id := reply[i+len(mark):]
-		if end := strings.IndexFunc(id, func(r rune) bool {
-			return !(r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r == '-')
-		}); end >= 0 {
-			id = id[:end]
-		}
-		if id != "" && len(id) <= maxQueueID {
-			return id
+	for _, re := range queuedAs {
+		// At most 32 characters: Postfix's long IDs have 20 at most, Exim's 23.
+		if m := re.FindStringSubmatch(reply); m != nil && m[1] != "" && len(m[1]) <= 32 {
+			return m[1]
 		}
 	}
 	return ""
 }
 
-// maxQueueID bounds a queue ID QueuedAs accepts (Postfix's long IDs are
-// at most 20 characters, Exim's 23).
-const maxQueueID = 32
+// queuedAs finds the ID after the first mark, Postfix's before Exim's.
+var queuedAs = []*regexp.Regexp{regexp.MustCompile(`queued as ([0-9A-Za-z-]*)`), regexp.MustCompile(`id=([0-9A-Za-z-]*)`)}

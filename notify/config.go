@@ -145,7 +145,7 @@ func (c *Config) Validate() []error {
 	}
 	for i, e := range c.Events {
 		if !slices.Contains(Kinds, Kind(e)) {
-			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, kindList())
+			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, strings.Join(kindNames(), ", "))
 		}
 	}
 	m := c.Mail
@@ -171,29 +171,32 @@ func (c *Config) Validate() []error {
 			bad("mail.relay", "%q is not host:port", m.Relay)
 		}
 	}
-	for key, t := range map[string]string{"subject": m.Subject, "body": m.Body, "sender_subject": m.SenderSubject, "sender_body": m.SenderBody} {
-		if _, err := parseTemplate(key, t); err != nil {
-			bad("mail."+key, "%v", err)
+	_, terrs := m.templates()
+	return append(errs, terrs...)
+}
+
+// templates parses the mail templates, by key; each must run on a sample
+// Event. The errors name the key.
+func (m *Mail) templates() (map[string]*template.Template, []error) {
+	ts := map[string]*template.Template{}
+	var errs []error
+	for key, text := range map[string]string{"subject": m.Subject, "body": m.Body, "sender_subject": m.SenderSubject, "sender_body": m.SenderBody} {
+		t, err := template.New(key).Option("missingkey=error").Funcs(template.FuncMap{"shellquote": ShellQuote}).Parse(text)
+		if err == nil {
+			err = t.Execute(io.Discard, Event{Kind: LimitRefused, Time: time.Unix(0, 0), Key: "k", Limit: "l", Period: time.Hour, Max: 1})
 		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("notify.mail.%s: %v", key, err))
+		}
+		ts[key] = t
 	}
-	return errs
+	return ts, errs
 }
 
-func parseTemplate(name, text string) (*template.Template, error) {
-	t, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{"shellquote": ShellQuote}).Parse(text)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.Execute(io.Discard, Event{Kind: LimitRefused, Time: time.Unix(0, 0), Key: "k", Limit: "l", Period: time.Hour, Max: 1}); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
-
-func kindList() string {
+func kindNames() []string {
 	s := make([]string, len(Kinds))
 	for i, k := range Kinds {
 		s[i] = string(k)
 	}
-	return strings.Join(s, ", ")
+	return s
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/mailout"
 )
 
-// BuildMail returns e's RFC 5322 text/plain message from the templates,
+// buildMail returns e's RFC 5322 text/plain message from the templates,
 // Auto-Submitted (RFC 3834), subject and body cleaned by termsafe.
-func BuildMail(from string, to []string, subject, body *template.Template, e Event) ([]byte, error) {
+func buildMail(from string, to []string, subject, body *template.Template, e Event) ([]byte, error) {
 	var s, b bytes.Buffer
 	e = e.forMail()
 	if err := subject.Execute(&s, e); err != nil {
@@ -30,11 +30,7 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 	var h mail.Header
 	h.SetDate(e.Time)
 	h.SetSubject(termsafe.Line(strings.Join(strings.Fields(s.String()), " ")))
-	fa, err := mail.ParseAddress(from)
-	if err != nil {
-		fa = &mail.Address{Address: from}
-	}
-	h.SetAddressList("From", []*mail.Address{fa})
+	h.SetAddressList("From", []*mail.Address{fromAddress(from)})
 	tos := make([]*mail.Address, len(to))
 	for i, t := range to {
 		tos[i] = &mail.Address{Address: t}
@@ -64,25 +60,26 @@ func BuildMail(from string, to []string, subject, body *template.Template, e Eve
 // sendMail sends e (to its sender with toSender); temporary: network, 4xx.
 func (n *Notifier) sendMail(ctx context.Context, e Event, toSender bool) (temporary bool, err error) {
 	m := n.cfg.Mail
-	to, subj, body := m.To, n.tmpl.subject, n.tmpl.body
+	to, prefix := m.To, ""
 	if toSender {
-		to, subj, body = []string{e.Sender}, n.tmpl.senderSubject, n.tmpl.senderBody
+		to, prefix = []string{e.Sender}, "sender_"
 	}
-	msg, err := BuildMail(m.From, to, subj, body, e)
+	msg, err := buildMail(m.From, to, n.tmpl[prefix+"subject"], n.tmpl[prefix+"body"], e)
 	if err != nil {
 		return false, err
 	}
 	r := mailout.Reinjector{Addr: m.Relay, Helo: m.Helo, Timeout: time.Duration(m.Timeout), StartTLS: m.StartTLS}
-	if _, err := r.Reinject(ctx, envelope(m.From), to, "", msg); err != nil {
+	if _, err := r.Reinject(ctx, fromAddress(m.From).Address, to, "", msg); err != nil {
 		var se *gosmtp.SMTPError
 		return !errors.As(err, &se) || se.Code/100 == 4, fmt.Errorf("mail relay %s: %w", m.Relay, err)
 	}
 	return false, nil
 }
 
-func envelope(from string) string {
+// fromAddress is notify.mail.from parsed, or as it is if it does not parse.
+func fromAddress(from string) *mail.Address {
 	if a, err := mail.ParseAddress(from); err == nil {
-		return a.Address
+		return a
 	}
-	return from
+	return &mail.Address{Address: from}
 }

@@ -22,7 +22,7 @@ type Notifier struct {
 	cfg    Config
 	log    *slog.Logger
 	hc     *http.Client
-	tmpl   templates
+	tmpl   map[string]*template.Template // by key of [notify.mail]
 	now    func() time.Time
 	queue  chan Event
 	ctx    context.Context // cancelled by Close when its deadline passes
@@ -65,8 +65,6 @@ func (w *windows) Pop() any {
 	return e
 }
 
-type templates struct{ subject, body, senderSubject, senderBody *template.Template }
-
 // Options are New's optional logger, HTTP client and clock.
 type Options struct {
 	Logger     *slog.Logger
@@ -92,37 +90,27 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	if errs := cfg.Validate(); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	vec := func(name, help, label string, preset ...string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_" + name + "_total", Help: help}, []string{label})
+		for _, p := range preset { // every series exists at zero, so that increase() sees the first one
+			v.WithLabelValues(p)
+		}
+		return v
+	}
+	channels := []string{"webhook", "mail"}
 	n := &Notifier{cfg: cfg, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now,
 		hc:    cmp.Or(o.HTTPClient, &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}),
 		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{keys: map[seenKey]bool{}},
-		mEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_events_total",
-			Help: "Events accepted into the notification queue, by kind."}, []string{"kind"}),
-		mDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_dropped_total",
-			Help: "Events not sent: queue_full, closed, or dedup_full (notify.max_keys reached)."}, []string{"reason"}),
-		mSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_sent_total",
-			Help: "Notifications delivered, by channel (webhook, mail)."}, []string{"channel"}),
-		mFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimitd_notify_failed_total",
-			Help: "Notifications given up after their last attempt, by channel (webhook, mail)."}, []string{"channel"}),
-	}
-	// Every series exists at zero, so that increase() sees the first one.
-	for _, k := range Kinds {
-		n.mEvents.WithLabelValues(string(k))
-	}
-	for _, r := range []string{"queue_full", "closed", "dedup_full"} {
-		n.mDropped.WithLabelValues(r)
-	}
-	for _, c := range []string{"webhook", "mail"} {
-		n.mSent.WithLabelValues(c)
-		n.mFailed.WithLabelValues(c)
+		mEvents: vec("events", "Events accepted into the notification queue, by kind.", "kind", kindNames()...),
+		mDropped: vec("dropped", "Events not sent: queue_full, closed, or dedup_full (notify.max_keys reached).", "reason",
+			"queue_full", "closed", "dedup_full"),
+		mSent:   vec("sent", "Notifications delivered, by channel (webhook, mail).", "channel", channels...),
+		mFailed: vec("failed", "Notifications given up after their last attempt, by channel (webhook, mail).", "channel", channels...),
 	}
 	if n.now == nil {
 		n.now = time.Now
 	}
-	m := cfg.Mail
-	n.tmpl.subject, _ = parseTemplate("subject", m.Subject)
-	n.tmpl.body, _ = parseTemplate("body", m.Body)
-	n.tmpl.senderSubject, _ = parseTemplate("sender_subject", m.SenderSubject)
-	n.tmpl.senderBody, _ = parseTemplate("sender_body", m.SenderBody)
+	n.tmpl, _ = cfg.Mail.templates()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	go n.run()
 	return n, nil

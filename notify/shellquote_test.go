@@ -47,16 +47,14 @@ func TestShellQuoteRoundTrip(t *testing.T) {
 // the message beyond the template's own line breaks, and the Review line
 // is a command sh parses back to the key.
 func TestNotificationMailCarriesNoControlCharacters(t *testing.T) {
-	subj, err := parseTemplate("subject", DefaultSubject)
-	if err != nil {
-		t.Fatal(err)
+	m := Mail{Subject: DefaultSubject, Body: DefaultBody, SenderSubject: DefaultSenderSubject, SenderBody: DefaultSenderBody}
+	ts, errs := m.templates()
+	if len(errs) > 0 {
+		t.Fatal(errs)
 	}
-	body, err := parseTemplate("body", DefaultBody)
-	if err != nil {
-		t.Fatal(err)
-	}
+	subj, body := ts["subject"], ts["body"]
 	for _, key := range hostileKeys[1:6] {
-		msg, err := BuildMail("ratelimitd@example.org", []string{"postmaster@example.org"}, subj, body,
+		msg, err := buildMail("ratelimitd@example.org", []string{"postmaster@example.org"}, subj, body,
 			Event{Kind: LimitRefused, Time: time.Unix(1700000000, 0), Key: key, Limit: "hourly", Period: time.Hour, Max: 3, Rate: 4, Sender: key})
 		if err != nil {
 			t.Fatal(err)

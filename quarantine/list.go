@@ -103,11 +103,6 @@ func idBound(t time.Time, hi bool) []byte {
 func (s *Store) List(f Filter) ([]Entry, error) {
 	var out []Entry
 	err := s.db.View(func(tx *bolt.Tx) error {
-		b := bucketsOf(tx)
-		if b.meta == nil {
-			return nil
-		}
-		c := b.meta.Cursor()
 		var lo, hi []byte
 		if !f.Since.IsZero() {
 			lo = idBound(f.Since, false)
@@ -115,32 +110,13 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 		if !f.Before.IsZero() {
 			hi = idBound(f.Before, true)
 		}
-		step := c.Next
-		k, v := c.Seek(lo) // nil: the first
-		if !f.OldestFirst {
-			step = c.Prev
-			if k, v = c.Seek(hi); k == nil || hi == nil {
-				k, v = c.Last()
-			} else if bytes.Compare(k, hi) > 0 {
-				k, v = c.Prev()
-			}
-		}
-		inRange := func(k []byte) bool {
-			return k != nil && (lo == nil || bytes.Compare(k, lo) >= 0) && (hi == nil || bytes.Compare(k, hi) <= 0)
-		}
-		for ; inRange(k); k, v = step() {
+		bucketsOf(tx).scan(lo, hi, !f.OldestFirst, func(k, v []byte) bool {
 			var e Entry
-			if decodeRecord(k, v, &e) != nil {
-				continue // kept, unreadable: Stats counts it
+			if decodeRecord(k, v, &e) == nil && f.match(&e) { // unreadable ones are kept: Stats counts them
+				out = append(out, e)
 			}
-			if !f.match(&e) {
-				continue
-			}
-			out = append(out, e)
-			if f.Max > 0 && len(out) >= f.Max {
-				break
-			}
-		}
+			return f.Max <= 0 || len(out) < f.Max
+		})
 		return nil
 	})
 	if err != nil {
@@ -149,17 +125,38 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 	return out, nil
 }
 
+// scan calls fn with the entry records with IDs from lo to hi (nil: no
+// bound), newest first if newest, until fn returns false.
+func (b buckets) scan(lo, hi []byte, newest bool, fn func(k, v []byte) bool) {
+	if b.meta == nil {
+		return
+	}
+	c := b.meta.Cursor()
+	step := c.Next
+	k, v := c.Seek(lo) // nil: the first
+	if newest {
+		step = c.Prev
+		if k, v = c.Seek(hi); k == nil || hi == nil {
+			k, v = c.Last()
+		} else if bytes.Compare(k, hi) > 0 {
+			k, v = c.Prev()
+		}
+	}
+	for ; k != nil && (lo == nil || bytes.Compare(k, lo) >= 0) && (hi == nil || bytes.Compare(k, hi) <= 0); k, v = step() {
+		if !fn(k, v) {
+			return
+		}
+	}
+}
+
 // Stats summarises the quarantine: entries per state, message bytes,
-// pending per key, the oldest pending, unreadable entries and those set
-// aside in quarantine/damaged.
+// pending per key, the oldest pending and the unreadable entries' IDs.
 type Stats struct {
 	Held, Frozen, Thawed, Deleted int
 	Bytes                         int64
 	ByKey                         map[string]int
 	Oldest                        time.Time
-	Damaged                       int
 	DamagedIDs                    []string
-	Aside                         int
 }
 
 // Stats counts the entries, scanning every record. Errors: bbolt's.
@@ -171,9 +168,6 @@ func (s *Store) Stats() (Stats, error) {
 			return nil
 		}
 		st.Bytes = getBytes(b.info)
-		if d := tx.Bucket(bucketDamaged); d != nil {
-			st.Aside = d.Stats().KeyN
-		}
 		count := map[State]*int{Held: &st.Held, Frozen: &st.Frozen, Thawed: &st.Thawed, Deleted: &st.Deleted}
 		return b.meta.ForEach(func(k, v []byte) error {
 			var e struct {
@@ -182,7 +176,6 @@ func (s *Store) Stats() (Stats, error) {
 				Created time.Time `json:"created"`
 			}
 			if decodeRecord(k, v, &e) != nil {
-				st.Damaged++
 				st.DamagedIDs = append(st.DamagedIDs, string(k))
 				return nil
 			}

@@ -181,17 +181,14 @@ func walkParts(e *message.Entity, fn message.WalkFunc) error {
 
 // sectionPath turns a 0-based part path into an IMAP section number.
 func sectionPath(path []int, part *message.Entity) string {
-	if len(path) == 0 {
-		if part.MultipartReader() != nil {
-			return ""
-		}
+	if len(path) == 0 && part.MultipartReader() == nil {
 		return "1"
 	}
 	s := make([]string, len(path))
 	for i, n := range path {
 		s[i] = strconv.Itoa(n + 1)
 	}
-	return strings.Join(s, ".")
+	return strings.Join(s, ".") // "" for a multipart root
 }
 
 // capture keeps the first limit bytes written and counts the rest.

@@ -111,14 +111,11 @@ func checkVersion(info *bolt.Bucket) error {
 	return nil
 }
 
-// Path returns the database file's path.
-func (s *Store) Path() string { return s.db.Path() }
-
 // Formats describes the buckets for statedb.
 func Formats() []statedb.Format {
 	check := func(what string) func(k, v []byte) (int, error) {
 		return func(k, v []byte) (int, error) {
-			if _, err := openRecord(k, v); err != nil {
+			if err := decodeRecord(k, v, &json.RawMessage{}); err != nil {
 				return 1, fmt.Errorf("%s: %w", what, err)
 			}
 			return 1, nil
@@ -139,30 +136,18 @@ func sealRecord(key, js []byte) []byte {
 	return statedb.Seal(make([]byte, 0, len(js)+statedb.RecordOverhead), key, recordVersion, js)
 }
 
-// openRecord returns the JSON of record v under key. Errors wrap
+// decodeRecord decodes the JSON of record v under key into x. Errors wrap
 // ErrCorrupt (and statedb.ErrRecord for a bad checksum).
-func openRecord(key, v []byte) ([]byte, error) {
+func decodeRecord(key, v []byte, x any) error {
 	ver, js, err := statedb.Unseal(key, v)
 	if err == nil && ver != recordVersion {
 		err = fmt.Errorf("%w: a record of version %d", statedb.ErrRecord, ver)
 	}
-	if err == nil && !json.Valid(js) {
-		err = errors.New("not JSON")
+	if err == nil {
+		err = json.Unmarshal(js, x)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrCorrupt, key, err)
-	}
-	return js, nil
-}
-
-// decodeRecord decodes record v under key into x.
-func decodeRecord(key, v []byte, x any) error {
-	js, err := openRecord(key, v)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(js, x); err != nil {
-		return fmt.Errorf("%w: %q: %v", ErrCorrupt, key, err)
+		return fmt.Errorf("%w: %q: %w", ErrCorrupt, key, err)
 	}
 	return nil
 }
@@ -265,16 +250,10 @@ func (b buckets) unindex(e *Entry) error {
 // newID returns an unused ID for t: Unix ms in 11 hex digits, then a
 // 5-digit sequence from a random start below 0x80000.
 func (b buckets) newID(t time.Time) (string, error) {
-	ms := max(0, min(t.UnixMilli(), 1<<44-1))
-	prefix := fmt.Sprintf("%011x", ms)
-	last := prefix + "fffff"
-	c := b.meta.Cursor()
-	k, _ := c.Seek([]byte(last))
-	if k == nil {
-		k, _ = c.Last()
-	} else if string(k) > last {
-		k, _ = c.Prev()
-	}
+	last := idBound(t, true)
+	prefix := string(last[:11])
+	var k []byte // the last ID up to last
+	b.scan(nil, last, true, func(id, _ []byte) bool { k = id; return false })
 	seq := uint64(rand.Uint32() & 0x7ffff)
 	if k != nil && strings.HasPrefix(string(k), prefix) {
 		if prev, err := strconv.ParseUint(string(k[len(prefix):]), 16, 32); err == nil {
@@ -282,7 +261,7 @@ func (b buckets) newID(t time.Time) (string, error) {
 		}
 	}
 	if seq > 0xfffff {
-		return "", fmt.Errorf("quarantine: more than 2^19 entries in the millisecond %d", ms)
+		return "", fmt.Errorf("quarantine: more than 2^19 entries in the millisecond %s", t.UTC().Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("%s%05x", prefix, seq), nil
 }

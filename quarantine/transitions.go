@@ -1,7 +1,6 @@
 package quarantine
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 
@@ -140,29 +139,37 @@ func (s *Store) claim(op, id, token string, check func(b buckets, e *Entry) erro
 // SweepThawed drops the kept message of each unclaimed thawed entry last
 // updated at or before cutoff; it returns how many. Errors: bbolt's.
 func (s *Store) SweepThawed(cutoff time.Time) (int, error) {
+	return s.sweep("sweep thawed", func(b buckets) (ids []string) {
+		c := b.messages.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			e, err := b.get(string(k))
+			if err == nil && e.State == Thawed && e.Claim == "" && !e.Updated.After(cutoff) {
+				ids = append(ids, e.ID) // unreadable entries are kept with their messages
+			}
+		}
+		return ids
+	}, func(b buckets, id string) (err error) {
+		_, err = b.dropBody(id)
+		return err
+	})
+}
+
+// sweep applies act to the entries scan picks in one write transaction
+// and returns how many; with none it writes nothing.
+func (s *Store) sweep(op string, scan func(buckets) []string, act func(b buckets, id string) error) (int, error) {
 	n := 0
-	err := s.write("sweep thawed", func(tx *bolt.Tx, t *statedb.Tally) error {
-		n = 0
+	err := s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
 		b, err := mustBuckets(tx, t)
 		if err != nil {
 			return err
 		}
-		var ids []string
-		c := b.messages.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			ids = append(ids, string(k))
-		}
+		ids := scan(b)
 		for _, id := range ids {
-			e, err := b.get(id)
-			if err != nil || e.State != Thawed || e.Claim != "" || e.Updated.After(cutoff) {
-				continue // unreadable entries are kept with their messages
-			}
-			if _, err := b.dropBody(id); err != nil {
+			if err := act(b, id); err != nil {
 				return err
 			}
-			n++
 		}
-		if n == 0 {
+		if n = len(ids); n == 0 {
 			return errUnchanged
 		}
 		return nil
@@ -217,19 +224,11 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 		return 0, 0, fmt.Errorf("%w: non-positive maximum age %v", ErrInvalid, maxAge)
 	}
 	cutoff := now.Add(-maxAge)
-	var n int
 	var freed int64
-	err := s.write("expire", func(tx *bolt.Tx, t *statedb.Tally) error {
-		n, freed = 0, 0
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	n, err := s.sweep("expire", func(b buckets) (ids []string) {
+		freed = 0
 		// Updated >= Created, so scanning IDs up to the cutoff suffices.
-		end := idBound(cutoff, true)
-		var ids []string
-		c := b.meta.Cursor()
-		for k, v := c.First(); k != nil && bytes.Compare(k, end) <= 0; k, v = c.Next() {
+		b.scan(nil, idBound(cutoff, true), false, func(k, v []byte) bool {
 			var e struct {
 				Updated time.Time `json:"updated"`
 				State   State     `json:"state"`
@@ -237,19 +236,13 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 			if decodeRecord(k, v, &e) == nil && !e.Updated.After(cutoff) && !e.State.Pending() {
 				ids = append(ids, string(k))
 			}
-		}
-		for _, id := range ids {
-			m, err := b.remove(id)
-			if err != nil {
-				return err
-			}
-			n++
-			freed += m
-		}
-		if n == 0 {
-			return errUnchanged
-		}
-		return nil
+			return true
+		})
+		return ids
+	}, func(b buckets, id string) error {
+		m, err := b.remove(id)
+		freed += m
+		return err
 	})
 	if err != nil {
 		return 0, 0, err

@@ -97,7 +97,7 @@ ratelimitd_events_pruned_total{class="refusal"} 0
 		l.Record(events.Event{Time: t0, Key: string(rune('a' + i)), Limit: "hourly", Action: events.Defer})
 		l.Record(events.Event{Time: t0, Key: string(rune('a' + i)), Limit: "hourly", Action: events.Defer})
 	}
-	l.Flush()
+	l.Tick()
 	want := `
 # HELP ratelimitd_events_coalesced_total Refusals and warnings added to the count of an event of the same key, limit and action in the same [events] coalesce interval.
 # TYPE ratelimitd_events_coalesced_total counter

@@ -164,8 +164,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 	}
 	if err := s.q.MarkThawed(e.ID, to, as); err != nil {
 		// Loud: on restart a frozen entry needs --force.
-		s.fail("store", err)
-		s.log.Error("a released message could not be marked thawed", "id", e.ID, "err", err)
+		s.failed("store", err, "a released message could not be marked thawed", "id", e.ID)
 		return "", fmt.Errorf("released, but recording it failed: %w", err)
 	}
 	if again {
@@ -180,8 +179,7 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 
 func (s *Service) recordError(id string, err error) {
 	if rerr := s.q.RecordThawError(id, termsafe.Line(err.Error())); rerr != nil {
-		s.fail("store", rerr)
-		s.log.Error("recording a failed release failed", "id", id, "err", rerr, "release_err", err)
+		s.failed("store", rerr, "recording a failed release failed", "id", id, "release_err", err)
 	}
 }
 
@@ -229,7 +227,10 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		case e.State == quarantine.Held:
 			if e.QueueID == "" {
 				note = "no queue ID was recorded: the MTA's queue was not touched"
-			} else if err := s.runHeld(ctx, s.queue.Delete, e.QueueID); err != nil {
+			} else if err = checkQueueID(e.QueueID); err == nil {
+				err = s.queue.Delete(ctx, e.QueueID)
+			}
+			if err != nil {
 				s.fail("delete", err)
 				s.q.Unclaim(e.ID, s.token, termsafe.Line(err.Error()))
 				return "", err

@@ -75,8 +75,7 @@ func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 	}
 	if err != nil {
 		if count { // a listing's completion leaves reporting to the periodic run
-			s.fail("queue_list", err)
-			s.log.Error("listing the MTA's queue to complete held messages failed", "err", err)
+			s.failed("queue_list", err, "listing the MTA's queue to complete held messages failed")
 		}
 		return 0
 	}
@@ -125,8 +124,7 @@ func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.
 	}
 	err = s.q.CompleteHeld(id, d)
 	if err != nil && !errors.Is(err, quarantine.ErrState) && !errors.Is(err, quarantine.ErrNotFound) {
-		s.fail("store", err)
-		s.log.Error("completing a held message's entry failed", "id", id, "err", err)
+		s.failed("store", err, "completing a held message's entry failed", "id", id)
 		return false
 	}
 	return true

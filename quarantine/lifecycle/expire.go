@@ -19,88 +19,70 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// ExpireReport counts one Expire run: bounced, deleted (null sender),
-// kept past max_age, audit records removed.
-type ExpireReport struct {
-	Bounced, NullSender, Kept, Purged int
-}
-
 // Expire drops thawed messages past KeepThawed, applies ExpireAction to
-// pending entries past MaxAge (if set) and removes older audit records.
-func (s *Service) Expire(ctx context.Context, now time.Time) ExpireReport {
-	var r ExpireReport
+// pending entries past MaxAge (if set) and removes older audit records;
+// ratelimitd_quarantine_expired_total and Health count the outcomes.
+func (s *Service) Expire(ctx context.Context, now time.Time) {
 	if n, err := s.q.SweepThawed(now.Add(-s.opts.KeepThawed)); err != nil {
-		s.fail("expire", err)
-		s.log.Error("quarantine expiry: sweeping thawed messages failed", "err", err)
+		s.failed("expire", err, "quarantine expiry: sweeping thawed messages failed")
 	} else if n > 0 {
 		s.log.Info("quarantine expiry: thawed messages past keep_thawed dropped", "messages", n,
 			"keep_thawed", human.Duration(s.opts.KeepThawed))
 	}
 	maxAge := s.opts.MaxAge
 	if maxAge <= 0 {
-		return r
+		return
 	}
 	old, err := s.q.List(quarantine.Filter{Before: now.Add(-maxAge), OldestFirst: true})
 	if err != nil {
-		s.fail("expire", err)
-		s.log.Error("quarantine expiry: listing failed", "err", err)
-		return r
+		s.failed("expire", err, "quarantine expiry: listing failed")
+		return
 	}
+	kept := 0
 	for _, e := range old {
 		if ctx.Err() != nil {
 			break
 		}
 		outcome, detail, err := s.expireOne(ctx, e, now)
-		switch {
-		case err != nil:
-			r.Kept++
-			s.m.expired.WithLabelValues("failed").Inc()
-			s.fail("expire", err)
-			s.log.Error("quarantine expiry: message past max_age kept (it may still be in the MTA's queue)", "id", e.ID,
-				"state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "err", err)
-			note := "past max_age, kept: " + termsafe.Line(err.Error())
-			if nerr := s.q.Note(e.ID, note); nerr != nil {
+		if err != nil {
+			outcome, detail = "failed", "kept: "+termsafe.Line(err.Error())
+			s.failed("expire", err, "quarantine expiry: message past max_age kept (it may still be in the MTA's queue)",
+				"id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key, "queue_id", e.QueueID)
+		}
+		s.m.expired.WithLabelValues(outcome).Inc()
+		if outcome == "failed" || outcome == "kept" {
+			kept++
+			if outcome == "kept" {
+				s.log.Warn("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
+					"sender", e.Sender, "key", e.Key)
+			}
+			if nerr := s.q.Note(e.ID, "past max_age, "+detail); nerr != nil {
 				s.log.Error("quarantine expiry: flagging an entry failed", "id", e.ID, "err", nerr)
 			}
-		case outcome == "kept":
-			r.Kept++
-			s.m.expired.WithLabelValues("kept").Inc()
-			s.q.Note(e.ID, "past max_age, kept (expire_action = keep)")
-			s.log.Warn("quarantine expiry: message past max_age kept (expire_action = keep)", "id", e.ID,
-				"state", e.State.String(), "sender", e.Sender, "key", e.Key)
-		default:
-			if outcome == "bounced" {
-				r.Bounced++
-			} else {
-				r.NullSender++
-			}
-			s.m.expired.WithLabelValues(outcome).Inc()
-			s.forget(e.Key)
-			s.log.Info("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
-				"sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "max_age", human.Duration(maxAge))
-			e.State = quarantine.Deleted
-			s.emit(ctx, Expired, e, "expiry", detail)
+			continue
 		}
+		s.forget(e.Key)
+		s.log.Info("quarantine expiry: message past max_age "+detail, "id", e.ID, "state", e.State.String(),
+			"sender", e.Sender, "key", e.Key, "queue_id", e.QueueID, "max_age", human.Duration(maxAge))
+		e.State = quarantine.Deleted
+		s.emit(ctx, Expired, e, "expiry", detail)
 	}
-	s.m.keptPastAge.Set(float64(r.Kept))
+	s.m.keptPastAge.Set(float64(kept))
 	s.mu.Lock()
-	s.health.KeptPastMaxAge = r.Kept
+	s.health.KeptPastMaxAge = kept
 	s.mu.Unlock()
 	n, bytes, err := s.q.Expire(now, maxAge)
 	if err != nil {
-		s.fail("expire", err)
-		s.log.Error("quarantine expiry of audit records failed", "err", err)
+		s.failed("expire", err, "quarantine expiry of audit records failed")
 	} else if n > 0 {
-		r.Purged = n
 		s.log.Info("quarantine audit records expired", "count", n, "bytes", bytes, "max_age", human.Duration(maxAge))
 	}
-	return r
 }
 
 // expireOne returns the outcome label and a detail, or why e was kept.
 func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Time) (outcome, detail string, err error) {
 	if s.opts.ExpireAction == ExpireKeep {
-		return "kept", "kept", nil
+		return "kept", "kept (expire_action = keep)", nil
 	}
 	if e, err = s.q.Claim(e.ID, s.token, false); err != nil {
 		return "", "", err
@@ -146,7 +128,7 @@ func (s *Service) sendDSN(ctx context.Context, e quarantine.Entry, now time.Time
 	if err != nil {
 		return err
 	}
-	dsn, err := buildDSN(s.reportingMTA(), e, msg, now, s.opts.MaxAge)
+	dsn, err := buildDSN(s.opts.ReportingMTA, e, msg, now, s.opts.MaxAge)
 	if err != nil {
 		return err
 	}

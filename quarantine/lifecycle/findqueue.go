@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/mail"
 	"slices"
 	"strings"
 	"time"
@@ -40,8 +41,7 @@ func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage
 			return e
 		}
 		if !errors.Is(err, quarantine.ErrState) {
-			s.fail("store", err)
-			s.log.Error("recording the queue ID of a held message failed", "id", e.ID, "err", err)
+			s.failed("store", err, "recording the queue ID of a held message failed", "id", e.ID)
 			return e
 		}
 	}
@@ -80,18 +80,13 @@ func sameAddress(a, b string) bool {
 	return strings.EqualFold(unquoteLocal(a), unquoteLocal(b))
 }
 
+// unquoteLocal returns addr with a quoted local part unquoted (RFC 5321
+// 4.1.2, net/mail), else as it is.
 func unquoteLocal(addr string) string {
-	at := strings.LastIndexByte(addr, '@')
-	if at < 2 || addr[0] != '"' || addr[at-1] != '"' {
-		return addr
-	}
-	var b strings.Builder
-	q := addr[1 : at-1]
-	for i := 0; i < len(q); i++ {
-		if q[i] == '\\' && i+1 < len(q) {
-			i++
+	if strings.HasPrefix(addr, `"`) {
+		if a, err := mail.ParseAddress("<" + addr + ">"); err == nil {
+			return a.Address
 		}
-		b.WriteByte(q[i])
 	}
-	return b.String() + addr[at:]
+	return addr
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/internal/mtatest"
@@ -113,4 +114,16 @@ func listCommand(msgs map[string]time.Time) []string {
 			`"recipients":[{"address":"rcpt@example.net"}]}`, qid, arrived.Unix()))
 	}
 	return cmd
+}
+
+// expireCounts is what one Expire run did: messages bounced, deleted
+// (null sender), kept past max_age.
+type expireCounts struct{ Bounced, NullSender, Kept int }
+
+// expire runs Expire and reads its counters' growth and Health's kept.
+func (e *env) expire(now time.Time) expireCounts {
+	count := func(o string) int { return int(testutil.ToFloat64(e.svc.m.expired.WithLabelValues(o))) }
+	b, n := count("bounced"), count("deleted_null_sender")
+	e.svc.Expire(context.Background(), now)
+	return expireCounts{count("bounced") - b, count("deleted_null_sender") - n, e.svc.Health().KeptPastMaxAge}
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -103,11 +102,12 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	default:
 		return nil, fmt.Errorf("lifecycle: unknown expire action %q (bounce or keep)", opts.ExpireAction)
 	}
-	tok := make([]byte, 8)
-	rand.Read(tok)
+	if opts.ReportingMTA == "" {
+		opts.ReportingMTA, _ = os.Hostname()
+	}
 	// Not cmp.Or for Queue and Events: their dynamic types may not be comparable.
 	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
-		now: opts.Now, token: hex.EncodeToString(tok), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
+		now: opts.Now, token: rand.Text(), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
 		incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
 	if s.queue == nil {
 		s.queue = noQueue{}
@@ -123,9 +123,9 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Damaged > 0 {
+	if len(st.DamagedIDs) > 0 {
 		s.log.Error("quarantine entries cannot be read: kept with their messages, skipped by list, release and expiry (ratelimitd state check)",
-			"entries", st.Damaged, "ids", st.DamagedIDs)
+			"entries", len(st.DamagedIDs), "ids", st.DamagedIDs)
 	}
 	s.pending = st.ByKey // never nil
 	return s, nil
@@ -184,8 +184,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 		r, err = s.q.AddToHeld(e)
 	}
 	if err != nil {
-		s.fail("record", err)
-		s.log.Error(failed, "err", err, "queue_id", e.QueueID)
+		s.failed("record", err, failed, "queue_id", e.QueueID)
 		return "", err
 	}
 	if hold && !freeze {
@@ -225,7 +224,7 @@ func (s *Service) received(req *policy.Request, rcpts []string) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Received: from %s (%s [%s])\r\n\tby %s (ratelimitd, for the MTA) with %s", safe(req.HeloName, "unknown"),
-		safe(req.ClientName, "unknown"), safe(req.ClientAddress, "unknown"), safe(s.reportingMTA(), "localhost"), proto)
+		safe(req.ClientName, "unknown"), safe(req.ClientAddress, "unknown"), safe(s.opts.ReportingMTA, "localhost"), proto)
 	if q := req.QueueID; quarantine.ValidQueueID(q) {
 		b.WriteString(" id " + q)
 	}
@@ -234,15 +233,6 @@ func (s *Service) received(req *policy.Request, rcpts []string) string {
 	}
 	b.WriteString("; " + s.now().Format(time.RFC1123Z) + "\r\n")
 	return b.String()
-}
-
-// reportingMTA is Options.ReportingMTA, else the host's name.
-func (s *Service) reportingMTA() string {
-	if s.opts.ReportingMTA != "" {
-		return s.opts.ReportingMTA
-	}
-	host, _ := os.Hostname()
-	return host
 }
 
 // awaiting remembers or forgets instance as held at RCPT without queue ID.
@@ -332,12 +322,18 @@ func (s *Service) Health() Health {
 	h := s.health
 	s.mu.Unlock()
 	if st, err := s.q.Stats(); err == nil {
-		h.Held, h.Frozen, h.Damaged = st.Held, st.Frozen, st.Damaged
+		h.Held, h.Frozen, h.Damaged = st.Held, st.Frozen, len(st.DamagedIDs)
 	}
 	if sp, err := s.q.Suspended(); err == nil {
 		h.Suspended = len(sp)
 	}
 	return h
+}
+
+// failed counts a failed operation and logs msg with args and err.
+func (s *Service) failed(op string, err error, msg string, args ...any) {
+	s.fail(op, err)
+	s.log.Error(msg, append(args, "err", err)...)
 }
 
 // fail counts a failed operation; the caller logs it.

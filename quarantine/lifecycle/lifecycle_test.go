@@ -257,3 +257,23 @@ func TestFreezeKeepsReceivedTrace(t *testing.T) {
 		t.Fatalf("stored message:\n%q\nwant prefix\n%q", got[:min(len(got), 300)], want)
 	}
 }
+
+// TestSameAddressUnquotesLocalPart: the MTA's queue may list a quoted
+// local part the policy request gave unquoted, or the other way round.
+func TestSameAddressUnquotesLocalPart(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{`"a b"@example.org`, `a b@example.org`, true},
+		{`"a\"b"@example.org`, `a"b@example.org`, true},
+		{`"x"@[192.0.2.1]`, `X@[192.0.2.1]`, true},
+		{`Alice@Example.org`, `alice@example.org`, true},
+		{`"a b"@example.org`, `ab@example.org`, false},
+		{`"unterminated@example.org`, `unterminated@example.org`, false},
+	} {
+		if got := sameAddress(c.a, c.b); got != c.same {
+			t.Errorf("sameAddress(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
+	}
+}

@@ -16,42 +16,34 @@ type metrics struct {
 	autoReleased prometheus.Counter
 }
 
-// The label values newMetrics makes at zero, so that alerts see the first.
-var (
-	failureOps = []string{"record", "release", "schedule", "reinject", "delete", "expire", "dsn", "store", "list",
-		"queue_list", "verify", "auto-release"}
-	expiryOutcomes = []string{"bounced", "deleted_null_sender", "kept", "failed"}
-)
-
 func newMetrics() metrics {
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
-	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	vec := func(name, help string, labels []string, preset ...string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		for _, p := range preset { // at zero, so that alerts see the first
+			v.WithLabelValues(p)
+		}
+		return v
 	}
-	m := metrics{
-		quarantined: vec("ratelimitd_quarantined_total", "Messages held or frozen, by limit and action.", "limit", "action"),
+	return metrics{
+		quarantined: vec("ratelimitd_quarantined_total", "Messages held or frozen, by limit and action.", []string{"limit", "action"}),
 		keyAlerts: counter("ratelimitd_quarantine_key_alerts_total",
 			"Times a key started being held/frozen, or its quarantined count reached another multiple of quarantine.alert_every."),
 		badQueueIDs: counter("ratelimitd_quarantine_invalid_queue_ids_total",
 			"Queue IDs refused because they are not in Postfix's or Exim's syntax or another quarantined message has them already (forged policy requests); the entry is recorded without one."),
 		failures: vec("ratelimitd_quarantine_failures_total",
 			"Failed quarantine operations: record, release, schedule (postqueue -i), reinject, delete, expire, dsn, store, queue_list, verify (a queue ID the MTA's hold queue does not confirm).",
-			"operation"),
+			[]string{"operation"}, "record", "release", "schedule", "reinject", "delete", "expire", "dsn", "store", "list",
+			"queue_list", "verify", "auto-release"),
 		expired: vec("ratelimitd_quarantine_expired_total",
-			"Held or frozen messages past quarantine.max_age, by outcome: bounced, deleted_null_sender, kept, failed.", "outcome"),
+			"Held or frozen messages past quarantine.max_age, by outcome: bounced, deleted_null_sender, kept, failed.",
+			[]string{"outcome"}, "bounced", "deleted_null_sender", "kept", "failed"),
 		keptPastAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_kept_past_max_age",
 			Help: "Held or frozen messages past quarantine.max_age still kept at the last expiry run (expire_action keep, no queue ID, or a failed bounce)."}),
 		autoReleased: counter("ratelimitd_quarantine_auto_released_total", "Messages released automatically (auto_release = \"drip\")."),
 	}
-	for _, op := range failureOps {
-		m.failures.WithLabelValues(op)
-	}
-	for _, o := range expiryOutcomes {
-		m.expired.WithLabelValues(o)
-	}
-	return m
 }
 
 // PresetLimit makes ratelimitd_quarantined_total{limit, action} exist at

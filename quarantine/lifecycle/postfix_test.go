@@ -108,7 +108,7 @@ func TestExpireHeldReturnsToSender(t *testing.T) {
 		ListCommand: listPostfix(pf)}})
 	e.hold(t, ids[0])
 	clk.t = clk.t.Add(2 * time.Hour)
-	if r := e.svc.Expire(context.Background(), clk.t); r.Bounced != 1 || r.Kept != 0 {
+	if r := e.expire(clk.t); r.Bounced != 1 || r.Kept != 0 {
 		t.Fatalf("expire: %+v\n%s", r, e.logs.String())
 	}
 	msgs := sink.WaitCount(t, 1, 30*time.Second)

@@ -69,11 +69,3 @@ func (s *Service) releaseHeld(ctx context.Context, op string, release func(conte
 	}
 	return errors.Join(warns...), nil
 }
-
-// runHeld runs cmd (a Queue method) for queueID once checkQueueID allows it.
-func (s *Service) runHeld(ctx context.Context, cmd func(context.Context, string) error, queueID string) error {
-	if err := checkQueueID(queueID); err != nil {
-		return err
-	}
-	return cmd(ctx, queueID)
-}

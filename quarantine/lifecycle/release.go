@@ -22,14 +22,12 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	}
 	pending, err := s.q.List(quarantine.Filter{OldestFirst: true})
 	if err != nil {
-		s.fail("auto-release", err)
-		s.log.Error("automatic release: listing failed", "err", err)
+		s.failed("auto-release", err, "automatic release: listing failed")
 		return 0
 	}
 	suspended, err := s.q.Suspended()
 	if err != nil {
-		s.fail("auto-release", err)
-		s.log.Error("automatic release: reading suspended keys failed", "err", err)
+		s.failed("auto-release", err, "automatic release: reading suspended keys failed")
 		return 0
 	}
 	released := 0
@@ -74,9 +72,8 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		}
 		s.mu.Unlock()
 		if err != nil {
-			s.fail("auto-release", err)
-			s.log.Error("automatic release failed; the message stays quarantined", "id", e.ID, "key", e.Key,
-				"limit", e.Limit, "err", err)
+			s.failed("auto-release", err, "automatic release failed; the message stays quarantined",
+				"id", e.ID, "key", e.Key, "limit", e.Limit)
 			continue
 		}
 		released++
@@ -135,8 +132,7 @@ func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bo
 func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key string) (time.Duration, bool) {
 	rates, err := s.opts.Rates.Lookup(ctx, now, key)
 	if err != nil {
-		s.fail("auto-release", err)
-		s.log.Error("automatic release: reading the rate failed", "key", key, "err", err)
+		s.failed("auto-release", err, "automatic release: reading the rate failed", "key", key)
 		return 0, false
 	}
 	for _, r := range rates {

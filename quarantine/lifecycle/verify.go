@@ -20,8 +20,7 @@ func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quaranti
 	msgs, err := s.queue.List(ctx)
 	if err != nil {
 		if !errors.Is(err, quarantine.ErrNoQueueList) {
-			s.fail("queue_list", err)
-			s.log.Error("listing the MTA's queue failed", "id", e.ID, "queue_id", e.QueueID, "err", err)
+			s.failed("queue_list", err, "listing the MTA's queue failed", "id", e.ID, "queue_id", e.QueueID)
 		}
 		if e.QueueID == "" {
 			return e, nil // nothing to find it with: errNoQueueID follows
@@ -51,8 +50,7 @@ func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quaranti
 	}
 	if e.Unverified != reason || reason != "" {
 		if err := s.q.SetUnverified(e.ID, reason); err != nil {
-			s.fail("store", err)
-			s.log.Error("recording whether a held message's queue ID is confirmed failed", "id", e.ID, "err", err)
+			s.failed("store", err, "recording whether a held message's queue ID is confirmed failed", "id", e.ID)
 		}
 		e.Unverified = reason
 	}
