@@ -73,7 +73,7 @@ func ParseEximEvent(r *bufio.Reader) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("%w: request %.40q is not %s", ErrEximMalformed, attrs["request"], EximRequestType)
 	}
 	o := Outcome{QueueID: attrs["queue_id"], Recipient: strings.TrimSpace(attrs["recipient"])}
-	if !ValidQueueID(o.QueueID) {
+	if !maillog.ValidQueueID(o.QueueID) {
 		return Outcome{}, fmt.Errorf("%w: queue_id %.40q", ErrEximMalformed, o.QueueID)
 	}
 	if o.Recipient == "" || o.Recipient == "@" {
