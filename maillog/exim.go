@@ -122,9 +122,6 @@ func eximTokens(s string) ([]string, error) {
 		if inQuote {
 			return toks, fmt.Errorf("unterminated quoted string")
 		}
-		if i > len(s) {
-			i = len(s)
-		}
 		toks = append(toks, s[:i])
 		s = s[i:]
 	}
