@@ -201,7 +201,6 @@ func parseArrival(r *Record, rest string) error {
 			r.Bounce = true
 		}
 	}
-	r.Local = !smtp
 	if smtp && r.SASLMethod == "" {
 		// U= on an SMTP arrival is the ident (RFC 1413) answer, not a login.
 		r.SASLUsername = ""

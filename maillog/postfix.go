@@ -34,8 +34,8 @@ const (
 // orig_to= when logged, else to=; Recipients are Exim's "for a b c".
 // Reject is the stage ("RCPT", "DATA") of a reject, NOQUEUE or hold line.
 // DSN is a to= line's dsn= ("5.1.1") or a reject's enhanced code, Status
-// the first word of status= ("sent", "deferred", "bounced"). Local marks
-// an Exim arrival without H=, Bounce one of Exim's own bounces (R=).
+// the first word of status= ("sent", "deferred", "bounced"). Bounce marks
+// one of Exim's own bounces (R=).
 type Record struct {
 	Kind                      Kind
 	QueueID                   string
@@ -48,7 +48,7 @@ type Record struct {
 	Recipients                []string
 	Reject                    string
 	MessageID                 string
-	Local, Bounce             bool
+	Bounce                    bool
 	DSN, Status               string
 }
 
