@@ -56,10 +56,10 @@ type Record struct {
 // message; it is not a parse failure.
 var ErrNotPostfix = errors.New("maillog: not a line about a queued message")
 
-// Queue IDs only of these forms are taken (they reach postsuper and exim
-// as argv, through package quarantine): Postfix short (src/global/mail_queue.h)
-// and long (postconf(5) enable_long_queue_ids) forms, Exim's (spec chapter
-// "How Exim receives and delivers mail"), XXXXXX-XXXXXXXXXXX-XXXX since 4.97.
+// The queue IDs ValidQueueID takes, the forms quarantine.ValidQueueID
+// takes: Postfix short (src/global/mail_queue.h) and long (postconf(5)
+// enable_long_queue_ids), Exim's (spec chapter "How Exim receives and
+// delivers mail"), XXXXXX-XXXXXXXXXXX-XXXX since 4.97.
 const postfixSafe = "0123456789BCDFGHJKLMNPQRSTVWXYZbcdfghjklmnpqrstvwxyz" // safe_ultostr.c
 
 var queueIDSyntax = regexp.MustCompile(`^(?:[0-9A-F]{6,}|[` + postfixSafe + `]{10,}z[` + postfixSafe[:51] + `]+|` +
