@@ -12,21 +12,6 @@ import (
 // ErrNotExim is returned by ParseExim for a mainlog line not about a message.
 var ErrNotExim = errors.New("maillog: not an Exim line about a message")
 
-// isEximID reports whether s is an Exim message ID, base 62: 6-6-2
-// ("1qXyZa-0001Ab-Cd") or Exim 4.97's 6-11-4.
-func isEximID(s string) bool {
-	parts := strings.Split(s, "-")
-	if len(parts) != 3 || len(parts[0]) != 6 {
-		return false
-	}
-	if !(len(parts[1]) == 6 && len(parts[2]) == 2) && !(len(parts[1]) == 11 && len(parts[2]) == 4) {
-		return false
-	}
-	return strings.Trim(s, base62+"-") == ""
-}
-
-const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
 // IsEximLine reports whether s starts "2026-11-20 18:00:00 ", like Exim's.
 func IsEximLine(s string) bool {
 	return len(s) > 20 && s[4] == '-' && s[7] == '-' && s[10] == ' ' && s[13] == ':' && s[16] == ':'
@@ -52,7 +37,7 @@ func ParseExim(s string, loc *time.Location) (time.Time, Record, error) {
 		rest = strings.TrimLeft(rest[i+1:], " ")
 	}
 	id, rest, _ := strings.Cut(rest, " ")
-	if !isEximID(id) {
+	if !ValidQueueID(id) || !strings.Contains(id, "-") { // a Postfix ID is no Exim ID
 		return t, r, ErrNotExim
 	}
 	r.QueueID = id
@@ -137,19 +122,18 @@ func eximTokens(s string) ([]string, error) {
 		if inQuote {
 			return toks, fmt.Errorf("unterminated quoted string")
 		}
-		if i > len(s) {
-			i = len(s)
-		}
 		toks = append(toks, s[:i])
 		s = s[i:]
 	}
 	return toks, nil
 }
 
+const asciiLetters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
 // isTag splits tok "X=..." with X a log field name (letters).
 func isTag(tok string) (string, string, bool) {
 	eq := strings.IndexByte(tok, '=')
-	if eq <= 0 || eq > 12 || strings.Trim(tok[:eq], base62[10:]) != "" {
+	if eq <= 0 || eq > 12 || strings.Trim(tok[:eq], asciiLetters) != "" {
 		return "", "", false
 	}
 	return tok[:eq], tok[eq+1:], true
@@ -217,7 +201,6 @@ func parseArrival(r *Record, rest string) error {
 			r.Bounce = true
 		}
 	}
-	r.Local = !smtp
 	if smtp && r.SASLMethod == "" {
 		// U= on an SMTP arrival is the ident (RFC 1413) answer, not a login.
 		r.SASLUsername = ""

@@ -80,12 +80,7 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 		}
 	}
 	defer func() { file.Close() }()
-	each := func(line []byte, long bool, p Position) bool {
-		if !long {
-			fn(line, p)
-		}
-		return true
-	}
+	each := skipLong(fn)
 	r := newLineReader(file, pos, false)
 	for {
 		if err := r.lines(each); err != nil {
@@ -152,12 +147,7 @@ func (f *Follower) start(pos Position, rotated string, fn func([]byte, Position)
 		if old, err := os.Open(rotated); err == nil {
 			if p := positionOf(old, pos.Offset); p.Dev == pos.Dev && p.Ino == pos.Ino {
 				if _, err := old.Seek(pos.Offset, io.SeekStart); err == nil {
-					newLineReader(old, p, true).lines(func(line []byte, long bool, p Position) bool {
-						if !long {
-							fn(line, p)
-						}
-						return true
-					})
+					newLineReader(old, p, true).lines(skipLong(fn))
 				}
 			}
 			old.Close()
@@ -168,6 +158,16 @@ func (f *Follower) start(pos Position, rotated string, fn func([]byte, Position)
 		return nil, pos, err
 	}
 	return file, here, nil
+}
+
+// skipLong is lineReader.lines' callback giving fn every line but the long ones.
+func skipLong(fn func([]byte, Position)) func([]byte, bool, Position) bool {
+	return func(line []byte, long bool, p Position) bool {
+		if !long {
+			fn(line, p)
+		}
+		return true
+	}
 }
 
 // lineReader splits a file into lines, keeping a partial last line until

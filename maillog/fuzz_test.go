@@ -49,7 +49,7 @@ func FuzzSyslogLine(f *testing.F) {
 				t.Fatalf("negative size or nrcpt: %q", s)
 			}
 		}
-		if r.Kind != KindNoQueue && !isQueueID(r.QueueID) {
+		if r.Kind != KindNoQueue && !ValidQueueID(r.QueueID) {
 			t.Fatalf("bad queue ID %q from %q", r.QueueID, s)
 		}
 	})
@@ -63,7 +63,7 @@ func FuzzEximLine(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !isEximID(r.QueueID) || r.Size < 0 {
+		if !ValidQueueID(r.QueueID) || r.Size < 0 {
 			t.Fatalf("accepted %q: %+v", s, r)
 		}
 		if r.Kind == KindTo && r.Recipient == "" {

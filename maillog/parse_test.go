@@ -7,6 +7,23 @@ import (
 	"time"
 )
 
+// TestValidQueueID: Postfix's short and long forms and Exim's two are
+// queue IDs; anything else, options and shell syntax above all, is not.
+func TestValidQueueID(t *testing.T) {
+	for _, id := range []string{"3C8F1A", "A1B2C3D4E5F6", "4LR5tD6VBnzKHk", "4Xz9Nq1c2Gz3Nbx", "1rYd5N-0003kT-Qw",
+		"1rYd5N-0000000003k-Qw8A"} {
+		if !ValidQueueID(id) {
+			t.Errorf("ValidQueueID(%q) = false", id)
+		}
+	}
+	for _, id := range []string{"", "ALL", "-d", "3C8F1", "4F2a12345", "4LR5tD6VBnz", "4LR5tD6VBnzKHa", "1rYd5N-0003kT-Q",
+		"4F2A12345;rm", "../../etc", strings.Repeat("A", 33)} {
+		if ValidQueueID(id) {
+			t.Errorf("ValidQueueID(%q) = true", id)
+		}
+	}
+}
+
 func TestParsePostfix(t *testing.T) {
 	for _, c := range []struct {
 		msg  string

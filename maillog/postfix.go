@@ -3,6 +3,7 @@ package maillog
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,8 +34,8 @@ const (
 // orig_to= when logged, else to=; Recipients are Exim's "for a b c".
 // Reject is the stage ("RCPT", "DATA") of a reject, NOQUEUE or hold line.
 // DSN is a to= line's dsn= ("5.1.1") or a reject's enhanced code, Status
-// the first word of status= ("sent", "deferred", "bounced"). Local marks
-// an Exim arrival without H=, Bounce one of Exim's own bounces (R=).
+// the first word of status= ("sent", "deferred", "bounced"). Bounce marks
+// one of Exim's own bounces (R=).
 type Record struct {
 	Kind                      Kind
 	QueueID                   string
@@ -47,7 +48,7 @@ type Record struct {
 	Recipients                []string
 	Reject                    string
 	MessageID                 string
-	Local, Bounce             bool
+	Bounce                    bool
 	DSN, Status               string
 }
 
@@ -55,28 +56,18 @@ type Record struct {
 // message; it is not a parse failure.
 var ErrNotPostfix = errors.New("maillog: not a line about a queued message")
 
-// isQueueID reports whether s is a Postfix queue ID of 5 to 32
-// characters: upper-case hex, or long (enable_long_queue_ids: no vowels).
-func isQueueID(s string) bool {
-	if len(s) < 5 || len(s) > 32 {
-		return false
-	}
-	hex, long := true, true
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-		case c >= 'A' && c <= 'F':
-			long = long && c != 'A' && c != 'E'
-		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z':
-			hex = false
-			long = long && !strings.ContainsRune("AEIOUaeiou", rune(c))
-		default:
-			return false
-		}
-	}
-	return hex || long
-}
+// The queue IDs ValidQueueID takes, the forms quarantine.ValidQueueID
+// takes: Postfix short (src/global/mail_queue.h) and long (postconf(5)
+// enable_long_queue_ids), Exim's (spec chapter "How Exim receives and
+// delivers mail"), XXXXXX-XXXXXXXXXXX-XXXX since 4.97.
+const postfixSafe = "0123456789BCDFGHJKLMNPQRSTVWXYZbcdfghjklmnpqrstvwxyz" // safe_ultostr.c
+
+var queueIDSyntax = regexp.MustCompile(`^(?:[0-9A-F]{6,}|[` + postfixSafe + `]{10,}z[` + postfixSafe[:51] + `]+|` +
+	`[0-9A-Za-z]{6}-(?:[0-9A-Za-z]{6}-[0-9A-Za-z]{2}|[0-9A-Za-z]{11}-[0-9A-Za-z]{4}))$`)
+
+// ValidQueueID reports whether id is a Postfix or Exim queue ID: at most
+// 32 ASCII letters, digits and dashes, not starting with '-'.
+func ValidQueueID(id string) bool { return len(id) <= 32 && queueIDSyntax.MatchString(id) }
 
 // ParsePostfix parses the text after "postfix/daemon[pid]: " of Postfix
 // 2.x and 3.x (smtpd(8), cleanup(8), qmgr(8), pickup(8), delivery agents).
@@ -92,7 +83,7 @@ func ParsePostfix(msg string) (Record, error) {
 		return r, ErrNotPostfix
 	}
 	colon := strings.Index(msg, ": ")
-	if colon < 0 || !isQueueID(msg[:colon]) {
+	if colon < 0 || !ValidQueueID(msg[:colon]) {
 		return r, ErrNotPostfix
 	}
 	r.QueueID = msg[:colon]

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
@@ -73,7 +72,7 @@ func ParseEximEvent(r *bufio.Reader) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("%w: request %.40q is not %s", ErrEximMalformed, attrs["request"], EximRequestType)
 	}
 	o := Outcome{QueueID: attrs["queue_id"], Recipient: strings.TrimSpace(attrs["recipient"])}
-	if !ValidQueueID(o.QueueID) {
+	if !maillog.ValidQueueID(o.QueueID) {
 		return Outcome{}, fmt.Errorf("%w: queue_id %.40q", ErrEximMalformed, o.QueueID)
 	}
 	if o.Recipient == "" || o.Recipient == "@" {
@@ -99,8 +98,6 @@ type EximServer struct {
 	sink *Sink
 	log  *slog.Logger
 	life *srvconn.Tracker[net.Conn]
-	// Events counts the requests read, Malformed those closed unanswered.
-	Events, Malformed atomic.Int64
 }
 
 // NewEximServer returns an EximServer giving outcomes to sink; log may be nil.
@@ -127,10 +124,8 @@ func (s *EximServer) serveConn(c net.Conn) {
 		}
 	}()
 	c.SetDeadline(time.Now().Add(eximDeadline))
-	s.Events.Add(1)
 	o, err := ParseEximEvent(bufio.NewReaderSize(c, maxEximLine+2))
 	if errors.Is(err, ErrEximMalformed) {
-		s.Malformed.Add(1)
 		return
 	}
 	if err == nil {

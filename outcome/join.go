@@ -14,6 +14,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
@@ -85,6 +86,8 @@ type Join struct {
 	dropped  int                 // submissions not kept: the join was full
 	closed   bool
 	sessions map[sessionKey]Submission // Saw's, memory only
+	// swept and sessionsSwept: the last sweep of a full m or sessions (sweepDue).
+	swept, sessionsSwept time.Time
 }
 
 // sessionKey is a client address and a sender, lower case.
@@ -157,19 +160,11 @@ func Open(db *bolt.DB, now time.Time, opts Options) (*Join, error) {
 	return j, nil
 }
 
-const queueIDChars = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-"
-
-// ValidQueueID reports whether id can be a Postfix queue ID (short hex or
-// long) or an Exim message ID: 5 to 32 letters, digits and '-'.
-func ValidQueueID(id string) bool {
-	return len(id) >= 5 && len(id) <= 32 && strings.Trim(id, queueIDChars) == ""
-}
-
 // Record joins queueID to sub, replacing a reused queue ID's, unless
 // queueID is excluded. It reports false for an invalid queue ID and when
 // the join is full (MaxMessages): that message's outcomes are not counted.
 func (j *Join) Record(queueID string, sub Submission) bool {
-	if !ValidQueueID(queueID) {
+	if !maillog.ValidQueueID(queueID) {
 		return false
 	}
 	j.mu.Lock()
@@ -177,7 +172,9 @@ func (j *Join) Record(queueID string, sub Submission) bool {
 	if e, ok := j.m[queueID]; ok && e.excluded {
 		return true
 	} else if !ok && len(j.m) >= j.opts.MaxMessages {
-		j.sweep(sub.Time)
+		if sweepDue(&j.swept, sub.Time) {
+			j.sweep(sub.Time)
+		}
 		if len(j.m) >= j.opts.MaxMessages {
 			j.dropped++
 			return false
@@ -216,7 +213,7 @@ func (j *Join) Lookup(queueID string) (Submission, bool) {
 // sender's to answer for: its outcomes are not counted, whatever joins it
 // later.
 func (j *Join) Exclude(queueID string, now time.Time) {
-	if !ValidQueueID(queueID) {
+	if !maillog.ValidQueueID(queueID) {
 		return
 	}
 	j.mu.Lock()
@@ -262,7 +259,8 @@ func (j *Join) Forget(queueID string) {
 }
 
 // Saw notes req at now, if it has a SASL login and a client address, for
-// Session. A full table (maxSessions) keeps what it has.
+// Session. A full table (maxSessions) keeps what it has but for the
+// expired sessions sweepDue lets it drop.
 func (j *Join) Saw(now time.Time, req *policy.Request) {
 	if req.SASLUsername == "" || req.ClientAddress == "" {
 		return
@@ -272,10 +270,8 @@ func (j *Join) Saw(now time.Time, req *policy.Request) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if _, ok := j.sessions[k]; !ok && len(j.sessions) >= maxSessions {
-		for k, s := range j.sessions {
-			if sub.Time.Sub(s.Time) > sessionWindow {
-				delete(j.sessions, k)
-			}
+		if sweepDue(&j.sessionsSwept, sub.Time) {
+			maps.DeleteFunc(j.sessions, func(_ sessionKey, s Submission) bool { return sub.Time.Sub(s.Time) > sessionWindow })
 		}
 		if len(j.sessions) >= maxSessions {
 			return
@@ -320,6 +316,17 @@ func (j *Join) Dropped() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.dropped
+}
+
+// sweepDue reports whether a full table last swept at *last is to be
+// swept at now, and notes now if so: at most once a minute, as a sweep is
+// O(n) and a full table is asked on every request.
+func sweepDue(last *time.Time, now time.Time) bool {
+	if d := now.Sub(*last); d < time.Minute && d > -time.Minute {
+		return false
+	}
+	*last = now
+	return true
 }
 
 // sweep drops queue IDs past their lifetime at now; j.mu held.

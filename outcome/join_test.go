@@ -1,6 +1,7 @@
 package outcome
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -96,6 +97,31 @@ func TestJoinIsBounded(t *testing.T) {
 		if j.Record(bad, Submission{Time: now}) {
 			t.Errorf("Record(%q) took an invalid queue ID", bad)
 		}
+	}
+}
+
+// TestFullSessionTableSweepsOnceAMinute: a full session table is swept
+// for expired sessions at most once a minute (a sweep is O(n)), not on
+// every request it refuses.
+func TestFullSessionTableSweepsOnceAMinute(t *testing.T) {
+	now := time.Now()
+	j := NewJoin(nil, Options{})
+	req := func(i int) *policy.Request {
+		return &policy.Request{SASLUsername: "u", Sender: fmt.Sprintf("s%d@example.org", i), ClientAddress: "192.0.2.1"}
+	}
+	j.Saw(now.Add(30*time.Second-sessionWindow), req(0)) // expires in 30s
+	for i := 1; i < maxSessions; i++ {
+		j.Saw(now, req(i))
+	}
+	has := func(i int, at time.Time) bool { _, ok := j.Session("192.0.2.1", req(i).Sender, at); return ok }
+	j.Saw(now, req(-1))
+	j.Saw(now.Add(31*time.Second), req(-2))
+	if has(-1, now) || has(-2, now.Add(31*time.Second)) {
+		t.Fatal("a full table took a session within a minute of its last sweep")
+	}
+	j.Saw(now.Add(61*time.Second), req(-3))
+	if !has(-3, now.Add(61*time.Second)) {
+		t.Error("a minute later, the sweep made no room for a new session")
 	}
 }
 

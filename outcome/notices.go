@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/emersion/go-smtp"
@@ -22,8 +21,6 @@ type NoticeServer struct {
 	srv  *smtp.Server
 	sink *Sink
 	log  *slog.Logger
-	// Notices counts the notices received, Unreadable those without a report.
-	Notices, Unreadable atomic.Int64
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -63,11 +60,9 @@ func (*noticeSession) Mail(string, *smtp.MailOptions) error { return nil }
 func (*noticeSession) Rcpt(string, *smtp.RcptOptions) error { return nil }
 func (ns *noticeSession) Data(r io.Reader) error {
 	s := ns.s
-	s.Notices.Add(1)
 	rep, err := ParseReport(r)
 	io.Copy(io.Discard, r)
 	if err != nil {
-		s.Unreadable.Add(1)
 		if !errors.Is(err, ErrNotReport) {
 			s.log.Warn("outcome notice: unreadable report", "err", err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/maillog"
@@ -27,10 +26,8 @@ type LogFeed struct {
 	Follower maillog.Follower
 	Join     *Join
 	Sink     *Sink
-	Log      *slog.Logger // nil: discarded
-	// Lines counts the lines read, Unparsable those not syslog lines.
-	Lines, Unparsable atomic.Int64
-	now               func() time.Time // nil: time.Now
+	Log      *slog.Logger     // nil: discarded
+	now      func() time.Time // nil: time.Now
 }
 
 func (f *LogFeed) cursorName() string { return "maillog:" + f.Follower.Path }
@@ -58,10 +55,8 @@ func (f *LogFeed) Run(ctx context.Context) error {
 
 // Line takes one log line.
 func (f *LogFeed) Line(ctx context.Context, line string) {
-	f.Lines.Add(1)
 	sl, err := maillog.ParseSyslogLine(line, time.UTC)
 	if err != nil {
-		f.Unparsable.Add(1)
 		return
 	}
 	prog := sl.Program

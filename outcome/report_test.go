@@ -70,8 +70,8 @@ func FuzzParseReport(f *testing.F) {
 }
 
 // TestNoticeServerCountsAReport: a notice delivered over LMTP is counted
-// once however often it is delivered, and garbage is accepted and
-// counted as unreadable.
+// once however often it is delivered, and garbage is accepted (so it does
+// not bounce to the postmaster) and counts nothing.
 func TestNoticeServerCountsAReport(t *testing.T) {
 	raw, err := os.ReadFile("testdata/postmaster-copy.eml")
 	if err != nil {
@@ -99,9 +99,6 @@ func TestNoticeServerCountsAReport(t *testing.T) {
 	}
 	if got := rate(t, e, "bounces", "alice"); got < 1.98 || got > 2.01 {
 		t.Errorf("alice's bounces %v, want 2", got)
-	}
-	if ns.Notices.Load() != 3 || ns.Unreadable.Load() != 1 {
-		t.Errorf("notices %d, unreadable %d; want 3, 1", ns.Notices.Load(), ns.Unreadable.Load())
 	}
 }
 

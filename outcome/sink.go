@@ -50,15 +50,6 @@ func (c *Counts) Load(k policy.OutcomeKind) int64 {
 	return 0
 }
 
-// Total returns how many outcomes of every kind were counted.
-func (c *Counts) Total() int64 {
-	var n int64
-	for i := range c {
-		n += c[i].Load()
-	}
-	return n
-}
-
 // NewSink returns a Sink joining through j and counting in rec.
 func NewSink(j *Join, rec Recorder) *Sink { return &Sink{join: j, rec: rec} }
 

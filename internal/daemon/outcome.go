@@ -103,7 +103,7 @@ func (d *Daemon) joinSubmission(ctx context.Context, now time.Time, req *policy.
 	}
 	_, before := d.join.Lookup(req.QueueID) // by the other front end, its recipients counted
 	if !d.join.Record(req.QueueID, outcome.SubmissionOf(now, req)) {
-		if outcome.ValidQueueID(req.QueueID) {
+		if maillog.ValidQueueID(req.QueueID) {
 			d.metrics.Fault("outcome join full")
 		}
 		return

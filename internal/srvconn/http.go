@@ -15,7 +15,7 @@ import (
 // http.Server.ConnState. Safe for concurrent use.
 type HTTPLimit struct {
 	max      int
-	evicted  atomic.Int64
+	evicted  atomic.Int64 // idle connections closed to make room
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when a connection closes or goes idle
 	conns    map[*httpConn]struct{}
@@ -28,19 +28,6 @@ func NewHTTPLimit(n int) *HTTPLimit {
 	h.cond = sync.NewCond(&h.mu)
 	return h
 }
-
-// Max is the cap.
-func (h *HTTPLimit) Max() int { return h.max }
-
-// Open is the number of connections open now.
-func (h *HTTPLimit) Open() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.conns)
-}
-
-// Evicted is the number of idle connections closed to make room.
-func (h *HTTPLimit) Evicted() int64 { return h.evicted.Load() }
 
 // Listener wraps l: Accept returns a connection once there is room for
 // it. Closing it closes l and ends a wait for room with net.ErrClosed.

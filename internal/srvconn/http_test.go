@@ -141,3 +141,16 @@ func waitIdle(t *testing.T, h *HTTPLimit, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Max is the cap.
+func (h *HTTPLimit) Max() int { return h.max }
+
+// Open is the number of connections open now.
+func (h *HTTPLimit) Open() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
+// Evicted is the number of idle connections closed to make room.
+func (h *HTTPLimit) Evicted() int64 { return h.evicted.Load() }
