@@ -74,13 +74,12 @@ type Message struct {
 // fields must not change once Serve is called.
 type Server struct {
 	// Decider decides every RCPT and END-OF-MESSAGE; required. ctx ends at
-	// DecideTimeout or Close.
-	Decider       mta.Decider
-	Quarantine    Quarantine    // nil: holds unrecorded, freezes temp-failed
-	Logger        *slog.Logger  // nil: slog.Default()
-	Metrics       mta.Metrics   // may be nil
-	ReadTimeout   time.Duration // every read and write; 0: DefaultReadTimeout
-	DecideTimeout time.Duration // 0: DefaultDecideTimeout
+	// DefaultDecideTimeout or Close.
+	Decider     mta.Decider
+	Quarantine  Quarantine    // nil: holds unrecorded, freezes temp-failed
+	Logger      *slog.Logger  // nil: slog.Default()
+	Metrics     mta.Metrics   // may be nil
+	ReadTimeout time.Duration // every read and write; 0: DefaultReadTimeout
 	// MaxMessageSize bounds the bytes kept for freezing (a larger message
 	// that must be frozen gets 452 4.3.4); SpoolThreshold of them stay in
 	// memory, the rest in an unlinked file in SpoolDir ("": os.TempDir()).
@@ -117,10 +116,6 @@ func (s *Server) readTimeout() time.Duration {
 	return srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
 }
 
-func (s *Server) decideTimeout() time.Duration {
-	return srvconn.OrDefault(s.DecideTimeout, DefaultDecideTimeout)
-}
-
 // firstRequestTimeout is FirstRequestTimeout, at most ReadTimeout.
 func (s *Server) firstRequestTimeout() time.Duration {
 	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.readTimeout())
@@ -153,12 +148,8 @@ func (s *Server) Serve(l net.Listener) error {
 		Logger:  s.logger(),
 		Allowed: s.AllowedNetworks,
 		New:     s.newConn,
-		Refused: func(c *conn) {
-			s.metrics().Conn(false)
-			c.log.Warn("connection refused by allow-list")
-		},
+		Refused: func(c *conn) { c.log.Warn("connection refused by allow-list") },
 		Start: func(c *conn) {
-			s.metrics().Conn(true)
 			c.log.Debug("connection opened")
 			s.startSession(c)
 		},
@@ -172,7 +163,7 @@ func (s *Server) startSession(c *conn) {
 		Actions:   gomilter.OptAddHeader | gomilter.OptQuarantine,
 		Protocol:  gomilter.OptNoUnknown, // go-milter cannot parse SMFIC_UNKNOWN
 	}
-	_ = lib.Serve(&oneConnListener{c: guardConn{c}})
+	_ = lib.Serve(&oneConnListener{c: guardConn{c.rwc, c}})
 }
 
 // Shutdown closes the listeners and the connections between messages, lets
@@ -279,8 +270,11 @@ func (c *conn) canDo(a gomilter.OptAction) bool {
 
 // guardConn is the connection as go-milter sees it: reads through the
 // framing guard with a deadline on each, writes with a deadline, and Close
-// ending the session.
-type guardConn struct{ c *conn }
+// ending the session; the rest is the connection's own.
+type guardConn struct {
+	net.Conn
+	c *conn
+}
 
 func (g guardConn) Read(p []byte) (int, error) {
 	c := g.c
@@ -301,29 +295,22 @@ func (g guardConn) Write(p []byte) (int, error) {
 	return c.rwc.Write(p)
 }
 
-// Close is called by go-milter when the session ends.
+// Close is called by go-milter when the session ends; the connection
+// leaves the budget once its session state is released.
 func (g guardConn) Close() error {
-	c := g.c
+	c, s := g.c, g.c.srv
 	err := c.rwc.Close()
-	s := c.srv
 	s.life.Lock()
 	first := !c.ended
 	c.ended = true
-	s.life.RemoveLocked(c)
 	s.life.Unlock()
 	if first {
 		c.sess.end()
 		c.log.Debug("connection closed")
-		s.metrics().ConnDone()
+		s.life.Remove(c)
 	}
 	return err
 }
-
-func (g guardConn) LocalAddr() net.Addr                { return g.c.rwc.LocalAddr() }
-func (g guardConn) RemoteAddr() net.Addr               { return g.c.rwc.RemoteAddr() }
-func (g guardConn) SetDeadline(t time.Time) error      { return g.c.rwc.SetDeadline(t) }
-func (g guardConn) SetReadDeadline(t time.Time) error  { return g.c.rwc.SetReadDeadline(t) }
-func (g guardConn) SetWriteDeadline(t time.Time) error { return g.c.rwc.SetWriteDeadline(t) }
 
 // noteReadError logs and counts why a connection stopped reading.
 func (c *conn) noteReadError(err error) {

@@ -302,7 +302,7 @@ func (s *session) decideKeep() {
 	adv, ok := srv.Decider.(FreezeAdvisor)
 	if ok && m.rcpt.Action != policy.Freeze {
 		req := s.request(policy.StateData)
-		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
+		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultDecideTimeout)
 		may := adv.MayFreeze(ctx, &req)
 		cancel()
 		if !may {
@@ -493,7 +493,7 @@ func (s *session) request(state string) policy.Request {
 // decide calls the Decider, logs and counts the decision.
 func (s *session) decide(req *policy.Request) policy.Decision {
 	srv := s.c.srv
-	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
+	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultDecideTimeout)
 	defer cancel()
 	start := time.Now()
 	req.Received = start

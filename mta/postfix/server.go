@@ -135,14 +135,8 @@ func (s *Server) Serve(l net.Listener) error {
 			c.log = log.With("conn", c.id, "remote", srvconn.RemoteString(rwc))
 			return c
 		},
-		Refused: func(c *conn) {
-			s.metrics().Conn(false)
-			c.log.Warn("connection refused by allow-list")
-		},
-		Start: func(c *conn) {
-			s.metrics().Conn(true)
-			go s.serveConn(c)
-		},
+		Refused: func(c *conn) { c.log.Warn("connection refused by allow-list") },
+		Start:   func(c *conn) { go s.serveConn(c) },
 	})
 }
 
@@ -162,7 +156,6 @@ func (s *Server) mark(c *conn, active bool, a srvconn.Activity) bool {
 
 // serveConn answers the requests of one connection until it ends.
 func (s *Server) serveConn(c *conn) {
-	m := s.metrics()
 	c.br, c.bw = bufio.NewReader(c.rwc), bufio.NewWriterSize(c.rwc, MaxReplyLen+2)
 	c.dec = NewDecoder(c.br)
 	c.dl = deadlines{idle: s.idleTimeout(), request: s.requestTimeout(), first: c.accepted.Add(s.firstRequestTimeout())}
@@ -171,7 +164,6 @@ func (s *Server) serveConn(c *conn) {
 		c.dl.release()
 		c.rwc.Close()
 		s.life.Remove(c)
-		m.ConnDone()
 	}()
 	c.log.Debug("connection opened")
 	for s.serveRequests(c) {
