@@ -5,18 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"slices"
 	"time"
-
-	"github.com/ratelimitd/ratelimitd/internal/human"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -32,12 +30,6 @@ import (
 func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 	m, _ := policy.LimitParams(c)
 	return m
-}
-
-// openState restores the rate state kept in db into mem; states of limits
-// not configured keep decaying under their stored parameters.
-func openState(db *bolt.DB, mem *ratestore.Memory, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
-	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: limits, ReadOnly: readOnly, Logger: log})
 }
 
 // offline is the state opened by the CLI when no daemon runs; db and state
@@ -65,7 +57,7 @@ func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 			db.Close()
 		}
 	}()
-	state, err := openState(db, mem, storeLimits(f.PolicyConfig()), readOnly, nil)
+	state, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: storeLimits(f.PolicyConfig()), ReadOnly: readOnly})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
 	}

@@ -8,17 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
-	"github.com/ratelimitd/ratelimitd/ratestore"
-	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // Reload rereads the configuration file; an invalid one is refused, logged
@@ -177,15 +172,3 @@ func (d *Daemon) Notify(e notify.Event) { d.notifier.Notify(e) }
 // Config is the configuration the daemon started with (a reload replaces
 // only the limits).
 func (d *Daemon) Config() *config.File { return d.cfg }
-
-// Engine is the policy engine (safe for concurrent use).
-func (d *Daemon) Engine() *policy.Engine { return d.engine }
-
-// State is the rate state persisted to the state file.
-func (d *Daemon) State() *ratestore.Persistent { return d.state }
-
-// Registry is the registry of the daemon's Prometheus metrics.
-func (d *Daemon) Registry() *prometheus.Registry { return d.metrics.Registry() }
-
-// Redis is the shared rate store with [store] backend = "redis", else nil.
-func (d *Daemon) Redis() *redisstore.Failover { return d.redis }

@@ -268,3 +268,18 @@ func (m *Metrics) Preset(faultKinds, badReasons []string) {
 func (m *Metrics) PresetDecision(limit, action string) {
 	m.decisions.WithLabelValues(limit, action)
 }
+
+// counterFunc and gaugeFunc are prometheus.NewCounterFunc and NewGaugeFunc
+// with constant labels (nil: none).
+func counterFunc(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f)
+}
+
+func gaugeFunc(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
+}
+
+// of returns a function reading field f of stats() as a float64.
+func of[S any, T int | int64 | uint64 | float64](stats func() S, f func(S) T) func() float64 {
+	return func() float64 { return float64(f(stats())) }
+}
