@@ -99,12 +99,20 @@ type Server struct {
 	nextID   atomic.Uint64
 	instance string                  // prefix of Request.Instance, random per Server
 	life     *srvconn.Tracker[*conn] // its mutex guards conn.waiting, inMessage, ended
+	// The settings with the defaults applied (init); the first-request
+	// timeout at most the read timeout.
+	readTimeout, firstRequestTimeout time.Duration
+	maxMessageSize, spoolThreshold   int64
 }
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.life = srvconn.New[*conn](ErrServerClosed, "milter", s.Budget)
 		s.instance = fmt.Sprintf("milter.%08x", rand.Uint32())
+		s.readTimeout = srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
+		s.firstRequestTimeout = min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.readTimeout)
+		s.maxMessageSize = srvconn.OrDefault(s.MaxMessageSize, DefaultMaxMessageSize)
+		s.spoolThreshold = srvconn.OrDefault(s.SpoolThreshold, DefaultSpoolThreshold)
 	})
 }
 
@@ -112,27 +120,10 @@ func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default())
 
 func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
 
-func (s *Server) readTimeout() time.Duration {
-	return srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
-}
-
-// firstRequestTimeout is FirstRequestTimeout, at most ReadTimeout.
-func (s *Server) firstRequestTimeout() time.Duration {
-	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.readTimeout())
-}
-
 // ConnStats returns the connection budget's state now.
 func (s *Server) ConnStats() srvconn.Stats {
 	s.init()
 	return s.life.Stats()
-}
-
-func (s *Server) spoolThreshold() int64 {
-	return srvconn.OrDefault(s.SpoolThreshold, DefaultSpoolThreshold)
-}
-
-func (s *Server) maxMessageSize() int64 {
-	return srvconn.OrDefault(s.MaxMessageSize, DefaultMaxMessageSize)
 }
 
 // Serve serves connections on l until it fails or the server stops, backing
@@ -205,7 +196,7 @@ type conn struct {
 }
 
 func (s *Server) newConn(rwc net.Conn) *conn {
-	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1), firstBy: time.Now().Add(s.firstRequestTimeout())}
+	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1), firstBy: time.Now().Add(s.firstRequestTimeout)}
 	c.log = s.logger().With("conn", c.id, "remote", srvconn.RemoteString(rwc))
 	c.sess = &session{c: c}
 	c.frame = newFrameReader(deadlineReader{c}, MaxPacketSize, c)
@@ -291,7 +282,7 @@ func (g guardConn) Read(p []byte) (int, error) {
 
 func (g guardConn) Write(p []byte) (int, error) {
 	c := g.c
-	c.rwc.SetWriteDeadline(time.Now().Add(c.srv.readTimeout()))
+	c.rwc.SetWriteDeadline(time.Now().Add(c.srv.readTimeout))
 	return c.rwc.Write(p)
 }
 
@@ -325,11 +316,11 @@ func (c *conn) noteReadError(err error) {
 		m.BadInput(ReasonPacketTooLarge)
 		c.rwc.Close()
 	case errors.Is(err, os.ErrDeadlineExceeded) && c.headers <= 1:
-		c.log.Debug("closing connection: no complete packet within the first-request timeout", "timeout", c.srv.firstRequestTimeout())
+		c.log.Debug("closing connection: no complete packet within the first-request timeout", "timeout", c.srv.firstRequestTimeout)
 		c.srv.life.CountClosed(srvconn.ReasonFirstRequest)
 		m.BadInput(ReasonTimeout)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		c.log.Info("closing connection: read timeout", "timeout", c.srv.readTimeout())
+		c.log.Info("closing connection: read timeout", "timeout", c.srv.readTimeout)
 		m.BadInput(ReasonTimeout)
 	case errors.Is(err, errSessionPoisoned):
 		c.log.Warn("closing connection after a panic")
@@ -354,7 +345,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	if d.c.headers <= 1 {
 		d.c.rwc.SetReadDeadline(d.c.firstBy)
 	} else {
-		d.c.rwc.SetReadDeadline(time.Now().Add(d.c.srv.readTimeout()))
+		d.c.rwc.SetReadDeadline(time.Now().Add(d.c.srv.readTimeout))
 	}
 	return d.c.rwc.Read(p)
 }

@@ -67,6 +67,9 @@ type Server struct {
 	initOnce sync.Once
 	nextID   atomic.Uint64
 	life     *srvconn.Tracker[*conn] // its mutex guards conn.active
+	// The timeouts with the defaults applied (init); the first-request
+	// timeout at most idle + request.
+	idleTimeout, requestTimeout, firstRequestTimeout time.Duration
 }
 
 // conn is one accepted connection and what its requests share.
@@ -90,26 +93,15 @@ type conn struct {
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.life = srvconn.New[*conn](ErrServerClosed, "postfix", s.Budget)
+		s.idleTimeout = srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
+		s.requestTimeout = srvconn.OrDefault(s.RequestTimeout, DefaultRequestTimeout)
+		s.firstRequestTimeout = min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.idleTimeout+s.requestTimeout)
 	})
 }
 
 func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
 func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
-
-func (s *Server) idleTimeout() time.Duration {
-	return srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
-}
-
-func (s *Server) requestTimeout() time.Duration {
-	return srvconn.OrDefault(s.RequestTimeout, DefaultRequestTimeout)
-}
-
-// firstRequestTimeout is FirstRequestTimeout, at most IdleTimeout +
-// RequestTimeout.
-func (s *Server) firstRequestTimeout() time.Duration {
-	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.idleTimeout()+s.requestTimeout())
-}
 
 // ConnStats returns the connection budget's state now.
 func (s *Server) ConnStats() srvconn.Stats {
@@ -158,7 +150,7 @@ func (s *Server) mark(c *conn, active bool, a srvconn.Activity) bool {
 func (s *Server) serveConn(c *conn) {
 	c.br, c.bw = bufio.NewReader(c.rwc), bufio.NewWriterSize(c.rwc, MaxReplyLen+2)
 	c.dec = NewDecoder(c.br)
-	c.dl = deadlines{idle: s.idleTimeout(), request: s.requestTimeout(), first: c.accepted.Add(s.firstRequestTimeout())}
+	c.dl = deadlines{idle: s.idleTimeout, request: s.requestTimeout, first: c.accepted.Add(s.firstRequestTimeout)}
 	c.tracker = messageTracker{conn: c.id}
 	defer func() {
 		c.dl.release()
@@ -243,7 +235,7 @@ func (s *Server) serveRequests(c *conn) (again bool) {
 // firstRequestTimedOut counts and logs a first-request timeout.
 func (s *Server) firstRequestTimedOut(c *conn) {
 	s.life.CountClosed(srvconn.ReasonFirstRequest)
-	c.log.Debug("closing connection: no complete request within the first-request timeout", "timeout", s.firstRequestTimeout())
+	c.log.Debug("closing connection: no complete request within the first-request timeout", "timeout", s.firstRequestTimeout)
 }
 
 // answer writes the reply d; false: the connection must end.
