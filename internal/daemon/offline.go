@@ -133,22 +133,10 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 }
 
 // InspectState is what `ratelimitd state check` reads beyond the records:
-// the rate state, then every frozen message against its SHA-256.
+// f's rate state as the daemon would restore it, without writing, counting
+// states per limit (malformed ones are problems), then every frozen
+// message against its SHA-256.
 func InspectState(f *config.File) statedb.Inspect {
-	rates := inspectRates(f)
-	return func(w io.Writer, db *bolt.DB) ([]string, error) {
-		bad, err := rates(w, db)
-		if err != nil {
-			return bad, err
-		}
-		more, err := quarantine.CheckMessages(w, db)
-		return append(bad, more...), err
-	}
-}
-
-// inspectRates reads f's rate state as the daemon would restore it,
-// without writing, counting states per limit; malformed ones are problems.
-func inspectRates(f *config.File) statedb.Inspect {
 	return func(w io.Writer, db *bolt.DB) (bad []string, err error) {
 		mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 		// Unreadable records are reported by Check's scan of every record.
@@ -157,7 +145,6 @@ func inspectRates(f *config.File) statedb.Inspect {
 		if err != nil {
 			return nil, err
 		}
-		defer p.Close()
 		per := map[string]int{}
 		mem.Range(context.Background(), func(limit, _ string, _ ratelimit.State) bool {
 			per[limit]++
@@ -173,10 +160,12 @@ func inspectRates(f *config.File) statedb.Inspect {
 			}
 			fmt.Fprintf(w, "  limit %s: %d states (%s)\n", limit, per[limit], desc)
 		}
+		p.Close()
 		if st.Malformed > 0 {
 			bad = append(bad, fmt.Sprintf("%d malformed rate states", st.Malformed))
 		}
-		return bad, nil
+		more, err := quarantine.CheckMessages(w, db)
+		return append(bad, more...), err
 	}
 }
 
