@@ -158,28 +158,12 @@ func New(trackedKeys func() float64) *Metrics {
 // WatchConns exports the connection budgets' gauges, by front end
 // (listener label: "policy", "milter"); call it once.
 func (m *Metrics) WatchConns(budgets map[string]func() srvconn.Stats) {
-	m.reg.MustRegister(connCollector{budgets: budgets,
-		open: prometheus.NewDesc("ratelimitd_connections_open", "Connections open now, by front end.", []string{"listener"}, nil),
-		max: prometheus.NewDesc("ratelimitd_connections_max",
-			"The cap on open connections, by front end (server.max_connections, milter.max_connections).", []string{"listener"}, nil)})
-}
-
-// connCollector exports the connection budgets' gauges.
-type connCollector struct {
-	budgets   map[string]func() srvconn.Stats
-	open, max *prometheus.Desc
-}
-
-func (c connCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.open
-	ch <- c.max
-}
-
-func (c connCollector) Collect(ch chan<- prometheus.Metric) {
-	for fe, stats := range c.budgets {
-		st := stats()
-		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(st.Open), fe)
-		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(st.Max), fe)
+	for fe, stats := range budgets {
+		l := prometheus.Labels{"listener": fe}
+		m.reg.MustRegister(gaugeFunc("ratelimitd_connections_open", "Connections open now, by front end.", l,
+			of(stats, func(s srvconn.Stats) int { return s.Open })),
+			gaugeFunc("ratelimitd_connections_max", "The cap on open connections, by front end (server.max_connections, milter.max_connections).", l,
+				of(stats, func(s srvconn.Stats) int { return s.Max })))
 	}
 }
 
