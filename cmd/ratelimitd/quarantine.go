@@ -182,7 +182,8 @@ func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selectio
 	n := len(sel.IDs)
 	if n == 0 {
 		var err error
-		if n, err = ask(opts, daemon.OpenQuarantine, func(b admin.Backend) (int, error) { return admin.CountSelected(cmd.Context(), b, sel) }); err != nil {
+		n, err = ask(opts, daemon.OpenQuarantine, func(b admin.Backend) (int, error) { return admin.CountSelected(cmd.Context(), b, sel) })
+		if err != nil {
 			return err
 		}
 	}
