@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -168,13 +167,11 @@ func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 	if len(sel.IDs) > 0 || sel.Sender != "" || sel.Key != "" || sel.OlderThan > 0 {
 		return nil
 	}
-	var flags []string
-	for _, f := range []string{"sender ADDRESS", "key KEY", "older-than DURATION"} {
-		if cmd.Flags().Lookup(strings.Fields(f)[0]) != nil {
-			flags = append(flags, "--"+f)
-		}
+	flags := "--sender ADDRESS, --key KEY"
+	if cmd.Flags().Lookup("older-than") != nil {
+		flags += ", --older-than DURATION"
 	}
-	return usageError{fmt.Errorf("name the messages to %s: IDs (see ratelimitd quarantine list) or %s", cmd.Name(), strings.Join(flags, ", "))}
+	return usageError{fmt.Errorf("name the messages to %s: IDs (see ratelimitd quarantine list) or %s", cmd.Name(), flags)}
 }
 
 // confirmDelete asks on stdin before a delete of more than one message.
