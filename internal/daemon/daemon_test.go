@@ -107,7 +107,7 @@ func TestShutdownKeepsFileAtReloadedAdminSocket(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := testConfig(t, dir, loopback(t), "")
 	td := startTestDaemon(t, cfgPath)
-	running := td.Config().Server.AdminSocket
+	running := td.cfg.Server.AdminSocket
 	other := filepath.Join(dir, "precious")
 	os.WriteFile(other, []byte("not ours"), 0o600)
 	text, _ := os.ReadFile(cfgPath)

@@ -168,7 +168,3 @@ func (d *Daemon) Quarantine() *lifecycle.Service { return d.q.svc }
 // Notify implements admin.Daemon: it queues e with the notifier and never
 // blocks.
 func (d *Daemon) Notify(e notify.Event) { d.notifier.Notify(e) }
-
-// Config is the configuration the daemon started with (a reload replaces
-// only the limits).
-func (d *Daemon) Config() *config.File { return d.cfg }

@@ -81,7 +81,7 @@ func (td *testDaemon) stop() {
 // adminStatus asks the daemon for its status over the admin socket.
 func (td *testDaemon) adminStatus() admin.Status {
 	td.t.Helper()
-	st, err := admin.NewClient(td.Config().Server.AdminSocket).Status()
+	st, err := admin.NewClient(td.cfg.Server.AdminSocket).Status()
 	if err != nil {
 		td.t.Fatal(err)
 	}
