@@ -296,7 +296,7 @@ func (g guardConn) Close() error {
 	c.ended = true
 	s.life.Unlock()
 	if first {
-		c.sess.end()
+		c.sess.dropMsg()
 		c.log.Debug("connection closed")
 		s.life.Remove(c)
 	}

@@ -318,9 +318,6 @@ func (s *session) Abort(_ *gomilter.Modifier) (err error) {
 	return nil
 }
 
-// end is called when the connection has ended.
-func (s *session) end() { s.dropMsg() }
-
 // Body implements go-milter's Milter (SMFIC_BODYEOB): decide at
 // END-OF-MESSAGE and apply, of it and the RCPT decisions, the one of the
 // limit earliest in the stack (Decision.Ahead).
