@@ -106,10 +106,13 @@ func (d *Daemon) Status() admin.Status {
 // Shutdown stops accepting, lets requests finish until ctx is done,
 // flushes the state and closes the file; errors joined. Call it once.
 func (d *Daemon) Shutdown(ctx context.Context) error {
-	var errs []error
-	if err := d.policy.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("policy server: %w", err))
+	var errs []error // nils are dropped by errors.Join
+	check := func(what string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
 	}
+	check("policy server", d.policy.Shutdown(ctx))
 	d.stopMilter(ctx)
 	if d.metricsSrv != nil {
 		d.metricsSrv.Shutdown(ctx)
@@ -121,9 +124,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if d.qnotify != nil {
 		d.qnotify.flushAll()
 	}
-	if err := d.notifier.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("notifications: %w", err))
-	}
+	check("notifications", d.notifier.Close(ctx))
 	if d.stopMemLimit != nil {
 		d.stopMemLimit()
 	}
@@ -134,22 +135,12 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.stopOutcomeFeeds()
 	// The flusher's last flush, then each store's Close flushes the rest.
 	d.stopFlusher()
-	if err := d.state.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
-	}
-	if err := d.rcpts.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("flush recipient sets: %w", err))
-	}
-	if err := d.events.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("flush events: %w", err))
-	}
-	if err := d.closeOutcome(); err != nil {
-		errs = append(errs, err)
-	}
+	check("flush rate state", d.state.Close())
+	check("flush recipient sets", d.rcpts.Close())
+	check("flush events", d.events.Close())
+	errs = append(errs, d.closeOutcome())
 	d.wg.Wait()
-	if err := d.db.Close(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, d.db.Close())
 	d.log.Info("ratelimitd stopped")
 	return errors.Join(errs...)
 }
