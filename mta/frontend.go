@@ -28,8 +28,6 @@ func (f DeciderFunc) Decide(ctx context.Context, req *policy.Request) policy.Dec
 // Metrics receives a front end's counts. Called concurrently; must not
 // block.
 type Metrics interface {
-	Conn(allowed bool)      // per connection; false: refused by the allow-list
-	ConnDone()              // an allowed connection closed
 	BadInput(reason string) // closed without a reply; a front end's Reason
 	Fault(kind string)      // one of the Fault kinds
 	// Decision is called per decision answered, with the time from the
@@ -40,8 +38,6 @@ type Metrics interface {
 // NoMetrics is a Metrics that counts nothing.
 type NoMetrics struct{}
 
-func (NoMetrics) Conn(bool)                                     {}
-func (NoMetrics) ConnDone()                                     {}
 func (NoMetrics) BadInput(string)                               {}
 func (NoMetrics) Fault(string)                                  {}
 func (NoMetrics) Decision(string, policy.Action, time.Duration) {}

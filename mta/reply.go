@@ -92,3 +92,19 @@ var enhancedRE = regexp.MustCompile(`^[245]\.[0-9]{1,3}\.[0-9]{1,3}$`)
 func ValidEnhanced(s string, class byte) bool {
 	return s != "" && s[0] == class && enhancedRE.MatchString(s)
 }
+
+// HeaderField splits a Decision.Header "Name: value" at its first colon;
+// ok only if Name is a valid field name (RFC 5322 3.6.8: printable ASCII
+// but the colon, at least one character). value is not yet made safe.
+func HeaderField(h string) (name, value string, ok bool) {
+	colon := strings.IndexByte(h, ':')
+	if colon <= 0 {
+		return "", "", false
+	}
+	for i := range colon {
+		if c := h[i]; c < '!' || c > '~' {
+			return "", "", false
+		}
+	}
+	return h[:colon], h[colon+1:], true
+}

@@ -41,3 +41,15 @@ func TestReplyText(t *testing.T) {
 		t.Errorf("long text: %d bytes, valid %v", len(long), utf8.ValidString(long))
 	}
 }
+
+func TestHeaderField(t *testing.T) {
+	for h, want := range map[string][2]string{
+		"X-Rate: 5/h": {"X-Rate", " 5/h"}, "X:": {"X", ""}, "X: a: b": {"X", " a: b"},
+		": v": {}, "no colon": {}, "X Y: v": {}, "X\x00: v": {}, "X\u00e9: v": {},
+	} {
+		name, value, ok := HeaderField(h)
+		if ok != (want[0] != "") || name != want[0] || value != want[1] {
+			t.Errorf("HeaderField(%q) = %q, %q, %v; want %q, %q", h, name, value, ok, want[0], want[1])
+		}
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimitd/ratelimitd/config"
 )
 
 // TestMain lets tests run the real ratelimitd main in a subprocess (the
@@ -42,10 +44,14 @@ func policyQuery(t testing.TB, addr, user, state string) string {
 func TestCLILockedDatabase(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := writeConfig(t, dir, fmt.Sprintf("127.0.0.1:%d", freePort(t)), "")
-	td := startTestDaemon(t, cfgPath)
-	os.Remove(td.d.Config().Server.AdminSocket)
+	startTestDaemon(t, cfgPath)
+	f, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(f.Server.AdminSocket)
 	start := time.Now()
-	_, err := cli(t, "--config", cfgPath, "rate", "show", "alice")
+	_, err = cli(t, "--config", cfgPath, "rate", "show", "alice")
 	if err == nil || !strings.Contains(err.Error(), "locked by another process") {
 		t.Fatalf("rate show against a locked database: %v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/admin"
-	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
@@ -36,22 +35,20 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 				return usageError{fmt.Errorf("--action: %w", err)}
 			}
 			w := cmd.OutOrStdout()
-			return withBackend(opts, daemon.OpenEvents, func(b admin.Backend, _ *config.File) error {
-				if summary {
-					ks, err := b.EventSummary(cmd.Context(), q)
-					if err != nil || asJSON {
-						return orJSON(w, ks, err)
-					}
-					cliout.EventSummary(w, ks)
-					return nil
-				}
-				es, err := b.EventList(cmd.Context(), q)
+			if summary {
+				ks, err := ask(opts, daemon.OpenEvents, func(b admin.Backend) ([]events.KeySummary, error) { return b.EventSummary(cmd.Context(), q) })
 				if err != nil || asJSON {
-					return orJSON(w, es, err)
+					return orJSON(w, ks, err)
 				}
-				cliout.Events(w, es)
+				cliout.EventSummary(w, ks)
 				return nil
-			})
+			}
+			es, err := ask(opts, daemon.OpenEvents, func(b admin.Backend) ([]events.Event, error) { return b.EventList(cmd.Context(), q) })
+			if err != nil || asJSON {
+				return orJSON(w, es, err)
+			}
+			cliout.Events(w, es)
+			return nil
 		},
 	}
 	fl := cmd.Flags()

@@ -2,22 +2,15 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ratelimitd/ratelimitd/admin"
-	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/cliout"
 	"github.com/ratelimitd/ratelimitd/internal/daemon"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
-
-// withQuarantine runs fn on the quarantine (see withBackend).
-func withQuarantine(opts *rootOptions, fn func(admin.Backend) error) error {
-	return withBackend(opts, daemon.OpenQuarantine, func(b admin.Backend, _ *config.File) error { return fn(b) })
-}
 
 func newQuarantineCmd(opts *rootOptions) *cobra.Command {
 	cmd := &cobra.Command{
@@ -39,11 +32,8 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 		Short: "List quarantined messages (newest first)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var es []quarantine.Entry
-			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				es, err = b.List(cmd.Context(), lq)
-				return err
-			}); err != nil {
+			es, err := ask(opts, daemon.OpenQuarantine, func(b admin.Backend) ([]quarantine.Entry, error) { return b.List(cmd.Context(), lq) })
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -69,11 +59,8 @@ func newQuarantineShowCmd(opts *rootOptions) *cobra.Command {
 		Short: "Show a message: envelope, decision, headers and a text preview",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var res admin.ShowResult
-			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				res, err = b.Show(cmd.Context(), args[0], raw)
-				return err
-			}); err != nil {
+			res, err := ask(opts, daemon.OpenQuarantine, func(b admin.Backend) (admin.ShowResult, error) { return b.Show(cmd.Context(), args[0], raw) })
+			if err != nil {
 				return err
 			}
 			if showJSON {
@@ -150,11 +137,10 @@ func newQuarantineSuspendCmd(opts *rootOptions, resume bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var res admin.SuspendResult
-			if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-				res, err = b.Suspend(cmd.Context(), args[0], resume)
-				return err
-			}); err != nil {
+			res, err := ask(opts, daemon.OpenQuarantine, func(b admin.Backend) (admin.SuspendResult, error) {
+				return b.Suspend(cmd.Context(), args[0], resume)
+			})
+			if err != nil {
 				return err
 			}
 			cliout.Suspended(cmd.OutOrStdout(), res, resume)
@@ -164,15 +150,13 @@ func newQuarantineSuspendCmd(opts *rootOptions, resume bool) *cobra.Command {
 }
 
 func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.Selection) error {
-	var out []lifecycle.Outcome
-	if err := withQuarantine(opts, func(b admin.Backend) (err error) {
+	out, err := ask(opts, daemon.OpenQuarantine, func(b admin.Backend) ([]lifecycle.Outcome, error) {
 		if op == "thaw" {
-			out, err = b.Thaw(cmd.Context(), sel)
-		} else {
-			out, err = b.Delete(cmd.Context(), sel)
+			return b.Thaw(cmd.Context(), sel)
 		}
-		return err
-	}); err != nil {
+		return b.Delete(cmd.Context(), sel)
+	})
+	if err != nil {
 		return err
 	}
 	return cliout.Outcomes(cmd.OutOrStdout(), op, sel, out)
@@ -183,23 +167,20 @@ func needSelection(cmd *cobra.Command, sel lifecycle.Selection) error {
 	if len(sel.IDs) > 0 || sel.Sender != "" || sel.Key != "" || sel.OlderThan > 0 {
 		return nil
 	}
-	var flags []string
-	for _, f := range []string{"sender ADDRESS", "key KEY", "older-than DURATION"} {
-		if cmd.Flags().Lookup(strings.Fields(f)[0]) != nil {
-			flags = append(flags, "--"+f)
-		}
+	flags := "--sender ADDRESS, --key KEY"
+	if cmd.Flags().Lookup("older-than") != nil {
+		flags += ", --older-than DURATION"
 	}
-	return usageError{fmt.Errorf("name the messages to %s: IDs (see ratelimitd quarantine list) or %s", cmd.Name(), strings.Join(flags, ", "))}
+	return usageError{fmt.Errorf("name the messages to %s: IDs (see ratelimitd quarantine list) or %s", cmd.Name(), flags)}
 }
 
 // confirmDelete asks on stdin before a delete of more than one message.
 func confirmDelete(cmd *cobra.Command, opts *rootOptions, sel lifecycle.Selection) error {
 	n := len(sel.IDs)
 	if n == 0 {
-		if err := withQuarantine(opts, func(b admin.Backend) (err error) {
-			n, err = admin.CountSelected(cmd.Context(), b, sel)
-			return err
-		}); err != nil {
+		var err error
+		n, err = ask(opts, daemon.OpenQuarantine, func(b admin.Backend) (int, error) { return admin.CountSelected(cmd.Context(), b, sel) })
+		if err != nil {
 			return err
 		}
 	}

@@ -15,11 +15,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// withRates runs fn on the rates (see withBackend); offline the state file
-// is opened read-only unless write is set.
-func withRates(opts *rootOptions, write bool, fn func(admin.Backend, *config.File) error) error {
-	return withBackend(opts, func(f *config.File) (*admin.Local, error) { return daemon.OpenRates(f, write) }, fn)
-}
+// readRates opens the rates read-only when no daemon runs (daemon.OpenRates).
+func readRates(f *config.File) (*admin.Local, error) { return daemon.OpenRates(f, false) }
 
 func newRateCmd(opts *rootOptions) *cobra.Command {
 	cmd := &cobra.Command{
@@ -38,11 +35,8 @@ func newRateShowCmd(opts *rootOptions) *cobra.Command {
 		Short: "Print each limit's current rate for KEY, when it is allowed again and which limit answers its next message",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var kr []policy.KeyRate
-			if err := withRates(opts, false, func(b admin.Backend, _ *config.File) (err error) {
-				kr, err = b.Rate(cmd.Context(), args[0])
-				return err
-			}); err != nil {
+			kr, err := ask(opts, readRates, func(b admin.Backend) ([]policy.KeyRate, error) { return b.Rate(cmd.Context(), args[0]) })
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -78,11 +72,8 @@ func newRateListCmd(opts *rootOptions) *cobra.Command {
 			if domain != "" {
 				n = 0 // filter first, then keep the top
 			}
-			var kr []policy.KeyRate
-			if err := withRates(opts, false, func(b admin.Backend, _ *config.File) (err error) {
-				kr, err = b.Rates(cmd.Context(), n, over)
-				return err
-			}); err != nil {
+			kr, err := ask(opts, readRates, func(b admin.Backend) ([]policy.KeyRate, error) { return b.Rates(cmd.Context(), n, over) })
+			if err != nil {
 				return err
 			}
 			if domain != "" {
@@ -116,7 +107,8 @@ func newRateResetCmd(opts *rootOptions) *cobra.Command {
 			var res admin.ResetResult
 			var f *config.File
 			offline := false
-			if err := withRates(opts, true, func(b admin.Backend, cf *config.File) (err error) {
+			write := func(f *config.File) (*admin.Local, error) { return daemon.OpenRates(f, true) }
+			if err := withBackend(opts, write, func(b admin.Backend, cf *config.File) (err error) {
 				_, offline = b.(*admin.Local)
 				f = cf
 				res, err = b.Reset(cmd.Context(), args[0], limit)

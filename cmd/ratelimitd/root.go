@@ -94,3 +94,12 @@ func withBackend(opts *rootOptions, offline func(*config.File) (*admin.Local, er
 	}
 	return admin.With(f.Server.AdminSocket, func() (admin.Backend, error) { return offline(f) }, func(b admin.Backend) error { return fn(b, f) })
 }
+
+// ask returns what fn gets from the backend of withBackend.
+func ask[T any](opts *rootOptions, offline func(*config.File) (*admin.Local, error), fn func(admin.Backend) (T, error)) (v T, err error) {
+	err = withBackend(opts, offline, func(b admin.Backend, _ *config.File) (err error) {
+		v, err = fn(b)
+		return err
+	})
+	return v, err
+}

@@ -37,7 +37,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 			if _, err := web.ParseDomains(domains); err != nil {
 				return usageError{err}
 			}
-			path, users, err := loadUsersFile(opts)
+			f, users, err := loadUsersFile(opts)
 			if err != nil {
 				return err
 			}
@@ -49,7 +49,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 			if err := users.Set(args[0], r, pw, domains...); err != nil {
 				return err
 			}
-			if err := saveUsersFile(opts, path, users); err != nil {
+			if err := saveUsersFile(f, users); err != nil {
 				return err
 			}
 			verb := "added"
@@ -57,7 +57,7 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 				verb = "updated"
 			}
 			u, _ := users.Lookup(args[0])
-			fmt.Fprintf(cmd.OutOrStdout(), "%s console user %s in %s\n", verb, u, path)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s console user %s in %s\n", verb, u, f.Web.UsersFile)
 			return nil
 		},
 	}
@@ -70,17 +70,17 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 		Short: "Remove a user (their sessions end)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, users, err := loadUsersFile(opts)
+			f, users, err := loadUsersFile(opts)
 			if err != nil {
 				return err
 			}
 			if !users.Remove(args[0]) {
-				return fmt.Errorf("no console user %s in %s", args[0], path)
+				return fmt.Errorf("no console user %s in %s", args[0], f.Web.UsersFile)
 			}
-			if err := saveUsersFile(opts, path, users); err != nil {
+			if err := saveUsersFile(f, users); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed console user %s from %s\n", args[0], path)
+			fmt.Fprintf(cmd.OutOrStdout(), "removed console user %s from %s\n", args[0], f.Web.UsersFile)
 			return nil
 		},
 	}
@@ -106,18 +106,16 @@ func newWebCmd(opts *rootOptions) *cobra.Command {
 	return cmd
 }
 
-// saveUsersFile saves users to path. Run as root with [server] user set,
-// it gives the file to root and the daemon's group, mode 0640: the daemon
-// may read it, not change it.
-func saveUsersFile(opts *rootOptions, path string, users *web.Users) error {
-	if err := users.Save(path); err != nil {
-		return err
-	}
-	f, err := config.Load(opts.configPath)
-	if err != nil || os.Geteuid() != 0 || f.Server.User == "" {
+// saveUsersFile saves users to f's [web] users_file. Run as root with
+// [server] user set, it gives the file to root and the daemon's group,
+// mode 0640: the daemon may read it, not change it.
+func saveUsersFile(f *config.File, users *web.Users) error {
+	path := f.Web.UsersFile
+	if err := users.Save(path); err != nil || os.Geteuid() != 0 || f.Server.User == "" {
 		return err
 	}
 	var g *user.Group
+	var err error
 	if f.Server.Group != "" {
 		g, err = user.LookupGroup(f.Server.Group)
 	} else if u, uerr := user.Lookup(f.Server.User); uerr != nil {
@@ -136,11 +134,11 @@ func saveUsersFile(opts *rootOptions, path string, users *web.Users) error {
 }
 
 // loadUsersFile reads [web] users_file of the configuration.
-func loadUsersFile(opts *rootOptions) (string, *web.Users, error) {
+func loadUsersFile(opts *rootOptions) (*config.File, *web.Users, error) {
 	f, err := config.Load(opts.configPath)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	users, err := web.LoadUsers(f.Web.UsersFile)
-	return f.Web.UsersFile, users, err
+	return f, users, err
 }

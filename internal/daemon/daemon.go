@@ -196,7 +196,7 @@ func (d *Daemon) openStores() (err error) {
 		return err
 	}
 	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
-	d.state, err = openState(d.db, d.mem, storeLimits(f.PolicyConfig()), false, d.log)
+	d.state, err = ratestore.NewPersistent(d.db, d.mem, ratestore.PersistOptions{Limits: storeLimits(f.PolicyConfig()), Logger: d.log})
 	if err != nil {
 		if errors.Is(err, ratestore.ErrDamaged) {
 			return statedb.Damaged(s.DBPath(), err)

@@ -29,7 +29,7 @@ func TestReloadRefusesInvalidConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	td.Reload()
-	if n := len(td.Engine().Limits()); n != 2 {
+	if n := len(td.engine.Limits()); n != 2 {
 		t.Fatalf("invalid reload changed the limits: %d", n)
 	}
 	if !strings.Contains(td.logs.String(), "reload refused") {
@@ -58,7 +58,7 @@ func TestReloadRefusesLimitlessConfig(t *testing.T) {
 	for _, text := range []string{"", "[server]\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\n"} {
 		os.WriteFile(cfgPath, []byte(text), 0o644)
 		td.Reload()
-		if n := len(td.Engine().Limits()); n != 2 {
+		if n := len(td.engine.Limits()); n != 2 {
 			t.Fatalf("reload with %q left %d limits, want the running 2", text, n)
 		}
 	}
@@ -71,7 +71,7 @@ func TestReloadRefusesLimitlessConfig(t *testing.T) {
 	}
 	os.WriteFile(cfgPath, []byte("[policy]\nlimits = \"none\"\n[server]\nstate_dir = \""+filepath.Join(dir, "state")+"\"\n"), 0o644)
 	td.Reload()
-	if n := len(td.Engine().Limits()); n != 0 || !strings.Contains(td.logs.String(), "running without limits") {
+	if n := len(td.engine.Limits()); n != 0 || !strings.Contains(td.logs.String(), "running without limits") {
 		t.Fatalf("reload to limits = \"none\": %d limits; log:\n%s", n, td.logs.String())
 	}
 }
@@ -107,7 +107,7 @@ func TestShutdownKeepsFileAtReloadedAdminSocket(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := testConfig(t, dir, loopback(t), "")
 	td := startTestDaemon(t, cfgPath)
-	running := td.Config().Server.AdminSocket
+	running := td.cfg.Server.AdminSocket
 	other := filepath.Join(dir, "precious")
 	os.WriteFile(other, []byte("not ours"), 0o600)
 	text, _ := os.ReadFile(cfgPath)

@@ -66,8 +66,6 @@ type frontEndMetrics struct {
 	prefix string
 }
 
-func (frontEndMetrics) Conn(bool)                                                {}
-func (frontEndMetrics) ConnDone()                                                {}
 func (f frontEndMetrics) Decision(_ string, _ policy.Action, took time.Duration) { f.m.Latency(took) }
 func (f frontEndMetrics) BadInput(reason string)                                 { f.m.Bad(f.prefix + reason) }
 func (f frontEndMetrics) Fault(kind string)                                      { f.m.Fault(f.prefix + kind) }

@@ -85,15 +85,13 @@ func (r eventRecorder) QuarantineEvent(_ context.Context, ev lifecycle.Event) {
 		QueueID: ev.Entry.QueueID, By: ev.By, Detail: detail})
 }
 
-// lifecycleEvents sends life-cycle events to each non-nil member.
+// lifecycleEvents sends life-cycle events to each member.
 type lifecycleEvents []lifecycle.Events
 
 // QuarantineEvent implements lifecycle.Events.
 func (ls lifecycleEvents) QuarantineEvent(ctx context.Context, ev lifecycle.Event) {
 	for _, l := range ls {
-		if l != nil {
-			l.QuarantineEvent(ctx, ev)
-		}
+		l.QuarantineEvent(ctx, ev)
 	}
 }
 

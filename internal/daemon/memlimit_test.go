@@ -36,7 +36,7 @@ func TestKnownHeapCoversFlushBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem := ratestore.NewMemory(ratestore.MemoryOptions{})
-	state, err := openState(db, mem, storeLimits(f.PolicyConfig()), false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	state, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: storeLimits(f.PolicyConfig()), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

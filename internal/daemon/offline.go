@@ -5,18 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"slices"
 	"time"
-
-	"github.com/ratelimitd/ratelimitd/internal/human"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/events"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -32,12 +30,6 @@ import (
 func storeLimits(c policy.Config) map[string]ratelimit.Limit {
 	m, _ := policy.LimitParams(c)
 	return m
-}
-
-// openState restores the rate state kept in db into mem; states of limits
-// not configured keep decaying under their stored parameters.
-func openState(db *bolt.DB, mem *ratestore.Memory, limits map[string]ratelimit.Limit, readOnly bool, log *slog.Logger) (*ratestore.Persistent, error) {
-	return ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: limits, ReadOnly: readOnly, Logger: log})
 }
 
 // offline is the state opened by the CLI when no daemon runs; db and state
@@ -65,7 +57,7 @@ func openOffline(f *config.File, readOnly bool) (_ *offline, err error) {
 			db.Close()
 		}
 	}()
-	state, err := openState(db, mem, storeLimits(f.PolicyConfig()), readOnly, nil)
+	state, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: storeLimits(f.PolicyConfig()), ReadOnly: readOnly})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
 	}
@@ -141,22 +133,10 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 }
 
 // InspectState is what `ratelimitd state check` reads beyond the records:
-// the rate state, then every frozen message against its SHA-256.
+// f's rate state as the daemon would restore it, without writing, counting
+// states per limit (malformed ones are problems), then every frozen
+// message against its SHA-256.
 func InspectState(f *config.File) statedb.Inspect {
-	rates := inspectRates(f)
-	return func(w io.Writer, db *bolt.DB) ([]string, error) {
-		bad, err := rates(w, db)
-		if err != nil {
-			return bad, err
-		}
-		more, err := quarantine.CheckMessages(w, db)
-		return append(bad, more...), err
-	}
-}
-
-// inspectRates reads f's rate state as the daemon would restore it,
-// without writing, counting states per limit; malformed ones are problems.
-func inspectRates(f *config.File) statedb.Inspect {
 	return func(w io.Writer, db *bolt.DB) (bad []string, err error) {
 		mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
 		// Unreadable records are reported by Check's scan of every record.
@@ -165,7 +145,6 @@ func inspectRates(f *config.File) statedb.Inspect {
 		if err != nil {
 			return nil, err
 		}
-		defer p.Close()
 		per := map[string]int{}
 		mem.Range(context.Background(), func(limit, _ string, _ ratelimit.State) bool {
 			per[limit]++
@@ -181,10 +160,12 @@ func inspectRates(f *config.File) statedb.Inspect {
 			}
 			fmt.Fprintf(w, "  limit %s: %d states (%s)\n", limit, per[limit], desc)
 		}
+		p.Close()
 		if st.Malformed > 0 {
 			bad = append(bad, fmt.Sprintf("%d malformed rate states", st.Malformed))
 		}
-		return bad, nil
+		more, err := quarantine.CheckMessages(w, db)
+		return append(bad, more...), err
 	}
 }
 

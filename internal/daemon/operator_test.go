@@ -21,7 +21,7 @@ import (
 
 // admin is a client of the daemon's admin socket.
 func (td *testDaemon) admin() *admin.Client {
-	return admin.NewClient(td.Config().Server.AdminSocket)
+	return admin.NewClient(td.cfg.Server.AdminSocket)
 }
 
 // asked is what get answers (what names the command for a failure).

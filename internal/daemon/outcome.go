@@ -7,8 +7,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/outcome"
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -49,7 +48,7 @@ func (d *Daemon) startOutcomeFeed() {
 		return
 	}
 	sink := outcome.NewSink(d.join, d.engine)
-	d.registerOutcomeMetrics(sink)
+	d.metrics.Registry().MustRegister(metrics.OutcomeCollectors(sink, d.join)...)
 	if d.noticesL != nil {
 		d.notices = outcome.NewNoticeServer(sink, d.log)
 		d.goServe("outcome notices", func() error { return d.notices.Serve(d.noticesL) }, outcome.ErrServerClosed)
@@ -143,23 +142,4 @@ func (d *Daemon) closeOutcome() error {
 		return fmt.Errorf("flush outcome join: %w", err)
 	}
 	return nil
-}
-
-// registerOutcomeMetrics exports the outcome feed's counts and the join's
-// size and refusals.
-func (d *Daemon) registerOutcomeMetrics(sink *outcome.Sink) {
-	reg := d.metrics.Registry()
-	for result, c := range map[string]*outcome.Counts{"counted": &sink.Counted, "unjoined": &sink.Unjoined,
-		"repeated": &sink.Repeated, "failed": &sink.Failed} {
-		for k := policy.OutcomeBounce; k <= policy.OutcomeDeferral; k++ {
-			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcomes_total",
-				Help:        "Outcomes the feeds reported, by what became of them and kind (bounce, unknown_rcpt, deferral).",
-				ConstLabels: prometheus.Labels{"result": result, "kind": k.String()}}, func() float64 { return float64(c.Load(k)) }))
-		}
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_outcome_join_messages",
-		Help: "Queue IDs joined to their submission, awaiting outcomes."}, func() float64 { return float64(d.join.Len()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimitd_outcome_join_dropped_total",
-		Help: "Submissions not joined because the join was full (outcome.max_messages): their outcomes are not counted."},
-		func() float64 { return float64(d.join.Dropped()) }))
 }

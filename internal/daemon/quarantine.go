@@ -31,11 +31,9 @@ func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *
 		AlertEvery:   c.AlertEvery,
 		Logger:       log,
 		Events:       events,
+		DripLimits:   dripLimits(f),
+		Rates:        eng,
 	}
-	if eng != nil {
-		opts.Rates = eng
-	}
-	opts.DripLimits = dripLimits(f)
 	return lifecycle.New(q, opts)
 }
 

@@ -59,7 +59,7 @@ func TestRedisDownDefer(t *testing.T) {
 // without labels).
 func gauge(t *testing.T, td *testDaemon, name string) float64 {
 	t.Helper()
-	mfs, err := td.Registry().Gather()
+	mfs, err := td.metrics.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	}
 	tds[0].message("warm", "RCPT")
 	srv.Stop()
-	for !tds[0].Redis().Degraded() {
+	for !tds[0].redis.Degraded() {
 		tds[0].message("probe", "RCPT")
 	}
 	// xavier sends 21 messages through the first host during the outage.
@@ -126,7 +126,7 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	// switched to local state as well; it probes on its own), and the
 	// first adds xavier's messages (its merge follows the switch).
 	deadline := time.Now().Add(20 * time.Second)
-	for tds[0].Redis().Degraded() || tds[1].Redis().Degraded() || tds[0].Status().Store.Merges < 1 {
+	for tds[0].redis.Degraded() || tds[1].redis.Degraded() || tds[0].Status().Store.Merges < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the hosts did not switch back to Redis and merge")
 		}
@@ -188,7 +188,7 @@ func TestRedisStartWithoutRedis(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	// The daemon shares the state as soon as a probe succeeds, then adds
 	// the outage's counts (the merge): wait for both.
-	for td.Redis().Degraded() || td.Status().Store.Merges < 1 {
+	for td.redis.Degraded() || td.Status().Store.Merges < 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon did not join Redis and merge: %+v", td.Status().Store)
 		}

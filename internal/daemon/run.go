@@ -8,17 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
-	"github.com/ratelimitd/ratelimitd/ratestore"
-	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 )
 
 // Reload rereads the configuration file; an invalid one is refused, logged
@@ -111,10 +106,13 @@ func (d *Daemon) Status() admin.Status {
 // Shutdown stops accepting, lets requests finish until ctx is done,
 // flushes the state and closes the file; errors joined. Call it once.
 func (d *Daemon) Shutdown(ctx context.Context) error {
-	var errs []error
-	if err := d.policy.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("policy server: %w", err))
+	var errs []error // nils are dropped by errors.Join
+	check := func(what string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", what, err))
+		}
 	}
+	check("policy server", d.policy.Shutdown(ctx))
 	d.stopMilter(ctx)
 	if d.metricsSrv != nil {
 		d.metricsSrv.Shutdown(ctx)
@@ -126,9 +124,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if d.qnotify != nil {
 		d.qnotify.flushAll()
 	}
-	if err := d.notifier.Close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("notifications: %w", err))
-	}
+	check("notifications", d.notifier.Close(ctx))
 	if d.stopMemLimit != nil {
 		d.stopMemLimit()
 	}
@@ -139,22 +135,12 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.stopOutcomeFeeds()
 	// The flusher's last flush, then each store's Close flushes the rest.
 	d.stopFlusher()
-	if err := d.state.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("flush rate state: %w", err))
-	}
-	if err := d.rcpts.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("flush recipient sets: %w", err))
-	}
-	if err := d.events.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("flush events: %w", err))
-	}
-	if err := d.closeOutcome(); err != nil {
-		errs = append(errs, err)
-	}
+	check("flush rate state", d.state.Close())
+	check("flush recipient sets", d.rcpts.Close())
+	check("flush events", d.events.Close())
+	errs = append(errs, d.closeOutcome())
 	d.wg.Wait()
-	if err := d.db.Close(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, d.db.Close())
 	d.log.Info("ratelimitd stopped")
 	return errors.Join(errs...)
 }
@@ -173,19 +159,3 @@ func (d *Daemon) Quarantine() *lifecycle.Service { return d.q.svc }
 // Notify implements admin.Daemon: it queues e with the notifier and never
 // blocks.
 func (d *Daemon) Notify(e notify.Event) { d.notifier.Notify(e) }
-
-// Config is the configuration the daemon started with (a reload replaces
-// only the limits).
-func (d *Daemon) Config() *config.File { return d.cfg }
-
-// Engine is the policy engine (safe for concurrent use).
-func (d *Daemon) Engine() *policy.Engine { return d.engine }
-
-// State is the rate state persisted to the state file.
-func (d *Daemon) State() *ratestore.Persistent { return d.state }
-
-// Registry is the registry of the daemon's Prometheus metrics.
-func (d *Daemon) Registry() *prometheus.Registry { return d.metrics.Registry() }
-
-// Redis is the shared rate store with [store] backend = "redis", else nil.
-func (d *Daemon) Redis() *redisstore.Failover { return d.redis }

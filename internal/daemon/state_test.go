@@ -47,13 +47,13 @@ func TestDroppedLimitKeepsState(t *testing.T) {
 	td.refuseMallory()
 	dailyOnly()
 	td.Reload()
-	if n := len(td.Engine().Limits()); n != 1 {
+	if n := len(td.engine.Limits()); n != 1 {
 		t.Fatalf("reload to one limit: %d limits", n)
 	}
-	if n := td.State().Sweep(); n != 0 {
+	if n := td.state.Sweep(); n != 0 {
 		t.Errorf("the sweep after the reload dropped %d states", n)
 	}
-	if err := td.State().Flush(); err != nil {
+	if err := td.state.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(cfg, full, 0o644)
@@ -64,7 +64,7 @@ func TestDroppedLimitKeepsState(t *testing.T) {
 	td.stop()
 	dailyOnly()
 	td = startTestDaemon(t, cfg)
-	if n := td.State().Sweep(); n != 0 {
+	if n := td.state.Sweep(); n != 0 {
 		t.Errorf("the sweep after a start-up without the limit dropped %d states", n)
 	}
 	td.stop()
@@ -83,7 +83,7 @@ func TestReloadAlgorithmChangeKeepsRefused(t *testing.T) {
 	gcra := strings.Replace(string(text), `period = "1h"`, "period = \"1h\"\nalgorithm = \"gcra\"", 1)
 	os.WriteFile(cfg, []byte(gcra), 0o644)
 	td.Reload()
-	if a := td.Engine().Limits()[0].Algorithm; a != "gcra" {
+	if a := td.engine.Limits()[0].Algorithm; a != "gcra" {
 		t.Fatalf("reload: hourly is %s", a)
 	}
 	td.deferred("mallory")

@@ -81,7 +81,7 @@ func (td *testDaemon) stop() {
 // adminStatus asks the daemon for its status over the admin socket.
 func (td *testDaemon) adminStatus() admin.Status {
 	td.t.Helper()
-	st, err := admin.NewClient(td.Config().Server.AdminSocket).Status(context.Background())
+	st, err := admin.NewClient(td.cfg.Server.AdminSocket).Status(context.Background())
 	if err != nil {
 		td.t.Fatal(err)
 	}

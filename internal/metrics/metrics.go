@@ -158,28 +158,12 @@ func New(trackedKeys func() float64) *Metrics {
 // WatchConns exports the connection budgets' gauges, by front end
 // (listener label: "policy", "milter"); call it once.
 func (m *Metrics) WatchConns(budgets map[string]func() srvconn.Stats) {
-	m.reg.MustRegister(connCollector{budgets: budgets,
-		open: prometheus.NewDesc("ratelimitd_connections_open", "Connections open now, by front end.", []string{"listener"}, nil),
-		max: prometheus.NewDesc("ratelimitd_connections_max",
-			"The cap on open connections, by front end (server.max_connections, milter.max_connections).", []string{"listener"}, nil)})
-}
-
-// connCollector exports the connection budgets' gauges.
-type connCollector struct {
-	budgets   map[string]func() srvconn.Stats
-	open, max *prometheus.Desc
-}
-
-func (c connCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.open
-	ch <- c.max
-}
-
-func (c connCollector) Collect(ch chan<- prometheus.Metric) {
-	for fe, stats := range c.budgets {
-		st := stats()
-		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(st.Open), fe)
-		ch <- prometheus.MustNewConstMetric(c.max, prometheus.GaugeValue, float64(st.Max), fe)
+	for fe, stats := range budgets {
+		l := prometheus.Labels{"listener": fe}
+		m.reg.MustRegister(gaugeFunc("ratelimitd_connections_open", "Connections open now, by front end.", l,
+			of(stats, func(s srvconn.Stats) int { return s.Open })),
+			gaugeFunc("ratelimitd_connections_max", "The cap on open connections, by front end (server.max_connections, milter.max_connections).", l,
+				of(stats, func(s srvconn.Stats) int { return s.Max })))
 	}
 }
 
@@ -267,4 +251,19 @@ func (m *Metrics) Preset(faultKinds, badReasons []string) {
 // zero (Preset); call it for every configured limit, at start and reload.
 func (m *Metrics) PresetDecision(limit, action string) {
 	m.decisions.WithLabelValues(limit, action)
+}
+
+// counterFunc and gaugeFunc are prometheus.NewCounterFunc and NewGaugeFunc
+// with constant labels (nil: none).
+func counterFunc(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f)
+}
+
+func gaugeFunc(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f)
+}
+
+// of returns a function reading field f of stats() as a float64.
+func of[S any, T int | int64 | uint64 | float64](stats func() S, f func(S) T) func() float64 {
+	return func() float64 { return float64(f(stats())) }
 }

@@ -20,32 +20,28 @@ func (m *Metrics) RegisterRedis(f *redisstore.Failover) {
 	local := prometheus.NewDesc("ratelimitd_redis_local_decisions_total",
 		"Requests decided with the host's local state because Redis did not answer, by reason: outage (the request's Redis shard was known down), failed (its own Redis call failed).",
 		[]string{"reason"}, nil)
-	counter := func(name, help string, labels prometheus.Labels, f func() float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f)
-	}
 	const fastPath = "Requests decided on this host from the Redis records it remembered, by result: confirmed (the script found the records unchanged and stored the new ones), refused (a record had changed, the script decided)."
 	m.reg.MustRegister(m.redisRTT, localDecisions{desc: local, f: f},
-		counter("ratelimitd_redis_degraded_seconds_total", "Time spent with some of Redis considered down (requests decided per on_redis_error).", nil,
+		counterFunc("ratelimitd_redis_degraded_seconds_total", "Time spent with some of Redis considered down (requests decided per on_redis_error).", nil,
 			func() float64 { return f.DegradedTime().Seconds() }),
-		counter("ratelimitd_redis_merges_total", "Merges of the counts made locally during an outage into Redis, completed.", nil,
+		counterFunc("ratelimitd_redis_merges_total", "Merges of the counts made locally during an outage into Redis, completed.", nil,
 			func() float64 { n, _ := f.Merges(); return float64(n) }),
-		counter("ratelimitd_redis_states_merged_total", "Redis states the merges added a host's outage counts to.", nil,
+		counterFunc("ratelimitd_redis_states_merged_total", "Redis states the merges added a host's outage counts to.", nil,
 			func() float64 { _, n := f.Merges(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_redis_degraded",
-			Help: "1 while Redis does not answer and requests are decided per on_redis_error, else 0."},
+		gaugeFunc("ratelimitd_redis_degraded", "1 while Redis does not answer and requests are decided per on_redis_error, else 0.", nil,
 			func() float64 {
 				if f.Degraded() {
 					return 1
 				}
 				return 0
 			}),
-		counter("ratelimitd_redis_outages_total", "Switches from the shared Redis state to on_redis_error.", nil,
+		counterFunc("ratelimitd_redis_outages_total", "Switches from the shared Redis state to on_redis_error.", nil,
 			func() float64 { return float64(f.Status().Switches) }),
-		counter("ratelimitd_redis_fast_path_total", fastPath, prometheus.Labels{"result": "confirmed"},
+		counterFunc("ratelimitd_redis_fast_path_total", fastPath, prometheus.Labels{"result": "confirmed"},
 			func() float64 { n, _ := f.FastPath(); return float64(n) }),
-		counter("ratelimitd_redis_fast_path_total", fastPath, prometheus.Labels{"result": "refused"},
+		counterFunc("ratelimitd_redis_fast_path_total", fastPath, prometheus.Labels{"result": "refused"},
 			func() float64 { _, n := f.FastPath(); return float64(n) }),
-		counter("ratelimitd_redis_recoveries_total", "Switches back to the shared Redis state after an outage.", nil,
+		counterFunc("ratelimitd_redis_recoveries_total", "Switches back to the shared Redis state after an outage.", nil,
 			func() float64 { return float64(f.Status().Recoveries) }),
 	)
 }

@@ -14,12 +14,8 @@ func StateCollectors(p *ratestore.Persistent) []prometheus.Collector {
 		return func() float64 { return f(p.Stats()) }
 	}
 	m := p.Memory()
-	counter := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
-	}
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
-	}
+	counter := func(name, help string, f func() float64) prometheus.Collector { return counterFunc(name, help, nil, f) }
+	gauge := func(name, help string, f func() float64) prometheus.Collector { return gaugeFunc(name, help, nil, f) }
 	unix := func(t time.Time) float64 {
 		if t.IsZero() {
 			return 0

@@ -112,9 +112,6 @@ func (q *fakeQuarantine) snapshot() (frozen, held []quarantined) {
 // countMetrics counts what the Server reports.
 type countMetrics struct {
 	mu        sync.Mutex
-	conns     int
-	refused   int
-	done      int
 	decisions map[string]int // state/action
 	bad       map[string]int
 	faults    map[string]int
@@ -126,22 +123,6 @@ func newCountMetrics() *countMetrics {
 		bad:       map[string]int{},
 		faults:    map[string]int{},
 	}
-}
-
-func (m *countMetrics) Conn(allowed bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if allowed {
-		m.conns++
-	} else {
-		m.refused++
-	}
-}
-
-func (m *countMetrics) ConnDone() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.done++
 }
 
 func (m *countMetrics) Decision(state string, a policy.Action, _ time.Duration) {
@@ -272,11 +253,7 @@ func startWith(t *testing.T, network string, srv *Server, fillQuarantine bool) *
 		case <-time.After(5 * time.Second):
 			t.Error("Serve did not return after Close")
 		}
-		if env.metrics != nil {
-			waitFor(t, "sessions to end", func() bool {
-				return env.metrics.get(func(m *countMetrics) int { return m.conns - m.done }) == 0
-			})
-		}
+		waitFor(t, "sessions to end", func() bool { return srv.ConnStats().Open == 0 })
 	})
 	return env
 }

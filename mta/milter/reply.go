@@ -30,19 +30,12 @@ func reply(code int, enhanced, text string) gomilter.Response {
 	return gomilter.NewResponseStr(byte(gomilter.ActReplyCode), b.String())
 }
 
-// splitHeader splits a Decision.Header "Name: value" for AddHeader: a valid
-// field name (RFC 5322 3.6.8), the value one line within 998 bytes.
+// splitHeader splits a Decision.Header for AddHeader (mta.HeaderField): a
+// name of at most 200 bytes, the value one line within 998 bytes.
 func splitHeader(h string) (name, value string, ok bool) {
-	colon := strings.IndexByte(h, ':')
-	if colon <= 0 || colon > 200 {
+	name, value, ok = mta.HeaderField(h)
+	if !ok || len(name) > 200 {
 		return "", "", false
 	}
-	name = h[:colon]
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; c < '!' || c > '~' {
-			return "", "", false
-		}
-	}
-	value = mta.ReplyText(strings.TrimLeft(h[colon+1:], " \t"), maxHeaderLine-len(name)-2)
-	return name, value, true
+	return name, mta.ReplyText(strings.TrimLeft(value, " \t"), maxHeaderLine-len(name)-2), true
 }

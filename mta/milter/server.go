@@ -74,13 +74,12 @@ type Message struct {
 // fields must not change once Serve is called.
 type Server struct {
 	// Decider decides every RCPT and END-OF-MESSAGE; required. ctx ends at
-	// DecideTimeout or Close.
-	Decider       mta.Decider
-	Quarantine    Quarantine    // nil: holds unrecorded, freezes temp-failed
-	Logger        *slog.Logger  // nil: slog.Default()
-	Metrics       mta.Metrics   // may be nil
-	ReadTimeout   time.Duration // every read and write; 0: DefaultReadTimeout
-	DecideTimeout time.Duration // 0: DefaultDecideTimeout
+	// DefaultDecideTimeout or Close.
+	Decider     mta.Decider
+	Quarantine  Quarantine    // nil: holds unrecorded, freezes temp-failed
+	Logger      *slog.Logger  // nil: slog.Default()
+	Metrics     mta.Metrics   // may be nil
+	ReadTimeout time.Duration // every read and write; 0: DefaultReadTimeout
 	// MaxMessageSize bounds the bytes kept for freezing (a larger message
 	// that must be frozen gets 452 4.3.4); SpoolThreshold of them stay in
 	// memory, the rest in an unlinked file in SpoolDir ("": os.TempDir()).
@@ -100,12 +99,20 @@ type Server struct {
 	nextID   atomic.Uint64
 	instance string                  // prefix of Request.Instance, random per Server
 	life     *srvconn.Tracker[*conn] // its mutex guards conn.waiting, inMessage, ended
+	// The settings with the defaults applied (init); the first-request
+	// timeout at most the read timeout.
+	readTimeout, firstRequestTimeout time.Duration
+	maxMessageSize, spoolThreshold   int64
 }
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.life = srvconn.New[*conn](ErrServerClosed, "milter", s.Budget)
 		s.instance = fmt.Sprintf("milter.%08x", rand.Uint32())
+		s.readTimeout = srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
+		s.firstRequestTimeout = min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.readTimeout)
+		s.maxMessageSize = srvconn.OrDefault(s.MaxMessageSize, DefaultMaxMessageSize)
+		s.spoolThreshold = srvconn.OrDefault(s.SpoolThreshold, DefaultSpoolThreshold)
 	})
 }
 
@@ -113,31 +120,10 @@ func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default())
 
 func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
 
-func (s *Server) readTimeout() time.Duration {
-	return srvconn.OrDefault(s.ReadTimeout, DefaultReadTimeout)
-}
-
-func (s *Server) decideTimeout() time.Duration {
-	return srvconn.OrDefault(s.DecideTimeout, DefaultDecideTimeout)
-}
-
-// firstRequestTimeout is FirstRequestTimeout, at most ReadTimeout.
-func (s *Server) firstRequestTimeout() time.Duration {
-	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.readTimeout())
-}
-
 // ConnStats returns the connection budget's state now.
 func (s *Server) ConnStats() srvconn.Stats {
 	s.init()
 	return s.life.Stats()
-}
-
-func (s *Server) spoolThreshold() int64 {
-	return srvconn.OrDefault(s.SpoolThreshold, DefaultSpoolThreshold)
-}
-
-func (s *Server) maxMessageSize() int64 {
-	return srvconn.OrDefault(s.MaxMessageSize, DefaultMaxMessageSize)
 }
 
 // Serve serves connections on l until it fails or the server stops, backing
@@ -153,12 +139,8 @@ func (s *Server) Serve(l net.Listener) error {
 		Logger:  s.logger(),
 		Allowed: s.AllowedNetworks,
 		New:     s.newConn,
-		Refused: func(c *conn) {
-			s.metrics().Conn(false)
-			c.log.Warn("connection refused by allow-list")
-		},
+		Refused: func(c *conn) { c.log.Warn("connection refused by allow-list") },
 		Start: func(c *conn) {
-			s.metrics().Conn(true)
 			c.log.Debug("connection opened")
 			s.startSession(c)
 		},
@@ -172,7 +154,7 @@ func (s *Server) startSession(c *conn) {
 		Actions:   gomilter.OptAddHeader | gomilter.OptQuarantine,
 		Protocol:  gomilter.OptNoUnknown, // go-milter cannot parse SMFIC_UNKNOWN
 	}
-	_ = lib.Serve(&oneConnListener{c: guardConn{c}})
+	_ = lib.Serve(&oneConnListener{c: guardConn{c.rwc, c}})
 }
 
 // Shutdown closes the listeners and the connections between messages, lets
@@ -214,7 +196,7 @@ type conn struct {
 }
 
 func (s *Server) newConn(rwc net.Conn) *conn {
-	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1), firstBy: time.Now().Add(s.firstRequestTimeout())}
+	c := &conn{srv: s, rwc: rwc, id: s.nextID.Add(1), firstBy: time.Now().Add(s.firstRequestTimeout)}
 	c.log = s.logger().With("conn", c.id, "remote", srvconn.RemoteString(rwc))
 	c.sess = &session{c: c}
 	c.frame = newFrameReader(deadlineReader{c}, MaxPacketSize, c)
@@ -279,8 +261,11 @@ func (c *conn) canDo(a gomilter.OptAction) bool {
 
 // guardConn is the connection as go-milter sees it: reads through the
 // framing guard with a deadline on each, writes with a deadline, and Close
-// ending the session.
-type guardConn struct{ c *conn }
+// ending the session; the rest is the connection's own.
+type guardConn struct {
+	net.Conn
+	c *conn
+}
 
 func (g guardConn) Read(p []byte) (int, error) {
 	c := g.c
@@ -297,33 +282,26 @@ func (g guardConn) Read(p []byte) (int, error) {
 
 func (g guardConn) Write(p []byte) (int, error) {
 	c := g.c
-	c.rwc.SetWriteDeadline(time.Now().Add(c.srv.readTimeout()))
+	c.rwc.SetWriteDeadline(time.Now().Add(c.srv.readTimeout))
 	return c.rwc.Write(p)
 }
 
-// Close is called by go-milter when the session ends.
+// Close is called by go-milter when the session ends; the connection
+// leaves the budget once its session state is released.
 func (g guardConn) Close() error {
-	c := g.c
+	c, s := g.c, g.c.srv
 	err := c.rwc.Close()
-	s := c.srv
 	s.life.Lock()
 	first := !c.ended
 	c.ended = true
-	s.life.RemoveLocked(c)
 	s.life.Unlock()
 	if first {
-		c.sess.end()
+		c.sess.dropMsg()
 		c.log.Debug("connection closed")
-		s.metrics().ConnDone()
+		s.life.Remove(c)
 	}
 	return err
 }
-
-func (g guardConn) LocalAddr() net.Addr                { return g.c.rwc.LocalAddr() }
-func (g guardConn) RemoteAddr() net.Addr               { return g.c.rwc.RemoteAddr() }
-func (g guardConn) SetDeadline(t time.Time) error      { return g.c.rwc.SetDeadline(t) }
-func (g guardConn) SetReadDeadline(t time.Time) error  { return g.c.rwc.SetReadDeadline(t) }
-func (g guardConn) SetWriteDeadline(t time.Time) error { return g.c.rwc.SetWriteDeadline(t) }
 
 // noteReadError logs and counts why a connection stopped reading.
 func (c *conn) noteReadError(err error) {
@@ -338,11 +316,11 @@ func (c *conn) noteReadError(err error) {
 		m.BadInput(ReasonPacketTooLarge)
 		c.rwc.Close()
 	case errors.Is(err, os.ErrDeadlineExceeded) && c.headers <= 1:
-		c.log.Debug("closing connection: no complete packet within the first-request timeout", "timeout", c.srv.firstRequestTimeout())
+		c.log.Debug("closing connection: no complete packet within the first-request timeout", "timeout", c.srv.firstRequestTimeout)
 		c.srv.life.CountClosed(srvconn.ReasonFirstRequest)
 		m.BadInput(ReasonTimeout)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		c.log.Info("closing connection: read timeout", "timeout", c.srv.readTimeout())
+		c.log.Info("closing connection: read timeout", "timeout", c.srv.readTimeout)
 		m.BadInput(ReasonTimeout)
 	case errors.Is(err, errSessionPoisoned):
 		c.log.Warn("closing connection after a panic")
@@ -367,7 +345,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	if d.c.headers <= 1 {
 		d.c.rwc.SetReadDeadline(d.c.firstBy)
 	} else {
-		d.c.rwc.SetReadDeadline(time.Now().Add(d.c.srv.readTimeout()))
+		d.c.rwc.SetReadDeadline(time.Now().Add(d.c.srv.readTimeout))
 	}
 	return d.c.rwc.Read(p)
 }

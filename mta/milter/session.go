@@ -108,30 +108,20 @@ func (s *session) absorb(macros map[string]string) {
 	if len(macros) == 0 {
 		return
 	}
-	if v, ok := macro(macros, "client_addr"); ok && v != "" {
-		s.clientAddr = v
+	// An empty client or queue ID macro is ignored; an empty auth one is taken.
+	set := func(name string, dst *string, empty bool) {
+		if v, ok := macro(macros, name); ok && (empty || v != "") {
+			*dst = v
+		}
 	}
-	if v, ok := macro(macros, "client_name"); ok && v != "" {
-		s.clientName = v
-	}
-	if v, ok := macro(macros, "client_ptr"); ok && v != "" {
-		s.clientPtr = v
-	}
-	m := s.msg
-	if m == nil {
-		return
-	}
-	if v, ok := macro(macros, "i"); ok && v != "" {
-		m.queueID = v
-	}
-	if v, ok := macro(macros, "auth_type"); ok {
-		m.saslMethod = v
-	}
-	if v, ok := macro(macros, "auth_authen"); ok {
-		m.saslUser = v
-	}
-	if v, ok := macro(macros, "auth_author"); ok {
-		m.saslSender = v
+	set("client_addr", &s.clientAddr, false)
+	set("client_name", &s.clientName, false)
+	set("client_ptr", &s.clientPtr, false)
+	if m := s.msg; m != nil {
+		set("i", &m.queueID, false)
+		set("auth_type", &m.saslMethod, true)
+		set("auth_authen", &m.saslUser, true)
+		set("auth_author", &m.saslSender, true)
 	}
 }
 
@@ -282,7 +272,7 @@ func (s *session) add(p []byte) {
 	if m.keep != keepYes || m.truncated {
 		return
 	}
-	if m.buf.n+int64(len(p)) > s.c.srv.maxMessageSize() {
+	if m.buf.n+int64(len(p)) > s.c.srv.maxMessageSize {
 		m.truncated = true
 		m.release()
 		return
@@ -302,7 +292,7 @@ func (s *session) decideKeep() {
 	adv, ok := srv.Decider.(FreezeAdvisor)
 	if ok && m.rcpt.Action != policy.Freeze {
 		req := s.request(policy.StateData)
-		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
+		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultDecideTimeout)
 		may := adv.MayFreeze(ctx, &req)
 		cancel()
 		if !may {
@@ -310,7 +300,7 @@ func (s *session) decideKeep() {
 			return
 		}
 	}
-	m.buf = &spool{dir: srv.SpoolDir, threshold: srv.spoolThreshold()}
+	m.buf = &spool{dir: srv.SpoolDir, threshold: srv.spoolThreshold}
 }
 
 // endHeader adds the empty line between header and body, once.
@@ -327,9 +317,6 @@ func (s *session) Abort(_ *gomilter.Modifier) (err error) {
 	s.dropMsg()
 	return nil
 }
-
-// end is called when the connection has ended.
-func (s *session) end() { s.dropMsg() }
 
 // Body implements go-milter's Milter (SMFIC_BODYEOB): decide at
 // END-OF-MESSAGE and apply, of it and the RCPT decisions, the one of the
@@ -423,7 +410,7 @@ func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog
 	case srv.Quarantine == nil:
 		return fail("cannot freeze; temp-failing", ErrNoQuarantine)
 	case msg.truncated:
-		return fail("cannot freeze; temp-failing", ErrMessageTooLarge, "size", msg.size, "max_message_size", srv.maxMessageSize())
+		return fail("cannot freeze; temp-failing", ErrMessageTooLarge, "size", msg.size, "max_message_size", srv.maxMessageSize)
 	case msg.keep != keepYes:
 		return fail("cannot freeze; temp-failing", ErrNotKept)
 	}
@@ -493,7 +480,7 @@ func (s *session) request(state string) policy.Request {
 // decide calls the Decider, logs and counts the decision.
 func (s *session) decide(req *policy.Request) policy.Decision {
 	srv := s.c.srv
-	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), srv.decideTimeout())
+	ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultDecideTimeout)
 	defer cancel()
 	start := time.Now()
 	req.Received = start

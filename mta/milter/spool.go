@@ -52,11 +52,7 @@ func (s *spool) write(p []byte) error {
 
 func (s *spool) fail(err error) error {
 	s.err = fmt.Errorf("milter: spooling the message: %w", err)
-	s.mem = nil
-	if s.f != nil {
-		s.f.Close()
-		s.f = nil
-	}
+	s.close()
 	return s.err
 }
 

@@ -97,21 +97,11 @@ func (d *Decoder) Decode(req *policy.Request) error {
 		Stage:          StagePolicy,
 	}
 	d.internValues()
-	get := func(f int) string { return d.prev[f] }
-	req.ProtocolState = get(fProtocolState)
-	req.ProtocolName = get(fProtocolName)
-	req.HeloName = get(fHeloName)
-	req.QueueID = get(fQueueID)
-	req.Sender = get(fSender)
-	req.Recipient = get(fRecipient)
-	req.ClientAddress = get(fClientAddress)
-	req.ClientName = get(fClientName)
-	req.ReverseClientName = get(fReverseClientName)
-	req.Instance = get(fInstance)
-	req.SASLMethod = get(fSASLMethod)
-	req.SASLUsername = get(fSASLUsername)
-	req.SASLSender = get(fSASLSender)
-	req.LocalUser = get(fLocalUser)
+	for f, dst := range [nStringFields]*string{&req.ProtocolState, &req.ProtocolName, &req.HeloName, &req.QueueID, &req.Sender,
+		&req.Recipient, &req.ClientAddress, &req.ClientName, &req.ReverseClientName, &req.Instance, &req.SASLMethod,
+		&req.SASLUsername, &req.SASLSender, &req.LocalUser} {
+		*dst = d.prev[f]
+	}
 	return nil
 }
 

@@ -11,13 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// DefaultCommandTimeout bounds each queue command when Timeout is zero.
-const DefaultCommandTimeout = 30 * time.Second
+// CommandTimeout bounds each queue command.
+const CommandTimeout = 30 * time.Second
 
 // Queue runs the MTA's queue commands on held mail for quarantine/lifecycle:
 // argument vectors without a shell, "{queue_id}" replaced by a queue ID
@@ -29,11 +28,10 @@ type Queue struct {
 	// ReleaseCommands release a held message: the first decides success
 	// (postsuper -H), later ones' failures are warnings (postqueue -i).
 	ReleaseCommands [][]string
-	ExpireCommands  [][]string    // bounce it (postsuper -f, postqueue -i), like Release
-	DeleteCommand   []string      // postsuper -d
-	ShowCommand     []string      // postcat -q
-	ListCommand     []string      // postqueue -j or exim -bp; empty: quarantine.ErrNoQueueList
-	Timeout         time.Duration // each command's; 0: DefaultCommandTimeout
+	ExpireCommands  [][]string // bounce it (postsuper -f, postqueue -i), like Release
+	DeleteCommand   []string   // postsuper -d
+	ShowCommand     []string   // postcat -q
+	ListCommand     []string   // postqueue -j or exim -bp; empty: quarantine.ErrNoQueueList
 }
 
 // Release runs ReleaseCommands for queueID: the first command's failure is
@@ -77,7 +75,7 @@ func (q *Queue) List(ctx context.Context) ([]quarantine.QueuedMessage, error) {
 	if len(args) == 0 {
 		return nil, quarantine.ErrNoQueueList
 	}
-	ctx, cancel := context.WithTimeout(ctx, srvconn.OrDefault(q.Timeout, DefaultCommandTimeout))
+	ctx, cancel := context.WithTimeout(ctx, CommandTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
 	if err != nil {
@@ -134,7 +132,7 @@ func (q *Queue) run(ctx context.Context, tmpl []string, queueID string) ([]byte,
 	for i, a := range tmpl {
 		args[i] = strings.ReplaceAll(a, "{queue_id}", queueID)
 	}
-	ctx, cancel := context.WithTimeout(ctx, srvconn.OrDefault(q.Timeout, DefaultCommandTimeout))
+	ctx, cancel := context.WithTimeout(ctx, CommandTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
 	if err != nil {

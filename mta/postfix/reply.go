@@ -71,24 +71,14 @@ func appendLogText(dst []byte, d policy.Decision, limit int) []byte {
 // appendHeader appends "PREPEND Name: value" if h is a "Name: value" header
 // with a valid field name (RFC 5322, section 3.6.8) that fits.
 func appendHeader(dst []byte, h string, limit int) ([]byte, bool) {
-	colon := -1
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if c == ':' {
-			colon = i
-			break
-		}
-		if c < '!' || c > '~' {
-			return dst, false
-		}
-	}
+	name, value, ok := mta.HeaderField(h)
 	const verb = "PREPEND "
-	if colon <= 0 || len(dst)+len(verb)+colon+1 > limit {
+	if !ok || len(dst)+len(verb)+len(name)+1 > limit {
 		return dst, false
 	}
 	dst = append(dst, verb...)
-	dst = append(dst, h[:colon+1]...)
-	return appendText(dst, h[colon+1:], limit), true
+	dst = append(dst, h[:len(name)+1]...)
+	return appendText(dst, value, limit), true
 }
 
 // appendText appends " " and s made safe (mta.ReplyText), if anything of

@@ -67,6 +67,9 @@ type Server struct {
 	initOnce sync.Once
 	nextID   atomic.Uint64
 	life     *srvconn.Tracker[*conn] // its mutex guards conn.active
+	// The timeouts with the defaults applied (init); the first-request
+	// timeout at most idle + request.
+	idleTimeout, requestTimeout, firstRequestTimeout time.Duration
 }
 
 // conn is one accepted connection and what its requests share.
@@ -90,26 +93,15 @@ type conn struct {
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		s.life = srvconn.New[*conn](ErrServerClosed, "postfix", s.Budget)
+		s.idleTimeout = srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
+		s.requestTimeout = srvconn.OrDefault(s.RequestTimeout, DefaultRequestTimeout)
+		s.firstRequestTimeout = min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.idleTimeout+s.requestTimeout)
 	})
 }
 
 func (s *Server) logger() *slog.Logger { return cmp.Or(s.Logger, slog.Default()) }
 
 func (s *Server) metrics() mta.Metrics { return cmp.Or[mta.Metrics](s.Metrics, mta.NoMetrics{}) }
-
-func (s *Server) idleTimeout() time.Duration {
-	return srvconn.OrDefault(s.IdleTimeout, DefaultIdleTimeout)
-}
-
-func (s *Server) requestTimeout() time.Duration {
-	return srvconn.OrDefault(s.RequestTimeout, DefaultRequestTimeout)
-}
-
-// firstRequestTimeout is FirstRequestTimeout, at most IdleTimeout +
-// RequestTimeout.
-func (s *Server) firstRequestTimeout() time.Duration {
-	return min(srvconn.OrDefault(s.FirstRequestTimeout, srvconn.DefaultFirstRequestTimeout), s.idleTimeout()+s.requestTimeout())
-}
 
 // ConnStats returns the connection budget's state now.
 func (s *Server) ConnStats() srvconn.Stats {
@@ -135,14 +127,8 @@ func (s *Server) Serve(l net.Listener) error {
 			c.log = log.With("conn", c.id, "remote", srvconn.RemoteString(rwc))
 			return c
 		},
-		Refused: func(c *conn) {
-			s.metrics().Conn(false)
-			c.log.Warn("connection refused by allow-list")
-		},
-		Start: func(c *conn) {
-			s.metrics().Conn(true)
-			go s.serveConn(c)
-		},
+		Refused: func(c *conn) { c.log.Warn("connection refused by allow-list") },
+		Start:   func(c *conn) { go s.serveConn(c) },
 	})
 }
 
@@ -162,16 +148,14 @@ func (s *Server) mark(c *conn, active bool, a srvconn.Activity) bool {
 
 // serveConn answers the requests of one connection until it ends.
 func (s *Server) serveConn(c *conn) {
-	m := s.metrics()
 	c.br, c.bw = bufio.NewReader(c.rwc), bufio.NewWriterSize(c.rwc, MaxReplyLen+2)
 	c.dec = NewDecoder(c.br)
-	c.dl = deadlines{idle: s.idleTimeout(), request: s.requestTimeout(), first: c.accepted.Add(s.firstRequestTimeout())}
+	c.dl = deadlines{idle: s.idleTimeout, request: s.requestTimeout, first: c.accepted.Add(s.firstRequestTimeout)}
 	c.tracker = messageTracker{conn: c.id}
 	defer func() {
 		c.dl.release()
 		c.rwc.Close()
 		s.life.Remove(c)
-		m.ConnDone()
 	}()
 	c.log.Debug("connection opened")
 	for s.serveRequests(c) {
@@ -251,7 +235,7 @@ func (s *Server) serveRequests(c *conn) (again bool) {
 // firstRequestTimedOut counts and logs a first-request timeout.
 func (s *Server) firstRequestTimedOut(c *conn) {
 	s.life.CountClosed(srvconn.ReasonFirstRequest)
-	c.log.Debug("closing connection: no complete request within the first-request timeout", "timeout", s.firstRequestTimeout())
+	c.log.Debug("closing connection: no complete request within the first-request timeout", "timeout", s.firstRequestTimeout)
 }
 
 // answer writes the reply d; false: the connection must end.
