@@ -22,12 +22,9 @@ import (
 type PersistOptions struct {
 	// Limits are the configured limits by name. When set they are stored
 	// beside the states, changed ones are converted (Reconfigure), keys
-	// at or above ProtectFraction are never evicted, and Negligible is
-	// not used.
+	// at or above ProtectFraction are never evicted, and negligible
+	// states are not restored and are swept. nil: nothing is swept.
 	Limits map[string]ratelimit.Limit
-	// Negligible (Limits nil) reports a state equivalent to none: not
-	// restored, swept. nil: nothing is swept.
-	Negligible func(limit string, s ratelimit.State, now time.Time) bool
 	// ReadOnly restores without writing: Update, Delete and Flush return
 	// ErrReadOnly, Close does not flush.
 	ReadOnly bool
@@ -147,7 +144,7 @@ func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persisten
 // negligible reports whether s is equivalent to no state at now.
 func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) bool {
 	if p.opts.Limits == nil {
-		return p.opts.Negligible != nil && p.opts.Negligible(limit, s, now)
+		return false
 	}
 	if l, ok := (*p.params.Load())[limit]; ok {
 		return l.Negligible(s, now)

@@ -70,7 +70,7 @@ func (p *Persistent) Sweep() int {
 }
 
 func (p *Persistent) sweeps() bool {
-	return !p.opts.ReadOnly && (p.opts.Limits != nil || p.opts.Negligible != nil)
+	return !p.opts.ReadOnly && p.opts.Limits != nil
 }
 
 // Flush commits every change since the last flush in one transaction (kept

@@ -304,14 +304,14 @@ func (r *stateRestore) state(k, v []byte) {
 			// Kept as stored, counted, and logged once (restore).
 			p.stats.NotConverted++
 			p.convErr = err
-			if load(p.mem, r.lim, k, s, false) {
+			if p.mem.load(r.lim, k, s) {
 				p.stats.Restored++
 			}
 			return
 		}
 		if s = c; !s.IsZero() {
 			p.stats.Converted++
-			if load(p.mem, r.lim, k, s, false) {
+			if p.mem.load(r.lim, k, s) {
 				p.stats.Restored++
 				if !p.opts.ReadOnly {
 					p.pending.add(r.lim, k, s, false)
@@ -325,7 +325,7 @@ func (r *stateRestore) state(k, v []byte) {
 			p.pending.add(r.lim, k, ratelimit.State{}, true)
 		}
 		p.stats.Dropped++
-	} else if load(p.mem, r.lim, k, s, false) {
+	} else if p.mem.load(r.lim, k, s) {
 		p.stats.Restored++
 		if !r.configured && p.opts.Limits != nil {
 			p.stats.Unconfigured++

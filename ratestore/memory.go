@@ -357,32 +357,17 @@ func (m *Memory) startTracking() {
 	}
 }
 
-// Load stores s for key under limit without marking it changed.
-func (m *Memory) Load(limit, key string, s ratelimit.State) {
-	if lim, err := m.limits.intern(limit); err == nil {
-		load(m, lim, key, s, true)
-	}
-}
-
-// load is Load (replacing only if replace); it reports whether stored.
-func load[K keyBytes](m *Memory, lim uint16, key K, s ratelimit.State, replace bool) bool {
+// load stores s for key under lim if the key has none, without marking it
+// changed; it reports whether stored.
+func (m *Memory) load(lim uint16, key []byte, s ratelimit.State) bool {
 	if len(key) > MaxKeyLen {
 		return false
 	}
-	h := hashOf(m.seed, key)
+	h := maphash.Bytes(m.seed, key)
 	sh := m.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, idx, ok := find(sh, lim, key, h); ok {
-		if !replace {
-			return false
-		}
-		e := sh.at(idx)
-		e.state = s
-		e.seen = m.tick(sh)
-		return true
-	}
-	if !sh.canAppend(len(key)) {
+	if _, _, ok := find(sh, lim, key, h); ok || !sh.canAppend(len(key)) {
 		return false
 	}
 	if !insert(m, sh, lim, key, h, s, false) {
