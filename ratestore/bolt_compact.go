@@ -218,7 +218,7 @@ func (c *compaction) dedup(out, run []jentry) []jentry {
 	return out
 }
 
-// radixMin is the size below which sortEntries sorts by insertion.
+// radixMin is the size below which sortEntries sorts by comparison.
 const radixMin = 32
 
 // sortEntries sorts ents (pre agreeing in the first shift bytes) by
@@ -266,28 +266,7 @@ func sortEntries(ents []jentry, shift int, yield func()) {
 		}
 		return
 	}
-	if len(ents) > radixMin { // all of equal pre
-		slices.SortFunc(ents, comparePre)
-		return
-	}
-	for i := 1; i < len(ents); i++ {
-		e, j := ents[i], i
-		for ; j > 0 && entryLess(e, ents[j-1]); j-- {
-			ents[j] = ents[j-1]
-		}
-		ents[j] = e
-	}
-}
-
-// entryLess reports whether comparePre(x, y) < 0.
-func entryLess(x, y jentry) bool {
-	if x.pre != y.pre {
-		return x.pre < y.pre
-	}
-	if x.rec != y.rec {
-		return x.rec < y.rec
-	}
-	return x.off < y.off
+	slices.SortFunc(ents, comparePre) // small, or all of equal pre
 }
 
 // keyPrefix returns the first 8 bytes of k, zero-padded, big-endian.
