@@ -293,13 +293,7 @@ func (m *Memory) Sweep(negligible func(limit string, s ratelimit.State) bool) in
 		sh.mu.Lock()
 		for x := range sh.slots {
 			e := sh.at(x)
-			if e.flags&fLive == 0 || !negligible(m.limits.name(e.lim, &names), e.state) {
-				continue
-			}
-			key := sh.key(e)
-			h := maphash.Bytes(sh.seed, key)
-			if pos, idx, ok := find(sh, e.lim, key, h); ok && idx == x {
-				m.remove(sh, pos, idx, h)
+			if e.flags&fLive != 0 && negligible(m.limits.name(e.lim, &names), e.state) && m.removeAt(sh, x) {
 				n++
 			}
 		}
@@ -410,13 +404,22 @@ func (m *Memory) withAllLocked(swap func() bool, conv func(limit string, s ratel
 				sh.markDirty(x, e)
 				continue
 			}
-			key := sh.key(e)
-			h := maphash.Bytes(sh.seed, key)
-			if pos, idx, ok := find(sh, e.lim, key, h); ok && idx == x {
-				m.remove(sh, pos, idx, h)
-			}
+			m.removeAt(sh, x)
 		}
 		sh.maybeCompact()
 	}
 	return n
+}
+
+// removeAt removes live entry x of sh, reporting whether it was in the table.
+func (m *Memory) removeAt(sh *shard, x uint32) bool {
+	e := sh.at(x)
+	key := sh.key(e)
+	h := maphash.Bytes(sh.seed, key)
+	pos, idx, ok := find(sh, e.lim, key, h)
+	if !ok || idx != x {
+		return false
+	}
+	m.remove(sh, pos, idx, h)
+	return true
 }
