@@ -56,7 +56,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 	}
 	start := time.Now()
 	c := compaction{yield: p.yield}
-	if err := p.view(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
+	if err := damageSafe(p.db, func() error { return p.db.View(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }) }); err != nil {
 		return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 	}
 	c.recs = nil // the mapping of that transaction
@@ -135,11 +135,12 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 
 // compaction is the journal read by collect.
 type compaction struct {
-	seqs  [][]byte // the records' keys (sequences), in order
-	sizes []int    // and their lengths
-	recs  [][]byte // the records, valid during a transaction
-	bytes int64    // the sum of sizes
-	names []string // limit names, indexed by limit index
+	seqs  [][]byte          // the records' keys (sequences), in order
+	sizes []int             // and their lengths
+	recs  [][]byte          // the records, valid during a transaction
+	bytes int64             // the sum of sizes
+	names []string          // limit names, indexed by limit index
+	ids   map[string]uint16 // and the index of each
 	// Last entry per (limit, key), sorted; limit i: ents[ends[i-1]:ends[i]].
 	ents  []jentry
 	ends  []int
@@ -287,7 +288,8 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	if j == nil {
 		return nil
 	}
-	ix := journalLimits{ids: map[string]uint16{}}
+	var ix journalLimits
+	c.ids = map[string]uint16{}
 	bad, err := p.countEntries(j, c, &ix)
 	if err != nil {
 		return err
@@ -303,7 +305,6 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 // journalLimits indexes the limits named in the journal.
 type journalLimits struct {
 	lims    []journalLimit
-	ids     map[string]uint16
 	last    []byte // the name of lastLim: records hold groups of one limit
 	lastLim uint16
 }
@@ -320,13 +321,13 @@ func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
 	if ix.last != nil && bytes.Equal(name, ix.last) {
 		return ix.lastLim, nil
 	}
-	lim, ok := ix.ids[string(name)]
+	lim, ok := c.ids[string(name)]
 	if !ok {
 		if len(c.names) > math.MaxUint16 {
 			return 0, errMalformedRecord
 		}
 		lim = uint16(len(c.names))
-		ix.ids[string(name)] = lim
+		c.ids[string(name)] = lim
 		c.names = append(c.names, string(name))
 		ix.lims = append(ix.lims, journalLimit{})
 	}

@@ -176,15 +176,11 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	if err != nil {
 		return nil, err
 	}
-	inJournal := make(map[string]int, len(c.names))
-	for i, name := range c.names {
-		inJournal[name] = i
-	}
 	r := stateRestore{p: p, tx: tx, now: p.opts.Now()}
 	for _, name := range names {
 		var ents []jentry
-		if i, ok := inJournal[name]; ok {
-			ents = c.limitEntries(i)
+		if i, ok := c.ids[name]; ok {
+			ents = c.limitEntries(int(i))
 		}
 		var b *bbolt.Bucket
 		if root != nil {

@@ -1303,7 +1303,7 @@ func BenchmarkCollect(b *testing.B) {
 	entries := c.entries(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		err := c.p.view(func(tx *bbolt.Tx) error {
+		err := c.p.db.View(func(tx *bbolt.Tx) error {
 			var cp compaction
 			return c.p.collect(tx, &cp)
 		})
