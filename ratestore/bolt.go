@@ -166,11 +166,8 @@ func (p *Persistent) protected(limit string, s ratelimit.State) bool {
 // Params returns the parameters (configured, else stored) of the states
 // held under limit, and whether they are known.
 func (p *Persistent) Params(limit string) (ratelimit.Limit, bool) {
-	if m := p.params.Load(); m != nil {
-		l, ok := (*m)[limit]
-		return l, ok
-	}
-	return ratelimit.Limit{}, false
+	l, ok := (*p.params.Load())[limit] // stored by restore
+	return l, ok
 }
 
 // Reconfigure makes limits the parameters of the states held, converting
