@@ -141,6 +141,10 @@ type compaction struct {
 	bytes int64             // the sum of sizes
 	names []string          // limit names, indexed by limit index
 	ids   map[string]uint16 // and the index of each
+	lims  []journalLimit    // and what collect's first pass learns of it
+	// last is the name of lastLim (lookup): records hold groups of one limit.
+	last    []byte
+	lastLim uint16
 	// Last entry per (limit, key), sorted; limit i: ents[ends[i-1]:ends[i]].
 	ents  []jentry
 	ends  []int
@@ -288,25 +292,17 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	if j == nil {
 		return nil
 	}
-	var ix journalLimits
 	c.ids = map[string]uint16{}
-	bad, err := p.countEntries(j, c, &ix)
-	if err != nil {
+	if err := p.countEntries(j, c); err != nil {
 		return err
 	}
-	ents, start, next, err := p.placeEntries(c, &ix, bad)
+	ents, start, next, err := p.placeEntries(c)
 	if err != nil {
 		return err
 	}
 	p.sortDedup(c, ents, start, next)
+	c.lims, c.last = nil, nil // slices of tx, needed no more
 	return nil
-}
-
-// journalLimits indexes the limits named in the journal.
-type journalLimits struct {
-	lims    []journalLimit
-	last    []byte // the name of lastLim: records hold groups of one limit
-	lastLim uint16
 }
 
 // journalLimit is what countEntries learns of a limit.
@@ -317,9 +313,9 @@ type journalLimit struct {
 }
 
 // lookup returns the index of the limit name, adding it if new.
-func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
-	if ix.last != nil && bytes.Equal(name, ix.last) {
-		return ix.lastLim, nil
+func (c *compaction) lookup(name []byte) (uint16, error) {
+	if c.last != nil && bytes.Equal(name, c.last) {
+		return c.lastLim, nil
 	}
 	lim, ok := c.ids[string(name)]
 	if !ok {
@@ -329,15 +325,15 @@ func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
 		lim = uint16(len(c.names))
 		c.ids[string(name)] = lim
 		c.names = append(c.names, string(name))
-		ix.lims = append(ix.lims, journalLimit{})
+		c.lims = append(c.lims, journalLimit{})
 	}
-	ix.last, ix.lastLim = name, lim
+	c.last, c.lastLim = name, lim
 	return lim, nil
 }
 
 // countEntries, collect's first pass, counts each limit's entries and
-// common key prefix and returns the unreadable records' indexes.
-func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLimits) (bad map[int]bool, err error) {
+// common key prefix and notes the unreadable records (c.bad, c.lost).
+func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction) error {
 	cur := j.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
 		if v == nil {
@@ -347,11 +343,11 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 		body, err := recordBody(k, v)
 		if err == nil {
 			err = decodeRecord(body, func(name []byte, _, off, n int, _ bool) error {
-				lim, err := ix.lookup(c, name)
+				lim, err := c.lookup(name)
 				if err != nil {
 					return err
 				}
-				l, key := &ix.lims[lim], body[off:off+n]
+				l, key := &c.lims[lim], body[off:off+n]
 				if l.n == 0 {
 					l.first, l.lcp = key, n
 				} else {
@@ -362,13 +358,13 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 			})
 		}
 		if errors.Is(err, ErrVersion) {
-			return nil, err
+			return err
 		}
 		if err != nil {
-			if bad == nil {
-				bad = map[int]bool{}
+			if c.bad == nil {
+				c.bad = map[int]bool{}
 			}
-			bad[len(c.recs)] = true
+			c.bad[len(c.recs)] = true
 			c.lost = append(c.lost, statedb.Lost{Path: []string{string(journalName)}, Key: bytes.Clone(k),
 				Bytes: len(v), Keys: recordKeys(v), Err: err})
 		}
@@ -377,27 +373,26 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 		c.recs = append(c.recs, body)
 		c.bytes += int64(len(v))
 	}
-	c.bad = bad
-	return bad, nil
+	return nil
 }
 
 // placeEntries, collect's second pass, fills ents[start[lim]:next[lim]].
-func (p *Persistent) placeEntries(c *compaction, ix *journalLimits, bad map[int]bool) (ents []jentry, start, next []int, err error) {
-	lims := ix.lims
+func (p *Persistent) placeEntries(c *compaction) (ents []jentry, start, next []int, err error) {
+	lims := c.lims
 	start = make([]int, len(lims)+1)
 	for i, l := range lims {
 		start[i+1] = start[i] + l.n
 	}
 	next = slices.Clone(start[:len(lims)])
 	ents = make([]jentry, start[len(lims)])
-	ix.last = nil
+	c.last = nil
 	for rec, v := range c.recs {
-		if bad[rec] {
+		if c.bad[rec] {
 			continue
 		}
 		p.yield()
 		err := decodeRecord(v, func(name []byte, at, off, n int, _ bool) error {
-			lim, err := ix.lookup(c, name)
+			lim, err := c.lookup(name)
 			if err != nil {
 				return err
 			}

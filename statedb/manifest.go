@@ -241,7 +241,7 @@ func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, 
 	m.seen[key] = true
 	switch {
 	case values < e.count:
-		return Lost{Path: path, Keys: int(e.count - values), Missing: int(e.count - values),
+		return Lost{Path: path, Keys: int(e.count - values),
 			Err: fmt.Errorf("%d of its %d records missing (the manifest counts %d, the bucket holds %d)",
 				e.count-values, e.count, e.count, values)}, false
 	case values > e.count:
@@ -262,7 +262,7 @@ func (m *manifest) missing(tops map[string]bool) []Lost {
 		if m.seen[key] || !tops[path[0]] {
 			continue
 		}
-		lost = append(lost, Lost{Path: path, Keys: int(e.count), Missing: int(e.count),
+		lost = append(lost, Lost{Path: path, Keys: int(e.count),
 			Err: fmt.Errorf("the bucket is missing (the manifest counts %d records in it): its name damaged, or the bucket lost", e.count)})
 	}
 	return lost
