@@ -190,25 +190,15 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		next[name] = l
 	}
 	var err error
-	var notConv int64
-	now := p.opts.Now()
+	now, notConv := p.opts.Now(), p.stats.NotConverted
 	n := p.mem.withAllLocked(func() bool {
-		if err = swap(); err != nil {
-			return false
-		}
-		return true
+		err = swap()
+		return err == nil
 	}, func(limit string, s ratelimit.State) (ratelimit.State, bool) {
-		c, ok := conv[limit]
-		if !ok {
-			return s, false
+		if c, ok := conv[limit]; ok {
+			return p.convert(c, s, now)
 		}
-		cs, err := c[1].Convert(s, c[0], now)
-		if err != nil {
-			notConv++
-			p.convErr = err
-			return s, false // kept as it was
-		}
-		return cs, true
+		return s, false
 	})
 	if err != nil {
 		return err
@@ -221,15 +211,32 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		}
 	}
 	p.stats.Converted += int64(n)
-	if notConv > 0 {
-		p.stats.NotConverted += notConv
-		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
-			"count", notConv, "example", p.convErr)
-	}
+	p.logNotConverted(p.stats.NotConverted - notConv)
 	if len(conv) > 0 {
 		p.log.Warn("rate states converted to changed limit parameters", "limits", slices.Sorted(maps.Keys(conv)), "states", n)
 	}
 	return nil
+}
+
+// convert returns s converted from parameters cv[0] to cv[1], or, if the
+// conversion is not finite, s itself (false), counted in NotConverted and
+// kept for logNotConverted; under mu.
+func (p *Persistent) convert(cv [2]ratelimit.Limit, s ratelimit.State, now time.Time) (ratelimit.State, bool) {
+	c, err := cv[1].Convert(s, cv[0], now)
+	if err != nil {
+		p.stats.NotConverted++
+		p.convErr = err
+		return s, false
+	}
+	return c, true
+}
+
+// logNotConverted logs n states convert kept as they were, if any.
+func (p *Persistent) logNotConverted(n int64) {
+	if n > 0 {
+		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
+			"count", n, "example", p.convErr)
+	}
 }
 
 // noteConversions records conv for LastConversion; under mu.

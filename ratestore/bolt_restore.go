@@ -62,10 +62,7 @@ func (p *Persistent) restore() error {
 		p.log.Warn("stored rate states converted to changed limit parameters",
 			"limits", slices.Sorted(maps.Keys(conv)), "states", p.stats.Converted)
 	}
-	if p.stats.NotConverted > 0 {
-		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
-			"count", p.stats.NotConverted, "example", p.convErr)
-	}
+	p.logNotConverted(p.stats.NotConverted)
 	if p.stats.Malformed > 0 {
 		p.log.Error("malformed rate states dropped at restore (not a state, or a NaN or infinite rate)",
 			"count", p.stats.Malformed, "file", p.db.Path())
@@ -295,11 +292,8 @@ func (r *stateRestore) state(k, v []byte) {
 	}
 	if r.converting && ok {
 		// Judged under the parameters it was written with.
-		c, err := r.cv[1].Convert(s, r.cv[0], r.now)
-		if err != nil {
-			// Kept as stored, counted, and logged once (restore).
-			p.stats.NotConverted++
-			p.convErr = err
+		c, converted := p.convert(r.cv, s, r.now)
+		if !converted { // kept as stored, logged once (restore)
 			if p.mem.load(r.lim, k, s) {
 				p.stats.Restored++
 			}
