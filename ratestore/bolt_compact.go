@@ -98,27 +98,22 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		if stopped() {
 			return errCompactionStopped
 		}
-		seqs := c.seqs[i:min(i+compactDeleteMax, len(c.seqs))]
+		var n int64 // bytes deleted
 		err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error {
 			j := tx.Bucket(journalName)
-			for n, seq := range seqs {
-				if c.bad[i+n] {
+			for x := i; x < min(i+compactDeleteMax, len(c.seqs)); x++ {
+				if c.bad[x] {
 					continue // kept for the operator: see compact
 				}
-				if err := t.Delete(j, journalPath, seq); err != nil {
-					return fmt.Errorf("ratestore: delete %s/%x: %w", journalName, seq, err)
+				if err := t.Delete(j, journalPath, c.seqs[x]); err != nil {
+					return fmt.Errorf("ratestore: delete %s/%x: %w", journalName, c.seqs[x], err)
 				}
+				n += int64(c.sizes[x])
 			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
-		}
-		var n int64
-		for k, size := range c.sizes[i : i+len(seqs)] {
-			if !c.bad[i+k] {
-				n += int64(size)
-			}
 		}
 		p.mu.Lock()
 		p.journal -= n

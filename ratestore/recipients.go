@@ -101,14 +101,9 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 				lost = append(lost, statedb.Lost{Path: []string{string(rcptBucket)}, Key: bytes.Clone(k), Bytes: len(v), Keys: 1, Err: err})
 				return nil
 			}
-			var e rcptEntry
-			if e.set.UnmarshalBinary(payload[8:]) != nil || n >= r.opts.MaxKeys {
-				sh.dirty[id] = struct{}{}
-				return nil
-			}
-			e.period = time.Duration(binary.LittleEndian.Uint64(payload))
-			if e.period <= 0 || e.set.Empty(now, e.period) {
-				sh.dirty[id] = struct{}{}
+			e := rcptEntry{period: time.Duration(binary.LittleEndian.Uint64(payload))}
+			if e.set.UnmarshalBinary(payload[8:]) != nil || n >= r.opts.MaxKeys || e.period <= 0 || e.set.Empty(now, e.period) {
+				sh.dirty[id] = struct{}{} // deleted at the next flush
 				return nil
 			}
 			sh.m[id] = &e
