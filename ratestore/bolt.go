@@ -117,27 +117,21 @@ const yieldEntries = 4096
 // keeping mem's changes in db; db stays the caller's. Errors wrap
 // ErrVersion, ErrDamaged, statedb.RecordsLost's (unless SkipLost), or
 // BoltDB's.
-func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persistent, err error) {
+func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p = &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
+	p := &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
 		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece, yield: runtime.Gosched,
 		lastSweep: time.Now(), sweepEvery: sweepInterval}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	mem.startTracking()
-	err = damageSafe(db, func() error {
-		if err := p.restore(); err != nil {
-			return err
-		}
-		p.release()
-		return nil
-	})
-	if err != nil {
+	if err := damageSafe(db, p.restore); err != nil {
 		return nil, err
 	}
+	p.release()
 	return p, nil
 }
 
