@@ -93,7 +93,6 @@ type Tally struct {
 	tx      *bolt.Tx
 	changes map[string]*change
 	order   []string
-	last    *change // the one change looked up last: most writes repeat it
 }
 
 type change struct {
@@ -115,9 +114,6 @@ func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
 }
 
 func (t *Tally) change(path []string) *change {
-	if t.last != nil && slices.Equal(t.last.path, path) {
-		return t.last
-	}
 	key := string(manifestKey(path))
 	c := t.changes[key]
 	if c == nil {
@@ -125,7 +121,6 @@ func (t *Tally) change(path []string) *change {
 		t.changes[key] = c
 		t.order = append(t.order, key)
 	}
-	t.last = c
 	return c
 }
 
@@ -199,7 +194,7 @@ func (t *Tally) Save() error {
 			return fmt.Errorf("statedb: manifest: %w", err)
 		}
 	}
-	t.changes, t.order, t.last = map[string]*change{}, nil, nil
+	t.changes, t.order = map[string]*change{}, nil
 	return nil
 }
 
