@@ -126,14 +126,6 @@ func (m *Memory) tick(sh *shard) uint32 {
 	return sh.clock
 }
 
-// current returns the recency stamp of now without counting an access.
-func (m *Memory) current(sh *shard) uint32 {
-	if m.now != nil {
-		return uint32(m.now() / 1e9)
-	}
-	return sh.clock
-}
-
 // Get returns the state of key under limit, or the zero State; no error.
 func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, error) {
 	lim, ok := m.limits.lookup(limit)

@@ -107,7 +107,7 @@ func (m *Memory) evict(sh *shard) bool {
 		protect = *p
 	}
 	var names []string
-	now := m.current(sh)
+	now := m.tick(sh) // one more count moves every age alike
 	mask := uint32(len(sh.table) - 1)
 	var bestPos uint32
 	var bestAge uint32
