@@ -22,12 +22,9 @@ import (
 type PersistOptions struct {
 	// Limits are the configured limits by name. When set they are stored
 	// beside the states, changed ones are converted (Reconfigure), keys
-	// at or above ProtectFraction are never evicted, and Negligible is
-	// not used.
+	// at or above ProtectFraction are never evicted, and negligible
+	// states are not restored and are swept. nil: nothing is swept.
 	Limits map[string]ratelimit.Limit
-	// Negligible (Limits nil) reports a state equivalent to none: not
-	// restored, swept. nil: nothing is swept.
-	Negligible func(limit string, s ratelimit.State, now time.Time) bool
 	// ReadOnly restores without writing: Update, Delete and Flush return
 	// ErrReadOnly, Close does not flush.
 	ReadOnly bool
@@ -120,34 +117,28 @@ const yieldEntries = 4096
 // keeping mem's changes in db; db stays the caller's. Errors wrap
 // ErrVersion, ErrDamaged, statedb.RecordsLost's (unless SkipLost), or
 // BoltDB's.
-func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (p *Persistent, err error) {
+func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	p = &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
+	p := &Persistent{db: db, mem: mem, opts: opts, log: opts.Logger, done: make(chan struct{}),
 		compactMin: compactMinBytes, compactPerPair: compactPairBytes, pieceKeys: compactPiece, yield: runtime.Gosched,
 		lastSweep: time.Now(), sweepEvery: sweepInterval}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	mem.startTracking()
-	err = damageSafe(db, func() error {
-		if err := p.restore(); err != nil {
-			return err
-		}
-		p.release()
-		return nil
-	})
-	if err != nil {
+	if err := damageSafe(db, p.restore); err != nil {
 		return nil, err
 	}
+	p.release()
 	return p, nil
 }
 
 // negligible reports whether s is equivalent to no state at now.
 func (p *Persistent) negligible(limit string, s ratelimit.State, now time.Time) bool {
 	if p.opts.Limits == nil {
-		return p.opts.Negligible != nil && p.opts.Negligible(limit, s, now)
+		return false
 	}
 	if l, ok := (*p.params.Load())[limit]; ok {
 		return l.Negligible(s, now)
@@ -169,11 +160,8 @@ func (p *Persistent) protected(limit string, s ratelimit.State) bool {
 // Params returns the parameters (configured, else stored) of the states
 // held under limit, and whether they are known.
 func (p *Persistent) Params(limit string) (ratelimit.Limit, bool) {
-	if m := p.params.Load(); m != nil {
-		l, ok := (*m)[limit]
-		return l, ok
-	}
-	return ratelimit.Limit{}, false
+	l, ok := (*p.params.Load())[limit] // stored by restore
+	return l, ok
 }
 
 // Reconfigure makes limits the parameters of the states held, converting
@@ -196,25 +184,15 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		next[name] = l
 	}
 	var err error
-	var notConv int64
-	now := p.opts.Now()
+	now, notConv := p.opts.Now(), p.stats.NotConverted
 	n := p.mem.withAllLocked(func() bool {
-		if err = swap(); err != nil {
-			return false
-		}
-		return true
+		err = swap()
+		return err == nil
 	}, func(limit string, s ratelimit.State) (ratelimit.State, bool) {
-		c, ok := conv[limit]
-		if !ok {
-			return s, false
+		if c, ok := conv[limit]; ok {
+			return p.convert(c, s, now)
 		}
-		cs, err := c[1].Convert(s, c[0], now)
-		if err != nil {
-			notConv++
-			p.convErr = err
-			return s, false // kept as it was
-		}
-		return cs, true
+		return s, false
 	})
 	if err != nil {
 		return err
@@ -227,15 +205,32 @@ func (p *Persistent) Reconfigure(limits map[string]ratelimit.Limit, swap func() 
 		}
 	}
 	p.stats.Converted += int64(n)
-	if notConv > 0 {
-		p.stats.NotConverted += notConv
-		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
-			"count", notConv, "example", p.convErr)
-	}
+	p.logNotConverted(p.stats.NotConverted - notConv)
 	if len(conv) > 0 {
 		p.log.Warn("rate states converted to changed limit parameters", "limits", slices.Sorted(maps.Keys(conv)), "states", n)
 	}
 	return nil
+}
+
+// convert returns s converted from parameters cv[0] to cv[1], or, if the
+// conversion is not finite, s itself (false), counted in NotConverted and
+// kept for logNotConverted; under mu.
+func (p *Persistent) convert(cv [2]ratelimit.Limit, s ratelimit.State, now time.Time) (ratelimit.State, bool) {
+	c, err := cv[1].Convert(s, cv[0], now)
+	if err != nil {
+		p.stats.NotConverted++
+		p.convErr = err
+		return s, false
+	}
+	return c, true
+}
+
+// logNotConverted logs n states convert kept as they were, if any.
+func (p *Persistent) logNotConverted(n int64) {
+	if n > 0 {
+		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
+			"count", n, "example", p.convErr)
+	}
 }
 
 // noteConversions records conv for LastConversion; under mu.

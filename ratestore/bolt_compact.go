@@ -56,7 +56,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 	}
 	start := time.Now()
 	c := compaction{yield: p.yield}
-	if err := p.view(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }); err != nil {
+	if err := damageSafe(p.db, func() error { return p.db.View(func(tx *bbolt.Tx) error { return p.collect(tx, &c) }) }); err != nil {
 		return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 	}
 	c.recs = nil // the mapping of that transaction
@@ -98,27 +98,22 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 		if stopped() {
 			return errCompactionStopped
 		}
-		seqs := c.seqs[i:min(i+compactDeleteMax, len(c.seqs))]
+		var n int64 // bytes deleted
 		err := p.update(func(tx *bbolt.Tx, t *statedb.Tally) error {
 			j := tx.Bucket(journalName)
-			for n, seq := range seqs {
-				if c.bad[i+n] {
+			for x := i; x < min(i+compactDeleteMax, len(c.seqs)); x++ {
+				if c.bad[x] {
 					continue // kept for the operator: see compact
 				}
-				if err := t.Delete(j, journalPath, seq); err != nil {
-					return fmt.Errorf("ratestore: delete %s/%x: %w", journalName, seq, err)
+				if err := t.Delete(j, journalPath, c.seqs[x]); err != nil {
+					return fmt.Errorf("ratestore: delete %s/%x: %w", journalName, c.seqs[x], err)
 				}
+				n += int64(c.sizes[x])
 			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
-		}
-		var n int64
-		for k, size := range c.sizes[i : i+len(seqs)] {
-			if !c.bad[i+k] {
-				n += int64(size)
-			}
 		}
 		p.mu.Lock()
 		p.journal -= n
@@ -135,11 +130,16 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 
 // compaction is the journal read by collect.
 type compaction struct {
-	seqs  [][]byte // the records' keys (sequences), in order
-	sizes []int    // and their lengths
-	recs  [][]byte // the records, valid during a transaction
-	bytes int64    // the sum of sizes
-	names []string // limit names, indexed by limit index
+	seqs  [][]byte          // the records' keys (sequences), in order
+	sizes []int             // and their lengths
+	recs  [][]byte          // the records, valid during a transaction
+	bytes int64             // the sum of sizes
+	names []string          // limit names, indexed by limit index
+	ids   map[string]uint16 // and the index of each
+	lims  []journalLimit    // and what collect's first pass learns of it
+	// last is the name of lastLim (lookup): records hold groups of one limit.
+	last    []byte
+	lastLim uint16
 	// Last entry per (limit, key), sorted; limit i: ents[ends[i-1]:ends[i]].
 	ents  []jentry
 	ends  []int
@@ -218,7 +218,7 @@ func (c *compaction) dedup(out, run []jentry) []jentry {
 	return out
 }
 
-// radixMin is the size below which sortEntries sorts by insertion.
+// radixMin is the size below which sortEntries sorts by comparison.
 const radixMin = 32
 
 // sortEntries sorts ents (pre agreeing in the first shift bytes) by
@@ -266,28 +266,7 @@ func sortEntries(ents []jentry, shift int, yield func()) {
 		}
 		return
 	}
-	if len(ents) > radixMin { // all of equal pre
-		slices.SortFunc(ents, comparePre)
-		return
-	}
-	for i := 1; i < len(ents); i++ {
-		e, j := ents[i], i
-		for ; j > 0 && entryLess(e, ents[j-1]); j-- {
-			ents[j] = ents[j-1]
-		}
-		ents[j] = e
-	}
-}
-
-// entryLess reports whether comparePre(x, y) < 0.
-func entryLess(x, y jentry) bool {
-	if x.pre != y.pre {
-		return x.pre < y.pre
-	}
-	if x.rec != y.rec {
-		return x.rec < y.rec
-	}
-	return x.off < y.off
+	slices.SortFunc(ents, comparePre) // small, or all of equal pre
 }
 
 // keyPrefix returns the first 8 bytes of k, zero-padded, big-endian.
@@ -308,25 +287,17 @@ func (p *Persistent) collect(tx *bbolt.Tx, c *compaction) error {
 	if j == nil {
 		return nil
 	}
-	ix := journalLimits{ids: map[string]uint16{}}
-	bad, err := p.countEntries(j, c, &ix)
-	if err != nil {
+	c.ids = map[string]uint16{}
+	if err := p.countEntries(j, c); err != nil {
 		return err
 	}
-	ents, start, next, err := p.placeEntries(c, &ix, bad)
+	ents, start, next, err := p.placeEntries(c)
 	if err != nil {
 		return err
 	}
 	p.sortDedup(c, ents, start, next)
+	c.lims, c.last = nil, nil // slices of tx, needed no more
 	return nil
-}
-
-// journalLimits indexes the limits named in the journal.
-type journalLimits struct {
-	lims    []journalLimit
-	ids     map[string]uint16
-	last    []byte // the name of lastLim: records hold groups of one limit
-	lastLim uint16
 }
 
 // journalLimit is what countEntries learns of a limit.
@@ -337,27 +308,27 @@ type journalLimit struct {
 }
 
 // lookup returns the index of the limit name, adding it if new.
-func (ix *journalLimits) lookup(c *compaction, name []byte) (uint16, error) {
-	if ix.last != nil && bytes.Equal(name, ix.last) {
-		return ix.lastLim, nil
+func (c *compaction) lookup(name []byte) (uint16, error) {
+	if c.last != nil && bytes.Equal(name, c.last) {
+		return c.lastLim, nil
 	}
-	lim, ok := ix.ids[string(name)]
+	lim, ok := c.ids[string(name)]
 	if !ok {
 		if len(c.names) > math.MaxUint16 {
 			return 0, errMalformedRecord
 		}
 		lim = uint16(len(c.names))
-		ix.ids[string(name)] = lim
+		c.ids[string(name)] = lim
 		c.names = append(c.names, string(name))
-		ix.lims = append(ix.lims, journalLimit{})
+		c.lims = append(c.lims, journalLimit{})
 	}
-	ix.last, ix.lastLim = name, lim
+	c.last, c.lastLim = name, lim
 	return lim, nil
 }
 
 // countEntries, collect's first pass, counts each limit's entries and
-// common key prefix and returns the unreadable records' indexes.
-func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLimits) (bad map[int]bool, err error) {
+// common key prefix and notes the unreadable records (c.bad, c.lost).
+func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction) error {
 	cur := j.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {
 		if v == nil {
@@ -367,11 +338,11 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 		body, err := recordBody(k, v)
 		if err == nil {
 			err = decodeRecord(body, func(name []byte, _, off, n int, _ bool) error {
-				lim, err := ix.lookup(c, name)
+				lim, err := c.lookup(name)
 				if err != nil {
 					return err
 				}
-				l, key := &ix.lims[lim], body[off:off+n]
+				l, key := &c.lims[lim], body[off:off+n]
 				if l.n == 0 {
 					l.first, l.lcp = key, n
 				} else {
@@ -382,13 +353,13 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 			})
 		}
 		if errors.Is(err, ErrVersion) {
-			return nil, err
+			return err
 		}
 		if err != nil {
-			if bad == nil {
-				bad = map[int]bool{}
+			if c.bad == nil {
+				c.bad = map[int]bool{}
 			}
-			bad[len(c.recs)] = true
+			c.bad[len(c.recs)] = true
 			c.lost = append(c.lost, statedb.Lost{Path: []string{string(journalName)}, Key: bytes.Clone(k),
 				Bytes: len(v), Keys: recordKeys(v), Err: err})
 		}
@@ -397,27 +368,26 @@ func (p *Persistent) countEntries(j *bbolt.Bucket, c *compaction, ix *journalLim
 		c.recs = append(c.recs, body)
 		c.bytes += int64(len(v))
 	}
-	c.bad = bad
-	return bad, nil
+	return nil
 }
 
 // placeEntries, collect's second pass, fills ents[start[lim]:next[lim]].
-func (p *Persistent) placeEntries(c *compaction, ix *journalLimits, bad map[int]bool) (ents []jentry, start, next []int, err error) {
-	lims := ix.lims
+func (p *Persistent) placeEntries(c *compaction) (ents []jentry, start, next []int, err error) {
+	lims := c.lims
 	start = make([]int, len(lims)+1)
 	for i, l := range lims {
 		start[i+1] = start[i] + l.n
 	}
 	next = slices.Clone(start[:len(lims)])
 	ents = make([]jentry, start[len(lims)])
-	ix.last = nil
+	c.last = nil
 	for rec, v := range c.recs {
-		if bad[rec] {
+		if c.bad[rec] {
 			continue
 		}
 		p.yield()
 		err := decodeRecord(v, func(name []byte, at, off, n int, _ bool) error {
-			lim, err := ix.lookup(c, name)
+			lim, err := c.lookup(name)
 			if err != nil {
 				return err
 			}

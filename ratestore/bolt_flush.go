@@ -70,7 +70,7 @@ func (p *Persistent) Sweep() int {
 }
 
 func (p *Persistent) sweeps() bool {
-	return !p.opts.ReadOnly && (p.opts.Limits != nil || p.opts.Negligible != nil)
+	return !p.opts.ReadOnly && p.opts.Limits != nil
 }
 
 // Flush commits every change since the last flush in one transaction (kept
@@ -85,18 +85,6 @@ func (p *Persistent) Flush() error {
 		return ErrReadOnly
 	}
 	return p.flushLocked()
-}
-
-func (p *Persistent) flushLocked() error {
-	err := p.flushChanges()
-	if err != nil {
-		p.stats.Failures++
-		p.stats.Pending = len(p.pending.recs)
-		p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
-		return err
-	}
-	p.stats.LastFlushAt = p.opts.Now()
-	return nil
 }
 
 // damageSafe runs fn, turning a BoltDB panic or fault into ErrDamaged.
@@ -115,12 +103,8 @@ func (p *Persistent) update(fn func(*bbolt.Tx, *statedb.Tally) error) error {
 	return damageSafe(p.db, func() error { return statedb.Update(p.db, fn) })
 }
 
-// view is update's read-only counterpart.
-func (p *Persistent) view(fn func(*bbolt.Tx) error) error {
-	return damageSafe(p.db, func() error { return p.db.View(fn) })
-}
-
-func (p *Persistent) flushChanges() error {
+// flushLocked is Flush under mu.
+func (p *Persistent) flushLocked() error {
 	if p.beforeTake != nil {
 		p.beforeTake()
 	}
@@ -131,6 +115,7 @@ func (p *Persistent) flushChanges() error {
 		p.pending.release()
 		p.rbuf, p.rends = nil, nil
 		p.flushBytes.Store(0)
+		p.stats.LastFlushAt = p.opts.Now()
 		return nil
 	}
 	// Group by limit; after failed flushes keep one change per key.
@@ -151,7 +136,11 @@ func (p *Persistent) flushChanges() error {
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("ratestore: flush of %d rate states: %w", len(p.pending.recs), err)
+		err = fmt.Errorf("ratestore: flush of %d rate states: %w", len(p.pending.recs), err)
+		p.stats.Failures++
+		p.stats.Pending = len(p.pending.recs)
+		p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
+		return err
 	}
 	p.metaDirty = nil
 	n := len(p.pending.recs)
@@ -163,6 +152,7 @@ func (p *Persistent) flushChanges() error {
 	p.stats.Pending = 0
 	p.stats.Journal = p.journal
 	p.stats.LastFlush = time.Since(start)
+	p.stats.LastFlushAt = p.opts.Now()
 	p.pending.reset()
 	if cap(p.rbuf) > 4*statedb.MaxRecordBytes {
 		p.rbuf = nil

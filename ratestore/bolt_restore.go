@@ -62,10 +62,7 @@ func (p *Persistent) restore() error {
 		p.log.Warn("stored rate states converted to changed limit parameters",
 			"limits", slices.Sorted(maps.Keys(conv)), "states", p.stats.Converted)
 	}
-	if p.stats.NotConverted > 0 {
-		p.log.Error("rate states not converted to changed limit parameters and kept as they were (a bug: the conversion was not finite)",
-			"count", p.stats.NotConverted, "example", p.convErr)
-	}
+	p.logNotConverted(p.stats.NotConverted)
 	if p.stats.Malformed > 0 {
 		p.log.Error("malformed rate states dropped at restore (not a state, or a NaN or infinite rate)",
 			"count", p.stats.Malformed, "file", p.db.Path())
@@ -176,15 +173,11 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	if err != nil {
 		return nil, err
 	}
-	inJournal := make(map[string]int, len(c.names))
-	for i, name := range c.names {
-		inJournal[name] = i
-	}
 	r := stateRestore{p: p, tx: tx, now: p.opts.Now()}
 	for _, name := range names {
 		var ents []jentry
-		if i, ok := inJournal[name]; ok {
-			ents = c.limitEntries(i)
+		if i, ok := c.ids[name]; ok {
+			ents = c.limitEntries(int(i))
 		}
 		var b *bbolt.Bucket
 		if root != nil {
@@ -299,19 +292,16 @@ func (r *stateRestore) state(k, v []byte) {
 	}
 	if r.converting && ok {
 		// Judged under the parameters it was written with.
-		c, err := r.cv[1].Convert(s, r.cv[0], r.now)
-		if err != nil {
-			// Kept as stored, counted, and logged once (restore).
-			p.stats.NotConverted++
-			p.convErr = err
-			if load(p.mem, r.lim, k, s, false) {
+		c, converted := p.convert(r.cv, s, r.now)
+		if !converted { // kept as stored, logged once (restore)
+			if p.mem.load(r.lim, k, s) {
 				p.stats.Restored++
 			}
 			return
 		}
 		if s = c; !s.IsZero() {
 			p.stats.Converted++
-			if load(p.mem, r.lim, k, s, false) {
+			if p.mem.load(r.lim, k, s) {
 				p.stats.Restored++
 				if !p.opts.ReadOnly {
 					p.pending.add(r.lim, k, s, false)
@@ -325,7 +315,7 @@ func (r *stateRestore) state(k, v []byte) {
 			p.pending.add(r.lim, k, ratelimit.State{}, true)
 		}
 		p.stats.Dropped++
-	} else if load(p.mem, r.lim, k, s, false) {
+	} else if p.mem.load(r.lim, k, s) {
 		p.stats.Restored++
 		if !r.configured && p.opts.Limits != nil {
 			p.stats.Unconfigured++

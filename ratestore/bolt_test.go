@@ -567,14 +567,12 @@ func TestPersistentJournalMalformedPartly(t *testing.T) {
 func TestPersistentNegligible(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
-	// States are negligible once now is past their Time, as GCRA's are.
+	// GCRA states are negligible once now is past their Time.
 	var now atomic.Int64
 	now.Store(1000)
 	opts := PersistOptions{
-		Now: func() time.Time { return time.Unix(0, now.Load()) },
-		Negligible: func(limit string, s ratelimit.State, at time.Time) bool {
-			return s.Time <= at.UnixNano()
-		},
+		Now:    func() time.Time { return time.Unix(0, now.Load()) },
+		Limits: map[string]ratelimit.Limit{"gcra": hourlyGCRA, "fast": hourlyGCRA},
 	}
 	db, closeDB := openDB(t, path)
 	p := newPersistent(t, db, MemoryOptions{}, opts)
@@ -642,13 +640,17 @@ func TestPersistentRestoreManyDropped(t *testing.T) {
 	p := newPersistent(t, db, MemoryOptions{}, PersistOptions{})
 	const n = 3*4096 + 17
 	for i := range n {
-		p.Update(context.Background(), "hourly", fmt.Sprintf("k%06d", i), set(ratelimit.State{Time: 1, Rate: float64(i % 3)}))
+		s := ratelimit.State{Time: 1} // negligible under GCRA at t0 unless i%3 == 1
+		if i%3 == 1 {
+			s.Time = t0.Add(time.Minute).UnixNano()
+		}
+		p.Update(context.Background(), "hourly", fmt.Sprintf("k%06d", i), set(s))
 	}
 	p.Close()
 	closeDB()
 	db, _ = openDB(t, path)
 	p = newPersistent(t, db, MemoryOptions{}, PersistOptions{
-		Negligible: func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate != 1 },
+		Limits: map[string]ratelimit.Limit{"hourly": hourlyGCRA}, Now: func() time.Time { return t0 },
 	})
 	want := contents(t, p)
 	if len(want) != (n+1)/3 { // i%3 == 1
@@ -701,8 +703,9 @@ func TestPersistentConcurrent(t *testing.T) {
 	defer cancel()
 	path := filepath.Join(t.TempDir(), "ratelimitd.db")
 	db, closeDB := openDB(t, path)
+	// GCRA states of Time t0 are negligible at t0 (swept), later ones not.
 	p := newPersistent(t, db, MemoryOptions{MaxKeys: 64 * 16}, PersistOptions{
-		Negligible: func(_ string, s ratelimit.State, _ time.Time) bool { return s.Rate == 7 },
+		Limits: map[string]ratelimit.Limit{"hourly": hourlyGCRA, "daily": hourlyGCRA}, Now: func() time.Time { return t0 },
 	})
 	p.sweepEvery = 3 * time.Millisecond
 	stop := flushEvery(time.Millisecond, func(_ string, err error) { t.Error(err) }, p.Tick)
@@ -722,7 +725,10 @@ func TestPersistentConcurrent(t *testing.T) {
 					}
 				default:
 					err := p.Update(ctx, []string{"hourly", "daily"}[i%2], k, func(s ratelimit.State) (ratelimit.State, bool) {
-						return ratelimit.State{Time: s.Time + 1, Rate: float64(i % 10)}, true
+						if i%10 == 7 {
+							return ratelimit.State{Time: t0.UnixNano()}, true
+						}
+						return ratelimit.State{Time: t0.UnixNano() + int64(i%10+1)}, true
 					})
 					if err != nil {
 						t.Error(err)
@@ -1297,7 +1303,7 @@ func BenchmarkCollect(b *testing.B) {
 	entries := c.entries(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		err := c.p.view(func(tx *bbolt.Tx) error {
+		err := c.p.db.View(func(tx *bbolt.Tx) error {
 			var cp compaction
 			return c.p.collect(tx, &cp)
 		})

@@ -10,10 +10,7 @@ import (
 // statedb's Scan, Check, Salvage and SetAside.
 func Formats() []statedb.Format {
 	return []statedb.Format{
-		{Bucket: string(bucketName), Nested: true, Check: func(k, v []byte) (int, error) {
-			_, err := openCell(k, v)
-			return 1, err
-		}},
+		{Bucket: string(bucketName), Nested: true, Check: oneKey(openCell)},
 		{Bucket: string(journalName), Check: func(k, v []byte) (int, error) {
 			body, err := recordBody(k, v)
 			if err != nil {
@@ -25,14 +22,16 @@ func Formats() []statedb.Format {
 			}
 			return n, nil
 		}},
-		{Bucket: string(metaName), Check: func(k, v []byte) (int, error) {
-			_, err := openMeta(k, v)
-			return 1, err
-		}},
-		{Bucket: string(rcptBucket), Check: func(k, v []byte) (int, error) {
-			_, err := openRcpt(k, v)
-			return 1, err
-		}},
+		{Bucket: string(metaName), Check: oneKey(openMeta)},
+		{Bucket: string(rcptBucket), Check: oneKey(openRcpt)},
+	}
+}
+
+// oneKey is the Format.Check of records of one key each, checked by open.
+func oneKey(open func(k, v []byte) ([]byte, error)) func(k, v []byte) (int, error) {
+	return func(k, v []byte) (int, error) {
+		_, err := open(k, v)
+		return 1, err
 	}
 }
 

@@ -126,14 +126,6 @@ func (m *Memory) tick(sh *shard) uint32 {
 	return sh.clock
 }
 
-// current returns the recency stamp of now without counting an access.
-func (m *Memory) current(sh *shard) uint32 {
-	if m.now != nil {
-		return uint32(m.now() / 1e9)
-	}
-	return sh.clock
-}
-
 // Get returns the state of key under limit, or the zero State; no error.
 func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, error) {
 	lim, ok := m.limits.lookup(limit)
@@ -293,13 +285,7 @@ func (m *Memory) Sweep(negligible func(limit string, s ratelimit.State) bool) in
 		sh.mu.Lock()
 		for x := range sh.slots {
 			e := sh.at(x)
-			if e.flags&fLive == 0 || !negligible(m.limits.name(e.lim, &names), e.state) {
-				continue
-			}
-			key := sh.key(e)
-			h := maphash.Bytes(sh.seed, key)
-			if pos, idx, ok := find(sh, e.lim, key, h); ok && idx == x {
-				m.remove(sh, pos, idx, h)
+			if e.flags&fLive != 0 && negligible(m.limits.name(e.lim, &names), e.state) && m.removeAt(sh, x) {
 				n++
 			}
 		}
@@ -357,32 +343,17 @@ func (m *Memory) startTracking() {
 	}
 }
 
-// Load stores s for key under limit without marking it changed.
-func (m *Memory) Load(limit, key string, s ratelimit.State) {
-	if lim, err := m.limits.intern(limit); err == nil {
-		load(m, lim, key, s, true)
-	}
-}
-
-// load is Load (replacing only if replace); it reports whether stored.
-func load[K keyBytes](m *Memory, lim uint16, key K, s ratelimit.State, replace bool) bool {
+// load stores s for key under lim if the key has none, without marking it
+// changed; it reports whether stored.
+func (m *Memory) load(lim uint16, key []byte, s ratelimit.State) bool {
 	if len(key) > MaxKeyLen {
 		return false
 	}
-	h := hashOf(m.seed, key)
+	h := maphash.Bytes(m.seed, key)
 	sh := m.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, idx, ok := find(sh, lim, key, h); ok {
-		if !replace {
-			return false
-		}
-		e := sh.at(idx)
-		e.state = s
-		e.seen = m.tick(sh)
-		return true
-	}
-	if !sh.canAppend(len(key)) {
+	if _, _, ok := find(sh, lim, key, h); ok || !sh.canAppend(len(key)) {
 		return false
 	}
 	if !insert(m, sh, lim, key, h, s, false) {
@@ -425,13 +396,22 @@ func (m *Memory) withAllLocked(swap func() bool, conv func(limit string, s ratel
 				sh.markDirty(x, e)
 				continue
 			}
-			key := sh.key(e)
-			h := maphash.Bytes(sh.seed, key)
-			if pos, idx, ok := find(sh, e.lim, key, h); ok && idx == x {
-				m.remove(sh, pos, idx, h)
-			}
+			m.removeAt(sh, x)
 		}
 		sh.maybeCompact()
 	}
 	return n
+}
+
+// removeAt removes live entry x of sh, reporting whether it was in the table.
+func (m *Memory) removeAt(sh *shard, x uint32) bool {
+	e := sh.at(x)
+	key := sh.key(e)
+	h := maphash.Bytes(sh.seed, key)
+	pos, idx, ok := find(sh, e.lim, key, h)
+	if !ok || idx != x {
+		return false
+	}
+	m.remove(sh, pos, idx, h)
+	return true
 }

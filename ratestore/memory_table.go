@@ -13,16 +13,6 @@ import (
 
 type keyBytes interface{ ~string | ~[]byte }
 
-func hashOf[K keyBytes](seed maphash.Seed, key K) uint64 {
-	switch k := any(key).(type) {
-	case string:
-		return maphash.String(seed, k)
-	case []byte:
-		return maphash.Bytes(seed, k)
-	}
-	return maphash.String(seed, string(key))
-}
-
 func tagOf(h uint64) uint32 { return uint32(h>>50) & 0xff }
 
 // find looks up key under lim (hash h): table position and entry index,
@@ -117,7 +107,7 @@ func (m *Memory) evict(sh *shard) bool {
 		protect = *p
 	}
 	var names []string
-	now := m.current(sh)
+	now := m.tick(sh) // one more count moves every age alike
 	mask := uint32(len(sh.table) - 1)
 	var bestPos uint32
 	var bestAge uint32

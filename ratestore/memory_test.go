@@ -3,6 +3,7 @@ package ratestore
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -110,7 +111,7 @@ func checkInvariants(t testing.TB, m *Memory) {
 				continue
 			}
 			key := sh.key(e)
-			h := hashOf(sh.seed, key)
+			h := maphash.Bytes(sh.seed, key)
 			if h>>shardShift != uint64(i) {
 				t.Errorf("shard %d entry %d: key %q belongs to shard %d", i, x, key, h>>shardShift)
 			}
@@ -232,9 +233,12 @@ func TestMemoryModel(t *testing.T) {
 						}
 					}
 				default:
-					if !track { // Load bypasses tracking by design
+					if _, held := model[pk]; !track && !held { // load bypasses tracking by design
 						v := ratelimit.State{Time: -int64(step), Rate: 1}
-						m.Load(l, k, v)
+						lim, _ := m.limits.intern(l)
+						if !m.load(lim, []byte(k), v) {
+							t.Fatalf("step %d: load(%s/%q) not stored", step, l, k)
+						}
 						model[pk] = v
 					}
 				}

@@ -96,19 +96,14 @@ func OpenRecipients(db *bbolt.DB, now time.Time, opts RecipientOptions) (*Recipi
 		return b.ForEach(func(k, v []byte) error {
 			id := string(k)
 			sh := r.shard(id)
-			v, err := openRcpt(k, v)
+			payload, err := openRcpt(k, v) // at least 8 bytes
 			if err != nil {
 				lost = append(lost, statedb.Lost{Path: []string{string(rcptBucket)}, Key: bytes.Clone(k), Bytes: len(v), Keys: 1, Err: err})
 				return nil
 			}
-			var e rcptEntry
-			if len(v) < 8 || e.set.UnmarshalBinary(v[8:]) != nil || n >= r.opts.MaxKeys {
-				sh.dirty[id] = struct{}{}
-				return nil
-			}
-			e.period = time.Duration(binary.LittleEndian.Uint64(v))
-			if e.period <= 0 || e.set.Empty(now, e.period) {
-				sh.dirty[id] = struct{}{}
+			e := rcptEntry{period: time.Duration(binary.LittleEndian.Uint64(payload))}
+			if e.set.UnmarshalBinary(payload[8:]) != nil || n >= r.opts.MaxKeys || e.period <= 0 || e.set.Empty(now, e.period) {
+				sh.dirty[id] = struct{}{} // deleted at the next flush
 				return nil
 			}
 			sh.m[id] = &e

@@ -1,6 +1,7 @@
 package ratestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
+	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 var rt0 = time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)
@@ -86,6 +88,30 @@ func TestRecipientsRestoreFilter(t *testing.T) {
 		t.Errorf("bytes %d, want one filter of %d", r2.Bytes(), ratelimit.AddrFilterBits(1000)/8)
 	}
 	closeDB()
+}
+
+// An unreadable set refuses the restore, listed with its stored length.
+func TestRecipientsRestoreLost(t *testing.T) {
+	db, closeDB := openDB(t, filepath.Join(t.TempDir(), "r.db"))
+	defer closeDB()
+	r, _ := OpenRecipients(db, rt0, RecipientOptions{})
+	r.Add(context.Background(), "uniq", "alice", ratelimit.HashAddr("bob"), rt0, time.Hour, 10)
+	r.Close()
+	var size int
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(rcptBucket)
+		k := []byte(pairID("uniq", "alice"))
+		v := bytes.Clone(b.Get(k))
+		v[len(v)-1] ^= 1 // the checksum
+		size = len(v)
+		return b.Put(k, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenRecipients(db, rt0, RecipientOptions{})
+	if want := fmt.Sprintf("%d bytes, 1 key", size); !errors.Is(err, statedb.ErrRecordsLost) || !strings.Contains(fmt.Sprint(err), want) {
+		t.Errorf("OpenRecipients = %v, want ErrRecordsLost listing %q", err, want)
+	}
 }
 
 // MaxKeys bounds the pairs; Forget and Sweep drop them.

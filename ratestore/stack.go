@@ -3,6 +3,7 @@ package ratestore
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -24,8 +25,8 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 	}
 	var hs [stackMax]uint64
 	var shards [stackMax]*shard // of each item
-	var locked [stackMax]int    // the shard indexes to lock, ascending
-	nlocked := 0
+	var lockBuf [stackMax]int
+	locked := lockBuf[:0] // the shard indexes to lock, ascending
 	for i := range items {
 		if i > 0 && items[i].Key == items[i-1].Key {
 			hs[i], shards[i] = hs[i-1], shards[i-1]
@@ -33,23 +34,15 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 		}
 		hs[i] = maphash.String(m.seed, items[i].Key)
 		shards[i] = m.shardOf(hs[i])
-		x := int(hs[i] >> shardShift)
-		j := nlocked
-		for j > 0 && locked[j-1] > x {
-			j--
+		if j, held := slices.BinarySearch(locked, int(hs[i]>>shardShift)); !held {
+			locked = slices.Insert(locked, j, int(hs[i]>>shardShift))
 		}
-		if j > 0 && locked[j-1] == x {
-			continue
-		}
-		copy(locked[j+1:nlocked+1], locked[j:nlocked])
-		locked[j] = x
-		nlocked++
 	}
-	for _, x := range locked[:nlocked] {
+	for _, x := range locked {
 		m.shards[x].mu.Lock()
 	}
 	defer func() {
-		for _, x := range locked[:nlocked] {
+		for _, x := range locked {
 			m.shards[x].mu.Unlock()
 		}
 	}()

@@ -93,7 +93,6 @@ type Tally struct {
 	tx      *bolt.Tx
 	changes map[string]*change
 	order   []string
-	last    *change // the one change looked up last: most writes repeat it
 }
 
 type change struct {
@@ -115,9 +114,6 @@ func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
 }
 
 func (t *Tally) change(path []string) *change {
-	if t.last != nil && slices.Equal(t.last.path, path) {
-		return t.last
-	}
 	key := string(manifestKey(path))
 	c := t.changes[key]
 	if c == nil {
@@ -125,7 +121,6 @@ func (t *Tally) change(path []string) *change {
 		t.changes[key] = c
 		t.order = append(t.order, key)
 	}
-	t.last = c
 	return c
 }
 
@@ -199,7 +194,7 @@ func (t *Tally) Save() error {
 			return fmt.Errorf("statedb: manifest: %w", err)
 		}
 	}
-	t.changes, t.order, t.last = map[string]*change{}, nil, nil
+	t.changes, t.order = map[string]*change{}, nil
 	return nil
 }
 
@@ -241,7 +236,7 @@ func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, 
 	m.seen[key] = true
 	switch {
 	case values < e.count:
-		return Lost{Path: path, Keys: int(e.count - values), Missing: int(e.count - values),
+		return Lost{Path: path, Keys: int(e.count - values),
 			Err: fmt.Errorf("%d of its %d records missing (the manifest counts %d, the bucket holds %d)",
 				e.count-values, e.count, e.count, values)}, false
 	case values > e.count:
@@ -262,7 +257,7 @@ func (m *manifest) missing(tops map[string]bool) []Lost {
 		if m.seen[key] || !tops[path[0]] {
 			continue
 		}
-		lost = append(lost, Lost{Path: path, Keys: int(e.count), Missing: int(e.count),
+		lost = append(lost, Lost{Path: path, Keys: int(e.count),
 			Err: fmt.Errorf("the bucket is missing (the manifest counts %d records in it): its name damaged, or the bucket lost", e.count)})
 	}
 	return lost

@@ -184,9 +184,6 @@ func (w *pageWalker) page(id uint64) ([]byte, error) {
 	if _, err := w.f.ReadAt(hdr, int64(id)*w.pageSize); err != nil {
 		return nil, fmt.Errorf("page %d: %v", id, err)
 	}
-	if got := binary.LittleEndian.Uint64(hdr); got != id {
-		return nil, fmt.Errorf("page %d identifies itself as %d", id, got)
-	}
 	overflow := uint64(binary.LittleEndian.Uint32(hdr[12:]))
 	if id+overflow >= w.hwm {
 		return nil, unsafeErr("page %d: %d overflow pages run past page %d", id, overflow, w.hwm)

@@ -106,7 +106,7 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 		if top == ManifestBucket {
 			continue // written afresh for what was copied
 		}
-		if err := s.bucket(top); err != nil {
+		if err := s.copy([]string{top}); err != nil {
 			return err
 		}
 	}
@@ -150,50 +150,41 @@ func (s *salvager) save(path []string, n *node) error {
 	})
 }
 
-// bucket copies top whole or its readable nested buckets; write errors only.
-func (s *salvager) bucket(top string) error {
+// copy copies the bucket at path whole or, a top-level one, its readable
+// nested buckets; write errors only.
+func (s *salvager) copy(path []string) error {
 	var n *node
 	err := s.read(func(tx *bolt.Tx) error {
 		var err error
-		if n, err = readNode(tx.Bucket([]byte(top))); err == nil {
-			s.filter([]string{top}, n)
+		if n, err = readNode(bucketAt(tx, path)); err == nil {
+			s.filter(path, n)
 		}
 		return err
 	})
 	if err == nil {
-		if err := s.save([]string{top}, n); err != nil {
+		if err := s.save(path, n); err != nil {
 			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
 		}
 		return nil
 	}
-	fmt.Fprintf(s.w, "bucket %s cannot be read whole (%v); trying its parts\n", top, err)
 	var children []string
-	if err := s.read(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte(top)).ForEachBucket(func(k []byte) error {
-			children = append(children, string(k))
-			return nil
+	if len(path) == 1 {
+		fmt.Fprintf(s.w, "bucket %s cannot be read whole (%v); trying its parts\n", path[0], err)
+		err = s.read(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte(path[0])).ForEachBucket(func(k []byte) error {
+				children = append(children, string(k))
+				return nil
+			})
 		})
-	}); err != nil {
-		fmt.Fprintf(s.w, "skipped %s: %v\n", top, err)
+	}
+	if err != nil {
+		fmt.Fprintf(s.w, "skipped %s: %v\n", strings.Join(path, "/"), err)
 		s.skipped++
 		return nil
 	}
 	for _, child := range children {
-		var n *node
-		err := s.read(func(tx *bolt.Tx) error {
-			var err error
-			if n, err = readNode(tx.Bucket([]byte(top)).Bucket([]byte(child))); err == nil {
-				s.filter([]string{top, child}, n)
-			}
+		if err := s.copy([]string{path[0], child}); err != nil {
 			return err
-		})
-		if err != nil {
-			fmt.Fprintf(s.w, "skipped %s/%s: %v\n", top, child, err)
-			s.skipped++
-			continue
-		}
-		if err := s.save([]string{top, child}, n); err != nil {
-			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
 		}
 	}
 	return nil

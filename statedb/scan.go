@@ -29,12 +29,11 @@ type Format struct {
 // Lost is a record Scan found unreadable, or (Key nil) a bucket differing
 // from its manifest entry.
 type Lost struct {
-	Path    []string // its bucket: the top-level bucket, then nested ones
-	Key     []byte
-	Bytes   int   // its length
-	Keys    int   // the keys it held, as far as can be told
-	Missing int   // for a bucket: the records missing from it
-	Err     error // why it cannot be read
+	Path  []string // its bucket: the top-level bucket, then nested ones
+	Key   []byte
+	Bytes int   // its length
+	Keys  int   // the keys it held (for a bucket: missing), as far as can be told
+	Err   error // why it cannot be read
 }
 
 func (l Lost) String() string {

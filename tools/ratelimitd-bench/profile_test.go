@@ -19,7 +19,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/policy"
-	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
@@ -225,18 +224,18 @@ func newInProcessEngine(b *testing.B) (*policy.Engine, *ratestore.Persistent, fu
 		b.Fatal(err)
 	}
 	mem := ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: f.Server.MaxKeys})
-	var engine *policy.Engine
-	p, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{
-		Negligible: func(l string, s ratelimit.State, now time.Time) bool {
-			return engine.Negligible(l, s, now)
-		},
-	})
+	pc := f.PolicyConfig()
+	pc.OmitMeasures = true
+	limits, err := policy.LimitParams(pc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pc := f.PolicyConfig()
-	pc.OmitMeasures = true
-	if engine, err = policy.NewEngine(pc, p); err != nil {
+	p, err := ratestore.NewPersistent(db, mem, ratestore.PersistOptions{Limits: limits})
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine, err := policy.NewEngine(pc, p)
+	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
