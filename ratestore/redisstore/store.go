@@ -279,30 +279,20 @@ func (s *Store) appendKey(b []byte, key string) []byte {
 
 const hexDigits = "0123456789ABCDEF"
 
-// parseKey is the inverse of Key; ok is false for other keys.
+// keyUnescaper undoes appendKey's escapes.
+var keyUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// parseKey is the inverse of Key; ok is false for keys Key does not write.
 func (s *Store) parseKey(k string) (key string, ok bool) {
-	rest, ok := strings.CutPrefix(k, s.prefix)
-	if !ok || len(rest) < 2 || rest[0] != '{' || strings.IndexByte(rest, '}') != len(rest)-1 {
+	esc, ok1 := strings.CutPrefix(k, s.prefix+"{")
+	esc, ok2 := strings.CutSuffix(esc, "}")
+	if !ok1 || !ok2 {
 		return "", false
 	}
-	esc := rest[1 : len(rest)-1]
-	if esc == "%" {
-		return "", true
+	if esc != "%" {
+		key = keyUnescaper.Replace(esc)
 	}
-	var b strings.Builder
-	for i := 0; i < len(esc); i++ {
-		if esc[i] == '%' && i+2 < len(esc) {
-			v, err := strconv.ParseUint(esc[i+1:i+3], 16, 8)
-			if err != nil {
-				return "", false
-			}
-			b.WriteByte(byte(v))
-			i += 2
-			continue
-		}
-		b.WriteByte(esc[i])
-	}
-	return b.String(), true
+	return key, s.Key(key) == k
 }
 
 func encode(st ratelimit.State) string {
