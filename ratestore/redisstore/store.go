@@ -130,7 +130,7 @@ func Open(o Options) (*Store, error) {
 		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
 	}
 	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
-		return s.exec(ctx, "d", s.clockArg(), "", reqs...)
+		return s.exec(ctx, "", "d", s.clockArg(), "", reqs...)
 	}
 	return s, nil
 }
