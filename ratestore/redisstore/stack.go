@@ -383,9 +383,9 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		// A batch may still hold r: left to the garbage collector.
 		return err
 	}
-	err = s.read(v, r, items, out, true)
+	s.read(v, r, items, out)
 	s.reqs.Put(r)
-	return err
+	return nil
 }
 
 // evaluateSlots decides a stack of several Cluster slots: checks every
@@ -424,9 +424,7 @@ func (s *Store) evaluateSlots(ctx context.Context, now time.Time, items []policy
 		if res[ri].err != nil {
 			return res[ri].err
 		}
-		if err := s.read(res[ri].v, &reqs[ri], items, out, false); err != nil {
-			return err
-		}
+		s.read(res[ri].v, &reqs[ri], items, out)
 	}
 	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
 		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
@@ -514,9 +512,10 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 // errNotHere is the error of an item the node asked does not serve.
 var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
 
-// read fills out for r's items from v: previous state and the Result
-// recomputed with package ratelimit at Redis's now.
-func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult, stored bool) error {
+// read fills out for r's items from v: previous state, the Result
+// recomputed with package ratelimit at Redis's now, and whether stored
+// (never in phase "c").
+func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult) {
 	now := v.now
 	for j, i := range r.idx {
 		code, raw := v.item(r.base + j)
@@ -525,10 +524,7 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 			continue
 		}
 		if code&flagFast != 0 {
-			out[i].Prev, out[i].Result = r.spec.prevs[j], r.spec.results[j]
-			if stored {
-				out[i].Stored = r.spec.stored[j]
-			}
+			out[i].Prev, out[i].Result, out[i].Stored = r.spec.prevs[j], r.spec.results[j], r.spec.stored[j]
 			continue
 		}
 		prev, err := decode(raw)
@@ -551,10 +547,6 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 				res.RetryAfter = 0
 			}
 		}
-		out[i].Prev, out[i].Result = prev, res
-		if stored {
-			out[i].Stored = code&flagStored != 0
-		}
+		out[i].Prev, out[i].Result, out[i].Stored = prev, res, code&flagStored != 0
 	}
-	return nil
 }
