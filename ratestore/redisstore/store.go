@@ -254,10 +254,10 @@ func (s *Store) RedisTime(ctx context.Context) time.Time {
 // + "}", with '%', '{' and '}' in key percent-escaped and the empty key
 // written "%" (an empty hash tag is no hash tag).
 func (s *Store) Key(key string) string {
-	if key != "" && strings.IndexAny(key, "%{}") < 0 {
-		return s.prefix + "{" + key + "}" // one allocation
+	if key == "" {
+		return s.prefix + "{%}"
 	}
-	return string(s.appendKey(nil, key))
+	return s.prefix + "{" + keyEscaper.Replace(key) + "}" // one allocation unless escaped
 }
 
 func (s *Store) appendKey(b []byte, key string) []byte {
@@ -266,21 +266,15 @@ func (s *Store) appendKey(b []byte, key string) []byte {
 		return append(b, "{%}"...)
 	}
 	b = append(b, '{')
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
-		case '%', '{', '}':
-			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
-		default:
-			b = append(b, c)
-		}
-	}
+	b = append(b, keyEscaper.Replace(key)...)
 	return append(b, '}')
 }
 
-const hexDigits = "0123456789ABCDEF"
-
-// keyUnescaper undoes appendKey's escapes.
-var keyUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+// keyEscaper and keyUnescaper make and undo the escapes of Key.
+var (
+	keyEscaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	keyUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+)
 
 // parseKey is the inverse of Key; ok is false for keys Key does not write.
 func (s *Store) parseKey(k string) (key string, ok bool) {
