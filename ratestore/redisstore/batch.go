@@ -31,14 +31,7 @@ type batcher struct {
 	inFlight int
 	pending  *batch
 	send     func(ctx context.Context, reqs ...*request) (answer, error)
-	single   bool // one call in flight, not maxInFlight (a Cluster master)
-}
-
-func (b *batcher) calls() int {
-	if b.single {
-		return 1
-	}
-	return maxInFlight
+	calls    int // calls in flight at most: maxInFlight, 1 for a Cluster master
 }
 
 func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answer, error) {
@@ -70,7 +63,7 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 	if dl.Before(p.deadline) {
 		p.deadline = dl
 	}
-	if b.inFlight < b.calls() && p.items >= secondCallItems {
+	if b.inFlight < b.calls && p.items >= secondCallItems {
 		b.pending = nil
 		b.inFlight++
 		b.mu.Unlock()

@@ -63,7 +63,7 @@ func (s *Store) nodeBatcher(slot uint16) *batcher {
 	if b, ok := s.routing.nodes.Load(addr); ok {
 		return b.(*batcher)
 	}
-	b := &batcher{single: true, send: func(ctx context.Context, reqs ...*request) (answer, error) {
+	b := &batcher{calls: 1, send: func(ctx context.Context, reqs ...*request) (answer, error) {
 		return s.exec(ctx, addr, "d", s.clockArg(), "", reqs...)
 	}}
 	v, _ := s.routing.nodes.LoadOrStore(addr, b)

@@ -129,6 +129,7 @@ func Open(o Options) (*Store, error) {
 	if o.KnownRecords >= 0 {
 		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
 	}
+	s.batch.calls = maxInFlight
 	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
 		return s.exec(ctx, "", "d", s.clockArg(), "", reqs...)
 	}
