@@ -33,14 +33,7 @@ type batcher struct {
 	inFlight int
 	pending  *batch
 	send     func(ctx context.Context, reqs ...*request) (answer, error)
-	single   bool // one call in flight, not maxInFlight (a Cluster master)
-}
-
-func (b *batcher) calls() int {
-	if b.single {
-		return 1
-	}
-	return maxInFlight
+	calls    int // calls in flight at most: maxInFlight, 1 for a Cluster master
 }
 
 // decideBatched decides r in a call of b's. It returns by Timeout after
@@ -70,7 +63,7 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 		}
 		p.reqs = append(p.reqs, r)
 		p.items += len(r.idx)
-		if b.inFlight < b.calls() && p.items >= secondCallItems {
+		if b.inFlight < b.calls && p.items >= secondCallItems {
 			b.pending = nil
 			b.inFlight++
 			go b.run(p)

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +37,7 @@ func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (a
 	}
 	cctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
-	return s.exec(cctx, "d", "", "", r)
+	return s.exec(cctx, "", "d", "", "", r)
 }
 
 // notHere reports whether the script did not decide r (flagNotHere).
@@ -64,8 +63,8 @@ func (s *Store) nodeBatcher(slot uint16) *batcher {
 	if b, ok := s.routing.nodes.Load(addr); ok {
 		return b.(*batcher)
 	}
-	b := &batcher{single: true, send: func(ctx context.Context, reqs ...*request) (answer, error) {
-		return s.execOn(ctx, addr, reqs...)
+	b := &batcher{calls: 1, send: func(ctx context.Context, reqs ...*request) (answer, error) {
+		return s.exec(ctx, addr, "d", s.clockArg(), "", reqs...)
 	}}
 	v, _ := s.routing.nodes.LoadOrStore(addr, b)
 	return v.(*batcher)
@@ -93,21 +92,4 @@ func (s *Store) refreshSlots() {
 			rt.owners.Store(owners)
 		}
 	}()
-}
-
-// execOn runs phase "d" for reqs on the master at addr, keys in ARGV. It
-// returns errNotHere when addr is no longer a cluster node.
-func (s *Store) execOn(ctx context.Context, addr string, reqs ...*request) (answer, error) {
-	c, err := s.client()
-	if err != nil {
-		return answer{}, err
-	}
-	n, ok := c.Nodes()[addr]
-	if !ok {
-		return answer{}, fmt.Errorf("%w (%s)", errNotHere, addr)
-	}
-	_, args, items := s.assemble("d", s.clockArg(), "", reqs, true)
-	start := time.Now()
-	v, err := s.stack.Exec(ctx, n, nil, args).ToArray()
-	return s.settle("d", reqs, v, err, items, start)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,10 +40,8 @@ func (o OnError) String() string {
 // ParseOnError maps "local", "dunno" or "defer" to an OnError; any other
 // name wraps ErrConfig.
 func ParseOnError(s string) (OnError, error) {
-	for i, n := range onErrorNames {
-		if n == s {
-			return OnError(i), nil
-		}
+	if i := slices.Index(onErrorNames[:], s); i >= 0 {
+		return OnError(i), nil
 	}
 	return 0, fmt.Errorf("%w: on_redis_error %q (want local, dunno or defer)", ErrConfig, s)
 }
@@ -92,8 +91,7 @@ type Failover struct {
 	relapse   bool
 	recovered time.Time
 	probing   bool
-	stop      chan struct{}
-	ctx       context.Context // cancelled by Close
+	ctx       context.Context // cancelled by Close, under mu
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -124,7 +122,7 @@ type FailoverOptions struct {
 func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
-		downNodes: map[string]time.Time{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
+		downNodes: map[string]time.Time{}, ctx: ctx, cancel: cancel}
 	if !r.Connected() {
 		f.markAllDown(errNotConnected)
 	}
@@ -223,13 +221,8 @@ func (f *Failover) FastPath() (confirmed, refused int64) { return f.redis.FastPa
 // Close stops the probe; an outage's counts stay in the pending file.
 func (f *Failover) Close() {
 	f.mu.Lock()
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
-	}
+	f.cancel() // under mu: markShards starts no probe after it
 	f.mu.Unlock()
-	f.cancel()
 	f.wg.Wait()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -347,10 +340,12 @@ func (f *Failover) restore(pm pendingMerge) {
 		return
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.pending = append(f.pending, pm)
 	f.savePending()
-	f.startProbe()
-	f.mu.Unlock()
+	if f.ctx.Err() == nil { // not closed
+		f.startProbe()
+	}
 }
 
 // decideLocal decides locally and adds the counts to the outage's delta;

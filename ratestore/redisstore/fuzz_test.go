@@ -73,3 +73,21 @@ func FuzzRecord(f *testing.F) {
 		recordState(v, "hourly")
 	})
 }
+
+// TestParseKeyOnlyRecordNames: a key under the prefix that Key does not
+// write (another program's, or an escape Key never makes) is no rate
+// key's record: Range must not report a key whose record Get cannot find.
+func TestParseKeyOnlyRecordNames(t *testing.T) {
+	s := &Store{prefix: DefaultKeyPrefix}
+	for _, k := range []string{"ratelimitd:{x%4}", "ratelimitd:{a%20b}", "ratelimitd:{%7b}", "ratelimitd:{%zz}",
+		"ratelimitd:{}", "ratelimitd:{a}b}", "ratelimitd:{a}x", "other:{a}"} {
+		if key, ok := s.parseKey(k); ok {
+			t.Errorf("parseKey(%q) = %q, true; Key(%q) = %q", k, key, key, s.Key(key))
+		}
+	}
+	for k, want := range map[string]string{"ratelimitd:{%}": "", "ratelimitd:{a%7Db%25}": "a}b%", "ratelimitd:{bob}": "bob"} {
+		if key, ok := s.parseKey(k); !ok || key != want {
+			t.Errorf("parseKey(%q) = %q, %v; want %q", k, key, ok, want)
+		}
+	}
+}

@@ -7,9 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -55,10 +56,8 @@ func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
 	f.setErr(cause)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	select {
-	case <-f.stop:
-		return
-	default:
+	if f.ctx.Err() != nil {
+		return // closed
 	}
 	was := f.nDown.Load()
 	each(func(s uint16) {
@@ -108,7 +107,7 @@ func (f *Failover) probe() {
 	defer t.Stop()
 	for {
 		select {
-		case <-f.stop:
+		case <-f.ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -310,13 +309,8 @@ func (f *Failover) merge(ctx context.Context, pm pendingMerge) (int, error) {
 		}
 		byLimit[e.Limit] = append(byLimit[e.Limit], i)
 	}
-	limits := make([]string, 0, len(byLimit))
-	for l := range byLimit {
-		limits = append(limits, l)
-	}
-	sort.Strings(limits)
 	n := 0
-	for _, limit := range limits {
+	for _, limit := range slices.Sorted(maps.Keys(byLimit)) {
 		idx := byLimit[limit]
 		keys := make([]string, len(idx))
 		sts := make([]ratelimit.State, len(idx))

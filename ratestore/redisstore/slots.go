@@ -28,12 +28,9 @@ func tagFor(s uint16) string {
 	return slotTags.tags[s]
 }
 
-// probeSlot reads a key on slot's node (refused if LOADING or BUSY).
-// Errors wrap ErrUnavailable.
+// probeSlot reads a key on slot's node (refused if LOADING or BUSY);
+// the caller has connected. Errors wrap ErrUnavailable.
 func (s *Store) probeSlot(ctx context.Context, slot uint16) error {
-	if err := s.Connect(ctx); err != nil {
-		return err
-	}
 	c, err := s.client()
 	if err != nil {
 		return err

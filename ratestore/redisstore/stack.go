@@ -243,21 +243,26 @@ func (a answer) item(k int) (flag byte, prev string) {
 	return p[0], prev
 }
 
-// exec runs the script on reqs, all of one slot.
-func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) (answer, error) {
+// exec runs the script on reqs: all of one slot, through the client
+// (KEYS); or, with addr, on the Cluster master at addr, keys in ARGV
+// (errNotHere if addr is no longer a cluster node). It updates the known
+// records.
+func (s *Store) exec(ctx context.Context, addr, phase, ts, tns string, reqs ...*request) (answer, error) {
 	c, err := s.client()
 	if err != nil {
 		return answer{}, err
 	}
-	keys, args, items := s.assemble(phase, ts, tns, reqs, false)
+	if addr != "" {
+		n, ok := c.Nodes()[addr]
+		if !ok {
+			return answer{}, fmt.Errorf("%w (%s)", errNotHere, addr)
+		}
+		c = n
+	}
+	keys, args, items := s.assemble(phase, ts, tns, reqs, addr != "")
 	start := time.Now()
-	v, err := s.stack.Exec(ctx, c, keys, args).ToArray()
-	return s.settle(phase, reqs, v, err, items, start)
-}
-
-// settle checks a call's answer and updates the known records.
-func (s *Store) settle(phase string, reqs []*request, v []rueidis.RedisMessage, err error, items int, start time.Time) (answer, error) {
 	var a answer
+	v, err := s.stack.Exec(ctx, c, keys, args).ToArray()
 	if err != nil {
 		err = unavailable(err)
 	} else {
@@ -308,103 +313,10 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 }
 
 // EvaluateStack decides a stack on Redis's clock (now is ignored), one
-// batched script call per hash slot; unscripted items get ErrAlgorithm.
-// Errors wrap ErrUnavailable (some slots may have committed) or
-// ErrProtocol.
+// batched script call per hash slot (one allocation for a stack of one
+// slot); unscripted items get ErrAlgorithm. Errors wrap ErrUnavailable
+// (some slots may have committed) or ErrProtocol.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
-	if !s.Cluster() {
-		return s.evaluateOne(ctx, now, items, refused, out)
-	}
-	// One request per slot; never reallocated.
-	reqs := make([]request, 0, len(items))
-	var slots map[uint16]int
-	for i := range items {
-		it := &items[i]
-		if !scriptable(it, &out[i]) {
-			continue
-		}
-		k := s.Key(it.Key)
-		if slots == nil {
-			slots = make(map[uint16]int, 2)
-		}
-		slot := Slot(k)
-		ri, ok := slots[slot]
-		if !ok {
-			ri = len(reqs)
-			slots[slot] = ri
-			reqs = append(reqs, request{})
-			reqs[ri].init()
-		}
-		r := &reqs[ri]
-		ki := slices.Index(r.keys, k)
-		if ki < 0 {
-			ki = len(r.keys)
-			r.keys = append(r.keys, k)
-		}
-		r.add(i, ki, it)
-	}
-	if len(reqs) == 0 {
-		if len(items) == 0 {
-			return nil
-		}
-		return out[0].Err // every item failed alone
-	}
-	if len(reqs) == 1 {
-		r := &reqs[0]
-		r.flag = refused
-		var v answer
-		var err error
-		if s.opts.callerTime {
-			v, err = s.decideAt(ctx, now, r)
-		} else {
-			v, err = s.decideInCluster(ctx, r, Slot(r.keys[0]))
-		}
-		if err != nil {
-			return err
-		}
-		return s.read(v, r, items, out, true)
-	}
-	// Several slots: check every slot, decide, commit on every slot.
-	ts, tns := s.timeArgs(now)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	res := s.execSlots(ctx, reqs, "c", ts, tns)
-	for ri := range reqs {
-		if res[ri].err != nil {
-			return res[ri].err
-		}
-		if err := s.read(res[ri].v, &reqs[ri], items, out, false); err != nil {
-			return err
-		}
-	}
-	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
-		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
-	})
-	for ri := range reqs {
-		reqs[ri].flag = admitted
-	}
-	res = s.execSlots(ctx, reqs, "w", ts, tns)
-	for ri := range reqs {
-		r := &reqs[ri]
-		if err := res[ri].err; err != nil {
-			// A failed slot's items carry its error; others stand.
-			for _, i := range r.idx {
-				out[i].Err = err
-			}
-			continue
-		}
-		v := res[ri].v
-		for j, i := range r.idx {
-			code, _ := v.item(r.base + j)
-			out[i].Stored = code&flagStored != 0
-		}
-	}
-	return nil
-}
-
-// evaluateOne is EvaluateStack without a Cluster: one batched call, one
-// allocation per stack.
-func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	r, _ := s.reqs.Get().(*request)
 	if r == nil {
 		r = new(request)
@@ -445,21 +357,98 @@ func (s *Store) evaluateOne(ctx context.Context, now time.Time, items []policy.S
 		r.keys[j] = all[start:e]
 		start = e
 	}
+	cluster := s.Cluster()
+	var slot uint16
+	if cluster {
+		slot = Slot(r.keys[0])
+		for _, k := range r.keys[1:] {
+			if Slot(k) != slot {
+				s.reqs.Put(r)
+				return s.evaluateSlots(ctx, now, items, refused, out)
+			}
+		}
+	}
 	r.flag = refused
 	var v answer
 	var err error
-	if s.opts.callerTime {
+	switch {
+	case s.opts.callerTime:
 		v, err = s.decideAt(ctx, now, r)
-	} else {
+	case cluster:
+		v, err = s.decideInCluster(ctx, r, slot)
+	default:
 		v, err = s.decideBatched(ctx, &s.batch, r)
 	}
 	if err != nil {
 		// A batch may still hold r: left to the garbage collector.
 		return err
 	}
-	err = s.read(v, r, items, out, true)
+	s.read(v, r, items, out)
 	s.reqs.Put(r)
-	return err
+	return nil
+}
+
+// evaluateSlots decides a stack of several Cluster slots: checks every
+// slot, takes the verdict, then commits on every slot.
+func (s *Store) evaluateSlots(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
+	// One request per slot; never reallocated.
+	reqs := make([]request, 0, len(items))
+	slots := make(map[uint16]int, 2)
+	for i := range items {
+		it := &items[i]
+		if !scriptable(it, &out[i]) {
+			continue
+		}
+		k := s.Key(it.Key)
+		slot := Slot(k)
+		ri, ok := slots[slot]
+		if !ok {
+			ri = len(reqs)
+			slots[slot] = ri
+			reqs = append(reqs, request{})
+			reqs[ri].init()
+		}
+		r := &reqs[ri]
+		ki := slices.Index(r.keys, k)
+		if ki < 0 {
+			ki = len(r.keys)
+			r.keys = append(r.keys, k)
+		}
+		r.add(i, ki, it)
+	}
+	ts, tns := s.timeArgs(now)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	res := s.execSlots(ctx, reqs, "c", ts, tns)
+	for ri := range reqs {
+		if res[ri].err != nil {
+			return res[ri].err
+		}
+		s.read(res[ri].v, &reqs[ri], items, out)
+	}
+	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
+		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
+	})
+	for ri := range reqs {
+		reqs[ri].flag = admitted
+	}
+	res = s.execSlots(ctx, reqs, "w", ts, tns)
+	for ri := range reqs {
+		r := &reqs[ri]
+		if err := res[ri].err; err != nil {
+			// A failed slot's items carry its error; others stand.
+			for _, i := range r.idx {
+				out[i].Err = err
+			}
+			continue
+		}
+		v := res[ri].v
+		for j, i := range r.idx {
+			code, _ := v.item(r.base + j)
+			out[i].Stored = code&flagStored != 0
+		}
+	}
+	return nil
 }
 
 // decideAt decides r alone at now (Options.callerTime).
@@ -467,7 +456,7 @@ func (s *Store) decideAt(ctx context.Context, now time.Time, r *request) (answer
 	ts, tns := s.timeArgs(now)
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	return s.exec(ctx, "d", ts, tns, r)
+	return s.exec(ctx, "", "d", ts, tns, r)
 }
 
 // clockArg is ARGV[2] for phase "d": "?" (TIME only if the script decides)
@@ -513,7 +502,7 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[ri].v, res[ri].err = s.exec(ctx, phase, ts, tns, &reqs[ri])
+			res[ri].v, res[ri].err = s.exec(ctx, "", phase, ts, tns, &reqs[ri])
 		}()
 	}
 	wg.Wait()
@@ -523,9 +512,10 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 // errNotHere is the error of an item the node asked does not serve.
 var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
 
-// read fills out for r's items from v: previous state and the Result
-// recomputed with package ratelimit at Redis's now.
-func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult, stored bool) error {
+// read fills out for r's items from v: previous state, the Result
+// recomputed with package ratelimit at Redis's now, and whether stored
+// (never in phase "c").
+func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult) {
 	now := v.now
 	for j, i := range r.idx {
 		code, raw := v.item(r.base + j)
@@ -534,10 +524,7 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 			continue
 		}
 		if code&flagFast != 0 {
-			out[i].Prev, out[i].Result = r.spec.prevs[j], r.spec.results[j]
-			if stored {
-				out[i].Stored = r.spec.stored[j]
-			}
+			out[i].Prev, out[i].Result, out[i].Stored = r.spec.prevs[j], r.spec.results[j], r.spec.stored[j]
 			continue
 		}
 		prev, err := decode(raw)
@@ -560,10 +547,6 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 				res.RetryAfter = 0
 			}
 		}
-		out[i].Prev, out[i].Result = prev, res
-		if stored {
-			out[i].Stored = code&flagStored != 0
-		}
+		out[i].Prev, out[i].Result, out[i].Stored = prev, res, code&flagStored != 0
 	}
-	return nil
 }

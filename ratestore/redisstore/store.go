@@ -129,8 +129,9 @@ func Open(o Options) (*Store, error) {
 	if o.KnownRecords >= 0 {
 		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
 	}
+	s.batch.calls = maxInFlight
 	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
-		return s.exec(ctx, "d", s.clockArg(), "", reqs...)
+		return s.exec(ctx, "", "d", s.clockArg(), "", reqs...)
 	}
 	return s, nil
 }
@@ -254,10 +255,10 @@ func (s *Store) RedisTime(ctx context.Context) time.Time {
 // + "}", with '%', '{' and '}' in key percent-escaped and the empty key
 // written "%" (an empty hash tag is no hash tag).
 func (s *Store) Key(key string) string {
-	if key != "" && strings.IndexAny(key, "%{}") < 0 {
-		return s.prefix + "{" + key + "}" // one allocation
+	if key == "" {
+		return s.prefix + "{%}"
 	}
-	return string(s.appendKey(nil, key))
+	return s.prefix + "{" + keyEscaper.Replace(key) + "}" // one allocation unless escaped
 }
 
 func (s *Store) appendKey(b []byte, key string) []byte {
@@ -266,43 +267,27 @@ func (s *Store) appendKey(b []byte, key string) []byte {
 		return append(b, "{%}"...)
 	}
 	b = append(b, '{')
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
-		case '%', '{', '}':
-			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
-		default:
-			b = append(b, c)
-		}
-	}
+	b = append(b, keyEscaper.Replace(key)...)
 	return append(b, '}')
 }
 
-const hexDigits = "0123456789ABCDEF"
+// keyEscaper and keyUnescaper make and undo the escapes of Key.
+var (
+	keyEscaper   = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+	keyUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+)
 
-// parseKey is the inverse of Key; ok is false for other keys.
+// parseKey is the inverse of Key; ok is false for keys Key does not write.
 func (s *Store) parseKey(k string) (key string, ok bool) {
-	rest, ok := strings.CutPrefix(k, s.prefix)
-	if !ok || len(rest) < 2 || rest[0] != '{' || strings.IndexByte(rest, '}') != len(rest)-1 {
+	esc, ok1 := strings.CutPrefix(k, s.prefix+"{")
+	esc, ok2 := strings.CutSuffix(esc, "}")
+	if !ok1 || !ok2 {
 		return "", false
 	}
-	esc := rest[1 : len(rest)-1]
-	if esc == "%" {
-		return "", true
+	if esc != "%" {
+		key = keyUnescaper.Replace(esc)
 	}
-	var b strings.Builder
-	for i := 0; i < len(esc); i++ {
-		if esc[i] == '%' && i+2 < len(esc) {
-			v, err := strconv.ParseUint(esc[i+1:i+3], 16, 8)
-			if err != nil {
-				return "", false
-			}
-			b.WriteByte(byte(v))
-			i += 2
-			continue
-		}
-		b.WriteByte(esc[i])
-	}
-	return b.String(), true
+	return key, s.Key(key) == k
 }
 
 func encode(st ratelimit.State) string {
