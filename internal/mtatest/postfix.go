@@ -25,10 +25,8 @@ type PostfixOptions struct {
 	SinkAddr string
 
 	// PolicyService ("inet:HOST:PORT" or "unix:/path") is asked at RCPT and
-	// END-OF-MESSAGE, default_action=DUNNO.
+	// END-OF-MESSAGE, timeout=10s, default_action=DUNNO.
 	PolicyService string
-	// PolicyTimeout is the policy service's timeout; 0 means 10s.
-	PolicyTimeout time.Duration
 
 	// Milter ("inet:HOST:PORT" or "unix:/path") becomes smtpd_milters
 	// (tempfail by default, protocol 6).
@@ -43,8 +41,6 @@ type PostfixOptions struct {
 
 	// ExtraMainCF sets main.cf parameters over the harness's.
 	ExtraMainCF map[string]string
-	// ExtraMasterCF is appended to master.cf as is.
-	ExtraMasterCF string
 }
 
 // Postfix is a running private instance, safe for concurrent use, removed
@@ -201,7 +197,7 @@ func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster 
 			ports = append(ports, reinjectPort)
 			p.ReinjectAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(reinjectPort))
 		}
-		masterCF, err := buildMasterCF(sysMaster, ports[0], reinjectPort, opts.ExtraMasterCF)
+		masterCF, err := buildMasterCF(sysMaster, ports[0], reinjectPort)
 		if err != nil {
 			t.Fatalf("mtatest: %v", err)
 		}
@@ -217,7 +213,7 @@ func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster 
 			continue
 		}
 		t.Fatalf("mtatest: Postfix did not start: %v %s\n"+
-			"(the master exits silently when it cannot bind a port, e.g. one in ExtraMasterCF, or parse master.cf;\n"+
+			"(the master exits silently when it cannot bind a port or parse master.cf;\n"+
 			"ports of ours in use now: %v; set MTATEST_KEEP=1 to keep %s)\nmaster output:\n%s\nmaillog:\n%s",
 			err, strings.Join(problems, "; "), busy, p.confDir, p.output.String(), p.Log())
 	}
@@ -355,17 +351,31 @@ func (p *Postfix) Log() string {
 	return string(b)
 }
 
-// WaitLog polls the log until it contains substr, failing after timeout.
+// WaitLog waits until the log contains substr and returns it; see WaitFor.
 func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) string {
+	t.Helper()
+	var log string
+	WaitFor(t, timeout, func() error {
+		if log = p.Log(); !strings.Contains(log, substr) {
+			return fmt.Errorf("Postfix log has no %q", substr)
+		}
+		return nil
+	})
+	return log
+}
+
+// WaitFor calls cond every 20 ms until it returns nil, failing the test
+// with cond's last error after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		log := p.Log()
-		if strings.Contains(log, substr) {
-			return log
+		err := cond()
+		if err == nil {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: Postfix log has no %q after %v", substr, timeout)
+			t.Fatalf("mtatest: after %v: %v", timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

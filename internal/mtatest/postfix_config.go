@@ -166,12 +166,7 @@ func optionParams(opts PostfixOptions, params []mainParam) ([]mainParam, error) 
 	rcpt := "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
 	eod := ""
 	if opts.PolicyService != "" {
-		timeout := opts.PolicyTimeout
-		if timeout <= 0 {
-			timeout = 10 * time.Second
-		}
-		policy := fmt.Sprintf("check_policy_service { %s, timeout=%ds, default_action=DUNNO }",
-			opts.PolicyService, int((timeout+time.Second-1)/time.Second))
+		policy := "check_policy_service { " + opts.PolicyService + ", timeout=10s, default_action=DUNNO }"
 		rcpt = policy + ", " + rcpt
 		eod = policy
 	}
@@ -219,8 +214,8 @@ func extraParams(params []mainParam, extra map[string]string) ([]mainParam, erro
 }
 
 // buildMasterCF turns the system master.cf into the instance's: smtp on
-// 127.0.0.1:smtpPort, no other inet service, no chroot, extra appended.
-func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string, error) {
+// 127.0.0.1:smtpPort, no other inet service, no chroot.
+func buildMasterCF(sys string, smtpPort, reinjectPort int) (string, error) {
 	var b strings.Builder
 	b.WriteString("# Written by ratelimitd internal/mtatest from /etc/postfix/master.cf.\n")
 	dropping, haveSMTP := false, false
@@ -273,12 +268,6 @@ func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string
 		b.WriteString("  -o smtpd_recipient_restrictions=permit_mynetworks,reject\n")
 		b.WriteString("  -o smtpd_data_restrictions=\n")
 		b.WriteString("  -o smtpd_end_of_data_restrictions=\n")
-	}
-	if extra != "" {
-		b.WriteString(extra)
-		if !strings.HasSuffix(extra, "\n") {
-			b.WriteString("\n")
-		}
 	}
 	return b.String(), nil
 }

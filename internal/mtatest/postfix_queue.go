@@ -3,6 +3,7 @@ package mtatest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -42,15 +43,16 @@ func (p *Postfix) run(t testing.TB, name string, args ...string) (stdout, stderr
 
 // QueueEntry is one message in the queue, as "postqueue -j" prints it.
 type QueueEntry struct {
-	QueueName   string `json:"queue_name"` // incoming, active, deferred, hold, maildrop
-	QueueID     string `json:"queue_id"`
-	ArrivalTime int64  `json:"arrival_time"` // Unix seconds
-	MessageSize int64  `json:"message_size"`
-	Sender      string `json:"sender"`
-	Recipients  []struct {
-		Address     string `json:"address"`
-		DelayReason string `json:"delay_reason,omitempty"`
-	} `json:"recipients"`
+	QueueName   string      `json:"queue_name"` // incoming, active, deferred, hold, maildrop
+	QueueID     string      `json:"queue_id"`
+	ArrivalTime int64       `json:"arrival_time"` // Unix seconds
+	MessageSize int64       `json:"message_size"`
+	Sender      string      `json:"sender"`
+	Recipients  []queueRcpt `json:"recipients"`
+}
+
+type queueRcpt struct {
+	Address string `json:"address"`
 }
 
 // Queue lists the queue ("postqueue -j").
@@ -83,20 +85,16 @@ func (p *Postfix) QueueIDs(t testing.TB) (all, held []string) {
 	return all, held
 }
 
-// WaitQueue polls QueueIDs until done holds, failing after timeout.
+// WaitQueue waits until done holds for QueueIDs; see WaitFor.
 func (p *Postfix) WaitQueue(t testing.TB, timeout time.Duration, done func(all, held []string) bool) (all, held []string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		all, held = p.QueueIDs(t)
-		if done(all, held) {
-			return all, held
+	WaitFor(t, timeout, func() error {
+		if all, held = p.QueueIDs(t); !done(all, held) {
+			return fmt.Errorf("Postfix queue not as wanted: all %v, held %v", all, held)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: Postfix queue not as wanted after %v: all %v, held %v", timeout, all, held)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return all, held
 }
 
 // WaitQueueEmpty waits until the queue is empty; see WaitQueue.

@@ -156,19 +156,17 @@ func (s *Sink) Reset() {
 	s.rejected = 0
 }
 
-// WaitCount waits for at least n messages, failing after timeout.
+// WaitCount waits for at least n messages and returns them; see WaitFor.
 func (s *Sink) WaitCount(t testing.TB, n int, timeout time.Duration) []Message {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if msgs := s.Messages(); len(msgs) >= n {
-			return msgs
+	var msgs []Message
+	WaitFor(t, timeout, func() error {
+		if msgs = s.Messages(); len(msgs) < n {
+			return fmt.Errorf("sink %s has %d messages, want %d", s.Addr(), len(msgs), n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: sink %s has %d messages after %v, want %d", s.Addr(), s.Count(), timeout, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return msgs
 }
 
 // SetReply makes the sink answer later transactions with err at StageMail,
