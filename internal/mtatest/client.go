@@ -2,7 +2,6 @@ package mtatest
 
 import (
 	"bytes"
-	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -35,13 +34,10 @@ const (
 
 // Mail is one message to send with Send.
 type Mail struct {
-	// Login, ClientAddr and ClientName, when any is set, are sent with
-	// XCLIENT (LOGIN=, ADDR=, NAME=) after a first EHLO.
+	// Login and ClientAddr, when either is set, are sent with XCLIENT
+	// (LOGIN=, ADDR=) after a first EHLO as "client.mtatest.invalid".
 	Login      string
 	ClientAddr string
-	ClientName string
-	// Helo is the EHLO name; "" means "client.mtatest.invalid".
-	Helo string
 	// From is the envelope sender; "" is the null sender <>.
 	From string
 	// To are the envelope recipients.
@@ -93,10 +89,7 @@ type Result struct {
 
 // Err returns nil, the only *SendError, or errors.Join of them all.
 func (r *Result) Err() error {
-	switch len(r.Errors) {
-	case 0:
-		return nil
-	case 1:
+	if len(r.Errors) == 1 {
 		return r.Errors[0]
 	}
 	errs := make([]error, len(r.Errors))
@@ -169,12 +162,12 @@ func (c *client) transact(m Mail, res *Result) (Stage, error) {
 	if _, err := c.cmd(220, ""); err != nil {
 		return StageGreeting, err
 	}
-	helo := cmp.Or(m.Helo, "client.mtatest.invalid")
+	const helo = "client.mtatest.invalid"
 	ext, err := c.cmd(250, "EHLO %s", helo)
 	if err != nil {
 		return StageHello, err
 	}
-	if m.Login != "" || m.ClientAddr != "" || m.ClientName != "" {
+	if m.Login != "" || m.ClientAddr != "" {
 		if !hasExtension(ext, "XCLIENT") {
 			return StageXCLIENT, errors.New("server does not offer XCLIENT to this client (smtpd_authorized_xclient_hosts)")
 		}
@@ -248,9 +241,6 @@ func xclientArgs(m Mail) string {
 			addr = "IPV6:" + addr
 		}
 		args = append(args, "ADDR="+xtext(addr))
-	}
-	if m.ClientName != "" {
-		args = append(args, "NAME="+xtext(m.ClientName))
 	}
 	return strings.Join(args, " ")
 }

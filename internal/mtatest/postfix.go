@@ -57,10 +57,9 @@ type Postfix struct {
 	master   string // path of the master binary
 	cmdDir   string // command_directory
 
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when the master has exited
-	output   SyncBuffer    // master's stdout and stderr
-	stopOnce sync.Once
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the master has exited
+	output SyncBuffer    // master's stdout and stderr
 }
 
 // StartPostfix starts a private Postfix and waits for its 220 greeting; it
@@ -72,7 +71,9 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	sysMaster := p.configure(t, opts, postfixBin, dataDir, uid)
 	becomeSubreaper()
 	t.Cleanup(func() {
-		p.Stop(t)
+		for _, problem := range p.halt() {
+			t.Errorf("mtatest: %s", problem)
+		}
 		if t.Failed() {
 			t.Logf("mtatest: Postfix %s maillog (last lines):\n%s", p.addr, tail(p.Log(), 80))
 		}
@@ -291,18 +292,8 @@ func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
 	return fmt.Errorf("timeout after %v: %v", timeout, lastErr)
 }
 
-// Stop sends the master SIGTERM and reaps its process group, SIGKILLing
-// what is left. It runs at t.Cleanup; later calls do nothing.
-func (p *Postfix) Stop(t testing.TB) {
-	t.Helper()
-	p.stopOnce.Do(func() {
-		for _, problem := range p.halt() {
-			t.Errorf("mtatest: %s", problem)
-		}
-	})
-}
-
-// halt stops the current master and its daemons.
+// halt sends the master SIGTERM and reaps its process group, SIGKILLing
+// what is left; it returns the problems met, and does nothing once done.
 func (p *Postfix) halt() []string {
 	if p.cmd == nil {
 		return nil
@@ -321,8 +312,8 @@ func (p *Postfix) halt() []string {
 		<-p.exited
 		problems = append(problems, fmt.Sprintf("Postfix master %d ignored SIGTERM for 10s; killed", pid))
 	}
-	if left := reapGroup(pid, 5*time.Second); len(left) > 0 {
-		problems = append(problems, fmt.Sprintf("Postfix processes %v of master %d survived SIGKILL", left, pid))
+	if !reapGroup(pid, 5*time.Second) {
+		problems = append(problems, fmt.Sprintf("Postfix processes of master %d (its process group) survived SIGKILL", pid))
 	}
 	if err := exec.Command(p.master, "-c", p.confDir, "-t").Run(); err != nil {
 		problems = append(problems, fmt.Sprintf("master -t says Postfix in %s is still running: %v", p.confDir, err))
@@ -368,17 +359,23 @@ func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) st
 // with cond's last error after timeout.
 func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
+	var err error
+	if !poll(timeout, func() bool { err = cond(); return err == nil }) {
+		t.Fatalf("mtatest: after %v: %v", timeout, err)
+	}
+}
+
+// poll calls cond every 20 ms until it returns true (poll returns true) or
+// timeout has passed (false).
+func poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: after %v: %v", timeout, err)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // FreePort returns a 127.0.0.1 TCP port free a moment ago, not handed out

@@ -103,32 +103,6 @@ func (p *Postfix) WaitQueueEmpty(t testing.TB, timeout time.Duration) {
 	p.WaitQueue(t, timeout, func(all, _ []string) bool { return len(all) == 0 })
 }
 
-// Release releases a held message ("postsuper -H ID"); it fails the test
-// unless exactly one was.
-func (p *Postfix) Release(t testing.TB, id string) {
-	t.Helper()
-	p.postsuper(t, "-H", id, "Released from hold: 1 message")
-}
-
-// Delete deletes a queued message ("postsuper -d ID"), exactly one.
-func (p *Postfix) Delete(t testing.TB, id string) {
-	t.Helper()
-	p.postsuper(t, "-d", id, "Deleted: 1 message")
-}
-
-func (p *Postfix) postsuper(t testing.TB, flag, id, want string) {
-	t.Helper()
-	if _, stderr := p.run(t, "postsuper", flag, id); !strings.Contains(stderr, want) {
-		t.Fatalf("mtatest: postsuper %s %s did not say %q: %s", flag, id, want, stderr)
-	}
-}
-
-// Flush asks for delivery of all deferred mail now ("postqueue -f").
-func (p *Postfix) Flush(t testing.TB) {
-	t.Helper()
-	p.run(t, "postqueue", "-f")
-}
-
 // Cat returns "postcat -q ID": the queue file's envelope, header and body.
 func (p *Postfix) Cat(t testing.TB, id string) string {
 	t.Helper()

@@ -18,10 +18,9 @@ import (
 
 // Message is one message a Sink accepted.
 type Message struct {
-	From     string    // envelope sender (MAIL FROM), "" for the null sender
-	To       []string  // envelope recipients (RCPT TO) in order
-	Data     []byte    // the message exactly as received, CRLF line ends, dot-stuffing removed
-	Received time.Time // when the end of data was read
+	From string   // envelope sender (MAIL FROM), "" for the null sender
+	To   []string // envelope recipients (RCPT TO) in order
+	Data []byte   // the message exactly as received, CRLF line ends, dot-stuffing removed
 }
 
 // Header returns the first value of header field name, or "".
@@ -237,12 +236,7 @@ func (ss *sinkSession) Data(r io.Reader) error {
 		return err
 	}
 	ss.sink.mu.Lock()
-	ss.sink.msgs = append(ss.sink.msgs, Message{
-		From:     ss.from,
-		To:       append([]string(nil), ss.to...),
-		Data:     data,
-		Received: time.Now(),
-	})
+	ss.sink.msgs = append(ss.sink.msgs, Message{From: ss.from, To: append([]string(nil), ss.to...), Data: data})
 	ss.sink.mu.Unlock()
 	return nil
 }

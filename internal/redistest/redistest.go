@@ -24,10 +24,9 @@ import (
 
 // Server is one running redis-server (or Sentinel) process.
 type Server struct {
-	// Addr is "127.0.0.1:PORT", Port its port, Dir its files.
+	// Addr is "127.0.0.1:PORT", Port its port.
 	Addr string
 	Port int
-	Dir  string
 	cmd  *exec.Cmd
 	args []string // the binary and its arguments
 	t    testing.TB
@@ -62,7 +61,7 @@ func serverDir(t testing.TB) string {
 func start(t testing.TB, bin string, sentinel bool, port int, conf ...string) *Server {
 	t.Helper()
 	dir := serverDir(t)
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, t: t}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, t: t}
 	lines := []string{
 		"bind 127.0.0.1",
 		"port " + strconv.Itoa(port),
