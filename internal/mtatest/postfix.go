@@ -266,30 +266,31 @@ func banner(root string) string { return filepath.Base(root) }
 // waitGreeting polls addr until this instance's 220 greeting (ending with
 // banner), or until the master exits because another holds the port.
 func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
+	var err error
+	if poll(timeout, func() bool {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("master exited: %v", p.cmd.ProcessState)
+			err = fmt.Errorf("master exited: %v", p.cmd.ProcessState)
+			return true
 		default:
 		}
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-			line, rerr := bufio.NewReader(conn).ReadString('\n')
-			if rerr == nil && strings.HasPrefix(line, "220") && strings.HasSuffix(strings.TrimRight(line, "\r\n"), " "+banner(p.root)) {
-				_, _ = conn.Write([]byte("QUIT\r\n"))
-				_ = conn.Close()
-				return nil
-			}
-			_ = conn.Close()
-			err = fmt.Errorf("greeting %q: %v", line, rerr)
+		conn, derr := net.DialTimeout("tcp", addr, time.Second)
+		if err = derr; err != nil {
+			return false
 		}
-		lastErr = err
-		time.Sleep(20 * time.Millisecond)
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		line, rerr := bufio.NewReader(conn).ReadString('\n')
+		if rerr != nil || !strings.HasPrefix(line, "220") || !strings.HasSuffix(strings.TrimRight(line, "\r\n"), " "+banner(p.root)) {
+			err = fmt.Errorf("greeting %q: %v", line, rerr)
+			return false
+		}
+		_, _ = conn.Write([]byte("QUIT\r\n"))
+		return true
+	}) {
+		return err
 	}
-	return fmt.Errorf("timeout after %v: %v", timeout, lastErr)
+	return fmt.Errorf("timeout after %v: %v", timeout, err)
 }
 
 // halt sends the master SIGTERM and reaps its process group, SIGKILLing

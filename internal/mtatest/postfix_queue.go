@@ -2,6 +2,7 @@ package mtatest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -11,21 +12,11 @@ import (
 	"time"
 )
 
-// Command returns the Postfix command name against this instance ("-c
-// DIR", sendmail "-C DIR", before args).
+// Command returns the Postfix command name (postfix, postqueue, ...)
+// against this instance: "-c DIR" before args.
 func (p *Postfix) Command(name string, args ...string) *exec.Cmd {
-	path := name
-	if !strings.Contains(name, "/") {
-		path = lookCommand(name, p.cmdDir)
-		if path == "" {
-			path = filepath.Join(p.cmdDir, name)
-		}
-	}
-	flag := "-c"
-	if filepath.Base(name) == "sendmail" {
-		flag = "-C"
-	}
-	return exec.Command(path, append([]string{flag, p.confDir}, args...)...)
+	path := cmp.Or(lookCommand(name, p.cmdDir), filepath.Join(p.cmdDir, name))
+	return exec.Command(path, append([]string{"-c", p.confDir}, args...)...)
 }
 
 // run runs a Postfix command and fails the test if it fails.

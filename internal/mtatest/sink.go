@@ -95,11 +95,7 @@ func (s *Sink) Messages() []Message {
 }
 
 // Count returns the number of messages accepted so far.
-func (s *Sink) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.msgs)
-}
+func (s *Sink) Count() int { return len(s.Messages()) }
 
 // Rejected returns how many transactions were failed because of SetReply.
 func (s *Sink) Rejected() int {
