@@ -3,12 +3,13 @@ package mtatest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -184,12 +185,7 @@ func optionParams(opts PostfixOptions, params []mainParam) ([]mainParam, error) 
 
 // extraParams sets extra over params, new names appended in order.
 func extraParams(params []mainParam, extra map[string]string) ([]mainParam, error) {
-	names := make([]string, 0, len(extra))
-	for k := range extra {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		if k == "" || strings.ContainsAny(k, " \t\n=") {
 			return nil, fmt.Errorf("ExtraMainCF: bad parameter name %q", k)
 		}
