@@ -63,3 +63,18 @@ func TestBuildMasterCF(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildMainCFExtra(t *testing.T) {
+	got, err := buildMainCF(PostfixOptions{ExtraMainCF: map[string]string{"biff": "yes", "zz_new": "1", "aa_new": "2"}},
+		"/r", "/r/queue", "/r/data", "/r/maillog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(got, "\nbiff = ") != 1 || !strings.Contains(got, "\nbiff = yes\n") ||
+		!strings.HasSuffix(got, "\naa_new = 2\nzz_new = 1\n") {
+		t.Errorf("ExtraMainCF not set over the harness's, new names sorted at the end:\n%s", got)
+	}
+	if _, err := buildMainCF(PostfixOptions{ExtraMainCF: map[string]string{"smtpd_banner": "x"}}, "/r", "/r/q", "/r/d", "/r/l"); err == nil {
+		t.Error("ExtraMainCF may set smtpd_banner")
+	}
+}

@@ -196,13 +196,9 @@ func extraParams(params []mainParam, extra map[string]string) ([]mainParam, erro
 		if strings.ContainsAny(v, "\r\n") {
 			return nil, fmt.Errorf("ExtraMainCF: %s: value has a line break", k)
 		}
-		replaced := false
-		for i := range params {
-			if params[i].k == k {
-				params[i].v, replaced = v, true
-			}
-		}
-		if !replaced {
+		if i := slices.IndexFunc(params, func(p mainParam) bool { return p.k == k }); i >= 0 {
+			params[i].v = v // the names in params are distinct
+		} else {
 			params = append(params, mainParam{k, v})
 		}
 	}
