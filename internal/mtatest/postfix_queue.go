@@ -51,13 +51,10 @@ func (p *Postfix) Queue(t testing.TB) []QueueEntry {
 	t.Helper()
 	out, _ := p.run(t, "postqueue", "-j")
 	var entries []QueueEntry
-	for _, line := range strings.Split(out, "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
+	for dec := json.NewDecoder(strings.NewReader(out)); dec.More(); {
 		var e QueueEntry
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("mtatest: postqueue -j line %q: %v", line, err)
+		if err := dec.Decode(&e); err != nil {
+			t.Fatalf("mtatest: postqueue -j: %v\n%s", err, out)
 		}
 		entries = append(entries, e)
 	}
