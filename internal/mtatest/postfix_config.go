@@ -41,6 +41,8 @@ func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string
 	if err != nil {
 		return err
 	}
+	owners := map[string]int{"root": 0, "$mail_owner": mailOwner}
+	groups := map[string]int{"-": -1, "$setgid_group": setgidGID} // -1: unchanged
 	made := 0
 	for _, line := range strings.Split(string(spec), "\n") {
 		// path:type:owner:group:mode:flags
@@ -53,20 +55,10 @@ func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string
 		if err != nil {
 			return fmt.Errorf("postfix-files: %q: %w", line, err)
 		}
-		uid, gid := 0, -1
-		switch f[2] {
-		case "root":
-		case "$mail_owner":
-			uid = mailOwner
-		default:
-			return fmt.Errorf("postfix-files: %q: unknown owner", line)
-		}
-		switch f[3] {
-		case "-":
-		case "$setgid_group":
-			gid = setgidGID
-		default:
-			return fmt.Errorf("postfix-files: %q: unknown group", line)
+		uid, okOwner := owners[f[2]]
+		gid, okGroup := groups[f[3]]
+		if !okOwner || !okGroup {
+			return fmt.Errorf("postfix-files: %q: unknown owner or group", line)
 		}
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return err
