@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net"
 	"net/textproto"
@@ -35,13 +34,10 @@ const (
 
 // Mail is one message to send with Send.
 type Mail struct {
-	// Login, ClientAddr and ClientName, when any is set, are sent with
-	// XCLIENT (LOGIN=, ADDR=, NAME=) after a first EHLO.
+	// Login and ClientAddr, when either is set, are sent with XCLIENT
+	// (LOGIN=, ADDR=) after a first EHLO as "client.mtatest.invalid".
 	Login      string
 	ClientAddr string
-	ClientName string
-	// Helo is the EHLO name; "" means "client.mtatest.invalid".
-	Helo string
 	// From is the envelope sender; "" is the null sender <>.
 	From string
 	// To are the envelope recipients.
@@ -93,10 +89,7 @@ type Result struct {
 
 // Err returns nil, the only *SendError, or errors.Join of them all.
 func (r *Result) Err() error {
-	switch len(r.Errors) {
-	case 0:
-		return nil
-	case 1:
+	if len(r.Errors) == 1 {
 		return r.Errors[0]
 	}
 	errs := make([]error, len(r.Errors))
@@ -119,110 +112,108 @@ func SendResult(t testing.TB, addr string, m Mail) *Result {
 	var tr SyncBuffer
 	res := &Result{}
 	defer func() { res.Transcript = tr.String() }()
-	fail := func(stage Stage, err error) *Result {
-		res.Errors = append(res.Errors, &SendError{Stage: stage, Err: err})
-		return res
-	}
-
 	if len(m.To) == 0 {
-		return fail(StageRcpt, errors.New("no recipients (Mail.To is empty)"))
+		res.Errors = append(res.Errors, &SendError{Stage: StageRcpt, Err: errors.New("no recipients (Mail.To is empty)")})
+		return res
 	}
 	raw, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
-		return fail(StageConnect, err)
+		res.Errors = append(res.Errors, &SendError{Stage: StageConnect, Err: err})
+		return res
 	}
-	conn := &recordingConn{Conn: raw, tr: &tr}
-	defer conn.Close()
-
-	helo := m.Helo
-	if helo == "" {
-		helo = "client.mtatest.invalid"
-	}
-	tp := textproto.NewConn(conn)
-	if stage, err := greet(conn, tp, m, helo); err != nil {
-		return fail(stage, err)
-	}
-	c := smtp.NewClient(&replayConn{
-		Conn: conn,
-		r:    io.MultiReader(strings.NewReader("220 mtatest replayed greeting\r\n"), tp.R),
-	})
-	c.CommandTimeout = 30 * time.Second
-	c.SubmissionTimeout = 30 * time.Second
-	defer c.Close()
-	if stage, err := transact(c, m, helo, res); err != nil {
-		fail(stage, err)
+	c := &client{conn: &recordingConn{Conn: raw, tr: &tr}}
+	c.tp = textproto.NewConn(c.conn)
+	defer c.conn.Close()
+	if stage, err := c.transact(m, res); err != nil {
+		res.Errors = append(res.Errors, &SendError{Stage: stage, Err: err})
 		if errors.As(err, new(*smtp.SMTPError)) {
-			_ = c.Quit()
+			_, _ = c.cmd(221, "QUIT")
 		}
 	}
 	return res
 }
 
-// greet reads the greeting and makes the XCLIENT exchange, replaying the
-// last 220 to the go-smtp client.
-func greet(conn net.Conn, tp *textproto.Conn, m Mail, helo string) (Stage, error) {
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, _, err := tp.ReadResponse(220); err != nil {
-		return StageGreeting, toSMTPError(err)
+// client is one SMTP connection of SendResult.
+type client struct {
+	conn net.Conn
+	tp   *textproto.Conn
+}
+
+// cmd sends the command line format (none if "") within 30 s and reads
+// the reply, expecting code (25 matches 250 and 251); an error reply is a
+// *smtp.SMTPError.
+func (c *client) cmd(code int, format string, args ...any) (string, error) {
+	_ = c.conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if line := fmt.Sprintf(format, args...); line != "" {
+		if strings.ContainsAny(line, "\r\n") {
+			return "", fmt.Errorf("mtatest: line break in command %q", line)
+		}
+		if err := c.tp.PrintfLine("%s", line); err != nil {
+			return "", err
+		}
 	}
-	if m.Login != "" || m.ClientAddr != "" || m.ClientName != "" {
-		if err := tp.PrintfLine("EHLO %s", helo); err != nil {
-			return StageHello, err
-		}
-		_, ext, err := tp.ReadResponse(250)
-		if err != nil {
-			return StageHello, toSMTPError(err)
-		}
+	_, msg, err := c.tp.ReadResponse(code)
+	return msg, toSMTPError(err)
+}
+
+// transact runs SendResult's conversation on c, recording in res: the
+// greeting, EHLO, with XCLIENT a second EHLO, the envelope and the data.
+func (c *client) transact(m Mail, res *Result) (Stage, error) {
+	if _, err := c.cmd(220, ""); err != nil {
+		return StageGreeting, err
+	}
+	const helo = "client.mtatest.invalid"
+	ext, err := c.cmd(250, "EHLO %s", helo)
+	if err != nil {
+		return StageHello, err
+	}
+	if m.Login != "" || m.ClientAddr != "" {
 		if !hasExtension(ext, "XCLIENT") {
 			return StageXCLIENT, errors.New("server does not offer XCLIENT to this client (smtpd_authorized_xclient_hosts)")
 		}
-		if err := tp.PrintfLine("XCLIENT %s", xclientArgs(m)); err != nil {
+		if _, err := c.cmd(220, "XCLIENT %s", xclientArgs(m)); err != nil {
 			return StageXCLIENT, err
 		}
-		if _, _, err := tp.ReadResponse(220); err != nil {
-			return StageXCLIENT, toSMTPError(err)
+		if ext, err = c.cmd(250, "EHLO %s", helo); err != nil {
+			return StageHello, err
 		}
 	}
-	_ = conn.SetDeadline(time.Time{})
-	return "", nil
-}
-
-// transact runs SendResult's transaction on c, recording in res.
-func transact(c *smtp.Client, m Mail, helo string, res *Result) (Stage, error) {
-	if err := c.Hello(helo); err != nil {
-		return StageHello, err
+	body := ""
+	if hasExtension(ext, "8BITMIME") {
+		body = " BODY=8BITMIME"
 	}
-	if err := c.Mail(m.From, nil); err != nil {
+	if _, err := c.cmd(250, "MAIL FROM:<%s>%s", m.From, body); err != nil {
 		return StageMail, err
 	}
 	for _, rcpt := range m.To {
-		if err := c.Rcpt(rcpt, nil); err != nil {
+		if _, err := c.cmd(25, "RCPT TO:<%s>", rcpt); err != nil {
 			res.Errors = append(res.Errors, &SendError{Stage: StageRcpt, Rcpt: rcpt, Err: err})
 			continue
 		}
 		res.Accepted = append(res.Accepted, rcpt)
 	}
 	if len(res.Accepted) == 0 {
-		_ = c.Reset()
-		_ = c.Quit()
+		_, _ = c.cmd(250, "RSET")
+		_, _ = c.cmd(221, "QUIT")
 		return "", nil
 	}
-	w, err := c.Data()
-	if err != nil {
+	if _, err := c.cmd(354, "DATA"); err != nil {
 		return StageData, err
 	}
+	w := c.tp.DotWriter() // bare LF becomes CRLF, leading dots doubled
 	if _, err := w.Write(m.Data); err != nil {
 		return StageEndOfData, err
 	}
-	resp, err := w.CloseWithResponse()
-	if err != nil {
+	if err := w.Close(); err != nil {
 		return StageEndOfData, err
 	}
-	res.Reply = resp.StatusText
-	if mm := queuedAsRE.FindStringSubmatch(resp.StatusText); mm != nil {
+	if res.Reply, err = c.cmd(250, ""); err != nil {
+		return StageEndOfData, err
+	}
+	if mm := queuedAsRE.FindStringSubmatch(res.Reply); mm != nil {
 		res.QueueID = mm[1]
 	}
-	_ = c.Quit()
+	_, _ = c.cmd(221, "QUIT")
 	return "", nil
 }
 
@@ -250,9 +241,6 @@ func xclientArgs(m Mail) string {
 			addr = "IPV6:" + addr
 		}
 		args = append(args, "ADDR="+xtext(addr))
-	}
-	if m.ClientName != "" {
-		args = append(args, "NAME="+xtext(m.ClientName))
 	}
 	return strings.Join(args, " ")
 }
@@ -282,19 +270,11 @@ func toSMTPError(err error) error {
 	if code, msg, ok := strings.Cut(pe.Msg, " "); ok {
 		_, err := fmt.Sscanf(code, "%d.%d.%d", &ec[0], &ec[1], &ec[2])
 		if err == nil && fmt.Sprintf("%d.%d.%d", ec[0], ec[1], ec[2]) == code {
-			se.EnhancedCode, se.Message = ec, msg
+			se.EnhancedCode, se.Message = ec, strings.ReplaceAll(msg, "\n"+code+" ", "\n") // RFC 2034: on every line
 		}
 	}
 	return se
 }
-
-// replayConn is a net.Conn whose reads come from r.
-type replayConn struct {
-	net.Conn
-	r io.Reader
-}
-
-func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // recordingConn copies the conversation to tr as "C: " and "S: " lines.
 type recordingConn struct {

@@ -47,7 +47,7 @@ func TestBuildMasterCF(t *testing.T) {
 		"  -o syslog_name=postfix/submission\n" +
 		"pickup    unix  n       -       y       60      1       pickup\n" +
 		"  -o content_filter=\n"
-	got, err := buildMasterCF(sys, 2525, 2526, "extra unix - - n - - smtp\n")
+	got, err := buildMasterCF(sys, 2525, 2526)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,10 +57,24 @@ func TestBuildMasterCF(t *testing.T) {
 		"\n#mtatest#   -o syslog_name=postfix/submission\n",
 		"\npickup unix n - n 60 1 pickup\n  -o content_filter=\n",
 		"\n127.0.0.1:2526 inet n - n - - smtpd\n",
-		"\nextra unix - - n - - smtp\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("master.cf lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+func TestBuildMainCFExtra(t *testing.T) {
+	got, err := buildMainCF(PostfixOptions{ExtraMainCF: map[string]string{"biff": "yes", "zz_new": "1", "aa_new": "2"}},
+		"/r", "/r/queue", "/r/data", "/r/maillog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(got, "\nbiff = ") != 1 || !strings.Contains(got, "\nbiff = yes\n") ||
+		!strings.HasSuffix(got, "\naa_new = 2\nzz_new = 1\n") {
+		t.Errorf("ExtraMainCF not set over the harness's, new names sorted at the end:\n%s", got)
+	}
+	if _, err := buildMainCF(PostfixOptions{ExtraMainCF: map[string]string{"smtpd_banner": "x"}}, "/r", "/r/q", "/r/d", "/r/l"); err == nil {
+		t.Error("ExtraMainCF may set smtpd_banner")
 	}
 }

@@ -25,10 +25,8 @@ type PostfixOptions struct {
 	SinkAddr string
 
 	// PolicyService ("inet:HOST:PORT" or "unix:/path") is asked at RCPT and
-	// END-OF-MESSAGE, default_action=DUNNO.
+	// END-OF-MESSAGE, timeout=10s, default_action=DUNNO.
 	PolicyService string
-	// PolicyTimeout is the policy service's timeout; 0 means 10s.
-	PolicyTimeout time.Duration
 
 	// Milter ("inet:HOST:PORT" or "unix:/path") becomes smtpd_milters
 	// (tempfail by default, protocol 6).
@@ -43,8 +41,6 @@ type PostfixOptions struct {
 
 	// ExtraMainCF sets main.cf parameters over the harness's.
 	ExtraMainCF map[string]string
-	// ExtraMasterCF is appended to master.cf as is.
-	ExtraMasterCF string
 }
 
 // Postfix is a running private instance, safe for concurrent use, removed
@@ -61,10 +57,9 @@ type Postfix struct {
 	master   string // path of the master binary
 	cmdDir   string // command_directory
 
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when the master has exited
-	output   SyncBuffer    // master's stdout and stderr
-	stopOnce sync.Once
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the master has exited
+	output SyncBuffer    // master's stdout and stderr
 }
 
 // StartPostfix starts a private Postfix and waits for its 220 greeting; it
@@ -76,7 +71,9 @@ func StartPostfix(t testing.TB, opts PostfixOptions) *Postfix {
 	sysMaster := p.configure(t, opts, postfixBin, dataDir, uid)
 	becomeSubreaper()
 	t.Cleanup(func() {
-		p.Stop(t)
+		for _, problem := range p.halt() {
+			t.Errorf("mtatest: %s", problem)
+		}
 		if t.Failed() {
 			t.Logf("mtatest: Postfix %s maillog (last lines):\n%s", p.addr, tail(p.Log(), 80))
 		}
@@ -201,7 +198,7 @@ func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster 
 			ports = append(ports, reinjectPort)
 			p.ReinjectAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(reinjectPort))
 		}
-		masterCF, err := buildMasterCF(sysMaster, ports[0], reinjectPort, opts.ExtraMasterCF)
+		masterCF, err := buildMasterCF(sysMaster, ports[0], reinjectPort)
 		if err != nil {
 			t.Fatalf("mtatest: %v", err)
 		}
@@ -217,7 +214,7 @@ func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster 
 			continue
 		}
 		t.Fatalf("mtatest: Postfix did not start: %v %s\n"+
-			"(the master exits silently when it cannot bind a port, e.g. one in ExtraMasterCF, or parse master.cf;\n"+
+			"(the master exits silently when it cannot bind a port or parse master.cf;\n"+
 			"ports of ours in use now: %v; set MTATEST_KEEP=1 to keep %s)\nmaster output:\n%s\nmaillog:\n%s",
 			err, strings.Join(problems, "; "), busy, p.confDir, p.output.String(), p.Log())
 	}
@@ -269,44 +266,35 @@ func banner(root string) string { return filepath.Base(root) }
 // waitGreeting polls addr until this instance's 220 greeting (ending with
 // banner), or until the master exits because another holds the port.
 func (p *Postfix) waitGreeting(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
+	var err error
+	if poll(timeout, func() bool {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("master exited: %v", p.cmd.ProcessState)
+			err = fmt.Errorf("master exited: %v", p.cmd.ProcessState)
+			return true
 		default:
 		}
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-			line, rerr := bufio.NewReader(conn).ReadString('\n')
-			if rerr == nil && strings.HasPrefix(line, "220") && strings.HasSuffix(strings.TrimRight(line, "\r\n"), " "+banner(p.root)) {
-				_, _ = conn.Write([]byte("QUIT\r\n"))
-				_ = conn.Close()
-				return nil
-			}
-			_ = conn.Close()
+		conn, derr := net.DialTimeout("tcp", addr, time.Second)
+		if err = derr; err != nil {
+			return false
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		line, rerr := bufio.NewReader(conn).ReadString('\n')
+		if rerr != nil || !strings.HasPrefix(line, "220") || !strings.HasSuffix(strings.TrimRight(line, "\r\n"), " "+banner(p.root)) {
 			err = fmt.Errorf("greeting %q: %v", line, rerr)
+			return false
 		}
-		lastErr = err
-		time.Sleep(20 * time.Millisecond)
+		_, _ = conn.Write([]byte("QUIT\r\n"))
+		return true
+	}) {
+		return err
 	}
-	return fmt.Errorf("timeout after %v: %v", timeout, lastErr)
+	return fmt.Errorf("timeout after %v: %v", timeout, err)
 }
 
-// Stop sends the master SIGTERM and reaps its process group, SIGKILLing
-// what is left. It runs at t.Cleanup; later calls do nothing.
-func (p *Postfix) Stop(t testing.TB) {
-	t.Helper()
-	p.stopOnce.Do(func() {
-		for _, problem := range p.halt() {
-			t.Errorf("mtatest: %s", problem)
-		}
-	})
-}
-
-// halt stops the current master and its daemons.
+// halt sends the master SIGTERM and reaps its process group, SIGKILLing
+// what is left; it returns the problems met, and does nothing once done.
 func (p *Postfix) halt() []string {
 	if p.cmd == nil {
 		return nil
@@ -325,8 +313,8 @@ func (p *Postfix) halt() []string {
 		<-p.exited
 		problems = append(problems, fmt.Sprintf("Postfix master %d ignored SIGTERM for 10s; killed", pid))
 	}
-	if left := reapGroup(pid, 5*time.Second); len(left) > 0 {
-		problems = append(problems, fmt.Sprintf("Postfix processes %v of master %d survived SIGKILL", left, pid))
+	if !reapGroup(pid, 5*time.Second) {
+		problems = append(problems, fmt.Sprintf("Postfix processes of master %d (its process group) survived SIGKILL", pid))
 	}
 	if err := exec.Command(p.master, "-c", p.confDir, "-t").Run(); err != nil {
 		problems = append(problems, fmt.Sprintf("master -t says Postfix in %s is still running: %v", p.confDir, err))
@@ -355,20 +343,40 @@ func (p *Postfix) Log() string {
 	return string(b)
 }
 
-// WaitLog polls the log until it contains substr, failing after timeout.
+// WaitLog waits until the log contains substr and returns it; see WaitFor.
 func (p *Postfix) WaitLog(t testing.TB, substr string, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		log := p.Log()
-		if strings.Contains(log, substr) {
-			return log
+	var log string
+	WaitFor(t, timeout, func() error {
+		if log = p.Log(); !strings.Contains(log, substr) {
+			return fmt.Errorf("Postfix log has no %q", substr)
 		}
+		return nil
+	})
+	return log
+}
+
+// WaitFor calls cond every 20 ms until it returns nil, failing the test
+// with cond's last error after timeout.
+func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	var err error
+	if !poll(timeout, func() bool { err = cond(); return err == nil }) {
+		t.Fatalf("mtatest: after %v: %v", timeout, err)
+	}
+}
+
+// poll calls cond every 20 ms until it returns true (poll returns true) or
+// timeout has passed (false).
+func poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: Postfix log has no %q after %v", substr, timeout)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // FreePort returns a 127.0.0.1 TCP port free a moment ago, not handed out

@@ -3,12 +3,13 @@ package mtatest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,8 @@ func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string
 	if err != nil {
 		return err
 	}
+	owners := map[string]int{"root": 0, "$mail_owner": mailOwner}
+	groups := map[string]int{"-": -1, "$setgid_group": setgidGID} // -1: unchanged
 	made := 0
 	for _, line := range strings.Split(string(spec), "\n") {
 		// path:type:owner:group:mode:flags
@@ -52,20 +55,10 @@ func createQueueDirs(metaDir, queueDir string, mailOwner int, setgidGroup string
 		if err != nil {
 			return fmt.Errorf("postfix-files: %q: %w", line, err)
 		}
-		uid, gid := 0, -1
-		switch f[2] {
-		case "root":
-		case "$mail_owner":
-			uid = mailOwner
-		default:
-			return fmt.Errorf("postfix-files: %q: unknown owner", line)
-		}
-		switch f[3] {
-		case "-":
-		case "$setgid_group":
-			gid = setgidGID
-		default:
-			return fmt.Errorf("postfix-files: %q: unknown group", line)
+		uid, okOwner := owners[f[2]]
+		gid, okGroup := groups[f[3]]
+		if !okOwner || !okGroup {
+			return fmt.Errorf("postfix-files: %q: unknown owner or group", line)
 		}
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return err
@@ -166,12 +159,7 @@ func optionParams(opts PostfixOptions, params []mainParam) ([]mainParam, error) 
 	rcpt := "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
 	eod := ""
 	if opts.PolicyService != "" {
-		timeout := opts.PolicyTimeout
-		if timeout <= 0 {
-			timeout = 10 * time.Second
-		}
-		policy := fmt.Sprintf("check_policy_service { %s, timeout=%ds, default_action=DUNNO }",
-			opts.PolicyService, int((timeout+time.Second-1)/time.Second))
+		policy := "check_policy_service { " + opts.PolicyService + ", timeout=10s, default_action=DUNNO }"
 		rcpt = policy + ", " + rcpt
 		eod = policy
 	}
@@ -189,12 +177,7 @@ func optionParams(opts PostfixOptions, params []mainParam) ([]mainParam, error) 
 
 // extraParams sets extra over params, new names appended in order.
 func extraParams(params []mainParam, extra map[string]string) ([]mainParam, error) {
-	names := make([]string, 0, len(extra))
-	for k := range extra {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		if k == "" || strings.ContainsAny(k, " \t\n=") {
 			return nil, fmt.Errorf("ExtraMainCF: bad parameter name %q", k)
 		}
@@ -205,13 +188,9 @@ func extraParams(params []mainParam, extra map[string]string) ([]mainParam, erro
 		if strings.ContainsAny(v, "\r\n") {
 			return nil, fmt.Errorf("ExtraMainCF: %s: value has a line break", k)
 		}
-		replaced := false
-		for i := range params {
-			if params[i].k == k {
-				params[i].v, replaced = v, true
-			}
-		}
-		if !replaced {
+		if i := slices.IndexFunc(params, func(p mainParam) bool { return p.k == k }); i >= 0 {
+			params[i].v = v // the names in params are distinct
+		} else {
 			params = append(params, mainParam{k, v})
 		}
 	}
@@ -219,8 +198,8 @@ func extraParams(params []mainParam, extra map[string]string) ([]mainParam, erro
 }
 
 // buildMasterCF turns the system master.cf into the instance's: smtp on
-// 127.0.0.1:smtpPort, no other inet service, no chroot, extra appended.
-func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string, error) {
+// 127.0.0.1:smtpPort, no other inet service, no chroot.
+func buildMasterCF(sys string, smtpPort, reinjectPort int) (string, error) {
 	var b strings.Builder
 	b.WriteString("# Written by ratelimitd internal/mtatest from /etc/postfix/master.cf.\n")
 	dropping, haveSMTP := false, false
@@ -273,12 +252,6 @@ func buildMasterCF(sys string, smtpPort, reinjectPort int, extra string) (string
 		b.WriteString("  -o smtpd_recipient_restrictions=permit_mynetworks,reject\n")
 		b.WriteString("  -o smtpd_data_restrictions=\n")
 		b.WriteString("  -o smtpd_end_of_data_restrictions=\n")
-	}
-	if extra != "" {
-		b.WriteString(extra)
-		if !strings.HasSuffix(extra, "\n") {
-			b.WriteString("\n")
-		}
 	}
 	return b.String(), nil
 }

@@ -144,7 +144,7 @@ func TestPolicyDeferAndHold(t *testing.T) {
 		t.Fatalf("sink got %d messages while the message was held", n)
 	}
 
-	pf.Release(t, res.QueueID)
+	postsuper(t, pf, "-H", res.QueueID, "Released from hold: 1 message")
 	msgs := sink.WaitCount(t, 1, 15*time.Second)
 	if got := msgs[0].Header("Subject"); got != "held" {
 		t.Errorf("delivered Subject %q, want %q", got, "held")
@@ -175,18 +175,18 @@ func TestPolicyDeferAndHold(t *testing.T) {
 			rcpt["queue_id"], eod["queue_id"], eod["recipient_count"], res.QueueID)
 	}
 
-	// A second held message is deleted instead; Flush leaves hold alone.
+	// A second held message is deleted instead; postqueue -f leaves hold alone.
 	res = SendResult(t, pf.Addr(), mail)
 	if err := res.Err(); err != nil {
 		t.Fatalf("second send with HOLD: %v", err)
 	}
-	pf.Flush(t)
+	pf.run(t, "postqueue", "-f")
 	if _, held := pf.QueueIDs(t); len(held) != 1 || held[0] != res.QueueID {
-		t.Fatalf("held queue IDs after Flush %v, want [%s]", held, res.QueueID)
+		t.Fatalf("held queue IDs after postqueue -f %v, want [%s]", held, res.QueueID)
 	}
-	pf.Delete(t, res.QueueID)
+	postsuper(t, pf, "-d", res.QueueID, "Deleted: 1 message")
 	if all, _ := pf.QueueIDs(t); len(all) != 0 {
-		t.Errorf("queue after Delete: %v", all)
+		t.Errorf("queue after postsuper -d: %v", all)
 	}
 	if n := sink.Count(); n != 1 {
 		t.Errorf("sink has %d messages, want 1", n)
@@ -337,5 +337,13 @@ func (p *fakePolicy) serve(c net.Conn) {
 			return
 		}
 		req = make(map[string]string)
+	}
+}
+
+// postsuper runs "postsuper flag id" on pf, failing unless it says want.
+func postsuper(t *testing.T, pf *Postfix, flag, id, want string) {
+	t.Helper()
+	if _, stderr := pf.run(t, "postsuper", flag, id); !strings.Contains(stderr, want) {
+		t.Fatalf("postsuper %s %s did not say %q: %s", flag, id, want, stderr)
 	}
 }

@@ -2,7 +2,9 @@ package mtatest
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,21 +12,11 @@ import (
 	"time"
 )
 
-// Command returns the Postfix command name against this instance ("-c
-// DIR", sendmail "-C DIR", before args).
+// Command returns the Postfix command name (postfix, postqueue, ...)
+// against this instance: "-c DIR" before args.
 func (p *Postfix) Command(name string, args ...string) *exec.Cmd {
-	path := name
-	if !strings.Contains(name, "/") {
-		path = lookCommand(name, p.cmdDir)
-		if path == "" {
-			path = filepath.Join(p.cmdDir, name)
-		}
-	}
-	flag := "-c"
-	if filepath.Base(name) == "sendmail" {
-		flag = "-C"
-	}
-	return exec.Command(path, append([]string{flag, p.confDir}, args...)...)
+	path := cmp.Or(lookCommand(name, p.cmdDir), filepath.Join(p.cmdDir, name))
+	return exec.Command(path, append([]string{"-c", p.confDir}, args...)...)
 }
 
 // run runs a Postfix command and fails the test if it fails.
@@ -42,15 +34,16 @@ func (p *Postfix) run(t testing.TB, name string, args ...string) (stdout, stderr
 
 // QueueEntry is one message in the queue, as "postqueue -j" prints it.
 type QueueEntry struct {
-	QueueName   string `json:"queue_name"` // incoming, active, deferred, hold, maildrop
-	QueueID     string `json:"queue_id"`
-	ArrivalTime int64  `json:"arrival_time"` // Unix seconds
-	MessageSize int64  `json:"message_size"`
-	Sender      string `json:"sender"`
-	Recipients  []struct {
-		Address     string `json:"address"`
-		DelayReason string `json:"delay_reason,omitempty"`
-	} `json:"recipients"`
+	QueueName   string      `json:"queue_name"` // incoming, active, deferred, hold, maildrop
+	QueueID     string      `json:"queue_id"`
+	ArrivalTime int64       `json:"arrival_time"` // Unix seconds
+	MessageSize int64       `json:"message_size"`
+	Sender      string      `json:"sender"`
+	Recipients  []queueRcpt `json:"recipients"`
+}
+
+type queueRcpt struct {
+	Address string `json:"address"`
 }
 
 // Queue lists the queue ("postqueue -j").
@@ -58,13 +51,10 @@ func (p *Postfix) Queue(t testing.TB) []QueueEntry {
 	t.Helper()
 	out, _ := p.run(t, "postqueue", "-j")
 	var entries []QueueEntry
-	for _, line := range strings.Split(out, "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
+	for dec := json.NewDecoder(strings.NewReader(out)); dec.More(); {
 		var e QueueEntry
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("mtatest: postqueue -j line %q: %v", line, err)
+		if err := dec.Decode(&e); err != nil {
+			t.Fatalf("mtatest: postqueue -j: %v\n%s", err, out)
 		}
 		entries = append(entries, e)
 	}
@@ -83,52 +73,22 @@ func (p *Postfix) QueueIDs(t testing.TB) (all, held []string) {
 	return all, held
 }
 
-// WaitQueue polls QueueIDs until done holds, failing after timeout.
+// WaitQueue waits until done holds for QueueIDs; see WaitFor.
 func (p *Postfix) WaitQueue(t testing.TB, timeout time.Duration, done func(all, held []string) bool) (all, held []string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		all, held = p.QueueIDs(t)
-		if done(all, held) {
-			return all, held
+	WaitFor(t, timeout, func() error {
+		if all, held = p.QueueIDs(t); !done(all, held) {
+			return fmt.Errorf("Postfix queue not as wanted: all %v, held %v", all, held)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: Postfix queue not as wanted after %v: all %v, held %v", timeout, all, held)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return all, held
 }
 
 // WaitQueueEmpty waits until the queue is empty; see WaitQueue.
 func (p *Postfix) WaitQueueEmpty(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	p.WaitQueue(t, timeout, func(all, _ []string) bool { return len(all) == 0 })
-}
-
-// Release releases a held message ("postsuper -H ID"); it fails the test
-// unless exactly one was.
-func (p *Postfix) Release(t testing.TB, id string) {
-	t.Helper()
-	p.postsuper(t, "-H", id, "Released from hold: 1 message")
-}
-
-// Delete deletes a queued message ("postsuper -d ID"), exactly one.
-func (p *Postfix) Delete(t testing.TB, id string) {
-	t.Helper()
-	p.postsuper(t, "-d", id, "Deleted: 1 message")
-}
-
-func (p *Postfix) postsuper(t testing.TB, flag, id, want string) {
-	t.Helper()
-	if _, stderr := p.run(t, "postsuper", flag, id); !strings.Contains(stderr, want) {
-		t.Fatalf("mtatest: postsuper %s %s did not say %q: %s", flag, id, want, stderr)
-	}
-}
-
-// Flush asks for delivery of all deferred mail now ("postqueue -f").
-func (p *Postfix) Flush(t testing.TB) {
-	t.Helper()
-	p.run(t, "postqueue", "-f")
 }
 
 // Cat returns "postcat -q ID": the queue file's envelope, header and body.

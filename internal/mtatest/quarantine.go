@@ -37,17 +37,13 @@ queue_list_command = ["postqueue", "-c", %[1]q, "-j"]
 // stand-in queue that confirms those queue IDs, no Postfix needed.
 func FakeHeldQueue(t testing.TB, dir, sender string, rcpts []string, qids ...string) string {
 	t.Helper()
-	type rcpt struct {
-		Address string `json:"address"`
-	}
 	var b []byte
 	for _, qid := range qids {
-		m := map[string]any{"queue_name": "hold", "queue_id": qid, "arrival_time": time.Now().Unix(), "sender": sender,
-			"recipients": []rcpt{}}
+		e := QueueEntry{QueueName: "hold", QueueID: qid, ArrivalTime: time.Now().Unix(), Sender: sender, Recipients: []queueRcpt{}}
 		for _, r := range rcpts {
-			m["recipients"] = append(m["recipients"].([]rcpt), rcpt{r})
+			e.Recipients = append(e.Recipients, queueRcpt{r})
 		}
-		line, _ := json.Marshal(m)
+		line, _ := json.Marshal(e)
 		b = append(append(b, line...), '\n')
 	}
 	path := filepath.Join(dir, "postqueue-j.json")

@@ -3,9 +3,6 @@
 package mtatest
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,68 +25,23 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 }
 
-// reapGroup reaps process group pgid, SIGKILLing it after grace; it returns
-// the PIDs that survived.
-func reapGroup(pgid int, grace time.Duration) []int {
-	deadline := time.Now().Add(grace)
-	killed := false
-	reap := func() {
+// reapGroup reaps process group pgid (its orphans are our children), and
+// SIGKILLs it if it is not gone after grace; it reports whether the group
+// was gone 2 s after that.
+func reapGroup(pgid int, grace time.Duration) bool {
+	gone := func() bool {
 		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil)
-			if pid <= 0 || err != nil {
-				return
+			if pid, err := syscall.Wait4(-pgid, nil, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
 			}
 		}
+		// A zombie counts: it is the child of a live member, or ours and
+		// reaped at the next poll.
+		return syscall.Kill(-pgid, 0) == syscall.ESRCH
 	}
-	for {
-		reap()
-		alive := groupMembers(pgid)
-		if len(alive) == 0 {
-			reap()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			if killed {
-				return alive
-			}
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			killed = true
-			deadline = time.Now().Add(2 * time.Second)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if poll(grace, gone) {
+		return true
 	}
-}
-
-// groupMembers lists the processes in group pgid that are not zombies.
-func groupMembers(pgid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may contain spaces.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	return poll(2*time.Second, gone)
 }

@@ -13,4 +13,4 @@ func becomeSubreaper() {}
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
-func reapGroup(pgid int, grace time.Duration) []int { return nil }
+func reapGroup(pgid int, grace time.Duration) bool { return true }

@@ -18,10 +18,9 @@ import (
 
 // Message is one message a Sink accepted.
 type Message struct {
-	From     string    // envelope sender (MAIL FROM), "" for the null sender
-	To       []string  // envelope recipients (RCPT TO) in order
-	Data     []byte    // the message exactly as received, CRLF line ends, dot-stuffing removed
-	Received time.Time // when the end of data was read
+	From string   // envelope sender (MAIL FROM), "" for the null sender
+	To   []string // envelope recipients (RCPT TO) in order
+	Data []byte   // the message exactly as received, CRLF line ends, dot-stuffing removed
 }
 
 // Header returns the first value of header field name, or "".
@@ -96,11 +95,7 @@ func (s *Sink) Messages() []Message {
 }
 
 // Count returns the number of messages accepted so far.
-func (s *Sink) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.msgs)
-}
+func (s *Sink) Count() int { return len(s.Messages()) }
 
 // Rejected returns how many transactions were failed because of SetReply.
 func (s *Sink) Rejected() int {
@@ -156,19 +151,17 @@ func (s *Sink) Reset() {
 	s.rejected = 0
 }
 
-// WaitCount waits for at least n messages, failing after timeout.
+// WaitCount waits for at least n messages and returns them; see WaitFor.
 func (s *Sink) WaitCount(t testing.TB, n int, timeout time.Duration) []Message {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if msgs := s.Messages(); len(msgs) >= n {
-			return msgs
+	var msgs []Message
+	WaitFor(t, timeout, func() error {
+		if msgs = s.Messages(); len(msgs) < n {
+			return fmt.Errorf("sink %s has %d messages, want %d", s.Addr(), len(msgs), n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mtatest: sink %s has %d messages after %v, want %d", s.Addr(), s.Count(), timeout, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return msgs
 }
 
 // SetReply makes the sink answer later transactions with err at StageMail,
@@ -239,12 +232,7 @@ func (ss *sinkSession) Data(r io.Reader) error {
 		return err
 	}
 	ss.sink.mu.Lock()
-	ss.sink.msgs = append(ss.sink.msgs, Message{
-		From:     ss.from,
-		To:       append([]string(nil), ss.to...),
-		Data:     data,
-		Received: time.Now(),
-	})
+	ss.sink.msgs = append(ss.sink.msgs, Message{From: ss.from, To: append([]string(nil), ss.to...), Data: data})
 	ss.sink.mu.Unlock()
 	return nil
 }

@@ -24,10 +24,9 @@ import (
 
 // Server is one running redis-server (or Sentinel) process.
 type Server struct {
-	// Addr is "127.0.0.1:PORT", Port its port, Dir its files.
+	// Addr is "127.0.0.1:PORT", Port its port.
 	Addr string
 	Port int
-	Dir  string
 	cmd  *exec.Cmd
 	args []string // the binary and its arguments
 	t    testing.TB
@@ -42,31 +41,25 @@ func binary(t testing.TB, name string) string {
 	return p
 }
 
-// start runs bin with configuration lines conf and waits for PING.
-func start(t testing.TB, bin string, sentinel bool, conf ...string) *Server {
-	t.Helper()
-	return startPort(t, bin, sentinel, mtatest.FreePort(t), conf...)
-}
-
 // serverDir returns a directory for one server's files, removed at
 // cleanup: on tmpfs (/dev/shm) where there is one, since a Cluster node
 // fsyncs nodes.conf in its main thread at every slot change (a reshard of
 // 3,000 slots makes thousands), and on a shared virtual disk one slow
 // fsync stalls the master past the tests' redis_timeout.
 func serverDir(t testing.TB) string {
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		if dir, err := os.MkdirTemp("/dev/shm", "redistest-"); err == nil {
-			t.Cleanup(func() { os.RemoveAll(dir) })
-			return dir
-		}
+	if dir, err := os.MkdirTemp("/dev/shm", "redistest-"); err == nil {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
 	}
 	return t.TempDir()
 }
 
-func startPort(t testing.TB, bin string, sentinel bool, port int, conf ...string) *Server {
+// start runs bin (as a Sentinel if sentinel) on port with configuration
+// lines conf, and waits until it answers PING.
+func start(t testing.TB, bin string, sentinel bool, port int, conf ...string) *Server {
 	t.Helper()
 	dir := serverDir(t)
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, t: t}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, t: t}
 	lines := []string{
 		"bind 127.0.0.1",
 		"port " + strconv.Itoa(port),
@@ -115,15 +108,12 @@ func (s *Server) run() {
 // waitPing waits until the server answers PING (10s at most).
 func (s *Server) waitPing() {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := s.Do("PING"); err == nil {
-			return
-		} else if time.Now().After(deadline) {
-			s.t.Fatalf("redistest: %s on %s does not answer: %v", s.args[0], s.Addr, err)
+	mtatest.WaitFor(s.t, 10*time.Second, func() error {
+		if _, err := s.Do("PING"); err != nil {
+			return fmt.Errorf("redistest: %s on %s does not answer: %w", s.args[0], s.Addr, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Restart starts a killed server again on its port and directory.
@@ -137,13 +127,13 @@ func (s *Server) Restart() {
 // StartOn runs a standalone redis-server on port.
 func StartOn(t testing.TB, port int, extra ...string) *Server {
 	t.Helper()
-	return startPort(t, binary(t, "redis-server"), false, port, extra...)
+	return start(t, binary(t, "redis-server"), false, port, extra...)
 }
 
 // Start runs a standalone redis-server with extra configuration lines.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	return start(t, binary(t, "redis-server"), false, extra...)
+	return StartOn(t, mtatest.FreePort(t), extra...)
 }
 
 // Do sends one RESP command (2 s deadline) and returns the reply as text,

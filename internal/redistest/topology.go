@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"errors"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -36,20 +38,20 @@ func StartSentinels(t testing.TB) *Sentinels {
 	ss.Replica = Start(t, "replicaof 127.0.0.1 "+strconv.Itoa(ss.Master.Port))
 	bin := binary(t, "redis-sentinel")
 	for range 3 {
-		ss.Sentinels = append(ss.Sentinels, start(t, bin, true,
+		ss.Sentinels = append(ss.Sentinels, start(t, bin, true, mtatest.FreePort(t),
 			"sentinel monitor "+ss.Name+" 127.0.0.1 "+strconv.Itoa(ss.Master.Port)+" 2",
 			"sentinel down-after-milliseconds "+ss.Name+" 500",
 			"sentinel failover-timeout "+ss.Name+" 3000",
 			"sentinel parallel-syncs "+ss.Name+" 1"))
 	}
-	waitFor(t, 20*time.Second, "replica in sync and sentinels ready", func() bool {
+	mtatest.WaitFor(t, 20*time.Second, func() error {
 		if !strings.Contains(ss.Replica.Info("replication", "master_link_status"), "up") {
-			return false
+			return errors.New("redistest: replica not in sync")
 		}
 		for _, s := range ss.Sentinels {
 			v, err := s.Do("SENTINEL", "MASTER", ss.Name)
 			if err != nil {
-				return false
+				return err
 			}
 			f := strings.Split(v, "\n")
 			got := map[string]string{}
@@ -57,10 +59,11 @@ func StartSentinels(t testing.TB) *Sentinels {
 				got[f[i]] = f[i+1]
 			}
 			if got["num-slaves"] != "1" || got["num-other-sentinels"] != "2" {
-				return false
+				return fmt.Errorf("redistest: sentinel %s sees %s replicas and %s other sentinels, want 1 and 2",
+					s.Addr, got["num-slaves"], got["num-other-sentinels"])
 			}
 		}
-		return true
+		return nil
 	})
 	return ss
 }
@@ -97,31 +100,15 @@ func StartCluster(t testing.TB, n int) []*Server {
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	waitFor(t, 20*time.Second, "cluster state ok on every node", func() bool {
+	mtatest.WaitFor(t, 20*time.Second, func() error {
 		for _, s := range nodes {
-			if s.Info("cluster", "cluster_enabled") != "1" {
-				return false
-			}
-			v, err := s.Do("CLUSTER", "INFO")
-			if err != nil || !strings.Contains(v, "cluster_state:ok") {
-				return false
+			if v, err := s.Do("CLUSTER", "INFO"); err != nil || !strings.Contains(v, "cluster_state:ok") {
+				return fmt.Errorf("redistest: cluster state of %s not ok: %v", s.Addr, err)
 			}
 		}
-		return true
+		return nil
 	})
 	return nodes
-}
-
-// waitFor polls cond every 50 ms, failing the test after limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // SlotOwners returns per hash slot (16384) the index in nodes of its

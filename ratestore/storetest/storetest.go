@@ -262,9 +262,6 @@ func near(a, b float64) bool {
 
 // closeDur compares retry times to Tolerance plus a nanosecond.
 func closeDur(a, b time.Duration) bool {
-	d := a - b
-	if d < 0 {
-		d = -d
-	}
+	d := max(a-b, b-a)
 	return d <= 1 || float64(d) <= Tolerance*float64(max(a, b))
 }
