@@ -4,7 +4,9 @@ package daemontest
 
 import (
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/redistest"
 )
@@ -69,5 +71,52 @@ func TestDaemonsRedisFlushall(t *testing.T) {
 				rep, mean, len(ds), most, hourlyLimit/2)
 		}
 		degradedSeconds(t, ds, "after FLUSHALL")
+	}
+}
+
+// TestDaemonsRedisRestartedIdle: Redis SIGKILLed and started again on the
+// same port, empty (no persistence), while the two daemons are idle with
+// connections to the old process; then a burst through daemons picked at
+// random of the users who had sent half the limit before (their states
+// restored from the hosts' copies) and of as many new users. Every
+// request is answered in time; both daemons are shared when the burst
+// ends, after at most 2s degraded each; nobody gets more than splitBound
+// in all, and the new users on average not more than the limit plus one
+// message per host. Repeated 5 times.
+func TestDaemonsRedisRestartedIdle(t *testing.T) {
+	srv := redistest.Start(t)
+	ds := startPair(t, redisStore([]string{srv.Addr}, ""))
+	for rep := range 5 {
+		old, fresh := fmt.Sprintf("idle%d-", rep), fmt.Sprintf("new%d-", rep)
+		before := runBurst(t, ds, old, hourlyLimit/2)
+		was := degradedSeconds(t, ds, "before the restart")
+		srv.Restart()
+		time.Sleep(500 * time.Millisecond) // idle, Redis answering
+		answered := time.Now()
+		var loads [2]*load
+		var wg sync.WaitGroup
+		for i, name := range []string{old, fresh} {
+			wg.Go(func() { loads[i] = runBurst(t, ds, name, hourlyLimit) })
+		}
+		wg.Wait()
+		took := time.Since(answered)
+		most, total := 0, 0
+		for u := range burstUsers {
+			n := int(before.admitted[u].Load() + loads[0].admitted[u].Load())
+			most, total = max(most, n), total+n
+		}
+		newMost, newMean := loads[1].admittedStats()
+		degraded := degradedSeconds(t, ds, "after the burst") - was
+		t.Logf("repetition %d: burst of %v; old users admitted max %d, mean %.2f; new users max %d, mean %.2f; degraded %.2fs in all",
+			rep, took.Round(time.Millisecond), most, float64(total)/burstUsers, newMost, newMean, degraded)
+		if most > splitBound || newMost > splitBound {
+			t.Errorf("repetition %d: a user admitted %d (old) or %d (new) messages, over the bound %d", rep, most, newMost, splitBound)
+		}
+		if newMean > hourlyLimit+float64(len(ds)) {
+			t.Errorf("repetition %d: new users admitted %.2f on average, want at most the limit + one per host", rep, newMean)
+		}
+		if degraded > 2*float64(len(ds)) {
+			t.Errorf("repetition %d: the daemons were degraded %.2fs in all after the restart, want at most 2s each", rep, degraded)
+		}
 	}
 }

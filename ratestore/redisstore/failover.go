@@ -82,6 +82,7 @@ type Failover struct {
 
 	mu          sync.Mutex
 	delta       map[[2]string]*deltaEntry
+	restoring   map[[2]string]chan struct{} // closed once restored (writeThrough)
 	pending     []pendingMerge
 	pendingFile string               // keeps pending (LoadPending)
 	downNodes   map[string]time.Time // Cluster nodes found down, logged once
@@ -122,6 +123,7 @@ type FailoverOptions struct {
 func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
+		restoring: map[[2]string]chan struct{}{},
 		downNodes: map[string]time.Time{}, ctx: ctx, cancel: cancel}
 	if !r.Connected() {
 		f.markAllDown(errNotConnected)
@@ -320,15 +322,62 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 	if len(lost) == 0 {
 		return
 	}
+	f.mu.Lock()
 	// While an outage's counts are unmerged, a copy may hold them (scaled,
 	// with split): the merge, not a restore, adds them.
-	f.mu.Lock()
-	unmerged := len(f.pending) > 0 || len(f.delta) > 0
+	if len(f.pending) > 0 || len(f.delta) > 0 {
+		f.mu.Unlock()
+		return
+	}
+	var waits []chan struct{}
+	pm := pendingMerge{ID: newMergeID()}
+	done := make(chan struct{})
+	for _, e := range lost {
+		k := [2]string{e.Limit, e.Key}
+		if c, ok := f.restoring[k]; ok {
+			waits = append(waits, c) // restored by an earlier request
+			continue
+		}
+		f.restoring[k] = done
+		pm.Entries = append(pm.Entries, e)
+	}
+	if len(pm.Entries) > 0 && f.ctx.Err() != nil { // closed: kept for the next run
+		f.pending = append(f.pending, pm)
+		f.savePending()
+	} else if len(pm.Entries) > 0 {
+		waits = append(waits, done)
+		f.wg.Add(1) // under mu: Close cancels under mu, then waits
+		go func() {
+			defer f.wg.Done()
+			f.restore(pm)
+			f.mu.Lock()
+			for _, e := range pm.Entries {
+				delete(f.restoring, [2]string{e.Limit, e.Key})
+			}
+			f.mu.Unlock()
+			close(done)
+		}()
+	}
 	f.mu.Unlock()
-	if !unmerged {
-		f.restore(pendingMerge{ID: newMergeID(), Entries: lost})
+	// The answer waits for the restore, so that the sender's next message
+	// sees it, but not long: just after a restart rueidis may hold a call
+	// on its new connection's dial past any context.
+	t := time.NewTimer(restoreWait)
+	defer t.Stop()
+	for _, c := range waits {
+		select {
+		case <-c:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
+
+// restoreWait bounds how long a request waits for the restore of a state
+// Redis lost.
+const restoreWait = 50 * time.Millisecond
 
 // restore adds pm, this host's copies of states Redis lost, to Redis now,
 // or later with the outage merges if Redis does not answer.
