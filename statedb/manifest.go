@@ -25,20 +25,6 @@ const ManifestBucket = "statedb/manifest"
 
 const manifestVersion = 1
 
-// manifestKey returns the manifest key of the bucket at path (1-2 names).
-func manifestKey(path []string) []byte {
-	return []byte(strings.Join(path, "\x00"))
-}
-
-// manifestPath is manifestKey's inverse.
-func manifestPath(key []byte) []string {
-	top, rest, nested := bytes.Cut(key, []byte{0})
-	if !nested {
-		return []string{string(top)}
-	}
-	return []string{string(top), string(rest)}
-}
-
 // entry is a bucket's manifest entry.
 type entry struct{ count, seq uint64 }
 
@@ -114,7 +100,7 @@ func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
 }
 
 func (t *Tally) change(path []string) *change {
-	key := string(manifestKey(path))
+	key := strings.Join(path, "\x00")
 	c := t.changes[key]
 	if c == nil {
 		c = &change{path: slices.Clone(path)}
@@ -228,7 +214,7 @@ func readManifest(tx *bolt.Tx) *manifest {
 
 // compare checks bucket b at path (values values) against its entry.
 func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, bool) {
-	key := string(manifestKey(path))
+	key := strings.Join(path, "\x00")
 	e, ok := m.entries[key]
 	if !ok {
 		return Lost{}, true
@@ -253,7 +239,7 @@ func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, 
 func (m *manifest) missing(tops map[string]bool) []Lost {
 	var lost []Lost
 	for key, e := range m.entries {
-		path := manifestPath([]byte(key))
+		path := strings.SplitN(key, "\x00", 2)
 		if m.seen[key] || !tops[path[0]] {
 			continue
 		}
