@@ -172,11 +172,14 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 	recs := p.pending.recs
 	start, keys := 0, 0   // of the current record in buf, and its entries
 	group, count := -1, 0 // where the open group's count goes
-	closeRecord := func() {
+	closeGroup := func() {
 		if group >= 0 {
 			binary.BigEndian.PutUint32(buf[group:], uint32(count))
 			group = -1
 		}
+	}
+	closeRecord := func() {
+		closeGroup()
 		binary.BigEndian.PutUint16(buf[start+1:], uint16(keys))
 		buf = append(buf, 0, 0, 0, 0) // the checksum
 		ends = append(ends, len(buf))
@@ -229,10 +232,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 			count++
 			keys++
 		}
-		if group >= 0 {
-			binary.BigEndian.PutUint32(buf[group:], uint32(count))
-			group = -1
-		}
+		closeGroup()
 		i = j
 	}
 	if len(buf) > start {
