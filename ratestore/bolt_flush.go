@@ -201,7 +201,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 				p.yield()
 			}
 			key := p.pending.key(r)
-			if !persistableKey(key) {
+			if len(key) == 0 || len(key) > bbolt.MaxKeySize {
 				skipped++
 				continue
 			}

@@ -65,7 +65,16 @@ func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	checkBuckets(w, db, &bad)
 	guard(&bad, "records", func() error {
 		lost, usage, err := Scan(db, formats)
-		report(w, usage, lost)
+		for _, u := range usage {
+			fmt.Fprintf(w, "records %s: %d records, %d bytes, %d keys", u.Bucket, u.Records, u.Bytes, u.Keys)
+			if u.Lost > 0 {
+				fmt.Fprintf(w, ", %d UNREADABLE", u.Lost)
+			}
+			fmt.Fprintln(w)
+		}
+		for _, l := range lost {
+			fmt.Fprintf(w, "UNREADABLE record %s\n", l)
+		}
 		if len(lost) > 0 {
 			bad = append(bad, fmt.Sprintf("%d unreadable records (up to %d keys)", len(lost), LostKeys(lost)))
 		}

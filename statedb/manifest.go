@@ -62,17 +62,6 @@ func bucketAt(tx *bolt.Tx, path []string) *bolt.Bucket {
 	return b
 }
 
-// countValues counts the values (not nested buckets) of b.
-func countValues(b *bolt.Bucket) (n uint64) {
-	c := b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if v != nil {
-			n++
-		}
-	}
-	return n
-}
-
 // Tally keeps the manifest entries of the buckets one write transaction
 // changes; Save before commit. Not safe for concurrent use.
 type Tally struct {
@@ -174,7 +163,13 @@ func (t *Tally) Save() error {
 		}
 		count := int64(e.count) + c.delta
 		if old == nil || err != nil || c.recount || count < 0 {
-			count = int64(countValues(b))
+			count = 0 // the values, not nested buckets
+			c := b.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if v != nil {
+					count++
+				}
+			}
 		}
 		if err := mb.Put(k, sealEntry(k, entry{count: uint64(count), seq: b.Sequence()})); err != nil {
 			return fmt.Errorf("statedb: manifest: %w", err)
@@ -247,21 +242,4 @@ func (m *manifest) missing(tops map[string]bool) []Lost {
 			Err: fmt.Errorf("the bucket is missing (the manifest counts %d records in it): its name damaged, or the bucket lost", e.count)})
 	}
 	return lost
-}
-
-// recountAll has the entries of every bucket of formats in tx counted.
-func recountAll(tx *bolt.Tx, t *Tally, formats []Format) {
-	for _, f := range formats {
-		b := tx.Bucket([]byte(f.Bucket))
-		if b == nil {
-			continue
-		}
-		t.Recount([]string{f.Bucket})
-		if f.Nested {
-			b.ForEachBucket(func(name []byte) error {
-				t.Recount([]string{f.Bucket, string(name)})
-				return nil
-			})
-		}
-	}
 }

@@ -81,7 +81,8 @@ func notPermitted(path string, cause error) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrPermission) {
 		what = filepath.Dir(path)
 	}
-	return fmt.Errorf("%w: %s is %s; this process runs as %s (%w)", ErrPermission, what, Owner(what), processUser(), cause)
+	proc := userName(os.Geteuid()) + ":" + groupName(os.Getegid())
+	return fmt.Errorf("%w: %s is %s; this process runs as %s (%w)", ErrPermission, what, Owner(what), proc, cause)
 }
 
 // Owner describes path's owner, group and mode for an error message:
@@ -97,9 +98,6 @@ func Owner(path string) string {
 	}
 	return fmt.Sprintf("owned by %s:%s (mode %04o)", userName(int(st.Uid)), groupName(int(st.Gid)), fi.Mode().Perm())
 }
-
-// processUser is this process's user and group, "ratelimitd:ratelimitd".
-func processUser() string { return userName(os.Geteuid()) + ":" + groupName(os.Getegid()) }
 
 // userName and groupName are the names of a uid and a gid, or the number.
 func userName(uid int) string {

@@ -116,8 +116,21 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
 		}
 	}
+	// A fresh manifest: every bucket of formats counted.
 	if err := Update(out, func(tx *bolt.Tx, t *Tally) error {
-		recountAll(tx, t, formats)
+		for _, f := range formats {
+			b := tx.Bucket([]byte(f.Bucket))
+			if b == nil {
+				continue
+			}
+			t.Recount([]string{f.Bucket})
+			if f.Nested {
+				b.ForEachBucket(func(name []byte) error {
+					t.Recount([]string{f.Bucket, string(name)})
+					return nil
+				})
+			}
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("salvage: write %s: %w", s.dst, err)
