@@ -83,7 +83,6 @@ type Persistent struct {
 	metaDirty map[string]ratelimit.Limit
 	rbuf      []byte // the records of a flush, encoded
 	rends     []int  // where each record ends in rbuf
-	journal   int64  // bytes of records in the journal
 	stats     PersistStats
 	convErr   error // the last refused conversion, for the log
 	// Compaction threshold: max(compactMin, compactPerPair * states).

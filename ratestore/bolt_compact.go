@@ -112,8 +112,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 		}
 		p.mu.Lock()
-		p.journal -= n
-		p.stats.Journal = p.journal
+		p.stats.Journal -= n
 		p.mu.Unlock()
 	}
 	p.mu.Lock()

@@ -39,11 +39,11 @@ func (p *Persistent) Tick() error {
 			defer p.compacting.Store(false)
 			defer p.release()
 			if err := p.compact(p.done); err != nil && !errors.Is(err, errCompactionStopped) {
+				p.log.Error("rate journal compaction failed, will retry", "err", err) // before it is counted
 				p.mu.Lock()
 				p.stats.CompactionFailures++
 				p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
 				p.mu.Unlock()
-				p.log.Error("rate journal compaction failed, will retry", "err", err)
 			}
 		}()
 	}
@@ -144,13 +144,12 @@ func (p *Persistent) flushLocked() error {
 	}
 	p.metaDirty = nil
 	n := len(p.pending.recs)
-	p.journal += int64(len(p.rbuf))
+	p.stats.Journal += int64(len(p.rbuf))
 	p.stats.Flushes++
 	p.stats.Written += written
 	p.stats.Deleted += deleted
 	p.stats.Skipped += skipped
 	p.stats.Pending = 0
-	p.stats.Journal = p.journal
 	p.stats.LastFlush = time.Since(start)
 	p.stats.LastFlushAt = p.opts.Now()
 	p.pending.reset()
@@ -291,7 +290,8 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 func (p *Persistent) compactDue() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.journal > 0 && p.journal >= max(p.compactMin, p.compactPerPair*int64(p.mem.Len()))
+	j := p.stats.Journal
+	return j > 0 && j >= max(p.compactMin, p.compactPerPair*int64(p.mem.Len()))
 }
 
 // rec is one change taken from memory.

@@ -164,7 +164,6 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	if err := p.collect(tx, &c); err != nil {
 		return nil, err
 	}
-	p.journal = c.bytes
 	p.stats.Journal = c.bytes
 	p.lost = append(p.lost, c.lost...)
 	releaseMappedTx(p.db, tx) // collect read every record
