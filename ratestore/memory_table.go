@@ -76,7 +76,7 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 	}
 	sh.table[pos] = tagOf(h)<<idxBits | (x + 1)
 	e := sh.at(x)
-	*e = entry{state: s, keyOff: off, keyLen: uint32(len(key)), seen: m.tick(sh), lim: lim, flags: fLive}
+	*e = entry{state: s, keyOff: off, keyLen: uint32(len(key)), seen: sh.tick(), lim: lim, flags: fLive}
 	if dirty {
 		sh.markDirty(x, e)
 	}
@@ -96,7 +96,7 @@ func (m *Memory) evict(sh *shard) bool {
 		protect = *p
 	}
 	var names []string
-	now := m.tick(sh) // one more count moves every age alike
+	now := sh.tick() // one more count moves every age alike
 	mask := uint32(len(sh.table) - 1)
 	var bestPos uint32
 	var bestAge uint32
