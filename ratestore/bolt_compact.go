@@ -185,16 +185,7 @@ func comparePre(x, y jentry) int {
 // dedup appends the last entry of each key of run (equal pre), in key order.
 func (c *compaction) dedup(out, run []jentry) []jentry {
 	last := run[len(run)-1]
-	if len(run) == 1 {
-		return append(out, last)
-	}
-	k, same := c.key(last), true
-	for _, e := range run[:len(run)-1] {
-		if same = bytes.Equal(c.key(e), k); !same {
-			break
-		}
-	}
-	if same {
+	if len(run) == 1 || !slices.ContainsFunc(run, func(e jentry) bool { return !bytes.Equal(c.key(e), c.key(last)) }) {
 		return append(out, last)
 	}
 	slices.SortStableFunc(run, func(x, y jentry) int { return bytes.Compare(c.key(x), c.key(y)) })
