@@ -32,7 +32,7 @@ type PersistOptions struct {
 	Now func() time.Time
 	// Logger receives failures and sweep counts (nil: discard).
 	Logger *slog.Logger
-	// SkipLost restores around unreadable records, listing them (Lost);
+	// SkipLost restores around unreadable records, counting them (Stats);
 	// without it NewPersistent fails with statedb.RecordsLost's error.
 	SkipLost bool
 }
@@ -83,7 +83,6 @@ type Persistent struct {
 	metaDirty map[string]ratelimit.Limit
 	rbuf      []byte // the records of a flush, encoded
 	rends     []int  // where each record ends in rbuf
-	journal   int64  // bytes of records in the journal
 	stats     PersistStats
 	convErr   error // the last refused conversion, for the log
 	// Compaction threshold: max(compactMin, compactPerPair * states).
@@ -306,13 +305,6 @@ func (p *Persistent) NoteLost(records, keys int) {
 	defer p.mu.Unlock()
 	p.stats.Lost += int64(records)
 	p.stats.LostKeys += int64(keys)
-}
-
-// Lost returns the records NewPersistent could not read (SkipLost).
-func (p *Persistent) Lost() []statedb.Lost {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.lost)
 }
 
 // Memory returns the in-memory store p persists.

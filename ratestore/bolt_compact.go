@@ -33,19 +33,15 @@ var errCompactionStopped = errors.New("ratestore: rate journal compaction stoppe
 // compact applies the journal (records up to sequence S, last entry of
 // each key) to the snapshot pieceKeys keys per transaction, then deletes
 // the records up to S; flushes run between. Records hold absolute states,
-// so a crash loses nothing. Errors: errCompactionStopped, ErrVersion.
+// so a crash loses nothing. Errors: errCompactionStopped (stop closed;
+// nil: never), ErrVersion.
 // Unreadable records are logged and kept.
 func (p *Persistent) compact(stop <-chan struct{}) error {
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
 	stopped := func() bool {
-		if stop == nil {
-			return false
-		}
 		select {
 		case <-stop:
-			return true
-		case <-p.done:
 			return true
 		default:
 			return false
@@ -116,8 +112,7 @@ func (p *Persistent) compact(stop <-chan struct{}) error {
 			return fmt.Errorf("ratestore: compaction of %s: %w", journalName, err)
 		}
 		p.mu.Lock()
-		p.journal -= n
-		p.stats.Journal = p.journal
+		p.stats.Journal -= n
 		p.mu.Unlock()
 	}
 	p.mu.Lock()
@@ -184,28 +179,13 @@ func (c *compaction) limitEntries(i int) []jentry {
 
 // comparePre orders entries by pre, then journal order.
 func comparePre(x, y jentry) int {
-	switch {
-	case x.pre != y.pre:
-		return cmp.Compare(x.pre, y.pre)
-	case x.rec != y.rec:
-		return cmp.Compare(x.rec, y.rec)
-	}
-	return cmp.Compare(x.off, y.off)
+	return cmp.Or(cmp.Compare(x.pre, y.pre), cmp.Compare(x.rec, y.rec), cmp.Compare(x.off, y.off))
 }
 
 // dedup appends the last entry of each key of run (equal pre), in key order.
 func (c *compaction) dedup(out, run []jentry) []jentry {
 	last := run[len(run)-1]
-	if len(run) == 1 {
-		return append(out, last)
-	}
-	k, same := c.key(last), true
-	for _, e := range run[:len(run)-1] {
-		if same = bytes.Equal(c.key(e), k); !same {
-			break
-		}
-	}
-	if same {
+	if len(run) == 1 || !slices.ContainsFunc(run, func(e jentry) bool { return !bytes.Equal(c.key(e), c.key(last)) }) {
 		return append(out, last)
 	}
 	slices.SortStableFunc(run, func(x, y jentry) int { return bytes.Compare(c.key(x), c.key(y)) })
@@ -271,9 +251,6 @@ func sortEntries(ents []jentry, shift int, yield func()) {
 
 // keyPrefix returns the first 8 bytes of k, zero-padded, big-endian.
 func keyPrefix(k []byte) uint64 {
-	if len(k) >= 8 {
-		return binary.BigEndian.Uint64(k)
-	}
 	var b [8]byte
 	copy(b[:], k)
 	return binary.BigEndian.Uint64(b[:])
@@ -448,7 +425,7 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 	defer clear(c.recs) // slices of this transaction's mapping
 	// BoltDB keeps the values put until commit: one array, never grown.
 	c.cells = slices.Grow(c.cells[:0], (end-start)*cellLen)
-	var b *bbolt.Bucket // the bucket of limit lim, once looked up
+	var b *bbolt.Bucket // the bucket of limit lim, nil until created
 	var path []string   // its path in the manifest
 	var cur *bbolt.Cursor
 	// stored reports whether k is in b (one cursor per bucket).
@@ -460,7 +437,7 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 		return bytes.Equal(got, k)
 	}
 	var emptied []string
-	looked, lim, del := false, -1, false
+	lim, del := -1, false
 	check := func() { // whether the deletions emptied bucket lim
 		if del && b != nil {
 			if k, _ := b.Cursor().First(); k == nil {
@@ -481,8 +458,8 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 		}
 		if next != lim {
 			check()
-			b, looked, lim, del, cur = nil, false, next, false, nil
-			path = []string{string(bucketName), c.names[lim]}
+			lim, del, cur = next, false, nil
+			b, path = root.Bucket([]byte(c.names[lim])), []string{string(bucketName), c.names[lim]}
 		}
 		if c.recs[e.rec] == nil {
 			if c.recs[e.rec] = j.Get(c.seqs[e.rec]); len(c.recs[e.rec]) != c.sizes[e.rec] {
@@ -492,9 +469,6 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 		name := c.names[lim]
 		k, v, deleted := c.entry(e)
 		if deleted {
-			if !looked {
-				b, looked = root.Bucket([]byte(name)), true
-			}
 			if b != nil && stored(k) {
 				if err := b.Delete(k); err != nil {
 					return fmt.Errorf("delete %s/%q: %w", name, k, err)
@@ -509,7 +483,6 @@ func (c *compaction) apply(tx *bbolt.Tx, t *statedb.Tally, start, end int, skip 
 			if b, err = root.CreateBucketIfNotExists([]byte(name)); err != nil {
 				return fmt.Errorf("create bucket %s/%s: %w", bucketName, name, err)
 			}
-			looked = true
 		}
 		at := len(c.cells)
 		c.cells = statedb.Seal(c.cells, k, cellVersion, v)

@@ -39,11 +39,11 @@ func (p *Persistent) Tick() error {
 			defer p.compacting.Store(false)
 			defer p.release()
 			if err := p.compact(p.done); err != nil && !errors.Is(err, errCompactionStopped) {
+				p.log.Error("rate journal compaction failed, will retry", "err", err) // before it is counted
 				p.mu.Lock()
 				p.stats.CompactionFailures++
 				p.stats.LastError, p.stats.LastErrorAt = err.Error(), p.opts.Now()
 				p.mu.Unlock()
-				p.log.Error("rate journal compaction failed, will retry", "err", err)
 			}
 		}()
 	}
@@ -144,13 +144,12 @@ func (p *Persistent) flushLocked() error {
 	}
 	p.metaDirty = nil
 	n := len(p.pending.recs)
-	p.journal += int64(len(p.rbuf))
+	p.stats.Journal += int64(len(p.rbuf))
 	p.stats.Flushes++
 	p.stats.Written += written
 	p.stats.Deleted += deleted
 	p.stats.Skipped += skipped
 	p.stats.Pending = 0
-	p.stats.Journal = p.journal
 	p.stats.LastFlush = time.Since(start)
 	p.stats.LastFlushAt = p.opts.Now()
 	p.pending.reset()
@@ -172,11 +171,14 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 	recs := p.pending.recs
 	start, keys := 0, 0   // of the current record in buf, and its entries
 	group, count := -1, 0 // where the open group's count goes
-	closeRecord := func() {
+	closeGroup := func() {
 		if group >= 0 {
 			binary.BigEndian.PutUint32(buf[group:], uint32(count))
 			group = -1
 		}
+	}
+	closeRecord := func() {
+		closeGroup()
 		binary.BigEndian.PutUint16(buf[start+1:], uint16(keys))
 		buf = append(buf, 0, 0, 0, 0) // the checksum
 		ends = append(ends, len(buf))
@@ -198,7 +200,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 				p.yield()
 			}
 			key := p.pending.key(r)
-			if !persistableKey(key) {
+			if len(key) == 0 || len(key) > bbolt.MaxKeySize {
 				skipped++
 				continue
 			}
@@ -229,10 +231,7 @@ func (p *Persistent) encode() (written, deleted, skipped int64) {
 			count++
 			keys++
 		}
-		if group >= 0 {
-			binary.BigEndian.PutUint32(buf[group:], uint32(count))
-			group = -1
-		}
+		closeGroup()
 		i = j
 	}
 	if len(buf) > start {
@@ -291,7 +290,8 @@ func (p *Persistent) appendJournal(tx *bbolt.Tx, t *statedb.Tally) error {
 func (p *Persistent) compactDue() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.journal > 0 && p.journal >= max(p.compactMin, p.compactPerPair*int64(p.mem.Len()))
+	j := p.stats.Journal
+	return j > 0 && j >= max(p.compactMin, p.compactPerPair*int64(p.mem.Len()))
 }
 
 // rec is one change taken from memory.

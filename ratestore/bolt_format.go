@@ -114,13 +114,9 @@ func recordKeys(v []byte) int {
 	return 1
 }
 
-// persistableName and persistableKey report whether a name or key can be stored.
+// persistableName reports whether a limit name can be stored.
 func persistableName(name string) bool {
 	return name != "" && name[0] != 0 && len(name) <= bbolt.MaxKeySize
-}
-
-func persistableKey(key []byte) bool {
-	return len(key) > 0 && len(key) <= bbolt.MaxKeySize
 }
 
 // appendState appends s as valueLen bytes: Time (Unix ns) then Rate's

@@ -164,15 +164,11 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 	if err := p.collect(tx, &c); err != nil {
 		return nil, err
 	}
-	p.journal = c.bytes
 	p.stats.Journal = c.bytes
 	p.lost = append(p.lost, c.lost...)
 	releaseMappedTx(p.db, tx) // collect read every record
 	root := tx.Bucket(bucketName)
-	names, err := limitNames(root, &c)
-	if err != nil {
-		return nil, err
-	}
+	names := limitNames(root, &c)
 	r := stateRestore{p: p, tx: tx, now: p.opts.Now()}
 	for _, name := range names {
 		var ents []jentry
@@ -206,22 +202,19 @@ func (p *Persistent) restoreTx(tx *bbolt.Tx, conv map[string][2]ratelimit.Limit)
 }
 
 // limitNames returns the limits in root (may be nil), then those only in c.
-func limitNames(root *bbolt.Bucket, c *compaction) ([]string, error) {
-	var names []string
+func limitNames(root *bbolt.Bucket, c *compaction) (names []string) {
 	if root != nil {
-		if err := root.ForEachBucket(func(k []byte) error {
+		root.ForEachBucket(func(k []byte) error {
 			names = append(names, string(k))
 			return nil
-		}); err != nil {
-			return nil, err
-		}
+		})
 	}
 	for _, name := range c.names {
 		if root == nil || root.Bucket([]byte(name)) == nil {
 			names = append(names, name)
 		}
 	}
-	return names, nil
+	return names
 }
 
 // stateRestore restores one limit's states.

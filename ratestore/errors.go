@@ -33,7 +33,7 @@ var (
 
 	// ErrVersion is returned for rate state or a record of another format.
 	ErrVersion = errors.New("ratestore: unknown rate state format")
-)
 
-// errMalformedRecord is returned by decodeRecord for an unparsable record.
-var errMalformedRecord = errors.New("ratestore: malformed rate journal record")
+	// errMalformedRecord is returned by decodeRecord for an unparsable record.
+	errMalformedRecord = errors.New("ratestore: malformed rate journal record")
+)

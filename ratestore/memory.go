@@ -50,7 +50,7 @@ type entry struct {
 	state  ratelimit.State
 	keyOff uint32 // offset of the key in shard.arena
 	keyLen uint32
-	seen   uint32 // recency tick (seconds or operation count), wrapping
+	seen   uint32 // recency: the shard's operation count (tick), wrapping
 	lim    uint16 // interned limit name
 	flags  uint8
 	_      uint8
@@ -76,8 +76,6 @@ type shard struct {
 type MemoryOptions struct {
 	// MaxKeys bounds the (limit, key) pairs (0: DefaultMaxKeys).
 	MaxKeys int
-	// Now is the recency clock, Unix ns (nil: an operation counter).
-	Now func() int64
 }
 
 // Memory is a sharded in-memory rate-state store implementing
@@ -86,7 +84,6 @@ type Memory struct {
 	shards   [numShards]shard
 	perShard int
 	seed     maphash.Seed
-	now      func() int64
 	limits   registry
 	evicted  atomic.Int64
 	refused  atomic.Int64
@@ -108,7 +105,7 @@ func perShard(maxKeys int) int {
 
 // NewMemory returns an empty store.
 func NewMemory(opts MemoryOptions) *Memory {
-	m := &Memory{perShard: perShard(opts.MaxKeys), seed: maphash.MakeSeed(), now: opts.Now}
+	m := &Memory{perShard: perShard(opts.MaxKeys), seed: maphash.MakeSeed()}
 	for i := range m.shards {
 		m.shards[i].seed = m.seed
 	}
@@ -117,11 +114,8 @@ func NewMemory(opts MemoryOptions) *Memory {
 
 func (m *Memory) shardOf(h uint64) *shard { return &m.shards[h>>shardShift] }
 
-// tick returns the recency stamp of an access now.
-func (m *Memory) tick(sh *shard) uint32 {
-	if m.now != nil {
-		return uint32(m.now() / 1e9)
-	}
+// tick counts an access to sh and returns the count, its recency stamp.
+func (sh *shard) tick() uint32 {
 	sh.clock++
 	return sh.clock
 }
@@ -138,7 +132,7 @@ func (m *Memory) Get(_ context.Context, limit, key string) (ratelimit.State, err
 	sh.mu.Lock()
 	if _, idx, ok := find(sh, lim, key, h); ok {
 		e := sh.at(idx)
-		e.seen = m.tick(sh)
+		e.seen = sh.tick()
 		s = e.state
 	}
 	sh.mu.Unlock()
@@ -194,7 +188,7 @@ func (m *Memory) applyAt(sh *shard, idx uint32, fn func(ratelimit.State) (rateli
 	e := sh.at(idx)
 	if s, store := fn(e.state); store {
 		e.state = s
-		e.seen = m.tick(sh)
+		e.seen = sh.tick()
 		sh.markDirty(idx, e)
 	}
 }

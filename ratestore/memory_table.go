@@ -15,9 +15,9 @@ type keyBytes interface{ ~string | ~[]byte }
 
 func tagOf(h uint64) uint32 { return uint32(h>>50) & 0xff }
 
-// find looks up key under lim (hash h): table position and entry index,
-// or the empty position ending the probe run.
-func find[K keyBytes](sh *shard, lim uint16, key K, h uint64) (pos, idx uint32, ok bool) {
+// probe returns the first position of h's probe run whose entry match
+// accepts and the entry's index, or the empty position ending the run.
+func (sh *shard) probe(h uint64, match func(e *entry) bool) (pos, idx uint32, ok bool) {
 	if len(sh.table) == 0 {
 		return 0, 0, false
 	}
@@ -28,34 +28,18 @@ func find[K keyBytes](sh *shard, lim uint16, key K, h uint64) (pos, idx uint32, 
 		if s == 0 {
 			return i, 0, false
 		}
-		if s>>idxBits != tag {
-			continue
-		}
-		x := s&idxMask - 1
-		e := sh.at(x)
-		if e.lim == lim && e.keyLen == uint32(len(key)) && string(sh.key(e)) == string(key) {
+		if x := s&idxMask - 1; s>>idxBits == tag && match(sh.at(x)) {
 			return i, x, true
 		}
 	}
 }
 
-// findKey returns key's arena offset if another limit's entry holds it.
-func findKey[K keyBytes](sh *shard, key K, h uint64) (uint32, bool) {
-	mask := uint32(len(sh.table) - 1)
-	tag := tagOf(h)
-	for i := uint32(h) & mask; ; i = (i + 1) & mask {
-		s := sh.table[i]
-		if s == 0 {
-			return 0, false
-		}
-		if s>>idxBits != tag {
-			continue
-		}
-		e := sh.at(s&idxMask - 1)
-		if e.keyLen == uint32(len(key)) && string(sh.key(e)) == string(key) {
-			return e.keyOff, true
-		}
-	}
+// find looks up key under lim (hash h): table position and entry index,
+// or the empty position ending the probe run.
+func find[K keyBytes](sh *shard, lim uint16, key K, h uint64) (pos, idx uint32, ok bool) {
+	return sh.probe(h, func(e *entry) bool {
+		return e.lim == lim && e.keyLen == uint32(len(key)) && string(sh.key(e)) == string(key)
+	})
 }
 
 // insert adds a new entry, evicting if full; false when none may be evicted.
@@ -75,9 +59,14 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 		sh.dropDead()
 		x, _ = sh.alloc() // live < perShard < maxSlots: a slot is free now
 	}
-	off, shared := findKey(sh, key, h)
-	if !shared {
-		off = uint32(len(sh.arena))
+	// Another limit's entry may hold the key bytes already.
+	_, y, shared := sh.probe(h, func(e *entry) bool {
+		return e.keyLen == uint32(len(key)) && string(sh.key(e)) == string(key)
+	})
+	off := uint32(len(sh.arena))
+	if shared {
+		off = sh.at(y).keyOff
+	} else {
 		sh.arena = append(sh.arena, key...)
 	}
 	mask := uint32(len(sh.table) - 1)
@@ -87,7 +76,7 @@ func insert[K keyBytes](m *Memory, sh *shard, lim uint16, key K, h uint64, s rat
 	}
 	sh.table[pos] = tagOf(h)<<idxBits | (x + 1)
 	e := sh.at(x)
-	*e = entry{state: s, keyOff: off, keyLen: uint32(len(key)), seen: m.tick(sh), lim: lim, flags: fLive}
+	*e = entry{state: s, keyOff: off, keyLen: uint32(len(key)), seen: sh.tick(), lim: lim, flags: fLive}
 	if dirty {
 		sh.markDirty(x, e)
 	}
@@ -107,7 +96,7 @@ func (m *Memory) evict(sh *shard) bool {
 		protect = *p
 	}
 	var names []string
-	now := m.tick(sh) // one more count moves every age alike
+	now := sh.tick() // one more count moves every age alike
 	mask := uint32(len(sh.table) - 1)
 	var bestPos uint32
 	var bestAge uint32
@@ -220,28 +209,12 @@ func (sh *shard) alloc() (uint32, bool) {
 // release frees entry x (hash h), its key bytes garbage unless shared.
 func (sh *shard) release(x uint32, h uint64) {
 	e := sh.at(x)
-	if !sh.shared(e.keyOff, e.keyLen, h) {
-		sh.garbage += int(e.keyLen)
+	off, n := e.keyOff, e.keyLen
+	if _, _, shared := sh.probe(h, func(o *entry) bool { return o.keyOff == off && o.keyLen == n }); !shared {
+		sh.garbage += int(n)
 	}
 	*e = entry{keyOff: sh.free}
 	sh.free = x + 1
-}
-
-// shared reports whether an entry in h's probe run uses the key at off.
-func (sh *shard) shared(off, n uint32, h uint64) bool {
-	if len(sh.table) == 0 || n == 0 {
-		return false
-	}
-	mask := uint32(len(sh.table) - 1)
-	tag := tagOf(h)
-	for i := uint32(h) & mask; sh.table[i] != 0; i = (i + 1) & mask {
-		if s := sh.table[i]; s>>idxBits == tag {
-			if e := sh.at(s&idxMask - 1); e.keyOff == off && e.keyLen == n {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // dropDead frees every dead entry unreported: those deletions never reach

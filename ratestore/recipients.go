@@ -182,38 +182,35 @@ func (r *Recipients) Forget(_ context.Context, limit, key string) (bool, error) 
 	return ok, nil
 }
 
-// Len returns the number of (limit, key) pairs held.
-func (r *Recipients) Len() int {
-	n := 0
+// each calls fn with each shard locked in turn.
+func (r *Recipients) each(fn func(sh *rcptShard)) {
 	for i := range r.shards {
 		sh := &r.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		fn(sh)
 		sh.mu.Unlock()
 	}
+}
+
+// Len returns the number of (limit, key) pairs held.
+func (r *Recipients) Len() (n int) {
+	r.each(func(sh *rcptShard) { n += len(sh.m) })
 	return n
 }
 
 // Bytes returns the memory the sets hold for addresses, in bytes.
-func (r *Recipients) Bytes() int {
-	n := 0
-	for i := range r.shards {
-		sh := &r.shards[i]
-		sh.mu.Lock()
+func (r *Recipients) Bytes() (n int) {
+	r.each(func(sh *rcptShard) {
 		for _, e := range sh.m {
 			n += e.set.Bytes()
 		}
-		sh.mu.Unlock()
-	}
+	})
 	return n
 }
 
 // Sweep drops the sets that remember nothing at now and returns how many.
-func (r *Recipients) Sweep(now time.Time) int {
-	n := 0
-	for i := range r.shards {
-		sh := &r.shards[i]
-		sh.mu.Lock()
+func (r *Recipients) Sweep(now time.Time) (n int) {
+	r.each(func(sh *rcptShard) {
 		for id, e := range sh.m {
 			if e.set.Empty(now, e.period) {
 				delete(sh.m, id)
@@ -221,8 +218,7 @@ func (r *Recipients) Sweep(now time.Time) int {
 				n++
 			}
 		}
-		sh.mu.Unlock()
-	}
+	})
 	return n
 }
 
@@ -246,9 +242,7 @@ func (r *Recipients) flush() error {
 		val []byte // nil: delete
 	}
 	var changes []change
-	for i := range r.shards {
-		sh := &r.shards[i]
-		sh.mu.Lock()
+	r.each(func(sh *rcptShard) {
 		for id := range sh.dirty {
 			c := change{id: id}
 			if e := sh.m[id]; e != nil {
@@ -259,8 +253,7 @@ func (r *Recipients) flush() error {
 			changes = append(changes, c)
 		}
 		clear(sh.dirty)
-		sh.mu.Unlock()
-	}
+	})
 	if len(changes) == 0 {
 		return nil
 	}

@@ -56,7 +56,7 @@ func (m *Memory) EvaluateStack(ctx context.Context, now time.Time, items []polic
 			if _, idx, ok := find(shards[i], lim, it.Key, hs[i]); ok {
 				sh := shards[i]
 				e := sh.at(idx)
-				e.seen = m.tick(sh)
+				e.seen = sh.tick()
 				prev = e.state
 				idxs[i], found[i] = idx, true
 			}

@@ -65,7 +65,16 @@ func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 	checkBuckets(w, db, &bad)
 	guard(&bad, "records", func() error {
 		lost, usage, err := Scan(db, formats)
-		report(w, usage, lost)
+		for _, u := range usage {
+			fmt.Fprintf(w, "records %s: %d records, %d bytes, %d keys", u.Bucket, u.Records, u.Bytes, u.Keys)
+			if u.Lost > 0 {
+				fmt.Fprintf(w, ", %d UNREADABLE", u.Lost)
+			}
+			fmt.Fprintln(w)
+		}
+		for _, l := range lost {
+			fmt.Fprintf(w, "UNREADABLE record %s\n", l)
+		}
 		if len(lost) > 0 {
 			bad = append(bad, fmt.Sprintf("%d unreadable records (up to %d keys)", len(lost), LostKeys(lost)))
 		}
@@ -88,30 +97,24 @@ func Check(w io.Writer, path string, formats []Format, inspect Inspect) error {
 
 // checkBuckets writes each top-level bucket's counts to w; failures to bad.
 func checkBuckets(w io.Writer, db *bolt.DB, bad *[]string) {
-	var names []string
 	guard(bad, "listing buckets", func() error {
 		return db.View(func(tx *bolt.Tx) error {
-			return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-				names = append(names, string(name))
+			return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+				guard(bad, "bucket "+string(name), func() error {
+					keys, buckets := 0, 0
+					err := b.ForEach(func(k, v []byte) error {
+						if v == nil {
+							buckets++
+						} else {
+							keys++
+						}
+						return nil
+					})
+					fmt.Fprintf(w, "bucket %s: %d keys, %d nested buckets\n", name, keys, buckets)
+					return err
+				})
 				return nil
 			})
 		})
 	})
-	for _, name := range names {
-		guard(bad, "bucket "+name, func() error {
-			return db.View(func(tx *bolt.Tx) error {
-				keys, buckets := 0, 0
-				err := tx.Bucket([]byte(name)).ForEach(func(k, v []byte) error {
-					if v == nil {
-						buckets++
-					} else {
-						keys++
-					}
-					return nil
-				})
-				fmt.Fprintf(w, "bucket %s: %d keys, %d nested buckets\n", name, keys, buckets)
-				return err
-			})
-		})
-	}
 }

@@ -25,20 +25,6 @@ const ManifestBucket = "statedb/manifest"
 
 const manifestVersion = 1
 
-// manifestKey returns the manifest key of the bucket at path (1-2 names).
-func manifestKey(path []string) []byte {
-	return []byte(strings.Join(path, "\x00"))
-}
-
-// manifestPath is manifestKey's inverse.
-func manifestPath(key []byte) []string {
-	top, rest, nested := bytes.Cut(key, []byte{0})
-	if !nested {
-		return []string{string(top)}
-	}
-	return []string{string(top), string(rest)}
-}
-
 // entry is a bucket's manifest entry.
 type entry struct{ count, seq uint64 }
 
@@ -76,17 +62,6 @@ func bucketAt(tx *bolt.Tx, path []string) *bolt.Bucket {
 	return b
 }
 
-// countValues counts the values (not nested buckets) of b.
-func countValues(b *bolt.Bucket) (n uint64) {
-	c := b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if v != nil {
-			n++
-		}
-	}
-	return n
-}
-
 // Tally keeps the manifest entries of the buckets one write transaction
 // changes; Save before commit. Not safe for concurrent use.
 type Tally struct {
@@ -114,7 +89,7 @@ func Update(db *bolt.DB, fn func(tx *bolt.Tx, t *Tally) error) error {
 }
 
 func (t *Tally) change(path []string) *change {
-	key := string(manifestKey(path))
+	key := strings.Join(path, "\x00")
 	c := t.changes[key]
 	if c == nil {
 		c = &change{path: slices.Clone(path)}
@@ -188,7 +163,13 @@ func (t *Tally) Save() error {
 		}
 		count := int64(e.count) + c.delta
 		if old == nil || err != nil || c.recount || count < 0 {
-			count = int64(countValues(b))
+			count = 0 // the values, not nested buckets
+			c := b.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if v != nil {
+					count++
+				}
+			}
 		}
 		if err := mb.Put(k, sealEntry(k, entry{count: uint64(count), seq: b.Sequence()})); err != nil {
 			return fmt.Errorf("statedb: manifest: %w", err)
@@ -228,7 +209,7 @@ func readManifest(tx *bolt.Tx) *manifest {
 
 // compare checks bucket b at path (values values) against its entry.
 func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, bool) {
-	key := string(manifestKey(path))
+	key := strings.Join(path, "\x00")
 	e, ok := m.entries[key]
 	if !ok {
 		return Lost{}, true
@@ -253,7 +234,7 @@ func (m *manifest) compare(path []string, b *bolt.Bucket, values uint64) (Lost, 
 func (m *manifest) missing(tops map[string]bool) []Lost {
 	var lost []Lost
 	for key, e := range m.entries {
-		path := manifestPath([]byte(key))
+		path := strings.SplitN(key, "\x00", 2)
 		if m.seen[key] || !tops[path[0]] {
 			continue
 		}
@@ -261,21 +242,4 @@ func (m *manifest) missing(tops map[string]bool) []Lost {
 			Err: fmt.Errorf("the bucket is missing (the manifest counts %d records in it): its name damaged, or the bucket lost", e.count)})
 	}
 	return lost
-}
-
-// recountAll has the entries of every bucket of formats in tx counted.
-func recountAll(tx *bolt.Tx, t *Tally, formats []Format) {
-	for _, f := range formats {
-		b := tx.Bucket([]byte(f.Bucket))
-		if b == nil {
-			continue
-		}
-		t.Recount([]string{f.Bucket})
-		if f.Nested {
-			b.ForEachBucket(func(name []byte) error {
-				t.Recount([]string{f.Bucket, string(name)})
-				return nil
-			})
-		}
-	}
 }

@@ -81,7 +81,8 @@ func notPermitted(path string, cause error) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrPermission) {
 		what = filepath.Dir(path)
 	}
-	return fmt.Errorf("%w: %s is %s; this process runs as %s (%w)", ErrPermission, what, Owner(what), processUser(), cause)
+	return fmt.Errorf("%w: %s is %s; this process runs as %s (%w)",
+		ErrPermission, what, Owner(what), ids(os.Geteuid(), os.Getegid()), cause)
 }
 
 // Owner describes path's owner, group and mode for an error message:
@@ -95,25 +96,19 @@ func Owner(path string) string {
 	if !ok {
 		return fmt.Sprintf("mode %04o", fi.Mode().Perm())
 	}
-	return fmt.Sprintf("owned by %s:%s (mode %04o)", userName(int(st.Uid)), groupName(int(st.Gid)), fi.Mode().Perm())
+	return fmt.Sprintf("owned by %s (mode %04o)", ids(int(st.Uid), int(st.Gid)), fi.Mode().Perm())
 }
 
-// processUser is this process's user and group, "ratelimitd:ratelimitd".
-func processUser() string { return userName(os.Geteuid()) + ":" + groupName(os.Getegid()) }
-
-// userName and groupName are the names of a uid and a gid, or the number.
-func userName(uid int) string {
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-		return u.Username
+// ids names a uid and a gid, "user:group", by number where unknown.
+func ids(uid, gid int) string {
+	u, g := strconv.Itoa(uid), strconv.Itoa(gid)
+	if x, err := user.LookupId(u); err == nil {
+		u = x.Username
 	}
-	return strconv.Itoa(uid)
-}
-
-func groupName(gid int) string {
-	if g, err := user.LookupGroupId(strconv.Itoa(gid)); err == nil {
-		return g.Name
+	if x, err := user.LookupGroupId(g); err == nil {
+		g = x.Name
 	}
-	return strconv.Itoa(gid)
+	return u + ":" + g
 }
 
 // lockedError is Open's error on a locked file (wraps bbolt's ErrTimeout).

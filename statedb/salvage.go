@@ -62,7 +62,7 @@ func (n *node) write(b *bolt.Bucket) (keys int, err error) {
 type salvager struct {
 	w       io.Writer
 	formats map[string]Format
-	aside   map[string]*node // unreadable records kept, by SetAside bucket
+	aside   map[string][][2][]byte // unreadable records kept, by SetAside bucket
 	in, out *bolt.DB
 	dst     string
 	copied  int // keys copied
@@ -89,7 +89,7 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 		return fmt.Errorf("salvage: %w", err)
 	}
 	defer out.Close()
-	s := &salvager{w: w, in: in, out: out, dst: dst, formats: map[string]Format{}, aside: map[string]*node{}}
+	s := &salvager{w: w, in: in, out: out, dst: dst, formats: map[string]Format{}, aside: map[string][][2][]byte{}}
 	for _, f := range formats {
 		s.formats[f.Bucket] = f
 	}
@@ -110,14 +110,27 @@ func Salvage(w io.Writer, src, dst string, formats []Format) error {
 			return err
 		}
 	}
-	for name, n := range s.aside {
-		fmt.Fprintf(w, "unreadable records kept aside in %s: %d\n", name, len(n.kvs))
-		if err := s.save([]string{name}, n); err != nil {
+	for name, kvs := range s.aside {
+		fmt.Fprintf(w, "unreadable records kept aside in %s: %d\n", name, len(kvs))
+		if err := s.save([]string{name}, &node{kvs: kvs}); err != nil {
 			return fmt.Errorf("salvage: write %s: %w", s.dst, err)
 		}
 	}
+	// A fresh manifest: every bucket of formats counted.
 	if err := Update(out, func(tx *bolt.Tx, t *Tally) error {
-		recountAll(tx, t, formats)
+		for _, f := range formats {
+			b := tx.Bucket([]byte(f.Bucket))
+			if b == nil {
+				continue
+			}
+			t.Recount([]string{f.Bucket})
+			if f.Nested {
+				b.ForEachBucket(func(name []byte) error {
+					t.Recount([]string{f.Bucket, string(name)})
+					return nil
+				})
+			}
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("salvage: write %s: %w", s.dst, err)
@@ -215,12 +228,7 @@ func (s *salvager) filter(path []string, n *node) {
 			continue
 		}
 		fmt.Fprintf(s.w, "kept unreadable record %s in %s\n", l, f.SetAside)
-		a := s.aside[f.SetAside]
-		if a == nil {
-			a = &node{buckets: map[string]*node{}}
-			s.aside[f.SetAside] = a
-		}
-		a.kvs = append(a.kvs, kv)
+		s.aside[f.SetAside] = append(s.aside[f.SetAside], kv)
 	}
 	n.kvs = kept
 }

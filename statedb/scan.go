@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -226,18 +225,4 @@ func SetAside(db *bolt.DB, formats []Format, lost []Lost) error {
 			return nil
 		})
 	})
-}
-
-// report writes usage and lost to w for Check.
-func report(w io.Writer, usage []Usage, lost []Lost) {
-	for _, u := range usage {
-		fmt.Fprintf(w, "records %s: %d records, %d bytes, %d keys", u.Bucket, u.Records, u.Bytes, u.Keys)
-		if u.Lost > 0 {
-			fmt.Fprintf(w, ", %d UNREADABLE", u.Lost)
-		}
-		fmt.Fprintln(w)
-	}
-	for _, l := range lost {
-		fmt.Fprintf(w, "UNREADABLE record %s\n", l)
-	}
 }
