@@ -33,9 +33,8 @@ type Backend interface {
 	List(ctx context.Context, lq ListQuery) ([]quarantine.Entry, error)
 	// Show returns one quarantined message; quarantine.ErrNotFound.
 	Show(ctx context.Context, id string, raw bool) (ShowResult, error)
-	// Thaw and Delete act on the messages sel selects, one outcome each.
-	Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
-	Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
+	// Act thaws (else deletes) the messages sel selects, one outcome each.
+	Act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	// Suspend suspends or resumes the automatic release of key's mail.
 	Suspend(ctx context.Context, key string, resume bool) (SuspendResult, error)
 	// EventList returns the events q selects, newest first; EventSummary
@@ -91,10 +90,11 @@ type SuspendResult struct {
 	Was       bool   `json:"was_suspended,omitempty"`
 }
 
-// Local is the Backend on services of this process: the daemon's own, or
-// the state file the CLI opened. Quarantine and Events may be nil; By
-// names who acts ("": the local user). Safe for concurrent use as far as
-// its services are.
+// Local is the Backend on services of this process, the one set the admin
+// API and the console act on: the daemon's own, or the state file the CLI
+// opened. Quarantine, Events, Logger (audit lines of rate resets) and
+// Notify (never blocks) may be nil; By names who acts ("": the local
+// user). Safe for concurrent use as far as its services are.
 type Local struct {
 	RateState  Rates
 	Quarantine Quarantine

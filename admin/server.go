@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,29 +17,18 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
-	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Daemon is the running daemon as the admin API sees it; its methods are
-// called concurrently. Notify queues a notification and never blocks.
-type Daemon interface {
-	Status() Status
-	Rates() Rates
-	Quarantine() *lifecycle.Service
-	Notify(notify.Event)
-}
-
-// Server serves the admin API for a running daemon. Set its fields, then
-// call HTTPServer; they must not change afterwards.
+// Server serves the admin API for a running daemon on Services (By is
+// set per request to the peer). Set its fields, then call HTTPServer; they
+// must not change afterwards.
 type Server struct {
-	Daemon Daemon
-	Logger *slog.Logger // the audit lines of rate resets
-	Events *events.Log  // nil: events off
+	Services Local
+	Status   func() Status
 }
 
 type peerKey struct{}
@@ -66,9 +54,14 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
+// local is Services acting as the request's peer.
 func (s *Server) local(r *http.Request) *Local {
-	return &Local{RateState: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r),
-		Logger: s.Logger, Notify: s.Daemon.Notify}
+	l := s.Services
+	l.By = "unknown"
+	if p, ok := r.Context().Value(peerKey{}).(string); ok {
+		l.By = p
+	}
+	return &l
 }
 
 type badRequest struct{ error }
@@ -97,7 +90,7 @@ func (s *Server) Handler() http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		})
 	}
-	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return s.Daemon.Status(), nil })
+	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return s.Status(), nil })
 	handle("GET /v1/rate", func(r *http.Request, l *Local) (any, error) {
 		key := r.URL.Query().Get("key")
 		if key == "" {
@@ -132,7 +125,7 @@ func (s *Server) Handler() http.Handler {
 			if err := decode(r, &sel); err != nil {
 				return nil, badRequest{err}
 			}
-			out, err := l.act(r.Context(), thaw, sel)
+			out, err := l.Act(r.Context(), thaw, sel)
 			if err != nil {
 				return nil, badRequest{err}
 			}
@@ -198,13 +191,6 @@ func peerName(c net.Conn) string {
 		name = u.Username
 	}
 	return fmt.Sprintf("%s (uid %d, pid %d)", name, cred.Uid, cred.Pid)
-}
-
-func who(r *http.Request) string {
-	if s, ok := r.Context().Value(peerKey{}).(string); ok {
-		return s
-	}
-	return "unknown"
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

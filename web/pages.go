@@ -86,7 +86,7 @@ const maxOverviewKeys = 500
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, now := r.Context(), s.opts.Now()
-	all, err := s.opts.Rates.All(ctx, now)
+	all, err := s.opts.Services.RateState.All(ctx, now)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
 		return

@@ -19,7 +19,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
-	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -36,22 +35,19 @@ const (
 
 // Options configures a Server: Listen ("127.0.0.1:9732"), PEM files
 // TLSCert and TLSKey (both or neither), the users file, the proxies whose
-// X-Forwarded-For is believed, and the daemon's services. Nil Events: no
-// history; nil Limits: a domain operator sees no key; nil Now: time.Now.
+// X-Forwarded-For is believed, and the daemon's services (By and Closer
+// unused; nil Events: no history). Nil Limits: a domain operator sees no
+// key; nil Now: time.Now.
 type Options struct {
 	Listen          string
 	TLSCert, TLSKey string
 	UsersFile       string
 	TrustedProxies  []netip.Prefix
 
-	Rates      admin.Rates
-	Quarantine admin.Quarantine
-	Events     admin.Events
-	Limits     func() []policy.LimitInfo
-	Status     func() admin.Status
-	Notify     func(notify.Event)
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Services admin.Local
+	Limits   func() []policy.LimitInfo
+	Status   func() admin.Status
+	Now      func() time.Time
 }
 
 // Server is the console: New, Start, Reload on SIGHUP, Shutdown. Safe for
@@ -78,23 +74,20 @@ type Server struct {
 
 // New checks opts and reads the users and TLS files.
 func New(opts Options) (*Server, error) {
-	if opts.Rates == nil || opts.Quarantine == nil {
+	if opts.Services.RateState == nil || opts.Services.Quarantine == nil {
 		return nil, errors.New("web: Rates and Quarantine are required")
 	}
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("web: TLSCert and TLSKey go together")
 	}
-	opts.Events = cmp.Or[admin.Events](opts.Events, noEvents{})
-	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
-	if opts.Notify == nil {
-		opts.Notify = func(notify.Event) {}
-	}
+	opts.Services.Events = cmp.Or[admin.Events](opts.Services.Events, noEvents{})
+	opts.Services.Logger = cmp.Or(opts.Services.Logger, slog.New(slog.DiscardHandler))
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	s := &Server{
 		opts:     opts,
-		log:      opts.Logger.With("component", "web"),
+		log:      opts.Services.Logger.With("component", "web"),
 		sessions: newSessions(),
 		throttle: newThrottle(),
 		verify:   make(chan struct{}, 2),
