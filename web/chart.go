@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"sort"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -192,43 +191,31 @@ func thin(samples []sample, from, to time.Time, n int) []sample {
 // (dashed), the refusals (crosses, larger for more); ctx's error once it
 // ends.
 func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
-	type limitSeries struct {
-		name    string
-		max     float64
-		period  time.Duration
-		samples []sample
-	}
-	byLimit := map[string]*limitSeries{}
-	var order []string
+	samples := map[string][]sample{} // by limit; rates gains the limits of events only
 	for _, kr := range rates {
-		byLimit[kr.Limit] = &limitSeries{name: kr.Limit, max: kr.Max, period: kr.Period, samples: []sample{{t: now, rate: kr.Rate}}}
-		order = append(order, kr.Limit)
+		samples[kr.Limit] = []sample{{t: now, rate: kr.Rate}}
 	}
 	for _, e := range evs {
-		ls := byLimit[e.Limit]
 		if e.Limit == "" || e.Rate <= 0 {
 			continue
 		}
-		if ls == nil {
-			ls = &limitSeries{name: e.Limit, max: e.Max}
-			byLimit[e.Limit] = ls
-			order = append(order, e.Limit)
+		if _, ok := samples[e.Limit]; !ok {
+			rates = append(rates, policy.KeyRate{Limit: e.Limit, Max: e.Max})
 		}
 		sm := sample{t: e.Time, rate: e.Rate}
 		if slices.Contains(events.Refusals, e.Action) {
 			sm.refused = max(e.Count, 1)
 		}
-		ls.samples = append(ls.samples, sm)
+		samples[e.Limit] = append(samples[e.Limit], sm)
 	}
 	var plots []*plot.Plot
-	for _, name := range order {
+	for _, kr := range rates {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ls := byLimit[name]
-		sort.SliceStable(ls.samples, func(i, j int) bool { return ls.samples[i].t.Before(ls.samples[j].t) })
-		ls.samples = thin(ls.samples, now.Add(-cw.D), now, chartPoints)
-		p, err := chartPanelPlot(key, cw, ls.name, ls.max, ls.period, ls.samples, now)
+		sms := samples[kr.Limit]
+		slices.SortStableFunc(sms, func(a, b sample) int { return a.t.Compare(b.t) })
+		p, err := chartPanelPlot(key, cw, kr, thin(sms, now.Add(-cw.D), now, chartPoints), now)
 		if err != nil {
 			return nil, err
 		}
@@ -247,9 +234,10 @@ func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy
 	return b.Bytes(), nil
 }
 
-func chartPanelPlot(key string, cw chartWindow, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
+func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sample, now time.Time) (*plot.Plot, error) {
+	max := kr.Max
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, human.Number(max), dur(period))
+	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, kr.Limit, human.Number(max), dur(kr.Period))
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Min, p.X.Max = float64(now.Add(-cw.D).Unix()), float64(now.Unix())
 	p.X.Tick.Marker = cw
@@ -271,7 +259,7 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 	}
 	p.Add(lim)
 	p.Legend.Add("limit", lim)
-	if xys := rateSeries(samples, period, now); len(xys) > 0 {
+	if xys := rateSeries(samples, kr.Period, now); len(xys) > 0 {
 		ln, err := chart.Line(xys, chart.Blue, 1.5)
 		if err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -211,12 +212,7 @@ func (s *Server) clientAddr(r *http.Request) string {
 }
 
 func (s *Server) trusted(a netip.Addr) bool {
-	for _, p := range s.opts.TrustedProxies {
-		if p.Contains(a.Unmap()) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.opts.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) })
 }
 
 const loginCookie = "ratelimitd_login"

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -164,13 +165,7 @@ func (t *throttle) succeed(userKey, addrKey string) {
 	}
 }
 
-// evictOldest deletes the entry of m whose time is earliest.
+// evictOldest deletes the entry of m (not empty) whose time is earliest.
 func evictOldest[V any](m map[string]V, at func(V) time.Time) {
-	var oldest string
-	for k, v := range m {
-		if oldest == "" || at(v).Before(at(m[oldest])) {
-			oldest = k
-		}
-	}
-	delete(m, oldest)
+	delete(m, slices.MinFunc(slices.Collect(maps.Keys(m)), func(a, b string) int { return at(m[a]).Compare(at(m[b])) }))
 }
