@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,8 +9,9 @@ import (
 	"net/url"
 	"os"
 	"os/user"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/events"
@@ -168,18 +170,9 @@ func (l *Local) Close() error {
 // TopRates sorts all by rate/max, highest first, and keeps top (0: all),
 // only refused ones with over. It reuses all.
 func TopRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
-	out := all[:0]
-	for _, k := range all {
-		if !over || k.Refusing {
-			out = append(out, k)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		fi, fj := out[i].Rate/out[i].Max, out[j].Rate/out[j].Max
-		if fi != fj {
-			return fi > fj
-		}
-		return out[i].Key < out[j].Key
+	out := slices.DeleteFunc(all, func(k policy.KeyRate) bool { return over && !k.Refusing })
+	slices.SortFunc(out, func(a, b policy.KeyRate) int {
+		return cmp.Or(cmp.Compare(b.Rate/b.Max, a.Rate/a.Max), strings.Compare(a.Key, b.Key))
 	})
 	if top > 0 && len(out) > top {
 		out = out[:top]

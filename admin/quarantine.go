@@ -25,16 +25,11 @@ type ListQuery struct {
 }
 
 func (lq ListQuery) values() url.Values {
-	v := url.Values{}
-	for k, s := range map[string]string{"sender": lq.Sender, "key": lq.Key, "limit": lq.Limit, "state": lq.State} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
+	form := map[string]string{"sender": lq.Sender, "key": lq.Key, "limit": lq.Limit, "state": lq.State}
 	if lq.Since > 0 {
-		v.Set("since", lq.Since.String())
+		form["since"] = lq.Since.String()
 	}
-	return v
+	return FormQuery(form)
 }
 
 // ParseListQuery reads sender, key, limit, state and since (a period).

@@ -37,7 +37,7 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 	all := map[string]template.URL{} // the bulk actions on every match
 	if lq != (admin.ListQuery{}) {
 		for op := range confirmOps {
-			v := query(form)
+			v := admin.FormQuery(form)
 			v.Set("op", op)
 			all[op] = template.URL("/quarantine/bulk?" + v.Encode())
 		}
