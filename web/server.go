@@ -63,8 +63,7 @@ type Server struct {
 	charts   chan struct{} // bounds chart renders
 	pages    map[string]*template.Template
 
-	usersMu   sync.Mutex
-	usersFile os.FileInfo // as last read (nil: missing)
+	usersFile atomic.Pointer[os.FileInfo] // as last read (nil: missing)
 
 	mu   sync.Mutex
 	http *http.Server
@@ -122,11 +121,7 @@ func (s *Server) Reload() error {
 // refreshUsers rereads the users file when it changed, so that `web user
 // add|remove` take effect at the next request.
 func (s *Server) refreshUsers() {
-	fi, _ := os.Stat(s.opts.UsersFile)
-	s.usersMu.Lock()
-	old := s.usersFile
-	s.usersMu.Unlock()
-	if sameFile(fi, old) {
+	if fi, _ := os.Stat(s.opts.UsersFile); sameFile(fi, *s.usersFile.Load()) {
 		return
 	}
 	if err := s.loadUsers(); err != nil {
@@ -148,9 +143,7 @@ func (s *Server) loadUsers() error {
 	if err != nil {
 		return err
 	}
-	s.usersMu.Lock()
-	s.usersFile = fi
-	s.usersMu.Unlock()
+	s.usersFile.Store(&fi)
 	s.users.Store(u)
 	if u.Len() == 0 {
 		s.log.Warn("console has no users: add one with `ratelimitd web user add NAME --role operator`", "users_file", s.opts.UsersFile)
