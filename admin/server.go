@@ -91,23 +91,21 @@ func (s *Server) Handler() http.Handler {
 		})
 	}
 	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return s.Status(), nil })
-	handle("GET /v1/rate", func(r *http.Request, l *Local) (any, error) {
-		key := r.URL.Query().Get("key")
-		if key == "" {
-			return nil, badRequest{errors.New("key is required")}
-		}
-		return l.Rate(r.Context(), key)
-	})
+	for path, reset := range map[string]bool{"GET /v1/rate": false, "POST /v1/rate/reset": true} {
+		handle(path, func(r *http.Request, l *Local) (any, error) {
+			switch q := r.URL.Query(); {
+			case q.Get("key") == "":
+				return nil, badRequest{errors.New("key is required")}
+			case reset:
+				return l.Reset(r.Context(), q.Get("key"), q.Get("limit"))
+			default:
+				return l.Rate(r.Context(), q.Get("key"))
+			}
+		})
+	}
 	handle("GET /v1/rates", func(r *http.Request, l *Local) (any, error) {
 		top, _ := strconv.Atoi(r.URL.Query().Get("top"))
 		return l.Rates(r.Context(), top, r.URL.Query().Get("over") == "1")
-	})
-	handle("POST /v1/rate/reset", func(r *http.Request, l *Local) (any, error) {
-		key := r.URL.Query().Get("key")
-		if key == "" {
-			return nil, badRequest{errors.New("key is required")}
-		}
-		return l.Reset(r.Context(), key, r.URL.Query().Get("limit"))
 	})
 	handle("GET /v1/quarantine", func(r *http.Request, l *Local) (any, error) {
 		lq, err := ParseListQuery(r.URL.Query())

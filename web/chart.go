@@ -245,14 +245,6 @@ func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sam
 	p.Y.Label.Text = "rate per period"
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	top := max
-	for _, sm := range samples {
-		top = math.Max(top, sm.rate)
-	}
-	p.Y.Max = top * 1.15
-	if p.Y.Max == 0 {
-		p.Y.Max = 1
-	}
 	lim, err := chart.Line(plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}}, chart.Red, 1.2, 6, 3)
 	if err != nil {
 		return nil, err
@@ -274,9 +266,9 @@ func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sam
 	}
 	var refused plotter.XYs
 	var counts []int
-	total := 0
+	total, top := 0, max
 	for _, sm := range samples {
-		if sm.refused > 0 {
+		if top = math.Max(top, sm.rate); sm.refused > 0 {
 			refused = append(refused, plotter.XY{X: float64(sm.t.Unix()), Y: sm.rate})
 			counts = append(counts, sm.refused)
 			total += sm.refused
@@ -293,6 +285,9 @@ func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sam
 			return g
 		}
 		p.Legend.Add(fmt.Sprintf("refused (%d)", total), sc)
+	}
+	if p.Y.Max = top * 1.15; p.Y.Max == 0 {
+		p.Y.Max = 1
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
 	// Add widened the axis to the data: clip to the window.
