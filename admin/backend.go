@@ -93,10 +93,11 @@ type SuspendResult struct {
 }
 
 // Local is the Backend on services of this process, the one set the admin
-// API and the console act on: the daemon's own, or the state file the CLI
-// opened. Quarantine, Events, Logger (audit lines of rate resets) and
-// Notify (never blocks) may be nil; By names who acts ("": the local
-// user). Safe for concurrent use as far as its services are.
+// API (HTTPServer) and the console act on: the daemon's own, or the state
+// file the CLI opened. Quarantine, Events, Logger (audit lines of rate
+// resets), Notify (never blocks), Status and Limits (the console's domain
+// scopes) may be nil; By names who acts ("": the local user). Safe for
+// concurrent use as far as its services are.
 type Local struct {
 	RateState  Rates
 	Quarantine Quarantine
@@ -104,6 +105,8 @@ type Local struct {
 	By         string
 	Logger     *slog.Logger
 	Notify     func(notify.Event)
+	Status     func() Status
+	Limits     func() []policy.LimitInfo
 	Closer     func() error // called by Close, if not nil
 }
 

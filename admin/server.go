@@ -23,14 +23,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Server serves the admin API for a running daemon on Services (By is
-// set per request to the peer). Set its fields, then call HTTPServer; they
-// must not change afterwards.
-type Server struct {
-	Services Local
-	Status   func() Status
-}
-
 type peerKey struct{}
 
 // Listen creates the admin socket at path (0660; directory 0750), refusing
@@ -54,9 +46,8 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// local is Services acting as the request's peer.
-func (s *Server) local(r *http.Request) *Local {
-	l := s.Services
+// as is l acting as the request's peer.
+func (l Local) as(r *http.Request) *Local {
 	l.By = "unknown"
 	if p, ok := r.Context().Value(peerKey{}).(string); ok {
 		l.By = p
@@ -77,12 +68,12 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// Handler returns the API's routes (package doc).
-func (s *Server) Handler() http.Handler {
+// handler returns the API's routes (package doc).
+func (l Local) handler() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, fn func(r *http.Request, l *Local) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			v, err := fn(r, s.local(r))
+			v, err := fn(r, l.as(r))
 			if err != nil {
 				writeJSON(w, statusOf(err), apiError{Error: err.Error()})
 				return
@@ -90,7 +81,7 @@ func (s *Server) Handler() http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		})
 	}
-	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return s.Status(), nil })
+	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return l.Status(), nil })
 	for path, reset := range map[string]bool{"GET /v1/rate": false, "POST /v1/rate/reset": true} {
 		handle(path, func(r *http.Request, l *Local) (any, error) {
 			switch q := r.URL.Query(); {
@@ -154,11 +145,11 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// HTTPServer returns an http.Server for the API recording each peer; its
-// listener must hand out *net.UnixConn.
-func (s *Server) HTTPServer() *http.Server {
+// HTTPServer returns an http.Server for the admin API on l, acting as
+// each peer; its listener must hand out *net.UnixConn.
+func (l Local) HTTPServer() *http.Server {
 	return &http.Server{
-		Handler:           s.Handler(),
+		Handler:           l.handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {

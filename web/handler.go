@@ -114,8 +114,8 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 			return
 		}
 		var limits []policy.LimitInfo
-		if len(u.Domains) > 0 && s.opts.Limits != nil {
-			limits = s.opts.Limits()
+		if len(u.Domains) > 0 && s.opts.Services.Limits != nil {
+			limits = s.opts.Services.Limits()
 		}
 		sc := newScope(u.Domains, limits)
 		ctx := context.WithValue(r.Context(), userKey{}, user{Name: u.Name, Role: u.Role, CSRF: ss.csrf, Scope: sc, token: c.Value})

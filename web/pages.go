@@ -101,8 +101,8 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var st admin.Status
-	if s.opts.Status != nil {
-		st = s.opts.Status()
+	if s.opts.Services.Status != nil {
+		st = s.opts.Services.Status()
 	}
 	health, err := s.health(r)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Listener limits (and srvconn.HTTPConns() connections, as /metrics) and
@@ -36,8 +35,8 @@ const (
 // Options configures a Server: Listen ("127.0.0.1:9732"), PEM files
 // TLSCert and TLSKey (both or neither), the users file, the proxies whose
 // X-Forwarded-For is believed, and the daemon's services (By and Closer
-// unused; nil Events: no history). Nil Limits: a domain operator sees no
-// key; nil Now: time.Now.
+// unused; nil Events: no history; nil Limits: a domain operator sees no
+// key). Nil Now: time.Now.
 type Options struct {
 	Listen          string
 	TLSCert, TLSKey string
@@ -45,8 +44,6 @@ type Options struct {
 	TrustedProxies  []netip.Prefix
 
 	Services admin.Local
-	Limits   func() []policy.LimitInfo
-	Status   func() admin.Status
 	Now      func() time.Time
 }
 

@@ -160,7 +160,8 @@ func (d *Daemon) Quarantine() *lifecycle.Service { return d.q.svc }
 // services are the daemon's services as the admin API and the console
 // act on them.
 func (d *Daemon) services() admin.Local {
-	l := admin.Local{RateState: d.Rates(), Quarantine: d.q.svc, Logger: d.log, Notify: func(e notify.Event) { d.notifier.Notify(e) }}
+	l := admin.Local{RateState: d.Rates(), Quarantine: d.q.svc, Logger: d.log, Notify: func(e notify.Event) { d.notifier.Notify(e) },
+		Status: d.Status, Limits: d.engine.Limits}
 	if d.events != nil {
 		l.Events = d.events
 	}

@@ -13,7 +13,7 @@ func (d *Daemon) startWeb() error {
 		return nil
 	}
 	s, err := web.New(web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile, TrustedProxies: c.Proxies(),
-		Services: d.services(), Limits: d.engine.Limits, Status: d.Status})
+		Services: d.services()})
 	if err != nil {
 		return err
 	}
