@@ -21,16 +21,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 )
 
-// Listener limits (and srvconn.HTTPConns() connections, as /metrics) and
-// the largest header and form.
-const (
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = 30 * time.Second
-	writeTimeout      = 60 * time.Second
-	idleTimeout       = 120 * time.Second
-	maxHeaderBytes    = 64 << 10
-	maxFormBytes      = 64 << 10
-)
+// maxFormBytes is the largest form posted.
+const maxFormBytes = 64 << 10
 
 // Options configures a Server: Listen ("127.0.0.1:9732"), PEM files
 // TLSCert and TLSKey (both or neither), the users file, the proxies whose
@@ -164,16 +156,16 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
 	}
-	lim := srvconn.NewHTTPLimit(srvconn.HTTPConns())
+	lim := srvconn.NewHTTPLimit(srvconn.HTTPConns()) // as /metrics
 	ln = lim.Listener(ln)
 	hs := &http.Server{
 		ConnState:         lim.ConnState,
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	if s.TLS() {
