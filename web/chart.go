@@ -62,10 +62,8 @@ func (s *Server) keyWindow(w http.ResponseWriter, r *http.Request, key string) (
 		return chartWindow{}, false
 	}
 	name := cmp.Or(r.URL.Query().Get("window"), defaultWindow)
-	for _, cw := range chartWindows {
-		if cw.Name == name {
-			return cw, true
-		}
+	if i := slices.IndexFunc(chartWindows, func(cw chartWindow) bool { return cw.Name == name }); i >= 0 {
+		return chartWindows[i], true
 	}
 	s.fail(w, r, http.StatusBadRequest, fmt.Errorf("window %q: want 1h, 6h, 24h or 7d", name))
 	return chartWindow{}, false

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -61,12 +62,7 @@ func (sc Scope) AllowsKey(limit, key string) bool {
 		return true
 	}
 	if limit == "" {
-		for l := range sc.attrs {
-			if sc.AllowsKey(l, key) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(slices.Collect(maps.Keys(sc.attrs)), func(l string) bool { return sc.AllowsKey(l, key) })
 	}
 	attrs, parts := sc.attrs[limit], strings.Split(key, "|")
 	if len(attrs) != len(parts) {

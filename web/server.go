@@ -76,8 +76,8 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts:     opts,
 		log:      opts.Services.Logger.With("component", "web"),
-		sessions: newSessions(),
-		throttle: newThrottle(),
+		sessions: &sessions{m: map[string]*session{}},
+		throttle: &throttle{m: map[string]*failures{}},
 		verify:   make(chan struct{}, 2),
 		charts:   make(chan struct{}, chartRenders),
 		pages:    parsePages(),

@@ -37,8 +37,6 @@ func (ss *session) expired(now time.Time) bool {
 	return now.Sub(ss.seen) > sessionIdle || now.Sub(ss.created) > sessionMax
 }
 
-func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
-
 func randomToken() string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
@@ -110,8 +108,6 @@ type throttle struct {
 	mu sync.Mutex
 	m  map[string]*failures
 }
-
-func newThrottle() *throttle { return &throttle{m: map[string]*failures{}} }
 
 // charge returns how long the keys must wait; when none must, it counts
 // the attempt as a failure of each at once, so parallel attempts cannot
