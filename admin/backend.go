@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,8 +9,9 @@ import (
 	"net/url"
 	"os"
 	"os/user"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/events"
@@ -33,9 +35,8 @@ type Backend interface {
 	List(ctx context.Context, lq ListQuery) ([]quarantine.Entry, error)
 	// Show returns one quarantined message; quarantine.ErrNotFound.
 	Show(ctx context.Context, id string, raw bool) (ShowResult, error)
-	// Thaw and Delete act on the messages sel selects, one outcome each.
-	Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
-	Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
+	// Act thaws (else deletes) the messages sel selects, one outcome each.
+	Act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	// Suspend suspends or resumes the automatic release of key's mail.
 	Suspend(ctx context.Context, key string, resume bool) (SuspendResult, error)
 	// EventList returns the events q selects, newest first; EventSummary
@@ -91,10 +92,12 @@ type SuspendResult struct {
 	Was       bool   `json:"was_suspended,omitempty"`
 }
 
-// Local is the Backend on services of this process: the daemon's own, or
-// the state file the CLI opened. Quarantine and Events may be nil; By
-// names who acts ("": the local user). Safe for concurrent use as far as
-// its services are.
+// Local is the Backend on services of this process, the one set the admin
+// API (HTTPServer) and the console act on: the daemon's own, or the state
+// file the CLI opened. Quarantine, Events, Logger (audit lines of rate
+// resets), Notify (never blocks), Status and Limits (the console's domain
+// scopes) may be nil; By names who acts ("": the local user). Safe for
+// concurrent use as far as its services are.
 type Local struct {
 	RateState  Rates
 	Quarantine Quarantine
@@ -102,6 +105,8 @@ type Local struct {
 	By         string
 	Logger     *slog.Logger
 	Notify     func(notify.Event)
+	Status     func() Status
+	Limits     func() []policy.LimitInfo
 	Closer     func() error // called by Close, if not nil
 }
 
@@ -168,18 +173,9 @@ func (l *Local) Close() error {
 // TopRates sorts all by rate/max, highest first, and keeps top (0: all),
 // only refused ones with over. It reuses all.
 func TopRates(all []policy.KeyRate, top int, over bool) []policy.KeyRate {
-	out := all[:0]
-	for _, k := range all {
-		if !over || k.Refusing {
-			out = append(out, k)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		fi, fj := out[i].Rate/out[i].Max, out[j].Rate/out[j].Max
-		if fi != fj {
-			return fi > fj
-		}
-		return out[i].Key < out[j].Key
+	out := slices.DeleteFunc(all, func(k policy.KeyRate) bool { return over && !k.Refusing })
+	slices.SortFunc(out, func(a, b policy.KeyRate) int {
+		return cmp.Or(cmp.Compare(b.Rate/b.Max, a.Rate/a.Max), strings.Compare(a.Key, b.Key))
 	})
 	if top > 0 && len(out) > top {
 		out = out[:top]

@@ -34,49 +34,41 @@ func NewClient(path string) *Client {
 // ErrNoDaemon means nothing listens on the admin socket.
 var ErrNoDaemon = errors.New("ratelimitd is not running")
 
-// do sends body as JSON and decodes the answer into out (each unless nil).
-// Errors: ErrNoDaemon, the API's error text for a status >= 300.
-func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
+// call sends body (unless nil) as JSON and decodes the answer. Errors:
+// ErrNoDaemon, the API's error text for a status >= 300.
+func call[T any](ctx context.Context, c *Client, method, path string, body any) (out T, err error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return out, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://ratelimitd"+path, rd)
 	if err != nil {
-		return err
+		return out, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return ErrNoDaemon
+			return out, ErrNoDaemon
 		}
-		return fmt.Errorf("admin socket %s: %w", c.path, err)
+		return out, fmt.Errorf("admin socket %s: %w", c.path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		var e apiError
 		if json.NewDecoder(resp.Body).Decode(&e) == nil && e.Error != "" {
-			return errors.New(e.Error)
+			return out, errors.New(e.Error)
 		}
-		return fmt.Errorf("admin socket: %s", resp.Status)
+		return out, fmt.Errorf("admin socket: %s", resp.Status)
 	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
-}
-
-func call[T any](ctx context.Context, c *Client, method, path string, body any) (T, error) {
-	var out T
-	err := c.do(ctx, method, path, body, &out)
+	err = json.NewDecoder(resp.Body).Decode(&out)
 	return out, err
 }
 
-// Status asks the daemon for its status (GET /v1/status); errors as do's.
+// Status asks the daemon for its status (GET /v1/status); errors as call's.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	return call[Status](ctx, c, "GET", "/v1/status", nil)
 }

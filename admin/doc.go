@@ -1,7 +1,8 @@
 // Package admin is the daemon's admin API, JSON over HTTP on a unix socket
-// (mode 0660), and the services it shares with the web console. Server
-// serves it; Client is the CLI's end. Backend is what the commands work
-// on: a Client of the running daemon, else a Local on the state file.
+// (mode 0660), and the services it shares with the web console (Local).
+// Local.HTTPServer serves it; Client is the CLI's end. Backend is what the
+// commands work on: a Client of the running daemon, else a Local on the
+// state file.
 //
 // Routes (all answer JSON; errors are {"error": "..."} with a 4xx or 5xx
 // status):

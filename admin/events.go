@@ -18,20 +18,25 @@ var errNoEvents = errors.New("no event log: [events] enabled = false, or the sta
 
 // eventValues encodes q as the query of GET /v1/events.
 func eventValues(q events.Query) url.Values {
-	v := url.Values{}
-	if !q.Since.IsZero() {
-		v.Set("since", q.Since.Format(time.RFC3339Nano))
-	}
-	if !q.Until.IsZero() {
-		v.Set("until", q.Until.Format(time.RFC3339Nano))
-	}
-	for k, s := range map[string]string{"key": q.Key, "limit": q.Limit, "action": strings.Join(q.Actions, ","), "before": q.Before} {
-		if s != "" {
-			v.Set(k, s)
+	form := map[string]string{"key": q.Key, "limit": q.Limit, "action": strings.Join(q.Actions, ","), "before": q.Before}
+	for k, t := range map[string]time.Time{"since": q.Since, "until": q.Until} {
+		if !t.IsZero() {
+			form[k] = t.Format(time.RFC3339Nano)
 		}
 	}
 	if q.Max != 0 {
-		v.Set("max", strconv.Itoa(q.Max))
+		form["max"] = strconv.Itoa(q.Max)
+	}
+	return FormQuery(form)
+}
+
+// FormQuery is the fields of form that are set, as a URL query.
+func FormQuery(form map[string]string) url.Values {
+	v := url.Values{}
+	for k, s := range form {
+		if s != "" {
+			v.Set(k, s)
+		}
 	}
 	return v
 }

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -45,11 +46,7 @@ func AnswerLine(kr []policy.KeyRate) string {
 		if !k.Answers {
 			continue
 		}
-		verb := answered[k.Action]
-		if verb == "" {
-			verb = k.Action
-		}
-		line := verb + " by " + k.Limit
+		line := cmp.Or(answered[k.Action], k.Action) + " by " + k.Limit
 		if k.NextStep != "" {
 			line += "; " + k.NextStep
 		}

@@ -25,16 +25,11 @@ type ListQuery struct {
 }
 
 func (lq ListQuery) values() url.Values {
-	v := url.Values{}
-	for k, s := range map[string]string{"sender": lq.Sender, "key": lq.Key, "limit": lq.Limit, "state": lq.State} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
+	form := map[string]string{"sender": lq.Sender, "key": lq.Key, "limit": lq.Limit, "state": lq.State}
 	if lq.Since > 0 {
-		v.Set("since", lq.Since.String())
+		form["since"] = lq.Since.String()
 	}
-	return v
+	return FormQuery(form)
 }
 
 // ParseListQuery reads sender, key, limit, state and since (a period).
@@ -94,7 +89,8 @@ func (l *Local) Show(ctx context.Context, id string, raw bool) (ShowResult, erro
 	return res, nil
 }
 
-func (l *Local) act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+// Act implements Backend.
+func (l *Local) Act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
 	if l.Quarantine == nil {
 		return nil, errNoQuarantine
 	}
@@ -141,16 +137,6 @@ func (l *Local) List(_ context.Context, lq ListQuery) ([]quarantine.Entry, error
 	return l.Quarantine.List(f)
 }
 
-// Thaw implements Backend.
-func (l *Local) Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return l.act(ctx, true, sel)
-}
-
-// Delete implements Backend.
-func (l *Local) Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return l.act(ctx, false, sel)
-}
-
 // List implements Backend.
 func (c *Client) List(ctx context.Context, lq ListQuery) ([]quarantine.Entry, error) {
 	return call[[]quarantine.Entry](ctx, c, "GET", "/v1/quarantine?"+lq.values().Encode(), nil)
@@ -165,14 +151,9 @@ func (c *Client) Show(ctx context.Context, id string, raw bool) (ShowResult, err
 	return call[ShowResult](ctx, c, "GET", "/v1/quarantine/"+url.PathEscape(id)+q, nil)
 }
 
-// Thaw implements Backend.
-func (c *Client) Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return call[[]lifecycle.Outcome](ctx, c, "POST", "/v1/quarantine/thaw", sel)
-}
-
-// Delete implements Backend.
-func (c *Client) Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	return call[[]lifecycle.Outcome](ctx, c, "POST", "/v1/quarantine/delete", sel)
+// Act implements Backend.
+func (c *Client) Act(ctx context.Context, thaw bool, sel lifecycle.Selection) ([]lifecycle.Outcome, error) {
+	return call[[]lifecycle.Outcome](ctx, c, "POST", "/v1/quarantine/"+map[bool]string{true: "thaw", false: "delete"}[thaw], sel)
 }
 
 // Suspend implements Backend.

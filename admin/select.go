@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,14 +14,10 @@ import (
 // first part is an address at d, or d itself, ignoring case.
 func OfDomain(kr []policy.KeyRate, d string) []policy.KeyRate {
 	d = strings.ToLower(strings.TrimPrefix(d, "@"))
-	out := kr[:0:0]
-	for _, k := range kr {
+	return slices.DeleteFunc(slices.Clone(kr), func(k policy.KeyRate) bool {
 		first, _, _ := strings.Cut(strings.ToLower(k.Key), "|")
-		if strings.HasSuffix(first, "@"+d) || first == d {
-			out = append(out, k)
-		}
-	}
-	return out
+		return !strings.HasSuffix(first, "@"+d) && first != d
+	})
 }
 
 // CountSelected is how many messages a thaw or delete of sel would act

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,30 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
-	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
-
-// Daemon is the running daemon as the admin API sees it; its methods are
-// called concurrently. Notify queues a notification and never blocks.
-type Daemon interface {
-	Status() Status
-	Rates() Rates
-	Quarantine() *lifecycle.Service
-	Notify(notify.Event)
-}
-
-// Server serves the admin API for a running daemon. Set its fields, then
-// call HTTPServer; they must not change afterwards.
-type Server struct {
-	Daemon Daemon
-	Logger *slog.Logger // the audit lines of rate resets
-	Events *events.Log  // nil: events off
-}
 
 type peerKey struct{}
 
@@ -66,9 +46,13 @@ func Listen(path string) (net.Listener, error) {
 	return l, nil
 }
 
-func (s *Server) local(r *http.Request) *Local {
-	return &Local{RateState: s.Daemon.Rates(), Quarantine: s.Daemon.Quarantine(), Events: s.Events, By: who(r),
-		Logger: s.Logger, Notify: s.Daemon.Notify}
+// as is l acting as the request's peer.
+func (l Local) as(r *http.Request) *Local {
+	l.By = "unknown"
+	if p, ok := r.Context().Value(peerKey{}).(string); ok {
+		l.By = p
+	}
+	return &l
 }
 
 type badRequest struct{ error }
@@ -84,12 +68,12 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// Handler returns the API's routes (package doc).
-func (s *Server) Handler() http.Handler {
+// handler returns the API's routes (package doc).
+func (l Local) handler() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, fn func(r *http.Request, l *Local) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			v, err := fn(r, s.local(r))
+			v, err := fn(r, l.as(r))
 			if err != nil {
 				writeJSON(w, statusOf(err), apiError{Error: err.Error()})
 				return
@@ -97,24 +81,22 @@ func (s *Server) Handler() http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		})
 	}
-	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return s.Daemon.Status(), nil })
-	handle("GET /v1/rate", func(r *http.Request, l *Local) (any, error) {
-		key := r.URL.Query().Get("key")
-		if key == "" {
-			return nil, badRequest{errors.New("key is required")}
-		}
-		return l.Rate(r.Context(), key)
-	})
+	handle("GET /v1/status", func(*http.Request, *Local) (any, error) { return l.Status(), nil })
+	for path, reset := range map[string]bool{"GET /v1/rate": false, "POST /v1/rate/reset": true} {
+		handle(path, func(r *http.Request, l *Local) (any, error) {
+			switch q := r.URL.Query(); {
+			case q.Get("key") == "":
+				return nil, badRequest{errors.New("key is required")}
+			case reset:
+				return l.Reset(r.Context(), q.Get("key"), q.Get("limit"))
+			default:
+				return l.Rate(r.Context(), q.Get("key"))
+			}
+		})
+	}
 	handle("GET /v1/rates", func(r *http.Request, l *Local) (any, error) {
 		top, _ := strconv.Atoi(r.URL.Query().Get("top"))
 		return l.Rates(r.Context(), top, r.URL.Query().Get("over") == "1")
-	})
-	handle("POST /v1/rate/reset", func(r *http.Request, l *Local) (any, error) {
-		key := r.URL.Query().Get("key")
-		if key == "" {
-			return nil, badRequest{errors.New("key is required")}
-		}
-		return l.Reset(r.Context(), key, r.URL.Query().Get("limit"))
 	})
 	handle("GET /v1/quarantine", func(r *http.Request, l *Local) (any, error) {
 		lq, err := ParseListQuery(r.URL.Query())
@@ -132,7 +114,7 @@ func (s *Server) Handler() http.Handler {
 			if err := decode(r, &sel); err != nil {
 				return nil, badRequest{err}
 			}
-			out, err := l.act(r.Context(), thaw, sel)
+			out, err := l.Act(r.Context(), thaw, sel)
 			if err != nil {
 				return nil, badRequest{err}
 			}
@@ -163,11 +145,11 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// HTTPServer returns an http.Server for the API recording each peer; its
-// listener must hand out *net.UnixConn.
-func (s *Server) HTTPServer() *http.Server {
+// HTTPServer returns an http.Server for the admin API on l, acting as
+// each peer; its listener must hand out *net.UnixConn.
+func (l Local) HTTPServer() *http.Server {
 	return &http.Server{
-		Handler:           s.Handler(),
+		Handler:           l.handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -198,13 +180,6 @@ func peerName(c net.Conn) string {
 		name = u.Username
 	}
 	return fmt.Sprintf("%s (uid %d, pid %d)", name, cred.Uid, cred.Pid)
-}
-
-func who(r *http.Request) string {
-	if s, ok := r.Context().Value(peerKey{}).(string); ok {
-		return s
-	}
-	return "unknown"
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -129,7 +129,11 @@ func (st *Status) Print(w io.Writer) {
 	}
 	printStoreStatus(w, st.Store, st.RedisTime)
 	fmt.Fprintf(w, "tracked keys: %d\n", st.TrackedKeys)
-	printDecisions(w, st)
+	fmt.Fprintf(w, "requests: %d (%d passed)\n", st.Requests, st.ByAction[policy.Pass.String()])
+	fmt.Fprintf(w, "messages not passed, each counted once:\n")
+	for a := policy.Pass + 1; a <= policy.Reject; a++ {
+		fmt.Fprintf(w, "  %-7s %d\n", a, st.Messages[a.String()])
+	}
 	fmt.Fprintf(w, "faults (answered DUNNO): %d\nbad input (connections closed): %d\n", st.Faults, st.BadInput)
 	if len(st.Stages) == 0 {
 		fmt.Fprintf(w, "asked at: nothing yet\n")
@@ -161,26 +165,13 @@ func (st *Status) Print(w io.Writer) {
 		st.State.Print(w)
 	}
 	if e := st.Events; e != nil {
-		printEvents(w, e)
-	}
-}
-
-func printEvents(w io.Writer, e *events.Stats) {
-	fmt.Fprintf(w, "events stored: %d refusals and warnings, %s; %d waiting, %d flush failures\n",
-		e.Stored, plural.N(e.ActionsStored, "action"), e.Pending, e.Failures)
-	fmt.Fprintf(w, "events since start: %d written, %d refusals coalesced, %d dropped (%s), pruned %d refusals and %s\n",
-		e.Written, e.Coalesced, e.Dropped, plural.N(int(e.ActionsDropped), "action"), e.Pruned, plural.N(int(e.ActionsPruned), "action"))
-	if e.LastError != "" {
-		fmt.Fprintf(w, "events last error: %s\n", termsafe.Line(e.LastError))
-	}
-}
-
-func printDecisions(w io.Writer, st *Status) {
-	fmt.Fprintf(w, "requests: %d (%d passed)\n", st.Requests, st.ByAction[policy.Pass.String()])
-	fmt.Fprintf(w, "messages not passed, each counted once:\n")
-	for a := policy.Pass + 1; a <= policy.Reject; a++ {
-		name := a.String()
-		fmt.Fprintf(w, "  %-7s %d\n", name, st.Messages[name])
+		fmt.Fprintf(w, "events stored: %d refusals and warnings, %s; %d waiting, %d flush failures\n",
+			e.Stored, plural.N(e.ActionsStored, "action"), e.Pending, e.Failures)
+		fmt.Fprintf(w, "events since start: %d written, %d refusals coalesced, %d dropped (%s), pruned %d refusals and %s\n",
+			e.Written, e.Coalesced, e.Dropped, plural.N(int(e.ActionsDropped), "action"), e.Pruned, plural.N(int(e.ActionsPruned), "action"))
+		if e.LastError != "" {
+			fmt.Fprintf(w, "events last error: %s\n", termsafe.Line(e.LastError))
+		}
 	}
 }
 

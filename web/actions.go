@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,10 +16,11 @@ import (
 // by names the operator in logs and events: "NAME (console)".
 func by(u user) string { return u.Name + " (console)" }
 
-// local is the admin services acting as u.
+// local is the services acting as u.
 func (s *Server) local(u user) *admin.Local {
-	return &admin.Local{RateState: s.opts.Rates, Quarantine: s.opts.Quarantine, Events: s.opts.Events, By: by(u),
-		Logger: s.log, Notify: s.opts.Notify}
+	l := s.opts.Services
+	l.By, l.Logger = by(u), s.log
+	return &l
 }
 
 // keyAction runs reset, suspend or resume on the path's key.
@@ -59,13 +59,12 @@ func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 	if s.entryHidden(w, r, id) {
 		return
 	}
-	act := s.act(u, op)
-	if act == nil {
+	if op != "thaw" && op != "delete" {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q", op))
 		return
 	}
 	sel := lifecycle.Selection{IDs: []string{id}, ResetRate: r.PostForm.Get("reset") == "1"}
-	out, err := act(r.Context(), sel)
+	out, err := s.local(u).Act(r.Context(), op == "thaw", sel)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
@@ -85,12 +84,6 @@ func (s *Server) messageAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/quarantine?done="+url.QueryEscape(op+" "+id), http.StatusSeeOther)
-}
-
-// act is u's thaw or delete by op, nil for another op.
-func (s *Server) act(u user, op string) func(context.Context, lifecycle.Selection) ([]lifecycle.Outcome, error) {
-	l := s.local(u)
-	return map[string]func(context.Context, lifecycle.Selection) ([]lifecycle.Outcome, error){"thaw": l.Thaw, "delete": l.Delete}[op]
 }
 
 // doneText is what an action's redirect may show in the page's banner.

@@ -109,7 +109,7 @@ func (s *Server) bulkAction(w http.ResponseWriter, r *http.Request) {
 	var out []lifecycle.Outcome
 	if len(sel.IDs) > 0 {
 		// What was confirmed runs to its end if the browser leaves.
-		out, err = s.act(u, op)(context.WithoutCancel(r.Context()), sel)
+		out, err = s.local(u).Act(context.WithoutCancel(r.Context()), op == "thaw", sel)
 	}
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, err)

@@ -56,7 +56,7 @@ func newBulkEnv(t *testing.T) *bulkEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv.opts.Quarantine = svc
+	f.srv.opts.Services.Quarantine = svc
 	return &bulkEnv{fixture: f, svc: svc, store: q, sink: sink}
 }
 

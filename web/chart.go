@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"sort"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -63,10 +62,8 @@ func (s *Server) keyWindow(w http.ResponseWriter, r *http.Request, key string) (
 		return chartWindow{}, false
 	}
 	name := cmp.Or(r.URL.Query().Get("window"), defaultWindow)
-	for _, cw := range chartWindows {
-		if cw.Name == name {
-			return cw, true
-		}
+	if i := slices.IndexFunc(chartWindows, func(cw chartWindow) bool { return cw.Name == name }); i >= 0 {
+		return chartWindows[i], true
 	}
 	s.fail(w, r, http.StatusBadRequest, fmt.Errorf("window %q: want 1h, 6h, 24h or 7d", name))
 	return chartWindow{}, false
@@ -192,43 +189,31 @@ func thin(samples []sample, from, to time.Time, n int) []sample {
 // (dashed), the refusals (crosses, larger for more); ctx's error once it
 // ends.
 func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy.KeyRate, evs []events.Event, now time.Time) ([]byte, error) {
-	type limitSeries struct {
-		name    string
-		max     float64
-		period  time.Duration
-		samples []sample
-	}
-	byLimit := map[string]*limitSeries{}
-	var order []string
+	samples := map[string][]sample{} // by limit; rates gains the limits of events only
 	for _, kr := range rates {
-		byLimit[kr.Limit] = &limitSeries{name: kr.Limit, max: kr.Max, period: kr.Period, samples: []sample{{t: now, rate: kr.Rate}}}
-		order = append(order, kr.Limit)
+		samples[kr.Limit] = []sample{{t: now, rate: kr.Rate}}
 	}
 	for _, e := range evs {
-		ls := byLimit[e.Limit]
 		if e.Limit == "" || e.Rate <= 0 {
 			continue
 		}
-		if ls == nil {
-			ls = &limitSeries{name: e.Limit, max: e.Max}
-			byLimit[e.Limit] = ls
-			order = append(order, e.Limit)
+		if _, ok := samples[e.Limit]; !ok {
+			rates = append(rates, policy.KeyRate{Limit: e.Limit, Max: e.Max})
 		}
 		sm := sample{t: e.Time, rate: e.Rate}
 		if slices.Contains(events.Refusals, e.Action) {
 			sm.refused = max(e.Count, 1)
 		}
-		ls.samples = append(ls.samples, sm)
+		samples[e.Limit] = append(samples[e.Limit], sm)
 	}
 	var plots []*plot.Plot
-	for _, name := range order {
+	for _, kr := range rates {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		ls := byLimit[name]
-		sort.SliceStable(ls.samples, func(i, j int) bool { return ls.samples[i].t.Before(ls.samples[j].t) })
-		ls.samples = thin(ls.samples, now.Add(-cw.D), now, chartPoints)
-		p, err := chartPanelPlot(key, cw, ls.name, ls.max, ls.period, ls.samples, now)
+		sms := samples[kr.Limit]
+		slices.SortStableFunc(sms, func(a, b sample) int { return a.t.Compare(b.t) })
+		p, err := chartPanelPlot(key, cw, kr, thin(sms, now.Add(-cw.D), now, chartPoints), now)
 		if err != nil {
 			return nil, err
 		}
@@ -247,9 +232,10 @@ func renderChart(ctx context.Context, key string, cw chartWindow, rates []policy
 	return b.Bytes(), nil
 }
 
-func chartPanelPlot(key string, cw chartWindow, limit string, max float64, period time.Duration, samples []sample, now time.Time) (*plot.Plot, error) {
+func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sample, now time.Time) (*plot.Plot, error) {
+	max := kr.Max
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, limit, human.Number(max), dur(period))
+	p.Title.Text = fmt.Sprintf("%s under %s (limit %s per %s)", key, kr.Limit, human.Number(max), dur(kr.Period))
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Min, p.X.Max = float64(now.Add(-cw.D).Unix()), float64(now.Unix())
 	p.X.Tick.Marker = cw
@@ -257,21 +243,13 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 	p.Y.Label.Text = "rate per period"
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	top := max
-	for _, sm := range samples {
-		top = math.Max(top, sm.rate)
-	}
-	p.Y.Max = top * 1.15
-	if p.Y.Max == 0 {
-		p.Y.Max = 1
-	}
 	lim, err := chart.Line(plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}}, chart.Red, 1.2, 6, 3)
 	if err != nil {
 		return nil, err
 	}
 	p.Add(lim)
 	p.Legend.Add("limit", lim)
-	if xys := rateSeries(samples, period, now); len(xys) > 0 {
+	if xys := rateSeries(samples, kr.Period, now); len(xys) > 0 {
 		ln, err := chart.Line(xys, chart.Blue, 1.5)
 		if err != nil {
 			return nil, err
@@ -286,9 +264,9 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 	}
 	var refused plotter.XYs
 	var counts []int
-	total := 0
+	total, top := 0, max
 	for _, sm := range samples {
-		if sm.refused > 0 {
+		if top = math.Max(top, sm.rate); sm.refused > 0 {
 			refused = append(refused, plotter.XY{X: float64(sm.t.Unix()), Y: sm.rate})
 			counts = append(counts, sm.refused)
 			total += sm.refused
@@ -305,6 +283,9 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 			return g
 		}
 		p.Legend.Add(fmt.Sprintf("refused (%d)", total), sc)
+	}
+	if p.Y.Max = top * 1.15; p.Y.Max == 0 {
+		p.Y.Max = 1
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
 	// Add widened the axis to the data: clip to the window.

@@ -40,7 +40,7 @@ func (s *Server) eventsPage(w http.ResponseWriter, r *http.Request) {
 	var next string
 	if len(evs) > eventsPerPage {
 		evs = evs[:eventsPerPage]
-		v := query(form)
+		v := admin.FormQuery(form)
 		v.Set("before", evs[len(evs)-1].ID)
 		next = "/events?" + v.Encode()
 	}
@@ -73,15 +73,4 @@ func formValues(v url.Values, keys ...string) map[string]string {
 		form[k] = v.Get(k)
 	}
 	return form
-}
-
-// query is the form's fields that are set, as a URL query.
-func query(form map[string]string) url.Values {
-	v := url.Values{}
-	for k, x := range form {
-		if x != "" {
-			v.Set(k, x)
-		}
-	}
-	return v
 }

@@ -132,7 +132,7 @@ var testLimits = []policy.LimitInfo{
 // messages.
 func domainFixture(t *testing.T) *fixture {
 	f := newFixture(t, false)
-	f.srv.opts.Limits = func() []policy.LimitInfo { return testLimits }
+	f.srv.opts.Services.Limits = func() []policy.LimitInfo { return testLimits }
 	u, err := LoadUsers(f.srv.opts.UsersFile)
 	if err != nil {
 		t.Fatal(err)

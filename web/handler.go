@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,8 +114,8 @@ func (s *Server) auth(next http.HandlerFunc) http.Handler {
 			return
 		}
 		var limits []policy.LimitInfo
-		if len(u.Domains) > 0 && s.opts.Limits != nil {
-			limits = s.opts.Limits()
+		if len(u.Domains) > 0 && s.opts.Services.Limits != nil {
+			limits = s.opts.Services.Limits()
 		}
 		sc := newScope(u.Domains, limits)
 		ctx := context.WithValue(r.Context(), userKey{}, user{Name: u.Name, Role: u.Role, CSRF: ss.csrf, Scope: sc, token: c.Value})
@@ -211,12 +212,7 @@ func (s *Server) clientAddr(r *http.Request) string {
 }
 
 func (s *Server) trusted(a netip.Addr) bool {
-	for _, p := range s.opts.TrustedProxies {
-		if p.Contains(a.Unmap()) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.opts.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(a.Unmap()) })
 }
 
 const loginCookie = "ratelimitd_login"

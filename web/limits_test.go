@@ -76,8 +76,8 @@ func (g *gatedEvents) Query(ctx context.Context, q events.Query) ([]events.Event
 // with Retry-After at once; once it is done the next one is drawn.
 func TestParallelChartsBeyondTheBoundGet503(t *testing.T) {
 	f := newFixture(t, false)
-	g := &gatedEvents{Events: f.srv.opts.Events, entered: make(chan struct{}, 1)}
-	f.srv.opts.Events = g
+	g := &gatedEvents{Events: f.srv.opts.Services.Events, entered: make(chan struct{}, 1)}
+	f.srv.opts.Services.Events = g
 	c := f.client(t)
 	f.login(t, c, "view", "secret-password")
 	for round := range 3 {

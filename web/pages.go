@@ -86,7 +86,7 @@ const maxOverviewKeys = 500
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, now := r.Context(), s.opts.Now()
-	all, err := s.opts.Rates.All(ctx, now)
+	all, err := s.opts.Services.RateState.All(ctx, now)
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, fmt.Errorf("rates: %w", err))
 		return
@@ -101,8 +101,8 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var st admin.Status
-	if s.opts.Status != nil {
-		st = s.opts.Status()
+	if s.opts.Services.Status != nil {
+		st = s.opts.Services.Status()
 	}
 	health, err := s.health(r)
 	if err != nil {

@@ -37,7 +37,7 @@ func (s *Server) quarantineList(w http.ResponseWriter, r *http.Request) {
 	all := map[string]template.URL{} // the bulk actions on every match
 	if lq != (admin.ListQuery{}) {
 		for op := range confirmOps {
-			v := query(form)
+			v := admin.FormQuery(form)
 			v.Set("op", op)
 			all[op] = template.URL("/quarantine/bulk?" + v.Encode())
 		}
@@ -97,17 +97,10 @@ func (s *Server) preview(r *http.Request, e quarantine.Entry, body []byte) messa
 // output: the lines between "*** MESSAGE CONTENTS ... ***" and
 // "*** HEADER EXTRACTED ... ***" (or "*** MESSAGE FILE END").
 func postcatMessage(out []byte) ([]byte, bool) {
-	const start = "*** MESSAGE CONTENTS"
-	i := bytes.Index(out, []byte(start))
-	if i < 0 {
+	_, rest, ok := bytes.Cut(out, []byte("*** MESSAGE CONTENTS"))
+	if _, rest, ok = bytes.Cut(rest, []byte("\n")); !ok {
 		return nil, false
 	}
-	rest := out[i:]
-	nl := bytes.IndexByte(rest, '\n')
-	if nl < 0 {
-		return nil, false
-	}
-	rest = rest[nl+1:]
 	for _, end := range []string{"\n*** HEADER EXTRACTED", "\n*** MESSAGE FILE END"} {
 		if j := bytes.Index(rest, []byte(end)); j >= 0 {
 			return rest[:j+1], true

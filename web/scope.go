@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -61,12 +62,7 @@ func (sc Scope) AllowsKey(limit, key string) bool {
 		return true
 	}
 	if limit == "" {
-		for l := range sc.attrs {
-			if sc.AllowsKey(l, key) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(slices.Collect(maps.Keys(sc.attrs)), func(l string) bool { return sc.AllowsKey(l, key) })
 	}
 	attrs, parts := sc.attrs[limit], strings.Split(key, "|")
 	if len(attrs) != len(parts) {
@@ -117,7 +113,7 @@ func (s *Server) keyHidden(w http.ResponseWriter, r *http.Request, key string) b
 // show is Quarantine.Show within the request's scope (outside it:
 // quarantine.ErrNotFound).
 func (s *Server) show(r *http.Request, id string) (quarantine.Entry, []byte, error) {
-	e, body, err := s.opts.Quarantine.Show(r.Context(), id, true)
+	e, body, err := s.opts.Services.Quarantine.Show(r.Context(), id, true)
 	if !currentUser(r).Scope.allowsEntry(e) {
 		return quarantine.Entry{}, nil, quarantine.ErrNotFound
 	}
@@ -142,7 +138,7 @@ func (s *Server) entries(r *http.Request, f quarantine.Filter) ([]quarantine.Ent
 	if !sc.SiteWide() {
 		f.Max = 0
 	}
-	es, err := s.opts.Quarantine.List(f)
+	es, err := s.opts.Services.Quarantine.List(f)
 	if err != nil {
 		return nil, fmt.Errorf("quarantine: %w", err)
 	}
@@ -158,13 +154,13 @@ const maxScanned = events.MaxQuery
 func (s *Server) queryEvents(r *http.Request, q events.Query) ([]events.Event, error) {
 	sc := currentUser(r).Scope
 	if sc.SiteWide() {
-		return s.opts.Events.Query(r.Context(), q)
+		return s.opts.Services.Events.Query(r.Context(), q)
 	}
 	want := cmp.Or(q.Max, events.DefaultMax)
 	q.Max = events.DefaultMax
 	var out []events.Event
 	for scanned := 0; len(out) < want && scanned < maxScanned; scanned += q.Max {
-		evs, err := s.opts.Events.Query(r.Context(), q)
+		evs, err := s.opts.Services.Events.Query(r.Context(), q)
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +176,7 @@ func (s *Server) queryEvents(r *http.Request, q events.Query) ([]events.Event, e
 // lookup is Rates.Lookup within the request's scope.
 func (s *Server) lookup(r *http.Request, key string) ([]policy.KeyRate, error) {
 	sc := currentUser(r).Scope
-	rs, err := s.opts.Rates.Lookup(r.Context(), s.opts.Now(), key)
+	rs, err := s.opts.Services.RateState.Lookup(r.Context(), s.opts.Now(), key)
 	return keep(sc, rs, sc.allowsRate), err
 }
 
@@ -191,7 +187,7 @@ func (s *Server) refused(r *http.Request, q events.Query) ([]events.KeySummary, 
 	if !sc.SiteWide() {
 		q.Max = maxScanned
 	}
-	ks, err := s.opts.Events.Summary(r.Context(), q)
+	ks, err := s.opts.Services.Events.Summary(r.Context(), q)
 	ks = keep(sc, ks, sc.allowsSummary)
 	return ks[:min(len(ks), n)], err
 }
@@ -200,7 +196,7 @@ func (s *Server) refused(r *http.Request, q events.Query) ([]events.KeySummary, 
 // counts of its held and frozen messages.
 func (s *Server) health(r *http.Request) (lifecycle.Health, error) {
 	if currentUser(r).Scope.SiteWide() {
-		return s.opts.Quarantine.Health(), nil
+		return s.opts.Services.Quarantine.Health(), nil
 	}
 	es, err := s.entries(r, quarantine.Filter{})
 	var h lifecycle.Health

@@ -19,39 +19,24 @@ import (
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
-	"github.com/ratelimitd/ratelimitd/notify"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// Listener limits (and srvconn.HTTPConns() connections, as /metrics) and
-// the largest header and form.
-const (
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = 30 * time.Second
-	writeTimeout      = 60 * time.Second
-	idleTimeout       = 120 * time.Second
-	maxHeaderBytes    = 64 << 10
-	maxFormBytes      = 64 << 10
-)
+// maxFormBytes is the largest form posted.
+const maxFormBytes = 64 << 10
 
 // Options configures a Server: Listen ("127.0.0.1:9732"), PEM files
 // TLSCert and TLSKey (both or neither), the users file, the proxies whose
-// X-Forwarded-For is believed, and the daemon's services. Nil Events: no
-// history; nil Limits: a domain operator sees no key; nil Now: time.Now.
+// X-Forwarded-For is believed, and the daemon's services (By and Closer
+// unused; nil Events: no history; nil Limits: a domain operator sees no
+// key). Nil Now: time.Now.
 type Options struct {
 	Listen          string
 	TLSCert, TLSKey string
 	UsersFile       string
 	TrustedProxies  []netip.Prefix
 
-	Rates      admin.Rates
-	Quarantine admin.Quarantine
-	Events     admin.Events
-	Limits     func() []policy.LimitInfo
-	Status     func() admin.Status
-	Notify     func(notify.Event)
-	Logger     *slog.Logger
-	Now        func() time.Time
+	Services admin.Local
+	Now      func() time.Time
 }
 
 // Server is the console: New, Start, Reload on SIGHUP, Shutdown. Safe for
@@ -67,8 +52,7 @@ type Server struct {
 	charts   chan struct{} // bounds chart renders
 	pages    map[string]*template.Template
 
-	usersMu   sync.Mutex
-	usersFile os.FileInfo // as last read (nil: missing)
+	usersFile atomic.Pointer[os.FileInfo] // as last read (nil: missing)
 
 	mu   sync.Mutex
 	http *http.Server
@@ -78,25 +62,22 @@ type Server struct {
 
 // New checks opts and reads the users and TLS files.
 func New(opts Options) (*Server, error) {
-	if opts.Rates == nil || opts.Quarantine == nil {
+	if opts.Services.RateState == nil || opts.Services.Quarantine == nil {
 		return nil, errors.New("web: Rates and Quarantine are required")
 	}
 	if (opts.TLSCert == "") != (opts.TLSKey == "") {
 		return nil, errors.New("web: TLSCert and TLSKey go together")
 	}
-	opts.Events = cmp.Or[admin.Events](opts.Events, noEvents{})
-	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
-	if opts.Notify == nil {
-		opts.Notify = func(notify.Event) {}
-	}
+	opts.Services.Events = cmp.Or[admin.Events](opts.Services.Events, noEvents{})
+	opts.Services.Logger = cmp.Or(opts.Services.Logger, slog.New(slog.DiscardHandler))
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	s := &Server{
 		opts:     opts,
-		log:      opts.Logger.With("component", "web"),
-		sessions: newSessions(),
-		throttle: newThrottle(),
+		log:      opts.Services.Logger.With("component", "web"),
+		sessions: &sessions{m: map[string]*session{}},
+		throttle: &throttle{m: map[string]*failures{}},
 		verify:   make(chan struct{}, 2),
 		charts:   make(chan struct{}, chartRenders),
 		pages:    parsePages(),
@@ -129,11 +110,7 @@ func (s *Server) Reload() error {
 // refreshUsers rereads the users file when it changed, so that `web user
 // add|remove` take effect at the next request.
 func (s *Server) refreshUsers() {
-	fi, _ := os.Stat(s.opts.UsersFile)
-	s.usersMu.Lock()
-	old := s.usersFile
-	s.usersMu.Unlock()
-	if sameFile(fi, old) {
+	if fi, _ := os.Stat(s.opts.UsersFile); sameFile(fi, *s.usersFile.Load()) {
 		return
 	}
 	if err := s.loadUsers(); err != nil {
@@ -155,9 +132,7 @@ func (s *Server) loadUsers() error {
 	if err != nil {
 		return err
 	}
-	s.usersMu.Lock()
-	s.usersFile = fi
-	s.usersMu.Unlock()
+	s.usersFile.Store(&fi)
 	s.users.Store(u)
 	if u.Len() == 0 {
 		s.log.Warn("console has no users: add one with `ratelimitd web user add NAME --role operator`", "users_file", s.opts.UsersFile)
@@ -181,16 +156,16 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("web: %w", err)
 	}
-	lim := srvconn.NewHTTPLimit(srvconn.HTTPConns())
+	lim := srvconn.NewHTTPLimit(srvconn.HTTPConns()) // as /metrics
 	ln = lim.Listener(ln)
 	hs := &http.Server{
 		ConnState:         lim.ConnState,
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	if s.TLS() {

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -35,8 +36,6 @@ type sessions struct {
 func (ss *session) expired(now time.Time) bool {
 	return now.Sub(ss.seen) > sessionIdle || now.Sub(ss.created) > sessionMax
 }
-
-func newSessions() *sessions { return &sessions{m: map[string]*session{}} }
 
 func randomToken() string {
 	b := make([]byte, 32)
@@ -110,8 +109,6 @@ type throttle struct {
 	m  map[string]*failures
 }
 
-func newThrottle() *throttle { return &throttle{m: map[string]*failures{}} }
-
 // charge returns how long the keys must wait; when none must, it counts
 // the attempt as a failure of each at once, so parallel attempts cannot
 // all pass.
@@ -164,13 +161,7 @@ func (t *throttle) succeed(userKey, addrKey string) {
 	}
 }
 
-// evictOldest deletes the entry of m whose time is earliest.
+// evictOldest deletes the entry of m (not empty) whose time is earliest.
 func evictOldest[V any](m map[string]V, at func(V) time.Time) {
-	var oldest string
-	for k, v := range m {
-		if oldest == "" || at(v).Before(at(m[oldest])) {
-			oldest = k
-		}
-	}
-	delete(m, oldest)
+	delete(m, slices.MinFunc(slices.Collect(maps.Keys(m)), func(a, b string) int { return at(m[a]).Compare(at(m[b])) }))
 }

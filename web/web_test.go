@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/events"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -58,7 +59,7 @@ func newFixture(t *testing.T, tlsOn bool) *fixture {
 	f := &fixture{rates: &fakeRates{}, q: &fakeQuarantine{entries: map[string]quarantine.Entry{}, msgs: map[string][]byte{}},
 		now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	f.events = newEventLog(t, func() time.Time { return f.now })
-	srv, err := New(Options{UsersFile: path, Rates: f.rates, Quarantine: f.q, Events: f.events,
+	srv, err := New(Options{UsersFile: path, Services: admin.Local{RateState: f.rates, Quarantine: f.q, Events: f.events},
 		Now: func() time.Time { return f.now }})
 	if err != nil {
 		t.Fatal(err)

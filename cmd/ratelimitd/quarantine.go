@@ -151,10 +151,7 @@ func newQuarantineSuspendCmd(opts *rootOptions, resume bool) *cobra.Command {
 
 func runAction(cmd *cobra.Command, opts *rootOptions, op string, sel lifecycle.Selection) error {
 	out, err := ask(opts, daemon.OpenQuarantine, func(b admin.Backend) ([]lifecycle.Outcome, error) {
-		if op == "thaw" {
-			return b.Thaw(cmd.Context(), sel)
-		}
-		return b.Delete(cmd.Context(), sel)
+		return b.Act(cmd.Context(), op == "thaw", sel)
 	})
 	if err != nil {
 		return err

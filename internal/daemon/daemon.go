@@ -409,7 +409,7 @@ func (d *Daemon) serve(ls listeners) {
 	}
 	// /metrics is capped; the admin socket, the postmaster's, is not (the
 	// CLI's keep-alives would wait).
-	d.admin = (&admin.Server{Daemon: d, Logger: d.log, Events: d.events}).HTTPServer()
+	d.admin = d.services().HTTPServer()
 	d.goServe("admin", func() error { return d.admin.Serve(ls.admin) }, http.ErrServerClosed)
 	if ls.metrics != nil {
 		mux := http.NewServeMux()

@@ -107,16 +107,16 @@ func (td *testDaemon) show(id string) string {
 
 // thaw is `ratelimitd quarantine thaw` of sel; err is the command's.
 func (td *testDaemon) thaw(sel lifecycle.Selection) (string, error) {
-	return td.act("thaw", sel, td.admin().Thaw)
+	return td.act("thaw", sel)
 }
 
 // deleteEntries is `ratelimitd quarantine delete --yes` of sel.
 func (td *testDaemon) deleteEntries(sel lifecycle.Selection) (string, error) {
-	return td.act("delete", sel, td.admin().Delete)
+	return td.act("delete", sel)
 }
 
-func (td *testDaemon) act(op string, sel lifecycle.Selection, do func(context.Context, lifecycle.Selection) ([]lifecycle.Outcome, error)) (string, error) {
-	outs, err := do(td.t.Context(), sel)
+func (td *testDaemon) act(op string, sel lifecycle.Selection) (string, error) {
+	outs, err := td.admin().Act(td.t.Context(), op == "thaw", sel)
 	if err != nil {
 		return "", err
 	}

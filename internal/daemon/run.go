@@ -145,7 +145,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Rates implements admin.Daemon: the engine.
+// Rates is the rate state the admin API and the console act on: the
+// engine, on Redis's clock with Redis.
 func (d *Daemon) Rates() admin.Rates {
 	if d.redis != nil {
 		return redisClock{Rates: d.engine, now: d.redis.RedisTime}
@@ -153,9 +154,16 @@ func (d *Daemon) Rates() admin.Rates {
 	return d.engine
 }
 
-// Quarantine implements admin.Daemon: the quarantine's life cycle.
+// Quarantine is the quarantine's life cycle.
 func (d *Daemon) Quarantine() *lifecycle.Service { return d.q.svc }
 
-// Notify implements admin.Daemon: it queues e with the notifier and never
-// blocks.
-func (d *Daemon) Notify(e notify.Event) { d.notifier.Notify(e) }
+// services are the daemon's services as the admin API and the console
+// act on them.
+func (d *Daemon) services() admin.Local {
+	l := admin.Local{RateState: d.Rates(), Quarantine: d.q.svc, Logger: d.log, Notify: func(e notify.Event) { d.notifier.Notify(e) },
+		Status: d.Status, Limits: d.engine.Limits}
+	if d.events != nil {
+		l.Events = d.events
+	}
+	return l
+}
