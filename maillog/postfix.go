@@ -73,9 +73,8 @@ func ValidQueueID(id string) bool { return len(id) <= 32 && queueIDSyntax.MatchS
 // 2.x and 3.x (smtpd(8), cleanup(8), qmgr(8), pickup(8), delivery agents).
 func ParsePostfix(msg string) (Record, error) {
 	var r Record
-	if strings.HasPrefix(msg, "NOQUEUE: ") {
-		rest := msg[len("NOQUEUE: "):]
-		if strings.HasPrefix(rest, "reject: ") || strings.HasPrefix(rest, "discard: ") {
+	if rest, ok := strings.CutPrefix(msg, "NOQUEUE: "); ok {
+		if hasAnyPrefix(rest, "reject: ", "discard: ") {
 			r.Kind = KindNoQueue
 			parseAction(&r, rest)
 			return r, nil
@@ -242,13 +241,10 @@ func fields(s string) (map[string]string, error) {
 			}
 		}
 		f[name] = v
-		if s == "" {
-			break
+		var more bool
+		if s, more = strings.CutPrefix(s, ", "); !more {
+			break // the end, or text after the list, e.g. "(queue active)"
 		}
-		if !strings.HasPrefix(s, ", ") {
-			break // text after the list, e.g. "(queue active)"
-		}
-		s = s[2:]
 	}
 	return f, nil
 }
@@ -275,15 +271,12 @@ func angle(s string) (addr, rest string, ok bool) {
 
 // splitClient splits smtpd's "name[address]" or "name[address]:port".
 func splitClient(s string) (name, addr string, err error) {
-	open := strings.IndexByte(s, '[')
-	closing := strings.LastIndexByte(s, ']')
-	if open <= 0 || closing < open {
-		return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
+	open, closing := strings.IndexByte(s, '['), strings.LastIndexByte(s, ']')
+	if open > 0 && closing > open {
+		name, addr = s[:open], strings.TrimPrefix(strings.TrimPrefix(s[open+1:closing], "IPv6:"), "ipv6:")
+		if addr != "" {
+			return name, addr, nil
+		}
 	}
-	name, addr = s[:open], s[open+1:closing]
-	addr = strings.TrimPrefix(strings.TrimPrefix(addr, "IPv6:"), "ipv6:")
-	if addr == "" {
-		return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
-	}
-	return name, addr, nil
+	return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
 }

@@ -3,7 +3,6 @@ package maillog
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -103,16 +102,18 @@ type Reader struct {
 	stats   Stats
 }
 
-// source is one log: a file at path, or spool, an unlinked copy. The
-// dating pass sets lines, baseYear (of relative year 0) and first.
+// source is one log: its open file (stdin: an unlinked copy). The dating
+// pass sets lines, baseYear (of relative year 0) and first (undated: last).
 type source struct {
 	name     string
-	path     string
-	spool    *os.File
+	file     *os.File
 	lines    int
 	baseYear int
 	first    time.Time
 }
+
+// undated sorts a log without timestamps after the others.
+var undated = time.Unix(1<<62, 0)
 
 type timedRecord struct {
 	t    time.Time
@@ -138,16 +139,16 @@ func (r *Reader) ReadFile(path string) error {
 	if err != nil {
 		return &OpenError{Path: path, Err: err}
 	}
-	defer f.Close()
 	end := r.opts.End
 	if end.IsZero() {
 		fi, err := f.Stat()
 		if err != nil {
+			f.Close()
 			return err
 		}
 		end = fi.ModTime()
 	}
-	return r.add(&source{name: path, path: path}, f, end)
+	return r.add(&source{name: path, file: f}, end)
 }
 
 // Read is ReadFile of in, copied to an unlinked temporary file, named
@@ -168,16 +169,17 @@ func (r *Reader) Read(name string, in io.Reader, end time.Time) error {
 	if end.IsZero() {
 		end = time.Now()
 	}
-	return r.add(&source{name: name, spool: f}, f, end)
+	return r.add(&source{name: name, file: f}, end)
 }
 
-// add runs the dating pass over src and registers it.
-func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
+// add runs the dating pass over src and registers it; it closes src's
+// file on an error.
+func (r *Reader) add(src *source, end time.Time) error {
 	var d dater
 	firstRel, lastRel := 0, 0
 	var firstP, lastP time.Time
 	n, dated := 0, 0
-	err := eachLine(in, func(s string, long bool) bool {
+	err := eachLine(src.file, func(s string, long bool) bool {
 		n++
 		if long {
 			return true
@@ -201,9 +203,13 @@ func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
 		return true
 	})
 	if err != nil {
+		src.file.Close()
 		return fmt.Errorf("maillog: %s: %w", src.name, err)
 	}
 	src.lines = n
+	if src.first.IsZero() {
+		src.first = undated
+	}
 	if !lastP.IsZero() {
 		limit := end.Add(24 * time.Hour)
 		year := end.In(lastP.Location()).Year() + 1
@@ -283,40 +289,21 @@ func (r *Reader) Messages() []Message {
 		out = append(out, *m)
 		return nil
 	})
-	slices.SortStableFunc(out, func(a, b Message) int { return cmp.Or(a.Queued.Compare(b.Queued), cmp.Compare(a.seq, b.seq)) })
+	slices.SortStableFunc(out, func(a, b Message) int { return byQueued(&a, &b) })
 	return out
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // join reads src's lines, dates them and feeds them to j.
 func (r *Reader) join(src *source, j *joiner) error {
-	var in io.Reader
-	switch {
-	case src.spool != nil:
-		if _, err := src.spool.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		in = src.spool
-	default:
-		f, err := os.Open(src.path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
+	if _, err := src.file.Seek(0, io.SeekStart); err != nil {
+		return err
 	}
 	var d dater
 	n := 0
 	sample := func(problem, text string) {
 		r.unparsable(fmt.Sprintf("%s:%d: %s: %q", src.name, n, problem, trunc(text, 120)))
 	}
-	return eachLine(in, func(s string, long bool) bool {
+	return eachLine(src.file, func(s string, long bool) bool {
 		n++
 		if n > src.lines {
 			return false // appended after the dating pass

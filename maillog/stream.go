@@ -105,18 +105,18 @@ func (j *joiner) hand(m *Message) {
 	j.err = j.deliver(m)
 }
 
-// readyHeap orders finished messages by Queued time, then by first line.
+// byQueued orders messages by Queued time, then by first line.
+func byQueued(a, b *Message) int {
+	return cmp.Or(a.Queued.Compare(b.Queued), cmp.Compare(a.seq, b.seq))
+}
+
+// readyHeap orders finished messages byQueued.
 type readyHeap []*Message
 
-func (h readyHeap) Len() int { return len(h) }
-func (h readyHeap) Less(a, b int) bool {
-	if c := h[a].Queued.Compare(h[b].Queued); c != 0 {
-		return c < 0
-	}
-	return h[a].seq < h[b].seq
-}
-func (h readyHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *readyHeap) Push(x any)   { *h = append(*h, x.(*Message)) }
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(a, b int) bool { return byQueued(h[a], h[b]) < 0 }
+func (h readyHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
+func (h *readyHeap) Push(x any)        { *h = append(*h, x.(*Message)) }
 func (h *readyHeap) Pop() any {
 	old := *h
 	m := old[len(old)-1]
@@ -130,12 +130,7 @@ func (h *readyHeap) Pop() any {
 // and its error stops Each. It fills Stats; an I/O error counts as an
 // unparsable line. Call it once, after the last ReadFile.
 func (r *Reader) Each(fn func(*Message) error) error {
-	slices.SortStableFunc(r.sources, func(a, b *source) int {
-		if a.first.IsZero() || b.first.IsZero() {
-			return cmp.Compare(btoi(a.first.IsZero()), btoi(b.first.IsZero()))
-		}
-		return a.first.Compare(b.first)
-	})
+	slices.SortStableFunc(r.sources, func(a, b *source) int { return a.first.Compare(b.first) })
 	j := &joiner{open: map[qkey]*Message{}, st: &r.stats, deliver: fn, senders: map[string]struct{}{}}
 	for _, src := range r.sources {
 		if j.err != nil {
@@ -146,9 +141,7 @@ func (r *Reader) Each(fn func(*Message) error) error {
 		}
 	}
 	for _, src := range r.sources {
-		if src.spool != nil {
-			src.spool.Close()
-		}
+		src.file.Close()
 	}
 	r.sources = nil
 	if j.err == nil {

@@ -45,15 +45,13 @@ func ParseSyslogLine(s string, loc *time.Location) (SyslogLine, error) {
 		return l, fmt.Errorf("no host name after the timestamp")
 	}
 	l.Host, rest = rest[:sp], rest[sp+1:]
-	colon := strings.Index(rest, ": ")
-	tag := rest
-	if colon >= 0 {
-		tag, l.Msg = rest[:colon], rest[colon+2:]
-	} else if strings.HasSuffix(rest, ":") {
-		tag = rest[:len(rest)-1]
-	} else {
-		return l, fmt.Errorf("no \"program[pid]: \" tag")
+	tag, msg, ok := strings.Cut(rest, ": ")
+	if !ok {
+		if tag, ok = strings.CutSuffix(rest, ":"); !ok {
+			return l, fmt.Errorf("no \"program[pid]: \" tag")
+		}
 	}
+	l.Msg = msg
 	if i := strings.IndexByte(tag, '['); i >= 0 {
 		if !strings.HasSuffix(tag, "]") {
 			return l, fmt.Errorf("malformed tag %q", tag)
