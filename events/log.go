@@ -211,8 +211,11 @@ func Formats() []statedb.Format {
 // storedCount reads events/meta's record counts, or counts the records.
 func storedCount(tx *bolt.Tx) (n [numClasses]int) {
 	if mb := tx.Bucket(bucketMeta); mb != nil {
-		if v := mb.Get(metaCount); len(v) == 8*numClasses {
-			return decodeCount(v)
+		if v := mb.Get(metaCount); len(v) == 8*numClasses { // a uint64 per class, big-endian
+			for c := range n {
+				n[c] = int(binary.BigEndian.Uint64(v[8*c:]))
+			}
+			return n
 		}
 	}
 	if lb := tx.Bucket(bucketLog); lb != nil {
@@ -222,14 +225,6 @@ func storedCount(tx *bolt.Tx) (n [numClasses]int) {
 				n[k[0]]++
 			}
 		}
-	}
-	return n
-}
-
-// decodeCount reads a count record: a uint64 per class, big-endian.
-func decodeCount(v []byte) (n [numClasses]int) {
-	for c := range n {
-		n[c] = int(binary.BigEndian.Uint64(v[8*c:]))
 	}
 	return n
 }
@@ -515,13 +510,15 @@ func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, e
 		}
 		for c := range class(numClasses) {
 			n[c] += batch.n[c]
-			d, m, err := l.pruneTx(lb, c, now, n[c])
-			if err != nil {
-				return err
+			old, m := l.beyond(lb, c, now, n[c], pruneBatch)
+			for _, k := range old {
+				if err := lb.Delete(k); err != nil {
+					return fmt.Errorf("events: %w", err)
+				}
 			}
-			t.Added(logPath, -d)
-			n[c] -= d
-			pruned[c], more = d, more || m
+			t.Added(logPath, -len(old))
+			n[c] -= len(old)
+			pruned[c], more = len(old), more || m
 		}
 		return putCount(t, mb, n)
 	})
@@ -537,17 +534,12 @@ func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, e
 }
 
 // pruneDue reports whether records are beyond the bounds; fmu held.
-func (l *Log) pruneDue(now time.Time) bool {
-	due := false
+func (l *Log) pruneDue(now time.Time) (due bool) {
 	l.db.View(func(tx *bolt.Tx) error {
-		lb := tx.Bucket(bucketLog)
 		for c := range class(numClasses) {
-			maxAge, maxN := l.opts.bounds(c)
-			if l.count[c] > maxN {
-				due = true
-			} else if lb != nil {
-				k, _ := lb.Cursor().Seek([]byte{byte(c)})
-				due = due || k != nil && k[0] == byte(c) && string(k) < string(timeKey(c, now.Add(-maxAge)))
+			if lb := tx.Bucket(bucketLog); lb != nil && !due {
+				keys, _ := l.beyond(lb, c, now, l.count[c], 1)
+				due = len(keys) > 0
 			}
 		}
 		return nil
@@ -555,28 +547,20 @@ func (l *Log) pruneDue(now time.Time) bool {
 	return due
 }
 
-// pruneTx deletes up to pruneBatch records of class c, of which n are
-// stored, beyond c's bounds, oldest first.
-func (l *Log) pruneTx(lb *bolt.Bucket, c class, now time.Time, n int) (deleted int, more bool, err error) {
+// beyond returns up to limit keys of the records of class c, of which n
+// are stored, beyond c's bounds, oldest first, and whether there are more.
+func (l *Log) beyond(lb *bolt.Bucket, c class, now time.Time, n, limit int) (keys [][]byte, more bool) {
 	maxAge, maxN := l.opts.bounds(c)
 	cutoff := string(timeKey(c, now.Add(-maxAge)))
-	over := n - maxN
-	var keys [][]byte
 	cur := lb.Cursor()
 	for k, _ := cur.Seek([]byte{byte(c)}); k != nil && k[0] == byte(c); k, _ = cur.Next() {
-		if len(keys) >= over && string(k) >= cutoff {
+		if len(keys) >= n-maxN && string(k) >= cutoff {
 			break
 		}
-		if len(keys) == pruneBatch {
-			more = true
-			break
+		if len(keys) == limit {
+			return keys, true
 		}
-		keys = append(keys, append([]byte(nil), k...))
+		keys = append(keys, bytes.Clone(k))
 	}
-	for _, k := range keys {
-		if err := lb.Delete(k); err != nil {
-			return 0, false, fmt.Errorf("events: %w", err)
-		}
-	}
-	return len(keys), more, nil
+	return keys, false
 }

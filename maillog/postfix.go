@@ -162,18 +162,23 @@ func ParsePostfix(msg string) (Record, error) {
 // line's status=bounced with a 5.x.x dsn= or status=deferred with 4.x.x,
 // or a reject of a recipient as unknown (RCPT, 5.1.1).
 func (r *Record) Outcome() (policy.OutcomeKind, bool) {
-	kind, ok := policy.ClassifyDSN(r.DSN)
-	switch {
-	case ok && (r.Kind == KindReject || r.Kind == KindNoQueue):
-		return kind, r.Reject == "RCPT" && kind == policy.OutcomeUnknownRcpt
-	case !ok || r.Kind != KindTo:
-		return 0, false
-	case r.Status == "bounced":
-		return kind, kind != policy.OutcomeDeferral
-	case r.Status == "deferred":
-		return kind, kind == policy.OutcomeDeferral
+	switch r.Kind {
+	case KindReject, KindNoQueue:
+		kind, ok := policy.ClassifyDSN(r.DSN)
+		return kind, ok && r.Reject == "RCPT" && kind == policy.OutcomeUnknownRcpt
+	case KindTo:
+		if r.Status == "bounced" || r.Status == "deferred" {
+			return FailureOutcome(r.Status == "bounced", r.DSN)
+		}
 	}
 	return 0, false
+}
+
+// FailureOutcome returns the outcome of a recipient's failure (bounce) or
+// delay with status code dsn: a failure's is 5.x.x, a delay's 4.x.x.
+func FailureOutcome(failed bool, dsn string) (policy.OutcomeKind, bool) {
+	kind, ok := policy.ClassifyDSN(dsn)
+	return kind, ok && failed == (kind != policy.OutcomeDeferral)
 }
 
 func hasAnyPrefix(s string, prefixes ...string) bool {

@@ -115,12 +115,6 @@ type source struct {
 // undated sorts a log without timestamps after the others.
 var undated = time.Unix(1<<62, 0)
 
-type timedRecord struct {
-	t    time.Time
-	host string
-	rec  Record
-}
-
 // NewReader returns a Reader with the given options.
 func NewReader(opts Options) *Reader {
 	if opts.Location == nil {
@@ -325,7 +319,7 @@ func (r *Reader) join(src *source, j *joiner) error {
 			case err != nil:
 				sample(err.Error(), s)
 			default:
-				return j.add(timedRecord{t: t.UTC(), rec: rec})
+				return j.add(t.UTC(), "", &rec)
 			}
 			return true
 		}
@@ -355,21 +349,21 @@ func (r *Reader) join(src *source, j *joiner) error {
 			sample(err.Error(), s)
 			return true
 		}
-		return j.add(timedRecord{t: t.UTC(), host: strings.ToLower(l.Host), rec: rec})
+		return j.add(t.UTC(), strings.ToLower(l.Host), &rec)
 	})
 }
 
-// add applies one record and hands on finished messages; false once fn failed.
-func (j *joiner) add(tr timedRecord) bool {
-	j.apply(tr)
-	j.advance(tr.t)
+// add applies a record of host's at t and hands on finished messages;
+// false once fn failed.
+func (j *joiner) add(t time.Time, host string, rec *Record) bool {
+	j.apply(t, host, rec)
+	j.advance(t)
 	return j.err == nil
 }
 
-// apply applies one record to its message.
-func (j *joiner) apply(tr timedRecord) {
-	rec := &tr.rec
-	k := qkey{tr.host, rec.QueueID}
+// apply applies a record of host's at t to its message.
+func (j *joiner) apply(t time.Time, host string, rec *Record) {
+	k := qkey{host, rec.QueueID}
 	switch rec.Kind {
 	case KindNoQueue:
 		j.st.NoQueue++
@@ -385,22 +379,22 @@ func (j *joiner) apply(tr timedRecord) {
 		m = &Message{Host: k.host, QueueID: k.id, seq: j.seq}
 		j.open[k] = m
 	}
-	m.seen = tr.t
+	m.seen = t
 	c := strings.Clone
 	switch rec.Kind {
 	case KindClient:
 		m.smtp = true
-		m.Received = tr.t
+		m.Received = t
 		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
 		m.SASLMethod, m.SASLUsername = c(rec.SASLMethod), c(rec.SASLUsername)
 	case KindPickup:
 		m.local = true
-		m.Received = tr.t
+		m.Received = t
 		m.Sender = c(rec.Sender)
 	case KindArrival:
 		// Local submissions count (acl_not_smtp); Exim's bounces do not.
 		m.smtp, m.queued, m.local = !rec.Bounce, true, rec.Bounce
-		m.Received, m.Queued = tr.t, tr.t
+		m.Received, m.Queued = t, t
 		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
 		m.SASLMethod, m.SASLUsername = c(rec.SASLMethod), c(rec.SASLUsername)
 		m.Sender, m.Size, m.MessageID = c(rec.Sender), rec.Size, c(rec.MessageID)
@@ -410,7 +404,7 @@ func (j *joiner) apply(tr timedRecord) {
 	case KindMessageID:
 		m.MessageID = c(rec.MessageID)
 		if m.Queued.IsZero() {
-			m.Queued = tr.t
+			m.Queued = t
 		}
 	case KindFrom:
 		m.queued = true
@@ -420,16 +414,16 @@ func (j *joiner) apply(tr timedRecord) {
 		m.Size = rec.Size
 		m.NRcpt = max(m.NRcpt, rec.NRcpt)
 		if m.Queued.IsZero() {
-			m.Queued = tr.t
+			m.Queued = t
 		}
 	case KindTo:
 		m.addRecipient(rec.Recipient)
-		m.addOutcome(tr.t, rec)
+		m.addOutcome(t, rec)
 	case KindReject:
 		if rec.Reject != "RCPT" {
 			m.rejected = true
 		}
-		m.addOutcome(tr.t, rec)
+		m.addOutcome(t, rec)
 	case KindHold:
 		// Held before qmgr saw it; from= follows if it is released.
 		m.held = true
@@ -438,7 +432,7 @@ func (j *joiner) apply(tr timedRecord) {
 		}
 		m.addRecipient(rec.Recipient)
 		if m.Queued.IsZero() {
-			m.Queued = tr.t
+			m.Queued = t
 		}
 	case KindRemoved, KindCompleted:
 		j.finish(k)
