@@ -100,7 +100,7 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(Event) boo
 		}
 		var its []*classIter
 		for c := range class(numClasses) {
-			if wants(q.Actions, c) {
+			if len(q.Actions) == 0 || slices.ContainsFunc(q.Actions, func(a string) bool { return classOf(a) == c }) {
 				its = append(its, newClassIter(lb.Cursor(), c, lower, upper, newest))
 			}
 		}
@@ -134,11 +134,6 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(Event) boo
 			}
 		}
 	})
-}
-
-// wants reports whether actions (none: all) select records of class c.
-func wants(actions []string, c class) bool {
-	return len(actions) == 0 || slices.ContainsFunc(actions, func(a string) bool { return classOf(a) == c })
 }
 
 // classIter walks the records of one class within bounds; k is nil

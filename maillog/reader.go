@@ -178,8 +178,14 @@ func (r *Reader) add(src *source, end time.Time) error {
 		if long {
 			return true
 		}
-		st, ok := stampOf(s, r.opts.Location)
-		if !ok {
+		var st Stamp
+		if IsEximLine(s) {
+			st.Time, _, _ = parseEximStamp(s, r.opts.Location)
+		} else {
+			l, _ := ParseSyslogLine(s, r.opts.Location)
+			st = l.Stamp
+		}
+		if st.Time.IsZero() {
 			return true
 		}
 		dated++
@@ -218,16 +224,6 @@ func (r *Reader) add(src *source, end time.Time) error {
 	r.stats.Lines += n
 	r.sources = append(r.sources, src)
 	return nil
-}
-
-// stampOf returns the timestamp of a syslog or Exim line.
-func stampOf(s string, loc *time.Location) (Stamp, bool) {
-	if IsEximLine(s) {
-		t, _, err := parseEximStamp(s, loc)
-		return Stamp{Time: t}, err == nil
-	}
-	l, _ := ParseSyslogLine(s, loc)
-	return l.Stamp, !l.Stamp.Time.IsZero()
 }
 
 // eachLine calls fn with every line of in (gunzipped) until fn returns
@@ -437,13 +433,6 @@ func (j *joiner) apply(t time.Time, host string, rec *Record) {
 	case KindRemoved, KindCompleted:
 		j.finish(k)
 	}
-}
-
-func senderOf(m *Message) string {
-	if m.SASLUsername != "" {
-		return "user " + strings.ToLower(m.SASLUsername)
-	}
-	return "sender " + strings.ToLower(m.Sender)
 }
 
 // addOutcome adds the outcome rec reports at t, once per recipient and kind.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -32,7 +33,7 @@ type joiner struct {
 	ready        readyHeap
 	deliver      func(*Message) error
 	err          error
-	senders      map[string]struct{} // senderOf the messages handed on
+	senders      map[string]struct{} // "user U" or "sender S" of the messages handed on
 }
 
 type qkey struct{ host, id string }
@@ -95,7 +96,11 @@ func (j *joiner) hand(m *Message) {
 	st.Messages++
 	st.Recipients += m.RecipientCount()
 	st.Outcomes += len(m.Outcomes)
-	j.senders[senderOf(m)] = struct{}{}
+	sender := "sender " + strings.ToLower(m.Sender)
+	if m.SASLUsername != "" {
+		sender = "user " + strings.ToLower(m.SASLUsername)
+	}
+	j.senders[sender] = struct{}{}
 	if st.Start.IsZero() || m.Queued.Before(st.Start) {
 		st.Start = m.Queued
 	}
