@@ -87,18 +87,19 @@ func ParsePostfix(msg string) (Record, error) {
 	}
 	r.QueueID = msg[:colon]
 	rest := msg[colon+2:]
+	var f map[string]string
+	var err error
+	if hasAnyPrefix(rest, "client=", "from=<", "to=<") {
+		if f, err = fields(rest); err != nil {
+			return r, err
+		}
+	}
 	switch {
 	case strings.HasPrefix(rest, "client="):
 		r.Kind = KindClient
-		f, err := fields(rest)
-		if err != nil {
+		if r.ClientName, r.ClientAddress, err = splitClient(f["client"]); err != nil {
 			return r, err
 		}
-		name, addr, err := splitClient(f["client"])
-		if err != nil {
-			return r, err
-		}
-		r.ClientName, r.ClientAddress = name, addr
 		r.SASLMethod, r.SASLUsername = f["sasl_method"], f["sasl_username"]
 	case strings.HasPrefix(rest, "uid=") && strings.Contains(rest, " from=<"):
 		r.Kind = KindPickup
@@ -112,10 +113,6 @@ func ParsePostfix(msg string) (Record, error) {
 		r.Kind = KindMessageID
 		r.MessageID = strings.Trim(strings.TrimSpace(rest[len("message-id="):]), "<>")
 	case strings.HasPrefix(rest, "from=<"):
-		f, err := fields(rest)
-		if err != nil {
-			return r, err
-		}
 		if _, ok := f["size"]; !ok {
 			// "from=<>, status=expired, returned to sender" and the like.
 			r.Kind = KindOther
@@ -134,10 +131,6 @@ func ParsePostfix(msg string) (Record, error) {
 		}
 	case strings.HasPrefix(rest, "to=<"):
 		r.Kind = KindTo
-		f, err := fields(rest)
-		if err != nil {
-			return r, err
-		}
 		r.Recipient = f["to"]
 		if o, ok := f["orig_to"]; ok && o != "" {
 			r.Recipient = o
