@@ -170,18 +170,15 @@ func parseArrival(r *Record, rest string) error {
 				i++
 			}
 		case "A":
-			method, id, _ := strings.Cut(v, ":")
-			r.SASLMethod, r.SASLUsername = method, id
+			r.SASLMethod, r.SASLUsername, _ = strings.Cut(v, ":")
 		case "U":
 			if r.SASLUsername == "" && !smtp {
 				r.SASLUsername = v
 			}
 		case "S":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
+			if r.Size, err = strconv.ParseInt(v, 10, 64); err != nil || r.Size < 0 {
 				return fmt.Errorf("bad S=%q", trunc(v, 20))
 			}
-			r.Size = n
 		case "id":
 			r.MessageID = v
 		case "R":

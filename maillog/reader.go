@@ -320,18 +320,13 @@ func (r *Reader) join(src *source, j *joiner) error {
 			return true
 		}
 		l, err := ParseSyslogLine(s, r.opts.Location)
-		// Date the lines the dating pass dated, so each gets its year.
-		rel := 0
-		if l.Stamp.YearLess {
-			rel = d.rel(l.Stamp.Time)
+		t := l.Stamp.Time
+		if l.Stamp.YearLess { // dated as the dating pass did, malformed or not
+			t = withYear(t, src.baseYear+d.rel(t))
 		}
 		if err != nil {
 			sample(err.Error(), s)
 			return true
-		}
-		t := l.Stamp.Time
-		if l.Stamp.YearLess {
-			t = withYear(t, src.baseYear+rel)
 		}
 		rec, err := ParsePostfix(l.Msg)
 		if errors.Is(err, ErrNotPostfix) || err == nil && rec.Kind == KindOther {
