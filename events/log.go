@@ -370,12 +370,9 @@ func (l *Log) Close() error {
 
 // update is a written record's new totals.
 type update struct {
-	p     *pending
-	key   []byte
-	count uint32
-	last  int64
-	rate  float64
-	gone  bool // the record was pruned meanwhile
+	p    *pending
+	was  pending // p when the flush began
+	gone bool    // the record was pruned meanwhile
 }
 
 // Tick writes the queued events and grown counts and prunes, in one
@@ -402,7 +399,7 @@ func (l *Log) Tick() error {
 	}
 	updates := make([]update, 0, len(l.dirty))
 	for _, p := range l.dirty {
-		updates = append(updates, update{p: p, key: p.key, count: p.count, last: p.last, rate: p.rate})
+		updates = append(updates, update{p: p, was: *p})
 		p.stored, p.dirty = p.count, false
 	}
 	l.dirty = l.dirty[:0]
@@ -493,18 +490,18 @@ func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, e
 		}
 		for i := range updates {
 			u := &updates[i]
-			v := lb.Get(u.key)
+			v := lb.Get(u.was.key)
 			if v == nil {
 				u.gone = true
 				continue
 			}
-			if _, err := recordBody(u.key, v); err != nil {
+			if _, err := recordBody(u.was.key, v); err != nil {
 				return err
 			}
 			rec := bytes.Clone(v)
-			patch(rec, u.count, u.last, u.rate)
-			seal(u.key, rec)
-			if err := lb.Put(u.key, rec); err != nil {
+			patch(rec, u.was.count, u.was.last, u.was.rate)
+			seal(u.was.key, rec)
+			if err := lb.Put(u.was.key, rec); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
 		}

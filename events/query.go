@@ -41,7 +41,8 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	err := l.walk(ctx, q, false, func(e Event) bool {
 		s := byKey[e.Key]
 		if s == nil {
-			s = &KeySummary{Key: e.Key, First: e.Time, Last: e.Last, Actions: map[string]int{}} // the walk goes oldest first
+			// The walk goes oldest first.
+			s = &KeySummary{Key: e.Key, First: e.Time, Last: e.Last, Limits: []string{}, Actions: map[string]int{}}
 			byKey[e.Key] = s
 		}
 		s.Refusals += e.Count
@@ -60,9 +61,6 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	out := make([]KeySummary, 0, len(byKey))
 	for _, s := range byKey {
 		slices.Sort(s.Limits)
-		if s.Limits == nil {
-			s.Limits = []string{}
-		}
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b KeySummary) int {
