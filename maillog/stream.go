@@ -26,14 +26,14 @@ const (
 // joiner assembles messages from records in time order per host and hands
 // on finished ones.
 type joiner struct {
-	open         map[qkey]*Message
-	seq          int
-	st           *Stats
-	now, sweptAt time.Time // sweptAt: the last look for idle messages
-	ready        readyHeap
-	deliver      func(*Message) error
-	err          error
-	senders      map[string]struct{} // "user U" or "sender S" of the messages handed on
+	open    map[qkey]*Message
+	seq     int
+	st      *Stats
+	sweptAt time.Time // the last look for idle messages
+	ready   readyHeap
+	deliver func(*Message) error
+	err     error
+	senders map[string]struct{} // "user U" or "sender S" of the messages handed on
 }
 
 type qkey struct{ host, id string }
@@ -48,7 +48,6 @@ func (j *joiner) finish(k qkey) {
 
 // advance finishes idle messages and hands on those reorderWindow behind t.
 func (j *joiner) advance(t time.Time) {
-	j.now = t
 	if d := t.Sub(j.sweptAt); d >= sweepEvery || d < -sweepEvery {
 		j.sweptAt = t
 		for k, m := range j.open {
@@ -138,14 +137,11 @@ func (r *Reader) Each(fn func(*Message) error) error {
 	slices.SortStableFunc(r.sources, func(a, b *source) int { return a.first.Compare(b.first) })
 	j := &joiner{open: map[qkey]*Message{}, st: &r.stats, deliver: fn, senders: map[string]struct{}{}}
 	for _, src := range r.sources {
-		if j.err != nil {
-			break
+		if j.err == nil {
+			if err := r.join(src, j); err != nil {
+				r.unparsable(fmt.Sprintf("%s: %v", src.name, err))
+			}
 		}
-		if err := r.join(src, j); err != nil {
-			r.unparsable(fmt.Sprintf("%s: %v", src.name, err))
-		}
-	}
-	for _, src := range r.sources {
 		src.file.Close()
 	}
 	r.sources = nil
