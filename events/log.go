@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -327,11 +328,7 @@ func (l *Log) expire(w int64) {
 		return // nothing closed since the last sweep
 	}
 	l.swept = w
-	for k, p := range l.open {
-		if p.window < w {
-			delete(l.open, k)
-		}
-	}
+	maps.DeleteFunc(l.open, func(_ coalesceKey, p *pending) bool { return p.window < w })
 }
 
 // forget closes p's record (never written, or gone); mu held.
