@@ -81,12 +81,11 @@ func ParsePostfix(msg string) (Record, error) {
 		}
 		return r, ErrNotPostfix
 	}
-	colon := strings.Index(msg, ": ")
-	if colon < 0 || !ValidQueueID(msg[:colon]) {
+	id, rest, ok := strings.Cut(msg, ": ")
+	if !ok || !ValidQueueID(id) {
 		return r, ErrNotPostfix
 	}
-	r.QueueID = msg[:colon]
-	rest := msg[colon+2:]
+	r.QueueID = id
 	var f map[string]string
 	var err error
 	if hasAnyPrefix(rest, "client=", "from=<", "to=<") {
@@ -103,12 +102,9 @@ func ParsePostfix(msg string) (Record, error) {
 		r.SASLMethod, r.SASLUsername = f["sasl_method"], f["sasl_username"]
 	case strings.HasPrefix(rest, "uid=") && strings.Contains(rest, " from=<"):
 		r.Kind = KindPickup
-		i := strings.Index(rest, " from=<")
-		addr, _, ok := angle(rest[i+len(" from="):])
-		if !ok {
+		if r.Sender, _, ok = angle(rest[strings.Index(rest, " from=<")+len(" from="):]); !ok {
 			return r, fmt.Errorf("pickup: malformed from=")
 		}
-		r.Sender = addr
 	case strings.HasPrefix(rest, "message-id="):
 		r.Kind = KindMessageID
 		r.MessageID = strings.Trim(strings.TrimSpace(rest[len("message-id="):]), "<>")
@@ -195,8 +191,7 @@ func parseAction(r *Record, rest string) {
 	if semi < 0 {
 		return
 	}
-	tail := after[semi+len("; from="):]
-	if a, more, ok := angle(tail); ok {
+	if a, more, ok := angle(after[semi+len("; from="):]); ok {
 		r.Sender = a
 		if strings.HasPrefix(more, " to=") {
 			if a, _, ok := angle(more[len(" to="):]); ok {
