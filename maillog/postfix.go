@@ -206,36 +206,27 @@ func parseAction(r *Record, rest string) {
 func fields(s string) (map[string]string, error) {
 	f := make(map[string]string, 8)
 	for s != "" {
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 {
+		name, v, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
 			return nil, fmt.Errorf("malformed field list near %q", trunc(s, 30))
 		}
-		name := s[:eq]
 		if strings.ContainsAny(name, " ,<>") {
 			return nil, fmt.Errorf("malformed field name %q", trunc(name, 30))
 		}
-		s = s[eq+1:]
-		var v string
+		s = ""
 		switch {
-		case name == "status":
-			v, s = s, ""
-		case strings.HasPrefix(s, "<"):
-			a, rest, ok := angle(s)
-			if !ok {
+		case name == "status": // the rest of the line
+		case strings.HasPrefix(v, "<"):
+			if v, s, ok = angle(v); !ok {
 				return nil, fmt.Errorf("%s=: no closing '>'", name)
 			}
-			v, s = a, rest
 		default:
-			i := strings.Index(s, ", ")
-			if i < 0 {
-				v, s = s, ""
-			} else {
-				v, s = s[:i], s[i:]
+			if i := strings.Index(v, ", "); i >= 0 {
+				v, s = v[:i], v[i:]
 			}
 		}
 		f[name] = v
-		var more bool
-		if s, more = strings.CutPrefix(s, ", "); !more {
+		if s, ok = strings.CutPrefix(s, ", "); !ok {
 			break // the end, or text after the list, e.g. "(queue active)"
 		}
 	}
