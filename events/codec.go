@@ -39,11 +39,6 @@ func recordKey(c class, t time.Time, seq uint64) []byte {
 	return k
 }
 
-// keyTime returns the time a record key holds.
-func keyTime(k []byte) time.Time {
-	return time.Unix(0, int64(binary.BigEndian.Uint64(k[1:])))
-}
-
 // timeKey is the smallest key of an event of class c at t or later.
 func timeKey(c class, t time.Time) []byte { return recordKey(c, t, 0) }
 
@@ -130,7 +125,7 @@ func decode(k, v []byte) (Event, error) {
 	if len(k) != keyLen || len(v) == 0 || v[0] != formatVersion {
 		return bad()
 	}
-	e := Event{ID: hex.EncodeToString(k), Time: keyTime(k)}
+	e := Event{ID: hex.EncodeToString(k), Time: time.Unix(0, int64(binary.BigEndian.Uint64(k[1:])))}
 	v = v[1:]
 	for _, f := range [...]*string{&e.Key, &e.Limit, &e.Action, &e.Sender, &e.Client, &e.QueueID, &e.By, &e.Detail} {
 		n, w := binary.Uvarint(v)

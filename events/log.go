@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -211,8 +212,11 @@ func Formats() []statedb.Format {
 // storedCount reads events/meta's record counts, or counts the records.
 func storedCount(tx *bolt.Tx) (n [numClasses]int) {
 	if mb := tx.Bucket(bucketMeta); mb != nil {
-		if v := mb.Get(metaCount); len(v) == 8*numClasses {
-			return decodeCount(v)
+		if v := mb.Get(metaCount); len(v) == 8*numClasses { // a uint64 per class, big-endian
+			for c := range n {
+				n[c] = int(binary.BigEndian.Uint64(v[8*c:]))
+			}
+			return n
 		}
 	}
 	if lb := tx.Bucket(bucketLog); lb != nil {
@@ -222,14 +226,6 @@ func storedCount(tx *bolt.Tx) (n [numClasses]int) {
 				n[k[0]]++
 			}
 		}
-	}
-	return n
-}
-
-// decodeCount reads a count record: a uint64 per class, big-endian.
-func decodeCount(v []byte) (n [numClasses]int) {
-	for c := range n {
-		n[c] = int(binary.BigEndian.Uint64(v[8*c:]))
 	}
 	return n
 }
@@ -332,11 +328,7 @@ func (l *Log) expire(w int64) {
 		return // nothing closed since the last sweep
 	}
 	l.swept = w
-	for k, p := range l.open {
-		if p.window < w {
-			delete(l.open, k)
-		}
-	}
+	maps.DeleteFunc(l.open, func(_ coalesceKey, p *pending) bool { return p.window < w })
 }
 
 // forget closes p's record (never written, or gone); mu held.
@@ -375,12 +367,9 @@ func (l *Log) Close() error {
 
 // update is a written record's new totals.
 type update struct {
-	p     *pending
-	key   []byte
-	count uint32
-	last  int64
-	rate  float64
-	gone  bool // the record was pruned meanwhile
+	p    *pending
+	was  pending // p when the flush began
+	gone bool    // the record was pruned meanwhile
 }
 
 // Tick writes the queued events and grown counts and prunes, in one
@@ -407,7 +396,7 @@ func (l *Log) Tick() error {
 	}
 	updates := make([]update, 0, len(l.dirty))
 	for _, p := range l.dirty {
-		updates = append(updates, update{p: p, key: p.key, count: p.count, last: p.last, rate: p.rate})
+		updates = append(updates, update{p: p, was: *p})
 		p.stored, p.dirty = p.count, false
 	}
 	l.dirty = l.dirty[:0]
@@ -498,30 +487,32 @@ func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, e
 		}
 		for i := range updates {
 			u := &updates[i]
-			v := lb.Get(u.key)
+			v := lb.Get(u.was.key)
 			if v == nil {
 				u.gone = true
 				continue
 			}
-			if _, err := recordBody(u.key, v); err != nil {
+			if _, err := recordBody(u.was.key, v); err != nil {
 				return err
 			}
 			rec := bytes.Clone(v)
-			patch(rec, u.count, u.last, u.rate)
-			seal(u.key, rec)
-			if err := lb.Put(u.key, rec); err != nil {
+			patch(rec, u.was.count, u.was.last, u.was.rate)
+			seal(u.was.key, rec)
+			if err := lb.Put(u.was.key, rec); err != nil {
 				return fmt.Errorf("events: %w", err)
 			}
 		}
 		for c := range class(numClasses) {
 			n[c] += batch.n[c]
-			d, m, err := l.pruneTx(lb, c, now, n[c])
-			if err != nil {
-				return err
+			old, m := l.beyond(lb, c, now, n[c], pruneBatch)
+			for _, k := range old {
+				if err := lb.Delete(k); err != nil {
+					return fmt.Errorf("events: %w", err)
+				}
 			}
-			t.Added(logPath, -d)
-			n[c] -= d
-			pruned[c], more = d, more || m
+			t.Added(logPath, -len(old))
+			n[c] -= len(old)
+			pruned[c], more = len(old), more || m
 		}
 		return putCount(t, mb, n)
 	})
@@ -537,17 +528,12 @@ func (l *Log) write(batch *queue, updates []update) (keys [][]byte, more bool, e
 }
 
 // pruneDue reports whether records are beyond the bounds; fmu held.
-func (l *Log) pruneDue(now time.Time) bool {
-	due := false
+func (l *Log) pruneDue(now time.Time) (due bool) {
 	l.db.View(func(tx *bolt.Tx) error {
-		lb := tx.Bucket(bucketLog)
 		for c := range class(numClasses) {
-			maxAge, maxN := l.opts.bounds(c)
-			if l.count[c] > maxN {
-				due = true
-			} else if lb != nil {
-				k, _ := lb.Cursor().Seek([]byte{byte(c)})
-				due = due || k != nil && k[0] == byte(c) && string(k) < string(timeKey(c, now.Add(-maxAge)))
+			if lb := tx.Bucket(bucketLog); lb != nil && !due {
+				keys, _ := l.beyond(lb, c, now, l.count[c], 1)
+				due = len(keys) > 0
 			}
 		}
 		return nil
@@ -555,28 +541,20 @@ func (l *Log) pruneDue(now time.Time) bool {
 	return due
 }
 
-// pruneTx deletes up to pruneBatch records of class c, of which n are
-// stored, beyond c's bounds, oldest first.
-func (l *Log) pruneTx(lb *bolt.Bucket, c class, now time.Time, n int) (deleted int, more bool, err error) {
+// beyond returns up to limit keys of the records of class c, of which n
+// are stored, beyond c's bounds, oldest first, and whether there are more.
+func (l *Log) beyond(lb *bolt.Bucket, c class, now time.Time, n, limit int) (keys [][]byte, more bool) {
 	maxAge, maxN := l.opts.bounds(c)
 	cutoff := string(timeKey(c, now.Add(-maxAge)))
-	over := n - maxN
-	var keys [][]byte
 	cur := lb.Cursor()
 	for k, _ := cur.Seek([]byte{byte(c)}); k != nil && k[0] == byte(c); k, _ = cur.Next() {
-		if len(keys) >= over && string(k) >= cutoff {
+		if len(keys) >= n-maxN && string(k) >= cutoff {
 			break
 		}
-		if len(keys) == pruneBatch {
-			more = true
-			break
+		if len(keys) == limit {
+			return keys, true
 		}
-		keys = append(keys, append([]byte(nil), k...))
+		keys = append(keys, bytes.Clone(k))
 	}
-	for _, k := range keys {
-		if err := lb.Delete(k); err != nil {
-			return 0, false, fmt.Errorf("events: %w", err)
-		}
-	}
-	return len(keys), more, nil
+	return keys, false
 }

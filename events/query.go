@@ -41,7 +41,8 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	err := l.walk(ctx, q, false, func(e Event) bool {
 		s := byKey[e.Key]
 		if s == nil {
-			s = &KeySummary{Key: e.Key, First: e.Time, Last: e.Last, Actions: map[string]int{}} // the walk goes oldest first
+			// The walk goes oldest first.
+			s = &KeySummary{Key: e.Key, First: e.Time, Last: e.Last, Limits: []string{}, Actions: map[string]int{}}
 			byKey[e.Key] = s
 		}
 		s.Refusals += e.Count
@@ -60,9 +61,6 @@ func (l *Log) Summary(ctx context.Context, q Query) ([]KeySummary, error) {
 	out := make([]KeySummary, 0, len(byKey))
 	for _, s := range byKey {
 		slices.Sort(s.Limits)
-		if s.Limits == nil {
-			s.Limits = []string{}
-		}
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b KeySummary) int {
@@ -100,7 +98,7 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(Event) boo
 		}
 		var its []*classIter
 		for c := range class(numClasses) {
-			if wants(q.Actions, c) {
+			if len(q.Actions) == 0 || slices.ContainsFunc(q.Actions, func(a string) bool { return classOf(a) == c }) {
 				its = append(its, newClassIter(lb.Cursor(), c, lower, upper, newest))
 			}
 		}
@@ -134,11 +132,6 @@ func (l *Log) walk(ctx context.Context, q Query, newest bool, fn func(Event) boo
 			}
 		}
 	})
-}
-
-// wants reports whether actions (none: all) select records of class c.
-func wants(actions []string, c class) bool {
-	return len(actions) == 0 || slices.ContainsFunc(actions, func(a string) bool { return classOf(a) == c })
 }
 
 // classIter walks the records of one class within bounds; k is nil

@@ -97,26 +97,14 @@ func parseEximStamp(s string, loc *time.Location) (time.Time, string, error) {
 // eximTokens splits on spaces, keeping a quoted part (T="a b") whole.
 func eximTokens(s string) ([]string, error) {
 	var toks []string
-	for s != "" {
-		s = strings.TrimLeft(s, " ")
-		if s == "" {
-			break
-		}
+	for s = strings.TrimLeft(s, " "); s != ""; s = strings.TrimLeft(s, " ") {
 		i, inQuote := 0, false
-		for ; i < len(s); i++ {
-			c := s[i]
-			if inQuote {
-				if c == '\\' {
-					i++
-				} else if c == '"' {
-					inQuote = false
-				}
-				continue
-			}
-			if c == '"' {
-				inQuote = true
-			} else if c == ' ' {
-				break
+		for ; i < len(s) && (inQuote || s[i] != ' '); i++ {
+			switch c := s[i]; {
+			case inQuote && c == '\\':
+				i++
+			case c == '"':
+				inQuote = !inQuote
 			}
 		}
 		if inQuote {
@@ -165,15 +153,7 @@ func parseArrival(r *Record, rest string) error {
 		case "H":
 			// H=name (helo) [addr]:port, over several tokens.
 			smtp = true
-			hostToks := []string{v}
-			for i+1 < len(toks) {
-				if _, _, ok := isTag(toks[i+1]); ok || toks[i+1] == "for" {
-					break
-				}
-				i++
-				hostToks = append(hostToks, toks[i])
-			}
-			for _, h := range hostToks {
+			for h := v; ; h = toks[i] {
 				if strings.HasPrefix(h, "[") {
 					if j := strings.IndexByte(h, ']'); j > 1 {
 						r.ClientAddress = strings.TrimPrefix(h[1:j], "IPv6:")
@@ -181,20 +161,24 @@ func parseArrival(r *Record, rest string) error {
 				} else if !strings.HasPrefix(h, "(") && r.ClientName == "" && !strings.HasSuffix(h, ")") {
 					r.ClientName = h
 				}
+				if i+1 == len(toks) || toks[i+1] == "for" {
+					break
+				}
+				if _, _, ok := isTag(toks[i+1]); ok {
+					break
+				}
+				i++
 			}
 		case "A":
-			method, id, _ := strings.Cut(v, ":")
-			r.SASLMethod, r.SASLUsername = method, id
+			r.SASLMethod, r.SASLUsername, _ = strings.Cut(v, ":")
 		case "U":
 			if r.SASLUsername == "" && !smtp {
 				r.SASLUsername = v
 			}
 		case "S":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
+			if r.Size, err = strconv.ParseInt(v, 10, 64); err != nil || r.Size < 0 {
 				return fmt.Errorf("bad S=%q", trunc(v, 20))
 			}
-			r.Size = n
 		case "id":
 			r.MessageID = v
 		case "R":
@@ -213,13 +197,11 @@ func parseEximRecipient(r *Record, rest string) error {
 	if err != nil {
 		return err
 	}
-	if len(toks) == 0 {
-		return fmt.Errorf("recipient line without an address")
-	}
-	r.Recipient = strings.Trim(toks[0], "<>")
 	// "=> local-part <original@address>": the address the client gave.
 	if len(toks) > 1 && strings.HasPrefix(toks[1], "<") && strings.HasSuffix(toks[1], ">") {
 		r.Recipient = toks[1][1 : len(toks[1])-1]
+	} else if len(toks) > 0 {
+		r.Recipient = strings.Trim(toks[0], "<>")
 	}
 	if r.Recipient == "" {
 		return fmt.Errorf("recipient line without an address")

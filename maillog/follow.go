@@ -3,6 +3,7 @@ package maillog
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -48,12 +49,7 @@ type Follower struct {
 // Position in Path.1 it reads the rest of that first. A missing log is
 // waited for.
 func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte, pos Position)) error {
-	poll := f.Poll
-	if poll <= 0 {
-		poll = time.Second
-	}
-	rotated := f.Path + ".1"
-	t := time.NewTicker(poll)
+	t := time.NewTicker(cmp.Or(max(f.Poll, 0), time.Second))
 	defer t.Stop()
 	wait := func() error {
 		select {
@@ -66,7 +62,7 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 	var file *os.File
 	for file == nil {
 		var err error
-		file, pos, err = f.start(pos, rotated, fn)
+		file, pos, err = f.start(pos, fn)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
@@ -122,9 +118,9 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 	}
 }
 
-// start opens the log where pos says, after reading the rest of a rotated
-// file pos is in.
-func (f *Follower) start(pos Position, rotated string, fn func([]byte, Position)) (*os.File, Position, error) {
+// start opens the log where pos says, after reading the rest of the
+// rotated file (Path.1) pos is in.
+func (f *Follower) start(pos Position, fn func([]byte, Position)) (*os.File, Position, error) {
 	file, err := os.Open(f.Path)
 	if err != nil {
 		return nil, pos, err
@@ -144,7 +140,7 @@ func (f *Follower) start(pos Position, rotated string, fn func([]byte, Position)
 			here.Offset = pos.Offset
 		}
 	default:
-		if old, err := os.Open(rotated); err == nil {
+		if old, err := os.Open(f.Path + ".1"); err == nil {
 			if p := positionOf(old, pos.Offset); p.Dev == pos.Dev && p.Ino == pos.Ino {
 				if _, err := old.Seek(pos.Offset, io.SeekStart); err == nil {
 					newLineReader(old, p, true).lines(skipLong(fn))

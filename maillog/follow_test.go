@@ -72,7 +72,7 @@ func want(from, to int) []string {
 // endOf returns the position the zero Position starts f at: its end.
 func endOf(t *testing.T, f *Follower) Position {
 	t.Helper()
-	file, pos, err := f.start(Position{}, f.Path+".1", func([]byte, Position) { t.Error("a line before the start was read") })
+	file, pos, err := f.start(Position{}, func([]byte, Position) { t.Error("a line before the start was read") })
 	if err != nil {
 		t.Fatal(err)
 	}

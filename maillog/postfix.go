@@ -73,50 +73,42 @@ func ValidQueueID(id string) bool { return len(id) <= 32 && queueIDSyntax.MatchS
 // 2.x and 3.x (smtpd(8), cleanup(8), qmgr(8), pickup(8), delivery agents).
 func ParsePostfix(msg string) (Record, error) {
 	var r Record
-	if strings.HasPrefix(msg, "NOQUEUE: ") {
-		rest := msg[len("NOQUEUE: "):]
-		if strings.HasPrefix(rest, "reject: ") || strings.HasPrefix(rest, "discard: ") {
+	if rest, ok := strings.CutPrefix(msg, "NOQUEUE: "); ok {
+		if hasAnyPrefix(rest, "reject: ", "discard: ") {
 			r.Kind = KindNoQueue
 			parseAction(&r, rest)
 			return r, nil
 		}
 		return r, ErrNotPostfix
 	}
-	colon := strings.Index(msg, ": ")
-	if colon < 0 || !ValidQueueID(msg[:colon]) {
+	id, rest, ok := strings.Cut(msg, ": ")
+	if !ok || !ValidQueueID(id) {
 		return r, ErrNotPostfix
 	}
-	r.QueueID = msg[:colon]
-	rest := msg[colon+2:]
+	r.QueueID = id
+	var f map[string]string
+	var err error
+	if hasAnyPrefix(rest, "client=", "from=<", "to=<") {
+		if f, err = fields(rest); err != nil {
+			return r, err
+		}
+	}
 	switch {
 	case strings.HasPrefix(rest, "client="):
 		r.Kind = KindClient
-		f, err := fields(rest)
-		if err != nil {
+		if r.ClientName, r.ClientAddress, err = splitClient(f["client"]); err != nil {
 			return r, err
 		}
-		name, addr, err := splitClient(f["client"])
-		if err != nil {
-			return r, err
-		}
-		r.ClientName, r.ClientAddress = name, addr
 		r.SASLMethod, r.SASLUsername = f["sasl_method"], f["sasl_username"]
 	case strings.HasPrefix(rest, "uid=") && strings.Contains(rest, " from=<"):
 		r.Kind = KindPickup
-		i := strings.Index(rest, " from=<")
-		addr, _, ok := angle(rest[i+len(" from="):])
-		if !ok {
+		if r.Sender, _, ok = angle(rest[strings.Index(rest, " from=<")+len(" from="):]); !ok {
 			return r, fmt.Errorf("pickup: malformed from=")
 		}
-		r.Sender = addr
 	case strings.HasPrefix(rest, "message-id="):
 		r.Kind = KindMessageID
 		r.MessageID = strings.Trim(strings.TrimSpace(rest[len("message-id="):]), "<>")
 	case strings.HasPrefix(rest, "from=<"):
-		f, err := fields(rest)
-		if err != nil {
-			return r, err
-		}
 		if _, ok := f["size"]; !ok {
 			// "from=<>, status=expired, returned to sender" and the like.
 			r.Kind = KindOther
@@ -135,10 +127,6 @@ func ParsePostfix(msg string) (Record, error) {
 		}
 	case strings.HasPrefix(rest, "to=<"):
 		r.Kind = KindTo
-		f, err := fields(rest)
-		if err != nil {
-			return r, err
-		}
 		r.Recipient = f["to"]
 		if o, ok := f["orig_to"]; ok && o != "" {
 			r.Recipient = o
@@ -163,18 +151,23 @@ func ParsePostfix(msg string) (Record, error) {
 // line's status=bounced with a 5.x.x dsn= or status=deferred with 4.x.x,
 // or a reject of a recipient as unknown (RCPT, 5.1.1).
 func (r *Record) Outcome() (policy.OutcomeKind, bool) {
-	kind, ok := policy.ClassifyDSN(r.DSN)
-	switch {
-	case ok && (r.Kind == KindReject || r.Kind == KindNoQueue):
-		return kind, r.Reject == "RCPT" && kind == policy.OutcomeUnknownRcpt
-	case !ok || r.Kind != KindTo:
-		return 0, false
-	case r.Status == "bounced":
-		return kind, kind != policy.OutcomeDeferral
-	case r.Status == "deferred":
-		return kind, kind == policy.OutcomeDeferral
+	switch r.Kind {
+	case KindReject, KindNoQueue:
+		kind, ok := policy.ClassifyDSN(r.DSN)
+		return kind, ok && r.Reject == "RCPT" && kind == policy.OutcomeUnknownRcpt
+	case KindTo:
+		if r.Status == "bounced" || r.Status == "deferred" {
+			return FailureOutcome(r.Status == "bounced", r.DSN)
+		}
 	}
 	return 0, false
+}
+
+// FailureOutcome returns the outcome of a recipient's failure (bounce) or
+// delay with status code dsn: a failure's is 5.x.x, a delay's 4.x.x.
+func FailureOutcome(failed bool, dsn string) (policy.OutcomeKind, bool) {
+	kind, ok := policy.ClassifyDSN(dsn)
+	return kind, ok && failed == (kind != policy.OutcomeDeferral)
 }
 
 func hasAnyPrefix(s string, prefixes ...string) bool {
@@ -198,8 +191,7 @@ func parseAction(r *Record, rest string) {
 	if semi < 0 {
 		return
 	}
-	tail := after[semi+len("; from="):]
-	if a, more, ok := angle(tail); ok {
+	if a, more, ok := angle(after[semi+len("; from="):]); ok {
 		r.Sender = a
 		if strings.HasPrefix(more, " to=") {
 			if a, _, ok := angle(more[len(" to="):]); ok {
@@ -214,41 +206,29 @@ func parseAction(r *Record, rest string) {
 func fields(s string) (map[string]string, error) {
 	f := make(map[string]string, 8)
 	for s != "" {
-		eq := strings.IndexByte(s, '=')
-		if eq <= 0 {
+		name, v, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
 			return nil, fmt.Errorf("malformed field list near %q", trunc(s, 30))
 		}
-		name := s[:eq]
 		if strings.ContainsAny(name, " ,<>") {
 			return nil, fmt.Errorf("malformed field name %q", trunc(name, 30))
 		}
-		s = s[eq+1:]
-		var v string
+		s = ""
 		switch {
-		case name == "status":
-			v, s = s, ""
-		case strings.HasPrefix(s, "<"):
-			a, rest, ok := angle(s)
-			if !ok {
+		case name == "status": // the rest of the line
+		case strings.HasPrefix(v, "<"):
+			if v, s, ok = angle(v); !ok {
 				return nil, fmt.Errorf("%s=: no closing '>'", name)
 			}
-			v, s = a, rest
 		default:
-			i := strings.Index(s, ", ")
-			if i < 0 {
-				v, s = s, ""
-			} else {
-				v, s = s[:i], s[i:]
+			if i := strings.Index(v, ", "); i >= 0 {
+				v, s = v[:i], v[i:]
 			}
 		}
 		f[name] = v
-		if s == "" {
-			break
+		if s, ok = strings.CutPrefix(s, ", "); !ok {
+			break // the end, or text after the list, e.g. "(queue active)"
 		}
-		if !strings.HasPrefix(s, ", ") {
-			break // text after the list, e.g. "(queue active)"
-		}
-		s = s[2:]
 	}
 	return f, nil
 }
@@ -275,15 +255,12 @@ func angle(s string) (addr, rest string, ok bool) {
 
 // splitClient splits smtpd's "name[address]" or "name[address]:port".
 func splitClient(s string) (name, addr string, err error) {
-	open := strings.IndexByte(s, '[')
-	closing := strings.LastIndexByte(s, ']')
-	if open <= 0 || closing < open {
-		return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
+	open, closing := strings.IndexByte(s, '['), strings.LastIndexByte(s, ']')
+	if open > 0 && closing > open {
+		name, addr = s[:open], strings.TrimPrefix(strings.TrimPrefix(s[open+1:closing], "IPv6:"), "ipv6:")
+		if addr != "" {
+			return name, addr, nil
+		}
 	}
-	name, addr = s[:open], s[open+1:closing]
-	addr = strings.TrimPrefix(strings.TrimPrefix(addr, "IPv6:"), "ipv6:")
-	if addr == "" {
-		return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
-	}
-	return name, addr, nil
+	return "", "", fmt.Errorf("malformed client=%q", trunc(s, 60))
 }

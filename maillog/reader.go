@@ -3,7 +3,6 @@ package maillog
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -103,22 +102,18 @@ type Reader struct {
 	stats   Stats
 }
 
-// source is one log: a file at path, or spool, an unlinked copy. The
-// dating pass sets lines, baseYear (of relative year 0) and first.
+// source is one log: its open file (stdin: an unlinked copy). The dating
+// pass sets lines, baseYear (of relative year 0) and first (undated: last).
 type source struct {
 	name     string
-	path     string
-	spool    *os.File
+	file     *os.File
 	lines    int
 	baseYear int
 	first    time.Time
 }
 
-type timedRecord struct {
-	t    time.Time
-	host string
-	rec  Record
-}
+// undated sorts a log without timestamps after the others.
+var undated = time.Unix(1<<62, 0)
 
 // NewReader returns a Reader with the given options.
 func NewReader(opts Options) *Reader {
@@ -138,16 +133,16 @@ func (r *Reader) ReadFile(path string) error {
 	if err != nil {
 		return &OpenError{Path: path, Err: err}
 	}
-	defer f.Close()
 	end := r.opts.End
 	if end.IsZero() {
 		fi, err := f.Stat()
 		if err != nil {
+			f.Close()
 			return err
 		}
 		end = fi.ModTime()
 	}
-	return r.add(&source{name: path, path: path}, f, end)
+	return r.add(&source{name: path, file: f}, end)
 }
 
 // Read is ReadFile of in, copied to an unlinked temporary file, named
@@ -168,22 +163,29 @@ func (r *Reader) Read(name string, in io.Reader, end time.Time) error {
 	if end.IsZero() {
 		end = time.Now()
 	}
-	return r.add(&source{name: name, spool: f}, f, end)
+	return r.add(&source{name: name, file: f}, end)
 }
 
-// add runs the dating pass over src and registers it.
-func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
+// add runs the dating pass over src and registers it; it closes src's
+// file on an error.
+func (r *Reader) add(src *source, end time.Time) error {
 	var d dater
 	firstRel, lastRel := 0, 0
 	var firstP, lastP time.Time
 	n, dated := 0, 0
-	err := eachLine(in, func(s string, long bool) bool {
+	err := eachLine(src.file, func(s string, long bool) bool {
 		n++
 		if long {
 			return true
 		}
-		st, ok := stampOf(s, r.opts.Location)
-		if !ok {
+		var st Stamp
+		if IsEximLine(s) {
+			st.Time, _, _ = parseEximStamp(s, r.opts.Location)
+		} else {
+			l, _ := ParseSyslogLine(s, r.opts.Location)
+			st = l.Stamp
+		}
+		if st.Time.IsZero() {
 			return true
 		}
 		dated++
@@ -201,9 +203,13 @@ func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
 		return true
 	})
 	if err != nil {
+		src.file.Close()
 		return fmt.Errorf("maillog: %s: %w", src.name, err)
 	}
 	src.lines = n
+	if src.first.IsZero() {
+		src.first = undated
+	}
 	if !lastP.IsZero() {
 		limit := end.Add(24 * time.Hour)
 		year := end.In(lastP.Location()).Year() + 1
@@ -218,16 +224,6 @@ func (r *Reader) add(src *source, in io.Reader, end time.Time) error {
 	r.stats.Lines += n
 	r.sources = append(r.sources, src)
 	return nil
-}
-
-// stampOf returns the timestamp of a syslog or Exim line.
-func stampOf(s string, loc *time.Location) (Stamp, bool) {
-	if IsEximLine(s) {
-		t, _, err := parseEximStamp(s, loc)
-		return Stamp{Time: t}, err == nil
-	}
-	l, _ := ParseSyslogLine(s, loc)
-	return l.Stamp, !l.Stamp.Time.IsZero()
 }
 
 // eachLine calls fn with every line of in (gunzipped) until fn returns
@@ -283,40 +279,21 @@ func (r *Reader) Messages() []Message {
 		out = append(out, *m)
 		return nil
 	})
-	slices.SortStableFunc(out, func(a, b Message) int { return cmp.Or(a.Queued.Compare(b.Queued), cmp.Compare(a.seq, b.seq)) })
+	slices.SortStableFunc(out, func(a, b Message) int { return byQueued(&a, &b) })
 	return out
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // join reads src's lines, dates them and feeds them to j.
 func (r *Reader) join(src *source, j *joiner) error {
-	var in io.Reader
-	switch {
-	case src.spool != nil:
-		if _, err := src.spool.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		in = src.spool
-	default:
-		f, err := os.Open(src.path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
+	if _, err := src.file.Seek(0, io.SeekStart); err != nil {
+		return err
 	}
 	var d dater
 	n := 0
 	sample := func(problem, text string) {
 		r.unparsable(fmt.Sprintf("%s:%d: %s: %q", src.name, n, problem, trunc(text, 120)))
 	}
-	return eachLine(in, func(s string, long bool) bool {
+	return eachLine(src.file, func(s string, long bool) bool {
 		n++
 		if n > src.lines {
 			return false // appended after the dating pass
@@ -338,23 +315,18 @@ func (r *Reader) join(src *source, j *joiner) error {
 			case err != nil:
 				sample(err.Error(), s)
 			default:
-				return j.add(timedRecord{t: t.UTC(), rec: rec})
+				return j.add(t.UTC(), "", &rec)
 			}
 			return true
 		}
 		l, err := ParseSyslogLine(s, r.opts.Location)
-		// Date the lines the dating pass dated, so each gets its year.
-		rel := 0
-		if l.Stamp.YearLess {
-			rel = d.rel(l.Stamp.Time)
+		t := l.Stamp.Time
+		if l.Stamp.YearLess { // dated as the dating pass did, malformed or not
+			t = withYear(t, src.baseYear+d.rel(t))
 		}
 		if err != nil {
 			sample(err.Error(), s)
 			return true
-		}
-		t := l.Stamp.Time
-		if l.Stamp.YearLess {
-			t = withYear(t, src.baseYear+rel)
 		}
 		rec, err := ParsePostfix(l.Msg)
 		if errors.Is(err, ErrNotPostfix) || err == nil && rec.Kind == KindOther {
@@ -368,21 +340,21 @@ func (r *Reader) join(src *source, j *joiner) error {
 			sample(err.Error(), s)
 			return true
 		}
-		return j.add(timedRecord{t: t.UTC(), host: strings.ToLower(l.Host), rec: rec})
+		return j.add(t.UTC(), strings.ToLower(l.Host), &rec)
 	})
 }
 
-// add applies one record and hands on finished messages; false once fn failed.
-func (j *joiner) add(tr timedRecord) bool {
-	j.apply(tr)
-	j.advance(tr.t)
+// add applies a record of host's at t and hands on finished messages;
+// false once fn failed.
+func (j *joiner) add(t time.Time, host string, rec *Record) bool {
+	j.apply(t, host, rec)
+	j.advance(t)
 	return j.err == nil
 }
 
-// apply applies one record to its message.
-func (j *joiner) apply(tr timedRecord) {
-	rec := &tr.rec
-	k := qkey{tr.host, rec.QueueID}
+// apply applies a record of host's at t to its message.
+func (j *joiner) apply(t time.Time, host string, rec *Record) {
+	k := qkey{host, rec.QueueID}
 	switch rec.Kind {
 	case KindNoQueue:
 		j.st.NoQueue++
@@ -398,22 +370,22 @@ func (j *joiner) apply(tr timedRecord) {
 		m = &Message{Host: k.host, QueueID: k.id, seq: j.seq}
 		j.open[k] = m
 	}
-	m.seen = tr.t
+	m.seen = t
 	c := strings.Clone
 	switch rec.Kind {
 	case KindClient:
 		m.smtp = true
-		m.Received = tr.t
+		m.Received = t
 		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
 		m.SASLMethod, m.SASLUsername = c(rec.SASLMethod), c(rec.SASLUsername)
 	case KindPickup:
 		m.local = true
-		m.Received = tr.t
+		m.Received = t
 		m.Sender = c(rec.Sender)
 	case KindArrival:
 		// Local submissions count (acl_not_smtp); Exim's bounces do not.
 		m.smtp, m.queued, m.local = !rec.Bounce, true, rec.Bounce
-		m.Received, m.Queued = tr.t, tr.t
+		m.Received, m.Queued = t, t
 		m.ClientName, m.ClientAddress = c(rec.ClientName), c(rec.ClientAddress)
 		m.SASLMethod, m.SASLUsername = c(rec.SASLMethod), c(rec.SASLUsername)
 		m.Sender, m.Size, m.MessageID = c(rec.Sender), rec.Size, c(rec.MessageID)
@@ -423,7 +395,7 @@ func (j *joiner) apply(tr timedRecord) {
 	case KindMessageID:
 		m.MessageID = c(rec.MessageID)
 		if m.Queued.IsZero() {
-			m.Queued = tr.t
+			m.Queued = t
 		}
 	case KindFrom:
 		m.queued = true
@@ -433,16 +405,16 @@ func (j *joiner) apply(tr timedRecord) {
 		m.Size = rec.Size
 		m.NRcpt = max(m.NRcpt, rec.NRcpt)
 		if m.Queued.IsZero() {
-			m.Queued = tr.t
+			m.Queued = t
 		}
 	case KindTo:
 		m.addRecipient(rec.Recipient)
-		m.addOutcome(tr.t, rec)
+		m.addOutcome(t, rec)
 	case KindReject:
 		if rec.Reject != "RCPT" {
 			m.rejected = true
 		}
-		m.addOutcome(tr.t, rec)
+		m.addOutcome(t, rec)
 	case KindHold:
 		// Held before qmgr saw it; from= follows if it is released.
 		m.held = true
@@ -451,18 +423,11 @@ func (j *joiner) apply(tr timedRecord) {
 		}
 		m.addRecipient(rec.Recipient)
 		if m.Queued.IsZero() {
-			m.Queued = tr.t
+			m.Queued = t
 		}
 	case KindRemoved, KindCompleted:
 		j.finish(k)
 	}
-}
-
-func senderOf(m *Message) string {
-	if m.SASLUsername != "" {
-		return "user " + strings.ToLower(m.SASLUsername)
-	}
-	return "sender " + strings.ToLower(m.Sender)
 }
 
 // addOutcome adds the outcome rec reports at t, once per recipient and kind.

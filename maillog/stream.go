@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -25,14 +26,14 @@ const (
 // joiner assembles messages from records in time order per host and hands
 // on finished ones.
 type joiner struct {
-	open         map[qkey]*Message
-	seq          int
-	st           *Stats
-	now, sweptAt time.Time // sweptAt: the last look for idle messages
-	ready        readyHeap
-	deliver      func(*Message) error
-	err          error
-	senders      map[string]struct{} // senderOf the messages handed on
+	open    map[qkey]*Message
+	seq     int
+	st      *Stats
+	sweptAt time.Time // the last look for idle messages
+	ready   readyHeap
+	deliver func(*Message) error
+	err     error
+	senders map[string]struct{} // "user U" or "sender S" of the messages handed on
 }
 
 type qkey struct{ host, id string }
@@ -47,7 +48,6 @@ func (j *joiner) finish(k qkey) {
 
 // advance finishes idle messages and hands on those reorderWindow behind t.
 func (j *joiner) advance(t time.Time) {
-	j.now = t
 	if d := t.Sub(j.sweptAt); d >= sweepEvery || d < -sweepEvery {
 		j.sweptAt = t
 		for k, m := range j.open {
@@ -95,7 +95,11 @@ func (j *joiner) hand(m *Message) {
 	st.Messages++
 	st.Recipients += m.RecipientCount()
 	st.Outcomes += len(m.Outcomes)
-	j.senders[senderOf(m)] = struct{}{}
+	sender := "sender " + strings.ToLower(m.Sender)
+	if m.SASLUsername != "" {
+		sender = "user " + strings.ToLower(m.SASLUsername)
+	}
+	j.senders[sender] = struct{}{}
 	if st.Start.IsZero() || m.Queued.Before(st.Start) {
 		st.Start = m.Queued
 	}
@@ -105,18 +109,18 @@ func (j *joiner) hand(m *Message) {
 	j.err = j.deliver(m)
 }
 
-// readyHeap orders finished messages by Queued time, then by first line.
+// byQueued orders messages by Queued time, then by first line.
+func byQueued(a, b *Message) int {
+	return cmp.Or(a.Queued.Compare(b.Queued), cmp.Compare(a.seq, b.seq))
+}
+
+// readyHeap orders finished messages byQueued.
 type readyHeap []*Message
 
-func (h readyHeap) Len() int { return len(h) }
-func (h readyHeap) Less(a, b int) bool {
-	if c := h[a].Queued.Compare(h[b].Queued); c != 0 {
-		return c < 0
-	}
-	return h[a].seq < h[b].seq
-}
-func (h readyHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *readyHeap) Push(x any)   { *h = append(*h, x.(*Message)) }
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(a, b int) bool { return byQueued(h[a], h[b]) < 0 }
+func (h readyHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
+func (h *readyHeap) Push(x any)        { *h = append(*h, x.(*Message)) }
 func (h *readyHeap) Pop() any {
 	old := *h
 	m := old[len(old)-1]
@@ -130,25 +134,15 @@ func (h *readyHeap) Pop() any {
 // and its error stops Each. It fills Stats; an I/O error counts as an
 // unparsable line. Call it once, after the last ReadFile.
 func (r *Reader) Each(fn func(*Message) error) error {
-	slices.SortStableFunc(r.sources, func(a, b *source) int {
-		if a.first.IsZero() || b.first.IsZero() {
-			return cmp.Compare(btoi(a.first.IsZero()), btoi(b.first.IsZero()))
-		}
-		return a.first.Compare(b.first)
-	})
+	slices.SortStableFunc(r.sources, func(a, b *source) int { return a.first.Compare(b.first) })
 	j := &joiner{open: map[qkey]*Message{}, st: &r.stats, deliver: fn, senders: map[string]struct{}{}}
 	for _, src := range r.sources {
-		if j.err != nil {
-			break
+		if j.err == nil {
+			if err := r.join(src, j); err != nil {
+				r.unparsable(fmt.Sprintf("%s: %v", src.name, err))
+			}
 		}
-		if err := r.join(src, j); err != nil {
-			r.unparsable(fmt.Sprintf("%s: %v", src.name, err))
-		}
-	}
-	for _, src := range r.sources {
-		if src.spool != nil {
-			src.spool.Close()
-		}
+		src.file.Close()
 	}
 	r.sources = nil
 	if j.err == nil {

@@ -45,15 +45,13 @@ func ParseSyslogLine(s string, loc *time.Location) (SyslogLine, error) {
 		return l, fmt.Errorf("no host name after the timestamp")
 	}
 	l.Host, rest = rest[:sp], rest[sp+1:]
-	colon := strings.Index(rest, ": ")
-	tag := rest
-	if colon >= 0 {
-		tag, l.Msg = rest[:colon], rest[colon+2:]
-	} else if strings.HasSuffix(rest, ":") {
-		tag = rest[:len(rest)-1]
-	} else {
-		return l, fmt.Errorf("no \"program[pid]: \" tag")
+	tag, msg, ok := strings.Cut(rest, ": ")
+	if !ok {
+		if tag, ok = strings.CutSuffix(rest, ":"); !ok {
+			return l, fmt.Errorf("no \"program[pid]: \" tag")
+		}
 	}
+	l.Msg = msg
 	if i := strings.IndexByte(tag, '['); i >= 0 {
 		if !strings.HasSuffix(tag, "]") {
 			return l, fmt.Errorf("malformed tag %q", tag)
@@ -80,15 +78,22 @@ func parseStamp(s string, loc *time.Location) (Stamp, string, error) {
 		}
 		return Stamp{Time: withYear(t, placeholderYear), YearLess: true}, s[n:], nil
 	}
-	sp := strings.IndexByte(s, ' ')
-	if sp < 0 {
+	stamp, rest, ok := strings.Cut(s, " ")
+	if !ok {
 		return Stamp{}, "", fmt.Errorf("not a syslog line")
 	}
-	t, err := parseRFC3339(s[:sp])
-	if err != nil {
-		return Stamp{}, "", err
+	// RFC 3339, also with a "+hhmm" offset (journalctl -o short-iso).
+	t, err := time.Parse(time.RFC3339Nano, stamp)
+	if n := len(stamp); err != nil && n > 5 && (stamp[n-5] == '+' || stamp[n-5] == '-') {
+		t, err = time.Parse(time.RFC3339Nano, stamp[:n-2]+":"+stamp[n-2:])
 	}
-	return Stamp{Time: t}, s[sp:], nil
+	if err != nil {
+		return Stamp{}, "", fmt.Errorf("bad timestamp %q (want \"Jan  2 15:04:05\" or RFC 3339)", trunc(stamp, 40))
+	}
+	if t.Year() < minLogYear {
+		return Stamp{}, "", fmt.Errorf("timestamp %q before %d", trunc(stamp, 40), minLogYear)
+	}
+	return Stamp{Time: t}, rest, nil
 }
 
 // stampLen is n, the length of a stamp's layout, plus that of a
@@ -114,24 +119,6 @@ func parseClock(layout, text string, loc *time.Location) (time.Time, error) {
 }
 
 const minLogYear = 1970
-
-// parseRFC3339 parses RFC 3339, also with a "+hhmm" offset (journalctl -o
-// short-iso).
-func parseRFC3339(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		if n := len(s); n > 5 && (s[n-5] == '+' || s[n-5] == '-') {
-			t, err = time.Parse(time.RFC3339Nano, s[:n-2]+":"+s[n-2:])
-		}
-	}
-	if err != nil {
-		return time.Time{}, fmt.Errorf("bad timestamp %q (want \"Jan  2 15:04:05\" or RFC 3339)", trunc(s, 40))
-	}
-	if t.Year() < minLogYear {
-		return time.Time{}, fmt.Errorf("timestamp %q before %d", trunc(s, 40), minLogYear)
-	}
-	return t, nil
-}
 
 func trunc(s string, n int) string {
 	if len(s) > n {

@@ -15,10 +15,13 @@ func (m *Message) Entries() []simulate.Entry {
 		Sender:        m.Sender,
 		ClientAddress: m.ClientAddress,
 		ClientName:    m.ClientName,
-		Instance:      instanceOf(m),
+		Instance:      m.QueueID,
 		SASLMethod:    m.SASLMethod,
 		SASLUsername:  m.SASLUsername,
 		Stage:         policy.ViaPolicy,
+	}
+	if m.Host != "" {
+		base.Instance = m.Host + "/" + m.QueueID
 	}
 	out := make([]simulate.Entry, 0, len(m.Recipients)+1)
 	for _, rc := range m.Recipients {
@@ -55,12 +58,4 @@ func Trace(msgs []Message) *simulate.Trace {
 		t.Entries[i].Line = i + 1
 	}
 	return t
-}
-
-// instanceOf is "host/queueid", or the queue ID when there is no host.
-func instanceOf(m *Message) string {
-	if m.Host == "" {
-		return m.QueueID
-	}
-	return m.Host + "/" + m.QueueID
 }

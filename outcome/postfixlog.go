@@ -59,13 +59,10 @@ func (f *LogFeed) Line(ctx context.Context, line string) {
 	if err != nil {
 		return
 	}
-	prog := sl.Program
-	if !strings.Contains(prog, "postfix") {
+	if !strings.Contains(sl.Program, "postfix") {
 		return
 	}
-	if i := strings.LastIndexByte(prog, '/'); i >= 0 {
-		prog = prog[i+1:]
-	}
+	prog := sl.Program[strings.LastIndexByte(sl.Program, '/')+1:] // the daemon, "smtpd"
 	rec, err := maillog.ParsePostfix(sl.Msg)
 	if err != nil {
 		return

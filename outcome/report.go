@@ -12,7 +12,6 @@ import (
 	"github.com/emersion/go-message/textproto"
 
 	"github.com/ratelimitd/ratelimitd/maillog"
-	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // Report is what a delivery status notification (RFC 3464) from Postfix
@@ -121,23 +120,17 @@ func statusCode(v string) string {
 	return v
 }
 
-// Outcomes returns what rep says for the outcome limits: a "failed"
-// recipient with a 5.x.x status is a bounce (or unknown), a "delayed" one
-// with 4.x.x a deferral (maillog.RefineDSN by the diagnostic).
+// Outcomes returns what rep says for the outcome limits: a "failed" or
+// "delayed" recipient's maillog.FailureOutcome, refined by the diagnostic.
 func (rep Report) Outcomes() []Outcome {
 	var out []Outcome
 	for _, rs := range rep.Recipients {
-		kind, ok := policy.ClassifyDSN(maillog.RefineDSN(rs.Status, rs.Diagnostic))
-		if !ok || rs.Recipient == "" {
+		if rs.Recipient == "" || rs.Action != "failed" && rs.Action != "delayed" {
 			continue
 		}
-		switch {
-		case rs.Action == "failed" && kind != policy.OutcomeDeferral:
-		case rs.Action == "delayed" && kind == policy.OutcomeDeferral:
-		default:
-			continue
+		if kind, ok := maillog.FailureOutcome(rs.Action == "failed", maillog.RefineDSN(rs.Status, rs.Diagnostic)); ok {
+			out = append(out, Outcome{QueueID: rep.QueueID, Recipient: rs.Recipient, Kind: kind})
 		}
-		out = append(out, Outcome{QueueID: rep.QueueID, Recipient: rs.Recipient, Kind: kind})
 	}
 	return out
 }
