@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -97,7 +98,7 @@ func (f KeyForm) Address(addr string) string {
 		local = strings.ToLower(local)
 	}
 	if !dotString(local) && quotable(local) {
-		local = quote(local)
+		local = `"` + quoter.Replace(local) + `"`
 	}
 	if at < 0 {
 		return local
@@ -164,10 +165,8 @@ func quotable(local string) bool {
 	return !strings.ContainsFunc(local, func(r rune) bool { return r < ' ' || r == 0x7f })
 }
 
+// quoter escapes " and \ in an RFC 5321 quoted-string.
 var quoter = strings.NewReplacer(`"`, `\"`, `\`, `\\`)
-
-// quote returns local as an RFC 5321 quoted-string, escaping " and \.
-func quote(local string) string { return `"` + quoter.Replace(local) + `"` }
 
 // dotString reports whether s is an RFC 5321 Dot-string (RFC 6531 UTF-8
 // allowed), which needs no quotes.
@@ -387,23 +386,14 @@ func (f KeyForm) part(p string) string {
 	case strings.Contains(p, "@"):
 		return f.Address(p)
 	}
-	if _, ok := parseClientLiteral(p); ok {
+	// Not inet_aton's short forms: an operator's "1234" (a login) is no address.
+	if a, ok := parseClient(p); ok && (!a.Is4() || strings.Count(p, ".") == 3 || strings.Contains(p, ":")) {
 		return f.Client(p)
 	}
 	if _, err := netip.ParsePrefix(p); err == nil {
 		return f.Client(p)
 	}
 	return strings.ToLower(p)
-}
-
-// parseClientLiteral is parseClient without inet_aton's short forms, so
-// an operator's "1234" (a login) is no address.
-func parseClientLiteral(p string) (netip.Addr, bool) {
-	a, ok := parseClient(p)
-	if ok && a.Is4() && strings.Count(p, ".") != 3 && !strings.Contains(p, ":") {
-		return netip.Addr{}, false
-	}
-	return a, ok
 }
 
 // user returns a SASL login's key: lower-cased, domain canonical,
@@ -462,13 +452,8 @@ func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 // foldedOverrides warns of override keys of lc that fold into one.
 func foldedOverrides(lc LimitConfig, f KeyForm) []string {
 	seen := make(map[string]string, len(lc.Overrides))
-	keys := make([]string, 0, len(lc.Overrides))
-	for k := range lc.Overrides {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var out []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(lc.Overrides)) {
 		ck := f.Key(k)
 		if first, ok := seen[ck]; ok {
 			out = append(out, fmt.Sprintf("limit %s: overrides %q and %q are the same key %q once folded "+

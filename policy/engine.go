@@ -265,7 +265,7 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Request, m *msgEntry, front int, sc *scratch) ([]probe, []StackItem, error) {
 	var first error
 	state := req.ProtocolState
-	connectSeen := e.seen.asked(front, StateConnect)
+	connectSeen := e.seen.get(front, StateConnect) > 0
 	probes, items := sc.probes[:0], sc.items[:0]
 	for i := range c.limits {
 		l := &c.limits[i]
@@ -394,45 +394,28 @@ func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
 
 // cost is what req charges l at state given the message's charge ch (nil:
 // no message), whether it is counted (else measured only), and whether l
-// applies.
+// applies (if not, the others mean nothing).
 func (l *limit) cost(req *Request, state string, ch *charge, front int, connectSeen bool, size float64) (float64, bool, bool) {
 	if l.outcome() { // would one more failure be over? measured, not counted
 		return 1, false, messageState(state)
 	}
 	switch l.per {
-	case perMail:
-		if state == StateConnect || (ch != nil && ch.mail) {
-			return 0, false, false
-		}
-		return 1, true, true
-	case perConn:
+	case perMail, perConn:
 		if state == StateConnect {
-			return 1, true, true
+			return 1, true, l.per == perConn
 		}
-		if connectSeen || (ch != nil && ch.mail) {
-			return 0, false, false
-		}
-		return 1, true, true
+		return 1, true, (ch == nil || !ch.mail) && !(l.per == perConn && connectSeen)
 	case perByte:
-		if state == StateConnect {
-			return 0, false, false
+		if ch != nil && ch.byteSeen {
+			return size - ch.bytes, true, state != StateConnect && size > ch.bytes
 		}
-		if ch == nil || !ch.byteSeen {
-			return size, size > 0, true
-		}
-		if size > ch.bytes {
-			return size - ch.bytes, true, true
-		}
-		return 0, false, false
+		return size, size > 0, state != StateConnect
 	case perAddr:
 		switch state {
 		case StateRcpt:
 			return 1, true, true
 		case StateData, StateEndOfMessage:
-			if (ch != nil && (ch.rcpts > 0 || ch.mail)) || req.RecipientCount <= 0 {
-				return 0, false, false
-			}
-			return float64(req.RecipientCount), true, true
+			return float64(req.RecipientCount), true, req.RecipientCount > 0 && (ch == nil || ch.rcpts <= 0 && !ch.mail)
 		}
 	case perRcpt:
 		switch state {
@@ -441,19 +424,13 @@ func (l *limit) cost(req *Request, state string, ch *charge, front int, connectS
 				return 1, true, true
 			}
 			ch.rcptsSeen[front]++
-			if ch.rcptsSeen[front] <= ch.rcpts {
-				return 0, false, false // charged through the other front end
-			}
-			return 1, true, true
+			return 1, true, ch.rcptsSeen[front] > ch.rcpts // else charged through the other front end
 		case StateData, StateEndOfMessage:
 			n := req.RecipientCount
 			if ch != nil {
 				n -= ch.rcptsOK
 			}
-			if n <= 0 {
-				return 0, false, false
-			}
-			return float64(n), true, true
+			return float64(n), true, n > 0
 		}
 	}
 	return 0, false, false
@@ -542,9 +519,6 @@ func (c *compiled) keyOf(l *limit, req *Request) string {
 func (c *compiled) attr(name string, req *Request) string {
 	switch name {
 	case "sasl_username":
-		if req.SASLUsername == "" {
-			return ""
-		}
 		return c.form.user(req.SASLUsername)
 	case "sender":
 		return c.form.Address(req.Sender)
@@ -558,9 +532,6 @@ func (c *compiled) attr(name string, req *Request) string {
 	case "recipient_domain":
 		return domainOf(req.Recipient)
 	case "client_address":
-		if req.ClientAddress == "" {
-			return ""
-		}
 		return c.form.Client(req.ClientAddress)
 	case "client_subnet":
 		a, ok := c.form.clientAddr(strings.TrimSpace(req.ClientAddress))

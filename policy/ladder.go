@@ -81,7 +81,7 @@ func (c *compiled) ladders() []Ladder {
 			of = append(of, nil)
 			j = len(out) - 1
 		}
-		s := Step{Limit: l.name, Action: l.action, Max: l.rl.Limit, Period: l.rl.Period, Mode: l.rl.Mode.String(), Via: l.via}
+		s := l.step()
 		for _, a := range of[j] {
 			if shadows(a, l) {
 				s.Shadowed = a.name
@@ -125,9 +125,9 @@ func LadderWarnings(c Config) []string {
 			if s.Shadowed == "" {
 				continue
 			}
-			a := cc.limits[slices.IndexFunc(cc.limits, func(l limit) bool { return l.name == s.Shadowed })]
+			a := cc.stateOf(s.Shadowed).step()
 			out = append(out, fmt.Sprintf("limit %s can never answer: %s, earlier over the same key and counting, %s first",
-				s.Limit, s.Shadowed, strings.TrimPrefix(Step{Limit: a.name, Action: a.action, Max: a.rl.Limit, Period: a.rl.Period}.String(), a.name+" ")))
+				s.Limit, s.Shadowed, strings.TrimPrefix(a.String(), a.Limit+" ")))
 		}
 	}
 	for i := range cc.limits {
@@ -166,5 +166,10 @@ func (c *compiled) nextStep(i int) string {
 	if next == nil {
 		return ""
 	}
-	return Step{Limit: next.name, Action: next.action, Max: next.rl.Limit, Period: next.rl.Period}.String()
+	return next.step().String()
+}
+
+// step is l's Step, without Shadowed.
+func (l *limit) step() Step {
+	return Step{Limit: l.name, Action: l.action, Max: l.rl.Limit, Period: l.rl.Period, Mode: l.rl.Mode.String(), Via: l.via}
 }

@@ -53,13 +53,12 @@ type msgEntry struct {
 	refs    int32     // slots, pending list and requests holding it
 	open    bool      // last request admitted, not END-OF-MESSAGE (nOpen)
 	// While waiting for the other front end: join fingerprint, its hash,
-	// the front end and generation that registered it, list neighbours.
-	pending            bool
-	fp                 []byte
-	fpHash             uint64
-	pendFront          int
-	pendGen            uint64
-	pendPrev, pendNext *msgEntry
+	// the front end and generation that registered it.
+	pending   bool
+	fp        []byte
+	fpHash    uint64
+	pendFront int
+	pendGen   uint64
 }
 
 // prev returns the message's verdict for front end front (zero: Pass).
@@ -92,9 +91,9 @@ func (m *msgEntry) chargeOf(name string) *charge {
 
 // msgGen is one generation of the table.
 type msgGen struct {
-	msgs  map[uint64]*msgEntry // by hash of the message key
-	pend  map[uint64]*msgEntry // oldest waiting message, by fingerprint hash
-	npend int                  // entries in pend's lists
+	msgs  map[uint64]*msgEntry   // by hash of the message key
+	pend  map[uint64][]*msgEntry // waiting messages, oldest first, by fingerprint hash
+	npend int                    // entries in pend's lists
 }
 
 func (g *msgGen) size() int { return len(g.msgs) + g.npend }
@@ -156,8 +155,8 @@ func appendLower(b []byte, s string) []byte {
 
 func (t *msgShard) init() {
 	if t.cur.msgs == nil {
-		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
-		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
+		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
+		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
 		t.gen = 1
 	}
 }
@@ -179,24 +178,6 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	fp := id[len(req.Stage)+1 : len(id)-len(req.Instance)-1] // appendID's fingerprint
 	fh := maphash.Bytes(seed, fp)
 	return t.shards[fh%msgShards].get(req, id, fp, fh, joinable)
-}
-
-// open returns the number of open messages (msgEntry.open).
-func (t *msgTable) open() int {
-	n := 0
-	for i := range t.shards {
-		n += int(t.shards[i].nOpen.Load())
-	}
-	return n
-}
-
-// footprint estimates the table's memory in bytes.
-func (t *msgTable) footprint() int64 {
-	var n int64
-	for i := range t.shards {
-		n += t.shards[i].footprint()
-	}
-	return n
 }
 
 // get is msgTable.get in the shard of req's fingerprint fp (hash fh).
@@ -267,12 +248,10 @@ func (t *msgShard) rotate() {
 	for _, m := range t.old.msgs {
 		t.unref(m)
 	}
-	for _, head := range t.old.pend {
-		for m := head; m != nil; {
-			next := m.pendNext
-			m.pending, m.pendPrev, m.pendNext = false, nil, nil
+	for _, l := range t.old.pend {
+		for _, m := range l {
+			m.pending = false
 			t.unref(m)
-			m = next
 		}
 	}
 	clear(t.old.msgs)
@@ -301,23 +280,17 @@ func (t *msgShard) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
 	m.refs++
 	g := &t.cur
 	g.npend++
-	head := g.pend[fh]
-	if head == nil {
-		g.pend[fh] = m
-		return
-	}
-	n, last := 0, head
+	n := 0
 	var oldest *msgEntry
-	for e := head; e != nil; e = e.pendNext {
+	for _, e := range g.pend[fh] {
 		if bytes.Equal(e.fp, fp) {
 			if oldest == nil {
 				oldest = e
 			}
 			n++
 		}
-		last = e
 	}
-	last.pendNext, m.pendPrev = m, last
+	g.pend[fh] = append(g.pend[fh], m)
 	if n+1 > pendMax {
 		t.unlinkPending(oldest)
 	}
@@ -329,19 +302,16 @@ func (t *msgShard) unlinkPending(m *msgEntry) {
 		return
 	}
 	if g := t.genOf(m.pendGen); g != nil {
-		if m.pendPrev != nil {
-			m.pendPrev.pendNext = m.pendNext
-		} else if m.pendNext != nil {
-			g.pend[m.fpHash] = m.pendNext
+		l := g.pend[m.fpHash]
+		i := slices.Index(l, m)
+		if l = slices.Delete(l, i, i+1); len(l) > 0 {
+			g.pend[m.fpHash] = l
 		} else {
 			delete(g.pend, m.fpHash)
 		}
-		if m.pendNext != nil {
-			m.pendNext.pendPrev = m.pendPrev
-		}
 		g.npend--
 	}
-	m.pending, m.pendPrev, m.pendNext = false, nil, nil
+	m.pending = false
 	t.unref(m)
 }
 
@@ -349,7 +319,7 @@ func (t *msgShard) unlinkPending(m *msgEntry) {
 // front, or nil; the caller takes over the list's reference.
 func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 	for _, g := range [2]*msgGen{&t.old, &t.cur} {
-		for m := g.pend[fh]; m != nil; m = m.pendNext {
+		for _, m := range g.pend[fh] {
 			if m.pendFront != front || !bytes.Equal(m.fp, fp) {
 				continue
 			}
@@ -397,12 +367,4 @@ func (t *msgShard) setOpen(m *msgEntry, open bool) {
 	} else {
 		t.nOpen.Add(-1)
 	}
-}
-
-// footprint estimates the shard's memory in bytes.
-func (t *msgShard) footprint() int64 {
-	t.mu.Lock()
-	n := t.inUse
-	t.mu.Unlock()
-	return int64(n) * entryBytes
 }

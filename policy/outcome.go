@@ -69,17 +69,10 @@ func (l *limit) outcome() bool {
 	return l.per == perBounce || l.per == perUnknown || l.per == perDeferral
 }
 
-// counts reports whether outcome limit l counts an outcome of kind k.
+// counts reports whether outcome limit l counts an outcome of kind k: its
+// own kind (String), and a bounce limit unknown recipients too.
 func (l *limit) counts(k OutcomeKind) bool {
-	switch l.per {
-	case perBounce:
-		return k == OutcomeBounce || k == OutcomeUnknownRcpt
-	case perUnknown:
-		return k == OutcomeUnknownRcpt
-	case perDeferral:
-		return k == OutcomeDeferral
-	}
-	return false
+	return k >= OutcomeBounce && l.per == perBounce+int(k)-1 || l.per == perBounce && k == OutcomeUnknownRcpt
 }
 
 // outcomeNouns describes, per outcome cost unit, what was counted.
