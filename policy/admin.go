@@ -142,10 +142,7 @@ func (e *Engine) conversion(name string) *Conversion {
 
 // view is l's view of key's state s at now; conv, back as convertedView.
 func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
-	rl := l.rl
-	if v, ok := l.override(key); ok {
-		rl = overridden(rl, v)
-	}
+	rl := l.params(key)
 	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, Per: perNames[l.per], State: s}
 	kr.Rate = rl.Rate(s, now)
 	if rl.Algorithm == ratelimit.Baseline {

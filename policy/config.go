@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -269,30 +270,18 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 		}
 	}
 	l.key = lc.Key
-	per := lc.Per
-	if per == "" {
-		per = "mail"
-	}
-	l.per = slices.Index(perNames, per)
-	if l.per < 0 {
+	if l.per = slices.Index(perNames, cmp.Or(lc.Per, "mail")); l.per < 0 {
 		bad(at+".per", "unknown cost unit %q (want mail, rcpt, byte, conn, addr, bounce, unknown_rcpt or deferral)", lc.Per)
 	}
 	var err error
-	if lc.Mode != "" {
-		if l.rl.Mode, err = ratelimit.ParseMode(lc.Mode); err != nil {
-			bad(at+".mode", "%v", err)
-		}
+	if l.rl.Mode, err = ratelimit.ParseMode(cmp.Or(lc.Mode, "leaky")); err != nil {
+		bad(at+".mode", "%v", err)
 	}
-	if lc.Algorithm != "" {
-		if l.rl.Algorithm, err = ratelimit.ParseAlgorithm(lc.Algorithm); err != nil {
-			bad(at+".algorithm", "%v", err)
-		}
+	if l.rl.Algorithm, err = ratelimit.ParseAlgorithm(cmp.Or(lc.Algorithm, "exponential")); err != nil {
+		bad(at+".algorithm", "%v", err)
 	}
-	l.action = Defer
-	if lc.Action != "" {
-		if l.action, err = ParseAction(lc.Action); err != nil {
-			bad(at+".action", "%v", err)
-		}
+	if l.action, err = ParseAction(cmp.Or(lc.Action, "defer")); err != nil {
+		bad(at+".action", "%v", err)
 	}
 	l.rl.Limit = lc.Limit
 	l.rl.Period = time.Duration(lc.Period)
@@ -363,29 +352,19 @@ func compileBaseline(rl *ratelimit.Limit, lc LimitConfig, at string, bad func(ke
 	rl.Factor, rl.Floor, rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
 }
 
-// override returns key's own override, else its "@domain" one.
-func (l *limit) override(key string) (float64, bool) {
-	if len(l.overrides) == 0 {
-		return 0, false
+// params is l's arithmetic for key: with key's own override, else its
+// "@domain" one (for baseline, floor and cap).
+func (l *limit) params(key string) ratelimit.Limit {
+	rl := l.rl
+	v, ok := l.overrides[key]
+	if i := strings.LastIndexByte(key, '@'); !ok && l.domainOverrides && i > 0 && !strings.ContainsRune(key, '|') {
+		v, ok = l.overrides[key[i:]]
 	}
-	if v, ok := l.overrides[key]; ok {
-		return v, true
-	}
-	if !l.domainOverrides {
-		return 0, false
-	}
-	if i := strings.LastIndexByte(key, '@'); i > 0 && !strings.ContainsRune(key, '|') {
-		v, ok := l.overrides[key[i:]]
-		return v, ok
-	}
-	return 0, false
-}
-
-// overridden is rl with override v (for baseline, floor and cap v).
-func overridden(rl ratelimit.Limit, v float64) ratelimit.Limit {
-	rl.Limit = v
-	if rl.Algorithm == ratelimit.Baseline {
-		rl.Floor = v
+	if ok {
+		rl.Limit = v
+		if rl.Algorithm == ratelimit.Baseline {
+			rl.Floor = v
+		}
 	}
 	return rl
 }

@@ -147,18 +147,17 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		return Decision{}
 	}
 	var m *msgEntry
-	var refusedMsg, doneMsg bool // set by finish
-	if inMessage {
-		if m = e.msgs.get(req, e.seen.joinable(front)); m != nil {
-			m.mu.Lock()
-			defer func() {
-				m.mu.Unlock()
-				m.shard.end(m, req, refusedMsg, doneMsg)
-			}()
-		}
-	}
 	var prev Decision
+	settled := false // d ends the message's request (msgShard.end)
+	if inMessage {
+		m = e.msgs.get(req, e.seen.joinable(front))
+	}
 	if m != nil {
+		m.mu.Lock()
+		defer func() {
+			m.mu.Unlock()
+			m.shard.end(m, req, settled && !d.Action.Admits(), settled && state == StateEndOfMessage)
+		}()
 		prev = m.prev(front)
 		if n := len(m.charges) + len(c.limits); cap(m.charges) < n {
 			m.charges = slices.Grow(m.charges, n-len(m.charges))
@@ -173,10 +172,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			d = prev
 			d.Repeated = true
 		}
-		d.Fault = stackErr
-		d = c.faultAnswer(d)
-		refusedMsg, doneMsg = finish(m, req, d.Action)
-		return d
+		d.Fault, settled = stackErr, true
+		return c.faultAnswer(d)
 	}
 	out, err := e.measure(ctx, now, items, prev.Action.Refuses(), sc)
 	if err != nil {
@@ -226,11 +223,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && fault == nil {
 		fault = err
 	}
-	final.Measures = measures
-	final.Fault = fault
-	final = c.faultAnswer(final)
-	refusedMsg, doneMsg = finish(m, req, final.Action)
-	return final
+	final.Measures, final.Fault, settled = measures, fault, true
+	return c.faultAnswer(final)
 }
 
 // storeFault is a row of the fault table: a Pass left by a store fault
@@ -288,10 +282,7 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		if l.per == perAddr {
 			cost = e.addrCost(ctx, now, l, key, req, cost, &p)
 		}
-		it := StackItem{Limit: l.name, Key: key, Params: l.rl, Cost: cost, Count: count, Refuses: l.action.Refuses()}
-		if v, ok := l.override(key); ok {
-			it.Params = overridden(it.Params, v)
-		}
+		it := StackItem{Limit: l.name, Key: key, Params: l.params(key), Cost: cost, Count: count, Refuses: l.action.Refuses()}
 		if l.ratio > 0 {
 			ok, err := e.ratioItem(ctx, now, l, &it)
 			if err != nil && first == nil {
@@ -382,14 +373,6 @@ func (c *compiled) before(l *limit, d Decision) bool {
 		}
 	}
 	return false
-}
-
-// finish says how a request ends its message's bookkeeping (msgShard.end).
-func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
-	if m == nil {
-		return false, false
-	}
-	return !a.Admits(), req.ProtocolState == StateEndOfMessage
 }
 
 // cost is what req charges l at state given the message's charge ch (nil:

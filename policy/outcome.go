@@ -224,10 +224,7 @@ func (e *Engine) record(ctx context.Context, now time.Time, req *Request, cost f
 		if key == "" {
 			continue
 		}
-		rl := l.rl
-		if v, ok := l.override(key); ok {
-			rl = overridden(rl, v)
-		}
+		rl := l.params(key)
 		err := e.store.Update(ctx, name, key, func(old ratelimit.State) (ratelimit.State, bool) {
 			return rl.Next(rl.Check(old, now, cost), true)
 		})
