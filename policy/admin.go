@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -39,13 +40,8 @@ func (e *Engine) Limits() []LimitInfo {
 			Mode: l.rl.Mode.String(), Action: l.action.String(), Algorithm: l.rl.Algorithm.String(),
 			CountAt: countAtText[l.per], Overrides: l.overrides, Message: l.message, Via: l.via, HalfLife: l.rl.HalfLife}
 		if l.rl.Algorithm == ratelimit.Baseline {
-			out[i].Factor, out[i].Floor, out[i].LearnPeriod = l.rl.Factor, l.rl.Floor, l.rl.LearnPeriod
-			if out[i].Factor == 0 {
-				out[i].Factor = ratelimit.DefaultFactor
-			}
-			if out[i].LearnPeriod == 0 {
-				out[i].LearnPeriod = ratelimit.DefaultLearnPeriod
-			}
+			out[i].Factor, out[i].Floor = cmp.Or(l.rl.Factor, ratelimit.DefaultFactor), l.rl.Floor
+			out[i].LearnPeriod = cmp.Or(l.rl.LearnPeriod, ratelimit.DefaultLearnPeriod)
 		}
 	}
 	return out

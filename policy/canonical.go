@@ -209,8 +209,8 @@ func Domain(d string) string {
 // InvalidClient for a malformed numeric form, else lower-cased.
 func (f KeyForm) Client(addr string) string {
 	s := strings.TrimSpace(addr)
-	if a, ok := f.clientAddr(s); ok {
-		return f.prefix(a, 128)
+	if a, ok := parseClient(s); ok {
+		return f.prefix(f.carried(a), 128)
 	}
 	if p, err := netip.ParsePrefix(s); err == nil {
 		return f.prefix(p.Addr(), p.Bits())
@@ -219,16 +219,6 @@ func (f KeyForm) Client(addr string) string {
 		return InvalidClient
 	}
 	return strings.ToLower(s)
-}
-
-// clientAddr parses a client address as Client does, carried address
-// included.
-func (f KeyForm) clientAddr(s string) (netip.Addr, bool) {
-	a, ok := parseClient(s)
-	if !ok {
-		return netip.Addr{}, false
-	}
-	return f.carried(a), true
 }
 
 // parseClient parses s as netip does, without the brackets and "IPv6:"

@@ -167,7 +167,7 @@ func compile(c Config) (*compiled, error) {
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, key, fmt.Sprintf(format, a...)))
 	}
-	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning"}
+	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning", omitMeasures: c.OmitMeasures}
 	out.form = c.keyForm(bad)
 	switch c.OnFull {
 	case "", "defer":
@@ -181,32 +181,6 @@ func compile(c Config) (*compiled, error) {
 		out.faults = append(out.faults, storeFault{c.DeferOnUnavailable, "Rate limit service temporarily unavailable, try again later",
 			"rate store unavailable (store.on_redis_error = defer)"})
 	}
-	out.omitMeasures = c.OmitMeasures
-	compilePolicy(c, out, bad)
-	seen := map[string]bool{}
-	for i, lc := range c.Limits {
-		at := fmt.Sprintf("limit[%d]", i)
-		if lc.Name != "" {
-			at = fmt.Sprintf("limit[%d] (%s)", i, lc.Name)
-		}
-		if !nameRE.MatchString(lc.Name) {
-			bad(at+".name", "%q must be 1-64 of a-z, 0-9, _ and -", lc.Name)
-		} else if seen[lc.Name] {
-			bad(at+".name", "%q is used twice", lc.Name)
-		}
-		seen[lc.Name] = true
-		l := compileLimit(lc, at, out.form, bad)
-		l.idx = i
-		out.limits = append(out.limits, l)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
-}
-
-// compilePolicy sets out's policy-wide settings from c.
-func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...any)) {
 	setInt(bad, "policy.subnet_v4", c.SubnetV4, 1, 32, &out.subnet4)
 	setInt(bad, "policy.subnet_v6", c.SubnetV6, 1, 128, &out.subnet6)
 	if c.WarnHeader != nil {
@@ -231,6 +205,22 @@ func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...an
 	for _, s := range c.Exempt.Senders {
 		out.exemptSenders[out.form.Key(s)] = true
 	}
+	for i, lc := range c.Limits {
+		at := fmt.Sprintf("limit[%d]", i)
+		if lc.Name != "" {
+			at = fmt.Sprintf("limit[%d] (%s)", i, lc.Name)
+		}
+		if !nameRE.MatchString(lc.Name) {
+			bad(at+".name", "%q must be 1-64 of a-z, 0-9, _ and -", lc.Name)
+		} else if slices.ContainsFunc(out.limits, func(o limit) bool { return o.name == lc.Name }) {
+			bad(at+".name", "%q is used twice", lc.Name)
+		}
+		out.limits = append(out.limits, compileLimit(lc, i, at, out.form, bad))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
 }
 
 // ParsePrefix parses an address or prefix ("192.0.2.1", "2001:db8::/32")
@@ -258,9 +248,10 @@ func setInt(bad func(key, format string, a ...any), key string, v, lo, hi int, d
 	*dst = v
 }
 
-// compileLimit returns the engine's form of lc (at: its TOML key).
-func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format string, a ...any)) limit {
-	l := limit{name: lc.Name, message: lc.Message, overrides: lc.Overrides}
+// compileLimit returns the engine's form of lc, idx in the stack (at: its
+// TOML key).
+func compileLimit(lc LimitConfig, idx int, at string, form KeyForm, bad func(key, format string, a ...any)) limit {
+	l := limit{name: lc.Name, idx: idx, message: lc.Message, overrides: lc.Overrides}
 	if len(lc.Key) == 0 {
 		bad(at+".key", "missing (e.g. key = [\"sasl_username\"])")
 	}

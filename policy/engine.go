@@ -517,10 +517,11 @@ func (c *compiled) attr(name string, req *Request) string {
 	case "client_address":
 		return c.form.Client(req.ClientAddress)
 	case "client_subnet":
-		a, ok := c.form.clientAddr(strings.TrimSpace(req.ClientAddress))
+		a, ok := parseClient(strings.TrimSpace(req.ClientAddress))
 		if !ok {
 			return ""
 		}
+		a = c.form.carried(a)
 		bits := c.subnet6
 		if a.Is4() {
 			bits = c.subnet4

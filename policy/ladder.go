@@ -37,20 +37,14 @@ var actionVerbs = [...]string{"measures", "warns", "holds", "freezes", "defers",
 // String is the step as config check prints it: "hourly defers above
 // 200/h", "daily freezes above 1,000/24h".
 func (s Step) String() string {
-	verb := s.Action.String()
+	verb, period := s.Action.String(), human.Duration(s.Period)
 	if int(s.Action) < len(actionVerbs) {
 		verb = actionVerbs[s.Action]
 	}
-	return fmt.Sprintf("%s %s above %s", s.Limit, verb, perPeriod(s.Max, s.Period))
-}
-
-// perPeriod prints a threshold: "200/h", "1,000/24h".
-func perPeriod(max float64, period time.Duration) string {
-	p := human.Duration(period)
-	if period == time.Hour {
-		p = "h"
+	if s.Period == time.Hour {
+		period = "h"
 	}
-	return thousands(max) + "/" + p
+	return fmt.Sprintf("%s %s above %s/%s", s.Limit, verb, thousands(s.Max), period)
 }
 
 // thousands prints f as human.Number does, with "," between thousands.

@@ -116,23 +116,15 @@ type msgShard struct {
 	nOpen    atomic.Int64 // entries open (msgEntry.open), for status
 }
 
-// appendID appends req's message key: stage, join fingerprint and
-// instance (a forged request reusing an instance makes its own message).
+// appendID appends req's message key: stage, the join fingerprint (client,
+// SASL user, sender) and instance (a forged request reusing an instance
+// makes its own message).
 func appendID(b []byte, req *Request) []byte {
-	b = append(b, req.Stage...)
-	b = append(b, 0)
-	b = appendFP(b, req)
-	b = append(b, 0)
+	b = append(append(b, req.Stage...), 0)
+	b = append(append(b, req.ClientAddress...), 0)
+	b = append(appendLower(b, req.SASLUsername), 0)
+	b = append(appendLower(b, req.Sender), 0)
 	return append(b, req.Instance...)
-}
-
-// appendFP appends req's join fingerprint: client, SASL user, sender.
-func appendFP(b []byte, req *Request) []byte {
-	b = append(b, req.ClientAddress...)
-	b = append(b, 0)
-	b = appendLower(b, req.SASLUsername)
-	b = append(b, 0)
-	return appendLower(b, req.Sender)
 }
 
 // appendLower appends s lower-cased as strings.ToLower does.
