@@ -192,12 +192,10 @@ func Domain(d string) string {
 	d = strings.TrimLeftFunc(d, unicode.IsSpace)
 	d = strings.TrimRightFunc(d, func(r rune) bool { return r == '.' || unicode.IsSpace(r) })
 	d = strings.ToLower(d)
-	for i := 0; i < len(d); i++ {
-		if d[i] >= 0x80 { // lower-cased first: the key does not depend on the case
-			if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
-				return strings.TrimRight(strings.ToLower(a), ".") // "。" maps to "."
-			}
-			break
+	// IDNA after lower-casing: the key does not depend on the case.
+	if strings.ContainsFunc(d, func(r rune) bool { return r >= utf8.RuneSelf }) {
+		if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
+			return strings.TrimRight(strings.ToLower(a), ".") // "。" maps to "."
 		}
 	}
 	return d

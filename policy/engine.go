@@ -557,10 +557,7 @@ func (c *compiled) exempt(req *Request) bool {
 	}
 	if len(c.exemptSenders) > 0 && req.Sender != "" {
 		s := BoundKey(c.form.Address(req.Sender))
-		if c.exemptSenders[s] {
-			return true
-		}
-		if i := strings.LastIndexByte(s, '@'); i >= 0 && c.exemptSenders[s[i:]] {
+		if i := strings.LastIndexByte(s, '@'); c.exemptSenders[s] || i >= 0 && c.exemptSenders[s[i:]] {
 			return true
 		}
 	}

@@ -64,7 +64,6 @@ func (e *Engine) Ladders() []Ladder { return e.cfg.Load().ladders() }
 // ladders groups c's limits by key and cost unit and marks shadowed steps.
 func (c *compiled) ladders() []Ladder {
 	var out []Ladder
-	var of [][]*limit // the limits of out[i]
 	for i := range c.limits {
 		l := &c.limits[i]
 		j := slices.IndexFunc(out, func(ld Ladder) bool {
@@ -72,18 +71,16 @@ func (c *compiled) ladders() []Ladder {
 		})
 		if j < 0 {
 			out = append(out, Ladder{Key: l.key, Per: perNames[l.per]})
-			of = append(of, nil)
 			j = len(out) - 1
 		}
 		s := l.step()
-		for _, a := range of[j] {
-			if shadows(a, l) {
+		for k := range i {
+			if a := &c.limits[k]; a.per == l.per && slices.Equal(a.key, l.key) && shadows(a, l) {
 				s.Shadowed = a.name
 				break
 			}
 		}
 		out[j].Steps = append(out[j].Steps, s)
-		of[j] = append(of[j], l)
 	}
 	return out
 }

@@ -49,7 +49,7 @@ type msgEntry struct {
 	verdict [2]*Decision // per front end, without Measures; nil: Pass
 	charges []charge
 	id      [2][]byte // message key (appendID) per front end; empty: no view
-	hash    [2]uint64 // hashID of id
+	hash    [2]uint64 // hash of id with the front end (msgTable.get)
 	refs    int32     // slots, pending list and requests holding it
 	open    bool      // last request admitted, not END-OF-MESSAGE (nOpen)
 	// While waiting for the other front end: join fingerprint, its hash,
@@ -145,23 +145,10 @@ func appendLower(b []byte, s string) []byte {
 	return b
 }
 
-func (t *msgShard) init() {
-	if t.cur.msgs == nil {
-		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
-		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
-		t.gen = 1
-	}
-}
-
-// hashID hashes a message key with the front end index.
-func (t *msgShard) hashID(front int, id []byte) uint64 {
-	return maphash.Bytes(seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
-}
-
 // get returns the entry of req's message, new (joined to the other front
 // end's waiting view when joinable) if need be; nil without an instance.
 // Give it back with msgShard.end.
-func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
+func (tb *msgTable) get(req *Request, joinable bool) *msgEntry {
 	if req.Instance == "" {
 		return nil
 	}
@@ -169,16 +156,16 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	id := appendID(buf[:0], req)
 	fp := id[len(req.Stage)+1 : len(id)-len(req.Instance)-1] // appendID's fingerprint
 	fh := maphash.Bytes(seed, fp)
-	return t.shards[fh%msgShards].get(req, id, fp, fh, joinable)
-}
-
-// get is msgTable.get in the shard of req's fingerprint fp (hash fh).
-func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *msgEntry {
 	front := frontIndex(req.Stage)
+	t := &tb.shards[fh%msgShards]
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.init()
-	h := t.hashID(front, id)
+	if t.cur.msgs == nil {
+		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
+		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
+		t.gen = 1
+	}
+	h := maphash.Bytes(seed, id) ^ uint64(front)*0x9e3779b97f4a7c15 // the front end's own
 	held, inCur := t.cur.msgs[h]
 	if inCur && bytes.Equal(held.id[front], id) {
 		held.refs++
@@ -186,9 +173,7 @@ func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *m
 		return held
 	}
 	if m, ok := t.old.msgs[h]; ok && bytes.Equal(m.id[front], id) {
-		m.refs++ // this request, first: put may rotate
-		delete(t.old.msgs, h)
-		m.refs-- // the old slot, replaced by put's
+		delete(t.old.msgs, h) // the old slot's reference passes to this request
 		m.hash[front] = h
 		t.put(h, m, held)
 		return m
