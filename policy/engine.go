@@ -147,8 +147,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		return Decision{}
 	}
 	var m *msgEntry
-	var prev Decision
-	settled := false // d ends the message's request (msgShard.end)
+	var again Decision // the message's verdict (zero: Pass) given again
+	settled := false   // d ends the message's request (msgShard.end)
 	if inMessage {
 		m = e.msgs.get(req, e.seen.joinable(front))
 	}
@@ -158,7 +158,10 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			m.mu.Unlock()
 			m.shard.end(m, req, settled && !d.Action.Admits(), settled && state == StateEndOfMessage)
 		}()
-		prev = m.prev(front)
+		if p := m.prev(front); p.Action != Pass {
+			again = p
+			again.Repeated = true
+		}
 		if n := len(m.charges) + len(c.limits); cap(m.charges) < n {
 			m.charges = slices.Grow(m.charges, n-len(m.charges))
 		}
@@ -168,21 +171,16 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	defer e.scratch.Put(sc)
 	probes, items, stackErr := e.stack(ctx, now, c, req, m, front, sc)
 	if len(items) == 0 {
-		if prev.Action != Pass {
-			d = prev
-			d.Repeated = true
-		}
-		d.Fault, settled = stackErr, true
-		return c.faultAnswer(d)
+		again.Fault, settled = stackErr, true
+		return c.faultAnswer(again)
 	}
-	out, err := e.measure(ctx, now, items, prev.Action.Refuses(), sc)
-	if err != nil {
-		// Nothing decided: fail open, bookkeeping untouched.
-		d = Decision{Reason: "rate store error, failing open", Fault: err}
-		if prev.Action != Pass {
-			d = prev
-			d.Repeated, d.Fault = true, err
+	out, err := e.measure(ctx, now, items, again.Action.Refuses(), sc)
+	if err != nil { // nothing decided: fail open, bookkeeping untouched
+		d = Decision{Reason: "rate store error, failing open"}
+		if again.Action != Pass {
+			d = again
 		}
+		d.Fault = err
 		return c.faultAnswer(d)
 	}
 
@@ -197,12 +195,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	verdictOf := func(i int) Decision {
 		return c.verdict(probes[i].l, &items[i], &out[i].Result, e.unknownOf(ctx, now, c, probes[i].l, req, items[i].Key))
 	}
-	var msgVerdict Decision
-	switch {
-	case prev.Action != Pass && (msgDecisive < 0 || !c.before(probes[msgDecisive].l, prev)):
-		msgVerdict = prev
-		msgVerdict.Repeated = true
-	case msgDecisive >= 0:
+	msgVerdict := again
+	if msgDecisive >= 0 && c.before(probes[msgDecisive].l, again) {
 		msgVerdict = verdictOf(msgDecisive)
 	}
 	final := msgVerdict
@@ -215,7 +209,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			probes[i].commit(state, &items[i], admitted)
 		}
 	}
-	if m != nil && msgVerdict.Action != prev.Action {
+	if m != nil && msgVerdict.Action != again.Action {
 		mv := msgVerdict
 		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
 		m.setVerdict(front, mv)
@@ -322,27 +316,23 @@ func decisive(probes []probe, items []StackItem, out []StackResult, measures []M
 	msgDecisive, rcptDecisive = -1, -1
 	for i := range items {
 		it, r, p := &items[i], &out[i], &probes[i]
-		var ms *Measure
+		ms := &Measure{} // discarded without measures
 		if measures != nil {
 			ms = &measures[i]
-			*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
-				Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
 		}
+		*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
+			Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
 		if r.Err != nil {
 			if fault == nil {
 				fault = r.Err
 			}
-			if ms != nil {
-				ms.Over, ms.RetryAfter = false, 0
-			}
+			ms.Over, ms.RetryAfter = false, 0
 			continue
 		}
 		if !r.Result.Over {
 			continue
 		}
-		if ms != nil {
-			ms.Action = p.l.action
-		}
+		ms.Action = p.l.action
 		if p.l.action == Pass {
 			continue // measure only
 		}
