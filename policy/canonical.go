@@ -86,10 +86,8 @@ func (f KeyForm) Address(addr string) string {
 		raw, domain = addr[:at], addr[at+1:]
 	}
 	local, quoted := unquote(raw)
-	if f.Delimiters != "" {
-		if i := strings.IndexAny(local, f.Delimiters); i > 0 {
-			local = local[:i]
-		}
+	if i := strings.IndexAny(local, f.Delimiters); i > 0 {
+		local = local[:i]
 	}
 	if !quoted {
 		local = strings.TrimSpace(local)

@@ -149,9 +149,6 @@ const (
 	ViaMilter = "milter"
 )
 
-// DefaultMessage is the client text when a limit has none.
-const DefaultMessage = "rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"
-
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // keyAttrs are the attributes a limit key may name.
@@ -315,11 +312,11 @@ func compileLimit(lc LimitConfig, idx int, at string, form KeyForm, bad func(key
 			bad(at+".via", "%q is not policy or milter", v)
 		}
 	}
-	if l.message == "" {
-		l.message = DefaultMessage
-		if l.outcome() {
-			l.message = DefaultOutcomeMessage
-		}
+	switch { // the client text of a limit without one (a ratio's: compileRatio)
+	case l.message == "" && l.outcome():
+		l.message = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
+	case l.message == "":
+		l.message = "rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"
 	}
 	return l
 }

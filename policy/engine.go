@@ -260,12 +260,8 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		if len(l.via) > 0 && !slices.Contains(l.via, req.Stage) {
 			continue
 		}
-		var ch *charge
-		if m != nil {
-			ch = m.chargeOf(l.name)
-		}
-		p := probe{l: l, ch: ch, size: float64(max(req.Size, 0))}
-		cost, count, ok := l.cost(req, state, ch, front, connectSeen, p.size)
+		p := probe{l: l, ch: m.chargeOf(l.name), size: float64(max(req.Size, 0))}
+		cost, count, ok := l.cost(req, state, p.ch, front, connectSeen, p.size)
 		if !ok {
 			continue
 		}
@@ -421,20 +417,14 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 	case perByte:
 		ch.byteSeen = true
 		ch.bytes = max(ch.bytes, p.size)
-	case perAddr:
+	case perAddr, perRcpt:
 		if state == StateRcpt {
 			ch.rcpts++
-		} else {
+		} else if p.l.per == perAddr {
 			ch.mail = true
 		}
-	case perRcpt:
-		if state == StateRcpt {
-			ch.rcpts++
-			if admitted {
-				ch.rcptsOK++
-			}
-		} else if admitted {
-			ch.rcptsOK += int(it.Cost)
+		if p.l.per == perRcpt && admitted {
+			ch.rcptsOK += int(it.Cost) // 1 at RCPT
 		}
 	}
 }

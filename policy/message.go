@@ -78,8 +78,12 @@ func (m *msgEntry) setVerdict(front int, d Decision) {
 	m.verdict[front] = &d
 }
 
-// chargeOf returns the charge record of limit name, adding one if needed.
+// chargeOf returns the charge record of limit name, adding one if needed;
+// nil without a message.
 func (m *msgEntry) chargeOf(name string) *charge {
+	if m == nil {
+		return nil
+	}
 	for i := range m.charges {
 		if m.charges[i].limit == name {
 			return &m.charges[i]
@@ -312,7 +316,6 @@ func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 // end gives back the entry of one request (from get): a refused message
 // is no longer joinable, and done (END-OF-MESSAGE) forgets req's view.
 func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
-	var buf [maxIDLen]byte
 	front := frontIndex(req.Stage)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -321,7 +324,7 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 		t.unlinkPending(m)
 	}
 	if done {
-		id, h := append(buf[:0], m.id[front]...), m.hash[front]
+		id, h := m.id[front], m.hash[front]
 		for _, g := range [2]*msgGen{&t.cur, &t.old} {
 			if o, ok := g.msgs[h]; ok && bytes.Equal(o.id[front], id) {
 				delete(g.msgs, h)

@@ -31,13 +31,6 @@ func (k OutcomeKind) String() string {
 	return fmt.Sprintf("OutcomeKind(%d)", uint8(k))
 }
 
-// DefaultOutcomeMessage and DefaultRatioMessage are the client text of an
-// outcome limit without one, and of one in the ratio form.
-const (
-	DefaultOutcomeMessage = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
-	DefaultRatioMessage   = "too many of your recent recipients failed; try again in {retry}"
-)
-
 // ClassifyDSN returns the kind of an RFC 3463 status code such as "5.1.1"
 // (a Postfix dsn=, a DSN's Status field); ok is false for a success (2.x.x)
 // and for anything that is not a status code.
@@ -148,7 +141,7 @@ func (l *limit) compileRatio(lc LimitConfig, at string, bad func(key, format str
 	}
 	l.rl.Limit = l.minCount // what the rate state is kept under; the limit is set per request
 	if lc.Message == "" {
-		l.message = DefaultRatioMessage
+		l.message = "too many of your recent recipients failed; try again in {retry}"
 	}
 }
 
