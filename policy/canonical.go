@@ -240,7 +240,7 @@ func inetAton(s string) (netip.Addr, bool) {
 	if len(parts) > 4 || s == "" {
 		return netip.Addr{}, false
 	}
-	var v [4]uint64
+	var u uint64
 	for i, p := range parts {
 		base, digits := 10, p
 		switch {
@@ -249,27 +249,16 @@ func inetAton(s string) (netip.Addr, bool) {
 		case len(p) > 1 && p[0] == '0':
 			base, digits = 8, p[1:]
 		}
-		if digits == "" && base == 8 {
-			continue // "0"
+		shift, bits := 24-8*i, 8 // a byte; the last part fills the rest
+		if i == len(parts)-1 {
+			shift, bits = 0, 32-8*i
 		}
 		n, err := strconv.ParseUint(digits, base, 32)
-		if err != nil {
+		if err != nil || n >= 1<<bits {
 			return netip.Addr{}, false
 		}
-		v[i] = n
+		u |= n << shift
 	}
-	last := len(parts) - 1
-	if limit := uint64(0xffffffff) >> (8 * last); v[last] > limit {
-		return netip.Addr{}, false
-	}
-	var u uint64
-	for i := range last {
-		if v[i] > 0xff {
-			return netip.Addr{}, false
-		}
-		u |= v[i] << (24 - 8*i)
-	}
-	u |= v[last]
 	return netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)}), true
 }
 
@@ -328,8 +317,7 @@ func nat64IPv4(b [16]byte, bits int) netip.Addr {
 
 func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 	a = a.Unmap().WithZone("")
-	bits := f.IPv6Prefix
-	full := 128
+	bits, full := f.IPv6Prefix, 128
 	if a.Is4() {
 		bits, full = f.IPv4Prefix, 32
 		if maxBits == 128 {
@@ -342,10 +330,7 @@ func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 	if bits >= full {
 		return a.String()
 	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return a.String()
-	}
+	p, _ := a.Prefix(bits) // a is valid, 0 <= bits < full
 	return p.String()
 }
 
@@ -412,11 +397,10 @@ func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 	}
 	if c.RecipientDelimiter != nil {
 		f.Delimiters = *c.RecipientDelimiter
-		for _, r := range f.Delimiters {
-			if r <= ' ' || r >= 0x7f || strings.ContainsRune("@|\"'<>", r) {
-				bad("policy.recipient_delimiter", "%q: a delimiter must be printable ASCII other than @, |, quotes, <, > and space", f.Delimiters)
-				break
-			}
+		if strings.ContainsFunc(f.Delimiters, func(r rune) bool {
+			return r <= ' ' || r >= 0x7f || strings.ContainsRune("@|\"'<>", r)
+		}) {
+			bad("policy.recipient_delimiter", "%q: a delimiter must be printable ASCII other than @, |, quotes, <, > and space", f.Delimiters)
 		}
 	}
 	setInt(bad, "policy.ipv4_prefix", c.IPv4Prefix, 8, 32, &f.IPv4Prefix)
