@@ -126,12 +126,10 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 
 // conversion returns the store's last conversion of limit's states, or nil.
 func (e *Engine) conversion(name string) *Conversion {
-	cs, ok := e.store.(Conversions)
-	if !ok {
-		return nil
-	}
-	if c, ok := cs.LastConversion(name); ok {
-		return &c
+	if cs, ok := e.store.(Conversions); ok {
+		if c, ok := cs.LastConversion(name); ok {
+			return &c
+		}
 	}
 	return nil
 }

@@ -108,25 +108,16 @@ func (f KeyForm) Address(addr string) string {
 // path ("<@a,@b:user@domain>"), however often repeated.
 func stripPath(s string) string {
 	for {
+		i := strings.IndexByte(s, ':') // the end of a source route
 		switch {
 		case len(s) >= 2 && s[0] == '<' && s[len(s)-1] == '>':
 			s = strings.TrimSpace(s[1 : len(s)-1])
-		case len(s) > 1 && s[0] == '@' && route(s) > 0:
-			s = strings.TrimSpace(s[route(s)+1:])
+		case len(s) > 1 && s[0] == '@' && i > 0 && !strings.ContainsAny(s[:i], "\"<>") && strings.Contains(s[i+1:], "@"):
+			s = strings.TrimSpace(s[i+1:])
 		default:
 			return s
 		}
 	}
-}
-
-// route returns the index of the ":" ending the source route s starts
-// with, or -1.
-func route(s string) int {
-	i := strings.IndexByte(s, ':')
-	if i <= 0 || strings.ContainsAny(s[:i], "\"<>") || !strings.Contains(s[i+1:], "@") {
-		return -1
-	}
-	return i
 }
 
 // unquote returns the content of an RFC 5321 quoted-string and true, or s

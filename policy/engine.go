@@ -73,13 +73,11 @@ type Engine struct {
 // error joins every problem, each wrapping ErrInvalidConfig with its TOML
 // key. A StackEvaluator st decides each stack in one step.
 func NewEngine(c Config, st Store) (*Engine, error) {
-	cc, err := compile(c)
-	if err != nil {
-		return nil, err
-	}
 	e := &Engine{store: st}
 	e.scratch.New = func() any { return new(scratch) }
-	e.cfg.Store(cc)
+	if err := e.Reload(c); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -432,16 +430,14 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 // verdict is the Decision of limit l over with result r; unknown as
 // unknownOf.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result, unknown float64) Decision {
-	lim := limitOf(it, r)
+	lim, retry := limitOf(it, r), r.RetryAfter
 	if l.ratio > 0 {
-		rr := *r
-		rr.RetryAfter = l.ratioWait(it)
-		r = &rr
+		retry = l.ratioWait(it)
 	}
 	// The key is cloned: it may share a Decoder block and is kept long.
 	d := Decision{Action: l.action, Limit: l.name, Key: strings.Clone(it.Key), Rate: r.Rate, Max: lim, Period: it.Params.Period,
-		RetryAfter: r.RetryAfter, Place: l.idx + 1}
-	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
+		RetryAfter: retry, Place: l.idx + 1}
+	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, retry)
 	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
 		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	if l.outcome() {

@@ -202,22 +202,18 @@ func (tb *msgTable) get(req *Request, joinable bool) *msgEntry {
 
 // unref drops one reference to m, forgetting it when none is left.
 func (t *msgShard) unref(m *msgEntry) {
-	m.refs--
-	if m.refs > 0 {
-		return
+	if m.refs--; m.refs <= 0 {
+		t.inUse--
+		t.setOpen(m, false)
 	}
-	t.inUse--
-	t.setOpen(m, false)
 }
 
 // put stores m under h in the current generation, rotating when full, and
 // takes a reference for the slot; held, colliding under h, is forgotten.
 func (t *msgShard) put(h uint64, m, held *msgEntry) {
 	if t.cur.size() >= shardGenSize {
-		t.rotate()
-		held = nil
-	}
-	if held != nil {
+		t.rotate() // held goes with the old generation
+	} else if held != nil {
 		t.unref(held)
 	}
 	t.cur.msgs[h] = m
