@@ -253,10 +253,7 @@ func (e *Engine) MayFreeze(req *Request) bool {
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
-		if l.action != Freeze || (len(l.via) > 0 && !slices.Contains(l.via, r.Stage)) {
-			continue
-		}
-		if c.keyOf(l, &r) != "" {
+		if l.action == Freeze && (len(l.via) == 0 || slices.Contains(l.via, r.Stage)) && c.keyOf(l, &r) != "" {
 			return true
 		}
 	}

@@ -349,10 +349,8 @@ func (f KeyForm) part(p string) string {
 		return f.Address(p)
 	}
 	// Not inet_aton's short forms: an operator's "1234" (a login) is no address.
-	if a, ok := parseClient(p); ok && (!a.Is4() || strings.Count(p, ".") == 3 || strings.Contains(p, ":")) {
-		return f.Client(p)
-	}
-	if _, err := netip.ParsePrefix(p); err == nil {
+	_, err := netip.ParsePrefix(p)
+	if a, ok := parseClient(p); err == nil || ok && (!a.Is4() || strings.Count(p, ".") == 3 || strings.Contains(p, ":")) {
 		return f.Client(p)
 	}
 	return strings.ToLower(p)

@@ -89,10 +89,8 @@ func (c *compiled) ladders() []Ladder {
 // over: measured wherever b is, no overrides, and a threshold no higher as
 // a count (a burst) and as a rate (a steady sender).
 func shadows(a, b *limit) bool {
-	if !a.action.Answers() || b.action == Pass || len(a.overrides) > 0 {
-		return false
-	}
-	if a.rl.Algorithm == ratelimit.Baseline || b.rl.Algorithm == ratelimit.Baseline {
+	if !a.action.Answers() || b.action == Pass || len(a.overrides) > 0 ||
+		a.rl.Algorithm == ratelimit.Baseline || b.rl.Algorithm == ratelimit.Baseline {
 		return false
 	}
 	if len(a.via) > 0 && (len(b.via) == 0 || slices.ContainsFunc(b.via, func(v string) bool { return !slices.Contains(a.via, v) })) {
@@ -127,14 +125,12 @@ func LadderWarnings(c Config) []string {
 			continue
 		}
 		for j := range cc.limits {
-			a := &cc.limits[j]
-			if !a.action.Refuses() || (len(a.via) > 0 && !slices.Contains(a.via, ViaPolicy)) {
-				continue
+			if a := &cc.limits[j]; a.action.Refuses() && (len(a.via) == 0 || slices.Contains(a.via, ViaPolicy)) {
+				out = append(out, fmt.Sprintf("limit %s (%s, via %s) never counts the attempts %s %s through policy delegation: "+
+					"Postfix asks the policy service before the milter, so the milter never sees them; "+
+					"measure both on one front end (via = [%q] for %s too) to count them",
+					b.name, b.rl.Mode, strings.Join(b.via, ", "), a.name, actionVerbs[a.action], b.via[0], a.name))
 			}
-			out = append(out, fmt.Sprintf("limit %s (%s, via %s) never counts the attempts %s %s through policy delegation: "+
-				"Postfix asks the policy service before the milter, so the milter never sees them; "+
-				"measure both on one front end (via = [%q] for %s too) to count them",
-				b.name, b.rl.Mode, strings.Join(b.via, ", "), a.name, actionVerbs[a.action], b.via[0], a.name))
 		}
 	}
 	return out

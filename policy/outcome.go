@@ -102,14 +102,13 @@ func (e *Engine) unknownOf(ctx context.Context, now time.Time, c *compiled, l *l
 	}
 	for i := range c.limits {
 		s := &c.limits[i]
-		if s.per != perUnknown || !plainCount(s) || s.rl.Period != l.rl.Period || c.keyOf(s, req) != key {
-			continue
+		if s.per == perUnknown && plainCount(s) && s.rl.Period == l.rl.Period && c.keyOf(s, req) == key {
+			st, err := e.store.Get(ctx, s.name, key)
+			if err != nil {
+				return -1
+			}
+			return s.rl.Rate(st, now)
 		}
-		st, err := e.store.Get(ctx, s.name, key)
-		if err != nil {
-			return -1
-		}
-		return s.rl.Rate(st, now)
 	}
 	return -1
 }
