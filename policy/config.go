@@ -271,10 +271,16 @@ func compileLimit(lc LimitConfig, idx int, at string, form KeyForm, bad func(key
 	if l.action, err = ParseAction(cmp.Or(lc.Action, "defer")); err != nil {
 		bad(at+".action", "%v", err)
 	}
-	l.rl.Limit = lc.Limit
-	l.rl.Period = time.Duration(lc.Period)
-	l.rl.HalfLife = time.Duration(lc.HalfLife)
-	compileBaseline(&l.rl, lc, at, bad)
+	l.rl.Limit, l.rl.Period, l.rl.HalfLife = lc.Limit, time.Duration(lc.Period), time.Duration(lc.HalfLife)
+	if l.rl.Algorithm == ratelimit.Baseline { // cap = limit
+		if lc.Cap != 0 && lc.Limit != 0 && lc.Limit != lc.Cap {
+			bad(at+".cap", "cap %g and limit %g differ (with baseline, limit is the cap: give one)", lc.Cap, lc.Limit)
+		}
+		l.rl.Limit = cmp.Or(lc.Cap, lc.Limit)
+		l.rl.Factor, l.rl.Floor, l.rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
+	} else if lc.Factor != 0 || lc.Floor != 0 || lc.Cap != 0 || lc.LearnPeriod != 0 {
+		bad(at, "factor, floor, cap and learn_period need algorithm = \"baseline\"")
+	}
 	if lc.Ratio != 0 || lc.MinCount != 0 {
 		l.compileRatio(lc, at, bad)
 	}
@@ -322,23 +328,6 @@ func compileLimit(lc LimitConfig, idx int, at string, form KeyForm, bad func(key
 }
 
 var headerNameRE = regexp.MustCompile(`^[!-9;-~]+$`)
-
-// compileBaseline sets rl's baseline parameters (cap = limit).
-func compileBaseline(rl *ratelimit.Limit, lc LimitConfig, at string, bad func(key, format string, a ...any)) {
-	if rl.Algorithm != ratelimit.Baseline {
-		if lc.Factor != 0 || lc.Floor != 0 || lc.Cap != 0 || lc.LearnPeriod != 0 {
-			bad(at, "factor, floor, cap and learn_period need algorithm = \"baseline\"")
-		}
-		return
-	}
-	if lc.Cap != 0 {
-		if lc.Limit != 0 && lc.Limit != lc.Cap {
-			bad(at+".cap", "cap %g and limit %g differ (with baseline, limit is the cap: give one)", lc.Cap, lc.Limit)
-		}
-		rl.Limit = lc.Cap
-	}
-	rl.Factor, rl.Floor, rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
-}
 
 // params is l's arithmetic for key: with key's own override, else its
 // "@domain" one (for baseline, floor and cap).

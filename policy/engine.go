@@ -172,7 +172,13 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		again.Fault, settled = stackErr, true
 		return c.faultAnswer(again)
 	}
-	out, err := e.measure(ctx, now, items, again.Action.Refuses(), sc)
+	out := slices.Grow(sc.out[:0], len(items))[:len(items)]
+	var err error
+	if se, ok := e.store.(StackEvaluator); ok {
+		err = se.EvaluateStack(ctx, now, items, again.Action.Refuses(), out)
+	} else {
+		err = EvaluateStack(ctx, e.store, now, items, again.Action.Refuses(), out)
+	}
 	if err != nil { // nothing decided: fail open, bookkeeping untouched
 		d = Decision{Reason: "rate store error, failing open"}
 		if again.Action != Pass {
@@ -284,22 +290,6 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		items = append(items, it)
 	}
 	return probes, items, first
-}
-
-// measure has the store evaluate items at now (refused: the message was).
-func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, refused bool, sc *scratch) ([]StackResult, error) {
-	out := sc.out[:]
-	if len(items) > maxStack {
-		out = make([]StackResult, len(items))
-	}
-	out = out[:len(items)]
-	var err error
-	if se, ok := e.store.(StackEvaluator); ok {
-		err = se.EvaluateStack(ctx, now, items, refused, out)
-	} else {
-		err = EvaluateStack(ctx, e.store, now, items, refused, out)
-	}
-	return out, err
 }
 
 // decisive returns the index of the limit deciding the message's verdict
