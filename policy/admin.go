@@ -137,8 +137,7 @@ func (e *Engine) conversion(name string) *Conversion {
 // view is l's view of key's state s at now; conv, back as convertedView.
 func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
 	rl := l.params(key)
-	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, Per: perNames[l.per], State: s}
-	kr.Rate = rl.Rate(s, now)
+	kr := KeyRate{Limit: l.name, Key: key, Rate: rl.Rate(s, now), Max: rl.Limit, Period: rl.Period, Per: perNames[l.per], State: s}
 	if rl.Algorithm == ratelimit.Baseline {
 		b := rl.Baseline(s, now)
 		kr.Baseline, kr.Peak, kr.Cap, kr.Max = true, b.Peak, rl.Limit, b.Allowed
@@ -234,10 +233,8 @@ func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 // Negligible reports whether s, under the named limit, equals no state
 // (ratelimit.Limit.Negligible); states of unknown limits are.
 func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool {
-	if l := e.cfg.Load().stateOf(limit); l != nil {
-		return l.rl.Negligible(s, now)
-	}
-	return true
+	rl, ok := e.LimitParams(limit)
+	return !ok || rl.Negligible(s, now)
 }
 
 // MayFreeze reports whether a freeze limit could refuse req (measures its

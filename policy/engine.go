@@ -530,11 +530,7 @@ func (c *compiled) exempt(req *Request) bool {
 	if len(c.exemptNets) > 0 && req.ClientAddress != "" {
 		if a, ok := parseClient(strings.TrimSpace(req.ClientAddress)); ok {
 			a, carried := a.Unmap().WithZone(""), c.form.carried(a)
-			for _, p := range c.exemptNets {
-				if p.Contains(a) || p.Contains(carried) {
-					return true
-				}
-			}
+			return slices.ContainsFunc(c.exemptNets, func(p netip.Prefix) bool { return p.Contains(a) || p.Contains(carried) })
 		}
 	}
 	return false

@@ -220,13 +220,12 @@ func (e *Engine) record(ctx context.Context, now time.Time, req *Request, cost f
 		err := e.store.Update(ctx, name, key, func(old ratelimit.State) (ratelimit.State, bool) {
 			return rl.Next(rl.Check(old, now, cost), true)
 		})
-		if err != nil {
-			if first == nil {
-				first = fmt.Errorf("limit %s: %w", l.name, err)
-			}
-			continue
+		switch {
+		case err == nil:
+			n++
+		case first == nil:
+			first = fmt.Errorf("limit %s: %w", l.name, err)
 		}
-		n++
 	}
 	return n, first
 }
