@@ -163,12 +163,9 @@ func dotString(s string) bool {
 	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x80 {
-			continue // its validity is the MTA's
-		}
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0) {
+	for i := 0; i < len(s); i++ { // from 0x80 on, UTF-8: its validity is the MTA's
+		if c := s[i]; c < 0x80 && !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0) {
 			return false
 		}
 	}
@@ -256,10 +253,8 @@ func inetAton(s string) (netip.Addr, bool) {
 // numeric reports whether s is an address literal or made only of what
 // one holds, so a failure to parse it is a malformed address, not a name.
 func numeric(s string) bool {
-	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' || len(s) >= 5 && strings.EqualFold(s[:5], "ipv6:") {
-		return true
-	}
-	return s != "" && strings.Trim(s, "0123456789abcdefABCDEF.:xX") == ""
+	return len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' || len(s) >= 5 && strings.EqualFold(s[:5], "ipv6:") ||
+		s != "" && strings.Trim(s, "0123456789abcdefABCDEF.:xX") == ""
 }
 
 // nat64WellKnown is RFC 6052's well-known prefix.

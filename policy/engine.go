@@ -527,13 +527,12 @@ func (c *compiled) exempt(req *Request) bool {
 			return true
 		}
 	}
-	if len(c.exemptNets) > 0 && req.ClientAddress != "" {
-		if a, ok := parseClient(strings.TrimSpace(req.ClientAddress)); ok {
-			a, carried := a.Unmap().WithZone(""), c.form.carried(a)
-			return slices.ContainsFunc(c.exemptNets, func(p netip.Prefix) bool { return p.Contains(a) || p.Contains(carried) })
-		}
+	if len(c.exemptNets) == 0 || req.ClientAddress == "" {
+		return false
 	}
-	return false
+	a, ok := parseClient(strings.TrimSpace(req.ClientAddress))
+	a, carried := a.Unmap().WithZone(""), c.form.carried(a)
+	return ok && slices.ContainsFunc(c.exemptNets, func(p netip.Prefix) bool { return p.Contains(a) || p.Contains(carried) })
 }
 
 // expand fills a message template's {name}, {key}, {rate}, {limit},

@@ -100,8 +100,6 @@ type msgGen struct {
 	npend int                    // entries in pend's lists
 }
 
-func (g *msgGen) size() int { return len(g.msgs) + g.npend }
-
 // msgTable holds the messages in flight in shards picked by the join
 // fingerprint, so every request of a message meets in one shard. Safe for
 // concurrent use; the zero value is ready.
@@ -211,7 +209,7 @@ func (t *msgShard) unref(m *msgEntry) {
 // put stores m under h in the current generation, rotating when full, and
 // takes a reference for the slot; held, colliding under h, is forgotten.
 func (t *msgShard) put(h uint64, m, held *msgEntry) {
-	if t.cur.size() >= shardGenSize {
+	if len(t.cur.msgs)+t.cur.npend >= shardGenSize {
 		t.rotate() // held goes with the old generation
 	} else if held != nil {
 		t.unref(held)
