@@ -111,10 +111,7 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 		if s.IsZero() && rs.IsZero() {
 			continue
 		}
-		kr := l.view(key, s, now, e.conversion(l.name), true)
-		if l.ratio > 0 {
-			l.ratioView(&kr, rs, now)
-		}
+		kr := l.view(key, s, rs, now, e.conversion(l.name), true)
 		if kr.Refusing && l.action.Answers() && !answered {
 			answered = true
 			kr.Answers, kr.Action, kr.NextStep = true, l.action.String(), c.nextStep(i)
@@ -134,8 +131,9 @@ func (e *Engine) conversion(name string) *Conversion {
 	return nil
 }
 
-// view is l's view of key's state s at now; conv, back as convertedView.
-func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
+// view is l's view of key's state s at now, rs its recipients' for a
+// ratio limit; conv, back as convertedView.
+func (l *limit) view(key string, s, rs ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
 	rl := l.params(key)
 	kr := KeyRate{Limit: l.name, Key: key, Rate: rl.Rate(s, now), Max: rl.Limit, Period: rl.Period, Per: perNames[l.per], State: s}
 	if rl.Algorithm == ratelimit.Baseline {
@@ -155,6 +153,16 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 	if !kr.Baseline {
 		kr.State.Rate = human.Finite(kr.State.Rate)
 	}
+	if l.ratio > 0 { // Rate counts the failures, against ratio times the recipients
+		rcpts := l.rl.Rate(rs, now)
+		kr.Ratio, kr.MinCount, kr.Recipients = l.ratio, l.minCount, human.Finite(rcpts)
+		kr.Max = human.Finite(l.ratio * max(rcpts, l.minCount))
+		kr.Over = rcpts >= l.minCount && kr.Rate > l.ratio*rcpts
+		kr.Refusing, kr.RetryAfter = kr.Over, 0
+		if kr.Over {
+			kr.RetryAfter = l.ratioWait(&StackItem{Params: ratelimit.Limit{Limit: l.ratio * rcpts, Period: l.rl.Period}})
+		}
+	}
 	return kr
 }
 
@@ -169,27 +177,24 @@ func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 	}
 	var out []KeyRate
 	type ratioKey struct{ limit, key string }
-	rcpts := map[ratioKey]ratelimit.State{} // the ratio limits' recipients
+	ratios := map[ratioKey]*[2]ratelimit.State{} // a ratio limit's failures and recipients
 	err := e.store.Range(ctx, func(name, key string, s ratelimit.State) bool {
-		if l := byName[name]; l != nil {
-			out = append(out, l.view(key, s, now, convs[name], false))
+		if l := byName[name]; l != nil && l.ratio == 0 {
+			out = append(out, l.view(key, s, ratelimit.State{}, now, convs[name], false))
 		} else if l := c.stateOf(name); l != nil {
-			rcpts[ratioKey{l.name, key}] = s
+			k, j := ratioKey{l.name, key}, 0
+			if name != l.name {
+				j = 1 // ratioName: the recipients
+			}
+			if ratios[k] == nil {
+				ratios[k] = new([2]ratelimit.State)
+			}
+			ratios[k][j] = s
 		}
 		return true
 	})
-	for i := range out {
-		if l := byName[out[i].Limit]; l.ratio > 0 {
-			k := ratioKey{l.name, out[i].Key}
-			l.ratioView(&out[i], rcpts[k], now)
-			delete(rcpts, k)
-		}
-	}
-	for k, rs := range rcpts { // recipients without failures
-		l := byName[k.limit]
-		kr := l.view(k.key, ratelimit.State{}, now, convs[k.limit], false)
-		l.ratioView(&kr, rs, now)
-		out = append(out, kr)
+	for k, st := range ratios {
+		out = append(out, byName[k.limit].view(k.key, st[0], st[1], now, convs[k.limit], false))
 	}
 	return out, err
 }

@@ -166,19 +166,6 @@ func (l *limit) ratioWait(it *StackItem) time.Duration {
 	return time.Duration(float64(it.Params.Period) * math.Log(max(it.Params.Limit/l.ratio/l.minCount, 1)))
 }
 
-// ratioView folds ratio limit l's recipients' state rs into kr, l's view
-// at now of the failures for the same key.
-func (l *limit) ratioView(kr *KeyRate, rs ratelimit.State, now time.Time) {
-	rcpts := l.rl.Rate(rs, now)
-	kr.Ratio, kr.MinCount, kr.Recipients = l.ratio, l.minCount, human.Finite(rcpts)
-	kr.Max = human.Finite(l.ratio * max(rcpts, l.minCount))
-	kr.Over = rcpts >= l.minCount && kr.Rate > l.ratio*rcpts
-	kr.Refusing, kr.RetryAfter = kr.Over, 0
-	if kr.Over {
-		kr.RetryAfter = l.ratioWait(&StackItem{Params: ratelimit.Limit{Limit: l.ratio * rcpts, Period: l.rl.Period}})
-	}
-}
-
 // RecordOutcome counts, at now, one recipient's outcome of kind in every
 // outcome limit that counts it, keyed by req, the request that submitted
 // the message with Recipient the one the outcome is about; as admitted
