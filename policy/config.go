@@ -248,7 +248,7 @@ func setInt(bad func(key, format string, a ...any), key string, v, lo, hi int, d
 // compileLimit returns the engine's form of lc, idx in the stack (at: its
 // TOML key).
 func compileLimit(lc LimitConfig, idx int, at string, form KeyForm, bad func(key, format string, a ...any)) limit {
-	l := limit{name: lc.Name, idx: idx, message: lc.Message, overrides: lc.Overrides}
+	l := limit{name: lc.Name, idx: idx, key: lc.Key, message: lc.Message, overrides: lc.Overrides}
 	if len(lc.Key) == 0 {
 		bad(at+".key", "missing (e.g. key = [\"sasl_username\"])")
 	}
@@ -257,7 +257,6 @@ func compileLimit(lc LimitConfig, idx int, at string, form KeyForm, bad func(key
 			bad(at+".key", "unknown key attribute %q (want one of %s)", k, strings.Join(keyAttrs, ", "))
 		}
 	}
-	l.key = lc.Key
 	if l.per = slices.Index(perNames, cmp.Or(lc.Per, "mail")); l.per < 0 {
 		bad(at+".per", "unknown cost unit %q (want mail, rcpt, byte, conn, addr, bounce, unknown_rcpt or deferral)", lc.Per)
 	}

@@ -160,9 +160,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			again = p
 			again.Repeated = true
 		}
-		if n := len(m.charges) + len(c.limits); cap(m.charges) < n {
-			m.charges = slices.Grow(m.charges, n-len(m.charges))
-		}
+		m.charges = slices.Grow(m.charges, len(c.limits))
 	}
 
 	sc := e.scratch.Get().(*scratch)
@@ -214,9 +212,7 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		}
 	}
 	if m != nil && msgVerdict.Action != again.Action {
-		mv := msgVerdict
-		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
-		m.setVerdict(front, mv)
+		m.setVerdict(front, msgVerdict)
 	}
 	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && fault == nil {
 		fault = err
@@ -341,12 +337,8 @@ func (c *compiled) before(l *limit, d Decision) bool {
 	if l.action.Answers() != d.Action.Answers() {
 		return l.action.Answers()
 	}
-	for i := range c.limits {
-		if c.limits[i].name == d.Limit {
-			return l.idx < i
-		}
-	}
-	return false
+	i := slices.IndexFunc(c.limits, func(o limit) bool { return o.name == d.Limit })
+	return i >= 0 && l.idx < i
 }
 
 // cost is what req charges l at state given the message's charge ch (nil:

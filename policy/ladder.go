@@ -111,12 +111,11 @@ func LadderWarnings(c Config) []string {
 	var out []string
 	for _, ld := range cc.ladders() {
 		for _, s := range ld.Steps {
-			if s.Shadowed == "" {
-				continue
+			if s.Shadowed != "" {
+				a := cc.stateOf(s.Shadowed).step()
+				out = append(out, fmt.Sprintf("limit %s can never answer: %s, earlier over the same key and counting, %s first",
+					s.Limit, s.Shadowed, strings.TrimPrefix(a.String(), a.Limit+" ")))
 			}
-			a := cc.stateOf(s.Shadowed).step()
-			out = append(out, fmt.Sprintf("limit %s can never answer: %s, earlier over the same key and counting, %s first",
-				s.Limit, s.Shadowed, strings.TrimPrefix(a.String(), a.Limit+" ")))
 		}
 	}
 	for i := range cc.limits {

@@ -69,8 +69,10 @@ func (m *msgEntry) prev(front int) Decision {
 	return Decision{}
 }
 
-// setVerdict records the message's verdict for front end front.
+// setVerdict records the message's verdict d for front end front, without
+// Repeated, Measures and Fault.
 func (m *msgEntry) setVerdict(front int, d Decision) {
+	d.Repeated, d.Measures, d.Fault = false, nil, nil
 	if v := m.verdict[front]; v != nil {
 		*v = d
 		return
