@@ -122,10 +122,7 @@ type scratch struct {
 
 // messageState reports whether s is within a mail transaction (MAIL to
 // END-OF-MESSAGE).
-func messageState(s string) bool {
-	i := stateIndex(s)
-	return i >= 3 && i <= 6
-}
+func messageState(s string) bool { return slices.Contains(stateNames[3:7], s) }
 
 // Evaluate decides req at now: a message is charged once per limit
 // whatever stages the MTA asks at, and the first over limit in stack order
@@ -156,8 +153,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			m.mu.Unlock()
 			m.shard.end(m, req, settled && !d.Action.Admits(), settled && state == StateEndOfMessage)
 		}()
-		if p := m.prev(front); p.Action != Pass {
-			again = p
+		if v := m.verdict[front]; v != nil && v.Action != Pass {
+			again = *v
 			again.Repeated = true
 		}
 		m.charges = slices.Grow(m.charges, len(c.limits))

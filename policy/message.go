@@ -61,14 +61,6 @@ type msgEntry struct {
 	pendGen   uint64
 }
 
-// prev returns the message's verdict for front end front (zero: Pass).
-func (m *msgEntry) prev(front int) Decision {
-	if v := m.verdict[front]; v != nil {
-		return *v
-	}
-	return Decision{}
-}
-
 // setVerdict records the message's verdict d for front end front, without
 // Repeated, Measures and Fault.
 func (m *msgEntry) setVerdict(front int, d Decision) {
