@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -238,9 +239,7 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 				Reason: f.reason + ": " + d.Fault.Error(), Measures: d.Measures, Fault: d.Fault}
 		}
 	}
-	if d.Reason == "" {
-		d.Reason = "rate store error for some limits"
-	}
+	d.Reason = cmp.Or(d.Reason, "rate store error for some limits")
 	return d
 }
 

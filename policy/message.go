@@ -289,13 +289,12 @@ func (t *msgShard) unlinkPending(m *msgEntry) {
 func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 	for _, g := range [2]*msgGen{&t.old, &t.cur} {
 		for _, m := range g.pend[fh] {
-			if m.pendFront != front || !bytes.Equal(m.fp, fp) {
-				continue
+			if m.pendFront == front && bytes.Equal(m.fp, fp) {
+				m.refs++ // kept across the unlink
+				t.unlinkPending(m)
+				m.refs--
+				return m
 			}
-			m.refs++ // kept across the unlink
-			t.unlinkPending(m)
-			m.refs--
-			return m
 		}
 	}
 	return nil
