@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -39,13 +40,8 @@ func (e *Engine) Limits() []LimitInfo {
 			Mode: l.rl.Mode.String(), Action: l.action.String(), Algorithm: l.rl.Algorithm.String(),
 			CountAt: countAtText[l.per], Overrides: l.overrides, Message: l.message, Via: l.via, HalfLife: l.rl.HalfLife}
 		if l.rl.Algorithm == ratelimit.Baseline {
-			out[i].Factor, out[i].Floor, out[i].LearnPeriod = l.rl.Factor, l.rl.Floor, l.rl.LearnPeriod
-			if out[i].Factor == 0 {
-				out[i].Factor = ratelimit.DefaultFactor
-			}
-			if out[i].LearnPeriod == 0 {
-				out[i].LearnPeriod = ratelimit.DefaultLearnPeriod
-			}
+			out[i].Factor, out[i].Floor = cmp.Or(l.rl.Factor, ratelimit.DefaultFactor), l.rl.Floor
+			out[i].LearnPeriod = cmp.Or(l.rl.LearnPeriod, ratelimit.DefaultLearnPeriod)
 		}
 	}
 	return out
@@ -115,10 +111,7 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 		if s.IsZero() && rs.IsZero() {
 			continue
 		}
-		kr := l.view(key, s, now, e.conversion(l.name), true)
-		if l.ratio > 0 {
-			l.ratioView(&kr, rs, now)
-		}
+		kr := l.view(key, s, rs, now, e.conversion(l.name), true)
 		if kr.Refusing && l.action.Answers() && !answered {
 			answered = true
 			kr.Answers, kr.Action, kr.NextStep = true, l.action.String(), c.nextStep(i)
@@ -130,24 +123,19 @@ func (e *Engine) Lookup(ctx context.Context, now time.Time, key string) ([]KeyRa
 
 // conversion returns the store's last conversion of limit's states, or nil.
 func (e *Engine) conversion(name string) *Conversion {
-	cs, ok := e.store.(Conversions)
-	if !ok {
-		return nil
-	}
-	if c, ok := cs.LastConversion(name); ok {
-		return &c
+	if cs, ok := e.store.(Conversions); ok {
+		if c, ok := cs.LastConversion(name); ok {
+			return &c
+		}
 	}
 	return nil
 }
 
-// view is l's view of key's state s at now; conv, back as convertedView.
-func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
-	rl := l.rl
-	if v, ok := l.override(key); ok {
-		rl = overridden(rl, v)
-	}
-	kr := KeyRate{Limit: l.name, Key: key, Max: rl.Limit, Period: rl.Period, Per: perNames[l.per], State: s}
-	kr.Rate = rl.Rate(s, now)
+// view is l's view of key's state s at now, rs its recipients' for a
+// ratio limit; conv, back as convertedView.
+func (l *limit) view(key string, s, rs ratelimit.State, now time.Time, conv *Conversion, back bool) KeyRate {
+	rl := l.params(key)
+	kr := KeyRate{Limit: l.name, Key: key, Rate: rl.Rate(s, now), Max: rl.Limit, Period: rl.Period, Per: perNames[l.per], State: s}
 	if rl.Algorithm == ratelimit.Baseline {
 		b := rl.Baseline(s, now)
 		kr.Baseline, kr.Peak, kr.Cap, kr.Max = true, b.Peak, rl.Limit, b.Allowed
@@ -165,6 +153,16 @@ func (l *limit) view(key string, s ratelimit.State, now time.Time, conv *Convers
 	if !kr.Baseline {
 		kr.State.Rate = human.Finite(kr.State.Rate)
 	}
+	if l.ratio > 0 { // Rate counts the failures, against ratio times the recipients
+		rcpts := l.rl.Rate(rs, now)
+		kr.Ratio, kr.MinCount, kr.Recipients = l.ratio, l.minCount, human.Finite(rcpts)
+		kr.Max = human.Finite(l.ratio * max(rcpts, l.minCount))
+		kr.Over = rcpts >= l.minCount && kr.Rate > l.ratio*rcpts
+		kr.Refusing, kr.RetryAfter = kr.Over, 0
+		if kr.Over {
+			kr.RetryAfter = l.ratioWait(&StackItem{Params: ratelimit.Limit{Limit: l.ratio * rcpts, Period: l.rl.Period}})
+		}
+	}
 	return kr
 }
 
@@ -179,27 +177,24 @@ func (e *Engine) All(ctx context.Context, now time.Time) ([]KeyRate, error) {
 	}
 	var out []KeyRate
 	type ratioKey struct{ limit, key string }
-	rcpts := map[ratioKey]ratelimit.State{} // the ratio limits' recipients
+	ratios := map[ratioKey]*[2]ratelimit.State{} // a ratio limit's failures and recipients
 	err := e.store.Range(ctx, func(name, key string, s ratelimit.State) bool {
-		if l := byName[name]; l != nil {
-			out = append(out, l.view(key, s, now, convs[name], false))
+		if l := byName[name]; l != nil && l.ratio == 0 {
+			out = append(out, l.view(key, s, ratelimit.State{}, now, convs[name], false))
 		} else if l := c.stateOf(name); l != nil {
-			rcpts[ratioKey{l.name, key}] = s
+			k, j := ratioKey{l.name, key}, 0
+			if name != l.name {
+				j = 1 // ratioName: the recipients
+			}
+			if ratios[k] == nil {
+				ratios[k] = new([2]ratelimit.State)
+			}
+			ratios[k][j] = s
 		}
 		return true
 	})
-	for i := range out {
-		if l := byName[out[i].Limit]; l.ratio > 0 {
-			k := ratioKey{l.name, out[i].Key}
-			l.ratioView(&out[i], rcpts[k], now)
-			delete(rcpts, k)
-		}
-	}
-	for k, rs := range rcpts { // recipients without failures
-		l := byName[k.limit]
-		kr := l.view(k.key, ratelimit.State{}, now, convs[k.limit], false)
-		l.ratioView(&kr, rs, now)
-		out = append(out, kr)
+	for k, st := range ratios {
+		out = append(out, byName[k.limit].view(k.key, st[0], st[1], now, convs[k.limit], false))
 	}
 	return out, err
 }
@@ -243,10 +238,8 @@ func (e *Engine) Reset(ctx context.Context, key, limit string) (int, error) {
 // Negligible reports whether s, under the named limit, equals no state
 // (ratelimit.Limit.Negligible); states of unknown limits are.
 func (e *Engine) Negligible(limit string, s ratelimit.State, now time.Time) bool {
-	if l := e.cfg.Load().stateOf(limit); l != nil {
-		return l.rl.Negligible(s, now)
-	}
-	return true
+	rl, ok := e.LimitParams(limit)
+	return !ok || rl.Negligible(s, now)
 }
 
 // MayFreeze reports whether a freeze limit could refuse req (measures its
@@ -262,10 +255,7 @@ func (e *Engine) MayFreeze(req *Request) bool {
 	}
 	for i := range c.limits {
 		l := &c.limits[i]
-		if l.action != Freeze || (len(l.via) > 0 && !slices.Contains(l.via, r.Stage)) {
-			continue
-		}
-		if c.keyOf(l, &r) != "" {
+		if l.action == Freeze && (len(l.via) == 0 || slices.Contains(l.via, r.Stage)) && c.keyOf(l, &r) != "" {
 			return true
 		}
 	}

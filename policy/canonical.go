@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -85,10 +86,8 @@ func (f KeyForm) Address(addr string) string {
 		raw, domain = addr[:at], addr[at+1:]
 	}
 	local, quoted := unquote(raw)
-	if f.Delimiters != "" {
-		if i := strings.IndexAny(local, f.Delimiters); i > 0 {
-			local = local[:i]
-		}
+	if i := strings.IndexAny(local, f.Delimiters); i > 0 {
+		local = local[:i]
 	}
 	if !quoted {
 		local = strings.TrimSpace(local)
@@ -97,7 +96,7 @@ func (f KeyForm) Address(addr string) string {
 		local = strings.ToLower(local)
 	}
 	if !dotString(local) && quotable(local) {
-		local = quote(local)
+		local = `"` + quoter.Replace(local) + `"`
 	}
 	if at < 0 {
 		return local
@@ -109,25 +108,16 @@ func (f KeyForm) Address(addr string) string {
 // path ("<@a,@b:user@domain>"), however often repeated.
 func stripPath(s string) string {
 	for {
+		i := strings.IndexByte(s, ':') // the end of a source route
 		switch {
 		case len(s) >= 2 && s[0] == '<' && s[len(s)-1] == '>':
 			s = strings.TrimSpace(s[1 : len(s)-1])
-		case len(s) > 1 && s[0] == '@' && route(s) > 0:
-			s = strings.TrimSpace(s[route(s)+1:])
+		case len(s) > 1 && s[0] == '@' && i > 0 && !strings.ContainsAny(s[:i], "\"<>") && strings.Contains(s[i+1:], "@"):
+			s = strings.TrimSpace(s[i+1:])
 		default:
 			return s
 		}
 	}
-}
-
-// route returns the index of the ":" ending the source route s starts
-// with, or -1.
-func route(s string) int {
-	i := strings.IndexByte(s, ':')
-	if i <= 0 || strings.ContainsAny(s[:i], "\"<>") || !strings.Contains(s[i+1:], "@") {
-		return -1
-	}
-	return i
 }
 
 // unquote returns the content of an RFC 5321 quoted-string and true, or s
@@ -164,10 +154,8 @@ func quotable(local string) bool {
 	return !strings.ContainsFunc(local, func(r rune) bool { return r < ' ' || r == 0x7f })
 }
 
+// quoter escapes " and \ in an RFC 5321 quoted-string.
 var quoter = strings.NewReplacer(`"`, `\"`, `\`, `\\`)
-
-// quote returns local as an RFC 5321 quoted-string, escaping " and \.
-func quote(local string) string { return `"` + quoter.Replace(local) + `"` }
 
 // dotString reports whether s is an RFC 5321 Dot-string (RFC 6531 UTF-8
 // allowed), which needs no quotes.
@@ -175,12 +163,9 @@ func dotString(s string) bool {
 	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x80 {
-			continue // its validity is the MTA's
-		}
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0) {
+	for i := 0; i < len(s); i++ { // from 0x80 on, UTF-8: its validity is the MTA's
+		if c := s[i]; c < 0x80 && !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0) {
 			return false
 		}
 	}
@@ -193,12 +178,10 @@ func Domain(d string) string {
 	d = strings.TrimLeftFunc(d, unicode.IsSpace)
 	d = strings.TrimRightFunc(d, func(r rune) bool { return r == '.' || unicode.IsSpace(r) })
 	d = strings.ToLower(d)
-	for i := 0; i < len(d); i++ {
-		if d[i] >= 0x80 { // lower-cased first: the key does not depend on the case
-			if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
-				return strings.TrimRight(strings.ToLower(a), ".") // "。" maps to "."
-			}
-			break
+	// IDNA after lower-casing: the key does not depend on the case.
+	if strings.ContainsFunc(d, func(r rune) bool { return r >= utf8.RuneSelf }) {
+		if a, err := idna.Lookup.ToASCII(d); err == nil && a != "" {
+			return strings.TrimRight(strings.ToLower(a), ".") // "。" maps to "."
 		}
 	}
 	return d
@@ -210,8 +193,8 @@ func Domain(d string) string {
 // InvalidClient for a malformed numeric form, else lower-cased.
 func (f KeyForm) Client(addr string) string {
 	s := strings.TrimSpace(addr)
-	if a, ok := f.clientAddr(s); ok {
-		return f.prefix(a, 128)
+	if a, ok := parseClient(s); ok {
+		return f.prefix(f.carried(a), 128)
 	}
 	if p, err := netip.ParsePrefix(s); err == nil {
 		return f.prefix(p.Addr(), p.Bits())
@@ -220,16 +203,6 @@ func (f KeyForm) Client(addr string) string {
 		return InvalidClient
 	}
 	return strings.ToLower(s)
-}
-
-// clientAddr parses a client address as Client does, carried address
-// included.
-func (f KeyForm) clientAddr(s string) (netip.Addr, bool) {
-	a, ok := parseClient(s)
-	if !ok {
-		return netip.Addr{}, false
-	}
-	return f.carried(a), true
 }
 
 // parseClient parses s as netip does, without the brackets and "IPv6:"
@@ -255,7 +228,7 @@ func inetAton(s string) (netip.Addr, bool) {
 	if len(parts) > 4 || s == "" {
 		return netip.Addr{}, false
 	}
-	var v [4]uint64
+	var u uint64
 	for i, p := range parts {
 		base, digits := 10, p
 		switch {
@@ -264,37 +237,24 @@ func inetAton(s string) (netip.Addr, bool) {
 		case len(p) > 1 && p[0] == '0':
 			base, digits = 8, p[1:]
 		}
-		if digits == "" && base == 8 {
-			continue // "0"
+		shift, bits := 24-8*i, 8 // a byte; the last part fills the rest
+		if i == len(parts)-1 {
+			shift, bits = 0, 32-8*i
 		}
 		n, err := strconv.ParseUint(digits, base, 32)
-		if err != nil {
+		if err != nil || n >= 1<<bits {
 			return netip.Addr{}, false
 		}
-		v[i] = n
+		u |= n << shift
 	}
-	last := len(parts) - 1
-	if limit := uint64(0xffffffff) >> (8 * last); v[last] > limit {
-		return netip.Addr{}, false
-	}
-	var u uint64
-	for i := range last {
-		if v[i] > 0xff {
-			return netip.Addr{}, false
-		}
-		u |= v[i] << (24 - 8*i)
-	}
-	u |= v[last]
 	return netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)}), true
 }
 
 // numeric reports whether s is an address literal or made only of what
 // one holds, so a failure to parse it is a malformed address, not a name.
 func numeric(s string) bool {
-	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' || len(s) >= 5 && strings.EqualFold(s[:5], "ipv6:") {
-		return true
-	}
-	return s != "" && strings.Trim(s, "0123456789abcdefABCDEF.:xX") == ""
+	return len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' || len(s) >= 5 && strings.EqualFold(s[:5], "ipv6:") ||
+		s != "" && strings.Trim(s, "0123456789abcdefABCDEF.:xX") == ""
 }
 
 // nat64WellKnown is RFC 6052's well-known prefix.
@@ -343,8 +303,7 @@ func nat64IPv4(b [16]byte, bits int) netip.Addr {
 
 func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 	a = a.Unmap().WithZone("")
-	bits := f.IPv6Prefix
-	full := 128
+	bits, full := f.IPv6Prefix, 128
 	if a.Is4() {
 		bits, full = f.IPv4Prefix, 32
 		if maxBits == 128 {
@@ -357,10 +316,7 @@ func (f KeyForm) prefix(a netip.Addr, maxBits int) string {
 	if bits >= full {
 		return a.String()
 	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return a.String()
-	}
+	p, _ := a.Prefix(bits) // a is valid, 0 <= bits < full
 	return p.String()
 }
 
@@ -387,23 +343,12 @@ func (f KeyForm) part(p string) string {
 	case strings.Contains(p, "@"):
 		return f.Address(p)
 	}
-	if _, ok := parseClientLiteral(p); ok {
-		return f.Client(p)
-	}
-	if _, err := netip.ParsePrefix(p); err == nil {
+	// Not inet_aton's short forms: an operator's "1234" (a login) is no address.
+	_, err := netip.ParsePrefix(p)
+	if a, ok := parseClient(p); err == nil || ok && (!a.Is4() || strings.Count(p, ".") == 3 || strings.Contains(p, ":")) {
 		return f.Client(p)
 	}
 	return strings.ToLower(p)
-}
-
-// parseClientLiteral is parseClient without inet_aton's short forms, so
-// an operator's "1234" (a login) is no address.
-func parseClientLiteral(p string) (netip.Addr, bool) {
-	a, ok := parseClient(p)
-	if ok && a.Is4() && strings.Count(p, ".") != 3 && !strings.Contains(p, ":") {
-		return netip.Addr{}, false
-	}
-	return a, ok
 }
 
 // user returns a SASL login's key: lower-cased, domain canonical,
@@ -436,11 +381,10 @@ func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 	}
 	if c.RecipientDelimiter != nil {
 		f.Delimiters = *c.RecipientDelimiter
-		for _, r := range f.Delimiters {
-			if r <= ' ' || r >= 0x7f || strings.ContainsRune("@|\"'<>", r) {
-				bad("policy.recipient_delimiter", "%q: a delimiter must be printable ASCII other than @, |, quotes, <, > and space", f.Delimiters)
-				break
-			}
+		if strings.ContainsFunc(f.Delimiters, func(r rune) bool {
+			return r <= ' ' || r >= 0x7f || strings.ContainsRune("@|\"'<>", r)
+		}) {
+			bad("policy.recipient_delimiter", "%q: a delimiter must be printable ASCII other than @, |, quotes, <, > and space", f.Delimiters)
 		}
 	}
 	setInt(bad, "policy.ipv4_prefix", c.IPv4Prefix, 8, 32, &f.IPv4Prefix)
@@ -462,13 +406,8 @@ func (c Config) keyForm(bad func(key, format string, a ...any)) KeyForm {
 // foldedOverrides warns of override keys of lc that fold into one.
 func foldedOverrides(lc LimitConfig, f KeyForm) []string {
 	seen := make(map[string]string, len(lc.Overrides))
-	keys := make([]string, 0, len(lc.Overrides))
-	for k := range lc.Overrides {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var out []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(lc.Overrides)) {
 		ck := f.Key(k)
 		if first, ok := seen[ck]; ok {
 			out = append(out, fmt.Sprintf("limit %s: overrides %q and %q are the same key %q once folded "+

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -148,9 +149,6 @@ const (
 	ViaMilter = "milter"
 )
 
-// DefaultMessage is the client text when a limit has none.
-const DefaultMessage = "rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"
-
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // keyAttrs are the attributes a limit key may name.
@@ -166,7 +164,7 @@ func compile(c Config) (*compiled, error) {
 	bad := func(key, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, key, fmt.Sprintf(format, a...)))
 	}
-	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning"}
+	out := &compiled{subnet4: 24, subnet6: 64, warnHeader: "X-Ratelimitd-Warning", omitMeasures: c.OmitMeasures}
 	out.form = c.keyForm(bad)
 	switch c.OnFull {
 	case "", "defer":
@@ -180,32 +178,6 @@ func compile(c Config) (*compiled, error) {
 		out.faults = append(out.faults, storeFault{c.DeferOnUnavailable, "Rate limit service temporarily unavailable, try again later",
 			"rate store unavailable (store.on_redis_error = defer)"})
 	}
-	out.omitMeasures = c.OmitMeasures
-	compilePolicy(c, out, bad)
-	seen := map[string]bool{}
-	for i, lc := range c.Limits {
-		at := fmt.Sprintf("limit[%d]", i)
-		if lc.Name != "" {
-			at = fmt.Sprintf("limit[%d] (%s)", i, lc.Name)
-		}
-		if !nameRE.MatchString(lc.Name) {
-			bad(at+".name", "%q must be 1-64 of a-z, 0-9, _ and -", lc.Name)
-		} else if seen[lc.Name] {
-			bad(at+".name", "%q is used twice", lc.Name)
-		}
-		seen[lc.Name] = true
-		l := compileLimit(lc, at, out.form, bad)
-		l.idx = i
-		out.limits = append(out.limits, l)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
-}
-
-// compilePolicy sets out's policy-wide settings from c.
-func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...any)) {
 	setInt(bad, "policy.subnet_v4", c.SubnetV4, 1, 32, &out.subnet4)
 	setInt(bad, "policy.subnet_v6", c.SubnetV6, 1, 128, &out.subnet6)
 	if c.WarnHeader != nil {
@@ -230,6 +202,22 @@ func compilePolicy(c Config, out *compiled, bad func(key, format string, a ...an
 	for _, s := range c.Exempt.Senders {
 		out.exemptSenders[out.form.Key(s)] = true
 	}
+	for i, lc := range c.Limits {
+		at := fmt.Sprintf("limit[%d]", i)
+		if lc.Name != "" {
+			at = fmt.Sprintf("limit[%d] (%s)", i, lc.Name)
+		}
+		if !nameRE.MatchString(lc.Name) {
+			bad(at+".name", "%q must be 1-64 of a-z, 0-9, _ and -", lc.Name)
+		} else if slices.ContainsFunc(out.limits, func(o limit) bool { return o.name == lc.Name }) {
+			bad(at+".name", "%q is used twice", lc.Name)
+		}
+		out.limits = append(out.limits, compileLimit(lc, i, at, out.form, bad))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
 }
 
 // ParsePrefix parses an address or prefix ("192.0.2.1", "2001:db8::/32")
@@ -257,9 +245,10 @@ func setInt(bad func(key, format string, a ...any), key string, v, lo, hi int, d
 	*dst = v
 }
 
-// compileLimit returns the engine's form of lc (at: its TOML key).
-func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format string, a ...any)) limit {
-	l := limit{name: lc.Name, message: lc.Message, overrides: lc.Overrides}
+// compileLimit returns the engine's form of lc, idx in the stack (at: its
+// TOML key).
+func compileLimit(lc LimitConfig, idx int, at string, form KeyForm, bad func(key, format string, a ...any)) limit {
+	l := limit{name: lc.Name, idx: idx, key: lc.Key, message: lc.Message, overrides: lc.Overrides}
 	if len(lc.Key) == 0 {
 		bad(at+".key", "missing (e.g. key = [\"sasl_username\"])")
 	}
@@ -268,36 +257,29 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 			bad(at+".key", "unknown key attribute %q (want one of %s)", k, strings.Join(keyAttrs, ", "))
 		}
 	}
-	l.key = lc.Key
-	per := lc.Per
-	if per == "" {
-		per = "mail"
-	}
-	l.per = slices.Index(perNames, per)
-	if l.per < 0 {
+	if l.per = slices.Index(perNames, cmp.Or(lc.Per, "mail")); l.per < 0 {
 		bad(at+".per", "unknown cost unit %q (want mail, rcpt, byte, conn, addr, bounce, unknown_rcpt or deferral)", lc.Per)
 	}
 	var err error
-	if lc.Mode != "" {
-		if l.rl.Mode, err = ratelimit.ParseMode(lc.Mode); err != nil {
-			bad(at+".mode", "%v", err)
-		}
+	if l.rl.Mode, err = ratelimit.ParseMode(cmp.Or(lc.Mode, "leaky")); err != nil {
+		bad(at+".mode", "%v", err)
 	}
-	if lc.Algorithm != "" {
-		if l.rl.Algorithm, err = ratelimit.ParseAlgorithm(lc.Algorithm); err != nil {
-			bad(at+".algorithm", "%v", err)
-		}
+	if l.rl.Algorithm, err = ratelimit.ParseAlgorithm(cmp.Or(lc.Algorithm, "exponential")); err != nil {
+		bad(at+".algorithm", "%v", err)
 	}
-	l.action = Defer
-	if lc.Action != "" {
-		if l.action, err = ParseAction(lc.Action); err != nil {
-			bad(at+".action", "%v", err)
-		}
+	if l.action, err = ParseAction(cmp.Or(lc.Action, "defer")); err != nil {
+		bad(at+".action", "%v", err)
 	}
-	l.rl.Limit = lc.Limit
-	l.rl.Period = time.Duration(lc.Period)
-	l.rl.HalfLife = time.Duration(lc.HalfLife)
-	compileBaseline(&l.rl, lc, at, bad)
+	l.rl.Limit, l.rl.Period, l.rl.HalfLife = lc.Limit, time.Duration(lc.Period), time.Duration(lc.HalfLife)
+	if l.rl.Algorithm == ratelimit.Baseline { // cap = limit
+		if lc.Cap != 0 && lc.Limit != 0 && lc.Limit != lc.Cap {
+			bad(at+".cap", "cap %g and limit %g differ (with baseline, limit is the cap: give one)", lc.Cap, lc.Limit)
+		}
+		l.rl.Limit = cmp.Or(lc.Cap, lc.Limit)
+		l.rl.Factor, l.rl.Floor, l.rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
+	} else if lc.Factor != 0 || lc.Floor != 0 || lc.Cap != 0 || lc.LearnPeriod != 0 {
+		bad(at, "factor, floor, cap and learn_period need algorithm = \"baseline\"")
+	}
 	if lc.Ratio != 0 || lc.MinCount != 0 {
 		l.compileRatio(lc, at, bad)
 	}
@@ -335,57 +317,30 @@ func compileLimit(lc LimitConfig, at string, form KeyForm, bad func(key, format 
 			bad(at+".via", "%q is not policy or milter", v)
 		}
 	}
-	if l.message == "" {
-		l.message = DefaultMessage
-		if l.outcome() {
-			l.message = DefaultOutcomeMessage
-		}
+	switch { // the client text of a limit without one (a ratio's: compileRatio)
+	case l.message == "" && l.outcome():
+		l.message = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
+	case l.message == "":
+		l.message = "rate limit exceeded: {rate} per {period} (limit {limit}); try again in {retry}"
 	}
 	return l
 }
 
 var headerNameRE = regexp.MustCompile(`^[!-9;-~]+$`)
 
-// compileBaseline sets rl's baseline parameters (cap = limit).
-func compileBaseline(rl *ratelimit.Limit, lc LimitConfig, at string, bad func(key, format string, a ...any)) {
-	if rl.Algorithm != ratelimit.Baseline {
-		if lc.Factor != 0 || lc.Floor != 0 || lc.Cap != 0 || lc.LearnPeriod != 0 {
-			bad(at, "factor, floor, cap and learn_period need algorithm = \"baseline\"")
+// params is l's arithmetic for key: with key's own override, else its
+// "@domain" one (for baseline, floor and cap).
+func (l *limit) params(key string) ratelimit.Limit {
+	rl := l.rl
+	v, ok := l.overrides[key]
+	if i := strings.LastIndexByte(key, '@'); !ok && l.domainOverrides && i > 0 && !strings.ContainsRune(key, '|') {
+		v, ok = l.overrides[key[i:]]
+	}
+	if ok {
+		rl.Limit = v
+		if rl.Algorithm == ratelimit.Baseline {
+			rl.Floor = v
 		}
-		return
-	}
-	if lc.Cap != 0 {
-		if lc.Limit != 0 && lc.Limit != lc.Cap {
-			bad(at+".cap", "cap %g and limit %g differ (with baseline, limit is the cap: give one)", lc.Cap, lc.Limit)
-		}
-		rl.Limit = lc.Cap
-	}
-	rl.Factor, rl.Floor, rl.LearnPeriod = lc.Factor, lc.Floor, time.Duration(lc.LearnPeriod)
-}
-
-// override returns key's own override, else its "@domain" one.
-func (l *limit) override(key string) (float64, bool) {
-	if len(l.overrides) == 0 {
-		return 0, false
-	}
-	if v, ok := l.overrides[key]; ok {
-		return v, true
-	}
-	if !l.domainOverrides {
-		return 0, false
-	}
-	if i := strings.LastIndexByte(key, '@'); i > 0 && !strings.ContainsRune(key, '|') {
-		v, ok := l.overrides[key[i:]]
-		return v, ok
-	}
-	return 0, false
-}
-
-// overridden is rl with override v (for baseline, floor and cap v).
-func overridden(rl ratelimit.Limit, v float64) ratelimit.Limit {
-	rl.Limit = v
-	if rl.Algorithm == ratelimit.Baseline {
-		rl.Floor = v
 	}
 	return rl
 }

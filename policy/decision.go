@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -30,10 +31,8 @@ func (a Action) String() string {
 
 // ParseAction maps a configuration name to an Action.
 func ParseAction(s string) (Action, error) {
-	for i, n := range actionNames {
-		if n == s {
-			return Action(i), nil
-		}
+	if i := slices.Index(actionNames[:], s); i >= 0 {
+		return Action(i), nil
 	}
 	return 0, fmt.Errorf("unknown action %q (want pass, warn, hold, freeze, defer or reject)", s)
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,13 +74,11 @@ type Engine struct {
 // error joins every problem, each wrapping ErrInvalidConfig with its TOML
 // key. A StackEvaluator st decides each stack in one step.
 func NewEngine(c Config, st Store) (*Engine, error) {
-	cc, err := compile(c)
-	if err != nil {
-		return nil, err
-	}
 	e := &Engine{store: st}
 	e.scratch.New = func() any { return new(scratch) }
-	e.cfg.Store(cc)
+	if err := e.Reload(c); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -124,10 +123,7 @@ type scratch struct {
 
 // messageState reports whether s is within a mail transaction (MAIL to
 // END-OF-MESSAGE).
-func messageState(s string) bool {
-	i := stateIndex(s)
-	return i >= 3 && i <= 6
-}
+func messageState(s string) bool { return slices.Contains(stateNames[3:7], s) }
 
 // Evaluate decides req at now: a message is charged once per limit
 // whatever stages the MTA asks at, and the first over limit in stack order
@@ -147,45 +143,44 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 		return Decision{}
 	}
 	var m *msgEntry
-	var refusedMsg, doneMsg bool // set by finish
+	var again Decision // the message's verdict (zero: Pass) given again
+	settled := false   // d ends the message's request (msgShard.end)
 	if inMessage {
-		if m = e.msgs.get(req, e.seen.joinable(front)); m != nil {
-			m.mu.Lock()
-			defer func() {
-				m.mu.Unlock()
-				m.shard.end(m, req, refusedMsg, doneMsg)
-			}()
-		}
+		m = e.msgs.get(req, e.seen.joinable(front))
 	}
-	var prev Decision
 	if m != nil {
-		prev = m.prev(front)
-		if n := len(m.charges) + len(c.limits); cap(m.charges) < n {
-			m.charges = slices.Grow(m.charges, n-len(m.charges))
+		m.mu.Lock()
+		defer func() {
+			m.mu.Unlock()
+			m.shard.end(m, req, settled && !d.Action.Admits(), settled && state == StateEndOfMessage)
+		}()
+		if v := m.verdict[front]; v != nil && v.Action != Pass {
+			again = *v
+			again.Repeated = true
 		}
+		m.charges = slices.Grow(m.charges, len(c.limits))
 	}
 
 	sc := e.scratch.Get().(*scratch)
 	defer e.scratch.Put(sc)
 	probes, items, stackErr := e.stack(ctx, now, c, req, m, front, sc)
 	if len(items) == 0 {
-		if prev.Action != Pass {
-			d = prev
-			d.Repeated = true
-		}
-		d.Fault = stackErr
-		d = c.faultAnswer(d)
-		refusedMsg, doneMsg = finish(m, req, d.Action)
-		return d
+		again.Fault, settled = stackErr, true
+		return c.faultAnswer(again)
 	}
-	out, err := e.measure(ctx, now, items, prev.Action.Refuses(), sc)
-	if err != nil {
-		// Nothing decided: fail open, bookkeeping untouched.
-		d = Decision{Reason: "rate store error, failing open", Fault: err}
-		if prev.Action != Pass {
-			d = prev
-			d.Repeated, d.Fault = true, err
+	out := slices.Grow(sc.out[:0], len(items))[:len(items)]
+	var err error
+	if se, ok := e.store.(StackEvaluator); ok {
+		err = se.EvaluateStack(ctx, now, items, again.Action.Refuses(), out)
+	} else {
+		err = EvaluateStack(ctx, e.store, now, items, again.Action.Refuses(), out)
+	}
+	if err != nil { // nothing decided: fail open, bookkeeping untouched
+		d = Decision{Reason: "rate store error, failing open"}
+		if again.Action != Pass {
+			d = again
 		}
+		d.Fault = err
 		return c.faultAnswer(d)
 	}
 
@@ -200,12 +195,8 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 	verdictOf := func(i int) Decision {
 		return c.verdict(probes[i].l, &items[i], &out[i].Result, e.unknownOf(ctx, now, c, probes[i].l, req, items[i].Key))
 	}
-	var msgVerdict Decision
-	switch {
-	case prev.Action != Pass && (msgDecisive < 0 || !c.before(probes[msgDecisive].l, prev)):
-		msgVerdict = prev
-		msgVerdict.Repeated = true
-	case msgDecisive >= 0:
+	msgVerdict := again
+	if msgDecisive >= 0 && c.before(probes[msgDecisive].l, again) {
 		msgVerdict = verdictOf(msgDecisive)
 	}
 	final := msgVerdict
@@ -218,19 +209,14 @@ func (e *Engine) Evaluate(ctx context.Context, now time.Time, req *Request) (d D
 			probes[i].commit(state, &items[i], admitted)
 		}
 	}
-	if m != nil && msgVerdict.Action != prev.Action {
-		mv := msgVerdict
-		mv.Repeated, mv.Measures, mv.Fault = false, nil, nil
-		m.setVerdict(front, mv)
+	if m != nil && msgVerdict.Action != again.Action {
+		m.setVerdict(front, msgVerdict)
 	}
 	if err := e.recordAddrs(ctx, now, probes, items, out); err != nil && fault == nil {
 		fault = err
 	}
-	final.Measures = measures
-	final.Fault = fault
-	final = c.faultAnswer(final)
-	refusedMsg, doneMsg = finish(m, req, final.Action)
-	return final
+	final.Measures, final.Fault, settled = measures, fault, true
+	return c.faultAnswer(final)
 }
 
 // storeFault is a row of the fault table: a Pass left by a store fault
@@ -253,9 +239,7 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 				Reason: f.reason + ": " + d.Fault.Error(), Measures: d.Measures, Fault: d.Fault}
 		}
 	}
-	if d.Reason == "" {
-		d.Reason = "rate store error for some limits"
-	}
+	d.Reason = cmp.Or(d.Reason, "rate store error for some limits")
 	return d
 }
 
@@ -265,19 +249,15 @@ func (c *compiled) faultAnswer(d Decision) Decision {
 func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Request, m *msgEntry, front int, sc *scratch) ([]probe, []StackItem, error) {
 	var first error
 	state := req.ProtocolState
-	connectSeen := e.seen.asked(front, StateConnect)
+	connectSeen := e.seen.get(front, StateConnect) > 0
 	probes, items := sc.probes[:0], sc.items[:0]
 	for i := range c.limits {
 		l := &c.limits[i]
 		if len(l.via) > 0 && !slices.Contains(l.via, req.Stage) {
 			continue
 		}
-		var ch *charge
-		if m != nil {
-			ch = m.chargeOf(l.name)
-		}
-		p := probe{l: l, ch: ch, size: float64(max(req.Size, 0))}
-		cost, count, ok := l.cost(req, state, ch, front, connectSeen, p.size)
+		p := probe{l: l, ch: m.chargeOf(l.name), size: float64(max(req.Size, 0))}
+		cost, count, ok := l.cost(req, state, p.ch, front, connectSeen, p.size)
 		if !ok {
 			continue
 		}
@@ -288,10 +268,7 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 		if l.per == perAddr {
 			cost = e.addrCost(ctx, now, l, key, req, cost, &p)
 		}
-		it := StackItem{Limit: l.name, Key: key, Params: l.rl, Cost: cost, Count: count, Refuses: l.action.Refuses()}
-		if v, ok := l.override(key); ok {
-			it.Params = overridden(it.Params, v)
-		}
+		it := StackItem{Limit: l.name, Key: key, Params: l.params(key), Cost: cost, Count: count, Refuses: l.action.Refuses()}
 		if l.ratio > 0 {
 			ok, err := e.ratioItem(ctx, now, l, &it)
 			if err != nil && first == nil {
@@ -307,22 +284,6 @@ func (e *Engine) stack(ctx context.Context, now time.Time, c *compiled, req *Req
 	return probes, items, first
 }
 
-// measure has the store evaluate items at now (refused: the message was).
-func (e *Engine) measure(ctx context.Context, now time.Time, items []StackItem, refused bool, sc *scratch) ([]StackResult, error) {
-	out := sc.out[:]
-	if len(items) > maxStack {
-		out = make([]StackResult, len(items))
-	}
-	out = out[:len(items)]
-	var err error
-	if se, ok := e.store.(StackEvaluator); ok {
-		err = se.EvaluateStack(ctx, now, items, refused, out)
-	} else {
-		err = EvaluateStack(ctx, e.store, now, items, refused, out)
-	}
-	return out, err
-}
-
 // decisive returns the index of the limit deciding the message's verdict
 // and of the one deciding the per_rcpt verdict (-1: none): the first over
 // one in stack order whose action answers, else the first over one. It
@@ -331,27 +292,23 @@ func decisive(probes []probe, items []StackItem, out []StackResult, measures []M
 	msgDecisive, rcptDecisive = -1, -1
 	for i := range items {
 		it, r, p := &items[i], &out[i], &probes[i]
-		var ms *Measure
+		ms := &Measure{} // discarded without measures
 		if measures != nil {
 			ms = &measures[i]
-			*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
-				Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
 		}
+		*ms = Measure{Limit: it.Limit, Key: it.Key, Cost: it.Cost, Before: r.Result.Before, After: r.Result.Rate,
+			Max: limitOf(it, &r.Result), Over: r.Result.Over, RetryAfter: r.Result.RetryAfter, Stored: r.Stored}
 		if r.Err != nil {
 			if fault == nil {
 				fault = r.Err
 			}
-			if ms != nil {
-				ms.Over, ms.RetryAfter = false, 0
-			}
+			ms.Over, ms.RetryAfter = false, 0
 			continue
 		}
 		if !r.Result.Over {
 			continue
 		}
-		if ms != nil {
-			ms.Action = p.l.action
-		}
+		ms.Action = p.l.action
 		if p.l.action == Pass {
 			continue // measure only
 		}
@@ -376,63 +333,34 @@ func (c *compiled) before(l *limit, d Decision) bool {
 	if l.action.Answers() != d.Action.Answers() {
 		return l.action.Answers()
 	}
-	for i := range c.limits {
-		if c.limits[i].name == d.Limit {
-			return l.idx < i
-		}
-	}
-	return false
-}
-
-// finish says how a request ends its message's bookkeeping (msgShard.end).
-func finish(m *msgEntry, req *Request, a Action) (refused, done bool) {
-	if m == nil {
-		return false, false
-	}
-	return !a.Admits(), req.ProtocolState == StateEndOfMessage
+	i := slices.IndexFunc(c.limits, func(o limit) bool { return o.name == d.Limit })
+	return i >= 0 && l.idx < i
 }
 
 // cost is what req charges l at state given the message's charge ch (nil:
 // no message), whether it is counted (else measured only), and whether l
-// applies.
+// applies (if not, the others mean nothing).
 func (l *limit) cost(req *Request, state string, ch *charge, front int, connectSeen bool, size float64) (float64, bool, bool) {
 	if l.outcome() { // would one more failure be over? measured, not counted
 		return 1, false, messageState(state)
 	}
 	switch l.per {
-	case perMail:
-		if state == StateConnect || (ch != nil && ch.mail) {
-			return 0, false, false
-		}
-		return 1, true, true
-	case perConn:
+	case perMail, perConn:
 		if state == StateConnect {
-			return 1, true, true
+			return 1, true, l.per == perConn
 		}
-		if connectSeen || (ch != nil && ch.mail) {
-			return 0, false, false
-		}
-		return 1, true, true
+		return 1, true, (ch == nil || !ch.mail) && !(l.per == perConn && connectSeen)
 	case perByte:
-		if state == StateConnect {
-			return 0, false, false
+		if ch != nil && ch.byteSeen {
+			return size - ch.bytes, true, state != StateConnect && size > ch.bytes
 		}
-		if ch == nil || !ch.byteSeen {
-			return size, size > 0, true
-		}
-		if size > ch.bytes {
-			return size - ch.bytes, true, true
-		}
-		return 0, false, false
+		return size, size > 0, state != StateConnect
 	case perAddr:
 		switch state {
 		case StateRcpt:
 			return 1, true, true
 		case StateData, StateEndOfMessage:
-			if (ch != nil && (ch.rcpts > 0 || ch.mail)) || req.RecipientCount <= 0 {
-				return 0, false, false
-			}
-			return float64(req.RecipientCount), true, true
+			return float64(req.RecipientCount), true, req.RecipientCount > 0 && (ch == nil || ch.rcpts <= 0 && !ch.mail)
 		}
 	case perRcpt:
 		switch state {
@@ -441,19 +369,13 @@ func (l *limit) cost(req *Request, state string, ch *charge, front int, connectS
 				return 1, true, true
 			}
 			ch.rcptsSeen[front]++
-			if ch.rcptsSeen[front] <= ch.rcpts {
-				return 0, false, false // charged through the other front end
-			}
-			return 1, true, true
+			return 1, true, ch.rcptsSeen[front] > ch.rcpts // else charged through the other front end
 		case StateData, StateEndOfMessage:
 			n := req.RecipientCount
 			if ch != nil {
 				n -= ch.rcptsOK
 			}
-			if n <= 0 {
-				return 0, false, false
-			}
-			return float64(n), true, true
+			return float64(n), true, n > 0
 		}
 	}
 	return 0, false, false
@@ -471,20 +393,14 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 	case perByte:
 		ch.byteSeen = true
 		ch.bytes = max(ch.bytes, p.size)
-	case perAddr:
+	case perAddr, perRcpt:
 		if state == StateRcpt {
 			ch.rcpts++
-		} else {
+		} else if p.l.per == perAddr {
 			ch.mail = true
 		}
-	case perRcpt:
-		if state == StateRcpt {
-			ch.rcpts++
-			if admitted {
-				ch.rcptsOK++
-			}
-		} else if admitted {
-			ch.rcptsOK += int(it.Cost)
+		if p.l.per == perRcpt && admitted {
+			ch.rcptsOK += int(it.Cost) // 1 at RCPT
 		}
 	}
 }
@@ -492,16 +408,14 @@ func (p *probe) commit(state string, it *StackItem, admitted bool) {
 // verdict is the Decision of limit l over with result r; unknown as
 // unknownOf.
 func (c *compiled) verdict(l *limit, it *StackItem, r *ratelimit.Result, unknown float64) Decision {
-	lim := limitOf(it, r)
+	lim, retry := limitOf(it, r), r.RetryAfter
 	if l.ratio > 0 {
-		rr := *r
-		rr.RetryAfter = l.ratioWait(it)
-		r = &rr
+		retry = l.ratioWait(it)
 	}
 	// The key is cloned: it may share a Decoder block and is kept long.
 	d := Decision{Action: l.action, Limit: l.name, Key: strings.Clone(it.Key), Rate: r.Rate, Max: lim, Period: it.Params.Period,
-		RetryAfter: r.RetryAfter, Place: l.idx + 1}
-	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, r.RetryAfter)
+		RetryAfter: retry, Place: l.idx + 1}
+	d.Text = expand(l.message, l.name, it.Key, r.Rate, lim, it.Params.Period, retry)
 	d.Reason = fmt.Sprintf("limit %s key %q rate %s > %g per %s (%s, %s)", l.name, it.Key, human.Rate(r.Rate, lim),
 		lim, human.Duration(it.Params.Period), it.Params.Mode, it.Params.Algorithm)
 	if l.outcome() {
@@ -542,9 +456,6 @@ func (c *compiled) keyOf(l *limit, req *Request) string {
 func (c *compiled) attr(name string, req *Request) string {
 	switch name {
 	case "sasl_username":
-		if req.SASLUsername == "" {
-			return ""
-		}
 		return c.form.user(req.SASLUsername)
 	case "sender":
 		return c.form.Address(req.Sender)
@@ -558,15 +469,13 @@ func (c *compiled) attr(name string, req *Request) string {
 	case "recipient_domain":
 		return domainOf(req.Recipient)
 	case "client_address":
-		if req.ClientAddress == "" {
-			return ""
-		}
 		return c.form.Client(req.ClientAddress)
 	case "client_subnet":
-		a, ok := c.form.clientAddr(strings.TrimSpace(req.ClientAddress))
+		a, ok := parseClient(strings.TrimSpace(req.ClientAddress))
 		if !ok {
 			return ""
 		}
+		a = c.form.carried(a)
 		bits := c.subnet6
 		if a.Is4() {
 			bits = c.subnet4
@@ -602,24 +511,16 @@ func (c *compiled) exempt(req *Request) bool {
 	}
 	if len(c.exemptSenders) > 0 && req.Sender != "" {
 		s := BoundKey(c.form.Address(req.Sender))
-		if c.exemptSenders[s] {
-			return true
-		}
-		if i := strings.LastIndexByte(s, '@'); i >= 0 && c.exemptSenders[s[i:]] {
+		if i := strings.LastIndexByte(s, '@'); c.exemptSenders[s] || i >= 0 && c.exemptSenders[s[i:]] {
 			return true
 		}
 	}
-	if len(c.exemptNets) > 0 && req.ClientAddress != "" {
-		if a, ok := parseClient(strings.TrimSpace(req.ClientAddress)); ok {
-			a, carried := a.Unmap().WithZone(""), c.form.carried(a)
-			for _, p := range c.exemptNets {
-				if p.Contains(a) || p.Contains(carried) {
-					return true
-				}
-			}
-		}
+	if len(c.exemptNets) == 0 || req.ClientAddress == "" {
+		return false
 	}
-	return false
+	a, ok := parseClient(strings.TrimSpace(req.ClientAddress))
+	a, carried := a.Unmap().WithZone(""), c.form.carried(a)
+	return ok && slices.ContainsFunc(c.exemptNets, func(p netip.Prefix) bool { return p.Contains(a) || p.Contains(carried) })
 }
 
 // expand fills a message template's {name}, {key}, {rate}, {limit},

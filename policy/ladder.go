@@ -37,20 +37,14 @@ var actionVerbs = [...]string{"measures", "warns", "holds", "freezes", "defers",
 // String is the step as config check prints it: "hourly defers above
 // 200/h", "daily freezes above 1,000/24h".
 func (s Step) String() string {
-	verb := s.Action.String()
+	verb, period := s.Action.String(), human.Duration(s.Period)
 	if int(s.Action) < len(actionVerbs) {
 		verb = actionVerbs[s.Action]
 	}
-	return fmt.Sprintf("%s %s above %s", s.Limit, verb, perPeriod(s.Max, s.Period))
-}
-
-// perPeriod prints a threshold: "200/h", "1,000/24h".
-func perPeriod(max float64, period time.Duration) string {
-	p := human.Duration(period)
-	if period == time.Hour {
-		p = "h"
+	if s.Period == time.Hour {
+		period = "h"
 	}
-	return thousands(max) + "/" + p
+	return fmt.Sprintf("%s %s above %s/%s", s.Limit, verb, thousands(s.Max), period)
 }
 
 // thousands prints f as human.Number does, with "," between thousands.
@@ -70,7 +64,6 @@ func (e *Engine) Ladders() []Ladder { return e.cfg.Load().ladders() }
 // ladders groups c's limits by key and cost unit and marks shadowed steps.
 func (c *compiled) ladders() []Ladder {
 	var out []Ladder
-	var of [][]*limit // the limits of out[i]
 	for i := range c.limits {
 		l := &c.limits[i]
 		j := slices.IndexFunc(out, func(ld Ladder) bool {
@@ -78,18 +71,16 @@ func (c *compiled) ladders() []Ladder {
 		})
 		if j < 0 {
 			out = append(out, Ladder{Key: l.key, Per: perNames[l.per]})
-			of = append(of, nil)
 			j = len(out) - 1
 		}
-		s := Step{Limit: l.name, Action: l.action, Max: l.rl.Limit, Period: l.rl.Period, Mode: l.rl.Mode.String(), Via: l.via}
-		for _, a := range of[j] {
-			if shadows(a, l) {
+		s := l.step()
+		for k := range i {
+			if a := &c.limits[k]; a.per == l.per && slices.Equal(a.key, l.key) && shadows(a, l) {
 				s.Shadowed = a.name
 				break
 			}
 		}
 		out[j].Steps = append(out[j].Steps, s)
-		of[j] = append(of[j], l)
 	}
 	return out
 }
@@ -98,10 +89,8 @@ func (c *compiled) ladders() []Ladder {
 // over: measured wherever b is, no overrides, and a threshold no higher as
 // a count (a burst) and as a rate (a steady sender).
 func shadows(a, b *limit) bool {
-	if !a.action.Answers() || b.action == Pass || len(a.overrides) > 0 {
-		return false
-	}
-	if a.rl.Algorithm == ratelimit.Baseline || b.rl.Algorithm == ratelimit.Baseline {
+	if !a.action.Answers() || b.action == Pass || len(a.overrides) > 0 ||
+		a.rl.Algorithm == ratelimit.Baseline || b.rl.Algorithm == ratelimit.Baseline {
 		return false
 	}
 	if len(a.via) > 0 && (len(b.via) == 0 || slices.ContainsFunc(b.via, func(v string) bool { return !slices.Contains(a.via, v) })) {
@@ -122,12 +111,11 @@ func LadderWarnings(c Config) []string {
 	var out []string
 	for _, ld := range cc.ladders() {
 		for _, s := range ld.Steps {
-			if s.Shadowed == "" {
-				continue
+			if s.Shadowed != "" {
+				a := cc.stateOf(s.Shadowed).step()
+				out = append(out, fmt.Sprintf("limit %s can never answer: %s, earlier over the same key and counting, %s first",
+					s.Limit, s.Shadowed, strings.TrimPrefix(a.String(), a.Limit+" ")))
 			}
-			a := cc.limits[slices.IndexFunc(cc.limits, func(l limit) bool { return l.name == s.Shadowed })]
-			out = append(out, fmt.Sprintf("limit %s can never answer: %s, earlier over the same key and counting, %s first",
-				s.Limit, s.Shadowed, strings.TrimPrefix(Step{Limit: a.name, Action: a.action, Max: a.rl.Limit, Period: a.rl.Period}.String(), a.name+" ")))
 		}
 	}
 	for i := range cc.limits {
@@ -136,14 +124,12 @@ func LadderWarnings(c Config) []string {
 			continue
 		}
 		for j := range cc.limits {
-			a := &cc.limits[j]
-			if !a.action.Refuses() || (len(a.via) > 0 && !slices.Contains(a.via, ViaPolicy)) {
-				continue
+			if a := &cc.limits[j]; a.action.Refuses() && (len(a.via) == 0 || slices.Contains(a.via, ViaPolicy)) {
+				out = append(out, fmt.Sprintf("limit %s (%s, via %s) never counts the attempts %s %s through policy delegation: "+
+					"Postfix asks the policy service before the milter, so the milter never sees them; "+
+					"measure both on one front end (via = [%q] for %s too) to count them",
+					b.name, b.rl.Mode, strings.Join(b.via, ", "), a.name, actionVerbs[a.action], b.via[0], a.name))
 			}
-			out = append(out, fmt.Sprintf("limit %s (%s, via %s) never counts the attempts %s %s through policy delegation: "+
-				"Postfix asks the policy service before the milter, so the milter never sees them; "+
-				"measure both on one front end (via = [%q] for %s too) to count them",
-				b.name, b.rl.Mode, strings.Join(b.via, ", "), a.name, actionVerbs[a.action], b.via[0], a.name))
 		}
 	}
 	return out
@@ -166,5 +152,10 @@ func (c *compiled) nextStep(i int) string {
 	if next == nil {
 		return ""
 	}
-	return Step{Limit: next.name, Action: next.action, Max: next.rl.Limit, Period: next.rl.Period}.String()
+	return next.step().String()
+}
+
+// step is l's Step, without Shadowed.
+func (l *limit) step() Step {
+	return Step{Limit: l.name, Action: l.action, Max: l.rl.Limit, Period: l.rl.Period, Mode: l.rl.Mode.String(), Via: l.via}
 }

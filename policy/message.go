@@ -49,29 +49,22 @@ type msgEntry struct {
 	verdict [2]*Decision // per front end, without Measures; nil: Pass
 	charges []charge
 	id      [2][]byte // message key (appendID) per front end; empty: no view
-	hash    [2]uint64 // hashID of id
+	hash    [2]uint64 // hash of id with the front end (msgTable.get)
 	refs    int32     // slots, pending list and requests holding it
 	open    bool      // last request admitted, not END-OF-MESSAGE (nOpen)
 	// While waiting for the other front end: join fingerprint, its hash,
-	// the front end and generation that registered it, list neighbours.
-	pending            bool
-	fp                 []byte
-	fpHash             uint64
-	pendFront          int
-	pendGen            uint64
-	pendPrev, pendNext *msgEntry
+	// the front end and generation that registered it.
+	pending   bool
+	fp        []byte
+	fpHash    uint64
+	pendFront int
+	pendGen   uint64
 }
 
-// prev returns the message's verdict for front end front (zero: Pass).
-func (m *msgEntry) prev(front int) Decision {
-	if v := m.verdict[front]; v != nil {
-		return *v
-	}
-	return Decision{}
-}
-
-// setVerdict records the message's verdict for front end front.
+// setVerdict records the message's verdict d for front end front, without
+// Repeated, Measures and Fault.
 func (m *msgEntry) setVerdict(front int, d Decision) {
+	d.Repeated, d.Measures, d.Fault = false, nil, nil
 	if v := m.verdict[front]; v != nil {
 		*v = d
 		return
@@ -79,8 +72,12 @@ func (m *msgEntry) setVerdict(front int, d Decision) {
 	m.verdict[front] = &d
 }
 
-// chargeOf returns the charge record of limit name, adding one if needed.
+// chargeOf returns the charge record of limit name, adding one if needed;
+// nil without a message.
 func (m *msgEntry) chargeOf(name string) *charge {
+	if m == nil {
+		return nil
+	}
 	for i := range m.charges {
 		if m.charges[i].limit == name {
 			return &m.charges[i]
@@ -92,12 +89,10 @@ func (m *msgEntry) chargeOf(name string) *charge {
 
 // msgGen is one generation of the table.
 type msgGen struct {
-	msgs  map[uint64]*msgEntry // by hash of the message key
-	pend  map[uint64]*msgEntry // oldest waiting message, by fingerprint hash
-	npend int                  // entries in pend's lists
+	msgs  map[uint64]*msgEntry   // by hash of the message key
+	pend  map[uint64][]*msgEntry // waiting messages, oldest first, by fingerprint hash
+	npend int                    // entries in pend's lists
 }
-
-func (g *msgGen) size() int { return len(g.msgs) + g.npend }
 
 // msgTable holds the messages in flight in shards picked by the join
 // fingerprint, so every request of a message meets in one shard. Safe for
@@ -117,23 +112,15 @@ type msgShard struct {
 	nOpen    atomic.Int64 // entries open (msgEntry.open), for status
 }
 
-// appendID appends req's message key: stage, join fingerprint and
-// instance (a forged request reusing an instance makes its own message).
+// appendID appends req's message key: stage, the join fingerprint (client,
+// SASL user, sender) and instance (a forged request reusing an instance
+// makes its own message).
 func appendID(b []byte, req *Request) []byte {
-	b = append(b, req.Stage...)
-	b = append(b, 0)
-	b = appendFP(b, req)
-	b = append(b, 0)
+	b = append(append(b, req.Stage...), 0)
+	b = append(append(b, req.ClientAddress...), 0)
+	b = append(appendLower(b, req.SASLUsername), 0)
+	b = append(appendLower(b, req.Sender), 0)
 	return append(b, req.Instance...)
-}
-
-// appendFP appends req's join fingerprint: client, SASL user, sender.
-func appendFP(b []byte, req *Request) []byte {
-	b = append(b, req.ClientAddress...)
-	b = append(b, 0)
-	b = appendLower(b, req.SASLUsername)
-	b = append(b, 0)
-	return appendLower(b, req.Sender)
 }
 
 // appendLower appends s lower-cased as strings.ToLower does.
@@ -154,23 +141,10 @@ func appendLower(b []byte, s string) []byte {
 	return b
 }
 
-func (t *msgShard) init() {
-	if t.cur.msgs == nil {
-		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
-		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64]*msgEntry)}
-		t.gen = 1
-	}
-}
-
-// hashID hashes a message key with the front end index.
-func (t *msgShard) hashID(front int, id []byte) uint64 {
-	return maphash.Bytes(seed, id) ^ uint64(front)*0x9e3779b97f4a7c15
-}
-
 // get returns the entry of req's message, new (joined to the other front
 // end's waiting view when joinable) if need be; nil without an instance.
 // Give it back with msgShard.end.
-func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
+func (tb *msgTable) get(req *Request, joinable bool) *msgEntry {
 	if req.Instance == "" {
 		return nil
 	}
@@ -178,34 +152,16 @@ func (t *msgTable) get(req *Request, joinable bool) *msgEntry {
 	id := appendID(buf[:0], req)
 	fp := id[len(req.Stage)+1 : len(id)-len(req.Instance)-1] // appendID's fingerprint
 	fh := maphash.Bytes(seed, fp)
-	return t.shards[fh%msgShards].get(req, id, fp, fh, joinable)
-}
-
-// open returns the number of open messages (msgEntry.open).
-func (t *msgTable) open() int {
-	n := 0
-	for i := range t.shards {
-		n += int(t.shards[i].nOpen.Load())
-	}
-	return n
-}
-
-// footprint estimates the table's memory in bytes.
-func (t *msgTable) footprint() int64 {
-	var n int64
-	for i := range t.shards {
-		n += t.shards[i].footprint()
-	}
-	return n
-}
-
-// get is msgTable.get in the shard of req's fingerprint fp (hash fh).
-func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *msgEntry {
 	front := frontIndex(req.Stage)
+	t := &tb.shards[fh%msgShards]
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.init()
-	h := t.hashID(front, id)
+	if t.cur.msgs == nil {
+		t.cur = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
+		t.old = msgGen{msgs: make(map[uint64]*msgEntry), pend: make(map[uint64][]*msgEntry)}
+		t.gen = 1
+	}
+	h := maphash.Bytes(seed, id) ^ uint64(front)*0x9e3779b97f4a7c15 // the front end's own
 	held, inCur := t.cur.msgs[h]
 	if inCur && bytes.Equal(held.id[front], id) {
 		held.refs++
@@ -213,9 +169,7 @@ func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *m
 		return held
 	}
 	if m, ok := t.old.msgs[h]; ok && bytes.Equal(m.id[front], id) {
-		m.refs++ // this request, first: put may rotate
-		delete(t.old.msgs, h)
-		m.refs-- // the old slot, replaced by put's
+		delete(t.old.msgs, h) // the old slot's reference passes to this request
 		m.hash[front] = h
 		t.put(h, m, held)
 		return m
@@ -240,22 +194,18 @@ func (t *msgShard) get(req *Request, id, fp []byte, fh uint64, joinable bool) *m
 
 // unref drops one reference to m, forgetting it when none is left.
 func (t *msgShard) unref(m *msgEntry) {
-	m.refs--
-	if m.refs > 0 {
-		return
+	if m.refs--; m.refs <= 0 {
+		t.inUse--
+		t.setOpen(m, false)
 	}
-	t.inUse--
-	t.setOpen(m, false)
 }
 
 // put stores m under h in the current generation, rotating when full, and
 // takes a reference for the slot; held, colliding under h, is forgotten.
 func (t *msgShard) put(h uint64, m, held *msgEntry) {
-	if t.cur.size() >= shardGenSize {
-		t.rotate()
-		held = nil
-	}
-	if held != nil {
+	if len(t.cur.msgs)+t.cur.npend >= shardGenSize {
+		t.rotate() // held goes with the old generation
+	} else if held != nil {
 		t.unref(held)
 	}
 	t.cur.msgs[h] = m
@@ -267,12 +217,10 @@ func (t *msgShard) rotate() {
 	for _, m := range t.old.msgs {
 		t.unref(m)
 	}
-	for _, head := range t.old.pend {
-		for m := head; m != nil; {
-			next := m.pendNext
-			m.pending, m.pendPrev, m.pendNext = false, nil, nil
+	for _, l := range t.old.pend {
+		for _, m := range l {
+			m.pending = false
 			t.unref(m)
-			m = next
 		}
 	}
 	clear(t.old.msgs)
@@ -301,23 +249,17 @@ func (t *msgShard) addPending(m *msgEntry, fp []byte, fh uint64, front int) {
 	m.refs++
 	g := &t.cur
 	g.npend++
-	head := g.pend[fh]
-	if head == nil {
-		g.pend[fh] = m
-		return
-	}
-	n, last := 0, head
+	n := 0
 	var oldest *msgEntry
-	for e := head; e != nil; e = e.pendNext {
+	for _, e := range g.pend[fh] {
 		if bytes.Equal(e.fp, fp) {
 			if oldest == nil {
 				oldest = e
 			}
 			n++
 		}
-		last = e
 	}
-	last.pendNext, m.pendPrev = m, last
+	g.pend[fh] = append(g.pend[fh], m)
 	if n+1 > pendMax {
 		t.unlinkPending(oldest)
 	}
@@ -329,19 +271,16 @@ func (t *msgShard) unlinkPending(m *msgEntry) {
 		return
 	}
 	if g := t.genOf(m.pendGen); g != nil {
-		if m.pendPrev != nil {
-			m.pendPrev.pendNext = m.pendNext
-		} else if m.pendNext != nil {
-			g.pend[m.fpHash] = m.pendNext
+		l := g.pend[m.fpHash]
+		i := slices.Index(l, m)
+		if l = slices.Delete(l, i, i+1); len(l) > 0 {
+			g.pend[m.fpHash] = l
 		} else {
 			delete(g.pend, m.fpHash)
 		}
-		if m.pendNext != nil {
-			m.pendNext.pendPrev = m.pendPrev
-		}
 		g.npend--
 	}
-	m.pending, m.pendPrev, m.pendNext = false, nil, nil
+	m.pending = false
 	t.unref(m)
 }
 
@@ -349,14 +288,13 @@ func (t *msgShard) unlinkPending(m *msgEntry) {
 // front, or nil; the caller takes over the list's reference.
 func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 	for _, g := range [2]*msgGen{&t.old, &t.cur} {
-		for m := g.pend[fh]; m != nil; m = m.pendNext {
-			if m.pendFront != front || !bytes.Equal(m.fp, fp) {
-				continue
+		for _, m := range g.pend[fh] {
+			if m.pendFront == front && bytes.Equal(m.fp, fp) {
+				m.refs++ // kept across the unlink
+				t.unlinkPending(m)
+				m.refs--
+				return m
 			}
-			m.refs++ // kept across the unlink
-			t.unlinkPending(m)
-			m.refs--
-			return m
 		}
 	}
 	return nil
@@ -365,7 +303,6 @@ func (t *msgShard) takePending(fp []byte, fh uint64, front int) *msgEntry {
 // end gives back the entry of one request (from get): a refused message
 // is no longer joinable, and done (END-OF-MESSAGE) forgets req's view.
 func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
-	var buf [maxIDLen]byte
 	front := frontIndex(req.Stage)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -374,7 +311,7 @@ func (t *msgShard) end(m *msgEntry, req *Request, refused, done bool) {
 		t.unlinkPending(m)
 	}
 	if done {
-		id, h := append(buf[:0], m.id[front]...), m.hash[front]
+		id, h := m.id[front], m.hash[front]
 		for _, g := range [2]*msgGen{&t.cur, &t.old} {
 			if o, ok := g.msgs[h]; ok && bytes.Equal(o.id[front], id) {
 				delete(g.msgs, h)
@@ -397,12 +334,4 @@ func (t *msgShard) setOpen(m *msgEntry, open bool) {
 	} else {
 		t.nOpen.Add(-1)
 	}
-}
-
-// footprint estimates the shard's memory in bytes.
-func (t *msgShard) footprint() int64 {
-	t.mu.Lock()
-	n := t.inUse
-	t.mu.Unlock()
-	return int64(n) * entryBytes
 }

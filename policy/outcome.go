@@ -31,13 +31,6 @@ func (k OutcomeKind) String() string {
 	return fmt.Sprintf("OutcomeKind(%d)", uint8(k))
 }
 
-// DefaultOutcomeMessage and DefaultRatioMessage are the client text of an
-// outcome limit without one, and of one in the ratio form.
-const (
-	DefaultOutcomeMessage = "too many of your recent recipients failed (limit {limit} per {period}); try again in {retry}"
-	DefaultRatioMessage   = "too many of your recent recipients failed; try again in {retry}"
-)
-
 // ClassifyDSN returns the kind of an RFC 3463 status code such as "5.1.1"
 // (a Postfix dsn=, a DSN's Status field); ok is false for a success (2.x.x)
 // and for anything that is not a status code.
@@ -69,17 +62,10 @@ func (l *limit) outcome() bool {
 	return l.per == perBounce || l.per == perUnknown || l.per == perDeferral
 }
 
-// counts reports whether outcome limit l counts an outcome of kind k.
+// counts reports whether outcome limit l counts an outcome of kind k: its
+// own kind (String), and a bounce limit unknown recipients too.
 func (l *limit) counts(k OutcomeKind) bool {
-	switch l.per {
-	case perBounce:
-		return k == OutcomeBounce || k == OutcomeUnknownRcpt
-	case perUnknown:
-		return k == OutcomeUnknownRcpt
-	case perDeferral:
-		return k == OutcomeDeferral
-	}
-	return false
+	return k >= OutcomeBounce && l.per == perBounce+int(k)-1 || l.per == perBounce && k == OutcomeUnknownRcpt
 }
 
 // outcomeNouns describes, per outcome cost unit, what was counted.
@@ -116,14 +102,13 @@ func (e *Engine) unknownOf(ctx context.Context, now time.Time, c *compiled, l *l
 	}
 	for i := range c.limits {
 		s := &c.limits[i]
-		if s.per != perUnknown || !plainCount(s) || s.rl.Period != l.rl.Period || c.keyOf(s, req) != key {
-			continue
+		if s.per == perUnknown && plainCount(s) && s.rl.Period == l.rl.Period && c.keyOf(s, req) == key {
+			st, err := e.store.Get(ctx, s.name, key)
+			if err != nil {
+				return -1
+			}
+			return s.rl.Rate(st, now)
 		}
-		st, err := e.store.Get(ctx, s.name, key)
-		if err != nil {
-			return -1
-		}
-		return s.rl.Rate(st, now)
 	}
 	return -1
 }
@@ -155,7 +140,7 @@ func (l *limit) compileRatio(lc LimitConfig, at string, bad func(key, format str
 	}
 	l.rl.Limit = l.minCount // what the rate state is kept under; the limit is set per request
 	if lc.Message == "" {
-		l.message = DefaultRatioMessage
+		l.message = "too many of your recent recipients failed; try again in {retry}"
 	}
 }
 
@@ -179,19 +164,6 @@ func (e *Engine) ratioItem(ctx context.Context, now time.Time, l *limit, it *Sta
 // recipients: until their rate decays below min_count.
 func (l *limit) ratioWait(it *StackItem) time.Duration {
 	return time.Duration(float64(it.Params.Period) * math.Log(max(it.Params.Limit/l.ratio/l.minCount, 1)))
-}
-
-// ratioView folds ratio limit l's recipients' state rs into kr, l's view
-// at now of the failures for the same key.
-func (l *limit) ratioView(kr *KeyRate, rs ratelimit.State, now time.Time) {
-	rcpts := l.rl.Rate(rs, now)
-	kr.Ratio, kr.MinCount, kr.Recipients = l.ratio, l.minCount, human.Finite(rcpts)
-	kr.Max = human.Finite(l.ratio * max(rcpts, l.minCount))
-	kr.Over = rcpts >= l.minCount && kr.Rate > l.ratio*rcpts
-	kr.Refusing, kr.RetryAfter = kr.Over, 0
-	if kr.Over {
-		kr.RetryAfter = l.ratioWait(&StackItem{Params: ratelimit.Limit{Limit: l.ratio * rcpts, Period: l.rl.Period}})
-	}
 }
 
 // RecordOutcome counts, at now, one recipient's outcome of kind in every
@@ -231,20 +203,16 @@ func (e *Engine) record(ctx context.Context, now time.Time, req *Request, cost f
 		if key == "" {
 			continue
 		}
-		rl := l.rl
-		if v, ok := l.override(key); ok {
-			rl = overridden(rl, v)
-		}
+		rl := l.params(key)
 		err := e.store.Update(ctx, name, key, func(old ratelimit.State) (ratelimit.State, bool) {
 			return rl.Next(rl.Check(old, now, cost), true)
 		})
-		if err != nil {
-			if first == nil {
-				first = fmt.Errorf("limit %s: %w", l.name, err)
-			}
-			continue
+		switch {
+		case err == nil:
+			n++
+		case first == nil:
+			first = fmt.Errorf("limit %s: %w", l.name, err)
 		}
-		n++
 	}
 	return n, first
 }

@@ -32,9 +32,6 @@ func (s *stageCounts) get(front int, state string) uint64 {
 	return 0
 }
 
-// asked reports whether front has asked at state.
-func (s *stageCounts) asked(front int, state string) bool { return s.get(front, state) > 0 }
-
 // messageRequests returns front's requests about mail transactions.
 func (s *stageCounts) messageRequests(front int) uint64 {
 	c := &s.n[front]
@@ -73,10 +70,25 @@ func (e *Engine) Stages() []StageCount {
 
 // MessagesOpen returns the number of messages asked about, admitted so
 // far and not yet at END-OF-MESSAGE (nor forgotten by the bounded table).
-func (e *Engine) MessagesOpen() int { return e.msgs.open() }
+func (e *Engine) MessagesOpen() int {
+	n := 0
+	for i := range e.msgs.shards {
+		n += int(e.msgs.shards[i].nOpen.Load())
+	}
+	return n
+}
 
 // Footprint estimates the message table's memory, in bytes.
-func (e *Engine) Footprint() int64 { return e.msgs.footprint() }
+func (e *Engine) Footprint() int64 {
+	var n int64
+	for i := range e.msgs.shards {
+		sh := &e.msgs.shards[i]
+		sh.mu.Lock()
+		n += int64(sh.inUse) * entryBytes
+		sh.mu.Unlock()
+	}
+	return n
+}
 
 // Advice returns plain-word warnings about limits that cannot count as
 // configured, from the configuration and the stages seen, each naming the

@@ -76,14 +76,10 @@ func EvaluateStack(ctx context.Context, st Store, now time.Time, items []StackIt
 		if !store {
 			continue
 		}
-		err := st.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
+		out[i].Err = st.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
 			return it.Params.Reapply(old, out[i].Prev, next, now, it.Cost, admitted)
 		})
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		out[i].Stored = true
+		out[i].Stored = out[i].Err == nil
 	}
 	return nil
 }
