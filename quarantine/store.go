@@ -233,18 +233,15 @@ func indexable(instance string) bool {
 	return instance != "" && len(instance) <= maxIndexedInstance && !strings.ContainsRune(instance, 0)
 }
 
-func (b buckets) index(e *Entry) error {
-	if !indexable(e.Instance) {
+// index adds e to the instance index, or with del removes it.
+func (b buckets) index(e *Entry, del bool) error {
+	switch {
+	case !indexable(e.Instance):
 		return nil
+	case del:
+		return b.t.Delete(b.inst, instPath, instanceKey(e.Instance, e.ID))
 	}
 	return b.t.Put(b.inst, instPath, instanceKey(e.Instance, e.ID), []byte{})
-}
-
-func (b buckets) unindex(e *Entry) error {
-	if !indexable(e.Instance) {
-		return nil
-	}
-	return b.t.Delete(b.inst, instPath, instanceKey(e.Instance, e.ID))
 }
 
 // newID returns an unused ID for t: Unix ms in 11 hex digits, then a

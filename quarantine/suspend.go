@@ -58,8 +58,8 @@ func (s *Store) Resume(key string) (bool, error) {
 // Suspended returns the suspended keys (unreadable records included).
 // Errors: bbolt's.
 func (s *Store) Suspended() (map[string]Suspension, error) {
-	out := map[string]Suspension{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	return view(s, "suspended", func(tx *bolt.Tx, out *map[string]Suspension) error {
+		*out = map[string]Suspension{}
 		b := tx.Bucket(bucketSuspended)
 		if b == nil {
 			return nil
@@ -69,12 +69,8 @@ func (s *Store) Suspended() (map[string]Suspension, error) {
 			if err := decodeRecord(k, v, &sp); err != nil {
 				sp = Suspension{Key: string(k), By: "(record unreadable: ratelimitd state check)"}
 			}
-			out[string(k)] = sp
+			(*out)[string(k)] = sp
 			return nil
 		})
 	})
-	if err != nil {
-		return nil, wrap("suspended", err)
-	}
-	return out, nil
 }

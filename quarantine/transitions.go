@@ -207,7 +207,7 @@ func (b buckets) remove(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := b.unindex(&e); err != nil {
+	if err := b.index(&e, true); err != nil {
 		return 0, err
 	}
 	n, err := b.dropBody(id)

@@ -37,21 +37,13 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("quarantine: %s: %w", op, err)
 }
 
-// checkQueueID returns ErrInvalid for a set queue ID that is not valid.
-func checkQueueID(id string) error {
-	if id != "" && !ValidQueueID(id) {
-		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, termsafe.Line(id))
-	}
-	return nil
-}
-
 // prepare returns a copy of e as a new entry in state (ErrInvalid).
 func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	if e == nil {
 		return Entry{}, fmt.Errorf("%w: nil entry", ErrInvalid)
 	}
-	if err := checkQueueID(e.QueueID); err != nil {
-		return Entry{}, err
+	if e.QueueID != "" && !ValidQueueID(e.QueueID) {
+		return Entry{}, fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, termsafe.Line(e.QueueID))
 	}
 	now := s.now()
 	ent := *e
@@ -181,7 +173,7 @@ func (b buckets) insert(e *Entry) (refusedQueueID string, err error) {
 	if err := b.put(e); err != nil {
 		return "", err
 	}
-	return refusedQueueID, b.index(e)
+	return refusedQueueID, b.index(e, false)
 }
 
 // RecordFreeze stores e as frozen with the message read from r and
