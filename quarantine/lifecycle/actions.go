@@ -111,11 +111,9 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 	for _, e := range entries {
 		o := Outcome{ID: e.ID, Sender: e.Sender, Key: e.Key}
 		note, err := op(e)
-		o.Note = note
+		o.Note, o.OK = note, err == nil
 		if err != nil {
 			o.Error = err.Error()
-		} else {
-			o.OK = true
 		}
 		s.log.Info(what, "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
 			"queue_id", e.QueueID, "ok", o.OK, "err", o.Error, "note", o.Note, "by", sel.By)

@@ -13,7 +13,7 @@ import (
 
 const (
 	maxIncomplete    = 10000 // held entries waiting to be completed
-	completeAttempts = 12    // CompleteHeld runs that look for a message
+	completeAttempts = 12    // counted complete runs that look for a message
 )
 
 func (s *Service) noteIncomplete(id string) {
@@ -41,10 +41,6 @@ func (s *Service) noteIncompleteStored() {
 // completeTimeout bounds the completion a listing waits for.
 const completeTimeout = 10 * time.Second
 
-// CompleteHeld fills recently held entries from the MTA's queue, up to
-// completeAttempts runs each, and returns how many it completed.
-func (s *Service) CompleteHeld(ctx context.Context) (completed int) { return s.complete(ctx, true) }
-
 // completeNow completes the waiting held entries before a listing.
 func (s *Service) completeNow() {
 	s.mu.Lock()
@@ -58,8 +54,10 @@ func (s *Service) completeNow() {
 	s.complete(ctx, false)
 }
 
-// complete is CompleteHeld; count says whether attempts and a failed
-// queue listing count. Calls run one at a time.
+// complete fills recently held entries from the MTA's queue, up to
+// completeAttempts counted runs each, and returns how many it completed;
+// count says whether attempts and a failed listing count. Calls run one
+// at a time.
 func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 	s.completeMu.Lock()
 	defer s.completeMu.Unlock()

@@ -20,11 +20,8 @@ const (
 )
 
 // linkQueued links held entry e without a queue ID to the closest matching
-// unclaimed message of msgs and returns e as stored.
+// unclaimed message of msgs and returns e as stored (callers check both).
 func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage) quarantine.Entry {
-	if e.State != quarantine.Held || e.QueueID != "" {
-		return e
-	}
 	var cands []*quarantine.QueuedMessage
 	for i := range msgs {
 		if m := &msgs[i]; quarantine.ValidQueueID(m.QueueID) && mismatch(m, e) == "" {
@@ -75,18 +72,13 @@ func hasRecipients(m *quarantine.QueuedMessage, want []string) bool {
 }
 
 // sameAddress compares addresses case-insensitively, quoted local parts
-// unquoted.
+// unquoted (RFC 5321 4.1.2, net/mail).
 func sameAddress(a, b string) bool {
-	return strings.EqualFold(unquoteLocal(a), unquoteLocal(b))
-}
-
-// unquoteLocal returns addr with a quoted local part unquoted (RFC 5321
-// 4.1.2, net/mail), else as it is.
-func unquoteLocal(addr string) string {
-	if strings.HasPrefix(addr, `"`) {
-		if a, err := mail.ParseAddress("<" + addr + ">"); err == nil {
-			return a.Address
+	unquote := func(addr string) string {
+		if p, err := mail.ParseAddress("<" + addr + ">"); err == nil && strings.HasPrefix(addr, `"`) {
+			return p.Address
 		}
+		return addr
 	}
-	return addr
+	return strings.EqualFold(unquote(a), unquote(b))
 }

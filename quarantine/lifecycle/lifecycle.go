@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -80,11 +81,11 @@ type Service struct {
 	mu              sync.Mutex
 	pending         map[string]int       // pending entries per key (alerts)
 	awaitingQueueID map[string]struct{}  // instances held at RCPT without a queue ID
-	incomplete      map[string]int       // held entries CompleteHeld completes: attempts
+	incomplete      map[string]int       // held entries complete completes: attempts
 	completeMu      sync.Mutex           // one completion at a time (complete)
 	lastDrip        map[string]time.Time // limit NUL key: last automatic release
 	runs            map[string]*dripRun  // limit NUL key: drip runs in progress
-	drip            map[string]bool      // limits with auto_release = "drip"
+	drip            []string             // limits with auto_release = "drip"
 	health          Health               // what Health adds to the store's counts
 
 	m metrics
@@ -107,7 +108,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	}
 	// Not cmp.Or for Queue and Events: their dynamic types may not be comparable.
 	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
-		now: opts.Now, token: rand.Text(), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
+		now: opts.Now, token: rand.Text(), awaitingQueueID: map[string]struct{}{},
 		incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
 	if s.queue == nil {
 		s.queue = noQueue{}
@@ -133,12 +134,8 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 
 // SetDripLimits replaces Options.DripLimits (a configuration reload).
 func (s *Service) SetDripLimits(names []string) {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		m[n] = true
-	}
 	s.mu.Lock()
-	s.drip = m
+	s.drip = slices.Clone(names)
 	s.mu.Unlock()
 }
 

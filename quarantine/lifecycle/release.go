@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/quarantine"
@@ -37,7 +38,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	for _, e := range pending {
 		lk := e.Limit + "\x00" + e.Key
 		left[lk]++
-		if !drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
+		if !slices.Contains(drip, e.Limit) || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
 			// Being thawed, or interrupted (--force).
 			continue
 		}
@@ -162,17 +163,11 @@ func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key stri
 }
 
 // Run runs Expire now and every expireEvery (0: 1h), AutoRelease and
-// CompleteHeld every dripEvery (0: 5s), until ctx ends.
+// complete every dripEvery (0: 5s), until ctx ends.
 func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration) {
-	if expireEvery <= 0 {
-		expireEvery = time.Hour
-	}
-	if dripEvery <= 0 {
-		dripEvery = 5 * time.Second
-	}
-	et := time.NewTicker(expireEvery)
+	et := time.NewTicker(cmp.Or(max(expireEvery, 0), time.Hour))
 	defer et.Stop()
-	dt := time.NewTicker(dripEvery)
+	dt := time.NewTicker(cmp.Or(max(dripEvery, 0), 5*time.Second))
 	defer dt.Stop()
 	s.Expire(ctx, s.now())
 	s.noteIncompleteStored()
@@ -184,7 +179,7 @@ func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration)
 			s.Expire(ctx, s.now())
 		case <-dt.C:
 			s.AutoRelease(ctx, s.now())
-			s.CompleteHeld(ctx)
+			s.complete(ctx, true)
 		}
 	}
 }
