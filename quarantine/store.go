@@ -18,10 +18,11 @@ import (
 
 // Top-level buckets of the daemon's BoltDB file.
 var (
-	bucketMeta     = []byte("quarantine/meta")           // ID -> sealed JSON Entry
-	bucketInstance = []byte("quarantine/index-instance") // Instance NUL ID -> ""
-	bucketInfo     = []byte("quarantine/info")           // "version", "bytes" (big-endian uint64)
-	bucketDamaged  = []byte("quarantine/damaged")        // unreadable records set aside
+	bucketMeta      = []byte("quarantine/meta")           // ID -> sealed JSON Entry
+	bucketInstance  = []byte("quarantine/index-instance") // Instance NUL ID -> ""
+	bucketInfo      = []byte("quarantine/info")           // "version", "bytes" (big-endian uint64)
+	bucketDamaged   = []byte("quarantine/damaged")        // unreadable records set aside
+	bucketSuspended = []byte("quarantine/suspended")      // rate key -> sealed JSON Suspension
 
 	keyVersion = []byte("version")
 	keyBytes   = []byte("bytes")
@@ -155,8 +156,8 @@ func decodeRecord(key, v []byte, x any) error {
 // buckets are the quarantine's buckets in one transaction; t is a
 // write's manifest tally.
 type buckets struct {
-	meta, inst, info, chunks, messages *bolt.Bucket
-	t                                  *statedb.Tally
+	meta, inst, info, chunks, messages, susp *bolt.Bucket
+	t                                        *statedb.Tally
 }
 
 // The buckets' paths in the manifest.
@@ -171,23 +172,14 @@ var (
 
 func bucketsOf(tx *bolt.Tx) buckets {
 	return buckets{meta: tx.Bucket(bucketMeta), inst: tx.Bucket(bucketInstance), info: tx.Bucket(bucketInfo),
-		chunks: tx.Bucket(bucketChunks), messages: tx.Bucket(bucketMessages)}
+		chunks: tx.Bucket(bucketChunks), messages: tx.Bucket(bucketMessages), susp: tx.Bucket(bucketSuspended)}
 }
 
 func (b buckets) ok() bool {
-	return b.meta != nil && b.inst != nil && b.info != nil && b.chunks != nil && b.messages != nil
+	return b.meta != nil && b.inst != nil && b.info != nil && b.chunks != nil && b.messages != nil && b.susp != nil
 }
 
 var errNoBuckets = errors.New("quarantine: buckets missing (database not initialised by quarantine.New)")
-
-func mustBuckets(tx *bolt.Tx, t *statedb.Tally) (buckets, error) {
-	b := bucketsOf(tx)
-	b.t = t
-	if !b.ok() {
-		return b, errNoBuckets
-	}
-	return b, nil
-}
 
 func getBytes(info *bolt.Bucket) int64 {
 	if info == nil || len(info.Get(keyBytes)) != 8 {

@@ -6,18 +6,12 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
 // update runs fn on entry id in one write transaction and stores the
 // result unless fn returns errUnchanged.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
-	return s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	return s.write(op, func(b buckets) error {
 		e, err := b.get(id)
 		if err != nil {
 			return err
@@ -159,11 +153,7 @@ func (s *Store) SweepThawed(cutoff time.Time) (int, error) {
 // and returns how many; with none it writes nothing.
 func (s *Store) sweep(op string, scan func(buckets) []string, act func(b buckets, id string) error) (int, error) {
 	n := 0
-	err := s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	err := s.write(op, func(b buckets) error {
 		ids := scan(b)
 		for _, id := range ids {
 			if err := act(b, id); err != nil {
@@ -251,9 +241,6 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 	return n, freed, nil
 }
 
-// bucketSuspended maps a rate key -> sealed JSON Suspension.
-var bucketSuspended = []byte("quarantine/suspended")
-
 // Suspension records that a postmaster stopped automatic release for a
 // key ("ratelimitd quarantine suspend KEY").
 type Suspension struct {
@@ -272,12 +259,8 @@ func (s *Store) Suspend(key, by string) error {
 	if err != nil {
 		return err
 	}
-	return s.write("suspend", func(tx *bolt.Tx, t *statedb.Tally) error {
-		b := tx.Bucket(bucketSuspended)
-		if b == nil {
-			return errNoBuckets
-		}
-		return t.Put(b, suspendedPath, []byte(key), sealRecord([]byte(key), v))
+	return s.write("suspend", func(b buckets) error {
+		return b.t.Put(b.susp, suspendedPath, []byte(key), sealRecord([]byte(key), v))
 	})
 }
 
@@ -285,13 +268,11 @@ func (s *Store) Suspend(key, by string) error {
 // suspended. Errors: bbolt's.
 func (s *Store) Resume(key string) (bool, error) {
 	found := false
-	err := s.write("resume", func(tx *bolt.Tx, t *statedb.Tally) error {
-		b := tx.Bucket(bucketSuspended)
-		if b == nil || b.Get([]byte(key)) == nil {
+	err := s.write("resume", func(b buckets) error {
+		if found = b.susp.Get([]byte(key)) != nil; !found {
 			return nil
 		}
-		found = true
-		return t.Delete(b, suspendedPath, []byte(key))
+		return b.t.Delete(b.susp, suspendedPath, []byte(key))
 	})
 	return found, err
 }
@@ -301,7 +282,7 @@ func (s *Store) Resume(key string) (bool, error) {
 func (s *Store) Suspended() (map[string]Suspension, error) {
 	return view(s, "suspended", func(tx *bolt.Tx, out *map[string]Suspension) error {
 		*out = map[string]Suspension{}
-		b := tx.Bucket(bucketSuspended)
+		b := bucketsOf(tx).susp
 		if b == nil {
 			return nil
 		}

@@ -16,10 +16,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// write runs fn in one write transaction and returns once it is durable;
-// fn's errUnchanged rolls back and returns nil.
-func (s *Store) write(op string, fn func(*bolt.Tx, *statedb.Tally) error) error {
-	err := statedb.Update(s.db, fn)
+// write runs fn on the buckets in one write transaction and returns once
+// it is durable; fn's errUnchanged rolls back and returns nil.
+func (s *Store) write(op string, fn func(b buckets) error) error {
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+		b := bucketsOf(tx)
+		if b.t = t; !b.ok() {
+			return errNoBuckets
+		}
+		return fn(b)
+	})
 	if err == nil && s.db.NoSync { // set after New
 		err = s.db.Sync()
 	}
@@ -85,12 +91,7 @@ func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
 		return Recorded{}, err
 	}
 	var r Recorded
-	err = s.write("hold", func(tx *bolt.Tx, t *statedb.Tally) error {
-		r = Recorded{}
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	err = s.write("hold", func(b buckets) (err error) {
 		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || !create {
 			return err
 		}
@@ -195,11 +196,7 @@ func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 		ent.MessageID = cmp.Or(ent.MessageID, id)
 	}
 	var rec Recorded
-	err = s.write("freeze", func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	err = s.write("freeze", func(b buckets) (err error) {
 		total := getBytes(b.info)
 		if s.maxSize > 0 && total+ent.Size > s.maxSize {
 			return fmt.Errorf("%w: %d bytes stored, message of %d bytes, limit %d", ErrFull, total, ent.Size, s.maxSize)
@@ -210,7 +207,7 @@ func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 		if err := b.putBody(ent.ID, st); err != nil {
 			return fmt.Errorf("quarantine: store message: %w", err)
 		}
-		return putBytes(t, b.info, total+ent.Size)
+		return putBytes(b.t, b.info, total+ent.Size)
 	})
 	if err != nil {
 		s.dropChunks(st.ref)
