@@ -38,11 +38,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	if len(rcpts) == 0 {
 		return "", ErrNoRecipients
 	}
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = time.Minute
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(max(r.Timeout, 0), time.Minute))
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", r.Addr)

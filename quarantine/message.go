@@ -73,9 +73,7 @@ func (s *Store) readBody(r io.Reader) (*streamed, error) {
 			}
 			n, err := io.ReadFull(r, s.chunkBuf)
 			buf := s.chunkBuf[:n]
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				done = true
-			} else if err != nil {
+			if done = errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF); !done && err != nil {
 				rerr = err
 				return nil
 			}

@@ -166,7 +166,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	if !hold && (req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" || !s.awaiting(req.Instance, false)) {
 		return "", nil
 	}
-	e := s.entryFor(req, rcpts(m), d)
+	e := s.entryFor(m, d)
 	var r quarantine.Recorded
 	var err error
 	failed := "linking a held message to its queue ID failed"
@@ -194,14 +194,6 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	}
 	s.recorded(ctx, e, r)
 	return r.ID, nil
-}
-
-// rcpts are m's recipients (Message.Recipients, else Request.Recipient).
-func rcpts(m Message) []string {
-	if len(m.Recipients) == 0 && m.Request.Recipient != "" {
-		return []string{m.Request.Recipient}
-	}
-	return m.Recipients
 }
 
 // received rebuilds from req the Received: field (RFC 5321 4.4, CRLF) the
@@ -253,9 +245,14 @@ func (s *Service) awaiting(instance string, await bool) bool {
 	return was
 }
 
-// entryFor builds the entry of req, rcpts and d, without (logged) a
-// queue ID not in an MTA's syntax.
-func (s *Service) entryFor(req *policy.Request, rcpts []string, d *policy.Decision) *quarantine.Entry {
+// entryFor builds the entry of m (Message.Recipients, else
+// Request.Recipient) and d, without (logged) a queue ID not in an MTA's
+// syntax.
+func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
+	req, rcpts := m.Request, m.Recipients
+	if len(rcpts) == 0 && req.Recipient != "" {
+		rcpts = []string{req.Recipient}
+	}
 	e := &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
 		QueueID: req.QueueID, Instance: req.Instance, Size: req.Size}

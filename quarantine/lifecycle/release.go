@@ -66,10 +66,14 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 			continue // an operator is thawing it right now
 		}
 		s.mu.Lock()
-		s.lastDrip[lk] = now
-		if len(s.lastDrip) > maxAwaiting {
+		if len(s.lastDrip) >= maxAwaiting {
 			clear(s.lastDrip) // bounded; forgetting only lets one message out early
-			s.lastDrip[lk] = now
+		}
+		s.lastDrip[lk] = now
+		if err == nil {
+			r := cmp.Or(s.runs[lk], &dripRun{})
+			r.count, r.last = r.count+1, e
+			s.runs[lk] = r
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -79,12 +83,6 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		}
 		released++
 		left[lk]--
-		s.mu.Lock()
-		r := cmp.Or(s.runs[lk], &dripRun{})
-		r.count++
-		r.last = e
-		s.runs[lk] = r
-		s.mu.Unlock()
 		s.m.autoReleased.Inc()
 		s.log.Info("quarantine auto-release", "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
 			"limit", e.Limit, "queue_id", e.QueueID, "note", note)
