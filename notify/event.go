@@ -37,8 +37,9 @@ const (
 	RateReset Kind = "rate_reset"
 )
 
-// Kinds lists every Kind.
-var Kinds = []Kind{LimitRefused, QuarantineThreshold, Thawed, Deleted, Expired, Released, RateReset}
+// Kinds lists every Kind's name.
+var Kinds = []string{string(LimitRefused), string(QuarantineThreshold), string(Thawed), string(Deleted), string(Expired),
+	string(Released), string(RateReset)}
 
 // Event is one notification. Only Kind is required (Time: when Notify was
 // called); strings are client data, escaped on output.

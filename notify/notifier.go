@@ -1,3 +1,13 @@
+// Package notify tells the postmaster what ratelimitd did, off the request
+// path: a webhook (JSON POST, retried, optionally HMAC-SHA256 signed) and
+// mail through an SMTP relay (RFC 5321, RFC 5322 text/plain). Events
+// (Kind) are a key's first refusal by a limit in its period, quarantine
+// thresholds, releases and operator actions.
+//
+// Notifier.Notify never blocks: a bounded queue feeds one goroutine;
+// overflow is dropped and counted. Users declare, satisfied by *Notifier:
+//
+//	type notifier interface{ Notify(notify.Event) bool }
 package notify
 
 import (
@@ -101,7 +111,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	n := &Notifier{cfg: cfg, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now,
 		hc:    cmp.Or(o.HTTPClient, &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}),
 		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{keys: map[seenKey]bool{}},
-		mEvents: vec("events", "Events accepted into the notification queue, by kind.", "kind", kindNames()...),
+		mEvents: vec("events", "Events accepted into the notification queue, by kind.", "kind", Kinds...),
 		mDropped: vec("dropped", "Events not sent: queue_full, closed, or dedup_full (notify.max_keys reached).", "reason",
 			"queue_full", "closed", "dedup_full"),
 		mSent:   vec("sent", "Notifications delivered, by channel (webhook, mail).", "channel", channels...),
