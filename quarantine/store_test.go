@@ -477,16 +477,16 @@ func TestClaim(t *testing.T) {
 	s, _, _ := newStore(t, Options{})
 	f, _ := freeze(s, &Entry{Key: "k"}, []byte("x"))
 	h, _ := hold(s, &Entry{Key: "k", QueueID: "4F2A12345"})
-	if e, err := s.Claim(f, "p1", false); err != nil || e.Claim != "p1" {
+	if e, err := s.Claim(f, "p1", false, false); err != nil || e.Claim != "p1" {
 		t.Fatalf("first claim: %+v %v", e, err)
 	}
-	if _, err := s.Claim(f, "p1", false); !errors.Is(err, ErrBusy) {
+	if _, err := s.Claim(f, "p1", false, false); !errors.Is(err, ErrBusy) {
 		t.Fatalf("second claim by the same process: %v, want ErrBusy", err)
 	}
-	if _, err := s.Claim(f, "p2", false); !errors.Is(err, ErrInterrupted) {
+	if _, err := s.Claim(f, "p2", false, false); !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("claim of an interrupted frozen entry: %v, want ErrInterrupted", err)
 	}
-	if e, err := s.Claim(f, "p2", true); err != nil || e.Claim != "p2" {
+	if e, err := s.Claim(f, "p2", true, false); err != nil || e.Claim != "p2" {
 		t.Fatalf("forced claim: %+v %v", e, err)
 	}
 	if err := s.RecordThawError(f, "451 later"); err != nil {
@@ -495,10 +495,10 @@ func TestClaim(t *testing.T) {
 	if e, _ := s.Get(f); e.Claim != "" || e.Error != "451 later" {
 		t.Fatalf("after RecordThawError: %+v", e)
 	}
-	if _, err := s.Claim(h, "p1", false); err != nil {
+	if _, err := s.Claim(h, "p1", false, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(h, "p2", false); err != nil {
+	if _, err := s.Claim(h, "p2", false, false); err != nil {
 		t.Fatalf("held entry claimed by a stopped process: %v, want taken over", err)
 	}
 	if err := s.Unclaim(h, "p2", "postsuper failed"); err != nil {
@@ -507,11 +507,11 @@ func TestClaim(t *testing.T) {
 	if e, _ := s.Get(h); e.Claim != "" || e.Error != "postsuper failed" {
 		t.Fatalf("after Unclaim: %+v", e)
 	}
-	s.Claim(h, "p1", false)
+	s.Claim(h, "p1", false, false)
 	if err := s.MarkThawed(h, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(h, "p1", false); !errors.Is(err, ErrState) {
+	if _, err := s.Claim(h, "p1", false, false); !errors.Is(err, ErrState) {
 		t.Fatalf("claim of a thawed entry: %v", err)
 	}
 }

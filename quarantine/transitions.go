@@ -24,7 +24,7 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 	})
 }
 
-// needPendingOrClaimed also passes a thawed entry claimed by ClaimThawed.
+// needPendingOrClaimed also passes a thawed entry claimed again.
 func needPendingOrClaimed(op string, e *Entry) error {
 	if e.State == Thawed && e.Claim != "" {
 		return nil
@@ -39,7 +39,7 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records released entry id (pending, or ClaimThawed's) as
+// MarkThawed records released entry id (pending, or claimed again) as
 // Thawed to and as; the message stays until SweepThawed. Errors:
 // ErrNotFound, ErrState, bbolt's.
 func (s *Store) MarkThawed(id, to, as string) error {
@@ -67,7 +67,7 @@ func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 }
 
 // RecordThawError records a failed release of entry id, pending or
-// claimed by ClaimThawed. Errors: ErrNotFound, ErrState, bbolt's.
+// claimed again. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) RecordThawError(id string, msg string) error {
 	return s.update("record thaw error", id, func(_ buckets, e *Entry) error {
 		if err := needPendingOrClaimed("record a thaw error for", e); err != nil {
@@ -80,45 +80,25 @@ func (s *Store) RecordThawError(id string, msg string) error {
 	})
 }
 
-// Claim durably marks pending entry id as acted on by token, so each
-// action happens once, and returns it; another token's claim is taken
-// over, of a frozen entry only with force. Errors: ErrNotFound, ErrState,
-// ErrBusy, ErrInterrupted, bbolt's.
-func (s *Store) Claim(id, token string, force bool) (Entry, error) {
-	return s.claim("claim", id, token, func(_ buckets, e *Entry) error {
-		if err := needPending("claim", e); err != nil {
-			return err
-		}
-		if e.State == Frozen && e.Claim != "" && e.Claim != token && !force {
+// Claim durably marks entry id as acted on by token, so each action
+// happens once, and returns it: a pending entry (another token's claim
+// is taken over, of a frozen entry only with force) or, again, a thawed
+// one whose message is kept. Errors: ErrNotFound, ErrState, ErrNoContent
+// (swept), ErrBusy, ErrInterrupted, bbolt's.
+func (s *Store) Claim(id, token string, force, again bool) (Entry, error) {
+	var out Entry
+	err := s.update("claim", id, func(b buckets, e *Entry) error {
+		switch {
+		case again && e.State != Thawed:
+			return fmt.Errorf("%w: cannot thaw %s again: it is %s", ErrState, id, e.State)
+		case again && b.messages.Get([]byte(id)) == nil:
+			return fmt.Errorf("%w: %s: its message was swept after keep_thawed", ErrNoContent, id)
+		case !again && !e.State.Pending():
+			return needPending("claim", e)
+		case e.State == Frozen && e.Claim != "" && e.Claim != token && !force:
 			return fmt.Errorf("%w: %s: an earlier thaw or delete stopped at %s, after it may have re-injected the message",
 				ErrInterrupted, id, e.ClaimedAt.Format(time.RFC3339))
-		}
-		return nil
-	})
-}
-
-// ClaimThawed claims thawed entry id with its message kept. Errors:
-// ErrNotFound, ErrState, ErrNoContent (swept), ErrBusy, bbolt's.
-func (s *Store) ClaimThawed(id, token string) (Entry, error) {
-	return s.claim("claim again", id, token, func(b buckets, e *Entry) error {
-		if e.State != Thawed {
-			return fmt.Errorf("%w: cannot thaw %s again: it is %s", ErrState, id, e.State)
-		}
-		if b.messages.Get([]byte(id)) == nil {
-			return fmt.Errorf("%w: %s: its message was swept after keep_thawed", ErrNoContent, id)
-		}
-		return nil
-	})
-}
-
-// claim claims id for token once check passes; ErrBusy if token holds it.
-func (s *Store) claim(op, id, token string, check func(b buckets, e *Entry) error) (Entry, error) {
-	var out Entry
-	err := s.update(op, id, func(b buckets, e *Entry) error {
-		if err := check(b, e); err != nil {
-			return err
-		}
-		if e.Claim == token {
+		case e.Claim == token:
 			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
 		}
 		e.Claim, e.ClaimedAt = token, s.now().Round(0)

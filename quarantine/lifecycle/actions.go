@@ -126,13 +126,10 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 // message re-injected); it returns a note.
 func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force, again bool, kind Kind) (string, error) {
 	var err error
-	if again {
-		if e, err = s.q.ClaimThawed(e.ID, s.token); err != nil {
-			return "", err
-		}
-		e.State = quarantine.Frozen // re-injected as the frozen message it was
-	} else if e, err = s.q.Claim(e.ID, s.token, force); err != nil {
+	if e, err = s.q.Claim(e.ID, s.token, force, again); err != nil {
 		return "", err
+	} else if again {
+		e.State = quarantine.Frozen // re-injected as the frozen message it was
 	} else if e, err = s.confirmHeld(ctx, e); err != nil {
 		s.recordError(e.ID, err)
 		return "", err
@@ -210,7 +207,7 @@ func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) 
 		return nil, err
 	}
 	return s.apply("quarantine delete", entries, sel, func(e quarantine.Entry) (string, error) {
-		e, err := s.q.Claim(e.ID, s.token, sel.Force)
+		e, err := s.q.Claim(e.ID, s.token, sel.Force, false)
 		if err != nil {
 			return "", err
 		}
@@ -270,7 +267,7 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	case e.State == quarantine.Held:
 		if e.QueueID == "" {
 			// Linking the queue ID found in the listing needs the claim.
-			if e, err = s.q.Claim(id, s.token, false); err != nil {
+			if e, err = s.q.Claim(id, s.token, false, false); err != nil {
 				return e, nil, err
 			}
 			e, err = s.confirmHeld(ctx, e)

@@ -84,7 +84,7 @@ func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Ti
 	if s.opts.ExpireAction == ExpireKeep {
 		return "kept", "kept (expire_action = keep)", nil
 	}
-	if e, err = s.q.Claim(e.ID, s.token, false); err != nil {
+	if e, err = s.q.Claim(e.ID, s.token, false, false); err != nil {
 		return "", "", err
 	}
 	done := false // past the point where the claim must go

@@ -100,7 +100,7 @@ func TestInterruptedThawNeedsForce(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr())})
 	ids := e.freeze(t, "alice@example.org", 1)
-	if _, err := e.q.Claim(ids[0], "a-process-that-crashed", false); err != nil {
+	if _, err := e.q.Claim(ids[0], "a-process-that-crashed", false, false); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids})
