@@ -95,16 +95,14 @@ func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, er
 			p.PartsOmitted = true
 			return errTooManyParts
 		}
-		pt := Part{Path: sectionPath(path, part), Depth: len(path)}
+		mt, params, _ := part.Header.ContentType()
+		pt := Part{Path: sectionPath(path, part), Depth: len(path), ContentType: strings.ToLower(mt), Charset: params["charset"]}
 		if len(path) == 0 {
 			err = rootErr
 		}
 		if err != nil {
 			pt.Err = err.Error()
 		}
-		mt, params, _ := part.Header.ContentType()
-		pt.ContentType = strings.ToLower(mt)
-		pt.Charset = params["charset"]
 		if disp, _, derr := part.Header.ContentDisposition(); derr == nil {
 			pt.Disposition = strings.ToLower(disp)
 		}

@@ -370,9 +370,9 @@ func TestHoldAndQueueID(t *testing.T) {
 	other, _ := hold(s, &Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
 	// END-OF-MESSAGE: the queue ID is known.
 	// One queue ID is never two entries: the oldest gets it.
-	r, err := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Size: 900, Recipients: []string{"z@example.org"}})
+	r, err := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Size: 900, Recipients: []string{"z@example.org"}}, true)
 	if err != nil || r.ID != a || !r.Added {
-		t.Fatalf("AddToHeld: %+v %v", r, err)
+		t.Fatalf("RecordHold(addOnly): %+v %v", r, err)
 	}
 	if e, _ := s.Get(a); e.QueueID != "4F2A12345" || e.Size != 900 || !slices.Equal(e.Recipients, []string{"x@example.org", "z@example.org"}) {
 		t.Errorf("%s: %+v", a, e)
@@ -385,21 +385,21 @@ func TestHoldAndQueueID(t *testing.T) {
 	}
 	// A later request of the message adds its recipient to the entry
 	// of the queue ID; none of an unknown instance makes an entry.
-	if r, err := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Recipients: []string{"X@example.org", "w@example.org"}}); err != nil || r.ID != a {
+	if r, err := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Recipients: []string{"X@example.org", "w@example.org"}}, false); err != nil || r.ID != a {
 		t.Errorf("RecordHold of the same message: %+v %v", r, err)
 	}
 	if e, _ := s.Get(a); len(e.Recipients) != 3 {
 		t.Errorf("recipients %v", e.Recipients)
 	}
-	if r, _ := s.AddToHeld(&Entry{Instance: "unknown", QueueID: "5F2A12345"}); r.ID != "" {
+	if r, _ := s.RecordHold(&Entry{Instance: "unknown", QueueID: "5F2A12345"}, true); r.ID != "" {
 		t.Errorf("unknown instance: %+v", r)
 	}
 	// Without a queue ID a hold is never joined to another (a forged
 	// queue ID was dropped: each HOLD has its entry).
-	if r, _ := s.RecordHold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1"}); r.Added {
+	if r, _ := s.RecordHold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1"}, false); r.Added {
 		t.Errorf("joined without a queue ID: %+v", r)
 	}
-	if r, err := s.RecordHold(&Entry{Key: "carol", Instance: "unknown", QueueID: "5F2A12345"}); err != nil || r.Added || r.ID == "" {
+	if r, err := s.RecordHold(&Entry{Key: "carol", Instance: "unknown", QueueID: "5F2A12345"}, false); err != nil || r.Added || r.ID == "" {
 		t.Errorf("RecordHold of a new message: %+v %v", r, err)
 	}
 	// Expiry removes the index entry.
@@ -409,7 +409,7 @@ func TestHoldAndQueueID(t *testing.T) {
 	if n, _, err := s.Expire(time.Now().Add(48*time.Hour), time.Hour); err != nil || n != 1 {
 		t.Fatalf("Expire: %d, %v", n, err)
 	}
-	if r, _ := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "6F2A12345"}); r.ID != b {
+	if r, _ := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "6F2A12345"}, true); r.ID != b {
 		t.Errorf("after expiry: %+v", r)
 	}
 }

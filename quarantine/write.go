@@ -66,7 +66,7 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	return ent, nil
 }
 
-// Recorded says what RecordHold, AddToHeld or RecordFreeze did: ID is the
+// Recorded says what RecordHold or RecordFreeze did: ID is the
 // entry recorded or added to (""), Added that it was a held entry of the
 // same Instance, RefusedQueueID a queue ID another entry has, left out.
 type Recorded struct {
@@ -77,22 +77,16 @@ type Recorded struct {
 
 // RecordHold records e as held: with a queue ID, a held entry of
 // e.Instance with it, else without one, takes e's queue ID, size and
-// recipients (Recorded.Added); else a new entry is made and copied into
-// *e. Errors: ErrInvalid, bbolt's.
-func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true) }
-
-// AddToHeld is RecordHold that never makes an entry; Recorded.ID is ""
-// when no held entry of e.Instance takes e.
-func (s *Store) AddToHeld(e *Entry) (Recorded, error) { return s.hold(e, false) }
-
-func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
+// recipients (Recorded.Added); else, unless addOnly (then Recorded.ID is
+// ""), a new entry is made and copied into *e. Errors: ErrInvalid, bbolt's.
+func (s *Store) RecordHold(e *Entry, addOnly bool) (Recorded, error) {
 	ent, err := s.prepare(e, Held)
 	if err != nil {
 		return Recorded{}, err
 	}
 	var r Recorded
 	err = s.write("hold", func(b buckets) (err error) {
-		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || !create {
+		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || addOnly {
 			return err
 		}
 		r.RefusedQueueID, err = b.insert(&ent)

@@ -183,9 +183,9 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 		}
 	case hold:
 		failed = "recording a held message failed: deferring it instead of holding it"
-		r, err = s.q.RecordHold(e)
+		r, err = s.q.RecordHold(e, false)
 	case e.QueueID != "":
-		r, err = s.q.AddToHeld(e)
+		r, err = s.q.RecordHold(e, true)
 	}
 	if err != nil {
 		s.failed("record", err, failed, "queue_id", e.QueueID)
