@@ -100,10 +100,9 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	return resp.StatusText, nil
 }
 
-// QueuedAs returns the queue ID in a 250 reply's text to the data, as
-// Postfix's smtpd writes it ("2.0.0 Ok: queued as 4XbY1z3kQ9z9",
-// Postfix's cleanup(8) queue ID) or Exim's ("OK id=1tGxyZ-000abc-Qr",
-// Exim spec chapter 4.4's message ID); "" when it names none.
+// QueuedAs returns the queue ID in a 250 reply to the data: Postfix's
+// ("2.0.0 Ok: queued as 4XbY1z3kQ9z9", cleanup(8)'s ID) or Exim's ("OK
+// id=1tGxyZ-000abc-Qr", spec chapter 4.4); "" when it names none.
 func QueuedAs(reply string) string {
 	for _, re := range queuedAs {
 		// At most 32 characters: Postfix's long IDs have 20 at most, Exim's 23.

@@ -47,9 +47,8 @@ func (s *Store) Message(id string) ([]byte, error) {
 	})
 }
 
-// Filter selects entries for List (zero: the pending ones, newest first):
-// Sender case-insensitively, Key and Limit exactly, States (none: Held
-// and Frozen), Since <= Created < Before; zero fields do not bound.
+// Filter selects entries for List, newest first: Sender case-insensitively,
+// Key, Limit, States (none: pending), Since <= Created < Before; zero: any.
 type Filter struct {
 	Sender, Key, Limit string
 	States             []State

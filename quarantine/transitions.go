@@ -39,9 +39,8 @@ func needPending(op string, e *Entry) error {
 	return nil
 }
 
-// MarkThawed records released entry id (pending, or claimed again) as
-// Thawed to and as; the message stays until SweepThawed. Errors:
-// ErrNotFound, ErrState, bbolt's.
+// MarkThawed records released entry id as Thawed to and as, its message
+// kept until SweepThawed. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) MarkThawed(id, to, as string) error {
 	return s.end("thaw", id, Thawed, func(e *Entry) { e.ThawedTo, e.ThawedAs, e.Error = to, as, "" })
 }

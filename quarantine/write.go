@@ -171,9 +171,8 @@ func (b buckets) insert(e *Entry) (refusedQueueID string, err error) {
 	return refusedQueueID, b.index(e, false)
 }
 
-// RecordFreeze stores e as frozen with the message read from r and
-// copies the result into *e; on error nothing is stored. Errors:
-// ErrInvalid, ErrFull, r's, bbolt's.
+// RecordFreeze stores e as frozen with r's message, copied into *e; on
+// error nothing is stored. Errors: ErrInvalid, ErrFull, r's, bbolt's.
 func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 	ent, err := s.prepare(e, Frozen)
 	if err != nil {
@@ -276,9 +275,8 @@ type HeldDetails struct {
 	MessageID  string
 }
 
-// CompleteHeld adds d's missing recipients, Size if set, Subject and
-// MessageID if missing to held entry id. Errors: ErrNotFound, ErrState,
-// bbolt's.
+// CompleteHeld adds d's new recipients, Size, missing Subject and MessageID
+// to held entry id. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) CompleteHeld(id string, d HeldDetails) error {
 	return s.update("complete", id, func(_ buckets, e *Entry) error {
 		if e.State != Held {

@@ -70,9 +70,8 @@ func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) {
 	return s.q.List(f)
 }
 
-// Thaw releases the selected entries (Queue.Release, or re-injection
-// with an X-Ratelimitd-Thawed header). The error is the selection's; the
-// entries' are in the Outcomes.
+// Thaw releases the selected entries (Queue.Release, or re-injection with
+// X-Ratelimitd-Thawed); the error is the selection's, the Outcomes hold more.
 func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -97,21 +96,18 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 		s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 		s.emit(ctx, RateReset, quarantine.Entry{Key: e.Key}, sel.By, plural.N(n, "rate state")+" removed with a thaw")
 	}
-	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
+	return s.apply("quarantine thaw", entries, sel, done, func(e quarantine.Entry) (string, error) {
 		return s.release(ctx, e, sel.By, sel.Force, sel.Again, Thawed)
-	})
-	for i := range out {
-		out[i].RateReset = done[out[i].Key]
-	}
-	return out, nil
+	}), nil
 }
 
-func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, op func(quarantine.Entry) (string, error)) []Outcome {
+// apply runs op on each entry; reset names the keys whose rate was reset.
+func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, reset map[string]bool,
+	op func(quarantine.Entry) (string, error)) []Outcome {
 	out := make([]Outcome, 0, len(entries))
 	for _, e := range entries {
-		o := Outcome{ID: e.ID, Sender: e.Sender, Key: e.Key}
 		note, err := op(e)
-		o.Note, o.OK = note, err == nil
+		o := Outcome{ID: e.ID, Sender: e.Sender, Key: e.Key, OK: err == nil, Note: note, RateReset: reset[e.Key]}
 		if err != nil {
 			o.Error = err.Error()
 		}
@@ -198,15 +194,14 @@ func (s *Service) reinject(ctx context.Context, e quarantine.Entry) (string, str
 	return s.opts.Reinjector.Addr, reply, nil
 }
 
-// Delete deletes the selected entries, held mail from the MTA's queue
-// too; a held entry without a queue ID is only forgotten, an unconfirmed
-// one refused unless Force.
+// Delete deletes the selected entries and held mail in the MTA's queue;
+// held without queue ID: forgotten, unconfirmed: refused unless Force.
 func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
 		return nil, err
 	}
-	return s.apply("quarantine delete", entries, sel, func(e quarantine.Entry) (string, error) {
+	return s.apply("quarantine delete", entries, sel, nil, func(e quarantine.Entry) (string, error) {
 		e, err := s.q.Claim(e.ID, s.token, sel.Force, false)
 		if err != nil {
 			return "", err

@@ -19,9 +19,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// Expire drops thawed messages past KeepThawed, applies ExpireAction to
-// pending entries past MaxAge (if set) and removes older audit records;
-// ratelimitd_quarantine_expired_total and Health count the outcomes.
+// Expire drops thawed messages past KeepThawed, applies ExpireAction past
+// MaxAge (if set), removes older audit records and counts the outcomes.
 func (s *Service) Expire(ctx context.Context, now time.Time) {
 	if n, err := s.q.SweepThawed(now.Add(-s.opts.KeepThawed)); err != nil {
 		s.failed("expire", err, "quarantine expiry: sweeping thawed messages failed")

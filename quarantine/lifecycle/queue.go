@@ -243,10 +243,9 @@ func (s *Service) completeNow() {
 	s.complete(ctx, false)
 }
 
-// complete fills recently held entries from the MTA's queue, up to
-// completeAttempts counted runs each, and returns how many it completed;
-// count says whether attempts and a failed listing count. Calls run one
-// at a time.
+// complete fills recently held entries from the MTA's queue, for up to
+// completeAttempts runs that count (a failed listing is then logged), one
+// call at a time; it returns how many it completed.
 func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 	s.completeMu.Lock()
 	defer s.completeMu.Unlock()

@@ -10,9 +10,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// AutoRelease releases per key of a drip limit its oldest message once
-// under the limit, unsuspended, and period/limit after the last; it
-// returns how many. Errors are logged.
+// AutoRelease releases each unsuspended key's oldest message under a drip
+// limit, period/limit after the last; it returns how many, logs errors.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	s.mu.Lock()
 	drip := s.drip
