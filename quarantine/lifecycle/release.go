@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
@@ -97,32 +98,29 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 }
 
 type dripRun struct {
-	count int
-	last  quarantine.Entry
+	count, left int // released; pending when it ended
+	last        quarantine.Entry
+	reason      string // why it ended
 }
 
 // endRuns reports and forgets ended drip runs (ended says why); left
 // counts pending messages per run.
 func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bool), left map[string]int) {
-	type done struct {
-		run    *dripRun
-		reason string
-		left   int
-	}
-	var over []done
+	var over []*dripRun
 	s.mu.Lock()
 	for lk, r := range s.runs {
 		if reason, ok := ended(lk); ok {
-			over = append(over, done{r, reason, max(left[lk], 0)})
+			r.reason, r.left = reason, max(left[lk], 0)
+			over = append(over, r)
 			delete(s.runs, lk)
 		}
 	}
 	s.mu.Unlock()
-	for _, d := range over {
-		s.log.Info("quarantine auto-release run ended", "key", d.run.last.Key, "limit", d.run.last.Limit,
-			"released", d.run.count, "left", d.left, "why", d.reason)
-		s.ev.QuarantineEvent(ctx, Event{Kind: ReleaseRun, Time: s.now(), Entry: d.run.last, By: "auto-release",
-			Detail: d.reason, Count: d.run.count, Pending: d.left})
+	for _, r := range over {
+		s.log.Info("quarantine auto-release run ended", "key", r.last.Key, "limit", r.last.Limit,
+			"released", r.count, "left", r.left, "why", r.reason)
+		s.ev.QuarantineEvent(ctx, Event{Kind: ReleaseRun, Time: s.now(), Entry: r.last, By: "auto-release",
+			Detail: r.reason, Count: r.count, Pending: r.left})
 	}
 }
 
@@ -133,28 +131,18 @@ func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key stri
 		s.failed("auto-release", err, "automatic release: reading the rate failed", "key", key)
 		return 0, false
 	}
-	for _, r := range rates {
-		if r.Limit != limit {
-			continue
-		}
-		if r.Refusing || r.Max <= 0 {
-			return 0, false
-		}
-		return time.Duration(float64(r.Period) / r.Max), true
+	if i := slices.IndexFunc(rates, func(r policy.KeyRate) bool { return r.Limit == limit }); i >= 0 {
+		r := rates[i]
+		return time.Duration(float64(r.Period) / r.Max), !r.Refusing && r.Max > 0
 	}
 	// No state: the rate has decayed to nothing (or was reset).
-	for _, l := range s.opts.Rates.Limits() {
-		if l.Name != limit {
-			continue
+	limits := s.opts.Rates.Limits()
+	if i := slices.IndexFunc(limits, func(l policy.LimitInfo) bool { return l.Name == limit }); i >= 0 {
+		max, ok := limits[i].Overrides[key]
+		if !ok {
+			max = limits[i].Limit
 		}
-		max := l.Limit
-		if v, ok := l.Overrides[key]; ok {
-			max = v
-		}
-		if max <= 0 {
-			return 0, false
-		}
-		return time.Duration(float64(l.Period) / max), true
+		return time.Duration(float64(limits[i].Period) / max), max > 0
 	}
 	return 0, false // the limit is no longer configured: wait for an operator
 }
