@@ -152,12 +152,7 @@ func (e Event) Summary() string {
 	return string(e.Kind) + " " + e.Key
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "(empty key)"
-	}
-	return s
-}
+func orNone(s string) string { return cmp.Or(s, "(empty key)") }
 
 // ShellQuote returns s as exactly one POSIX sh argument (POSIX Shell
 // Command Language, "Quoting"): single-quoted, or with unsafe runes

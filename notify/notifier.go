@@ -165,10 +165,7 @@ func (n *Notifier) drop(reason string) {
 // first reports whether e is its key's first refusal by its limit within
 // e.Period, and remembers it.
 func (n *Notifier) first(e Event) bool {
-	period := e.Period
-	if period <= 0 {
-		period = time.Hour
-	}
+	period := cmp.Or(max(e.Period, 0), time.Hour)
 	k := seenKey{e.Limit, e.Key}
 	n.mu.Lock()
 	defer n.mu.Unlock()

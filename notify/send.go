@@ -2,6 +2,7 @@ package notify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -131,11 +132,8 @@ func buildMail(from string, to []string, subject, body *template.Template, e Eve
 	if err != nil {
 		return nil, err
 	}
-	text := termsafe.Text(b.String())
-	if _, err := w.Write([]byte(strings.ReplaceAll(text, "\n", "\r\n"))); err != nil {
-		return nil, err
-	}
-	if err := w.Close(); err != nil {
+	_, err = io.WriteString(w, strings.ReplaceAll(termsafe.Text(b.String()), "\n", "\r\n"))
+	if err = cmp.Or(err, w.Close()); err != nil {
 		return nil, err
 	}
 	return out.Bytes(), nil

@@ -71,9 +71,7 @@ type Preview struct {
 // fields, MIME parts and up to maxBytes (<= 0: DefaultPreviewBytes) of
 // text; on error it returns what it read. The Preview is never nil.
 func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
-	if maxBytes <= 0 {
-		maxBytes = DefaultPreviewBytes
-	}
+	maxBytes = cmp.Or(max(maxBytes, 0), DefaultPreviewBytes)
 	h, bodyStart := readHeader(msg)
 	p := &Preview{}
 	for f := h.Fields(); f.Next() && len(p.Header) < maxPreviewHeaders; {

@@ -56,9 +56,7 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	ent.Recipients = slices.Clone(e.Recipients)
 	ent.ID, ent.State, ent.Error, ent.Attempts, ent.Hash = "", state, "", 0, ""
 	ent.Claim, ent.ClaimedAt = "", time.Time{}
-	if ent.Action == "" {
-		ent.Action = map[State]string{Held: "hold", Frozen: "freeze"}[state]
-	}
+	ent.Action = cmp.Or(ent.Action, map[State]string{Held: "hold", Frozen: "freeze"}[state])
 	if ent.Created.IsZero() {
 		ent.Created = now
 	}
