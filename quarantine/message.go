@@ -35,14 +35,13 @@ type chunkRef struct {
 	n     uint32
 }
 
-func parseChunkRef(v []byte) (chunkRef, bool) {
-	var r chunkRef
-	if len(v) != 12 {
-		return r, false
+// parseChunkRef reads a chunkRef, or a chunk key of the same layout.
+func parseChunkRef(v []byte) (r chunkRef, ok bool) {
+	if ok = len(v) == 12; ok {
+		copy(r.token[:], v)
+		r.n = binary.BigEndian.Uint32(v[8:])
 	}
-	copy(r.token[:], v)
-	r.n = binary.BigEndian.Uint32(v[8:])
-	return r, true
+	return r, ok
 }
 
 func chunkKey(token [8]byte, i uint32) []byte { return binary.BigEndian.AppendUint32(token[:], i) }
@@ -199,9 +198,7 @@ func sweepChunks(tx *bolt.Tx, t *statedb.Tally) (int64, error) {
 	var orphans [][]byte
 	chunks := tx.Bucket(bucketChunks)
 	if err := chunks.ForEach(func(k, v []byte) error {
-		var tok [8]byte
-		copy(tok[:], k)
-		if n, ok := live[tok]; ok && len(k) == 12 && binary.BigEndian.Uint32(k[8:]) < n {
+		if c, ok := parseChunkRef(k); ok && c.n < live[c.token] { // a chunk key: token, number
 			total += int64(len(v))
 		} else {
 			orphans = append(orphans, bytes.Clone(k))

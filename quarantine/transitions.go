@@ -24,16 +24,10 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 	})
 }
 
-// needPendingOrClaimed also passes a thawed entry claimed again.
-func needPendingOrClaimed(op string, e *Entry) error {
-	if e.State == Thawed && e.Claim != "" {
-		return nil
-	}
-	return needPending(op, e)
-}
-
-func needPending(op string, e *Entry) error {
-	if !e.State.Pending() {
+// needPending returns ErrState unless e is pending or, orClaimed, a
+// thawed entry claimed again.
+func needPending(op string, e *Entry, orClaimed bool) error {
+	if !e.State.Pending() && !(orClaimed && e.State == Thawed && e.Claim != "") {
 		return fmt.Errorf("%w: cannot %s %s: it is %s", ErrState, op, e.ID, e.State)
 	}
 	return nil
@@ -51,7 +45,7 @@ func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted, fu
 
 func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 	return s.update(op, id, func(b buckets, e *Entry) error {
-		if err := needPendingOrClaimed(op, e); err != nil {
+		if err := needPending(op, e, true); err != nil {
 			return err
 		}
 		if state == Thawed {
@@ -69,7 +63,7 @@ func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 // claimed again. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) RecordThawError(id string, msg string) error {
 	return s.update("record thaw error", id, func(_ buckets, e *Entry) error {
-		if err := needPendingOrClaimed("record a thaw error for", e); err != nil {
+		if err := needPending("record a thaw error for", e, true); err != nil {
 			return err
 		}
 		e.Attempts++
@@ -93,7 +87,7 @@ func (s *Store) Claim(id, token string, force, again bool) (Entry, error) {
 		case again && b.messages.Get([]byte(id)) == nil:
 			return fmt.Errorf("%w: %s: its message was swept after keep_thawed", ErrNoContent, id)
 		case !again && !e.State.Pending():
-			return needPending("claim", e)
+			return needPending("claim", e, false)
 		case e.State == Frozen && e.Claim != "" && e.Claim != token && !force:
 			return fmt.Errorf("%w: %s: an earlier thaw or delete stopped at %s, after it may have re-injected the message",
 				ErrInterrupted, id, e.ClaimedAt.Format(time.RFC3339))

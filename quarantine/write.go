@@ -239,7 +239,7 @@ func (s *Store) setText(op, id, v string, field func(*Entry) *string) error {
 		if *field(e) == v {
 			return errUnchanged
 		}
-		if err := needPending(op, e); err != nil {
+		if err := needPending(op, e, false); err != nil {
 			return err
 		}
 		*field(e) = v

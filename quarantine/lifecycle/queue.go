@@ -105,11 +105,8 @@ func (s *Service) confirmHeld(ctx context.Context, e quarantine.Entry) (quaranti
 		return s.linkQueued(e, msgs), nil
 	}
 	reason := fmt.Sprintf("queue ID %s is not in the MTA's queue", e.QueueID)
-	for i := range msgs {
-		if msgs[i].QueueID == e.QueueID {
-			reason = mismatch(&msgs[i], e)
-			break
-		}
+	if i := slices.IndexFunc(msgs, func(m quarantine.QueuedMessage) bool { return m.QueueID == e.QueueID }); i >= 0 {
+		reason = mismatch(&msgs[i], e)
 	}
 	if reason != "" {
 		reason = clip(reason, 400)
