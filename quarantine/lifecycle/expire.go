@@ -207,14 +207,12 @@ func buildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	return buf.Bytes(), nil
 }
 
+// headerOf returns msg's header fields (all of msg if no body), in CRLF.
 func headerOf(msg []byte) string {
-	end := len(msg)
-	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
-		end = i + 2
-	} else if i := bytes.Index(msg, []byte("\n\n")); i >= 0 {
-		end = i + 1
+	h := strings.ReplaceAll(string(msg), "\r\n", "\n")
+	if i := strings.Index(h, "\n\n"); i >= 0 {
+		h = h[:i+1]
 	}
-	h := strings.ReplaceAll(string(msg[:end]), "\r\n", "\n")
 	return strings.ReplaceAll(h, "\n", "\r\n")
 }
 
