@@ -518,14 +518,14 @@ func TestClaim(t *testing.T) {
 
 func TestSuspend(t *testing.T) {
 	s, _, path := newStore(t, Options{})
-	if err := s.Suspend("alice", "root"); err != nil {
+	if _, err := s.Suspend("alice", "root", false); err != nil {
 		t.Fatal(err)
 	}
-	s.Suspend("bob", "root")
-	if ok, err := s.Resume("bob"); !ok || err != nil {
+	s.Suspend("bob", "root", false)
+	if ok, err := s.Suspend("bob", "", true); !ok || err != nil {
 		t.Fatalf("resume bob: %v %v", ok, err)
 	}
-	if ok, _ := s.Resume("carol"); ok {
+	if ok, _ := s.Suspend("carol", "", true); ok {
 		t.Fatal("resumed a key never suspended")
 	}
 	s.db.Close()

@@ -222,32 +222,27 @@ type Suspension struct {
 	Time time.Time `json:"time"`
 }
 
-// Suspend stops automatic release for key until Resume; by says who.
-// Errors: ErrInvalid (empty key), bbolt's.
-func (s *Store) Suspend(key, by string) error {
-	if key == "" {
-		return fmt.Errorf("%w: empty key", ErrInvalid)
+// Suspend stops automatic release for key (by says who) or, resume,
+// allows it again; it reports whether key was suspended. Errors:
+// ErrInvalid (suspending the empty key), bbolt's.
+func (s *Store) Suspend(key, by string, resume bool) (was bool, err error) {
+	if key == "" && !resume {
+		return false, fmt.Errorf("%w: empty key", ErrInvalid)
 	}
 	v, err := json.Marshal(Suspension{Key: key, By: by, Time: s.now().Round(0)})
 	if err != nil {
-		return err
+		return false, err
 	}
-	return s.write("suspend", func(b buckets) error {
-		return b.t.Put(b.susp, suspendedPath, []byte(key), sealRecord([]byte(key), v))
-	})
-}
-
-// Resume allows automatic release for key and reports whether it was
-// suspended. Errors: bbolt's.
-func (s *Store) Resume(key string) (bool, error) {
-	found := false
-	err := s.write("resume", func(b buckets) error {
-		if found = b.susp.Get([]byte(key)) != nil; !found {
-			return nil
+	err = s.write("suspend", func(b buckets) error {
+		switch was = b.susp.Get([]byte(key)) != nil; {
+		case !resume:
+			return b.t.Put(b.susp, suspendedPath, []byte(key), sealRecord([]byte(key), v))
+		case was:
+			return b.t.Delete(b.susp, suspendedPath, []byte(key))
 		}
-		return b.t.Delete(b.susp, suspendedPath, []byte(key))
+		return nil
 	})
-	return found, err
+	return was, err
 }
 
 // Suspended returns the suspended keys (unreadable records included).

@@ -280,20 +280,16 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	return e, body, err
 }
 
-// Suspend stops automatic release for key; by names who.
-func (s *Service) Suspend(key, by string) error {
-	if err := s.q.Suspend(key, by); err != nil {
-		return err
+// Suspend stops automatic release for key or, resume, allows it again
+// and reports whether it was suspended; by names who.
+func (s *Service) Suspend(key, by string, resume bool) (bool, error) {
+	was, err := s.q.Suspend(key, by, resume)
+	what := "automatic release suspended"
+	if resume {
+		what = "automatic release resumed"
 	}
-	s.log.Info("automatic release suspended", "key", key, "by", by)
-	return nil
-}
-
-// Resume allows automatic release for key and reports if it was suspended.
-func (s *Service) Resume(key, by string) (bool, error) {
-	ok, err := s.q.Resume(key)
-	if err == nil && ok {
-		s.log.Info("automatic release resumed", "key", key, "by", by)
+	if err == nil && (was || !resume) {
+		s.log.Info(what, "key", key, "by", by)
 	}
-	return ok, err
+	return was, err
 }

@@ -158,10 +158,10 @@ func TestEventsAndSuspend(t *testing.T) {
 	if by != "root" {
 		t.Fatalf("event by %q", by)
 	}
-	if err := e.svc.Suspend("alice", "root"); err != nil {
+	if _, err := e.svc.Suspend("alice", "root", false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.svc.Resume("alice", "root"); !ok || err != nil {
+	if ok, err := e.svc.Suspend("alice", "root", true); !ok || err != nil {
 		t.Fatalf("resume: %v %v", ok, err)
 	}
 	var nop Events = NopEvents{}
