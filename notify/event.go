@@ -38,8 +38,8 @@ const (
 )
 
 // Kinds lists every Kind's name.
-var Kinds = []string{string(LimitRefused), string(QuarantineThreshold), string(Thawed), string(Deleted), string(Expired),
-	string(Released), string(RateReset)}
+var Kinds = []string{string(LimitRefused), string(QuarantineThreshold), string(Thawed), string(Deleted),
+	string(Expired), string(Released), string(RateReset)}
 
 // Event is one notification. Only Kind is required (Time: when Notify was
 // called); strings are client data, escaped on output.

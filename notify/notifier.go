@@ -82,8 +82,7 @@ type Options struct {
 	Now        func() time.Time
 }
 
-// Stats are a Notifier's event and delivery counts since New, and the
-// queue's length.
+// Stats are a Notifier's event and delivery counts since New, and queue length.
 type Stats struct {
 	Queued     int64 `json:"queued"`
 	Dropped    int64 `json:"dropped"`
@@ -93,8 +92,7 @@ type Stats struct {
 	Waiting    int   `json:"waiting"`
 }
 
-// New validates cfg (with defaults) and starts the sending goroutine.
-// Errors: cfg's, joined.
+// New validates cfg (with defaults), starts the sender. Errors: cfg's, joined.
 func New(cfg Config, o Options) (*Notifier, error) {
 	cfg.WithDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {

@@ -168,8 +168,7 @@ func ValidQueueID(id string) bool {
 	return len(id) <= maxQueueIDLen && queueIDSyntax.MatchString(id)
 }
 
-// QueuedMessage is one message of the MTA's queue listing (Postfix:
-// postqueue -j, postqueue(1)).
+// QueuedMessage is one message of the MTA's queue listing (postqueue(1) -j).
 type QueuedMessage struct {
 	Queue      string // "hold", "incoming", "active", "deferred", "maildrop"
 	QueueID    string // not yet checked with ValidQueueID

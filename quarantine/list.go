@@ -59,9 +59,9 @@ type Filter struct {
 
 func (f *Filter) match(e *Entry) bool {
 	state := slices.Contains(f.States, e.State) || len(f.States) == 0 && e.State.Pending()
-	return state && (f.Sender == "" || strings.EqualFold(f.Sender, e.Sender)) && (f.Key == "" || f.Key == e.Key) &&
-		(f.Limit == "" || f.Limit == e.Limit) && (f.Since.IsZero() || !e.Created.Before(f.Since)) &&
-		(f.Before.IsZero() || e.Created.Before(f.Before))
+	return state && (f.Sender == "" || strings.EqualFold(f.Sender, e.Sender)) &&
+		(f.Key == "" || f.Key == e.Key) && (f.Limit == "" || f.Limit == e.Limit) &&
+		(f.Since.IsZero() || !e.Created.Before(f.Since)) && (f.Before.IsZero() || e.Created.Before(f.Before))
 }
 
 // idBound returns the smallest (or, hi, largest) ID created in t's ms.
@@ -73,8 +73,7 @@ func idBound(t time.Time, hi bool) []byte {
 	return fmt.Appendf(nil, "%011x00000", ms)
 }
 
-// List returns the entries f selects, skipping unreadable ones. Errors:
-// bbolt's.
+// List returns the entries f selects, skipping unreadable ones (bbolt errors).
 func (s *Store) List(f Filter) ([]Entry, error) {
 	return view(s, "list", func(tx *bolt.Tx, out *[]Entry) error {
 		var lo, hi []byte

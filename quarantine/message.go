@@ -146,8 +146,7 @@ func (b buckets) putBody(id string, st *streamed) error {
 	return b.t.Put(b.messages, messagesPath, []byte(id), binary.BigEndian.AppendUint32(ref.token[:], ref.n+1))
 }
 
-// readMessage copies id's stored message out (nil if none). Errors:
-// ErrCorrupt.
+// readMessage copies id's stored message out (nil if none). Errors: ErrCorrupt.
 func (b buckets) readMessage(id string) ([]byte, error) {
 	if b.messages == nil || b.chunks == nil {
 		return nil, nil

@@ -94,7 +94,8 @@ func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, er
 			return errTooManyParts
 		}
 		mt, params, _ := part.Header.ContentType()
-		pt := Part{Path: sectionPath(path, part), Depth: len(path), ContentType: strings.ToLower(mt), Charset: params["charset"]}
+		pt := Part{Path: sectionPath(path, part), Depth: len(path), ContentType: strings.ToLower(mt),
+			Charset: params["charset"]}
 		if len(path) == 0 {
 			err = rootErr
 		}
@@ -206,8 +207,7 @@ func (c *capture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// text returns the captured text cleaned, cut to max bytes, and whether
-// anything was cut.
+// text returns the captured text cleaned, cut to max bytes, and if it was cut.
 func (c *capture) text(max int) (string, bool) {
 	s := string(c.buf)
 	cut := c.total > int64(len(c.buf))

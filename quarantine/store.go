@@ -158,8 +158,7 @@ func decodeRecord(key, v []byte, x any) error {
 	return nil
 }
 
-// buckets are the quarantine's buckets in one transaction; t is a
-// write's manifest tally.
+// buckets are the quarantine's buckets in one transaction; t is a write's tally.
 type buckets struct {
 	meta, inst, info, chunks, messages, susp *bolt.Bucket
 	t                                        *statedb.Tally

@@ -8,8 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// update runs fn on entry id in one write transaction and stores the
-// result unless fn returns errUnchanged.
+// update runs fn on entry id in a write transaction; errUnchanged stores nothing.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
 	return s.write(op, func(b buckets) error {
 		e, err := b.get(id)
@@ -24,8 +23,7 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 	})
 }
 
-// needPending returns ErrState unless e is pending or, orClaimed, a
-// thawed entry claimed again.
+// needPending: ErrState unless e is pending or (orClaimed) thawed and claimed.
 func needPending(op string, e *Entry, orClaimed bool) error {
 	if !e.State.Pending() && !(orClaimed && e.State == Thawed && e.Claim != "") {
 		return fmt.Errorf("%w: cannot %s %s: it is %s", ErrState, op, e.ID, e.State)
@@ -164,8 +162,7 @@ func (s *Store) Note(id, msg string) error {
 	return s.setText("annotate", id, msg, func(e *Entry) *string { return &e.Error })
 }
 
-// remove deletes everything of id and returns the bytes freed
-// (ErrCorrupt for an unreadable entry).
+// remove deletes all of id and returns the bytes freed (ErrCorrupt: unreadable).
 func (b buckets) remove(id string) (int64, error) {
 	e, err := b.get(id)
 	if err != nil {
@@ -245,8 +242,7 @@ func (s *Store) Suspend(key, by string, resume bool) (was bool, err error) {
 	return was, err
 }
 
-// Suspended returns the suspended keys (unreadable records included).
-// Errors: bbolt's.
+// Suspended returns the suspended keys, unreadable records too. Errors: bbolt's.
 func (s *Store) Suspended() (map[string]Suspension, error) {
 	return view(s, "suspended", func(tx *bolt.Tx, out *map[string]Suspension) error {
 		*out = map[string]Suspension{}

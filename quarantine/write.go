@@ -151,8 +151,7 @@ func addRecipients(have, add []string) []string {
 	return have
 }
 
-// insert stores new entry e under a new ID, without (returned) a queue
-// ID another entry has.
+// insert stores new entry e under a new ID, minus (returned) a taken queue ID.
 func (b buckets) insert(e *Entry) (refusedQueueID string, err error) {
 	if e.ID, err = b.newID(e.Created); err != nil {
 		return "", err

@@ -278,8 +278,7 @@ func (s *Service) complete(ctx context.Context, count bool) (completed int) {
 	return completed
 }
 
-// completeOne completes held entry id from msgs (nil: header only) and
-// reports whether it is done.
+// completeOne completes held id from msgs (nil: header only); true: it is done.
 func (s *Service) completeOne(ctx context.Context, id string, msgs []quarantine.QueuedMessage) bool {
 	e, err := s.q.Get(id)
 	if err != nil || e.State != quarantine.Held {

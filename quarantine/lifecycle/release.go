@@ -103,8 +103,7 @@ type dripRun struct {
 	reason      string // why it ended
 }
 
-// endRuns reports and forgets ended drip runs (ended says why); left
-// counts pending messages per run.
+// endRuns reports and forgets the drip runs ended picks (with why); left: pending.
 func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bool), left map[string]int) {
 	var over []*dripRun
 	s.mu.Lock()
