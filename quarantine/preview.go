@@ -338,16 +338,13 @@ func readHeader(msg []byte) (message.Header, int) {
 			continue
 		}
 		cur = nil
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 {
-			continue
-		}
-		key := bytes.TrimRight(line[:colon], " \t")
-		if len(key) == 0 || !validKey(key) {
+		key, value, colon := bytes.Cut(line, []byte(":"))
+		key = bytes.TrimRight(key, " \t") // an RFC 5322 field name: printable ASCII
+		if !colon || len(key) == 0 || bytes.IndexFunc(key, func(r rune) bool { return r < 33 || r > 126 }) >= 0 {
 			continue
 		}
 		cur = &field{key: string(key)}
-		cur.value.Write(bytes.TrimSpace(line[colon+1:]))
+		cur.value.Write(bytes.TrimSpace(value))
 		fields = append(fields, cur)
 	}
 	// message.Header.Add prepends, so add in reverse to keep the order.
@@ -356,11 +353,6 @@ func readHeader(msg []byte) (message.Header, int) {
 		h.Add(fields[i].key, fields[i].value.String())
 	}
 	return h, pos
-}
-
-// validKey reports whether k is an RFC 5322 field name.
-func validKey(k []byte) bool {
-	return bytes.IndexFunc(k, func(r rune) bool { return r < 33 || r > 126 }) < 0
 }
 
 // HeaderInfo returns msg's decoded Subject and Message-ID (no <>),

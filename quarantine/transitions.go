@@ -64,8 +64,7 @@ func (s *Store) RecordThawError(id string, msg string) error {
 		if err := needPending("record a thaw error for", e, true); err != nil {
 			return err
 		}
-		e.Attempts++
-		e.Error = msg
+		e.Attempts, e.Error = e.Attempts+1, msg
 		e.Claim, e.ClaimedAt = "", time.Time{}
 		return nil
 	})

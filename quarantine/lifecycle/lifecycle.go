@@ -103,11 +103,8 @@ const maxAwaiting = 10000
 
 // New returns a Service on q. Errors: q.Stats's, an unknown ExpireAction.
 func New(q *quarantine.Store, opts Options) (*Service, error) {
-	switch opts.ExpireAction {
-	case "":
-		opts.ExpireAction = ExpireBounce
-	case ExpireBounce, ExpireKeep:
-	default:
+	opts.ExpireAction = cmp.Or(opts.ExpireAction, ExpireBounce)
+	if opts.ExpireAction != ExpireBounce && opts.ExpireAction != ExpireKeep {
 		return nil, fmt.Errorf("lifecycle: unknown expire action %q (bounce or keep)", opts.ExpireAction)
 	}
 	if opts.ReportingMTA == "" {

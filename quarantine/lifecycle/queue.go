@@ -224,9 +224,6 @@ func (s *Service) noteIncompleteStored() {
 	}
 }
 
-// completeTimeout bounds the completion a listing waits for.
-const completeTimeout = 10 * time.Second
-
 // completeNow completes the waiting held entries before a listing.
 func (s *Service) completeNow() {
 	s.mu.Lock()
@@ -235,7 +232,7 @@ func (s *Service) completeNow() {
 	if n == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a listing waits no longer
 	defer cancel()
 	s.complete(ctx, false)
 }
