@@ -180,11 +180,8 @@ func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 		return Recorded{}, err
 	}
 	ent.Size, ent.Hash = st.size, st.sum
-	if ent.Subject == "" || ent.MessageID == "" {
-		subject, id := HeaderInfo(st.head)
-		ent.Subject = cmp.Or(ent.Subject, subject)
-		ent.MessageID = cmp.Or(ent.MessageID, id)
-	}
+	subject, id := HeaderInfo(st.head)
+	ent.Subject, ent.MessageID = cmp.Or(ent.Subject, subject), cmp.Or(ent.MessageID, id)
 	var rec Recorded
 	err = s.write("freeze", func(b buckets) (err error) {
 		total := getBytes(b.info)
