@@ -62,11 +62,7 @@ func (s *Store) readBody(r io.Reader) (*streamed, error) {
 	rand.Read(st.ref.token[:])
 	for done := false; !done; {
 		var rerr error
-		err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
-			b := tx.Bucket(bucketChunks)
-			if b == nil {
-				return errNoBuckets
-			}
+		err := s.write("store message chunk", func(b buckets) error {
 			if s.chunkBuf == nil {
 				s.chunkBuf = make([]byte, ChunkSize)
 			}
@@ -88,16 +84,14 @@ func (s *Store) readBody(r io.Reader) (*streamed, error) {
 			if st.ref.n == 1<<32-2 {
 				return errors.New("quarantine: message too large")
 			}
-			if err := t.Append(b, chunksPath, chunkKey(st.ref.token, st.ref.n), buf); err != nil {
+			if err := b.t.Append(b.chunks, chunksPath, chunkKey(st.ref.token, st.ref.n), buf); err != nil {
 				return err
 			}
 			st.ref.n++
 			return nil
 		})
-		if err == nil && rerr != nil {
+		if rerr != nil {
 			err = fmt.Errorf("quarantine: reading the message: %w", rerr)
-		} else if err != nil {
-			err = fmt.Errorf("quarantine: store message chunk: %w", err)
 		}
 		if err != nil {
 			s.dropChunks(st.ref)
@@ -113,12 +107,9 @@ func (s *Store) dropChunks(ref chunkRef) {
 	if ref.n == 0 {
 		return
 	}
-	statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
-		if b := tx.Bucket(bucketChunks); b != nil {
-			_, err := deleteChunks(t, b, ref)
-			return err
-		}
-		return nil
+	s.write("drop chunks", func(b buckets) error {
+		_, err := deleteChunks(b.t, b.chunks, ref)
+		return err
 	})
 }
 

@@ -1,6 +1,7 @@
 package quarantine
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -148,9 +149,7 @@ func (s *Store) Unclaim(id, token, note string) error {
 		if e.Claim == token {
 			e.Claim, e.ClaimedAt = "", time.Time{}
 		}
-		if note != "" {
-			e.Error = note
-		}
+		e.Error = cmp.Or(note, e.Error)
 		return nil
 	})
 }

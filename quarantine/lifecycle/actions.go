@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,12 +142,11 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		var reply string
 		if to, reply, err = s.reinject(ctx, e); err == nil {
 			reply = clip(reply, 200) // the server's words, stored and shown
+			note = "re-injected to " + to + ", answered 250 " + reply
 			if as = mailout.QueuedAs(reply); as != "" {
 				note = "re-injected to " + to + ", queued as " + as
-			} else {
-				as = reply
-				note = "re-injected to " + to + ", answered 250 " + reply
 			}
+			as = cmp.Or(as, reply)
 		}
 	}
 	if err != nil {

@@ -145,13 +145,12 @@ func (s *Service) linkQueued(e quarantine.Entry, msgs []quarantine.QueuedMessage
 	dist := func(m *quarantine.QueuedMessage) time.Duration { return m.Arrival.Sub(e.Created).Abs() }
 	slices.SortStableFunc(cands, func(a, b *quarantine.QueuedMessage) int { return cmp.Compare(dist(a), dist(b)) })
 	for _, m := range cands {
-		err := s.q.LinkQueueID(e.ID, m.QueueID)
-		if err == nil {
+		switch err := s.q.LinkQueueID(e.ID, m.QueueID); {
+		case err == nil:
 			s.log.Info("held message found in the MTA's hold queue", "id", e.ID, "queue_id", m.QueueID)
 			e.QueueID = m.QueueID
 			return e
-		}
-		if !errors.Is(err, quarantine.ErrState) {
+		case !errors.Is(err, quarantine.ErrState):
 			s.failed("store", err, "recording the queue ID of a held message failed", "id", e.ID)
 			return e
 		}
