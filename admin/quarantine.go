@@ -109,15 +109,13 @@ func (l *Local) Suspend(_ context.Context, key string, resume bool) (SuspendResu
 	by := l.by("offline CLI")
 	res := SuspendResult{Key: key, Suspended: !resume}
 	e := events.Event{Key: key, Action: events.Suspend, By: by, Detail: "automatic release suspended"}
-	var err error
+	was, err := l.Quarantine.Suspend(key, by, resume)
 	if resume {
-		res.Was, err = l.Quarantine.Resume(key, by)
+		res.Was = was
 		e.Action, e.Detail = events.Resume, "automatic release resumed"
 		if !res.Was {
 			e.Detail = "automatic release was not suspended"
 		}
-	} else {
-		err = l.Quarantine.Suspend(key, by)
 	}
 	if err == nil {
 		l.record(e)

@@ -32,10 +32,9 @@ type Quarantine interface {
 	Show(ctx context.Context, id string, raw bool) (quarantine.Entry, []byte, error)
 	Thaw(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
 	Delete(ctx context.Context, sel lifecycle.Selection) ([]lifecycle.Outcome, error)
-	// Suspend and Resume stop and restart automatic release for a key;
-	// Resume reports whether it was suspended.
-	Suspend(key, by string) error
-	Resume(key, by string) (bool, error)
+	// Suspend stops (resume: restarts) automatic release for a key and
+	// reports whether it was suspended.
+	Suspend(key, by string, resume bool) (bool, error)
 	Health() lifecycle.Health
 }
 

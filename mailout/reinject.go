@@ -1,3 +1,7 @@
+// Package mailout sends ratelimitd's own mail over SMTP (RFC 5321):
+// re-injected thawed messages, DSNs (RFC 3464) and notify's mail, to an
+// MTA listener that neither rate-limits nor runs milters. Errors are
+// prefixed "mailout:" and wrap the *gosmtp.SMTPError or network error.
 package mailout
 
 import (
@@ -38,11 +42,7 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	if len(rcpts) == 0 {
 		return "", ErrNoRecipients
 	}
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = time.Minute
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(max(r.Timeout, 0), time.Minute))
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", r.Addr)
@@ -100,10 +100,9 @@ func (r *Reinjector) Reinject(ctx context.Context, sender string, rcpts []string
 	return resp.StatusText, nil
 }
 
-// QueuedAs returns the queue ID in a 250 reply's text to the data, as
-// Postfix's smtpd writes it ("2.0.0 Ok: queued as 4XbY1z3kQ9z9",
-// Postfix's cleanup(8) queue ID) or Exim's ("OK id=1tGxyZ-000abc-Qr",
-// Exim spec chapter 4.4's message ID); "" when it names none.
+// QueuedAs returns the queue ID in a 250 reply to the data: Postfix's
+// ("2.0.0 Ok: queued as 4XbY1z3kQ9z9", cleanup(8)'s ID) or Exim's ("OK
+// id=1tGxyZ-000abc-Qr", spec chapter 4.4); "" when it names none.
 func QueuedAs(reply string) string {
 	for _, re := range queuedAs {
 		// At most 32 characters: Postfix's long IDs have 20 at most, Exim's 23.

@@ -144,8 +144,8 @@ func (c *Config) Validate() []error {
 		errs = append(errs, fmt.Errorf("notify.%s: %s", key, fmt.Sprintf(format, a...)))
 	}
 	for i, e := range c.Events {
-		if !slices.Contains(Kinds, Kind(e)) {
-			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, strings.Join(kindNames(), ", "))
+		if !slices.Contains(Kinds, e) {
+			bad(fmt.Sprintf("events[%d]", i), "%q is not one of %s", e, strings.Join(Kinds, ", "))
 		}
 	}
 	m := c.Mail
@@ -191,12 +191,4 @@ func (m *Mail) templates() (map[string]*template.Template, []error) {
 		ts[key] = t
 	}
 	return ts, errs
-}
-
-func kindNames() []string {
-	s := make([]string, len(Kinds))
-	for i, k := range Kinds {
-		s[i] = string(k)
-	}
-	return s
 }

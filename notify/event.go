@@ -4,7 +4,11 @@ import (
 	"cmp"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"al.essio.dev/pkg/shellescape"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/internal/plural"
@@ -33,8 +37,9 @@ const (
 	RateReset Kind = "rate_reset"
 )
 
-// Kinds lists every Kind.
-var Kinds = []Kind{LimitRefused, QuarantineThreshold, Thawed, Deleted, Expired, Released, RateReset}
+// Kinds lists every Kind's name.
+var Kinds = []string{string(LimitRefused), string(QuarantineThreshold), string(Thawed), string(Deleted),
+	string(Expired), string(Released), string(RateReset)}
 
 // Event is one notification. Only Kind is required (Time: when Notify was
 // called); strings are client data, escaped on output.
@@ -147,9 +152,33 @@ func (e Event) Summary() string {
 	return string(e.Kind) + " " + e.Key
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "(empty key)"
+func orNone(s string) string { return cmp.Or(s, "(empty key)") }
+
+// ShellQuote returns s as exactly one POSIX sh argument (POSIX Shell
+// Command Language, "Quoting"): single-quoted, or with unsafe runes
+// "$(printf '%b' '...')" of octal escapes. Templates: {{shellquote .Key}}.
+func ShellQuote(s string) string {
+	if termsafe.Line(s) == s && !strings.ContainsAny(s, "\t") {
+		return shellescape.Quote(s)
 	}
-	return s
+	var b strings.Builder
+	b.WriteString(`"$(printf '%b' '`)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1, termsafe.Unsafe(r), r == '\t':
+			for _, c := range []byte(s[i : i+n]) {
+				fmt.Fprintf(&b, `\0%03o`, c)
+			}
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\'':
+			b.WriteString(`'\''`)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	b.WriteString(`')"`)
+	return b.String()
 }

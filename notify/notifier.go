@@ -1,3 +1,13 @@
+// Package notify tells the postmaster what ratelimitd did, off the request
+// path: a webhook (JSON POST, retried, optionally HMAC-SHA256 signed) and
+// mail through an SMTP relay (RFC 5321, RFC 5322 text/plain). Events
+// (Kind) are a key's first refusal by a limit in its period, quarantine
+// thresholds, releases and operator actions.
+//
+// Notifier.Notify never blocks: a bounded queue feeds one goroutine;
+// overflow is dropped and counted. Users declare, satisfied by *Notifier:
+//
+//	type notifier interface{ Notify(notify.Event) bool }
 package notify
 
 import (
@@ -72,8 +82,7 @@ type Options struct {
 	Now        func() time.Time
 }
 
-// Stats are a Notifier's event and delivery counts since New, and the
-// queue's length.
+// Stats are a Notifier's event and delivery counts since New, and queue length.
 type Stats struct {
 	Queued     int64 `json:"queued"`
 	Dropped    int64 `json:"dropped"`
@@ -83,8 +92,7 @@ type Stats struct {
 	Waiting    int   `json:"waiting"`
 }
 
-// New validates cfg (with defaults) and starts the sending goroutine.
-// Errors: cfg's, joined.
+// New validates cfg (with defaults), starts the sender. Errors: cfg's, joined.
 func New(cfg Config, o Options) (*Notifier, error) {
 	cfg.WithDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {
@@ -101,7 +109,7 @@ func New(cfg Config, o Options) (*Notifier, error) {
 	n := &Notifier{cfg: cfg, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), now: o.Now,
 		hc:    cmp.Or(o.HTTPClient, &http.Client{Timeout: time.Duration(cfg.Webhook.Timeout)}),
 		queue: make(chan Event, cfg.QueueSize), done: make(chan struct{}), seen: windows{keys: map[seenKey]bool{}},
-		mEvents: vec("events", "Events accepted into the notification queue, by kind.", "kind", kindNames()...),
+		mEvents: vec("events", "Events accepted into the notification queue, by kind.", "kind", Kinds...),
 		mDropped: vec("dropped", "Events not sent: queue_full, closed, or dedup_full (notify.max_keys reached).", "reason",
 			"queue_full", "closed", "dedup_full"),
 		mSent:   vec("sent", "Notifications delivered, by channel (webhook, mail).", "channel", channels...),
@@ -155,10 +163,7 @@ func (n *Notifier) drop(reason string) {
 // first reports whether e is its key's first refusal by its limit within
 // e.Period, and remembers it.
 func (n *Notifier) first(e Event) bool {
-	period := e.Period
-	if period <= 0 {
-		period = time.Hour
-	}
+	period := cmp.Or(max(e.Period, 0), time.Hour)
 	k := seenKey{e.Limit, e.Key}
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -274,3 +279,10 @@ func (n *Notifier) retry(r Retry, try func() (temporary bool, err error)) error 
 	}
 	return err
 }
+
+// ErrClosed is returned by Close when called twice; Notify on a closed
+// Notifier drops the event and returns false.
+var ErrClosed = errors.New("notify: closed")
+
+// ErrStatus is wrapped by the webhook error for a status other than 2xx.
+var ErrStatus = errors.New("notify: webhook answered")

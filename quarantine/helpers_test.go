@@ -187,7 +187,7 @@ func testMessage(subject, body string) []byte {
 // hold records e as a new held entry (RecordHold); a refused queue ID is
 // ErrDuplicateQueueID.
 func hold(s *Store, e *Entry) (string, error) {
-	r, err := s.RecordHold(e)
+	r, err := s.RecordHold(e, false)
 	return recordedID(r, err)
 }
 

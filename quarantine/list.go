@@ -10,51 +10,45 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// view runs fn in a read transaction; errors are wrapped with op.
+func view[T any](s *Store, op string, fn func(tx *bolt.Tx, out *T) error) (T, error) {
+	var out T
+	if err := s.db.View(func(tx *bolt.Tx) error { return fn(tx, &out) }); err != nil {
+		var zero T
+		return zero, wrap(op, err)
+	}
+	return out, nil
+}
+
 // Get returns the entry with the given ID (ErrNotFound, ErrCorrupt).
 func (s *Store) Get(id string) (Entry, error) {
-	var e Entry
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		e, err = bucketsOf(tx).get(id)
+	return view(s, "get", func(tx *bolt.Tx, e *Entry) (err error) {
+		*e, err = bucketsOf(tx).get(id)
 		return err
 	})
-	if err != nil {
-		return Entry{}, wrap("get", err)
-	}
-	return e, nil
 }
 
 // Message returns a copy of frozen entry id's message, checked against
 // its SHA-256. Errors: ErrNotFound, ErrNoContent, ErrCorrupt.
 func (s *Store) Message(id string) ([]byte, error) {
-	var msg []byte
-	var e Entry
-	err := s.db.View(func(tx *bolt.Tx) error {
+	return view(s, "message", func(tx *bolt.Tx, msg *[]byte) error {
 		b := bucketsOf(tx)
-		var err error
-		if e, err = b.get(id); err != nil {
+		e, err := b.get(id)
+		if err != nil {
 			return err
 		}
-		if msg, err = b.readMessage(id); err != nil {
+		if *msg, err = b.readMessage(id); err != nil {
 			return err
 		}
-		if msg == nil {
+		if *msg == nil {
 			return fmt.Errorf("%w: %s is %s", ErrNoContent, id, e.State)
 		}
-		return nil
+		return checkMessage(&e, *msg)
 	})
-	if err != nil {
-		return nil, wrap("message", err)
-	}
-	if err := checkMessage(&e, msg); err != nil {
-		return nil, err
-	}
-	return msg, nil
 }
 
-// Filter selects entries for List (zero: the pending ones, newest first):
-// Sender case-insensitively, Key and Limit exactly, States (none: Held
-// and Frozen), Since <= Created < Before; zero fields do not bound.
+// Filter selects entries for List, newest first: Sender case-insensitively,
+// Key, Limit, States (none: pending), Since <= Created < Before; zero: any.
 type Filter struct {
 	Sender, Key, Limit string
 	States             []State
@@ -64,29 +58,10 @@ type Filter struct {
 }
 
 func (f *Filter) match(e *Entry) bool {
-	if len(f.States) == 0 {
-		if !e.State.Pending() {
-			return false
-		}
-	} else if !slices.Contains(f.States, e.State) {
-		return false
-	}
-	if f.Sender != "" && !strings.EqualFold(f.Sender, e.Sender) {
-		return false
-	}
-	if f.Key != "" && f.Key != e.Key {
-		return false
-	}
-	if f.Limit != "" && f.Limit != e.Limit {
-		return false
-	}
-	if !f.Since.IsZero() && e.Created.Before(f.Since) {
-		return false
-	}
-	if !f.Before.IsZero() && !e.Created.Before(f.Before) {
-		return false
-	}
-	return true
+	state := slices.Contains(f.States, e.State) || len(f.States) == 0 && e.State.Pending()
+	return state && (f.Sender == "" || strings.EqualFold(f.Sender, e.Sender)) &&
+		(f.Key == "" || f.Key == e.Key) && (f.Limit == "" || f.Limit == e.Limit) &&
+		(f.Since.IsZero() || !e.Created.Before(f.Since)) && (f.Before.IsZero() || e.Created.Before(f.Before))
 }
 
 // idBound returns the smallest (or, hi, largest) ID created in t's ms.
@@ -98,11 +73,9 @@ func idBound(t time.Time, hi bool) []byte {
 	return fmt.Appendf(nil, "%011x00000", ms)
 }
 
-// List returns the entries f selects, skipping unreadable ones. Errors:
-// bbolt's.
+// List returns the entries f selects, skipping unreadable ones (bbolt errors).
 func (s *Store) List(f Filter) ([]Entry, error) {
-	var out []Entry
-	err := s.db.View(func(tx *bolt.Tx) error {
+	return view(s, "list", func(tx *bolt.Tx, out *[]Entry) error {
 		var lo, hi []byte
 		if !f.Since.IsZero() {
 			lo = idBound(f.Since, false)
@@ -113,16 +86,12 @@ func (s *Store) List(f Filter) ([]Entry, error) {
 		bucketsOf(tx).scan(lo, hi, !f.OldestFirst, func(k, v []byte) bool {
 			var e Entry
 			if decodeRecord(k, v, &e) == nil && f.match(&e) { // unreadable ones are kept: Stats counts them
-				out = append(out, e)
+				*out = append(*out, e)
 			}
-			return f.Max <= 0 || len(out) < f.Max
+			return f.Max <= 0 || len(*out) < f.Max
 		})
 		return nil
 	})
-	if err != nil {
-		return nil, wrap("list", err)
-	}
-	return out, nil
 }
 
 // scan calls fn with the entry records with IDs from lo to hi (nil: no
@@ -161,8 +130,8 @@ type Stats struct {
 
 // Stats counts the entries, scanning every record. Errors: bbolt's.
 func (s *Store) Stats() (Stats, error) {
-	st := Stats{ByKey: map[string]int{}}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	return view(s, "stats", func(tx *bolt.Tx, st *Stats) error {
+		st.ByKey = map[string]int{}
 		b := bucketsOf(tx)
 		if b.meta == nil {
 			return nil
@@ -191,8 +160,4 @@ func (s *Store) Stats() (Stats, error) {
 			return nil
 		})
 	})
-	if err != nil {
-		return Stats{}, wrap("stats", err)
-	}
-	return st, nil
 }

@@ -35,14 +35,13 @@ type chunkRef struct {
 	n     uint32
 }
 
-func parseChunkRef(v []byte) (chunkRef, bool) {
-	var r chunkRef
-	if len(v) != 12 {
-		return r, false
+// parseChunkRef reads a chunkRef, or a chunk key of the same layout.
+func parseChunkRef(v []byte) (r chunkRef, ok bool) {
+	if ok = len(v) == 12; ok {
+		copy(r.token[:], v)
+		r.n = binary.BigEndian.Uint32(v[8:])
 	}
-	copy(r.token[:], v)
-	r.n = binary.BigEndian.Uint32(v[8:])
-	return r, true
+	return r, ok
 }
 
 func chunkKey(token [8]byte, i uint32) []byte { return binary.BigEndian.AppendUint32(token[:], i) }
@@ -63,19 +62,13 @@ func (s *Store) readBody(r io.Reader) (*streamed, error) {
 	rand.Read(st.ref.token[:])
 	for done := false; !done; {
 		var rerr error
-		err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
-			b := tx.Bucket(bucketChunks)
-			if b == nil {
-				return errNoBuckets
-			}
+		err := s.write("store message chunk", func(b buckets) error {
 			if s.chunkBuf == nil {
 				s.chunkBuf = make([]byte, ChunkSize)
 			}
 			n, err := io.ReadFull(r, s.chunkBuf)
 			buf := s.chunkBuf[:n]
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				done = true
-			} else if err != nil {
+			if done = errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF); !done && err != nil {
 				rerr = err
 				return nil
 			}
@@ -91,16 +84,14 @@ func (s *Store) readBody(r io.Reader) (*streamed, error) {
 			if st.ref.n == 1<<32-2 {
 				return errors.New("quarantine: message too large")
 			}
-			if err := t.Append(b, chunksPath, chunkKey(st.ref.token, st.ref.n), buf); err != nil {
+			if err := b.t.Append(b.chunks, chunksPath, chunkKey(st.ref.token, st.ref.n), buf); err != nil {
 				return err
 			}
 			st.ref.n++
 			return nil
 		})
-		if err == nil && rerr != nil {
+		if rerr != nil {
 			err = fmt.Errorf("quarantine: reading the message: %w", rerr)
-		} else if err != nil {
-			err = fmt.Errorf("quarantine: store message chunk: %w", err)
 		}
 		if err != nil {
 			s.dropChunks(st.ref)
@@ -116,12 +107,9 @@ func (s *Store) dropChunks(ref chunkRef) {
 	if ref.n == 0 {
 		return
 	}
-	statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
-		if b := tx.Bucket(bucketChunks); b != nil {
-			_, err := deleteChunks(t, b, ref)
-			return err
-		}
-		return nil
+	s.write("drop chunks", func(b buckets) error {
+		_, err := deleteChunks(b.t, b.chunks, ref)
+		return err
 	})
 }
 
@@ -149,8 +137,7 @@ func (b buckets) putBody(id string, st *streamed) error {
 	return b.t.Put(b.messages, messagesPath, []byte(id), binary.BigEndian.AppendUint32(ref.token[:], ref.n+1))
 }
 
-// readMessage copies id's stored message out (nil if none). Errors:
-// ErrCorrupt.
+// readMessage copies id's stored message out (nil if none). Errors: ErrCorrupt.
 func (b buckets) readMessage(id string) ([]byte, error) {
 	if b.messages == nil || b.chunks == nil {
 		return nil, nil
@@ -201,9 +188,7 @@ func sweepChunks(tx *bolt.Tx, t *statedb.Tally) (int64, error) {
 	var orphans [][]byte
 	chunks := tx.Bucket(bucketChunks)
 	if err := chunks.ForEach(func(k, v []byte) error {
-		var tok [8]byte
-		copy(tok[:], k)
-		if n, ok := live[tok]; ok && len(k) == 12 && binary.BigEndian.Uint32(k[8:]) < n {
+		if c, ok := parseChunkRef(k); ok && c.n < live[c.token] { // a chunk key: token, number
 			total += int64(len(v))
 		} else {
 			orphans = append(orphans, bytes.Clone(k))

@@ -10,11 +10,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/emersion/go-message"
+	_ "github.com/emersion/go-message/charset" // charsets beyond UTF-8/ASCII for RFC 2047 words and text parts
 	"github.com/emersion/go-message/mail"
-	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"golang.org/x/net/html"
+
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
 const (
@@ -68,9 +71,7 @@ type Preview struct {
 // fields, MIME parts and up to maxBytes (<= 0: DefaultPreviewBytes) of
 // text; on error it returns what it read. The Preview is never nil.
 func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, error) {
-	if maxBytes <= 0 {
-		maxBytes = DefaultPreviewBytes
-	}
+	maxBytes = cmp.Or(max(maxBytes, 0), DefaultPreviewBytes)
 	h, bodyStart := readHeader(msg)
 	p := &Preview{}
 	for f := h.Fields(); f.Next() && len(p.Header) < maxPreviewHeaders; {
@@ -92,16 +93,15 @@ func PreviewMessage(ctx context.Context, msg []byte, maxBytes int) (*Preview, er
 			p.PartsOmitted = true
 			return errTooManyParts
 		}
-		pt := Part{Path: sectionPath(path, part), Depth: len(path)}
+		mt, params, _ := part.Header.ContentType()
+		pt := Part{Path: sectionPath(path, part), Depth: len(path), ContentType: strings.ToLower(mt),
+			Charset: params["charset"]}
 		if len(path) == 0 {
 			err = rootErr
 		}
 		if err != nil {
 			pt.Err = err.Error()
 		}
-		mt, params, _ := part.Header.ContentType()
-		pt.ContentType = strings.ToLower(mt)
-		pt.Charset = params["charset"]
 		if disp, _, derr := part.Header.ContentDisposition(); derr == nil {
 			pt.Disposition = strings.ToLower(disp)
 		}
@@ -207,8 +207,7 @@ func (c *capture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// text returns the captured text cleaned, cut to max bytes, and whether
-// anything was cut.
+// text returns the captured text cleaned, cut to max bytes, and if it was cut.
 func (c *capture) text(max int) (string, bool) {
 	s := string(c.buf)
 	cut := c.total > int64(len(c.buf))
@@ -297,4 +296,85 @@ func (p *Preview) String() string {
 		}
 	}
 	return b.String()
+}
+
+// maxHeaderBytes bounds how much of a message is read as its header.
+const maxHeaderBytes = 1 << 20
+
+// maxSubjectBytes bounds Entry.Subject and MessageID (RFC 5322 2.1.1).
+const maxSubjectBytes = 998
+
+// readHeader parses msg's header leniently (non-field lines skipped, LF
+// or CRLF); it returns the header and body offset.
+func readHeader(msg []byte) (message.Header, int) {
+	type field struct {
+		key   string
+		value strings.Builder
+	}
+	var fields []*field
+	var cur *field
+	pos := 0
+	for pos < len(msg) && pos < maxHeaderBytes {
+		line := msg[pos:]
+		next := len(msg)
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line = line[:i]
+			next = pos + i + 1
+		}
+		pos = next
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			break // end of header
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			if cur != nil {
+				if v := bytes.TrimSpace(line); len(v) > 0 {
+					if cur.value.Len() > 0 {
+						cur.value.WriteByte(' ')
+					}
+					cur.value.Write(v)
+				}
+			}
+			continue
+		}
+		cur = nil
+		key, value, colon := bytes.Cut(line, []byte(":"))
+		key = bytes.TrimRight(key, " \t") // an RFC 5322 field name: printable ASCII
+		if !colon || len(key) == 0 || bytes.IndexFunc(key, func(r rune) bool { return r < 33 || r > 126 }) >= 0 {
+			continue
+		}
+		cur = &field{key: string(key)}
+		cur.value.Write(bytes.TrimSpace(value))
+		fields = append(fields, cur)
+	}
+	// message.Header.Add prepends, so add in reverse to keep the order.
+	var h message.Header
+	for i := len(fields) - 1; i >= 0; i-- {
+		h.Add(fields[i].key, fields[i].value.String())
+	}
+	return h, pos
+}
+
+// HeaderInfo returns msg's decoded Subject and Message-ID (no <>),
+// cleaned and bounded; "" if unparsable.
+func HeaderInfo(msg []byte) (subject, messageID string) {
+	h, _ := readHeader(msg)
+	mh := mail.Header{Header: h}
+	subject, _ = mh.Subject() // on a decoding error: the raw value
+	id, err := mh.MessageID()
+	if err != nil || id == "" {
+		id = strings.Trim(strings.TrimSpace(h.Get("Message-Id")), "<>")
+	}
+	return truncate(termsafe.Line(subject), maxSubjectBytes), truncate(termsafe.Line(id), maxSubjectBytes)
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

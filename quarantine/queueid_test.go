@@ -48,8 +48,8 @@ func TestStoreRefusesInvalidQueueID(t *testing.T) {
 	if _, err := hold(s, &Entry{Key: "mallory", Instance: "i1"}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := s.AddToHeld(&Entry{Instance: "i1", QueueID: "ALL"}); !errors.Is(err, ErrInvalid) || r.ID != "" {
-		t.Fatalf("AddToHeld ALL: %+v %v, want ErrInvalid", r, err)
+	if r, err := s.RecordHold(&Entry{Instance: "i1", QueueID: "ALL"}, true); !errors.Is(err, ErrInvalid) || r.ID != "" {
+		t.Fatalf("RecordHold(addOnly) ALL: %+v %v, want ErrInvalid", r, err)
 	}
 	es, err := s.List(Filter{Key: "mallory"})
 	if err != nil || len(es) != 1 || es[0].QueueID != "" {

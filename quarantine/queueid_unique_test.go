@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestTwoEntriesNeverShareAQueueID: RecordHold, RecordFreeze, AddToHeld
+// TestTwoEntriesNeverShareAQueueID: RecordHold, RecordFreeze, RecordHold(addOnly)
 // and LinkQueueID refuse a queue ID another pending entry has, so a forged
 // request cannot record a second entry naming the same queued message; a
 // thawed entry's queue ID no longer counts.
@@ -17,10 +17,10 @@ func TestTwoEntriesNeverShareAQueueID(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := hold(s, &Entry{Key: "mallory", Instance: "forged.1"})
-	if r, err := s.AddToHeld(&Entry{Instance: "forged.1", QueueID: "3F2A1B4C5D"}); err != nil || r.ID != other || r.RefusedQueueID != "3F2A1B4C5D" {
-		t.Errorf("AddToHeld with the queue ID: %+v %v", r, err)
+	if r, err := s.RecordHold(&Entry{Instance: "forged.1", QueueID: "3F2A1B4C5D"}, true); err != nil || r.ID != other || r.RefusedQueueID != "3F2A1B4C5D" {
+		t.Errorf("RecordHold(addOnly) with the queue ID: %+v %v", r, err)
 	}
-	if r, err := s.RecordHold(&Entry{Key: "mallory", QueueID: "3F2A1B4C5D"}); err != nil || r.Added || r.RefusedQueueID != "3F2A1B4C5D" {
+	if r, err := s.RecordHold(&Entry{Key: "mallory", QueueID: "3F2A1B4C5D"}, false); err != nil || r.Added || r.RefusedQueueID != "3F2A1B4C5D" {
 		t.Errorf("RecordHold with the queue ID: %+v %v", r, err)
 	} else if e, _ := s.Get(r.ID); e.QueueID != "" {
 		t.Errorf("RecordHold kept queue ID %q", e.QueueID)

@@ -1,3 +1,8 @@
+// Package quarantine stores held mail (a record of a message in the MTA's
+// hold queue) and frozen mail (the whole message, thawed by SMTP
+// re-injection) in the daemon's BoltDB file: sealed records and chunked
+// messages checked against their SHA-256. Writes return once fsync'd. The
+// Store is safe for concurrent use; the life cycle is package lifecycle's.
 package quarantine
 
 import (
@@ -18,10 +23,11 @@ import (
 
 // Top-level buckets of the daemon's BoltDB file.
 var (
-	bucketMeta     = []byte("quarantine/meta")           // ID -> sealed JSON Entry
-	bucketInstance = []byte("quarantine/index-instance") // Instance NUL ID -> ""
-	bucketInfo     = []byte("quarantine/info")           // "version", "bytes" (big-endian uint64)
-	bucketDamaged  = []byte("quarantine/damaged")        // unreadable records set aside
+	bucketMeta      = []byte("quarantine/meta")           // ID -> sealed JSON Entry
+	bucketInstance  = []byte("quarantine/index-instance") // Instance NUL ID -> ""
+	bucketInfo      = []byte("quarantine/info")           // "version", "bytes" (big-endian uint64)
+	bucketDamaged   = []byte("quarantine/damaged")        // unreadable records set aside
+	bucketSuspended = []byte("quarantine/suspended")      // rate key -> sealed JSON Suspension
 
 	keyVersion = []byte("version")
 	keyBytes   = []byte("bytes")
@@ -152,11 +158,10 @@ func decodeRecord(key, v []byte, x any) error {
 	return nil
 }
 
-// buckets are the quarantine's buckets in one transaction; t is a
-// write's manifest tally.
+// buckets are the quarantine's buckets in one transaction; t is a write's tally.
 type buckets struct {
-	meta, inst, info, chunks, messages *bolt.Bucket
-	t                                  *statedb.Tally
+	meta, inst, info, chunks, messages, susp *bolt.Bucket
+	t                                        *statedb.Tally
 }
 
 // The buckets' paths in the manifest.
@@ -171,23 +176,14 @@ var (
 
 func bucketsOf(tx *bolt.Tx) buckets {
 	return buckets{meta: tx.Bucket(bucketMeta), inst: tx.Bucket(bucketInstance), info: tx.Bucket(bucketInfo),
-		chunks: tx.Bucket(bucketChunks), messages: tx.Bucket(bucketMessages)}
+		chunks: tx.Bucket(bucketChunks), messages: tx.Bucket(bucketMessages), susp: tx.Bucket(bucketSuspended)}
 }
 
 func (b buckets) ok() bool {
-	return b.meta != nil && b.inst != nil && b.info != nil && b.chunks != nil && b.messages != nil
+	return b.meta != nil && b.inst != nil && b.info != nil && b.chunks != nil && b.messages != nil && b.susp != nil
 }
 
 var errNoBuckets = errors.New("quarantine: buckets missing (database not initialised by quarantine.New)")
-
-func mustBuckets(tx *bolt.Tx, t *statedb.Tally) (buckets, error) {
-	b := bucketsOf(tx)
-	b.t = t
-	if !b.ok() {
-		return b, errNoBuckets
-	}
-	return b, nil
-}
 
 func getBytes(info *bolt.Bucket) int64 {
 	if info == nil || len(info.Get(keyBytes)) != 8 {
@@ -233,18 +229,15 @@ func indexable(instance string) bool {
 	return instance != "" && len(instance) <= maxIndexedInstance && !strings.ContainsRune(instance, 0)
 }
 
-func (b buckets) index(e *Entry) error {
-	if !indexable(e.Instance) {
+// index adds e to the instance index, or with del removes it.
+func (b buckets) index(e *Entry, del bool) error {
+	switch {
+	case !indexable(e.Instance):
 		return nil
+	case del:
+		return b.t.Delete(b.inst, instPath, instanceKey(e.Instance, e.ID))
 	}
 	return b.t.Put(b.inst, instPath, instanceKey(e.Instance, e.ID), []byte{})
-}
-
-func (b buckets) unindex(e *Entry) error {
-	if !indexable(e.Instance) {
-		return nil
-	}
-	return b.t.Delete(b.inst, instPath, instanceKey(e.Instance, e.ID))
 }
 
 // newID returns an unused ID for t: Unix ms in 11 hex digits, then a

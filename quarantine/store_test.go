@@ -370,9 +370,9 @@ func TestHoldAndQueueID(t *testing.T) {
 	other, _ := hold(s, &Entry{Key: "bob", Instance: "8f1.6a3c2b.2"})
 	// END-OF-MESSAGE: the queue ID is known.
 	// One queue ID is never two entries: the oldest gets it.
-	r, err := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Size: 900, Recipients: []string{"z@example.org"}})
+	r, err := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Size: 900, Recipients: []string{"z@example.org"}}, true)
 	if err != nil || r.ID != a || !r.Added {
-		t.Fatalf("AddToHeld: %+v %v", r, err)
+		t.Fatalf("RecordHold(addOnly): %+v %v", r, err)
 	}
 	if e, _ := s.Get(a); e.QueueID != "4F2A12345" || e.Size != 900 || !slices.Equal(e.Recipients, []string{"x@example.org", "z@example.org"}) {
 		t.Errorf("%s: %+v", a, e)
@@ -385,21 +385,21 @@ func TestHoldAndQueueID(t *testing.T) {
 	}
 	// A later request of the message adds its recipient to the entry
 	// of the queue ID; none of an unknown instance makes an entry.
-	if r, err := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Recipients: []string{"X@example.org", "w@example.org"}}); err != nil || r.ID != a {
+	if r, err := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "4F2A12345", Recipients: []string{"X@example.org", "w@example.org"}}, false); err != nil || r.ID != a {
 		t.Errorf("RecordHold of the same message: %+v %v", r, err)
 	}
 	if e, _ := s.Get(a); len(e.Recipients) != 3 {
 		t.Errorf("recipients %v", e.Recipients)
 	}
-	if r, _ := s.AddToHeld(&Entry{Instance: "unknown", QueueID: "5F2A12345"}); r.ID != "" {
+	if r, _ := s.RecordHold(&Entry{Instance: "unknown", QueueID: "5F2A12345"}, true); r.ID != "" {
 		t.Errorf("unknown instance: %+v", r)
 	}
 	// Without a queue ID a hold is never joined to another (a forged
 	// queue ID was dropped: each HOLD has its entry).
-	if r, _ := s.RecordHold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1"}); r.Added {
+	if r, _ := s.RecordHold(&Entry{Key: "alice", Instance: "8f1.6a3c2b.1"}, false); r.Added {
 		t.Errorf("joined without a queue ID: %+v", r)
 	}
-	if r, err := s.RecordHold(&Entry{Key: "carol", Instance: "unknown", QueueID: "5F2A12345"}); err != nil || r.Added || r.ID == "" {
+	if r, err := s.RecordHold(&Entry{Key: "carol", Instance: "unknown", QueueID: "5F2A12345"}, false); err != nil || r.Added || r.ID == "" {
 		t.Errorf("RecordHold of a new message: %+v %v", r, err)
 	}
 	// Expiry removes the index entry.
@@ -409,7 +409,7 @@ func TestHoldAndQueueID(t *testing.T) {
 	if n, _, err := s.Expire(time.Now().Add(48*time.Hour), time.Hour); err != nil || n != 1 {
 		t.Fatalf("Expire: %d, %v", n, err)
 	}
-	if r, _ := s.AddToHeld(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "6F2A12345"}); r.ID != b {
+	if r, _ := s.RecordHold(&Entry{Instance: "8f1.6a3c2b.1", QueueID: "6F2A12345"}, true); r.ID != b {
 		t.Errorf("after expiry: %+v", r)
 	}
 }
@@ -477,16 +477,16 @@ func TestClaim(t *testing.T) {
 	s, _, _ := newStore(t, Options{})
 	f, _ := freeze(s, &Entry{Key: "k"}, []byte("x"))
 	h, _ := hold(s, &Entry{Key: "k", QueueID: "4F2A12345"})
-	if e, err := s.Claim(f, "p1", false); err != nil || e.Claim != "p1" {
+	if e, err := s.Claim(f, "p1", false, false); err != nil || e.Claim != "p1" {
 		t.Fatalf("first claim: %+v %v", e, err)
 	}
-	if _, err := s.Claim(f, "p1", false); !errors.Is(err, ErrBusy) {
+	if _, err := s.Claim(f, "p1", false, false); !errors.Is(err, ErrBusy) {
 		t.Fatalf("second claim by the same process: %v, want ErrBusy", err)
 	}
-	if _, err := s.Claim(f, "p2", false); !errors.Is(err, ErrInterrupted) {
+	if _, err := s.Claim(f, "p2", false, false); !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("claim of an interrupted frozen entry: %v, want ErrInterrupted", err)
 	}
-	if e, err := s.Claim(f, "p2", true); err != nil || e.Claim != "p2" {
+	if e, err := s.Claim(f, "p2", true, false); err != nil || e.Claim != "p2" {
 		t.Fatalf("forced claim: %+v %v", e, err)
 	}
 	if err := s.RecordThawError(f, "451 later"); err != nil {
@@ -495,10 +495,10 @@ func TestClaim(t *testing.T) {
 	if e, _ := s.Get(f); e.Claim != "" || e.Error != "451 later" {
 		t.Fatalf("after RecordThawError: %+v", e)
 	}
-	if _, err := s.Claim(h, "p1", false); err != nil {
+	if _, err := s.Claim(h, "p1", false, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(h, "p2", false); err != nil {
+	if _, err := s.Claim(h, "p2", false, false); err != nil {
 		t.Fatalf("held entry claimed by a stopped process: %v, want taken over", err)
 	}
 	if err := s.Unclaim(h, "p2", "postsuper failed"); err != nil {
@@ -507,25 +507,25 @@ func TestClaim(t *testing.T) {
 	if e, _ := s.Get(h); e.Claim != "" || e.Error != "postsuper failed" {
 		t.Fatalf("after Unclaim: %+v", e)
 	}
-	s.Claim(h, "p1", false)
+	s.Claim(h, "p1", false, false)
 	if err := s.MarkThawed(h, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(h, "p1", false); !errors.Is(err, ErrState) {
+	if _, err := s.Claim(h, "p1", false, false); !errors.Is(err, ErrState) {
 		t.Fatalf("claim of a thawed entry: %v", err)
 	}
 }
 
 func TestSuspend(t *testing.T) {
 	s, _, path := newStore(t, Options{})
-	if err := s.Suspend("alice", "root"); err != nil {
+	if _, err := s.Suspend("alice", "root", false); err != nil {
 		t.Fatal(err)
 	}
-	s.Suspend("bob", "root")
-	if ok, err := s.Resume("bob"); !ok || err != nil {
+	s.Suspend("bob", "root", false)
+	if ok, err := s.Suspend("bob", "", true); !ok || err != nil {
 		t.Fatalf("resume bob: %v %v", ok, err)
 	}
-	if ok, _ := s.Resume("carol"); ok {
+	if ok, _ := s.Suspend("carol", "", true); ok {
 		t.Fatal("resumed a key never suspended")
 	}
 	s.db.Close()

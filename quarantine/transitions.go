@@ -1,22 +1,17 @@
 package quarantine
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// update runs fn on entry id in one write transaction and stores the
-// result unless fn returns errUnchanged.
+// update runs fn on entry id in a write transaction; errUnchanged stores nothing.
 func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error {
-	return s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	return s.write(op, func(b buckets) error {
 		e, err := b.get(id)
 		if err != nil {
 			return err
@@ -29,24 +24,16 @@ func (s *Store) update(op, id string, fn func(b buckets, e *Entry) error) error 
 	})
 }
 
-// needPendingOrClaimed also passes a thawed entry claimed by ClaimThawed.
-func needPendingOrClaimed(op string, e *Entry) error {
-	if e.State == Thawed && e.Claim != "" {
-		return nil
-	}
-	return needPending(op, e)
-}
-
-func needPending(op string, e *Entry) error {
-	if !e.State.Pending() {
+// needPending: ErrState unless e is pending or (orClaimed) thawed and claimed.
+func needPending(op string, e *Entry, orClaimed bool) error {
+	if !e.State.Pending() && !(orClaimed && e.State == Thawed && e.Claim != "") {
 		return fmt.Errorf("%w: cannot %s %s: it is %s", ErrState, op, e.ID, e.State)
 	}
 	return nil
 }
 
-// MarkThawed records released entry id (pending, or ClaimThawed's) as
-// Thawed to and as; the message stays until SweepThawed. Errors:
-// ErrNotFound, ErrState, bbolt's.
+// MarkThawed records released entry id as Thawed to and as, its message
+// kept until SweepThawed. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) MarkThawed(id, to, as string) error {
 	return s.end("thaw", id, Thawed, func(e *Entry) { e.ThawedTo, e.ThawedAs, e.Error = to, as, "" })
 }
@@ -57,7 +44,7 @@ func (s *Store) Delete(id string) error { return s.end("delete", id, Deleted, fu
 
 func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 	return s.update(op, id, func(b buckets, e *Entry) error {
-		if err := needPendingOrClaimed(op, e); err != nil {
+		if err := needPending(op, e, true); err != nil {
 			return err
 		}
 		if state == Thawed {
@@ -72,58 +59,37 @@ func (s *Store) end(op, id string, state State, set func(*Entry)) error {
 }
 
 // RecordThawError records a failed release of entry id, pending or
-// claimed by ClaimThawed. Errors: ErrNotFound, ErrState, bbolt's.
+// claimed again. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) RecordThawError(id string, msg string) error {
 	return s.update("record thaw error", id, func(_ buckets, e *Entry) error {
-		if err := needPendingOrClaimed("record a thaw error for", e); err != nil {
+		if err := needPending("record a thaw error for", e, true); err != nil {
 			return err
 		}
-		e.Attempts++
-		e.Error = msg
+		e.Attempts, e.Error = e.Attempts+1, msg
 		e.Claim, e.ClaimedAt = "", time.Time{}
 		return nil
 	})
 }
 
-// Claim durably marks pending entry id as acted on by token, so each
-// action happens once, and returns it; another token's claim is taken
-// over, of a frozen entry only with force. Errors: ErrNotFound, ErrState,
-// ErrBusy, ErrInterrupted, bbolt's.
-func (s *Store) Claim(id, token string, force bool) (Entry, error) {
-	return s.claim("claim", id, token, func(_ buckets, e *Entry) error {
-		if err := needPending("claim", e); err != nil {
-			return err
-		}
-		if e.State == Frozen && e.Claim != "" && e.Claim != token && !force {
+// Claim durably marks entry id as acted on by token, so each action
+// happens once, and returns it: a pending entry (another token's claim
+// is taken over, of a frozen entry only with force) or, again, a thawed
+// one whose message is kept. Errors: ErrNotFound, ErrState, ErrNoContent
+// (swept), ErrBusy, ErrInterrupted, bbolt's.
+func (s *Store) Claim(id, token string, force, again bool) (Entry, error) {
+	var out Entry
+	err := s.update("claim", id, func(b buckets, e *Entry) error {
+		switch {
+		case again && e.State != Thawed:
+			return fmt.Errorf("%w: cannot thaw %s again: it is %s", ErrState, id, e.State)
+		case again && b.messages.Get([]byte(id)) == nil:
+			return fmt.Errorf("%w: %s: its message was swept after keep_thawed", ErrNoContent, id)
+		case !again && !e.State.Pending():
+			return needPending("claim", e, false)
+		case e.State == Frozen && e.Claim != "" && e.Claim != token && !force:
 			return fmt.Errorf("%w: %s: an earlier thaw or delete stopped at %s, after it may have re-injected the message",
 				ErrInterrupted, id, e.ClaimedAt.Format(time.RFC3339))
-		}
-		return nil
-	})
-}
-
-// ClaimThawed claims thawed entry id with its message kept. Errors:
-// ErrNotFound, ErrState, ErrNoContent (swept), ErrBusy, bbolt's.
-func (s *Store) ClaimThawed(id, token string) (Entry, error) {
-	return s.claim("claim again", id, token, func(b buckets, e *Entry) error {
-		if e.State != Thawed {
-			return fmt.Errorf("%w: cannot thaw %s again: it is %s", ErrState, id, e.State)
-		}
-		if b.messages.Get([]byte(id)) == nil {
-			return fmt.Errorf("%w: %s: its message was swept after keep_thawed", ErrNoContent, id)
-		}
-		return nil
-	})
-}
-
-// claim claims id for token once check passes; ErrBusy if token holds it.
-func (s *Store) claim(op, id, token string, check func(b buckets, e *Entry) error) (Entry, error) {
-	var out Entry
-	err := s.update(op, id, func(b buckets, e *Entry) error {
-		if err := check(b, e); err != nil {
-			return err
-		}
-		if e.Claim == token {
+		case e.Claim == token:
 			return fmt.Errorf("%w: %s (since %s)", ErrBusy, id, e.ClaimedAt.Format(time.RFC3339))
 		}
 		e.Claim, e.ClaimedAt = token, s.now().Round(0)
@@ -158,11 +124,7 @@ func (s *Store) SweepThawed(cutoff time.Time) (int, error) {
 // and returns how many; with none it writes nothing.
 func (s *Store) sweep(op string, scan func(buckets) []string, act func(b buckets, id string) error) (int, error) {
 	n := 0
-	err := s.write(op, func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	err := s.write(op, func(b buckets) error {
 		ids := scan(b)
 		for _, id := range ids {
 			if err := act(b, id); err != nil {
@@ -187,9 +149,7 @@ func (s *Store) Unclaim(id, token, note string) error {
 		if e.Claim == token {
 			e.Claim, e.ClaimedAt = "", time.Time{}
 		}
-		if note != "" {
-			e.Error = note
-		}
+		e.Error = cmp.Or(note, e.Error)
 		return nil
 	})
 }
@@ -200,14 +160,13 @@ func (s *Store) Note(id, msg string) error {
 	return s.setText("annotate", id, msg, func(e *Entry) *string { return &e.Error })
 }
 
-// remove deletes everything of id and returns the bytes freed
-// (ErrCorrupt for an unreadable entry).
+// remove deletes all of id and returns the bytes freed (ErrCorrupt: unreadable).
 func (b buckets) remove(id string) (int64, error) {
 	e, err := b.get(id)
 	if err != nil {
 		return 0, err
 	}
-	if err := b.unindex(&e); err != nil {
+	if err := b.index(&e, true); err != nil {
 		return 0, err
 	}
 	n, err := b.dropBody(id)
@@ -248,4 +207,54 @@ func (s *Store) Expire(now time.Time, maxAge time.Duration) (int, int64, error) 
 		return 0, 0, err
 	}
 	return n, freed, nil
+}
+
+// Suspension records that a postmaster stopped automatic release for a
+// key ("ratelimitd quarantine suspend KEY").
+type Suspension struct {
+	Key  string    `json:"key"`
+	By   string    `json:"by,omitempty"`
+	Time time.Time `json:"time"`
+}
+
+// Suspend stops automatic release for key (by says who) or, resume,
+// allows it again; it reports whether key was suspended. Errors:
+// ErrInvalid (suspending the empty key), bbolt's.
+func (s *Store) Suspend(key, by string, resume bool) (was bool, err error) {
+	if key == "" && !resume {
+		return false, fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	v, err := json.Marshal(Suspension{Key: key, By: by, Time: s.now().Round(0)})
+	if err != nil {
+		return false, err
+	}
+	err = s.write("suspend", func(b buckets) error {
+		switch was = b.susp.Get([]byte(key)) != nil; {
+		case !resume:
+			return b.t.Put(b.susp, suspendedPath, []byte(key), sealRecord([]byte(key), v))
+		case was:
+			return b.t.Delete(b.susp, suspendedPath, []byte(key))
+		}
+		return nil
+	})
+	return was, err
+}
+
+// Suspended returns the suspended keys, unreadable records too. Errors: bbolt's.
+func (s *Store) Suspended() (map[string]Suspension, error) {
+	return view(s, "suspended", func(tx *bolt.Tx, out *map[string]Suspension) error {
+		*out = map[string]Suspension{}
+		b := bucketsOf(tx).susp
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var sp Suspension
+			if err := decodeRecord(k, v, &sp); err != nil {
+				sp = Suspension{Key: string(k), By: "(record unreadable: ratelimitd state check)"}
+			}
+			(*out)[string(k)] = sp
+			return nil
+		})
+	})
 }

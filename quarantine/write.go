@@ -16,10 +16,16 @@ import (
 	"github.com/ratelimitd/ratelimitd/statedb"
 )
 
-// write runs fn in one write transaction and returns once it is durable;
-// fn's errUnchanged rolls back and returns nil.
-func (s *Store) write(op string, fn func(*bolt.Tx, *statedb.Tally) error) error {
-	err := statedb.Update(s.db, fn)
+// write runs fn on the buckets in one write transaction and returns once
+// it is durable; fn's errUnchanged rolls back and returns nil.
+func (s *Store) write(op string, fn func(b buckets) error) error {
+	err := statedb.Update(s.db, func(tx *bolt.Tx, t *statedb.Tally) error {
+		b := bucketsOf(tx)
+		if b.t = t; !b.ok() {
+			return errNoBuckets
+		}
+		return fn(b)
+	})
 	if err == nil && s.db.NoSync { // set after New
 		err = s.db.Sync()
 	}
@@ -37,30 +43,20 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("quarantine: %s: %w", op, err)
 }
 
-// checkQueueID returns ErrInvalid for a set queue ID that is not valid.
-func checkQueueID(id string) error {
-	if id != "" && !ValidQueueID(id) {
-		return fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, termsafe.Line(id))
-	}
-	return nil
-}
-
 // prepare returns a copy of e as a new entry in state (ErrInvalid).
 func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	if e == nil {
 		return Entry{}, fmt.Errorf("%w: nil entry", ErrInvalid)
 	}
-	if err := checkQueueID(e.QueueID); err != nil {
-		return Entry{}, err
+	if e.QueueID != "" && !ValidQueueID(e.QueueID) {
+		return Entry{}, fmt.Errorf("%w: %q is not a Postfix or Exim queue ID", ErrInvalid, termsafe.Line(e.QueueID))
 	}
 	now := s.now()
 	ent := *e
 	ent.Recipients = slices.Clone(e.Recipients)
 	ent.ID, ent.State, ent.Error, ent.Attempts, ent.Hash = "", state, "", 0, ""
 	ent.Claim, ent.ClaimedAt = "", time.Time{}
-	if ent.Action == "" {
-		ent.Action = map[State]string{Held: "hold", Frozen: "freeze"}[state]
-	}
+	ent.Action = cmp.Or(ent.Action, map[State]string{Held: "hold", Frozen: "freeze"}[state])
 	if ent.Created.IsZero() {
 		ent.Created = now
 	}
@@ -68,7 +64,7 @@ func (s *Store) prepare(e *Entry, state State) (Entry, error) {
 	return ent, nil
 }
 
-// Recorded says what RecordHold, AddToHeld or RecordFreeze did: ID is the
+// Recorded says what RecordHold or RecordFreeze did: ID is the
 // entry recorded or added to (""), Added that it was a held entry of the
 // same Instance, RefusedQueueID a queue ID another entry has, left out.
 type Recorded struct {
@@ -79,27 +75,16 @@ type Recorded struct {
 
 // RecordHold records e as held: with a queue ID, a held entry of
 // e.Instance with it, else without one, takes e's queue ID, size and
-// recipients (Recorded.Added); else a new entry is made and copied into
-// *e. Errors: ErrInvalid, bbolt's.
-func (s *Store) RecordHold(e *Entry) (Recorded, error) { return s.hold(e, true) }
-
-// AddToHeld is RecordHold that never makes an entry; Recorded.ID is ""
-// when no held entry of e.Instance takes e.
-func (s *Store) AddToHeld(e *Entry) (Recorded, error) { return s.hold(e, false) }
-
-func (s *Store) hold(e *Entry, create bool) (Recorded, error) {
+// recipients (Recorded.Added); else, unless addOnly (then Recorded.ID is
+// ""), a new entry is made and copied into *e. Errors: ErrInvalid, bbolt's.
+func (s *Store) RecordHold(e *Entry, addOnly bool) (Recorded, error) {
 	ent, err := s.prepare(e, Held)
 	if err != nil {
 		return Recorded{}, err
 	}
 	var r Recorded
-	err = s.write("hold", func(tx *bolt.Tx, t *statedb.Tally) error {
-		r = Recorded{}
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
-		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || !create {
+	err = s.write("hold", func(b buckets) (err error) {
+		if r, err = b.addToHeld(&ent, s.now().Round(0)); err != nil || r.ID != "" || addOnly {
 			return err
 		}
 		r.RefusedQueueID, err = b.insert(&ent)
@@ -166,8 +151,7 @@ func addRecipients(have, add []string) []string {
 	return have
 }
 
-// insert stores new entry e under a new ID, without (returned) a queue
-// ID another entry has.
+// insert stores new entry e under a new ID, minus (returned) a taken queue ID.
 func (b buckets) insert(e *Entry) (refusedQueueID string, err error) {
 	if e.ID, err = b.newID(e.Created); err != nil {
 		return "", err
@@ -181,12 +165,11 @@ func (b buckets) insert(e *Entry) (refusedQueueID string, err error) {
 	if err := b.put(e); err != nil {
 		return "", err
 	}
-	return refusedQueueID, b.index(e)
+	return refusedQueueID, b.index(e, false)
 }
 
-// RecordFreeze stores e as frozen with the message read from r and
-// copies the result into *e; on error nothing is stored. Errors:
-// ErrInvalid, ErrFull, r's, bbolt's.
+// RecordFreeze stores e as frozen with r's message, copied into *e; on
+// error nothing is stored. Errors: ErrInvalid, ErrFull, r's, bbolt's.
 func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 	ent, err := s.prepare(e, Frozen)
 	if err != nil {
@@ -197,17 +180,10 @@ func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 		return Recorded{}, err
 	}
 	ent.Size, ent.Hash = st.size, st.sum
-	if ent.Subject == "" || ent.MessageID == "" {
-		subject, id := HeaderInfo(st.head)
-		ent.Subject = cmp.Or(ent.Subject, subject)
-		ent.MessageID = cmp.Or(ent.MessageID, id)
-	}
+	subject, id := HeaderInfo(st.head)
+	ent.Subject, ent.MessageID = cmp.Or(ent.Subject, subject), cmp.Or(ent.MessageID, id)
 	var rec Recorded
-	err = s.write("freeze", func(tx *bolt.Tx, t *statedb.Tally) error {
-		b, err := mustBuckets(tx, t)
-		if err != nil {
-			return err
-		}
+	err = s.write("freeze", func(b buckets) (err error) {
 		total := getBytes(b.info)
 		if s.maxSize > 0 && total+ent.Size > s.maxSize {
 			return fmt.Errorf("%w: %d bytes stored, message of %d bytes, limit %d", ErrFull, total, ent.Size, s.maxSize)
@@ -218,7 +194,7 @@ func (s *Store) RecordFreeze(e *Entry, r io.Reader) (Recorded, error) {
 		if err := b.putBody(ent.ID, st); err != nil {
 			return fmt.Errorf("quarantine: store message: %w", err)
 		}
-		return putBytes(t, b.info, total+ent.Size)
+		return putBytes(b.t, b.info, total+ent.Size)
 	})
 	if err != nil {
 		s.dropChunks(st.ref)
@@ -259,7 +235,7 @@ func (s *Store) setText(op, id, v string, field func(*Entry) *string) error {
 		if *field(e) == v {
 			return errUnchanged
 		}
-		if err := needPending(op, e); err != nil {
+		if err := needPending(op, e, false); err != nil {
 			return err
 		}
 		*field(e) = v
@@ -293,9 +269,8 @@ type HeldDetails struct {
 	MessageID  string
 }
 
-// CompleteHeld adds d's missing recipients, Size if set, Subject and
-// MessageID if missing to held entry id. Errors: ErrNotFound, ErrState,
-// bbolt's.
+// CompleteHeld adds d's new recipients, Size, missing Subject and MessageID
+// to held entry id. Errors: ErrNotFound, ErrState, bbolt's.
 func (s *Store) CompleteHeld(id string, d HeldDetails) error {
 	return s.update("complete", id, func(_ buckets, e *Entry) error {
 		if e.State != Held {

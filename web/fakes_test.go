@@ -97,9 +97,8 @@ func (f *fakeQuarantine) Delete(_ context.Context, sel lifecycle.Selection) ([]l
 	return []lifecycle.Outcome{{ID: sel.IDs[0], OK: true}}, nil
 }
 
-func (f *fakeQuarantine) Suspend(key, by string) error        { return nil }
-func (f *fakeQuarantine) Resume(key, by string) (bool, error) { return true, nil }
-func (f *fakeQuarantine) Health() lifecycle.Health            { return lifecycle.Health{Held: len(f.entries)} }
+func (f *fakeQuarantine) Suspend(key, by string, resume bool) (bool, error) { return resume, nil }
+func (f *fakeQuarantine) Health() lifecycle.Health                          { return lifecycle.Health{Held: len(f.entries)} }
 
 // newEventLog opens a real event log in a temporary BoltDB file.
 func newEventLog(t *testing.T, now func() time.Time) *events.Log {

@@ -31,7 +31,7 @@ func (q storeQuarantine) Freeze(_ context.Context, m *Message, d policy.Decision
 }
 
 func (q storeQuarantine) Hold(_ context.Context, m *Message, d policy.Decision) policy.Decision {
-	if _, err := q.s.RecordHold(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender, QueueID: m.Request.QueueID}); err != nil {
+	if _, err := q.s.RecordHold(&quarantine.Entry{Limit: d.Limit, Key: d.Key, Sender: m.Request.Sender, QueueID: m.Request.QueueID}, false); err != nil {
 		return policy.Decision{Action: policy.Defer, Fault: err}
 	}
 	return d

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,9 +71,8 @@ func (s *Service) List(f quarantine.Filter) ([]quarantine.Entry, error) {
 	return s.q.List(f)
 }
 
-// Thaw releases the selected entries (Queue.Release, or re-injection
-// with an X-Ratelimitd-Thawed header). The error is the selection's; the
-// entries' are in the Outcomes.
+// Thaw releases the selected entries (Queue.Release, or re-injection with
+// X-Ratelimitd-Thawed); the error is the selection's, the Outcomes hold more.
 func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
@@ -97,25 +97,20 @@ func (s *Service) Thaw(ctx context.Context, sel Selection) ([]Outcome, error) {
 		s.log.Info("rate reset", "key", e.Key, "removed", n, "by", sel.By, "with", "quarantine thaw")
 		s.emit(ctx, RateReset, quarantine.Entry{Key: e.Key}, sel.By, plural.N(n, "rate state")+" removed with a thaw")
 	}
-	out := s.apply("quarantine thaw", entries, sel, func(e quarantine.Entry) (string, error) {
+	return s.apply("quarantine thaw", entries, sel, done, func(e quarantine.Entry) (string, error) {
 		return s.release(ctx, e, sel.By, sel.Force, sel.Again, Thawed)
-	})
-	for i := range out {
-		out[i].RateReset = done[out[i].Key]
-	}
-	return out, nil
+	}), nil
 }
 
-func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, op func(quarantine.Entry) (string, error)) []Outcome {
+// apply runs op on each entry; reset names the keys whose rate was reset.
+func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, reset map[string]bool,
+	op func(quarantine.Entry) (string, error)) []Outcome {
 	out := make([]Outcome, 0, len(entries))
 	for _, e := range entries {
-		o := Outcome{ID: e.ID, Sender: e.Sender, Key: e.Key}
 		note, err := op(e)
-		o.Note = note
+		o := Outcome{ID: e.ID, Sender: e.Sender, Key: e.Key, OK: err == nil, Note: note, RateReset: reset[e.Key]}
 		if err != nil {
 			o.Error = err.Error()
-		} else {
-			o.OK = true
 		}
 		s.log.Info(what, "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
 			"queue_id", e.QueueID, "ok", o.OK, "err", o.Error, "note", o.Note, "by", sel.By)
@@ -128,13 +123,10 @@ func (s *Service) apply(what string, entries []quarantine.Entry, sel Selection, 
 // message re-injected); it returns a note.
 func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, force, again bool, kind Kind) (string, error) {
 	var err error
-	if again {
-		if e, err = s.q.ClaimThawed(e.ID, s.token); err != nil {
-			return "", err
-		}
-		e.State = quarantine.Frozen // re-injected as the frozen message it was
-	} else if e, err = s.q.Claim(e.ID, s.token, force); err != nil {
+	if e, err = s.q.Claim(e.ID, s.token, force, again); err != nil {
 		return "", err
+	} else if again {
+		e.State = quarantine.Frozen // re-injected as the frozen message it was
 	} else if e, err = s.confirmHeld(ctx, e); err != nil {
 		s.recordError(e.ID, err)
 		return "", err
@@ -150,12 +142,11 @@ func (s *Service) release(ctx context.Context, e quarantine.Entry, by string, fo
 		var reply string
 		if to, reply, err = s.reinject(ctx, e); err == nil {
 			reply = clip(reply, 200) // the server's words, stored and shown
+			note = "re-injected to " + to + ", answered 250 " + reply
 			if as = mailout.QueuedAs(reply); as != "" {
 				note = "re-injected to " + to + ", queued as " + as
-			} else {
-				as = reply
-				note = "re-injected to " + to + ", answered 250 " + reply
 			}
+			as = cmp.Or(as, reply)
 		}
 	}
 	if err != nil {
@@ -203,16 +194,15 @@ func (s *Service) reinject(ctx context.Context, e quarantine.Entry) (string, str
 	return s.opts.Reinjector.Addr, reply, nil
 }
 
-// Delete deletes the selected entries, held mail from the MTA's queue
-// too; a held entry without a queue ID is only forgotten, an unconfirmed
-// one refused unless Force.
+// Delete deletes the selected entries and held mail in the MTA's queue;
+// held without queue ID: forgotten, unconfirmed: refused unless Force.
 func (s *Service) Delete(ctx context.Context, sel Selection) ([]Outcome, error) {
 	entries, err := s.selectEntries(sel)
 	if err != nil {
 		return nil, err
 	}
-	return s.apply("quarantine delete", entries, sel, func(e quarantine.Entry) (string, error) {
-		e, err := s.q.Claim(e.ID, s.token, sel.Force)
+	return s.apply("quarantine delete", entries, sel, nil, func(e quarantine.Entry) (string, error) {
+		e, err := s.q.Claim(e.ID, s.token, sel.Force, false)
 		if err != nil {
 			return "", err
 		}
@@ -272,7 +262,7 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	case e.State == quarantine.Held:
 		if e.QueueID == "" {
 			// Linking the queue ID found in the listing needs the claim.
-			if e, err = s.q.Claim(id, s.token, false); err != nil {
+			if e, err = s.q.Claim(id, s.token, false, false); err != nil {
 				return e, nil, err
 			}
 			e, err = s.confirmHeld(ctx, e)
@@ -290,20 +280,16 @@ func (s *Service) Show(ctx context.Context, id string, raw bool) (quarantine.Ent
 	return e, body, err
 }
 
-// Suspend stops automatic release for key; by names who.
-func (s *Service) Suspend(key, by string) error {
-	if err := s.q.Suspend(key, by); err != nil {
-		return err
+// Suspend stops automatic release for key or, resume, allows it again
+// and reports whether it was suspended; by names who.
+func (s *Service) Suspend(key, by string, resume bool) (bool, error) {
+	was, err := s.q.Suspend(key, by, resume)
+	what := "automatic release suspended"
+	if resume {
+		what = "automatic release resumed"
 	}
-	s.log.Info("automatic release suspended", "key", key, "by", by)
-	return nil
-}
-
-// Resume allows automatic release for key and reports if it was suspended.
-func (s *Service) Resume(key, by string) (bool, error) {
-	ok, err := s.q.Resume(key)
-	if err == nil && ok {
-		s.log.Info("automatic release resumed", "key", key, "by", by)
+	if err == nil && (was || !resume) {
+		s.log.Info(what, "key", key, "by", by)
 	}
-	return ok, err
+	return was, err
 }

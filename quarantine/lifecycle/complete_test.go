@@ -77,7 +77,7 @@ func TestHeldEntryCompletedFromQueue(t *testing.T) {
 		t.Errorf("after END-OF-MESSAGE: %+v", m["i1"])
 	}
 	// Not queued yet: nothing to complete, tried again later.
-	if n := e.svc.CompleteHeld(ctx); n != 0 {
+	if n := e.svc.complete(ctx, true); n != 0 {
 		t.Fatalf("completed %d before the messages were queued", n)
 	}
 	now := time.Now()
@@ -85,7 +85,7 @@ func TestHeldEntryCompletedFromQueue(t *testing.T) {
 		Recipients: []string{"a@example.net", "B@example.net"}, Size: 2345}, "Subject: =?UTF-8?Q?Quarterly_r=C3=A9port?=\nMessage-ID: <q1@example.org>\n")
 	q.queue(quarantine.QueuedMessage{Queue: "hold", QueueID: "5E6D7C8B9A", Arrival: now, Sender: "alice@example.org",
 		Recipients: []string{"c@example.net", "d@example.net"}, Size: 999}, "Subject: hello\x1b[2J there\n")
-	if n := e.svc.CompleteHeld(ctx); n != 2 {
+	if n := e.svc.complete(ctx, true); n != 2 {
 		t.Fatalf("completed %d, want 2", n)
 	}
 	m := held()
@@ -99,7 +99,7 @@ func TestHeldEntryCompletedFromQueue(t *testing.T) {
 	}
 	// Completed entries are not read again.
 	shown := q.shown
-	if n := e.svc.CompleteHeld(ctx); n != 0 || q.shown != shown {
+	if n := e.svc.complete(ctx, true); n != 0 || q.shown != shown {
 		t.Errorf("second run completed %d, read %d queue files", n, q.shown-shown)
 	}
 }
@@ -111,7 +111,7 @@ func TestHeldEntryGivenUpAfterAttempts(t *testing.T) {
 	e := newEnv(t, Options{Queue: q})
 	e.svc.Record(context.Background(), Message{Request: &policy.Request{Sender: "bob@example.org", Recipient: "x@example.net", QueueID: "4A4A4A4A4A"}}, &policy.Decision{Action: policy.Hold, Limit: "hourly", Key: "bob"})
 	for range completeAttempts {
-		e.svc.CompleteHeld(context.Background())
+		e.svc.complete(context.Background(), true)
 	}
 	e.svc.mu.Lock()
 	n := len(e.svc.incomplete)

@@ -19,9 +19,8 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// Expire drops thawed messages past KeepThawed, applies ExpireAction to
-// pending entries past MaxAge (if set) and removes older audit records;
-// ratelimitd_quarantine_expired_total and Health count the outcomes.
+// Expire drops thawed messages past KeepThawed, applies ExpireAction past
+// MaxAge (if set), removes older audit records and counts the outcomes.
 func (s *Service) Expire(ctx context.Context, now time.Time) {
 	if n, err := s.q.SweepThawed(now.Add(-s.opts.KeepThawed)); err != nil {
 		s.failed("expire", err, "quarantine expiry: sweeping thawed messages failed")
@@ -84,7 +83,7 @@ func (s *Service) expireOne(ctx context.Context, e quarantine.Entry, now time.Ti
 	if s.opts.ExpireAction == ExpireKeep {
 		return "kept", "kept (expire_action = keep)", nil
 	}
-	if e, err = s.q.Claim(e.ID, s.token, false); err != nil {
+	if e, err = s.q.Claim(e.ID, s.token, false, false); err != nil {
 		return "", "", err
 	}
 	done := false // past the point where the claim must go
@@ -208,14 +207,12 @@ func buildDSN(reportingMTA string, e quarantine.Entry, original []byte, now time
 	return buf.Bytes(), nil
 }
 
+// headerOf returns msg's header fields (all of msg if no body), in CRLF.
 func headerOf(msg []byte) string {
-	end := len(msg)
-	if i := bytes.Index(msg, []byte("\r\n\r\n")); i >= 0 {
-		end = i + 2
-	} else if i := bytes.Index(msg, []byte("\n\n")); i >= 0 {
-		end = i + 1
+	h := strings.ReplaceAll(string(msg), "\r\n", "\n")
+	if i := strings.Index(h, "\n\n"); i >= 0 {
+		h = h[:i+1]
 	}
-	h := strings.ReplaceAll(string(msg[:end]), "\r\n", "\n")
 	return strings.ReplaceAll(h, "\n", "\r\n")
 }
 

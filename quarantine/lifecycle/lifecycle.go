@@ -1,3 +1,8 @@
+// Package lifecycle records held and frozen mail, thaws, deletes and
+// expires it (RFC 3464 DSN), and releases it at the limit's rate ("drip").
+// Each action is claim, act, record, so a crash repeats only what is
+// harmless; queue IDs are confirmed in the MTA's queue listing before any
+// command runs. The Service is safe for concurrent use.
 package lifecycle
 
 import (
@@ -9,9 +14,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimitd/ratelimitd/internal/plural"
 	"github.com/ratelimitd/ratelimitd/internal/termsafe"
@@ -80,11 +88,11 @@ type Service struct {
 	mu              sync.Mutex
 	pending         map[string]int       // pending entries per key (alerts)
 	awaitingQueueID map[string]struct{}  // instances held at RCPT without a queue ID
-	incomplete      map[string]int       // held entries CompleteHeld completes: attempts
+	incomplete      map[string]int       // held entries complete completes: attempts
 	completeMu      sync.Mutex           // one completion at a time (complete)
 	lastDrip        map[string]time.Time // limit NUL key: last automatic release
 	runs            map[string]*dripRun  // limit NUL key: drip runs in progress
-	drip            map[string]bool      // limits with auto_release = "drip"
+	drip            []string             // limits with auto_release = "drip"
 	health          Health               // what Health adds to the store's counts
 
 	m metrics
@@ -95,11 +103,8 @@ const maxAwaiting = 10000
 
 // New returns a Service on q. Errors: q.Stats's, an unknown ExpireAction.
 func New(q *quarantine.Store, opts Options) (*Service, error) {
-	switch opts.ExpireAction {
-	case "":
-		opts.ExpireAction = ExpireBounce
-	case ExpireBounce, ExpireKeep:
-	default:
+	opts.ExpireAction = cmp.Or(opts.ExpireAction, ExpireBounce)
+	if opts.ExpireAction != ExpireBounce && opts.ExpireAction != ExpireKeep {
 		return nil, fmt.Errorf("lifecycle: unknown expire action %q (bounce or keep)", opts.ExpireAction)
 	}
 	if opts.ReportingMTA == "" {
@@ -107,7 +112,7 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 	}
 	// Not cmp.Or for Queue and Events: their dynamic types may not be comparable.
 	s := &Service{q: q, opts: opts, queue: opts.Queue, log: cmp.Or(opts.Logger, slog.Default()), ev: opts.Events,
-		now: opts.Now, token: rand.Text(), drip: map[string]bool{}, awaitingQueueID: map[string]struct{}{},
+		now: opts.Now, token: rand.Text(), awaitingQueueID: map[string]struct{}{},
 		incomplete: map[string]int{}, lastDrip: map[string]time.Time{}, runs: map[string]*dripRun{}, m: newMetrics()}
 	if s.queue == nil {
 		s.queue = noQueue{}
@@ -133,12 +138,8 @@ func New(q *quarantine.Store, opts Options) (*Service, error) {
 
 // SetDripLimits replaces Options.DripLimits (a configuration reload).
 func (s *Service) SetDripLimits(names []string) {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		m[n] = true
-	}
 	s.mu.Lock()
-	s.drip = m
+	s.drip = slices.Clone(names)
 	s.mu.Unlock()
 }
 
@@ -167,7 +168,7 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	if !hold && (req.ProtocolState != policy.StateEndOfMessage || req.QueueID == "" || !s.awaiting(req.Instance, false)) {
 		return "", nil
 	}
-	e := s.entryFor(req, rcpts(m), d)
+	e := s.entryFor(m, d)
 	var r quarantine.Recorded
 	var err error
 	failed := "linking a held message to its queue ID failed"
@@ -179,9 +180,9 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 		}
 	case hold:
 		failed = "recording a held message failed: deferring it instead of holding it"
-		r, err = s.q.RecordHold(e)
+		r, err = s.q.RecordHold(e, false)
 	case e.QueueID != "":
-		r, err = s.q.AddToHeld(e)
+		r, err = s.q.RecordHold(e, true)
 	}
 	if err != nil {
 		s.failed("record", err, failed, "queue_id", e.QueueID)
@@ -195,14 +196,6 @@ func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (st
 	}
 	s.recorded(ctx, e, r)
 	return r.ID, nil
-}
-
-// rcpts are m's recipients (Message.Recipients, else Request.Recipient).
-func rcpts(m Message) []string {
-	if len(m.Recipients) == 0 && m.Request.Recipient != "" {
-		return []string{m.Request.Recipient}
-	}
-	return m.Recipients
 }
 
 // received rebuilds from req the Received: field (RFC 5321 4.4, CRLF) the
@@ -254,9 +247,14 @@ func (s *Service) awaiting(instance string, await bool) bool {
 	return was
 }
 
-// entryFor builds the entry of req, rcpts and d, without (logged) a
-// queue ID not in an MTA's syntax.
-func (s *Service) entryFor(req *policy.Request, rcpts []string, d *policy.Decision) *quarantine.Entry {
+// entryFor builds the entry of m (Message.Recipients, else
+// Request.Recipient) and d, without (logged) a queue ID not in an MTA's
+// syntax.
+func (s *Service) entryFor(m Message, d *policy.Decision) *quarantine.Entry {
+	req, rcpts := m.Request, m.Recipients
+	if len(rcpts) == 0 && req.Recipient != "" {
+		rcpts = []string{req.Recipient}
+	}
 	e := &quarantine.Entry{Limit: d.Limit, Key: d.Key, Rate: d.Rate, Max: d.Max, Sender: req.Sender, Recipients: rcpts,
 		ClientAddress: req.ClientAddress, ClientName: req.ClientName, SASLUsername: req.SASLUsername,
 		QueueID: req.QueueID, Instance: req.Instance, Size: req.Size}
@@ -349,3 +347,119 @@ func (s *Service) fail(op string, err error) {
 }
 
 var errNoQueueID = errors.New("lifecycle: no MTA queue ID recorded for this held message (find it with postqueue -p)")
+
+// Kind names what happened to a quarantined message.
+type Kind string
+
+// The kinds of Event.
+const (
+	Quarantined Kind = "quarantined" // held or frozen (Detail "hold" or "freeze")
+	Thawed      Kind = "thawed"      // released by an operator
+	Deleted     Kind = "deleted"     // deleted by an operator
+	// Expired: past max_age, bounced or (null sender) deleted; see Detail.
+	Expired  Kind = "expired"
+	Released Kind = "released" // released automatically ("drip")
+	// ReleaseRun: a drip run ended (Detail why); Count released,
+	// Pending left, Entry the last released.
+	ReleaseRun Kind = "release_run"
+	RateReset  Kind = "rate_reset" // Selection.ResetRate; Entry has only Key
+)
+
+// Event is one thing that happened to one quarantined message.
+type Event struct {
+	Kind  Kind
+	Time  time.Time
+	Entry quarantine.Entry // as it was then
+	// By is who acted (Unix user, "offline CLI", "expiry", "auto-release").
+	By      string
+	Detail  string
+	Pending int  // the key's pending messages
+	Alert   bool // Pending reached Options.AlertEvery's threshold
+	Count   int  // ReleaseRun: messages released
+}
+
+// Events receives the Service's events concurrently, without blocking.
+type Events interface {
+	QuarantineEvent(ctx context.Context, ev Event)
+}
+
+// NopEvents is the default Events.
+type NopEvents struct{}
+
+// QuarantineEvent does nothing.
+func (NopEvents) QuarantineEvent(context.Context, Event) {}
+
+type metrics struct {
+	quarantined  *prometheus.CounterVec // limit, action
+	keyAlerts    prometheus.Counter
+	badQueueIDs  prometheus.Counter
+	failures     *prometheus.CounterVec // what
+	expired      *prometheus.CounterVec // outcome
+	keptPastAge  prometheus.Gauge
+	autoReleased prometheus.Counter
+}
+
+func newMetrics() metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	vec := func(name, help string, labels []string, preset ...string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		for _, p := range preset { // at zero, so that alerts see the first
+			v.WithLabelValues(p)
+		}
+		return v
+	}
+	return metrics{
+		quarantined: vec("ratelimitd_quarantined_total", "Messages held or frozen, by limit and action.", []string{"limit", "action"}),
+		keyAlerts: counter("ratelimitd_quarantine_key_alerts_total",
+			"Times a key started being held/frozen, or its quarantined count reached another multiple of quarantine.alert_every."),
+		badQueueIDs: counter("ratelimitd_quarantine_invalid_queue_ids_total",
+			"Queue IDs refused because they are not in Postfix's or Exim's syntax or another quarantined message has them already (forged policy requests); the entry is recorded without one."),
+		failures: vec("ratelimitd_quarantine_failures_total",
+			"Failed quarantine operations: record, release, schedule (postqueue -i), reinject, delete, expire, dsn, store, queue_list, verify (a queue ID the MTA's hold queue does not confirm).",
+			[]string{"operation"}, "record", "release", "schedule", "reinject", "delete", "expire", "dsn", "store", "list",
+			"queue_list", "verify", "auto-release"),
+		expired: vec("ratelimitd_quarantine_expired_total",
+			"Held or frozen messages past quarantine.max_age, by outcome: bounced, deleted_null_sender, kept, failed.",
+			[]string{"outcome"}, "bounced", "deleted_null_sender", "kept", "failed"),
+		keptPastAge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_kept_past_max_age",
+			Help: "Held or frozen messages past quarantine.max_age still kept at the last expiry run (expire_action keep, no queue ID, or a failed bounce)."}),
+		autoReleased: counter("ratelimitd_quarantine_auto_released_total", "Messages released automatically (auto_release = \"drip\")."),
+	}
+}
+
+// PresetLimit makes ratelimitd_quarantined_total{limit, action} exist at
+// zero before the limit's first hold or freeze; safe for concurrent use.
+func (s *Service) PresetLimit(limit, action string) { s.m.quarantined.WithLabelValues(limit, action) }
+
+// Collectors returns the quarantine's Prometheus collectors.
+func (s *Service) Collectors() []prometheus.Collector {
+	stat := func(name, help string, f func(quarantine.Stats) int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			st, err := s.q.Stats()
+			if err != nil {
+				return -1
+			}
+			return float64(f(st))
+		})
+	}
+	m := s.m
+	return []prometheus.Collector{m.quarantined, m.keyAlerts, m.badQueueIDs, m.failures, m.expired, m.keptPastAge, m.autoReleased,
+		stat("ratelimitd_quarantine_frozen_messages", "Frozen messages waiting for review.",
+			func(st quarantine.Stats) int64 { return int64(st.Frozen) }),
+		stat("ratelimitd_quarantine_held_messages", "Messages in the MTA hold queue recorded for review.",
+			func(st quarantine.Stats) int64 { return int64(st.Held) }),
+		stat("ratelimitd_quarantine_bytes", "Bytes of frozen messages stored.", func(st quarantine.Stats) int64 { return st.Bytes }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ratelimitd_quarantine_max_key_messages", Help: "Quarantined messages of the key with the most."},
+			func() float64 {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				n := 0
+				for _, c := range s.pending {
+					n = max(n, c)
+				}
+				return float64(n)
+			}),
+	}
+}

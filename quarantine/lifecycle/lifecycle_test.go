@@ -100,7 +100,7 @@ func TestInterruptedThawNeedsForce(t *testing.T) {
 	sink := mtatest.StartSink(t)
 	e := newEnv(t, Options{Reinjector: reinjector(sink.Addr())})
 	ids := e.freeze(t, "alice@example.org", 1)
-	if _, err := e.q.Claim(ids[0], "a-process-that-crashed", false); err != nil {
+	if _, err := e.q.Claim(ids[0], "a-process-that-crashed", false, false); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := e.svc.Thaw(context.Background(), Selection{IDs: ids})
@@ -158,10 +158,10 @@ func TestEventsAndSuspend(t *testing.T) {
 	if by != "root" {
 		t.Fatalf("event by %q", by)
 	}
-	if err := e.svc.Suspend("alice", "root"); err != nil {
+	if _, err := e.svc.Suspend("alice", "root", false); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := e.svc.Resume("alice", "root"); !ok || err != nil {
+	if ok, err := e.svc.Suspend("alice", "root", true); !ok || err != nil {
 		t.Fatalf("resume: %v %v", ok, err)
 	}
 	var nop Events = NopEvents{}

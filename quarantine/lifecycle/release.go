@@ -4,14 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
 )
 
-// AutoRelease releases per key of a drip limit its oldest message once
-// under the limit, unsuspended, and period/limit after the last; it
-// returns how many. Errors are logged.
+// AutoRelease releases each unsuspended key's oldest message under a drip
+// limit, period/limit after the last; it returns how many, logs errors.
 func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	s.mu.Lock()
 	drip := s.drip
@@ -37,7 +38,7 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 	for _, e := range pending {
 		lk := e.Limit + "\x00" + e.Key
 		left[lk]++
-		if !drip[e.Limit] || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
+		if !slices.Contains(drip, e.Limit) || e.Key == "" || (e.Claim != "" && e.State == quarantine.Frozen) {
 			// Being thawed, or interrupted (--force).
 			continue
 		}
@@ -65,10 +66,14 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 			continue // an operator is thawing it right now
 		}
 		s.mu.Lock()
-		s.lastDrip[lk] = now
-		if len(s.lastDrip) > maxAwaiting {
+		if len(s.lastDrip) >= maxAwaiting {
 			clear(s.lastDrip) // bounded; forgetting only lets one message out early
-			s.lastDrip[lk] = now
+		}
+		s.lastDrip[lk] = now
+		if err == nil {
+			r := cmp.Or(s.runs[lk], &dripRun{})
+			r.count, r.last = r.count+1, e
+			s.runs[lk] = r
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -78,12 +83,6 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 		}
 		released++
 		left[lk]--
-		s.mu.Lock()
-		r := cmp.Or(s.runs[lk], &dripRun{})
-		r.count++
-		r.last = e
-		s.runs[lk] = r
-		s.mu.Unlock()
 		s.m.autoReleased.Inc()
 		s.log.Info("quarantine auto-release", "id", e.ID, "state", e.State.String(), "sender", e.Sender, "key", e.Key,
 			"limit", e.Limit, "queue_id", e.QueueID, "note", note)
@@ -99,32 +98,28 @@ func (s *Service) AutoRelease(ctx context.Context, now time.Time) int {
 }
 
 type dripRun struct {
-	count int
-	last  quarantine.Entry
+	count, left int // released; pending when it ended
+	last        quarantine.Entry
+	reason      string // why it ended
 }
 
-// endRuns reports and forgets ended drip runs (ended says why); left
-// counts pending messages per run.
+// endRuns reports and forgets the drip runs ended picks (with why); left: pending.
 func (s *Service) endRuns(ctx context.Context, ended func(lk string) (string, bool), left map[string]int) {
-	type done struct {
-		run    *dripRun
-		reason string
-		left   int
-	}
-	var over []done
+	var over []*dripRun
 	s.mu.Lock()
 	for lk, r := range s.runs {
 		if reason, ok := ended(lk); ok {
-			over = append(over, done{r, reason, max(left[lk], 0)})
+			r.reason, r.left = reason, max(left[lk], 0)
+			over = append(over, r)
 			delete(s.runs, lk)
 		}
 	}
 	s.mu.Unlock()
-	for _, d := range over {
-		s.log.Info("quarantine auto-release run ended", "key", d.run.last.Key, "limit", d.run.last.Limit,
-			"released", d.run.count, "left", d.left, "why", d.reason)
-		s.ev.QuarantineEvent(ctx, Event{Kind: ReleaseRun, Time: s.now(), Entry: d.run.last, By: "auto-release",
-			Detail: d.reason, Count: d.run.count, Pending: d.left})
+	for _, r := range over {
+		s.log.Info("quarantine auto-release run ended", "key", r.last.Key, "limit", r.last.Limit,
+			"released", r.count, "left", r.left, "why", r.reason)
+		s.ev.QuarantineEvent(ctx, Event{Kind: ReleaseRun, Time: s.now(), Entry: r.last, By: "auto-release",
+			Detail: r.reason, Count: r.count, Pending: r.left})
 	}
 }
 
@@ -135,44 +130,28 @@ func (s *Service) underLimit(ctx context.Context, now time.Time, limit, key stri
 		s.failed("auto-release", err, "automatic release: reading the rate failed", "key", key)
 		return 0, false
 	}
-	for _, r := range rates {
-		if r.Limit != limit {
-			continue
-		}
-		if r.Refusing || r.Max <= 0 {
-			return 0, false
-		}
-		return time.Duration(float64(r.Period) / r.Max), true
+	if i := slices.IndexFunc(rates, func(r policy.KeyRate) bool { return r.Limit == limit }); i >= 0 {
+		r := rates[i]
+		return time.Duration(float64(r.Period) / r.Max), !r.Refusing && r.Max > 0
 	}
 	// No state: the rate has decayed to nothing (or was reset).
-	for _, l := range s.opts.Rates.Limits() {
-		if l.Name != limit {
-			continue
+	limits := s.opts.Rates.Limits()
+	if i := slices.IndexFunc(limits, func(l policy.LimitInfo) bool { return l.Name == limit }); i >= 0 {
+		max, ok := limits[i].Overrides[key]
+		if !ok {
+			max = limits[i].Limit
 		}
-		max := l.Limit
-		if v, ok := l.Overrides[key]; ok {
-			max = v
-		}
-		if max <= 0 {
-			return 0, false
-		}
-		return time.Duration(float64(l.Period) / max), true
+		return time.Duration(float64(limits[i].Period) / max), max > 0
 	}
 	return 0, false // the limit is no longer configured: wait for an operator
 }
 
 // Run runs Expire now and every expireEvery (0: 1h), AutoRelease and
-// CompleteHeld every dripEvery (0: 5s), until ctx ends.
+// complete every dripEvery (0: 5s), until ctx ends.
 func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration) {
-	if expireEvery <= 0 {
-		expireEvery = time.Hour
-	}
-	if dripEvery <= 0 {
-		dripEvery = 5 * time.Second
-	}
-	et := time.NewTicker(expireEvery)
+	et := time.NewTicker(cmp.Or(max(expireEvery, 0), time.Hour))
 	defer et.Stop()
-	dt := time.NewTicker(dripEvery)
+	dt := time.NewTicker(cmp.Or(max(dripEvery, 0), 5*time.Second))
 	defer dt.Stop()
 	s.Expire(ctx, s.now())
 	s.noteIncompleteStored()
@@ -184,7 +163,7 @@ func (s *Service) Run(ctx context.Context, expireEvery, dripEvery time.Duration)
 			s.Expire(ctx, s.now())
 		case <-dt.C:
 			s.AutoRelease(ctx, s.now())
-			s.CompleteHeld(ctx)
+			s.complete(ctx, true)
 		}
 	}
 }
