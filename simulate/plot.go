@@ -109,12 +109,6 @@ func (rec *Recorder) Add(r *Result) {
 	}
 }
 
-// Save draws into path (.svg or .png) a panel per limit: a line per key
-// (rate against hours), the limit dashed, refusals as red crosses.
-func (rec *Recorder) Save(path string, o PlotOptions) error {
-	return savePlot(path, func(w io.Writer, format string) error { return rec.WriteTo(w, format, o) })
-}
-
 // savePlot writes what write draws in path's format to path, if it succeeds.
 func savePlot(path string, write func(w io.Writer, format string) error) error {
 	var buf bytes.Buffer
@@ -132,7 +126,9 @@ const (
 
 var page = chart.Page{Width: 10 * vg.Inch, Panel: 3.6 * vg.Inch, DPI: 120}
 
-// WriteTo draws the plot (see Save) in format PlotSVG or PlotPNG to w.
+// WriteTo draws in format PlotSVG or PlotPNG to w a panel per limit: a
+// line per key (rate against hours), the limit dashed, refusals as red
+// crosses.
 func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
 	if len(rec.cols.limits) == 0 {
 		return fmt.Errorf("%w: the configuration has no limits to plot", ErrFormat)
@@ -267,16 +263,13 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		for _, pt := range xys {
 			ymax = max(ymax, pt.Y)
 		}
-		ln, err := chart.Line(xys, colors[j], 1.5)
-		if err != nil {
-			return nil, lg, fmt.Errorf("simulate: plot %s/%s: %w", l.Name, s.key, err)
-		}
-		p.Add(ln)
 		label := legendName(s.key)
 		if s.refused > 0 {
 			label += fmt.Sprintf(" (%d refused)", s.refused)
 		}
-		lg.Add(label, ln)
+		if err := chart.Line(p, &lg, label, xys, colors[j], 1.5); err != nil {
+			return nil, lg, fmt.Errorf("simulate: plot %s/%s: %w", l.Name, s.key, err)
+		}
 		refusedXY = append(refusedXY, s.refusals(endX)...)
 		if m := s.samples[len(s.samples)-1].max; m != l.Limit && !slices.Contains(overrides, m) {
 			overrides = append(overrides, m)
@@ -287,28 +280,21 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		ymax = max(ymax, pt.Y)
 	}
 	p.Y.Max = ymax * 1.08
-	lim, err := chart.Line(plotter.XYs{{X: 0, Y: l.Limit}, {X: endX, Y: l.Limit}}, chart.Grey, 1.2, 6, 3)
-	if err != nil {
+	if err := chart.Line(p, &lg, fmt.Sprintf("limit %g per %s", l.Limit, period),
+		plotter.XYs{{X: 0, Y: l.Limit}, {X: endX, Y: l.Limit}}, chart.Grey, 1.2, 6, 3); err != nil {
 		return nil, lg, err
 	}
-	p.Add(lim)
-	lg.Add(fmt.Sprintf("limit %g per %s", l.Limit, period), lim)
 	for _, m := range overrides {
-		ov, err := chart.Line(plotter.XYs{{X: 0, Y: m}, {X: endX, Y: m}}, chart.Grey, 1, 2, 2)
-		if err != nil {
+		if err := chart.Line(p, &lg, fmt.Sprintf("override %g per %s", m, period),
+			plotter.XYs{{X: 0, Y: m}, {X: endX, Y: m}}, chart.Grey, 1, 2, 2); err != nil {
 			return nil, lg, err
 		}
-		p.Add(ov)
-		lg.Add(fmt.Sprintf("override %g per %s", m, period), ov)
 	}
+	var err error
 	if len(refusedXY) > 0 {
-		sc, err := chart.Markers(p, refusedXY, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.2), Shape: draw.CrossGlyph{}})
-		if err != nil {
-			return nil, lg, err
-		}
-		lg.Add("refused request", sc)
+		_, err = chart.Markers(p, &lg, "refused request", refusedXY, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.2), Shape: draw.CrossGlyph{}})
 	}
-	return p, lg, nil
+	return p, lg, err
 }
 
 // xEnd is the right end of the time axis in hours: the last request, or

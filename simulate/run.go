@@ -97,7 +97,7 @@ func Run(ctx context.Context, eng *policy.Engine, tr *Trace, o RunOptions, w io.
 	if rec != nil {
 		po := o.PlotOptions
 		po.Keys = o.Filter.Keys
-		if err := rec.Save(o.Plot, po); err != nil {
+		if err := savePlot(o.Plot, func(w io.Writer, f string) error { return rec.WriteTo(w, f, po) }); err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
 	}

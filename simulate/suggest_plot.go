@@ -81,24 +81,19 @@ func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 		LineStyle: plotter.DefaultLineStyle}
 	p.Add(h)
 	p.Legend.Add("keys by peak", h)
-	vline := func(x float64, c color.Color, dashes ...float64) (*plotter.Line, error) {
-		return chart.Line(plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax * 1.05}}, c, 2, dashes...)
+	vline := func(label string, x float64, c color.Color, dashes ...float64) error {
+		return chart.Line(p, &p.Legend, label, plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax * 1.05}}, c, 2, dashes...)
 	}
 	if lp.Proposed > 0 {
-		l, err := vline(math.Log10(lp.Proposed), chart.Red, 6, 4)
-		if err != nil {
+		if err := vline(fmt.Sprintf("proposed limit %s", human.Number(lp.Proposed)), math.Log10(lp.Proposed), chart.Red, 6, 4); err != nil {
 			return nil, err
 		}
-		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("proposed limit %s", human.Number(lp.Proposed)), l)
 	}
 	for _, ov := range lp.Overrides {
-		l, err := vline(math.Log10(ov.Limit), palette[2], 2, 3)
-		if err != nil {
+		label := fmt.Sprintf("override %s = %s", legendName(ov.Key), human.Number(ov.Limit))
+		if err := vline(label, math.Log10(ov.Limit), palette[2], 2, 3); err != nil {
 			return nil, err
 		}
-		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("override %s = %s", legendName(ov.Key), human.Number(ov.Limit)), l)
 	}
 	p.X.Min, p.X.Max = lo, math.Ceil(hi/width)*width+width
 	p.Y.Min, p.Y.Max = 0, ymax*1.1

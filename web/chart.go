@@ -265,21 +265,15 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 	if p.Y.Max == 0 {
 		p.Y.Max = 1
 	}
-	lim, err := chart.Line(plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}}, chart.Red, 1.2, 6, 3)
-	if err != nil {
+	if err := chart.Line(p, &p.Legend, "limit", plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}}, chart.Red, 1.2, 6, 3); err != nil {
 		return nil, err
 	}
-	p.Add(lim)
-	p.Legend.Add("limit", lim)
 	if xys := rateSeries(samples, period, now); len(xys) > 0 {
-		ln, err := chart.Line(xys, chart.Blue, 1.5)
-		if err != nil {
+		if err := chart.Line(p, &p.Legend, "rate", xys, chart.Blue, 1.5); err != nil {
 			return nil, err
 		}
-		p.Add(ln)
-		p.Legend.Add("rate", ln)
 		if len(xys) == 1 {
-			if _, err := chart.Markers(p, xys, draw.GlyphStyle{Color: chart.Blue, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
+			if _, err := chart.Markers(p, &p.Legend, "", xys, draw.GlyphStyle{Color: chart.Blue, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
 				return nil, err
 			}
 		}
@@ -295,7 +289,7 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 		}
 	}
 	if len(refused) > 0 {
-		sc, err := chart.Markers(p, refused, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
+		sc, err := chart.Markers(p, &p.Legend, fmt.Sprintf("refused (%d)", total), refused, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
 		if err != nil {
 			return nil, err
 		}
@@ -304,7 +298,6 @@ func chartPanelPlot(key string, cw chartWindow, limit string, max float64, perio
 			g.Radius *= vg.Length(1 + math.Log10(float64(counts[i])))
 			return g
 		}
-		p.Legend.Add(fmt.Sprintf("refused (%d)", total), sc)
 	}
 	p.Legend.Top, p.Legend.Left = false, true // bottom left: the limit line runs along the top
 	// Add widened the axis to the data: clip to the window.
