@@ -1,14 +1,22 @@
+// Package cliout prints the ratelimitd command line's tables, JSON, prompts
+// and errors for operators. Client-supplied strings pass through termsafe;
+// JSON output is exact. Functions keep no state.
 package cliout
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
 
-	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/spf13/cobra"
+
+	"github.com/ratelimitd/ratelimitd/admin"
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 )
 
 // MarkUsageErrors wraps argument-count errors of c and its subcommands
@@ -64,4 +72,46 @@ func ErrorMessage(err error, defaultConfig string) string {
 		msg += "\n  check the path: --config FILE or $RATELIMITD_CONFIG name the configuration (neither: " + defaultConfig + " if it exists, else the embedded default)"
 	}
 	return msg
+}
+
+// JSON writes v as indented JSON, runes unsafe on a terminal escaped
+// (termsafe.NewJSONWriter): exact, and unchanged by the output sanitiser.
+func JSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(termsafe.NewJSONWriter(w))
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// JSONList writes vs as one JSON array, [] when empty: --json prints one
+// document per command.
+func JSONList[T any](w io.Writer, vs []T) error {
+	if vs == nil {
+		vs = []T{}
+	}
+	return JSON(w, vs)
+}
+
+// Confirm asks question with " [y/N] " and reports whether the line read
+// from in is "y" or "yes" (any case).
+func Confirm(in io.Reader, out io.Writer, question string) bool {
+	fmt.Fprintf(out, "%s [y/N] ", question)
+	answer, _ := bufio.NewReader(in).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(answer)); a == "y" || a == "yes" {
+		return true
+	}
+	fmt.Fprintln(out)
+	return false
+}
+
+// Create opens the output of a -o flag: the file at path (truncated), or
+// stdout for "" and "-"; the function returned closes it.
+func Create(path string, stdout io.Writer) (io.Writer, func() error, error) {
+	if path == "" || path == "-" {
+		return stdout, func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Close, nil
 }
