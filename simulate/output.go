@@ -37,10 +37,21 @@ func NewWriter(w io.Writer, format string, limits []policy.LimitInfo, start time
 	cols := newColumns(limits)
 	switch format {
 	case OutputTable, "":
-		return newTableWriter(w, cols, start), nil
+		header := []string{"TIME", "ELAPSED", "LINE", "KEY"}
+		for _, l := range limits {
+			header = append(header, l.Name+" /"+human.Duration(l.Period))
+		}
+		return &tableWriter{t: termsafe.NewTable(w, append(header, "ACTION", "BY", "RETRY")...), cols: cols, start: start}, nil
 	case OutputCSV:
+		h := []string{"seq", "line", "time", "elapsed_s", "protocol_state", "action", "limit", "key",
+			"retry_after_s", "code", "fault"}
+		for _, l := range limits {
+			for _, s := range []string{"key", "before", "after", "max", "over", "stored"} {
+				h = append(h, l.Name+"_"+s)
+			}
+		}
 		c := &csvWriter{w: csv.NewWriter(w), cols: cols, start: start}
-		return c, c.header()
+		return c, c.w.Write(h)
 	case OutputJSONL:
 		bw := bufio.NewWriter(w)
 		return &jsonlWriter{bw: bw, enc: json.NewEncoder(termsafe.NewJSONWriter(bw)), start: start}, nil
@@ -90,13 +101,6 @@ func FormatElapsed(d time.Duration) string {
 	return out
 }
 
-func retry(d time.Duration) string {
-	if d <= 0 {
-		return ""
-	}
-	return human.Retry(d)
-}
-
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // tableWriter prints decisions as a termsafe.Table.
@@ -104,14 +108,6 @@ type tableWriter struct {
 	t     *termsafe.Table
 	cols  columns
 	start time.Time
-}
-
-func newTableWriter(w io.Writer, cols columns, start time.Time) *tableWriter {
-	header := []string{"TIME", "ELAPSED", "LINE", "KEY"}
-	for _, l := range cols.limits {
-		header = append(header, l.Name+" /"+human.Duration(l.Period))
-	}
-	return &tableWriter{t: termsafe.NewTable(w, append(header, "ACTION", "BY", "RETRY")...), cols: cols, start: start}
 }
 
 // Write prints one row: per limit "[key: ]before→after ≤ max" (> when over).
@@ -142,7 +138,11 @@ func (t *tableWriter) Write(r *Result) error {
 	if r.Decision.Fault != nil {
 		action += " (fault: " + r.Decision.Fault.Error() + ")"
 	}
-	return t.t.Row(append(cells, action, r.Decision.Limit, retry(r.Decision.RetryAfter))...)
+	retry := ""
+	if d := r.Decision.RetryAfter; d > 0 {
+		retry = human.Retry(d)
+	}
+	return t.t.Row(append(cells, action, r.Decision.Limit, retry)...)
 }
 
 func (t *tableWriter) Close() error { return t.t.Flush() }
@@ -152,17 +152,6 @@ type csvWriter struct {
 	cols  columns
 	start time.Time
 	rec   []string
-}
-
-func (c *csvWriter) header() error {
-	h := []string{"seq", "line", "time", "elapsed_s", "protocol_state", "action", "limit", "key",
-		"retry_after_s", "code", "fault"}
-	for _, l := range c.cols.limits {
-		for _, s := range []string{"key", "before", "after", "max", "over", "stored"} {
-			h = append(h, l.Name+"_"+s)
-		}
-	}
-	return c.w.Write(h)
 }
 
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

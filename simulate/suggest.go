@@ -137,12 +137,7 @@ var ErrSuggest = errors.New("simulate: cannot suggest limits")
 // via. Errors wrap ErrSuggest, or are policy.NewEngine's or ctx's. It keeps
 // every counted request's time and recipients in memory.
 func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) (*Suggestion, error) {
-	if o.Headroom == 0 {
-		o.Headroom = DefaultHeadroom
-	}
-	if o.Percentile == 0 {
-		o.Percentile = DefaultPercentile
-	}
+	o.Headroom, o.Percentile = cmp.Or(o.Headroom, DefaultHeadroom), cmp.Or(o.Percentile, DefaultPercentile)
 	switch {
 	case !(o.Headroom >= 1) || math.IsInf(o.Headroom, 0):
 		return nil, fmt.Errorf("%w: headroom must be a number >= 1, got %v", ErrSuggest, o.Headroom)
@@ -430,25 +425,19 @@ func recurringBulk(sends []send) (BulkSender, bool) {
 		rcpts map[string]bool
 	}
 	var bursts []burst
-	var cur *burst
 	var last time.Time
 	for _, s := range sends {
-		if cur == nil || s.t.Sub(last) > bulkGap {
-			if cur != nil && len(cur.rcpts) >= bulkMinRecipients {
-				bursts = append(bursts, *cur)
-			}
-			cur = &burst{start: s.t, rcpts: map[string]bool{}}
+		if len(bursts) == 0 || s.t.Sub(last) > bulkGap {
+			bursts = append(bursts, burst{start: s.t, rcpts: map[string]bool{}})
 		}
 		last = s.t
 		for _, r := range s.rcpts {
 			if r != "" {
-				cur.rcpts[r] = true
+				bursts[len(bursts)-1].rcpts[r] = true
 			}
 		}
 	}
-	if cur != nil && len(cur.rcpts) >= bulkMinRecipients {
-		bursts = append(bursts, *cur)
-	}
+	bursts = slices.DeleteFunc(bursts, func(b burst) bool { return len(b.rcpts) < bulkMinRecipients })
 	if len(bursts) < bulkMinSends {
 		return BulkSender{}, false
 	}
@@ -458,10 +447,7 @@ func recurringBulk(sends []send) (BulkSender, bool) {
 	b := BulkSender{Sends: len(bursts), Clock: first, First: bursts[0].start}
 	var gaps []time.Duration
 	for i, bu := range bursts {
-		d := clock(bu.start) - first
-		if d < 0 {
-			d = -d
-		}
+		d := (clock(bu.start) - first).Abs()
 		if min(d, day-d) > bulkClockSlack {
 			return BulkSender{}, false
 		}

@@ -3,6 +3,7 @@ package simulate
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"container/heap"
 	"encoding/csv"
 	"encoding/json"
@@ -93,9 +94,6 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
 }
 
-// last returns the time of the entry's last request.
-func (e *Entry) last() time.Time { return e.Time.Add(time.Duration(e.Count-1) * e.Every) }
-
 // Trace is a parsed trace, entries in file order; the zero value is empty.
 type Trace struct {
 	Entries []Entry
@@ -117,7 +115,7 @@ func (t *Trace) Span() (start, end time.Time) {
 		if i == 0 || e.Time.Before(start) {
 			start = e.Time
 		}
-		if l := e.last(); i == 0 || l.After(end) {
+		if l := e.Time.Add(time.Duration(e.Count-1) * e.Every); i == 0 || l.After(end) {
 			end = l
 		}
 	}
@@ -173,10 +171,7 @@ type cursorHeap []cursor
 
 func (h cursorHeap) Len() int { return len(h) }
 func (h cursorHeap) Less(i, j int) bool {
-	if c := h[i].t.Compare(h[j].t); c != 0 {
-		return c < 0
-	}
-	return h[i].entry < h[j].entry
+	return cmp.Or(h[i].t.Compare(h[j].t), cmp.Compare(h[i].entry, h[j].entry)) < 0
 }
 func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(cursor)) }
@@ -407,10 +402,8 @@ func jsonType(v any) string {
 		return "a boolean"
 	case []any:
 		return "an array"
-	case map[string]any:
-		return "an object"
 	}
-	return fmt.Sprintf("%T", v)
+	return "an object" // UseNumber: a string, number or null is not asked about
 }
 
 func readCSV(r io.Reader) (*Trace, error) {
@@ -613,15 +606,11 @@ func (b *builder) finish() (Entry, error) {
 		return e, errors.New(`"count" times "every" is too long`)
 	}
 	r := &e.Request
-	if r.ProtocolState == "" {
-		r.ProtocolState = policy.StateEndOfMessage
-	}
+	r.ProtocolState = cmp.Or(r.ProtocolState, policy.StateEndOfMessage)
 	if !b.haveRcptCount && e.Outcome == 0 && (r.ProtocolState == policy.StateEndOfMessage || r.ProtocolState == policy.StateData) {
 		r.RecipientCount = 1
 	}
-	if r.Stage == "" {
-		r.Stage = policy.ViaPolicy
-	}
+	r.Stage = cmp.Or(r.Stage, policy.ViaPolicy)
 	return e, nil
 }
 
