@@ -112,15 +112,7 @@ func (f Filter) Match(r *Result) bool {
 	if f.RefusedOnly && !r.Refused() {
 		return false
 	}
-	if len(f.Keys) == 0 {
-		return true
-	}
-	for _, m := range r.Decision.Measures {
-		if f.Key(m.Key) {
-			return true
-		}
-	}
-	return false
+	return len(f.Keys) == 0 || slices.ContainsFunc(r.Decision.Measures, func(m policy.Measure) bool { return f.Key(m.Key) })
 }
 
 // Key reports whether f selects the rate key k.
@@ -142,14 +134,10 @@ type RunOptions struct {
 
 // Check reports a bad --format, --input-format or --plot.
 func (o RunOptions) Check() error {
-	switch o.Format {
-	case OutputTable, OutputCSV, OutputJSONL:
-	default:
+	if !slices.Contains([]string{OutputTable, OutputCSV, OutputJSONL}, o.Format) {
 		return fmt.Errorf("--format %q: want table, csv or jsonl", o.Format)
 	}
-	switch o.InputFormat {
-	case "", FormatJSONL, FormatJSON, FormatCSV:
-	default:
+	if !slices.Contains([]string{"", FormatJSONL, FormatJSON, FormatCSV}, o.InputFormat) {
 		return fmt.Errorf("--input-format %q: want jsonl, json or csv", o.InputFormat)
 	}
 	return CheckPlotPath(o.Plot)
@@ -157,12 +145,8 @@ func (o RunOptions) Check() error {
 
 // CheckPlotPath checks a --plot file name: empty, *.svg or *.png.
 func CheckPlotPath(path string) error {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg", ".png":
-	default:
-		if path != "" {
-			return fmt.Errorf("--plot %q: the file name must end in .svg or .png", path)
-		}
+	if ext := strings.ToLower(filepath.Ext(path)); path != "" && ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("--plot %q: the file name must end in .svg or .png", path)
 	}
 	return nil
 }

@@ -609,7 +609,7 @@ func (s *Suggestion) WriteText(w io.Writer) error {
 			why := ov.Reason
 			if bs := ov.Bulk; bs != nil {
 				why = fmt.Sprintf("recurring bulk sender: %d sends of about %.0f recipients, %s at %s UTC, %.0f%% the same recipients",
-					bs.Sends, bs.Recipients, every(bs.Interval, bs.First), clockText(bs.Clock), 100*bs.Similarity)
+					bs.Sends, bs.Recipients, every(bs.Interval, bs.First), time.Time{}.Add(bs.Clock).Format("15:04"), 100*bs.Similarity)
 			}
 			if ov.Peak > 0 {
 				fmt.Fprintf(&b, "  override (confirm): %s = %s (peak %s × %g) — %s\n", ov.Key, human.Number(ov.Limit), human.Number(ov.Peak), s.Headroom, why)
@@ -659,10 +659,6 @@ func every(d time.Duration, first time.Time) string {
 		return "weekly on " + first.UTC().Weekday().String() + "s"
 	}
 	return fmt.Sprintf("every %d days", days)
-}
-
-func clockText(d time.Duration) string {
-	return fmt.Sprintf("%02d:%02d", int(d.Hours()), int(d.Minutes())%60)
 }
 
 // limitTOML is policy.LimitConfig with every setting left out when
