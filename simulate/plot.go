@@ -199,14 +199,8 @@ func (rec *Recorder) order(o PlotOptions) []string {
 	return keys
 }
 
-// legendName shortens a key for the legend.
-func legendName(k string) string {
-	const maxLen = 32
-	if r := []rune(k); len(r) > maxLen {
-		return string(r[:maxLen-1]) + "…"
-	}
-	return k
-}
+// legendLen is the most runes of a key in a legend.
+const legendLen = 32
 
 func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, plot.Legend, error) {
 	l := rec.cols.limits[i]
@@ -247,8 +241,7 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		p.X.Label.Text = "time since " + rec.start.UTC().Format("Mon 2006-01-02 15:04:05 MST") + " (h:mm)"
 	}
 	p.Y.Label.Text = fmt.Sprintf("rate (%s per %s)", l.Per, period)
-	p.X.Min, p.Y.Min = 0, 0
-	p.X.Max = endX
+	p.X.Min, p.X.Max, p.Y.Min = 0, endX, 0
 	p.X.Tick.Marker = hourTicks{}
 	p.Y.Tick.Marker = rateTicks{}
 	p.Add(plotter.NewGrid())
@@ -262,7 +255,7 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		for _, pt := range xys {
 			ymax = max(ymax, pt.Y)
 		}
-		label := legendName(s.key)
+		label := human.Cut(s.key, legendLen, "…")
 		if s.refused > 0 {
 			label += fmt.Sprintf(" (%d refused)", s.refused)
 		}
@@ -382,10 +375,8 @@ func decimate(xys plotter.XYs, buckets int) plotter.XYs {
 		}
 		idx := []int{i, lo, hi, j - 1}
 		slices.Sort(idx)
-		for k, v := range idx {
-			if k == 0 || v != idx[k-1] {
-				out = append(out, xys[v])
-			}
+		for _, v := range slices.Compact(idx) {
+			out = append(out, xys[v])
 		}
 		i = j
 	}
@@ -543,7 +534,7 @@ func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
 		}
 	}
 	for _, ov := range lp.Overrides {
-		label := fmt.Sprintf("override %s = %s", legendName(ov.Key), human.Number(ov.Limit))
+		label := fmt.Sprintf("override %s = %s", human.Cut(ov.Key, legendLen, "…"), human.Number(ov.Limit))
 		if err := vline(label, math.Log10(ov.Limit), palette[2], 2, 3); err != nil {
 			return nil, err
 		}

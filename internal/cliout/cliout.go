@@ -4,8 +4,8 @@
 package cliout
 
 import (
-	"cmp"
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -349,7 +349,7 @@ func Entries(w io.Writer, es []quarantine.Entry) {
 			state += ":unverified" // the MTA's queue does not confirm its queue ID
 		}
 		t.Row(e.ID, state, cmp.Or(termsafe.Line(e.QueueID), "-"), human.Duration(now.Sub(e.Created).Round(time.Second)),
-			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, cut(termsafe.Line(e.Subject), 60), lastThaw(e))
+			sender, strconv.Itoa(len(e.Recipients)), strconv.FormatInt(e.Size, 10), e.Limit, human.Cut(termsafe.Line(e.Subject), 60, "..."), lastThaw(e))
 	}
 	t.Flush()
 	fmt.Fprintln(w, plural.N(len(es), "message"))
@@ -447,13 +447,5 @@ func lastThaw(e quarantine.Entry) string {
 	case e.State == quarantine.Thawed && e.ThawedAs != "":
 		s = "queued as " + e.ThawedAs + " at " + e.ThawedTo
 	}
-	return cmp.Or(cut(termsafe.Line(s), 80), "-")
-}
-
-// cut shortens s to n runes, the last three "...".
-func cut(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-3]) + "..."
-	}
-	return s
+	return cmp.Or(human.Cut(termsafe.Line(s), 80, "..."), "-")
 }
