@@ -29,7 +29,7 @@ import (
 // DefaultPlotKeys is PlotOptions.MaxKeys's default.
 const DefaultPlotKeys = 6
 
-// PlotOptions tunes Recorder.Save: the keys to draw (empty: per limit the
+// PlotOptions tunes Recorder.WriteTo: the keys to draw (empty: per limit the
 // MaxKeys with the highest peak relative to the limit) and a title for the
 // first panel.
 type PlotOptions struct {

@@ -163,17 +163,17 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 		pl := &s.Config.Limits[i]
 		pl.Limit, pl.Cap = lp.Proposed, 0 // with baseline, the limit is the cap
 		pl.Overrides = nil
+		if len(lp.Overrides) > 0 {
+			pl.Overrides = make(map[string]float64, len(lp.Overrides))
+		}
 		for _, ov := range lp.Overrides {
-			if pl.Overrides == nil {
-				pl.Overrides = map[string]float64{}
-			}
 			pl.Overrides[ov.Key] = ov.Limit
 		}
 	}
 	replay := s.Config
 	replay.Limits = slices.Clone(s.Config.Limits)
 	for i := range replay.Limits {
-		replay.Limits[i].Via = nil
+		replay.Limits[i].Via = nil // as measure: every request counts
 	}
 	if s.Refusals, err = refusals(ctx, replay, tr, o); err != nil {
 		return nil, err
@@ -382,10 +382,9 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 	}
 	// Configured overrides of keys the trace never saw are kept.
 	for _, k := range slices.Sorted(maps.Keys(lc.Overrides)) {
-		if _, seen := stats[strings.ToLower(k)]; !seen {
-			if _, seen := stats[k]; !seen {
-				lp.Overrides = append(lp.Overrides, Override{Key: k, Limit: lc.Overrides[k], Reason: "configured override (not in the trace)"})
-			}
+		_, lower := stats[strings.ToLower(k)]
+		if _, seen := stats[k]; !seen && !lower {
+			lp.Overrides = append(lp.Overrides, Override{Key: k, Limit: lc.Overrides[k], Reason: "configured override (not in the trace)"})
 		}
 	}
 	return lp

@@ -534,12 +534,11 @@ func (b *builder) set(name, v string) error {
 		b.until, err = ParseTime(v)
 		b.haveUntil = true
 	case "count":
-		var n int
-		n, err = strconv.Atoi(v)
-		if err == nil && (n < 1 || n > MaxRequests) {
+		b.e.Count, err = strconv.Atoi(v)
+		if err == nil && (b.e.Count < 1 || b.e.Count > MaxRequests) {
 			err = fmt.Errorf("must be 1 to %d", MaxRequests)
 		}
-		b.e.Count, b.haveCount = n, true
+		b.haveCount = true
 	case "every":
 		b.e.Every, err = parseEvery(v)
 	case "protocol_state":
