@@ -16,21 +16,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitd/ratelimitd/internal/chart"
-	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/ratelimitd/ratelimitd/internal/chart"
+	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
 // DefaultPlotKeys is PlotOptions.MaxKeys's default.
 const DefaultPlotKeys = 6
 
-// PlotOptions tunes Recorder.Save: the keys to draw (empty: per limit the
+// PlotOptions tunes Recorder.WriteTo: the keys to draw (empty: per limit the
 // MaxKeys with the highest peak relative to the limit) and a title for the
 // first panel.
 type PlotOptions struct {
@@ -109,12 +108,6 @@ func (rec *Recorder) Add(r *Result) {
 	}
 }
 
-// Save draws into path (.svg or .png) a panel per limit: a line per key
-// (rate against hours), the limit dashed, refusals as red crosses.
-func (rec *Recorder) Save(path string, o PlotOptions) error {
-	return savePlot(path, func(w io.Writer, format string) error { return rec.WriteTo(w, format, o) })
-}
-
 // savePlot writes what write draws in path's format to path, if it succeeds.
 func savePlot(path string, write func(w io.Writer, format string) error) error {
 	var buf bytes.Buffer
@@ -132,7 +125,9 @@ const (
 
 var page = chart.Page{Width: 10 * vg.Inch, Panel: 3.6 * vg.Inch, DPI: 120}
 
-// WriteTo draws the plot (see Save) in format PlotSVG or PlotPNG to w.
+// WriteTo draws in format PlotSVG or PlotPNG to w a panel per limit: a
+// line per key (rate against hours), the limit dashed, refusals as red
+// crosses.
 func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
 	if len(rec.cols.limits) == 0 {
 		return fmt.Errorf("%w: the configuration has no limits to plot", ErrFormat)
@@ -204,14 +199,8 @@ func (rec *Recorder) order(o PlotOptions) []string {
 	return keys
 }
 
-// legendName shortens a key for the legend.
-func legendName(k string) string {
-	const maxLen = 32
-	if r := []rune(k); len(r) > maxLen {
-		return string(r[:maxLen-1]) + "…"
-	}
-	return k
-}
+// legendLen is the most runes of a key in a legend.
+const legendLen = 32
 
 func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, plot.Legend, error) {
 	l := rec.cols.limits[i]
@@ -252,8 +241,7 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		p.X.Label.Text = "time since " + rec.start.UTC().Format("Mon 2006-01-02 15:04:05 MST") + " (h:mm)"
 	}
 	p.Y.Label.Text = fmt.Sprintf("rate (%s per %s)", l.Per, period)
-	p.X.Min, p.Y.Min = 0, 0
-	p.X.Max = endX
+	p.X.Min, p.X.Max, p.Y.Min = 0, endX, 0
 	p.X.Tick.Marker = hourTicks{}
 	p.Y.Tick.Marker = rateTicks{}
 	p.Add(plotter.NewGrid())
@@ -267,16 +255,13 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		for _, pt := range xys {
 			ymax = max(ymax, pt.Y)
 		}
-		ln, err := chart.Line(xys, colors[j], 1.5)
-		if err != nil {
-			return nil, lg, fmt.Errorf("simulate: plot %s/%s: %w", l.Name, s.key, err)
-		}
-		p.Add(ln)
-		label := legendName(s.key)
+		label := human.Cut(s.key, legendLen, "…")
 		if s.refused > 0 {
 			label += fmt.Sprintf(" (%d refused)", s.refused)
 		}
-		lg.Add(label, ln)
+		if err := chart.Line(p, &lg, label, xys, colors[j], 1.5); err != nil {
+			return nil, lg, fmt.Errorf("simulate: plot %s/%s: %w", l.Name, s.key, err)
+		}
 		refusedXY = append(refusedXY, s.refusals(endX)...)
 		if m := s.samples[len(s.samples)-1].max; m != l.Limit && !slices.Contains(overrides, m) {
 			overrides = append(overrides, m)
@@ -287,28 +272,21 @@ func (rec *Recorder) panel(i int, order []string, o PlotOptions) (*plot.Plot, pl
 		ymax = max(ymax, pt.Y)
 	}
 	p.Y.Max = ymax * 1.08
-	lim, err := chart.Line(plotter.XYs{{X: 0, Y: l.Limit}, {X: endX, Y: l.Limit}}, chart.Grey, 1.2, 6, 3)
-	if err != nil {
+	if err := chart.Line(p, &lg, fmt.Sprintf("limit %g per %s", l.Limit, period),
+		plotter.XYs{{X: 0, Y: l.Limit}, {X: endX, Y: l.Limit}}, chart.Grey, 1.2, 6, 3); err != nil {
 		return nil, lg, err
 	}
-	p.Add(lim)
-	lg.Add(fmt.Sprintf("limit %g per %s", l.Limit, period), lim)
 	for _, m := range overrides {
-		ov, err := chart.Line(plotter.XYs{{X: 0, Y: m}, {X: endX, Y: m}}, chart.Grey, 1, 2, 2)
-		if err != nil {
+		if err := chart.Line(p, &lg, fmt.Sprintf("override %g per %s", m, period),
+			plotter.XYs{{X: 0, Y: m}, {X: endX, Y: m}}, chart.Grey, 1, 2, 2); err != nil {
 			return nil, lg, err
 		}
-		p.Add(ov)
-		lg.Add(fmt.Sprintf("override %g per %s", m, period), ov)
 	}
+	var err error
 	if len(refusedXY) > 0 {
-		sc, err := chart.Markers(p, refusedXY, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.2), Shape: draw.CrossGlyph{}})
-		if err != nil {
-			return nil, lg, err
-		}
-		lg.Add("refused request", sc)
+		_, err = chart.Markers(p, &lg, "refused request", refusedXY, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.2), Shape: draw.CrossGlyph{}})
 	}
-	return p, lg, nil
+	return p, lg, err
 }
 
 // xEnd is the right end of the time axis in hours: the last request, or
@@ -397,10 +375,8 @@ func decimate(xys plotter.XYs, buckets int) plotter.XYs {
 		}
 		idx := []int{i, lo, hi, j - 1}
 		slices.Sort(idx)
-		for k, v := range idx {
-			if k == 0 || v != idx[k-1] {
-				out = append(out, xys[v])
-			}
+		for _, v := range slices.Compact(idx) {
+			out = append(out, xys[v])
 		}
 		i = j
 	}
@@ -482,4 +458,105 @@ func rateLabel(v float64) string {
 		return strconv.FormatFloat(v/1e3, 'g', 4, 64) + "k"
 	}
 	return strconv.FormatFloat(v, 'g', 6, 64)
+}
+
+// binsPerDecade is the resolution of the peak histogram (log scale).
+const binsPerDecade = 8
+
+// SavePlot draws into path (.svg or .png) a panel per limit: a log-scale
+// histogram of the keys' peaks, the proposal red, overrides green.
+func (s *Suggestion) SavePlot(path string) error { return savePlot(path, s.WritePlot) }
+
+// WritePlot draws the plot of SavePlot in format PlotSVG or PlotPNG to w.
+func (s *Suggestion) WritePlot(w io.Writer, format string) error {
+	plots := make([]*plot.Plot, len(s.Limits))
+	for i := range s.Limits {
+		p, err := s.peakPanel(&s.Limits[i])
+		if err != nil {
+			return err
+		}
+		plots[i] = p
+	}
+	return drawPanels(w, format, plots, nil)
+}
+
+func (s *Suggestion) peakPanel(lp *LimitProposal) (*plot.Plot, error) {
+	lc := lp.Config
+	period := human.Duration(time.Duration(lc.Period))
+	p := plot.New()
+	proposed := "proposed " + human.Number(lp.Proposed)
+	if lc.Ratio != 0 {
+		proposed = "ratio form kept"
+	}
+	p.Title.Text = fmt.Sprintf("limit %q: peak %s per %s of %d keys (%s) — %s", lc.Name, unit(lc), period,
+		len(lp.Peaks), strings.Join(lc.Key, "+"), proposed)
+	p.Title.TextStyle.Font.Size = vg.Points(12)
+	p.X.Label.Text = fmt.Sprintf("peak rate (%s per %s, log scale)", unit(lc), period)
+	p.Y.Label.Text = "keys"
+	p.X.Tick.Marker = logTicks{}
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	if len(lp.Peaks) == 0 {
+		p.Title.Text += " — no keys measured"
+		return p, nil
+	}
+	lo, hi := math.Inf(1), math.Log10(lp.Proposed)
+	for _, k := range lp.Peaks {
+		x := math.Log10(math.Max(k.Peak, 1e-3))
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	for _, ov := range lp.Overrides {
+		hi = math.Max(hi, math.Log10(ov.Limit))
+	}
+	const width = 1.0 / binsPerDecade
+	lo = math.Floor(lo/width) * width
+	n := int(math.Floor((hi-lo)/width)) + 1
+	bins := make([]plotter.HistogramBin, n)
+	for i := range bins {
+		bins[i].Min, bins[i].Max = lo+float64(i)*width, lo+float64(i+1)*width
+	}
+	ymax := 1.0
+	for _, k := range lp.Peaks {
+		i := min(max(int((math.Log10(math.Max(k.Peak, 1e-3))-lo)/width), 0), n-1)
+		bins[i].Weight++
+		ymax = math.Max(ymax, bins[i].Weight)
+	}
+	h := &plotter.Histogram{Bins: bins, Width: width, FillColor: color.RGBA{R: 0x4c, G: 0x72, B: 0xb0, A: 0xff},
+		LineStyle: plotter.DefaultLineStyle}
+	p.Add(h)
+	p.Legend.Add("keys by peak", h)
+	vline := func(label string, x float64, c color.Color, dashes ...float64) error {
+		return chart.Line(p, &p.Legend, label, plotter.XYs{{X: x, Y: 0}, {X: x, Y: ymax * 1.05}}, c, 2, dashes...)
+	}
+	if lp.Proposed > 0 {
+		if err := vline(fmt.Sprintf("proposed limit %s", human.Number(lp.Proposed)), math.Log10(lp.Proposed), chart.Red, 6, 4); err != nil {
+			return nil, err
+		}
+	}
+	for _, ov := range lp.Overrides {
+		label := fmt.Sprintf("override %s = %s", human.Cut(ov.Key, legendLen, "…"), human.Number(ov.Limit))
+		if err := vline(label, math.Log10(ov.Limit), palette[2], 2, 3); err != nil {
+			return nil, err
+		}
+	}
+	p.X.Min, p.X.Max = lo, math.Ceil(hi/width)*width+width
+	p.Y.Min, p.Y.Max = 0, ymax*1.1
+	return p, nil
+}
+
+// logTicks labels an axis of log10 values with the values themselves.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for d := math.Floor(lo); d <= math.Ceil(hi); d++ {
+		for _, m := range []float64{1, 2, 5} {
+			x := d + math.Log10(m)
+			if x < lo || x > hi {
+				continue
+			}
+			ticks = append(ticks, plot.Tick{Value: x, Label: rateLabel(math.Pow(10, x))})
+		}
+	}
+	return ticks
 }

@@ -1,19 +1,24 @@
 package simulate
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/BurntSushi/toml"
+
 	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/internal/plural"
-
+	"github.com/ratelimitd/ratelimitd/internal/termsafe"
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -132,12 +137,7 @@ var ErrSuggest = errors.New("simulate: cannot suggest limits")
 // via. Errors wrap ErrSuggest, or are policy.NewEngine's or ctx's. It keeps
 // every counted request's time and recipients in memory.
 func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) (*Suggestion, error) {
-	if o.Headroom == 0 {
-		o.Headroom = DefaultHeadroom
-	}
-	if o.Percentile == 0 {
-		o.Percentile = DefaultPercentile
-	}
+	o.Headroom, o.Percentile = cmp.Or(o.Headroom, DefaultHeadroom), cmp.Or(o.Percentile, DefaultPercentile)
 	switch {
 	case !(o.Headroom >= 1) || math.IsInf(o.Headroom, 0):
 		return nil, fmt.Errorf("%w: headroom must be a number >= 1, got %v", ErrSuggest, o.Headroom)
@@ -163,17 +163,17 @@ func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions
 		pl := &s.Config.Limits[i]
 		pl.Limit, pl.Cap = lp.Proposed, 0 // with baseline, the limit is the cap
 		pl.Overrides = nil
+		if len(lp.Overrides) > 0 {
+			pl.Overrides = make(map[string]float64, len(lp.Overrides))
+		}
 		for _, ov := range lp.Overrides {
-			if pl.Overrides == nil {
-				pl.Overrides = map[string]float64{}
-			}
 			pl.Overrides[ov.Key] = ov.Limit
 		}
 	}
 	replay := s.Config
 	replay.Limits = slices.Clone(s.Config.Limits)
 	for i := range replay.Limits {
-		replay.Limits[i].Via = nil
+		replay.Limits[i].Via = nil // as measure: every request counts
 	}
 	if s.Refusals, err = refusals(ctx, replay, tr, o); err != nil {
 		return nil, err
@@ -382,10 +382,9 @@ func propose(lc policy.LimitConfig, stats map[string]*keyStat, o SuggestOptions,
 	}
 	// Configured overrides of keys the trace never saw are kept.
 	for _, k := range slices.Sorted(maps.Keys(lc.Overrides)) {
-		if _, seen := stats[strings.ToLower(k)]; !seen {
-			if _, seen := stats[k]; !seen {
-				lp.Overrides = append(lp.Overrides, Override{Key: k, Limit: lc.Overrides[k], Reason: "configured override (not in the trace)"})
-			}
+		_, lower := stats[strings.ToLower(k)]
+		if _, seen := stats[k]; !seen && !lower {
+			lp.Overrides = append(lp.Overrides, Override{Key: k, Limit: lc.Overrides[k], Reason: "configured override (not in the trace)"})
 		}
 	}
 	return lp
@@ -425,25 +424,19 @@ func recurringBulk(sends []send) (BulkSender, bool) {
 		rcpts map[string]bool
 	}
 	var bursts []burst
-	var cur *burst
 	var last time.Time
 	for _, s := range sends {
-		if cur == nil || s.t.Sub(last) > bulkGap {
-			if cur != nil && len(cur.rcpts) >= bulkMinRecipients {
-				bursts = append(bursts, *cur)
-			}
-			cur = &burst{start: s.t, rcpts: map[string]bool{}}
+		if len(bursts) == 0 || s.t.Sub(last) > bulkGap {
+			bursts = append(bursts, burst{start: s.t, rcpts: map[string]bool{}})
 		}
 		last = s.t
 		for _, r := range s.rcpts {
 			if r != "" {
-				cur.rcpts[r] = true
+				bursts[len(bursts)-1].rcpts[r] = true
 			}
 		}
 	}
-	if cur != nil && len(cur.rcpts) >= bulkMinRecipients {
-		bursts = append(bursts, *cur)
-	}
+	bursts = slices.DeleteFunc(bursts, func(b burst) bool { return len(b.rcpts) < bulkMinRecipients })
 	if len(bursts) < bulkMinSends {
 		return BulkSender{}, false
 	}
@@ -453,10 +446,7 @@ func recurringBulk(sends []send) (BulkSender, bool) {
 	b := BulkSender{Sends: len(bursts), Clock: first, First: bursts[0].start}
 	var gaps []time.Duration
 	for i, bu := range bursts {
-		d := clock(bu.start) - first
-		if d < 0 {
-			d = -d
-		}
+		d := (clock(bu.start) - first).Abs()
 		if min(d, day-d) > bulkClockSlack {
 			return BulkSender{}, false
 		}
@@ -548,4 +538,152 @@ func refusals(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOption
 		return cmp.Or(cmp.Compare(b.Refused, a.Refused), strings.Compare(a.Key, b.Key))
 	})
 	return out, nil
+}
+
+// WriteText warns of a trace shorter than shortTrace and lists maxListed
+// outliers and refusals.
+const (
+	shortTrace = 14 * 24 * time.Hour
+	maxListed  = 20
+)
+
+var units = map[string]string{"rcpt": "recipients", "byte": "bytes", "conn": "connections", "bounce": "bounces",
+	"unknown_rcpt": "unknown recipients", "deferral": "deferrals"}
+
+// unit names a limit's cost unit.
+func unit(lc policy.LimitConfig) string { return cmp.Or(units[lc.Per], "messages") }
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 MST") }
+
+// WriteText writes the proposal with its reasoning, who it would have
+// refused, and the TOML to paste.
+func (s *Suggestion) WriteText(w io.Writer) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Trace: %d requests from %s to %s (%s).\n", s.Requests, stamp(s.Start), stamp(s.End), human.Span(s.End.Sub(s.Start)))
+	fmt.Fprintf(&b, "Method: every key's peak rate under each limit, as ratelimitd measures it (Exim's EWMA over\n"+
+		"the limit's period) with no limit in the way; the proposed limit is the %gth percentile of the\n"+
+		"ordinary keys' peaks × headroom %g, rounded up. Keys above it are named as outliers, not\n"+
+		"accommodated; recurring bulk senders (3+ sends of 20+ recipients at the same time of day to\n"+
+		"mostly the same recipients) and --allow keys get an override of their own.\n",
+		s.Percentile, s.Headroom)
+	if d := s.End.Sub(s.Start); d < shortTrace {
+		fmt.Fprintf(&b, "Note: the trace covers only %s; base limits on a few weeks of mail, or a weekly\n"+
+			"newsletter or a month-end run will be missing from it.\n", human.Span(d))
+	}
+	for i := range s.Limits {
+		lp := &s.Limits[i]
+		lc := lp.Config
+		period := human.Duration(time.Duration(lc.Period))
+		u := unit(lc)
+		configured := human.Number(lc.Limit)
+		if lc.Ratio != 0 {
+			configured = fmt.Sprintf("ratio %g of at least %s recipients", lc.Ratio, human.Number(lc.MinCount))
+		}
+		fmt.Fprintf(&b, "\nlimit %q (key %s, %s per %s; configured %s):\n", lc.Name, strings.Join(lc.Key, "+"), u, period, configured)
+		if lc.Ratio != 0 {
+			b.WriteString("  kept as configured: suggest proposes counts, not shares of recipients.\n")
+			continue
+		}
+		if len(lp.Peaks) == 0 {
+			fmt.Fprintf(&b, "  no key of this limit is in the trace: keeping %s.\n", human.Number(lc.Limit))
+			continue
+		}
+		top := lp.Peaks[0]
+		fmt.Fprintf(&b, "  %d keys measured (%d ordinary); ordinary peaks: median %s, p%g %s; highest %s (%s at %s)\n",
+			len(lp.Peaks), lp.Ordinary, human.Number(lp.Median), s.Percentile, human.Number(lp.Base), human.Number(top.Peak), top.Key, stamp(top.At))
+		switch {
+		case lp.Ordinary > 0 && lp.Proposed > roundUp(lp.Base*s.Headroom):
+			fmt.Fprintf(&b, "  proposed: %s %s per %s, the floor of outcome limits (p%g %s × %g = %s is below it)\n",
+				human.Number(lp.Proposed), u, period, s.Percentile, human.Number(lp.Base), s.Headroom, human.Number(lp.Base*s.Headroom))
+		case lp.Ordinary > 0:
+			fmt.Fprintf(&b, "  proposed: %s %s per %s = p%g %s × %g = %s, rounded up\n", human.Number(lp.Proposed), u, period,
+				s.Percentile, human.Number(lp.Base), s.Headroom, human.Number(lp.Base*s.Headroom))
+		default:
+			fmt.Fprintf(&b, "  no ordinary keys: keeping %s\n", human.Number(lp.Proposed))
+		}
+		for _, n := range lp.Notes {
+			fmt.Fprintf(&b, "  Note: %s.\n", n)
+		}
+		for _, ov := range lp.Overrides {
+			why := ov.Reason
+			if bs := ov.Bulk; bs != nil {
+				why = fmt.Sprintf("recurring bulk sender: %d sends of about %.0f recipients, %s at %s UTC, %.0f%% the same recipients",
+					bs.Sends, bs.Recipients, every(bs.Interval, bs.First), time.Time{}.Add(bs.Clock).Format("15:04"), 100*bs.Similarity)
+			}
+			if ov.Peak > 0 {
+				fmt.Fprintf(&b, "  override (confirm): %s = %s (peak %s × %g) — %s\n", ov.Key, human.Number(ov.Limit), human.Number(ov.Peak), s.Headroom, why)
+			} else {
+				fmt.Fprintf(&b, "  override: %s = %s — %s\n", ov.Key, human.Number(ov.Limit), why)
+			}
+		}
+		for j, o := range lp.Outliers {
+			if j == maxListed {
+				fmt.Fprintf(&b, "  ... and %d more outliers\n", len(lp.Outliers)-j)
+				break
+			}
+			fmt.Fprintf(&b, "  outlier: %s peaked at %s (%.1f× the proposal) at %s — not accommodated; if it is legitimate, --allow %s\n",
+				o.Key, human.Number(o.Peak), o.Peak/lp.Proposed, stamp(o.At), o.Key)
+		}
+	}
+	b.WriteString("\nReplayed through the proposal (configured modes and actions):\n")
+	if len(s.Refusals) == 0 {
+		b.WriteString("  nobody would have been refused.\n")
+	} else {
+		t := termsafe.NewTable(&b, "  KEY", "LIMIT", "FIRST REFUSED", "SINCE KEY'S FIRST REQUEST", "LAST REFUSED", "FOR", "REFUSED MESSAGES")
+		for _, rf := range s.Refusals[:min(len(s.Refusals), maxListed)] {
+			t.Row("  "+rf.Key, strings.Join(rf.Limits, ","), stamp(rf.First), human.Span(rf.First.Sub(rf.KeyFirst)),
+				stamp(rf.Last), human.Span(rf.Last.Sub(rf.First)), fmt.Sprintf("%d of %d", rf.Refused, rf.Messages))
+		}
+		t.Flush()
+		if n := len(s.Refusals) - maxListed; n > 0 {
+			fmt.Fprintf(&b, "  ... and %d more keys\n", n)
+		}
+	}
+	toml, err := s.TOML()
+	if err != nil {
+		return err
+	}
+	b.WriteString("\nPaste into the configuration (replacing the [[limit]] tables; check with \"ratelimitd config check\"):\n\n")
+	b.WriteString(toml)
+	_, err = w.Write(b.Bytes())
+	return err
+}
+
+func every(d time.Duration, first time.Time) string {
+	days := int(d / (24 * time.Hour))
+	switch {
+	case days == 1:
+		return "daily"
+	case days == 7:
+		return "weekly on " + first.UTC().Weekday().String() + "s"
+	}
+	return fmt.Sprintf("every %d days", days)
+}
+
+// limitTOML is policy.LimitConfig with every setting left out when
+// empty: a [[limit]] table as an operator writes it, and no copy of the
+// fields to keep in step with the configuration.
+var limitTOML = func() reflect.Type {
+	t := reflect.TypeFor[policy.LimitConfig]()
+	fields := make([]reflect.StructField, t.NumField())
+	for i := range fields {
+		fields[i] = t.Field(i)
+		fields[i].Tag = reflect.StructTag(`toml:"` + fields[i].Tag.Get("toml") + `,omitempty,omitzero"`)
+	}
+	return reflect.StructOf(fields)
+}()
+
+// TOML returns the proposed stack as [[limit]] tables.
+func (s *Suggestion) TOML() (string, error) {
+	var doc struct {
+		Limit []any `toml:"limit"`
+	}
+	for _, l := range s.Config.Limits {
+		doc.Limit = append(doc.Limit, reflect.ValueOf(l).Convert(limitTOML).Interface())
+	}
+	var b bytes.Buffer
+	if err := toml.NewEncoder(&b).Encode(doc); err != nil {
+		return "", fmt.Errorf("simulate: encoding the proposal: %w", err)
+	}
+	return b.String(), nil
 }

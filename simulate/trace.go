@@ -3,6 +3,7 @@ package simulate
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"container/heap"
 	"encoding/csv"
 	"encoding/json"
@@ -19,7 +20,6 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/internal/human"
-
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
@@ -94,9 +94,6 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
 }
 
-// last returns the time of the entry's last request.
-func (e *Entry) last() time.Time { return e.Time.Add(time.Duration(e.Count-1) * e.Every) }
-
 // Trace is a parsed trace, entries in file order; the zero value is empty.
 type Trace struct {
 	Entries []Entry
@@ -118,7 +115,7 @@ func (t *Trace) Span() (start, end time.Time) {
 		if i == 0 || e.Time.Before(start) {
 			start = e.Time
 		}
-		if l := e.last(); i == 0 || l.After(end) {
+		if l := e.Time.Add(time.Duration(e.Count-1) * e.Every); i == 0 || l.After(end) {
 			end = l
 		}
 	}
@@ -174,10 +171,7 @@ type cursorHeap []cursor
 
 func (h cursorHeap) Len() int { return len(h) }
 func (h cursorHeap) Less(i, j int) bool {
-	if c := h[i].t.Compare(h[j].t); c != 0 {
-		return c < 0
-	}
-	return h[i].entry < h[j].entry
+	return cmp.Or(h[i].t.Compare(h[j].t), cmp.Compare(h[i].entry, h[j].entry)) < 0
 }
 func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(cursor)) }
@@ -408,10 +402,8 @@ func jsonType(v any) string {
 		return "a boolean"
 	case []any:
 		return "an array"
-	case map[string]any:
-		return "an object"
 	}
-	return fmt.Sprintf("%T", v)
+	return "an object" // UseNumber: a string, number or null is not asked about
 }
 
 func readCSV(r io.Reader) (*Trace, error) {
@@ -542,12 +534,11 @@ func (b *builder) set(name, v string) error {
 		b.until, err = ParseTime(v)
 		b.haveUntil = true
 	case "count":
-		var n int
-		n, err = strconv.Atoi(v)
-		if err == nil && (n < 1 || n > MaxRequests) {
+		b.e.Count, err = strconv.Atoi(v)
+		if err == nil && (b.e.Count < 1 || b.e.Count > MaxRequests) {
 			err = fmt.Errorf("must be 1 to %d", MaxRequests)
 		}
-		b.e.Count, b.haveCount = n, true
+		b.haveCount = true
 	case "every":
 		b.e.Every, err = parseEvery(v)
 	case "protocol_state":
@@ -614,15 +605,11 @@ func (b *builder) finish() (Entry, error) {
 		return e, errors.New(`"count" times "every" is too long`)
 	}
 	r := &e.Request
-	if r.ProtocolState == "" {
-		r.ProtocolState = policy.StateEndOfMessage
-	}
+	r.ProtocolState = cmp.Or(r.ProtocolState, policy.StateEndOfMessage)
 	if !b.haveRcptCount && e.Outcome == 0 && (r.ProtocolState == policy.StateEndOfMessage || r.ProtocolState == policy.StateData) {
 		r.RecipientCount = 1
 	}
-	if r.Stage == "" {
-		r.Stage = policy.ViaPolicy
-	}
+	r.Stage = cmp.Or(r.Stage, policy.ViaPolicy)
 	return e, nil
 }
 
@@ -662,3 +649,23 @@ func parseEvery(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+var (
+	// ErrTrace wraps every error about a trace's content, in a *LineError.
+	ErrTrace = errors.New("simulate: invalid trace")
+	// ErrFormat is returned for an unsupported trace, output or plot format.
+	ErrFormat = errors.New("simulate: unknown format")
+	// ErrTooLarge is returned for a trace of more than MaxRequests requests.
+	ErrTooLarge = errors.New("simulate: trace too large")
+)
+
+// LineError is an error at a (1-based) line of a trace; it wraps ErrTrace.
+type LineError struct {
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+
+// Unwrap returns ErrTrace and the underlying error.
+func (e *LineError) Unwrap() []error { return []error{ErrTrace, e.Err} }

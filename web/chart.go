@@ -243,21 +243,15 @@ func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sam
 	p.Y.Label.Text = "rate per period"
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
-	lim, err := chart.Line(plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}}, chart.Red, 1.2, 6, 3)
-	if err != nil {
+	if err := chart.Line(p, &p.Legend, "limit", plotter.XYs{{X: p.X.Min, Y: max}, {X: p.X.Max, Y: max}}, chart.Red, 1.2, 6, 3); err != nil {
 		return nil, err
 	}
-	p.Add(lim)
-	p.Legend.Add("limit", lim)
 	if xys := rateSeries(samples, kr.Period, now); len(xys) > 0 {
-		ln, err := chart.Line(xys, chart.Blue, 1.5)
-		if err != nil {
+		if err := chart.Line(p, &p.Legend, "rate", xys, chart.Blue, 1.5); err != nil {
 			return nil, err
 		}
-		p.Add(ln)
-		p.Legend.Add("rate", ln)
 		if len(xys) == 1 {
-			if _, err := chart.Markers(p, xys, draw.GlyphStyle{Color: chart.Blue, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
+			if _, err := chart.Markers(p, &p.Legend, "", xys, draw.GlyphStyle{Color: chart.Blue, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}); err != nil {
 				return nil, err
 			}
 		}
@@ -273,7 +267,7 @@ func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sam
 		}
 	}
 	if len(refused) > 0 {
-		sc, err := chart.Markers(p, refused, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
+		sc, err := chart.Markers(p, &p.Legend, fmt.Sprintf("refused (%d)", total), refused, draw.GlyphStyle{Color: chart.Red, Radius: vg.Points(2.5), Shape: draw.CrossGlyph{}})
 		if err != nil {
 			return nil, err
 		}
@@ -282,7 +276,6 @@ func chartPanelPlot(key string, cw chartWindow, kr policy.KeyRate, samples []sam
 			g.Radius *= vg.Length(1 + math.Log10(float64(counts[i])))
 			return g
 		}
-		p.Legend.Add(fmt.Sprintf("refused (%d)", total), sc)
 	}
 	if p.Y.Max = top * 1.15; p.Y.Max == 0 {
 		p.Y.Max = 1

@@ -84,28 +84,35 @@ func Stack(ctx context.Context, w io.Writer, format string, pg Page, plots []*pl
 	return err
 }
 
-// Line returns the line through xys in c, width points wide, dashed by
-// dashes (points; none: solid). Its error is plotter.NewLine's.
-func Line(xys plotter.XYs, c color.Color, width float64, dashes ...float64) (*plotter.Line, error) {
+// Line adds to p the line through xys in c, width points wide, dashed by
+// dashes (points; none: solid), and to lg as label. Its error is
+// plotter.NewLine's.
+func Line(p *plot.Plot, lg *plot.Legend, label string, xys plotter.XYs, c color.Color, width float64, dashes ...float64) error {
 	ln, err := plotter.NewLine(xys)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ln.Color, ln.Width = c, vg.Points(width)
 	for _, d := range dashes {
 		ln.Dashes = append(ln.Dashes, vg.Points(d))
 	}
-	return ln, nil
+	p.Add(ln)
+	lg.Add(label, ln)
+	return nil
 }
 
-// Markers adds a glyph g at each of xys to p.
-func Markers(p *plot.Plot, xys plotter.XYs, g draw.GlyphStyle) (*plotter.Scatter, error) {
+// Markers adds a glyph g at each of xys to p, and to lg as label unless
+// label is "".
+func Markers(p *plot.Plot, lg *plot.Legend, label string, xys plotter.XYs, g draw.GlyphStyle) (*plotter.Scatter, error) {
 	sc, err := plotter.NewScatter(xys)
 	if err != nil {
 		return nil, err
 	}
 	sc.GlyphStyle = g
 	p.Add(sc)
+	if label != "" {
+		lg.Add(label, sc)
+	}
 	return sc, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // ParseDuration parses time.ParseDuration syntax plus the units "d" (24h)
@@ -119,6 +120,14 @@ func Number(f float64) string {
 		return strconv.FormatFloat(r, 'f', 0, 64)
 	}
 	return strconv.FormatFloat(r, 'f', 1, 64)
+}
+
+// Cut shortens s to n runes, the last of them ellipsis.
+func Cut(s string, n int, ellipsis string) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-utf8.RuneCountInString(ellipsis)]) + ellipsis
+	}
+	return s
 }
 
 // Never is the retry text of a request no wait lets through (its cost

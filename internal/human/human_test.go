@@ -72,3 +72,14 @@ func TestFineRateSpanDurationFinite(t *testing.T) {
 		t.Error("Finite")
 	}
 }
+
+func TestCut(t *testing.T) {
+	for _, c := range []struct {
+		s, ellipsis, want string
+		n                 int
+	}{{"abcdef", "...", "abcdef", 6}, {"abcdefg", "...", "abc...", 6}, {"äöüßéè", "…", "äöüßéè", 6}, {"äöüßéèx", "…", "äöüßé…", 6}} {
+		if got := Cut(c.s, c.n, c.ellipsis); got != c.want {
+			t.Errorf("Cut(%q, %d, %q) = %q, want %q", c.s, c.n, c.ellipsis, got, c.want)
+		}
+	}
+}
