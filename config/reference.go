@@ -171,19 +171,12 @@ var keys = []key{
 	{name: "events.coalesce", def: `"1m"`, doc: "The refusals (or warnings) of one key by one limit with one action within one such interval (aligned to the clock) are one event with a count, first and last time (1s to 1d)."},
 }
 
-// fileKey is a key the configuration structs decode.
-type fileKey struct {
-	name string
-	typ  reflect.Type
-}
-
-// fileKeys lists every key the file accepts, in field order.
-func fileKeys() []fileKey {
-	var out []fileKey
-	add := func(name string, v reflect.Value) {
-		out = append(out, fileKey{strings.Replace(name, "limit[0].", "limit.", 1), v.Type()})
-	}
-	walkKeys(reflect.ValueOf(File{Limits: make([]policy.LimitConfig, 1)}), "", add)
+// fileKeys maps every key the file accepts to its Go type.
+func fileKeys() map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	walkKeys(reflect.ValueOf(File{Limits: make([]policy.LimitConfig, 1)}), "", func(name string, v reflect.Value) {
+		out[strings.Replace(name, "limit[0].", "limit.", 1)] = v.Type()
+	})
 	return out
 }
 
@@ -252,6 +245,38 @@ func typeName(t reflect.Type) string {
 // restartTables are the tables a SIGHUP reload does not apply.
 var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events", "outcome"}
 
+// RestartKeys lists, in table then field order, the keys of restartTables
+// ("server.admin_socket") whose values differ between running and loaded,
+// both validated; a reload keeps their running values.
+func RestartKeys(running, loaded *File) []string {
+	var keys []string
+	ra, rb := reflect.ValueOf(*running), reflect.ValueOf(*loaded)
+	for _, table := range restartTables {
+		va, vb := tableField(ra, table), tableField(rb, table)
+		for i := range va.NumField() {
+			f := va.Type().Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+			if name == "" || name == "-" || !f.IsExported() {
+				continue
+			}
+			if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+				keys = append(keys, table+"."+name)
+			}
+		}
+	}
+	return keys
+}
+
+// tableField is the field of the File value f whose toml tag is table.
+func tableField(f reflect.Value, table string) reflect.Value {
+	for i := range f.NumField() {
+		if name, _, _ := strings.Cut(f.Type().Field(i).Tag.Get("toml"), ","); name == table {
+			return f.Field(i)
+		}
+	}
+	panic("config: no table " + table + " in File") // restartTables names File's fields
+}
+
 // appliedBySIGHUP reports whether a reload applies the key "table.key".
 func appliedBySIGHUP(name string) bool {
 	table, _, _ := strings.Cut(name, ".")
@@ -270,10 +295,7 @@ func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"
 // as Markdown: per table, every key with its type, default, unit, whether
 // SIGHUP applies it, and what it does.
 func WriteReference(w io.Writer) error {
-	types := map[string]string{}
-	for _, k := range fileKeys() {
-		types[k.name] = typeName(k.typ)
-	}
+	types := fileKeys()
 	var b strings.Builder
 	b.WriteString(`# Configuration reference
 
@@ -322,7 +344,7 @@ example and the embedded default). An unknown key is an error;
 				def = k.note
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n",
-				name, typ, cell(def), cell(k.unit), reload, cell(k.doc))
+				name, typeName(typ), cell(def), cell(k.unit), reload, cell(k.doc))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

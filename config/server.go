@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -123,14 +124,10 @@ func (s *Server) validate() []error {
 	if s.MaxConnectionsPerClient < 0 {
 		bad("max_connections_per_client", "must not be negative (0 means min(256, max_connections))")
 	}
-	switch s.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, s.LogLevel) {
 		bad("log_level", "%q is not debug, info, warn or error", s.LogLevel)
 	}
-	switch s.LogFormat {
-	case "text", "json":
-	default:
+	if s.LogFormat != "text" && s.LogFormat != "json" {
 		bad("log_format", "%q is not text or json", s.LogFormat)
 	}
 	if s.Group != "" && s.User == "" {
