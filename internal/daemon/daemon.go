@@ -1,3 +1,9 @@
+// Package daemon is a running ratelimitd built from its configuration:
+// Start opens the state and starts the listeners, Reload applies a new
+// configuration (SIGHUP), Shutdown drains and flushes (SIGTERM); both front
+// ends call Daemon.Decide. OpenRates, OpenQuarantine and OpenEvents open
+// the same state for the CLI when no daemon runs. Methods are safe for
+// concurrent use; Shutdown is called once.
 package daemon
 
 import (
@@ -15,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,6 +33,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta"
+	"github.com/ratelimitd/ratelimitd/mta/milter"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/outcome"
@@ -196,6 +204,7 @@ func (d *Daemon) openStores() (err error) {
 		return err
 	}
 	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
+	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
 	d.state, err = ratestore.NewPersistent(d.db, d.mem, ratestore.PersistOptions{Limits: storeLimits(f.PolicyConfig()), Logger: d.log})
 	if err != nil {
 		if errors.Is(err, ratestore.ErrDamaged) {
@@ -222,7 +231,6 @@ func (d *Daemon) openStores() (err error) {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		d.startMemoryLimit()
 	}
-	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
 	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{})
 	if err != nil {
 		return err
@@ -444,4 +452,120 @@ func (d *Daemon) goServe(name string, serve func() error, closed error) {
 			d.log.Error("listener failed", "listener", name, "err", err)
 		}
 	})
+}
+
+// startWeb starts the browser console when [web] listen is set.
+func (d *Daemon) startWeb() error {
+	c := d.cfg.Web
+	if c.Listen == "" {
+		return nil
+	}
+	opts := web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile, TrustedProxies: c.Proxies(),
+		Rates: d.Rates(), Quarantine: d.q.svc, Limits: d.engine.Limits, Status: d.Status, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
+	if d.events != nil {
+		opts.Events = d.events
+	}
+	s, err := web.New(opts)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		return err
+	}
+	d.web = s
+	d.cleanup = append(d.cleanup, func() { s.Shutdown(context.Background()) })
+	d.listeners = append(d.listeners, "console "+s.URL())
+	return nil
+}
+
+// WebAddr is the console's listening address ("" when it is off).
+func (d *Daemon) WebAddr() string {
+	if d.web == nil {
+		return ""
+	}
+	return d.web.Addr().String()
+}
+
+// frontEndFaults are the fault kinds a front end counts (mta), the
+// milter's prefixed "milter ".
+var frontEndFaults = []string{mta.FaultPanic, mta.FaultDecision, mta.FaultHoldRecord, mta.FaultFreeze,
+	mta.FaultNoQuarantineAction, mta.FaultSpool}
+
+// daemonFaults are the fault kinds the daemon itself counts.
+var daemonFaults = []string{"reload", "redis unavailable", "redis bad state",
+	"rate state flush", "rcptsets flush", "event log flush"}
+
+// presetMetrics makes every fault kind, bad-input reason and running
+// limit's decisions exist at zero from the start.
+func (d *Daemon) presetMetrics() {
+	kinds := append([]string(nil), daemonFaults...)
+	for _, k := range frontEndFaults {
+		kinds = append(kinds, k, "milter "+k)
+	}
+	reasons := []string{postfix.ReasonLineTooLong, postfix.ReasonTooManyAttributes, postfix.ReasonMalformed,
+		postfix.ReasonUnknownRequest, postfix.ReasonUnexpectedEOF, postfix.ReasonTimeout, postfix.ReasonReadError,
+		"milter " + milter.ReasonEmptyPacket, "milter " + milter.ReasonPacketTooLarge, "milter " + milter.ReasonTimeout}
+	d.metrics.Preset(kinds, reasons)
+	d.presetLimitMetrics()
+}
+
+// presetLimitMetrics makes the decisions (and quarantined) counts of
+// every running limit exist at zero.
+func (d *Daemon) presetLimitMetrics() {
+	for _, l := range d.engine.Limits() {
+		d.metrics.PresetDecision(l.Name, l.Action)
+		if d.q.svc != nil && (l.Action == "hold" || l.Action == "freeze") {
+			d.q.svc.PresetLimit(l.Name, l.Action)
+		}
+	}
+}
+
+// frontEnds remembers when an MTA last connected to each front-end
+// listener, for status.
+type frontEnds struct {
+	mu   sync.Mutex
+	list []*seenListener
+}
+
+// seenListener is a listener that records each accepted connection.
+type seenListener struct {
+	net.Listener
+	frontEnd string // "policy" or "milter"
+	name     string
+	last     atomic.Int64
+	count    atomic.Int64
+}
+
+// Accept records the time of each accepted connection.
+func (l *seenListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.last.Store(time.Now().UnixNano())
+		l.count.Add(1)
+	}
+	return c, err
+}
+
+// watch returns l, recording its connections under frontEnd, named name.
+func (f *frontEnds) watch(l net.Listener, frontEnd, name string) net.Listener {
+	s := &seenListener{Listener: l, frontEnd: frontEnd, name: name}
+	f.mu.Lock()
+	f.list = append(f.list, s)
+	f.mu.Unlock()
+	return s
+}
+
+// status returns each watched listener's connections, in watch order.
+func (f *frontEnds) status() []admin.FrontEndStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]admin.FrontEndStatus, 0, len(f.list))
+	for _, s := range f.list {
+		st := admin.FrontEndStatus{FrontEnd: s.frontEnd, Listen: s.name, Connections: s.count.Load()}
+		if ns := s.last.Load(); ns != 0 {
+			st.LastConnect = time.Unix(0, ns)
+		}
+		out = append(out, st)
+	}
+	return out
 }

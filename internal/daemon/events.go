@@ -67,7 +67,8 @@ var lifecycleActions = map[lifecycle.Kind]string{
 	lifecycle.Expired: events.Expire, lifecycle.Released: events.Release, lifecycle.RateReset: events.Reset,
 }
 
-// eventRecorder records life-cycle events in the event log; never blocks.
+// eventRecorder records life-cycle events in the event log (nil: none);
+// never blocks.
 type eventRecorder struct{ log *events.Log }
 
 // QuarantineEvent implements lifecycle.Events.

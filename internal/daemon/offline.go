@@ -99,7 +99,7 @@ func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 // openRedisRates answers the rate commands from Redis directly.
 func openRedisRates(f *config.File) (*admin.Local, error) {
 	var eng *policy.Engine
-	r, err := redisstore.New(context.Background(), redisOptions(f.Store, engineLimits(func() *policy.Engine { return eng })))
+	r, err := redisstore.New(context.Background(), redisOptions(f.Store, engineLimits(&eng)))
 	if err != nil {
 		return nil, fmt.Errorf("store: redis %v: %w", f.Store.RedisAddrs, err)
 	}
@@ -120,11 +120,7 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
 	if err == nil {
 		var svc *lifecycle.Service
-		var hooks lifecycle.Events
-		if o.events != nil {
-			hooks = eventRecorder{o.events}
-		}
-		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), hooks); err == nil {
+		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), eventRecorder{o.events}); err == nil {
 			return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
 		}
 	}

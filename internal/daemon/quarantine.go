@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/milter"
@@ -21,7 +22,7 @@ import (
 // offline CLI; events may be nil.
 func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
-	opts := lifecycle.Options{
+	return lifecycle.New(q, lifecycle.Options{
 		Queue: &postfix.Queue{ReleaseCommands: c.ReleaseCommand, ExpireCommands: c.ExpireCommand,
 			DeleteCommand: c.DeleteCommand, ShowCommand: c.ShowCommand, ListCommand: *c.QueueListCommand},
 		Reinjector:   &mailout.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
@@ -33,8 +34,7 @@ func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *
 		Events:       events,
 		DripLimits:   dripLimits(f),
 		Rates:        eng,
-	}
-	return lifecycle.New(q, opts)
+	})
 }
 
 // dripLimits names the limits with auto_release = "drip".
@@ -77,11 +77,7 @@ func (d *Daemon) openQuarantine() error {
 		return fmt.Errorf("quarantine: %w", err)
 	}
 	d.qnotify = &quarantineNotify{d: d}
-	var hooks lifecycle.Events = d.qnotify
-	if d.events != nil {
-		hooks = lifecycleEvents{d.qnotify, eventRecorder{d.events}}
-	}
-	svc, err := newLifecycle(q, d.cfg, d.engine, d.log, hooks)
+	svc, err := newLifecycle(q, d.cfg, d.engine, d.log, lifecycleEvents{d.qnotify, eventRecorder{d.events}})
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
@@ -107,4 +103,55 @@ func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients
 			Reason: "hold not recorded (" + dec.Reason + "): " + err.Error(), Limit: dec.Limit, Key: dec.Key,
 			Rate: dec.Rate, Max: dec.Max, Period: dec.Period, RetryAfter: dec.RetryAfter, Measures: dec.Measures}
 	}
+}
+
+// startMilter opens the [milter] listener, if set, and its server.
+func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
+	m := d.cfg.Milter
+	if m.Listen == "" {
+		return nil
+	}
+	l, err := d.listenMTA("milter", m.Listen, inh)
+	if err != nil {
+		return err
+	}
+	*ls = append(*ls, l)
+	d.q.milterL = l
+	d.q.milter = &milter.Server{
+		Decider:         d,
+		Quarantine:      milterQuarantine{d},
+		Logger:          d.log,
+		Metrics:         frontEndMetrics{m: d.metrics, prefix: "milter "},
+		AllowedNetworks: d.cfg.Server.Networks(),
+		ReadTimeout:     time.Duration(m.ReadTimeout),
+		MaxMessageSize:  int64(m.MaxMessageSize),
+		SpoolDir:        d.cfg.Server.StateDir,
+
+		FirstRequestTimeout: time.Duration(m.FirstRequestTimeout),
+		Budget:              d.budget("milter", m.MaxConnections, srvconn.DefaultMilterConns(), m.MaxConnectionsPerClient),
+	}
+	return nil
+}
+
+// MayFreeze implements milter.FreezeAdvisor (policy.Engine.MayFreeze):
+// the milter keeps a message only when a freeze limit could apply.
+func (d *Daemon) MayFreeze(_ context.Context, req *policy.Request) bool {
+	return d.engine.MayFreeze(req)
+}
+
+// serveMilter starts serving the milter, if configured.
+func (d *Daemon) serveMilter() {
+	if d.q.milter != nil {
+		d.goServe("milter", func() error {
+			return d.q.milter.Serve(d.seen.watch(d.q.milterL, "milter", srvconn.Name(d.q.milterL)))
+		}, milter.ErrServerClosed)
+	}
+}
+
+// stopMilter drains the milter and stops the quarantine's loop.
+func (d *Daemon) stopMilter(ctx context.Context) {
+	if d.q.milter != nil {
+		d.q.milter.Shutdown(ctx)
+	}
+	d.q.stopRun()
 }

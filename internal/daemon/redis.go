@@ -27,14 +27,13 @@ func redisOptions(s config.Store, limits func(string) (ratelimit.Limit, bool)) r
 	return o
 }
 
-// engineLimits returns a lookup of the engine's current limits by name.
-func engineLimits(eng func() *policy.Engine) func(string) (ratelimit.Limit, bool) {
+// engineLimits returns a lookup by name of the limits of *eng, once set.
+func engineLimits(eng **policy.Engine) func(string) (ratelimit.Limit, bool) {
 	return func(name string) (ratelimit.Limit, bool) {
-		e := eng()
-		if e == nil {
+		if *eng == nil {
 			return ratelimit.Limit{}, false
 		}
-		return e.LimitParams(name)
+		return (*eng).LimitParams(name)
 	}
 }
 
@@ -49,21 +48,15 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	if err != nil {
 		return nil, err
 	}
-	o := redisOptions(s, engineLimits(func() *policy.Engine { return d.engine }))
+	o := redisOptions(s, engineLimits(&d.engine))
 	d.badStates = newOncePerKey(10000)
 	o.OnBadState = func(limit, key string) {
-		if d.metrics != nil {
-			d.metrics.Fault("redis bad state")
-		}
+		d.metrics.Fault("redis bad state")
 		if d.badStates.first(limit + "\x00" + key) {
 			d.log.Warn("undecodable rate state in redis replaced by a fresh one", "limit", limit, "key", key)
 		}
 	}
-	o.OnRoundTrip = func(took time.Duration) {
-		if d.metrics != nil {
-			d.metrics.RedisRoundTrip(took)
-		}
-	}
+	o.OnRoundTrip = d.metrics.RedisRoundTrip
 	r, err := redisstore.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("store: redis %v: %w", s.RedisAddrs, err)

@@ -121,9 +121,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if d.web != nil {
 		d.web.Shutdown(ctx)
 	}
-	if d.qnotify != nil {
-		d.qnotify.flushAll()
-	}
+	d.qnotify.flushAll()
 	check("notifications", d.notifier.Close(ctx))
 	if d.stopMemLimit != nil {
 		d.stopMemLimit()
