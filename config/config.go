@@ -79,18 +79,17 @@ func Parse(data []byte, source string) (*File, error) {
 	}
 	var errs []error
 	for _, k := range md.Undecoded() {
-		errs = append(errs, fmt.Errorf("%w: %s: unknown key %s", ErrInvalid, source, k))
+		errs = append(errs, fmt.Errorf("unknown key %s", k))
 	}
 	if err := f.checkLimitsSwitch(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err))
+		errs = append(errs, err)
 	}
 	if err := policy.Check(f.PolicyConfig()); err != nil {
-		for _, e := range unjoin(err) {
-			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, e))
-		}
+		errs = append(errs, unjoin(err)...)
 	}
-	for _, e := range f.validate() {
-		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, e))
+	errs = append(errs, f.validate()...)
+	for i, e := range errs {
+		errs[i] = fmt.Errorf("%w: %s: %v", ErrInvalid, source, e)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

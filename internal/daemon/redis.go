@@ -49,10 +49,17 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 		return nil, err
 	}
 	o := redisOptions(s, engineLimits(&d.engine))
-	d.badStates = newOncePerKey(10000)
+	var mu sync.Mutex
+	logged := map[string]bool{} // logged once each, up to 10,000
 	o.OnBadState = func(limit, key string) {
 		d.metrics.Fault("redis bad state")
-		if d.badStates.first(limit + "\x00" + key) {
+		mu.Lock()
+		first := !logged[limit+"\x00"+key]
+		if first && len(logged) < 10000 {
+			logged[limit+"\x00"+key] = true
+		}
+		mu.Unlock()
+		if first {
 			d.log.Warn("undecodable rate state in redis replaced by a fresh one", "limit", limit, "key", key)
 		}
 	}
@@ -73,28 +80,6 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	d.redisClient = r
 	d.redisLog = srvconn.NewThrottledLog(d.log, 10*time.Second)
 	return f, nil
-}
-
-// oncePerKey remembers up to max keys, to log something once per key.
-type oncePerKey struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
-	max  int
-}
-
-func newOncePerKey(max int) *oncePerKey { return &oncePerKey{seen: map[string]struct{}{}, max: max} }
-
-// first reports whether k is new (always once max keys are remembered).
-func (o *oncePerKey) first(k string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, ok := o.seen[k]; ok {
-		return false
-	}
-	if len(o.seen) < o.max {
-		o.seen[k] = struct{}{}
-	}
-	return true
 }
 
 // redisClock answers the rate commands on Redis's clock, the decisions'.
