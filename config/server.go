@@ -82,19 +82,17 @@ func (s *Server) validate() []error {
 		errs = append(errs, fmt.Errorf("server.%s: %s", key, fmt.Sprintf(format, a...)))
 	}
 	for i, l := range s.PolicyListen {
-		if path, ok := strings.CutPrefix(l, "unix:"); ok {
-			if !filepath.IsAbs(path) && !strings.HasPrefix(path, ".") {
-				bad(fmt.Sprintf("policy_listen[%d]", i), "unix socket path %q must be absolute or start with ./", path)
-			}
-			continue
-		}
+		key := fmt.Sprintf("policy_listen[%d]", i)
+		path, unix := strings.CutPrefix(l, "unix:")
 		ap, err := netip.ParseAddrPort(l)
-		if err != nil {
-			bad(fmt.Sprintf("policy_listen[%d]", i), "%q is neither host:port (numeric) nor unix:/path", l)
-			continue
-		}
-		if !ap.Addr().IsLoopback() && len(s.AllowNetworks) == 0 {
-			bad(fmt.Sprintf("policy_listen[%d]", i), "%q is not loopback: set server.allow_networks to the MTA hosts allowed to connect", l)
+		switch {
+		case unix && !filepath.IsAbs(path) && !strings.HasPrefix(path, "."):
+			bad(key, "unix socket path %q must be absolute or start with ./", path)
+		case unix:
+		case err != nil:
+			bad(key, "%q is neither host:port (numeric) nor unix:/path", l)
+		case !ap.Addr().IsLoopback() && len(s.AllowNetworks) == 0:
+			bad(key, "%q is not loopback: set server.allow_networks to the MTA hosts allowed to connect", l)
 		}
 	}
 	if m, err := strconv.ParseUint(s.SocketMode, 8, 32); err != nil || m > 0o777 {

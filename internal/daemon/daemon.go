@@ -412,7 +412,7 @@ func (d *Daemon) serve(ls listeners) {
 	}
 	d.metrics.WatchConns(budgets)
 	for _, l := range ls.policy {
-		l := d.seen.watch(l, "policy", srvconn.Name(l))
+		l := d.seen.watch(l, "policy")
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
 	// /metrics is capped; the admin socket, the postmaster's, is not (the
@@ -428,7 +428,10 @@ func (d *Daemon) serve(ls listeners) {
 		metricsL := lim.Listener(ls.metrics)
 		d.goServe("metrics", func() error { return d.metricsSrv.Serve(metricsL) }, http.ErrServerClosed)
 	}
-	d.serveMilter()
+	if d.q.milter != nil {
+		l := d.seen.watch(d.q.milterL, "milter")
+		d.goServe("milter", func() error { return d.q.milter.Serve(l) }, milter.ErrServerClosed)
+	}
 }
 
 // logConfigNotes logs policy.ConfigAdvice, the warnings and, loudly, a
@@ -546,9 +549,9 @@ func (l *seenListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// watch returns l, recording its connections under frontEnd, named name.
-func (f *frontEnds) watch(l net.Listener, frontEnd, name string) net.Listener {
-	s := &seenListener{Listener: l, frontEnd: frontEnd, name: name}
+// watch returns l, recording its connections under frontEnd.
+func (f *frontEnds) watch(l net.Listener, frontEnd string) net.Listener {
+	s := &seenListener{Listener: l, frontEnd: frontEnd, name: srvconn.Name(l)}
 	f.mu.Lock()
 	f.list = append(f.list, s)
 	f.mu.Unlock()

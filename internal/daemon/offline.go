@@ -18,7 +18,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
-	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
@@ -117,15 +116,12 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
-	if err == nil {
-		var svc *lifecycle.Service
-		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), eventRecorder{o.events}); err == nil {
-			return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
-		}
+	svc, err := newLifecycle(o.db, f, o.engine, newLogger(f.Server, io.Discard), eventRecorder{o.events})
+	if err != nil {
+		o.close()
+		return nil, err
 	}
-	o.close()
-	return nil, err
+	return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
 }
 
 // InspectState is what `ratelimitd state check` reads beyond the records:

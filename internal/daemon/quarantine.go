@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mailout"
@@ -18,10 +20,14 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// newLifecycle wires the quarantine life cycle for the daemon and the
-// offline CLI; events may be nil.
-func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
+// newLifecycle opens the quarantine of db and wires its life cycle, for
+// the daemon and the offline CLI; events may be nil.
+func newLifecycle(db *bolt.DB, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
+	q, err := quarantine.New(db, quarantine.Options{MaxSize: int64(c.MaxSize)})
+	if err != nil {
+		return nil, err
+	}
 	return lifecycle.New(q, lifecycle.Options{
 		Queue: &postfix.Queue{ReleaseCommands: c.ReleaseCommand, ExpireCommands: c.ExpireCommand,
 			DeleteCommand: c.DeleteCommand, ShowCommand: c.ShowCommand, ListCommand: *c.QueueListCommand},
@@ -72,12 +78,8 @@ type quarantineState struct {
 }
 
 func (d *Daemon) openQuarantine() error {
-	q, err := quarantine.New(d.db, quarantine.Options{MaxSize: int64(d.cfg.Quarantine.MaxSize)})
-	if err != nil {
-		return fmt.Errorf("quarantine: %w", err)
-	}
 	d.qnotify = &quarantineNotify{d: d}
-	svc, err := newLifecycle(q, d.cfg, d.engine, d.log, lifecycleEvents{d.qnotify, eventRecorder{d.events}})
+	svc, err := newLifecycle(d.db, d.cfg, d.engine, d.log, lifecycleEvents{d.qnotify, eventRecorder{d.events}})
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
@@ -137,21 +139,4 @@ func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 // the milter keeps a message only when a freeze limit could apply.
 func (d *Daemon) MayFreeze(_ context.Context, req *policy.Request) bool {
 	return d.engine.MayFreeze(req)
-}
-
-// serveMilter starts serving the milter, if configured.
-func (d *Daemon) serveMilter() {
-	if d.q.milter != nil {
-		d.goServe("milter", func() error {
-			return d.q.milter.Serve(d.seen.watch(d.q.milterL, "milter", srvconn.Name(d.q.milterL)))
-		}, milter.ErrServerClosed)
-	}
-}
-
-// stopMilter drains the milter and stops the quarantine's loop.
-func (d *Daemon) stopMilter(ctx context.Context) {
-	if d.q.milter != nil {
-		d.q.milter.Shutdown(ctx)
-	}
-	d.q.stopRun()
 }
