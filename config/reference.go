@@ -5,6 +5,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/notify"
@@ -141,10 +142,10 @@ var keys = []key{
 	{name: "notify.mail.starttls", note: "false", doc: "Requires STARTTLS on the relay, verifying its certificate against the relay host name."},
 	{name: "notify.mail.from", note: "required when to is set", doc: "Header and envelope sender, e.g. \"ratelimitd@mail.example.org\"."},
 	{name: "notify.mail.to", def: `[]`, doc: "Postmaster addresses; empty disables mail."},
-	{name: "notify.mail.subject", def: defaultSubject, doc: "Subject template (Go text/template over the event)."},
+	{name: "notify.mail.subject", def: strconv.Quote(notify.DefaultSubject), doc: "Subject template (Go text/template over the event)."},
 	{name: "notify.mail.body", note: "the summary, the event's fields and the commands to review and forgive", doc: "Body template (Go text/template over the event)."},
 	{name: "notify.mail.notify_sender", note: "false", doc: "Also mails the sender of a refused message; only where senders are authenticated."},
-	{name: "notify.mail.sender_subject", def: defaultSenderSubject, doc: "Subject template of the mail to the sender."},
+	{name: "notify.mail.sender_subject", def: strconv.Quote(notify.DefaultSenderSubject), doc: "Subject template of the mail to the sender."},
 	{name: "notify.mail.sender_body", note: "says the mail is limited and what to do if the sender did not send it", doc: "Body template of the mail to the sender."},
 	{name: "notify.mail.timeout", def: `"30s"`, doc: "Bound on one SMTP transaction."},
 	{name: "notify.mail.attempts", def: `5`, unit: "attempts", doc: "Tries per mail (network errors and 4xx are retried) before it is counted as failed."},
@@ -282,14 +283,6 @@ func appliedBySIGHUP(name string) bool {
 	table, _, _ := strings.Cut(name, ".")
 	return !slices.Contains(restartTables, table)
 }
-
-// The notify package's defaults, as the reference shows them.
-var (
-	defaultSubject       = quote(notify.DefaultSubject)
-	defaultSenderSubject = quote(notify.DefaultSenderSubject)
-)
-
-func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
 
 // WriteReference writes the configuration reference (docs/configuration.md)
 // as Markdown: per table, every key with its type, default, unit, whether

@@ -89,16 +89,6 @@ func (r eventRecorder) QuarantineEvent(_ context.Context, ev lifecycle.Event) {
 		QueueID: ev.Entry.QueueID, By: ev.By, Detail: detail})
 }
 
-// lifecycleEvents sends life-cycle events to each member.
-type lifecycleEvents []lifecycle.Events
-
-// QuarantineEvent implements lifecycle.Events.
-func (ls lifecycleEvents) QuarantineEvent(ctx context.Context, ev lifecycle.Event) {
-	for _, l := range ls {
-		l.QuarantineEvent(ctx, ev)
-	}
-}
-
 // Events is the daemon's event log (nil with [events] enabled = false).
 func (d *Daemon) Events() *events.Log { return d.events }
 
@@ -142,7 +132,8 @@ func (d *Daemon) notifyRefusal(req *policy.Request, dec *policy.Decision) {
 		Detail: dec.Text})
 }
 
-// quarantineNotify turns life-cycle events into notifications: an alert
+// quarantineNotify is the daemon's life-cycle hook: each event goes to
+// the event log (eventRecorder), then to notifications: an alert
 // threshold, a drip release per key and run, and thaw, delete and expiry
 // one per kind, key and actor over coalesceWindow.
 type quarantineNotify struct {
@@ -168,7 +159,8 @@ var lifecycleKinds = map[lifecycle.Kind]notify.Kind{
 }
 
 // QuarantineEvent implements lifecycle.Events. It never blocks.
-func (q *quarantineNotify) QuarantineEvent(_ context.Context, ev lifecycle.Event) {
+func (q *quarantineNotify) QuarantineEvent(ctx context.Context, ev lifecycle.Event) {
+	eventRecorder{q.d.events}.QuarantineEvent(ctx, ev)
 	n := q.d.notifier
 	if !n.Enabled() {
 		return

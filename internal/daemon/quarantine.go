@@ -79,7 +79,7 @@ type quarantineState struct {
 
 func (d *Daemon) openQuarantine() error {
 	d.qnotify = &quarantineNotify{d: d}
-	svc, err := newLifecycle(d.db, d.cfg, d.engine, d.log, lifecycleEvents{d.qnotify, eventRecorder{d.events}})
+	svc, err := newLifecycle(d.db, d.cfg, d.engine, d.log, d.qnotify)
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
