@@ -181,8 +181,9 @@ func Start(f *config.File, configPath string, logw io.Writer, opts Options) (_ *
 }
 
 // openStores opens the state file, the rate state, the engine (on it or
-// on Redis), the metrics, the recipient sets, the event log and the
-// outcome join, and starts their flusher and the memory limit.
+// on Redis), the metrics, the recipient sets, the event log (unless
+// [events] is off) and the outcome join, and starts their flusher and the
+// memory limit.
 func (d *Daemon) openStores() (err error) {
 	f, s := d.cfg, d.cfg.Server
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
@@ -238,8 +239,12 @@ func (d *Daemon) openStores() (err error) {
 	d.cleanup = append(d.cleanup, func() { d.rcpts.Close() })
 	d.engine.UseRecipientSets(d.rcpts)
 	d.flusher.Add("rcptsets", d.rcpts.Tick)
-	if err := d.openEvents(); err != nil {
-		return err
+	if f.Events.On() {
+		if d.events, err = events.Open(d.db, eventOptions(f)); err != nil {
+			return fmt.Errorf("%s: %w", s.DBPath(), err)
+		}
+		d.cleanup = append(d.cleanup, func() { d.events.Close() })
+		d.flusher.Add("event log", d.events.Tick)
 	}
 	if err := d.openOutcome(); err != nil {
 		return err
@@ -279,15 +284,16 @@ func (d *Daemon) checkRecords() error {
 	return nil
 }
 
-// openServices sets up the collectors, notifier, quarantine, policy server.
-func (d *Daemon) openServices() error {
+// openServices sets up the notifier ([notify] changes need a restart),
+// collectors, quarantine and policy server.
+func (d *Daemon) openServices() (err error) {
 	s := d.cfg.Server
-	d.metrics.Registry().MustRegister(metrics.StateCollectors(d.state)...)
-	d.metrics.Registry().MustRegister(metrics.EventCollectors(d.events)...)
 	// The notifier first: the quarantine's expiry loop may notify at once.
-	if err := d.startNotify(); err != nil {
-		return err
+	if d.notifier, err = notify.New(d.cfg.Notify, notify.Options{Logger: d.log}); err != nil {
+		return fmt.Errorf("notify: %w", err)
 	}
+	d.metrics.Registry().MustRegister(slices.Concat(metrics.StateCollectors(d.state), metrics.EventCollectors(d.events),
+		d.notifier.Collectors())...)
 	d.cleanup = append(d.cleanup, func() { d.notifier.Close(context.Background()) })
 	if d.redis != nil {
 		d.metrics.RegisterRedis(d.redis)

@@ -25,21 +25,6 @@ func eventOptions(f *config.File) events.Options {
 		Coalesce: time.Duration(f.Events.Coalesce)}
 }
 
-// openEvents opens the event log, unless [events] is off.
-func (d *Daemon) openEvents() error {
-	if !d.cfg.Events.On() {
-		return nil
-	}
-	l, err := events.Open(d.db, eventOptions(d.cfg))
-	if err != nil {
-		return fmt.Errorf("%s: %w", d.cfg.Server.DBPath(), err)
-	}
-	d.events = l
-	d.cleanup = append(d.cleanup, func() { l.Close() })
-	d.flusher.Add("event log", l.Tick)
-	return nil
-}
-
 // recordDecision records a non-Pass decision once per message; it never
 // waits for the disk.
 func (d *Daemon) recordDecision(now time.Time, req *policy.Request, dec *policy.Decision) {
@@ -108,17 +93,6 @@ func OpenEvents(f *config.File) (*admin.Local, error) {
 		return nil, fmt.Errorf("%s: %w", f.Server.DBPath(), err)
 	}
 	return &admin.Local{Events: l, Closer: db.Close}, nil
-}
-
-// startNotify starts the [notify] sender (changes need a restart).
-func (d *Daemon) startNotify() error {
-	n, err := notify.New(d.cfg.Notify, notify.Options{Logger: d.log})
-	if err != nil {
-		return fmt.Errorf("notify: %w", err)
-	}
-	d.notifier = n
-	d.metrics.Registry().MustRegister(n.Collectors()...)
-	return nil
 }
 
 // notifyRefusal queues limit_refused for a decision that refused, held or
