@@ -70,17 +70,15 @@ func (m *Milter) validate(allowNetworks []string) []error {
 	if m.MaxConnectionsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("milter.max_connections_per_client: must not be negative (0 means min(256, max_connections))"))
 	}
-	if errs != nil || m.Listen == "" || strings.HasPrefix(m.Listen, "unix:") {
-		return errs
-	}
 	ap, err := netip.ParseAddrPort(m.Listen)
-	if err != nil {
-		return []error{fmt.Errorf("milter.listen: %q is neither host:port (numeric) nor unix:/path", m.Listen)}
+	switch {
+	case errs != nil || m.Listen == "" || strings.HasPrefix(m.Listen, "unix:"):
+	case err != nil:
+		errs = append(errs, fmt.Errorf("milter.listen: %q is neither host:port (numeric) nor unix:/path", m.Listen))
+	case !ap.Addr().IsLoopback() && len(allowNetworks) == 0:
+		errs = append(errs, fmt.Errorf("milter.listen: %q is not loopback: set server.allow_networks", m.Listen))
 	}
-	if !ap.Addr().IsLoopback() && len(allowNetworks) == 0 {
-		return []error{fmt.Errorf("milter.listen: %q is not loopback: set server.allow_networks", m.Listen)}
-	}
-	return nil
+	return errs
 }
 
 // Commands is one command (["postsuper", "-H", "{queue_id}"]) or a list of

@@ -326,15 +326,12 @@ example and the embedded default). An unknown key is an error;
 			if appliedBySIGHUP(k.name) {
 				reload = "yes"
 			}
-			def := ""
-			if k.def != "" {
-				def = "`" + k.def + "`"
-			}
+			def := k.note
 			switch {
-			case def != "" && k.note != "":
-				def += " (" + k.note + ")"
-			case k.note != "":
-				def = k.note
+			case k.def != "" && k.note != "":
+				def = "`" + k.def + "` (" + k.note + ")"
+			case k.def != "":
+				def = "`" + k.def + "`"
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n",
 				name, typeName(typ), cell(def), cell(k.unit), reload, cell(k.doc))

@@ -340,10 +340,11 @@ func connStatus(frontEnd string, st srvconn.Stats) admin.ConnStatus {
 // those systemd passed; a passed socket no listener names is an error.
 func (d *Daemon) listen() (ls listeners, err error) {
 	s := d.cfg.Server
-	var opened []net.Listener
 	d.cleanup = append(d.cleanup, func() {
-		for _, l := range opened {
-			l.Close()
+		for _, l := range slices.Concat(ls.policy, []net.Listener{ls.admin, ls.metrics, d.q.milterL}) {
+			if l != nil {
+				l.Close()
+			}
 		}
 	})
 	inh, err := srvconn.InheritedListeners()
@@ -356,22 +357,19 @@ func (d *Daemon) listen() (ls listeners, err error) {
 		if err != nil {
 			return ls, err
 		}
-		opened = append(opened, l)
 		ls.policy = append(ls.policy, l)
 	}
 	if ls.admin, err = admin.Listen(s.AdminSocket); err != nil {
 		return ls, err
 	}
-	opened = append(opened, ls.admin)
 	d.listeners = append(d.listeners, "admin unix:"+s.AdminSocket)
 	if *s.MetricsListen != "" {
 		if ls.metrics, err = net.Listen("tcp", *s.MetricsListen); err != nil {
 			return ls, fmt.Errorf("metrics listener: %w", err)
 		}
-		opened = append(opened, ls.metrics)
 		d.listeners = append(d.listeners, "metrics http://"+ls.metrics.Addr().String()+"/metrics")
 	}
-	if err = d.startMilter(&opened, inh); err != nil {
+	if err = d.startMilter(inh); err != nil {
 		return ls, err
 	}
 	return ls, inh.Untaken()

@@ -108,7 +108,7 @@ func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients
 }
 
 // startMilter opens the [milter] listener, if set, and its server.
-func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
+func (d *Daemon) startMilter(inh *srvconn.Inherited) error {
 	m := d.cfg.Milter
 	if m.Listen == "" {
 		return nil
@@ -117,7 +117,6 @@ func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
 	if err != nil {
 		return err
 	}
-	*ls = append(*ls, l)
 	d.q.milterL = l
 	d.q.milter = &milter.Server{
 		Decider:         d,
