@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -78,18 +79,17 @@ func Parse(data []byte, source string) (*File, error) {
 	}
 	var errs []error
 	for _, k := range md.Undecoded() {
-		errs = append(errs, fmt.Errorf("%w: %s: unknown key %s", ErrInvalid, source, k))
+		errs = append(errs, fmt.Errorf("unknown key %s", k))
 	}
 	if err := f.checkLimitsSwitch(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, err))
+		errs = append(errs, err)
 	}
 	if err := policy.Check(f.PolicyConfig()); err != nil {
-		for _, e := range unjoin(err) {
-			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, e))
-		}
+		errs = append(errs, unjoin(err)...)
 	}
-	for _, e := range f.validate() {
-		errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, source, e))
+	errs = append(errs, f.validate()...)
+	for i, e := range errs {
+		errs[i] = fmt.Errorf("%w: %s: %v", ErrInvalid, source, e)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -125,17 +125,10 @@ func (f *File) validate() []error {
 	if err := f.withDefaults(); err != nil {
 		return []error{err}
 	}
-	errs := f.Server.validate()
-	errs = append(errs, f.Web.validate()...)
-	errs = append(errs, f.Events.validate()...)
-	errs = append(errs, f.Outcome.validate()...)
-	errs = append(errs, f.Store.validate(f.Limits, f.Server.RequestTimeout)...)
-	errs = append(errs, f.Quarantine.validate()...)
 	f.Notify.WithDefaults()
-	errs = append(errs, f.Notify.Validate()...)
-	errs = append(errs, negativeDurations(f)...)
-	errs = append(errs, limitRanges(f.Limits)...)
-	return append(errs, f.Milter.validate(f.Server.AllowNetworks)...)
+	return slices.Concat(f.Server.validate(), f.Web.validate(), f.Events.validate(), f.Outcome.validate(),
+		f.Store.validate(f.Limits, f.Server.RequestTimeout), f.Quarantine.validate(), f.Notify.Validate(),
+		negativeDurations(f), limitRanges(f.Limits), f.Milter.validate(f.Server.AllowNetworks))
 }
 
 // withDefaults sets every key of the tables config owns that the file
@@ -178,6 +171,17 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// ErrorLines splits an error of Load into one line per problem, without
+// the "config: invalid: " prefix.
+func ErrorLines(err error) []string {
+	errs := unjoin(err)
+	out := make([]string, len(errs))
+	for i, e := range errs {
+		out[i] = strings.TrimPrefix(e.Error(), "config: invalid: ")
+	}
+	return out
 }
 
 var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)

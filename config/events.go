@@ -25,17 +25,15 @@ func (e *Events) On() bool { return e.Enabled == nil || *e.Enabled }
 
 func (e *Events) validate() []error {
 	var errs []error
-	if e.MaxAge < policy.Duration(time.Minute) {
-		errs = append(errs, fmt.Errorf("events.max_age: %s is too short: at least 1m", human.Duration(time.Duration(e.MaxAge))))
+	for key, d := range map[string]policy.Duration{"max_age": e.MaxAge, "actions_max_age": e.ActionsMaxAge} {
+		if d < policy.Duration(time.Minute) {
+			errs = append(errs, fmt.Errorf("events.%s: %s is too short: at least 1m", key, human.Duration(time.Duration(d))))
+		}
 	}
-	if e.MaxCount < 1 {
-		errs = append(errs, fmt.Errorf("events.max_count: %d: at least 1", e.MaxCount))
-	}
-	if e.ActionsMaxAge < policy.Duration(time.Minute) {
-		errs = append(errs, fmt.Errorf("events.actions_max_age: %s is too short: at least 1m", human.Duration(time.Duration(e.ActionsMaxAge))))
-	}
-	if e.ActionsMaxCount < 1 {
-		errs = append(errs, fmt.Errorf("events.actions_max_count: %d: at least 1", e.ActionsMaxCount))
+	for key, n := range map[string]int{"max_count": e.MaxCount, "actions_max_count": e.ActionsMaxCount} {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("events.%s: %d: at least 1", key, n))
+		}
 	}
 	if e.Coalesce < policy.Duration(time.Second) || e.Coalesce > policy.Duration(24*time.Hour) {
 		errs = append(errs, fmt.Errorf("events.coalesce: %s: from 1s to 1d", human.Duration(time.Duration(e.Coalesce))))

@@ -52,19 +52,3 @@ func (o *Outcome) validate() []error {
 
 // Feeds reports whether an outcome feed is configured.
 func (o *Outcome) Feeds() bool { return o.Maillog != "" || o.NoticesListen != "" || o.EximListen != "" }
-
-// outcomeWarnings are the notes about outcome limits without a feed.
-func (f *File) outcomeWarnings() []string {
-	if f.Outcome.Feeds() {
-		return nil
-	}
-	var out []string
-	for _, l := range f.Limits {
-		switch l.Per {
-		case "bounce", "unknown_rcpt", "deferral":
-			out = append(out, fmt.Sprintf("limit %s counts nothing: per = %q counts outcomes, and no outcome feed is configured "+
-				"([outcome] maillog, notices_listen and exim_listen are empty)", l.Name, l.Per))
-		}
-	}
-	return out
-}

@@ -39,14 +39,11 @@ type Milter struct {
 
 func (q *Quarantine) validate() []error {
 	var errs []error
-	if q.MaxSize < 0 {
-		errs = append(errs, fmt.Errorf("quarantine.max_size: must not be negative"))
-	}
-	if *q.MaxAge < 0 {
-		errs = append(errs, fmt.Errorf("quarantine.max_age: must not be negative"))
-	}
-	if *q.KeepThawed < 0 {
-		errs = append(errs, fmt.Errorf("quarantine.keep_thawed: must not be negative"))
+	for key, negative := range map[string]bool{"max_size": q.MaxSize < 0, "max_age": *q.MaxAge < 0,
+		"keep_thawed": *q.KeepThawed < 0, "alert_every": q.AlertEvery < 0} {
+		if negative {
+			errs = append(errs, fmt.Errorf("quarantine.%s: must not be negative", key))
+		}
 	}
 	if _, err := netip.ParseAddrPort(q.ReinjectAddr); err != nil {
 		errs = append(errs, fmt.Errorf("quarantine.reinject_addr: %q is not a numeric host:port", q.ReinjectAddr))
@@ -62,9 +59,6 @@ func (q *Quarantine) validate() []error {
 	if q.ExpireAction != "bounce" && q.ExpireAction != "keep" {
 		errs = append(errs, fmt.Errorf("quarantine.expire_action: %q is neither \"bounce\" nor \"keep\"", q.ExpireAction))
 	}
-	if q.AlertEvery < 0 {
-		errs = append(errs, fmt.Errorf("quarantine.alert_every: must not be negative"))
-	}
 	return errs
 }
 
@@ -76,17 +70,15 @@ func (m *Milter) validate(allowNetworks []string) []error {
 	if m.MaxConnectionsPerClient < 0 {
 		errs = append(errs, fmt.Errorf("milter.max_connections_per_client: must not be negative (0 means min(256, max_connections))"))
 	}
-	if errs != nil || m.Listen == "" || strings.HasPrefix(m.Listen, "unix:") {
-		return errs
-	}
 	ap, err := netip.ParseAddrPort(m.Listen)
-	if err != nil {
-		return []error{fmt.Errorf("milter.listen: %q is neither host:port (numeric) nor unix:/path", m.Listen)}
+	switch {
+	case errs != nil || m.Listen == "" || strings.HasPrefix(m.Listen, "unix:"):
+	case err != nil:
+		errs = append(errs, fmt.Errorf("milter.listen: %q is neither host:port (numeric) nor unix:/path", m.Listen))
+	case !ap.Addr().IsLoopback() && len(allowNetworks) == 0:
+		errs = append(errs, fmt.Errorf("milter.listen: %q is not loopback: set server.allow_networks", m.Listen))
 	}
-	if !ap.Addr().IsLoopback() && len(allowNetworks) == 0 {
-		return []error{fmt.Errorf("milter.listen: %q is not loopback: set server.allow_networks", m.Listen)}
-	}
-	return nil
+	return errs
 }
 
 // Commands is one command (["postsuper", "-H", "{queue_id}"]) or a list of

@@ -5,6 +5,7 @@ import (
 	"io"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ratelimitd/ratelimitd/notify"
@@ -141,10 +142,10 @@ var keys = []key{
 	{name: "notify.mail.starttls", note: "false", doc: "Requires STARTTLS on the relay, verifying its certificate against the relay host name."},
 	{name: "notify.mail.from", note: "required when to is set", doc: "Header and envelope sender, e.g. \"ratelimitd@mail.example.org\"."},
 	{name: "notify.mail.to", def: `[]`, doc: "Postmaster addresses; empty disables mail."},
-	{name: "notify.mail.subject", def: defaultSubject, doc: "Subject template (Go text/template over the event)."},
+	{name: "notify.mail.subject", def: strconv.Quote(notify.DefaultSubject), doc: "Subject template (Go text/template over the event)."},
 	{name: "notify.mail.body", note: "the summary, the event's fields and the commands to review and forgive", doc: "Body template (Go text/template over the event)."},
 	{name: "notify.mail.notify_sender", note: "false", doc: "Also mails the sender of a refused message; only where senders are authenticated."},
-	{name: "notify.mail.sender_subject", def: defaultSenderSubject, doc: "Subject template of the mail to the sender."},
+	{name: "notify.mail.sender_subject", def: strconv.Quote(notify.DefaultSenderSubject), doc: "Subject template of the mail to the sender."},
 	{name: "notify.mail.sender_body", note: "says the mail is limited and what to do if the sender did not send it", doc: "Body template of the mail to the sender."},
 	{name: "notify.mail.timeout", def: `"30s"`, doc: "Bound on one SMTP transaction."},
 	{name: "notify.mail.attempts", def: `5`, unit: "attempts", doc: "Tries per mail (network errors and 4xx are retried) before it is counted as failed."},
@@ -171,19 +172,12 @@ var keys = []key{
 	{name: "events.coalesce", def: `"1m"`, doc: "The refusals (or warnings) of one key by one limit with one action within one such interval (aligned to the clock) are one event with a count, first and last time (1s to 1d)."},
 }
 
-// fileKey is a key the configuration structs decode.
-type fileKey struct {
-	name string
-	typ  reflect.Type
-}
-
-// fileKeys lists every key the file accepts, in field order.
-func fileKeys() []fileKey {
-	var out []fileKey
-	add := func(name string, v reflect.Value) {
-		out = append(out, fileKey{strings.Replace(name, "limit[0].", "limit.", 1), v.Type()})
-	}
-	walkKeys(reflect.ValueOf(File{Limits: make([]policy.LimitConfig, 1)}), "", add)
+// fileKeys maps every key the file accepts to its Go type.
+func fileKeys() map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	walkKeys(reflect.ValueOf(File{Limits: make([]policy.LimitConfig, 1)}), "", func(name string, v reflect.Value) {
+		out[strings.Replace(name, "limit[0].", "limit.", 1)] = v.Type()
+	})
 	return out
 }
 
@@ -252,28 +246,49 @@ func typeName(t reflect.Type) string {
 // restartTables are the tables a SIGHUP reload does not apply.
 var restartTables = []string{"server", "quarantine", "milter", "notify", "store", "web", "events", "outcome"}
 
+// RestartKeys lists, in table then field order, the keys of restartTables
+// ("server.admin_socket") whose values differ between running and loaded,
+// both validated; a reload keeps their running values.
+func RestartKeys(running, loaded *File) []string {
+	var keys []string
+	ra, rb := reflect.ValueOf(*running), reflect.ValueOf(*loaded)
+	for _, table := range restartTables {
+		va, vb := tableField(ra, table), tableField(rb, table)
+		for i := range va.NumField() {
+			f := va.Type().Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+			if name == "" || name == "-" || !f.IsExported() {
+				continue
+			}
+			if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+				keys = append(keys, table+"."+name)
+			}
+		}
+	}
+	return keys
+}
+
+// tableField is the field of the File value f whose toml tag is table.
+func tableField(f reflect.Value, table string) reflect.Value {
+	for i := range f.NumField() {
+		if name, _, _ := strings.Cut(f.Type().Field(i).Tag.Get("toml"), ","); name == table {
+			return f.Field(i)
+		}
+	}
+	panic("config: no table " + table + " in File") // restartTables names File's fields
+}
+
 // appliedBySIGHUP reports whether a reload applies the key "table.key".
 func appliedBySIGHUP(name string) bool {
 	table, _, _ := strings.Cut(name, ".")
 	return !slices.Contains(restartTables, table)
 }
 
-// The notify package's defaults, as the reference shows them.
-var (
-	defaultSubject       = quote(notify.DefaultSubject)
-	defaultSenderSubject = quote(notify.DefaultSenderSubject)
-)
-
-func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
-
 // WriteReference writes the configuration reference (docs/configuration.md)
 // as Markdown: per table, every key with its type, default, unit, whether
 // SIGHUP applies it, and what it does.
 func WriteReference(w io.Writer) error {
-	types := map[string]string{}
-	for _, k := range fileKeys() {
-		types[k.name] = typeName(k.typ)
-	}
+	types := fileKeys()
 	var b strings.Builder
 	b.WriteString(`# Configuration reference
 
@@ -311,18 +326,15 @@ example and the embedded default). An unknown key is an error;
 			if appliedBySIGHUP(k.name) {
 				reload = "yes"
 			}
-			def := ""
-			if k.def != "" {
+			def := k.note
+			switch {
+			case k.def != "" && k.note != "":
+				def = "`" + k.def + "` (" + k.note + ")"
+			case k.def != "":
 				def = "`" + k.def + "`"
 			}
-			switch {
-			case def != "" && k.note != "":
-				def += " (" + k.note + ")"
-			case k.note != "":
-				def = k.note
-			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s |\n",
-				name, typ, cell(def), cell(k.unit), reload, cell(k.doc))
+				name, typeName(typ), cell(def), cell(k.unit), reload, cell(k.doc))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

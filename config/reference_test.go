@@ -30,10 +30,10 @@ func TestReferenceCoversEveryKey(t *testing.T) {
 		}
 	}
 	decoded := map[string]bool{}
-	for _, k := range fileKeys() {
-		decoded[k.name] = true
-		if !documented[k.name] {
-			t.Errorf("%s (%s) is a configuration key without a line in keys (reference.go)", k.name, k.typ)
+	for name, typ := range fileKeys() {
+		decoded[name] = true
+		if !documented[name] {
+			t.Errorf("%s (%s) is a configuration key without a line in keys (reference.go)", name, typ)
 		}
 	}
 	for name := range documented {

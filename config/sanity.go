@@ -26,8 +26,8 @@ func negativeDurations(f *File) []error {
 }
 
 // Warnings returns, in plain words, the settings of f that are valid but
-// do nothing as written: limits no front end can reach, and a max_keys the
-// store rounds.
+// do nothing as written: limits no front end can reach, outcome limits
+// without a feed, and a max_keys the store rounds.
 func (f *File) Warnings() []string {
 	var out []string
 	milter := f.Milter.Listen != ""
@@ -46,7 +46,12 @@ func (f *File) Warnings() []string {
 				"a message; through policy delegation it holds instead", l.Name))
 		}
 	}
-	out = append(out, f.outcomeWarnings()...)
+	for _, l := range f.Limits {
+		if !f.Outcome.Feeds() && slices.Contains([]string{"bounce", "unknown_rcpt", "deferral"}, l.Per) {
+			out = append(out, fmt.Sprintf("limit %s counts nothing: per = %q counts outcomes, and no outcome feed is configured "+
+				"([outcome] maillog, notices_listen and exim_listen are empty)", l.Name, l.Per))
+		}
+	}
 	if n := f.Server.MaxKeys; n > 0 {
 		if eff := ratestore.EffectiveMaxKeys(n); eff != n {
 			out = append(out, fmt.Sprintf("server.max_keys = %d is used as %d: the key table has 64 shards of equal size", n, eff))

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,19 +82,17 @@ func (s *Server) validate() []error {
 		errs = append(errs, fmt.Errorf("server.%s: %s", key, fmt.Sprintf(format, a...)))
 	}
 	for i, l := range s.PolicyListen {
-		if path, ok := strings.CutPrefix(l, "unix:"); ok {
-			if !filepath.IsAbs(path) && !strings.HasPrefix(path, ".") {
-				bad(fmt.Sprintf("policy_listen[%d]", i), "unix socket path %q must be absolute or start with ./", path)
-			}
-			continue
-		}
+		key := fmt.Sprintf("policy_listen[%d]", i)
+		path, unix := strings.CutPrefix(l, "unix:")
 		ap, err := netip.ParseAddrPort(l)
-		if err != nil {
-			bad(fmt.Sprintf("policy_listen[%d]", i), "%q is neither host:port (numeric) nor unix:/path", l)
-			continue
-		}
-		if !ap.Addr().IsLoopback() && len(s.AllowNetworks) == 0 {
-			bad(fmt.Sprintf("policy_listen[%d]", i), "%q is not loopback: set server.allow_networks to the MTA hosts allowed to connect", l)
+		switch {
+		case unix && !filepath.IsAbs(path) && !strings.HasPrefix(path, "."):
+			bad(key, "unix socket path %q must be absolute or start with ./", path)
+		case unix:
+		case err != nil:
+			bad(key, "%q is neither host:port (numeric) nor unix:/path", l)
+		case !ap.Addr().IsLoopback() && len(s.AllowNetworks) == 0:
+			bad(key, "%q is not loopback: set server.allow_networks to the MTA hosts allowed to connect", l)
 		}
 	}
 	if m, err := strconv.ParseUint(s.SocketMode, 8, 32); err != nil || m > 0o777 {
@@ -123,14 +122,10 @@ func (s *Server) validate() []error {
 	if s.MaxConnectionsPerClient < 0 {
 		bad("max_connections_per_client", "must not be negative (0 means min(256, max_connections))")
 	}
-	switch s.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, s.LogLevel) {
 		bad("log_level", "%q is not debug, info, warn or error", s.LogLevel)
 	}
-	switch s.LogFormat {
-	case "text", "json":
-	default:
+	if s.LogFormat != "text" && s.LogFormat != "json" {
 		bad("log_format", "%q is not text or json", s.LogFormat)
 	}
 	if s.Group != "" && s.User == "" {

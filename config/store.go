@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,9 +67,7 @@ func (s *Store) validate(limits []policy.LimitConfig, requestTimeout policy.Dura
 	if s.RedisKnownRecords < -1 {
 		bad("redis_known_records", "%d (want a number of records, 0 for the default or -1 for none)", s.RedisKnownRecords)
 	}
-	switch s.OnRedisError {
-	case "local", "dunno", "defer":
-	default:
+	if !slices.Contains([]string{"local", "dunno", "defer"}, s.OnRedisError) {
 		bad("on_redis_error", "%q (want local, dunno or defer)", s.OnRedisError)
 	}
 	if strings.ContainsAny(s.KeyPrefix, "{}") {

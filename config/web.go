@@ -44,8 +44,5 @@ func (w *Web) validate() []error {
 	return errs
 }
 
-// TLS reports whether the console serves HTTPS.
-func (w *Web) TLS() bool { return w.TLSCert != "" && w.TLSKey != "" }
-
 // Proxies returns TrustedProxies parsed (bare addresses become /32, /128).
 func (w *Web) Proxies() []netip.Prefix { return parsePrefixes(w.TrustedProxies) }

@@ -16,7 +16,7 @@ func TestWebTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Web.Listen != "" || f.Web.TLS() {
+	if f.Web.Listen != "" || f.Web.TLSCert != "" {
 		t.Errorf("web on by default: %+v", f.Web)
 	}
 	if len(f.Web.Proxies()) != 0 {

@@ -37,18 +37,10 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 			w := cmd.OutOrStdout()
 			if summary {
 				ks, err := ask(opts, daemon.OpenEvents, func(b admin.Backend) ([]events.KeySummary, error) { return b.EventSummary(cmd.Context(), q) })
-				if err != nil || asJSON {
-					return orJSON(w, ks, err)
-				}
-				cliout.EventSummary(w, ks)
-				return nil
+				return printList(w, asJSON, ks, err, cliout.EventSummary)
 			}
 			es, err := ask(opts, daemon.OpenEvents, func(b admin.Backend) ([]events.Event, error) { return b.EventList(cmd.Context(), q) })
-			if err != nil || asJSON {
-				return orJSON(w, es, err)
-			}
-			cliout.Events(w, es)
-			return nil
+			return printList(w, asJSON, es, err, cliout.Events)
 		},
 	}
 	fl := cmd.Flags()
@@ -63,10 +55,15 @@ func newEventsCmd(opts *rootOptions) *cobra.Command {
 	return cmd
 }
 
-// orJSON returns err, or prints vs as a JSON array.
-func orJSON[T any](w io.Writer, vs []T, err error) error {
-	if err != nil {
+// printList prints vs with print, or as a JSON array with asJSON; an err
+// is returned instead.
+func printList[T any](w io.Writer, asJSON bool, vs []T, err error, print func(io.Writer, []T)) error {
+	switch {
+	case err != nil:
 		return err
+	case asJSON:
+		return cliout.JSONList(w, vs)
 	}
-	return cliout.JSONList(w, vs)
+	print(w, vs)
+	return nil
 }

@@ -33,14 +33,7 @@ func newQuarantineListCmd(opts *rootOptions) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			es, err := ask(opts, daemon.OpenQuarantine, func(b admin.Backend) ([]quarantine.Entry, error) { return b.List(cmd.Context(), lq) })
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return cliout.JSONList(cmd.OutOrStdout(), es)
-			}
-			cliout.Entries(cmd.OutOrStdout(), es)
-			return nil
+			return printList(cmd.OutOrStdout(), asJSON, es, err, cliout.Entries)
 		},
 	}
 	list.Flags().StringVar(&lq.Sender, "sender", "", "only this envelope sender")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
 
 	"github.com/ratelimitd/ratelimitd/admin"
 	"github.com/ratelimitd/ratelimitd/config"
@@ -102,4 +104,44 @@ func ask[T any](opts *rootOptions, offline func(*config.File) (*admin.Local, err
 		return err
 	})
 	return v, err
+}
+
+// helpFiles are the commands' long help texts, one per command path
+// (help/quarantine-thaw.txt is `ratelimitd quarantine thaw --help`).
+//
+//go:embed help/*.txt
+var helpFiles embed.FS
+
+// helpText returns the long help of the command at path ("quarantine
+// thaw"); it panics if the file is missing (a build mistake).
+func helpText(path string) string {
+	b, err := helpFiles.ReadFile("help/" + strings.ReplaceAll(path, " ", "-") + ".txt")
+	if err != nil {
+		panic("ratelimitd: no help text for " + path + ": " + err.Error())
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// newManCmd is the hidden `ratelimitd man DIR` of `make man`: a section 8
+// page per command from its help (spf13/cobra/doc).
+func newManCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "Write the manual pages (section 8) into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return err
+			}
+			root := cmd.Root()
+			root.DisableAutoGenTag = true // reproducible pages
+			err := doc.GenManTree(root, &doc.GenManHeader{Title: "RATELIMITD", Section: "8", Source: "ratelimitd " + daemon.ReleaseVersion(),
+				Manual: "ratelimitd manual"}, args[0])
+			if err != nil {
+				return fmt.Errorf("writing manual pages: %w", err)
+			}
+			return nil
+		},
+	}
 }

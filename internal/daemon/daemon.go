@@ -1,3 +1,9 @@
+// Package daemon is a running ratelimitd built from its configuration:
+// Start opens the state and starts the listeners, Reload applies a new
+// configuration (SIGHUP), Shutdown drains and flushes (SIGTERM); both front
+// ends call Daemon.Decide. OpenRates, OpenQuarantine and OpenEvents open
+// the same state for the CLI when no daemon runs. Methods are safe for
+// concurrent use; Shutdown is called once.
 package daemon
 
 import (
@@ -15,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,11 +33,13 @@ import (
 	"github.com/ratelimitd/ratelimitd/internal/metrics"
 	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mta"
+	"github.com/ratelimitd/ratelimitd/mta/milter"
 	"github.com/ratelimitd/ratelimitd/mta/postfix"
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/outcome"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
+	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
 	"github.com/ratelimitd/ratelimitd/statedb"
@@ -75,7 +84,6 @@ type Daemon struct {
 	redis       *redisstore.Failover // nil unless [store] backend = "redis"
 	redisClient *redisstore.Store
 	redisLog    *srvconn.ThrottledLog
-	badStates   *oncePerKey
 
 	opts Options
 	lost []statedb.Lost // unreadable records set aside at start
@@ -173,8 +181,9 @@ func Start(f *config.File, configPath string, logw io.Writer, opts Options) (_ *
 }
 
 // openStores opens the state file, the rate state, the engine (on it or
-// on Redis), the metrics, the recipient sets, the event log and the
-// outcome join, and starts their flusher and the memory limit.
+// on Redis), the metrics, the recipient sets, the event log (unless
+// [events] is off) and the outcome join, and starts their flusher and the
+// memory limit.
 func (d *Daemon) openStores() (err error) {
 	f, s := d.cfg, d.cfg.Server
 	if err := os.MkdirAll(s.StateDir, 0o750); err != nil {
@@ -196,6 +205,7 @@ func (d *Daemon) openStores() (err error) {
 		return err
 	}
 	d.mem = ratestore.NewMemory(ratestore.MemoryOptions{MaxKeys: s.MaxKeys})
+	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
 	d.state, err = ratestore.NewPersistent(d.db, d.mem, ratestore.PersistOptions{Limits: storeLimits(f.PolicyConfig()), Logger: d.log})
 	if err != nil {
 		if errors.Is(err, ratestore.ErrDamaged) {
@@ -222,7 +232,6 @@ func (d *Daemon) openStores() (err error) {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		d.startMemoryLimit()
 	}
-	d.metrics = metrics.New(func() float64 { return float64(d.mem.Len()) })
 	d.rcpts, err = ratestore.OpenRecipients(d.db, time.Now(), ratestore.RecipientOptions{})
 	if err != nil {
 		return err
@@ -230,8 +239,12 @@ func (d *Daemon) openStores() (err error) {
 	d.cleanup = append(d.cleanup, func() { d.rcpts.Close() })
 	d.engine.UseRecipientSets(d.rcpts)
 	d.flusher.Add("rcptsets", d.rcpts.Tick)
-	if err := d.openEvents(); err != nil {
-		return err
+	if f.Events.On() {
+		if d.events, err = events.Open(d.db, eventOptions(f)); err != nil {
+			return fmt.Errorf("%s: %w", s.DBPath(), err)
+		}
+		d.cleanup = append(d.cleanup, func() { d.events.Close() })
+		d.flusher.Add("event log", d.events.Tick)
 	}
 	if err := d.openOutcome(); err != nil {
 		return err
@@ -271,15 +284,16 @@ func (d *Daemon) checkRecords() error {
 	return nil
 }
 
-// openServices sets up the collectors, notifier, quarantine, policy server.
-func (d *Daemon) openServices() error {
+// openServices sets up the notifier ([notify] changes need a restart),
+// collectors, quarantine and policy server.
+func (d *Daemon) openServices() (err error) {
 	s := d.cfg.Server
-	d.metrics.Registry().MustRegister(metrics.StateCollectors(d.state)...)
-	d.metrics.Registry().MustRegister(metrics.EventCollectors(d.events)...)
 	// The notifier first: the quarantine's expiry loop may notify at once.
-	if err := d.startNotify(); err != nil {
-		return err
+	if d.notifier, err = notify.New(d.cfg.Notify, notify.Options{Logger: d.log}); err != nil {
+		return fmt.Errorf("notify: %w", err)
 	}
+	d.metrics.Registry().MustRegister(slices.Concat(metrics.StateCollectors(d.state), metrics.EventCollectors(d.events),
+		d.notifier.Collectors())...)
 	d.cleanup = append(d.cleanup, func() { d.notifier.Close(context.Background()) })
 	if d.redis != nil {
 		d.metrics.RegisterRedis(d.redis)
@@ -326,10 +340,11 @@ func connStatus(frontEnd string, st srvconn.Stats) admin.ConnStatus {
 // those systemd passed; a passed socket no listener names is an error.
 func (d *Daemon) listen() (ls listeners, err error) {
 	s := d.cfg.Server
-	var opened []net.Listener
 	d.cleanup = append(d.cleanup, func() {
-		for _, l := range opened {
-			l.Close()
+		for _, l := range slices.Concat(ls.policy, []net.Listener{ls.admin, ls.metrics, d.q.milterL}) {
+			if l != nil {
+				l.Close()
+			}
 		}
 	})
 	inh, err := srvconn.InheritedListeners()
@@ -342,22 +357,19 @@ func (d *Daemon) listen() (ls listeners, err error) {
 		if err != nil {
 			return ls, err
 		}
-		opened = append(opened, l)
 		ls.policy = append(ls.policy, l)
 	}
 	if ls.admin, err = admin.Listen(s.AdminSocket); err != nil {
 		return ls, err
 	}
-	opened = append(opened, ls.admin)
 	d.listeners = append(d.listeners, "admin unix:"+s.AdminSocket)
 	if *s.MetricsListen != "" {
 		if ls.metrics, err = net.Listen("tcp", *s.MetricsListen); err != nil {
 			return ls, fmt.Errorf("metrics listener: %w", err)
 		}
-		opened = append(opened, ls.metrics)
 		d.listeners = append(d.listeners, "metrics http://"+ls.metrics.Addr().String()+"/metrics")
 	}
-	if err = d.startMilter(&opened, inh); err != nil {
+	if err = d.startMilter(inh); err != nil {
 		return ls, err
 	}
 	return ls, inh.Untaken()
@@ -404,7 +416,7 @@ func (d *Daemon) serve(ls listeners) {
 	}
 	d.metrics.WatchConns(budgets)
 	for _, l := range ls.policy {
-		l := d.seen.watch(l, "policy", srvconn.Name(l))
+		l := d.seen.watch(l, "policy")
 		d.goServe("policy", func() error { return d.policy.Serve(l) }, postfix.ErrServerClosed)
 	}
 	// /metrics is capped; the admin socket, the postmaster's, is not (the
@@ -420,7 +432,10 @@ func (d *Daemon) serve(ls listeners) {
 		metricsL := lim.Listener(ls.metrics)
 		d.goServe("metrics", func() error { return d.metricsSrv.Serve(metricsL) }, http.ErrServerClosed)
 	}
-	d.serveMilter()
+	if d.q.milter != nil {
+		l := d.seen.watch(d.q.milterL, "milter")
+		d.goServe("milter", func() error { return d.q.milter.Serve(l) }, milter.ErrServerClosed)
+	}
 }
 
 // logConfigNotes logs policy.ConfigAdvice, the warnings and, loudly, a
@@ -445,3 +460,177 @@ func (d *Daemon) goServe(name string, serve func() error, closed error) {
 		}
 	})
 }
+
+// startWeb starts the browser console when [web] listen is set.
+func (d *Daemon) startWeb() error {
+	c := d.cfg.Web
+	if c.Listen == "" {
+		return nil
+	}
+	opts := web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile, TrustedProxies: c.Proxies(),
+		Rates: d.Rates(), Quarantine: d.q.svc, Limits: d.engine.Limits, Status: d.Status, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
+	if d.events != nil {
+		opts.Events = d.events
+	}
+	s, err := web.New(opts)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		return err
+	}
+	d.web = s
+	d.cleanup = append(d.cleanup, func() { s.Shutdown(context.Background()) })
+	d.listeners = append(d.listeners, "console "+s.URL())
+	return nil
+}
+
+// WebAddr is the console's listening address ("" when it is off).
+func (d *Daemon) WebAddr() string {
+	if d.web == nil {
+		return ""
+	}
+	return d.web.Addr().String()
+}
+
+// frontEndFaults are the fault kinds a front end counts (mta), the
+// milter's prefixed "milter ".
+var frontEndFaults = []string{mta.FaultPanic, mta.FaultDecision, mta.FaultHoldRecord, mta.FaultFreeze,
+	mta.FaultNoQuarantineAction, mta.FaultSpool}
+
+// daemonFaults are the fault kinds the daemon itself counts.
+var daemonFaults = []string{"reload", "redis unavailable", "redis bad state",
+	"rate state flush", "rcptsets flush", "event log flush"}
+
+// presetMetrics makes every fault kind, bad-input reason and running
+// limit's decisions exist at zero from the start.
+func (d *Daemon) presetMetrics() {
+	kinds := append([]string(nil), daemonFaults...)
+	for _, k := range frontEndFaults {
+		kinds = append(kinds, k, "milter "+k)
+	}
+	reasons := []string{postfix.ReasonLineTooLong, postfix.ReasonTooManyAttributes, postfix.ReasonMalformed,
+		postfix.ReasonUnknownRequest, postfix.ReasonUnexpectedEOF, postfix.ReasonTimeout, postfix.ReasonReadError,
+		"milter " + milter.ReasonEmptyPacket, "milter " + milter.ReasonPacketTooLarge, "milter " + milter.ReasonTimeout}
+	d.metrics.Preset(kinds, reasons)
+	d.presetLimitMetrics()
+}
+
+// presetLimitMetrics makes the decisions (and quarantined) counts of
+// every running limit exist at zero.
+func (d *Daemon) presetLimitMetrics() {
+	for _, l := range d.engine.Limits() {
+		d.metrics.PresetDecision(l.Name, l.Action)
+		if d.q.svc != nil && (l.Action == "hold" || l.Action == "freeze") {
+			d.q.svc.PresetLimit(l.Name, l.Action)
+		}
+	}
+}
+
+// frontEnds remembers when an MTA last connected to each front-end
+// listener, for status.
+type frontEnds struct {
+	mu   sync.Mutex
+	list []*seenListener
+}
+
+// seenListener is a listener that records each accepted connection.
+type seenListener struct {
+	net.Listener
+	frontEnd string // "policy" or "milter"
+	name     string
+	last     atomic.Int64
+	count    atomic.Int64
+}
+
+// Accept records the time of each accepted connection.
+func (l *seenListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.last.Store(time.Now().UnixNano())
+		l.count.Add(1)
+	}
+	return c, err
+}
+
+// watch returns l, recording its connections under frontEnd.
+func (f *frontEnds) watch(l net.Listener, frontEnd string) net.Listener {
+	s := &seenListener{Listener: l, frontEnd: frontEnd, name: srvconn.Name(l)}
+	f.mu.Lock()
+	f.list = append(f.list, s)
+	f.mu.Unlock()
+	return s
+}
+
+// status returns each watched listener's connections, in watch order.
+func (f *frontEnds) status() []admin.FrontEndStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]admin.FrontEndStatus, 0, len(f.list))
+	for _, s := range f.list {
+		st := admin.FrontEndStatus{FrontEnd: s.frontEnd, Listen: s.name, Connections: s.count.Load()}
+		if ns := s.last.Load(); ns != 0 {
+			st.LastConnect = time.Unix(0, ns)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// Decide is both front ends' Decider: evaluate, then the decision's side
+// effects, each once: metrics, notification, event, outcome join, hold
+// record (the milter's through milterQuarantine.Hold).
+func (d *Daemon) Decide(ctx context.Context, req *policy.Request) policy.Decision {
+	now := req.Received
+	if now.IsZero() {
+		now = time.Now()
+	}
+	dec := d.engine.Evaluate(ctx, now, req)
+	d.redisFault(&dec)
+	d.metrics.Observe(req, &dec)
+	d.notifyRefusal(req, &dec)
+	d.recordDecision(now, req, &dec)
+	d.joinSubmission(ctx, now, req, &dec)
+	if req.Stage != policy.ViaMilter {
+		if dec.Action == policy.Hold || dec.Action == policy.Freeze {
+			d.recordHold(ctx, req, nil, &dec)
+		} else if req.ProtocolState == policy.StateEndOfMessage {
+			d.q.svc.Record(ctx, lifecycle.Message{Request: req}, &policy.Decision{}) // a held entry's queue ID
+		}
+	}
+	return dec
+}
+
+// policyConfig is f's policy configuration for the daemon's engine:
+// without Measures, and with the running [store]'s on_redis_error.
+func (d *Daemon) policyConfig(f *config.File) policy.Config {
+	pc := f.PolicyConfig()
+	pc.OmitMeasures = true
+	if s := d.cfg.Store; s.Redis() && s.OnRedisError == "defer" {
+		pc.DeferOnUnavailable = redisstore.ErrUnavailable
+	}
+	return pc
+}
+
+// redisFault counts a decision Redis could not make (answered by the
+// engine's fault table), logged at most every 10 s.
+func (d *Daemon) redisFault(dec *policy.Decision) {
+	if d.redis == nil || dec.Fault == nil || !errors.Is(dec.Fault, redisstore.ErrUnavailable) {
+		return
+	}
+	d.metrics.Fault("redis unavailable")
+	d.redisLog.Warn("request decided per on_redis_error: redis unavailable", "on_redis_error", d.cfg.Store.OnRedisError,
+		"err", dec.Fault)
+	dec.Fault = nil
+}
+
+// frontEndMetrics feeds a front end's counts into the daemon metrics,
+// labels prefixed ("milter " or "").
+type frontEndMetrics struct {
+	m      *metrics.Metrics
+	prefix string
+}
+
+func (f frontEndMetrics) Decision(_ string, _ policy.Action, took time.Duration) { f.m.Latency(took) }
+func (f frontEndMetrics) BadInput(reason string)                                 { f.m.Bad(f.prefix + reason) }
+func (f frontEndMetrics) Fault(kind string)                                      { f.m.Fault(f.prefix + kind) }

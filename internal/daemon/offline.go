@@ -18,7 +18,6 @@ import (
 	"github.com/ratelimitd/ratelimitd/notify"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine"
-	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 	"github.com/ratelimitd/ratelimitd/ratestore/redisstore"
@@ -99,7 +98,7 @@ func OpenRates(f *config.File, write bool) (*admin.Local, error) {
 // openRedisRates answers the rate commands from Redis directly.
 func openRedisRates(f *config.File) (*admin.Local, error) {
 	var eng *policy.Engine
-	r, err := redisstore.New(context.Background(), redisOptions(f.Store, engineLimits(func() *policy.Engine { return eng })))
+	r, err := redisstore.New(context.Background(), redisOptions(f.Store, engineLimits(&eng)))
 	if err != nil {
 		return nil, fmt.Errorf("store: redis %v: %w", f.Store.RedisAddrs, err)
 	}
@@ -117,19 +116,12 @@ func OpenQuarantine(f *config.File) (*admin.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := quarantine.New(o.db, quarantine.Options{MaxSize: int64(f.Quarantine.MaxSize)})
-	if err == nil {
-		var svc *lifecycle.Service
-		var hooks lifecycle.Events
-		if o.events != nil {
-			hooks = eventRecorder{o.events}
-		}
-		if svc, err = newLifecycle(q, f, o.engine, newLogger(f.Server, io.Discard), hooks); err == nil {
-			return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
-		}
+	svc, err := newLifecycle(o.db, f, o.engine, newLogger(f.Server, io.Discard), eventRecorder{o.events})
+	if err != nil {
+		o.close()
+		return nil, err
 	}
-	o.close()
-	return nil, err
+	return &admin.Local{RateState: o.engine, Quarantine: svc, Events: o.events, Closer: o.close}, nil
 }
 
 // InspectState is what `ratelimitd state check` reads beyond the records:

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -131,15 +130,4 @@ func (d *Daemon) stopOutcomeFeeds() {
 			d.notices.Close()
 		}
 	}
-}
-
-// closeOutcome writes the join a last time.
-func (d *Daemon) closeOutcome() error {
-	if d.join == nil {
-		return nil
-	}
-	if err := d.join.Close(); err != nil && !errors.Is(err, outcome.ErrClosed) {
-		return fmt.Errorf("flush outcome join: %w", err)
-	}
-	return nil
 }

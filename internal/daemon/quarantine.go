@@ -7,7 +7,10 @@ import (
 	"net"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/ratelimitd/ratelimitd/config"
+	"github.com/ratelimitd/ratelimitd/internal/srvconn"
 	"github.com/ratelimitd/ratelimitd/mailout"
 	"github.com/ratelimitd/ratelimitd/mta"
 	"github.com/ratelimitd/ratelimitd/mta/milter"
@@ -17,11 +20,15 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// newLifecycle wires the quarantine life cycle for the daemon and the
-// offline CLI; events may be nil.
-func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
+// newLifecycle opens the quarantine of db and wires its life cycle, for
+// the daemon and the offline CLI; events may be nil.
+func newLifecycle(db *bolt.DB, f *config.File, eng *policy.Engine, log *slog.Logger, events lifecycle.Events) (*lifecycle.Service, error) {
 	c := f.Quarantine
-	opts := lifecycle.Options{
+	q, err := quarantine.New(db, quarantine.Options{MaxSize: int64(c.MaxSize)})
+	if err != nil {
+		return nil, err
+	}
+	return lifecycle.New(q, lifecycle.Options{
 		Queue: &postfix.Queue{ReleaseCommands: c.ReleaseCommand, ExpireCommands: c.ExpireCommand,
 			DeleteCommand: c.DeleteCommand, ShowCommand: c.ShowCommand, ListCommand: *c.QueueListCommand},
 		Reinjector:   &mailout.Reinjector{Addr: c.ReinjectAddr, Helo: c.ReinjectHelo},
@@ -33,8 +40,7 @@ func newLifecycle(q *quarantine.Store, f *config.File, eng *policy.Engine, log *
 		Events:       events,
 		DripLimits:   dripLimits(f),
 		Rates:        eng,
-	}
-	return lifecycle.New(q, opts)
+	})
 }
 
 // dripLimits names the limits with auto_release = "drip".
@@ -72,16 +78,8 @@ type quarantineState struct {
 }
 
 func (d *Daemon) openQuarantine() error {
-	q, err := quarantine.New(d.db, quarantine.Options{MaxSize: int64(d.cfg.Quarantine.MaxSize)})
-	if err != nil {
-		return fmt.Errorf("quarantine: %w", err)
-	}
 	d.qnotify = &quarantineNotify{d: d}
-	var hooks lifecycle.Events = d.qnotify
-	if d.events != nil {
-		hooks = lifecycleEvents{d.qnotify, eventRecorder{d.events}}
-	}
-	svc, err := newLifecycle(q, d.cfg, d.engine, d.log, hooks)
+	svc, err := newLifecycle(d.db, d.cfg, d.engine, d.log, d.qnotify)
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
@@ -107,4 +105,37 @@ func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients
 			Reason: "hold not recorded (" + dec.Reason + "): " + err.Error(), Limit: dec.Limit, Key: dec.Key,
 			Rate: dec.Rate, Max: dec.Max, Period: dec.Period, RetryAfter: dec.RetryAfter, Measures: dec.Measures}
 	}
+}
+
+// startMilter opens the [milter] listener, if set, and its server.
+func (d *Daemon) startMilter(inh *srvconn.Inherited) error {
+	m := d.cfg.Milter
+	if m.Listen == "" {
+		return nil
+	}
+	l, err := d.listenMTA("milter", m.Listen, inh)
+	if err != nil {
+		return err
+	}
+	d.q.milterL = l
+	d.q.milter = &milter.Server{
+		Decider:         d,
+		Quarantine:      milterQuarantine{d},
+		Logger:          d.log,
+		Metrics:         frontEndMetrics{m: d.metrics, prefix: "milter "},
+		AllowedNetworks: d.cfg.Server.Networks(),
+		ReadTimeout:     time.Duration(m.ReadTimeout),
+		MaxMessageSize:  int64(m.MaxMessageSize),
+		SpoolDir:        d.cfg.Server.StateDir,
+
+		FirstRequestTimeout: time.Duration(m.FirstRequestTimeout),
+		Budget:              d.budget("milter", m.MaxConnections, srvconn.DefaultMilterConns(), m.MaxConnectionsPerClient),
+	}
+	return nil
+}
+
+// MayFreeze implements milter.FreezeAdvisor (policy.Engine.MayFreeze):
+// the milter keeps a message only when a freeze limit could apply.
+func (d *Daemon) MayFreeze(_ context.Context, req *policy.Request) bool {
+	return d.engine.MayFreeze(req)
 }

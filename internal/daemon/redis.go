@@ -27,14 +27,13 @@ func redisOptions(s config.Store, limits func(string) (ratelimit.Limit, bool)) r
 	return o
 }
 
-// engineLimits returns a lookup of the engine's current limits by name.
-func engineLimits(eng func() *policy.Engine) func(string) (ratelimit.Limit, bool) {
+// engineLimits returns a lookup by name of the limits of *eng, once set.
+func engineLimits(eng **policy.Engine) func(string) (ratelimit.Limit, bool) {
 	return func(name string) (ratelimit.Limit, bool) {
-		e := eng()
-		if e == nil {
+		if *eng == nil {
 			return ratelimit.Limit{}, false
 		}
-		return e.LimitParams(name)
+		return (*eng).LimitParams(name)
 	}
 }
 
@@ -49,21 +48,22 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	if err != nil {
 		return nil, err
 	}
-	o := redisOptions(s, engineLimits(func() *policy.Engine { return d.engine }))
-	d.badStates = newOncePerKey(10000)
+	o := redisOptions(s, engineLimits(&d.engine))
+	var mu sync.Mutex
+	logged := map[string]bool{} // logged once each, up to 10,000
 	o.OnBadState = func(limit, key string) {
-		if d.metrics != nil {
-			d.metrics.Fault("redis bad state")
+		d.metrics.Fault("redis bad state")
+		mu.Lock()
+		first := !logged[limit+"\x00"+key]
+		if first && len(logged) < 10000 {
+			logged[limit+"\x00"+key] = true
 		}
-		if d.badStates.first(limit + "\x00" + key) {
+		mu.Unlock()
+		if first {
 			d.log.Warn("undecodable rate state in redis replaced by a fresh one", "limit", limit, "key", key)
 		}
 	}
-	o.OnRoundTrip = func(took time.Duration) {
-		if d.metrics != nil {
-			d.metrics.RedisRoundTrip(took)
-		}
-	}
+	o.OnRoundTrip = d.metrics.RedisRoundTrip
 	r, err := redisstore.Open(o)
 	if err != nil {
 		return nil, fmt.Errorf("store: redis %v: %w", s.RedisAddrs, err)
@@ -80,28 +80,6 @@ func (d *Daemon) openRedis(s config.Store, local policy.Store) (*redisstore.Fail
 	d.redisClient = r
 	d.redisLog = srvconn.NewThrottledLog(d.log, 10*time.Second)
 	return f, nil
-}
-
-// oncePerKey remembers up to max keys, to log something once per key.
-type oncePerKey struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
-	max  int
-}
-
-func newOncePerKey(max int) *oncePerKey { return &oncePerKey{seen: map[string]struct{}{}, max: max} }
-
-// first reports whether k is new (always once max keys are remembered).
-func (o *oncePerKey) first(k string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, ok := o.seen[k]; ok {
-		return false
-	}
-	if len(o.seen) < o.max {
-		o.seen[k] = struct{}{}
-	}
-	return true
 }
 
 // redisClock answers the rate commands on Redis's clock, the decisions'.

@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/config"
 	"github.com/ratelimitd/ratelimitd/internal/human"
 	"github.com/ratelimitd/ratelimitd/notify"
+	"github.com/ratelimitd/ratelimitd/outcome"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
@@ -113,7 +114,10 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	check("policy server", d.policy.Shutdown(ctx))
-	d.stopMilter(ctx)
+	if d.q.milter != nil {
+		d.q.milter.Shutdown(ctx)
+	}
+	d.q.stopRun() // the quarantine's loop
 	if d.metricsSrv != nil {
 		d.metricsSrv.Shutdown(ctx)
 	}
@@ -121,9 +125,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if d.web != nil {
 		d.web.Shutdown(ctx)
 	}
-	if d.qnotify != nil {
-		d.qnotify.flushAll()
-	}
+	d.qnotify.flushAll()
 	check("notifications", d.notifier.Close(ctx))
 	if d.stopMemLimit != nil {
 		d.stopMemLimit()
@@ -138,7 +140,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	check("flush rate state", d.state.Close())
 	check("flush recipient sets", d.rcpts.Close())
 	check("flush events", d.events.Close())
-	errs = append(errs, d.closeOutcome())
+	if d.join != nil {
+		if err := d.join.Close(); !errors.Is(err, outcome.ErrClosed) {
+			check("flush outcome join", err)
+		}
+	}
 	d.wg.Wait()
 	errs = append(errs, d.db.Close())
 	d.log.Info("ratelimitd stopped")
