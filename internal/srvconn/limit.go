@@ -87,9 +87,7 @@ type Stats struct {
 // unix sockets and others.
 func clientAddr(rwc net.Conn) netip.Addr {
 	if ra, ok := rwc.RemoteAddr().(*net.TCPAddr); ok {
-		if a, ok := netip.AddrFromSlice(ra.IP); ok {
-			return a.Unmap()
-		}
+		return ra.AddrPort().Addr().Unmap().WithZone("")
 	}
 	return netip.Addr{}
 }

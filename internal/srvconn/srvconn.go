@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,21 +103,14 @@ func (t *Tracker[C]) IsClosed() bool {
 	return t.closed
 }
 
-// Remove forgets c's ended connection; whether c was still tracked.
-func (t *Tracker[C]) Remove(c C) bool {
+// Remove forgets c's ended connection.
+func (t *Tracker[C]) Remove(c C) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.RemoveLocked(c)
-}
-
-// RemoveLocked is Remove with the mutex held.
-func (t *Tracker[C]) RemoveLocked(c C) bool {
-	e, ok := t.conns[c]
-	if ok {
+	if e, ok := t.conns[c]; ok {
 		t.releaseLocked(e)
+		delete(t.conns, c)
 	}
-	delete(t.conns, c)
-	return ok
 }
 
 // Activity is what a connection is doing (MarkLocked): which connections
@@ -314,22 +308,13 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 // loopback; IPv4-mapped as IPv4); unix sockets always; anything else
 // refused.
 func Allowed(allowed []netip.Prefix, rwc net.Conn, unixListener bool) bool {
-	switch ra := rwc.RemoteAddr().(type) {
+	switch rwc.RemoteAddr().(type) {
 	case *net.TCPAddr:
-		addr, ok := netip.AddrFromSlice(ra.IP)
-		if !ok {
-			return false
-		}
-		addr = addr.Unmap().WithZone("")
+		addr := clientAddr(rwc)
 		if len(allowed) == 0 {
 			return addr.IsLoopback()
 		}
-		for _, p := range allowed {
-			if p.Contains(addr) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(addr) })
 	case *net.UnixAddr:
 		return true
 	default:

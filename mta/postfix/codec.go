@@ -22,23 +22,14 @@ const (
 	StagePolicy = "policy"              // the policy.Request.Stage set by Decode
 )
 
-// Indexes of the string attributes Decode keeps.
+// stringAttrs are the string attributes Decode keeps, by field index.
+var stringAttrs = [...]string{"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
+	"client_address", "client_name", "reverse_client_name", "instance", "sasl_method", "sasl_username",
+	"sasl_sender", "local_user"}
+
 const (
-	fProtocolState = iota
-	fProtocolName
-	fHeloName
-	fQueueID
-	fSender
-	fRecipient
-	fClientAddress
-	fClientName
-	fReverseClientName
-	fInstance
-	fSASLMethod
-	fSASLUsername
-	fSASLSender
-	fLocalUser
-	nStringFields
+	fProtocolState, fProtocolName = 0, 1 // indexes in stringAttrs
+	nStringFields                 = len(stringAttrs)
 )
 
 // Bits in Decoder.seen for the numeric attributes.
@@ -185,35 +176,10 @@ func (d *Decoder) readAttributes() (rcptCount, size int64, err error) {
 
 // stringField returns the string field of attribute name, or -1.
 func stringField(name []byte) int {
-	switch string(name) {
-	case "protocol_state":
-		return fProtocolState
-	case "protocol_name":
-		return fProtocolName
-	case "helo_name":
-		return fHeloName
-	case "queue_id":
-		return fQueueID
-	case "sender":
-		return fSender
-	case "recipient":
-		return fRecipient
-	case "client_address":
-		return fClientAddress
-	case "client_name":
-		return fClientName
-	case "reverse_client_name":
-		return fReverseClientName
-	case "instance":
-		return fInstance
-	case "sasl_method":
-		return fSASLMethod
-	case "sasl_username":
-		return fSASLUsername
-	case "sasl_sender":
-		return fSASLSender
-	case "local_user":
-		return fLocalUser
+	for f, a := range stringAttrs {
+		if string(name) == a {
+			return f
+		}
 	}
 	return -1
 }
