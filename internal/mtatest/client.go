@@ -87,11 +87,9 @@ type Result struct {
 	Transcript string
 }
 
-// Err returns nil, the only *SendError, or errors.Join of them all.
+// Err returns errors.Join of the Errors: nil if none (errors.As finds a
+// *SendError).
 func (r *Result) Err() error {
-	if len(r.Errors) == 1 {
-		return r.Errors[0]
-	}
 	errs := make([]error, len(r.Errors))
 	for i, e := range r.Errors {
 		errs[i] = e
