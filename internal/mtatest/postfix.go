@@ -20,34 +20,22 @@ import (
 // PostfixOptions configures StartPostfix. The zero value is a Postfix that
 // relays nowhere (mail stays deferred) and asks no policy service.
 type PostfixOptions struct {
-	// SinkAddr ("127.0.0.1:PORT") becomes the relayhost; empty: mail stays
-	// deferred.
-	SinkAddr string
-
+	SinkAddr string // "127.0.0.1:PORT": the relayhost; empty: mail stays deferred
 	// PolicyService ("inet:HOST:PORT" or "unix:/path") is asked at RCPT and
 	// END-OF-MESSAGE, timeout=10s, default_action=DUNNO.
 	PolicyService string
-
 	// Milter ("inet:HOST:PORT" or "unix:/path") becomes smtpd_milters
-	// (tempfail by default, protocol 6).
-	Milter string
-	// MilterPrivate names a socket in private/ (Postfix.PrivateSocket),
-	// used when Milter is not set.
-	MilterPrivate string
-
-	// ReinjectPort adds a second smtpd (Postfix.ReinjectAddr) without
-	// milter or policy service.
-	ReinjectPort bool
-
-	// ExtraMainCF sets main.cf parameters over the harness's.
-	ExtraMainCF map[string]string
+	// (tempfail by default, protocol 6); else MilterPrivate names a socket
+	// in private/ (Postfix.PrivateSocket).
+	Milter, MilterPrivate string
+	ReinjectPort          bool              // a second smtpd (Postfix.ReinjectAddr) without milter or policy service
+	ExtraMainCF           map[string]string // main.cf parameters set over the harness's
 }
 
 // Postfix is a running private instance, safe for concurrent use, removed
 // at t.Cleanup (MTATEST_KEEP=1 keeps the directory).
 type Postfix struct {
-	// ReinjectAddr is the re-injection smtpd's address (ReinjectPort).
-	ReinjectAddr string
+	ReinjectAddr string // the re-injection smtpd's address (ReinjectPort)
 
 	root     string // temporary directory holding everything below
 	confDir  string // root/etc: main.cf, master.cf
