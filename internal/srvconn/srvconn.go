@@ -255,12 +255,7 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 			}
 			var te interface{ Temporary() bool }
 			if errors.As(err, &te) && te.Temporary() {
-				if tempDelay == 0 {
-					tempDelay = 5 * time.Millisecond
-				} else {
-					tempDelay *= 2
-				}
-				tempDelay = min(tempDelay, time.Second)
+				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
 				a.Logger.Warn("accept error; retrying", "listener", l.Addr().String(), "err", err, "delay", tempDelay)
 				select {
 				case <-time.After(tempDelay):
