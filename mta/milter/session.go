@@ -212,24 +212,9 @@ func (s *session) Header(name string, value string, m *gomilter.Modifier) (resp 
 	if s.msg.headers++; s.msg.headers == 1 && s.nonSMTP && strings.EqualFold(name, LocalUserHeader) {
 		s.msg.localUser, _ = localUser(value)
 	}
-	line := make([]byte, 0, len(name)+len(value)+8)
-	line = append(line, name...)
-	line = append(line, ':', ' ')
-	line = appendCRLF(line, value)
-	line = append(line, '\r', '\n')
-	s.add(line)
+	value = strings.ReplaceAll(strings.ReplaceAll(value, "\r\n", "\n"), "\n", "\r\n") // every line break CRLF
+	s.add([]byte(name + ": " + value + "\r\n"))
 	return gomilter.RespContinue, nil
-}
-
-// appendCRLF appends v with every line break made CRLF.
-func appendCRLF(dst []byte, v string) []byte {
-	for i := 0; i < len(v); i++ {
-		if v[i] == '\n' && (i == 0 || v[i-1] != '\r') {
-			dst = append(dst, '\r')
-		}
-		dst = append(dst, v[i])
-	}
-	return dst
 }
 
 // Headers implements go-milter's Milter (SMFIC_EOH).
