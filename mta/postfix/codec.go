@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -248,28 +249,22 @@ func (d *Decoder) carve(b []byte) string {
 	return unsafe.String(&d.arena[start], len(b))
 }
 
-// knownStates are the protocol_state values decoded without allocating.
-var knownStates = [...]string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
-	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
+// constants are the protocol_state and protocol_name values decoded
+// without allocating.
+var constants = [...][]string{
+	fProtocolState: {policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail, policy.StateRcpt,
+		policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn},
+	fProtocolName: {"ESMTP", "SMTP"},
+}
 
 // constant returns a constant string equal to v for field f, if any.
 func constant(f int, v []byte) (string, bool) {
 	if len(v) == 0 {
 		return "", true
 	}
-	switch f {
-	case fProtocolState:
-		for _, s := range knownStates {
-			if string(v) == s {
-				return s, true
-			}
-		}
-	case fProtocolName:
-		switch string(v) {
-		case "ESMTP":
-			return "ESMTP", true
-		case "SMTP":
-			return "SMTP", true
+	if f < len(constants) {
+		if i := slices.Index(constants[f], string(v)); i >= 0 {
+			return constants[f][i], true
 		}
 	}
 	return "", false
