@@ -11,7 +11,7 @@ import (
 )
 
 // startMilter opens the [milter] listener, if set, and its server.
-func (d *Daemon) startMilter(ls *[]net.Listener, inh *srvconn.Inherited) error {
+func (d *Daemon) startMilter(ls *[]net.Listener, inh srvconn.Inherited) error {
 	m := d.cfg.Milter
 	if m.Listen == "" {
 		return nil
