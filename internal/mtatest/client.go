@@ -292,8 +292,6 @@ func prefixLines(prefix string, p []byte) []byte {
 	return b
 }
 
-var mailDecoder mime.WordDecoder
-
 // BuildMessage returns an RFC 5322 text/plain message (RFC 2047 subject),
 // CRLF line ends.
 func BuildMessage(from, to, subject, body string) []byte {
