@@ -140,15 +140,13 @@ func (s *Server) Serve(l net.Listener) error {
 		Allowed: s.AllowedNetworks,
 		New:     s.newConn,
 		Refused: func(c *conn) { c.log.Warn("connection refused by allow-list") },
-		Start: func(c *conn) {
-			c.log.Debug("connection opened")
-			s.startSession(c)
-		},
+		Start:   s.startSession,
 	})
 }
 
-// startSession serves c with go-milter.
+// startSession serves c with go-milter, in its goroutine.
 func (s *Server) startSession(c *conn) {
+	c.log.Debug("connection opened")
 	lib := &gomilter.Server{
 		NewMilter: func() gomilter.Milter { return c.sess },
 		Actions:   gomilter.OptAddHeader | gomilter.OptQuarantine,
