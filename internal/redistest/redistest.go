@@ -6,7 +6,6 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -145,17 +144,15 @@ func (s *Server) Do(args ...string) (string, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	b := fmt.Appendf(nil, "*%d\r\n", len(args))
 	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := c.Write(b.Bytes()); err != nil {
+	if _, err := c.Write(b); err != nil {
 		return "", err
 	}
-	r := bufio.NewReader(c)
 	var out []string
-	if err := readReply(r, &out); err != nil {
+	if err := readReply(bufio.NewReader(c), &out); err != nil {
 		return "", err
 	}
 	return strings.Join(out, "\n"), nil
