@@ -401,11 +401,7 @@ var freePorts = struct {
 func ephemeralLow() int {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
+		fmt.Sscan(string(b), &low) // "LOW HIGH"; low stays if unparsable
 	}
 	return max(low, 20000)
 }
