@@ -28,7 +28,7 @@ const (
 )
 
 // Reasons lists every reason, in the order status prints them.
-var Reasons = []string{ReasonMaxConnections, ReasonMaxPerClient, ReasonEvicted, ReasonFirstRequest}
+var Reasons = [...]string{ReasonMaxConnections, ReasonMaxPerClient, ReasonEvicted, ReasonFirstRequest}
 
 // DefaultMaxConns is the policy service's connection cap:
 // min(MaxConnsCeiling, RLIMIT_NOFILE/2), at least 1.

@@ -35,10 +35,10 @@ type Tracker[C comparable] struct {
 	serveGroup sync.WaitGroup
 
 	budget  Budget
-	open    int                // entries counted against the budget
-	clients map[netip.Addr]int // counted entries by client address
-	nClosed map[string]*atomic.Int64
-	logs    *ThrottledLog // set by the first Serve
+	open    int                        // entries counted against the budget
+	clients map[netip.Addr]int         // counted entries by client address
+	nClosed [len(Reasons)]atomic.Int64 // by index in Reasons
+	logs    *ThrottledLog              // set by the first Serve
 }
 
 // entry is one connection, under Tracker.mu.
@@ -62,10 +62,6 @@ func New[C comparable](errClosed error, name string, budget Budget) *Tracker[C] 
 		conns:     make(map[C]*entry),
 		budget:    budget,
 		clients:   make(map[netip.Addr]int),
-		nClosed:   make(map[string]*atomic.Int64, len(Reasons)),
-	}
-	for _, r := range Reasons {
-		t.nClosed[r] = new(atomic.Int64)
 	}
 	t.baseCtx, t.cancelBase = context.WithCancel(context.Background())
 	return t
@@ -137,8 +133,8 @@ func (t *Tracker[C]) MarkLocked(c C, a Activity) {
 
 // CountClosed counts a connection closed for a budget reason.
 func (t *Tracker[C]) CountClosed(reason string) {
-	if n := t.nClosed[reason]; n != nil {
-		n.Add(1)
+	if i := slices.Index(Reasons[:], reason); i >= 0 {
+		t.nClosed[i].Add(1)
 	}
 	if t.budget.Closed != nil {
 		t.budget.Closed(reason)
@@ -148,8 +144,8 @@ func (t *Tracker[C]) CountClosed(reason string) {
 // Stats returns the budget's state now.
 func (t *Tracker[C]) Stats() Stats {
 	st := Stats{Max: max(t.budget.Max, 0), PerClient: t.budget.perClient(), Closed: make(map[string]int64, len(Reasons))}
-	for r, n := range t.nClosed {
-		st.Closed[r] = n.Load()
+	for i, r := range Reasons {
+		st.Closed[r] = t.nClosed[i].Load()
 	}
 	t.mu.Lock()
 	st.Open = t.open
