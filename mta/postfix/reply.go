@@ -3,6 +3,7 @@ package postfix
 import (
 	"bufio"
 	"cmp"
+	"slices"
 	"strconv"
 
 	"github.com/ratelimitd/ratelimitd/mta"
@@ -88,12 +89,8 @@ func appendText(dst []byte, s string, limit int) []byte {
 // holdAllowed reports whether Postfix executes HOLD at state: not before
 // MAIL, not in VRFY or ETRN (smtpd_check.c, can_delegate_action).
 func holdAllowed(state string) bool {
-	switch state {
-	case policy.StateConnect, policy.StateEHLO, policy.StateHELO,
-		policy.StateVrfy, policy.StateEtrn:
-		return false
-	}
-	return true
+	return !slices.Contains([]string{policy.StateConnect, policy.StateEHLO, policy.StateHELO,
+		policy.StateVrfy, policy.StateEtrn}, state)
 }
 
 // prependAllowed: where HOLD is, but not at END-OF-MESSAGE (access(5)).
