@@ -103,17 +103,10 @@ func sameAddr(a net.Addr, addr string) bool {
 		return err == nil && filepath.Clean(a.String()) == abs
 	}
 	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return false
-	}
 	want, err := netip.ParseAddrPort(addr)
-	if err != nil {
+	if !ok || err != nil || ta.AddrPort().Port() != want.Port() {
 		return false
 	}
-	got := ta.AddrPort()
-	if got.Port() != want.Port() {
-		return false
-	}
-	g, w := got.Addr().Unmap(), want.Addr().Unmap()
+	g, w := ta.AddrPort().Addr().Unmap(), want.Addr().Unmap()
 	return g == w || (g.IsUnspecified() && w.IsUnspecified())
 }

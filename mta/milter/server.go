@@ -239,10 +239,9 @@ func (c *conn) command(code byte, data []byte) {
 	c.lastCode = code
 	switch gomilter.Code(code) {
 	case gomilter.CodeMail:
-		s := c.srv
-		s.life.Lock()
+		c.srv.life.Lock()
 		c.inMessage = true
-		s.life.Unlock()
+		c.srv.life.Unlock()
 	case gomilter.CodeOptNeg:
 		// version, actions, protocol: the actions the MTA allows.
 		if len(data) >= 8 && !c.optneg {
