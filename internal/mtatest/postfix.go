@@ -103,9 +103,7 @@ func requirePostfix(t testing.TB, opts PostfixOptions) (postfixBin string, uid, 
 func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "mtatest-")
-	if err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, err)
 	keep := os.Getenv("MTATEST_KEEP") != ""
 	p := &Postfix{
 		root:     root,
@@ -140,13 +138,9 @@ func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataDir string, uid int) string {
 	t.Helper()
 	mainCF, err := buildMainCF(opts, p.root, p.queueDir, dataDir, p.logFile)
-	if err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, err)
 	sysMaster, err := os.ReadFile("/etc/postfix/master.cf")
-	if err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, err)
 	must(t, p.writeConfig("main.cf", mainCF))
 	must(t, p.writeConfig("master.cf", string(sysMaster)))
 
@@ -187,9 +181,7 @@ func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster 
 			p.ReinjectAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(reinjectPort))
 		}
 		masterCF, err := buildMasterCF(sysMaster, ports[0], reinjectPort)
-		if err != nil {
-			t.Fatalf("mtatest: %v", err)
-		}
+		must(t, err)
 		must(t, p.writeConfig("master.cf", masterCF))
 		err = p.startMaster()
 		if err == nil {
@@ -409,9 +401,7 @@ func ephemeralLow() int {
 // must fails the test if err is not nil.
 func must(t testing.TB, err error) {
 	t.Helper()
-	if err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, err)
 }
 
 func tail(s string, n int) string {
