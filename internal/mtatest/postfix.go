@@ -401,7 +401,9 @@ func ephemeralLow() int {
 // must fails the test if err is not nil.
 func must(t testing.TB, err error) {
 	t.Helper()
-	must(t, err)
+	if err != nil {
+		t.Fatalf("mtatest: %v", err)
+	}
 }
 
 func tail(s string, n int) string {
