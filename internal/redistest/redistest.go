@@ -84,10 +84,7 @@ func start(t testing.TB, bin string, sentinel bool, port int, conf ...string) *S
 		s.Kill()
 		if t.Failed() {
 			if b, err := os.ReadFile(filepath.Join(dir, "log")); err == nil {
-				if len(b) > 3000 {
-					b = b[len(b)-3000:]
-				}
-				t.Logf("redistest: tail of %s log:\n%s", s.Addr, b)
+				t.Logf("redistest: tail of %s log:\n%s", s.Addr, b[max(0, len(b)-3000):])
 			}
 		}
 	})
