@@ -23,13 +23,7 @@ func ReplyText(s string, max int) string {
 	if max < 1 {
 		return ""
 	}
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f {
-			clean = false
-			break
-		}
-	}
+	clean := !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r >= 0x7f })
 	if clean && len(s) <= max && !strings.Contains(s, "  ") && strings.TrimSpace(s) == s {
 		return s
 	}
@@ -97,14 +91,9 @@ func ValidEnhanced(s string, class byte) bool {
 // ok only if Name is a valid field name (RFC 5322 3.6.8: printable ASCII
 // but the colon, at least one character). value is not yet made safe.
 func HeaderField(h string) (name, value string, ok bool) {
-	colon := strings.IndexByte(h, ':')
-	if colon <= 0 {
+	name, value, ok = strings.Cut(h, ":")
+	if !ok || name == "" || strings.ContainsFunc(name, func(r rune) bool { return r < '!' || r > '~' }) {
 		return "", "", false
 	}
-	for i := range colon {
-		if c := h[i]; c < '!' || c > '~' {
-			return "", "", false
-		}
-	}
-	return h[:colon], h[colon+1:], true
+	return name, value, true
 }

@@ -378,7 +378,7 @@ func (d *Daemon) listen() (ls listeners, err error) {
 // listenMTA opens the listener of kind ("policy", "milter") at addr
 // ("unix:/path" with server.socket_mode and socket_group, or host:port),
 // taking the one systemd passed for it.
-func (d *Daemon) listenMTA(kind, addr string, inh *srvconn.Inherited) (net.Listener, error) {
+func (d *Daemon) listenMTA(kind, addr string, inh srvconn.Inherited) (net.Listener, error) {
 	l, from := inh.Take(addr), " (from systemd)"
 	var err error
 	if l == nil {
@@ -400,7 +400,7 @@ func (d *Daemon) listenMTA(kind, addr string, inh *srvconn.Inherited) (net.Liste
 // with err. A unix socket denied for want of permission gets the ways to
 // have it made, and does not wrap fs.ErrPermission, whose CLI advice
 // ("run as root") is not about the daemon.
-func listenError(kind, addr string, err error, inh *srvconn.Inherited) error {
+func listenError(kind, addr string, err error, inh srvconn.Inherited) error {
 	if !strings.HasPrefix(addr, "unix:") || !errors.Is(err, fs.ErrPermission) || inh.Len() > 0 {
 		return fmt.Errorf("%s listener %s: %w", kind, addr, err)
 	}

@@ -108,7 +108,7 @@ func (d *Daemon) recordHold(ctx context.Context, req *policy.Request, recipients
 }
 
 // startMilter opens the [milter] listener, if set, and its server.
-func (d *Daemon) startMilter(inh *srvconn.Inherited) error {
+func (d *Daemon) startMilter(inh srvconn.Inherited) error {
 	m := d.cfg.Milter
 	if m.Listen == "" {
 		return nil

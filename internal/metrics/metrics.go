@@ -3,6 +3,7 @@ package metrics
 import (
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -40,20 +41,13 @@ type Metrics struct {
 const metricStripes = 16
 
 // latencyBuckets are the upper bounds of ratelimitd_decision_seconds.
-var latencyBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1, 1}
-
-var latencyBounds = func() (b [12]time.Duration) {
-	for i, s := range latencyBuckets {
-		b[i] = time.Duration(s * float64(time.Second))
-	}
-	return b
-}()
+var latencyBuckets = [...]float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1, 1}
 
 // requestStripe is one copy of the per-request counts (bucket counts
 // non-cumulative, the last past every bound; sum in nanoseconds).
 type requestStripe struct {
 	n       [numStates][numActions]atomic.Uint64
-	buckets [len(latencyBounds) + 1]atomic.Uint64
+	buckets [len(latencyBuckets) + 1]atomic.Uint64
 	sumNs   atomic.Uint64
 	_       [64]byte // keep stripes off each other's cache lines
 }
@@ -73,7 +67,7 @@ func (c requestCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c requestCollector) Collect(ch chan<- prometheus.Metric) {
 	var n [numStates][numActions]uint64
-	var buckets [len(latencyBounds) + 1]uint64
+	var buckets [len(latencyBuckets) + 1]uint64
 	var sumNs uint64
 	for i := range c.m.stripes {
 		st := &c.m.stripes[i]
@@ -200,11 +194,7 @@ func (m *Metrics) Messages() (out [numActions]int64) {
 // Latency records one request's time as its front end measured it.
 func (m *Metrics) Latency(took time.Duration) {
 	st := &m.stripes[rand.Uint32()%metricStripes]
-	b := 0
-	for b < len(latencyBounds) && took > latencyBounds[b] {
-		b++
-	}
-	st.buckets[b].Add(1)
+	st.buckets[sort.SearchFloat64s(latencyBuckets[:], took.Seconds())].Add(1)
 	st.sumNs.Add(uint64(max(took, 0)))
 }
 

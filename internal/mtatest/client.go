@@ -32,18 +32,13 @@ const (
 	StageEndOfData Stage = "end-of-data" // the reply after the message content
 )
 
-// Mail is one message to send with Send.
+// Mail is one message to send with Send. Login and ClientAddr, when either
+// is set, are sent with XCLIENT (LOGIN=, ADDR=) after a first EHLO.
 type Mail struct {
-	// Login and ClientAddr, when either is set, are sent with XCLIENT
-	// (LOGIN=, ADDR=) after a first EHLO as "client.mtatest.invalid".
-	Login      string
-	ClientAddr string
-	// From is the envelope sender; "" is the null sender <>.
-	From string
-	// To are the envelope recipients.
-	To []string
-	// Data is the message; bare LF is sent as CRLF.
-	Data []byte
+	Login, ClientAddr string
+	From              string   // the envelope sender; "" is the null sender <>
+	To                []string // the envelope recipients
+	Data              []byte   // the message; bare LF is sent as CRLF
 }
 
 // SendError is the failure of one stage; Err is a *smtp.SMTPError for an
@@ -74,24 +69,17 @@ func (e *SendError) Code() int {
 
 // Result is the outcome of a transaction.
 type Result struct {
-	// Accepted are the recipients the server accepted at RCPT.
-	Accepted []string
-	// Errors are the failures in order: one per stage, or per rejected
-	// recipient.
-	Errors []*SendError
+	Accepted []string     // the recipients accepted at RCPT
+	Errors   []*SendError // the failures in order: one per stage, or per rejected recipient
 	// Reply is the final reply text ("2.0.0 Ok: queued as 4F3A21C0A2"),
 	// QueueID the ID in it.
-	Reply   string
-	QueueID string
-	// Transcript is the whole SMTP conversation (C: and S: lines).
-	Transcript string
+	Reply, QueueID string
+	Transcript     string // the whole SMTP conversation (C: and S: lines)
 }
 
-// Err returns nil, the only *SendError, or errors.Join of them all.
+// Err returns errors.Join of the Errors: nil if none (errors.As finds a
+// *SendError).
 func (r *Result) Err() error {
-	if len(r.Errors) == 1 {
-		return r.Errors[0]
-	}
 	errs := make([]error, len(r.Errors))
 	for i, e := range r.Errors {
 		errs[i] = e
@@ -303,8 +291,6 @@ func prefixLines(prefix string, p []byte) []byte {
 	}
 	return b
 }
-
-var mailDecoder mime.WordDecoder
 
 // BuildMessage returns an RFC 5322 text/plain message (RFC 2047 subject),
 // CRLF line ends.

@@ -29,9 +29,7 @@ func MountTmpfs(t testing.TB, dir string) {
 func FillFileSystem(t testing.TB, dir string) string {
 	t.Helper()
 	filler, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer filler.Close()
 	chunk := make([]byte, 4096)
 	for {

@@ -1,6 +1,7 @@
 package mtatest
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,11 +11,7 @@ import (
 // /opt/ratelimitd-test/exim)/usr/sbin/exim4; it fails the test without it.
 func EximBinary(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("RATELIMITD_EXIM_DIR")
-	if dir == "" {
-		dir = "/opt/ratelimitd-test/exim"
-	}
-	bin := filepath.Join(dir, "usr/sbin/exim4")
+	bin := filepath.Join(cmp.Or(os.Getenv("RATELIMITD_EXIM_DIR"), "/opt/ratelimitd-test/exim"), "usr/sbin/exim4")
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("mtatest: no Exim binary at %s: run scripts/deps.sh (make deps) as root", bin)
 	}

@@ -19,15 +19,11 @@ func PolicyAsk(t testing.TB, addr string, attrs ...string) string {
 		network, addr = "unix", path
 	}
 	c, err := net.DialTimeout(network, addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n\n", strings.Join(attrs, "\n"))
 	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	return strings.TrimSpace(line)
 }

@@ -20,34 +20,22 @@ import (
 // PostfixOptions configures StartPostfix. The zero value is a Postfix that
 // relays nowhere (mail stays deferred) and asks no policy service.
 type PostfixOptions struct {
-	// SinkAddr ("127.0.0.1:PORT") becomes the relayhost; empty: mail stays
-	// deferred.
-	SinkAddr string
-
+	SinkAddr string // "127.0.0.1:PORT": the relayhost; empty: mail stays deferred
 	// PolicyService ("inet:HOST:PORT" or "unix:/path") is asked at RCPT and
 	// END-OF-MESSAGE, timeout=10s, default_action=DUNNO.
 	PolicyService string
-
 	// Milter ("inet:HOST:PORT" or "unix:/path") becomes smtpd_milters
-	// (tempfail by default, protocol 6).
-	Milter string
-	// MilterPrivate names a socket in private/ (Postfix.PrivateSocket),
-	// used when Milter is not set.
-	MilterPrivate string
-
-	// ReinjectPort adds a second smtpd (Postfix.ReinjectAddr) without
-	// milter or policy service.
-	ReinjectPort bool
-
-	// ExtraMainCF sets main.cf parameters over the harness's.
-	ExtraMainCF map[string]string
+	// (tempfail by default, protocol 6); else MilterPrivate names a socket
+	// in private/ (Postfix.PrivateSocket).
+	Milter, MilterPrivate string
+	ReinjectPort          bool              // a second smtpd (Postfix.ReinjectAddr) without milter or policy service
+	ExtraMainCF           map[string]string // main.cf parameters set over the harness's
 }
 
 // Postfix is a running private instance, safe for concurrent use, removed
 // at t.Cleanup (MTATEST_KEEP=1 keeps the directory).
 type Postfix struct {
-	// ReinjectAddr is the re-injection smtpd's address (ReinjectPort).
-	ReinjectAddr string
+	ReinjectAddr string // the re-injection smtpd's address (ReinjectPort)
 
 	root     string // temporary directory holding everything below
 	confDir  string // root/etc: main.cf, master.cf
@@ -115,9 +103,7 @@ func requirePostfix(t testing.TB, opts PostfixOptions) (postfixBin string, uid, 
 func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 	t.Helper()
 	root, err := os.MkdirTemp("", "mtatest-")
-	if err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, err)
 	keep := os.Getenv("MTATEST_KEEP") != ""
 	p := &Postfix{
 		root:     root,
@@ -152,13 +138,9 @@ func newInstanceDirs(t testing.TB, uid, gid int) (*Postfix, string) {
 func (p *Postfix) configure(t testing.TB, opts PostfixOptions, postfixBin, dataDir string, uid int) string {
 	t.Helper()
 	mainCF, err := buildMainCF(opts, p.root, p.queueDir, dataDir, p.logFile)
-	if err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, err)
 	sysMaster, err := os.ReadFile("/etc/postfix/master.cf")
-	if err != nil {
-		t.Fatalf("mtatest: %v", err)
-	}
+	must(t, err)
 	must(t, p.writeConfig("main.cf", mainCF))
 	must(t, p.writeConfig("master.cf", string(sysMaster)))
 
@@ -199,9 +181,7 @@ func (p *Postfix) startOnFreePorts(t testing.TB, opts PostfixOptions, sysMaster 
 			p.ReinjectAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(reinjectPort))
 		}
 		masterCF, err := buildMasterCF(sysMaster, ports[0], reinjectPort)
-		if err != nil {
-			t.Fatalf("mtatest: %v", err)
-		}
+		must(t, err)
 		must(t, p.writeConfig("master.cf", masterCF))
 		err = p.startMaster()
 		if err == nil {
@@ -413,11 +393,7 @@ var freePorts = struct {
 func ephemeralLow() int {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
+		fmt.Sscan(string(b), &low) // "LOW HIGH"; low stays if unparsable
 	}
 	return max(low, 20000)
 }

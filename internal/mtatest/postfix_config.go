@@ -272,15 +272,8 @@ func validateService(s string) error {
 
 // lookCommand finds a Postfix command in PATH, dir or the sbin directories.
 func lookCommand(name, dir string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, d := range []string{dir, "/usr/sbin", "/usr/local/sbin", "/sbin"} {
-		if d == "" {
-			continue
-		}
-		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+	for _, d := range []string{"", dir, "/usr/sbin", "/usr/local/sbin", "/sbin"} {
+		if p, err := exec.LookPath(filepath.Join(d, name)); err == nil {
 			return p
 		}
 	}

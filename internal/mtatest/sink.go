@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"mime"
 	"net"
 	"net/mail"
 	"strings"
@@ -30,7 +31,7 @@ func (m Message) Header(key string) string {
 		return ""
 	}
 	v := msg.Header.Get(key)
-	if d, err := mailDecoder.DecodeHeader(v); err == nil {
+	if d, err := new(mime.WordDecoder).DecodeHeader(v); err == nil {
 		return d
 	}
 	return v
@@ -42,9 +43,7 @@ func (m Message) Body() []byte { return BodyOf(m.Data) }
 // Sink is an SMTP server on 127.0.0.1 keeping every message in memory.
 // Safe for concurrent use; closed at t.Cleanup.
 type Sink struct {
-	srv *smtp.Server
-	ln  net.Listener
-
+	ln       net.Listener
 	mu       sync.Mutex
 	msgs     []Message
 	replies  map[Stage]*smtp.SMTPError
@@ -70,7 +69,6 @@ func StartSink(t testing.TB) *Sink {
 	srv.WriteTimeout = 30 * time.Second
 	srv.MaxMessageBytes = 64 << 20
 	srv.ErrorLog = log.New(sinkLog{s}, "mtatest: sink: ", 0)
-	s.srv = srv
 	go func() { _ = srv.Serve(quitListener{ln, s}) }()
 	t.Cleanup(func() {
 		s.mu.Lock()

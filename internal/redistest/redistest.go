@@ -6,7 +6,6 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -85,10 +84,7 @@ func start(t testing.TB, bin string, sentinel bool, port int, conf ...string) *S
 		s.Kill()
 		if t.Failed() {
 			if b, err := os.ReadFile(filepath.Join(dir, "log")); err == nil {
-				if len(b) > 3000 {
-					b = b[len(b)-3000:]
-				}
-				t.Logf("redistest: tail of %s log:\n%s", s.Addr, b)
+				t.Logf("redistest: tail of %s log:\n%s", s.Addr, b[max(0, len(b)-3000):])
 			}
 		}
 	})
@@ -145,17 +141,15 @@ func (s *Server) Do(args ...string) (string, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	b := fmt.Appendf(nil, "*%d\r\n", len(args))
 	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := c.Write(b.Bytes()); err != nil {
+	if _, err := c.Write(b); err != nil {
 		return "", err
 	}
-	r := bufio.NewReader(c)
 	var out []string
-	if err := readReply(r, &out); err != nil {
+	if err := readReply(bufio.NewReader(c), &out); err != nil {
 		return "", err
 	}
 	return strings.Join(out, "\n"), nil

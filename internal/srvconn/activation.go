@@ -13,10 +13,9 @@ import (
 )
 
 // Inherited are the listening sockets systemd passed (sd_listen_fds(3)),
-// taken by their configured address. Not safe for concurrent use.
-type Inherited struct {
-	ls []inherited
-}
+// taken by their configured address; nil is none. Not safe for concurrent
+// use.
+type Inherited []inherited
 
 type inherited struct {
 	name  string // LISTEN_FDNAMES entry (systemd: the socket unit's name)
@@ -26,13 +25,13 @@ type inherited struct {
 
 // InheritedListeners returns the listeners systemd passed; call it once (it
 // clears LISTEN_*). A descriptor not a listening stream socket is an error.
-func InheritedListeners() (*Inherited, error) {
+func InheritedListeners() (Inherited, error) {
 	return inheritFiles(activation.Files(true))
 }
 
 // inheritFiles makes listeners of files, closing the files.
-func inheritFiles(files []*os.File) (*Inherited, error) {
-	in := &Inherited{}
+func inheritFiles(files []*os.File) (Inherited, error) {
+	var in Inherited
 	var errs []error
 	for _, f := range files {
 		l, err := net.FileListener(f)
@@ -41,7 +40,7 @@ func inheritFiles(files []*os.File) (*Inherited, error) {
 			errs = append(errs, fmt.Errorf("passed socket %s: not a listening stream socket: %w", f.Name(), err))
 			continue
 		}
-		in.ls = append(in.ls, inherited{name: f.Name(), l: l})
+		in = append(in, inherited{name: f.Name(), l: l})
 	}
 	if len(errs) > 0 {
 		in.Close()
@@ -52,12 +51,9 @@ func inheritFiles(files []*os.File) (*Inherited, error) {
 
 // Take returns the inherited listener for addr ("unix:/path" or a numeric
 // "host:port"), or nil; the IPv4 and IPv6 unspecified addresses match.
-func (in *Inherited) Take(addr string) net.Listener {
-	if in == nil {
-		return nil
-	}
-	for i := range in.ls {
-		e := &in.ls[i]
+func (in Inherited) Take(addr string) net.Listener {
+	for i := range in {
+		e := &in[i]
 		if !e.taken && sameAddr(e.l.Addr(), addr) {
 			e.taken = true
 			return e.l
@@ -67,22 +63,14 @@ func (in *Inherited) Take(addr string) net.Listener {
 }
 
 // Len is the number of inherited listeners, taken or not.
-func (in *Inherited) Len() int {
-	if in == nil {
-		return 0
-	}
-	return len(in.ls)
-}
+func (in Inherited) Len() int { return len(in) }
 
 // Untaken closes the listeners not taken and returns an error naming
 // them: nobody would serve their clients.
-func (in *Inherited) Untaken() error {
-	if in == nil {
-		return nil
-	}
+func (in Inherited) Untaken() error {
 	var names []string
-	for i := range in.ls {
-		if e := &in.ls[i]; !e.taken {
+	for i := range in {
+		if e := &in[i]; !e.taken {
 			e.l.Close()
 			e.taken = true
 			names = append(names, fmt.Sprintf("%s (%s)", Name(e.l), e.name))
@@ -95,7 +83,7 @@ func (in *Inherited) Untaken() error {
 }
 
 // Close closes the listeners not taken.
-func (in *Inherited) Close() { _ = in.Untaken() }
+func (in Inherited) Close() { _ = in.Untaken() }
 
 // Name is a listener's address as configured: "unix:/path" or host:port.
 func Name(l net.Listener) string {
@@ -115,17 +103,10 @@ func sameAddr(a net.Addr, addr string) bool {
 		return err == nil && filepath.Clean(a.String()) == abs
 	}
 	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return false
-	}
 	want, err := netip.ParseAddrPort(addr)
-	if err != nil {
+	if !ok || err != nil || ta.AddrPort().Port() != want.Port() {
 		return false
 	}
-	got := ta.AddrPort()
-	if got.Port() != want.Port() {
-		return false
-	}
-	g, w := got.Addr().Unmap(), want.Addr().Unmap()
+	g, w := ta.AddrPort().Addr().Unmap(), want.Addr().Unmap()
 	return g == w || (g.IsUnspecified() && w.IsUnspecified())
 }

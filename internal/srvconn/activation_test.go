@@ -128,7 +128,7 @@ func TestNoInheritedSockets(t *testing.T) {
 	if err != nil || in.Len() != 0 || in.Take("unix:/x") != nil || in.Untaken() != nil {
 		t.Fatalf("InheritedListeners without LISTEN_* = %v, %v", in, err)
 	}
-	var none *Inherited
+	var none Inherited
 	if none.Take("127.0.0.1:1") != nil || none.Untaken() != nil || none.Len() != 0 {
 		t.Fatal("nil Inherited")
 	}

@@ -28,7 +28,7 @@ const (
 )
 
 // Reasons lists every reason, in the order status prints them.
-var Reasons = []string{ReasonMaxConnections, ReasonMaxPerClient, ReasonEvicted, ReasonFirstRequest}
+var Reasons = [...]string{ReasonMaxConnections, ReasonMaxPerClient, ReasonEvicted, ReasonFirstRequest}
 
 // DefaultMaxConns is the policy service's connection cap:
 // min(MaxConnsCeiling, RLIMIT_NOFILE/2), at least 1.
@@ -87,9 +87,7 @@ type Stats struct {
 // unix sockets and others.
 func clientAddr(rwc net.Conn) netip.Addr {
 	if ra, ok := rwc.RemoteAddr().(*net.TCPAddr); ok {
-		if a, ok := netip.AddrFromSlice(ra.IP); ok {
-			return a.Unmap()
-		}
+		return ra.AddrPort().Addr().Unmap().WithZone("")
 	}
 	return netip.Addr{}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,10 +35,10 @@ type Tracker[C comparable] struct {
 	serveGroup sync.WaitGroup
 
 	budget  Budget
-	open    int                // entries counted against the budget
-	clients map[netip.Addr]int // counted entries by client address
-	nClosed map[string]*atomic.Int64
-	logs    *ThrottledLog // set by the first Serve
+	open    int                        // entries counted against the budget
+	clients map[netip.Addr]int         // counted entries by client address
+	nClosed [len(Reasons)]atomic.Int64 // by index in Reasons
+	logs    *ThrottledLog              // set by the first Serve
 }
 
 // entry is one connection, under Tracker.mu.
@@ -61,10 +62,6 @@ func New[C comparable](errClosed error, name string, budget Budget) *Tracker[C] 
 		conns:     make(map[C]*entry),
 		budget:    budget,
 		clients:   make(map[netip.Addr]int),
-		nClosed:   make(map[string]*atomic.Int64, len(Reasons)),
-	}
-	for _, r := range Reasons {
-		t.nClosed[r] = new(atomic.Int64)
 	}
 	t.baseCtx, t.cancelBase = context.WithCancel(context.Background())
 	return t
@@ -102,21 +99,14 @@ func (t *Tracker[C]) IsClosed() bool {
 	return t.closed
 }
 
-// Remove forgets c's ended connection; whether c was still tracked.
-func (t *Tracker[C]) Remove(c C) bool {
+// Remove forgets c's ended connection.
+func (t *Tracker[C]) Remove(c C) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.RemoveLocked(c)
-}
-
-// RemoveLocked is Remove with the mutex held.
-func (t *Tracker[C]) RemoveLocked(c C) bool {
-	e, ok := t.conns[c]
-	if ok {
+	if e, ok := t.conns[c]; ok {
 		t.releaseLocked(e)
+		delete(t.conns, c)
 	}
-	delete(t.conns, c)
-	return ok
 }
 
 // Activity is what a connection is doing (MarkLocked): which connections
@@ -143,8 +133,8 @@ func (t *Tracker[C]) MarkLocked(c C, a Activity) {
 
 // CountClosed counts a connection closed for a budget reason.
 func (t *Tracker[C]) CountClosed(reason string) {
-	if n := t.nClosed[reason]; n != nil {
-		n.Add(1)
+	if i := slices.Index(Reasons[:], reason); i >= 0 {
+		t.nClosed[i].Add(1)
 	}
 	if t.budget.Closed != nil {
 		t.budget.Closed(reason)
@@ -154,8 +144,8 @@ func (t *Tracker[C]) CountClosed(reason string) {
 // Stats returns the budget's state now.
 func (t *Tracker[C]) Stats() Stats {
 	st := Stats{Max: max(t.budget.Max, 0), PerClient: t.budget.perClient(), Closed: make(map[string]int64, len(Reasons))}
-	for r, n := range t.nClosed {
-		st.Closed[r] = n.Load()
+	for i, r := range Reasons {
+		st.Closed[r] = t.nClosed[i].Load()
 	}
 	t.mu.Lock()
 	st.Open = t.open
@@ -261,12 +251,7 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 			}
 			var te interface{ Temporary() bool }
 			if errors.As(err, &te) && te.Temporary() {
-				if tempDelay == 0 {
-					tempDelay = 5 * time.Millisecond
-				} else {
-					tempDelay *= 2
-				}
-				tempDelay = min(tempDelay, time.Second)
+				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
 				a.Logger.Warn("accept error; retrying", "listener", l.Addr().String(), "err", err, "delay", tempDelay)
 				select {
 				case <-time.After(tempDelay):
@@ -314,22 +299,13 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 // loopback; IPv4-mapped as IPv4); unix sockets always; anything else
 // refused.
 func Allowed(allowed []netip.Prefix, rwc net.Conn, unixListener bool) bool {
-	switch ra := rwc.RemoteAddr().(type) {
+	switch rwc.RemoteAddr().(type) {
 	case *net.TCPAddr:
-		addr, ok := netip.AddrFromSlice(ra.IP)
-		if !ok {
-			return false
-		}
-		addr = addr.Unmap().WithZone("")
+		addr := clientAddr(rwc)
 		if len(allowed) == 0 {
 			return addr.IsLoopback()
 		}
-		for _, p := range allowed {
-			if p.Contains(addr) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(addr) })
 	case *net.UnixAddr:
 		return true
 	default:

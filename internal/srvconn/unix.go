@@ -52,10 +52,15 @@ func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
 // ListenUnixGroup is ListenUnix, then chowns the socket to group (name or
 // id; "": unchanged) so the MTA's group can use mode 0660.
 func ListenUnixGroup(path string, mode os.FileMode, group string) (net.Listener, error) {
-	gid := -1
-	if group != "" {
-		var err error
-		if gid, err = LookupGroup(group); err != nil {
+	gid, err := strconv.Atoi(group)
+	if group == "" {
+		gid = -1
+	} else if err != nil || gid < 0 {
+		var g *user.Group
+		if g, err = user.LookupGroup(group); err == nil {
+			gid, err = strconv.Atoi(g.Gid)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("listen unix %s: group %q: %w", path, group, err)
 		}
 	}
@@ -68,18 +73,6 @@ func ListenUnixGroup(path string, mode os.FileMode, group string) (net.Listener,
 		return nil, fmt.Errorf("listen unix %s: %w", path, err)
 	}
 	return l, nil
-}
-
-// LookupGroup resolves a group name or a numeric group ID to the ID.
-func LookupGroup(group string) (int, error) {
-	if gid, err := strconv.Atoi(group); err == nil && gid >= 0 {
-		return gid, nil
-	}
-	g, err := user.LookupGroup(group)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(g.Gid)
 }
 
 // removeStale removes path if it is a socket nobody accepts on.

@@ -17,17 +17,11 @@ const maxHeaderLine = 998
 // mta.ReplyText and '%' doubled (Sendmail reads a format; milter8.c).
 // enhanced must start with code's first digit (Postfix checks).
 func reply(code int, enhanced, text string) gomilter.Response {
-	text = mta.ReplyText(text, mta.MaxTextLen)
-	var b strings.Builder
-	b.Grow(len(enhanced) + len(text) + 8)
-	b.WriteString(strconv.Itoa(code))
-	b.WriteByte(' ')
-	b.WriteString(enhanced)
-	if text != "" {
-		b.WriteByte(' ')
-		b.WriteString(strings.ReplaceAll(text, "%", "%%"))
+	r := strconv.Itoa(code) + " " + enhanced
+	if text = mta.ReplyText(text, mta.MaxTextLen); text != "" {
+		r += " " + strings.ReplaceAll(text, "%", "%%")
 	}
-	return gomilter.NewResponseStr(byte(gomilter.ActReplyCode), b.String())
+	return gomilter.NewResponseStr(byte(gomilter.ActReplyCode), r)
 }
 
 // splitHeader splits a Decision.Header for AddHeader (mta.HeaderField): a

@@ -140,15 +140,13 @@ func (s *Server) Serve(l net.Listener) error {
 		Allowed: s.AllowedNetworks,
 		New:     s.newConn,
 		Refused: func(c *conn) { c.log.Warn("connection refused by allow-list") },
-		Start: func(c *conn) {
-			c.log.Debug("connection opened")
-			s.startSession(c)
-		},
+		Start:   s.startSession,
 	})
 }
 
-// startSession serves c with go-milter.
+// startSession serves c with go-milter, in its goroutine.
 func (s *Server) startSession(c *conn) {
+	c.log.Debug("connection opened")
 	lib := &gomilter.Server{
 		NewMilter: func() gomilter.Milter { return c.sess },
 		Actions:   gomilter.OptAddHeader | gomilter.OptQuarantine,
@@ -241,10 +239,9 @@ func (c *conn) command(code byte, data []byte) {
 	c.lastCode = code
 	switch gomilter.Code(code) {
 	case gomilter.CodeMail:
-		s := c.srv
-		s.life.Lock()
+		c.srv.life.Lock()
 		c.inMessage = true
-		s.life.Unlock()
+		c.srv.life.Unlock()
 	case gomilter.CodeOptNeg:
 		// version, actions, protocol: the actions the MTA allows.
 		if len(data) >= 8 && !c.optneg {

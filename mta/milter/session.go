@@ -46,21 +46,12 @@ type message struct {
 	rcpt        policy.Decision // the accepted recipients' decision ahead of the others
 	warnHeaders []string        // Decision.Header of every Warn, deduplicated
 
-	keep      keepState // decided at the first header or body byte
-	buf       *spool    // the message kept
-	size      int64     // bytes of the whole message, kept or not
-	truncated bool      // the message exceeded MaxMessageSize and was dropped
-	eoh       bool      // the empty line after the header has been added
+	decided   bool   // whether to keep it was decided (at the first header or body byte)
+	buf       *spool // the message kept; nil if not kept, or dropped as too large
+	size      int64  // bytes of the whole message, kept or not
+	truncated bool   // the message exceeded MaxMessageSize and was dropped
+	eoh       bool   // the empty line after the header has been added
 }
-
-// keepState says whether a message is kept for freezing.
-type keepState uint8
-
-const (
-	keepUndecided keepState = iota
-	keepYes                 // kept: a freeze could apply
-	keepNo                  // not kept: the FreezeAdvisor ruled a freeze out
-)
 
 // release frees the message's buffer (memory and spool file).
 func (m *message) release() {
@@ -221,24 +212,9 @@ func (s *session) Header(name string, value string, m *gomilter.Modifier) (resp 
 	if s.msg.headers++; s.msg.headers == 1 && s.nonSMTP && strings.EqualFold(name, LocalUserHeader) {
 		s.msg.localUser, _ = localUser(value)
 	}
-	line := make([]byte, 0, len(name)+len(value)+8)
-	line = append(line, name...)
-	line = append(line, ':', ' ')
-	line = appendCRLF(line, value)
-	line = append(line, '\r', '\n')
-	s.add(line)
+	value = strings.ReplaceAll(strings.ReplaceAll(value, "\r\n", "\n"), "\n", "\r\n") // every line break CRLF
+	s.add([]byte(name + ": " + value + "\r\n"))
 	return gomilter.RespContinue, nil
-}
-
-// appendCRLF appends v with every line break made CRLF.
-func appendCRLF(dst []byte, v string) []byte {
-	for i := 0; i < len(v); i++ {
-		if v[i] == '\n' && (i == 0 || v[i-1] != '\r') {
-			dst = append(dst, '\r')
-		}
-		dst = append(dst, v[i])
-	}
-	return dst
 }
 
 // Headers implements go-milter's Milter (SMFIC_EOH).
@@ -266,10 +242,10 @@ func (s *session) BodyChunk(chunk []byte, m *gomilter.Modifier) (resp gomilter.R
 func (s *session) add(p []byte) {
 	m := s.msg
 	m.size += int64(len(p))
-	if m.keep == keepUndecided {
+	if !m.decided {
 		s.decideKeep()
 	}
-	if m.keep != keepYes || m.truncated {
+	if m.buf == nil {
 		return
 	}
 	if m.buf.n+int64(len(p)) > s.c.srv.maxMessageSize {
@@ -288,15 +264,12 @@ func (s *session) add(p []byte) {
 // message: a RCPT decision was Freeze, or the FreezeAdvisor says so.
 func (s *session) decideKeep() {
 	m, srv := s.msg, s.c.srv
-	m.keep = keepYes
-	adv, ok := srv.Decider.(FreezeAdvisor)
-	if ok && m.rcpt.Action != policy.Freeze {
+	m.decided = true
+	if adv, ok := srv.Decider.(FreezeAdvisor); ok && m.rcpt.Action != policy.Freeze {
 		req := s.request(policy.StateData)
 		ctx, cancel := context.WithTimeout(srv.life.BaseContext(), DefaultDecideTimeout)
-		may := adv.MayFreeze(ctx, &req)
-		cancel()
-		if !may {
-			m.keep = keepNo
+		defer cancel()
+		if !adv.MayFreeze(ctx, &req) {
 			return
 		}
 	}
@@ -411,7 +384,7 @@ func (s *session) freeze(msg *message, qm *Message, d policy.Decision, log *slog
 		return fail("cannot freeze; temp-failing", ErrNoQuarantine)
 	case msg.truncated:
 		return fail("cannot freeze; temp-failing", ErrMessageTooLarge, "size", msg.size, "max_message_size", srv.maxMessageSize)
-	case msg.keep != keepYes:
+	case msg.buf == nil:
 		return fail("cannot freeze; temp-failing", ErrNotKept)
 	}
 	body, err := msg.buf.reader()

@@ -1,6 +1,7 @@
 package postfix
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -18,24 +19,13 @@ type messageTracker struct {
 	buf    []byte
 }
 
-// stateRank orders the states of a mail transaction; 0 for the others.
-func stateRank(s string) int {
-	switch s {
-	case policy.StateMail:
-		return 1
-	case policy.StateRcpt:
-		return 2
-	case policy.StateData:
-		return 3
-	case policy.StateEndOfMessage:
-		return 4
-	}
-	return 0
-}
+// transactionStates are the states of a mail transaction, in order: a
+// state's rank is its index + 1, 0 for the others.
+var transactionStates = []string{policy.StateMail, policy.StateRcpt, policy.StateData, policy.StateEndOfMessage}
 
 // fill sets req.Instance when it is empty.
 func (t *messageTracker) fill(req *policy.Request) {
-	r := stateRank(req.ProtocolState)
+	r := slices.Index(transactionStates, req.ProtocolState) + 1
 	if req.Instance != "" || r == 0 {
 		return
 	}

@@ -3,6 +3,7 @@ package postfix
 import (
 	"bufio"
 	"cmp"
+	"slices"
 	"strconv"
 
 	"github.com/ratelimitd/ratelimitd/mta"
@@ -15,24 +16,15 @@ const MaxReplyLen = 510
 
 // WriteReply writes the reply to a request at protocol state state to w,
 // "action=...\n\n" (package doc), and flushes. It does not allocate when
-// w's buffer holds MaxReplyLen+2 bytes.
+// w's buffer holds MaxReplyLen+2 bytes. An unknown Action answers DUNNO.
 func WriteReply(w *bufio.Writer, d policy.Decision, state string) error {
 	if w.Available() < MaxReplyLen+2 {
 		if err := w.Flush(); err != nil {
 			return err
 		}
 	}
-	if _, err := w.Write(AppendReply(w.AvailableBuffer(), d, state)); err != nil {
-		return err
-	}
-	return w.Flush()
-}
-
-// AppendReply appends WriteReply's reply to dst. An unknown Action answers
-// DUNNO.
-func AppendReply(dst []byte, d policy.Decision, state string) []byte {
-	limit := len(dst) + MaxReplyLen
-	dst = append(dst, "action="...)
+	dst := append(w.AvailableBuffer(), "action="...)
+	limit := MaxReplyLen
 	switch d.Action {
 	case policy.Defer, policy.Reject:
 		code, enhanced, text := mta.Refusal(&d)
@@ -59,7 +51,10 @@ func AppendReply(dst []byte, d policy.Decision, state string) []byte {
 	default: // Pass, and fail open on anything unknown.
 		dst = append(dst, "DUNNO"...)
 	}
-	return append(dst, '\n', '\n')
+	if _, err := w.Write(append(dst, '\n', '\n')); err != nil {
+		return err
+	}
+	return w.Flush()
 }
 
 // appendLogText appends " text" for HOLD and WARN, whose text Postfix only
@@ -94,12 +89,8 @@ func appendText(dst []byte, s string, limit int) []byte {
 // holdAllowed reports whether Postfix executes HOLD at state: not before
 // MAIL, not in VRFY or ETRN (smtpd_check.c, can_delegate_action).
 func holdAllowed(state string) bool {
-	switch state {
-	case policy.StateConnect, policy.StateEHLO, policy.StateHELO,
-		policy.StateVrfy, policy.StateEtrn:
-		return false
-	}
-	return true
+	return !slices.Contains([]string{policy.StateConnect, policy.StateEHLO, policy.StateHELO,
+		policy.StateVrfy, policy.StateEtrn}, state)
 }
 
 // prependAllowed: where HOLD is, but not at END-OF-MESSAGE (access(5)).
