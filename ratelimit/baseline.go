@@ -98,16 +98,7 @@ func (l Limit) learn(rate, peak, dt float64) float64 {
 	return math.Min(p, math.Max(base, math.Min(rate, lim)))
 }
 
-// checkBaseline is Check for Baseline.
-func (l Limit) checkBaseline(prev State, now int64, cost float64) Result {
-	res := l.measureBaseline(prev, now, cost)
-	if res.Over {
-		res.RetryAfter = l.baselineWait(l.deniedState(prev, &res), now, cost)
-	}
-	return res
-}
-
-// measureBaseline is checkBaseline without RetryAfter.
+// measureBaseline is measure for Baseline.
 func (l Limit) measureBaseline(prev State, now int64, cost float64) Result {
 	rate, peak := UnpackBaseline(prev.Rate)
 	interval := math.Inf(1)
@@ -119,16 +110,9 @@ func (l Limit) measureBaseline(prev State, now int64, cost float64) Result {
 	lim := l.allowed(peak)
 	interval = math.Max(interval, minInterval)
 	r := expRate(rate, cost, interval)
-	res := Result{Before: math.Exp(-interval) * rate, Rate: r, Limit: lim,
-		Counted: State{Time: now, Rate: PackBaseline(r, peak)}}
-	switch l.Mode {
-	case Forgiving:
-		res.Denied, res.Keep = State{Time: now, Rate: PackBaseline(math.Min(r, lim), peak)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	res.Over = r > lim
-	return res
+	return Result{Over: r > lim, Before: math.Exp(-interval) * rate, Rate: r, Limit: lim,
+		Counted: State{Time: now, Rate: PackBaseline(r, peak)},
+		Denied:  State{Time: now, Rate: PackBaseline(math.Min(r, lim), peak)}}
 }
 
 // baselineWait is expWait against the allowance at now, bisected to where

@@ -175,18 +175,41 @@ func (l Limit) deniedState(prev State, r *Result) State {
 
 // Check measures a request of cost >= 0 (0: a probe) at now against prev.
 func (l Limit) Check(prev State, now time.Time, cost float64) Result {
+	n := now.UnixNano()
+	r := l.measure(prev, n, cost)
+	if r.Over {
+		s := l.deniedState(prev, &r)
+		switch l.Algorithm {
+		case GCRA, Cooldown:
+			r.RetryAfter = l.gcraWait(s, n, cost*float64(l.Period)/l.Limit)
+		case EARRRL:
+			r.RetryAfter = l.earrrlWait(s, n)
+		case Baseline:
+			r.RetryAfter = l.baselineWait(s, n, cost)
+		default:
+			r.RetryAfter = l.expWait(s, n, cost)
+		}
+	}
+	return r
+}
+
+// measure is Check without RetryAfter. The algorithm's check sets Denied
+// to the Forgiving state; measure sets Denied and Keep by the mode.
+func (l Limit) measure(prev State, now int64, cost float64) Result {
 	var r Result
 	switch l.Algorithm {
 	case GCRA, Cooldown:
-		r = l.checkGCRA(prev, now.UnixNano(), cost)
+		r = l.checkGCRA(prev, now, cost)
 	case EARRRL:
-		r = l.checkEARRRL(prev, now.UnixNano(), cost)
+		r = l.checkEARRRL(prev, now, cost)
 	case Baseline:
-		return l.checkBaseline(prev, now.UnixNano(), cost)
+		r = l.measureBaseline(prev, now, cost)
 	default:
-		r = l.checkExp(prev, now.UnixNano(), cost)
+		r = l.checkExp(prev, now, cost)
 	}
-	r.Limit = l.Limit
+	if r.Keep = l.Mode == Forgiving; !r.Keep {
+		r.Denied = prev
+	}
 	return r
 }
 
@@ -211,18 +234,8 @@ func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	}
 	interval = math.Max(interval, minInterval)
 	r := expRate(prev.Rate, cost, interval)
-	res := Result{Before: math.Exp(-interval) * prev.Rate, Rate: r, Counted: State{Time: now, Rate: r}}
-	switch l.Mode {
-	case Forgiving:
-		res.Denied, res.Keep = State{Time: now, Rate: math.Min(r, l.Limit)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	if r > l.Limit {
-		res.Over = true
-		res.RetryAfter = l.expWait(l.deniedState(prev, &res), now, cost)
-	}
-	return res
+	return Result{Over: r > l.Limit, Before: math.Exp(-interval) * prev.Rate, Rate: r, Limit: l.Limit,
+		Counted: State{Time: now, Rate: r}, Denied: State{Time: now, Rate: math.Min(r, l.Limit)}}
 }
 
 // expRate is r_now after interval periods (clamped), saturating.
@@ -286,22 +299,14 @@ func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 		before = math.Max(nsBetween(prev.Time, now), 0) / period * l.Limit
 	}
 	ahead := l.gcraAhead(prev, now, spend)
-	res := Result{
+	return Result{
+		Over:    l.gcraOver(ahead),
 		Before:  math.Min(before, math.MaxFloat64),
 		Rate:    math.Min(ahead/period*l.Limit, math.MaxFloat64),
 		Counted: State{Time: addNs(now, ahead)},
+		Denied:  State{Time: addNs(now, period)},
+		Limit:   l.Limit,
 	}
-	switch l.Mode {
-	case Forgiving:
-		res.Denied, res.Keep = State{Time: addNs(now, period)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	if l.gcraOver(ahead) {
-		res.Over = true
-		res.RetryAfter = l.gcraWait(l.deniedState(prev, &res), now, spend)
-	}
-	return res
 }
 
 // gcraAhead is how far (ns) ahead of now tat stands after spending spend
@@ -355,19 +360,13 @@ func (l Limit) lambda() float64 {
 func (l Limit) checkEARRRL(prev State, now int64, cost float64) Result {
 	n := l.earrrlCount(prev, now)
 	est := l.earrrlEstimate(n)
-	res := Result{Before: est, Rate: est, Counted: State{Time: now, Rate: math.Min(cost+n, math.MaxFloat64)}}
-	switch l.Mode {
-	case Forgiving:
+	res := Result{Over: est > l.Limit, Before: est, Rate: est, Limit: l.Limit,
+		Counted: State{Time: now, Rate: math.Min(cost+n, math.MaxFloat64)}}
+	if l.Mode == Forgiving {
 		// The count whose estimate decays to the limit in cost*period/limit.
 		lp := l.lambda() * float64(l.Period)
 		nmax := l.Limit / lp * math.Exp(lp*cost/l.Limit)
-		res.Denied, res.Keep = State{Time: now, Rate: math.Min(res.Counted.Rate, nmax)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	if est > l.Limit {
-		res.Over = true
-		res.RetryAfter = l.earrrlWait(l.deniedState(prev, &res), now)
+		res.Denied = State{Time: now, Rate: math.Min(res.Counted.Rate, nmax)}
 	}
 	return res
 }
@@ -426,20 +425,13 @@ func (l Limit) Negligible(s State, now time.Time) bool {
 
 // Rate is the rate of s decayed to now, in cost per period.
 func (l Limit) Rate(s State, now time.Time) float64 {
-	if s.IsZero() {
-		return 0
-	}
 	r, _ := l.Usage(s, now)
 	return r
 }
 
 // Usage is the Before and Limit of Check(s, now, 0) without RetryAfter.
 func (l Limit) Usage(s State, now time.Time) (rate, limit float64) {
-	if l.Algorithm == Baseline {
-		r := l.measureBaseline(s, now.UnixNano(), 0)
-		return r.Before, r.Limit
-	}
-	r := l.Check(s, now, 0)
+	r := l.measure(s, now.UnixNano(), 0)
 	return r.Before, r.Limit
 }
 
