@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -50,22 +51,9 @@ func AddrFilterBits(capacity int) int {
 
 func (g *addrGen) has(h uint64) bool {
 	if g.bits == nil {
-		for _, x := range g.exact {
-			if x == h {
-				return true
-			}
-		}
-		return false
+		return slices.Contains(g.exact, h)
 	}
-	m := uint64(len(g.bits)) * 64
-	h1, h2 := h&0xffffffff, h>>32|1
-	for i := range uint64(addrProbes) {
-		b := (h1 + i*h2) % m
-		if g.bits[b/64]&(1<<(b%64)) == 0 {
-			return false
-		}
-	}
-	return true
+	return g.bloom(h, false)
 }
 
 func (g *addrGen) add(h uint64, capacity int) {
@@ -77,19 +65,26 @@ func (g *addrGen) add(h uint64, capacity int) {
 		exact := g.exact
 		g.exact, g.bits = nil, make([]uint64, AddrFilterBits(capacity)/64)
 		for _, x := range exact {
-			g.setBits(x)
+			g.bloom(x, true)
 		}
 	}
-	g.setBits(h)
+	g.bloom(h, true)
 }
 
-func (g *addrGen) setBits(h uint64) {
+// bloom reports whether the filter has all of h's bits, after setting them
+// if set.
+func (g *addrGen) bloom(h uint64, set bool) bool {
 	m := uint64(len(g.bits)) * 64
 	h1, h2 := h&0xffffffff, h>>32|1
 	for i := range uint64(addrProbes) {
 		b := (h1 + i*h2) % m
-		g.bits[b/64] |= 1 << (b % 64)
+		if set {
+			g.bits[b/64] |= 1 << (b % 64)
+		} else if g.bits[b/64]&(1<<(b%64)) == 0 {
+			return false
+		}
 	}
+	return true
 }
 
 func (g *addrGen) empty() bool { return g.bits == nil && len(g.exact) == 0 }

@@ -161,21 +161,6 @@ func (l Limit) baselineWait(s State, now int64, cost float64) time.Duration {
 	return hi
 }
 
-// baselineNegligible: the rate is negligible and the peak has decayed to
-// Floor/Factor, where a fresh key starts.
-func (l Limit) baselineNegligible(s State, now int64) bool {
-	rate, peak := UnpackBaseline(s.Rate)
-	dt := nsBetween(now, s.Time)
-	if dt <= 0 {
-		return false
-	}
-	interval := math.Max(dt/float64(l.Period), minInterval)
-	if expRate(rate, 1, interval) > 1 {
-		return false
-	}
-	return peak*math.Exp(-dt/float64(l.learnPeriod())) <= l.Floor/l.factor()
-}
-
 // BaselineView is a Baseline state's key at some time, in cost per Period.
 type BaselineView struct {
 	Rate    float64 // decayed to that time

@@ -399,7 +399,8 @@ func (l Limit) earrrlWait(s State, now int64) time.Duration {
 
 // Negligible reports whether s has decayed by now to the equivalent of no
 // state for any request of cost >= 1 (EARRRL: below a millionth of the
-// limit), so a store may drop it.
+// limit; Baseline: also the peak down to Floor/Factor, where a fresh key
+// starts), so a store may drop it.
 func (l Limit) Negligible(s State, now time.Time) bool {
 	if s.IsZero() {
 		return true
@@ -412,14 +413,16 @@ func (l Limit) Negligible(s State, now time.Time) bool {
 		return nsBetween(n, s.Time) > float64(l.Period)
 	case EARRRL:
 		return l.earrrlEstimate(l.earrrlCount(s, n)) < l.Limit*1e-6
-	case Baseline:
-		return l.baselineNegligible(s, n)
 	default:
-		interval := nsBetween(n, s.Time) / float64(l.Period)
-		if interval <= 0 {
+		rate, peak := s.Rate, 0.0
+		if l.Algorithm == Baseline {
+			rate, peak = UnpackBaseline(s.Rate)
+		}
+		dt := nsBetween(n, s.Time)
+		if dt <= 0 || expRate(rate, 1, math.Max(dt/float64(l.Period), minInterval)) > 1 {
 			return false
 		}
-		return expRate(s.Rate, 1, math.Max(interval, minInterval)) <= 1
+		return l.Algorithm != Baseline || peak*math.Exp(-dt/float64(l.learnPeriod())) <= l.Floor/l.factor()
 	}
 }
 
