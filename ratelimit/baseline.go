@@ -1,7 +1,7 @@
 package ratelimit
 
 import (
-	"fmt"
+	"cmp"
 	"math"
 	"time"
 )
@@ -34,24 +34,7 @@ func (l Limit) factor() float64 {
 	return DefaultFactor
 }
 
-func (l Limit) learnPeriod() time.Duration {
-	if l.LearnPeriod > 0 {
-		return l.LearnPeriod
-	}
-	return DefaultLearnPeriod
-}
-
-func (l Limit) validateBaseline() error {
-	switch {
-	case l.Factor < 0 || math.IsInf(l.Factor, 0) || math.IsNaN(l.Factor):
-		return fmt.Errorf("%w: factor must be a positive number, got %v", ErrInvalidLimit, l.Factor)
-	case !(l.Floor > 0) || l.Floor > l.Limit:
-		return fmt.Errorf("%w: floor must be positive and at most the cap (%v), got %v", ErrInvalidLimit, l.Limit, l.Floor)
-	case l.LearnPeriod < 0 || (l.LearnPeriod > 0 && l.LearnPeriod < l.Period):
-		return fmt.Errorf("%w: learn_period must be at least the period (%v), got %v", ErrInvalidLimit, l.Period, l.LearnPeriod)
-	}
-	return nil
-}
+func (l Limit) learnPeriod() time.Duration { return cmp.Or(max(l.LearnPeriod, 0), DefaultLearnPeriod) }
 
 // PackBaseline returns the State.Rate of a Baseline state: rate rounded
 // toward zero to a float32 in the high 32 bits, peak as a float32 in the

@@ -10,10 +10,19 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
+)
+
+var (
+	ErrUnknownAlgorithm = errors.New("ratelimit: unknown algorithm")             // ParseAlgorithm, Limit.Validate
+	ErrUnknownMode      = errors.New("ratelimit: unknown mode")                  // ParseMode, Limit.Validate
+	ErrInvalidLimit     = errors.New("ratelimit: invalid limit")                 // Limit.Validate
+	ErrAddrSetFormat    = errors.New("ratelimit: malformed recipient set")       // AddrSet.UnmarshalBinary
+	ErrNotFinite        = errors.New("ratelimit: converted state is not finite") // Limit.Convert: NaN or infinity
 )
 
 // State is what a store keeps per key: Time in Unix ns, the last update
@@ -131,8 +140,14 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: %v", ErrUnknownAlgorithm, l.Algorithm)
 	case int(l.Mode) >= len(modeNames):
 		return fmt.Errorf("%w: %v", ErrUnknownMode, l.Mode)
-	case l.Algorithm == Baseline:
-		return l.validateBaseline()
+	case l.Algorithm != Baseline:
+		return nil
+	case l.Factor < 0 || math.IsInf(l.Factor, 0) || math.IsNaN(l.Factor):
+		return fmt.Errorf("%w: factor must be a positive number, got %v", ErrInvalidLimit, l.Factor)
+	case !(l.Floor > 0) || l.Floor > l.Limit:
+		return fmt.Errorf("%w: floor must be positive and at most the cap (%v), got %v", ErrInvalidLimit, l.Limit, l.Floor)
+	case l.LearnPeriod < 0 || (l.LearnPeriod > 0 && l.LearnPeriod < l.Period):
+		return fmt.Errorf("%w: learn_period must be at least the period (%v), got %v", ErrInvalidLimit, l.Period, l.LearnPeriod)
 	}
 	return nil
 }
@@ -165,20 +180,15 @@ func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	}
 }
 
-// deniedState is the state stored after r is refused.
-func (l Limit) deniedState(prev State, r *Result) State {
-	if s, ok := l.Next(*r, false); ok {
-		return s
-	}
-	return prev
-}
-
 // Check measures a request of cost >= 0 (0: a probe) at now against prev.
 func (l Limit) Check(prev State, now time.Time, cost float64) Result {
 	n := now.UnixNano()
 	r := l.measure(prev, n, cost)
 	if r.Over {
-		s := l.deniedState(prev, &r)
+		s, ok := l.Next(r, false) // the state stored after r is refused
+		if !ok {
+			s = prev
+		}
 		switch l.Algorithm {
 		case GCRA, Cooldown:
 			r.RetryAfter = l.gcraWait(s, n, cost*float64(l.Period)/l.Limit)
@@ -258,14 +268,10 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 		return 0 // a fresh key measures exactly cost
 	}
 	period := float64(l.Period)
-	over := func(d time.Duration) bool {
-		t := now + int64(d)
-		if t < now {
-			return false // beyond the end of time
-		}
+	over := func(t int64) bool {
 		return expRate(s.Rate, cost, math.Max(nsBetween(t, s.Time)/period, minInterval)) > l.Limit
 	}
-	if !over(0) {
+	if !over(now) {
 		return 0
 	}
 	elapsed := nsBetween(now, s.Time)
@@ -287,7 +293,7 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 			break
 		}
 	}
-	return settle(durationOf(w*period-elapsed), over)
+	return settle(now, durationOf(w*period-elapsed), over)
 }
 
 // checkGCRA is GCRA and Cooldown; the rate is (tat-now)/period*limit.
@@ -340,11 +346,8 @@ func (l Limit) gcraWait(s State, now int64, spend float64) time.Duration {
 	if s.Time == 0 {
 		return 0
 	}
-	over := func(d time.Duration) bool {
-		t := now + int64(d)
-		return t >= now && l.gcraOver(l.gcraAhead(s, t, spend))
-	}
-	return settle(durationOf(nsBetween(s.Time, now)+spend-float64(l.Period)), over)
+	over := func(t int64) bool { return l.gcraOver(l.gcraAhead(s, t, spend)) }
+	return settle(now, durationOf(nsBetween(s.Time, now)+spend-float64(l.Period)), over)
 }
 
 // lambda is EARRRL's decay constant in 1/ns: ln 2 / half-life.
@@ -390,11 +393,8 @@ func (l Limit) earrrlWait(s State, now int64) time.Duration {
 	if !(est > l.Limit) {
 		return 0
 	}
-	over := func(d time.Duration) bool {
-		t := now + int64(d)
-		return t >= now && l.earrrlEstimate(l.earrrlCount(s, t)) > l.Limit
-	}
-	return settle(durationOf(math.Log(est/l.Limit)/l.lambda()), over)
+	over := func(t int64) bool { return l.earrrlEstimate(l.earrrlCount(s, t)) > l.Limit }
+	return settle(now, durationOf(math.Log(est/l.Limit)/l.lambda()), over)
 }
 
 // Negligible reports whether s has decayed by now to the equivalent of no
@@ -450,9 +450,10 @@ func durationOf(ns float64) time.Duration {
 }
 
 // settle returns d, or the first later duration, by doubling steps from
-// 1ns, where over is false; never when there is none.
-func settle(d time.Duration, over func(time.Duration) bool) time.Duration {
-	for step := time.Duration(1); over(d); step *= 2 {
+// 1ns, where over(now+d) is false or now+d is beyond the end of time;
+// never when there is none.
+func settle(now int64, d time.Duration, over func(t int64) bool) time.Duration {
+	for step := time.Duration(1); now+int64(d) >= now && over(now+int64(d)); step *= 2 {
 		if step > never/2 || d > never-step {
 			return never
 		}
