@@ -87,10 +87,6 @@ func (g *addrGen) bloom(h uint64, set bool) bool {
 	return true
 }
 
-func (g *addrGen) empty() bool { return g.bits == nil && len(g.exact) == 0 }
-
-func (g *addrGen) bytes() int { return 8 * (len(g.exact) + len(g.bits)) }
-
 // rotate moves the generations on to now.
 func (s *AddrSet) rotate(now int64, period time.Duration) {
 	if s.start == 0 || period <= 0 || now < s.start {
@@ -129,11 +125,13 @@ func (s *AddrSet) Add(h uint64, now time.Time, period time.Duration, capacity in
 // Empty reports whether s remembers nothing at now.
 func (s *AddrSet) Empty(now time.Time, period time.Duration) bool {
 	s.rotate(now.UnixNano(), period)
-	return s.cur.empty() && s.prev.empty()
+	return s.Bytes() == 0 // a filter is never empty
 }
 
 // Bytes is the memory s holds for addresses, in bytes.
-func (s *AddrSet) Bytes() int { return s.cur.bytes() + s.prev.bytes() }
+func (s *AddrSet) Bytes() int {
+	return 8 * (len(s.cur.exact) + len(s.cur.bits) + len(s.prev.exact) + len(s.prev.bits))
+}
 
 // MarshalBinary encodes s: a format byte (1), the generation start, then
 // per generation (current, previous) a kind byte (0 exact, 1 filter), a

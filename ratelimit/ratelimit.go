@@ -223,11 +223,10 @@ func (l Limit) measure(prev State, now int64, cost float64) Result {
 	return r
 }
 
-// minInterval clamps the interval (in periods) away from zero, as Exim does.
-const minInterval = 1e-10
-
-// never is the RetryAfter of a request that can never be allowed.
-const never = time.Duration(math.MaxInt64)
+const (
+	minInterval = 1e-10                        // the least interval in periods, as Exim clamps it
+	never       = time.Duration(math.MaxInt64) // the RetryAfter of a request never allowed
+)
 
 // checkExp is Exim's algorithm:
 //
