@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -50,22 +51,9 @@ func AddrFilterBits(capacity int) int {
 
 func (g *addrGen) has(h uint64) bool {
 	if g.bits == nil {
-		for _, x := range g.exact {
-			if x == h {
-				return true
-			}
-		}
-		return false
+		return slices.Contains(g.exact, h)
 	}
-	m := uint64(len(g.bits)) * 64
-	h1, h2 := h&0xffffffff, h>>32|1
-	for i := range uint64(addrProbes) {
-		b := (h1 + i*h2) % m
-		if g.bits[b/64]&(1<<(b%64)) == 0 {
-			return false
-		}
-	}
-	return true
+	return g.bloom(h, false)
 }
 
 func (g *addrGen) add(h uint64, capacity int) {
@@ -77,24 +65,27 @@ func (g *addrGen) add(h uint64, capacity int) {
 		exact := g.exact
 		g.exact, g.bits = nil, make([]uint64, AddrFilterBits(capacity)/64)
 		for _, x := range exact {
-			g.setBits(x)
+			g.bloom(x, true)
 		}
 	}
-	g.setBits(h)
+	g.bloom(h, true)
 }
 
-func (g *addrGen) setBits(h uint64) {
+// bloom reports whether the filter has all of h's bits, after setting them
+// if set.
+func (g *addrGen) bloom(h uint64, set bool) bool {
 	m := uint64(len(g.bits)) * 64
 	h1, h2 := h&0xffffffff, h>>32|1
 	for i := range uint64(addrProbes) {
 		b := (h1 + i*h2) % m
-		g.bits[b/64] |= 1 << (b % 64)
+		if set {
+			g.bits[b/64] |= 1 << (b % 64)
+		} else if g.bits[b/64]&(1<<(b%64)) == 0 {
+			return false
+		}
 	}
+	return true
 }
-
-func (g *addrGen) empty() bool { return g.bits == nil && len(g.exact) == 0 }
-
-func (g *addrGen) bytes() int { return 8 * (len(g.exact) + len(g.bits)) }
 
 // rotate moves the generations on to now.
 func (s *AddrSet) rotate(now int64, period time.Duration) {
@@ -134,11 +125,13 @@ func (s *AddrSet) Add(h uint64, now time.Time, period time.Duration, capacity in
 // Empty reports whether s remembers nothing at now.
 func (s *AddrSet) Empty(now time.Time, period time.Duration) bool {
 	s.rotate(now.UnixNano(), period)
-	return s.cur.empty() && s.prev.empty()
+	return s.Bytes() == 0 // a filter is never empty
 }
 
 // Bytes is the memory s holds for addresses, in bytes.
-func (s *AddrSet) Bytes() int { return s.cur.bytes() + s.prev.bytes() }
+func (s *AddrSet) Bytes() int {
+	return 8 * (len(s.cur.exact) + len(s.cur.bits) + len(s.prev.exact) + len(s.prev.bits))
+}
 
 // MarshalBinary encodes s: a format byte (1), the generation start, then
 // per generation (current, previous) a kind byte (0 exact, 1 filter), a

@@ -1,7 +1,7 @@
 package ratelimit
 
 import (
-	"fmt"
+	"cmp"
 	"math"
 	"time"
 )
@@ -34,24 +34,7 @@ func (l Limit) factor() float64 {
 	return DefaultFactor
 }
 
-func (l Limit) learnPeriod() time.Duration {
-	if l.LearnPeriod > 0 {
-		return l.LearnPeriod
-	}
-	return DefaultLearnPeriod
-}
-
-func (l Limit) validateBaseline() error {
-	switch {
-	case l.Factor < 0 || math.IsInf(l.Factor, 0) || math.IsNaN(l.Factor):
-		return fmt.Errorf("%w: factor must be a positive number, got %v", ErrInvalidLimit, l.Factor)
-	case !(l.Floor > 0) || l.Floor > l.Limit:
-		return fmt.Errorf("%w: floor must be positive and at most the cap (%v), got %v", ErrInvalidLimit, l.Limit, l.Floor)
-	case l.LearnPeriod < 0 || (l.LearnPeriod > 0 && l.LearnPeriod < l.Period):
-		return fmt.Errorf("%w: learn_period must be at least the period (%v), got %v", ErrInvalidLimit, l.Period, l.LearnPeriod)
-	}
-	return nil
-}
+func (l Limit) learnPeriod() time.Duration { return cmp.Or(max(l.LearnPeriod, 0), DefaultLearnPeriod) }
 
 // PackBaseline returns the State.Rate of a Baseline state: rate rounded
 // toward zero to a float32 in the high 32 bits, peak as a float32 in the
@@ -98,16 +81,7 @@ func (l Limit) learn(rate, peak, dt float64) float64 {
 	return math.Min(p, math.Max(base, math.Min(rate, lim)))
 }
 
-// checkBaseline is Check for Baseline.
-func (l Limit) checkBaseline(prev State, now int64, cost float64) Result {
-	res := l.measureBaseline(prev, now, cost)
-	if res.Over {
-		res.RetryAfter = l.baselineWait(l.deniedState(prev, &res), now, cost)
-	}
-	return res
-}
-
-// measureBaseline is checkBaseline without RetryAfter.
+// measureBaseline is measure for Baseline.
 func (l Limit) measureBaseline(prev State, now int64, cost float64) Result {
 	rate, peak := UnpackBaseline(prev.Rate)
 	interval := math.Inf(1)
@@ -119,16 +93,9 @@ func (l Limit) measureBaseline(prev State, now int64, cost float64) Result {
 	lim := l.allowed(peak)
 	interval = math.Max(interval, minInterval)
 	r := expRate(rate, cost, interval)
-	res := Result{Before: math.Exp(-interval) * rate, Rate: r, Limit: lim,
-		Counted: State{Time: now, Rate: PackBaseline(r, peak)}}
-	switch l.Mode {
-	case Forgiving:
-		res.Denied, res.Keep = State{Time: now, Rate: PackBaseline(math.Min(r, lim), peak)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	res.Over = r > lim
-	return res
+	return Result{Over: r > lim, Before: math.Exp(-interval) * rate, Rate: r, Limit: lim,
+		Counted: State{Time: now, Rate: PackBaseline(r, peak)},
+		Denied:  State{Time: now, Rate: PackBaseline(math.Min(r, lim), peak)}}
 }
 
 // baselineWait is expWait against the allowance at now, bisected to where
@@ -175,21 +142,6 @@ func (l Limit) baselineWait(s State, now int64, cost float64) time.Duration {
 		}
 	}
 	return hi
-}
-
-// baselineNegligible: the rate is negligible and the peak has decayed to
-// Floor/Factor, where a fresh key starts.
-func (l Limit) baselineNegligible(s State, now int64) bool {
-	rate, peak := UnpackBaseline(s.Rate)
-	dt := nsBetween(now, s.Time)
-	if dt <= 0 {
-		return false
-	}
-	interval := math.Max(dt/float64(l.Period), minInterval)
-	if expRate(rate, 1, interval) > 1 {
-		return false
-	}
-	return peak*math.Exp(-dt/float64(l.learnPeriod())) <= l.Floor/l.factor()
 }
 
 // BaselineView is a Baseline state's key at some time, in cost per Period.

@@ -1,15 +1,10 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
 )
-
-// ErrNotFinite is returned by Limit.Convert for a state, given or
-// converted, that holds a number that is not finite.
-var ErrNotFinite = errors.New("ratelimit: converted state is not finite")
 
 // Convert returns the state under l at now of a key whose state under from
 // is s (a reload that changes a limit's algorithm, period or half-life),
@@ -56,11 +51,11 @@ func (l Limit) Convert(s State, from Limit, now time.Time) (State, error) {
 
 // finite reports whether every number s holds under l is finite.
 func finite(l Limit, s State) bool {
+	r, p := s.Rate, 0.0
 	if l.Algorithm == Baseline {
-		r, p := UnpackBaseline(s.Rate)
-		return !math.IsInf(r, 0) && !math.IsNaN(r) && !math.IsInf(p, 0) && !math.IsNaN(p)
+		r, p = UnpackBaseline(s.Rate)
 	}
-	return !math.IsInf(s.Rate, 0) && !math.IsNaN(s.Rate)
+	return !math.IsInf(r+p, 0) && !math.IsNaN(r+p)
 }
 
 // probeWait is how long l (leaky) refuses a request of cost 1 against s at

@@ -10,10 +10,19 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
+)
+
+var (
+	ErrUnknownAlgorithm = errors.New("ratelimit: unknown algorithm")             // ParseAlgorithm, Limit.Validate
+	ErrUnknownMode      = errors.New("ratelimit: unknown mode")                  // ParseMode, Limit.Validate
+	ErrInvalidLimit     = errors.New("ratelimit: invalid limit")                 // Limit.Validate
+	ErrAddrSetFormat    = errors.New("ratelimit: malformed recipient set")       // AddrSet.UnmarshalBinary
+	ErrNotFinite        = errors.New("ratelimit: converted state is not finite") // Limit.Convert: NaN or infinity
 )
 
 // State is what a store keeps per key: Time in Unix ns, the last update
@@ -131,8 +140,14 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: %v", ErrUnknownAlgorithm, l.Algorithm)
 	case int(l.Mode) >= len(modeNames):
 		return fmt.Errorf("%w: %v", ErrUnknownMode, l.Mode)
-	case l.Algorithm == Baseline:
-		return l.validateBaseline()
+	case l.Algorithm != Baseline:
+		return nil
+	case l.Factor < 0 || math.IsInf(l.Factor, 0) || math.IsNaN(l.Factor):
+		return fmt.Errorf("%w: factor must be a positive number, got %v", ErrInvalidLimit, l.Factor)
+	case !(l.Floor > 0) || l.Floor > l.Limit:
+		return fmt.Errorf("%w: floor must be positive and at most the cap (%v), got %v", ErrInvalidLimit, l.Limit, l.Floor)
+	case l.LearnPeriod < 0 || (l.LearnPeriod > 0 && l.LearnPeriod < l.Period):
+		return fmt.Errorf("%w: learn_period must be at least the period (%v), got %v", ErrInvalidLimit, l.Period, l.LearnPeriod)
 	}
 	return nil
 }
@@ -165,36 +180,53 @@ func (l Limit) Next(r Result, admitted bool) (State, bool) {
 	}
 }
 
-// deniedState is the state stored after r is refused.
-func (l Limit) deniedState(prev State, r *Result) State {
-	if s, ok := l.Next(*r, false); ok {
-		return s
-	}
-	return prev
-}
-
 // Check measures a request of cost >= 0 (0: a probe) at now against prev.
 func (l Limit) Check(prev State, now time.Time, cost float64) Result {
-	var r Result
-	switch l.Algorithm {
-	case GCRA, Cooldown:
-		r = l.checkGCRA(prev, now.UnixNano(), cost)
-	case EARRRL:
-		r = l.checkEARRRL(prev, now.UnixNano(), cost)
-	case Baseline:
-		return l.checkBaseline(prev, now.UnixNano(), cost)
-	default:
-		r = l.checkExp(prev, now.UnixNano(), cost)
+	n := now.UnixNano()
+	r := l.measure(prev, n, cost)
+	if r.Over {
+		s, ok := l.Next(r, false) // the state stored after r is refused
+		if !ok {
+			s = prev
+		}
+		switch l.Algorithm {
+		case GCRA, Cooldown:
+			r.RetryAfter = l.gcraWait(s, n, cost*float64(l.Period)/l.Limit)
+		case EARRRL:
+			r.RetryAfter = l.earrrlWait(s, n)
+		case Baseline:
+			r.RetryAfter = l.baselineWait(s, n, cost)
+		default:
+			r.RetryAfter = l.expWait(s, n, cost)
+		}
 	}
-	r.Limit = l.Limit
 	return r
 }
 
-// minInterval clamps the interval (in periods) away from zero, as Exim does.
-const minInterval = 1e-10
+// measure is Check without RetryAfter. The algorithm's check sets Denied
+// to the Forgiving state; measure sets Denied and Keep by the mode.
+func (l Limit) measure(prev State, now int64, cost float64) Result {
+	var r Result
+	switch l.Algorithm {
+	case GCRA, Cooldown:
+		r = l.checkGCRA(prev, now, cost)
+	case EARRRL:
+		r = l.checkEARRRL(prev, now, cost)
+	case Baseline:
+		r = l.measureBaseline(prev, now, cost)
+	default:
+		r = l.checkExp(prev, now, cost)
+	}
+	if r.Keep = l.Mode == Forgiving; !r.Keep {
+		r.Denied = prev
+	}
+	return r
+}
 
-// never is the RetryAfter of a request that can never be allowed.
-const never = time.Duration(math.MaxInt64)
+const (
+	minInterval = 1e-10                        // the least interval in periods, as Exim clamps it
+	never       = time.Duration(math.MaxInt64) // the RetryAfter of a request never allowed
+)
 
 // checkExp is Exim's algorithm:
 //
@@ -211,18 +243,8 @@ func (l Limit) checkExp(prev State, now int64, cost float64) Result {
 	}
 	interval = math.Max(interval, minInterval)
 	r := expRate(prev.Rate, cost, interval)
-	res := Result{Before: math.Exp(-interval) * prev.Rate, Rate: r, Counted: State{Time: now, Rate: r}}
-	switch l.Mode {
-	case Forgiving:
-		res.Denied, res.Keep = State{Time: now, Rate: math.Min(r, l.Limit)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	if r > l.Limit {
-		res.Over = true
-		res.RetryAfter = l.expWait(l.deniedState(prev, &res), now, cost)
-	}
-	return res
+	return Result{Over: r > l.Limit, Before: math.Exp(-interval) * prev.Rate, Rate: r, Limit: l.Limit,
+		Counted: State{Time: now, Rate: r}, Denied: State{Time: now, Rate: math.Min(r, l.Limit)}}
 }
 
 // expRate is r_now after interval periods (clamped), saturating.
@@ -245,14 +267,10 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 		return 0 // a fresh key measures exactly cost
 	}
 	period := float64(l.Period)
-	over := func(d time.Duration) bool {
-		t := now + int64(d)
-		if t < now {
-			return false // beyond the end of time
-		}
+	over := func(t int64) bool {
 		return expRate(s.Rate, cost, math.Max(nsBetween(t, s.Time)/period, minInterval)) > l.Limit
 	}
-	if !over(0) {
+	if !over(now) {
 		return 0
 	}
 	elapsed := nsBetween(now, s.Time)
@@ -274,7 +292,7 @@ func (l Limit) expWait(s State, now int64, cost float64) time.Duration {
 			break
 		}
 	}
-	return settle(durationOf(w*period-elapsed), over)
+	return settle(now, durationOf(w*period-elapsed), over)
 }
 
 // checkGCRA is GCRA and Cooldown; the rate is (tat-now)/period*limit.
@@ -286,22 +304,14 @@ func (l Limit) checkGCRA(prev State, now int64, cost float64) Result {
 		before = math.Max(nsBetween(prev.Time, now), 0) / period * l.Limit
 	}
 	ahead := l.gcraAhead(prev, now, spend)
-	res := Result{
+	return Result{
+		Over:    l.gcraOver(ahead),
 		Before:  math.Min(before, math.MaxFloat64),
 		Rate:    math.Min(ahead/period*l.Limit, math.MaxFloat64),
 		Counted: State{Time: addNs(now, ahead)},
+		Denied:  State{Time: addNs(now, period)},
+		Limit:   l.Limit,
 	}
-	switch l.Mode {
-	case Forgiving:
-		res.Denied, res.Keep = State{Time: addNs(now, period)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	if l.gcraOver(ahead) {
-		res.Over = true
-		res.RetryAfter = l.gcraWait(l.deniedState(prev, &res), now, spend)
-	}
-	return res
 }
 
 // gcraAhead is how far (ns) ahead of now tat stands after spending spend
@@ -335,11 +345,8 @@ func (l Limit) gcraWait(s State, now int64, spend float64) time.Duration {
 	if s.Time == 0 {
 		return 0
 	}
-	over := func(d time.Duration) bool {
-		t := now + int64(d)
-		return t >= now && l.gcraOver(l.gcraAhead(s, t, spend))
-	}
-	return settle(durationOf(nsBetween(s.Time, now)+spend-float64(l.Period)), over)
+	over := func(t int64) bool { return l.gcraOver(l.gcraAhead(s, t, spend)) }
+	return settle(now, durationOf(nsBetween(s.Time, now)+spend-float64(l.Period)), over)
 }
 
 // lambda is EARRRL's decay constant in 1/ns: ln 2 / half-life.
@@ -355,19 +362,13 @@ func (l Limit) lambda() float64 {
 func (l Limit) checkEARRRL(prev State, now int64, cost float64) Result {
 	n := l.earrrlCount(prev, now)
 	est := l.earrrlEstimate(n)
-	res := Result{Before: est, Rate: est, Counted: State{Time: now, Rate: math.Min(cost+n, math.MaxFloat64)}}
-	switch l.Mode {
-	case Forgiving:
+	res := Result{Over: est > l.Limit, Before: est, Rate: est, Limit: l.Limit,
+		Counted: State{Time: now, Rate: math.Min(cost+n, math.MaxFloat64)}}
+	if l.Mode == Forgiving {
 		// The count whose estimate decays to the limit in cost*period/limit.
 		lp := l.lambda() * float64(l.Period)
 		nmax := l.Limit / lp * math.Exp(lp*cost/l.Limit)
-		res.Denied, res.Keep = State{Time: now, Rate: math.Min(res.Counted.Rate, nmax)}, true
-	default:
-		res.Denied, res.Keep = prev, false
-	}
-	if est > l.Limit {
-		res.Over = true
-		res.RetryAfter = l.earrrlWait(l.deniedState(prev, &res), now)
+		res.Denied = State{Time: now, Rate: math.Min(res.Counted.Rate, nmax)}
 	}
 	return res
 }
@@ -391,16 +392,14 @@ func (l Limit) earrrlWait(s State, now int64) time.Duration {
 	if !(est > l.Limit) {
 		return 0
 	}
-	over := func(d time.Duration) bool {
-		t := now + int64(d)
-		return t >= now && l.earrrlEstimate(l.earrrlCount(s, t)) > l.Limit
-	}
-	return settle(durationOf(math.Log(est/l.Limit)/l.lambda()), over)
+	over := func(t int64) bool { return l.earrrlEstimate(l.earrrlCount(s, t)) > l.Limit }
+	return settle(now, durationOf(math.Log(est/l.Limit)/l.lambda()), over)
 }
 
 // Negligible reports whether s has decayed by now to the equivalent of no
 // state for any request of cost >= 1 (EARRRL: below a millionth of the
-// limit), so a store may drop it.
+// limit; Baseline: also the peak down to Floor/Factor, where a fresh key
+// starts), so a store may drop it.
 func (l Limit) Negligible(s State, now time.Time) bool {
 	if s.IsZero() {
 		return true
@@ -413,33 +412,28 @@ func (l Limit) Negligible(s State, now time.Time) bool {
 		return nsBetween(n, s.Time) > float64(l.Period)
 	case EARRRL:
 		return l.earrrlEstimate(l.earrrlCount(s, n)) < l.Limit*1e-6
-	case Baseline:
-		return l.baselineNegligible(s, n)
 	default:
-		interval := nsBetween(n, s.Time) / float64(l.Period)
-		if interval <= 0 {
+		rate, peak := s.Rate, 0.0
+		if l.Algorithm == Baseline {
+			rate, peak = UnpackBaseline(s.Rate)
+		}
+		dt := nsBetween(n, s.Time)
+		if dt <= 0 || expRate(rate, 1, math.Max(dt/float64(l.Period), minInterval)) > 1 {
 			return false
 		}
-		return expRate(s.Rate, 1, math.Max(interval, minInterval)) <= 1
+		return l.Algorithm != Baseline || peak*math.Exp(-dt/float64(l.learnPeriod())) <= l.Floor/l.factor()
 	}
 }
 
 // Rate is the rate of s decayed to now, in cost per period.
 func (l Limit) Rate(s State, now time.Time) float64 {
-	if s.IsZero() {
-		return 0
-	}
 	r, _ := l.Usage(s, now)
 	return r
 }
 
 // Usage is the Before and Limit of Check(s, now, 0) without RetryAfter.
 func (l Limit) Usage(s State, now time.Time) (rate, limit float64) {
-	if l.Algorithm == Baseline {
-		r := l.measureBaseline(s, now.UnixNano(), 0)
-		return r.Before, r.Limit
-	}
-	r := l.Check(s, now, 0)
+	r := l.measure(s, now.UnixNano(), 0)
 	return r.Before, r.Limit
 }
 
@@ -455,9 +449,10 @@ func durationOf(ns float64) time.Duration {
 }
 
 // settle returns d, or the first later duration, by doubling steps from
-// 1ns, where over is false; never when there is none.
-func settle(d time.Duration, over func(time.Duration) bool) time.Duration {
-	for step := time.Duration(1); over(d); step *= 2 {
+// 1ns, where over(now+d) is false or now+d is beyond the end of time;
+// never when there is none.
+func settle(now int64, d time.Duration, over func(t int64) bool) time.Duration {
+	for step := time.Duration(1); now+int64(d) >= now && over(now+int64(d)); step *= 2 {
 		if step > never/2 || d > never-step {
 			return never
 		}

@@ -6,15 +6,10 @@ import "time"
 // admitted unless refused or refusing(i) for some i in [0, n), a limit over
 // whose action stops delivery. redisstore's script holds a copy.
 func StackAdmits(refused bool, n int, refusing func(i int) bool) bool {
-	if refused {
-		return false
+	for i := 0; i < n && !refused; i++ {
+		refused = refusing(i)
 	}
-	for i := range n {
-		if refusing(i) {
-			return false
-		}
-	}
-	return true
+	return !refused
 }
 
 // Reapply returns what to store for a request measured from prev, giving
