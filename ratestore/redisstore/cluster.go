@@ -27,10 +27,11 @@ func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (a
 	dl := time.Now().Add(s.opts.Timeout)
 	if b := s.nodeBatcher(slot); b != nil {
 		v, err := s.decideBatched(ctx, b, r)
-		if err == nil && !r.notHere(v) {
-			return v, nil
-		}
-		if err != nil && !errors.Is(err, errNotHere) {
+		if err == nil {
+			if flag, _ := v.item(r.base); flag&flagNotHere == 0 {
+				return v, nil
+			}
+		} else if !errors.Is(err, errNotHere) {
 			return v, err
 		}
 		s.refreshSlots()
@@ -38,15 +39,6 @@ func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (a
 	cctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
 	return s.exec(cctx, "", "d", "", "", r)
-}
-
-// notHere reports whether the script did not decide r (flagNotHere).
-func (r *request) notHere(v answer) bool {
-	if len(r.idx) == 0 {
-		return false
-	}
-	flag, _ := v.item(r.base)
-	return flag&flagNotHere != 0
 }
 
 // nodeBatcher returns the batcher of slot's master, or nil if not known.

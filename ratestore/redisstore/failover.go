@@ -125,8 +125,12 @@ func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptio
 	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
 		restoring: map[[2]string]chan struct{}{},
 		downNodes: map[string]time.Time{}, ctx: ctx, cancel: cancel}
-	if !r.Connected() {
-		f.markAllDown(errNotConnected)
+	if !r.Connected() { // every shard down until Redis is reached
+		f.markShards(errNotConnected, func(mark func(uint16)) {
+			for s := range slotCount {
+				mark(uint16(s))
+			}
+		})
 	}
 	return f
 }

@@ -33,15 +33,6 @@ type pendingEntry struct {
 	Rate  float64 `json:"rate"`
 }
 
-// markAllDown marks every shard down (Redis not reached yet).
-func (f *Failover) markAllDown(cause error) {
-	f.markShards(cause, func(mark func(uint16)) {
-		for s := range slotCount {
-			mark(uint16(s))
-		}
-	})
-}
-
 // markDown marks the shards of items down after cause.
 func (f *Failover) markDown(items []policy.StackItem, cause error) {
 	f.markShards(cause, func(mark func(uint16)) {
@@ -72,18 +63,15 @@ func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
 		f.relapse = time.Since(f.recovered) < relapseWindow
 		if !f.relapse {
 			f.switches.Add(1)
+			share := "last known state"
+			if f.opts.Split && f.opts.Hosts > 1 {
+				share = fmt.Sprintf("split among %d hosts", f.opts.Hosts)
+			}
 			f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.opts.OnError.String(),
-				"share", f.shareName(), "err", cause)
+				"share", share, "err", cause)
 		}
 	}
 	f.startProbe()
-}
-
-func (f *Failover) shareName() string {
-	if f.opts.Split && f.opts.Hosts > 1 {
-		return fmt.Sprintf("split among %d hosts", f.opts.Hosts)
-	}
-	return "last known state"
 }
 
 // startProbe starts the probe unless it runs (f.mu held).
@@ -278,18 +266,15 @@ func (f *Failover) mergePending() int {
 		total += n
 		f.merged.Add(int64(n))
 		f.mu.Lock()
-		for i := range f.pending {
-			if f.pending[i].ID != pm.ID {
-				continue
-			}
-			if err == nil {
-				f.pending = append(f.pending[:i], f.pending[i+1:]...)
-				f.merges.Add(1)
-			} else if !f.pending[i].failed {
-				f.pending[i].failed = true
-				f.log.Warn("merge of outage counts into redis failed; retrying", "merge", pm.ID, "err", err)
-			}
-			break
+		i := slices.IndexFunc(f.pending, func(p pendingMerge) bool { return p.ID == pm.ID })
+		switch {
+		case i < 0:
+		case err == nil:
+			f.pending = slices.Delete(f.pending, i, i+1)
+			f.merges.Add(1)
+		case !f.pending[i].failed:
+			f.pending[i].failed = true
+			f.log.Warn("merge of outage counts into redis failed; retrying", "merge", pm.ID, "err", err)
 		}
 		f.savePending()
 		f.mu.Unlock()

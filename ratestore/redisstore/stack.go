@@ -105,13 +105,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	for _, r := range reqs {
 		for j, l := range r.lims {
 			sp := spec{r.names[j], l}
-			si := -1
-			for k := range specs {
-				if specs[k] == sp {
-					si = k
-					break
-				}
-			}
+			si := slices.Index(specs, sp)
 			if si < 0 {
 				si = len(specs)
 				specs = append(specs, sp)
@@ -330,11 +324,8 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 			continue
 		}
 		ki := -1
-		for j, pi := range r.idx {
-			if items[pi].Key == it.Key {
-				ki = r.kidx[j]
-				break
-			}
+		if j := slices.IndexFunc(r.idx, func(pi int) bool { return items[pi].Key == it.Key }); j >= 0 {
+			ki = r.kidx[j]
 		}
 		if ki < 0 {
 			r.kb = s.appendKey(r.kb, it.Key)
@@ -373,7 +364,10 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	var err error
 	switch {
 	case s.opts.callerTime:
-		v, err = s.decideAt(ctx, now, r)
+		ts, tns := s.timeArgs(now)
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		v, err = s.exec(cctx, "", "d", ts, tns, r)
+		cancel()
 	case cluster:
 		v, err = s.decideInCluster(ctx, r, slot)
 	default:
@@ -449,14 +443,6 @@ func (s *Store) evaluateSlots(ctx context.Context, now time.Time, items []policy
 		}
 	}
 	return nil
-}
-
-// decideAt decides r alone at now (Options.callerTime).
-func (s *Store) decideAt(ctx context.Context, now time.Time, r *request) (answer, error) {
-	ts, tns := s.timeArgs(now)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	return s.exec(ctx, "", "d", ts, tns, r)
 }
 
 // clockArg is ARGV[2] for phase "d": "?" (TIME only if the script decides)

@@ -373,11 +373,10 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	l, known := s.limit(limit)
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	k := s.Key(key)
-	at := time.UnixMilli(s.expiry(l, known, st))
+	at := time.UnixMilli(s.expiry(limit, st))
 	if err := c.Do(cctx, c.B().Set().Key(resetMarker(k, limit)).Value("1").Pxat(at).Build()).Error(); err != nil {
 		return true, unavailable(err)
 	}
@@ -400,8 +399,7 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		if !ok {
 			return "", 0, false
 		}
-		l, known := s.limit(limit)
-		return encode(next), s.expiry(l, known, next), true
+		return encode(next), s.expiry(limit, next), true
 	})
 	return cmp.Or(err, serr)
 }
@@ -443,12 +441,12 @@ func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
 	return s.opts.Limits(name)
 }
 
-// expiry is expiryOf(l, st) (DefaultTTL if !known) in Unix ms on Redis's
-// clock, at least 1ms from now.
-func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 {
+// expiry is expiryOf(limit, st) (DefaultTTL if unknown) in Unix ms on
+// Redis's clock, at least 1ms from now.
+func (s *Store) expiry(limit string, st ratelimit.State) int64 {
 	now := time.Now().Add(s.ClockOffset())
 	at := now.Add(DefaultTTL).UnixMilli()
-	if known {
+	if l, known := s.limit(limit); known {
 		at = expiryOf(l, st)
 	}
 	return max(at, now.UnixMilli()+1)
