@@ -100,14 +100,14 @@ func newBatch(deadline time.Time) *batch {
 func (b *batcher) release() {
 	b.mu.Lock()
 	p := b.pending
+	b.pending = nil
 	if p == nil {
 		b.inFlight--
-		b.mu.Unlock()
-		return
 	}
-	b.pending = nil
 	b.mu.Unlock()
-	go b.run(p)
+	if p != nil {
+		go b.run(p)
+	}
 }
 
 // run sends batch p, skipping requests whose callers gave up, and hands

@@ -153,21 +153,20 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 		if len(r.idx) == 0 {
 			continue
 		}
-		var flag byte
-		if err == nil {
-			flag, _ = a.item(r.base)
+		if err != nil {
+			s.forget(r)
+			continue
 		}
-		if r.fast && err == nil {
-			if flag&flagFast != 0 {
-				s.fastConfirmed.Add(1)
-			} else {
-				s.fastRefused.Add(1)
-			}
+		flag, _ := a.item(r.base)
+		if r.fast && flag&flagFast != 0 {
+			s.fastConfirmed.Add(1)
+		} else if r.fast {
+			s.fastRefused.Add(1)
 		}
-		switch {
-		case err == nil && flag&flagFast != 0:
+		if flag&flagFast != 0 {
 			continue // known since assemble (remember)
-		case err != nil || flag&flagNotHere != 0:
+		}
+		if flag&flagNotHere != 0 {
 			s.forget(r)
 			continue
 		}

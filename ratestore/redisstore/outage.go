@@ -178,9 +178,6 @@ func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
 // recover marks slots up, waits for local decisions in progress, takes
 // their deltas and merges. The last shard up ends the outage.
 func (f *Failover) recover(slots []uint16, node string) {
-	if len(slots) == 0 {
-		return
-	}
 	f.mu.Lock()
 	// The outage ends before its last shard is marked up.
 	up := 0

@@ -63,14 +63,7 @@ func (r *request) add(i, k int, it *policy.StackItem) {
 	r.kidx = append(r.kidx, k)
 	r.names = append(r.names, it.Limit)
 	r.lims = append(r.lims, it.Params)
-	b := 0
-	if it.Count {
-		b = 1
-	}
-	if it.Refuses {
-		b += 2
-	}
-	r.bits = append(r.bits, b)
+	r.bits = append(r.bits, int(b2u(it.Count)+2*b2u(it.Refuses)))
 	r.costs = append(r.costs, it.Cost)
 }
 
@@ -114,8 +107,15 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		}
 	}
 	fastKeys := 0
-	if phase == "d" && s.known != nil {
-		now := s.fastNow(ts, tns)
+	fastOn := phase == "d" && s.known != nil
+	if fastOn {
+		// (ts, tns), or this host's clock corrected to Redis's.
+		now := time.Now().Add(s.ClockOffset())
+		if ts != "" && ts != "?" {
+			sec, _ := strconv.ParseInt(ts, 10, 64)
+			nsec, _ := strconv.ParseInt(tns, 10, 64)
+			now = time.Unix(sec, nsec)
+		}
 		for _, r := range reqs {
 			r.fast = s.speculate(r, now)
 			if r.fast {
@@ -154,11 +154,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 				read = 0
 			}
 			packed = binary.LittleEndian.AppendUint32(packed, uint32(read))
-			wantRecs := byte(0)
-			if phase == "d" && s.known != nil {
-				wantRecs = 1
-			}
-			packed = append(packed, wantRecs)
+			packed = append(packed, b2u(fastOn))
 		}
 	}
 	c, base := 0, 0
@@ -167,11 +163,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		base += len(r.idx)
 		kbase := kbases[ri]
 		packed = binary.LittleEndian.AppendUint32(packed, uint32(len(r.idx)))
-		flag := byte(0)
-		if r.flag {
-			flag = 1
-		}
-		packed = append(packed, flag)
+		packed = append(packed, b2u(r.flag))
 		if !r.fast {
 			packed = binary.LittleEndian.AppendUint16(packed, 0)
 		} else {
@@ -199,14 +191,12 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	return keys, append(args, recs...), items
 }
 
-// fastNow is (ts, tns), or this host's clock corrected to Redis's.
-func (s *Store) fastNow(ts, tns string) time.Time {
-	if ts == "" || ts == "?" {
-		return time.Now().Add(s.ClockOffset())
+// b2u is 1 for true, else 0.
+func b2u(b bool) byte {
+	if b {
+		return 1
 	}
-	sec, _ := strconv.ParseInt(ts, 10, 64)
-	nsec, _ := strconv.ParseInt(tns, 10, 64)
-	return time.Unix(sec, nsec)
+	return 0
 }
 
 // answer is a script call's answer (stack.lua): Redis's now, per item

@@ -536,10 +536,7 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 				cmds = append(cmds, n.B().Get().Key(k).Build())
 			}
 		}
-		var res []rueidis.RedisResult
-		if len(cmds) > 0 {
-			res = n.DoMulti(cctx, cmds...)
-		}
+		res := n.DoMulti(cctx, cmds...) // nil for no commands
 		cancel()
 		for i, key := range keys {
 			v, err := res[i].ToString()
