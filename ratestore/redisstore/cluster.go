@@ -8,8 +8,7 @@ import (
 	"time"
 )
 
-// clusterRouting keeps the master of each hash slot (CLUSTER SLOTS) and a
-// batcher per master.
+// clusterRouting keeps each slot's master (CLUSTER SLOTS) and its batcher.
 type clusterRouting struct {
 	owners     atomic.Pointer[[slotCount]string]
 	refreshing atomic.Bool
@@ -62,8 +61,7 @@ func (s *Store) nodeBatcher(slot uint16) *batcher {
 	return v.(*batcher)
 }
 
-// refreshSlots rereads the slot map in the background, at most once per
-// slotRefreshEvery.
+// refreshSlots rereads the slot map in the background (slotRefreshEvery).
 func (s *Store) refreshSlots() {
 	rt := &s.routing
 	rt.lastMu.Lock()

@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// OnError is what a Failover does while Redis does not answer
-// (on_redis_error).
+// OnError is what a Failover does while Redis is down (on_redis_error).
 type OnError uint8
 
 const (
@@ -118,8 +117,7 @@ type FailoverOptions struct {
 	Hosts int
 }
 
-// NewFailover returns a Failover over r and local; unconnected, it starts
-// degraded.
+// NewFailover returns a Failover over r and local, degraded if unconnected.
 func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
@@ -379,8 +377,7 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 	}
 }
 
-// restoreWait bounds how long a request waits for the restore of a state
-// Redis lost.
+// restoreWait bounds a request's wait for the restore of a lost state.
 const restoreWait = 50 * time.Millisecond
 
 // restore adds pm, this host's copies of states Redis lost, to Redis now,

@@ -44,9 +44,8 @@ type speculation struct {
 	msBuf     [2]int64
 }
 
-// speculate decides r in Go at now from the known records (s.known is
-// not nil) and reports whether every key's record was known with every
-// limit of r.
+// speculate decides r in Go at now from s.known (not nil); false unless
+// every key's record was known with every limit of r.
 func (s *Store) speculate(r *request, now time.Time) bool {
 	sp := &r.spec
 	sp.expect, sp.recs, sp.kinds, sp.ms = sp.expectBuf[:0], sp.recBuf[:0], sp.kindBuf[:0], sp.msBuf[:0]

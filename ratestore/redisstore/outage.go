@@ -17,8 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// pendingMerge is one merge of outage counts: its Store.Merge marker and
-// the deltas.
+// pendingMerge is one merge of outage counts: Store.Merge marker, deltas.
 type pendingMerge struct {
 	ID      string         `json:"id"`
 	Entries []pendingEntry `json:"entries"`
@@ -231,8 +230,7 @@ func (f *Failover) recover(slots []uint16, node string) {
 // relapseWindow is how soon after a recovery a failure continues the outage.
 const relapseWindow = 2 * time.Second
 
-// takeDelta removes the deltas of shards in (all if nil) as a new pending
-// merge (f.mu held).
+// takeDelta moves the deltas of shards in (nil: all) to a pendingMerge.
 func (f *Failover) takeDelta(in func(uint16) bool) pendingMerge {
 	pm := pendingMerge{ID: newMergeID()}
 	for k, d := range f.delta {
@@ -279,8 +277,7 @@ func (f *Failover) mergePending() int {
 	return total
 }
 
-// merge adds pm's deltas of shards up, per limit; the rest stay, with an
-// error.
+// merge adds pm's deltas of shards up, per limit; others give an error.
 func (f *Failover) merge(ctx context.Context, pm pendingMerge) (int, error) {
 	byLimit := map[string][]int{}
 	var later error
@@ -332,8 +329,7 @@ func (f *Failover) LoadPending(path string) error {
 	return nil
 }
 
-// savePending writes the pending file by rename, or removes it if empty
-// (f.mu held).
+// savePending writes (by rename) or removes the pending file (f.mu held).
 func (f *Failover) savePending() {
 	if f.pendingFile == "" {
 		return

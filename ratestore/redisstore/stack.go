@@ -17,8 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// request is one policy request's items of one hash slot, as sent to the
-// script; it owns copies of all the call needs.
+// request is one policy request's items of one hash slot, for the script.
 type request struct {
 	idx   []int    // indexes into the caller's items
 	keys  []string // the distinct hashes of the items' rate keys
@@ -33,7 +32,7 @@ type request struct {
 	// if it was not sent because the caller gave up.
 	ctx     context.Context
 	dropped bool
-	kb      []byte // the keys' bytes (evaluateOne)
+	kb      []byte // the keys' bytes (EvaluateStack)
 	// fast is set by assemble when decided in Go, for the script to confirm.
 	fast bool
 	spec speculation
@@ -227,10 +226,9 @@ func (a answer) item(k int) (flag byte, prev string) {
 	return p[0], prev
 }
 
-// exec runs the script on reqs: all of one slot, through the client
-// (KEYS); or, with addr, on the Cluster master at addr, keys in ARGV
-// (errNotHere if addr is no longer a cluster node). It updates the known
-// records.
+// exec runs the script on reqs (one slot) through the client, or on the
+// Cluster master at addr, keys in ARGV (errNotHere if addr is no longer a
+// node), and updates the known records.
 func (s *Store) exec(ctx context.Context, addr, phase, ts, tns string, reqs ...*request) (answer, error) {
 	c, err := s.client()
 	if err != nil {
@@ -301,10 +299,7 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 // slot); unscripted items get ErrAlgorithm. Errors wrap ErrUnavailable
 // (some slots may have committed) or ErrProtocol.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
-	r, _ := s.reqs.Get().(*request)
-	if r == nil {
-		r = new(request)
-	}
+	r := s.reqs.Get().(*request)
 	r.reset()
 	var ends [4]int
 	end := ends[:0]
@@ -372,8 +367,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	return nil
 }
 
-// evaluateSlots decides a stack of several Cluster slots: checks every
-// slot, takes the verdict, then commits on every slot.
+// evaluateSlots checks every Cluster slot, then commits the verdict on all.
 func (s *Store) evaluateSlots(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	// One request per slot; never reallocated.
 	reqs := make([]request, 0, len(items))
@@ -444,8 +438,7 @@ func (s *Store) clockArg() string {
 	return ""
 }
 
-// timeArgs returns ARGV[2] and ARGV[3]: now as Unix s and ns with
-// callerTime, else "" and "".
+// timeArgs is ARGV[2:4]: now as Unix s and ns with callerTime, else "".
 func (s *Store) timeArgs(now time.Time) (ts, tns string) {
 	if !s.opts.callerTime {
 		return "", ""
@@ -488,9 +481,8 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 // errNotHere is the error of an item the node asked does not serve.
 var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
 
-// read fills out for r's items from v: previous state, the Result
-// recomputed with package ratelimit at Redis's now, and whether stored
-// (never in phase "c").
+// read fills out for r's items from v: previous state, Result recomputed
+// in Go at Redis's now, and whether stored (never in phase "c").
 func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult) {
 	now := v.now
 	for j, i := range r.idx {

@@ -66,8 +66,7 @@ type Options struct {
 // DefaultKeyPrefix is the key prefix when Options.KeyPrefix is empty.
 const DefaultKeyPrefix = "ratelimitd:"
 
-// DefaultTTL is the expiry of a state of a limit the store does not know
-// (Options.Limits).
+// DefaultTTL is the expiry of a state of a limit unknown to Options.Limits.
 const DefaultTTL = 7 * 24 * time.Hour
 
 // stateLen is the length of an encoded state (see package doc).
@@ -87,7 +86,7 @@ type Store struct {
 	specs            sync.Map // spec -> *[6]string, its script arguments
 	batch            batcher
 	routing          clusterRouting
-	reqs             sync.Pool     // *request, for reuse by evaluateOne
+	reqs             sync.Pool     // *request, for reuse by EvaluateStack
 	known            *knownRecords // the fast path's; nil when off
 	// fastConfirmed and fastRefused count the fast path's requests.
 	fastConfirmed, fastRefused atomic.Int64
@@ -115,10 +114,7 @@ func Open(o Options) (*Store, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 200 * time.Millisecond
 	}
-	prefix := o.KeyPrefix
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
+	prefix := cmp.Or(o.KeyPrefix, DefaultKeyPrefix)
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q contains a brace", ErrConfig, prefix)
 	}
@@ -129,6 +125,7 @@ func Open(o Options) (*Store, error) {
 	if o.KnownRecords >= 0 {
 		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
 	}
+	s.reqs.New = func() any { return new(request) }
 	s.batch.calls = maxInFlight
 	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
 		return s.exec(ctx, "", "d", s.clockArg(), "", reqs...)
@@ -441,8 +438,7 @@ func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
 	return s.opts.Limits(name)
 }
 
-// expiry is expiryOf(limit, st) (DefaultTTL if unknown) in Unix ms on
-// Redis's clock, at least 1ms from now.
+// expiry is expiryOf (or DefaultTTL) in Unix ms on Redis's clock, > now.
 func (s *Store) expiry(limit string, st ratelimit.State) int64 {
 	now := time.Now().Add(s.ClockOffset())
 	at := now.Add(DefaultTTL).UnixMilli()
