@@ -101,7 +101,6 @@ const slotCount = 16384
 
 // deltaEntry is one (limit, key)'s count during an outage, from none.
 type deltaEntry struct {
-	l    ratelimit.Limit
 	st   ratelimit.State
 	slot uint16
 }
@@ -430,10 +429,9 @@ func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []polic
 			if len(f.delta) >= maxTouched {
 				continue
 			}
-			d = &deltaEntry{l: it.Params, slot: f.shard(it.Key)}
+			d = &deltaEntry{slot: f.shard(it.Key)}
 			f.delta[k] = d
 		}
-		d.l = it.Params
 		d.st = it.Params.Check(d.st, now, it.Cost).Counted
 	}
 	return err

@@ -79,13 +79,11 @@ func (f *Failover) startProbe() {
 		return
 	}
 	f.probing = true
-	f.wg.Add(1)
-	go f.probe()
+	f.wg.Go(f.probe)
 }
 
 // probe runs while shards are down or merges pending, every ProbeInterval.
 func (f *Failover) probe() {
-	defer f.wg.Done()
 	every := f.opts.ProbeInterval
 	if every <= 0 {
 		every = 250 * time.Millisecond
@@ -230,7 +228,7 @@ func (f *Failover) recover(slots []uint16, node string) {
 // relapseWindow is how soon after a recovery a failure continues the outage.
 const relapseWindow = 2 * time.Second
 
-// takeDelta moves the deltas of shards in (nil: all) to a pendingMerge.
+// takeDelta moves shards in's deltas (nil: all) to a pendingMerge (f.mu held).
 func (f *Failover) takeDelta(in func(uint16) bool) pendingMerge {
 	pm := pendingMerge{ID: newMergeID()}
 	for k, d := range f.delta {

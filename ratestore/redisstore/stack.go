@@ -17,7 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// request is one policy request's items of one hash slot, for the script.
+// request is a policy request's items of one slot, copied for the script.
 type request struct {
 	idx   []int    // indexes into the caller's items
 	keys  []string // the distinct hashes of the items' rate keys
@@ -468,11 +468,9 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 	res := make([]slotResult, len(reqs))
 	var wg sync.WaitGroup
 	for ri := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			res[ri].v, res[ri].err = s.exec(ctx, "", phase, ts, tns, &reqs[ri])
-		}()
+		})
 	}
 	wg.Wait()
 	return res
