@@ -467,12 +467,8 @@ func (d *Daemon) startWeb() error {
 	if c.Listen == "" {
 		return nil
 	}
-	opts := web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile, TrustedProxies: c.Proxies(),
-		Rates: d.Rates(), Quarantine: d.q.svc, Limits: d.engine.Limits, Status: d.Status, Notify: func(e notify.Event) { d.notifier.Notify(e) }, Logger: d.log}
-	if d.events != nil {
-		opts.Events = d.events
-	}
-	s, err := web.New(opts)
+	s, err := web.New(web.Options{Listen: c.Listen, TLSCert: c.TLSCert, TLSKey: c.TLSKey, UsersFile: c.UsersFile, TrustedProxies: c.Proxies(),
+		Services: d.services()})
 	if err != nil {
 		return err
 	}
