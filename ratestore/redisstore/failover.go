@@ -36,8 +36,7 @@ func (o OnError) String() string {
 	return fmt.Sprintf("onerror(%d)", uint8(o))
 }
 
-// ParseOnError maps "local", "dunno" or "defer" to an OnError; any other
-// name wraps ErrConfig.
+// ParseOnError parses "local", "dunno" or "defer"; else the error wraps ErrConfig.
 func ParseOnError(s string) (OnError, error) {
 	if i := slices.Index(onErrorNames[:], s); i >= 0 {
 		return OnError(i), nil

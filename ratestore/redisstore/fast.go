@@ -44,8 +44,9 @@ type speculation struct {
 	msBuf     [2]int64
 }
 
-// speculate decides r in Go at now from s.known (not nil); false unless
-// every key's record was known with every limit of r.
+// speculate decides r in Go at now from s.known (not nil) and remembers
+// the new records; false unless every key's record was known with every
+// limit of r.
 func (s *Store) speculate(r *request, now time.Time) bool {
 	sp := &r.spec
 	sp.expect, sp.recs, sp.kinds, sp.ms = sp.expectBuf[:0], sp.recBuf[:0], sp.kindBuf[:0], sp.msBuf[:0]
@@ -113,8 +114,9 @@ func (s *Store) speculate(r *request, now time.Time) bool {
 		sp.kinds, sp.ms = append(sp.kinds, kind), append(sp.ms, ms)
 		if rec == nil {
 			sp.recs = append(sp.recs, sp.expect[k])
-		} else {
+		} else { // known to the next requests
 			sp.recs = append(sp.recs, string(rec))
+			s.known.set(r.keys[k], sp.recs[k])
 		}
 	}
 	return true
@@ -129,15 +131,6 @@ func patchState(rec []byte, limit, st string) {
 			return
 		}
 		p += 1 + n + stateLen
-	}
-}
-
-// remember makes the records r stores known to the next requests.
-func (s *Store) remember(r *request) {
-	for k, key := range r.keys {
-		if r.spec.kinds[k] != expiryCheck {
-			s.known.set(key, r.spec.recs[k])
-		}
 	}
 }
 
@@ -163,7 +156,7 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 			s.fastRefused.Add(1)
 		}
 		if flag&flagFast != 0 {
-			continue // known since assemble (remember)
+			continue // known since assemble (speculate)
 		}
 		if flag&flagNotHere != 0 {
 			s.forget(r)

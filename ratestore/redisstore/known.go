@@ -6,8 +6,7 @@ import (
 	"sync"
 )
 
-// DefaultKnownRecords is the fast path's record count when
-// Options.KnownRecords is zero: 16 shards of 7,168.
+// DefaultKnownRecords is Options.KnownRecords' default: 16 shards of 7,168.
 const DefaultKnownRecords = 16 * 7168
 
 // knownShards is the number of independently locked maps.

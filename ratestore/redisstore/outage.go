@@ -110,8 +110,7 @@ func (f *Failover) probe() {
 	}
 }
 
-// probeShards probes the down shards; a node that does not answer has
-// all its slots marked down.
+// probeShards probes down shards; a silent node gets all its slots marked down.
 func (f *Failover) probeShards() {
 	r := f.redis
 	if err := r.Connect(f.ctx); err != nil {

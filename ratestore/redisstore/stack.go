@@ -118,7 +118,6 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		for _, r := range reqs {
 			r.fast = s.speculate(r, now)
 			if r.fast {
-				s.remember(r)
 				fastKeys += len(r.keys)
 			}
 		}
