@@ -88,8 +88,7 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 	return p.v, p.err
 }
 
-// newBatch returns an empty batch whose waits end at deadline (the
-// earliest of its requests', the first's).
+// newBatch returns an empty batch whose waits end at deadline (its first's).
 func newBatch(deadline time.Time) *batch {
 	p := &batch{deadline: deadline, done: make(chan struct{}), expired: make(chan struct{})}
 	p.timer = time.AfterFunc(time.Until(deadline), func() { close(p.expired) })
@@ -100,18 +99,17 @@ func newBatch(deadline time.Time) *batch {
 func (b *batcher) release() {
 	b.mu.Lock()
 	p := b.pending
+	b.pending = nil
 	if p == nil {
 		b.inFlight--
-		b.mu.Unlock()
-		return
 	}
-	b.pending = nil
 	b.mu.Unlock()
-	go b.run(p)
+	if p != nil {
+		go b.run(p)
+	}
 }
 
-// run sends batch p, skipping requests whose callers gave up, and hands
-// them its answer.
+// run sends p without the requests whose callers gave up.
 func (b *batcher) run(p *batch) {
 	live := p.reqs[:0]
 	for _, r := range p.reqs {

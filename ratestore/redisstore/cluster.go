@@ -8,8 +8,7 @@ import (
 	"time"
 )
 
-// clusterRouting keeps the master of each hash slot (CLUSTER SLOTS) and a
-// batcher per master.
+// clusterRouting keeps each slot's master (CLUSTER SLOTS) and its batcher.
 type clusterRouting struct {
 	owners     atomic.Pointer[[slotCount]string]
 	refreshing atomic.Bool
@@ -27,10 +26,11 @@ func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (a
 	dl := time.Now().Add(s.opts.Timeout)
 	if b := s.nodeBatcher(slot); b != nil {
 		v, err := s.decideBatched(ctx, b, r)
-		if err == nil && !r.notHere(v) {
-			return v, nil
-		}
-		if err != nil && !errors.Is(err, errNotHere) {
+		if err == nil {
+			if flag, _ := v.item(r.base); flag&flagNotHere == 0 {
+				return v, nil
+			}
+		} else if !errors.Is(err, errNotHere) {
 			return v, err
 		}
 		s.refreshSlots()
@@ -38,15 +38,6 @@ func (s *Store) decideInCluster(ctx context.Context, r *request, slot uint16) (a
 	cctx, cancel := context.WithDeadline(ctx, dl)
 	defer cancel()
 	return s.exec(cctx, "", "d", "", "", r)
-}
-
-// notHere reports whether the script did not decide r (flagNotHere).
-func (r *request) notHere(v answer) bool {
-	if len(r.idx) == 0 {
-		return false
-	}
-	flag, _ := v.item(r.base)
-	return flag&flagNotHere != 0
 }
 
 // nodeBatcher returns the batcher of slot's master, or nil if not known.
@@ -70,8 +61,7 @@ func (s *Store) nodeBatcher(slot uint16) *batcher {
 	return v.(*batcher)
 }
 
-// refreshSlots rereads the slot map in the background, at most once per
-// slotRefreshEvery.
+// refreshSlots rereads the slot map in the background (slotRefreshEvery).
 func (s *Store) refreshSlots() {
 	rt := &s.routing
 	rt.lastMu.Lock()

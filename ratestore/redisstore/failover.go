@@ -14,8 +14,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// OnError is what a Failover does while Redis does not answer
-// (on_redis_error).
+// OnError is what a Failover does while Redis is down (on_redis_error).
 type OnError uint8
 
 const (
@@ -37,8 +36,7 @@ func (o OnError) String() string {
 	return fmt.Sprintf("onerror(%d)", uint8(o))
 }
 
-// ParseOnError maps "local", "dunno" or "defer" to an OnError; any other
-// name wraps ErrConfig.
+// ParseOnError parses "local", "dunno" or "defer"; else the error wraps ErrConfig.
 func ParseOnError(s string) (OnError, error) {
 	if i := slices.Index(onErrorNames[:], s); i >= 0 {
 		return OnError(i), nil
@@ -102,7 +100,6 @@ const slotCount = 16384
 
 // deltaEntry is one (limit, key)'s count during an outage, from none.
 type deltaEntry struct {
-	l    ratelimit.Limit
 	st   ratelimit.State
 	slot uint16
 }
@@ -118,15 +115,18 @@ type FailoverOptions struct {
 	Hosts int
 }
 
-// NewFailover returns a Failover over r and local; unconnected, it starts
-// degraded.
+// NewFailover returns a Failover over r and local, degraded if unconnected.
 func NewFailover(r *Store, local policy.Store, log *slog.Logger, o FailoverOptions) *Failover {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Failover{redis: r, local: local, log: log, opts: o, delta: map[[2]string]*deltaEntry{},
 		restoring: map[[2]string]chan struct{}{},
 		downNodes: map[string]time.Time{}, ctx: ctx, cancel: cancel}
-	if !r.Connected() {
-		f.markAllDown(errNotConnected)
+	if !r.Connected() { // every shard down until Redis is reached
+		f.markShards(errNotConnected, func(mark func(uint16)) {
+			for s := range slotCount {
+				mark(uint16(s))
+			}
+		})
 	}
 	return f
 }
@@ -375,8 +375,7 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 	}
 }
 
-// restoreWait bounds how long a request waits for the restore of a state
-// Redis lost.
+// restoreWait bounds a request's wait for the restore of a lost state.
 const restoreWait = 50 * time.Millisecond
 
 // restore adds pm, this host's copies of states Redis lost, to Redis now,
@@ -429,10 +428,9 @@ func (f *Failover) decideLocal(ctx context.Context, now time.Time, items []polic
 			if len(f.delta) >= maxTouched {
 				continue
 			}
-			d = &deltaEntry{l: it.Params, slot: f.shard(it.Key)}
+			d = &deltaEntry{slot: f.shard(it.Key)}
 			f.delta[k] = d
 		}
-		d.l = it.Params
 		d.st = it.Params.Check(d.st, now, it.Cost).Counted
 	}
 	return err

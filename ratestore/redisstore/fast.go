@@ -44,8 +44,8 @@ type speculation struct {
 	msBuf     [2]int64
 }
 
-// speculate decides r in Go at now from the known records (s.known is
-// not nil) and reports whether every key's record was known with every
+// speculate decides r in Go at now from s.known (not nil) and remembers
+// the new records; false unless every key's record was known with every
 // limit of r.
 func (s *Store) speculate(r *request, now time.Time) bool {
 	sp := &r.spec
@@ -114,8 +114,9 @@ func (s *Store) speculate(r *request, now time.Time) bool {
 		sp.kinds, sp.ms = append(sp.kinds, kind), append(sp.ms, ms)
 		if rec == nil {
 			sp.recs = append(sp.recs, sp.expect[k])
-		} else {
+		} else { // known to the next requests
 			sp.recs = append(sp.recs, string(rec))
+			s.known.set(r.keys[k], sp.recs[k])
 		}
 	}
 	return true
@@ -133,15 +134,6 @@ func patchState(rec []byte, limit, st string) {
 	}
 }
 
-// remember makes the records r stores known to the next requests.
-func (s *Store) remember(r *request) {
-	for k, key := range r.keys {
-		if r.spec.kinds[k] != expiryCheck {
-			s.known.set(key, r.spec.recs[k])
-		}
-	}
-}
-
 // learn updates the known records from a phase "d" answer (a.recs: per
 // key a length, then the record); undecided or failed requests forget.
 func (s *Store) learn(reqs []*request, a answer, err error) error {
@@ -153,21 +145,20 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 		if len(r.idx) == 0 {
 			continue
 		}
-		var flag byte
-		if err == nil {
-			flag, _ = a.item(r.base)
+		if err != nil {
+			s.forget(r)
+			continue
 		}
-		if r.fast && err == nil {
-			if flag&flagFast != 0 {
-				s.fastConfirmed.Add(1)
-			} else {
-				s.fastRefused.Add(1)
-			}
+		flag, _ := a.item(r.base)
+		if r.fast && flag&flagFast != 0 {
+			s.fastConfirmed.Add(1)
+		} else if r.fast {
+			s.fastRefused.Add(1)
 		}
-		switch {
-		case err == nil && flag&flagFast != 0:
-			continue // known since assemble (remember)
-		case err != nil || flag&flagNotHere != 0:
+		if flag&flagFast != 0 {
+			continue // known since assemble (speculate)
+		}
+		if flag&flagNotHere != 0 {
 			s.forget(r)
 			continue
 		}

@@ -6,20 +6,17 @@ import (
 	"sync"
 )
 
-// DefaultKnownRecords is the fast path's record count when
-// Options.KnownRecords is zero: 16 shards of 7,168.
+// DefaultKnownRecords is Options.KnownRecords' default: 16 shards of 7,168.
 const DefaultKnownRecords = 16 * 7168
 
 // knownShards is the number of independently locked maps.
 const knownShards = 16
 
-// knownInline is the longest record kept inline (bytes); longer ones go
-// in knownShard.long.
+// knownInline is the longest record (bytes) not in knownShard.long.
 const knownInline = 71
 
 // knownRecords remembers, by 64-bit key hash, the record last seen or
-// stored; a wrong one only costs a script decision. Safe for concurrent
-// use.
+// stored (a wrong one costs a script decision); safe for concurrent use.
 type knownRecords struct {
 	seed   maphash.Seed
 	max    int // entries per shard

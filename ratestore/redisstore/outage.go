@@ -17,8 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// pendingMerge is one merge of outage counts: its Store.Merge marker and
-// the deltas.
+// pendingMerge is one merge of outage counts: Store.Merge marker, deltas.
 type pendingMerge struct {
 	ID      string         `json:"id"`
 	Entries []pendingEntry `json:"entries"`
@@ -31,15 +30,6 @@ type pendingEntry struct {
 	Key   string  `json:"key"`
 	Time  int64   `json:"time"`
 	Rate  float64 `json:"rate"`
-}
-
-// markAllDown marks every shard down (Redis not reached yet).
-func (f *Failover) markAllDown(cause error) {
-	f.markShards(cause, func(mark func(uint16)) {
-		for s := range slotCount {
-			mark(uint16(s))
-		}
-	})
 }
 
 // markDown marks the shards of items down after cause.
@@ -72,18 +62,15 @@ func (f *Failover) markShards(cause error, each func(mark func(uint16))) {
 		f.relapse = time.Since(f.recovered) < relapseWindow
 		if !f.relapse {
 			f.switches.Add(1)
+			share := "last known state"
+			if f.opts.Split && f.opts.Hosts > 1 {
+				share = fmt.Sprintf("split among %d hosts", f.opts.Hosts)
+			}
 			f.log.Error("redis unavailable: rate state no longer shared", "on_redis_error", f.opts.OnError.String(),
-				"share", f.shareName(), "err", cause)
+				"share", share, "err", cause)
 		}
 	}
 	f.startProbe()
-}
-
-func (f *Failover) shareName() string {
-	if f.opts.Split && f.opts.Hosts > 1 {
-		return fmt.Sprintf("split among %d hosts", f.opts.Hosts)
-	}
-	return "last known state"
 }
 
 // startProbe starts the probe unless it runs (f.mu held).
@@ -92,13 +79,11 @@ func (f *Failover) startProbe() {
 		return
 	}
 	f.probing = true
-	f.wg.Add(1)
-	go f.probe()
+	f.wg.Go(f.probe)
 }
 
 // probe runs while shards are down or merges pending, every ProbeInterval.
 func (f *Failover) probe() {
-	defer f.wg.Done()
 	every := f.opts.ProbeInterval
 	if every <= 0 {
 		every = 250 * time.Millisecond
@@ -125,8 +110,7 @@ func (f *Failover) probe() {
 	}
 }
 
-// probeShards probes the down shards; a node that does not answer has
-// all its slots marked down.
+// probeShards probes down shards; a silent node gets all its slots marked down.
 func (f *Failover) probeShards() {
 	r := f.redis
 	if err := r.Connect(f.ctx); err != nil {
@@ -190,9 +174,6 @@ func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
 // recover marks slots up, waits for local decisions in progress, takes
 // their deltas and merges. The last shard up ends the outage.
 func (f *Failover) recover(slots []uint16, node string) {
-	if len(slots) == 0 {
-		return
-	}
 	f.mu.Lock()
 	// The outage ends before its last shard is marked up.
 	up := 0
@@ -246,8 +227,7 @@ func (f *Failover) recover(slots []uint16, node string) {
 // relapseWindow is how soon after a recovery a failure continues the outage.
 const relapseWindow = 2 * time.Second
 
-// takeDelta removes the deltas of shards in (all if nil) as a new pending
-// merge (f.mu held).
+// takeDelta moves shards in's deltas (nil: all) to a pendingMerge (f.mu held).
 func (f *Failover) takeDelta(in func(uint16) bool) pendingMerge {
 	pm := pendingMerge{ID: newMergeID()}
 	for k, d := range f.delta {
@@ -278,18 +258,15 @@ func (f *Failover) mergePending() int {
 		total += n
 		f.merged.Add(int64(n))
 		f.mu.Lock()
-		for i := range f.pending {
-			if f.pending[i].ID != pm.ID {
-				continue
-			}
-			if err == nil {
-				f.pending = append(f.pending[:i], f.pending[i+1:]...)
-				f.merges.Add(1)
-			} else if !f.pending[i].failed {
-				f.pending[i].failed = true
-				f.log.Warn("merge of outage counts into redis failed; retrying", "merge", pm.ID, "err", err)
-			}
-			break
+		i := slices.IndexFunc(f.pending, func(p pendingMerge) bool { return p.ID == pm.ID })
+		switch {
+		case i < 0:
+		case err == nil:
+			f.pending = slices.Delete(f.pending, i, i+1)
+			f.merges.Add(1)
+		case !f.pending[i].failed:
+			f.pending[i].failed = true
+			f.log.Warn("merge of outage counts into redis failed; retrying", "merge", pm.ID, "err", err)
 		}
 		f.savePending()
 		f.mu.Unlock()
@@ -297,8 +274,7 @@ func (f *Failover) mergePending() int {
 	return total
 }
 
-// merge adds pm's deltas of shards up, per limit; the rest stay, with an
-// error.
+// merge adds pm's deltas of shards up, per limit; others give an error.
 func (f *Failover) merge(ctx context.Context, pm pendingMerge) (int, error) {
 	byLimit := map[string][]int{}
 	var later error
@@ -350,8 +326,7 @@ func (f *Failover) LoadPending(path string) error {
 	return nil
 }
 
-// savePending writes the pending file by rename, or removes it if empty
-// (f.mu held).
+// savePending writes (by rename) or removes the pending file (f.mu held).
 func (f *Failover) savePending() {
 	if f.pendingFile == "" {
 		return

@@ -7,26 +7,18 @@ import (
 	"sync"
 )
 
-// slotTags.tags[s] is a short string whose hash slot is s (tagFor).
-var slotTags struct {
-	once sync.Once
-	tags [slotCount]string
-}
-
-// tagFor returns the first decimal number whose hash slot is s.
-func tagFor(s uint16) string {
-	slotTags.once.Do(func() {
-		left := slotCount
-		for i := 0; left > 0; i++ {
-			t := strconv.Itoa(i)
-			if sl := Slot(t); slotTags.tags[sl] == "" {
-				slotTags.tags[sl] = t
-				left--
-			}
+// slotTags()[s] is the first decimal number whose hash slot is s.
+var slotTags = sync.OnceValue(func() *[slotCount]string {
+	var tags [slotCount]string
+	for i, left := 0, slotCount; left > 0; i++ {
+		t := strconv.Itoa(i)
+		if sl := Slot(t); tags[sl] == "" {
+			tags[sl] = t
+			left--
 		}
-	})
-	return slotTags.tags[s]
-}
+	}
+	return &tags
+})
 
 // probeSlot reads a key on slot's node (refused if LOADING or BUSY);
 // the caller has connected. Errors wrap ErrUnavailable.
@@ -39,7 +31,7 @@ func (s *Store) probeSlot(ctx context.Context, slot uint16) error {
 	defer cancel()
 	key := s.prefix + "{probe}"
 	if s.Cluster() {
-		key = s.prefix + "{" + tagFor(slot) + "}probe"
+		key = s.prefix + "{" + slotTags()[slot] + "}probe"
 	}
 	return unavailable(c.Do(ctx, c.B().Exists().Key(key).Build()).Error())
 }

@@ -17,8 +17,7 @@ import (
 	"github.com/ratelimitd/ratelimitd/ratelimit"
 )
 
-// request is one policy request's items of one hash slot, as sent to the
-// script; it owns copies of all the call needs.
+// request is a policy request's items of one slot, copied for the script.
 type request struct {
 	idx   []int    // indexes into the caller's items
 	keys  []string // the distinct hashes of the items' rate keys
@@ -33,7 +32,7 @@ type request struct {
 	// if it was not sent because the caller gave up.
 	ctx     context.Context
 	dropped bool
-	kb      []byte // the keys' bytes (evaluateOne)
+	kb      []byte // the keys' bytes (EvaluateStack)
 	// fast is set by assemble when decided in Go, for the script to confirm.
 	fast bool
 	spec speculation
@@ -63,14 +62,7 @@ func (r *request) add(i, k int, it *policy.StackItem) {
 	r.kidx = append(r.kidx, k)
 	r.names = append(r.names, it.Limit)
 	r.lims = append(r.lims, it.Params)
-	b := 0
-	if it.Count {
-		b = 1
-	}
-	if it.Refuses {
-		b += 2
-	}
-	r.bits = append(r.bits, b)
+	r.bits = append(r.bits, int(b2u(it.Count)+2*b2u(it.Refuses)))
 	r.costs = append(r.costs, it.Cost)
 }
 
@@ -105,13 +97,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	for _, r := range reqs {
 		for j, l := range r.lims {
 			sp := spec{r.names[j], l}
-			si := -1
-			for k := range specs {
-				if specs[k] == sp {
-					si = k
-					break
-				}
-			}
+			si := slices.Index(specs, sp)
 			if si < 0 {
 				si = len(specs)
 				specs = append(specs, sp)
@@ -120,12 +106,18 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		}
 	}
 	fastKeys := 0
-	if phase == "d" && s.known != nil {
-		now := s.fastNow(ts, tns)
+	fastOn := phase == "d" && s.known != nil
+	if fastOn {
+		// (ts, tns), or this host's clock corrected to Redis's.
+		now := time.Now().Add(s.ClockOffset())
+		if ts != "" && ts != "?" {
+			sec, _ := strconv.ParseInt(ts, 10, 64)
+			nsec, _ := strconv.ParseInt(tns, 10, 64)
+			now = time.Unix(sec, nsec)
+		}
 		for _, r := range reqs {
 			r.fast = s.speculate(r, now)
 			if r.fast {
-				s.remember(r)
 				fastKeys += len(r.keys)
 			}
 		}
@@ -160,11 +152,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 				read = 0
 			}
 			packed = binary.LittleEndian.AppendUint32(packed, uint32(read))
-			wantRecs := byte(0)
-			if phase == "d" && s.known != nil {
-				wantRecs = 1
-			}
-			packed = append(packed, wantRecs)
+			packed = append(packed, b2u(fastOn))
 		}
 	}
 	c, base := 0, 0
@@ -173,11 +161,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		base += len(r.idx)
 		kbase := kbases[ri]
 		packed = binary.LittleEndian.AppendUint32(packed, uint32(len(r.idx)))
-		flag := byte(0)
-		if r.flag {
-			flag = 1
-		}
-		packed = append(packed, flag)
+		packed = append(packed, b2u(r.flag))
 		if !r.fast {
 			packed = binary.LittleEndian.AppendUint16(packed, 0)
 		} else {
@@ -205,14 +189,12 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	return keys, append(args, recs...), items
 }
 
-// fastNow is (ts, tns), or this host's clock corrected to Redis's.
-func (s *Store) fastNow(ts, tns string) time.Time {
-	if ts == "" || ts == "?" {
-		return time.Now().Add(s.ClockOffset())
+// b2u is 1 for true, else 0.
+func b2u(b bool) byte {
+	if b {
+		return 1
 	}
-	sec, _ := strconv.ParseInt(ts, 10, 64)
-	nsec, _ := strconv.ParseInt(tns, 10, 64)
-	return time.Unix(sec, nsec)
+	return 0
 }
 
 // answer is a script call's answer (stack.lua): Redis's now, per item
@@ -243,10 +225,9 @@ func (a answer) item(k int) (flag byte, prev string) {
 	return p[0], prev
 }
 
-// exec runs the script on reqs: all of one slot, through the client
-// (KEYS); or, with addr, on the Cluster master at addr, keys in ARGV
-// (errNotHere if addr is no longer a cluster node). It updates the known
-// records.
+// exec runs the script on reqs (one slot) through the client, or on the
+// Cluster master at addr, keys in ARGV (errNotHere if addr is no longer a
+// node), and updates the known records.
 func (s *Store) exec(ctx context.Context, addr, phase, ts, tns string, reqs ...*request) (answer, error) {
 	c, err := s.client()
 	if err != nil {
@@ -317,10 +298,7 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 // slot); unscripted items get ErrAlgorithm. Errors wrap ErrUnavailable
 // (some slots may have committed) or ErrProtocol.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
-	r, _ := s.reqs.Get().(*request)
-	if r == nil {
-		r = new(request)
-	}
+	r := s.reqs.Get().(*request)
 	r.reset()
 	var ends [4]int
 	end := ends[:0]
@@ -330,11 +308,8 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 			continue
 		}
 		ki := -1
-		for j, pi := range r.idx {
-			if items[pi].Key == it.Key {
-				ki = r.kidx[j]
-				break
-			}
+		if j := slices.IndexFunc(r.idx, func(pi int) bool { return items[pi].Key == it.Key }); j >= 0 {
+			ki = r.kidx[j]
 		}
 		if ki < 0 {
 			r.kb = s.appendKey(r.kb, it.Key)
@@ -373,7 +348,10 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	var err error
 	switch {
 	case s.opts.callerTime:
-		v, err = s.decideAt(ctx, now, r)
+		ts, tns := s.timeArgs(now)
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		v, err = s.exec(cctx, "", "d", ts, tns, r)
+		cancel()
 	case cluster:
 		v, err = s.decideInCluster(ctx, r, slot)
 	default:
@@ -388,8 +366,7 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	return nil
 }
 
-// evaluateSlots decides a stack of several Cluster slots: checks every
-// slot, takes the verdict, then commits on every slot.
+// evaluateSlots checks every Cluster slot, then commits the verdict on all.
 func (s *Store) evaluateSlots(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	// One request per slot; never reallocated.
 	reqs := make([]request, 0, len(items))
@@ -451,14 +428,6 @@ func (s *Store) evaluateSlots(ctx context.Context, now time.Time, items []policy
 	return nil
 }
 
-// decideAt decides r alone at now (Options.callerTime).
-func (s *Store) decideAt(ctx context.Context, now time.Time, r *request) (answer, error) {
-	ts, tns := s.timeArgs(now)
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	return s.exec(ctx, "", "d", ts, tns, r)
-}
-
 // clockArg is ARGV[2] for phase "d": "?" (TIME only if the script decides)
 // while the offset is under 1s old, else "".
 func (s *Store) clockArg() string {
@@ -468,8 +437,7 @@ func (s *Store) clockArg() string {
 	return ""
 }
 
-// timeArgs returns ARGV[2] and ARGV[3]: now as Unix s and ns with
-// callerTime, else "" and "".
+// timeArgs is ARGV[2:4]: now as Unix s and ns with callerTime, else "".
 func (s *Store) timeArgs(now time.Time) (ts, tns string) {
 	if !s.opts.callerTime {
 		return "", ""
@@ -499,11 +467,9 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 	res := make([]slotResult, len(reqs))
 	var wg sync.WaitGroup
 	for ri := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			res[ri].v, res[ri].err = s.exec(ctx, "", phase, ts, tns, &reqs[ri])
-		}()
+		})
 	}
 	wg.Wait()
 	return res
@@ -512,9 +478,8 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 // errNotHere is the error of an item the node asked does not serve.
 var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
 
-// read fills out for r's items from v: previous state, the Result
-// recomputed with package ratelimit at Redis's now, and whether stored
-// (never in phase "c").
+// read fills out for r's items from v: previous state, Result recomputed
+// in Go at Redis's now, and whether stored (never in phase "c").
 func (s *Store) read(v answer, r *request, items []policy.StackItem, out []policy.StackResult) {
 	now := v.now
 	for j, i := range r.idx {

@@ -66,8 +66,7 @@ type Options struct {
 // DefaultKeyPrefix is the key prefix when Options.KeyPrefix is empty.
 const DefaultKeyPrefix = "ratelimitd:"
 
-// DefaultTTL is the expiry of a state of a limit the store does not know
-// (Options.Limits).
+// DefaultTTL is the expiry of a state of a limit unknown to Options.Limits.
 const DefaultTTL = 7 * 24 * time.Hour
 
 // stateLen is the length of an encoded state (see package doc).
@@ -87,7 +86,7 @@ type Store struct {
 	specs            sync.Map // spec -> *[6]string, its script arguments
 	batch            batcher
 	routing          clusterRouting
-	reqs             sync.Pool     // *request, for reuse by evaluateOne
+	reqs             sync.Pool     // *request, for reuse by EvaluateStack
 	known            *knownRecords // the fast path's; nil when off
 	// fastConfirmed and fastRefused count the fast path's requests.
 	fastConfirmed, fastRefused atomic.Int64
@@ -115,10 +114,7 @@ func Open(o Options) (*Store, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 200 * time.Millisecond
 	}
-	prefix := o.KeyPrefix
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
+	prefix := cmp.Or(o.KeyPrefix, DefaultKeyPrefix)
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q contains a brace", ErrConfig, prefix)
 	}
@@ -129,6 +125,7 @@ func Open(o Options) (*Store, error) {
 	if o.KnownRecords >= 0 {
 		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
 	}
+	s.reqs.New = func() any { return new(request) }
 	s.batch.calls = maxInFlight
 	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
 		return s.exec(ctx, "", "d", s.clockArg(), "", reqs...)
@@ -373,11 +370,10 @@ func (s *Store) Delete(ctx context.Context, limit, key string) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	l, known := s.limit(limit)
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	k := s.Key(key)
-	at := time.UnixMilli(s.expiry(l, known, st))
+	at := time.UnixMilli(s.expiry(limit, st))
 	if err := c.Do(cctx, c.B().Set().Key(resetMarker(k, limit)).Value("1").Pxat(at).Build()).Error(); err != nil {
 		return true, unavailable(err)
 	}
@@ -400,8 +396,7 @@ func (s *Store) Update(ctx context.Context, limit, key string, fn func(old ratel
 		if !ok {
 			return "", 0, false
 		}
-		l, known := s.limit(limit)
-		return encode(next), s.expiry(l, known, next), true
+		return encode(next), s.expiry(limit, next), true
 	})
 	return cmp.Or(err, serr)
 }
@@ -443,12 +438,11 @@ func (s *Store) limit(name string) (l ratelimit.Limit, known bool) {
 	return s.opts.Limits(name)
 }
 
-// expiry is expiryOf(l, st) (DefaultTTL if !known) in Unix ms on Redis's
-// clock, at least 1ms from now.
-func (s *Store) expiry(l ratelimit.Limit, known bool, st ratelimit.State) int64 {
+// expiry is expiryOf (or DefaultTTL) in Unix ms on Redis's clock, > now.
+func (s *Store) expiry(limit string, st ratelimit.State) int64 {
 	now := time.Now().Add(s.ClockOffset())
 	at := now.Add(DefaultTTL).UnixMilli()
-	if known {
+	if l, known := s.limit(limit); known {
 		at = expiryOf(l, st)
 	}
 	return max(at, now.UnixMilli()+1)
@@ -538,10 +532,7 @@ func (s *Store) scan(ctx context.Context, n rueidis.Client, fn func(limit, key s
 				cmds = append(cmds, n.B().Get().Key(k).Build())
 			}
 		}
-		var res []rueidis.RedisResult
-		if len(cmds) > 0 {
-			res = n.DoMulti(cctx, cmds...)
-		}
+		res := n.DoMulti(cctx, cmds...) // nil for no commands
 		cancel()
 		for i, key := range keys {
 			v, err := res[i].ToString()
