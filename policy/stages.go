@@ -84,7 +84,7 @@ func (e *Engine) Footprint() int64 {
 	for i := range e.msgs.shards {
 		sh := &e.msgs.shards[i]
 		sh.mu.Lock()
-		n += int64(sh.inUse) * entryBytes
+		n += int64(sh.inUse+len(sh.free)) * entryBytes
 		sh.mu.Unlock()
 	}
 	return n

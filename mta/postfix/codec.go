@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"unsafe"
 
 	"github.com/ratelimitd/ratelimitd/policy"
@@ -23,14 +22,23 @@ const (
 	StagePolicy = "policy"              // the policy.Request.Stage set by Decode
 )
 
-// stringAttrs are the string attributes Decode keeps, by field index.
-var stringAttrs = [...]string{"protocol_state", "protocol_name", "helo_name", "queue_id", "sender", "recipient",
-	"client_address", "client_name", "reverse_client_name", "instance", "sasl_method", "sasl_username",
-	"sasl_sender", "local_user"}
-
+// Indexes of the string attributes Decode keeps.
 const (
-	fProtocolState, fProtocolName = 0, 1 // indexes in stringAttrs
-	nStringFields                 = len(stringAttrs)
+	fProtocolState = iota
+	fProtocolName
+	fHeloName
+	fQueueID
+	fSender
+	fRecipient
+	fClientAddress
+	fClientName
+	fReverseClientName
+	fInstance
+	fSASLMethod
+	fSASLUsername
+	fSASLSender
+	fLocalUser
+	nStringFields
 )
 
 // Bits in Decoder.seen for the numeric attributes.
@@ -177,10 +185,35 @@ func (d *Decoder) readAttributes() (rcptCount, size int64, err error) {
 
 // stringField returns the string field of attribute name, or -1.
 func stringField(name []byte) int {
-	for f, a := range stringAttrs {
-		if string(name) == a {
-			return f
-		}
+	switch string(name) {
+	case "protocol_state":
+		return fProtocolState
+	case "protocol_name":
+		return fProtocolName
+	case "helo_name":
+		return fHeloName
+	case "queue_id":
+		return fQueueID
+	case "sender":
+		return fSender
+	case "recipient":
+		return fRecipient
+	case "client_address":
+		return fClientAddress
+	case "client_name":
+		return fClientName
+	case "reverse_client_name":
+		return fReverseClientName
+	case "instance":
+		return fInstance
+	case "sasl_method":
+		return fSASLMethod
+	case "sasl_username":
+		return fSASLUsername
+	case "sasl_sender":
+		return fSASLSender
+	case "local_user":
+		return fLocalUser
 	}
 	return -1
 }
@@ -249,22 +282,28 @@ func (d *Decoder) carve(b []byte) string {
 	return unsafe.String(&d.arena[start], len(b))
 }
 
-// constants are the protocol_state and protocol_name values decoded
-// without allocating.
-var constants = [...][]string{
-	fProtocolState: {policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail, policy.StateRcpt,
-		policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn},
-	fProtocolName: {"ESMTP", "SMTP"},
-}
+// knownStates are the protocol_state values decoded without allocating.
+var knownStates = [...]string{policy.StateConnect, policy.StateEHLO, policy.StateHELO, policy.StateMail,
+	policy.StateRcpt, policy.StateData, policy.StateEndOfMessage, policy.StateVrfy, policy.StateEtrn}
 
 // constant returns a constant string equal to v for field f, if any.
 func constant(f int, v []byte) (string, bool) {
 	if len(v) == 0 {
 		return "", true
 	}
-	if f < len(constants) {
-		if i := slices.Index(constants[f], string(v)); i >= 0 {
-			return constants[f][i], true
+	switch f {
+	case fProtocolState:
+		for _, s := range knownStates {
+			if string(v) == s {
+				return s, true
+			}
+		}
+	case fProtocolName:
+		switch string(v) {
+		case "ESMTP":
+			return "ESMTP", true
+		case "SMTP":
+			return "SMTP", true
 		}
 	}
 	return "", false
