@@ -46,9 +46,12 @@ func FormQuery(form map[string]string) url.Values {
 func ParseEventQuery(v url.Values, now time.Time) (events.Query, error) {
 	q := events.Query{Key: v.Get("key"), Limit: v.Get("limit"), Before: v.Get("before")}
 	var err error
-	for name, t := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
-		if *t, err = ParseWhen(v.Get(name), now.UTC()); err != nil {
-			return q, fmt.Errorf("%s: %w", name, err)
+	for _, f := range []struct {
+		name string
+		t    *time.Time
+	}{{"since", &q.Since}, {"until", &q.Until}} {
+		if *f.t, err = ParseWhen(v.Get(f.name), now.UTC()); err != nil {
+			return q, fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
 	if q.Actions, err = ParseActions(v.Get("action")); err != nil {

@@ -221,3 +221,40 @@ func TestServerUser(t *testing.T) {
 		}
 	}
 }
+
+// Several problems of one section are reported in the order of its keys,
+// the same on every run (config check output must not shuffle).
+func TestErrorsInKeyOrder(t *testing.T) {
+	text := []byte(`
+[quarantine]
+max_size = -1
+max_age = "-1h"
+keep_thawed = "-1h"
+
+[events]
+max_age = "1s"
+actions_max_age = "1s"
+`)
+	orders := [][]string{{"quarantine.max_size", "quarantine.max_age", "quarantine.keep_thawed"},
+		{"events.max_age", "events.actions_max_age"}}
+	for run := range 20 {
+		_, err := config.Parse(text, "order.toml")
+		if err == nil {
+			t.Fatal("want errors")
+		}
+		msg := err.Error()
+		for _, order := range orders {
+			at := -1
+			for _, key := range order {
+				i := strings.Index(msg, key+":")
+				if i < 0 {
+					t.Fatalf("run %d: no %q in:\n%s", run, key, msg)
+				}
+				if i < at {
+					t.Fatalf("run %d: %q out of key order in:\n%s", run, key, msg)
+				}
+				at = i
+			}
+		}
+	}
+}

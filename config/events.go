@@ -25,14 +25,20 @@ func (e *Events) On() bool { return e.Enabled == nil || *e.Enabled }
 
 func (e *Events) validate() []error {
 	var errs []error
-	for key, d := range map[string]policy.Duration{"max_age": e.MaxAge, "actions_max_age": e.ActionsMaxAge} {
-		if d < policy.Duration(time.Minute) {
-			errs = append(errs, fmt.Errorf("events.%s: %s is too short: at least 1m", key, human.Duration(time.Duration(d))))
+	for _, c := range []struct {
+		key string
+		d   policy.Duration
+	}{{"max_age", e.MaxAge}, {"actions_max_age", e.ActionsMaxAge}} {
+		if c.d < policy.Duration(time.Minute) {
+			errs = append(errs, fmt.Errorf("events.%s: %s is too short: at least 1m", c.key, human.Duration(time.Duration(c.d))))
 		}
 	}
-	for key, n := range map[string]int{"max_count": e.MaxCount, "actions_max_count": e.ActionsMaxCount} {
-		if n < 1 {
-			errs = append(errs, fmt.Errorf("events.%s: %d: at least 1", key, n))
+	for _, c := range []struct {
+		key string
+		n   int
+	}{{"max_count", e.MaxCount}, {"actions_max_count", e.ActionsMaxCount}} {
+		if c.n < 1 {
+			errs = append(errs, fmt.Errorf("events.%s: %d: at least 1", c.key, c.n))
 		}
 	}
 	if e.Coalesce < policy.Duration(time.Second) || e.Coalesce > policy.Duration(24*time.Hour) {

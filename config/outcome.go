@@ -28,7 +28,8 @@ func (o *Outcome) validate() []error {
 	if o.Maillog != "" && !filepath.IsAbs(o.Maillog) {
 		errs = append(errs, fmt.Errorf("outcome.maillog: %q is not an absolute path (e.g. /var/log/mail.log)", o.Maillog))
 	}
-	for key, addr := range map[string]string{"notices_listen": o.NoticesListen, "exim_listen": o.EximListen} {
+	for _, l := range [][2]string{{"notices_listen", o.NoticesListen}, {"exim_listen", o.EximListen}} {
+		key, addr := l[0], l[1]
 		if addr == "" {
 			continue
 		}

@@ -39,20 +39,25 @@ type Milter struct {
 
 func (q *Quarantine) validate() []error {
 	var errs []error
-	for key, negative := range map[string]bool{"max_size": q.MaxSize < 0, "max_age": *q.MaxAge < 0,
-		"keep_thawed": *q.KeepThawed < 0, "alert_every": q.AlertEvery < 0} {
-		if negative {
-			errs = append(errs, fmt.Errorf("quarantine.%s: must not be negative", key))
+	for _, c := range []struct {
+		key      string
+		negative bool
+	}{{"max_size", q.MaxSize < 0}, {"max_age", *q.MaxAge < 0}, {"keep_thawed", *q.KeepThawed < 0}, {"alert_every", q.AlertEvery < 0}} {
+		if c.negative {
+			errs = append(errs, fmt.Errorf("quarantine.%s: must not be negative", c.key))
 		}
 	}
 	if _, err := netip.ParseAddrPort(q.ReinjectAddr); err != nil {
 		errs = append(errs, fmt.Errorf("quarantine.reinject_addr: %q is not a numeric host:port", q.ReinjectAddr))
 	}
-	for name, cs := range map[string]Commands{"release_command": q.ReleaseCommand, "delete_command": {q.DeleteCommand},
-		"show_command": {q.ShowCommand}, "expire_command": q.ExpireCommand} {
-		for _, c := range cs {
+	for _, k := range []struct {
+		name string
+		cs   Commands
+	}{{"release_command", q.ReleaseCommand}, {"delete_command", Commands{q.DeleteCommand}},
+		{"show_command", Commands{q.ShowCommand}}, {"expire_command", q.ExpireCommand}} {
+		for _, c := range k.cs {
 			if len(c) == 0 || !strings.Contains(strings.Join(c, " "), "{queue_id}") {
-				errs = append(errs, fmt.Errorf("quarantine.%s: %q does not contain {queue_id}", name, c))
+				errs = append(errs, fmt.Errorf("quarantine.%s: %q does not contain {queue_id}", k.name, c))
 			}
 		}
 	}

@@ -77,14 +77,20 @@ func limitRanges(limits []policy.LimitConfig) []error {
 		bad := func(key, format string, a ...any) {
 			errs = append(errs, fmt.Errorf("%s.%s: %s", at, key, fmt.Sprintf(format, a...)))
 		}
-		for key, d := range map[string]policy.Duration{"period": l.Period, "half_life": l.HalfLife, "learn_period": l.LearnPeriod} {
-			if d != 0 && (time.Duration(d) < MinPeriod || time.Duration(d) > MaxPeriod) {
-				bad(key, "%s is outside the accepted range %s to %s", human.Duration(time.Duration(d)), human.Duration(MinPeriod), human.Duration(MaxPeriod))
+		for _, c := range []struct {
+			key string
+			d   policy.Duration
+		}{{"period", l.Period}, {"half_life", l.HalfLife}, {"learn_period", l.LearnPeriod}} {
+			if d := c.d; d != 0 && (time.Duration(d) < MinPeriod || time.Duration(d) > MaxPeriod) {
+				bad(c.key, "%s is outside the accepted range %s to %s", human.Duration(time.Duration(d)), human.Duration(MinPeriod), human.Duration(MaxPeriod))
 			}
 		}
-		for key, v := range map[string]float64{"limit": l.Limit, "cap": l.Cap, "floor": l.Floor} {
-			if v > MaxLimit {
-				bad(key, "%g is above the accepted maximum %g", v, MaxLimit)
+		for _, c := range []struct {
+			key string
+			v   float64
+		}{{"limit", l.Limit}, {"cap", l.Cap}, {"floor", l.Floor}} {
+			if c.v > MaxLimit {
+				bad(c.key, "%g is above the accepted maximum %g", c.v, MaxLimit)
 			}
 		}
 		per := l.Per

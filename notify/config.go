@@ -180,7 +180,8 @@ func (c *Config) Validate() []error {
 func (m *Mail) templates() (map[string]*template.Template, []error) {
 	ts := map[string]*template.Template{}
 	var errs []error
-	for key, text := range map[string]string{"subject": m.Subject, "body": m.Body, "sender_subject": m.SenderSubject, "sender_body": m.SenderBody} {
+	for _, kt := range [][2]string{{"subject", m.Subject}, {"body", m.Body}, {"sender_subject", m.SenderSubject}, {"sender_body", m.SenderBody}} {
+		key, text := kt[0], kt[1]
 		t, err := template.New(key).Option("missingkey=error").Funcs(template.FuncMap{"shellquote": ShellQuote}).Parse(text)
 		if err == nil {
 			err = t.Execute(io.Discard, Event{Kind: LimitRefused, Time: time.Unix(0, 0), Key: "k", Limit: "l", Period: time.Hour, Max: 1})
