@@ -329,6 +329,12 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 		f.mu.Unlock()
 		return
 	}
+	if f.ctx.Err() != nil { // closed: kept for the next run
+		f.pending = append(f.pending, pendingMerge{ID: newMergeID(), Entries: lost})
+		f.savePending()
+		f.mu.Unlock()
+		return
+	}
 	var waits []chan struct{}
 	pm := pendingMerge{ID: newMergeID()}
 	done := make(chan struct{})
@@ -341,10 +347,7 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 		f.restoring[k] = done
 		pm.Entries = append(pm.Entries, e)
 	}
-	if len(pm.Entries) > 0 && f.ctx.Err() != nil { // closed: kept for the next run
-		f.pending = append(f.pending, pm)
-		f.savePending()
-	} else if len(pm.Entries) > 0 {
+	if len(pm.Entries) > 0 {
 		waits = append(waits, done)
 		f.wg.Add(1) // under mu: Close cancels under mu, then waits
 		go func() {
