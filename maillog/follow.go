@@ -13,7 +13,8 @@ import (
 )
 
 // Position is where a Follower stopped: the file (device and inode) and
-// the offset past its last complete line; zero: not started.
+// the offset past its last complete line; zero: not started; Offset -1:
+// no log yet, one created later is read whole.
 type Position struct {
 	Dev, Ino uint64
 	Offset   int64
@@ -25,7 +26,7 @@ func (p Position) MarshalBinary() ([]byte, error) { return binary.Append(nil, bi
 // UnmarshalBinary decodes MarshalBinary's form.
 func (p *Position) UnmarshalBinary(b []byte) error {
 	var q Position
-	if n, err := binary.Decode(b, binary.BigEndian, &q); err != nil || n != len(b) || q.Offset < 0 {
+	if n, err := binary.Decode(b, binary.BigEndian, &q); err != nil || n != len(b) || q.Offset < -1 {
 		return errors.New("maillog: malformed log position")
 	}
 	*p = q
@@ -116,6 +117,24 @@ func (f *Follower) Follow(ctx context.Context, pos Position, fn func(line []byte
 			r = newLineReader(file, positionOf(file, 0), false)
 		}
 	}
+}
+
+// End returns the position at the log's end now, or Offset -1 when there
+// is no log yet (one created later is read whole): following from it reads
+// every line appended after End returns.
+func (f *Follower) End() (Position, error) {
+	file, err := os.Open(f.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Position{Offset: -1}, nil
+	} else if err != nil {
+		return Position{}, err
+	}
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil {
+		return Position{}, err
+	}
+	return positionOf(file, fi.Size()), nil
 }
 
 // start opens the log where pos says, after reading the rest of the

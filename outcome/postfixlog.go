@@ -32,6 +32,22 @@ type LogFeed struct {
 
 func (f *LogFeed) cursorName() string { return "maillog:" + f.Follower.Path }
 
+// Begin saves the log's current end as the position, unless one is saved,
+// so that Run reads every line appended after Begin returns however late
+// it starts; it returns why the log could not be looked at.
+func (f *LogFeed) Begin() error {
+	if f.Join.Cursor(f.cursorName()) != nil {
+		return nil
+	}
+	pos, err := f.Follower.End()
+	if err != nil {
+		return err
+	}
+	b, _ := pos.MarshalBinary()
+	f.Join.SetCursor(f.cursorName(), b)
+	return nil
+}
+
 // Run follows the log from its saved position until ctx is done; it
 // returns ctx.Err() or why the log could not be read.
 func (f *LogFeed) Run(ctx context.Context) error {

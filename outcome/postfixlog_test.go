@@ -3,9 +3,12 @@ package outcome
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/ratelimitd/ratelimitd/maillog"
 	"github.com/ratelimitd/ratelimitd/policy"
 	"github.com/ratelimitd/ratelimitd/ratestore"
 )
@@ -183,4 +186,53 @@ func (c *Counts) Total() int64 {
 		n += c[i].Load()
 	}
 	return n
+}
+
+// TestLogFeedReadsLinesAppendedAfterBegin: a line appended after Begin
+// is counted however late Run starts (the daemon starts Run in a
+// goroutine), also when the log is created after Begin; a line before
+// Begin is not.
+func TestLogFeedReadsLinesAppendedAfterBegin(t *testing.T) {
+	for _, exists := range []bool{true, false} {
+		e := testEngine(t)
+		j := NewJoin(nil, Options{})
+		path := filepath.Join(t.TempDir(), "mail.log")
+		bounce := func(rcpt string) string {
+			return "Dec  1 10:00:01 mx postfix/smtp[12]: 4A1B2C3D4E: to=<" + rcpt + "@example.net>, relay=none, delay=1, dsn=5.1.1, status=bounced (x)"
+		}
+		if exists {
+			writeLines(t, path, bounce("before"))
+		}
+		j.Record("4A1B2C3D4E", SubmissionOf(time.Now(), &policy.Request{SASLUsername: "bob"}))
+		f := &LogFeed{Join: j, Sink: NewSink(j, e), Follower: maillog.Follower{Path: path, Poll: 5 * time.Millisecond}}
+		if err := f.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		writeLines(t, path, bounce("after"))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); f.Run(ctx) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for rate(t, e, "unknown", "bob") < 0.99 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		<-done
+		if got := rate(t, e, "unknown", "bob"); got < 0.99 || got > 1.01 {
+			t.Errorf("log existed before Begin %v: bob's unknown recipients %v, want 1 (the line after Begin only)", exists, got)
+		}
+	}
+}
+
+func writeLines(t *testing.T, path string, lines ...string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, l := range lines {
+		fmt.Fprintln(f, l)
+	}
 }

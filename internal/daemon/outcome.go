@@ -63,6 +63,9 @@ func (d *Daemon) startOutcomeFeed() {
 	}
 	feed := &outcome.LogFeed{Join: d.join, Sink: sink, Log: d.log,
 		Follower: maillog.Follower{Path: d.cfg.Outcome.Maillog, Poll: time.Duration(d.cfg.Outcome.Poll)}}
+	if err := feed.Begin(); err != nil {
+		d.log.Warn("outcome feed: cannot look at the mail log, reading it from its end once it can be", "log", feed.Follower.Path, "err", err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	d.stopFeed = stop
 	d.wg.Go(func() {
