@@ -13,33 +13,34 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	addr       string
-	pid        int
-	daemonBin  string
-	noFloor    bool
-	listeners  []string
-	conns      []int
-	keys       []int
-	duration   time.Duration
-	warmup     time.Duration
-	prefill    bool
-	requests   int64
-	rounds     int
-	rcpts      int
-	pick       string
-	seed       uint64
-	rssUsers   int
-	rssRestart bool
-	logLevel   string
-	flush      time.Duration
-	daemonEnv  []string
-	pin        bool
-	keep       bool
-	check      bool
-	backend    string
-	redisAddrs []string
-	cluster    int
-	events     bool
+	addr         string
+	pid          int
+	daemonBin    string
+	noFloor      bool
+	noRedisFloor bool
+	listeners    []string
+	conns        []int
+	keys         []int
+	duration     time.Duration
+	warmup       time.Duration
+	prefill      bool
+	requests     int64
+	rounds       int
+	rcpts        int
+	pick         string
+	seed         uint64
+	rssUsers     int
+	rssRestart   bool
+	logLevel     string
+	flush        time.Duration
+	daemonEnv    []string
+	pin          bool
+	keep         bool
+	check        bool
+	backend      string
+	redisAddrs   []string
+	cluster      int
+	events       bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -53,7 +54,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 
 Measures ratelimitd (or --addr) against a DUNNO-only server speaking the
 same protocol, over C persistent connections and K distinct users, and
-prints requests/s, p50, p99 and their ratios.
+prints requests/s, p50, p99 and their ratios. With --backend redis it
+prints Redis's CPU per message over the daemon's runs and, at each C and
+K, against the Redis floor measured in the same run on the same Redis:
+one empty EVALSHA per message, keyed by the message's rate key
+(--no-redis-floor skips it).
 
 Flags:
 `)
@@ -82,7 +87,8 @@ func defineFlags(fs *flag.FlagSet, o *options, r *rawFlags) {
 	fs.StringVar(&o.addr, "addr", "", "policy server to measure (host:port); empty: build and start ratelimitd with the default limits")
 	fs.IntVar(&o.pid, "pid", 0, "process id of the --addr server, to report its RSS")
 	fs.StringVar(&o.daemonBin, "daemon", "", "ratelimitd binary to start; empty: go build it into a temporary directory")
-	fs.BoolVar(&o.noFloor, "no-floor", false, "do not measure the DUNNO floor server")
+	fs.BoolVar(&o.noFloor, "no-floor", false, "do not measure the DUNNO floor server (the Redis floor has its own flag, --no-redis-floor)")
+	fs.BoolVar(&o.noRedisFloor, "no-redis-floor", false, "with --backend redis: do not measure the Redis floor (after each K's cells, for each C: one empty EVALSHA per message, keyed by the message's rate key, on the daemon's Redis for --duration; its Redis CPU per message against the daemon's)")
 	fs.StringVar(&r.listeners, "listeners", r.listeners, "comma-separated listeners to measure: tcp, unix (the daemon and the floor listen on both; ignored with --addr, which is TCP)")
 	fs.StringVar(&r.conns, "conns", r.conns, "comma-separated connection counts C")
 	fs.StringVar(&r.keys, "keys", r.keys, "comma-separated distinct-user counts K")

@@ -24,7 +24,19 @@
 // spent over the measured cells, from Redis's own counters (INFO
 // commandstats and INFO cpu): the decision script's calls a second and
 // time per call, the policy requests answered per call, and Redis's CPU
-// per request and per message, for each master and in total.
+// per request and per message, for each master and in total, each read
+// around the daemon's runs alone.
+//
+// In the same run, after each K's cells and for each C, it measures the
+// Redis floor (unless --no-redis-floor; --no-floor is the DUNNO floor
+// only): C callers send, for --duration after --warmup, one EVALSHA of an
+// empty script per message through rueidis (automatic pipelining, as the
+// daemon's client), with the message's rate key (the daemon's Redis key
+// of a random user of K, PREFIX{user}) as KEYS[1] so that a Cluster runs
+// it on that key's master. Redis's CPU per message there (INFO cpu,
+// user + system, summed over the masters) is what one round trip per
+// message costs Redis; the program prints the daemon's Redis CPU per
+// message at the same C and K against it.
 //
 // On a machine with few CPUs the load generator and the server share
 // them, and the kernel time-slicing the two makes most of the p99: --pin
@@ -133,6 +145,20 @@ type bench struct {
 	// one server, or every master of the cluster.
 	redisNodes []string
 	rows       []row
+	// redisTotal is what Redis spent over the daemon's runs (with the
+	// Redis backend), redisCells the same per (C, K) with the Redis
+	// floor of that (C, K).
+	redisTotal redisCost
+	redisCells []redisCell
+}
+
+// redisCell is what Redis spent over the daemon's runs of one (C, K), on
+// every listener, and the Redis floor measured at the same C and K.
+type redisCell struct {
+	conns, keys int
+	cost        redisCost
+	floor       redisFloorResult
+	floorOK     bool
 }
 
 // row is one measured cell of one target.
@@ -176,13 +202,19 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 		return 0, err
 	}
 	b.printPlan()
-	cost, err := b.measureCells(ctx, target, targetPID)
-	if err != nil {
+	if err := b.measureCells(ctx, target, targetPID); err != nil {
 		return 0, err
 	}
 	missed := b.printRatios()
-	if o.backend == backendRedis && b.daemon != nil {
-		b.printf("%s\n", cost.describe())
+	if b.measuresRedis() {
+		b.printf("%s\n", b.redisTotal.describe())
+		for _, c := range b.redisCells {
+			if c.floorOK {
+				line, m := floorLine(c.conns, c.keys, len(b.redisNodes), c.floor, c.cost)
+				b.printf("%s\n", line)
+				missed = missed || m
+			}
+		}
 		if st, err := daemonStatusOf(ctx, b.daemon.adminSocket()); err == nil {
 			b.printf("redis backend: %s requests decided locally (Redis past redis_timeout, or degraded); 0 means every request was decided in Redis\n",
 				thousands(st.localDecisions()))
@@ -286,41 +318,68 @@ func (b *bench) printPlan() {
 }
 
 // measureCells runs every cell (listener, C) of every K, after the
-// prefill of K's users, and returns what Redis spent over the cells (not
-// the prefills) with the Redis backend.
-func (b *bench) measureCells(ctx context.Context, target string, targetPID int) (redisCost, error) {
+// prefill of K's users, then with the Redis backend the Redis floor of
+// each (C, K) unless --no-redis-floor.
+func (b *bench) measureCells(ctx context.Context, target string, targetPID int) error {
 	o := b.o
-	measureRedis := o.backend == backendRedis && b.daemon != nil
-	cost := redisCost{perMessage: o.rcpts + 1}
+	b.redisTotal = redisCost{perMessage: o.rcpts + 1}
 	for _, k := range o.keys {
 		if o.prefill {
 			if err := b.prefillUsers(ctx, target, targetPID, k); err != nil {
-				return cost, err
-			}
-		}
-		var before redisCost
-		if measureRedis {
-			var err error
-			if before, err = snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket()); err != nil {
-				return cost, fmt.Errorf("redis INFO: %w", err)
+				return err
 			}
 		}
 		for _, l := range o.listeners {
 			for _, c := range o.conns {
 				if err := b.cell(ctx, l, c, k, target, targetPID); err != nil {
-					return cost, err
+					return err
 				}
 			}
 		}
-		if measureRedis {
-			after, err := snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket())
-			if err != nil {
-				return cost, fmt.Errorf("redis INFO: %w", err)
+		if !b.measuresRedis() || o.noRedisFloor {
+			continue
+		}
+		for _, c := range o.conns {
+			if err := b.redisFloor(ctx, c, k, targetPID); err != nil {
+				return err
 			}
-			cost.add(after, before)
 		}
 	}
-	return cost, nil
+	return nil
+}
+
+// measuresRedis reports whether Redis's counters are read: the Redis
+// backend of a daemon this program started.
+func (b *bench) measuresRedis() bool { return b.o.backend == backendRedis && b.daemon != nil }
+
+// redisCell returns the entry of (conns, keys) in b.redisCells, adding
+// it if need be; the pointer is valid until the next call.
+func (b *bench) redisCell(conns, keys int) *redisCell {
+	for i := range b.redisCells {
+		if c := &b.redisCells[i]; c.conns == conns && c.keys == keys {
+			return c
+		}
+	}
+	b.redisCells = append(b.redisCells, redisCell{conns: conns, keys: keys, cost: redisCost{perMessage: b.o.rcpts + 1}})
+	return &b.redisCells[len(b.redisCells)-1]
+}
+
+// redisFloor measures the Redis floor at (conns, keys) for --duration
+// after --warmup, on the daemon's Redis, once the daemon is idle.
+func (b *bench) redisFloor(ctx context.Context, conns, keys, targetPID int) error {
+	b.waitQuiet(ctx, targetPID)
+	o := b.o
+	res, err := runRedisFloor(ctx, redisFloorSpec{Addrs: o.redisAddrs, Masters: b.redisNodes, Prefix: b.daemon.f.Store.KeyPrefix,
+		Conns: conns, Keys: keys, Pick: o.pick, Seed: o.seed, Warmup: o.warmup, Duration: o.duration})
+	if err != nil {
+		return err
+	}
+	if res.Messages == 0 {
+		return fmt.Errorf("redis floor C=%d K=%d: no call answered (%d failed, first: %v)", conns, keys, res.Errors, res.FirstErr)
+	}
+	c := b.redisCell(conns, keys)
+	c.floor, c.floorOK = res, true
+	return nil
 }
 
 // redisServers starts the Redis of the Redis backend unless --redis-addrs
@@ -427,11 +486,29 @@ func (b *bench) cell(ctx context.Context, listener string, conns, keys int, targ
 			}
 			spec := loadSpec{Addr: sd.addr, ServerPID: sd.pid, Conns: conns, Keys: keys, Pick: o.pick, Rcpts: o.rcpts,
 				Warmup: o.warmup, Duration: per, MaxRequests: perReq, Seed: o.seed + uint64(round)}
+			// Redis's counters are read around each of the daemon's
+			// runs, so its cost is over the daemon's load alone.
+			measure := sd.name == "ratelimitd" && b.measuresRedis()
+			var before redisCost
+			if measure {
+				var err error
+				if before, err = snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket()); err != nil {
+					return fmt.Errorf("redis INFO: %w", err)
+				}
+			}
 			res, err := runLoad(ctx, spec)
 			if err != nil {
 				return fmt.Errorf("%s C=%d K=%d: %w", sd.name, conns, keys, err)
 			}
 			sd.res.add(res)
+			if measure {
+				after, err := snapshotRedisCost(ctx, b.redisNodes, b.daemon.adminSocket())
+				if err != nil {
+					return fmt.Errorf("redis INFO: %w", err)
+				}
+				b.redisTotal.add(after, before)
+				b.redisCell(conns, keys).cost.add(after, before)
+			}
 		}
 	}
 	for _, sd := range sides {

@@ -314,14 +314,34 @@ func snapshotNode(addr string) (nodeCost, error) {
 			n.usec, _ = strconv.ParseFloat(v, 64)
 		}
 	}
+	n.cpu, err = nodeCPU(addr)
+	return n, err
+}
+
+// nodeCPU is the CPU time (s) the Redis at addr has used: INFO cpu,
+// used_cpu_user + used_cpu_sys.
+func nodeCPU(addr string) (float64, error) {
 	cpu, err := redisInfo(addr, "cpu")
 	if err != nil {
-		return n, err
+		return 0, err
 	}
 	u, _ := strconv.ParseFloat(cpu["used_cpu_user"], 64)
 	sy, _ := strconv.ParseFloat(cpu["used_cpu_sys"], 64)
-	n.cpu = u + sy
-	return n, nil
+	return u + sy, nil
+}
+
+// redisCPU is the CPU time (s) the Redis masters at addrs have used,
+// summed.
+func redisCPU(addrs []string) (float64, error) {
+	var sum float64
+	for _, a := range addrs {
+		c, err := nodeCPU(a)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
 }
 
 // snapshotRedisCost reads the counters of the Redis masters at addrs and
@@ -373,13 +393,23 @@ func (c *redisCost) add(after, before redisCost) {
 	}
 }
 
+// CPUPerMessage is Redis's CPU per message in µs over the sum c (all
+// masters' CPU over the daemon's requests, perMessage requests a
+// message); ok is false without perMessage or requests.
+func (c redisCost) CPUPerMessage() (usec float64, ok bool) {
+	if c.perMessage <= 0 || c.requests <= 0 {
+		return 0, false
+	}
+	return c.cpu * 1e6 / float64(c.requests) * float64(c.perMessage), true
+}
+
 // describe says what Redis spent over the sum c: script calls a second,
 // policy requests answered per call (END-OF-MESSAGE requests, which ask
 // Redis nothing after a counted RCPT, included), the script's time per
-// call and its share of the wall time (how busy Redis's one thread was
-// deciding; the floor's runs are in the wall time too), and Redis's CPU
-// per policy request (and per message, with perMessage); with several
-// masters the same per node, then the total.
+// call and its share of the wall time of the daemon's runs (how busy
+// Redis's one thread was deciding), and Redis's CPU per policy request
+// (and per message, with perMessage); with several masters the same per
+// node, then the total.
 func (c redisCost) describe() string {
 	wall := c.wall.Seconds()
 	if c.calls <= 0 || c.requests <= 0 || wall <= 0 {
@@ -387,10 +417,10 @@ func (c redisCost) describe() string {
 	}
 	reqs := float64(c.requests)
 	perMsg := ""
-	if c.perMessage > 0 {
-		perMsg = fmt.Sprintf(", %.1f µs per message of %d requests", c.cpu*1e6/reqs*float64(c.perMessage), c.perMessage)
+	if m, ok := c.CPUPerMessage(); ok {
+		perMsg = fmt.Sprintf(", %.1f µs per message of %d requests", m, c.perMessage)
 	}
-	total := fmt.Sprintf("redis: %.0f script calls/s, %.1f policy requests answered per call, %.0f µs per call (the script busy %.0f%% of the time, floor runs included), Redis CPU %.1f µs per request%s (INFO commandstats, INFO cpu)",
+	total := fmt.Sprintf("redis: %.0f script calls/s, %.1f policy requests answered per call, %.0f µs per call (the script busy %.0f%% of the time), Redis CPU %.1f µs per request%s (INFO commandstats, INFO cpu)",
 		c.calls/wall, reqs/c.calls, c.usec/c.calls, 100*c.usec/1e6/wall, c.cpu*1e6/reqs, perMsg)
 	if len(c.nodes) < 2 {
 		return total

@@ -74,3 +74,62 @@ func TestParseRedisFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorLine: the Redis floor's line divides each side's Redis CPU by
+// its messages (the daemon's requests over the requests of a message),
+// gives the ratio, and checks the target only at C=64, K=100,000: 1.0 on
+// one server, 1.5 on a Cluster.
+func TestFloorLine(t *testing.T) {
+	t0 := time.Unix(1_790_000_000, 0)
+	// The floor: 200,000 messages in 2 s, 1.2 s of Redis CPU: 6.0 µs each.
+	floor := redisFloorResult{Messages: 200_000, CPU: 1.2, Elapsed: 2 * time.Second}
+	// The daemon: 100,000 requests of 2 per message, 0.24 s of Redis
+	// CPU: 4.8 µs per message.
+	d := redisCost{perMessage: 2}
+	d.add(redisCost{cpu: 10.24, requests: 150_000, at: t0.Add(2 * time.Second)}, redisCost{cpu: 10, requests: 50_000, at: t0})
+	line, missed := floorLine(targetConns, targetKeys, 1, floor, d)
+	want := "redis floor C=64 K=100000: one empty EVALSHA per message: 6.0 µs Redis CPU per message (100,000 messages/s); " +
+		"ratelimitd: 4.8 µs per message, Y/X = 0.80×\nredis floor target C=64 K=100000: ratelimitd/floor 0.80 <= 1.0 PASS"
+	if line != want || missed {
+		t.Errorf("floorLine = %q, %v\nwant %q, false", line, missed, want)
+	}
+	// 1.75 times the daemon's CPU: 1.40 misses one server's target and
+	// meets a Cluster's.
+	d.cpu *= 1.75
+	if line, missed := floorLine(targetConns, targetKeys, 1, floor, d); !missed || !strings.Contains(line, "1.40 <= 1.0 MISS") {
+		t.Errorf("one server, 1.4x: %q, missed %v", line, missed)
+	}
+	if line, missed := floorLine(targetConns, targetKeys, 3, floor, d); missed ||
+		!strings.Contains(line, "redis floor C=64 K=100000 (3 masters): ") || !strings.Contains(line, "1.40 <= 1.5 PASS") {
+		t.Errorf("cluster, 1.4x: %q, missed %v", line, missed)
+	}
+	if line, missed := floorLine(8, targetKeys, 1, floor, d); missed || strings.Contains(line, "target") {
+		t.Errorf("C=8: %q, missed %v; want no target", line, missed)
+	}
+	if line, _ := floorLine(targetConns, targetKeys, 1, redisFloorResult{}, d); !strings.Contains(line, "not measured") {
+		t.Errorf("no floor measured: %q", line)
+	}
+}
+
+// TestFloorKey: the floor's key of a user is the daemon's Redis key of
+// its sasl_username rate key, with the key in the hash tag.
+func TestFloorKey(t *testing.T) {
+	if got, want := floorKey("ratelimitd:", 123), "ratelimitd:{user0000123@example.org}"; got != want {
+		t.Errorf("floorKey = %q, want %q", got, want)
+	}
+}
+
+// TestParseNoRedisFloor: the Redis floor is measured unless
+// --no-redis-floor, and --no-floor leaves it on.
+func TestParseNoRedisFloor(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{{[]string{"--backend", "redis"}, false}, {[]string{"--backend", "redis", "--no-floor"}, false},
+		{[]string{"--backend", "redis", "--no-redis-floor"}, true}} {
+		o, err := parseFlags(tc.args, io.Discard)
+		if err != nil || o.noRedisFloor != tc.want {
+			t.Errorf("parseFlags(%q): noRedisFloor %v, %v; want %v", tc.args, o.noRedisFloor, err, tc.want)
+		}
+	}
+}
