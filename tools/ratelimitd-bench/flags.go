@@ -57,7 +57,8 @@ same protocol, over C persistent connections and K distinct users, and
 prints requests/s, p50, p99 and their ratios. With --backend redis it
 prints Redis's CPU per message over the daemon's runs and, at each C and
 K, against the Redis floor measured in the same run on the same Redis:
-one empty EVALSHA per message, keyed by the message's rate key
+one empty EVALSHA per message, keyed by the message's rate key, sent as
+fast as answered and then paced to the daemon's messages a second
 (--no-redis-floor skips it).
 
 Flags:
@@ -88,7 +89,7 @@ func defineFlags(fs *flag.FlagSet, o *options, r *rawFlags) {
 	fs.IntVar(&o.pid, "pid", 0, "process id of the --addr server, to report its RSS")
 	fs.StringVar(&o.daemonBin, "daemon", "", "ratelimitd binary to start; empty: go build it into a temporary directory")
 	fs.BoolVar(&o.noFloor, "no-floor", false, "do not measure the DUNNO floor server (the Redis floor has its own flag, --no-redis-floor)")
-	fs.BoolVar(&o.noRedisFloor, "no-redis-floor", false, "with --backend redis: do not measure the Redis floor (after each K's cells, for each C: one empty EVALSHA per message, keyed by the message's rate key, on the daemon's Redis for --duration; its Redis CPU per message against the daemon's)")
+	fs.BoolVar(&o.noRedisFloor, "no-redis-floor", false, "with --backend redis: do not measure the Redis floor (after each K's cells, for each C: one empty EVALSHA per message, keyed by the message's rate key, on the daemon's Redis for --duration, unpaced and then paced to the daemon's messages a second; its Redis CPU per message against the daemon's)")
 	fs.StringVar(&r.listeners, "listeners", r.listeners, "comma-separated listeners to measure: tcp, unix (the daemon and the floor listen on both; ignored with --addr, which is TCP)")
 	fs.StringVar(&r.conns, "conns", r.conns, "comma-separated connection counts C")
 	fs.StringVar(&r.keys, "keys", r.keys, "comma-separated distinct-user counts K")

@@ -36,7 +36,11 @@
 // it on that key's master. Redis's CPU per message there (INFO cpu,
 // user + system, summed over the masters) is what one round trip per
 // message costs Redis; the program prints the daemon's Redis CPU per
-// message at the same C and K against it.
+// message at the same C and K against it, and checks the target at
+// C=64, K=100,000. Unpaced, the floor sends many times the daemon's
+// messages a second, and Redis reads deeper pipelines; a second run
+// paced to the daemon's messages a second gives the floor at the
+// daemon's load.
 //
 // On a machine with few CPUs the load generator and the server share
 // them, and the kernel time-slicing the two makes most of the p99: --pin
@@ -157,8 +161,10 @@ type bench struct {
 type redisCell struct {
 	conns, keys int
 	cost        redisCost
-	floor       redisFloorResult
-	floorOK     bool
+	// floor is the Redis floor sending as fast as it is answered,
+	// paced the same at the daemon's message rate in cost.
+	floor, paced     redisFloorResult
+	floorOK, pacedOK bool
 }
 
 // row is one measured cell of one target.
@@ -208,13 +214,7 @@ func (b *bench) run(ctx context.Context) (code int, err error) {
 	missed := b.printRatios()
 	if b.measuresRedis() {
 		b.printf("%s\n", b.redisTotal.describe())
-		for _, c := range b.redisCells {
-			if c.floorOK {
-				line, m := floorLine(c.conns, c.keys, len(b.redisNodes), c.floor, c.cost)
-				b.printf("%s\n", line)
-				missed = missed || m
-			}
-		}
+		missed = b.printRedisFloors() || missed
 		if st, err := daemonStatusOf(ctx, b.daemon.adminSocket()); err == nil {
 			b.printf("redis backend: %s requests decided locally (Redis past redis_timeout, or degraded); 0 means every request was decided in Redis\n",
 				thousands(st.localDecisions()))
@@ -379,7 +379,43 @@ func (b *bench) redisFloor(ctx context.Context, conns, keys, targetPID int) erro
 	}
 	c := b.redisCell(conns, keys)
 	c.floor, c.floorOK = res, true
+	rate := c.cost.MessageRate()
+	if rate <= 0 {
+		return nil
+	}
+	b.waitQuiet(ctx, targetPID)
+	res, err = runRedisFloor(ctx, redisFloorSpec{Addrs: o.redisAddrs, Masters: b.redisNodes, Prefix: b.daemon.f.Store.KeyPrefix,
+		Conns: conns, Keys: keys, Pick: o.pick, Seed: o.seed, Warmup: o.warmup, Duration: o.duration, Rate: rate})
+	if err != nil {
+		return err
+	}
+	c = b.redisCell(conns, keys)
+	c.paced, c.pacedOK = res, res.Messages > 0
 	return nil
+}
+
+// printRedisFloors prints, for each (C, K), the daemon's Redis CPU per
+// message against the Redis floor's, unpaced and paced to the daemon's
+// message rate, and checks the target on the unpaced one; it reports
+// whether the target was missed.
+func (b *bench) printRedisFloors() (missed bool) {
+	masters := len(b.redisNodes)
+	for _, c := range b.redisCells {
+		if !c.floorOK {
+			continue
+		}
+		line, r := floorLine(c.conns, c.keys, masters, "", c.floor, c.cost)
+		b.printf("%s\n", line)
+		if c.pacedOK {
+			line, _ := floorLine(c.conns, c.keys, masters, "paced to ratelimitd's messages/s", c.paced, c.cost)
+			b.printf("%s\n", line)
+		}
+		if line, m := floorTarget(c.conns, c.keys, masters, r); line != "" {
+			b.printf("%s\n", line)
+			missed = missed || m
+		}
+	}
+	return missed
 }
 
 // redisServers starts the Redis of the Redis backend unless --redis-addrs

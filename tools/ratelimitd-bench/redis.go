@@ -403,6 +403,15 @@ func (c redisCost) CPUPerMessage() (usec float64, ok bool) {
 	return c.cpu * 1e6 / float64(c.requests) * float64(c.perMessage), true
 }
 
+// MessageRate is the daemon's messages a second over the sum c (0
+// without perMessage or wall time).
+func (c redisCost) MessageRate() float64 {
+	if c.perMessage <= 0 || c.wall <= 0 {
+		return 0
+	}
+	return float64(c.requests) / float64(c.perMessage) / c.wall.Seconds()
+}
+
 // describe says what Redis spent over the sum c: script calls a second,
 // policy requests answered per call (END-OF-MESSAGE requests, which ask
 // Redis nothing after a counted RCPT, included), the script's time per

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -76,38 +77,52 @@ func TestParseRedisFlags(t *testing.T) {
 }
 
 // TestFloorLine: the Redis floor's line divides each side's Redis CPU by
-// its messages (the daemon's requests over the requests of a message),
-// gives the ratio, and checks the target only at C=64, K=100,000: 1.0 on
-// one server, 1.5 on a Cluster.
+// its messages (the daemon's requests over the requests of a message)
+// and gives both message rates and the ratio.
 func TestFloorLine(t *testing.T) {
 	t0 := time.Unix(1_790_000_000, 0)
 	// The floor: 200,000 messages in 2 s, 1.2 s of Redis CPU: 6.0 µs each.
 	floor := redisFloorResult{Messages: 200_000, CPU: 1.2, Elapsed: 2 * time.Second}
-	// The daemon: 100,000 requests of 2 per message, 0.24 s of Redis
-	// CPU: 4.8 µs per message.
+	// The daemon: 100,000 requests of 2 per message in 2 s, 0.24 s of
+	// Redis CPU: 4.8 µs per message.
 	d := redisCost{perMessage: 2}
 	d.add(redisCost{cpu: 10.24, requests: 150_000, at: t0.Add(2 * time.Second)}, redisCost{cpu: 10, requests: 50_000, at: t0})
-	line, missed := floorLine(targetConns, targetKeys, 1, floor, d)
+	line, r := floorLine(targetConns, targetKeys, 1, "", floor, d)
 	want := "redis floor C=64 K=100000: one empty EVALSHA per message: 6.0 µs Redis CPU per message (100,000 messages/s); " +
-		"ratelimitd: 4.8 µs per message, Y/X = 0.80×\nredis floor target C=64 K=100000: ratelimitd/floor 0.80 <= 1.0 PASS"
-	if line != want || missed {
-		t.Errorf("floorLine = %q, %v\nwant %q, false", line, missed, want)
+		"ratelimitd: 4.8 µs per message (25,000 messages/s), Y/X = 0.80×"
+	if line != want || math.Abs(r-0.8) > 1e-9 {
+		t.Errorf("floorLine = %q, %v\nwant %q, 0.8", line, r, want)
 	}
-	// 1.75 times the daemon's CPU: 1.40 misses one server's target and
-	// meets a Cluster's.
-	d.cpu *= 1.75
-	if line, missed := floorLine(targetConns, targetKeys, 1, floor, d); !missed || !strings.Contains(line, "1.40 <= 1.0 MISS") {
-		t.Errorf("one server, 1.4x: %q, missed %v", line, missed)
+	line, _ = floorLine(8, 1000, 3, "paced to ratelimitd's messages/s", floor, d)
+	if !strings.HasPrefix(line, "redis floor C=8 K=1000 (3 masters) paced to ratelimitd's messages/s: one empty EVALSHA") {
+		t.Errorf("paced, 3 masters: %q", line)
 	}
-	if line, missed := floorLine(targetConns, targetKeys, 3, floor, d); missed ||
-		!strings.Contains(line, "redis floor C=64 K=100000 (3 masters): ") || !strings.Contains(line, "1.40 <= 1.5 PASS") {
-		t.Errorf("cluster, 1.4x: %q, missed %v", line, missed)
+	if line, r := floorLine(targetConns, targetKeys, 1, "", redisFloorResult{}, d); !strings.Contains(line, "not measured") || r != 0 {
+		t.Errorf("no floor measured: %q, %v", line, r)
 	}
-	if line, missed := floorLine(8, targetKeys, 1, floor, d); missed || strings.Contains(line, "target") {
-		t.Errorf("C=8: %q, missed %v; want no target", line, missed)
-	}
-	if line, _ := floorLine(targetConns, targetKeys, 1, redisFloorResult{}, d); !strings.Contains(line, "not measured") {
-		t.Errorf("no floor measured: %q", line)
+}
+
+// TestFloorTarget: the target is checked only at C=64, K=100,000: at
+// most 1.0 times the floor on one server, 1.5 times on a Cluster.
+func TestFloorTarget(t *testing.T) {
+	for _, tc := range []struct {
+		conns, keys, masters int
+		ratio                float64
+		want                 string
+		missed               bool
+	}{
+		{64, 100_000, 1, 0.8, "redis floor target C=64 K=100000: ratelimitd/floor 0.80 <= 1.0 PASS", false},
+		{64, 100_000, 1, 1.4, "redis floor target C=64 K=100000: ratelimitd/floor 1.40 <= 1.0 MISS", true},
+		{64, 100_000, 3, 1.4, "redis floor target C=64 K=100000: ratelimitd/floor 1.40 <= 1.5 PASS", false},
+		{64, 100_000, 3, 1.5001, "redis floor target C=64 K=100000: ratelimitd/floor 1.5001 <= 1.5 MISS", true},
+		{8, 100_000, 1, 4, "", false},
+		{64, 100_000, 1, 0, "", false},
+	} {
+		line, missed := floorTarget(tc.conns, tc.keys, tc.masters, tc.ratio)
+		if line != tc.want || missed != tc.missed {
+			t.Errorf("floorTarget(%d, %d, %d, %v) = %q, %v; want %q, %v", tc.conns, tc.keys, tc.masters, tc.ratio,
+				line, missed, tc.want, tc.missed)
+		}
 	}
 }
 

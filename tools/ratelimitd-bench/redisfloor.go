@@ -45,6 +45,10 @@ type redisFloorSpec struct {
 	Seed        uint64
 	// Warmup is run first and not measured; then Duration is.
 	Warmup, Duration time.Duration
+	// Rate, if > 0, paces the callers together to this many messages a
+	// second; 0: each sends its next call as soon as the last is
+	// answered.
+	Rate float64
 }
 
 // redisFloorResult is what a run of the Redis floor measured.
@@ -54,6 +58,14 @@ type redisFloorResult struct {
 	Elapsed  time.Duration // length of the measured window
 	Errors   int64         // calls that failed (each ends its caller)
 	FirstErr error
+}
+
+// MessageRate is the messages a second of the measured window.
+func (r redisFloorResult) MessageRate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Messages) / r.Elapsed.Seconds()
 }
 
 // CPUPerMessage is Redis's CPU per message in µs; ok is false when
@@ -98,7 +110,23 @@ func runRedisFloor(ctx context.Context, spec redisFloorSpec) (redisFloorResult, 
 			rng := rand.New(rand.NewPCG(spec.Seed, uint64(i)))
 			next := i
 			keys := make([]string, 1)
+			var interval time.Duration
+			if spec.Rate > 0 {
+				interval = time.Duration(float64(spec.Conns) / spec.Rate * 1e9)
+			}
+			// Each caller's calls are interval apart, the callers
+			// spread over the first interval.
+			due := time.Now().Add(interval * time.Duration(i) / time.Duration(spec.Conns))
 			for runCtx.Err() == nil {
+				if interval > 0 {
+					if wait := time.Until(due); wait > 0 && sleepCtx(runCtx, wait) != nil {
+						return
+					}
+					due = due.Add(interval)
+					if now := time.Now(); due.Before(now) {
+						due = now // behind: no burst to catch up
+					}
+				}
 				user := rng.IntN(spec.Keys)
 				if spec.Pick == pickRoundRobin {
 					user, next = next%spec.Keys, (next+spec.Conns)%spec.Keys
@@ -156,38 +184,45 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// floorLine compares the daemon's Redis CPU per message in the cells of
-// (conns, keys) with the Redis floor's of the same run, over masters
-// masters, and checks the target at C=64, K=100,000: the line, and
-// whether the target was missed.
-func floorLine(conns, keys, masters int, floor redisFloorResult, d redisCost) (line string, missed bool) {
+// floorLine compares the daemon's Redis CPU per message over its runs of
+// (conns, keys) with the Redis floor's at the same C and K, over masters
+// masters; paced, if not "", says how the floor was paced. It returns
+// the line and the ratio, 0 when a side was not measured.
+func floorLine(conns, keys, masters int, paced string, floor redisFloorResult, d redisCost) (line string, ratio float64) {
 	where := fmt.Sprintf("redis floor C=%d K=%d", conns, keys)
 	if masters > 1 {
 		where += fmt.Sprintf(" (%d masters)", masters)
 	}
+	if paced != "" {
+		where += " " + paced
+	}
 	f, okF := floor.CPUPerMessage()
 	y, okD := d.CPUPerMessage()
 	if !okF || !okD {
-		return where + ": not measured (no Redis CPU or no messages)", false
+		return where + ": not measured (no Redis CPU or no messages)", 0
 	}
-	r := y / f
-	rate := 0.0
-	if floor.Elapsed > 0 {
-		rate = float64(floor.Messages) / floor.Elapsed.Seconds()
-	}
-	line = fmt.Sprintf("%s: one empty EVALSHA per message: %.1f µs Redis CPU per message (%s messages/s); ratelimitd: %.1f µs per message, Y/X = %.2f×",
-		where, f, thousands(int64(rate+0.5)), y, r)
+	ratio = y / f
+	line = fmt.Sprintf("%s: one empty EVALSHA per message: %.1f µs Redis CPU per message (%s messages/s); ratelimitd: %.1f µs per message (%s messages/s), Y/X = %.2f×",
+		where, f, thousands(int64(floor.MessageRate()+0.5)), y, thousands(int64(d.MessageRate()+0.5)), ratio)
 	if floor.Errors > 0 {
 		line += fmt.Sprintf(" (floor: %d failed calls, first: %v)", floor.Errors, floor.FirstErr)
 	}
-	if conns != targetConns || keys != targetKeys {
-		return line, false
+	return line, ratio
+}
+
+// floorTarget checks ratio, the daemon's Redis CPU per message over the
+// unpaced Redis floor's, at C=64, K=100,000 (on masters masters): the
+// line ("" at another C or K, or with nothing measured) and whether the
+// target was missed.
+func floorTarget(conns, keys, masters int, ratio float64) (line string, missed bool) {
+	if conns != targetConns || keys != targetKeys || ratio <= 0 {
+		return "", false
 	}
 	target := targetRedisFloor
 	if masters > 1 {
 		target = targetRedisFloorCluster
 	}
-	ok := r <= target
-	return line + fmt.Sprintf("\nredis floor target C=%d K=%d: ratelimitd/floor %s <= %.1f %s", conns, keys,
-		against(r, target), target, verdict(ok)), !ok
+	ok := ratio <= target
+	return fmt.Sprintf("redis floor target C=%d K=%d: ratelimitd/floor %s <= %.1f %s", conns, keys,
+		against(ratio, target), target, verdict(ok)), !ok
 }

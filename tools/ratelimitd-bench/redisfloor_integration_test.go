@@ -85,4 +85,18 @@ func checkRedisFloor(ctx context.Context, t *testing.T, addrs, masters []string)
 		t.Errorf("Redis counted %.0f EVALSHA calls, the floor %d messages", calls, res.Messages)
 	}
 	t.Logf("redis floor over %d masters: %.1f µs Redis CPU per message, %d messages in %s", len(masters), usec, res.Messages, res.Elapsed)
+
+	// Paced, the callers together send no more than the rate (a caller
+	// that falls behind sends at once, at most one call early).
+	const rate = 1000
+	res, err = runRedisFloor(ctx, redisFloorSpec{Addrs: addrs, Masters: masters, Prefix: "ratelimitd:", Conns: 8, Keys: 1000,
+		Pick: pickRoundRobin, Seed: 1, Warmup: 100 * time.Millisecond, Duration: 500 * time.Millisecond, Rate: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usec, ok = res.CPUPerMessage()
+	if res.Errors != 0 || !ok || usec <= 0 || float64(res.Messages) > rate*res.Elapsed.Seconds()+3*8 {
+		t.Fatalf("paced to %d messages/s: %+v, %.2f µs per message", rate, res, usec)
+	}
+	t.Logf("paced to %d messages/s: %.1f µs Redis CPU per message, %d messages in %s", rate, usec, res.Messages, res.Elapsed)
 }
