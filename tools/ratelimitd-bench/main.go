@@ -36,11 +36,11 @@
 // it on that key's master. Redis's CPU per message there (INFO cpu,
 // user + system, summed over the masters) is what one round trip per
 // message costs Redis; the program prints the daemon's Redis CPU per
-// message at the same C and K against it, and checks the target at
-// C=64, K=100,000. Unpaced, the floor sends many times the daemon's
-// messages a second, and Redis reads deeper pipelines; a second run
-// paced to the daemon's messages a second gives the floor at the
-// daemon's load.
+// message at the same C and K against it. Unpaced, the floor sends many
+// times the daemon's messages a second and Redis reads deep pipelines,
+// so a second run, paced to the daemon's messages a second, gives the
+// floor at the daemon's load; the target at C=64, K=100,000 is checked
+// against that one.
 //
 // On a machine with few CPUs the load generator and the server share
 // them, and the kernel time-slicing the two makes most of the p99: --pin
@@ -396,7 +396,7 @@ func (b *bench) redisFloor(ctx context.Context, conns, keys, targetPID int) erro
 
 // printRedisFloors prints, for each (C, K), the daemon's Redis CPU per
 // message against the Redis floor's, unpaced and paced to the daemon's
-// message rate, and checks the target on the unpaced one; it reports
+// message rate, and checks the target on the paced one; it reports
 // whether the target was missed.
 func (b *bench) printRedisFloors() (missed bool) {
 	masters := len(b.redisNodes)
@@ -404,12 +404,13 @@ func (b *bench) printRedisFloors() (missed bool) {
 		if !c.floorOK {
 			continue
 		}
-		line, r := floorLine(c.conns, c.keys, masters, "", c.floor, c.cost)
+		line, _ := floorLine(c.conns, c.keys, masters, "", c.floor, c.cost)
 		b.printf("%s\n", line)
-		if c.pacedOK {
-			line, _ := floorLine(c.conns, c.keys, masters, "paced to ratelimitd's messages/s", c.paced, c.cost)
-			b.printf("%s\n", line)
+		if !c.pacedOK {
+			continue
 		}
+		line, r := floorLine(c.conns, c.keys, masters, "paced to ratelimitd's messages/s", c.paced, c.cost)
+		b.printf("%s\n", line)
 		if line, m := floorTarget(c.conns, c.keys, masters, r); line != "" {
 			b.printf("%s\n", line)
 			missed = missed || m

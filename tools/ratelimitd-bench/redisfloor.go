@@ -22,9 +22,9 @@ import (
 // floorScript is the empty script of the Redis floor.
 const floorScript = "return 0"
 
-// Done-when targets of the Redis floor (issue "Redis CPU per message"):
-// at C=64, K=100,000 the daemon's Redis CPU per message is at most the
-// floor's on one server and 1.5 times it on a Cluster.
+// Done-when targets of the Redis floor: at C=64, K=100,000 the daemon's
+// Redis CPU per message is at most the paced floor's of the same run on
+// one server and 1.5 times it on a Cluster.
 const (
 	targetRedisFloor        = 1.0
 	targetRedisFloorCluster = 1.5
@@ -211,7 +211,8 @@ func floorLine(conns, keys, masters int, paced string, floor redisFloorResult, d
 }
 
 // floorTarget checks ratio, the daemon's Redis CPU per message over the
-// unpaced Redis floor's, at C=64, K=100,000 (on masters masters): the
+// Redis floor's paced to the daemon's messages a second, at C=64,
+// K=100,000 (on masters masters): the
 // line ("" at another C or K, or with nothing measured) and whether the
 // target was missed.
 func floorTarget(conns, keys, masters int, ratio float64) (line string, missed bool) {
