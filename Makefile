@@ -122,9 +122,11 @@ fuzz:
 
 # bench: the Go micro-benchmarks, then the load generator against the real
 # daemon and the protocol floor (tools/ratelimitd-bench; scripts/bench.sh),
-# with the local backend and then the Redis backend. BENCHFLAGS, when set,
-# replace the local run's flags (default --rss-users 1000000 --rss-restart)
-# and skip the Redis run.
+# with the local backend and then the Redis backend (one server, then a
+# 3-master Cluster), whose Redis CPU per message is set against the Redis
+# floor of the same run: one empty EVALSHA per message. BENCHFLAGS, when
+# set, replace the local run's flags (default --rss-users 1000000
+# --rss-restart) and skip the Redis run.
 BENCHFLAGS ?=
 bench:
 	GO=$(GO) ./scripts/bench.sh $(BENCHFLAGS)

@@ -6,8 +6,11 @@
 # socket (C = 1, 8, 64; K = 10,000, 100,000, 1,000,000: throughput ratio,
 # p50/p99, server CPU per request from /proc), and reports the daemon's RSS
 # after 1,000,000 distinct users; then the same daemon with the Redis backend
-# (a redis-server it starts) at C = 64, K = 100,000, and Redis's memory per
-# user after 1,000,000 users, and the same load on a 3-master Redis Cluster;
+# (a redis-server it starts) at C = 64, K = 100,000, with Redis's CPU per
+# message against the Redis floor of the same run (one empty EVALSHA per
+# message, unpaced and paced to the daemon's messages a second), and Redis's
+# memory per user after 1,000,000 users, and the same load on a 3-master
+# Redis Cluster (with its own Redis floor);
 # then the daemon's throughput with the event log on against off
 # (refusal-heavy load) and the state file's growth per 1,000,000 events.
 # Arguments are passed to the first load generator run (default:
@@ -40,7 +43,9 @@ if [ "$redis" = 1 ]; then
 	echo
 	# The same load on a 3-master Redis Cluster the load generator starts:
 	# Redis's CPU per request per master and in total, to compare with
-	# the standalone figures above.
+	# the standalone figures above, and against the Redis floor on the
+	# same Cluster (--no-floor skips the DUNNO floor only; the Redis
+	# floor has --no-redis-floor).
 	echo "== Redis Cluster: (cd tools && go run ./ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor)"
 	(cd tools && $GO run ./ratelimitd-bench --backend redis --redis-cluster 3 --conns 64 --keys 100000 --listeners tcp --no-floor)
 fi
