@@ -162,7 +162,7 @@ type redisCell struct {
 	conns, keys int
 	cost        redisCost
 	// floor is the Redis floor sending as fast as it is answered,
-	// paced the same at the daemon's message rate in cost.
+	// paced the same floor paced to the daemon's messages a second.
 	floor, paced     redisFloorResult
 	floorOK, pacedOK bool
 }
