@@ -60,14 +60,6 @@ func latencyBudget() time.Duration {
 	return redisTimeout + 100*time.Millisecond
 }
 
-// startLoad runs g goroutines sending the messages of users until stop
-// or until every user sent maxRounds messages (so the loop ends by
-// itself).
-func startLoad(t *testing.T, daemons []*daemon, users, g int, maxRounds int64) *load {
-	t.Helper()
-	return startLoadOf(t, &load{daemons: daemons, users: users, maxRounds: maxRounds}, g)
-}
-
 // startLoadOf starts l (daemons, users, maxRounds and optionally name and
 // random set) with g goroutines.
 func startLoadOf(t *testing.T, l *load, g int) *load {
@@ -79,6 +71,11 @@ func startLoadOf(t *testing.T, l *load, g int) *load {
 	}
 	t.Cleanup(l.end)
 	return l
+}
+
+// userName is user u of a load named name ("user" if empty).
+func userName(name string, u int) string {
+	return fmt.Sprintf("%s%d@example.org", cmp.Or(name, "user"), u)
 }
 
 // policyConn is one persistent policy-delegation connection.
@@ -155,7 +152,7 @@ func (l *load) run() {
 			}
 			conns[h] = &policyConn{c: c, r: bufio.NewReader(c)}
 		}
-		user := fmt.Sprintf("%s%d@example.org", cmp.Or(l.name, "user"), u)
+		user := userName(l.name, u)
 		req := fmt.Sprintf("request=smtpd_access_policy\nprotocol_state=RCPT\nprotocol_name=ESMTP\ninstance=%x.%x\n"+
 			"client_address=192.0.2.9\nclient_name=client.example.org\nhelo_name=client.example.org\n"+
 			"sasl_method=plain\nsasl_username=%s\nsender=%s\nrecipient=rcpt@example.net\nrecipient_count=0\n",
