@@ -27,13 +27,13 @@ type batch struct {
 	err      error
 }
 
-// batcher batches the requests for one Redis server; send makes a call.
+// batcher batches the requests for one Redis server (not a Cluster:
+// its calls declare keys of many slots); send makes a call.
 type batcher struct {
 	mu       sync.Mutex
 	inFlight int
 	pending  *batch
 	send     func(ctx context.Context, reqs ...*request) (answer, error)
-	calls    int // calls in flight at most: maxInFlight, 1 for a Cluster master
 }
 
 // decideBatched decides r in a call of b's. It returns by Timeout after
@@ -63,7 +63,7 @@ func (s *Store) decideBatched(ctx context.Context, b *batcher, r *request) (answ
 		}
 		p.reqs = append(p.reqs, r)
 		p.items += len(r.idx)
-		if b.inFlight < b.calls && p.items >= secondCallItems {
+		if b.inFlight < maxInFlight && p.items >= secondCallItems {
 			b.pending = nil
 			b.inFlight++
 			go b.run(p)

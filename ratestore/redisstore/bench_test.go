@@ -59,7 +59,7 @@ func BenchmarkEvaluateStack(b *testing.B) {
 
 // BenchmarkEvaluateStackCluster is BenchmarkEvaluateStack on a Redis
 // Cluster of 3 masters: its figures are the masters' sums, to compare
-// with one server's (requests are batched per master).
+// with one server's (one call per request and slot, not batched).
 func BenchmarkEvaluateStackCluster(b *testing.B) {
 	nodes := redistest.StartCluster(b, 3)
 	addrs := make([]string, len(nodes))

@@ -6,6 +6,11 @@
 // with its own copy of package ratelimit's arithmetic (Exim specification,
 // "Rate limiting incoming messages"; GCRA after Tony Finch's notes),
 // kept in step by ratestore/storetest. Baseline items get ErrAlgorithm.
+// Every script has a "#!lua" shebang without flags and gets every key it
+// touches in KEYS. On one server the requests of many stacks share a call;
+// with a Cluster each call holds the keys of one slot and rueidis routes
+// it (MOVED, ASK), and a stack of several slots is checked on each, then
+// committed on each.
 //
 // All limits of a rate key share one string record (Store.Key): expiry
 // (Unix ms, float64), then per limit a length byte, the name and its

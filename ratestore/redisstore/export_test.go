@@ -6,3 +6,9 @@ func AtCallerTime(o Options) Options {
 	o.callerTime = true
 	return o
 }
+
+// Scripts returns the source of each script as loaded, by name.
+func Scripts() map[string]string {
+	stack, merge, cas := scriptSources()
+	return map[string]string{"stack.lua": stack, "merge.lua": merge, "cas.lua": cas}
+}

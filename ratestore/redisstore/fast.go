@@ -158,10 +158,6 @@ func (s *Store) learn(reqs []*request, a answer, err error) error {
 		if flag&flagFast != 0 {
 			continue // known since assemble (speculate)
 		}
-		if flag&flagNotHere != 0 {
-			s.forget(r)
-			continue
-		}
 		for _, key := range r.keys {
 			if len(recs) < 2 {
 				return fmt.Errorf("%w: script answered too few records", ErrProtocol)

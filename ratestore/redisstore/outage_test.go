@@ -531,9 +531,9 @@ func TestBadStateIsItsKeysProblem(t *testing.T) {
 }
 
 // TestClusterReshardUnderLoad: 3,000 hash slots moved from one master to
-// another with redis-cli --cluster reshard while two hosts send load
-// (requests batched per master): every request is answered within
-// redis_timeout + 100 ms, the users whose slots did not move get exactly
+// another with redis-cli --cluster reshard while two hosts send load (one
+// call per request and slot, routed by rueidis): every request is
+// answered within redis_timeout + 100 ms, the users whose slots did not move get exactly
 // the limit and those whose slots moved at most the limit + one message
 // per host (split), and the store never goes degraded.
 func TestClusterReshardUnderLoad(t *testing.T) {

@@ -1,3 +1,4 @@
+#!lua
 -- ratelimitd: reading a rate key's record (stack.lua describes it); cas.lua
 -- and merge.lua follow this in one script each (Store prepends it).
 -- readEntry returns the record at key ('' when there is none, or when the

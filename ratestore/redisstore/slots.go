@@ -36,7 +36,8 @@ func (s *Store) probeSlot(ctx context.Context, slot uint16) error {
 	return unavailable(c.Do(ctx, c.B().Exists().Key(key).Build()).Error())
 }
 
-// slotOwners returns each slot's master address ("" for none).
+// slotOwners returns each slot's master address ("" for none), for the
+// Failover's probe: a silent node's slots are all marked down.
 func (s *Store) slotOwners(ctx context.Context) (*[slotCount]string, error) {
 	c, err := s.client()
 	if err != nil {

@@ -83,9 +83,9 @@ func (s *Store) specArgs(sp spec) *[6]string {
 	return v.(*[6]string)
 }
 
-// assemble builds KEYS and ARGV for reqs (stack.lua; keysInArgs: keys in
-// ARGV), sets each base and returns the item count.
-func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool) (keys, args []string, items int) {
+// assemble builds KEYS and ARGV for reqs (stack.lua), sets each base and
+// returns the item count.
+func (s *Store) assemble(phase, ts, tns string, reqs []*request) (keys, args []string, items int) {
 	nk := 0
 	for _, r := range reqs {
 		items += len(r.idx)
@@ -131,13 +131,10 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 	}
 	// The fast requests' records come last, from ARGV[recBase+1].
 	recBase := len(args) + 1
-	if keysInArgs {
-		recBase += nk
-	}
 	recs := make([]string, 0, 2*fastKeys)
 	packed := make([]byte, 0, 5+7*len(reqs)+16*items+17*fastKeys)
-	// Keys the script decides come first, for one MGET (not with
-	// keysInArgs); then the fast requests' keys.
+	// Keys the script decides come first, for one MGET; then the fast
+	// requests' keys.
 	kbases := make([]int, len(reqs))
 	for pass := range 2 {
 		for ri, r := range reqs {
@@ -147,11 +144,7 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 			}
 		}
 		if pass == 0 {
-			read := len(keys)
-			if keysInArgs {
-				read = 0
-			}
-			packed = binary.LittleEndian.AppendUint32(packed, uint32(read))
+			packed = binary.LittleEndian.AppendUint32(packed, uint32(len(keys)))
 			packed = append(packed, b2u(fastOn))
 		}
 	}
@@ -182,10 +175,6 @@ func (s *Store) assemble(phase, ts, tns string, reqs []*request, keysInArgs bool
 		}
 	}
 	args = append(args, string(packed))
-	if keysInArgs {
-		args = append(args, keys...)
-		keys = nil
-	}
 	return keys, append(args, recs...), items
 }
 
@@ -211,9 +200,8 @@ const itemLen = 1 + stateLen
 const (
 	flagOver     = 1
 	flagStored   = 2
-	flagPrevious = 4  // the item had a state
-	flagBad      = 8  // the stored value was undecodable and replaced
-	flagNotHere  = 16 // not decided: the node does not serve the key
+	flagPrevious = 4 // the item had a state
+	flagBad      = 8 // the stored value was undecodable and replaced
 )
 
 // item returns the k-th item's flag and previous state ("" for none).
@@ -225,22 +213,14 @@ func (a answer) item(k int) (flag byte, prev string) {
 	return p[0], prev
 }
 
-// exec runs the script on reqs (one slot) through the client, or on the
-// Cluster master at addr, keys in ARGV (errNotHere if addr is no longer a
-// node), and updates the known records.
-func (s *Store) exec(ctx context.Context, addr, phase, ts, tns string, reqs ...*request) (answer, error) {
+// exec runs the script on reqs (with a Cluster, of one slot: the client
+// routes the call by its KEYS) and updates the known records.
+func (s *Store) exec(ctx context.Context, phase, ts, tns string, reqs ...*request) (answer, error) {
 	c, err := s.client()
 	if err != nil {
 		return answer{}, err
 	}
-	if addr != "" {
-		n, ok := c.Nodes()[addr]
-		if !ok {
-			return answer{}, fmt.Errorf("%w (%s)", errNotHere, addr)
-		}
-		c = n
-	}
-	keys, args, items := s.assemble(phase, ts, tns, reqs, addr != "")
+	keys, args, items := s.assemble(phase, ts, tns, reqs)
 	start := time.Now()
 	var a answer
 	v, err := s.stack.Exec(ctx, c, keys, args).ToArray()
@@ -293,9 +273,10 @@ func (s *Store) parseAnswer(v []rueidis.RedisMessage, items int, start time.Time
 	return a, nil
 }
 
-// EvaluateStack decides a stack on Redis's clock (now is ignored), one
-// batched script call per hash slot (one allocation for a stack of one
-// slot); unscripted items get ErrAlgorithm. Errors wrap ErrUnavailable
+// EvaluateStack decides a stack on Redis's clock (now is ignored): one
+// script call, batched with other requests' on one server, or with a
+// Cluster per hash slot (one allocation for a stack of one slot);
+// unscripted items get ErrAlgorithm. Errors wrap ErrUnavailable
 // (some slots may have committed) or ErrProtocol.
 func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	r := s.reqs.Get().(*request)
@@ -333,9 +314,8 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 		start = e
 	}
 	cluster := s.Cluster()
-	var slot uint16
 	if cluster {
-		slot = Slot(r.keys[0])
+		slot := Slot(r.keys[0])
 		for _, k := range r.keys[1:] {
 			if Slot(k) != slot {
 				s.reqs.Put(r)
@@ -346,15 +326,15 @@ func (s *Store) EvaluateStack(ctx context.Context, now time.Time, items []policy
 	r.flag = refused
 	var v answer
 	var err error
-	switch {
-	case s.opts.callerTime:
+	if s.opts.callerTime || cluster {
 		ts, tns := s.timeArgs(now)
+		if ts == "" {
+			ts = s.clockArg()
+		}
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		v, err = s.exec(cctx, "", "d", ts, tns, r)
+		v, err = s.exec(cctx, "d", ts, tns, r)
 		cancel()
-	case cluster:
-		v, err = s.decideInCluster(ctx, r, slot)
-	default:
+	} else {
 		v, err = s.decideBatched(ctx, &s.batch, r)
 	}
 	if err != nil {
@@ -468,15 +448,12 @@ func (s *Store) execSlots(ctx context.Context, reqs []request, phase, ts, tns st
 	var wg sync.WaitGroup
 	for ri := range reqs {
 		wg.Go(func() {
-			res[ri].v, res[ri].err = s.exec(ctx, "", phase, ts, tns, &reqs[ri])
+			res[ri].v, res[ri].err = s.exec(ctx, phase, ts, tns, &reqs[ri])
 		})
 	}
 	wg.Wait()
 	return res
 }
-
-// errNotHere is the error of an item the node asked does not serve.
-var errNotHere = fmt.Errorf("%w: rate key not served by the node asked", ErrUnavailable)
 
 // read fills out for r's items from v: previous state, Result recomputed
 // in Go at Redis's now, and whether stored (never in phase "c").
@@ -484,10 +461,6 @@ func (s *Store) read(v answer, r *request, items []policy.StackItem, out []polic
 	now := v.now
 	for j, i := range r.idx {
 		code, raw := v.item(r.base + j)
-		if code&flagNotHere != 0 {
-			out[i].Err = errNotHere
-			continue
-		}
 		if code&flagFast != 0 {
 			out[i].Prev, out[i].Result, out[i].Stored = r.spec.prevs[j], r.spec.results[j], r.spec.stored[j]
 			continue

@@ -1,3 +1,4 @@
+#!lua
 -- ratelimitd: decide stacks of rate limits atomically, on the server's
 -- clock, with the arithmetic of Go package ratelimit (Check and Next):
 -- Exim's exponential rate (Exim specification, chapter "Access control
@@ -12,9 +13,9 @@
 -- A record that does not parse is another program's value: every limit
 -- of its rate key starts afresh (flag 8) and the next write replaces it.
 --
--- KEYS     the records of the requests (with a Cluster all of one slot);
---          or none, and then they follow the packed requests in ARGV (a
---          batch of many slots for one Cluster node)
+-- KEYS     the records of the requests: every key the script touches
+--          (with a Cluster all of one slot, as the shebang's lack of
+--          flags requires)
 -- ARGV[1]  phase: "d" decide and commit, "c" check only (no writes),
 --          "w" commit with the verdict given per request
 -- ARGV[2], ARGV[3]  "" "" to use Redis TIME, "?" "" to read TIME only if
@@ -44,13 +45,11 @@
 --
 -- A record is written once per request (SET), with a new expiry only when
 -- a state needs a later one than the key has, and then an eighth of the
--- state's lifetime more (setting an expiry is costly). A request one of
--- whose records this node cannot read (Cluster: moved, migrating) writes
--- nothing (flag 16); all reads come before any write.
+-- state's lifetime more (setting an expiry is costly).
 --
 -- Returns {sec, nsec, items, records}: items is per item a flag byte,
 -- over + 2*stored + 4*(had a state) + 8*(the value was undecodable) +
--- 16*(not decided here) + 32*(decided by the caller and confirmed), then
+-- 32*(decided by the caller and confirmed), then
 -- that state (20 bytes; zeros if none). records (phase "d"): per key of
 -- each request decided here, in order of first use, '<I2' its length and
 -- the record it left.
@@ -86,10 +85,9 @@ local reqs = ARGV[a]
 
 -- The records, as read or written by earlier requests of the batch: key
 -- -> the record ('' for none; a record that does not parse counts as
--- none, and slow() sets bad[key]), or false when it cannot be read here.
+-- none, and slow() sets bad[key]).
 local cache = {}
-local K, KO = KEYS, 0
-if #KEYS == 0 then K, KO = ARGV, a end
+local K = KEYS
 
 -- The fast path: the caller decided the request from the records it
 -- expects (per key: the ARGV index e of its expected record, the one to
@@ -120,8 +118,7 @@ local function fastkey(key, e, kind)
     return cur == ARGV[e]
   end
   cur = pcall_('SET', key, ARGV[e + 1], 'KEEPTTL', 'GET')
-  -- An error (a key this node does not serve, or not a string) wrote
-  -- nothing.
+  -- An error (not a string) wrote nothing.
   if type(cur) == 'table' then return false end
   if cur == ARGV[e] then
     if cache[key] ~= nil then
@@ -154,7 +151,7 @@ local function fast(m)
   if m == 1 then
     local ki, e, kind, ms
     ki, e, kind, ms, pos = sunpack('<I4I4Bd', reqs, pos)
-    local key = K[KO + ki]
+    local key = K[ki]
     if not fastkey(key, e, kind) then return false end
     expire(key, kind, ms)
     return true
@@ -163,7 +160,7 @@ local function fast(m)
   for k = 1, m do
     local ki
     ki, FD[4 * k - 2], FD[4 * k - 1], FD[4 * k], pos = sunpack('<I4I4Bd', reqs, pos)
-    FD[4 * k - 3] = K[KO + ki]
+    FD[4 * k - 3] = K[ki]
   end
   for k = 1, m do
     if not fastkey(FD[4 * k - 3], FD[4 * k - 2], FD[4 * k - 1]) then
@@ -350,20 +347,13 @@ local function slow()
     return p == last + 1
   end
 
-  -- record returns the record of key ('' for none), false if it cannot be
-  -- read here.
+  -- record returns the record of key ('' for none).
   local function record(key)
     if bad[key] ~= nil then return cache[key] end
     local v, b = cache[key], false
     if v == nil then
-      v = pcall_('GET', key)
-      if type(v) == 'table' then
-        if sformat('%.9s', v.err) ~= 'WRONGTYPE' then
-          cache[key], bad[key] = false, false
-          return false
-        end
-        v, b = '', true
-      end
+      v = pcall_('GET', key) -- an error: not a string
+      if type(v) == 'table' then v, b = '', true end
       v = v or ''
     end
     if v ~= '' and not valid(v) then v, b = '', true end
@@ -382,7 +372,7 @@ local function slow()
     return nil
   end
 
-  local IC, IK, ICOST, IRAW = {}, {}, {}, {} -- the current request's items
+  local IC, IK, ICOST = {}, {}, {} -- the current request's items
   local OR, OF = {}, {} -- per item its previous state ('' for none), its flag
   local cs, cns, cr, ct, ds, dns, dr, dt = {}, {}, {}, {}, {}, {}, {}, {}
   local Z20 = string.rep('\0', 20)
@@ -394,87 +384,69 @@ local function slow()
     for i = 1, n do
       local code, ki
       code, ki, ICOST[i], pos = sunpack('<I4I4d', reqs, pos)
-      IC[i], IK[i] = code, K[KO + ki]
+      IC[i], IK[i] = code, K[ki]
     end
     local admitted = true
     if phase == 'd' then admitted = not flag end
-    -- Read every item's state first: a request that cannot be read here
-    -- writes nothing.
-    local here = true
     for i = 1, n do
-      if here then
-        local code, key = IC[i], IK[i]
-        local v = record(key)
-        if v == false then
-          here = false
-        else
-          local at = v ~= '' and find(v, floor(code / 4))
-          IRAW[i] = at and ssub(v, at, at + 19) or ''
-        end
-      end
+      local code, key = IC[i], IK[i]
+      local v = record(key)
+      local s = floor(code / 4)
+      local at = v ~= '' and find(v, s)
+      local raw = at and ssub(v, at, at + 19) or ''
+      local ps, pns, pr
+      if raw ~= '' then ps, pns, pr = sunpack('<i8I4d', raw) end
+      local b = bad[key] and 8 or 0
+      local over
+      over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
+        measure(ALG[s], LIM[s], PER[s], MODE[s], ICOST[i], HL[s], ps, pns, pr)
+      -- The stack rule, ratelimit.StackAdmits (kept in step by storetest).
+      if over and code % 4 >= 2 then admitted = false end
+      OR[i] = raw
+      OF[i] = (over and 1 or 0) + b
     end
-    if not here then
+    if phase == 'w' then admitted = flag end
+    if phase ~= 'c' then
+      -- ratelimit.Limit.Next: readonly stores nothing; an admitted
+      -- request (or any in strict mode) stores the counted state; a
+      -- denied one the denied state (forgiving) or nothing. Each record
+      -- changed is written once, after its request's last item.
+      local key, v, need, slack = nil, nil, 0, 0
       for i = 1, n do
-        OR[i], OF[i] = '', 16
-      end
-    else
-      for i = 1, n do
-        local code, key, raw = IC[i], IK[i], IRAW[i]
+        local code = IC[i]
         local s = floor(code / 4)
-        local ps, pns, pr
-        if raw ~= '' then ps, pns, pr = sunpack('<i8I4d', raw) end
-        local b = bad[key] and 8 or 0
-        local over
-        over, cs[i], cns[i], cr[i], ct[i], ds[i], dns[i], dr[i], dt[i] =
-          measure(ALG[s], LIM[s], PER[s], MODE[s], ICOST[i], HL[s], ps, pns, pr)
-        -- The stack rule, ratelimit.StackAdmits (kept in step by storetest).
-        if over and code % 4 >= 2 then admitted = false end
-        OR[i] = raw
-        OF[i] = (over and 1 or 0) + b
-      end
-      if phase == 'w' then admitted = flag end
-      if phase ~= 'c' then
-        -- ratelimit.Limit.Next: readonly stores nothing; an admitted
-        -- request (or any in strict mode) stores the counted state; a
-        -- denied one the denied state (forgiving) or nothing. Each record
-        -- changed is written once, after its request's last item.
-        local key, v, need, slack = nil, nil, 0, 0
-        for i = 1, n do
-          local code = IC[i]
-          local s = floor(code / 4)
-          local mode = MODE[s]
-          if code % 2 == 1 and mode ~= 3 then
-            local ss, ns, r, ttl
-            if admitted or mode == 1 then
-              ss, ns, r, ttl = cs[i], cns[i], cr[i], ct[i]
+        local mode = MODE[s]
+        if code % 2 == 1 and mode ~= 3 then
+          local ss, ns, r, ttl
+          if admitted or mode == 1 then
+            ss, ns, r, ttl = cs[i], cns[i], cr[i], ct[i]
+          else
+            ss, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
+          end
+          if ss then
+            if IK[i] ~= key then
+              if key then cache[key], bad[key] = write(key, v, need, slack), false end
+              key, need, slack = IK[i], 0, 0
+              v = cache[key]
+              if v == '' then v = ZEXP end
+            end
+            local st = spack('<i8I4d', ss, ns, r)
+            local at = find(v, s)
+            if at then
+              v = ssub(v, 1, at - 1) .. st .. ssub(v, at + 20)
             else
-              ss, ns, r, ttl = ds[i], dns[i], dr[i], dt[i]
+              v = v .. HEAD[s] .. st
             end
-            if ss then
-              if IK[i] ~= key then
-                if key then cache[key], bad[key] = write(key, v, need, slack), false end
-                key, need, slack = IK[i], 0, 0
-                v = cache[key]
-                if v == '' then v = ZEXP end
-              end
-              local st = spack('<i8I4d', ss, ns, r)
-              local at = find(v, s)
-              if at then
-                v = ssub(v, 1, at - 1) .. st .. ssub(v, at + 20)
-              else
-                v = v .. HEAD[s] .. st
-              end
-              if caller then
-                if ttl > need then need = ttl end
-              elseif nowms + ttl > need then
-                need, slack = nowms + ttl, floor(ttl / 8)
-              end
-              OF[i] = OF[i] + 2
+            if caller then
+              if ttl > need then need = ttl end
+            elseif nowms + ttl > need then
+              need, slack = nowms + ttl, floor(ttl / 8)
             end
+            OF[i] = OF[i] + 2
           end
         end
-        if key then cache[key], bad[key] = write(key, v, need, slack), false end
       end
+      if key then cache[key], bad[key] = write(key, v, need, slack), false end
     end
     if dirty then
       -- The records of a refused fast request that the script left as
@@ -488,7 +460,7 @@ local function slow()
         end
       end
     end
-    if here and phase == 'd' and wantrecs == 1 then
+    if phase == 'd' and wantrecs == 1 then
       -- The records the request leaves, for the caller's fast path: per
       -- key (in order of first use) its length and the record.
       for i = 1, n do

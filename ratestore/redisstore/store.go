@@ -32,6 +32,12 @@ var (
 	recordScript string
 )
 
+// scriptSources returns the scripts as loaded: record.lua, whose first
+// line is the shebang, starts merge's and cas's.
+func scriptSources() (stack, merge, cas string) {
+	return stackScript, recordScript + mergeScript, recordScript + casScript
+}
+
 // Options configures Open and New.
 type Options struct {
 	// Addrs (host:port, required): one server, the Cluster nodes, or the
@@ -85,7 +91,6 @@ type Store struct {
 	offset, offsetAt atomic.Int64
 	specs            sync.Map // spec -> *[6]string, its script arguments
 	batch            batcher
-	routing          clusterRouting
 	reqs             sync.Pool     // *request, for reuse by EvaluateStack
 	known            *knownRecords // the fast path's; nil when off
 	// fastConfirmed and fastRefused count the fast path's requests.
@@ -118,17 +123,17 @@ func Open(o Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q contains a brace", ErrConfig, prefix)
 	}
+	stack, merge, cas := scriptSources()
 	s := &Store{opts: o, prefix: prefix,
-		stack: rueidis.NewLuaScript(stackScript),
-		merge: rueidis.NewLuaScript(recordScript + mergeScript),
-		cas:   rueidis.NewLuaScript(recordScript + casScript)}
+		stack: rueidis.NewLuaScript(stack),
+		merge: rueidis.NewLuaScript(merge),
+		cas:   rueidis.NewLuaScript(cas)}
 	if o.KnownRecords >= 0 {
 		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
 	}
 	s.reqs.New = func() any { return new(request) }
-	s.batch.calls = maxInFlight
 	s.batch.send = func(ctx context.Context, reqs ...*request) (answer, error) {
-		return s.exec(ctx, "", "d", s.clockArg(), "", reqs...)
+		return s.exec(ctx, "d", s.clockArg(), "", reqs...)
 	}
 	return s, nil
 }

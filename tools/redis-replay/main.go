@@ -9,8 +9,8 @@
 //
 // With several -addrs and -cluster=false they are independent standalone
 // servers, each holding its share of the users; with -cluster they are
-// the masters of one Redis Cluster (each call goes to the master of its
-// users' slots, as the daemon batches per master). Comparing one server,
+// the masters of one Redis Cluster (each call's users are of one slot,
+// as the daemon's calls are, and it goes to that slot's master). Comparing one server,
 // three standalone servers and a 3-master Cluster at the same batch size
 // separates what Redis Cluster costs from what several processes taking
 // turns on the same CPUs cost (docs/performance.md). Usage (in tools/):
@@ -24,9 +24,11 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +59,8 @@ type server struct {
 	sha   string
 	keys  []string
 	slots [][2]int64 // with -cluster: the slot ranges it serves
+	// bySlot holds the users of each slot (with -cluster).
+	bySlot map[uint16][]string
 }
 
 func run(addrs []string, cluster bool, batch, users, calls int, scriptPath string) error {
@@ -101,7 +105,18 @@ func run(addrs []string, cluster bool, batch, users, calls int, scriptPath strin
 			}
 		}
 		s.keys = append(s.keys, k)
+		if cluster {
+			if s.bySlot == nil {
+				s.bySlot = map[uint16][]string{}
+			}
+			s.bySlot[redisstore.Slot(k)] = append(s.bySlot[redisstore.Slot(k)], k)
+		}
 		version[k] = 0
+	}
+	for _, s := range srvs {
+		if cluster && !slices.ContainsFunc(slices.Collect(maps.Values(s.bySlot)), func(us []string) bool { return len(us) >= batch }) {
+			return fmt.Errorf("no slot of %s holds -batch users", s.addr)
+		}
 	}
 	for _, s := range srvs {
 		cmds := make(rueidis.Commands, 0, len(s.keys))
@@ -151,23 +166,28 @@ func run(addrs []string, cluster bool, batch, users, calls int, scriptPath strin
 func call(ctx context.Context, s *server, cluster bool, batch int, version map[string]int) error {
 	keys := make([]string, 0, batch)
 	seen := map[string]bool{}
+	from := s.keys
+	if cluster {
+		// A random slot with at least batch users: a call's keys are of
+		// one slot.
+		for from = nil; len(from) < batch; {
+			from = s.bySlot[redisstore.Slot(s.keys[rand.IntN(len(s.keys))])]
+		}
+	}
 	for len(keys) < batch {
-		k := s.keys[rand.IntN(len(s.keys))]
+		k := from[rand.IntN(len(from))]
 		if !seen[k] {
 			seen[k] = true
 			keys = append(keys, k)
 		}
 	}
 	// ARGV: phase, time ("?": TIME only if the script decides), the two
-	// limit specifications, the packed requests, then (cluster) the
-	// keys, then per key the record expected and the one to store.
+	// limit specifications, the packed requests, then per key the record
+	// expected and the one to store.
 	args := []string{"d", "?", "", "2",
 		"hourly", "200", strconv.FormatInt(int64(time.Hour), 10), "0", "0", "0",
 		"daily", "1000", strconv.FormatInt(int64(24*time.Hour), 10), "1", "0", "0"}
-	base := len(args) + 1 // ARGV index of the packed requests (from 1)
-	if cluster {
-		base += len(keys)
-	}
+	base := len(args) + 1                              // ARGV index of the packed requests (from 1)
 	packed := binary.LittleEndian.AppendUint32(nil, 0) // records to MGET
 	packed = append(packed, 1)                         // the caller wants records back
 	var recs []string
@@ -189,20 +209,9 @@ func call(ctx context.Context, s *server, cluster bool, batch int, version map[s
 		version[k] = v + 1
 	}
 	args = append(args, string(packed))
-	numkeys := len(keys)
-	if cluster {
-		args = append(args, keys...)
-		numkeys = 0
-	}
 	args = append(args, recs...)
-	cmd := s.c.B().Evalsha().Sha1(s.sha).Numkeys(int64(numkeys))
-	var v []rueidis.RedisMessage
-	var err error
-	if numkeys > 0 {
-		v, err = s.c.Do(ctx, cmd.Key(keys...).Arg(args...).Build()).ToArray()
-	} else {
-		v, err = s.c.Do(ctx, cmd.Key().Arg(args...).Build()).ToArray()
-	}
+	cmd := s.c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys)))
+	v, err := s.c.Do(ctx, cmd.Key(keys...).Arg(args...).Build()).ToArray()
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.addr, err)
 	}
