@@ -9,8 +9,9 @@
 // Every script has a "#!lua" shebang without flags and gets every key it
 // touches in KEYS. On one server the requests of many stacks share a call;
 // with a Cluster each call holds the keys of one slot and rueidis routes
-// it (MOVED, ASK), and a stack of several slots is checked on each, then
-// committed on each.
+// it (MOVED, ASK): a request the host decided from the records it knows
+// (the fast path) is only compared and stored (confirm.lua), and a stack
+// of several slots is checked on each, then committed on each.
 //
 // All limits of a rate key share one string record (Store.Key): expiry
 // (Unix ms, float64), then per limit a length byte, the name and its

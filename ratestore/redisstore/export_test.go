@@ -9,6 +9,6 @@ func AtCallerTime(o Options) Options {
 
 // Scripts returns the source of each script as loaded, by name.
 func Scripts() map[string]string {
-	stack, merge, cas := scriptSources()
-	return map[string]string{"stack.lua": stack, "merge.lua": merge, "cas.lua": cas}
+	stack, confirm, merge, cas := scriptSources()
+	return map[string]string{"stack.lua": stack, "confirm.lua": confirm, "merge.lua": merge, "cas.lua": cas}
 }

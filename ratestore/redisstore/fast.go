@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -190,4 +192,50 @@ func (s *Store) forget(r *request) {
 // FastPath returns the fast requests the script confirmed and refused.
 func (s *Store) FastPath() (confirmed, refused int64) {
 	return s.fastConfirmed.Load(), s.fastRefused.Load()
+}
+
+// decideFast decides r, a request of one slot sent alone (a Cluster call),
+// by the fast path with confirm.lua, whose cost per call is about a
+// third of stack.lua's: true if Redis held the records expected and now
+// holds r's new ones. False with no error if a record was unknown or had
+// changed (then r's records are forgotten and nothing changed in Redis:
+// the caller decides r with stack.lua).
+func (s *Store) decideFast(ctx context.Context, r *request) (bool, error) {
+	if !s.speculate(r, time.Now().Add(s.ClockOffset())) {
+		return false, nil
+	}
+	c, err := s.client()
+	if err != nil {
+		return false, err
+	}
+	sp := &r.spec
+	args := make([]string, 0, 4*len(r.keys))
+	for k := range r.keys {
+		args = append(args, sp.expect[k], sp.recs[k], strconv.Itoa(int(sp.kinds[k])), strconv.FormatInt(sp.ms[k], 10))
+	}
+	start := time.Now()
+	done, err := s.confirm.Exec(ctx, c, r.keys, args).AsInt64()
+	if err != nil {
+		s.forget(r)
+		return false, unavailable(err)
+	}
+	if s.opts.OnRoundTrip != nil {
+		s.opts.OnRoundTrip(time.Since(start))
+	}
+	if done != 1 {
+		s.fastRefused.Add(1)
+		s.forget(r)
+		return false, nil
+	}
+	s.fastConfirmed.Add(1)
+	return true, nil
+}
+
+// confirmed is the answer of n items all decided by the fast path.
+func confirmed(n int) answer {
+	b := make([]byte, n*itemLen)
+	for i := range n {
+		b[i*itemLen] = flagFast
+	}
+	return answer{items: string(b)}
 }

@@ -4,6 +4,7 @@ package redisstore_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"math"
 	"strconv"
@@ -284,4 +285,77 @@ func TestFastPathForgetsAfterSeveralSlots(t *testing.T) {
 	if st.Rate < 4.99 || st.Rate > 5 {
 		t.Errorf("rate %v after 5 messages, want about 5", st.Rate)
 	}
+}
+
+// TestFastPathAloneInCluster: on a Redis Cluster, where a call carries
+// one request, a known sender's request is confirmed by confirm.lua.
+// Two hosts take turns with one sender: exactly the limit is admitted,
+// each host's stale decisions are refused (and then decided by
+// stack.lua), and a refused decision leaves the record byte for byte as
+// it was, with its expiry.
+func TestFastPathAloneInCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	o := redisstore.Options{Addrs: addrs, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
+	one := open(t, o)
+	for i := range 30 {
+		if a, want := admit(t, one, time.Now(), hourly("frank")), i < 10; a != want {
+			t.Fatalf("message %d admitted %v, want %v", i, a, want)
+		}
+	}
+	if c, r := one.FastPath(); c != 29 || r != 0 {
+		t.Errorf("one host: fast path confirmed %d, refused %d; want 29 and 0", c, r)
+	}
+	sha := fmt.Sprintf("%x", sha1.Sum([]byte(redisstore.Scripts()["confirm.lua"])))
+	if n := nodeOf(t, nodes, one.Key("frank")); n.Must("SCRIPT", "EXISTS", sha) != "1" {
+		t.Errorf("the master of frank's record never ran confirm.lua")
+	}
+	hosts := []*redisstore.Store{open(t, o), open(t, o)}
+	admitted := 0
+	for i := range 30 {
+		if admit(t, hosts[i%2], time.Now(), hourly("grace")) {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("two hosts admitted %d of 30 messages, want the limit, 10", admitted)
+	}
+	for i, h := range hosts {
+		if c, r := h.FastPath(); c == 0 || r == 0 {
+			t.Errorf("host %d: fast path confirmed %d, refused %d; want some of both", i, c, r)
+		}
+	}
+	// Host a learns heidi's record, host b changes it under a's feet.
+	a, b := hosts[0], hosts[1]
+	admit(t, a, time.Now(), hourly("heidi"))
+	for range 10 {
+		admit(t, b, time.Now(), hourly("heidi"))
+	}
+	key := a.Key("heidi")
+	node := nodeOf(t, nodes, key)
+	before := node.Must("GET", key)
+	if admit(t, a, time.Now(), hourly("heidi")) {
+		t.Error("the 12th message was admitted: host a decided from its stale record")
+	}
+	if after := node.Must("GET", key); after != before {
+		t.Errorf("record changed by a refused message: %q, was %q", after, before)
+	}
+	if ttl, _ := strconv.ParseInt(node.Must("PTTL", key), 10, 64); ttl <= 0 {
+		t.Errorf("PTTL %d after the record was put back, want its expiry", ttl)
+	}
+}
+
+// nodeOf returns the master of nodes that holds key.
+func nodeOf(t *testing.T, nodes []*redistest.Server, key string) *redistest.Server {
+	t.Helper()
+	for _, n := range nodes {
+		if v, err := n.Do("EXISTS", key); err == nil && v == "1" {
+			return n
+		}
+	}
+	t.Fatalf("no master holds %s", key)
+	return nil
 }

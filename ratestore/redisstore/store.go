@@ -24,6 +24,8 @@ import (
 var (
 	//go:embed stack.lua
 	stackScript string
+	//go:embed confirm.lua
+	confirmScript string
 	//go:embed merge.lua
 	mergeScript string
 	//go:embed cas.lua
@@ -34,8 +36,8 @@ var (
 
 // scriptSources returns the scripts as loaded: record.lua, whose first
 // line is the shebang, starts merge's and cas's.
-func scriptSources() (stack, merge, cas string) {
-	return stackScript, recordScript + mergeScript, recordScript + casScript
+func scriptSources() (stack, confirm, merge, cas string) {
+	return stackScript, confirmScript, recordScript + mergeScript, recordScript + casScript
 }
 
 // Options configures Open and New.
@@ -80,13 +82,14 @@ const stateLen = 20
 
 // Store is a rate-state store in Redis, safe for concurrent use.
 type Store struct {
-	cl     atomic.Pointer[conn] // set by Connect
-	connMu sync.Mutex
-	opts   Options
-	prefix string
-	stack  *rueidis.Lua
-	merge  *rueidis.Lua
-	cas    *rueidis.Lua
+	cl      atomic.Pointer[conn] // set by Connect
+	connMu  sync.Mutex
+	opts    Options
+	prefix  string
+	stack   *rueidis.Lua
+	confirm *rueidis.Lua
+	merge   *rueidis.Lua
+	cas     *rueidis.Lua
 	// offset is Redis's clock minus this host's (ns), at offsetAt (Unix ns).
 	offset, offsetAt atomic.Int64
 	specs            sync.Map // spec -> *[6]string, its script arguments
@@ -123,11 +126,12 @@ func Open(o Options) (*Store, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q contains a brace", ErrConfig, prefix)
 	}
-	stack, merge, cas := scriptSources()
+	stack, confirm, merge, cas := scriptSources()
 	s := &Store{opts: o, prefix: prefix,
-		stack: rueidis.NewLuaScript(stack),
-		merge: rueidis.NewLuaScript(merge),
-		cas:   rueidis.NewLuaScript(cas)}
+		stack:   rueidis.NewLuaScript(stack),
+		confirm: rueidis.NewLuaScript(confirm),
+		merge:   rueidis.NewLuaScript(merge),
+		cas:     rueidis.NewLuaScript(cas)}
 	if o.KnownRecords >= 0 {
 		s.known = newKnownRecords(cmp.Or(o.KnownRecords, DefaultKnownRecords))
 	}
