@@ -387,7 +387,7 @@ func (f *Failover) restore(pm pendingMerge) {
 	f.restored.Add(int64(len(pm.Entries)))
 	ctx, cancel := context.WithTimeout(f.ctx, f.redis.opts.Timeout)
 	defer cancel()
-	if _, err := f.merge(ctx, pm); err == nil {
+	if _, err := f.merge(ctx, pm, nil); err == nil {
 		return
 	}
 	f.mu.Lock()

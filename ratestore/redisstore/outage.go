@@ -99,7 +99,7 @@ func (f *Failover) probe() {
 		if f.nDown.Load() > 0 {
 			f.probeShards()
 		}
-		f.mergePending()
+		f.mergePending(nil)
 		f.mu.Lock()
 		if f.nDown.Load() == 0 && len(f.pending) == 0 {
 			f.probing = false
@@ -174,6 +174,28 @@ func (f *Failover) widen(node string, owners *[slotCount]string, cause error) {
 // recover marks slots up, waits for local decisions in progress, takes
 // their deltas and merges. The last shard up ends the outage.
 func (f *Failover) recover(slots []uint16, node string) {
+	in := func(uint16) bool { return true }
+	if f.redis.Cluster() && len(slots) < slotCount {
+		set := make(map[uint16]bool, len(slots))
+		for _, s := range slots {
+			set[s] = true
+		}
+		in = func(s uint16) bool { return set[s] }
+	}
+	// What this host counted while the shards were down is added first,
+	// while they are still down: shared before the merge landed, Redis
+	// would decide without the outage's counts and admit a sender at its
+	// limit again until it did.
+	f.mu.Lock()
+	if pm := f.takeDelta(in); len(pm.Entries) > 0 {
+		f.pending = append(f.pending, pm)
+		f.savePending()
+	}
+	f.mu.Unlock()
+	before, failed := f.mergePending(func(s uint16) bool { return in(s) || !f.down[s].Load() })
+	if failed {
+		return // Redis failing again: the shards stay down
+	}
 	f.mu.Lock()
 	// The outage ends before its last shard is marked up.
 	up := 0
@@ -202,15 +224,8 @@ func (f *Failover) recover(slots []uint16, node string) {
 	f.localMu.Lock()
 	//lint:ignore SA2001 a barrier: every local decision begun before the shards came up has recorded its counts
 	f.localMu.Unlock()
+	// The counts of the requests decided locally during the first merge.
 	f.mu.Lock()
-	in := func(uint16) bool { return true }
-	if f.redis.Cluster() && len(slots) < slotCount {
-		set := make(map[uint16]bool, len(slots))
-		for _, s := range slots {
-			set[s] = true
-		}
-		in = func(s uint16) bool { return set[s] }
-	}
 	pm := f.takeDelta(in)
 	if len(pm.Entries) > 0 {
 		f.pending = append(f.pending, pm)
@@ -218,9 +233,9 @@ func (f *Failover) recover(slots []uint16, node string) {
 	}
 	delete(f.downNodes, node)
 	f.mu.Unlock()
-	if len(pm.Entries) > 0 {
-		merged := f.mergePending()
-		f.log.Info("outage counts added to redis", "merge", pm.ID, "states", len(pm.Entries), "added", merged)
+	after, _ := f.mergePending(nil)
+	if before+after > 0 {
+		f.log.Info("outage counts added to redis", "states", before+after)
 	}
 }
 
@@ -246,15 +261,16 @@ func newMergeID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// mergePending does the pending merges whose shards are up and returns the
-// states added; failed ones stay pending.
-func (f *Failover) mergePending() int {
+// mergePending does the pending merges whose shards are up (or, if
+// mergeable is not nil, those it accepts) and returns the states added and
+// whether one failed; failed ones stay pending.
+func (f *Failover) mergePending(mergeable func(shard uint16) bool) (total int, failed bool) {
 	f.mu.Lock()
 	todo := append([]pendingMerge(nil), f.pending...)
 	f.mu.Unlock()
-	total := 0
 	for _, pm := range todo {
-		n, err := f.merge(f.ctx, pm)
+		n, err := f.merge(f.ctx, pm, mergeable)
+		failed = failed || err != nil && !errors.Is(err, errShardDown)
 		total += n
 		f.merged.Add(int64(n))
 		f.mu.Lock()
@@ -271,16 +287,23 @@ func (f *Failover) mergePending() int {
 		f.savePending()
 		f.mu.Unlock()
 	}
-	return total
+	return total, failed
 }
 
-// merge adds pm's deltas of shards up, per limit; others give an error.
-func (f *Failover) merge(ctx context.Context, pm pendingMerge) (int, error) {
+// errShardDown is merge's error for entries left for later: their shard is down.
+var errShardDown = fmt.Errorf("%w: shard still down", ErrUnavailable)
+
+// merge adds pm's deltas of shards up (or that mergeable accepts), per
+// limit; others give an error.
+func (f *Failover) merge(ctx context.Context, pm pendingMerge, mergeable func(shard uint16) bool) (int, error) {
+	if mergeable == nil {
+		mergeable = func(s uint16) bool { return !f.down[s].Load() }
+	}
 	byLimit := map[string][]int{}
 	var later error
 	for i, e := range pm.Entries {
-		if f.down[f.shard(e.Key)].Load() {
-			later = fmt.Errorf("%w: shard still down", ErrUnavailable)
+		if !mergeable(f.shard(e.Key)) {
+			later = errShardDown
 			continue
 		}
 		byLimit[e.Limit] = append(byLimit[e.Limit], i)
