@@ -85,16 +85,7 @@ func TestFastPathDecidesKnownSenders(t *testing.T) {
 func TestFastPathRefusedWhenAnotherHostWrote(t *testing.T) {
 	srv := redistest.Start(t)
 	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
-	hosts := []*redisstore.Store{open(t, o), open(t, o)}
-	admitted := 0
-	for i := range 30 {
-		if admit(t, hosts[i%2], time.Now(), hourly("bob")) {
-			admitted++
-		}
-	}
-	if admitted != 10 {
-		t.Errorf("two hosts admitted %d of 30 messages, want the limit, 10", admitted)
-	}
+	hosts := alternate(t, o, "bob")
 	// Host 0 sends messages 0, 2, ..., 28: the first decided by the
 	// script (nothing known), 2 to 10 refused (host 1 wrote 1 to 9), 12
 	// to 28 confirmed. Host 1: 1 by the script, 3 to 9 refused, 11 to 29
@@ -179,23 +170,13 @@ func TestFastPathRefusalPutsBackWhatItDoesNotChange(t *testing.T) {
 	srv := redistest.Start(t)
 	o := redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("t%d:", prefixes.Add(1))}
 	a, b := open(t, o), open(t, o)
-	key := a.Key("dave")
 	if !admit(t, a, time.Now(), hourly("dave")) {
 		t.Fatal("first message refused")
 	}
 	for range 10 {
 		admit(t, b, time.Now(), hourly("dave"))
 	}
-	before := srv.Must("GET", key)
-	if admit(t, a, time.Now(), hourly("dave")) {
-		t.Error("the 12th message was admitted: host a decided from its stale record")
-	}
-	if after := srv.Must("GET", key); after != before {
-		t.Errorf("record changed by a refused message: %q, was %q", after, before)
-	}
-	if ttl, _ := strconv.ParseInt(srv.Must("PTTL", key), 10, 64); ttl <= 0 {
-		t.Errorf("PTTL %d after the record was put back, want its expiry", ttl)
-	}
+	stalePutBack(t, a, srv, "dave")
 	if c, r := a.FastPath(); c != 0 || r != 1 {
 		t.Errorf("host a: fast path confirmed %d, refused %d; want 0 and 1", c, r)
 	}
@@ -313,16 +294,7 @@ func TestFastPathAloneInCluster(t *testing.T) {
 	if n := nodeOf(t, nodes, one.Key("frank")); n.Must("SCRIPT", "EXISTS", sha) != "1" {
 		t.Errorf("the master of frank's record never ran confirm.lua")
 	}
-	hosts := []*redisstore.Store{open(t, o), open(t, o)}
-	admitted := 0
-	for i := range 30 {
-		if admit(t, hosts[i%2], time.Now(), hourly("grace")) {
-			admitted++
-		}
-	}
-	if admitted != 10 {
-		t.Errorf("two hosts admitted %d of 30 messages, want the limit, 10", admitted)
-	}
+	hosts := alternate(t, o, "grace")
 	for i, h := range hosts {
 		if c, r := h.FastPath(); c == 0 || r == 0 {
 			t.Errorf("host %d: fast path confirmed %d, refused %d; want some of both", i, c, r)
@@ -334,18 +306,7 @@ func TestFastPathAloneInCluster(t *testing.T) {
 	for range 10 {
 		admit(t, b, time.Now(), hourly("heidi"))
 	}
-	key := a.Key("heidi")
-	node := nodeOf(t, nodes, key)
-	before := node.Must("GET", key)
-	if admit(t, a, time.Now(), hourly("heidi")) {
-		t.Error("the 12th message was admitted: host a decided from its stale record")
-	}
-	if after := node.Must("GET", key); after != before {
-		t.Errorf("record changed by a refused message: %q, was %q", after, before)
-	}
-	if ttl, _ := strconv.ParseInt(node.Must("PTTL", key), 10, 64); ttl <= 0 {
-		t.Errorf("PTTL %d after the record was put back, want its expiry", ttl)
-	}
+	stalePutBack(t, a, nodeOf(t, nodes, a.Key("heidi")), "heidi")
 }
 
 // nodeOf returns the master of nodes that holds key.
@@ -358,4 +319,39 @@ func nodeOf(t *testing.T, nodes []*redistest.Server, key string) *redistest.Serv
 	}
 	t.Fatalf("no master holds %s", key)
 	return nil
+}
+
+// alternate sends 30 messages of user through two hosts on o in turn
+// and checks that exactly the limit, 10, was admitted.
+func alternate(t *testing.T, o redisstore.Options, user string) []*redisstore.Store {
+	t.Helper()
+	hosts := []*redisstore.Store{open(t, o), open(t, o)}
+	admitted := 0
+	for i := range 30 {
+		if admit(t, hosts[i%2], time.Now(), hourly(user)) {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("two hosts admitted %d of 30 messages, want the limit, 10", admitted)
+	}
+	return hosts
+}
+
+// stalePutBack sends the 12th message of user (over the limit of 10)
+// through a, whose record of it is stale: refused, and the record that
+// srv holds is left byte for byte as it was, with its expiry.
+func stalePutBack(t *testing.T, a *redisstore.Store, srv *redistest.Server, user string) {
+	t.Helper()
+	key := a.Key(user)
+	before := srv.Must("GET", key)
+	if admit(t, a, time.Now(), hourly(user)) {
+		t.Error("the 12th message was admitted: host a decided from its stale record")
+	}
+	if after := srv.Must("GET", key); after != before {
+		t.Errorf("record changed by a refused message: %q, was %q", after, before)
+	}
+	if ttl, _ := strconv.ParseInt(srv.Must("PTTL", key), 10, 64); ttl <= 0 {
+		t.Errorf("PTTL %d after the record was put back, want its expiry", ttl)
+	}
 }
