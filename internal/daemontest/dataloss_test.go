@@ -46,12 +46,12 @@ func degradedSeconds(t *testing.T, ds []*daemon, when string) []float64 {
 // TestDaemonsRedisFlushall: 1,000 users send 20 messages each (the limit)
 // through two daemons picked at random per message; then FLUSHALL, and
 // 20 more each. The daemons restore what Redis lost from their own
-// copies: on average at most one message per host gets through after
-// the flush, and nobody gets half the limit (before the restore each
-// user got nearly all 20). More than one per host gets through when the
-// first host a user reaches holds an older copy than the other: until
-// the other restores the difference, Redis admits from the older one.
-// Both daemons stay shared. Repeated 5 times.
+// copies, every copy once the first loss is seen: at most one message
+// per host gets through after the flush (without the restore each user
+// got nearly all 20; restoring each state only at its sender's next
+// message through the host gave up to 6, the first host reached holding
+// an older copy than the other). Both daemons stay shared. Repeated 5
+// times.
 func TestDaemonsRedisFlushall(t *testing.T) {
 	srv := redistest.Start(t)
 	ds := startPair(t, redisStore([]string{srv.Addr}, ""))
@@ -66,9 +66,9 @@ func TestDaemonsRedisFlushall(t *testing.T) {
 			hist[after.admitted[u].Load()]++
 		}
 		t.Logf("repetition %d: after FLUSHALL, admitted per user: max %d, mean %.2f; users by messages admitted: %v", rep, most, mean, hist)
-		if mean > float64(len(ds)) || most >= hourlyLimit/2 {
-			t.Errorf("repetition %d: after FLUSHALL, %.2f messages per user on average got through (want at most one per host, %d) and at most %d (want under %d)",
-				rep, mean, len(ds), most, hourlyLimit/2)
+		if most > len(ds) {
+			t.Errorf("repetition %d: after FLUSHALL, up to %d messages of a user got through (mean %.2f), want at most one per host, %d",
+				rep, most, mean, len(ds))
 		}
 		degradedSeconds(t, ds, "after FLUSHALL")
 	}

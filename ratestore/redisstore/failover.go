@@ -78,12 +78,16 @@ type Failover struct {
 	// localMu is held shared by local decisions, exclusively by recovery.
 	localMu sync.RWMutex
 
-	mu          sync.Mutex
-	delta       map[[2]string]*deltaEntry
-	restoring   map[[2]string]chan struct{} // closed once restored (writeThrough)
-	pending     []pendingMerge
-	pendingFile string               // keeps pending (LoadPending)
-	downNodes   map[string]time.Time // Cluster nodes found down, logged once
+	mu        sync.Mutex
+	delta     map[[2]string]*deltaEntry
+	restoring map[[2]string]chan struct{} // closed once restored (writeThrough)
+	// restoringAll is set while restoreAll runs; lastRestoreAll is when
+	// it last started (Unix ns).
+	restoringAll   atomic.Bool
+	lastRestoreAll atomic.Int64
+	pending        []pendingMerge
+	pendingFile    string               // keeps pending (LoadPending)
+	downNodes      map[string]time.Time // Cluster nodes found down, logged once
 	// outage spans first shard down to last up; relapse if it began
 	// within relapseWindow of recovered.
 	outage    bool
@@ -335,6 +339,7 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 		f.mu.Unlock()
 		return
 	}
+	f.restoreAll()
 	var waits []chan struct{}
 	pm := pendingMerge{ID: newMergeID()}
 	done := make(chan struct{})
@@ -376,6 +381,78 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 			return
 		}
 	}
+}
+
+// restoreAllEvery is how often at most restoreAll starts.
+const restoreAllEvery = time.Second
+
+// restoreAll restores, in the background, every state this host holds a
+// live copy of and Redis lacks or holds more than a message lower, as
+// writeThrough does for one: one state lost is most often all of them
+// (FLUSHALL, a restart without persistence), and restored at once they
+// need not wait for their senders' next message through this host, which
+// another host's older copy would admit meanwhile. Called with f.mu held;
+// at most one run at a time, one per restoreAllEvery. A state that a
+// request restores meanwhile may be added twice (stricter, never looser).
+func (f *Failover) restoreAll() {
+	now := time.Now()
+	if now.UnixNano()-f.lastRestoreAll.Load() < int64(restoreAllEvery) || !f.restoringAll.CompareAndSwap(false, true) {
+		return
+	}
+	f.lastRestoreAll.Store(now.UnixNano())
+	f.wg.Go(func() {
+		defer f.restoringAll.Store(false)
+		type copyOf struct {
+			limit, key string
+			st         ratelimit.State
+		}
+		var copies []copyOf
+		f.local.Range(f.ctx, func(limit, key string, st ratelimit.State) bool {
+			copies = append(copies, copyOf{limit, key, st})
+			return f.ctx.Err() == nil
+		})
+		for len(copies) > 0 && f.ctx.Err() == nil {
+			chunk := copies[:min(len(copies), 512)]
+			copies = copies[len(chunk):]
+			recs, err := f.redis.records(f.ctx, func(yield func(string) bool) {
+				for _, c := range chunk {
+					if !yield(c.key) {
+						return
+					}
+				}
+			})
+			if err != nil {
+				return
+			}
+			now := time.Now().Add(f.redis.ClockOffset())
+			pm := pendingMerge{ID: newMergeID()}
+			for _, c := range chunk {
+				l, ok := f.redis.limit(c.limit)
+				if !ok || expiryOf(l, c.st) <= now.UnixMilli() {
+					continue
+				}
+				theirs, err := decode(recordState(recs[c.key], c.limit))
+				if err != nil {
+					continue
+				}
+				mine := l.Check(c.st, now, 0).Before
+				if !theirs.IsZero() && mine <= l.Check(theirs, now, 0).Before+1 {
+					continue
+				}
+				add := c.st
+				if !theirs.IsZero() && l.Algorithm == ratelimit.Exponential {
+					add = ratelimit.State{Time: now.UnixNano(), Rate: mine - l.Check(theirs, now, 0).Before}
+				}
+				pm.Entries = append(pm.Entries, pendingEntry{Limit: c.limit, Key: c.key, Time: add.Time, Rate: add.Rate})
+			}
+			if len(pm.Entries) > 0 {
+				ctx, cancel := context.WithTimeout(f.ctx, f.redis.opts.Timeout)
+				n, _ := f.merge(ctx, pm, nil)
+				cancel()
+				f.restored.Add(int64(n))
+			}
+		}
+	})
 }
 
 // restoreWait bounds a request's wait for the restore of a lost state.
