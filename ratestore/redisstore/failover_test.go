@@ -329,3 +329,43 @@ func TestFailoverRestoresLostState(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverRestoresEveryLostState: a host that sees one state lost
+// (FLUSHALL) restores, in the background, every other state it holds a
+// copy of, before their senders send again: 50 senders of 5 messages,
+// FLUSHALL, one message of the first: within 5s Redis holds each of the
+// 49 others at its rate again. Repeated 3 times (restoreAll runs at
+// most once a second).
+func TestFailoverRestoresEveryLostState(t *testing.T) {
+	srv := redistest.Start(t)
+	for round := range 3 {
+		r := open(t, redisstore.Options{Addrs: []string{srv.Addr}, KeyPrefix: fmt.Sprintf("every%d:", round),
+			Limits: func(string) (ratelimit.Limit, bool) { return ratelimit.Limit{Limit: 10, Period: time.Hour}, true }})
+		f, _ := newFailover(t, r)
+		user := func(i int) string { return fmt.Sprintf("u%d-%d", round, i) }
+		for i := range 50 {
+			for range 5 {
+				decide(t, f, user(i))
+			}
+		}
+		srv.Must("FLUSHALL")
+		decide(t, f, user(0))
+		restored := func() int {
+			n := 0
+			for i := 1; i < 50; i++ {
+				if st, err := r.Get(context.Background(), "hourly", user(i)); err == nil && st.Rate > 4.9 {
+					n++
+				}
+			}
+			return n
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for restored() < 49 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := restored(); n != 49 {
+			t.Errorf("round %d: %d of 49 states restored without a message of their senders, want all", round, n)
+		}
+		time.Sleep(time.Second) // restoreAll's interval
+	}
+}
