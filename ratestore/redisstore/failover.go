@@ -78,13 +78,11 @@ type Failover struct {
 	// localMu is held shared by local decisions, exclusively by recovery.
 	localMu sync.RWMutex
 
-	mu        sync.Mutex
-	delta     map[[2]string]*deltaEntry
-	restoring map[[2]string]chan struct{} // closed once restored (writeThrough)
-	// restoringAll is set while restoreAll runs; lastRestoreAll is when
-	// it last started (Unix ns).
-	restoringAll   atomic.Bool
-	lastRestoreAll atomic.Int64
+	mu             sync.Mutex
+	delta          map[[2]string]*deltaEntry
+	restoring      map[[2]string]chan struct{} // closed once restored (writeThrough)
+	restoringAll   atomic.Bool                 // restoreAll runs
+	lastRestoreAll atomic.Int64                // when it last started, Unix ns
 	pending        []pendingMerge
 	pendingFile    string               // keeps pending (LoadPending)
 	downNodes      map[string]time.Time // Cluster nodes found down, logged once
@@ -307,18 +305,11 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 			continue
 		}
 		f.local.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
-			if old.IsZero() || expiryOf(it.Params, old) <= now.UnixMilli() {
-				return st, old != st
-			}
-			mine, theirs := it.Params.Check(old, now, 0).Before, o.Result.Before
-			if !o.Prev.IsZero() && mine <= theirs+max(it.Cost, 1) {
+			add, ok := lostPart(it.Params, old, o.Prev, o.Result.Before, it.Cost, now)
+			if !ok {
 				return st, old != st
 			}
 			// The copy stands until Redis answers with it restored.
-			add := old
-			if !o.Prev.IsZero() && it.Params.Algorithm == ratelimit.Exponential {
-				add = ratelimit.State{Time: now.UnixNano(), Rate: mine - theirs} // decayed rates add up
-			}
 			lost = append(lost, pendingEntry{Limit: it.Limit, Key: it.Key, Time: add.Time, Rate: add.Rate})
 			return old, false
 		})
@@ -383,74 +374,66 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 	}
 }
 
-// restoreAllEvery is how often at most restoreAll starts.
-const restoreAllEvery = time.Second
+// lostPart returns what to add to Redis's state prev of limit l (zero:
+// none; before: its rate at now) to make it this host's live copy mine
+// again, or false if Redis holds no less than a message (cost) below it.
+func lostPart(l ratelimit.Limit, mine, prev ratelimit.State, before, cost float64, now time.Time) (ratelimit.State, bool) {
+	if mine.IsZero() || expiryOf(l, mine) <= now.UnixMilli() {
+		return ratelimit.State{}, false
+	}
+	m := l.Check(mine, now, 0).Before
+	switch {
+	case prev.IsZero():
+		return mine, true
+	case m <= before+max(cost, 1):
+		return ratelimit.State{}, false
+	case l.Algorithm == ratelimit.Exponential:
+		return ratelimit.State{Time: now.UnixNano(), Rate: m - before}, true // decayed rates add up
+	}
+	return mine, true
+}
 
-// restoreAll restores, in the background, every state this host holds a
-// live copy of and Redis lacks or holds more than a message lower, as
-// writeThrough does for one: one state lost is most often all of them
-// (FLUSHALL, a restart without persistence), and restored at once they
-// need not wait for their senders' next message through this host, which
-// another host's older copy would admit meanwhile. Called with f.mu held;
-// at most one run at a time, one per restoreAllEvery. A state that a
-// request restores meanwhile may be added twice (stricter, never looser).
+// restoreAll restores in the background, at most once a second, every
+// state this host holds a live copy of and Redis lacks or holds lower
+// (lostPart): one state lost is most often all of them (FLUSHALL, a
+// restart without persistence), and restored at once they need not wait
+// for their senders' next message through this host, which another
+// host's older copy would admit meanwhile. A state a request restores
+// meanwhile may be added twice (stricter). Called with f.mu held.
 func (f *Failover) restoreAll() {
-	now := time.Now()
-	if now.UnixNano()-f.lastRestoreAll.Load() < int64(restoreAllEvery) || !f.restoringAll.CompareAndSwap(false, true) {
+	now := time.Now().UnixNano()
+	if now-f.lastRestoreAll.Load() < int64(time.Second) || !f.restoringAll.CompareAndSwap(false, true) {
 		return
 	}
-	f.lastRestoreAll.Store(now.UnixNano())
+	f.lastRestoreAll.Store(now)
 	f.wg.Go(func() {
 		defer f.restoringAll.Store(false)
-		type copyOf struct {
-			limit, key string
-			st         ratelimit.State
-		}
-		var copies []copyOf
+		var copies []pendingEntry
 		f.local.Range(f.ctx, func(limit, key string, st ratelimit.State) bool {
-			copies = append(copies, copyOf{limit, key, st})
+			copies = append(copies, pendingEntry{Limit: limit, Key: key, Time: st.Time, Rate: st.Rate})
 			return f.ctx.Err() == nil
 		})
-		for len(copies) > 0 && f.ctx.Err() == nil {
-			chunk := copies[:min(len(copies), 512)]
-			copies = copies[len(chunk):]
-			recs, err := f.redis.records(f.ctx, func(yield func(string) bool) {
-				for _, c := range chunk {
-					if !yield(c.key) {
-						return
-					}
-				}
-			})
+		for chunk := range slices.Chunk(copies, 512) {
+			recs, err := f.redis.records(f.ctx, chunk)
 			if err != nil {
 				return
 			}
 			now := time.Now().Add(f.redis.ClockOffset())
 			pm := pendingMerge{ID: newMergeID()}
 			for _, c := range chunk {
-				l, ok := f.redis.limit(c.limit)
-				if !ok || expiryOf(l, c.st) <= now.UnixMilli() {
+				l, known := f.redis.limit(c.Limit)
+				prev, err := decode(recordState(recs[c.Key], c.Limit))
+				if !known || err != nil {
 					continue
 				}
-				theirs, err := decode(recordState(recs[c.key], c.limit))
-				if err != nil {
-					continue
+				if add, ok := lostPart(l, ratelimit.State{Time: c.Time, Rate: c.Rate}, prev, l.Check(prev, now, 0).Before, 1, now); ok {
+					pm.Entries = append(pm.Entries, pendingEntry{Limit: c.Limit, Key: c.Key, Time: add.Time, Rate: add.Rate})
 				}
-				mine := l.Check(c.st, now, 0).Before
-				if !theirs.IsZero() && mine <= l.Check(theirs, now, 0).Before+1 {
-					continue
-				}
-				add := c.st
-				if !theirs.IsZero() && l.Algorithm == ratelimit.Exponential {
-					add = ratelimit.State{Time: now.UnixNano(), Rate: mine - l.Check(theirs, now, 0).Before}
-				}
-				pm.Entries = append(pm.Entries, pendingEntry{Limit: c.limit, Key: c.key, Time: add.Time, Rate: add.Rate})
 			}
-			if len(pm.Entries) > 0 {
-				ctx, cancel := context.WithTimeout(f.ctx, f.redis.opts.Timeout)
-				n, _ := f.merge(ctx, pm, nil)
-				cancel()
-				f.restored.Add(int64(n))
-			}
+			ctx, cancel := context.WithTimeout(f.ctx, f.redis.opts.Timeout)
+			n, _ := f.merge(ctx, pm, nil)
+			cancel()
+			f.restored.Add(int64(n))
 		}
 	})
 }

@@ -192,9 +192,18 @@ func (f *Failover) recover(slots []uint16, node string) {
 		f.savePending()
 	}
 	f.mu.Unlock()
-	before, failed := f.mergePending(func(s uint16) bool { return in(s) || !f.down[s].Load() })
-	if failed {
-		return // Redis failing again: the shards stay down
+	// A few tries: after a restart each of rueidis's pipelined
+	// connections fails once (EOF) before it is replaced.
+	var before int
+	for try := 0; ; try++ {
+		n, failed := f.mergePending(func(s uint16) bool { return in(s) || !f.down[s].Load() })
+		before += n
+		if !failed {
+			break
+		}
+		if try == 3 {
+			return // Redis failing again: the shards stay down
+		}
 	}
 	f.mu.Lock()
 	// The outage ends before its last shard is marked up.

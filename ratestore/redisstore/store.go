@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"strconv"
 	"strings"
@@ -346,32 +345,26 @@ func (s *Store) Get(ctx context.Context, limit, key string) (ratelimit.State, er
 }
 
 // readRaw returns key's state under limit from its record ("" if none).
-// records reads the records of keys (rate keys, each once), by key; a
-// missing record or another program's value reads "".
-func (s *Store) records(ctx context.Context, keys iter.Seq[string]) (map[string]string, error) {
+// records reads the records of entries' keys, by key; a missing record
+// or another program's value reads "".
+func (s *Store) records(ctx context.Context, entries []pendingEntry) (map[string]string, error) {
 	c, err := s.client()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	var names []string
-	var cmds rueidis.Commands
-	seen := map[string]bool{}
-	for k := range keys {
-		if !seen[k] {
-			seen[k] = true
-			names = append(names, k)
-			cmds = append(cmds, c.B().Get().Key(s.Key(k)).Build())
-		}
+	cmds := make(rueidis.Commands, len(entries))
+	for i, e := range entries {
+		cmds[i] = c.B().Get().Key(s.Key(e.Key)).Build()
 	}
-	out := make(map[string]string, len(names))
+	out := make(map[string]string, len(entries))
 	for i, r := range c.DoMulti(ctx, cmds...) {
 		v, err := r.ToString()
 		if err != nil && !rueidis.IsRedisNil(err) && !wrongType(err) {
 			return nil, unavailable(err)
 		}
-		out[names[i]] = v
+		out[entries[i].Key] = v
 	}
 	return out, nil
 }
