@@ -2,6 +2,7 @@ package mtatest
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -412,4 +413,15 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// EximBinary returns $RATELIMITD_EXIM_DIR (default
+// /opt/ratelimitd-test/exim)/usr/sbin/exim4; it fails the test without it.
+func EximBinary(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(cmp.Or(os.Getenv("RATELIMITD_EXIM_DIR"), "/opt/ratelimitd-test/exim"), "usr/sbin/exim4")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("mtatest: no Exim binary at %s: run scripts/deps.sh (make deps) as root", bin)
+	}
+	return bin
 }
