@@ -92,11 +92,10 @@ type SuspendResult struct {
 	Was       bool   `json:"was_suspended,omitempty"`
 }
 
-// Local is the Backend on services of this process, the one set the admin
-// API (HTTPServer) and the console act on: the daemon's own, or the state
-// file the CLI opened. Quarantine, Events, Logger (audit lines of rate
-// resets), Notify (never blocks), Status and Limits (the console's domain
-// scopes) may be nil; By names who acts ("": the local user). Safe for
+// Local is the Backend on this process's services (the daemon's, or the
+// state file the CLI opened), for the admin API and the console.
+// Quarantine, Events, Logger (audit of rate resets), Notify, Status and
+// Limits may be nil; By names who acts ("": the local user). Safe for
 // concurrent use as far as its services are.
 type Local struct {
 	RateState  Rates
@@ -224,8 +223,7 @@ func OfDomain(kr []policy.KeyRate, d string) []policy.KeyRate {
 	})
 }
 
-// CountSelected is how many messages a thaw or delete of sel would act
-// on.
+// CountSelected is how many messages a thaw or delete of sel would act on.
 func CountSelected(ctx context.Context, b Backend, sel lifecycle.Selection) (int, error) {
 	if len(sel.IDs) > 0 {
 		return len(sel.IDs), nil

@@ -295,9 +295,8 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 	}
 }
 
-// Allowed applies the allow-list to rwc: TCP from allowed (empty:
-// loopback; IPv4-mapped as IPv4); unix sockets always; anything else
-// refused.
+// Allowed applies the allow-list to rwc: TCP from allowed (empty: loopback;
+// IPv4-mapped as IPv4); unix sockets always; anything else refused.
 func Allowed(allowed []netip.Prefix, rwc net.Conn, unixListener bool) bool {
 	switch rwc.RemoteAddr().(type) {
 	case *net.TCPAddr:
