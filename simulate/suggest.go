@@ -39,12 +39,11 @@ const (
 
 const measureLimit = 1e300 // of the measuring replay: never reached
 
-// SuggestOptions tunes Suggest; zero fields take the defaults. The limit is
-// the Percentile (0 < p <= 100, nearest rank) of the ordinary keys' peaks
-// times Headroom (>= 1). Allow names legitimate bulk senders
-// (case-insensitive), given overrides. NewStore (required) and
-// NewRecipientSets (per = "addr"; nil: every recipient new) return empty
-// stores, one per replay.
+// SuggestOptions tunes Suggest (zero: the defaults): the limit is the
+// Percentile (0 < p <= 100, nearest rank) of the ordinary keys' peaks
+// times Headroom (>= 1); Allow names bulk senders (case-insensitive).
+// NewStore (required) and NewRecipientSets (nil: every recipient new)
+// return empty stores, one per replay.
 type SuggestOptions struct {
 	Headroom, Percentile float64
 	Allow                []string
