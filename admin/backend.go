@@ -92,11 +92,10 @@ type SuspendResult struct {
 	Was       bool   `json:"was_suspended,omitempty"`
 }
 
-// Local is the Backend on services of this process, the one set the admin
-// API (HTTPServer) and the console act on: the daemon's own, or the state
-// file the CLI opened. Quarantine, Events, Logger (audit lines of rate
-// resets), Notify (never blocks), Status and Limits (the console's domain
-// scopes) may be nil; By names who acts ("": the local user). Safe for
+// Local is the Backend on this process's services (the daemon's, or the
+// state file the CLI opened), for the admin API and the console.
+// Quarantine, Events, Logger (audit of rate resets), Notify, Status and
+// Limits may be nil; By names who acts ("": the local user). Safe for
 // concurrent use as far as its services are.
 type Local struct {
 	RateState  Rates
@@ -212,4 +211,29 @@ func LocalUser() string {
 		return fmt.Sprintf("%s (uid %d)", u.Username, uid)
 	}
 	return fmt.Sprintf("uid %d", uid)
+}
+
+// OfDomain returns the rates of mail domain d ("@" optional): keys whose
+// first part is an address at d, or d itself, ignoring case.
+func OfDomain(kr []policy.KeyRate, d string) []policy.KeyRate {
+	d = strings.ToLower(strings.TrimPrefix(d, "@"))
+	return slices.DeleteFunc(slices.Clone(kr), func(k policy.KeyRate) bool {
+		first, _, _ := strings.Cut(strings.ToLower(k.Key), "|")
+		return !strings.HasSuffix(first, "@"+d) && first != d
+	})
+}
+
+// CountSelected is how many messages a thaw or delete of sel would act on.
+func CountSelected(ctx context.Context, b Backend, sel lifecycle.Selection) (int, error) {
+	if len(sel.IDs) > 0 {
+		return len(sel.IDs), nil
+	}
+	es, err := b.List(ctx, ListQuery{Sender: sel.Sender, Key: sel.Key})
+	n := 0
+	for _, e := range es {
+		if sel.OlderThan <= 0 || time.Since(e.Created) > sel.OlderThan {
+			n++
+		}
+	}
+	return n, err
 }

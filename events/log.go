@@ -72,10 +72,9 @@ func (o *Options) bounds(c class) (time.Duration, int) {
 	return o.MaxAge, o.MaxCount
 }
 
-// Stats are a Log's counters since Open: Recorded queued, Coalesced
-// into an earlier record, Dropped lost, Written, Pruned by the bounds,
-// Pending now, Stored in the file. Pruned and Stored count Decisions,
-// the Actions ones the others.
+// Stats are a Log's counters since Open: Recorded queued, Coalesced into
+// an earlier record, Dropped lost, Written, Pruned by the bounds, Pending
+// now, Stored in the file (Pruned and Stored: Decisions; Actions apart).
 type Stats struct {
 	Recorded       uint64 `json:"recorded"`
 	Coalesced      uint64 `json:"coalesced"`

@@ -9,10 +9,8 @@ import (
 )
 
 // A Decider decides one request (the daemon: policy.Engine.Evaluate and
-// the decision's side effects). It is called concurrently; ctx carries the
-// front end's deadline; req.Received is when the front end received it.
-// A fault is a Pass with Decision.Fault set; a panic is recovered by the
-// front end.
+// its side effects), concurrently, within ctx's deadline. A fault is a
+// Pass with Decision.Fault set; a panic is recovered by the front end.
 type Decider interface {
 	Decide(ctx context.Context, req *policy.Request) policy.Decision
 }

@@ -13,12 +13,10 @@ import (
 // the rest.
 const MaxTextLen = 500
 
-// ReplyText is the one sanitiser of text sent to an MTA (replies, header
-// values, quarantine reasons): control characters (C0, DEL, C1, U+2028,
-// U+2029) become spaces, invalid UTF-8 becomes U+FFFD, runs of spaces
-// collapse, surrounding spaces are trimmed, and the result is cut at a
-// rune boundary to at most max bytes ("" if max < 1). It allocates only
-// when s changes.
+// ReplyText is the one sanitiser of text sent to an MTA: control
+// characters (C0, DEL, C1, U+2028, U+2029) become spaces, invalid UTF-8
+// U+FFFD, runs of spaces collapse, ends are trimmed, and the result is cut
+// at a rune boundary to at most max bytes ("" if max < 1).
 func ReplyText(s string, max int) string {
 	if max < 1 {
 		return ""

@@ -1,8 +1,6 @@
-// Package notify tells the postmaster what ratelimitd did, off the request
-// path: a webhook (JSON POST, retried, optionally HMAC-SHA256 signed) and
-// mail through an SMTP relay (RFC 5321, RFC 5322 text/plain). Events
-// (Kind) are a key's first refusal by a limit in its period, quarantine
-// thresholds, releases and operator actions.
+// Package notify tells the postmaster what ratelimitd did (Kind), off the
+// request path: a webhook (JSON POST, retried, optionally HMAC-SHA256
+// signed) and mail through an SMTP relay (RFC 5321, RFC 5322 text/plain).
 //
 // Notifier.Notify never blocks: a bounded queue feeds one goroutine;
 // overflow is dropped and counted. Users declare, satisfied by *Notifier:

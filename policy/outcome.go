@@ -93,9 +93,8 @@ func (l *limit) outcomeText(failures, unknown, lim float64, period time.Duration
 }
 
 // unknownOf is how many of bounce limit l's failures for key were unknown
-// users at now: the rate of an unknown_rcpt limit on the same key and
-// period, both plainCount; negative when there is none or it cannot be
-// read.
+// users at now (an unknown_rcpt limit's rate on the same key and period,
+// both plainCount); negative when there is none or it cannot be read.
 func (e *Engine) unknownOf(ctx context.Context, now time.Time, c *compiled, l *limit, req *Request, key string) float64 {
 	if l.per != perBounce || !plainCount(l) {
 		return -1

@@ -113,9 +113,8 @@ type Persistent struct {
 const yieldEntries = 4096
 
 // NewPersistent restores db into mem (empty) and returns a Persistent
-// keeping mem's changes in db; db stays the caller's. Errors wrap
-// ErrVersion, ErrDamaged, statedb.RecordsLost's (unless SkipLost), or
-// BoltDB's.
+// keeping mem's changes in db (still the caller's). Errors wrap ErrVersion,
+// ErrDamaged, statedb.RecordsLost's (unless SkipLost), or BoltDB's.
 func NewPersistent(db *bbolt.DB, mem *Memory, opts PersistOptions) (*Persistent, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now

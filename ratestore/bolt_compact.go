@@ -30,12 +30,11 @@ const (
 // errCompactionStopped is returned by compact when stopped between pieces.
 var errCompactionStopped = errors.New("ratestore: rate journal compaction stopped")
 
-// compact applies the journal (records up to sequence S, last entry of
-// each key) to the snapshot pieceKeys keys per transaction, then deletes
-// the records up to S; flushes run between. Records hold absolute states,
-// so a crash loses nothing. Errors: errCompactionStopped (stop closed;
-// nil: never), ErrVersion.
-// Unreadable records are logged and kept.
+// compact applies the journal (records up to sequence S, last entry of each
+// key) to the snapshot pieceKeys keys per transaction, then deletes the
+// records up to S; flushes run between. Records hold absolute states, so a
+// crash loses nothing. Errors: errCompactionStopped (stop closed; nil:
+// never), ErrVersion. Unreadable records are logged and kept.
 func (p *Persistent) compact(stop <-chan struct{}) error {
 	p.cmu.Lock()
 	defer p.cmu.Unlock()

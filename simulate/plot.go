@@ -125,9 +125,8 @@ const (
 
 var page = chart.Page{Width: 10 * vg.Inch, Panel: 3.6 * vg.Inch, DPI: 120}
 
-// WriteTo draws in format PlotSVG or PlotPNG to w a panel per limit: a
-// line per key (rate against hours), the limit dashed, refusals as red
-// crosses.
+// WriteTo draws in format PlotSVG or PlotPNG to w a panel per limit: a line
+// per key (rate against hours), the limit dashed, refusals as red crosses.
 func (rec *Recorder) WriteTo(w io.Writer, format string, o PlotOptions) error {
 	if len(rec.cols.limits) == 0 {
 		return fmt.Errorf("%w: the configuration has no limits to plot", ErrFormat)
@@ -305,10 +304,9 @@ func (rec *Recorder) xEnd() float64 {
 	return end
 }
 
-// line returns the key's rate curve: at each request a step from the rate
-// before it to the rate stored, between requests the decay interpolated
-// geometrically (exact for exponential), and after the last the decay to
-// the end when decays.
+// line returns the key's rate curve: a step at each request, the decay
+// interpolated geometrically between (exact for exponential), and after
+// the last request the decay to the end when decays.
 func (s *series) line(endX, periodH float64, decays bool) plotter.XYs {
 	const minGapSteps = 1.0 / 300 // of the x range
 	xys := make(plotter.XYs, 0, 2*len(s.samples)+32)

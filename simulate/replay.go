@@ -56,10 +56,9 @@ func (r *Result) Keys() []string {
 func (r *Result) Refused() bool { return !r.Decision.Action.Admits() }
 
 // Replay evaluates every event with ev at its time and calls fn with each
-// result (reused); it returns fn's first error or ctx's. As the daemon
-// does, an OutcomeRecorder ev counts an outcome unless its message (the
-// instance) was refused, and an admitted END-OF-MESSAGE request's
-// recipients once per instance.
+// result (reused); it returns fn's first error or ctx's. As the daemon,
+// an OutcomeRecorder ev counts outcomes of messages not refused, and an
+// admitted END-OF-MESSAGE request's recipients once per instance.
 func Replay(ctx context.Context, ev Evaluator, events iter.Seq[Event], fn func(*Result) error) error {
 	var r Result
 	rec, _ := ev.(OutcomeRecorder)

@@ -39,12 +39,11 @@ const (
 
 const measureLimit = 1e300 // of the measuring replay: never reached
 
-// SuggestOptions tunes Suggest; zero fields take the defaults. The limit is
-// the Percentile (0 < p <= 100, nearest rank) of the ordinary keys' peaks
-// times Headroom (>= 1). Allow names legitimate bulk senders
-// (case-insensitive), given overrides. NewStore (required) and
-// NewRecipientSets (per = "addr"; nil: every recipient new) return empty
-// stores, one per replay.
+// SuggestOptions tunes Suggest (zero: the defaults): the limit is the
+// Percentile (0 < p <= 100, nearest rank) of the ordinary keys' peaks
+// times Headroom (>= 1); Allow names bulk senders (case-insensitive).
+// NewStore (required) and NewRecipientSets (nil: every recipient new)
+// return empty stores, one per replay.
 type SuggestOptions struct {
 	Headroom, Percentile float64
 	Allow                []string
@@ -64,13 +63,12 @@ type Suggestion struct {
 	Config               policy.Config
 }
 
-// LimitProposal is the proposal for one configured limit. Proposed is the
-// limit in cost per period (baseline: the cap, at least the floor): Base ×
-// headroom rounded up to two significant digits, or the configured limit
-// when no key was measured; 0 for the ratio form, kept as configured. Peaks are every key's, highest first; Ordinary
-// counts those the percentile is over (not allowed, overridden or bulk);
-// Outliers are ordinary keys above Proposed. TooShort: the trace is
-// shorter than the period. Notes say why the proposal is less sure.
+// LimitProposal is the proposal for one configured limit. Proposed, in
+// cost per period (baseline: the cap, at least the floor), is Base ×
+// headroom rounded up to two significant digits, else the configured
+// limit; 0 for the ratio form. Peaks: every key's, highest first; Ordinary
+// the keys the percentile is over; Outliers those above Proposed.
+// TooShort: the trace is shorter than the period.
 type LimitProposal struct {
 	Config         policy.LimitConfig
 	Proposed, Base float64
@@ -129,13 +127,11 @@ type Refusal struct {
 // ErrSuggest wraps Suggest's errors about its options.
 var ErrSuggest = errors.New("simulate: cannot suggest limits")
 
-// Suggest proposes limits for the stack of cfg from the traffic in tr: per
-// limit it replays tr with no limit in the way, takes each key's peak rate
-// and proposes the Percentile of the ordinary keys' peaks times Headroom;
-// bulk senders, Allow keys and configured overrides get overrides. A
-// second replay through the proposal lists who it refuses; both ignore
-// via. Errors wrap ErrSuggest, or are policy.NewEngine's or ctx's. It keeps
-// every counted request's time and recipients in memory.
+// Suggest proposes limits for the stack of cfg from tr (SuggestOptions;
+// bulk senders, Allow keys and configured overrides get overrides), then
+// replays tr through the proposal to list who it refuses; both replays
+// ignore via and keep every request's time and recipients in memory.
+// Errors wrap ErrSuggest, or are policy.NewEngine's or ctx's.
 func Suggest(ctx context.Context, cfg policy.Config, tr *Trace, o SuggestOptions) (*Suggestion, error) {
 	o.Headroom, o.Percentile = cmp.Or(o.Headroom, DefaultHeadroom), cmp.Or(o.Percentile, DefaultPercentile)
 	switch {

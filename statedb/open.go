@@ -34,9 +34,8 @@ func Damaged(path string, cause any) error {
 }
 
 // Open opens the state file at path (shared with readOnly), waiting up to
-// timeout (0: 1 s) for the lock. Errors: Damaged's, a locked file's
-// (wrapping bbolt's ErrTimeout), ErrNoFile, one wrapping ErrPermission.
-// The caller closes db.
+// timeout (0: 1 s) for the lock; the caller closes db. Errors: Damaged's,
+// bbolt's ErrTimeout wrapped, ErrNoFile, one wrapping ErrPermission.
 func Open(path string, readOnly bool, timeout time.Duration) (db *bolt.DB, err error) {
 	if timeout <= 0 {
 		timeout = time.Second

@@ -14,10 +14,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/quarantine/lifecycle"
 )
 
-// Bulk actions: the confirmation page lists what a filter or the checked
-// IDs select and posts the IDs it showed; the action acts on those IDs
-// only (lifecycle claims each first, so one released meanwhile fails
-// alone and is never sent twice).
+// Bulk actions: the confirmation page posts the IDs it showed, and the
+// action acts on those only (lifecycle claims each first, so one released
+// meanwhile fails alone and is never sent twice).
 
 // bulkPreview is how many entries the confirmation page names.
 const bulkPreview = 5

@@ -22,10 +22,9 @@ import (
 	"github.com/ratelimitd/ratelimitd/policy"
 )
 
-// The key page's chart: one panel per limit of the key over a
-// chartWindow, a PNG drawn by gonum.org/v1/plot; chartRenders at once
-// (more get 503), each within chartTimeout, each panel thinned to
-// chartPoints samples.
+// The key page's chart: one panel per limit of the key over a chartWindow,
+// a PNG drawn by gonum.org/v1/plot; chartRenders at once (more get 503),
+// each within chartTimeout, each panel thinned to chartPoints samples.
 const (
 	maxChartEvts = 20000
 	chartRenders = 1

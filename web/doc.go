@@ -1,5 +1,4 @@
-// Package web is ratelimitd's browser console over the admin API's
-// services (admin.Local): server-rendered pages without JavaScript, sessions in HttpOnly
-// SameSite=Strict cookies, CSRF-checked POSTs, argon2id (RFC 9106)
-// passwords. See docs/console.md.
+// Package web is ratelimitd's browser console over admin.Local: pages
+// without JavaScript, HttpOnly SameSite=Strict session cookies,
+// CSRF-checked POSTs, argon2id (RFC 9106) passwords. See docs/console.md.
 package web

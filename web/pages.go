@@ -50,10 +50,9 @@ func parsePages() map[string]*template.Template {
 	return pages
 }
 
-// render writes page name with data (User and Path are added) and the
-// status data["Code"] (default 200), buffered so that a template error
-// answers 500, not half a page. The page goes through termsafe.Text, the
-// one cleaner of every field shown, marked in a template or not.
+// render writes page name with data (User and Path added) and status
+// data["Code"] (default 200), buffered so a template error answers 500;
+// the page goes through termsafe.Text, the one cleaner of every field.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data map[string]any) {
 	t, ok := s.pages[name]
 	if !ok {

@@ -11,10 +11,9 @@ import (
 	"golang.org/x/term"
 )
 
-// ReadPassword reads a password for `ratelimitd web user add`: the first
-// line of in with fromStdin, else twice from the terminal in with echo
-// off, prompting on prompts. Errors: in is not a terminal (without
-// fromStdin), the two entries differ, reading failed.
+// ReadPassword reads a password for `ratelimitd web user add`: in's first
+// line with fromStdin, else twice from terminal in, echo off, prompting on
+// prompts. Errors: not a terminal, the entries differ, reading failed.
 func ReadPassword(in io.Reader, prompts io.Writer, fromStdin bool) ([]byte, error) {
 	if fromStdin {
 		line, err := bufio.NewReader(in).ReadBytes('\n')

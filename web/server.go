@@ -26,9 +26,8 @@ const maxFormBytes = 64 << 10
 
 // Options configures a Server: Listen ("127.0.0.1:9732"), PEM files
 // TLSCert and TLSKey (both or neither), the users file, the proxies whose
-// X-Forwarded-For is believed, and the daemon's services (By and Closer
-// unused; nil Events: no history; nil Limits: a domain operator sees no
-// key). Nil Now: time.Now.
+// X-Forwarded-For is believed, and the daemon's services (nil Events: no
+// history; nil Limits: a domain operator sees no key). Nil Now: time.Now.
 type Options struct {
 	Listen          string
 	TLSCert, TLSKey string

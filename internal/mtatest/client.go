@@ -1,6 +1,7 @@
 package mtatest
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"net/textproto"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -318,4 +320,44 @@ func BuildMessage(from, to, subject, body string) []byte {
 	b.WriteString("\r\n")
 	b.WriteString(body)
 	return b.Bytes()
+}
+
+// SyncBuffer is an io.Writer safe for concurrent writes, for collecting
+// the log lines of servers under test. The zero value is ready to use.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// PolicyAsk sends one Postfix policy delegation request (SMTPD_POLICY_README)
+// with attrs ("name=value") to addr (host:port, or unix:PATH) over a new
+// connection and returns the action line.
+func PolicyAsk(t testing.TB, addr string, attrs ...string) string {
+	t.Helper()
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", path
+	}
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	must(t, err)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "request=smtpd_access_policy\n%s\n\n", strings.Join(attrs, "\n"))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	must(t, err)
+	return strings.TrimSpace(line)
 }

@@ -51,11 +51,10 @@ func nofileShare(div, lo, hi uint64) int {
 	return int(max(lo, min(hi, rl.Cur/div)))
 }
 
-// Budget bounds one front end's connections over all the listeners of a
-// Tracker. A new connection over a cap first closes the oldest idle one
-// within that cap (MarkLocked), so silent connections cannot lock the MTA
-// out; one inside a request is never closed for room. The zero value has
-// no cap.
+// Budget bounds one front end's connections over a Tracker's listeners.
+// A new connection over a cap first closes the oldest idle one within it
+// (MarkLocked), so silent connections cannot lock the MTA out; one inside
+// a request is never closed for room. The zero value has no cap.
 type Budget struct {
 	Max int // < 1: no cap
 	// PerClient caps one TCP client address (IPv4-mapped as IPv4); < 1 or

@@ -295,9 +295,8 @@ func (t *Tracker[C]) Serve(l net.Listener, a Accept[C]) error {
 	}
 }
 
-// Allowed applies the allow-list to rwc: TCP from allowed (empty:
-// loopback; IPv4-mapped as IPv4); unix sockets always; anything else
-// refused.
+// Allowed applies the allow-list to rwc: TCP from allowed (empty: loopback;
+// IPv4-mapped as IPv4); unix sockets always; anything else refused.
 func Allowed(allowed []netip.Prefix, rwc net.Conn, unixListener bool) bool {
 	switch rwc.RemoteAddr().(type) {
 	case *net.TCPAddr:
@@ -411,4 +410,35 @@ func OrDefault[T int64 | time.Duration](v, d T) T {
 		return v
 	}
 	return d
+}
+
+// ThrottledLog logs each message at most once per every, with the number
+// of occurrences it stands for. Safe for concurrent use.
+type ThrottledLog struct {
+	log   *slog.Logger
+	every time.Duration
+	mu    sync.Mutex
+	last  map[string]time.Time
+	count map[string]int
+}
+
+// NewThrottledLog returns a ThrottledLog on log.
+func NewThrottledLog(log *slog.Logger, every time.Duration) *ThrottledLog {
+	return &ThrottledLog{log: log, every: every, last: map[string]time.Time{}, count: map[string]int{}}
+}
+
+// Warn logs msg with args and "occurrences" at Warn, unless msg was logged
+// less than every ago.
+func (t *ThrottledLog) Warn(msg string, args ...any) {
+	t.mu.Lock()
+	t.count[msg]++
+	now := time.Now()
+	if now.Sub(t.last[msg]) < t.every {
+		t.mu.Unlock()
+		return
+	}
+	n := t.count[msg]
+	t.last[msg], t.count[msg] = now, 0
+	t.mu.Unlock()
+	t.log.Warn(msg, append(args, "occurrences", n, "per", t.every.String())...)
 }

@@ -21,9 +21,8 @@ var (
 
 // ListenUnix listens on a unix socket at path with mode (set after
 // creation: keep it in a private directory). A stale socket is removed; a
-// live one is ErrSocketInUse; any other file is ErrNotSocket and left.
-// Close, idempotent, removes the file only if it is still the socket
-// created (same device and inode).
+// live one is ErrSocketInUse; any other file is ErrNotSocket. Close,
+// idempotent, removes the file only if it is still the socket (inode).
 func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, fmt.Errorf("listen unix %s: %w", path, err)

@@ -476,3 +476,50 @@ func quarantineReason(d policy.Decision) string {
 }
 
 var _ gomilter.Milter = (*session)(nil)
+
+// LocalUserHeader carries the uid of a local (sendmail) submission to the
+// milter: Postfix does not pass pickup's Received: header to milters, so
+// docs/postfix.md ("Local submissions") has pickup's cleanup PREPEND it.
+const LocalUserHeader = "X-Ratelimitd-Local-User"
+
+// nonSMTPClient reports whether a connect is Postfix's emulation for
+// non-SMTP mail (non_smtpd_milters, MILTER_README): client localhost
+// [127.0.0.1] on port 0, which no SMTP client has.
+func nonSMTPClient(host string, port uint16, addr net.IP) bool {
+	return port == 0 && host == "localhost" && addr != nil && addr.IsLoopback()
+}
+
+// localUser returns the uid in a LocalUserHeader value: 1 to 10 ASCII
+// digits, surrounding white space ignored; ok is false for anything else.
+func localUser(value string) (uid string, ok bool) {
+	v := strings.TrimSpace(value)
+	if len(v) == 0 || len(v) > 10 || strings.Trim(v, "0123456789") != "" {
+		return "", false
+	}
+	return v, true
+}
+
+// maxHeaderLine is the longest header line (without CRLF) AddHeader writes
+// (RFC 5322, section 2.1.1).
+const maxHeaderLine = 998
+
+// reply returns an SMFIR_REPLYCODE "code enhanced text", text through
+// mta.ReplyText and '%' doubled (Sendmail reads a format; milter8.c).
+// enhanced must start with code's first digit (Postfix checks).
+func reply(code int, enhanced, text string) gomilter.Response {
+	r := strconv.Itoa(code) + " " + enhanced
+	if text = mta.ReplyText(text, mta.MaxTextLen); text != "" {
+		r += " " + strings.ReplaceAll(text, "%", "%%")
+	}
+	return gomilter.NewResponseStr(byte(gomilter.ActReplyCode), r)
+}
+
+// splitHeader splits a Decision.Header for AddHeader (mta.HeaderField): a
+// name of at most 200 bytes, the value one line within 998 bytes.
+func splitHeader(h string) (name, value string, ok bool) {
+	name, value, ok = mta.HeaderField(h)
+	if !ok || len(name) > 200 {
+		return "", "", false
+	}
+	return name, mta.ReplyText(strings.TrimLeft(value, " \t"), maxHeaderLine-len(name)-2), true
+}

@@ -71,12 +71,11 @@ func NewDecoder(r *bufio.Reader) *Decoder {
 	return &Decoder{r: r}
 }
 
-// Decode reads the next request (SMTPD_POLICY_README, "Protocol
-// description") into req, overwriting every field: name=value lines
-// ("\r\n" accepted) ended by an empty line, or by EOF after a whole line
-// (Exim readsocket). Unknown attributes are ignored, a repeated one keeps
-// its first value, empty numbers are 0. Errors: see errors.go; after one,
-// close the connection.
+// Decode reads the next request into req, overwriting every field:
+// name=value lines ("\r\n" accepted) ended by an empty line, or by EOF
+// after a whole line (Exim readsocket). Unknown attributes are ignored, a
+// repeated one keeps its first value, empty numbers are 0. Errors:
+// errors.go; after one, close the connection.
 func (d *Decoder) Decode(req *policy.Request) error {
 	// Do not keep an exceptionally large request's memory.
 	if cap(d.vals) > decoderKeep {

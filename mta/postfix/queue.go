@@ -18,12 +18,11 @@ import (
 // CommandTimeout bounds each queue command.
 const CommandTimeout = 30 * time.Second
 
-// Queue runs the MTA's queue commands on held mail for quarantine/lifecycle:
-// argument vectors without a shell, "{queue_id}" replaced by a queue ID
-// that quarantine.ValidQueueID accepts (never one starting with '-'):
-// Postfix's postsuper, postqueue and postcat, or Exim's exim -Mt, -Mrm,
-// -Mvc and -bp (Exim specification, "The Exim command line"). Fields must
-// not change once in use; methods are safe for concurrent use.
+// Queue runs the MTA's queue commands on held mail for lifecycle, without
+// a shell, "{queue_id}" replaced by an ID quarantine.ValidQueueID accepts:
+// postsuper, postqueue and postcat, or exim -Mt, -Mrm, -Mvc and -bp (Exim
+// specification, "The Exim command line"). Fields must not change once in
+// use; methods are safe for concurrent use.
 type Queue struct {
 	// ReleaseCommands release a held message: the first decides success
 	// (postsuper -H), later ones' failures are warnings (postqueue -i).

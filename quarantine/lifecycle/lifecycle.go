@@ -156,10 +156,9 @@ type Message struct {
 	Body io.ReadSeeker
 }
 
-// Record stores what decision d means for m: a held entry (Hold, or
-// Freeze without m.Body; Store.RecordHold), a frozen one with m.Body, or
-// at END-OF-MESSAGE the RCPT entry's queue ID. It returns the entry's ID
-// ("" if none) once fsync'd; on error nothing was recorded, and the
+// Record stores what d means for m (a held entry, a frozen one with
+// m.Body, or at END-OF-MESSAGE the RCPT entry's queue ID) and returns the
+// entry's ID ("" if none) once fsync'd. On error nothing was recorded: the
 // caller must defer or temp-fail, not HOLD or discard.
 func (s *Service) Record(ctx context.Context, m Message, d *policy.Decision) (string, error) {
 	req := m.Request
