@@ -2,9 +2,11 @@ package outcome
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,11 +230,11 @@ func TestLogFeedReadsLinesAppendedAfterBegin(t *testing.T) {
 func writeLines(t *testing.T, path string, lines ...string) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err == nil {
+		_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
+		err = errors.Join(err, f.Close())
+	}
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, l := range lines {
-		fmt.Fprintln(f, l)
 	}
 }
