@@ -239,9 +239,10 @@ func (f *Failover) Close() {
 // EvaluateStack decides with Redis, or per OnError while a shard is down.
 func (f *Failover) EvaluateStack(ctx context.Context, now time.Time, items []policy.StackItem, refused bool, out []policy.StackResult) error {
 	if f.nDown.Load() == 0 || !f.anyDown(items) {
+		asked := time.Now().Add(f.redis.ClockOffset()).UnixNano()
 		err := f.redis.EvaluateStack(ctx, now, items, refused, out)
 		if err == nil {
-			f.writeThrough(ctx, items, refused, out)
+			f.writeThrough(ctx, asked, items, refused, out)
 			return nil
 		}
 		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
@@ -285,8 +286,10 @@ func (f *Failover) anyDown(items []policy.StackItem) bool {
 // state Redis lost (FLUSHALL, a restart without persistence, eviction) or
 // holds more than a message below this host's live copy (lost, then
 // counted again from less: another host restored an older copy) is
-// restored from the copy; the message just decided got through.
-func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, refused bool, out []policy.StackResult) {
+// restored from the copy; the message just decided got through. A copy
+// written since asked (Unix ns, Redis's clock), by a request for the same
+// key decided after this one, is newer than this answer: kept, and no loss.
+func (f *Failover) writeThrough(ctx context.Context, asked int64, items []policy.StackItem, refused bool, out []policy.StackResult) {
 	admitted := ratelimit.StackAdmits(refused, len(items), func(i int) bool {
 		return out[i].Err == nil && out[i].Result.Over && items[i].Refuses
 	})
@@ -305,6 +308,12 @@ func (f *Failover) writeThrough(ctx context.Context, items []policy.StackItem, r
 			continue
 		}
 		f.local.Update(ctx, it.Limit, it.Key, func(old ratelimit.State) (ratelimit.State, bool) {
+			if old.Time >= asked { // no loss: keep the newer
+				if st.Time > old.Time {
+					return st, true
+				}
+				return old, false
+			}
 			add, ok := lostPart(it.Params, old, o.Prev, o.Result.Before, it.Cost, now)
 			if !ok {
 				return st, old != st
