@@ -69,7 +69,6 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -154,17 +153,6 @@ type bench struct {
 	// floor of that (C, K).
 	redisTotal redisCost
 	redisCells []redisCell
-}
-
-// redisCell is what Redis spent over the daemon's runs of one (C, K), on
-// every listener, and the Redis floor measured at the same C and K.
-type redisCell struct {
-	conns, keys int
-	cost        redisCost
-	// floor is the Redis floor sending as fast as it is answered,
-	// paced the same floor paced to the daemon's messages a second.
-	floor, paced     redisFloorResult
-	floorOK, pacedOK bool
 }
 
 // row is one measured cell of one target.
@@ -348,117 +336,6 @@ func (b *bench) measureCells(ctx context.Context, target string, targetPID int) 
 	return nil
 }
 
-// measuresRedis reports whether Redis's counters are read: the Redis
-// backend of a daemon this program started.
-func (b *bench) measuresRedis() bool { return b.o.backend == backendRedis && b.daemon != nil }
-
-// redisCell returns the entry of (conns, keys) in b.redisCells, adding
-// it if need be; the pointer is valid until the next call.
-func (b *bench) redisCell(conns, keys int) *redisCell {
-	for i := range b.redisCells {
-		if c := &b.redisCells[i]; c.conns == conns && c.keys == keys {
-			return c
-		}
-	}
-	b.redisCells = append(b.redisCells, redisCell{conns: conns, keys: keys, cost: redisCost{perMessage: b.o.rcpts + 1}})
-	return &b.redisCells[len(b.redisCells)-1]
-}
-
-// redisFloor measures the Redis floor at (conns, keys) for --duration
-// after --warmup, on the daemon's Redis, once the daemon is idle.
-func (b *bench) redisFloor(ctx context.Context, conns, keys, targetPID int) error {
-	b.waitQuiet(ctx, targetPID)
-	o := b.o
-	res, err := runRedisFloor(ctx, redisFloorSpec{Addrs: o.redisAddrs, Masters: b.redisNodes, Prefix: b.daemon.f.Store.KeyPrefix,
-		Conns: conns, Keys: keys, Pick: o.pick, Seed: o.seed, Warmup: o.warmup, Duration: o.duration})
-	if err != nil {
-		return err
-	}
-	if res.Messages == 0 {
-		return fmt.Errorf("redis floor C=%d K=%d: no call answered (%d failed, first: %v)", conns, keys, res.Errors, res.FirstErr)
-	}
-	c := b.redisCell(conns, keys)
-	c.floor, c.floorOK = res, true
-	rate := c.cost.MessageRate()
-	if rate <= 0 {
-		return nil
-	}
-	b.waitQuiet(ctx, targetPID)
-	res, err = runRedisFloor(ctx, redisFloorSpec{Addrs: o.redisAddrs, Masters: b.redisNodes, Prefix: b.daemon.f.Store.KeyPrefix,
-		Conns: conns, Keys: keys, Pick: o.pick, Seed: o.seed, Warmup: o.warmup, Duration: o.duration, Rate: rate})
-	if err != nil {
-		return err
-	}
-	c = b.redisCell(conns, keys)
-	c.paced, c.pacedOK = res, res.Messages > 0
-	return nil
-}
-
-// printRedisFloors prints, for each (C, K), the daemon's Redis CPU per
-// message against the Redis floor's, unpaced and paced to the daemon's
-// message rate, and checks the target on the paced one; it reports
-// whether the target was missed.
-func (b *bench) printRedisFloors() (missed bool) {
-	masters := len(b.redisNodes)
-	for _, c := range b.redisCells {
-		if !c.floorOK {
-			continue
-		}
-		line, _ := floorLine(c.conns, c.keys, masters, "", c.floor, c.cost)
-		b.printf("%s\n", line)
-		if !c.pacedOK {
-			continue
-		}
-		line, r := floorLine(c.conns, c.keys, masters, "paced to ratelimitd's messages/s", c.paced, c.cost)
-		b.printf("%s\n", line)
-		if line, m := floorTarget(c.conns, c.keys, masters, r); line != "" {
-			b.printf("%s\n", line)
-			missed = missed || m
-		}
-	}
-	return missed
-}
-
-// redisServers starts the Redis of the Redis backend unless --redis-addrs
-// names one (a redis-server, or a cluster of --redis-cluster masters),
-// restricted to cpus unless that is nil, and finds the masters whose
-// counters are read.
-func (b *bench) redisServers(ctx context.Context, cpus []int) error {
-	o := b.o
-	if o.backend != backendRedis {
-		return nil
-	}
-	switch {
-	case o.cluster > 0:
-		nodes, err := startRedisCluster(ctx, b.dir, o.cluster, cpus)
-		if err != nil {
-			return err
-		}
-		b.redis = nodes
-		for _, n := range nodes {
-			o.redisAddrs = append(o.redisAddrs, n.addr)
-		}
-		b.printf("redis cluster: %d masters on %s (no replicas, no persistence)\n", len(nodes), strings.Join(o.redisAddrs, ", "))
-	case len(o.redisAddrs) == 0:
-		r, err := startRedis(ctx, b.dir, cpus)
-		if err != nil {
-			return err
-		}
-		b.redis = []*child{r}
-		o.redisAddrs = []string{r.addr}
-		b.printf("redis-server: pid %d on %s (no persistence)\n", r.pid(), r.addr)
-	}
-	nodes, err := redisMasters(o.redisAddrs)
-	if err != nil {
-		return fmt.Errorf("redis at %s: %w", strings.Join(o.redisAddrs, ","), err)
-	}
-	b.redisNodes = nodes
-	if len(nodes) > 1 {
-		b.printf("redis masters measured: %s\n", strings.Join(nodes, ", "))
-	}
-	return nil
-}
-
 // prefillUsers sends one END-OF-MESSAGE request for each of the users
 // 0..keys-1 to the target over C=64 connections, unmeasured, then waits
 // for the daemon's write-behind to settle. Users already sent by an
@@ -638,96 +515,6 @@ func (b *bench) printRatios() (missed bool) {
 	return missed
 }
 
-// rssPhase drives --rss-users distinct users into the daemon and reports
-// its memory, and again after a restart with --rss-restart.
-func (b *bench) rssPhase(ctx context.Context) (missed bool, err error) {
-	o, d := b.o, b.daemon
-	b.printf("\nRSS: %d distinct users, one END-OF-MESSAGE request each, C=%d, %d limits\n",
-		o.rssUsers, rssConns, len(d.f.Limits))
-	var redisBefore int64
-	if o.backend == backendRedis {
-		if redisBefore, _, err = redisMemory(b.redisNodes); err != nil {
-			return false, fmt.Errorf("redis INFO: %w", err)
-		}
-	}
-	// Bounded: even at 2,000 requests/s 1,000,000 users take 500 s.
-	capDur := time.Duration(o.rssUsers/2000+60) * time.Second
-	res, err := runLoad(ctx, loadSpec{Addr: d.addr, Conns: rssConns, Distinct: o.rssUsers, Duration: capDur, Seed: o.seed})
-	if err != nil {
-		return false, fmt.Errorf("rss load: %w", err)
-	}
-	b.printf("  load: %s requests in %s (%s req/s), p50 %s, p99 %s, %d errors\n", thousands(res.Requests),
-		round(res.Elapsed), thousands(int64(res.Rate()+0.5)), latency(res.Hist.quantile(0.5)),
-		latency(res.Hist.quantile(0.99)), res.Errors)
-	if res.FirstErr != nil {
-		b.printf("  first error: %v\n", res.FirstErr)
-	}
-	if res.Requests < int64(o.rssUsers) {
-		b.printf("  warning: only %d of %d users answered\n", res.Requests, o.rssUsers)
-	}
-	waited, err := waitSettled(ctx, d.pid(), d.dbPath(), 3*time.Second, 2*time.Minute)
-	if err != nil && ctx.Err() != nil {
-		return false, err
-	}
-	settle := "flushed (database and CPU quiet for 3s)"
-	if err != nil {
-		settle = err.Error()
-	}
-	b.printf("  %s after %s\n", settle, round(waited))
-	if keys, reqs, err := daemonStatus(ctx, d.adminSocket()); err == nil {
-		b.printf("  daemon status: %s rate states tracked, %s requests answered since start\n", thousands(keys), thousands(reqs))
-	}
-	missed = b.printMem("after load", d)
-	if o.backend == backendRedis {
-		used, keys, err := redisMemory(b.redisNodes)
-		if err != nil {
-			return missed, fmt.Errorf("redis INFO: %w", err)
-		}
-		b.printf("  redis: used_memory %s (+%s), %s keys; %.0f bytes per user (%d limits), %.0f bytes per key\n",
-			mib(used), mib(used-redisBefore), thousands(keys), float64(used-redisBefore)/float64(o.rssUsers),
-			len(d.f.Limits), float64(used-redisBefore)/float64(max(keys, 1)))
-	}
-	if !o.rssRestart {
-		return missed, nil
-	}
-	stopped, err := d.stop(30 * time.Second)
-	if err != nil {
-		return missed, fmt.Errorf("stop ratelimitd: %w%s", err, d.logTail())
-	}
-	took, err := d.start(ctx)
-	if err != nil {
-		return missed, fmt.Errorf("restart ratelimitd: %w", err)
-	}
-	b.printf("  restart: stopped (final flush) in %s, restored and listening in %s (pid %d)\n", round(stopped), round(took), d.pid())
-	if keys, _, err := daemonStatus(ctx, d.adminSocket()); err == nil {
-		b.printf("  daemon status: %s rate states restored\n", thousands(keys))
-	}
-	b.printMem("after restore", d)
-	return missed, nil
-}
-
-// printMem prints the daemon's memory and database size, and checks the
-// RSS target when 1,000,000 users were sent.
-func (b *bench) printMem(when string, d *daemon) (missed bool) {
-	m, ok := readMem(d.pid())
-	if !ok {
-		b.printf("  %s: RSS unavailable (no /proc)\n", when)
-		return false
-	}
-	dbSize := "-"
-	if fi, err := os.Stat(d.dbPath()); err == nil {
-		dbSize = mib(fi.Size())
-	}
-	b.printf("  %s: VmRSS %s (anon %s, file %s), VmHWM %s; BoltDB %s\n", when, mib(m.RSS), mib(m.Anon),
-		mib(m.File), mib(m.HWM), dbSize)
-	if b.o.rssUsers == targetRSSUsers && when == "after load" {
-		ok := m.RSS <= targetRSS
-		b.printf("  target VmRSS <= %s after %d users: %s\n", mib(targetRSS), targetRSSUsers, verdict(ok))
-		return !ok
-	}
-	return false
-}
-
 // stopServers stops the floor and the daemon, if running.
 func (b *bench) stopServers() {
 	if b.floor != nil {
@@ -741,78 +528,4 @@ func (b *bench) stopServers() {
 	for _, r := range b.redis {
 		r.stop(5 * time.Second)
 	}
-}
-
-// against formats a measured ratio v for a line that compares it with
-// target: with two decimals, or with as many more (up to six) as it takes
-// to tell it from target, so that a MISS never reads "0.50 >= 0.50".
-func against(v, target float64) string {
-	for d := 2; d < 6; d++ {
-		s := strconv.FormatFloat(v, 'f', d, 64)
-		if v == target || s != strconv.FormatFloat(target, 'f', d, 64) {
-			return s
-		}
-	}
-	return strconv.FormatFloat(v, 'f', 6, 64)
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "PASS"
-	}
-	return "MISS"
-}
-
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
-}
-
-// latency formats d with three significant digits.
-func latency(d time.Duration) string {
-	switch {
-	case d < time.Microsecond:
-		return fmt.Sprintf("%dns", d)
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.1fµs", float64(d)/1e3)
-	case d < time.Second:
-		return fmt.Sprintf("%.2fms", float64(d)/1e6)
-	}
-	return fmt.Sprintf("%.2fs", d.Seconds())
-}
-
-func round(d time.Duration) time.Duration {
-	if d > time.Second {
-		return d.Round(10 * time.Millisecond)
-	}
-	return d.Round(time.Millisecond)
-}
-
-func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
-
-// thousands formats n with commas: 1,234,567.
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	if n < 0 {
-		return "-" + thousands(-n)
-	}
-	var out []byte
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			out = append(out, ',')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
-}
-
-// cpuString is a list of CPU numbers for the output: "1", "1,2,3".
-func cpuString(cpus []int) string {
-	s := make([]string, len(cpus))
-	for i, c := range cpus {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
 }
