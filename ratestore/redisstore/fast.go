@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelimitd/ratelimitd/ratelimit"
@@ -206,6 +207,7 @@ func (s *Store) decideFast(ctx context.Context, r *request) (bool, error) {
 	}
 	c, err := s.client()
 	if err != nil {
+		s.forget(r)
 		return false, err
 	}
 	sp := &r.spec
@@ -231,11 +233,14 @@ func (s *Store) decideFast(ctx context.Context, r *request) (bool, error) {
 	return true, nil
 }
 
+// confirmedItems holds the answer items of up to 8 items decided by the
+// fast path, so that confirmed allocates nothing for a usual stack.
+var confirmedItems = strings.Repeat(string(rune(flagFast))+strings.Repeat("\x00", stateLen), 8)
+
 // confirmed is the answer of n items all decided by the fast path.
 func confirmed(n int) answer {
-	b := make([]byte, n*itemLen)
-	for i := range n {
-		b[i*itemLen] = flagFast
+	if n*itemLen <= len(confirmedItems) {
+		return answer{items: confirmedItems[:n*itemLen]}
 	}
-	return answer{items: string(b)}
+	return answer{items: strings.Repeat(confirmedItems[:itemLen], n)}
 }
